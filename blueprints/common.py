@@ -1,0 +1,144 @@
+"""Helpers every blueprint shares: body parsing, JSON/SSE responses, headers, the checks that
+run before a generation request reaches the engine (api.md 2.5-2.8).
+"""
+from __future__ import annotations
+
+import orjson
+from flask import Response, current_app, request
+
+from generation.errors import APIError
+from generation.engine import Simulator
+
+JSON_MIME = "application/json"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def simulator() -> Simulator:
+    return current_app.extensions["simulator"]
+
+
+def parse_json_body() -> dict:
+    """The request body as a JSON object.  Raises APIError 400 naming the problem."""
+    raw = request.get_data(cache=False)
+    if not raw:
+        raise APIError("Request body is empty; expected a JSON object.", 400)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise APIError(f"Failed to parse the request body as JSON: {e}", 400) from None
+    if not isinstance(body, dict):
+        raise APIError("Request body must be a JSON object.", 400)
+    return body
+
+
+def dumps(obj) -> bytes:
+    return orjson.dumps(obj)
+
+
+def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(orjson.dumps(obj), status=status, mimetype=JSON_MIME, headers=headers)
+
+
+def error_response(err: APIError) -> Response:
+    return Response(orjson.dumps(err.body()), status=err.status, mimetype=JSON_MIME)
+
+
+def sse_response(body_iter, headers: dict | None = None) -> Response:
+    """A ``text/event-stream`` response whose chunks are flushed as they are yielded.
+    An empty first chunk makes gunicorn send the headers at once (vLLM sends them before
+    the first token)."""
+    def with_headers_first():
+        yield b""
+        yield from body_iter
+    h = dict(SSE_HEADERS)
+    if headers:
+        h.update(headers)
+    resp = Response(with_headers_first(), status=200, mimetype="text/event-stream", headers=h)
+    return resp
+
+
+def request_id() -> str:
+    """``X-Request-Id`` when ``--enable-request-id-headers`` is on and the header is present,
+    else a fresh id (api.md 2.5)."""
+    sim = simulator()
+    if sim.config.enable_request_id_headers:
+        rid = request.headers.get("X-Request-Id")
+        if rid:
+            return rid
+    return sim.new_request_id()
+
+
+def response_headers(rid: str | None) -> dict:
+    """Pod / namespace / request-id headers for a successful response (api.md 2.6)."""
+    cfg = simulator().config
+    h = {}
+    if cfg.pod_name:
+        h["x-inference-pod"] = cfg.pod_name
+        h["x-inference-port"] = str(cfg.port)
+    if cfg.pod_namespace:
+        h["x-inference-namespace"] = cfg.pod_namespace
+    if rid is not None and cfg.enable_request_id_headers:
+        h["X-Request-Id"] = rid
+    return h
+
+
+_FAILURES = {
+    "rate_limit": (429, "Rate limit reached for {model} in organization org-xxx on requests per min (RPM): "
+                        "Limit 3, Used 3, Requested 1.", None),
+    "invalid_api_key": (401, "Incorrect API key provided.", None),
+    "context_length": (400, "This model's maximum context length is 4096 tokens. However, your messages "
+                            "resulted in 4500 tokens.", "messages"),
+    "server_error": (503, "The server is overloaded or not ready yet.", None),
+    "invalid_request": (400, "Invalid request: missing required parameter 'model'.", "model"),
+    "model_not_found": (404, "The model '{model}-nonexistent' does not exist", "model"),
+}
+FAILURE_NAMES = tuple(_FAILURES)
+
+
+def header_checks() -> bool:
+    """``X-Return-Error`` and random failure injection (api.md 2.7, 2.10); returns whether
+    ``X-Cache-Threshold-Finish-Reason`` asks for an immediate cache_threshold finish.
+    Raises APIError for a forced or injected error."""
+    sim = simulator()
+    forced = request.headers.get("X-Return-Error")
+    if forced is not None:
+        v = forced.strip()
+        if not (v.lstrip("+-").isdigit()):
+            raise APIError(f'Invalid X-Return-Error header value "{forced}": must be an integer', 400)
+        code = int(v)
+        raise APIError(f"Simulated error triggered by X-Return-Error header (code {code})", code)
+    cfg = sim.config
+    if cfg.failure_injection_rate > 0 and sim.rng.randint(1, 100) <= cfg.failure_injection_rate:
+        kinds = cfg.failure_types or FAILURE_NAMES
+        kind = kinds[sim.rng.randrange(len(kinds))]
+        status, msg, param = _FAILURES[kind]
+        raise APIError(msg.format(model=cfg.model), status, param)
+    flag = request.headers.get("X-Cache-Threshold-Finish-Reason")
+    return flag in ("1", "t", "T", "TRUE", "true", "True")
+
+
+def usage(prompt: int, completion: int, cached: int | None = 0) -> dict:
+    """OpenAI usage with vLLM's ``prompt_tokens_details.cached_tokens``."""
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
+
+
+def effective_max_tokens(max_tokens, ignore_eos: bool, n=None) -> None:
+    """vLLM's shared checks on n and max tokens (api.md 2.8 step 8).  Raises APIError 400."""
+    if n is not None and n < 1:
+        raise APIError("n must be at least 1", 400, "n")
+    if max_tokens is not None and max_tokens <= 0:
+        raise APIError("Max completion tokens and max tokens should be positive", 400, "max_tokens")
+    if ignore_eos and max_tokens is None:
+        raise APIError("Ignore_eos is true but max_completion_tokens (or max_tokens) is not set", 400,
+                       "max_tokens")
+
+
+def check_kv_transfer(kv: dict | None, stream: bool) -> None:
+    if kv and kv.get("do_remote_decode") and stream:
+        raise APIError("Prefill does not support streaming", 400, "stream")
+
+
+REMOTE_DECODE_PARAMS = {"do_remote_decode": False, "do_remote_prefill": True, "remote_engine_id": "DUMMY_ID",
+                        "remote_block_ids": ["DUMMY_ID"], "remote_host": "DUMMY", "remote_port": 1234,
+                        "tp_size": 1}

@@ -1,0 +1,153 @@
+"""``POST /v1/completions`` - OpenAI legacy completions as vLLM serves them.
+
+``prompt`` may be a string, a list of strings, a list of token ids or a list of token-id
+lists; every prompt (times ``n``) is its own sequence, choices are indexed prompt-major.
+Pre-tokenized prompts are never tokenized (prompt_tokens = number of ids).  Usage counts
+each prompt once and sums completions.  Streams carry no role chunk; each choice ends with
+a chunk whose ``text`` is empty and whose ``finish_reason`` is set.
+"""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint
+
+from generation.errors import APIError
+from generation.request import GenerationRequest, Prompt
+from generation import logprobs as lp
+from schemas.common import load
+from schemas.completions import completion_request_schema
+
+from .chat import request_usage
+from .common import (REMOTE_DECODE_PARAMS, check_kv_transfer, dumps, effective_max_tokens, header_checks,
+                     json_response, parse_json_body, request_id, response_headers, simulator, sse_response)
+
+bp = Blueprint("completions", __name__)
+
+
+def build_prompts(sim, kind: str, items: list) -> list[Prompt]:
+    prompts = []
+    tok = sim.tokenizer
+    echo = sim.config.mode == "echo"
+    for item in items:
+        if kind == "text":
+            ids, pieces = tok.encode(item)
+            p = Prompt(ids, text=item)
+            if echo:
+                p.echo_ids, p.echo_pieces = tok.encode_lossless(item)
+        else:
+            p = Prompt(list(item))
+            if echo:
+                p.echo_ids, p.echo_pieces = list(item), tok.id_pieces(item)
+        prompts.append(p)
+    return prompts
+
+
+@bp.post("/v1/completions")
+def create_completion():
+    sim = simulator()
+    body = parse_json_body()
+    data = load(completion_request_schema, body)
+    rid = request_id()
+    force_ct = header_checks()
+    model, lora = sim.resolve_model(data.get("model"))
+    prompt = data.get("prompt")
+    if prompt is None:
+        raise APIError("prompt array must contain at least one prompt", 400, "prompt")
+    max_tokens = data.get("max_tokens")
+    ignore_eos = bool(data.get("ignore_eos"))
+    n = data.get("n")
+    effective_max_tokens(max_tokens, ignore_eos, n)
+    stream = bool(data.get("stream"))
+    kv = data.get("kv_transfer_params")
+    check_kv_transfer(kv, stream)
+    kind, items = prompt
+    req = GenerationRequest(
+        request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items), n=n or 1,
+        max_tokens=max_tokens, ignore_eos=ignore_eos, stream=stream, stop=data.get("stop"),
+        kv_transfer_params=kv, cache_hit_threshold=data.get("cache_hit_threshold"),
+        force_cache_threshold=force_ct, api="completions")
+    seqs = sim.prepare(req)
+    sim.admit(seqs)
+    headers = response_headers(rid)
+    top = data.get("logprobs")
+    echo_prompt = bool(data.get("echo"))
+    if stream:
+        opts = data.get("stream_options") or {}
+        return sse_response(stream_completion(sim, req, seqs, bool(opts.get("include_usage")),
+                                              bool(opts.get("continuous_usage_stats")), top, echo_prompt),
+                            headers)
+    sim.complete(seqs)
+    return json_response(render_completion(req, seqs, top, echo_prompt), headers=headers)
+
+
+def _prompt_text(seq) -> str:
+    p = seq.prompt
+    return p.text if p.text is not None else ""
+
+
+def render_completion(req: GenerationRequest, seqs, top, echo_prompt: bool) -> dict:
+    choices = []
+    for s in seqs:
+        text = s.output_text()
+        logprobs = None
+        if top is not None:
+            pieces = s.pieces
+            if echo_prompt:
+                pieces = (s.prompt.echo_pieces or _prompt_pieces(s)) + list(pieces)
+            logprobs = lp.completion_logprobs(pieces, top)
+        if echo_prompt:
+            text = _prompt_text(s) + text
+        choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
+                        "stop_reason": None, "prompt_logprobs": None})
+    out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
+           "model": req.model, "choices": choices, "usage": request_usage(seqs)}
+    if req.remote_decode:
+        out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
+    return out
+
+
+def _prompt_pieces(seq) -> list:
+    p = seq.prompt
+    if p.text is not None:
+        return [p.text] if p.text else []
+    return [str(i) for i in p.ids]
+
+
+def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
+                      echo_prompt: bool):
+    envelope = (b'data: {"id":' + dumps(f"cmpl-{req.request_id}") + b',"object":"text_completion",'
+                b'"created":' + str(int(time.time())).encode() + b',"model":' + dumps(req.model) + b',"choices":[')
+    head = envelope + b'{"index":'
+    emitted = [0] * len(seqs)
+    offsets = [0] * len(seqs)
+    p_total = sum({s.prompt_index: s.prompt_len for s in seqs}.values())
+
+    def tail() -> bytes:
+        if not continuous:
+            return b"}\n\n"
+        c = sum(emitted)
+        return b',"usage":' + dumps({"prompt_tokens": p_total, "total_tokens": p_total + c,
+                                     "completion_tokens": c}) + b"}\n\n"
+
+    if echo_prompt:
+        for s in seqs:
+            yield (head + str(s.index).encode() + b',"text":' + dumps(_prompt_text(s)) +
+                   b',"logprobs":null,"finish_reason":null,"stop_reason":null}]' + tail())
+    for seq, k in sim.stream(seqs):
+        i = seq.index
+        emitted[i] += 1
+        piece = seq.pieces[k]
+        if top is not None:
+            logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
+            offsets[i] += len(piece)
+        else:
+            logprobs = b"null"
+        yield (head + str(i).encode() + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
+               b',"finish_reason":null,"stop_reason":null}]' + tail())
+    for seq in seqs:
+        yield (head + str(seq.index).encode() + b',"text":"","logprobs":null,"finish_reason":' +
+               dumps(seq.finish_reason) + b',"stop_reason":null}]' + tail())
+    if include_usage:
+        yield envelope + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,59 @@
+"""Health, readiness, version and sleep-mode endpoints (vLLM dev-mode sleep API)."""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, Response, request
+
+from .common import json_response, simulator
+
+bp = Blueprint("health", __name__)
+VERSION = "0.11.0-sim"
+
+
+@bp.get("/health")
+def health():
+    return Response(b"", 200, mimetype="application/json")
+
+
+@bp.get("/health/ready")
+def ready():
+    sim = simulator()
+    if time.monotonic() - sim.started < sim.config.startup_duration:
+        return Response(b"", 503, mimetype="application/json")
+    return Response(b"", 200, mimetype="application/json")
+
+
+@bp.route("/ping", methods=["GET", "POST"])
+def ping():
+    return Response(b"", 200, mimetype="application/json")
+
+
+@bp.get("/version")
+def version():
+    return json_response({"version": VERSION})
+
+
+@bp.post("/sleep")
+def sleep():
+    sim = simulator()
+    if sim.config.enable_sleep_mode and sim.config.vllm_dev_mode:
+        sim.sleeping = True
+        if sim.kv_cache is not None:
+            sim.kv_cache.sleep()
+    return Response(b"", 200)
+
+
+@bp.post("/wake_up")
+def wake_up():
+    sim = simulator()
+    tags = request.args.getlist("tags")
+    sim.sleeping = False
+    if sim.kv_cache is not None and (not tags or "kv_cache" in tags):
+        sim.kv_cache.wake()
+    return Response(b"", 200)
+
+
+@bp.get("/is_sleeping")
+def is_sleeping():
+    return json_response({"is_sleeping": simulator().sleeping})

@@ -1,0 +1,47 @@
+"""``POST /v1/load_lora_adapter`` and ``POST /v1/unload_lora_adapter`` (vLLM's dynamic LoRA API).
+
+Loading registers ``lora_name`` -> ``lora_path``; the name is a valid ``model`` at once.
+Errors follow vLLM: a missing field or an already-loaded name is a 400; unloading an unknown
+name is a 404.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from generation.errors import APIError
+
+from .common import parse_json_body, simulator
+
+bp = Blueprint("lora", __name__)
+
+
+def _name(body: dict, key: str) -> str:
+    v = body.get(key)
+    if not isinstance(v, str) or not v:
+        raise APIError(f"{key}: field required (a non-empty string).", 400, key)
+    return v
+
+
+@bp.post("/v1/load_lora_adapter")
+def load_lora_adapter():
+    sim = simulator()
+    body = parse_json_body()
+    name = _name(body, "lora_name")
+    path = _name(body, "lora_path")
+    if name in sim.loras.paths:
+        raise APIError(f"The lora adapter '{name}' has already been loaded.", 400, "lora_name")
+    if name in sim.config.served_names:
+        raise APIError(f"The lora adapter name '{name}' is a served model name.", 400, "lora_name")
+    sim.loras.load(name, path)
+    return Response(f"Success: LoRA adapter '{name}' added successfully.", 200, mimetype="text/plain")
+
+
+@bp.post("/v1/unload_lora_adapter")
+def unload_lora_adapter():
+    sim = simulator()
+    body = parse_json_body()
+    name = _name(body, "lora_name")
+    if name not in sim.loras.paths:
+        raise APIError(f"The lora adapter '{name}' cannot be found.", 404, "lora_name")
+    sim.loras.unload(name)
+    return Response(f"Success: LoRA adapter '{name}' removed successfully.", 200, mimetype="text/plain")

@@ -1,0 +1,17 @@
+"""``GET /metrics`` - Prometheus text exposition of the simulator's registry."""
+from __future__ import annotations
+
+from flask import Blueprint, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .common import simulator
+
+bp = Blueprint("metrics", __name__)
+
+
+@bp.get("/metrics")
+def metrics():
+    sim = simulator()
+    if sim.kv_cache is not None:
+        sim.metrics.kv_usage.set(sim.kv_cache.usage())
+    return Response(generate_latest(sim.metrics.registry), 200, content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,434 @@
+"""The simulated vLLM engine: one process, one queue, one set of counters.
+
+Flow of a request (DESIGN.md): a blueprint builds a :class:`GenerationRequest`;
+:meth:`Simulator.prepare` validates it against the context window and decides every choice's
+output (one :class:`Sequence` per choice); :meth:`Simulator.admit` places the sequences in
+running slots or the FIFO waiting queue (429 when it is full); :meth:`Simulator.run` is a
+generator that waits for the slot, sleeps the time to first token, then yields token indexes
+one inter-token latency apart.  All waiting is ``gevent.sleep``; nothing blocks the hub.
+
+Capacity mirrors vLLM's scheduler: ``--max-num-seqs`` sequences run at once, each choice of
+``n`` and each prompt of a prompt array being its own sequence; ``--max-loras`` distinct LoRA
+adapters may run at once (requests for others wait, and loaded adapters are preferred).
+"""
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections import deque
+
+import gevent
+import gevent.queue
+from gevent.event import Event
+
+from .errors import APIError
+from .latency import LatencyModel
+from .metrics import MetricsRecorder
+from .request import GenerationRequest, Prompt, Sequence
+from .text import SentenceSource, sample_capped_length, sample_default_length
+from .tokenizer import HFTokenizer, SimulatedTokenizer, flatten_messages
+
+monotonic = time.monotonic
+
+
+class ClientDisconnected(Exception):
+    """Raised into a request's greenlet when its client went away (the request is aborted)."""
+
+
+def context_error(max_len: int, prompt: int, completion: int) -> APIError:
+    """vLLM's context-length 400."""
+    return APIError(
+        f"This model's maximum context length is {max_len} tokens. However, you requested "
+        f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the completion). "
+        f"Please reduce the length of the messages or completion.", 400)
+
+
+class LoraRegistry:
+    """Registered LoRA adapters (name -> path) and which are loaded in the ``--max-loras`` slots."""
+
+    def __init__(self, modules, max_loras: int):
+        self.paths: dict[str, str] = {m.name: m.path for m in modules}
+        self.max_loras = max_loras
+        self.loaded: dict[str, int] = {}      # name -> running sequence count
+        self.slots: dict[str, int] = {}       # name -> 1-based slot id (KV events lora_id)
+
+    def load(self, name: str, path: str) -> None:
+        self.paths[name] = path
+
+    def unload(self, name: str) -> None:
+        self.paths.pop(name, None)
+
+    def can_run(self, name: str | None) -> bool:
+        if name is None or name in self.loaded:
+            return True
+        if len(self.loaded) < self.max_loras:
+            return True
+        return any(c == 0 for c in self.loaded.values())
+
+    def acquire(self, name: str | None) -> None:
+        if name is None:
+            return
+        if name not in self.loaded:
+            if len(self.loaded) >= self.max_loras:   # evict one idle adapter
+                for other, c in list(self.loaded.items()):
+                    if c == 0:
+                        del self.loaded[other]
+                        self.slots.pop(other, None)
+                        break
+            used = set(self.slots.values())
+            self.slots[name] = next(i for i in range(1, self.max_loras + 2) if i not in used)
+            self.loaded[name] = 0
+        self.loaded[name] += 1
+
+    def release(self, name: str | None) -> None:
+        if name is not None and name in self.loaded:
+            self.loaded[name] = max(self.loaded[name] - 1, 0)
+
+
+class Simulator:
+    """The engine.  ``config`` is a :class:`generation.config.SimConfig` (read live, so admin
+    updates apply to later draws)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.rng = random.Random(config.seed)
+        if config.tokenizer and not config.force_dummy_tokenizer:
+            self.tokenizer = HFTokenizer(config.tokenizer)
+        else:
+            self.tokenizer = SimulatedTokenizer()
+        self.sentences = SentenceSource(self.tokenizer)
+        self.latency = LatencyModel(config, self.rng)
+        self.metrics = MetricsRecorder(config)
+        self.loras = LoraRegistry(config.lora_modules, config.max_loras)
+        self.running = 0
+        self.waiting: deque[Sequence] = deque()
+        self._id_counter = 0
+        self.started = monotonic()
+        self.tool_synthesizer = None      # set by generation.tools when available
+        self.kv_cache = None              # set by generation.kvcache when enabled
+        self.sleeping = False
+
+    # ---- naming ---------------------------------------------------------------------------
+    def new_request_id(self) -> str:
+        """A fresh request id: uuid5 of ``<seed>-<port>-<n>`` (reproducible with ``--seed``)."""
+        n = self._id_counter
+        self._id_counter = n + 1
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"{self.config.seed}-{self.config.port}-{n}").hex
+
+    def resolve_model(self, model) -> tuple[str, str | None]:
+        """Map a request's ``model`` to ``(display name, lora name or None)``.
+
+        Raises APIError 404 ``The model `X` does not exist.`` for anything not served."""
+        names = self.config.served_names
+        if model in names:
+            return names[0], None
+        if isinstance(model, str) and model in self.loras.paths:
+            return model, model
+        raise APIError(f"The model `{'' if model is None else model}` does not exist.", 404, "model")
+
+    # ---- tokenization ---------------------------------------------------------------------
+    def tokenize_text(self, text: str) -> tuple[list, list]:
+        return self.tokenizer.encode(text)
+
+    def tokenize_messages(self, messages) -> tuple[list, list]:
+        return self.tokenizer.encode(flatten_messages(messages))
+
+    # ---- output decision ------------------------------------------------------------------
+    def prepare(self, req: GenerationRequest) -> list[Sequence]:
+        """Validate ``req`` against the context window and decide each choice's output.
+
+        Returns the sequences prompt-major (prompt 0 choices 0..n-1, prompt 1 ...).
+        Raises APIError 400 for context-window violations (seeds: echo needs
+        ``2 * prompt <= max-model-len`` and ``echo length <= max_tokens``; random needs
+        ``prompt + 1 <= max-model-len`` and caps max_tokens to the room left)."""
+        cfg = self.config
+        max_len = cfg.max_model_len
+        seqs: list[Sequence] = []
+        echo = cfg.mode == "echo"
+        for pi, prompt in enumerate(req.prompts):
+            p = prompt.length
+            if echo:
+                if 2 * p > max_len:
+                    raise context_error(max_len, p, p)
+                echo_len = len(prompt.echo_pieces or ())
+                if req.max_tokens is not None and echo_len > req.max_tokens:
+                    raise APIError(
+                        f"The echoed prompt is {echo_len} tokens long but max_tokens is {req.max_tokens}: "
+                        f"echo mode cannot truncate its response. Please increase max_tokens.", 400,
+                        "max_tokens")
+            elif p + 1 > max_len:
+                raise context_error(max_len, p, req.max_tokens or 1)
+            for c in range(req.n):
+                seqs.append(Sequence(req, len(seqs), pi, prompt))
+        for seq in seqs:
+            self._decide_output(req, seq)
+        return seqs
+
+    def _decide_output(self, req: GenerationRequest, seq: Sequence) -> None:
+        cfg = self.config
+        prompt = seq.prompt
+        if self.kv_cache is not None:
+            seq.cached_tokens = self.kv_cache.lookup(seq)
+        if req.force_cache_threshold or self._below_cache_threshold(req, seq):
+            seq.finish_reason = "cache_threshold"
+            seq.completion_tokens = 0
+            return
+        if (req.tools is not None and req.tool_choice != "none" and self.tool_synthesizer is not None
+                and self.tool_synthesizer.wants_tools(req)):
+            if self.tool_synthesizer.synthesize(req, seq):
+                if req.remote_decode:
+                    seq.finish_reason = "remote_decode"
+                return
+        if cfg.mode == "echo":
+            seq.pieces = list(prompt.echo_pieces or ())
+            seq.ids = list(prompt.echo_ids or ())
+            m = req.max_tokens
+            seq.finish_reason = "length" if (m is not None and len(seq.pieces) >= m) else "stop"
+        else:
+            room = cfg.max_model_len - prompt.length
+            if req.max_tokens is not None:
+                cap = min(req.max_tokens, room)
+                n = cap if req.ignore_eos else sample_capped_length(self.rng, cap)
+            else:
+                cap = room
+                n = sample_default_length(self.rng, room)
+            seq.pieces, seq.ids = self.sentences.generate(self.rng, n)
+            seq.finish_reason = "length" if n >= cap else "stop"
+            if req.response_format and self.tool_synthesizer is not None:
+                self.tool_synthesizer.apply_response_format(req, seq)
+        if req.stop:
+            self._apply_stop(req.stop, seq)
+        seq.completion_tokens = len(seq.pieces)
+        if req.remote_decode:
+            seq.finish_reason = "remote_decode"
+
+    def _below_cache_threshold(self, req: GenerationRequest, seq: Sequence) -> bool:
+        if self.kv_cache is None:
+            return False
+        t = req.cache_hit_threshold
+        if t is None or not 0 <= t <= 1:
+            t = self.config.global_cache_hit_threshold
+            if t <= 0:
+                return False
+        rate = seq.cached_tokens / seq.prompt_len if seq.prompt_len else 0.0
+        return rate < t
+
+    @staticmethod
+    def _apply_stop(stops: list, seq: Sequence) -> None:
+        """Cut the output before the first stop string (vLLM: the stop string is not returned);
+        finish_reason becomes ``stop``."""
+        text = "".join(seq.pieces)
+        cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+        if cut < 0:
+            return
+        pieces, ids, pos = [], [], 0
+        for piece, tid in zip(seq.pieces, seq.ids):
+            if pos >= cut:
+                break
+            if pos + len(piece) > cut:
+                piece = piece[:cut - pos]
+            pieces.append(piece)
+            ids.append(tid)
+            pos += len(piece)
+        seq.pieces, seq.ids = pieces, ids
+        seq.text = None
+        seq.finish_reason = "stop"
+
+    # ---- scheduling -----------------------------------------------------------------------
+    def admit(self, seqs: list[Sequence]) -> None:
+        """Place every sequence in a running slot or the waiting queue, all or nothing.
+
+        Raises APIError 429 ``Failed to enqueue request, waiting requests queue is full``
+        (vLLM's envelope) when the queue cannot take them; nothing is admitted then."""
+        now = monotonic()
+        cfg = self.config
+        admitted = []
+        for seq in seqs:
+            seq.arrival = now
+            if seq.finish_reason == "cache_threshold":
+                seq.state = "instant"
+                continue
+            if self.running < cfg.max_num_seqs and not self.waiting and self.loras.can_run(seq.lora):
+                self._start(seq, now)
+            elif len(self.waiting) < cfg.max_waiting_queue_length:
+                seq.state = "waiting"
+                seq.enqueued_at = now
+                seq.event = Event()
+                self.waiting.append(seq)
+                self.metrics.waiting_changed(self)
+            else:
+                for s in admitted:
+                    self.abort(s)
+                raise APIError("Failed to enqueue request, waiting requests queue is full", 429)
+            admitted.append(seq)
+
+    def _start(self, seq: Sequence, now: float) -> None:
+        seq.state = "running"
+        seq.started_at = now
+        self.running += 1
+        self.loras.acquire(seq.lora)
+        if self.kv_cache is not None:
+            self.kv_cache.start(seq)
+        self.metrics.running_changed(self)
+
+    def _schedule(self) -> None:
+        cfg = self.config
+        waiting = self.waiting
+        while waiting and self.running < cfg.max_num_seqs:
+            pick = None
+            for s in waiting:                        # pass 1: base model or loaded LoRA
+                if s.lora is None or s.lora in self.loras.loaded:
+                    pick = s
+                    break
+            if pick is None:
+                for s in waiting:                    # pass 2: a LoRA that can be loaded
+                    if self.loras.can_run(s.lora):
+                        pick = s
+                        break
+            if pick is None:
+                return
+            waiting.remove(pick)
+            now = monotonic()
+            self.metrics.queue_time(now - pick.enqueued_at)
+            self._start(pick, now)
+            self.metrics.waiting_changed(self)
+            pick.event.set()
+
+    def _release(self, seq: Sequence) -> None:
+        state = seq.state
+        if state == "running":
+            self.running -= 1
+            self.loras.release(seq.lora)
+            if self.kv_cache is not None:
+                self.kv_cache.finish(seq)
+            self.metrics.running_changed(self)
+            self._schedule()
+        elif state == "waiting":
+            try:
+                self.waiting.remove(seq)
+            except ValueError:
+                pass
+            self.metrics.waiting_changed(self)
+
+    def abort(self, seq: Sequence) -> None:
+        """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot;
+        nothing is recorded as a success."""
+        if seq.state in ("running", "waiting"):
+            self._release(seq)
+        seq.state = "aborted"
+
+    # ---- running --------------------------------------------------------------------------
+    def _wait_for_slot(self, seq: Sequence) -> None:
+        if seq.state == "waiting":
+            seq.event.wait()
+
+    def run(self, seq: Sequence):
+        """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
+        inter-token latency apart (absolute schedule, so lateness does not accumulate).
+
+        Closing the generator (client gone) or an exception aborts the sequence."""
+        try:
+            if seq.state == "instant":
+                seq.finished_at = monotonic()
+                self.metrics.finished(self, seq)
+                seq.state = "done"
+                return
+            self._wait_for_slot(seq)
+            lat = self.latency
+            target = seq.started_at + lat.ttft(seq.prompt_len, seq.cached_tokens, self.running,
+                                               seq.request.remote_prefill)
+            sleep = gevent.sleep
+            lag = self.metrics.token_lag
+            n = len(seq.pieces)
+            now = monotonic()
+            if target > now:
+                sleep(target - now)
+                now = monotonic()
+            seq.first_token_at = now
+            if n:
+                lag(now - target)
+                yield 0
+            itl_obs = self.metrics.observe_itl
+            prev = now
+            for k in range(1, n):
+                target += lat.itl(self.running)
+                now = monotonic()
+                if target > now:
+                    sleep(target - now)
+                    now = monotonic()
+                lag(now - target)
+                itl_obs(now - prev)
+                prev = now
+                yield k
+            seq.finished_at = monotonic()
+            self.metrics.finished(self, seq)
+        finally:
+            if seq.state in ("running", "waiting"):
+                if seq.finished_at:
+                    self._release(seq)
+                    seq.state = "done"
+                else:
+                    self.abort(seq)
+            elif seq.state == "instant":
+                seq.state = "done"
+
+    def run_to_end(self, seq: Sequence) -> None:
+        """Non-streaming: the same timing as :meth:`run`, without waking per token when the
+        inter-token latency is a constant."""
+        for _ in self.run(seq):
+            pass
+
+    def stream(self, seqs: list[Sequence]):
+        """Generator of ``(sequence, token_index)`` in emission order over all ``seqs``.
+
+        One sequence runs in the caller's greenlet; several run in their own greenlets and
+        their tokens interleave as they are produced.  Closing the generator aborts every
+        sequence still running or waiting."""
+        if len(seqs) == 1:
+            seq = seqs[0]
+            for k in self.run(seq):
+                yield seq, k
+            return
+        q = gevent.queue.Queue()
+        done = object()
+
+        def worker(s):
+            try:
+                for k in self.run(s):
+                    q.put((s, k))
+            finally:
+                q.put((s, done))
+
+        greenlets = [gevent.spawn(worker, s) for s in seqs]
+        try:
+            remaining = len(seqs)
+            while remaining:
+                s, k = q.get()
+                if k is done:
+                    remaining -= 1
+                    continue
+                yield s, k
+        finally:
+            for g in greenlets:
+                if not g.dead:
+                    g.kill(block=False)
+            for s in seqs:
+                if s.state in ("running", "waiting"):
+                    self.abort(s)
+
+    def complete(self, seqs: list[Sequence]) -> None:
+        """Run every sequence to its end (non-streaming); same timing as streaming."""
+        if len(seqs) == 1:
+            self.run_to_end(seqs[0])
+            return
+        greenlets = [gevent.spawn(self.run_to_end, s) for s in seqs]
+        try:
+            gevent.joinall(greenlets, raise_error=True)
+        finally:
+            for g in greenlets:
+                if not g.dead:
+                    g.kill(block=False)
+            for s in seqs:
+                if s.state in ("running", "waiting"):
+                    self.abort(s)

@@ -1,0 +1,52 @@
+"""Synthetic, deterministic log-probabilities (reference api.md section 7).
+
+For the token at position ``pos`` of a choice and alternative rank ``j`` (0 = the sampled
+token): ``logprob = -1.0 - (pos % 3) * 0.1 - j * 0.5``; alternative ``j`` is the string
+``"<token>_<j>"``.  Unlike the reference, streamed tokens use their real position (the
+reference uses ``created % 1000`` for every streamed token), so a stream and a non-stream
+answer carry the same values.  Shapes are OpenAI's.
+"""
+from __future__ import annotations
+
+
+def logprob(pos: int, rank: int = 0) -> float:
+    return round(-1.0 - (pos % 3) * 0.1 - rank * 0.5, 6)
+
+
+def chat_entry(piece: str, pos: int, top: int) -> dict:
+    """One ``choices[].logprobs.content[]`` entry: token, logprob, bytes, top_logprobs
+    (``top`` entries, the sampled token first)."""
+    lp = logprob(pos)
+    return {"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8")),
+            "top_logprobs": [
+                {"token": t, "logprob": logprob(pos, j), "bytes": list(t.encode("utf-8"))}
+                for j, t in ((j, piece if j == 0 else f"{piece}_{j}") for j in range(top))]}
+
+
+def chat_logprobs(pieces, top: int, start: int = 0) -> dict:
+    """``{"content": [...]}`` for a chat choice."""
+    return {"content": [chat_entry(p, start + i, top) for i, p in enumerate(pieces)]}
+
+
+def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0) -> dict:
+    """OpenAI completions logprobs: tokens, token_logprobs, top_logprobs (dicts with
+    ``max(top, 1)`` entries), text_offset (UTF-8 character offsets from ``offset``)."""
+    n = max(top, 1)
+    tokens, lps, tops, offsets = [], [], [], []
+    off = offset
+    for i, p in enumerate(pieces):
+        pos = start + i
+        tokens.append(p)
+        lps.append(logprob(pos))
+        d = {p: logprob(pos)}
+        for j in range(1, n):
+            d[f"{p}_{j}"] = logprob(pos, j)
+        tops.append(d)
+        offsets.append(off)
+        off += len(p)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def responses_entry(piece: str, pos: int, top: int) -> dict:
+    """Responses API ``output_text.logprobs[]`` entry (top_logprobs always present)."""
+    return chat_entry(piece, pos, top)

@@ -1,0 +1,100 @@
+"""Internal request objects shared by every API: the engine sees only these.
+
+A :class:`GenerationRequest` is what a blueprint builds from a validated body; the engine
+turns it into one :class:`Sequence` per choice (``n`` per prompt, prompt-major), as vLLM does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Prompt:
+    """One prompt: its token ids, and the token pieces that echo mode replays."""
+    ids: list
+    echo_pieces: list | None = None     # pieces echoed back (echo mode)
+    echo_ids: list | None = None
+    text: str | None = None              # raw prompt text when there is one
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class GenerationRequest:
+    """An API request translated onto the engine.
+
+    ``max_tokens`` is the effective cap (chat: max_completion_tokens else max_tokens), or None.
+    ``tools``/``tool_choice`` are in the chat shape (``{"type":"function","function":{...}}``).
+    """
+    request_id: str
+    model: str                      # model name shown in responses (first served name or LoRA)
+    lora: str | None = None
+    prompts: list = field(default_factory=list)     # list[Prompt]
+    n: int = 1
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+    stream: bool = False
+    tools: list | None = None
+    tool_choice: Any = None
+    response_format: dict | None = None
+    stop: list | None = None
+    kv_transfer_params: dict | None = None
+    cache_hit_threshold: float | None = None
+    force_cache_threshold: bool = False
+    api: str = "chat"               # chat | completions | messages | responses | generate
+    max_tool_calls: int | None = None
+
+    @property
+    def remote_prefill(self) -> bool:
+        return bool((self.kv_transfer_params or {}).get("do_remote_prefill"))
+
+    @property
+    def remote_decode(self) -> bool:
+        return bool((self.kv_transfer_params or {}).get("do_remote_decode"))
+
+
+class Sequence:
+    """One generated choice: what it will say, and its life in the scheduler.
+
+    Output is decided before the sequence runs: ``pieces``/``ids`` (one entry per streamed
+    token), ``tool_calls`` (list of dicts with ``id``, ``name``, ``arguments``, ``start``,
+    ``end`` indexes into ``pieces``), ``finish_reason`` and ``completion_tokens``.
+    Times are ``time.monotonic()`` seconds.
+    """
+    __slots__ = ("request", "index", "prompt_index", "prompt", "prompt_len", "cached_tokens",
+                 "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
+                 "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
+                 "event", "greenlet", "text", "kv_blocks", "kv_hashes")
+
+    def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
+        self.request = request
+        self.index = index
+        self.prompt_index = prompt_index
+        self.prompt = prompt
+        self.prompt_len = prompt.length
+        self.cached_tokens = 0
+        self.pieces: list = []
+        self.ids: list = []
+        self.finish_reason = "stop"
+        self.tool_calls = None
+        self.completion_tokens = 0
+        self.lora = request.lora
+        self.state = "new"
+        self.arrival = 0.0
+        self.enqueued_at = 0.0
+        self.started_at = 0.0
+        self.first_token_at = 0.0
+        self.finished_at = 0.0
+        self.event = None
+        self.greenlet = None
+        self.text = None
+        self.kv_blocks = None
+        self.kv_hashes = None
+
+    def output_text(self) -> str:
+        if self.text is None:
+            self.text = "".join(self.pieces)
+        return self.text

@@ -1,0 +1,1 @@
+"""marshmallow request schemas, one module per API family (the protocol layer)."""

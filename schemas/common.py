@@ -1,0 +1,138 @@
+"""Shared marshmallow pieces: strict JSON types, content blocks, and error conversion.
+
+Validation follows vLLM's pydantic models: unknown keys are ignored, ``null`` for an optional
+field means absent, booleans must be JSON booleans, integers may not have a fraction.  Every
+failure becomes a 400 in vLLM's envelope whose message and ``param`` name the field
+(e.g. ``messages[0].content``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validates_schema
+
+from generation.errors import APIError
+
+
+class StrictInt(fields.Integer):
+    """A JSON integer (``5`` or ``5.0``); rejects booleans, strings and fractions."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or not isinstance(value, numbers.Number):
+            raise self.make_error("invalid")
+        if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+            raise self.make_error("invalid")
+        return int(value)
+
+
+class StrictFloat(fields.Float):
+    """A JSON number; rejects booleans and strings."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or not isinstance(value, numbers.Number):
+            raise self.make_error("invalid")
+        return float(value)
+
+
+class StrictBool(fields.Boolean):
+    """A JSON boolean only (``"true"`` is rejected, as pydantic strict does for vLLM flags)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
+
+
+class StrictStr(fields.String):
+    pass
+
+
+class StringOrList(fields.Field):
+    """``stop``: a string or a list of strings; normalised to a list."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        raise ValidationError("Must be a string or a list of strings.")
+
+
+class BaseSchema(Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    def on_bind_field(self, field_name, field_obj):
+        field_obj.allow_none = True
+
+
+class StreamOptionsSchema(BaseSchema):
+    include_usage = StrictBool()
+    continuous_usage_stats = StrictBool()
+
+
+_MEDIA_URL_BLOCKS = {"image_url": "image_url", "audio_url": "audio_url", "video_url": "video_url"}
+
+
+def validate_content_blocks(content):
+    """Check a chat ``content`` value: a string, null, or a list of typed blocks.
+
+    Text blocks need a string ``text``; ``image_url``/``audio_url``/``video_url`` blocks need
+    ``{"url": str}`` (or a bare URL string); ``input_audio`` needs ``{"data": str}``.  Other
+    block types are accepted (vLLM accepts many) and contribute no tokens.
+    Raises ValidationError naming the block."""
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise ValidationError("Input should be a valid string or a list of content parts.")
+    for i, block in enumerate(content):
+        if not isinstance(block, dict):
+            raise ValidationError({i: ["Content part must be an object."]})
+        t = block.get("type")
+        if not isinstance(t, str):
+            raise ValidationError({i: {"type": ["Field required (a string)."]}})
+        if t == "text":
+            if not isinstance(block.get("text"), str):
+                raise ValidationError({i: {"text": ["Field required (a string) for a text part."]}})
+        elif t in _MEDIA_URL_BLOCKS:
+            v = block.get(t)
+            url = v.get("url") if isinstance(v, dict) else v
+            if not isinstance(url, str):
+                raise ValidationError({i: {t: {"url": ["Field required (a string)."]}}})
+        elif t == "input_audio":
+            v = block.get("input_audio")
+            if not isinstance(v, dict) or not isinstance(v.get("data"), str):
+                raise ValidationError({i: {"input_audio": {"data": ["Field required (a string)."]}}})
+
+
+def _flatten(messages, prefix="") -> tuple[str, str]:
+    """First (path, message) of a marshmallow error dict."""
+    if isinstance(messages, dict):
+        for k, v in messages.items():
+            if k == "_schema":
+                return _flatten(v, prefix)
+            key = f"{prefix}[{k}]" if isinstance(k, int) else (f"{prefix}.{k}" if prefix else str(k))
+            return _flatten(v, key)
+    if isinstance(messages, list) and messages:
+        return _flatten(messages[0], prefix)
+    return prefix, str(messages)
+
+
+def load(schema: Schema, body) -> dict:
+    """Validate a decoded JSON body with ``schema``.
+
+    Raises APIError 400 whose message starts with the failing field's path and whose
+    ``param`` is that path."""
+    if not isinstance(body, dict):
+        raise APIError("Request body must be a JSON object.", 400)
+    try:
+        return schema.load(body)
+    except ValidationError as e:
+        path, msg = _flatten(e.messages)
+        raise APIError(f"{path}: {msg}" if path else msg, 400, path or None) from None
+
+
+__all__ = ["BaseSchema", "StrictInt", "StrictFloat", "StrictBool", "StrictStr", "StringOrList",
+           "StreamOptionsSchema", "validate_content_blocks", "load", "fields", "validates_schema",
+           "ValidationError"]

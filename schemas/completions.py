@@ -1,0 +1,59 @@
+"""``POST /v1/completions`` request schema (OpenAI legacy completions, vLLM subset).
+
+``prompt`` takes the four OpenAI wire forms: a string, a list of strings, a list of token
+ids, or a list of token-id lists (api.md 5.2.2); empty forms are rejected with 400.
+"""
+from __future__ import annotations
+
+import numbers
+
+from marshmallow import ValidationError, fields
+
+from .chat import SamplingSchema
+from .common import StrictBool, StrictInt
+
+PROMPT_FORMS = ("prompt must be a string, an array of strings, an array of token ids, "
+                "or an array of arrays of token ids")
+
+
+def _is_token(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= 0xFFFFFFFF
+
+
+class PromptField(fields.Field):
+    """Normalises ``prompt`` to ``("text", [str, ...])`` or ``("ids", [[int, ...], ...])``."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, str):
+            if value == "":
+                raise ValidationError("prompt must not contain an empty string")
+            return ("text", [value])
+        if not isinstance(value, list):
+            raise ValidationError(PROMPT_FORMS)
+        if not value:
+            raise ValidationError("prompt array must contain at least one prompt")
+        if all(isinstance(v, str) for v in value):
+            if any(v == "" for v in value):
+                raise ValidationError("prompt must not contain an empty string")
+            return ("text", value)
+        if all(_is_token(v) for v in value):
+            return ("ids", [list(value)])
+        if all(isinstance(v, list) for v in value):
+            if any(len(v) == 0 for v in value):
+                raise ValidationError("prompt must not contain an empty token-id array")
+            if all(_is_token(t) for v in value for t in v):
+                return ("ids", [list(v) for v in value])
+        raise ValidationError(PROMPT_FORMS)
+
+
+class CompletionRequestSchema(SamplingSchema):
+    prompt = PromptField(required=True)
+    max_tokens = StrictInt()
+    logprobs = StrictInt()
+    echo = StrictBool()
+    suffix = fields.String()
+    best_of = StrictInt()
+    prompt_logprobs = StrictInt()
+
+
+completion_request_schema = CompletionRequestSchema()
