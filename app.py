@@ -22,7 +22,7 @@ log = logging.getLogger("vllm_sim")
 def create_app(config: SimConfig | None = None) -> Flask:
     """Build the Flask app with one :class:`generation.engine.Simulator` and every blueprint."""
     import orjson
-    from generation.engine import Simulator
+    from generation.engine import ClientDisconnected, Simulator
     from blueprints import admin, chat, completions, health, lora, metrics, models
     from blueprints.common import error_response
 
@@ -52,6 +52,10 @@ def create_app(config: SimConfig | None = None) -> Flask:
         if status == 405 and hasattr(err, "valid_methods") and err.valid_methods:
             resp.headers["Allow"] = ", ".join(err.valid_methods)
         return resp
+
+    @app.errorhandler(ClientDisconnected)
+    def _gone(err):
+        return Response(b"", status=499)   # nginx's "client closed request"; nobody reads it
 
     @app.errorhandler(Exception)
     def _unexpected(err: Exception):

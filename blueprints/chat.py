@@ -19,7 +19,8 @@ from schemas.chat import chat_request_schema
 from schemas.common import load
 
 from .common import (REMOTE_DECODE_PARAMS, check_kv_transfer, dumps, effective_max_tokens, header_checks,
-                     json_response, parse_json_body, request_id, response_headers, simulator, sse_response,
+                     json_response, parse_json_body, request_id, response_headers, run_to_completion, simulator,
+                     sse_response,
                      usage)
 
 bp = Blueprint("chat", __name__)
@@ -38,7 +39,7 @@ def build_chat_request(sim, data: dict, rid: str, force_cache_threshold: bool, a
     max_tokens = mct if mct is not None else data.get("max_tokens")
     ignore_eos = bool(data.get("ignore_eos"))
     n = data.get("n") if n is None else n
-    effective_max_tokens(max_tokens, ignore_eos, n)
+    effective_max_tokens(max_tokens, ignore_eos, n, "max_completion_tokens" if mct is not None else "max_tokens")
     stream = bool(data.get("stream"))
     kv = data.get("kv_transfer_params")
     check_kv_transfer(kv, stream)
@@ -72,8 +73,9 @@ def create_chat_completion():
     if req.stream:
         opts = data.get("stream_options") or {}
         return sse_response(stream_chat(sim, req, seqs, bool(opts.get("include_usage")),
-                                        bool(opts.get("continuous_usage_stats")), want_lp, top), headers)
-    sim.complete(seqs)
+                                        bool(opts.get("continuous_usage_stats")), want_lp, top), headers,
+                            sim, seqs)
+    run_to_completion(sim, seqs)
     return json_response(render_chat(req, seqs, want_lp, top), headers=headers)
 
 

@@ -3,11 +3,15 @@ run before a generation request reaches the engine (api.md 2.5-2.8).
 """
 from __future__ import annotations
 
+import socket
+
+import gevent
 import orjson
 from flask import Response, current_app, request
+from gevent.socket import wait_read
 
 from generation.errors import APIError
-from generation.engine import Simulator
+from generation.engine import ClientDisconnected, Simulator
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -43,13 +47,71 @@ def error_response(err: APIError) -> Response:
     return Response(orjson.dumps(err.body()), status=err.status, mimetype=JSON_MIME)
 
 
-def sse_response(body_iter, headers: dict | None = None) -> Response:
+class DisconnectWatcher:
+    """Aborts a request's sequences as soon as its client closes the connection, as vLLM
+    aborts requests whose client went away: slots are freed at once, queued sequences leave
+    the queue, nothing is counted as a success.
+
+    A greenlet waits until the client socket is readable; during a response the client sends
+    nothing, so readable-with-no-data means EOF.  Only used when the request will wait."""
+
+    def __init__(self, sim, seqs, environ):
+        self.sim = sim
+        self.seqs = seqs
+        self.sock = environ.get("gunicorn.socket")
+        self.greenlet = None
+
+    def __enter__(self):
+        if self.sock is not None and self.sim.expects_delay(self.seqs):
+            self.greenlet = gevent.spawn(self._watch)
+        return self
+
+    def _watch(self):
+        try:
+            wait_read(self.sock.fileno())
+            data = self.sock.recv(1, socket.MSG_PEEK)
+        except (OSError, ValueError):
+            data = b""
+        if not data:
+            self.sim.cancel(self.seqs)
+
+    def __exit__(self, *exc):
+        if self.greenlet is not None:
+            self.greenlet.kill(block=False)
+        return False
+
+
+def run_to_completion(sim, seqs) -> None:
+    """Non-streaming: wait for every sequence; raises ClientDisconnected if the client left."""
+    with DisconnectWatcher(sim, seqs, request.environ):
+        sim.complete(seqs)
+
+
+def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None) -> Response:
     """A ``text/event-stream`` response whose chunks are flushed as they are yielded.
     An empty first chunk makes gunicorn send the headers at once (vLLM sends them before
-    the first token)."""
+    the first token).  With ``sim``/``seqs`` the request is aborted when the client leaves."""
+    environ = request.environ
+
     def with_headers_first():
-        yield b""
-        yield from body_iter
+        try:
+            yield b""
+            if sim is None:
+                yield from body_iter
+                return
+            with DisconnectWatcher(sim, seqs, environ):
+                try:
+                    yield from body_iter
+                except ClientDisconnected:
+                    return
+        finally:
+            # However the stream ends (client gone before the first write included), nothing
+            # may keep a slot or a queue place.
+            if sim is not None:
+                sim.cancel(seqs)
+            close = getattr(body_iter, "close", None)
+            if close is not None:
+                close()
     h = dict(SSE_HEADERS)
     if headers:
         h.update(headers)
@@ -123,12 +185,14 @@ def usage(prompt: int, completion: int, cached: int | None = 0) -> dict:
             "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
 
 
-def effective_max_tokens(max_tokens, ignore_eos: bool, n=None) -> None:
-    """vLLM's shared checks on n and max tokens (api.md 2.8 step 8).  Raises APIError 400."""
+def effective_max_tokens(max_tokens, ignore_eos: bool, n=None, field: str = "max_tokens") -> None:
+    """vLLM's shared checks on n and max tokens (api.md 2.8 step 8).  ``field`` is the name the
+    client used for the limit.  Raises APIError 400 naming it."""
     if n is not None and n < 1:
-        raise APIError("n must be at least 1", 400, "n")
+        raise APIError(f"n must be at least 1, got {n}.", 400, "n")
     if max_tokens is not None and max_tokens <= 0:
-        raise APIError("Max completion tokens and max tokens should be positive", 400, "max_tokens")
+        raise APIError(f"{field} must be at least 1, got {max_tokens}. "
+                       f"(Max completion tokens and max tokens should be positive)", 400, field)
     if ignore_eos and max_tokens is None:
         raise APIError("Ignore_eos is true but max_completion_tokens (or max_tokens) is not set", 400,
                        "max_tokens")

@@ -20,7 +20,8 @@ from schemas.completions import completion_request_schema
 
 from .chat import request_usage
 from .common import (REMOTE_DECODE_PARAMS, check_kv_transfer, dumps, effective_max_tokens, header_checks,
-                     json_response, parse_json_body, request_id, response_headers, simulator, sse_response)
+                     json_response, parse_json_body, request_id, response_headers, run_to_completion, simulator,
+                     sse_response)
 
 bp = Blueprint("completions", __name__)
 
@@ -76,8 +77,8 @@ def create_completion():
         opts = data.get("stream_options") or {}
         return sse_response(stream_completion(sim, req, seqs, bool(opts.get("include_usage")),
                                               bool(opts.get("continuous_usage_stats")), top, echo_prompt),
-                            headers)
-    sim.complete(seqs)
+                            headers, sim, seqs)
+    run_to_completion(sim, seqs)
     return json_response(render_completion(req, seqs, top, echo_prompt), headers=headers)
 
 

@@ -21,6 +21,7 @@ from collections import deque
 import gevent
 import gevent.queue
 from gevent.event import Event
+from gevent.hub import Waiter, get_hub
 
 from .errors import APIError
 from .latency import LatencyModel
@@ -322,6 +323,46 @@ class Simulator:
     def _wait_for_slot(self, seq: Sequence) -> None:
         if seq.state == "waiting":
             seq.event.wait()
+        if seq.state == "aborted":
+            raise ClientDisconnected()
+
+    @staticmethod
+    def _sleep(seq: Sequence, seconds: float) -> None:
+        """``gevent.sleep`` that :meth:`cancel` can cut short (the request is then aborted)."""
+        hub = get_hub()
+        timer = hub.loop.timer(seconds)
+        waiter = Waiter(hub)
+        seq.event = waiter
+        timer.start(waiter.switch, None)
+        try:
+            waiter.get()
+        finally:
+            timer.close()
+            seq.event = None
+        if seq.state == "aborted":
+            raise ClientDisconnected()
+
+    def cancel(self, seqs) -> None:
+        """The client went away: abort every unfinished sequence now (slot freed, queue left,
+        no success recorded) and wake their greenlets, which then raise ClientDisconnected."""
+        hub = get_hub()
+        for seq in seqs:
+            if seq.state in ("running", "waiting", "instant"):
+                self.abort(seq)
+                ev = seq.event
+                if isinstance(ev, Event):
+                    ev.set()
+                elif ev is not None:
+                    hub.loop.run_callback(ev.switch, None)
+
+    def expects_delay(self, seqs) -> bool:
+        """Whether running ``seqs`` will wait at all (then a disconnect watcher is worth it)."""
+        c = self.config
+        if any(s.state == "waiting" for s in seqs):
+            return True
+        return (c.time_to_first_token > 0 or c.inter_token_latency > 0 or c.prefill_overhead > 0
+                or c.prefill_time_per_token > 0 or c.kv_cache_transfer_latency > 0
+                or c.kv_cache_transfer_time_per_token > 0)
 
     def run(self, seq: Sequence):
         """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
@@ -338,12 +379,12 @@ class Simulator:
             lat = self.latency
             target = seq.started_at + lat.ttft(seq.prompt_len, seq.cached_tokens, self.running,
                                                seq.request.remote_prefill)
-            sleep = gevent.sleep
+            sleep = self._sleep
             lag = self.metrics.token_lag
             n = len(seq.pieces)
             now = monotonic()
             if target > now:
-                sleep(target - now)
+                sleep(seq, target - now)
                 now = monotonic()
             seq.first_token_at = now
             if n:
@@ -355,7 +396,7 @@ class Simulator:
                 target += lat.itl(self.running)
                 now = monotonic()
                 if target > now:
-                    sleep(target - now)
+                    sleep(seq, target - now)
                     now = monotonic()
                 lag(now - target)
                 itl_obs(now - prev)
@@ -397,6 +438,8 @@ class Simulator:
             try:
                 for k in self.run(s):
                     q.put((s, k))
+            except ClientDisconnected:
+                pass
             finally:
                 q.put((s, done))
 
@@ -409,6 +452,8 @@ class Simulator:
                     remaining -= 1
                     continue
                 yield s, k
+            if any(s.state == "aborted" for s in seqs):
+                raise ClientDisconnected()
         finally:
             for g in greenlets:
                 if not g.dead:
@@ -422,9 +467,17 @@ class Simulator:
         if len(seqs) == 1:
             self.run_to_end(seqs[0])
             return
-        greenlets = [gevent.spawn(self.run_to_end, s) for s in seqs]
+        def worker(s):
+            try:
+                self.run_to_end(s)
+            except ClientDisconnected:
+                pass
+
+        greenlets = [gevent.spawn(worker, s) for s in seqs]
         try:
             gevent.joinall(greenlets, raise_error=True)
+            if any(s.state == "aborted" for s in seqs):
+                raise ClientDisconnected()
         finally:
             for g in greenlets:
                 if not g.dead:

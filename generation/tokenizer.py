@@ -37,6 +37,7 @@ class SimulatedTokenizer:
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
+        self._pieces: dict[int, str] = {}     # reverse of _ids, for decode_ids
 
     def piece_id(self, piece: str) -> int:
         i = self._ids.get(piece)
@@ -44,6 +45,7 @@ class SimulatedTokenizer:
             i = fnv1a_32(piece.encode("utf-8"))
             if len(self._ids) < 200_000:
                 self._ids[piece] = i
+                self._pieces.setdefault(i, piece)
         return i
 
     def pieces(self, text: str) -> list[str]:
@@ -78,6 +80,27 @@ class SimulatedTokenizer:
         """Pieces standing for pre-tokenized ids: ``[1,2,3]`` -> ``["1,", "2,", "3"]``."""
         n = len(ids)
         return [f"{t}," if k < n - 1 else str(t) for k, t in enumerate(ids)]
+
+    def decode_ids(self, ids: Sequence[int]) -> str:
+        """Best-effort text of ``ids`` (vLLM ``/detokenize``): an id this tokenizer has produced
+        (any text encoded since start, incl. the random-mode sentences) becomes its piece; a run
+        of unknown ids is rendered as their decimals joined by commas, as :meth:`decode` does
+        (FNV ids cannot be inverted)."""
+        known = self._pieces
+        out: list[str] = []
+        unknown: list[str] = []
+        for t in ids:
+            piece = known.get(t)
+            if piece is None:
+                unknown.append(str(t))
+                continue
+            if unknown:
+                out.append(",".join(unknown))
+                unknown = []
+            out.append(piece)
+        if unknown:
+            out.append(",".join(unknown))
+        return "".join(out)
 
 
 class HFTokenizer:
@@ -116,6 +139,10 @@ class HFTokenizer:
         return ids[0] if ids else 0
 
     def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(list(ids))
+
+    def decode_ids(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (vLLM ``/detokenize``)."""
         return self._tok.decode(list(ids))
 
     def id_pieces(self, ids: Sequence[int]) -> list[str]:
