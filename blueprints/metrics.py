@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from .common import simulator
 
@@ -14,4 +15,4 @@ def metrics():
     sim = simulator()
     if sim.kv_cache is not None:
         sim.metrics.kv_usage.set(sim.kv_cache.usage())
-    return Response(generate_latest(sim.metrics.registry), 200, content_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(sim.metrics.registry), 200, content_type=CONTENT_TYPE_PLAIN_0_0_4)
