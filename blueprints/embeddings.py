@@ -1,0 +1,97 @@
+"""``POST /v1/embeddings`` - OpenAI embeddings with vLLM's behaviour.
+
+No queue and no latency (the reference answers directly), no failure injection and no
+``X-Return-Error``.  Unlike the reference, ``model`` is checked like every vLLM endpoint:
+absent means the first served name, anything not served is a 404.  Each input becomes one
+deterministic unit-length float32 vector (the same tokens always give the same vector, and a
+``dimensions`` vector is the prefix of the full one re-normalised, as matryoshka models do).
+``encoding_format: "base64"`` (what the openai SDK asks for by default) returns standard
+base64 of the little-endian float32 bytes.  Not served in ``--mm-encoder-only`` mode.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+
+import numpy as np
+import orjson
+from flask import Blueprint, Response
+from werkzeug.exceptions import NotFound
+
+from generation.errors import APIError
+from schemas.common import load
+from schemas.embeddings import embedding_request_schema
+
+from .common import JSON_MIME, parse_json_body, request_id, response_headers, simulator
+
+bp = Blueprint("embeddings", __name__)
+
+_LE_F32 = np.dtype("<f4")
+
+
+def embedding_vector(ids, dimensions: int) -> np.ndarray:
+    """A deterministic unit-length (L2) float32 vector of ``dimensions`` values for the token
+    ids ``ids`` (a possibly empty sequence of non-negative ints).
+
+    The values are standard normals drawn from a numpy Generator seeded with a BLAKE2b hash of
+    the ids (little-endian uint64), so equal inputs give equal vectors across runs and
+    processes, and the first ``d`` values do not depend on ``dimensions``."""
+    digest = hashlib.blake2b(np.asarray(ids, dtype="<u8").tobytes(), digest_size=8).digest()
+    rng = np.random.default_rng(int.from_bytes(digest, "little"))
+    v = rng.standard_normal(dimensions)
+    v /= np.linalg.norm(v)
+    return v.astype(_LE_F32)
+
+
+def _token_lists(sim, data: dict) -> list[list[int]]:
+    """Token ids of every input, in input order.  Raises APIError 400 naming ``input``."""
+    messages = data.get("messages")
+    inp = data.get("input")
+    if inp is None:
+        if messages is None:
+            raise APIError("input is required and must be a non-empty string or array", 400, "input")
+        return [sim.tokenize_messages(messages)[0]]
+    if messages is not None:
+        raise APIError("Only one of input and messages may be given", 400, "messages")
+    kind, items = inp
+    if kind == "ids":
+        return items
+    return [sim.tokenizer.encode(text)[0] for text in items]
+
+
+@bp.post("/v1/embeddings")
+def create_embeddings():
+    sim = simulator()
+    cfg = sim.config
+    if cfg.mm_encoder_only:   # the reference does not register the route in this mode
+        raise NotFound()
+    data = load(embedding_request_schema, parse_json_body())
+    model = data.get("model")
+    display, _ = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
+    token_lists = _token_lists(sim, data)
+    max_len = cfg.max_model_len
+    trunc = data.get("truncate_prompt_tokens")
+    if trunc is not None:
+        keep = max_len if trunc == -1 else min(trunc, max_len)
+        token_lists = [t[-keep:] for t in token_lists]   # vLLM keeps the end of the prompt
+    for t in token_lists:
+        if len(t) > max_len:
+            raise APIError(f"This model's maximum context length is {max_len} tokens. However, you requested "
+                           f"{len(t)} tokens in the input for embedding generation. Please reduce the length "
+                           f"of the input.", 400, "input")
+    dims = data.get("dimensions") or cfg.default_embedding_dimensions
+    as_b64 = data.get("encoding_format") == "base64"
+    out = []
+    total = 0
+    for i, ids in enumerate(token_lists):
+        vec = embedding_vector(ids, dims)
+        total += len(ids)
+        emb = base64.b64encode(vec.tobytes()).decode("ascii") if as_b64 else vec
+        out.append({"object": "embedding", "index": i, "embedding": emb})
+    rid = request_id()
+    body = {"id": f"embd-{rid}", "object": "list", "created": int(time.time()), "model": display,
+            "data": out, "usage": {"prompt_tokens": total, "total_tokens": total}}
+    # orjson writes float32 arrays in their shortest float32 form; never compressed.
+    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status=200, mimetype=JSON_MIME,
+                    headers=response_headers(rid))

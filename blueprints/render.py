@@ -1,0 +1,159 @@
+"""Tokenization-only endpoints: ``POST /v1/completions/render``,
+``POST /v1/chat/completions/render`` (api.md 5.8), and vLLM's ``POST /tokenize`` /
+``POST /detokenize``.
+
+Render: no queue, no latency, no failure injection, request headers ignored; only ``model``
+and the prompt / messages are inspected.  Completions render always answers a JSON array (one
+``{"token_ids"}`` per prompt; token-id prompts copied verbatim); chat render answers one
+``{"token_ids", "features"?}`` object whose ``features`` (synthetic multimodal hashes,
+placeholders and kwargs) appear only when a message has media blocks.  A LoRA model is a 400.
+
+Tokenize answers vLLM's ``{"count", "max_model_len", "tokens", "token_strs"}``; detokenize
+``{"prompt"}`` (simulated ids are hashes: unknown ids come back as decimals).
+"""
+from __future__ import annotations
+
+import base64
+
+from flask import Blueprint
+
+from generation.errors import APIError
+from generation.tokenizer import fnv1a_32
+from schemas.common import load
+from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
+
+from .common import json_response, parse_json_body, request_id, response_headers, simulator
+
+bp = Blueprint("render", __name__)
+
+# block type -> (modality, hash prefix, where the identifier lives)
+_MEDIA = {"image_url": ("image", "img", "url"), "audio_url": ("audio", "audio", "url"),
+          "input_audio": ("audio", "audio", "data"), "video_url": ("video", "video", "url")}
+
+
+def media_items(messages) -> list[tuple[str, str, str]]:
+    """``(modality, prefix, identifier)`` of every media block with a non-empty url / data, in
+    message and block order.  ``image_url`` / ``audio_url`` / ``video_url`` are identified by
+    their url (an object ``{"url"}`` or a bare string), ``input_audio`` by its ``data``."""
+    items = []
+    for m in messages:
+        content = m.get("content")
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            spec = _MEDIA.get(block.get("type"))
+            if spec is None:
+                continue
+            modality, prefix, key = spec
+            v = block.get(block["type"])
+            ident = v.get(key) if isinstance(v, dict) else (v if key == "url" else None)
+            if isinstance(ident, str) and ident:
+                items.append((modality, prefix, ident))
+    return items
+
+
+def mm_features(items, n_tokens: int) -> dict | None:
+    """The simulated tokenizer's multimodal ``features`` (api.md 5.8), or None without media.
+
+    ``mm_hashes[modality]``: ``sim_<prefix>_<k>_<hex FNV-1a-32 of the identifier>`` (``k``
+    counts that modality's items); ``kwargs_data[modality]``: base64 of that hash string;
+    ``mm_placeholders[modality]``: ``{"offset", "length"}`` - the ``n_tokens`` prompt tokens
+    split into equal spans, one per item in overall order, each at least 1 token long.
+    Modality keys are sorted (the reference's Go maps are)."""
+    if not items:
+        return None
+    span = max(n_tokens // len(items), 1)
+    hashes: dict[str, list] = {}
+    places: dict[str, list] = {}
+    kwargs: dict[str, list] = {}
+    for j, (modality, prefix, ident) in enumerate(items):
+        h = f"sim_{prefix}_{len(hashes.get(modality, ()))}_{fnv1a_32(ident.encode('utf-8')):x}"
+        hashes.setdefault(modality, []).append(h)
+        kwargs.setdefault(modality, []).append(base64.b64encode(h.encode("ascii")).decode("ascii"))
+        offset = max(min(j * span, n_tokens - 1), 0)
+        length = max(min(span, n_tokens - offset), 1)
+        places.setdefault(modality, []).append({"offset": offset, "length": length})
+    order = sorted(hashes)
+    return {"mm_hashes": {k: hashes[k] for k in order},
+            "mm_placeholders": {k: places[k] for k in order},
+            "kwargs_data": {k: kwargs[k] for k in order}}
+
+
+def _render_model(sim, model) -> None:
+    """Raises 404 for a model not served and 400 for a LoRA adapter (api.md 5.8)."""
+    name, lora = sim.resolve_model(model)
+    if lora is not None:
+        raise APIError(f"The model `{name}` is a LoRA adapter and is not supported by the render endpoints.",
+                       400, "model")
+
+
+@bp.post("/v1/completions/render")
+def render_completion():
+    sim = simulator()
+    data = load(completion_render_schema, parse_json_body())
+    prompt = data.get("prompt")
+    if prompt is None:
+        raise APIError("prompt: Field required.", 400, "prompt")
+    _render_model(sim, data.get("model"))
+    rid = request_id()
+    kind, items = prompt
+    if kind == "ids":
+        out = [{"token_ids": ids} for ids in items]
+    else:
+        out = [{"token_ids": sim.tokenizer.encode(text)[0]} for text in items]
+    return json_response(out, headers=response_headers(rid))
+
+
+@bp.post("/v1/chat/completions/render")
+def render_chat():
+    sim = simulator()
+    data = load(chat_render_schema, parse_json_body())
+    messages = data.get("messages")
+    if not messages:
+        raise APIError("messages must not be empty", 400, "messages")
+    _render_model(sim, data.get("model"))
+    rid = request_id()
+    ids, _ = sim.tokenize_messages(messages)
+    out = {"token_ids": ids}
+    features = mm_features(media_items(messages), len(ids))
+    if features is not None:
+        out["features"] = features
+    return json_response(out, headers=response_headers(rid))
+
+
+def _check_optional_model(sim, model) -> None:
+    """vLLM checks ``model`` on tokenize/detokenize only when one is given."""
+    if model is not None:
+        sim.resolve_model(model)
+
+
+@bp.post("/tokenize")
+def tokenize():
+    sim = simulator()
+    data = load(tokenize_schema, parse_json_body())
+    prompt = data.get("prompt")
+    messages = data.get("messages")
+    if prompt and messages is not None:
+        raise APIError("both prompt and messages fields in tokenize request", 400, "messages")
+    if prompt is None and messages is None:
+        raise APIError("Either prompt or messages is required", 400, "prompt")
+    _check_optional_model(sim, data.get("model"))
+    if prompt is not None and (prompt or messages is None):
+        ids, pieces = sim.tokenize_text(prompt)
+    else:
+        ids, pieces = sim.tokenize_messages(messages)
+    return json_response({"count": len(ids), "max_model_len": sim.config.max_model_len, "tokens": ids,
+                          "token_strs": list(pieces) if data.get("return_token_strs") else None})
+
+
+@bp.post("/detokenize")
+def detokenize():
+    sim = simulator()
+    data = load(detokenize_schema, parse_json_body())
+    tokens = data.get("tokens")
+    if tokens is None:
+        raise APIError("tokens: Field required.", 400, "tokens")
+    _check_optional_model(sim, data.get("model"))
+    return json_response({"prompt": sim.tokenizer.decode_ids(tokens)})

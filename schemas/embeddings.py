@@ -1,0 +1,71 @@
+"""``POST /v1/embeddings`` request schema (OpenAI embeddings as vLLM serves them).
+
+``input`` takes the four OpenAI wire forms - a string, a list of strings, a list of token
+ids, or a list of token-id lists - and is normalised to ``("text", [str, ...])`` or
+``("ids", [[int, ...], ...])``.  vLLM's chat-style embedding request (``messages`` instead of
+``input``) is accepted too.  ``encoding_format`` is ``float`` (default) or ``base64``;
+``dimensions`` must be at least 1.
+"""
+from __future__ import annotations
+
+import numbers
+
+from marshmallow import ValidationError, fields, validate
+
+from .chat import MessageSchema
+from .common import BaseSchema, StrictInt
+
+INPUT_REQUIRED = "input is required and must be a non-empty string or array"
+INPUT_FORMS = ("input must be a string, an array of strings, an array of token ids, "
+               "or an array of arrays of token ids")
+MAX_DIMENSIONS = 65536        # a bound on the vector size a request may ask for (memory)
+
+
+def _is_token(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= 0xFFFFFFFF
+
+
+class EmbeddingInputField(fields.Field):
+    """Normalises ``input``; empty forms and empty strings are 400s naming ``input``."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, str):
+            if value == "":
+                raise ValidationError("input cannot be an empty string")
+            return ("text", [value])
+        if not isinstance(value, list):
+            raise ValidationError(INPUT_FORMS)
+        if not value:
+            raise ValidationError(INPUT_REQUIRED)
+        if all(isinstance(v, str) for v in value):
+            if any(v == "" for v in value):
+                raise ValidationError("input cannot be an empty string")
+            return ("text", list(value))
+        if all(_is_token(v) for v in value):
+            return ("ids", [list(value)])
+        if all(isinstance(v, list) for v in value):
+            if any(len(v) == 0 for v in value):
+                raise ValidationError("input must not contain an empty token-id array")
+            if all(_is_token(t) for v in value for t in v):
+                return ("ids", [list(v) for v in value])
+        raise ValidationError(INPUT_FORMS)
+
+
+def _bad_truncate():
+    raise ValidationError("truncate_prompt_tokens must be -1 (the model's maximum) or a positive integer")
+
+
+class EmbeddingRequestSchema(BaseSchema):
+    model = fields.Raw()
+    input = EmbeddingInputField()
+    messages = fields.List(fields.Nested(MessageSchema))
+    encoding_format = fields.String(validate=validate.OneOf(
+        ("float", "base64"), error="encoding_format must be 'float' or 'base64'"))
+    dimensions = StrictInt(validate=[
+        validate.Range(min=1, error="dimensions must be at least 1"),
+        validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])
+    user = fields.String()
+    truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
+
+
+embedding_request_schema = EmbeddingRequestSchema()

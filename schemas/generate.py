@@ -1,0 +1,75 @@
+"""``POST /inference/v1/generate`` request schema (vLLM token-in / token-out, api.md 5.5.1).
+
+``token_ids`` and ``sampling_params`` are required, but their absence is reported by the
+blueprint after the model check (``Missing input token_ids`` / ``Missing sampling_params
+field``, as the reference orders it).  ``kv_transfer_params`` may also come in
+``sampling_params.extra_args.kv_transfer_params``; ``ignore_eos`` at the root or in
+``sampling_params`` (where vLLM's SamplingParams keeps it).  ``features`` is what the chat
+render endpoint returns (``mm_hashes`` maps a modality to hash strings).
+"""
+from __future__ import annotations
+
+from marshmallow import ValidationError, fields
+
+from .common import BaseSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList
+from .render import TokenIdList
+
+
+class ExtraArgsSchema(BaseSchema):
+    kv_transfer_params = fields.Dict()
+
+
+class SamplingParamsSchema(BaseSchema):
+    max_tokens = StrictInt()
+    min_tokens = StrictInt()
+    n = StrictInt()
+    ignore_eos = StrictBool()
+    temperature = StrictFloat()
+    top_p = StrictFloat()
+    top_k = StrictInt()
+    min_p = StrictFloat()
+    seed = StrictInt()
+    presence_penalty = StrictFloat()
+    frequency_penalty = StrictFloat()
+    repetition_penalty = StrictFloat()
+    stop = StringOrList()
+    stop_token_ids = fields.List(StrictInt())
+    logprobs = StrictInt()
+    detokenize = StrictBool()
+    skip_special_tokens = StrictBool()
+    extra_args = fields.Nested(ExtraArgsSchema)
+
+
+class MmHashes(fields.Field):
+    """``{modality: [hash string, ...]}``."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise ValidationError("Must be an object mapping a modality to a list of hash strings.")
+        for k, v in value.items():
+            if not isinstance(v, list) or not all(isinstance(h, str) for h in v):
+                raise ValidationError({k: ["Must be a list of hash strings."]})
+        return value
+
+
+class FeaturesSchema(BaseSchema):
+    mm_hashes = MmHashes()
+    mm_placeholders = fields.Raw()
+    kwargs_data = fields.Raw()
+
+
+class GenerateRequestSchema(BaseSchema):
+    model = fields.Raw()
+    request_id = fields.String()
+    token_ids = TokenIdList()
+    sampling_params = fields.Nested(SamplingParamsSchema)
+    stream = StrictBool()
+    stream_options = fields.Nested(StreamOptionsSchema)
+    ignore_eos = StrictBool()
+    kv_transfer_params = fields.Dict()
+    features = fields.Nested(FeaturesSchema)
+    cache_salt = fields.String()
+    priority = StrictInt()
+
+
+generate_request_schema = GenerateRequestSchema()

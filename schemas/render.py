@@ -1,0 +1,57 @@
+"""Request schemas of the tokenization-only endpoints: ``/v1/completions/render``,
+``/v1/chat/completions/render`` (api.md 5.8), vLLM's ``/tokenize`` and ``/detokenize``.
+
+The render endpoints inspect only ``model`` and the prompt or messages; every other field of a
+completions / chat body is accepted unchecked.  ``/tokenize`` takes vLLM's two request
+shapes (``prompt`` or ``messages``), ``/detokenize`` takes ``tokens``.
+"""
+from __future__ import annotations
+
+from marshmallow import ValidationError, fields
+
+from .chat import MessageSchema
+from .common import BaseSchema, StrictBool
+from .completions import PromptField, _is_token
+
+
+class TokenIdList(fields.Field):
+    """A list of token ids (integers in ``0 .. 2**32-1``); ``[]`` allowed."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, list):
+            raise ValidationError("Must be an array of token ids.")
+        for k, v in enumerate(value):
+            if not _is_token(v):
+                raise ValidationError({k: ["Must be a token id (an integer from 0 to 4294967295)."]})
+        return [int(v) for v in value]
+
+
+class CompletionRenderSchema(BaseSchema):
+    model = fields.Raw()
+    prompt = PromptField(required=True)
+
+
+class ChatRenderSchema(BaseSchema):
+    model = fields.Raw()
+    messages = fields.List(fields.Nested(MessageSchema))
+
+
+class TokenizeSchema(BaseSchema):
+    model = fields.Raw()
+    prompt = fields.String()
+    messages = fields.List(fields.Nested(MessageSchema))
+    add_special_tokens = StrictBool()
+    return_token_strs = StrictBool()
+    add_generation_prompt = StrictBool()
+    continue_final_message = StrictBool()
+
+
+class DetokenizeSchema(BaseSchema):
+    model = fields.Raw()
+    tokens = TokenIdList(required=True)
+
+
+completion_render_schema = CompletionRenderSchema()
+chat_render_schema = ChatRenderSchema()
+tokenize_schema = TokenizeSchema()
+detokenize_schema = DetokenizeSchema()
