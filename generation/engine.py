@@ -249,6 +249,9 @@ class Simulator:
             seq.arrival = now
             if seq.finish_reason == "cache_threshold":
                 seq.state = "instant"
+                if self.kv_cache is not None:    # the reference stores and counts these too
+                    self.kv_cache.start(seq)
+                    self.kv_cache.finish(seq)
                 continue
             if self.running < cfg.max_num_seqs and not self.waiting and self.loras.can_run(seq.lora):
                 self._start(seq, now)

@@ -1,0 +1,641 @@
+"""The simulated prefix KV cache and its ZMQ events (engine.md 4-5, api.md 10; cases C19-C21).
+
+Integration tests start real servers and listen the way llm-d's kv-cache manager does: a ZMQ
+SUB socket that BINDS (the simulator's PUB connects).  Unit tests drive :class:`KVCache` with
+the engine's own request objects for the bookkeeping that is hard to see from outside (LRU
+order, reference counts, LoRA-aware eviction, sleep during a running sequence).
+"""
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+
+import gevent
+import httpx
+import msgpack
+import pytest
+import zmq
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import sse_events
+
+from generation.kvcache import BlockHasher, EventPublisher, KVCache
+from generation.request import GenerationRequest, Prompt, Sequence
+
+POD_IP = "10.0.0.5"
+SLEEP_ENV = {"POD_IP": POD_IP, "VLLM_SERVER_DEV_MODE": "1"}
+SEED = "7"          # explicit --hash-seed, so an inherited PYTHONHASHSEED cannot change the hashes
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+class Listener:
+    """A KV-event consumer: SUB socket bound on a free port, subscribed to ``kv@``."""
+
+    def __init__(self):
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.port = self.sub.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.last_seq = 0
+        self.messages = []          # every message ever received: (topic, seq, payload)
+
+    def prime(self) -> None:
+        """libzmq delivers a bound SUB's subscription to a connecting PUB only once the SUB
+        processes its commands (poll/recv); a consumer blocked in recv does so at once."""
+        for _ in range(4):
+            self.sub.poll(50)
+        self.drain()
+
+    def _recv(self, timeout_ms: int):
+        if not self.sub.poll(timeout_ms):
+            return None
+        frames = self.sub.recv_multipart()
+        assert len(frames) == 3, frames
+        topic, seq_b, payload = frames
+        assert len(seq_b) == 8
+        seq = struct.unpack(">Q", seq_b)[0]
+        assert seq > self.last_seq, "sequence numbers must strictly increase"
+        self.last_seq = seq
+        msg = (topic, seq, msgpack.unpackb(payload))
+        self.messages.append(msg)
+        return msg
+
+    def drain(self) -> list:
+        out = []
+        while (m := self._recv(100)) is not None:
+            out.append(m)
+        return out
+
+    def events_until(self, pred, timeout: float = 5.0) -> list:
+        """Events received until one satisfies ``pred`` (then a short grace period for the rest
+        of its batch), in order."""
+        events, deadline = [], time.time() + timeout
+        while time.time() < deadline:
+            m = self._recv(100)
+            if m is None:
+                continue
+            events.extend(m[2][1])
+            if any(pred(e) for e in m[2][1]):
+                for m2 in self.drain():
+                    events.extend(m2[2][1])
+                return events
+        raise AssertionError(f"no matching event within {timeout}s; got {events}")
+
+    def close(self):
+        self.sub.close(0)
+        self.ctx.term()
+
+
+def kind(ev) -> str:
+    return ev["type"] if isinstance(ev, dict) else ev[0]
+
+
+def metric_values(base: str) -> dict:
+    """Sample name -> value of every ``vllm:*`` sample (single-series metrics)."""
+    text = httpx.get(base + "/metrics").text
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, s.value)
+    return out
+
+
+def completion(base: str, prompt, model: str = "m1", **extra) -> httpx.Response:
+    return httpx.post(base + "/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 2, **extra},
+                      timeout=30)
+
+
+def unique_text(words: int = 100) -> str:
+    tag = uuid.uuid4().hex[:8]
+    return " ".join(f"w{tag}{i}" for i in range(words))
+
+
+def reset_cache(base: str, listener: Listener) -> None:
+    """Empty the server's cache (sleep + wake) and drop the events that produced."""
+    assert httpx.post(base + "/sleep").status_code == 200
+    assert httpx.post(base + "/wake_up").status_code == 200
+    listener.drain()
+
+
+# ---- servers -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def legacy(sim_server):
+    """Server A: case C20's setup (legacy array events), plus sleep mode to reset the cache."""
+    listener = Listener()
+    base = sim_server("--model", "m1", "--enable-kvcache", "--block-size", "16", "--zmq-endpoint",
+                      listener.endpoint, "--event-batch-size", "16", "--hash-seed", SEED,
+                      "--enable-sleep-mode", env=SLEEP_ENV)
+    listener.prime()
+    yield base, listener
+    listener.close()
+
+
+@pytest.fixture
+def fresh(legacy):
+    base, listener = legacy
+    reset_cache(base, listener)
+    return base, listener
+
+
+@pytest.fixture(scope="module")
+def small(sim_server):
+    """Server B: a 4-block cache, vLLM map-format events, one LoRA adapter."""
+    listener = Listener()
+    base = sim_server("--model", "m1", "--enable-kvcache", "--kv-cache-size", "4", "--zmq-endpoint",
+                      listener.endpoint, "--use-vllm-map-event-format", "--hash-seed", SEED,
+                      "--lora-modules", json.dumps({"name": "lora1", "path": "/tmp/lora1"}),
+                      "--enable-sleep-mode", env=SLEEP_ENV)
+    listener.prime()
+    yield base, listener
+    listener.close()
+
+
+@pytest.fixture
+def small_fresh(small):
+    base, listener = small
+    reset_cache(base, listener)
+    return base, listener
+
+
+@pytest.fixture(scope="module")
+def slow(sim_server):
+    """Server C: per-token prefill (10 ms/token, so cache hits shorten TTFT), a global cache-hit
+    threshold of 0.5, and no ZMQ endpoint (events are discarded)."""
+    return sim_server("--model", "m1", "--enable-kvcache", "--prefill-time-per-token", "10ms",
+                      "--global-cache-hit-threshold", "0.5", "--zmq-endpoint", "", env={"POD_IP": POD_IP})
+
+
+# ---- C20 -----------------------------------------------------------------------------------------
+def test_c20_topic_frames_and_block_stored(fresh):
+    base, listener = fresh
+    ids = list(range(100, 140))
+    r = completion(base, ids)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 40
+    events = listener.events_until(lambda e: kind(e) == "BlockStored")
+    msg = listener.messages[-1]
+    topic, seq, payload = msg
+    port = base.rsplit(":", 1)[1]
+    assert topic == f"kv@{POD_IP}:{port}@m1".encode()
+    assert seq >= 1
+    assert isinstance(payload, list) and len(payload) == 3
+    ts, batch, rank = payload
+    assert isinstance(ts, float) and abs(ts - time.time()) < 60
+    assert rank == 0
+    stored = [e for e in events if kind(e) == "BlockStored"]
+    assert len(stored) == 1
+    ev = stored[0]
+    assert len(ev) == 9
+    tag, hashes, parent, token_ids, block_size, lora_id, medium, lora_name, extra = ev
+    assert block_size == 16
+    assert len(hashes) == 2 == 40 // 16                      # only full prompt blocks
+    assert len(token_ids) == 16 * len(hashes)
+    assert token_ids == ids[:32]
+    assert medium == "GPU"
+    assert parent is None and lora_id is None and lora_name is None and extra is None
+    assert hashes == BlockHasher(SEED).block_hashes("m1", ids, 16)
+
+
+def test_sequence_numbers_increase_by_one_per_batch(fresh):
+    base, listener = fresh
+    before = listener.last_seq
+    for k in range(3):
+        assert completion(base, list(range(1000 + 100 * k, 1016 + 100 * k))).status_code == 200
+        listener.events_until(lambda e: kind(e) == "BlockStored")
+    seqs = [m[1] for m in listener.messages if m[1] > before]
+    assert seqs == list(range(before + 1, before + 1 + len(seqs)))
+    assert len(seqs) == 3
+
+
+def test_partial_block_prompt_stores_nothing(fresh):
+    base, listener = fresh
+    r = completion(base, list(range(300, 315)))                # 15 tokens < one block
+    assert r.status_code == 200
+    assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    time.sleep(0.1)
+    assert listener.drain() == []
+
+
+# ---- C21 -----------------------------------------------------------------------------------------
+def test_c21_parent_block_hash_of_reused_prefix(fresh):
+    base, listener = fresh
+    a = list(range(100, 132))
+    b = a + list(range(200, 216))
+    m0 = metric_values(base)
+    assert completion(base, a).status_code == 200
+    ev_a = [e for e in listener.events_until(lambda e: kind(e) == "BlockStored") if kind(e) == "BlockStored"]
+    assert len(ev_a) == 1
+    assert ev_a[0][2] is None                                # first block of a sequence
+    assert len(ev_a[0][1]) == 2
+    m1 = metric_values(base)
+    r = completion(base, b)
+    assert r.status_code == 200
+    assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+    ev_b = [e for e in listener.events_until(lambda e: kind(e) == "BlockStored") if kind(e) == "BlockStored"]
+    assert len(ev_b) == 1
+    assert ev_b[0][1] == BlockHasher(SEED).block_hashes("m1", b, 16)[2:]     # exactly 1 new hash
+    assert ev_b[0][2] == ev_a[0][1][-1]                      # parent = A's last block
+    assert ev_b[0][3] == list(range(200, 216))
+    m2 = metric_values(base)
+    assert m1["vllm:prefix_cache_queries_total"] - m0["vllm:prefix_cache_queries_total"] == 32
+    assert m1["vllm:prefix_cache_hits_total"] - m0["vllm:prefix_cache_hits_total"] == 0
+    assert m2["vllm:prefix_cache_queries_total"] - m1["vllm:prefix_cache_queries_total"] == 48
+    assert m2["vllm:prefix_cache_hits_total"] - m1["vllm:prefix_cache_hits_total"] == 32
+
+
+def test_repeated_prompt_hits_and_announces_nothing(fresh):
+    base, listener = fresh
+    ids = list(range(500, 540))
+    assert completion(base, ids).status_code == 200
+    listener.events_until(lambda e: kind(e) == "BlockStored")
+    m0 = metric_values(base)
+    r = completion(base, ids)
+    assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+    time.sleep(0.1)
+    assert listener.drain() == []
+    m1 = metric_values(base)
+    assert m1["vllm:prefix_cache_queries_total"] - m0["vllm:prefix_cache_queries_total"] == 40
+    assert m1["vllm:prefix_cache_hits_total"] - m0["vllm:prefix_cache_hits_total"] == 32
+    assert m1["vllm:kv_cache_usage_perc"] == 0.0
+
+
+def test_chat_reports_cached_tokens(fresh):
+    base, listener = fresh
+    body = {"model": "m1", "messages": [{"role": "user", "content": unique_text(60)}], "max_tokens": 3}
+    first = httpx.post(base + "/v1/chat/completions", json=body).json()
+    p = first["usage"]["prompt_tokens"]
+    assert p > 32
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    second = httpx.post(base + "/v1/chat/completions", json=body).json()
+    assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": p // 16 * 16}
+
+
+def test_models_do_not_share_blocks(small_fresh):
+    base, listener = small_fresh
+    ids = list(range(700, 716))
+    assert completion(base, ids).status_code == 200
+    r = completion(base, ids, model="lora1")
+    assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+# ---- C19 -----------------------------------------------------------------------------------------
+def test_c19_header_forces_cache_threshold_without_kvcache(server):
+    r = httpx.post(server + "/v1/chat/completions", headers={"X-Cache-Threshold-Finish-Reason": "true"},
+                   json={"model": "test-model", "messages": [{"role": "user", "content": "hello there"}]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["choices"][0]["finish_reason"] == "cache_threshold"
+    assert body["usage"]["completion_tokens"] == 0
+    assert body["usage"]["prompt_tokens"] > 0
+
+
+def test_c19_fresh_prompt_below_request_threshold(fresh):
+    base, _ = fresh
+    t0 = time.monotonic()
+    r = httpx.post(base + "/v1/chat/completions", json={
+        "model": "m1", "messages": [{"role": "user", "content": unique_text(100)}], "cache_hit_threshold": 0.9})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["choices"][0]["finish_reason"] == "cache_threshold"
+    assert body["usage"]["completion_tokens"] == 0
+    assert time.monotonic() - t0 < 2
+
+
+def test_c19_cached_prompt_passes_threshold(fresh):
+    base, _ = fresh
+    msgs = [{"role": "user", "content": unique_text(100)}]
+    warm = httpx.post(base + "/v1/chat/completions", json={"model": "m1", "messages": msgs, "max_tokens": 10})
+    assert warm.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    r = httpx.post(base + "/v1/chat/completions", json={"model": "m1", "messages": msgs, "max_tokens": 10,
+                                                        "cache_hit_threshold": 0.5})
+    body = r.json()
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+    assert body["usage"]["completion_tokens"] > 0
+    cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached > 0 and cached % 16 == 0
+    assert cached == body["usage"]["prompt_tokens"] // 16 * 16
+
+
+def test_c19_out_of_range_threshold_is_ignored(fresh):
+    base, _ = fresh
+    r = httpx.post(base + "/v1/chat/completions", json={
+        "model": "m1", "messages": [{"role": "user", "content": unique_text(100)}], "max_tokens": 5,
+        "cache_hit_threshold": 1.5})
+    if r.status_code == 400:
+        return
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["finish_reason"] != "cache_threshold"
+
+
+def test_c19_threshold_zero_never_triggers(fresh):
+    base, _ = fresh
+    r = completion(base, list(range(2000, 2064)), cache_hit_threshold=0)
+    assert r.json()["choices"][0]["finish_reason"] != "cache_threshold"
+
+
+def test_c19_threshold_on_completions_streaming(fresh):
+    base, _ = fresh
+    r = httpx.post(base + "/v1/completions", json={"model": "m1", "prompt": list(range(3000, 3064)),
+                                                   "max_tokens": 5, "stream": True, "cache_hit_threshold": 1,
+                                                   "stream_options": {"include_usage": True}})
+    assert r.status_code == 200
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    finishes = [c["finish_reason"] for e in events[:-1] for c in e.get("choices", [])]
+    assert finishes == ["cache_threshold"]
+    assert events[-2]["usage"]["completion_tokens"] == 0
+    assert events[-2]["usage"]["prompt_tokens"] == 64
+
+
+def test_c19_messages_header_maps_to_max_tokens(server):
+    r = httpx.post(server + "/v1/messages", headers={"X-Cache-Threshold-Finish-Reason": "true"},
+                   json={"model": "test-model", "max_tokens": 20,
+                         "messages": [{"role": "user", "content": "hello there"}]})
+    if r.status_code == 404:
+        pytest.skip("/v1/messages is not available yet")
+    assert r.status_code == 200
+    assert r.json()["stop_reason"] == "max_tokens"
+
+
+def test_global_threshold_stores_blocks_then_hits(slow):
+    """--global-cache-hit-threshold 0.5: a fresh prompt ends with cache_threshold at once, but
+    its blocks are stored (as the reference does), so the same prompt then passes."""
+    ids = list(range(4000, 4040))
+    first = completion(slow, ids)
+    assert first.json()["choices"][0]["finish_reason"] == "cache_threshold"
+    assert first.json()["usage"]["prompt_tokens_details"] is None
+    second = completion(slow, ids)
+    assert second.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    assert second.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+
+
+# ---- usage and latency -----------------------------------------------------------------------------
+def test_usage_while_running_and_prefix_cache_shortens_ttft(slow):
+    """100 tokens at 10 ms/token of prefill: ~1 s uncached; kv_cache_usage_perc is 6/1024 while
+    it runs (6 full blocks), 0 after; the repeat has 96 cached tokens and prefills ~4 tokens."""
+    ids = list(range(5000, 5100))
+    result = {}
+
+    def run():
+        t0 = time.monotonic()
+        result["r"] = completion(slow, ids, cache_hit_threshold=0, max_tokens=1)
+        result["t"] = time.monotonic() - t0
+
+    th = threading.Thread(target=run)
+    th.start()
+    seen = []
+    while th.is_alive():
+        seen.append(metric_values(slow)["vllm:kv_cache_usage_perc"])
+        time.sleep(0.05)
+    th.join()
+    assert result["r"].status_code == 200
+    assert result["t"] >= 0.8
+    assert 6 / 1024 in seen
+    assert metric_values(slow)["vllm:kv_cache_usage_perc"] == 0.0
+    t0 = time.monotonic()
+    r = completion(slow, ids, cache_hit_threshold=0, max_tokens=1)
+    assert time.monotonic() - t0 < 0.6
+    assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 96}
+
+
+# ---- eviction, map format, LoRA ------------------------------------------------------------------
+def test_lru_eviction_with_map_events(small_fresh):
+    base, listener = small_fresh
+    h = BlockHasher(SEED)
+    x, y, z = (list(range(s, s + 32)) for s in (10000, 20000, 30000))
+    hx, hy, hz = (h.block_hashes("m1", p, 16) for p in (x, y, z))
+
+    def send(p, cached):
+        r = completion(base, p, max_tokens=1)
+        assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": cached}
+
+    send(x, 0)
+    ev = listener.events_until(lambda e: kind(e) == "BlockStored")
+    assert ev == [{"type": "BlockStored", "block_hashes": hx, "parent_block_hash": None, "token_ids": x,
+                   "block_size": 16, "medium": "GPU"}]
+    assert list(ev[0]) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "medium"]
+    send(y, 0)
+    listener.events_until(lambda e: kind(e) == "BlockStored")   # cache now full: x, y
+    send(x, 32)                                                  # x becomes the most recently used
+    send(z, 0)                                                   # evicts y (least recently used)
+    ev = listener.events_until(lambda e: kind(e) == "BlockStored")
+    assert ev == [{"type": "BlockRemoved", "block_hashes": [hy[0]], "medium": "GPU"},
+                  {"type": "BlockRemoved", "block_hashes": [hy[1]], "medium": "GPU"},
+                  {"type": "BlockStored", "block_hashes": hz, "parent_block_hash": None, "token_ids": z,
+                   "block_size": 16, "medium": "GPU"}]
+    send(x, 32)
+    send(y, 0)                                                   # evicts z
+    ev = listener.events_until(lambda e: kind(e) == "BlockStored")
+    assert [e["block_hashes"] for e in ev] == [[hz[0]], [hz[1]], hy]
+
+
+def test_prompt_larger_than_cache_is_served(small_fresh):
+    base, listener = small_fresh
+    ids = list(range(40000, 40100))                               # 6 blocks > 4-block cache
+    r = completion(base, ids, max_tokens=1)
+    assert r.status_code == 200
+    ev = listener.events_until(lambda e: kind(e) == "BlockStored")
+    stored = [e for e in ev if kind(e) == "BlockStored"]
+    assert stored[0]["block_hashes"] == BlockHasher(SEED).block_hashes("m1", ids, 16)[:4]
+    r = completion(base, ids, max_tokens=1)
+    assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 64}
+
+
+def test_lora_block_stored_map_event(small_fresh):
+    base, listener = small_fresh
+    ids = list(range(50000, 50016))
+    r = completion(base, ids, model="lora1")
+    assert r.status_code == 200
+    ev = listener.events_until(lambda e: kind(e) == "BlockStored")
+    assert ev == [{"type": "BlockStored", "block_hashes": BlockHasher(SEED).block_hashes("lora1", ids, 16),
+                   "parent_block_hash": None, "token_ids": ids, "block_size": 16, "lora_id": 1, "medium": "GPU",
+                   "lora_name": "lora1"}]
+    assert list(ev[0]) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+                           "medium", "lora_name"]
+
+
+def test_sleep_clears_map_format(small_fresh):
+    base, listener = small_fresh
+    assert completion(base, list(range(60000, 60016))).status_code == 200
+    listener.events_until(lambda e: kind(e) == "BlockStored")
+    assert httpx.post(base + "/sleep").status_code == 200
+    assert listener.events_until(lambda e: kind(e) == "AllBlocksCleared") == [{"type": "AllBlocksCleared"}]
+    httpx.post(base + "/wake_up")
+
+
+# ---- sleep / wake --------------------------------------------------------------------------------
+def test_sleep_clears_cache_and_wake_restores(fresh):
+    base, listener = fresh
+    ids = list(range(70000, 70032))
+    assert completion(base, ids).status_code == 200
+    listener.events_until(lambda e: kind(e) == "BlockStored")
+    assert httpx.post(base + "/sleep").status_code == 200
+    assert listener.events_until(lambda e: kind(e) == "AllBlocksCleared") == [["AllBlocksCleared"]]
+    assert httpx.get(base + "/is_sleeping").json() == {"is_sleeping": True}
+    try:
+        m0 = metric_values(base)
+        for _ in range(2):                               # served while asleep, never cached
+            r = completion(base, ids)
+            assert r.status_code == 200
+            assert r.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+        m1 = metric_values(base)
+        assert m1["vllm:prefix_cache_queries_total"] - m0["vllm:prefix_cache_queries_total"] == 64
+        assert m1["vllm:prefix_cache_hits_total"] == m0["vllm:prefix_cache_hits_total"]
+        assert httpx.post(base + "/sleep").status_code == 200             # already asleep: no event
+        assert httpx.post(base + "/wake_up", params={"tags": "weights"}).status_code == 200
+        assert completion(base, ids).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+        time.sleep(0.1)
+        assert listener.drain() == []
+    finally:
+        assert httpx.post(base + "/wake_up", params={"tags": "kv_cache"}).status_code == 200
+    assert httpx.get(base + "/is_sleeping").json() == {"is_sleeping": False}
+    assert completion(base, ids).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    ev = listener.events_until(lambda e: kind(e) == "BlockStored")
+    assert ev[0][1] == BlockHasher(SEED).block_hashes("m1", ids, 16)
+    assert completion(base, ids).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+
+
+# ---- unit tests: bookkeeping -----------------------------------------------------------------------
+class Recorder:
+    """Stands in for the ZMQ publisher."""
+
+    def __init__(self):
+        self.events = []
+
+    def publish(self, ev):
+        self.events.append(ev)
+
+
+class Count:
+    def __init__(self):
+        self.value = 0
+
+    def inc(self, n=1):
+        self.value += n
+
+
+def make_cache(size=4, bs=16, served=("m1",)):
+    cfg = SimpleNamespace(block_size=bs, kv_cache_size=size, hash_seed="", zmq_endpoint="", event_batch_size=16,
+                          use_vllm_map_event_format=False, pod_ip=POD_IP, port=8000, model=served[0],
+                          served_names=list(served), display_model_name=served[0], data_parallel_rank=-1)
+    sim = SimpleNamespace(config=cfg, metrics=SimpleNamespace(prefix_queries=Count(), prefix_hits=Count()),
+                          loras=SimpleNamespace(loaded={}, slots={}))
+    kv = KVCache(sim)
+    assert kv.publisher is None
+    kv.publisher = Recorder()
+    return kv, sim
+
+
+def seq_for(ids, model="m1", lora=None):
+    req = GenerationRequest(request_id="r", model=model, lora=lora, prompts=[Prompt(list(ids))])
+    return Sequence(req, 0, 0, req.prompts[0])
+
+
+def run_once(kv, ids, **kw):
+    s = seq_for(ids, **kw)
+    kv.lookup(s)
+    kv.start(s)
+    kv.finish(s)
+    return s
+
+
+def test_unit_refcounts_and_usage():
+    kv, sim = make_cache(size=8)
+    a, b = seq_for(range(32)), seq_for(range(48))
+    assert kv.lookup(a) == 0 and a.kv_hashes == BlockHasher("").block_hashes("m1", list(range(32)), 16)
+    kv.start(a)
+    assert kv.usage() == 2 / 8
+    assert kv.lookup(b) == 32
+    kv.start(b)
+    assert b.cached_tokens == 32
+    assert kv.usage() == 3 / 8
+    kv.finish(a)
+    assert kv.usage() == 3 / 8                   # shared blocks still referenced by b
+    kv.finish(b)
+    assert kv.usage() == 0
+    assert sim.metrics.prefix_queries.value == 80 and sim.metrics.prefix_hits.value == 32
+    stored = [e for e in kv.publisher.events if e[0] == "BlockStored"]
+    assert [len(e[1]) for e in stored] == [2, 1] and stored[1][2] == stored[0][1][-1]
+
+
+def test_unit_full_of_referenced_blocks_stores_what_fits():
+    kv, _ = make_cache(size=3)
+    a = seq_for(range(32))
+    kv.start(a)                                   # 2 of 3 slots referenced
+    b = seq_for(range(100, 148))
+    kv.start(b)                                   # 3 blocks, only 1 slot left
+    assert kv.usage() == 1.0
+    assert kv.publisher.events[-1][1] == b.kv_hashes[:1]
+    kv.finish(b)
+    kv.finish(a)
+    assert len(kv.model_of) == 3
+
+
+def test_unit_gap_in_cached_blocks_is_announced_as_runs():
+    kv, _ = make_cache(size=8)
+    s = run_once(kv, range(48))
+    h = s.kv_hashes
+    lru = kv.unused["m1"]                         # evict the middle block by hand
+    del lru[h[1]]
+    del kv.model_of[h[1]]
+    kv.publisher.events.clear()
+    s2 = run_once(kv, list(range(48)) + list(range(900, 916)))
+    assert s2.cached_tokens == 16                 # only the leading run is a prefix hit
+    assert [(e[1], e[2]) for e in kv.publisher.events] == [([h[1]], h[0]), ([s2.kv_hashes[3]], h[2])]
+
+
+def test_unit_unloaded_lora_blocks_are_evicted_first():
+    kv, sim = make_cache(size=2)
+    sim.loras.loaded["l1"] = 0
+    sim.loras.slots["l1"] = 1
+    base = run_once(kv, range(16))                # oldest idle block: base model
+    lora = run_once(kv, range(100, 116), model="l1", lora="l1")
+    assert kv.publisher.events[-1][5:8] == [1, "GPU", "l1"]
+    del sim.loras.loaded["l1"]                    # adapter unloaded: its blocks go first
+    run_once(kv, range(200, 216))
+    assert kv.publisher.events[-2] == ["BlockRemoved", lora.kv_hashes, "GPU"]
+    assert base.kv_hashes[0] in kv.model_of
+
+
+def test_unit_sleep_while_running_then_finish():
+    kv, sim = make_cache(size=4)
+    s = seq_for(range(32))
+    kv.start(s)
+    kv.sleep()
+    assert kv.publisher.events[-1] == ["AllBlocksCleared"]
+    assert kv.usage() == 0 and kv.lookup(seq_for(range(32))) == 0
+    kv.wake()
+    t = seq_for(range(32))
+    kv.start(t)                                   # re-stored after wake
+    kv.finish(s)                                  # stale: must not release t's references
+    assert kv.usage() == 2 / 4
+    kv.finish(t)
+    assert kv.usage() == 0
+
+
+def test_unit_publisher_batches_and_numbers():
+    listener = Listener()
+    try:
+        pub = EventPublisher(listener.endpoint, "kv@1.2.3.4:8000@m", batch_size=2, rank=3, max_pending=100)
+        listener.prime()
+        for i in range(5):
+            pub.publish(["BlockRemoved", [i], "GPU"])
+        gevent.sleep(0.05)                        # the timer flushes the odd one out
+        got = []
+        deadline = time.time() + 5
+        while len(got) < 3 and time.time() < deadline:
+            m = listener._recv(100)
+            if m:
+                got.append(m)
+        assert [(t, s) for t, s, _ in got] == [(b"kv@1.2.3.4:8000@m", i) for i in (1, 2, 3)]
+        assert [[e[1][0] for e in p[1]] for _, _, p in got] == [[0, 1], [2, 3], [4]]
+        assert all(p[2] == 3 for _, _, p in got)
+        pub.close()
+    finally:
+        listener.close()
