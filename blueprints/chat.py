@@ -33,8 +33,10 @@ def build_chat_request(sim, data: dict, rid: str, force_cache_threshold: bool, a
     model, lora = sim.resolve_model(data.get("model"))
     tools = data.get("tools")
     tool_choice = data.get("tool_choice")
-    if tools is not None and sim.tool_synthesizer is not None:
+    if (tools is not None or tool_choice is not None) and sim.tool_synthesizer is not None:
         sim.tool_synthesizer.validate_request(tools, tool_choice)
+    if data.get("response_format") is not None and sim.tool_synthesizer is not None:
+        sim.tool_synthesizer.validate_response_format(data["response_format"])
     mct = data.get("max_completion_tokens")
     max_tokens = mct if mct is not None else data.get("max_tokens")
     ignore_eos = bool(data.get("ignore_eos"))
@@ -74,7 +76,7 @@ def create_chat_completion():
         opts = data.get("stream_options") or {}
         return sse_response(stream_chat(sim, req, seqs, bool(opts.get("include_usage")),
                                         bool(opts.get("continuous_usage_stats")), want_lp, top), headers,
-                            sim, seqs)
+                            sim, seqs, batch=True)
     run_to_completion(sim, seqs)
     return json_response(render_chat(req, seqs, want_lp, top), headers=headers)
 
@@ -138,7 +140,10 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         return (head + str(i).encode() + b',"delta":{"role":"assistant","content":""},"logprobs":null,'
                 b'"finish_reason":null}]' + usage_tail())
 
-    for seq, k in sim.stream(seqs):
+    for seq, k in sim.stream(seqs, flush=True):
+        if k < 0:
+            yield b""          # flush: the next token is not due yet
+            continue
         i = seq.index
         if not started[i]:
             started[i] = True

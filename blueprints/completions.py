@@ -77,7 +77,7 @@ def create_completion():
         opts = data.get("stream_options") or {}
         return sse_response(stream_completion(sim, req, seqs, bool(opts.get("include_usage")),
                                               bool(opts.get("continuous_usage_stats")), top, echo_prompt),
-                            headers, sim, seqs)
+                            headers, sim, seqs, batch=True)
     run_to_completion(sim, seqs)
     return json_response(render_completion(req, seqs, top, echo_prompt), headers=headers)
 
@@ -135,7 +135,10 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         for s in seqs:
             yield (head + str(s.index).encode() + b',"text":' + dumps(_prompt_text(s)) +
                    b',"logprobs":null,"finish_reason":null,"stop_reason":null}]' + tail())
-    for seq, k in sim.stream(seqs):
+    for seq, k in sim.stream(seqs, flush=True):
+        if k < 0:
+            yield b""          # flush: the next token is not due yet
+            continue
         i = seq.index
         emitted[i] += 1
         piece = seq.pieces[k]

@@ -367,11 +367,16 @@ class Simulator:
                 or c.prefill_time_per_token > 0 or c.kv_cache_transfer_latency > 0
                 or c.kv_cache_transfer_time_per_token > 0)
 
-    def run(self, seq: Sequence):
-        """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
-        inter-token latency apart (absolute schedule, so lateness does not accumulate).
+    FLUSH = -1   # yielded by run() before it sleeps: chunks rendered so far should go out now
 
-        Closing the generator (client gone) or an exception aborts the sequence."""
+    def run(self, seq: Sequence, per_token: bool = True):
+        """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
+        inter-token latency apart (absolute schedule, so lateness does not accumulate), and
+        :attr:`FLUSH` before every sleep so that a renderer can write what it has in one go.
+
+        With ``per_token=False`` (non-streaming) and a constant inter-token latency the decode
+        phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
+        exception aborts the sequence; :meth:`cancel` makes it raise ClientDisconnected."""
         try:
             if seq.state == "instant":
                 seq.finished_at = monotonic()
@@ -380,33 +385,59 @@ class Simulator:
                 return
             self._wait_for_slot(seq)
             lat = self.latency
+            metrics = self.metrics
+            cfg = self.config
             target = seq.started_at + lat.ttft(seq.prompt_len, seq.cached_tokens, self.running,
                                                seq.request.remote_prefill)
             sleep = self._sleep
-            lag = self.metrics.token_lag
+            lag = metrics.token_lag
             n = len(seq.pieces)
             now = monotonic()
             if target > now:
+                if per_token:
+                    yield -1
                 sleep(seq, target - now)
                 now = monotonic()
             seq.first_token_at = now
             if n:
                 lag(now - target)
-                yield 0
-            itl_obs = self.metrics.observe_itl
-            prev = now
-            for k in range(1, n):
-                target += lat.itl(self.running)
-                now = monotonic()
-                if target > now:
-                    sleep(seq, target - now)
+                if per_token:
+                    yield 0
+            constant_itl = cfg.inter_token_latency_std_dev <= 0 and cfg.time_factor_under_load == 1.0
+            if n > 1 and constant_itl and (not per_token or cfg.inter_token_latency <= 0):
+                itl = cfg.inter_token_latency
+                if not per_token:
+                    target += itl * (n - 1)
                     now = monotonic()
-                lag(now - target)
-                itl_obs(now - prev)
+                    if target > now:
+                        sleep(seq, target - now)
+                        now = monotonic()
+                    lag(now - target)
+                    metrics.lag.observe_n(0.0, n - 2)
+                    metrics.observe_itl_n(itl, n - 1)
+                else:                                    # zero ITL: every token is due now
+                    for k in range(1, n):
+                        yield k
+                    metrics.lag.observe_n(0.0, n - 1)
+                    metrics.observe_itl_n(0.0, n - 1)
+            else:
+                itl_obs = metrics.observe_itl
                 prev = now
-                yield k
+                for k in range(1, n):
+                    target += lat.itl(self.running)
+                    now = monotonic()
+                    if target > now:
+                        if per_token:
+                            yield -1
+                        sleep(seq, target - now)
+                        now = monotonic()
+                    lag(now - target)
+                    itl_obs(now - prev)
+                    prev = now
+                    if per_token:
+                        yield k
             seq.finished_at = monotonic()
-            self.metrics.finished(self, seq)
+            metrics.finished(self, seq)
         finally:
             if seq.state in ("running", "waiting"):
                 if seq.finished_at:
@@ -420,19 +451,25 @@ class Simulator:
     def run_to_end(self, seq: Sequence) -> None:
         """Non-streaming: the same timing as :meth:`run`, without waking per token when the
         inter-token latency is a constant."""
-        for _ in self.run(seq):
+        for _ in self.run(seq, per_token=False):
             pass
 
-    def stream(self, seqs: list[Sequence]):
-        """Generator of ``(sequence, token_index)`` in emission order over all ``seqs``.
+    def stream(self, seqs: list[Sequence], flush: bool = False):
+        """Generator of ``(sequence, token_index)`` in emission order over all ``seqs``;
+        with ``flush``, also ``(sequence or None, FLUSH)`` whenever the next token is not ready.
 
         One sequence runs in the caller's greenlet; several run in their own greenlets and
         their tokens interleave as they are produced.  Closing the generator aborts every
         sequence still running or waiting."""
         if len(seqs) == 1:
             seq = seqs[0]
-            for k in self.run(seq):
-                yield seq, k
+            if flush:
+                for k in self.run(seq):
+                    yield seq, k
+            else:
+                for k in self.run(seq):
+                    if k >= 0:
+                        yield seq, k
             return
         q = gevent.queue.Queue()
         done = object()
@@ -450,11 +487,14 @@ class Simulator:
         try:
             remaining = len(seqs)
             while remaining:
+                if flush and q.empty():
+                    yield None, -1
                 s, k = q.get()
                 if k is done:
                     remaining -= 1
                     continue
-                yield s, k
+                if k >= 0:
+                    yield s, k
             if any(s.state == "aborted" for s in seqs):
                 raise ClientDisconnected()
         finally:

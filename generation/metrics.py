@@ -202,6 +202,11 @@ class MetricsRecorder:
         if tokens > 1:
             self.request_tpot.observe(decode / (tokens - 1))
 
+    def observe_itl_n(self, seconds: float, n: int) -> None:
+        """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""
+        self.itl.observe_n(seconds, n)
+        self.tpot.observe_n(seconds, n)
+
     def observe_itl(self, seconds: float) -> None:
         """One measured gap between two tokens of a sequence (per-token, hot path)."""
         self.itl.observe(seconds)
