@@ -1,0 +1,203 @@
+"""Timing-fidelity benchmark: do N concurrent streams keep the configured TTFT and ITL?
+
+For each concurrency level (default 100, 500, 1000) it opens that many streaming chat
+requests at once against a simulator started with fixed ``--time-to-first-token`` and
+``--inter-token-latency`` (no jitter), and reports:
+
+* client-side TTFT and ITL p50 / p99 against the configured values (several client
+  processes, raw asyncio sockets, so the client keeps up as long as the machine does);
+* the server's own view: ``vllm_sim:token_emission_lag_seconds`` (actual emission time minus
+  scheduled time, per token) p50 / p99 estimated from its histogram buckets;
+* achieved chunks/s and the server's RSS.
+
+It writes ``bench/out/timing_fidelity.png`` (ITL error against concurrency) and
+``bench/out/timing_fidelity.json``.
+
+    python bench/timing_fidelity.py [--ttft 0.2] [--itl 0.02] [--tokens 100] [--levels 100 500 1000]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from throughput import start_server  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+
+
+class StreamProtocol(asyncio.Protocol):
+    """Records the arrival time of every SSE event of one streaming response."""
+
+    def __init__(self, request: bytes, done: asyncio.Future):
+        self.request = request
+        self.done = done
+        self.events: list[float] = []
+        self.t_sent = 0.0
+        self.tail = b""
+
+    def connection_made(self, transport):
+        self.t_sent = time.monotonic()
+        transport.write(self.request)
+
+    def data_received(self, data: bytes):
+        now = time.monotonic()
+        buf = self.tail + data
+        n = buf.count(b"data: ")
+        self.tail = buf[-6:]
+        self.events.extend([now] * (n - self.tail.count(b"data: ")))
+
+    def connection_lost(self, exc):
+        if not self.done.done():
+            self.done.set_result((self.t_sent, self.events))
+
+
+async def _client(host: str, port: int, n: int, body: bytes) -> list:
+    loop = asyncio.get_running_loop()
+    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    futs = []
+    for _ in range(n):
+        fut = loop.create_future()
+        await loop.create_connection(lambda f=fut: StreamProtocol(req, f), host, port)
+        futs.append(fut)
+    return await asyncio.gather(*futs)
+
+
+def _worker(args) -> list:
+    host, port, n, body = args
+    return asyncio.run(_client(host, port, n, body))
+
+
+def percentile(values: list, q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def lag_histogram(base: str) -> dict:
+    text = urllib.request.urlopen(base + "/metrics").read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("vllm_sim:token_emission_lag_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            out[float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def histogram_quantile(before: dict, after: dict, q: float) -> float:
+    """Upper bucket bound containing quantile ``q`` of the observations made between scrapes."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0) for b in bounds]
+    total = counts[-1]
+    if total <= 0:
+        return float("nan")
+    for b, c in zip(bounds, counts):
+        if c >= q * total:
+            return b
+    return bounds[-1]
+
+
+def rss_mb(pid: int) -> float:
+    """RSS of the gunicorn worker (the child of ``pid``) in MiB."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            kids = fh.read().split()
+        if kids:
+            pid = int(kids[0])
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ttft", type=float, default=0.2, help="seconds")
+    ap.add_argument("--itl", type=float, default=0.02, help="seconds")
+    ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--levels", type=int, nargs="+", default=[100, 500, 1000])
+    ap.add_argument("--clients", type=int, default=2, help="client processes")
+    args = ap.parse_args()
+    proc, base = start_server(["--time-to-first-token", f"{args.ttft * 1000:.0f}ms",
+                               "--inter-token-latency", f"{args.itl * 1000:.0f}ms", "--worker-connections", "20000"])
+    host, port = "127.0.0.1", int(base.rsplit(":", 1)[1])
+    body = json.dumps({"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": args.tokens, "ignore_eos": True, "stream": True}).encode()
+    results = []
+    try:
+        with mp.Pool(args.clients) as pool:
+            for level in args.levels:
+                before = lag_histogram(base)
+                share = [level // args.clients + (1 if i < level % args.clients else 0) for i in range(args.clients)]
+                t0 = time.monotonic()
+                streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
+                wall = time.monotonic() - t0
+                after = lag_histogram(base)
+                ttfts, itls, events = [], [], 0
+                for t_sent, ev in streams:
+                    events += len(ev)
+                    if len(ev) > 1:
+                        ttfts.append(ev[1] - t_sent)          # event 0 is the role chunk
+                        itls.extend(b - a for a, b in zip(ev[1:args.tokens], ev[2:args.tokens + 1]))
+                row = {
+                    "streams": level, "ok_streams": sum(1 for _, ev in streams if len(ev) >= args.tokens + 3),
+                    "ttft_p50_ms": percentile(ttfts, 0.5) * 1e3, "ttft_p99_ms": percentile(ttfts, 0.99) * 1e3,
+                    "itl_p50_ms": percentile(itls, 0.5) * 1e3, "itl_p99_ms": percentile(itls, 0.99) * 1e3,
+                    "itl_mean_ms": statistics.fmean(itls) * 1e3 if itls else float("nan"),
+                    "server_lag_p50_ms": histogram_quantile(before, after, 0.5) * 1e3,
+                    "server_lag_p99_ms": histogram_quantile(before, after, 0.99) * 1e3,
+                    "chunks_per_s": events / wall, "rss_mb": rss_mb(proc.pid),
+                }
+                results.append(row)
+                print(f"{level:5d} streams: TTFT p50 {row['ttft_p50_ms']:7.1f} p99 {row['ttft_p99_ms']:7.1f} ms "
+                      f"(cfg {args.ttft * 1e3:.0f}) | ITL p50 {row['itl_p50_ms']:6.2f} p99 {row['itl_p99_ms']:6.2f} ms "
+                      f"(cfg {args.itl * 1e3:.0f}) | server lag p50 <= {row['server_lag_p50_ms']:.2f} "
+                      f"p99 <= {row['server_lag_p99_ms']:.2f} ms | {row['chunks_per_s']:8.0f} chunks/s | "
+                      f"RSS {row['rss_mb']:.0f} MB | complete {row['ok_streams']}/{level}", flush=True)
+                time.sleep(1)
+    finally:
+        proc.terminate()
+        proc.wait()
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "timing_fidelity.json"), "w") as fh:
+        json.dump({"ttft_s": args.ttft, "itl_s": args.itl, "tokens": args.tokens, "results": results}, fh, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    xs = [r["streams"] for r in results]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(xs, [r["itl_p50_ms"] - args.itl * 1e3 for r in results], "o-", label="client ITL p50 error")
+    ax.plot(xs, [r["itl_p99_ms"] - args.itl * 1e3 for r in results], "o-", label="client ITL p99 error")
+    ax.plot(xs, [r["server_lag_p99_ms"] for r in results], "s--", label="server emission lag p99 (bucket bound)")
+    ax.axhline(5, color="grey", lw=0.8, ls=":", label="5 ms target")
+    ax.set_xlabel("concurrent streams")
+    ax.set_ylabel("ms")
+    ax.set_title(f"ITL error vs concurrency (ITL {args.itl * 1e3:.0f} ms, TTFT {args.ttft * 1e3:.0f} ms)")
+    ax.legend()
+    fig.tight_layout()
+    path = os.path.join(OUT, "timing_fidelity.png")
+    fig.savefig(path, dpi=110)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
