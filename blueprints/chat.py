@@ -56,7 +56,7 @@ def build_chat_request(sim, data: dict, rid: str, force_cache_threshold: bool, a
         ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
         response_format=data.get("response_format"), stop=data.get("stop"), kv_transfer_params=kv,
         cache_hit_threshold=data.get("cache_hit_threshold"), force_cache_threshold=force_cache_threshold,
-        api=api)
+        api=api, max_tool_calls=1 if data.get("parallel_tool_calls") is False else None)
 
 
 @bp.post("/v1/chat/completions")

@@ -83,6 +83,9 @@ class DisconnectWatcher:
 
 def run_to_completion(sim, seqs) -> None:
     """Non-streaming: wait for every sequence; raises ClientDisconnected if the client left."""
+    if not sim.expects_delay(seqs):
+        sim.complete(seqs)
+        return
     with DisconnectWatcher(sim, seqs, request.environ):
         sim.complete(seqs)
 
