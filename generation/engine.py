@@ -26,7 +26,7 @@ from gevent.hub import Waiter, get_hub
 from .errors import APIError
 from .latency import LatencyModel
 from .metrics import MetricsRecorder
-from .request import GenerationRequest, Prompt, Sequence
+from .request import GenerationRequest, Sequence
 from .text import SentenceSource, sample_capped_length, sample_default_length
 from .tokenizer import HFTokenizer, SimulatedTokenizer, flatten_messages
 
@@ -498,18 +498,22 @@ class Simulator:
             if any(s.state == "aborted" for s in seqs):
                 raise ClientDisconnected()
         finally:
-            for g in greenlets:
-                if not g.dead:
-                    g.kill(block=False)
-            for s in seqs:
-                if s.state in ("running", "waiting"):
-                    self.abort(s)
+            self._stop_all(greenlets, seqs)
+
+    def _stop_all(self, greenlets, seqs) -> None:
+        for g in greenlets:
+            if not g.dead:
+                g.kill(block=False)
+        for s in seqs:
+            if s.state in ("running", "waiting"):
+                self.abort(s)
 
     def complete(self, seqs: list[Sequence]) -> None:
         """Run every sequence to its end (non-streaming); same timing as streaming."""
         if len(seqs) == 1:
             self.run_to_end(seqs[0])
             return
+
         def worker(s):
             try:
                 self.run_to_end(s)
@@ -522,9 +526,4 @@ class Simulator:
             if any(s.state == "aborted" for s in seqs):
                 raise ClientDisconnected()
         finally:
-            for g in greenlets:
-                if not g.dead:
-                    g.kill(block=False)
-            for s in seqs:
-                if s.state in ("running", "waiting"):
-                    self.abort(s)
+            self._stop_all(greenlets, seqs)

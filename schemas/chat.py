@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validates
 
-from .common import (BaseSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (BaseSchema, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 
 
@@ -87,7 +87,7 @@ class MessagesField(fields.Field):
         return value
 
 
-class SamplingSchema(BaseSchema):
+class SamplingSchema(SamplingKnobsSchema):
     """Fields shared by chat and completions."""
     model = fields.Raw()
     n = StrictInt()
@@ -95,18 +95,9 @@ class SamplingSchema(BaseSchema):
     stream_options = fields.Nested(StreamOptionsSchema)
     ignore_eos = StrictBool()
     stop = StringOrList()
-    temperature = StrictFloat()
-    top_p = StrictFloat()
-    top_k = StrictInt()
-    min_p = StrictFloat()
-    seed = StrictInt()
-    presence_penalty = StrictFloat()
-    frequency_penalty = StrictFloat()
-    repetition_penalty = StrictFloat()
     user = fields.String()
     cache_hit_threshold = StrictFloat()
     kv_transfer_params = fields.Dict()
-    min_tokens = StrictInt()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):

@@ -67,6 +67,19 @@ class BaseSchema(Schema):
         field_obj.allow_none = True
 
 
+class SamplingKnobsSchema(BaseSchema):
+    """vLLM sampling parameters a simulator has no use for: type-checked, then ignored."""
+    temperature = StrictFloat()
+    top_p = StrictFloat()
+    top_k = StrictInt()
+    min_p = StrictFloat()
+    seed = StrictInt()
+    presence_penalty = StrictFloat()
+    frequency_penalty = StrictFloat()
+    repetition_penalty = StrictFloat()
+    min_tokens = StrictInt()
+
+
 class StreamOptionsSchema(BaseSchema):
     include_usage = StrictBool()
     continuous_usage_stats = StrictBool()
@@ -153,6 +166,6 @@ def load(schema: Schema, body) -> dict:
         raise APIError(f"{path}: {msg}" if path else msg, 400, path or None) from None
 
 
-__all__ = ["BaseSchema", "StrictInt", "StrictFloat", "StrictBool", "StrictStr", "StringOrList",
+__all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "StrictFloat", "StrictBool", "StrictStr", "StringOrList",
            "StreamOptionsSchema", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]

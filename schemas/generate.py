@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields
 
-from .common import BaseSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList
+from .common import BaseSchema, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictInt, StringOrList
 from .render import TokenIdList
 
 
@@ -19,19 +19,10 @@ class ExtraArgsSchema(BaseSchema):
     kv_transfer_params = fields.Dict()
 
 
-class SamplingParamsSchema(BaseSchema):
+class SamplingParamsSchema(SamplingKnobsSchema):
     max_tokens = StrictInt()
-    min_tokens = StrictInt()
     n = StrictInt()
     ignore_eos = StrictBool()
-    temperature = StrictFloat()
-    top_p = StrictFloat()
-    top_k = StrictInt()
-    min_p = StrictFloat()
-    seed = StrictInt()
-    presence_penalty = StrictFloat()
-    frequency_penalty = StrictFloat()
-    repetition_penalty = StrictFloat()
     stop = StringOrList()
     stop_token_ids = fields.List(StrictInt())
     logprobs = StrictInt()

@@ -9,7 +9,6 @@ import threading
 import time
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import sse_events
