@@ -64,12 +64,12 @@ def create_chat_completion():
     sim = simulator()
     body = parse_json_body()
     data = load(chat_request_schema, body)
-    rid = request_id()
-    force_ct = header_checks()
+    rid = request_id(sim)
+    force_ct = header_checks(sim)
     req = build_chat_request(sim, data, rid, force_ct)
     seqs = sim.prepare(req)
     sim.admit(seqs)
-    headers = response_headers(rid)
+    headers = response_headers(rid, sim)
     want_lp = bool(data.get("logprobs"))
     top = data.get("top_logprobs") or 0
     if req.stream:

@@ -138,20 +138,20 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
     return resp
 
 
-def request_id() -> str:
+def request_id(sim: Simulator | None = None) -> str:
     """``X-Request-Id`` when ``--enable-request-id-headers`` is on and the header is present,
     else a fresh id (api.md 2.5)."""
-    sim = simulator()
+    sim = sim or simulator()
     if sim.config.enable_request_id_headers:
-        rid = request.headers.get("X-Request-Id")
+        rid = request.environ.get("HTTP_X_REQUEST_ID")
         if rid:
             return rid
     return sim.new_request_id()
 
 
-def response_headers(rid: str | None) -> dict:
+def response_headers(rid: str | None, sim: Simulator | None = None) -> dict:
     """Pod / namespace / request-id headers for a successful response (api.md 2.6)."""
-    cfg = simulator().config
+    cfg = (sim or simulator()).config
     h = {}
     if cfg.pod_name:
         h["x-inference-pod"] = cfg.pod_name
@@ -176,12 +176,13 @@ _FAILURES = {
 FAILURE_NAMES = tuple(_FAILURES)
 
 
-def header_checks() -> bool:
+def header_checks(sim: Simulator | None = None) -> bool:
     """``X-Return-Error`` and random failure injection (api.md 2.7, 2.10); returns whether
     ``X-Cache-Threshold-Finish-Reason`` asks for an immediate cache_threshold finish.
     Raises APIError for a forced or injected error."""
-    sim = simulator()
-    forced = request.headers.get("X-Return-Error")
+    sim = sim or simulator()
+    environ = request.environ
+    forced = environ.get("HTTP_X_RETURN_ERROR")
     if forced is not None:
         v = forced.strip()
         if not (v.lstrip("+-").isdigit()):
@@ -194,7 +195,7 @@ def header_checks() -> bool:
         kind = kinds[sim.rng.randrange(len(kinds))]
         status, msg, param = _FAILURES[kind]
         raise APIError(msg.format(model=cfg.model), status, param)
-    flag = request.headers.get("X-Cache-Threshold-Finish-Reason")
+    flag = environ.get("HTTP_X_CACHE_THRESHOLD_FINISH_REASON")
     return flag in ("1", "t", "T", "TRUE", "true", "True")
 
 

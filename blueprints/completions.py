@@ -49,8 +49,8 @@ def create_completion():
     sim = simulator()
     body = parse_json_body()
     data = load(completion_request_schema, body)
-    rid = request_id()
-    force_ct = header_checks()
+    rid = request_id(sim)
+    force_ct = header_checks(sim)
     model, lora = sim.resolve_model(data.get("model"))
     prompt = data.get("prompt")
     if prompt is None:
@@ -70,7 +70,7 @@ def create_completion():
         force_cache_threshold=force_ct, api="completions")
     seqs = sim.prepare(req)
     sim.admit(seqs)
-    headers = response_headers(rid)
+    headers = response_headers(rid, sim)
     top = data.get("logprobs")
     echo_prompt = bool(data.get("echo"))
     if stream:
