@@ -108,7 +108,37 @@ def serve(config: SimConfig) -> None:
     SimulatorApplication().run()
 
 
+def start_data_parallel_ranks(config: SimConfig, argv: list[str]) -> list:
+    """``--data-parallel-size N``: ranks 1..N-1 are separate simulator processes (own queue, KV
+    cache, metrics) on ports ``port+1 .. port+N-1``, as vLLM's data-parallel engines; this
+    process is rank 0.  Children die with this process."""
+    import atexit
+    import signal
+    import subprocess
+
+    def die_with_parent():
+        try:
+            import ctypes
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+    procs = []
+    for rank in range(1, config.data_parallel_size):
+        args = [sys.executable, __file__, *argv, "--port", str(config.port + rank),
+                "--data-parallel-rank", str(rank)]
+        procs.append(subprocess.Popen(args, preexec_fn=die_with_parent))
+
+    def stop():
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+    atexit.register(stop)
+    return procs
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         config = load_config(argv)
     except ConfigError as e:
@@ -117,6 +147,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("vLLM simulator: model=%s served=%s port=%d mode=%s", config.model, config.served_names,
              config.port, config.mode)
+    if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
+        config.data_parallel_rank = 0
+        start_data_parallel_ranks(config, argv)
     serve(config)
     return 0
 

@@ -110,7 +110,7 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
             message = {"role": "assistant", "content": s.output_text(), "tool_calls": []}
             logprobs = lp.chat_logprobs(s.pieces, top) if want_logprobs else None
         choices.append({"index": s.index, "message": message, "logprobs": logprobs,
-                        "finish_reason": s.finish_reason, "stop_reason": None})
+                        "finish_reason": s.finish_reason, "stop_reason": s.stop_reason})
     out = {"id": f"chatcmpl-{req.request_id}", "object": "chat.completion", "created": int(time.time()),
            "model": req.model, "choices": choices, "usage": request_usage(seqs), "prompt_logprobs": None}
     if req.remote_decode:
@@ -172,7 +172,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if not started[i] and seq.finish_reason != "cache_threshold":
             yield role_chunk(i)
         yield (head + str(i).encode() + b',"delta":{},"logprobs":null,"finish_reason":' +
-               dumps(seq.finish_reason) + b',"stop_reason":null}]' + usage_tail())
+               dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + usage_tail())
     if include_usage:
         yield envelope + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
     yield b"data: [DONE]\n\n"

@@ -79,40 +79,42 @@ def create_completion():
                                               bool(opts.get("continuous_usage_stats")), top, echo_prompt),
                             headers, sim, seqs, batch=True)
     run_to_completion(sim, seqs)
-    return json_response(render_completion(req, seqs, top, echo_prompt), headers=headers)
+    return json_response(render_completion(sim.tokenizer, req, seqs, top, echo_prompt), headers=headers)
 
 
-def _prompt_text(seq) -> str:
+def prompt_pieces(tokenizer, seq) -> list:
+    """The prompt as token pieces for ``echo: true``: a text prompt verbatim; a token-id prompt
+    detokenized (ids the simulated tokenizer cannot invert show as comma-separated decimals)."""
     p = seq.prompt
-    return p.text if p.text is not None else ""
+    if p.text is not None:
+        return tokenizer.encode_lossless(p.text)[1]
+    n = len(p.ids)
+    out = []
+    for k, t in enumerate(p.ids):
+        piece = tokenizer.decode_ids([t])
+        if piece == str(t) and k < n - 1:
+            piece += ","
+        out.append(piece)
+    return out
 
 
-def render_completion(req: GenerationRequest, seqs, top, echo_prompt: bool) -> dict:
+def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool) -> dict:
     choices = []
     for s in seqs:
         text = s.output_text()
-        logprobs = None
-        if top is not None:
-            pieces = s.pieces
-            if echo_prompt:
-                pieces = (s.prompt.echo_pieces or _prompt_pieces(s)) + list(pieces)
-            logprobs = lp.completion_logprobs(pieces, top)
+        pieces = s.pieces
         if echo_prompt:
-            text = _prompt_text(s) + text
+            head = prompt_pieces(tokenizer, s)
+            pieces = head + list(pieces)
+            text = "".join(head) + text
+        logprobs = lp.completion_logprobs(pieces, top) if top is not None else None
         choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
-                        "stop_reason": None, "prompt_logprobs": None})
+                        "stop_reason": s.stop_reason, "prompt_logprobs": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
            "model": req.model, "choices": choices, "usage": request_usage(seqs)}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
-
-
-def _prompt_pieces(seq) -> list:
-    p = seq.prompt
-    if p.text is not None:
-        return [p.text] if p.text else []
-    return [str(i) for i in p.ids]
 
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
@@ -133,7 +135,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
 
     if echo_prompt:
         for s in seqs:
-            yield (head + str(s.index).encode() + b',"text":' + dumps(_prompt_text(s)) +
+            yield (head + str(s.index).encode() + b',"text":' + dumps("".join(prompt_pieces(sim.tokenizer, s))) +
                    b',"logprobs":null,"finish_reason":null,"stop_reason":null}]' + tail())
     for seq, k in sim.stream(seqs, flush=True):
         if k < 0:
@@ -151,7 +153,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                b',"finish_reason":null,"stop_reason":null}]' + tail())
     for seq in seqs:
         yield (head + str(seq.index).encode() + b',"text":"","logprobs":null,"finish_reason":' +
-               dumps(seq.finish_reason) + b',"stop_reason":null}]' + tail())
+               dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
     if include_usage:
         yield envelope + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
     yield b"data: [DONE]\n\n"

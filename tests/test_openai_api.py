@@ -398,3 +398,46 @@ def test_health_and_unknown_route(server):
     assert r.status_code == 404 and r.json()["error"]["code"] == 404
     r = httpx.get(server + CHAT)
     assert r.status_code == 405
+
+
+def test_stop_reason_names_the_matched_string(echo_server):
+    r = post(echo_server, COMPL, {"model": "test-model", "prompt": "alpha beta gamma delta", "stop": ["delta", "beta"]})
+    ch = r.json()["choices"][0]
+    assert ch["text"] == "alpha " and ch["finish_reason"] == "stop" and ch["stop_reason"] == "beta"
+
+
+def test_completion_echo_param_with_token_ids(server):
+    r = post(server, COMPL, {"model": "test-model", "prompt": [11, 12, 13], "echo": True, "max_tokens": 2,
+                             "logprobs": 0}).json()
+    ch = r["choices"][0]
+    assert ch["text"].startswith("11,12,13")
+    assert "".join(ch["logprobs"]["tokens"]) == ch["text"]
+
+
+def test_cli_help_and_bad_flag():
+    import subprocess
+    import sys
+    from conftest import ROOT
+    r = subprocess.run([sys.executable, str(ROOT / "app.py"), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--max-num-seqs" in r.stdout and "--time-to-first-token" in r.stdout
+    r = subprocess.run([sys.executable, str(ROOT / "app.py"), "--max-num-seqs", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and r.stderr.strip().splitlines() == ["error: max num seqs cannot be less than 1"]
+
+
+def test_data_parallel_ranks_are_separate_engines(sim_server):
+    base = sim_server("--data-parallel-size", "2", "--mode", "echo")
+    port = int(base.rsplit(":", 1)[1])
+    other = f"http://127.0.0.1:{port + 1}"
+    for _ in range(50):
+        try:
+            if httpx.get(other + "/health").status_code == 200:
+                break
+        except httpx.HTTPError:
+            import time
+            time.sleep(0.2)
+    post(other, COMPL, {"model": "test-model", "prompt": "x y z"})
+    m0 = httpx.get(base + "/metrics").text
+    m1 = httpx.get(other + "/metrics").text
+    assert 'vllm:prompt_tokens_total{model_name="test-model"} 3.0' in m1
+    assert 'vllm:prompt_tokens_total{model_name="test-model"} 3.0' not in m0
