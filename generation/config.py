@@ -194,6 +194,10 @@ class SimConfig:
     image_emission_rate: int = 0
     mm_encoder_only: bool = False
     worker_connections: int = 10000
+    # SQLite response dataset (engine.md 9.2)
+    dataset_path: str = ""
+    dataset_table_name: str = "llmd"
+    dataset_in_memory: bool = False
     # environment-derived (not flags)
     pod_ip: str = ""
     pod_name: str = ""
@@ -269,6 +273,20 @@ class SimConfig:
             raise ConfigError("image emission rate should be between 0 and 100")
         if self.enable_kvcache and not self.pod_ip:
             raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work")
+        self.validate_dataset()
+
+    def validate_dataset(self) -> None:
+        """Echo mode excludes a dataset; the file must exist and have the expected schema
+        (engine.md 1.4, 9.2): the reference reports these at start-up too."""
+        if not self.dataset_path:
+            return
+        if self.mode == "echo":
+            raise ConfigError("dataset cannot be defined in echo mode")
+        from data.dataset import DatasetError, verify_dataset
+        try:
+            verify_dataset(self.dataset_path, self.dataset_table_name)
+        except DatasetError as e:
+            raise ConfigError(str(e)) from None
 
     def validate_failures(self) -> None:
         if not 0 <= self.failure_injection_rate <= 100:
@@ -412,14 +430,16 @@ OPTIONS: dict[str, Option] = {
     "image-emission-rate": Option("int", "% of chat responses carrying an image (--omni)"),
     "mm-encoder-only": Option("bool", "Encoder-only multimodal mode"),
     "worker-connections": Option("int", "Maximum simultaneous client connections (gevent worker)"),
+    "dataset-path": Option("str", "SQLite dataset of recorded responses (random mode)"),
+    "dataset-table-name": Option("str", "Table of the dataset"),
+    "dataset-in-memory": Option("bool", "Copy the dataset into memory at start-up"),
 }
 
 # Flags vLLM or the reference accept and this simulator ignores.
 IGNORED_OPTIONS = {"mm-processor-kwargs": "str", "ec-transfer-config": "str", "enforce-eager": "bool",
                    "enable-prefix-caching": "bool", "tensor-parallel-size": "int", "render-url": "str",
                    "render-timeout": "duration", "mm-render-timeout": "duration", "log-http": "bool",
-                   "dataset-path": "str", "dataset-url": "str", "dataset-in-memory": "bool",
-                   "dataset-table-name": "str", "kv-events-replay-endpoint": "str",
+                   "dataset-url": "str", "kv-events-replay-endpoint": "str",
                    "kv-events-replay-queue-size": "int", "fake-metrics": "str",
                    "fake-metrics-refresh-interval": "duration", "ssl-certfile": "str",
                    "ssl-keyfile": "str", "self-signed-certs": "bool"}
@@ -488,12 +508,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML file whose keys are the flag names")
     for key, opt in list(OPTIONS.items()) + [(k, Option(v, "accepted and ignored"))
                                              for k, v in IGNORED_OPTIONS.items()]:
+        text = opt.help.replace("%", "%%")        # argparse formats help with %
         if opt.kind == "bool":
-            p.add_argument(f"--{key}", nargs="?", const="true", help=opt.help)
+            p.add_argument(f"--{key}", nargs="?", const="true", help=text)
         elif opt.kind in ("list", "lora"):
-            p.add_argument(f"--{key}", nargs="*", help=opt.help)
+            p.add_argument(f"--{key}", nargs="*", help=text)
         else:
-            p.add_argument(f"--{key}", help=opt.help)
+            p.add_argument(f"--{key}", help=text)
     for key in ("enable-sleep-mode", "mm-encoder-only", "omni", "enforce-eager", "enable-prefix-caching"):
         p.add_argument(f"--no-{key}", action="store_const", const="false", dest=key,
                        help=argparse.SUPPRESS)

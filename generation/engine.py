@@ -99,6 +99,11 @@ class Simulator:
         else:
             self.tokenizer = SimulatedTokenizer()
         self.sentences = SentenceSource(self.tokenizer)
+        self.dataset = None               # recorded responses (random mode, --dataset-path)
+        if getattr(config, "dataset_path", "") and config.mode != "echo":
+            from data.dataset import SQLiteDataset
+            self.dataset = SQLiteDataset(config.dataset_path, config.dataset_table_name,
+                                         config.dataset_in_memory, self.sentences)
         self.latency = LatencyModel(config, self.rng)
         self.metrics = MetricsRecorder(config)
         self.loras = LoraRegistry(config.lora_modules, config.max_loras)
@@ -188,14 +193,19 @@ class Simulator:
             seq.finish_reason = "length" if (m is not None and len(seq.pieces) >= m) else "stop"
         else:
             room = cfg.max_model_len - prompt.length
-            if req.max_tokens is not None:
-                cap = min(req.max_tokens, room)
-                n = cap if req.ignore_eos else sample_capped_length(self.rng, cap)
+            cap = room if req.max_tokens is None else min(req.max_tokens, room)
+            picked = None
+            if self.dataset is not None:
+                picked = self.dataset.pick(self.rng, prompt.ids, cap, req.ignore_eos)
+            if picked is not None:
+                seq.pieces, seq.ids, seq.finish_reason = picked
             else:
-                cap = room
-                n = sample_default_length(self.rng, room)
-            seq.pieces, seq.ids = self.sentences.generate(self.rng, n)
-            seq.finish_reason = "length" if n >= cap else "stop"
+                if req.max_tokens is not None:
+                    n = cap if req.ignore_eos else sample_capped_length(self.rng, cap)
+                else:
+                    n = sample_default_length(self.rng, room)
+                seq.pieces, seq.ids = self.sentences.generate(self.rng, n)
+                seq.finish_reason = "length" if n >= cap else "stop"
             if req.response_format and self.tool_synthesizer is not None:
                 self.tool_synthesizer.apply_response_format(req, seq)
         if req.stop:
@@ -220,9 +230,10 @@ class Simulator:
         """Cut the output before the first stop string (vLLM: the stop string is not returned);
         finish_reason becomes ``stop``."""
         text = "".join(seq.pieces)
-        cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
-        if cut < 0:
+        found = [(i, s) for s in stops if s for i in (text.find(s),) if i >= 0]
+        if not found:
             return
+        cut, seq.stop_reason = min(found)
         pieces, ids, pos = [], [], 0
         for piece, tid in zip(seq.pieces, seq.ids):
             if pos >= cut:

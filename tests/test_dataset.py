@@ -1,0 +1,310 @@
+"""SQLite dataset responses (the seeds' "Dataset Responses (Optional)", engine.md 9.2-9.4).
+
+Fixture datasets are written with ``data.dataset.build_dataset`` and the simulated tokenizer
+(the server's default), then served by real ``python app.py --dataset-path ...`` processes.
+"""
+from __future__ import annotations
+
+import random
+import sqlite3
+import subprocess
+import sys
+
+import httpx
+import openai
+import pytest
+
+from conftest import ROOT, free_port, sse_events
+from data.dataset import SQLiteDataset, build_dataset, prompt_hash
+from generation.config import ConfigError, load_config
+from generation.text import SentenceSource
+from generation.tokenizer import SimulatedTokenizer
+
+MODEL = "test-model"
+
+GREETING = "Hello world!"
+GREETING_ANSWER = "Hello! I am a recorded answer, replayed from the dataset."       # 13 tokens
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+FRANCE_ANSWER = "The capital of France is Paris."                                  # 7 tokens
+ACCENTS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say something accented"}]
+ACCENTS_ANSWER = "Héllo wörld — ünïcode survives."                                  # 8 tokens
+IDS_PROMPT = [1, 2, 3]
+IDS_ANSWER = "Token ids in, recorded text out."                                    # 8 tokens
+STORY = "Tell me a story"
+STORY_SHORT = "Once upon a time."                                                  # 5 tokens
+STORY_LONG = "Once upon a time there was a simulator that answered every request on time."  # 15
+FILLERS = ["No.", "Yes, indeed.", "Maybe later, friend."]                          # 2, 4, 5 tokens
+
+PAIRS = [(GREETING, GREETING_ANSWER), (FRANCE, FRANCE_ANSWER), (ACCENTS, ACCENTS_ANSWER),
+         (IDS_PROMPT, IDS_ANSWER), (STORY, STORY_SHORT), (STORY, STORY_LONG)] + \
+        [(f"filler prompt {i}", text) for i, text in enumerate(FILLERS)]
+ANSWERS = sorted({a for _, a in PAIRS})
+
+TOK = SimulatedTokenizer()
+
+
+def pieces(text: str) -> list:
+    return TOK.encode_lossless(text)[1]
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dataset") / "responses.sqlite3"
+    assert build_dataset(path, PAIRS, SimulatedTokenizer()) == len(PAIRS)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def base(sim_server, db_path):
+    return sim_server("--dataset-path", db_path)
+
+
+@pytest.fixture(scope="module")
+def client(base):
+    with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0) as c:
+        yield c           # closed afterwards: an idle keep-alive connection delays server shutdown
+
+
+# ---- units -------------------------------------------------------------------------------------
+def test_prompt_hash_vector():
+    assert prompt_hash([1, 2, 3]).hex() == "4636993d3e1da4e9d6b8f87b79e8f7c6d018580d52661950eabc3845c5897a4d"
+    assert prompt_hash([1 + 2 ** 32, 2, 3]) == prompt_hash([1, 2, 3])      # Go's uint32 conversion
+    assert len(prompt_hash([])) == 32
+
+
+def test_fixture_lengths_are_as_documented():
+    assert [len(pieces(t)) for t in (GREETING_ANSWER, FRANCE_ANSWER, ACCENTS_ANSWER, IDS_ANSWER,
+                                      STORY_SHORT, STORY_LONG, *FILLERS)] == [13, 7, 8, 8, 5, 15, 2, 4, 5]
+
+
+def test_table_matches_the_reference_schema(db_path):
+    con = sqlite3.connect(db_path)
+    cols = [(r[1], r[2]) for r in con.execute("PRAGMA table_info(llmd)")]
+    row = con.execute("SELECT prompt_hash, gen_tokens, n_gen_tokens FROM llmd WHERE id = 1").fetchone()
+    con.close()
+    assert cols == [("id", "INTEGER"), ("prompt_hash", "BLOB"), ("gen_tokens", "JSON"), ("n_gen_tokens", "INTEGER")]
+    assert row[0] == prompt_hash(TOK.encode(GREETING)[0])
+    assert row[2] == 13
+    assert '"Strings": ["Hello", "! ", "I ",' in row[1] and row[1].startswith('{"Tokens": [')
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_pick_prefers_a_match_long_enough_and_trims_it(db_path, in_memory):
+    ds = SQLiteDataset(db_path, in_memory=in_memory, sentences=SentenceSource(TOK))
+    ids = TOK.encode(STORY)[0]
+    for seed in range(20):
+        got_pieces, _, reason = ds.pick(random.Random(seed), ids, 8, False)
+        assert (got_pieces, reason) == (pieces(STORY_LONG)[:8], "length")
+    whole = {"".join(ds.pick(random.Random(seed), ids, 100, False)[0]) for seed in range(40)}
+    assert whole == {STORY_SHORT, STORY_LONG}        # none long enough: a random match, whole
+    assert ds.pick(random.Random(0), ids, 15, False)[2] == "length"  # exactly the cap
+    padded, padded_ids, reason = ds.pick(random.Random(3), ids, 40, True)
+    assert len(padded) == len(padded_ids) == 40 and reason == "length"
+    assert "".join(padded).startswith((STORY_SHORT, STORY_LONG))
+    ds.close()
+
+
+def test_pick_falls_back_to_a_random_row_within_the_cap(db_path):
+    ds = SQLiteDataset(db_path, sentences=SentenceSource(TOK))
+    unknown = TOK.encode("nobody recorded this")[0]
+    short = {a for a in ANSWERS if len(pieces(a)) <= 5}
+    seen = set()
+    for seed in range(60):
+        p, ids, reason = ds.pick(random.Random(seed), unknown, 5, False)
+        text = "".join(p)
+        assert text in short and len(ids) == len(p)
+        assert reason == ("length" if len(p) == 5 else "stop")
+        seen.add(text)
+    assert seen == short                                  # every fitting row can be chosen
+    firsts = {pieces(a)[0] for a in ANSWERS}
+    p, _, reason = ds.pick(random.Random(1), unknown, 1, False)  # nothing fits: any row, trimmed
+    assert p[0] in firsts and len(p) == 1 and reason == "length"
+    ds.close()
+
+
+def test_empty_dataset_returns_none(tmp_path):
+    path = tmp_path / "empty.sqlite3"
+    build_dataset(path, [], TOK)
+    ds = SQLiteDataset(str(path), sentences=SentenceSource(TOK))
+    assert ds.size == 0 and ds.pick(random.Random(0), [1, 2], 10, False) is None
+    ds.close()
+
+
+def test_dataset_flags_from_yaml(tmp_path, db_path):
+    cfg_file = tmp_path / "sim.yaml"
+    cfg_file.write_text(f"dataset-path: {db_path}\ndataset-in-memory: true\n")
+    cfg = load_config(["--config", str(cfg_file)], env={})
+    assert (cfg.dataset_path, cfg.dataset_in_memory, cfg.dataset_table_name) == (db_path, True, "llmd")
+    with pytest.raises(ConfigError, match="dataset cannot be defined in echo mode"):
+        load_config(["--config", str(cfg_file), "--mode", "echo"], env={})
+    load_config(["--dataset-url", "http://example.invalid/x.sqlite3"], env={})   # accepted, ignored
+
+
+# ---- served responses --------------------------------------------------------------------------
+def test_chat_prompt_in_dataset_gets_the_stored_response(client):
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=50)
+    assert r.choices[0].message.content == FRANCE_ANSWER
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.completion_tokens == 7
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE)           # no cap: room left
+    assert (r.choices[0].message.content, r.choices[0].finish_reason) == (FRANCE_ANSWER, "stop")
+
+
+def test_chat_keeps_the_exact_text(client):
+    r = client.chat.completions.create(model=MODEL, messages=ACCENTS, max_completion_tokens=8)
+    assert r.choices[0].message.content == ACCENTS_ANSWER
+    assert r.choices[0].finish_reason == "length"          # exactly the cap
+    assert r.usage.completion_tokens == 8
+
+
+def test_completions_prompt_in_dataset_gets_the_stored_response(client):
+    r = client.completions.create(model=MODEL, prompt=GREETING, max_tokens=100)
+    assert (r.choices[0].text, r.choices[0].finish_reason) == (GREETING_ANSWER, "stop")
+    assert r.usage.completion_tokens == 13
+    r = client.completions.create(model=MODEL, prompt=IDS_PROMPT, max_tokens=100)   # token-id prompt
+    assert (r.choices[0].text, r.choices[0].finish_reason) == (IDS_ANSWER, "stop")
+
+
+def test_small_max_tokens_trims_the_stored_response(client):
+    r = client.completions.create(model=MODEL, prompt=GREETING, max_tokens=3)
+    assert (r.choices[0].text, r.choices[0].finish_reason) == ("Hello! I ", "length")
+    assert r.usage.completion_tokens == 3
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=4)
+    assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("The capital of France ", "length")
+
+
+def test_several_matches_prefer_one_long_enough(client):
+    for _ in range(5):
+        r = client.completions.create(model=MODEL, prompt=STORY, max_tokens=8)
+        assert (r.choices[0].text, r.choices[0].finish_reason) == ("Once upon a time there was a simulator ",
+                                                                   "length")
+
+
+def test_ignore_eos_pads_to_exactly_max_tokens(client):
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=20,
+                                       extra_body={"ignore_eos": True})
+    text = r.choices[0].message.content
+    assert text.startswith(FRANCE_ANSWER) and len(text) > len(FRANCE_ANSWER)
+    assert (r.usage.completion_tokens, r.choices[0].finish_reason) == (20, "length")
+    r = client.completions.create(model=MODEL, prompt=GREETING, max_tokens=5, extra_body={"ignore_eos": True})
+    assert (r.choices[0].text, r.usage.completion_tokens) == ("Hello! I am a ", 5)
+
+
+def test_unknown_prompt_gets_a_stored_response_within_the_cap(client):
+    fitting = {a for a in ANSWERS if len(pieces(a)) <= 6}
+    for i in range(8):
+        r = client.chat.completions.create(model=MODEL, max_tokens=6,
+                                           messages=[{"role": "user", "content": f"unknown question {i}"}])
+        assert r.choices[0].message.content in fitting
+        assert r.choices[0].finish_reason == "stop"          # every fitting answer is shorter than 6
+        assert r.usage.completion_tokens == len(pieces(r.choices[0].message.content))
+    r = client.completions.create(model=MODEL, prompt="nobody asked this", max_tokens=1)
+    assert r.choices[0].text in {pieces(a)[0] for a in ANSWERS}
+    assert (r.choices[0].finish_reason, r.usage.completion_tokens) == ("length", 1)
+
+
+def test_streamed_chat_replays_the_stored_response(base):
+    body = {"model": MODEL, "messages": ACCENTS, "stream": True, "max_tokens": 30,
+            "stream_options": {"include_usage": True}}
+    r = httpx.post(base + "/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if e["choices"]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == ACCENTS_ANSWER
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert events[-2]["usage"]["completion_tokens"] == 8
+
+
+def test_seed_makes_dataset_choices_reproducible(sim_server, db_path):
+    def run(base):
+        out = []
+        with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0) as c:
+            for i in range(10):
+                r = c.completions.create(model=MODEL, prompt=f"never seen {i}", max_tokens=50)
+                out.append(r.choices[0].text)
+            for _ in range(4):
+                r = c.completions.create(model=MODEL, prompt=STORY, max_tokens=100)
+                out.append(r.choices[0].text)
+        return out
+
+    a = run(sim_server("--dataset-path", db_path, "--seed", "42", "--max-num-seqs", "3"))
+    b = run(sim_server("--dataset-path", db_path, "--seed", "42", "--max-num-seqs", "4"))
+    assert a == b
+    assert set(a[:10]) <= set(ANSWERS) and len(set(a[:10])) > 1
+
+
+def test_dataset_in_memory_with_custom_table(sim_server, tmp_path_factory):
+    path = tmp_path_factory.mktemp("mem") / "recorded.sqlite3"
+    build_dataset(path, PAIRS, TOK, table="recorded")
+    base = sim_server("--dataset-path", str(path), "--dataset-in-memory", "--dataset-table-name", "recorded")
+    with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0) as c:
+        r = c.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=50)
+        assert (r.choices[0].message.content, r.choices[0].finish_reason) == (FRANCE_ANSWER, "stop")
+        r = c.completions.create(model=MODEL, prompt=GREETING, max_tokens=3)
+    assert (r.choices[0].text, r.choices[0].finish_reason) == ("Hello! I ", "length")
+    cfg = httpx.get(base + "/admin/config", timeout=10).json()
+    assert (cfg["dataset-in-memory"], cfg["dataset-table-name"]) == (True, "recorded")
+
+
+def test_empty_dataset_falls_back_to_predefined_sentences(sim_server, tmp_path_factory):
+    path = tmp_path_factory.mktemp("empty") / "empty.sqlite3"
+    build_dataset(path, [], TOK)
+    base = sim_server("--dataset-path", str(path))
+    r = httpx.post(base + "/v1/completions", json={"model": MODEL, "prompt": GREETING, "max_tokens": 10,
+                                                   "ignore_eos": True}, timeout=30)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["usage"]["completion_tokens"] == 10 and body["choices"][0]["finish_reason"] == "length"
+    assert body["choices"][0]["text"] and body["choices"][0]["text"] != GREETING_ANSWER
+
+
+# ---- start-up errors ---------------------------------------------------------------------------
+def _make_db(path, ddl: str) -> str:
+    con = sqlite3.connect(path)
+    con.execute(ddl)
+    con.commit()
+    con.close()
+    return str(path)
+
+
+def _start(*flags: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, str(ROOT / "app.py"), "--port", str(free_port()), "--host", "127.0.0.1",
+            "--model", MODEL, *flags]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_startup_error_missing_file(tmp_path):
+    missing = str(tmp_path / "nope.sqlite3")
+    r = _start("--dataset-path", missing)
+    assert r.returncode != 0
+    assert f"database file does not exist: {missing}" in r.stderr
+
+
+@pytest.mark.parametrize("ddl,flags,message", [
+    ("CREATE TABLE llmd (id INTEGER, prompt_hash TEXT, gen_tokens JSON, n_gen_tokens INTEGER)", (),
+     "failed to verify database: column prompt_hash has incorrect type: expected BLOB, got TEXT"),
+    ("CREATE TABLE llmd (id INTEGER, prompt_hash BLOB, gen_tokens JSON)", (),
+     "failed to verify database: missing expected column in llmd table: n_gen_tokens"),
+    ("CREATE TABLE llmd (id INTEGER, prompt_hash BLOB, gen_tokens JSON, n_gen_tokens INTEGER)",
+     ("--dataset-table-name", "other"), "failed to verify database: missing expected column in other table: id"),
+])
+def test_startup_error_wrong_schema(tmp_path, ddl, flags, message):
+    path = _make_db(tmp_path / "bad.sqlite3", ddl)
+    r = _start("--dataset-path", path, *flags)
+    assert r.returncode != 0
+    assert message in r.stderr
+
+
+def test_startup_error_not_a_database(tmp_path):
+    path = tmp_path / "junk.sqlite3"
+    path.write_bytes(b"this is not a database file, just some text " * 50)
+    r = _start("--dataset-path", str(path))
+    assert r.returncode != 0
+    assert "failed to verify database: file is not a database" in r.stderr
+
+
+def test_startup_error_echo_mode_with_dataset(db_path):
+    r = _start("--mode", "echo", "--dataset-path", db_path)
+    assert r.returncode != 0
+    assert "dataset cannot be defined in echo mode" in r.stderr
