@@ -39,6 +39,8 @@ def create_app(config: SimConfig | None = None) -> Flask:
         if mod is not None:
             app.register_blueprint(mod.bp)
 
+    app.wsgi_app = _yield_after_each_response(app.wsgi_app)
+
     @app.errorhandler(APIError)
     def _api_error(err: APIError):
         return error_response(err)
@@ -62,6 +64,21 @@ def create_app(config: SimConfig | None = None) -> Flask:
         log.exception("unexpected error")
         return error_response(APIError(f"Internal server error: {type(err).__name__}: {err}", 500))
 
+    return app
+
+
+def _yield_after_each_response(wsgi_app):
+    """Give other connections a turn after every response.
+
+    A gevent socket only yields when a read would block; a keep-alive client that sends its
+    next request at once (load generators do) would otherwise be served again and again while
+    other connections starve (seen with wrk: p50 0.4 ms, p90 200 ms).  ``gevent.sleep(0)`` when
+    the server closes the response puts the greenlet at the back of the run queue."""
+    import gevent
+    from werkzeug.wsgi import ClosingIterator
+
+    def app(environ, start_response):
+        return ClosingIterator(wsgi_app(environ, start_response), gevent.sleep)
     return app
 
 
