@@ -107,6 +107,14 @@ def serve(config: SimConfig) -> None:
     """Run the app under gunicorn: one gevent worker, as the design requires."""
     from gunicorn.app.base import BaseApplication
 
+    if config.tokenizer:
+        # transformers / huggingface_hub fail to import once gevent has patched `select`:
+        # import them in the master, before the worker forks and patches.
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            pass
+
     class SimulatorApplication(BaseApplication):
         def load_config(self):
             self.cfg.set("bind", [f"{config.host}:{config.port}"])

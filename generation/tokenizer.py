@@ -104,26 +104,40 @@ class SimulatedTokenizer:
 
 
 class HFTokenizer:
-    """A real tokenizer loaded from a local path with ``transformers`` (never from a hub).
+    """A real Hugging Face tokenizer loaded from a local path, never from a hub.
 
-    ``encode`` returns ids and the decoded string of each id, so that the pieces join to the
-    generated text as closely as the tokenizer allows."""
+    ``path`` is a ``tokenizer.json`` file or a model directory holding one (loaded with the
+    ``tokenizers`` library); a directory without it (e.g. sentencepiece only) is loaded with
+    ``transformers.AutoTokenizer(local_files_only=True)``.  Pieces are cut from the text at the
+    tokens' offsets, so they join back to the exact text."""
     name = "hf"
 
     def __init__(self, path: str) -> None:
-        from transformers import AutoTokenizer  # heavy import, only when asked for
-        if path.endswith(".json"):
-            from transformers import PreTrainedTokenizerFast
-            self._tok = PreTrainedTokenizerFast(tokenizer_file=path)
+        import os
+        file = path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
+        if os.path.isfile(file):
+            from tokenizers import Tokenizer
+            self._fast = Tokenizer.from_file(file)
+            self._tok = None
         else:
+            from transformers import AutoTokenizer   # heavy; see app.serve (imported before gevent)
             self._tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self._fast = getattr(self._tok, "_tokenizer", None)
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
-        ids = self._tok.encode(text, add_special_tokens=False)
-        return ids, self.id_pieces_text(ids)
-
-    def id_pieces_text(self, ids: Sequence[int]) -> list[str]:
-        return [self._tok.decode([i]) for i in ids]
+        if self._fast is None:
+            ids = self._tok.encode(text, add_special_tokens=False)
+            return ids, self.id_pieces(ids)
+        enc = self._fast.encode(text, add_special_tokens=False)
+        ids = list(enc.ids)
+        if not ids:
+            return [], []
+        starts = [o[0] for o in enc.offsets]
+        starts[0] = 0
+        for k in range(1, len(starts)):              # offsets may repeat for byte-level pieces
+            starts[k] = max(starts[k], starts[k - 1])
+        starts.append(len(text))
+        return ids, [text[starts[k]:starts[k + 1]] for k in range(len(ids))]
 
     def pieces(self, text: str) -> list[str]:
         return self.encode(text)[1]
@@ -132,21 +146,21 @@ class HFTokenizer:
         return self.encode(text)
 
     def count(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False))
+        return len(self.encode(text)[0])
 
     def piece_id(self, piece: str) -> int:
-        ids = self._tok.encode(piece, add_special_tokens=False)
+        ids = self.encode(piece)[0]
         return ids[0] if ids else 0
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids))
+        return (self._fast or self._tok).decode(list(ids))
 
     def decode_ids(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` (vLLM ``/detokenize``)."""
-        return self._tok.decode(list(ids))
+        return self.decode(ids)
 
     def id_pieces(self, ids: Sequence[int]) -> list[str]:
-        return self.id_pieces_text(ids)
+        return [self.decode([i]) for i in ids]
 
 
 # ---------------------------------------------------------------------------------------------
