@@ -90,29 +90,18 @@ def run_to_completion(sim, seqs) -> None:
         sim.complete(seqs)
 
 
-def coalesce(chunks):
-    """Join consecutive SSE chunks into one write; an empty chunk marks a point where the
-    stream is about to wait, so what is buffered goes out then.  Chunks due at the same
-    instant thus cost one socket write instead of one each (clients see the same bytes)."""
-    buf = []
-    for c in chunks:
-        if c:
-            buf.append(c)
-        elif buf:
-            yield b"".join(buf) if len(buf) > 1 else buf[0]
-            buf = []
-    if buf:
-        yield b"".join(buf)
-
-
 def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, batch: bool = False) -> Response:
     """A ``text/event-stream`` response whose chunks are flushed as they are yielded.
-    An empty first chunk makes gunicorn send the headers at once (vLLM sends them before
-    the first token).  With ``sim``/``seqs`` the request is aborted when the client leaves.
-    With ``batch`` the body marks wait points with empty chunks (see :func:`coalesce`)."""
+
+    An empty first chunk makes gunicorn send the headers at once (vLLM sends them before the
+    first token).  With ``sim``/``seqs`` the request is aborted when the client leaves.  With
+    ``batch`` the body marks the points where the stream is about to wait with empty chunks,
+    and chunks due at the same instant go out in one write (clients see the same bytes).
+    The generator is handed to the server as is (``direct_passthrough``): per token it is the
+    only layer between the renderer and the socket."""
     environ = request.environ
 
-    def with_headers_first():
+    def body():
         try:
             yield b""
             if sim is None:
@@ -120,7 +109,18 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
                 return
             with DisconnectWatcher(sim, seqs, environ):
                 try:
-                    yield from (coalesce(body_iter) if batch else body_iter)
+                    if not batch:
+                        yield from body_iter
+                        return
+                    buf = []
+                    for c in body_iter:
+                        if c:
+                            buf.append(c)
+                        elif buf:
+                            yield buf[0] if len(buf) == 1 else b"".join(buf)
+                            buf = []
+                    if buf:
+                        yield b"".join(buf)
                 except ClientDisconnected:
                     return
         finally:
@@ -131,11 +131,11 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
             close = getattr(body_iter, "close", None)
             if close is not None:
                 close()
+            gevent.sleep(0)   # let other keep-alive connections have a turn (see app.py)
     h = dict(SSE_HEADERS)
     if headers:
         h.update(headers)
-    resp = Response(with_headers_first(), status=200, mimetype="text/event-stream", headers=h)
-    return resp
+    return Response(body(), status=200, mimetype="text/event-stream", headers=h, direct_passthrough=True)
 
 
 def request_id(sim: Simulator | None = None) -> str:

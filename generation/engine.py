@@ -13,6 +13,7 @@ adapters may run at once (requests for others wait, and loaded adapters are pref
 """
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import uuid
@@ -432,7 +433,7 @@ class Simulator:
                     metrics.lag.observe_n(0.0, n - 1)
                     metrics.observe_itl_n(0.0, n - 1)
             else:
-                itl_obs = metrics.observe_itl
+                itl_obs = metrics.itl.observe
                 prev = now
                 for k in range(1, n):
                     target += lat.itl(self.running)
@@ -474,14 +475,12 @@ class Simulator:
         sequence still running or waiting."""
         if len(seqs) == 1:
             seq = seqs[0]
-            if flush:
-                for k in self.run(seq):
-                    yield seq, k
-            else:
-                for k in self.run(seq):
-                    if k >= 0:
-                        yield seq, k
-            return
+            if flush:               # C-level pairing: no Python frame per token
+                return zip(itertools.repeat(seq), self.run(seq))
+            return ((seq, k) for k in self.run(seq) if k >= 0)
+        return self._stream_many(seqs, flush)
+
+    def _stream_many(self, seqs: list[Sequence], flush: bool):
         q = gevent.queue.Queue()
         done = object()
 

@@ -61,7 +61,17 @@ class FastHistogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += n
         self.sum += value * n
 
+    def alias(self, name: str, documentation: str) -> "FastHistogram":
+        """The same observations exported under a second name (vLLM's deprecated aliases)."""
+        other = FastHistogram(name, documentation, (), self.labels)
+        other.source = self
+        return other
+
+    source = None
+
     def collect(self):
+        if self.source is not None:
+            self.bounds, self.counts, self.sum = self.source.bounds, self.source.counts, self.source.sum
         fam = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
         cum, acc = [], 0
         for b, c in zip(self.bounds + [float("inf")], self.counts):
@@ -138,9 +148,8 @@ class MetricsRecorder:
         labels = {"model_name": m}
         self.itl = FastHistogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency "
                                  "in seconds.", TPOT_BUCKETS, labels)
-        self.tpot = FastHistogram("vllm:time_per_output_token_seconds", "Histogram of time per output "
-                                  "token in seconds (deprecated alias of inter_token_latency).",
-                                  TPOT_BUCKETS, labels)
+        self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
+                                   "token in seconds (deprecated alias of inter_token_latency).")
         self.lag = FastHistogram("vllm_sim:token_emission_lag_seconds",
                                  "Simulator-specific: actual token emission time minus its scheduled time. "
                                  "Large values mean the simulator, not the simulated model, is the "
@@ -206,9 +215,3 @@ class MetricsRecorder:
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""
         self.itl.observe_n(seconds, n)
-        self.tpot.observe_n(seconds, n)
-
-    def observe_itl(self, seconds: float) -> None:
-        """One measured gap between two tokens of a sequence (per-token, hot path)."""
-        self.itl.observe(seconds)
-        self.tpot.observe(seconds)
