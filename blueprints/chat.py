@@ -153,7 +153,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if seq.tool_calls:
             cmap = call_maps.get(i)
             if cmap is None:
-                cmap = call_maps[i] = _call_index(seq)
+                cmap = call_maps[i] = seq.tool_call_of_piece()
             c = cmap[k]
             tc = seq.tool_calls[c]
             if k == tc["start"]:
@@ -176,11 +176,3 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     if include_usage:
         yield envelope + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
     yield b"data: [DONE]\n\n"
-
-
-def _call_index(seq) -> list:
-    out = [0] * len(seq.pieces)
-    for c, tc in enumerate(seq.tool_calls):
-        for k in range(tc["start"], tc["end"]):
-            out[k] = c
-    return out

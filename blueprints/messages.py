@@ -316,7 +316,7 @@ def stream_message(sim, req, seq, stop_sequence):
                 "type": "content_block_start", "index": c,
                 "content_block": {"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"], "input": {}}})
 
-        call_of = _call_index(seq) if calls else None
+        call_of = seq.tool_call_of_piece() if calls else None
         for _, k in sim.stream([seq]):
             piece = seq.pieces[k]
             if calls:
@@ -345,11 +345,3 @@ def stream_message(sim, req, seq, stop_sequence):
         yield out + _frame("message_stop", {"type": "message_stop"})
     except APIError as e:
         yield _frame("error", anthropic_error_body(e.message, e.status))
-
-
-def _call_index(seq) -> list:
-    out = [0] * len(seq.pieces)
-    for c, tc in enumerate(seq.tool_calls):
-        for k in range(tc["start"], tc["end"]):
-            out[k] = c
-    return out

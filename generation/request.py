@@ -95,6 +95,14 @@ class Sequence:
         self.kv_hashes = None
         self.stop_reason = None          # the stop string that ended the output (vLLM's stop_reason)
 
+    def tool_call_of_piece(self) -> list:
+        """For each piece of ``pieces``, the index of the tool call it belongs to."""
+        out = [0] * len(self.pieces)
+        for c, tc in enumerate(self.tool_calls or ()):
+            for k in range(tc["start"], tc["end"]):
+                out[k] = c
+        return out
+
     def output_text(self) -> str:
         if self.text is None:
             self.text = "".join(self.pieces)
