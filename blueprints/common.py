@@ -3,6 +3,7 @@ run before a generation request reaches the engine (api.md 2.5-2.8).
 """
 from __future__ import annotations
 
+import logging
 import socket
 
 import gevent
@@ -123,6 +124,10 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
                         yield b"".join(buf)
                 except ClientDisconnected:
                     return
+        except Exception as e:         # a bug after the 200 went out: tell the client in-band
+            logging.getLogger("vllm_sim").exception("error while streaming")
+            err = e if isinstance(e, APIError) else APIError(f"Internal server error: {type(e).__name__}: {e}", 500)
+            yield b"data: " + orjson.dumps(err.body()) + b"\n\ndata: [DONE]\n\n"
         finally:
             # However the stream ends (client gone before the first write included), nothing
             # may keep a slot or a queue place.
