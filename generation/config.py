@@ -198,6 +198,9 @@ class SimConfig:
     dataset_path: str = ""
     dataset_table_name: str = "llmd"
     dataset_in_memory: bool = False
+    # fake metrics (engine.md 5.4): the JSON object as given (None = real metrics)
+    fake_metrics: dict | None = None
+    fake_metrics_refresh_interval: float = 0.1
     # environment-derived (not flags)
     pod_ip: str = ""
     pod_name: str = ""
@@ -269,6 +272,11 @@ class SimConfig:
         if not 1 <= self.max_request_body_size_mb <= 512:
             raise ConfigError(f"max-request-body-size-mb must be between 1 MB and 512 MB, "
                               f"got {self.max_request_body_size_mb}")
+        if self.fake_metrics is not None:
+            from .fake_metrics import parse_fake_metrics    # lazy: it imports this module
+            parse_fake_metrics(self.fake_metrics, self.max_model_len)
+            if self.fake_metrics_refresh_interval <= 0:
+                raise ConfigError("fake metrics refresh interval must be positive")
         if not 0 <= self.image_emission_rate <= 100:
             raise ConfigError("image emission rate should be between 0 and 100")
         if self.enable_kvcache and not self.pod_ip:
@@ -365,7 +373,7 @@ _ENV_FIELDS = {"pod_ip", "pod_name", "pod_namespace", "vllm_dev_mode"}
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Option:
-    kind: str          # int | float | str | bool | duration | list | lora
+    kind: str          # int | float | str | bool | duration | list | lora | json
     help: str
 
 
@@ -433,6 +441,9 @@ OPTIONS: dict[str, Option] = {
     "dataset-path": Option("str", "SQLite dataset of recorded responses (random mode)"),
     "dataset-table-name": Option("str", "Table of the dataset"),
     "dataset-in-memory": Option("bool", "Copy the dataset into memory at start-up"),
+    "fake-metrics": Option("json", "Report these values on /metrics instead of measured ones (JSON object; "
+                                   "YAML: an object)"),
+    "fake-metrics-refresh-interval": Option("duration", "Time step of generator-valued fake metrics"),
 }
 
 # Flags vLLM or the reference accept and this simulator ignores.
@@ -440,8 +451,7 @@ IGNORED_OPTIONS = {"mm-processor-kwargs": "str", "ec-transfer-config": "str", "e
                    "enable-prefix-caching": "bool", "tensor-parallel-size": "int", "render-url": "str",
                    "render-timeout": "duration", "mm-render-timeout": "duration", "log-http": "bool",
                    "dataset-url": "str", "kv-events-replay-endpoint": "str",
-                   "kv-events-replay-queue-size": "int", "fake-metrics": "str",
-                   "fake-metrics-refresh-interval": "duration", "ssl-certfile": "str",
+                   "kv-events-replay-queue-size": "int", "ssl-certfile": "str",
                    "ssl-keyfile": "str", "self-signed-certs": "bool"}
 
 
@@ -480,6 +490,11 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
             if isinstance(value, str):
                 return [value]
             return [str(v) for v in value]
+        if kind == "json":                     # CLI: one JSON string; YAML / admin: an object
+            obj = json.loads(value) if isinstance(value, str) else value
+            if obj is not None and not isinstance(obj, dict):
+                raise ValueError("must be a JSON object")
+            return obj
         if kind == "lora":
             items = value if isinstance(value, list) else [value]
             out = []

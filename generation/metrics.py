@@ -1,5 +1,8 @@
 """vLLM's Prometheus metrics, recorded from measured times (engine.md section 5, vLLM v1 names).
 
+With ``--fake-metrics`` the exported registry holds chosen values instead
+(:mod:`generation.fake_metrics`); the measured ones are still recorded, unexported.
+
 Every series carries ``model_name`` = the first served model name.  Request-level values are
 observed when a sequence finishes successfully; aborted and rejected requests record nothing.
 Histograms are hot (per token for inter-token latency and the simulator's own emission lag, a
@@ -110,9 +113,9 @@ class MetricsRecorder:
                                ["max_lora", "running_lora_adapters", "waiting_lora_adapters"], registry=r)
         self._lora_state = None
         self.lora_info.labels(str(config.max_loras), "", "").set(time.time())
-        Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-              ["block_size", "num_gpu_blocks"], registry=r).labels(
-            str(config.block_size), str(config.kv_cache_size)).set(1)
+        cache_info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                           ["block_size", "num_gpu_blocks"], registry=r)
+        cache_info.labels(str(config.block_size), str(config.kv_cache_size)).set(1)
         self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of "
                                       "number of queried tokens.", lbl, registry=r).labels(m)
         self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of "
@@ -157,6 +160,17 @@ class MetricsRecorder:
         for h in (self.itl, self.tpot, self.lag):
             r.register(h)
         self.token_lag = self.lag.observe
+        self.fake = None
+        if getattr(config, "fake_metrics", None) is not None:
+            # Fake metrics (engine.md 5.4): real recording goes on unexported; /metrics exports
+            # the fake values, the constant cache config and the simulator's own lag histogram.
+            from .fake_metrics import FakeMetricsCollector   # lazy: it imports this module
+            docs = {fam.name: fam.documentation for fam in r.collect()}
+            self.real_registry = r
+            self.fake = FakeMetricsCollector(config, docs)
+            self.registry = CollectorRegistry(auto_describe=True)
+            for c in (cache_info, self.fake, self.lag):
+                self.registry.register(c)
 
     # ---- engine hooks ----------------------------------------------------------------------
     def running_changed(self, sim) -> None:

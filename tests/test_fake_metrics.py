@@ -1,0 +1,389 @@
+"""Fake metrics (reference engine.md 5.4 and 11 items 10, 32-35; api.md 5.13): ``/metrics``
+reports configured values, fixed or generated over time, and ``POST /admin/config`` /
+``POST /fake_metrics`` change them partially.  Through the real server, parsed with
+prometheus_client's own parser; generator maths and YAML parsing also in-process.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ROOT, free_port
+from generation.config import ConfigError, load_config
+from generation.fake_metrics import (FakeMetricsCollector, Generator, materialise, parse_fake_metrics,
+                                     parse_generator)
+from generation.metrics import MetricsRecorder
+
+CHAT = "/v1/chat/completions"
+LORAS = [{"running": "lora4,lora2", "waiting": "lora3", "timestamp": 1257894567},
+         {"running": "lora4,lora3", "waiting": "", "timestamp": 1257894569}]
+
+
+def samples_of(text: str) -> dict:
+    """``{(sample_name, frozenset(labels.items())): value}`` of a Prometheus text body."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def scrape(base: str) -> dict:
+    r = httpx.get(base + "/metrics", timeout=10)
+    assert r.status_code == 200
+    return samples_of(r.text)
+
+
+def get(samples: dict, name: str, **labels):
+    """A sample's value, or None when the series does not exist."""
+    labels.setdefault("model_name", "test-model")
+    labels = {k: v for k, v in labels.items() if v is not None}     # model_name=None: no such label
+    return samples.get((name, frozenset(labels.items())))
+
+
+def names(samples: dict) -> set:
+    return {name for name, _ in samples}
+
+
+def buckets(samples: dict, name: str) -> dict:
+    """``{le: cumulative count}`` of a histogram, le as float."""
+    return {float(dict(lbl)["le"]): v for (n, lbl), v in samples.items() if n == name + "_bucket"}
+
+
+def fake_server(sim_server, obj: dict, *flags: str) -> str:
+    return sim_server("--fake-metrics", json.dumps(obj), *flags)
+
+
+def admin(base: str, fake: dict) -> httpx.Response:
+    return httpx.post(base + "/admin/config", json={"fake-metrics": fake}, timeout=10)
+
+
+# ---- engine.md 11 item 32: fixed values ----------------------------------------------------
+FIXED = {"running-requests": 10, "waiting-requests": 30, "kv-cache-usage": 0.4, "loras": LORAS,
+         "ttft-buckets-values": [1, 2, 3], "tpot-buckets-values": [0, 0, 4],
+         "e2erl-buckets-values": [0, 5], "request-prompt-tokens": [10, 20, 30],
+         "request-success-total": {"stop": 20, "length": 3},
+         "prefix-cache-hits": 40, "prefix-cache-queries": 100}
+
+
+def test_fixed_values_are_reported(sim_server):
+    base = fake_server(sim_server, FIXED)
+    m = scrape(base)
+    assert get(m, "vllm:num_requests_running") == 10
+    assert get(m, "vllm:num_requests_waiting") == 30
+    assert get(m, "vllm:kv_cache_usage_perc") == 0.4
+    # per-bucket counts become cumulative buckets
+    ttft = buckets(m, "vllm:time_to_first_token_seconds")
+    assert (ttft[0.001], ttft[0.005], ttft[0.01], ttft[0.02], ttft[float("inf")]) == (1, 3, 6, 6, 6)
+    assert len(ttft) == 23
+    assert get(m, "vllm:time_to_first_token_seconds_count") == 6
+    assert get(m, "vllm:time_to_first_token_seconds_sum") == pytest.approx(1 * 0.001 + 2 * 0.005 + 3 * 0.01)
+    for name in ("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds"):
+        tpot = buckets(m, name)
+        assert (tpot[0.025], tpot[0.05], tpot[float("inf")]) == (0, 4, 4)
+    e2e = buckets(m, "vllm:e2e_request_latency_seconds")
+    assert (e2e[0.3], e2e[0.5], e2e[7680.0], e2e[float("inf")]) == (0, 5, 5, 5)
+    prompt = buckets(m, "vllm:request_prompt_tokens")
+    assert (prompt[1], prompt[2], prompt[5], prompt[1000], prompt[float("inf")]) == (10, 30, 60, 60, 60)
+    assert get(m, "vllm:request_prompt_tokens_sum") == 200
+    assert get(m, "vllm:prompt_tokens_total") == 200
+    # lora series: one per entry, value = the timestamp
+    lora = {(dict(lbl)["running_lora_adapters"], dict(lbl)["waiting_lora_adapters"]): v
+            for (n, lbl), v in m.items() if n == "vllm:lora_requests_info"}
+    assert lora == {("lora4,lora2", "lora3"): 1257894567.0, ("lora4,lora3", ""): 1257894569.0}
+    assert all(dict(lbl)["max_lora"] == "1" for (n, lbl), _ in m.items() if n == "vllm:lora_requests_info")
+    # all five finish reasons exist, missing ones 0
+    success = {dict(lbl)["finished_reason"]: v for (n, lbl), v in m.items() if n == "vllm:request_success_total"}
+    assert success == {"stop": 20, "length": 3, "tool_calls": 0, "remote_decode": 0, "cache_threshold": 0}
+    assert get(m, "vllm:prefix_cache_hits_total") == 40
+    assert get(m, "vllm:prefix_cache_queries_total") == 100
+    # constant info stays; nothing configured -> no series
+    assert get(m, "vllm:cache_config_info", model_name=None, block_size="16", num_gpu_blocks="1024") == 1
+    for absent in ("vllm:request_queue_time_seconds_count", "vllm:generation_tokens_total",
+                   "vllm:request_generation_tokens_count", "vllm:request_params_max_tokens_count"):
+        assert absent not in names(m)
+
+
+def test_real_requests_do_not_change_fake_metrics(sim_server):
+    base = fake_server(sim_server, FIXED)
+    before = scrape(base)
+    for _ in range(2):
+        r = httpx.post(base + CHAT, json={"model": "test-model", "max_tokens": 5,
+                                          "messages": [{"role": "user", "content": "hello there"}]}, timeout=30)
+        assert r.status_code == 200
+    after = scrape(base)
+    assert {k: v for k, v in after.items() if not k[0].startswith("vllm_sim:")} == \
+        {k: v for k, v in before.items() if not k[0].startswith("vllm_sim:")}
+
+
+def test_admin_config_shows_fake_metrics(sim_server):
+    base = fake_server(sim_server, FIXED)
+    cfg = httpx.get(base + "/admin/config", timeout=10).json()
+    assert cfg["fake-metrics"] == FIXED
+    assert cfg["fake-metrics-refresh-interval"] == "100ms"
+    assert httpx.get(sim_server() + "/admin/config", timeout=10).json()["fake-metrics"] is None
+
+
+def test_unset_gauges_are_zero_and_default_lora_series(sim_server):
+    t0 = time.time()
+    base = fake_server(sim_server, {"e2erl-buckets-values": [1]})
+    m = scrape(base)
+    assert get(m, "vllm:num_requests_running") == 0
+    assert get(m, "vllm:num_requests_waiting") == 0
+    assert get(m, "vllm:kv_cache_usage_perc") == 0
+    lora = [(dict(lbl), v) for (n, lbl), v in m.items() if n == "vllm:lora_requests_info"]
+    assert len(lora) == 1
+    labels, ts = lora[0]
+    assert labels == {"max_lora": "1", "running_lora_adapters": "", "waiting_lora_adapters": ""}
+    assert t0 - 60 <= ts <= time.time()
+    assert "vllm:time_to_first_token_seconds_count" not in names(m)
+    assert "vllm:prompt_tokens_total" not in names(m)
+
+
+# ---- engine.md 11 item 33: generators --------------------------------------------------------
+def test_generators_through_the_server(sim_server):
+    base = fake_server(sim_server, {"kv-cache-usage": "ramp:0:1:700ms",
+                                    "waiting-requests": "squarewave:10:15:400ms",
+                                    "running-requests": "oscillate:0:8:1s"})
+    # restart the ramp with a period the test can follow on a loaded machine
+    assert admin(base, {"kv-cache-usage": "ramp:0:1:3s"}).status_code == 200
+    kv, waiting, running = [], set(), set()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 6:
+        m = scrape(base)
+        kv.append(get(m, "vllm:kv_cache_usage_perc"))
+        waiting.add(get(m, "vllm:num_requests_waiting"))
+        running.add(get(m, "vllm:num_requests_running"))
+        if kv[-1] == 1 and time.monotonic() - t0 > 3.5:
+            break
+        time.sleep(0.25)
+    assert kv[0] < 0.5
+    assert kv[-1] == 1
+    rising = [v for v in kv if v < 1]
+    assert len(rising) >= 3
+    assert all(a < b for a, b in zip(rising, rising[1:])), kv      # strictly increasing until 1
+    assert all(v == 1 for v in kv[len(rising):]), kv                # then stays at 1
+    assert waiting == {10, 15}
+    assert running <= set(range(9)) and len(running) >= 2          # integers in [0, 8]
+
+
+def test_generator_functions():
+    ms = 1_000_000
+    ramp = parse_generator("ramp:0:1:700ms")
+    assert ramp == Generator("ramp", 0.0, 1.0, 700 * ms)
+    assert [ramp.value(t * ms) for t in (0, 350, 699, 700, 5000)] == [0, 0.5, pytest.approx(699 / 700), 1, 1]
+    reset = parse_generator("rampreset:1:0:550ms")
+    assert [reset.value(t * ms) for t in (0, 275, 550, 600)] == [1, 0.5, 1, pytest.approx(1 - 50 / 550)]
+    sq = parse_generator("squarewave:10:15:400ms")
+    assert [sq.value(t * ms) for t in (0, 199, 200, 399, 400, 650)] == [10, 10, 15, 15, 10, 15]
+    osc = parse_generator("oscillate:0:30:60s")
+    assert [osc.value(t * 1000 * ms) for t in (0, 15, 30, 45)] == pytest.approx([15, 30, 15, 0])
+
+
+def test_gauges_are_quantised_and_counts_truncated():
+    clock = [0]
+    cfg = load_config(["--fake-metrics", '{"running-requests": "ramp:0:10:1s", "kv-cache-usage": "ramp:0:1:1s"}',
+                      "--fake-metrics-refresh-interval", "200ms"])
+    fake = FakeMetricsCollector(cfg, {}, clock=lambda: clock[0])
+    clock[0] = 390_000_000                    # 390 ms -> evaluated at 200 ms
+    assert fake.gauge_value("kv-cache-usage") == pytest.approx(0.2)
+    assert fake.gauge_value("running-requests") == 2
+    clock[0] = 450_000_000                    # evaluated at 400 ms
+    assert fake.gauge_value("running-requests") == 4
+    fake.update(parse_fake_metrics({"running-requests": "ramp:0:10:1s"}, 1024, partial=True))
+    assert fake.gauge_value("running-requests") == 0     # a new generator starts at t = 0
+    fake.update({"running-requests": 7.0})
+    clock[0] = 10**10
+    assert fake.gauge_value("running-requests") == 7
+
+
+def test_materialise_counts():
+    cum, total_sum, total = materialise([10, 20, 30], [1.0, 2.0, 5.0, 10.0])
+    assert cum == [("1.0", 10), ("2.0", 30), ("5.0", 60), ("10.0", 60), ("+Inf", 60)]
+    assert (total_sum, total) == (200, 200)
+    cum, total_sum, total = materialise([0, 0, 0, 0, 2], [1.0, 2.0, 5.0, 10.0])
+    assert cum[-1] == ("+Inf", 2) and cum[-2] == ("10.0", 0)
+    assert (total_sum, total) == (22, 22)                 # +Inf bucket observes last bound + 1
+
+
+# ---- engine.md 11 item 34: runtime updates ---------------------------------------------------
+def test_admin_partial_updates(sim_server):
+    base = fake_server(sim_server, {"request-prompt-tokens": [1, 2, 3], "total-prompt-tokens": 12345,
+                                    "running-requests": 3, "ttft-buckets-values": [5]})
+    m = scrape(base)
+    assert get(m, "vllm:prompt_tokens_total") == 12345
+    assert buckets(m, "vllm:request_prompt_tokens")[5] == 6
+    # a new histogram without a total: histogram replaced, counter = derived total 10*1 + 20*2
+    r = admin(base, {"request-prompt-tokens": [10, 20]})
+    assert r.status_code == 200, r.text
+    assert r.json()["fake-metrics"]["request-prompt-tokens"] == [10, 20]
+    m = scrape(base)
+    assert get(m, "vllm:prompt_tokens_total") == 50
+    prompt = buckets(m, "vllm:request_prompt_tokens")
+    assert (prompt[1], prompt[2], prompt[float("inf")]) == (10, 30, 30)
+    assert get(m, "vllm:num_requests_running") == 3            # absent keys unchanged
+    assert buckets(m, "vllm:time_to_first_token_seconds")[0.001] == 5
+    # only a total: counter reset to it, histogram kept
+    assert admin(base, {"total-prompt-tokens": 58}).status_code == 200
+    m = scrape(base)
+    assert get(m, "vllm:prompt_tokens_total") == 58
+    assert buckets(m, "vllm:request_prompt_tokens")[2] == 30
+    # histograms replace (not accumulate); null leaves a key unchanged
+    assert admin(base, {"ttft-buckets-values": [0, 2], "running-requests": None}).status_code == 200
+    m = scrape(base)
+    ttft = buckets(m, "vllm:time_to_first_token_seconds")
+    assert (ttft[0.001], ttft[0.005]) == (0, 2)
+    assert get(m, "vllm:num_requests_running") == 3
+    # [] clears: histogram and derived total disappear
+    assert admin(base, {"request-prompt-tokens": []}).status_code == 200
+    m = scrape(base)
+    assert "vllm:request_prompt_tokens_count" not in names(m)
+    assert "vllm:prompt_tokens_total" not in names(m)
+
+
+def test_admin_rejects_invalid_updates_and_changes_nothing(sim_server):
+    base = fake_server(sim_server, {"kv-cache-usage": 0.3, "request-success-total": {"stop": 1}})
+    cases = [({"kv-cache-usage": 2}, "fake metrics KV cache usage must be between 0 and 1"),
+             ({"running-requests": -1}, "fake metrics request counters cannot be negative"),
+             ({"waiting-requests": "sawtooth:0:1:1s"}, "invalid fake metrics generation function sawtooth"),
+             ({"prefix-cache-hits": 5}, "prefix-cache-hits and prefix-cache-queries must be specified together"),
+             ({"request-success-total": {"done": 1}}, "invalid finish reason in request-success-total: done"),
+             ({"ttft-buckets-values": [1, -1]},
+              "time-to-first-token fake metrics should contain only non-negative"),
+             ({"ttft-buckets-values": [0] * 24}, "fake time-to-first-token array is too long"),
+             ({"e2erl-buckets-values": "1,2"}, "e2erl-buckets-values must be a list of integers"),
+             ({"no-such-metric": 1}, "unknown fake metrics field 'no-such-metric'")]
+    for fake, message in cases:
+        r = httpx.post(base + "/admin/config", json={"fake-metrics": fake, "time-to-first-token": "1s"},
+                       timeout=10)
+        assert r.status_code == 400, fake
+        assert message in r.json()["error"]["message"], (fake, r.json())
+    r = httpx.post(base + "/admin/config", json={"fake-metrics": [1]}, timeout=10)
+    assert r.status_code == 400
+    m = scrape(base)
+    assert get(m, "vllm:kv_cache_usage_perc") == 0.3
+    assert get(m, "vllm:request_success_total", finished_reason="stop") == 1
+    cfg = httpx.get(base + "/admin/config", timeout=10).json()
+    assert cfg["time-to-first-token"] == "0s"
+    assert cfg["fake-metrics"] == {"kv-cache-usage": 0.3, "request-success-total": {"stop": 1}}
+    # success map and prefix counters: replace, {} clears
+    assert admin(base, {"request-success-total": {"length": 4}, "prefix-cache-hits": 1,
+                        "prefix-cache-queries": 2}).status_code == 200
+    m = scrape(base)
+    assert get(m, "vllm:request_success_total", finished_reason="stop") == 0
+    assert get(m, "vllm:request_success_total", finished_reason="length") == 4
+    assert (get(m, "vllm:prefix_cache_hits_total"), get(m, "vllm:prefix_cache_queries_total")) == (1, 2)
+    assert admin(base, {"request-success-total": {}, "loras": []}).status_code == 200
+    m = scrape(base)
+    assert "vllm:request_success_total" not in names(m)
+    lora = [dict(lbl)["running_lora_adapters"] for (n, lbl), _ in m.items() if n == "vllm:lora_requests_info"]
+    assert lora == [""]
+
+
+def test_deprecated_fake_metrics_endpoint(sim_server):
+    base = fake_server(sim_server, {"running-requests": 1}, "--max-loras", "2")
+    r = httpx.post(base + "/fake_metrics", json={"running-requests": 4, "loras": LORAS[:1]}, timeout=10)
+    assert r.status_code == 204 and r.content == b""
+    m = scrape(base)
+    assert get(m, "vllm:num_requests_running") == 4
+    assert get(m, "vllm:lora_requests_info", model_name=None, max_lora="2", running_lora_adapters="lora4,lora2",
+               waiting_lora_adapters="lora3") == 1257894567
+    assert httpx.get(base + "/admin/config", timeout=10).json()["fake-metrics"]["running-requests"] == 4
+    r = httpx.post(base + "/fake_metrics", json={"kv-cache-usage": 7}, timeout=10)
+    assert r.status_code == 500
+    assert r.json()["error"]["message"] == \
+        "Failed to update fake metrics: fake metrics KV cache usage must be between 0 and 1"
+    assert get(scrape(base), "vllm:kv_cache_usage_perc") == 0
+
+
+# ---- engine.md 11 item 35: a real-metrics server refuses updates -----------------------------
+def test_real_metrics_server_rejects_updates(server):
+    r = admin(server, {"running-requests": 1})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == \
+        "the simulator is reporting real metrics; fake metrics cannot be updated"
+    r = httpx.post(server + "/fake_metrics", json={"running-requests": 1}, timeout=10)
+    assert r.status_code == 500
+    assert r.json()["error"]["message"] == ("Failed to update fake metrics: the simulator is reporting real "
+                                            "metrics; fake metrics cannot be updated")
+    assert httpx.get(server + "/admin/config", timeout=10).json()["fake-metrics"] is None
+
+
+# ---- engine.md 11 item 10: start-up validation -----------------------------------------------
+@pytest.mark.parametrize("fake, message", [
+    ({"running-requests": "squarewave:0:8:170"},
+     'unknown format in fake metric generation function: time: missing unit in duration "170"'),
+    ({"waiting-requests": "rampreset:0:8"},
+     "unknown format in fake metric generation function: need func:start:end:period in fake metric generation"),
+    ({"kv-cache-usage": "ramp:0:5:10s"}, "fake metrics KV cache usage start and end must be between 0 and 1"),
+    ({"prefix-cache-hits": 100},
+     "fake metrics prefix-cache-hits and prefix-cache-queries must be specified together"),
+])
+def test_startup_rejects_invalid_fake_metrics(fake, message):
+    p = subprocess.run([sys.executable, str(ROOT / "app.py"), "--port", str(free_port()), "--host", "127.0.0.1",
+                        "--fake-metrics", json.dumps(fake)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert message in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (['{"waiting-requests": "squarewave:0:8:0s"}'],
+     "invalid fake metrics generation parameter: period must be positive"),
+    (['{"running-requests": 19, "kv-cache-usage": 40}'], "fake metrics KV cache usage must be between 0 and 1"),
+    (['{"kv-cache-usage": "ramp:0:-8:10s"}'],
+     "invalid fake metrics generation parameter: start and end must not be negative"),
+    (['{"running-requests": "ramp:x:8:1s"}'],
+     'unknown format in fake metric generation function: strconv.ParseFloat: parsing "x": invalid syntax'),
+    (['{"waiting-requests": -3}'], "fake metrics request counters cannot be negative"),
+    (['{"tpot-buckets-values": [' + ",".join(["1"] * 21) + "]}"], "fake time-per-output-token array is too long"),
+    (['{"request-prompt-tokens": [1, 1, 1, 1, 1, 1]}', "--max-model-len", "10"],     # 1, 2, 5, 10, +Inf
+     "fake metrics request-prompt-tokens array is too long (at most 5 values)"),
+    (['{"request-generation-tokens": [1, -1]}'],
+     "fake metrics request-generation-tokens cannot contain negative values"),
+    (['{"request-success-total": {"stop": -1}}'],
+     "fake metrics request-success-total.stop cannot be negative, got -1"),
+    (['{"request-success-total": {"eos": 1}}'],
+     "invalid finish reason in request-success-total: eos (valid reasons: [stop length tool_calls remote_decode "
+     "cache_threshold])"),
+    (['{"prefix-cache-hits": 10, "prefix-cache-queries": 5}'],
+     "fake metrics prefix-cache-hits cannot exceed prefix-cache-queries"),
+    (['{"running-requests": 1}', "--fake-metrics-refresh-interval", "0"],
+     "fake metrics refresh interval must be positive"),
+    (['[1, 2]'], "invalid value for --fake-metrics"),
+    (['{"running-requests": 1'], "invalid value for --fake-metrics"),
+])
+def test_config_rejects_invalid_fake_metrics(args, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(["--fake-metrics"] + args)
+    assert message in str(e.value)
+
+
+def test_yaml_fake_metrics_object(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "model: yaml-model\n"
+        "fake-metrics-refresh-interval: 250ms\n"
+        "fake-metrics:\n"
+        "  running-requests: 5\n"
+        "  waiting-requests: 'squarewave:1:2:2s'\n"
+        "  request-generation-tokens: [0, 3]\n"
+        "  loras:\n"
+        "    - '{\"running\":\"a,b\",\"waiting\":\"c\",\"timestamp\":1257894567}'\n")
+    cfg = load_config(["--config", str(path)])
+    assert cfg.fake_metrics_refresh_interval == 0.25
+    m = samples_of(generate_latest(MetricsRecorder(cfg).registry).decode())
+    assert get(m, "vllm:num_requests_running", model_name="yaml-model") == 5
+    assert get(m, "vllm:num_requests_waiting", model_name="yaml-model") == 1
+    assert get(m, "vllm:generation_tokens_total", model_name="yaml-model") == 6
+    assert get(m, "vllm:lora_requests_info", model_name=None, max_lora="1", running_lora_adapters="a,b",
+               waiting_lora_adapters="c") == 1257894567
+    # the command line replaces the whole YAML object
+    cfg = load_config(["--config", str(path), "--fake-metrics", '{"running-requests": 2}'])
+    assert cfg.fake_metrics == {"running-requests": 2}
