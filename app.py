@@ -115,8 +115,9 @@ def serve(config: SimConfig) -> None:
     if config.tokenizer:
         # transformers / huggingface_hub fail to import once gevent has patched `select`:
         # import them in the master, before the worker forks and patches.
+        import importlib
         try:
-            import transformers  # noqa: F401 (imported for its side effect)
+            importlib.import_module("transformers")
         except ImportError:
             pass
 
