@@ -18,7 +18,7 @@ from generation import logprobs as lp
 from schemas.chat import chat_request_schema
 from schemas.common import load
 
-from .common import (REMOTE_DECODE_PARAMS, check_kv_transfer, dumps, effective_max_tokens, header_checks,
+from .common import (CHUNK_END, REMOTE_DECODE_PARAMS, ChunkFrame, check_kv_transfer, dumps, effective_max_tokens, header_checks,
                      json_response, parse_json_body, request_id, response_headers, run_to_completion, simulator,
                      sse_response,
                      usage)
@@ -120,25 +120,16 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int):
-    """SSE body.  Chunk prefixes are rendered once; per token only the piece is serialised."""
-    envelope = (b'data: {"id":' + dumps(f"chatcmpl-{req.request_id}") + b',"object":"chat.completion.chunk",'
-                b'"created":' + str(int(time.time())).encode() + b',"model":' + dumps(req.model) + b',"choices":[')
-    head = envelope + b'{"index":'
+    """SSE body.  Chunk prefixes are rendered once (:class:`ChunkFrame`); per token only the
+    piece is serialised."""
+    frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
+    heads, tail = frame.heads, frame.tail
     started = [False] * len(seqs)
-    emitted = [0] * len(seqs)
-    p_total = sum({s.prompt_index: s.prompt_len for s in seqs}.values())
     call_maps = {}
 
-    def usage_tail(extra: int = 0) -> bytes:
-        if not continuous:
-            return b"}\n\n"
-        c = sum(emitted) + extra
-        return b',"usage":' + dumps({"prompt_tokens": p_total, "total_tokens": p_total + c,
-                                     "completion_tokens": c}) + b"}\n\n"
-
     def role_chunk(i: int) -> bytes:
-        return (head + str(i).encode() + b',"delta":{"role":"assistant","content":""},"logprobs":null,'
-                b'"finish_reason":null}]' + usage_tail())
+        return (heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,'
+                b'"finish_reason":null}]' + tail())
 
     for seq, k in sim.stream(seqs, flush=True):
         if k < 0:
@@ -148,7 +139,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if not started[i]:
             started[i] = True
             yield role_chunk(i)
-        emitted[i] += 1
+        end = tail(1) if continuous else CHUNK_END
         piece = seq.pieces[k]
         if seq.tool_calls:
             cmap = call_maps.get(i)
@@ -161,18 +152,17 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            yield (head + str(i).encode() + b',"delta":' + dumps(delta) +
-                   b',"logprobs":null,"finish_reason":null}]' + usage_tail())
+            yield heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null}]' + end
             continue
         logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
-        yield (head + str(i).encode() + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
-               b',"finish_reason":null}]' + usage_tail())
+        yield (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
+               b',"finish_reason":null}]' + end)
     for seq in seqs:
         i = seq.index
         if not started[i] and seq.finish_reason != "cache_threshold":
             yield role_chunk(i)
-        yield (head + str(i).encode() + b',"delta":{},"logprobs":null,"finish_reason":' +
-               dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + usage_tail())
+        yield (heads[i] + b',"delta":{},"logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
+               b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
     if include_usage:
-        yield envelope + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
+        yield frame.usage_chunk(request_usage(seqs))
     yield b"data: [DONE]\n\n"

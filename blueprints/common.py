@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 
 import gevent
 import orjson
@@ -141,6 +142,35 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
     if headers:
         h.update(headers)
     return Response(body(), status=200, mimetype="text/event-stream", headers=h, direct_passthrough=True)
+
+
+CHUNK_END = b"}\n\n"
+
+
+class ChunkFrame:
+    """Pre-rendered pieces of an OpenAI chunk stream (chat and completions), so that per token
+    only the piece is serialised: ``heads[i]`` opens a chunk for choice ``i`` up to its index,
+    ``tail(n)`` closes a chunk after ``n`` more generated tokens (with the running usage when
+    ``stream_options.continuous_usage_stats`` is on, else the constant :data:`CHUNK_END`)."""
+
+    def __init__(self, chunk_id: str, obj: str, model: str, seqs, continuous: bool):
+        self.envelope = (b'data: {"id":' + dumps(chunk_id) + b',"object":"' + obj.encode() + b'","created":' +
+                         str(int(time.time())).encode() + b',"model":' + dumps(model) + b',"choices":[')
+        self.heads = [self.envelope + b'{"index":' + str(s.index).encode() for s in seqs]
+        self.continuous = continuous
+        self.prompt_tokens = sum({s.prompt_index: s.prompt_len for s in seqs}.values())
+        self.completion_tokens = 0
+
+    def tail(self, generated: int = 0) -> bytes:
+        if not self.continuous:
+            return CHUNK_END
+        self.completion_tokens += generated
+        p, c = self.prompt_tokens, self.completion_tokens
+        return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}) + CHUNK_END
+
+    def usage_chunk(self, usage_obj: dict) -> bytes:
+        """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage."""
+        return self.envelope + b'],"usage":' + dumps(usage_obj) + CHUNK_END
 
 
 def request_id(sim: Simulator | None = None) -> str:

@@ -19,7 +19,7 @@ from schemas.common import load
 from schemas.completions import completion_request_schema
 
 from .chat import request_usage
-from .common import (REMOTE_DECODE_PARAMS, check_kv_transfer, dumps, effective_max_tokens, header_checks,
+from .common import (CHUNK_END, REMOTE_DECODE_PARAMS, ChunkFrame, check_kv_transfer, dumps, effective_max_tokens, header_checks,
                      json_response, parse_json_body, request_id, response_headers, run_to_completion, simulator,
                      sse_response)
 
@@ -119,41 +119,30 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
                       echo_prompt: bool):
-    envelope = (b'data: {"id":' + dumps(f"cmpl-{req.request_id}") + b',"object":"text_completion",'
-                b'"created":' + str(int(time.time())).encode() + b',"model":' + dumps(req.model) + b',"choices":[')
-    head = envelope + b'{"index":'
-    emitted = [0] * len(seqs)
+    """SSE body: no role chunk; one chunk per token; a finish chunk with empty ``text`` per choice."""
+    frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
+    heads, tail = frame.heads, frame.tail
     offsets = [0] * len(seqs)
-    p_total = sum({s.prompt_index: s.prompt_len for s in seqs}.values())
-
-    def tail() -> bytes:
-        if not continuous:
-            return b"}\n\n"
-        c = sum(emitted)
-        return b',"usage":' + dumps({"prompt_tokens": p_total, "total_tokens": p_total + c,
-                                     "completion_tokens": c}) + b"}\n\n"
-
     if echo_prompt:
         for s in seqs:
-            yield (head + str(s.index).encode() + b',"text":' + dumps("".join(prompt_pieces(sim.tokenizer, s))) +
+            yield (heads[s.index] + b',"text":' + dumps("".join(prompt_pieces(sim.tokenizer, s))) +
                    b',"logprobs":null,"finish_reason":null,"stop_reason":null}]' + tail())
     for seq, k in sim.stream(seqs, flush=True):
         if k < 0:
             yield b""          # flush: the next token is not due yet
             continue
         i = seq.index
-        emitted[i] += 1
         piece = seq.pieces[k]
         if top is not None:
             logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
             offsets[i] += len(piece)
         else:
             logprobs = b"null"
-        yield (head + str(i).encode() + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
-               b',"finish_reason":null,"stop_reason":null}]' + tail())
+        yield (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
+               b',"finish_reason":null,"stop_reason":null}]' + (tail(1) if continuous else CHUNK_END))
     for seq in seqs:
-        yield (head + str(seq.index).encode() + b',"text":"","logprobs":null,"finish_reason":' +
-               dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
+        yield (heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
+               b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
     if include_usage:
-        yield envelope + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
+        yield frame.usage_chunk(request_usage(seqs))
     yield b"data: [DONE]\n\n"

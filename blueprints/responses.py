@@ -196,8 +196,8 @@ def create_response():
     sim = simulator()
     body = parse_json_body()
     data = load(responses_request_schema, body)
-    rid = request_id()
-    force_ct = header_checks()
+    rid = request_id(sim)
+    force_ct = header_checks(sim)
     mot = data.get("max_output_tokens")
     if mot is not None and mot <= 0:
         raise APIError("max_output_tokens: must be a positive integer", 400, "max_output_tokens")

@@ -35,7 +35,7 @@ monotonic = time.monotonic
 
 
 class ClientDisconnected(Exception):
-    """Raised into a request's greenlet when its client went away (the request is aborted)."""
+    """Raised in a request's greenlet when it wakes after :meth:`Simulator.cancel` aborted it."""
 
 
 def context_error(max_len: int, prompt: int, completion: int) -> APIError:
@@ -306,8 +306,7 @@ class Simulator:
                 return
             waiting.remove(pick)
             now = monotonic()
-            self.metrics.queue_time(now - pick.enqueued_at)
-            self._start(pick, now)
+            self._start(pick, now)             # queue time is observed when the request finishes
             self.metrics.waiting_changed(self)
             pick.event.set()
 

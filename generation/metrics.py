@@ -191,9 +191,6 @@ class MetricsRecorder:
             self._lora_state = state
             self.lora_info.labels(str(self.config.max_loras), *state).set(time.time())
 
-    def queue_time(self, seconds: float) -> None:
-        pass   # observed once per finished request in finished()
-
     def finished(self, sim, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts."""
         reason = seq.finish_reason

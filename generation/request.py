@@ -67,7 +67,7 @@ class Sequence:
     __slots__ = ("request", "index", "prompt_index", "prompt", "prompt_len", "cached_tokens",
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
-                 "event", "greenlet", "text", "kv_blocks", "kv_hashes", "stop_reason")
+                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -89,7 +89,6 @@ class Sequence:
         self.first_token_at = 0.0
         self.finished_at = 0.0
         self.event = None
-        self.greenlet = None
         self.text = None
         self.kv_blocks = None
         self.kv_hashes = None

@@ -56,9 +56,6 @@ class SimulatedTokenizer:
         pid = self.piece_id
         return [pid(p) for p in pcs], pcs
 
-    def count(self, text: str) -> int:
-        return sum(1 for _ in _PIECE.finditer(text))
-
     def encode_lossless(self, text: str) -> tuple[list[int], list[str]]:
         """Like :meth:`encode`, but characters the pattern drops stay attached to the piece
         before them (or the first piece), so ``"".join(pieces) == text``.  Echo mode uses
@@ -71,11 +68,6 @@ class SimulatedTokenizer:
         pieces = [text[starts[k]:starts[k + 1]] for k in range(len(starts) - 1)]
         return [self.piece_id(p) for p in pieces], pieces
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Ids are hashes, so text cannot be recovered; the ids are rendered as ``"1,2,3"``
-        (what echo mode shows for a token-id prompt)."""
-        return ",".join(str(i) for i in ids)
-
     def id_pieces(self, ids: Sequence[int]) -> list[str]:
         """Pieces standing for pre-tokenized ids: ``[1,2,3]`` -> ``["1,", "2,", "3"]``."""
         n = len(ids)
@@ -84,8 +76,8 @@ class SimulatedTokenizer:
     def decode_ids(self, ids: Sequence[int]) -> str:
         """Best-effort text of ``ids`` (vLLM ``/detokenize``): an id this tokenizer has produced
         (any text encoded since start, incl. the random-mode sentences) becomes its piece; a run
-        of unknown ids is rendered as their decimals joined by commas, as :meth:`decode` does
-        (FNV ids cannot be inverted)."""
+        of unknown ids is rendered as their decimals joined by commas, as echo mode shows a
+        token-id prompt (FNV ids cannot be inverted)."""
         known = self._pieces
         out: list[str] = []
         unknown: list[str] = []
@@ -144,9 +136,6 @@ class HFTokenizer:
 
     def encode_lossless(self, text: str) -> tuple[list[int], list[str]]:
         return self.encode(text)
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text)[0])
 
     def piece_id(self, piece: str) -> int:
         ids = self.encode(piece)[0]

@@ -44,10 +44,6 @@ class StrictBool(fields.Boolean):
         return value
 
 
-class StrictStr(fields.String):
-    pass
-
-
 class StringOrList(fields.Field):
     """``stop``: a string or a list of strings; normalised to a list."""
 
@@ -166,6 +162,6 @@ def load(schema: Schema, body) -> dict:
         raise APIError(f"{path}: {msg}" if path else msg, 400, path or None) from None
 
 
-__all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "StrictFloat", "StrictBool", "StrictStr", "StringOrList",
+__all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "StrictFloat", "StrictBool", "StringOrList",
            "StreamOptionsSchema", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]
