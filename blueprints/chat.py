@@ -26,8 +26,7 @@ from .common import (CHUNK_END, REMOTE_DECODE_PARAMS, ChunkFrame, check_kv_trans
 bp = Blueprint("chat", __name__)
 
 
-def build_chat_request(sim, data: dict, rid: str, force_cache_threshold: bool, api: str = "chat",
-                       n: int | None = None) -> GenerationRequest:
+def build_chat_request(sim, data: dict, rid: str, force_cache_threshold: bool, n: int | None = None) -> GenerationRequest:
     """Validated chat body -> engine request (shared with the Anthropic and Responses APIs,
     which are translated to chat messages first).  Raises APIError."""
     model, lora = sim.resolve_model(data.get("model"))
@@ -56,7 +55,7 @@ def build_chat_request(sim, data: dict, rid: str, force_cache_threshold: bool, a
         ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
         response_format=data.get("response_format"), stop=data.get("stop"), kv_transfer_params=kv,
         cache_hit_threshold=data.get("cache_hit_threshold"), force_cache_threshold=force_cache_threshold,
-        api=api, max_tool_calls=1 if data.get("parallel_tool_calls") is False else None)
+        max_tool_calls=1 if data.get("parallel_tool_calls") is False else None)
 
 
 @bp.post("/v1/chat/completions")

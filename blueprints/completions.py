@@ -67,7 +67,7 @@ def create_completion():
         request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items), n=n or 1,
         max_tokens=max_tokens, ignore_eos=ignore_eos, stream=stream, stop=data.get("stop"),
         kv_transfer_params=kv, cache_hit_threshold=data.get("cache_hit_threshold"),
-        force_cache_threshold=force_ct, api="completions")
+        force_cache_threshold=force_ct)
     seqs = sim.prepare(req)
     sim.admit(seqs)
     headers = response_headers(rid, sim)

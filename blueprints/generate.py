@@ -74,7 +74,7 @@ def generate():
         prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
     req = GenerationRequest(
         request_id=rid, model=model, lora=lora, prompts=[prompt], n=n or 1, max_tokens=max_tokens,
-        ignore_eos=ignore_eos, stream=stream, kv_transfer_params=kv, api="generate")
+        ignore_eos=ignore_eos, stream=stream, kv_transfer_params=kv)
     seqs = sim.prepare(req)
     sim.admit(seqs)
     headers = response_headers(rid)

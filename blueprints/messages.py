@@ -221,7 +221,7 @@ def create_message():
     data = load(messages_request_schema, body)
     rid = request_id(sim)
     force_ct = header_checks(sim)
-    req = build_chat_request(sim, _chat_body(data), rid, force_ct, api="messages", n=1)
+    req = build_chat_request(sim, _chat_body(data), rid, force_ct, n=1)
     if (data.get("tool_choice") or {}).get("disable_parallel_tool_use"):
         req.max_tool_calls = 1
     seqs = sim.prepare(req)

@@ -211,7 +211,7 @@ def create_response():
     chat = {"model": data.get("model"), "messages": to_chat_messages(inp), "tools": tools, "tool_choice": choice,
             "max_tokens": mot, "ignore_eos": data.get("ignore_eos"), "stream": data.get("stream"),
             "kv_transfer_params": data.get("kv_transfer_params"), "response_format": rf}
-    req = build_chat_request(sim, chat, rid, force_ct, api="responses", n=1)
+    req = build_chat_request(sim, chat, rid, force_ct, n=1)
     if tool_turn:
         req.max_tool_calls = 1
     if sim.config.mode == "echo":

@@ -44,7 +44,6 @@ class GenerationRequest:
     kv_transfer_params: dict | None = None
     cache_hit_threshold: float | None = None
     force_cache_threshold: bool = False
-    api: str = "chat"               # chat | completions | messages | responses | generate
     max_tool_calls: int | None = None
 
     @property
