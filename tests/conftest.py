@@ -20,10 +20,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(span: int = 1) -> int:
+    """A free port ``p`` such that ``p .. p+span-1`` are all free (data-parallel ranks)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            for extra in range(1, span):
+                with socket.socket() as t:
+                    t.bind(("127.0.0.1", port + extra))
+        except OSError:
+            continue
+        return port
 
 
 class ServerPool:
@@ -34,7 +43,10 @@ class ServerPool:
         key = (flags, tuple(sorted((env or {}).items())), model)
         if key in self.procs:
             return self.procs[key][1]
-        port = free_port()
+        span = 1
+        if "--data-parallel-size" in flags:
+            span = int(flags[flags.index("--data-parallel-size") + 1])
+        port = free_port(span)
         args = [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1"]
         if model and "--model" not in flags:
             args += ["--model", model]
