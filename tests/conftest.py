@@ -1,8 +1,27 @@
-"""Test fixtures: real simulator processes (``python app.py``) on free ports.
+"""Test fixtures for the three tiers.
 
-``sim_server(*flags, env=None)`` starts (or reuses, keyed by flags and env) a server and
-returns its base URL; servers live until the end of the test session.  ``server`` is the
-default one (``--model test-model``).  Helpers parse SSE bodies the way clients do.
+* unit tests import the code directly;
+* in-process tests drive the Flask app through ``httpx.WSGITransport`` (no socket, no
+  process; streaming bodies are collected by the transport, fine for SSE assertions but not
+  for timing).  The engine's ``gevent.sleep``/``Event`` run in the main greenlet, so several
+  in-process requests can overlap with ``gevent.spawn``;
+* ``@pytest.mark.server`` tests start real ``python app.py`` processes (SDKs over the
+  network, ZMQ, signals, TLS, timing under gevent).  Servers are reused within a test module
+  and stopped when the module ends.  Any test that uses ``sim_server``/``server``/
+  ``echo_server``/``live_client`` is marked ``server`` automatically.
+
+Fixture API (all factories cache by flags+env within a module):
+
+``app_client(*flags, env=None, model="test-model") -> SimClient``   in-process
+``live_client(*flags, env=None, model="test-model") -> SimClient``  real server
+``sim_server(*flags, env=None, model="test-model") -> str``         real server base URL
+``api`` / ``echo_api``        in-process default / ``--mode echo`` clients
+``server`` / ``echo_server``  real-server base URLs (default / echo)
+``any_api``                   parametrized: in-process, then a real server (marked)
+
+A :class:`SimClient` is an ``httpx.Client`` with ``base_url`` set (``client.post("/v1/...")``),
+``.url`` (base URL string), ``.app``/``.sim`` (in-process only), and ``.openai()`` /
+``.anthropic()`` returning SDK clients that go through the same transport.
 """
 from __future__ import annotations
 
@@ -18,8 +37,97 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SERVER_FIXTURES = {"_pool", "sim_server", "server", "echo_server", "live_client"}
+INPROC_URL = "http://sim"
 
 
+def _clean_env(env: dict | None) -> dict:
+    """The environment a simulator sees: ours without pod variables, plus ``env``."""
+    out = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE", "POD_IP")}
+    out.update(env or {})
+    return out
+
+
+def _argv(flags: tuple, model: str | None) -> list:
+    args = []
+    if model and "--model" not in flags:
+        args += ["--model", model]
+    return args + list(flags)
+
+
+class SimClient(httpx.Client):
+    """``httpx.Client`` bound to one simulator (in-process app or real server)."""
+
+    def __init__(self, url: str, app=None, **kw):
+        transport = httpx.WSGITransport(app=app) if app is not None else None
+        super().__init__(base_url=url, transport=transport, timeout=kw.pop("timeout", 30), **kw)
+        self.url = url
+        self.app = app
+
+    @property
+    def sim(self):
+        """The in-process :class:`generation.engine.Simulator`."""
+        return self.app.extensions["simulator"]
+
+    def openai(self, **kw):
+        import openai
+        kw.setdefault("api_key", "x")
+        kw.setdefault("max_retries", 0)
+        kw.setdefault("timeout", 30)
+        if self.app is not None:
+            kw.setdefault("http_client", httpx.Client(transport=httpx.WSGITransport(app=self.app)))
+        return openai.OpenAI(base_url=self.url + "/v1", **kw)
+
+    def anthropic(self, **kw):
+        import anthropic
+        kw.setdefault("api_key", "sk-ant-test")
+        kw.setdefault("max_retries", 0)
+        kw.setdefault("timeout", 30)
+        if self.app is not None:
+            import httpx2     # the anthropic SDK's own httpx fork
+            kw.setdefault("http_client", httpx2.Client(transport=httpx2.WSGITransport(app=self.app)))
+        return anthropic.Anthropic(base_url=self.url, **kw)
+
+
+def make_app(*flags: str, env: dict | None = None, model: str | None = "test-model"):
+    """A Flask app as ``python app.py [flags]`` would serve it (same argv and environment)."""
+    from app import create_app
+    from generation.config import load_config
+    return create_app(load_config(_argv(flags, model), env=_clean_env(env)))
+
+
+@pytest.fixture(scope="module")
+def app_client():
+    """Factory: ``app_client("--mode", "echo", env={...})`` -> in-process :class:`SimClient`."""
+    cache: dict = {}
+
+    def get(*flags: str, env: dict | None = None, model: str | None = "test-model") -> SimClient:
+        key = (flags, tuple(sorted((env or {}).items())), model)
+        if key not in cache:
+            cache[key] = SimClient(INPROC_URL, app=make_app(*flags, env=env, model=model))
+        return cache[key]
+    yield get
+    for c in cache.values():
+        kv = getattr(c.sim, "kv_cache", None)
+        if kv is not None and hasattr(kv, "close"):
+            kv.close()
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def api(app_client) -> SimClient:
+    return app_client()
+
+
+@pytest.fixture(scope="module")
+def echo_api(app_client) -> SimClient:
+    return app_client("--mode", "echo")
+
+
+# ---- real servers ------------------------------------------------------------------------------
 def free_port(span: int = 1) -> int:
     """A free port ``p`` such that ``p .. p+span-1`` are all free (data-parallel ranks)."""
     while True:
@@ -36,6 +144,8 @@ def free_port(span: int = 1) -> int:
 
 
 class ServerPool:
+    """``python app.py`` processes keyed by (flags, env, model)."""
+
     def __init__(self):
         self.procs: dict = {}
 
@@ -48,14 +158,10 @@ class ServerPool:
             span = int(flags[flags.index("--data-parallel-size") + 1])
         port = free_port(span)
         args = [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1"]
-        if model and "--model" not in flags:
-            args += ["--model", model]
-        args += list(flags)
-        penv = {k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE", "POD_IP")}
-        penv.update(env or {})
+        args += _argv(flags, model)
         log = open(ROOT / ".pytest_cache" / f"server-{port}.log", "wb") if (ROOT / ".pytest_cache").is_dir() \
             else subprocess.DEVNULL
-        proc = subprocess.Popen(args, cwd=ROOT, env=penv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, cwd=ROOT, env=_clean_env(env), stdout=log, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -65,7 +171,7 @@ class ServerPool:
                 if httpx.get(base + "/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(0.1)
+                time.sleep(0.05)
         else:
             proc.kill()
             raise RuntimeError("server did not start")
@@ -80,9 +186,11 @@ class ServerPool:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
+        self.procs.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def _pool():
     (ROOT / ".pytest_cache").mkdir(exist_ok=True)
     pool = ServerPool()
@@ -90,22 +198,52 @@ def _pool():
     pool.stop_all()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def sim_server(_pool):
-    """Factory: ``sim_server("--mode", "echo", env={...})`` -> base URL."""
+    """Factory: ``sim_server("--mode", "echo", env={...})`` -> base URL of a real server."""
     return _pool.start
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def live_client(_pool):
+    """Factory: like ``sim_server`` but returns a :class:`SimClient` on that server."""
+    clients: dict = {}
+
+    def get(*flags: str, env: dict | None = None, model: str | None = "test-model") -> SimClient:
+        base = _pool.start(*flags, env=env, model=model)
+        if base not in clients:
+            clients[base] = SimClient(base)
+        return clients[base]
+    yield get
+    for c in clients.values():
+        c.close()
+
+
+@pytest.fixture(scope="module")
 def server(sim_server) -> str:
     return sim_server()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def echo_server(sim_server) -> str:
     return sim_server("--mode", "echo")
 
 
+@pytest.fixture(params=["inproc", pytest.param("server", marks=pytest.mark.server)])
+def any_api(request) -> SimClient:
+    """The default simulator in-process, then as a real server (SDKs over the network)."""
+    if request.param == "inproc":
+        return request.getfixturevalue("api")
+    return request.getfixturevalue("live_client")()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
+
+# ---- SSE helpers -------------------------------------------------------------------------------
 def sse_events(body: str) -> list:
     """``data:`` payloads of an SSE body, in order; JSON decoded except ``[DONE]``."""
     out = []
