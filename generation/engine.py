@@ -24,10 +24,10 @@ import gevent.queue
 from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
-from .errors import APIError
+from .errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
 from .latency import LatencyModel
 from .metrics import MetricsRecorder
-from .request import GenerationRequest, Sequence
+from .request import GenerationRequest, SeqState, Sequence
 from .text import SentenceSource, sample_capped_length, sample_default_length
 from .tokenizer import HFTokenizer, SimulatedTokenizer, flatten_messages
 
@@ -38,12 +38,12 @@ class ClientDisconnected(Exception):
     """Raised in a request's greenlet when it wakes after :meth:`Simulator.cancel` aborted it."""
 
 
-def context_error(max_len: int, prompt: int, completion: int) -> APIError:
-    """vLLM's context-length 400."""
-    return APIError(
+def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthError:
+    """vLLM's context-length error."""
+    return ContextLengthError(
         f"This model's maximum context length is {max_len} tokens. However, you requested "
         f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the completion). "
-        f"Please reduce the length of the messages or completion.", 400)
+        f"Please reduce the length of the messages or completion.")
 
 
 class LoraRegistry:
@@ -126,13 +126,13 @@ class Simulator:
     def resolve_model(self, model) -> tuple[str, str | None]:
         """Map a request's ``model`` to ``(display name, lora name or None)``.
 
-        Raises APIError 404 ``The model `X` does not exist.`` for anything not served."""
+        Raises ModelNotFound (``The model `X` does not exist.``) for anything not served."""
         names = self.config.served_names
         if model in names:
             return names[0], None
         if isinstance(model, str) and model in self.loras.paths:
             return model, model
-        raise APIError(f"The model `{'' if model is None else model}` does not exist.", 404, "model")
+        raise ModelNotFound(model)
 
     # ---- tokenization ---------------------------------------------------------------------
     def tokenize_text(self, text: str) -> tuple[list, list]:
@@ -146,7 +146,7 @@ class Simulator:
         """Validate ``req`` against the context window and decide each choice's output.
 
         Returns the sequences prompt-major (prompt 0 choices 0..n-1, prompt 1 ...).
-        Raises APIError 400 for context-window violations (seeds: echo needs
+        Raises ContextLengthError / InvalidParam for context-window violations (seeds: echo needs
         ``2 * prompt <= max-model-len`` and ``echo length <= max_tokens``; random needs
         ``prompt + 1 <= max-model-len`` and caps max_tokens to the room left)."""
         cfg = self.config
@@ -160,10 +160,9 @@ class Simulator:
                     raise context_error(max_len, p, p)
                 echo_len = len(prompt.echo_pieces or ())
                 if req.max_tokens is not None and echo_len > req.max_tokens:
-                    raise APIError(
+                    raise InvalidParam(
                         f"The echoed prompt is {echo_len} tokens long but max_tokens is {req.max_tokens}: "
-                        f"echo mode cannot truncate its response. Please increase max_tokens.", 400,
-                        "max_tokens")
+                        f"echo mode cannot truncate its response. Please increase max_tokens.", "max_tokens")
             elif p + 1 > max_len:
                 raise context_error(max_len, p, req.max_tokens or 1)
             for c in range(req.n):
@@ -210,7 +209,7 @@ class Simulator:
             if req.response_format and self.tool_synthesizer is not None:
                 self.tool_synthesizer.apply_response_format(req, seq)
         if req.stop:
-            self._apply_stop(req.stop, seq)
+            seq.cut_at_stop(req.stop)
         seq.completion_tokens = len(seq.pieces)
         if req.remote_decode:
             seq.finish_reason = "remote_decode"
@@ -226,41 +225,19 @@ class Simulator:
         rate = seq.cached_tokens / seq.prompt_len if seq.prompt_len else 0.0
         return rate < t
 
-    @staticmethod
-    def _apply_stop(stops: list, seq: Sequence) -> None:
-        """Cut the output before the first stop string (vLLM: the stop string is not returned);
-        finish_reason becomes ``stop``."""
-        text = "".join(seq.pieces)
-        found = [(i, s) for s in stops if s for i in (text.find(s),) if i >= 0]
-        if not found:
-            return
-        cut, seq.stop_reason = min(found)
-        pieces, ids, pos = [], [], 0
-        for piece, tid in zip(seq.pieces, seq.ids):
-            if pos >= cut:
-                break
-            if pos + len(piece) > cut:
-                piece = piece[:cut - pos]
-            pieces.append(piece)
-            ids.append(tid)
-            pos += len(piece)
-        seq.pieces, seq.ids = pieces, ids
-        seq.text = None
-        seq.finish_reason = "stop"
-
     # ---- scheduling -----------------------------------------------------------------------
     def admit(self, seqs: list[Sequence]) -> None:
         """Place every sequence in a running slot or the waiting queue, all or nothing.
 
-        Raises APIError 429 ``Failed to enqueue request, waiting requests queue is full``
-        (vLLM's envelope) when the queue cannot take them; nothing is admitted then."""
+        Raises QueueFullError (``Failed to enqueue request, waiting requests queue is full``)
+        when the queue cannot take them; nothing is admitted then."""
         now = monotonic()
         cfg = self.config
         admitted = []
         for seq in seqs:
             seq.arrival = now
             if seq.finish_reason == "cache_threshold":
-                seq.state = "instant"
+                seq.state = SeqState.INSTANT
                 if self.kv_cache is not None:    # the reference stores and counts these too
                     self.kv_cache.start(seq)
                     self.kv_cache.finish(seq)
@@ -268,7 +245,7 @@ class Simulator:
             if self.running < cfg.max_num_seqs and not self.waiting and self.loras.can_run(seq.lora):
                 self._start(seq, now)
             elif len(self.waiting) < cfg.max_waiting_queue_length:
-                seq.state = "waiting"
+                seq.state = SeqState.WAITING
                 seq.enqueued_at = now
                 seq.event = Event()
                 self.waiting.append(seq)
@@ -276,11 +253,11 @@ class Simulator:
             else:
                 for s in admitted:
                     self.abort(s)
-                raise APIError("Failed to enqueue request, waiting requests queue is full", 429)
+                raise QueueFullError()
             admitted.append(seq)
 
     def _start(self, seq: Sequence, now: float) -> None:
-        seq.state = "running"
+        seq.state = SeqState.RUNNING
         seq.started_at = now
         self.running += 1
         self.loras.acquire(seq.lora)
@@ -312,14 +289,14 @@ class Simulator:
 
     def _release(self, seq: Sequence) -> None:
         state = seq.state
-        if state == "running":
+        if state == SeqState.RUNNING:
             self.running -= 1
             self.loras.release(seq.lora)
             if self.kv_cache is not None:
                 self.kv_cache.finish(seq)
             self.metrics.running_changed(self)
             self._schedule()
-        elif state == "waiting":
+        elif state == SeqState.WAITING:
             try:
                 self.waiting.remove(seq)
             except ValueError:
@@ -329,39 +306,50 @@ class Simulator:
     def abort(self, seq: Sequence) -> None:
         """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot;
         nothing is recorded as a success."""
-        if seq.state in ("running", "waiting"):
+        if seq.state in (SeqState.RUNNING, SeqState.WAITING):
             self._release(seq)
-        seq.state = "aborted"
+        seq.state = SeqState.ABORTED
 
     # ---- running --------------------------------------------------------------------------
     def _wait_for_slot(self, seq: Sequence) -> None:
-        if seq.state == "waiting":
+        if seq.state == SeqState.WAITING:
             seq.event.wait()
-        if seq.state == "aborted":
+        if seq.state == SeqState.ABORTED:
             raise ClientDisconnected()
 
     @staticmethod
-    def _sleep(seq: Sequence, seconds: float) -> None:
-        """``gevent.sleep`` that :meth:`cancel` can cut short (the request is then aborted)."""
+    def _sleep(seq: Sequence, until: float) -> None:
+        """Sleep until ``monotonic() >= until`` (never earlier); :meth:`cancel` can cut it short
+        (the request is then aborted and ClientDisconnected raised).
+
+        libev starts a timer from the loop's cached time, which lags the real clock after CPU
+        work: a plain ``gevent.sleep(d)`` can wake several ms early under load (issue 8).  So the
+        loop's clock is refreshed first, and the deadline re-checked on waking."""
         hub = get_hub()
-        timer = hub.loop.timer(seconds)
-        waiter = Waiter(hub)
-        seq.event = waiter
-        timer.start(waiter.switch, None)
-        try:
-            waiter.get()
-        finally:
-            timer.close()
-            seq.event = None
-        if seq.state == "aborted":
-            raise ClientDisconnected()
+        loop = hub.loop
+        while True:
+            loop.update_now()
+            delay = until - monotonic()
+            if delay <= 0:
+                return
+            timer = loop.timer(delay)
+            waiter = Waiter(hub)
+            seq.event = waiter
+            timer.start(waiter.switch, None)
+            try:
+                waiter.get()
+            finally:
+                timer.close()
+                seq.event = None
+            if seq.state == SeqState.ABORTED:
+                raise ClientDisconnected()
 
     def cancel(self, seqs) -> None:
         """The client went away: abort every unfinished sequence now (slot freed, queue left,
         no success recorded) and wake their greenlets, which then raise ClientDisconnected."""
         hub = get_hub()
         for seq in seqs:
-            if seq.state in ("running", "waiting", "instant"):
+            if seq.state in (SeqState.RUNNING, SeqState.WAITING, SeqState.INSTANT):
                 self.abort(seq)
                 ev = seq.event
                 if isinstance(ev, Event):
@@ -372,7 +360,7 @@ class Simulator:
     def expects_delay(self, seqs) -> bool:
         """Whether running ``seqs`` will wait at all (then a disconnect watcher is worth it)."""
         c = self.config
-        if any(s.state == "waiting" for s in seqs):
+        if any(s.state == SeqState.WAITING for s in seqs):
             return True
         return (c.time_to_first_token > 0 or c.inter_token_latency > 0 or c.prefill_overhead > 0
                 or c.prefill_time_per_token > 0 or c.kv_cache_transfer_latency > 0
@@ -389,10 +377,10 @@ class Simulator:
         phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
         exception aborts the sequence; :meth:`cancel` makes it raise ClientDisconnected."""
         try:
-            if seq.state == "instant":
+            if seq.state == SeqState.INSTANT:
                 seq.finished_at = monotonic()
                 self.metrics.finished(self, seq)
-                seq.state = "done"
+                seq.state = SeqState.DONE
                 return
             self._wait_for_slot(seq)
             lat = self.latency
@@ -407,7 +395,7 @@ class Simulator:
             if target > now:
                 if per_token:
                     yield -1
-                sleep(seq, target - now)
+                sleep(seq, target)
                 now = monotonic()
             seq.first_token_at = now
             if n:
@@ -421,7 +409,7 @@ class Simulator:
                     target += itl * (n - 1)
                     now = monotonic()
                     if target > now:
-                        sleep(seq, target - now)
+                        sleep(seq, target)
                         now = monotonic()
                     lag(now - target)
                     metrics.lag.observe_n(0.0, n - 2)
@@ -440,7 +428,7 @@ class Simulator:
                     if target > now:
                         if per_token:
                             yield -1
-                        sleep(seq, target - now)
+                        sleep(seq, target)
                         now = monotonic()
                     lag(now - target)
                     itl_obs(now - prev)
@@ -450,14 +438,14 @@ class Simulator:
             seq.finished_at = monotonic()
             metrics.finished(self, seq)
         finally:
-            if seq.state in ("running", "waiting"):
+            if seq.state in (SeqState.RUNNING, SeqState.WAITING):
                 if seq.finished_at:
                     self._release(seq)
-                    seq.state = "done"
+                    seq.state = SeqState.DONE
                 else:
                     self.abort(seq)
-            elif seq.state == "instant":
-                seq.state = "done"
+            elif seq.state == SeqState.INSTANT:
+                seq.state = SeqState.DONE
 
     def run_to_end(self, seq: Sequence) -> None:
         """Non-streaming: the same timing as :meth:`run`, without waking per token when the
@@ -504,7 +492,7 @@ class Simulator:
                     continue
                 if k >= 0:
                     yield s, k
-            if any(s.state == "aborted" for s in seqs):
+            if any(s.state == SeqState.ABORTED for s in seqs):
                 raise ClientDisconnected()
         finally:
             self._stop_all(greenlets, seqs)
@@ -514,7 +502,7 @@ class Simulator:
             if not g.dead:
                 g.kill(block=False)
         for s in seqs:
-            if s.state in ("running", "waiting"):
+            if s.state in (SeqState.RUNNING, SeqState.WAITING):
                 self.abort(s)
 
     def complete(self, seqs: list[Sequence]) -> None:
@@ -532,7 +520,7 @@ class Simulator:
         greenlets = [gevent.spawn(worker, s) for s in seqs]
         try:
             gevent.joinall(greenlets, raise_error=True)
-            if any(s.state == "aborted" for s in seqs):
+            if any(s.state == SeqState.ABORTED for s in seqs):
                 raise ClientDisconnected()
         finally:
             self._stop_all(greenlets, seqs)

@@ -9,6 +9,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import sse_events
@@ -285,3 +286,37 @@ def test_metrics_measure_latency(sim_server):
     assert value(m, "vllm:inter_token_latency_seconds_bucket", le="0.075") == 0
     assert value(m, "vllm:inter_token_latency_seconds_bucket", le="0.1") == 3
     assert 0.4 <= value(m, "vllm:e2e_request_latency_seconds_sum") <= 0.8
+
+
+@pytest.mark.server
+def test_no_token_leaves_early_under_concurrent_load(sim_server):
+    """Issue 8: 100 concurrent streams, TTFT 20 ms, ITL 5 ms.  The server's own TTFT histogram
+    has no observation at or below the configured 20 ms, the emission-lag histogram none below 0,
+    and no client sees its first token before 20 ms after sending the request."""
+    base = sim_server("--time-to-first-token", "20ms", "--inter-token-latency", "5ms", "--max-num-seqs", "200")
+    before = scrape(base)
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 8, "ignore_eos": True, "stream": True}
+
+    def first_token(i):
+        t0 = time.monotonic()
+        first = None
+        with httpx.stream("POST", base + CHAT, json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if first is None and '"content":"' in line and '"content":""' not in line:
+                    first = time.monotonic() - t0
+        return first
+
+    threads, res = run_concurrently(first_token, 100)
+    for t in threads:
+        t.join()
+    assert None not in res
+    assert min(res) >= 0.020, min(res)
+    after = scrape(base)
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("vllm:time_to_first_token_seconds_count") == 100
+    assert delta("vllm:time_to_first_token_seconds_bucket", le="0.02") == 0
+    assert delta("vllm:inter_token_latency_seconds_count") == 700
+    assert delta("vllm:inter_token_latency_seconds_bucket", le="+Inf") == 700
