@@ -1,4 +1,5 @@
-"""Chat and completions through the real server: the openai SDK and raw httpx.
+"""Chat and completions in-process (the openai SDK and raw httpx over the WSGI transport); the
+SDK happy paths, the CLI and data-parallel ranks also run against real servers.
 
 Covers cases C01, C03, C05, C07, C08, C09, C14, C26 of ../shared/cases and the seeds'
 echo/random rules.
@@ -19,8 +20,8 @@ CHAT = "/v1/chat/completions"
 COMPL = "/v1/completions"
 
 
-def client(base: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+def client(base) -> openai.OpenAI:
+    return base.openai(api_key="x", max_retries=0)
 
 
 def is_sentence_text(text: str) -> bool:
@@ -40,12 +41,12 @@ def is_sentence_text(text: str) -> bool:
 
 
 def post(base, path, body, **kw):
-    return httpx.post(base + path, json=body, timeout=30, **kw)
+    return base.post(path, json=body, timeout=30, **kw)
 
 
 # ---- SDK happy paths ------------------------------------------------------------------------
-def test_sdk_chat_non_stream_and_stream(server):
-    c = client(server)
+def test_sdk_chat_non_stream_and_stream(any_api):
+    c = client(any_api)
     r = c.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "Hello there"}],
                                   max_tokens=10)
     assert r.object == "chat.completion" and r.model == "test-model"
@@ -69,8 +70,8 @@ def test_sdk_chat_non_stream_and_stream(server):
     assert usage.completion_tokens == len(TOK.pieces(text))
 
 
-def test_sdk_completions_non_stream_and_stream(server):
-    c = client(server)
+def test_sdk_completions_non_stream_and_stream(any_api):
+    c = client(any_api)
     r = c.completions.create(model="test-model", prompt="This is a test.", max_tokens=7)
     assert r.object == "text_completion" and r.usage.prompt_tokens == 5
     assert is_sentence_text(r.choices[0].text)
@@ -80,8 +81,8 @@ def test_sdk_completions_non_stream_and_stream(server):
     assert is_sentence_text("".join(pieces))
 
 
-def test_sdk_models(sim_server):
-    base = sim_server("--model", "Qwen/Qwen3-0.6B", "--served-model-name", "alias-a", "alias-b",
+def test_sdk_models(app_client):
+    base = app_client("--model", "Qwen/Qwen3-0.6B", "--served-model-name", "alias-a", "alias-b",
                       "--max-model-len", "2048", model=None)
     models = client(base).models.list()
     assert [m.id for m in models.data] == ["alias-a", "alias-b"]
@@ -92,15 +93,15 @@ def test_sdk_models(sim_server):
     (CHAT, {"messages": [{"role": "user", "content": "Test"}]}),
     (COMPL, {"prompt": "Test"}),
 ])
-def test_c01_stream_without_stream_options(server, path, body):
-    r = post(server, path, {"model": "test-model", "max_tokens": 20, "stream": True, **body})
+def test_c01_stream_without_stream_options(api, path, body):
+    r = post(api, path, {"model": "test-model", "max_tokens": 20, "stream": True, **body})
     assert r.status_code == 200
     events = sse_events(r.text)
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert all(c.get("usage") is None for c in chunks)
     assert sum(1 for c in chunks for ch in c["choices"] if ch.get("finish_reason")) == 1
-    assert httpx.get(server + "/health").status_code == 200
+    assert api.get("/health").status_code == 200
 
 
 # ---- C03: include_usage -> one trailing usage chunk ----------------------------------------
@@ -108,8 +109,8 @@ def test_c01_stream_without_stream_options(server, path, body):
     (CHAT, {"messages": [{"role": "user", "content": "Hello there"}]}),
     (COMPL, {"prompt": "Hello there"}),
 ])
-def test_c03_include_usage_trailer(server, path, body):
-    r = post(server, path, {"model": "test-model", "max_tokens": 5, "stream": True,
+def test_c03_include_usage_trailer(api, path, body):
+    r = post(api, path, {"model": "test-model", "max_tokens": 5, "stream": True,
                             "stream_options": {"include_usage": True}, **body})
     chunks = sse_events(r.text)[:-1]
     with_usage = [i for i, c in enumerate(chunks) if c.get("usage")]
@@ -128,8 +129,8 @@ def test_c03_include_usage_trailer(server, path, body):
     (CHAT, {"messages": [{"role": "user", "content": "hi"}]}, "chat.completion.chunk"),
     (COMPL, {"prompt": "hi"}, "text_completion"),
 ])
-def test_c05_sse_framing(server, path, body, obj):
-    with httpx.stream("POST", server + path, json={"model": "test-model", "max_tokens": 5, "stream": True, **body},
+def test_c05_sse_framing(api, path, body, obj):
+    with api.stream("POST", path, json={"model": "test-model", "max_tokens": 5, "stream": True, **body},
                       timeout=10) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         raw = r.read().decode()
@@ -142,13 +143,13 @@ def test_c05_sse_framing(server, path, body, obj):
     assert all(c["object"] == obj and isinstance(c["created"], int) and c["model"] == "test-model" for c in chunks)
     if path == CHAT:
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
-    nonstream = post(server, path, {"model": "test-model", "max_tokens": 5, **body})
+    nonstream = post(api, path, {"model": "test-model", "max_tokens": 5, **body})
     assert nonstream.headers["content-type"].startswith("application/json")
 
 
 # ---- C07: context length ---------------------------------------------------------------------
-def test_c07_context_length_error_envelope(sim_server):
-    base = sim_server("--max-model-len", "64")
+def test_c07_context_length_error_envelope(app_client):
+    base = app_client("--max-model-len", "64")
     prompt = " ".join(["word"] * 300)
     r = post(base, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8})
     assert r.status_code == 400
@@ -168,8 +169,8 @@ def test_c07_context_length_error_envelope(sim_server):
     assert r.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_context_length_prompt_plus_one(sim_server):
-    base = sim_server("--max-model-len", "10")
+def test_context_length_prompt_plus_one(app_client):
+    base = app_client("--max-model-len", "10")
     ok = post(base, COMPL, {"model": "test-model", "prompt": [1, 2, 3, 4, 5, 6, 7, 8, 9]})
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 1
     bad = post(base, COMPL, {"model": "test-model", "prompt": list(range(10))})
@@ -184,24 +185,24 @@ def test_context_length_prompt_plus_one(sim_server):
     (CHAT, {"messages": [{"role": "user", "content": "hi"}], "stream": True}),
     (COMPL, {"prompt": "hi"}),
 ])
-def test_c08_unknown_model(server, path, body):
-    r = post(server, path, {"model": "no-such-model", **body})
+def test_c08_unknown_model(api, path, body):
+    r = post(api, path, {"model": "no-such-model", **body})
     assert r.status_code == 404 and r.headers["content-type"].startswith("application/json")
     err = r.json()["error"]
     assert err["type"] == "NotFoundError" and err["code"] == 404
     assert err["message"] == "The model `no-such-model` does not exist."
 
 
-def test_c08_sdk_raises_not_found(server):
+def test_c08_sdk_raises_not_found(api):
     with pytest.raises(openai.NotFoundError):
-        client(server).chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+        client(api).chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
 
 
 # ---- C09: /v1/models -------------------------------------------------------------------------
-def test_c09_models_and_aliases(sim_server):
-    base = sim_server("--model", "Qwen/Qwen3-0.6B", "--served-model-name", "alias-a", "alias-b",
+def test_c09_models_and_aliases(app_client):
+    base = app_client("--model", "Qwen/Qwen3-0.6B", "--served-model-name", "alias-a", "alias-b",
                       "--max-model-len", "2048", model=None)
-    body = httpx.get(base + "/v1/models").json()
+    body = base.get("/v1/models").json()
     assert body["object"] == "list"
     assert [d["id"] for d in body["data"]] == ["alias-a", "alias-b"]
     for d in body["data"]:
@@ -219,14 +220,14 @@ def test_c09_models_and_aliases(sim_server):
     (CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 50}),
     (COMPL, {"prompt": "hi", "max_tokens": 50}),
 ])
-def test_c14_ignore_eos_exact_length(server, path, body):
-    r = post(server, path, {"model": "test-model", "ignore_eos": True, **body})
+def test_c14_ignore_eos_exact_length(api, path, body):
+    r = post(api, path, {"model": "test-model", "ignore_eos": True, **body})
     assert r.json()["usage"]["completion_tokens"] == 50
     assert r.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_c14_ignore_eos_stream_usage(server):
-    r = post(server, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50,
+def test_c14_ignore_eos_stream_usage(api):
+    r = post(api, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50,
                             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
     chunks = sse_events(r.text)[:-1]
     assert chunks[-1]["usage"]["completion_tokens"] == 50
@@ -234,15 +235,15 @@ def test_c14_ignore_eos_stream_usage(server):
 
 
 # ---- C26: prompt arrays ------------------------------------------------------------------------
-def test_c26_prompt_array(server):
+def test_c26_prompt_array(api):
     prompts = ["A robot may not", "My name is"]
-    r = post(server, COMPL, {"model": "test-model", "prompt": prompts, "max_tokens": 5, "ignore_eos": True})
+    r = post(api, COMPL, {"model": "test-model", "prompt": prompts, "max_tokens": 5, "ignore_eos": True})
     body = r.json()
     assert len(body["choices"]) == 2 and {c["index"] for c in body["choices"]} == {0, 1}
     assert all(c["finish_reason"] == "length" for c in body["choices"])
     assert body["usage"]["completion_tokens"] == 10
     assert body["usage"]["prompt_tokens"] == sum(len(TOK.pieces(p)) for p in prompts)
-    r = post(server, COMPL, {"model": "test-model", "prompt": prompts, "max_tokens": 5, "ignore_eos": True,
+    r = post(api, COMPL, {"model": "test-model", "prompt": prompts, "max_tokens": 5, "ignore_eos": True,
                              "stream": True, "stream_options": {"include_usage": True}})
     chunks = sse_events(r.text)[:-1]
     assert {ch["index"] for c in chunks for ch in c["choices"]} == {0, 1}
@@ -253,8 +254,8 @@ def test_c26_prompt_array(server):
 
 
 # ---- prompt forms and validation ------------------------------------------------------------
-def test_completion_prompt_forms_echo(echo_server):
-    b = echo_server
+def test_completion_prompt_forms_echo(echo_api):
+    b = echo_api
     r = post(b, COMPL, {"model": "test-model", "prompt": [1, 2, 3, 4]}).json()
     assert r["usage"]["prompt_tokens"] == 4 and r["choices"][0]["text"] == "1,2,3,4"
     r = post(b, COMPL, {"model": "test-model", "prompt": [[1, 2, 3], [10, 20], [7]]}).json()
@@ -276,10 +277,10 @@ def test_completion_prompt_forms_echo(echo_server):
     ([1, "a"], "prompt must be a string"),
     ([-1, 2], "prompt must be a string"),
 ])
-def test_completion_bad_prompts(server, prompt, msg):
-    r = post(server, COMPL, {"model": "test-model", "prompt": prompt})
+def test_completion_bad_prompts(api, prompt, msg):
+    r = post(api, COMPL, {"model": "test-model", "prompt": prompt})
     assert r.status_code == 400 and msg in r.json()["error"]["message"]
-    assert httpx.get(server + "/health").status_code == 200
+    assert api.get("/health").status_code == 200
 
 
 @pytest.mark.parametrize("body,param", [
@@ -299,27 +300,27 @@ def test_completion_bad_prompts(server, prompt, msg):
     ({"ignore_eos": True}, "max_tokens"),
     ({"stream": True, "max_tokens": -1}, "max_tokens"),
 ])
-def test_chat_validation_names_field(server, body, param):
+def test_chat_validation_names_field(api, body, param):
     req = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], **body}
-    r = post(server, CHAT, req)
+    r = post(api, CHAT, req)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["type"] == "BadRequestError" and err["code"] == 400
     assert err["param"] == param and param.split("[")[0] in err["message"]
 
 
-def test_malformed_json_and_nulls(server):
-    r = httpx.post(server + CHAT, content=b'{"model": "test-model", "messages": [', timeout=10,
+def test_malformed_json_and_nulls(api):
+    r = api.post(CHAT, content=b'{"model": "test-model", "messages": [', timeout=10,
                    headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
-    r = post(server, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
+    r = post(api, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
                             "max_tokens": None, "n": None, "stream": None, "stream_options": None,
                             "temperature": None, "tools": None, "stop": None})
     assert r.status_code == 200
 
 
-def test_content_parts_and_history(server):
-    r = post(server, CHAT, {"model": "test-model", "max_tokens": 3, "messages": [
+def test_content_parts_and_history(api):
+    r = post(api, CHAT, {"model": "test-model", "max_tokens": 3, "messages": [
         {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
         {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "input_audio",
                                                                          "input_audio": {"data": "AAAA", "format": "wav"}},
@@ -334,21 +335,21 @@ def test_content_parts_and_history(server):
 
 
 # ---- echo mode (seeds) ---------------------------------------------------------------------------
-def test_echo_chat_returns_last_message_unmodified(echo_server):
+def test_echo_chat_returns_last_message_unmodified(echo_api):
     text = "Héllo | wörld, this is a test."
-    r = post(echo_server, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": text}]}).json()
+    r = post(echo_api, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": text}]}).json()
     assert r["choices"][0]["message"]["content"] == text
     assert r["usage"]["completion_tokens"] == len(TOK.pieces(text))
     parts = [{"type": "text", "text": "Describe this"},
              {"type": "image_url", "image_url": {"url": "https://example.com/img.png"}}]
-    r = post(echo_server, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": parts}],
+    r = post(echo_api, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": parts}],
                                  "stream": True})
     text = "".join(ch["delta"].get("content", "") for c in sse_events(r.text)[:-1] for ch in c["choices"])
     assert text == "Describe this\nimage: https://example.com/img.png"
 
 
-def test_echo_max_tokens_and_context_rules(sim_server):
-    base = sim_server("--mode", "echo", "--max-model-len", "20")
+def test_echo_max_tokens_and_context_rules(app_client):
+    base = app_client("--mode", "echo", "--max-model-len", "20")
     msgs = [{"role": "user", "content": "This is a test."}]          # 10 prompt tokens, echo 5
     r = post(base, CHAT, {"model": "test-model", "messages": msgs, "max_tokens": 5})
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
@@ -362,13 +363,13 @@ def test_echo_max_tokens_and_context_rules(sim_server):
     assert r.status_code == 400 and "maximum context length is 20 tokens" in r.json()["error"]["message"]
 
 
-def test_n_choices(server):
-    r = post(server, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "This is a test."}],
+def test_n_choices(api):
+    r = post(api, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "This is a test."}],
                             "n": 3, "max_tokens": 4}).json()
     assert [c["index"] for c in r["choices"]] == [0, 1, 2]
     assert r["usage"]["prompt_tokens"] == 10
     assert r["usage"]["completion_tokens"] == sum(len(TOK.pieces(c["message"]["content"])) for c in r["choices"])
-    r = post(server, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "x"}], "n": 2,
+    r = post(api, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "x"}], "n": 2,
                             "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}})
     chunks = sse_events(r.text)[:-1]
     roles = [ch["index"] for c in chunks for ch in c["choices"] if ch["delta"].get("role")]
@@ -376,44 +377,45 @@ def test_n_choices(server):
     assert sorted(ch["index"] for c in chunks for ch in c["choices"] if ch["finish_reason"]) == [0, 1]
 
 
-def test_stop_sequences(echo_server):
-    r = post(echo_server, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "one two three four"}],
+def test_stop_sequences(echo_api):
+    r = post(echo_api, CHAT, {"model": "test-model", "messages": [{"role": "user", "content": "one two three four"}],
                                  "stop": ["three"]}).json()
     assert r["choices"][0]["message"]["content"] == "one two "
     assert r["choices"][0]["finish_reason"] == "stop"
 
 
-def test_seed_makes_runs_reproducible(sim_server):
-    a = sim_server("--seed", "100", "--max-num-seqs", "6")
-    b = sim_server("--seed", "100", "--max-num-seqs", "7")
+def test_seed_makes_runs_reproducible(app_client):
+    a = app_client("--seed", "100", "--max-num-seqs", "6")
+    b = app_client("--seed", "100", "--max-num-seqs", "7")
     body = {"model": "test-model", "prompt": "This is a test.", "max_tokens": 30}
     ta = [post(a, COMPL, body).json()["choices"][0]["text"] for _ in range(3)]
     tb = [post(b, COMPL, body).json()["choices"][0]["text"] for _ in range(3)]
     assert ta == tb
 
 
-def test_health_and_unknown_route(server):
-    assert httpx.get(server + "/health").status_code == 200
-    r = httpx.get(server + "/v1/nope")
+def test_health_and_unknown_route(api):
+    assert api.get("/health").status_code == 200
+    r = api.get("/v1/nope")
     assert r.status_code == 404 and r.json()["error"]["code"] == 404
-    r = httpx.get(server + CHAT)
+    r = api.get(CHAT)
     assert r.status_code == 405
 
 
-def test_stop_reason_names_the_matched_string(echo_server):
-    r = post(echo_server, COMPL, {"model": "test-model", "prompt": "alpha beta gamma delta", "stop": ["delta", "beta"]})
+def test_stop_reason_names_the_matched_string(echo_api):
+    r = post(echo_api, COMPL, {"model": "test-model", "prompt": "alpha beta gamma delta", "stop": ["delta", "beta"]})
     ch = r.json()["choices"][0]
     assert ch["text"] == "alpha " and ch["finish_reason"] == "stop" and ch["stop_reason"] == "beta"
 
 
-def test_completion_echo_param_with_token_ids(server):
-    r = post(server, COMPL, {"model": "test-model", "prompt": [11, 12, 13], "echo": True, "max_tokens": 2,
+def test_completion_echo_param_with_token_ids(api):
+    r = post(api, COMPL, {"model": "test-model", "prompt": [11, 12, 13], "echo": True, "max_tokens": 2,
                              "logprobs": 0}).json()
     ch = r["choices"][0]
     assert ch["text"].startswith("11,12,13")
     assert "".join(ch["logprobs"]["tokens"]) == ch["text"]
 
 
+@pytest.mark.server
 def test_cli_help_and_bad_flag():
     import subprocess
     import sys
@@ -425,19 +427,19 @@ def test_cli_help_and_bad_flag():
     assert r.returncode != 0 and r.stderr.strip().splitlines() == ["error: max num seqs cannot be less than 1"]
 
 
-def test_data_parallel_ranks_are_separate_engines(sim_server):
-    base = sim_server("--data-parallel-size", "2", "--mode", "echo")
-    port = int(base.rsplit(":", 1)[1])
-    other = f"http://127.0.0.1:{port + 1}"
+def test_data_parallel_ranks_are_separate_engines(live_client):
+    base = live_client("--data-parallel-size", "2", "--mode", "echo")
+    port = int(base.url.rsplit(":", 1)[1])
+    other = httpx.Client(base_url=f"http://127.0.0.1:{port + 1}", timeout=30)
     for _ in range(50):
         try:
-            if httpx.get(other + "/health").status_code == 200:
+            if other.get("/health").status_code == 200:
                 break
         except httpx.HTTPError:
             import time
             time.sleep(0.2)
     post(other, COMPL, {"model": "test-model", "prompt": "x y z"})
-    m0 = httpx.get(base + "/metrics").text
-    m1 = httpx.get(other + "/metrics").text
+    m0 = base.get("/metrics").text
+    m1 = other.get("/metrics").text
     assert 'vllm:prompt_tokens_total{model_name="test-model"} 3.0' in m1
     assert 'vllm:prompt_tokens_total{model_name="test-model"} 3.0' not in m0
