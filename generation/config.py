@@ -1,118 +1,48 @@
-"""Simulator configuration: flags, YAML file, environment, validation.
+"""Simulator configuration: every option declared once, and everything derived from that.
 
-Flag names, types, defaults and validation messages follow the reference simulator
-(llm-d-inference-sim, engine.md section 1.4).  Precedence, lowest to highest:
-built-in defaults < YAML file (``--config``) < environment (``SIM_MODEL``) < command line.
+Each option is one :class:`Option` in :data:`OPTIONS` (name = the vLLM / reference flag name,
+type, default, unit, help, group, environment variable, admin-settable or not, bounds).  The
+command line (argparse), the ``--config`` YAML file, the environment, ``GET/POST /admin/config``
+and the README flags table (:func:`options_table`) are all generated from it.  Groups follow
+vLLM's config classes (ModelConfig, SchedulerConfig, CacheConfig, ...) plus the simulator's own
+(latency, tools, faults).
 
-Durations are stored in seconds (float) and accept Go-style strings (``100ms``, ``1.5s``,
-``2m30s``; bare ``0``) on the command line, in YAML and in ``POST /admin/config`` (where a
-JSON integer means nanoseconds).  Booleans accept ``--flag``, ``--flag=false`` and
-``--flag false``.
+Reading: ``config.<flag_name_with_underscores>`` (``config.max_num_seqs``).  Durations are
+stored in seconds (float) and accept Go-style strings (``100ms``, ``1.5s``, ``2m30s``; bare
+``0``; a bare number is the reference's legacy milliseconds) on the command line, in YAML and in
+``POST /admin/config`` (where a JSON number means nanoseconds).  Booleans accept ``--flag``,
+``--flag=false``, ``--flag false`` and ``--no-flag``.
+
+Precedence, lowest to highest (reference engine.md 1.3/1.4): built-in defaults < YAML file <
+environment (``SIM_MODEL``, ``PYTHONHASHSEED``, ``VLLM_API_KEY``) < command line.
+Validation messages are the reference's (engine.md 1.4) where it has the option.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+from .option_values import (BOOL_LITERALS, ConfigError, format_duration, parse_bool,  # noqa: F401
+                            parse_duration)
 
 DEFAULT_MODEL = "test-model"
 
 FAILURE_TYPES = ("rate_limit", "invalid_api_key", "context_length", "server_error",
                  "invalid_request", "model_not_found")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the flag or rule."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Go duration strings
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
-                   "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(value: Any) -> float:
-    """Parse a Go ``time.ParseDuration`` string into seconds.
-
-    A bare number string (``"2000"``) is the reference's legacy format: milliseconds.
-    A Python number is taken as seconds.  Raises ConfigError for a malformed string.
-    """
-    if isinstance(value, bool):
-        raise ConfigError(f"time: invalid duration {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    s = str(value).strip()
-    if s in ("0", "+0", "-0"):
-        return 0.0
-    sign = 1.0
-    body = s
-    if body[:1] in "+-":
-        sign = -1.0 if body[0] == "-" else 1.0
-        body = body[1:]
-    if not body:
-        raise ConfigError(f'time: invalid duration "{s}"')
-    pos, total = 0, 0.0
-    while pos < len(body):
-        m = _DURATION_PART.match(body, pos)
-        if not m:
-            if pos == 0 and re.fullmatch(r"\d+(\.\d*)?", body):
-                # Legacy (deprecated) reference format: a bare number means milliseconds.
-                return sign * float(body) / 1000.0
-            raise ConfigError(f'time: invalid duration "{s}"')
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
-
-
-def format_duration(seconds: float) -> str:
-    """Render seconds like Go's ``Duration.String()``: ``0s``, ``250ms``, ``1.5s``, ``1m30s``."""
-    ns = int(round(seconds * 1e9))
-    if ns == 0:
-        return "0s"
-    neg = ns < 0
-    ns = abs(ns)
-
-    def fmt(v: float) -> str:
-        return f"{v:.9f}".rstrip("0").rstrip(".")
-
-    if ns < 1000:
-        out = f"{ns}ns"
-    elif ns < 1_000_000:
-        out = fmt(ns / 1e3) + "µs"
-    elif ns < 1_000_000_000:
-        out = fmt(ns / 1e6) + "ms"
-    else:
-        h, rem = divmod(ns, 3600 * 10**9)
-        m, rem = divmod(rem, 60 * 10**9)
-        sec = fmt(rem / 1e9)
-        if h:
-            out = f"{h}h{m}m{sec}s"
-        elif m:
-            out = f"{m}m{sec}s"
-        else:
-            out = f"{sec}s"
-    return "-" + out if neg else out
-
-
-def parse_bool(value: Any) -> bool:
-    """Go ``strconv.ParseBool`` semantics; raises ConfigError otherwise."""
-    if isinstance(value, bool):
-        return value
-    s = str(value)
-    if s in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if s in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    raise ConfigError(f'invalid boolean value "{s}"')
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor")
+MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
+MAX_TIME_FACTOR = 1000.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,86 +56,331 @@ class LoraModule:
         return {"name": self.name, "path": self.path, "base_model_name": self.base_model_name}
 
 
-@dataclass
+@dataclass(frozen=True)
+class Option:
+    """One option.  ``type``: int | float | str | bool | duration (seconds) | list (of str) |
+    lora (list of LoraModule) | json (object or None).  ``env``: environment variable that sets
+    it (beats YAML, loses to the command line).  ``admin``: settable at run time through
+    ``POST /admin/config``.  ``cli=False``: environment only (``POD_IP``...), shown by
+    ``GET /admin/config`` under ``shown_as``.  ``maximum``: inclusive upper bound (floats and
+    durations; every float and duration must also be finite).  ``secret``: masked when shown."""
+    name: str
+    type: str
+    default: Any
+    help: str
+    group: str = ""
+    unit: str = ""
+    env: str | None = None
+    admin: bool = False
+    choices: tuple = ()
+    aliases: tuple = ()
+    maximum: float | None = None
+    cli: bool = True
+    shown_as: str | None = None
+    secret: bool = False
+    nullable: bool = False
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+
+GROUPS = {   # group -> title (vLLM's config class where there is one)
+    "model": "Model (vLLM ModelConfig)",
+    "server": "Server and deployment (vLLM frontend)",
+    "frontend": "OpenAI API behaviour (vLLM frontend)",
+    "scheduler": "Scheduler (vLLM SchedulerConfig)",
+    "latency": "Latency (simulator)",
+    "cache": "KV cache and KV events (vLLM CacheConfig, KVEventsConfig)",
+    "lora": "LoRA (vLLM LoRAConfig)",
+    "tokenizer": "Tokenizer and rendering",
+    "dataset": "Response dataset (simulator)",
+    "tools": "Tool-call synthesis (simulator)",
+    "faults": "Failure injection (simulator)",
+    "metrics": "Metrics",
+    "multimodal": "Multimodal",
+    "parallel": "Parallelism (vLLM ParallelConfig)",
+    "environment": "Environment only",
+}
+
+OPTIONS: dict[str, Option] = {}
+
+
+def _declare(group: str, *options: Option) -> None:
+    for o in options:
+        OPTIONS[o.name] = Option(**{**o.__dict__, "group": group})
+
+
+_D = "duration"
+_lat = dict(type=_D, default=0.0, unit="s", admin=True, maximum=MAX_LATENCY)
+
+_declare("model",
+         Option("model", "str", DEFAULT_MODEL, "Model name (the real model path reported as `root`); also "
+                "the first positional argument", env="SIM_MODEL"),
+         Option("served-model-name", "list", [], "Public model names (aliases); the first is reported in "
+                "responses"),
+         Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
+         Option("seed", "int", None, "Random seed (default: current time)", nullable=True),
+         Option("mode", "str", "random", "Response source", choices=("random", "echo")))
+_declare("server",
+         Option("port", "int", 8000, "Port the server listens on"),
+         Option("host", "str", "0.0.0.0", "Address the server binds to"),
+         Option("api-key", "str", "", "Require `Authorization: Bearer KEY` (or `x-api-key`) on inference, "
+                "admin and LoRA routes", env="VLLM_API_KEY", secret=True),
+         Option("ssl-certfile", "str", "", "PEM certificate file: serve HTTPS"),
+         Option("ssl-keyfile", "str", "", "PEM private key of --ssl-certfile"),
+         Option("ssl-ca-certs", "str", "", "CA certificates file (client certificates)"),
+         Option("self-signed-certs", "bool", False, "Serve HTTPS with a certificate made at start-up"),
+         Option("disable-log-requests", "bool", False, "No access log line per request"),
+         Option("log-http", "bool", False, "Log each request's method, URI, remote address, headers and body"),
+         Option("log-level", "str", "info", "Log level", choices=LOG_LEVELS, aliases=("--uvicorn-log-level",)),
+         Option("shutdown-timeout", "float", 30.0, "Grace period for in-flight streams on SIGTERM",
+                unit="s", maximum=MAX_LATENCY),
+         Option("startup-duration", _D, 0.0, "/health/ready answers 503 for this long after start",
+                unit="s"),
+         Option("enable-sleep-mode", "bool", False, "Allow /sleep (with VLLM_SERVER_DEV_MODE=1)"),
+         Option("enable-request-id-headers", "bool", False, "Use and return the X-Request-Id header"),
+         Option("max-request-body-size-mb", "int", 4, "Largest accepted request body", unit="MiB"),
+         Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"))
+_declare("frontend",
+         Option("max-logprobs", "int", 20, "Largest `logprobs` / `top_logprobs` a request may ask (-1: no cap)"),
+         Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
+                "`stream_options.include_usage` were set"),
+         Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"))
+_declare("scheduler",
+         Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
+         Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
+                "get 429"))
+_declare("latency",
+         Option("time-to-first-token", help="Time to first token", **_lat),
+         Option("time-to-first-token-std-dev", help="Standard deviation of the time to first token", **_lat),
+         Option("inter-token-latency", help="Time between tokens", **_lat),
+         Option("inter-token-latency-std-dev", help="Standard deviation of the inter-token latency", **_lat),
+         Option("kv-cache-transfer-latency", help="KV transfer time for remote prefill (constant)", **_lat),
+         Option("kv-cache-transfer-latency-std-dev", help="Standard deviation of the KV transfer time", **_lat),
+         Option("prefill-overhead", help="Fixed prefill time (per-token calculator)", **_lat),
+         Option("prefill-time-per-token", help="Prefill time per uncached prompt token", **_lat),
+         Option("prefill-time-std-dev", help="Standard deviation of the prefill time", **_lat),
+         Option("kv-cache-transfer-time-per-token", help="KV transfer time per prompt token", **_lat),
+         Option("kv-cache-transfer-time-std-dev", help="Standard deviation of the per-token KV transfer", **_lat),
+         Option("time-to-generate-image", help="Extra time when an image is emitted (--omni)", **_lat),
+         Option("time-to-generate-image-std-dev", help="Standard deviation of the image time", **_lat),
+         Option("time-factor-under-load", "float", 1.0, "Latency multiplier when all sequences run (>= 1)",
+                admin=True, maximum=MAX_TIME_FACTOR),
+         Option("latency-calculator", "str", "", "`constant`, `per-token`, or empty for the legacy rule",
+                admin=True, choices=("", "constant", "per-token")))
+_declare("cache",
+         Option("enable-kvcache", "bool", False, "Simulate the prefix KV cache and publish KV events"),
+         Option("kv-cache-size", "int", 1024, "KV cache size", unit="blocks"),
+         Option("global-cache-hit-threshold", "float", 0.0, "Default cache_hit_threshold for all requests",
+                maximum=1.0),
+         Option("block-size", "int", 16, "Tokens per KV block", choices=(8, 16, 32, 64, 128), unit="tokens"),
+         Option("hash-seed", "str", "", "Seed of the KV block hashes", env="PYTHONHASHSEED"),
+         Option("prefix-caching-hash-algo", "str", HASH_ALGOS[0], "KV block hash: the reference's FNV-1a 64 "
+                "over CBOR, or vLLM's sha256_cbor", choices=HASH_ALGOS),
+         Option("zmq-endpoint", "str", "tcp://127.0.0.1:5557", "ZMQ endpoint the KV-event publisher connects to"),
+         Option("event-batch-size", "int", 16, "Maximum KV events per ZMQ message"),
+         Option("use-vllm-map-event-format", "bool", False, "Encode KV events as maps"),
+         Option("kv-events-replay-endpoint", "str", "", "ZMQ ROUTER endpoint serving replays of published "
+                "KV-event batches (empty: off)"),
+         Option("kv-events-replay-queue-size", "int", 1024, "Published batches kept for replay", unit="batches"))
+_declare("lora",
+         Option("lora-modules", "lora", [], 'LoRA adapters: `name=path` or JSON {"name","path","base_model_name"}'),
+         Option("max-loras", "int", 1, "Maximum number of LoRAs running at once"),
+         Option("max-cpu-loras", "int", 0, "Maximum number of LoRAs kept loaded (0: --max-loras)"))
+_declare("tokenizer",
+         Option("tokenizer", "str", "", "Local path of a Hugging Face tokenizer (directory or tokenizer.json)"),
+         Option("force-dummy-tokenizer", "bool", False, "Always use the simulated tokenizer"),
+         Option("tokenizers-cache-dir", "str", "", "Directory of downloaded tokenizers (empty: Hugging Face's "
+                "default cache)"),
+         Option("chat-template", "str", "", "Chat template: a Jinja file path or the template itself"),
+         Option("render-url", "str", "", "vLLM render service that tokenizes prompts (empty: tokenize locally)"),
+         Option("render-timeout", _D, 30.0, "Timeout of a render-service call", unit="s"),
+         Option("mm-render-timeout", _D, 60.0, "Timeout of a render-service call with images", unit="s"))
+_declare("dataset",
+         Option("dataset-path", "str", "", "SQLite dataset of recorded responses (random mode)"),
+         Option("dataset-url", "str", "", "Download the dataset from here when --dataset-path does not exist"),
+         Option("dataset-table-name", "str", "llmd", "Table of the dataset"),
+         Option("dataset-in-memory", "bool", False, "Copy the dataset into memory at start-up"))
+_declare("tools",
+         Option("max-tool-call-integer-param", "int", 100, "Largest generated integer tool argument"),
+         Option("min-tool-call-integer-param", "int", 0, "Smallest generated integer tool argument"),
+         Option("max-tool-call-number-param", "float", 100.0, "Largest generated number tool argument"),
+         Option("min-tool-call-number-param", "float", 0.0, "Smallest generated number tool argument"),
+         Option("max-tool-call-array-param-length", "int", 5, "Longest generated array tool argument"),
+         Option("min-tool-call-array-param-length", "int", 1, "Shortest generated array tool argument"),
+         Option("tool-call-not-required-param-probability", "int", 50, "Chance an optional tool parameter is set",
+                unit="%"),
+         Option("object-tool-call-not-required-field-probability", "int", 50, "Chance an optional object field "
+                "is set", unit="%"),
+         Option("tool-call-extra-call-probability", "int", 45, "Chance of each extra tool call", unit="%"),
+         Option("skip-tool-validation", "bool", False, "Do not validate tool schemas"))
+_declare("faults",
+         Option("failure-injection-rate", "int", 0, "Requests that fail with an injected error", unit="%",
+                admin=True),
+         Option("failure-types", "list", [], "Injected failure types (default: all)", admin=True,
+                choices=FAILURE_TYPES))
+_declare("metrics",
+         Option("fake-metrics", "json", None, "Report these values on /metrics instead of measured ones (JSON "
+                "object; YAML: an object)", admin=True, nullable=True),
+         Option("fake-metrics-refresh-interval", _D, 0.1, "Time step of generator-valued fake metrics", unit="s"))
+_declare("multimodal",
+         Option("omni", "bool", False, "Allow image output in chat responses"),
+         Option("image-emission-rate", "int", 0, "Chat responses carrying an image (--omni)", unit="%", admin=True),
+         Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode"))
+_declare("parallel",
+         Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8)"),
+         Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"))
+_declare("environment",
+         Option("pod-ip", "str", "", "Pod address (KV-event topic; required with --enable-kvcache)",
+                env="POD_IP", cli=False, shown_as="IP"),
+         Option("pod-name", "str", "", "Adds `x-inference-pod` / `x-inference-port` response headers",
+                env="POD_NAME", cli=False, shown_as="PodName"),
+         Option("pod-namespace", "str", "", "Adds the `x-inference-namespace` response header",
+                env="POD_NAMESPACE", cli=False, shown_as="PodNameSpace"),
+         Option("vllm-dev-mode", "bool", False, "`1` enables development routes (/sleep)",
+                env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"))
+
+ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
+
+# vLLM `serve` (and reference) flags accepted and ignored: name -> takes a value (False: a
+# boolean switch).  Aliases (`-tp`) map to the long name in _IGNORED_ALIASES.
+IGNORED_FLAGS: dict[str, bool] = {
+    # model / loading
+    "dtype": True, "trust-remote-code": False, "quantization": True, "revision": True,
+    "code-revision": True, "tokenizer-revision": True, "tokenizer-mode": True, "download-dir": True,
+    "load-format": True, "config-format": True, "hf-config-path": True, "hf-token": True,
+    "hf-overrides": True, "generation-config": True, "override-generation-config": True, "task": True,
+    "runner": True, "convert": True, "model-impl": True, "max-seq-len-to-capture": True,
+    "disable-sliding-window": False, "skip-tokenizer-init": False, "enforce-eager": False,
+    "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
+    # memory / cache / scheduler
+    "gpu-memory-utilization": True, "kv-cache-dtype": True, "swap-space": True, "cpu-offload-gb": True,
+    "num-gpu-blocks-override": True, "enable-prefix-caching": False, "max-num-batched-tokens": True,
+    "enable-chunked-prefill": False, "max-num-partial-prefills": True,
+    "long-prefill-token-threshold": True, "scheduling-policy": True, "async-scheduling": False,
+    "kv-transfer-config": True, "kv-events-config": True, "ec-transfer-config": True,
+    "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
+    # parallelism
+    "tensor-parallel-size": True, "pipeline-parallel-size": True, "distributed-executor-backend": True,
+    "enable-expert-parallel": False, "data-parallel-address": True, "data-parallel-rpc-port": True,
+    "data-parallel-size-local": True, "data-parallel-start-rank": True, "data-parallel-backend": True,
+    "api-server-count": True, "headless": False, "disable-custom-all-reduce": False,
+    "worker-cls": True, "enable-eplb": False,
+    # LoRA
+    "enable-lora": False, "max-lora-rank": True, "lora-dtype": True, "fully-sharded-loras": False,
+    "enable-lora-bias": False, "long-lora-scaling-factors": True,
+    # tools / reasoning / structured output
+    "enable-auto-tool-choice": False, "tool-call-parser": True, "tool-parser-plugin": True,
+    "reasoning-parser": True, "guided-decoding-backend": True, "structured-outputs-config": True,
+    "tool-server": True, "exclude-tools-when-tool-choice-none": False,
+    # frontend / logging
+    "disable-log-stats": False, "enable-log-requests": False, "enable-log-outputs": False,
+    "max-log-len": True, "disable-uvicorn-access-log": False, "disable-fastapi-docs": False,
+    "enable-prompt-tokens-details": False, "enable-server-load-tracking": False,
+    "enable-tokenizer-info-endpoint": False, "return-tokens-as-token-ids": False,
+    "disable-frontend-multiprocessing": False, "response-role": True,
+    "chat-template-content-format": True, "allowed-origins": True, "allowed-methods": True,
+    "allowed-headers": True, "allow-credentials": False, "root-path": True, "middleware": True,
+    "uds": True, "ssl-cert-reqs": True, "enable-ssl-refresh": False, "h11-max-incomplete-event-size": True,
+    "h11-max-header-count": True, "otlp-traces-endpoint": True, "collect-detailed-traces": True,
+    "limit-mm-per-prompt": True, "mm-processor-kwargs": True, "mm-processor-cache-gb": True,
+    "max-parallel-loading-workers": True, "enable-request-id-headers-compat": False,
+}
+_IGNORED_ALIASES = {"-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size", "-q": "quantization",
+                    "-O": "compilation-config"}
+_OPTION_ALIASES = {"-dp": "data-parallel-size"}     # vLLM's short forms of real options
+
+
+# ---------------------------------------------------------------------------------------------
+def coerce(key: str, value: Any, kind: str | None = None) -> Any:
+    """Convert a YAML/JSON/CLI value for option ``key`` to its Python type.
+
+    Floats and durations must be finite.  Raises ConfigError naming the option (``param`` =
+    ``key``) when the value does not fit."""
+    opt = OPTIONS.get(key)
+    kind = kind or opt.type
+    try:
+        if value is None and opt is not None and opt.nullable:
+            return None
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            v = float(value)
+            if not math.isfinite(v):
+                raise ValueError("must be a finite number")
+            return v
+        if kind == "str":
+            return "" if value is None else str(value)
+        if kind == "bool":
+            return parse_bool(value)
+        if kind == "duration":
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                v = float(value) / 1000.0      # legacy: bare numbers are milliseconds
+            else:
+                v = parse_duration(value)
+            if not math.isfinite(v):
+                raise ValueError("must be a finite duration")
+            return v
+        if kind == "list":
+            if value is None:
+                return []
+            if isinstance(value, str):
+                return [value]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError("must be a list")
+            return [str(v) for v in value]
+        if kind == "json":                     # CLI: one JSON string; YAML / admin: an object
+            obj = json.loads(value) if isinstance(value, str) else value
+            if obj is not None and not isinstance(obj, dict):
+                raise ValueError("must be a JSON object")
+            return obj
+        if kind == "lora":
+            return [_lora_module(it) for it in (value if isinstance(value, list) else [value])]
+    except ConfigError as e:
+        raise ConfigError(f"invalid value for --{key}: {e}", key) from None
+    except (ValueError, TypeError, OverflowError, json.JSONDecodeError) as e:
+        raise ConfigError(f"invalid value for --{key}: {value!r} ({e})", key) from None
+    raise ConfigError(f"unknown option kind {kind}")
+
+
+def _lora_module(item: Any) -> LoraModule:
+    """vLLM's two forms: ``name=path`` or a JSON object ``{"name","path","base_model_name"}``."""
+    if isinstance(item, str) and not item.lstrip().startswith("{"):
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise ValueError("expected name=path or a JSON object")
+        return LoraModule(name.strip(), path.strip())
+    obj = json.loads(item) if isinstance(item, str) else item
+    if not isinstance(obj, dict):
+        raise ValueError("LoRA module must be a JSON object")
+    return LoraModule(str(obj.get("name", "")), str(obj.get("path", "") or ""),
+                      str(obj.get("base_model_name", "") or ""))
+
+
+# ---------------------------------------------------------------------------------------------
 class SimConfig:
-    """All simulator options.  Field names are the flag names with ``-`` replaced by ``_``."""
-    port: int = 8000
-    host: str = "0.0.0.0"
-    model: str = DEFAULT_MODEL
-    served_model_name: list = field(default_factory=list)
-    lora_modules: list = field(default_factory=list)      # list[LoraModule]
-    max_loras: int = 1
-    max_cpu_loras: int = 0
-    max_model_len: int = 1024
-    max_num_seqs: int = 5
-    max_waiting_queue_length: int = 1000
-    mode: str = "random"
-    seed: int | None = None
-    # latency (seconds)
-    time_to_first_token: float = 0.0
-    time_to_first_token_std_dev: float = 0.0
-    inter_token_latency: float = 0.0
-    inter_token_latency_std_dev: float = 0.0
-    kv_cache_transfer_latency: float = 0.0
-    kv_cache_transfer_latency_std_dev: float = 0.0
-    prefill_overhead: float = 0.0
-    prefill_time_per_token: float = 0.0
-    prefill_time_std_dev: float = 0.0
-    kv_cache_transfer_time_per_token: float = 0.0
-    kv_cache_transfer_time_std_dev: float = 0.0
-    time_to_generate_image: float = 0.0
-    time_to_generate_image_std_dev: float = 0.0
-    time_factor_under_load: float = 1.0
-    latency_calculator: str = ""
-    # tool calls
-    max_tool_call_integer_param: int = 100
-    min_tool_call_integer_param: int = 0
-    max_tool_call_number_param: float = 100.0
-    min_tool_call_number_param: float = 0.0
-    max_tool_call_array_param_length: int = 5
-    min_tool_call_array_param_length: int = 1
-    tool_call_not_required_param_probability: int = 50
-    object_tool_call_not_required_field_probability: int = 50
-    tool_call_extra_call_probability: int = 45
-    skip_tool_validation: bool = False
-    # kv cache
-    enable_kvcache: bool = False
-    kv_cache_size: int = 1024
-    global_cache_hit_threshold: float = 0.0
-    block_size: int = 16
-    hash_seed: str = ""
-    zmq_endpoint: str = "tcp://127.0.0.1:5557"
-    event_batch_size: int = 16
-    use_vllm_map_event_format: bool = False
-    # failures
-    failure_injection_rate: int = 0
-    failure_types: list = field(default_factory=list)
-    # misc
-    data_parallel_size: int = 1
-    data_parallel_rank: int = -1
-    startup_duration: float = 0.0
-    enable_sleep_mode: bool = False
-    enable_request_id_headers: bool = False
-    default_embedding_dimensions: int = 384
-    max_request_body_size_mb: int = 4
-    force_dummy_tokenizer: bool = False
-    tokenizer: str = ""
-    omni: bool = False
-    image_emission_rate: int = 0
-    mm_encoder_only: bool = False
-    worker_connections: int = 10000
-    # SQLite response dataset (engine.md 9.2)
-    dataset_path: str = ""
-    dataset_table_name: str = "llmd"
-    dataset_in_memory: bool = False
-    # fake metrics (engine.md 5.4): the JSON object as given (None = real metrics)
-    fake_metrics: dict | None = None
-    fake_metrics_refresh_interval: float = 0.1
-    # environment-derived (not flags)
-    pod_ip: str = ""
-    pod_name: str = ""
-    pod_namespace: str = ""
-    vllm_dev_mode: bool = False
+    """All simulator options as attributes named like the flags with ``-`` -> ``_``.
+
+    One live instance is shared by the engine and its parts.  It is never modified field by
+    field at run time: ``POST /admin/config`` builds a validated :meth:`updated` copy and
+    :meth:`swap` installs all of its values in one step."""
+
+    def __init__(self, **values: Any):
+        for o in OPTIONS.values():
+            setattr(self, o.attr, copy.deepcopy(o.default))
+        self.ignored_flags: list[str] = []         # vLLM flags given and ignored (start-up log)
+        for k, v in values.items():
+            if k not in _ATTRS:
+                raise TypeError(f"unknown option {k!r}")
+            setattr(self, k, v)
+
+    def __repr__(self) -> str:
+        return "SimConfig(" + ", ".join(f"{o.attr}={getattr(self, o.attr)!r}" for o in OPTIONS.values()) + ")"
 
     # ---- derived -----------------------------------------------------------------------------
     @property
@@ -216,92 +391,186 @@ class SimConfig:
     def display_model_name(self) -> str:
         return self.served_names[0]
 
+    # ---- run-time updates --------------------------------------------------------------------
+    def copy(self) -> "SimConfig":
+        new = object.__new__(SimConfig)
+        new.__dict__ = copy.deepcopy(self.__dict__)
+        return new
+
+    def updated(self, changes: dict) -> "SimConfig":
+        """A validated copy with ``changes`` (flag name -> JSON value) applied; only admin keys
+        (``Option.admin``).  Durations: a Go string or a JSON number of nanoseconds.  Raises
+        ConfigError (``param`` = the flag at fault) and leaves this object unchanged."""
+        trial = self.copy()
+        for key, value in changes.items():
+            opt = OPTIONS.get(key)
+            if opt is None or not opt.admin:
+                raise ConfigError(f"field '{key}' is not admin-configurable", key)
+            try:
+                if opt.type == "duration" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    v = value / 1e9                 # JSON numbers are nanoseconds
+                    if not math.isfinite(v):
+                        raise ConfigError(f"invalid value for --{key}: must be a finite duration", key)
+                else:
+                    v = coerce(key, value)
+            except OverflowError:
+                raise ConfigError(f'field "{key}": invalid value for --{key}: out of range', key) from None
+            except ConfigError as e:
+                raise ConfigError(f'field "{key}": {e}', key) from None
+            setattr(trial, opt.attr, v)
+        trial.validate()
+        return trial
+
+    def swap(self, new: "SimConfig") -> None:
+        """Install every value of ``new`` at once (one assignment: a reader sees all old or all
+        new values, never a mix)."""
+        self.__dict__ = new.__dict__
+
+    # ---- validation --------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ConfigError with the reference's message for the first invalid value."""
-        if self.port <= 0:
-            raise ConfigError(f"invalid port '{self.port}'")
+        """Raise ConfigError with the reference's message for the first invalid value.
+
+        Files (dataset, certificates) are checked where they are opened, not here."""
+        if not 0 < self.port <= 65535:
+            raise ConfigError(f"invalid port '{self.port}'", "port")
         if not self.model:
-            raise ConfigError("model parameter is empty")
+            raise ConfigError("model parameter is empty", "model")
         for lm in self.lora_modules:
             if not lm.name:
-                raise ConfigError("empty LoRA name")
+                raise ConfigError("empty LoRA name", "lora-modules")
             if lm.base_model_name and lm.base_model_name != self.model:
-                raise ConfigError(f"unknown base model '{lm.base_model_name}' for LoRA '{lm.name}'")
+                raise ConfigError(f"unknown base model '{lm.base_model_name}' for LoRA '{lm.name}'",
+                                  "lora-modules")
         if self.max_loras < 1:
-            raise ConfigError("max LoRAs cannot be less than 1")
+            raise ConfigError("max LoRAs cannot be less than 1", "max-loras")
         if self.max_cpu_loras and self.max_cpu_loras < self.max_loras:
-            raise ConfigError("max CPU LoRAs cannot be less than max LoRAs")
+            raise ConfigError("max CPU LoRAs cannot be less than max LoRAs", "max-cpu-loras")
         if self.max_model_len < 1:
-            raise ConfigError("max model len cannot be less than 1")
+            raise ConfigError("max model len cannot be less than 1", "max-model-len")
         if self.max_num_seqs < 1:
-            raise ConfigError("max num seqs cannot be less than 1")
+            raise ConfigError("max num seqs cannot be less than 1", "max-num-seqs")
         if self.max_waiting_queue_length < 0:
-            raise ConfigError("max waiting queue size cannot be less than 0")
+            raise ConfigError("max waiting queue size cannot be less than 0", "max-waiting-queue-length")
         if self.mode not in ("random", "echo"):
-            raise ConfigError(f"invalid mode '{self.mode}', valid values are 'random' and 'echo'")
+            raise ConfigError(f"invalid mode '{self.mode}', valid values are 'random' and 'echo'", "mode")
         self.validate_latencies()
+        self._validate_tools()
+        if self.kv_cache_size < 0:
+            raise ConfigError("KV cache size cannot be negative", "kv-cache-size")
+        if not 0 <= self.global_cache_hit_threshold <= 1:
+            raise ConfigError("global cache hit threshold must be between in range [0, 1]",
+                              "global-cache-hit-threshold")
+        if self.block_size not in (8, 16, 32, 64, 128):
+            raise ConfigError("token block size should be one of the following: 8, 16, 32, 64, 128", "block-size")
+        if self.event_batch_size < 1:
+            raise ConfigError("event batch size cannot less than 1", "event-batch-size")
+        self._validate_kv_events()
+        if self.fake_metrics is not None:
+            from .fake_metrics import parse_fake_metrics    # lazy: it imports this module
+            try:
+                parse_fake_metrics(self.fake_metrics, self.max_model_len)
+            except ConfigError as e:
+                raise ConfigError(str(e), "fake-metrics") from None
+            if self.fake_metrics_refresh_interval <= 0:
+                raise ConfigError("fake metrics refresh interval must be positive", "fake-metrics-refresh-interval")
+        self.validate_failures()
+        if not 1 <= self.data_parallel_size <= 8:
+            raise ConfigError("data parallel size must be between 1 and 8", "data-parallel-size")
+        if self.data_parallel_rank > 7:
+            raise ConfigError("data parallel rank must be between 0 and 7", "data-parallel-rank")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ConfigError("both ssl-certfile and ssl-keyfile must be provided together", "ssl-certfile")
+        if self.self_signed_certs and self.ssl_certfile:
+            raise ConfigError("cannot use both self-signed-certs and explicit ssl-certfile/ssl-keyfile",
+                              "self-signed-certs")
+        if self.dataset_url and not self.dataset_path:
+            raise ConfigError("dataset-path is required when dataset-url is set", "dataset-path")
+        if (self.dataset_path or self.dataset_url) and self.mode == "echo":
+            raise ConfigError("dataset cannot be defined in echo mode", "mode")
+        if self.default_embedding_dimensions < 1:
+            raise ConfigError("default embedding dimensions must be at least 1", "default-embedding-dimensions")
+        if not 0 <= self.image_emission_rate <= 100:
+            raise ConfigError("image emission rate should be between 0 and 100", "image-emission-rate")
+        if not 1 <= self.max_request_body_size_mb <= 512:
+            raise ConfigError(f"max-request-body-size-mb must be between 1 MB and 512 MB, "
+                              f"got {self.max_request_body_size_mb}", "max-request-body-size-mb")
+        if self.max_logprobs < -1:
+            raise ConfigError("max-logprobs cannot be less than -1", "max-logprobs")
+        if self.worker_connections < 1:
+            raise ConfigError("worker-connections cannot be less than 1", "worker-connections")
+        self._validate_generic()
+        if self.enable_kvcache and not self.pod_ip:
+            raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
+        self.validate_dataset()
+
+    def _validate_generic(self) -> None:
+        """Rules every option of a type follows: choices, finite and non-negative durations and
+        floats within their declared maximum."""
+        for o in OPTIONS.values():
+            v = getattr(self, o.attr)
+            if o.choices and o.type in ("str", "int") and v not in o.choices:
+                raise ConfigError(f"invalid {o.name} '{v}', valid values are: "
+                                  + ", ".join(repr(c) if c == "" else str(c) for c in o.choices), o.name)
+            if o.type in ("duration", "float") and v is not None:
+                if not math.isfinite(v):
+                    raise ConfigError(f"{o.name} must be finite", o.name)
+                if (o.type == "duration" or o.name == "shutdown-timeout") and v < 0:
+                    raise ConfigError(f"{o.name} cannot be negative", o.name)
+                if o.maximum is not None and v > o.maximum:
+                    shown = format_duration(o.maximum) if o.type == "duration" else f"{o.maximum:g}"
+                    raise ConfigError(f"{o.name} cannot be more than {shown}", o.name)
+
+    def _validate_tools(self) -> None:
         if self.max_tool_call_integer_param < self.min_tool_call_integer_param:
-            raise ConfigError("MaxToolCallIntegerParam cannot be less than MinToolCallIntegerParam")
+            raise ConfigError("MaxToolCallIntegerParam cannot be less than MinToolCallIntegerParam",
+                              "max-tool-call-integer-param")
         if self.max_tool_call_number_param < self.min_tool_call_number_param:
-            raise ConfigError("MaxToolCallNumberParam cannot be less than MinToolCallNumberParam")
+            raise ConfigError("MaxToolCallNumberParam cannot be less than MinToolCallNumberParam",
+                              "max-tool-call-number-param")
         if self.min_tool_call_array_param_length < 0:
-            raise ConfigError("MinToolCallArrayParamLength cannot be negative")
+            raise ConfigError("MinToolCallArrayParamLength cannot be negative", "min-tool-call-array-param-length")
         if self.max_tool_call_array_param_length < self.min_tool_call_array_param_length:
-            raise ConfigError("MaxToolCallArrayParamLength cannot be less than MinToolCallArrayParamLength")
+            raise ConfigError("MaxToolCallArrayParamLength cannot be less than MinToolCallArrayParamLength",
+                              "max-tool-call-array-param-length")
         for attr, label in (("tool_call_not_required_param_probability", "ToolCallNotRequiredParamProbability"),
                             ("object_tool_call_not_required_field_probability",
                              "ObjectToolCallNotRequiredParamProbability"),
                             ("tool_call_extra_call_probability", "ToolCallExtraCallProbability")):
             if not 0 <= getattr(self, attr) <= 100:
-                raise ConfigError(f"{label} should be between 0 and 100")
-        if self.kv_cache_size < 0:
-            raise ConfigError("KV cache size cannot be negative")
-        if not 0 <= self.global_cache_hit_threshold <= 1:
-            raise ConfigError("global cache hit threshold must be between in range [0, 1]")
-        if self.block_size not in (8, 16, 32, 64, 128):
-            raise ConfigError("token block size should be one of the following: 8, 16, 32, 64, 128")
-        if self.event_batch_size < 1:
-            raise ConfigError("event batch size cannot less than 1")
-        self.validate_failures()
-        if not 1 <= self.data_parallel_size <= 8:
-            raise ConfigError("data parallel size must be between 1 and 8")
-        if self.data_parallel_rank > 7:
-            raise ConfigError("data parallel rank must be between 0 and 7")
-        if self.default_embedding_dimensions < 1:
-            raise ConfigError("default embedding dimensions must be at least 1")
-        if not 1 <= self.max_request_body_size_mb <= 512:
-            raise ConfigError(f"max-request-body-size-mb must be between 1 MB and 512 MB, "
-                              f"got {self.max_request_body_size_mb}")
-        if self.fake_metrics is not None:
-            from .fake_metrics import parse_fake_metrics    # lazy: it imports this module
-            parse_fake_metrics(self.fake_metrics, self.max_model_len)
-            if self.fake_metrics_refresh_interval <= 0:
-                raise ConfigError("fake metrics refresh interval must be positive")
-        if not 0 <= self.image_emission_rate <= 100:
-            raise ConfigError("image emission rate should be between 0 and 100")
-        if self.enable_kvcache and not self.pod_ip:
-            raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work")
-        self.validate_dataset()
+                raise ConfigError(f"{label} should be between 0 and 100", attr.replace("_", "-"))
+
+    def _validate_kv_events(self) -> None:
+        """Replay queue size and the replay/publisher port collision rule (engine.md 1.4)."""
+        if not self.kv_events_replay_endpoint:
+            return
+        if self.kv_events_replay_queue_size < 1:
+            raise ConfigError("kv-events-replay-queue-size cannot be less than 1", "kv-events-replay-queue-size")
+        zmq_port, replay_port = _endpoint_port(self.zmq_endpoint), _endpoint_port(self.kv_events_replay_endpoint)
+        r = self.data_parallel_size - 1
+        if zmq_port is not None and replay_port is not None and \
+                zmq_port <= replay_port + r and replay_port <= zmq_port + r:
+            raise ConfigError(f"zmq-endpoint ({self.zmq_endpoint}) and kv-events-replay-endpoint "
+                              f"({self.kv_events_replay_endpoint}) ports collide once offset by data-parallel "
+                              f"rank", "kv-events-replay-endpoint")
 
     def validate_dataset(self) -> None:
-        """Echo mode excludes a dataset; the file must exist and have the expected schema
-        (engine.md 1.4, 9.2): the reference reports these at start-up too."""
-        if not self.dataset_path:
+        """The file must exist and have the expected schema (engine.md 1.4, 9.2): the reference
+        reports these at start-up too.  Skipped when --dataset-url will download it."""
+        if not self.dataset_path or self.mode == "echo" or self.dataset_url:
             return
-        if self.mode == "echo":
-            raise ConfigError("dataset cannot be defined in echo mode")
         from data.dataset import DatasetError, verify_dataset
         try:
             verify_dataset(self.dataset_path, self.dataset_table_name)
         except DatasetError as e:
-            raise ConfigError(str(e)) from None
+            raise ConfigError(str(e), "dataset-path") from None
 
     def validate_failures(self) -> None:
         if not 0 <= self.failure_injection_rate <= 100:
-            raise ConfigError("failure injection rate should be between 0 and 100")
+            raise ConfigError("failure injection rate should be between 0 and 100", "failure-injection-rate")
         for t in self.failure_types:
             if t not in FAILURE_TYPES:
-                raise ConfigError(f"invalid failure type '{t}', valid types are: " + ", ".join(FAILURE_TYPES))
+                raise ConfigError(f"invalid failure type '{t}', valid types are: " + ", ".join(FAILURE_TYPES),
+                                  "failure-types")
 
     def validate_latencies(self) -> None:
         checks = [
@@ -321,7 +590,7 @@ class SimConfig:
         ]
         for attr, msg in checks:
             if getattr(self, attr) < 0:
-                raise ConfigError(msg)
+                raise ConfigError(msg, attr.replace("_", "-"))
         pairs = [
             ("time_to_first_token", "time to first token standard deviation cannot be more than 30% of "
                                     "time to first token"),
@@ -334,262 +603,226 @@ class SimConfig:
         ]
         for attr, msg in pairs:
             if getattr(self, attr + "_std_dev") > 0.3 * getattr(self, attr) + 1e-12:
-                raise ConfigError(msg)
+                raise ConfigError(msg, (attr + "_std_dev").replace("_", "-"))
         if self.time_factor_under_load < 1.0:
-            raise ConfigError("time factor under load cannot be less than 1.0")
+            raise ConfigError("time factor under load cannot be less than 1.0", "time-factor-under-load")
         if self.latency_calculator not in ("", "constant", "per-token"):
             raise ConfigError(f"unknown latency-calculator {self.latency_calculator}, supported calculators "
-                              f"are: constant and per-token")
+                              f"are: constant and per-token", "latency-calculator")
 
     # ---- rendering ---------------------------------------------------------------------------
     def to_public_dict(self) -> dict:
         """The configuration as ``GET /admin/config`` shows it: flag names as keys, durations as
-        Go duration strings."""
+        Go duration strings, secrets masked, environment values under the reference's names."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name in _ENV_FIELDS:
+        for o in OPTIONS.values():
+            if not o.cli:
                 continue
-            key = f.name.replace("_", "-")
-            val = getattr(self, f.name)
-            spec = OPTIONS.get(key)
-            if spec and spec.kind == "duration":
-                val = format_duration(val)
-            elif key == "lora-modules":
-                val = [lm.to_json() for lm in val]
-            out[key] = val
-        out["IP"] = self.pod_ip
+            out[o.name] = _public_value(o, getattr(self, o.attr))
         out["DisplayModelName"] = self.display_model_name
-        out["PodName"] = self.pod_name
-        out["PodNameSpace"] = self.pod_namespace
-        out["VllmDevMode"] = self.vllm_dev_mode
+        for o in OPTIONS.values():
+            if not o.cli:
+                out[o.shown_as] = getattr(self, o.attr)
         if self.data_parallel_size > 1:
             out.pop("port", None)
         return out
 
 
-_ENV_FIELDS = {"pod_ip", "pod_name", "pod_namespace", "vllm_dev_mode"}
+def _public_value(o: Option, val: Any) -> Any:
+    if o.secret:
+        return "***" if val else ""
+    if o.type == "duration":
+        return format_duration(val)
+    if o.type == "lora":
+        return [lm.to_json() for lm in val]
+    return val
+
+
+_ATTRS = {o.attr for o in OPTIONS.values()}
+
+
+def _endpoint_port(endpoint: str) -> int | None:
+    m = re.search(r":(\d+)$", endpoint or "")
+    return int(m.group(1)) if m else None
+
+
+def ignored_flags(config: SimConfig) -> list[str]:
+    """The vLLM flags given on the command line or in YAML that this simulator ignores, in the
+    order given (``--dtype``, ``-tp`` ...), for the one start-up log line."""
+    return [f"--{n}" for n in getattr(config, "ignored_flags", [])]
 
 
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class Option:
-    kind: str          # int | float | str | bool | duration | list | lora | json
-    help: str
-
-
-OPTIONS: dict[str, Option] = {
-    "port": Option("int", "Port the server listens on"),
-    "host": Option("str", "Address the server binds to"),
-    "model": Option("str", "Model name (the real model path reported as `root`); env SIM_MODEL"),
-    "served-model-name": Option("list", "Public model names (aliases); the first is reported in responses"),
-    "lora-modules": Option("lora", 'LoRA adapters as JSON strings {"name","path","base_model_name"}'),
-    "max-loras": Option("int", "Maximum number of LoRAs running at once"),
-    "max-cpu-loras": Option("int", "Maximum number of LoRAs in CPU memory (validated only)"),
-    "max-model-len": Option("int", "Context window in tokens"),
-    "max-num-seqs": Option("int", "Maximum number of sequences running at once"),
-    "max-waiting-queue-length": Option("int", "Capacity of the waiting queue; beyond it requests get 429"),
-    "mode": Option("str", "Response source: random or echo"),
-    "seed": Option("int", "Random seed (default: current time)"),
-    "time-to-first-token": Option("duration", "Time to first token"),
-    "time-to-first-token-std-dev": Option("duration", "Standard deviation of the time to first token"),
-    "inter-token-latency": Option("duration", "Time between tokens"),
-    "inter-token-latency-std-dev": Option("duration", "Standard deviation of the inter-token latency"),
-    "kv-cache-transfer-latency": Option("duration", "KV transfer time for remote prefill (constant)"),
-    "kv-cache-transfer-latency-std-dev": Option("duration", "Standard deviation of the KV transfer time"),
-    "prefill-overhead": Option("duration", "Fixed prefill time (per-token calculator)"),
-    "prefill-time-per-token": Option("duration", "Prefill time per uncached prompt token"),
-    "prefill-time-std-dev": Option("duration", "Standard deviation of the prefill time"),
-    "kv-cache-transfer-time-per-token": Option("duration", "KV transfer time per prompt token"),
-    "kv-cache-transfer-time-std-dev": Option("duration", "Standard deviation of the per-token KV transfer"),
-    "time-to-generate-image": Option("duration", "Extra time when an image is emitted (--omni)"),
-    "time-to-generate-image-std-dev": Option("duration", "Standard deviation of the image time"),
-    "time-factor-under-load": Option("float", "Latency multiplier when all sequences run (>= 1)"),
-    "latency-calculator": Option("str", "constant, per-token, or empty for the legacy rule"),
-    "max-tool-call-integer-param": Option("int", "Largest generated integer tool argument"),
-    "min-tool-call-integer-param": Option("int", "Smallest generated integer tool argument"),
-    "max-tool-call-number-param": Option("float", "Largest generated number tool argument"),
-    "min-tool-call-number-param": Option("float", "Smallest generated number tool argument"),
-    "max-tool-call-array-param-length": Option("int", "Longest generated array tool argument"),
-    "min-tool-call-array-param-length": Option("int", "Shortest generated array tool argument"),
-    "tool-call-not-required-param-probability": Option("int", "% chance an optional tool parameter is set"),
-    "object-tool-call-not-required-field-probability": Option("int", "% chance an optional object field is set"),
-    "tool-call-extra-call-probability": Option("int", "% chance of each extra tool call"),
-    "skip-tool-validation": Option("bool", "Do not validate tool schemas"),
-    "enable-kvcache": Option("bool", "Simulate the prefix KV cache and publish KV events"),
-    "kv-cache-size": Option("int", "KV cache size in blocks"),
-    "global-cache-hit-threshold": Option("float", "Default cache_hit_threshold for all requests"),
-    "block-size": Option("int", "Tokens per KV block (8, 16, 32, 64, 128)"),
-    "hash-seed": Option("str", "Seed of the KV block hashes; env PYTHONHASHSEED"),
-    "zmq-endpoint": Option("str", "ZMQ endpoint the KV-event publisher connects to"),
-    "event-batch-size": Option("int", "Maximum KV events per ZMQ message"),
-    "use-vllm-map-event-format": Option("bool", "Encode KV events as maps"),
-    "failure-injection-rate": Option("int", "% of requests that fail with an injected error"),
-    "failure-types": Option("list", "Injected failure types (default: all)"),
-    "data-parallel-size": Option("int", "Number of data-parallel ranks (1..8)"),
-    "data-parallel-rank": Option("int", "Rank of this process (-1 = unset)"),
-    "startup-duration": Option("duration", "/health/ready answers 503 for this long after start"),
-    "enable-sleep-mode": Option("bool", "Allow /sleep (with VLLM_SERVER_DEV_MODE=1)"),
-    "enable-request-id-headers": Option("bool", "Use and return the X-Request-Id header"),
-    "default-embedding-dimensions": Option("int", "Embedding size when the request gives none"),
-    "max-request-body-size-mb": Option("int", "Largest accepted request body, MiB"),
-    "force-dummy-tokenizer": Option("bool", "Always use the simulated tokenizer"),
-    "tokenizer": Option("str", "Local path of a Hugging Face tokenizer (directory or tokenizer.json)"),
-    "omni": Option("bool", "Allow image output in chat responses"),
-    "image-emission-rate": Option("int", "% of chat responses carrying an image (--omni)"),
-    "mm-encoder-only": Option("bool", "Encoder-only multimodal mode"),
-    "worker-connections": Option("int", "Maximum simultaneous client connections (gevent worker)"),
-    "dataset-path": Option("str", "SQLite dataset of recorded responses (random mode)"),
-    "dataset-table-name": Option("str", "Table of the dataset"),
-    "dataset-in-memory": Option("bool", "Copy the dataset into memory at start-up"),
-    "fake-metrics": Option("json", "Report these values on /metrics instead of measured ones (JSON object; "
-                                   "YAML: an object)"),
-    "fake-metrics-refresh-interval": Option("duration", "Time step of generator-valued fake metrics"),
-}
-
-# Flags vLLM or the reference accept and this simulator ignores.
-IGNORED_OPTIONS = {"mm-processor-kwargs": "str", "ec-transfer-config": "str", "enforce-eager": "bool",
-                   "enable-prefix-caching": "bool", "tensor-parallel-size": "int", "render-url": "str",
-                   "render-timeout": "duration", "mm-render-timeout": "duration", "log-http": "bool",
-                   "dataset-url": "str", "kv-events-replay-endpoint": "str",
-                   "kv-events-replay-queue-size": "int", "ssl-certfile": "str",
-                   "ssl-keyfile": "str", "self-signed-certs": "bool"}
-
-
-def _attr(key: str) -> str:
-    return key.replace("-", "_")
-
-
-def coerce(key: str, value: Any, kind: str | None = None) -> Any:
-    """Convert a YAML/JSON/CLI value for option ``key`` to its Python type.
-
-    Raises ConfigError naming the option when the value does not fit."""
-    kind = kind or OPTIONS[key].kind
-    try:
-        if kind == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(value)
-            return int(value)
-        if kind == "float":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            v = float(value)
-            if math.isnan(v):
-                raise ValueError(value)
-            return v
-        if kind == "str":
-            return "" if value is None else str(value)
-        if kind == "bool":
-            return parse_bool(value)
-        if kind == "duration":
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value) / 1000.0      # legacy: bare numbers are milliseconds
-            return parse_duration(value)
-        if kind == "list":
-            if value is None:
-                return []
-            if isinstance(value, str):
-                return [value]
-            return [str(v) for v in value]
-        if kind == "json":                     # CLI: one JSON string; YAML / admin: an object
-            obj = json.loads(value) if isinstance(value, str) else value
-            if obj is not None and not isinstance(obj, dict):
-                raise ValueError("must be a JSON object")
-            return obj
-        if kind == "lora":
-            items = value if isinstance(value, list) else [value]
-            out = []
-            for it in items:
-                obj = json.loads(it) if isinstance(it, str) else it
-                if not isinstance(obj, dict):
-                    raise ValueError("LoRA module must be a JSON object")
-                out.append(LoraModule(str(obj.get("name", "")), str(obj.get("path", "") or ""),
-                                      str(obj.get("base_model_name", "") or "")))
-            return out
-    except ConfigError as e:
-        raise ConfigError(f"invalid value for --{key}: {e}") from None
-    except (ValueError, TypeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"invalid value for --{key}: {value!r} ({e})") from None
-    raise ConfigError(f"unknown option kind {kind}")
-
-
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):  # one clear line, non-zero exit
         raise ConfigError(message)
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="app.py", description="vLLM simulator", argument_default=argparse.SUPPRESS,
-                       allow_abbrev=False)
+def _default_text(o: Option) -> str:
+    """The default as the help text and the README show it."""
+    if o.name == "seed":
+        return "current time"
+    if o.secret or o.default in ("", [], None):
+        return "none"
+    if o.type == "duration":
+        return format_duration(o.default)
+    if o.type == "bool":
+        return "true" if o.default else "false"
+    return str(o.default)
+
+
+def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
+    """The command line: ``[serve] [MODEL] [--flag value ...]``, generated from OPTIONS."""
+    p = _OneLineParser(prog=prog, description="vLLM simulator: serves vLLM's OpenAI-compatible API with "
+                       "simulated generation.", argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    p.add_argument("model_tag", nargs="?", metavar="MODEL", help="Model name (as `vllm serve MODEL`); "
+                   "overrides --model")
     p.add_argument("--config", help="YAML file whose keys are the flag names")
-    for key, opt in list(OPTIONS.items()) + [(k, Option(v, "accepted and ignored"))
-                                             for k, v in IGNORED_OPTIONS.items()]:
-        text = opt.help.replace("%", "%%")        # argparse formats help with %
-        if opt.kind == "bool":
-            p.add_argument(f"--{key}", nargs="?", const="true", help=text)
-        elif opt.kind in ("list", "lora"):
-            p.add_argument(f"--{key}", nargs="*", help=text)
-        else:
-            p.add_argument(f"--{key}", help=text)
-    for key in ("enable-sleep-mode", "mm-encoder-only", "omni", "enforce-eager", "enable-prefix-caching"):
-        p.add_argument(f"--no-{key}", action="store_const", const="false", dest=key,
+    for group, title in GROUPS.items():
+        opts = [o for o in OPTIONS.values() if o.group == group and o.cli]
+        if not opts:
+            continue
+        g = p.add_argument_group(title)
+        for o in opts:
+            text = o.help
+            if o.choices:
+                text += " (choices: " + ", ".join(repr(c) if c == "" else str(c) for c in o.choices) + ")"
+            if o.env:
+                text += f" [env {o.env}]"
+            if o.admin:
+                text += " [admin]"
+            unit = f" {o.unit}" if o.unit and o.type != "duration" else ""
+            text += f" (default: {_default_text(o)}{unit})"
+            names = [f"--{o.name}", *o.aliases] + [a for a, n in _OPTION_ALIASES.items() if n == o.name]
+            if o.type in ("list", "lora"):
+                g.add_argument(*names, dest=o.name, nargs="*", help=text.replace("%", "%%"))
+            else:
+                g.add_argument(*names, dest=o.name, metavar="BOOL" if o.type == "bool" else o.type.upper(),
+                               help=text.replace("%", "%%"))
+                if o.type == "bool":
+                    g.add_argument(f"--no-{o.name}", action="store_const", const="false", dest=o.name,
+                                   help=argparse.SUPPRESS)
+    g = p.add_argument_group("vLLM flags accepted and ignored", "Listed in one start-up log line.")
+    for name, takes_value in IGNORED_FLAGS.items():
+        names = [f"--{name}"] + [a for a, n in _IGNORED_ALIASES.items() if n == name]
+        g.add_argument(*names, dest="ignored:" + name, metavar="X" if takes_value else "BOOL",
                        help=argparse.SUPPRESS)
+        if not takes_value:
+            g.add_argument(f"--no-{name}", action="store_const", const="false", dest="ignored:" + name,
+                           help=argparse.SUPPRESS)
     return p
+
+
+_BOOL_FLAGS = {f"--{o.name}" for o in OPTIONS.values() if o.type == "bool" and o.cli} | \
+    {f"--{n}" for n, v in IGNORED_FLAGS.items() if not v}
+
+
+def _normalise_bools(argv: list[str]) -> list[str]:
+    """``--flag`` / ``--flag false``: a boolean switch takes the next token only when it is a
+    boolean literal, so ``--enforce-eager MODEL`` keeps MODEL positional."""
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out.extend(argv[i:])
+            break
+        if tok in _BOOL_FLAGS:
+            if i + 1 < len(argv) and argv[i + 1] in BOOL_LITERALS:
+                out.append(f"{tok}={argv[i + 1]}")
+                i += 2
+                continue
+            out.append(f"{tok}=true")
+        else:
+            out.append(tok)
+        i += 1
+    return out
+
+
+def _read_yaml(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh) or {}
+    except OSError as e:
+        raise ConfigError(f"failed to read configuration file: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"failed to unmarshal configuration: {e}".replace("\n", " ")) from None
+    if not isinstance(doc, dict):
+        raise ConfigError("failed to unmarshal configuration: top level must be a mapping")
+    return doc
 
 
 def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimConfig:
     """Build and validate the configuration from argv, the environment and an optional YAML file.
 
+    ``argv`` may start with ``serve`` (``vllm serve`` style) and carry the model positionally.
     Raises ConfigError with one line naming the flag or rule that failed."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        argv = argv[1:]
     env = dict(os.environ if env is None else env)
-    # `--flag true|false` as a separate token: argparse's nargs='?' already takes it.
-    ns = {k.replace("_", "-"): v for k, v in vars(_build_parser().parse_args(argv)).items()}
-    cfg = SimConfig()
+    ns = vars(build_parser().parse_args(_normalise_bools(argv)))
+    ignored = [k.split(":", 1)[1] for k in ns if k.startswith("ignored:")]
+    ns = {k: v for k, v in ns.items() if not k.startswith("ignored:")}
+    if ns.get("model_tag") is not None:
+        ns["model"] = ns.pop("model_tag")
+    ns.pop("model_tag", None)
     values: dict[str, Any] = {}
     path = ns.pop("config", None)
     if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = yaml.safe_load(fh) or {}
-        except OSError as e:
-            raise ConfigError(f"failed to read configuration file: {e}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"failed to unmarshal configuration: {e}") from None
-        if not isinstance(doc, dict):
-            raise ConfigError("failed to unmarshal configuration: top level must be a mapping")
-        for key, val in doc.items():
-            if key in OPTIONS:
+        for key, val in _read_yaml(path).items():
+            o = OPTIONS.get(key)
+            if o is not None and o.cli:
                 values[key] = coerce(key, val)
-            elif key not in IGNORED_OPTIONS:
+            elif key in IGNORED_FLAGS:
+                ignored.append(key)
+            else:
                 raise ConfigError(f"failed to unmarshal configuration: unknown field \"{key}\"")
-    if env.get("SIM_MODEL") and "model" not in ns:
-        values["model"] = env["SIM_MODEL"]
-    if env.get("PYTHONHASHSEED") and "hash-seed" not in ns:
-        values["hash-seed"] = env["PYTHONHASHSEED"]
+    for o in OPTIONS.values():
+        if o.env and o.name not in ns:
+            raw = env.get(o.env)
+            if o.cli and raw:                   # an empty variable does not override
+                values[o.name] = coerce(o.name, raw)
+            elif not o.cli:
+                values[o.name] = (raw == "1") if o.type == "bool" else coerce(o.name, raw or "")
     for key, val in ns.items():
-        if key in IGNORED_OPTIONS:
-            continue
         values[key] = coerce(key, val)
+    cfg = SimConfig()
     for key, val in values.items():
-        setattr(cfg, _attr(key), val)
-    cfg.pod_ip = env.get("POD_IP", "")
-    cfg.pod_name = env.get("POD_NAME", "")
-    cfg.pod_namespace = env.get("POD_NAMESPACE", "")
-    cfg.vllm_dev_mode = env.get("VLLM_SERVER_DEV_MODE", "") == "1"
+        setattr(cfg, OPTIONS[key].attr, val)
+    cfg.ignored_flags = list(dict.fromkeys(ignored))
     if cfg.seed is None:
         cfg.seed = time.time_ns()
     cfg.validate()
     return cfg
 
 
+# ---------------------------------------------------------------------------------------------
 def options_table() -> str:
-    """Markdown table of the flags, for the README."""
-    rows = ["| flag | default | meaning |", "|---|---|---|"]
-    d = SimConfig()
-    for key, opt in OPTIONS.items():
-        val = getattr(d, _attr(key))
-        if opt.kind == "duration":
-            val = format_duration(val)
-        rows.append(f"| `--{key}` | `{val!r}` | {opt.help} |" if not isinstance(val, str)
-                    else f"| `--{key}` | `{val}` | {opt.help} |")
-    return "\n".join(rows)
+    """Markdown table of the flags for the README, one section per group (generated: the README
+    holds exactly this text between its ``flags-table`` markers)."""
+    out = []
+    for group, title in GROUPS.items():
+        opts = [o for o in OPTIONS.values() if o.group == group]
+        if not opts:
+            continue
+        out += [f"**{title}**", "", "| flag | type | default | meaning |", "|---|---|---|---|"]
+        for o in opts:
+            flag = f"`--{o.name}`" if o.cli else f"env `{o.env}`"
+            if o.aliases:
+                flag += " (" + ", ".join(f"`{a}`" for a in o.aliases) + ")"
+            kind = o.type + (f" ({o.unit})" if o.unit else "")
+            text = o.help.replace("|", "\\|")
+            if o.choices:
+                text += ": " + ", ".join(f"`{c}`" if c != "" else "empty" for c in o.choices)
+            if o.maximum is not None:
+                text += f"; at most {format_duration(o.maximum) if o.type == 'duration' else f'{o.maximum:g}'}"
+            notes = [f"env `{o.env}`" for _ in [0] if o.env and o.cli] + (["admin"] if o.admin else [])
+            if notes:
+                text += " (" + ", ".join(notes) + ")"
+            out.append(f"| {flag} | {kind} | `{_default_text(o)}` | {text} |")
+        out.append("")
+    ignored = ", ".join(f"`--{n}`" for n in IGNORED_FLAGS)
+    aliases = ", ".join(f"`{a}`" for a in _IGNORED_ALIASES)
+    out.append(f"**Accepted and ignored** (one start-up log line lists those given): {ignored}; "
+               f"short forms {aliases}.")
+    return "\n".join(out)

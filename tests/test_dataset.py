@@ -137,7 +137,11 @@ def test_dataset_flags_from_yaml(tmp_path, db_path):
     assert (cfg.dataset_path, cfg.dataset_in_memory, cfg.dataset_table_name) == (db_path, True, "llmd")
     with pytest.raises(ConfigError, match="dataset cannot be defined in echo mode"):
         load_config(["--config", str(cfg_file), "--mode", "echo"], env={})
-    load_config(["--dataset-url", "http://example.invalid/x.sqlite3"], env={})   # accepted, ignored
+    url = "http://example.invalid/x.sqlite3"          # downloaded at start-up, not while parsing
+    cfg = load_config(["--dataset-url", url, "--dataset-path", str(tmp_path / "dl.sqlite3")], env={})
+    assert cfg.dataset_url == url
+    with pytest.raises(ConfigError, match="dataset-path is required when dataset-url is set"):
+        load_config(["--dataset-url", url], env={})
 
 
 # ---- served responses --------------------------------------------------------------------------

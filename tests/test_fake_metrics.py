@@ -297,7 +297,7 @@ def test_deprecated_fake_metrics_endpoint(sim_server):
                waiting_lora_adapters="lora3") == 1257894567
     assert httpx.get(base + "/admin/config", timeout=10).json()["fake-metrics"]["running-requests"] == 4
     r = httpx.post(base + "/fake_metrics", json={"kv-cache-usage": 7}, timeout=10)
-    assert r.status_code == 500
+    assert r.status_code == 400          # issue 12: a client mistake (the reference answers 500)
     assert r.json()["error"]["message"] == \
         "Failed to update fake metrics: fake metrics KV cache usage must be between 0 and 1"
     assert get(scrape(base), "vllm:kv_cache_usage_perc") == 0
@@ -310,7 +310,7 @@ def test_real_metrics_server_rejects_updates(server):
     assert r.json()["error"]["message"] == \
         "the simulator is reporting real metrics; fake metrics cannot be updated"
     r = httpx.post(server + "/fake_metrics", json={"running-requests": 1}, timeout=10)
-    assert r.status_code == 500
+    assert r.status_code == 400          # issue 12: a client mistake (the reference answers 500)
     assert r.json()["error"]["message"] == ("Failed to update fake metrics: the simulator is reporting real "
                                             "metrics; fake metrics cannot be updated")
     assert httpx.get(server + "/admin/config", timeout=10).json()["fake-metrics"] is None

@@ -1,0 +1,107 @@
+"""Parsing of option values: Go durations, Go booleans, and the error every option check raises.
+
+A leaf module (imports nothing from the project) so that the configuration, the fake-metrics
+specification and the admin route can all use it without import cycles.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the flag or rule.
+
+    ``param``: the flag name (``time-to-first-token``) when one option is at fault, so that
+    ``POST /admin/config`` can name the field in its 400 answer."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+# ---------------------------------------------------------------------------------------------
+# Go duration strings
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+                   "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(value: Any) -> float:
+    """Parse a Go ``time.ParseDuration`` string into seconds.
+
+    A bare number string (``"2000"``) is the reference's legacy format: milliseconds.
+    A Python number is taken as seconds.  Raises ConfigError for a malformed string.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"time: invalid duration {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    s = str(value).strip()
+    if s in ("0", "+0", "-0"):
+        return 0.0
+    sign = 1.0
+    body = s
+    if body[:1] in "+-":
+        sign = -1.0 if body[0] == "-" else 1.0
+        body = body[1:]
+    if not body:
+        raise ConfigError(f'time: invalid duration "{s}"')
+    pos, total = 0, 0.0
+    while pos < len(body):
+        m = _DURATION_PART.match(body, pos)
+        if not m:
+            if pos == 0 and re.fullmatch(r"\d+(\.\d*)?", body):
+                # Legacy (deprecated) reference format: a bare number means milliseconds.
+                return sign * float(body) / 1000.0
+            raise ConfigError(f'time: invalid duration "{s}"')
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return sign * total
+
+
+def format_duration(seconds: float) -> str:
+    """Render seconds like Go's ``Duration.String()``: ``0s``, ``250ms``, ``1.5s``, ``1m30s``."""
+    ns = int(round(seconds * 1e9))
+    if ns == 0:
+        return "0s"
+    neg = ns < 0
+    ns = abs(ns)
+
+    def fmt(v: float) -> str:
+        return f"{v:.9f}".rstrip("0").rstrip(".")
+
+    if ns < 1000:
+        out = f"{ns}ns"
+    elif ns < 1_000_000:
+        out = fmt(ns / 1e3) + "µs"
+    elif ns < 1_000_000_000:
+        out = fmt(ns / 1e6) + "ms"
+    else:
+        h, rem = divmod(ns, 3600 * 10**9)
+        m, rem = divmod(rem, 60 * 10**9)
+        sec = fmt(rem / 1e9)
+        if h:
+            out = f"{h}h{m}m{sec}s"
+        elif m:
+            out = f"{m}m{sec}s"
+        else:
+            out = f"{sec}s"
+    return "-" + out if neg else out
+
+
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+BOOL_LITERALS = frozenset(_TRUE + _FALSE)
+
+
+def parse_bool(value: Any) -> bool:
+    """Go ``strconv.ParseBool`` semantics; raises ConfigError otherwise."""
+    if isinstance(value, bool):
+        return value
+    s = str(value)
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ConfigError(f'invalid boolean value "{s}"')
