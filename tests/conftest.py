@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -179,11 +180,14 @@ class ServerPool:
         return base
 
     def stop_all(self):
+        """SIGINT (quick shutdown: a graceful SIGTERM would wait for SDK clients' idle
+        keep-alive connections), then SIGKILL whatever is still alive after 5 s."""
         for proc, _ in self.procs.values():
-            proc.terminate()
+            proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 5
         for proc, _ in self.procs.values():
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -1,13 +1,12 @@
-"""Anthropic Messages API (``/v1/messages``, ``/v1/messages/count_tokens``) against a real
-server, driven with the official ``anthropic`` SDK and raw ``httpx`` (case C30, C19 item 5,
-api.md 13 cases 73-78)."""
+"""Anthropic Messages API (``/v1/messages``, ``/v1/messages/count_tokens``) in-process
+(and, for the SDK streams, against a real server), driven with the official ``anthropic`` SDK
+and raw ``httpx`` (case C30, C19 item 5, api.md 13 cases 73-78)."""
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import time
 
 import anthropic
+import gevent
 import httpx
 import pytest
 
@@ -26,12 +25,12 @@ TEMPERATURE = {"name": "get_temperature", "description": "Get the temperature",
                                 "required": ["city", "unit"]}}
 
 
-def client(base: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=base, api_key="sk-ant-test", max_retries=0, timeout=30)
+def client(base) -> anthropic.Anthropic:
+    return base.anthropic(api_key="sk-ant-test", max_retries=0, timeout=30)
 
 
-def post(base: str, body: dict, headers: dict | None = None) -> httpx.Response:
-    return httpx.post(f"{base}/v1/messages", json=body, headers={**HEADERS, **(headers or {})}, timeout=30)
+def post(base, body: dict, headers: dict | None = None) -> httpx.Response:
+    return base.post("/v1/messages", json=body, headers={**HEADERS, **(headers or {})}, timeout=30)
 
 
 def events(resp: httpx.Response) -> list:
@@ -40,8 +39,8 @@ def events(resp: httpx.Response) -> list:
 
 # ---- non-streaming ---------------------------------------------------------------------------------
 
-def test_basic_random(server):
-    msg = client(server).messages.create(model="test-model", max_tokens=100,
+def test_basic_random(api):
+    msg = client(api).messages.create(model="test-model", max_tokens=100,
                                          messages=[{"role": "user", "content": U}])
     assert msg.id.startswith("msg_") and len(msg.id) > 10
     assert msg.type == "message" and msg.role == "assistant" and msg.model == "test-model"
@@ -54,8 +53,8 @@ def test_basic_random(server):
     assert msg.usage.cache_read_input_tokens == 0
 
 
-def test_echo_exact_text_and_usage(echo_server):
-    msg = client(echo_server).messages.create(model="test-model", max_tokens=100,
+def test_echo_exact_text_and_usage(echo_api):
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=100,
                                               messages=[{"role": "user", "content": U}])
     assert msg.content[0].text == U
     assert msg.stop_reason == "end_turn"
@@ -63,16 +62,16 @@ def test_echo_exact_text_and_usage(echo_server):
 
 
 @pytest.mark.parametrize("system", ["Be brief.", [{"type": "text", "text": "Be brief."}]])
-def test_system_string_or_blocks(echo_server, system):
+def test_system_string_or_blocks(echo_api, system):
     # "### system: Be brief.\n" adds 8 tokens (#,#,# ,system,: ,Be ,brief,.\n).
-    msg = client(echo_server).messages.create(model="test-model", max_tokens=50, system=system,
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, system=system,
                                               messages=[{"role": "user", "content": U}])
     assert msg.usage.input_tokens == 18
     assert msg.content[0].text == U
 
 
-def test_multi_turn_with_tool_history(echo_server):
-    c = client(echo_server)
+def test_multi_turn_with_tool_history(echo_api):
+    c = client(echo_api)
     messages = [
         {"role": "user", "content": "What is the weather?"},
         {"role": "assistant", "content": [
@@ -93,28 +92,28 @@ def test_multi_turn_with_tool_history(echo_server):
     assert echoed.content[0].text == "Thanks!"
 
 
-def test_tool_result_blocks_content_is_echoed(echo_server):
+def test_tool_result_blocks_content_is_echoed(echo_api):
     messages = [{"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_01",
          "content": [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}]}]}]
-    msg = client(echo_server).messages.create(model="test-model", max_tokens=50, messages=messages)
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, messages=messages)
     assert msg.content[0].text == "line one\nline two"
 
 
-def test_image_blocks(echo_server):
+def test_image_blocks(echo_api):
     content = [{"type": "text", "text": "Describe this"},
                {"type": "image", "source": {"type": "url", "url": "https://example.com/img.png"}}]
-    msg = client(echo_server).messages.create(model="test-model", max_tokens=50,
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50,
                                               messages=[{"role": "user", "content": content}])
     assert msg.content[0].text == "Describe this\nimage: https://example.com/img.png"
     b64 = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo"}}]
-    msg = client(echo_server).messages.create(model="test-model", max_tokens=50,
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50,
                                               messages=[{"role": "user", "content": b64}])
     assert msg.content[0].text == "image: data:image/png;base64,iVBORw0KGgo"
 
 
-def test_ignored_fields_accepted(server):
-    msg = client(server).messages.create(
+def test_ignored_fields_accepted(api):
+    msg = client(api).messages.create(
         model="test-model", max_tokens=5, messages=[{"role": "user", "content": U}],
         metadata={"user_id": "u1"},
         extra_body={"ignore_eos": True, "temperature": 0.2, "top_k": 5, "top_p": 0.9,
@@ -122,16 +121,16 @@ def test_ignored_fields_accepted(server):
     assert msg.usage.output_tokens == 5 and msg.stop_reason == "max_tokens"
 
 
-def test_stop_sequences(echo_server):
+def test_stop_sequences(echo_api):
     text = "This is a test. Stop here please."
-    msg = client(echo_server).messages.create(model="test-model", max_tokens=50, stop_sequences=["zzz", "here"],
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, stop_sequences=["zzz", "here"],
                                               messages=[{"role": "user", "content": text}])
     assert msg.content[0].text == "This is a test. Stop "
     assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == "here"
     assert msg.usage.output_tokens == 6          # This , is , a , test, . , Stop
     body = {"model": "test-model", "max_tokens": 50, "stream": True, "stop_sequences": ["here"],
             "messages": [{"role": "user", "content": text}]}
-    evs = events(post(echo_server, body))
+    evs = events(post(echo_api, body))
     deltas = "".join(d["delta"]["text"] for n, d in evs if n == "content_block_delta")
     assert deltas == "This is a test. Stop "
     md = [d for n, d in evs if n == "message_delta"][0]
@@ -141,9 +140,9 @@ def test_stop_sequences(echo_server):
 
 # ---- tools -----------------------------------------------------------------------------------------
 
-def test_tool_choice_any(server):
+def test_tool_choice_any(api):
     for _ in range(5):
-        msg = client(server).messages.create(model="test-model", max_tokens=100, tools=[WEATHER],
+        msg = client(api).messages.create(model="test-model", max_tokens=100, tools=[WEATHER],
                                              tool_choice={"type": "any"},
                                              messages=[{"role": "user", "content": "Weather in Paris?"}])
         assert msg.stop_reason == "tool_use"
@@ -153,9 +152,9 @@ def test_tool_choice_any(server):
             assert isinstance(b.input, dict) and isinstance(b.input["location"], str)
 
 
-def test_tool_choice_tool(server):
+def test_tool_choice_tool(api):
     for _ in range(5):
-        msg = client(server).messages.create(model="test-model", max_tokens=100, tools=[WEATHER, TEMPERATURE],
+        msg = client(api).messages.create(model="test-model", max_tokens=100, tools=[WEATHER, TEMPERATURE],
                                              tool_choice={"type": "tool", "name": "get_temperature"},
                                              messages=[{"role": "user", "content": U}])
         assert msg.stop_reason == "tool_use"
@@ -164,8 +163,8 @@ def test_tool_choice_tool(server):
         assert msg.usage.input_tokens == 10      # tool schemas add no prompt tokens
 
 
-def test_tool_choice_none_and_disable_parallel(server):
-    c = client(server)
+def test_tool_choice_none_and_disable_parallel(api):
+    c = client(api)
     msg = c.messages.create(model="test-model", max_tokens=20, tools=[WEATHER], tool_choice={"type": "none"},
                             messages=[{"role": "user", "content": U}])
     assert msg.stop_reason in ("end_turn", "max_tokens") and msg.content[0].type == "text"
@@ -176,8 +175,8 @@ def test_tool_choice_none_and_disable_parallel(server):
         assert msg.stop_reason == "tool_use" and len(msg.content) == 1
 
 
-def test_stream_tools_with_sdk(server):
-    with client(server).messages.stream(model="test-model", max_tokens=100, tools=[WEATHER, TEMPERATURE],
+def test_stream_tools_with_sdk(any_api):
+    with client(any_api).messages.stream(model="test-model", max_tokens=100, tools=[WEATHER, TEMPERATURE],
                                         tool_choice={"type": "tool", "name": "get_weather"},
                                         messages=[{"role": "user", "content": U}]) as s:
         final = s.get_final_message()
@@ -187,10 +186,10 @@ def test_stream_tools_with_sdk(server):
     assert final.content[0].id.startswith("toolu_")
 
 
-def test_c30_stream_tool_use_raw(server):
+def test_c30_stream_tool_use_raw(api):
     body = {"model": "test-model", "max_tokens": 4, "stream": True, "tools": [WEATHER, TEMPERATURE],
             "tool_choice": {"type": "any"}, "messages": [{"role": "user", "content": "hi"}]}
-    r = post(server, body)
+    r = post(api, body)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     evs = events(r)
     names = [n for n, _ in evs]
@@ -218,10 +217,10 @@ def test_c30_stream_tool_use_raw(server):
 
 # ---- streaming text --------------------------------------------------------------------------------
 
-def test_c30_stream_text_raw(server):
+def test_c30_stream_text_raw(api):
     body = {"model": "test-model", "max_tokens": 4, "stream": True, "ignore_eos": True,
             "messages": [{"role": "user", "content": "hi"}]}
-    r = post(server, body)
+    r = post(api, body)
     assert r.status_code == 200
     # every frame: "event: X\ndata: {...,"type":"X"}"
     frames = [f for f in r.text.split("\n\n") if f.strip()]
@@ -244,8 +243,8 @@ def test_c30_stream_text_raw(server):
     assert "ping" in [n for n, _ in events(r)]
 
 
-def test_stream_text_with_sdk(echo_server):
-    with client(echo_server).messages.stream(model="test-model", max_tokens=50,
+def test_stream_text_with_sdk(echo_api):
+    with client(echo_api).messages.stream(model="test-model", max_tokens=50,
                                              messages=[{"role": "user", "content": U}]) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
@@ -255,8 +254,8 @@ def test_stream_text_with_sdk(echo_server):
     assert final.id.startswith("msg_")
 
 
-def test_stream_create_iterates_events(server):
-    stream = client(server).messages.create(model="test-model", max_tokens=6, stream=True,
+def test_stream_create_iterates_events(any_api):
+    stream = client(any_api).messages.create(model="test-model", max_tokens=6, stream=True,
                                             messages=[{"role": "user", "content": U}],
                                             extra_body={"ignore_eos": True})
     types = [e.type for e in stream]
@@ -266,8 +265,8 @@ def test_stream_create_iterates_events(server):
 
 # ---- count_tokens ----------------------------------------------------------------------------------
 
-def test_count_tokens(server):
-    c = client(server)
+def test_count_tokens(api):
+    c = client(api)
     n = c.messages.count_tokens(model="test-model", messages=[{"role": "user", "content": U}])
     assert n.input_tokens == 10
     n = c.messages.count_tokens(model="test-model", system="Be brief.", tools=[WEATHER],
@@ -287,10 +286,10 @@ def _assert_anthropic_error(r: httpx.Response, status: int, etype: str, contains
     assert set(body) == {"type", "error"}
 
 
-def test_missing_max_tokens(server):
-    r = post(server, {"model": "test-model", "messages": [{"role": "user", "content": U}]})
+def test_missing_max_tokens(api):
+    r = post(api, {"model": "test-model", "messages": [{"role": "user", "content": U}]})
     _assert_anthropic_error(r, 400, "invalid_request_error", "max_tokens")
-    r = post(server, {"model": "test-model", "max_tokens": None, "messages": [{"role": "user", "content": U}]})
+    r = post(api, {"model": "test-model", "max_tokens": None, "messages": [{"role": "user", "content": U}]})
     _assert_anthropic_error(r, 400, "invalid_request_error", "max_tokens")
 
 
@@ -306,18 +305,18 @@ def test_missing_max_tokens(server):
     ({"messages": [{"role": "user", "content": U}], "system": 3}, "system"),
     ({"messages": [{"role": "user", "content": U}], "max_tokens": 0}, "max_tokens"),
 ])
-def test_malformed_bodies(server, body, field):
+def test_malformed_bodies(api, body, field):
     full = {"model": "test-model", "max_tokens": 10, **body}
-    _assert_anthropic_error(post(server, full), 400, "invalid_request_error", field)
+    _assert_anthropic_error(post(api, full), 400, "invalid_request_error", field)
 
 
-def test_not_json(server):
-    r = httpx.post(f"{server}/v1/messages", content=b"{nope", headers={"content-type": "application/json"})
+def test_not_json(api):
+    r = api.post("/v1/messages", content=b"{nope", headers={"content-type": "application/json"})
     _assert_anthropic_error(r, 400, "invalid_request_error")
 
 
-def test_sdk_raises_typed_errors(server):
-    c = client(server)
+def test_sdk_raises_typed_errors(api):
+    c = client(api)
     with pytest.raises(anthropic.NotFoundError) as ei:
         c.messages.create(model="some-other-model", max_tokens=10, messages=[{"role": "user", "content": U}])
     assert ei.value.body["error"]["type"] == "not_found_error"
@@ -329,35 +328,35 @@ def test_sdk_raises_typed_errors(server):
 @pytest.mark.parametrize("code,etype", [(400, "invalid_request_error"), (401, "authentication_error"),
                                         (403, "permission_error"), (429, "rate_limit_error"),
                                         (500, "api_error"), (503, "overloaded_error"), (529, "overloaded_error")])
-def test_forced_errors_use_anthropic_types(server, code, etype):
-    r = post(server, {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": U}]},
+def test_forced_errors_use_anthropic_types(api, code, etype):
+    r = post(api, {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": U}]},
              headers={"X-Return-Error": str(code)})
     _assert_anthropic_error(r, code, etype, "X-Return-Error")
 
 
-def test_request_too_large(sim_server):
-    base = sim_server("--max-request-body-size-mb", "1")
+def test_request_too_large(app_client):
+    base = app_client("--max-request-body-size-mb", "1")
     big = "word " * 300_000
     r = post(base, {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": big}]})
     _assert_anthropic_error(r, 413, "request_too_large")
 
 
-def test_other_endpoints_keep_openai_envelope(server):
-    r = httpx.post(f"{server}/v1/chat/completions", json={"model": "nope", "messages": []})
+def test_other_endpoints_keep_openai_envelope(api):
+    r = api.post("/v1/chat/completions", json={"model": "nope", "messages": []})
     assert r.status_code == 404 and "error" in r.json() and "type" not in r.json()
 
 
 # ---- cache_threshold (C19 item 5) ------------------------------------------------------------------
 
-def test_cache_threshold_header(server):
+def test_cache_threshold_header(api):
     h = {"X-Cache-Threshold-Finish-Reason": "true"}
     body = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": U}]}
-    r = post(server, body, h)
+    r = post(api, body, h)
     assert r.status_code == 200
     msg = r.json()
     assert msg["stop_reason"] == "max_tokens" and msg["usage"]["output_tokens"] == 0
     assert msg["usage"]["input_tokens"] == 10 and msg["content"] == []
-    evs = events(post(server, {**body, "stream": True}, h))
+    evs = events(post(api, {**body, "stream": True}, h))
     names = [n for n, _ in evs]
     assert names[0] == "message_start" and names[-1] == "message_stop"
     md = [d for n, d in evs if n == "message_delta"][0]
@@ -367,8 +366,8 @@ def test_cache_threshold_header(server):
 
 # ---- prefix cache accounting -----------------------------------------------------------------------
 
-def test_cache_read_tokens(sim_server):
-    base = sim_server("--enable-kvcache", "--block-size", "16", env={"POD_IP": "127.0.0.1"})
+def test_cache_read_tokens(app_client):
+    base = app_client("--enable-kvcache", "--block-size", "16", env={"POD_IP": "127.0.0.1"})
     long = " ".join(f"msg{i}" for i in range(100))
     body = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": long}]}
     first = post(base, body).json()["usage"]
@@ -380,25 +379,24 @@ def test_cache_read_tokens(sim_server):
     assert second["cache_creation_input_tokens"] == 0
 
 
-def test_thinking_and_document_history_accepted(echo_server):
+def test_thinking_and_document_history_accepted(echo_api):
     messages = [{"role": "user", "content": "Hi"},
                 {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "sig"},
                                                   {"type": "text", "text": "Hello"}]},
                 {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "doc"}},
                                              {"type": "text", "text": U}]}]
-    msg = client(echo_server).messages.create(model="test-model", max_tokens=50, messages=messages)
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, messages=messages)
     assert msg.content[0].text == U
 
 
-def test_queue_full_is_anthropic_rate_limit(sim_server):
-    base = sim_server("--time-to-first-token", "1s", "--max-num-seqs", "1", "--max-waiting-queue-length", "1")
+def test_queue_full_is_anthropic_rate_limit(app_client):
+    base = app_client("--time-to-first-token", "1s", "--max-num-seqs", "1", "--max-waiting-queue-length", "1")
     body = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": U}]}
-    with concurrent.futures.ThreadPoolExecutor(4) as ex:
-        futs = []
-        for i in range(4):
-            futs.append(ex.submit(post, base, {**body, "stream": i % 2 == 1}))
-            time.sleep(0.15)
-        results = [f.result() for f in futs]
+    futs = []
+    for i in range(4):               # concurrent in-process requests: greenlets on the engine's hub
+        futs.append(gevent.spawn(post, base, {**body, "stream": i % 2 == 1}))
+        gevent.sleep(0.15)
+    results = [f.get() for f in futs]
     codes = [r.status_code for r in results]
     assert codes[:2] == [200, 200] and codes[2:] == [429, 429]
     for r in results[2:]:
