@@ -1,5 +1,6 @@
-"""OpenAI Responses API (``/v1/responses``) against a real server, driven with the official
-``openai`` SDK and raw ``httpx`` (cases C28, C29; api.md 13 cases 59-72)."""
+"""OpenAI Responses API (``/v1/responses``) in-process (the SDK streams also against a real
+server), driven with the official ``openai`` SDK and raw ``httpx`` (cases C28, C29; api.md 13
+cases 59-72)."""
 from __future__ import annotations
 
 import json
@@ -27,12 +28,12 @@ TEXT_ORDER_TAIL = ["response.output_text.done", "response.content_part.done", "r
                    "response.completed"]
 
 
-def client(base: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0, timeout=30)
+def client(base) -> openai.OpenAI:
+    return base.openai(api_key="sk-test", max_retries=0, timeout=30)
 
 
-def post(base: str, body: dict, headers: dict | None = None) -> httpx.Response:
-    return httpx.post(f"{base}/v1/responses", json=body, headers=headers, timeout=30)
+def post(base, body: dict, headers: dict | None = None) -> httpx.Response:
+    return base.post("/v1/responses", json=body, headers=headers, timeout=30)
 
 
 def user_msg(content) -> dict:
@@ -43,8 +44,8 @@ def user_msg(content) -> dict:
 
 @pytest.mark.parametrize("inp", [U, [user_msg([{"type": "input_text", "text": U}])], [user_msg(U)],
                                  [{"role": "user", "content": U}]])
-def test_basic_echo(echo_server, inp):
-    r = client(echo_server).responses.create(model="test-model", input=inp)
+def test_basic_echo(echo_api, inp):
+    r = client(echo_api).responses.create(model="test-model", input=inp)
     assert r.id.startswith("resp_") and r.object == "response" and r.status == "completed"
     assert r.model == "test-model" and r.instructions is None and r.incomplete_details is None
     assert len(r.output) == 1
@@ -61,21 +62,21 @@ def test_basic_echo(echo_server, inp):
     assert r.text.format.type == "text"
 
 
-def test_basic_random(server):
-    r = client(server).responses.create(model="test-model", input=U)
+def test_basic_random(api):
+    r = client(api).responses.create(model="test-model", input=U)
     assert r.status in ("completed", "incomplete") and r.output_text
     assert r.usage.input_tokens == 10 and r.usage.output_tokens >= 1
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
 
 
-def test_instructions_echoed_not_counted(echo_server):
-    r = client(echo_server).responses.create(model="test-model", input=U, instructions="Reply in French")
+def test_instructions_echoed_not_counted(echo_api):
+    r = client(echo_api).responses.create(model="test-model", input=U, instructions="Reply in French")
     assert r.instructions == "Reply in French"
     assert r.usage.input_tokens == 10 and r.output_text == U
 
 
-def test_max_output_tokens(server):
-    c = client(server)
+def test_max_output_tokens(api):
+    c = client(api)
     for _ in range(5):
         r = c.responses.create(model="test-model", input=U, max_output_tokens=2)
         assert 1 <= r.usage.output_tokens <= 2 and r.max_output_tokens == 2
@@ -85,11 +86,11 @@ def test_max_output_tokens(server):
     assert r.output[0].status == "incomplete" and r.output_text
 
 
-def test_unknown_model(server):
+def test_unknown_model(api):
     with pytest.raises(openai.NotFoundError) as ei:
-        client(server).responses.create(model="some-other-model", input=U)
+        client(api).responses.create(model="some-other-model", input=U)
     assert "The model `some-other-model` does not exist" in ei.value.message
-    r = post(server, {"model": "some-other-model", "input": U})
+    r = post(api, {"model": "some-other-model", "input": U})
     assert r.status_code == 404
     err = r.json()["error"]
     assert err["code"] == 404 and err["type"] == "NotFoundError"
@@ -97,8 +98,8 @@ def test_unknown_model(server):
 
 # ---- streaming ------------------------------------------------------------------------------------
 
-def test_c28_stream_event_order_raw(server):
-    r = post(server, {"model": "test-model", "input": "hi", "max_output_tokens": 8, "stream": True})
+def test_c28_stream_event_order_raw(api):
+    r = post(api, {"model": "test-model", "input": "hi", "max_output_tokens": 8, "stream": True})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     assert "[DONE]" not in r.text
     frames = [f for f in r.text.split("\n\n") if f.strip()]
@@ -128,8 +129,8 @@ def test_c28_stream_event_order_raw(server):
             assert d["content_index"] == 0
 
 
-def test_stream_with_sdk(echo_server):
-    stream = client(echo_server).responses.create(model="test-model", input=U, stream=True)
+def test_stream_with_sdk(echo_api):
+    stream = client(echo_api).responses.create(model="test-model", input=U, stream=True)
     evs = list(stream)
     types = [e.type for e in evs]
     assert types[:4] == TEXT_ORDER_HEAD and types[-4:] == TEXT_ORDER_TAIL
@@ -142,8 +143,8 @@ def test_stream_with_sdk(echo_server):
     assert final.output[0].id == evs[2].item.id
 
 
-def test_stream_helper_final_response(echo_server):
-    with client(echo_server).responses.stream(model="test-model", input=U) as s:
+def test_stream_helper_final_response(echo_api):
+    with client(echo_api).responses.stream(model="test-model", input=U) as s:
         for _ in s:
             pass
         final = s.get_final_response()
@@ -153,9 +154,9 @@ def test_stream_helper_final_response(echo_server):
 # ---- logprobs -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("top", [0, 2])
-def test_logprobs_non_stream(echo_server, top):
+def test_logprobs_non_stream(echo_api, top):
     body = {"model": "test-model", "input": U, "include": ["message.output_text.logprobs"], "top_logprobs": top}
-    part = post(echo_server, body).json()["output"][0]["content"][0]
+    part = post(echo_api, body).json()["output"][0]["content"][0]
     lps = part["logprobs"]
     assert [e["token"] for e in lps] == ["This ", "is ", "a ", "test", "."]
     assert [e["logprob"] for e in lps] == [-1.0, -1.1, -1.2, -1.0, -1.1]
@@ -166,14 +167,14 @@ def test_logprobs_non_stream(echo_server, top):
             assert e["top_logprobs"][0]["token"] == e["token"]
             assert e["top_logprobs"][1] == {"token": e["token"] + "_1", "logprob": round(e["logprob"] - 0.5, 6),
                                             "bytes": list((e["token"] + "_1").encode())}
-    plain = post(echo_server, {"model": "test-model", "input": U}).json()["output"][0]["content"][0]
+    plain = post(echo_api, {"model": "test-model", "input": U}).json()["output"][0]["content"][0]
     assert "logprobs" not in plain
 
 
-def test_logprobs_stream_placement(echo_server):
+def test_logprobs_stream_placement(echo_api):
     body = {"model": "test-model", "input": U, "include": ["message.output_text.logprobs"], "top_logprobs": 2,
             "stream": True}
-    evs = named_events(post(echo_server, body).text)
+    evs = named_events(post(echo_api, body).text)
     by = {}
     for n, d in evs:
         by.setdefault(n, []).append(d)
@@ -188,7 +189,7 @@ def test_logprobs_stream_placement(echo_server):
     assert by["response.output_item.done"][0]["item"]["content"][0]["logprobs"] is None
     assert evs[-1][1]["response"]["output"][0]["content"][0]["logprobs"] == streamed
     # without include: deltas carry the SDK-required empty list, parts carry none
-    evs = named_events(post(echo_server, {"model": "test-model", "input": U, "stream": True}).text)
+    evs = named_events(post(echo_api, {"model": "test-model", "input": U, "stream": True}).text)
     for n, d in evs:
         if n == "response.output_text.delta":
             assert d["logprobs"] == []
@@ -199,30 +200,30 @@ def test_logprobs_stream_placement(echo_server):
 
 # ---- multimodal -----------------------------------------------------------------------------------
 
-def test_multimodal_inputs(echo_server, server):
+def test_multimodal_inputs(echo_api, api):
     text_image = [user_msg([{"type": "input_text", "text": "Describe this"},
                             {"type": "input_image", "image_url": "https://example.com/img.png"}])]
-    r = client(echo_server).responses.create(model="test-model", input=text_image)
+    r = client(echo_api).responses.create(model="test-model", input=text_image)
     assert r.output_text == "Describe this\nimage: https://example.com/img.png"
     audio = [user_msg([{"type": "input_text", "text": "Transcribe this audio clip."},
                        {"type": "input_audio", "data": "UklGRgAAAAA=", "format": "wav"}])]
-    r = post(echo_server, {"model": "test-model", "input": audio}).json()
+    r = post(echo_api, {"model": "test-model", "input": audio}).json()
     assert r["output"][0]["content"][0]["text"] == "Transcribe this audio clip.\naudio: wav"
     mixed = [user_msg([{"type": "input_text", "text": "Analyze the following media."},
                        {"type": "input_image", "image_url": "https://example.com/diagram.png"},
                        {"type": "input_audio", "data": "UklGRgAAAAA=", "format": "mp3"}])]
-    r = post(server, {"model": "test-model", "input": mixed, "stream": True})
+    r = post(api, {"model": "test-model", "input": mixed, "stream": True})
     final = named_events(r.text)[-1][1]["response"]
     assert final["status"] in ("completed", "incomplete") and final["output"][0]["content"][0]["text"]
     assert final["usage"]["input_tokens"] > 0 and final["usage"]["output_tokens"] > 0
-    r = post(server, {"model": "test-model", "input": [user_msg([{"type": "input_video", "url": "x"}])]})
+    r = post(api, {"model": "test-model", "input": [user_msg([{"type": "input_video", "url": "x"}])]})
     assert r.status_code == 400 and "unsupported input content type" in r.json()["error"]["message"]
 
 
 # ---- tools ----------------------------------------------------------------------------------------
 
-def test_c29_function_call_loop(server):
-    c = client(server)
+def test_c29_function_call_loop(api):
+    c = client(api)
     first = c.responses.create(model="test-model", input="weather in Paris?", tools=[GET_WEATHER],
                                tool_choice="required")
     assert len(first.output) == 1
@@ -246,50 +247,50 @@ def test_c29_function_call_loop(server):
     assert [o.type for o in none.output] == ["message"]
 
 
-def test_tool_loop_exit_echoes_output(echo_server):
+def test_tool_loop_exit_echoes_output(echo_api):
     history = [user_msg("weather?"),
                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
                {"type": "function_call_output", "call_id": "call_1", "output": '{"temp":20}'}]
-    r = client(echo_server).responses.create(model="test-model", input=history, tools=[GET_WEATHER])
+    r = client(echo_api).responses.create(model="test-model", input=history, tools=[GET_WEATHER])
     assert r.output_text == '{"temp":20}'
-    evs = named_events(post(echo_server, {"model": "test-model", "input": history, "tools": [GET_WEATHER],
+    evs = named_events(post(echo_api, {"model": "test-model", "input": history, "tools": [GET_WEATHER],
                                           "stream": True}).text)
     names = [n for n, _ in evs]
     assert "response.output_text.delta" in names and "response.function_call_arguments.delta" not in names
 
 
-def test_one_call_with_default_choice_and_two_tools(server):
-    c = client(server)
+def test_one_call_with_default_choice_and_two_tools(api):
+    c = client(api)
     for _ in range(8):
         r = c.responses.create(model="test-model", input="hi", tools=[GET_WEATHER, GET_TEMPERATURE])
         assert len(r.output) == 1 and r.output[0].type == "function_call"
         assert r.output[0].name in ("get_weather", "get_temperature")
     for choice in ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_weather"}]},
                    {"type": "custom", "name": "x"}):
-        r = post(server, {"model": "test-model", "input": "hi", "tools": [GET_WEATHER], "tool_choice": choice})
+        r = post(api, {"model": "test-model", "input": "hi", "tools": [GET_WEATHER], "tool_choice": choice})
         assert r.status_code == 200, r.text
         assert [o["type"] for o in r.json()["output"]] == ["function_call"]
 
 
-def test_named_tool_choice(server):
-    c = client(server)
+def test_named_tool_choice(api):
+    c = client(api)
     for _ in range(3):
         r = c.responses.create(model="test-model", input="hi", tools=[GET_WEATHER, GET_TEMPERATURE],
                                tool_choice={"type": "function", "name": "get_temperature"})
         assert [o.name for o in r.output] == ["get_temperature"]
         assert set(json.loads(r.output[0].arguments)) == {"city", "unit"}
-    evs = named_events(post(server, {"model": "test-model", "input": "hi", "stream": True,
+    evs = named_events(post(api, {"model": "test-model", "input": "hi", "stream": True,
                                      "tools": [GET_WEATHER, GET_TEMPERATURE],
                                      "tool_choice": {"type": "function", "name": "get_temperature"}}).text)
     added = [d for n, d in evs if n == "response.output_item.added"]
     assert added[0]["item"]["name"] == "get_temperature"
-    r = post(server, {"model": "test-model", "input": "hi", "tools": [GET_WEATHER],
+    r = post(api, {"model": "test-model", "input": "hi", "tools": [GET_WEATHER],
                       "tool_choice": {"type": "function", "name": "get_temperature"}})
     assert r.status_code == 400 and "get_temperature" in r.json()["error"]["message"]
 
 
-def test_stream_function_call_raw(server):
-    r = post(server, {"model": "test-model", "input": "weather in Paris?", "tools": [GET_WEATHER], "stream": True})
+def test_stream_function_call_raw(api):
+    r = post(api, {"model": "test-model", "input": "weather in Paris?", "tools": [GET_WEATHER], "stream": True})
     evs = named_events(r.text)
     names = [n for n, _ in evs]
     k = names.count("response.function_call_arguments.delta")
@@ -312,8 +313,8 @@ def test_stream_function_call_raw(server):
     assert final["usage"]["output_tokens"] == k
 
 
-def test_stream_function_call_sdk(server):
-    with client(server).responses.stream(model="test-model", input="hi", tools=[GET_WEATHER]) as s:
+def test_stream_function_call_sdk(any_api):
+    with client(any_api).responses.stream(model="test-model", input="hi", tools=[GET_WEATHER]) as s:
         for _ in s:
             pass
         final = s.get_final_response()
@@ -321,8 +322,8 @@ def test_stream_function_call_sdk(server):
     assert json.loads(final.output[0].arguments)["city"]
 
 
-def test_history_counts_toward_input_tokens(server):
-    c = client(server)
+def test_history_counts_toward_input_tokens(api):
+    c = client(api)
     plain = c.responses.create(model="test-model", input=[user_msg(U)], max_output_tokens=3)
     hist = c.responses.create(model="test-model", max_output_tokens=3, input=[
         user_msg(U),
@@ -331,8 +332,8 @@ def test_history_counts_toward_input_tokens(server):
     assert hist.usage.input_tokens > plain.usage.input_tokens == 10
 
 
-def test_tools_echoed_in_response(server):
-    r = client(server).responses.create(model="test-model", input="hi", tools=[GET_WEATHER],
+def test_tools_echoed_in_response(api):
+    r = client(api).responses.create(model="test-model", input="hi", tools=[GET_WEATHER],
                                         tool_choice={"type": "function", "name": "get_weather"})
     assert r.tools[0].name == "get_weather" and r.tools[0].parameters == GET_WEATHER["parameters"]
     assert r.tool_choice.type == "function" and r.tool_choice.name == "get_weather"
@@ -340,15 +341,15 @@ def test_tools_echoed_in_response(server):
 
 # ---- structured output ----------------------------------------------------------------------------
 
-def test_text_format_json(server):
+def test_text_format_json(api):
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}
-    r = client(server).responses.create(model="test-model", input=U, text={
+    r = client(api).responses.create(model="test-model", input=U, text={
         "format": {"type": "json_schema", "name": "person", "schema": schema, "strict": True}})
     obj = json.loads(r.output_text)
     assert isinstance(obj["name"], str) and isinstance(obj["age"], int)
     assert r.text.format.type == "json_schema"
-    r = client(server).responses.create(model="test-model", input=U, text={"format": {"type": "json_object"}})
+    r = client(api).responses.create(model="test-model", input=U, text={"format": {"type": "json_object"}})
     assert isinstance(json.loads(r.output_text), dict)
 
 
@@ -371,31 +372,31 @@ def test_text_format_json(server):
     ({"input": U, "text": {"format": {"type": "xml"}}}, "text.format.type"),
     ({"input": U, "stream": "yes"}, "stream"),
 ])
-def test_malformed_bodies(server, body, contains):
-    r = post(server, {"model": "test-model", **body})
+def test_malformed_bodies(api, body, contains):
+    r = post(api, {"model": "test-model", **body})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert contains in err["message"] and err["type"] == "BadRequestError" and err["code"] == 400
 
 
-def test_sdk_bad_request(server):
+def test_sdk_bad_request(api):
     with pytest.raises(openai.BadRequestError):
-        client(server).responses.create(model="test-model", input=[{"type": "reasoning", "summary": []}])
+        client(api).responses.create(model="test-model", input=[{"type": "reasoning", "summary": []}])
 
 
-def test_forced_error_header(server):
-    r = post(server, {"model": "test-model", "input": U}, {"X-Return-Error": "429"})
+def test_forced_error_header(api):
+    r = post(api, {"model": "test-model", "input": U}, {"X-Return-Error": "429"})
     assert r.status_code == 429 and r.json()["error"]["type"] == "RateLimitError"
 
 
-def test_cache_threshold_header(server):
-    r = post(server, {"model": "test-model", "input": U}, {"X-Cache-Threshold-Finish-Reason": "true"}).json()
+def test_cache_threshold_header(api):
+    r = post(api, {"model": "test-model", "input": U}, {"X-Cache-Threshold-Finish-Reason": "true"}).json()
     assert r["status"] == "incomplete" and r["incomplete_details"] == {"reason": "cache_threshold"}
     assert r["usage"]["output_tokens"] == 0 and r["output"][0]["content"][0]["text"] == ""
 
 
-def test_cached_tokens_reported(sim_server):
-    base = sim_server("--enable-kvcache", "--block-size", "16", env={"POD_IP": "127.0.0.1"})
+def test_cached_tokens_reported(app_client):
+    base = app_client("--enable-kvcache", "--block-size", "16", env={"POD_IP": "127.0.0.1"})
     long = " ".join(f"resp{i}" for i in range(100))
     first = client(base).responses.create(model="test-model", input=long, max_output_tokens=5)
     second = client(base).responses.create(model="test-model", input=long, max_output_tokens=5)
