@@ -1,4 +1,5 @@
-"""``POST /inference/v1/generate`` through the real server (api.md 5.5, cases 79-83, C32)."""
+"""``POST /inference/v1/generate`` in-process; stream timing through a real server (api.md 5.5,
+cases 79-83, C32)."""
 from __future__ import annotations
 
 import time
@@ -15,7 +16,7 @@ REMOTE = {"do_remote_decode": False, "do_remote_prefill": True, "remote_engine_i
 
 
 def post(base, body, **kw):
-    return httpx.post(base + URL, json=body, timeout=60, **kw)
+    return base.post(URL, json=body, timeout=60, **kw)
 
 
 def stream(base, body, **kw):
@@ -25,8 +26,8 @@ def stream(base, body, **kw):
     return sse_events(r.text)
 
 
-def test_basic_case_79_and_c32_3(server):
-    r = post(server, BASIC)
+def test_basic_case_79_and_c32_3(api):
+    r = post(api, BASIC)
     assert r.status_code == 200
     body = r.json()
     assert body["request_id"] and body["id"] == body["request_id"]
@@ -45,39 +46,39 @@ def test_basic_case_79_and_c32_3(server):
     assert u["total_tokens"] == 4 + len(ids)
 
 
-def test_missing_fields_case_80(server):
-    r = post(server, {"model": "test-model", "sampling_params": {"max_tokens": 5}})
+def test_missing_fields_case_80(api):
+    r = post(api, {"model": "test-model", "sampling_params": {"max_tokens": 5}})
     assert r.status_code == 400
     assert r.json()["error"] == {"message": "Missing input token_ids", "type": "BadRequestError",
                                  "param": "token_ids", "code": 400}
-    r = post(server, {"model": "test-model", "token_ids": [1, 2, 3]})
+    r = post(api, {"model": "test-model", "token_ids": [1, 2, 3]})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "Missing sampling_params field"
     assert r.json()["error"]["param"] == "sampling_params"
 
 
 @pytest.mark.parametrize("where", ["root", "extra_args"])
-def test_remote_decode_case_81(server, where):
+def test_remote_decode_case_81(api, where):
     body = {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 5}}
     kv = {"do_remote_decode": True}
     if where == "root":
         body["kv_transfer_params"] = kv
     else:
         body["sampling_params"] = {"max_tokens": 5, "extra_args": {"kv_transfer_params": kv}}
-    r = post(server, body)
+    r = post(api, body)
     assert r.status_code == 200
     out = r.json()
     assert out["kv_transfer_params"] == REMOTE
     assert out["choices"][0]["finish_reason"] == "remote_decode"
     assert len(out["choices"][0]["token_ids"]) >= 1
     # Remote decode cannot stream.
-    r = post(server, dict(body, stream=True))
+    r = post(api, dict(body, stream=True))
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "Prefill does not support streaming"
 
 
-def test_stream_c32_1(server):
-    events = stream(server, BASIC)
+def test_stream_c32_1(api):
+    events = stream(api, BASIC)
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert chunks
@@ -98,8 +99,8 @@ def test_stream_c32_1(server):
     assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
 
 
-def test_stream_usage_c32_2(server):
-    events = stream(server, dict(BASIC, stream_options={"include_usage": True}))
+def test_stream_usage_c32_2(api):
+    events = stream(api, dict(BASIC, stream_options={"include_usage": True}))
     assert events[-1] == "[DONE]"
     usage_chunk = events[-2]
     assert usage_chunk["choices"] == []
@@ -111,55 +112,55 @@ def test_stream_usage_c32_2(server):
     assert all("usage" not in c for c in token_chunks)
 
 
-def test_stream_max_tokens_1_case_82(server):
-    events = stream(server, {"model": "test-model", "token_ids": [5], "sampling_params": {"max_tokens": 1}})
+def test_stream_max_tokens_1_case_82(api):
+    events = stream(api, {"model": "test-model", "token_ids": [5], "sampling_params": {"max_tokens": 1}})
     assert events[-1] == "[DONE]"
     (chunk,) = events[:-1]
     assert chunk["choices"][0]["finish_reason"] == "length"
     assert len(chunk["choices"][0]["token_ids"]) == 1
 
 
-def test_ignore_eos_exact_length(server):
+def test_ignore_eos_exact_length(api):
     for where in ("root", "sampling_params"):
         body = {"model": "test-model", "token_ids": [1, 2], "sampling_params": {"max_tokens": 7}}
         if where == "root":
             body["ignore_eos"] = True
         else:
             body["sampling_params"]["ignore_eos"] = True
-        out = post(server, body).json()
+        out = post(api, body).json()
         assert len(out["choices"][0]["token_ids"]) == 7
         assert out["choices"][0]["finish_reason"] == "length"
         assert out["usage"]["completion_tokens"] == 7
-        events = stream(server, body)
+        events = stream(api, body)
         assert sum(len(c["choices"][0]["token_ids"]) for c in events[:-1]) == 7
         assert events[-2]["choices"][0]["finish_reason"] == "length"
 
 
-def test_n_choices(server):
+def test_n_choices(api):
     body = {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 4, "n": 2},
             "ignore_eos": True}
-    out = post(server, body).json()
+    out = post(api, body).json()
     assert [c["index"] for c in out["choices"]] == [0, 1]
     assert all(len(c["token_ids"]) == 4 for c in out["choices"])
     assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11,
                             "prompt_tokens_details": {"cached_tokens": 0}}
-    events = stream(server, body)[:-1]
+    events = stream(api, body)[:-1]
     for i in (0, 1):
         mine = [c for c in events if c["choices"][0]["index"] == i]
         assert len(mine) == 4
         assert [c["choices"][0]["finish_reason"] for c in mine] == [None, None, None, "length"]
 
 
-def test_empty_token_ids_allowed(server):
-    r = post(server, {"model": "test-model", "token_ids": [], "sampling_params": {"max_tokens": 2}})
+def test_empty_token_ids_allowed(api):
+    r = post(api, {"model": "test-model", "token_ids": [], "sampling_params": {"max_tokens": 2}})
     assert r.status_code == 200
     assert r.json()["usage"]["prompt_tokens"] == 0
 
 
-def test_body_request_id(server):
-    r = post(server, dict(BASIC, request_id="my-req-7"))
+def test_body_request_id(api):
+    r = post(api, dict(BASIC, request_id="my-req-7"))
     assert r.json()["request_id"] == "my-req-7"
-    events = stream(server, dict(BASIC, request_id="my-req-8"))
+    events = stream(api, dict(BASIC, request_id="my-req-8"))
     assert {c["request_id"] for c in events[:-1]} == {"my-req-8"}
 
 
@@ -181,46 +182,46 @@ def test_body_request_id(server):
     (dict(BASIC, model="nope"), 404, "model"),
     ({"token_ids": [1], "sampling_params": {}}, 404, "model"),
 ])
-def test_client_errors(server, body, status, param):
-    r = post(server, body)
+def test_client_errors(api, body, status, param):
+    r = post(api, body)
     assert r.status_code == status, r.text
     assert r.json()["error"]["param"] == param
 
 
-def test_context_window(server):
-    r = post(server, {"model": "test-model", "token_ids": [7] * 1024, "sampling_params": {"max_tokens": 3}})
+def test_context_window(api):
+    r = post(api, {"model": "test-model", "token_ids": [7] * 1024, "sampling_params": {"max_tokens": 3}})
     assert r.status_code == 400
     assert "maximum context length is 1024 tokens" in r.json()["error"]["message"]
-    r = post(server, {"model": "test-model", "token_ids": [7] * 1023, "sampling_params": {"max_tokens": 3}})
+    r = post(api, {"model": "test-model", "token_ids": [7] * 1023, "sampling_params": {"max_tokens": 3}})
     assert r.status_code == 200
     assert r.json()["choices"][0]["token_ids"] and len(r.json()["choices"][0]["token_ids"]) == 1
 
 
-def test_x_return_error(server):
-    r = post(server, BASIC, headers={"X-Return-Error": "503"})
+def test_x_return_error(api):
+    r = post(api, BASIC, headers={"X-Return-Error": "503"})
     assert r.status_code == 503
     assert r.json()["error"]["type"] == "InternalServerError"
 
 
-def test_echo_returns_input_ids(echo_server):
+def test_echo_returns_input_ids(echo_api):
     body = {"model": "test-model", "token_ids": [11, 22, 33, 44], "sampling_params": {"max_tokens": 10}}
-    out = post(echo_server, body).json()
+    out = post(echo_api, body).json()
     assert out["choices"] == [{"index": 0, "finish_reason": "stop", "token_ids": [11, 22, 33, 44]}]
     assert out["usage"]["completion_tokens"] == 4
-    events = stream(echo_server, dict(body, sampling_params={"max_tokens": 4}))
+    events = stream(echo_api, dict(body, sampling_params={"max_tokens": 4}))
     assert [c["choices"][0]["token_ids"] for c in events[:-1]] == [[11], [22], [33], [44]]
     assert [c["choices"][0]["finish_reason"] for c in events[:-1]] == [None, None, None, "length"]
 
 
-def test_echo_empty_prompt_stream(echo_server):
-    events = stream(echo_server, {"model": "test-model", "token_ids": [], "sampling_params": {}})
+def test_echo_empty_prompt_stream(echo_api):
+    events = stream(echo_api, {"model": "test-model", "token_ids": [], "sampling_params": {}})
     assert events[-1] == "[DONE]"
     (chunk,) = events[:-1]
     assert chunk["choices"] == [{"index": 0, "finish_reason": "stop", "token_ids": []}]
 
 
-def test_mm_encoder_only_features_case_83(sim_server):
-    base = sim_server("--mm-encoder-only")
+def test_mm_encoder_only_features_case_83(app_client):
+    base = app_client("--mm-encoder-only")
     body = {"model": "test-model", "token_ids": [1, 32000, 32000, 32000], "sampling_params": {"max_tokens": 1},
             "features": {"mm_hashes": {"image": ["abc123hash", "def456hash"]},
                          "mm_placeholders": {"image": [{"offset": 1, "length": 3}]},
@@ -234,16 +235,16 @@ def test_mm_encoder_only_features_case_83(sim_server):
     assert post(base, body).json()["ec_transfer_params"] is None
 
 
-def test_features_ignored_outside_mm_encoder_only(server):
+def test_features_ignored_outside_mm_encoder_only(api):
     body = dict(BASIC, features={"mm_hashes": {"image": ["abc"]}})
-    assert post(server, body).json()["ec_transfer_params"] is None
+    assert post(api, body).json()["ec_transfer_params"] is None
 
 
-def test_timing_goes_through_the_engine(sim_server):
-    base = sim_server("--time-to-first-token", "300ms", "--inter-token-latency", "100ms")
+def test_timing_goes_through_the_engine(live_client):
+    base = live_client("--time-to-first-token", "300ms", "--inter-token-latency", "100ms")
     body = {"model": "test-model", "token_ids": [1, 2], "sampling_params": {"max_tokens": 5}, "ignore_eos": True}
     t0 = time.monotonic()
-    with httpx.stream("POST", base + URL, json=dict(body, stream=True), timeout=60) as r:
+    with base.stream("POST", URL, json=dict(body, stream=True), timeout=60) as r:
         arrivals = []
         for line in r.iter_lines():
             if line.startswith("data: {"):
