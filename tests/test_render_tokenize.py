@@ -1,5 +1,5 @@
 """Render endpoints (api.md 5.8, case 88), ``/tokenize`` (case 87) and ``/detokenize`` through
-the real server with httpx."""
+the in-process app with httpx."""
 from __future__ import annotations
 
 import base64
@@ -22,13 +22,13 @@ def fnv(s: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def extra(sim_server):
+def extra(app_client):
     """--max-model-len 2048, request-id headers, a LoRA, pod env."""
-    return sim_server(*EXTRA_FLAGS, env=EXTRA_ENV)
+    return app_client(*EXTRA_FLAGS, env=EXTRA_ENV)
 
 
 def post(base, path, body, **kw):
-    return httpx.post(base + path, json=body, timeout=30, **kw)
+    return base.post(path, json=body, timeout=30, **kw)
 
 
 def err(r, status):
@@ -40,17 +40,17 @@ def err(r, status):
 
 # ---- /v1/completions/render --------------------------------------------------------------
 
-def test_completions_render_forms(server):
-    r = post(server, "/v1/completions/render", {"model": "test-model", "prompt": "hello world"})
+def test_completions_render_forms(api):
+    r = post(api, "/v1/completions/render", {"model": "test-model", "prompt": "hello world"})
     assert r.status_code == 200
     assert r.json() == [{"token_ids": [3801292497, 933488787]}]        # "hello ", "world"
-    r = post(server, "/v1/completions/render", {"model": "test-model", "prompt": "This is a test"})
+    r = post(api, "/v1/completions/render", {"model": "test-model", "prompt": "This is a test"})
     assert r.json() == [{"token_ids": THIS_IS_A_TEST}]
-    r = post(server, "/v1/completions/render", {"model": "test-model", "prompt": ["hello", "world"]})
+    r = post(api, "/v1/completions/render", {"model": "test-model", "prompt": ["hello", "world"]})
     assert r.json() == [{"token_ids": [1335831723]}, {"token_ids": [933488787]}]
-    r = post(server, "/v1/completions/render", {"model": "test-model", "prompt": [10, 20, 30]})
+    r = post(api, "/v1/completions/render", {"model": "test-model", "prompt": [10, 20, 30]})
     assert r.json() == [{"token_ids": [10, 20, 30]}]
-    r = post(server, "/v1/completions/render", {"model": "test-model", "prompt": [[1, 2], [3, 4, 5]]})
+    r = post(api, "/v1/completions/render", {"model": "test-model", "prompt": [[1, 2], [3, 4, 5]]})
     assert r.json() == [{"token_ids": [1, 2]}, {"token_ids": [3, 4, 5]}]
 
 
@@ -65,12 +65,12 @@ def test_completions_render_forms(server):
     ({"model": "nope", "prompt": "x"}, 404, "model"),
     ({"prompt": "x"}, 404, "model"),
 ])
-def test_completions_render_errors(server, body, status, param):
-    assert err(post(server, "/v1/completions/render", body), status)["param"] == param
+def test_completions_render_errors(api, body, status, param):
+    assert err(post(api, "/v1/completions/render", body), status)["param"] == param
 
 
-def test_render_ignores_other_fields_and_headers(server):
-    r = post(server, "/v1/completions/render",
+def test_render_ignores_other_fields_and_headers(api):
+    r = post(api, "/v1/completions/render",
              {"model": "test-model", "prompt": "hi", "max_tokens": -5, "n": 0, "stream": "yes"},
              headers={"X-Return-Error": "500"})
     assert r.status_code == 200 and len(r.json()) == 1
@@ -78,8 +78,8 @@ def test_render_ignores_other_fields_and_headers(server):
 
 # ---- /v1/chat/completions/render ---------------------------------------------------------
 
-def test_chat_render_text_only(server):
-    r = post(server, "/v1/chat/completions/render",
+def test_chat_render_text_only(api):
+    r = post(api, "/v1/chat/completions/render",
              {"model": "test-model", "messages": [{"role": "user", "content": "This is a test"}]})
     assert r.status_code == 200
     body = r.json()
@@ -88,11 +88,11 @@ def test_chat_render_text_only(server):
         + [3022215997]
 
 
-def test_chat_render_two_images(server):
+def test_chat_render_two_images(api):
     msg = {"role": "user", "content": [{"type": "text", "text": "describe this"},
                                        {"type": "image_url", "image_url": {"url": IMG_A}},
                                        {"type": "image_url", "image_url": {"url": IMG_B}}]}
-    r = post(server, "/v1/chat/completions/render", {"model": "test-model", "messages": [msg]})
+    r = post(api, "/v1/chat/completions/render", {"model": "test-model", "messages": [msg]})
     assert r.status_code == 200
     body = r.json()
     assert len(body["token_ids"]) == 33
@@ -104,7 +104,7 @@ def test_chat_render_two_images(server):
     }
 
 
-def test_chat_render_audio_video_features(server):
+def test_chat_render_audio_video_features(api):
     msg = {"role": "user", "content": [
         {"type": "text", "text": "listen and watch"},
         {"type": "audio_url", "audio_url": {"url": "http://x/a.wav"}},
@@ -113,7 +113,7 @@ def test_chat_render_audio_video_features(server):
         {"type": "image_url", "image_url": "http://x/i.png"},
         {"type": "image_url", "image_url": {"url": ""}},          # empty url: not an item
     ]}
-    r = post(server, "/v1/chat/completions/render", {"model": "test-model", "messages": [msg]})
+    r = post(api, "/v1/chat/completions/render", {"model": "test-model", "messages": [msg]})
     assert r.status_code == 200, r.text
     body = r.json()
     # "### user: listen and watch\nimage: http://x/i.png\nimage: \n": audio/video add no text.
@@ -132,9 +132,9 @@ def test_chat_render_audio_video_features(server):
                                     "image": [{"offset": 3 * span, "length": span}]}
 
 
-def test_chat_render_more_items_than_tokens(server):
+def test_chat_render_more_items_than_tokens(api):
     msg = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": d}} for d in "abc"]}
-    r = post(server, "/v1/chat/completions/render", {"model": "test-model", "messages": [msg]})
+    r = post(api, "/v1/chat/completions/render", {"model": "test-model", "messages": [msg]})
     body = r.json()
     t = len(body["token_ids"])        # "### user: \n" -> 5 tokens
     assert t == 5
@@ -152,8 +152,8 @@ def test_chat_render_more_items_than_tokens(server):
     ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "model",
      "The model `nope` does not exist."),
 ])
-def test_chat_render_errors(server, body, status, param, message):
-    e = err(post(server, "/v1/chat/completions/render", body), status)
+def test_chat_render_errors(api, body, status, param, message):
+    e = err(post(api, "/v1/chat/completions/render", body), status)
     assert e["param"] == param
     if message:
         assert e["message"] == message
@@ -185,14 +185,14 @@ def test_tokenize_case_87(extra):
     assert r.json()["count"] == 9 and len(r.json()["tokens"]) == 9
 
 
-def test_tokenize_options(server):
-    r = post(server, "/tokenize", {"model": "test-model", "prompt": "This is a test", "add_special_tokens": True,
+def test_tokenize_options(api):
+    r = post(api, "/tokenize", {"model": "test-model", "prompt": "This is a test", "add_special_tokens": True,
                                    "return_token_strs": True})
     assert r.json()["token_strs"] == ["This ", "is ", "a ", "test"]
-    r = post(server, "/tokenize", {"model": "test-model", "messages": [{"role": "user", "content": "This is a test"}],
+    r = post(api, "/tokenize", {"model": "test-model", "messages": [{"role": "user", "content": "This is a test"}],
                                    "add_generation_prompt": True, "return_token_strs": True})
     assert r.json()["token_strs"] == ["#", "#", "# ", "user", ": ", "This ", "is ", "a ", "test\n"]
-    r = post(server, "/tokenize", {"prompt": ""})
+    r = post(api, "/tokenize", {"prompt": ""})
     assert r.json() == {"count": 0, "max_model_len": 1024, "tokens": [], "token_strs": None}
 
 
@@ -205,31 +205,31 @@ def test_tokenize_options(server):
     ({"messages": [{"role": "user", "content": {"x": 1}}]}, 400, "messages[0].content"),
     ({"model": "nope", "prompt": "a"}, 404, "model"),
 ])
-def test_tokenize_errors(server, body, status, param):
-    assert err(post(server, "/tokenize", body), status)["param"] == param
+def test_tokenize_errors(api, body, status, param):
+    assert err(post(api, "/tokenize", body), status)["param"] == param
 
 
-def test_detokenize_round_trip(server):
+def test_detokenize_round_trip(api):
     text = "Hello there, this is a round-trip test."
-    ids = post(server, "/tokenize", {"prompt": text}).json()["tokens"]
-    r = post(server, "/detokenize", {"model": "test-model", "tokens": ids})
+    ids = post(api, "/tokenize", {"prompt": text}).json()["tokens"]
+    r = post(api, "/detokenize", {"model": "test-model", "tokens": ids})
     assert r.status_code == 200
     assert r.json() == {"prompt": text}
 
 
-def test_detokenize_unknown_ids(server):
-    r = post(server, "/detokenize", {"tokens": [7, 8, 9]})
+def test_detokenize_unknown_ids(api):
+    r = post(api, "/detokenize", {"tokens": [7, 8, 9]})
     assert r.json() == {"prompt": "7,8,9"}
-    r = post(server, "/detokenize", {"tokens": []})
+    r = post(api, "/detokenize", {"tokens": []})
     assert r.json() == {"prompt": ""}
 
 
-def test_detokenize_generated_tokens(server):
-    g = post(server, "/inference/v1/generate",
+def test_detokenize_generated_tokens(api):
+    g = post(api, "/inference/v1/generate",
              {"model": "test-model", "token_ids": [1, 2], "sampling_params": {"max_tokens": 30}}).json()
     ids = g["choices"][0]["token_ids"]
-    text = post(server, "/detokenize", {"tokens": ids}).json()["prompt"]
-    assert post(server, "/tokenize", {"prompt": text}).json()["tokens"] == ids
+    text = post(api, "/detokenize", {"tokens": ids}).json()["prompt"]
+    assert post(api, "/tokenize", {"prompt": text}).json()["tokens"] == ids
 
 
 @pytest.mark.parametrize("body,status,param", [
@@ -240,5 +240,5 @@ def test_detokenize_generated_tokens(server):
     ({"tokens": [1, 2.5]}, 400, "tokens[1]"),
     ({"model": "nope", "tokens": [1]}, 404, "model"),
 ])
-def test_detokenize_errors(server, body, status, param):
-    assert err(post(server, "/detokenize", body), status)["param"] == param
+def test_detokenize_errors(api, body, status, param):
+    assert err(post(api, "/detokenize", body), status)["param"] == param
