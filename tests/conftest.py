@@ -247,6 +247,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.server)
 
 
+# ---- response helpers --------------------------------------------------------------------------
+def scrape(base) -> dict:
+    """``{(sample_name, frozenset(labels.items())): value}`` of ``/metrics``; ``base`` is a
+    :class:`SimClient` or a base URL."""
+    from prometheus_client.parser import text_string_to_metric_families
+    r = base.get("/metrics") if isinstance(base, httpx.Client) else httpx.get(base + "/metrics", timeout=10)
+    assert r.status_code == 200
+    out = {}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
 # ---- SSE helpers -------------------------------------------------------------------------------
 def sse_events(body: str) -> list:
     """``data:`` payloads of an SSE body, in order; JSON decoded except ``[DONE]``."""
