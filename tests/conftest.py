@@ -73,6 +73,11 @@ class SimClient(httpx.Client):
         """The in-process :class:`generation.engine.Simulator`."""
         return self.app.extensions["simulator"]
 
+    def session(self, **kw) -> httpx.Client:
+        """A new ``httpx.Client`` on the same simulator (own headers, timeout, ...)."""
+        transport = httpx.WSGITransport(app=self.app) if self.app is not None else None
+        return httpx.Client(base_url=self.url, transport=transport, **kw)
+
     def openai(self, **kw):
         import openai
         kw.setdefault("api_key", "x")

@@ -1,9 +1,6 @@
 """Logprobs, completions echo, continuous usage stats (OpenAI shapes, deterministic values)."""
 from __future__ import annotations
 
-import httpx
-import openai
-
 from conftest import sse_events
 from generation.tokenizer import SimulatedTokenizer
 
@@ -12,11 +9,11 @@ U = "This is a test."
 
 
 def client(base):
-    return openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+    return base.openai(api_key="x", max_retries=0)
 
 
-def test_chat_logprobs_non_stream_sdk(echo_server):
-    r = client(echo_server).chat.completions.create(
+def test_chat_logprobs_non_stream_sdk(echo_api):
+    r = client(echo_api).chat.completions.create(
         model="test-model", messages=[{"role": "user", "content": U}], logprobs=True, top_logprobs=2)
     content = r.choices[0].logprobs.content
     assert [e.token for e in content] == TOK.pieces(U)
@@ -25,12 +22,12 @@ def test_chat_logprobs_non_stream_sdk(echo_server):
         assert e.bytes == list(e.token.encode())
         assert [t.token for t in e.top_logprobs] == [e.token, e.token + "_1"]
         assert e.top_logprobs[1].logprob == e.logprob - 0.5
-    r = client(echo_server).chat.completions.create(model="test-model", messages=[{"role": "user", "content": U}])
+    r = client(echo_api).chat.completions.create(model="test-model", messages=[{"role": "user", "content": U}])
     assert r.choices[0].logprobs is None
 
 
-def test_chat_logprobs_stream(echo_server):
-    r = httpx.post(echo_server + "/v1/chat/completions", json={
+def test_chat_logprobs_stream(echo_api):
+    r = echo_api.post("/v1/chat/completions", json={
         "model": "test-model", "messages": [{"role": "user", "content": U}], "stream": True, "logprobs": True,
         "top_logprobs": 2})
     chunks = [c for c in sse_events(r.text)[:-1] if c["choices"] and c["choices"][0]["delta"].get("content")]
@@ -40,13 +37,13 @@ def test_chat_logprobs_stream(echo_server):
         assert entry["token"] == c["choices"][0]["delta"]["content"]
         assert entry["logprob"] == [-1.0, -1.1, -1.2][pos % 3]
         assert len(entry["top_logprobs"]) == 2
-    r = httpx.post(echo_server + "/v1/chat/completions", json={
+    r = echo_api.post("/v1/chat/completions", json={
         "model": "test-model", "messages": [{"role": "user", "content": U}], "stream": True})
     assert all(ch.get("logprobs") is None for c in sse_events(r.text)[:-1] for ch in c["choices"])
 
 
-def test_completion_logprobs_and_echo(echo_server):
-    c = client(echo_server)
+def test_completion_logprobs_and_echo(echo_api):
+    c = client(echo_api)
     r = c.completions.create(model="test-model", prompt=U, logprobs=2)
     lp = r.choices[0].logprobs
     assert lp.tokens == TOK.pieces(U) and lp.token_logprobs == [-1.0, -1.1, -1.2, -1.0, -1.1]
@@ -59,18 +56,18 @@ def test_completion_logprobs_and_echo(echo_server):
     assert toks == TOK.pieces(U)
 
 
-def test_random_mode_logprobs_deterministic(sim_server):
-    base = sim_server("--seed", "7", "--max-num-seqs", "3")
+def test_random_mode_logprobs_deterministic(app_client):
+    base = app_client("--seed", "7", "--max-num-seqs", "3")
     body = {"model": "test-model", "messages": [{"role": "user", "content": "x"}], "max_tokens": 8,
             "logprobs": True, "top_logprobs": 3}
-    r = httpx.post(base + "/v1/chat/completions", json=body).json()
+    r = base.post("/v1/chat/completions", json=body).json()
     content = r["choices"][0]["logprobs"]["content"]
     assert "".join(e["token"] for e in content) == r["choices"][0]["message"]["content"]
     assert all(e["logprob"] <= 0 and len(e["top_logprobs"]) == 3 for e in content)
 
 
-def test_continuous_usage_stats(server):
-    r = httpx.post(server + "/v1/chat/completions", json={
+def test_continuous_usage_stats(api):
+    r = api.post("/v1/chat/completions", json={
         "model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "ignore_eos": True,
         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     chunks = sse_events(r.text)[:-1]
