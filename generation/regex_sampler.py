@@ -1,0 +1,205 @@
+"""Bounded random strings that match a regular expression (JSON Schema ``pattern``).
+
+Why not a library: ``rstr.xeger`` caps ``*``/``+`` at 100 repeats per level but has no size
+budget, so ``(a{1000}){1000}`` or nested stars build megabytes; Hypothesis' ``from_regex`` is a
+test-time dependency, too heavy to import in a server.  This walks the parse tree of Python's
+own regex parser (``re._parser``, formerly ``sre_parse``) without backtracking, with:
+
+* unbounded repeats (``*``, ``+``, ``{n,}``) drawing at most ``min + spread`` copies;
+* a budget of characters for the whole string (:class:`TooLong` past it);
+* lookarounds and anchors producing nothing (the caller re-checks the result with a
+  matcher that has a timeout: :func:`matches`).
+
+Matching uses the ``regex`` module, whose ``timeout`` bounds catastrophic backtracking
+(``(.*)*!``); a timeout counts as no match.
+"""
+from __future__ import annotations
+
+import string
+
+try:                                    # Python 3.11+
+    import re._constants as _c
+    import re._parser as _parser
+except ImportError:                     # pragma: no cover - Python < 3.11
+    import sre_constants as _c          # type: ignore[no-redef]
+    import sre_parse as _parser         # type: ignore[no-redef]
+
+import regex
+
+# Characters drawn for ``.``, negated classes and categories (printable ASCII, no newline).
+_PRINTABLE = [c for c in string.printable if c not in "\n\r\x0b\x0c"]
+_CATEGORIES = {
+    _c.CATEGORY_DIGIT: string.digits,
+    _c.CATEGORY_NOT_DIGIT: string.ascii_letters + " _-",
+    _c.CATEGORY_SPACE: " \t",
+    _c.CATEGORY_NOT_SPACE: string.ascii_letters + string.digits,
+    _c.CATEGORY_WORD: string.ascii_letters + string.digits + "_",
+    _c.CATEGORY_NOT_WORD: " -.,!?",
+    _c.CATEGORY_LINEBREAK: "\n",
+    _c.CATEGORY_NOT_LINEBREAK: string.ascii_letters,
+}
+_REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT}
+if hasattr(_c, "POSSESSIVE_REPEAT"):
+    _REPEATS.add(_c.POSSESSIVE_REPEAT)
+_ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
+
+
+class TooLong(Exception):
+    """The pattern's minimum expansion exceeds the character budget."""
+
+
+class Unsupported(Exception):
+    """The pattern cannot be parsed or uses a construct the generator cannot expand."""
+
+
+def parse(pattern: str):
+    """The parsed pattern (opaque; pass to :func:`generate`).  Raises :class:`Unsupported`."""
+    try:
+        return _parser.parse(pattern)
+    except (Exception, RecursionError) as e:     # re.error, OverflowError, deep nesting
+        raise Unsupported(str(e)) from None
+
+
+def generate(parsed, rng, budget: int, spread: int) -> str:
+    """One string drawn from ``parsed`` with ``rng`` (``random.Random``).
+
+    ``budget``: maximum length in characters (:class:`TooLong` beyond it); ``spread``: how many
+    copies an unbounded repeat may add to its minimum.  Raises :class:`Unsupported` for
+    constructs that cannot be expanded (or nesting too deep for the interpreter)."""
+    g = _Gen(rng, budget, spread)
+    try:
+        g.seq(parsed.data if hasattr(parsed, "data") else parsed)
+    except RecursionError:
+        raise Unsupported("pattern nested too deeply") from None
+    return "".join(g.out)
+
+
+def expansion(parsed, cap: int = 1 << 40) -> int:
+    """How many atoms the pattern's required repeats unroll to (nested minimum counts
+    multiplied, sequences summed, the largest branch): what ``regex.compile`` spends time on
+    (``(a{1000}){1000}`` takes it a second).  Saturates at ``cap``."""
+    try:
+        return min(_expansion(parsed.data if hasattr(parsed, "data") else parsed, cap), cap)
+    except RecursionError:
+        return cap
+
+
+def _expansion(items, cap: int) -> int:
+    total = 0
+    for op, av in items:
+        if op in _REPEATS:
+            total += av[0] * _expansion(av[2], cap) if av[0] else 0
+        elif op is _c.SUBPATTERN:
+            total += _expansion(av[-1], cap)
+        elif op is _c.BRANCH:
+            total += max((_expansion(b, cap) for b in av[1]), default=0)
+        elif op is _ATOMIC:
+            total += _expansion(av, cap)
+        elif op in (_c.ASSERT, _c.ASSERT_NOT):
+            total += _expansion(av[1], cap)
+        else:
+            total += 1
+        if total >= cap:
+            return cap
+    return total
+
+
+def compile_bounded(pattern: str):
+    """``regex`` compiled pattern, or None when ``regex`` does not accept it.  Call only for
+    patterns whose :func:`expansion` is small: compiling unrolls counted repeats."""
+    try:
+        return regex.compile(pattern)
+    except Exception:       # regex.error and the odd ValueError/OverflowError on absurd input
+        return None
+
+
+def matches(compiled, s: str, timeout: float) -> bool:
+    """``compiled.search(s)`` with a time bound in seconds; a timeout counts as no match."""
+    try:
+        return compiled.search(s, timeout=max(timeout, 0.001)) is not None
+    except TimeoutError:
+        return False
+
+
+class _Gen:
+    def __init__(self, rng, budget: int, spread: int):
+        self.rng = rng
+        self.left = budget
+        self.spread = spread
+        self.out: list[str] = []
+        self.groups: dict[int, str] = {}
+
+    def emit(self, s: str) -> None:
+        self.left -= len(s)
+        if self.left < 0:
+            raise TooLong()
+        self.out.append(s)
+
+    def seq(self, items) -> None:
+        for op, av in items:
+            self.one(op, av)
+
+    def one(self, op, av) -> None:
+        rng = self.rng
+        if op is _c.LITERAL:
+            self.emit(chr(av))
+        elif op is _c.NOT_LITERAL:
+            self.emit(rng.choice([c for c in _PRINTABLE if ord(c) != av]))
+        elif op is _c.ANY:
+            self.emit(rng.choice(_PRINTABLE))
+        elif op is _c.IN:
+            self.emit(self.klass(av))
+        elif op is _c.BRANCH:
+            self.seq(rng.choice(av[1]))
+        elif op is _c.SUBPATTERN:
+            group, sub = av[0], av[-1]
+            start = len(self.out)
+            self.seq(sub)
+            if group is not None:
+                self.groups[group] = "".join(self.out[start:])
+        elif op in _REPEATS:
+            lo, hi, sub = av
+            if hi is _c.MAXREPEAT or hi > lo + self.spread:
+                hi = lo + self.spread
+            for _ in range(rng.randint(lo, hi)):
+                self.seq(sub)
+        elif op is _c.GROUPREF:
+            self.emit(self.groups.get(av, ""))
+        elif op is _c.GROUPREF_EXISTS:
+            group, yes, no = av
+            self.seq(yes if group in self.groups else (no or []))
+        elif op is _ATOMIC:
+            self.seq(av)
+        elif op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
+            pass                                    # checked afterwards by the matcher
+        else:
+            raise Unsupported(f"regex construct {op} is not supported")
+
+    def klass(self, items) -> str:
+        """One character of a ``[...]`` class."""
+        rng = self.rng
+        if items and items[0][0] is _c.NEGATE:
+            pool = [c for c in _PRINTABLE if not _in_class(c, items[1:])]
+            if not pool:
+                raise Unsupported("empty character class")
+            return rng.choice(pool)
+        op, av = rng.choice(items)
+        if op is _c.LITERAL:
+            return chr(av)
+        if op is _c.RANGE:
+            return chr(rng.randint(av[0], av[1]))
+        if op is _c.CATEGORY:
+            return rng.choice(_CATEGORIES.get(av, string.ascii_letters))
+        raise Unsupported(f"character class item {op} is not supported")
+
+
+def _in_class(ch: str, items) -> bool:
+    o = ord(ch)
+    for op, av in items:
+        if op is _c.LITERAL and o == av:
+            return True
+        if op is _c.RANGE and av[0] <= o <= av[1]:
+            return True
+        if op is _c.CATEGORY and ch in _CATEGORIES.get(av, ""):
+            return True
+    return False

@@ -1,0 +1,571 @@
+"""JSON-Schema value generation: one random instance of a schema, bounded in time and size.
+
+Used for tool-call arguments and ``response_format`` ``json_schema`` answers
+(:mod:`generation.tool_calls`) and, as a dry run on every leaf, by the request checks
+(:mod:`generation.tool_validation`), so a schema that cannot be satisfied within the bounds is a
+400 before anything is queued.
+
+Bounds (README "Robustness limits"):
+
+* strings at most :data:`MAX_STRING` characters, arrays at most :data:`MAX_ITEMS` items, at most
+  :data:`BUDGET` values per instance;
+* ``pattern``: strings come from a non-backtracking generator (:mod:`generation.regex_sampler`)
+  and are checked with a matcher bounded by :data:`PATTERN_SECONDS` per pattern;
+* the whole instance within :data:`SAMPLE_SECONDS`;
+* numbers are finite JSON numbers that pass ``jsonschema``'s own ``minimum`` / ``maximum`` /
+  ``exclusive*`` / ``multipleOf`` checks (``multipleOf`` 1e-5, ``minimum`` 1e300, ...).
+
+What cannot be met raises :class:`SchemaUnsatisfiable` naming the place in the schema.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections import OrderedDict
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+from . import regex_sampler
+
+# The reference's string values (api.md 8.2).
+WORDS = ("testing", "hello", "Boston", "sunny", "temperature", "cloudy", "question", "Yorick",
+         "silence", "lifetime")
+
+MAX_DEPTH = 8             # beyond it only required fields / minimal arrays are generated
+HARD_DEPTH = 40           # recursive required $refs: give up
+MAX_STRING = 4096         # longest generated string (minLength above it is unsatisfiable)
+MAX_ITEMS = 256           # longest generated array
+BUDGET = 20000            # values per instance: nested huge minItems must not explode
+PATTERN_SECONDS = 0.05    # matching time spent on one pattern
+SAMPLE_SECONDS = 0.5      # time spent on one instance
+_PATTERN_EXTRAS = ["0", "42", "2024", "12345", "abc123", "A1", "x", "ok", "+15551234567", "US", "en"]
+MAX_EXPANSION = 16384     # atoms a pattern's required repeats may unroll to (compile time)
+_WITNESS_CACHE = 1024     # strings found for (pattern, minLength, maxLength), reused on bad luck
+
+
+class SchemaUnsatisfiable(ValueError):
+    """No instance found within the bounds.  ``path`` is a JSON-path-like location in the schema
+    (``$.properties.s``), ``reason`` says which keyword and bound."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{reason} (at {path})")
+        self.path = path
+        self.reason = reason
+
+
+def is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_witnesses: OrderedDict = OrderedDict()
+_compiled: OrderedDict = OrderedDict()
+
+
+def _pattern(pattern: str):
+    """``(parsed, compiled, why)`` for a pattern, cached; ``compiled`` is None (``why`` says
+    why) when the pattern is unusable."""
+    hit = _compiled.get(pattern)
+    if hit is not None:
+        _compiled.move_to_end(pattern)
+        return hit
+    why = None
+    try:
+        parsed = regex_sampler.parse(pattern)
+    except regex_sampler.Unsupported:
+        parsed = None
+    if parsed is not None and regex_sampler.expansion(parsed) > MAX_EXPANSION:
+        compiled, why = None, f"its counted repeats unroll to more than {MAX_EXPANSION} atoms"
+    else:
+        compiled = regex_sampler.compile_bounded(pattern)
+        why = None if compiled is not None else "it is not a supported regular expression"
+    hit = (parsed, compiled, why)
+    _compiled[pattern] = hit
+    if len(_compiled) > _WITNESS_CACHE:
+        _compiled.popitem(last=False)
+    return hit
+
+
+class SchemaSampler:
+    """Draws one instance of a JSON Schema with ``rng`` (a ``random.Random``).
+
+    ``cfg`` gives the flag ranges (api.md 8.2): integers in ``[--min-tool-call-integer-param,
+    --max-...]``, numbers in ``[--min-tool-call-number-param, --max-...)``, array lengths in
+    ``[--min-tool-call-array-param-length, --max-...]`` - each intersected with the schema's own
+    bounds (the schema wins when the two ranges do not overlap).  Optional top-level properties
+    appear with ``--tool-call-not-required-param-probability``%, optional nested fields with
+    ``--object-tool-call-not-required-field-probability``%.  ``root`` resolves local ``$ref``.
+
+    Every method raises :class:`SchemaUnsatisfiable` when the bounds cannot be met."""
+
+    def __init__(self, cfg, rng, root, seconds: float = SAMPLE_SECONDS):
+        self.cfg = cfg
+        self.rng = rng
+        self.root = root
+        self.left = BUDGET
+        self.deadline = time.monotonic() + seconds
+
+    def sample(self, schema, top: bool = True):
+        """One instance of ``schema`` (the root)."""
+        return self.value(schema, 0, top, "$")
+
+    # -- schema plumbing
+    def _resolve(self, schema: dict) -> dict:
+        """Inline ``$ref`` and ``allOf`` into one dict (siblings kept, as draft 2019+)."""
+        for _ in range(16):
+            ref = schema.get("$ref")
+            if isinstance(ref, str):
+                target = resolve_pointer(self.root, ref) if ref.startswith("#") else None
+                rest = {k: v for k, v in schema.items() if k != "$ref"}
+                schema = merge(target if isinstance(target, dict) else {}, rest)
+                continue
+            all_of = schema.get("allOf")
+            if isinstance(all_of, list):
+                merged = {k: v for k, v in schema.items() if k != "allOf"}
+                for sub in all_of:
+                    if isinstance(sub, dict):
+                        merged = merge(merged, sub)
+                schema = merged
+                continue
+            break
+        return schema
+
+    def value(self, schema, depth: int, top: bool = False, path: str = "$"):
+        """One instance of ``schema`` (a dict or boolean schema) found at ``path``."""
+        rng = self.rng
+        self.left -= 1
+        if self.left < 0:
+            raise SchemaUnsatisfiable(path, f"the instance would have more than {BUDGET} values")
+        if depth > HARD_DEPTH:
+            raise SchemaUnsatisfiable(path, f"required values nest deeper than {HARD_DEPTH} levels")
+        if time.monotonic() > self.deadline:
+            raise SchemaUnsatisfiable(path, f"no instance found within {SAMPLE_SECONDS} s")
+        if schema is True or not isinstance(schema, dict) or not schema:
+            return rng.choice(WORDS)
+        schema = self._resolve(schema)
+        if "const" in schema:
+            return schema["const"]
+        t = schema.get("type")
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            if isinstance(t, (str, list)):
+                fit = [v for v in enum if _type_of(v) in _accepted(t)]
+                enum = fit or enum
+            return rng.choice(enum)
+        for key in ("anyOf", "oneOf"):
+            branches = schema.get(key)
+            if isinstance(branches, list) and branches:
+                usable = [b for b in branches if b is not False] or branches
+                k = rng.randrange(len(usable))
+                branch = usable[k]
+                rest = {k2: v for k2, v in schema.items() if k2 != key}
+                return self.value(merge(rest, branch if isinstance(branch, dict) else {}), depth, top,
+                                  f"{path}.{key}[{k}]")
+        kind = self._type(schema)
+        if kind == "object":
+            return self.object(schema, depth, top, path)
+        if kind == "array":
+            return self.array(schema, depth, path)
+        if kind == "integer":
+            return self.integer(schema, path)
+        if kind == "number":
+            return self.number(schema, path)
+        if kind == "boolean":
+            return rng.random() < 0.5
+        if kind == "null":
+            return None
+        return self.string(schema, path)
+
+    def _type(self, schema: dict) -> str:
+        t = schema.get("type")
+        if isinstance(t, list):
+            real = [x for x in t if x != "null" and isinstance(x, str)]
+            return self.rng.choice(real) if real else "null"
+        if isinstance(t, str):
+            return t
+        keys = schema.keys()
+        if any(k in keys for k in ("properties", "required", "additionalProperties", "patternProperties",
+                                   "minProperties")):
+            return "object"
+        if any(k in keys for k in ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")):
+            return "array"
+        if any(k in keys for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                   "multipleOf")):
+            return "number"
+        return "string"
+
+    # -- containers
+    def object(self, schema: dict, depth: int, top: bool = False, path: str = "$") -> dict:
+        schema = self._resolve(schema)
+        rng = self.rng
+        props = schema.get("properties")
+        props = props if isinstance(props, dict) else {}
+        required = schema.get("required")
+        required = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+        req_set = set(required)
+        p = (self.cfg.tool_call_not_required_param_probability if top
+             else self.cfg.object_tool_call_not_required_field_probability)
+        deep = depth >= MAX_DEPTH
+        out = {}
+        skipped = []
+        for name, sub in props.items():
+            if name in req_set or (not deep and rng.randrange(100) < p):
+                out[name] = self.value(sub, depth + 1, False, f"{path}.properties.{name}")
+            else:
+                skipped.append(name)
+        extra = schema.get("additionalProperties")
+        for name in required:
+            if name not in out:
+                out[name] = self.value(extra if isinstance(extra, dict) else True, depth + 1, False,
+                                       f"{path}.additionalProperties")
+        min_props = schema.get("minProperties")
+        if is_int(min_props):
+            for name in skipped:
+                if len(out) >= min_props:
+                    break
+                out[name] = self.value(props[name], depth + 1, False, f"{path}.properties.{name}")
+        return out
+
+    def array(self, schema: dict, depth: int, path: str = "$") -> list:
+        cfg, rng = self.cfg, self.rng
+        prefix = schema.get("prefixItems")
+        items = schema.get("items")
+        if isinstance(items, list):           # draft 4-2019 tuple form
+            prefix, items = items, schema.get("additionalItems", True)
+        prefix = prefix if isinstance(prefix, list) else []
+        s_lo, s_hi = schema.get("minItems"), schema.get("maxItems")
+        if is_int(s_lo) and s_lo > MAX_ITEMS:
+            raise SchemaUnsatisfiable(path, f"minItems {s_lo} is above the {MAX_ITEMS}-item bound")
+        if depth >= MAX_DEPTH:
+            lo = hi = s_lo if is_int(s_lo) else 0
+        else:
+            lo = s_lo if is_int(s_lo) else min(cfg.min_tool_call_array_param_length, s_hi if is_int(s_hi) else 1 << 30)
+            hi = s_hi if is_int(s_hi) else max(cfg.max_tool_call_array_param_length, lo)
+            hi = max(hi, lo)
+        lo, hi = min(max(lo, 0), MAX_ITEMS), min(max(hi, 0), MAX_ITEMS)
+        if items is False:
+            hi = min(hi, len(prefix))
+            lo = min(lo, hi)
+        n = rng.randint(lo, hi)
+        out = []
+        unique = schema.get("uniqueItems") is True
+        seen = set()
+        attempts = 0
+        while len(out) < n and attempts < n * 8 + 8:
+            attempts += 1
+            k = len(out)
+            if k < len(prefix):
+                sub, where = prefix[k], f"{path}.prefixItems[{k}]"
+            else:
+                sub, where = (items if items is not None else True), f"{path}.items"
+            v = self.value(sub, depth + 1, False, where)
+            if unique:
+                key = json.dumps(v, sort_keys=True)
+                if key in seen:
+                    continue
+                seen.add(key)
+            out.append(v)
+        return out
+
+    # -- numbers
+    def _bounds(self, schema: dict, flo, fhi):
+        """``(lo, hi, lo_excl, hi_excl)``: the flag range intersected with the schema's (the
+        schema's alone when they do not overlap)."""
+        slo, shi, slo_ex, shi_ex = schema_bounds(schema)
+        lo = flo if slo is None else max(flo, slo)
+        hi = fhi if shi is None else min(fhi, shi)
+        if lo > hi:                                # flag range outside the schema's: the schema wins
+            width = fhi - flo
+            if slo is not None and shi is not None:
+                lo, hi = slo, shi
+            elif slo is not None:
+                lo, hi = slo, slo + width
+            else:
+                lo, hi = shi - width, shi
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                lo = hi = slo if slo is not None else shi
+        lo_ex = slo_ex and lo == slo
+        hi_ex = shi_ex and hi == shi
+        return lo, hi, lo_ex, hi_ex
+
+    def integer(self, schema: dict, path: str = "$") -> int:
+        cfg = self.cfg
+        lo, hi, lo_ex, hi_ex = self._bounds(schema, cfg.min_tool_call_integer_param, cfg.max_tool_call_integer_param)
+        m = schema.get("multipleOf")
+        if is_num(m) and m > 0:
+            return self._multiple(schema, lo, hi, lo_ex, hi_ex, m, True, path)
+        ilo = math.floor(lo) + 1 if lo_ex and float(lo).is_integer() else math.ceil(lo)
+        ihi = math.ceil(hi) - 1 if hi_ex and float(hi).is_integer() else math.floor(hi)
+        cands = [self.rng.randint(ilo, ihi)] if ilo <= ihi else []
+        slo, shi, _, _ = schema_bounds(schema)
+        cands += [int(x) + d for x in (slo, shi) if x is not None for d in (-1, 0, 1)] + [0]
+        for v in cands:
+            if number_ok(v, schema):
+                return v
+        raise SchemaUnsatisfiable(path, "no integer satisfies minimum/maximum")
+
+    def number(self, schema: dict, path: str = "$"):
+        cfg = self.cfg
+        lo, hi, lo_ex, hi_ex = self._bounds(schema, cfg.min_tool_call_number_param, cfg.max_tool_call_number_param)
+        m = schema.get("multipleOf")
+        if is_num(m) and m > 0:
+            return self._multiple(schema, lo, hi, lo_ex, hi_ex, m, False, path)
+        r = self.rng.random()
+        v = lo * (1 - r) + hi * r                 # no overflow, unlike lo + (hi - lo) * r
+        cands = [round(v, 2), v, lo / 2 + hi / 2,  # models write short numbers
+                 math.nextafter(lo, math.inf) if lo_ex else lo,
+                 math.nextafter(hi, -math.inf) if hi_ex else hi]
+        for in_range in (True, False):
+            for c in cands:
+                if (math.isfinite(c) and (not in_range or lo <= c <= hi) and number_ok(c, schema)):
+                    return c
+        raise SchemaUnsatisfiable(path, "no finite number satisfies minimum/maximum")
+
+    def _multiple(self, schema, lo, hi, lo_ex, hi_ex, m, integer: bool, path: str):
+        """A multiple of ``m`` in the range (then in the schema's own range) that passes
+        :func:`number_ok`.  ``m`` is read as the decimal it is written as (0.1 is 1/10)."""
+        try:
+            fm = Fraction(Decimal(repr(m))) if isinstance(m, float) else Fraction(m)
+        except (InvalidOperation, ValueError):
+            raise SchemaUnsatisfiable(path, f"multipleOf {m!r} is not usable") from None
+        step = Fraction(fm.numerator) if integer else fm     # integer multiples of p/q: multiples of p
+        slo, shi, slo_ex, shi_ex = schema_bounds(schema)
+        own = (Fraction(slo) if slo is not None else None, Fraction(shi) if shi is not None else None)
+        if own[0] is None and own[1] is None:
+            own = (-16 * step, 16 * step)
+        elif own[0] is None:
+            own = (own[1] - 16 * step, own[1])
+        elif own[1] is None:
+            own = (own[0], own[0] + 16 * step)
+        rng = self.rng
+        for a, b, aex, bex in ((Fraction(lo), Fraction(hi), lo_ex, hi_ex), (*own, slo_ex, shi_ex)):
+            klo, khi = math.ceil(a / step), math.floor(b / step)
+            if aex and klo * step == a:
+                klo += 1
+            if bex and khi * step == b:
+                khi -= 1
+            if klo > khi:
+                continue
+            ks = [rng.randint(klo, khi) for _ in range(6)] + [klo, khi]
+            ks += [k for k in (0, (klo + khi) // 2) if klo <= k <= khi]
+            for k in ks:
+                q = k * step
+                try:
+                    v = int(q) if q.denominator == 1 and (integer or not isinstance(m, float)) else float(q)
+                except OverflowError:
+                    continue
+                if isinstance(v, float) and not math.isfinite(v):
+                    continue
+                if number_ok(v, schema):
+                    return v
+        raise SchemaUnsatisfiable(path, f"no finite {'integer' if integer else 'number'} that is a multipleOf "
+                                        f"{m!r} satisfies minimum/maximum")
+
+    # -- strings
+    def string(self, schema: dict, path: str = "$") -> str:
+        """A word from the reference's list (api.md 8.2), a value of the ``format``, or a string
+        drawn from ``pattern``; fitted to ``minLength``/``maxLength``."""
+        rng = self.rng
+        mn, mx = schema.get("minLength"), schema.get("maxLength")
+        mn = mn if is_int(mn) and mn > 0 else 0
+        mx = mx if is_int(mx) else None
+        if mn > MAX_STRING:
+            raise SchemaUnsatisfiable(path, f"minLength {mn} is above the {MAX_STRING}-character bound")
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            return self.pattern_string(pattern, mn, mx, path)
+        fmt = schema.get("format")
+        s = self._formatted(fmt) if isinstance(fmt, str) else None
+        if s is not None and mn <= len(s) and (mx is None or len(s) <= mx):
+            return s
+        return _fit(rng.choice(WORDS), " ", mn, MAX_STRING if mx is None else min(mx, MAX_STRING))
+
+    def pattern_string(self, pattern: str, mn: int, mx, path: str) -> str:
+        """A string of length in ``[mn, mx]`` that ``pattern`` matches (searched, as JSON Schema
+        does).  Words first (as the reference answers), then strings drawn from the pattern,
+        padded when short; each checked with a time-bounded matcher."""
+        parsed, compiled, why = _pattern(pattern)
+        cap = MAX_STRING if mx is None else min(mx, MAX_STRING)
+        if compiled is None:
+            raise SchemaUnsatisfiable(path, f"pattern {pattern!r} cannot be used: {why}")
+        rng = self.rng
+        end = min(self.deadline, time.monotonic() + PATTERN_SECONDS)
+
+        def ok(c: str) -> bool:
+            return mn <= len(c) <= cap and regex_sampler.matches(compiled, c, end - time.monotonic())
+
+        pool = list(WORDS) + [w.lower() for w in WORDS] + _PATTERN_EXTRAS
+        for cand in rng.sample(pool, 8):
+            for sep in (" ", ""):
+                c = _fit(cand, sep, mn, cap)
+                if ok(c):
+                    return c
+                if time.monotonic() > end:
+                    break
+        spread = 4
+        too_long = False
+        while parsed is not None and time.monotonic() < end:
+            try:
+                s = regex_sampler.generate(parsed, rng, cap, spread)
+            except regex_sampler.TooLong:
+                too_long = spread == 0
+                if too_long:
+                    break
+                spread //= 2
+                continue
+            except regex_sampler.Unsupported:
+                break
+            if ok(s):
+                return _remember((pattern, mn, mx), s)
+            if len(s) < mn:
+                pad = (s[-1:] or "x") * (mn - len(s))
+                for c in (s + pad, pad + s):
+                    if ok(c):
+                        return _remember((pattern, mn, mx), c)
+                spread = min(max(spread * 2, 1), cap)
+        hit = _witnesses.get((pattern, mn, mx))
+        if hit is not None:
+            return hit
+        bound = f"its shortest match is longer than {cap}" if too_long else f"within {PATTERN_SECONDS} s"
+        raise SchemaUnsatisfiable(path, f"no string of length {mn}..{cap} matching pattern {pattern!r} "
+                                        f"found ({bound})")
+
+    def _formatted(self, fmt: str) -> str | None:
+        rng = self.rng
+        if fmt in ("date-time", "date", "time"):
+            d = f"20{rng.randint(20, 29)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+            t = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z"
+            return {"date-time": f"{d}T{t}", "date": d, "time": t}[fmt]
+        if fmt in ("email", "idn-email"):
+            return f"{rng.choice(WORDS).lower()}@example.com"
+        if fmt in ("uri", "url", "iri", "uri-reference", "iri-reference"):
+            return f"https://example.com/{rng.choice(WORDS).lower()}"
+        if fmt == "uuid":
+            return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        if fmt == "ipv4":
+            return ".".join(str(rng.randint(1, 254)) for _ in range(4))
+        if fmt == "ipv6":
+            return ":".join(f"{rng.getrandbits(16):x}" for _ in range(8))
+        if fmt in ("hostname", "idn-hostname"):
+            return f"{rng.choice(WORDS).lower()}.example.com"
+        return None
+
+
+def _remember(key, s: str) -> str:
+    _witnesses[key] = s
+    _witnesses.move_to_end(key)
+    if len(_witnesses) > _WITNESS_CACHE:
+        _witnesses.popitem(last=False)
+    return s
+
+
+def _fit(s: str, sep: str, mn: int, mx) -> str:
+    if len(s) < mn:
+        s = sep.join([s] * (mn // (len(s) + len(sep)) + 2))
+    if mx is not None and len(s) > mx:
+        s = s[:max(mx, 0)]
+    return s
+
+
+def schema_bounds(schema: dict):
+    """The schema's own numeric range ``(lo, hi, lo_excl, hi_excl)`` (None when open), from
+    ``minimum``/``maximum`` and ``exclusive*`` in the draft 4 boolean or the numeric form."""
+    mn, mx = schema.get("minimum"), schema.get("maximum")
+    emn, emx = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    lo = mn if is_num(mn) else None
+    hi = mx if is_num(mx) else None
+    lo_ex = hi_ex = False
+    if emn is True and lo is not None:
+        lo_ex = True
+    elif is_num(emn) and (lo is None or emn >= lo):
+        lo, lo_ex = emn, True
+    if emx is True and hi is not None:
+        hi_ex = True
+    elif is_num(emx) and (hi is None or emx <= hi):
+        hi, hi_ex = emx, True
+    return lo, hi, lo_ex, hi_ex
+
+
+def number_ok(v, schema: dict) -> bool:
+    """True when ``v`` passes the schema's numeric keywords as ``jsonschema`` checks them
+    (``multipleOf`` with a float divisor by float division, as ``jsonschema`` does)."""
+    lo, hi, lo_ex, hi_ex = schema_bounds(schema)
+    try:
+        if lo is not None and (v <= lo if lo_ex else v < lo):
+            return False
+        if hi is not None and (v >= hi if hi_ex else v > hi):
+            return False
+        m = schema.get("multipleOf")
+        if is_num(m) and m > 0:
+            if isinstance(m, float):
+                q = v / m
+                try:
+                    return int(q) == q
+                except OverflowError:
+                    return (Fraction(v) / Fraction(m)).denominator == 1
+            return not (v % m)
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return False
+    return True
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+               dict: "object", type(None): "null"}
+
+
+def _type_of(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return "integer"
+    return _JSON_TYPES.get(type(v), "string")
+
+
+def _accepted(t) -> set:
+    """Instance types a ``type`` keyword accepts (``number`` accepts integers)."""
+    ts = {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)}
+    if "number" in ts:
+        ts.add("integer")
+    return ts
+
+
+def merge(a: dict, b: dict) -> dict:
+    """Shallow conjunction of two schemas: ``properties`` merged, ``required`` united, ``type``
+    intersected; other keys from ``b`` win."""
+    out = dict(a)
+    for k, v in b.items():
+        if k == "properties" and isinstance(out.get(k), dict) and isinstance(v, dict):
+            out[k] = {**out[k], **v}
+        elif k == "required" and isinstance(out.get(k), list) and isinstance(v, list):
+            out[k] = list(dict.fromkeys(out[k] + v))
+        elif k == "type" and k in out and out[k] != v:
+            both = _accepted(out[k]) & _accepted(v)
+            out[k] = sorted(both)[0] if len(both) == 1 else (sorted(both) or v)
+            if isinstance(out[k], list) and len(out[k]) == 1:
+                out[k] = out[k][0]
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_pointer(root, ref: str):
+    """Resolve a same-document ``$ref`` (``#``, ``#/$defs/X``, ``#/definitions/X``); None if
+    it does not resolve."""
+    frag = ref[1:]
+    if frag == "":
+        return root
+    if not frag.startswith("/"):
+        return None            # anchors: not supported for generation
+    node = root
+    for part in frag[1:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node

@@ -1,0 +1,184 @@
+"""Tool-call and structured-output synthesis: what a model with tools "answers".
+
+:class:`ToolSynthesizer` is attached to the engine by ``app.py``.  The chat blueprint (and the
+APIs translated onto chat: Anthropic Messages, Responses) calls :meth:`validate_request` and
+:meth:`validate_response_format` (:mod:`generation.tool_validation`) before anything is queued;
+the engine calls :meth:`wants_tools` / :meth:`synthesize` / :meth:`apply_response_format` while
+deciding a sequence's output, before its first byte is sent.
+
+Behaviour (api.md 8, seeds, vLLM / OpenAI where the reference is quirky):
+
+* ``tool_choice`` ``"none"`` -> text; named function -> exactly one call of it; ``"required"``
+  -> at least one call; ``"auto"`` / omitted / ``allowed_tools`` / ``custom`` -> at least zero.
+  From that minimum one more call is added with ``--tool-call-extra-call-probability``% while
+  fewer calls than tools, stopping at the first failed roll; ``max_tool_calls`` caps the count.
+* Arguments are an instance of the tool's ``parameters`` JSON Schema
+  (:class:`generation.schema_sampler.SchemaSampler`: types, enum/const, required vs optional
+  with the configured probabilities, ranges from the config flags intersected with the schema's
+  own bounds, nested objects/arrays, anyOf/oneOf/allOf, local ``$ref``, ``pattern``), serialised
+  as compact JSON in schema property order.
+"""
+from __future__ import annotations
+
+import json
+
+from .errors import APIError
+from .schema_sampler import WORDS, SchemaSampler
+from .tool_validation import ToolValidator, json_schema_part, parse_tool_choice
+
+
+def _dumps(obj) -> str:
+    """Compact JSON as a model would stream it (property order kept, UTF-8 kept)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class ToolSynthesizer:
+    """Tool-call and structured-output synthesis for one simulator.
+
+    ``sim`` provides ``config`` (live :class:`generation.config.SimConfig`), ``rng`` (the seeded
+    ``random.Random``, so ``--seed`` makes every draw reproducible) and ``tokenizer``.  The
+    request checks of :class:`generation.tool_validation.ToolValidator` are reachable here too
+    (``validate_request``, ``validate_response_format``, ``check_schema``)."""
+
+    def __init__(self, sim):
+        self.sim = sim
+        self.validator = ToolValidator(sim)
+        self.validate_request = self.validator.validate_request
+        self.validate_response_format = self.validator.validate_response_format
+        self.check_schema = self.validator.check_schema
+
+    def wants_tools(self, req) -> bool:
+        """True when ``req`` has a non-empty tool list and its tool_choice is not none (an empty
+        list with ``"required"`` behaves like none, as in vLLM and OpenAI)."""
+        if not req.tools:
+            return False
+        try:
+            return parse_tool_choice(req.tool_choice)[0] != "none"
+        except APIError:
+            return False
+
+    def synthesize(self, req, seq) -> bool:
+        """Decide ``seq``'s tool calls (api.md 8.1) and fill its output.
+
+        On success sets ``seq.tool_calls`` (``[{"id": "chatcmpl-tool-<32 hex>", "name",
+        "arguments": JSON string, "start", "end"}]``, start/end indexing ``seq.pieces``),
+        ``seq.pieces``/``seq.ids`` (the argument strings' tokens, call after call),
+        ``finish_reason = "tool_calls"`` and ``completion_tokens`` (number of pieces); returns
+        True.  Returns False when the draw gave zero calls (``auto``): the engine then answers
+        with text.  Raises APIError 400 when a forced function is not in ``tools`` (only
+        reachable with ``--skip-tool-validation``-style bypasses) or its schema cannot be used."""
+        cfg = self.sim.config
+        rng = self.sim.rng
+        tools = [t for t in req.tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        if not tools:
+            return False
+        mode, name = parse_tool_choice(req.tool_choice)
+        if mode == "none":
+            return False
+        if mode == "named":
+            chosen = [t for t in tools if t["function"].get("name") == name]
+            if not chosen:
+                raise APIError(f"The tool specified in `tool_choice` ('{name}') does not match any of the "
+                               f"specified `tools`.", 400, "tool_choice")
+            picks = [chosen[0]]
+        else:
+            count = 1 if mode == "required" else 0
+            p = cfg.tool_call_extra_call_probability
+            while count < len(tools) and rng.randrange(100) < p:
+                count += 1
+            picks = [tools[rng.randrange(len(tools))] for _ in range(count)]
+        if req.max_tool_calls is not None:
+            picks = picks[:max(req.max_tool_calls, 0)]
+        if not picks:
+            return False
+        calls, pieces, ids = [], [], []
+        for tool in picks:
+            fn = tool["function"]
+            args = self.arguments(fn.get("parameters"), fn.get("name"))
+            tids, tpieces = self._tokens(args)
+            calls.append({"id": f"chatcmpl-tool-{rng.getrandbits(128):032x}", "name": fn.get("name"),
+                          "arguments": args, "start": len(pieces), "end": len(pieces) + len(tpieces)})
+            pieces.extend(tpieces)
+            ids.extend(tids)
+        seq.tool_calls = calls
+        seq.pieces = pieces
+        seq.ids = ids
+        seq.text = None
+        seq.finish_reason = "tool_calls"
+        seq.completion_tokens = len(pieces)
+        return True
+
+    def arguments(self, parameters, name=None) -> str:
+        """A compact JSON object string that validates against ``parameters`` (a JSON Schema,
+        or None / ``{}`` for a parameter-less function -> ``"{}"``)."""
+        if not isinstance(parameters, dict) or not parameters:
+            return "{}"
+        schema = parameters if "type" in parameters else {**parameters, "type": "object"}
+        try:
+            sampler = SchemaSampler(self.sim.config, self.sim.rng, parameters)
+            value = sampler.sample(schema, top=True)
+            if not isinstance(value, dict):       # arguments are always an object
+                value = sampler.object(schema, 0, top=True)
+            return _dumps(value)
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
+            # SchemaUnsatisfiable (a ValueError): bounds the dry run at validation could not
+            # foresee (instance size, bad luck); the rest only with --skip-tool-validation.
+            raise APIError(f"Cannot generate arguments for tool '{name}' from its parameters schema: {e}",
+                           400, "tools") from None
+
+    # ---- structured output --------------------------------------------------------------------
+    def apply_response_format(self, req, seq) -> None:
+        """Replace a text answer by JSON as ``req.response_format`` demands (vLLM structured
+        output): ``json_object`` -> ``{"response": <the sampled text>}`` (so the answer keeps
+        the sampled length); ``json_schema`` -> an instance of its schema; ``text`` and
+        ``structural_tag`` -> unchanged.  Sets pieces/ids; finish_reason ``stop``, or
+        ``length`` (JSON cut, as vLLM cuts it) when it exceeds max_tokens or the context room."""
+        rf = req.response_format
+        if not isinstance(rf, dict):
+            return
+        t = rf.get("type")
+        if t == "json_object":
+            text = self._json_object_text(seq)
+        elif t == "json_schema":
+            js, prefix = json_schema_part(rf)
+            schema = js.get("schema") if isinstance(js, dict) else None
+            if isinstance(schema, dict) and schema:
+                try:
+                    text = _dumps(SchemaSampler(self.sim.config, self.sim.rng, schema).sample(schema))
+                except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
+                    raise APIError(f"Cannot generate a value of {prefix}.schema: {e}", 400,
+                                   f"{prefix}.schema") from None
+            else:
+                text = self._json_object_text(seq)
+        else:
+            return
+        ids, pieces = self._tokens(text)
+        room = self.sim.config.max_model_len - seq.prompt_len
+        cap = room if req.max_tokens is None else min(req.max_tokens, room)
+        if len(pieces) > cap:
+            pieces, ids = pieces[:max(cap, 0)], ids[:max(cap, 0)]
+            seq.finish_reason = "length"
+        else:
+            seq.finish_reason = "stop"
+        seq.pieces, seq.ids = pieces, ids
+        seq.text = None
+        seq.completion_tokens = len(pieces)
+
+    @staticmethod
+    def _json_object_text(seq) -> str:
+        overhead = 8     # tokens of {"response":""} with the simulated tokenizer
+        keep = max(1, len(seq.pieces) - overhead)
+        text = "".join(seq.pieces[:keep]).strip() or WORDS[0]
+        return _dumps({"response": text})
+
+    # ---- tokens -------------------------------------------------------------------------------
+    def _tokens(self, text: str) -> tuple[list, list]:
+        """``(ids, pieces)`` of ``text`` whose pieces join back to exactly ``text`` (a streamed
+        JSON string must be reassembled byte for byte)."""
+        ids, pieces = self.sim.tokenizer.encode_lossless(text)
+        if "".join(pieces) != text:      # a real tokenizer's per-token decode can differ
+            n = max(len(ids), 1)
+            step = -(-len(text) // n)
+            pieces = [text[k:k + step] for k in range(0, len(text), step)]
+            ids = list(ids[:len(pieces)]) + [0] * (len(pieces) - len(ids))
+        return ids, pieces

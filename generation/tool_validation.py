@@ -1,0 +1,313 @@
+"""Request checks for ``tools``, ``tool_choice`` and ``response_format``, before anything is queued.
+
+Schemas are checked with ``jsonschema`` (the metaschema of their ``$schema``, default draft
+2020-12), plus shapes the metaschema allows but no instance can meet: enum values of the wrong
+type, ``min* > max*``, a local ``$ref`` that does not resolve, and - by a dry run of the
+generator on every leaf (:mod:`generation.schema_sampler`) - a ``pattern``, ``minLength`` or
+numeric keywords that cannot be met within the generator's bounds.  Parameter-less tools and
+standard keywords such as ``$defs``/``anyOf`` are accepted, as by OpenAI and vLLM (the reference
+rejects them).  Schema documents nested deeper than :data:`MAX_SCHEMA_DEPTH` JSON levels are
+rejected before any of this (OpenAI's structured outputs allow 10 levels of object nesting,
+which is 20 JSON levels).
+
+Every check raises :class:`generation.errors.APIError` 400 whose ``param`` names the field.
+"""
+from __future__ import annotations
+
+import json
+import random
+from collections import OrderedDict
+
+from jsonschema import Draft202012Validator, SchemaError
+from jsonschema.exceptions import UndefinedTypeCheck
+from jsonschema.validators import validator_for
+
+from .errors import APIError
+from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, resolve_pointer)
+
+MAX_SCHEMA_DEPTH = 64      # JSON nesting levels of one schema document
+CHECK_SECONDS = 1.0        # dry-run time for one schema (patterns, numbers)
+_CHOICE_MODES = ("none", "auto", "required")
+RESPONSE_FORMATS = ("text", "json_object", "json_schema", "structural_tag")
+_SCHEMA_CACHE_SIZE = 512  # check_schema costs ~0.5 ms; clients resend the same tools
+
+# Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
+_SUB_ONE = ("additionalProperties", "additionalItems", "unevaluatedItems", "unevaluatedProperties",
+            "contains", "propertyNames", "not", "if", "then", "else", "items")
+_SUB_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUB_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+
+def json_depth_exceeds(value, limit: int) -> bool:
+    """True when ``value`` (decoded JSON) nests objects/arrays deeper than ``limit`` levels.
+    Iterative, so it is safe on values too deep for recursive code."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            if d > limit:
+                return True
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            if d > limit:
+                return True
+            stack.extend((x, d + 1) for x in v)
+    return False
+
+
+def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
+    """``tool_choice`` -> ``(mode, name)``; mode in none/auto/required/named.
+
+    Accepts ``"none"|"auto"|"required"``, ``{"type":"function","function":{"name"}}``, the flat
+    ``{"type":"function","name"}``, ``{"type":"allowed_tools"|"custom",...}`` and the Anthropic
+    ``{"type":"auto"|"any"|"none"|"tool"}`` shapes.  Raises APIError 400 for anything else."""
+    if tool_choice is None:
+        return "auto", None
+    if isinstance(tool_choice, str):
+        if tool_choice in _CHOICE_MODES:
+            return tool_choice, None
+        raise APIError(f"Invalid value for `tool_choice`: {tool_choice!r}. Only named tools, \"none\", "
+                       f"\"auto\" or \"required\" are supported.", 400, "tool_choice")
+    if not isinstance(tool_choice, dict):
+        raise APIError("tool_choice: Input should be a string or an object.", 400, "tool_choice")
+    t = tool_choice.get("type")
+    if t in ("function", "tool"):
+        fn = tool_choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
+        if not isinstance(name, str) or not name:
+            raise APIError('Expected field `name` in `function` in `tool_choice`. Correct usage: '
+                           '`{"type": "function", "function": {"name": "my_function"}}`', 400,
+                           "tool_choice.function.name")
+        return "named", name
+    if t in ("allowed_tools", "custom", "auto"):
+        return "auto", None
+    if t == "any":
+        return "required", None
+    if t == "none":
+        return "none", None
+    raise APIError(f"tool_choice.type: Input should be 'function', 'allowed_tools' or 'custom', got {t!r}.",
+                   400, "tool_choice.type")
+
+
+def json_schema_part(response_format: dict):
+    """``(json_schema object, its param prefix)`` of a response_format (chat nests it under
+    ``json_schema``; the Responses ``text.format`` shape is flat)."""
+    js = response_format.get("json_schema")
+    if js is None and "schema" in response_format:
+        return response_format, "response_format"
+    return js, "response_format.json_schema"
+
+
+class ToolValidator:
+    """The checks, with a cache of schema verdicts.  ``holder.config`` is read at each call (the
+    live :class:`generation.config.SimConfig`: ``skip_tool_validation`` and the generator's
+    flag ranges)."""
+
+    def __init__(self, holder):
+        self._holder = holder
+        self._schema_ok: OrderedDict[str, str | None] = OrderedDict()
+
+    def validate_request(self, tools, tool_choice) -> None:
+        """Check ``tools`` (chat shape) and ``tool_choice``.
+
+        ``tools``: list of ``{"type": "function", "function": {"name": str, "description"?: str,
+        "parameters"?: JSON Schema object}}`` (``type`` may be omitted, as vLLM defaults it).
+
+        Raises APIError 400 whose ``param`` names the field (``tools[0].function.parameters``,
+        ``tool_choice``, ...): malformed tool, invalid or unsatisfiable JSON Schema (skipped with
+        ``--skip-tool-validation``), unknown tool_choice, a tool_choice naming a function not in
+        ``tools`` (vLLM: 400), or a forcing tool_choice without ``tools`` (vLLM: 400)."""
+        names = self._validate_tools(tools)
+        mode, name = parse_tool_choice(tool_choice)
+        if tools is None and mode in ("required", "named"):
+            raise APIError("When using `tool_choice`, `tools` must be set.", 400, "tool_choice")
+        if mode == "named" and name not in names:
+            raise APIError(f"The tool specified in `tool_choice` ('{name}') does not match any of the "
+                           f"specified `tools`.", 400, "tool_choice")
+
+    def _validate_tools(self, tools) -> set:
+        if tools is None:
+            return set()
+        if not isinstance(tools, list):
+            raise APIError("tools: Input should be a valid list.", 400, "tools")
+        skip = self._holder.config.skip_tool_validation
+        names = set()
+        for i, tool in enumerate(tools):
+            p = f"tools[{i}]"
+            if not isinstance(tool, dict):
+                raise APIError(f"{p}: Input should be an object.", 400, p)
+            t = tool.get("type", "function")
+            if t != "function":
+                raise APIError(f"{p}.type: Input should be 'function', got {t!r}.", 400, f"{p}.type")
+            fn = tool.get("function")
+            if not isinstance(fn, dict):
+                raise APIError(f"{p}.function: Field required (an object with name, description, "
+                               f"parameters).", 400, f"{p}.function")
+            name = fn.get("name")
+            if not isinstance(name, str) or not name:
+                raise APIError(f"{p}.function.name: Field required (a non-empty string).", 400,
+                               f"{p}.function.name")
+            desc = fn.get("description")
+            if desc is not None and not isinstance(desc, str):
+                raise APIError(f"{p}.function.description: Input should be a valid string.", 400,
+                               f"{p}.function.description")
+            params = fn.get("parameters")
+            if params is not None:
+                if skip:     # still bounded: the generator must not recurse without limit
+                    self._check_depth(params, f"{p}.function.parameters")
+                else:
+                    self.check_schema(params, f"{p}.function.parameters")
+            names.add(name)
+        return names
+
+    def validate_response_format(self, response_format) -> None:
+        """Check a chat ``response_format`` (OpenAI shape; the flat Responses ``text.format``
+        shape ``{"type":"json_schema","name","schema"}`` is accepted too).
+
+        Types: ``text``, ``json_object``, ``json_schema`` (needs ``json_schema.name`` and an
+        optional valid ``json_schema.schema``), ``structural_tag`` (vLLM; no effect here).
+        Raises APIError 400 with ``param`` ``response_format[...]``."""
+        if response_format is None:
+            return
+        if not isinstance(response_format, dict):
+            raise APIError("response_format: Input should be an object.", 400, "response_format")
+        t = response_format.get("type")
+        if t not in RESPONSE_FORMATS:
+            raise APIError(f"response_format.type: Input should be one of {', '.join(map(repr, RESPONSE_FORMATS))}"
+                           f", got {t!r}.", 400, "response_format.type")
+        if t != "json_schema":
+            return
+        js, prefix = json_schema_part(response_format)
+        if not isinstance(js, dict):
+            raise APIError("response_format.json_schema: Field required for type 'json_schema'.", 400,
+                           "response_format.json_schema")
+        if not isinstance(js.get("name"), str) or not js["name"]:
+            raise APIError(f"{prefix}.name: Field required (a non-empty string).", 400, f"{prefix}.name")
+        schema = js.get("schema")
+        if schema is not None:
+            self.check_schema(schema, f"{prefix}.schema")
+
+    @staticmethod
+    def _check_depth(schema, param: str) -> None:
+        if json_depth_exceeds(schema, MAX_SCHEMA_DEPTH):
+            raise APIError(f"{param} is nested deeper than {MAX_SCHEMA_DEPTH} levels.", 400, param)
+
+    def check_schema(self, schema, param: str) -> None:
+        """Raise APIError 400 (``param``) unless ``schema`` is a JSON Schema object within
+        :data:`MAX_SCHEMA_DEPTH` that ``jsonschema`` accepts and whose every leaf the generator
+        can satisfy.  Verdicts are cached by value."""
+        if not isinstance(schema, dict):
+            raise APIError(f"Tool validation failed: {param} should be a JSON Schema object.", 400, param)
+        self._check_depth(schema, param)
+        try:
+            key = json.dumps(schema, sort_keys=True)
+        except (TypeError, ValueError):
+            key = None
+        cache = self._schema_ok
+        if key is not None and key in cache:
+            cache.move_to_end(key)
+            err = cache[key]
+        else:
+            err = schema_problem(schema, self._holder.config)
+            if key is not None:
+                cache[key] = err
+                if len(cache) > _SCHEMA_CACHE_SIZE:
+                    cache.popitem(last=False)
+        if err:
+            raise APIError(f"Tool validation failed: {param} is not a valid JSON Schema: {err}", 400, param)
+
+
+def schema_problem(schema: dict, cfg) -> str | None:
+    """None when ``schema`` is usable, else a one-line description of the first problem."""
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as e:
+        where = e.json_path if e.path else "$"
+        return f"{e.message} (at {where})"
+    except RecursionError:         # only past MAX_SCHEMA_DEPTH, which is checked first
+        return "the schema is nested too deeply"
+    trial = SchemaSampler(cfg, random.Random(0), schema, seconds=CHECK_SECONDS)
+    return _walk_problems(schema, schema, "$", cls.TYPE_CHECKER, trial)
+
+
+def _string_allowed(types) -> bool:
+    return types is None or "string" in types
+
+
+def _leaf_problem(node: dict, types, path: str, trial: SchemaSampler) -> str | None:
+    """Dry-run the generator on the string and numeric keywords of ``node``."""
+    try:
+        if _string_allowed(types) and (isinstance(node.get("pattern"), str) or "minLength" in node):
+            trial.string(node, path)
+        if any(k in node for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")):
+            for t in ("integer", "number"):
+                if types is None and t == "integer":
+                    continue
+                if types is None or t in types:
+                    (trial.integer if t == "integer" else trial.number)(node, path)
+        mi = node.get("minItems")
+        if isinstance(mi, int) and not isinstance(mi, bool) and mi > MAX_ITEMS:
+            return f"minItems {mi} is above the {MAX_ITEMS}-item bound (at {path})"
+    except SchemaUnsatisfiable as e:
+        return str(e)
+    return None
+
+
+def _walk_problems(node, root, path: str, checker, trial: SchemaSampler) -> str | None:
+    """Unsatisfiable shapes the metaschema allows: enum/const values of another type than the
+    declared one, min > max bounds, local ``$ref`` that does not resolve, leaves the generator
+    cannot satisfy within its bounds."""
+    if not isinstance(node, dict):
+        return None
+    t = node.get("type")
+    types = [t] if isinstance(t, str) else (t if isinstance(t, list) else None)
+    if types:
+        def ok(v):
+            for x in types:
+                try:
+                    if checker.is_type(v, x):
+                        return True
+                except UndefinedTypeCheck:
+                    pass
+            return False
+        enum = node.get("enum")
+        if isinstance(enum, list):
+            for k, v in enumerate(enum):
+                if not ok(v):
+                    return f"enum value {v!r} is not of type {t!r} (at {path}.enum[{k}])"
+        if "const" in node and not ok(node["const"]):
+            return f"const value {node['const']!r} is not of type {t!r} (at {path}.const)"
+    for lo, hi in (("minItems", "maxItems"), ("minLength", "maxLength"), ("minimum", "maximum"),
+                   ("minProperties", "maxProperties")):
+        a, b = node.get(lo), node.get(hi)
+        if is_num(a) and is_num(b) and a > b:
+            return f"{lo} ({a}) is greater than {hi} ({b}) (at {path})"
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#") and resolve_pointer(root, ref) is None:
+        return f"$ref {ref!r} does not resolve within the schema (at {path}.$ref)"
+    if "enum" not in node and "const" not in node:
+        err = _leaf_problem(node, types, path, trial)
+        if err:
+            return err
+    for key in _SUB_ONE:
+        sub = node.get(key)
+        if isinstance(sub, dict):
+            err = _walk_problems(sub, root, f"{path}.{key}", checker, trial)
+            if err:
+                return err
+    for key in _SUB_MAP:
+        subs = node.get(key)
+        if isinstance(subs, dict):
+            for name, sub in subs.items():
+                err = _walk_problems(sub, root, f"{path}.{key}.{name}", checker, trial)
+                if err:
+                    return err
+    for key in _SUB_LIST:
+        subs = node.get(key)
+        if isinstance(subs, list):
+            for k, sub in enumerate(subs):
+                err = _walk_problems(sub, root, f"{path}.{key}[{k}]", checker, trial)
+                if err:
+                    return err
+    return None
