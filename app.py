@@ -13,7 +13,7 @@ import sys
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from generation.config import ConfigError, SimConfig, load_config
+from generation.config import ConfigError, SimConfig, ignored_flags, load_config
 from generation.errors import APIError, error_type
 
 log = logging.getLogger("vllm_sim")
@@ -178,6 +178,15 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("vLLM simulator: model=%s served=%s port=%d mode=%s", config.model, config.served_names,
              config.port, config.mode)
+    if ignored_flags(config):
+        log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
+    if config.dataset_path and config.mode != "echo":     # one line for a bad file, not a traceback
+        from data.dataset import DatasetError, verify_dataset
+        try:
+            verify_dataset(config.dataset_path, config.dataset_table_name)
+        except DatasetError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
         config.data_parallel_rank = 0
         start_data_parallel_ranks(config, argv)

@@ -18,7 +18,7 @@ from flask import Blueprint, Response
 
 from generation.config import ConfigError
 from generation.errors import APIError
-from generation.fake_metrics import merge_fake_metrics, parse_fake_metrics
+from generation.fake_metrics_spec import merge_fake_metrics, parse_fake_metrics
 
 from .common import json_response, parse_json_body, simulator
 

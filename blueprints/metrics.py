@@ -12,7 +12,5 @@ bp = Blueprint("metrics", __name__)
 
 @bp.get("/metrics")
 def metrics():
-    sim = simulator()
-    if sim.kv_cache is not None:
-        sim.metrics.kv_usage.set(sim.kv_cache.usage())
+    sim = simulator()      # collectors read running / waiting / KV usage / LoRA state now
     return Response(generate_latest(sim.metrics.registry), 200, content_type=CONTENT_TYPE_PLAIN_0_0_4)

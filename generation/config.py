@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from .fake_metrics_spec import parse_fake_metrics
 from .option_values import (BOOL_LITERALS, ConfigError, format_duration, parse_bool,  # noqa: F401
                             parse_duration)
 
@@ -466,7 +467,6 @@ class SimConfig:
             raise ConfigError("event batch size cannot less than 1", "event-batch-size")
         self._validate_kv_events()
         if self.fake_metrics is not None:
-            from .fake_metrics import parse_fake_metrics    # lazy: it imports this module
             try:
                 parse_fake_metrics(self.fake_metrics, self.max_model_len)
             except ConfigError as e:
@@ -501,7 +501,6 @@ class SimConfig:
         self._validate_generic()
         if self.enable_kvcache and not self.pod_ip:
             raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
-        self.validate_dataset()
 
     def _validate_generic(self) -> None:
         """Rules every option of a type follows: choices, finite and non-negative durations and
@@ -552,17 +551,6 @@ class SimConfig:
             raise ConfigError(f"zmq-endpoint ({self.zmq_endpoint}) and kv-events-replay-endpoint "
                               f"({self.kv_events_replay_endpoint}) ports collide once offset by data-parallel "
                               f"rank", "kv-events-replay-endpoint")
-
-    def validate_dataset(self) -> None:
-        """The file must exist and have the expected schema (engine.md 1.4, 9.2): the reference
-        reports these at start-up too.  Skipped when --dataset-url will download it."""
-        if not self.dataset_path or self.mode == "echo" or self.dataset_url:
-            return
-        from data.dataset import DatasetError, verify_dataset
-        try:
-            verify_dataset(self.dataset_path, self.dataset_table_name)
-        except DatasetError as e:
-            raise ConfigError(str(e), "dataset-path") from None
 
     def validate_failures(self) -> None:
         if not 0 <= self.failure_injection_rate <= 100:

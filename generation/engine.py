@@ -26,6 +26,7 @@ from gevent.hub import Waiter, get_hub
 
 from .errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
 from .latency import LatencyModel
+from .fake_metrics import FakeMetricsCollector
 from .metrics import MetricsRecorder
 from .request import GenerationRequest, SeqState, Sequence
 from .text import SentenceSource, sample_capped_length, sample_default_length
@@ -47,19 +48,43 @@ def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthEr
 
 
 class LoraRegistry:
-    """Registered LoRA adapters (name -> path) and which are loaded in the ``--max-loras`` slots."""
+    """Registered LoRA adapters (name -> path) and which are loaded in the ``--max-loras`` slots.
 
-    def __init__(self, modules, max_loras: int):
+    Adapters from ``--lora-modules`` stay registered.  Adapters loaded at run time
+    (``/v1/load_lora_adapter``) are kept up to ``max(--max-cpu-loras, --max-loras)`` -- vLLM's
+    cap on resident adapters -- least recently used first out, never one that is running; so
+    ``/v1/models`` and the registry stay bounded whatever the load history (issue 12)."""
+
+    def __init__(self, modules, max_loras: int, max_cpu_loras: int = 0):
         self.paths: dict[str, str] = {m.name: m.path for m in modules}
+        self.static = frozenset(self.paths)
+        self.runtime: dict[str, None] = {}     # runtime-loaded names, least recently used first
         self.max_loras = max_loras
+        self.cap = max(max_cpu_loras or 0, max_loras, 1)
         self.loaded: dict[str, int] = {}      # name -> running sequence count
         self.slots: dict[str, int] = {}       # name -> 1-based slot id (KV events lora_id)
 
-    def load(self, name: str, path: str) -> None:
+    def load(self, name: str, path: str) -> list:
+        """Register ``name``; returns the runtime adapters evicted to stay within the cap."""
         self.paths[name] = path
+        if name in self.static:
+            return []
+        self.runtime.pop(name, None)
+        self.runtime[name] = None
+        evicted = []
+        if len(self.runtime) > self.cap:
+            for old in list(self.runtime):
+                if len(self.runtime) <= self.cap:
+                    break
+                if old != name and not self.loaded.get(old):
+                    del self.runtime[old]
+                    self.paths.pop(old, None)
+                    evicted.append(old)
+        return evicted
 
     def unload(self, name: str) -> None:
         self.paths.pop(name, None)
+        self.runtime.pop(name, None)
 
     def can_run(self, name: str | None) -> bool:
         if name is None or name in self.loaded:
@@ -71,6 +96,9 @@ class LoraRegistry:
     def acquire(self, name: str | None) -> None:
         if name is None:
             return
+        if name in self.runtime:                  # most recently used goes last
+            del self.runtime[name]
+            self.runtime[name] = None
         if name not in self.loaded:
             if len(self.loaded) >= self.max_loras:   # evict one idle adapter
                 for other, c in list(self.loaded.items()):
@@ -106,10 +134,13 @@ class Simulator:
             self.dataset = SQLiteDataset(config.dataset_path, config.dataset_table_name,
                                          config.dataset_in_memory, self.sentences)
         self.latency = LatencyModel(config, self.rng)
-        self.metrics = MetricsRecorder(config)
-        self.loras = LoraRegistry(config.lora_modules, config.max_loras)
+        self.metrics = MetricsRecorder(config)     # reads running/waiting/LoRA state at scrape time
+        if getattr(config, "fake_metrics", None) is not None:
+            self.metrics.use_fake(FakeMetricsCollector(config, self.metrics.docs()))
+        self.loras = LoraRegistry(config.lora_modules, config.max_loras, getattr(config, "max_cpu_loras", 0))
         self.running = 0
         self.waiting: deque[Sequence] = deque()
+        self.metrics.bind(self)
         self._id_counter = 0
         self.started = monotonic()
         self.tool_synthesizer = None      # set by generation.tools when available
@@ -249,7 +280,6 @@ class Simulator:
                 seq.enqueued_at = now
                 seq.event = Event()
                 self.waiting.append(seq)
-                self.metrics.waiting_changed(self)
             else:
                 for s in admitted:
                     self.abort(s)
@@ -263,7 +293,6 @@ class Simulator:
         self.loras.acquire(seq.lora)
         if self.kv_cache is not None:
             self.kv_cache.start(seq)
-        self.metrics.running_changed(self)
 
     def _schedule(self) -> None:
         cfg = self.config
@@ -284,7 +313,6 @@ class Simulator:
             waiting.remove(pick)
             now = monotonic()
             self._start(pick, now)             # queue time is observed when the request finishes
-            self.metrics.waiting_changed(self)
             pick.event.set()
 
     def _release(self, seq: Sequence) -> None:
@@ -294,14 +322,12 @@ class Simulator:
             self.loras.release(seq.lora)
             if self.kv_cache is not None:
                 self.kv_cache.finish(seq)
-            self.metrics.running_changed(self)
             self._schedule()
         elif state == SeqState.WAITING:
             try:
                 self.waiting.remove(seq)
             except ValueError:
                 pass
-            self.metrics.waiting_changed(self)
 
     def abort(self, seq: Sequence) -> None:
         """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot;

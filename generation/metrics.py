@@ -1,46 +1,68 @@
-"""vLLM's Prometheus metrics, recorded from measured times (engine.md section 5, vLLM v1 names).
+"""vLLM's Prometheus metrics, as current vLLM (v1 engine, ``vllm/v1/metrics/loggers.py``) exports
+them: names, types, label names, buckets.
+
+Every ``vllm:*`` series carries ``model_name`` (the first served name) and ``engine`` (the
+data-parallel rank, ``--data-parallel-rank``, 0 when unset).
+
+Two ways values get here:
+
+* **read at scrape time** (custom collectors): the scheduler's state -- running, waiting (and
+  waiting by reason), KV-cache usage, sleep state, ``vllm:lora_requests_info``.  The engine pushes
+  nothing for them on its hot path.
+* **recorded when a sequence finishes successfully** (:meth:`MetricsRecorder.finished`): token
+  counters, request histograms and ``request_success_total``.  Aborted and rejected requests
+  record nothing.  Per-token values (inter-token latency, the simulator's own emission lag) go
+  into :class:`FastHistogram`, whose ``observe`` is one ``bisect`` and two additions.
 
 With ``--fake-metrics`` the exported registry holds chosen values instead
-(:mod:`generation.fake_metrics`); the measured ones are still recorded, unexported.
+(:meth:`MetricsRecorder.use_fake`, :mod:`generation.fake_metrics`); the measured ones are still
+recorded, unexported.  This module imports neither the config module nor fake_metrics.
 
-Every series carries ``model_name`` = the first served model name.  Request-level values are
-observed when a sequence finishes successfully; aborted and rejected requests record nothing.
-Histograms are hot (per token for inter-token latency and the simulator's own emission lag, a
-dozen per request otherwise): they use :class:`FastHistogram`, a ``prometheus_client`` custom
-collector whose ``observe`` is one ``bisect`` and two additions, instead of the locked
-``Histogram`` child whose observe scans every bucket.
+Simulator choices (README, "Metrics"):
+
+* finish reasons are vLLM's (``stop``, ``length``, ``abort``, ``error``, ``repetition``), each
+  series created at 0: a tool-call answer counts as ``stop``, a P/D prefill answer
+  (``remote_decode``) as ``length`` (vLLM's prefill node stops at max_tokens=1), a
+  ``cache_threshold`` refusal as ``abort``;
+* there are no engine steps: ``vllm:iteration_tokens_total`` gets, per finished sequence, one
+  prefill step of its computed prompt tokens and one 1-token step per further output token;
+* nothing is ever preempted (``vllm:num_preemptions_total`` stays 0) or recomputed;
+* ``vllm:lora_requests_info`` keeps the current adapter state and at most
+  ``max(--max-cpu-loras, --max-loras)`` recent ones (vLLM and the reference keep every state
+  ever seen, which made ``/metrics`` grow without bound);
+* ``vllm:time_per_output_token_seconds`` (removed from vLLM, still read by the reference
+  simulator's users and older dashboards) is exported as an alias of
+  ``vllm:inter_token_latency_seconds``.
 """
 from __future__ import annotations
 
 import bisect
 import time
+from collections import OrderedDict
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                           60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-disable_created_metrics()   # vLLM exports no *_created series
+from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
 
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
                0.1, 0.25, 0.5, 1.0)
+disable_created_metrics()   # vLLM exports no *_created series
+
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")      # vLLM's FinishReason
+_REASON = {"tool_calls": "stop", "remote_decode": "length", "cache_threshold": "abort"}
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+WAITING_REASONS = ("capacity", "deferred")
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+LABELS = ("model_name", "engine")
 
 
-def buckets_1_2_5(max_value: int) -> list[float]:
-    """vLLM's 1-2-5 buckets up to ``max_value``: 1, 2, 5, 10, 20, 50, ..."""
-    out, e = [], 1
-    while True:
-        for m in (1, 2, 5):
-            v = m * e
-            if v > max_value:
-                return out
-            out.append(float(v))
-        e *= 10
+def vllm_finish_reason(reason: str) -> str:
+    """The ``finished_reason`` label vLLM would count for a simulator finish reason."""
+    return _REASON.get(reason, reason)
 
 
 class FastHistogram:
@@ -50,7 +72,7 @@ class FastHistogram:
     def __init__(self, name: str, documentation: str, buckets, labels: dict):
         self.name = name
         self.documentation = documentation
-        self.bounds = list(buckets)
+        self.bounds = [float(b) for b in buckets]
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum = 0.0
         self.labels = labels
@@ -72,61 +94,61 @@ class FastHistogram:
 
     source = None
 
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))]
+
     def collect(self):
-        if self.source is not None:
-            self.bounds, self.counts, self.sum = self.source.bounds, self.source.counts, self.source.sum
+        src = self.source or self
         fam = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
         cum, acc = [], 0
-        for b, c in zip(self.bounds + [float("inf")], self.counts):
+        for b, c in zip(src.bounds + [float("inf")], src.counts):
             acc += c
-            cum.append((_le(b), acc))
-        fam.add_metric(list(self.labels.values()), cum, self.sum)
+            cum.append((floatToGoString(b), acc))
+        fam.add_metric(list(self.labels.values()), cum, src.sum)
         yield fam
 
 
-def _le(b: float) -> str:
-    return floatToGoString(b)
+class FastCounter:
+    """A counter value; exported by :class:`MetricsRecorder`'s collector."""
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+    def inc(self, amount=1) -> None:
+        self.value += amount
 
 
 class MetricsRecorder:
-    """Owns the Prometheus registry of one simulator and the hooks the engine calls."""
+    """Owns the Prometheus registry of one simulator: the hooks the engine calls when a
+    sequence finishes, and the collectors that read the engine's state at scrape time
+    (:meth:`bind` gives them the simulator)."""
 
     def __init__(self, config):
         self.config = config
         self.model_name = config.display_model_name
-        r = self.registry = CollectorRegistry(auto_describe=True)
-        lbl = ["model_name"]
-        m = self.model_name
+        self.engine = str(max(getattr(config, "data_parallel_rank", 0) or 0, 0))
+        self.sim = None
+        self.fake = None
+        lv = self._lv = {"model_name": self.model_name, "engine": self.engine}
+        self.histograms: list[FastHistogram] = []
 
         def hist(name, doc, buckets):
-            h = FastHistogram(name, doc, buckets, {"model_name": m})
-            r.register(h)
+            h = FastHistogram(name, doc, buckets, lv)
+            self.histograms.append(h)
             return h
 
-        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                             lbl, registry=r).labels(m)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                             lbl, registry=r).labels(m)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                              lbl, registry=r).labels(m)
-        self.lora_info = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
-                               ["max_lora", "running_lora_adapters", "waiting_lora_adapters"], registry=r)
-        self._lora_state = None
-        self.lora_info.labels(str(config.max_loras), "", "").set(time.time())
-        cache_info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                           ["block_size", "num_gpu_blocks"], registry=r)
-        cache_info.labels(str(config.block_size), str(config.kv_cache_size)).set(1)
-        self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of "
-                                      "number of queried tokens.", lbl, registry=r).labels(m)
-        self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of "
-                                   "cached tokens.", lbl, registry=r).labels(m)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                                     lbl, registry=r).labels(m)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                                         lbl, registry=r).labels(m)
-        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                               ["model_name", "finished_reason"], registry=r)
-        self._success = {}
+        # counters (plain ints: exported by _collect_counters)
+        self.prompt_tokens = FastCounter()
+        self.generation_tokens = FastCounter()
+        self.prefix_queries = FastCounter()
+        self.prefix_hits = FastCounter()
+        self.preemptions = FastCounter()
+        self.prompt_cached = FastCounter()
+        self.prompt_recomputed = FastCounter()
+        self.by_source = {s: FastCounter() for s in PROMPT_SOURCES}
+        self.success = {r: FastCounter() for r in FINISH_REASONS}
+
         self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                          TTFT_BUCKETS)
         self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
@@ -148,67 +170,186 @@ class MetricsRecorder:
                                  "Histogram of maximum number of requested generation tokens.", b125)
         self.params_max_tokens = hist("vllm:request_params_max_tokens",
                                       "Histogram of the max_tokens request parameter.", b125)
-        labels = {"model_name": m}
-        self.itl = FastHistogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency "
-                                 "in seconds.", TPOT_BUCKETS, labels)
+        self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS)
+        self.iteration_tokens = hist("vllm:iteration_tokens_total",
+                                     "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS)
+        self.kv_computed = hist("vllm:request_prefill_kv_computed_tokens",
+                                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                                b125)
+        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                        TPOT_BUCKETS)
         self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
                                    "token in seconds (deprecated alias of inter_token_latency).")
+        self.histograms.append(self.tpot)
         self.lag = FastHistogram("vllm_sim:token_emission_lag_seconds",
                                  "Simulator-specific: actual token emission time minus its scheduled time. "
                                  "Large values mean the simulator, not the simulated model, is the "
-                                 "bottleneck.", LAG_BUCKETS, labels)
-        for h in (self.itl, self.tpot, self.lag):
-            r.register(h)
+                                 "bottleneck.", LAG_BUCKETS, lv)
         self.token_lag = self.lag.observe
-        self.fake = None
-        if getattr(config, "fake_metrics", None) is not None:
-            # Fake metrics (engine.md 5.4): real recording goes on unexported; /metrics exports
-            # the fake values, the constant cache config and the simulator's own lag histogram.
-            from .fake_metrics import FakeMetricsCollector   # lazy: it imports this module
-            docs = {fam.name: fam.documentation for fam in r.collect()}
-            self.real_registry = r
-            self.fake = FakeMetricsCollector(config, docs)
-            self.registry = CollectorRegistry(auto_describe=True)
-            for c in (cache_info, self.fake, self.lag):
-                self.registry.register(c)
+
+        self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
+        self._lora_states[("", "")] = time.time()
+        self._lora_last = ("", "")
+
+        r = self.registry = CollectorRegistry(auto_describe=False)
+        self.real_registry = r
+        r.register(_Collector(self._collect_state))
+        r.register(_Collector(self._collect_config_info))
+        r.register(_Collector(self._collect_counters))
+        for h in self.histograms:
+            r.register(h)
+        r.register(self.lag)
+
+    # ---- wiring ----------------------------------------------------------------------------
+    def bind(self, sim) -> None:
+        """Give the scrape-time collectors the simulator whose state they read."""
+        self.sim = sim
+
+    def docs(self) -> dict:
+        """``{metric family name: help text}`` of the real registry (fake metrics reuse them)."""
+        return {fam.name: fam.documentation for fam in self.real_registry.collect()}
+
+    def use_fake(self, collector) -> None:
+        """Export ``collector``'s chosen values (``--fake-metrics``) instead of the real ones;
+        the constant cache config and the simulator's own lag histogram stay real."""
+        self.fake = collector
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self._collect_config_info))
+        self.registry.register(collector)
+        self.registry.register(self.lag)
+
+    # ---- scrape-time collectors --------------------------------------------------------------
+    def _gauge(self, name, doc, value, extra=None):
+        names = list(LABELS) + ([k for k, _ in extra] if extra else [])
+        fam = GaugeMetricFamily(name, doc, labels=names)
+        fam.add_metric([self.model_name, self.engine] + ([v for _, v in extra] if extra else []), value)
+        return fam
+
+    def _collect_state(self):
+        sim = self.sim
+        lbl = [self.model_name, self.engine]
+        running = sim.running if sim else 0
+        waiting = list(sim.waiting) if sim else []
+        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
+        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(waiting))
+        deferred = 0
+        if waiting and sim.loras.paths:
+            loras = sim.loras
+            deferred = sum(1 for s in waiting if s.lora and s.lora not in loras.loaded and not loras.can_run(s.lora))
+        fam = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
+            "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). "
+            "Sum of all reasons equals vllm:num_requests_waiting.", labels=list(LABELS) + ["reason"])
+        fam.add_metric(lbl + ["capacity"], len(waiting) - deferred)
+        fam.add_metric(lbl + ["deferred"], deferred)
+        yield fam
+        kv = sim.kv_cache.usage() if sim is not None and sim.kv_cache is not None else 0.0
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+        sleeping = bool(sim and sim.sleeping)
+        level = getattr(sim, "sleep_level", 1) if sleeping else 0
+        fam = GaugeMetricFamily(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            labels=list(LABELS) + ["sleep_state"])
+        fam.add_metric(lbl + ["awake"], 0 if sleeping else 1)
+        fam.add_metric(lbl + ["weights_offloaded"], 1 if level == 1 else 0)
+        fam.add_metric(lbl + ["discard_all"], 1 if level == 2 else 0)
+        yield fam
+        yield self._lora_family()
+
+    def _lora_family(self):
+        sim = self.sim
+        if sim is not None:
+            running = ",".join(sorted(n for n, c in sim.loras.loaded.items() if c > 0))
+            waiting = ",".join(sorted({s.lora for s in sim.waiting if s.lora}))
+            state = (running, waiting)
+            if state != self._lora_last:
+                states = self._lora_states
+                states.pop(state, None)
+                states[state] = time.time()
+                self._lora_last = state
+                cap = max(getattr(self.config, "max_cpu_loras", 0) or 0, self.config.max_loras, 1)
+                while len(states) > cap:
+                    states.popitem(last=False)
+        fam = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
+                                labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters", "engine"])
+        max_lora = str(self.config.max_loras)
+        for (running, waiting), ts in self._lora_states.items():
+            fam.add_metric([max_lora, waiting, running, self.engine], ts)
+        return fam
+
+    def _collect_config_info(self):
+        fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                labels=["block_size", "engine", "num_gpu_blocks"])
+        fam.add_metric([str(self.config.block_size), self.engine, str(self.config.kv_cache_size)], 1)
+        yield fam
+
+    def _collect_counters(self):
+        lbl = [self.model_name, self.engine]
+        for name, doc, c in (
+                ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", self.preemptions),
+                ("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
+                ("vllm:generation_tokens", "Number of generation tokens processed.", self.generation_tokens),
+                ("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
+                 self.prompt_cached),
+                ("vllm:prompt_tokens_recomputed", "Number of cached tokens recomputed for forward pass.",
+                 self.prompt_recomputed),
+                ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                 self.prefix_queries),
+                ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                 self.prefix_hits)):
+            fam = CounterMetricFamily(name, doc, labels=list(LABELS))
+            fam.add_metric(lbl, c.value)
+            yield fam
+        fam = CounterMetricFamily("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
+                                  labels=list(LABELS) + ["source"])
+        for source, c in self.by_source.items():
+            fam.add_metric(lbl + [source], c.value)
+        yield fam
+        fam = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+                                  labels=list(LABELS) + ["finished_reason"])
+        for reason, c in self.success.items():
+            fam.add_metric(lbl + [reason], c.value)
+        yield fam
 
     # ---- engine hooks ----------------------------------------------------------------------
-    def running_changed(self, sim) -> None:
-        self.running.set(sim.running)
-        if sim.loras.paths:
-            self._update_lora_info(sim)
-
-    def waiting_changed(self, sim) -> None:
-        self.waiting.set(len(sim.waiting))
-        if sim.loras.paths:
-            self._update_lora_info(sim)
-
-    def _update_lora_info(self, sim) -> None:
-        running = sorted({n for n, c in sim.loras.loaded.items() if c > 0})
-        waiting = sorted({s.lora for s in sim.waiting if s.lora})
-        state = (",".join(running), ",".join(waiting))
-        if state != self._lora_state:
-            self._lora_state = state
-            self.lora_info.labels(str(self.config.max_loras), *state).set(time.time())
-
     def finished(self, sim, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts."""
         reason = seq.finish_reason
-        c = self._success.get(reason)
-        if c is None:
-            c = self._success[reason] = self.success.labels(self.model_name, reason)
-        c.inc()
+        counter = self.success.get(_REASON.get(reason, reason))
+        (counter or self.success["stop"]).value += 1
+        req = seq.request
         p = seq.prompt_len
         n = seq.completion_tokens
-        self.prompt_tokens.inc(p)
-        self.generation_tokens.inc(n)
+        cached = min(seq.cached_tokens, p)
+        self.prompt_tokens.value += p
+        self.generation_tokens.value += n
+        if getattr(req, "remote_prefill", False):
+            external, computed = p - cached, 0
+        else:
+            external, computed = 0, p - cached
+        src = self.by_source
+        src["local_compute"].value += computed
+        src["local_cache_hit"].value += cached
+        src["external_kv_transfer"].value += external
+        self.prompt_cached.value += cached + external
         self.prompt_hist.observe(p)
         self.gen_hist.observe(n)
         self.max_gen_hist.observe(n)
-        if seq.request.max_tokens is not None:
-            self.params_max_tokens.observe(seq.request.max_tokens)
+        max_tokens = req.max_tokens
+        self.params_max_tokens.observe(max_tokens if max_tokens is not None
+                                       else max(self.config.max_model_len - p, 0))
+        if seq.index % max(req.n, 1) == 0:          # one observation per prompt, as vLLM's parent request
+            self.params_n.observe(req.n)
+        self.kv_computed.observe(computed)
         if reason == "cache_threshold":
             return
+        it = self.iteration_tokens
+        it.observe(max(computed, 1))
+        if n > 1:
+            it.observe_n(1, n - 1)
         start = seq.started_at or seq.arrival
         first = seq.first_token_at or seq.finished_at
         end = seq.finished_at
@@ -226,3 +367,10 @@ class MetricsRecorder:
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""
         self.itl.observe_n(seconds, n)
+
+
+class _Collector:
+    """Adapts a generator function to prometheus_client's collector protocol."""
+
+    def __init__(self, fn):
+        self.collect = fn

@@ -31,6 +31,7 @@ def scrape(base: str) -> dict:
 
 def value(samples: dict, name: str, **labels) -> float:
     labels.setdefault("model_name", "test-model")
+    labels.setdefault("engine", "0")          # every vllm:* series carries the data-parallel rank
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
@@ -271,9 +272,10 @@ def test_c22_metric_names_and_deltas(server):
               "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
               "vllm:request_time_per_output_token_seconds", "vllm:request_prompt_tokens",
               "vllm:request_max_num_generation_tokens", "vllm_sim:token_emission_lag_seconds"):
-        assert (h + "_bucket", frozenset({"le": "+Inf", "model_name": "test-model"}.items())) in after, h
-        assert (h + "_sum", frozenset({"model_name": "test-model"}.items())) in after
-    assert after[("vllm:cache_config_info", frozenset({"block_size": "16", "num_gpu_blocks": "1024"}.items()))] == 1
+        assert (h + "_bucket", frozenset({"le": "+Inf", "model_name": "test-model", "engine": "0"}.items())) in after, h
+        assert (h + "_sum", frozenset({"model_name": "test-model", "engine": "0"}.items())) in after
+    assert after[("vllm:cache_config_info", frozenset({"block_size": "16", "num_gpu_blocks": "1024",
+                                                       "engine": "0"}.items()))] == 1
 
 
 def test_metrics_measure_latency(sim_server):
