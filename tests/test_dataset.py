@@ -1,20 +1,17 @@
 """SQLite dataset responses (the seeds' "Dataset Responses (Optional)", engine.md 9.2-9.4).
 
 Fixture datasets are written with ``data.dataset.build_dataset`` and the simulated tokenizer
-(the server's default), then served by real ``python app.py --dataset-path ...`` processes.
+(the server's default), then served by in-process apps built as ``python app.py --dataset-path ...`` builds them;
+start-up errors go through ``app.main`` (exit status and stderr).
 """
 from __future__ import annotations
 
 import random
 import sqlite3
-import subprocess
-import sys
 
-import httpx
-import openai
 import pytest
 
-from conftest import ROOT, free_port, sse_events
+from conftest import sse_events
 from data.dataset import SQLiteDataset, build_dataset, prompt_hash
 from generation.config import ConfigError, load_config
 from generation.text import SentenceSource
@@ -55,13 +52,13 @@ def db_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def base(sim_server, db_path):
-    return sim_server("--dataset-path", db_path)
+def base(app_client, db_path):
+    return app_client("--dataset-path", db_path)
 
 
 @pytest.fixture(scope="module")
 def client(base):
-    with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0) as c:
+    with base.openai(api_key="unused", max_retries=0) as c:
         yield c           # closed afterwards: an idle keep-alive connection delays server shutdown
 
 
@@ -210,7 +207,7 @@ def test_unknown_prompt_gets_a_stored_response_within_the_cap(client):
 def test_streamed_chat_replays_the_stored_response(base):
     body = {"model": MODEL, "messages": ACCENTS, "stream": True, "max_tokens": 30,
             "stream_options": {"include_usage": True}}
-    r = httpx.post(base + "/v1/chat/completions", json=body, timeout=30)
+    r = base.post("/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 200
     events = sse_events(r.text)
     assert events[-1] == "[DONE]"
@@ -220,10 +217,10 @@ def test_streamed_chat_replays_the_stored_response(base):
     assert events[-2]["usage"]["completion_tokens"] == 8
 
 
-def test_seed_makes_dataset_choices_reproducible(sim_server, db_path):
+def test_seed_makes_dataset_choices_reproducible(app_client, db_path):
     def run(base):
         out = []
-        with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0) as c:
+        with base.openai(api_key="unused", max_retries=0) as c:
             for i in range(10):
                 r = c.completions.create(model=MODEL, prompt=f"never seen {i}", max_tokens=50)
                 out.append(r.choices[0].text)
@@ -232,31 +229,31 @@ def test_seed_makes_dataset_choices_reproducible(sim_server, db_path):
                 out.append(r.choices[0].text)
         return out
 
-    a = run(sim_server("--dataset-path", db_path, "--seed", "42", "--max-num-seqs", "3"))
-    b = run(sim_server("--dataset-path", db_path, "--seed", "42", "--max-num-seqs", "4"))
+    a = run(app_client("--dataset-path", db_path, "--seed", "42", "--max-num-seqs", "3"))
+    b = run(app_client("--dataset-path", db_path, "--seed", "42", "--max-num-seqs", "4"))
     assert a == b
     assert set(a[:10]) <= set(ANSWERS) and len(set(a[:10])) > 1
 
 
-def test_dataset_in_memory_with_custom_table(sim_server, tmp_path_factory):
+def test_dataset_in_memory_with_custom_table(app_client, tmp_path_factory):
     path = tmp_path_factory.mktemp("mem") / "recorded.sqlite3"
     build_dataset(path, PAIRS, TOK, table="recorded")
-    base = sim_server("--dataset-path", str(path), "--dataset-in-memory", "--dataset-table-name", "recorded")
-    with openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0) as c:
+    base = app_client("--dataset-path", str(path), "--dataset-in-memory", "--dataset-table-name", "recorded")
+    with base.openai(api_key="unused", max_retries=0) as c:
         r = c.chat.completions.create(model=MODEL, messages=FRANCE, max_tokens=50)
         assert (r.choices[0].message.content, r.choices[0].finish_reason) == (FRANCE_ANSWER, "stop")
         r = c.completions.create(model=MODEL, prompt=GREETING, max_tokens=3)
     assert (r.choices[0].text, r.choices[0].finish_reason) == ("Hello! I ", "length")
-    cfg = httpx.get(base + "/admin/config", timeout=10).json()
+    cfg = base.get("/admin/config", timeout=10).json()
     assert (cfg["dataset-in-memory"], cfg["dataset-table-name"]) == (True, "recorded")
 
 
-def test_empty_dataset_falls_back_to_predefined_sentences(sim_server, tmp_path_factory):
+def test_empty_dataset_falls_back_to_predefined_sentences(app_client, tmp_path_factory):
     path = tmp_path_factory.mktemp("empty") / "empty.sqlite3"
     build_dataset(path, [], TOK)
-    base = sim_server("--dataset-path", str(path))
-    r = httpx.post(base + "/v1/completions", json={"model": MODEL, "prompt": GREETING, "max_tokens": 10,
-                                                   "ignore_eos": True}, timeout=30)
+    base = app_client("--dataset-path", str(path))
+    r = base.post("/v1/completions", json={"model": MODEL, "prompt": GREETING, "max_tokens": 10,
+                                           "ignore_eos": True}, timeout=30)
     assert r.status_code == 200
     body = r.json()
     assert body["usage"]["completion_tokens"] == 10 and body["choices"][0]["finish_reason"] == "length"
@@ -272,10 +269,29 @@ def _make_db(path, ddl: str) -> str:
     return str(path)
 
 
-def _start(*flags: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, str(ROOT / "app.py"), "--port", str(free_port()), "--host", "127.0.0.1",
-            "--model", MODEL, *flags]
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+class _Exit:
+    def __init__(self, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
+
+
+def _start(*flags: str) -> _Exit:
+    """``python app.py --model MODEL [flags]`` through ``app.main``: exit status and stderr.
+    (``test_cli_help_and_bad_flag`` runs the real process on the same path.)"""
+    import contextlib
+    import io
+
+    import app
+
+    def serve(config):
+        raise AssertionError("the configuration was accepted and the server would start")
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err):
+        mp.setattr(app, "serve", serve)
+        try:
+            rc = app.main(["--model", MODEL, *flags])
+        except SystemExit as e:
+            rc = e.code
+    return _Exit(rc, err.getvalue())
 
 
 def test_startup_error_missing_file(tmp_path):
