@@ -282,7 +282,7 @@ def _start(*flags: str) -> _Exit:
 
     import app
 
-    def serve(config):
+    def serve(*args, **kwargs):
         raise AssertionError("the configuration was accepted and the server would start")
     err = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err):
