@@ -121,7 +121,7 @@ _declare("model",
          Option("served-model-name", "list", [], "Public model names (aliases); the first is reported in "
                 "responses"),
          Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
-         Option("seed", "int", None, "Random seed (default: current time)", nullable=True),
+         Option("seed", "int", None, "Random seed", nullable=True),
          Option("mode", "str", "random", "Response source", choices=("random", "echo")))
 _declare("server",
          Option("port", "int", 8000, "Port the server listens on"),
@@ -286,7 +286,17 @@ IGNORED_FLAGS: dict[str, bool] = {
     "uds": True, "ssl-cert-reqs": True, "enable-ssl-refresh": False, "h11-max-incomplete-event-size": True,
     "h11-max-header-count": True, "otlp-traces-endpoint": True, "collect-detailed-traces": True,
     "limit-mm-per-prompt": True, "mm-processor-kwargs": True, "mm-processor-cache-gb": True,
-    "max-parallel-loading-workers": True, "enable-request-id-headers-compat": False,
+    "max-parallel-loading-workers": True, "model-loader-extra-config": True, "use-tqdm-on-load": False,
+    "logits-processor-pattern": True, "quantization-param-path": True, "num-lookahead-slots": True,
+    "preemption-mode": True, "scheduler-delay-factor": True, "max-long-partial-prefills": True,
+    "disable-cascade-attn": False, "tokenizer-pool-size": True, "enable-prompt-embeds": False,
+    "max-context-len-to-capture": True, "use-v2-block-manager": False, "worker-use-ray": False,
+    "ray-workers-use-nsight": False, "attention-backend": True, "cuda-graph-sizes": True,
+    "max-cudagraph-capture-size": True, "kv-cache-memory-bytes": True, "kv-offloading-size": True,
+    "kv-offloading-backend": True, "lora-extra-vocab-size": True, "speculative-model": True,
+    "num-speculative-tokens": True, "disable-mm-preprocessor-cache": False, "pooler-config": True,
+    "override-pooler-config": True, "show-hidden-metrics-for-version": True, "enable-mfu-metrics": False,
+    "pt-load-map-location": True, "safetensors-load-strategy": True, "disable-chunked-mm-input": False,
 }
 _IGNORED_ALIASES = {"-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size", "-q": "quantization",
                     "-O": "compilation-config"}
@@ -659,9 +669,9 @@ def _default_text(o: Option) -> str:
     return str(o.default)
 
 
-def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command line: ``[serve] [MODEL] [--flag value ...]``, generated from OPTIONS."""
-    p = _OneLineParser(prog=prog, description="vLLM simulator: serves vLLM's OpenAI-compatible API with "
+    p = _OneLineParser(prog=prog, usage="%(prog)s [serve] [MODEL] [--flag VALUE ...]", description="vLLM simulator: serves vLLM's OpenAI-compatible API with "
                        "simulated generation.", argument_default=argparse.SUPPRESS, allow_abbrev=False)
     p.add_argument("model_tag", nargs="?", metavar="MODEL", help="Model name (as `vllm serve MODEL`); "
                    "overrides --model")
@@ -681,7 +691,7 @@ def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
                 text += " [admin]"
             unit = f" {o.unit}" if o.unit and o.type != "duration" else ""
             text += f" (default: {_default_text(o)}{unit})"
-            names = [f"--{o.name}", *o.aliases] + [a for a, n in _OPTION_ALIASES.items() if n == o.name]
+            names = _flag_names(o)
             if o.type in ("list", "lora"):
                 g.add_argument(*names, dest=o.name, nargs="*", help=text.replace("%", "%%"))
             else:
@@ -701,25 +711,45 @@ def build_parser(prog: str = "app.py") -> argparse.ArgumentParser:
     return p
 
 
-_BOOL_FLAGS = {f"--{o.name}" for o in OPTIONS.values() if o.type == "bool" and o.cli} | \
+def _flag_names(o: Option) -> list[str]:
+    return [f"--{o.name}", *o.aliases] + [a for a, n in _OPTION_ALIASES.items() if n == o.name]
+
+
+_BOOL_FLAGS = {f for o in OPTIONS.values() if o.type == "bool" and o.cli for f in _flag_names(o)} | \
     {f"--{n}" for n, v in IGNORED_FLAGS.items() if not v}
+_VALUE_FLAGS = {f for o in OPTIONS.values() if o.cli and o.type not in ("bool", "list", "lora")
+                for f in _flag_names(o)} | {"--config"} | \
+    {f"--{n}" for n, v in IGNORED_FLAGS.items() if v} | \
+    {a for a, n in _IGNORED_ALIASES.items() if IGNORED_FLAGS[n]}
+_ALL_FLAGS = _BOOL_FLAGS | _VALUE_FLAGS | {"-h", "--help"} | set(_IGNORED_ALIASES) | \
+    {f for o in OPTIONS.values() if o.cli for f in _flag_names(o)} | \
+    {f"--no-{o.name}" for o in OPTIONS.values() if o.type == "bool"} | {f"--no-{n}" for n in IGNORED_FLAGS}
 
 
-def _normalise_bools(argv: list[str]) -> list[str]:
-    """``--flag`` / ``--flag false``: a boolean switch takes the next token only when it is a
-    boolean literal, so ``--enforce-eager MODEL`` keeps MODEL positional."""
+def _normalise(argv: list[str]) -> list[str]:
+    """Joins flags and values where argparse would guess wrong:
+
+    * a boolean switch takes the next token only when it is a boolean literal (``--flag false``),
+      so ``--enforce-eager MODEL`` keeps MODEL positional;
+    * a value that starts with ``-`` (``--time-to-first-token -1s``) stays the flag's value, so
+      that validation can name the flag instead of argparse saying "expected one argument"."""
     out, i = [], 0
     while i < len(argv):
         tok = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
         if tok == "--":
             out.extend(argv[i:])
             break
         if tok in _BOOL_FLAGS:
-            if i + 1 < len(argv) and argv[i + 1] in BOOL_LITERALS:
-                out.append(f"{tok}={argv[i + 1]}")
+            if nxt in BOOL_LITERALS:
+                out.append(f"{tok}={nxt}")
                 i += 2
                 continue
             out.append(f"{tok}=true")
+        elif tok in _VALUE_FLAGS and nxt is not None and nxt.startswith("-") and nxt not in _ALL_FLAGS:
+            out.append(f"{tok}={nxt}")
+            i += 2
+            continue
         else:
             out.append(tok)
         i += 1
@@ -748,7 +778,7 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     if argv[:1] == ["serve"]:
         argv = argv[1:]
     env = dict(os.environ if env is None else env)
-    ns = vars(build_parser().parse_args(_normalise_bools(argv)))
+    ns = vars(build_parser().parse_args(_normalise(argv)))
     ignored = [k.split(":", 1)[1] for k in ns if k.startswith("ignored:")]
     ns = {k: v for k, v in ns.items() if not k.startswith("ignored:")}
     if ns.get("model_tag") is not None:

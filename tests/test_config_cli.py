@@ -1,0 +1,295 @@
+"""Options declared once (issue 11) and vLLM's command line (issue 10): the CLI, YAML, the
+environment, ``/admin/config`` and the README table all come from ``generation.config.OPTIONS``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SimClient, free_port
+from generation.config import (ADMIN_KEYS, IGNORED_FLAGS, OPTIONS, ConfigError, SimConfig, build_parser,
+                               ignored_flags, load_config, options_table)
+
+
+def cfg(*argv, env=None):
+    return load_config(list(argv), env=env or {})
+
+
+def error_of(*argv, env=None) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        cfg(*argv, env=env)
+    return e.value
+
+
+# ---- one declaration -------------------------------------------------------------------------
+def test_every_option_is_declared_once_with_type_default_help_and_group():
+    for name, o in OPTIONS.items():
+        assert o.name == name and o.help and o.group, name
+        assert o.type in ("int", "float", "str", "bool", "duration", "list", "lora", "json"), name
+    c = SimConfig()
+    assert (c.max_num_seqs, c.port, c.max_logprobs, c.shutdown_timeout, c.render_timeout) == (5, 8000, 20, 30.0, 30.0)
+    assert (c.mm_render_timeout, c.kv_events_replay_queue_size, c.prefix_caching_hash_algo) == \
+        (60.0, 1024, "fnv64a_cbor")
+    assert (c.log_level, c.api_key, c.ssl_certfile, c.self_signed_certs, c.dataset_url) == ("info", "", "", False, "")
+    assert set(ADMIN_KEYS) == {
+        "failure-injection-rate", "failure-types", "image-emission-rate", "time-to-first-token",
+        "time-to-first-token-std-dev", "inter-token-latency", "inter-token-latency-std-dev",
+        "kv-cache-transfer-latency", "kv-cache-transfer-latency-std-dev", "prefill-overhead",
+        "prefill-time-per-token", "prefill-time-std-dev", "kv-cache-transfer-time-per-token",
+        "kv-cache-transfer-time-std-dev", "time-to-generate-image", "time-to-generate-image-std-dev",
+        "time-factor-under-load", "latency-calculator", "fake-metrics"}
+
+
+def test_readme_flags_table_is_the_generated_one():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- flags-table:start -->\n(.*?)\n<!-- flags-table:end -->", text, re.S)
+    assert m, "README lacks the flags-table markers"
+    assert m.group(1) == options_table(), \
+        'regenerate: python -c "from generation.config import options_table; print(options_table())"'
+
+
+def test_config_imports_no_metrics_fake_metrics_or_data():
+    code = ("import sys, generation.config; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('generation', 'data', 'blueprints')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert eval(out) == ["generation", "generation.buckets", "generation.config", "generation.fake_metrics_spec",
+                         "generation.option_values"]
+
+
+# ---- command line ----------------------------------------------------------------------------
+def test_positional_model_and_serve_subcommand():
+    assert cfg("my-model").model == "my-model"
+    assert cfg("serve", "my-model", "--port", "9001").port == 9001
+    assert cfg("serve", "my-model").model == "my-model"
+    assert cfg("--port", "9002", "pos-model", "--mode", "echo").model == "pos-model"
+    assert cfg("pos-model", "--model", "flag-model").model == "pos-model"      # as vllm serve: positional wins
+    assert cfg("--enforce-eager", "after-switch").model == "after-switch"      # a switch takes only true/false
+    assert cfg().model == "test-model"
+
+
+def test_booleans_and_negative_values():
+    assert cfg("--omni").omni is True
+    assert cfg("--omni", "false").omni is False
+    assert cfg("--omni=false").omni is False
+    assert cfg("--omni", "--no-omni").omni is False
+    assert cfg("--min-tool-call-number-param", "-5", "--min-tool-call-integer-param", "-3").min_tool_call_number_param \
+        == -5.0
+
+
+def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
+    c = cfg("serve", "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-utilization", "0.9", "--dtype", "auto",
+            "--trust-remote-code", "--max-num-batched-tokens", "8192", "--enable-auto-tool-choice",
+            "--tool-call-parser", "hermes", "--quantization", "fp8", "--enable-lora", "-tp", "2",
+            "--pipeline-parallel-size", "1", "--kv-cache-dtype", "fp8", "--swap-space", "4", "--enforce-eager",
+            "--enable-prefix-caching", "--no-enable-chunked-prefill", "--disable-log-stats", "--download-dir", "/d",
+            "--revision", "main", "--load-format", "auto", "--max-lora-rank", "64", "--generation-config", "vllm",
+            "--reasoning-parser", "deepseek_r1", "--served-model-name", "llama", "--disable-log-requests",
+            "--uvicorn-log-level", "warning", "--api-key", "sk-1", "--max-model-len", "4096", "--seed", "7",
+            "--max-logprobs", "5", "--enable-force-include-usage", "--chat-template", "/t.jinja")
+    assert (c.model, c.served_names, c.max_model_len, c.seed) == ("meta-llama/Llama-3.1-8B-Instruct", ["llama"], 4096, 7)
+    assert (c.disable_log_requests, c.log_level, c.api_key, c.max_logprobs) == (True, "warning", "sk-1", 5)
+    assert (c.enable_force_include_usage, c.chat_template) == (True, "/t.jinja")
+    assert ignored_flags(c) == [
+        "--gpu-memory-utilization", "--dtype", "--trust-remote-code", "--max-num-batched-tokens",
+        "--enable-auto-tool-choice", "--tool-call-parser", "--quantization", "--enable-lora",
+        "--tensor-parallel-size", "--pipeline-parallel-size", "--kv-cache-dtype", "--swap-space",
+        "--enforce-eager", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-log-stats",
+        "--download-dir", "--revision", "--load-format", "--max-lora-rank", "--generation-config",
+        "--reasoning-parser"]
+    assert ignored_flags(cfg("m")) == []
+    assert "tensor-parallel-size" in IGNORED_FLAGS
+
+
+def test_lora_modules_name_equals_path_and_json_forms():
+    c = cfg("--lora-modules", "sql=/adapters/sql", '{"name": "chat", "path": "/a/chat", "base_model_name": "m"}',
+            "--model", "m")
+    assert [lm.to_json() for lm in c.lora_modules] == [
+        {"name": "sql", "path": "/adapters/sql", "base_model_name": ""},
+        {"name": "chat", "path": "/a/chat", "base_model_name": "m"}]
+    assert "--lora-modules" in str(error_of("--lora-modules", "no-equals-sign"))
+
+
+def test_help_shows_defaults_and_groups():
+    text = build_parser("app.py").format_help()
+    for piece in ("(default: 8000)", "(default: 5)", "(default: 30.0 s)", "(default: 20)", "(default: 30s)",
+                  "[env VLLM_API_KEY]", "Latency (simulator)", "--uvicorn-log-level", "[admin]"):
+        assert piece in text, piece
+
+
+# ---- YAML and environment --------------------------------------------------------------------
+def test_yaml_env_and_cli_precedence(tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("model: yaml-model\napi-key: yaml-key\nport: 8001\nrender-timeout: 2s\nlora-modules:\n"
+                 "  - 'a=/x'\ndtype: bfloat16\n")
+    c = cfg("--config", str(y))
+    assert (c.model, c.api_key, c.port, c.render_timeout, c.lora_modules[0].path) == \
+        ("yaml-model", "yaml-key", 8001, 2.0, "/x")
+    assert ignored_flags(c) == ["--dtype"]
+    c = cfg("--config", str(y), env={"SIM_MODEL": "env-model", "VLLM_API_KEY": "env-key", "POD_IP": "10.0.0.1",
+                                     "POD_NAME": "p", "VLLM_SERVER_DEV_MODE": "1"})
+    assert (c.model, c.api_key, c.pod_ip, c.pod_name, c.vllm_dev_mode) == \
+        ("env-model", "env-key", "10.0.0.1", "p", True)
+    c = cfg("--config", str(y), "cli-model", "--api-key", "cli-key", env={"SIM_MODEL": "e", "VLLM_API_KEY": "e"})
+    assert (c.model, c.api_key) == ("cli-model", "cli-key")
+    y.write_text("bogus-key: 1\n")
+    assert 'unknown field "bogus-key"' in str(error_of("--config", str(y)))
+
+
+# ---- validation ------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv,message", [
+    (["--port", "70000"], "invalid port '70000'"),
+    (["--port", "0"], "invalid port '0'"),
+    (["--time-to-first-token", "-1s"], "time to first token cannot be negative"),
+    (["--startup-duration", "-5s"], "startup-duration cannot be negative"),
+    (["--shutdown-timeout", "-1"], "shutdown-timeout cannot be negative"),
+    (["--inter-token-latency", "2h"], "inter-token-latency cannot be more than 1h0m0s"),
+    (["--time-factor-under-load", "inf"], "invalid value for --time-factor-under-load"),
+    (["--time-factor-under-load", "nan"], "invalid value for --time-factor-under-load"),
+    (["--render-timeout", "9" * 400 + "s"], "invalid value for --render-timeout"),
+    (["--ssl-certfile", "c.pem"], "both ssl-certfile and ssl-keyfile must be provided together"),
+    (["--ssl-keyfile", "k.pem"], "both ssl-certfile and ssl-keyfile must be provided together"),
+    (["--self-signed-certs", "--ssl-certfile", "c", "--ssl-keyfile", "k"],
+     "cannot use both self-signed-certs and explicit ssl-certfile/ssl-keyfile"),
+    (["--kv-events-replay-endpoint", "tcp://*:5600", "--kv-events-replay-queue-size", "0"],
+     "kv-events-replay-queue-size cannot be less than 1"),
+    (["--data-parallel-size", "3", "--zmq-endpoint", "tcp://127.0.0.1:5557", "--kv-events-replay-endpoint",
+      "tcp://127.0.0.1:5558"], "zmq-endpoint (tcp://127.0.0.1:5557) and kv-events-replay-endpoint "
+                               "(tcp://127.0.0.1:5558) ports collide once offset by data-parallel rank"),
+    (["--dataset-url", "http://x/d.sqlite3"], "dataset-path is required when dataset-url is set"),
+    (["--log-level", "loud"], "invalid log-level 'loud'"),
+    (["--prefix-caching-hash-algo", "md5"], "invalid prefix-caching-hash-algo 'md5'"),
+    (["--max-logprobs", "-2"], "max-logprobs cannot be less than -1"),
+    (["--bogus-flag", "1"], "unrecognized arguments: --bogus-flag"),
+])
+def test_bad_values_name_the_flag(argv, message):
+    assert message in str(error_of(*argv))
+
+
+def test_good_values_of_the_new_flags():
+    c = cfg("--data-parallel-size", "3", "--kv-events-replay-endpoint", "tcp://*:5600", "--self-signed-certs",
+            "--prefix-caching-hash-algo", "sha256_cbor", "--log-level", "debug", "--max-logprobs", "-1",
+            "--shutdown-timeout", "2.5", "--mm-render-timeout", "90s", "--tokenizers-cache-dir", "/c")
+    assert (c.kv_events_replay_endpoint, c.self_signed_certs, c.prefix_caching_hash_algo, c.log_level) == \
+        ("tcp://*:5600", True, "sha256_cbor", "debug")
+    assert (c.max_logprobs, c.shutdown_timeout, c.mm_render_timeout, c.tokenizers_cache_dir) == (-1, 2.5, 90.0, "/c")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--port", "70000"], "error: invalid port '70000'"),
+    (["--inter-token-latency", "-20ms"], "error: inter token latency cannot be negative"),
+    (["--nonsense"], "error: unrecognized arguments: --nonsense"),
+])
+def test_bad_value_is_one_line_exit_2_no_traceback(argv, message):
+    r = subprocess.run([sys.executable, str(ROOT / "app.py"), *argv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == message
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+# ---- /admin/config: a validated copy swapped in ------------------------------------------------
+@pytest.fixture(scope="module")
+def admin_client():
+    from app import create_app
+    app = create_app(load_config(["--model", "m", "--api-key", "secret"], env={}))
+    with SimClient("http://sim", app=app, headers={"Authorization": "Bearer secret"}) as c:
+        yield c
+
+
+def test_updated_is_a_validated_copy_and_swap_installs_it():
+    live = cfg("--model", "m")
+    new = live.updated({"time-to-first-token": "250ms", "failure-types": ["rate_limit"],
+                        "inter-token-latency": 20_000_000})
+    assert (live.time_to_first_token, live.failure_types) == (0.0, [])           # untouched
+    assert (new.time_to_first_token, new.failure_types, new.inter_token_latency) == (0.25, ["rate_limit"], 0.02)
+    with pytest.raises(ConfigError) as e:
+        live.updated({"time-to-first-token": "1ms", "time-to-first-token-std-dev": "1ms"})
+    assert e.value.param == "time-to-first-token-std-dev"
+    holder = live                      # components keep a reference to the live object
+    live.swap(new)
+    assert holder.time_to_first_token == 0.25 and holder.failure_types == ["rate_limit"]
+
+
+def test_admin_post_swaps_in_a_validated_copy(admin_client):
+    sim = admin_client.sim
+    live = sim.config
+    r = admin_client.post("/admin/config", json={"time-to-first-token": "250ms", "time-factor-under-load": 1.5})
+    assert r.status_code == 200, r.text
+    assert r.json()["time-to-first-token"] == "250ms" and r.json()["api-key"] == "***"
+    assert sim.config is live and live.time_to_first_token == 0.25 and live.time_factor_under_load == 1.5
+    admin_client.post("/admin/config", json={"time-to-first-token": "0s", "time-factor-under-load": 1.0})
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"time-factor-under-load": "inf"}, "time-factor-under-load"),
+    ({"time-factor-under-load": "NaN"}, "time-factor-under-load"),
+    ({"time-factor-under-load": 1e6}, "time-factor-under-load"),
+    ({"time-to-first-token": "2h"}, "time-to-first-token"),
+    ({"inter-token-latency": 10 ** 30}, "inter-token-latency"),            # nanoseconds: 3e13 years
+    ({"prefill-time-per-token": "9" * 400 + "s"}, "prefill-time-per-token"),
+    ({"failure-injection-rate": 1e308}, "failure-injection-rate"),
+    ({"failure-injection-rate": 5, "failure-types": ["nope"]}, "failure-types"),
+    ({"port": 1}, "port"),
+    ({"time-to-first-token": True}, "time-to-first-token"),
+])
+def test_admin_rejects_non_finite_absurd_and_unknown_values(admin_client, body, param):
+    before = admin_client.get("/admin/config").json()
+    r = admin_client.post("/admin/config", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert admin_client.get("/admin/config").json() == before
+    assert math.isfinite(admin_client.sim.config.time_factor_under_load)
+
+
+def test_deprecated_fake_metrics_route_answers_400_for_client_errors(admin_client):
+    r = admin_client.post("/fake_metrics", json={"running-requests": 1})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("Failed to update fake metrics: ")
+    r = admin_client.post("/fake_metrics", content=b"not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+
+
+# ---- packaging: pip install . and the vllm-sim console script ----------------------------------
+@pytest.mark.server
+def test_pip_install_gives_a_working_vllm_sim_command(tmp_path):
+    pytest.importorskip("wheel")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "requirements.txt", "app.py", "wsgi.py"):
+        shutil.copy(ROOT / name, src / name)
+    for pkg in ("blueprints", "schemas", "generation", "data"):
+        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(src)], check=True, capture_output=True, timeout=300)
+    script = target / "bin" / "vllm-sim"
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    r = subprocess.run([sys.executable, str(script), "serve", "m", "--port", "70000"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr.strip()) == (2, "error: invalid port '70000'")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(script), "serve", "installed-model", "--port", str(port),
+                             "--host", "127.0.0.1", "--dtype", "auto"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        import httpx
+        import time
+        deadline = time.time() + 30
+        while True:
+            assert proc.poll() is None and time.time() < deadline, "installed server did not start"
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert [m["id"] for m in models["data"]] == ["installed-model"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "ignored vLLM flags (no meaning in the simulator): --dtype" in proc.stderr.read().decode()
