@@ -14,7 +14,7 @@ from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
 from generation.config import ConfigError, SimConfig, ignored_flags, load_config
-from generation.errors import APIError, error_type
+from generation.errors import APIError, SimulatorError, error_type
 
 log = logging.getLogger("vllm_sim")
 
@@ -41,8 +41,8 @@ def create_app(config: SimConfig | None = None) -> Flask:
 
     app.wsgi_app = _yield_after_each_response(app.wsgi_app)
 
-    @app.errorhandler(APIError)
-    def _api_error(err: APIError):
+    @app.errorhandler(SimulatorError)
+    def _api_error(err: SimulatorError):
         return error_response(err)
 
     @app.errorhandler(HTTPException)

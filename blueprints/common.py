@@ -1,19 +1,21 @@
-"""Helpers every blueprint shares: body parsing, JSON/SSE responses, headers, the checks that
-run before a generation request reaches the engine (api.md 2.5-2.8).
+"""Flask helpers every route shares: body parsing, JSON/SSE responses, request ids, response
+headers and the header-driven failures (api.md 2.5-2.7).  The generation pipeline itself is
+:mod:`blueprints.serving`; errors become responses in :mod:`blueprints.errors`.
 """
 from __future__ import annotations
 
 import logging
 import socket
-import time
 
 import gevent
 import orjson
 from flask import Response, current_app, request
 from gevent.socket import wait_read
 
-from generation.errors import APIError
 from generation.engine import ClientDisconnected, Simulator
+from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
+
+from .errors import error_response, internal_error, openai_body  # noqa: F401  (error_response: app.py)
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -24,16 +26,24 @@ def simulator() -> Simulator:
 
 
 def parse_json_body() -> dict:
-    """The request body as a JSON object.  Raises APIError 400 naming the problem."""
+    """The request body as a JSON object.
+
+    The Content-Type must be ``application/json`` (parameters such as ``charset`` allowed), as
+    vLLM's ``validate_json_request`` requires on its JSON routes: a JSON API must not act on a
+    ``text/plain`` form post that a browser sends without a CORS preflight.  Raises
+    UnsupportedMediaType, or InvalidParam naming the problem with the body."""
+    ctype = request.environ.get("CONTENT_TYPE", "")
+    if ctype.split(";", 1)[0].strip().lower() != JSON_MIME:
+        raise UnsupportedMediaType()
     raw = request.get_data(cache=False)
     if not raw:
-        raise APIError("Request body is empty; expected a JSON object.", 400)
+        raise InvalidParam("Request body is empty; expected a JSON object.")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        raise APIError(f"Failed to parse the request body as JSON: {e}", 400) from None
+        raise InvalidParam(f"Failed to parse the request body as JSON: {e}") from None
     if not isinstance(body, dict):
-        raise APIError("Request body must be a JSON object.", 400)
+        raise InvalidParam("Request body must be a JSON object.")
     return body
 
 
@@ -43,10 +53,6 @@ def dumps(obj) -> bytes:
 
 def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
     return Response(orjson.dumps(obj), status=status, mimetype=JSON_MIME, headers=headers)
-
-
-def error_response(err: APIError) -> Response:
-    return Response(orjson.dumps(err.body()), status=err.status, mimetype=JSON_MIME)
 
 
 class DisconnectWatcher:
@@ -92,7 +98,12 @@ def run_to_completion(sim, seqs) -> None:
         sim.complete(seqs)
 
 
-def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, batch: bool = False) -> Response:
+def _openai_error_frame(err: Exception) -> bytes:
+    return b"data: " + orjson.dumps(openai_body(err)) + b"\n\ndata: [DONE]\n\n"
+
+
+def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, batch: bool = False,
+                 error_frame=_openai_error_frame) -> Response:
     """A ``text/event-stream`` response whose chunks are flushed as they are yielded.
 
     An empty first chunk makes gunicorn send the headers at once (vLLM sends them before the
@@ -100,7 +111,8 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
     ``batch`` the body marks the points where the stream is about to wait with empty chunks,
     and chunks due at the same instant go out in one write (clients see the same bytes).
     The generator is handed to the server as is (``direct_passthrough``): per token it is the
-    only layer between the renderer and the socket."""
+    only layer between the renderer and the socket.  An error after the 200 went out becomes
+    ``error_frame(err)`` (a SimulatorError, or a 500 for anything else) in the API's format."""
     environ = request.environ
 
     def body():
@@ -126,9 +138,9 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
                 except ClientDisconnected:
                     return
         except Exception as e:         # a bug after the 200 went out: tell the client in-band
-            logging.getLogger("vllm_sim").exception("error while streaming")
-            err = e if isinstance(e, APIError) else APIError(f"Internal server error: {type(e).__name__}: {e}", 500)
-            yield b"data: " + orjson.dumps(err.body()) + b"\n\ndata: [DONE]\n\n"
+            if not isinstance(e, SimulatorError):     # deliberate ones (shutdown) need no traceback
+                logging.getLogger("vllm_sim").exception("error while streaming")
+            yield error_frame(e if isinstance(e, SimulatorError) else internal_error(e))
         finally:
             # However the stream ends (client gone before the first write included), nothing
             # may keep a slot or a queue place.
@@ -144,44 +156,27 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
     return Response(body(), status=200, mimetype="text/event-stream", headers=h, direct_passthrough=True)
 
 
-CHUNK_END = b"}\n\n"
+def header_safe(value: str) -> bool:
+    """Whether ``value`` can be sent as an HTTP header value as is (printable, latin-1)."""
+    return all(" " <= c <= "~" or "\xa0" <= c <= "\xff" for c in value)
 
 
-class ChunkFrame:
-    """Pre-rendered pieces of an OpenAI chunk stream (chat and completions), so that per token
-    only the piece is serialised: ``heads[i]`` opens a chunk for choice ``i`` up to its index,
-    ``tail(n)`` closes a chunk after ``n`` more generated tokens (with the running usage when
-    ``stream_options.continuous_usage_stats`` is on, else the constant :data:`CHUNK_END`)."""
+def request_id(sim: Simulator | None = None, body_rid: str | None = None) -> str:
+    """The request's id (api.md 2.5): with ``--enable-request-id-headers`` the ``X-Request-Id``
+    header when present; else the id the body names (vLLM's ``request_id`` field, only some
+    APIs have one); else a fresh id.
 
-    def __init__(self, chunk_id: str, obj: str, model: str, seqs, continuous: bool):
-        self.envelope = (b'data: {"id":' + dumps(chunk_id) + b',"object":"' + obj.encode() + b'","created":' +
-                         str(int(time.time())).encode() + b',"model":' + dumps(model) + b',"choices":[')
-        self.heads = [self.envelope + b'{"index":' + str(s.index).encode() for s in seqs]
-        self.continuous = continuous
-        self.prompt_tokens = sum({s.prompt_index: s.prompt_len for s in seqs}.values())
-        self.completion_tokens = 0
-
-    def tail(self, generated: int = 0) -> bytes:
-        if not self.continuous:
-            return CHUNK_END
-        self.completion_tokens += generated
-        p, c = self.prompt_tokens, self.completion_tokens
-        return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}) + CHUNK_END
-
-    def usage_chunk(self, usage_obj: dict) -> bytes:
-        """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage."""
-        return self.envelope + b'],"usage":' + dumps(usage_obj) + CHUNK_END
-
-
-def request_id(sim: Simulator | None = None) -> str:
-    """``X-Request-Id`` when ``--enable-request-id-headers`` is on and the header is present,
-    else a fresh id (api.md 2.5)."""
+    A body id is echoed in the ``X-Request-Id`` response header when the flag is on, so it must
+    be header-safe: raises InvalidParam (``request_id``) before anything is admitted."""
     sim = sim or simulator()
     if sim.config.enable_request_id_headers:
         rid = request.environ.get("HTTP_X_REQUEST_ID")
         if rid:
             return rid
-    return sim.new_request_id()
+        if body_rid and not header_safe(body_rid):
+            raise InvalidParam("request_id: must be printable text without control characters (CR, LF, ...): "
+                               "it is echoed in the X-Request-Id response header", "request_id")
+    return body_rid or sim.new_request_id()
 
 
 def response_headers(rid: str | None, sim: Simulator | None = None) -> dict:
@@ -214,50 +209,25 @@ FAILURE_NAMES = tuple(_FAILURES)
 def header_checks(sim: Simulator | None = None) -> bool:
     """``X-Return-Error`` and random failure injection (api.md 2.7, 2.10); returns whether
     ``X-Cache-Threshold-Finish-Reason`` asks for an immediate cache_threshold finish.
-    Raises APIError for a forced or injected error."""
+    Raises InjectedError for a forced or injected error, InvalidParam for a header value that
+    is not an HTTP status (an integer from 100 to 599)."""
     sim = sim or simulator()
     environ = request.environ
     forced = environ.get("HTTP_X_RETURN_ERROR")
     if forced is not None:
         v = forced.strip()
         if not (v.lstrip("+-").isdigit()):
-            raise APIError(f'Invalid X-Return-Error header value "{forced}": must be an integer', 400)
+            raise InvalidParam(f'Invalid X-Return-Error header value "{forced}": must be an integer')
         code = int(v)
-        raise APIError(f"Simulated error triggered by X-Return-Error header (code {code})", code)
+        if not 100 <= code <= 599:
+            raise InvalidParam(f'Invalid X-Return-Error header value "{forced}": must be an HTTP status code '
+                               f'from 100 to 599')
+        raise InjectedError(f"Simulated error triggered by X-Return-Error header (code {code})", code)
     cfg = sim.config
     if cfg.failure_injection_rate > 0 and sim.rng.randint(1, 100) <= cfg.failure_injection_rate:
         kinds = cfg.failure_types or FAILURE_NAMES
         kind = kinds[sim.rng.randrange(len(kinds))]
         status, msg, param = _FAILURES[kind]
-        raise APIError(msg.format(model=cfg.model), status, param)
+        raise InjectedError(msg.format(model=cfg.model), status, param)
     flag = environ.get("HTTP_X_CACHE_THRESHOLD_FINISH_REASON")
     return flag in ("1", "t", "T", "TRUE", "true", "True")
-
-
-def usage(prompt: int, completion: int, cached: int | None = 0) -> dict:
-    """OpenAI usage with vLLM's ``prompt_tokens_details.cached_tokens``."""
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
-
-
-def effective_max_tokens(max_tokens, ignore_eos: bool, n=None, field: str = "max_tokens") -> None:
-    """vLLM's shared checks on n and max tokens (api.md 2.8 step 8).  ``field`` is the name the
-    client used for the limit.  Raises APIError 400 naming it."""
-    if n is not None and n < 1:
-        raise APIError(f"n must be at least 1, got {n}.", 400, "n")
-    if max_tokens is not None and max_tokens <= 0:
-        raise APIError(f"{field} must be at least 1, got {max_tokens}. "
-                       f"(Max completion tokens and max tokens should be positive)", 400, field)
-    if ignore_eos and max_tokens is None:
-        raise APIError("Ignore_eos is true but max_completion_tokens (or max_tokens) is not set", 400,
-                       "max_tokens")
-
-
-def check_kv_transfer(kv: dict | None, stream: bool) -> None:
-    if kv and kv.get("do_remote_decode") and stream:
-        raise APIError("Prefill does not support streaming", 400, "stream")
-
-
-REMOTE_DECODE_PARAMS = {"do_remote_decode": False, "do_remote_prefill": True, "remote_engine_id": "DUMMY_ID",
-                        "remote_block_ids": ["DUMMY_ID"], "remote_host": "DUMMY", "remote_port": 1234,
-                        "tp_size": 1}

@@ -1,148 +1,17 @@
-"""``POST /v1/completions`` - OpenAI legacy completions as vLLM serves them.
-
-``prompt`` may be a string, a list of strings, a list of token ids or a list of token-id
-lists; every prompt (times ``n``) is its own sequence, choices are indexed prompt-major.
-Pre-tokenized prompts are never tokenized (prompt_tokens = number of ids).  Usage counts
-each prompt once and sums completions.  Streams carry no role chunk; each choice ends with
-a chunk whose ``text`` is empty and whose ``finish_reason`` is set.
-"""
+"""``POST /v1/completions`` - OpenAI legacy completions as vLLM serves them
+(:mod:`generation.adapters.completions`)."""
 from __future__ import annotations
-
-import time
 
 from flask import Blueprint
 
-from generation.errors import APIError
-from generation.request import GenerationRequest, Prompt
-from generation import logprobs as lp
-from schemas.common import load
+from generation.adapters.completions import CompletionsAdapter
 from schemas.completions import completion_request_schema
 
-from .chat import request_usage
-from .common import (CHUNK_END, REMOTE_DECODE_PARAMS, ChunkFrame, check_kv_transfer, dumps, effective_max_tokens, header_checks,
-                     json_response, parse_json_body, request_id, response_headers, run_to_completion, simulator,
-                     sse_response)
+from .serving import serve
 
 bp = Blueprint("completions", __name__)
 
 
-def build_prompts(sim, kind: str, items: list) -> list[Prompt]:
-    prompts = []
-    tok = sim.tokenizer
-    echo = sim.config.mode == "echo"
-    for item in items:
-        if kind == "text":
-            ids, pieces = tok.encode(item)
-            p = Prompt(ids, text=item)
-            if echo:
-                p.echo_ids, p.echo_pieces = tok.encode_lossless(item)
-        else:
-            p = Prompt(list(item))
-            if echo:
-                p.echo_ids, p.echo_pieces = list(item), tok.id_pieces(item)
-        prompts.append(p)
-    return prompts
-
-
 @bp.post("/v1/completions")
 def create_completion():
-    sim = simulator()
-    body = parse_json_body()
-    data = load(completion_request_schema, body)
-    rid = request_id(sim)
-    force_ct = header_checks(sim)
-    model, lora = sim.resolve_model(data.get("model"))
-    prompt = data.get("prompt")
-    if prompt is None:
-        raise APIError("prompt array must contain at least one prompt", 400, "prompt")
-    max_tokens = data.get("max_tokens")
-    ignore_eos = bool(data.get("ignore_eos"))
-    n = data.get("n")
-    effective_max_tokens(max_tokens, ignore_eos, n)
-    stream = bool(data.get("stream"))
-    kv = data.get("kv_transfer_params")
-    check_kv_transfer(kv, stream)
-    kind, items = prompt
-    req = GenerationRequest(
-        request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items), n=n or 1,
-        max_tokens=max_tokens, ignore_eos=ignore_eos, stream=stream, stop=data.get("stop"),
-        kv_transfer_params=kv, cache_hit_threshold=data.get("cache_hit_threshold"),
-        force_cache_threshold=force_ct)
-    seqs = sim.prepare(req)
-    sim.admit(seqs)
-    headers = response_headers(rid, sim)
-    top = data.get("logprobs")
-    echo_prompt = bool(data.get("echo"))
-    if stream:
-        opts = data.get("stream_options") or {}
-        return sse_response(stream_completion(sim, req, seqs, bool(opts.get("include_usage")),
-                                              bool(opts.get("continuous_usage_stats")), top, echo_prompt),
-                            headers, sim, seqs, batch=True)
-    run_to_completion(sim, seqs)
-    return json_response(render_completion(sim.tokenizer, req, seqs, top, echo_prompt), headers=headers)
-
-
-def prompt_pieces(tokenizer, seq) -> list:
-    """The prompt as token pieces for ``echo: true``: a text prompt verbatim; a token-id prompt
-    detokenized (ids the simulated tokenizer cannot invert show as comma-separated decimals)."""
-    p = seq.prompt
-    if p.text is not None:
-        return tokenizer.encode_lossless(p.text)[1]
-    n = len(p.ids)
-    out = []
-    for k, t in enumerate(p.ids):
-        piece = tokenizer.decode_ids([t])
-        if piece == str(t) and k < n - 1:
-            piece += ","
-        out.append(piece)
-    return out
-
-
-def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool) -> dict:
-    choices = []
-    for s in seqs:
-        text = s.output_text()
-        pieces = s.pieces
-        if echo_prompt:
-            head = prompt_pieces(tokenizer, s)
-            pieces = head + list(pieces)
-            text = "".join(head) + text
-        logprobs = lp.completion_logprobs(pieces, top) if top is not None else None
-        choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
-                        "stop_reason": s.stop_reason, "prompt_logprobs": None})
-    out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs)}
-    if req.remote_decode:
-        out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
-    return out
-
-
-def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
-                      echo_prompt: bool):
-    """SSE body: no role chunk; one chunk per token; a finish chunk with empty ``text`` per choice."""
-    frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
-    heads, tail = frame.heads, frame.tail
-    offsets = [0] * len(seqs)
-    if echo_prompt:
-        for s in seqs:
-            yield (heads[s.index] + b',"text":' + dumps("".join(prompt_pieces(sim.tokenizer, s))) +
-                   b',"logprobs":null,"finish_reason":null,"stop_reason":null}]' + tail())
-    for seq, k in sim.stream(seqs, flush=True):
-        if k < 0:
-            yield b""          # flush: the next token is not due yet
-            continue
-        i = seq.index
-        piece = seq.pieces[k]
-        if top is not None:
-            logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
-            offsets[i] += len(piece)
-        else:
-            logprobs = b"null"
-        yield (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
-               b',"finish_reason":null,"stop_reason":null}]' + (tail(1) if continuous else CHUNK_END))
-    for seq in seqs:
-        yield (heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-               b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
-    if include_usage:
-        yield frame.usage_chunk(request_usage(seqs))
-    yield b"data: [DONE]\n\n"
+    return serve(completion_request_schema, CompletionsAdapter)

@@ -17,7 +17,7 @@ import base64
 
 from flask import Blueprint
 
-from generation.errors import APIError
+from generation.errors import InvalidParam
 from generation.tokenizer import fnv1a_32
 from schemas.common import load
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
@@ -82,21 +82,21 @@ def mm_features(items, n_tokens: int) -> dict | None:
 
 
 def _render_model(sim, model) -> None:
-    """Raises 404 for a model not served and 400 for a LoRA adapter (api.md 5.8)."""
+    """Raises ModelNotFound for a model not served, InvalidParam for a LoRA adapter (api.md 5.8)."""
     name, lora = sim.resolve_model(model)
     if lora is not None:
-        raise APIError(f"The model `{name}` is a LoRA adapter and is not supported by the render endpoints.",
-                       400, "model")
+        raise InvalidParam(f"The model `{name}` is a LoRA adapter and is not supported by the render endpoints.",
+                           "model")
 
 
 @bp.post("/v1/completions/render")
 def render_completion():
     sim = simulator()
-    data = load(completion_render_schema, parse_json_body())
-    prompt = data.get("prompt")
+    body = load(completion_render_schema, parse_json_body())
+    prompt = body.prompt
     if prompt is None:
-        raise APIError("prompt: Field required.", 400, "prompt")
-    _render_model(sim, data.get("model"))
+        raise InvalidParam("prompt: Field required.", "prompt")
+    _render_model(sim, body.model)
     rid = request_id()
     kind, items = prompt
     if kind == "ids":
@@ -109,11 +109,11 @@ def render_completion():
 @bp.post("/v1/chat/completions/render")
 def render_chat():
     sim = simulator()
-    data = load(chat_render_schema, parse_json_body())
-    messages = data.get("messages")
+    body = load(chat_render_schema, parse_json_body())
+    messages = body.messages
     if not messages:
-        raise APIError("messages must not be empty", 400, "messages")
-    _render_model(sim, data.get("model"))
+        raise InvalidParam("messages must not be empty", "messages")
+    _render_model(sim, body.model)
     rid = request_id()
     ids, _ = sim.tokenize_messages(messages)
     out = {"token_ids": ids}
@@ -132,28 +132,28 @@ def _check_optional_model(sim, model) -> None:
 @bp.post("/tokenize")
 def tokenize():
     sim = simulator()
-    data = load(tokenize_schema, parse_json_body())
-    prompt = data.get("prompt")
-    messages = data.get("messages")
+    body = load(tokenize_schema, parse_json_body())
+    prompt = body.prompt
+    messages = body.messages
     if prompt and messages is not None:
-        raise APIError("both prompt and messages fields in tokenize request", 400, "messages")
+        raise InvalidParam("both prompt and messages fields in tokenize request", "messages")
     if prompt is None and messages is None:
-        raise APIError("Either prompt or messages is required", 400, "prompt")
-    _check_optional_model(sim, data.get("model"))
+        raise InvalidParam("Either prompt or messages is required", "prompt")
+    _check_optional_model(sim, body.model)
     if prompt is not None and (prompt or messages is None):
         ids, pieces = sim.tokenize_text(prompt)
     else:
         ids, pieces = sim.tokenize_messages(messages)
     return json_response({"count": len(ids), "max_model_len": sim.config.max_model_len, "tokens": ids,
-                          "token_strs": list(pieces) if data.get("return_token_strs") else None})
+                          "token_strs": list(pieces) if body.return_token_strs else None})
 
 
 @bp.post("/detokenize")
 def detokenize():
     sim = simulator()
-    data = load(detokenize_schema, parse_json_body())
-    tokens = data.get("tokens")
+    body = load(detokenize_schema, parse_json_body())
+    tokens = body.tokens
     if tokens is None:
-        raise APIError("tokens: Field required.", 400, "tokens")
-    _check_optional_model(sim, data.get("model"))
+        raise InvalidParam("tokens: Field required.", "tokens")
+    _check_optional_model(sim, body.model)
     return json_response({"prompt": sim.tokenizer.decode_ids(tokens)})

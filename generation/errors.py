@@ -1,34 +1,81 @@
-"""The error raised anywhere in the simulator and rendered as vLLM's error envelope."""
+"""Errors the simulator raises.  The core says *what* went wrong; the HTTP edge
+(:mod:`blueprints.errors`) decides the status, the error ``type`` and the envelope from one
+table, as vLLM's ``create_error_response`` maps its exception classes.
+
+Every client-visible error is a :class:`SimulatorError` with a ``message`` (shown to the client
+verbatim) and an optional ``param`` (the request field it names, e.g. ``messages[0].content``).
+"""
 from __future__ import annotations
 
 _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-          404: "NotFoundError", 413: "RequestEntityTooLarge", 422: "UnprocessableEntityError",
-          429: "RateLimitError"}
+          404: "NotFoundError", 413: "RequestEntityTooLarge", 422: "UnprocessableEntityError", 429: "RateLimitError"}
 
 
 def error_type(status: int) -> str:
-    """vLLM / reference error ``type`` for an HTTP status (api.md 2.1)."""
+    """vLLM's error ``type`` for an HTTP status (the name of the openai SDK's exception class;
+    unknown 4xx -> ``APIConnectionError`` as the reference reports, 5xx -> ``InternalServerError``)."""
     if status >= 500:
         return "InternalServerError"
     return _TYPES.get(status, "APIConnectionError")
 
 
-class APIError(Exception):
-    """A client-visible error: HTTP ``status`` and vLLM's body
-    ``{"error": {"message", "type", "param", "code"}}``."""
+class SimulatorError(Exception):
+    """Base of every client-visible error: ``message`` and the ``param`` it names (or None)."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidParam(SimulatorError):
+    """A request field is wrong or missing (vLLM's ``VLLMValidationError``); ``param`` names it."""
+
+
+class ContextLengthError(InvalidParam):
+    """Prompt plus completion do not fit ``--max-model-len``."""
+
+
+class ModelNotFound(SimulatorError):
+    """The request names a model that is neither served nor a loaded LoRA adapter."""
+
+    def __init__(self, model):
+        super().__init__(f"The model `{'' if model is None else model}` does not exist.", "model")
+
+
+class QueueFullError(SimulatorError):
+    """The waiting queue cannot take the request's sequences (nothing was admitted)."""
+
+    def __init__(self):
+        super().__init__("Failed to enqueue request, waiting requests queue is full")
+
+
+class UnsupportedMediaType(SimulatorError):
+    """A JSON route was sent a body whose Content-Type is not ``application/json``."""
+
+    def __init__(self):
+        super().__init__("Unsupported Media Type: Only 'application/json' is allowed")
+
+
+class InjectedError(SimulatorError):
+    """A failure the client asked for (``X-Return-Error``) or that failure injection drew: the
+    status is the point of the error, so it travels with it."""
+
+    def __init__(self, message: str, status: int, param: str | None = None):
+        super().__init__(message, param)
+        self.status = status
+
+
+class APIError(SimulatorError):
+    """An error that already carries its HTTP status (edge code: admin, LoRA, embeddings, tool
+    validation).  New core code raises the domain errors above instead."""
 
     def __init__(self, message: str, status: int = 400, param: str | None = None,
                  type_: str | None = None):
-        super().__init__(message)
-        self.message = message
+        super().__init__(message, param)
         self.status = status
-        self.param = param
         self.type = type_ or error_type(status)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.status}}
-
-
-def model_not_found(model) -> APIError:
-    return APIError(f"The model `{model if model is not None else ''}` does not exist.", 404, "model")

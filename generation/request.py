@@ -6,7 +6,20 @@ turns it into one :class:`Sequence` per choice (``n`` per prompt, prompt-major),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
+
+
+class SeqState(StrEnum):
+    """Where a :class:`Sequence` is in its life (a ``str`` enum: members compare equal to their
+    values).  NEW -> RUNNING or WAITING (or INSTANT for an answer that needs no slot) -> DONE;
+    ABORTED when the client left or a sibling failed before the end."""
+    NEW = "new"
+    WAITING = "waiting"
+    RUNNING = "running"
+    INSTANT = "instant"
+    DONE = "done"
+    ABORTED = "aborted"
 
 
 @dataclass
@@ -81,7 +94,7 @@ class Sequence:
         self.tool_calls = None
         self.completion_tokens = 0
         self.lora = request.lora
-        self.state = "new"
+        self.state = SeqState.NEW
         self.arrival = 0.0
         self.enqueued_at = 0.0
         self.started_at = 0.0
@@ -100,6 +113,35 @@ class Sequence:
             for k in range(tc["start"], tc["end"]):
                 out[k] = c
         return out
+
+    def cut_at_stop(self, stops) -> str | None:
+        """Cut the output before the earliest of ``stops`` (vLLM: the stop string is not
+        returned; on a tie the string listed first wins) and return the matched string, also
+        kept in ``stop_reason``; ``finish_reason`` becomes ``stop``.  No match: None, nothing
+        changes.  ``completion_tokens`` is left to the caller."""
+        text = "".join(self.pieces)
+        best, cut = None, -1
+        for s in stops or ():
+            if s:
+                i = text.find(s)
+                if i >= 0 and (cut < 0 or i < cut):
+                    best, cut = s, i
+        if best is None:
+            return None
+        pieces, ids, pos = [], [], 0
+        for piece, tid in zip(self.pieces, self.ids):
+            if pos >= cut:
+                break
+            if pos + len(piece) > cut:
+                piece = piece[:cut - pos]
+            pieces.append(piece)
+            ids.append(tid)
+            pos += len(piece)
+        self.pieces, self.ids = pieces, ids
+        self.text = None
+        self.finish_reason = "stop"
+        self.stop_reason = best
+        return best
 
     def output_text(self) -> str:
         if self.text is None:

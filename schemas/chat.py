@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validates
 
+from generation.adapters import protocol as p
+
 from .common import (BaseSchema, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 
@@ -21,28 +23,11 @@ class ContentField(fields.Field):
         return value
 
 
-class ToolCallFunctionSchema(BaseSchema):
-    name = fields.String()
-    arguments = fields.String()
-
-
-class ToolCallSchema(BaseSchema):
-    id = fields.String()
-    type = fields.String()
-    function = fields.Nested(ToolCallFunctionSchema)
-
-
-class MessageSchema(BaseSchema):
-    """One chat message (documentation of the shape :class:`MessagesField` checks)."""
-    role = fields.String(required=True)
-    content = ContentField()
-    name = fields.String()
-    tool_calls = fields.List(fields.Nested(ToolCallSchema))
-    tool_call_id = fields.String()
-
-
 def _check_message(m) -> dict | None:
-    """Errors of one message as a marshmallow error dict, or None (same rules as MessageSchema)."""
+    """Errors of one chat message as a marshmallow error dict, or None.  A message is an object
+    with a string ``role``; ``content`` a string, null or content parts; ``name`` and
+    ``tool_call_id`` strings; ``tool_calls`` a list of ``{"function": {"name", "arguments"}}``
+    (strings).  The only check of a chat message (chat, render and tokenize use it)."""
     if not isinstance(m, dict):
         return {"_schema": ["Invalid input type."]}
     role = m.get("role")
@@ -73,7 +58,7 @@ def _check_message(m) -> dict | None:
 
 
 class MessagesField(fields.Field):
-    """``messages``: a list of :class:`MessageSchema`-shaped objects.  Checked in one pass
+    """``messages``: a list of chat messages (see :func:`_check_message`).  Checked in one pass
     rather than with a nested schema per message, which cost more than the rest of the
     request's validation together."""
 
@@ -89,6 +74,7 @@ class MessagesField(fields.Field):
 
 class SamplingSchema(SamplingKnobsSchema):
     """Fields shared by chat and completions."""
+    __model__ = p.OpenAISampling
     model = fields.Raw()
     n = StrictInt()
     stream = StrictBool()
@@ -101,6 +87,7 @@ class SamplingSchema(SamplingKnobsSchema):
 
 
 class ChatCompletionRequestSchema(SamplingSchema):
+    __model__ = p.ChatCompletionRequest
     messages = MessagesField(required=True)
     max_tokens = StrictInt()
     max_completion_tokens = StrictInt()

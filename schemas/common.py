@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import numbers
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, post_load, validates_schema
 
-from generation.errors import APIError
+from generation.adapters import protocol as p
+from generation.errors import InvalidParam
 
 
 class StrictInt(fields.Integer):
@@ -56,15 +57,25 @@ class StringOrList(fields.Field):
 
 
 class BaseSchema(Schema):
+    """Unknown keys ignored, ``null`` allowed everywhere; a schema that names a ``__model__``
+    (a dataclass of :mod:`generation.adapters.protocol`) loads into it."""
+    __model__ = None
+
     class Meta:
         unknown = EXCLUDE
 
     def on_bind_field(self, field_name, field_obj):
         field_obj.allow_none = True
 
+    @post_load
+    def _typed(self, data, **kwargs):
+        cls = self.__model__
+        return data if cls is None else cls(**data)
+
 
 class SamplingKnobsSchema(BaseSchema):
     """vLLM sampling parameters a simulator has no use for: type-checked, then ignored."""
+    __model__ = p.SamplingKnobs
     temperature = StrictFloat()
     top_p = StrictFloat()
     top_k = StrictInt()
@@ -77,6 +88,7 @@ class SamplingKnobsSchema(BaseSchema):
 
 
 class StreamOptionsSchema(BaseSchema):
+    __model__ = p.StreamOptions
     include_usage = StrictBool()
     continuous_usage_stats = StrictBool()
 
@@ -148,18 +160,18 @@ def _flatten(messages, prefix="") -> tuple[str, str]:
     return prefix, str(messages)
 
 
-def load(schema: Schema, body) -> dict:
-    """Validate a decoded JSON body with ``schema``.
+def load(schema: Schema, body):
+    """Validate a decoded JSON body with ``schema``; returns the schema's typed request.
 
-    Raises APIError 400 whose message starts with the failing field's path and whose
+    Raises InvalidParam whose message starts with the failing field's path and whose
     ``param`` is that path."""
     if not isinstance(body, dict):
-        raise APIError("Request body must be a JSON object.", 400)
+        raise InvalidParam("Request body must be a JSON object.")
     try:
         return _subset(schema, body).load(body)
     except ValidationError as e:
         path, msg = _flatten(e.messages)
-        raise APIError(f"{path}: {msg}" if path else msg, 400, path or None) from None
+        raise InvalidParam(f"{path}: {msg}" if path else msg, path or None) from None
 
 
 __all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "StrictFloat", "StrictBool", "StringOrList",

@@ -9,6 +9,8 @@ import numbers
 
 from marshmallow import ValidationError, fields
 
+from generation.adapters import protocol as p
+
 from .chat import SamplingSchema
 from .common import StrictBool, StrictInt
 
@@ -47,6 +49,7 @@ class PromptField(fields.Field):
 
 
 class CompletionRequestSchema(SamplingSchema):
+    __model__ = p.CompletionRequest
     prompt = PromptField(required=True)
     max_tokens = StrictInt()
     logprobs = StrictInt()

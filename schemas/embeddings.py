@@ -12,7 +12,7 @@ import numbers
 
 from marshmallow import ValidationError, fields, validate
 
-from .chat import MessageSchema
+from .chat import MessagesField
 from .common import BaseSchema, StrictInt
 
 INPUT_REQUIRED = "input is required and must be a non-empty string or array"
@@ -58,7 +58,7 @@ def _bad_truncate():
 class EmbeddingRequestSchema(BaseSchema):
     model = fields.Raw()
     input = EmbeddingInputField()
-    messages = fields.List(fields.Nested(MessageSchema))
+    messages = MessagesField()
     encoding_format = fields.String(validate=validate.OneOf(
         ("float", "base64"), error="encoding_format must be 'float' or 'base64'"))
     dimensions = StrictInt(validate=[

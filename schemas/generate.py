@@ -14,12 +14,16 @@ from marshmallow import ValidationError, fields
 from .common import BaseSchema, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictInt, StringOrList
 from .render import TokenIdList
 
+from generation.adapters import protocol as p
+
 
 class ExtraArgsSchema(BaseSchema):
+    __model__ = p.ExtraArgs
     kv_transfer_params = fields.Dict()
 
 
 class SamplingParamsSchema(SamplingKnobsSchema):
+    __model__ = p.SamplingParams
     max_tokens = StrictInt()
     n = StrictInt()
     ignore_eos = StrictBool()
@@ -44,12 +48,14 @@ class MmHashes(fields.Field):
 
 
 class FeaturesSchema(BaseSchema):
+    __model__ = p.Features
     mm_hashes = MmHashes()
     mm_placeholders = fields.Raw()
     kwargs_data = fields.Raw()
 
 
 class GenerateRequestSchema(BaseSchema):
+    __model__ = p.GenerateRequest
     model = fields.Raw()
     request_id = fields.String()
     token_ids = TokenIdList()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validate, validates, validates_schema
 
+from generation.adapters import protocol as p
+
 from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
 
 # Block types that carry meaning for the simulator, and history blocks accepted but skipped.
@@ -113,6 +115,7 @@ class SystemField(fields.Field):
 
 
 class AnthropicMessageSchema(BaseSchema):
+    __model__ = p.AnthropicMessage
     role = fields.String(required=True, validate=validate.OneOf(("user", "assistant")))
     content = AnthropicContentField(required=True)
 
@@ -125,6 +128,7 @@ class AnthropicMessageSchema(BaseSchema):
 
 class AnthropicToolSchema(BaseSchema):
     """A client tool ``{name, description, input_schema}`` (``type`` absent or ``custom``)."""
+    __model__ = p.AnthropicTool
     type = fields.String()
     name = fields.String(required=True)
     description = fields.String()
@@ -144,6 +148,7 @@ class AnthropicToolSchema(BaseSchema):
 
 
 class AnthropicToolChoiceSchema(BaseSchema):
+    __model__ = p.AnthropicToolChoice
     type = fields.String(required=True, validate=validate.OneOf(("auto", "any", "tool", "none")))
     name = fields.String()
     disable_parallel_tool_use = StrictBool()
@@ -158,6 +163,7 @@ class AnthropicToolChoiceSchema(BaseSchema):
 
 class CountTokensRequestSchema(BaseSchema):
     """``POST /v1/messages/count_tokens``: the prompt part of a Messages request."""
+    __model__ = p.CountTokensRequest
     model = fields.Raw()
     messages = fields.List(fields.Nested(AnthropicMessageSchema), required=True)
     system = SystemField()
@@ -175,6 +181,7 @@ class CountTokensRequestSchema(BaseSchema):
 
 class MessagesRequestSchema(CountTokensRequestSchema):
     """``POST /v1/messages``."""
+    __model__ = p.MessagesRequest
     max_tokens = StrictInt(required=True)
     stop_sequences = fields.List(fields.String())
     stream = StrictBool()

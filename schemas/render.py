@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields
 
-from .chat import MessageSchema
+from generation.adapters import protocol as p
+
+from .chat import MessagesField
 from .common import BaseSchema, StrictBool
 from .completions import PromptField, _is_token
 
@@ -27,19 +29,22 @@ class TokenIdList(fields.Field):
 
 
 class CompletionRenderSchema(BaseSchema):
+    __model__ = p.CompletionRenderRequest
     model = fields.Raw()
     prompt = PromptField(required=True)
 
 
 class ChatRenderSchema(BaseSchema):
+    __model__ = p.ChatRenderRequest
     model = fields.Raw()
-    messages = fields.List(fields.Nested(MessageSchema))
+    messages = MessagesField()
 
 
 class TokenizeSchema(BaseSchema):
+    __model__ = p.TokenizeRequest
     model = fields.Raw()
     prompt = fields.String()
-    messages = fields.List(fields.Nested(MessageSchema))
+    messages = MessagesField()
     add_special_tokens = StrictBool()
     return_token_strs = StrictBool()
     add_generation_prompt = StrictBool()
@@ -47,6 +52,7 @@ class TokenizeSchema(BaseSchema):
 
 
 class DetokenizeSchema(BaseSchema):
+    __model__ = p.DetokenizeRequest
     model = fields.Raw()
     tokens = TokenIdList(required=True)
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validates
 
+from generation.adapters import protocol as p
+
 from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
 
-TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
-LOGPROBS_INCLUDE = "message.output_text.logprobs"
+TEXT_PARTS = p.TEXT_PARTS
 
 
 def _part_error(i, key: str | None, msg: str) -> ValidationError:
@@ -151,6 +152,7 @@ class ToolChoiceField(fields.Field):
 
 
 class TextFormatSchema(BaseSchema):
+    __model__ = p.TextFormat
     type = fields.String(required=True)
     name = fields.String()
     schema = fields.Dict()
@@ -164,11 +166,13 @@ class TextFormatSchema(BaseSchema):
 
 
 class TextConfigSchema(BaseSchema):
+    __model__ = p.TextConfig
     format = fields.Nested(TextFormatSchema)
     verbosity = fields.String()
 
 
 class ResponsesRequestSchema(BaseSchema):
+    __model__ = p.ResponsesRequest
     model = fields.Raw()
     input = InputField(required=True, error_messages={"required": "input is required"})
     instructions = fields.String()

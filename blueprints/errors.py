@@ -1,0 +1,83 @@
+"""The one place where a simulator error becomes an HTTP error: status, ``type``, ``param`` and
+the envelope (vLLM's ``{"error": {...}}``, or Anthropic's on ``/v1/messages``).
+
+The core raises domain errors (:mod:`generation.errors`); :data:`STATUS` maps each class to its
+status, as vLLM's ``create_error_response`` maps ``VLLMValidationError`` -> 400 and
+``VLLMNotFoundError`` -> 404.  Errors that carry their own status (``InjectedError``,
+``APIError``) keep it.
+"""
+from __future__ import annotations
+
+import orjson
+from flask import Response
+
+from generation.errors import (APIError, ContextLengthError, InjectedError, InvalidParam, ModelNotFound,
+                               QueueFullError, SimulatorError, UnsupportedMediaType, error_type)
+
+JSON_MIME = "application/json"
+
+# Domain error -> HTTP status.  Subclasses inherit their base's row (first match in the MRO).
+# UnsupportedMediaType is a 400 as in current vLLM (its ``validate_json_request`` raises a
+# RequestValidationError, which vLLM answers with 400 BadRequestError).
+STATUS: dict[type, int] = {
+    InvalidParam: 400,
+    ContextLengthError: 400,
+    UnsupportedMediaType: 400,
+    ModelNotFound: 404,
+    QueueFullError: 429,
+    SimulatorError: 400,
+}
+
+# HTTP status -> Anthropic error type (https://docs.anthropic.com/en/api/errors).
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 504: "timeout_error",
+                    529: "overloaded_error"}
+
+
+def status_of(err: Exception) -> int:
+    """The HTTP status of ``err`` (500 for anything that is not a simulator error)."""
+    status = getattr(err, "status", None)
+    if isinstance(err, (InjectedError, APIError)) and status is not None:
+        return status
+    for cls in type(err).__mro__:
+        s = STATUS.get(cls)
+        if s is not None:
+            return s
+    return 500
+
+
+def openai_body(err: SimulatorError, status: int | None = None) -> dict:
+    """vLLM's ``{"error": {"message", "type", "param", "code"}}``."""
+    status = status_of(err) if status is None else status
+    type_ = getattr(err, "type", None) or error_type(status)
+    return {"error": {"message": err.message, "type": type_, "param": err.param, "code": status}}
+
+
+def anthropic_error_type(status: int) -> str:
+    """Anthropic error ``type`` for an HTTP status (unknown 4xx -> invalid_request_error,
+    unknown 5xx -> api_error)."""
+    t = _ANTHROPIC_TYPES.get(status)
+    if t is None:
+        t = "api_error" if status >= 500 else "invalid_request_error"
+    return t
+
+
+def anthropic_body(message: str, status: int) -> dict:
+    """``{"type": "error", "error": {"type": <anthropic type>, "message": message}}``."""
+    return {"type": "error", "error": {"type": anthropic_error_type(status), "message": message}}
+
+
+def internal_error(err: Exception) -> APIError:
+    """An unexpected exception as a 500 the client can read."""
+    return APIError(f"Internal server error: {type(err).__name__}: {err}", 500)
+
+
+def error_response(err: SimulatorError) -> Response:
+    """The vLLM-envelope error response for ``err``."""
+    status = status_of(err)
+    return Response(orjson.dumps(openai_body(err, status)), status=status, mimetype=JSON_MIME)
+
+
+def anthropic_error_response(message: str, status: int) -> Response:
+    return Response(orjson.dumps(anthropic_body(message, status)), status=status, mimetype=JSON_MIME)

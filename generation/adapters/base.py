@@ -1,0 +1,187 @@
+"""The adapter interface and what every API adapter shares (limits, prompts, usage, chunk frames).
+
+An :class:`Adapter` is one API on the shared pipeline (:func:`blueprints.serving.serve`):
+
+1. ``build(rid, force_cache_threshold)`` translates the typed request (``self.body``, loaded by
+   the API's schema) into the engine's :class:`~generation.request.GenerationRequest`, raising
+   domain errors (:mod:`generation.errors`) for anything the engine must not see.  Checks that
+   cost nothing run before anything is built (model, limits, request size).
+2. ``render(seqs)`` turns the finished sequences into the JSON body; ``stream(seqs)`` is the
+   SSE body, a generator of ``bytes`` driven by ``sim.stream``.  Rendering has no side effects:
+   the output was decided by ``Simulator.prepare`` before admission.
+
+Everything here is free of Flask.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import orjson
+
+from ..errors import InvalidParam, QueueFullError
+from ..request import GenerationRequest, Prompt
+from ..tokenizer import plain_message
+
+dumps = orjson.dumps
+
+# vLLM's VLLM_MAX_N_SEQUENCES: the largest ``n`` SamplingParams accepts (vLLM default 16384).
+MAX_N = int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
+
+REMOTE_DECODE_PARAMS = {"do_remote_decode": False, "do_remote_prefill": True, "remote_engine_id": "DUMMY_ID",
+                        "remote_block_ids": ["DUMMY_ID"], "remote_host": "DUMMY", "remote_port": 1234,
+                        "tp_size": 1}
+
+
+class Adapter:
+    """One API on the serving pipeline.  Subclasses set the class attributes and implement
+    :meth:`build`, :meth:`render` and :meth:`stream`.
+
+    ``envelope``: the error envelope of the API (``"openai"`` or ``"anthropic"``).
+    ``batch``: SSE chunks due at the same instant go out in one write (the stream yields ``b""``
+    where it is about to wait).
+    ``cache_threshold_header``: whether ``X-Cache-Threshold-Finish-Reason`` applies."""
+    envelope = "openai"
+    batch = False
+    cache_threshold_header = True
+
+    def __init__(self, sim, body):
+        self.sim = sim
+        self.body = body
+        self.req: GenerationRequest | None = None
+
+    def body_request_id(self) -> str | None:
+        """A request id the body carries (vLLM's ``request_id`` field), or None."""
+        return None
+
+    def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
+        raise NotImplementedError
+
+    def render(self, seqs) -> dict:
+        raise NotImplementedError
+
+    def stream(self, seqs):
+        raise NotImplementedError
+
+    def stream_error(self, body: dict) -> bytes:
+        """The in-band frame for an error after the stream started; ``body`` is the error in
+        the API's envelope.  OpenAI streams: a data event, then ``[DONE]``."""
+        return b"data: " + dumps(body) + b"\n\ndata: [DONE]\n\n"
+
+
+# ---- checks shared by the generation APIs --------------------------------------------------------
+
+def check_limits(max_tokens, ignore_eos: bool, n=None, field: str = "max_tokens") -> None:
+    """vLLM's checks on ``n`` and the token limit (api.md 2.8 step 8); ``field`` is the name the
+    client used for the limit.  Raises InvalidParam naming the field."""
+    if n is not None:
+        if n < 1:
+            raise InvalidParam(f"n must be at least 1, got {n}.", "n")
+        if n > MAX_N:
+            raise InvalidParam(f"n must be at most {MAX_N}, got {n}.", "n")
+    if max_tokens is not None and max_tokens <= 0:
+        raise InvalidParam(f"{field} must be at least 1, got {max_tokens}. "
+                           f"(Max completion tokens and max tokens should be positive)", field)
+    if ignore_eos and max_tokens is None:
+        raise InvalidParam("Ignore_eos is true but max_completion_tokens (or max_tokens) is not set",
+                           "max_tokens")
+
+
+def check_kv_transfer(kv: dict | None, stream: bool) -> None:
+    if kv and kv.get("do_remote_decode") and stream:
+        raise InvalidParam("Prefill does not support streaming", "stream")
+
+
+def check_size(sim, count: int, force_cache_threshold: bool, cache_hit_threshold=None) -> None:
+    """Reject at once a request whose ``count`` sequences (prompts x n) could never be admitted,
+    not even by an idle server (more than ``--max-num-seqs`` plus the waiting-queue length), with
+    the 429 that admission would give after tokenizing everything.  Answers that need no slot
+    (cache-threshold finishes) are not counted, so the check is skipped when they are possible."""
+    cfg = sim.config
+    if count <= cfg.max_num_seqs + cfg.max_waiting_queue_length or force_cache_threshold:
+        return
+    if sim.kv_cache is not None and (cache_hit_threshold is not None or cfg.global_cache_hit_threshold > 0):
+        return
+    raise QueueFullError()
+
+
+def check_tools(sim, tools, tool_choice, response_format) -> None:
+    """Tool and ``response_format`` validation (chat shapes).  Raises the synthesizer's 400s."""
+    synth = sim.tool_synthesizer
+    if synth is None:
+        return
+    if tools is not None or tool_choice is not None:
+        synth.validate_request(tools, tool_choice)
+    if response_format is not None:
+        synth.validate_response_format(response_format)
+
+
+def chat_prompt(sim, messages: list, echo_text: str | None = None) -> Prompt:
+    """The prompt of a chat conversation; in echo mode it replays ``echo_text`` (default: the
+    last message's plain content)."""
+    ids, _ = sim.tokenize_messages(messages)
+    prompt = Prompt(ids)
+    if sim.config.mode == "echo":
+        if echo_text is None:
+            echo_text = plain_message(messages[-1], False) if messages else ""
+        prompt.echo_ids, prompt.echo_pieces = sim.tokenizer.encode_lossless(echo_text)
+    return prompt
+
+
+# ---- usage ------------------------------------------------------------------------------------------
+
+def usage(prompt: int, completion: int, cached: int | None = 0) -> dict:
+    """OpenAI usage with vLLM's ``prompt_tokens_details.cached_tokens``."""
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
+
+
+def request_usage(seqs) -> dict:
+    """Usage over all choices: each distinct prompt counted once, completions summed."""
+    prompts = {}
+    for s in seqs:
+        prompts.setdefault(s.prompt_index, (s.prompt_len, s.cached_tokens))
+    p = sum(v[0] for v in prompts.values())
+    cached = sum(v[1] for v in prompts.values())
+    c = sum(s.completion_tokens for s in seqs)
+    if all(s.finish_reason == "cache_threshold" for s in seqs):
+        return usage(p, c, None)
+    return usage(p, c, cached)
+
+
+# ---- pre-rendered OpenAI chunk frames ---------------------------------------------------------------
+
+CHUNK_END = b"}\n\n"
+
+
+class ChunkFrame:
+    """Pre-rendered pieces of an OpenAI chunk stream (chat and completions), so that per token
+    only the piece is serialised: ``heads[i]`` opens a chunk for choice ``i`` up to its index,
+    ``tail(n)`` closes a chunk after ``n`` more generated tokens (with the running usage when
+    ``stream_options.continuous_usage_stats`` is on, else the constant :data:`CHUNK_END`)."""
+
+    def __init__(self, chunk_id: str, obj: str, model: str, seqs, continuous: bool):
+        self.envelope = (b'data: {"id":' + dumps(chunk_id) + b',"object":"' + obj.encode() + b'","created":' +
+                         str(int(time.time())).encode() + b',"model":' + dumps(model) + b',"choices":[')
+        self.heads = [self.envelope + b'{"index":' + str(s.index).encode() for s in seqs]
+        self.continuous = continuous
+        self.prompt_tokens = sum({s.prompt_index: s.prompt_len for s in seqs}.values())
+        self.completion_tokens = 0
+
+    def tail(self, generated: int = 0) -> bytes:
+        if not self.continuous:
+            return CHUNK_END
+        self.completion_tokens += generated
+        p, c = self.prompt_tokens, self.completion_tokens
+        return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}) + CHUNK_END
+
+    def usage_chunk(self, usage_obj: dict) -> bytes:
+        """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage."""
+        return self.envelope + b'],"usage":' + dumps(usage_obj) + CHUNK_END
+
+
+def stream_flags(opts) -> tuple[bool, bool]:
+    """``(include_usage, continuous_usage_stats)`` of a ``stream_options`` object or None."""
+    if opts is None:
+        return False, False
+    return bool(opts.include_usage), bool(opts.continuous_usage_stats)

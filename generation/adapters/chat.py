@@ -1,0 +1,124 @@
+"""OpenAI chat completions as vLLM serves them (``POST /v1/chat/completions``).
+
+Non-streaming: one ``chat.completion`` object.  Streaming (``text/event-stream``): per choice a
+role chunk, one chunk per token, a finish chunk with ``delta: {}``; then, only with
+``stream_options.include_usage``, one usage chunk with ``choices: []``; then ``data: [DONE]``.
+Tool calls stream as OpenAI clients expect: the first delta of each call carries ``id``,
+``type`` and ``function.name``, later deltas only ``function.arguments`` fragments.
+"""
+from __future__ import annotations
+
+import time
+
+from .. import logprobs as lp
+from ..request import GenerationRequest
+from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, chat_prompt, check_kv_transfer,
+                   check_limits, check_size, check_tools, dumps, request_usage, stream_flags)
+from .protocol import ChatCompletionRequest
+
+
+class ChatAdapter(Adapter):
+    batch = True
+    body: ChatCompletionRequest
+
+    def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
+        sim, b = self.sim, self.body
+        model, lora = sim.resolve_model(b.model)
+        check_tools(sim, b.tools, b.tool_choice, b.response_format)
+        mct = b.max_completion_tokens
+        max_tokens = mct if mct is not None else b.max_tokens
+        ignore_eos = bool(b.ignore_eos)
+        check_limits(max_tokens, ignore_eos, b.n, "max_completion_tokens" if mct is not None else "max_tokens")
+        stream = bool(b.stream)
+        check_kv_transfer(b.kv_transfer_params, stream)
+        n = b.n or 1
+        check_size(sim, n, force_cache_threshold, b.cache_hit_threshold)
+        self.req = GenerationRequest(
+            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [])], n=n,
+            max_tokens=max_tokens, ignore_eos=ignore_eos, stream=stream, tools=b.tools, tool_choice=b.tool_choice,
+            response_format=b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
+            cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
+            max_tool_calls=1 if b.parallel_tool_calls is False else None)
+        return self.req
+
+    def render(self, seqs) -> dict:
+        return render_chat(self.req, seqs, bool(self.body.logprobs), self.body.top_logprobs or 0)
+
+    def stream(self, seqs):
+        include_usage, continuous = stream_flags(self.body.stream_options)
+        return stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(self.body.logprobs),
+                           self.body.top_logprobs or 0)
+
+
+def tool_calls_json(seq) -> list:
+    return [{"id": tc["id"], "type": "function", "index": i,
+             "function": {"name": tc["name"], "arguments": tc["arguments"]}}
+            for i, tc in enumerate(seq.tool_calls)]
+
+
+def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> dict:
+    choices = []
+    for s in seqs:
+        if s.tool_calls:
+            message = {"role": "assistant", "content": None, "tool_calls": tool_calls_json(s)}
+            logprobs = None
+        else:
+            message = {"role": "assistant", "content": s.output_text(), "tool_calls": []}
+            logprobs = lp.chat_logprobs(s.pieces, top) if want_logprobs else None
+        choices.append({"index": s.index, "message": message, "logprobs": logprobs,
+                        "finish_reason": s.finish_reason, "stop_reason": s.stop_reason})
+    out = {"id": f"chatcmpl-{req.request_id}", "object": "chat.completion", "created": int(time.time()),
+           "model": req.model, "choices": choices, "usage": request_usage(seqs), "prompt_logprobs": None}
+    if req.remote_decode:
+        out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
+    return out
+
+
+def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
+                want_logprobs: bool, top: int):
+    """SSE body.  Chunk prefixes are rendered once (:class:`ChunkFrame`); per token only the
+    piece is serialised."""
+    frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
+    heads, tail = frame.heads, frame.tail
+    started = [False] * len(seqs)
+    call_maps = {}
+
+    def role_chunk(i: int) -> bytes:
+        return (heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,'
+                b'"finish_reason":null}]' + tail())
+
+    for seq, k in sim.stream(seqs, flush=True):
+        if k < 0:
+            yield b""          # flush: the next token is not due yet
+            continue
+        i = seq.index
+        if not started[i]:
+            started[i] = True
+            yield role_chunk(i)
+        end = tail(1) if continuous else CHUNK_END
+        piece = seq.pieces[k]
+        if seq.tool_calls:
+            cmap = call_maps.get(i)
+            if cmap is None:
+                cmap = call_maps[i] = seq.tool_call_of_piece()
+            c = cmap[k]
+            tc = seq.tool_calls[c]
+            if k == tc["start"]:
+                delta = {"tool_calls": [{"index": c, "id": tc["id"], "type": "function",
+                                         "function": {"name": tc["name"], "arguments": piece}}]}
+            else:
+                delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
+            yield heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null}]' + end
+            continue
+        logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
+        yield (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
+               b',"finish_reason":null}]' + end)
+    for seq in seqs:
+        i = seq.index
+        if not started[i] and seq.finish_reason != "cache_threshold":
+            yield role_chunk(i)
+        yield (heads[i] + b',"delta":{},"logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
+               b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
+    if include_usage:
+        yield frame.usage_chunk(request_usage(seqs))
+    yield b"data: [DONE]\n\n"

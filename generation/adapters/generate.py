@@ -1,0 +1,106 @@
+"""vLLM's token-in / token-out generation (``POST /inference/v1/generate``, api.md 5.5).
+
+The prompt is ``token_ids`` (never tokenized: prompt tokens = ``len(token_ids)``); the
+answer is token ids.  Non-streaming: ``request_id``, ``choices`` (``index``,
+``finish_reason``, ``token_ids``), ``usage``, ``ec_transfer_params`` and, with
+``do_remote_decode``, ``kv_transfer_params``.  Streaming: one chunk per token, the last
+token chunk of a choice carrying its finish reason; an optional usage chunk with
+``choices: []``; then ``data: [DONE]``.
+"""
+from __future__ import annotations
+
+from ..errors import InvalidParam
+from ..request import GenerationRequest, Prompt
+from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_size, dumps,
+                   request_usage, stream_flags)
+from .protocol import GenerateRequest
+
+# mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
+EC_TRANSFER_DUMMY = {"peer_host": "DUMMY", "peer_port": 1234, "size_bytes": 2359296,
+                     "nixl_agent_metadata_b64": "TklYTF9NRVRBREFUQV9QTEFDRUhPTERFUg=="}
+
+
+class GenerateAdapter(Adapter):
+    cache_threshold_header = False
+    body: GenerateRequest
+
+    def body_request_id(self) -> str | None:
+        return self.body.request_id or None
+
+    def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
+        sim, b = self.sim, self.body
+        model, lora = sim.resolve_model(b.model)
+        ids = b.token_ids
+        if ids is None:
+            raise InvalidParam("Missing input token_ids", "token_ids")
+        sp = b.sampling_params
+        if sp is None:
+            raise InvalidParam("Missing sampling_params field", "sampling_params")
+        ignore_eos = bool(b.ignore_eos or sp.ignore_eos)
+        check_limits(sp.max_tokens, ignore_eos, sp.n)
+        stream = bool(b.stream)
+        kv = b.kv_transfer_params
+        if kv is None and sp.extra_args is not None:   # where real vLLM clients put it
+            kv = sp.extra_args.kv_transfer_params
+        check_kv_transfer(kv, stream)
+        n = sp.n or 1
+        check_size(sim, n, False)
+        prompt = Prompt(list(ids))
+        if sim.config.mode == "echo":
+            prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
+        self.req = GenerationRequest(
+            request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=sp.max_tokens,
+            ignore_eos=ignore_eos, stream=stream, kv_transfer_params=kv)
+        return self.req
+
+    def render(self, seqs) -> dict:
+        return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features))
+
+    def stream(self, seqs):
+        return stream_generate(self.sim, self.req, seqs, stream_flags(self.body.stream_options)[0])
+
+
+def ec_transfer_params(cfg, features) -> dict | None:
+    """In ``--mm-encoder-only`` mode, one dummy transfer entry per ``features.mm_hashes`` hash
+    (all modalities); None otherwise."""
+    if not cfg.mm_encoder_only or features is None:
+        return None
+    hashes = [h for hs in (features.mm_hashes or {}).values() for h in (hs or ())]
+    return {h: dict(EC_TRANSFER_DUMMY) for h in hashes} or None
+
+
+def render_generate(req: GenerationRequest, seqs, ec: dict | None) -> dict:
+    """The non-streaming body: api.md 5.5.2 plus ``usage`` and the ``id``/``model``/``object``
+    fields the user's spec lists."""
+    out = {}
+    if req.remote_decode:
+        out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
+    out.update({
+        "id": req.request_id, "object": "generate", "model": req.model, "request_id": req.request_id,
+        "choices": [{"index": s.index, "finish_reason": s.finish_reason, "token_ids": list(s.ids)} for s in seqs],
+        "usage": request_usage(seqs), "ec_transfer_params": ec})
+    return out
+
+
+def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool):
+    """SSE body (api.md 5.5.3, case C32).  A choice's last token chunk carries its finish
+    reason; a choice with no tokens (cache_threshold, empty echo) gets one finishing chunk
+    with ``token_ids`` null (cache_threshold) or ``[]``."""
+    head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
+    open_ = head + b'{"index":'
+    last = [len(s.ids) - 1 for s in seqs]
+    emitted = [False] * len(seqs)
+    for seq, k in sim.stream(seqs):
+        i = seq.index
+        emitted[i] = True
+        fr = dumps(seq.finish_reason) if k == last[i] else b"null"
+        yield (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":[' +
+               str(seq.ids[k]).encode() + b']}]}\n\n')
+    for seq in seqs:
+        if not emitted[seq.index]:
+            tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
+            yield (open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
+                   b',"token_ids":' + tids + b'}]}\n\n')
+    if include_usage:
+        yield head + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,257 @@
+"""The Anthropic Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``), translated
+onto the engine's request the way vLLM's ``_convert_anthropic_to_openai_request`` does.
+
+Translation (:func:`to_chat_messages` and friends): ``system`` -> a leading system message;
+image blocks -> ``image_url`` parts; ``tool_use`` blocks -> assistant ``tool_calls``;
+``tool_result`` blocks -> ``tool`` messages placed before the rest of their message;
+``input_schema`` tools -> chat function tools; ``tool_choice`` auto/any/tool/none ->
+auto/required/named/none; ``stop_sequences`` -> the engine's stop strings (the matched one is
+the sequence's ``stop_reason``).  Tokenization, queueing, timing, metrics and P/D are the
+engine's, as for chat.  The answer is rendered in Anthropic's shapes: a ``message`` object, or
+the named SSE events ``message_start``, ``content_block_start``, ``ping``,
+``content_block_delta`` (``text_delta`` / ``input_json_delta``), ``content_block_stop``,
+``message_delta``, ``message_stop`` (no ``[DONE]``).  Errors use Anthropic's envelope.
+"""
+from __future__ import annotations
+
+import json
+
+from ..request import GenerationRequest
+from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps
+from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
+
+# finish_reason -> stop_reason (api.md 5.4.2; cache_threshold reads as a cut-short answer).
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "cache_threshold": "max_tokens",
+                 "tool_calls": "tool_use", "remote_decode": "end_turn"}
+
+
+class MessagesAdapter(Adapter):
+    envelope = "anthropic"
+    body: MessagesRequest
+
+    def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
+        sim, b = self.sim, self.body
+        model, lora = sim.resolve_model(b.model)
+        tools = to_chat_tools(b.tools)
+        tool_choice = to_chat_tool_choice(b.tool_choice)
+        check_tools(sim, tools, tool_choice, None)
+        ignore_eos = bool(b.ignore_eos)
+        check_limits(b.max_tokens, ignore_eos)
+        stream = bool(b.stream)
+        check_kv_transfer(b.kv_transfer_params, stream)
+        tc = b.tool_choice
+        self.req = GenerationRequest(
+            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, to_chat_messages(b))], n=1,
+            max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
+            stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
+            force_cache_threshold=force_cache_threshold,
+            max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None)
+        return self.req
+
+    def render(self, seqs) -> dict:
+        seq = seqs[0]
+        return render_message(self.req, seq, seq.stop_reason)
+
+    def stream(self, seqs):
+        seq = seqs[0]
+        return stream_message(self.sim, self.req, seq, seq.stop_reason)
+
+    def stream_error(self, body: dict) -> bytes:
+        return _frame("error", body)
+
+
+def count_tokens(sim, body: CountTokensRequest) -> int:
+    """The prompt tokens /v1/messages would report for ``body`` (tools and tool_choice add none,
+    as in the simulated tokenizer's chat flattening).  Raises ModelNotFound."""
+    sim.resolve_model(body.model)
+    ids, _ = sim.tokenize_messages(to_chat_messages(body))
+    return len(ids)
+
+
+# ---- request translation ----------------------------------------------------------------------
+
+def _image_block(block: dict) -> dict:
+    src = block["source"]
+    if src.get("type") == "base64":
+        url = f"data:{src.get('media_type')};base64,{src.get('data')}"
+    else:
+        url = src.get("url")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _chat_parts(blocks) -> list:
+    """Anthropic text/image blocks -> chat content parts (other blocks add no tokens)."""
+    out = []
+    for b in blocks:
+        t = b.get("type")
+        if t == "text":
+            out.append({"type": "text", "text": b["text"]})
+        elif t == "image":
+            out.append(_image_block(b))
+    return out
+
+
+def to_chat_messages(body: CountTokensRequest) -> list:
+    """Validated Anthropic ``system`` + ``messages`` -> chat messages.
+
+    ``tool_result`` blocks become ``tool`` messages (``tool_call_id`` = ``tool_use_id``) placed
+    before the remaining content of their message, as chat expects results right after the
+    assistant's calls.  ``tool_use`` input is serialised as compact JSON with sorted keys.  A
+    message left with no content and no tool calls is dropped (reference api.md 5.4.1)."""
+    out = []
+    system = body.system
+    if isinstance(system, str):
+        if system:
+            out.append({"role": "system", "content": system})
+    elif system:
+        out.append({"role": "system", "content": _chat_parts(system)})
+    for m in body.messages:
+        role, content = m.role, m.content
+        if isinstance(content, str):
+            if content:
+                out.append({"role": role, "content": content})
+            continue
+        parts, calls = [], []
+        for b in content:
+            t = b["type"]
+            if t == "tool_result":
+                rc = b.get("content")
+                out.append({"role": "tool", "tool_call_id": b["tool_use_id"],
+                            "content": rc if isinstance(rc, str) or rc is None else _chat_parts(rc)})
+            elif t == "tool_use":
+                calls.append({"id": b["id"], "type": "function",
+                              "function": {"name": b["name"],
+                                           "arguments": json.dumps(b.get("input") or {}, sort_keys=True,
+                                                                   separators=(",", ":"))}})
+            elif t in ("text", "image"):
+                parts.extend(_chat_parts([b]))
+        if not parts and not calls:
+            continue
+        msg = {"role": role, "content": parts or None}
+        if len(parts) == 1 and parts[0]["type"] == "text":
+            msg["content"] = parts[0]["text"]
+        if calls:
+            msg["tool_calls"] = calls
+        out.append(msg)
+    return out
+
+
+def to_chat_tools(tools) -> list | None:
+    """Anthropic ``{name, description, input_schema}`` -> chat function tools (None if empty)."""
+    if not tools:
+        return None
+    out = []
+    for t in tools:
+        fn = {"name": t.name, "parameters": t.input_schema}
+        if t.description is not None:
+            fn["description"] = t.description
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def to_chat_tool_choice(choice: AnthropicToolChoice | None):
+    """Anthropic tool_choice -> chat: auto -> "auto", any -> "required", none -> "none",
+    ``{"type":"tool","name":X}`` -> ``{"type":"function","function":{"name":X}}``."""
+    if choice is None or choice.type is None:
+        return None
+    if choice.type == "tool":
+        return {"type": "function", "function": {"name": choice.name}}
+    return {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+
+
+# ---- rendering ------------------------------------------------------------------------------------
+
+def tool_use_id(chat_id: str) -> str:
+    """``chatcmpl-tool-<hex>`` -> ``toolu_<hex>`` (Anthropic's id style)."""
+    return "toolu_" + chat_id.rsplit("-", 1)[-1]
+
+
+def _usage(seq, output_tokens: int) -> dict:
+    """Anthropic usage: ``input_tokens`` excludes prefix-cache hits, which are reported as
+    ``cache_read_input_tokens`` (Anthropic's accounting: the three input counters add up to the
+    prompt).  Nothing is ever written to a cache on request, so cache_creation is 0."""
+    cached = seq.cached_tokens
+    return {"input_tokens": seq.prompt_len - cached, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached, "output_tokens": output_tokens}
+
+
+def _stop_reason(seq, stop_sequence) -> str:
+    if seq.tool_calls:
+        return "tool_use"
+    if stop_sequence is not None:
+        return "stop_sequence"
+    return _STOP_REASONS.get(seq.finish_reason, "end_turn")
+
+
+def render_message(req, seq, stop_sequence) -> dict:
+    """Non-streaming ``message`` object."""
+    if seq.tool_calls:
+        content = [{"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"],
+                    "input": json.loads(tc["arguments"] or "{}")} for tc in seq.tool_calls]
+    else:
+        text = seq.output_text()
+        content = [{"type": "text", "text": text}] if text else []
+    return {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
+            "content": content, "stop_reason": _stop_reason(seq, stop_sequence), "stop_sequence": stop_sequence,
+            "usage": _usage(seq, seq.completion_tokens)}
+
+
+def _frame(name: str, obj) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + dumps(obj) + b"\n\n"
+
+
+_PING = _frame("ping", {"type": "ping"})
+_TEXT_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+               b'"delta":{"type":"text_delta","text":')
+
+
+def stream_message(sim, req, seq, stop_sequence):
+    """SSE body in Anthropic's event order.  ``message_start`` goes out at once (Anthropic sends
+    it before the first token); per text token only the piece is serialised."""
+    start = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
+             "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0)}
+    yield _frame("message_start", {"type": "message_start", "message": start})
+    calls = seq.tool_calls
+    text_block = not calls and bool(seq.pieces)
+    if text_block:
+        yield _frame("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}})
+    yield _PING
+    opened = 0          # number of tool_use blocks started so far
+
+    def open_call(c: int):
+        out = b""
+        if c > 0:
+            out += _frame("content_block_stop", {"type": "content_block_stop", "index": c - 1})
+        tc = calls[c]
+        return out + _frame("content_block_start", {
+            "type": "content_block_start", "index": c,
+            "content_block": {"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"], "input": {}}})
+
+    call_of = seq.tool_call_of_piece() if calls else None
+    for _, k in sim.stream([seq]):
+        piece = seq.pieces[k]
+        if calls:
+            c = call_of[k]
+            out = b""
+            while opened <= c:
+                out += open_call(opened)
+                opened += 1
+            yield out + _frame("content_block_delta", {"type": "content_block_delta", "index": c,
+                                                       "delta": {"type": "input_json_delta",
+                                                                 "partial_json": piece}})
+        else:
+            yield _TEXT_DELTA + dumps(piece) + b"}}\n\n"
+    out = b""
+    if calls:
+        while opened < len(calls):          # calls without argument tokens
+            out += open_call(opened)
+            opened += 1
+        out += _frame("content_block_stop", {"type": "content_block_stop", "index": len(calls) - 1})
+    elif text_block:
+        out += _frame("content_block_stop", {"type": "content_block_stop", "index": 0})
+    out += _frame("message_delta", {"type": "message_delta",
+                                    "delta": {"stop_reason": _stop_reason(seq, stop_sequence),
+                                              "stop_sequence": stop_sequence},
+                                    "usage": {"output_tokens": seq.completion_tokens}})
+    yield out + _frame("message_stop", {"type": "message_stop"})

@@ -1,0 +1,230 @@
+"""Typed requests: what each API's schema (:mod:`schemas`) loads a body into (marshmallow
+``@post_load``), so code below the schema reads attributes, never ``data.get(...)``.
+
+Every field is optional here (``None`` = absent or ``null``): the schemas decide what is
+required.  Message lists, content blocks and input items stay the validated JSON they are
+(``list[dict]``): they are content, handed to the tokenizer or translated block by block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Responses API: content part types that carry text, and the ``include`` value asking for logprobs.
+TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+@dataclass
+class StreamOptions:
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
+
+
+@dataclass
+class SamplingKnobs:
+    """vLLM sampling parameters a simulator type-checks and otherwise ignores."""
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+
+
+@dataclass
+class OpenAISampling(SamplingKnobs):
+    """Fields chat and completions share."""
+    model: Any = None
+    n: int | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool | None = None
+    stop: list | None = None
+    user: str | None = None
+    cache_hit_threshold: float | None = None
+    kv_transfer_params: dict | None = None
+
+
+@dataclass
+class ChatCompletionRequest(OpenAISampling):
+    messages: list | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict | None = None
+
+
+@dataclass
+class CompletionRequest(OpenAISampling):
+    prompt: tuple | None = None          # ("text", [str, ...]) or ("ids", [[int, ...], ...])
+    max_tokens: int | None = None
+    logprobs: int | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+    prompt_logprobs: int | None = None
+
+
+@dataclass
+class ExtraArgs:
+    kv_transfer_params: dict | None = None
+
+
+@dataclass
+class SamplingParams(SamplingKnobs):
+    """``/inference/v1/generate`` ``sampling_params`` (vLLM's SamplingParams subset)."""
+    max_tokens: int | None = None
+    n: int | None = None
+    ignore_eos: bool | None = None
+    stop: list | None = None
+    stop_token_ids: list | None = None
+    logprobs: int | None = None
+    detokenize: bool | None = None
+    skip_special_tokens: bool | None = None
+    extra_args: ExtraArgs | None = None
+
+
+@dataclass
+class Features:
+    mm_hashes: dict | None = None
+    mm_placeholders: Any = None
+    kwargs_data: Any = None
+
+
+@dataclass
+class GenerateRequest:
+    model: Any = None
+    request_id: str | None = None
+    token_ids: list | None = None
+    sampling_params: SamplingParams | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool | None = None
+    kv_transfer_params: dict | None = None
+    features: Features | None = None
+    cache_salt: str | None = None
+    priority: int | None = None
+
+
+@dataclass
+class AnthropicMessage:
+    role: str | None = None
+    content: Any = None                   # a string or a list of content blocks (dicts)
+
+
+@dataclass
+class AnthropicTool:
+    type: str | None = None
+    name: str | None = None
+    description: str | None = None
+    input_schema: dict | None = None
+    cache_control: dict | None = None
+
+
+@dataclass
+class AnthropicToolChoice:
+    type: str | None = None
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+@dataclass
+class CountTokensRequest:
+    model: Any = None
+    messages: list | None = None          # list[AnthropicMessage]
+    system: Any = None                    # a string or a list of text blocks
+    tools: list | None = None             # list[AnthropicTool]
+    tool_choice: AnthropicToolChoice | None = None
+    thinking: dict | None = None
+
+
+@dataclass
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int | None = None
+    stop_sequences: list | None = None
+    stream: bool | None = None
+    metadata: dict | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    service_tier: str | None = None
+    ignore_eos: bool | None = None
+    kv_transfer_params: dict | None = None
+
+
+@dataclass
+class TextFormat:
+    type: str | None = None
+    name: str | None = None
+    schema: dict | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+@dataclass
+class TextConfig:
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
+@dataclass
+class ResponsesRequest:
+    model: Any = None
+    input: Any = None                     # a string or a list of input items (dicts)
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    tools: list | None = None             # function tools, flat or nested (dicts)
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    include: list | None = None
+    top_logprobs: int | None = None
+    stream: bool | None = None
+    ignore_eos: bool | None = None
+    kv_transfer_params: dict | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    store: bool | None = None
+    metadata: dict | None = None
+    previous_response_id: str | None = None
+    user: str | None = None
+    truncation: str | None = None
+    service_tier: str | None = None
+    reasoning: dict | None = None
+
+
+@dataclass
+class CompletionRenderRequest:
+    model: Any = None
+    prompt: tuple | None = None
+
+
+@dataclass
+class ChatRenderRequest:
+    model: Any = None
+    messages: list | None = None
+
+
+@dataclass
+class TokenizeRequest:
+    model: Any = None
+    prompt: str | None = None
+    messages: list | None = None
+    add_special_tokens: bool | None = None
+    return_token_strs: bool | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+
+
+@dataclass
+class DetokenizeRequest:
+    model: Any = None
+    tokens: list | None = None

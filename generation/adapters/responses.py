@@ -1,0 +1,366 @@
+"""The OpenAI Responses API (``POST /v1/responses``, seeds' subset), translated onto the engine's
+request directly from its own typed request.
+
+Input items become chat messages (``message`` -> its role and content; ``function_call`` ->
+an assistant message with one tool call; ``function_call_output`` -> a ``tool`` message), flat
+function tools become chat tools, ``text.format`` becomes ``response_format``; tokenization,
+queueing, timing, metrics and P/D are the engine's, exactly as for chat.  ``instructions`` are echoed, not tokenized (reference).
+
+Tool policy (seeds): with tools and a tool_choice other than ``none``, and no
+``function_call_output`` anywhere in ``input``, the answer is exactly one ``function_call``
+(``auto``/omitted/``allowed_tools``/``custom`` act as ``required``; a named function is
+honoured); once a ``function_call_output`` is present the answer is a normal message.
+
+Rendering: a ``response`` object (``status`` ``completed``, or ``incomplete`` with
+``incomplete_details.reason`` ``max_output_tokens`` when the length cap ended the text), or
+named SSE events ``event: <type>`` / ``data: {"type": <type>, "sequence_number": n, ...}``
+with ``n`` rising from 0: response.created, response.in_progress, response.output_item.added,
+then response.content_part.added, response.output_text.delta..., response.output_text.done,
+response.content_part.done (text) or response.function_call_arguments.delta...,
+response.function_call_arguments.done (tool call), then response.output_item.done and
+response.completed carrying the full response.  Errors use the OpenAI envelope.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+from .. import logprobs as lp
+from ..errors import InvalidParam
+from ..request import GenerationRequest
+from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps
+from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
+
+
+class ResponsesAdapter(Adapter):
+    body: ResponsesRequest
+
+    def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
+        sim, b = self.sim, self.body
+        mot = b.max_output_tokens
+        if mot is not None and mot <= 0:
+            raise InvalidParam("max_output_tokens: must be a positive integer", "max_output_tokens")
+        inp = b.input
+        tools = to_chat_tools(b.tools)
+        has_output = not isinstance(inp, str) and any(i.get("type") == "function_call_output" for i in inp)
+        choice, tool_turn = chat_tool_choice(tools, b.tool_choice, has_output)
+        rf = to_response_format(b.text)
+        check_tools(sim, None, None, rf)
+        model, lora = sim.resolve_model(b.model)
+        check_tools(sim, tools, choice, None)
+        ignore_eos = bool(b.ignore_eos)
+        check_limits(mot, ignore_eos)
+        stream = bool(b.stream)
+        check_kv_transfer(b.kv_transfer_params, stream)
+        prompt = chat_prompt(sim, to_chat_messages(inp), echo_text(inp))
+        self.req = GenerationRequest(
+            request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
+            stream=stream, tools=tools, tool_choice=choice, response_format=rf,
+            kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
+            max_tool_calls=1 if tool_turn else None)
+        self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0)
+        return self.req
+
+    def render(self, seqs) -> dict:
+        return render_response(self.ctx, seqs[0])
+
+    def stream(self, seqs):
+        return stream_response(self.sim, self.ctx, seqs[0])
+
+    def stream_error(self, body: dict) -> bytes:
+        err = body["error"]
+        return self.ctx.event("error", {"code": str(err["code"]), "message": err["message"], "param": err["param"]})
+
+
+# ---- request translation ----------------------------------------------------------------------
+
+def _part_type(part: dict) -> str:
+    t = part.get("type")
+    return "input_text" if t is None and "text" in part else t
+
+
+def _audio(part: dict) -> dict:
+    return part["input_audio"] if isinstance(part.get("input_audio"), dict) else part
+
+
+def _image_url(part: dict) -> str:
+    url = part.get("image_url")
+    return url.get("url") if isinstance(url, dict) else url
+
+
+def _chat_content(content):
+    """Responses content (string or parts) -> chat content; one text part -> a plain string."""
+    if isinstance(content, str):
+        return content
+    out = []
+    for part in content:
+        t = _part_type(part)
+        if t in TEXT_PARTS:
+            out.append({"type": "text", "text": part["refusal"] if t == "refusal" else part["text"]})
+        elif t == "input_image":
+            out.append({"type": "image_url", "image_url": {"url": _image_url(part)}})
+        elif t == "input_audio":
+            a = _audio(part)
+            out.append({"type": "input_audio", "input_audio": {"data": a["data"], "format": a.get("format")}})
+    if len(out) == 1 and out[0]["type"] == "text":
+        return out[0]["text"]
+    return out
+
+
+def to_chat_messages(inp) -> list:
+    """Validated ``input`` -> chat messages (api.md 5.3.1)."""
+    if isinstance(inp, str):
+        return [{"role": "user", "content": inp}]
+    out = []
+    for item in inp:
+        t = item.get("type") or "message"
+        if t == "message":
+            out.append({"role": item["role"], "content": _chat_content(item["content"])})
+        elif t == "function_call":
+            out.append({"role": "assistant", "content": None,
+                        "tool_calls": [{"id": item["call_id"], "type": "function",
+                                        "function": {"name": item["name"], "arguments": item["arguments"]}}]})
+        else:
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _chat_content(item["output"])})
+    return out
+
+
+def echo_text(inp) -> str:
+    """What echo mode replays (reference api.md 3.6): the last input item - a message's text
+    parts, ``image: <url>`` and ``audio: <format>`` joined by newlines; a function_call_output's
+    output; a function_call as ``name(arguments)``."""
+    if isinstance(inp, str):
+        return inp
+    if not inp:
+        return ""
+    item = inp[-1]
+    t = item.get("type") or "message"
+    if t == "function_call":
+        return f"{item['name']}({item['arguments']})"
+    content = item["content"] if t == "message" else item["output"]
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        pt = _part_type(part)
+        if pt in TEXT_PARTS:
+            parts.append(part["refusal"] if pt == "refusal" else part["text"])
+        elif pt == "input_image":
+            parts.append(f"image: {_image_url(part)}")
+        elif pt == "input_audio":
+            parts.append(f"audio: {_audio(part).get('format') or ''}")
+    return "\n".join(parts)
+
+
+def _flat_tool(tool: dict) -> dict:
+    fn = tool["function"] if isinstance(tool.get("function"), dict) else tool
+    return {"type": "function", "name": fn["name"], "description": fn.get("description"),
+            "parameters": fn.get("parameters"), "strict": fn.get("strict")}
+
+
+def to_chat_tools(tools) -> list | None:
+    """Flat (or nested) function tools -> chat tools; None when absent or empty."""
+    if not tools:
+        return None
+    out = []
+    for t in tools:
+        flat = _flat_tool(t)
+        fn = {"name": flat["name"]}
+        if flat["description"] is not None:
+            fn["description"] = flat["description"]
+        if flat["parameters"] is not None:
+            fn["parameters"] = flat["parameters"]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _named(choice) -> str | None:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        fn = choice.get("function")
+        return fn.get("name") if isinstance(fn, dict) else choice.get("name")
+    return None
+
+
+def chat_tool_choice(tools, choice, has_output: bool):
+    """The seeds' tool policy -> a chat tool_choice.  Returns ``(tool_choice, tool_turn)``."""
+    name = _named(choice)
+    if not tools:
+        # No tools: only "none"/"auto" make sense; forcing ones reach the validator's 400.
+        if name is not None:
+            return {"type": "function", "function": {"name": name}}, False
+        return (choice if choice in ("none", "required") else None), False
+    if choice == "none" or has_output:
+        return "none", False
+    if name is not None:
+        return {"type": "function", "function": {"name": name}}, True
+    return "required", True
+
+
+def to_response_format(text_cfg) -> dict | None:
+    """``text.format`` -> chat ``response_format`` (None for plain text)."""
+    fmt = text_cfg.format if text_cfg is not None else None
+    t = fmt.type if fmt is not None else None
+    if t == "json_object":
+        return {"type": "json_object"}
+    if t == "json_schema":
+        js = {k: getattr(fmt, k) for k in ("name", "schema", "description", "strict") if getattr(fmt, k) is not None}
+        return {"type": "json_schema", "json_schema": js}
+    return None
+
+
+class _Ctx:
+    """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
+    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "text_format", "n")
+
+    def __init__(self, body: ResponsesRequest, req, want_logprobs, top):
+        self.body = body
+        self.req = req
+        self.created = int(time.time())
+        self.want_logprobs = want_logprobs
+        self.top = top
+        self.tools = [_flat_tool(t) for t in body.tools or ()]
+        fmt = body.text.format if body.text is not None else None
+        self.text_format = {k: v for k, v in asdict(fmt).items() if v is not None} if fmt is not None else None
+        if not self.text_format:
+            self.text_format = {"type": "text"}
+        self.n = 0
+
+    def event(self, type_: str, payload: dict) -> bytes:
+        """One named SSE event with the next ``sequence_number``."""
+        frame = (b"event: " + type_.encode() + b"\ndata: " +
+                 dumps({"type": type_, "sequence_number": self.n, **payload}) + b"\n\n")
+        self.n += 1
+        return frame
+
+
+# ---- rendering ------------------------------------------------------------------------------------
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def base_response(ctx: _Ctx, status: str) -> dict:
+    """The response object without output/usage, with the fields the openai SDK's ``Response``
+    model reads (request settings echoed, defaults as OpenAI reports them)."""
+    d = ctx.body
+    return {"id": f"resp_{ctx.req.request_id}", "object": "response", "created_at": ctx.created,
+            "status": status, "background": False, "error": None, "incomplete_details": None,
+            "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
+            "max_tool_calls": None, "model": ctx.req.model, "output": [],
+            "parallel_tool_calls": _or(d.parallel_tool_calls, True),
+            "previous_response_id": d.previous_response_id, "reasoning": None,
+            "service_tier": "default", "store": False, "temperature": _or(d.temperature, 1.0),
+            "text": {"format": ctx.text_format}, "tool_choice": _or(d.tool_choice, "auto"),
+            "tools": ctx.tools, "top_logprobs": _or(d.top_logprobs, 0), "top_p": _or(d.top_p, 1.0),
+            "truncation": _or(d.truncation, "disabled"), "usage": None, "user": d.user,
+            "metadata": _or(d.metadata, {})}
+
+
+def _usage(seq) -> dict:
+    p, c = seq.prompt_len, seq.completion_tokens
+    return {"input_tokens": p, "input_tokens_details": {"cached_tokens": seq.cached_tokens}, "output_tokens": c,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": p + c}
+
+
+def _incomplete_reason(seq) -> str | None:
+    if seq.tool_calls:
+        return None
+    if seq.finish_reason == "length":
+        return "max_output_tokens"
+    if seq.finish_reason == "cache_threshold":
+        return "cache_threshold"
+    return None
+
+
+def call_ids(chat_id: str) -> tuple[str, str]:
+    """``chatcmpl-tool-<hex>`` -> (``fc_<hex>``, ``call_<hex>``)."""
+    suffix = chat_id.rsplit("-", 1)[-1]
+    return f"fc_{suffix}", f"call_{suffix}"
+
+
+def _call_item(tc: dict, status: str, arguments: str) -> dict:
+    fc, call = call_ids(tc["id"])
+    return {"id": fc, "type": "function_call", "status": status, "arguments": arguments, "call_id": call,
+            "name": tc["name"]}
+
+
+def _text_part(text: str, logprobs=...) -> dict:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs is not ...:
+        part["logprobs"] = logprobs
+    return part
+
+
+def _message_item(ctx: _Ctx, status: str, content: list) -> dict:
+    return {"id": f"msg_{ctx.req.request_id}", "type": "message", "role": "assistant", "status": status,
+            "content": content}
+
+
+def _logprobs(ctx: _Ctx, seq) -> list:
+    top = ctx.top
+    return [lp.responses_entry(p, i, top) for i, p in enumerate(seq.pieces)]
+
+
+def render_response(ctx: _Ctx, seq) -> dict:
+    """The final ``response`` object (non-streaming body, and ``response.completed``)."""
+    reason = _incomplete_reason(seq)
+    out = base_response(ctx, "incomplete" if reason else "completed")
+    if reason:
+        out["incomplete_details"] = {"reason": reason}
+    if seq.tool_calls:
+        out["output"] = [_call_item(tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
+    else:
+        part = (_text_part(seq.output_text(), _logprobs(ctx, seq)) if ctx.want_logprobs
+                else _text_part(seq.output_text()))
+        out["output"] = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
+    out["usage"] = _usage(seq)
+    return out
+
+
+def stream_response(sim, ctx: _Ctx, seq):
+    """SSE body (see the module docstring).  Per token only the piece (and its logprob entry
+    when asked) is serialised into a pre-rendered frame."""
+    ev = ctx.event
+    r0 = base_response(ctx, "in_progress")
+    yield ev("response.created", {"response": r0}) + ev("response.in_progress", {"response": r0})
+    calls = seq.tool_calls
+    if calls:
+        tc = calls[0]
+        item_id = call_ids(tc["id"])[0]
+        yield ev("response.output_item.added", {"output_index": 0, "item": _call_item(tc, "in_progress", "")})
+        head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
+                b'"response.function_call_arguments.delta","sequence_number":')
+        mid = b',"item_id":' + dumps(item_id) + b',"output_index":0,"delta":'
+        for _, k in sim.stream([seq]):
+            if tc["start"] <= k < tc["end"]:
+                yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
+                ctx.n += 1
+        yield (ev("response.function_call_arguments.done",
+                  {"item_id": item_id, "output_index": 0, "name": tc["name"], "arguments": tc["arguments"]}) +
+               ev("response.output_item.done", {"output_index": 0,
+                                                 "item": _call_item(tc, "completed", tc["arguments"])}))
+    else:
+        want = ctx.want_logprobs
+        msg_id = f"msg_{ctx.req.request_id}"
+        ids = {"item_id": msg_id, "output_index": 0, "content_index": 0}
+        yield (ev("response.output_item.added", {"output_index": 0,
+                                                  "item": _message_item(ctx, "in_progress", [])}) +
+               ev("response.content_part.added", {**ids, "part": _text_part("", []) if want else _text_part("")}))
+        head = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                b'"sequence_number":')
+        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":0,"content_index":0,"delta":'
+        top = ctx.top
+        for _, k in sim.stream([seq]):
+            piece = seq.pieces[k]
+            lps = (b"[" + dumps(lp.responses_entry(piece, k, top)) + b"]") if want else b"[]"
+            yield head + str(ctx.n).encode() + mid + dumps(piece) + b',"logprobs":' + lps + b"}\n\n"
+            ctx.n += 1
+        text = seq.output_text()
+        status = "incomplete" if _incomplete_reason(seq) else "completed"
+        # Placement of logprobs after the deltas follows the reference (api.md 7.4).
+        done_part = _text_part(text, None) if want else _text_part(text)
+        yield (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
+               ev("response.content_part.done", {**ids, "part": done_part}) +
+               ev("response.output_item.done", {"output_index": 0,
+                                                 "item": _message_item(ctx, status, [done_part])}))
+    yield ev("response.completed", {"response": render_response(ctx, seq)})
