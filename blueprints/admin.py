@@ -17,7 +17,7 @@ import uuid
 from flask import Blueprint, Response
 
 from generation.config import ConfigError
-from generation.errors import APIError
+from generation.errors import InvalidParam
 from generation.fake_metrics_spec import merge_fake_metrics, parse_fake_metrics
 
 from .common import json_response, parse_json_body, simulator
@@ -42,7 +42,7 @@ def update_config():
     try:
         new = sim.config.updated(changes)
     except ConfigError as e:
-        raise APIError(str(e), 400, e.param) from None
+        raise InvalidParam(str(e), e.param) from None
     sim.config.swap(new)
     if fake_update:
         sim.metrics.fake.update(fake_update)
@@ -51,20 +51,20 @@ def update_config():
 
 def _check_fake_metrics(sim, value) -> dict | None:
     """Validate a ``fake-metrics`` partial update against the merged object and return the
-    parsed update (None for null: nothing changes).  Raises APIError 400 (engine.md 5.4
+    parsed update (None for null: nothing changes).  Raises InvalidParam (a 400; engine.md 5.4
     messages)."""
     if value is None:
         return None
     if sim.config.fake_metrics is None or sim.metrics.fake is None:
-        raise APIError("the simulator is reporting real metrics; fake metrics cannot be updated", 400,
-                       "fake-metrics")
+        raise InvalidParam("the simulator is reporting real metrics; fake metrics cannot be updated",
+                           "fake-metrics")
     if not isinstance(value, dict):
-        raise APIError('field "fake-metrics": must be a JSON object', 400, "fake-metrics")
+        raise InvalidParam('field "fake-metrics": must be a JSON object', "fake-metrics")
     try:
         update = parse_fake_metrics(value, sim.config.max_model_len, partial=True)
         parse_fake_metrics(merge_fake_metrics(sim.config.fake_metrics, value), sim.config.max_model_len)
     except ConfigError as e:
-        raise APIError(str(e), 400, "fake-metrics") from None
+        raise InvalidParam(str(e), "fake-metrics") from None
     return update
 
 
@@ -77,8 +77,8 @@ def update_fake_metrics():
     try:
         body = parse_json_body()
         update = _check_fake_metrics(sim, body)
-    except APIError as e:
-        raise APIError(f"Failed to update fake metrics: {e.message}", 400, e.param) from None
+    except InvalidParam as e:
+        raise InvalidParam(f"Failed to update fake metrics: {e.message}", e.param) from None
     if update is not None:
         new = sim.config.copy()
         new.fake_metrics = merge_fake_metrics(sim.config.fake_metrics, body)

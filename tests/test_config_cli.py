@@ -247,6 +247,13 @@ def test_admin_rejects_non_finite_absurd_and_unknown_values(admin_client, body, 
     assert math.isfinite(admin_client.sim.config.time_factor_under_load)
 
 
+def test_admin_needs_a_json_content_type(admin_client):
+    r = admin_client.post("/admin/config", content=b'{"failure-injection-rate": 100}',
+                          headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415
+    assert admin_client.sim.config.failure_injection_rate == 0
+
+
 def test_deprecated_fake_metrics_route_answers_400_for_client_errors(admin_client):
     r = admin_client.post("/fake_metrics", json={"running-requests": 1})
     assert r.status_code == 400
