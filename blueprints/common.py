@@ -157,8 +157,9 @@ def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, ba
 
 
 def header_safe(value: str) -> bool:
-    """Whether ``value`` can be sent as an HTTP header value as is (printable, latin-1)."""
-    return all(" " <= c <= "~" or "\xa0" <= c <= "\xff" for c in value)
+    """Whether ``value`` can be sent as an HTTP header value as is (printable ASCII: what every
+    WSGI server can encode; gunicorn refuses CR/LF with a 500 after the request was admitted)."""
+    return value.isascii() and value.isprintable()
 
 
 def request_id(sim: Simulator | None = None, body_rid: str | None = None) -> str:
@@ -174,7 +175,7 @@ def request_id(sim: Simulator | None = None, body_rid: str | None = None) -> str
         if rid:
             return rid
         if body_rid and not header_safe(body_rid):
-            raise InvalidParam("request_id: must be printable text without control characters (CR, LF, ...): "
+            raise InvalidParam("request_id: must be printable ASCII without control characters (CR, LF, ...): "
                                "it is echoed in the X-Request-Id response header", "request_id")
     return body_rid or sim.new_request_id()
 

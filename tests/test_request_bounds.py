@@ -1,0 +1,319 @@
+"""Request bounds and the serving pipeline (issue 12 items in the request path, issue 11 layer).
+
+In-process (Flask app through ``httpx.WSGITransport``) plus unit tests of the Flask-free
+adapters: X-Return-Error outside 100-599, the JSON Content-Type rule, ``n`` and request-size
+bounds checked before anything is built, header-unsafe request ids rejected before admission,
+nothing left admitted when a response fails before its first byte, and the pure translations.
+"""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from app import create_app
+from blueprints.errors import STATUS, status_of
+from generation.adapters import base, messages as am, responses as ar
+from generation.adapters.protocol import (AnthropicMessage, AnthropicTool, AnthropicToolChoice, ChatCompletionRequest,
+                                          MessagesRequest, StreamOptions, TextConfig, TextFormat)
+from generation.config import load_config
+from generation.errors import (APIError, ContextLengthError, InjectedError, InvalidParam, ModelNotFound,
+                               QueueFullError, UnsupportedMediaType)
+from generation.request import GenerationRequest, Prompt, SeqState, Sequence
+from schemas.chat import chat_request_schema
+from schemas.common import load
+
+MSG = [{"role": "user", "content": "hello there"}]
+CHAT = {"model": "test-model", "messages": MSG, "max_tokens": 3}
+
+
+def make_client(*flags: str) -> httpx.Client:
+    app = create_app(load_config(["--model", "test-model", *flags]))
+    c = httpx.Client(base_url="http://sim", transport=httpx.WSGITransport(app=app), timeout=30)
+    c.sim = app.extensions["simulator"]
+    return c
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = make_client()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def rid_client():
+    c = make_client("--enable-request-id-headers")
+    yield c
+    c.close()
+
+
+def successes(sim) -> float:
+    return sum(c.value for c in sim.metrics.success.values())
+
+
+def idle(sim) -> bool:
+    return sim.running == 0 and not sim.waiting
+
+
+# ---- X-Return-Error ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["999", "0", "99", "600", "-1", "100000000000000000000"])
+def test_x_return_error_outside_status_range_is_400_json(client, value):
+    r = client.post("/v1/chat/completions", json=CHAT, headers={"X-Return-Error": value})
+    assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert err == {"message": f'Invalid X-Return-Error header value "{value}": must be an HTTP status code '
+                              f'from 100 to 599', "type": "BadRequestError", "param": None, "code": 400}
+
+
+def test_x_return_error_outside_range_on_messages_uses_anthropic_envelope(client):
+    r = client.post("/v1/messages", json={**CHAT, "max_tokens": 3}, headers={"X-Return-Error": "700"})
+    assert r.status_code == 400
+    assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message":
+                        'Invalid X-Return-Error header value "700": must be an HTTP status code from 100 to 599'}}
+
+
+@pytest.mark.parametrize("value,type_", [("418", "APIConnectionError"), ("599", "InternalServerError"),
+                                         ("404", "NotFoundError")])
+def test_x_return_error_in_range_still_forces_that_status(client, value, type_):
+    r = client.post("/v1/chat/completions", json=CHAT, headers={"X-Return-Error": value})
+    assert r.status_code == int(value) and r.json()["error"]["type"] == type_
+
+
+# ---- Content-Type ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/tokenize",
+                                  "/inference/v1/generate", "/admin/config", "/v1/load_lora_adapter"])
+@pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded", "application/jsonx"])
+def test_json_routes_require_json_content_type(client, path, ctype):
+    headers = {"content-type": ctype} if ctype else {}
+    r = client.post(path, content=b'{"failure-injection-rate": 100}', headers=headers)
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": "Unsupported Media Type: Only 'application/json' is allowed",
+                                 "type": "BadRequestError", "param": None, "code": 400}
+
+
+def test_text_plain_cannot_change_config(client):
+    before = client.sim.config.failure_injection_rate
+    client.post("/admin/config", content=b'{"failure-injection-rate": 100}', headers={"content-type": "text/plain"})
+    assert client.sim.config.failure_injection_rate == before
+
+
+def test_messages_content_type_error_in_anthropic_envelope(client):
+    r = client.post("/v1/messages", content=b"{}", headers={"content-type": "text/plain"})
+    assert r.status_code == 400
+    assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
+                                                   "message": "Unsupported Media Type: Only 'application/json' is allowed"}}
+
+
+@pytest.mark.parametrize("ctype", ["application/json", "application/json; charset=utf-8", "Application/JSON"])
+def test_json_content_type_variants_accepted(client, ctype):
+    r = client.post("/v1/chat/completions", content=httpx.Request("POST", "/", json=CHAT).content,
+                    headers={"content-type": ctype})
+    assert r.status_code == 200, r.text
+
+
+# ---- n and request size -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2 ** 63, 2 ** 64 - 1, 16385])
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", CHAT),
+    ("/v1/completions", {"model": "test-model", "prompt": "hi", "max_tokens": 2}),
+])
+def test_n_above_vllm_max_is_400(client, path, body, n):
+    r = client.post(path, json={**body, "n": n})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": f"n must be at most 16384, got {n}.", "type": "BadRequestError",
+                                 "param": "n", "code": 400}
+    assert idle(client.sim)
+
+
+def test_generate_n_above_max_is_400(client):
+    r = client.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2],
+                                                   "sampling_params": {"max_tokens": 2, "n": 2 ** 63}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+
+
+def test_huge_prompt_array_rejected_before_tokenizing(client, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("tokenized a request that can never be admitted")
+    monkeypatch.setattr(client.sim.tokenizer, "encode", boom)
+    monkeypatch.setattr(client.sim.tokenizer, "encode_prompt", boom, raising=False)
+    r = client.post("/v1/completions", json={"model": "test-model", "prompt": ["a"] * 800_000, "max_tokens": 1})
+    assert r.status_code == 429
+    assert r.json()["error"] == {"message": "Failed to enqueue request, waiting requests queue is full",
+                                 "type": "RateLimitError", "param": None, "code": 429}
+    assert idle(client.sim)
+
+
+def test_n_times_prompts_over_capacity_is_429_and_at_capacity_is_admitted(client):
+    cfg = client.sim.config
+    cap = cfg.max_num_seqs + cfg.max_waiting_queue_length       # 5 + 1000 by default
+    r = client.post("/v1/completions", json={"model": "test-model", "prompt": ["a", "b"], "n": cap // 2 + 1,
+                                             "max_tokens": 1})
+    assert r.status_code == 429
+    r = client.post("/v1/chat/completions", json={**CHAT, "n": cap + 1})
+    assert r.status_code == 429
+    r = client.post("/v1/chat/completions", json={**CHAT, "n": 7, "max_tokens": 1})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 7
+    assert idle(client.sim)
+
+
+def test_size_check_skipped_when_every_answer_is_instant(client):
+    """Cache-threshold finishes need no slot: such a request is not refused by the size check."""
+    r = client.post("/v1/chat/completions", json={**CHAT, "n": 1006},
+                    headers={"X-Cache-Threshold-Finish-Reason": "true"})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1006
+    assert {c["finish_reason"] for c in r.json()["choices"]} == {"cache_threshold"}
+
+
+# ---- request ids and slot leaks ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("rid", ["a\r\nX-Injected: 1", "a\nb", "tab\there", "nul\x00", "caf\u00e9", "euro\u20ac"])
+def test_header_unsafe_body_request_id_is_400_before_admission(rid_client, stream, rid):
+    sim = rid_client.sim
+    before = successes(sim)
+    r = rid_client.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2, 3],
+                                                       "request_id": rid, "stream": stream,
+                                                       "sampling_params": {"max_tokens": 2}})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "request_id" and err["message"].startswith("request_id: must be printable ASCII")
+    assert idle(sim) and successes(sim) == before
+
+
+def test_header_safe_body_request_id_is_echoed(rid_client):
+    r = rid_client.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2, 3],
+                                                       "request_id": "req-1 (retry)",
+                                                       "sampling_params": {"max_tokens": 2}})
+    assert r.status_code == 200 and r.json()["request_id"] == "req-1 (retry)"
+    assert r.headers["x-request-id"] == "req-1 (retry)"
+
+
+def test_unsafe_body_request_id_allowed_when_not_echoed(client):
+    """Without --enable-request-id-headers the id only appears in the JSON body."""
+    r = client.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2, 3],
+                                                   "request_id": "a\nb", "sampling_params": {"max_tokens": 2}})
+    assert r.status_code == 200 and r.json()["request_id"] == "a\nb"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_failure_after_admission_releases_the_slot(stream, monkeypatch):
+    import blueprints.serving as serving
+    c = make_client()
+    sim = c.sim
+
+    def broken(*a, **k):
+        assert sim.running == 1          # admitted at this point
+        raise RuntimeError("broken before the first byte")
+    monkeypatch.setattr(serving, "sse_response" if stream else "run_to_completion", broken)
+    before = successes(sim)
+    r = c.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+    assert r.status_code == 500
+    assert idle(sim) and successes(sim) == before
+    c.close()
+
+
+# ---- typed requests and the error table -------------------------------------------------------------
+
+def test_schema_loads_typed_request():
+    req = load(chat_request_schema, {"model": "m", "messages": MSG, "n": 2, "stream_options": {"include_usage": True}})
+    assert isinstance(req, ChatCompletionRequest)
+    assert req.n == 2 and req.messages == MSG and req.stream_options == StreamOptions(include_usage=True)
+    assert req.max_tokens is None and req.tools is None
+
+
+@pytest.mark.parametrize("err,status", [
+    (InvalidParam("x", "f"), 400), (ContextLengthError("x"), 400), (UnsupportedMediaType(), 400),
+    (ModelNotFound("m"), 404), (QueueFullError(), 429), (InjectedError("x", 503), 503),
+    (APIError("x", 422), 422), (RuntimeError("bug"), 500)])
+def test_error_table(err, status):
+    assert status_of(err) == status
+
+
+def test_every_domain_error_has_a_row():
+    for cls in (InvalidParam, ContextLengthError, UnsupportedMediaType, ModelNotFound, QueueFullError):
+        assert cls in STATUS
+
+
+# ---- pure units ----------------------------------------------------------------------------------------
+
+def _seq(pieces, ids=None):
+    seq = Sequence(GenerationRequest(request_id="r", model="m"), 0, 0, Prompt([1]))
+    seq.pieces = list(pieces)
+    seq.ids = list(ids or range(len(pieces)))
+    return seq
+
+
+def test_cut_at_stop_earliest_then_first_listed():
+    seq = _seq(["Hello", " wor", "ld", "!"])
+    assert seq.cut_at_stop(["ld", "o w"]) == "o w"
+    assert seq.pieces == ["Hell"] and seq.ids == [0] and seq.stop_reason == "o w" and seq.finish_reason == "stop"
+    seq = _seq(["abc"])
+    assert seq.cut_at_stop(["bc", "b"]) == "bc" and seq.pieces == ["a"]
+    seq = _seq(["abc"])
+    seq.finish_reason = "length"
+    assert seq.cut_at_stop(["zz", ""]) is None and seq.pieces == ["abc"] and seq.finish_reason == "length"
+
+
+def test_seq_state_is_a_str_enum():
+    seq = _seq([])
+    assert seq.state is SeqState.NEW and seq.state == "new"
+    assert [s.value for s in SeqState] == ["new", "waiting", "running", "instant", "done", "aborted"]
+
+
+def test_check_limits():
+    base.check_limits(5, True, 3)
+    for args, param, msg in [((5, False, 0), "n", "n must be at least 1, got 0."),
+                             ((0, False, None), "max_tokens", "max_tokens must be at least 1, got 0."),
+                             ((None, True, None), "max_tokens", "Ignore_eos is true")]:
+        with pytest.raises(InvalidParam) as e:
+            base.check_limits(*args)
+        assert e.value.param == param and e.value.message.startswith(msg)
+
+
+def test_anthropic_translation():
+    body = MessagesRequest(
+        system=[{"type": "text", "text": "be brief"}],
+        messages=[AnthropicMessage("user", "hi"),
+                  AnthropicMessage("assistant", [{"type": "text", "text": "calling"},
+                                                 {"type": "tool_use", "id": "t1", "name": "f", "input": {"b": 1, "a": 2}}]),
+                  AnthropicMessage("user", [{"type": "tool_result", "tool_use_id": "t1", "content": "42"},
+                                            {"type": "image", "source": {"type": "url", "url": "http://x/i.png"}}]),
+                  AnthropicMessage("user", [{"type": "thinking", "thinking": "..."}])])
+    assert am.to_chat_messages(body) == [
+        {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "calling",
+         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":2,"b":1}'}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "42"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/i.png"}}]},
+    ]
+    assert am.to_chat_tools([AnthropicTool(name="f", input_schema={"type": "object"}, description="d")]) == [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "description": "d"}}]
+    assert am.to_chat_tools([]) is None
+    assert am.to_chat_tool_choice(AnthropicToolChoice("any")) == "required"
+    assert am.to_chat_tool_choice(AnthropicToolChoice("tool", "f")) == {"type": "function", "function": {"name": "f"}}
+    assert am.to_chat_tool_choice(None) is None
+
+
+def test_responses_translation():
+    inp = [{"role": "user", "content": [{"type": "input_text", "text": "a"},
+                                        {"type": "input_image", "image_url": "http://i"}]},
+           {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+           {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    assert ar.to_chat_messages(inp) == [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "http://i"}}]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    assert ar.echo_text(inp) == "ok" and ar.echo_text(inp[:1]) == "a\nimage: http://i"
+    tools = ar.to_chat_tools([{"type": "function", "name": "f", "parameters": {"type": "object"}}])
+    assert tools == [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert ar.chat_tool_choice(tools, None, False) == ("required", True)
+    assert ar.chat_tool_choice(tools, "auto", True) == ("none", False)
+    assert ar.to_response_format(TextConfig(TextFormat("json_schema", name="n", schema={"type": "object"}))) == \
+        {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}}
+    assert ar.to_response_format(TextConfig(TextFormat("text"))) is None
+    assert ar.to_response_format(None) is None
