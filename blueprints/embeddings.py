@@ -7,6 +7,12 @@ deterministic unit-length float32 vector (the same tokens always give the same v
 ``dimensions`` vector is the prefix of the full one re-normalised, as matryoshka models do).
 ``encoding_format: "base64"`` (what the openai SDK asks for by default) returns standard
 base64 of the little-endian float32 bytes.  Not served in ``--mm-encoder-only`` mode.
+
+Bounds, checked before any input is tokenized or any vector built (README "Robustness
+limits"): at most :data:`MAX_INPUTS` inputs (OpenAI's limit per request), each within
+``--max-model-len`` tokens (vLLM); ``dimensions`` at most ``--default-embedding-dimensions``,
+which plays the model's hidden size (vLLM slices the pooled hidden state, so it can never return
+more); and inputs x dimensions at most :data:`MAX_VALUES` floats per response.
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ from .common import JSON_MIME, parse_json_body, request_id, response_headers, si
 bp = Blueprint("embeddings", __name__)
 
 _LE_F32 = np.dtype("<f4")
+MAX_INPUTS = 2048             # OpenAI: "must be 2048 dimensions or less" for an input array
+MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
 
 
 def embedding_vector(ids, dimensions: int) -> np.ndarray:
@@ -55,6 +63,8 @@ def _token_lists(sim, data: dict) -> list[list[int]]:
     if messages is not None:
         raise APIError("Only one of input and messages may be given", 400, "messages")
     kind, items = inp
+    if len(items) > MAX_INPUTS:
+        raise APIError(f"input must have at most {MAX_INPUTS} items, got {len(items)}.", 400, "input")
     if kind == "ids":
         return items
     return [sim.tokenizer.encode(text)[0] for text in items]
@@ -69,6 +79,16 @@ def create_embeddings():
     data = load(embedding_request_schema, parse_json_body())
     model = data.get("model")
     display, _ = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
+    size = cfg.default_embedding_dimensions
+    dims = data.get("dimensions") or size
+    if dims > size:
+        raise APIError(f"dimensions must be at most {size}, the model's embedding size "
+                       f"(--default-embedding-dimensions).", 400, "dimensions")
+    inp = data.get("input")
+    count = len(inp[1]) if inp is not None else 1
+    if count * dims > MAX_VALUES:
+        raise APIError(f"{count} inputs x {dims} dimensions exceed the {MAX_VALUES} values one response may "
+                       f"carry; send fewer inputs per request.", 400, "input")
     token_lists = _token_lists(sim, data)
     max_len = cfg.max_model_len
     trunc = data.get("truncate_prompt_tokens")
@@ -80,7 +100,6 @@ def create_embeddings():
             raise APIError(f"This model's maximum context length is {max_len} tokens. However, you requested "
                            f"{len(t)} tokens in the input for embedding generation. Please reduce the length "
                            f"of the input.", 400, "input")
-    dims = data.get("dimensions") or cfg.default_embedding_dimensions
     as_b64 = data.get("encoding_format") == "base64"
     out = []
     total = 0
