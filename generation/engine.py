@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import random
 import time
-import uuid
 from collections import deque
 
 import gevent
@@ -142,6 +141,7 @@ class Simulator:
         self.waiting: deque[Sequence] = deque()
         self.metrics.bind(self)
         self._id_counter = 0
+        self._id_bits = random.Random(f"{config.seed}-{config.port}").getrandbits
         self.started = monotonic()
         self.tool_synthesizer = None      # set by generation.tools when available
         self.kv_cache = None              # set by generation.kvcache when enabled
@@ -149,10 +149,11 @@ class Simulator:
 
     # ---- naming ---------------------------------------------------------------------------
     def new_request_id(self) -> str:
-        """A fresh request id: uuid5 of ``<seed>-<port>-<n>`` (reproducible with ``--seed``)."""
-        n = self._id_counter
-        self._id_counter = n + 1
-        return uuid.uuid5(uuid.NAMESPACE_URL, f"{self.config.seed}-{self.config.port}-{n}").hex
+        """A fresh request id: 32 hex digits from a generator seeded with ``<seed>-<port>``, so
+        the sequence is reproducible with ``--seed`` and differs between ranks (ports).  About
+        0.3 us; uuid5 per id cost 8.6 us (issue 13)."""
+        self._id_counter += 1
+        return "%032x" % self._id_bits(128)
 
     def resolve_model(self, model) -> tuple[str, str | None]:
         """Map a request's ``model`` to ``(display name, lora name or None)``.
