@@ -1,0 +1,240 @@
+"""The simulator against a bare Flask + gunicorn gevent app, side by side (issue 13).
+
+Starts both servers itself, captures the simulator's exact response bytes for each workload and
+has the bare app return those same bytes (one write), then alternates the two under ``wrk``
+(``-t1 -c32``) for ``--rounds`` rounds and prints the median ratio of each workload with its
+target:
+
+* non-streaming chat and completions, requests/s (target >= 0.85x bare);
+* streaming with every token due at once, 16 and 256 tokens, chunks/s (target >= 0.7x bare);
+
+plus, for the simulator alone:
+
+* seconds from ``python app.py`` to the first ``/health`` 200 (target < 1 s on an idle machine);
+* ``--enable-kvcache`` cost: time per request with it over without, repeated 1k-token prompts
+  (target < 1.3x);
+* ``/metrics`` scrape time (ms, target < 10 ms) on a fresh server and after 2,000 requests over
+  100 LoRA adapters.
+
+The machine's load average is printed with the table: figures from a busy machine are not
+comparable.  Needs ``wrk`` (Debian package ``wrk``).
+
+    python bench/compare_bare.py [--duration 5] [--rounds 3] [--connections 32]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from throughput import ROOT, free_port  # noqa: E402
+
+BARE_APP = r'''
+import json, os
+from flask import Flask, Response, request
+BODIES = json.load(open(os.environ["BARE_BODIES"]))
+app = Flask("bare")
+
+def reply(key):
+    request.get_data()
+    b = BODIES[key]
+    return Response(b["body"].encode(), 200, content_type=b["content_type"])
+
+for key in BODIES:
+    app.add_url_rule("/" + key, key, (lambda k: lambda: reply(k))(key), methods=["POST"])
+'''
+
+MSG = [{"role": "user", "content": "Hello, how are you today?"}]
+WORKLOADS = {       # name -> (path, body)
+    "chat": ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 10}),
+    "completions": ("/v1/completions", {"model": "test-model", "prompt": "Hello there", "max_tokens": 10}),
+    "stream16": ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 16,
+                                          "ignore_eos": True, "stream": True}),
+    "stream256": ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 256,
+                                           "ignore_eos": True, "stream": True}),
+}
+SIM_FLAGS = ["--max-num-seqs", "100000", "--max-waiting-queue-length", "100000", "--seed", "1"]
+
+
+def wait_health(base: str, proc, timeout: float = 30) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(base + "/health", timeout=1)
+            return time.monotonic() - t0
+        except OSError:
+            time.sleep(0.01)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+def start_sim(extra=(), model="test-model") -> tuple:
+    port = free_port()
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--model", model, "--port", str(port),
+                             "--host", "127.0.0.1", *SIM_FLAGS, *extra], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_health(base, proc)
+    return proc, base, time.monotonic() - t0
+
+
+def start_bare(bodies: dict, tmp: str) -> tuple:
+    with open(os.path.join(tmp, "bare_app.py"), "w") as fh:
+        fh.write(BARE_APP + '\n@app.get("/health")\ndef health():\n    return ""\n')
+    with open(os.path.join(tmp, "bodies.json"), "w") as fh:
+        json.dump(bodies, fh)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "1", "--worker-connections",
+                             "10000", "--keep-alive", "5", "--backlog", "4096", "--log-level", "warning",
+                             "-b", f"127.0.0.1:{port}", "bare_app:app"],
+                            cwd=tmp, env={**os.environ, "BARE_BODIES": os.path.join(tmp, "bodies.json")},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_health(base, proc)
+    return proc, base
+
+
+def stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def capture(base: str, path: str, body: dict) -> dict:
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return {"body": r.read().decode(), "content_type": r.headers["Content-Type"]}
+
+
+def lua_script(tmp: str, body: dict | None = None, bodies: list | None = None) -> str:
+    """A wrk script POSTing ``body`` (or cycling through ``bodies``) and reporting non-2xx."""
+    path = os.path.join(tmp, f"s{time.monotonic_ns()}.lua")
+    with open(path, "w") as fh:
+        fh.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
+        if bodies:
+            fh.write("bodies = {" + ",".join(f"[[{json.dumps(b)}]]" for b in bodies) + "}\ni = 0\n"
+                     "request = function()\n  i = i % #bodies + 1\n"
+                     "  return wrk.format(nil, nil, nil, bodies[i])\nend\n")
+        else:
+            fh.write(f"wrk.body = [[{json.dumps(body)}]]\n")
+        fh.write('done = function(summary, latency, requests)\n'
+                 '  io.write(string.format("NON2XX %d\\n", summary.errors.status))\nend\n')
+    return path
+
+
+def wrk(url: str, script: str, duration: float, connections: int) -> float:
+    out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{int(duration)}s", "-s", script, url],
+                         capture_output=True, text=True).stdout
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    bad = re.search(r"NON2XX (\d+)", out)
+    if not m or (bad and int(bad.group(1))):
+        raise SystemExit(f"wrk failed on {url}:\n{out}")
+    return float(m.group(1))
+
+
+def scrape_ms(base: str, n: int = 20) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        urllib.request.urlopen(base + "/metrics").read()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--only", nargs="*", default=None, help="workloads (default: all)")
+    ap.add_argument("--skip-extras", action="store_true", help="only the ratio table")
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk not found: apt-get install wrk")
+    print(f"load average at start: {loadavg()}  ({os.cpu_count()} CPUs)", flush=True)
+    tmp = tempfile.mkdtemp(prefix="compare_bare_")
+    names = args.only or list(WORKLOADS)
+    sim, sim_base, _ = start_sim()
+    bodies = {n: capture(sim_base, *WORKLOADS[n]) for n in names}
+    chunks = {n: bodies[n]["body"].count("data: ") or 1 for n in names}
+    bare, bare_base = start_bare(bodies, tmp)
+    scripts = {n: lua_script(tmp, WORKLOADS[n][1]) for n in names}
+    rates = {n: {"sim": [], "bare": []} for n in names}
+    try:
+        for rnd in range(args.rounds):
+            for n in names:
+                for who, url in (("sim", sim_base + WORKLOADS[n][0]), ("bare", bare_base + "/" + n)):
+                    rates[n][who].append(wrk(url, scripts[n], args.duration, args.connections))
+            print(f"round {rnd + 1}/{args.rounds} done, load {loadavg()}", flush=True)
+    finally:
+        stop(bare)
+        stop(sim)
+    print(f"\n{'workload':<14}{'sim':>12}{'bare':>12}{'ratio':>8}  target   unit")
+    for n in names:
+        s, b = statistics.median(rates[n]["sim"]), statistics.median(rates[n]["bare"])
+        unit = "chunks/s" if n.startswith("stream") else "req/s"
+        target = 0.7 if n.startswith("stream") else 0.85
+        ratios = [x / y for x, y in zip(rates[n]["sim"], rates[n]["bare"])]
+        print(f"{n:<14}{s * chunks[n]:>12.0f}{b * chunks[n]:>12.0f}{s / b:>8.2f}  >={target:<5} {unit}"
+              f"   (per round {' '.join(f'{r:.2f}' for r in ratios)})")
+    if args.skip_extras:
+        return
+
+    starts = []                     # seconds from the spawn to the first /health 200
+    for _ in range(3):
+        proc, base, elapsed = start_sim()
+        starts.append(elapsed)
+        stop(proc)
+    print(f"\n/health after start: {min(starts):.2f} s best, {statistics.median(starts):.2f} s median  (target < 1 s)")
+
+    prompt = " ".join(f"word{i % 50}" for i in range(1000))
+    kv_body = {"model": "test-model", "prompt": prompt, "max_tokens": 1}
+    script = lua_script(tmp, kv_body)
+    per = {}
+    for label, extra in (("off", []), ("on", ["--enable-kvcache"])):
+        proc, base, _ = start_sim(extra)
+        try:
+            per[label] = statistics.median(wrk(base + "/v1/completions", script, args.duration, args.connections)
+                                           for _ in range(args.rounds))
+        finally:
+            stop(proc)
+    print(f"--enable-kvcache: {per['on']:.0f} vs {per['off']:.0f} req/s, cost {per['off'] / per['on']:.2f}x "
+          f"per request (target < 1.3x)")
+
+    loras = [json.dumps({"name": f"lora{i}", "path": f"/lora{i}"}) for i in range(100)]
+    proc, base, _ = start_sim(["--max-loras", "4", "--lora-modules", *loras])
+    try:
+        fresh = scrape_ms(base)
+        lora_bodies = [{"model": f"lora{i}", "messages": MSG, "max_tokens": 2} for i in range(100)]
+        script = lua_script(tmp, bodies=lora_bodies)
+        subprocess.run(["wrk", "-t", "1", "-c", "8", "-d", "3s", "-s", script, base + "/v1/chat/completions"],
+                       capture_output=True)
+        after = scrape_ms(base)
+        series = urllib.request.urlopen(base + "/metrics").read().decode().count("vllm:lora_requests_info{")
+    finally:
+        stop(proc)
+    print(f"/metrics scrape: {fresh:.1f} ms fresh, {after:.1f} ms after LoRA traffic over 100 adapters "
+          f"({series} lora_requests_info series)  (target < 10 ms)")
+    print(f"load average at end: {loadavg()}")
+
+
+if __name__ == "__main__":
+    main()
