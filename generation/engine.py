@@ -29,7 +29,8 @@ from .fake_metrics import FakeMetricsCollector
 from .metrics import MetricsRecorder
 from .request import GenerationRequest, SeqState, Sequence
 from .text import SentenceSource, sample_capped_length, sample_default_length
-from .tokenizer import HFTokenizer, SimulatedTokenizer, flatten_messages
+from .tokenizer import tokenize_chat
+from .tokenizer_loading import load_tokenizer
 
 monotonic = time.monotonic
 
@@ -119,19 +120,13 @@ class Simulator:
     """The engine.  ``config`` is a :class:`generation.config.SimConfig` (read live, so admin
     updates apply to later draws)."""
 
-    def __init__(self, config):
+    def __init__(self, config, tokenizer=None):
         self.config = config
         self.rng = random.Random(config.seed)
-        if config.tokenizer and not config.force_dummy_tokenizer:
-            self.tokenizer = HFTokenizer(config.tokenizer)
-        else:
-            self.tokenizer = SimulatedTokenizer()
+        # Loaded by app.main before the worker forks (generation.tokenizer_loading explains why).
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         self.sentences = SentenceSource(self.tokenizer)
-        self.dataset = None               # recorded responses (random mode, --dataset-path)
-        if getattr(config, "dataset_path", "") and config.mode != "echo":
-            from data.dataset import SQLiteDataset
-            self.dataset = SQLiteDataset(config.dataset_path, config.dataset_table_name,
-                                         config.dataset_in_memory, self.sentences)
+        self.dataset = None               # recorded responses (--dataset-path), set by the app wiring
         self.latency = LatencyModel(config, self.rng)
         self.metrics = MetricsRecorder(config)     # reads running/waiting/LoRA state at scrape time
         if getattr(config, "fake_metrics", None) is not None:
@@ -167,11 +162,14 @@ class Simulator:
         raise ModelNotFound(model)
 
     # ---- tokenization ---------------------------------------------------------------------
-    def tokenize_text(self, text: str) -> tuple[list, list]:
-        return self.tokenizer.encode(text)
+    def tokenize_text(self, text: str, add_special_tokens: bool = True) -> tuple[list, list]:
+        """A text prompt's ids and pieces (vLLM: special tokens added unless told otherwise)."""
+        return self.tokenizer.encode_prompt(text, add_special_tokens)
 
-    def tokenize_messages(self, messages) -> tuple[list, list]:
-        return self.tokenizer.encode(flatten_messages(messages))
+    def tokenize_messages(self, messages, **chat_options) -> tuple[list, list]:
+        """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
+        :func:`generation.tokenizer.tokenize_chat` (tools, chat_template, ...)."""
+        return tokenize_chat(self.tokenizer, messages, **chat_options)
 
     # ---- output decision ------------------------------------------------------------------
     def prepare(self, req: GenerationRequest) -> list[Sequence]:

@@ -19,8 +19,15 @@ Where this differs from the Go reference (deliberately, to do what vLLM does):
 - A request that does not fit (all blocks referenced by running sequences) is not failed with
   a 500: the blocks that fit are stored and the rest are simply not cached (vLLM would queue or
   preempt; a simulator has no memory to run out of).
-- The legacy array event carries ``parent_block_hash`` nil (not 0) for a sequence's first
-  block, as vLLM's ``BlockStored`` does (cases C20/C21).
+- Events are encoded as the Go reference does, byte for byte (:func:`pack_batch`): hashes as
+  ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes, and the legacy array event's parent is
+  ``0`` when the stored run has no parent (engine.md 4.6); the map form sends nil there.
+- Block hashes are memoised per (parent, block tokens): a repeated prompt costs a dict lookup
+  per block instead of CBOR + FNV (issue 13: ``--enable-kvcache`` < 1.3x the cost without it).
+- ``--prefix-caching-hash-algo sha256_cbor`` hashes blocks with vLLM's recipe instead
+  (:class:`VllmBlockHasher`), so events can be compared with a real vLLM's.
+- ``--kv-events-replay-endpoint``: a ROUTER socket returns published batches again from a
+  sequence number (engine.md 4.9, :mod:`generation.kv_replay`).
 - When the cached blocks have gaps (a middle block was evicted), one ``BlockStored`` per run of
   new consecutive blocks is sent, so each event's parent chain stays true.
 - Events are flushed after a few milliseconds (or as soon as ``--event-batch-size`` are
@@ -28,12 +35,15 @@ Where this differs from the Go reference (deliberately, to do what vLLM does):
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
 import struct
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import cbor2
 import gevent
@@ -64,15 +74,20 @@ def chain_hash(parent: int, tokens, extra=None) -> int:
     return fnv1a64(cbor2.dumps([parent, tokens, extra], canonical=True))
 
 
+MEMO_SIZE = 200_000          # memoised blocks (~200 bytes each); cleared when full
+
+
 class BlockHasher:
     """Block keys of llm-d's kvblock chunked token database (engine.md 4.2).
 
     ``seed`` is ``--hash-seed`` (env ``PYTHONHASHSEED``; "" by default).  The root of every
-    chain is ``H(FNV(seed), None, model)``, so different models never share blocks."""
+    chain is ``H(FNV(seed), None, model)``, so different models never share blocks.  Hashes are
+    memoised per ``(parent, block tokens)``: the chain makes that pair identify the block."""
 
     def __init__(self, seed: str):
         self.seed_hash = fnv1a64(seed.encode())
         self._roots: dict[str, int] = {}
+        self._memo: dict[tuple, int] = {}
 
     def root(self, model: str) -> int:
         """The init hash of ``model``'s chains."""
@@ -81,22 +96,80 @@ class BlockHasher:
             r = self._roots[model] = chain_hash(self.seed_hash, None, model)
         return r
 
+    def _block(self, parent: int, tokens: list) -> int:
+        return fnv1a64(cbor2.dumps([parent, tokens, None], canonical=True))
+
     def block_hashes(self, model: str, ids, block_size: int) -> list[int]:
         """Hashes of the full blocks of ``ids`` (``len(ids) // block_size`` uint64 values, in
         prompt order); the trailing partial block gets none."""
         out = []
         parent = self.root(model)
-        dumps = cbor2.dumps
+        memo = self._memo
         for i in range(0, len(ids) - block_size + 1, block_size):
-            parent = fnv1a64(dumps([parent, list(ids[i:i + block_size]), None], canonical=True))
-            out.append(parent)
+            block = tuple(ids[i:i + block_size])
+            key = (parent, block)
+            h = memo.get(key)
+            if h is None:
+                if len(memo) >= MEMO_SIZE:
+                    memo.clear()
+                h = memo[key] = self._block(parent, list(block))
+            parent = h
+            out.append(h)
+        return out
+
+
+class VllmBlockHasher(BlockHasher):
+    """vLLM's ``sha256_cbor`` prefix-caching hash (``--prefix-caching-hash-algo sha256_cbor``):
+    ``sha256(canonical CBOR([parent, tokens, extra_keys]))`` with the 32-byte parent digest,
+    the first block's parent ``NONE_HASH = sha256_cbor(PYTHONHASHSEED)`` (random when no seed
+    is set, as vLLM), ``extra_keys`` ``[lora_name]`` for LoRA requests else nil (vLLM
+    ``kv_cache_utils.hash_block_tokens``).  Events carry the low 64 bits as an integer, as vLLM
+    does with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``.  ``lora_models`` tells which model
+    names are LoRA adapters (their blocks get the extra key)."""
+
+    def __init__(self, seed: str, lora_models: Callable[[], Iterable[str]] = lambda: ()):
+        super().__init__(seed)
+        if seed:
+            self.none_hash = self.sha256_cbor(seed)
+        else:
+            log.warning("PYTHONHASHSEED / --hash-seed is not set: sha256_cbor block hashes are "
+                        "not reproducible (vLLM behaves the same)")
+            self.none_hash = os.urandom(32)
+        self._digests: dict[int, bytes] = {}       # 64-bit key -> full digest (the next parent)
+        self.lora_models = lora_models
+
+    @staticmethod
+    def sha256_cbor(obj) -> bytes:
+        return hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
+
+    def block_hashes(self, model: str, ids, block_size: int) -> list[int]:
+        extra = (model,) if model in set(self.lora_models()) else None
+        out = []
+        parent = self.none_hash
+        memo, digests = self._memo, self._digests
+        for i in range(0, len(ids) - block_size + 1, block_size):
+            block = tuple(ids[i:i + block_size])
+            key = (parent, block, extra)
+            h = memo.get(key)
+            if h is None:
+                if len(memo) >= MEMO_SIZE:
+                    memo.clear()
+                    digests.clear()
+                d = self.sha256_cbor((parent, block, extra))
+                h = memo[key] = int.from_bytes(d, "big") & MASK64
+                digests[h] = d
+                parent = d
+            else:
+                parent = digests[h]
+            out.append(h)
         return out
 
 
 # ---- events --------------------------------------------------------------------------------
 def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_format: bool):
-    """A ``BlockStored`` event in vLLM's legacy array form (9 positions, nil where absent) or,
-    with ``map_format``, the map form of vLLM PR #42892 (nil optional keys omitted)."""
+    """A ``BlockStored`` event in the legacy array form (9 positions, nil where absent, parent
+    ``0`` when there is none: engine.md 4.6) or, with ``map_format``, the map form of vLLM PR
+    #42892 (nil optional keys omitted, parent nil when there is none)."""
     if map_format:
         ev = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
               "token_ids": token_ids, "block_size": block_size}
@@ -106,7 +179,8 @@ def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_
         if lora_name is not None:
             ev["lora_name"] = lora_name
         return ev
-    return ["BlockStored", hashes, parent, token_ids, block_size, lora_id, MEDIUM, lora_name, None]
+    return ["BlockStored", hashes, 0 if parent is None else parent, token_ids, block_size, lora_id,
+            MEDIUM, lora_name, None]
 
 
 def block_removed(hashes, map_format: bool):
@@ -119,6 +193,60 @@ def block_removed(hashes, map_format: bool):
 def all_blocks_cleared(map_format: bool):
     """An ``AllBlocksCleared`` event."""
     return {"type": "AllBlocksCleared"} if map_format else ["AllBlocksCleared"]
+
+
+_U64, _U32 = struct.Struct(">BQ"), struct.Struct(">BI")
+_HASH_KEYS = ("block_hashes", "parent_block_hash")
+
+
+def _u64s(values) -> bytes:
+    return _array_head(len(values)) + b"".join(_U64.pack(0xCF, v) for v in values)
+
+
+def _u32s(values) -> bytes:
+    return _array_head(len(values)) + b"".join(_U32.pack(0xCE, v) for v in values)
+
+
+def _array_head(n: int) -> bytes:
+    return bytes([0x90 | n]) if n < 16 else (b"\xdc" + struct.pack(">H", n) if n < 65536
+                                             else b"\xdd" + struct.pack(">I", n))
+
+
+def pack_event(ev) -> bytes:
+    """msgpack of one event, as the Go reference encodes it (engine.md 4.6): block hashes and
+    the parent as ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes, the rest compact."""
+    packb = msgpack.packb
+    if isinstance(ev, dict):
+        out = [bytes([0x80 | len(ev)])]
+        for k, v in ev.items():
+            out.append(packb(k))
+            if k == "block_hashes":
+                out.append(_u64s(v))
+            elif k == "parent_block_hash" and v is not None:
+                out.append(_U64.pack(0xCF, v))
+            elif k == "token_ids":
+                out.append(_u32s(v))
+            else:
+                out.append(packb(v))
+        return b"".join(out)
+    out = [_array_head(len(ev)), packb(ev[0])]
+    if ev[0] in ("BlockStored", "BlockRemoved"):
+        out.append(_u64s(ev[1]))
+        rest = ev[2:]
+        if ev[0] == "BlockStored":
+            out.append(_U64.pack(0xCF, rest[0]) if rest[0] is not None else b"\xc0")
+            out.append(_u32s(rest[1]))
+            rest = rest[2:]
+        out.extend(packb(v) for v in rest)
+    else:
+        out.extend(packb(v) for v in ev[1:])
+    return b"".join(out)
+
+
+def pack_batch(ts: float, events: list, rank: int) -> bytes:
+    """The payload ``[ts, [events], rank]`` (``ts`` as float64)."""
+    return (b"\x93" + struct.pack(">Bd", 0xCB, ts) + _array_head(len(events))
+            + b"".join(pack_event(e) for e in events) + msgpack.packb(rank))
 
 
 def rank_endpoint(endpoint: str, rank: int) -> str:
@@ -142,8 +270,10 @@ class EventPublisher:
     subscriber keeps up); it connects at once (ZMQ retries until the subscriber binds) so the
     subscription is in place before the first request, and again in a forked child."""
 
-    def __init__(self, endpoint: str, topic: str, batch_size: int, rank: int, max_pending: int):
+    def __init__(self, endpoint: str, topic: str, batch_size: int, rank: int, max_pending: int,
+                 on_sent: Callable[[bytes, bytes], None] | None = None):
         self.endpoint = endpoint
+        self.on_sent = on_sent          # (seq frame, payload) of every batch sent: replay
         self.topic = topic.encode()
         self.batch_size = max(batch_size, 1)
         self.rank = rank
@@ -184,8 +314,11 @@ class EventPublisher:
             bs = self.batch_size
             for i in range(0, len(pending), bs):
                 self.seq += 1
-                payload = msgpack.packb([time.time(), pending[i:i + bs], self.rank])
-                sock.send_multipart([self.topic, struct.pack(">Q", self.seq), payload], copy=True)
+                payload = pack_batch(time.time(), pending[i:i + bs], self.rank)
+                seq = struct.pack(">Q", self.seq)
+                sock.send_multipart([self.topic, seq, payload], copy=True)
+                if self.on_sent is not None:
+                    self.on_sent(seq, payload)
         except Exception:     # a broken publisher must never fail requests
             log.exception("failed to publish KV events to %s", self.endpoint)
 
@@ -210,23 +343,92 @@ class EventPublisher:
 
 
 # ---- the cache -----------------------------------------------------------------------------
+@dataclass
+class KVCacheSettings:
+    """The configuration values the cache uses (from ``--block-size`` etc.)."""
+    block_size: int = 16
+    capacity: int = 1024                  # --kv-cache-size, blocks
+    hash_seed: str = ""
+    map_format: bool = False              # --use-vllm-map-event-format
+    hash_algo: str = "fnv64a_cbor"       # or sha256_cbor (--prefix-caching-hash-algo)
+
+    @classmethod
+    def from_config(cls, cfg) -> "KVCacheSettings":
+        algo = getattr(cfg, "prefix_caching_hash_algo", "") or "fnv64a_cbor"
+        return cls(cfg.block_size, cfg.kv_cache_size, cfg.hash_seed or "",
+                   bool(cfg.use_vllm_map_event_format), algo)
+
+
+class PrefixCounter:
+    """Counts prefix-cache queries and hits, in tokens (``vllm:prefix_cache_queries`` /
+    ``_hits``); the default does nothing."""
+
+    def __call__(self, queried: int, hit: int) -> None:
+        pass
+
+
+def build_kv_cache(cfg, metrics, loras) -> "KVCache":
+    """The app's cache: ``cfg`` the :class:`generation.config.SimConfig`, ``metrics`` with
+    ``prefix_queries`` / ``prefix_hits`` counters, ``loras`` the LoRA registry (``slots``:
+    name -> 1-based slot, ``loaded``: names).  Starts the event publisher (``--zmq-endpoint``)
+    and the replay socket (``--kv-events-replay-endpoint``) when configured."""
+    settings = KVCacheSettings.from_config(cfg)
+    rank = max(cfg.data_parallel_rank, 0)
+
+    def count(queried: int, hit: int) -> None:
+        metrics.prefix_queries.inc(queried)
+        if hit:
+            metrics.prefix_hits.inc(hit)
+
+    def loaded_models():
+        return [*cfg.served_names, *loras.loaded]
+
+    publisher = None
+    if cfg.zmq_endpoint:
+        topic = f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"
+        on_sent = None
+        replay_endpoint = getattr(cfg, "kv_events_replay_endpoint", "") or ""
+        if replay_endpoint:
+            from .kv_replay import ReplayServer
+            replay = ReplayServer(rank_endpoint(replay_endpoint, rank), topic,
+                                  getattr(cfg, "kv_events_replay_queue_size", 1024) or 1024)
+            replay.start()
+            on_sent = replay.record
+        publisher = EventPublisher(rank_endpoint(cfg.zmq_endpoint, rank), topic,
+                                   cfg.event_batch_size, rank, 10 * max(settings.capacity, 1), on_sent)
+    return KVCache(settings, publisher=publisher, count_prefix=count,
+                   lora_slot=loras.slots.get, loaded_models=loaded_models,
+                   lora_models=lambda: loras.loaded)
+
+
 class KVCache:
     """The prefix cache of one simulator (``--enable-kvcache``), engine.md 4.3-4.8.
 
-    ``sim`` provides ``config`` (block_size, kv_cache_size, hash_seed, zmq_endpoint,
-    event_batch_size, use_vllm_map_event_format, pod_ip, port, model, data_parallel_rank),
-    ``metrics`` (prefix_queries / prefix_hits counters) and ``loras`` (loaded adapters and their
-    1-based slots, the events' ``lora_id``).  All methods run in the one gevent thread.
+    It is given only what it uses: ``settings`` (:class:`KVCacheSettings`), the event
+    ``publisher`` (anything with ``publish(event)``; None = events discarded),
+    ``count_prefix(queried_tokens, hit_tokens)`` (the prefix-cache counters),
+    ``lora_slot(name) -> int | None`` (the events' ``lora_id``), ``loaded_models() -> names``
+    (served names and loaded adapters: blocks of other models are evicted first) and
+    ``lora_models() -> names`` (adapters, for the sha256_cbor extra key).  All methods run in
+    the one gevent thread.
     """
 
-    def __init__(self, sim):
-        cfg = sim.config
-        self.sim = sim
-        self.config = cfg
-        self.block_size = cfg.block_size
-        self.capacity = cfg.kv_cache_size
-        self.hasher = BlockHasher(cfg.hash_seed or "")
-        self.map_format = bool(cfg.use_vllm_map_event_format)
+    def __init__(self, settings: KVCacheSettings, publisher=None,
+                 count_prefix: Callable[[int, int], None] = PrefixCounter(),
+                 lora_slot: Callable[[str], int | None] = lambda name: None,
+                 loaded_models: Callable[[], Iterable[str]] = lambda: (),
+                 lora_models: Callable[[], Iterable[str]] = lambda: ()):
+        self.block_size = settings.block_size
+        self.capacity = settings.capacity
+        if settings.hash_algo == "sha256_cbor":
+            self.hasher = VllmBlockHasher(settings.hash_seed, lora_models)
+        else:
+            self.hasher = BlockHasher(settings.hash_seed)
+        self.map_format = settings.map_format
+        self.publisher = publisher
+        self.count_prefix = count_prefix
+        self.lora_slot = lora_slot
+        self.loaded_models = loaded_models
         self.enabled = True
         self.epoch = 0                                   # bumped by sleep(): stale references
         self.used: dict[int, int] = {}                   # hash -> reference count
@@ -234,12 +436,6 @@ class KVCache:
         self.model_of: dict[int, str] = {}               # every cached block -> its model
         self._tick = 0
         self._last = (None, None, None)                  # (prompt, model, hashes): n > 1 reuse
-        rank = max(cfg.data_parallel_rank, 0)
-        self.publisher = None
-        if cfg.zmq_endpoint:
-            topic = f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"
-            self.publisher = EventPublisher(rank_endpoint(cfg.zmq_endpoint, rank), topic,
-                                            cfg.event_batch_size, rank, 10 * max(self.capacity, 1))
 
     # ---- queries -------------------------------------------------------------------------
     def _hashes(self, seq) -> list[int]:
@@ -288,17 +484,15 @@ class KVCache:
         Blocks that do not fit (every block is referenced) are not cached; the request still
         runs."""
         hashes = self._hashes(seq)
-        metrics = self.sim.metrics
-        metrics.prefix_queries.inc(seq.prompt_len)
         if not self.enabled:
+            self.count_prefix(seq.prompt_len, 0)
             seq.cached_tokens = 0
             seq.kv_blocks = None
             return
         bs = self.block_size
         hit = self._prefix_blocks(hashes)
         seq.cached_tokens = hit * bs
-        if hit:
-            metrics.prefix_hits.inc(hit * bs)
+        self.count_prefix(seq.prompt_len, hit * bs)
         used, model_of = self.used, self.model_of
         model = seq.request.model
         held = []
@@ -320,7 +514,7 @@ class KVCache:
         seq.kv_blocks = (self.epoch, held)
         if runs and self.publisher is not None:
             lora = seq.lora
-            lora_id = self.sim.loras.slots.get(lora) if lora else None
+            lora_id = self.lora_slot(lora) if lora else None
             ids = seq.prompt.ids
             for a, b in runs:
                 self.publisher.publish(block_stored(
@@ -365,8 +559,7 @@ class KVCache:
         block is referenced."""
         if len(self.model_of) < self.capacity:
             return True
-        loaded = set(self.config.served_names)
-        loaded.update(self.sim.loras.loaded)
+        loaded = set(self.loaded_models())
         victim = best = None
         for model, lru in self.unused.items():
             if not lru:

@@ -1,4 +1,17 @@
-"""Tokenizers: the reference's simulated regex tokenizer, and an optional real Hugging Face one.
+"""Tokenizers: the reference's simulated regex tokenizer, and a real Hugging Face one.
+
+Every tokenizer offers the same calls (how one is chosen and loaded:
+:func:`generation.tokenizer_loading.load_tokenizer`; the render-service one:
+:mod:`generation.render_client`):
+
+- ``encode(text) -> (ids, pieces)``: text without special tokens (generated text, echo);
+- ``encode_prompt(text, add_special_tokens=True)``: a completions / ``/tokenize`` text prompt;
+- ``tokenize_chat(messages, tools=None, chat_template=None, chat_template_kwargs=None,
+  add_generation_prompt=True, continue_final_message=False, add_special_tokens=False)``: a chat
+  conversation, through the chat template when there is one (vLLM's request fields), else the
+  seeds' flattening;
+- ``decode_ids(ids)`` (``/detokenize``), ``id_pieces(ids)`` (text per id), ``token_strs(ids)``
+  (``/tokenize`` ``token_strs``).
 
 The simulated tokenizer reproduces llm-d-inference-sim exactly (api.md 3.2): token pieces are
 the leftmost-first matches of one punctuation character or a run of ASCII word characters,
@@ -68,6 +81,21 @@ class SimulatedTokenizer:
         pieces = [text[starts[k]:starts[k + 1]] for k in range(len(starts) - 1)]
         return [self.piece_id(p) for p in pieces], pieces
 
+    def encode_prompt(self, text: str, add_special_tokens: bool = True) -> tuple[list[int], list[str]]:
+        """A text prompt (no special tokens exist in this vocabulary)."""
+        return self.encode(text)
+
+    def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
+                      add_generation_prompt=True, continue_final_message=False,
+                      add_special_tokens=False) -> tuple[list[int], list[str]]:
+        """The seeds' flattening (api.md 3.3); template options do not apply."""
+        return self.encode(flatten_messages(messages))
+
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        return [self._pieces.get(i, str(i)) for i in ids]
+
+    has_chat_template = False
+
     def id_pieces(self, ids: Sequence[int]) -> list[str]:
         """Pieces standing for pre-tokenized ids: ``[1,2,3]`` -> ``["1,", "2,", "3"]``."""
         n = len(ids)
@@ -96,31 +124,33 @@ class SimulatedTokenizer:
 
 
 class HFTokenizer:
-    """A real Hugging Face tokenizer loaded from a local path, never from a hub.
+    """A real Hugging Face tokenizer (built by :func:`generation.tokenizer_loading.load_tokenizer`).
 
-    ``path`` is a ``tokenizer.json`` file or a model directory holding one (loaded with the
-    ``tokenizers`` library); a directory without it (e.g. sentencepiece only) is loaded with
-    ``transformers.AutoTokenizer(local_files_only=True)``.  Pieces are cut from the text at the
-    tokens' offsets, so they join back to the exact text."""
+    ``backend`` is a ``tokenizers.Tokenizer`` (fast path: ids, offsets); ``hf`` the transformers
+    tokenizer wrapping it (chat templates, slow tokenizers) or None for a bare tokenizer.json.
+    Padding and truncation configured in the file are switched off: a prompt counts its own
+    tokens (a tokenizer.json with ``padding`` would count every prompt as its pad length).
+    Pieces are cut from the text at the tokens' offsets, so they join back to the exact text
+    (a multi-byte character split over byte-level tokens sits whole in the first one)."""
     name = "hf"
 
-    def __init__(self, path: str) -> None:
-        import os
-        file = path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
-        if os.path.isfile(file):
-            from tokenizers import Tokenizer
-            self._fast = Tokenizer.from_file(file)
-            self._tok = None
-        else:
-            from transformers import AutoTokenizer   # heavy; see app.serve (imported before gevent)
-            self._tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            self._fast = getattr(self._tok, "_tokenizer", None)
+    def __init__(self, backend, hf=None, chat_template: str | None = None) -> None:
+        self._fast = backend
+        self._tok = hf
+        self.chat_template = chat_template      # --chat-template (overrides the tokenizer's)
+        if backend is not None:
+            backend.no_padding()
+            backend.no_truncation()
 
-    def encode(self, text: str) -> tuple[list[int], list[str]]:
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.chat_template or getattr(self._tok, "chat_template", None))
+
+    def _encode(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         if self._fast is None:
-            ids = self._tok.encode(text, add_special_tokens=False)
+            ids = self._tok.encode(text, add_special_tokens=add_special_tokens)
             return ids, self.id_pieces(ids)
-        enc = self._fast.encode(text, add_special_tokens=False)
+        enc = self._fast.encode(text, add_special_tokens=add_special_tokens)
         ids = list(enc.ids)
         if not ids:
             return [], []
@@ -130,6 +160,27 @@ class HFTokenizer:
             starts[k] = max(starts[k], starts[k - 1])
         starts.append(len(text))
         return ids, [text[starts[k]:starts[k + 1]] for k in range(len(ids))]
+
+    def encode(self, text: str) -> tuple[list[int], list[str]]:
+        """Ids and pieces of ``text`` without special tokens (generated text, echo)."""
+        return self._encode(text, False)
+
+    def encode_prompt(self, text: str, add_special_tokens: bool = True) -> tuple[list[int], list[str]]:
+        """A text prompt as vLLM tokenizes it (completions, ``/tokenize``: special tokens such
+        as BOS added by default)."""
+        return self._encode(text, add_special_tokens)
+
+    def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
+                      add_generation_prompt=True, continue_final_message=False,
+                      add_special_tokens=False) -> tuple[list[int], list[str]]:
+        """See :func:`tokenize_chat`.  Without any chat template the seeds' flattening is used."""
+        template = chat_template or self.chat_template
+        if self._tok is None or not (template or getattr(self._tok, "chat_template", None)):
+            return self._encode(flatten_messages(messages), add_special_tokens)
+        from .chat_template import render_chat
+        text = render_chat(self._tok, messages, tools, template, chat_template_kwargs,
+                           add_generation_prompt, continue_final_message)
+        return self._encode(text, add_special_tokens)
 
     def pieces(self, text: str) -> list[str]:
         return self.encode(text)[1]
@@ -142,14 +193,40 @@ class HFTokenizer:
         return ids[0] if ids else 0
 
     def decode(self, ids: Sequence[int]) -> str:
-        return (self._fast or self._tok).decode(list(ids))
+        if self._fast is not None:
+            return self._fast.decode(list(ids), skip_special_tokens=False)
+        return self._tok.decode(list(ids), skip_special_tokens=False)
 
     def decode_ids(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` (vLLM ``/detokenize``)."""
+        """Text of ``ids`` (vLLM ``/detokenize``: special tokens kept)."""
         return self.decode(ids)
 
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        """vLLM ``/tokenize`` ``token_strs``: the vocabulary strings (``convert_ids_to_tokens``)."""
+        if self._fast is not None:
+            return [self._fast.id_to_token(i) or "" for i in ids]
+        return list(self._tok.convert_ids_to_tokens(list(ids)))
+
     def id_pieces(self, ids: Sequence[int]) -> list[str]:
-        return [self.decode([i]) for i in ids]
+        """Text of each id, incrementally decoded as vLLM's detokenizer does: a token that ends
+        inside a multi-byte character gives "" and the character comes with the token that
+        completes it, so the pieces join to ``decode(ids)``."""
+        out: list[str] = []
+        ids = list(ids)
+        prefix = read = 0
+        for k in range(len(ids)):
+            before = self.decode(ids[prefix:read]) if read > prefix else ""
+            now = self.decode(ids[prefix:k + 1])
+            if len(now) > len(before) and not now.endswith("\ufffd"):
+                out.append(now[len(before):])
+                prefix, read = read, k + 1
+            else:
+                out.append("")
+        if out and len(ids):
+            tail = self.decode(ids[prefix:])[len(self.decode(ids[prefix:read])) if read > prefix else 0:]
+            if tail and not out[-1]:
+                out[-1] = tail                         # undecodable tail: keep the replacement char
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,3 +275,40 @@ def plain_message(msg: dict, with_role: bool) -> str:
 def flatten_messages(messages: Iterable[dict]) -> str:
     """The one string a chat conversation is tokenized as (simulated tokenizer)."""
     return "".join("### " + plain_message(m, True) + "\n" for m in messages)
+
+
+def tokenize_chat(tokenizer, messages, tools=None, chat_template=None, chat_template_kwargs=None,
+                  add_generation_prompt=True, continue_final_message=False,
+                  add_special_tokens=False) -> tuple[list[int], list[str]]:
+    """The prompt ids and pieces of a chat conversation: the one call the serving layer makes
+    for chat, Anthropic Messages and Responses prompts, ``/tokenize`` with ``messages`` and the
+    chat render endpoint, so usage, KV block hashes and render output agree.
+
+    With a chat template (request ``chat_template``, else ``--chat-template``, else the
+    tokenizer's own) the conversation is rendered with transformers' ``apply_chat_template``
+    (``tools`` passed, ``chat_template_kwargs`` merged) and the text tokenized with
+    ``add_special_tokens`` (vLLM's defaults: False for chat).  Without one, the seeds' flattening
+    (api.md 3.3).  Raises :class:`generation.errors.APIError` 400 for options vLLM rejects
+    (``add_generation_prompt`` with ``continue_final_message``, a template that fails to
+    render), 5xx when the render service fails (``--render-url``)."""
+    if continue_final_message and add_generation_prompt:
+        from .errors import APIError
+        raise APIError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                       400, "continue_final_message")
+    return tokenizer.tokenize_chat(messages, tools=tools, chat_template=chat_template,
+                                   chat_template_kwargs=chat_template_kwargs,
+                                   add_generation_prompt=add_generation_prompt,
+                                   continue_final_message=continue_final_message,
+                                   add_special_tokens=add_special_tokens)
+
+
+def approximate_pieces(text: str, n: int) -> list[str]:
+    """``n`` strings standing for ``n`` ids whose text is ``text`` when only the ids are known
+    (render service): the simulated regex split, padded with "" or with its tail merged into
+    the last piece (api.md 3.1)."""
+    pieces = [m.group(0) for m in _PIECE.finditer(text)]
+    if len(pieces) <= n:
+        return pieces + [""] * (n - len(pieces))
+    if n == 0:
+        return []
+    return pieces[:n - 1] + ["".join(pieces[n - 1:])]

@@ -82,7 +82,7 @@ def test_prefix_shares_hashes():
 
 def test_legacy_block_stored_encoding():
     ev = block_stored([1, 2], None, [7, 8], 16, None, None, map_format=False)
-    assert ev == ["BlockStored", [1, 2], None, [7, 8], 16, None, "GPU", None, None]
+    assert ev == ["BlockStored", [1, 2], 0, [7, 8], 16, None, "GPU", None, None]   # parent 0, not nil
     assert msgpack.unpackb(msgpack.packb(ev)) == ev
 
 

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import sse_events
 
-from generation.kvcache import BlockHasher, EventPublisher, KVCache
+from generation.kvcache import BlockHasher, EventPublisher, KVCache, KVCacheSettings
 from generation.request import GenerationRequest, Prompt, Sequence
 
 POD_IP = "10.0.0.5"
@@ -198,7 +198,7 @@ def test_c20_topic_frames_and_block_stored(fresh):
     assert len(token_ids) == 16 * len(hashes)
     assert token_ids == ids[:32]
     assert medium == "GPU"
-    assert parent is None and lora_id is None and lora_name is None and extra is None
+    assert parent == 0 and lora_id is None and lora_name is None and extra is None
     assert hashes == BlockHasher(SEED).block_hashes("m1", ids, 16)
 
 
@@ -231,7 +231,7 @@ def test_c21_parent_block_hash_of_reused_prefix(fresh):
     assert completion(base, a).status_code == 200
     ev_a = [e for e in listener.events_until(lambda e: kind(e) == "BlockStored") if kind(e) == "BlockStored"]
     assert len(ev_a) == 1
-    assert ev_a[0][2] is None                                # first block of a sequence
+    assert ev_a[0][2] == 0                                   # first block: parent 0 (engine.md 4.6)
     assert len(ev_a[0][1]) == 2
     m1 = metric_values(base)
     r = completion(base, b)
@@ -519,15 +519,16 @@ class Count:
 
 
 def make_cache(size=4, bs=16, served=("m1",)):
-    cfg = SimpleNamespace(block_size=bs, kv_cache_size=size, hash_seed="", zmq_endpoint="", event_batch_size=16,
-                          use_vllm_map_event_format=False, pod_ip=POD_IP, port=8000, model=served[0],
-                          served_names=list(served), display_model_name=served[0], data_parallel_rank=-1)
-    sim = SimpleNamespace(config=cfg, metrics=SimpleNamespace(prefix_queries=Count(), prefix_hits=Count()),
-                          loras=SimpleNamespace(loaded={}, slots={}))
-    kv = KVCache(sim)
-    assert kv.publisher is None
-    kv.publisher = Recorder()
-    return kv, sim
+    metrics = SimpleNamespace(prefix_queries=Count(), prefix_hits=Count())
+    loras = SimpleNamespace(loaded={}, slots={})
+
+    def count(queried, hit):
+        metrics.prefix_queries.inc(queried)
+        metrics.prefix_hits.inc(hit)
+
+    kv = KVCache(KVCacheSettings(block_size=bs, capacity=size), publisher=Recorder(), count_prefix=count,
+                 lora_slot=loras.slots.get, loaded_models=lambda: [*served, *loras.loaded])
+    return kv, SimpleNamespace(metrics=metrics, loras=loras)
 
 
 def seq_for(ids, model="m1", lora=None):
