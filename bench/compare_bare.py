@@ -136,14 +136,40 @@ def lua_script(tmp: str, body: dict | None = None, bodies: list | None = None) -
     return path
 
 
-def wrk(url: str, script: str, duration: float, connections: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (the gunicorn worker)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            pids += [int(p) for p in fh.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+    return total
+
+
+def wrk(url: str, script: str, duration: float, connections: int, pid: int | None = None):
+    """Requests/s, or ``(requests/s, server CPU us per request)`` when ``pid`` is given.  CPU per
+    request depends much less on what else the machine runs than requests/s does."""
+    c0 = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{int(duration)}s", "-s", script, url],
                          capture_output=True, text=True).stdout
     m = re.search(r"Requests/sec:\s+([\d.]+)", out)
     bad = re.search(r"NON2XX (\d+)", out)
     if not m or (bad and int(bad.group(1))):
         raise SystemExit(f"wrk failed on {url}:\n{out}")
-    return float(m.group(1))
+    if not pid:
+        return float(m.group(1))
+    n = int(re.search(r"(\d+) requests in", out).group(1))
+    return float(m.group(1)), (cpu_seconds(pid) - c0) / max(n, 1) * 1e6
 
 
 def scrape_ms(base: str, n: int = 20) -> float:
@@ -178,23 +204,29 @@ def main() -> None:
     bare, bare_base = start_bare(bodies, tmp)
     scripts = {n: lua_script(tmp, WORKLOADS[n][1]) for n in names}
     rates = {n: {"sim": [], "bare": []} for n in names}
+    cpu = {n: {"sim": [], "bare": []} for n in names}
     try:
         for rnd in range(args.rounds):
             for n in names:
-                for who, url in (("sim", sim_base + WORKLOADS[n][0]), ("bare", bare_base + "/" + n)):
-                    rates[n][who].append(wrk(url, scripts[n], args.duration, args.connections))
+                for who, url, pid in (("sim", sim_base + WORKLOADS[n][0], sim.pid),
+                                      ("bare", bare_base + "/" + n, bare.pid)):
+                    rps, us = wrk(url, scripts[n], args.duration, args.connections, pid)
+                    rates[n][who].append(rps)
+                    cpu[n][who].append(us)
             print(f"round {rnd + 1}/{args.rounds} done, load {loadavg()}", flush=True)
     finally:
         stop(bare)
         stop(sim)
-    print(f"\n{'workload':<14}{'sim':>12}{'bare':>12}{'ratio':>8}  target   unit")
+    print(f"\n{'workload':<12}{'sim':>10}{'bare':>10}{'ratio':>7}  target {'unit':<9}"
+          f"{'CPU us/req sim':>15}{'bare':>7}{'ratio':>7}   per-round ratios")
     for n in names:
         s, b = statistics.median(rates[n]["sim"]), statistics.median(rates[n]["bare"])
+        cs, cb = statistics.median(cpu[n]["sim"]), statistics.median(cpu[n]["bare"])
         unit = "chunks/s" if n.startswith("stream") else "req/s"
         target = 0.7 if n.startswith("stream") else 0.85
         ratios = [x / y for x, y in zip(rates[n]["sim"], rates[n]["bare"])]
-        print(f"{n:<14}{s * chunks[n]:>12.0f}{b * chunks[n]:>12.0f}{s / b:>8.2f}  >={target:<5} {unit}"
-              f"   (per round {' '.join(f'{r:.2f}' for r in ratios)})")
+        print(f"{n:<12}{s * chunks[n]:>10.0f}{b * chunks[n]:>10.0f}{s / b:>7.2f}  >={target:<5}{unit:<9}"
+              f"{cs:>15.0f}{cb:>7.0f}{cb / cs:>7.2f}   {' '.join(f'{r:.2f}' for r in ratios)}")
     if args.skip_extras:
         return
 
