@@ -16,6 +16,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate, validates, validates_schema
 
 from generation.adapters import protocol as p
+from generation.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
 
@@ -81,6 +82,9 @@ def check_blocks(value, allowed: tuple) -> None:
                 raise _err(i, {"name": "Field required (a string)."})
             if block.get("input") is not None and not isinstance(block.get("input"), dict):
                 raise _err(i, {"input": "Must be an object."})
+            # The translation re-serialises ``input`` (recursively): bound its depth as tool schemas are.
+            if block.get("input") and json_depth_exceeds(block["input"], MAX_SCHEMA_DEPTH):
+                raise _err(i, {"input": f"Nested deeper than {MAX_SCHEMA_DEPTH} levels."})
         elif t == "tool_result":
             if not isinstance(block.get("tool_use_id"), str):
                 raise _err(i, {"tool_use_id": "Field required (a string)."})

@@ -317,3 +317,42 @@ def test_responses_translation():
         {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}}
     assert ar.to_response_format(TextConfig(TextFormat("text"))) is None
     assert ar.to_response_format(None) is None
+
+
+# ---- logprob bounds (--max-logprobs, vLLM's checks) --------------------------------------------------
+
+@pytest.mark.parametrize("path,body,param,msg", [
+    ("/v1/completions", {"prompt": "a", "logprobs": 100_000}, "logprobs",
+     "Requested sample logprobs of 100000, which is greater than max allowed: 20"),
+    ("/v1/completions", {"prompt": "a", "logprobs": -1}, "logprobs",
+     "Requested sample logprobs of 4294967296, which is greater than max allowed: 20"),
+    ("/v1/completions", {"prompt": "a", "logprobs": -5}, "logprobs", "`logprobs` must be a positive value or -1."),
+    ("/v1/completions", {"prompt": "a", "prompt_logprobs": 21}, "prompt_logprobs",
+     "Requested prompt logprobs of 21, which is greater than max allowed: 20"),
+    ("/v1/chat/completions", {"messages": MSG, "logprobs": True, "top_logprobs": 100_000}, "top_logprobs",
+     "Requested sample logprobs of 100000, which is greater than max allowed: 20"),
+    ("/v1/chat/completions", {"messages": MSG, "top_logprobs": 3}, "top_logprobs",
+     "when using `top_logprobs`, `logprobs` must be set to true."),
+])
+def test_logprob_bounds(client, path, body, param, msg):
+    r = client.post(path, json={"model": "test-model", **body})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": msg, "type": "BadRequestError", "param": param, "code": 400}
+
+
+def test_whole_vocabulary_logprobs_refused_without_a_cap():
+    c = make_client("--max-logprobs", "-1")
+    r = c.post("/v1/completions", json={"model": "test-model", "prompt": "a", "logprobs": -1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+    r = c.post("/v1/completions", json={"model": "test-model", "prompt": "a", "logprobs": 50, "max_tokens": 1})
+    assert r.status_code == 200 and len(r.json()["choices"][0]["logprobs"]["top_logprobs"][0]) == 50
+    c.close()
+
+
+def test_responses_top_logprobs_follow_max_logprobs():
+    c = make_client("--max-logprobs", "2")
+    r = c.post("/v1/responses", json={"model": "test-model", "input": "hi", "top_logprobs": 3,
+                                      "include": ["message.output_text.logprobs"]})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Requested sample logprobs of 3, which is greater than max allowed: 2"
+    c.close()

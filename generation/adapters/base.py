@@ -87,6 +87,32 @@ def check_limits(max_tokens, ignore_eos: bool, n=None, field: str = "max_tokens"
                            "max_tokens")
 
 
+# What ``-1`` ("every token of the vocabulary") counts as: simulated token ids are 32-bit.
+VOCAB_SIZE = 2 ** 32
+
+
+def check_logprobs_sign(value, field: str) -> None:
+    """vLLM's protocol check: a logprobs count is positive, 0, or -1 (the whole vocabulary).
+    Raises InvalidParam naming ``field``."""
+    if value is not None and value < 0 and value != -1:
+        raise InvalidParam(f"`{field}` must be a positive value or -1.", field)
+
+
+def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
+    """``--max-logprobs`` (vLLM's check, message included): ``value`` alternatives per token
+    (``kind`` ``sample`` or ``prompt``), -1 counting as the whole vocabulary.  With no cap
+    (``--max-logprobs -1``) a whole-vocabulary request is still refused: it would render 2**32
+    alternatives per token.  Raises InvalidParam naming ``field``."""
+    if value is None:
+        return
+    n = VOCAB_SIZE if value == -1 else value
+    cap = sim.config.max_logprobs
+    if cap != -1 and n > cap:
+        raise InvalidParam(f"Requested {kind} logprobs of {n}, which is greater than max allowed: {cap}", field)
+    if value == -1:
+        raise InvalidParam(f"`{field}` of -1 (the whole vocabulary) is not supported by the simulator.", field)
+
+
 def check_kv_transfer(kv: dict | None, stream: bool) -> None:
     if kv and kv.get("do_remote_decode") and stream:
         raise InvalidParam("Prefill does not support streaming", "stream")
@@ -116,10 +142,11 @@ def check_tools(sim, tools, tool_choice, response_format) -> None:
         synth.validate_response_format(response_format)
 
 
-def chat_prompt(sim, messages: list, echo_text: str | None = None) -> Prompt:
+def chat_prompt(sim, messages: list, echo_text: str | None = None, **chat_options) -> Prompt:
     """The prompt of a chat conversation; in echo mode it replays ``echo_text`` (default: the
-    last message's plain content)."""
-    ids, _ = sim.tokenize_messages(messages)
+    last message's plain content).  ``chat_options``: :func:`generation.tokenizer.chat_options`
+    (tools and the chat-template fields), passed to the chat template."""
+    ids, _ = sim.tokenize_messages(messages, **chat_options)
     prompt = Prompt(ids)
     if sim.config.mode == "echo":
         if echo_text is None:

@@ -11,10 +11,13 @@ from __future__ import annotations
 import time
 
 from .. import logprobs as lp
+from ..errors import InvalidParam
 from ..request import GenerationRequest
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, chat_prompt, check_kv_transfer,
-                   check_limits, check_size, check_tools, dumps, request_usage, stream_flags)
+                   check_limits, check_logprobs_cap, check_logprobs_sign, check_size, check_tools, dumps,
+                   request_usage, stream_flags)
 from .protocol import ChatCompletionRequest
+from ..tokenizer import chat_options
 
 
 class ChatAdapter(Adapter):
@@ -23,7 +26,13 @@ class ChatAdapter(Adapter):
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
+        top = b.top_logprobs
+        check_logprobs_sign(top, "top_logprobs")
+        if top is not None and top != 0 and not b.logprobs:
+            raise InvalidParam("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         model, lora = sim.resolve_model(b.model)
+        if b.logprobs:
+            check_logprobs_cap(sim, top or 0, "top_logprobs")
         check_tools(sim, b.tools, b.tool_choice, b.response_format)
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
@@ -34,7 +43,7 @@ class ChatAdapter(Adapter):
         n = b.n or 1
         check_size(sim, n, force_cache_threshold, b.cache_hit_threshold)
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [])], n=n,
+            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [], **chat_options(b))], n=n,
             max_tokens=max_tokens, ignore_eos=ignore_eos, stream=stream, tools=b.tools, tool_choice=b.tool_choice,
             response_format=b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,

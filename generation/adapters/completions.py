@@ -14,7 +14,7 @@ from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest, Prompt
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, check_kv_transfer, check_limits,
-                   check_size, dumps, request_usage, stream_flags)
+                   check_logprobs_cap, check_logprobs_sign, check_size, dumps, request_usage, stream_flags)
 from .protocol import CompletionRequest
 
 
@@ -24,9 +24,13 @@ class CompletionsAdapter(Adapter):
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
+        check_logprobs_sign(b.logprobs, "logprobs")
+        check_logprobs_sign(b.prompt_logprobs, "prompt_logprobs")
         model, lora = sim.resolve_model(b.model)
         if b.prompt is None:
             raise InvalidParam("prompt array must contain at least one prompt", "prompt")
+        check_logprobs_cap(sim, b.logprobs, "logprobs")
+        check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos, b.n)
         stream = bool(b.stream)
@@ -57,7 +61,7 @@ def build_prompts(sim, kind: str, items: list) -> list[Prompt]:
     echo = sim.config.mode == "echo"
     for item in items:
         if kind == "text":
-            ids, pieces = tok.encode(item)
+            ids, pieces = tok.encode_prompt(item)     # vLLM: add_special_tokens=True
             p = Prompt(ids, text=item)
             if echo:
                 p.echo_ids, p.echo_pieces = tok.encode_lossless(item)

@@ -28,7 +28,7 @@ from dataclasses import asdict
 from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest
-from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps
+from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools, dumps
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 
 
@@ -47,6 +47,7 @@ class ResponsesAdapter(Adapter):
         rf = to_response_format(b.text)
         check_tools(sim, None, None, rf)
         model, lora = sim.resolve_model(b.model)
+        check_logprobs_cap(sim, b.top_logprobs, "top_logprobs")
         check_tools(sim, tools, choice, None)
         ignore_eos = bool(b.ignore_eos)
         check_limits(mot, ignore_eos)
