@@ -420,6 +420,7 @@ class SchemaSampler:
                 continue
             except regex_sampler.Unsupported:
                 break
+            time.sleep(0)      # under gevent's monkey patch: let other requests run between tries
             if ok(s):
                 return _remember((pattern, mn, mx), s)
             if len(s) < mn:

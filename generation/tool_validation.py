@@ -254,10 +254,14 @@ def _leaf_problem(node: dict, types, path: str, trial: SchemaSampler) -> str | N
     return None
 
 
-def _walk_problems(node, root, path: str, checker, trial: SchemaSampler) -> str | None:
+_NOT_GENERATED = ("not", "if", "propertyNames", "contains", "dependentSchemas")   # never sampled
+
+
+def _walk_problems(node, root, path: str, checker, trial: SchemaSampler, leaves: bool = True) -> str | None:
     """Unsatisfiable shapes the metaschema allows: enum/const values of another type than the
-    declared one, min > max bounds, local ``$ref`` that does not resolve, leaves the generator
-    cannot satisfy within its bounds."""
+    declared one, min > max bounds, local ``$ref`` that does not resolve, and (``leaves``:
+    outside subschemas the generator never samples, such as ``not``) leaves it cannot satisfy
+    within its bounds."""
     if not isinstance(node, dict):
         return None
     t = node.get("type")
@@ -286,28 +290,30 @@ def _walk_problems(node, root, path: str, checker, trial: SchemaSampler) -> str 
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#") and resolve_pointer(root, ref) is None:
         return f"$ref {ref!r} does not resolve within the schema (at {path}.$ref)"
-    if "enum" not in node and "const" not in node:
+    if leaves and "enum" not in node and "const" not in node:
         err = _leaf_problem(node, types, path, trial)
         if err:
             return err
     for key in _SUB_ONE:
         sub = node.get(key)
         if isinstance(sub, dict):
-            err = _walk_problems(sub, root, f"{path}.{key}", checker, trial)
+            err = _walk_problems(sub, root, f"{path}.{key}", checker, trial,
+                                 leaves and key not in _NOT_GENERATED)
             if err:
                 return err
     for key in _SUB_MAP:
         subs = node.get(key)
         if isinstance(subs, dict):
             for name, sub in subs.items():
-                err = _walk_problems(sub, root, f"{path}.{key}.{name}", checker, trial)
+                err = _walk_problems(sub, root, f"{path}.{key}.{name}", checker, trial,
+                                     leaves and key not in _NOT_GENERATED)
                 if err:
                     return err
     for key in _SUB_LIST:
         subs = node.get(key)
         if isinstance(subs, list):
             for k, sub in enumerate(subs):
-                err = _walk_problems(sub, root, f"{path}.{key}[{k}]", checker, trial)
+                err = _walk_problems(sub, root, f"{path}.{key}[{k}]", checker, trial, leaves)
                 if err:
                     return err
     return None

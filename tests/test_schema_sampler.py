@@ -148,6 +148,14 @@ def test_regex_generator_is_bounded():
     assert expansion(parse("(x|y{10}){3}")) == 30
 
 
+def test_subschemas_never_generated_are_not_dry_run():
+    schema = {"type": "object", "properties": {"s": {"type": "string", "not": {"pattern": "^(?=x)y"}}},
+              "required": ["s"]}
+    kind, value = _check_then_sample(schema)
+    assert kind == "value"
+    Checker(schema).validate(value)
+
+
 def test_min_items_bound():
     kind, err = _check_then_sample({"type": "array", "minItems": 100_000})
     assert kind == "rejected" and "minItems 100000" in err.message
