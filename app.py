@@ -1,9 +1,10 @@
 """vLLM simulator: the Flask app factory and the command line.
 
 ``python app.py --model NAME --port 8000 [flags]`` parses the reference simulator's flags and
-serves the app with gunicorn in-process: one gevent worker (the simulator's queue, KV cache
-and counters live in one process), many worker connections, no response buffering.
-``gunicorn -k gevent -w 1 'wsgi:app'`` and ``flask --app wsgi run`` use :mod:`wsgi`.
+serves the app with gunicorn's gevent worker in-process (:mod:`blueprints.server`): one
+process, one engine (the simulator's queue, KV cache and counters), many worker connections,
+no response buffering.  ``gunicorn -k gevent -w 1 'wsgi:app'`` and ``flask --app wsgi run``
+use :mod:`wsgi`.
 """
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ def create_app(config: SimConfig | None = None) -> Flask:
             app.register_blueprint(mod.bp)
 
     app.wsgi_app = _yield_after_each_response(app.wsgi_app)
+    app.extensions["lifecycle"] = health.Lifecycle()      # readiness turns 503 on shutdown
+    if getattr(config, "log_http", False):
+        from blueprints.server import LogHTTP
+        app.wsgi_app = LogHTTP(app.wsgi_app)
+    from blueprints import auth
+    auth.install(app, config)                             # --api-key: outermost, before routing
 
     @app.errorhandler(SimulatorError)
     def _api_error(err: SimulatorError):
@@ -108,64 +115,12 @@ def _optional_module(name: str):
         return None
 
 
-def serve(config: SimConfig) -> None:
-    """Run the app under gunicorn: one gevent worker, as the design requires."""
-    from gunicorn.app.base import BaseApplication
-
-    if config.tokenizer:
-        # transformers / huggingface_hub fail to import once gevent has patched `select`:
-        # import them in the master, before the worker forks and patches.
-        import importlib
-        try:
-            importlib.import_module("transformers")
-        except ImportError:
-            pass
-
-    class SimulatorApplication(BaseApplication):
-        def load_config(self):
-            self.cfg.set("bind", [f"{config.host}:{config.port}"])
-            self.cfg.set("workers", 1)
-            self.cfg.set("worker_class", "gevent")
-            self.cfg.set("worker_connections", config.worker_connections)
-            self.cfg.set("keepalive", 75)
-            self.cfg.set("timeout", 0)
-            self.cfg.set("graceful_timeout", 30)
-            self.cfg.set("backlog", 4096)
-            self.cfg.set("loglevel", "info")
-
-        def load(self):
-            return create_app(config)
-
-    SimulatorApplication().run()
-
-
-def start_data_parallel_ranks(config: SimConfig, argv: list[str]) -> list:
-    """``--data-parallel-size N``: ranks 1..N-1 are separate simulator processes (own queue, KV
-    cache, metrics) on ports ``port+1 .. port+N-1``, as vLLM's data-parallel engines; this
-    process is rank 0.  Children die with this process."""
-    import atexit
-    import signal
-    import subprocess
-
-    def die_with_parent():
-        try:
-            import ctypes
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-    procs = []
-    for rank in range(1, config.data_parallel_size):
-        args = [sys.executable, __file__, *argv, "--port", str(config.port + rank),
-                "--data-parallel-rank", str(rank)]
-        procs.append(subprocess.Popen(args, preexec_fn=die_with_parent))
-
-    def stop():
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-    atexit.register(stop)
-    return procs
+def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None) -> int:
+    """Serve the app with gunicorn's gevent worker in this process until SIGTERM / Ctrl-C
+    (:func:`blueprints.server.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
+    Returns the exit code."""
+    from blueprints.server import serve as run_server
+    return run_server(config, lambda: create_app(config), argv, __file__)
 
 
 def main(argv=None) -> int:
@@ -175,9 +130,8 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log.info("vLLM simulator: model=%s served=%s port=%d mode=%s", config.model, config.served_names,
-             config.port, config.mode)
+    from blueprints.server import configure_logging
+    configure_logging(config)
     if ignored_flags(config):
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
     if config.dataset_path and config.mode != "echo":     # one line for a bad file, not a traceback
@@ -188,11 +142,14 @@ def main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
-        config.data_parallel_rank = 0
-        start_data_parallel_ranks(config, argv)
-    serve(config)
-    return 0
+        config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
+    return serve(config, None, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from blueprints.server import fast_exit
+    try:
+        code = main()
+    except KeyboardInterrupt:      # Ctrl-C before the server runs (e.g. while a tokenizer loads)
+        code = 130
+    fast_exit(code)

@@ -1,14 +1,25 @@
-"""Health, readiness, version and sleep-mode endpoints (vLLM dev-mode sleep API)."""
+"""Health, readiness, version and sleep-mode endpoints (vLLM dev-mode sleep API).
+
+``/health`` is liveness: 200 while the process serves.  ``/health/ready`` is readiness: 503
+during ``--startup-duration`` and from the moment a shutdown starts (SIGTERM, Ctrl-C), so a
+load balancer stops sending requests while in-flight ones finish (:mod:`blueprints.server`)."""
 from __future__ import annotations
 
 import time
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, current_app, request
 
 from .common import json_response, simulator
 
 bp = Blueprint("health", __name__)
 VERSION = "0.11.0-sim"
+
+
+class Lifecycle:
+    """Process state the probes report; ``app.extensions["lifecycle"]``."""
+
+    def __init__(self):
+        self.draining = False
 
 
 @bp.get("/health")
@@ -19,7 +30,9 @@ def health():
 @bp.get("/health/ready")
 def ready():
     sim = simulator()
-    if time.monotonic() - sim.started < sim.config.startup_duration:
+    lifecycle = current_app.extensions.get("lifecycle")
+    if (lifecycle is not None and lifecycle.draining) or \
+            time.monotonic() - sim.started < sim.config.startup_duration:
         return Response(b"", 503, mimetype="application/json")
     return Response(b"", 200, mimetype="application/json")
 

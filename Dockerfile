@@ -1,0 +1,34 @@
+# vLLM simulator image: `docker run -p 8000:8000 IMAGE [MODEL] [--flag value ...]`, the arguments
+# of `vllm serve` (the image's entrypoint is the simulator's command line).
+FROM python:3.11.7-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+# Dependencies first, in their own layer: rebuilt only when requirements.txt changes.
+COPY requirements.txt .
+RUN pip install --no-cache-dir -r requirements.txt
+
+COPY app.py wsgi.py ./
+COPY blueprints/ blueprints/
+COPY schemas/ schemas/
+COPY generation/ generation/
+COPY data/ data/
+
+# An unprivileged user; the simulator writes nothing but temporary files (self-signed certs).
+RUN useradd --system --uid 10001 --no-create-home --home-dir /app sim
+USER 10001
+
+EXPOSE 8000
+# SIGTERM drains (readiness 503, in-flight streams finish within --shutdown-timeout, default 30 s):
+# give `docker stop -t` more than that.
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2).status != 200)"]
+
+ENTRYPOINT ["python", "app.py"]
+CMD ["--host", "0.0.0.0", "--port", "8000"]

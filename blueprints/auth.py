@@ -1,0 +1,96 @@
+"""``--api-key`` (env ``VLLM_API_KEY``): every route but the probes needs the key.
+
+As vLLM's ``AuthenticationMiddleware`` (vllm/entrypoints/openai/api_server.py): a request must
+carry ``Authorization: Bearer <key>``; the scheme is case-insensitive and keys are compared as
+SHA-256 digests with :func:`hmac.compare_digest`, so the time taken does not depend on how much
+of a guess matches.  Anthropic clients send ``x-api-key: <key>``, which is accepted too.
+vLLM guards only ``/v1/*``; here the other inference, LoRA, admin and sleep routes are guarded
+as well, and only the probes stay open (:data:`OPEN_PATHS`).  ``OPTIONS`` passes (CORS
+preflight), as in vLLM.
+
+A missing or wrong key is a 401 in vLLM's envelope, or Anthropic's on ``/v1/messages``.
+The check is a WSGI middleware: it runs before routing, answers unknown paths the same way
+(nothing is revealed about which routes exist), and costs nothing when no key is set.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import orjson
+
+OPEN_PATHS = frozenset({"/health", "/health/ready", "/metrics", "/ping", "/version"})
+MESSAGE = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+def unauthorized_body(path: str) -> bytes:
+    """The 401 body: Anthropic's envelope under ``/v1/messages``, vLLM's elsewhere."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return orjson.dumps({"type": "error", "error": {"type": "authentication_error", "message": MESSAGE}})
+    return orjson.dumps({"error": {"message": MESSAGE, "type": "AuthenticationError", "param": None,
+                                   "code": 401}})
+
+
+class APIKeyMiddleware:
+    """WSGI middleware that lets a request through when it carries one of ``keys``.
+
+    ``keys``: non-empty strings (vLLM accepts several).  Raises ValueError when empty."""
+
+    def __init__(self, wsgi_app, keys):
+        keys = [k for k in keys if k]
+        if not keys:
+            raise ValueError("APIKeyMiddleware needs at least one key")
+        self.wsgi_app = wsgi_app
+        self.digests = [_digest(k) for k in keys]
+
+    def authorized(self, environ) -> bool:
+        """Whether the ``Authorization: Bearer`` or ``x-api-key`` header holds a key."""
+        given = None
+        auth = environ.get("HTTP_AUTHORIZATION")
+        if auth:
+            scheme, _, param = auth.partition(" ")
+            if scheme.lower() == "bearer":
+                given = param.strip()
+        if given is None:
+            given = environ.get("HTTP_X_API_KEY")
+        if not given:
+            return False
+        d = _digest(given)
+        ok = False
+        for k in self.digests:          # no early exit: every key is compared
+            ok |= hmac.compare_digest(d, k)
+        return ok
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if (path in OPEN_PATHS or environ.get("REQUEST_METHOD") == "OPTIONS"
+                or self.authorized(environ)):
+            return self.wsgi_app(environ, start_response)
+        body = unauthorized_body(path)
+        start_response("401 Unauthorized", [("Content-Type", "application/json"),
+                                            ("Content-Length", str(len(body))),
+                                            ("WWW-Authenticate", "Bearer")])
+        return [body]
+
+
+def api_keys(config) -> list:
+    """The configured keys: ``--api-key`` (a string or a list), else env ``VLLM_API_KEY``
+    when the configuration does not read it itself."""
+    import os
+    value = getattr(config, "api_key", None)
+    if not value:
+        value = os.environ.get("VLLM_API_KEY", "")
+    if isinstance(value, str):
+        return [value] if value else []
+    return [str(v) for v in value if v]
+
+
+def install(app, config) -> None:
+    """Wrap ``app.wsgi_app`` with :class:`APIKeyMiddleware` when a key is configured."""
+    keys = api_keys(config)
+    if keys:
+        app.wsgi_app = APIKeyMiddleware(app.wsgi_app, keys)

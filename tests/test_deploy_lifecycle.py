@@ -1,0 +1,313 @@
+"""Lifecycle of ``python app.py`` (issue 10, issue 12 lifecycle corners, issue 13 workers):
+SIGTERM during streams, Ctrl-C, SIGHUP, a busy port, data-parallel group failure, and
+``gunicorn -w 2`` refused.  Real processes; every wait is bounded, nothing asserts a speed."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from conftest import ROOT, free_port
+
+pytestmark = pytest.mark.server
+
+
+class Proc:
+    """A ``python app.py`` process with its combined output in a file."""
+
+    def __init__(self, tmp_path, *flags, port=None, wait=True, env=None, cmd=None):
+        self.port = port or free_port()
+        self.log = tmp_path / f"server-{self.port}.log"
+        self.base = f"http://127.0.0.1:{self.port}"
+        args = cmd or [sys.executable, str(ROOT / "app.py"), "--port", str(self.port), "--host", "127.0.0.1",
+                       *flags]
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
+                                     env=env)
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                if httpx.get(self.base + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise AssertionError("server did not start\n" + self.output())
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig=signal.SIGTERM, timeout=15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("server did not stop\n" + self.output())
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started
+    for p in started:
+        p.kill()
+
+
+def chat_stream_body(max_tokens: int) -> dict:
+    return {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens,
+            "ignore_eos": True, "stream": True}
+
+
+async def _streams(base: str, n: int, max_tokens: int, started: asyncio.Event):
+    """Open ``n`` streams; returns each stream's ``data:`` payloads."""
+    async def one(c):
+        out = []
+        async with c.stream("POST", base + "/v1/chat/completions", json=chat_stream_body(max_tokens)) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    out.append(line[6:])
+                    if len(out) == 1:
+                        one.count += 1
+                        if one.count == n:
+                            started.set()
+        return out
+    one.count = 0
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=n + 10)) as c:
+        return await asyncio.gather(*[one(c) for _ in range(n)])
+
+
+def _run_streams_then_signal(p: Proc, n: int, max_tokens: int, sig=signal.SIGTERM):
+    async def main():
+        started = asyncio.Event()
+        task = asyncio.ensure_future(_streams(p.base, n, max_tokens, started))
+        await asyncio.wait_for(started.wait(), 30)
+        t0 = time.monotonic()
+        p.proc.send_signal(sig)
+        res = await task
+        return res, time.monotonic() - t0
+    return asyncio.run(main())
+
+
+def test_sigterm_during_50_streams_ends_each_with_an_error_event_and_done(tmp_path, procs):
+    # 1,000 tokens 50 ms apart never finish within the 1 s grace: each stream gets an in-band
+    # error event and [DONE], and the process exits 0 without a traceback.
+    p = Proc(tmp_path, "--max-num-seqs", "64", "--inter-token-latency", "50ms", "--max-model-len", "4096",
+             "--shutdown-timeout", "1")
+    procs.append(p)
+    streams, elapsed = _run_streams_then_signal(p, 50, 1000)
+    assert len(streams) == 50
+    for s in streams:
+        assert s[-1] == "[DONE]"
+        err = httpx.Response(200, content=s[-2]).json()["error"]
+        assert err["code"] == 503 and "shutting down" in err["message"]
+    assert elapsed < 1.0 + 10          # the grace period plus a generous margin for this machine
+    assert p.stop() == 0
+    out = p.output()
+    assert "Traceback" not in out
+    assert "shutting down (SIGTERM): 50 request(s) in flight, grace 1s" in out
+    assert "ending 50 request(s) with an error" in out
+
+
+def test_sigterm_lets_streams_finish_within_the_grace(tmp_path, procs):
+    # 10 tokens 100 ms apart finish well inside a 20 s grace: normal ends, then exit 0.
+    p = Proc(tmp_path, "--max-num-seqs", "64", "--inter-token-latency", "100ms", "--shutdown-timeout", "20")
+    procs.append(p)
+    streams, _ = _run_streams_then_signal(p, 20, 10)
+    for s in streams:
+        assert s[-1] == "[DONE]"
+        last = httpx.Response(200, content=s[-2]).json()
+        assert last["choices"][0]["finish_reason"] == "length"
+    assert p.stop() == 0
+    out = p.output()
+    assert "Traceback" not in out and "with an error" not in out
+
+
+def test_readiness_turns_503_while_draining(tmp_path, procs):
+    p = Proc(tmp_path, "--inter-token-latency", "100ms", "--shutdown-timeout", "20")
+    procs.append(p)
+    with httpx.Client(base_url=p.base, timeout=10) as c:       # one keep-alive connection
+        assert c.get("/health/ready").status_code == 200
+
+        async def main():
+            started = asyncio.Event()
+            task = asyncio.ensure_future(_streams(p.base, 1, 30, started))
+            await asyncio.wait_for(started.wait(), 30)
+            p.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.5)
+            return task
+        loop = asyncio.new_event_loop()
+        task = loop.run_until_complete(main())
+        # The idle keep-alive connection was closed; a new connection is refused.
+        with pytest.raises(httpx.TransportError):
+            c.get("/health/ready")
+        streams = loop.run_until_complete(task)
+        loop.close()
+    assert streams[0][-1] == "[DONE]"
+    assert p.stop() == 0
+
+
+def test_idle_sigterm_and_ctrl_c_exit_0_without_traceback(tmp_path, procs):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        p = Proc(tmp_path)
+        procs.append(p)
+        httpx.get(p.base + "/v1/models").raise_for_status()
+        assert p.stop(sig, timeout=10) == 0
+        out = p.output()
+        assert "Traceback" not in out
+        assert f"shutting down ({signal.Signals(sig).name}): " in out
+        assert "shutdown complete" in out and "with an error" not in out
+
+
+def test_second_ctrl_c_skips_the_grace(tmp_path, procs):
+    p = Proc(tmp_path, "--inter-token-latency", "100ms", "--max-model-len", "4096", "--shutdown-timeout", "60")
+
+    async def main():
+        started = asyncio.Event()
+        task = asyncio.ensure_future(_streams(p.base, 5, 1000, started))
+        await asyncio.wait_for(started.wait(), 30)
+        p.proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.3)
+        p.proc.send_signal(signal.SIGINT)
+        return await task
+    procs.append(p)
+    streams = asyncio.run(main())
+    assert all(s[-1] == "[DONE]" and "shutting down" in s[-2] for s in streams)
+    assert p.stop(timeout=10) == 0
+    assert "Traceback" not in p.output()
+
+
+def test_sighup_is_ignored_and_keeps_the_engine(tmp_path, procs):
+    p = Proc(tmp_path)
+    procs.append(p)
+    with httpx.Client(base_url=p.base, timeout=10) as c:
+        body = {"model": "test-model", "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
+        for _ in range(3):
+            c.post("/v1/completions", json=body).raise_for_status()
+        p.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert p.proc.poll() is None
+        c.post("/v1/completions", json=body).raise_for_status()
+        metrics = c.get("/metrics").text
+    # One engine all along: the counter saw all four requests (a reload would have reset it).
+    line = next(ln for ln in metrics.splitlines()
+                if ln.startswith("vllm:request_success_total{") and 'finished_reason="length"' in ln)
+    assert float(line.rsplit(" ", 1)[1]) == 4.0
+    out = p.output()
+    assert "SIGHUP ignored: reload is not supported" in out
+    assert out.count("ready: listening on") == 1
+    assert p.stop() == 0
+
+
+def test_busy_port_is_one_line_and_exit_1(tmp_path, procs):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        p = Proc(tmp_path, port=port, wait=False)
+        procs.append(p)
+        t0 = time.monotonic()
+        code = p.proc.wait(timeout=30)
+        elapsed = time.monotonic() - t0
+    assert code == 1
+    out = p.output()
+    errors = [ln for ln in out.splitlines() if " ERROR " in ln]
+    assert errors == [errors[0]] and f"cannot listen on 127.0.0.1:{port}: already in use" in errors[0]
+    assert "Traceback" not in out
+    assert elapsed < 30
+
+
+def test_data_parallel_rank_that_cannot_start_stops_the_group(tmp_path, procs):
+    port = free_port(2)
+    with socket.socket() as holder:         # rank 1's port is taken
+        holder.bind(("127.0.0.1", port + 1))
+        holder.listen(1)
+        p = Proc(tmp_path, "--data-parallel-size", "2", port=port, wait=False)
+        procs.append(p)
+        code = p.proc.wait(timeout=30)
+    assert code == 1
+    out = p.output()
+    assert f"cannot listen on 127.0.0.1:{port + 1}: already in use" in out
+    assert "data-parallel rank 1 exited with code 1: stopping every rank" in out
+    assert "Traceback" not in out
+
+
+def test_data_parallel_group_stops_together_on_sigterm(tmp_path, procs):
+    port = free_port(2)
+    p = Proc(tmp_path, "--data-parallel-size", "2", port=port)
+    procs.append(p)
+    rank1 = f"http://127.0.0.1:{port + 1}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(rank1 + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, p.output()
+            time.sleep(0.05)
+    assert p.stop() == 0
+    with pytest.raises(httpx.TransportError):
+        httpx.get(rank1 + "/health", timeout=2)
+    assert p.output().count("shutdown complete") == 2
+
+
+def test_gunicorn_with_two_workers_is_refused(tmp_path, procs):
+    port = free_port()
+    cmd = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "2", "--no-control-socket",
+           "-b", f"127.0.0.1:{port}", "wsgi:app"]
+    p = Proc(tmp_path, port=port, wait=False, cmd=cmd)
+    procs.append(p)
+    code = p.proc.wait(timeout=60)
+    assert code != 0
+    assert "run one worker (-w 1) and use --data-parallel-size N" in p.output()
+
+
+def test_plain_gunicorn_uses_the_simulator_log_format(tmp_path, procs):
+    port = free_port()
+    cmd = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "1", "--no-control-socket",
+           "-b", f"127.0.0.1:{port}", "wsgi:app"]
+    p = Proc(tmp_path, port=port, cmd=cmd)
+    procs.append(p)
+    httpx.get(p.base + "/v1/models").raise_for_status()
+    assert p.stop() == 0
+    out = p.output()
+    assert "INFO vllm_sim[" in out and "vLLM simulator: model=test-model" in out
+    assert "INFO gunicorn.access[" in out and '"GET /v1/models HTTP/1.1" 200' in out
+
+
+def test_access_log_on_by_default_off_with_disable_log_requests(tmp_path, procs):
+    for flags, expect in ((), True), (("--disable-log-requests",), False):
+        p = Proc(tmp_path, *flags)
+        procs.append(p)
+        httpx.get(p.base + "/v1/models").raise_for_status()
+        assert p.stop() == 0
+        assert ('"GET /v1/models HTTP/1.1" 200' in p.output()) is expect
+
+
+def test_log_http_logs_request_details_without_keys(tmp_path, procs):
+    p = Proc(tmp_path, "--log-http", "--api-key", "sekrit")
+    procs.append(p)
+    r = httpx.post(p.base + "/v1/completions", headers={"Authorization": "Bearer sekrit"},
+                   json={"model": "test-model", "prompt": "hello there", "max_tokens": 2})
+    r.raise_for_status()
+    assert p.stop() == 0
+    out = p.output()
+    assert "request POST /v1/completions from 127.0.0.1" in out and "hello there" in out
+    assert "sekrit" not in out and "'authorization': '<redacted>'" in out
