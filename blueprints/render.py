@@ -18,7 +18,7 @@ import base64
 from flask import Blueprint
 
 from generation.errors import InvalidParam
-from generation.tokenizer import fnv1a_32
+from generation.tokenizer import chat_options, fnv1a_32
 from schemas.common import load
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 
@@ -102,7 +102,7 @@ def render_completion():
     if kind == "ids":
         out = [{"token_ids": ids} for ids in items]
     else:
-        out = [{"token_ids": sim.tokenizer.encode(text)[0]} for text in items]
+        out = [{"token_ids": sim.tokenize_text(text)[0]} for text in items]
     return json_response(out, headers=response_headers(rid))
 
 
@@ -115,9 +115,16 @@ def render_chat():
         raise InvalidParam("messages must not be empty", "messages")
     _render_model(sim, body.model)
     rid = request_id()
-    ids, _ = sim.tokenize_messages(messages)
+    opts = chat_options(body)
+    render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
+    if render is not None:
+        if opts["continue_final_message"] and opts["add_generation_prompt"]:
+            sim.tokenize_messages(messages, **opts)                  # raises vLLM's 400
+        ids, _, features = render(messages, **opts)
+    else:
+        ids, _ = sim.tokenize_messages(messages, **opts)
+        features = mm_features(media_items(messages), len(ids)) if sim.tokenizer.name == "simulated" else None
     out = {"token_ids": ids}
-    features = mm_features(media_items(messages), len(ids))
     if features is not None:
         out["features"] = features
     return json_response(out, headers=response_headers(rid))
@@ -141,9 +148,9 @@ def tokenize():
         raise InvalidParam("Either prompt or messages is required", "prompt")
     _check_optional_model(sim, body.model)
     if prompt is not None and (prompt or messages is None):
-        ids, pieces = sim.tokenize_text(prompt)
+        ids, pieces = sim.tokenize_text(prompt, body.add_special_tokens is not False)
     else:
-        ids, pieces = sim.tokenize_messages(messages)
+        ids, pieces = sim.tokenize_messages(messages, **chat_options(body))
     return json_response({"count": len(ids), "max_model_len": sim.config.max_model_len, "tokens": ids,
                           "token_strs": list(pieces) if body.return_token_strs else None})
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from .errors import APIError
+from .errors import InvalidParam
 
 
 def load_chat_template(value: str | None) -> str | None:
@@ -71,7 +71,7 @@ def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = 
                 continue_final_message: bool = False) -> str:
     """The prompt text of ``messages`` through the chat template.
 
-    Raises :class:`APIError` 400 when the template cannot render this conversation (a Jinja
+    Raises :class:`InvalidParam` (400) when the template cannot render this conversation (a Jinja
     error, or a template that raises for e.g. alternating roles), as vLLM does."""
     kwargs = dict(chat_template_kwargs or {})
     for reserved in ("conversation", "messages", "tools", "chat_template", "tokenize",
@@ -82,7 +82,5 @@ def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = 
             template_messages(messages), tools=tools or None, chat_template=chat_template,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message, tokenize=False, **kwargs)
-    except APIError:
-        raise
     except Exception as e:      # jinja2.TemplateError, ValueError from transformers' checks
-        raise APIError(f"Failed to apply chat template: {type(e).__name__}: {e}", 400, "messages") from None
+        raise InvalidParam(f"Failed to apply chat template: {type(e).__name__}: {e}", "messages") from None

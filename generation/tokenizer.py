@@ -131,7 +131,7 @@ class HFTokenizer:
     Padding and truncation configured in the file are switched off: a prompt counts its own
     tokens (a tokenizer.json with ``padding`` would count every prompt as its pad length).
     Pieces are cut from the text at the tokens' offsets, so they join back to the exact text
-    (a multi-byte character split over byte-level tokens sits whole in the first one)."""
+    (a multi-byte character split over byte-level tokens sits whole in the last one)."""
     name = "hf"
 
     def __init__(self, backend, hf=None, chat_template: str | None = None) -> None:
@@ -288,13 +288,14 @@ def tokenize_chat(tokenizer, messages, tools=None, chat_template=None, chat_temp
     tokenizer's own) the conversation is rendered with transformers' ``apply_chat_template``
     (``tools`` passed, ``chat_template_kwargs`` merged) and the text tokenized with
     ``add_special_tokens`` (vLLM's defaults: False for chat).  Without one, the seeds' flattening
-    (api.md 3.3).  Raises :class:`generation.errors.APIError` 400 for options vLLM rejects
+    (api.md 3.3).  Raises a 400 for options vLLM rejects
     (``add_generation_prompt`` with ``continue_final_message``, a template that fails to
-    render), 5xx when the render service fails (``--render-url``)."""
+    render: :class:`generation.errors.InvalidParam`), 5xx when the render service fails
+    (``--render-url``: :class:`generation.errors.APIError` 502 / 504)."""
     if continue_final_message and add_generation_prompt:
-        from .errors import APIError
-        raise APIError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                       400, "continue_final_message")
+        from .errors import InvalidParam
+        raise InvalidParam("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                           "continue_final_message")
     return tokenizer.tokenize_chat(messages, tools=tools, chat_template=chat_template,
                                    chat_template_kwargs=chat_template_kwargs,
                                    add_generation_prompt=add_generation_prompt,
@@ -312,3 +313,19 @@ def approximate_pieces(text: str, n: int) -> list[str]:
     if n == 0:
         return []
     return pieces[:n - 1] + ["".join(pieces[n - 1:])]
+
+
+def chat_options(body) -> dict:
+    """The :func:`tokenize_chat` keyword arguments carried by a request object (chat, chat
+    render, ``/tokenize``): ``tools``, ``chat_template``, ``chat_template_kwargs``,
+    ``add_generation_prompt`` (default True), ``continue_final_message`` and
+    ``add_special_tokens`` (default False), as vLLM's ChatCompletionRequest.  Absent
+    attributes take the defaults."""
+    def get(name, default=None):
+        v = getattr(body, name, None)
+        return default if v is None else v
+    return {"tools": get("tools"), "chat_template": get("chat_template"),
+            "chat_template_kwargs": get("chat_template_kwargs"),
+            "add_generation_prompt": get("add_generation_prompt", True),
+            "continue_final_message": get("continue_final_message", False),
+            "add_special_tokens": get("add_special_tokens", False)}

@@ -97,6 +97,12 @@ class ChatCompletionRequestSchema(SamplingSchema):
     tool_choice = fields.Raw()
     parallel_tool_calls = StrictBool()
     response_format = fields.Dict()
+    # vLLM chat-template options (generation.tokenizer.tokenize_chat)
+    chat_template = fields.String(allow_none=True)
+    chat_template_kwargs = fields.Dict(allow_none=True)
+    add_generation_prompt = StrictBool()
+    continue_final_message = StrictBool()
+    add_special_tokens = StrictBool()
 
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):

@@ -38,6 +38,12 @@ class ChatRenderSchema(BaseSchema):
     __model__ = p.ChatRenderRequest
     model = fields.Raw()
     messages = MessagesField()
+    tools = fields.List(fields.Dict(), allow_none=True)
+    chat_template = fields.String(allow_none=True)
+    chat_template_kwargs = fields.Dict(allow_none=True)
+    add_generation_prompt = StrictBool()
+    continue_final_message = StrictBool()
+    add_special_tokens = StrictBool()
 
 
 class TokenizeSchema(BaseSchema):
@@ -49,6 +55,9 @@ class TokenizeSchema(BaseSchema):
     return_token_strs = StrictBool()
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
+    tools = fields.List(fields.Dict(), allow_none=True)
+    chat_template = fields.String(allow_none=True)
+    chat_template_kwargs = fields.Dict(allow_none=True)
 
 
 class DetokenizeSchema(BaseSchema):

@@ -41,7 +41,7 @@ class MessagesAdapter(Adapter):
         check_kv_transfer(b.kv_transfer_params, stream)
         tc = b.tool_choice
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, to_chat_messages(b))], n=1,
+            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, to_chat_messages(b), tools=tools)], n=1,
             max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
@@ -61,10 +61,10 @@ class MessagesAdapter(Adapter):
 
 
 def count_tokens(sim, body: CountTokensRequest) -> int:
-    """The prompt tokens /v1/messages would report for ``body`` (tools and tool_choice add none,
-    as in the simulated tokenizer's chat flattening).  Raises ModelNotFound."""
+    """The prompt tokens /v1/messages would report for ``body`` (tools count only through a
+    real chat template; the simulated flattening ignores them).  Raises ModelNotFound."""
     sim.resolve_model(body.model)
-    ids, _ = sim.tokenize_messages(to_chat_messages(body))
+    ids, _ = sim.tokenize_messages(to_chat_messages(body), tools=to_chat_tools(getattr(body, "tools", None)))
     return len(ids)
 
 

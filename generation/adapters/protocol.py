@@ -60,6 +60,12 @@ class ChatCompletionRequest(OpenAISampling):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     response_format: dict | None = None
+    # vLLM chat-template options (generation.tokenizer.chat_options)
+    chat_template: str | None = None
+    chat_template_kwargs: dict | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    add_special_tokens: bool | None = None
 
 
 @dataclass
@@ -211,6 +217,12 @@ class CompletionRenderRequest:
 class ChatRenderRequest:
     model: Any = None
     messages: list | None = None
+    tools: list | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    add_special_tokens: bool | None = None
 
 
 @dataclass
@@ -222,6 +234,9 @@ class TokenizeRequest:
     return_token_strs: bool | None = None
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
+    tools: list | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict | None = None
 
 
 @dataclass
