@@ -1,0 +1,69 @@
+"""gunicorn_tuning: headers leave with the first body bytes, and every byte still goes out in
+order (unit tests on gunicorn's Response with a recording socket)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from gunicorn.http import wsgi
+
+import gunicorn_tuning
+
+
+class Sock:
+    def __init__(self):
+        self.sends = []
+
+    def sendall(self, data):
+        self.sends.append(bytes(data))
+
+
+def response(status="200 OK", headers=(("Content-Type", "application/json"),), method="POST"):
+    req = SimpleNamespace(version=(1, 1), method=method, should_close=lambda: False)
+    cfg = SimpleNamespace(is_ssl=False, protocol="http", header_map="drop", forwarded_allow_ips=[],
+                          secure_scheme_headers={})
+    sock = Sock()
+    resp = wsgi.Response(req, sock, cfg)
+    resp.start_response(status, list(headers))
+    return resp, sock
+
+
+@pytest.fixture(autouse=True, scope="module")
+def installed():
+    gunicorn_tuning.install()
+    gunicorn_tuning.install()          # idempotent
+
+
+def test_sized_body_is_one_send():
+    resp, sock = response(headers=(("Content-Type", "application/json"), ("Content-Length", "2")))
+    resp.write(b"{}")
+    resp.close()
+    assert len(sock.sends) == 1
+    head, body = sock.sends[0].split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 2" in head and body == b"{}"
+
+
+def test_chunked_stream_headers_ride_with_the_first_chunk_and_the_end_is_framed():
+    resp, sock = response(headers=(("Content-Type", "text/event-stream"),))
+    resp.write(b"data: 1\n\n")
+    resp.write(b"data: 2\n\n")
+    resp.close()
+    assert len(sock.sends) == 3
+    assert sock.sends[0].endswith(b"\r\n\r\n9\r\ndata: 1\n\n\r\n")
+    assert b"Transfer-Encoding: chunked" in sock.sends[0]
+    assert sock.sends[1:] == [b"9\r\ndata: 2\n\n\r\n", b"0\r\n\r\n"]
+
+
+def test_an_empty_write_flushes_the_headers_at_once():
+    resp, sock = response(headers=(("Content-Type", "text/event-stream"),))
+    resp.write(b"")                    # a stream's flush before its first token
+    assert len(sock.sends) == 1 and sock.sends[0].startswith(b"HTTP/1.1 200 OK") \
+        and sock.sends[0].endswith(b"\r\n\r\n")
+    resp.close()
+    assert sock.sends[1] == b"0\r\n\r\n"
+
+
+def test_no_body_response_still_sends_its_headers():
+    resp, sock = response(status="204 No Content", headers=())
+    resp.close()
+    assert len(sock.sends) == 1 and sock.sends[0].startswith(b"HTTP/1.1 204 No Content")
