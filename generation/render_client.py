@@ -81,7 +81,7 @@ class RenderTokenizer(SimulatedTokenizer):
             raise APIError(f"Render service sent an unreadable answer: {url}", 502) from None
 
     @staticmethod
-    def _ids(obj, url: str) -> list[int]:
+    def _token_ids(obj, url: str) -> list[int]:
         ids = obj.get("token_ids") if isinstance(obj, dict) else None
         if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
             raise APIError(f"Render service answer has no token_ids: {url}", 502)
@@ -93,7 +93,7 @@ class RenderTokenizer(SimulatedTokenizer):
                          {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens},
                          self.timeout)
         first = out[0] if isinstance(out, list) and out else out
-        ids = self._ids(first, self.url)
+        ids = self._token_ids(first, self.url)
         return ids, approximate_pieces(text, len(ids))
 
     def render_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
@@ -112,7 +112,7 @@ class RenderTokenizer(SimulatedTokenizer):
             body["chat_template_kwargs"] = chat_template_kwargs
         timeout = self.mm_timeout if has_media(messages) else self.timeout
         out = self._post("/v1/chat/completions/render", body, timeout)
-        ids = self._ids(out, self.url)
+        ids = self._token_ids(out, self.url)
         return ids, approximate_pieces(flatten_messages(messages), len(ids)), out.get("features")
 
     def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
