@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response
-from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from .common import simulator
@@ -13,4 +12,4 @@ bp = Blueprint("metrics", __name__)
 @bp.get("/metrics")
 def metrics():
     sim = simulator()      # collectors read running / waiting / KV usage / LoRA state now
-    return Response(generate_latest(sim.metrics.registry), 200, content_type=CONTENT_TYPE_PLAIN_0_0_4)
+    return Response(sim.metrics.render(), 200, content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -212,3 +212,12 @@ def test_lora_registry_is_capped_lru_and_keeps_static_and_running_adapters():
     assert reg.load("newer", "/n2") == ["r19999"]
     assert set(reg.paths) == {"static", "r19998", "new", "newer"}
     assert LoraRegistry([], max_loras=1).cap == 1 and LoraRegistry([], 4, 2).cap == 4
+
+
+def test_fast_render_is_the_same_text_as_generate_latest(app_client):
+    from prometheus_client import generate_latest
+    c = app_client("--max-model-len", "1024")
+    assert c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 3}).status_code == 200
+    m = c.sim.metrics
+    m.itl.observe_n(0.02, 5000)            # counts past the formatting cache
+    assert sorted(m.render().decode().splitlines()) == sorted(generate_latest(m.registry).decode().splitlines())
