@@ -1,0 +1,163 @@
+"""KV-event replay over a real ZMQ socket (engine.md 4.9, issue 9), the reference's exact event
+bytes (engine.md 4.6), vLLM's sha256_cbor block hashes, and the KV cache built from plain
+values (no simulator object)."""
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import cbor2
+import msgpack
+import pytest
+import zmq
+
+from test_kvcache import POD_IP, Listener, Recorder, completion, kind
+
+from generation.kvcache import (KVCache, KVCacheSettings, VllmBlockHasher, block_stored, pack_batch,
+                                pack_event)
+from generation.request import GenerationRequest, Prompt, Sequence
+
+SENTINEL = b"\xff" * 8
+
+
+def replay(endpoint: str, start: int, timeout_ms: int = 5000) -> list:
+    """Ask with a REQ socket (engine.md 4.9's client); returns the batches before the sentinel.
+    libzmq hands a REQ socket one reply per request, so this suits single-message answers;
+    :func:`replay_dealer` reads a whole replay."""
+    ctx = zmq.Context.instance()
+    req = ctx.socket(zmq.REQ)
+    req.setsockopt(zmq.LINGER, 0)
+    req.connect(endpoint)
+    try:
+        req.send(struct.pack(">Q", start))
+        out = []
+        while True:
+            assert req.poll(timeout_ms), "no replay answer"
+            frames = req.recv_multipart()
+            topic, seq, payload = frames
+            if topic == b"":
+                assert seq == SENTINEL and payload == b""
+                return out
+            out.append((topic, struct.unpack(">Q", seq)[0], payload))
+    finally:
+        req.close(0)
+
+
+def replay_dealer(endpoint: str, start: int, timeout_ms: int = 5000) -> list:
+    """Ask with a DEALER socket (REQ's frames: empty delimiter, start); every batch to the sentinel."""
+    ctx = zmq.Context.instance()
+    d = ctx.socket(zmq.DEALER)
+    d.setsockopt(zmq.LINGER, 0)
+    d.connect(endpoint)
+    try:
+        d.send_multipart([b"", struct.pack(">Q", start)])
+        out = []
+        while True:
+            assert d.poll(timeout_ms), "no replay answer"
+            empty, topic, seq, payload = d.recv_multipart()
+            assert empty == b""
+            if topic == b"":
+                assert seq == SENTINEL and payload == b""
+                return out
+            out.append((topic, struct.unpack(">Q", seq)[0], payload))
+    finally:
+        d.close(0)
+
+
+@pytest.fixture(scope="module")
+def replaying(sim_server):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    listener = Listener()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    base = sim_server("--model", "m1", "--enable-kvcache", "--zmq-endpoint", listener.endpoint,
+                      "--event-batch-size", "1", "--hash-seed", "5", "--kv-events-replay-endpoint", endpoint,
+                      "--kv-events-replay-queue-size", "64", env={"POD_IP": POD_IP})
+    listener.prime()
+    yield base, listener, endpoint
+    listener.close()
+
+
+def test_replay_returns_missed_batches(replaying):
+    base, listener, endpoint = replaying
+    for k in range(3):
+        assert completion(base, list(range(1000 * (k + 1), 1000 * (k + 1) + 32))).status_code == 200
+        listener.events_until(lambda e: kind(e) == "BlockStored")
+    live = [(t, s) for t, s, _ in listener.messages]
+    assert len(live) >= 3
+    got = replay_dealer(endpoint, 1)
+    assert [(t, s) for t, s, _ in got] == live                          # everything, in order
+    assert [msgpack.unpackb(p) for _, _, p in got] == [p for _, _, p in listener.messages]
+    last = live[-1][1]
+    assert [s for _, s, _ in replay_dealer(endpoint, last)] == [last]    # from the last: one batch
+    assert replay_dealer(endpoint, 999999) == []                          # past the newest: sentinel only
+
+
+def test_replay_with_a_req_client(replaying):
+    base, listener, endpoint = replaying
+    got = replay(endpoint, 999999)        # REQ sees [topic, seq, payload]; sentinel has an empty topic
+    assert got == []
+
+
+# ---- exact bytes ------------------------------------------------------------------------------------
+
+def test_legacy_block_stored_bytes_match_the_reference():
+    ev = block_stored([1, 2], None, [7, 8], 16, None, None, map_format=False)
+    want = ("99ab" + b"BlockStored".hex() + "92" + "cf0000000000000001" + "cf0000000000000002" + "cf0000000000000000"
+            + "92" + "ce00000007" + "ce00000008" + "10" + "c0" + "a3" + b"GPU".hex() + "c0" + "c0")
+    assert pack_event(ev).hex() == want
+
+
+def test_map_block_stored_bytes_match_the_reference():
+    ev = block_stored([1], None, [7], 16, 1, "lora1", map_format=True)
+    want = ("88" + "a4" + b"type".hex() + "ab" + b"BlockStored".hex() + "ac" + b"block_hashes".hex() + "91"
+            + "cf0000000000000001" + "b1" + b"parent_block_hash".hex() + "c0" + "a9" + b"token_ids".hex() + "91"
+            + "ce00000007" + "aa" + b"block_size".hex() + "10" + "a7" + b"lora_id".hex() + "01" + "a6"
+            + b"medium".hex() + "a3" + b"GPU".hex() + "a9" + b"lora_name".hex() + "a5" + b"lora1".hex())
+    assert pack_event(ev).hex() == want
+
+
+def test_batch_bytes_and_decoding():
+    assert pack_batch(1.5, [["AllBlocksCleared"]], 0).hex() == \
+        "93cb3ff8000000000000" + "91" + "91b0" + b"AllBlocksCleared".hex() + "00"
+    ev = block_stored([2 ** 64 - 1], 5, [2 ** 32 - 1], 16, None, None, map_format=False)
+    assert msgpack.unpackb(pack_batch(2.0, [ev], 3)) == [2.0, [ev], 3]
+
+
+# ---- vLLM sha256_cbor ---------------------------------------------------------------------------
+
+def sha(obj) -> bytes:
+    return hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
+
+
+def test_sha256_cbor_follows_vllm_recipe():
+    h = VllmBlockHasher("0")
+    ids = list(range(40))
+    none = sha("0")                                         # NONE_HASH = sha256_cbor(PYTHONHASHSEED)
+    b0 = sha((none, tuple(ids[:16]), None))
+    b1 = sha((b0, tuple(ids[16:32]), None))
+    low64 = [int.from_bytes(b, "big") & (2 ** 64 - 1) for b in (b0, b1)]
+    assert h.block_hashes("m", ids, 16) == low64
+    assert h.block_hashes("m", ids, 16) == low64            # memoised: same answer
+    lora = VllmBlockHasher("0", lambda: ["l1"])
+    assert lora.block_hashes("l1", ids, 16)[0] == int.from_bytes(sha((none, tuple(ids[:16]), ("l1",))), "big") \
+        & (2 ** 64 - 1)
+
+
+def test_kv_cache_from_plain_values_with_sha256_cbor():
+    rec = Recorder()
+    counts = []
+    kv = KVCache(KVCacheSettings(block_size=16, capacity=8, hash_seed="0", hash_algo="sha256_cbor"), publisher=rec,
+                 count_prefix=lambda q, h: counts.append((q, h)))
+    ids = list(range(40))
+    for _ in range(2):
+        req = GenerationRequest(request_id="r", model="m", lora=None, prompts=[Prompt(ids)])
+        s = Sequence(req, 0, 0, req.prompts[0])
+        kv.lookup(s)
+        kv.start(s)
+        kv.finish(s)
+    assert counts == [(40, 0), (40, 32)]
+    assert rec.events[0][1] == VllmBlockHasher("0").block_hashes("m", ids, 16) and rec.events[0][2] == 0
