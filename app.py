@@ -42,6 +42,8 @@ def create_app(config: SimConfig | None = None) -> Flask:
 
     app.wsgi_app = _yield_after_each_response(app.wsgi_app)
     app.extensions["lifecycle"] = health.Lifecycle()      # readiness turns 503 on shutdown
+    from blueprints.server import ChunkedBodyLimit
+    app.wsgi_app = ChunkedBodyLimit(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"])
     if getattr(config, "log_http", False):
         from blueprints.server import LogHTTP
         app.wsgi_app = LogHTTP(app.wsgi_app)

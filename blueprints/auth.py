@@ -78,12 +78,9 @@ class APIKeyMiddleware:
 
 
 def api_keys(config) -> list:
-    """The configured keys: ``--api-key`` (a string or a list), else env ``VLLM_API_KEY``
-    when the configuration does not read it itself."""
-    import os
-    value = getattr(config, "api_key", None)
-    if not value:
-        value = os.environ.get("VLLM_API_KEY", "")
+    """The configured keys: ``--api-key`` (a string or a list; the configuration reads env
+    ``VLLM_API_KEY`` as vLLM does)."""
+    value = getattr(config, "api_key", None) or ""
     if isinstance(value, str):
         return [value] if value else []
     return [str(v) for v in value if v]

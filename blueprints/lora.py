@@ -3,6 +3,12 @@
 Loading registers ``lora_name`` -> ``lora_path``; the name is a valid ``model`` at once.
 Errors follow vLLM: a missing field or an already-loaded name is a 400; unloading an unknown
 name is a 404.
+
+Nothing is read from ``lora_path``: a simulated adapter has no weights, so a client cannot make
+the server open a file (vLLM would load it) or learn anything about the file system; the path
+is only reported back as the adapter's ``root`` in ``/v1/models``.  Names and paths are
+therefore bounded (:data:`MAX_LEN` characters) and printable, since they reach responses,
+logs and metric labels; error messages name the field, never echo the value.
 """
 from __future__ import annotations
 
@@ -15,10 +21,17 @@ from .common import parse_json_body, simulator
 bp = Blueprint("lora", __name__)
 
 
+MAX_LEN = 4096
+
+
 def _name(body: dict, key: str) -> str:
     v = body.get(key)
     if not isinstance(v, str) or not v:
         raise APIError(f"{key}: field required (a non-empty string).", 400, key)
+    if len(v) > MAX_LEN:
+        raise APIError(f"{key}: at most {MAX_LEN} characters.", 400, key)
+    if not v.isprintable():
+        raise APIError(f"{key}: must not contain control characters.", 400, key)
     return v
 
 

@@ -135,6 +135,46 @@ class LogHTTP:
         return [out]
 
 
+class ChunkedBodyLimit:
+    """413 for a chunked request body (no Content-Length) over ``limit`` bytes, as a body with
+    a Content-Length gets from Flask's ``MAX_CONTENT_LENGTH`` (issue 12: werkzeug cut such a
+    body at the limit, and the truncated JSON became a 400 or was accepted).  The body is read
+    here, at most ``limit + 1`` bytes, and handed on with its length (memory stays bounded;
+    after a 413 the server discards the rest of the body)."""
+    MESSAGE = "The data value transmitted exceeds the capacity limit."
+
+    def __init__(self, wsgi_app, limit: int):
+        self.wsgi_app = wsgi_app
+        self.limit = limit
+
+    def __call__(self, environ, start_response):
+        if environ.get("CONTENT_LENGTH") or "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            return self.wsgi_app(environ, start_response)
+        import io
+        stream, parts, size = environ["wsgi.input"], [], 0
+        while size <= self.limit:
+            part = stream.read(min(65536, self.limit + 1 - size))
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+        if size > self.limit:
+            import orjson
+            path = environ.get("PATH_INFO", "")
+            if path == "/v1/messages" or path.startswith("/v1/messages/"):
+                body = orjson.dumps({"type": "error", "error": {"type": "request_too_large", "message": self.MESSAGE}})
+            else:
+                body = orjson.dumps({"error": {"message": self.MESSAGE, "type": "RequestEntityTooLarge",
+                                               "param": None, "code": 413}})
+            start_response("413 Request Entity Too Large", [("Content-Type", "application/json"),
+                                                            ("Content-Length", str(len(body)))])
+            return [body]
+        data = b"".join(parts)
+        environ["wsgi.input"] = io.BytesIO(data)
+        environ["CONTENT_LENGTH"] = str(len(data))
+        return self.wsgi_app(environ, start_response)
+
+
 # ---------------------------------------------------------------------------------------------
 # TLS
 def make_self_signed_cert(directory: str, host: str = "") -> tuple[str, str]:

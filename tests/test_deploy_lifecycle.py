@@ -311,3 +311,36 @@ def test_log_http_logs_request_details_without_keys(tmp_path, procs):
     out = p.output()
     assert "request POST /v1/completions from 127.0.0.1" in out and "hello there" in out
     assert "sekrit" not in out and "'authorization': '<redacted>'" in out
+
+
+def test_chunked_body_over_the_limit_is_413_like_content_length(tmp_path, procs):
+    import json
+    p = Proc(tmp_path, "--max-request-body-size-mb", "1")
+    procs.append(p)
+    big = json.dumps({"model": "test-model", "prompt": "x " * (700 * 1024), "max_tokens": 1}).encode()
+    small = json.dumps({"model": "test-model", "prompt": "hi", "max_tokens": 1}).encode()
+
+    def chunks(data):
+        for i in range(0, len(data), 65536):
+            yield data[i:i + 65536]
+    expected = {"error": {"message": "The data value transmitted exceeds the capacity limit.",
+                          "type": "RequestEntityTooLarge", "param": None, "code": 413}}
+    with httpx.Client(base_url=p.base, timeout=30, headers={"Content-Type": "application/json"}) as c:
+        for content in (big, chunks(big)):
+            r = c.post("/v1/completions", content=content)
+            assert r.status_code == 413 and r.json() == expected
+        assert c.post("/v1/completions", content=chunks(small)).status_code == 200
+    assert p.stop() == 0
+
+
+def test_idle_keep_alive_connection_is_closed_after_5_seconds(tmp_path, procs):
+    p = Proc(tmp_path)
+    procs.append(p)
+    with socket.create_connection(("127.0.0.1", p.port), timeout=30) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        t0 = time.monotonic()
+        assert s.recv(4096) == b""          # the server closes the idle connection
+        idle = time.monotonic() - t0
+    assert 4.0 < idle < 30                   # vLLM's 5 s keep-alive, not gunicorn's 75 s
+    assert p.stop() == 0

@@ -1,0 +1,39 @@
+"""The LoRA load route never reads the file it is given and bounds what it stores (issue 10)."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def api_lora(app_client):
+    return app_client("--max-loras", "2")
+
+
+def test_load_does_not_read_or_echo_the_file(api_lora, tmp_path):
+    secret = tmp_path / "adapter_config.json"
+    secret.write_text("TOP-SECRET-CONTENT")
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": "a1", "lora_path": str(tmp_path)})
+    assert r.status_code == 200 and r.text == "Success: LoRA adapter 'a1' added successfully."
+    models = api_lora.get("/v1/models").text
+    assert "TOP-SECRET-CONTENT" not in models and str(tmp_path) in models
+    # A path that does not exist is accepted the same way: nothing is opened.
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": "a2", "lora_path": "/no/such/../etc/passwd"})
+    assert r.status_code == 200 and "root:" not in api_lora.get("/v1/models").text
+    for name in ("a1", "a2"):
+        assert api_lora.post("/v1/unload_lora_adapter", json={"lora_name": name}).status_code == 200
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("lora_path", "x" * 4097, "lora_path: at most 4096 characters."),
+    ("lora_name", "n" * 4097, "lora_name: at most 4096 characters."),
+    ("lora_path", "/a\nb", "lora_path: must not contain control characters."),
+    ("lora_name", "bad\x00name", "lora_name: must not contain control characters."),
+])
+def test_bounded_printable_fields(api_lora, field, value, message):
+    body = {"lora_name": "ok", "lora_path": "/ok"}
+    body[field] = value
+    r = api_lora.post("/v1/load_lora_adapter", json=body)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["message"] == message and err["param"] == field
+    assert value not in r.text
