@@ -284,13 +284,15 @@ class SQLiteDataset:
 
 # ---------------------------------------------------------------------------------------------
 def _prompt_ids(prompt, tokenizer) -> list:
-    from generation.tokenizer import flatten_messages
+    """The ids the server hashes: a text prompt as completions tokenize it, a conversation as
+    chat does (chat template or the seeds' flattening), token ids as given."""
+    from generation.tokenizer import tokenize_chat
     if isinstance(prompt, str):
-        return tokenizer.encode(prompt)[0]
+        return tokenizer.encode_prompt(prompt)[0]
     prompt = list(prompt)
     if all(isinstance(t, int) for t in prompt):
         return prompt
-    return tokenizer.encode(flatten_messages(prompt))[0]
+    return tokenize_chat(tokenizer, prompt)[0]
 
 
 def build_dataset(path, pairs, tokenizer, table: str = DEFAULT_TABLE) -> int:
@@ -326,42 +328,102 @@ def pairs_from_conversations(conversations) -> list:
     -> pairs as the reference's dataset tool records them (engine.md 9.5): for each (human,
     gpt) turn one completions pair (the human text) and one chat pair (the conversation so
     far); a turn with other roles ends that conversation."""
+    return conversation_pairs(conversations)[0]
+
+
+def conversation_pairs(conversations, progress=None) -> tuple[list, dict]:
+    """:func:`pairs_from_conversations` plus why records gave nothing or stopped early:
+    ``{"not a conversation": n, "no human/gpt turn": n, "stopped at a turn with other roles": n}``.
+    ``progress`` (a tqdm bar or None) is advanced once per record."""
     out = []
+    why = {"not a conversation": 0, "no human/gpt turn": 0, "stopped at a turn with other roles": 0}
     for rec in conversations:
-        turns = (rec.get("conversations") or []) if isinstance(rec, dict) else []
+        if progress is not None:
+            progress.update(1)
+        turns = rec.get("conversations") if isinstance(rec, dict) else None
+        if not isinstance(turns, list):
+            why["not a conversation"] += 1
+            continue
         history = []
+        before = len(out)
         for k in range(0, len(turns) - 1, 2):
             human, gpt = turns[k], turns[k + 1]
-            if human.get("from") != "human" or gpt.get("from") != "gpt":
+            if not (isinstance(human, dict) and isinstance(gpt, dict)) or \
+                    human.get("from") != "human" or gpt.get("from") != "gpt":
+                if len(out) > before:
+                    why["stopped at a turn with other roles"] += 1
                 break
             history.append({"role": "user", "content": str(human.get("value", ""))})
             answer = str(gpt.get("value", ""))
             out.append((history[-1]["content"], answer))
             out.append((list(history), answer))
             history.append({"role": "assistant", "content": answer})
-    return out
+        if len(out) == before:
+            why["no human/gpt turn"] += 1
+    return out, why
 
 
 def main(argv=None) -> int:
-    """``python -m data.dataset --input-file conv.json --output-path out.sqlite3 [--tokenizer DIR]``."""
+    """``python -m data.dataset --input-file conv.json --output-path out.sqlite3 [--model M]``:
+    writes the records with a progress bar, then says how many it kept and why it dropped the
+    others."""
     p = argparse.ArgumentParser(prog="python -m data.dataset",
                                 description="Build a simulator dataset from ShareGPT-style conversations")
     p.add_argument("--input-file", required=True, help="JSON array of {conversations: [{from, value}]}")
     p.add_argument("--output-path", required=True, help="SQLite file to write (must not exist)")
-    p.add_argument("--table-name", default=DEFAULT_TABLE)
-    p.add_argument("--max-records", type=int, default=10000, help="conversations read at most")
-    p.add_argument("--tokenizer", default="", help="local Hugging Face tokenizer (as the server's --tokenizer)")
+    p.add_argument("--table-name", default=DEFAULT_TABLE, help="table to write (default %(default)s)")
+    p.add_argument("--max-records", type=int, default=10000,
+                   help="conversations read at most; later ones are dropped (default %(default)s)")
+    p.add_argument("--model", default="test-model",
+                   help="model whose tokenizer hashes the prompts, as the server's --model (org/name: "
+                        "Hugging Face tokenizer; default: the simulated tokenizer)")
+    p.add_argument("--tokenizer", default="", help="tokenizer path or org/name, as the server's --tokenizer")
+    p.add_argument("--tokenizers-cache-dir", default="", help="as the server's flag")
+    p.add_argument("--chat-template", default="", help="as the server's flag")
     args = p.parse_args(argv)
     if os.path.exists(args.output_path):
         print(f"error: output file already exists: {args.output_path}", file=sys.stderr)
         return 1
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from generation.tokenizer import HFTokenizer, SimulatedTokenizer
-    tokenizer = HFTokenizer(args.tokenizer) if args.tokenizer else SimulatedTokenizer()
-    with open(args.input_file, encoding="utf-8") as fh:
-        convs = json.load(fh)[: args.max_records]
-    n = build_dataset(args.output_path, pairs_from_conversations(convs), tokenizer, args.table_name)
-    print(f"wrote {n} records to {args.output_path}")
+    from types import SimpleNamespace
+
+    from tqdm import tqdm
+
+    from generation.tokenizer_loading import TokenizerLoadError, load_tokenizer
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        tokenizer = load_tokenizer(SimpleNamespace(
+            model=args.model, tokenizer=args.tokenizer, force_dummy_tokenizer=False, render_url="",
+            tokenizers_cache_dir=args.tokenizers_cache_dir, chat_template=args.chat_template,
+            served_names=[args.model]))
+    except TokenizerLoadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        with open(args.input_file, encoding="utf-8") as fh:
+            records = json.load(fh)
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read {args.input_file}: {e}", file=sys.stderr)
+        return 1
+    if not isinstance(records, list):
+        print(f"error: {args.input_file} must hold a JSON array", file=sys.stderr)
+        return 1
+    over = max(len(records) - args.max_records, 0)
+    records = records[: args.max_records]
+    with tqdm(total=len(records), unit="conv", desc="conversations", file=sys.stderr) as bar:
+        pairs, why = conversation_pairs(records, bar)
+    with tqdm(total=len(pairs), unit="rec", desc="records", file=sys.stderr) as bar:
+        n = 0
+        for i in range(0, len(pairs), 1000):
+            n += build_dataset(args.output_path, pairs[i:i + 1000], tokenizer, args.table_name)
+            bar.update(len(pairs[i:i + 1000]))
+    cut = why.pop("stopped at a turn with other roles")
+    if over:
+        why[f"beyond --max-records {args.max_records}"] = over
+    dropped = ", ".join(f"{v} {k}" for k, v in why.items() if v) or "none"
+    used = len(records) - why["not a conversation"] - why["no human/gpt turn"]
+    print(f"kept {n} records from {used} of {len(records) + over} conversations in {args.output_path} "
+          f"({cut} cut short at a turn with other roles); dropped conversations: {dropped}")
     return 0
 
 
