@@ -211,7 +211,7 @@ def header_checks(sim: Simulator | None = None) -> bool:
     """``X-Return-Error`` and random failure injection (api.md 2.7, 2.10); returns whether
     ``X-Cache-Threshold-Finish-Reason`` asks for an immediate cache_threshold finish.
     Raises InjectedError for a forced or injected error, InvalidParam for a header value that
-    is not an HTTP status (an integer from 100 to 599)."""
+    is not a final HTTP status (an integer from 200 to 599)."""
     sim = sim or simulator()
     environ = request.environ
     forced = environ.get("HTTP_X_RETURN_ERROR")
@@ -220,9 +220,9 @@ def header_checks(sim: Simulator | None = None) -> bool:
         if not (v.lstrip("+-").isdigit()):
             raise InvalidParam(f'Invalid X-Return-Error header value "{forced}": must be an integer')
         code = int(v)
-        if not 100 <= code <= 599:
+        if not 200 <= code <= 599:     # a 1xx is not a final response: the client would hang
             raise InvalidParam(f'Invalid X-Return-Error header value "{forced}": must be an HTTP status code '
-                               f'from 100 to 599')
+                               f'from 200 to 599')
         raise InjectedError(f"Simulated error triggered by X-Return-Error header (code {code})", code)
     cfg = sim.config
     if cfg.failure_injection_rate > 0 and sim.rng.randint(1, 100) <= cfg.failure_injection_rate:

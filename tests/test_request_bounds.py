@@ -57,20 +57,20 @@ def idle(sim) -> bool:
 
 # ---- X-Return-Error ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["999", "0", "99", "600", "-1", "100000000000000000000"])
+@pytest.mark.parametrize("value", ["999", "0", "99", "100", "199", "600", "-1", "100000000000000000000"])
 def test_x_return_error_outside_status_range_is_400_json(client, value):
     r = client.post("/v1/chat/completions", json=CHAT, headers={"X-Return-Error": value})
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
     err = r.json()["error"]
     assert err == {"message": f'Invalid X-Return-Error header value "{value}": must be an HTTP status code '
-                              f'from 100 to 599', "type": "BadRequestError", "param": None, "code": 400}
+                              f'from 200 to 599', "type": "BadRequestError", "param": None, "code": 400}
 
 
 def test_x_return_error_outside_range_on_messages_uses_anthropic_envelope(client):
     r = client.post("/v1/messages", json={**CHAT, "max_tokens": 3}, headers={"X-Return-Error": "700"})
     assert r.status_code == 400
     assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message":
-                        'Invalid X-Return-Error header value "700": must be an HTTP status code from 100 to 599'}}
+                        'Invalid X-Return-Error header value "700": must be an HTTP status code from 200 to 599'}}
 
 
 @pytest.mark.parametrize("value,type_", [("418", "APIConnectionError"), ("599", "InternalServerError"),
@@ -355,4 +355,49 @@ def test_responses_top_logprobs_follow_max_logprobs():
                                       "include": ["message.output_text.logprobs"]})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "Requested sample logprobs of 3, which is greater than max allowed: 2"
+    c.close()
+
+
+# ---- in-band errors after the stream started: the API's own format ------------------------------------
+
+def _failing_stream(first: bytes):
+    def gen(*a, **k):
+        yield first
+        raise RuntimeError("boom")
+    return gen
+
+
+def test_messages_stream_error_is_an_anthropic_error_event(monkeypatch):
+    c = make_client()
+    monkeypatch.setattr(am, "stream_message", _failing_stream(b"event: ping\ndata: {}\n\n"))
+    r = c.post("/v1/messages", json={**CHAT, "stream": True})
+    assert r.status_code == 200
+    assert r.text.endswith('event: error\ndata: {"type":"error","error":{"type":"api_error",'
+                           '"message":"Internal server error: RuntimeError: boom"}}\n\n')
+    assert "[DONE]" not in r.text and idle(c.sim)
+    c.close()
+
+
+def test_responses_stream_error_is_a_numbered_error_event(monkeypatch):
+    c = make_client()
+
+    def gen(sim, ctx, seq):
+        yield ctx.event("response.created", {})
+        raise RuntimeError("boom")
+    monkeypatch.setattr(ar, "stream_response", gen)
+    r = c.post("/v1/responses", json={"model": "test-model", "input": "hi", "stream": True})
+    assert r.text.endswith('event: error\ndata: {"type":"error","sequence_number":1,"code":"500",'
+                           '"message":"Internal server error: RuntimeError: boom","param":null}\n\n')
+    assert idle(c.sim)
+    c.close()
+
+
+def test_chat_stream_error_is_a_data_event_then_done(monkeypatch):
+    import generation.adapters.chat as ac
+    c = make_client()
+    monkeypatch.setattr(ac, "stream_chat", _failing_stream(b"data: {}\n\n"))
+    r = c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.text.endswith('data: {"error":{"message":"Internal server error: RuntimeError: boom",'
+                           '"type":"InternalServerError","param":null,"code":500}}\n\ndata: [DONE]\n\n')
+    assert idle(c.sim)
     c.close()
