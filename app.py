@@ -20,8 +20,11 @@ from generation.errors import APIError, SimulatorError, error_type
 log = logging.getLogger("vllm_sim")
 
 
-def create_app(config: SimConfig | None = None) -> Flask:
-    """Build the Flask app with one :class:`generation.engine.Simulator` and every blueprint."""
+def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
+    """Build the Flask app with one :class:`generation.engine.Simulator` and every blueprint.
+
+    ``tokenizer``: loaded by :func:`main` before the worker forks (see
+    :mod:`generation.tokenizer_loading`); None loads it here."""
     import orjson
     from generation.engine import ClientDisconnected, Simulator
     from blueprints import admin, chat, completions, health, lora, metrics, models
@@ -30,8 +33,12 @@ def create_app(config: SimConfig | None = None) -> Flask:
     config = config or load_config([])
     app = Flask("vllm_sim")
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
-    sim = Simulator(config)
+    sim = Simulator(config, tokenizer)
     app.extensions["simulator"] = sim
+    if config.dataset_path and config.mode != "echo":
+        from data.dataset import SQLiteDataset     # a response source below the engine
+        sim.dataset = SQLiteDataset(config.dataset_path, config.dataset_table_name,
+                                    config.dataset_in_memory, sim.sentences)
     _install_optional_subsystems(sim)
     for bp in (chat.bp, completions.bp, models.bp, health.bp, lora.bp, metrics.bp, admin.bp):
         app.register_blueprint(bp)
@@ -104,7 +111,7 @@ def _install_optional_subsystems(sim) -> None:
     if sim.config.enable_kvcache:
         kvcache = _optional_module("generation.kvcache")
         if kvcache is not None:
-            sim.kv_cache = kvcache.KVCache(sim)
+            sim.kv_cache = kvcache.build_kv_cache(sim.config, sim.metrics, sim.loras)
 
 
 def _optional_module(name: str):
@@ -122,7 +129,7 @@ def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None) -> i
     (:func:`blueprints.server.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
     Returns the exit code."""
     from blueprints.server import serve as run_server
-    return run_server(config, lambda: create_app(config), argv, __file__)
+    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__)
 
 
 def main(argv=None) -> int:
@@ -136,16 +143,20 @@ def main(argv=None) -> int:
     configure_logging(config)
     if ignored_flags(config):
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
-    if config.dataset_path and config.mode != "echo":     # one line for a bad file, not a traceback
-        from data.dataset import DatasetError, verify_dataset
-        try:
-            verify_dataset(config.dataset_path, config.dataset_table_name)
-        except DatasetError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
         config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
-    return serve(config, None, argv)
+    try:      # before the port is bound and the worker forks (generation.tokenizer_loading)
+        from data.download import DownloadError, ensure_dataset
+        from generation.tokenizer_loading import TokenizerLoadError, load_tokenizer
+        from data.dataset import DatasetError, verify_dataset
+        ensure_dataset(config)
+        if config.dataset_path and config.mode != "echo":     # one line for a bad file, not a traceback
+            verify_dataset(config.dataset_path, config.dataset_table_name)
+        tokenizer = load_tokenizer(config)
+    except (TokenizerLoadError, DownloadError, DatasetError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return serve(config, tokenizer, argv)
 
 
 if __name__ == "__main__":
