@@ -1,7 +1,8 @@
 """Internal request objects shared by every API: the engine sees only these.
 
-A :class:`GenerationRequest` is what a blueprint builds from a validated body; the engine
-turns it into one :class:`Sequence` per choice (``n`` per prompt, prompt-major), as vLLM does.
+A :class:`GenerationRequest` is what an API adapter (:mod:`generation.adapters`) builds from a
+typed request; the engine turns it into one :class:`Sequence` per choice (``n`` per prompt,
+prompt-major), as vLLM does.
 """
 from __future__ import annotations
 

@@ -401,3 +401,26 @@ def test_chat_stream_error_is_a_data_event_then_done(monkeypatch):
                            '"type":"InternalServerError","param":null,"code":500}}\n\ndata: [DONE]\n\n')
     assert idle(c.sim)
     c.close()
+
+
+def test_usage_counts_each_prompt_once_and_sums_completions():
+    req = GenerationRequest(request_id="r", model="m", n=2)
+    seqs = []
+    for i, (pi, plen, cached, comp) in enumerate([(0, 5, 2, 3), (0, 5, 2, 4), (1, 7, 0, 1), (1, 7, 0, 0)]):
+        s = Sequence(req, i, pi, Prompt(list(range(plen))))
+        s.cached_tokens, s.completion_tokens = cached, comp
+        seqs.append(s)
+    assert base.request_usage(seqs) == {"prompt_tokens": 12, "total_tokens": 20, "completion_tokens": 8,
+                                        "prompt_tokens_details": {"cached_tokens": 2}}
+    for s in seqs:
+        s.finish_reason = "cache_threshold"
+    assert base.request_usage(seqs)["prompt_tokens_details"] is None
+
+
+def test_chunk_frame_continuous_usage():
+    req = GenerationRequest(request_id="r", model="m")
+    seqs = [Sequence(req, 0, 0, Prompt([1, 2, 3]))]
+    frame = base.ChunkFrame("cmpl-r", "text_completion", "m", seqs, continuous=True)
+    assert frame.heads[0].endswith(b'"model":"m","choices":[{"index":0')
+    assert frame.tail(1) == b',"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}}\n\n'
+    assert base.ChunkFrame("c", "o", "m", seqs, continuous=False).tail(1) == base.CHUNK_END
