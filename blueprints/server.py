@@ -267,8 +267,9 @@ def urls(config, tls: bool) -> list[str]:
     return [f"{scheme}://{host}:{config.port}"]
 
 
-def startup_summary(config, tls: bool, api_key: bool) -> list[str]:
-    """The lines logged at start: model, mode, tokenizer, latencies, capacity, KV, URLs."""
+def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None = None) -> list[str]:
+    """The lines logged at start: model, mode, tokenizer, latencies, capacity, KV, URLs
+    (``listen``: the URLs when gunicorn's ``-b`` decides them)."""
     from generation.config import format_duration as d
     c = config
     tok = "simulated"
@@ -289,7 +290,7 @@ def startup_summary(config, tls: bool, api_key: bool) -> list[str]:
         f"max-model-len={c.max_model_len} loras={len(c.lora_modules)}/{c.max_loras}",
         (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, events to {c.zmq_endpoint}"
          if c.enable_kvcache else "kv cache: off"),
-        f"serving {' '.join(urls(c, tls))} (api key {'required' if api_key else 'off'}, "
+        f"serving {' '.join(listen or urls(c, tls))} (api key {'required' if api_key else 'off'}, "
         f"access log {'off' if getattr(c, 'disable_log_requests', False) else 'on'}, "
         f"shutdown grace {shutdown_grace(c):g}s)",
     ]
@@ -650,7 +651,9 @@ def attach_to_gunicorn(app, config) -> None:
             _orig(sig, frame)
         signal.signal(signal.SIGTERM, on_term)
     from .auth import api_keys
-    for line in startup_summary(config, worker.cfg.is_ssl, bool(api_keys(config))):
+    scheme = "https" if worker.cfg.is_ssl else "http"
+    listen = [f"{scheme}://{_addr(s)}" for s in worker.sockets]
+    for line in startup_summary(config, worker.cfg.is_ssl, bool(api_keys(config)), listen):
         log.info("%s", line)
 
 
