@@ -1,13 +1,13 @@
-"""Tool calling on ``/v1/chat/completions`` through the real server (api.md 8, cases C11).
+"""Tool calling on ``/v1/chat/completions``, in-process (api.md 8, cases C11).
 
-Clients: the ``openai`` SDK where it can express the request, ``httpx`` for raw SSE and for
-malformed bodies the SDK would refuse to send.  Arguments are checked with ``jsonschema``.
+Clients over the WSGI transport: the ``openai`` SDK where it can express the request, ``httpx``
+for raw SSE and for malformed bodies the SDK would refuse to send.  Arguments are checked with
+``jsonschema``.
 """
 from __future__ import annotations
 
 import json
 
-import httpx
 import jsonschema
 import openai
 import pytest
@@ -31,15 +31,15 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TEMPERATURE, LOCATION)}
 
 
-def client(base: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0, timeout=30)
+def client(base) -> openai.OpenAI:
+    return base.openai(api_key="sk-test", max_retries=0, timeout=30)
 
 
-def post(base: str, body: dict) -> httpx.Response:
-    return httpx.post(base + "/v1/chat/completions", json={"model": "test-model", **body}, timeout=30)
+def post(base, body: dict):
+    return base.post("/v1/chat/completions", json={"model": "test-model", **body}, timeout=30)
 
 
-def stream_calls(base: str, body: dict):
+def stream_calls(base, body: dict):
     """POST a streaming request; check the tool-call delta protocol (C11, api.md 8.3) and
     return ``(calls, events)`` with ``calls = [{"id", "name", "arguments"}]`` by index."""
     r = post(base, {**body, "stream": True})
@@ -81,8 +81,8 @@ def stream_calls(base: str, body: dict):
 
 # ---- C11: streaming and non-streaming tool-call shape ----------------------------------------
 @pytest.mark.parametrize("choice", [NAMED, "required"], ids=["named", "required"])
-def test_c11_stream(server, choice):
-    calls, chunks = stream_calls(server, {"messages": PARIS, "tools": [WEATHER], "tool_choice": choice})
+def test_c11_stream(api, choice):
+    calls, chunks = stream_calls(api, {"messages": PARIS, "tools": [WEATHER], "tool_choice": choice})
     assert len(calls) == 1                       # one tool: "required" cannot add more
     assert calls[0]["name"] == "get_weather"
     args = json.loads(calls[0]["arguments"])
@@ -93,8 +93,8 @@ def test_c11_stream(server, choice):
 
 
 @pytest.mark.parametrize("choice", [NAMED, "required"], ids=["named", "required"])
-def test_c11_non_stream(server, choice):
-    resp = client(server).chat.completions.create(model="test-model", messages=PARIS, tools=[WEATHER],
+def test_c11_non_stream(api, choice):
+    resp = client(api).chat.completions.create(model="test-model", messages=PARIS, tools=[WEATHER],
                                                   tool_choice=choice)
     c = resp.choices[0]
     assert c.finish_reason == "tool_calls"
@@ -106,9 +106,9 @@ def test_c11_non_stream(server, choice):
     assert isinstance(json.loads(tc.function.arguments)["city"], str)
 
 
-def test_openai_sdk_stream_accumulates(server):
+def test_openai_sdk_stream_accumulates(api):
     """The SDK's own streaming objects: first delta has id/name, joined arguments are JSON."""
-    stream = client(server).chat.completions.create(model="test-model", messages=PARIS, tools=[WEATHER],
+    stream = client(api).chat.completions.create(model="test-model", messages=PARIS, tools=[WEATHER],
                                                     tool_choice=NAMED, stream=True,
                                                     stream_options={"include_usage": True})
     args, names, ids, finish, usage, n_arg_chunks = "", [], set(), None, None, 0
@@ -131,10 +131,10 @@ def test_openai_sdk_stream_accumulates(server):
     assert usage.completion_tokens == n_arg_chunks      # one token per streamed argument piece
 
 
-def test_required_two_tools_reference_48(server):
+def test_required_two_tools_reference_48(api):
     """api.md 13 case 48: names from the list, arguments per schema, tools not counted."""
     for _ in range(5):
-        resp = client(server).chat.completions.create(model="test-model", messages=USER,
+        resp = client(api).chat.completions.create(model="test-model", messages=USER,
                                                       tools=[WEATHER, TEMPERATURE], tool_choice="required")
         assert resp.usage.prompt_tokens == 10
         calls = resp.choices[0].message.tool_calls
@@ -146,8 +146,8 @@ def test_required_two_tools_reference_48(server):
                 assert args["unit"] in ("C", "F")
 
 
-def test_required_stream_two_tools_reference_49(sim_server):
-    base = sim_server("--tool-call-extra-call-probability", "100")
+def test_required_stream_two_tools_reference_49(app_client):
+    base = app_client("--tool-call-extra-call-probability", "100")
     calls, chunks = stream_calls(base, {"messages": USER, "tools": [WEATHER, TEMPERATURE],
                                         "tool_choice": "required", "stream_options": {"include_usage": True}})
     assert len(calls) == 2
@@ -160,8 +160,8 @@ def test_required_stream_two_tools_reference_49(sim_server):
     assert usage[0]["usage"]["completion_tokens"] == arg_chunks
 
 
-def test_named_choice_flat_and_nested(sim_server):
-    base = sim_server("--tool-call-extra-call-probability", "100")
+def test_named_choice_flat_and_nested(app_client):
+    base = app_client("--tool-call-extra-call-probability", "100")
     for choice in ({"type": "function", "function": {"name": "get_temperature"}},
                    {"type": "function", "name": "get_temperature"}):
         for _ in range(3):
@@ -170,8 +170,8 @@ def test_named_choice_flat_and_nested(sim_server):
             assert [c["function"]["name"] for c in calls] == ["get_temperature"]   # exactly one call
 
 
-def test_max_tokens_does_not_cut_tool_calls(server):
-    r = post(server, {"messages": USER, "tools": [TEMPERATURE], "tool_choice": "required", "max_tokens": 2})
+def test_max_tokens_does_not_cut_tool_calls(api):
+    r = post(api, {"messages": USER, "tools": [TEMPERATURE], "tool_choice": "required", "max_tokens": 2})
     choice = r.json()["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     jsonschema.validate(json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]),
@@ -179,8 +179,8 @@ def test_max_tokens_does_not_cut_tool_calls(server):
 
 
 # ---- how many calls -----------------------------------------------------------------------------
-def test_auto_extra_call_probability_0_gives_text(sim_server):
-    base = sim_server("--tool-call-extra-call-probability", "0")
+def test_auto_extra_call_probability_0_gives_text(app_client):
+    base = app_client("--tool-call-extra-call-probability", "0")
     for _ in range(3):
         r = post(base, {"messages": USER, "tools": [WEATHER, TEMPERATURE], "tool_choice": "auto",
                         "max_tokens": 5})
@@ -192,8 +192,8 @@ def test_auto_extra_call_probability_0_gives_text(sim_server):
     assert len(r.json()["choices"][0]["message"]["tool_calls"]) == 1
 
 
-def test_auto_extra_call_probability_100_calls_every_tool_count(sim_server):
-    base = sim_server("--tool-call-extra-call-probability", "100")
+def test_auto_extra_call_probability_100_calls_every_tool_count(app_client):
+    base = app_client("--tool-call-extra-call-probability", "100")
     tools = [WEATHER, TEMPERATURE, LOCATION]
     for body in ({"tool_choice": "auto"}, {}, {"tool_choice": {"type": "allowed_tools", "allowed_tools": {
             "mode": "auto", "tools": [{"type": "function", "function": {"name": "get_weather"}}]}}}):
@@ -208,39 +208,39 @@ def test_auto_extra_call_probability_100_calls_every_tool_count(sim_server):
         assert r.json()["usage"]["completion_tokens"] > 3
 
 
-def test_auto_default_probability_mixes_text_and_calls(server):
+def test_auto_default_probability_mixes_text_and_calls(api):
     kinds = set()
     for _ in range(30):
-        r = post(server, {"messages": USER, "tools": [WEATHER], "max_tokens": 3})
+        r = post(api, {"messages": USER, "tools": [WEATHER], "max_tokens": 3})
         kinds.add(r.json()["choices"][0]["finish_reason"])
         if len(kinds) > 1 and "tool_calls" in kinds:
             break
     assert "tool_calls" in kinds and kinds & {"stop", "length"}      # 45% per request (api.md 8.1)
 
 
-def test_tool_choice_none_gives_text(server):
-    resp = client(server).chat.completions.create(model="test-model", messages=USER, tools=[WEATHER],
+def test_tool_choice_none_gives_text(api):
+    resp = client(api).chat.completions.create(model="test-model", messages=USER, tools=[WEATHER],
                                                   tool_choice="none", max_tokens=5)
     c = resp.choices[0]
     assert c.finish_reason in ("stop", "length")
     assert c.message.content and not c.message.tool_calls
 
 
-def test_required_with_empty_tools_is_text(server):
+def test_required_with_empty_tools_is_text(api):
     """vLLM / OpenAI: ``"required"`` with an empty list behaves like ``"none"``."""
-    r = post(server, {"messages": USER, "tools": [], "tool_choice": "required", "max_tokens": 4})
+    r = post(api, {"messages": USER, "tools": [], "tool_choice": "required", "max_tokens": 4})
     assert r.status_code == 200
     assert r.json()["choices"][0]["message"]["content"]
 
 
 # ---- conversation history -------------------------------------------------------------------------
-def test_tool_history_accepted_and_counted(server):
+def test_tool_history_accepted_and_counted(api):
     history = USER + [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather",
                                                                "arguments": '{"city":"Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "20 C"}]
-    resp = client(server).chat.completions.create(model="test-model", messages=history, tools=[WEATHER],
+    resp = client(api).chat.completions.create(model="test-model", messages=history, tools=[WEATHER],
                                                   tool_choice="none", max_tokens=3)
     # "### assistant: [get_weather({"city":"Paris"})]\n" is 19 tokens, "### tool(call_1): 20 C\n" 10
     assert resp.usage.prompt_tokens == 10 + 19 + 10
@@ -267,8 +267,8 @@ def _tool(params, name="f"):
     ([{"type": "retrieval", "function": {"name": "f"}}], "tools[0].type"),
 ], ids=["bad-type", "enum-type", "min-gt-max", "dangling-ref", "required-not-list", "not-object",
         "no-name", "no-function", "bad-tool-type"])
-def test_invalid_tools_rejected(server, tools, param):
-    r = post(server, {"messages": USER, "tools": tools, "tool_choice": "required"})
+def test_invalid_tools_rejected(api, tools, param):
+    r = post(api, {"messages": USER, "tools": tools, "tool_choice": "required"})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param
@@ -284,30 +284,30 @@ def test_invalid_tools_rejected(server, tools, param):
     ({"type": "function", "name": "nope"}, "tool_choice"),
     ({"type": "magic"}, "tool_choice.type"),
 ], ids=["unknown-string", "no-name", "no-function", "not-found", "flat-not-found", "bad-type"])
-def test_invalid_tool_choice_rejected(server, choice, param):
-    r = post(server, {"messages": USER, "tools": [WEATHER], "tool_choice": choice})
+def test_invalid_tool_choice_rejected(api, choice, param):
+    r = post(api, {"messages": USER, "tools": [WEATHER], "tool_choice": choice})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == param
 
 
-def test_tool_not_found_message_like_vllm(server):
+def test_tool_not_found_message_like_vllm(api):
     with pytest.raises(openai.BadRequestError) as e:
-        client(server).chat.completions.create(
+        client(api).chat.completions.create(
             model="test-model", messages=USER, tools=[WEATHER],
             tool_choice={"type": "function", "function": {"name": "get_stock"}})
     assert "does not match any of the specified `tools`" in str(e.value)
 
 
-def test_forcing_tool_choice_without_tools(server):
+def test_forcing_tool_choice_without_tools(api):
     for choice in ("required", NAMED):
-        r = post(server, {"messages": USER, "tool_choice": choice})
+        r = post(api, {"messages": USER, "tool_choice": choice})
         assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
-    r = post(server, {"messages": USER, "tool_choice": "auto", "max_tokens": 2})
+    r = post(api, {"messages": USER, "tool_choice": "auto", "max_tokens": 2})
     assert r.status_code == 200
 
 
-def test_openai_accepted_schemas(server):
+def test_openai_accepted_schemas(api):
     """Shapes OpenAI and vLLM accept (the reference rejects them): no parameters, {},
     $defs/$ref, anyOf, $comment, type arrays, const."""
     rich = {"type": "object", "$comment": "ok", "$defs": {
@@ -325,7 +325,7 @@ def test_openai_accepted_schemas(server):
              (_tool(rich, "rich"), rich)]
     for tool, schema in cases:
         for _ in range(5):
-            r = post(server, {"messages": USER, "tools": [tool], "tool_choice": "required"})
+            r = post(api, {"messages": USER, "tools": [tool], "tool_choice": "required"})
             assert r.status_code == 200, r.text
             args = json.loads(r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
             if schema is None or schema == {}:
@@ -335,9 +335,9 @@ def test_openai_accepted_schemas(server):
                 assert 1000 <= args["n"] <= 1005            # schema bounds win over the flag range
 
 
-def test_skip_tool_validation(sim_server):
+def test_skip_tool_validation(app_client):
     bad = _tool({"type": "object", "properties": {"city": {"type": "stringstring"}}, "required": ["city"]}, "w")
-    base = sim_server("--skip-tool-validation")
+    base = app_client("--skip-tool-validation")
     r = post(base, {"messages": USER, "tools": [bad], "tool_choice": "required"})
     assert r.status_code == 200, r.text
     calls = r.json()["choices"][0]["message"]["tool_calls"]
@@ -353,8 +353,8 @@ MULTIPLY = _tool({"type": "object", "properties": {"numbers": {"type": "array", 
 
 
 @pytest.mark.parametrize("a,b,x,y", [(3, 7, -100.2, -5.75), (2, 2, -100, 100), (4, 5, 222.222, 333.333)])
-def test_array_and_number_ranges_reference_53(sim_server, a, b, x, y):
-    base = sim_server("--min-tool-call-array-param-length", str(a), "--max-tool-call-array-param-length", str(b),
+def test_array_and_number_ranges_reference_53(app_client, a, b, x, y):
+    base = app_client("--min-tool-call-array-param-length", str(a), "--max-tool-call-array-param-length", str(b),
                       "--min-tool-call-number-param", str(x), "--max-tool-call-number-param", str(y))
     lengths = set()
     for _ in range(15):
@@ -368,8 +368,8 @@ def test_array_and_number_ranges_reference_53(sim_server, a, b, x, y):
     assert len(lengths) > 1 or a == b
 
 
-def test_integer_range_flags(sim_server):
-    base = sim_server("--min-tool-call-integer-param", "150", "--max-tool-call-integer-param", "155")
+def test_integer_range_flags(app_client):
+    base = app_client("--min-tool-call-integer-param", "150", "--max-tool-call-integer-param", "155")
     tool = _tool({"type": "object", "properties": {"q": {"type": "integer"}, "r": {"type": "integer", "maximum": 152}},
                   "required": ["q", "r"]}, "count")
     seen = set()
@@ -382,13 +382,13 @@ def test_integer_range_flags(sim_server):
     assert len(seen) > 1
 
 
-def test_nested_arrays_reference_54(server):
+def test_nested_arrays_reference_54(api):
     schema = {"type": "object", "required": ["tensor"], "properties": {"tensor": {
         "type": "array", "minItems": 2, "items": {
             "type": "array", "minItems": 0, "maxItems": 1, "items": {
                 "type": "array", "maxItems": 3, "items": {"type": "string"}}}}}}
     for _ in range(10):
-        r = post(server, {"messages": USER, "tools": [_tool(schema, "t")], "tool_choice": "required"})
+        r = post(api, {"messages": USER, "tools": [_tool(schema, "t")], "tool_choice": "required"})
         tensor = json.loads(r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])["tensor"]
         assert 2 <= len(tensor) <= 5
         for mid in tensor:
@@ -407,10 +407,10 @@ OPTIONAL3 = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"ty
                                               "c": {"type": "boolean"}}}
 
 
-def test_nested_objects_all_required_reference_56(server):
+def test_nested_objects_all_required_reference_56(api):
     schema = json.loads(json.dumps(ORDER))
     schema["properties"]["order_info"]["required"] = ["item", "quantity", "address"]
-    r = post(server, {"messages": USER, "tools": [_tool(schema, "order")], "tool_choice": "required"})
+    r = post(api, {"messages": USER, "tools": [_tool(schema, "order")], "tool_choice": "required"})
     args = json.loads(r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
     jsonschema.validate(args, schema)
     addr = args["order_info"]["address"]
@@ -419,8 +419,8 @@ def test_nested_objects_all_required_reference_56(server):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_optional_probability_0_reference_57_58(sim_server, stream):
-    base = sim_server("--tool-call-not-required-param-probability", "0",
+def test_optional_probability_0_reference_57_58(app_client, stream):
+    base = app_client("--tool-call-not-required-param-probability", "0",
                       "--object-tool-call-not-required-field-probability", "0")
     for tool, expect in ((_tool(OPTIONAL3, "opt"), {}),):
         for _ in range(5):
@@ -434,8 +434,8 @@ def test_optional_probability_0_reference_57_58(sim_server, stream):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_optional_probability_100_reference_57_58(sim_server, stream):
-    base = sim_server("--tool-call-not-required-param-probability", "100",
+def test_optional_probability_100_reference_57_58(app_client, stream):
+    base = app_client("--tool-call-not-required-param-probability", "100",
                       "--object-tool-call-not-required-field-probability", "100",
                       "--min-tool-call-integer-param", "5", "--max-tool-call-integer-param", "150")
     body = {"messages": USER, "tools": [_tool(OPTIONAL3, "opt")], "tool_choice": "required"}
@@ -450,8 +450,8 @@ def test_optional_probability_100_reference_57_58(sim_server, stream):
     assert 5 <= info["quantity"] <= 150
 
 
-def test_n2_each_choice_has_its_own_calls(server):
-    r = post(server, {"messages": USER, "tools": [WEATHER], "tool_choice": "required", "n": 2})
+def test_n2_each_choice_has_its_own_calls(api):
+    r = post(api, {"messages": USER, "tools": [WEATHER], "tool_choice": "required", "n": 2})
     choices = r.json()["choices"]
     assert [c["index"] for c in choices] == [0, 1]
     ids = [c["message"]["tool_calls"][0]["id"] for c in choices]
@@ -460,12 +460,12 @@ def test_n2_each_choice_has_its_own_calls(server):
 
 
 # ---- reproducibility ------------------------------------------------------------------------------
-def test_same_seed_same_tool_calls(sim_server):
-    """Two fresh servers with the same --seed answer the same request sequence identically
-    (the second flag only makes the fixture start a distinct process)."""
+def test_same_seed_same_tool_calls(app_client):
+    """Two fresh simulators with the same --seed answer the same request sequence identically
+    (the second flag only makes the fixture build a distinct app)."""
     outs = []
     for seqs in ("7", "8"):
-        base = sim_server("--seed", "4242", "--max-num-seqs", seqs, "--tool-call-extra-call-probability", "60")
+        base = app_client("--seed", "4242", "--max-num-seqs", seqs, "--tool-call-extra-call-probability", "60")
         run = []
         for body in ({"tools": [WEATHER, TEMPERATURE, LOCATION], "tool_choice": "required"},
                      {"tools": [WEATHER, TEMPERATURE, LOCATION]},
