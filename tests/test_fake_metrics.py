@@ -142,7 +142,7 @@ def test_unset_gauges_are_zero_and_default_lora_series(sim_server):
     lora = [(dict(lbl), v) for (n, lbl), v in m.items() if n == "vllm:lora_requests_info"]
     assert len(lora) == 1
     labels, ts = lora[0]
-    assert labels == {"max_lora": "1", "running_lora_adapters": "", "waiting_lora_adapters": ""}
+    assert labels == {"max_lora": "1", "running_lora_adapters": "", "waiting_lora_adapters": "", "engine": "0"}
     assert t0 - 60 <= ts <= time.time()
     assert "vllm:time_to_first_token_seconds_count" not in names(m)
     assert "vllm:prompt_tokens_total" not in names(m)
@@ -379,7 +379,9 @@ def test_yaml_fake_metrics_object(tmp_path):
         "    - '{\"running\":\"a,b\",\"waiting\":\"c\",\"timestamp\":1257894567}'\n")
     cfg = load_config(["--config", str(path)])
     assert cfg.fake_metrics_refresh_interval == 0.25
-    m = samples_of(generate_latest(MetricsRecorder(cfg).registry).decode())
+    rec = MetricsRecorder(cfg)
+    rec.use_fake(FakeMetricsCollector(cfg, rec.docs()))     # as the engine wires it
+    m = samples_of(generate_latest(rec.registry).decode())
     assert get(m, "vllm:num_requests_running", model_name="yaml-model") == 5
     assert get(m, "vllm:num_requests_waiting", model_name="yaml-model") == 1
     assert get(m, "vllm:generation_tokens_total", model_name="yaml-model") == 6
