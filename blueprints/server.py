@@ -76,6 +76,7 @@ def _restyle_gunicorn_logger(glog, config) -> None:
                 h.setStream(sys.stderr)
     level = getattr(logging, log_level_name(config).upper(), logging.INFO)
     glog.error_log.setLevel(level)
+    glog.access_log.setLevel(max(logging.INFO, level))     # access lines are INFO, as uvicorn's
     glog.access_log.disabled = bool(getattr(config, "disable_log_requests", False))
 
 
@@ -148,7 +149,8 @@ class ChunkedBodyLimit:
         self.limit = limit
 
     def __call__(self, environ, start_response):
-        if environ.get("CONTENT_LENGTH") or "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        te = environ.get("HTTP_TRANSFER_ENCODING")
+        if te is None or environ.get("CONTENT_LENGTH") or "chunked" not in te.lower():
             return self.wsgi_app(environ, start_response)
         import io
         stream, parts, size = environ["wsgi.input"], [], 0
@@ -461,8 +463,8 @@ def _make_worker_class():
                 keep = super().handle_request(listener_name, req, sock, addr)
             finally:
                 self._busy.discard(g)
-                if not self._busy:
-                    self._idle_event.set()
+                if not self.alive and not self._busy:
+                    self._idle_event.set()        # draining: the last request is done
             if not self.alive:
                 raise StopIteration()             # draining: close the connection
             return keep
