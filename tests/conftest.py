@@ -266,6 +266,21 @@ def scrape(base) -> dict:
     return out
 
 
+def metric_values(samples: dict, name: str, **labels) -> list:
+    """Values of the ``name`` samples whose labels include ``labels`` (other labels, such as
+    vLLM's ``engine``, may be present)."""
+    want = set(labels.items())
+    return [v for (n, lab), v in samples.items() if n == name and want <= lab]
+
+
+def metric(samples: dict, name: str, **labels) -> float:
+    """The one ``name`` sample whose labels include ``labels``; KeyError if none or several."""
+    vals = metric_values(samples, name, **labels)
+    if len(vals) != 1:
+        raise KeyError(f"{name}{labels}: {len(vals)} matching samples")
+    return vals[0]
+
+
 # ---- SSE helpers -------------------------------------------------------------------------------
 def sse_events(body: str) -> list:
     """``data:`` payloads of an SSE body, in order; JSON decoded except ``[DONE]``."""

@@ -13,7 +13,7 @@ import pytest
 from generation.text import SENTENCES
 from generation.tokenizer import SimulatedTokenizer
 
-from conftest import sse_events
+from conftest import metric_values, scrape, sse_events
 
 TOK = SimulatedTokenizer()
 CHAT = "/v1/chat/completions"
@@ -439,7 +439,6 @@ def test_data_parallel_ranks_are_separate_engines(live_client):
             import time
             time.sleep(0.2)
     post(other, COMPL, {"model": "test-model", "prompt": "x y z"})
-    m0 = base.get("/metrics").text
-    m1 = other.get("/metrics").text
-    assert 'vllm:prompt_tokens_total{model_name="test-model"} 3.0' in m1
-    assert 'vllm:prompt_tokens_total{model_name="test-model"} 3.0' not in m0
+    m0, m1 = scrape(base), scrape(other)
+    assert 3.0 in metric_values(m1, "vllm:prompt_tokens_total", model_name="test-model")
+    assert 3.0 not in metric_values(m0, "vllm:prompt_tokens_total", model_name="test-model")
