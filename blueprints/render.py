@@ -151,8 +151,11 @@ def tokenize():
         ids, pieces = sim.tokenize_text(prompt, body.add_special_tokens is not False)
     else:
         ids, pieces = sim.tokenize_messages(messages, **chat_options(body))
+    strs = None
+    if body.return_token_strs:       # vLLM: the vocabulary strings (convert_ids_to_tokens)
+        strs = sim.tokenizer.token_strs(ids) if sim.tokenizer.name == "hf" else list(pieces)
     return json_response({"count": len(ids), "max_model_len": sim.config.max_model_len, "tokens": ids,
-                          "token_strs": list(pieces) if body.return_token_strs else None})
+                          "token_strs": strs})
 
 
 @bp.post("/detokenize")
