@@ -11,7 +11,7 @@ from marshmallow import ValidationError, fields, validates
 
 from generation.adapters import protocol as p
 
-from .common import (BaseSchema, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 
 
