@@ -153,9 +153,11 @@ class Simulator:
     def resolve_model(self, model) -> tuple[str, str | None]:
         """Map a request's ``model`` to ``(display name, lora name or None)``.
 
-        Raises ModelNotFound (``The model `X` does not exist.``) for anything not served."""
+        ``model`` omitted, ``null`` or ``""`` is the first served model, as vLLM's
+        ``_check_model`` / ``_get_model_name`` treat it.  Raises ModelNotFound (``The model `X`
+        does not exist.``) for anything not served."""
         names = self.config.served_names
-        if model in names:
+        if model in names or model is None or model == "":
             return names[0], None
         if isinstance(model, str) and model in self.loras.paths:
             return model, model
