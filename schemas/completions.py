@@ -56,7 +56,7 @@ class CompletionRequestSchema(SamplingSchema):
     echo = StrictBool()
     suffix = fields.String()
     best_of = StrictInt()
-    prompt_logprobs = StrictInt()
+    add_special_tokens = StrictBool()
 
 
 completion_request_schema = CompletionRequestSchema()

@@ -106,6 +106,12 @@ def test_completion_usage_and_echo(client, ref):
     assert r["choices"][0]["text"].startswith(TEXT)
 
 
+def test_completion_add_special_tokens_false(client, ref):
+    r = client.post("/v1/completions", json={"model": MODEL, "prompt": TEXT, "max_tokens": 2,
+                                              "add_special_tokens": False}).json()
+    assert r["usage"]["prompt_tokens"] == len(ref(TEXT, add_special_tokens=False)["input_ids"])
+
+
 def test_detokenize_is_exact_with_multibyte(client, ref):
     ids = ref(TEXT, add_special_tokens=False)["input_ids"]
     r = client.post("/detokenize", json={"tokens": ids}).json()

@@ -39,7 +39,7 @@ class CompletionsAdapter(Adapter):
         n = b.n or 1
         check_size(sim, len(items) * n, force_cache_threshold, b.cache_hit_threshold)
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items), n=n,
+            request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items, b.add_special_tokens is not False), n=n,
             max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold)
@@ -54,14 +54,14 @@ class CompletionsAdapter(Adapter):
                                  bool(self.body.echo))
 
 
-def build_prompts(sim, kind: str, items: list) -> list[Prompt]:
+def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) -> list[Prompt]:
     """``("text", [str])`` or ``("ids", [[int]])`` -> prompts (echo pieces in echo mode)."""
     prompts = []
     tok = sim.tokenizer
     echo = sim.config.mode == "echo"
     for item in items:
         if kind == "text":
-            ids, pieces = tok.encode_prompt(item)     # vLLM: add_special_tokens=True
+            ids, pieces = tok.encode_prompt(item, add_special_tokens)
             p = Prompt(ids, text=item)
             if echo:
                 p.echo_ids, p.echo_pieces = tok.encode_lossless(item)

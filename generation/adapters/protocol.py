@@ -47,6 +47,8 @@ class OpenAISampling(SamplingKnobs):
     user: str | None = None
     cache_hit_threshold: float | None = None
     kv_transfer_params: dict | None = None
+    return_token_ids: bool | None = None
+    prompt_logprobs: int | None = None
 
 
 @dataclass
@@ -76,7 +78,7 @@ class CompletionRequest(OpenAISampling):
     echo: bool | None = None
     suffix: str | None = None
     best_of: int | None = None
-    prompt_logprobs: int | None = None
+    add_special_tokens: bool | None = None      # vLLM: default True (BOS etc. of a text prompt)
 
 
 @dataclass
