@@ -112,6 +112,7 @@ def _load(name: str, cache_dir: str | None, template: str | None) -> HFTokenizer
             "a real tokenizer must be loaded before gevent patches the process: run "
             "`python app.py`, or `gunicorn --preload ... wsgi:app`")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")   # the worker is forked after this
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")   # "PyTorch was not found": expected
     t0 = time.monotonic()
     path = os.path.expanduser(name)
     if os.path.isfile(path):
