@@ -62,7 +62,9 @@ WORKLOADS = {       # name -> (path, body)
     "stream256": ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 256,
                                            "ignore_eos": True, "stream": True}),
 }
-SIM_FLAGS = ["--max-num-seqs", "100000", "--max-waiting-queue-length", "100000", "--seed", "1"]
+# No access log: the bare app writes none either (its cost is measured apart, with the extras).
+SIM_FLAGS = ["--max-num-seqs", "100000", "--max-waiting-queue-length", "100000", "--seed", "1",
+             "--disable-log-requests"]
 
 
 def wait_health(base: str, proc, timeout: float = 30) -> float:
@@ -82,8 +84,9 @@ def wait_health(base: str, proc, timeout: float = 30) -> float:
 def start_sim(extra=(), model="test-model") -> tuple:
     port = free_port()
     t0 = time.monotonic()
+    env = {**os.environ, "POD_IP": os.environ.get("POD_IP", "127.0.0.1")}     # --enable-kvcache needs it
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--model", model, "--port", str(port),
-                             "--host", "127.0.0.1", *SIM_FLAGS, *extra], cwd=ROOT,
+                             "--host", "127.0.0.1", *SIM_FLAGS, *extra], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     wait_health(base, proc)
@@ -236,6 +239,23 @@ def main() -> None:
         starts.append(elapsed)
         stop(proc)
     print(f"\n/health after start: {min(starts):.2f} s best, {statistics.median(starts):.2f} s median  (target < 1 s)")
+
+    chat_path, chat_body = WORKLOADS["chat"]
+    script = lua_script(tmp, chat_body)
+    logged = {}
+    for label, flags in (("off", SIM_FLAGS), ("on", [f for f in SIM_FLAGS if f != "--disable-log-requests"])):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--model", "test-model", "--port",
+                                 str(port), "--host", "127.0.0.1", *flags], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        wait_health(base, proc)
+        try:
+            logged[label] = wrk(base + chat_path, script, args.duration, args.connections, proc.pid)
+        finally:
+            stop(proc)
+    print(f"access log (vLLM's default): chat {logged['on'][0]:.0f} vs {logged['off'][0]:.0f} req/s, "
+          f"{logged['on'][1] - logged['off'][1]:+.0f} us CPU per request")
 
     prompt = " ".join(f"word{i % 50}" for i in range(1000))
     kv_body = {"model": "test-model", "prompt": prompt, "max_tokens": 1}
