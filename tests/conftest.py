@@ -41,6 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# Tests never touch the network: a hub model name (``--model Qwen/Qwen3-0.6B``) resolves from the
+# local cache or falls back to the simulated tokenizer instead of trying a download.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 SERVER_FIXTURES = {"_pool", "sim_server", "server", "echo_server", "live_client"}
 INPROC_URL = "http://sim"
 
