@@ -387,34 +387,32 @@ class MetricsRecorder:
         src["local_cache_hit"].value += cached
         src["external_kv_transfer"].value += external
         self.prompt_cached.value += cached + external
-        self.prompt_hist.observe(p)
-        self.gen_hist.observe(n)
-        self.max_gen_hist.observe(n)
         max_tokens = req.max_tokens
-        self.params_max_tokens.observe(max_tokens if max_tokens is not None
-                                       else max(self.config.max_model_len - p, 0))
+        if max_tokens is None:
+            max_tokens = max(self.config.max_model_len - p, 0)
+        obs = [(self.prompt_hist, p), (self.gen_hist, n), (self.max_gen_hist, n),
+               (self.params_max_tokens, max_tokens), (self.kv_computed, computed)]
         if seq.index % max(req.n, 1) == 0:          # one observation per prompt, as vLLM's parent request
-            self.params_n.observe(req.n)
-        self.kv_computed.observe(computed)
-        if reason == "cache_threshold":
-            return
-        it = self.iteration_tokens
-        it.observe(max(computed, 1))
-        if n > 1:
-            it.observe_n(1, n - 1)
-        start = seq.started_at or seq.arrival
-        first = seq.first_token_at or seq.finished_at
-        end = seq.finished_at
-        self.queue.observe(max(start - seq.arrival, 0.0))
-        self.ttft.observe(first - seq.arrival)
-        self.e2e.observe(end - seq.arrival)
-        self.inference.observe(end - start)
-        self.prefill.observe(first - start)
-        decode = end - first
-        self.decode.observe(decode)
-        tokens = len(seq.pieces)
-        if tokens > 1:
-            self.request_tpot.observe(decode / (tokens - 1))
+            obs.append((self.params_n, req.n))
+        if reason != "cache_threshold":
+            it = self.iteration_tokens
+            if n > 1:
+                it.observe_n(1, n - 1)
+            arrival = seq.arrival
+            start = seq.started_at or arrival
+            end = seq.finished_at
+            first = seq.first_token_at or end
+            decode = end - first
+            obs += ((it, max(computed, 1)), (self.queue, max(start - arrival, 0.0)), (self.ttft, first - arrival),
+                    (self.e2e, end - arrival), (self.inference, end - start), (self.prefill, first - start),
+                    (self.decode, decode))
+            tokens = len(seq.pieces)
+            if tokens > 1:
+                obs.append((self.request_tpot, decode / (tokens - 1)))
+        bisect_left = bisect.bisect_left
+        for h, v in obs:                            # FastHistogram.observe, inlined: ~15 per request
+            h.counts[bisect_left(h.bounds, v)] += 1
+            h.sum += v
 
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""
