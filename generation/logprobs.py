@@ -50,3 +50,49 @@ def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0) -> di
 def responses_entry(piece: str, pos: int, top: int) -> dict:
     """Responses API ``output_text.logprobs[]`` entry (top_logprobs always present)."""
     return chat_entry(piece, pos, top)
+
+
+def prompt_logprobs(tokenizer, ids, top: int) -> list:
+    """vLLM's ``prompt_logprobs``: ``None`` for the first prompt token (nothing precedes it),
+    then per token ``{token_id: {"logprob", "rank", "decoded_token"}}`` holding the prompt's own
+    token (rank 1) and ``top - 1`` alternatives; vLLM returns the actual token plus the top
+    ``top``, which is ``top`` entries when the actual token ranks first.  The alternatives are
+    other tokens of the same prompt (always valid ids of the tokenizer); a prompt with fewer
+    distinct tokens gives fewer.  Keys are strings, as in vLLM's JSON."""
+    ids = list(ids)
+    n = len(ids)
+    if not n:
+        return []
+    decoded: dict = {}
+
+    def dec(t):
+        s = decoded.get(t)
+        if s is None:
+            s = decoded[t] = tokenizer.decode_ids([t])
+        return s
+
+    distinct = list(dict.fromkeys(ids))
+    out: list = [None]
+    for pos in range(1, n):
+        tid = ids[pos]
+        entry = {str(tid): {"logprob": logprob(pos), "rank": 1, "decoded_token": dec(tid)}}
+        j = 1
+        for alt in distinct:
+            if j >= top:
+                break
+            if alt != tid:
+                entry[str(alt)] = {"logprob": logprob(pos, j), "rank": j + 1, "decoded_token": dec(alt)}
+                j += 1
+        out.append(entry)
+    return out
+
+
+def token_id_entry(tid: int, pos: int, top: int) -> dict:
+    """One ``ChatCompletionLogProbs.content`` entry with tokens named ``token_id:N`` (vLLM's
+    token-in/token-out ``/inference/v1/generate``, ``return_tokens_as_token_ids``); the
+    alternatives are the following ids."""
+    tok = f"token_id:{tid}"
+    return {"token": tok, "logprob": logprob(pos), "bytes": list(tok.encode()),
+            "top_logprobs": [
+                {"token": t, "logprob": logprob(pos, j), "bytes": list(t.encode())}
+                for j, t in ((j, tok if j == 0 else f"token_id:{(tid + j) & 0xFFFFFFFF}") for j in range(top))]}

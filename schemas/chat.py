@@ -84,6 +84,8 @@ class SamplingSchema(SamplingKnobsSchema):
     user = fields.String()
     cache_hit_threshold = StrictFloat()
     kv_transfer_params = fields.Dict()
+    return_token_ids = StrictBool()
+    prompt_logprobs = StrictInt()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):

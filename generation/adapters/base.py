@@ -207,8 +207,43 @@ class ChunkFrame:
         return self.envelope + b'],"usage":' + dumps(usage_obj) + CHUNK_END
 
 
-def stream_flags(opts) -> tuple[bool, bool]:
-    """``(include_usage, continuous_usage_stats)`` of a ``stream_options`` object or None."""
-    if opts is None:
+def stream_flags(opts, force: bool = False) -> tuple[bool, bool]:
+    """``(include_usage, continuous_usage_stats)`` of a ``stream_options`` object or None, as
+    vLLM's ``should_include_usage``: ``--enable-force-include-usage`` (``force``) turns both on;
+    ``continuous_usage_stats`` counts only together with ``include_usage``."""
+    if force:
+        return True, True
+    if opts is None or not opts.include_usage:
         return False, False
-    return bool(opts.include_usage), bool(opts.continuous_usage_stats)
+    return True, bool(opts.continuous_usage_stats)
+
+
+def check_stream_options(opts, stream: bool) -> None:
+    """vLLM's ``validate_stream_options``: ``stream_options`` (a non-empty object) only with
+    ``stream: true``.  Raises InvalidParam naming ``stream_options``."""
+    if opts is not None and not stream and (opts.include_usage is not None or opts.continuous_usage_stats is not None):
+        raise InvalidParam("Stream options can only be defined when `stream=True`.", "stream_options")
+
+
+def check_prompt_logprobs(value, stream: bool) -> None:
+    """vLLM's ``check_logprobs`` for ``prompt_logprobs``: not with a stream (unless 0), else a
+    positive value, 0 or -1.  Raises InvalidParam naming ``prompt_logprobs``."""
+    if value is None:
+        return
+    if stream and (value > 0 or value == -1):
+        raise InvalidParam("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+    check_logprobs_sign(value, "prompt_logprobs")
+
+
+def with_prompt_token_ids(chunks, ids):
+    """``chunks`` (an OpenAI SSE body) with top-level ``prompt_token_ids`` in its first chunk
+    (vLLM's ``return_token_ids`` on chat streams); later chunks pass through untouched."""
+    try:
+        for c in chunks:
+            if c.startswith(b"data: {"):
+                yield b'data: {"prompt_token_ids":' + dumps(ids) + b"," + c[7:]
+                break
+            yield c
+        yield from chunks
+    finally:
+        chunks.close()

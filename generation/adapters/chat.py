@@ -14,9 +14,11 @@ from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, chat_prompt, check_kv_transfer,
-                   check_limits, check_logprobs_cap, check_logprobs_sign, check_size, check_tools, dumps,
-                   request_usage, stream_flags)
+                   check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
+                   check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids)
 from .protocol import ChatCompletionRequest
+
+CLOSE = b"}]" + CHUNK_END
 from ..tokenizer import chat_options
 
 
@@ -26,19 +28,23 @@ class ChatAdapter(Adapter):
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
+        stream = bool(b.stream)
+        # vLLM's request validators (chat_completion/protocol.py), before the model check
+        check_stream_options(b.stream_options, stream)
         top = b.top_logprobs
+        check_prompt_logprobs(b.prompt_logprobs, stream)
         check_logprobs_sign(top, "top_logprobs")
         if top is not None and top != 0 and not b.logprobs:
             raise InvalidParam("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         model, lora = sim.resolve_model(b.model)
         if b.logprobs:
             check_logprobs_cap(sim, top or 0, "top_logprobs")
+        check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         check_tools(sim, b.tools, b.tool_choice, b.response_format)
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
         ignore_eos = bool(b.ignore_eos)
         check_limits(max_tokens, ignore_eos, b.n, "max_completion_tokens" if mct is not None else "max_tokens")
-        stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         n = b.n or 1
         check_size(sim, n, force_cache_threshold, b.cache_hit_threshold)
@@ -51,12 +57,24 @@ class ChatAdapter(Adapter):
         return self.req
 
     def render(self, seqs) -> dict:
-        return render_chat(self.req, seqs, bool(self.body.logprobs), self.body.top_logprobs or 0)
+        b = self.body
+        out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0)
+        if b.prompt_logprobs is not None:
+            out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, b.prompt_logprobs)
+        if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
+            out["prompt_token_ids"] = list(seqs[0].prompt.ids)
+            for c, s in zip(out["choices"], seqs):
+                c["token_ids"] = list(s.ids)
+        return out
 
     def stream(self, seqs):
-        include_usage, continuous = stream_flags(self.body.stream_options)
-        return stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(self.body.logprobs),
-                           self.body.top_logprobs or 0)
+        b = self.body
+        include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
+        body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
+                           b.top_logprobs or 0, bool(b.return_token_ids))
+        if b.return_token_ids:
+            return with_prompt_token_ids(body, seqs[0].prompt.ids)
+        return body
 
 
 def tool_calls_json(seq) -> list:
@@ -84,9 +102,10 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
 
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
-                want_logprobs: bool, top: int):
+                want_logprobs: bool, top: int, token_ids: bool = False):
     """SSE body.  Chunk prefixes are rendered once (:class:`ChunkFrame`); per token only the
-    piece is serialised."""
+    piece is serialised.  ``token_ids``: each token chunk's choice carries its ``token_ids``
+    delta (vLLM's ``return_token_ids``)."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     started = [False] * len(seqs)
@@ -104,7 +123,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if not started[i]:
             started[i] = True
             yield role_chunk(i)
-        end = tail(1) if continuous else CHUNK_END
+        end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
+        if token_ids:
+            end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
         piece = seq.pieces[k]
         if seq.tool_calls:
             cmap = call_maps.get(i)
@@ -117,11 +138,10 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            yield heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null}]' + end
+            yield heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end
             continue
         logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
-        yield (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
-               b',"finish_reason":null}]' + end)
+        yield heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs + b',"finish_reason":null' + end
     for seq in seqs:
         i = seq.index
         if not started[i] and seq.finish_reason != "cache_threshold":

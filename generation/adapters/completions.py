@@ -14,8 +14,11 @@ from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest, Prompt
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, check_kv_transfer, check_limits,
-                   check_logprobs_cap, check_logprobs_sign, check_size, dumps, request_usage, stream_flags)
+                   check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
+                   dumps, request_usage, stream_flags)
 from .protocol import CompletionRequest
+
+CLOSE = b"}]" + CHUNK_END
 
 
 class CompletionsAdapter(Adapter):
@@ -24,8 +27,11 @@ class CompletionsAdapter(Adapter):
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
+        stream = bool(b.stream)
+        # vLLM's request validators (completion/protocol.py), before the model check
+        check_stream_options(b.stream_options, stream)
+        check_prompt_logprobs(b.prompt_logprobs, stream)
         check_logprobs_sign(b.logprobs, "logprobs")
-        check_logprobs_sign(b.prompt_logprobs, "prompt_logprobs")
         model, lora = sim.resolve_model(b.model)
         if b.prompt is None:
             raise InvalidParam("prompt array must contain at least one prompt", "prompt")
@@ -33,7 +39,6 @@ class CompletionsAdapter(Adapter):
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos, b.n)
-        stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         kind, items = b.prompt
         n = b.n or 1
@@ -46,12 +51,29 @@ class CompletionsAdapter(Adapter):
         return self.req
 
     def render(self, seqs) -> dict:
-        return render_completion(self.sim.tokenizer, self.req, seqs, self.body.logprobs, bool(self.body.echo))
+        b = self.body
+        echo = bool(b.echo)
+        out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo)
+        # vLLM: with echo, prompt_logprobs defaults to logprobs (CompletionRequest.to_sampling_params)
+        plp = b.prompt_logprobs if b.prompt_logprobs is not None or not echo else b.logprobs
+        if plp is not None or b.return_token_ids:
+            cache: dict = {}
+            for c, s in zip(out["choices"], seqs):
+                if plp is not None:
+                    key = s.prompt_index
+                    if key not in cache:
+                        cache[key] = lp.prompt_logprobs(self.sim.tokenizer, s.prompt.ids, plp)
+                    c["prompt_logprobs"] = cache[key]
+                if b.return_token_ids:
+                    c["prompt_token_ids"] = list(s.prompt.ids)
+                    c["token_ids"] = list(s.ids)
+        return out
 
     def stream(self, seqs):
-        include_usage, continuous = stream_flags(self.body.stream_options)
-        return stream_completion(self.sim, self.req, seqs, include_usage, continuous, self.body.logprobs,
-                                 bool(self.body.echo))
+        b = self.body
+        include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
+        return stream_completion(self.sim, self.req, seqs, include_usage, continuous, b.logprobs, bool(b.echo),
+                                 bool(b.return_token_ids))
 
 
 def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) -> list[Prompt]:
@@ -99,6 +121,9 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
             pieces = head + list(pieces)
             text = "".join(head) + text
         logprobs = lp.completion_logprobs(pieces, top) if top is not None else None
+        if logprobs is not None and echo_prompt and head:
+            # vLLM: nothing precedes the first prompt token, so it has no logprob (prompt_logprobs[0])
+            logprobs["token_logprobs"][0] = logprobs["top_logprobs"][0] = None
         choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason, "prompt_logprobs": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
@@ -109,15 +134,19 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
 
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
-                      echo_prompt: bool):
-    """SSE body: no role chunk; one chunk per token; a finish chunk with empty ``text`` per choice."""
+                      echo_prompt: bool, token_ids: bool = False):
+    """SSE body: no role chunk; one chunk per token; a finish chunk with empty ``text`` per choice.
+    ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk carries its
+    ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
     frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     offsets = [0] * len(seqs)
+    pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else None
     if echo_prompt:
         for s in seqs:
             yield (heads[s.index] + b',"text":' + dumps("".join(prompt_pieces(sim.tokenizer, s))) +
-                   b',"logprobs":null,"finish_reason":null,"stop_reason":null}]' + tail())
+                   b',"logprobs":null,"finish_reason":null,"stop_reason":null' +
+                   (pids.pop(s.index) if token_ids else b"") + b'}]' + tail())
     for seq, k in sim.stream(seqs, flush=True):
         if k < 0:
             yield b""          # flush: the next token is not due yet
@@ -129,11 +158,14 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             offsets[i] += len(piece)
         else:
             logprobs = b"null"
-        yield (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
-               b',"finish_reason":null,"stop_reason":null}]' + (tail(1) if continuous else CHUNK_END))
+        end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
+        if token_ids:
+            end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
+        yield heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs + b',"finish_reason":null,"stop_reason":null' + end
     for seq in seqs:
+        extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
         yield (heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-               b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
+               b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
     if include_usage:
         yield frame.usage_chunk(request_usage(seqs))
     yield b"data: [DONE]\n\n"
