@@ -180,12 +180,18 @@ def test_body_request_id(api):
     (dict(BASIC, features={"mm_hashes": {"image": "abc"}}), 400, "features.mm_hashes.image"),
     (dict(BASIC, features={"mm_hashes": ["abc"]}), 400, "features.mm_hashes"),
     (dict(BASIC, model="nope"), 404, "model"),
-    ({"token_ids": [1], "sampling_params": {}}, 404, "model"),
 ])
 def test_client_errors(api, body, status, param):
     r = post(api, body)
     assert r.status_code == status, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_model_omitted_serves_the_first_model(api):
+    """vLLM's ``_check_model`` accepts a request without ``model`` (issue 8); it was a 404."""
+    r = post(api, {"token_ids": [1], "sampling_params": {}})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "test-model"
 
 
 def test_context_window(api):

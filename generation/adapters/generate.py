@@ -9,10 +9,11 @@ token chunk of a choice carrying its finish reason; an optional usage chunk with
 """
 from __future__ import annotations
 
+from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest, Prompt
-from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_size, dumps,
-                   request_usage, stream_flags)
+from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
+                   check_logprobs_sign, check_size, dumps, request_usage, stream_flags)
 from .protocol import GenerateRequest
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
@@ -37,6 +38,8 @@ class GenerateAdapter(Adapter):
         if sp is None:
             raise InvalidParam("Missing sampling_params field", "sampling_params")
         ignore_eos = bool(b.ignore_eos or sp.ignore_eos)
+        check_logprobs_sign(sp.logprobs, "logprobs")
+        check_logprobs_cap(sim, sp.logprobs, "logprobs")
         check_limits(sp.max_tokens, ignore_eos, sp.n)
         stream = bool(b.stream)
         kv = b.kv_transfer_params
@@ -54,10 +57,13 @@ class GenerateAdapter(Adapter):
         return self.req
 
     def render(self, seqs) -> dict:
-        return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features))
+        return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
+                               self.body.sampling_params.logprobs)
 
     def stream(self, seqs):
-        return stream_generate(self.sim, self.req, seqs, stream_flags(self.body.stream_options)[0])
+        force = self.sim.config.enable_force_include_usage
+        return stream_generate(self.sim, self.req, seqs, stream_flags(self.body.stream_options, force)[0],
+                               self.body.sampling_params.logprobs)
 
 
 def ec_transfer_params(cfg, features) -> dict | None:
@@ -69,20 +75,30 @@ def ec_transfer_params(cfg, features) -> dict | None:
     return {h: dict(EC_TRANSFER_DUMMY) for h in hashes} or None
 
 
-def render_generate(req: GenerationRequest, seqs, ec: dict | None) -> dict:
+def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None) -> dict:
+    """vLLM's ``ChatCompletionLogProbs`` for tokens ``start:stop`` of ``seq``, tokens named
+    ``token_id:N`` (token-in / token-out); ``top`` alternatives per token."""
+    ids = seq.ids[start:stop]
+    return {"content": [lp.token_id_entry(t, start + i, top) for i, t in enumerate(ids)]}
+
+
+def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | None = None) -> dict:
     """The non-streaming body: api.md 5.5.2 plus ``usage`` and the ``id``/``model``/``object``
-    fields the user's spec lists."""
+    fields the user's spec lists; a choice carries ``logprobs`` (vLLM's GenerateResponseChoice)
+    only when ``sampling_params.logprobs`` (``top``) asked for them."""
     out = {}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     out.update({
         "id": req.request_id, "object": "generate", "model": req.model, "request_id": req.request_id,
-        "choices": [{"index": s.index, "finish_reason": s.finish_reason, "token_ids": list(s.ids)} for s in seqs],
+        "choices": [{"index": s.index, "finish_reason": s.finish_reason, "token_ids": list(s.ids)} if top is None
+                    else {"index": s.index, "logprobs": token_logprobs(s, top), "finish_reason": s.finish_reason,
+                          "token_ids": list(s.ids)} for s in seqs],
         "usage": request_usage(seqs), "ec_transfer_params": ec})
     return out
 
 
-def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool):
+def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None):
     """SSE body (api.md 5.5.3, case C32).  A choice's last token chunk carries its finish
     reason; a choice with no tokens (cache_threshold, empty echo) gets one finishing chunk
     with ``token_ids`` null (cache_threshold) or ``[]``."""
@@ -94,8 +110,9 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool):
         i = seq.index
         emitted[i] = True
         fr = dumps(seq.finish_reason) if k == last[i] else b"null"
+        lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, k, k + 1))
         yield (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":[' +
-               str(seq.ids[k]).encode() + b']}]}\n\n')
+               str(seq.ids[k]).encode() + b"]" + lps + b'}]}\n\n')
     for seq in seqs:
         if not emitted[seq.index]:
             tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
