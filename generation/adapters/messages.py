@@ -207,7 +207,9 @@ _TEXT_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta"
 
 def stream_message(sim, req, seq, stop_sequence):
     """SSE body in Anthropic's event order.  ``message_start`` goes out at once (Anthropic sends
-    it before the first token); per text token only the piece is serialised."""
+    it before the first token); per text token only the piece is serialised.  ``message_delta``
+    carries the whole usage, input tokens included (as vLLM and Anthropic send it; LangChain's
+    ChatAnthropic reads usage only there)."""
     start = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0)}
     yield _frame("message_start", {"type": "message_start", "message": start})
@@ -253,5 +255,5 @@ def stream_message(sim, req, seq, stop_sequence):
     out += _frame("message_delta", {"type": "message_delta",
                                     "delta": {"stop_reason": _stop_reason(seq, stop_sequence),
                                               "stop_sequence": stop_sequence},
-                                    "usage": {"output_tokens": seq.completion_tokens}})
+                                    "usage": _usage(seq, seq.completion_tokens)})
     yield out + _frame("message_stop", {"type": "message_stop"})
