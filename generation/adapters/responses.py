@@ -18,7 +18,8 @@ with ``n`` rising from 0: response.created, response.in_progress, response.outpu
 then response.content_part.added, response.output_text.delta..., response.output_text.done,
 response.content_part.done (text) or response.function_call_arguments.delta...,
 response.function_call_arguments.done (tool call), then response.output_item.done and
-response.completed carrying the full response.  Errors use the OpenAI envelope.
+response.completed carrying the full response (``response.incomplete`` when the answer was
+cut short, as OpenAI ends such a stream).  Errors use the OpenAI envelope.
 """
 from __future__ import annotations
 
@@ -259,7 +260,10 @@ def base_response(ctx: _Ctx, status: str) -> dict:
 
 def _usage(seq) -> dict:
     p, c = seq.prompt_len, seq.completion_tokens
-    return {"input_tokens": p, "input_tokens_details": {"cached_tokens": seq.cached_tokens}, "output_tokens": c,
+    # every field the openai SDK's ResponseUsage requires (cache_write_tokens in current SDKs):
+    # nothing is ever written to a prompt cache on request here
+    return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": seq.cached_tokens},
+            "output_tokens": c,
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": p + c}
 
 
@@ -364,4 +368,6 @@ def stream_response(sim, ctx: _Ctx, seq):
                ev("response.content_part.done", {**ids, "part": done_part}) +
                ev("response.output_item.done", {"output_index": 0,
                                                  "item": _message_item(ctx, status, [done_part])}))
-    yield ev("response.completed", {"response": render_response(ctx, seq)})
+    final = render_response(ctx, seq)
+    # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
+    yield ev("response.incomplete" if final["status"] == "incomplete" else "response.completed", {"response": final})
