@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import sys
-
-from flask import Flask, Response
-from werkzeug.exceptions import HTTPException
+from typing import TYPE_CHECKING
 
 from generation.config import ConfigError, SimConfig, ignored_flags, load_config
 from generation.errors import APIError, SimulatorError, error_type
+
+if TYPE_CHECKING:
+    from flask import Flask
 
 log = logging.getLogger("vllm_sim")
 
@@ -26,6 +27,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     ``tokenizer``: loaded by :func:`main` before the worker forks (see
     :mod:`generation.tokenizer_loading`); None loads it here."""
     import orjson
+    from flask import Flask, Response             # here: a busy port or a bad flag fails before
+    from werkzeug.exceptions import HTTPException  # Flask is imported (main())
     from generation.engine import ClientDisconnected, Simulator
     from blueprints import admin, chat, completions, health, lora, metrics, models
     from blueprints.common import error_response
@@ -63,13 +66,24 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException):
+        # vLLM's http_exception_handler: type is the status phrase ("Method Not Allowed", "Not
+        # Found"); routing errors on /v1/messages keep Anthropic's envelope.
+        from flask import request
+        from blueprints.errors import anthropic_error_response, http_error_type
         status = err.code or 500
-        body = {"error": {"message": err.description or err.name, "type": error_type(status),
-                          "param": None, "code": status}}
-        resp = Response(orjson.dumps(body), status=status, mimetype="application/json")
+        if request.path.startswith("/v1/messages"):
+            resp = anthropic_error_response(err.description or err.name, status)
+        else:
+            body = {"error": {"message": err.description or err.name, "type": http_error_type(status),
+                              "param": None, "code": status}}
+            resp = Response(orjson.dumps(body), status=status, mimetype="application/json")
         if status == 405 and hasattr(err, "valid_methods") and err.valid_methods:
             resp.headers["Allow"] = ", ".join(err.valid_methods)
         return resp
+
+    if config.enable_request_id_headers:
+        from blueprints.common import install_request_id_header
+        install_request_id_header(app)               # X-Request-Id on every response, errors too
 
     @app.errorhandler(ClientDisconnected)
     def _gone(err):
@@ -124,12 +138,12 @@ def _optional_module(name: str):
         return None
 
 
-def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None) -> int:
+def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:
     """Serve the app with gunicorn's gevent worker in this process until SIGTERM / Ctrl-C
     (:func:`blueprints.server.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
     Returns the exit code."""
     from blueprints.server import serve as run_server
-    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__)
+    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__, listener)
 
 
 def main(argv=None) -> int:

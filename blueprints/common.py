@@ -4,6 +4,7 @@ headers and the header-driven failures (api.md 2.5-2.7).  The generation pipelin
 """
 from __future__ import annotations
 
+import json
 import logging
 import socket
 
@@ -163,17 +164,18 @@ def header_safe(value: str) -> bool:
 
 
 def request_id(sim: Simulator | None = None, body_rid: str | None = None) -> str:
-    """The request's id (api.md 2.5): with ``--enable-request-id-headers`` the ``X-Request-Id``
-    header when present; else the id the body names (vLLM's ``request_id`` field, only some
-    APIs have one); else a fresh id.
+    """The request's id: the ``X-Request-Id`` header when present (vLLM's ``_base_request_id``:
+    the body id becomes ``chatcmpl-<id>``, ``cmpl-<id>``, ... whatever the flags); else the id the
+    body names (vLLM's ``request_id`` field, only some APIs have one); else a fresh id.
 
-    A body id is echoed in the ``X-Request-Id`` response header when the flag is on, so it must
-    be header-safe: raises InvalidParam (``request_id``) before anything is admitted."""
+    With ``--enable-request-id-headers`` the id is echoed in the ``X-Request-Id`` response header
+    (api.md 2.5), so a body id must be header-safe: raises InvalidParam (``request_id``) before
+    anything is admitted."""
     sim = sim or simulator()
+    rid = request.environ.get("HTTP_X_REQUEST_ID")
+    if rid:
+        return rid
     if sim.config.enable_request_id_headers:
-        rid = request.environ.get("HTTP_X_REQUEST_ID")
-        if rid:
-            return rid
         if body_rid and not header_safe(body_rid):
             raise InvalidParam("request_id: must be printable ASCII without control characters (CR, LF, ...): "
                                "it is echoed in the X-Request-Id response header", "request_id")
@@ -181,9 +183,16 @@ def request_id(sim: Simulator | None = None, body_rid: str | None = None) -> str
 
 
 def response_headers(rid: str | None, sim: Simulator | None = None) -> dict:
-    """Pod / namespace / request-id headers for a successful response (api.md 2.6)."""
-    cfg = (sim or simulator()).config
+    """Pod / namespace / request-id headers for a successful response (api.md 2.6), and the
+    ORCA load report when the request asks for one (:func:`orca_header`)."""
+    sim = sim or simulator()
+    cfg = sim.config
     h = {}
+    fmt = request.environ.get("HTTP_ENDPOINT_LOAD_METRICS_FORMAT")
+    if fmt:
+        report = orca_header(sim, fmt)
+        if report is not None:
+            h["endpoint-load-metrics"] = report
     if cfg.pod_name:
         h["x-inference-pod"] = cfg.pod_name
         h["x-inference-port"] = str(cfg.port)
@@ -192,6 +201,39 @@ def response_headers(rid: str | None, sim: Simulator | None = None) -> dict:
     if rid is not None and cfg.enable_request_id_headers:
         h["X-Request-Id"] = rid
     return h
+
+
+def orca_header(sim: Simulator, fmt: str) -> str | None:
+    """vLLM's ORCA load report (``orca_metrics.create_orca_header``) for the request header
+    ``endpoint-load-metrics-format: TEXT|JSON`` (case-insensitive; anything else: None)::
+
+        TEXT named_metrics.kv_cache_usage_perc=0.0, named_metrics.num_requests_waiting=0.0, ...
+        JSON {"named_metrics": {"kv_cache_usage_perc": 0.0, ...}}
+
+    Values are floats read from the engine's live state (vLLM reports kv_cache_usage_perc and
+    num_requests_waiting; num_requests_running is added for load balancers that weigh it)."""
+    f = fmt.lower()
+    if f != "text" and f != "json":
+        return None
+    kv = float(sim.kv_cache.usage()) if sim.kv_cache is not None else 0.0
+    metrics = {"kv_cache_usage_perc": kv, "num_requests_waiting": float(len(sim.waiting)),
+               "num_requests_running": float(sim.running)}
+    if f == "text":
+        return "TEXT " + ", ".join(f"named_metrics.{k}={v}" for k, v in metrics.items())
+    return "JSON " + json.dumps({"named_metrics": metrics})
+
+
+def install_request_id_header(app) -> None:
+    """``--enable-request-id-headers``: every response carries ``X-Request-Id`` (the request's
+    header, else a fresh id), errors included, as vLLM's request-id middleware does.  Responses
+    of the generation pipeline already carry the id they used."""
+    sim = app.extensions["simulator"]
+
+    @app.after_request
+    def _request_id_header(resp):
+        if "X-Request-Id" not in resp.headers:
+            resp.headers["X-Request-Id"] = request.environ.get("HTTP_X_REQUEST_ID") or sim.new_request_id()
+        return resp
 
 
 _FAILURES = {

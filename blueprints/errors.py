@@ -8,6 +8,8 @@ status, as vLLM's ``create_error_response`` maps ``VLLMValidationError`` -> 400 
 """
 from __future__ import annotations
 
+from http import HTTPStatus
+
 import orjson
 from flask import Response
 
@@ -52,6 +54,19 @@ def openai_body(err: SimulatorError, status: int | None = None) -> dict:
     status = status_of(err) if status is None else status
     type_ = getattr(err, "type", None) or error_type(status)
     return {"error": {"message": err.message, "type": type_, "param": err.param, "code": status}}
+
+
+def http_error_type(status: int) -> str:
+    """The error ``type`` of a routing/HTTP error (wrong method, unknown path, body too large):
+    the status phrase, as vLLM's ``http_exception_handler`` reports ``HTTPStatus(code).phrase``
+    (``405`` -> ``"Method Not Allowed"``).  413 keeps ``RequestEntityTooLarge``: the body limit
+    is the simulator's own (vLLM has none) and its chunked-body check answers that type."""
+    if status == 413:
+        return error_type(status)
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return error_type(status)
 
 
 def anthropic_error_type(status: int) -> str:

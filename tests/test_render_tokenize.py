@@ -63,10 +63,15 @@ def test_completions_render_forms(api):
     ({"model": "test-model", "prompt": [1, "a"]}, 400, "prompt"),
     ({"model": "test-model", "prompt": [-1]}, 400, "prompt"),
     ({"model": "nope", "prompt": "x"}, 404, "model"),
-    ({"prompt": "x"}, 404, "model"),
 ])
 def test_completions_render_errors(api, body, status, param):
     assert err(post(api, "/v1/completions/render", body), status)["param"] == param
+
+
+def test_completions_render_without_model_uses_the_first_model(api):
+    """vLLM serves a request without ``model`` with the first served model (issue 8); it was a 404."""
+    r = post(api, "/v1/completions/render", {"prompt": "x"})
+    assert r.status_code == 200 and len(r.json()) == 1
 
 
 def test_render_ignores_other_fields_and_headers(api):
