@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING
+
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException
 
 from generation.config import ConfigError, SimConfig, ignored_flags, load_config
 from generation.errors import APIError, SimulatorError, error_type
-
-if TYPE_CHECKING:
-    from flask import Flask
 
 log = logging.getLogger("vllm_sim")
 
@@ -27,8 +26,6 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     ``tokenizer``: loaded by :func:`main` before the worker forks (see
     :mod:`generation.tokenizer_loading`); None loads it here."""
     import orjson
-    from flask import Flask, Response             # here: a busy port or a bad flag fails before
-    from werkzeug.exceptions import HTTPException  # Flask is imported (main())
     from generation.engine import ClientDisconnected, Simulator
     from blueprints import admin, chat, completions, health, lora, metrics, models
     from blueprints.common import error_response
@@ -138,12 +135,12 @@ def _optional_module(name: str):
         return None
 
 
-def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:
+def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None) -> int:
     """Serve the app with gunicorn's gevent worker in this process until SIGTERM / Ctrl-C
     (:func:`blueprints.server.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
     Returns the exit code."""
     from blueprints.server import serve as run_server
-    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__, listener)
+    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__)
 
 
 def main(argv=None) -> int:
