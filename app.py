@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import sys
-
-from flask import Flask, Response
-from werkzeug.exceptions import HTTPException
+from typing import TYPE_CHECKING
 
 from generation.config import ConfigError, SimConfig, ignored_flags, load_config
 from generation.errors import APIError, SimulatorError, error_type
+
+if TYPE_CHECKING:
+    from flask import Flask
 
 log = logging.getLogger("vllm_sim")
 
@@ -26,6 +27,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     ``tokenizer``: loaded by :func:`main` before the worker forks (see
     :mod:`generation.tokenizer_loading`); None loads it here."""
     import orjson
+    from flask import Flask, Response             # here: a busy port or a bad flag fails before
+    from werkzeug.exceptions import HTTPException  # Flask is imported (main())
     from generation.engine import ClientDisconnected, Simulator
     from blueprints import admin, chat, completions, health, lora, metrics, models
     from blueprints.common import error_response
@@ -135,12 +138,12 @@ def _optional_module(name: str):
         return None
 
 
-def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None) -> int:
+def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:
     """Serve the app with gunicorn's gevent worker in this process until SIGTERM / Ctrl-C
     (:func:`blueprints.server.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
     Returns the exit code."""
     from blueprints.server import serve as run_server
-    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__)
+    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__, listener)
 
 
 def main(argv=None) -> int:
@@ -156,12 +159,15 @@ def main(argv=None) -> int:
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
         config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
+    class NoDataset(Exception):
+        pass
+    DatasetError = NoDataset     # data.dataset imports numpy: only when there is a dataset
     try:      # before the port is bound and the worker forks (generation.tokenizer_loading)
         from data.download import DownloadError, ensure_dataset
         from generation.tokenizer_loading import TokenizerLoadError, load_tokenizer
-        from data.dataset import DatasetError, verify_dataset
         ensure_dataset(config)
         if config.dataset_path and config.mode != "echo":     # one line for a bad file, not a traceback
+            from data.dataset import DatasetError, verify_dataset
             verify_dataset(config.dataset_path, config.dataset_table_name)
         tokenizer = load_tokenizer(config)
     except (TokenizerLoadError, DownloadError, DatasetError) as e:

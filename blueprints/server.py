@@ -529,15 +529,9 @@ def start_data_parallel_ranks(config, argv: list[str], script: str) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-def bind(host: str, port: int):
-    """Bind the listening socket now (no retry): returns a gunicorn listener, or raises OSError
-    (``EADDRINUSE``: the port is taken)."""
-    from gunicorn import sock as gsock
-
-    class _Cfg:      # the few settings gunicorn's socket classes read
-        reuse_port = False
-        backlog = 4096
-
+def bind(host: str, port: int) -> socket.socket:
+    """Bind and listen on ``host:port`` now (no retry, unlike gunicorn's five tries a second
+    apart); raises OSError (``EADDRINUSE``: the port is taken)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -547,32 +541,54 @@ def bind(host: str, port: int):
     except OSError:
         s.close()
         raise
-    cls = gsock.TCP6Socket if family == socket.AF_INET6 else gsock.TCPSocket
-    return cls((host, port), _Cfg(), logging.getLogger("gunicorn.error"), fd=s.detach())
+    return s
 
 
-def serve(config, app_factory, argv: list[str] | None = None, script: str | None = None) -> int:
-    """Serve ``app_factory()`` on ``config.host:config.port`` until SIGTERM / Ctrl-C.
+def _gunicorn_listener(sock: socket.socket, host: str, port: int):
+    """Wrap a bound socket in gunicorn's listener class (what its workers expect)."""
+    from gunicorn import sock as gsock
+
+    class _Cfg:      # the few settings gunicorn's socket classes read
+        reuse_port = False
+        backlog = 4096
+    cls = gsock.TCP6Socket if sock.family == socket.AF_INET6 else gsock.TCPSocket
+    return cls((host, port), _Cfg(), logging.getLogger("gunicorn.error"), fd=sock.detach())
+
+
+def listen(config):
+    """Bind ``config.host:config.port``; on failure log one line (``cannot listen on HOST:PORT:
+    already in use``) and return None."""
+    try:
+        return bind(config.host, config.port)
+    except OSError as e:
+        reason = "already in use" if e.errno == errno.EADDRINUSE else e.strerror
+        log.error("cannot listen on %s:%d: %s", config.host, config.port, reason)
+        return None
+
+
+def serve(config, app_factory, argv: list[str] | None = None, script: str | None = None,
+          listener=None) -> int:
+    """Serve ``app_factory()`` on ``listener`` (bound here from ``config.host:config.port``
+    when None) until SIGTERM / Ctrl-C.
 
     Returns the exit code: 0 after a clean shutdown, 1 when the port is taken, the TLS files
     cannot be loaded, or a data-parallel rank stopped."""
-    from gunicorn.app.base import BaseApplication
-
     configure_logging(config)
     try:
         tls = tls_files(config)
     except ValueError as e:
         log.error("%s", e)
+        if listener is not None:
+            listener.close()
         return 1
-    try:
-        listener = bind(config.host, config.port)
-    except OSError as e:
-        reason = "already in use" if e.errno == errno.EADDRINUSE else e.strerror
-        log.error("cannot listen on %s:%d: %s", config.host, config.port, reason)
-        return 1
+    if listener is None:
+        listener = listen(config)
+        if listener is None:
+            return 1
     from .auth import api_keys
     for line in startup_summary(config, tls is not None, bool(api_keys(config))):
         log.info("%s", line)
+    from gunicorn.app.base import BaseApplication     # after the bind: a busy port fails fast
 
     class SimulatorApplication(BaseApplication):
         def load_config(self):
@@ -602,6 +618,7 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
         children = start_data_parallel_ranks(config, argv, script or sys.argv[0])
     worker_cls = __getattr__("SimWorker")
     glog = application.cfg.logger_class(application.cfg)
+    listener = _gunicorn_listener(listener, config.host, config.port)
     worker = worker_cls(0, os.getppid(), [listener], application, 0, application.cfg, glog)
     worker.standalone = True
     worker.early_signals = early = []
