@@ -225,15 +225,22 @@ def orca_header(sim: Simulator, fmt: str) -> str | None:
 
 def install_request_id_header(app) -> None:
     """``--enable-request-id-headers``: every response carries ``X-Request-Id`` (the request's
-    header, else a fresh id), errors included, as vLLM's request-id middleware does.  Responses
-    of the generation pipeline already carry the id they used."""
+    header, else a fresh id), errors included, as vLLM's ``XRequestIdMiddleware`` does.  A WSGI
+    layer outside ``--api-key`` and the body-size check, so their 401/413 carry it too (vLLM adds
+    its middleware last, outermost); responses that already name their id keep it."""
     sim = app.extensions["simulator"]
+    inner = app.wsgi_app
 
-    @app.after_request
-    def _request_id_header(resp):
-        if "X-Request-Id" not in resp.headers:
-            resp.headers["X-Request-Id"] = request.environ.get("HTTP_X_REQUEST_ID") or sim.new_request_id()
-        return resp
+    def wsgi(environ, start_response):
+        def start(status, headers, exc_info=None):
+            for k, _ in headers:
+                if k.lower() == "x-request-id":
+                    break
+            else:
+                headers.append(("X-Request-Id", environ.get("HTTP_X_REQUEST_ID") or sim.new_request_id()))
+            return start_response(status, headers, exc_info)
+        return inner(environ, start)
+    app.wsgi_app = wsgi
 
 
 _FAILURES = {

@@ -348,3 +348,42 @@ def test_wrong_method_is_405_with_error_type(client):
     assert err["type"] == "Method Not Allowed" and err["code"] == 405
     r = client.post("/v1/models")
     assert r.status_code == 405 and r.json()["error"]["type"] == "Method Not Allowed"
+
+
+def test_x_request_id_on_every_response_with_flag():
+    """vLLM's request-id middleware is outermost: --api-key's 401 and plain routes carry it too,
+    a fresh id when the client sent none (the body id and the header then agree)."""
+    c = make_client("--enable-request-id-headers", "--api-key", "k")
+    r = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, headers={"X-Request-Id": "auth-1"})
+    assert r.status_code == 401 and r.headers["X-Request-Id"] == "auth-1"
+    r = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2}, headers={"Authorization": "Bearer k"})
+    assert r.status_code == 200 and r.json()["id"] == "cmpl-" + r.headers["X-Request-Id"]
+    assert make_client("--enable-request-id-headers").get("/health").headers["X-Request-Id"]
+
+
+def test_http_error_types_are_status_phrases(client):
+    r = client.get("/v1/no-such-route")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "Not Found"
+    r = client.get("/v1/messages")          # Anthropic clients keep Anthropic's envelope
+    assert r.status_code == 405 and r.json()["type"] == "error"
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("path,body", [("/v1/completions", {"prompt": "Hi"}), ("/v1/chat/completions", {"messages": MSGS})])
+def test_negative_prompt_logprobs_is_400(client, path, body):
+    r = client.post(path, json={"model": "test-model", **body, "prompt_logprobs": -2})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": "`prompt_logprobs` must be a positive value or -1.", "type": "BadRequestError",
+                                 "param": "prompt_logprobs", "code": 400}
+    # 0 (the prompt token alone) streams: vLLM refuses only > 0 and -1 with stream
+    r = client.post(path, json={"model": "test-model", **body, "prompt_logprobs": 0, "stream": True, "max_tokens": 2})
+    assert r.status_code == 200
+
+
+def test_continuous_usage_counts_up(client):
+    ev = _chunks(client, "/v1/completions", {"model": "test-model", "prompt": "Hello there", "max_tokens": 4,
+                                             "ignore_eos": True, "stream": True,
+                                             "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    done = [e["usage"]["completion_tokens"] for e in ev]
+    assert done == [1, 2, 3, 4, 4, 4]
+    assert all(e["usage"]["prompt_tokens"] == 2 for e in ev)
