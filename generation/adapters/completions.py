@@ -144,9 +144,17 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else None
     if echo_prompt:
         for s in seqs:
-            yield (heads[s.index] + b',"text":' + dumps("".join(prompt_pieces(sim.tokenizer, s))) +
-                   b',"logprobs":null,"finish_reason":null,"stop_reason":null' +
-                   (pids.pop(s.index) if token_ids else b"") + b'}]' + tail())
+            head = prompt_pieces(sim.tokenizer, s)
+            text = "".join(head)
+            logprobs = b"null"
+            if top is not None and head:     # the prompt's logprobs, null for its first token (vLLM)
+                d = lp.completion_logprobs(head, top)
+                d["token_logprobs"][0] = d["top_logprobs"][0] = None
+                logprobs = dumps(d)
+                offsets[s.index] = len(text)
+            yield (heads[s.index] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs +
+                   b',"finish_reason":null,"stop_reason":null' + (pids.pop(s.index) if token_ids else b"") +
+                   b'}]' + tail())
     for seq, k in sim.stream(seqs, flush=True):
         if k < 0:
             yield b""          # flush: the next token is not due yet
