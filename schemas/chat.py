@@ -86,6 +86,7 @@ class SamplingSchema(SamplingKnobsSchema):
     kv_transfer_params = fields.Dict()
     return_token_ids = StrictBool()
     prompt_logprobs = StrictInt()
+    request_id = fields.String()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):

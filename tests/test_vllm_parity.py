@@ -399,3 +399,11 @@ def test_echo_logprobs_stream_first_chunk_carries_the_prompt(echo_client):
     later = [e["choices"][0]["logprobs"] for e in ev[1:] if e["choices"] and e["choices"][0]["text"]]
     assert later and all(None not in x["token_logprobs"] for x in later)
     assert later[0]["text_offset"] == [len("Hello there friend")]
+
+
+def test_body_request_id_names_the_id_and_the_header_wins(client):
+    d = client.post("/v1/chat/completions", json={"model": "test-model", **CHAT, "request_id": "body-1"}).json()
+    assert d["id"] == "chatcmpl-body-1"
+    d = client.post("/v1/completions", json={"model": "test-model", "prompt": "Hi", "max_tokens": 2,
+                                             "request_id": "body-2"}, headers={"X-Request-Id": "hdr-2"}).json()
+    assert d["id"] == "cmpl-hdr-2"      # vLLM's _base_request_id: the header first

@@ -25,6 +25,9 @@ class CompletionsAdapter(Adapter):
     batch = True
     body: CompletionRequest
 
+    def body_request_id(self) -> str | None:
+        return self.body.request_id or None
+
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
         stream = bool(b.stream)

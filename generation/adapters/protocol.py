@@ -49,6 +49,7 @@ class OpenAISampling(SamplingKnobs):
     kv_transfer_params: dict | None = None
     return_token_ids: bool | None = None
     prompt_logprobs: int | None = None
+    request_id: str | None = None        # vLLM: names the body id (chatcmpl-<id>, cmpl-<id>)
 
 
 @dataclass
