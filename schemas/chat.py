@@ -2,7 +2,8 @@
 
 Accepted and used: model, messages, max_tokens, max_completion_tokens, n, stream,
 stream_options, logprobs, top_logprobs, tools, tool_choice, response_format, stop,
-ignore_eos, cache_hit_threshold, kv_transfer_params.  Sampling fields (temperature, top_p,
+ignore_eos, cache_hit_threshold, kv_transfer_params, and vLLM's return_token_ids, prompt_logprobs
+and request_id.  Sampling fields (temperature, top_p,
 seed, ...) are type-checked and otherwise ignored, as a simulator has no sampler.
 """
 from __future__ import annotations
