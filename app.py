@@ -161,11 +161,13 @@ def main(argv=None) -> int:
         config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
     class NoDataset(Exception):
         pass
-    DatasetError = NoDataset     # data.dataset imports numpy: only when there is a dataset
+    # data.* import urllib and numpy: only when a dataset is configured (start-up time)
+    DatasetError = DownloadError = NoDataset
     try:      # before the port is bound and the worker forks (generation.tokenizer_loading)
-        from data.download import DownloadError, ensure_dataset
         from generation.tokenizer_loading import TokenizerLoadError, load_tokenizer
-        ensure_dataset(config)
+        if config.dataset_url:
+            from data.download import DownloadError, ensure_dataset
+            ensure_dataset(config)
         if config.dataset_path and config.mode != "echo":     # one line for a bad file, not a traceback
             from data.dataset import DatasetError, verify_dataset
             verify_dataset(config.dataset_path, config.dataset_table_name)

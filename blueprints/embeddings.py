@@ -20,7 +20,6 @@ import base64
 import hashlib
 import time
 
-import numpy as np
 import orjson
 from flask import Blueprint, Response
 from werkzeug.exceptions import NotFound
@@ -33,23 +32,23 @@ from .common import JSON_MIME, parse_json_body, request_id, response_headers, si
 
 bp = Blueprint("embeddings", __name__)
 
-_LE_F32 = np.dtype("<f4")
 MAX_INPUTS = 2048             # OpenAI: "must be 2048 dimensions or less" for an input array
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
 
 
-def embedding_vector(ids, dimensions: int) -> np.ndarray:
+def embedding_vector(ids, dimensions: int) -> "np.ndarray":
     """A deterministic unit-length (L2) float32 vector of ``dimensions`` values for the token
     ids ``ids`` (a possibly empty sequence of non-negative ints).
 
     The values are standard normals drawn from a numpy Generator seeded with a BLAKE2b hash of
     the ids (little-endian uint64), so equal inputs give equal vectors across runs and
     processes, and the first ``d`` values do not depend on ``dimensions``."""
+    import numpy as np      # ~0.2 s to import: paid by the first embeddings request, not start-up
     digest = hashlib.blake2b(np.asarray(ids, dtype="<u8").tobytes(), digest_size=8).digest()
     rng = np.random.default_rng(int.from_bytes(digest, "little"))
     v = rng.standard_normal(dimensions)
     v /= np.linalg.norm(v)
-    return v.astype(_LE_F32)
+    return v.astype("<f4")
 
 
 def _token_lists(sim, data: dict) -> list[list[int]]:

@@ -24,7 +24,6 @@ except ImportError:                     # pragma: no cover - Python < 3.11
     import sre_constants as _c          # type: ignore[no-redef]
     import sre_parse as _parser         # type: ignore[no-redef]
 
-import regex
 
 # Characters drawn for ``.``, negated classes and categories (printable ASCII, no newline).
 _PRINTABLE = [c for c in string.printable if c not in "\n\r\x0b\x0c"]
@@ -108,6 +107,7 @@ def compile_bounded(pattern: str):
     """``regex`` compiled pattern, or None when ``regex`` does not accept it.  Call only for
     patterns whose :func:`expansion` is small: compiling unrolls counted repeats."""
     try:
+        import regex        # lazily: only requests with a pattern pay its import
         return regex.compile(pattern)
     except Exception:       # regex.error and the odd ValueError/OverflowError on absurd input
         return None

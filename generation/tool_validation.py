@@ -18,9 +18,6 @@ import json
 import random
 from collections import OrderedDict
 
-from jsonschema import Draft202012Validator, SchemaError
-from jsonschema.exceptions import UndefinedTypeCheck
-from jsonschema.validators import validator_for
 
 from .errors import APIError
 from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, resolve_pointer)
@@ -219,6 +216,9 @@ class ToolValidator:
 
 def schema_problem(schema: dict, cfg) -> str | None:
     """None when ``schema`` is usable, else a one-line description of the first problem."""
+    # jsonschema costs ~0.1-0.3 s to import: only requests that carry a schema pay it, not start-up
+    from jsonschema import Draft202012Validator, SchemaError
+    from jsonschema.validators import validator_for
     cls = validator_for(schema, default=Draft202012Validator)
     try:
         cls.check_schema(schema)
@@ -267,6 +267,8 @@ def _walk_problems(node, root, path: str, checker, trial: SchemaSampler, leaves:
     t = node.get("type")
     types = [t] if isinstance(t, str) else (t if isinstance(t, list) else None)
     if types:
+        from jsonschema.exceptions import UndefinedTypeCheck
+
         def ok(v):
             for x in types:
                 try:
