@@ -144,7 +144,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             yield heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end
             continue
         logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
-        yield heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs + b',"finish_reason":null' + end
+        yield (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
+               b',"finish_reason":null' + end)
     for seq in seqs:
         i = seq.index
         if not started[i] and seq.finish_reason != "cache_threshold":

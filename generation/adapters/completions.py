@@ -172,7 +172,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
-        yield heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs + b',"finish_reason":null,"stop_reason":null' + end
+        yield (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
+               b',"finish_reason":null,"stop_reason":null' + end)
     for seq in seqs:
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
         yield (heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
