@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from gunicorn.http import wsgi
 
-import gunicorn_tuning
+from blueprints import gunicorn_tuning
 
 
 class Sock:

@@ -1,0 +1,121 @@
+"""The import rules of the README's architecture section, checked on the source (issue 11):
+
+- layers only import downwards: ``app``/``wsgi`` -> ``blueprints`` -> ``schemas`` ->
+  ``generation``; ``data`` sits beside the app wiring and may use ``generation``'s interfaces,
+  never the other way round;
+- nothing below ``blueprints`` imports Flask or Werkzeug;
+- no import cycle between modules, counting imports inside functions too (a function-level
+  import hides a cycle from Python, not from the design).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("app", "wsgi", "blueprints", "schemas", "generation", "data")
+# which top-level parts each part may import (besides itself)
+ALLOWED = {
+    "app": {"blueprints", "schemas", "generation", "data", "wsgi"},
+    "wsgi": {"app", "blueprints", "generation"},
+    "blueprints": {"schemas", "generation", "data"},
+    "schemas": {"generation"},
+    "generation": set(),
+    "data": {"generation"},
+}
+WEB = ("flask", "werkzeug", "gunicorn")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for part in PACKAGES:
+        p = ROOT / f"{part}.py"
+        if p.exists():
+            out[part] = p
+        for f in sorted((ROOT / part).rglob("*.py")) if (ROOT / part).is_dir() else ():
+            rel = f.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Project modules imported anywhere in ``path`` (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[:len(pkg) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def _graph():
+    mods = _modules()
+    known = set(mods)
+    return mods, {n: _imports(n, p, known) for n, p in mods.items()}
+
+
+def test_layers_only_import_downwards():
+    _, graph = _graph()
+    bad = []
+    for mod, deps in graph.items():
+        part = mod.split(".")[0]
+        for d in deps:
+            dpart = d.split(".")[0]
+            if dpart != part and dpart not in ALLOWED[part]:
+                bad.append(f"{mod} -> {d}")
+    assert bad == []
+
+
+def test_no_web_framework_below_blueprints():
+    mods, _ = _graph()
+    bad = []
+    for mod, path in mods.items():
+        if mod.split(".")[0] not in ("generation", "schemas", "data"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{mod} imports {n}" for n in names if n.split(".")[0] in WEB]
+    assert bad == []
+
+
+def test_no_import_cycles():
+    _, graph = _graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(n, stack):
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(graph.get(n, ())):
+            # a package's __init__ re-exporting its own submodules is not a cycle of design
+            if d.startswith(n + ".") or n.startswith(d + "."):
+                continue
+            if state.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif not state.get(d):
+                visit(d, stack)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if not state.get(n):
+            visit(n, [])
+    assert cycles == []
