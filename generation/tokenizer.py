@@ -40,6 +40,11 @@ def fnv1a_32(data: bytes) -> int:
     return h
 
 
+MAX_CACHED_PIECES = 100_000     # piece -> id memo entries
+MAX_CACHED_PIECE = 128          # characters; longer pieces are hashed each time (and /detokenize
+                                # shows their id, as for any id it has not seen)
+
+
 class SimulatedTokenizer:
     """The reference simulator's regex tokenizer (api.md 3.2).
 
@@ -56,7 +61,8 @@ class SimulatedTokenizer:
         i = self._ids.get(piece)
         if i is None:
             i = fnv1a_32(piece.encode("utf-8"))
-            if len(self._ids) < 200_000:
+            # bounded in entries and bytes (at most ~20 MB): hostile 1 MiB "words" are not kept
+            if len(piece) <= MAX_CACHED_PIECE and len(self._ids) < MAX_CACHED_PIECES:
                 self._ids[piece] = i
                 self._pieces.setdefault(i, piece)
         return i
