@@ -168,17 +168,14 @@ class VllmBlockHasher(BlockHasher):
 # ---- events --------------------------------------------------------------------------------
 def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_format: bool):
     """A ``BlockStored`` event in the legacy array form (9 positions, nil where absent, parent
-    ``0`` when there is none: engine.md 4.6) or, with ``map_format``, the map form of vLLM PR
-    #42892 (nil optional keys omitted, parent nil when there is none)."""
+    ``0`` when there is none: engine.md 4.6) or, with ``map_format``, the map form of current
+    vLLM (``vllm/distributed/kv_events.py``): every field of its ``BlockStored`` struct is
+    written, nil when unset, since vLLM's own msgspec decoder requires them all (case C38; the
+    reference omits nil keys, which that decoder rejects)."""
     if map_format:
-        ev = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
-              "token_ids": token_ids, "block_size": block_size}
-        if lora_id is not None:
-            ev["lora_id"] = lora_id
-        ev["medium"] = MEDIUM
-        if lora_name is not None:
-            ev["lora_name"] = lora_name
-        return ev
+        return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+                "token_ids": token_ids, "block_size": block_size, "lora_id": lora_id,
+                "medium": MEDIUM, "lora_name": lora_name}
     return ["BlockStored", hashes, 0 if parent is None else parent, token_ids, block_size, lora_id,
             MEDIUM, lora_name, None]
 

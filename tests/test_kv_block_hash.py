@@ -97,9 +97,11 @@ def test_map_block_stored_with_lora_key_order():
                                        "lora_name": "lora1"}
 
 
-def test_map_block_stored_omits_nil_lora():
+def test_map_block_stored_writes_nil_lora_fields():
+    # vLLM's msgspec BlockStored requires every field (C38): nil, not omitted
     ev = block_stored([1], 5, [7], 16, None, None, map_format=True)
-    assert list(ev) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "medium"]
+    assert ev == {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": 5, "token_ids": [7],
+                  "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}
 
 
 def test_removed_and_cleared_encodings():
