@@ -375,6 +375,8 @@ def _make_worker_class():
 
         # -- serving --------------------------------------------------------------------------
         def load_wsgi(self):
+            from . import gunicorn_tuning
+            gunicorn_tuning.install()       # headers leave with the first body bytes (issue 13)
             super().load_wsgi()
             flask_app = self.wsgi
             ext = getattr(flask_app, "extensions", {})
