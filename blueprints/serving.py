@@ -14,12 +14,12 @@ releases what was admitted (``Simulator.cancel``).  Once the server owns the SSE
 """
 from __future__ import annotations
 
-from flask import Response
+from flask import Response, current_app, request
 
 from schemas.common import load
 
 from .common import (header_checks, json_response, parse_json_body, request_id, response_headers,
-                     run_to_completion, simulator, sse_response)
+                     run_to_completion, sse_response)
 from .errors import anthropic_body, openai_body, status_of
 
 
@@ -27,14 +27,17 @@ def serve(schema, adapter_cls) -> Response:
     """Run the current request through ``adapter_cls`` (an :class:`generation.adapters.base.Adapter`
     subclass).  Raises the domain errors of each step; the app's (or the blueprint's) error
     handlers render them in the adapter's envelope."""
-    sim = simulator()
-    body = load(schema, parse_json_body())
+    # The app and the environ are looked up once and passed down (each proxy lookup costs).
+    app = current_app._get_current_object()
+    environ = request.environ
+    sim = app.extensions["simulator"]
+    body = load(schema, parse_json_body(environ, app.config["MAX_CONTENT_LENGTH"]))
     adapter = adapter_cls(sim, body)
-    rid = request_id(sim, adapter.body_request_id())
-    force_ct = header_checks(sim)
+    rid = request_id(sim, adapter.body_request_id(), environ)
+    force_ct = header_checks(sim, environ)
     req = adapter.build(rid, force_ct and adapter.cache_threshold_header)
     seqs = sim.prepare(req)
-    headers = response_headers(rid, sim)
+    headers = response_headers(rid, sim, environ)
     sim.admit(seqs)
     try:
         if req.stream:
@@ -44,8 +47,8 @@ def serve(schema, adapter_cls) -> Response:
                 return adapter.stream_error(error_body(err, envelope))
 
             return sse_response(adapter.stream(seqs), headers, sim, seqs, batch=adapter.batch,
-                                error_frame=error_frame)
-        run_to_completion(sim, seqs)
+                                error_frame=error_frame, environ=environ)
+        run_to_completion(sim, seqs, environ)
         out = adapter.render(seqs)
     except BaseException:
         sim.cancel(seqs)
