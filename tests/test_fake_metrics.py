@@ -1,7 +1,9 @@
 """Fake metrics (reference engine.md 5.4 and 11 items 10, 32-35; api.md 5.13): ``/metrics``
 reports configured values, fixed or generated over time, and ``POST /admin/config`` /
-``POST /fake_metrics`` change them partially.  Through the real server, parsed with
-prometheus_client's own parser; generator maths and YAML parsing also in-process.
+``POST /fake_metrics`` change them partially.  Through the app in-process (``httpx.WSGITransport``),
+parsed with prometheus_client's own parser; generator maths and YAML parsing as units.  Generators
+follow the collector's clock: the app's real one, and an injected one stepped by the test.
+Start-up validation runs ``app.main`` in-process and, once, a real ``python app.py``.
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ def samples_of(text: str) -> dict:
     return out
 
 
-def scrape(base: str) -> dict:
-    r = httpx.get(base + "/metrics", timeout=10)
+def scrape(base: httpx.Client) -> dict:
+    r = base.get("/metrics", timeout=10)
     assert r.status_code == 200
     return samples_of(r.text)
 
@@ -58,12 +60,13 @@ def buckets(samples: dict, name: str) -> dict:
     return {float(dict(lbl)["le"]): v for (n, lbl), v in samples.items() if n == name + "_bucket"}
 
 
-def fake_server(sim_server, obj: dict, *flags: str) -> str:
-    return sim_server("--fake-metrics", json.dumps(obj), *flags)
+def fake_server(app_client, obj: dict, *flags: str) -> httpx.Client:
+    """An in-process simulator started with ``--fake-metrics obj``."""
+    return app_client("--fake-metrics", json.dumps(obj), *flags)
 
 
-def admin(base: str, fake: dict) -> httpx.Response:
-    return httpx.post(base + "/admin/config", json={"fake-metrics": fake}, timeout=10)
+def admin(base: httpx.Client, fake: dict) -> httpx.Response:
+    return base.post("/admin/config", json={"fake-metrics": fake}, timeout=10)
 
 
 # ---- engine.md 11 item 32: fixed values ----------------------------------------------------
@@ -74,8 +77,8 @@ FIXED = {"running-requests": 10, "waiting-requests": 30, "kv-cache-usage": 0.4, 
          "prefix-cache-hits": 40, "prefix-cache-queries": 100}
 
 
-def test_fixed_values_are_reported(sim_server):
-    base = fake_server(sim_server, FIXED)
+def test_fixed_values_are_reported(app_client):
+    base = fake_server(app_client, FIXED)
     m = scrape(base)
     assert get(m, "vllm:num_requests_running") == 10
     assert get(m, "vllm:num_requests_waiting") == 30
@@ -112,11 +115,11 @@ def test_fixed_values_are_reported(sim_server):
         assert absent not in names(m)
 
 
-def test_real_requests_do_not_change_fake_metrics(sim_server):
-    base = fake_server(sim_server, FIXED)
+def test_real_requests_do_not_change_fake_metrics(app_client):
+    base = fake_server(app_client, FIXED)
     before = scrape(base)
     for _ in range(2):
-        r = httpx.post(base + CHAT, json={"model": "test-model", "max_tokens": 5,
+        r = base.post(CHAT, json={"model": "test-model", "max_tokens": 5,
                                           "messages": [{"role": "user", "content": "hello there"}]}, timeout=30)
         assert r.status_code == 200
     after = scrape(base)
@@ -124,17 +127,17 @@ def test_real_requests_do_not_change_fake_metrics(sim_server):
         {k: v for k, v in before.items() if not k[0].startswith("vllm_sim:")}
 
 
-def test_admin_config_shows_fake_metrics(sim_server):
-    base = fake_server(sim_server, FIXED)
-    cfg = httpx.get(base + "/admin/config", timeout=10).json()
+def test_admin_config_shows_fake_metrics(app_client):
+    base = fake_server(app_client, FIXED)
+    cfg = base.get("/admin/config", timeout=10).json()
     assert cfg["fake-metrics"] == FIXED
     assert cfg["fake-metrics-refresh-interval"] == "100ms"
-    assert httpx.get(sim_server() + "/admin/config", timeout=10).json()["fake-metrics"] is None
+    assert app_client().get("/admin/config", timeout=10).json()["fake-metrics"] is None
 
 
-def test_unset_gauges_are_zero_and_default_lora_series(sim_server):
+def test_unset_gauges_are_zero_and_default_lora_series(app_client):
     t0 = time.time()
-    base = fake_server(sim_server, {"e2erl-buckets-values": [1]})
+    base = fake_server(app_client, {"e2erl-buckets-values": [1]})
     m = scrape(base)
     assert get(m, "vllm:num_requests_running") == 0
     assert get(m, "vllm:num_requests_waiting") == 0
@@ -149,22 +152,32 @@ def test_unset_gauges_are_zero_and_default_lora_series(sim_server):
 
 
 # ---- engine.md 11 item 33: generators --------------------------------------------------------
-def test_generators_through_the_server(sim_server):
-    base = fake_server(sim_server, {"kv-cache-usage": "ramp:0:1:700ms",
+def test_generators_through_the_app(app_client):
+    base = fake_server(app_client, {"kv-cache-usage": "ramp:0:1:700ms",
                                     "waiting-requests": "squarewave:10:15:400ms",
                                     "running-requests": "oscillate:0:8:1s"})
     # restart the ramp with a period the test can follow on a loaded machine
     assert admin(base, {"kv-cache-usage": "ramp:0:1:3s"}).status_code == 200
+    # the app's own clock (monotonic): the ramp rises between two scrapes 250 ms apart
+    first = get(scrape(base), "vllm:kv_cache_usage_perc")
+    time.sleep(0.25)
+    assert first < 0.5
+    assert first < get(scrape(base), "vllm:kv_cache_usage_perc")
+    # then a clock the test steps (monotonic ns, starting now): 250 ms per scrape, as a
+    # client polling the real server would see it, without waiting for it
+    now = [time.monotonic_ns()]
+    base.sim.metrics.fake.clock = lambda: now[0]
+    assert admin(base, {"kv-cache-usage": "ramp:0:1:3s"}).status_code == 200
     kv, waiting, running = [], set(), set()
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 6:
+    t0 = now[0]
+    while now[0] - t0 < 6e9:
         m = scrape(base)
         kv.append(get(m, "vllm:kv_cache_usage_perc"))
         waiting.add(get(m, "vllm:num_requests_waiting"))
         running.add(get(m, "vllm:num_requests_running"))
-        if kv[-1] == 1 and time.monotonic() - t0 > 3.5:
+        if kv[-1] == 1 and now[0] - t0 > 3.5e9:
             break
-        time.sleep(0.25)
+        now[0] += 250_000_000
     assert kv[0] < 0.5
     assert kv[-1] == 1
     rising = [v for v in kv if v < 1]
@@ -215,8 +228,8 @@ def test_materialise_counts():
 
 
 # ---- engine.md 11 item 34: runtime updates ---------------------------------------------------
-def test_admin_partial_updates(sim_server):
-    base = fake_server(sim_server, {"request-prompt-tokens": [1, 2, 3], "total-prompt-tokens": 12345,
+def test_admin_partial_updates(app_client):
+    base = fake_server(app_client, {"request-prompt-tokens": [1, 2, 3], "total-prompt-tokens": 12345,
                                     "running-requests": 3, "ttft-buckets-values": [5]})
     m = scrape(base)
     assert get(m, "vllm:prompt_tokens_total") == 12345
@@ -249,8 +262,8 @@ def test_admin_partial_updates(sim_server):
     assert "vllm:prompt_tokens_total" not in names(m)
 
 
-def test_admin_rejects_invalid_updates_and_changes_nothing(sim_server):
-    base = fake_server(sim_server, {"kv-cache-usage": 0.3, "request-success-total": {"stop": 1}})
+def test_admin_rejects_invalid_updates_and_changes_nothing(app_client):
+    base = fake_server(app_client, {"kv-cache-usage": 0.3, "request-success-total": {"stop": 1}})
     cases = [({"kv-cache-usage": 2}, "fake metrics KV cache usage must be between 0 and 1"),
              ({"running-requests": -1}, "fake metrics request counters cannot be negative"),
              ({"waiting-requests": "sawtooth:0:1:1s"}, "invalid fake metrics generation function sawtooth"),
@@ -262,16 +275,16 @@ def test_admin_rejects_invalid_updates_and_changes_nothing(sim_server):
              ({"e2erl-buckets-values": "1,2"}, "e2erl-buckets-values must be a list of integers"),
              ({"no-such-metric": 1}, "unknown fake metrics field 'no-such-metric'")]
     for fake, message in cases:
-        r = httpx.post(base + "/admin/config", json={"fake-metrics": fake, "time-to-first-token": "1s"},
+        r = base.post("/admin/config", json={"fake-metrics": fake, "time-to-first-token": "1s"},
                        timeout=10)
         assert r.status_code == 400, fake
         assert message in r.json()["error"]["message"], (fake, r.json())
-    r = httpx.post(base + "/admin/config", json={"fake-metrics": [1]}, timeout=10)
+    r = base.post("/admin/config", json={"fake-metrics": [1]}, timeout=10)
     assert r.status_code == 400
     m = scrape(base)
     assert get(m, "vllm:kv_cache_usage_perc") == 0.3
     assert get(m, "vllm:request_success_total", finished_reason="stop") == 1
-    cfg = httpx.get(base + "/admin/config", timeout=10).json()
+    cfg = base.get("/admin/config", timeout=10).json()
     assert cfg["time-to-first-token"] == "0s"
     assert cfg["fake-metrics"] == {"kv-cache-usage": 0.3, "request-success-total": {"stop": 1}}
     # success map and prefix counters: replace, {} clears
@@ -288,16 +301,16 @@ def test_admin_rejects_invalid_updates_and_changes_nothing(sim_server):
     assert lora == [""]
 
 
-def test_deprecated_fake_metrics_endpoint(sim_server):
-    base = fake_server(sim_server, {"running-requests": 1}, "--max-loras", "2")
-    r = httpx.post(base + "/fake_metrics", json={"running-requests": 4, "loras": LORAS[:1]}, timeout=10)
+def test_deprecated_fake_metrics_endpoint(app_client):
+    base = fake_server(app_client, {"running-requests": 1}, "--max-loras", "2")
+    r = base.post("/fake_metrics", json={"running-requests": 4, "loras": LORAS[:1]}, timeout=10)
     assert r.status_code == 204 and r.content == b""
     m = scrape(base)
     assert get(m, "vllm:num_requests_running") == 4
     assert get(m, "vllm:lora_requests_info", model_name=None, max_lora="2", running_lora_adapters="lora4,lora2",
                waiting_lora_adapters="lora3") == 1257894567
-    assert httpx.get(base + "/admin/config", timeout=10).json()["fake-metrics"]["running-requests"] == 4
-    r = httpx.post(base + "/fake_metrics", json={"kv-cache-usage": 7}, timeout=10)
+    assert base.get("/admin/config", timeout=10).json()["fake-metrics"]["running-requests"] == 4
+    r = base.post("/fake_metrics", json={"kv-cache-usage": 7}, timeout=10)
     assert r.status_code == 400          # issue 12: a client mistake (the reference answers 500)
     assert r.json()["error"]["message"] == \
         "Failed to update fake metrics: fake metrics KV cache usage must be between 0 and 1"
@@ -305,16 +318,16 @@ def test_deprecated_fake_metrics_endpoint(sim_server):
 
 
 # ---- engine.md 11 item 35: a real-metrics server refuses updates -----------------------------
-def test_real_metrics_server_rejects_updates(server):
-    r = admin(server, {"running-requests": 1})
+def test_real_metrics_server_rejects_updates(api):
+    r = admin(api, {"running-requests": 1})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == \
         "the simulator is reporting real metrics; fake metrics cannot be updated"
-    r = httpx.post(server + "/fake_metrics", json={"running-requests": 1}, timeout=10)
+    r = api.post("/fake_metrics", json={"running-requests": 1}, timeout=10)
     assert r.status_code == 400          # issue 12: a client mistake (the reference answers 500)
     assert r.json()["error"]["message"] == ("Failed to update fake metrics: the simulator is reporting real "
                                             "metrics; fake metrics cannot be updated")
-    assert httpx.get(server + "/admin/config", timeout=10).json()["fake-metrics"] is None
+    assert api.get("/admin/config", timeout=10).json()["fake-metrics"] is None
 
 
 # ---- engine.md 11 item 10: start-up validation -----------------------------------------------
@@ -327,7 +340,20 @@ def test_real_metrics_server_rejects_updates(server):
     ({"prefix-cache-hits": 100},
      "fake metrics prefix-cache-hits and prefix-cache-queries must be specified together"),
 ])
-def test_startup_rejects_invalid_fake_metrics(fake, message):
+def test_startup_rejects_invalid_fake_metrics(fake, message, capsys):
+    """``app.main`` (what ``python app.py`` runs) refuses to start: non-zero exit code, the
+    message on stderr."""
+    from app import main
+    assert main(["--port", str(free_port()), "--host", "127.0.0.1", "--fake-metrics", json.dumps(fake)]) != 0
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+@pytest.mark.server
+def test_startup_rejects_invalid_fake_metrics_process():
+    """The same through a real ``python app.py`` process: its exit status and stderr."""
+    fake, message = {"running-requests": "squarewave:0:8:170"}, \
+        'unknown format in fake metric generation function: time: missing unit in duration "170"'
     p = subprocess.run([sys.executable, str(ROOT / "app.py"), "--port", str(free_port()), "--host", "127.0.0.1",
                         "--fake-metrics", json.dumps(fake)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0

@@ -1,7 +1,10 @@
 """The simulated prefix KV cache and its ZMQ events (engine.md 4-5, api.md 10; cases C19-C21).
 
-Integration tests start real servers and listen the way llm-d's kv-cache manager does: a ZMQ
-SUB socket that BINDS (the simulator's PUB connects).  Unit tests drive :class:`KVCache` with
+Integration tests listen the way llm-d's kv-cache manager does: a ZMQ SUB socket that BINDS
+(the simulator's PUB connects).  They run in-process (the app through ``httpx.WSGITransport``;
+its ``zmq.green`` PUB socket publishes from this process, its flush timer runs whenever the
+listener yields to the gevent hub); case C20 also runs against one real server (the PUB of a
+server process, the real port in the topic).  Unit tests drive :class:`KVCache` with
 the engine's own request objects for the bookkeeping that is hard to see from outside (LRU
 order, reference counts, LoRA-aware eviction, sleep during a running sequence).
 """
@@ -9,7 +12,6 @@ from __future__ import annotations
 
 import json
 import struct
-import threading
 import time
 import uuid
 from types import SimpleNamespace
@@ -27,6 +29,7 @@ from generation.kvcache import BlockHasher, EventPublisher, KVCache, KVCacheSett
 from generation.request import GenerationRequest, Prompt, Sequence
 
 POD_IP = "10.0.0.5"
+PORT = "8000"       # in-process apps: the --port their KV-event topic names (case C20's setup)
 SLEEP_ENV = {"POD_IP": POD_IP, "VLLM_SERVER_DEV_MODE": "1"}
 SEED = "7"          # explicit --hash-seed, so an inherited PYTHONHASHSEED cannot change the hashes
 
@@ -44,16 +47,29 @@ class Listener:
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
         self.last_seq = 0
         self.messages = []          # every message ever received: (topic, seq, payload)
+        self.publisher = None       # in-process: the app's EventPublisher (drain knows its seq)
 
     def prime(self) -> None:
         """libzmq delivers a bound SUB's subscription to a connecting PUB only once the SUB
         processes its commands (poll/recv); a consumer blocked in recv does so at once."""
         for _ in range(4):
-            self.sub.poll(50)
+            self._wait(50)
         self.drain()
 
+    def _wait(self, timeout_ms: int) -> bool:
+        """Poll without blocking the gevent hub: an in-process publisher flushes its batches
+        from a gevent timer, which runs only while this (main) greenlet sleeps."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if self.sub.poll(0):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            gevent.sleep(min(0.005, left))
+
     def _recv(self, timeout_ms: int):
-        if not self.sub.poll(timeout_ms):
+        if not self._wait(timeout_ms):
             return None
         frames = self.sub.recv_multipart()
         assert len(frames) == 3, frames
@@ -67,9 +83,19 @@ class Listener:
         return msg
 
     def drain(self) -> list:
+        """Messages still on their way: until 100 ms pass without one (a real server) or, in
+        process, until every event the app has published so far has arrived (nothing pending in
+        its publisher, its last sequence number received)."""
         out = []
-        while (m := self._recv(100)) is not None:
-            out.append(m)
+        if self.publisher is None:
+            while (m := self._recv(100)) is not None:
+                out.append(m)
+            return out
+        deadline = time.monotonic() + 5
+        while self.publisher.pending or self.last_seq < self.publisher.seq:
+            assert time.monotonic() < deadline, f"published up to seq {self.publisher.seq}, got {self.last_seq}"
+            if (m := self._recv(100)) is not None:
+                out.append(m)
         return out
 
     def events_until(self, pred, timeout: float = 5.0) -> list:
@@ -96,9 +122,9 @@ def kind(ev) -> str:
     return ev["type"] if isinstance(ev, dict) else ev[0]
 
 
-def metric_values(base: str) -> dict:
+def metric_values(base: httpx.Client) -> dict:
     """Sample name -> value of every ``vllm:*`` sample (single-series metrics)."""
-    text = httpx.get(base + "/metrics").text
+    text = base.get("/metrics").text
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -106,9 +132,9 @@ def metric_values(base: str) -> dict:
     return out
 
 
-def completion(base: str, prompt, model: str = "m1", **extra) -> httpx.Response:
-    return httpx.post(base + "/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 2, **extra},
-                      timeout=30)
+def completion(base: httpx.Client, prompt, model: str = "m1", **extra) -> httpx.Response:
+    return base.post("/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 2, **extra},
+                     timeout=30)
 
 
 def unique_text(words: int = 100) -> str:
@@ -116,23 +142,34 @@ def unique_text(words: int = 100) -> str:
     return " ".join(f"w{tag}{i}" for i in range(words))
 
 
-def reset_cache(base: str, listener: Listener) -> None:
-    """Empty the server's cache (sleep + wake) and drop the events that produced."""
-    assert httpx.post(base + "/sleep").status_code == 200
-    assert httpx.post(base + "/wake_up").status_code == 200
+def reset_cache(base: httpx.Client, listener: Listener) -> None:
+    """Empty the simulator's cache (sleep + wake) and drop the events that produced."""
+    assert base.post("/sleep").status_code == 200
+    assert base.post("/wake_up").status_code == 200
     listener.drain()
 
 
-# ---- servers -----------------------------------------------------------------------------------
+def close_publisher(client) -> None:
+    """Stop an in-process app's KV-event publisher (before its listener goes away)."""
+    kv = client.sim.kv_cache
+    if kv is not None and kv.publisher is not None:
+        kv.publisher.close()
+
+
+# ---- simulators --------------------------------------------------------------------------------
+LEGACY_FLAGS = ("--model", "m1", "--enable-kvcache", "--block-size", "16", "--event-batch-size", "16",
+                "--hash-seed", SEED, "--enable-sleep-mode")
+
+
 @pytest.fixture(scope="module")
-def legacy(sim_server):
-    """Server A: case C20's setup (legacy array events), plus sleep mode to reset the cache."""
+def legacy(app_client):
+    """Simulator A: case C20's setup (legacy array events), plus sleep mode to reset the cache."""
     listener = Listener()
-    base = sim_server("--model", "m1", "--enable-kvcache", "--block-size", "16", "--zmq-endpoint",
-                      listener.endpoint, "--event-batch-size", "16", "--hash-seed", SEED,
-                      "--enable-sleep-mode", env=SLEEP_ENV)
+    base = app_client(*LEGACY_FLAGS, "--port", PORT, "--zmq-endpoint", listener.endpoint, env=SLEEP_ENV)
+    listener.publisher = base.sim.kv_cache.publisher
     listener.prime()
     yield base, listener
+    close_publisher(base)
     listener.close()
 
 
@@ -144,15 +181,40 @@ def fresh(legacy):
 
 
 @pytest.fixture(scope="module")
-def small(sim_server):
-    """Server B: a 4-block cache, vLLM map-format events, one LoRA adapter."""
+def legacy_server(live_client):
+    """Simulator A as a real server (``python app.py``), its PUB socket in that process."""
     listener = Listener()
-    base = sim_server("--model", "m1", "--enable-kvcache", "--kv-cache-size", "4", "--zmq-endpoint",
+    base = live_client(*LEGACY_FLAGS, "--zmq-endpoint", listener.endpoint, env=SLEEP_ENV)
+    listener.prime()
+    yield base, listener
+    listener.close()
+
+
+@pytest.fixture(params=["inproc", pytest.param("server", marks=pytest.mark.server)])
+def c20(request):
+    """``(client, listener, port in the topic)``: simulator A in-process, then as a real server."""
+    if request.param == "inproc":
+        base, listener = request.getfixturevalue("legacy")
+        port = PORT
+    else:
+        base, listener = request.getfixturevalue("legacy_server")
+        port = base.url.rsplit(":", 1)[1]
+    reset_cache(base, listener)
+    return base, listener, port
+
+
+@pytest.fixture(scope="module")
+def small(app_client):
+    """Simulator B: a 4-block cache, vLLM map-format events, one LoRA adapter."""
+    listener = Listener()
+    base = app_client("--model", "m1", "--enable-kvcache", "--kv-cache-size", "4", "--zmq-endpoint",
                       listener.endpoint, "--use-vllm-map-event-format", "--hash-seed", SEED,
                       "--lora-modules", json.dumps({"name": "lora1", "path": "/tmp/lora1"}),
                       "--enable-sleep-mode", env=SLEEP_ENV)
+    listener.publisher = base.sim.kv_cache.publisher
     listener.prime()
     yield base, listener
+    close_publisher(base)
     listener.close()
 
 
@@ -164,16 +226,16 @@ def small_fresh(small):
 
 
 @pytest.fixture(scope="module")
-def slow(sim_server):
-    """Server C: per-token prefill (10 ms/token, so cache hits shorten TTFT), a global cache-hit
+def slow(app_client):
+    """Simulator C: per-token prefill (10 ms/token, so cache hits shorten TTFT), a global cache-hit
     threshold of 0.5, and no ZMQ endpoint (events are discarded)."""
-    return sim_server("--model", "m1", "--enable-kvcache", "--prefill-time-per-token", "10ms",
+    return app_client("--model", "m1", "--enable-kvcache", "--prefill-time-per-token", "10ms",
                       "--global-cache-hit-threshold", "0.5", "--zmq-endpoint", "", env={"POD_IP": POD_IP})
 
 
 # ---- C20 -----------------------------------------------------------------------------------------
-def test_c20_topic_frames_and_block_stored(fresh):
-    base, listener = fresh
+def test_c20_topic_frames_and_block_stored(c20):
+    base, listener, port = c20
     ids = list(range(100, 140))
     r = completion(base, ids)
     assert r.status_code == 200, r.text
@@ -181,7 +243,6 @@ def test_c20_topic_frames_and_block_stored(fresh):
     events = listener.events_until(lambda e: kind(e) == "BlockStored")
     msg = listener.messages[-1]
     topic, seq, payload = msg
-    port = base.rsplit(":", 1)[1]
     assert topic == f"kv@{POD_IP}:{port}@m1".encode()
     assert seq >= 1
     assert isinstance(payload, list) and len(payload) == 3
@@ -268,11 +329,11 @@ def test_repeated_prompt_hits_and_announces_nothing(fresh):
 def test_chat_reports_cached_tokens(fresh):
     base, listener = fresh
     body = {"model": "m1", "messages": [{"role": "user", "content": unique_text(60)}], "max_tokens": 3}
-    first = httpx.post(base + "/v1/chat/completions", json=body).json()
+    first = base.post("/v1/chat/completions", json=body).json()
     p = first["usage"]["prompt_tokens"]
     assert p > 32
     assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
-    second = httpx.post(base + "/v1/chat/completions", json=body).json()
+    second = base.post("/v1/chat/completions", json=body).json()
     assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": p // 16 * 16}
 
 
@@ -285,8 +346,8 @@ def test_models_do_not_share_blocks(small_fresh):
 
 
 # ---- C19 -----------------------------------------------------------------------------------------
-def test_c19_header_forces_cache_threshold_without_kvcache(server):
-    r = httpx.post(server + "/v1/chat/completions", headers={"X-Cache-Threshold-Finish-Reason": "true"},
+def test_c19_header_forces_cache_threshold_without_kvcache(api):
+    r = api.post("/v1/chat/completions", headers={"X-Cache-Threshold-Finish-Reason": "true"},
                    json={"model": "test-model", "messages": [{"role": "user", "content": "hello there"}]})
     assert r.status_code == 200
     body = r.json()
@@ -298,7 +359,7 @@ def test_c19_header_forces_cache_threshold_without_kvcache(server):
 def test_c19_fresh_prompt_below_request_threshold(fresh):
     base, _ = fresh
     t0 = time.monotonic()
-    r = httpx.post(base + "/v1/chat/completions", json={
+    r = base.post("/v1/chat/completions", json={
         "model": "m1", "messages": [{"role": "user", "content": unique_text(100)}], "cache_hit_threshold": 0.9})
     assert r.status_code == 200
     body = r.json()
@@ -310,9 +371,9 @@ def test_c19_fresh_prompt_below_request_threshold(fresh):
 def test_c19_cached_prompt_passes_threshold(fresh):
     base, _ = fresh
     msgs = [{"role": "user", "content": unique_text(100)}]
-    warm = httpx.post(base + "/v1/chat/completions", json={"model": "m1", "messages": msgs, "max_tokens": 10})
+    warm = base.post("/v1/chat/completions", json={"model": "m1", "messages": msgs, "max_tokens": 10})
     assert warm.json()["choices"][0]["finish_reason"] in ("stop", "length")
-    r = httpx.post(base + "/v1/chat/completions", json={"model": "m1", "messages": msgs, "max_tokens": 10,
+    r = base.post("/v1/chat/completions", json={"model": "m1", "messages": msgs, "max_tokens": 10,
                                                         "cache_hit_threshold": 0.5})
     body = r.json()
     assert body["choices"][0]["finish_reason"] in ("stop", "length")
@@ -324,7 +385,7 @@ def test_c19_cached_prompt_passes_threshold(fresh):
 
 def test_c19_out_of_range_threshold_is_ignored(fresh):
     base, _ = fresh
-    r = httpx.post(base + "/v1/chat/completions", json={
+    r = base.post("/v1/chat/completions", json={
         "model": "m1", "messages": [{"role": "user", "content": unique_text(100)}], "max_tokens": 5,
         "cache_hit_threshold": 1.5})
     if r.status_code == 400:
@@ -341,7 +402,7 @@ def test_c19_threshold_zero_never_triggers(fresh):
 
 def test_c19_threshold_on_completions_streaming(fresh):
     base, _ = fresh
-    r = httpx.post(base + "/v1/completions", json={"model": "m1", "prompt": list(range(3000, 3064)),
+    r = base.post("/v1/completions", json={"model": "m1", "prompt": list(range(3000, 3064)),
                                                    "max_tokens": 5, "stream": True, "cache_hit_threshold": 1,
                                                    "stream_options": {"include_usage": True}})
     assert r.status_code == 200
@@ -353,8 +414,8 @@ def test_c19_threshold_on_completions_streaming(fresh):
     assert events[-2]["usage"]["prompt_tokens"] == 64
 
 
-def test_c19_messages_header_maps_to_max_tokens(server):
-    r = httpx.post(server + "/v1/messages", headers={"X-Cache-Threshold-Finish-Reason": "true"},
+def test_c19_messages_header_maps_to_max_tokens(api):
+    r = api.post("/v1/messages", headers={"X-Cache-Threshold-Finish-Reason": "true"},
                    json={"model": "test-model", "max_tokens": 20,
                          "messages": [{"role": "user", "content": "hello there"}]})
     assert r.status_code == 200
@@ -381,17 +442,17 @@ def test_usage_while_running_and_prefix_cache_shortens_ttft(slow):
     result = {}
 
     def run():
-        t0 = time.monotonic()
-        result["r"] = completion(slow, ids, cache_hit_threshold=0, max_tokens=1)
-        result["t"] = time.monotonic() - t0
+        with slow.session(timeout=30) as client:
+            t0 = time.monotonic()
+            result["r"] = completion(client, ids, cache_hit_threshold=0, max_tokens=1)
+            result["t"] = time.monotonic() - t0
 
-    th = threading.Thread(target=run)
-    th.start()
+    g = gevent.spawn(run)                    # runs while this greenlet sleeps (in-process app)
     seen = []
-    while th.is_alive():
+    while not g.dead:
         seen.append(metric_values(slow)["vllm:kv_cache_usage_perc"])
-        time.sleep(0.05)
-    th.join()
+        gevent.sleep(0.05)
+    g.get()
     assert result["r"].status_code == 200
     assert result["t"] >= 0.8
     assert 6 / 1024 in seen
@@ -416,8 +477,10 @@ def test_lru_eviction_with_map_events(small_fresh):
     send(x, 0)
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
     assert ev == [{"type": "BlockStored", "block_hashes": hx, "parent_block_hash": None, "token_ids": x,
-                   "block_size": 16, "medium": "GPU"}]
-    assert list(ev[0]) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "medium"]
+                   "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}]
+    # every field of vLLM's BlockStored struct, nil when unset (case C38: vLLM's decoder requires them)
+    assert list(ev[0]) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+                           "medium", "lora_name"]
     send(y, 0)
     listener.events_until(lambda e: kind(e) == "BlockStored")   # cache now full: x, y
     send(x, 32)                                                  # x becomes the most recently used
@@ -426,7 +489,7 @@ def test_lru_eviction_with_map_events(small_fresh):
     assert ev == [{"type": "BlockRemoved", "block_hashes": [hy[0]], "medium": "GPU"},
                   {"type": "BlockRemoved", "block_hashes": [hy[1]], "medium": "GPU"},
                   {"type": "BlockStored", "block_hashes": hz, "parent_block_hash": None, "token_ids": z,
-                   "block_size": 16, "medium": "GPU"}]
+                   "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}]
     send(x, 32)
     send(y, 0)                                                   # evicts z
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
@@ -462,9 +525,9 @@ def test_sleep_clears_map_format(small_fresh):
     base, listener = small_fresh
     assert completion(base, list(range(60000, 60016))).status_code == 200
     listener.events_until(lambda e: kind(e) == "BlockStored")
-    assert httpx.post(base + "/sleep").status_code == 200
+    assert base.post("/sleep").status_code == 200
     assert listener.events_until(lambda e: kind(e) == "AllBlocksCleared") == [{"type": "AllBlocksCleared"}]
-    httpx.post(base + "/wake_up")
+    base.post("/wake_up")
 
 
 # ---- sleep / wake --------------------------------------------------------------------------------
@@ -473,9 +536,9 @@ def test_sleep_clears_cache_and_wake_restores(fresh):
     ids = list(range(70000, 70032))
     assert completion(base, ids).status_code == 200
     listener.events_until(lambda e: kind(e) == "BlockStored")
-    assert httpx.post(base + "/sleep").status_code == 200
+    assert base.post("/sleep").status_code == 200
     assert listener.events_until(lambda e: kind(e) == "AllBlocksCleared") == [["AllBlocksCleared"]]
-    assert httpx.get(base + "/is_sleeping").json() == {"is_sleeping": True}
+    assert base.get("/is_sleeping").json() == {"is_sleeping": True}
     try:
         m0 = metric_values(base)
         for _ in range(2):                               # served while asleep, never cached
@@ -485,14 +548,14 @@ def test_sleep_clears_cache_and_wake_restores(fresh):
         m1 = metric_values(base)
         assert m1["vllm:prefix_cache_queries_total"] - m0["vllm:prefix_cache_queries_total"] == 64
         assert m1["vllm:prefix_cache_hits_total"] == m0["vllm:prefix_cache_hits_total"]
-        assert httpx.post(base + "/sleep").status_code == 200             # already asleep: no event
-        assert httpx.post(base + "/wake_up", params={"tags": "weights"}).status_code == 200
+        assert base.post("/sleep").status_code == 200             # already asleep: no event
+        assert base.post("/wake_up", params={"tags": "weights"}).status_code == 200
         assert completion(base, ids).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
         time.sleep(0.1)
         assert listener.drain() == []
     finally:
-        assert httpx.post(base + "/wake_up", params={"tags": "kv_cache"}).status_code == 200
-    assert httpx.get(base + "/is_sleeping").json() == {"is_sleeping": False}
+        assert base.post("/wake_up", params={"tags": "kv_cache"}).status_code == 200
+    assert base.get("/is_sleeping").json() == {"is_sleeping": False}
     assert completion(base, ids).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
     assert ev[0][1] == BlockHasher(SEED).block_hashes("m1", ids, 16)
@@ -622,6 +685,7 @@ def test_unit_publisher_batches_and_numbers():
     listener = Listener()
     try:
         pub = EventPublisher(listener.endpoint, "kv@1.2.3.4:8000@m", batch_size=2, rank=3, max_pending=100)
+        listener.publisher = pub
         listener.prime()
         for i in range(5):
             pub.publish(["BlockRemoved", [i], "GPU"])
