@@ -136,6 +136,18 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
     return out
 
 
+# piece -> the bytes of a plain token chunk after its head; bounded (echoed prompts).
+_PLAIN_REST: dict = {}
+_PLAIN_REST_MAX = 8192
+
+
+def _plain_rest(piece: str) -> bytes:
+    rest = b',"text":' + dumps(piece) + b',"logprobs":null,"finish_reason":null,"stop_reason":null' + CLOSE
+    if len(_PLAIN_REST) < _PLAIN_REST_MAX and len(piece) <= 64:
+        _PLAIN_REST[piece] = rest
+    return rest
+
+
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
                       echo_prompt: bool, token_ids: bool = False):
     """SSE body: no role chunk; one chunk per token; a finish chunk with empty ``text`` per choice.
@@ -158,12 +170,21 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             yield (heads[s.index] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs +
                    b',"finish_reason":null,"stop_reason":null' + (pids.pop(s.index) if token_ids else b"") +
                    b'}]' + tail())
+    # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
+    # depends only on the piece (cached in _PLAIN_REST).
+    plain = top is None and not token_ids and not continuous
     for seq, k in sim.stream(seqs, flush=True):
         if k < 0:
             yield b""          # flush: the next token is not due yet
             continue
         i = seq.index
         piece = seq.pieces[k]
+        if plain:                # the common chunk: its bytes after the head are cached per piece
+            rest = _PLAIN_REST.get(piece)
+            if rest is None:
+                rest = _plain_rest(piece)
+            yield heads[i] + rest
+            continue
         if top is not None:
             logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
             offsets[i] += len(piece)
