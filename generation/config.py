@@ -30,8 +30,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from .fake_metrics_spec import parse_fake_metrics
 from .option_values import (BOOL_LITERALS, ConfigError, format_duration, parse_bool,  # noqa: F401
                             parse_duration)
@@ -757,6 +755,7 @@ def _normalise(argv: list[str]) -> list[str]:
 
 
 def _read_yaml(path: str) -> dict:
+    import yaml          # only --config needs it (about 30 ms of start-up otherwise)
     try:
         with open(path, encoding="utf-8") as fh:
             doc = yaml.safe_load(fh) or {}
