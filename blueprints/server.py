@@ -34,7 +34,7 @@ log = logging.getLogger("vllm_sim")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 ACCESS_FORMAT = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms'
-KEEPALIVE_SECONDS = 5          # vLLM's uvicorn: timeout_keep_alive=5 (issue 12: 75 s held sockets)
+KEEPALIVE_SECONDS = 5          # --timeout-keep-alive's default, vLLM's uvicorn (issue 12: 75 s held sockets)
 
 
 class ServerShuttingDown(APIError):
@@ -598,7 +598,7 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
             s("bind", [f"{config.host}:{config.port}"])
             s("workers", 1)
             s("worker_connections", config.worker_connections)
-            s("keepalive", KEEPALIVE_SECONDS)
+            s("keepalive", getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS))
             s("timeout", 0)
             s("graceful_timeout", int(shutdown_grace(config)) + 1)     # unused in-process; an int
             s("control_socket_disable", True)
@@ -662,9 +662,10 @@ def attach_to_gunicorn(app, config) -> None:
             worker.cfg.set("access_log_format", ACCESS_FORMAT)
         worker.log.setup(worker.cfg)
     _restyle_gunicorn_logger(worker.log, config)
-    if worker.cfg.keepalive > KEEPALIVE_SECONDS:
-        log.warning("gunicorn --keep-alive %ss: vLLM uses %ds (idle sockets hold worker connections)",
-                    worker.cfg.keepalive, KEEPALIVE_SECONDS)
+    keep_alive = getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS)
+    if worker.cfg.keepalive > keep_alive:
+        log.warning("gunicorn --keep-alive %ss: vLLM uses %ds (--timeout-keep-alive; idle sockets hold worker "
+                    "connections)", worker.cfg.keepalive, keep_alive)
     lifecycle = app.extensions.get("lifecycle")
     if lifecycle is not None and not isinstance(worker, __getattr__("SimWorker")):
         def on_term(sig, frame, _orig=handler):

@@ -133,6 +133,8 @@ _declare("server",
          Option("disable-log-requests", "bool", False, "No access log line per request"),
          Option("log-http", "bool", False, "Log each request's method, URI, remote address, headers and body"),
          Option("log-level", "str", "info", "Log level", choices=LOG_LEVELS, aliases=("--uvicorn-log-level",)),
+         Option("timeout-keep-alive", "int", 5, "Seconds an idle keep-alive connection stays open (vLLM's "
+                "uvicorn default; 0: close after each response)", unit="s"),
          Option("shutdown-timeout", "float", 30.0, "Grace period for in-flight streams on SIGTERM",
                 unit="s", maximum=MAX_LATENCY),
          Option("startup-duration", _D, 0.0, "/health/ready answers 503 for this long after start",
@@ -506,6 +508,8 @@ class SimConfig:
             raise ConfigError("max-logprobs cannot be less than -1", "max-logprobs")
         if self.worker_connections < 1:
             raise ConfigError("worker-connections cannot be less than 1", "worker-connections")
+        if self.timeout_keep_alive < 0:
+            raise ConfigError("timeout-keep-alive cannot be negative", "timeout-keep-alive")
         self._validate_generic()
         if self.enable_kvcache and not self.pod_ip:
             raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")

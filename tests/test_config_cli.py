@@ -301,3 +301,12 @@ def test_pip_install_gives_a_working_vllm_sim_command(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert "ignored vLLM flags (no meaning in the simulator): --dtype" in proc.stderr.read().decode()
+
+
+def test_timeout_keep_alive_defaults_to_vllms_5_seconds():
+    # The real-server test (test_deploy_lifecycle.py) runs with 1 s; the default is proven here.
+    assert OPTIONS["timeout-keep-alive"].default == 5           # vLLM's uvicorn timeout_keep_alive
+    assert load_config([]).timeout_keep_alive == 5
+    assert load_config(["--timeout-keep-alive", "1"]).timeout_keep_alive == 1
+    with pytest.raises(ConfigError):
+        load_config(["--timeout-keep-alive", "-1"])
