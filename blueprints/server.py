@@ -90,6 +90,29 @@ def _gunicorn_logger_class(config):
         def setup(self, cfg):
             super().setup(cfg)
             _restyle_gunicorn_logger(self, config)
+            self._own_format = cfg.access_log_format == ACCESS_FORMAT
+
+        def access(self, resp, req, environ, request_time):
+            # The line of ACCESS_FORMAT built directly: gunicorn's atoms (every header, a
+            # strftime, a case-insensitive wrapper) cost more than the rest of the line.
+            if not self.access_log_enabled:
+                return
+            if not getattr(self, "_own_format", False):
+                return super().access(resp, req, environ, request_time)
+            log = self.access_log
+            if not log.isEnabledFor(logging.INFO):
+                return
+            status = resp.status
+            if isinstance(status, str):
+                status = status.split(None, 1)[0]
+            sent = getattr(resp, "sent", None)
+            try:
+                log.info('%s "%s %s %s" %s %s %dms', environ.get("REMOTE_ADDR", "-"), environ["REQUEST_METHOD"],
+                         environ["RAW_URI"], environ["SERVER_PROTOCOL"], status, "-" if sent is None else sent,
+                         request_time.seconds * 1000 + request_time.microseconds // 1000)
+            except Exception:
+                import traceback
+                self.error(traceback.format_exc())
     return SimLogger
 
 
