@@ -489,7 +489,9 @@ class SimConfig:
         if self.data_parallel_rank > 7:
             raise ConfigError("data parallel rank must be between 0 and 7", "data-parallel-rank")
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
-            raise ConfigError("both ssl-certfile and ssl-keyfile must be provided together", "ssl-certfile")
+            missing = "ssl-keyfile" if self.ssl_certfile else "ssl-certfile"     # name it (case C37)
+            raise ConfigError(f"--{missing} is missing: both ssl-certfile and ssl-keyfile must be provided "
+                              f"together", missing)
         if self.self_signed_certs and self.ssl_certfile:
             raise ConfigError("cannot use both self-signed-certs and explicit ssl-certfile/ssl-keyfile",
                               "self-signed-certs")

@@ -20,8 +20,8 @@ Where this differs from the Go reference (deliberately, to do what vLLM does):
   a 500: the blocks that fit are stored and the rest are simply not cached (vLLM would queue or
   preempt; a simulator has no memory to run out of).
 - Events are encoded as the Go reference does, byte for byte (:func:`pack_batch`): hashes as
-  ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes, and the legacy array event's parent is
-  ``0`` when the stored run has no parent (engine.md 4.6); the map form sends nil there.
+  ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes; a run with no parent has parent nil in both forms (case C21; engine.md
+  4.6's ``0`` is the reference's old fault).
 - Block hashes are memoised per (parent, block tokens): a repeated prompt costs a dict lookup
   per block instead of CBOR + FNV (issue 13: ``--enable-kvcache`` < 1.3x the cost without it).
 - ``--prefix-caching-hash-algo sha256_cbor`` hashes blocks with vLLM's recipe instead
@@ -168,7 +168,8 @@ class VllmBlockHasher(BlockHasher):
 # ---- events --------------------------------------------------------------------------------
 def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_format: bool):
     """A ``BlockStored`` event in the legacy array form (9 positions, nil where absent, parent
-    ``0`` when there is none: engine.md 4.6) or, with ``map_format``, the map form of current
+    nil when there is none, as vLLM and case C21: engine.md 4.6 says the reference sends ``0``,
+    the fault llm-d-inference-sim PR #570 fixed) or, with ``map_format``, the map form of current
     vLLM (``vllm/distributed/kv_events.py``): every field of its ``BlockStored`` struct is
     written, nil when unset, since vLLM's own msgspec decoder requires them all (case C38; the
     reference omits nil keys, which that decoder rejects)."""
@@ -176,7 +177,7 @@ def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_
         return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
                 "token_ids": token_ids, "block_size": block_size, "lora_id": lora_id,
                 "medium": MEDIUM, "lora_name": lora_name}
-    return ["BlockStored", hashes, 0 if parent is None else parent, token_ids, block_size, lora_id,
+    return ["BlockStored", hashes, parent, token_ids, block_size, lora_id,
             MEDIUM, lora_name, None]
 
 

@@ -82,7 +82,8 @@ def test_prefix_shares_hashes():
 
 def test_legacy_block_stored_encoding():
     ev = block_stored([1, 2], None, [7, 8], 16, None, None, map_format=False)
-    assert ev == ["BlockStored", [1, 2], 0, [7, 8], 16, None, "GPU", None, None]   # parent 0, not nil
+    # parent nil for a sequence's first block, as vLLM (case C21), not the reference's 0
+    assert ev == ["BlockStored", [1, 2], None, [7, 8], 16, None, "GPU", None, None]
     assert msgpack.unpackb(msgpack.packb(ev)) == ev
 
 

@@ -65,7 +65,7 @@ def replay_dealer(endpoint: str, start: int, timeout_ms: int = 5000) -> list:
 
 
 @pytest.fixture(scope="module")
-def replaying(sim_server):
+def replaying(live_client):
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -73,7 +73,7 @@ def replaying(sim_server):
     s.close()
     listener = Listener()
     endpoint = f"tcp://127.0.0.1:{port}"
-    base = sim_server("--model", "m1", "--enable-kvcache", "--zmq-endpoint", listener.endpoint,
+    base = live_client("--model", "m1", "--enable-kvcache", "--zmq-endpoint", listener.endpoint,
                       "--event-batch-size", "1", "--hash-seed", "5", "--kv-events-replay-endpoint", endpoint,
                       "--kv-events-replay-queue-size", "64", env={"POD_IP": POD_IP})
     listener.prime()
@@ -106,7 +106,7 @@ def test_replay_with_a_req_client(replaying):
 
 def test_legacy_block_stored_bytes_match_the_reference():
     ev = block_stored([1, 2], None, [7, 8], 16, None, None, map_format=False)
-    want = ("99ab" + b"BlockStored".hex() + "92" + "cf0000000000000001" + "cf0000000000000002" + "cf0000000000000000"
+    want = ("99ab" + b"BlockStored".hex() + "92" + "cf0000000000000001" + "cf0000000000000002" + "c0"   # no parent: nil (C21)
             + "92" + "ce00000007" + "ce00000008" + "10" + "c0" + "a3" + b"GPU".hex() + "c0" + "c0")
     assert pack_event(ev).hex() == want
 
@@ -160,4 +160,4 @@ def test_kv_cache_from_plain_values_with_sha256_cbor():
         kv.start(s)
         kv.finish(s)
     assert counts == [(40, 0), (40, 32)]
-    assert rec.events[0][1] == VllmBlockHasher("0").block_hashes("m", ids, 16) and rec.events[0][2] == 0
+    assert rec.events[0][1] == VllmBlockHasher("0").block_hashes("m", ids, 16) and rec.events[0][2] is None

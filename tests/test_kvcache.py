@@ -259,7 +259,7 @@ def test_c20_topic_frames_and_block_stored(c20):
     assert len(token_ids) == 16 * len(hashes)
     assert token_ids == ids[:32]
     assert medium == "GPU"
-    assert parent == 0 and lora_id is None and lora_name is None and extra is None
+    assert parent is None and lora_id is None and lora_name is None and extra is None
     assert hashes == BlockHasher(SEED).block_hashes("m1", ids, 16)
 
 
@@ -292,7 +292,7 @@ def test_c21_parent_block_hash_of_reused_prefix(fresh):
     assert completion(base, a).status_code == 200
     ev_a = [e for e in listener.events_until(lambda e: kind(e) == "BlockStored") if kind(e) == "BlockStored"]
     assert len(ev_a) == 1
-    assert ev_a[0][2] == 0                                   # first block: parent 0 (engine.md 4.6)
+    assert ev_a[0][2] is None                                # first block: parent nil (case C21)
     assert len(ev_a[0][1]) == 2
     m1 = metric_values(base)
     r = completion(base, b)
