@@ -142,10 +142,16 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if not started[i]:
             started[i] = True
             yield role_chunk(i)
+        piece = seq.pieces[k]
+        if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
+            rest = _PLAIN_REST.get(piece)
+            if rest is None:
+                rest = _plain_rest(piece)
+            yield heads[i] + rest
+            continue
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
-        piece = seq.pieces[k]
         if seq.tool_calls:
             cmap = call_maps.get(i)
             if cmap is None:
@@ -158,12 +164,6 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
             yield heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end
-            continue
-        if plain:                # the common chunk: its bytes after the head are cached per piece
-            rest = _PLAIN_REST.get(piece)
-            if rest is None:
-                rest = _plain_rest(piece)
-            yield heads[i] + rest
             continue
         logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
         yield (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
