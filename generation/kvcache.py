@@ -56,6 +56,7 @@ FNV_PRIME = 0x100000001B3
 MASK64 = 0xFFFFFFFFFFFFFFFF
 MEDIUM = "GPU"
 FLUSH_DELAY = 0.002         # seconds: coalesce events of requests starting together
+SUBSCRIBER_WAIT = 2.0       # seconds events wait for a first subscriber (EventPublisher)
 
 
 def fnv1a64(data: bytes) -> int:
@@ -258,15 +259,23 @@ def rank_endpoint(endpoint: str, rank: int) -> str:
 
 
 class EventPublisher:
-    """Batches KV events and sends them on a ZMQ PUB socket that connects to ``endpoint``.
+    """Batches KV events and sends them on a ZMQ XPUB socket that connects to ``endpoint``.
 
     Message: ``[topic, seq (8-byte big-endian, from 1, +1 per batch), msgpack([ts, events,
     rank])]`` with ``ts`` in unix seconds (float).  At most ``batch_size`` events per message;
     a batch goes out as soon as it is full, the rest ``FLUSH_DELAY`` after the first pending
     event.  At most ``max_pending`` events wait (more are dropped, as the reference's bounded
-    queue does).  The socket is ``zmq.green`` (never blocks the gevent hub; PUB drops when no
-    subscriber keeps up); it connects at once (ZMQ retries until the subscriber binds) so the
-    subscription is in place before the first request, and again in a forked child."""
+    queue does).  The socket is ``zmq.green`` (never blocks the gevent hub) and connects at
+    construction (ZMQ retries until the consumer binds), and again in a forked child.
+
+    Slow joiner: a PUB socket silently drops what it sends before the consumer's subscription
+    has reached it, and a bound SUB sends its subscription only once it polls, so the first
+    request's events after start-up were lost in about half of fresh starts.  XPUB is PUB on the
+    wire (same frames) but hands the subscriptions to the application: a greenlet reads them,
+    and while no subscription matching ``topic`` is known, events are held (still at most
+    ``max_pending``) until one arrives or ``SUBSCRIBER_WAIT`` seconds after the first held
+    event, then sent as usual (numbered, and given to ``on_sent`` for replay).  When the last
+    matching subscriber leaves, the next events wait for a new one the same way."""
 
     def __init__(self, endpoint: str, topic: str, batch_size: int, rank: int, max_pending: int,
                  on_sent: Callable[[bytes, bytes], None] | None = None):
@@ -279,8 +288,12 @@ class EventPublisher:
         self.pending: list = []
         self.seq = 0
         self._socket = None
+        self._reader = None             # greenlet reading the XPUB's (un)subscriptions
         self._pid = 0
         self._timer = None
+        self._subscriptions: set[bytes] = set()   # prefixes some subscriber has subscribed to
+        self.subscribed = False         # one of them matches ``topic``: sends reach someone
+        self._held_since = None         # monotonic time of the first event held for a subscriber
         self.dropped = 0
         try:        # connect now: the subscription handshake must be done before the first event
             self._connect()
@@ -303,12 +316,28 @@ class EventPublisher:
         self.flush()
 
     def flush(self) -> None:
-        """Send every pending event now, ``batch_size`` per message."""
-        pending, self.pending = self.pending, []
-        if not pending:
+        """Send every pending event now, ``batch_size`` per message, unless they are being held
+        for a first subscriber (then a timer sends them when the wait is over)."""
+        if not self.pending:
             return
         try:
             sock = self._socket if self._pid == os.getpid() else self._connect()
+        except Exception:     # a broken publisher must never fail requests
+            log.exception("failed to connect the KV-event publisher to %s", self.endpoint)
+            self.pending = []
+            return
+        if not self.subscribed:
+            now = time.monotonic()
+            if self._held_since is None:
+                self._held_since = now
+            wait = self._held_since + SUBSCRIBER_WAIT - now
+            if wait > 0:
+                if self._timer is None:
+                    self._timer = gevent.spawn_later(wait, self._timed_flush)
+                return
+        self._held_since = None
+        pending, self.pending = self.pending, []
+        try:
             bs = self.batch_size
             for i in range(0, len(pending), bs):
                 self.seq += 1
@@ -322,18 +351,49 @@ class EventPublisher:
 
     def _connect(self):
         import zmq.green as zmq
+        if self._reader is not None:
+            self._reader.kill(block=False)
         ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.PUB)
+        sock = ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.LINGER, 0)          # pending events are discarded on shutdown
         sock.connect(self.endpoint)
         self._socket = sock
         self._pid = os.getpid()      # a forked child (gunicorn --preload) reconnects
+        self._subscriptions = set()
+        self.subscribed = False
+        self._reader = gevent.spawn(self._read_subscriptions, sock, self._pid)
         return sock
+
+    def _read_subscriptions(self, sock, pid: int) -> None:
+        """XPUB hands over ``b"\\x01" + prefix`` when a prefix gets its first subscriber and
+        ``b"\\x00" + prefix`` when its last one leaves (a closed connection included)."""
+        while True:
+            if sock is not self._socket or os.getpid() != pid:
+                return                       # replaced, closed, or a forked copy
+            try:
+                msg = sock.recv()
+            except Exception:                # socket closed
+                return
+            if not msg or msg[0] not in (0, 1):
+                continue
+            if msg[0] == 1:
+                self._subscriptions.add(msg[1:])
+            else:
+                self._subscriptions.discard(msg[1:])
+            self.subscribed = any(self.topic.startswith(p) for p in self._subscriptions)
+            if self.subscribed and self.pending:
+                if self._timer is not None:
+                    self._timer.kill(block=False)
+                    self._timer = None
+                self.flush()
 
     def close(self) -> None:
         if self._timer is not None:
             self._timer.kill(block=False)
             self._timer = None
+        if self._reader is not None:
+            self._reader.kill(block=False)
+            self._reader = None
         self.pending = []
         if self._socket is not None:
             self._socket.close(0)
