@@ -18,6 +18,7 @@ COPY blueprints/ blueprints/
 COPY schemas/ schemas/
 COPY generation/ generation/
 COPY data/ data/
+COPY deploy/healthcheck.py deploy/
 
 # An unprivileged user; the simulator writes nothing but temporary files (self-signed certs).
 RUN useradd --system --uid 10001 --no-create-home --home-dir /app sim
@@ -27,8 +28,10 @@ EXPOSE 8000
 # SIGTERM drains (readiness 503, in-flight streams finish within --shutdown-timeout, default 30 s):
 # give `docker stop -t` more than that.
 STOPSIGNAL SIGTERM
+# /health on the port (and scheme) the simulator was started with: deploy/healthcheck.py reads
+# the main process's --port/--host/--ssl-certfile, so `docker run IMAGE MODEL --port 9000` works.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2).status != 200)"]
+    CMD ["python", "deploy/healthcheck.py"]
 
 ENTRYPOINT ["python", "app.py"]
 CMD ["--host", "0.0.0.0", "--port", "8000"]

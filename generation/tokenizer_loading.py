@@ -24,16 +24,40 @@ Selection, in order:
        ``HF_TOKEN`` for gated repos; ``HF_HUB_OFFLINE=1`` never touches the network).  A name
        that cannot be resolved falls back to the simulated tokenizer with one log line.  Names
        without a ``/`` (``test-model``) never try the hub.
+
+Hub names, fast and quiet when the hub is out of reach (:func:`_from_hub`):
+    the local cache is read first (``try_to_load_from_cache``, then ``local_files_only=True``)
+    and used when it holds the tokenizer, without any request.  Otherwise one HEAD request of
+    ``tokenizer_config.json`` (no retries, ``HF_HUB_ETAG_TIMEOUT`` seconds, default here
+    :data:`HUB_PROBE_TIMEOUT`; the whole probe, DNS included, is bounded by
+    :data:`HUB_PROBE_BUDGET`) decides whether transformers may download.  huggingface_hub's own
+    downloader retries a failed HEAD with backoff (5 retries, 1+2+4+8+8 s, per file:
+    ``file_download.py``, ``_ETAG_RETRY_TIMEOUT``), which made an unreachable hub cost ~50 s and
+    ~50 warnings; the probe keeps that path for reachable hubs only.  Its warnings are silenced
+    during the attempt; the fallback is one WARNING naming the reason and how to skip the probe
+    (``HF_HUB_OFFLINE=1`` or ``--force-dummy-tokenizer``).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 import time
 
 from .tokenizer import HFTokenizer, SimulatedTokenizer
 
 log = logging.getLogger("vllm_sim")
+
+#: Seconds of the hub probe's HEAD request when ``HF_HUB_ETAG_TIMEOUT`` is not set (the hub's
+#: default is 10 s); also the default of ``HF_HUB_ETAG_TIMEOUT`` set for transformers' requests.
+HUB_PROBE_TIMEOUT = 3.0
+#: Seconds the whole probe may take, name resolution included (``getaddrinfo`` ignores timeouts):
+#: the HEAD plus huggingface_hub's own user-agent registry fetch (3 s, cached for 24 h).
+HUB_PROBE_BUDGET = 6.0
+#: Default ``HF_HUB_DOWNLOAD_TIMEOUT`` (seconds without a byte while downloading; hub default 10).
+HUB_DOWNLOAD_TIMEOUT = 10
+_SKIP_HINT = "set HF_HUB_OFFLINE=1 or --force-dummy-tokenizer to skip the hub"
 
 
 class TokenizerLoadError(Exception):
@@ -95,6 +119,10 @@ def load_tokenizer(config):
         return _load(name, cache_dir, template)
     except TokenizerLoadError:
         raise
+    except _HubUnavailable as e:
+        log.warning("tokenizer of model '%s' not available (%s); using the simulated tokenizer%s",
+                    name, e, "" if _offline() else f" ({_SKIP_HINT})")
+        return SimulatedTokenizer()
     except Exception as e:
         log.warning("tokenizer of model '%s' not available (%s); using the simulated tokenizer",
                     name, _one_line(e))
@@ -133,7 +161,7 @@ def _load(name: str, cache_dir: str | None, template: str | None) -> HFTokenizer
             return _load(bare, cache_dir, template)     # a tokenizer.json alone: no transformers
         tok = _auto(path, cache_dir, template, local_only=True)
     else:
-        tok = _auto(name, cache_dir, template, local_only=_offline())
+        tok = _from_hub(name, cache_dir, template)
     log.info("loaded tokenizer '%s' (%s) in %.2f s", name, type(tok._tok or tok._fast).__name__,
              time.monotonic() - t0)
     return tok
@@ -145,3 +173,101 @@ def _auto(name: str, cache_dir: str | None, template: str | None, local_only: bo
                                        token=os.environ.get("HF_TOKEN") or None)
     backend = getattr(hf, "backend_tokenizer", None) or getattr(hf, "_tokenizer", None)
     return HFTokenizer(backend, hf, template)
+
+
+class _HubUnavailable(Exception):
+    """The hub could not be asked, or said the repository is not there (message: the reason)."""
+
+
+def _hub_env_defaults() -> None:
+    """Bounded hub timeouts unless the user set them (read by huggingface_hub at import; set
+    on its constants too when it is already imported)."""
+    import sys
+    for var, value in (("HF_HUB_ETAG_TIMEOUT", HUB_PROBE_TIMEOUT), ("HF_HUB_DOWNLOAD_TIMEOUT", HUB_DOWNLOAD_TIMEOUT)):
+        if os.environ.get(var, "").strip():
+            continue
+        os.environ[var] = str(int(value))
+        constants = sys.modules.get("huggingface_hub.constants")
+        if constants is not None:
+            setattr(constants, var, int(value))
+
+
+@contextlib.contextmanager
+def _quiet_hub():
+    """huggingface_hub's, httpx's and transformers' warnings and request lines off for the
+    duration (the hub's logger prints each record itself and also propagates it: every retry
+    appeared twice)."""
+    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "httpx", "httpcore", "transformers")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _cached(name: str, cache_dir: str | None) -> bool:
+    """Whether the cache holds a tokenizer file of ``name`` (a directory lookup, no request)."""
+    from huggingface_hub import try_to_load_from_cache
+    return any(isinstance(try_to_load_from_cache(name, f, cache_dir=cache_dir), str)
+               for f in ("tokenizer_config.json", "tokenizer.json"))
+
+
+def _probe_hub(name: str) -> None:
+    """One HEAD of ``name``'s ``tokenizer_config.json`` on ``HF_ENDPOINT``, no retries, within
+    :data:`HUB_PROBE_BUDGET` seconds.  Returns when the repository answers (a missing file
+    included: transformers then looks for the others); raises :class:`_HubUnavailable`."""
+    from huggingface_hub import constants, get_hf_file_metadata
+    from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError
+    timeout = _env_float("HF_HUB_ETAG_TIMEOUT", HUB_PROBE_TIMEOUT)
+    url = constants.HUGGINGFACE_CO_URL_TEMPLATE.format(repo_id=name, revision="main",
+                                                       filename="tokenizer_config.json")
+    outcome: list = []
+
+    def probe():
+        try:
+            get_hf_file_metadata(url, timeout=timeout, retry_on_errors=False)
+            outcome.append(None)
+        except RemoteEntryNotFoundError:
+            outcome.append(None)
+        except BaseException as e:     # reported to the caller's thread
+            outcome.append(e)
+
+    # A thread bounds name resolution too; left behind only if the resolver hangs (daemon).
+    t = threading.Thread(target=probe, name="hub-probe", daemon=True)
+    t.start()
+    t.join(max(timeout, HUB_PROBE_BUDGET))
+    if not outcome:
+        raise _HubUnavailable(f"no answer from {url.split('/' + name)[0]} within "
+                              f"{max(timeout, HUB_PROBE_BUDGET):g} s")
+    e = outcome[0]
+    if e is None:
+        return
+    if isinstance(e, RepositoryNotFoundError):     # unknown, private or gated without HF_TOKEN
+        raise _HubUnavailable(_one_line(e))
+    raise _HubUnavailable(f"hub request failed: {_one_line(e)}")
+
+
+def _env_float(var: str, default: float) -> float:
+    try:
+        return float(os.environ.get(var, "")) or default
+    except ValueError:
+        return default
+
+
+def _from_hub(name: str, cache_dir: str | None, template: str | None) -> HFTokenizer:
+    """``org/name``: the cached tokenizer if any, else a download when the hub answers the probe."""
+    _hub_env_defaults()
+    with _quiet_hub():
+        if _cached(name, cache_dir):
+            try:
+                return _auto(name, cache_dir, template, local_only=True)
+            except Exception:
+                if _offline():
+                    raise
+        if _offline():
+            raise _HubUnavailable("not in the Hugging Face cache and HF_HUB_OFFLINE is set")
+        _probe_hub(name)
+        return _auto(name, cache_dir, template, local_only=False)
