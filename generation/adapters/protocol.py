@@ -53,7 +53,18 @@ class OpenAISampling(SamplingKnobs):
 
 
 @dataclass
-class ChatCompletionRequest(OpenAISampling):
+class ChatTemplateOptions:
+    """vLLM's chat-template request fields (chat, chat render, ``/tokenize``), read by
+    :func:`generation.tokenizer.chat_options`."""
+    chat_template: str | None = None
+    chat_template_kwargs: dict | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    add_special_tokens: bool | None = None
+
+
+@dataclass
+class ChatCompletionRequest(ChatTemplateOptions, OpenAISampling):
     messages: list | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
@@ -63,12 +74,6 @@ class ChatCompletionRequest(OpenAISampling):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     response_format: dict | None = None
-    # vLLM chat-template options (generation.tokenizer.chat_options)
-    chat_template: str | None = None
-    chat_template_kwargs: dict | None = None
-    add_generation_prompt: bool | None = None
-    continue_final_message: bool | None = None
-    add_special_tokens: bool | None = None
 
 
 @dataclass
@@ -217,29 +222,19 @@ class CompletionRenderRequest:
 
 
 @dataclass
-class ChatRenderRequest:
+class ChatRenderRequest(ChatTemplateOptions):
     model: Any = None
     messages: list | None = None
     tools: list | None = None
-    chat_template: str | None = None
-    chat_template_kwargs: dict | None = None
-    add_generation_prompt: bool | None = None
-    continue_final_message: bool | None = None
-    add_special_tokens: bool | None = None
 
 
 @dataclass
-class TokenizeRequest:
+class TokenizeRequest(ChatTemplateOptions):
     model: Any = None
     prompt: str | None = None
     messages: list | None = None
-    add_special_tokens: bool | None = None
     return_token_strs: bool | None = None
-    add_generation_prompt: bool | None = None
-    continue_final_message: bool | None = None
     tools: list | None = None
-    chat_template: str | None = None
-    chat_template_kwargs: dict | None = None
 
 
 @dataclass
