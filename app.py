@@ -29,26 +29,19 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     import orjson
     from flask import Flask, Response             # here: a busy port or a bad flag fails before
     from werkzeug.exceptions import HTTPException  # Flask is imported (main())
-    from generation.engine import ClientDisconnected, Simulator
-    from blueprints import admin, chat, completions, health, lora, metrics, models
+    from generation.engine import ClientDisconnected
+    from blueprints import (admin, chat, completions, embeddings, generate, health, lora, messages, metrics,
+                            models, render, responses)
     from blueprints.common import error_response
 
     config = config or load_config([])
     app = Flask("vllm_sim")
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
-    sim = Simulator(config, tokenizer)
+    sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
-    if config.dataset_path and config.mode != "echo":
-        from data.dataset import SQLiteDataset     # a response source below the engine
-        sim.dataset = SQLiteDataset(config.dataset_path, config.dataset_table_name,
-                                    config.dataset_in_memory, sim.sentences)
-    _install_optional_subsystems(sim)
-    for bp in (chat.bp, completions.bp, models.bp, health.bp, lora.bp, metrics.bp, admin.bp):
-        app.register_blueprint(bp)
-    for name in ("embeddings", "render", "generate", "messages", "responses"):
-        mod = _optional_module(f"blueprints.{name}")
-        if mod is not None:
-            app.register_blueprint(mod.bp)
+    for mod in (chat, completions, models, health, lora, metrics, admin, embeddings, render, generate,
+                messages, responses):
+        app.register_blueprint(mod.bp)
 
     app.wsgi_app = _yield_after_each_response(app.wsgi_app)
     app.extensions["lifecycle"] = health.Lifecycle()      # readiness turns 503 on shutdown
@@ -117,25 +110,44 @@ def _yield_after_each_response(wsgi_app):
     return app
 
 
-def _install_optional_subsystems(sim) -> None:
-    """Attach subsystems that live in their own modules (tools, KV cache) when present."""
-    tools = _optional_module("generation.tools")
-    if tools is not None:
-        sim.tool_synthesizer = tools.ToolSynthesizer(sim)
-    if sim.config.enable_kvcache:
-        kvcache = _optional_module("generation.kvcache")
-        if kvcache is not None:
-            sim.kv_cache = kvcache.build_kv_cache(sim.config, sim.metrics, sim.loras)
+def build_simulator(config: SimConfig, tokenizer=None):
+    """Build the engine and every part it uses, each given only what it needs (as vLLM's
+    ``init_app_state``): the seeded rng, the tokenizer (``tokenizer`` as loaded by :func:`main`
+    before the worker starts, else loaded here), random-mode sentences, the SQLite dataset
+    (``--dataset-path``, random mode), the latency model, the metrics (fake ones with
+    ``--fake-metrics``), the LoRA registry, the tool synthesizer and the KV cache
+    (``--enable-kvcache``).  Returns a :class:`generation.engine.Simulator`."""
+    import random
 
+    from generation.engine import LoraRegistry, Simulator
+    from generation.fake_metrics import FakeMetricsCollector
+    from generation.latency import LatencyModel
+    from generation.metrics import MetricsRecorder
+    from generation.text import SentenceSource
+    from generation.tool_calls import ToolSynthesizer
+    from generation.tokenizer_loading import load_tokenizer
 
-def _optional_module(name: str):
-    import importlib
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name != name:
-            raise
-        return None
+    rng = random.Random(config.seed)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(config)
+    sentences = SentenceSource(tokenizer)
+    dataset = None
+    if config.dataset_path and config.mode != "echo":
+        from data.dataset import SQLiteDataset     # a response source below the engine
+        dataset = SQLiteDataset(config.dataset_path, config.dataset_table_name, config.dataset_in_memory,
+                                sentences)
+    metrics = MetricsRecorder(config)             # reads running/waiting/LoRA state at scrape time
+    if config.fake_metrics is not None:
+        metrics.use_fake(FakeMetricsCollector(config, metrics.docs()))
+    loras = LoraRegistry(config.lora_modules, config.max_loras, config.max_cpu_loras)
+    kv_cache = None
+    if config.enable_kvcache:
+        from generation.kvcache import build_kv_cache
+        kv_cache = build_kv_cache(config, metrics, loras)
+    return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences,
+                     latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
+                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache,
+                     dataset=dataset)
 
 
 def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:

@@ -24,13 +24,9 @@ from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
 from .errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
-from .latency import LatencyModel
-from .fake_metrics import FakeMetricsCollector
-from .metrics import MetricsRecorder
 from .request import GenerationRequest, SeqState, Sequence
-from .text import SentenceSource, sample_capped_length, sample_default_length
+from .text import sample_capped_length, sample_default_length
 from .tokenizer import tokenize_chat
-from .tokenizer_loading import load_tokenizer
 
 monotonic = time.monotonic
 
@@ -120,26 +116,30 @@ class Simulator:
     """The engine.  ``config`` is a :class:`generation.config.SimConfig` (read live, so admin
     updates apply to later draws)."""
 
-    def __init__(self, config, tokenizer=None):
+    def __init__(self, config, *, rng, tokenizer, sentences, latency, metrics, loras,
+                 tool_synthesizer=None, kv_cache=None, dataset=None):
+        """Parts are built by :func:`app.build_simulator` (one explicit place, as vLLM's
+        ``init_app_state``): ``rng`` the seeded ``random.Random`` every draw uses,
+        ``tokenizer``, ``sentences`` (random-mode text), ``latency``, ``metrics`` (a
+        :class:`MetricsRecorder`, bound here to read the scheduler's state when scraped),
+        ``loras``; optional ``tool_synthesizer``, ``kv_cache`` (``--enable-kvcache``) and
+        ``dataset`` (recorded responses, ``--dataset-path``)."""
         self.config = config
-        self.rng = random.Random(config.seed)
-        # Loaded by app.main before the worker forks (generation.tokenizer_loading explains why).
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
-        self.sentences = SentenceSource(self.tokenizer)
-        self.dataset = None               # recorded responses (--dataset-path), set by the app wiring
-        self.latency = LatencyModel(config, self.rng)
-        self.metrics = MetricsRecorder(config)     # reads running/waiting/LoRA state at scrape time
-        if getattr(config, "fake_metrics", None) is not None:
-            self.metrics.use_fake(FakeMetricsCollector(config, self.metrics.docs()))
-        self.loras = LoraRegistry(config.lora_modules, config.max_loras, getattr(config, "max_cpu_loras", 0))
+        self.rng = rng
+        self.tokenizer = tokenizer
+        self.sentences = sentences
+        self.dataset = dataset
+        self.latency = latency
+        self.metrics = metrics
+        self.loras = loras
+        self.tool_synthesizer = tool_synthesizer
+        self.kv_cache = kv_cache
         self.running = 0
         self.waiting: deque[Sequence] = deque()
         self.metrics.bind(self)
         self._id_counter = 0
         self._id_bits = random.Random(f"{config.seed}-{config.port}").getrandbits
         self.started = monotonic()
-        self.tool_synthesizer = None      # set by generation.tools when available
-        self.kv_cache = None              # set by generation.kvcache when enabled
         self.sleeping = False
 
     # ---- naming ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Tool-call and structured-output synthesis: what a model with tools "answers".
 
-:class:`ToolSynthesizer` is attached to the engine by ``app.py``.  The chat blueprint (and the
+:class:`ToolSynthesizer` is built and handed to the engine by ``app.build_simulator``.  The chat blueprint (and the
 APIs translated onto chat: Anthropic Messages, Responses) calls :meth:`validate_request` and
 :meth:`validate_response_format` (:mod:`generation.tool_validation`) before anything is queued;
 the engine calls :meth:`wants_tools` / :meth:`synthesize` / :meth:`apply_response_format` while
@@ -35,14 +35,16 @@ def _dumps(obj) -> str:
 class ToolSynthesizer:
     """Tool-call and structured-output synthesis for one simulator.
 
-    ``sim`` provides ``config`` (live :class:`generation.config.SimConfig`), ``rng`` (the seeded
-    ``random.Random``, so ``--seed`` makes every draw reproducible) and ``tokenizer``.  The
+    Given ``config`` (the live :class:`generation.config.SimConfig`), ``rng`` (the engine's
+    seeded ``random.Random``, so ``--seed`` makes every draw reproducible) and ``tokenizer``.  The
     request checks of :class:`generation.tool_validation.ToolValidator` are reachable here too
     (``validate_request``, ``validate_response_format``, ``check_schema``)."""
 
-    def __init__(self, sim):
-        self.sim = sim
-        self.validator = ToolValidator(sim)
+    def __init__(self, config, rng, tokenizer):
+        self.config = config
+        self.rng = rng
+        self.tokenizer = tokenizer
+        self.validator = ToolValidator(self)
         self.validate_request = self.validator.validate_request
         self.validate_response_format = self.validator.validate_response_format
         self.check_schema = self.validator.check_schema
@@ -67,8 +69,8 @@ class ToolSynthesizer:
         True.  Returns False when the draw gave zero calls (``auto``): the engine then answers
         with text.  Raises APIError 400 when a forced function is not in ``tools`` (only
         reachable with ``--skip-tool-validation``-style bypasses) or its schema cannot be used."""
-        cfg = self.sim.config
-        rng = self.sim.rng
+        cfg = self.config
+        rng = self.rng
         tools = [t for t in req.tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
         if not tools:
             return False
@@ -115,7 +117,7 @@ class ToolSynthesizer:
             return "{}"
         schema = parameters if "type" in parameters else {**parameters, "type": "object"}
         try:
-            sampler = SchemaSampler(self.sim.config, self.sim.rng, parameters)
+            sampler = SchemaSampler(self.config, self.rng, parameters)
             value = sampler.sample(schema, top=True)
             if not isinstance(value, dict):       # arguments are always an object
                 value = sampler.object(schema, 0, top=True)
@@ -144,7 +146,7 @@ class ToolSynthesizer:
             schema = js.get("schema") if isinstance(js, dict) else None
             if isinstance(schema, dict) and schema:
                 try:
-                    text = _dumps(SchemaSampler(self.sim.config, self.sim.rng, schema).sample(schema))
+                    text = _dumps(SchemaSampler(self.config, self.rng, schema).sample(schema))
                 except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
                     raise APIError(f"Cannot generate a value of {prefix}.schema: {e}", 400,
                                    f"{prefix}.schema") from None
@@ -153,7 +155,7 @@ class ToolSynthesizer:
         else:
             return
         ids, pieces = self._tokens(text)
-        room = self.sim.config.max_model_len - seq.prompt_len
+        room = self.config.max_model_len - seq.prompt_len
         cap = room if req.max_tokens is None else min(req.max_tokens, room)
         if len(pieces) > cap:
             pieces, ids = pieces[:max(cap, 0)], ids[:max(cap, 0)]
@@ -175,7 +177,7 @@ class ToolSynthesizer:
     def _tokens(self, text: str) -> tuple[list, list]:
         """``(ids, pieces)`` of ``text`` whose pieces join back to exactly ``text`` (a streamed
         JSON string must be reassembled byte for byte)."""
-        ids, pieces = self.sim.tokenizer.encode_lossless(text)
+        ids, pieces = self.tokenizer.encode_lossless(text)
         if "".join(pieces) != text:      # a real tokenizer's per-token decode can differ
             n = max(len(ids), 1)
             step = -(-len(text) // n)
