@@ -114,7 +114,7 @@ def build_simulator(config: SimConfig, tokenizer=None):
     """Build the engine and every part it uses, each given only what it needs (as vLLM's
     ``init_app_state``): the seeded rng, the tokenizer (``tokenizer`` as loaded by :func:`main`
     before the worker starts, else loaded here), random-mode sentences, the SQLite dataset
-    (``--dataset-path``, random mode), the latency model, the metrics (fake ones with
+    (``--dataset-path``, random mode) behind one response-source interface, the latency model, the metrics (fake ones with
     ``--fake-metrics``), the LoRA registry, the tool synthesizer and the KV cache
     (``--enable-kvcache``).  Returns a :class:`generation.engine.Simulator`."""
     import random
@@ -123,7 +123,7 @@ def build_simulator(config: SimConfig, tokenizer=None):
     from generation.fake_metrics import FakeMetricsCollector
     from generation.latency import LatencyModel
     from generation.metrics import MetricsRecorder
-    from generation.text import SentenceSource
+    from generation.text import EchoResponses, RandomResponses, RecordedResponses, SentenceSource
     from generation.tool_calls import ToolSynthesizer
     from generation.tokenizer_loading import load_tokenizer
 
@@ -131,11 +131,14 @@ def build_simulator(config: SimConfig, tokenizer=None):
     if tokenizer is None:
         tokenizer = load_tokenizer(config)
     sentences = SentenceSource(tokenizer)
-    dataset = None
-    if config.dataset_path and config.mode != "echo":
-        from data.dataset import SQLiteDataset     # a response source below the engine
-        dataset = SQLiteDataset(config.dataset_path, config.dataset_table_name, config.dataset_in_memory,
-                                sentences)
+    if config.mode == "echo":
+        responses = EchoResponses()
+    else:
+        responses = RandomResponses(sentences)
+        if config.dataset_path:
+            from data.dataset import SQLiteDataset     # recorded answers, below the engine
+            responses = RecordedResponses(SQLiteDataset(config.dataset_path, config.dataset_table_name,
+                                                        config.dataset_in_memory, sentences), responses)
     metrics = MetricsRecorder(config)             # reads running/waiting/LoRA state at scrape time
     if config.fake_metrics is not None:
         metrics.use_fake(FakeMetricsCollector(config, metrics.docs()))
@@ -144,10 +147,9 @@ def build_simulator(config: SimConfig, tokenizer=None):
     if config.enable_kvcache:
         from generation.kvcache import build_kv_cache
         kv_cache = build_kv_cache(config, metrics, loras)
-    return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences,
+    return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
                      latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
-                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache,
-                     dataset=dataset)
+                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache)
 
 
 def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:

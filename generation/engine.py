@@ -25,7 +25,6 @@ from gevent.hub import Waiter, get_hub
 
 from .errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
 from .request import GenerationRequest, SeqState, Sequence
-from .text import sample_capped_length, sample_default_length
 from .tokenizer import tokenize_chat
 
 monotonic = time.monotonic
@@ -116,19 +115,21 @@ class Simulator:
     """The engine.  ``config`` is a :class:`generation.config.SimConfig` (read live, so admin
     updates apply to later draws)."""
 
-    def __init__(self, config, *, rng, tokenizer, sentences, latency, metrics, loras,
-                 tool_synthesizer=None, kv_cache=None, dataset=None):
+    def __init__(self, config, *, rng, tokenizer, sentences, responses, latency, metrics, loras,
+                 tool_synthesizer=None, kv_cache=None):
         """Parts are built by :func:`app.build_simulator` (one explicit place, as vLLM's
         ``init_app_state``): ``rng`` the seeded ``random.Random`` every draw uses,
-        ``tokenizer``, ``sentences`` (random-mode text), ``latency``, ``metrics`` (a
-        :class:`MetricsRecorder`, bound here to read the scheduler's state when scraped),
-        ``loras``; optional ``tool_synthesizer``, ``kv_cache`` (``--enable-kvcache``) and
-        ``dataset`` (recorded responses, ``--dataset-path``)."""
+        ``tokenizer``, ``sentences`` (random-mode text, also padding for tool calls),
+        ``responses`` (the response source: an object with ``respond(rng, prompt, max_tokens,
+        room, ignore_eos) -> (pieces, ids, finish_reason)``, see :mod:`generation.text`),
+        ``latency``, ``metrics`` (a :class:`MetricsRecorder`, bound here to read the scheduler's
+        state when scraped), ``loras``; optional ``tool_synthesizer`` and ``kv_cache``
+        (``--enable-kvcache``)."""
         self.config = config
         self.rng = rng
         self.tokenizer = tokenizer
         self.sentences = sentences
-        self.dataset = dataset
+        self.responses = responses
         self.latency = latency
         self.metrics = metrics
         self.loras = loras
@@ -218,28 +219,10 @@ class Simulator:
                 if req.remote_decode:
                     seq.finish_reason = "remote_decode"
                 return
-        if cfg.mode == "echo":
-            seq.pieces = list(prompt.echo_pieces or ())
-            seq.ids = list(prompt.echo_ids or ())
-            m = req.max_tokens
-            seq.finish_reason = "length" if (m is not None and len(seq.pieces) >= m) else "stop"
-        else:
-            room = cfg.max_model_len - prompt.length
-            cap = room if req.max_tokens is None else min(req.max_tokens, room)
-            picked = None
-            if self.dataset is not None:
-                picked = self.dataset.pick(self.rng, prompt.ids, cap, req.ignore_eos)
-            if picked is not None:
-                seq.pieces, seq.ids, seq.finish_reason = picked
-            else:
-                if req.max_tokens is not None:
-                    n = cap if req.ignore_eos else sample_capped_length(self.rng, cap)
-                else:
-                    n = sample_default_length(self.rng, room)
-                seq.pieces, seq.ids = self.sentences.generate(self.rng, n)
-                seq.finish_reason = "length" if n >= cap else "stop"
-            if req.response_format and self.tool_synthesizer is not None:
-                self.tool_synthesizer.apply_response_format(req, seq)
+        seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(
+            self.rng, prompt, req.max_tokens, cfg.max_model_len - prompt.length, req.ignore_eos)
+        if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
+            self.tool_synthesizer.apply_response_format(req, seq)
         if req.stop:
             seq.cut_at_stop(req.stop)
         seq.completion_tokens = len(seq.pieces)

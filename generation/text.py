@@ -99,3 +99,48 @@ class SentenceSource:
                 pieces.extend(sp[:need])
                 ids.extend(si[:need])
         return pieces, ids
+
+
+class EchoResponses:
+    """``--mode echo`` (seeds): the answer is the prompt itself, untrimmed; finish_reason
+    ``length`` when it fills max_tokens, else ``stop``."""
+
+    def respond(self, rng: random.Random, prompt, max_tokens: int | None, room: int,
+                ignore_eos: bool) -> tuple[list, list, str]:
+        pieces, ids = list(prompt.echo_pieces or ()), list(prompt.echo_ids or ())
+        return pieces, ids, "length" if (max_tokens is not None and len(pieces) >= max_tokens) else "stop"
+
+
+class RandomResponses:
+    """``--mode random`` (seeds): predefined sentences, their length drawn from the seeds'
+    histogram when the request caps it (``ignore_eos``: exactly the cap) or from Normal(40, 20)
+    within ``room`` (tokens left in the context window) when it does not."""
+
+    def __init__(self, sentences: SentenceSource) -> None:
+        self.sentences = sentences
+
+    def respond(self, rng: random.Random, prompt, max_tokens: int | None, room: int,
+                ignore_eos: bool) -> tuple[list, list, str]:
+        cap = room if max_tokens is None else min(max_tokens, room)
+        if max_tokens is not None:
+            n = cap if ignore_eos else sample_capped_length(rng, cap)
+        else:
+            n = sample_default_length(rng, room)
+        pieces, ids = self.sentences.generate(rng, n)
+        return pieces, ids, "length" if n >= cap else "stop"
+
+
+class RecordedResponses:
+    """Random mode with ``--dataset-path``: a recorded answer from ``dataset`` (an object with
+    the :meth:`data.dataset.SQLiteDataset.pick` method), else ``fallback``'s (an empty or
+    unreadable dataset)."""
+
+    def __init__(self, dataset, fallback: RandomResponses) -> None:
+        self.dataset = dataset
+        self.fallback = fallback
+
+    def respond(self, rng: random.Random, prompt, max_tokens: int | None, room: int,
+                ignore_eos: bool) -> tuple[list, list, str]:
+        cap = room if max_tokens is None else min(max_tokens, room)
+        picked = self.dataset.pick(rng, prompt.ids, cap, ignore_eos)
+        return picked if picked is not None else self.fallback.respond(rng, prompt, max_tokens, room, ignore_eos)
