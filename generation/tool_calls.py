@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import APIError
+from .errors import InvalidParam
 from .schema_sampler import WORDS, SchemaSampler
 from .tool_validation import ToolValidator, json_schema_part, parse_tool_choice
 
@@ -56,7 +56,7 @@ class ToolSynthesizer:
             return False
         try:
             return parse_tool_choice(req.tool_choice)[0] != "none"
-        except APIError:
+        except InvalidParam:
             return False
 
     def synthesize(self, req, seq) -> bool:
@@ -67,7 +67,7 @@ class ToolSynthesizer:
         ``seq.pieces``/``seq.ids`` (the argument strings' tokens, call after call),
         ``finish_reason = "tool_calls"`` and ``completion_tokens`` (number of pieces); returns
         True.  Returns False when the draw gave zero calls (``auto``): the engine then answers
-        with text.  Raises APIError 400 when a forced function is not in ``tools`` (only
+        with text.  Raises InvalidParam when a forced function is not in ``tools`` (only
         reachable with ``--skip-tool-validation``-style bypasses) or its schema cannot be used."""
         cfg = self.config
         rng = self.rng
@@ -80,8 +80,8 @@ class ToolSynthesizer:
         if mode == "named":
             chosen = [t for t in tools if t["function"].get("name") == name]
             if not chosen:
-                raise APIError(f"The tool specified in `tool_choice` ('{name}') does not match any of the "
-                               f"specified `tools`.", 400, "tool_choice")
+                raise InvalidParam(f"The tool specified in `tool_choice` ('{name}') does not match any of the "
+                               f"specified `tools`.", "tool_choice")
             picks = [chosen[0]]
         else:
             count = 1 if mode == "required" else 0
@@ -125,8 +125,7 @@ class ToolSynthesizer:
         except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
             # SchemaUnsatisfiable (a ValueError): bounds the dry run at validation could not
             # foresee (instance size, bad luck); the rest only with --skip-tool-validation.
-            raise APIError(f"Cannot generate arguments for tool '{name}' from its parameters schema: {e}",
-                           400, "tools") from None
+            raise InvalidParam(f"Cannot generate arguments for tool '{name}' from its parameters schema: {e}", "tools") from None
 
     # ---- structured output --------------------------------------------------------------------
     def apply_response_format(self, req, seq) -> None:
@@ -148,8 +147,7 @@ class ToolSynthesizer:
                 try:
                     text = _dumps(SchemaSampler(self.config, self.rng, schema).sample(schema))
                 except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
-                    raise APIError(f"Cannot generate a value of {prefix}.schema: {e}", 400,
-                                   f"{prefix}.schema") from None
+                    raise InvalidParam(f"Cannot generate a value of {prefix}.schema: {e}", f"{prefix}.schema") from None
             else:
                 text = self._json_object_text(seq)
         else:

@@ -10,7 +10,7 @@ rejects them).  Schema documents nested deeper than :data:`MAX_SCHEMA_DEPTH` JSO
 rejected before any of this (OpenAI's structured outputs allow 10 levels of object nesting,
 which is 20 JSON levels).
 
-Every check raises :class:`generation.errors.APIError` 400 whose ``param`` names the field.
+Every check raises :class:`generation.errors.InvalidParam` whose ``param`` names the field.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import random
 from collections import OrderedDict
 
 
-from .errors import APIError
+from .errors import InvalidParam
 from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, resolve_pointer)
 
 MAX_SCHEMA_DEPTH = 64      # JSON nesting levels of one schema document
@@ -57,24 +57,23 @@ def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
 
     Accepts ``"none"|"auto"|"required"``, ``{"type":"function","function":{"name"}}``, the flat
     ``{"type":"function","name"}``, ``{"type":"allowed_tools"|"custom",...}`` and the Anthropic
-    ``{"type":"auto"|"any"|"none"|"tool"}`` shapes.  Raises APIError 400 for anything else."""
+    ``{"type":"auto"|"any"|"none"|"tool"}`` shapes.  Raises InvalidParam for anything else."""
     if tool_choice is None:
         return "auto", None
     if isinstance(tool_choice, str):
         if tool_choice in _CHOICE_MODES:
             return tool_choice, None
-        raise APIError(f"Invalid value for `tool_choice`: {tool_choice!r}. Only named tools, \"none\", "
-                       f"\"auto\" or \"required\" are supported.", 400, "tool_choice")
+        raise InvalidParam(f"Invalid value for `tool_choice`: {tool_choice!r}. Only named tools, \"none\", "
+                       f"\"auto\" or \"required\" are supported.", "tool_choice")
     if not isinstance(tool_choice, dict):
-        raise APIError("tool_choice: Input should be a string or an object.", 400, "tool_choice")
+        raise InvalidParam("tool_choice: Input should be a string or an object.", "tool_choice")
     t = tool_choice.get("type")
     if t in ("function", "tool"):
         fn = tool_choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
         if not isinstance(name, str) or not name:
-            raise APIError('Expected field `name` in `function` in `tool_choice`. Correct usage: '
-                           '`{"type": "function", "function": {"name": "my_function"}}`', 400,
-                           "tool_choice.function.name")
+            raise InvalidParam('Expected field `name` in `function` in `tool_choice`. Correct usage: '
+                           '`{"type": "function", "function": {"name": "my_function"}}`', "tool_choice.function.name")
         return "named", name
     if t in ("allowed_tools", "custom", "auto"):
         return "auto", None
@@ -82,8 +81,7 @@ def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
         return "required", None
     if t == "none":
         return "none", None
-    raise APIError(f"tool_choice.type: Input should be 'function', 'allowed_tools' or 'custom', got {t!r}.",
-                   400, "tool_choice.type")
+    raise InvalidParam(f"tool_choice.type: Input should be 'function', 'allowed_tools' or 'custom', got {t!r}.", "tool_choice.type")
 
 
 def json_schema_part(response_format: dict):
@@ -110,44 +108,42 @@ class ToolValidator:
         ``tools``: list of ``{"type": "function", "function": {"name": str, "description"?: str,
         "parameters"?: JSON Schema object}}`` (``type`` may be omitted, as vLLM defaults it).
 
-        Raises APIError 400 whose ``param`` names the field (``tools[0].function.parameters``,
+        Raises InvalidParam whose ``param`` names the field (``tools[0].function.parameters``,
         ``tool_choice``, ...): malformed tool, invalid or unsatisfiable JSON Schema (skipped with
         ``--skip-tool-validation``), unknown tool_choice, a tool_choice naming a function not in
         ``tools`` (vLLM: 400), or a forcing tool_choice without ``tools`` (vLLM: 400)."""
         names = self._validate_tools(tools)
         mode, name = parse_tool_choice(tool_choice)
         if tools is None and mode in ("required", "named"):
-            raise APIError("When using `tool_choice`, `tools` must be set.", 400, "tool_choice")
+            raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
         if mode == "named" and name not in names:
-            raise APIError(f"The tool specified in `tool_choice` ('{name}') does not match any of the "
-                           f"specified `tools`.", 400, "tool_choice")
+            raise InvalidParam(f"The tool specified in `tool_choice` ('{name}') does not match any of the "
+                           f"specified `tools`.", "tool_choice")
 
     def _validate_tools(self, tools) -> set:
         if tools is None:
             return set()
         if not isinstance(tools, list):
-            raise APIError("tools: Input should be a valid list.", 400, "tools")
+            raise InvalidParam("tools: Input should be a valid list.", "tools")
         skip = self._holder.config.skip_tool_validation
         names = set()
         for i, tool in enumerate(tools):
             p = f"tools[{i}]"
             if not isinstance(tool, dict):
-                raise APIError(f"{p}: Input should be an object.", 400, p)
+                raise InvalidParam(f"{p}: Input should be an object.", p)
             t = tool.get("type", "function")
             if t != "function":
-                raise APIError(f"{p}.type: Input should be 'function', got {t!r}.", 400, f"{p}.type")
+                raise InvalidParam(f"{p}.type: Input should be 'function', got {t!r}.", f"{p}.type")
             fn = tool.get("function")
             if not isinstance(fn, dict):
-                raise APIError(f"{p}.function: Field required (an object with name, description, "
-                               f"parameters).", 400, f"{p}.function")
+                raise InvalidParam(f"{p}.function: Field required (an object with name, description, "
+                               f"parameters).", f"{p}.function")
             name = fn.get("name")
             if not isinstance(name, str) or not name:
-                raise APIError(f"{p}.function.name: Field required (a non-empty string).", 400,
-                               f"{p}.function.name")
+                raise InvalidParam(f"{p}.function.name: Field required (a non-empty string).", f"{p}.function.name")
             desc = fn.get("description")
             if desc is not None and not isinstance(desc, str):
-                raise APIError(f"{p}.function.description: Input should be a valid string.", 400,
-                               f"{p}.function.description")
+                raise InvalidParam(f"{p}.function.description: Input should be a valid string.", f"{p}.function.description")
             params = fn.get("parameters")
             if params is not None:
                 if skip:     # still bounded: the generator must not recurse without limit
@@ -163,23 +159,22 @@ class ToolValidator:
 
         Types: ``text``, ``json_object``, ``json_schema`` (needs ``json_schema.name`` and an
         optional valid ``json_schema.schema``), ``structural_tag`` (vLLM; no effect here).
-        Raises APIError 400 with ``param`` ``response_format[...]``."""
+        Raises InvalidParam with ``param`` ``response_format[...]``."""
         if response_format is None:
             return
         if not isinstance(response_format, dict):
-            raise APIError("response_format: Input should be an object.", 400, "response_format")
+            raise InvalidParam("response_format: Input should be an object.", "response_format")
         t = response_format.get("type")
         if t not in RESPONSE_FORMATS:
-            raise APIError(f"response_format.type: Input should be one of {', '.join(map(repr, RESPONSE_FORMATS))}"
-                           f", got {t!r}.", 400, "response_format.type")
+            raise InvalidParam(f"response_format.type: Input should be one of {', '.join(map(repr, RESPONSE_FORMATS))}"
+                           f", got {t!r}.", "response_format.type")
         if t != "json_schema":
             return
         js, prefix = json_schema_part(response_format)
         if not isinstance(js, dict):
-            raise APIError("response_format.json_schema: Field required for type 'json_schema'.", 400,
-                           "response_format.json_schema")
+            raise InvalidParam("response_format.json_schema: Field required for type 'json_schema'.", "response_format.json_schema")
         if not isinstance(js.get("name"), str) or not js["name"]:
-            raise APIError(f"{prefix}.name: Field required (a non-empty string).", 400, f"{prefix}.name")
+            raise InvalidParam(f"{prefix}.name: Field required (a non-empty string).", f"{prefix}.name")
         schema = js.get("schema")
         if schema is not None:
             self.check_schema(schema, f"{prefix}.schema")
@@ -187,14 +182,14 @@ class ToolValidator:
     @staticmethod
     def _check_depth(schema, param: str) -> None:
         if json_depth_exceeds(schema, MAX_SCHEMA_DEPTH):
-            raise APIError(f"{param} is nested deeper than {MAX_SCHEMA_DEPTH} levels.", 400, param)
+            raise InvalidParam(f"{param} is nested deeper than {MAX_SCHEMA_DEPTH} levels.", param)
 
     def check_schema(self, schema, param: str) -> None:
-        """Raise APIError 400 (``param``) unless ``schema`` is a JSON Schema object within
+        """Raise InvalidParam (``param``) unless ``schema`` is a JSON Schema object within
         :data:`MAX_SCHEMA_DEPTH` that ``jsonschema`` accepts and whose every leaf the generator
         can satisfy.  Verdicts are cached by value."""
         if not isinstance(schema, dict):
-            raise APIError(f"Tool validation failed: {param} should be a JSON Schema object.", 400, param)
+            raise InvalidParam(f"Tool validation failed: {param} should be a JSON Schema object.", param)
         self._check_depth(schema, param)
         try:
             key = json.dumps(schema, sort_keys=True)
@@ -211,7 +206,7 @@ class ToolValidator:
                 if len(cache) > _SCHEMA_CACHE_SIZE:
                     cache.popitem(last=False)
         if err:
-            raise APIError(f"Tool validation failed: {param} is not a valid JSON Schema: {err}", 400, param)
+            raise InvalidParam(f"Tool validation failed: {param} is not a valid JSON Schema: {err}", param)
 
 
 def schema_problem(schema: dict, cfg) -> str | None:

@@ -15,7 +15,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from generation.config import SimConfig
-from generation.errors import APIError
+from blueprints.errors import status_of
+from generation.errors import InvalidParam
 from generation.regex_sampler import expansion, generate, parse
 from generation.schema_sampler import MAX_STRING, SchemaSampler, SchemaUnsatisfiable
 from generation.tool_validation import MAX_SCHEMA_DEPTH, ToolValidator, json_depth_exceeds
@@ -42,12 +43,12 @@ def _validator(**kw) -> ToolValidator:
 
 
 def _check_then_sample(schema, seed=0):
-    """``("rejected", APIError)`` or ``("value", instance)``; asserts the time bound."""
+    """``("rejected", InvalidParam)`` or ``("value", instance)``; asserts the time bound."""
     holder = _Holder()
     t0 = time.monotonic()
     try:
         ToolValidator(holder).check_schema(schema, "response_format.json_schema.schema")
-    except APIError as e:
+    except InvalidParam as e:
         assert time.monotonic() - t0 < BOUND_S
         return "rejected", e
     try:
@@ -79,10 +80,10 @@ def test_catastrophic_pattern_is_generated_quickly():
 def test_unsatisfiable_pattern_is_a_400_naming_the_field(pattern, min_len, why):
     schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern, "minLength": min_len}}}
     t0 = time.monotonic()
-    with pytest.raises(APIError) as e:
+    with pytest.raises(InvalidParam) as e:
         _validator().check_schema(schema, "tools[0].function.parameters")
     assert time.monotonic() - t0 < BOUND_S
-    assert e.value.status == 400 and e.value.param == "tools[0].function.parameters"
+    assert status_of(e.value) == 400 and e.value.param == "tools[0].function.parameters"
     assert "$.properties.s" in e.value.message and why in e.value.message
 
 
@@ -103,7 +104,7 @@ def test_numeric_keywords(schema, expect):
     if kind == "value":
         Checker(schema).validate(value)
     else:
-        assert value.status == 400 and value.param == "response_format.json_schema.schema"
+        assert status_of(value) == 400 and value.param == "response_format.json_schema.schema"
 
 
 def _nest(levels: int) -> dict:
@@ -118,7 +119,7 @@ def test_schema_depth_bound():
     kind, value = _check_then_sample(ok)
     assert kind == "value"
     Checker(ok).validate(value)
-    with pytest.raises(APIError) as e:               # RecursionError (a 500) before
+    with pytest.raises(InvalidParam) as e:               # RecursionError (a 500) before
         _validator().check_schema(_nest(96), "tools[0].function.parameters")
     assert e.value.param == "tools[0].function.parameters" and "nested deeper than 64" in e.value.message
 
@@ -126,7 +127,7 @@ def test_schema_depth_bound():
 def test_deep_schema_rejected_even_with_skip_tool_validation():
     v = _validator(skip_tool_validation=True)
     tool = {"type": "function", "function": {"name": "f", "parameters": _nest(96)}}
-    with pytest.raises(APIError) as e:
+    with pytest.raises(InvalidParam) as e:
         v.validate_request([tool], "required")
     assert e.value.param == "tools[0].function.parameters"
 
@@ -204,7 +205,7 @@ def test_property_sampler_values_validate_or_400(leaf):
     if kind == "value":
         Checker(schema).validate(value)
     elif kind == "rejected":
-        assert value.status == 400 and value.param == "response_format.json_schema.schema"
+        assert status_of(value) == 400 and value.param == "response_format.json_schema.schema"
         assert "$.properties.v" in value.message
     else:
         pytest.fail(f"checked schema failed at generation: {value}")
