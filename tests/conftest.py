@@ -25,6 +25,7 @@ A :class:`SimClient` is an ``httpx.Client`` with ``base_url`` set (``client.post
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -254,6 +255,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
+
+
+def pytest_collection_finish(session):
+    """Move everything imported so far (SDKs, tokenizers, numpy: ~1 M objects) out of the
+    garbage collector's reach: each full collection during the run, and pytest's five at the end
+    (unraisable-exception check), then walks only what the tests create (~2 s less per run)."""
+    gc.collect()
+    gc.freeze()
 
 
 # ---- response helpers --------------------------------------------------------------------------

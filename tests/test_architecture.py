@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +42,15 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The parsed source of ``path``, once per run (three tests walk every module)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     """Project modules imported anywhere in ``path`` (relative imports resolved)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
     for node in ast.walk(tree):
@@ -65,6 +72,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def _graph():
     mods = _modules()
     known = set(mods)
@@ -89,7 +97,7 @@ def test_no_web_framework_below_blueprints():
     for mod, path in mods.items():
         if mod.split(".")[0] not in ("generation", "schemas", "data"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             bad += [f"{mod} imports {n}" for n in names if n.split(".")[0] in WEB]

@@ -49,7 +49,7 @@ class _Health(http.server.BaseHTTPRequestHandler):
 
 def test_exit_status(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # quick shutdown()
     cmdline = tmp_path / "cmdline"
     try:
         cmdline.write_bytes(b"\0".join([b"python", b"app.py", b"--port", str(server.server_address[1]).encode()])

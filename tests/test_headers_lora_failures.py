@@ -94,9 +94,9 @@ def lora_series(base):
 
 def test_c24_lora_requests_info(app_client):
     base = app_client("--lora-modules", '{"name":"lora-a","path":"/a"}', "--max-loras", "2",
-                      "--time-to-first-token", "2000")
+                      "--time-to-first-token", "800")
     t = gevent.spawn(chat, base, "lora-a")
-    gevent.sleep(0.6)
+    gevent.sleep(0.3)                # mid-request: 0.5 s of margin either side
     during = scrape(base)
     assert metric(during, "vllm:lora_requests_info", max_lora="2", running_lora_adapters="lora-a",
                   waiting_lora_adapters="") > 1e9
@@ -108,12 +108,12 @@ def test_c24_lora_requests_info(app_client):
 
 def test_max_loras_limits_concurrent_adapters(app_client):
     base = app_client("--lora-modules", '{"name":"l1","path":"/1"}', '{"name":"l2","path":"/2"}',
-                      "--max-loras", "1", "--max-num-seqs", "4", "--time-to-first-token", "800ms")
+                      "--max-loras", "1", "--max-num-seqs", "4", "--time-to-first-token", "500ms")
     threads = []
     for m in ("l1", "l2"):
         threads.append(gevent.spawn(chat, base, m))
-        gevent.sleep(0.1)
-    gevent.sleep(0.3)
+        gevent.sleep(0.05)
+    gevent.sleep(0.1)                # scraped at ~0.2 s, l1 runs until 0.5 s
     m = scrape(base)
     assert metric(m, "vllm:num_requests_running", model_name="test-model") == 1
     assert metric(m, "vllm:num_requests_waiting", model_name="test-model") == 1

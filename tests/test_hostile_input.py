@@ -195,7 +195,7 @@ def _deep(n: int) -> str:
     return "[" * n + "]" * n
 
 
-@settings(max_examples=40, derandomize=True, database=None, deadline=None,
+@settings(max_examples=25, derandomize=True, database=None, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(path=st.sampled_from(sorted(_ENDPOINTS)),
        edits=st.lists(st.tuples(st.sampled_from(_FIELDS), _EXTREME), min_size=1, max_size=3),

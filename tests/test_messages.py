@@ -390,12 +390,12 @@ def test_thinking_and_document_history_accepted(echo_api):
 
 
 def test_queue_full_is_anthropic_rate_limit(app_client):
-    base = app_client("--time-to-first-token", "1s", "--max-num-seqs", "1", "--max-waiting-queue-length", "1")
+    base = app_client("--time-to-first-token", "500ms", "--max-num-seqs", "1", "--max-waiting-queue-length", "1")
     body = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": U}]}
     futs = []
     for i in range(4):               # concurrent in-process requests: greenlets on the engine's hub
         futs.append(gevent.spawn(post, base, {**body, "stream": i % 2 == 1}))
-        gevent.sleep(0.15)
+        gevent.sleep(0.05)           # all four arrive within 0.15 s, while the first runs 0.5 s
     results = [f.get() for f in futs]
     codes = [r.status_code for r in results]
     assert codes[:2] == [200, 200] and codes[2:] == [429, 429]

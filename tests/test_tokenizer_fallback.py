@@ -108,7 +108,7 @@ class _UnknownRepo(http.server.BaseHTTPRequestHandler):
 
 def test_unknown_repo_falls_back_with_one_line(hub_at, tmp_path, caplog):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UnknownRepo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # quick shutdown()
     try:
         hub_at(f"http://127.0.0.1:{server.server_address[1]}")
         with caplog.at_level(logging.WARNING):
