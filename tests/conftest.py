@@ -265,6 +265,14 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """Same at the end, after every fixture's teardown: one collection here (under pytest's
+    unraisable-exception hook, still installed), then pytest's five walk only what is left."""
+    gc.collect()
+    gc.freeze()
+
+
 # ---- response helpers --------------------------------------------------------------------------
 def scrape(base) -> dict:
     """``{(sample_name, frozenset(labels.items())): value}`` of ``/metrics``; ``base`` is a
