@@ -34,7 +34,7 @@ def test_random_bodies_never_500(app_client):
     rng = random.Random(20261129)
     failures = []
     with base.session(timeout=10, headers={"anthropic-version": "2023-06-01"}) as client:
-        for _ in range(300):            # ~23 random bodies for each of the 13 paths
+        for _ in range(600):            # ~46 random bodies for each of the 13 paths
             path = rng.choice(PATHS)
             body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi",
                     "input": "hi", "max_tokens": 5, "token_ids": [1, 2], "sampling_params": {"max_tokens": 3}}
