@@ -16,10 +16,10 @@ from ..request import GenerationRequest
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids)
+from ..tokenizer import chat_options
 from .protocol import ChatCompletionRequest
 
 CLOSE = b"}]" + CHUNK_END
-from ..tokenizer import chat_options
 
 
 class ChatAdapter(Adapter):
