@@ -181,6 +181,25 @@ def request_usage(seqs) -> dict:
 CHUNK_END = b"}\n\n"
 
 
+class PieceChunks(dict):
+    """piece -> ``prefix + JSON(piece) + suffix``: the bytes of a plain token chunk after its
+    per-choice head, which depend only on the piece.  Look up with ``.get`` (a C call per token)
+    and :meth:`render` on a miss; short pieces are memoised, bounded in entries, since echoed
+    prompts bring arbitrary pieces (the sentence source has a small vocabulary)."""
+    MAX_ENTRIES = 8192
+    MAX_PIECE = 64          # characters
+
+    def __init__(self, prefix: bytes, suffix: bytes):
+        super().__init__()
+        self.prefix, self.suffix = prefix, suffix
+
+    def render(self, piece: str) -> bytes:
+        rest = self.prefix + dumps(piece) + self.suffix
+        if len(self) < self.MAX_ENTRIES and len(piece) <= self.MAX_PIECE:
+            self[piece] = rest
+        return rest
+
+
 class ChunkFrame:
     """Pre-rendered pieces of an OpenAI chunk stream (chat and completions), so that per token
     only the piece is serialised: ``heads[i]`` opens a chunk for choice ``i`` up to its index,

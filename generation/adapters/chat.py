@@ -13,7 +13,7 @@ import time
 from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest
-from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, chat_prompt, check_kv_transfer,
+from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids)
 from ..tokenizer import chat_options
@@ -104,17 +104,8 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
     return out
 
 
-# piece -> the bytes of a plain content chunk after its head (``,"delta":...}]}\n\n``).  The
-# sentence source has a small vocabulary; echoed prompts are bounded by the size cap.
-_PLAIN_REST: dict = {}
-_PLAIN_REST_MAX = 8192
-
-
-def _plain_rest(piece: str) -> bytes:
-    rest = b',"delta":{"content":' + dumps(piece) + b'},"logprobs":null,"finish_reason":null' + CLOSE
-    if len(_PLAIN_REST) < _PLAIN_REST_MAX and len(piece) <= 64:
-        _PLAIN_REST[piece] = rest
-    return rest
+# a plain content chunk after its head: ``,"delta":{"content":<piece>},...}]}\n\n``
+_PLAIN_REST = PieceChunks(b',"delta":{"content":', b'},"logprobs":null,"finish_reason":null' + CLOSE)
 
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
@@ -146,7 +137,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
             rest = _PLAIN_REST.get(piece)
             if rest is None:
-                rest = _plain_rest(piece)
+                rest = _PLAIN_REST.render(piece)
             yield heads[i] + rest
             continue
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices

@@ -13,7 +13,7 @@ import time
 from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest, Prompt
-from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, check_kv_transfer, check_limits,
+from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
                    dumps, request_usage, stream_flags)
 from .protocol import CompletionRequest
@@ -136,16 +136,8 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
     return out
 
 
-# piece -> the bytes of a plain token chunk after its head; bounded (echoed prompts).
-_PLAIN_REST: dict = {}
-_PLAIN_REST_MAX = 8192
-
-
-def _plain_rest(piece: str) -> bytes:
-    rest = b',"text":' + dumps(piece) + b',"logprobs":null,"finish_reason":null,"stop_reason":null' + CLOSE
-    if len(_PLAIN_REST) < _PLAIN_REST_MAX and len(piece) <= 64:
-        _PLAIN_REST[piece] = rest
-    return rest
+# a plain token chunk after its head: ``,"text":<piece>,...}]}\n\n``
+_PLAIN_REST = PieceChunks(b',"text":', b',"logprobs":null,"finish_reason":null,"stop_reason":null' + CLOSE)
 
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
@@ -182,7 +174,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         if plain:                # the common chunk: its bytes after the head are cached per piece
             rest = _PLAIN_REST.get(piece)
             if rest is None:
-                rest = _plain_rest(piece)
+                rest = _PLAIN_REST.render(piece)
             yield heads[i] + rest
             continue
         if top is not None:
