@@ -43,6 +43,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
                 messages, responses):
         app.register_blueprint(mod.bp)
 
+    from blueprints.serving import GenerationFastPath
+    app.wsgi_app = GenerationFastPath(app)                # generation routes without Flask's context
     app.wsgi_app = _yield_after_each_response(app.wsgi_app)
     app.extensions["lifecycle"] = health.Lifecycle()      # readiness turns 503 on shutdown
     from blueprints.server import ChunkedBodyLimit

@@ -7,11 +7,8 @@ from flask import Blueprint
 from generation.adapters.chat import ChatAdapter
 from schemas.chat import chat_request_schema
 
-from .serving import serve
+from .serving import generation_view
 
 bp = Blueprint("chat", __name__)
-
-
-@bp.post("/v1/chat/completions")
-def create_chat_completion():
-    return serve(chat_request_schema, ChatAdapter)
+bp.add_url_rule("/v1/chat/completions", "create_chat_completion", generation_view(chat_request_schema, ChatAdapter),
+                 methods=["POST"])

@@ -113,59 +113,53 @@ def _openai_error_frame(err: Exception) -> bytes:
     return b"data: " + orjson.dumps(openai_body(err)) + b"\n\ndata: [DONE]\n\n"
 
 
-def sse_response(body_iter, headers: dict | None = None, sim=None, seqs=None, batch: bool = False,
-                 error_frame=_openai_error_frame, environ: dict | None = None) -> Response:
-    """A ``text/event-stream`` response whose chunks are flushed as they are yielded.
+def sse_body(body_iter, sim=None, seqs=None, batch: bool = False, error_frame=_openai_error_frame,
+             environ: dict | None = None):
+    """The body of a ``text/event-stream`` response: a generator of ``bytes`` flushed as yielded.
 
     An empty first chunk makes gunicorn send the headers at once (vLLM sends them before the
     first token).  With ``sim``/``seqs`` the request is aborted when the client leaves.  With
     ``batch`` the body marks the points where the stream is about to wait with empty chunks,
     and chunks due at the same instant go out in one write (clients see the same bytes).
-    The generator is handed to the server as is (``direct_passthrough``): per token it is the
-    only layer between the renderer and the socket.  An error after the 200 went out becomes
-    ``error_frame(err)`` (a SimulatorError, or a 500 for anything else) in the API's format."""
+    The generator is handed to the server as is: per token it is the only layer between the
+    renderer and the socket.  An error after the 200 went out becomes ``error_frame(err)`` (a
+    SimulatorError, or a 500 for anything else) in the API's format."""
     if environ is None:
         environ = request.environ
-
-    def body():
-        try:
-            yield b""
-            if sim is None:
-                yield from body_iter
-                return
-            with DisconnectWatcher(sim, seqs, environ):
-                try:
-                    if not batch:
-                        yield from body_iter
-                        return
-                    buf = []
-                    for c in body_iter:
-                        if c:
-                            buf.append(c)
-                        elif buf:
-                            yield buf[0] if len(buf) == 1 else b"".join(buf)
-                            buf = []
-                    if buf:
-                        yield b"".join(buf)
-                except ClientDisconnected:
+    try:
+        yield b""
+        if sim is None:
+            yield from body_iter
+            return
+        with DisconnectWatcher(sim, seqs, environ):
+            try:
+                if not batch:
+                    yield from body_iter
                     return
-        except Exception as e:         # a bug after the 200 went out: tell the client in-band
-            if not isinstance(e, SimulatorError):     # deliberate ones (shutdown) need no traceback
-                logging.getLogger("vllm_sim").exception("error while streaming")
-            yield error_frame(e if isinstance(e, SimulatorError) else internal_error(e))
-        finally:
-            # However the stream ends (client gone before the first write included), nothing
-            # may keep a slot or a queue place.
-            if sim is not None:
-                sim.cancel(seqs)
-            close = getattr(body_iter, "close", None)
-            if close is not None:
-                close()
-            gevent.sleep(0)   # let other keep-alive connections have a turn (see app.py)
-    h = dict(SSE_HEADERS)
-    if headers:
-        h.update(headers)
-    return Response(body(), status=200, mimetype="text/event-stream", headers=h, direct_passthrough=True)
+                buf = []
+                for c in body_iter:
+                    if c:
+                        buf.append(c)
+                    elif buf:
+                        yield buf[0] if len(buf) == 1 else b"".join(buf)
+                        buf = []
+                if buf:
+                    yield b"".join(buf)
+            except ClientDisconnected:
+                return
+    except Exception as e:         # a bug after the 200 went out: tell the client in-band
+        if not isinstance(e, SimulatorError):     # deliberate ones (shutdown) need no traceback
+            logging.getLogger("vllm_sim").exception("error while streaming")
+        yield error_frame(e if isinstance(e, SimulatorError) else internal_error(e))
+    finally:
+        # However the stream ends (client gone before the first write included), nothing
+        # may keep a slot or a queue place.
+        if sim is not None:
+            sim.cancel(seqs)
+        close = getattr(body_iter, "close", None)
+        if close is not None:
+            close()
+        gevent.sleep(0)   # let other keep-alive connections have a turn (see app.py)
 
 
 def header_safe(value: str) -> bool:

@@ -7,11 +7,8 @@ from flask import Blueprint
 from generation.adapters.completions import CompletionsAdapter
 from schemas.completions import completion_request_schema
 
-from .serving import serve
+from .serving import generation_view
 
 bp = Blueprint("completions", __name__)
-
-
-@bp.post("/v1/completions")
-def create_completion():
-    return serve(completion_request_schema, CompletionsAdapter)
+bp.add_url_rule("/v1/completions", "create_completion", generation_view(completion_request_schema, CompletionsAdapter),
+                 methods=["POST"])

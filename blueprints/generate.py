@@ -7,11 +7,8 @@ from flask import Blueprint
 from generation.adapters.generate import GenerateAdapter
 from schemas.generate import generate_request_schema
 
-from .serving import serve
+from .serving import generation_view
 
 bp = Blueprint("generate", __name__)
-
-
-@bp.post("/inference/v1/generate")
-def generate():
-    return serve(generate_request_schema, GenerateAdapter)
+bp.add_url_rule("/inference/v1/generate", "generate", generation_view(generate_request_schema, GenerateAdapter),
+                 methods=["POST"])

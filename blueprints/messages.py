@@ -17,7 +17,7 @@ from schemas.messages import count_tokens_request_schema, messages_request_schem
 
 from .common import json_response, parse_json_body, simulator
 from .errors import anthropic_error_response, status_of
-from .serving import serve
+from .serving import generation_view
 
 log = logging.getLogger("vllm_sim")
 
@@ -39,11 +39,8 @@ def _unexpected(err: Exception):
     log.exception("unexpected error in /v1/messages")
     return anthropic_error_response(f"Internal server error: {type(err).__name__}: {err}", 500)
 
-
-@bp.post("/v1/messages")
-def create_message():
-    """Anthropic ``message`` JSON, or its SSE stream when ``stream`` is true."""
-    return serve(messages_request_schema, anthropic.MessagesAdapter)
+bp.add_url_rule("/v1/messages", "create_message", generation_view(messages_request_schema, anthropic.MessagesAdapter),
+                 methods=["POST"])
 
 
 @bp.post("/v1/messages/count_tokens")

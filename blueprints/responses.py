@@ -7,12 +7,8 @@ from flask import Blueprint
 from generation.adapters.responses import ResponsesAdapter
 from schemas.responses import responses_request_schema
 
-from .serving import serve
+from .serving import generation_view
 
 bp = Blueprint("responses", __name__)
-
-
-@bp.post("/v1/responses")
-def create_response():
-    """A ``response`` object, or its SSE event stream when ``stream`` is true."""
-    return serve(responses_request_schema, ResponsesAdapter)
+bp.add_url_rule("/v1/responses", "create_response", generation_view(responses_request_schema, ResponsesAdapter),
+                 methods=["POST"])

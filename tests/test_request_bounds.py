@@ -207,7 +207,7 @@ def test_failure_after_admission_releases_the_slot(stream, monkeypatch):
     def broken(*a, **k):
         assert sim.running == 1          # admitted at this point
         raise RuntimeError("broken before the first byte")
-    monkeypatch.setattr(serving, "sse_response" if stream else "run_to_completion", broken)
+    monkeypatch.setattr(serving, "sse_body" if stream else "run_to_completion", broken)
     before = successes(sim)
     r = c.post("/v1/chat/completions", json={**CHAT, "stream": stream})
     assert r.status_code == 500

@@ -1,0 +1,131 @@
+"""The generation routes' two entry points (blueprints/serving.py) answer alike.
+
+A POST with a Content-Length goes through ``GenerationFastPath`` (no Flask request context); the
+same request with a chunked body (no Content-Length, as gunicorn passes it) goes through the
+Flask view.  Both must give the same status, headers and body, errors included.
+"""
+from __future__ import annotations
+
+import io
+import json
+
+import orjson
+import pytest
+
+from app import create_app
+from blueprints.serving import GenerationFastPath
+from generation.config import load_config
+
+MSG = [{"role": "user", "content": "Hello there"}]
+
+
+@pytest.fixture(scope="module")
+def app():
+    return create_app(load_config(["--model", "test-model", "--seed", "7"]))
+
+
+def call(app, path: str, body: bytes, chunked: bool, headers: dict | None = None):
+    """(status line, {header: value}, body bytes) of one POST through the whole WSGI stack."""
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
+               "SERVER_NAME": "sim", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
+               "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body), "wsgi.errors": io.StringIO(),
+               "wsgi.multithread": False, "wsgi.multiprocess": False, "wsgi.run_once": False,
+               "CONTENT_TYPE": "application/json", "HTTP_X_REQUEST_ID": "fixed-id"}
+    if chunked:
+        environ["HTTP_TRANSFER_ENCODING"] = "chunked"
+        environ["wsgi.input_terminated"] = True
+    else:
+        environ["CONTENT_LENGTH"] = str(len(body))
+    for k, v in (headers or {}).items():
+        environ["HTTP_" + k.upper().replace("-", "_")] = v
+    got = {}
+
+    def start_response(status, hdrs, exc_info=None):
+        got["status"], got["headers"] = status, dict(hdrs)
+    it = app.wsgi_app(environ, start_response)
+    out = b"".join(it)
+    if hasattr(it, "close"):
+        it.close()
+    return got["status"], got["headers"], out
+
+
+def normalise(body: bytes) -> bytes:
+    """The body without its creation times (they may tick between the two calls)."""
+    text = body.decode()
+    return orjson.dumps([_drop_created(json.loads(part)) if part.startswith("{") else part
+                         for part in _parts(text)])
+
+
+def _parts(text: str) -> list:
+    if not text.startswith(("data:", "event:")):
+        return [text]
+    return [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("data: ")]
+
+
+def _drop_created(obj):
+    if isinstance(obj, dict):
+        return {k: _drop_created(v) for k, v in obj.items() if k not in ("created", "created_at")}
+    if isinstance(obj, list):
+        return [_drop_created(v) for v in obj]
+    return obj
+
+
+CASES = [
+    ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 5}),
+    ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 5, "stream": True}),
+    ("/v1/completions", {"model": "test-model", "prompt": "Hi", "max_tokens": 4, "n": 2}),
+    ("/v1/completions", {"model": "test-model", "prompt": "Hi", "max_tokens": 4, "stream": True}),
+    ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 5}),
+    ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 5, "stream": True}),
+    ("/v1/responses", {"model": "test-model", "input": "Hi", "max_output_tokens": 5}),
+    ("/inference/v1/generate", {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 3}}),
+    # errors, in each envelope
+    ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": -1}),
+    ("/v1/chat/completions", {"model": "nope", "messages": MSG}),
+    ("/v1/messages", {"model": "test-model", "messages": MSG}),
+    ("/v1/completions", b"{not json"),
+]
+
+
+@pytest.mark.parametrize("path,body", CASES)
+def test_both_entry_points_answer_alike(app, path, body):
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    sim = app.extensions["simulator"]
+    sim.rng.seed(3)
+    fast = call(app, path, raw, chunked=False)
+    sim.rng.seed(3)
+    flask = call(app, path, raw, chunked=True)
+    assert fast[0] == flask[0]
+    assert fast[1] == flask[1]
+    assert normalise(fast[2]) == normalise(flask[2])
+    assert sim.running == 0 and not sim.waiting
+
+
+def test_route_table_is_the_generation_routes(app):
+    fast = GenerationFastPath(app)
+    assert sorted(fast.routes) == ["/inference/v1/generate", "/v1/chat/completions", "/v1/completions",
+                                   "/v1/messages", "/v1/responses"]
+
+
+@pytest.mark.parametrize("path,envelope", [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")])
+def test_unexpected_error_is_a_readable_500_on_both(app, monkeypatch, path, envelope):
+    import blueprints.serving as serving
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(serving, "header_checks", broken)
+    body = orjson.dumps({"model": "test-model", "messages": MSG, "max_tokens": 2})
+    for chunked in (False, True):
+        status, headers, out = call(app, path, body, chunked)
+        assert status.startswith("500 ")
+        err = json.loads(out)
+        if envelope == "openai":
+            assert err["error"]["code"] == 500 and "RuntimeError: boom" in err["error"]["message"]
+        else:
+            assert err["type"] == "error" and err["error"]["type"] == "api_error"
+            assert "RuntimeError: boom" in err["error"]["message"]
+
+
+def test_other_methods_and_paths_still_reach_flask(app):
+    environ_get = call(app, "/v1/chat/completions/", b"{}", chunked=False)
+    assert environ_get[0].startswith("404")
