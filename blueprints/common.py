@@ -117,8 +117,9 @@ def sse_body(body_iter, sim=None, seqs=None, batch: bool = False, error_frame=_o
              environ: dict | None = None):
     """The body of a ``text/event-stream`` response: a generator of ``bytes`` flushed as yielded.
 
-    An empty first chunk makes gunicorn send the headers at once (vLLM sends them before the
-    first token).  With ``sim``/``seqs`` the request is aborted when the client leaves.  With
+    An empty first chunk makes gunicorn send the headers at once when the stream will wait
+    (vLLM sends them before the first token); a stream that never waits sends them with its
+    first bytes (one write fewer; the client cannot tell).  With ``sim``/``seqs`` the request is aborted when the client leaves.  With
     ``batch`` the body marks the points where the stream is about to wait with empty chunks,
     and chunks due at the same instant go out in one write (clients see the same bytes).
     The generator is handed to the server as is: per token it is the only layer between the
@@ -127,7 +128,8 @@ def sse_body(body_iter, sim=None, seqs=None, batch: bool = False, error_frame=_o
     if environ is None:
         environ = request.environ
     try:
-        yield b""
+        if sim is None or sim.expects_delay(seqs):
+            yield b""
         if sim is None:
             yield from body_iter
             return

@@ -8,10 +8,36 @@ until the first body write (or the end of the response) and send them in the sam
 A stream still gets its headers at once: the SSE generators yield their first frame (or an
 empty flush) before any sleep, and an empty write flushes held headers.
 
+It also trims per-request work gunicorn repeats although its inputs never change in a running
+worker (the configuration is fixed once the worker starts):
+
+* a body is sent with one ``send`` when the socket takes it all (gevent's ``sendall`` asks the
+  kernel for ``SO_SNDBUF`` on every call first); the rest, if any, goes through ``sendall``;
+* the ``Date`` header is formatted once per second, not once per response;
+* whether a peer address may set ``X-Forwarded-*`` headers (``forwarded_allow_ips``) is decided
+  once per address (a bounded memo), not parsed with :mod:`ipaddress` per request;
+* ``wsgi.errors`` is one object per worker, not a new one (and a logger lookup) per request.
+
 Call :func:`install` in the process that serves (before or after the fork); it is idempotent
-and only touches ``gunicorn.http.wsgi.Response``.
+and only touches ``gunicorn.http.wsgi`` (``Response``, ``WSGIErrorsWrapper``),
+``gunicorn.util.http_date`` and ``gunicorn.http.message._ip_in_allow_list`` (gunicorn 27.0.1,
+pinned in requirements.txt; ``tests/test_gunicorn_tuning.py`` checks each against gunicorn's own).
 """
 from __future__ import annotations
+
+import time
+
+ALLOW_LIST_MEMO = 4096        # peer addresses remembered (one entry each; cleared when full)
+
+
+def send_all(sock, data) -> None:
+    """``sock.sendall(data)`` in one ``send`` when the kernel takes every byte (the usual case
+    for a response that fits the socket buffer)."""
+    if not data:
+        return
+    sent = sock.send(data)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
 
 
 def install() -> None:
@@ -35,9 +61,9 @@ def install() -> None:
     def _flush_headers(self, data: bytes = b"") -> None:
         held = self.__dict__.pop("_held_headers", None)
         if held is not None:
-            self.sock.sendall(held + data)
+            send_all(self.sock, held + data)
         elif data:
-            self.sock.sendall(data)
+            send_all(self.sock, data)
 
     def _emit_body(self, data):
         if self.chunked:
@@ -60,3 +86,44 @@ def install() -> None:
     resp.write = write
     resp.close = close
     resp._headers_with_body = True
+    _install_per_request_savings()
+
+
+def _install_per_request_savings() -> None:
+    from gunicorn import util
+    from gunicorn.http import message, wsgi
+
+    original_date = util.http_date
+    last = [0, ""]
+
+    def http_date(timestamp=None):
+        if timestamp is not None:
+            return original_date(timestamp)
+        now = int(time.time())
+        if now != last[0]:
+            last[1] = original_date(now)
+            last[0] = now
+        return last[1]
+    util.http_date = http_date
+
+    original_allow = message._ip_in_allow_list
+    memo: dict = {}
+
+    def ip_in_allow_list(ip_str, allow_list, networks):
+        ok = memo.get(ip_str)
+        if ok is None:
+            if len(memo) >= ALLOW_LIST_MEMO:
+                memo.clear()
+            ok = memo[ip_str] = original_allow(ip_str, allow_list, networks)
+        return ok
+    message._ip_in_allow_list = ip_in_allow_list
+
+    wrapper_cls = wsgi.WSGIErrorsWrapper
+    wrappers: dict = {}           # id(cfg) -> (cfg, wrapper); a worker has one cfg
+
+    def errors_wrapper(cfg):
+        got = wrappers.get(id(cfg))
+        if got is None or got[0] is not cfg:
+            got = wrappers[id(cfg)] = (cfg, wrapper_cls(cfg))
+        return got[1]
+    wsgi.WSGIErrorsWrapper = errors_wrapper

@@ -17,6 +17,10 @@ class Sock:
     def sendall(self, data):
         self.sends.append(bytes(data))
 
+    def send(self, data):
+        self.sends.append(bytes(data))
+        return len(data)
+
 
 def response(status="200 OK", headers=(("Content-Type", "application/json"),), method="POST"):
     req = SimpleNamespace(version=(1, 1), method=method, should_close=lambda: False)
@@ -67,3 +71,52 @@ def test_no_body_response_still_sends_its_headers():
     resp, sock = response(status="204 No Content", headers=())
     resp.close()
     assert len(sock.sends) == 1 and sock.sends[0].startswith(b"HTTP/1.1 204 No Content")
+
+
+class ShortSock(Sock):
+    """A socket whose ``send`` takes 3 bytes at most (a full kernel buffer)."""
+
+    def send(self, data):
+        self.sends.append(bytes(data[:3]))
+        return min(3, len(data))
+
+
+def test_a_partial_send_is_completed_in_order():
+    sock = ShortSock()
+    gunicorn_tuning.send_all(sock, b"0123456789")
+    assert b"".join(sock.sends) == b"0123456789" and sock.sends[0] == b"012"
+    gunicorn_tuning.send_all(sock, b"")
+    assert len(sock.sends) == 2
+
+
+def test_date_header_is_gunicorns_to_the_second(monkeypatch):
+    from email.utils import formatdate
+
+    from gunicorn import util
+    for _ in range(3):
+        before = formatdate(None, localtime=False, usegmt=True)
+        got = util.http_date()
+        after = formatdate(None, localtime=False, usegmt=True)
+        assert got in (before, after)
+    assert util.http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"
+    ticks = iter([1000.2, 1000.9, 1001.1])
+    monkeypatch.setattr(gunicorn_tuning.time, "time", lambda: next(ticks))
+    assert util.http_date() == util.http_date(1000) == "Thu, 01 Jan 1970 00:16:40 GMT"
+    assert util.http_date() == "Thu, 01 Jan 1970 00:16:40 GMT"
+    assert util.http_date() == "Thu, 01 Jan 1970 00:16:41 GMT"
+
+
+def test_forwarded_allow_list_answer_is_gunicorns():
+    import ipaddress
+
+    from gunicorn.http import message
+    allow = ["127.0.0.1", "10.0.0.0/8"]
+    nets = [ipaddress.ip_network(a) for a in allow]
+    for ip, want in (("127.0.0.1", True), ("10.1.2.3", True), ("192.168.0.1", False), ("not-an-ip", False),
+                     ("127.0.0.1", True), ("192.168.0.1", False)):
+        assert message._ip_in_allow_list(ip, allow, nets) is want
+
+
+def test_one_wsgi_errors_stream_per_config():
+    cfg = SimpleNamespace(errorlog="-")
+    assert wsgi.WSGIErrorsWrapper(cfg) is wsgi.WSGIErrorsWrapper(cfg)
