@@ -378,10 +378,12 @@ class Simulator:
 
     FLUSH = -1   # yielded by run() before it sleeps: chunks rendered so far should go out now
 
-    def run(self, seq: Sequence, per_token: bool = True):
+    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False):
         """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
         inter-token latency apart (absolute schedule, so lateness does not accumulate), and
         :attr:`FLUSH` before every sleep so that a renderer can write what it has in one go.
+        With ``blocks``, tokens that are all due at once (zero inter-token latency) come as one
+        ``range`` of indexes, so that a renderer can build their chunks in one go.
 
         With ``per_token=False`` (non-streaming) and a constant inter-token latency the decode
         phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
@@ -424,7 +426,9 @@ class Simulator:
                     lag(now - target)
                     metrics.lag.observe_n(0.0, n - 2)
                     metrics.observe_itl_n(itl, n - 1)
-                else:                                    # zero ITL: every token is due now
+                elif blocks:                             # zero ITL: every token is due now
+                    yield range(1, n)
+                else:
                     for k in range(1, n):
                         yield k
                     metrics.lag.observe_n(0.0, n - 1)
@@ -463,9 +467,10 @@ class Simulator:
         for _ in self.run(seq, per_token=False):
             pass
 
-    def stream(self, seqs: list[Sequence], flush: bool = False):
+    def stream(self, seqs: list[Sequence], flush: bool = False, blocks: bool = False):
         """Generator of ``(sequence, token_index)`` in emission order over all ``seqs``;
-        with ``flush``, also ``(sequence or None, FLUSH)`` whenever the next token is not ready.
+        with ``flush``, also ``(sequence or None, FLUSH)`` whenever the next token is not ready;
+        with ``blocks``, ``(sequence, range)`` for tokens due at once (see :meth:`run`).
 
         One sequence runs in the caller's greenlet; several run in their own greenlets and
         their tokens interleave as they are produced.  Closing the generator aborts every
@@ -473,17 +478,17 @@ class Simulator:
         if len(seqs) == 1:
             seq = seqs[0]
             if flush:               # C-level pairing: no Python frame per token
-                return zip(itertools.repeat(seq), self.run(seq))
-            return ((seq, k) for k in self.run(seq) if k >= 0)
-        return self._stream_many(seqs, flush)
+                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks))
+            return ((seq, k) for k in self.run(seq, blocks=blocks) if k != self.FLUSH)
+        return self._stream_many(seqs, flush, blocks)
 
-    def _stream_many(self, seqs: list[Sequence], flush: bool):
+    def _stream_many(self, seqs: list[Sequence], flush: bool, blocks: bool = False):
         q = gevent.queue.Queue()
         done = object()
 
         def worker(s):
             try:
-                for k in self.run(s):
+                for k in self.run(s, blocks=blocks):
                     q.put((s, k))
             except ClientDisconnected:
                 pass
@@ -500,7 +505,7 @@ class Simulator:
                 if k is done:
                     remaining -= 1
                     continue
-                if k >= 0:
+                if k != self.FLUSH:
                     yield s, k
             if any(s.state == SeqState.ABORTED for s in seqs):
                 raise ClientDisconnected()

@@ -129,3 +129,34 @@ def test_unexpected_error_is_a_readable_500_on_both(app, monkeypatch, path, enve
 def test_other_methods_and_paths_still_reach_flask(app):
     environ_get = call(app, "/v1/chat/completions/", b"{}", chunked=False)
     assert environ_get[0].startswith("404")
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 40, "stream": True, "ignore_eos": True}),
+    ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 30, "n": 3, "stream": True, "ignore_eos": True,
+                              "stream_options": {"include_usage": True}}),
+    ("/v1/completions", {"model": "test-model", "prompt": "Hi", "max_tokens": 40, "stream": True, "ignore_eos": True}),
+    ("/v1/completions", {"model": "test-model", "prompt": ["Hi", "Ho"], "max_tokens": 25, "n": 2, "stream": True, "ignore_eos": True}),
+])
+def test_token_blocks_give_the_bytes_of_single_tokens(app, monkeypatch, path, body):
+    """Tokens due at once are rendered as one block (engine ``blocks``); the stream's bytes are
+    those of rendering them one by one."""
+    from generation.engine import Simulator
+    sim = app.extensions["simulator"]
+    raw = orjson.dumps(body)
+    original = Simulator.stream
+    used = []
+
+    def stream(self, seqs, flush=False, blocks=False):
+        used.append(blocks)
+        return original(self, seqs, flush, blocks and not forced_single)
+    monkeypatch.setattr(Simulator, "stream", stream)
+    forced_single = False
+    sim.rng.seed(5)
+    blocked = call(app, path, raw, chunked=False)
+    forced_single = True
+    sim.rng.seed(5)
+    single = call(app, path, raw, chunked=False)
+    assert used == [True, True]
+    assert blocked[0].startswith("200") and normalise(blocked[2]) == normalise(single[2])
+    assert blocked[2].count(b"data: ") == single[2].count(b"data: ") > body["max_tokens"]

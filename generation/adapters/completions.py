@@ -165,7 +165,10 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
-    for seq, k in sim.stream(seqs, flush=True):
+    for seq, k in sim.stream(seqs, flush=True, blocks=plain):
+        if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
+            yield _PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop])
+            continue
         if k < 0:
             yield b""          # flush: the next token is not due yet
             continue
