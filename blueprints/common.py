@@ -11,7 +11,6 @@ import socket
 import gevent
 import orjson
 from flask import Response, current_app, request
-from gevent.socket import wait_read
 
 from generation.engine import ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
@@ -71,32 +70,49 @@ class DisconnectWatcher:
     aborts requests whose client went away: slots are freed at once, queued sequences leave
     the queue, nothing is counted as a success.
 
-    A greenlet waits until the client socket is readable; during a response the client sends
-    nothing, so readable-with-no-data means EOF.  Only used when the request will wait."""
+    An I/O watcher on the client socket calls back when it turns readable; during a response
+    the client sends nothing, so readable-with-no-data means EOF.  A watcher, not a greenlet
+    per request: no spawn, no switches and no kill per request (issue 13); the callback runs
+    in the hub, so it only peeks, and the abort itself runs in a greenlet of its own.
+    Only used when the request will wait."""
 
     def __init__(self, sim, seqs, environ):
         self.sim = sim
         self.seqs = seqs
         self.sock = environ.get("gunicorn.socket")
-        self.greenlet = None
+        self.watcher = None
 
     def __enter__(self):
         if self.sock is not None and self.sim.expects_delay(self.seqs):
-            self.greenlet = gevent.spawn(self._watch)
+            try:
+                fd = self.sock.fileno()
+            except (OSError, ValueError):
+                return self
+            if fd >= 0:
+                self.watcher = gevent.get_hub().loop.io(fd, 1)      # 1: readable
+                self.watcher.start(self._readable)
         return self
 
-    def _watch(self):
+    def _readable(self):
+        raw = getattr(self.sock, "_sock", self.sock)       # the OS socket: recv must not wait
         try:
-            wait_read(self.sock.fileno())
-            data = self.sock.recv(1, socket.MSG_PEEK)
-        except (OSError, ValueError):
+            data = socket.socket.recv(raw, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return                                          # spurious wake-up: keep watching
+        except (OSError, ValueError, TypeError):
             data = b""
+        self._stop()
         if not data:
-            self.sim.cancel(self.seqs)
+            gevent.spawn(self.sim.cancel, self.seqs)
+
+    def _stop(self):
+        w, self.watcher = self.watcher, None
+        if w is not None:
+            w.stop()
+            w.close()
 
     def __exit__(self, *exc):
-        if self.greenlet is not None:
-            self.greenlet.kill(block=False)
+        self._stop()
         return False
 
 
@@ -113,18 +129,17 @@ def _openai_error_frame(err: Exception) -> bytes:
     return b"data: " + orjson.dumps(openai_body(err)) + b"\n\ndata: [DONE]\n\n"
 
 
-def sse_body(body_iter, sim=None, seqs=None, batch: bool = False, error_frame=_openai_error_frame,
-             environ: dict | None = None):
+def sse_body(body_iter, sim=None, seqs=None, error_frame=_openai_error_frame, environ: dict | None = None):
     """The body of a ``text/event-stream`` response: a generator of ``bytes`` flushed as yielded.
 
     An empty first chunk makes gunicorn send the headers at once when the stream will wait
     (vLLM sends them before the first token); a stream that never waits sends them with its
-    first bytes (one write fewer; the client cannot tell).  With ``sim``/``seqs`` the request is aborted when the client leaves.  With
-    ``batch`` the body marks the points where the stream is about to wait with empty chunks,
-    and chunks due at the same instant go out in one write (clients see the same bytes).
-    The generator is handed to the server as is: per token it is the only layer between the
-    renderer and the socket.  An error after the 200 went out becomes ``error_frame(err)`` (a
-    SimulatorError, or a 500 for anything else) in the API's format."""
+    first bytes (one write fewer; the client cannot tell).  With ``sim``/``seqs`` the request
+    is aborted when the client leaves.  Each item of ``body_iter`` is one write: renderers join
+    the chunks due at the same instant (clients see the same bytes).  The renderer is delegated
+    to with ``yield from``, so per write this adds no Python frame between it and the server.
+    An error after the 200 went out becomes ``error_frame(err)`` (a SimulatorError, or a 500
+    for anything else) in the API's format."""
     if environ is None:
         environ = request.environ
     try:
@@ -135,18 +150,7 @@ def sse_body(body_iter, sim=None, seqs=None, batch: bool = False, error_frame=_o
             return
         with DisconnectWatcher(sim, seqs, environ):
             try:
-                if not batch:
-                    yield from body_iter
-                    return
-                buf = []
-                for c in body_iter:
-                    if c:
-                        buf.append(c)
-                    elif buf:
-                        yield buf[0] if len(buf) == 1 else b"".join(buf)
-                        buf = []
-                if buf:
-                    yield b"".join(buf)
+                yield from body_iter
             except ClientDisconnected:
                 return
     except Exception as e:         # a bug after the 200 went out: tell the client in-band

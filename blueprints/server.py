@@ -436,6 +436,7 @@ def _make_worker_class():
                                       **ssl_args)
                 server.start()
                 servers.append(server)
+            freeze_startup_heap()
             scheme = "https" if self.cfg.is_ssl else "http"
             log.info("ready: listening on %s", ", ".join(f"{scheme}://{_addr(s)}" for s in self.sockets))
             while self._stop_signal is None:
@@ -609,6 +610,16 @@ def listen(config):
         reason = "already in use" if e.errno == errno.EADDRINUSE else e.strerror
         log.error("cannot listen on %s:%d: %s", config.host, config.port, reason)
         return None
+
+
+def freeze_startup_heap() -> None:
+    """Move everything start-up built (modules, the app, the engine) out of the garbage
+    collector's view, as vLLM's API server does after loading (``gc.freeze``): a full
+    collection otherwise walks that whole heap, a pause of several ms that every open stream
+    feels (ITL p99 +5 ms at 300 streams, issue 13)."""
+    import gc
+    gc.collect()
+    gc.freeze()
 
 
 def serve(config, app_factory, argv: list[str] | None = None, script: str | None = None,

@@ -65,8 +65,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
             def error_frame(err) -> bytes:
                 return adapter.stream_error(error_body(err, envelope))
 
-            stream = sse_body(adapter.stream(seqs), sim, seqs, batch=adapter.batch, error_frame=error_frame,
-                              environ=environ)
+            stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
             return 200, [*extra.items(), *SSE_BASE_HEADERS], stream
         run_to_completion(sim, seqs, environ)
         out = orjson.dumps(adapter.render(seqs))

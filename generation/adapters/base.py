@@ -38,11 +38,8 @@ class Adapter:
     :meth:`build`, :meth:`render` and :meth:`stream`.
 
     ``envelope``: the error envelope of the API (``"openai"`` or ``"anthropic"``).
-    ``batch``: SSE chunks due at the same instant go out in one write (the stream yields ``b""``
-    where it is about to wait).
     ``cache_threshold_header``: whether ``X-Cache-Threshold-Finish-Reason`` applies."""
     envelope = "openai"
-    batch = False
     cache_threshold_header = True
 
     def __init__(self, sim, body):

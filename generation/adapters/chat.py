@@ -23,7 +23,6 @@ CLOSE = b"}]" + CHUNK_END
 
 
 class ChatAdapter(Adapter):
-    batch = True
     body: ChatCompletionRequest
 
     def body_request_id(self) -> str | None:
@@ -115,6 +114,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     delta (vLLM's ``return_token_ids``)."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
+    out = []              # chunks due now: one write when the stream is about to wait
+    put = out.append
     started = [False] * len(seqs)
     call_maps = {}
 
@@ -131,22 +132,24 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             i = seq.index
             if not started[i]:
                 started[i] = True
-                yield role_chunk(i)
-            yield _PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop])
+                put(role_chunk(i))
+            put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
             continue
-        if k < 0:
-            yield b""          # flush: the next token is not due yet
+        if k < 0:              # the next token is not due yet: write what is due now
+            if out:
+                yield out[0] if len(out) == 1 else b"".join(out)
+                out.clear()
             continue
         i = seq.index
         if not started[i]:
             started[i] = True
-            yield role_chunk(i)
+            put(role_chunk(i))
         piece = seq.pieces[k]
         if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
             rest = _PLAIN_REST.get(piece)
             if rest is None:
                 rest = _PLAIN_REST.render(piece)
-            yield heads[i] + rest
+            put(heads[i] + rest)
             continue
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
@@ -162,17 +165,18 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            yield heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end
+            put(heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end)
             continue
         logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
-        yield (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
-               b',"finish_reason":null' + end)
+        put(heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
+            b',"finish_reason":null' + end)
     for seq in seqs:
         i = seq.index
         if not started[i] and seq.finish_reason != "cache_threshold":
-            yield role_chunk(i)
-        yield (heads[i] + b',"delta":{},"logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-               b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
+            put(role_chunk(i))
+        put(heads[i] + b',"delta":{},"logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
+            b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
     if include_usage:
-        yield frame.usage_chunk(request_usage(seqs))
-    yield b"data: [DONE]\n\n"
+        put(frame.usage_chunk(request_usage(seqs)))
+    put(b"data: [DONE]\n\n")
+    yield b"".join(out)

@@ -22,7 +22,6 @@ CLOSE = b"}]" + CHUNK_END
 
 
 class CompletionsAdapter(Adapter):
-    batch = True
     body: CompletionRequest
 
     def body_request_id(self) -> str | None:
@@ -147,6 +146,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
     frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
+    out = []              # chunks due now: one write when the stream is about to wait
+    put = out.append
     offsets = [0] * len(seqs)
     pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else None
     if echo_prompt:
@@ -159,18 +160,20 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                 d["token_logprobs"][0] = d["top_logprobs"][0] = None
                 logprobs = dumps(d)
                 offsets[s.index] = len(text)
-            yield (heads[s.index] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs +
-                   b',"finish_reason":null,"stop_reason":null' + (pids.pop(s.index) if token_ids else b"") +
-                   b'}]' + tail())
+            put(heads[s.index] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs +
+                b',"finish_reason":null,"stop_reason":null' + (pids.pop(s.index) if token_ids else b"") +
+                b'}]' + tail())
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
     for seq, k in sim.stream(seqs, flush=True, blocks=plain):
         if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
-            yield _PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop])
+            put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
             continue
-        if k < 0:
-            yield b""          # flush: the next token is not due yet
+        if k < 0:              # the next token is not due yet: write what is due now
+            if out:
+                yield out[0] if len(out) == 1 else b"".join(out)
+                out.clear()
             continue
         i = seq.index
         piece = seq.pieces[k]
@@ -178,7 +181,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             rest = _PLAIN_REST.get(piece)
             if rest is None:
                 rest = _PLAIN_REST.render(piece)
-            yield heads[i] + rest
+            put(heads[i] + rest)
             continue
         if top is not None:
             logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
@@ -188,12 +191,13 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
-        yield (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
-               b',"finish_reason":null,"stop_reason":null' + end)
+        put(heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
+            b',"finish_reason":null,"stop_reason":null' + end)
     for seq in seqs:
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
-        yield (heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-               b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
+        put(heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
+            b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
     if include_usage:
-        yield frame.usage_chunk(request_usage(seqs))
-    yield b"data: [DONE]\n\n"
+        put(frame.usage_chunk(request_usage(seqs)))
+    put(b"data: [DONE]\n\n")
+    yield b"".join(out)
