@@ -16,6 +16,7 @@ from generation.engine import ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import error_response, internal_error, openai_body  # noqa: F401  (error_response: app.py)
+from .sse_emitter import HubEmitter, usable_response
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -135,9 +136,10 @@ def sse_body(body_iter, sim=None, seqs=None, error_frame=_openai_error_frame, en
     An empty first chunk makes gunicorn send the headers at once when the stream will wait
     (vLLM sends them before the first token); a stream that never waits sends them with its
     first bytes (one write fewer; the client cannot tell).  With ``sim``/``seqs`` the request
-    is aborted when the client leaves.  Each item of ``body_iter`` is one write: renderers join
-    the chunks due at the same instant (clients see the same bytes).  The renderer is delegated
-    to with ``yield from``, so per write this adds no Python frame between it and the server.
+    is aborted when the client leaves.  Each ``bytes`` item of ``body_iter`` is one write
+    (renderers join the chunks due at the same instant); a ``float`` item is a deadline to wait
+    for: from the first one on, a gunicorn response over plain HTTP is emitted from the event
+    loop (:mod:`blueprints.sse_emitter`), anything else waits in this greenlet.
     An error after the 200 went out becomes ``error_frame(err)`` (a SimulatorError, or a 500
     for anything else) in the API's format."""
     if environ is None:
@@ -150,7 +152,26 @@ def sse_body(body_iter, sim=None, seqs=None, error_frame=_openai_error_frame, en
             return
         with DisconnectWatcher(sim, seqs, environ):
             try:
-                yield from body_iter
+                hub_ok = len(seqs) == 1
+                for item in body_iter:
+                    if item.__class__ is not float:
+                        yield item
+                        continue
+                    # A deadline: wait for it, from the hub when the server allows (sse_emitter).
+                    target = usable_response(environ) if hub_ok else None
+                    if target is None:
+                        sim.sleep_until(seqs[0], item)
+                        continue
+                    outcome, value = HubEmitter(seqs[0], body_iter, *target).run(item)
+                    if outcome == "done":
+                        return
+                    if outcome == "error":
+                        raise value
+                    hub_ok = False          # a slow reader: this greenlet drives the rest
+                    try:
+                        environ["gunicorn.socket"].sendall(value)
+                    except OSError:
+                        return
             except ClientDisconnected:
                 return
     except Exception as e:         # a bug after the 200 went out: tell the client in-band

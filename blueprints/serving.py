@@ -37,6 +37,7 @@ from schemas.common import load
 from .common import (SSE_HEADERS, header_checks, parse_json_body, request_id, response_headers,
                      run_to_completion, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
+from .sse_emitter import WRITE_KEY
 
 log = logging.getLogger("vllm_sim")
 
@@ -147,5 +148,5 @@ class GenerationFastPath:
         except Exception as err:       # noqa: BLE001 - rendered as the Flask handlers do
             status, headers, body = error_reply(err, adapter_cls.envelope)
         line = self.status_lines.get(status) or _status_line(status)
-        start_response(line, headers)
+        environ[WRITE_KEY] = start_response(line, headers)    # a stream may write from the hub
         return body

@@ -327,6 +327,11 @@ class Simulator:
         if seq.state == SeqState.ABORTED:
             raise ClientDisconnected()
 
+    def sleep_until(self, seq: Sequence, until: float) -> None:
+        """Sleep in the calling greenlet until ``monotonic() >= until`` (a deadline that
+        :meth:`run` yielded); raises ClientDisconnected if ``seq`` is aborted meanwhile."""
+        self._sleep(seq, until)
+
     @staticmethod
     def _sleep(seq: Sequence, until: float) -> None:
         """Sleep until ``monotonic() >= until`` (never earlier); :meth:`cancel` can cut it short
@@ -378,12 +383,18 @@ class Simulator:
 
     FLUSH = -1   # yielded by run() before it sleeps: chunks rendered so far should go out now
 
-    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False):
+    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False, deadlines: bool = False):
         """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
         inter-token latency apart (absolute schedule, so lateness does not accumulate), and
         :attr:`FLUSH` before every sleep so that a renderer can write what it has in one go.
         With ``blocks``, tokens that are all due at once (zero inter-token latency) come as one
         ``range`` of indexes, so that a renderer can build their chunks in one go.
+
+        With ``deadlines``, the generator does not sleep itself: where it would flush and sleep
+        it yields the deadline instead (a ``float``, :func:`time.monotonic` seconds), and its
+        driver resumes it once ``monotonic()`` has reached it (:meth:`sleep_until`, or a timer
+        in the hub: see :mod:`blueprints.sse_emitter`); it then raises ClientDisconnected if the
+        sequence was aborted meanwhile.
 
         With ``per_token=False`` (non-streaming) and a constant inter-token latency the decode
         phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
@@ -405,9 +416,14 @@ class Simulator:
             n = len(seq.pieces)
             now = monotonic()
             if target > now:
-                if per_token:
-                    yield -1
-                sleep(seq, target)
+                if deadlines:
+                    yield target
+                    if seq.state == SeqState.ABORTED:
+                        raise ClientDisconnected()
+                else:
+                    if per_token:
+                        yield -1
+                    sleep(seq, target)
                 now = monotonic()
             seq.first_token_at = now
             if n:
@@ -440,9 +456,14 @@ class Simulator:
                     target += lat.itl(self.running)
                     now = monotonic()
                     if target > now:
-                        if per_token:
-                            yield -1
-                        sleep(seq, target)
+                        if deadlines:
+                            yield target
+                            if seq.state == SeqState.ABORTED:
+                                raise ClientDisconnected()
+                        else:
+                            if per_token:
+                                yield -1
+                            sleep(seq, target)
                         now = monotonic()
                     lag(now - target)
                     itl_obs(now - prev)
@@ -467,10 +488,12 @@ class Simulator:
         for _ in self.run(seq, per_token=False):
             pass
 
-    def stream(self, seqs: list[Sequence], flush: bool = False, blocks: bool = False):
+    def stream(self, seqs: list[Sequence], flush: bool = False, blocks: bool = False, deadlines: bool = False):
         """Generator of ``(sequence, token_index)`` in emission order over all ``seqs``;
         with ``flush``, also ``(sequence or None, FLUSH)`` whenever the next token is not ready;
-        with ``blocks``, ``(sequence, range)`` for tokens due at once (see :meth:`run`).
+        with ``blocks``, ``(sequence, range)`` for tokens due at once (see :meth:`run`);
+        with ``deadlines`` and one sequence, ``(sequence, deadline)`` where it would flush and
+        sleep (see :meth:`run`; several sequences ignore it: they run in greenlets of their own).
 
         One sequence runs in the caller's greenlet; several run in their own greenlets and
         their tokens interleave as they are produced.  Closing the generator aborts every
@@ -478,7 +501,7 @@ class Simulator:
         if len(seqs) == 1:
             seq = seqs[0]
             if flush:               # C-level pairing: no Python frame per token
-                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks))
+                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks, deadlines=deadlines))
             return ((seq, k) for k in self.run(seq, blocks=blocks) if k != self.FLUSH)
         return self._stream_many(seqs, flush, blocks)
 

@@ -147,9 +147,9 @@ def test_token_blocks_give_the_bytes_of_single_tokens(app, monkeypatch, path, bo
     original = Simulator.stream
     used = []
 
-    def stream(self, seqs, flush=False, blocks=False):
+    def stream(self, seqs, flush=False, blocks=False, deadlines=False):
         used.append(blocks)
-        return original(self, seqs, flush, blocks and not forced_single)
+        return original(self, seqs, flush, blocks and not forced_single, deadlines)
     monkeypatch.setattr(Simulator, "stream", stream)
     forced_single = False
     sim.rng.seed(5)

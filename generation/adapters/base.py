@@ -7,7 +7,9 @@ An :class:`Adapter` is one API on the shared pipeline (:func:`blueprints.serving
    domain errors (:mod:`generation.errors`) for anything the engine must not see.  Checks that
    cost nothing run before anything is built (model, limits, request size).
 2. ``render(seqs)`` turns the finished sequences into the JSON body; ``stream(seqs)`` is the
-   SSE body, a generator of ``bytes`` driven by ``sim.stream``.  Rendering has no side effects:
+   SSE body, a generator driven by ``sim.stream`` of ``bytes`` (one write each) and, where the
+   stream waits, of ``float`` deadlines (``time.monotonic`` seconds) for the server to wait for
+   (:func:`blueprints.common.sse_body`).  Rendering has no side effects:
    the output was decided by ``Simulator.prepare`` before admission.
 
 Everything here is free of Flask.
@@ -262,7 +264,7 @@ def with_prompt_token_ids(chunks, ids):
     (vLLM's ``return_token_ids`` on chat streams); later chunks pass through untouched."""
     try:
         for c in chunks:
-            if c.startswith(b"data: {"):
+            if c.__class__ is bytes and c.startswith(b"data: {"):
                 yield b'data: {"prompt_token_ids":' + dumps(ids) + b"," + c[7:]
                 break
             yield c

@@ -127,13 +127,19 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     # depends only on the piece (cached in _PLAIN_REST; about 4x fewer bytes copied per chunk).
     plain = not (want_logprobs or token_ids or continuous)
     blocks = plain and not any(s.tool_calls for s in seqs)
-    for seq, k in sim.stream(seqs, flush=True, blocks=blocks):
+    for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
         if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
             i = seq.index
             if not started[i]:
                 started[i] = True
                 put(role_chunk(i))
             put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
+            continue
+        if k.__class__ is float:             # a deadline: write what is due now, then wait for it
+            if out:
+                yield out[0] if len(out) == 1 else b"".join(out)
+                out.clear()
+            yield k
             continue
         if k < 0:              # the next token is not due yet: write what is due now
             if out:

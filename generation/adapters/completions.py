@@ -166,9 +166,15 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
-    for seq, k in sim.stream(seqs, flush=True, blocks=plain):
+    for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
         if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
             put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
+            continue
+        if k.__class__ is float:             # a deadline: write what is due now, then wait for it
+            if out:
+                yield out[0] if len(out) == 1 else b"".join(out)
+                out.clear()
+            yield k
             continue
         if k < 0:              # the next token is not due yet: write what is due now
             if out:
