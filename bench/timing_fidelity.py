@@ -8,7 +8,10 @@ requests at once against a simulator started with fixed ``--time-to-first-token`
   processes, raw asyncio sockets, so the client keeps up as long as the machine does);
 * the server's own view: ``vllm_sim:token_emission_lag_seconds`` (actual emission time minus
   scheduled time, per token) p50 / p99 estimated from its histogram buckets;
-* achieved chunks/s and the server's RSS.
+* achieved chunks/s, the server's CPU per chunk (its whole CPU time over the level, request
+  set-up included, divided by the chunks received) and how busy its one core was, and its RSS.
+  The client shares the machine: once the server is busy above ~70% of its core, the client
+  and the kernel's loopback work compete with it on a 2-core machine.
 
 It writes ``bench/out/timing_fidelity.png`` (ITL and TTFT error against concurrency) and
 ``bench/out/timing_fidelity.json``, and prints where the targets break (issue 13: ITL p99 error
@@ -127,6 +130,16 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the server process (it serves in-process: no fork)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ttft", type=float, default=0.2, help="seconds")
@@ -147,10 +160,12 @@ def main() -> None:
         with mp.Pool(args.clients) as pool:
             for level in args.levels:
                 before = lag_histogram(base)
+                cpu0 = cpu_seconds(proc.pid)
                 share = [level // args.clients + (1 if i < level % args.clients else 0) for i in range(args.clients)]
                 t0 = time.monotonic()
                 streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
                 wall = time.monotonic() - t0
+                cpu1 = cpu_seconds(proc.pid)
                 after = lag_histogram(base)
                 ttfts, itls, steady, events = [], [], [], 0
                 last_first = max((ev[1] for _, ev in streams if len(ev) > 1), default=0)
@@ -172,6 +187,8 @@ def main() -> None:
                     "server_lag_p50_ms": histogram_quantile(before, after, 0.5) * 1e3,
                     "server_lag_p99_ms": histogram_quantile(before, after, 0.99) * 1e3,
                     "chunks_per_s": events / wall, "rss_mb": rss_mb(proc.pid),
+                    "server_cpu_us_per_chunk": (cpu1 - cpu0) / max(events, 1) * 1e6,
+                    "server_busy_pct": (cpu1 - cpu0) / wall * 100,
                     "load": os.getloadavg()[0],
                 }
                 row["itl_p99_err_ms"] = row["itl_p99_ms"] - args.itl * 1e3
@@ -182,6 +199,7 @@ def main() -> None:
                       f"(cfg {args.itl * 1e3:.0f}; steady p50 {row['steady_itl_p50_ms']:.2f} "
                       f"p99 {row['steady_itl_p99_ms']:.2f}) | server lag p50 <= {row['server_lag_p50_ms']:.2f} "
                       f"p99 <= {row['server_lag_p99_ms']:.2f} ms | {row['chunks_per_s']:8.0f} chunks/s | "
+                      f"server CPU {row['server_cpu_us_per_chunk']:.1f} us/chunk, busy {row['server_busy_pct']:.0f}% | "
                       f"RSS {row['rss_mb']:.0f} MB | complete {row['ok_streams']}/{level} | "
                       f"load {row['load']:.2f}", flush=True)
                 time.sleep(1)

@@ -65,21 +65,26 @@ class HubEmitter:
         self.waiter = Waiter()
         self.timer = None
         self.deadline = 0.0
+        self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
 
     def run(self, deadline: float) -> tuple:
         """Called by the request's greenlet at ``deadline``; returns when the greenlet must go on:
         ``("done", None)``, ``("pending", unsent bytes)`` or ``("error", exception)``."""
         self.seq.event = self              # Simulator.cancel wakes us through .switch
+        self.active = True
         self._arm(deadline)
         try:
             return self.waiter.get()
         finally:
+            self.active = False
             self._stop_timer()
             if self.seq.event is self:
                 self.seq.event = None
 
     def switch(self, _=None) -> None:
         """Simulator.cancel: resume the stream now (it raises ClientDisconnected)."""
+        if not self.active:
+            return
         self._stop_timer()
         self._emit()
 
@@ -95,6 +100,8 @@ class HubEmitter:
             timer.close()
 
     def _due(self) -> None:
+        if not self.active:
+            return
         self._stop_timer()
         self.loop.update_now()
         if monotonic() < self.deadline:         # libev's clock lags the real one: never early
@@ -111,9 +118,9 @@ class HubEmitter:
                 if item and not self._send(item):
                     return
         except BaseException as e:     # noqa: BLE001 - handed to the greenlet, which raises it
-            self.waiter.switch(("error", e))
+            self._hand_back(("error", e))
             return
-        self.waiter.switch(("done", None))
+        self._hand_back(("done", None))
 
     def _send(self, item: bytes) -> bool:
         data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
@@ -122,10 +129,15 @@ class HubEmitter:
         except BlockingIOError:
             sent = 0
         except OSError:
-            self.waiter.switch(("error", ClientDisconnected()))
+            self._hand_back(("error", ClientDisconnected()))
             return False
         self.resp.sent += len(item)             # gunicorn's count (the access log's bytes)
         if sent < len(data):
-            self.waiter.switch(("pending", memoryview(data)[sent:]))
+            self._hand_back(("pending", memoryview(data)[sent:]))
             return False
         return True
+
+    def _hand_back(self, outcome: tuple) -> None:
+        self.active = False
+        self._stop_timer()
+        self.waiter.switch(outcome)

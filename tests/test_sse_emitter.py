@@ -108,6 +108,22 @@ def test_a_full_socket_hands_the_rest_back_to_the_greenlet():
     assert got == b"%X\r\n" % len(big) + big + b"\r\nD\r\ndata: after\n\n\r\n"
 
 
+def test_a_late_wake_up_after_the_hand_back_does_nothing():
+    """A cancel queued while the emitter was handing the stream back must not advance the
+    generator the greenlet now drives."""
+    server, client = gevent.socket.socketpair()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    resp, _ = gunicorn_response(server)
+    it = iter([b"x" * 1_000_000, b"next"])
+    emitter = HubEmitter(seq(), it, resp, server._sock)
+    outcome, _ = emitter.run(time.monotonic())
+    assert outcome == "pending"
+    emitter.switch()
+    emitter._due()
+    assert next(it) == b"next"
+
+
 def test_cancel_wakes_the_stream_at_once():
     server, client = gevent.socket.socketpair()
     resp, _ = gunicorn_response(server)
