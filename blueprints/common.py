@@ -95,12 +95,14 @@ class DisconnectWatcher:
         return self
 
     def _readable(self):
-        raw = getattr(self.sock, "_sock", self.sock)       # the OS socket: recv must not wait
+        # gevent's socket wraps the OS socket (``_sock``); its own recv would wait for data,
+        # which a hub callback must never do, so the OS socket is asked directly.
+        raw = getattr(self.sock, "_sock", self.sock)
         try:
-            data = socket.socket.recv(raw, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            data = raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
             return                                          # spurious wake-up: keep watching
-        except (OSError, ValueError, TypeError):
+        except Exception:       # noqa: BLE001 - closed or unusable socket: the client is gone
             data = b""
         self._stop()
         if not data:

@@ -150,10 +150,15 @@ class LogHTTP:
                                  for k, v in response_headers)
             return start_response(status, response_headers, exc_info)
         result = self.wsgi_app(environ, sr)
-        if seen.get("stream") or not isinstance(result, (list, tuple)):
+        if seen.get("stream"):
             self.log.info("response %s (body streamed, not logged)", seen.get("status"))
             return result
-        out = b"".join(result)
+        try:                   # any other body is finite: read it whole, log it, hand it on
+            out = b"".join(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
         self.log.info("response %s body=%s", seen.get("status"),
                       out[:self.LIMIT].decode("utf-8", "replace"))
         return [out]

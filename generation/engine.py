@@ -442,11 +442,12 @@ class Simulator:
                     lag(now - target)
                     metrics.lag.observe_n(0.0, n - 2)
                     metrics.observe_itl_n(itl, n - 1)
-                elif blocks:                             # zero ITL: every token is due now
-                    yield range(1, n)
-                else:
-                    for k in range(1, n):
-                        yield k
+                else:                                    # zero ITL: every token is due now
+                    if blocks:
+                        yield range(1, n)
+                    else:
+                        for k in range(1, n):
+                            yield k
                     metrics.lag.observe_n(0.0, n - 1)
                     metrics.observe_itl_n(0.0, n - 1)
             else:

@@ -356,6 +356,7 @@ def test_log_http_logs_request_details_without_keys(tmp_path, procs):
     out = p.output()
     assert "request POST /v1/completions from 127.0.0.1" in out and "hello there" in out
     assert "sekrit" not in out and "'authorization': '<redacted>'" in out
+    assert 'response 200 OK body={"id":"cmpl-' in out            # a non-streamed body is logged
 
 
 def test_chunked_body_over_the_limit_is_413_like_content_length(shared):

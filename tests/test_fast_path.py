@@ -160,3 +160,31 @@ def test_token_blocks_give_the_bytes_of_single_tokens(app, monkeypatch, path, bo
     assert used == [True, True]
     assert blocked[0].startswith("200") and normalise(blocked[2]) == normalise(single[2])
     assert blocked[2].count(b"data: ") == single[2].count(b"data: ") > body["max_tokens"]
+
+
+@pytest.mark.parametrize("path,body,itls", [
+    ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": 10, "ignore_eos": True,
+                              "stream": True}, 9),
+    ("/v1/completions", {"model": "test-model", "prompt": "Hi", "max_tokens": 10, "ignore_eos": True, "n": 2,
+                         "stream": True}, 18),
+])
+def test_token_blocks_still_observe_every_inter_token_latency(app, path, body, itls):
+    """Tokens rendered as one block are still n - 1 ITL observations per sequence (vLLM's
+    inter_token_latency_seconds and time_per_output_token_seconds)."""
+    sim = app.extensions["simulator"]
+    before = metric_count(app, "vllm:inter_token_latency_seconds_count")
+    tpot = metric_count(app, "vllm:time_per_output_token_seconds_count")
+    status, _, _ = call(app, path, orjson.dumps(body), chunked=False)
+    assert status.startswith("200")
+    assert metric_count(app, "vllm:inter_token_latency_seconds_count") - before == itls
+    assert metric_count(app, "vllm:time_per_output_token_seconds_count") - tpot == itls
+    assert sim.running == 0
+
+
+def metric_count(app, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "SCRIPT_NAME": "", "QUERY_STRING": "",
+               "SERVER_NAME": "sim", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
+               "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(b""), "wsgi.errors": io.StringIO()}
+    text = b"".join(app.wsgi_app(environ, lambda *a: None)).decode()
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples if s.name == name)

@@ -214,3 +214,57 @@ def test_a_client_leaving_mid_stream_frees_its_slot_at_once(realtime):
             break
         assert time.monotonic() < deadline, "slot still held"
         time.sleep(0.02)
+
+
+# ---- the disconnect watcher on gevent's own sockets ---------------------------------------------
+
+def test_disconnect_watcher_sees_a_closed_gevent_socket():
+    """The watcher's callback peeks at the OS socket under gevent's socket (the server's kind)."""
+    from blueprints.common import DisconnectWatcher
+    server, client = gevent.socket.socketpair()
+    cancelled = []
+    sim = SimpleNamespace(expects_delay=lambda seqs: True, cancel=cancelled.append)
+    with DisconnectWatcher(sim, ["seq"], {"gunicorn.socket": server}) as w:
+        assert w.watcher is not None
+        client.close()
+        deadline = time.monotonic() + 2
+        while not cancelled and time.monotonic() < deadline:
+            gevent.sleep(0.01)
+    assert cancelled == [["seq"]]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_leaving_during_ttft_or_in_the_queue_frees_everything_at_once(sim_server, stream):
+    """TTFT 3 s, 2 slots, 3 requests (one queued); all clients leave after 0.3 s: running and
+    waiting drop to 0 at once, and nothing counts as a success."""
+    base = sim_server("--time-to-first-token", "3s", "--max-num-seqs", "2")
+    host, port = base.rsplit("/", 1)[1].split(":")
+    key = lambda name: (name, frozenset({"model_name": "test-model", "engine": "0"}.items()))  # noqa: E731
+
+    def successes(m):
+        return sum(v for (n, _), v in m.items() if n == "vllm:request_success_total")
+    before = successes(scrape(base))
+    body = (b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, '
+            b'"stream": %s}' % (b"true" if stream else b"false"))
+    socks = []
+    for _ in range(3):
+        s = socket.create_connection((host, int(port)))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        socks.append(s)
+    deadline = time.monotonic() + 2
+    while scrape(base).get(key("vllm:num_requests_waiting")) != 1:
+        assert time.monotonic() < deadline, "third request not queued"
+        time.sleep(0.02)
+    time.sleep(0.3)
+    for s in socks:
+        s.close()
+    t0 = time.monotonic()
+    while True:
+        m = scrape(base)
+        if m.get(key("vllm:num_requests_running")) == 0 and m.get(key("vllm:num_requests_waiting")) == 0:
+            break
+        assert time.monotonic() - t0 < 1.5, "slots still held after the clients left"
+        time.sleep(0.02)
+    time.sleep(0.1)
+    assert successes(scrape(base)) == before
