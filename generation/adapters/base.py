@@ -1,6 +1,6 @@
 """The adapter interface and what every API adapter shares (limits, prompts, usage, chunk frames).
 
-An :class:`Adapter` is one API on the shared pipeline (:func:`blueprints.serving.serve`):
+An :class:`Adapter` is one API on the shared pipeline (:func:`blueprints.serving.handle`):
 
 1. ``build(rid, force_cache_threshold)`` translates the typed request (``self.body``, loaded by
    the API's schema) into the engine's :class:`~generation.request.GenerationRequest`, raising
