@@ -412,18 +412,12 @@ class Simulator:
             target = seq.started_at + lat.ttft(seq.prompt_len, seq.cached_tokens, self.running,
                                                seq.request.remote_prefill)
             sleep = self._sleep
+            wait = self._wait_until
             lag = metrics.token_lag
             n = len(seq.pieces)
             now = monotonic()
             if target > now:
-                if deadlines:
-                    yield target
-                    if seq.state == SeqState.ABORTED:
-                        raise ClientDisconnected()
-                else:
-                    if per_token:
-                        yield -1
-                    sleep(seq, target)
+                yield from wait(seq, target, per_token, deadlines)
                 now = monotonic()
             seq.first_token_at = now
             if n:
@@ -457,14 +451,7 @@ class Simulator:
                     target += lat.itl(self.running)
                     now = monotonic()
                     if target > now:
-                        if deadlines:
-                            yield target
-                            if seq.state == SeqState.ABORTED:
-                                raise ClientDisconnected()
-                        else:
-                            if per_token:
-                                yield -1
-                            sleep(seq, target)
+                        yield from wait(seq, target, per_token, deadlines)
                         now = monotonic()
                     lag(now - target)
                     itl_obs(now - prev)
@@ -482,6 +469,18 @@ class Simulator:
                     self.abort(seq)
             elif seq.state == SeqState.INSTANT:
                 seq.state = SeqState.DONE
+
+    def _wait_until(self, seq: Sequence, target: float, per_token: bool, deadlines: bool):
+        """Inside :meth:`run`: wait until ``target``, by yielding it to the driver (``deadlines``)
+        or by a FLUSH (``per_token``) and a sleep in this greenlet."""
+        if deadlines:
+            yield target
+            if seq.state == SeqState.ABORTED:
+                raise ClientDisconnected()
+            return
+        if per_token:
+            yield -1
+        self._sleep(seq, target)
 
     def run_to_end(self, seq: Sequence) -> None:
         """Non-streaming: the same timing as :meth:`run`, without waking per token when the

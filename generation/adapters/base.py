@@ -259,6 +259,17 @@ def check_prompt_logprobs(value, stream: bool) -> None:
     check_logprobs_sign(value, "prompt_logprobs")
 
 
+def write_due(out: list, k):
+    """Where a stream waits (``k``: FLUSH, or a ``float`` deadline from ``Simulator.stream``):
+    the chunks rendered so far as one write, then the deadline for the server to wait for.
+    Empties ``out``."""
+    if out:
+        yield out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+    if k.__class__ is float:
+        yield k
+
+
 def with_prompt_token_ids(chunks, ids):
     """``chunks`` (an OpenAI SSE body) with top-level ``prompt_token_ids`` in its first chunk
     (vLLM's ``return_token_ids`` on chat streams); later chunks pass through untouched."""

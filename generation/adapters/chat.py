@@ -15,7 +15,8 @@ from ..errors import InvalidParam
 from ..request import GenerationRequest
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
-                   check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids)
+                   check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids,
+                   write_due)
 from ..tokenizer import chat_options
 from .protocol import ChatCompletionRequest
 
@@ -135,16 +136,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 put(role_chunk(i))
             put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
             continue
-        if k.__class__ is float:             # a deadline: write what is due now, then wait for it
-            if out:
-                yield out[0] if len(out) == 1 else b"".join(out)
-                out.clear()
-            yield k
-            continue
-        if k < 0:              # the next token is not due yet: write what is due now
-            if out:
-                yield out[0] if len(out) == 1 else b"".join(out)
-                out.clear()
+        if k.__class__ is float or k < 0:    # the stream waits here: write what is due first
+            yield from write_due(out, k)
             continue
         i = seq.index
         if not started[i]:

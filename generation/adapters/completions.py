@@ -15,7 +15,7 @@ from ..errors import InvalidParam
 from ..request import GenerationRequest, Prompt
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
-                   dumps, request_usage, stream_flags)
+                   dumps, request_usage, stream_flags, write_due)
 from .protocol import CompletionRequest
 
 CLOSE = b"}]" + CHUNK_END
@@ -170,16 +170,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
             put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
             continue
-        if k.__class__ is float:             # a deadline: write what is due now, then wait for it
-            if out:
-                yield out[0] if len(out) == 1 else b"".join(out)
-                out.clear()
-            yield k
-            continue
-        if k < 0:              # the next token is not due yet: write what is due now
-            if out:
-                yield out[0] if len(out) == 1 else b"".join(out)
-                out.clear()
+        if k.__class__ is float or k < 0:    # the stream waits here: write what is due first
+            yield from write_due(out, k)
             continue
         i = seq.index
         piece = seq.pieces[k]
