@@ -131,6 +131,9 @@ class LogHTTP:
         import io
         headers = {k[5:].replace("_", "-").lower(): ("<redacted>" if k in self.SECRET else v)
                    for k, v in environ.items() if k.startswith("HTTP_")}
+        for key, name in (("CONTENT_TYPE", "content-type"), ("CONTENT_LENGTH", "content-length")):
+            if environ.get(key):                 # WSGI keeps these two apart from HTTP_*
+                headers[name] = environ[key]
         body = b""
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)

@@ -42,13 +42,14 @@ def test_log_http_redacts_keys_and_passes_the_body_on(caplog):
         return [b'{"ok":true}']
     body = b'{"prompt":"hello"}'
     environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/completions", "REMOTE_ADDR": "10.1.2.3",
-               "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
+               "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json", "wsgi.input": io.BytesIO(body),
                "HTTP_AUTHORIZATION": "Bearer sekrit", "HTTP_X_API_KEY": "sekrit", "HTTP_USER_AGENT": "t"}
     with caplog.at_level(logging.INFO, logger="vllm_sim.http"):
         out = LogHTTP(app)(environ, lambda *a: None)
     assert out == [b'{"ok":true}'] and seen["body"] == body
     assert "sekrit" not in caplog.text and "<redacted>" in caplog.text
     assert 'body={"prompt":"hello"}' in caplog.text and 'response 200 OK body={"ok":true}' in caplog.text
+    assert "'content-type': 'application/json'" in caplog.text and "'content-length': '18'" in caplog.text
 
 
 def test_api_key_middleware_compares_every_key():
