@@ -417,7 +417,9 @@ class Simulator:
             n = len(seq.pieces)
             now = monotonic()
             if target > now:
-                yield from wait(seq, target, per_token, deadlines)
+                if deadlines or per_token:
+                    yield target if deadlines else -1
+                wait(seq, target, deadlines)
                 now = monotonic()
             seq.first_token_at = now
             if n:
@@ -451,7 +453,9 @@ class Simulator:
                     target += lat.itl(self.running)
                     now = monotonic()
                     if target > now:
-                        yield from wait(seq, target, per_token, deadlines)
+                        if deadlines or per_token:
+                            yield target if deadlines else -1
+                        wait(seq, target, deadlines)
                         now = monotonic()
                     lag(now - target)
                     itl_obs(now - prev)
@@ -470,17 +474,14 @@ class Simulator:
             elif seq.state == SeqState.INSTANT:
                 seq.state = SeqState.DONE
 
-    def _wait_until(self, seq: Sequence, target: float, per_token: bool, deadlines: bool):
-        """Inside :meth:`run`: wait until ``target``, by yielding it to the driver (``deadlines``)
-        or by a FLUSH (``per_token``) and a sleep in this greenlet."""
-        if deadlines:
-            yield target
-            if seq.state == SeqState.ABORTED:
-                raise ClientDisconnected()
-            return
-        if per_token:
-            yield -1
-        self._sleep(seq, target)
+    def _wait_until(self, seq: Sequence, target: float, deadlines: bool) -> None:
+        """Inside :meth:`run`, after it yielded ``target`` (``deadlines``: its driver has waited
+        for it) or FLUSH: sleep until ``target`` in this greenlet unless the driver did; raises
+        ClientDisconnected if the sequence was aborted meanwhile."""
+        if not deadlines:
+            self._sleep(seq, target)
+        elif seq.state == SeqState.ABORTED:
+            raise ClientDisconnected()
 
     def run_to_end(self, seq: Sequence) -> None:
         """Non-streaming: the same timing as :meth:`run`, without waking per token when the

@@ -259,15 +259,16 @@ def check_prompt_logprobs(value, stream: bool) -> None:
     check_logprobs_sign(value, "prompt_logprobs")
 
 
-def write_due(out: list, k):
-    """Where a stream waits (``k``: FLUSH, or a ``float`` deadline from ``Simulator.stream``):
-    the chunks rendered so far as one write, then the deadline for the server to wait for.
-    Empties ``out``."""
+def due_items(out: list, k) -> tuple:
+    """What a renderer yields where its stream waits (``k``: FLUSH, or a ``float`` deadline
+    from ``Simulator.stream``): the chunks rendered so far as one write, then the deadline for
+    the server to wait for.  Empties ``out``.  A tuple, not a generator: it runs once per token
+    of a real-time stream."""
     if out:
-        yield out[0] if len(out) == 1 else b"".join(out)
+        data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
-    if k.__class__ is float:
-        yield k
+        return (data, k) if k.__class__ is float else (data,)
+    return (k,) if k.__class__ is float else ()
 
 
 def with_prompt_token_ids(chunks, ids):

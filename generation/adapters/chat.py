@@ -16,7 +16,7 @@ from ..request import GenerationRequest
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids,
-                   write_due)
+                   due_items)
 from ..tokenizer import chat_options
 from .protocol import ChatCompletionRequest
 
@@ -136,8 +136,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 put(role_chunk(i))
             put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
             continue
-        if k.__class__ is float or k < 0:    # the stream waits here: write what is due first
-            yield from write_due(out, k)
+        if k.__class__ is float or k < 0:    # the stream waits here: what is due, then the deadline
+            yield from due_items(out, k)
             continue
         i = seq.index
         if not started[i]:

@@ -15,7 +15,7 @@ from ..errors import InvalidParam
 from ..request import GenerationRequest, Prompt
 from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
-                   dumps, request_usage, stream_flags, write_due)
+                   dumps, request_usage, stream_flags, due_items)
 from .protocol import CompletionRequest
 
 CLOSE = b"}]" + CHUNK_END
@@ -170,8 +170,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
             put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
             continue
-        if k.__class__ is float or k < 0:    # the stream waits here: write what is due first
-            yield from write_due(out, k)
+        if k.__class__ is float or k < 0:    # the stream waits here: what is due, then the deadline
+            yield from due_items(out, k)
             continue
         i = seq.index
         piece = seq.pieces[k]
