@@ -140,7 +140,7 @@ def sse_body(body_iter, sim=None, seqs=None, error_frame=_openai_error_frame, en
     first bytes (one write fewer; the client cannot tell).  With ``sim``/``seqs`` the request
     is aborted when the client leaves.  Each ``bytes`` item of ``body_iter`` is one write
     (renderers join the chunks due at the same instant); a ``float`` item is a deadline to wait
-    for: from the first one on, a gunicorn response over plain HTTP is emitted from the event
+    for: from the first one on, a gunicorn response on a plain TCP socket is emitted from the event
     loop (:mod:`blueprints.sse_emitter`), anything else waits in this greenlet.
     An error after the 200 went out becomes ``error_frame(err)`` (a SimulatorError, or a 500
     for anything else) in the API's format."""

@@ -17,7 +17,7 @@ The greenlet takes the stream back whenever the hub cannot go on without blockin
 * the stream ends, fails, or its client goes (``Simulator.cancel`` wakes the emitter through
   ``seq.event``, the generator then raises ClientDisconnected): the outcome is returned.
 
-Only a plain-HTTP gunicorn response whose headers are already out is taken over
+Only a gunicorn response on a plain TCP socket whose headers are already out is taken over
 (:func:`usable_response`); TLS sockets, other WSGI servers and the in-process test client keep
 the greenlet-driven path (:meth:`generation.engine.Simulator.sleep_until`).
 """
@@ -35,11 +35,12 @@ WRITE_KEY = "vllm_sim.write"      # environ: the ``write`` callable gunicorn's s
 def usable_response(environ: dict):
     """``(gunicorn Response, OS socket)`` when the stream can be emitted from the hub, else
     None: gunicorn's response (found through the ``write`` its ``start_response`` returned)
-    over plain HTTP, with its headers already sent."""
+    on a plain (not TLS) socket, with its headers already sent.  The socket decides, not
+    ``wsgi.url_scheme``: behind a TLS-terminating proxy the scheme says https on plain TCP."""
     write = environ.get(WRITE_KEY)
     resp = getattr(write, "__self__", None)
     sock = environ.get("gunicorn.socket")
-    if resp is None or sock is None or environ.get("wsgi.url_scheme") != "http":
+    if resp is None or sock is None or hasattr(sock, "do_handshake"):      # an SSL socket
         return None
     raw = getattr(sock, "_sock", None)          # gevent's socket wraps a non-blocking OS socket
     if raw is None or getattr(resp, "sock", None) is not sock:

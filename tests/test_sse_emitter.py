@@ -156,12 +156,25 @@ def test_a_closed_client_is_a_disconnect():
     assert outcome == "error" and isinstance(err, ClientDisconnected)
 
 
-def test_only_plain_http_gunicorn_responses_with_headers_out_are_taken():
+def test_only_gunicorn_responses_on_plain_tcp_with_headers_out_are_taken():
     server, _ = gevent.socket.socketpair()
     resp, write = gunicorn_response(server)
     environ = {WRITE_KEY: write, "gunicorn.socket": server, "wsgi.url_scheme": "http"}
     assert usable_response(environ) == (resp, server._sock)
-    assert usable_response({**environ, "wsgi.url_scheme": "https"}) is None
+    # X-Forwarded-Proto from a TLS-terminating proxy: still plain TCP here
+    assert usable_response({**environ, "wsgi.url_scheme": "https"}) == (resp, server._sock)
+    tls_sock = SimpleNamespace(do_handshake=lambda: None, _sock=server._sock)      # an SSL socket
+
+    class TLSResponse:
+        sock, headers_sent, chunked, sent = tls_sock, True, True, 0
+
+        def write(self, data):
+            pass
+    tls_env = {**environ, "gunicorn.socket": tls_sock, WRITE_KEY: TLSResponse().write}
+    assert usable_response(tls_env) is None
+    plain = SimpleNamespace(_sock=server._sock)                                # the same, plain
+    TLSResponse.sock = plain
+    assert usable_response({**tls_env, "gunicorn.socket": plain})[1] is server._sock
     assert usable_response({**environ, WRITE_KEY: lambda data: None}) is None      # another server
     assert usable_response({k: v for k, v in environ.items() if k != "gunicorn.socket"}) is None
     held, held_write = gunicorn_response(server)
