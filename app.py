@@ -82,7 +82,10 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
 
     @app.errorhandler(ClientDisconnected)
     def _gone(err):
-        return Response(b"", status=499)   # nginx's "client closed request"; nobody reads it
+        from flask import request
+        from blueprints.common import hang_up
+        hang_up(request.environ)              # no response, as vLLM; the log keeps nginx's 499
+        return Response(b"", status=499)
 
     @app.errorhandler(Exception)
     def _unexpected(err: Exception):

@@ -119,6 +119,18 @@ class DisconnectWatcher:
         return False
 
 
+def hang_up(environ: dict) -> None:
+    """A client that left (or half-closed its side, as ``nc -N`` does) gets no response, as
+    vLLM's uvicorn drops such a connection: the socket is shut down, so the 499 the server
+    still logs is never written (gunicorn takes the failed write for a gone client)."""
+    sock = environ.get("gunicorn.socket")
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def run_to_completion(sim, seqs, environ: dict | None = None) -> None:
     """Non-streaming: wait for every sequence; raises ClientDisconnected if the client left."""
     if not sim.expects_delay(seqs):

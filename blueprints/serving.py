@@ -34,7 +34,7 @@ from generation.engine import ClientDisconnected
 from generation.errors import SimulatorError
 from schemas.common import load
 
-from .common import (SSE_HEADERS, header_checks, parse_json_body, request_id, response_headers,
+from .common import (SSE_HEADERS, hang_up, header_checks, parse_json_body, request_id, response_headers,
                      run_to_completion, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
 from .sse_emitter import WRITE_KEY
@@ -146,6 +146,8 @@ class GenerationFastPath:
         try:
             status, headers, body = handle(self.sim, environ, self.limit, schema, adapter_cls)
         except Exception as err:       # noqa: BLE001 - rendered as the Flask handlers do
+            if isinstance(err, ClientDisconnected):
+                hang_up(environ)
             status, headers, body = error_reply(err, adapter_cls.envelope)
         line = self.status_lines.get(status) or _status_line(status)
         environ[WRITE_KEY] = start_response(line, headers)    # a stream may write from the hub

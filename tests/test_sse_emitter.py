@@ -281,3 +281,27 @@ def test_leaving_during_ttft_or_in_the_queue_frees_everything_at_once(sim_server
         time.sleep(0.02)
     time.sleep(0.1)
     assert successes(scrape(base)) == before
+
+
+def test_a_client_that_half_closes_gets_no_response(sim_server):
+    """``nc -N``: the request is sent, then the client's side is shut.  As with vLLM's uvicorn
+    the request is aborted and the connection dropped: no status line (the 499 is only logged)."""
+    base = sim_server("--time-to-first-token", "3s", "--max-num-seqs", "2")
+    host, port = base.rsplit("/", 1)[1].split(":")
+    body = b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}'
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.2)
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(2)
+    t0 = time.monotonic()
+    got = b""
+    while True:
+        data = s.recv(65536)
+        if not data:
+            break
+        got += data
+    s.close()
+    assert got == b"" and time.monotonic() - t0 < 1.5
+    assert httpx.get(base + "/health", timeout=5).status_code == 200
