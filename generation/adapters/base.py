@@ -50,8 +50,9 @@ class Adapter:
         self.req: GenerationRequest | None = None
 
     def body_request_id(self) -> str | None:
-        """A request id the body carries (vLLM's ``request_id`` field), or None."""
-        return None
+        """A request id the body carries (vLLM's ``request_id`` field, on the APIs that have
+        one: chat, completions, generate), or None."""
+        return getattr(self.body, "request_id", None) or None
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         raise NotImplementedError
@@ -178,6 +179,7 @@ def request_usage(seqs) -> dict:
 # ---- pre-rendered OpenAI chunk frames ---------------------------------------------------------------
 
 CHUNK_END = b"}\n\n"
+CLOSE = b"}]" + CHUNK_END       # closes a chunk's last choice, its choices array and the chunk
 
 
 class PieceChunks(dict):

@@ -13,21 +13,16 @@ import time
 from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest
-from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids,
                    due_items)
 from ..tokenizer import chat_options
 from .protocol import ChatCompletionRequest
 
-CLOSE = b"}]" + CHUNK_END
-
 
 class ChatAdapter(Adapter):
     body: ChatCompletionRequest
-
-    def body_request_id(self) -> str | None:
-        return self.body.request_id or None
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body

@@ -13,19 +13,14 @@ import time
 from .. import logprobs as lp
 from ..errors import InvalidParam
 from ..request import GenerationRequest, Prompt
-from .base import (CHUNK_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
+from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
                    dumps, request_usage, stream_flags, due_items)
 from .protocol import CompletionRequest
 
-CLOSE = b"}]" + CHUNK_END
-
 
 class CompletionsAdapter(Adapter):
     body: CompletionRequest
-
-    def body_request_id(self) -> str | None:
-        return self.body.request_id or None
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body

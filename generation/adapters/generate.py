@@ -25,9 +25,6 @@ class GenerateAdapter(Adapter):
     cache_threshold_header = False
     body: GenerateRequest
 
-    def body_request_id(self) -> str | None:
-        return self.body.request_id or None
-
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
         model, lora = sim.resolve_model(b.model)
