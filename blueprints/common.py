@@ -15,7 +15,7 @@ from flask import Response, current_app, request
 from generation.engine import ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
-from .errors import error_response, internal_error, openai_body  # noqa: F401  (error_response: app.py)
+from .errors import error_response, internal_error  # noqa: F401  (error_response: app.py)
 from .sse_emitter import HubEmitter, usable_response
 
 JSON_MIME = "application/json"
@@ -131,39 +131,30 @@ def hang_up(environ: dict) -> None:
             pass
 
 
-def run_to_completion(sim, seqs, environ: dict | None = None) -> None:
+def run_to_completion(sim, seqs, environ: dict) -> None:
     """Non-streaming: wait for every sequence; raises ClientDisconnected if the client left."""
     if not sim.expects_delay(seqs):
         sim.complete(seqs)
         return
-    with DisconnectWatcher(sim, seqs, request.environ if environ is None else environ):
+    with DisconnectWatcher(sim, seqs, environ):
         sim.complete(seqs)
 
 
-def _openai_error_frame(err: Exception) -> bytes:
-    return b"data: " + orjson.dumps(openai_body(err)) + b"\n\ndata: [DONE]\n\n"
-
-
-def sse_body(body_iter, sim=None, seqs=None, error_frame=_openai_error_frame, environ: dict | None = None):
+def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
     """The body of a ``text/event-stream`` response: a generator of ``bytes`` flushed as yielded.
 
     An empty first chunk makes gunicorn send the headers at once when the stream will wait
     (vLLM sends them before the first token); a stream that never waits sends them with its
-    first bytes (one write fewer; the client cannot tell).  With ``sim``/``seqs`` the request
-    is aborted when the client leaves.  Each ``bytes`` item of ``body_iter`` is one write
+    first bytes (one write fewer; the client cannot tell).  ``seqs`` are aborted when the
+    client leaves.  Each ``bytes`` item of ``body_iter`` is one write
     (renderers join the chunks due at the same instant); a ``float`` item is a deadline to wait
     for: from the first one on, a gunicorn response on a plain TCP socket is emitted from the event
     loop (:mod:`blueprints.sse_emitter`), anything else waits in this greenlet.
     An error after the 200 went out becomes ``error_frame(err)`` (a SimulatorError, or a 500
     for anything else) in the API's format."""
-    if environ is None:
-        environ = request.environ
     try:
-        if sim is None or sim.expects_delay(seqs):
+        if sim.expects_delay(seqs):
             yield b""
-        if sim is None:
-            yield from body_iter
-            return
         with DisconnectWatcher(sim, seqs, environ):
             try:
                 hub_ok = len(seqs) == 1
@@ -195,8 +186,7 @@ def sse_body(body_iter, sim=None, seqs=None, error_frame=_openai_error_frame, en
     finally:
         # However the stream ends (client gone before the first write included), nothing
         # may keep a slot or a queue place.
-        if sim is not None:
-            sim.cancel(seqs)
+        sim.cancel(seqs)
         close = getattr(body_iter, "close", None)
         if close is not None:
             close()
