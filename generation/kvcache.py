@@ -100,9 +100,10 @@ class BlockHasher:
     def _block(self, parent: int, tokens: list) -> int:
         return fnv1a64(cbor2.dumps([parent, tokens, None], canonical=True))
 
-    def block_hashes(self, model: str, ids, block_size: int) -> list[int]:
+    def block_hashes(self, model: str, ids, block_size: int, lora: str | None = None) -> list[int]:
         """Hashes of the full blocks of ``ids`` (``len(ids) // block_size`` uint64 values, in
-        prompt order); the trailing partial block gets none."""
+        prompt order); the trailing partial block gets none.  The reference's FNV recipe keys
+        blocks by ``model`` (its root) and has no LoRA extra key: ``lora`` is unused here."""
         out = []
         parent = self.root(model)
         memo = self._memo
@@ -125,10 +126,11 @@ class VllmBlockHasher(BlockHasher):
     the first block's parent ``NONE_HASH = sha256_cbor(PYTHONHASHSEED)`` (random when no seed
     is set, as vLLM), ``extra_keys`` ``[lora_name]`` for LoRA requests else nil (vLLM
     ``kv_cache_utils.hash_block_tokens``).  Events carry the low 64 bits as an integer, as vLLM
-    does with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``.  ``lora_models`` tells which model
-    names are LoRA adapters (their blocks get the extra key)."""
+    does with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``.  The extra key comes from the
+    sequence's own LoRA (``lora``), so a prompt hashes the same whether or not its adapter is
+    in a slot yet."""
 
-    def __init__(self, seed: str, lora_models: Callable[[], Iterable[str]] = lambda: ()):
+    def __init__(self, seed: str):
         super().__init__(seed)
         if seed:
             self.none_hash = self.sha256_cbor(seed)
@@ -137,14 +139,13 @@ class VllmBlockHasher(BlockHasher):
                         "not reproducible (vLLM behaves the same)")
             self.none_hash = os.urandom(32)
         self._digests: dict[int, bytes] = {}       # 64-bit key -> full digest (the next parent)
-        self.lora_models = lora_models
 
     @staticmethod
     def sha256_cbor(obj) -> bytes:
         return hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
 
-    def block_hashes(self, model: str, ids, block_size: int) -> list[int]:
-        extra = (model,) if model in set(self.lora_models()) else None
+    def block_hashes(self, model: str, ids, block_size: int, lora: str | None = None) -> list[int]:
+        extra = (lora,) if lora else None
         out = []
         parent = self.none_hash
         memo, digests = self._memo, self._digests
@@ -455,8 +456,7 @@ def build_kv_cache(cfg, metrics, loras) -> "KVCache":
         publisher = EventPublisher(rank_endpoint(cfg.zmq_endpoint, rank), topic,
                                    cfg.event_batch_size, rank, 10 * max(settings.capacity, 1), on_sent)
     return KVCache(settings, publisher=publisher, count_prefix=count,
-                   lora_slot=loras.slots.get, loaded_models=loaded_models,
-                   lora_models=lambda: loras.loaded)
+                   lora_slot=loras.slots.get, loaded_models=loaded_models)
 
 
 class KVCache:
@@ -466,20 +466,18 @@ class KVCache:
     ``publisher`` (anything with ``publish(event)``; None = events discarded),
     ``count_prefix(queried_tokens, hit_tokens)`` (the prefix-cache counters),
     ``lora_slot(name) -> int | None`` (the events' ``lora_id``), ``loaded_models() -> names``
-    (served names and loaded adapters: blocks of other models are evicted first) and
-    ``lora_models() -> names`` (adapters, for the sha256_cbor extra key).  All methods run in
+    (served names and loaded adapters: blocks of other models are evicted first).  All methods run in
     the one gevent thread.
     """
 
     def __init__(self, settings: KVCacheSettings, publisher=None,
                  count_prefix: Callable[[int, int], None] = PrefixCounter(),
                  lora_slot: Callable[[str], int | None] = lambda name: None,
-                 loaded_models: Callable[[], Iterable[str]] = lambda: (),
-                 lora_models: Callable[[], Iterable[str]] = lambda: ()):
+                 loaded_models: Callable[[], Iterable[str]] = lambda: ()):
         self.block_size = settings.block_size
         self.capacity = settings.capacity
         if settings.hash_algo == "sha256_cbor":
-            self.hasher = VllmBlockHasher(settings.hash_seed, lora_models)
+            self.hasher = VllmBlockHasher(settings.hash_seed)
         else:
             self.hasher = BlockHasher(settings.hash_seed)
         self.map_format = settings.map_format
@@ -504,7 +502,7 @@ class KVCache:
             if last[0] is prompt and last[1] == model:
                 hashes = last[2]
             else:
-                hashes = self.hasher.block_hashes(model, prompt.ids, self.block_size)
+                hashes = self.hasher.block_hashes(model, prompt.ids, self.block_size, seq.lora)
                 self._last = (prompt, model, hashes)
             seq.kv_hashes = hashes
         return hashes

@@ -142,9 +142,26 @@ def test_sha256_cbor_follows_vllm_recipe():
     low64 = [int.from_bytes(b, "big") & (2 ** 64 - 1) for b in (b0, b1)]
     assert h.block_hashes("m", ids, 16) == low64
     assert h.block_hashes("m", ids, 16) == low64            # memoised: same answer
-    lora = VllmBlockHasher("0", lambda: ["l1"])
-    assert lora.block_hashes("l1", ids, 16)[0] == int.from_bytes(sha((none, tuple(ids[:16]), ("l1",))), "big") \
+    assert h.block_hashes("l1", ids, 16, lora="l1")[0] == int.from_bytes(sha((none, tuple(ids[:16]), ("l1",))), "big") \
         & (2 ** 64 - 1)
+
+
+def test_sha256_cbor_lora_blocks_hash_alike_whether_or_not_the_adapter_is_in_a_slot():
+    """The extra key is the sequence's own adapter: a LoRA request's first blocks (adapter not
+    yet loaded) and its later ones (loaded) get the same hashes, so its prefix is found."""
+    loaded = []
+    kv = KVCache(KVCacheSettings(block_size=16, capacity=8, hash_seed="0", hash_algo="sha256_cbor"),
+                 loaded_models=lambda: loaded)
+    ids = list(range(40))
+    none = sha("0")
+    want = int.from_bytes(sha((none, tuple(ids[:16]), ("l1",))), "big") & (2 ** 64 - 1)
+    hashes = []
+    for state in ([], ["l1"]):
+        loaded[:] = state
+        req = GenerationRequest(request_id="r", model="l1", lora="l1", prompts=[Prompt(ids)])
+        hashes.append(kv._hashes(Sequence(req, 0, 0, req.prompts[0])))
+        kv._last = (None, None, None)
+    assert hashes[0] == hashes[1] and hashes[0][0] == want
 
 
 def test_kv_cache_from_plain_values_with_sha256_cbor():
