@@ -72,14 +72,18 @@ class LoraRegistry:
                 if len(self.runtime) <= self.cap:
                     break
                 if old != name and not self.loaded.get(old):
-                    del self.runtime[old]
-                    self.paths.pop(old, None)
+                    self.unload(old)
                     evicted.append(old)
         return evicted
 
     def unload(self, name: str) -> None:
+        """Forget ``name``; an idle adapter also leaves its slot (a running one keeps it until
+        another adapter needs it, as :meth:`acquire` evicts idle slots)."""
         self.paths.pop(name, None)
         self.runtime.pop(name, None)
+        if self.loaded.get(name) == 0:
+            del self.loaded[name]
+            self.slots.pop(name, None)
 
     def can_run(self, name: str | None) -> bool:
         if name is None or name in self.loaded:

@@ -209,8 +209,11 @@ def test_lora_registry_is_capped_lru_and_keeps_static_and_running_adapters():
     reg.acquire("r19998")                      # used recently: kept over r19999
     reg.release("r19998")
     assert reg.load("new", "/n") == ["busy"]
+    assert "busy" not in reg.loaded and "busy" not in reg.slots        # an evicted idle adapter frees its slot
     assert reg.load("newer", "/n2") == ["r19999"]
     assert set(reg.paths) == {"static", "r19998", "new", "newer"}
+    reg.unload("r19998")
+    assert set(reg.loaded) == set(reg.slots) == set()
     assert LoraRegistry([], max_loras=1).cap == 1 and LoraRegistry([], 4, 2).cap == 4
 
 
