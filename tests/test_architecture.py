@@ -79,6 +79,13 @@ def _graph():
     return mods, {n: _imports(n, p, known) for n, p in mods.items()}
 
 
+def test_the_import_graph_is_the_projects():
+    """The other checks would pass on an empty graph: make sure it holds the project."""
+    mods, graph = _graph()
+    assert {"app", "blueprints.serving", "generation.engine", "schemas.chat", "generation.adapters.base"} <= set(mods)
+    assert "generation.engine" in graph["blueprints.serving"] and "schemas.common" in graph["blueprints.serving"]
+
+
 def test_layers_only_import_downwards():
     _, graph = _graph()
     bad = []

@@ -129,6 +129,18 @@ def test_unexpected_error_is_a_readable_500_on_both(app, monkeypatch, path, enve
 def test_other_methods_and_paths_still_reach_flask(app):
     environ_get = call(app, "/v1/chat/completions/", b"{}", chunked=False)
     assert environ_get[0].startswith("404")
+    got = {}
+
+    def start_response(status, headers, exc_info=None):
+        got["status"], got["headers"] = status, dict(headers)
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/v1/chat/completions", "SCRIPT_NAME": "", "QUERY_STRING": "",
+               "SERVER_NAME": "sim", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http",
+               "wsgi.input": io.BytesIO(b""), "wsgi.errors": io.StringIO()}
+    body = b"".join(app.wsgi_app(environ, start_response))
+    assert got["status"].startswith("405") and got["headers"]["Allow"] == "POST, OPTIONS"
+    assert json.loads(body)["error"]["type"] == "Method Not Allowed"
+    status, _, out = call(app, "/tokenize", orjson.dumps({"model": "test-model", "prompt": "Hi there"}), chunked=False)
+    assert status.startswith("200") and json.loads(out)["count"] == 2
 
 
 @pytest.mark.parametrize("path,body", [

@@ -134,6 +134,7 @@ def test_tool_call_answer_counts_as_stop(app_client):
 
 def test_engine_label_is_the_data_parallel_rank(app_client):
     fams = families(app_client("--data-parallel-size", "2", "--data-parallel-rank", "1"))
+    assert {"vllm:num_requests_running", "vllm:time_to_first_token_seconds", "vllm:request_success"} <= set(fams)
     for fam in fams.values():
         if fam.name.startswith("vllm:"):
             assert {s.labels["engine"] for s in fam.samples} == {"1"}, fam.name

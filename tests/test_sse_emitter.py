@@ -200,7 +200,7 @@ def test_real_time_streams_arrive_whole_and_on_time(realtime):
 
     def delta(name, **labels):
         key = (name, frozenset({"model_name": "test-model", "engine": "0", **labels}.items()))
-        return after.get(key, 0) - before.get(key, 0)
+        return after[key] - before[key]          # KeyError if the series does not exist
     assert delta("vllm:time_to_first_token_seconds_count") == 1
     assert delta("vllm:time_to_first_token_seconds_bucket", le="0.04") == 0       # never early
     assert delta("vllm:inter_token_latency_seconds_count") == 19

@@ -32,9 +32,11 @@ MSG = [{"role": "user", "content": "hi"}]
 
 
 def value(samples: dict, name: str, **labels) -> float:
+    """The sample with exactly these labels; KeyError if the series does not exist (a renamed
+    metric or bucket must fail the test, not read as 0)."""
     labels.setdefault("model_name", "test-model")
     labels.setdefault("engine", "0")          # every vllm:* series carries the data-parallel rank
-    return samples.get((name, frozenset(labels.items())), 0.0)
+    return samples[(name, frozenset(labels.items()))]
 
 
 def gauges(client) -> tuple[float, float]:
