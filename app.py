@@ -32,7 +32,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from generation.engine import ClientDisconnected
     from blueprints import (admin, chat, completions, embeddings, generate, health, lora, messages, metrics,
                             models, render, responses)
-    from blueprints.common import error_response
+    from blueprints.errors import error_response, internal_error
 
     config = config or load_config([])
     app = Flask("vllm_sim")
@@ -90,7 +90,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     @app.errorhandler(Exception)
     def _unexpected(err: Exception):
         log.exception("unexpected error")
-        return error_response(APIError(f"Internal server error: {type(err).__name__}: {err}", 500))
+        return error_response(internal_error(err))
 
     return app
 

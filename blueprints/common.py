@@ -15,7 +15,7 @@ from flask import Response, current_app, request
 from generation.engine import ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
-from .errors import error_response, internal_error  # noqa: F401  (error_response: app.py)
+from .errors import internal_error
 from .sse_emitter import HubEmitter, usable_response
 
 JSON_MIME = "application/json"
@@ -56,10 +56,6 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None) -> di
     if not isinstance(body, dict):
         raise InvalidParam("Request body must be a JSON object.")
     return body
-
-
-def dumps(obj) -> bytes:
-    return orjson.dumps(obj)
 
 
 def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
@@ -165,6 +161,7 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
                     # A deadline: wait for it, from the hub when the server allows (sse_emitter).
                     target = usable_response(environ) if hub_ok else None
                     if target is None:
+                        hub_ok = False      # the answer does not change for this response
                         sim.sleep_until(seqs[0], item)
                         continue
                     outcome, value = HubEmitter(seqs[0], body_iter, *target).run(item)

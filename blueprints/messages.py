@@ -16,7 +16,7 @@ from schemas.common import load
 from schemas.messages import count_tokens_request_schema, messages_request_schema
 
 from .common import json_response, parse_json_body, simulator
-from .errors import anthropic_error_response, status_of
+from .errors import anthropic_error_response, internal_error, status_of
 from .serving import generation_view
 
 log = logging.getLogger("vllm_sim")
@@ -37,7 +37,7 @@ def _http_error(err: HTTPException):
 @bp.errorhandler(Exception)
 def _unexpected(err: Exception):
     log.exception("unexpected error in /v1/messages")
-    return anthropic_error_response(f"Internal server error: {type(err).__name__}: {err}", 500)
+    return anthropic_error_response(internal_error(err).message, 500)
 
 bp.add_url_rule("/v1/messages", "create_message", generation_view(messages_request_schema, anthropic.MessagesAdapter),
                  methods=["POST"])

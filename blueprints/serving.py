@@ -19,8 +19,10 @@ Two entry points run the same :func:`handle`:
   Flask's request context, routing and response objects (about a fifth of a request's CPU,
   issue 13);
 * the Flask view (:func:`generation_view`, registered in the route's blueprint) takes the rest
-  (chunked or oversized bodies get werkzeug's reading and its 413), and keeps the routes in
-  Flask's URL map, where 404/405 and the fast path's route table come from.
+  (a POST without a Content-Length, or over the limit: werkzeug's reading and its 413; chunked
+  bodies arrive with a Content-Length, set by ``ChunkedBodyLimit``), and keeps the routes in
+  Flask's URL map, where 404/405 and the fast path's route table come from.  Both render
+  errors with :func:`reply_to_error`.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from http import HTTPStatus
 
 import orjson
 from flask import Response, current_app, request
+from werkzeug.exceptions import HTTPException
 
 from generation.engine import ClientDisconnected
 from generation.errors import SimulatorError
@@ -96,13 +99,25 @@ def error_reply(err: BaseException, envelope: str) -> tuple[int, list, list]:
     return status_of(err), [JSON_CONTENT_TYPE, ("Content-Length", str(len(out)))], [out]
 
 
+def reply_to_error(err: BaseException, envelope: str, environ: dict) -> tuple[int, list, list]:
+    """:func:`error_reply`, and a client that left is hung up on (no response, as vLLM)."""
+    if isinstance(err, ClientDisconnected):
+        hang_up(environ)
+    return error_reply(err, envelope)
+
+
 def generation_view(schema, adapter_cls):
     """The Flask view of a generation route; :class:`GenerationFastPath` finds the pair on it
     (``view.generation``)."""
     def view():
         app = current_app._get_current_object()
-        status, headers, body = handle(app.extensions["simulator"], request.environ,
-                                       app.config["MAX_CONTENT_LENGTH"], schema, adapter_cls)
+        try:
+            status, headers, body = handle(app.extensions["simulator"], request.environ,
+                                           app.config["MAX_CONTENT_LENGTH"], schema, adapter_cls)
+        except HTTPException:
+            raise                      # werkzeug's 413 and friends: the app's HTTP error handler
+        except Exception as err:       # noqa: BLE001 - the same rendering as the fast path
+            status, headers, body = reply_to_error(err, adapter_cls.envelope, request.environ)
         return Response(body, status=status, headers=headers, direct_passthrough=True)
     view.generation = (schema, adapter_cls)
     view.__doc__ = adapter_cls.__doc__
@@ -145,10 +160,8 @@ class GenerationFastPath:
         schema, adapter_cls = route
         try:
             status, headers, body = handle(self.sim, environ, self.limit, schema, adapter_cls)
-        except Exception as err:       # noqa: BLE001 - rendered as the Flask handlers do
-            if isinstance(err, ClientDisconnected):
-                hang_up(environ)
-            status, headers, body = error_reply(err, adapter_cls.envelope)
+        except Exception as err:       # noqa: BLE001 - every error becomes its API's error reply
+            status, headers, body = reply_to_error(err, adapter_cls.envelope, environ)
         line = self.status_lines.get(status) or _status_line(status)
         environ[WRITE_KEY] = start_response(line, headers)    # a stream may write from the hub
         return body
