@@ -209,21 +209,45 @@ class ToolValidator:
             raise InvalidParam(f"Tool validation failed: {param} is not a valid JSON Schema: {err}", param)
 
 
+_POOL = None                # the worker threads of metaschema checks (made on first use)
+
+
 def schema_problem(schema: dict, cfg) -> str | None:
-    """None when ``schema`` is usable, else a one-line description of the first problem."""
-    # jsonschema costs ~0.1-0.3 s to import: only requests that carry a schema pay it, not start-up
+    """None when ``schema`` is usable, else a one-line description of the first problem.
+
+    The metaschema check runs in a worker thread (:func:`_metaschema_problem`): jsonschema
+    takes about 10 us per byte of schema (0.3 s for 32 KiB of properties), pure Python that
+    would otherwise hold the gevent hub, and every open stream with it, for that long; from a
+    thread the hub keeps its turn every switch interval (5 ms).  The dry run that follows
+    yields to the hub by itself (:class:`SchemaSampler`)."""
+    global _POOL
+    if _POOL is None:
+        from gevent.threadpool import ThreadPool
+        _POOL = ThreadPool(2)          # at most two checks at once: bounded GIL contention
+    cls, err = _POOL.apply(_metaschema_problem, (schema,))
+    if err:
+        return err
+    trial = SchemaSampler(cfg, random.Random(0), schema, seconds=CHECK_SECONDS)
+    return _walk_problems(schema, schema, "$", cls.TYPE_CHECKER, trial)
+
+
+def _metaschema_problem(schema: dict) -> tuple:
+    """``(validator class, problem or None)``: ``schema`` checked against its metaschema (the
+    ``$schema`` it names, else draft 2020-12).  A ``$schema`` that is not a string is left to
+    the 2020-12 metaschema, which reports it (``validator_for`` would raise)."""
+    # jsonschema costs ~0.1 s to import: imported here, in the thread, by the first schema
     from jsonschema import Draft202012Validator, SchemaError
     from jsonschema.validators import validator_for
-    cls = validator_for(schema, default=Draft202012Validator)
+    named = schema.get("$schema")
+    cls = validator_for(schema, default=Draft202012Validator) if isinstance(named, str) else Draft202012Validator
     try:
         cls.check_schema(schema)
     except SchemaError as e:
         where = e.json_path if e.path else "$"
-        return f"{e.message} (at {where})"
+        return cls, f"{e.message} (at {where})"
     except RecursionError:         # only past MAX_SCHEMA_DEPTH, which is checked first
-        return "the schema is nested too deeply"
-    trial = SchemaSampler(cfg, random.Random(0), schema, seconds=CHECK_SECONDS)
-    return _walk_problems(schema, schema, "$", cls.TYPE_CHECKER, trial)
+        return cls, "the schema is nested too deeply"
+    return cls, None
 
 
 def _string_allowed(types) -> bool:
