@@ -118,6 +118,7 @@ def render_chat():
     opts = chat_options(body)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
     if render is not None:
+        sim.check_request_chat_template(opts)
         if opts["continue_final_message"] and opts["add_generation_prompt"]:
             sim.tokenize_messages(messages, **opts)                  # raises vLLM's 400
         ids, _, features = render(messages, **opts)

@@ -175,8 +175,19 @@ class Simulator:
 
     def tokenize_messages(self, messages, **chat_options) -> tuple[list, list]:
         """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
-        :func:`generation.tokenizer.tokenize_chat` (tools, chat_template, ...)."""
+        :func:`generation.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises
+        InvalidParam for a request chat template without ``--trust-request-chat-template``."""
+        self.check_request_chat_template(chat_options)
         return tokenize_chat(self.tokenizer, messages, **chat_options)
+
+    def check_request_chat_template(self, chat_options: dict) -> None:
+        """vLLM's guard on templates sent with a request: a Jinja template runs arbitrary loops,
+        so it is refused (400 ``chat_template``) unless ``--trust-request-chat-template``."""
+        kwargs = chat_options.get("chat_template_kwargs") or {}
+        if (chat_options.get("chat_template") is not None or "chat_template" in kwargs) \
+                and not self.config.trust_request_chat_template:
+            raise InvalidParam("Chat template is passed with request, but --trust-request-chat-template is not "
+                               "set. Refused request with untrusted chat template.", "chat_template")
 
     # ---- output decision ------------------------------------------------------------------
     def prepare(self, req: GenerationRequest) -> list[Sequence]:

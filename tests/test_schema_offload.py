@@ -46,3 +46,16 @@ def test_a_large_schema_is_checked_without_holding_the_hub(api):
     gaps = [b - a for a, b in zip(during, during[1:])]
     assert took > 0.3 and len(during) >= 5
     assert max(gaps) < took / 2, (max(gaps), took)
+
+
+@pytest.mark.parametrize("extra", [{"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
+                                   {"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize", "/v1/chat/completions/render"])
+def test_a_request_chat_template_needs_trust_request_chat_template(app_client, path, extra):
+    """vLLM refuses a template sent with a request (Jinja runs arbitrary loops on the server)
+    unless --trust-request-chat-template."""
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 2, **extra}
+    r = app_client().post(path, json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "chat_template" and "--trust-request-chat-template" in r.json()["error"]["message"]
+    assert app_client("--trust-request-chat-template").post(path, json=body).status_code == 200

@@ -40,7 +40,8 @@ def ref(hub):
 
 @pytest.fixture(scope="module")
 def client(app_client, hub):
-    return app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), model=MODEL)
+    return app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--trust-request-chat-template",
+                      model=MODEL)            # the template tests send templates with requests
 
 
 def template_ids(ref, messages, **kw):
