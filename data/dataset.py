@@ -323,16 +323,12 @@ def build_dataset(path, pairs, tokenizer, table: str = DEFAULT_TABLE) -> int:
     return len(rows)
 
 
-def pairs_from_conversations(conversations) -> list:
-    """ShareGPT-style records ``[{"conversations": [{"from": "human"|"gpt", "value"}, ...]}]``
-    -> pairs as the reference's dataset tool records them (engine.md 9.5): for each (human,
-    gpt) turn one completions pair (the human text) and one chat pair (the conversation so
-    far); a turn with other roles ends that conversation."""
-    return conversation_pairs(conversations)[0]
-
-
 def conversation_pairs(conversations, progress=None) -> tuple[list, dict]:
-    """:func:`pairs_from_conversations` plus why records gave nothing or stopped early:
+    """ShareGPT-style records ``[{"conversations": [{"from": "human"|"gpt", "value"}, ...]}]``
+    -> ``(pairs, why)``: the pairs as the reference's dataset tool records them (engine.md
+    9.5), for each (human, gpt) turn one completions pair (the human text) and one chat pair
+    (the conversation so far), a turn with other roles ending that conversation; and why
+    records gave nothing or stopped early:
     ``{"not a conversation": n, "no human/gpt turn": n, "stopped at a turn with other roles": n}``.
     ``progress`` (a tqdm bar or None) is advanced once per record."""
     out = []

@@ -60,11 +60,6 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 LABELS = ("model_name", "engine")
 
 
-def vllm_finish_reason(reason: str) -> str:
-    """The ``finished_reason`` label vLLM would count for a simulator finish reason."""
-    return _REASON.get(reason, reason)
-
-
 class FastHistogram:
     """A single-series histogram for hot paths, exported through prometheus_client's
     custom-collector API.  Not thread-safe by design: the simulator is one gevent thread."""
@@ -322,7 +317,7 @@ class MetricsRecorder:
                 states.pop(state, None)
                 states[state] = time.time()
                 self._lora_last = state
-                cap = max(getattr(self.config, "max_cpu_loras", 0) or 0, self.config.max_loras, 1)
+                cap = sim.loras.cap               # the registry's bound on resident adapters
                 while len(states) > cap:
                     states.popitem(last=False)
         fam = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
@@ -367,7 +362,7 @@ class MetricsRecorder:
         yield fam
 
     # ---- engine hooks ----------------------------------------------------------------------
-    def finished(self, sim, seq) -> None:
+    def finished(self, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts."""
         reason = seq.finish_reason
         counter = self.success.get(_REASON.get(reason, reason))

@@ -44,7 +44,6 @@ def has_media(messages) -> bool:
 class RenderTokenizer(SimulatedTokenizer):
     """Prompt tokenization by the render service at ``url``; everything else simulated."""
     name = "render"
-    has_chat_template = True
 
     def __init__(self, url: str, model: str, timeout: float = 30.0, mm_timeout: float = 60.0):
         super().__init__()
@@ -52,7 +51,6 @@ class RenderTokenizer(SimulatedTokenizer):
         self.model = model
         self.timeout = timeout
         self.mm_timeout = mm_timeout
-        self.last_features = None
 
     # ---- HTTP ----------------------------------------------------------------------------
     def _post(self, path: str, body: dict, timeout: float):

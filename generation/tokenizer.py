@@ -100,8 +100,6 @@ class SimulatedTokenizer:
     def token_strs(self, ids: Sequence[int]) -> list[str]:
         return [self._pieces.get(i, str(i)) for i in ids]
 
-    has_chat_template = False
-
     def id_pieces(self, ids: Sequence[int]) -> list[str]:
         """Pieces standing for pre-tokenized ids: ``[1,2,3]`` -> ``["1,", "2,", "3"]``."""
         n = len(ids)
@@ -147,10 +145,6 @@ class HFTokenizer:
         if backend is not None:
             backend.no_padding()
             backend.no_truncation()
-
-    @property
-    def has_chat_template(self) -> bool:
-        return bool(self.chat_template or getattr(self._tok, "chat_template", None))
 
     def _encode(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
         if self._fast is None:

@@ -113,7 +113,7 @@ def load_tokenizer(config):
         except Exception as e:                 # OSError, ValueError, hub errors: one line
             raise TokenizerLoadError(f"cannot load tokenizer '{explicit}': {_one_line(e)}") from None
     name = (config.model or "").strip()
-    if not (_is_hub_name(name) or (_is_local(name) and os.path.exists(name))):
+    if not (_is_hub_name(name) or (_is_local(name) and os.path.exists(os.path.expanduser(name)))):
         return SimulatedTokenizer()
     try:
         return _load(name, cache_dir, template)

@@ -38,7 +38,7 @@ class ToolSynthesizer:
     Given ``config`` (the live :class:`generation.config.SimConfig`), ``rng`` (the engine's
     seeded ``random.Random``, so ``--seed`` makes every draw reproducible) and ``tokenizer``.  The
     request checks of :class:`generation.tool_validation.ToolValidator` are reachable here too
-    (``validate_request``, ``validate_response_format``, ``check_schema``)."""
+    (``validate_request``, ``validate_response_format``)."""
 
     def __init__(self, config, rng, tokenizer):
         self.config = config
@@ -47,7 +47,6 @@ class ToolSynthesizer:
         self.validator = ToolValidator(self)
         self.validate_request = self.validator.validate_request
         self.validate_response_format = self.validator.validate_response_format
-        self.check_schema = self.validator.check_schema
 
     def wants_tools(self, req) -> bool:
         """True when ``req`` has a non-empty tool list and its tool_choice is not none (an empty
