@@ -108,6 +108,7 @@ class SchemaSampler:
         self.rng = rng
         self.root = root
         self.left = BUDGET
+        self.seconds = seconds
         self.deadline = time.monotonic() + seconds
 
     def sample(self, schema, top: bool = True):
@@ -144,7 +145,7 @@ class SchemaSampler:
         if depth > HARD_DEPTH:
             raise SchemaUnsatisfiable(path, f"required values nest deeper than {HARD_DEPTH} levels")
         if time.monotonic() > self.deadline:
-            raise SchemaUnsatisfiable(path, f"no instance found within {SAMPLE_SECONDS} s")
+            raise SchemaUnsatisfiable(path, f"no instance found within {self.seconds:g} s")
         if schema is True or not isinstance(schema, dict) or not schema:
             return rng.choice(WORDS)
         schema = self._resolve(schema)
