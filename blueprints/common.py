@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from time import monotonic
 
 import gevent
 import orjson
@@ -155,25 +156,31 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
             try:
                 hub_ok = len(seqs) == 1
                 for item in body_iter:
-                    if item.__class__ is not float:
+                    cls = item.__class__
+                    if cls is bytes:
                         yield item
                         continue
-                    # A deadline: wait for it, from the hub when the server allows (sse_emitter).
+                    # A deadline or a TokenSchedule: from the hub when the server allows (sse_emitter).
+                    schedule = None if cls is float else item
                     target = usable_response(environ) if hub_ok else None
-                    if target is None:
-                        hub_ok = False      # the answer does not change for this response
+                    hub_ok = False          # once: the emitter keeps the stream, or the answer stays no
+                    if target is not None:
+                        outcome, value = HubEmitter(seqs[0], body_iter, *target).run(item)
+                        if outcome == "done":
+                            return
+                        if outcome == "error":
+                            raise value
+                        unsent, schedule = value        # a slow reader: this greenlet drives the rest
+                        try:
+                            environ["gunicorn.socket"].sendall(unsent)
+                        except OSError:
+                            return
+                        if schedule is not None:
+                            yield from scheduled_tokens(sim, schedule)
+                    elif schedule is None:
                         sim.sleep_until(seqs[0], item)
-                        continue
-                    outcome, value = HubEmitter(seqs[0], body_iter, *target).run(item)
-                    if outcome == "done":
-                        return
-                    if outcome == "error":
-                        raise value
-                    hub_ok = False          # a slow reader: this greenlet drives the rest
-                    try:
-                        environ["gunicorn.socket"].sendall(value)
-                    except OSError:
-                        return
+                    else:
+                        yield from scheduled_tokens(sim, schedule)
             except ClientDisconnected:
                 return
     except Exception as e:         # a bug after the 200 went out: tell the client in-band
@@ -188,6 +195,18 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
         if close is not None:
             close()
         gevent.sleep(0)   # let other keep-alive connections have a turn (see app.py)
+
+
+def scheduled_tokens(sim: Simulator, schedule):
+    """Emit a :class:`~generation.engine.TokenSchedule` from the request's greenlet: each token's
+    chunk (tokens due together in one write) once its deadline is reached; raises
+    ClientDisconnected if the sequence is aborted meanwhile."""
+    seq = schedule.seq
+    while schedule.next < schedule.stop:
+        sim.sleep_until(seq, schedule.deadline(schedule.next))
+        data = schedule.due(monotonic())
+        if data is not None:
+            yield data
 
 
 def header_safe(value: str) -> bool:

@@ -10,6 +10,12 @@ deadline is reached (never earlier: the loop's cached clock is refreshed and the
 re-checked), frames the bytes as gunicorn would (``chunked``) and hands them to the kernel with
 one non-blocking ``send``.
 
+A :class:`~generation.engine.TokenSchedule` (a constant inter-token latency) is emitted from
+one repeating libev timer: per token, one callback renders the chunk, records its latencies and
+sends it, without resuming the engine's and the renderer's generators (about half the Python
+of a token).  libev keeps the timer on the absolute schedule; a tick that finds nothing due
+(the loop fell more than a whole inter-token latency behind, or float rounding) re-aligns it.
+
 The greenlet takes the stream back whenever the hub cannot go on without blocking:
 
 * the socket's buffer is full (a slow reader): the unsent bytes are returned, the greenlet
@@ -27,7 +33,7 @@ from time import monotonic
 
 from gevent.hub import Waiter, get_hub
 
-from generation.engine import ClientDisconnected
+from generation.engine import ClientDisconnected, TokenSchedule
 
 WRITE_KEY = "vllm_sim.write"      # environ: the ``write`` callable gunicorn's start_response returned
 
@@ -52,8 +58,9 @@ def usable_response(environ: dict):
 
 class HubEmitter:
     """Emits one sequence's stream from timer callbacks in the hub until it ends or needs its
-    greenlet back.  ``body_iter`` yields ``bytes`` (one write each) and ``float`` deadlines
-    (``time.monotonic`` seconds), as :meth:`generation.engine.Simulator.run` with ``deadlines``.
+    greenlet back.  ``body_iter`` yields ``bytes`` (one write each), ``float`` deadlines
+    (``time.monotonic`` seconds) and :class:`~generation.engine.TokenSchedule` s, as
+    :meth:`generation.engine.Simulator.run` with ``deadlines``.
     """
 
     def __init__(self, seq, body_iter, resp, raw):
@@ -66,14 +73,20 @@ class HubEmitter:
         self.waiter = Waiter()
         self.timer = None
         self.deadline = 0.0
+        self.schedule = None          # the TokenSchedule being emitted, if any
         self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
 
-    def run(self, deadline: float) -> tuple:
-        """Called by the request's greenlet at ``deadline``; returns when the greenlet must go on:
-        ``("done", None)``, ``("pending", unsent bytes)`` or ``("error", exception)``."""
+    def run(self, item) -> tuple:
+        """Called by the request's greenlet with the ``float`` deadline or the TokenSchedule it
+        met first; returns when the greenlet must go on: ``("done", None)``,
+        ``("pending", (unsent bytes, the TokenSchedule to finish or None))`` or
+        ``("error", exception)``."""
         self.seq.event = self              # Simulator.cancel wakes us through .switch
         self.active = True
-        self._arm(deadline)
+        if item.__class__ is float:
+            self._arm(item)
+        else:
+            self._start_schedule(item)
         try:
             return self.waiter.get()
         finally:
@@ -87,7 +100,37 @@ class HubEmitter:
         if not self.active:
             return
         self._stop_timer()
+        self.schedule = None
         self._emit()
+
+    def _start_schedule(self, schedule: TokenSchedule) -> None:
+        self.schedule = schedule
+        loop = self.loop
+        loop.update_now()
+        # From libev's own clock, so that its absolute schedule lands on the deadlines.
+        after = schedule.deadline(schedule.next) - loop.now()
+        timer = self.timer = loop.timer(after if after > 0.0 else 0.0, schedule.itl)
+        timer.start(self._tick)
+
+    def _tick(self) -> None:
+        if not self.active:
+            return
+        schedule = self.schedule
+        try:
+            data = schedule.due(monotonic())
+        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+            self._hand_back(("error", e))
+            return
+        if data is None:           # nothing due yet: put the timer back on the schedule
+            self._stop_timer()
+            self._start_schedule(schedule)
+            return
+        if not self._send(data):
+            return
+        if schedule.next >= schedule.stop:
+            self._stop_timer()
+            self.schedule = None
+            self._emit()
 
     def _arm(self, deadline: float) -> None:
         self.deadline = deadline
@@ -113,8 +156,12 @@ class HubEmitter:
     def _emit(self) -> None:
         try:
             for item in self.body_iter:
-                if item.__class__ is float:
+                cls = item.__class__
+                if cls is float:
                     self._arm(item)
+                    return
+                if cls is TokenSchedule:
+                    self._start_schedule(item)
                     return
                 if item and not self._send(item):
                     return
@@ -134,7 +181,7 @@ class HubEmitter:
             return False
         self.resp.sent += len(item)             # gunicorn's count (the access log's bytes)
         if sent < len(data):
-            self._hand_back(("pending", memoryview(data)[sent:]))
+            self._hand_back(("pending", (memoryview(data)[sent:], self.schedule)))
             return False
         return True
 

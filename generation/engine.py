@@ -42,6 +42,57 @@ def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthEr
         f"Please reduce the length of the messages or completion.")
 
 
+class TokenSchedule:
+    """Tokens ``next..stop-1`` of ``seq`` at a constant inter-token latency: token ``k`` is due
+    at :meth:`deadline` ``(k) = first + (k - start) * itl`` (:func:`time.monotonic` seconds).
+
+    :meth:`Simulator.run` with ``deadlines`` yields one instead of a deadline per token when the
+    inter-token latency is a constant, so that its driver emits the tokens without resuming the
+    engine's and the renderer's generators per token (issue 13).  The renderer sets
+    :attr:`render` (``k -> bytes``, the token's chunk); the driver calls :meth:`due` at each
+    deadline, sends what it returns, and resumes the generator once :attr:`next` reaches
+    :attr:`stop` (or after :meth:`Simulator.cancel`, which it then raises as ClientDisconnected).
+    """
+    __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs")
+
+    def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float, metrics):
+        self.seq = seq
+        self.start = self.next = start
+        self.stop = stop
+        self.first = first
+        self.itl = itl
+        self.prev = prev              # when the previous token went out (the ITL metric's origin)
+        self.lag = metrics.token_lag
+        self.itl_obs = metrics.itl.observe
+        self.render = None
+
+    def deadline(self, k: int) -> float:
+        return self.first + (k - self.start) * self.itl
+
+    def due(self, now: float):
+        """The chunks of every token due at ``now`` (monotonic seconds) as one ``bytes``, with
+        their emission lag and inter-token latency observed as the engine does per token; None
+        when none is due yet."""
+        k = self.next
+        stop = self.stop
+        d = self.first + (k - self.start) * self.itl
+        if k >= stop or d > now:
+            return None
+        render = self.render
+        out = []
+        while True:
+            self.lag(now - d)
+            self.itl_obs(now - self.prev)
+            self.prev = now
+            out.append(render(k))
+            k += 1
+            d = self.first + (k - self.start) * self.itl
+            if k >= stop or d > now:
+                break
+        self.next = k
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
 class LoraRegistry:
     """Registered LoRA adapters (name -> path) and which are loaded in the ``--max-loras`` slots.
 
@@ -407,7 +458,10 @@ class Simulator:
         it yields the deadline instead (a ``float``, :func:`time.monotonic` seconds), and its
         driver resumes it once ``monotonic()`` has reached it (:meth:`sleep_until`, or a timer
         in the hub: see :mod:`blueprints.sse_emitter`); it then raises ClientDisconnected if the
-        sequence was aborted meanwhile.
+        sequence was aborted meanwhile.  With ``deadlines`` and a constant inter-token latency,
+        tokens ``1..len-1`` come as one :class:`TokenSchedule` (its driver emits them and records
+        their latencies); the generator then finishes the sequence, or raises ClientDisconnected
+        if it was aborted meanwhile.
 
         With ``per_token=False`` (non-streaming) and a constant inter-token latency the decode
         phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
@@ -459,6 +513,11 @@ class Simulator:
                             yield k
                     metrics.lag.observe_n(0.0, n - 1)
                     metrics.observe_itl_n(0.0, n - 1)
+            elif n > 1 and constant_itl and deadlines:       # the driver emits tokens 1..n-1
+                itl = cfg.inter_token_latency
+                yield TokenSchedule(seq, 1, n, target + itl, itl, now, metrics)
+                if seq.state == SeqState.ABORTED:
+                    raise ClientDisconnected()
             else:
                 itl_obs = metrics.itl.observe
                 prev = now

@@ -97,8 +97,8 @@ def test_a_full_socket_hands_the_rest_back_to_the_greenlet():
         yield big
         yield from after
     it = body()
-    outcome, pending = HubEmitter(seq(), it, resp, server._sock).run(time.monotonic())
-    assert outcome == "pending" and 0 < len(pending) < len(big)
+    outcome, (pending, schedule) = HubEmitter(seq(), it, resp, server._sock).run(time.monotonic())
+    assert outcome == "pending" and 0 < len(pending) < len(big) and schedule is None
     reader = gevent.spawn(read_all, client, b"data: after\n\n\r\n")
     server.sendall(pending)                      # what sse_body does, then it drives the rest
     write = resp.write

@@ -200,6 +200,15 @@ class PieceChunks(dict):
             self[piece] = rest
         return rest
 
+    def renderer(self, head: bytes, pieces):
+        """``k -> head + rest of pieces[k]``: one plain token's chunk (a schedule's ``render``)."""
+        get, render = self.get, self.render
+
+        def chunk(k: int) -> bytes:
+            p = pieces[k]
+            return head + (get(p) or render(p))
+        return chunk
+
     def block(self, head: bytes, pieces) -> bytes:
         """The chunks of ``pieces`` (tokens due at once) after the same ``head``, as one bytes:
         the same bytes as joining ``head + rest`` per piece, built in one allocation."""
@@ -262,15 +271,15 @@ def check_prompt_logprobs(value, stream: bool) -> None:
 
 
 def due_items(out: list, k) -> tuple:
-    """What a renderer yields where its stream waits (``k``: FLUSH, or a ``float`` deadline
-    from ``Simulator.stream``): the chunks rendered so far as one write, then the deadline for
-    the server to wait for.  Empties ``out``.  A tuple, not a generator: it runs once per token
-    of a real-time stream."""
+    """What a renderer yields where its stream waits (``k``: FLUSH, a ``float`` deadline or a
+    :class:`~generation.engine.TokenSchedule` from ``Simulator.stream``): the chunks rendered so
+    far as one write, then the deadline or schedule for the server to drive.  Empties ``out``.
+    A tuple, not a generator: it runs once per token of a real-time stream."""
     if out:
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
-        return (data, k) if k.__class__ is float else (data,)
-    return (k,) if k.__class__ is float else ()
+        return (data,) if k.__class__ is int else (data, k)
+    return () if k.__class__ is int else (k,)
 
 
 def with_prompt_token_ids(chunks, ids):

@@ -9,9 +9,11 @@ Tool calls stream as OpenAI clients expect: the first delta of each call carries
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from .. import logprobs as lp
 from ..errors import InvalidParam
+from ..engine import TokenSchedule
 from ..request import GenerationRequest
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
@@ -123,28 +125,13 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     # depends only on the piece (cached in _PLAIN_REST; about 4x fewer bytes copied per chunk).
     plain = not (want_logprobs or token_ids or continuous)
     blocks = plain and not any(s.tool_calls for s in seqs)
-    for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
-        if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
-            i = seq.index
-            if not started[i]:
-                started[i] = True
-                put(role_chunk(i))
-            put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
-            continue
-        if k.__class__ is float or k < 0:    # the stream waits here: what is due, then the deadline
-            yield from due_items(out, k)
-            continue
+    get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
+
+    def token_chunk(seq, k: int) -> bytes:
         i = seq.index
-        if not started[i]:
-            started[i] = True
-            put(role_chunk(i))
         piece = seq.pieces[k]
         if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
-            rest = _PLAIN_REST.get(piece)
-            if rest is None:
-                rest = _PLAIN_REST.render(piece)
-            put(heads[i] + rest)
-            continue
+            return heads[i] + (get_rest(piece) or render_rest(piece))
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
@@ -159,11 +146,30 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            put(heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end)
-            continue
+            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end
         logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
-        put(heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
-            b',"finish_reason":null' + end)
+        return (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
+                b',"finish_reason":null' + end)
+
+    for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
+        cls = k.__class__
+        if cls is int and k >= 0:
+            if not started[seq.index]:
+                started[seq.index] = True
+                put(role_chunk(seq.index))
+            put(token_chunk(seq, k))
+            continue
+        if cls is range:                     # plain tokens due at once: their chunks in one bytes
+            i = seq.index
+            if not started[i]:
+                started[i] = True
+                put(role_chunk(i))
+            put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
+            continue
+        if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
+            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces) if plain and not seq.tool_calls
+                        else partial(token_chunk, seq))
+        yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     for seq in seqs:
         i = seq.index
         if not started[i] and seq.finish_reason != "cache_threshold":

@@ -9,9 +9,11 @@ a chunk whose ``text`` is empty and whose ``finish_reason`` is set.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from .. import logprobs as lp
 from ..errors import InvalidParam
+from ..engine import TokenSchedule
 from ..request import GenerationRequest, Prompt
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
@@ -161,21 +163,13 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
-    for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
-        if k.__class__ is range:             # plain tokens due at once: their chunks in one bytes
-            put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
-            continue
-        if k.__class__ is float or k < 0:    # the stream waits here: what is due, then the deadline
-            yield from due_items(out, k)
-            continue
+    get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
+
+    def token_chunk(seq, k: int) -> bytes:
         i = seq.index
         piece = seq.pieces[k]
         if plain:                # the common chunk: its bytes after the head are cached per piece
-            rest = _PLAIN_REST.get(piece)
-            if rest is None:
-                rest = _PLAIN_REST.render(piece)
-            put(heads[i] + rest)
-            continue
+            return heads[i] + (get_rest(piece) or render_rest(piece))
         if top is not None:
             logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
             offsets[i] += len(piece)
@@ -184,8 +178,21 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
-        put(heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
-            b',"finish_reason":null,"stop_reason":null' + end)
+        return (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
+                b',"finish_reason":null,"stop_reason":null' + end)
+
+    for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
+        cls = k.__class__
+        if cls is int and k >= 0:
+            put(token_chunk(seq, k))
+            continue
+        if cls is range:                     # plain tokens due at once: their chunks in one bytes
+            put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
+            continue
+        if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
+            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces) if plain
+                        else partial(token_chunk, seq))
+        yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     for seq in seqs:
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
         put(heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +

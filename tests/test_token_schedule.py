@@ -1,0 +1,293 @@
+"""Token schedules (generation/engine.py TokenSchedule, blueprints/sse_emitter.py): a stream
+with a constant inter-token latency hands its tokens to the server as one schedule instead of a
+deadline per token.  The bytes must not change, nor the metrics, nor the timing guarantees
+(never early; late tokens go out together; a slow reader or a client that leaves is handled).
+"""
+from __future__ import annotations
+
+import socket
+import time
+from types import SimpleNamespace
+
+import gevent
+import gevent.socket
+import httpx
+import pytest
+
+from blueprints.common import scheduled_tokens
+from blueprints.sse_emitter import HubEmitter
+from conftest import make_app, metric, scrape, sse_events
+from generation.engine import ClientDisconnected, TokenSchedule
+from generation.request import SeqState
+from schemas.common import load
+from test_sse_emitter import gunicorn_response, read_all
+
+CHAT = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def seqs_for(app, endpoint: str, body: dict):
+    """Prepared and admitted sequences of ``body`` on ``app``'s ``endpoint`` (its view name)."""
+    sim = app.extensions["simulator"]
+    schema, adapter_cls = app.view_functions[endpoint].generation
+    adapter = adapter_cls(sim, load(schema, body))
+    seqs = sim.prepare(adapter.build("test", False))
+    sim.admit(seqs)
+    return sim, seqs
+
+
+# ---- the engine ------------------------------------------------------------------------------
+
+def test_a_constant_inter_token_latency_is_one_schedule():
+    app = make_app("--time-to-first-token", "5ms", "--inter-token-latency", "2ms", "--seed", "3")
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 6, "ignore_eos": True})
+    run = sim.run(seq, deadlines=True)
+    ttft = next(run)
+    assert ttft.__class__ is float and ttft == pytest.approx(seq.started_at + 0.005)
+    sim.sleep_until(seq, ttft)
+    assert next(run) == 0
+    sched = next(run)
+    assert sched.__class__ is TokenSchedule and (sched.next, sched.stop, sched.itl) == (1, 6, 0.002)
+    assert [sched.deadline(k) - ttft for k in range(1, 6)] == pytest.approx([0.002 * k for k in range(1, 5 + 1)])
+    sched.render = lambda k: b"<%d>" % k
+    assert sched.due(sched.deadline(1) - 1e-6) is None                  # never before its deadline
+    assert sched.due(sched.deadline(3)) == b"<1><2><3>"                  # late ones go out together
+    assert sched.due(sched.deadline(5) + 1) == b"<4><5>" and sched.due(1e9) is None
+    with pytest.raises(StopIteration):
+        next(run)
+    assert seq.state == SeqState.DONE and sim.running == 0
+
+
+@pytest.mark.parametrize("flags", [("--inter-token-latency-std-dev", "3ms"), ("--time-factor-under-load", "2")])
+def test_a_varying_inter_token_latency_yields_a_deadline_per_token(flags):
+    app = make_app("--inter-token-latency", "10ms", *flags)
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 4, "ignore_eos": True})
+    items = []
+    for item in sim.run(seq, deadlines=True):
+        items.append(item)
+        if item.__class__ is float:
+            sim.sleep_until(seq, item)
+    assert [k for k in items if k.__class__ is int] == [0, 1, 2, 3]
+    assert all(k.__class__ in (int, float) for k in items) and any(k.__class__ is float for k in items)
+
+
+def test_a_sequence_aborted_during_its_schedule_ends_in_client_disconnected():
+    app = make_app("--inter-token-latency", "50ms")
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 5, "ignore_eos": True})
+    run = sim.run(seq, deadlines=True)
+    assert next(run) == 0
+    sched = next(run)
+    sched.render = lambda k: b"x"
+    gevent.spawn_later(0.02, sim.cancel, [seq])
+    t0 = time.monotonic()
+    with pytest.raises(ClientDisconnected):
+        list(scheduled_tokens(sim, sched))
+    assert time.monotonic() - t0 < 0.045 and sim.running == 0
+    with pytest.raises(ClientDisconnected):
+        next(run)
+
+
+# ---- the same bytes whatever the timing path ---------------------------------------------------
+
+BODIES = {
+    "chat": (CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 12, "ignore_eos": True}),
+    "chat logprobs": (CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 12, "logprobs": True,
+                             "top_logprobs": 2}),
+    "chat usage, token ids": (CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 12, "return_token_ids": True,
+                                     "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
+    "chat tool call": (CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 60, "tools": TOOLS,
+                              "tool_choice": "required"}),
+    "completion": ("/v1/completions", {"model": "test-model", "prompt": "hello there", "max_tokens": 12}),
+    "completion logprobs echo": ("/v1/completions", {"model": "test-model", "prompt": "hello there", "max_tokens": 12,
+                                                     "logprobs": 2, "echo": True, "return_token_ids": True,
+                                                     "stream_options": {"include_usage": True,
+                                                                        "continuous_usage_stats": True}}),
+}
+TIMINGS = {"all at once": (), "schedule": ("--inter-token-latency", "1ms"),
+           "deadline per token": ("--inter-token-latency", "1ms", "--inter-token-latency-std-dev", "0.2ms")}
+
+
+def normalised_events(path: str, body: dict, flags: tuple) -> list:
+    """The SSE events of one stream on a fresh app (same seed: same text), without ids and times."""
+    client = httpx.Client(transport=httpx.WSGITransport(app=make_app("--seed", "11", *flags)), base_url="http://sim")
+    r = client.post(path, json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    events = sse_events(r.text)
+    for e in events:
+        if isinstance(e, dict):
+            e.pop("id", None)
+            e.pop("created", None)
+            for c in e.get("choices") or ():
+                for tc in (c.get("delta") or {}).get("tool_calls") or ():
+                    tc.pop("id", None)
+    return events
+
+
+@pytest.mark.parametrize("name", BODIES)
+def test_stream_bytes_do_not_depend_on_the_timing_path(name):
+    path, body = BODIES[name]
+    runs = {timing: normalised_events(path, body, flags) for timing, flags in TIMINGS.items()}
+    assert runs["schedule"] == runs["all at once"]
+    assert runs["deadline per token"] == runs["all at once"]
+    assert len(runs["schedule"]) > 5
+
+
+def test_schedule_metrics_count_every_token():
+    from conftest import SimClient, INPROC_URL
+    api = SimClient(INPROC_URL, app=make_app("--inter-token-latency", "3ms", "--time-to-first-token", "5ms"))
+    before = scrape(api)
+    r = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 10, "ignore_eos": True,
+                             "stream": True})
+    assert r.status_code == 200 and r.text.count('"delta":{"content":') == 10
+    after = scrape(api)
+
+    def delta(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+    assert delta("vllm:inter_token_latency_seconds_count") == 9
+    assert delta("vllm_sim:token_emission_lag_seconds_count") == 10
+    # last token - first >= 9 ITL - the first token's lag: no token before its deadline
+    assert (delta("vllm:inter_token_latency_seconds_sum") + delta("vllm_sim:token_emission_lag_seconds_sum")
+            >= 9 * 0.003)
+    assert delta("vllm:request_success_total", finished_reason="length") == 1
+
+
+# ---- the hub emitter ---------------------------------------------------------------------------
+
+def fake_seq():
+    return SimpleNamespace(state=SeqState.RUNNING, event=None)
+
+
+def fake_metrics():
+    lags, itls = [], []
+    return SimpleNamespace(token_lag=lags.append, itl=SimpleNamespace(observe=itls.append)), lags, itls
+
+
+def schedule_body(seq, n: int, itl: float, first: float, metrics, tail: bytes = b"data: end\n\n"):
+    """A renderer's items for tokens 1..n-1 on a schedule, then ``tail``."""
+    sched = TokenSchedule(seq, 1, n, first, itl, first - itl, metrics)
+    sched.render = lambda k: b"data: %d\n\n" % k
+
+    def body():
+        yield sched
+        if seq.state == SeqState.ABORTED:
+            raise ClientDisconnected()
+        yield tail
+    return sched, body()
+
+
+def test_a_schedule_goes_out_token_by_token_and_never_early():
+    server, client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    client.recv(65536)
+    metrics, lags, itls = fake_metrics()
+    s = fake_seq()
+    first = time.monotonic() + 0.01
+    sched, it = schedule_body(s, 6, 0.005, first, metrics)
+    arrivals = []
+
+    def reader():
+        got = b""
+        while not got.endswith(b"data: end\n\n\r\n"):
+            data = client.recv(65536)
+            arrivals.append((time.monotonic(), data))
+            got += data
+        return got
+    r = gevent.spawn(reader)
+    assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
+    got = r.get(timeout=5)
+    assert got == b"".join(b"9\r\ndata: %d\n\n\r\n" % k for k in range(1, 6)) + b"B\r\ndata: end\n\n\r\n"
+    firsts = [t for t, data in arrivals if data.startswith(b"9\r\ndata: ")]
+    assert all(t >= sched.deadline(k + 1) for k, t in enumerate(firsts))
+    assert len(lags) == len(itls) == 5 and min(lags) >= 0 and s.event is None
+
+
+def test_a_schedule_the_loop_fell_behind_on_catches_up_then_keeps_its_deadlines():
+    server, client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    client.recv(65536)
+    metrics, lags, _ = fake_metrics()
+    s = fake_seq()
+    itl = 0.04
+    first = time.monotonic() + 0.005
+    sched, it = schedule_body(s, 12, itl, first, metrics)
+    sends = []
+    raw = server._sock
+
+    class Recording:                   # the OS socket, with each send's time recorded
+        def send(self, data):
+            sends.append((time.monotonic(), bytes(data)))
+            return raw.send(data)
+
+    def hog():                         # holds the hub past the first three deadlines
+        while time.monotonic() < first + 2.5 * itl:
+            pass
+    gevent.spawn(hog)
+    assert HubEmitter(s, it, resp, Recording()).run(next(it)) == ("done", None)
+    tokens = [(t, data.count(b"data: ")) for t, data in sends if b"end" not in data]
+    assert tokens[0][1] >= 3                                   # the late ones in one write
+    assert sum(n for _, n in tokens) == 11
+    # After catching up, tokens are on the schedule again: never early, and not shifted by
+    # the stall (libev restarts a repeating timer that fell behind from "now").
+    k = 1
+    for t, n in tokens:
+        k += n
+        assert t >= sched.deadline(k - 1)
+    last_t, _ = tokens[-1]
+    assert last_t < sched.deadline(11) + itl / 2
+    assert read_all(client, b"data: end\n\n\r\n").count(b"data: ") == 12
+
+
+def test_a_full_socket_mid_schedule_hands_the_rest_to_the_greenlet():
+    server, client = gevent.socket.socketpair()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    resp, _ = gunicorn_response(server)
+    client.recv(65536)
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 8, 0.002, time.monotonic(), metrics)
+    big = b"x" * 1_000_000
+    sched.render = lambda k: big if k == 3 else b"data: %d\n\n" % k
+    outcome, (pending, rest) = HubEmitter(s, it, resp, server._sock).run(next(it))
+    assert outcome == "pending" and rest is sched and sched.next >= 4 and 0 < len(pending)
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    server.sendall(pending)                               # what sse_body does, then:
+    sim = SimpleNamespace(sleep_until=lambda seq, t: gevent.sleep(max(0.0, t - time.monotonic())))
+    for data in scheduled_tokens(sim, sched):
+        resp.write(data)
+    for item in it:
+        resp.write(item)
+    got = reader.get(timeout=10)
+    assert got.count(b"data: ") == 6 + 1 and got.index(b"data: 7") < got.index(b"data: end")
+
+
+def test_cancel_during_a_schedule_wakes_the_stream_at_once():
+    server, _client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 100, 1.0, time.monotonic() + 1.0, metrics)
+
+    def cancel():                       # as Simulator.cancel does
+        s.state = SeqState.ABORTED
+        gevent.get_hub().loop.run_callback(s.event.switch, None)
+    gevent.spawn_later(0.05, cancel)
+    t0 = time.monotonic()
+    outcome, err = HubEmitter(s, it, resp, server._sock).run(next(it))
+    assert outcome == "error" and isinstance(err, ClientDisconnected) and time.monotonic() - t0 < 0.5
+
+
+def test_a_renderer_error_in_a_schedule_reaches_the_greenlet():
+    server, _client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 5, 0.001, time.monotonic(), metrics)
+    sched.render = lambda k: 1 / 0
+    outcome, err = HubEmitter(s, it, resp, server._sock).run(next(it))
+    assert outcome == "error" and isinstance(err, ZeroDivisionError)
