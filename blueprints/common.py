@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import sys
 from time import monotonic
 
 import gevent
@@ -195,6 +196,33 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
         if close is not None:
             close()
         gevent.sleep(0)   # let other keep-alive connections have a turn (see app.py)
+
+
+# struct tcp_info (linux/tcp.h): tcpi_last_data_recv, ms since the last data segment arrived
+_TCP_INFO_LEN, _LAST_DATA_RECV = 56, 52
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
+JIFFY_MARGIN = 0.010            # s: tcpi_last_data_recv counts timer ticks (HZ >= 100)
+
+
+def received_at(environ: dict) -> float | None:
+    """When the request's bytes reached this server (``time.monotonic`` seconds), read from
+    the kernel (``TCP_INFO``'s ``tcpi_last_data_recv``), or None where that is not available
+    (not Linux, not a TCP socket, the in-process test client).
+
+    The kernel counts in timer ticks (1-10 ms): the answer is moved later by
+    :data:`JIFFY_MARGIN` so that it is never before the true arrival (a client never sees a
+    shorter time to first token than configured), and it is at most that much late."""
+    sock = environ.get("gunicorn.socket")
+    if sock is None or _TCP_INFO is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_LEN)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < _TCP_INFO_LEN:
+        return None
+    return monotonic() - int.from_bytes(info[_LAST_DATA_RECV:_LAST_DATA_RECV + 4], sys.byteorder) / 1000 \
+        + JIFFY_MARGIN
 
 
 def scheduled_tokens(sim: Simulator, schedule):

@@ -37,8 +37,8 @@ from generation.engine import ClientDisconnected
 from generation.errors import SimulatorError
 from schemas.common import load
 
-from .common import (SSE_HEADERS, hang_up, header_checks, parse_json_body, request_id, response_headers,
-                     run_to_completion, sse_body)
+from .common import (SSE_HEADERS, hang_up, header_checks, parse_json_body, received_at, request_id,
+                     response_headers, run_to_completion, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
 from .sse_emitter import WRITE_KEY
 
@@ -61,7 +61,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
     req = adapter.build(rid, force_ct and adapter.cache_threshold_header)
     seqs = sim.prepare(req)
     extra = response_headers(rid, sim, environ)
-    sim.admit(seqs)
+    sim.admit(seqs, received_at(environ))
     try:
         if req.stream:
             envelope = adapter.envelope

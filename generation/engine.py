@@ -305,12 +305,20 @@ class Simulator:
         return rate < t
 
     # ---- scheduling -----------------------------------------------------------------------
-    def admit(self, seqs: list[Sequence]) -> None:
+    def admit(self, seqs: list[Sequence], received_at: float | None = None) -> None:
         """Place every sequence in a running slot or the waiting queue, all or nothing.
 
         Raises QueueFullError (``Failed to enqueue request, waiting requests queue is full``)
-        when the queue cannot take them; nothing is admitted then."""
+        when the queue cannot take them; nothing is admitted then.
+
+        ``received_at`` (``time.monotonic`` seconds): when the request reached the server, if
+        before now.  The sequences arrive then: under a burst of connections the server parses
+        requests one after another, and that backlog then counts in the simulated times (queue,
+        time to first token) instead of adding to them.  vLLM stamps arrival after parsing, but
+        its API server's parsing is not what the simulator is asked to imitate."""
         now = monotonic()
+        if received_at is not None and received_at < now:
+            now = received_at
         cfg = self.config
         admitted = []
         for seq in seqs:

@@ -14,7 +14,7 @@ import gevent.socket
 import httpx
 import pytest
 
-from blueprints.common import scheduled_tokens
+from blueprints.common import received_at, scheduled_tokens
 from blueprints.sse_emitter import HubEmitter
 from conftest import make_app, metric, scrape, sse_events
 from generation.engine import ClientDisconnected, TokenSchedule
@@ -291,3 +291,52 @@ def test_a_renderer_error_in_a_schedule_reaches_the_greenlet():
     sched.render = lambda k: 1 / 0
     outcome, err = HubEmitter(s, it, resp, server._sock).run(next(it))
     assert outcome == "error" and isinstance(err, ZeroDivisionError)
+
+
+# ---- arrival time from the kernel ------------------------------------------------------------
+
+def test_received_at_reads_when_the_request_reached_the_socket():
+    listener = socket.create_server(("127.0.0.1", 0))
+    c = socket.create_connection(listener.getsockname())
+    s, _ = listener.accept()
+    c.sendall(b"POST / HTTP/1.1\r\n\r\n")
+    t_sent = time.monotonic()
+    time.sleep(0.12)
+    got = received_at({"gunicorn.socket": s})
+    if got is None:
+        pytest.skip("no TCP_INFO on this platform")
+    assert t_sent <= got <= t_sent + 0.03           # never before the bytes came; a tick or so after
+    assert received_at({}) is None
+    a, b = socket.socketpair()                       # not TCP: no answer
+    assert received_at({"gunicorn.socket": a}) is None
+    for x in (listener, c, s, a, b):
+        x.close()
+
+
+@pytest.mark.server
+def test_time_to_first_token_counts_from_arrival_not_from_parsing(_pool):
+    """The server is stopped (SIGSTOP) for 0.3 s right after the request reaches it, as if it
+    were busy parsing a burst: the client still sees the configured TTFT of 0.5 s, not 0.8."""
+    import os
+    import signal
+    base = _pool.start("--time-to-first-token", "500ms")
+    pid = next(proc.pid for proc, b in _pool.procs.values() if b == base)    # serves in-process
+    host, port = base.rsplit("/", 1)[1].split(":")
+    body = b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": true}'
+    sock = socket.create_connection((host, int(port)))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.3)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    got = b""
+    while b'"content":"' not in got.split(b'"role"', 1)[-1]:
+        data = sock.recv(65536)
+        assert data, got
+        got += data
+    ttft = time.monotonic() - t0
+    sock.close()
+    assert 0.5 <= ttft < 0.7
