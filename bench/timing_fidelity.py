@@ -4,8 +4,11 @@ For each concurrency level (default 200, 500, 1000, 2000) it opens that many str
 requests at once against a simulator started with fixed ``--time-to-first-token`` and
 ``--inter-token-latency`` (no jitter), and reports:
 
-* client-side TTFT and ITL p50 / p99 against the configured values (several client
-  processes, raw asyncio sockets, so the client keeps up as long as the machine does);
+* client-side TTFT and ITL p50 / p99 against the configured values.  The client is
+  ``bench/sse_probe.c`` (an epoll loop, built here with the system C compiler), or, without a
+  compiler or with ``--client python``, raw asyncio sockets.  The Python client spends about
+  30 us per chunk: at 30k chunks/s it needs a whole core of the two, and its own lag then
+  reads as server ITL error;
 * the server's own view: ``vllm_sim:token_emission_lag_seconds`` (actual emission time minus
   scheduled time, per token) p50 / p99 estimated from its histogram buckets;
 * achieved chunks/s, the server's CPU per chunk (its whole CPU time over the level, request
@@ -27,8 +30,11 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -79,6 +85,35 @@ async def _client(host: str, port: int, n: int, body: bytes) -> list:
 def _worker(args) -> list:
     host, port, n, body = args
     return asyncio.run(_client(host, port, n, body))
+
+
+def build_probe() -> str | None:
+    """Compile bench/sse_probe.c into bench/out (once per source change); None without a compiler."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sse_probe.c")
+    exe = os.path.join(OUT, "sse_probe")
+    if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(src):
+        return exe
+    os.makedirs(OUT, exist_ok=True)
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            if subprocess.run([cc, "-O2", "-o", exe, src], capture_output=True).returncode == 0:
+                return exe
+    return None
+
+
+def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int | None = None) -> list:
+    """``(t_sent, [event arrival times])`` per stream, from bench/sse_probe.c (on ``cpu`` if given)."""
+    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    with tempfile.TemporaryDirectory() as tmp:
+        req_file, out_file = os.path.join(tmp, "request"), os.path.join(tmp, "events")
+        with open(req_file, "wb") as fh:
+            fh.write(req)
+        subprocess.run([exe, host, str(port), str(n), req_file, out_file], check=False,
+                       preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)
+        with open(out_file) as fh:
+            rows = [[float(x) for x in line.split()] for line in fh]
+    return [(row[0], row[1:]) for row in rows]
 
 
 def percentile(values: list, q: float) -> float:
@@ -148,10 +183,25 @@ def main() -> None:
     ap.add_argument("--levels", type=int, nargs="+", default=[200, 500, 1000, 2000])
     ap.add_argument("--itl-target-ms", type=float, default=5.0, help="ITL p99 error target")
     ap.add_argument("--ttft-target-ms", type=float, default=100.0, help="TTFT p99 error target")
-    ap.add_argument("--clients", type=int, default=1, help="client processes")
+    ap.add_argument("--client", choices=["auto", "c", "python"], default="auto",
+                    help="the load generator: bench/sse_probe.c (built here), asyncio, or c when it builds")
+    ap.add_argument("--clients", type=int, default=1, help="client processes (python client)")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="do not pin the server and the C client to separate CPUs")
     args = ap.parse_args()
+    probe = build_probe() if args.client != "python" else None
+    if args.client == "c" and probe is None:
+        sys.exit("no C compiler found to build bench/sse_probe.c")
+    print(f"client: {'bench/sse_probe.c' if probe else 'python asyncio'}", flush=True)
     proc, base = start_server(["--time-to-first-token", f"{args.ttft * 1000:.0f}ms",
                                "--inter-token-latency", f"{args.itl * 1000:.0f}ms", "--worker-connections", "20000"])
+    # The server (one process, one core) and the C client each on a core of their own: else the
+    # OS now and then runs both on one core, a few ms that read as server ITL error.
+    pin = args.pin and probe is not None and len(os.sched_getaffinity(0)) >= 2
+    cpus = sorted(os.sched_getaffinity(0))
+    if pin:
+        os.sched_setaffinity(proc.pid, {cpus[0]})
+    print(f"pinned: server on CPU {cpus[0]}, client on CPU {cpus[1]}" if pin else "not pinned", flush=True)
     host, port = "127.0.0.1", int(base.rsplit(":", 1)[1])
     body = json.dumps({"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
                        "max_tokens": args.tokens, "ignore_eos": True, "stream": True}).encode()
@@ -163,7 +213,10 @@ def main() -> None:
                 cpu0 = cpu_seconds(proc.pid)
                 share = [level // args.clients + (1 if i < level % args.clients else 0) for i in range(args.clients)]
                 t0 = time.monotonic()
-                streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
+                if probe:
+                    streams = probe_streams(probe, host, port, level, body, cpus[1] if pin else None)
+                else:
+                    streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
                 wall = time.monotonic() - t0
                 cpu1 = cpu_seconds(proc.pid)
                 after = lag_histogram(base)
@@ -208,7 +261,8 @@ def main() -> None:
         proc.wait()
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "timing_fidelity.json"), "w") as fh:
-        json.dump({"ttft_s": args.ttft, "itl_s": args.itl, "tokens": args.tokens, "results": results}, fh, indent=1)
+        json.dump({"ttft_s": args.ttft, "itl_s": args.itl, "tokens": args.tokens,
+                   "client": "sse_probe.c" if probe else "python", "pinned": pin, "results": results}, fh, indent=1)
     broken = [r["streams"] for r in results
               if r["itl_p99_err_ms"] > args.itl_target_ms or r["ttft_p99_err_ms"] > args.ttft_target_ms
               or r["ok_streams"] < r["streams"]]
@@ -241,7 +295,8 @@ def main() -> None:
     bx.set_title(f"TTFT error (TTFT {args.ttft * 1e3:.0f} ms)")
     bx.legend(fontsize=8)
     loads = ", ".join(f"{r['load']:.1f}" for r in results)
-    fig.suptitle(f"{args.tokens} tokens per stream; {os.cpu_count()} CPUs; load average per level: {loads}",
+    client = ("C client (bench/sse_probe.c)" if probe else "Python client") + (", pinned to its own CPU" if pin else "")
+    fig.suptitle(f"{args.tokens} tokens per stream; {os.cpu_count()} CPUs; {client}; load average per level: {loads}",
                  fontsize=9)
     fig.tight_layout()
     path = os.path.join(OUT, "timing_fidelity.png")

@@ -1,0 +1,145 @@
+/* sse_probe: open N streaming HTTP requests at once and record when each SSE event arrives.
+ *
+ * A load generator that keeps up with the server (issue 13): the Python asyncio client of
+ * timing_fidelity.py spends ~30 us per received chunk, a whole core at 30k chunks/s on the
+ * machine the server runs on, and its own lag shows up as server ITL error.  This one is an
+ * epoll loop in C.  bench/timing_fidelity.py builds it with the system C compiler when one is
+ * there (--client c, the default when it builds) and reads its output.
+ *
+ *   sse_probe HOST PORT N REQUEST_FILE OUT_FILE
+ *
+ * REQUEST_FILE holds the whole HTTP request (with "Connection: close").  The N connections are
+ * opened back to back, each request written as soon as its connection is up.  OUT_FILE gets one
+ * line per stream: the time its request was written, then the arrival time of each SSE event
+ * ("data: " occurrences), CLOCK_MONOTONIC seconds (Python's time.monotonic).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int fd;
+    int sent;            /* bytes of the request written */
+    double t_sent;
+    double *events;
+    int n_events, cap;
+    char tail[6];        /* the last bytes read, for a "data: " split across reads */
+    int tail_len;
+    int done;
+} stream_t;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* "data: " has no border (no prefix that is also a suffix): occurrences never overlap, and one
+ * that starts in the last 5 bytes of a read is incomplete there, so keeping those 5 bytes in
+ * front of the next read counts every event exactly once. */
+static int count_events(stream_t *s, const char *buf, int len) {
+    static const char pat[] = "data: ";
+    static char joined[5 + 65536];
+    memcpy(joined, s->tail, s->tail_len);
+    memcpy(joined + s->tail_len, buf, len);
+    int total = s->tail_len + len, n = 0;
+    for (int i = 0; i + 6 <= total; i++)
+        if (joined[i] == 'd' && memcmp(joined + i, pat, 6) == 0) { n++; i += 5; }
+    s->tail_len = total < 5 ? total : 5;
+    memcpy(s->tail, joined + total - s->tail_len, s->tail_len);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s HOST PORT N REQUEST_FILE OUT_FILE\n", argv[0]);
+        return 2;
+    }
+    const char *host = argv[1];
+    int port = atoi(argv[2]), n = atoi(argv[3]);
+    FILE *rf = fopen(argv[4], "rb");
+    if (!rf) { perror("request file"); return 2; }
+    static char req[65536];
+    int req_len = fread(req, 1, sizeof req, rf);
+    fclose(rf);
+
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, host, &addr.sin_addr);
+
+    int ep = epoll_create1(0);
+    stream_t *streams = calloc(n, sizeof *streams);
+    for (int i = 0; i < n; i++) {
+        stream_t *s = &streams[i];
+        s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (s->fd < 0) { perror("socket"); return 1; }
+        int one = 1;
+        setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (connect(s->fd, (struct sockaddr *)&addr, sizeof addr) < 0 && errno != EINPROGRESS) {
+            perror("connect"); return 1;
+        }
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
+    }
+    int open_streams = n;
+    static char buf[65536];
+    struct epoll_event evs[256];
+    while (open_streams > 0) {
+        int k = epoll_wait(ep, evs, 256, 60000);
+        if (k <= 0) { fprintf(stderr, "timed out with %d streams open\n", open_streams); break; }
+        double t = now();
+        for (int j = 0; j < k; j++) {
+            stream_t *s = &streams[evs[j].data.u32];
+            if (s->done) continue;
+            if ((evs[j].events & EPOLLOUT) && s->sent < req_len) {
+                if (s->sent == 0) s->t_sent = now();
+                int w = write(s->fd, req + s->sent, req_len - s->sent);
+                if (w > 0) s->sent += w;
+                if (s->sent == req_len) {
+                    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = evs[j].data.u32};
+                    epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &ev);
+                }
+            }
+            if (evs[j].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                for (;;) {
+                    int r = read(s->fd, buf, sizeof buf);
+                    if (r > 0) {
+                        int m = count_events(s, buf, r);
+                        if (s->n_events + m > s->cap) {
+                            s->cap = (s->cap + m) * 2;
+                            s->events = realloc(s->events, s->cap * sizeof(double));
+                        }
+                        for (int e = 0; e < m; e++) s->events[s->n_events++] = t;
+                        continue;
+                    }
+                    if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                        s->done = 1;
+                        open_streams--;
+                        epoll_ctl(ep, EPOLL_CTL_DEL, s->fd, NULL);
+                        close(s->fd);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    FILE *out = fopen(argv[5], "w");
+    if (!out) { perror("out file"); return 2; }
+    for (int i = 0; i < n; i++) {
+        fprintf(out, "%.9f", streams[i].t_sent);
+        for (int e = 0; e < streams[i].n_events; e++) fprintf(out, " %.9f", streams[i].events[e]);
+        fputc('\n', out);
+    }
+    fclose(out);
+    return open_streams > 0;
+}
