@@ -15,6 +15,7 @@ import orjson
 from flask import Response, current_app, request
 
 from generation.engine import ClientDisconnected, Simulator
+from generation.request import SeqState
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
@@ -201,7 +202,8 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
 # struct tcp_info (linux/tcp.h): tcpi_last_data_recv, ms since the last data segment arrived
 _TCP_INFO_LEN, _LAST_DATA_RECV = 56, 52
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
-JIFFY_MARGIN = 0.010            # s: tcpi_last_data_recv counts timer ticks (HZ >= 100)
+TICK_MARGIN = 0.012             # s: tcpi_last_data_recv counts timer ticks (10 ms at HZ=100)
+MAX_BACKDATE = 1.0              # s: bytes older than this were pipelined behind an earlier request
 
 
 def received_at(environ: dict) -> float | None:
@@ -209,9 +211,11 @@ def received_at(environ: dict) -> float | None:
     the kernel (``TCP_INFO``'s ``tcpi_last_data_recv``), or None where that is not available
     (not Linux, not a TCP socket, the in-process test client).
 
-    The kernel counts in timer ticks (1-10 ms): the answer is moved later by
-    :data:`JIFFY_MARGIN` so that it is never before the true arrival (a client never sees a
-    shorter time to first token than configured), and it is at most that much late."""
+    The kernel counts in timer ticks (1-10 ms, and a tick may fire late): the answer is moved
+    later by :data:`TICK_MARGIN` so that it is never before the true arrival (a client never
+    sees a shorter time to first token than configured); it is at most a tick plus that margin
+    late.  At most :data:`MAX_BACKDATE` back: an HTTP-pipelined request's bytes may have waited
+    behind a whole earlier response on the same connection."""
     sock = environ.get("gunicorn.socket")
     if sock is None or _TCP_INFO is None:
         return None
@@ -221,8 +225,8 @@ def received_at(environ: dict) -> float | None:
         return None
     if len(info) < _TCP_INFO_LEN:
         return None
-    return monotonic() - int.from_bytes(info[_LAST_DATA_RECV:_LAST_DATA_RECV + 4], sys.byteorder) / 1000 \
-        + JIFFY_MARGIN
+    ago = int.from_bytes(info[_LAST_DATA_RECV:_LAST_DATA_RECV + 4], sys.byteorder) / 1000 - TICK_MARGIN
+    return monotonic() - min(ago, MAX_BACKDATE)
 
 
 def scheduled_tokens(sim: Simulator, schedule):
@@ -232,6 +236,8 @@ def scheduled_tokens(sim: Simulator, schedule):
     seq = schedule.seq
     while schedule.next < schedule.stop:
         sim.sleep_until(seq, schedule.deadline(schedule.next))
+        if seq.state == SeqState.ABORTED:     # sleep_until returns at once for an overdue token
+            raise ClientDisconnected()
         data = schedule.due(monotonic())
         if data is not None:
             yield data

@@ -72,6 +72,7 @@ class HubEmitter:
         self.loop = get_hub().loop
         self.waiter = Waiter()
         self.timer = None
+        self.idle = None              # the watcher of a stream's end (see _finish_later)
         self.deadline = 0.0
         self.schedule = None          # the TokenSchedule being emitted, if any
         self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
@@ -106,9 +107,10 @@ class HubEmitter:
     def _start_schedule(self, schedule: TokenSchedule) -> None:
         self.schedule = schedule
         loop = self.loop
-        loop.update_now()
-        # From libev's own clock, so that its absolute schedule lands on the deadlines.
-        after = schedule.deadline(schedule.next) - loop.now()
+        loop.update_now()           # libev counts ``after`` from its cached clock: refresh it
+        # (+1 us: libev read its clock just before this monotonic(); a timer due a hair early
+        # would find nothing due and be re-armed)
+        after = schedule.deadline(schedule.next) - monotonic() + 1e-6
         timer = self.timer = loop.timer(after if after > 0.0 else 0.0, schedule.itl)
         timer.start(self._tick)
 
@@ -121,15 +123,34 @@ class HubEmitter:
         except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
             self._hand_back(("error", e))
             return
-        if data is None:           # nothing due yet: put the timer back on the schedule
+        if data is None:
             self._stop_timer()
-            self._start_schedule(schedule)
+            if schedule.next >= schedule.stop:     # cut short (a latency change): the generator goes on
+                self.schedule = None
+                self._emit()
+            else:                                  # nothing due yet: back on the schedule
+                self._start_schedule(schedule)
             return
         if not self._send(data):
             return
         if schedule.next >= schedule.stop:
             self._stop_timer()
             self.schedule = None
+            self._finish_later(schedule.itl)
+
+    def _finish_later(self, within: float) -> None:
+        """The schedule is done.  The rest of the stream (the engine's bookkeeping, the final
+        chunks, the greenlet's teardown: about 0.1 ms) runs once the loop has nothing due, at
+        most ``within`` seconds later: streams opened together end in the same tick, and each
+        end would otherwise delay the last token of every stream after it."""
+        idle = self.idle = self.loop.idle()
+        idle.start(self._finish)
+        timer = self.timer = self.loop.timer(within)
+        timer.start(self._finish)
+
+    def _finish(self) -> None:
+        self._stop_timer()
+        if self.active:
             self._emit()
 
     def _arm(self, deadline: float) -> None:
@@ -142,6 +163,9 @@ class HubEmitter:
         timer, self.timer = self.timer, None
         if timer is not None:
             timer.close()
+        idle, self.idle = self.idle, None
+        if idle is not None:
+            idle.close()
 
     def _due(self) -> None:
         if not self.active:

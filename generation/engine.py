@@ -52,10 +52,16 @@ class TokenSchedule:
     :attr:`render` (``k -> bytes``, the token's chunk); the driver calls :meth:`due` at each
     deadline, sends what it returns, and resumes the generator once :attr:`next` reaches
     :attr:`stop` (or after :meth:`Simulator.cancel`, which it then raises as ClientDisconnected).
-    """
-    __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs")
 
-    def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float, metrics):
+    An ``/admin/config`` change of the latencies (docs/engine.md 3.7: in-flight requests draw
+    from the current values) cuts the schedule short at the next token: :meth:`due` sets
+    ``stop = next`` and returns None, and the generator goes on per token.
+    """
+    __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
+                 "config", "config_values")
+
+    def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
+                 metrics, config):
         self.seq = seq
         self.start = self.next = start
         self.stop = stop
@@ -65,6 +71,8 @@ class TokenSchedule:
         self.lag = metrics.token_lag
         self.itl_obs = metrics.itl.observe
         self.render = None
+        self.config = config
+        self.config_values = config.__dict__    # replaced as a whole by SimConfig.swap
 
     def deadline(self, k: int) -> float:
         return self.first + (k - self.start) * self.itl
@@ -72,7 +80,10 @@ class TokenSchedule:
     def due(self, now: float):
         """The chunks of every token due at ``now`` (monotonic seconds) as one ``bytes``, with
         their emission lag and inter-token latency observed as the engine does per token; None
-        when none is due yet."""
+        when none is due yet, or when the schedule was cut short (``next == stop``)."""
+        if self.config.__dict__ is not self.config_values and self._latencies_changed():
+            self.stop = self.next
+            return None
         k = self.next
         stop = self.stop
         d = self.first + (k - self.start) * self.itl
@@ -80,17 +91,28 @@ class TokenSchedule:
             return None
         render = self.render
         out = []
+        deadlines = []
         while True:
-            self.lag(now - d)
-            self.itl_obs(now - self.prev)
-            self.prev = now
             out.append(render(k))
+            deadlines.append(d)
             k += 1
             d = self.first + (k - self.start) * self.itl
             if k >= stop or d > now:
                 break
         self.next = k
+        for d in deadlines:           # recorded once every chunk rendered: none for a failed render
+            self.lag(now - d)
+            self.itl_obs(now - self.prev)
+            self.prev = now
         return out[0] if len(out) == 1 else b"".join(out)
+
+    def _latencies_changed(self) -> bool:
+        cfg = self.config
+        if (cfg.inter_token_latency != self.itl or cfg.inter_token_latency_std_dev > 0
+                or cfg.time_factor_under_load != 1.0):
+            return True
+        self.config_values = cfg.__dict__
+        return False
 
 
 class LoraRegistry:
@@ -491,6 +513,10 @@ class Simulator:
             lag = metrics.token_lag
             n = len(seq.pieces)
             now = monotonic()
+            # Admitted after its first token was due (it arrived while the server was parsing a
+            # burst, see admit): that token goes now and the next ones one ITL apart from it,
+            # not all at once to catch up.
+            rebase = per_token and target <= now
             if target > now:
                 if deadlines or per_token:
                     yield target if deadlines else -1
@@ -501,6 +527,8 @@ class Simulator:
                 lag(now - target)
                 if per_token:
                     yield 0
+            if rebase:
+                target = now
             constant_itl = cfg.inter_token_latency_std_dev <= 0 and cfg.time_factor_under_load == 1.0
             if n > 1 and constant_itl and (not per_token or cfg.inter_token_latency <= 0):
                 itl = cfg.inter_token_latency
@@ -521,15 +549,21 @@ class Simulator:
                             yield k
                     metrics.lag.observe_n(0.0, n - 1)
                     metrics.observe_itl_n(0.0, n - 1)
-            elif n > 1 and constant_itl and deadlines:       # the driver emits tokens 1..n-1
-                itl = cfg.inter_token_latency
-                yield TokenSchedule(seq, 1, n, target + itl, itl, now, metrics)
-                if seq.state == SeqState.ABORTED:
-                    raise ClientDisconnected()
             else:
+                k0 = 1
+                if n > 1 and constant_itl and deadlines:       # the driver emits tokens 1..n-1
+                    itl = cfg.inter_token_latency
+                    schedule = TokenSchedule(seq, 1, n, target + itl, itl, now, metrics, cfg)
+                    yield schedule
+                    if seq.state == SeqState.ABORTED:
+                        raise ClientDisconnected()
+                    k0 = schedule.next
+                    if k0 < n:      # cut short by an /admin/config latency change: per token on
+                        target = schedule.deadline(k0 - 1)
+                        now = schedule.prev
                 itl_obs = metrics.itl.observe
                 prev = now
-                for k in range(1, n):
+                for k in range(k0, n):
                     target += lat.itl(self.running)
                     now = monotonic()
                     if target > now:

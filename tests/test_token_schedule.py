@@ -14,6 +14,7 @@ import gevent.socket
 import httpx
 import pytest
 
+from blueprints import common
 from blueprints.common import received_at, scheduled_tokens
 from blueprints.sse_emitter import HubEmitter
 from conftest import make_app, metric, scrape, sse_events
@@ -90,6 +91,63 @@ def test_a_sequence_aborted_during_its_schedule_ends_in_client_disconnected():
     assert time.monotonic() - t0 < 0.045 and sim.running == 0
     with pytest.raises(ClientDisconnected):
         next(run)
+
+
+def test_an_admin_latency_change_cuts_the_schedule_and_the_stream_goes_on_per_token():
+    """docs/engine.md 3.7: in-flight requests draw from the current latencies."""
+    app = make_app("--inter-token-latency", "30ms", "--seed", "3")
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 6, "ignore_eos": True})
+    run = sim.run(seq, deadlines=True)
+    assert next(run) == 0
+    sched = next(run)
+    sched.render = lambda k: b"<%d>" % k
+    sim.config.swap(sim.config.updated({"time-to-first-token": "7ms"}))   # not the ITL: goes on
+    assert sched.due(sched.deadline(2)) == b"<1><2>"
+    sim.config.swap(sim.config.updated({"inter-token-latency": "5ms"}))
+    assert sched.due(sched.deadline(5)) is None and sched.next == sched.stop == 3
+    items = []
+    for item in run:                     # tokens 3..5, one new ITL apart, from token 2's deadline
+        items.append(item)
+        if item.__class__ is float:
+            sim.sleep_until(seq, item)
+    floats = [x for x in items if x.__class__ is float]
+    assert [x for x in items if x.__class__ is int] == [3, 4, 5]
+    assert floats and floats[0] == pytest.approx(sched.deadline(2) + 0.005)
+    assert seq.state == SeqState.DONE
+
+
+def test_a_request_admitted_after_its_first_token_was_due_gets_the_next_ones_an_itl_apart():
+    app = make_app("--time-to-first-token", "200ms", "--inter-token-latency", "20ms")
+    sim = app.extensions["simulator"]
+    schema, adapter_cls = app.view_functions["chat.create_chat_completion"].generation
+    adapter = adapter_cls(sim, load(schema, {"model": "test-model", "messages": MSG, "max_tokens": 4,
+                                             "ignore_eos": True}))
+    seqs = sim.prepare(adapter.build("test", False))
+    sim.admit(seqs, time.monotonic() - 0.5)          # arrived 0.5 s ago: TTFT long overdue
+    seq = seqs[0]
+    run = sim.run(seq, deadlines=True)
+    assert next(run) == 0                            # no wait for the first token
+    sched = next(run)
+    assert sched.deadline(1) == pytest.approx(seq.first_token_at + 0.02)
+    sched.render = lambda k: b"x"
+    assert sched.due(time.monotonic()) is None       # the next token is not overdue
+    run.close()
+
+
+def test_the_greenlet_path_stops_at_once_for_an_aborted_stream():
+    app = make_app("--inter-token-latency", "20ms")
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 6, "ignore_eos": True})
+    run = sim.run(seq, deadlines=True)
+    next(run)
+    sched = next(run)
+    sched.render = lambda k: b"x"
+    time.sleep(0.05)                                  # tokens 1-2 overdue
+    sim.cancel([seq])
+    with pytest.raises(ClientDisconnected):
+        next(scheduled_tokens(sim, sched))
+    assert sched.next == 1
 
 
 # ---- the same bytes whatever the timing path ---------------------------------------------------
@@ -169,7 +227,8 @@ def fake_metrics():
 
 def schedule_body(seq, n: int, itl: float, first: float, metrics, tail: bytes = b"data: end\n\n"):
     """A renderer's items for tokens 1..n-1 on a schedule, then ``tail``."""
-    sched = TokenSchedule(seq, 1, n, first, itl, first - itl, metrics)
+    config = SimpleNamespace(inter_token_latency=itl, inter_token_latency_std_dev=0.0, time_factor_under_load=1.0)
+    sched = TokenSchedule(seq, 1, n, first, itl, first - itl, metrics, config)
     sched.render = lambda k: b"data: %d\n\n" % k
 
     def body():
@@ -285,17 +344,39 @@ def test_cancel_during_a_schedule_wakes_the_stream_at_once():
 def test_a_renderer_error_in_a_schedule_reaches_the_greenlet():
     server, _client = gevent.socket.socketpair()
     resp, _ = gunicorn_response(server)
-    metrics, _, _ = fake_metrics()
+    metrics, lags, itls = fake_metrics()
     s = fake_seq()
     sched, it = schedule_body(s, 5, 0.001, time.monotonic(), metrics)
     sched.render = lambda k: 1 / 0
     outcome, err = HubEmitter(s, it, resp, server._sock).run(next(it))
     assert outcome == "error" and isinstance(err, ZeroDivisionError)
+    assert lags == itls == []                         # nothing sent, nothing recorded
+
+
+def test_a_schedule_wakes_the_loop_once_per_token():
+    """The repeating timer is armed from the real clock: it fires at each deadline, not in a
+    loop until the first token is due."""
+    server, client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    client.recv(65536)
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 11, 0.02, time.monotonic() + 0.02, metrics)
+    ticks = []
+
+    class Counting(HubEmitter):
+        def _tick(self):
+            ticks.append(time.monotonic())
+            super()._tick()
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    assert Counting(s, it, resp, server._sock).run(next(it)) == ("done", None)
+    reader.get(timeout=5)
+    assert 10 <= len(ticks) <= 13
 
 
 # ---- arrival time from the kernel ------------------------------------------------------------
 
-def test_received_at_reads_when_the_request_reached_the_socket():
+def test_received_at_reads_when_the_request_reached_the_socket(monkeypatch):
     listener = socket.create_server(("127.0.0.1", 0))
     c = socket.create_connection(listener.getsockname())
     s, _ = listener.accept()
@@ -306,6 +387,8 @@ def test_received_at_reads_when_the_request_reached_the_socket():
     if got is None:
         pytest.skip("no TCP_INFO on this platform")
     assert t_sent <= got <= t_sent + 0.03           # never before the bytes came; a tick or so after
+    monkeypatch.setattr(common, "MAX_BACKDATE", 0.05)
+    assert received_at({"gunicorn.socket": s}) >= time.monotonic() - 0.05 - 0.001
     assert received_at({}) is None
     a, b = socket.socketpair()                       # not TCP: no answer
     assert received_at({"gunicorn.socket": a}) is None
