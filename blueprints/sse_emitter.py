@@ -36,6 +36,7 @@ from gevent.hub import Waiter, get_hub
 from generation.engine import ClientDisconnected, TokenSchedule
 
 WRITE_KEY = "vllm_sim.write"      # environ: the ``write`` callable gunicorn's start_response returned
+FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
 
 
 def usable_response(environ: dict):
@@ -136,7 +137,7 @@ class HubEmitter:
         if schedule.next >= schedule.stop:
             self._stop_timer()
             self.schedule = None
-            self._finish_later(schedule.itl)
+            self._finish_later(min(schedule.itl, FINISH_WITHIN))
 
     def _finish_later(self, within: float) -> None:
         """The schedule is done.  The rest of the stream (the engine's bookkeeping, the final

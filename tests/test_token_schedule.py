@@ -353,6 +353,31 @@ def test_a_renderer_error_in_a_schedule_reaches_the_greenlet():
     assert lags == itls == []                         # nothing sent, nothing recorded
 
 
+def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
+    """After its last token, a stream's end (its final chunks) runs when the loop has nothing
+    due, or after at most one ITL (20 ms at most) when the loop is never idle."""
+    server, client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    client.recv(65536)
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 3, 0.01, time.monotonic() + 0.01, metrics)
+    stop = []
+
+    def busy():                          # keeps a timer due on every loop turn for 0.2 s
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end and not stop:
+            gevent.sleep(0)
+    hog = gevent.spawn(busy)
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
+    t_done = time.monotonic()
+    stop.append(1)
+    hog.join()
+    assert reader.get(timeout=5).endswith(b"data: end\n\n\r\n")
+    assert t_done - sched.deadline(2) < 0.01 + 0.05      # not held until the hog ended (0.2 s)
+
+
 def test_a_schedule_wakes_the_loop_once_per_token():
     """The repeating timer is armed from the real clock: it fires at each deadline, not in a
     loop until the first token is due."""
