@@ -11,7 +11,9 @@
  * REQUEST_FILE holds the whole HTTP request (with "Connection: close").  The N connections are
  * opened back to back, each request written as soon as its connection is up.  OUT_FILE gets one
  * line per stream: the time its request was written, then the arrival time of each SSE event
- * ("data: " occurrences), CLOCK_MONOTONIC seconds (Python's time.monotonic).
+ * ("data: " occurrences, so the simulated text must not contain that string: it does not),
+ * CLOCK_MONOTONIC seconds (Python's time.monotonic).  Exit status 1 if a socket could not be
+ * opened or a stream did not end within 60 s of silence (the file is then partial or absent).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -21,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,7 +79,16 @@ int main(int argc, char **argv) {
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
-    inet_pton(AF_INET, host, &addr.sin_addr);
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "not an IPv4 address: %s\n", host);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);               /* a reset connection is a failed stream, not our death */
+    struct rlimit rl;                       /* N sockets: raise the soft limit on descriptors */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)n + 64) {
+        rl.rlim_cur = rl.rlim_max < (rlim_t)n + 64 ? rl.rlim_max : (rlim_t)n + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 
     int ep = epoll_create1(0);
     stream_t *streams = calloc(n, sizeof *streams);
@@ -96,7 +109,8 @@ int main(int argc, char **argv) {
     struct epoll_event evs[256];
     while (open_streams > 0) {
         int k = epoll_wait(ep, evs, 256, 60000);
-        if (k <= 0) { fprintf(stderr, "timed out with %d streams open\n", open_streams); break; }
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { fprintf(stderr, "no event for 60 s with %d streams open\n", open_streams); break; }
         double t = now();
         for (int j = 0; j < k; j++) {
             stream_t *s = &streams[evs[j].data.u32];
@@ -118,6 +132,7 @@ int main(int argc, char **argv) {
                         if (s->n_events + m > s->cap) {
                             s->cap = (s->cap + m) * 2;
                             s->events = realloc(s->events, s->cap * sizeof(double));
+                            if (!s->events) { perror("realloc"); return 1; }
                         }
                         for (int e = 0; e < m; e++) s->events[s->n_events++] = t;
                         continue;

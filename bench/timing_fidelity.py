@@ -109,8 +109,11 @@ def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int 
         req_file, out_file = os.path.join(tmp, "request"), os.path.join(tmp, "events")
         with open(req_file, "wb") as fh:
             fh.write(req)
-        subprocess.run([exe, host, str(port), str(n), req_file, out_file], check=False,
-                       preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)
+        done = subprocess.run([exe, host, str(port), str(n), req_file, out_file], check=False,
+                              preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)
+        if done.returncode != 0 or not os.path.exists(out_file):
+            raise SystemExit(f"bench/sse_probe.c failed (exit {done.returncode}) at {n} streams: "
+                             "see its message above (descriptors: ulimit -n)")
         with open(out_file) as fh:
             rows = [[float(x) for x in line.split()] for line in fh]
     return [(row[0], row[1:]) for row in rows]
@@ -200,7 +203,8 @@ def main() -> None:
     pin = args.pin and probe is not None and len(os.sched_getaffinity(0)) >= 2
     cpus = sorted(os.sched_getaffinity(0))
     if pin:
-        os.sched_setaffinity(proc.pid, {cpus[0]})
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):      # every thread of the server
+            os.sched_setaffinity(int(tid), {cpus[0]})
     print(f"pinned: server on CPU {cpus[0]}, client on CPU {cpus[1]}" if pin else "not pinned", flush=True)
     host, port = "127.0.0.1", int(base.rsplit(":", 1)[1])
     body = json.dumps({"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
@@ -284,14 +288,16 @@ def main() -> None:
     ax.plot(xs, [r["server_lag_p99_ms"] for r in results], "s--", label="server emission lag p99 (bucket bound)")
     ax.axhline(args.itl_target_ms, color="grey", lw=0.8, ls=":", label=f"{args.itl_target_ms:g} ms target")
     ax.set_xlabel("concurrent streams")
-    ax.set_ylabel("ms")
+    ax.set_ylabel("ms (linear below 10, log above)")
+    ax.set_yscale("symlog", linthresh=10)
     ax.set_title(f"ITL error (ITL {args.itl * 1e3:.0f} ms)")
     ax.legend(fontsize=8)
     bx.plot(xs, [r["ttft_p50_ms"] - args.ttft * 1e3 for r in results], "o-", label="client TTFT p50 error")
     bx.plot(xs, [r["ttft_p99_err_ms"] for r in results], "o-", label="client TTFT p99 error")
     bx.axhline(args.ttft_target_ms, color="grey", lw=0.8, ls=":", label=f"{args.ttft_target_ms:g} ms target")
     bx.set_xlabel("concurrent streams (arriving in one burst)")
-    bx.set_ylabel("ms")
+    bx.set_ylabel("ms (linear below 10, log above)")
+    bx.set_yscale("symlog", linthresh=10)
     bx.set_title(f"TTFT error (TTFT {args.ttft * 1e3:.0f} ms)")
     bx.legend(fontsize=8)
     loads = ", ".join(f"{r['load']:.1f}" for r in results)
