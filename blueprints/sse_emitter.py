@@ -29,6 +29,7 @@ the greenlet-driven path (:meth:`generation.engine.Simulator.sleep_until`).
 """
 from __future__ import annotations
 
+from collections import deque
 from time import monotonic
 
 from gevent.hub import Waiter, get_hub
@@ -37,6 +38,7 @@ from generation.engine import ClientDisconnected, TokenSchedule
 
 WRITE_KEY = "vllm_sim.write"      # environ: the ``write`` callable gunicorn's start_response returned
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
+END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
 
 
 def usable_response(environ: dict):
@@ -57,6 +59,43 @@ def usable_response(environ: dict):
     return resp, raw
 
 
+class EndQueue:
+    """Streams whose last token went out, ending (:meth:`HubEmitter._finish`) while the loop has
+    nothing else to do: a libev idle watcher, at most :data:`END_BUDGET` of ends per idle turn,
+    so that a cohort of streams ending together does not hold other streams' due tokens either.
+    One per event loop."""
+    _queues: dict = {}
+
+    @classmethod
+    def of(cls, loop) -> "EndQueue":
+        queue = cls._queues.get(loop)
+        if queue is None:
+            queue = cls._queues[loop] = cls(loop)
+        return queue
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.waiting: deque = deque()
+        self.idle = None
+
+    def add(self, emitter: "HubEmitter") -> None:
+        self.waiting.append(emitter)
+        if self.idle is None:
+            idle = self.idle = self.loop.idle()
+            idle.start(self._turn)
+
+    def _turn(self) -> None:
+        waiting = self.waiting
+        start = monotonic()
+        while waiting:
+            waiting.popleft()._finish()          # a no-op for one its timer already ended
+            if monotonic() - start >= END_BUDGET:
+                break
+        if not waiting:
+            self.idle.close()
+            self.idle = None
+
+
 class HubEmitter:
     """Emits one sequence's stream from timer callbacks in the hub until it ends or needs its
     greenlet back.  ``body_iter`` yields ``bytes`` (one write each), ``float`` deadlines
@@ -73,7 +112,7 @@ class HubEmitter:
         self.loop = get_hub().loop
         self.waiter = Waiter()
         self.timer = None
-        self.idle = None              # the watcher of a stream's end (see _finish_later)
+        self.finishing = False        # waiting in the EndQueue (see _finish_later)
         self.deadline = 0.0
         self.schedule = None          # the TokenSchedule being emitted, if any
         self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
@@ -144,12 +183,14 @@ class HubEmitter:
         chunks, the greenlet's teardown: about 0.1 ms) runs once the loop has nothing due, at
         most ``within`` seconds later: streams opened together end in the same tick, and each
         end would otherwise delay the last token of every stream after it."""
-        idle = self.idle = self.loop.idle()
-        idle.start(self._finish)
+        self.finishing = True
+        EndQueue.of(self.loop).add(self)
         timer = self.timer = self.loop.timer(within)
         timer.start(self._finish)
 
     def _finish(self) -> None:
+        if not self.finishing:         # already ended (the idle turn or the timer came first)
+            return
         self._stop_timer()
         if self.active:
             self._emit()
@@ -161,12 +202,10 @@ class HubEmitter:
         timer.start(self._due)
 
     def _stop_timer(self) -> None:
+        self.finishing = False
         timer, self.timer = self.timer, None
         if timer is not None:
             timer.close()
-        idle, self.idle = self.idle, None
-        if idle is not None:
-            idle.close()
 
     def _due(self) -> None:
         if not self.active:

@@ -551,6 +551,7 @@ class Simulator:
                     metrics.observe_itl_n(0.0, n - 1)
             else:
                 k0 = 1
+                drawn = False       # whether token k0's deadline is already in target
                 if n > 1 and constant_itl and deadlines:       # the driver emits tokens 1..n-1
                     itl = cfg.inter_token_latency
                     schedule = TokenSchedule(seq, 1, n, target + itl, itl, now, metrics, cfg)
@@ -558,13 +559,19 @@ class Simulator:
                     if seq.state == SeqState.ABORTED:
                         raise ClientDisconnected()
                     k0 = schedule.next
-                    if k0 < n:      # cut short by an /admin/config latency change: per token on
-                        target = schedule.deadline(k0 - 1)
-                        now = schedule.prev
+                    now = schedule.prev
+                    if k0 >= n:     # all sent: the sequence ended with its last token
+                        seq.finished_at = now
+                    else:           # cut short by an /admin/config latency change: per token on,
+                        target = schedule.deadline(k0)      # token k0 keeps the ITL it was drawn with
+                        drawn = True
                 itl_obs = metrics.itl.observe
                 prev = now
                 for k in range(k0, n):
-                    target += lat.itl(self.running)
+                    if drawn:
+                        drawn = False
+                    else:
+                        target += lat.itl(self.running)
                     now = monotonic()
                     if target > now:
                         if deadlines or per_token:
@@ -576,7 +583,8 @@ class Simulator:
                     prev = now
                     if per_token:
                         yield k
-            seq.finished_at = monotonic()
+            if not seq.finished_at:
+                seq.finished_at = monotonic()
             metrics.finished(seq)
         finally:
             if seq.state in (SeqState.RUNNING, SeqState.WAITING):

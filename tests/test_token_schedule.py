@@ -104,16 +104,17 @@ def test_an_admin_latency_change_cuts_the_schedule_and_the_stream_goes_on_per_to
     sched.render = lambda k: b"<%d>" % k
     sim.config.swap(sim.config.updated({"time-to-first-token": "7ms"}))   # not the ITL: goes on
     assert sched.due(sched.deadline(2)) == b"<1><2>"
-    sim.config.swap(sim.config.updated({"inter-token-latency": "5ms"}))
+    sim.config.swap(sim.config.updated({"inter-token-latency": "40ms"}))
     assert sched.due(sched.deadline(5)) is None and sched.next == sched.stop == 3
     items = []
-    for item in run:                     # tokens 3..5, one new ITL apart, from token 2's deadline
+    for item in run:     # token 3 keeps the ITL it was drawn with; 4 and 5 come one new ITL apart
         items.append(item)
         if item.__class__ is float:
             sim.sleep_until(seq, item)
     floats = [x for x in items if x.__class__ is float]
     assert [x for x in items if x.__class__ is int] == [3, 4, 5]
-    assert floats and floats[0] == pytest.approx(sched.deadline(2) + 0.005)
+    assert floats[0] == pytest.approx(sched.deadline(3))
+    assert all(b - a == pytest.approx(0.04) for a, b in zip(floats, floats[1:]))
     assert seq.state == SeqState.DONE
 
 
@@ -376,6 +377,38 @@ def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
     hog.join()
     assert reader.get(timeout=5).endswith(b"data: end\n\n\r\n")
     assert t_done - sched.deadline(2) < 0.01 + 0.05      # not held until the hog ended (0.2 s)
+
+
+def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
+    from blueprints.sse_emitter import END_BUDGET, EndQueue
+    per_turn = []
+
+    class CountingQueue(EndQueue):
+        def _turn(self):
+            per_turn.append(0)
+            super()._turn()
+    queue = CountingQueue(gevent.get_hub().loop)
+
+    class FakeEmitter:
+        finishing = True
+
+        def _finish(self):
+            if not self.finishing:
+                return
+            self.finishing = False
+            per_turn[-1] += 1
+            end = time.monotonic() + END_BUDGET / 2         # each end costs half the budget
+            while time.monotonic() < end:
+                pass
+    ends = [FakeEmitter() for _ in range(12)]
+    ends[3].finishing = False                               # its own timer ended it already
+    for e in ends:
+        queue.add(e)
+    deadline = time.monotonic() + 2
+    while queue.waiting and time.monotonic() < deadline:
+        gevent.sleep(0.001)
+    assert sum(per_turn) == 11 and not any(e.finishing for e in ends) and queue.idle is None
+    assert max(per_turn) <= 3 and len(per_turn) >= 4        # a budget per turn, not the cohort at once
 
 
 def test_a_schedule_wakes_the_loop_once_per_token():
