@@ -37,6 +37,19 @@ def gunicorn_response(sock, version=(1, 1)):
     return resp, write
 
 
+def stream_pair(version=(1, 1), small_buffers: bool = False):
+    """``(server socket, client socket, gunicorn Response)``: a gevent socket pair whose server
+    side has sent a stream's headers and whose client side has read them.  ``small_buffers``:
+    4 KB socket buffers, so that a large write fills them at once."""
+    server, client = gevent.socket.socketpair()
+    if small_buffers:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    resp, _ = gunicorn_response(server, version)
+    client.recv(65536)                           # the headers
+    return server, client, resp
+
+
 def read_all(sock, until: bytes) -> bytes:
     out = b""
     while not out.endswith(until):
@@ -52,9 +65,7 @@ def seq():
 
 
 def test_items_go_out_framed_and_never_before_their_deadline():
-    server, client = gevent.socket.socketpair()
-    resp, write = gunicorn_response(server)
-    client.recv(65536)                           # the headers
+    server, client, resp = stream_pair()
     s = seq()
     t0 = time.monotonic()
     seen = []
@@ -76,20 +87,14 @@ def test_items_go_out_framed_and_never_before_their_deadline():
 
 
 def test_http_1_0_bodies_are_not_chunk_framed():
-    server, client = gevent.socket.socketpair()
-    resp, _ = gunicorn_response(server, version=(1, 0))
-    client.recv(65536)
+    server, client, resp = stream_pair(version=(1, 0))
     it = iter([b"data: x\n\n"])
     assert HubEmitter(seq(), it, resp, server._sock).run(time.monotonic()) == ("done", None)
     assert client.recv(100) == b"data: x\n\n"
 
 
 def test_a_full_socket_hands_the_rest_back_to_the_greenlet():
-    server, client = gevent.socket.socketpair()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    resp, _ = gunicorn_response(server)
-    client.recv(65536)
+    server, client, resp = stream_pair(small_buffers=True)
     big = b"x" * 1_000_000
     after = iter([b"data: after\n\n"])
 

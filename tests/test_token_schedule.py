@@ -21,7 +21,7 @@ from conftest import make_app, metric, scrape, sse_events
 from generation.engine import ClientDisconnected, TokenSchedule
 from generation.request import SeqState
 from schemas.common import load
-from test_sse_emitter import gunicorn_response, read_all
+from test_sse_emitter import gunicorn_response, read_all, stream_pair
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]
@@ -241,9 +241,7 @@ def schedule_body(seq, n: int, itl: float, first: float, metrics, tail: bytes = 
 
 
 def test_a_schedule_goes_out_token_by_token_and_never_early():
-    server, client = gevent.socket.socketpair()
-    resp, _ = gunicorn_response(server)
-    client.recv(65536)
+    server, client, resp = stream_pair()
     metrics, lags, itls = fake_metrics()
     s = fake_seq()
     first = time.monotonic() + 0.01
@@ -267,9 +265,7 @@ def test_a_schedule_goes_out_token_by_token_and_never_early():
 
 
 def test_a_schedule_the_loop_fell_behind_on_catches_up_then_keeps_its_deadlines():
-    server, client = gevent.socket.socketpair()
-    resp, _ = gunicorn_response(server)
-    client.recv(65536)
+    server, client, resp = stream_pair()
     metrics, lags, _ = fake_metrics()
     s = fake_seq()
     itl = 0.04
@@ -303,11 +299,7 @@ def test_a_schedule_the_loop_fell_behind_on_catches_up_then_keeps_its_deadlines(
 
 
 def test_a_full_socket_mid_schedule_hands_the_rest_to_the_greenlet():
-    server, client = gevent.socket.socketpair()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    resp, _ = gunicorn_response(server)
-    client.recv(65536)
+    server, client, resp = stream_pair(small_buffers=True)
     metrics, _, _ = fake_metrics()
     s = fake_seq()
     sched, it = schedule_body(s, 8, 0.002, time.monotonic(), metrics)
@@ -357,9 +349,7 @@ def test_a_renderer_error_in_a_schedule_reaches_the_greenlet():
 def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
     """After its last token, a stream's end (its final chunks) runs when the loop has nothing
     due, or after at most one ITL (20 ms at most) when the loop is never idle."""
-    server, client = gevent.socket.socketpair()
-    resp, _ = gunicorn_response(server)
-    client.recv(65536)
+    server, client, resp = stream_pair()
     metrics, _, _ = fake_metrics()
     s = fake_seq()
     sched, it = schedule_body(s, 3, 0.01, time.monotonic() + 0.01, metrics)
@@ -414,9 +404,7 @@ def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
 def test_a_schedule_wakes_the_loop_once_per_token():
     """The repeating timer is armed from the real clock: it fires at each deadline, not in a
     loop until the first token is due."""
-    server, client = gevent.socket.socketpair()
-    resp, _ = gunicorn_response(server)
-    client.recv(65536)
+    server, client, resp = stream_pair()
     metrics, _, _ = fake_metrics()
     s = fake_seq()
     sched, it = schedule_body(s, 11, 0.02, time.monotonic() + 0.02, metrics)
