@@ -620,6 +620,33 @@ def listen(config):
         return None
 
 
+OPEN_FILES_TARGET = 65535     # descriptors: vLLM's set_ulimit(target_soft_limit=65535)
+
+
+def raise_open_files_limit(target: int = OPEN_FILES_TARGET) -> int:
+    """Raise this process's soft limit on open files (``RLIMIT_NOFILE``) to ``target``, or the
+    hard limit if lower, as vLLM's API server does at start-up (``set_ulimit``): with the usual
+    soft limit of 1024, a thousand concurrent streams would fail with ``Too many open files``.
+    Logs a warning if the kernel refuses.  Returns the soft limit now in force (0 where there is
+    no ``resource`` module)."""
+    try:
+        import resource
+    except ImportError:          # not POSIX
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError) as e:
+        log.warning("open files limit is %s and could not be raised to %s (%s): many concurrent "
+                    "connections may fail with 'Too many open files'; raise it with ulimit -n",
+                    soft, want, e)
+        return soft
+    return want
+
+
 def freeze_startup_heap() -> None:
     """Move everything start-up built (modules, the app, the engine) out of the garbage
     collector's view, as vLLM's API server does after loading (``gc.freeze``): a full
@@ -638,6 +665,7 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
     Returns the exit code: 0 after a clean shutdown, 1 when the port is taken, the TLS files
     cannot be loaded, or a data-parallel rank stopped."""
     configure_logging(config)
+    raise_open_files_limit()
     try:
         tls = tls_files(config)
     except ValueError as e:

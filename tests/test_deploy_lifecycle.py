@@ -206,6 +206,24 @@ def test_idle_sigterm_and_ctrl_c_exit_0_without_traceback(tmp_path, procs):
         assert "shutdown complete" in out and "with an error" not in out
 
 
+def test_open_files_limit_is_raised_at_start_as_vllm_does(tmp_path, procs):
+    """Started with a soft limit of 256 descriptors, the server raises it to 65535 (or the hard
+    limit): vLLM's set_ulimit, so that thousands of streams do not hit 'Too many open files'."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    want = 65535 if hard == resource.RLIM_INFINITY else min(65535, hard)
+    port = free_port()
+    code = ("import resource, runpy, sys; h = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, h)); "
+            f"sys.argv = ['app.py', '--port', '{port}', '--host', '127.0.0.1']; "
+            "runpy.run_path('app.py', run_name='__main__')")
+    p = Proc(tmp_path, port=port, cmd=[sys.executable, "-c", code])
+    procs.append(p)
+    with open(f"/proc/{p.proc.pid}/limits") as fh:
+        line = next(x for x in fh if x.startswith("Max open files"))
+    assert int(line.split()[3]) == want
+
+
 def test_second_ctrl_c_skips_the_grace(tmp_path, procs):
     p = Proc(tmp_path, "--inter-token-latency", "100ms", "--max-model-len", "4096", "--shutdown-timeout", "60")
 
