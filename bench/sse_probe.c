@@ -6,10 +6,11 @@
  * epoll loop in C.  bench/timing_fidelity.py builds it with the system C compiler when one is
  * there (--client c, the default when it builds) and reads its output.
  *
- *   sse_probe HOST PORT N REQUEST_FILE OUT_FILE
+ *   sse_probe HOST PORT N REQUEST_FILE OUT_FILE [WARM_MS]
  *
  * REQUEST_FILE holds the whole HTTP request (with "Connection: close").  The N connections are
- * opened back to back, each request written as soon as its connection is up.  OUT_FILE gets one
+ * opened back to back, each request written as soon as its connection is up; with WARM_MS, all
+ * connections are opened first and the requests written WARM_MS later, back to back.  OUT_FILE gets one
  * line per stream: the time its request was written, then the arrival time of each SSE event
  * ("data: " occurrences, so the simulated text must not contain that string: it does not),
  * CLOCK_MONOTONIC seconds (Python's time.monotonic).  Exit status 1 if a socket could not be
@@ -64,8 +65,8 @@ static int count_events(stream_t *s, const char *buf, int len) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s HOST PORT N REQUEST_FILE OUT_FILE\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s HOST PORT N REQUEST_FILE OUT_FILE [WARM_MS]\n", argv[0]);
         return 2;
     }
     const char *host = argv[1];
@@ -107,6 +108,27 @@ int main(int argc, char **argv) {
     int open_streams = n;
     static char buf[65536];
     struct epoll_event evs[256];
+    int warm_ms = argc == 7 ? atoi(argv[6]) : 0;
+    if (warm_ms > 0) {
+        /* Open every connection first, let the server accept them, then send all the requests
+         * at once: a burst of requests on open connections, without the accept in it. */
+        int connected = 0;
+        while (connected < n) {
+            int k = epoll_wait(ep, evs, 256, 60000);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) { fprintf(stderr, "connections not up after 60 s\n"); return 1; }
+            for (int j = 0; j < k; j++) {
+                struct epoll_event ev = {.events = 0, .data.u32 = evs[j].data.u32};
+                epoll_ctl(ep, EPOLL_CTL_MOD, streams[evs[j].data.u32].fd, &ev);
+                connected++;
+            }
+        }
+        usleep(warm_ms * 1000);
+        for (int i = 0; i < n; i++) {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = i};
+            epoll_ctl(ep, EPOLL_CTL_MOD, streams[i].fd, &ev);
+        }
+    }
     while (open_streams > 0) {
         int k = epoll_wait(ep, evs, 256, 60000);
         if (k < 0 && errno == EINTR) continue;

@@ -101,15 +101,17 @@ def build_probe() -> str | None:
     return None
 
 
-def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int | None = None) -> list:
-    """``(t_sent, [event arrival times])`` per stream, from bench/sse_probe.c (on ``cpu`` if given)."""
+def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int | None = None,
+                  warm_ms: int = 0) -> list:
+    """``(t_sent, [event arrival times])`` per stream, from bench/sse_probe.c (on ``cpu`` if
+    given; with ``warm_ms``, the connections are opened that long before the requests go)."""
     req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
     with tempfile.TemporaryDirectory() as tmp:
         req_file, out_file = os.path.join(tmp, "request"), os.path.join(tmp, "events")
         with open(req_file, "wb") as fh:
             fh.write(req)
-        done = subprocess.run([exe, host, str(port), str(n), req_file, out_file], check=False,
+        done = subprocess.run([exe, host, str(port), str(n), req_file, out_file, str(warm_ms)], check=False,
                               preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)
         if done.returncode != 0 or not os.path.exists(out_file):
             raise SystemExit(f"bench/sse_probe.c failed (exit {done.returncode}) at {n} streams: "
@@ -191,6 +193,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=1, help="client processes (python client)")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="do not pin the server and the C client to separate CPUs")
+    ap.add_argument("--open-connections", action="store_true",
+                    help="C client: open every connection first and send the burst of requests on "
+                         "them 0.5 s later (a pooled client), so that the accepts are not in the burst")
     args = ap.parse_args()
     probe = build_probe() if args.client != "python" else None
     if args.client == "c" and probe is None:
@@ -218,7 +223,8 @@ def main() -> None:
                 share = [level // args.clients + (1 if i < level % args.clients else 0) for i in range(args.clients)]
                 t0 = time.monotonic()
                 if probe:
-                    streams = probe_streams(probe, host, port, level, body, cpus[1] if pin else None)
+                    streams = probe_streams(probe, host, port, level, body, cpus[1] if pin else None,
+                                            500 if args.open_connections else 0)
                 else:
                     streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
                 wall = time.monotonic() - t0
