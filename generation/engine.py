@@ -58,10 +58,10 @@ class TokenSchedule:
     ``stop = next`` and returns None, and the generator goes on per token.
     """
     __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
-                 "config", "config_values")
+                 "latency", "config_values")
 
     def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
-                 metrics, config):
+                 metrics, latency):
         self.seq = seq
         self.start = self.next = start
         self.stop = stop
@@ -71,8 +71,8 @@ class TokenSchedule:
         self.lag = metrics.token_lag
         self.itl_obs = metrics.itl.observe
         self.render = None
-        self.config = config
-        self.config_values = config.__dict__    # replaced as a whole by SimConfig.swap
+        self.latency = latency                  # the LatencyModel, on the live config
+        self.config_values = latency.config.__dict__    # replaced as a whole by SimConfig.swap
 
     def deadline(self, k: int) -> float:
         return self.first + (k - self.start) * self.itl
@@ -81,37 +81,29 @@ class TokenSchedule:
         """The chunks of every token due at ``now`` (monotonic seconds) as one ``bytes``, with
         their emission lag and inter-token latency observed as the engine does per token; None
         when none is due yet, or when the schedule was cut short (``next == stop``)."""
-        if self.config.__dict__ is not self.config_values and self._latencies_changed():
+        if self.latency.config.__dict__ is not self.config_values and self._latencies_changed():
             self.stop = self.next
             return None
-        k = self.next
-        stop = self.stop
-        d = self.first + (k - self.start) * self.itl
-        if k >= stop or d > now:
+        first, start, itl, stop = self.first, self.start, self.itl, self.stop
+        k0 = k = self.next
+        if k >= stop or first + (k - start) * itl > now:
             return None
         render = self.render
         out = []
-        deadlines = []
-        while True:
+        while k < stop and first + (k - start) * itl <= now:
             out.append(render(k))
-            deadlines.append(d)
             k += 1
-            d = self.first + (k - self.start) * self.itl
-            if k >= stop or d > now:
-                break
         self.next = k
-        for d in deadlines:           # recorded once every chunk rendered: none for a failed render
-            self.lag(now - d)
+        for j in range(k0, k):        # recorded once every chunk rendered: none for a failed render
+            self.lag(now - (first + (j - start) * itl))
             self.itl_obs(now - self.prev)
             self.prev = now
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _latencies_changed(self) -> bool:
-        cfg = self.config
-        if (cfg.inter_token_latency != self.itl or cfg.inter_token_latency_std_dev > 0
-                or cfg.time_factor_under_load != 1.0):
+        if self.latency.constant_itl() != self.itl:
             return True
-        self.config_values = cfg.__dict__
+        self.config_values = self.latency.config.__dict__
         return False
 
 
@@ -437,6 +429,8 @@ class Simulator:
         hub = get_hub()
         loop = hub.loop
         while True:
+            if seq.state == SeqState.ABORTED:     # also when the deadline has already passed
+                raise ClientDisconnected()
             loop.update_now()
             delay = until - monotonic()
             if delay <= 0:
@@ -450,8 +444,6 @@ class Simulator:
             finally:
                 timer.close()
                 seq.event = None
-            if seq.state == SeqState.ABORTED:
-                raise ClientDisconnected()
 
     def cancel(self, seqs) -> None:
         """The client went away: abort every unfinished sequence now (slot freed, queue left,
@@ -505,7 +497,6 @@ class Simulator:
             self._wait_for_slot(seq)
             lat = self.latency
             metrics = self.metrics
-            cfg = self.config
             target = seq.started_at + lat.ttft(seq.prompt_len, seq.cached_tokens, self.running,
                                                seq.request.remote_prefill)
             sleep = self._sleep
@@ -529,9 +520,9 @@ class Simulator:
                     yield 0
             if rebase:
                 target = now
-            constant_itl = cfg.inter_token_latency_std_dev <= 0 and cfg.time_factor_under_load == 1.0
-            if n > 1 and constant_itl and (not per_token or cfg.inter_token_latency <= 0):
-                itl = cfg.inter_token_latency
+            itl = lat.constant_itl()
+            constant_itl = itl is not None
+            if n > 1 and constant_itl and (not per_token or itl <= 0):
                 if not per_token:
                     target += itl * (n - 1)
                     now = monotonic()
@@ -553,8 +544,7 @@ class Simulator:
                 k0 = 1
                 drawn = False       # whether token k0's deadline is already in target
                 if n > 1 and constant_itl and deadlines:       # the driver emits tokens 1..n-1
-                    itl = cfg.inter_token_latency
-                    schedule = TokenSchedule(seq, 1, n, target + itl, itl, now, metrics, cfg)
+                    schedule = TokenSchedule(seq, 1, n, target + itl, itl, now, metrics, lat)
                     yield schedule
                     if seq.state == SeqState.ABORTED:
                         raise ClientDisconnected()

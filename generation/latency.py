@@ -64,6 +64,14 @@ class LatencyModel:
         return normal_clamped(self.rng, (c.prefill_overhead + uncached * c.prefill_time_per_token) * lf,
                               c.prefill_time_std_dev)
 
+    def constant_itl(self) -> float | None:
+        """The inter-token latency in seconds when every draw gives the same value (no standard
+        deviation, no load factor), else None."""
+        c = self.config
+        if c.inter_token_latency_std_dev > 0 or c.time_factor_under_load != 1.0:
+            return None
+        return c.inter_token_latency
+
     def itl(self, running: int) -> float:
         """One inter-token latency in seconds."""
         c = self.config

@@ -228,8 +228,8 @@ def fake_metrics():
 
 def schedule_body(seq, n: int, itl: float, first: float, metrics, tail: bytes = b"data: end\n\n"):
     """A renderer's items for tokens 1..n-1 on a schedule, then ``tail``."""
-    config = SimpleNamespace(inter_token_latency=itl, inter_token_latency_std_dev=0.0, time_factor_under_load=1.0)
-    sched = TokenSchedule(seq, 1, n, first, itl, first - itl, metrics, config)
+    latency = SimpleNamespace(config=SimpleNamespace(), constant_itl=lambda: itl)
+    sched = TokenSchedule(seq, 1, n, first, itl, first - itl, metrics, latency)
     sched.render = lambda k: b"data: %d\n\n" % k
 
     def body():

@@ -133,6 +133,9 @@ def test_load_factor_and_calculators():
     assert m.ttft(10, 0, 1) == 0.0
     m = _model(**{"inter-token-latency": "20ms"})
     assert m.itl(1) == pytest.approx(0.02)
+    assert m.constant_itl() == pytest.approx(0.02)
+    assert _model(**{"inter-token-latency": "20ms", "inter-token-latency-std-dev": "2ms"}).constant_itl() is None
+    assert _model(**{"inter-token-latency": "20ms", "time-factor-under-load": 2}).constant_itl() is None
 
 
 # ---- configuration ---------------------------------------------------------------------------
