@@ -77,3 +77,40 @@ def test_self_signed_certificate(tmp_path):
     org = c.subject.get_attributes_for_oid(x509.oid.NameOID.ORGANIZATION_NAME)[0].value
     assert org == "llm-d Inference Simulator"
     assert (c.not_valid_after_utc - c.not_valid_before_utc).days >= 3650
+
+
+def test_a_burst_of_new_connections_is_accepted_a_batch_per_loop_turn():
+    """A turn of the event loop takes at most ACCEPT_BATCH new connections, so running streams'
+    due tokens wait for one batch of arrivals, not for a burst (issue 13)."""
+    from collections import Counter
+
+    import gevent
+    from gevent import socket as gsocket
+
+    from blueprints.server import ACCEPT_BATCH, accept_server
+
+    listener = gsocket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    # every connection is in the kernel's accept queue before the server starts
+    clients = [gsocket.create_connection(listener.getsockname()) for _ in range(5 * ACCEPT_BATCH)]
+    loop = gevent.get_hub().loop
+    turns = []
+
+    def handle(sock, addr):
+        turns.append(loop.iteration)
+        sock.close()
+
+    server = accept_server(listener, handle, 1000)
+    server.start()
+    try:
+        with gevent.Timeout(10):
+            while len(turns) < len(clients):
+                gevent.sleep(0.001)
+    finally:
+        server.stop()
+        for c in clients:
+            c.close()
+    per_turn = Counter(turns)
+    assert max(per_turn.values()) == ACCEPT_BATCH
+    assert len(per_turn) == 5
