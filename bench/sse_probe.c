@@ -6,11 +6,15 @@
  * epoll loop in C.  bench/timing_fidelity.py builds it with the system C compiler when one is
  * there (--client c, the default when it builds) and reads its output.
  *
- *   sse_probe HOST PORT N REQUEST_FILE OUT_FILE [WARM_MS]
+ *   sse_probe HOST PORT N REQUEST_FILE OUT_FILE [WARM_MS [WAVES]]
  *
- * REQUEST_FILE holds the whole HTTP request (with "Connection: close").  The N connections are
- * opened back to back, each request written as soon as its connection is up; with WARM_MS, all
- * connections are opened first and the requests written WARM_MS later, back to back.  OUT_FILE gets one
+ * REQUEST_FILE holds the whole HTTP request (with "Connection: close", or for WAVES > 1 a
+ * keep-alive one).  The N connections are opened back to back, each request written as soon
+ * as its connection is up; with WARM_MS, all connections are opened first and the requests
+ * written WARM_MS later, back to back.  With WAVES > 1, once every stream of a wave has ended
+ * (its chunked terminator), the request is written again on every connection, back to back, as
+ * a pooled client running fixed-length requests at a fixed concurrency does; only the last
+ * wave is recorded.  OUT_FILE gets one
  * line per stream: the time its request was written, then the arrival time of each SSE event
  * ("data: " occurrences, so the simulated text must not contain that string: it does not),
  * CLOCK_MONOTONIC seconds (Python's time.monotonic).  Exit status 1 if a socket could not be
@@ -39,8 +43,22 @@ typedef struct {
     int n_events, cap;
     char tail[6];        /* the last bytes read, for a "data: " split across reads */
     int tail_len;
+    char end[7];         /* the last 7 bytes read: a chunked response ends with "\r\n0\r\n\r\n" */
+    int end_len;
     int done;
 } stream_t;
+
+/* Whether this read ends the response (keep-alive waves: chunked encoding's last chunk). */
+static int ends_response(stream_t *s, const char *buf, int len) {
+    static const char term[] = "\r\n0\r\n\r\n";
+    char joined[14];
+    int keep = len < 7 ? len : 7, have = s->end_len + keep > 7 ? 7 - keep : s->end_len;
+    memcpy(joined, s->end + s->end_len - have, have);
+    memcpy(joined + have, buf + len - keep, keep);
+    s->end_len = have + keep;
+    memcpy(s->end, joined, s->end_len);
+    return s->end_len == 7 && memcmp(s->end, term, 7) == 0;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -65,8 +83,8 @@ static int count_events(stream_t *s, const char *buf, int len) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: %s HOST PORT N REQUEST_FILE OUT_FILE [WARM_MS]\n", argv[0]);
+    if (argc < 6 || argc > 8) {
+        fprintf(stderr, "usage: %s HOST PORT N REQUEST_FILE OUT_FILE [WARM_MS [WAVES]]\n", argv[0]);
         return 2;
     }
     const char *host = argv[1];
@@ -108,7 +126,8 @@ int main(int argc, char **argv) {
     int open_streams = n;
     static char buf[65536];
     struct epoll_event evs[256];
-    int warm_ms = argc == 7 ? atoi(argv[6]) : 0;
+    int warm_ms = argc >= 7 ? atoi(argv[6]) : 0;
+    int waves = argc == 8 ? atoi(argv[7]) : 1, wave = 1, ended = 0;
     if (warm_ms > 0) {
         /* Open every connection first, let the server accept them, then send all the requests
          * at once: a burst of requests on open connections, without the accept in it. */
@@ -157,6 +176,28 @@ int main(int argc, char **argv) {
                             if (!s->events) { perror("realloc"); return 1; }
                         }
                         for (int e = 0; e < m; e++) s->events[s->n_events++] = t;
+                        if (waves > 1 && ends_response(s, buf, r) && wave < waves && ++ended == n) {
+                            /* every stream of this wave has ended: the next wave, all at once */
+                            wave++;
+                            ended = 0;
+                            for (int i = 0; i < n; i++) {
+                                stream_t *o = &streams[i];
+                                o->n_events = o->tail_len = o->end_len = 0;
+                                o->t_sent = now();
+                                if (write(o->fd, req, req_len) != req_len) {
+                                    fprintf(stderr, "wave %d: request not written at once\n", wave);
+                                    return 1;
+                                }
+                            }
+                        }
+                        if (waves > 1 && wave == waves && s->end_len == 7 &&
+                            memcmp(s->end, "\r\n0\r\n\r\n", 7) == 0) {
+                            s->done = 1;               /* the last wave's response is complete */
+                            open_streams--;
+                            epoll_ctl(ep, EPOLL_CTL_DEL, s->fd, NULL);
+                            close(s->fd);
+                            break;
+                        }
                         continue;
                     }
                     if (r == 0 || (errno != EAGAIN && errno != EINTR)) {

@@ -102,16 +102,20 @@ def build_probe() -> str | None:
 
 
 def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int | None = None,
-                  warm_ms: int = 0) -> list:
+                  warm_ms: int = 0, waves: int = 1) -> list:
     """``(t_sent, [event arrival times])`` per stream, from bench/sse_probe.c (on ``cpu`` if
-    given; with ``warm_ms``, the connections are opened that long before the requests go)."""
+    given; with ``warm_ms``, the connections are opened that long before the requests go; with
+    ``waves`` > 1, keep-alive connections, each wave's requests sent at once when every stream
+    of the previous wave has ended, and only the last wave returned)."""
+    close = "Connection: close\r\n" if waves == 1 else ""
     req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-           f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+           f"Content-Length: {len(body)}\r\n{close}\r\n").encode() + body
     with tempfile.TemporaryDirectory() as tmp:
         req_file, out_file = os.path.join(tmp, "request"), os.path.join(tmp, "events")
         with open(req_file, "wb") as fh:
             fh.write(req)
-        done = subprocess.run([exe, host, str(port), str(n), req_file, out_file, str(warm_ms)], check=False,
+        done = subprocess.run([exe, host, str(port), str(n), req_file, out_file, str(warm_ms), str(waves)],
+                              check=False,
                               preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)
         if done.returncode != 0 or not os.path.exists(out_file):
             raise SystemExit(f"bench/sse_probe.c failed (exit {done.returncode}) at {n} streams: "
@@ -196,10 +200,17 @@ def main() -> None:
     ap.add_argument("--open-connections", action="store_true",
                     help="C client: open every connection first and send the burst of requests on "
                          "them 0.5 s later (a pooled client), so that the accepts are not in the burst")
+    ap.add_argument("--keep-alive-waves", action="store_true",
+                    help="C client: each level twice on the same keep-alive connections, the second "
+                         "wave sent at once when every first-wave stream has ended (a fixed-length "
+                         "benchmark at a fixed concurrency); only the second wave is measured")
     args = ap.parse_args()
+    waves = 2 if args.keep_alive_waves else 1
     probe = build_probe() if args.client != "python" else None
     if args.client == "c" and probe is None:
         sys.exit("no C compiler found to build bench/sse_probe.c")
+    if (args.open_connections or args.keep_alive_waves) and probe is None:
+        sys.exit("--open-connections and --keep-alive-waves need the C client (a C compiler)")
     print(f"client: {'bench/sse_probe.c' if probe else 'python asyncio'}", flush=True)
     proc, base = start_server(["--time-to-first-token", f"{args.ttft * 1000:.0f}ms",
                                "--inter-token-latency", f"{args.itl * 1000:.0f}ms", "--worker-connections", "20000"])
@@ -224,7 +235,7 @@ def main() -> None:
                 t0 = time.monotonic()
                 if probe:
                     streams = probe_streams(probe, host, port, level, body, cpus[1] if pin else None,
-                                            500 if args.open_connections else 0)
+                                            500 if args.open_connections else 0, waves)
                 else:
                     streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
                 wall = time.monotonic() - t0
@@ -249,8 +260,8 @@ def main() -> None:
                     "steady_itl_p99_ms": percentile(steady, 0.99) * 1e3,
                     "server_lag_p50_ms": histogram_quantile(before, after, 0.5) * 1e3,
                     "server_lag_p99_ms": histogram_quantile(before, after, 0.99) * 1e3,
-                    "chunks_per_s": events / wall, "rss_mb": rss_mb(proc.pid),
-                    "server_cpu_us_per_chunk": (cpu1 - cpu0) / max(events, 1) * 1e6,
+                    "chunks_per_s": events * waves / wall, "rss_mb": rss_mb(proc.pid),
+                    "server_cpu_us_per_chunk": (cpu1 - cpu0) / max(events * waves, 1) * 1e6,
                     "server_busy_pct": (cpu1 - cpu0) / wall * 100,
                     "load": os.getloadavg()[0],
                 }

@@ -443,8 +443,9 @@ def _make_worker_class():
 
         # -- serving --------------------------------------------------------------------------
         def load_wsgi(self):
-            from . import gunicorn_tuning
+            from . import arrivals, gunicorn_tuning
             gunicorn_tuning.install()       # headers leave with the first body bytes (issue 13)
+            arrivals.install(ACCEPT_BATCH)  # keep-alive requests take turns with due tokens
             super().load_wsgi()
             flask_app = self.wsgi
             ext = getattr(flask_app, "extensions", {})
@@ -493,7 +494,8 @@ def _make_worker_class():
             log.info("shutting down (%s): %d request(s) in flight, grace %gs", name, len(self._busy), grace)
             self._close_idle(servers)
             deadline = time.monotonic() + grace
-            while self._busy and not self._fast:
+            from .arrivals import waiting_greenlets
+            while (self._busy or waiting_greenlets()) and not self._fast:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -520,10 +522,13 @@ def _make_worker_class():
             log.info("shutdown complete")
 
         def _close_idle(self, servers):
-            """Close keep-alive connections that wait for their next request."""
+            """Close keep-alive connections that wait for their next request (not those whose
+            request arrived and waits its turn: :mod:`blueprints.arrivals`)."""
+            from .arrivals import waiting_greenlets
+            arrived = waiting_greenlets()
             for server in servers:
                 for g in list(server.pool.greenlets):
-                    if g not in self._busy:
+                    if g not in self._busy and g not in arrived:
                         g.kill(block=False)
 
         def handle_request(self, listener_name, req, sock, addr):

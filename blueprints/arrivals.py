@@ -1,0 +1,136 @@
+"""Requests on open keep-alive connections take turns with due tokens (issue 13).
+
+New connections come in at most :data:`blueprints.server.ACCEPT_BATCH` per event-loop turn
+(:func:`blueprints.server.accept_server`).  A request on a connection that is already open
+instead wakes its greenlet from the connection's I/O watcher, and gevent runs every wake-up of
+a loop turn back to back: a pooled client sending 500 requests at once (say, the next wave of a
+fixed-length concurrency benchmark) made one turn of ~200 ms of parsing and set-up, and every
+running stream's due tokens waited for it.
+
+:class:`ArrivalTurns` lets at most ``per_turn`` such requests start parsing per loop turn.  The
+others wait with their first bytes read; a low-priority timer lets the next ``per_turn`` go
+once per turn, after the turn's due timers.  :func:`install` makes gunicorn's HTTP/1 parser
+take a turn before every request, a connection's first included (a client may open its
+connections well before it sends).  A request waiting its turn has arrived: if the keep-alive
+timeout runs out meanwhile, it keeps its place and the timeout restarts for the rest of its
+headers.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from gevent import Timeout
+from gevent.hub import Waiter, get_hub
+
+
+class ArrivalTurns:
+    """At most ``per_turn`` callers of :meth:`take` return per event-loop turn; the others
+    wait in arrival order."""
+
+    def __init__(self, per_turn: int):
+        self.per_turn = per_turn
+        self.turn = -1                  # loop.iteration the count below belongs to
+        self.used = 0
+        self.waiting: deque = deque()
+        self.timer = None
+
+    def take(self) -> None:
+        """Return when the calling greenlet may go on (at once if this turn has room)."""
+        hub = get_hub()
+        loop = hub.loop
+        if not self.waiting:
+            if loop.iteration != self.turn:
+                self.turn, self.used = loop.iteration, 0
+            if self.used < self.per_turn:
+                self.used += 1
+                return
+        waiter = Waiter(hub)
+        self.waiting.append(waiter)
+        if self.timer is None:
+            self._arm(loop)
+        expired = None
+        while True:
+            try:
+                waiter.get()
+                break
+            except Timeout as timeout:     # the keep-alive timeout: this request has arrived
+                expired = timeout
+            except BaseException:
+                try:
+                    self.waiting.remove(waiter)
+                except ValueError:
+                    pass
+                raise
+        if expired is not None:
+            expired.start()              # the rest of the headers get the usual time
+
+    def _arm(self, loop) -> None:
+        timer = self.timer = loop.timer(0.0)
+        timer.priority = loop.MINPRI     # after the turn's other due watchers (stream tokens)
+        timer.start(self._release, loop)
+
+    def _release(self, loop) -> None:
+        self.turn, self.used = loop.iteration, 0
+        while self.waiting and self.used < self.per_turn:
+            self.used += 1
+            self.waiting.popleft().switch(None)     # runs until that request first waits
+        timer, self.timer = self.timer, None        # kept until here: no second timer meanwhile
+        timer.close()
+        if self.waiting:
+            self._arm(loop)
+
+    def waiting_greenlets(self) -> set:
+        """The greenlets of the requests waiting their turn (they have arrived: a server that
+        drains serves them, as it serves requests in flight)."""
+        return {w.greenlet for w in self.waiting if w.greenlet is not None}
+
+
+def wait_for_request(unreader, turns: ArrivalTurns) -> None:
+    """Block until the next request's first bytes are in ``unreader`` (a gunicorn
+    ``SocketUnreader``; already buffered bytes count) or the peer closed, then take a turn."""
+    buf = unreader.buf
+    buf.seek(0, 2)
+    if not buf.tell():
+        data = unreader.chunk()
+        if not data:
+            return                       # closed: the parser reads the end again and stops
+        unreader.unread(data)
+    turns.take()
+
+
+_turns: ArrivalTurns | None = None
+
+
+def waiting_greenlets() -> set:
+    """:meth:`ArrivalTurns.waiting_greenlets` of the installed turns (empty before
+    :func:`install`)."""
+    return _turns.waiting_greenlets() if _turns is not None else set()
+
+
+def install(per_turn: int) -> None:
+    """Make ``gunicorn.http.get_parser`` return HTTP/1 parsers that take a turn before each
+    request.  Idempotent."""
+    global _turns
+    from gunicorn import http
+    from gunicorn.http.parser import RequestParser
+
+    if _turns is not None:
+        _turns.per_turn = per_turn
+        return
+    _turns = turns = ArrivalTurns(per_turn)
+
+    class TurnTakingParser(RequestParser):
+        def __next__(self):
+            if not (self.mesg and self.mesg.should_close()):
+                wait_for_request(self.unreader, turns)
+            return super().__next__()
+        next = __next__
+
+    original = http.get_parser
+
+    def get_parser(cfg, source, source_addr, http2_connection=False):
+        parser = original(cfg, source, source_addr, http2_connection=http2_connection)
+        if type(parser) is RequestParser:
+            parser.__class__ = TurnTakingParser
+        return parser
+    http.get_parser = get_parser

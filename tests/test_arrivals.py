@@ -1,0 +1,110 @@
+"""Requests on open keep-alive connections take turns with due tokens (blueprints/arrivals.py,
+issue 13): a loop turn starts at most ``per_turn`` of them, in arrival order, and a request
+waiting its turn is not dropped by the keep-alive timeout."""
+from __future__ import annotations
+
+from collections import Counter
+
+import gevent
+import pytest
+from gevent import Timeout
+from gevent import socket as gsocket
+
+from blueprints import arrivals
+from blueprints.arrivals import ArrivalTurns
+
+REQUEST = b"GET /%s HTTP/1.1\r\nHost: sim\r\n\r\n"
+
+
+def test_at_most_per_turn_callers_go_on_per_loop_turn_in_arrival_order():
+    turns = ArrivalTurns(2)
+    loop = gevent.get_hub().loop
+    went = []
+
+    def caller(i):
+        turns.take()
+        went.append((i, loop.iteration))
+
+    gevent.joinall([gevent.spawn(caller, i) for i in range(9)], timeout=5)
+    assert [i for i, _ in went] == list(range(9))
+    per_turn = Counter(it for _, it in went)
+    assert max(per_turn.values()) == 2 and len(per_turn) == 5
+
+
+def test_a_request_waiting_its_turn_outlives_the_keep_alive_timeout():
+    class SlowTurns(ArrivalTurns):
+        def _arm(self, loop):
+            timer = self.timer = loop.timer(0.05)
+            timer.start(self._release, loop)
+
+    turns = SlowTurns(1)
+    seen = []
+
+    def request():
+        turns.take()                              # this turn's one place
+        with Timeout(0.01, False) as keep_alive:  # gunicorn's keep-alive timeout
+            turns.take()                          # waits 50 ms for the next turn
+            seen.append(keep_alive.pending)       # restarted for the rest of the headers
+
+    gevent.spawn(request).join(timeout=5)
+    assert seen == [True]
+
+
+def test_a_waiting_request_killed_leaves_the_queue():
+    turns = ArrivalTurns(1)
+    turns.turn, turns.used = gevent.get_hub().loop.iteration, 1
+    g = gevent.spawn(turns.take)
+    gevent.sleep(0)
+    g.kill()
+    assert not turns.waiting
+
+
+@pytest.fixture
+def turn_taking_parsers(monkeypatch):
+    from gunicorn import http
+    monkeypatch.setattr(http, "get_parser", http.get_parser)    # restored afterwards
+    monkeypatch.setattr(arrivals, "_turns", None)
+    arrivals.install(2)
+    return http.get_parser
+
+
+def test_keep_alive_requests_through_gunicorns_parser_take_turns(turn_taking_parsers):
+    from gunicorn.config import Config
+    cfg = Config()
+    loop = gevent.get_hub().loop
+    pairs = [gsocket.socketpair() for _ in range(8)]
+    second = []
+
+    def connection(i, sock):
+        parser = turn_taking_parsers(cfg, sock, ("127.0.0.1", 40000 + i))
+        assert next(parser).path == "/first"
+        req = next(parser)
+        second.append((i, loop.iteration, req.path))
+
+    for client, _ in pairs:
+        client.sendall(REQUEST % b"first")
+    greenlets = [gevent.spawn(connection, i, server) for i, (_, server) in enumerate(pairs)]
+    gevent.sleep(0.05)                            # every connection waits for its next request
+    for client, _ in pairs:
+        client.sendall(REQUEST % b"second")       # all readable in the same loop turn
+    gevent.joinall(greenlets, timeout=5)
+    assert sorted(i for i, _, _ in second) == list(range(8))
+    assert {path for _, _, path in second} == {"/second"}
+    per_turn = Counter(it for _, it, _ in second)
+    assert max(per_turn.values()) == 2 and len(per_turn) == 4
+    for client, server in pairs:
+        client.close()
+        server.close()
+
+
+def test_pipelined_and_closed_connections_through_the_turn_taking_parser(turn_taking_parsers):
+    from gunicorn.config import Config
+    cfg = Config()
+    pipelined, server = gsocket.socketpair()
+    pipelined.sendall(REQUEST % b"a" + REQUEST % b"b")    # the second is already buffered
+    parser = turn_taking_parsers(cfg, server, ("127.0.0.1", 40100))
+    assert [next(parser).path, next(parser).path] == ["/a", "/b"]
+    pipelined.close()
+    with pytest.raises(StopIteration):                    # the peer closed: no request
+        next(parser)
+    server.close()
