@@ -50,13 +50,14 @@ def test_a_request_waiting_its_turn_outlives_the_keep_alive_timeout():
     assert seen == [True]
 
 
-def test_a_waiting_request_killed_leaves_the_queue():
+def test_a_waiting_request_is_known_to_the_drain_and_leaves_the_queue_when_killed():
     turns = ArrivalTurns(1)
     turns.turn, turns.used = gevent.get_hub().loop.iteration, 1
     g = gevent.spawn(turns.take)
     gevent.sleep(0)
+    assert turns.waiting_greenlets() == {g}        # the drain serves it, not closes it
     g.kill()
-    assert not turns.waiting
+    assert not turns.waiting and not turns.waiting_greenlets()
 
 
 @pytest.fixture
