@@ -53,16 +53,22 @@ class ArrivalTurns:
             try:
                 waiter.get()
                 break
-            except Timeout as timeout:     # the keep-alive timeout: this request has arrived
-                expired = timeout
+            except Timeout as timeout:
+                if timeout.exception is not False:     # not gunicorn's Timeout(keepalive, False)
+                    self._forget(waiter)
+                    raise
+                expired = timeout        # the keep-alive timeout: this request has arrived
             except BaseException:
-                try:
-                    self.waiting.remove(waiter)
-                except ValueError:
-                    pass
+                self._forget(waiter)
                 raise
         if expired is not None:
             expired.start()              # the rest of the headers get the usual time
+
+    def _forget(self, waiter) -> None:
+        try:
+            self.waiting.remove(waiter)
+        except ValueError:               # already released or dropped
+            pass
 
     def _arm(self, loop) -> None:
         timer = self.timer = loop.timer(0.0)
@@ -70,19 +76,28 @@ class ArrivalTurns:
         timer.start(self._release, loop)
 
     def _release(self, loop) -> None:
-        self.turn, self.used = loop.iteration, 0
-        while self.waiting and self.used < self.per_turn:
-            self.used += 1
-            self.waiting.popleft().switch(None)     # runs until that request first waits
-        timer, self.timer = self.timer, None        # kept until here: no second timer meanwhile
-        timer.close()
-        if self.waiting:
-            self._arm(loop)
+        try:
+            self.turn, self.used = loop.iteration, 0
+            while self.waiting and self.used < self.per_turn:
+                self.used += 1
+                self.waiting.popleft().switch(None)     # runs until that request first waits
+        finally:
+            timer, self.timer = self.timer, None        # kept until here: no second timer meanwhile
+            timer.close()
+            if self.waiting:
+                self._arm(loop)
 
     def waiting_greenlets(self) -> set:
         """The greenlets of the requests waiting their turn (they have arrived: a server that
         drains serves them, as it serves requests in flight)."""
         return {w.greenlet for w in self.waiting if w.greenlet is not None}
+
+    def drop_waiting(self) -> list:
+        """Empty the queue and return the greenlets that waited (a server whose grace is over
+        closes their connections before any byte of a response, as idle ones)."""
+        greenlets = [w.greenlet for w in self.waiting if w.greenlet is not None]
+        self.waiting.clear()
+        return greenlets
 
 
 def wait_for_request(unreader, turns: ArrivalTurns) -> None:
@@ -105,6 +120,11 @@ def waiting_greenlets() -> set:
     """:meth:`ArrivalTurns.waiting_greenlets` of the installed turns (empty before
     :func:`install`)."""
     return _turns.waiting_greenlets() if _turns is not None else set()
+
+
+def drop_waiting() -> list:
+    """:meth:`ArrivalTurns.drop_waiting` of the installed turns (empty before :func:`install`)."""
+    return _turns.drop_waiting() if _turns is not None else []
 
 
 def install(per_turn: int) -> None:

@@ -494,7 +494,7 @@ def _make_worker_class():
             log.info("shutting down (%s): %d request(s) in flight, grace %gs", name, len(self._busy), grace)
             self._close_idle(servers)
             deadline = time.monotonic() + grace
-            from .arrivals import waiting_greenlets
+            from .arrivals import drop_waiting, waiting_greenlets
             while (self._busy or waiting_greenlets()) and not self._fast:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -502,7 +502,11 @@ def _make_worker_class():
                 self._idle_event.clear()
                 if self._busy:
                     self._idle_event.wait(min(left, 1.0))
+                else:
+                    gevent.sleep(min(left, 0.005))     # only queued requests: let their turns come
                 self.notify()
+            for g in drop_waiting():        # grace over, not started: closed like idle connections
+                g.kill(block=False)
             if self._busy:
                 log.warning("shutdown grace over: ending %d request(s) with an error", len(self._busy))
                 busy = list(self._busy)

@@ -109,3 +109,30 @@ def test_pipelined_and_closed_connections_through_the_turn_taking_parser(turn_ta
     with pytest.raises(StopIteration):                    # the peer closed: no request
         next(parser)
     server.close()
+
+
+def test_only_the_keep_alive_timeout_is_caught_and_a_dropped_queue_is_empty():
+    class NoRelease(ArrivalTurns):          # nobody's turn comes: the waits below end otherwise
+        def _arm(self, loop):
+            pass
+
+    turns = NoRelease(1)
+    loop = gevent.get_hub().loop
+    caught = []
+
+    def waits_under(timeout):
+        turns.turn, turns.used = loop.iteration, 1     # this turn's place is taken
+        try:
+            with timeout:
+                turns.take()
+        except Timeout as t:
+            caught.append(t is timeout)
+
+    # a Timeout that raises itself is not gunicorn's Timeout(keepalive, False): it propagates
+    gevent.spawn(waits_under, Timeout(0.01)).join(timeout=5)
+    assert caught == [True] and not turns.waiting
+    g = gevent.spawn(turns.take)
+    turns.turn, turns.used = loop.iteration, 1
+    gevent.sleep(0)
+    assert turns.drop_waiting() == [g] and not turns.waiting      # the drain's grace is over
+    g.kill()

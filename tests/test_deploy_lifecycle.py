@@ -405,3 +405,51 @@ def test_idle_keep_alive_connection_is_closed_after_timeout_keep_alive(shared):
         idle = time.monotonic() - t0
     # the flag's 1 s: not the default 5 s (tests/test_config_cli.py), nor gunicorn's 75 s
     assert 0.8 < idle < 4.0
+
+
+def _status_or_none(sock: socket.socket) -> int | None:
+    """The status of one Content-Length response read from ``sock``; None if it closed first
+    (a reset: the server closed it with the request unread)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            assert not buf, "closed mid-headers"
+            return None
+        buf += data
+    head, _, body = buf.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        data = sock.recv(65536)
+        assert data, "closed mid-body"
+        body += data
+    return int(head.split()[1])
+
+
+def test_sigterm_as_keep_alive_requests_wait_their_turn(tmp_path, procs):
+    # 300 keep-alive requests arrive together just before SIGTERM: those waiting their turn
+    # (blueprints/arrivals.py) are served in the grace, the others closed before any byte, as
+    # idle connections; and the server exits as soon as they are done, not when the 20 s grace
+    # is over (the drain once spun without yielding while only queued requests were left).
+    p = Proc(tmp_path, "--shutdown-timeout", "20")
+    procs.append(p)
+    request = b"GET /health HTTP/1.1\r\nHost: sim\r\n\r\n"
+    socks = [socket.create_connection(("127.0.0.1", p.port), timeout=30) for _ in range(300)]
+    for s in socks:
+        s.sendall(request)
+        assert _status_or_none(s) == 200
+    for s in socks:
+        s.sendall(request)
+    started = time.monotonic()
+    p.proc.send_signal(signal.SIGTERM)
+    statuses = [_status_or_none(s) for s in socks]
+    assert p.proc.wait(timeout=30) == 0
+    assert time.monotonic() - started < 10
+    assert set(statuses) <= {200, None}
+    for s in socks:
+        s.close()
+    assert "Traceback" not in p.output()
