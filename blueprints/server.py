@@ -9,8 +9,8 @@ uses the same worker under gunicorn's arbiter.
 
 Lifecycle (issue 10), as vLLM / uvicorn's graceful shutdown:
     SIGTERM or Ctrl-C -> ``/health/ready`` answers 503, the listening socket is closed, idle
-    keep-alive connections are closed, in-flight requests run on for ``--shutdown-timeout``
-    seconds; what still runs then ends with an in-band error event and ``[DONE]`` (streams) or
+    keep-alive connections are closed, in-flight requests (and requests that have arrived on
+    open connections, unread yet) run on for ``--shutdown-timeout`` seconds; what still runs then ends with an in-band error event and ``[DONE]`` (streams) or
     a 503 (others); exit code 0, no traceback.  A second Ctrl-C (or SIGQUIT) skips the grace.
 A port already in use is one line and exit code 1.  With ``--data-parallel-size N`` rank 0
 starts ranks 1..N-1 (:func:`start_data_parallel_ranks`), forwards SIGTERM to them, and stops
@@ -492,10 +492,10 @@ def _make_worker_class():
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGQUIT if self._fast else signal.SIGTERM)
             log.info("shutting down (%s): %d request(s) in flight, grace %gs", name, len(self._busy), grace)
-            self._close_idle(servers)
+            arrived = self._close_idle(servers)
             deadline = time.monotonic() + grace
             from .arrivals import drop_waiting, waiting_greenlets
-            while (self._busy or waiting_greenlets()) and not self._fast:
+            while (self._busy or waiting_greenlets() or any(not g.dead for g in arrived)) and not self._fast:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -505,8 +505,8 @@ def _make_worker_class():
                 else:
                     gevent.sleep(min(left, 0.005))     # only queued requests: let their turns come
                 self.notify()
-            for g in drop_waiting():        # grace over, not started: closed like idle connections
-                g.kill(block=False)
+            for g in drop_waiting() + [g for g in arrived if not g.dead and g not in self._busy]:
+                g.kill(block=False)         # grace over, not started: closed like idle connections
             if self._busy:
                 log.warning("shutdown grace over: ending %d request(s) with an error", len(self._busy))
                 busy = list(self._busy)
@@ -525,15 +525,22 @@ def _make_worker_class():
                     log.warning("data-parallel rank %d exited with code %s", rank, code)
             log.info("shutdown complete")
 
-        def _close_idle(self, servers):
-            """Close keep-alive connections that wait for their next request (not those whose
-            request arrived and waits its turn: :mod:`blueprints.arrivals`)."""
+        def _close_idle(self, servers) -> set:
+            """Close keep-alive connections that wait for their next request.  Those whose
+            request has arrived (in the socket, not yet read, or waiting its turn:
+            :mod:`blueprints.arrivals`) are served, as uvicorn serves a request it has received
+            when it shuts down; returns their greenlets."""
             from .arrivals import waiting_greenlets
             arrived = waiting_greenlets()
             for server in servers:
                 for g in list(server.pool.greenlets):
-                    if g not in self._busy and g not in arrived:
+                    if g in self._busy or g in arrived:
+                        continue
+                    if _has_bytes(_connection_socket(g)):
+                        arrived.add(g)
+                    else:
                         g.kill(block=False)
+            return arrived
 
         def handle_request(self, listener_name, req, sock, addr):
             g = getcurrent()
@@ -554,6 +561,30 @@ def _make_worker_class():
             super().handle_error(req, client, addr, exc)
 
     return SimWorker
+
+
+def _connection_socket(greenlet):
+    """The client socket a StreamServer greenlet serves (gevent spawns
+    ``_handle_and_close_when_done(handle, close, (socket, address))``), or None."""
+    for arg in getattr(greenlet, "args", ()):
+        if hasattr(arg, "recv"):
+            return arg
+        if isinstance(arg, tuple) and arg and hasattr(arg[0], "recv"):
+            return arg[0]
+    return None
+
+
+def _has_bytes(sock) -> bool:
+    """Whether a connection's socket holds unread bytes (a request that has arrived) or its
+    peer's close; False when it cannot tell."""
+    raw = getattr(sock, "_sock", sock)
+    try:
+        raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        return True
+    except (BlockingIOError, InterruptedError):
+        return False
+    except (OSError, AttributeError, TypeError, ValueError):
+        return False
 
 
 def _addr(sock) -> str:
