@@ -298,8 +298,10 @@ def test_responses_stream_cut_by_max_output_tokens_ends_incomplete():
     assert last["status"] == "incomplete" and last["incomplete_details"] == {"reason": "max_output_tokens"}
     sdk = _openai(c)
     with sdk.responses.stream(model="test-model", input="Hi", max_output_tokens=200) as s:
-        kinds = [e.type for e in s]
-    assert kinds[-1] == "response.completed"
+        events = list(s)
+    # a random answer reaches the cap now and then (~1 in 400): then it is incomplete too
+    capped = events[-1].response.usage.output_tokens == 200
+    assert events[-1].type == ("response.incomplete" if capped else "response.completed")
 
 
 # ---- routing headers -----------------------------------------------------------------------
