@@ -340,10 +340,14 @@ def shutdown_grace(config) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # the worker
-def accept_server(listener, handle, pool_size: int, **ssl_args):
+def accept_server(listener, handle, pool_size: int, handshake_timeout: float = KEEPALIVE_SECONDS,
+                  **ssl_args):
     """gevent's StreamServer on ``listener`` (``handle(sock, addr)`` per connection in a
     greenlet, at most ``pool_size`` at once) that accepts at most :data:`ACCEPT_BATCH` new
-    connections per event-loop turn.
+    connections per event-loop turn.  With TLS (``ssl_context`` in ``ssl_args``), a client
+    gets ``handshake_timeout`` seconds to complete its handshake; one that does not, or drops
+    out of it, is closed with a debug log line (gevent waited for ever, and printed a
+    traceback for a dropped handshake).
 
     Each new connection's greenlet parses its request and sets the stream up (0.4-0.6 ms of
     CPU here) before the loop runs its timers again.  gevent accepts up to 100 per turn, so a
@@ -351,11 +355,41 @@ def accept_server(listener, handle, pool_size: int, **ssl_args):
     bounds a turn's arrival work to 2-3 ms, under the 5 ms ITL target, while a loop with
     nothing due still accepts back to back (one readiness poll per batch).  Smaller batches
     (2) slowed a burst's parsing enough to raise TTFT."""
+    import ssl
+
+    from gevent import Timeout
     from gevent.pool import Pool
     from gevent.server import StreamServer
-    server = StreamServer(listener, handle=handle, spawn=Pool(pool_size), **ssl_args)
+
+    class Server(StreamServer):
+        def wrap_socket_and_handle(self, client_socket, address):
+            tls = self.wrap_socket(client_socket, **dict(self.ssl_args, do_handshake_on_connect=False))
+            try:
+                try:
+                    with Timeout(handshake_timeout) as timeout:
+                        tls.do_handshake()
+                except Timeout as e:
+                    if e is not timeout:
+                        raise
+                    log.debug("TLS handshake from %s: none within %gs, closed", _peer(address), handshake_timeout)
+                    return None
+                except (ssl.SSLError, OSError) as e:
+                    log.debug("TLS handshake from %s failed: %s", _peer(address), e)
+                    return None
+                return self.handle(tls, address)
+            finally:
+                tls.close()
+
+    server = Server(listener, handle=handle, spawn=Pool(pool_size), **ssl_args)
     server.max_accept = ACCEPT_BATCH
     return server
+
+
+def _peer(address) -> str:
+    try:
+        return "%s:%s" % tuple(address[:2])
+    except (TypeError, ValueError):
+        return str(address)
 
 
 def _worker_base():
@@ -458,7 +492,8 @@ def _make_worker_class():
             servers = []
             for s in self.sockets:
                 s.setblocking(1)
-                server = accept_server(s, partial(self.handle, s), self.worker_connections, **ssl_args)
+                server = accept_server(s, partial(self.handle, s), self.worker_connections,
+                                       self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
                 server.start()
                 servers.append(server)
             freeze_startup_heap()

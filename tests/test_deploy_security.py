@@ -166,6 +166,32 @@ def test_https_with_self_signed_certificate(tmp_path):
 
 
 @pytest.mark.server
+def test_tls_handshake_is_bounded_and_a_dropped_one_is_quiet(tmp_path):
+    # A client that connects and never says a word is closed after --timeout-keep-alive, as on
+    # plain HTTP (gevent waited for ever: a pool slot and a descriptor per such client); one
+    # that drops out of its handshake leaves a debug line, not a traceback.
+    import socket
+    import time
+    proc, base, log = _start_tls(tmp_path, "--self-signed-certs", "--timeout-keep-alive", "1")
+    port = int(base.rsplit(":", 1)[1])
+    try:
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        started = time.monotonic()
+        assert silent.recv(1) == b""                  # closed by the server
+        assert 0.9 <= time.monotonic() - started < 8
+        silent.close()
+        for _ in range(3):                            # a ClientHello cut short, then gone
+            dropped = socket.create_connection(("127.0.0.1", port), timeout=10)
+            dropped.sendall(b"\x16\x03\x01\x00\xa5\x01\x00")
+            dropped.close()
+        with httpx.Client(verify=False, timeout=10) as c:
+            assert c.get(base + "/health").status_code == 200
+    finally:
+        _stop(proc)
+    assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.server
 def test_data_parallel_ranks_serve_https(tmp_path):
     port = free_port(2)
     log = tmp_path / "dp.log"
