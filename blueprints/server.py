@@ -10,8 +10,9 @@ uses the same worker under gunicorn's arbiter.
 Lifecycle (issue 10), as vLLM / uvicorn's graceful shutdown:
     SIGTERM or Ctrl-C -> ``/health/ready`` answers 503, the listening socket is closed, idle
     keep-alive connections are closed, in-flight requests (and requests that have arrived on
-    open connections, unread yet) run on for ``--shutdown-timeout`` seconds; what still runs then ends with an in-band error event and ``[DONE]`` (streams) or
-    a 503 (others); exit code 0, no traceback.  A second Ctrl-C (or SIGQUIT) skips the grace.
+    open connections, unread yet) run on for ``--shutdown-timeout`` seconds; what still runs
+    then ends with an in-band error event and ``[DONE]`` (streams) or a 503 (others); exit
+    code 0, no traceback.  A second Ctrl-C (or SIGQUIT) skips the grace.
 A port already in use is one line and exit code 1.  With ``--data-parallel-size N`` rank 0
 starts ranks 1..N-1 (:func:`start_data_parallel_ranks`), forwards SIGTERM to them, and stops
 the whole group (exit 1) when one of them exits on its own, e.g. because its port is taken.
@@ -616,9 +617,7 @@ def _has_bytes(sock) -> bool:
     try:
         raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         return True
-    except (BlockingIOError, InterruptedError):
-        return False
-    except (OSError, AttributeError, TypeError, ValueError):
+    except (OSError, AttributeError, TypeError, ValueError):      # nothing there (EAGAIN), or not a socket
         return False
 
 
