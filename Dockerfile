@@ -14,6 +14,7 @@ COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 
 COPY app.py wsgi.py ./
+COPY server/ server/
 COPY blueprints/ blueprints/
 COPY schemas/ schemas/
 COPY generation/ generation/

@@ -1,7 +1,7 @@
 """vLLM simulator: the Flask app factory and the command line.
 
 ``python app.py --model NAME --port 8000 [flags]`` parses the reference simulator's flags and
-serves the app with gunicorn's gevent worker in-process (:mod:`blueprints.server`): one
+serves the app with gunicorn's gevent worker in-process (:mod:`server`): one
 process, one engine (the simulator's queue, KV cache and counters), many worker connections,
 no response buffering.  ``gunicorn -k gevent -w 1 'wsgi:app'`` and ``flask --app wsgi run``
 use :mod:`wsgi`.
@@ -12,7 +12,9 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from generation.config import ConfigError, SimConfig, ignored_flags, load_config
+from generation.config.values import ConfigError
+from generation.config.sim_config import SimConfig, ignored_flags
+from generation.config.cli import load_config
 from generation.errors import APIError, SimulatorError, error_type
 
 if TYPE_CHECKING:
@@ -22,14 +24,14 @@ log = logging.getLogger("vllm_sim")
 
 
 def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
-    """Build the Flask app with one :class:`generation.engine.Simulator` and every blueprint.
+    """Build the Flask app with one :class:`generation.engine.simulator.Simulator` and every blueprint.
 
     ``tokenizer``: loaded by :func:`main` before the worker forks (see
-    :mod:`generation.tokenizer_loading`); None loads it here."""
+    :mod:`generation.tokenization.tokenizer_loading`); None loads it here."""
     import orjson
     from flask import Flask, Response             # here: a busy port or a bad flag fails before
     from werkzeug.exceptions import HTTPException  # Flask is imported (main())
-    from generation.engine import ClientDisconnected
+    from generation.engine.simulator import ClientDisconnected
     from blueprints import (admin, chat, completions, embeddings, generate, health, lora, messages, metrics,
                             models, render, responses)
     from blueprints.errors import error_response, internal_error
@@ -47,12 +49,12 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.wsgi_app = GenerationFastPath(app)                # generation routes without Flask's context
     app.wsgi_app = _yield_after_each_response(app.wsgi_app)
     app.extensions["lifecycle"] = health.Lifecycle()      # readiness turns 503 on shutdown
-    from blueprints.server import ChunkedBodyLimit
+    from server.wsgi_layers import ChunkedBodyLimit
     app.wsgi_app = ChunkedBodyLimit(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"])
     if getattr(config, "log_http", False):
-        from blueprints.server import LogHTTP
+        from server.wsgi_layers import LogHTTP
         app.wsgi_app = LogHTTP(app.wsgi_app)
-    from blueprints import auth
+    from server import auth
     auth.install(app, config)                             # --api-key: outermost, before routing
 
     @app.errorhandler(SimulatorError)
@@ -121,16 +123,17 @@ def build_simulator(config: SimConfig, tokenizer=None):
     before the worker starts, else loaded here), random-mode sentences, the SQLite dataset
     (``--dataset-path``, random mode) behind one response-source interface, the latency model, the metrics (fake ones with
     ``--fake-metrics``), the LoRA registry, the tool synthesizer and the KV cache
-    (``--enable-kvcache``).  Returns a :class:`generation.engine.Simulator`."""
+    (``--enable-kvcache``).  Returns a :class:`generation.engine.simulator.Simulator`."""
     import random
 
-    from generation.engine import LoraRegistry, Simulator
-    from generation.fake_metrics import FakeMetricsCollector
-    from generation.latency import LatencyModel
-    from generation.metrics import MetricsRecorder
-    from generation.text import EchoResponses, RandomResponses, RecordedResponses, SentenceSource
-    from generation.tool_calls import ToolSynthesizer
-    from generation.tokenizer_loading import load_tokenizer
+    from generation.engine.lora import LoraRegistry
+    from generation.engine.simulator import Simulator
+    from generation.metrics.fake_metrics import FakeMetricsCollector
+    from generation.engine.latency import LatencyModel
+    from generation.metrics.recorder import MetricsRecorder
+    from generation.content.sources import EchoResponses, RandomResponses, RecordedResponses, SentenceSource
+    from generation.structured.tool_calls import ToolSynthesizer
+    from generation.tokenization.tokenizer_loading import load_tokenizer
 
     rng = random.Random(config.seed)
     if tokenizer is None:
@@ -150,7 +153,7 @@ def build_simulator(config: SimConfig, tokenizer=None):
     loras = LoraRegistry(config.lora_modules, config.max_loras, config.max_cpu_loras)
     kv_cache = None
     if config.enable_kvcache:
-        from generation.kvcache import build_kv_cache
+        from generation.kvcache.cache import build_kv_cache
         kv_cache = build_kv_cache(config, metrics, loras)
     return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
                      latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
@@ -159,9 +162,9 @@ def build_simulator(config: SimConfig, tokenizer=None):
 
 def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:
     """Serve the app with gunicorn's gevent worker in this process until SIGTERM / Ctrl-C
-    (:func:`blueprints.server.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
+    (:func:`server.serve.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
     Returns the exit code."""
-    from blueprints.server import serve as run_server
+    from server.serve import serve as run_server
     return run_server(config, lambda: create_app(config, tokenizer), argv, __file__, listener)
 
 
@@ -172,7 +175,7 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from blueprints.server import configure_logging
+    from server.logs import configure_logging
     configure_logging(config)
     if ignored_flags(config):
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
@@ -182,8 +185,8 @@ def main(argv=None) -> int:
         pass
     # data.* import urllib and numpy: only when a dataset is configured (start-up time)
     DatasetError = DownloadError = NoDataset
-    try:      # before the port is bound and the worker forks (generation.tokenizer_loading)
-        from generation.tokenizer_loading import TokenizerLoadError, load_tokenizer
+    try:      # before the port is bound and the worker forks (generation.tokenization.tokenizer_loading)
+        from generation.tokenization.tokenizer_loading import TokenizerLoadError, load_tokenizer
         if config.dataset_url:
             from data.download import DownloadError, ensure_dataset
             ensure_dataset(config)
@@ -198,7 +201,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from blueprints.server import fast_exit
+    from server.serve import fast_exit
     try:
         code = main()
     except KeyboardInterrupt:      # Ctrl-C before the server runs (e.g. while a tokenizer loads)

@@ -3,11 +3,11 @@
 Configuration comes from the YAML file named by ``SIM_CONFIG`` and/or the flags in
 ``SIM_ARGS`` (same names as ``python app.py``; flags win over the file).
 
-Under gunicorn (:func:`blueprints.server.attach_to_gunicorn`): more than one worker is refused
+Under gunicorn (:func:`server.serve.attach_to_gunicorn`): more than one worker is refused
 (one process is one engine; use ``--data-parallel-size``), log lines take the simulator's
 format, the start-up summary is logged, and SIGTERM turns ``/health/ready`` to 503.  The full
 lifecycle of ``python app.py`` (grace period, clean end of streams, SIGHUP ignored) comes with
-``gunicorn -k blueprints.server.SimWorker -w 1 --no-control-socket 'wsgi:app'``.
+``gunicorn -k server.worker.SimWorker -w 1 --no-control-socket 'wsgi:app'``.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import os
 import shlex
 
 from app import create_app
-from blueprints.server import attach_to_gunicorn
-from generation.config import load_config
+from server.serve import attach_to_gunicorn
+from generation.config.cli import load_config
 
 _argv = shlex.split(os.environ.get("SIM_ARGS", ""))
 if os.environ.get("SIM_CONFIG"):

@@ -12,7 +12,7 @@ the other:
 It prints the gaps between A's tokens that end in the 0.4 s after B's second wave was sent
 (p99 and max: what the burst did to the running streams; 20 ms when it did nothing), A's ITL
 p99 overall, and B's second-wave TTFT.  Issue 13: requests on open keep-alive connections take
-turns with due tokens (blueprints/arrivals.py).
+turns with due tokens (server/arrivals.py).
 
     python bench/burst_while_streaming.py [--running 300] [--burst 300]
 """

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 def make_client(kv: bool):
     from app import create_app
-    from generation.config import load_config
+    from generation.config.cli import load_config
     flags = ["--model", "m", "--seed", "1", "--max-model-len", "4096"]
     env = {}
     if kv:

@@ -16,9 +16,9 @@ import uuid
 
 from flask import Blueprint, Response
 
-from generation.config import ConfigError
+from generation.config.values import ConfigError
 from generation.errors import InvalidParam
-from generation.fake_metrics_spec import merge_fake_metrics, parse_fake_metrics
+from generation.metrics.fake_metrics_spec import merge_fake_metrics, parse_fake_metrics
 
 from .common import json_response, parse_json_body, simulator
 

@@ -14,11 +14,11 @@ import gevent
 import orjson
 from flask import Response, current_app, request
 
-from generation.engine import ClientDisconnected, Simulator
+from generation.engine.simulator import ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
-from .sse_emitter import HubEmitter, usable_response
+from server.sse_emitter import HubEmitter, usable_response
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -147,7 +147,7 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
     client leaves.  Each ``bytes`` item of ``body_iter`` is one write
     (renderers join the chunks due at the same instant); a ``float`` item is a deadline to wait
     for: from the first one on, a gunicorn response on a plain TCP socket is emitted from the event
-    loop (:mod:`blueprints.sse_emitter`), anything else waits in this greenlet.
+    loop (:mod:`server.sse_emitter`), anything else waits in this greenlet.
     An error after the 200 went out becomes ``error_frame(err)`` (a SimulatorError, or a 500
     for anything else) in the API's format."""
     try:
@@ -229,7 +229,7 @@ def received_at(environ: dict) -> float | None:
 
 
 def scheduled_tokens(sim: Simulator, schedule):
-    """Emit a :class:`~generation.engine.TokenSchedule` from the request's greenlet: each token's
+    """Emit a :class:`~generation.engine.token_schedule.TokenSchedule` from the request's greenlet: each token's
     chunk (tokens due together in one write) once its deadline is reached; raises
     ClientDisconnected if the sequence is aborted meanwhile."""
     seq = schedule.seq

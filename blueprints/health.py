@@ -2,7 +2,7 @@
 
 ``/health`` is liveness: 200 while the process serves.  ``/health/ready`` is readiness: 503
 during ``--startup-duration`` and from the moment a shutdown starts (SIGTERM, Ctrl-C), so a
-load balancer stops sending requests while in-flight ones finish (:mod:`blueprints.server`)."""
+load balancer stops sending requests while in-flight ones finish (:mod:`server`)."""
 from __future__ import annotations
 
 import time

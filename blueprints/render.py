@@ -18,7 +18,7 @@ import base64
 from flask import Blueprint
 
 from generation.errors import InvalidParam
-from generation.tokenizer import chat_options, fnv1a_32
+from generation.tokenization.tokenizer import chat_options, fnv1a_32
 from schemas.common import load
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 

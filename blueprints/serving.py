@@ -33,14 +33,14 @@ import orjson
 from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
-from generation.engine import ClientDisconnected
+from generation.engine.simulator import ClientDisconnected
 from generation.errors import SimulatorError
 from schemas.common import load
 
 from .common import (SSE_HEADERS, hang_up, header_checks, parse_json_body, received_at, request_id,
                      response_headers, run_to_completion, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
-from .sse_emitter import WRITE_KEY
+from server.sse_emitter import WRITE_KEY
 
 log = logging.getLogger("vllm_sim")
 

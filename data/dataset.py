@@ -131,7 +131,7 @@ class SQLiteDataset:
     """Recorded responses looked up by prompt hash.
 
     ``path``: SQLite file (opened read-only); ``table``: table name; ``in_memory``: copy the
-    table into memory first; ``sentences``: a :class:`generation.text.SentenceSource` that pads
+    table into memory first; ``sentences``: a :class:`generation.content.sources.SentenceSource` that pads
     ``ignore_eos`` responses and supplies ids for rows that lack them.
     Raises DatasetError as :func:`verify_dataset` does."""
 
@@ -286,7 +286,7 @@ class SQLiteDataset:
 def _prompt_ids(prompt, tokenizer) -> list:
     """The ids the server hashes: a text prompt as completions tokenize it, a conversation as
     chat does (chat template or the seeds' flattening), token ids as given."""
-    from generation.tokenizer import tokenize_chat
+    from generation.tokenization.tokenizer import tokenize_chat
     if isinstance(prompt, str):
         return tokenizer.encode_prompt(prompt)[0]
     prompt = list(prompt)
@@ -385,7 +385,7 @@ def main(argv=None) -> int:
 
     from tqdm import tqdm
 
-    from generation.tokenizer_loading import TokenizerLoadError, load_tokenizer
+    from generation.tokenization.tokenizer_loading import TokenizerLoadError, load_tokenizer
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         tokenizer = load_tokenizer(SimpleNamespace(

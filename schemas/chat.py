@@ -101,7 +101,7 @@ class ChatCompletionRequestSchema(SamplingSchema):
     tool_choice = fields.Raw()
     parallel_tool_calls = StrictBool()
     response_format = fields.Dict()
-    # vLLM chat-template options (generation.tokenizer.tokenize_chat)
+    # vLLM chat-template options (generation.tokenization.tokenizer.tokenize_chat)
     chat_template = fields.String(allow_none=True)
     chat_template_kwargs = fields.Dict(allow_none=True)
     add_generation_prompt = StrictBool()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate, validates, validates_schema
 
 from generation.adapters import protocol as p
-from generation.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
+from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
 

@@ -75,7 +75,7 @@ class SimClient(httpx.Client):
 
     @property
     def sim(self):
-        """The in-process :class:`generation.engine.Simulator`."""
+        """The in-process :class:`generation.engine.simulator.Simulator`."""
         return self.app.extensions["simulator"]
 
     def session(self, **kw) -> httpx.Client:
@@ -106,7 +106,7 @@ class SimClient(httpx.Client):
 def make_app(*flags: str, env: dict | None = None, model: str | None = "test-model"):
     """A Flask app as ``python app.py [flags]`` would serve it (same argv and environment)."""
     from app import create_app
-    from generation.config import load_config
+    from generation.config.cli import load_config
     return create_app(load_config(_argv(flags, model), env=_clean_env(env)))
 
 

@@ -1,9 +1,12 @@
-"""The import rules of the README's architecture section, checked on the source (issue 11):
+"""The import rules of the README's architecture section, checked on the source (issues 11, 19):
 
 - layers only import downwards: ``app``/``wsgi`` -> ``blueprints`` -> ``schemas`` ->
-  ``generation``; ``data`` sits beside the app wiring and may use ``generation``'s interfaces,
-  never the other way round;
-- nothing below ``blueprints`` imports Flask or Werkzeug;
+  ``generation``; ``server`` (the runtime) sits beside ``blueprints``: it serves any WSGI app and
+  imports no route, while the serving pipeline uses its emitter; ``data`` sits beside the app
+  wiring and may use ``generation``'s interfaces, never the other way round;
+- inside ``generation`` the subsystems import each other only as :data:`GENERATION_ALLOWED`
+  says (the engine at the top, leaves such as ``errors`` and ``config`` at the bottom);
+- nothing below ``blueprints`` imports Flask or Werkzeug, and ``server`` imports no Flask;
 - no import cycle between modules, counting imports inside functions too (a function-level
   import hides a cycle from Python, not from the design).
 """
@@ -14,15 +17,28 @@ import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("app", "wsgi", "blueprints", "schemas", "generation", "data")
+PACKAGES = ("app", "wsgi", "server", "blueprints", "schemas", "generation", "data")
 # which top-level parts each part may import (besides itself)
 ALLOWED = {
-    "app": {"blueprints", "schemas", "generation", "data", "wsgi"},
-    "wsgi": {"app", "blueprints", "generation"},
-    "blueprints": {"schemas", "generation", "data"},
+    "app": {"server", "blueprints", "schemas", "generation", "data", "wsgi"},
+    "wsgi": {"app", "server", "generation"},
+    "server": {"generation"},
+    "blueprints": {"server", "schemas", "generation", "data"},
     "schemas": {"generation"},
     "generation": set(),
     "data": {"generation"},
+}
+# which generation subpackages each may import (besides itself): downwards only
+GENERATION_ALLOWED = {
+    "adapters": {"engine", "content", "structured", "tokenization", "errors"},
+    "engine": {"tokenization", "errors"},
+    "kvcache": set(),
+    "metrics": {"config"},
+    "structured": {"errors"},
+    "content": set(),
+    "tokenization": {"errors"},
+    "config": {"metrics"},
+    "errors": set(),
 }
 WEB = ("flask", "werkzeug", "gunicorn")
 
@@ -82,8 +98,10 @@ def _graph():
 def test_the_import_graph_is_the_projects():
     """The other checks would pass on an empty graph: make sure it holds the project."""
     mods, graph = _graph()
-    assert {"app", "blueprints.serving", "generation.engine", "schemas.chat", "generation.adapters.base"} <= set(mods)
-    assert "generation.engine" in graph["blueprints.serving"] and "schemas.common" in graph["blueprints.serving"]
+    assert {"app", "blueprints.serving", "generation.engine.simulator", "schemas.chat", "generation.adapters.base",
+            "server.worker", "server.sse_emitter"} <= set(mods)
+    assert "generation.engine.simulator" in graph["blueprints.serving"] and "schemas.common" in graph["blueprints.serving"]
+    assert "server.sse_emitter" in graph["blueprints.serving"]
 
 
 def test_layers_only_import_downwards():
@@ -96,6 +114,43 @@ def test_layers_only_import_downwards():
             if dpart != part and dpart not in ALLOWED[part]:
                 bad.append(f"{mod} -> {d}")
     assert bad == []
+
+
+def test_generation_subsystems_only_import_downwards():
+    mods, graph = _graph()
+    subs = {m.split(".")[1] for m in mods if m.startswith("generation.")}
+    assert subs == set(GENERATION_ALLOWED), "a new generation subpackage needs its row in GENERATION_ALLOWED"
+    flat = sorted(m for m, p in mods.items() if m.count(".") == 1 and m.startswith("generation.") and p.name != "__init__.py")
+    assert flat == ["generation.errors"], "modules of a subsystem belong in its subpackage"
+    bad = []
+    for mod, deps in graph.items():
+        if not mod.startswith("generation."):
+            continue
+        sub = mod.split(".")[1]
+        for d in deps:
+            if d.startswith("generation.") and (dsub := d.split(".")[1]) != sub and dsub not in GENERATION_ALLOWED[sub]:
+                bad.append(f"{mod} -> {d}")
+    assert bad == []
+
+
+def test_no_flask_in_the_server_runtime():
+    mods, _ = _graph()
+    bad = []
+    for mod, path in mods.items():
+        if mod.split(".")[0] != "server":
+            continue
+        for node in ast.walk(_tree(path)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{mod} imports {n}" for n in names if n.split(".")[0] in ("flask", "werkzeug")]
+    assert bad == []
+
+
+def test_no_module_over_600_lines():
+    """Issue 19: a module past ~600 lines is split by concern."""
+    mods, _ = _graph()
+    long = {m: n for m, p in mods.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert long == {}
 
 
 def test_no_web_framework_below_blueprints():

@@ -1,4 +1,4 @@
-"""Requests on open keep-alive connections take turns with due tokens (blueprints/arrivals.py,
+"""Requests on open keep-alive connections take turns with due tokens (server/arrivals.py,
 issue 13): a loop turn starts at most ``per_turn`` of them, in arrival order, and a request
 waiting its turn is not dropped by the keep-alive timeout."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from gevent import Timeout
 from gevent import socket as gsocket
 
-from blueprints import arrivals
-from blueprints.arrivals import ArrivalTurns
+from server import arrivals
+from server.arrivals import ArrivalTurns
 
 REQUEST = b"GET /%s HTTP/1.1\r\nHost: sim\r\n\r\n"
 

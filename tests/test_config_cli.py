@@ -13,8 +13,10 @@ import sys
 import pytest
 
 from conftest import ROOT, SimClient, free_port
-from generation.config import (ADMIN_KEYS, IGNORED_FLAGS, OPTIONS, ConfigError, SimConfig, build_parser,
-                               ignored_flags, load_config, options_table)
+from generation.config.options import ADMIN_KEYS, IGNORED_FLAGS, OPTIONS
+from generation.config.values import ConfigError
+from generation.config.sim_config import SimConfig, ignored_flags
+from generation.config.cli import build_parser, load_config, options_table
 
 
 def cfg(*argv, env=None):
@@ -51,15 +53,16 @@ def test_readme_flags_table_is_the_generated_one():
     m = re.search(r"<!-- flags-table:start -->\n(.*?)\n<!-- flags-table:end -->", text, re.S)
     assert m, "README lacks the flags-table markers"
     assert m.group(1) == options_table(), \
-        'regenerate: python -c "from generation.config import options_table; print(options_table())"'
+        'regenerate: python -c "from generation.config.cli import options_table; print(options_table())"'
 
 
 def test_config_imports_no_metrics_fake_metrics_or_data():
-    code = ("import sys, generation.config; "
+    code = ("import sys, generation.config.cli; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('generation', 'data', 'blueprints')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert eval(out) == ["generation", "generation.buckets", "generation.config", "generation.fake_metrics_spec",
-                         "generation.option_values"]
+    assert eval(out) == ["generation", "generation.config", "generation.config.cli", "generation.config.options",
+                         "generation.config.sim_config", "generation.config.values", "generation.metrics",
+                         "generation.metrics.buckets", "generation.metrics.fake_metrics_spec"]
 
 
 # ---- command line ----------------------------------------------------------------------------
@@ -271,7 +274,7 @@ def test_pip_install_gives_a_working_vllm_sim_command(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "requirements.txt", "app.py", "wsgi.py"):
         shutil.copy(ROOT / name, src / name)
-    for pkg in ("blueprints", "schemas", "generation", "data"):
+    for pkg in ("server", "blueprints", "schemas", "generation", "data"):
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",

@@ -13,9 +13,10 @@ import pytest
 
 from conftest import sse_events
 from data.dataset import SQLiteDataset, build_dataset, prompt_hash
-from generation.config import ConfigError, load_config
-from generation.text import SentenceSource
-from generation.tokenizer import SimulatedTokenizer
+from generation.config.values import ConfigError
+from generation.config.cli import load_config
+from generation.content.sources import SentenceSource
+from generation.tokenization.tokenizer import SimulatedTokenizer
 
 MODEL = "test-model"
 

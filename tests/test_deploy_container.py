@@ -89,7 +89,7 @@ def test_llm_d_values_example():
 
 
 def test_the_flags_in_the_manifests_parse():
-    from generation.config import load_config
+    from generation.config.cli import load_config
     dep = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "deployment.yaml").read_text())
     values = yaml.safe_load((ROOT / "deploy" / "llm-d" / "values.yaml").read_text())
     for args, env in ((dep["spec"]["template"]["spec"]["containers"][0]["args"], {}),

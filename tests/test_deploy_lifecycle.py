@@ -432,7 +432,7 @@ def _status_or_none(sock: socket.socket) -> int | None:
 
 def test_sigterm_as_keep_alive_requests_wait_their_turn(tmp_path, procs):
     # 300 keep-alive requests arrive together just before SIGTERM: each is served in the
-    # grace, whether it was waiting its turn (blueprints/arrivals.py) or still unread in its
+    # grace, whether it was waiting its turn (server/arrivals.py) or still unread in its
     # socket (it was once reset as an idle connection), and the server exits as soon as they
     # are done, not when the 20 s grace is over (the drain once spun without yielding while
     # only queued requests were left).

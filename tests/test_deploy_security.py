@@ -128,7 +128,7 @@ def _stop(proc):
 
 @pytest.mark.server
 def test_https_with_given_certificate(tmp_path):
-    from blueprints.server import make_self_signed_cert
+    from server.tls import make_self_signed_cert
     cert, key = make_self_signed_cert(str(tmp_path))
     proc, base, log = _start_tls(tmp_path, "--ssl-certfile", cert, "--ssl-keyfile", key)
     try:
@@ -220,14 +220,15 @@ def test_data_parallel_ranks_serve_https(tmp_path):
      "cannot use both self-signed-certs and explicit ssl-certfile/ssl-keyfile"),
 ])
 def test_tls_flag_pairs(flags, message):
-    from generation.config import ConfigError, load_config
+    from generation.config.values import ConfigError
+    from generation.config.cli import load_config
     with pytest.raises(ConfigError, match=message):
         load_config(flags, env={})
 
 
 def test_unreadable_certificate_is_one_line(tmp_path):
-    from blueprints.server import tls_files
-    from generation.config import load_config
+    from server.tls import tls_files
+    from generation.config.cli import load_config
     missing = str(tmp_path / "missing.pem")
     cfg = load_config(["--ssl-certfile", missing, "--ssl-keyfile", missing], env={})
     with pytest.raises(ValueError, match="--ssl-certfile/--ssl-keyfile: cannot load"):

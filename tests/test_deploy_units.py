@@ -19,8 +19,8 @@ def test_readiness_is_503_while_draining(app_client):
 
 
 def test_startup_summary_names_model_mode_tokenizer_latency_capacity_kv_and_url():
-    from blueprints.server import startup_summary
-    from generation.config import load_config
+    from server.serve import startup_summary
+    from generation.config.cli import load_config
     cfg = load_config(["my-org/m", "--mode", "echo", "--time-to-first-token", "150ms", "--max-num-seqs", "8",
                        "--enable-kvcache", "--port", "9001", "--host", "127.0.0.1"], env={"POD_IP": "10.0.0.5"})
     lines = startup_summary(cfg, tls=True, api_key=True)
@@ -33,7 +33,7 @@ def test_startup_summary_names_model_mode_tokenizer_latency_capacity_kv_and_url(
 
 def test_log_http_redacts_keys_and_passes_the_body_on(caplog):
     import io
-    from blueprints.server import LogHTTP
+    from server.wsgi_layers import LogHTTP
     seen = {}
 
     def app(environ, start_response):
@@ -53,7 +53,7 @@ def test_log_http_redacts_keys_and_passes_the_body_on(caplog):
 
 
 def test_api_key_middleware_compares_every_key():
-    from blueprints.auth import APIKeyMiddleware
+    from server.auth import APIKeyMiddleware
     mw = APIKeyMiddleware(lambda e, s: [b"ok"], ["k1", "k2"])
     assert mw.authorized({"HTTP_AUTHORIZATION": "Bearer k2"})
     assert mw.authorized({"HTTP_X_API_KEY": "k1"})
@@ -67,7 +67,7 @@ def test_self_signed_certificate(tmp_path):
     import os
     import stat
     from cryptography import x509
-    from blueprints.server import make_self_signed_cert
+    from server.tls import make_self_signed_cert
     cert, key = make_self_signed_cert(str(tmp_path), "sim.example")
     assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
     c = x509.load_pem_x509_certificate(open(cert, "rb").read())
@@ -87,7 +87,7 @@ def test_a_burst_of_new_connections_is_accepted_a_batch_per_loop_turn():
     import gevent
     from gevent import socket as gsocket
 
-    from blueprints.server import ACCEPT_BATCH, accept_server
+    from server.listening import ACCEPT_BATCH, accept_server
 
     listener = gsocket.socket()
     listener.bind(("127.0.0.1", 0))

@@ -18,10 +18,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, free_port
-from generation.config import ConfigError, load_config
-from generation.fake_metrics import (FakeMetricsCollector, Generator, materialise, parse_fake_metrics,
-                                     parse_generator)
-from generation.metrics import MetricsRecorder
+from generation.config.values import ConfigError
+from generation.config.cli import load_config
+from generation.metrics.fake_metrics import FakeMetricsCollector, Generator, materialise, parse_fake_metrics, parse_generator
+from generation.metrics.recorder import MetricsRecorder
 
 CHAT = "/v1/chat/completions"
 LORAS = [{"running": "lora4,lora2", "waiting": "lora3", "timestamp": 1257894567},

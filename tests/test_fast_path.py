@@ -14,7 +14,7 @@ import pytest
 
 from app import create_app
 from blueprints.serving import GenerationFastPath
-from generation.config import load_config
+from generation.config.cli import load_config
 
 MSG = [{"role": "user", "content": "Hello there"}]
 
@@ -153,7 +153,7 @@ def test_other_methods_and_paths_still_reach_flask(app):
 def test_token_blocks_give_the_bytes_of_single_tokens(app, monkeypatch, path, body):
     """Tokens due at once are rendered as one block (engine ``blocks``); the stream's bytes are
     those of rendering them one by one."""
-    from generation.engine import Simulator
+    from generation.engine.simulator import Simulator
     sim = app.extensions["simulator"]
     raw = orjson.dumps(body)
     original = Simulator.stream

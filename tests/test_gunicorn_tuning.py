@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from gunicorn.http import wsgi
 
-from blueprints import gunicorn_tuning
+from server import gunicorn_tuning
 
 
 class Sock:

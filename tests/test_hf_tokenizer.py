@@ -6,7 +6,7 @@ import httpx
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from generation.text import SENTENCES
+from generation.content.sources import SENTENCES
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import cbor2
 import msgpack
 import pytest
 
-from generation.kvcache import (BlockHasher, all_blocks_cleared, block_removed, block_stored, chain_hash,
-                                fnv1a64, rank_endpoint)
+from generation.kvcache.block_hash import BlockHasher, chain_hash, fnv1a64
+from generation.kvcache.events import all_blocks_cleared, block_removed, block_stored, rank_endpoint
 
 
 def test_fnv1a64_of_empty_seed_is_the_offset_basis():

@@ -4,7 +4,7 @@
 ZMQ's slow joiner: a PUB socket drops what it sends before the consumer's subscription has
 arrived, and a bound SUB sends its subscription only when it polls.  The publisher therefore
 holds events until it sees a subscription (XPUB) or ``SUBSCRIBER_WAIT`` passes
-(:class:`generation.kvcache.EventPublisher`).  Each start below is a new process; half of the
+(:class:`generation.kvcache.events.EventPublisher`).  Each start below is a new process; half of the
 consumers poll before the request (as C38's does), half only after the response, which lost
 the first batch every time before the fix.
 """

@@ -13,9 +13,10 @@ import zmq
 
 from test_kvcache import POD_IP, Listener, Recorder, completion, kind
 
-from generation.kvcache import (KVCache, KVCacheSettings, VllmBlockHasher, block_stored, pack_batch,
-                                pack_event)
-from generation.request import GenerationRequest, Prompt, Sequence
+from generation.kvcache.cache import KVCache, KVCacheSettings
+from generation.kvcache.block_hash import VllmBlockHasher
+from generation.kvcache.events import block_stored, pack_batch, pack_event
+from generation.engine.request import GenerationRequest, Prompt, Sequence
 
 SENTINEL = b"\xff" * 8
 

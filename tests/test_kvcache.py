@@ -25,8 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import sse_events
 
-from generation.kvcache import BlockHasher, EventPublisher, KVCache, KVCacheSettings
-from generation.request import GenerationRequest, Prompt, Sequence
+from generation.kvcache.block_hash import BlockHasher
+from generation.kvcache.events import EventPublisher
+from generation.kvcache.cache import KVCache, KVCacheSettings
+from generation.engine.request import GenerationRequest, Prompt, Sequence
 
 POD_IP = "10.0.0.5"
 PORT = "8000"       # in-process apps: the --port their KV-event topic names (case C20's setup)

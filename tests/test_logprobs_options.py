@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from conftest import sse_events
-from generation.tokenizer import SimulatedTokenizer
+from generation.tokenization.tokenizer import SimulatedTokenizer
 
 TOK = SimulatedTokenizer()
 U = "This is a test."

@@ -1,6 +1,6 @@
 """``/metrics`` as current vLLM exports it (issue 8), parsed with prometheus_client's text parser,
 through the in-process app.  Names, types, labels and buckets follow vLLM's
-``vllm/v1/metrics/loggers.py``; the simulator's own choices are listed in generation/metrics.py.
+``vllm/v1/metrics/loggers.py``; the simulator's own choices are listed in generation/metrics/recorder.py.
 """
 from __future__ import annotations
 
@@ -193,13 +193,14 @@ def test_fake_metrics_carry_the_engine_label(app_client):
 
 
 def test_metrics_module_imports_neither_config_nor_fake_metrics():
-    code = ("import sys, generation.metrics; "
-            "assert 'generation.config' not in sys.modules and 'generation.fake_metrics' not in sys.modules")
+    code = ("import sys, generation.metrics.recorder; "
+            "assert not any(m.startswith('generation.config') for m in sys.modules); "
+            "assert 'generation.metrics.fake_metrics' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
 def test_lora_registry_is_capped_lru_and_keeps_static_and_running_adapters():
-    from generation.engine import LoraRegistry
+    from generation.engine.lora import LoraRegistry
     reg = LoraRegistry([SimpleNamespace(name="static", path="/s")], max_loras=2, max_cpu_loras=3)
     reg.load("busy", "/b")
     reg.acquire("busy")                        # running: never evicted

@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from generation.text import SENTENCES
-from generation.tokenizer import SimulatedTokenizer
+from generation.content.sources import SENTENCES
+from generation.tokenization.tokenizer import SimulatedTokenizer
 
 from conftest import metric_values, scrape, sse_events
 

@@ -15,10 +15,10 @@ from blueprints.errors import STATUS, status_of
 from generation.adapters import base, messages as am, responses as ar
 from generation.adapters.protocol import (AnthropicMessage, AnthropicTool, AnthropicToolChoice, ChatCompletionRequest,
                                           MessagesRequest, StreamOptions, TextConfig, TextFormat)
-from generation.config import load_config
+from generation.config.cli import load_config
 from generation.errors import (APIError, ContextLengthError, InjectedError, InvalidParam, ModelNotFound,
                                QueueFullError, UnsupportedMediaType)
-from generation.request import GenerationRequest, Prompt, SeqState, Sequence
+from generation.engine.request import GenerationRequest, Prompt, SeqState, Sequence
 from schemas.chat import chat_request_schema
 from schemas.common import load
 

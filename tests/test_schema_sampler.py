@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from generation.config import SimConfig
+from generation.config.sim_config import SimConfig
 from blueprints.errors import status_of
 from generation.errors import InvalidParam
-from generation.regex_sampler import expansion, generate, parse
-from generation.schema_sampler import MAX_STRING, SchemaSampler, SchemaUnsatisfiable
-from generation.tool_validation import MAX_SCHEMA_DEPTH, ToolValidator, json_depth_exceeds
+from generation.structured.regex_sampler import expansion, generate, parse
+from generation.structured.schema_sampler import MAX_STRING, SchemaSampler, SchemaUnsatisfiable
+from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, ToolValidator, json_depth_exceeds
 
 BOUND_S = 3.0     # generous: the designed bound is 1 s of checks + 0.5 s of sampling
 

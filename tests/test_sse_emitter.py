@@ -1,4 +1,4 @@
-"""blueprints/sse_emitter.py: streams driven from the event loop after their first deadline.
+"""server/sse_emitter.py: streams driven from the event loop after their first deadline.
 
 Unit tests drive :class:`HubEmitter` over a gevent socket pair with gunicorn's own Response
 object (no server); the ``server`` tests check a real server's streams end to end: timing,
@@ -16,10 +16,11 @@ import httpx
 import pytest
 from gunicorn.http import wsgi
 
-from blueprints import gunicorn_tuning
-from blueprints.sse_emitter import WRITE_KEY, HubEmitter, usable_response
+from server import gunicorn_tuning
+from server.sse_emitter import WRITE_KEY, HubEmitter, usable_response
 from conftest import scrape
-from generation.engine import ClientDisconnected, SeqState
+from generation.engine.simulator import ClientDisconnected
+from generation.engine.request import SeqState
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]

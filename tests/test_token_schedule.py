@@ -1,4 +1,4 @@
-"""Token schedules (generation/engine.py TokenSchedule, blueprints/sse_emitter.py): a stream
+"""Token schedules (generation/engine/token_schedule.py TokenSchedule, server/sse_emitter.py): a stream
 with a constant inter-token latency hands its tokens to the server as one schedule instead of a
 deadline per token.  The bytes must not change, nor the metrics, nor the timing guarantees
 (never early; late tokens go out together; a slow reader or a client that leaves is handled).
@@ -16,10 +16,11 @@ import pytest
 
 from blueprints import common
 from blueprints.common import received_at, scheduled_tokens
-from blueprints.sse_emitter import HubEmitter
+from server.sse_emitter import HubEmitter
 from conftest import make_app, metric, scrape, sse_events
-from generation.engine import ClientDisconnected, TokenSchedule
-from generation.request import SeqState
+from generation.engine.simulator import ClientDisconnected
+from generation.engine.token_schedule import TokenSchedule
+from generation.engine.request import SeqState
 from schemas.common import load
 from test_sse_emitter import gunicorn_response, read_all, stream_pair
 
@@ -386,7 +387,7 @@ def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
 
 
 def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
-    from blueprints.sse_emitter import END_BUDGET, EndQueue
+    from server.sse_emitter import END_BUDGET, EndQueue
     per_turn = []
 
     class CountingQueue(EndQueue):

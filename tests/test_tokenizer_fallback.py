@@ -15,8 +15,8 @@ import pytest
 
 from tokenizer_hub import MODEL, make_hub
 
-from generation.config import load_config
-from generation.tokenizer_loading import load_tokenizer
+from generation.config.cli import load_config
+from generation.tokenization.tokenizer_loading import load_tokenizer
 
 NOISY = ("huggingface_hub", "httpx", "httpcore", "transformers")
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 from tokenizer_hub import MODEL, make_hub
 
-from generation.kvcache import BlockHasher
+from generation.kvcache.block_hash import BlockHasher
 
 TEXT = "Hello there, how are you today? déjà vu 日本語"
 MESSAGES = [{"role": "user", "content": "Hello there, how are you today?"}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from generation.tokenizer import MAX_CACHED_PIECE, MAX_CACHED_PIECES, SimulatedTokenizer, fnv1a_32
+from generation.tokenization.tokenizer import MAX_CACHED_PIECE, MAX_CACHED_PIECES, SimulatedTokenizer, fnv1a_32
 
 
 def test_long_pieces_are_not_memoised_but_keep_their_id():

@@ -6,10 +6,11 @@ from collections import Counter
 
 import pytest
 
-from generation.config import ConfigError, format_duration, load_config, parse_duration
-from generation.latency import LatencyModel, normal_clamped
-from generation.text import SENTENCES, SentenceSource, bucket_ranges, sample_capped_length, sample_default_length
-from generation.tokenizer import SimulatedTokenizer, flatten_messages, fnv1a_32, plain_message
+from generation.config.values import ConfigError, format_duration, parse_duration
+from generation.config.cli import load_config
+from generation.engine.latency import LatencyModel, normal_clamped
+from generation.content.sources import SENTENCES, SentenceSource, bucket_ranges, sample_capped_length, sample_default_length
+from generation.tokenization.tokenizer import SimulatedTokenizer, flatten_messages, fnv1a_32, plain_message
 
 TOK = SimulatedTokenizer()
 

@@ -3,7 +3,7 @@
 An :class:`Adapter` is one API on the shared pipeline (:func:`blueprints.serving.handle`):
 
 1. ``build(rid, force_cache_threshold)`` translates the typed request (``self.body``, loaded by
-   the API's schema) into the engine's :class:`~generation.request.GenerationRequest`, raising
+   the API's schema) into the engine's :class:`~generation.engine.request.GenerationRequest`, raising
    domain errors (:mod:`generation.errors`) for anything the engine must not see.  Checks that
    cost nothing run before anything is built (model, limits, request size).
 2. ``render(seqs)`` turns the finished sequences into the JSON body; ``stream(seqs)`` is the
@@ -22,8 +22,8 @@ import time
 import orjson
 
 from ..errors import InvalidParam, QueueFullError
-from ..request import GenerationRequest, Prompt
-from ..tokenizer import plain_message
+from generation.engine.request import GenerationRequest, Prompt
+from generation.tokenization.tokenizer import plain_message
 
 dumps = orjson.dumps
 
@@ -144,7 +144,7 @@ def check_tools(sim, tools, tool_choice, response_format) -> None:
 
 def chat_prompt(sim, messages: list, echo_text: str | None = None, **chat_options) -> Prompt:
     """The prompt of a chat conversation; in echo mode it replays ``echo_text`` (default: the
-    last message's plain content).  ``chat_options``: :func:`generation.tokenizer.chat_options`
+    last message's plain content).  ``chat_options``: :func:`generation.tokenization.tokenizer.chat_options`
     (tools and the chat-template fields), passed to the chat template."""
     ids, _ = sim.tokenize_messages(messages, **chat_options)
     prompt = Prompt(ids)
@@ -272,7 +272,7 @@ def check_prompt_logprobs(value, stream: bool) -> None:
 
 def due_items(out: list, k) -> tuple:
     """What a renderer yields where its stream waits (``k``: FLUSH, a ``float`` deadline or a
-    :class:`~generation.engine.TokenSchedule` from ``Simulator.stream``): the chunks rendered so
+    :class:`~generation.engine.token_schedule.TokenSchedule` from ``Simulator.stream``): the chunks rendered so
     far as one write, then the deadline or schedule for the server to drive.  Empties ``out``.
     A tuple, not a generator: it runs once per token of a real-time stream."""
     if out:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from .. import logprobs as lp
+from generation.content import logprobs as lp
 from ..errors import InvalidParam
-from ..engine import TokenSchedule
-from ..request import GenerationRequest
+from generation.engine.token_schedule import TokenSchedule
+from generation.engine.request import GenerationRequest
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids,
                    due_items)
-from ..tokenizer import chat_options
+from generation.tokenization.tokenizer import chat_options
 from .protocol import ChatCompletionRequest
 
 

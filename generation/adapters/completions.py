@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from .. import logprobs as lp
+from generation.content import logprobs as lp
 from ..errors import InvalidParam
-from ..engine import TokenSchedule
-from ..request import GenerationRequest, Prompt
+from generation.engine.token_schedule import TokenSchedule
+from generation.engine.request import GenerationRequest, Prompt
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
                    dumps, request_usage, stream_flags, due_items)

@@ -9,9 +9,9 @@ token chunk of a choice carrying its finish reason; an optional usage chunk with
 """
 from __future__ import annotations
 
-from .. import logprobs as lp
+from generation.content import logprobs as lp
 from ..errors import InvalidParam
-from ..request import GenerationRequest, Prompt
+from generation.engine.request import GenerationRequest, Prompt
 from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, dumps, request_usage, stream_flags)
 from .protocol import GenerateRequest

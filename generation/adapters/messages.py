@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from ..request import GenerationRequest
+from generation.engine.request import GenerationRequest
 from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 

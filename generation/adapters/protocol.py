@@ -55,7 +55,7 @@ class OpenAISampling(SamplingKnobs):
 @dataclass
 class ChatTemplateOptions:
     """vLLM's chat-template request fields (chat, chat render, ``/tokenize``), read by
-    :func:`generation.tokenizer.chat_options`."""
+    :func:`generation.tokenization.tokenizer.chat_options`."""
     chat_template: str | None = None
     chat_template_kwargs: dict | None = None
     add_generation_prompt: bool | None = None

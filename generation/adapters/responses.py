@@ -26,9 +26,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-from .. import logprobs as lp
+from generation.content import logprobs as lp
 from ..errors import InvalidParam
-from ..request import GenerationRequest
+from generation.engine.request import GenerationRequest
 from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools, dumps
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 

@@ -1,15 +1,15 @@
 """JSON-Schema value generation: one random instance of a schema, bounded in time and size.
 
 Used for tool-call arguments and ``response_format`` ``json_schema`` answers
-(:mod:`generation.tool_calls`) and, as a dry run on every leaf, by the request checks
-(:mod:`generation.tool_validation`), so a schema that cannot be satisfied within the bounds is a
+(:mod:`generation.structured.tool_calls`) and, as a dry run on every leaf, by the request checks
+(:mod:`generation.structured.tool_validation`), so a schema that cannot be satisfied within the bounds is a
 400 before anything is queued.
 
 Bounds (README "Robustness limits"):
 
 * strings at most :data:`MAX_STRING` characters, arrays at most :data:`MAX_ITEMS` items, at most
   :data:`BUDGET` values per instance;
-* ``pattern``: strings come from a non-backtracking generator (:mod:`generation.regex_sampler`)
+* ``pattern``: strings come from a non-backtracking generator (:mod:`generation.structured.regex_sampler`)
   and are checked with a matcher bounded by :data:`PATTERN_SECONDS` per pattern;
 * the whole instance within :data:`SAMPLE_SECONDS`;
 * numbers are finite JSON numbers that pass ``jsonschema``'s own ``minimum`` / ``maximum`` /

@@ -2,7 +2,7 @@
 
 :class:`ToolSynthesizer` is built and handed to the engine by ``app.build_simulator``.  The chat blueprint (and the
 APIs translated onto chat: Anthropic Messages, Responses) calls :meth:`validate_request` and
-:meth:`validate_response_format` (:mod:`generation.tool_validation`) before anything is queued;
+:meth:`validate_response_format` (:mod:`generation.structured.tool_validation`) before anything is queued;
 the engine calls :meth:`wants_tools` / :meth:`synthesize` / :meth:`apply_response_format` while
 deciding a sequence's output, before its first byte is sent.
 
@@ -13,7 +13,7 @@ Behaviour (api.md 8, seeds, vLLM / OpenAI where the reference is quirky):
   From that minimum one more call is added with ``--tool-call-extra-call-probability``% while
   fewer calls than tools, stopping at the first failed roll; ``max_tool_calls`` caps the count.
 * Arguments are an instance of the tool's ``parameters`` JSON Schema
-  (:class:`generation.schema_sampler.SchemaSampler`: types, enum/const, required vs optional
+  (:class:`generation.structured.schema_sampler.SchemaSampler`: types, enum/const, required vs optional
   with the configured probabilities, ranges from the config flags intersected with the schema's
   own bounds, nested objects/arrays, anyOf/oneOf/allOf, local ``$ref``, ``pattern``), serialised
   as compact JSON in schema property order.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import InvalidParam
+from generation.errors import InvalidParam
 from .schema_sampler import WORDS, SchemaSampler
 from .tool_validation import ToolValidator, json_schema_part, parse_tool_choice
 
@@ -35,9 +35,9 @@ def _dumps(obj) -> str:
 class ToolSynthesizer:
     """Tool-call and structured-output synthesis for one simulator.
 
-    Given ``config`` (the live :class:`generation.config.SimConfig`), ``rng`` (the engine's
+    Given ``config`` (the live :class:`generation.config.sim_config.SimConfig`), ``rng`` (the engine's
     seeded ``random.Random``, so ``--seed`` makes every draw reproducible) and ``tokenizer``.  The
-    request checks of :class:`generation.tool_validation.ToolValidator` are reachable here too
+    request checks of :class:`generation.structured.tool_validation.ToolValidator` are reachable here too
     (``validate_request``, ``validate_response_format``)."""
 
     def __init__(self, config, rng, tokenizer):

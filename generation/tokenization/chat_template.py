@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from .errors import InvalidParam
+from generation.errors import InvalidParam
 
 
 def load_chat_template(value: str | None) -> str | None:

@@ -1,8 +1,8 @@
 """Tokenizers: the reference's simulated regex tokenizer, and a real Hugging Face one.
 
 Every tokenizer offers the same calls (how one is chosen and loaded:
-:func:`generation.tokenizer_loading.load_tokenizer`; the render-service one:
-:mod:`generation.render_client`):
+:func:`generation.tokenization.tokenizer_loading.load_tokenizer`; the render-service one:
+:mod:`generation.tokenization.render_client`):
 
 - ``encode(text) -> (ids, pieces)``: text without special tokens (generated text, echo);
 - ``encode_prompt(text, add_special_tokens=True)``: a completions / ``/tokenize`` text prompt;
@@ -128,7 +128,7 @@ class SimulatedTokenizer:
 
 
 class HFTokenizer:
-    """A real Hugging Face tokenizer (built by :func:`generation.tokenizer_loading.load_tokenizer`).
+    """A real Hugging Face tokenizer (built by :func:`generation.tokenization.tokenizer_loading.load_tokenizer`).
 
     ``backend`` is a ``tokenizers.Tokenizer`` (fast path: ids, offsets); ``hf`` the transformers
     tokenizer wrapping it (chat templates, slow tokenizers) or None for a bare tokenizer.json.
@@ -293,7 +293,7 @@ def tokenize_chat(tokenizer, messages, tools=None, chat_template=None, chat_temp
     render: :class:`generation.errors.InvalidParam`), 5xx when the render service fails
     (``--render-url``: :class:`generation.errors.APIError` 502 / 504)."""
     if continue_final_message and add_generation_prompt:
-        from .errors import InvalidParam
+        from generation.errors import InvalidParam
         raise InvalidParam("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
                            "continue_final_message")
     return tokenizer.tokenize_chat(messages, tools=tools, chat_template=chat_template,

@@ -40,8 +40,7 @@ from prometheus_client.utils import floatToGoString
 
 # Parsing and validation live in fake_metrics_spec (the configuration imports it, not this module);
 # the names are re-exported here for existing callers.
-from .fake_metrics_spec import (GAUGES, HISTOGRAMS, TOKEN_TOTALS, _PREFIX_COUNTERS, Generator,
-                                histogram_bounds, merge_fake_metrics, parse_fake_metrics, parse_generator)
+from .fake_metrics_spec import GAUGES, HISTOGRAMS, TOKEN_TOTALS, _PREFIX_COUNTERS, Generator, histogram_bounds, merge_fake_metrics, parse_fake_metrics, parse_generator
 
 __all__ = ["FakeMetricsCollector", "Generator", "materialise", "merge_fake_metrics", "parse_fake_metrics",
            "parse_generator"]

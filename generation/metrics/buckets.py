@@ -1,5 +1,5 @@
 """Histogram bucket bounds of vLLM's metrics (``vllm/v1/metrics/loggers.py``), shared by the real
-metrics (:mod:`generation.metrics`) and the fake-metrics option (:mod:`generation.fake_metrics_spec`).
+metrics (:mod:`generation.metrics.recorder`) and the fake-metrics option (:mod:`generation.metrics.fake_metrics_spec`).
 A leaf module: it imports nothing from the project."""
 from __future__ import annotations
 

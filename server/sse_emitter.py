@@ -10,7 +10,7 @@ deadline is reached (never earlier: the loop's cached clock is refreshed and the
 re-checked), frames the bytes as gunicorn would (``chunked``) and hands them to the kernel with
 one non-blocking ``send``.
 
-A :class:`~generation.engine.TokenSchedule` (a constant inter-token latency) is emitted from
+A :class:`~generation.engine.token_schedule.TokenSchedule` (a constant inter-token latency) is emitted from
 one repeating libev timer: per token, one callback renders the chunk, records its latencies and
 sends it, without resuming the engine's and the renderer's generators (about half the Python
 of a token).  libev keeps the timer on the absolute schedule; a tick that finds nothing due
@@ -25,7 +25,7 @@ The greenlet takes the stream back whenever the hub cannot go on without blockin
 
 Only a gunicorn response on a plain TCP socket whose headers are already out is taken over
 (:func:`usable_response`); TLS sockets, other WSGI servers and the in-process test client keep
-the greenlet-driven path (:meth:`generation.engine.Simulator.sleep_until`).
+the greenlet-driven path (:meth:`generation.engine.simulator.Simulator.sleep_until`).
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ from time import monotonic
 
 from gevent.hub import Waiter, get_hub
 
-from generation.engine import ClientDisconnected, TokenSchedule
+from generation.engine.simulator import ClientDisconnected
+from generation.engine.token_schedule import TokenSchedule
 
 WRITE_KEY = "vllm_sim.write"      # environ: the ``write`` callable gunicorn's start_response returned
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
@@ -99,8 +100,8 @@ class EndQueue:
 class HubEmitter:
     """Emits one sequence's stream from timer callbacks in the hub until it ends or needs its
     greenlet back.  ``body_iter`` yields ``bytes`` (one write each), ``float`` deadlines
-    (``time.monotonic`` seconds) and :class:`~generation.engine.TokenSchedule` s, as
-    :meth:`generation.engine.Simulator.run` with ``deadlines``.
+    (``time.monotonic`` seconds) and :class:`~generation.engine.token_schedule.TokenSchedule` s, as
+    :meth:`generation.engine.simulator.Simulator.run` with ``deadlines``.
     """
 
     def __init__(self, seq, body_iter, resp, raw):

@@ -23,12 +23,12 @@ import gevent.queue
 from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
-from .errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
+from generation.errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
 from .request import GenerationRequest, SeqState, Sequence
-from .tokenizer import tokenize_chat
+from generation.tokenization.tokenizer import tokenize_chat
+from .token_schedule import TokenSchedule
 
 monotonic = time.monotonic
-
 
 class ClientDisconnected(Exception):
     """Raised in a request's greenlet when it wakes after :meth:`Simulator.cancel` aborted it."""
@@ -42,146 +42,9 @@ def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthEr
         f"Please reduce the length of the messages or completion.")
 
 
-class TokenSchedule:
-    """Tokens ``next..stop-1`` of ``seq`` at a constant inter-token latency: token ``k`` is due
-    at :meth:`deadline` ``(k) = first + (k - start) * itl`` (:func:`time.monotonic` seconds).
-
-    :meth:`Simulator.run` with ``deadlines`` yields one instead of a deadline per token when the
-    inter-token latency is a constant, so that its driver emits the tokens without resuming the
-    engine's and the renderer's generators per token (issue 13).  The renderer sets
-    :attr:`render` (``k -> bytes``, the token's chunk); the driver calls :meth:`due` at each
-    deadline, sends what it returns, and resumes the generator once :attr:`next` reaches
-    :attr:`stop` (or after :meth:`Simulator.cancel`, which it then raises as ClientDisconnected).
-
-    An ``/admin/config`` change of the latencies (docs/engine.md 3.7: in-flight requests draw
-    from the current values) cuts the schedule short at the next token: :meth:`due` sets
-    ``stop = next`` and returns None, and the generator goes on per token.
-    """
-    __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
-                 "latency", "config_values")
-
-    def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
-                 metrics, latency):
-        self.seq = seq
-        self.start = self.next = start
-        self.stop = stop
-        self.first = first
-        self.itl = itl
-        self.prev = prev              # when the previous token went out (the ITL metric's origin)
-        self.lag = metrics.token_lag
-        self.itl_obs = metrics.itl.observe
-        self.render = None
-        self.latency = latency                  # the LatencyModel, on the live config
-        self.config_values = latency.config.__dict__    # replaced as a whole by SimConfig.swap
-
-    def deadline(self, k: int) -> float:
-        return self.first + (k - self.start) * self.itl
-
-    def due(self, now: float):
-        """The chunks of every token due at ``now`` (monotonic seconds) as one ``bytes``, with
-        their emission lag and inter-token latency observed as the engine does per token; None
-        when none is due yet, or when the schedule was cut short (``next == stop``)."""
-        if self.latency.config.__dict__ is not self.config_values and self._latencies_changed():
-            self.stop = self.next
-            return None
-        first, start, itl, stop = self.first, self.start, self.itl, self.stop
-        k0 = k = self.next
-        if k >= stop or first + (k - start) * itl > now:
-            return None
-        render = self.render
-        out = []
-        while k < stop and first + (k - start) * itl <= now:
-            out.append(render(k))
-            k += 1
-        self.next = k
-        for j in range(k0, k):        # recorded once every chunk rendered: none for a failed render
-            self.lag(now - (first + (j - start) * itl))
-            self.itl_obs(now - self.prev)
-            self.prev = now
-        return out[0] if len(out) == 1 else b"".join(out)
-
-    def _latencies_changed(self) -> bool:
-        if self.latency.constant_itl() != self.itl:
-            return True
-        self.config_values = self.latency.config.__dict__
-        return False
-
-
-class LoraRegistry:
-    """Registered LoRA adapters (name -> path) and which are loaded in the ``--max-loras`` slots.
-
-    Adapters from ``--lora-modules`` stay registered.  Adapters loaded at run time
-    (``/v1/load_lora_adapter``) are kept up to ``max(--max-cpu-loras, --max-loras)`` -- vLLM's
-    cap on resident adapters -- least recently used first out, never one that is running; so
-    ``/v1/models`` and the registry stay bounded whatever the load history (issue 12)."""
-
-    def __init__(self, modules, max_loras: int, max_cpu_loras: int = 0):
-        self.paths: dict[str, str] = {m.name: m.path for m in modules}
-        self.static = frozenset(self.paths)
-        self.runtime: dict[str, None] = {}     # runtime-loaded names, least recently used first
-        self.max_loras = max_loras
-        self.cap = max(max_cpu_loras or 0, max_loras, 1)
-        self.loaded: dict[str, int] = {}      # name -> running sequence count
-        self.slots: dict[str, int] = {}       # name -> 1-based slot id (KV events lora_id)
-
-    def load(self, name: str, path: str) -> list:
-        """Register ``name``; returns the runtime adapters evicted to stay within the cap."""
-        self.paths[name] = path
-        if name in self.static:
-            return []
-        self.runtime.pop(name, None)
-        self.runtime[name] = None
-        evicted = []
-        if len(self.runtime) > self.cap:
-            for old in list(self.runtime):
-                if len(self.runtime) <= self.cap:
-                    break
-                if old != name and not self.loaded.get(old):
-                    self.unload(old)
-                    evicted.append(old)
-        return evicted
-
-    def unload(self, name: str) -> None:
-        """Forget ``name``; an idle adapter also leaves its slot (a running one keeps it until
-        another adapter needs it, as :meth:`acquire` evicts idle slots)."""
-        self.paths.pop(name, None)
-        self.runtime.pop(name, None)
-        if self.loaded.get(name) == 0:
-            del self.loaded[name]
-            self.slots.pop(name, None)
-
-    def can_run(self, name: str | None) -> bool:
-        if name is None or name in self.loaded:
-            return True
-        if len(self.loaded) < self.max_loras:
-            return True
-        return any(c == 0 for c in self.loaded.values())
-
-    def acquire(self, name: str | None) -> None:
-        if name is None:
-            return
-        if name in self.runtime:                  # most recently used goes last
-            del self.runtime[name]
-            self.runtime[name] = None
-        if name not in self.loaded:
-            if len(self.loaded) >= self.max_loras:   # evict one idle adapter
-                for other, c in list(self.loaded.items()):
-                    if c == 0:
-                        del self.loaded[other]
-                        self.slots.pop(other, None)
-                        break
-            used = set(self.slots.values())
-            self.slots[name] = next(i for i in range(1, self.max_loras + 2) if i not in used)
-            self.loaded[name] = 0
-        self.loaded[name] += 1
-
-    def release(self, name: str | None) -> None:
-        if name is not None and name in self.loaded:
-            self.loaded[name] = max(self.loaded[name] - 1, 0)
-
 
 class Simulator:
-    """The engine.  ``config`` is a :class:`generation.config.SimConfig` (read live, so admin
+    """The engine.  ``config`` is a :class:`generation.config.sim_config.SimConfig` (read live, so admin
     updates apply to later draws)."""
 
     def __init__(self, config, *, rng, tokenizer, sentences, responses, latency, metrics, loras,
@@ -190,7 +53,7 @@ class Simulator:
         ``init_app_state``): ``rng`` the seeded ``random.Random`` every draw uses,
         ``tokenizer``, ``sentences`` (random-mode text, also padding for tool calls),
         ``responses`` (the response source: an object with ``respond(rng, prompt, max_tokens,
-        room, ignore_eos) -> (pieces, ids, finish_reason)``, see :mod:`generation.text`),
+        room, ignore_eos) -> (pieces, ids, finish_reason)``, see :mod:`generation.content.sources`),
         ``latency``, ``metrics`` (a :class:`MetricsRecorder`, bound here to read the scheduler's
         state when scraped), ``loras``; optional ``tool_synthesizer`` and ``kv_cache``
         (``--enable-kvcache``)."""
@@ -238,7 +101,7 @@ class Simulator:
 
     def tokenize_messages(self, messages, **chat_options) -> tuple[list, list]:
         """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
-        :func:`generation.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises
+        :func:`generation.tokenization.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises
         InvalidParam for a request chat template without ``--trust-request-chat-template``."""
         self.check_request_chat_template(chat_options)
         return tokenize_chat(self.tokenizer, messages, **chat_options)
@@ -479,7 +342,7 @@ class Simulator:
         With ``deadlines``, the generator does not sleep itself: where it would flush and sleep
         it yields the deadline instead (a ``float``, :func:`time.monotonic` seconds), and its
         driver resumes it once ``monotonic()`` has reached it (:meth:`sleep_until`, or a timer
-        in the hub: see :mod:`blueprints.sse_emitter`); it then raises ClientDisconnected if the
+        in the hub: see :mod:`server.sse_emitter`); it then raises ClientDisconnected if the
         sequence was aborted meanwhile.  With ``deadlines`` and a constant inter-token latency,
         tokens ``1..len-1`` come as one :class:`TokenSchedule` (its driver emits them and records
         their latencies); the generator then finishes the sequence, or raises ClientDisconnected

@@ -1,7 +1,7 @@
 """Requests on open keep-alive connections take turns with due tokens (issue 13).
 
-New connections come in at most :data:`blueprints.server.ACCEPT_BATCH` per event-loop turn
-(:func:`blueprints.server.accept_server`).  A request on a connection that is already open
+New connections come in at most :data:`server.listening.ACCEPT_BATCH` per event-loop turn
+(:func:`server.listening.accept_server`).  A request on a connection that is already open
 instead wakes its greenlet from the connection's I/O watcher, and gevent runs every wake-up of
 a loop turn back to back: a pooled client sending 500 requests at once (say, the next wave of a
 fixed-length concurrency benchmark) made one turn of ~200 ms of parsing and set-up, and every

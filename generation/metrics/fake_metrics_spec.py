@@ -2,7 +2,7 @@
 
 Pure parsing, so that the configuration can validate the option at start-up and
 ``POST /admin/config`` can validate updates without importing the collector
-(:mod:`generation.fake_metrics`, which exports the values).  Imports only leaf modules.
+(:mod:`generation.metrics.fake_metrics`, which exports the values).  Imports only leaf modules.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5
-from .option_values import ConfigError, parse_duration
+from generation.config.values import ConfigError, parse_duration
 
 FUNCTIONS = ("oscillate", "ramp", "rampreset", "squarewave")
 FINISH_REASONS = ("stop", "length", "tool_calls", "remote_decode", "cache_threshold")

@@ -3,7 +3,7 @@
 Schemas are checked with ``jsonschema`` (the metaschema of their ``$schema``, default draft
 2020-12), plus shapes the metaschema allows but no instance can meet: enum values of the wrong
 type, ``min* > max*``, a local ``$ref`` that does not resolve, and - by a dry run of the
-generator on every leaf (:mod:`generation.schema_sampler`) - a ``pattern``, ``minLength`` or
+generator on every leaf (:mod:`generation.structured.schema_sampler`) - a ``pattern``, ``minLength`` or
 numeric keywords that cannot be met within the generator's bounds.  Parameter-less tools and
 standard keywords such as ``$defs``/``anyOf`` are accepted, as by OpenAI and vLLM (the reference
 rejects them).  Schema documents nested deeper than :data:`MAX_SCHEMA_DEPTH` JSON levels are
@@ -19,8 +19,8 @@ import random
 from collections import OrderedDict
 
 
-from .errors import InvalidParam
-from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, resolve_pointer)
+from generation.errors import InvalidParam
+from .schema_sampler import MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, resolve_pointer
 
 MAX_SCHEMA_DEPTH = 64      # JSON nesting levels of one schema document
 CHECK_SECONDS = 1.0        # dry-run time for one schema (patterns, numbers)
@@ -95,7 +95,7 @@ def json_schema_part(response_format: dict):
 
 class ToolValidator:
     """The checks, with a cache of schema verdicts.  ``holder.config`` is read at each call (the
-    live :class:`generation.config.SimConfig`: ``skip_tool_validation`` and the generator's
+    live :class:`generation.config.sim_config.SimConfig`: ``skip_tool_validation`` and the generator's
     flag ranges)."""
 
     def __init__(self, holder):

@@ -15,7 +15,7 @@ Two ways values get here:
   into :class:`FastHistogram`, whose ``observe`` is one ``bisect`` and two additions.
 
 With ``--fake-metrics`` the exported registry holds chosen values instead
-(:meth:`MetricsRecorder.use_fake`, :mod:`generation.fake_metrics`); the measured ones are still
+(:meth:`MetricsRecorder.use_fake`, :mod:`generation.metrics.fake_metrics`); the measured ones are still
 recorded, unexported.  This module imports neither the config module nor fake_metrics.
 
 Simulator choices (README, "Metrics"):

@@ -25,7 +25,7 @@ import socket
 import urllib.error
 import urllib.request
 
-from .errors import APIError
+from generation.errors import APIError
 from .tokenizer import SimulatedTokenizer, approximate_pieces, flatten_messages
 
 _MEDIA = ("image_url", "audio_url", "input_audio", "video_url", "image")

@@ -15,7 +15,7 @@ Where and when the tokenizer is loaded (the one place this is decided):
 Selection, in order:
     1. ``--force-dummy-tokenizer`` -> simulated.
     2. ``--render-url`` -> the vLLM render service tokenizes prompts and chats
-       (:class:`generation.render_client.RenderTokenizer`).
+       (:class:`generation.tokenization.render_client.RenderTokenizer`).
     3. ``--tokenizer NAME`` (explicit): a ``tokenizer.json``, a local directory or a hub
        ``org/name``; any failure is fatal (:class:`TokenizerLoadError`, one line).
     4. ``--model NAME``: a local path, or a hub ``org/name`` (exactly one ``/``) loaded with

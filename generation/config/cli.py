@@ -1,0 +1,212 @@
+"""The command line, the ``--config`` YAML file and the environment, read into a
+:class:`~generation.config.sim_config.SimConfig` (:func:`load_config`), and the README's flags
+table (:func:`options_table`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from .values import BOOL_LITERALS, ConfigError, format_duration
+from .options import GROUPS, IGNORED_FLAGS, OPTIONS, Option, _IGNORED_ALIASES, _OPTION_ALIASES, coerce
+from .sim_config import SimConfig
+
+
+# ---------------------------------------------------------------------------------------------
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one clear line, non-zero exit
+        raise ConfigError(message)
+
+
+def _default_text(o: Option) -> str:
+    """The default as the help text and the README show it."""
+    if o.name == "seed":
+        return "current time"
+    if o.secret or o.default in ("", [], None):
+        return "none"
+    if o.type == "duration":
+        return format_duration(o.default)
+    if o.type == "bool":
+        return "true" if o.default else "false"
+    return str(o.default)
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command line: ``[serve] [MODEL] [--flag value ...]``, generated from OPTIONS."""
+    p = _OneLineParser(prog=prog, usage="%(prog)s [serve] [MODEL] [--flag VALUE ...]", description="vLLM simulator: serves vLLM's OpenAI-compatible API with "
+                       "simulated generation.", argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    p.add_argument("model_tag", nargs="?", metavar="MODEL", help="Model name (as `vllm serve MODEL`); "
+                   "overrides --model")
+    p.add_argument("--config", help="YAML file whose keys are the flag names")
+    for group, title in GROUPS.items():
+        opts = [o for o in OPTIONS.values() if o.group == group and o.cli]
+        if not opts:
+            continue
+        g = p.add_argument_group(title)
+        for o in opts:
+            text = o.help
+            if o.choices:
+                text += " (choices: " + ", ".join(repr(c) if c == "" else str(c) for c in o.choices) + ")"
+            if o.env:
+                text += f" [env {o.env}]"
+            if o.admin:
+                text += " [admin]"
+            unit = f" {o.unit}" if o.unit and o.type != "duration" else ""
+            text += f" (default: {_default_text(o)}{unit})"
+            names = _flag_names(o)
+            if o.type in ("list", "lora"):
+                g.add_argument(*names, dest=o.name, nargs="*", help=text.replace("%", "%%"))
+            else:
+                g.add_argument(*names, dest=o.name, metavar="BOOL" if o.type == "bool" else o.type.upper(),
+                               help=text.replace("%", "%%"))
+                if o.type == "bool":
+                    g.add_argument(f"--no-{o.name}", action="store_const", const="false", dest=o.name,
+                                   help=argparse.SUPPRESS)
+    g = p.add_argument_group("vLLM flags accepted and ignored", "Listed in one start-up log line.")
+    for name, takes_value in IGNORED_FLAGS.items():
+        names = [f"--{name}"] + [a for a, n in _IGNORED_ALIASES.items() if n == name]
+        g.add_argument(*names, dest="ignored:" + name, metavar="X" if takes_value else "BOOL",
+                       help=argparse.SUPPRESS)
+        if not takes_value:
+            g.add_argument(f"--no-{name}", action="store_const", const="false", dest="ignored:" + name,
+                           help=argparse.SUPPRESS)
+    return p
+
+
+def _flag_names(o: Option) -> list[str]:
+    return [f"--{o.name}", *o.aliases] + [a for a, n in _OPTION_ALIASES.items() if n == o.name]
+
+
+_BOOL_FLAGS = {f for o in OPTIONS.values() if o.type == "bool" and o.cli for f in _flag_names(o)} | \
+    {f"--{n}" for n, v in IGNORED_FLAGS.items() if not v}
+_VALUE_FLAGS = {f for o in OPTIONS.values() if o.cli and o.type not in ("bool", "list", "lora")
+                for f in _flag_names(o)} | {"--config"} | \
+    {f"--{n}" for n, v in IGNORED_FLAGS.items() if v} | \
+    {a for a, n in _IGNORED_ALIASES.items() if IGNORED_FLAGS[n]}
+_ALL_FLAGS = _BOOL_FLAGS | _VALUE_FLAGS | {"-h", "--help"} | set(_IGNORED_ALIASES) | \
+    {f for o in OPTIONS.values() if o.cli for f in _flag_names(o)} | \
+    {f"--no-{o.name}" for o in OPTIONS.values() if o.type == "bool"} | {f"--no-{n}" for n in IGNORED_FLAGS}
+
+
+def _normalise(argv: list[str]) -> list[str]:
+    """Joins flags and values where argparse would guess wrong:
+
+    * a boolean switch takes the next token only when it is a boolean literal (``--flag false``),
+      so ``--enforce-eager MODEL`` keeps MODEL positional;
+    * a value that starts with ``-`` (``--time-to-first-token -1s``) stays the flag's value, so
+      that validation can name the flag instead of argparse saying "expected one argument"."""
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if tok == "--":
+            out.extend(argv[i:])
+            break
+        if tok in _BOOL_FLAGS:
+            if nxt in BOOL_LITERALS:
+                out.append(f"{tok}={nxt}")
+                i += 2
+                continue
+            out.append(f"{tok}=true")
+        elif tok in _VALUE_FLAGS and nxt is not None and nxt.startswith("-") and nxt not in _ALL_FLAGS:
+            out.append(f"{tok}={nxt}")
+            i += 2
+            continue
+        else:
+            out.append(tok)
+        i += 1
+    return out
+
+
+def _read_yaml(path: str) -> dict:
+    import yaml          # only --config needs it (about 30 ms of start-up otherwise)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh) or {}
+    except OSError as e:
+        raise ConfigError(f"failed to read configuration file: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"failed to unmarshal configuration: {e}".replace("\n", " ")) from None
+    if not isinstance(doc, dict):
+        raise ConfigError("failed to unmarshal configuration: top level must be a mapping")
+    return doc
+
+
+def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimConfig:
+    """Build and validate the configuration from argv, the environment and an optional YAML file.
+
+    ``argv`` may start with ``serve`` (``vllm serve`` style) and carry the model positionally.
+    Raises ConfigError with one line naming the flag or rule that failed."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        argv = argv[1:]
+    env = dict(os.environ if env is None else env)
+    ns = vars(build_parser().parse_args(_normalise(argv)))
+    ignored = [k.split(":", 1)[1] for k in ns if k.startswith("ignored:")]
+    ns = {k: v for k, v in ns.items() if not k.startswith("ignored:")}
+    if ns.get("model_tag") is not None:
+        ns["model"] = ns.pop("model_tag")
+    ns.pop("model_tag", None)
+    values: dict[str, Any] = {}
+    path = ns.pop("config", None)
+    if path:
+        for key, val in _read_yaml(path).items():
+            o = OPTIONS.get(key)
+            if o is not None and o.cli:
+                values[key] = coerce(key, val)
+            elif key in IGNORED_FLAGS:
+                ignored.append(key)
+            else:
+                raise ConfigError(f"failed to unmarshal configuration: unknown field \"{key}\"")
+    for o in OPTIONS.values():
+        if o.env and o.name not in ns:
+            raw = env.get(o.env)
+            if o.cli and raw:                   # an empty variable does not override
+                values[o.name] = coerce(o.name, raw)
+            elif not o.cli:
+                values[o.name] = (raw == "1") if o.type == "bool" else coerce(o.name, raw or "")
+    for key, val in ns.items():
+        values[key] = coerce(key, val)
+    cfg = SimConfig()
+    for key, val in values.items():
+        setattr(cfg, OPTIONS[key].attr, val)
+    cfg.ignored_flags = list(dict.fromkeys(ignored))
+    if cfg.seed is None:
+        cfg.seed = time.time_ns()
+    cfg.validate()
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+def options_table() -> str:
+    """Markdown table of the flags for the README, one section per group (generated: the README
+    holds exactly this text between its ``flags-table`` markers)."""
+    out = []
+    for group, title in GROUPS.items():
+        opts = [o for o in OPTIONS.values() if o.group == group]
+        if not opts:
+            continue
+        out += [f"**{title}**", "", "| flag | type | default | meaning |", "|---|---|---|---|"]
+        for o in opts:
+            flag = f"`--{o.name}`" if o.cli else f"env `{o.env}`"
+            if o.aliases:
+                flag += " (" + ", ".join(f"`{a}`" for a in o.aliases) + ")"
+            kind = o.type + (f" ({o.unit})" if o.unit else "")
+            text = o.help.replace("|", "\\|")
+            if o.choices:
+                text += ": " + ", ".join(f"`{c}`" if c != "" else "empty" for c in o.choices)
+            if o.maximum is not None:
+                text += f"; at most {format_duration(o.maximum) if o.type == 'duration' else f'{o.maximum:g}'}"
+            notes = [f"env `{o.env}`" for _ in [0] if o.env and o.cli] + (["admin"] if o.admin else [])
+            if notes:
+                text += " (" + ", ".join(notes) + ")"
+            out.append(f"| {flag} | {kind} | `{_default_text(o)}` | {text} |")
+        out.append("")
+    ignored = ", ".join(f"`--{n}`" for n in IGNORED_FLAGS)
+    aliases = ", ".join(f"`{a}`" for a in _IGNORED_ALIASES)
+    out.append(f"**Accepted and ignored** (one start-up log line lists those given): {ignored}; "
+               f"short forms {aliases}.")
+    return "\n".join(out)

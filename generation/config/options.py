@@ -1,0 +1,370 @@
+"""Simulator configuration: every option declared once, and everything derived from that.
+
+Each option is one :class:`Option` in :data:`OPTIONS` (name = the vLLM / reference flag name,
+type, default, unit, help, group, environment variable, admin-settable or not, bounds).  The
+command line (argparse), the ``--config`` YAML file, the environment, ``GET/POST /admin/config``
+and the README flags table (:func:`options_table`) are all generated from it.  Groups follow
+vLLM's config classes (ModelConfig, SchedulerConfig, CacheConfig, ...) plus the simulator's own
+(latency, tools, faults).
+
+Reading: ``config.<flag_name_with_underscores>`` (``config.max_num_seqs``).  Durations are
+stored in seconds (float) and accept Go-style strings (``100ms``, ``1.5s``, ``2m30s``; bare
+``0``; a bare number is the reference's legacy milliseconds) on the command line, in YAML and in
+``POST /admin/config`` (where a JSON number means nanoseconds).  Booleans accept ``--flag``,
+``--flag=false``, ``--flag false`` and ``--no-flag``.
+
+Precedence, lowest to highest (reference engine.md 1.3/1.4): built-in defaults < YAML file <
+environment (``SIM_MODEL``, ``PYTHONHASHSEED``, ``VLLM_API_KEY``) < command line.
+Validation messages are the reference's (engine.md 1.4) where it has the option.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .values import ConfigError, parse_bool, parse_duration
+
+
+DEFAULT_MODEL = "test-model"
+
+FAILURE_TYPES = ("rate_limit", "invalid_api_key", "context_length", "server_error",
+                 "invalid_request", "model_not_found")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor")
+MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
+MAX_TIME_FACTOR = 1000.0
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class LoraModule:
+    name: str
+    path: str = ""
+    base_model_name: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "path": self.path, "base_model_name": self.base_model_name}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option.  ``type``: int | float | str | bool | duration (seconds) | list (of str) |
+    lora (list of LoraModule) | json (object or None).  ``env``: environment variable that sets
+    it (beats YAML, loses to the command line).  ``admin``: settable at run time through
+    ``POST /admin/config``.  ``cli=False``: environment only (``POD_IP``...), shown by
+    ``GET /admin/config`` under ``shown_as``.  ``maximum``: inclusive upper bound (floats and
+    durations; every float and duration must also be finite).  ``secret``: masked when shown."""
+    name: str
+    type: str
+    default: Any
+    help: str
+    group: str = ""
+    unit: str = ""
+    env: str | None = None
+    admin: bool = False
+    choices: tuple = ()
+    aliases: tuple = ()
+    maximum: float | None = None
+    cli: bool = True
+    shown_as: str | None = None
+    secret: bool = False
+    nullable: bool = False
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+
+GROUPS = {   # group -> title (vLLM's config class where there is one)
+    "model": "Model (vLLM ModelConfig)",
+    "server": "Server and deployment (vLLM frontend)",
+    "frontend": "OpenAI API behaviour (vLLM frontend)",
+    "scheduler": "Scheduler (vLLM SchedulerConfig)",
+    "latency": "Latency (simulator)",
+    "cache": "KV cache and KV events (vLLM CacheConfig, KVEventsConfig)",
+    "lora": "LoRA (vLLM LoRAConfig)",
+    "tokenizer": "Tokenizer and rendering",
+    "dataset": "Response dataset (simulator)",
+    "tools": "Tool-call synthesis (simulator)",
+    "faults": "Failure injection (simulator)",
+    "metrics": "Metrics",
+    "multimodal": "Multimodal",
+    "parallel": "Parallelism (vLLM ParallelConfig)",
+    "environment": "Environment only",
+}
+
+OPTIONS: dict[str, Option] = {}
+
+
+def _declare(group: str, *options: Option) -> None:
+    for o in options:
+        OPTIONS[o.name] = Option(**{**o.__dict__, "group": group})
+
+
+_D = "duration"
+_lat = dict(type=_D, default=0.0, unit="s", admin=True, maximum=MAX_LATENCY)
+
+_declare("model",
+         Option("model", "str", DEFAULT_MODEL, "Model name (the real model path reported as `root`); also "
+                "the first positional argument", env="SIM_MODEL"),
+         Option("served-model-name", "list", [], "Public model names (aliases); the first is reported in "
+                "responses"),
+         Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
+         Option("seed", "int", None, "Random seed", nullable=True),
+         Option("mode", "str", "random", "Response source", choices=("random", "echo")))
+_declare("server",
+         Option("port", "int", 8000, "Port the server listens on"),
+         Option("host", "str", "0.0.0.0", "Address the server binds to"),
+         Option("api-key", "str", "", "Require `Authorization: Bearer KEY` (or `x-api-key`) on inference, "
+                "admin and LoRA routes", env="VLLM_API_KEY", secret=True),
+         Option("ssl-certfile", "str", "", "PEM certificate file: serve HTTPS"),
+         Option("ssl-keyfile", "str", "", "PEM private key of --ssl-certfile"),
+         Option("ssl-ca-certs", "str", "", "CA certificates file (client certificates)"),
+         Option("self-signed-certs", "bool", False, "Serve HTTPS with a certificate made at start-up"),
+         Option("disable-log-requests", "bool", False, "No access log line per request"),
+         Option("log-http", "bool", False, "Log each request's method, URI, remote address, headers and body"),
+         Option("log-level", "str", "info", "Log level", choices=LOG_LEVELS, aliases=("--uvicorn-log-level",)),
+         Option("timeout-keep-alive", "int", 5, "Seconds an idle keep-alive connection stays open (vLLM's "
+                "uvicorn default; 0: close after each response)", unit="s"),
+         Option("shutdown-timeout", "float", 30.0, "Grace period for in-flight streams on SIGTERM",
+                unit="s", maximum=MAX_LATENCY),
+         Option("startup-duration", _D, 0.0, "/health/ready answers 503 for this long after start",
+                unit="s"),
+         Option("enable-sleep-mode", "bool", False, "Allow /sleep (with VLLM_SERVER_DEV_MODE=1)"),
+         Option("enable-request-id-headers", "bool", False, "Use and return the X-Request-Id header"),
+         Option("max-request-body-size-mb", "int", 4, "Largest accepted request body", unit="MiB"),
+         Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"))
+_declare("frontend",
+         Option("max-logprobs", "int", 20, "Largest `logprobs` / `top_logprobs` a request may ask (-1: no cap)"),
+         Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
+                "`stream_options.include_usage` were set"),
+         Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"))
+_declare("scheduler",
+         Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
+         Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
+                "get 429"))
+_declare("latency",
+         Option("time-to-first-token", help="Time to first token", **_lat),
+         Option("time-to-first-token-std-dev", help="Standard deviation of the time to first token", **_lat),
+         Option("inter-token-latency", help="Time between tokens", **_lat),
+         Option("inter-token-latency-std-dev", help="Standard deviation of the inter-token latency", **_lat),
+         Option("kv-cache-transfer-latency", help="KV transfer time for remote prefill (constant)", **_lat),
+         Option("kv-cache-transfer-latency-std-dev", help="Standard deviation of the KV transfer time", **_lat),
+         Option("prefill-overhead", help="Fixed prefill time (per-token calculator)", **_lat),
+         Option("prefill-time-per-token", help="Prefill time per uncached prompt token", **_lat),
+         Option("prefill-time-std-dev", help="Standard deviation of the prefill time", **_lat),
+         Option("kv-cache-transfer-time-per-token", help="KV transfer time per prompt token", **_lat),
+         Option("kv-cache-transfer-time-std-dev", help="Standard deviation of the per-token KV transfer", **_lat),
+         Option("time-to-generate-image", help="Extra time when an image is emitted (--omni)", **_lat),
+         Option("time-to-generate-image-std-dev", help="Standard deviation of the image time", **_lat),
+         Option("time-factor-under-load", "float", 1.0, "Latency multiplier when all sequences run (>= 1)",
+                admin=True, maximum=MAX_TIME_FACTOR),
+         Option("latency-calculator", "str", "", "`constant`, `per-token`, or empty for the legacy rule",
+                admin=True, choices=("", "constant", "per-token")))
+_declare("cache",
+         Option("enable-kvcache", "bool", False, "Simulate the prefix KV cache and publish KV events"),
+         Option("kv-cache-size", "int", 1024, "KV cache size", unit="blocks"),
+         Option("global-cache-hit-threshold", "float", 0.0, "Default cache_hit_threshold for all requests",
+                maximum=1.0),
+         Option("block-size", "int", 16, "Tokens per KV block", choices=(8, 16, 32, 64, 128), unit="tokens"),
+         Option("hash-seed", "str", "", "Seed of the KV block hashes", env="PYTHONHASHSEED"),
+         Option("prefix-caching-hash-algo", "str", HASH_ALGOS[0], "KV block hash: the reference's FNV-1a 64 "
+                "over CBOR, or vLLM's sha256_cbor", choices=HASH_ALGOS),
+         Option("zmq-endpoint", "str", "tcp://127.0.0.1:5557", "ZMQ endpoint the KV-event publisher connects to"),
+         Option("event-batch-size", "int", 16, "Maximum KV events per ZMQ message"),
+         Option("use-vllm-map-event-format", "bool", False, "Encode KV events as maps"),
+         Option("kv-events-replay-endpoint", "str", "", "ZMQ ROUTER endpoint serving replays of published "
+                "KV-event batches (empty: off)"),
+         Option("kv-events-replay-queue-size", "int", 1024, "Published batches kept for replay", unit="batches"))
+_declare("lora",
+         Option("lora-modules", "lora", [], 'LoRA adapters: `name=path` or JSON {"name","path","base_model_name"}'),
+         Option("max-loras", "int", 1, "Maximum number of LoRAs running at once"),
+         Option("max-cpu-loras", "int", 0, "Maximum number of LoRAs kept loaded (0: --max-loras)"))
+_declare("tokenizer",
+         Option("tokenizer", "str", "", "Local path of a Hugging Face tokenizer (directory or tokenizer.json)"),
+         Option("force-dummy-tokenizer", "bool", False, "Always use the simulated tokenizer"),
+         Option("tokenizers-cache-dir", "str", "", "Directory of downloaded tokenizers (empty: Hugging Face's "
+                "default cache)"),
+         Option("chat-template", "str", "", "Chat template: a Jinja file path or the template itself"),
+         Option("trust-request-chat-template", "bool", False, "Accept a chat_template sent with a request "
+                "(vLLM's flag; without it such requests get 400)"),
+         Option("render-url", "str", "", "vLLM render service that tokenizes prompts (empty: tokenize locally)"),
+         Option("render-timeout", _D, 30.0, "Timeout of a render-service call", unit="s"),
+         Option("mm-render-timeout", _D, 60.0, "Timeout of a render-service call with images", unit="s"))
+_declare("dataset",
+         Option("dataset-path", "str", "", "SQLite dataset of recorded responses (random mode)"),
+         Option("dataset-url", "str", "", "Download the dataset from here when --dataset-path does not exist"),
+         Option("dataset-table-name", "str", "llmd", "Table of the dataset"),
+         Option("dataset-in-memory", "bool", False, "Copy the dataset into memory at start-up"))
+_declare("tools",
+         Option("max-tool-call-integer-param", "int", 100, "Largest generated integer tool argument"),
+         Option("min-tool-call-integer-param", "int", 0, "Smallest generated integer tool argument"),
+         Option("max-tool-call-number-param", "float", 100.0, "Largest generated number tool argument"),
+         Option("min-tool-call-number-param", "float", 0.0, "Smallest generated number tool argument"),
+         Option("max-tool-call-array-param-length", "int", 5, "Longest generated array tool argument"),
+         Option("min-tool-call-array-param-length", "int", 1, "Shortest generated array tool argument"),
+         Option("tool-call-not-required-param-probability", "int", 50, "Chance an optional tool parameter is set",
+                unit="%"),
+         Option("object-tool-call-not-required-field-probability", "int", 50, "Chance an optional object field "
+                "is set", unit="%"),
+         Option("tool-call-extra-call-probability", "int", 45, "Chance of each extra tool call", unit="%"),
+         Option("skip-tool-validation", "bool", False, "Do not validate tool schemas"))
+_declare("faults",
+         Option("failure-injection-rate", "int", 0, "Requests that fail with an injected error", unit="%",
+                admin=True),
+         Option("failure-types", "list", [], "Injected failure types (default: all)", admin=True,
+                choices=FAILURE_TYPES))
+_declare("metrics",
+         Option("fake-metrics", "json", None, "Report these values on /metrics instead of measured ones (JSON "
+                "object; YAML: an object)", admin=True, nullable=True),
+         Option("fake-metrics-refresh-interval", _D, 0.1, "Time step of generator-valued fake metrics", unit="s"))
+_declare("multimodal",
+         Option("omni", "bool", False, "Allow image output in chat responses"),
+         Option("image-emission-rate", "int", 0, "Chat responses carrying an image (--omni)", unit="%", admin=True),
+         Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode"))
+_declare("parallel",
+         Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8)"),
+         Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"))
+_declare("environment",
+         Option("pod-ip", "str", "", "Pod address (KV-event topic; required with --enable-kvcache)",
+                env="POD_IP", cli=False, shown_as="IP"),
+         Option("pod-name", "str", "", "Adds `x-inference-pod` / `x-inference-port` response headers",
+                env="POD_NAME", cli=False, shown_as="PodName"),
+         Option("pod-namespace", "str", "", "Adds the `x-inference-namespace` response header",
+                env="POD_NAMESPACE", cli=False, shown_as="PodNameSpace"),
+         Option("vllm-dev-mode", "bool", False, "`1` enables development routes (/sleep)",
+                env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"))
+
+ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
+
+# vLLM `serve` (and reference) flags accepted and ignored: name -> takes a value (False: a
+# boolean switch).  Aliases (`-tp`) map to the long name in _IGNORED_ALIASES.
+IGNORED_FLAGS: dict[str, bool] = {
+    # model / loading
+    "dtype": True, "trust-remote-code": False, "quantization": True, "revision": True,
+    "code-revision": True, "tokenizer-revision": True, "tokenizer-mode": True, "download-dir": True,
+    "load-format": True, "config-format": True, "hf-config-path": True, "hf-token": True,
+    "hf-overrides": True, "generation-config": True, "override-generation-config": True, "task": True,
+    "runner": True, "convert": True, "model-impl": True, "max-seq-len-to-capture": True,
+    "disable-sliding-window": False, "skip-tokenizer-init": False, "enforce-eager": False,
+    "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
+    # memory / cache / scheduler
+    "gpu-memory-utilization": True, "kv-cache-dtype": True, "swap-space": True, "cpu-offload-gb": True,
+    "num-gpu-blocks-override": True, "enable-prefix-caching": False, "max-num-batched-tokens": True,
+    "enable-chunked-prefill": False, "max-num-partial-prefills": True,
+    "long-prefill-token-threshold": True, "scheduling-policy": True, "async-scheduling": False,
+    "kv-transfer-config": True, "kv-events-config": True, "ec-transfer-config": True,
+    "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
+    # parallelism
+    "tensor-parallel-size": True, "pipeline-parallel-size": True, "distributed-executor-backend": True,
+    "enable-expert-parallel": False, "data-parallel-address": True, "data-parallel-rpc-port": True,
+    "data-parallel-size-local": True, "data-parallel-start-rank": True, "data-parallel-backend": True,
+    "api-server-count": True, "headless": False, "disable-custom-all-reduce": False,
+    "worker-cls": True, "enable-eplb": False,
+    # LoRA
+    "enable-lora": False, "max-lora-rank": True, "lora-dtype": True, "fully-sharded-loras": False,
+    "enable-lora-bias": False, "long-lora-scaling-factors": True,
+    # tools / reasoning / structured output
+    "enable-auto-tool-choice": False, "tool-call-parser": True, "tool-parser-plugin": True,
+    "reasoning-parser": True, "guided-decoding-backend": True, "structured-outputs-config": True,
+    "tool-server": True, "exclude-tools-when-tool-choice-none": False,
+    # frontend / logging
+    "disable-log-stats": False, "enable-log-requests": False, "enable-log-outputs": False,
+    "max-log-len": True, "disable-uvicorn-access-log": False, "disable-fastapi-docs": False,
+    "enable-prompt-tokens-details": False, "enable-server-load-tracking": False,
+    "enable-tokenizer-info-endpoint": False, "return-tokens-as-token-ids": False,
+    "disable-frontend-multiprocessing": False, "response-role": True,
+    "chat-template-content-format": True, "allowed-origins": True, "allowed-methods": True,
+    "allowed-headers": True, "allow-credentials": False, "root-path": True, "middleware": True,
+    "uds": True, "ssl-cert-reqs": True, "enable-ssl-refresh": False, "h11-max-incomplete-event-size": True,
+    "h11-max-header-count": True, "otlp-traces-endpoint": True, "collect-detailed-traces": True,
+    "limit-mm-per-prompt": True, "mm-processor-kwargs": True, "mm-processor-cache-gb": True,
+    "max-parallel-loading-workers": True, "model-loader-extra-config": True, "use-tqdm-on-load": False,
+    "logits-processor-pattern": True, "quantization-param-path": True, "num-lookahead-slots": True,
+    "preemption-mode": True, "scheduler-delay-factor": True, "max-long-partial-prefills": True,
+    "disable-cascade-attn": False, "tokenizer-pool-size": True, "enable-prompt-embeds": False,
+    "max-context-len-to-capture": True, "use-v2-block-manager": False, "worker-use-ray": False,
+    "ray-workers-use-nsight": False, "attention-backend": True, "cuda-graph-sizes": True,
+    "max-cudagraph-capture-size": True, "kv-cache-memory-bytes": True, "kv-offloading-size": True,
+    "kv-offloading-backend": True, "lora-extra-vocab-size": True, "speculative-model": True,
+    "num-speculative-tokens": True, "disable-mm-preprocessor-cache": False, "pooler-config": True,
+    "override-pooler-config": True, "show-hidden-metrics-for-version": True, "enable-mfu-metrics": False,
+    "pt-load-map-location": True, "safetensors-load-strategy": True, "disable-chunked-mm-input": False,
+}
+_IGNORED_ALIASES = {"-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size", "-q": "quantization",
+                    "-O": "compilation-config"}
+_OPTION_ALIASES = {"-dp": "data-parallel-size"}     # vLLM's short forms of real options
+
+
+# ---------------------------------------------------------------------------------------------
+def coerce(key: str, value: Any, kind: str | None = None) -> Any:
+    """Convert a YAML/JSON/CLI value for option ``key`` to its Python type.
+
+    Floats and durations must be finite.  Raises ConfigError naming the option (``param`` =
+    ``key``) when the value does not fit."""
+    opt = OPTIONS.get(key)
+    kind = kind or opt.type
+    try:
+        if value is None and opt is not None and opt.nullable:
+            return None
+        if kind == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            v = float(value)
+            if not math.isfinite(v):
+                raise ValueError("must be a finite number")
+            return v
+        if kind == "str":
+            return "" if value is None else str(value)
+        if kind == "bool":
+            return parse_bool(value)
+        if kind == "duration":
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                v = float(value) / 1000.0      # legacy: bare numbers are milliseconds
+            else:
+                v = parse_duration(value)
+            if not math.isfinite(v):
+                raise ValueError("must be a finite duration")
+            return v
+        if kind == "list":
+            if value is None:
+                return []
+            if isinstance(value, str):
+                return [value]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError("must be a list")
+            return [str(v) for v in value]
+        if kind == "json":                     # CLI: one JSON string; YAML / admin: an object
+            obj = json.loads(value) if isinstance(value, str) else value
+            if obj is not None and not isinstance(obj, dict):
+                raise ValueError("must be a JSON object")
+            return obj
+        if kind == "lora":
+            return [_lora_module(it) for it in (value if isinstance(value, list) else [value])]
+    except ConfigError as e:
+        raise ConfigError(f"invalid value for --{key}: {e}", key) from None
+    except (ValueError, TypeError, OverflowError, json.JSONDecodeError) as e:
+        raise ConfigError(f"invalid value for --{key}: {value!r} ({e})", key) from None
+    raise ConfigError(f"unknown option kind {kind}")
+
+
+def _lora_module(item: Any) -> LoraModule:
+    """vLLM's two forms: ``name=path`` or a JSON object ``{"name","path","base_model_name"}``."""
+    if isinstance(item, str) and not item.lstrip().startswith("{"):
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise ValueError("expected name=path or a JSON object")
+        return LoraModule(name.strip(), path.strip())
+    obj = json.loads(item) if isinstance(item, str) else item
+    if not isinstance(obj, dict):
+        raise ValueError("LoRA module must be a JSON object")
+    return LoraModule(str(obj.get("name", "")), str(obj.get("path", "") or ""),
+                      str(obj.get("base_model_name", "") or ""))
+
+

@@ -1,0 +1,295 @@
+"""The simulator's configuration object (:class:`SimConfig`): every option as an attribute,
+validated together, with the values derived from them.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from typing import Any
+
+from generation.metrics.fake_metrics_spec import parse_fake_metrics
+from .values import ConfigError, format_duration
+from .options import FAILURE_TYPES, OPTIONS, Option, coerce
+
+
+# ---------------------------------------------------------------------------------------------
+class SimConfig:
+    """All simulator options as attributes named like the flags with ``-`` -> ``_``.
+
+    One live instance is shared by the engine and its parts.  It is never modified field by
+    field at run time: ``POST /admin/config`` builds a validated :meth:`updated` copy and
+    :meth:`swap` installs all of its values in one step."""
+
+    def __init__(self, **values: Any):
+        for o in OPTIONS.values():
+            setattr(self, o.attr, copy.deepcopy(o.default))
+        self.ignored_flags: list[str] = []         # vLLM flags given and ignored (start-up log)
+        for k, v in values.items():
+            if k not in _ATTRS:
+                raise TypeError(f"unknown option {k!r}")
+            setattr(self, k, v)
+
+    def __repr__(self) -> str:
+        return "SimConfig(" + ", ".join(f"{o.attr}={getattr(self, o.attr)!r}" for o in OPTIONS.values()) + ")"
+
+    # ---- derived -----------------------------------------------------------------------------
+    @property
+    def served_names(self) -> list:
+        return list(self.served_model_name) or [self.model]
+
+    @property
+    def display_model_name(self) -> str:
+        return self.served_names[0]
+
+    # ---- run-time updates --------------------------------------------------------------------
+    def copy(self) -> "SimConfig":
+        new = object.__new__(SimConfig)
+        new.__dict__ = copy.deepcopy(self.__dict__)
+        return new
+
+    def updated(self, changes: dict) -> "SimConfig":
+        """A validated copy with ``changes`` (flag name -> JSON value) applied; only admin keys
+        (``Option.admin``).  Durations: a Go string or a JSON number of nanoseconds.  Raises
+        ConfigError (``param`` = the flag at fault) and leaves this object unchanged."""
+        trial = self.copy()
+        for key, value in changes.items():
+            opt = OPTIONS.get(key)
+            if opt is None or not opt.admin:
+                raise ConfigError(f"field '{key}' is not admin-configurable", key)
+            try:
+                if opt.type == "duration" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    v = value / 1e9                 # JSON numbers are nanoseconds
+                    if not math.isfinite(v):
+                        raise ConfigError(f"invalid value for --{key}: must be a finite duration", key)
+                else:
+                    v = coerce(key, value)
+            except OverflowError:
+                raise ConfigError(f'field "{key}": invalid value for --{key}: out of range', key) from None
+            except ConfigError as e:
+                raise ConfigError(f'field "{key}": {e}', key) from None
+            setattr(trial, opt.attr, v)
+        trial.validate()
+        return trial
+
+    def swap(self, new: "SimConfig") -> None:
+        """Install every value of ``new`` at once (one assignment: a reader sees all old or all
+        new values, never a mix)."""
+        self.__dict__ = new.__dict__
+
+    # ---- validation --------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ConfigError with the reference's message for the first invalid value.
+
+        Files (dataset, certificates) are checked where they are opened, not here."""
+        if not 0 < self.port <= 65535:
+            raise ConfigError(f"invalid port '{self.port}'", "port")
+        if not self.model:
+            raise ConfigError("model parameter is empty", "model")
+        for lm in self.lora_modules:
+            if not lm.name:
+                raise ConfigError("empty LoRA name", "lora-modules")
+            if lm.base_model_name and lm.base_model_name != self.model:
+                raise ConfigError(f"unknown base model '{lm.base_model_name}' for LoRA '{lm.name}'",
+                                  "lora-modules")
+        if self.max_loras < 1:
+            raise ConfigError("max LoRAs cannot be less than 1", "max-loras")
+        if self.max_cpu_loras and self.max_cpu_loras < self.max_loras:
+            raise ConfigError("max CPU LoRAs cannot be less than max LoRAs", "max-cpu-loras")
+        if self.max_model_len < 1:
+            raise ConfigError("max model len cannot be less than 1", "max-model-len")
+        if self.max_num_seqs < 1:
+            raise ConfigError("max num seqs cannot be less than 1", "max-num-seqs")
+        if self.max_waiting_queue_length < 0:
+            raise ConfigError("max waiting queue size cannot be less than 0", "max-waiting-queue-length")
+        if self.mode not in ("random", "echo"):
+            raise ConfigError(f"invalid mode '{self.mode}', valid values are 'random' and 'echo'", "mode")
+        self.validate_latencies()
+        self._validate_tools()
+        if self.kv_cache_size < 0:
+            raise ConfigError("KV cache size cannot be negative", "kv-cache-size")
+        if not 0 <= self.global_cache_hit_threshold <= 1:
+            raise ConfigError("global cache hit threshold must be between in range [0, 1]",
+                              "global-cache-hit-threshold")
+        if self.block_size not in (8, 16, 32, 64, 128):
+            raise ConfigError("token block size should be one of the following: 8, 16, 32, 64, 128", "block-size")
+        if self.event_batch_size < 1:
+            raise ConfigError("event batch size cannot less than 1", "event-batch-size")
+        self._validate_kv_events()
+        if self.fake_metrics is not None:
+            try:
+                parse_fake_metrics(self.fake_metrics, self.max_model_len)
+            except ConfigError as e:
+                raise ConfigError(str(e), "fake-metrics") from None
+            if self.fake_metrics_refresh_interval <= 0:
+                raise ConfigError("fake metrics refresh interval must be positive", "fake-metrics-refresh-interval")
+        self.validate_failures()
+        if not 1 <= self.data_parallel_size <= 8:
+            raise ConfigError("data parallel size must be between 1 and 8", "data-parallel-size")
+        if self.data_parallel_rank > 7:
+            raise ConfigError("data parallel rank must be between 0 and 7", "data-parallel-rank")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            missing = "ssl-keyfile" if self.ssl_certfile else "ssl-certfile"     # name it (case C37)
+            raise ConfigError(f"--{missing} is missing: both ssl-certfile and ssl-keyfile must be provided "
+                              f"together", missing)
+        if self.self_signed_certs and self.ssl_certfile:
+            raise ConfigError("cannot use both self-signed-certs and explicit ssl-certfile/ssl-keyfile",
+                              "self-signed-certs")
+        if self.dataset_url and not self.dataset_path:
+            raise ConfigError("dataset-path is required when dataset-url is set", "dataset-path")
+        if (self.dataset_path or self.dataset_url) and self.mode == "echo":
+            raise ConfigError("dataset cannot be defined in echo mode", "mode")
+        if self.default_embedding_dimensions < 1:
+            raise ConfigError("default embedding dimensions must be at least 1", "default-embedding-dimensions")
+        if not 0 <= self.image_emission_rate <= 100:
+            raise ConfigError("image emission rate should be between 0 and 100", "image-emission-rate")
+        if not 1 <= self.max_request_body_size_mb <= 512:
+            raise ConfigError(f"max-request-body-size-mb must be between 1 MB and 512 MB, "
+                              f"got {self.max_request_body_size_mb}", "max-request-body-size-mb")
+        if self.max_logprobs < -1:
+            raise ConfigError("max-logprobs cannot be less than -1", "max-logprobs")
+        if self.worker_connections < 1:
+            raise ConfigError("worker-connections cannot be less than 1", "worker-connections")
+        if self.timeout_keep_alive < 0:
+            raise ConfigError("timeout-keep-alive cannot be negative", "timeout-keep-alive")
+        self._validate_generic()
+        if self.enable_kvcache and not self.pod_ip:
+            raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
+
+    def _validate_generic(self) -> None:
+        """Rules every option of a type follows: choices, finite and non-negative durations and
+        floats within their declared maximum."""
+        for o in OPTIONS.values():
+            v = getattr(self, o.attr)
+            if o.choices and o.type in ("str", "int") and v not in o.choices:
+                raise ConfigError(f"invalid {o.name} '{v}', valid values are: "
+                                  + ", ".join(repr(c) if c == "" else str(c) for c in o.choices), o.name)
+            if o.type in ("duration", "float") and v is not None:
+                if not math.isfinite(v):
+                    raise ConfigError(f"{o.name} must be finite", o.name)
+                if (o.type == "duration" or o.name == "shutdown-timeout") and v < 0:
+                    raise ConfigError(f"{o.name} cannot be negative", o.name)
+                if o.maximum is not None and v > o.maximum:
+                    shown = format_duration(o.maximum) if o.type == "duration" else f"{o.maximum:g}"
+                    raise ConfigError(f"{o.name} cannot be more than {shown}", o.name)
+
+    def _validate_tools(self) -> None:
+        if self.max_tool_call_integer_param < self.min_tool_call_integer_param:
+            raise ConfigError("MaxToolCallIntegerParam cannot be less than MinToolCallIntegerParam",
+                              "max-tool-call-integer-param")
+        if self.max_tool_call_number_param < self.min_tool_call_number_param:
+            raise ConfigError("MaxToolCallNumberParam cannot be less than MinToolCallNumberParam",
+                              "max-tool-call-number-param")
+        if self.min_tool_call_array_param_length < 0:
+            raise ConfigError("MinToolCallArrayParamLength cannot be negative", "min-tool-call-array-param-length")
+        if self.max_tool_call_array_param_length < self.min_tool_call_array_param_length:
+            raise ConfigError("MaxToolCallArrayParamLength cannot be less than MinToolCallArrayParamLength",
+                              "max-tool-call-array-param-length")
+        for attr, label in (("tool_call_not_required_param_probability", "ToolCallNotRequiredParamProbability"),
+                            ("object_tool_call_not_required_field_probability",
+                             "ObjectToolCallNotRequiredParamProbability"),
+                            ("tool_call_extra_call_probability", "ToolCallExtraCallProbability")):
+            if not 0 <= getattr(self, attr) <= 100:
+                raise ConfigError(f"{label} should be between 0 and 100", attr.replace("_", "-"))
+
+    def _validate_kv_events(self) -> None:
+        """Replay queue size and the replay/publisher port collision rule (engine.md 1.4)."""
+        if not self.kv_events_replay_endpoint:
+            return
+        if self.kv_events_replay_queue_size < 1:
+            raise ConfigError("kv-events-replay-queue-size cannot be less than 1", "kv-events-replay-queue-size")
+        zmq_port, replay_port = _endpoint_port(self.zmq_endpoint), _endpoint_port(self.kv_events_replay_endpoint)
+        r = self.data_parallel_size - 1
+        if zmq_port is not None and replay_port is not None and \
+                zmq_port <= replay_port + r and replay_port <= zmq_port + r:
+            raise ConfigError(f"zmq-endpoint ({self.zmq_endpoint}) and kv-events-replay-endpoint "
+                              f"({self.kv_events_replay_endpoint}) ports collide once offset by data-parallel "
+                              f"rank", "kv-events-replay-endpoint")
+
+    def validate_failures(self) -> None:
+        if not 0 <= self.failure_injection_rate <= 100:
+            raise ConfigError("failure injection rate should be between 0 and 100", "failure-injection-rate")
+        for t in self.failure_types:
+            if t not in FAILURE_TYPES:
+                raise ConfigError(f"invalid failure type '{t}', valid types are: " + ", ".join(FAILURE_TYPES),
+                                  "failure-types")
+
+    def validate_latencies(self) -> None:
+        checks = [
+            ("time_to_first_token", "time to first token cannot be negative"),
+            ("time_to_first_token_std_dev", "time to first token standard deviation cannot be negative"),
+            ("inter_token_latency", "inter token latency cannot be negative"),
+            ("inter_token_latency_std_dev", "inter token latency standard deviation cannot be negative"),
+            ("kv_cache_transfer_latency", "kv-cache transfer time cannot be negative"),
+            ("kv_cache_transfer_latency_std_dev", "kv-cache transfer time standard deviation cannot be negative"),
+            ("prefill_overhead", "prefill overhead cannot be negative"),
+            ("prefill_time_per_token", "prefill time per token cannot be negative"),
+            ("prefill_time_std_dev", "prefill time standard deviation cannot be negative"),
+            ("kv_cache_transfer_time_per_token", "kv-cache transfer time per token cannot be negative"),
+            ("kv_cache_transfer_time_std_dev", "kv-cache transfer time standard deviation cannot be negative"),
+            ("time_to_generate_image", "time to generate image cannot be negative"),
+            ("time_to_generate_image_std_dev", "time to generate image standard deviation cannot be negative"),
+        ]
+        for attr, msg in checks:
+            if getattr(self, attr) < 0:
+                raise ConfigError(msg, attr.replace("_", "-"))
+        pairs = [
+            ("time_to_first_token", "time to first token standard deviation cannot be more than 30% of "
+                                    "time to first token"),
+            ("inter_token_latency", "inter token latency standard deviation cannot be more than 30% of "
+                                    "inter token latency"),
+            ("kv_cache_transfer_latency", "kv-cache transfer standard deviation cannot be more than 30% of "
+                                          "kv-cache transfer"),
+            ("time_to_generate_image", "time to generate image standard deviation cannot be more than 30% "
+                                       "of time to generate image"),
+        ]
+        for attr, msg in pairs:
+            if getattr(self, attr + "_std_dev") > 0.3 * getattr(self, attr) + 1e-12:
+                raise ConfigError(msg, (attr + "_std_dev").replace("_", "-"))
+        if self.time_factor_under_load < 1.0:
+            raise ConfigError("time factor under load cannot be less than 1.0", "time-factor-under-load")
+        if self.latency_calculator not in ("", "constant", "per-token"):
+            raise ConfigError(f"unknown latency-calculator {self.latency_calculator}, supported calculators "
+                              f"are: constant and per-token", "latency-calculator")
+
+    # ---- rendering ---------------------------------------------------------------------------
+    def to_public_dict(self) -> dict:
+        """The configuration as ``GET /admin/config`` shows it: flag names as keys, durations as
+        Go duration strings, secrets masked, environment values under the reference's names."""
+        out: dict[str, Any] = {}
+        for o in OPTIONS.values():
+            if not o.cli:
+                continue
+            out[o.name] = _public_value(o, getattr(self, o.attr))
+        out["DisplayModelName"] = self.display_model_name
+        for o in OPTIONS.values():
+            if not o.cli:
+                out[o.shown_as] = getattr(self, o.attr)
+        if self.data_parallel_size > 1:
+            out.pop("port", None)
+        return out
+
+
+def _public_value(o: Option, val: Any) -> Any:
+    if o.secret:
+        return "***" if val else ""
+    if o.type == "duration":
+        return format_duration(val)
+    if o.type == "lora":
+        return [lm.to_json() for lm in val]
+    return val
+
+
+_ATTRS = {o.attr for o in OPTIONS.values()}
+
+
+def _endpoint_port(endpoint: str) -> int | None:
+    m = re.search(r":(\d+)$", endpoint or "")
+    return int(m.group(1)) if m else None
+
+
+def ignored_flags(config: SimConfig) -> list[str]:
+    """The vLLM flags given on the command line or in YAML that this simulator ignores, in the
+    order given (``--dtype``, ``-tp`` ...), for the one start-up log line."""
+    return [f"--{n}" for n in getattr(config, "ignored_flags", [])]
+

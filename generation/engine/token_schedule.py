@@ -1,0 +1,76 @@
+"""A stream's tokens at a constant inter-token latency, emitted without resuming generators.
+"""
+from __future__ import annotations
+
+import time
+
+
+from .request import Sequence
+
+monotonic = time.monotonic
+
+class TokenSchedule:
+    """Tokens ``next..stop-1`` of ``seq`` at a constant inter-token latency: token ``k`` is due
+    at :meth:`deadline` ``(k) = first + (k - start) * itl`` (:func:`time.monotonic` seconds).
+
+    :meth:`Simulator.run` with ``deadlines`` yields one instead of a deadline per token when the
+    inter-token latency is a constant, so that its driver emits the tokens without resuming the
+    engine's and the renderer's generators per token (issue 13).  The renderer sets
+    :attr:`render` (``k -> bytes``, the token's chunk); the driver calls :meth:`due` at each
+    deadline, sends what it returns, and resumes the generator once :attr:`next` reaches
+    :attr:`stop` (or after :meth:`Simulator.cancel`, which it then raises as ClientDisconnected).
+
+    An ``/admin/config`` change of the latencies (docs/engine.md 3.7: in-flight requests draw
+    from the current values) cuts the schedule short at the next token: :meth:`due` sets
+    ``stop = next`` and returns None, and the generator goes on per token.
+    """
+    __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
+                 "latency", "config_values")
+
+    def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
+                 metrics, latency):
+        self.seq = seq
+        self.start = self.next = start
+        self.stop = stop
+        self.first = first
+        self.itl = itl
+        self.prev = prev              # when the previous token went out (the ITL metric's origin)
+        self.lag = metrics.token_lag
+        self.itl_obs = metrics.itl.observe
+        self.render = None
+        self.latency = latency                  # the LatencyModel, on the live config
+        self.config_values = latency.config.__dict__    # replaced as a whole by SimConfig.swap
+
+    def deadline(self, k: int) -> float:
+        return self.first + (k - self.start) * self.itl
+
+    def due(self, now: float):
+        """The chunks of every token due at ``now`` (monotonic seconds) as one ``bytes``, with
+        their emission lag and inter-token latency observed as the engine does per token; None
+        when none is due yet, or when the schedule was cut short (``next == stop``)."""
+        if self.latency.config.__dict__ is not self.config_values and self._latencies_changed():
+            self.stop = self.next
+            return None
+        first, start, itl, stop = self.first, self.start, self.itl, self.stop
+        k0 = k = self.next
+        if k >= stop or first + (k - start) * itl > now:
+            return None
+        render = self.render
+        out = []
+        while k < stop and first + (k - start) * itl <= now:
+            out.append(render(k))
+            k += 1
+        self.next = k
+        for j in range(k0, k):        # recorded once every chunk rendered: none for a failed render
+            self.lag(now - (first + (j - start) * itl))
+            self.itl_obs(now - self.prev)
+            self.prev = now
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _latencies_changed(self) -> bool:
+        if self.latency.constant_itl() != self.itl:
+            return True
+        self.config_values = self.latency.config.__dict__
+        return False
+
+

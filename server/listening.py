@@ -1,0 +1,142 @@
+"""The listening socket and new connections: bind at once (a busy port is one line, exit 1),
+accept at most :data:`ACCEPT_BATCH` connections per event-loop turn, bound each TLS handshake
+in time, and raise the open-files limit as vLLM does.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+
+
+log = logging.getLogger("vllm_sim")
+
+KEEPALIVE_SECONDS = 5          # --timeout-keep-alive's default, vLLM's uvicorn (issue 12: 75 s held sockets)
+ACCEPT_BATCH = 5               # new connections accepted per event-loop turn (see accept_server)
+
+# ---------------------------------------------------------------------------------------------
+# the worker
+def accept_server(listener, handle, pool_size: int, handshake_timeout: float = KEEPALIVE_SECONDS,
+                  **ssl_args):
+    """gevent's StreamServer on ``listener`` (``handle(sock, addr)`` per connection in a
+    greenlet, at most ``pool_size`` at once) that accepts at most :data:`ACCEPT_BATCH` new
+    connections per event-loop turn.  With TLS (``ssl_context`` in ``ssl_args``), a client
+    gets ``handshake_timeout`` seconds to complete its handshake; one that does not, or drops
+    out of it, is closed with a debug log line (gevent waited for ever, and printed a
+    traceback for a dropped handshake).
+
+    Each new connection's greenlet parses its request and sets the stream up (0.4-0.6 ms of
+    CPU here) before the loop runs its timers again.  gevent accepts up to 100 per turn, so a
+    burst of arrivals held the due tokens of running streams for up to ~50 ms (issue 13).  5
+    bounds a turn's arrival work to 2-3 ms, under the 5 ms ITL target, while a loop with
+    nothing due still accepts back to back (one readiness poll per batch).  Smaller batches
+    (2) slowed a burst's parsing enough to raise TTFT."""
+    import ssl
+
+    from gevent import Timeout
+    from gevent.pool import Pool
+    from gevent.server import StreamServer
+
+    class Server(StreamServer):
+        def wrap_socket_and_handle(self, client_socket, address):
+            tls = self.wrap_socket(client_socket, **dict(self.ssl_args, do_handshake_on_connect=False))
+            try:
+                try:
+                    with Timeout(handshake_timeout) as timeout:
+                        tls.do_handshake()
+                except Timeout as e:
+                    if e is not timeout:
+                        raise
+                    log.debug("TLS handshake from %s: none within %gs, closed", _peer(address), handshake_timeout)
+                    return None
+                except (ssl.SSLError, OSError) as e:
+                    log.debug("TLS handshake from %s failed: %s", _peer(address), e)
+                    return None
+                return self.handle(tls, address)
+            finally:
+                tls.close()
+
+    server = Server(listener, handle=handle, spawn=Pool(pool_size), **ssl_args)
+    server.max_accept = ACCEPT_BATCH
+    return server
+
+
+def _peer(address) -> str:
+    try:
+        return "%s:%s" % tuple(address[:2])
+    except (TypeError, ValueError):
+        return str(address)
+
+
+
+# ---------------------------------------------------------------------------------------------
+def bind(host: str, port: int) -> socket.socket:
+    """Bind and listen on ``host:port`` now (no retry, unlike gunicorn's five tries a second
+    apart); raises OSError (``EADDRINUSE``: the port is taken)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(4096)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def _gunicorn_listener(sock: socket.socket, host: str, port: int):
+    """Wrap a bound socket in gunicorn's listener class (what its workers expect)."""
+    from gunicorn import sock as gsock
+
+    class _Cfg:      # the few settings gunicorn's socket classes read
+        reuse_port = False
+        backlog = 4096
+    cls = gsock.TCP6Socket if sock.family == socket.AF_INET6 else gsock.TCPSocket
+    return cls((host, port), _Cfg(), logging.getLogger("gunicorn.error"), fd=sock.detach())
+
+
+def listen(config):
+    """Bind ``config.host:config.port``; on failure log one line (``cannot listen on HOST:PORT:
+    already in use``) and return None."""
+    try:
+        return bind(config.host, config.port)
+    except OSError as e:
+        reason = "already in use" if e.errno == errno.EADDRINUSE else e.strerror
+        log.error("cannot listen on %s:%d: %s", config.host, config.port, reason)
+        return None
+
+
+OPEN_FILES_TARGET = 65535     # descriptors: vLLM's set_ulimit(target_soft_limit=65535)
+
+
+def raise_open_files_limit(target: int = OPEN_FILES_TARGET) -> int:
+    """Raise this process's soft limit on open files (``RLIMIT_NOFILE``) to ``target``, or the
+    hard limit if lower, as vLLM's API server does at start-up (``set_ulimit``): with the usual
+    soft limit of 1024, a thousand concurrent streams would fail with ``Too many open files``.
+    Logs a warning if the kernel refuses.  Returns the soft limit now in force (0 where there is
+    no ``resource`` module)."""
+    try:
+        import resource
+    except ImportError:          # not POSIX
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError) as e:
+        log.warning("open files limit is %s and could not be raised to %s (%s): many concurrent "
+                    "connections may fail with 'Too many open files'; raise it with ulimit -n",
+                    soft, want, e)
+        return soft
+    return want
+
+
+def sock_name(sock) -> str:
+    try:
+        host, port = sock.getsockname()[:2]
+    except (OSError, ValueError):
+        return "?"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,188 @@
+"""Serving the app: ``python app.py`` in-process (:func:`serve`), or under gunicorn's arbiter
+(:func:`attach_to_gunicorn`), and the start-up summary both log.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import sys
+
+
+from .listening import KEEPALIVE_SECONDS, _gunicorn_listener, listen, raise_open_files_limit
+from .logs import ACCESS_FORMAT, _gunicorn_logger_class, _restyle_gunicorn_logger, configure_logging, log_level_name
+from .ranks import start_data_parallel_ranks
+from .tls import tls_files
+from .lifecycle import shutdown_grace
+from .listening import sock_name
+
+log = logging.getLogger("vllm_sim")
+
+# ---------------------------------------------------------------------------------------------
+# start-up summary
+def urls(config, tls: bool) -> list[str]:
+    scheme = "https" if tls else "http"
+    host = config.host if config.host not in ("0.0.0.0", "::", "") else "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    return [f"{scheme}://{host}:{config.port}"]
+
+
+def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None = None) -> list[str]:
+    """The lines logged at start: model, mode, tokenizer, latencies, capacity, KV, URLs
+    (``listen``: the URLs when gunicorn's ``-b`` decides them)."""
+    from generation.config.values import format_duration as d
+    c = config
+    tok = "simulated"
+    if getattr(c, "force_dummy_tokenizer", False):
+        tok = "simulated (forced)"
+    elif getattr(c, "render_url", ""):
+        tok = f"render service {c.render_url}"
+    elif c.tokenizer:
+        tok = c.tokenizer
+    rank = getattr(c, "data_parallel_rank", -1)
+    lines = [
+        f"vLLM simulator: model={c.model} served={','.join(c.served_names)} mode={c.mode} tokenizer={tok}"
+        + (f" data-parallel rank {rank}/{c.data_parallel_size}" if c.data_parallel_size > 1 else ""),
+        f"latency: ttft={d(c.time_to_first_token)}±{d(c.time_to_first_token_std_dev)} "
+        f"itl={d(c.inter_token_latency)}±{d(c.inter_token_latency_std_dev)} "
+        f"calculator={c.latency_calculator or 'legacy'} load-factor={c.time_factor_under_load:g}",
+        f"capacity: max-num-seqs={c.max_num_seqs} waiting-queue={c.max_waiting_queue_length} "
+        f"max-model-len={c.max_model_len} loras={len(c.lora_modules)}/{c.max_loras}",
+        (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, events to {c.zmq_endpoint}"
+         if c.enable_kvcache else "kv cache: off"),
+        f"serving {' '.join(listen or urls(c, tls))} (api key {'required' if api_key else 'off'}, "
+        f"access log {'off' if getattr(c, 'disable_log_requests', False) else 'on'}, "
+        f"shutdown grace {shutdown_grace(c):g}s)",
+    ]
+    return lines
+
+
+
+def serve(config, app_factory, argv: list[str] | None = None, script: str | None = None,
+          listener=None) -> int:
+    """Serve ``app_factory()`` on ``listener`` (bound here from ``config.host:config.port``
+    when None) until SIGTERM / Ctrl-C.
+
+    Returns the exit code: 0 after a clean shutdown, 1 when the port is taken, the TLS files
+    cannot be loaded, or a data-parallel rank stopped."""
+    configure_logging(config)
+    raise_open_files_limit()
+    try:
+        tls = tls_files(config)
+    except ValueError as e:
+        log.error("%s", e)
+        if listener is not None:
+            listener.close()
+        return 1
+    if listener is None:
+        listener = listen(config)
+        if listener is None:
+            return 1
+    from .auth import api_keys
+    for line in startup_summary(config, tls is not None, bool(api_keys(config))):
+        log.info("%s", line)
+    from gunicorn.app.base import BaseApplication     # after the bind: a busy port fails fast
+
+    class SimulatorApplication(BaseApplication):
+        def load_config(self):
+            s = self.cfg.set
+            s("bind", [f"{config.host}:{config.port}"])
+            s("workers", 1)
+            s("worker_connections", config.worker_connections)
+            s("keepalive", getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS))
+            s("timeout", 0)
+            s("graceful_timeout", int(shutdown_grace(config)) + 1)     # unused in-process; an int
+            s("control_socket_disable", True)
+            s("loglevel", log_level_name(config))
+            s("logger_class", _gunicorn_logger_class(config))
+            s("accesslog", None if getattr(config, "disable_log_requests", False) else "-")
+            s("access_log_format", ACCESS_FORMAT)
+            if tls:
+                for k, v in tls.items():
+                    if v:
+                        s(k, v)
+
+        def load(self):
+            return app_factory()
+
+    application = SimulatorApplication()
+    children = []
+    if config.data_parallel_size > 1 and config.data_parallel_rank == 0 and argv is not None:
+        children = start_data_parallel_ranks(config, argv, script or sys.argv[0])
+    from .worker import SimWorker  # imports gevent's worker: only once serving
+    worker_cls = SimWorker
+    glog = application.cfg.logger_class(application.cfg)
+    listener = _gunicorn_listener(listener, config.host, config.port)
+    worker = worker_cls(0, os.getppid(), [listener], application, 0, application.cfg, glog)
+    worker.standalone = True
+    worker.early_signals = early = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, f: early.append(s))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    worker.children = children
+    worker.pid = os.getpid()
+    worker.init_process()          # patches gevent, loads the app, serves until stopped
+    return worker.exit_code
+
+
+def attach_to_gunicorn(app, config) -> None:
+    """Under plain gunicorn (``wsgi.py``): refuse more than one worker, give gunicorn's logger
+    the simulator's format, and make SIGTERM turn ``/health/ready`` to 503 at once.
+
+    One process is one vLLM engine: ``-w 2`` would duplicate request ids, split metrics and
+    LoRAs between workers and double the capacity (issue 13), so the worker exits with
+    gunicorn's boot-error code 3, which stops gunicorn with the message."""
+    handler = signal.getsignal(signal.SIGTERM)
+    worker = getattr(handler, "__self__", None)
+    try:
+        from gunicorn.workers.base import Worker
+    except ImportError:
+        return
+    if not isinstance(worker, Worker):
+        return
+    configure_logging(config)
+    if worker.cfg.workers > 1:
+        log.error("gunicorn -w %d: the simulator is one vLLM engine per process; run one worker "
+                  "(-w 1) and use --data-parallel-size N for N engines (ports --port .. --port+N-1)",
+                  worker.cfg.workers)
+        sys.exit(3)
+    # The access log is on unless --disable-log-requests (gunicorn's own default is off).
+    quiet = bool(getattr(config, "disable_log_requests", False))
+    if quiet != (worker.cfg.accesslog is None):
+        worker.cfg.set("accesslog", None if quiet else "-")
+        if worker.cfg.access_log_format == worker.cfg.settings["access_log_format"].default:
+            worker.cfg.set("access_log_format", ACCESS_FORMAT)
+        worker.log.setup(worker.cfg)
+    _restyle_gunicorn_logger(worker.log, config)
+    keep_alive = getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS)
+    if worker.cfg.keepalive > keep_alive:
+        log.warning("gunicorn --keep-alive %ss: vLLM uses %ds (--timeout-keep-alive; idle sockets hold worker "
+                    "connections)", worker.cfg.keepalive, keep_alive)
+    lifecycle = app.extensions.get("lifecycle")
+    from .worker import SimWorker
+    if lifecycle is not None and not isinstance(worker, SimWorker):
+        def on_term(sig, frame, _orig=handler):
+            lifecycle.draining = True
+            _orig(sig, frame)
+        signal.signal(signal.SIGTERM, on_term)
+    from .auth import api_keys
+    scheme = "https" if worker.cfg.is_ssl else "http"
+    listen = [f"{scheme}://{sock_name(s)}" for s in worker.sockets]
+    for line in startup_summary(config, worker.cfg.is_ssl, bool(api_keys(config)), listen):
+        log.info("%s", line)
+
+
+def fast_exit(code: int) -> None:
+    """End the process now with ``code``: run the atexit handlers (temporary TLS files,
+    data-parallel ranks), flush the logs, and skip the interpreter's teardown of every module
+    (about half a second with the app loaded) so that a stop is quick."""
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -1,0 +1,222 @@
+"""The gunicorn gevent worker with the simulator's lifecycle (see :mod:`server`).
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from functools import partial
+
+
+import gevent
+from gevent import getcurrent
+from gevent.event import Event
+from gunicorn.sock import ssl_context
+from gunicorn.workers.ggevent import GeventWorker
+
+from .lifecycle import ServerShuttingDown, connection_socket, has_bytes, shutdown_grace
+from .listening import ACCEPT_BATCH, KEEPALIVE_SECONDS, accept_server, sock_name
+
+log = logging.getLogger("vllm_sim")
+
+
+def freeze_startup_heap() -> None:
+    """Move everything start-up built (modules, the app, the engine) out of the garbage
+    collector's view, as vLLM's API server does after loading (``gc.freeze``): a full
+    collection otherwise walks that whole heap, a pause of several ms that every open stream
+    feels (ITL p99 +5 ms at 300 streams, issue 13)."""
+    import gc
+    gc.collect()
+    gc.freeze()
+
+
+
+class SimWorker(GeventWorker):
+    """gunicorn's gevent worker with the simulator's lifecycle (see the module docstring)."""
+    standalone = False          # True when run by :func:`serve` without gunicorn's arbiter
+    children: list = []         # data-parallel ranks started by this process: (rank, Popen)
+    early_signals: list = []    # SIGTERM / SIGINT received before init_signals
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._busy: set = set()
+        self._stop_event = Event()
+        self._idle_event = Event()
+        self._stop_signal = None
+        self._fast = False
+        self.exit_code = 0
+
+    # -- signals ------------------------------------------------------------------------
+    def init_signals(self):
+        super().init_signals()
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGQUIT, self._on_quit)
+        signal.signal(signal.SIGHUP, self._on_hup)
+        for sig in self.early_signals:        # received while the app was loading
+            self._on_stop(sig, None)
+
+    def _on_stop(self, sig, frame):
+        if self._stop_signal is not None:
+            if sig == signal.SIGINT:      # a second Ctrl-C: no more grace
+                self._on_quit(sig, frame)
+            return
+        self._stop_signal = sig
+        self.alive = False
+        self._stop_event.set()
+
+    def _on_quit(self, sig, frame):
+        self._fast = True
+        if self._stop_signal is None:
+            self._stop_signal = sig
+        self.alive = False
+        self._stop_event.set()
+        self._idle_event.set()
+
+    def _on_hup(self, sig, frame):
+        gevent.spawn(log.warning, "SIGHUP ignored: reload is not supported (one engine per "
+                                       "process); restart the process to change its flags")
+
+    def notify(self):
+        if not self.standalone:
+            super().notify()
+
+    def patch(self):
+        # gevent's monkey.patch_all asks importlib.metadata for plugin entry points about 25
+        # times, each a scan of every installed distribution (~0.35 s of start-up here); one
+        # scan, selected per group, gives the same plugins.
+        from importlib import metadata
+        original = metadata.entry_points
+        everything = []
+
+        def entry_points(**params):
+            if set(params) != {"group"}:
+                return original(**params)
+            if not everything:
+                everything.append(original())
+            return everything[0].select(**params)
+        metadata.entry_points = entry_points
+        try:
+            super().patch()
+        finally:
+            metadata.entry_points = original
+
+    # -- serving --------------------------------------------------------------------------
+    def load_wsgi(self):
+        from . import arrivals, gunicorn_tuning
+        gunicorn_tuning.install()       # headers leave with the first body bytes (issue 13)
+        arrivals.install(ACCEPT_BATCH)  # keep-alive requests take turns with due tokens
+        super().load_wsgi()
+        flask_app = self.wsgi
+        ext = getattr(flask_app, "extensions", {})
+        sim = ext.get("simulator")
+        self.lifecycle = ext.get("lifecycle")
+        self.grace = shutdown_grace(sim.config) if sim is not None else 30.0
+
+    def run(self):
+        ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        servers = []
+        for s in self.sockets:
+            s.setblocking(1)
+            server = accept_server(s, partial(self.handle, s), self.worker_connections,
+                                   self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
+            server.start()
+            servers.append(server)
+        freeze_startup_heap()
+        scheme = "https" if self.cfg.is_ssl else "http"
+        log.info("ready: listening on %s", ", ".join(f"{scheme}://{sock_name(s)}" for s in self.sockets))
+        while self._stop_signal is None:
+            self.notify()
+            self._stop_event.wait(0.25)
+            self._check_children()
+        self._drain(servers)
+
+    def _check_children(self):
+        for rank, proc in self.children:
+            code = proc.poll()
+            if code is not None and self._stop_signal is None:
+                log.error("data-parallel rank %d exited with code %s: stopping every rank", rank, code)
+                self.exit_code = 1
+                self._stop_signal = "group"
+                self._fast = True
+                return
+
+    def _drain(self, servers):
+        name = self._stop_signal if isinstance(self._stop_signal, str) else signal.Signals(self._stop_signal).name
+        grace = 0.0 if self._fast else self.grace
+        if self.lifecycle is not None:
+            self.lifecycle.draining = True
+        self.alive = False
+        for server in servers:
+            server.close()                    # stop accepting
+        for _, proc in self.children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGQUIT if self._fast else signal.SIGTERM)
+        log.info("shutting down (%s): %d request(s) in flight, grace %gs", name, len(self._busy), grace)
+        arrived = self._close_idle(servers)
+        deadline = time.monotonic() + grace
+        from .arrivals import drop_waiting, waiting_greenlets
+        while (self._busy or waiting_greenlets() or any(not g.dead for g in arrived)) and not self._fast:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._idle_event.clear()
+            if self._busy:
+                self._idle_event.wait(min(left, 1.0))
+            else:
+                gevent.sleep(min(left, 0.005))     # only queued requests: let their turns come
+            self.notify()
+        for g in drop_waiting() + [g for g in arrived if not g.dead and g not in self._busy]:
+            g.kill(block=False)         # grace over, not started: closed like idle connections
+        if self._busy:
+            log.warning("shutdown grace over: ending %d request(s) with an error", len(self._busy))
+            busy = list(self._busy)
+            for g in busy:
+                g.kill(ServerShuttingDown, block=False)
+            gevent.joinall(busy, timeout=2.0)
+        for server in servers:
+            server.stop(timeout=0.5)
+        for rank, proc in self.children:
+            try:
+                code = proc.wait(timeout=grace + 3.0)
+            except Exception:
+                proc.kill()
+                code = proc.wait()
+            if code not in (0, None) and self.exit_code == 0 and not self._fast:
+                log.warning("data-parallel rank %d exited with code %s", rank, code)
+        log.info("shutdown complete")
+
+    def _close_idle(self, servers) -> set:
+        """Close keep-alive connections that wait for their next request.  Those whose
+        request has arrived (in the socket, not yet read, or waiting its turn:
+        :mod:`server.arrivals`) are served, as uvicorn serves a request it has received
+        when it shuts down; returns their greenlets."""
+        from .arrivals import waiting_greenlets
+        arrived = waiting_greenlets()
+        for server in servers:
+            for g in list(server.pool.greenlets):
+                if g in self._busy or g in arrived:
+                    continue
+                if has_bytes(connection_socket(g)):
+                    arrived.add(g)
+                else:
+                    g.kill(block=False)
+        return arrived
+
+    def handle_request(self, listener_name, req, sock, addr):
+        g = getcurrent()
+        self._busy.add(g)
+        try:
+            keep = super().handle_request(listener_name, req, sock, addr)
+        finally:
+            self._busy.discard(g)
+            if not self.alive and not self._busy:
+                self._idle_event.set()        # draining: the last request is done
+        if not self.alive:
+            raise StopIteration()             # draining: close the connection
+        return keep
+
+    def handle_error(self, req, client, addr, exc):
+        if isinstance(exc, (gevent.GreenletExit, ServerShuttingDown)):
+            return                            # our own shutdown: no traceback
+        super().handle_error(req, client, addr, exc)
