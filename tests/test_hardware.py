@@ -10,8 +10,9 @@ import os
 import pytest
 
 from generation.config.values import ConfigError
-from generation.engine.hardware import (GPUS, GiB, ModelArch, PRESETS, batch_defaults, gpu_by_name,
-                                        kv_bytes_per_token, kv_cache_blocks, preset, resolve_arch,
+from generation.engine.hardware import (GPUS, GiB, ModelArch, PRESETS, batch_defaults,
+                                        check_max_model_len, gpu_by_name, kv_bytes_per_token,
+                                        kv_cache_blocks, kv_cache_report, preset, resolve_arch,
                                         weight_bytes)
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -265,3 +266,28 @@ def test_kv_capacity_errors():
         kv_cache_blocks(gpu_by_name("H100"), preset(LLAMA8), gpu_memory_utilization=1.5)
     with pytest.raises(ConfigError, match="--block-size"):
         kv_cache_blocks(gpu_by_name("H100"), preset(LLAMA8), block_size=0)
+
+
+def test_kv_cache_report_is_what_vllm_logs():
+    assert kv_cache_report(25953, 16, 131072) == ("GPU KV cache size: 415,248 tokens",
+                                                  "Maximum concurrency for 131,072 tokens per request: 3.17x")
+    # 1000 tokens hold 63 blocks: 7600 / 63
+    assert kv_cache_report(7600, 16, 1000)[1] == "Maximum concurrency for 1,000 tokens per request: 120.63x"
+
+
+def test_a_max_model_len_sequence_must_fit():
+    check_max_model_len(8192, 16, 131072, 131072)          # exactly fits
+    with pytest.raises(ConfigError) as e:
+        check_max_model_len(7600, 16, 131072, 131072)
+    assert "max seq len (131072)" in str(e.value) and "16.00 GiB KV cache is needed" in str(e.value)
+    assert "estimated maximum model length is 121600" in str(e.value) and e.value.param == "max-model-len"
+
+
+def test_resolve_arch_finds_an_org_less_repo_in_the_cache(hub_home):
+    base = os.path.join(hub_home, "hub", "models--gpt-tiny")
+    _write(os.path.join(base, "snapshots", "abc"), 4)
+    os.makedirs(os.path.join(base, "refs"))
+    with open(os.path.join(base, "refs", "main"), "w") as fh:
+        fh.write("abc")
+    assert resolve_arch("gpt-tiny")[0].num_layers == 4
+    assert resolve_arch("./not-there") is None and resolve_arch("a//b") is None

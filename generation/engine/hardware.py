@@ -19,7 +19,8 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "kv_bytes_per_token",
-           "kv_cache_blocks", "KV_CACHE_DTYPES", "QUANTIZATIONS", "GiB"]
+           "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
+           "QUANTIZATIONS", "GiB"]
 
 GiB = 1 << 30
 
@@ -207,3 +208,31 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
             f"leaves {avail / GiB:.2f} GiB after weights and activations; raise "
             f"--gpu-memory-utilization or --tensor-parallel-size", param="gpu-memory-utilization")
     return blocks
+
+
+def kv_cache_report(blocks: int, block_size: int, max_model_len: int) -> tuple[str, str]:
+    """The two lines vLLM logs once the cache is sized (``_report_kv_cache_config``):
+    ``GPU KV cache size: 415,248 tokens`` and ``Maximum concurrency for 131,072 tokens per
+    request: 3.17x`` (blocks over the blocks one ``max_model_len`` request needs)."""
+    per_request = -(-max(1, max_model_len) // block_size)
+    return (f"GPU KV cache size: {blocks * block_size:,} tokens",
+            f"Maximum concurrency for {max_model_len:,} tokens per request: "
+            f"{blocks / per_request:.2f}x")
+
+
+def check_max_model_len(blocks: int, block_size: int, max_model_len: int,
+                        kv_bytes_per_token: int) -> None:
+    """vLLM's start-up check that one ``max_model_len`` sequence fits in the cache (docs/
+    engine-model.md §2).  Raises ConfigError with vLLM's message and its estimate of the
+    longest length that fits; ``kv_bytes_per_token`` is per GPU (for the GiB figures)."""
+    needed = -(-max_model_len // block_size)
+    if needed <= blocks:
+        return
+    block_bytes = block_size * kv_bytes_per_token
+    raise ConfigError(
+        f"To serve at least one request with the models's max seq len ({max_model_len}), "
+        f"({needed * block_bytes / GiB:.2f} GiB KV cache is needed, which is larger than the "
+        f"available KV cache memory ({blocks * block_bytes / GiB:.2f} GiB). Based on the available "
+        f"memory, the estimated maximum model length is {blocks * block_size}. Try increasing "
+        f"`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+        param="max-model-len")

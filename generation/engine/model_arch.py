@@ -340,11 +340,11 @@ def resolve_arch(model: str, hf_config_path: str = "",
     if model and os.path.isfile(os.path.join(model, "config.json")):
         file = os.path.join(model, "config.json")
         return load_hf_config(file, name=model), file
-    if model and model.count("/") == 1 and not os.path.isabs(model):
+    if model and not os.path.isabs(model) and not model.startswith((".", "~")):
         from huggingface_hub import try_to_load_from_cache
         try:
             found = try_to_load_from_cache(model, "config.json", cache_dir=cache_dir or _hub_cache_dir())
-        except ValueError:                 # not a valid repo id
+        except ValueError:                 # not a valid repo id (HFValidationError)
             found = None
         if isinstance(found, str):
             return load_hf_config(found, name=model), found
