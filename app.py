@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from generation.config.values import ConfigError
-from generation.config.sim_config import SimConfig, ignored_flags
+from generation.config.sim_config import SimConfig, ignored_flags, step_only_flags
 from generation.config.cli import load_config
 from generation.errors import APIError, SimulatorError, error_type
 
@@ -117,6 +117,29 @@ def _yield_after_each_response(wsgi_app):
     return app
 
 
+def resolve_engine(config: SimConfig) -> None:
+    """``--latency-calculator step``: resolve the GPU, the model's architecture and the KV cache
+    once (:func:`generation.engine.step_config.resolve_step_settings`) into ``config.step``.
+    Raises ConfigError naming the flag at fault."""
+    if config.latency_calculator == "step" and config.step is None:
+        from generation.engine.step_config import resolve_step_settings
+        config.step = resolve_step_settings(config)
+
+
+def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
+    """The step engine of ``--latency-calculator step`` (:mod:`generation.engine.step_engine`):
+    vLLM V1's scheduler on ``config.step``'s KV cache, timed by its step-time model."""
+    from generation.engine.scheduler import Scheduler
+    from generation.engine.step_engine import StepEngine
+    st = config.step
+    scheduler = Scheduler(num_gpu_blocks=st.num_gpu_blocks, block_size=st.block_size, max_num_seqs=st.max_num_seqs,
+                          max_num_batched_tokens=st.max_num_batched_tokens, max_model_len=config.max_model_len,
+                          long_prefill_token_threshold=st.long_prefill_token_threshold, max_loras=config.max_loras)
+    metrics.steps = True
+    return StepEngine(scheduler, st.step_time, metrics, kv_cache=kv_cache, rng=rng, jitter=config.step_time_jitter,
+                      kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9)
+
+
 def build_simulator(config: SimConfig, tokenizer=None):
     """Build the engine and every part it uses, each given only what it needs (as vLLM's
     ``init_app_state``): the seeded rng, the tokenizer (``tokenizer`` as loaded by :func:`main`
@@ -151,13 +174,16 @@ def build_simulator(config: SimConfig, tokenizer=None):
     if config.fake_metrics is not None:
         metrics.use_fake(FakeMetricsCollector(config, metrics.docs()))
     loras = LoraRegistry(config.lora_modules, config.max_loras, config.max_cpu_loras)
-    kv_cache = None
-    if config.enable_kvcache:
+    resolve_engine(config)
+    kv_cache = engine = None
+    if config.enable_kvcache or config.step is not None:     # step mode: prefix caching, vLLM's default
         from generation.kvcache.cache import build_kv_cache
-        kv_cache = build_kv_cache(config, metrics, loras)
+        kv_cache = build_kv_cache(config, metrics, loras, publish=config.enable_kvcache)
+    if config.step is not None:
+        engine = build_step_engine(config, metrics, kv_cache, random.Random(f"{config.seed}-steps"))
     return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
                      latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
-                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache)
+                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache, engine=engine)
 
 
 def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:
@@ -172,6 +198,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         config = load_config(argv)
+        resolve_engine(config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -179,6 +206,8 @@ def main(argv=None) -> int:
     configure_logging(config)
     if ignored_flags(config):
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
+    if step_only_flags(config):
+        log.info("vLLM flags without effect unless --latency-calculator step: %s", " ".join(step_only_flags(config)))
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
         config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
     class NoDataset(Exception):

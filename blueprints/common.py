@@ -232,6 +232,9 @@ def scheduled_tokens(sim: Simulator, schedule):
     """Emit a :class:`~generation.engine.token_schedule.TokenSchedule` from the request's greenlet: each token's
     chunk (tokens due together in one write) once its deadline is reached; raises
     ClientDisconnected if the sequence is aborted meanwhile."""
+    if schedule.engine is not None:             # step mode: due when the engine's steps emit them
+        yield from sim.step_tokens(schedule)
+        return
     seq = schedule.seq
     while schedule.next < schedule.stop:
         sim.sleep_until(seq, schedule.deadline(schedule.next))

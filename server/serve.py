@@ -56,6 +56,9 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
         f"access log {'off' if getattr(c, 'disable_log_requests', False) else 'on'}, "
         f"shutdown grace {shutdown_grace(c):g}s)",
     ]
+    step = getattr(c, "step", None)
+    if step is not None:                  # step mode: what vLLM logs about its KV cache
+        lines[2:2] = step.summary(c.max_model_len)
     return lines
 
 

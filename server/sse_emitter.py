@@ -134,6 +134,7 @@ class HubEmitter:
         finally:
             self.active = False
             self._stop_timer()
+            self._unhook()
             if self.seq.event is self:
                 self.seq.event = None
 
@@ -142,11 +143,15 @@ class HubEmitter:
         if not self.active:
             return
         self._stop_timer()
-        self.schedule = None
+        self._unhook()
         self._emit()
 
     def _start_schedule(self, schedule: TokenSchedule) -> None:
         self.schedule = schedule
+        if schedule.engine is not None:          # step mode: the engine's step end calls us
+            schedule.seq.engine_req.notify = self._step_tick
+            self._step_tick()
+            return
         loop = self.loop
         loop.update_now()           # libev counts ``after`` from its cached clock: refresh it
         # (+1 us: libev read its clock just before this monotonic(); a timer due a hair early
@@ -178,6 +183,35 @@ class HubEmitter:
             self._stop_timer()
             self.schedule = None
             self._finish_later(min(schedule.itl, FINISH_WITHIN))
+
+    def _step_tick(self, _req=None) -> None:
+        """Step mode: the engine emitted tokens of this sequence (or the schedule just began)."""
+        if not self.active:
+            return
+        schedule = self.schedule
+        try:
+            data = schedule.due(monotonic())
+        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+            self._hand_back(("error", e))
+            return
+        if data is not None and not self._send(data):
+            return
+        req = schedule.seq.engine_req
+        if schedule.start == schedule.stop:       # the wait for the first token
+            if req.num_output or req.state == req.DONE:
+                self._unhook()
+                self._emit()
+        elif schedule.next >= schedule.stop:
+            self._unhook()
+            self._finish_later(FINISH_WITHIN)
+
+    def _unhook(self) -> None:
+        schedule = self.schedule
+        if schedule is not None and schedule.engine is not None:
+            req = schedule.seq.engine_req
+            if req.notify == self._step_tick:
+                req.notify = None
+        self.schedule = None
 
     def _finish_later(self, within: float) -> None:
         """The schedule is done.  The rest of the stream (the engine's bookkeeping, the final

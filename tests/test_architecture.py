@@ -31,7 +31,7 @@ ALLOWED = {
 # which generation subpackages each may import (besides itself): downwards only
 GENERATION_ALLOWED = {
     "adapters": {"engine", "content", "structured", "tokenization", "errors"},
-    "engine": {"tokenization", "errors"},
+    "engine": {"tokenization", "config", "errors"},
     "kvcache": set(),
     "metrics": {"config"},
     "structured": {"errors"},

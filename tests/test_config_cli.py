@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, SimClient, free_port
 from generation.config.options import ADMIN_KEYS, IGNORED_FLAGS, OPTIONS
 from generation.config.values import ConfigError
-from generation.config.sim_config import SimConfig, ignored_flags
+from generation.config.sim_config import SimConfig, ignored_flags, step_only_flags
 from generation.config.cli import build_parser, load_config, options_table
 
 
@@ -99,14 +99,18 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
     assert (c.disable_log_requests, c.log_level, c.api_key, c.max_logprobs) == (True, "warning", "sk-1", 5)
     assert (c.enable_force_include_usage, c.chat_template) == (True, "/t.jinja")
     assert ignored_flags(c) == [
-        "--gpu-memory-utilization", "--dtype", "--trust-remote-code", "--max-num-batched-tokens",
-        "--enable-auto-tool-choice", "--tool-call-parser", "--quantization", "--enable-lora",
-        "--tensor-parallel-size", "--pipeline-parallel-size", "--kv-cache-dtype", "--swap-space",
+        "--dtype", "--trust-remote-code",
+        "--enable-auto-tool-choice", "--tool-call-parser", "--enable-lora",
+        "--pipeline-parallel-size", "--swap-space",
         "--enforce-eager", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-log-stats",
         "--download-dir", "--revision", "--load-format", "--max-lora-rank", "--generation-config",
         "--reasoning-parser"]
-    assert ignored_flags(cfg("m")) == []
-    assert "tensor-parallel-size" in IGNORED_FLAGS
+    # the engine model's flags take effect with --latency-calculator step, and are listed otherwise
+    assert step_only_flags(c) == ["--gpu-memory-utilization", "--max-num-batched-tokens", "--quantization",
+                                  "--tensor-parallel-size", "--kv-cache-dtype"]
+    assert (c.tensor_parallel_size, c.quantization, c.max_num_batched_tokens) == (2, "fp8", 8192)
+    assert ignored_flags(cfg("m")) == [] and step_only_flags(cfg("m")) == []
+    assert "pipeline-parallel-size" in IGNORED_FLAGS and "tensor-parallel-size" not in IGNORED_FLAGS
 
 
 def test_lora_modules_name_equals_path_and_json_forms():

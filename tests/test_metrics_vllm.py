@@ -112,9 +112,10 @@ def test_request_values(app_client):
     assert d("vllm:prompt_tokens_cached_total") == 0
     assert d("vllm:request_prefill_kv_computed_tokens_sum") == prompts
     assert d("vllm:request_prefill_kv_computed_tokens_count") == 3
-    # one prefill step per sequence, then one 1-token step per further output token
+    # one prefill step per sequence (its prompt and its first token, as vLLM counts it), then one
+    # 1-token step per further output token
     assert d("vllm:iteration_tokens_total_count") == 3 + 4 + 4 + max(g2 - 1, 0)
-    assert d("vllm:iteration_tokens_total_sum") == prompts + 8 + max(g2 - 1, 0)
+    assert d("vllm:iteration_tokens_total_sum") == prompts + 10 + g2
     assert d("vllm:request_success_total", finished_reason="length") == 2
     assert d("vllm:generation_tokens_total") == 10 + g2
 

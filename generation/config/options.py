@@ -113,7 +113,11 @@ _declare("model",
                 "responses"),
          Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
          Option("seed", "int", None, "Random seed", nullable=True),
-         Option("mode", "str", "random", "Response source", choices=("random", "echo")))
+         Option("mode", "str", "random", "Response source", choices=("random", "echo")),
+         Option("hf-config-path", "str", "", "Directory or file of the model's config.json (step mode: the "
+                "architecture; else the Hugging Face cache, then the shipped presets)"),
+         Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
+                "doubles the FLOP/s)"))
 _declare("server",
          Option("port", "int", 8000, "Port the server listens on"),
          Option("host", "str", "0.0.0.0", "Address the server binds to"),
@@ -144,7 +148,13 @@ _declare("frontend",
 _declare("scheduler",
          Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
          Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
-                "get 429"))
+                "get 429"),
+         Option("max-num-batched-tokens", "int", None, "Tokens per engine step (step mode; default by GPU: "
+                "8192 on H100/H200, 2048 otherwise)", nullable=True, unit="tokens"),
+         Option("long-prefill-token-threshold", "int", 0, "Largest prefill chunk per step (step mode; 0: none, "
+                "or 4% of --max-model-len with --max-num-partial-prefills > 1)", unit="tokens"),
+         Option("max-num-partial-prefills", "int", 1, "Concurrent partial prefills (step mode; > 1 sets the "
+                "long-prefill threshold as vLLM does)"))
 _declare("latency",
          Option("time-to-first-token", help="Time to first token", **_lat),
          Option("time-to-first-token-std-dev", help="Standard deviation of the time to first token", **_lat),
@@ -161,14 +171,29 @@ _declare("latency",
          Option("time-to-generate-image-std-dev", help="Standard deviation of the image time", **_lat),
          Option("time-factor-under-load", "float", 1.0, "Latency multiplier when all sequences run (>= 1)",
                 admin=True, maximum=MAX_TIME_FACTOR),
-         Option("latency-calculator", "str", "", "`constant`, `per-token`, or empty for the legacy rule",
-                admin=True, choices=("", "constant", "per-token")))
+         Option("latency-calculator", "str", "", "`constant`, `per-token`, `step` (engine steps: continuous "
+                "batching on a GPU model), or empty for the legacy rule", admin=True,
+                choices=("", "constant", "per-token", "step")),
+         Option("gpu", "str", "H100", "GPU of the step-time model (step mode): H100, H200, A100-80GB, A100-40GB, "
+                "L40S, ..."),
+         Option("step-time-profile", "str", "", "YAML/JSON file overriding the step-time constants, or a measured "
+                "step-time table (step mode)"),
+         Option("step-time-jitter", "float", 0.0, "Relative standard deviation of each step's time (step mode; "
+                "seeded by --seed)", maximum=1.0),
+         Option("kv-transfer-bandwidth", "float", 25.0, "KV transfer bandwidth of a remote prefill (step mode)",
+                unit="GB/s"))
 _declare("cache",
          Option("enable-kvcache", "bool", False, "Simulate the prefix KV cache and publish KV events"),
          Option("kv-cache-size", "int", 1024, "KV cache size", unit="blocks"),
          Option("global-cache-hit-threshold", "float", 0.0, "Default cache_hit_threshold for all requests",
                 maximum=1.0),
          Option("block-size", "int", 16, "Tokens per KV block", choices=(8, 16, 32, 64, 128), unit="tokens"),
+         Option("gpu-memory-utilization", "float", 0.9, "Share of the GPU's memory vLLM uses (step mode: sizes "
+                "the KV cache)", maximum=1.0),
+         Option("num-gpu-blocks-override", "int", None, "KV cache size in blocks, instead of what the GPU's "
+                "memory allows (step mode)", nullable=True, unit="blocks"),
+         Option("kv-cache-dtype", "str", "auto", "KV cache data type (step mode: fp8 halves its bytes)",
+                choices=("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")),
          Option("hash-seed", "str", "", "Seed of the KV block hashes", env="PYTHONHASHSEED"),
          Option("prefix-caching-hash-algo", "str", HASH_ALGOS[0], "KV block hash: the reference's FNV-1a 64 "
                 "over CBOR, or vLLM's sha256_cbor", choices=HASH_ALGOS),
@@ -226,6 +251,8 @@ _declare("multimodal",
          Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode"))
 _declare("parallel",
          Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8)"),
+         Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
+                "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"))
 _declare("environment",
          Option("pod-ip", "str", "", "Pod address (KV-event topic; required with --enable-kvcache)",
@@ -243,22 +270,22 @@ ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
 # boolean switch).  Aliases (`-tp`) map to the long name in _IGNORED_ALIASES.
 IGNORED_FLAGS: dict[str, bool] = {
     # model / loading
-    "dtype": True, "trust-remote-code": False, "quantization": True, "revision": True,
+    "dtype": True, "trust-remote-code": False, "revision": True,
     "code-revision": True, "tokenizer-revision": True, "tokenizer-mode": True, "download-dir": True,
-    "load-format": True, "config-format": True, "hf-config-path": True, "hf-token": True,
+    "load-format": True, "config-format": True, "hf-token": True,
     "hf-overrides": True, "generation-config": True, "override-generation-config": True, "task": True,
     "runner": True, "convert": True, "model-impl": True, "max-seq-len-to-capture": True,
     "disable-sliding-window": False, "skip-tokenizer-init": False, "enforce-eager": False,
     "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
     # memory / cache / scheduler
-    "gpu-memory-utilization": True, "kv-cache-dtype": True, "swap-space": True, "cpu-offload-gb": True,
-    "num-gpu-blocks-override": True, "enable-prefix-caching": False, "max-num-batched-tokens": True,
-    "enable-chunked-prefill": False, "max-num-partial-prefills": True,
-    "long-prefill-token-threshold": True, "scheduling-policy": True, "async-scheduling": False,
+    "swap-space": True, "cpu-offload-gb": True,
+    "enable-prefix-caching": False,
+    "enable-chunked-prefill": False,
+    "scheduling-policy": True, "async-scheduling": False,
     "kv-transfer-config": True, "kv-events-config": True, "ec-transfer-config": True,
     "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
     # parallelism
-    "tensor-parallel-size": True, "pipeline-parallel-size": True, "distributed-executor-backend": True,
+    "pipeline-parallel-size": True, "distributed-executor-backend": True,
     "enable-expert-parallel": False, "data-parallel-address": True, "data-parallel-rpc-port": True,
     "data-parallel-size-local": True, "data-parallel-start-rank": True, "data-parallel-backend": True,
     "api-server-count": True, "headless": False, "disable-custom-all-reduce": False,
@@ -293,9 +320,8 @@ IGNORED_FLAGS: dict[str, bool] = {
     "override-pooler-config": True, "show-hidden-metrics-for-version": True, "enable-mfu-metrics": False,
     "pt-load-map-location": True, "safetensors-load-strategy": True, "disable-chunked-mm-input": False,
 }
-_IGNORED_ALIASES = {"-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size", "-q": "quantization",
-                    "-O": "compilation-config"}
-_OPTION_ALIASES = {"-dp": "data-parallel-size"}     # vLLM's short forms of real options
+_IGNORED_ALIASES = {"-pp": "pipeline-parallel-size", "-O": "compilation-config"}
+_OPTION_ALIASES = {"-dp": "data-parallel-size", "-tp": "tensor-parallel-size", "-q": "quantization"}     # vLLM's short forms of real options
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ class SimConfig:
         for o in OPTIONS.values():
             setattr(self, o.attr, copy.deepcopy(o.default))
         self.ignored_flags: list[str] = []         # vLLM flags given and ignored (start-up log)
+        self.explicit: frozenset = frozenset(values)    # options given, not defaulted (load_config sets it)
+        self.step = None                           # step mode's resolved settings (generation.engine.step_config)
         for k, v in values.items():
             if k not in _ATTRS:
                 raise TypeError(f"unknown option {k!r}")
@@ -69,6 +71,9 @@ class SimConfig:
             except ConfigError as e:
                 raise ConfigError(f'field "{key}": {e}', key) from None
             setattr(trial, opt.attr, v)
+        if (trial.latency_calculator == "step") != (self.latency_calculator == "step"):
+            raise ConfigError("field \"latency-calculator\": step mode is chosen at start-up (the engine is built "
+                              "then); restart with or without --latency-calculator step", "latency-calculator")
         trial.validate()
         return trial
 
@@ -248,9 +253,9 @@ class SimConfig:
                 raise ConfigError(msg, (attr + "_std_dev").replace("_", "-"))
         if self.time_factor_under_load < 1.0:
             raise ConfigError("time factor under load cannot be less than 1.0", "time-factor-under-load")
-        if self.latency_calculator not in ("", "constant", "per-token"):
+        if self.latency_calculator not in ("", "constant", "per-token", "step"):
             raise ConfigError(f"unknown latency-calculator {self.latency_calculator}, supported calculators "
-                              f"are: constant and per-token", "latency-calculator")
+                              f"are: constant, per-token and step", "latency-calculator")
 
     # ---- rendering ---------------------------------------------------------------------------
     def to_public_dict(self) -> dict:
@@ -292,4 +297,19 @@ def ignored_flags(config: SimConfig) -> list[str]:
     """The vLLM flags given on the command line or in YAML that this simulator ignores, in the
     order given (``--dtype``, ``-tp`` ...), for the one start-up log line."""
     return [f"--{n}" for n in getattr(config, "ignored_flags", [])]
+
+
+# vLLM's flags that take effect only with --latency-calculator step (the engine model)
+STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization", "tensor-parallel-size",
+             "kv-cache-dtype", "num-gpu-blocks-override", "hf-config-path", "long-prefill-token-threshold",
+             "max-num-partial-prefills", "gpu", "step-time-profile", "step-time-jitter", "kv-transfer-bandwidth")
+
+
+def step_only_flags(config: SimConfig) -> list[str]:
+    """The step-mode flags given while another latency calculator is in use (they have no
+    effect then), for one start-up log line."""
+    if config.latency_calculator == "step":
+        return []
+    given = getattr(config, "explicit", frozenset())
+    return [f"--{n}" for n in STEP_ONLY if n in given]
 

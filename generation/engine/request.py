@@ -11,6 +11,11 @@ from enum import StrEnum
 from typing import Any
 
 
+class ClientDisconnected(Exception):
+    """Raised in a request's greenlet when it wakes after ``Simulator.cancel`` aborted it (the
+    client left); also importable from :mod:`generation.engine.simulator`."""
+
+
 class SeqState(StrEnum):
     """Where a :class:`Sequence` is in its life (a ``str`` enum: members compare equal to their
     values).  NEW -> RUNNING or WAITING (or INSTANT for an answer that needs no slot) -> DONE;
@@ -80,7 +85,7 @@ class Sequence:
     __slots__ = ("request", "index", "prompt_index", "prompt", "prompt_len", "cached_tokens",
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
-                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason")
+                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -106,6 +111,7 @@ class Sequence:
         self.kv_blocks = None
         self.kv_hashes = None
         self.stop_reason = None          # the stop string that ended the output (vLLM's stop_reason)
+        self.engine_req = None           # its EngineRequest in step mode (generation.engine.scheduler)
 
     def tool_call_of_piece(self) -> list:
         """For each piece of ``pieces``, the index of the tool call it belongs to."""

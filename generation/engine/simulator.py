@@ -24,15 +24,11 @@ from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
 from generation.errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
-from .request import GenerationRequest, SeqState, Sequence
+from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
 from generation.tokenization.tokenizer import tokenize_chat
 from .token_schedule import TokenSchedule
 
 monotonic = time.monotonic
-
-class ClientDisconnected(Exception):
-    """Raised in a request's greenlet when it wakes after :meth:`Simulator.cancel` aborted it."""
-
 
 def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthError:
     """vLLM's context-length error."""
@@ -48,15 +44,16 @@ class Simulator:
     updates apply to later draws)."""
 
     def __init__(self, config, *, rng, tokenizer, sentences, responses, latency, metrics, loras,
-                 tool_synthesizer=None, kv_cache=None):
+                 tool_synthesizer=None, kv_cache=None, engine=None):
         """Parts are built by :func:`app.build_simulator` (one explicit place, as vLLM's
         ``init_app_state``): ``rng`` the seeded ``random.Random`` every draw uses,
         ``tokenizer``, ``sentences`` (random-mode text, also padding for tool calls),
         ``responses`` (the response source: an object with ``respond(rng, prompt, max_tokens,
         room, ignore_eos) -> (pieces, ids, finish_reason)``, see :mod:`generation.content.sources`),
         ``latency``, ``metrics`` (a :class:`MetricsRecorder`, bound here to read the scheduler's
-        state when scraped), ``loras``; optional ``tool_synthesizer`` and ``kv_cache``
-        (``--enable-kvcache``)."""
+        state when scraped), ``loras``; optional ``tool_synthesizer``, ``kv_cache``
+        (``--enable-kvcache``) and ``engine`` (a :class:`~generation.engine.step_engine.StepEngine`:
+        ``--latency-calculator step``, engine steps instead of per-request latencies)."""
         self.config = config
         self.rng = rng
         self.tokenizer = tokenizer
@@ -67,6 +64,7 @@ class Simulator:
         self.loras = loras
         self.tool_synthesizer = tool_synthesizer
         self.kv_cache = kv_cache
+        self.engine = engine
         self.running = 0
         self.waiting: deque[Sequence] = deque()
         self.metrics.bind(self)
@@ -197,6 +195,9 @@ class Simulator:
         if received_at is not None and received_at < now:
             now = received_at
         cfg = self.config
+        if self.engine is not None:
+            self._admit_to_engine(seqs, now)
+            return
         admitted = []
         for seq in seqs:
             seq.arrival = now
@@ -218,6 +219,24 @@ class Simulator:
                     self.abort(s)
                 raise QueueFullError()
             admitted.append(seq)
+
+    def _admit_to_engine(self, seqs: list[Sequence], now: float) -> None:
+        """Step mode: every sequence joins the engine's waiting queue (429 when the queue cannot
+        take them all); the engine's steps decide when each runs."""
+        engine = self.engine
+        live = sum(1 for s in seqs if s.finish_reason != "cache_threshold")
+        if live and engine.queued_beyond_batch() + live > self.config.max_waiting_queue_length:
+            raise QueueFullError()
+        for seq in seqs:
+            seq.arrival = now
+            if seq.finish_reason == "cache_threshold":
+                seq.state = SeqState.INSTANT
+                if self.kv_cache is not None:
+                    self.kv_cache.start(seq)
+                    self.kv_cache.finish(seq)
+                continue
+            seq.state = SeqState.RUNNING          # in the engine (its queue or its batch)
+            engine.add(seq, now)
 
     def _start(self, seq: Sequence, now: float) -> None:
         seq.state = SeqState.RUNNING
@@ -250,6 +269,9 @@ class Simulator:
 
     def _release(self, seq: Sequence) -> None:
         state = seq.state
+        if self.engine is not None:
+            self.engine.abort(seq)                # a no-op for a request the engine finished
+            return
         if state == SeqState.RUNNING:
             self.running -= 1
             self.loras.release(seq.lora)
@@ -324,7 +346,7 @@ class Simulator:
     def expects_delay(self, seqs) -> bool:
         """Whether running ``seqs`` will wait at all (then a disconnect watcher is worth it)."""
         c = self.config
-        if any(s.state == SeqState.WAITING for s in seqs):
+        if self.engine is not None or any(s.state == SeqState.WAITING for s in seqs):
             return True
         return (c.time_to_first_token > 0 or c.inter_token_latency > 0 or c.prefill_overhead > 0
                 or c.prefill_time_per_token > 0 or c.kv_cache_transfer_latency > 0
@@ -356,6 +378,9 @@ class Simulator:
                 seq.finished_at = monotonic()
                 self.metrics.finished(seq)
                 seq.state = SeqState.DONE
+                return
+            if self.engine is not None:
+                yield from self.engine.stream(seq, per_token, blocks, deadlines, self.step_schedule)
                 return
             self._wait_for_slot(seq)
             lat = self.latency
@@ -448,6 +473,16 @@ class Simulator:
                     self.abort(seq)
             elif seq.state == SeqState.INSTANT:
                 seq.state = SeqState.DONE
+
+    def step_schedule(self, seq: Sequence, start: int, stop: int) -> TokenSchedule:
+        """Tokens ``start..stop-1`` of ``seq`` as the engine emits them (``start == stop``: only
+        the wait for the first token), for a driver that emits them itself."""
+        return TokenSchedule.of_engine(seq, start, stop, self.engine, self.metrics, self.latency)
+
+    def step_tokens(self, schedule: TokenSchedule):
+        """Emit a step-driven ``schedule`` from the calling greenlet (see
+        :meth:`generation.engine.step_engine.StepEngine.emit_in_greenlet`)."""
+        return self.engine.emit_in_greenlet(schedule)
 
     def _wait_until(self, seq: Sequence, target: float, deadlines: bool) -> None:
         """Inside :meth:`run`, after it yielded ``target`` (``deadlines``: its driver has waited

@@ -25,7 +25,7 @@ class TokenSchedule:
     ``stop = next`` and returns None, and the generator goes on per token.
     """
     __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
-                 "latency", "config_values")
+                 "latency", "config_values", "engine")
 
     def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
                  metrics, latency):
@@ -40,6 +40,17 @@ class TokenSchedule:
         self.render = None
         self.latency = latency                  # the LatencyModel, on the live config
         self.config_values = latency.config.__dict__    # replaced as a whole by SimConfig.swap
+        self.engine = None
+
+    @classmethod
+    def of_engine(cls, seq: Sequence, start: int, stop: int, engine, metrics, latency) -> "TokenSchedule":
+        """Step mode (:mod:`generation.engine.step_engine`): tokens ``start..stop-1`` are due when
+        the engine's steps emit them, not on a clock; the driver registers for the engine's
+        notification (``seq.engine_req.notify``) and calls :meth:`due` on each.  ``start == stop``:
+        only the wait for the first token (the driver then resumes the generator)."""
+        self = cls(seq, start, stop, 0.0, 0.0, 0.0, metrics, latency)
+        self.engine = engine
+        return self
 
     def deadline(self, k: int) -> float:
         return self.first + (k - self.start) * self.itl
@@ -47,7 +58,10 @@ class TokenSchedule:
     def due(self, now: float):
         """The chunks of every token due at ``now`` (monotonic seconds) as one ``bytes``, with
         their emission lag and inter-token latency observed as the engine does per token; None
-        when none is due yet, or when the schedule was cut short (``next == stop``)."""
+        when none is due yet, or when the schedule was cut short (``next == stop``).  In step
+        mode, the tokens the engine has emitted (their inter-token latencies are the engine's)."""
+        if self.engine is not None:
+            return self._emitted(now)
         if self.latency.config.__dict__ is not self.config_values and self._latencies_changed():
             self.stop = self.next
             return None
@@ -65,6 +79,22 @@ class TokenSchedule:
             self.lag(now - (first + (j - start) * itl))
             self.itl_obs(now - self.prev)
             self.prev = now
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _emitted(self, now: float):
+        req = self.seq.engine_req
+        k0 = self.next
+        avail = self.engine.available(self.seq, req)
+        if avail > self.stop:
+            avail = self.stop
+        if avail <= k0:
+            return None
+        render = self.render
+        out = [render(k) for k in range(k0, avail)]
+        self.next = avail
+        late = now - req.last_token
+        for _ in range(avail - k0):
+            self.lag(late)
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _latencies_changed(self) -> bool:

@@ -70,11 +70,12 @@ class PrefixCounter:
         pass
 
 
-def build_kv_cache(cfg, metrics, loras) -> "KVCache":
+def build_kv_cache(cfg, metrics, loras, publish: bool = True) -> "KVCache":
     """The app's cache: ``cfg`` the :class:`generation.config.sim_config.SimConfig`, ``metrics`` with
     ``prefix_queries`` / ``prefix_hits`` counters, ``loras`` the LoRA registry (``slots``:
     name -> 1-based slot, ``loaded``: names).  Starts the event publisher (``--zmq-endpoint``)
-    and the replay socket (``--kv-events-replay-endpoint``) when configured."""
+    and the replay socket (``--kv-events-replay-endpoint``) when configured and ``publish``
+    (step mode without ``--enable-kvcache`` keeps a prefix cache that publishes nothing)."""
     settings = KVCacheSettings.from_config(cfg)
     rank = max(cfg.data_parallel_rank, 0)
 
@@ -87,7 +88,7 @@ def build_kv_cache(cfg, metrics, loras) -> "KVCache":
         return [*cfg.served_names, *loras.loaded]
 
     publisher = None
-    if cfg.zmq_endpoint:
+    if publish and cfg.zmq_endpoint:
         topic = f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"
         on_sent = None
         replay_endpoint = getattr(cfg, "kv_events_replay_endpoint", "") or ""

@@ -24,9 +24,12 @@ Simulator choices (README, "Metrics"):
   series created at 0: a tool-call answer counts as ``stop``, a P/D prefill answer
   (``remote_decode``) as ``length`` (vLLM's prefill node stops at max_tokens=1), a
   ``cache_threshold`` refusal as ``abort``;
-* there are no engine steps: ``vllm:iteration_tokens_total`` gets, per finished sequence, one
-  prefill step of its computed prompt tokens and one 1-token step per further output token;
-* nothing is ever preempted (``vllm:num_preemptions_total`` stays 0) or recomputed;
+* without engine steps (every calculator but ``step``), ``vllm:iteration_tokens_total`` gets, per
+  finished sequence, one prefill step of its computed prompt tokens plus its first token, and one
+  1-token step per further output token, and nothing is preempted (``vllm:num_preemptions``
+  stays 0); with ``--latency-calculator step`` both come from the engine's real steps
+  (:mod:`generation.engine.step_engine`), as do the running / waiting gauges and
+  ``vllm:kv_cache_usage_perc`` (blocks held / blocks);
 * ``vllm:lora_requests_info`` keeps the current adapter state and at most
   ``max(--max-cpu-loras, --max-loras)`` recent ones (vLLM and the reference keep every state
   ever seen, which made ``/metrics`` grow without bound);
@@ -58,6 +61,9 @@ PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 WAITING_REASONS = ("capacity", "deferred")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 LABELS = ("model_name", "engine")
+
+
+PREEMPTION_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100)     # per request (vLLM 0.33's histogram)
 
 
 class FastHistogram:
@@ -164,6 +170,7 @@ class MetricsRecorder:
         self.engine = str(max(getattr(config, "data_parallel_rank", 0) or 0, 0))
         self.sim = None
         self.fake = None
+        self.steps = False          # step mode: iteration_tokens_total is observed per engine step
         lv = self._lv = {"model_name": self.model_name, "engine": self.engine}
         self.histograms: list[FastHistogram] = []
 
@@ -210,6 +217,8 @@ class MetricsRecorder:
         self.kv_computed = hist("vllm:request_prefill_kv_computed_tokens",
                                 "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
                                 b125)
+        self.request_preemptions = hist("vllm:request_num_preemptions",
+                                        "Number of preemptions of each finished request.", PREEMPTION_BUCKETS)
         self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                         TPOT_BUCKETS)
         self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
@@ -275,6 +284,10 @@ class MetricsRecorder:
     def _collect_state(self):
         sim = self.sim
         lbl = [self.model_name, self.engine]
+        engine = getattr(sim, "engine", None)
+        if engine is not None:
+            yield from self._collect_engine_state(engine, lbl)
+            return
         running = sim.running if sim else 0
         waiting = list(sim.waiting) if sim else []
         yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
@@ -283,16 +296,40 @@ class MetricsRecorder:
         if waiting and sim.loras.paths:
             loras = sim.loras
             deferred = sum(1 for s in waiting if s.lora and s.lora not in loras.loaded and not loras.can_run(s.lora))
+        yield self._waiting_family(lbl, len(waiting) - deferred, deferred)
+        kv = sim.kv_cache.usage() if sim is not None and sim.kv_cache is not None else 0.0
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+        yield from self._collect_sleep_and_lora(sim, lbl)
+
+    def _waiting_family(self, lbl, capacity: int, deferred: int):
         fam = GaugeMetricFamily(
             "vllm:num_requests_waiting_by_reason",
             "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
             "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). "
             "Sum of all reasons equals vllm:num_requests_waiting.", labels=list(LABELS) + ["reason"])
-        fam.add_metric(lbl + ["capacity"], len(waiting) - deferred)
+        fam.add_metric(lbl + ["capacity"], capacity)
         fam.add_metric(lbl + ["deferred"], deferred)
-        yield fam
-        kv = sim.kv_cache.usage() if sim is not None and sim.kv_cache is not None else 0.0
-        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
+        return fam
+
+    def _collect_engine_state(self, engine, lbl):
+        """Step mode: the scheduler's own state (docs/engine-model.md section 5): running and
+        waiting requests, waiting by reason (deferred: a KV transfer in flight, or a LoRA
+        adapter the batch cannot take), KV usage from the blocks held."""
+        sched = engine.scheduler
+        now = time.monotonic()
+        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                          len(sched.running))
+        waiting = len(sched.waiting) + engine.pending
+        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
+        loras = {r.lora for r in sched.running if r.lora}
+        full = sched.max_loras and len(loras) >= sched.max_loras
+        deferred = sum(1 for r in sched.waiting
+                       if r.kv_ready_at > now or (full and r.lora and r.lora not in loras))
+        yield self._waiting_family(lbl, waiting - deferred, deferred)
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", sched.usage())
+        yield from self._collect_sleep_and_lora(self.sim, lbl)
+
+    def _collect_sleep_and_lora(self, sim, lbl):
         sleeping = bool(sim and sim.sleeping)
         level = getattr(sim, "sleep_level", 1) if sleeping else 0
         fam = GaugeMetricFamily(
@@ -309,8 +346,14 @@ class MetricsRecorder:
     def _lora_family(self):
         sim = self.sim
         if sim is not None:
-            running = ",".join(sorted(n for n, c in sim.loras.loaded.items() if c > 0))
-            waiting = ",".join(sorted({s.lora for s in sim.waiting if s.lora}))
+            engine = getattr(sim, "engine", None)
+            if engine is not None:
+                sched = engine.scheduler
+                running = ",".join(sorted({r.lora for r in sched.running if r.lora}))
+                waiting = ",".join(sorted({r.lora for r in sched.waiting if r.lora}))
+            else:
+                running = ",".join(sorted(n for n, c in sim.loras.loaded.items() if c > 0))
+                waiting = ",".join(sorted({s.lora for s in sim.waiting if s.lora}))
             state = (running, waiting)
             if state != self._lora_last:
                 states = self._lora_states
@@ -389,16 +432,22 @@ class MetricsRecorder:
                (self.params_max_tokens, max_tokens), (self.kv_computed, computed)]
         if seq.index % max(req.n, 1) == 0:          # one observation per prompt, as vLLM's parent request
             obs.append((self.params_n, req.n))
+        engine_req = getattr(seq, "engine_req", None)
+        obs.append((self.request_preemptions, engine_req.preemptions if engine_req is not None else 0))
         if reason != "cache_threshold":
             it = self.iteration_tokens
-            if n > 1:
+            if self.steps:                          # step mode: the engine observes its real steps
+                it = None
+            elif n > 1:
                 it.observe_n(1, n - 1)
             arrival = seq.arrival
             start = seq.started_at or arrival
             end = seq.finished_at
             first = seq.first_token_at or end
             decode = end - first
-            obs += ((it, max(computed, 1)), (self.queue, max(start - arrival, 0.0)), (self.ttft, first - arrival),
+            if it is not None:                      # the prefill step: its prompt tokens and the first token
+                obs.append((it, computed + 1))
+            obs += ((self.queue, max(start - arrival, 0.0)), (self.ttft, first - arrival),
                     (self.e2e, end - arrival), (self.inference, end - start), (self.prefill, first - start),
                     (self.decode, decode))
             tokens = len(seq.pieces)

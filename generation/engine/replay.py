@@ -1,0 +1,263 @@
+"""The step engine in virtual time: the live server's scheduler and step-time model, run as fast
+as the CPU allows, for capacity planning and for testing the scheduler deterministically.
+
+``python -m generation.engine.replay --trace FILE [server flags]`` (or ``--rate R`` /
+``--concurrency C`` with ``--num-requests``, ``--prompt-tokens``, ``--output-tokens`` for a
+synthetic load) prints TTFT / ITL / TPOT / e2e percentiles, throughput, preemptions and KV usage,
+and with ``--plot FILE.png`` draws them over time.  The server flags are the server's own
+(``--gpu``, ``--model``, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--max-model-len``,
+``--tensor-parallel-size``, ...): a replay answers "what would this ``vllm serve`` line do with
+this load".
+
+A trace is JSON Lines, one request per line: ``{"arrival": seconds, "prompt_tokens": P,
+"output_tokens": O}``, optionally ``"prefix_group": name, "prefix_tokens": K`` for requests that
+share a K-token prefix (cached once a request of the group has prefilled it; the replay keeps a
+group's prefix cached for the whole run, the server evicts least recently used blocks).
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import random
+import sys
+from dataclasses import dataclass, field
+
+from .scheduler import EngineRequest, Scheduler
+
+
+@dataclass
+class TraceRequest:
+    """One request of a trace: ``arrival`` seconds, ``prompt_tokens``, ``output_tokens``, and an
+    optional shared prefix (``prefix_group``, ``prefix_tokens``)."""
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    prefix_group: str | None = None
+    prefix_tokens: int = 0
+
+
+@dataclass
+class ReplayResult:
+    """Per-request timings (seconds) and per-step samples of one replay."""
+    requests: list = field(default_factory=list)      # finished EngineRequests
+    itl: list = field(default_factory=list)           # every inter-token latency, seconds
+    steps: list = field(default_factory=list)         # (end time, KV usage, running, waiting, tokens)
+    preemptions: int = 0
+    duration: float = 0.0
+
+    def percentiles(self, values, ps=(50, 90, 99)) -> dict:
+        if not values:
+            return {f"p{p}": None for p in ps}
+        v = sorted(values)
+        return {f"p{p}": v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))] for p in ps}
+
+    def summary(self) -> dict:
+        """TTFT, ITL, TPOT and e2e percentiles (seconds), throughput (output tokens / s),
+        preemptions and the mean and peak KV usage."""
+        reqs = self.requests
+        ttft = [r.first_token - r.arrival for r in reqs]
+        e2e = [r.finished_at - r.arrival for r in reqs]
+        tpot = [(r.finished_at - r.first_token) / (r.num_output - 1) for r in reqs if r.num_output > 1]
+        out_tokens = sum(r.num_output for r in reqs)
+        usage = [s[1] for s in self.steps]
+        return {"requests": len(reqs), "duration_s": self.duration,
+                "output_tokens_per_s": out_tokens / self.duration if self.duration else 0.0,
+                "requests_per_s": len(reqs) / self.duration if self.duration else 0.0,
+                "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
+                "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
+                "preemptions": self.preemptions, "steps": len(self.steps),
+                "kv_usage_mean": sum(usage) / len(usage) if usage else 0.0,
+                "kv_usage_peak": max(usage) if usage else 0.0}
+
+
+def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, frontend: float | None = None,
+           rng: random.Random | None = None, jitter: float = 0.0, max_steps: int = 10_000_000) -> ReplayResult:
+    """Run ``trace`` (TraceRequests, by arrival) through ``scheduler`` in virtual time.
+
+    ``concurrency`` > 0 is a closed loop instead: that many requests in flight, the next one sent
+    when one finishes (arrivals in the trace are then ignored).  ``frontend`` seconds pass between
+    a request's arrival and its entry in the queue (default: the step-time model's).  The same
+    rules as the live server (:mod:`generation.engine.step_engine`), without sleeping."""
+    frontend = step_time.frontend_time() if frontend is None else frontend
+    trace = list(trace)
+    result = ReplayResult()
+    cached_groups: set = set()
+
+    def prefix_hit(req: EngineRequest) -> int:
+        return req.prefix_len if req.group in cached_groups else 0
+
+    def on_prefilled(req: EngineRequest) -> None:
+        if req.group is not None:
+            cached_groups.add(req.group)
+
+    scheduler.on_prefilled = on_prefilled
+    arrivals: list = []                 # heap of (time into the queue, index, EngineRequest)
+    order = 0
+
+    def submit(tr: TraceRequest, at: float) -> None:
+        nonlocal order
+        req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
+                            prefix_len=tr.prefix_tokens)
+        req.prefix_hit = prefix_hit
+        heapq.heappush(arrivals, (at + frontend, order, req))
+        order += 1
+
+    pending = iter(trace)
+    if concurrency > 0:
+        for tr in pending:
+            submit(tr, 0.0)
+            if order >= concurrency:
+                break
+    else:
+        for tr in trace:
+            submit(tr, tr.arrival)
+        pending = iter(())
+    now = 0.0
+    steps = 0
+    while (arrivals or scheduler.has_work()) and steps < max_steps:
+        while arrivals and arrivals[0][0] <= now:
+            at, _, req = heapq.heappop(arrivals)
+            scheduler.add(req, at)
+        plan = scheduler.schedule(now)
+        if not plan.scheduled:
+            nxt = [arrivals[0][0]] if arrivals else []
+            nxt += [r.kv_ready_at for r in scheduler.waiting if r.kv_ready_at > now]
+            if not nxt:
+                break                   # nothing can ever run (a request larger than the cache)
+            now = min(nxt)
+            continue
+        dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                                 plan.prefill_pairs, plan.prefill_context)
+        if jitter > 0 and rng is not None:
+            dt *= max(0.5, 1.0 + rng.gauss(0.0, jitter))
+        now += dt
+        emitted = scheduler.complete(plan, now)
+        steps += 1
+        for req in emitted:
+            if req.prev_token is not None:
+                result.itl.append(now - req.prev_token)
+            if req.state == EngineRequest.DONE:
+                result.requests.append(req)
+                if concurrency > 0:
+                    tr = next(pending, None)
+                    if tr is not None:
+                        submit(tr, now)
+        result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
+                             plan.num_tokens))
+    result.preemptions = scheduler.num_preemptions
+    result.duration = now
+    return result
+
+
+def synthetic_trace(num_requests: int, prompt_tokens: int, output_tokens: int, rate: float = 0.0,
+                    seed: int = 0) -> list[TraceRequest]:
+    """``num_requests`` requests of fixed lengths; Poisson arrivals at ``rate`` per second
+    (seeded), or all at time 0 when ``rate`` is 0."""
+    rng = random.Random(seed)
+    t = 0.0
+    out = []
+    for _ in range(num_requests):
+        if rate > 0:
+            t += rng.expovariate(rate)
+        out.append(TraceRequest(t, prompt_tokens, output_tokens))
+    return out
+
+
+def read_trace(path: str) -> list[TraceRequest]:
+    """A JSON Lines trace (see the module docstring); raises ValueError naming the line."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                d = json.loads(line)
+                out.append(TraceRequest(float(d.get("arrival", 0.0)), int(d["prompt_tokens"]),
+                                        int(d["output_tokens"]), d.get("prefix_group"),
+                                        int(d.get("prefix_tokens", 0))))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{i}: not a trace request ({e})") from None
+    out.sort(key=lambda r: r.arrival)
+    return out
+
+
+def scheduler_for(settings, max_model_len: int, max_loras: int = 0) -> Scheduler:
+    """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`)."""
+    return Scheduler(num_gpu_blocks=settings.num_gpu_blocks, block_size=settings.block_size,
+                     max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
+                     max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
+                     max_loras=max_loras)
+
+
+def plot(result: ReplayResult, path: str, title: str = "") -> None:
+    """TTFT and ITL over time, KV usage and batch size over time (matplotlib, PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    reqs = sorted(result.requests, key=lambda r: r.arrival)
+    a.plot([r.arrival for r in reqs], [1000 * (r.first_token - r.arrival) for r in reqs], ".", ms=3, label="TTFT")
+    a.plot([r.arrival for r in reqs], [1000 * (r.finished_at - r.first_token) / max(r.num_output - 1, 1)
+                                       for r in reqs], ".", ms=3, label="TPOT")
+    a.set_ylabel("ms")
+    a.legend()
+    a.set_title(title)
+    t = [s[0] for s in result.steps]
+    b.plot(t, [100 * s[1] for s in result.steps], label="KV usage %")
+    b.plot(t, [s[2] for s in result.steps], label="running")
+    b.plot(t, [s[3] for s in result.steps], label="waiting")
+    b.set_xlabel("time (s)")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m generation.engine.replay", description=__doc__.split("\n\n")[0],
+                                epilog="Other flags are the server's (--gpu, --model, --max-num-seqs, ...).")
+    p.add_argument("--trace", help="JSON Lines trace (arrival, prompt_tokens, output_tokens)")
+    p.add_argument("--rate", type=float, default=0.0, help="synthetic load: Poisson arrivals per second")
+    p.add_argument("--concurrency", type=int, default=0, help="closed loop: requests in flight")
+    p.add_argument("--num-requests", type=int, default=200)
+    p.add_argument("--prompt-tokens", type=int, default=1024)
+    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--plot", help="write a PNG plot here")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args, rest = p.parse_known_args(argv)
+    from generation.config.cli import load_config
+    from generation.config.values import ConfigError
+    from .step_config import resolve_step_settings
+    try:
+        cfg = load_config(["--latency-calculator", "step", *rest])
+        settings = resolve_step_settings(cfg)
+        trace = read_trace(args.trace) if args.trace else synthetic_trace(
+            args.num_requests, args.prompt_tokens, args.output_tokens, args.rate, cfg.seed or 0)
+    except (ConfigError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras)
+    result = replay(sched, settings.step_time, trace, concurrency=args.concurrency,
+                    rng=random.Random(f"{cfg.seed}-steps"), jitter=cfg.step_time_jitter)
+    s = result.summary()
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        for line in settings.summary(cfg.max_model_len):
+            print(line)
+        ms = lambda d: "  ".join(f"{k} {1000 * v:.1f} ms" if v is not None else f"{k} -" for k, v in d.items())
+        print(f"{s['requests']} requests in {s['duration_s']:.2f} s: {s['output_tokens_per_s']:.0f} output tokens/s, "
+              f"{s['requests_per_s']:.2f} requests/s, {s['steps']} steps, {s['preemptions']} preemptions")
+        for k in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):
+            print(f"  {k[:-2].upper():5s} {ms(s[k])}")
+        print(f"  KV usage mean {100 * s['kv_usage_mean']:.1f} %, peak {100 * s['kv_usage_peak']:.1f} %")
+    if args.plot:
+        plot(result, args.plot, f"{settings.gpu.name} {settings.arch.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""vLLM V1's scheduler, step by step, without a clock: which requests run in an engine step and
+how many tokens each computes (docs/engine-model.md section 1, ``vllm/v1/core/sched/scheduler.py``).
+
+One step:
+
+1. **running requests first**, in order, while the token budget (``--max-num-batched-tokens``)
+   lasts: a decoding request takes 1 token, a request in prefill the rest of its prompt, capped
+   by the budget (chunked prefill), by ``--long-prefill-token-threshold`` when > 0 and by
+   ``max_model_len - 1 - computed``.  Blocks are allocated lazily, for the tokens computed so far
+   plus this step's;
+2. a running request that cannot get its blocks **preempts the newest running request** (FCFS:
+   ``running.pop()``), which frees its blocks, forgets its computed tokens and goes back to the
+   **head** of the waiting queue; this repeats until the request fits or has preempted itself
+   (then the running pass stops).  Recompute is the only mode;
+3. **waiting requests**, FCFS, are admitted while budget remains, ``running < --max-num-seqs``,
+   and no request was preempted in this step; a request whose blocks cannot be allocated stops
+   admission (head-of-line blocking).  The prefix cache gives a new request its computed tokens
+   (block-aligned, at most ``num_tokens - 1``); a resumed request prefills its prompt and the
+   tokens it already generated again, minus cache hits;
+4. at the step's end every request whose computed tokens reached its length emits one token,
+   all at the same instant (:meth:`Scheduler.complete`).
+
+The caller owns time: :meth:`Scheduler.schedule` builds a :class:`StepPlan` (with the aggregates a
+step-time model needs: :mod:`generation.engine.step_time`), the caller decides when the step ends,
+then calls :meth:`Scheduler.complete`.  The same code runs the live server
+(:mod:`generation.engine.step_engine`) and the virtual-clock replay
+(:mod:`generation.engine.replay`).  Everything is O(requests in the step) per step.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+
+class EngineRequest:
+    """One sequence in the scheduler (vLLM's ``Request``): ``prompt_len`` and ``output_len`` in
+    tokens; ``num_computed`` tokens have KV, ``num_output`` tokens were emitted; ``blocks`` held.
+    Times are the caller's clock (seconds).  ``seq`` is the caller's object (a
+    :class:`~generation.engine.request.Sequence` on the server, None in a replay)."""
+    __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora",
+                 "arrival", "queued_at", "first_scheduled", "first_token", "last_token", "finished_at",
+                 "preemptions", "state", "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "group",
+                 "prefix_len", "stored", "prev_token")
+
+    WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
+
+    def __init__(self, prompt_len: int, output_len: int, *, seq=None, lora=None, arrival: float = 0.0,
+                 kv_ready_at: float = 0.0, group=None, prefix_len: int = 0):
+        self.seq = seq
+        self.prompt_len = max(int(prompt_len), 1)
+        self.output_len = max(int(output_len), 1)      # vLLM samples at least one token
+        self.num_computed = 0
+        self.num_output = 0
+        self.blocks = 0
+        self.lora = lora
+        self.arrival = arrival
+        self.queued_at = arrival
+        self.first_scheduled = None
+        self.first_token = None
+        self.last_token = None
+        self.finished_at = None
+        self.preemptions = 0
+        self.state = self.WAITING
+        self.kv_ready_at = kv_ready_at       # remote prefill: not schedulable before (KV transfer)
+        self.prefix_hit = None               # callable(req) -> cached tokens, or None: no prefix cache
+        self.notify = None                   # set by the caller: called when tokens were emitted
+        self.cached_tokens = 0               # prefix-cache hit of the first scheduling
+        self.group = group                   # replay: shared-prefix group
+        self.prefix_len = prefix_len         # replay: tokens of the group's shared prefix
+        self.stored = False                  # its prompt blocks were offered to the prefix cache
+        self.prev_token = None               # when the token before the last one was emitted
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens known so far: the prompt and the tokens generated (what a recompute prefills)."""
+        return self.prompt_len + self.num_output
+
+    @property
+    def finished(self) -> bool:
+        return self.state == self.DONE
+
+
+class StepPlan:
+    """What one engine step runs: ``scheduled`` ``[(request, new tokens)]`` in batch order, the
+    requests ``preempted`` while planning it, and the step-time aggregates (docs/engine-model.md
+    section 3): ``num_decode`` (D), ``decode_context`` (C_dec, tokens), ``num_chunks``,
+    ``prefill_tokens`` (sum n_i), ``prefill_pairs`` (sum n_i (p_i + n_i / 2)), ``prefill_context``
+    (sum p_i)."""
+    __slots__ = ("scheduled", "preempted", "num_decode", "decode_context", "num_chunks", "prefill_tokens",
+                 "prefill_pairs", "prefill_context", "start", "end")
+
+    def __init__(self):
+        self.scheduled: list = []
+        self.preempted: list = []
+        self.num_decode = 0
+        self.decode_context = 0
+        self.num_chunks = 0
+        self.prefill_tokens = 0
+        self.prefill_pairs = 0.0
+        self.prefill_context = 0
+        self.start = 0.0
+        self.end = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens through the network in this step (T = D + sum n_i)."""
+        return self.num_decode + self.prefill_tokens
+
+    def add(self, req: EngineRequest, n: int) -> None:
+        self.scheduled.append((req, n))
+        c = req.num_computed
+        if n == 1 and req.num_output and c == req.num_tokens - 1:
+            self.num_decode += 1
+            self.decode_context += c + 1
+        else:
+            self.num_chunks += 1
+            self.prefill_tokens += n
+            self.prefill_pairs += n * (c + n / 2)
+            self.prefill_context += c
+
+
+class Scheduler:
+    """The waiting queue, the running batch and the KV blocks of one engine.
+
+    ``num_gpu_blocks`` blocks of ``block_size`` tokens; ``max_num_seqs`` running requests at most;
+    ``max_num_batched_tokens`` tokens per step; ``long_prefill_token_threshold`` (0: none) caps a
+    prefill chunk; ``max_model_len`` caps a sequence; ``max_loras`` distinct LoRA adapters per
+    batch (requests for another adapter are skipped over, as vLLM's scheduler skips them).
+    ``on_preempt(req)`` / ``on_free(req)`` / ``on_prefilled(req)`` tell the caller when a request
+    is preempted, releases its blocks (finished, preempted, aborted) and first completes its prompt."""
+
+    def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
+                 max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
+                 on_preempt=None, on_free=None, on_prefilled=None):
+        self.num_gpu_blocks = num_gpu_blocks
+        self.block_size = block_size
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.max_loras = max_loras
+        self.free_blocks = num_gpu_blocks
+        self.running: list[EngineRequest] = []
+        self.waiting: deque[EngineRequest] = deque()
+        self.num_preemptions = 0
+        self.on_preempt = on_preempt
+        self.on_free = on_free
+        self.on_prefilled = on_prefilled
+
+    # ---- state --------------------------------------------------------------------------
+    @property
+    def used_blocks(self) -> int:
+        return self.num_gpu_blocks - self.free_blocks
+
+    def usage(self) -> float:
+        """``vllm:kv_cache_usage_perc``: blocks held by requests over the cache (0..1)."""
+        return self.used_blocks / self.num_gpu_blocks if self.num_gpu_blocks else 0.0
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def add(self, req: EngineRequest, now: float) -> None:
+        """Queue a request (FCFS, at the tail)."""
+        req.state = EngineRequest.WAITING
+        req.queued_at = now
+        self.waiting.append(req)
+
+    def abort(self, req: EngineRequest) -> None:
+        """Remove a request wherever it is, releasing its blocks (client gone)."""
+        if req.state == EngineRequest.RUNNING:
+            self.running.remove(req)
+            self._free(req)
+        elif req.state == EngineRequest.WAITING:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+            self._free(req)
+        req.state = EngineRequest.ABORTED
+
+    def _free(self, req: EngineRequest) -> None:
+        if req.blocks:
+            self.free_blocks += req.blocks
+            req.blocks = 0
+        if self.on_free is not None:
+            self.on_free(req)
+
+    def _preempt(self, req: EngineRequest, plan: StepPlan) -> None:
+        self._free(req)
+        req.num_computed = 0
+        req.preemptions += 1
+        req.state = EngineRequest.WAITING
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+        plan.preempted.append(req)
+        if self.on_preempt is not None:
+            self.on_preempt(req)
+
+    def _chunk(self, req: EngineRequest, budget: int) -> int:
+        n = req.num_tokens - req.num_computed
+        t = self.long_prefill_token_threshold
+        if 0 < t < n:
+            n = t
+        if n > budget:
+            n = budget
+        room = self.max_model_len - 1 - req.num_computed
+        if n > room:
+            n = max(room, 1 if req.num_computed < req.num_tokens else 0)
+        return n
+
+    # ---- one step ----------------------------------------------------------------------
+    def schedule(self, now: float) -> StepPlan:
+        """Plan the next step at ``now``: allocate blocks, preempt, admit.  The plan is empty
+        when nothing can run (no work, or only requests waiting for a KV transfer)."""
+        plan = StepPlan()
+        plan.start = now
+        budget = self.max_num_batched_tokens
+        running = self.running
+        scheduled = plan.scheduled
+        append = scheduled.append
+        bs = self.block_size
+        last_room = self.max_model_len - 1
+        decode = decode_context = 0
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            c = req.num_computed
+            if req.prompt_len + req.num_output - c == 1 and req.num_output and c < last_room:
+                need = (c + bs) // bs - req.blocks          # a decode: one token, maybe one block
+                if need > 0:
+                    if need > self.free_blocks and not self._make_room(req, need, plan):
+                        break                               # it preempted itself: the pass ends
+                    self.free_blocks -= need
+                    req.blocks += need
+                append((req, 1))
+                decode += 1
+                decode_context += c + 1
+                budget -= 1
+                i += 1
+                continue
+            n = self._chunk(req, budget)
+            if n <= 0:
+                i += 1
+                continue
+            need = -(-(c + n) // bs) - req.blocks
+            if need > self.free_blocks and not self._make_room(req, need, plan):
+                break
+            if need > 0:
+                self.free_blocks -= need
+                req.blocks += need
+            plan.add(req, n)
+            budget -= n
+            i += 1
+        plan.num_decode += decode
+        plan.decode_context += decode_context
+        if not plan.preempted and self.waiting:
+            self._admit(plan, budget, now)
+        return plan
+
+    def _make_room(self, req: EngineRequest, need: int, plan: StepPlan) -> bool:
+        """Preempt the newest running requests until ``need`` blocks are free for ``req``;
+        False when ``req`` itself was preempted."""
+        running = self.running
+        while need > self.free_blocks:
+            victim = running.pop()
+            self._preempt(victim, plan)
+            if victim is req:
+                return False
+        return True
+
+    def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
+        waiting = self.waiting
+        running = self.running
+        bs = self.block_size
+        loras = {r.lora for r in running if r.lora} if self.max_loras else None
+        skipped = []
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            req = waiting[0]
+            if req.kv_ready_at > now or (loras is not None and req.lora and req.lora not in loras
+                                        and len(loras) >= self.max_loras):
+                skipped.append(waiting.popleft())       # deferred: KV transfer or LoRA budget
+                continue
+            if req.num_computed == 0:
+                hit = req.prefix_hit(req) if req.prefix_hit is not None else 0
+                hit = min(hit, req.num_tokens - 1) // bs * bs
+                if req.first_scheduled is None:
+                    req.cached_tokens = hit
+                req.num_computed = hit
+            n = self._chunk(req, budget)
+            need = -(-(req.num_computed + n) // bs) - req.blocks
+            if need > self.free_blocks:
+                req.num_computed = 0                     # a waiting request holds no blocks
+                break                                    # head-of-line blocking
+            waiting.popleft()
+            self.free_blocks -= need
+            req.blocks += need
+            req.state = EngineRequest.RUNNING
+            if req.first_scheduled is None:
+                req.first_scheduled = now
+            running.append(req)
+            if loras is not None and req.lora:
+                loras.add(req.lora)
+            plan.add(req, n)
+            budget -= n
+        if skipped:
+            waiting.extendleft(reversed(skipped))
+
+    def complete(self, plan: StepPlan, end: float) -> list[EngineRequest]:
+        """The step ended at ``end``: advance every scheduled request; those that reached their
+        length emit one token at ``end`` (returned, in batch order); finished ones leave the
+        batch and free their blocks."""
+        plan.end = end
+        emitted = []
+        append = emitted.append
+        finished = False
+        on_prefilled = self.on_prefilled
+        running_state = EngineRequest.RUNNING
+        for req, n in plan.scheduled:
+            if req.state != running_state:
+                continue                                 # aborted during the step
+            c = req.num_computed = req.num_computed + n
+            if c < req.prompt_len + req.num_output:
+                continue                                 # a chunk of a longer prefill
+            if not req.stored and on_prefilled is not None:
+                req.stored = True
+                on_prefilled(req)
+            out = req.num_output = req.num_output + 1
+            if req.first_token is None:
+                req.first_token = end
+            req.prev_token = req.last_token
+            req.last_token = end
+            append(req)
+            if out >= req.output_len:
+                req.state = EngineRequest.DONE
+                req.finished_at = end
+                finished = True
+        if finished:
+            keep = []
+            for req in self.running:
+                if req.state == EngineRequest.DONE:
+                    self._free(req)
+                else:
+                    keep.append(req)
+            self.running[:] = keep
+        return emitted

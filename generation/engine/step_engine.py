@@ -1,0 +1,331 @@
+"""``--latency-calculator step``: the live server's engine steps, on the real clock, in the hub.
+
+One :class:`StepEngine` per rank runs vLLM V1's scheduler (:mod:`generation.engine.scheduler`)
+step after step: each step's duration comes from the step-time model
+(:mod:`generation.engine.step_time`), and at its end every sequence in it emits its token at the
+same instant.  One libev timer per step drives every stream (not one per stream): the step's
+callback tells each sequence that emitted (``EngineRequest.notify``), which either sends the
+chunk from the hub (:class:`~server.sse_emitter.HubEmitter`) or wakes the request's greenlet.
+
+Steps chain on the ideal timeline (a step starts when the previous one ends, not when the loop
+got round to it), so lateness of the event loop delays emission but does not accumulate; an
+idle engine starts its next step when a request arrives (after the frontend overhead, as vLLM's
+API server tokenizes before the engine sees a request).  All callbacks run in the hub and never
+block; the per-step work is O(requests in the step).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from gevent.hub import Waiter, get_hub
+
+from .request import ClientDisconnected, SeqState
+from .scheduler import EngineRequest, Scheduler
+
+log = logging.getLogger("vllm_sim")
+monotonic = time.monotonic
+FLUSH = -1          # Simulator.FLUSH: what was rendered so far goes out before this greenlet waits
+
+
+class StepEngine:
+    """The engine of one rank in step mode.
+
+    ``scheduler`` a :class:`Scheduler`; ``step_time`` an object with ``step_time(num_decode,
+    decode_context, num_chunks, prefill_tokens, prefill_pairs, prefill_context) -> seconds``,
+    ``frontend_time() -> seconds`` and ``kv_bytes_per_token``; ``metrics`` the
+    :class:`~generation.metrics.recorder.MetricsRecorder`; ``kv_cache`` the prefix cache (or None);
+    ``rng`` a seeded ``random.Random`` for the step-time jitter (relative standard deviation
+    ``jitter``); ``kv_transfer_bandwidth`` bytes/s of a remote prefill's KV transfer."""
+
+    def __init__(self, scheduler: Scheduler, step_time, metrics, *, kv_cache=None, rng=None, jitter: float = 0.0,
+                 kv_transfer_bandwidth: float = 25e9, description: str = ""):
+        self.scheduler = scheduler
+        self.step_time = step_time
+        self.metrics = metrics
+        self.kv_cache = kv_cache
+        self.rng = rng
+        self.jitter = jitter
+        self.kv_transfer_bandwidth = kv_transfer_bandwidth
+        self.description = description
+        self.frontend = step_time.frontend_time()
+        self.busy = False           # a step is running (its timer armed) or about to start
+        self.timer = None
+        self.plan = None
+        self.last_end = 0.0
+        self.steps = 0
+        self.pending = 0            # requests in their frontend delay, not yet queued
+        scheduler.on_free = self._on_free
+        scheduler.on_prefilled = self._on_prefilled
+        scheduler.on_preempt = self._on_preempt
+        self._hub = None
+
+    # ---- requests ----------------------------------------------------------------------
+    def waiting_count(self) -> int:
+        """Requests waiting: in the queue, or still in their frontend delay."""
+        return len(self.scheduler.waiting) + self.pending
+
+    def queued_beyond_batch(self) -> int:
+        """Waiting requests that the batch's free seats (``--max-num-seqs``) cannot take: what
+        ``--max-waiting-queue-length`` bounds (a request that can run at once never counts)."""
+        sched = self.scheduler
+        return max(0, self.waiting_count() - (sched.max_num_seqs - len(sched.running)))
+
+    def add(self, seq, arrival: float) -> EngineRequest:
+        """Queue ``seq`` (arrived at ``arrival``, monotonic seconds); returns its request."""
+        req_ = seq.request
+        n = len(seq.pieces)
+        output_len = 1 if req_.remote_decode else max(n, 1)
+        ready = 0.0
+        if req_.remote_prefill:       # P/D decode side: the prompt's KV comes over the network
+            ready = arrival + seq.prompt_len * self.step_time.kv_bytes_per_token / self.kv_transfer_bandwidth
+        req = EngineRequest(seq.prompt_len, output_len, seq=seq, lora=seq.lora, arrival=arrival, kv_ready_at=ready)
+        if req_.remote_prefill:
+            req.prefix_hit = _remote_kv
+        elif self.kv_cache is not None:
+            req.prefix_hit = self._prefix_hit
+        seq.engine_req = req
+        seq.arrival = arrival
+        at = arrival + self.frontend
+        delay = at - monotonic()
+        if delay > 0:
+            self.pending += 1
+            timer = self._loop().timer(delay)
+            timer.start(self._enqueue_later, req, timer)
+        else:
+            self._enqueue(req, at)
+        return req
+
+    def _enqueue_later(self, req, timer) -> None:
+        timer.close()
+        self.pending -= 1
+        if req.state == EngineRequest.ABORTED:
+            return
+        self._enqueue(req, monotonic())
+
+    def _enqueue(self, req: EngineRequest, now: float) -> None:
+        self.scheduler.add(req, now)
+        self.kick()
+
+    def abort(self, seq) -> None:
+        req = getattr(seq, "engine_req", None)
+        if req is not None and req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):
+            self.scheduler.abort(req)
+            self.kick()           # freed blocks may admit waiting requests
+        elif req is not None:
+            req.state = EngineRequest.ABORTED if req.state != EngineRequest.DONE else req.state
+
+    # ---- prefix cache ------------------------------------------------------------------
+    def _prefix_hit(self, req: EngineRequest) -> int:
+        return self.kv_cache.lookup(req.seq)
+
+    def _on_prefilled(self, req: EngineRequest) -> None:
+        kv = self.kv_cache
+        seq = req.seq
+        if kv is not None and seq is not None and not seq.request.remote_prefill:
+            kv.start(seq)                  # the prompt's blocks are computed: stored, announced
+        if seq is not None:
+            seq.cached_tokens = req.cached_tokens
+
+    def _on_free(self, req: EngineRequest) -> None:
+        if self.kv_cache is not None and req.seq is not None and req.stored:
+            self.kv_cache.finish(req.seq)
+
+    def _on_preempt(self, req: EngineRequest) -> None:
+        req.stored = False              # recomputed later: its blocks are stored again
+        self.metrics.preemptions.value += 1
+
+    # ---- steps -------------------------------------------------------------------------
+    def _loop(self):
+        hub = self._hub
+        if hub is None:
+            hub = self._hub = get_hub()
+        return hub.loop
+
+    def kick(self) -> None:
+        """Start stepping if idle (or only waiting for a KV transfer), once this turn of the loop
+        is over: requests admitted in the same turn join the same step."""
+        if not self.busy or (self.plan is None and self.timer is not None):
+            self.busy = True
+            self._loop().run_callback(self._start_step)
+
+    def _start_step(self) -> None:
+        if self.plan is None and self.timer is not None:     # waiting for a KV transfer: plan now
+            self.timer.close()
+            self.timer = None
+        self._plan_step(monotonic())
+
+    def _plan_step(self, start: float) -> None:
+        sched = self.scheduler
+        if not sched.has_work():
+            self.busy = False
+            return
+        plan = sched.schedule(start)
+        if not plan.scheduled:
+            self.plan = None
+            wake = min((r.kv_ready_at for r in sched.waiting if r.kv_ready_at > start), default=0.0)
+            if wake:                     # only KV transfers in flight: wait for the first
+                self._arm(wake, self._transfer_done)
+            else:                        # nothing fits (cannot happen when max_model_len fits the cache)
+                self.busy = False
+            return
+        st = self.step_time
+        dt = st.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                          plan.prefill_pairs, plan.prefill_context)
+        if self.jitter > 0 and self.rng is not None:
+            dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
+        plan.end = start + dt
+        self.plan = plan
+        self._arm(plan.end, self._end_step)
+
+    def _arm(self, deadline: float, callback) -> None:
+        loop = self._loop()
+        loop.update_now()
+        timer = self.timer = loop.timer(max(0.0, deadline - monotonic()))
+        timer.start(callback, deadline)
+
+    def _transfer_done(self, deadline: float) -> None:
+        self.timer.close()
+        self._plan_step(max(deadline, monotonic()))
+
+    def _end_step(self, deadline: float) -> None:
+        self.timer.close()
+        self.timer = None
+        loop = self._loop()
+        loop.update_now()
+        now = monotonic()
+        if now < deadline:               # libev's clock lags the real one: never early
+            self._arm(deadline, self._end_step)
+            return
+        plan = self.plan
+        self.plan = None
+        self.steps += 1
+        self.last_end = end = plan.end
+        emitted = self.scheduler.complete(plan, end)
+        self._record(plan, emitted)
+        self._plan_step(end)             # the next step starts where this one ended
+        for req in emitted:              # after planning: a stream's end may admit new requests
+            notify = req.notify
+            if notify is not None:
+                notify(req)
+
+    def _record(self, plan, emitted) -> None:
+        """Per step, as vLLM's IterationStats: ``iteration_tokens_total`` gets the step's prompt
+        tokens plus its generated tokens; one inter-token latency per token after a request's
+        first (this step's end minus its previous token), observed once per distinct gap."""
+        m = self.metrics
+        m.iteration_tokens.observe(plan.prefill_tokens + len(emitted))
+        end = plan.end
+        gaps: dict = {}
+        for req in emitted:
+            prev = req.prev_token
+            if prev is not None:
+                gap = end - prev
+                gaps[gap] = gaps.get(gap, 0) + 1
+        observe_n = m.itl.observe_n
+        for gap, count in gaps.items():
+            observe_n(gap, count)
+
+    # ---- streams ------------------------------------------------------------------------
+    def stream(self, seq, per_token: bool, blocks: bool, deadlines: bool, schedule_for):
+        """``Simulator.run`` in step mode: a generator of token indexes (``range`` s of tokens
+        emitted together with ``blocks``), FLUSH (-1) before this greenlet waits, and with
+        ``deadlines`` :class:`~generation.engine.token_schedule.TokenSchedule` s that the driver
+        emits as the steps produce them (``schedule_for(seq, start, stop)``; an empty one is the
+        wait for the first token).  The sequence's times are the engine's step ends; raises
+        ClientDisconnected when it is aborted meanwhile."""
+        engine = self
+        req = seq.engine_req
+        n = len(seq.pieces)
+        lag = self.metrics.token_lag
+        if req.num_output == 0 and req.state != req.DONE:
+            if deadlines:
+                yield schedule_for(seq, 0, 0)
+            else:
+                if per_token:
+                    yield FLUSH
+                engine.wait(seq, req, 0)
+            if seq.state == SeqState.ABORTED:
+                raise ClientDisconnected()
+        if per_token:
+            k = 0
+            while k < n:
+                avail = engine.available(seq, req)
+                if avail > k:
+                    now = monotonic()
+                    for _ in range(avail - k):
+                        lag(now - req.last_token)
+                    if blocks and avail - k > 1:
+                        yield range(k, avail)
+                    else:
+                        for j in range(k, avail):
+                            yield j
+                    k = avail
+                    continue
+                if deadlines:
+                    schedule = schedule_for(seq, k, n)
+                    yield schedule
+                    k = schedule.next
+                else:
+                    yield FLUSH
+                    engine.wait(seq, req, k)
+                if seq.state == SeqState.ABORTED:
+                    raise ClientDisconnected()
+        while req.state != req.DONE:          # non-streaming, or a prefill-only answer's end
+            engine.wait(seq, req, req.num_output)
+            if seq.state == SeqState.ABORTED:
+                raise ClientDisconnected()
+        seq.started_at = req.first_scheduled
+        seq.first_token_at = req.first_token
+        seq.finished_at = req.finished_at
+        self.metrics.finished(seq)
+
+    def emit_in_greenlet(self, schedule):
+        """Emit a step-driven ``schedule`` from the calling greenlet: each step's chunks once the
+        engine emitted them; raises ClientDisconnected if the sequence is aborted meanwhile."""
+        seq, req, engine = schedule.seq, schedule.seq.engine_req, self
+        if schedule.stop == schedule.start:
+            engine.wait(seq, req, 0)
+        while schedule.next < schedule.stop:
+            if seq.state == SeqState.ABORTED:
+                raise ClientDisconnected()
+            engine.wait(seq, req, schedule.next)
+            data = schedule.due(monotonic())
+            if data is not None:
+                yield data
+        if seq.state == SeqState.ABORTED:
+            raise ClientDisconnected()
+
+    # ---- waiting for tokens (greenlet-driven streams) -------------------------------------
+    def wait(self, seq, req: EngineRequest, have: int) -> None:
+        """Block the calling greenlet until ``req`` has emitted more than ``have`` tokens, has
+        finished, or ``seq`` was aborted (``Simulator.cancel`` switches ``seq.event``)."""
+        if req.num_output > have or req.state in (EngineRequest.DONE, EngineRequest.ABORTED):
+            return
+        waiter = Waiter(get_hub())
+        seq.event = waiter
+        req.notify = lambda _r: waiter.switch(None)
+        try:
+            waiter.get()
+        finally:
+            req.notify = None
+            seq.event = None
+
+    def available(self, seq, req: EngineRequest) -> int:
+        """Tokens of ``seq`` that can be sent now."""
+        if req.state == EngineRequest.DONE:
+            return len(seq.pieces)
+        return min(req.num_output, len(seq.pieces))
+
+
+def _remote_kv(req: EngineRequest) -> int:
+    return req.prompt_len - 1            # pulled from the prefill pod: only the last token is computed
+
+
+def kv_capacity_summary(num_gpu_blocks: int, block_size: int, max_model_len: int) -> tuple[int, float]:
+    """``(GPU KV cache size in tokens, maximum concurrency for max_model_len-token requests)`` as
+    vLLM logs them at start-up."""
+    tokens = num_gpu_blocks * block_size
+    per_req = math.ceil(max_model_len / block_size) * block_size
+    return tokens, tokens / per_req if per_req else 0.0

@@ -1,0 +1,140 @@
+"""``--latency-calculator step`` through the Flask app: metrics as vLLM defines them from the
+engine's steps, preemption under a small KV cache with every stream's tokens intact, block
+accounting after aborts, queue limits and start-up errors."""
+from __future__ import annotations
+
+import gevent
+import pytest
+
+from conftest import make_app, metric, scrape, sse_events
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer")
+
+
+def client(app_client, *flags):
+    return app_client(*STEP, *flags, model=LLAMA)
+
+
+def completion(c, prompt_tokens: int, max_tokens: int, **extra):
+    body = {"prompt": list(range(100, 100 + prompt_tokens)), "max_tokens": max_tokens, "ignore_eos": True, **extra}
+    return c.post("/v1/completions", json=body)
+
+
+def test_metrics_come_from_the_engine_steps(app_client):
+    c = client(app_client, "--max-model-len", "2048")
+    r = completion(c, 100, 8)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+    m = scrape(c)
+    # one prefill step (100 prompt tokens + the first token), then 7 one-token decode steps
+    assert metric(m, "vllm:iteration_tokens_total_count") == 8
+    assert metric(m, "vllm:iteration_tokens_total_sum") == 108
+    assert metric(m, "vllm:inter_token_latency_seconds_count") == 7
+    assert metric(m, "vllm:request_num_preemptions_count") == 1
+    assert metric(m, "vllm:request_num_preemptions_sum") == 0
+    assert metric(m, "vllm:kv_cache_usage_perc") == 0.0          # nothing held once it finished
+    sim = c.sim
+    st = sim.config.step
+    decode = st.step_time.step_time(1, 101, 0, 0, 0.0, 0)
+    itl = metric(m, "vllm:inter_token_latency_seconds_sum") / 7
+    assert decode * 0.999 < itl < decode * 1.5                    # the modelled step, not a constant
+    ttft = metric(m, "vllm:time_to_first_token_seconds_sum")
+    prefill = st.step_time.step_time(0, 0, 1, 100, 100 * 50.0, 0)
+    assert ttft >= st.step_time.frontend_time() + prefill * 0.999
+    tpot = metric(m, "vllm:request_time_per_output_token_seconds_sum")
+    assert tpot == pytest.approx(itl, rel=0.2)
+
+
+def test_a_small_cache_preempts_and_every_stream_keeps_its_tokens(app_client):
+    # 8 blocks of 16 tokens; 4 sequences of 20 + 40 tokens need 4 blocks each at the end
+    c = client(app_client, "--num-gpu-blocks-override", "8", "--max-model-len", "128", "--max-num-seqs", "4")
+    r = completion(c, 20, 40, n=4, stream=True)
+    assert r.status_code == 200
+    per_choice: dict = {}
+    for ev in sse_events(r.text):
+        if ev == "[DONE]":
+            continue
+        for ch in ev["choices"]:
+            if ch["text"]:
+                per_choice.setdefault(ch["index"], []).append(ch["text"])
+    assert sorted(per_choice) == [0, 1, 2, 3]
+    assert all(len(v) == 40 for v in per_choice.values())
+    m = scrape(c)
+    assert metric(m, "vllm:num_preemptions_total") > 0
+    assert metric(m, "vllm:request_num_preemptions_sum") == metric(m, "vllm:num_preemptions_total")
+    assert metric(m, "vllm:kv_cache_usage_perc") == 0.0
+    sched = c.sim.engine.scheduler
+    assert sched.free_blocks == 8 and not sched.running and not sched.waiting
+    # non-streaming: the same preempted run gives whole answers
+    r = completion(c, 20, 40, n=4)
+    assert [ch["finish_reason"] for ch in r.json()["choices"]] == ["length"] * 4
+    assert r.json()["usage"]["completion_tokens"] == 160
+
+
+def test_kv_usage_follows_the_blocks_held_while_running(app_client):
+    c = client(app_client, "--num-gpu-blocks-override", "100", "--max-model-len", "1024")
+    g = gevent.spawn(completion, c, 160, 30)
+    sched = c.sim.engine.scheduler
+    for _ in range(200):
+        gevent.sleep(0.005)
+        if sched.running:
+            break
+    m = scrape(c)
+    assert metric(m, "vllm:num_requests_running") == 1
+    assert 0.1 <= metric(m, "vllm:kv_cache_usage_perc") <= 0.2      # 160..190 tokens: 10..12 of 100 blocks
+    assert g.get(timeout=10).status_code == 200
+    assert metric(scrape(c), "vllm:kv_cache_usage_perc") == 0.0
+
+
+def test_cancelled_requests_release_their_blocks(app_client):
+    c = client(app_client, "--num-gpu-blocks-override", "64", "--max-model-len", "512", "--max-num-seqs", "2")
+    sim = c.sim
+    from generation.engine.request import GenerationRequest, Prompt
+    req = GenerationRequest("r1", LLAMA, prompts=[Prompt(list(range(200)))], n=3, max_tokens=100, ignore_eos=True)
+    seqs = sim.prepare(req)
+    sim.admit(seqs)
+    sched = sim.engine.scheduler
+    for _ in range(100):
+        gevent.sleep(0.005)
+        if sched.running:
+            break
+    assert sched.running and sched.free_blocks < 64
+    sim.cancel(seqs)
+    assert sched.free_blocks == 64 and not sched.running and not sched.waiting
+    gevent.sleep(0.05)                    # the engine goes idle with nothing left
+    assert not sim.engine.busy or not sched.has_work()
+
+
+def test_queue_limit_counts_what_cannot_run_now(app_client):
+    c = client(app_client, "--max-num-seqs", "1", "--max-waiting-queue-length", "1", "--max-model-len", "512")
+    g1 = gevent.spawn(completion, c, 10, 60)
+    g2 = gevent.spawn(completion, c, 10, 60)
+    gevent.sleep(0.02)
+    r = completion(c, 10, 5)               # one running, one waiting: the queue is full
+    assert r.status_code == 429
+    assert g1.get(timeout=10).status_code == 200 and g2.get(timeout=10).status_code == 200
+
+
+def test_step_mode_cannot_be_switched_at_run_time(app_client):
+    c = client(app_client)
+    r = c.post("/admin/config", json={"latency-calculator": "constant"})
+    assert r.status_code == 400 and "start-up" in r.json()["error"]["message"]
+    d = app_client("--max-num-seqs", "2")
+    r = d.post("/admin/config", json={"latency-calculator": "step"})
+    assert r.status_code == 400
+
+
+def test_a_max_model_len_that_cannot_fit_is_a_start_up_error():
+    from generation.config.values import ConfigError
+    with pytest.raises(ConfigError) as e:
+        make_app(*STEP, "--num-gpu-blocks-override", "10", "--max-model-len", "1024", model=LLAMA)
+    assert "max-model-len" in str(e.value.param) and "KV cache" in str(e.value)
+
+
+def test_defaults_follow_the_gpu_class(app_client):
+    h100 = client(app_client).sim.config
+    a100 = client(app_client, "--gpu", "A100-40GB").sim.config
+    assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
+    given = client(app_client, "--max-num-seqs", "7", "--max-num-batched-tokens", "512").sim.config
+    assert (given.max_num_seqs, given.max_num_batched_tokens) == (7, 512)
