@@ -60,27 +60,34 @@ def start(gpu: str, port: int) -> subprocess.Popen:
     raise SystemExit(f"server for {gpu} did not start: {proc.stderr.read().decode()[-500:]}")
 
 
-async def one(client: httpx.AsyncClient, port: int, prompt_tokens: int, output_tokens: int) -> tuple:
-    body = {"model": MODEL, "prompt": [1000 + (i % 5000) for i in range(prompt_tokens)],
-            "max_tokens": output_tokens, "ignore_eos": True, "stream": True}
+async def one(client: httpx.AsyncClient, port: int, batch: int, prompt_tokens: int, output_tokens: int,
+              salt: int) -> tuple:
+    """One streamed completions request of ``batch`` prompts (each its own sequence, admitted
+    together, as ``vllm bench latency`` submits its batch); distinct token ids: no prefix hits.
+    Returns (send time, {choice index: [arrival time of each token]})."""
+    prompts = [[1000 + (salt * 7919 + b * 104729 + i) % 100000 for i in range(prompt_tokens)] for b in range(batch)]
+    body = {"model": MODEL, "prompt": prompts if batch > 1 else prompts[0], "max_tokens": output_tokens,
+            "ignore_eos": True, "stream": True}
     t0 = time.perf_counter()
-    times = []
+    times: dict = {}
     async with client.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body) as r:
         async for line in r.aiter_lines():
-            if line.startswith("data: {") and '"text":""' not in line:
-                times.append(time.perf_counter())
+            if line.startswith("data: {"):
+                now = time.perf_counter()
+                for ch in json.loads(line[6:])["choices"]:
+                    if ch["text"]:
+                        times.setdefault(ch["index"], []).append(now)
     return t0, times
 
 
 async def run_case(port: int, batch: int, prompt_tokens: int, output_tokens: int, rounds: int) -> dict:
     async with httpx.AsyncClient(timeout=120) as client:
-        await one(client, port, prompt_tokens, 4)          # warm-up
+        await one(client, port, 1, prompt_tokens, 4, salt=0)          # warm-up
         tpots, batches = [], []
-        for _ in range(rounds):
-            res = await asyncio.gather(*(one(client, port, prompt_tokens, output_tokens) for _ in range(batch)))
-            start = min(t0 for t0, _ in res)
-            batches.append(1000 * (max(ts[-1] for _, ts in res) - start))
-            for _, ts in res:
+        for k in range(rounds):
+            t0, times = await one(client, port, batch, prompt_tokens, output_tokens, salt=k + 1)
+            batches.append(1000 * (max(ts[-1] for ts in times.values()) - t0))
+            for ts in times.values():
                 tpots.append(1000 * (ts[-1] - ts[0]) / (len(ts) - 1))
     return {"tpot_ms": sum(tpots) / len(tpots), "batch_ms": sum(batches) / len(batches)}
 
