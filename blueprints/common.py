@@ -18,7 +18,7 @@ from generation.engine.simulator import ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
-from server.sse_emitter import HubEmitter, usable_response
+from .streaming import HUB_EMITTER_KEY
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -147,7 +147,7 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
     client leaves.  Each ``bytes`` item of ``body_iter`` is one write
     (renderers join the chunks due at the same instant); a ``float`` item is a deadline to wait
     for: from the first one on, a gunicorn response on a plain TCP socket is emitted from the event
-    loop (:mod:`server.sse_emitter`), anything else waits in this greenlet.
+    loop by the runtime's hub emitter (:mod:`blueprints.streaming`), anything else waits in this greenlet.
     An error after the 200 went out becomes ``error_frame(err)`` (a SimulatorError, or a 500
     for anything else) in the API's format."""
     try:
@@ -163,10 +163,11 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
                         continue
                     # A deadline or a TokenSchedule: from the hub when the server allows (sse_emitter).
                     schedule = None if cls is float else item
-                    target = usable_response(environ) if hub_ok else None
+                    factory = environ.get(HUB_EMITTER_KEY) if hub_ok else None
+                    emitter = factory(environ, seqs[0], body_iter) if factory is not None else None
                     hub_ok = False          # once: the emitter keeps the stream, or the answer stays no
-                    if target is not None:
-                        outcome, value = HubEmitter(seqs[0], body_iter, *target).run(item)
+                    if emitter is not None:
+                        outcome, value = emitter.run(item)
                         if outcome == "done":
                             return
                         if outcome == "error":

@@ -40,7 +40,7 @@ from schemas.common import load
 from .common import (SSE_HEADERS, hang_up, header_checks, parse_json_body, received_at, request_id,
                      response_headers, run_to_completion, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
-from server.sse_emitter import WRITE_KEY
+from .streaming import WRITE_KEY
 
 log = logging.getLogger("vllm_sim")
 

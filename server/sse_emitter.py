@@ -34,10 +34,9 @@ from time import monotonic
 
 from gevent.hub import Waiter, get_hub
 
-from generation.engine.simulator import ClientDisconnected
+from blueprints.streaming import HUB_EMITTER_KEY, WRITE_KEY
+from generation.engine.request import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule
-
-WRITE_KEY = "vllm_sim.write"      # environ: the ``write`` callable gunicorn's start_response returned
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
 END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
 
@@ -58,6 +57,21 @@ def usable_response(environ: dict):
     if not getattr(resp, "headers_sent", False) or "_held_headers" in vars(resp):
         return None
     return resp, raw
+
+
+def hub_emitter(environ: dict, seq, body_iter):
+    """The factory the runtime puts in the environ (:data:`blueprints.streaming.HUB_EMITTER_KEY`):
+    a :class:`HubEmitter` for ``seq``'s stream when :func:`usable_response` allows, else None."""
+    target = usable_response(environ)
+    return HubEmitter(seq, body_iter, *target) if target is not None else None
+
+
+def with_hub_emitter(wsgi_app):
+    """``wsgi_app`` with :func:`hub_emitter` offered in every request's environ."""
+    def app(environ, start_response):
+        environ[HUB_EMITTER_KEY] = hub_emitter
+        return wsgi_app(environ, start_response)
+    return app
 
 
 class EndQueue:

@@ -1,9 +1,10 @@
 """The import rules of the README's architecture section, checked on the source (issues 11, 19):
 
-- layers only import downwards: ``app``/``wsgi`` -> ``blueprints`` -> ``schemas`` ->
-  ``generation``; ``server`` (the runtime) sits beside ``blueprints``: it serves any WSGI app and
-  imports no route, while the serving pipeline uses its emitter; ``data`` sits beside the app
-  wiring and may use ``generation``'s interfaces, never the other way round;
+- layers only import downwards: ``app``/``wsgi`` -> ``server`` -> ``blueprints`` -> ``schemas``
+  -> ``generation``; ``server`` (the runtime) imports the app's layer, never the reverse, and of
+  ``blueprints`` only the interface it drives (``blueprints.streaming``, docs/DESIGN.md);
+  ``data`` sits beside the app wiring and may use ``generation``'s interfaces, never the other
+  way round;
 - inside ``generation`` the subsystems import each other only as :data:`GENERATION_ALLOWED`
   says (the engine at the top, leaves such as ``errors`` and ``config`` at the bottom);
 - nothing below ``blueprints`` imports Flask or Werkzeug, and ``server`` imports no Flask;
@@ -22,8 +23,8 @@ PACKAGES = ("app", "wsgi", "server", "blueprints", "schemas", "generation", "dat
 ALLOWED = {
     "app": {"server", "blueprints", "schemas", "generation", "data", "wsgi"},
     "wsgi": {"app", "server", "generation"},
-    "server": {"generation"},
-    "blueprints": {"server", "schemas", "generation", "data"},
+    "server": {"blueprints", "generation"},
+    "blueprints": {"schemas", "generation", "data"},
     "schemas": {"generation"},
     "generation": set(),
     "data": {"generation"},
@@ -101,7 +102,7 @@ def test_the_import_graph_is_the_projects():
     assert {"app", "blueprints.serving", "generation.engine.simulator", "schemas.chat", "generation.adapters.base",
             "server.worker", "server.sse_emitter"} <= set(mods)
     assert "generation.engine.simulator" in graph["blueprints.serving"] and "schemas.common" in graph["blueprints.serving"]
-    assert "server.sse_emitter" in graph["blueprints.serving"]
+    assert "blueprints.streaming" in graph["server.sse_emitter"]
 
 
 def test_layers_only_import_downwards():
@@ -130,6 +131,13 @@ def test_generation_subsystems_only_import_downwards():
         for d in deps:
             if d.startswith("generation.") and (dsub := d.split(".")[1]) != sub and dsub not in GENERATION_ALLOWED[sub]:
                 bad.append(f"{mod} -> {d}")
+    assert bad == []
+
+
+def test_the_runtime_uses_only_the_route_layers_interface():
+    _, graph = _graph()
+    bad = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("server")
+           for d in deps if d.startswith("blueprints") and d != "blueprints.streaming"]
     assert bad == []
 
 

@@ -138,3 +138,17 @@ def test_defaults_follow_the_gpu_class(app_client):
     assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
     given = client(app_client, "--max-num-seqs", "7", "--max-num-batched-tokens", "512").sim.config
     assert (given.max_num_seqs, given.max_num_batched_tokens) == (7, 512)
+
+
+def test_kv_usage_without_the_step_engine_counts_running_tokens(app_client):
+    # reference timing (no --enable-kvcache): blocks of the running sequences' prompt and
+    # emitted tokens over --kv-cache-size, as vLLM reports blocks held
+    c = app_client("--kv-cache-size", "100", "--time-to-first-token", "300ms", "--max-model-len", "2048")
+    g = gevent.spawn(completion, c, 320, 5)
+    for _ in range(100):
+        gevent.sleep(0.01)
+        if c.sim.running:
+            break
+    assert metric(scrape(c), "vllm:kv_cache_usage_perc") == 0.2        # 320 prompt tokens: 20 of 100 blocks
+    assert g.get(timeout=10).status_code == 200
+    assert metric(scrape(c), "vllm:kv_cache_usage_perc") == 0.0

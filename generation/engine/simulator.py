@@ -66,6 +66,7 @@ class Simulator:
         self.kv_cache = kv_cache
         self.engine = engine
         self.running = 0
+        self.running_seqs: set = set()        # for kv_cache_usage_perc without the step engine
         self.waiting: deque[Sequence] = deque()
         self.metrics.bind(self)
         self._id_bits = random.Random(f"{config.seed}-{config.port}").getrandbits
@@ -242,6 +243,7 @@ class Simulator:
         seq.state = SeqState.RUNNING
         seq.started_at = now
         self.running += 1
+        self.running_seqs.add(seq)
         self.loras.acquire(seq.lora)
         if self.kv_cache is not None:
             self.kv_cache.start(seq)
@@ -274,6 +276,7 @@ class Simulator:
             return
         if state == SeqState.RUNNING:
             self.running -= 1
+            self.running_seqs.discard(seq)
             self.loras.release(seq.lora)
             if self.kv_cache is not None:
                 self.kv_cache.finish(seq)

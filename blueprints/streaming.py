@@ -1,0 +1,18 @@
+"""What the route layer offers the runtime that serves it, for streams that wait between writes
+(docs/DESIGN.md: the runtime imports the app, never the reverse).
+
+A WSGI server may put a **hub emitter** factory in the environ under :data:`HUB_EMITTER_KEY`:
+``factory(environ, seq, body_iter)`` returns an object with ``run(item) -> (outcome, value)``
+when it can drive this response's body from its event loop (gevent's hub), else None.  The
+route's SSE body (:func:`blueprints.common.sse_body`) calls it at the stream's first wait, with
+the first ``float`` deadline or :class:`~generation.engine.token_schedule.TokenSchedule` it met;
+``run`` returns ``("done", None)``, ``("error", exception)`` or ``("pending", (unsent bytes,
+schedule or None))`` when the greenlet must take the stream back (a slow reader).  The
+simulator's runtime installs :func:`server.sse_emitter.hub_emitter`; any other WSGI server, and
+the in-process test client, leave the key out, and the stream waits in its greenlet.
+
+The route stores the ``write`` callable its ``start_response`` returned under
+:data:`WRITE_KEY`, so that an emitter can find the server's response object.  Flask-free.
+"""
+WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start_response returned
+HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
