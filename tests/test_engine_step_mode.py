@@ -152,3 +152,40 @@ def test_kv_usage_without_the_step_engine_counts_running_tokens(app_client):
     assert metric(scrape(c), "vllm:kv_cache_usage_perc") == 0.2        # 320 prompt tokens: 20 of 100 blocks
     assert g.get(timeout=10).status_code == 200
     assert metric(scrape(c), "vllm:kv_cache_usage_perc") == 0.0
+
+
+def test_prefix_cache_hits_cut_the_prefill(app_client):
+    c = client(app_client, "--max-model-len", "4096")
+    first = completion(c, 2000, 2)
+    assert first.status_code == 200
+    m0 = scrape(c)
+    again = completion(c, 2000, 2)
+    m1 = scrape(c)
+    hits = metric(m1, "vllm:prefix_cache_hits_total") - metric(m0, "vllm:prefix_cache_hits_total")
+    assert hits == 1984                               # 124 full blocks of 16; the last token is computed
+    computed = metric(m1, "vllm:prompt_tokens_by_source_total", source="local_compute") - \
+        metric(m0, "vllm:prompt_tokens_by_source_total", source="local_compute")
+    assert computed == 16
+    # the second request's first step computed 16 tokens, not 2000: its iteration is small
+    sim = c.sim
+    ttft0 = metric(m0, "vllm:time_to_first_token_seconds_sum")
+    ttft1 = metric(m1, "vllm:time_to_first_token_seconds_sum") - ttft0
+    assert ttft1 < ttft0                               # a hit is cheaper than the full prefill
+    assert sim.engine.scheduler.free_blocks == sim.engine.scheduler.num_gpu_blocks
+
+
+def test_remote_prefill_waits_for_the_kv_transfer_and_remote_decode_is_prefill_only(app_client):
+    c = client(app_client, "--max-model-len", "8192", "--kv-transfer-bandwidth", "1")   # 1 GB/s
+    kv = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "e", "remote_block_ids": [1],
+          "remote_host": "h", "remote_port": 1}
+    r = completion(c, 4000, 3, kv_transfer_params=kv)
+    assert r.status_code == 200
+    m = scrape(c)
+    st = c.sim.config.step.step_time
+    transfer = 4000 * st.kv_bytes_per_token / 1e9                     # 4000 x 128 KiB at 1 GB/s: 0.52 s
+    assert metric(m, "vllm:time_to_first_token_seconds_sum") >= transfer
+    assert metric(m, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 4000
+    d = client(app_client, "--max-model-len", "8192")
+    r = completion(d, 100, 50, kv_transfer_params={"do_remote_decode": True})
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "remote_decode"
+    assert metric(scrape(d), "vllm:iteration_tokens_total_count") == 1      # one prefill step, nothing more

@@ -124,9 +124,9 @@ class StepEngine:
         kv = self.kv_cache
         seq = req.seq
         if kv is not None and seq is not None and not seq.request.remote_prefill:
-            kv.start(seq)                  # the prompt's blocks are computed: stored, announced
-        if seq is not None:
-            seq.cached_tokens = req.cached_tokens
+            kv.start(seq, req.cached_tokens)      # the prompt's blocks are computed: stored, announced
+        if seq is not None:         # a remote prefill's KV came from the network, not the local cache
+            seq.cached_tokens = 0 if seq.request.remote_prefill else req.cached_tokens
 
     def _on_free(self, req: EngineRequest) -> None:
         if self.kv_cache is not None and req.seq is not None and req.stored:

@@ -176,14 +176,15 @@ class KVCache:
         return len(self.used) / self.capacity if self.capacity > 0 else 0.0
 
     # ---- sequence life -------------------------------------------------------------------
-    def start(self, seq) -> None:
+    def start(self, seq, hit_tokens: int | None = None) -> None:
         """``seq`` starts running: reference its cached blocks, store its new full blocks
         (evicting least recently used idle blocks when full) and announce them; sets
         ``seq.cached_tokens`` to the prefix hit found now and counts the prefix-cache query
         (all prompt tokens) and hits (cached tokens), as vLLM does per scheduled request.
 
         Blocks that do not fit (every block is referenced) are not cached; the request still
-        runs."""
+        runs.  ``hit_tokens``: the hit the step engine's scheduler used (at most the prompt
+        minus one token, as vLLM), counted instead of the blocks found."""
         hashes = self._hashes(seq)
         if not self.enabled:
             self.count_prefix(seq.prompt_len, 0)
@@ -192,8 +193,8 @@ class KVCache:
             return
         bs = self.block_size
         hit = self._prefix_blocks(hashes)
-        seq.cached_tokens = hit * bs
-        self.count_prefix(seq.prompt_len, hit * bs)
+        seq.cached_tokens = hit * bs if hit_tokens is None else hit_tokens
+        self.count_prefix(seq.prompt_len, seq.cached_tokens)
         used, model_of = self.used, self.model_of
         model = seq.request.model
         held = []
