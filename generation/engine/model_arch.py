@@ -340,10 +340,12 @@ def resolve_arch(model: str, hf_config_path: str = "",
     if model and os.path.isfile(os.path.join(model, "config.json")):
         file = os.path.join(model, "config.json")
         return load_hf_config(file, name=model), file
-    if model and not os.path.isabs(model) and not model.startswith((".", "~")):
-        from huggingface_hub import try_to_load_from_cache
+    cache = cache_dir or _hub_cache_dir()
+    if (model and not os.path.isabs(model) and not model.startswith((".", "~"))
+            and os.path.isdir(os.path.join(cache, "models--" + model.replace("/", "--")))):
+        from huggingface_hub import try_to_load_from_cache     # ~0.6 s to import: only when cached
         try:
-            found = try_to_load_from_cache(model, "config.json", cache_dir=cache_dir or _hub_cache_dir())
+            found = try_to_load_from_cache(model, "config.json", cache_dir=cache)
         except ValueError:                 # not a valid repo id (HFValidationError)
             found = None
         if isinstance(found, str):
