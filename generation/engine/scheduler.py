@@ -223,8 +223,25 @@ class Scheduler:
         bs = self.block_size
         last_room = self.max_model_len - 1
         decode = decode_context = 0
+        free = self.free_blocks
         i = 0
-        while i < len(running) and budget > 0:
+        for req in running:                  # decodes that need no new block: the common case
+            c = req.num_computed
+            if budget <= 0 or req.prompt_len + req.num_output - c != 1 or not req.num_output or c >= last_room:
+                break
+            need = (c + bs) // bs - req.blocks
+            if need > 0:
+                if need > free:
+                    break
+                free -= need
+                req.blocks += need
+            append((req, 1))
+            decode_context += c + 1
+            budget -= 1
+            i += 1
+        decode = i
+        self.free_blocks = free
+        while i < len(running) and budget > 0:   # the rest, with chunks and preemption
             req = running[i]
             c = req.num_computed
             if req.prompt_len + req.num_output - c == 1 and req.num_output and c < last_room:
