@@ -200,20 +200,32 @@ class PieceChunks(dict):
             self[piece] = rest
         return rest
 
-    def renderer(self, head: bytes, pieces):
-        """``k -> head + rest of pieces[k]``: one plain token's chunk (a schedule's ``render``)."""
+    def renderer(self, head: bytes, pieces, last_chunk):
+        """``k -> head + rest of pieces[k]``: one plain token's chunk (a schedule's ``render``);
+        the last token's is ``last_chunk(k)`` (it carries the finish reason, as vLLM's)."""
         get, render = self.get, self.render
+        last = len(pieces) - 1
 
         def chunk(k: int) -> bytes:
+            if k == last:
+                return last_chunk(k)
             p = pieces[k]
             return head + (get(p) or render(p))
         return chunk
 
-    def block(self, head: bytes, pieces) -> bytes:
-        """The chunks of ``pieces`` (tokens due at once) after the same ``head``, as one bytes:
-        the same bytes as joining ``head + rest`` per piece, built in one allocation."""
+    def block(self, head: bytes, pieces, due: range, last_chunk) -> bytes:
+        """The chunks of tokens ``due`` (due at once) of ``pieces`` after the same ``head``, as
+        one bytes (the same bytes as joining ``head + rest`` per piece, built in one
+        allocation); the last token of ``pieces``, if due, is ``last_chunk(k)``."""
         get = self.get
-        return head + head.join([get(p) or self.render(p) for p in pieces])
+        start, stop = due.start, due.stop
+        last = len(pieces) - 1
+        tail = b""
+        if stop > last:
+            stop, tail = last, last_chunk(last)
+        if start >= stop:
+            return tail
+        return head + head.join([get(p) or self.render(p) for p in pieces[start:stop]]) + tail
 
 
 class ChunkFrame:

@@ -1,7 +1,7 @@
 """OpenAI chat completions as vLLM serves them (``POST /v1/chat/completions``).
 
 Non-streaming: one ``chat.completion`` object.  Streaming (``text/event-stream``): per choice a
-role chunk, one chunk per token, a finish chunk with ``delta: {}``; then, only with
+role chunk, one chunk per token, the last one carrying ``finish_reason`` (vLLM's shape); then, only with
 ``stream_options.include_usage``, one usage chunk with ``choices: []``; then ``data: [DONE]``.
 Tool calls stream as OpenAI clients expect: the first delta of each call carries ``id``,
 ``type`` and ``function.name``, later deltas only ``function.arguments`` fragments.
@@ -105,16 +105,24 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
 _PLAIN_REST = PieceChunks(b',"delta":{"content":', b'},"logprobs":null,"finish_reason":null' + CLOSE)
 
 
+def finish_fields(seq) -> bytes:
+    """A choice's closing fields: ``,"finish_reason":...,"stop_reason":...``."""
+    return b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
+
+
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int, token_ids: bool = False):
-    """SSE body.  Chunk prefixes are rendered once (:class:`ChunkFrame`); per token only the
-    piece is serialised.  ``token_ids``: each token chunk's choice carries its ``token_ids``
-    delta (vLLM's ``return_token_ids``)."""
+    """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
+    carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
+    chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
+    token only the piece is serialised.  ``token_ids``: each token chunk's choice carries its
+    ``token_ids`` delta (vLLM's ``return_token_ids``)."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     started = [False] * len(seqs)
+    lasts = [len(s.pieces) - 1 for s in seqs]
     call_maps = {}
 
     def role_chunk(i: int) -> bytes:
@@ -130,8 +138,12 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
         piece = seq.pieces[k]
-        if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
-            return heads[i] + (get_rest(piece) or render_rest(piece))
+        if k != lasts[i]:
+            if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
+                return heads[i] + (get_rest(piece) or render_rest(piece))
+            fin = b',"finish_reason":null'
+        else:
+            fin = finish_fields(seq)
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
@@ -146,10 +158,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end
+            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null' + fin + end
         logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
-        return (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
-                b',"finish_reason":null' + end)
+        return heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs + fin + end
 
     for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
         cls = k.__class__
@@ -164,18 +175,19 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             if not started[i]:
                 started[i] = True
                 put(role_chunk(i))
-            put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
+            put(_PLAIN_REST.block(heads[i], seq.pieces, k, partial(token_chunk, seq)))
             continue
         if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
-            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces) if plain and not seq.tool_calls
-                        else partial(token_chunk, seq))
+            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
+                        if plain and not seq.tool_calls else partial(token_chunk, seq))
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     for seq in seqs:
         i = seq.index
+        if lasts[i] >= 0:                    # its last token's chunk closed it
+            continue
         if not started[i] and seq.finish_reason != "cache_threshold":
             put(role_chunk(i))
-        put(heads[i] + b',"delta":{},"logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-            b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
+        put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(seq) + b'}]' + tail())
     if include_usage:
         put(frame.usage_chunk(request_usage(seqs)))
     put(b"data: [DONE]\n\n")

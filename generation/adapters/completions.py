@@ -3,8 +3,8 @@
 ``prompt`` may be a string, a list of strings, a list of token ids or a list of token-id
 lists; every prompt (times ``n``) is its own sequence, choices are indexed prompt-major.
 Pre-tokenized prompts are never tokenized (prompt_tokens = number of ids).  Usage counts
-each prompt once and sums completions.  Streams carry no role chunk; each choice ends with
-a chunk whose ``text`` is empty and whose ``finish_reason`` is set.
+each prompt once and sums completions.  Streams carry no role chunk; a choice's last token
+chunk carries its ``finish_reason`` (vLLM's shape).
 """
 from __future__ import annotations
 
@@ -138,14 +138,16 @@ _PLAIN_REST = PieceChunks(b',"text":', b',"logprobs":null,"finish_reason":null,"
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
                       echo_prompt: bool, token_ids: bool = False):
-    """SSE body: no role chunk; one chunk per token; a finish chunk with empty ``text`` per choice.
-    ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk carries its
-    ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
+    """SSE body, as vLLM's: no role chunk; one chunk per token, a choice's last one carrying
+    its ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing chunk
+    with empty ``text``).  ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk
+    carries its ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
     frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     offsets = [0] * len(seqs)
+    lasts = [len(s.pieces) - 1 for s in seqs]
     pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else None
     if echo_prompt:
         for s in seqs:
@@ -164,12 +166,17 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
+    not_finished = b',"finish_reason":null,"stop_reason":null'
 
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
         piece = seq.pieces[k]
-        if plain:                # the common chunk: its bytes after the head are cached per piece
-            return heads[i] + (get_rest(piece) or render_rest(piece))
+        if k != lasts[i]:
+            if plain:            # the common chunk: its bytes after the head are cached per piece
+                return heads[i] + (get_rest(piece) or render_rest(piece))
+            fin = not_finished
+        else:
+            fin = b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
         if top is not None:
             logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
             offsets[i] += len(piece)
@@ -178,8 +185,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
-        return (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
-                b',"finish_reason":null,"stop_reason":null' + end)
+        return heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs + fin + end
 
     for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
         cls = k.__class__
@@ -187,13 +193,15 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             put(token_chunk(seq, k))
             continue
         if cls is range:                     # plain tokens due at once: their chunks in one bytes
-            put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
+            put(_PLAIN_REST.block(heads[seq.index], seq.pieces, k, partial(token_chunk, seq)))
             continue
         if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
-            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces) if plain
+            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
                         else partial(token_chunk, seq))
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     for seq in seqs:
+        if lasts[seq.index] >= 0:            # its last token's chunk closed it
+            continue
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
         put(heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
             b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
