@@ -9,10 +9,11 @@ import time
 
 from flask import Blueprint, Response, current_app, request
 
+from generation import SIMULATOR_VERSION, VLLM_VERSION
+
 from .common import json_response, simulator
 
 bp = Blueprint("health", __name__)
-VERSION = "0.11.0-sim"
 
 
 class Lifecycle:
@@ -23,6 +24,7 @@ class Lifecycle:
 
 
 @bp.get("/health")
+@bp.get("/health/")
 def health():
     return Response(b"", 200, mimetype="application/json")
 
@@ -44,7 +46,20 @@ def ping():
 
 @bp.get("/version")
 def version():
-    return json_response({"version": VERSION})
+    """vLLM's ``/version``: the vLLM release whose API is imitated (PEP 440, so ``packaging``
+    and clients' version gates parse it); the simulator's own version is on ``/server_info``."""
+    return json_response({"version": VLLM_VERSION})
+
+
+@bp.get("/server_info")
+def server_info():
+    """vLLM's ``/server_info`` (``vllm_config`` as text: the served model and its limits),
+    plus the simulator's own name and version."""
+    cfg = simulator().config
+    return json_response({"vllm_config": f"model={cfg.model!r}, served_model_name={cfg.served_names!r}, "
+                                         f"max_model_len={cfg.max_model_len}, max_num_seqs={cfg.max_num_seqs}",
+                          "simulator": {"name": "vllm-sim", "version": SIMULATOR_VERSION,
+                                        "vllm_version": VLLM_VERSION}})
 
 
 @bp.post("/sleep")

@@ -92,6 +92,11 @@ class StreamOptionsSchema(BaseSchema):
     include_usage = StrictBool()
     continuous_usage_stats = StrictBool()
 
+    @post_load(pass_original=True)
+    def _typed(self, data, original, **kwargs):
+        """Whether the object had any key (vLLM's check is on the raw object's truthiness)."""
+        return p.StreamOptions(**data, given=bool(original))
+
 
 _MEDIA_URL_BLOCKS = {"image_url": "image_url", "audio_url": "audio_url", "video_url": "video_url"}
 

@@ -103,7 +103,7 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
         "--enable-auto-tool-choice", "--tool-call-parser", "--quantization", "--enable-lora",
         "--tensor-parallel-size", "--pipeline-parallel-size", "--kv-cache-dtype", "--swap-space",
         "--enforce-eager", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-log-stats",
-        "--download-dir", "--revision", "--load-format", "--max-lora-rank", "--generation-config",
+        "--download-dir", "--revision", "--load-format", "--generation-config",
         "--reasoning-parser"]
     assert ignored_flags(cfg("m")) == []
     assert "tensor-parallel-size" in IGNORED_FLAGS

@@ -17,7 +17,8 @@ from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
-                   check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids,
+                   check_stream_options, check_tools, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
+                   with_prompt_token_ids,
                    due_items)
 from generation.tokenization.tokenizer import chat_options
 from .protocol import ChatCompletionRequest
@@ -58,7 +59,8 @@ class ChatAdapter(Adapter):
 
     def render(self, seqs) -> dict:
         b = self.body
-        out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0)
+        out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim))
+        out["system_fingerprint"] = system_fingerprint(self.sim.config)
         if b.prompt_logprobs is not None:
             out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, b.prompt_logprobs)
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
@@ -83,7 +85,7 @@ def tool_calls_json(seq) -> list:
             for i, tc in enumerate(seq.tool_calls)]
 
 
-def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> dict:
+def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, details: str | None = None) -> dict:
     choices = []
     for s in seqs:
         if s.tool_calls:
@@ -95,7 +97,7 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
         choices.append({"index": s.index, "message": message, "logprobs": logprobs,
                         "finish_reason": s.finish_reason, "stop_reason": s.stop_reason})
     out = {"id": f"chatcmpl-{req.request_id}", "object": "chat.completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs), "prompt_logprobs": None}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details), "prompt_logprobs": None}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -189,6 +191,6 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             put(role_chunk(i))
         put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(seq) + b'}]' + tail())
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs)))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim))))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -17,7 +17,7 @@ from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
-                   dumps, request_usage, stream_flags, due_items)
+                   dumps, request_usage, stream_flags, due_items, usage_details)
 from .protocol import CompletionRequest
 
 
@@ -52,7 +52,7 @@ class CompletionsAdapter(Adapter):
     def render(self, seqs) -> dict:
         b = self.body
         echo = bool(b.echo)
-        out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo)
+        out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo, usage_details(self.sim))
         # vLLM: with echo, prompt_logprobs defaults to logprobs (CompletionRequest.to_sampling_params)
         plp = b.prompt_logprobs if b.prompt_logprobs is not None or not echo else b.logprobs
         if plp is not None or b.return_token_ids:
@@ -110,7 +110,8 @@ def prompt_pieces(tokenizer, seq) -> list:
     return out
 
 
-def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool) -> dict:
+def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool,
+                      details: str | None = None) -> dict:
     choices = []
     for s in seqs:
         text = s.output_text()
@@ -126,7 +127,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
         choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason, "prompt_logprobs": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs)}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details)}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -206,6 +207,6 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         put(heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
             b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs)))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim))))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -13,7 +13,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest, Prompt
 from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
-                   check_logprobs_sign, check_size, dumps, request_usage, stream_flags)
+                   check_logprobs_sign, check_size, dumps, request_usage, stream_flags, usage_details)
 from .protocol import GenerateRequest
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
@@ -55,7 +55,7 @@ class GenerateAdapter(Adapter):
 
     def render(self, seqs) -> dict:
         return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
-                               self.body.sampling_params.logprobs)
+                               self.body.sampling_params.logprobs, usage_details(self.sim))
 
     def stream(self, seqs):
         force = self.sim.config.enable_force_include_usage
@@ -79,7 +79,8 @@ def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None) -> di
     return {"content": [lp.token_id_entry(t, start + i, top) for i, t in enumerate(ids)]}
 
 
-def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | None = None) -> dict:
+def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | None = None,
+                    details: str | None = None) -> dict:
     """The non-streaming body: api.md 5.5.2 plus ``usage`` and the ``id``/``model``/``object``
     fields the user's spec lists; a choice carries ``logprobs`` (vLLM's GenerateResponseChoice)
     only when ``sampling_params.logprobs`` (``top``) asked for them."""
@@ -91,7 +92,7 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
         "choices": [{"index": s.index, "finish_reason": s.finish_reason, "token_ids": list(s.ids)} if top is None
                     else {"index": s.index, "logprobs": token_logprobs(s, top), "finish_reason": s.finish_reason,
                           "token_ids": list(s.ids)} for s in seqs],
-        "usage": request_usage(seqs), "ec_transfer_params": ec})
+        "usage": request_usage(seqs, details), "ec_transfer_params": ec})
     return out
 
 
@@ -116,5 +117,5 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
             yield (open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
                    b',"token_ids":' + tids + b'}]}\n\n')
     if include_usage:
-        yield head + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
+        yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b"}\n\n"
     yield b"data: [DONE]\n\n"

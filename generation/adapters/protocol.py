@@ -7,7 +7,7 @@ required.  Message lists, content blocks and input items stay the validated JSON
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Responses API: content part types that carry text, and the ``include`` value asking for logprobs.
@@ -19,6 +19,8 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 class StreamOptions:
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None
+    # the request's object had keys (vLLM refuses those without a stream); not part of its value
+    given: bool = field(default=False, compare=False)
 
 
 @dataclass

@@ -30,6 +30,10 @@ from .token_schedule import TokenSchedule
 
 monotonic = time.monotonic
 
+# uuid4's fixed bits: version 4 (bits 76-79) and the RFC 4122 variant 0b10 (bits 62-63)
+_UUID4_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4 << 76) | (0x2 << 62)
+
 class ClientDisconnected(Exception):
     """Raised in a request's greenlet when it wakes after :meth:`Simulator.cancel` aborted it."""
 
@@ -76,10 +80,11 @@ class Simulator:
 
     # ---- naming ---------------------------------------------------------------------------
     def new_request_id(self) -> str:
-        """A fresh request id: 32 hex digits from a generator seeded with ``<seed>-<port>``, so
-        the sequence is reproducible with ``--seed`` and differs between ranks (ports).  About
-        0.3 us; uuid5 per id cost 8.6 us (issue 13)."""
-        return "%032x" % self._id_bits(128)
+        """A fresh request id shaped as vLLM's ``uuid4().hex`` (32 hex digits, version 4, RFC
+        4122 variant), its random bits from a generator seeded with ``<seed>-<port>``, so the
+        sequence is reproducible with ``--seed`` and differs between ranks (ports).  About
+        0.4 us; uuid5 per id cost 8.6 us (issue 13)."""
+        return "%032x" % (self._id_bits(128) & _UUID4_KEEP | _UUID4_SET)
 
     def resolve_model(self, model) -> tuple[str, str | None]:
         """Map a request's ``model`` to ``(display name, lora name or None)``.
