@@ -64,8 +64,12 @@ def server_info():
 
 @bp.post("/sleep")
 def sleep():
+    """vLLM's ``/sleep?level=1|2`` (with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``):
+    weights and KV cache both asleep; the simulated KV cache is emptied."""
     sim = simulator()
     if sim.config.enable_sleep_mode and sim.config.vllm_dev_mode:
+        level = request.args.get("level", "1")
+        sim.sleep_level = 2 if level == "2" else 1
         sim.sleeping = True
         if sim.kv_cache is not None:
             sim.kv_cache.sleep()
@@ -74,10 +78,11 @@ def sleep():
 
 @bp.post("/wake_up")
 def wake_up():
+    """vLLM's ``/wake_up[?tags=weights&tags=kv_cache]``: wakes the tags given (all without
+    any); ``is_sleeping`` stays true until both are awake (RL frameworks wake the weights
+    first, then the KV cache).  A tag that is not asleep wakes nothing, as vLLM's executor."""
     sim = simulator()
-    tags = request.args.getlist("tags")
-    sim.sleeping = False
-    if sim.kv_cache is not None and (not tags or "kv_cache" in tags):
+    if sim.wake_up(request.args.getlist("tags")) and sim.kv_cache is not None:
         sim.kv_cache.wake()
     return Response(b"", 200)
 

@@ -76,7 +76,31 @@ class Simulator:
         self.metrics.bind(self)
         self._id_bits = random.Random(f"{config.seed}-{config.port}").getrandbits
         self.started = monotonic()
-        self.sleeping = False
+        self.sleeping_tags: set = set()     # vLLM's executor.sleeping_tags: asleep while not empty
+        self.sleep_level = 1
+
+    SLEEP_TAGS = ("weights", "kv_cache")
+
+    @property
+    def sleeping(self) -> bool:
+        """vLLM's ``is_sleeping``: true from ``/sleep`` until every tag is woken again."""
+        return bool(self.sleeping_tags)
+
+    @sleeping.setter
+    def sleeping(self, value: bool) -> None:
+        self.sleeping_tags = set(self.SLEEP_TAGS) if value else set()
+
+    def wake_up(self, tags) -> bool:
+        """vLLM's ``Executor.wake_up``: wake ``tags`` (all when empty); a tag that is not asleep
+        wakes nothing (vLLM logs a warning).  Returns whether the KV cache was woken."""
+        asleep = self.sleeping_tags
+        if not asleep:
+            return False
+        if tags and any(t not in asleep for t in tags):
+            return False
+        woken = set(tags) if tags else set(asleep)
+        asleep -= woken
+        return "kv_cache" in woken
 
     # ---- naming ---------------------------------------------------------------------------
     def new_request_id(self) -> str:
