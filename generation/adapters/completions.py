@@ -18,6 +18,8 @@ from generation.engine.request import GenerationRequest, Prompt
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
                    dumps, request_usage, stream_flags, due_items, usage_details)
+from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, tokens_as_ids, truncate_prompts,
+                     vocab_size)
 from .protocol import CompletionRequest
 
 
@@ -33,18 +35,23 @@ class CompletionsAdapter(Adapter):
         check_logprobs_sign(b.logprobs, "logprobs")
         model, lora = sim.resolve_model(b.model)
         if b.prompt is None:
-            raise InvalidParam("prompt array must contain at least one prompt", "prompt")
+            raise InvalidParam(EMPTY_PROMPT, "prompt")
         check_logprobs_cap(sim, b.logprobs, "logprobs")
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos, b.n)
+        check_openai_fields(sim, b, b.logprobs is not None, b.max_tokens)
         check_kv_transfer(b.kv_transfer_params, stream)
         kind, items = b.prompt
         n = b.n or 1
         check_size(sim, len(items) * n, force_cache_threshold, b.cache_hit_threshold)
+        prompts = build_prompts(sim, kind, items, b.add_special_tokens is not False)
+        if kind == "ids":
+            check_prompt_ids(prompts, vocab_size(sim))
+        truncate_prompts(sim.tokenizer, prompts, b.truncate_prompt_tokens, b.truncation_side, sim.config.max_model_len)
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items, b.add_special_tokens is not False), n=n,
-            max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
+            request_id=rid, model=model, lora=lora, prompts=prompts, n=n,
+            max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold)
         return self.req
@@ -52,7 +59,8 @@ class CompletionsAdapter(Adapter):
     def render(self, seqs) -> dict:
         b = self.body
         echo = bool(b.echo)
-        out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo, usage_details(self.sim))
+        out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo, usage_details(self.sim),
+                                tokens_as_ids(self.sim, b))
         # vLLM: with echo, prompt_logprobs defaults to logprobs (CompletionRequest.to_sampling_params)
         plp = b.prompt_logprobs if b.prompt_logprobs is not None or not echo else b.logprobs
         if plp is not None or b.return_token_ids:
@@ -72,7 +80,7 @@ class CompletionsAdapter(Adapter):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         return stream_completion(self.sim, self.req, seqs, include_usage, continuous, b.logprobs, bool(b.echo),
-                                 bool(b.return_token_ids))
+                                 bool(b.return_token_ids), tokens_as_ids(self.sim, b))
 
 
 def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) -> list[Prompt]:
@@ -110,17 +118,27 @@ def prompt_pieces(tokenizer, seq) -> list:
     return out
 
 
+def prompt_echo_ids(tokenizer, seq) -> list:
+    """The ids of :func:`prompt_pieces` (one per piece)."""
+    p = seq.prompt
+    return tokenizer.encode_lossless(p.text)[0] if p.text is not None else list(p.ids)
+
+
 def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool,
-                      details: str | None = None) -> dict:
+                      details: str | None = None, as_ids: bool = False) -> dict:
+    """The ``text_completion`` body; ``as_ids``: logprob tokens named ``token_id:N``."""
     choices = []
     for s in seqs:
         text = s.output_text()
         pieces = s.pieces
+        ids = list(s.ids) if as_ids else None
         if echo_prompt:
             head = prompt_pieces(tokenizer, s)
             pieces = head + list(pieces)
             text = "".join(head) + text
-        logprobs = lp.completion_logprobs(pieces, top) if top is not None else None
+            if as_ids:
+                ids = prompt_echo_ids(tokenizer, s) + ids
+        logprobs = lp.completion_logprobs(pieces, top, ids=ids) if top is not None else None
         if logprobs is not None and echo_prompt and head:
             # vLLM: nothing precedes the first prompt token, so it has no logprob (prompt_logprobs[0])
             logprobs["token_logprobs"][0] = logprobs["top_logprobs"][0] = None
@@ -138,7 +156,7 @@ _PLAIN_REST = PieceChunks(b',"text":', b',"logprobs":null,"finish_reason":null,"
 
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
-                      echo_prompt: bool, token_ids: bool = False):
+                      echo_prompt: bool, token_ids: bool = False, as_ids: bool = False):
     """SSE body, as vLLM's: no role chunk; one chunk per token, a choice's last one carrying
     its ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing chunk
     with empty ``text``).  ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk
@@ -156,7 +174,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             text = "".join(head)
             logprobs = b"null"
             if top is not None and head:     # the prompt's logprobs, null for its first token (vLLM)
-                d = lp.completion_logprobs(head, top)
+                d = lp.completion_logprobs(head, top, ids=prompt_echo_ids(sim.tokenizer, s) if as_ids else None)
                 d["token_logprobs"][0] = d["top_logprobs"][0] = None
                 logprobs = dumps(d)
                 offsets[s.index] = len(text)
@@ -179,7 +197,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         else:
             fin = b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
         if top is not None:
-            logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
+            logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i],
+                                                    ids=[seq.ids[k]] if as_ids else None))
             offsets[i] += len(piece)
         else:
             logprobs = b"null"

@@ -52,6 +52,14 @@ class OpenAISampling(SamplingKnobs):
     return_token_ids: bool | None = None
     prompt_logprobs: int | None = None
     request_id: str | None = None        # vLLM: names the body id (chatcmpl-<id>, cmpl-<id>)
+    # vLLM fields checked as vLLM checks them (generation.adapters.fields)
+    logit_bias: dict | None = None
+    stop_token_ids: list | None = None
+    cache_salt: str | None = None
+    logprob_token_ids: list | None = None
+    return_tokens_as_token_ids: bool | None = None
+    truncate_prompt_tokens: int | None = None
+    truncation_side: str | None = None
 
 
 @dataclass

@@ -189,8 +189,13 @@ class Simulator:
                 if req.remote_decode:
                     seq.finish_reason = "remote_decode"
                 return
+        room = cfg.max_model_len - prompt.length
         seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(
-            self.rng, prompt, req.max_tokens, cfg.max_model_len - prompt.length, req.ignore_eos)
+            self.rng, prompt, req.max_tokens, room, req.ignore_eos)
+        if len(seq.pieces) < req.min_tokens and cfg.mode != "echo":
+            # vLLM's min_tokens: no end of sequence before it; the answer then ends at once
+            seq.pieces, seq.ids, _ = self.responses.respond(self.rng, prompt, min(req.min_tokens, room), room, True)
+            seq.finish_reason = "length" if len(seq.pieces) >= min(req.max_tokens or room, room) else "stop"
         if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
             self.tool_synthesizer.apply_response_format(req, seq)
         if req.stop:

@@ -52,6 +52,7 @@ class SimulatedTokenizer:
     is the text minus the characters the pattern drops.
     """
     name = "simulated"
+    vocab_size = 2 ** 32        # ids are 32-bit FNV-1a hashes of the pieces
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
@@ -137,6 +138,13 @@ class HFTokenizer:
     Pieces are cut from the text at the tokens' offsets, so they join back to the exact text
     (a multi-byte character split over byte-level tokens sits whole in the last one)."""
     name = "hf"
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids in the vocabulary, added tokens included (vLLM's ``get_vocab_size``)."""
+        if self._tok is not None:
+            return len(self._tok)
+        return self._fast.get_vocab_size(with_added_tokens=True)
 
     def __init__(self, backend, hf=None, chat_template: str | None = None) -> None:
         self._fast = backend
