@@ -51,6 +51,13 @@ def version():
     return json_response({"version": VLLM_VERSION})
 
 
+@bp.get("/load")
+def load():
+    """vLLM's ``GET /load``: ``{"server_load": N}``, the inference requests in flight (counted
+    with ``--enable-server-load-tracking``; 0 without, as vLLM)."""
+    return json_response({"server_load": simulator().server_load})
+
+
 @bp.get("/server_info")
 def server_info():
     """vLLM's ``/server_info`` (``vllm_config`` as text: the served model and its limits),

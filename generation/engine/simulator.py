@@ -76,6 +76,7 @@ class Simulator:
         self.metrics.bind(self)
         self._id_bits = random.Random(f"{config.seed}-{config.port}").getrandbits
         self.started = monotonic()
+        self.server_load = 0                # requests in flight (--enable-server-load-tracking)
         self.sleeping_tags: set = set()     # vLLM's executor.sleeping_tags: asleep while not empty
         self.sleep_level = 1
 
