@@ -105,3 +105,13 @@ def test_a_choice_without_tokens_still_finishes():
     events = chunks(("--mode", "echo"), CHAT, {"messages": [{"role": "user", "content": ""}]})
     assert [(e["choices"][0]["delta"], e["choices"][0]["finish_reason"]) for e in events] == \
         [({"role": "assistant", "content": ""}, None), ({}, "stop")]
+
+
+@pytest.mark.parametrize("timing", TIMINGS)
+def test_echo_is_prepended_to_the_first_token_chunk(timing):
+    events = chunks(TIMINGS[timing], COMPLETIONS, {"prompt": "Hello there", "max_tokens": 5, "ignore_eos": True,
+                                                   "echo": True, "n": 2})
+    for entries in by_choice(events).values():
+        assert len(entries) == 5
+        assert entries[0]["text"].startswith("Hello there") and len(entries[0]["text"]) > len("Hello there")
+        assert [e["finish_reason"] for e in entries] == [None] * 4 + ["length"]

@@ -159,7 +159,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                       echo_prompt: bool, token_ids: bool = False, as_ids: bool = False):
     """SSE body, as vLLM's: no role chunk; one chunk per token, a choice's last one carrying
     its ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing chunk
-    with empty ``text``).  ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk
+    with empty ``text``); with ``echo`` the prompt (and its logprobs) is prepended to the first
+    token's chunk.  ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk
     carries its ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
     frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
@@ -168,19 +169,17 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     offsets = [0] * len(seqs)
     lasts = [len(s.pieces) - 1 for s in seqs]
     pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else None
+    echoes = {}           # choice -> (prompt text, its logprobs or None): vLLM prepends them to token 0
     if echo_prompt:
         for s in seqs:
             head = prompt_pieces(sim.tokenizer, s)
             text = "".join(head)
-            logprobs = b"null"
+            d = None
             if top is not None and head:     # the prompt's logprobs, null for its first token (vLLM)
                 d = lp.completion_logprobs(head, top, ids=prompt_echo_ids(sim.tokenizer, s) if as_ids else None)
                 d["token_logprobs"][0] = d["top_logprobs"][0] = None
-                logprobs = dumps(d)
                 offsets[s.index] = len(text)
-            put(heads[s.index] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs +
-                b',"finish_reason":null,"stop_reason":null' + (pids.pop(s.index) if token_ids else b"") +
-                b'}]' + tail())
+            echoes[s.index] = (text, d)
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
@@ -190,22 +189,26 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
         piece = seq.pieces[k]
+        echo = echoes.pop(i, None) if k == 0 and echoes else None
         if k != lasts[i]:
-            if plain:            # the common chunk: its bytes after the head are cached per piece
+            if plain and echo is None:     # the common chunk: its bytes after the head are cached per piece
                 return heads[i] + (get_rest(piece) or render_rest(piece))
             fin = not_finished
         else:
             fin = b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
+        text = piece if echo is None else echo[0] + piece
         if top is not None:
-            logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i],
-                                                    ids=[seq.ids[k]] if as_ids else None))
+            d = lp.completion_logprobs([piece], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None)
             offsets[i] += len(piece)
+            if echo is not None and echo[1] is not None:
+                d = {key: echo[1][key] + d[key] for key in d}
+            logprobs = dumps(d)
         else:
             logprobs = b"null"
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
-        return heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs + fin + end
+        return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
     for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
         cls = k.__class__
@@ -223,8 +226,10 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         if lasts[seq.index] >= 0:            # its last token's chunk closed it
             continue
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
-        put(heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-            b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
+        text, d = echoes.pop(seq.index, ("", None))
+        put(heads[seq.index] + b',"text":' + dumps(text) + b',"logprobs":' + (b"null" if d is None else dumps(d)) +
+            b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
+            b'}]' + tail())
     if include_usage:
         put(frame.usage_chunk(request_usage(seqs, usage_details(sim))))
     put(b"data: [DONE]\n\n")
