@@ -51,6 +51,9 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.extensions["lifecycle"] = health.Lifecycle()      # readiness turns 503 on shutdown
     from server.wsgi_layers import ChunkedBodyLimit
     app.wsgi_app = ChunkedBodyLimit(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"])
+    if config.enable_server_load_tracking:
+        from server.wsgi_layers import ServerLoad
+        app.wsgi_app = ServerLoad(app.wsgi_app, sim)      # GET /load: requests in flight
     if getattr(config, "log_http", False):
         from server.wsgi_layers import LogHTTP
         app.wsgi_app = LogHTTP(app.wsgi_app)

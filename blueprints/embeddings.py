@@ -6,7 +6,9 @@ absent means the first served name, anything not served is a 404.  Each input be
 deterministic unit-length float32 vector (the same tokens always give the same vector, and a
 ``dimensions`` vector is the prefix of the full one re-normalised, as matryoshka models do).
 ``encoding_format: "base64"`` (what the openai SDK asks for by default) returns standard
-base64 of the little-endian float32 bytes.  Not served in ``--mm-encoder-only`` mode.
+base64 of the vector's bytes (vLLM's ``embed_dtype``, float32 by default, and ``endianness``,
+native by default); ``bytes`` / ``bytes_only`` return the raw bytes (:func:`_bytes_response`).
+Usage is vLLM's (``completion_tokens: 0``).  Not served in ``--mm-encoder-only`` mode.
 
 Bounds, checked before any input is tokenized or any vector built (README "Robustness
 limits"): at most :data:`MAX_INPUTS` inputs (OpenAI's limit per request), each within
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 import time
 
 import orjson
@@ -51,6 +54,44 @@ def embedding_vector(ids, dimensions: int) -> "np.ndarray":
     return v.astype("<f4")
 
 
+def encode_vector(vec, embed_dtype: str, endianness: str) -> bytes:
+    """vLLM's binary embedding: ``vec`` (float32) cast to ``embed_dtype`` (``float32``,
+    ``float16``, ``bfloat16``, ``fp8_e4m3`` - torch's ``float8_e4m3fn`` - or ``fp8_e5m2``;
+    round to nearest even, as ``tensor.to(dtype)``), its bytes in ``endianness`` order
+    (``native``, ``big``, ``little``; one-byte types are the same either way)."""
+    if embed_dtype == "float32":
+        arr = vec.astype("=f4")
+    elif embed_dtype == "float16":
+        arr = vec.astype("=f2")
+    else:
+        import ml_dtypes
+        arr = vec.astype({"bfloat16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+                          "fp8_e5m2": ml_dtypes.float8_e5m2}[embed_dtype])
+    if arr.dtype.itemsize > 1 and endianness != "native" and endianness != sys.byteorder:
+        arr = arr.byteswap()
+    return arr.tobytes()
+
+
+def _bytes_response(vectors, dtype: str, endian: str, bytes_only: bool, body_id: str, created: int, model: str,
+                    total: int, headers: dict) -> Response:
+    """``encoding_format`` ``bytes`` / ``bytes_only`` as vLLM answers it: the embeddings' raw
+    bytes back to back (``application/octet-stream``) and, for ``bytes``, a ``metadata`` header
+    (JSON: ``id``, ``created``, ``model``, ``data`` items with ``index``, ``embed_dtype``,
+    ``endianness``, ``start``, ``end``, ``shape``, and ``usage``)."""
+    parts, items, start = [], [], 0
+    for i, vec in enumerate(vectors):
+        raw = encode_vector(vec, dtype, endian)
+        parts.append(raw)
+        items.append({"index": i, "embed_dtype": dtype, "endianness": endian, "start": start,
+                      "end": start + len(raw), "shape": [len(vec)]})
+        start += len(raw)
+    headers = dict(headers)
+    if not bytes_only:
+        headers["metadata"] = orjson.dumps({"id": body_id, "created": created, "model": model, "data": items,
+                                            "usage": {"prompt_tokens": total, "total_tokens": total}}).decode()
+    return Response(b"".join(parts), status=200, mimetype="application/octet-stream", headers=headers)
+
+
 def _token_lists(sim, data: dict) -> list[list[int]]:
     """Token ids of every input, in input order.  Raises APIError 400 naming ``input``."""
     messages = data.get("messages")
@@ -58,7 +99,9 @@ def _token_lists(sim, data: dict) -> list[list[int]]:
     if inp is None:
         if messages is None:
             raise APIError("input is required and must be a non-empty string or array", 400, "input")
-        return [sim.tokenize_messages(messages)[0]]
+        # vLLM's EmbeddingChatRequest: both options default to False
+        opts = {k: bool(data.get(k)) for k in ("add_generation_prompt", "continue_final_message")}
+        return [sim.tokenize_messages(messages, **opts)[0]]
     if messages is not None:
         raise APIError("Only one of input and messages may be given", 400, "messages")
     kind, items = inp
@@ -93,23 +136,32 @@ def create_embeddings():
     trunc = data.get("truncate_prompt_tokens")
     if trunc is not None:
         keep = max_len if trunc == -1 else min(trunc, max_len)
-        token_lists = [t[-keep:] for t in token_lists]   # vLLM keeps the end of the prompt
+        if data.get("truncation_side") == "right":       # vLLM: the first tokens
+            token_lists = [t[:keep] for t in token_lists]
+        else:                                            # "left" (default): the end of the prompt
+            token_lists = [t[-keep:] for t in token_lists]
     for t in token_lists:
         if len(t) > max_len:
             raise APIError(f"This model's maximum context length is {max_len} tokens. However, you requested "
                            f"{len(t)} tokens in the input for embedding generation. Please reduce the length "
                            f"of the input.", 400, "input")
-    as_b64 = data.get("encoding_format") == "base64"
-    out = []
-    total = 0
-    for i, ids in enumerate(token_lists):
-        vec = embedding_vector(ids, dims)
-        total += len(ids)
-        emb = base64.b64encode(vec.tobytes()).decode("ascii") if as_b64 else vec
-        out.append({"object": "embedding", "index": i, "embedding": emb})
+    fmt = data.get("encoding_format") or "float"
+    dtype = data.get("embed_dtype") or "float32"
+    endian = data.get("endianness") or "native"
+    vectors = [embedding_vector(ids, dims) for ids in token_lists]
+    total = sum(len(ids) for ids in token_lists)
     rid = request_id()
-    body = {"id": f"embd-{rid}", "object": "list", "created": int(time.time()), "model": display,
-            "data": out, "usage": {"prompt_tokens": total, "total_tokens": total}}
+    created = int(time.time())
+    if fmt in ("bytes", "bytes_only"):
+        return _bytes_response(vectors, dtype, endian, fmt == "bytes_only", f"embd-{rid}", created, display, total,
+                               response_headers(rid))
+    out = []
+    for i, vec in enumerate(vectors):
+        emb = base64.b64encode(encode_vector(vec, dtype, endian)).decode("ascii") if fmt == "base64" else vec
+        out.append({"object": "embedding", "index": i, "embedding": emb})
+    body = {"id": f"embd-{rid}", "object": "list", "created": created, "model": display,
+            "data": out, "usage": {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0,
+                                   "prompt_tokens_details": None}}
     # orjson writes float32 arrays in their shortest float32 form; never compressed.
     return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status=200, mimetype=JSON_MIME,
                     headers=response_headers(rid))

@@ -9,10 +9,11 @@ import time
 
 from flask import Blueprint, Response, current_app, request
 
+from generation import SIMULATOR_VERSION, VLLM_VERSION
+
 from .common import json_response, simulator
 
 bp = Blueprint("health", __name__)
-VERSION = "0.11.0-sim"
 
 
 class Lifecycle:
@@ -23,6 +24,7 @@ class Lifecycle:
 
 
 @bp.get("/health")
+@bp.get("/health/")
 def health():
     return Response(b"", 200, mimetype="application/json")
 
@@ -44,13 +46,37 @@ def ping():
 
 @bp.get("/version")
 def version():
-    return json_response({"version": VERSION})
+    """vLLM's ``/version``: the vLLM release whose API is imitated (PEP 440, so ``packaging``
+    and clients' version gates parse it); the simulator's own version is on ``/server_info``."""
+    return json_response({"version": VLLM_VERSION})
+
+
+@bp.get("/load")
+def load():
+    """vLLM's ``GET /load``: ``{"server_load": N}``, the inference requests in flight (counted
+    with ``--enable-server-load-tracking``; 0 without, as vLLM)."""
+    return json_response({"server_load": simulator().server_load})
+
+
+@bp.get("/server_info")
+def server_info():
+    """vLLM's ``/server_info`` (``vllm_config`` as text: the served model and its limits),
+    plus the simulator's own name and version."""
+    cfg = simulator().config
+    return json_response({"vllm_config": f"model={cfg.model!r}, served_model_name={cfg.served_names!r}, "
+                                         f"max_model_len={cfg.max_model_len}, max_num_seqs={cfg.max_num_seqs}",
+                          "simulator": {"name": "vllm-sim", "version": SIMULATOR_VERSION,
+                                        "vllm_version": VLLM_VERSION}})
 
 
 @bp.post("/sleep")
 def sleep():
+    """vLLM's ``/sleep?level=1|2`` (with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``):
+    weights and KV cache both asleep; the simulated KV cache is emptied."""
     sim = simulator()
     if sim.config.enable_sleep_mode and sim.config.vllm_dev_mode:
+        level = request.args.get("level", "1")
+        sim.sleep_level = 2 if level == "2" else 1
         sim.sleeping = True
         if sim.kv_cache is not None:
             sim.kv_cache.sleep()
@@ -59,10 +85,11 @@ def sleep():
 
 @bp.post("/wake_up")
 def wake_up():
+    """vLLM's ``/wake_up[?tags=weights&tags=kv_cache]``: wakes the tags given (all without
+    any); ``is_sleeping`` stays true until both are awake (RL frameworks wake the weights
+    first, then the KV cache).  A tag that is not asleep wakes nothing, as vLLM's executor."""
     sim = simulator()
-    tags = request.args.getlist("tags")
-    sim.sleeping = False
-    if sim.kv_cache is not None and (not tags or "kv_cache" in tags):
+    if sim.wake_up(request.args.getlist("tags")) and sim.kv_cache is not None:
         sim.kv_cache.wake()
     return Response(b"", 200)
 

@@ -4,16 +4,20 @@ Loading registers ``lora_name`` -> ``lora_path``; the name is a valid ``model`` 
 Errors follow vLLM: a missing field or an already-loaded name is a 400; unloading an unknown
 name is a 404.
 
-Nothing is read from ``lora_path``: a simulated adapter has no weights, so a client cannot make
-the server open a file (vLLM would load it) or learn anything about the file system; the path
-is only reported back as the adapter's ``root`` in ``/v1/models``.  Names and paths are
-therefore bounded (:data:`MAX_LEN` characters) and printable, since they reach responses,
-logs and metric labels; error messages name the field, never echo the value.
+A ``lora_path`` that is a local directory is checked as vLLM checks it
+(:func:`generation.engine.lora.check_local_adapter`: ``adapter_config.json`` present, valid and
+supported, its rank within ``--max-lora-rank``, weights present); only that small config file
+is read, never the weights, and messages never quote it.  Any other path (a directory on
+another node, a Hub id) is accepted unread: a simulated adapter has no weights.  The path is
+reported back as the adapter's ``root`` in ``/v1/models``.  Names and paths are bounded
+(:data:`MAX_LEN` characters) and printable, since they reach responses, logs and metric labels;
+field errors name the field, never echo the value.
 """
 from __future__ import annotations
 
 from flask import Blueprint, Response
 
+from generation.engine.lora import check_local_adapter
 from generation.errors import APIError
 
 from .common import parse_json_body, simulator
@@ -45,6 +49,7 @@ def load_lora_adapter():
         raise APIError(f"The lora adapter '{name}' has already been loaded.", 400, "lora_name")
     if name in sim.config.served_names:
         raise APIError(f"The lora adapter name '{name}' is a served model name.", 400, "lora_name")
+    check_local_adapter(name, path, sim.config.max_lora_rank)
     sim.loras.load(name, path)
     return Response(f"Success: LoRA adapter '{name}' added successfully.", 200, mimetype="text/plain")
 

@@ -1,4 +1,5 @@
-"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` - the Anthropic Messages API
+"""``POST /v1/messages``, ``POST /v1/messages/count_tokens`` and ``POST /v1/messages/render`` -
+the Anthropic Messages API
 (:mod:`generation.adapters.messages`).  Every error of this blueprint, including 404/405 and
 unexpected ones, uses Anthropic's envelope
 ``{"type": "error", "error": {"type": "invalid_request_error", "message": ...}}``.
@@ -11,12 +12,13 @@ from flask import Blueprint
 from werkzeug.exceptions import HTTPException
 
 from generation.adapters import messages as anthropic
-from generation.errors import SimulatorError
+from generation.errors import InvalidParam, SimulatorError
 from schemas.common import load
 from schemas.messages import count_tokens_request_schema, messages_request_schema
 
 from .common import json_response, parse_json_body, simulator
 from .errors import anthropic_error_response, internal_error, status_of
+from .render import generate_fields
 from .serving import generation_view
 
 log = logging.getLogger("vllm_sim")
@@ -41,6 +43,29 @@ def _unexpected(err: Exception):
 
 bp.add_url_rule("/v1/messages", "create_message", generation_view(messages_request_schema, anthropic.MessagesAdapter),
                  methods=["POST"])
+
+
+@bp.post("/v1/messages/render")
+def render_message():
+    """vLLM's ``POST /v1/messages/render``: the Anthropic request's prompt as token ids, with
+    the ``GenerateRequest`` fields a vLLM render client reads (``request_id``, ``model``,
+    ``sampling_params`` from ``max_tokens``, ``stop_sequences``, ``temperature``, ``top_p``,
+    ``top_k``; ``stream``).  Nothing is generated; only the model and messages are checked."""
+    sim = simulator()
+    raw = parse_json_body()
+    body = load(count_tokens_request_schema, raw)
+    model, lora = sim.resolve_model(body.model)
+    if lora is not None:
+        raise InvalidParam(f"The model `{model}` is a LoRA adapter and is not supported by the render endpoints.",
+                           "model")
+    ids, _ = sim.tokenize_messages(anthropic.to_chat_messages(body),
+                                   tools=anthropic.to_chat_tools(getattr(body, "tools", None)))
+    sampling = {k: raw[k] for k in ("max_tokens", "temperature", "top_p", "top_k") if k in raw}
+    if isinstance(raw.get("stop_sequences"), list):
+        sampling["stop"] = raw["stop_sequences"]
+    out = {"token_ids": ids, **generate_fields(sim, sampling, f"msg_{sim.new_request_id()}", model, len(ids), False)}
+    out["stream"] = raw.get("stream") is True
+    return json_response(out)
 
 
 @bp.post("/v1/messages/count_tokens")

@@ -1,19 +1,21 @@
 """``GET /v1/models`` - one entry per served model name, then one per LoRA adapter (vLLM's
-ModelCard: id, object, created, owned_by ``vllm``, root, parent, max_model_len)."""
+ModelCard: id, object, created, owned_by ``vllm``, root, parent, max_model_len) - and
+``GET /v1/models/{model}``, one card (vLLM after 0.33; the openai SDK's ``models.retrieve``)."""
 from __future__ import annotations
 
 import time
 
 from flask import Blueprint
 
+from generation.errors import ModelNotFound
+
 from .common import json_response, simulator
 
 bp = Blueprint("models", __name__)
 
 
-@bp.get("/v1/models")
-def list_models():
-    sim = simulator()
+def model_cards(sim) -> list:
+    """The cards of every served name, then of every LoRA adapter (``parent``: the base)."""
     cfg = sim.config
     now = int(time.time())
     data = [{"id": name, "object": "model", "created": now, "owned_by": "vllm", "root": cfg.model,
@@ -22,4 +24,19 @@ def list_models():
     for name, path in sim.loras.paths.items():
         data.append({"id": name, "object": "model", "created": now, "owned_by": "vllm", "root": path or name,
                      "parent": base, "max_model_len": cfg.max_model_len})
-    return json_response({"object": "list", "data": data})
+    return data
+
+
+@bp.get("/v1/models")
+def list_models():
+    return json_response({"object": "list", "data": model_cards(simulator())})
+
+
+@bp.get("/v1/models/<path:model>")
+def retrieve_model(model: str):
+    """One card by id (names may hold ``/``: ``org/model``); a 404 NotFoundError
+    (``The model `X` does not exist.``) for anything not served."""
+    for card in model_cards(simulator()):
+        if card["id"] == model:
+            return json_response(card)
+    raise ModelNotFound(model)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 
 from flask import Blueprint
+from werkzeug.exceptions import NotFound
 
 from generation.errors import InvalidParam
 from generation.tokenization.tokenizer import chat_options, fnv1a_32
@@ -81,39 +82,97 @@ def mm_features(items, n_tokens: int) -> dict | None:
             "kwargs_data": {k: kwargs[k] for k in order}}
 
 
-def _render_model(sim, model) -> None:
-    """Raises ModelNotFound for a model not served, InvalidParam for a LoRA adapter (api.md 5.8)."""
+def _render_model(sim, model) -> str:
+    """The served name; raises ModelNotFound for a model not served, InvalidParam for a LoRA
+    adapter (api.md 5.8)."""
     name, lora = sim.resolve_model(model)
     if lora is not None:
         raise InvalidParam(f"The model `{name}` is a LoRA adapter and is not supported by the render endpoints.",
                            "model")
+    return name
+
+
+# vLLM's SamplingParams defaults, as a render's ``sampling_params`` reports them
+SAMPLING_DEFAULTS = {"n": 1, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
+                     "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": None, "stop": [],
+                     "stop_token_ids": [], "ignore_eos": False, "max_tokens": None, "min_tokens": 0,
+                     "logprobs": None, "prompt_logprobs": None, "skip_special_tokens": True,
+                     "spaces_between_special_tokens": True, "logit_bias": None}
+
+
+def _scalar(v) -> bool:
+    """A value orjson writes back as it came: a string, bool, float, or an int within 64 bits."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return -(2 ** 63) <= v < 2 ** 64
+    return isinstance(v, (str, float, bool))
+
+
+def _plain(v) -> bool:
+    """A scalar, a flat list of scalars or a flat object of scalars (the shapes sampling fields
+    have); anything else a render copies nowhere (it checks nothing, and must not fail to write)."""
+    if _scalar(v):
+        return True
+    if isinstance(v, list):
+        return all(_scalar(x) for x in v)
+    if isinstance(v, dict):
+        return all(_scalar(x) for x in v.values())
+    return False
+
+
+def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool) -> dict:
+    """vLLM's ``GenerateRequest`` fields of a render answer besides ``token_ids`` / ``features``:
+    ``request_id``, ``model``, ``sampling_params`` (the body's sampling fields over vLLM's
+    defaults, unchecked as the render endpoints check nothing else; ``max_tokens`` defaults to
+    the room left in the context window) and, for chat, ``stream`` / ``stream_options``."""
+    sp = dict(SAMPLING_DEFAULTS)
+    for k in SAMPLING_DEFAULTS:
+        if raw.get(k) is not None and _plain(raw[k]):
+            sp[k] = raw[k]
+    if isinstance(sp["stop"], str):
+        sp["stop"] = [sp["stop"]]
+    limit = raw.get("max_completion_tokens") if chat else None
+    if limit is None:
+        limit = raw.get("max_tokens")
+    if limit is not None and not _scalar(limit):
+        limit = None
+    sp["max_tokens"] = limit if limit is not None else max(sim.config.max_model_len - n_ids, 0)
+    if chat:
+        top = raw.get("top_logprobs")
+        sp["logprobs"] = (top if _scalar(top) else 0) if raw.get("logprobs") is True else None
+    out = {"request_id": rid, "model": model, "sampling_params": sp}
+    if chat:
+        out["stream"] = raw.get("stream") is True
+        opts = raw.get("stream_options")
+        out["stream_options"] = opts if isinstance(opts, dict) and _plain(opts) else None
+    return out
 
 
 @bp.post("/v1/completions/render")
 def render_completion():
     sim = simulator()
-    body = load(completion_render_schema, parse_json_body())
+    raw = parse_json_body()
+    body = load(completion_render_schema, raw)
     prompt = body.prompt
     if prompt is None:
         raise InvalidParam("prompt: Field required.", "prompt")
-    _render_model(sim, body.model)
+    model = _render_model(sim, body.model)
     rid = request_id()
     kind, items = prompt
-    if kind == "ids":
-        out = [{"token_ids": ids} for ids in items]
-    else:
-        out = [{"token_ids": sim.tokenize_text(text)[0]} for text in items]
+    lists = items if kind == "ids" else [sim.tokenize_text(text)[0] for text in items]
+    out = [{"token_ids": ids, **generate_fields(sim, raw, f"cmpl-{rid}-{i}", model, len(ids), False)}
+           for i, ids in enumerate(lists)]
     return json_response(out, headers=response_headers(rid))
 
 
 @bp.post("/v1/chat/completions/render")
 def render_chat():
     sim = simulator()
-    body = load(chat_render_schema, parse_json_body())
+    raw = parse_json_body()
+    body = load(chat_render_schema, raw)
     messages = body.messages
     if not messages:
         raise InvalidParam("messages must not be empty", "messages")
-    _render_model(sim, body.model)
+    model = _render_model(sim, body.model)
     rid = request_id()
     opts = chat_options(body)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
@@ -128,6 +187,7 @@ def render_chat():
     out = {"token_ids": ids}
     if features is not None:
         out["features"] = features
+    out.update(generate_fields(sim, raw, f"chatcmpl-{rid}", model, len(ids), True))
     return json_response(out, headers=response_headers(rid))
 
 
@@ -135,6 +195,17 @@ def _check_optional_model(sim, model) -> None:
     """vLLM checks ``model`` on tokenize/detokenize only when one is given."""
     if model is not None:
         sim.resolve_model(model)
+
+
+@bp.get("/tokenizer_info")
+def tokenizer_info():
+    """vLLM's ``GET /tokenizer_info`` (with ``--enable-tokenizer-info-endpoint``, else 404): the
+    tokenizer's configuration (a Hugging Face tokenizer's ``init_kwargs``, JSON-safe), its
+    ``tokenizer_class`` and the chat template in use."""
+    sim = simulator()
+    if not sim.config.enable_tokenizer_info_endpoint:
+        raise NotFound()
+    return json_response(sim.tokenizer.info(sim.config.max_model_len))
 
 
 @bp.post("/tokenize")

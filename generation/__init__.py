@@ -12,3 +12,9 @@
 
 Blueprints call into :class:`generation.engine.simulator.Simulator`.
 """
+
+# The vLLM release whose API the simulator imitates (``GET /version``, ``system_fingerprint``;
+# PEP 440, so clients' version gates parse it), and the simulator's own version
+# (``GET /server_info``, the ``pyproject.toml`` version).
+VLLM_VERSION = "0.33.0"
+SIMULATOR_VERSION = "0.1.0"

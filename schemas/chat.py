@@ -12,7 +12,7 @@ from marshmallow import ValidationError, fields, validates
 
 from generation.adapters import protocol as p
 
-from .common import (SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (LaxBool, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 
 
@@ -88,6 +88,13 @@ class SamplingSchema(SamplingKnobsSchema):
     return_token_ids = StrictBool()
     prompt_logprobs = StrictInt()
     request_id = fields.String()
+    logit_bias = fields.Dict()
+    stop_token_ids = fields.List(StrictInt())
+    cache_salt = fields.Raw()
+    logprob_token_ids = fields.List(StrictInt())
+    return_tokens_as_token_ids = StrictBool()
+    truncate_prompt_tokens = StrictInt()
+    truncation_side = fields.String()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):
@@ -95,7 +102,7 @@ class ChatCompletionRequestSchema(SamplingSchema):
     messages = MessagesField(required=True)
     max_tokens = StrictInt()
     max_completion_tokens = StrictInt()
-    logprobs = StrictBool()
+    logprobs = LaxBool()
     top_logprobs = StrictInt()
     tools = fields.List(fields.Dict())
     tool_choice = fields.Raw()

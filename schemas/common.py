@@ -45,6 +45,27 @@ class StrictBool(fields.Boolean):
         return value
 
 
+class LaxBool(fields.Boolean):
+    """A boolean as pydantic's lax mode reads one (vLLM's request models are not strict):
+    ``true``/``false``, ``0``/``1``, and the strings ``"true"``, ``"yes"``, ``"on"``, ``"1"``,
+    ``"t"``, ``"y"`` (and their negatives), any case."""
+    TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
+    FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str):
+            v = value.strip().lower()
+            if v in self.TRUE:
+                return True
+            if v in self.FALSE:
+                return False
+        raise self.make_error("invalid")
+
+
 class StringOrList(fields.Field):
     """``stop``: a string or a list of strings; normalised to a list."""
 
@@ -91,6 +112,11 @@ class StreamOptionsSchema(BaseSchema):
     __model__ = p.StreamOptions
     include_usage = StrictBool()
     continuous_usage_stats = StrictBool()
+
+    @post_load(pass_original=True)
+    def _typed(self, data, original, **kwargs):
+        """Whether the object had any key (vLLM's check is on the raw object's truthiness)."""
+        return p.StreamOptions(**data, given=bool(original))
 
 
 _MEDIA_URL_BLOCKS = {"image_url": "image_url", "audio_url": "audio_url", "video_url": "video_url"}
@@ -230,5 +256,5 @@ def load(schema: Schema, body):
 
 
 __all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "StrictFloat", "StrictBool", "StringOrList",
-           "StreamOptionsSchema", "validate_content_blocks", "load", "fields", "validates_schema",
+           "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]

@@ -11,6 +11,8 @@ from marshmallow import ValidationError, fields
 
 from generation.adapters import protocol as p
 
+from generation.adapters.fields import EMPTY_PROMPT
+
 from .chat import SamplingSchema
 from .common import StrictBool, StrictInt
 
@@ -28,7 +30,7 @@ class PromptField(fields.Field):
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, str):
             if value == "":
-                raise ValidationError("prompt must not contain an empty string")
+                raise ValidationError(EMPTY_PROMPT)
             return ("text", [value])
         if not isinstance(value, list):
             raise ValidationError(PROMPT_FORMS)
@@ -50,7 +52,7 @@ class PromptField(fields.Field):
 
 class CompletionRequestSchema(SamplingSchema):
     __model__ = p.CompletionRequest
-    prompt = PromptField(required=True)
+    prompt = PromptField()          # absent or null: vLLM's message, from the adapter
     max_tokens = StrictInt()
     logprobs = StrictInt()
     echo = StrictBool()

@@ -3,8 +3,9 @@
 ``input`` takes the four OpenAI wire forms - a string, a list of strings, a list of token
 ids, or a list of token-id lists - and is normalised to ``("text", [str, ...])`` or
 ``("ids", [[int, ...], ...])``.  vLLM's chat-style embedding request (``messages`` instead of
-``input``) is accepted too.  ``encoding_format`` is ``float`` (default) or ``base64``;
-``dimensions`` must be at least 1.
+``input``) is accepted too.  ``encoding_format`` is ``float`` (default), ``base64``, ``bytes``
+or ``bytes_only``; ``embed_dtype`` and ``endianness`` are vLLM's; ``dimensions`` must be at
+least 1.
 """
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ import numbers
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
-from .common import BaseSchema, StrictInt
+from .common import BaseSchema, StrictBool, StrictInt
+
+ENCODING_FORMATS = ("float", "base64", "bytes", "bytes_only")
+EMBED_DTYPES = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")      # vLLM's EmbedDType
+ENDIANNESS = ("native", "big", "little")
 
 INPUT_REQUIRED = "input is required and must be a non-empty string or array"
 INPUT_FORMS = ("input must be a string, an array of strings, an array of token ids, "
@@ -60,7 +65,15 @@ class EmbeddingRequestSchema(BaseSchema):
     input = EmbeddingInputField()
     messages = MessagesField()
     encoding_format = fields.String(validate=validate.OneOf(
-        ("float", "base64"), error="encoding_format must be 'float' or 'base64'"))
+        ENCODING_FORMATS, error="encoding_format {input!r} is not one of 'float', 'base64', 'bytes', 'bytes_only'"))
+    embed_dtype = fields.String(validate=validate.OneOf(
+        EMBED_DTYPES, error="embed_dtype {input!r} is not one of " + ", ".join(map(repr, EMBED_DTYPES))))
+    endianness = fields.String(validate=validate.OneOf(
+        ENDIANNESS, error="endianness {input!r} is not one of 'native', 'big', 'little'"))
+    truncation_side = fields.String(validate=validate.OneOf(
+        ("left", "right"), error="truncation_side {input!r} is not one of 'left', 'right'"))
+    add_generation_prompt = StrictBool()
+    continue_final_message = StrictBool()
     dimensions = StrictInt(validate=[
         validate.Range(min=1, error="dimensions must be at least 1"),
         validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])

@@ -19,7 +19,7 @@ import hmac
 
 import orjson
 
-OPEN_PATHS = frozenset({"/health", "/health/ready", "/metrics", "/ping", "/version"})
+OPEN_PATHS = frozenset({"/health", "/health/", "/health/ready", "/metrics", "/ping", "/version"})
 MESSAGE = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
 
 

@@ -99,3 +99,47 @@ class ChunkedBodyLimit:
         return self.wsgi_app(environ, start_response)
 
 
+
+
+class ServerLoad:
+    """``--enable-server-load-tracking`` (vLLM's ``load_aware_call``): ``sim.server_load``
+    counts the requests in flight on the inference routes (:data:`PATHS`), from arrival until
+    their response body is closed (a stream's end), which ``GET /load`` reports.  The body is
+    handed on unchanged (its iterator, so no Python layer per chunk), with a ``close`` that
+    takes the request off the count once."""
+    PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages",
+                       "/v1/responses", "/inference/v1/generate"})
+
+    def __init__(self, wsgi_app, sim):
+        self.wsgi_app = wsgi_app
+        self.sim = sim
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") not in self.PATHS:
+            return self.wsgi_app(environ, start_response)
+        sim = self.sim
+        sim.server_load += 1
+        try:
+            body = self.wsgi_app(environ, start_response)
+        except BaseException:
+            sim.server_load -= 1
+            raise
+        return _Counted(body, sim)
+
+
+class _Counted:
+    __slots__ = ("body", "sim", "open")
+
+    def __init__(self, body, sim):
+        self.body, self.sim, self.open = body, sim, True
+
+    def __iter__(self):
+        return iter(self.body)
+
+    def close(self):
+        if self.open:
+            self.open = False
+            self.sim.server_load -= 1
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()

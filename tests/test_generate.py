@@ -51,10 +51,8 @@ def test_missing_fields_case_80(api):
     assert r.status_code == 400
     assert r.json()["error"] == {"message": "Missing input token_ids", "type": "BadRequestError",
                                  "param": "token_ids", "code": 400}
-    r = post(api, {"model": "test-model", "token_ids": [1, 2, 3]})
-    assert r.status_code == 400
-    assert r.json()["error"]["message"] == "Missing sampling_params field"
-    assert r.json()["error"]["param"] == "sampling_params"
+    r = post(api, {"model": "test-model", "token_ids": [1, 2, 3]})      # vLLM defaults it (issue 22)
+    assert r.status_code == 200
 
 
 @pytest.mark.parametrize("where", ["root", "extra_args"])
@@ -108,7 +106,7 @@ def test_stream_usage_c32_2(api):
     n = sum(len(c["choices"][0]["token_ids"]) for c in token_chunks)
     assert usage_chunk["request_id"] == token_chunks[0]["request_id"]
     assert usage_chunk["usage"] == {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n,
-                                    "prompt_tokens_details": {"cached_tokens": 0}}
+                                    "prompt_tokens_details": None}
     assert all("usage" not in c for c in token_chunks)
 
 
@@ -143,7 +141,7 @@ def test_n_choices(api):
     assert [c["index"] for c in out["choices"]] == [0, 1]
     assert all(len(c["token_ids"]) == 4 for c in out["choices"])
     assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11,
-                            "prompt_tokens_details": {"cached_tokens": 0}}
+                            "prompt_tokens_details": None}
     events = stream(api, body)[:-1]
     for i in (0, 1):
         mine = [c for c in events if c["choices"][0]["index"] == i]
@@ -173,7 +171,6 @@ def test_body_request_id(api):
     (dict(BASIC, sampling_params={"max_tokens": "5"}), 400, "sampling_params.max_tokens"),
     (dict(BASIC, sampling_params={"max_tokens": 0}), 400, "max_tokens"),
     (dict(BASIC, sampling_params={"n": 0}), 400, "n"),
-    (dict(BASIC, sampling_params={}, ignore_eos=True), 400, "max_tokens"),
     (dict(BASIC, stream="true"), 400, "stream"),
     (dict(BASIC, stream_options={"include_usage": 1}), 400, "stream_options.include_usage"),
     (dict(BASIC, kv_transfer_params=[1]), 400, "kv_transfer_params"),

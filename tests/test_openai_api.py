@@ -269,9 +269,9 @@ def test_completion_prompt_forms_echo(echo_api):
 
 @pytest.mark.parametrize("prompt,msg", [
     ([], "prompt array must contain at least one prompt"),
-    (None, "prompt array must contain at least one prompt"),
+    (None, "Either prompt or prompt_embeds must be provided and non-empty."),
     (["", "x", ""], "prompt must not contain an empty string"),
-    ("", "prompt must not contain an empty string"),
+    ("", "Either prompt or prompt_embeds must be provided and non-empty."),
     ([[1, 2], [], [3]], "prompt must not contain an empty token-id array"),
     (123, "prompt must be a string, an array of strings, an array of token ids, or an array of arrays of token ids"),
     ([1, "a"], "prompt must be a string"),

@@ -410,11 +410,11 @@ def test_usage_counts_each_prompt_once_and_sums_completions():
         s = Sequence(req, i, pi, Prompt(list(range(plen))))
         s.cached_tokens, s.completion_tokens = cached, comp
         seqs.append(s)
-    assert base.request_usage(seqs) == {"prompt_tokens": 12, "total_tokens": 20, "completion_tokens": 8,
-                                        "prompt_tokens_details": {"cached_tokens": 2}}
+    assert base.request_usage(seqs, "always") == {"prompt_tokens": 12, "total_tokens": 20, "completion_tokens": 8,
+                                                  "prompt_tokens_details": {"cached_tokens": 2}}
     for s in seqs:
         s.finish_reason = "cache_threshold"
-    assert base.request_usage(seqs)["prompt_tokens_details"] is None
+    assert base.request_usage(seqs, "always")["prompt_tokens_details"] is None
 
 
 def test_chunk_frame_continuous_usage():

@@ -201,7 +201,7 @@ def test_real_time_streams_arrive_whole_and_on_time(realtime):
             "stream_options": {"include_usage": True}}
     r = httpx.post(realtime + CHAT, json=body, timeout=30)
     events = [e for e in r.text.split("\n\n") if e]
-    assert r.status_code == 200 and events[-1] == "data: [DONE]" and len(events) == 1 + 20 + 1 + 1 + 1
+    assert r.status_code == 200 and events[-1] == "data: [DONE]" and len(events) == 1 + 20 + 1 + 1     # role, tokens, usage, [DONE]
     after = scrape(realtime)
 
     def delta(name, **labels):

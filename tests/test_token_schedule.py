@@ -194,7 +194,7 @@ def test_stream_bytes_do_not_depend_on_the_timing_path(name):
     runs = {timing: normalised_events(path, body, flags) for timing, flags in TIMINGS.items()}
     assert runs["schedule"] == runs["all at once"]
     assert runs["deadline per token"] == runs["all at once"]
-    assert len(runs["schedule"]) > 5
+    assert len(runs["schedule"]) > 4      # several token chunks (the last one closes the choice)
 
 
 def test_schedule_metrics_count_every_token():

@@ -16,11 +16,13 @@ Everything here is free of Flask.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
 import orjson
 
+from generation import VLLM_VERSION
 from ..errors import InvalidParam, QueueFullError
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import plain_message
@@ -155,24 +157,55 @@ def chat_prompt(sim, messages: list, echo_text: str | None = None, **chat_option
     return prompt
 
 
+_FINGERPRINTS: dict = {}
+
+
+def system_fingerprint(cfg) -> str:
+    """vLLM's default ``system_fingerprint`` (``--fingerprint-mode full``):
+    ``vllm-<version>[-dp<N>]-<hash8>``, the hash over what identifies the served model here
+    (model, served names, context window, response mode); the same for every response of one
+    configuration."""
+    key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size)
+    fp = _FINGERPRINTS.get(key)
+    if fp is None:
+        hash8 = hashlib.sha256(repr(key).encode()).hexdigest()[:8]
+        dp = f"-dp{cfg.data_parallel_size}" if cfg.data_parallel_size > 1 else ""
+        fp = _FINGERPRINTS[key] = f"vllm-{VLLM_VERSION}{dp}-{hash8}"
+    return fp
+
+
 # ---- usage ------------------------------------------------------------------------------------------
 
-def usage(prompt: int, completion: int, cached: int | None = 0) -> dict:
-    """OpenAI usage with vLLM's ``prompt_tokens_details.cached_tokens``."""
+def usage(prompt: int, completion: int, cached: int | None = None) -> dict:
+    """OpenAI usage; ``prompt_tokens_details`` is ``{"cached_tokens": cached}``, or null when
+    ``cached`` is None."""
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
             "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
 
 
-def request_usage(seqs) -> dict:
-    """Usage over all choices: each distinct prompt counted once, completions summed."""
+def usage_details(sim) -> str | None:
+    """When usage carries ``prompt_tokens_details``: ``"always"`` with ``--enable-kvcache``
+    (the reference's shape, which the user spec lists and cache-aware clients read) unless
+    ``--enable-prompt-tokens-details`` asks for vLLM's rule, ``"cached"`` (only when some prompt
+    tokens were cached, vLLM's ``enable_prompt_tokens_details and num_cached_tokens``); else
+    None: vLLM's default, null (nothing is ever cached without the simulated KV cache)."""
+    if sim.kv_cache is None:
+        return None
+    return "cached" if sim.config.enable_prompt_tokens_details else "always"
+
+
+def request_usage(seqs, details: str | None = None) -> dict:
+    """Usage over all choices: each distinct prompt counted once, completions summed;
+    ``details`` from :func:`usage_details`.  A cache-threshold answer has null details."""
     prompts = {}
     for s in seqs:
         prompts.setdefault(s.prompt_index, (s.prompt_len, s.cached_tokens))
     p = sum(v[0] for v in prompts.values())
     cached = sum(v[1] for v in prompts.values())
     c = sum(s.completion_tokens for s in seqs)
-    if all(s.finish_reason == "cache_threshold" for s in seqs):
-        return usage(p, c, None)
+    if details is None or (details == "cached" and not cached) or \
+            all(s.finish_reason == "cache_threshold" for s in seqs):
+        return usage(p, c)
     return usage(p, c, cached)
 
 
@@ -200,20 +233,32 @@ class PieceChunks(dict):
             self[piece] = rest
         return rest
 
-    def renderer(self, head: bytes, pieces):
-        """``k -> head + rest of pieces[k]``: one plain token's chunk (a schedule's ``render``)."""
+    def renderer(self, head: bytes, pieces, last_chunk):
+        """``k -> head + rest of pieces[k]``: one plain token's chunk (a schedule's ``render``);
+        the last token's is ``last_chunk(k)`` (it carries the finish reason, as vLLM's)."""
         get, render = self.get, self.render
+        last = len(pieces) - 1
 
         def chunk(k: int) -> bytes:
+            if k == last:
+                return last_chunk(k)
             p = pieces[k]
             return head + (get(p) or render(p))
         return chunk
 
-    def block(self, head: bytes, pieces) -> bytes:
-        """The chunks of ``pieces`` (tokens due at once) after the same ``head``, as one bytes:
-        the same bytes as joining ``head + rest`` per piece, built in one allocation."""
+    def block(self, head: bytes, pieces, due: range, last_chunk) -> bytes:
+        """The chunks of tokens ``due`` (due at once) of ``pieces`` after the same ``head``, as
+        one bytes (the same bytes as joining ``head + rest`` per piece, built in one
+        allocation); the last token of ``pieces``, if due, is ``last_chunk(k)``."""
         get = self.get
-        return head + head.join([get(p) or self.render(p) for p in pieces])
+        start, stop = due.start, due.stop
+        last = len(pieces) - 1
+        tail = b""
+        if stop > last:
+            stop, tail = last, last_chunk(last)
+        if start >= stop:
+            return tail
+        return head + head.join([get(p) or self.render(p) for p in pieces[start:stop]]) + tail
 
 
 class ChunkFrame:
@@ -254,9 +299,10 @@ def stream_flags(opts, force: bool = False) -> tuple[bool, bool]:
 
 
 def check_stream_options(opts, stream: bool) -> None:
-    """vLLM's ``validate_stream_options``: ``stream_options`` (a non-empty object) only with
-    ``stream: true``.  Raises InvalidParam naming ``stream_options``."""
-    if opts is not None and not stream and (opts.include_usage is not None or opts.continuous_usage_stats is not None):
+    """vLLM's ``validate_stream_options``: ``stream_options`` (a non-empty object, whatever its
+    keys and values: ``{"include_usage": null}`` too) only with ``stream: true``.  Raises
+    InvalidParam naming ``stream_options``."""
+    if opts is not None and not stream and opts.given:
         raise InvalidParam("Stream options can only be defined when `stream=True`.", "stream_options")
 
 

@@ -1,7 +1,7 @@
 """OpenAI chat completions as vLLM serves them (``POST /v1/chat/completions``).
 
 Non-streaming: one ``chat.completion`` object.  Streaming (``text/event-stream``): per choice a
-role chunk, one chunk per token, a finish chunk with ``delta: {}``; then, only with
+role chunk, one chunk per token, the last one carrying ``finish_reason`` (vLLM's shape); then, only with
 ``stream_options.include_usage``, one usage chunk with ``choices: []``; then ``data: [DONE]``.
 Tool calls stream as OpenAI clients expect: the first delta of each call carries ``id``,
 ``type`` and ``function.name``, later deltas only ``function.arguments`` fragments.
@@ -17,9 +17,11 @@ from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
-                   check_stream_options, check_tools, dumps, request_usage, stream_flags, with_prompt_token_ids,
+                   check_stream_options, check_tools, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
+                   with_prompt_token_ids,
                    due_items)
 from generation.tokenization.tokenizer import chat_options
+from .fields import check_openai_fields, tokens_as_ids
 from .protocol import ChatCompletionRequest
 
 
@@ -40,17 +42,23 @@ class ChatAdapter(Adapter):
         if b.logprobs:
             check_logprobs_cap(sim, top or 0, "top_logprobs")
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
+        if b.tools is not None and not b.tools:
+            raise InvalidParam("`tools` must not be an empty list.", "tools")
+        if b.tools is None and b.tool_choice is not None and b.tool_choice != "none":
+            raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
         check_tools(sim, b.tools, b.tool_choice, b.response_format)
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
         ignore_eos = bool(b.ignore_eos)
         check_limits(max_tokens, ignore_eos, b.n, "max_completion_tokens" if mct is not None else "max_tokens")
+        check_openai_fields(sim, b, bool(b.logprobs), max_tokens)
         check_kv_transfer(b.kv_transfer_params, stream)
         n = b.n or 1
         check_size(sim, n, force_cache_threshold, b.cache_hit_threshold)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [], **chat_options(b))], n=n,
-            max_tokens=max_tokens, ignore_eos=ignore_eos, stream=stream, tools=b.tools, tool_choice=b.tool_choice,
+            max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
+            tools=b.tools, tool_choice=b.tool_choice,
             response_format=b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None)
@@ -58,7 +66,9 @@ class ChatAdapter(Adapter):
 
     def render(self, seqs) -> dict:
         b = self.body
-        out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0)
+        out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim),
+                          tokens_as_ids(self.sim, b))
+        out["system_fingerprint"] = system_fingerprint(self.sim.config)
         if b.prompt_logprobs is not None:
             out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, b.prompt_logprobs)
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
@@ -71,7 +81,7 @@ class ChatAdapter(Adapter):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
-                           b.top_logprobs or 0, bool(b.return_token_ids))
+                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b))
         if b.return_token_ids:
             return with_prompt_token_ids(body, seqs[0].prompt.ids)
         return body
@@ -83,7 +93,9 @@ def tool_calls_json(seq) -> list:
             for i, tc in enumerate(seq.tool_calls)]
 
 
-def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> dict:
+def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, details: str | None = None,
+                as_ids: bool = False) -> dict:
+    """The ``chat.completion`` body; ``as_ids``: logprob tokens named ``token_id:N``."""
     choices = []
     for s in seqs:
         if s.tool_calls:
@@ -91,11 +103,16 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
             logprobs = None
         else:
             message = {"role": "assistant", "content": s.output_text(), "tool_calls": []}
-            logprobs = lp.chat_logprobs(s.pieces, top) if want_logprobs else None
+            if not want_logprobs:
+                logprobs = None
+            elif as_ids:
+                logprobs = {"content": [lp.token_id_entry(t, k, top) for k, t in enumerate(s.ids)]}
+            else:
+                logprobs = lp.chat_logprobs(s.pieces, top)
         choices.append({"index": s.index, "message": message, "logprobs": logprobs,
                         "finish_reason": s.finish_reason, "stop_reason": s.stop_reason})
     out = {"id": f"chatcmpl-{req.request_id}", "object": "chat.completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs), "prompt_logprobs": None}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details), "prompt_logprobs": None}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -105,16 +122,25 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int) -> 
 _PLAIN_REST = PieceChunks(b',"delta":{"content":', b'},"logprobs":null,"finish_reason":null' + CLOSE)
 
 
+def finish_fields(seq) -> bytes:
+    """A choice's closing fields: ``,"finish_reason":...,"stop_reason":...``."""
+    return b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
+
+
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
-                want_logprobs: bool, top: int, token_ids: bool = False):
-    """SSE body.  Chunk prefixes are rendered once (:class:`ChunkFrame`); per token only the
-    piece is serialised.  ``token_ids``: each token chunk's choice carries its ``token_ids``
-    delta (vLLM's ``return_token_ids``)."""
+                want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False):
+    """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
+    carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
+    chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
+    token only the piece is serialised.  ``token_ids``: each token chunk's choice carries its
+    ``token_ids`` delta (vLLM's ``return_token_ids``); ``as_ids``: logprob tokens named
+    ``token_id:N`` (``return_tokens_as_token_ids``)."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     started = [False] * len(seqs)
+    lasts = [len(s.pieces) - 1 for s in seqs]
     call_maps = {}
 
     def role_chunk(i: int) -> bytes:
@@ -130,8 +156,12 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
         piece = seq.pieces[k]
-        if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
-            return heads[i] + (get_rest(piece) or render_rest(piece))
+        if k != lasts[i]:
+            if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
+                return heads[i] + (get_rest(piece) or render_rest(piece))
+            fin = b',"finish_reason":null'
+        else:
+            fin = finish_fields(seq)
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
@@ -146,10 +176,13 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null,"finish_reason":null' + end
-        logprobs = (b'{"content":[' + dumps(lp.chat_entry(piece, k, top)) + b']}') if want_logprobs else b"null"
-        return (heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs +
-                b',"finish_reason":null' + end)
+            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null' + fin + end
+        if want_logprobs:
+            entry = lp.token_id_entry(seq.ids[k], k, top) if as_ids else lp.chat_entry(piece, k, top)
+            logprobs = b'{"content":[' + dumps(entry) + b']}'
+        else:
+            logprobs = b"null"
+        return heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs + fin + end
 
     for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
         cls = k.__class__
@@ -164,19 +197,20 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             if not started[i]:
                 started[i] = True
                 put(role_chunk(i))
-            put(_PLAIN_REST.block(heads[i], seq.pieces[k.start:k.stop]))
+            put(_PLAIN_REST.block(heads[i], seq.pieces, k, partial(token_chunk, seq)))
             continue
         if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
-            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces) if plain and not seq.tool_calls
-                        else partial(token_chunk, seq))
+            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
+                        if plain and not seq.tool_calls else partial(token_chunk, seq))
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     for seq in seqs:
         i = seq.index
+        if lasts[i] >= 0:                    # its last token's chunk closed it
+            continue
         if not started[i] and seq.finish_reason != "cache_threshold":
             put(role_chunk(i))
-        put(heads[i] + b',"delta":{},"logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-            b',"stop_reason":' + dumps(seq.stop_reason) + b'}]' + tail())
+        put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(seq) + b'}]' + tail())
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs)))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim))))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

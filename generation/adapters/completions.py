@@ -3,8 +3,8 @@
 ``prompt`` may be a string, a list of strings, a list of token ids or a list of token-id
 lists; every prompt (times ``n``) is its own sequence, choices are indexed prompt-major.
 Pre-tokenized prompts are never tokenized (prompt_tokens = number of ids).  Usage counts
-each prompt once and sums completions.  Streams carry no role chunk; each choice ends with
-a chunk whose ``text`` is empty and whose ``finish_reason`` is set.
+each prompt once and sums completions.  Streams carry no role chunk; a choice's last token
+chunk carries its ``finish_reason`` (vLLM's shape).
 """
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
-                   dumps, request_usage, stream_flags, due_items)
+                   dumps, request_usage, stream_flags, due_items, usage_details)
+from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, tokens_as_ids, truncate_prompts,
+                     vocab_size)
 from .protocol import CompletionRequest
 
 
@@ -33,18 +35,23 @@ class CompletionsAdapter(Adapter):
         check_logprobs_sign(b.logprobs, "logprobs")
         model, lora = sim.resolve_model(b.model)
         if b.prompt is None:
-            raise InvalidParam("prompt array must contain at least one prompt", "prompt")
+            raise InvalidParam(EMPTY_PROMPT, "prompt")
         check_logprobs_cap(sim, b.logprobs, "logprobs")
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos, b.n)
+        check_openai_fields(sim, b, b.logprobs is not None, b.max_tokens)
         check_kv_transfer(b.kv_transfer_params, stream)
         kind, items = b.prompt
         n = b.n or 1
         check_size(sim, len(items) * n, force_cache_threshold, b.cache_hit_threshold)
+        prompts = build_prompts(sim, kind, items, b.add_special_tokens is not False)
+        if kind == "ids":
+            check_prompt_ids(prompts, vocab_size(sim))
+        truncate_prompts(sim.tokenizer, prompts, b.truncate_prompt_tokens, b.truncation_side, sim.config.max_model_len)
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items, b.add_special_tokens is not False), n=n,
-            max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
+            request_id=rid, model=model, lora=lora, prompts=prompts, n=n,
+            max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold)
         return self.req
@@ -52,7 +59,8 @@ class CompletionsAdapter(Adapter):
     def render(self, seqs) -> dict:
         b = self.body
         echo = bool(b.echo)
-        out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo)
+        out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo, usage_details(self.sim),
+                                tokens_as_ids(self.sim, b))
         # vLLM: with echo, prompt_logprobs defaults to logprobs (CompletionRequest.to_sampling_params)
         plp = b.prompt_logprobs if b.prompt_logprobs is not None or not echo else b.logprobs
         if plp is not None or b.return_token_ids:
@@ -72,7 +80,7 @@ class CompletionsAdapter(Adapter):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         return stream_completion(self.sim, self.req, seqs, include_usage, continuous, b.logprobs, bool(b.echo),
-                                 bool(b.return_token_ids))
+                                 bool(b.return_token_ids), tokens_as_ids(self.sim, b))
 
 
 def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) -> list[Prompt]:
@@ -110,23 +118,34 @@ def prompt_pieces(tokenizer, seq) -> list:
     return out
 
 
-def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool) -> dict:
+def prompt_echo_ids(tokenizer, seq) -> list:
+    """The ids of :func:`prompt_pieces` (one per piece)."""
+    p = seq.prompt
+    return tokenizer.encode_lossless(p.text)[0] if p.text is not None else list(p.ids)
+
+
+def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool,
+                      details: str | None = None, as_ids: bool = False) -> dict:
+    """The ``text_completion`` body; ``as_ids``: logprob tokens named ``token_id:N``."""
     choices = []
     for s in seqs:
         text = s.output_text()
         pieces = s.pieces
+        ids = list(s.ids) if as_ids else None
         if echo_prompt:
             head = prompt_pieces(tokenizer, s)
             pieces = head + list(pieces)
             text = "".join(head) + text
-        logprobs = lp.completion_logprobs(pieces, top) if top is not None else None
+            if as_ids:
+                ids = prompt_echo_ids(tokenizer, s) + ids
+        logprobs = lp.completion_logprobs(pieces, top, ids=ids) if top is not None else None
         if logprobs is not None and echo_prompt and head:
             # vLLM: nothing precedes the first prompt token, so it has no logprob (prompt_logprobs[0])
             logprobs["token_logprobs"][0] = logprobs["top_logprobs"][0] = None
         choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason, "prompt_logprobs": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs)}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details)}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -137,49 +156,59 @@ _PLAIN_REST = PieceChunks(b',"text":', b',"logprobs":null,"finish_reason":null,"
 
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
-                      echo_prompt: bool, token_ids: bool = False):
-    """SSE body: no role chunk; one chunk per token; a finish chunk with empty ``text`` per choice.
-    ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk carries its
-    ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
+                      echo_prompt: bool, token_ids: bool = False, as_ids: bool = False):
+    """SSE body, as vLLM's: no role chunk; one chunk per token, a choice's last one carrying
+    its ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing chunk
+    with empty ``text``); with ``echo`` the prompt (and its logprobs) is prepended to the first
+    token's chunk.  ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk
+    carries its ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
     frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     offsets = [0] * len(seqs)
+    lasts = [len(s.pieces) - 1 for s in seqs]
     pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else None
+    echoes = {}           # choice -> (prompt text, its logprobs or None): vLLM prepends them to token 0
     if echo_prompt:
         for s in seqs:
             head = prompt_pieces(sim.tokenizer, s)
             text = "".join(head)
-            logprobs = b"null"
+            d = None
             if top is not None and head:     # the prompt's logprobs, null for its first token (vLLM)
-                d = lp.completion_logprobs(head, top)
+                d = lp.completion_logprobs(head, top, ids=prompt_echo_ids(sim.tokenizer, s) if as_ids else None)
                 d["token_logprobs"][0] = d["top_logprobs"][0] = None
-                logprobs = dumps(d)
                 offsets[s.index] = len(text)
-            put(heads[s.index] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs +
-                b',"finish_reason":null,"stop_reason":null' + (pids.pop(s.index) if token_ids else b"") +
-                b'}]' + tail())
+            echoes[s.index] = (text, d)
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
+    not_finished = b',"finish_reason":null,"stop_reason":null'
 
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
         piece = seq.pieces[k]
-        if plain:                # the common chunk: its bytes after the head are cached per piece
-            return heads[i] + (get_rest(piece) or render_rest(piece))
+        echo = echoes.pop(i, None) if k == 0 and echoes else None
+        if k != lasts[i]:
+            if plain and echo is None:     # the common chunk: its bytes after the head are cached per piece
+                return heads[i] + (get_rest(piece) or render_rest(piece))
+            fin = not_finished
+        else:
+            fin = b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
+        text = piece if echo is None else echo[0] + piece
         if top is not None:
-            logprobs = dumps(lp.completion_logprobs([piece], top, start=k, offset=offsets[i]))
+            d = lp.completion_logprobs([piece], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None)
             offsets[i] += len(piece)
+            if echo is not None and echo[1] is not None:
+                d = {key: echo[1][key] + d[key] for key in d}
+            logprobs = dumps(d)
         else:
             logprobs = b"null"
         end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
-        return (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
-                b',"finish_reason":null,"stop_reason":null' + end)
+        return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
     for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
         cls = k.__class__
@@ -187,17 +216,21 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             put(token_chunk(seq, k))
             continue
         if cls is range:                     # plain tokens due at once: their chunks in one bytes
-            put(_PLAIN_REST.block(heads[seq.index], seq.pieces[k.start:k.stop]))
+            put(_PLAIN_REST.block(heads[seq.index], seq.pieces, k, partial(token_chunk, seq)))
             continue
         if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
-            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces) if plain
+            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
                         else partial(token_chunk, seq))
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     for seq in seqs:
+        if lasts[seq.index] >= 0:            # its last token's chunk closed it
+            continue
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
-        put(heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-            b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
+        text, d = echoes.pop(seq.index, ("", None))
+        put(heads[seq.index] + b',"text":' + dumps(text) + b',"logprobs":' + (b"null" if d is None else dumps(d)) +
+            b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
+            b'}]' + tail())
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs)))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim))))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -13,8 +13,10 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest, Prompt
 from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
-                   check_logprobs_sign, check_size, dumps, request_usage, stream_flags)
-from .protocol import GenerateRequest
+                   check_logprobs_sign, check_size, dumps, request_usage, stream_flags, usage_details)
+from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
+                     vocab_size)
+from .protocol import GenerateRequest, SamplingParams
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
 EC_TRANSFER_DUMMY = {"peer_host": "DUMMY", "peer_port": 1234, "size_bytes": 2359296,
@@ -32,12 +34,23 @@ class GenerateAdapter(Adapter):
         if ids is None:
             raise InvalidParam("Missing input token_ids", "token_ids")
         sp = b.sampling_params
-        if sp is None:
-            raise InvalidParam("Missing sampling_params field", "sampling_params")
+        if sp is None:                  # vLLM: SamplingParams() (its max_tokens defaulted below)
+            sp = b.sampling_params = SamplingParams()
+        max_tokens = sp.max_tokens
+        if max_tokens is None:          # vLLM: the room left in the context window
+            max_tokens = max(sim.config.max_model_len - len(ids), 1)
         ignore_eos = bool(b.ignore_eos or sp.ignore_eos)
         check_logprobs_sign(sp.logprobs, "logprobs")
         check_logprobs_cap(sim, sp.logprobs, "logprobs")
-        check_limits(sp.max_tokens, ignore_eos, sp.n)
+        check_limits(max_tokens, ignore_eos, sp.n)
+        if sp.stop and sp.detokenize is False:
+            raise InvalidParam("stop strings are only supported when detokenize is True. "
+                               "Set detokenize=True to use stop.", "stop")
+        check_seed(sp.seed)
+        check_min_tokens(sp.min_tokens, max_tokens)
+        check_cache_salt(b.cache_salt)
+        vocab = vocab_size(sim)
+        check_stop_token_ids(sp.stop_token_ids, vocab)
         stream = bool(b.stream)
         kv = b.kv_transfer_params
         if kv is None and sp.extra_args is not None:   # where real vLLM clients put it
@@ -46,16 +59,17 @@ class GenerateAdapter(Adapter):
         n = sp.n or 1
         check_size(sim, n, False)
         prompt = Prompt(list(ids))
+        check_prompt_ids([prompt], vocab, "token_ids")
         if sim.config.mode == "echo":
             prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=sp.max_tokens,
-            ignore_eos=ignore_eos, stream=stream, kv_transfer_params=kv)
+            request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
+            min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv)
         return self.req
 
     def render(self, seqs) -> dict:
         return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
-                               self.body.sampling_params.logprobs)
+                               self.body.sampling_params.logprobs, usage_details(self.sim))
 
     def stream(self, seqs):
         force = self.sim.config.enable_force_include_usage
@@ -79,7 +93,8 @@ def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None) -> di
     return {"content": [lp.token_id_entry(t, start + i, top) for i, t in enumerate(ids)]}
 
 
-def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | None = None) -> dict:
+def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | None = None,
+                    details: str | None = None) -> dict:
     """The non-streaming body: api.md 5.5.2 plus ``usage`` and the ``id``/``model``/``object``
     fields the user's spec lists; a choice carries ``logprobs`` (vLLM's GenerateResponseChoice)
     only when ``sampling_params.logprobs`` (``top``) asked for them."""
@@ -91,7 +106,7 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
         "choices": [{"index": s.index, "finish_reason": s.finish_reason, "token_ids": list(s.ids)} if top is None
                     else {"index": s.index, "logprobs": token_logprobs(s, top), "finish_reason": s.finish_reason,
                           "token_ids": list(s.ids)} for s in seqs],
-        "usage": request_usage(seqs), "ec_transfer_params": ec})
+        "usage": request_usage(seqs, details), "ec_transfer_params": ec})
     return out
 
 
@@ -116,5 +131,5 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
             yield (open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
                    b',"token_ids":' + tids + b'}]}\n\n')
     if include_usage:
-        yield head + b'],"usage":' + dumps(request_usage(seqs)) + b"}\n\n"
+        yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b"}\n\n"
     yield b"data: [DONE]\n\n"

@@ -7,7 +7,7 @@ required.  Message lists, content blocks and input items stay the validated JSON
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Responses API: content part types that carry text, and the ``include`` value asking for logprobs.
@@ -19,6 +19,8 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 class StreamOptions:
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None
+    # the request's object had keys (vLLM refuses those without a stream); not part of its value
+    given: bool = field(default=False, compare=False)
 
 
 @dataclass
@@ -50,6 +52,14 @@ class OpenAISampling(SamplingKnobs):
     return_token_ids: bool | None = None
     prompt_logprobs: int | None = None
     request_id: str | None = None        # vLLM: names the body id (chatcmpl-<id>, cmpl-<id>)
+    # vLLM fields checked as vLLM checks them (generation.adapters.fields)
+    logit_bias: dict | None = None
+    stop_token_ids: list | None = None
+    cache_salt: str | None = None
+    logprob_token_ids: list | None = None
+    return_tokens_as_token_ids: bool | None = None
+    truncate_prompt_tokens: int | None = None
+    truncation_side: str | None = None
 
 
 @dataclass

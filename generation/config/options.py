@@ -144,7 +144,15 @@ _declare("frontend",
          Option("max-logprobs", "int", 20, "Largest `logprobs` / `top_logprobs` a request may ask (-1: no cap)"),
          Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
                 "`stream_options.include_usage` were set"),
-         Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"))
+         Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),
+         Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` as vLLM sends it "
+                "with this flag: only when prompt tokens were cached (with --enable-kvcache; without the flag "
+                "the simulated cache reports it always, and without a cache it is null)"),
+         Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
+                "completions), as the request field `return_tokens_as_token_ids`"),
+         Option("enable-server-load-tracking", "bool", False, "Serve `GET /load`: the number of requests "
+                "in flight"),
+         Option("enable-tokenizer-info-endpoint", "bool", False, "Serve `GET /tokenizer_info`"))
 _declare("scheduler",
          Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
          Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
@@ -206,7 +214,8 @@ _declare("cache",
 _declare("lora",
          Option("lora-modules", "lora", [], 'LoRA adapters: `name=path` or JSON {"name","path","base_model_name"}'),
          Option("max-loras", "int", 1, "Maximum number of LoRAs running at once"),
-         Option("max-cpu-loras", "int", 0, "Maximum number of LoRAs kept loaded (0: --max-loras)"))
+         Option("max-cpu-loras", "int", 0, "Maximum number of LoRAs kept loaded (0: --max-loras)"),
+         Option("max-lora-rank", "int", 16, "Largest `r` of an adapter loaded from a local directory"))
 _declare("tokenizer",
          Option("tokenizer", "str", "", "Local path of a Hugging Face tokenizer (directory or tokenizer.json)"),
          Option("force-dummy-tokenizer", "bool", False, "Always use the simulated tokenizer"),
@@ -291,7 +300,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "api-server-count": True, "headless": False, "disable-custom-all-reduce": False,
     "worker-cls": True, "enable-eplb": False,
     # LoRA
-    "enable-lora": False, "max-lora-rank": True, "lora-dtype": True, "fully-sharded-loras": False,
+    "enable-lora": False, "lora-dtype": True, "fully-sharded-loras": False,
     "enable-lora-bias": False, "long-lora-scaling-factors": True,
     # tools / reasoning / structured output
     "enable-auto-tool-choice": False, "tool-call-parser": True, "tool-parser-plugin": True,
@@ -300,8 +309,6 @@ IGNORED_FLAGS: dict[str, bool] = {
     # frontend / logging
     "disable-log-stats": False, "enable-log-requests": False, "enable-log-outputs": False,
     "max-log-len": True, "disable-uvicorn-access-log": False, "disable-fastapi-docs": False,
-    "enable-prompt-tokens-details": False, "enable-server-load-tracking": False,
-    "enable-tokenizer-info-endpoint": False, "return-tokens-as-token-ids": False,
     "disable-frontend-multiprocessing": False, "response-role": True,
     "chat-template-content-format": True, "allowed-origins": True, "allowed-methods": True,
     "allowed-headers": True, "allow-credentials": False, "root-path": True, "middleware": True,

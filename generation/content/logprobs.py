@@ -28,19 +28,26 @@ def chat_logprobs(pieces, top: int, start: int = 0) -> dict:
     return {"content": [chat_entry(p, start + i, top) for i, p in enumerate(pieces)]}
 
 
-def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0) -> dict:
+def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=None) -> dict:
     """OpenAI completions logprobs: tokens, token_logprobs, top_logprobs (dicts with
-    ``max(top, 1)`` entries), text_offset (UTF-8 character offsets from ``offset``)."""
+    ``max(top, 1)`` entries), text_offset (UTF-8 character offsets from ``offset``).  With
+    ``ids`` (one per piece; vLLM's ``return_tokens_as_token_ids``) tokens are named
+    ``token_id:N`` and the alternatives are the following ids."""
     n = max(top, 1)
     tokens, lps, tops, offsets = [], [], [], []
     off = offset
     for i, p in enumerate(pieces):
         pos = start + i
-        tokens.append(p)
+        if ids is None:
+            name, alt = p, (lambda j, p=p: f"{p}_{j}")
+        else:
+            tid = ids[i]
+            name, alt = f"token_id:{tid}", (lambda j, tid=tid: f"token_id:{(tid + j) & 0xFFFFFFFF}")
+        tokens.append(name)
         lps.append(logprob(pos))
-        d = {p: logprob(pos)}
+        d = {name: logprob(pos)}
         for j in range(1, n):
-            d[f"{p}_{j}"] = logprob(pos, j)
+            d[alt(j)] = logprob(pos, j)
         tops.append(d)
         offsets.append(off)
         off += len(p)

@@ -1,8 +1,77 @@
-"""LoRA adapters: which are registered, and which occupy the ``--max-loras`` slots.
+"""LoRA adapters: which are registered, which occupy the ``--max-loras`` slots, and vLLM's
+checks on an adapter directory (:func:`check_local_adapter`).
 """
 from __future__ import annotations
 
+import json
+import os
 
+from generation.errors import APIError
+
+MAX_CONFIG_BYTES = 1 << 20          # an adapter_config.json is a few hundred bytes
+WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
+REQUIRED = ("r", "lora_alpha", "target_modules")     # PEFTHelper's fields without defaults
+
+
+def check_local_adapter(name: str, path: str, max_lora_rank: int) -> None:
+    """vLLM's checks when loading adapter ``name`` from ``path``, for a path that is a local
+    directory (``PEFTHelper.from_local_dir``, ``validate_legal``, ``LoRAModel.from_local_checkpoint``):
+    no ``adapter_config.json`` is a 404 ``Loading lora <name> failed: No adapter found for
+    <path>``; an unreadable, invalid or unsupported config (missing ``r`` / ``lora_alpha`` /
+    ``target_modules``, DoRA, ``modules_to_save``, a bias) or a directory without weights is a
+    400; a rank over ``--max-lora-rank`` is vLLM's 400 ``LoRA rank R is greater than
+    max_lora_rank M.``.  A path that is not on this machine (another node's directory, a Hub
+    id) is not checked: the simulator serves adapters it has no files for.  Only the config is
+    read (at most :data:`MAX_CONFIG_BYTES`); messages never quote its content.  Raises APIError
+    (param ``lora_path``)."""
+    if not os.path.exists(path):
+        return
+    if not os.path.isdir(path):
+        raise APIError(f"Loading lora {name} failed: {path} is not a directory", 400, "lora_path")
+    config_path = os.path.join(path, "adapter_config.json")
+    if not os.path.isfile(config_path):
+        raise APIError(f"Loading lora {name} failed: No adapter found for {path}", 404, "lora_path")
+    try:
+        with open(config_path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise APIError(f"Loading lora {name} failed: cannot read adapter_config.json ({e.strerror})",
+                       400, "lora_path") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise APIError(f"Loading lora {name} failed: adapter_config.json is over {MAX_CONFIG_BYTES} bytes",
+                       400, "lora_path")
+    try:
+        config = json.loads(raw)
+    except ValueError as e:       # JSONDecodeError, UnicodeDecodeError: the position, never the text
+        where = f"line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else "not UTF-8"
+        raise APIError(f"Loading lora {name} failed: adapter_config.json is not valid JSON ({where})",
+                       400, "lora_path") from None
+    if not isinstance(config, dict):
+        raise APIError(f"Loading lora {name} failed: adapter_config.json is not a JSON object", 400, "lora_path")
+    missing = [k for k in REQUIRED if k not in config]
+    if missing:
+        raise APIError(f"PEFTHelper.__init__() missing required argument(s): {', '.join(map(repr, missing))}",
+                       400, "lora_path")
+    problems = []
+    if config.get("modules_to_save"):
+        problems.append("vLLM only supports modules_to_save being None.")
+    if config.get("use_dora"):
+        problems.append("vLLM does not yet support DoRA.")
+    if problems:
+        raise APIError(", ".join(problems), 400, "lora_path")
+    rank = config["r"]
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
+        raise APIError(f"Loading lora {name} failed: adapter_config.json `r` must be a positive integer",
+                       400, "lora_path")
+    problems = []
+    if rank > max_lora_rank:
+        problems.append(f"LoRA rank {rank} is greater than max_lora_rank {max_lora_rank}.")
+    if config.get("bias", "none") not in (None, "none"):
+        problems.append("Adapter bias cannot be used without bias_enabled.")
+    if problems:
+        raise APIError(" ".join(problems), 400, "lora_path")
+    if not any(os.path.isfile(os.path.join(path, w)) for w in WEIGHT_FILES):
+        raise APIError(f"{path} doesn't contain tensors", 400, "lora_path")
 
 
 

@@ -54,6 +54,7 @@ class GenerationRequest:
     prompts: list = field(default_factory=list)     # list[Prompt]
     n: int = 1
     max_tokens: int | None = None
+    min_tokens: int = 0             # vLLM: no end before this many tokens
     ignore_eos: bool = False
     stream: bool = False
     tools: list | None = None

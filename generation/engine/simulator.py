@@ -30,6 +30,10 @@ from .token_schedule import TokenSchedule
 
 monotonic = time.monotonic
 
+# uuid4's fixed bits: version 4 (bits 76-79) and the RFC 4122 variant 0b10 (bits 62-63)
+_UUID4_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4 << 76) | (0x2 << 62)
+
 def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthError:
     """vLLM's context-length error."""
     return ContextLengthError(
@@ -71,14 +75,40 @@ class Simulator:
         self.metrics.bind(self)
         self._id_bits = random.Random(f"{config.seed}-{config.port}").getrandbits
         self.started = monotonic()
-        self.sleeping = False
+        self.server_load = 0                # requests in flight (--enable-server-load-tracking)
+        self.sleeping_tags: set = set()     # vLLM's executor.sleeping_tags: asleep while not empty
+        self.sleep_level = 1
+
+    SLEEP_TAGS = ("weights", "kv_cache")
+
+    @property
+    def sleeping(self) -> bool:
+        """vLLM's ``is_sleeping``: true from ``/sleep`` until every tag is woken again."""
+        return bool(self.sleeping_tags)
+
+    @sleeping.setter
+    def sleeping(self, value: bool) -> None:
+        self.sleeping_tags = set(self.SLEEP_TAGS) if value else set()
+
+    def wake_up(self, tags) -> bool:
+        """vLLM's ``Executor.wake_up``: wake ``tags`` (all when empty); a tag that is not asleep
+        wakes nothing (vLLM logs a warning).  Returns whether the KV cache was woken."""
+        asleep = self.sleeping_tags
+        if not asleep:
+            return False
+        if tags and any(t not in asleep for t in tags):
+            return False
+        woken = set(tags) if tags else set(asleep)
+        asleep -= woken
+        return "kv_cache" in woken
 
     # ---- naming ---------------------------------------------------------------------------
     def new_request_id(self) -> str:
-        """A fresh request id: 32 hex digits from a generator seeded with ``<seed>-<port>``, so
-        the sequence is reproducible with ``--seed`` and differs between ranks (ports).  About
-        0.3 us; uuid5 per id cost 8.6 us (issue 13)."""
-        return "%032x" % self._id_bits(128)
+        """A fresh request id shaped as vLLM's ``uuid4().hex`` (32 hex digits, version 4, RFC
+        4122 variant), its random bits from a generator seeded with ``<seed>-<port>``, so the
+        sequence is reproducible with ``--seed`` and differs between ranks (ports).  About
+        0.4 us; uuid5 per id cost 8.6 us (issue 13)."""
+        return "%032x" % (self._id_bits(128) & _UUID4_KEEP | _UUID4_SET)
 
     def resolve_model(self, model) -> tuple[str, str | None]:
         """Map a request's ``model`` to ``(display name, lora name or None)``.
@@ -159,8 +189,13 @@ class Simulator:
                 if req.remote_decode:
                     seq.finish_reason = "remote_decode"
                 return
+        room = cfg.max_model_len - prompt.length
         seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(
-            self.rng, prompt, req.max_tokens, cfg.max_model_len - prompt.length, req.ignore_eos)
+            self.rng, prompt, req.max_tokens, room, req.ignore_eos)
+        if len(seq.pieces) < req.min_tokens and cfg.mode != "echo":
+            # vLLM's min_tokens: no end of sequence before it; the answer then ends at once
+            seq.pieces, seq.ids, _ = self.responses.respond(self.rng, prompt, min(req.min_tokens, room), room, True)
+            seq.finish_reason = "length" if len(seq.pieces) >= min(req.max_tokens or room, room) else "stop"
         if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
             self.tool_synthesizer.apply_response_format(req, seq)
         if req.stop:

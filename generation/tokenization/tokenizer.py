@@ -52,10 +52,16 @@ class SimulatedTokenizer:
     is the text minus the characters the pattern drops.
     """
     name = "simulated"
+    vocab_size = 2 ** 32        # ids are 32-bit FNV-1a hashes of the pieces
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
         self._pieces: dict[int, str] = {}     # reverse of _ids, for decode_ids
+
+    def info(self, max_model_len: int) -> dict:
+        """``GET /tokenizer_info``: what describes this tokenizer."""
+        return {"tokenizer_class": "SimulatedTokenizer", "model_max_length": max_model_len,
+                "vocab_size": self.vocab_size, "chat_template": None}
 
     def piece_id(self, piece: str) -> int:
         i = self._ids.get(piece)
@@ -137,6 +143,28 @@ class HFTokenizer:
     Pieces are cut from the text at the tokens' offsets, so they join back to the exact text
     (a multi-byte character split over byte-level tokens sits whole in the last one)."""
     name = "hf"
+
+    def info(self, max_model_len: int) -> dict:
+        """``GET /tokenizer_info`` as vLLM's ``TokenizerInfo``: the transformers tokenizer's
+        ``init_kwargs`` (values that are not JSON become strings), ``tokenizer_class`` and the
+        chat template in use."""
+        import json as _json
+        raw = dict(getattr(self._tok, "init_kwargs", None) or {})
+        raw.pop("tokenizer_object", None)
+        out = _json.loads(_json.dumps(raw, default=str))
+        out["tokenizer_class"] = type(self._tok).__name__ if self._tok is not None else "PreTrainedTokenizerFast"
+        out["vocab_size"] = self.vocab_size
+        template = self.chat_template or getattr(self._tok, "chat_template", None)
+        if template is not None:
+            out["chat_template"] = template
+        return out
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids in the vocabulary, added tokens included (vLLM's ``get_vocab_size``)."""
+        if self._tok is not None:
+            return len(self._tok)
+        return self._fast.get_vocab_size(with_added_tokens=True)
 
     def __init__(self, backend, hf=None, chat_template: str | None = None) -> None:
         self._fast = backend

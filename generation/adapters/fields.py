@@ -1,0 +1,149 @@
+"""vLLM's checks on request fields a simulator otherwise has little use for (chat, completions,
+generate): each raises InvalidParam naming the field, with vLLM's message where it has one,
+before anything is admitted.  Also the fields that change the output (``min_tokens``,
+``truncate_prompt_tokens``, ``return_tokens_as_token_ids``)."""
+from __future__ import annotations
+
+from ..errors import InvalidParam
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
+
+
+def vocab_size(sim) -> int:
+    """The tokenizer's vocabulary size (the simulated tokenizer's ids are 32-bit)."""
+    return sim.tokenizer.vocab_size
+
+
+def tokens_as_ids(sim, b) -> bool:
+    """vLLM's ``return_tokens_as_token_ids`` (request field, or the server flag)."""
+    return bool(b.return_tokens_as_token_ids or sim.config.return_tokens_as_token_ids)
+
+
+def check_seed(seed) -> None:
+    """vLLM: ``seed`` within int64 (pydantic ``ge``/``le``)."""
+    if seed is None:
+        return
+    if seed < INT64_MIN:
+        raise InvalidParam(f"seed: Input should be greater than or equal to {INT64_MIN}", "seed")
+    if seed > INT64_MAX:
+        raise InvalidParam(f"seed: Input should be less than or equal to {INT64_MAX}", "seed")
+
+
+def _is_number(v) -> bool:
+    """A JSON number, or a string pydantic's lax ``float`` reads as one."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    if isinstance(v, str):
+        try:
+            float(v)
+            return True
+        except ValueError:
+            return False
+    return False
+
+
+def check_logit_bias(bias, vocab: int) -> None:
+    """vLLM's ``logit_bias`` checks: keys are integer token ids (the strings ``int()`` reads),
+    values numbers, ids within the vocabulary (vLLM's ``token_id(s) [...] in logit_bias contain
+    out-of-vocab token ids. Vocabulary size: N``).  Each message names every offending key."""
+    if not bias:
+        return
+    ids, not_int, not_num = [], [], []
+    for k, v in bias.items():
+        try:
+            ids.append(int(k))
+        except ValueError:
+            not_int.append(k)
+        if not _is_number(v):
+            not_num.append(k)
+    if not_int:
+        raise InvalidParam(f"logit_bias keys must be integer token ids; not integers: {not_int}", "logit_bias")
+    if not_num:
+        raise InvalidParam(f"logit_bias values must be numbers; not numbers for token_id(s) {not_num}", "logit_bias")
+    bad = [t for t in ids if t < 0 or t >= vocab]
+    if bad:
+        raise InvalidParam(f"token_id(s) {bad} in logit_bias contain out-of-vocab token ids. "
+                           f"Vocabulary size: {vocab}", "logit_bias")
+
+
+def check_stop_token_ids(ids, vocab: int) -> None:
+    """``stop_token_ids``: every id in ``0 .. vocab-1``."""
+    bad = [t for t in ids or () if t < 0 or t >= vocab]
+    if bad:
+        raise InvalidParam(f"token_id(s) {bad} in stop_token_ids contain out-of-vocab token ids. "
+                           f"Vocabulary size: {vocab}", "stop_token_ids")
+
+
+def check_prompt_ids(prompts, vocab: int, field: str = "prompt") -> None:
+    """vLLM's ``Token id N is out of vocabulary`` for pre-tokenized prompts (the largest id)."""
+    top = max((max(p.ids) for p in prompts if p.ids), default=-1)
+    if top >= vocab:
+        raise InvalidParam(f"Token id {top} is out of vocabulary", field)
+
+
+def check_cache_salt(salt) -> None:
+    """vLLM: ``cache_salt``, when given, a non-empty string."""
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise InvalidParam("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+
+
+def check_logprob_token_ids(ids, logprobs_on: bool) -> None:
+    """``logprob_token_ids``: a non-empty list, and only with ``logprobs``."""
+    if ids is None:
+        return
+    if not ids:
+        raise InvalidParam("`logprob_token_ids` must be a non-empty list of token ids.", "logprob_token_ids")
+    if not logprobs_on:
+        raise InvalidParam("`logprob_token_ids` requires `logprobs`.", "logprob_token_ids")
+
+
+def check_min_tokens(min_tokens, max_tokens) -> None:
+    """vLLM's SamplingParams checks on ``min_tokens``."""
+    if min_tokens is None:
+        return
+    if min_tokens < 0:
+        raise InvalidParam(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", "min_tokens")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise InvalidParam(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+                           "min_tokens")
+
+
+def check_openai_fields(sim, b, logprobs_on: bool, max_tokens) -> None:
+    """Every check above on a chat or completions request ``b``."""
+    check_seed(b.seed)
+    check_cache_salt(b.cache_salt)
+    check_logprob_token_ids(b.logprob_token_ids, logprobs_on)
+    check_min_tokens(b.min_tokens, max_tokens)
+    if b.logit_bias or b.stop_token_ids:
+        vocab = vocab_size(sim)
+        check_logit_bias(b.logit_bias, vocab)
+        check_stop_token_ids(b.stop_token_ids, vocab)
+    if b.truncation_side is not None and b.truncation_side not in ("left", "right"):
+        raise InvalidParam("truncation_side: Input should be 'left' or 'right'", "truncation_side")
+    t = b.truncate_prompt_tokens
+    if t is not None:
+        limit = sim.config.max_model_len
+        if t < -1:
+            raise InvalidParam(f"truncate_prompt_tokens: Input should be greater than or equal to -1", "truncate_prompt_tokens")
+        if t > limit:
+            raise InvalidParam(f"truncate_prompt_tokens value ({t}) is greater than max_model_len ({limit}). "
+                               f"Please, select a smaller truncation size.", "truncate_prompt_tokens")
+
+
+def truncate_prompts(tokenizer, prompts, k: int | None, side: str | None, max_model_len: int) -> None:
+    """vLLM's ``truncate_prompt_tokens``: keep ``k`` tokens of each prompt (``-1``: the context
+    window), the last ones (``truncation_side`` ``left``, the default) or the first (``right``).
+    A truncated prompt loses its text: usage, ``echo`` and echo mode use the kept ids."""
+    if k is None:
+        return
+    if k == -1:
+        k = max_model_len
+    for p in prompts:
+        if len(p.ids) > k:
+            p.ids = p.ids[:k] if side == "right" else p.ids[len(p.ids) - k:]
+            p.text = None
+            if p.echo_ids is not None:
+                p.echo_ids, p.echo_pieces = list(p.ids), tokenizer.id_pieces(p.ids)

@@ -1,0 +1,107 @@
+"""vLLM's render answers (GenerateRequest fields beside the seeds' ``token_ids`` / ``features``),
+``POST /v1/messages/render``, ``GET /load`` (``--enable-server-load-tracking``) and
+``GET /tokenizer_info`` (``--enable-tokenizer-info-endpoint``) (issue 22)."""
+from __future__ import annotations
+
+import os
+
+import gevent
+import pytest
+from tokenizer_hub import MODEL, make_hub
+
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+def test_completions_render_carries_generate_request_fields(api):
+    out = api.post("/v1/completions/render", json={"model": "test-model", "prompt": ["hello", "world"],
+                                                   "max_tokens": 7, "temperature": 0.5, "stop": "x"}).json()
+    assert [set(o) for o in out] == [{"token_ids", "request_id", "model", "sampling_params"}] * 2
+    a, b = out
+    assert a["request_id"].startswith("cmpl-") and a["request_id"].endswith("-0") and b["request_id"].endswith("-1")
+    assert a["model"] == "test-model"
+    sp = a["sampling_params"]
+    assert (sp["max_tokens"], sp["temperature"], sp["stop"], sp["n"], sp["top_p"]) == (7, 0.5, ["x"], 1, 1.0)
+    out = api.post("/v1/completions/render", json={"model": "test-model", "prompt": [1, 2, 3]}).json()
+    assert out[0]["sampling_params"]["max_tokens"] == 1024 - 3          # the room left
+
+
+def test_chat_render_carries_generate_request_fields(api):
+    out = api.post("/v1/chat/completions/render", json={
+        "model": "test-model", "messages": MSG, "max_completion_tokens": 9, "max_tokens": 3, "stream": True,
+        "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 2}).json()
+    assert set(out) == {"token_ids", "request_id", "model", "sampling_params", "stream", "stream_options"}
+    assert out["request_id"].startswith("chatcmpl-") and out["stream"] is True
+    assert out["stream_options"] == {"include_usage": True}
+    assert (out["sampling_params"]["max_tokens"], out["sampling_params"]["logprobs"]) == (9, 2)
+
+
+def test_render_copies_only_plain_sampling_values(api):
+    deep = {"a": [[[1]]]}
+    out = api.post("/v1/chat/completions/render", json={"model": "test-model", "messages": MSG, "stop": deep,
+                                                        "seed": [[1]], "max_tokens": {"x": 1}}).json()
+    sp = out["sampling_params"]
+    assert (sp["stop"], sp["seed"], sp["max_tokens"]) == ([], None, 1024 - len(out["token_ids"]))
+
+
+def test_messages_render(api):
+    body = {"model": "test-model", "max_tokens": 20, "system": "be brief", "messages": MSG,
+            "stop_sequences": ["END"], "temperature": 0.2, "stream": True}
+    out = api.post("/v1/messages/render", json=body).json()
+    count = api.post("/v1/messages/count_tokens", json=body).json()["input_tokens"]
+    assert len(out["token_ids"]) == count
+    assert out["model"] == "test-model" and out["request_id"].startswith("msg_") and out["stream"] is True
+    sp = out["sampling_params"]
+    assert (sp["max_tokens"], sp["stop"], sp["temperature"]) == (20, ["END"], 0.2)
+    r = api.post("/v1/messages/render", json={**body, "model": "nope"})
+    assert r.status_code == 404 and r.json()["type"] == "error"
+
+
+# ---- GET /load --------------------------------------------------------------------------------------
+
+def test_load_counts_requests_in_flight(app_client):
+    api = app_client("--enable-server-load-tracking", "--time-to-first-token", "200ms", "--max-num-seqs", "10")
+    assert api.get("/load").json() == {"server_load": 0}
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 2}
+    calls = [gevent.spawn(api.post, "/v1/chat/completions", json=body),
+             gevent.spawn(api.post, "/v1/chat/completions", json={**body, "stream": True}),
+             gevent.spawn(api.post, "/v1/completions", json={"model": "test-model", "prompt": "hi", "max_tokens": 2})]
+    gevent.sleep(0.08)
+    assert api.get("/load").json() == {"server_load": 3}
+    gevent.joinall(calls, timeout=5)
+    assert all(c.value.status_code == 200 for c in calls)
+    assert api.get("/load").json() == {"server_load": 0}
+    assert api.post("/v1/chat/completions", json={"model": "nope", "messages": MSG}).status_code == 404
+    assert api.get("/load").json() == {"server_load": 0}          # errors leave the count too
+
+
+def test_load_without_tracking_is_zero(app_client):
+    api = app_client("--time-to-first-token", "200ms")
+    call = gevent.spawn(api.post, "/v1/chat/completions", json={"model": "test-model", "messages": MSG,
+                                                                "max_tokens": 2})
+    gevent.sleep(0.05)
+    assert api.get("/load").json() == {"server_load": 0}
+    call.join(timeout=5)
+
+
+# ---- GET /tokenizer_info -------------------------------------------------------------------------------
+
+def test_tokenizer_info_needs_its_flag(api, app_client):
+    assert api.get("/tokenizer_info").status_code == 404
+    info = app_client("--enable-tokenizer-info-endpoint").get("/tokenizer_info").json()
+    assert info == {"tokenizer_class": "SimulatedTokenizer", "model_max_length": 1024, "vocab_size": 2 ** 32,
+                    "chat_template": None}
+
+
+@pytest.fixture(scope="module")
+def hub_dir(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hf_home"))
+    make_hub(root)
+    return os.path.join(root, "hub")
+
+
+def test_tokenizer_info_of_a_hugging_face_tokenizer(app_client, hub_dir):
+    api = app_client("--tokenizers-cache-dir", hub_dir, "--enable-tokenizer-info-endpoint", model=MODEL)
+    info = api.get("/tokenizer_info").json()
+    assert info["tokenizer_class"] == type(api.sim.tokenizer._tok).__name__      # transformers' class
+    assert "<|im_start|>" in info["chat_template"]
+    assert info["vocab_size"] == api.sim.tokenizer.vocab_size

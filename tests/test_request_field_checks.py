@@ -1,0 +1,229 @@
+"""Request fields vLLM checks or honours (issue 22): logit_bias, stop_token_ids, out-of-vocabulary
+prompt ids, seed range, cache_salt, logprob_token_ids, tools / tool_choice, the empty prompt,
+lax ``logprobs``, min_tokens, return_tokens_as_token_ids, truncate_prompt_tokens, and the
+``/inference/v1/generate`` defaults."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from tokenizer_hub import MODEL, make_hub
+
+from conftest import sse_events
+
+CHAT, COMPLETIONS, GENERATE = "/v1/chat/completions", "/v1/completions", "/inference/v1/generate"
+MSG = [{"role": "user", "content": "Hello there"}]
+VOCAB = 2 ** 32          # the simulated tokenizer's ids
+
+
+def err(api, path, body, status=400) -> dict:
+    r = api.post(path, json={"model": "test-model", **body})
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+def ok(api, path, body) -> dict:
+    r = api.post(path, json={"model": "test-model", **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# ---- logit_bias, stop_token_ids, prompt ids ------------------------------------------------------
+
+@pytest.mark.parametrize("path,body", [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})])
+def test_logit_bias_checks(api, path, body):
+    e = err(api, path, {**body, "logit_bias": {"5": 1, str(VOCAB): 2, "-1": 3}})
+    assert e["message"] == (f"token_id(s) [{VOCAB}, -1] in logit_bias contain out-of-vocab token ids. "
+                            f"Vocabulary size: {VOCAB}")
+    assert e["param"] == "logit_bias"
+    e = err(api, path, {**body, "logit_bias": {"a": 1, "7": 1, "1.5": 2}})
+    assert e["message"] == "logit_bias keys must be integer token ids; not integers: ['a', '1.5']"
+    e = err(api, path, {**body, "logit_bias": {"7": "high", "8": None, "9": True}})
+    assert e["message"] == "logit_bias values must be numbers; not numbers for token_id(s) ['7', '8', '9']"
+    assert ok(api, path, {**body, "max_tokens": 2, "logit_bias": {"5": -100, "6": "2.5"}})["choices"]
+
+
+@pytest.mark.parametrize("ids,bad", [([1, VOCAB], [VOCAB]), ([-3, 2], [-3])])
+def test_stop_token_ids_out_of_vocabulary(api, ids, bad):
+    e = err(api, CHAT, {"messages": MSG, "stop_token_ids": ids})
+    assert e["message"] == f"token_id(s) {bad} in stop_token_ids contain out-of-vocab token ids. Vocabulary size: {VOCAB}"
+    assert e["param"] == "stop_token_ids"
+    e = err(api, GENERATE, {"token_ids": [1], "sampling_params": {"stop_token_ids": ids}})
+    assert e["param"] == "stop_token_ids"
+
+
+@pytest.fixture(scope="module")
+def hf_api(app_client, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hf_home"))
+    make_hub(root)
+    return app_client("--tokenizers-cache-dir", os.path.join(root, "hub"), model=MODEL)
+
+
+def test_prompt_ids_at_or_above_the_vocabulary_are_400s(hf_api):
+    vocab = hf_api.sim.tokenizer.vocab_size
+    assert 300 < vocab < 700
+    r = hf_api.post(COMPLETIONS, json={"prompt": [1, 2, vocab], "max_tokens": 1})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": f"Token id {vocab} is out of vocabulary", "type": "BadRequestError",
+                                 "param": "prompt", "code": 400}
+    r = hf_api.post(GENERATE, json={"token_ids": [vocab + 5, 1], "sampling_params": {"max_tokens": 1}})
+    assert r.status_code == 400 and r.json()["error"]["message"] == f"Token id {vocab + 5} is out of vocabulary"
+    assert hf_api.post(COMPLETIONS, json={"prompt": [1, 2, vocab - 1], "max_tokens": 1}).status_code == 200
+    r = hf_api.post(CHAT, json={"messages": MSG, "logit_bias": {str(vocab): 1}})
+    assert r.json()["error"]["message"].endswith(f"Vocabulary size: {vocab}")
+
+
+# ---- scalar checks ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed,message", [
+    (2 ** 63, "seed: Input should be less than or equal to 9223372036854775807"),
+    (-(2 ** 64), "seed: Input should be greater than or equal to -9223372036854775808"),   # JSON parses it as a float
+])
+def test_seed_outside_int64(api, seed, message):
+    for path, body in ((CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"}),
+                       (GENERATE, {"token_ids": [1], "sampling_params": {"seed": seed}})):
+        e = err(api, path, {**body, "seed": seed})
+        assert (e["message"], e["param"]) == (message, "seed")
+    assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "seed": 2 ** 63 - 1})
+
+
+def test_cache_salt_must_be_a_non_empty_string(api):
+    for path, body in ((CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"}), (GENERATE, {"token_ids": [1]})):
+        e = err(api, path, {**body, "cache_salt": ""})
+        assert (e["message"], e["param"]) == ("Parameter 'cache_salt' must be a non-empty string if provided.",
+                                              "cache_salt")
+    assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "cache_salt": "tenant-a"})
+
+
+def test_logprob_token_ids(api):
+    e = err(api, CHAT, {"messages": MSG, "logprobs": True, "logprob_token_ids": []})
+    assert e["param"] == "logprob_token_ids" and "non-empty" in e["message"]
+    e = err(api, CHAT, {"messages": MSG, "logprob_token_ids": [1, 2]})
+    assert e["message"] == "`logprob_token_ids` requires `logprobs`."
+    e = err(api, COMPLETIONS, {"prompt": "hi", "logprob_token_ids": [1]})
+    assert e["param"] == "logprob_token_ids"
+    assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "logprobs": True, "logprob_token_ids": [1]})
+
+
+def test_empty_tools_and_tool_choice_without_tools(api):
+    e = err(api, CHAT, {"messages": MSG, "tools": []})
+    assert e["param"] == "tools"
+    e = err(api, CHAT, {"messages": MSG, "tool_choice": "auto"})
+    assert (e["message"], e["param"]) == ("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "tool_choice": "none"})
+
+
+@pytest.mark.parametrize("prompt", ["", None])
+def test_empty_prompt_has_vllms_message(api, prompt):
+    e = err(api, COMPLETIONS, {"prompt": prompt})
+    assert "Either prompt or prompt_embeds must be provided and non-empty." in e["message"]
+    assert e["param"] == "prompt"
+    e = err(api, COMPLETIONS, {})
+    assert "Either prompt or prompt_embeds must be provided and non-empty." in e["message"]
+
+
+@pytest.mark.parametrize("value,on", [("true", True), ("True", True), ("yes", True), (1, True), ("false", False),
+                                      (0, False)])
+def test_chat_logprobs_is_coerced_as_pydantic_does(api, value, on):
+    out = ok(api, CHAT, {"messages": MSG, "max_tokens": 2, "logprobs": value})
+    assert (out["choices"][0]["logprobs"] is not None) == on
+
+
+def test_chat_logprobs_garbage_is_still_a_400(api):
+    assert err(api, CHAT, {"messages": MSG, "logprobs": "maybe"})["param"] == "logprobs"
+
+
+# ---- min_tokens ------------------------------------------------------------------------------------------
+
+def test_min_tokens_keeps_the_answer_going(app_client):
+    api = app_client("--seed", "3")
+    lengths = []
+    for _ in range(10):
+        out = ok(api, CHAT, {"messages": MSG, "max_tokens": 200, "min_tokens": 60})
+        lengths.append(out["usage"]["completion_tokens"])
+        assert out["choices"][0]["finish_reason"] in ("stop", "length")
+    assert min(lengths) >= 60
+    out = ok(api, COMPLETIONS, {"prompt": "hi", "max_tokens": 30, "min_tokens": 30})
+    assert (out["usage"]["completion_tokens"], out["choices"][0]["finish_reason"]) == (30, "length")
+    out = ok(api, GENERATE, {"token_ids": [1, 2], "sampling_params": {"max_tokens": 40, "min_tokens": 25}})
+    assert len(out["choices"][0]["token_ids"]) >= 25
+
+
+def test_min_tokens_bounds(api):
+    e = err(api, CHAT, {"messages": MSG, "max_tokens": 5, "min_tokens": 6})
+    assert (e["message"], e["param"]) == ("min_tokens must be less than or equal to max_tokens=5, got 6.", "min_tokens")
+    e = err(api, COMPLETIONS, {"prompt": "hi", "min_tokens": -1})
+    assert e["message"] == "min_tokens must be greater than or equal to 0, got -1."
+
+
+# ---- return_tokens_as_token_ids ------------------------------------------------------------------------
+
+def test_chat_logprob_tokens_as_token_ids(api, app_client):
+    body = {"messages": MSG, "max_tokens": 3, "logprobs": True, "top_logprobs": 2, "return_token_ids": True}
+    for client, extra in ((api, {"return_tokens_as_token_ids": True}), (app_client("--return-tokens-as-token-ids"), {})):
+        out = ok(client, CHAT, {**body, **extra})
+        ids = out["choices"][0]["token_ids"]
+        content = out["choices"][0]["logprobs"]["content"]
+        assert [c["token"] for c in content] == [f"token_id:{t}" for t in ids]
+        assert content[0]["bytes"] == list(f"token_id:{ids[0]}".encode())
+        assert content[0]["top_logprobs"][0]["token"] == f"token_id:{ids[0]}"
+        r = client.post(CHAT, json={"model": "test-model", **body, **extra, "stream": True})
+        chunks = [e["choices"][0] for e in sse_events(r.text)[:-1] if e["choices"] and e["choices"][0].get("logprobs")]
+        assert chunks and all(c["logprobs"]["content"][0]["token"] == f"token_id:{c['token_ids'][0]}" for c in chunks)
+
+
+def test_completion_logprob_tokens_as_token_ids(api):
+    out = ok(api, COMPLETIONS, {"prompt": "hi there", "max_tokens": 3, "logprobs": 1, "return_token_ids": True,
+                                "return_tokens_as_token_ids": True})
+    c = out["choices"][0]
+    assert c["logprobs"]["tokens"] == [f"token_id:{t}" for t in c["token_ids"]]
+    assert list(c["logprobs"]["top_logprobs"][0]) == [f"token_id:{c['token_ids'][0]}"]
+    plain = ok(api, COMPLETIONS, {"prompt": "hi there", "max_tokens": 3, "logprobs": 1})
+    assert not plain["choices"][0]["logprobs"]["tokens"][0].startswith("token_id:")
+
+
+# ---- truncate_prompt_tokens --------------------------------------------------------------------------
+
+def test_truncate_prompt_tokens_keeps_the_last_or_first_tokens(echo_api):
+    ids = list(range(100, 110))
+    out = ok(echo_api, COMPLETIONS, {"prompt": ids, "max_tokens": 20, "truncate_prompt_tokens": 4,
+                                     "return_token_ids": True})
+    assert out["usage"]["prompt_tokens"] == 4 and out["choices"][0]["prompt_token_ids"] == ids[-4:]
+    out = ok(echo_api, COMPLETIONS, {"prompt": ids, "max_tokens": 20, "truncate_prompt_tokens": 4,
+                                     "truncation_side": "right", "return_token_ids": True})
+    assert out["choices"][0]["prompt_token_ids"] == ids[:4]
+    assert ok(echo_api, COMPLETIONS, {"prompt": ids, "max_tokens": 20, "truncate_prompt_tokens": -1})["usage"][
+        "prompt_tokens"] == 10
+
+
+def test_truncate_prompt_tokens_bounds(api):
+    e = err(api, COMPLETIONS, {"prompt": "hi", "truncate_prompt_tokens": 2000})
+    assert e["message"] == ("truncate_prompt_tokens value (2000) is greater than max_model_len (1024). "
+                            "Please, select a smaller truncation size.")
+    assert err(api, COMPLETIONS, {"prompt": "hi", "truncate_prompt_tokens": -2})["param"] == "truncate_prompt_tokens"
+    assert err(api, COMPLETIONS, {"prompt": "hi", "truncation_side": "middle"})["param"] == "truncation_side"
+
+
+# ---- /inference/v1/generate defaults -----------------------------------------------------------------
+
+def test_generate_defaults_sampling_params_and_max_tokens(app_client):
+    api = app_client("--max-model-len", "40")
+    out = ok(api, GENERATE, {"token_ids": [1, 2, 3], "ignore_eos": True})
+    assert len(out["choices"][0]["token_ids"]) == 37 and out["choices"][0]["finish_reason"] == "length"
+    out = ok(api, GENERATE, {"token_ids": [1, 2, 3], "sampling_params": {"ignore_eos": True}})
+    assert len(out["choices"][0]["token_ids"]) == 37
+
+
+def test_generate_logprobs_zero_gives_the_sampled_tokens_logprob(api):
+    out = ok(api, GENERATE, {"token_ids": [1, 2], "sampling_params": {"max_tokens": 3, "logprobs": 0}})
+    c = out["choices"][0]
+    content = c["logprobs"]["content"]
+    assert [e["token"] for e in content] == [f"token_id:{t}" for t in c["token_ids"]]
+    assert all(isinstance(e["logprob"], float) and e["top_logprobs"] == [] for e in content)
+
+
+def test_generate_stop_strings_need_detokenize(api):
+    e = err(api, GENERATE, {"token_ids": [1], "sampling_params": {"stop": ["x"], "detokenize": False}})
+    assert e["message"] == ("stop strings are only supported when detokenize is True. Set detokenize=True to use "
+                            "stop.")
+    assert e["param"] == "stop"

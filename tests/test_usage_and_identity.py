@@ -1,0 +1,111 @@
+"""vLLM's usage shape and the server's identity (issue 22): ``prompt_tokens_details`` null by
+default, ``stream_options`` refused without a stream, ``system_fingerprint``, ``/version`` as
+vLLM's release (PEP 440) with the simulator's own version on ``/server_info``, uuid4 request
+ids, and ``/health/`` open without a key."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from packaging.version import Version
+
+from conftest import sse_events
+
+CHAT, COMPLETIONS, GENERATE = "/v1/chat/completions", "/v1/completions", "/inference/v1/generate"
+MSG = [{"role": "user", "content": "Hello there"}]
+KV = ("--enable-kvcache", "--zmq-endpoint", "", "--block-size", "16")
+KV_ENV = {"POD_IP": "10.0.0.1"}
+
+
+def usage_of(client, path, body) -> dict:
+    r = client.post(path, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["usage"]
+
+
+@pytest.mark.parametrize("path,body", [
+    (CHAT, {"messages": MSG}),
+    (COMPLETIONS, {"prompt": "Hello there"}),
+    (GENERATE, {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 3}}),
+])
+def test_prompt_tokens_details_is_null_by_default(api, path, body):
+    u = usage_of(api, path, {"model": "test-model", "max_tokens": 3, "ignore_eos": True, **body})
+    assert u == {"prompt_tokens": u["prompt_tokens"], "completion_tokens": 3, "total_tokens": u["prompt_tokens"] + 3,
+                 "prompt_tokens_details": None}
+
+
+def test_stream_usage_chunk_has_null_details(api):
+    r = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2, "stream": True,
+                             "stream_options": {"include_usage": True}})
+    assert sse_events(r.text)[-2]["usage"]["prompt_tokens_details"] is None
+
+
+def test_the_flag_alone_changes_nothing_without_a_cache(app_client):
+    """vLLM sends details only when some prompt tokens were cached: never without a cache."""
+    c = app_client("--enable-prompt-tokens-details")
+    assert usage_of(c, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 2})["prompt_tokens_details"] is None
+
+
+def test_kv_cache_reports_cached_tokens_always_and_vllms_rule_with_the_flag(app_client):
+    prompt = list(range(100, 140))          # 40 ids: 2 full blocks of 16
+    body = {"model": "test-model", "prompt": prompt, "max_tokens": 2}
+    ref = app_client(*KV, env=KV_ENV)
+    assert usage_of(ref, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert usage_of(ref, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+    vllm = app_client(*KV, "--enable-prompt-tokens-details", env=KV_ENV)
+    assert usage_of(vllm, COMPLETIONS, body)["prompt_tokens_details"] is None
+    assert usage_of(vllm, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+
+
+@pytest.mark.parametrize("path,body", [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})])
+@pytest.mark.parametrize("opts", [{"include_usage": None}, {"continuous_usage_stats": False}, {"other": 1}])
+def test_any_non_empty_stream_options_without_a_stream_is_a_400(api, path, body, opts):
+    r = api.post(path, json={"model": "test-model", **body, "stream_options": opts})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Stream options can only be defined when `stream=True`."
+    assert r.json()["error"]["param"] == "stream_options"
+
+
+@pytest.mark.parametrize("opts", [{}, None])
+def test_empty_or_null_stream_options_without_a_stream_are_fine(api, opts):
+    r = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2, "stream_options": opts})
+    assert r.status_code == 200
+
+
+def test_chat_carries_vllms_system_fingerprint(api, app_client):
+    fp = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()["system_fingerprint"]
+    prefix, version, hash8 = fp.split("-")
+    assert (prefix, version, len(hash8)) == ("vllm", "0.33.0", 8)
+    int(hash8, 16)
+    again = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()
+    assert again["system_fingerprint"] == fp            # one per configuration
+    other = app_client("--max-model-len", "2048").post(CHAT, json={"model": "test-model", "messages": MSG,
+                                                                  "max_tokens": 2}).json()
+    assert other["system_fingerprint"] != fp and other["system_fingerprint"].startswith("vllm-0.33.0-")
+
+
+def test_version_is_vllms_release_and_server_info_the_simulators(api):
+    v = api.get("/version").json()
+    assert v == {"version": "0.33.0"}
+    assert Version(v["version"]) == Version("0.33.0")
+    info = api.get("/server_info").json()
+    assert info["simulator"] == {"name": "vllm-sim", "version": "0.1.0", "vllm_version": "0.33.0"}
+    assert "max_model_len=1024" in info["vllm_config"]
+
+
+def test_generated_request_ids_are_uuid4_hex(app_client):
+    c = app_client("--enable-request-id-headers")
+    ids = [c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 1}).headers["X-Request-Id"]
+           for _ in range(5)]
+    ids.append(c.get("/v1/models").headers["X-Request-Id"])
+    for rid in ids:
+        u = uuid.UUID(hex=rid)
+        assert (len(rid), u.version, u.variant, u.hex) == (32, 4, uuid.RFC_4122, rid)
+    assert len(set(ids)) == len(ids)
+
+
+def test_health_with_a_trailing_slash_needs_no_key(app_client):
+    c = app_client("--api-key", "sk-1")
+    assert c.get("/health/").status_code == 200
+    assert c.get("/health").status_code == 200
+    assert c.get("/v1/models").status_code == 401
