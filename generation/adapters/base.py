@@ -57,6 +57,13 @@ class Adapter:
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         raise NotImplementedError
 
+    def work(self, seqs) -> tuple[int, str, str]:
+        """``(units, formula, param)``: what rendering the prepared ``seqs`` costs, in output
+        entries (a token counts 1 plus 1 per logprob alternative; echoed prompts and
+        ``prompt_logprobs`` included), how the request's fields make it, and the field the 400
+        of :func:`check_work` names.  The default counts completion tokens only."""
+        return sum(s.completion_tokens for s in seqs), "max_tokens", "max_tokens"
+
     def render(self, seqs) -> dict:
         raise NotImplementedError
 
@@ -111,6 +118,20 @@ def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
         raise InvalidParam(f"Requested {kind} logprobs of {n}, which is greater than max allowed: {cap}", field)
     if value == -1:
         raise InvalidParam(f"`{field}` of -1 (the whole vocabulary) is not supported by the simulator.", field)
+
+
+def check_work(sim, units: int, formula: str, param: str) -> None:
+    """``--max-request-work``: refuse (400) a request whose response would hold more than the
+    cap's output entries (choices x output tokens x (1 + top logprobs), plus echoed prompts and
+    ``prompt_logprobs``), before anything is admitted.  vLLM has no such cap; it bounds what
+    one request may make a worker render and hold in memory (about 64 bytes and 5-10 us of
+    CPU per entry).  ``formula`` says how the request's fields make ``units``
+    (``"n x max_tokens x (1 + top_logprobs)"``); ``param`` is the field the error names.
+    Raises InvalidParam."""
+    cap = sim.config.max_request_work
+    if cap and units > cap:
+        raise InvalidParam(f"This request asks for {units} output tokens and logprob alternatives "
+                           f"({formula}), more than the {cap} one request may ask (--max-request-work).", param)
 
 
 def check_kv_transfer(kv: dict | None, stream: bool) -> None:

@@ -34,6 +34,10 @@ class ClientDisconnected(Exception):
     """Raised in a request's greenlet when it wakes after :meth:`Simulator.cancel` aborted it."""
 
 
+HUB_SLICE = 0.002      # s: the longest a request's rendering runs before the hub gets a turn
+STREAM_AHEAD = 256     # tokens the choices of a stream may produce ahead of its renderer
+
+
 def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthError:
     """vLLM's context-length error."""
     return ContextLengthError(
@@ -484,22 +488,34 @@ class Simulator:
     def _stream_many(self, seqs: list[Sequence], flush: bool, blocks: bool = False):
         q = gevent.queue.Queue()
         done = object()
+        ahead = [0]             # tokens queued since the renderer last caught up
 
         def worker(s):
             try:
                 for k in self.run(s, blocks=blocks):
                     q.put((s, k))
+                    ahead[0] += len(k) if k.__class__ is range else 1
+                    if ahead[0] > STREAM_AHEAD:      # tokens all due at once: the renderer's turn
+                        gevent.sleep(HUB_SLICE)
             except ClientDisconnected:
                 pass
             finally:
                 q.put((s, done))
 
         greenlets = [gevent.spawn(worker, s) for s in seqs]
+        monotonic = time.monotonic
         try:
             remaining = len(seqs)
+            flush_by = monotonic() + HUB_SLICE
             while remaining:
-                if flush and q.empty():
+                # A flush when nothing is ready, and at least every HUB_SLICE: the renderer then
+                # writes what it has, and the server gives the hub a turn (many choices with
+                # tokens all due at once would otherwise render their whole body in one go).
+                if q.empty():
+                    ahead[0] = 0
+                if flush and (q.empty() or monotonic() >= flush_by):
                     yield None, -1
+                    flush_by = monotonic() + HUB_SLICE
                 s, k = q.get()
                 if k is done:
                     remaining -= 1
