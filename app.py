@@ -54,6 +54,10 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if getattr(config, "log_http", False):
         from server.wsgi_layers import LogHTTP
         app.wsgi_app = LogHTTP(app.wsgi_app)
+    from server.listening import KEEPALIVE_SECONDS
+    from server.wsgi_layers import BodyDeadline
+    app.wsgi_app = BodyDeadline(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"],
+                                config.timeout_keep_alive or KEEPALIVE_SECONDS)
     from server import auth
     auth.install(app, config)                             # --api-key: outermost, before routing
 
