@@ -163,11 +163,12 @@ def check_tools(sim, tools, tool_choice, response_format) -> None:
         synth.validate_response_format(response_format)
 
 
-def chat_prompt(sim, messages: list, echo_text: str | None = None, **chat_options) -> Prompt:
+def chat_prompt(sim, messages: list, echo_text: str | None = None, field: str = "messages",
+                **chat_options) -> Prompt:
     """The prompt of a chat conversation; in echo mode it replays ``echo_text`` (default: the
     last message's plain content).  ``chat_options``: :func:`generation.tokenization.tokenizer.chat_options`
     (tools and the chat-template fields), passed to the chat template."""
-    ids, _ = sim.tokenize_messages(messages, **chat_options)
+    ids, _ = sim.tokenize_messages(messages, bounded=field, **chat_options)
     prompt = Prompt(ids)
     if sim.config.mode == "echo":
         if echo_text is None:

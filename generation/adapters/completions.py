@@ -106,6 +106,7 @@ def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) 
     echo = sim.config.mode == "echo"
     for item in items:
         if kind == "text":
+            sim.check_prompt_chars(len(item), "prompt")
             ids, pieces = tok.encode_prompt(item, add_special_tokens)
             p = Prompt(ids, text=item)
             if echo:

@@ -25,7 +25,7 @@ from gevent.hub import Waiter, get_hub
 
 from generation.errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
 from .request import GenerationRequest, SeqState, Sequence
-from generation.tokenization.tokenizer import tokenize_chat
+from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .token_schedule import TokenSchedule
 
 monotonic = time.monotonic
@@ -103,12 +103,36 @@ class Simulator:
         """A text prompt's ids and pieces (vLLM: special tokens added unless told otherwise)."""
         return self.tokenizer.encode_prompt(text, add_special_tokens)
 
-    def tokenize_messages(self, messages, **chat_options) -> tuple[list, list]:
+    def tokenize_messages(self, messages, bounded: str | None = None, **chat_options) -> tuple[list, list]:
         """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
         :func:`generation.tokenization.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises
-        InvalidParam for a request chat template without ``--trust-request-chat-template``."""
+        InvalidParam for a request chat template without ``--trust-request-chat-template``.
+        ``bounded`` (the request field, for a prompt that must fit the context): first
+        :meth:`check_prompt_chars` on the messages' text."""
         self.check_request_chat_template(chat_options)
+        if bounded is not None and self.prompt_char_limit() is not None and isinstance(messages, list):
+            self.check_prompt_chars(sum(len(content_text(m.get("content"), False)) for m in messages
+                                        if isinstance(m, dict)), bounded)
         return tokenize_chat(self.tokenizer, messages, **chat_options)
+
+    def prompt_char_limit(self) -> int | None:
+        """The most characters a prompt that fits ``--max-model-len`` can have: the context
+        times the tokenizer's longest token (``max_token_chars``, real tokenizers only; the
+        simulated tokenizer's pieces have no bound), else None."""
+        per = getattr(self.tokenizer, "max_token_chars", None)
+        return None if not per else self.config.max_model_len * per
+
+    def check_prompt_chars(self, chars: int, param: str) -> None:
+        """Refuse at once (ContextLengthError naming ``param``) a prompt of ``chars`` characters
+        that cannot fit the context even at the tokenizer's most compact ratio: a 4 MB prompt
+        held the hub 5-6 s in the tokenizer before its length was refused."""
+        limit = self.prompt_char_limit()
+        if limit is not None and chars > limit:
+            max_len = self.config.max_model_len
+            raise ContextLengthError(
+                f"This model's maximum context length is {max_len} tokens. However, your prompt is {chars} "
+                f"characters long: more than {max_len} tokens of at most {limit // max_len} characters each "
+                f"can hold. Please reduce the length of the prompt.", param)
 
     def check_request_chat_template(self, chat_options: dict) -> None:
         """vLLM's guard on templates sent with a request: a Jinja template runs arbitrary loops,
