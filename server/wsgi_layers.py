@@ -1,6 +1,7 @@
 """WSGI layers around the Flask app, outside Flask: ``--log-http`` bodies (:class:`LogHTTP`),
-the size limit of chunked request bodies (:class:`ChunkedBodyLimit`) and the time limit of
-request bodies (:class:`BodyDeadline`).
+the size limit of chunked request bodies (:class:`ChunkedBodyLimit`), the time limit of
+request bodies (:class:`BodyDeadline`) and the method / media-type rules every route shares
+(:class:`RequestGuard`).
 """
 from __future__ import annotations
 
@@ -226,3 +227,60 @@ class ChunkedBodyLimit:
         return self.wsgi_app(environ, start_response)
 
 
+
+
+CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"     # Starlette's ALL_METHODS
+UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
+NO_BODY_POSTS = frozenset({"/ping"})      # a probe: changes nothing, takes anything
+
+
+class RequestGuard:
+    """What every route shares, before routing:
+
+    * a CORS preflight (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) is
+      answered ``200 OK`` for any path, as vLLM's ``CORSMiddleware`` (``--allowed-origins``
+      ``*`` and friends, its defaults) answers it; any other ``OPTIONS`` goes on to the router,
+      whose 405 / 404 are vLLM's too;
+    * a ``POST`` may change state only with a JSON body: a ``Content-Type`` other than
+      ``application/json``, or a body without one, is a 400 (vLLM's message) on every POST
+      route, as vLLM's ``validate_json_request`` does on its JSON routes.  A browser can send
+      ``text/plain`` or a form cross-site without a preflight; a body-less POST (``/sleep?level=1``)
+      passes.  ``/ping`` is exempt."""
+
+    def __init__(self, wsgi_app):
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ, start_response):
+        method = environ.get("REQUEST_METHOD")
+        if method == "POST":
+            ctype = environ.get("CONTENT_TYPE")
+            if ctype:
+                ok = ctype.split(";", 1)[0].strip().lower() == "application/json"
+            else:
+                length = environ.get("CONTENT_LENGTH")
+                ok = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
+            if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS:
+                return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA)
+        elif method == "OPTIONS" and environ.get("HTTP_ORIGIN") and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ:
+            headers = [("Access-Control-Allow-Origin", "*"), ("Access-Control-Allow-Methods", CORS_METHODS),
+                       ("Access-Control-Max-Age", "600")]
+            asked = environ.get("HTTP_ACCESS_CONTROL_REQUEST_HEADERS")
+            if asked is not None:
+                headers.append(("Access-Control-Allow-Headers", asked))
+            start_response("200 OK", [*headers, ("Content-Type", "text/plain; charset=utf-8"),
+                                      ("Content-Length", "2")])
+            return [b"OK"]
+        return self.wsgi_app(environ, start_response)
+
+    @staticmethod
+    def _error(environ, start_response, status: int, message: str):
+        import orjson
+        path = environ.get("PATH_INFO", "")
+        if path == "/v1/messages" or path.startswith("/v1/messages/"):
+            out = orjson.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+        else:
+            out = orjson.dumps({"error": {"message": message, "type": "BadRequestError", "param": None,
+                                          "code": status}})
+        start_response(f"{status} Bad Request", [("Content-Type", "application/json"),
+                                                 ("Content-Length", str(len(out)))])
+        return [out]

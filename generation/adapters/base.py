@@ -115,7 +115,11 @@ def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
     n = VOCAB_SIZE if value == -1 else value
     cap = sim.config.max_logprobs
     if cap != -1 and n > cap:
-        raise InvalidParam(f"Requested {kind} logprobs of {n}, which is greater than max allowed: {cap}", field)
+        asked = value
+        if value == -1:        # vLLM prints the model's vocabulary size; the simulated one has none
+            size = getattr(sim.tokenizer, "vocab_size", None)
+            asked = f"-1 (the whole vocabulary{f': {size} tokens' if size else ''})"
+        raise InvalidParam(f"Requested {kind} logprobs of {asked}, which is greater than max allowed: {cap}", field)
     if value == -1:
         raise InvalidParam(f"`{field}` of -1 (the whole vocabulary) is not supported by the simulator.", field)
 

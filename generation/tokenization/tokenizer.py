@@ -196,6 +196,13 @@ class HFTokenizer:
             backend.no_truncation()
 
     @property
+    def vocab_size(self) -> int:
+        """Tokens in the vocabulary, added tokens included (what ``logprobs: -1`` asks for)."""
+        if self._fast is not None:
+            return self._fast.get_vocab_size(with_added_tokens=True)
+        return len(self._tok)
+
+    @property
     def max_token_chars(self) -> int:
         """An upper bound on the characters one token stands for: the longest vocabulary
         string (byte-level vocabularies spell a byte per character, so this is at least the
