@@ -257,7 +257,7 @@ class HFTokenizer:
             return self._encode(flatten_messages(messages), add_special_tokens)
         from .chat_template import render_chat
         text = render_chat(self._tok, messages, tools, template, chat_template_kwargs,
-                           add_generation_prompt, continue_final_message)
+                           add_generation_prompt, continue_final_message, from_request=chat_template is not None)
         return self._encode(text, add_special_tokens)
 
     def pieces(self, text: str) -> list[str]:
