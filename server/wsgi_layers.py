@@ -59,6 +59,9 @@ class DeadlineInput:
 
     def _expire(self):
         from generation.errors import APIError
+
+        from .arrivals import take_turn
+        take_turn()         # bodies that started together expire together: 5 answers a loop turn
         self.timed_out = True
         if self.environ is not None:
             close_after(self.environ)
