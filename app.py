@@ -38,6 +38,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
 
     config = config or load_config([])
     app = Flask("vllm_sim")
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False       # OPTIONS: a 405 / 404 as vLLM's router
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
@@ -57,6 +58,12 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if getattr(config, "log_http", False):
         from server.wsgi_layers import LogHTTP
         app.wsgi_app = LogHTTP(app.wsgi_app)
+    from server.listening import KEEPALIVE_SECONDS
+    from server.wsgi_layers import BodyDeadline
+    app.wsgi_app = BodyDeadline(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"],
+                                config.timeout_keep_alive or KEEPALIVE_SECONDS)
+    from server.wsgi_layers import RequestGuard
+    app.wsgi_app = RequestGuard(app.wsgi_app)             # CORS preflight, JSON-only POSTs
     from server import auth
     auth.install(app, config)                             # --api-key: outermost, before routing
 

@@ -32,7 +32,7 @@ STATUS: dict[type, int] = {
 
 # HTTP status -> Anthropic error type (https://docs.anthropic.com/en/api/errors).
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
-                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    403: "permission_error", 404: "not_found_error", 408: "timeout_error", 413: "request_too_large",
                     429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 504: "timeout_error",
                     529: "overloaded_error"}
 

@@ -33,11 +33,12 @@ import orjson
 from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
+from generation.adapters.base import check_work
 from generation.engine.simulator import ClientDisconnected
 from generation.errors import SimulatorError
 from schemas.common import load
 
-from .common import (SSE_HEADERS, hang_up, header_checks, parse_json_body, received_at, request_id,
+from .common import (SSE_HEADERS, dumps_paced, hang_up, header_checks, parse_json_body, received_at, request_id,
                      response_headers, run_to_completion, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
 from .streaming import WRITE_KEY
@@ -45,6 +46,7 @@ from .streaming import WRITE_KEY
 log = logging.getLogger("vllm_sim")
 
 JSON_CONTENT_TYPE = ("Content-Type", "application/json")
+PACED_WORK = 16384       # output entries (Adapter.work) above which a body is serialised with pauses
 SSE_BASE_HEADERS = [*SSE_HEADERS.items(), ("Content-Type", "text/event-stream; charset=utf-8")]
 
 
@@ -60,6 +62,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
     force_ct = header_checks(sim, environ)
     req = adapter.build(rid, force_ct and adapter.cache_threshold_header)
     seqs = sim.prepare(req)
+    work = adapter.work(seqs)
+    check_work(sim, *work)
     extra = response_headers(rid, sim, environ)
     sim.admit(seqs, received_at(environ))
     try:
@@ -72,11 +76,39 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
             stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
             return 200, [*extra.items(), *SSE_BASE_HEADERS], stream
         run_to_completion(sim, seqs, environ)
-        out = orjson.dumps(adapter.render(seqs))
+        if work[0] <= PACED_WORK:
+            body = [orjson.dumps(adapter.render(seqs))]
+        else:
+            body = render_large(adapter, seqs)
     except BaseException:
         sim.cancel(seqs)
         raise
-    return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(len(out)))], [out]
+    size = sum(len(p) for p in body)
+    return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(size))], body
+
+
+_RENDER_POOL = None
+
+
+def render_large(adapter, seqs) -> list:
+    """A large non-streaming body (more than :data:`PACED_WORK` entries), rendered and
+    serialised in a worker thread: pure Python for up to a few hundred ms, which on the hub
+    would hold every other stream for as long (from a thread the hub keeps its turn every
+    switch interval, 5 ms).  One thread: large bodies are built one at a time, so their
+    memory is too.  Returns the body as a list of bytes (:func:`dumps_paced`)."""
+    global _RENDER_POOL
+    if _RENDER_POOL is None:
+        from gevent.threadpool import ThreadPool
+        _RENDER_POOL = ThreadPool(1)
+    return _RENDER_POOL.apply(_render_in_thread, (adapter, seqs))
+
+
+def _no_pause() -> None:
+    """In a thread the interpreter's switch interval gives the hub its turns."""
+
+
+def _render_in_thread(adapter, seqs) -> list:
+    return dumps_paced(adapter.render(seqs), _no_pause)
 
 
 def error_body(err, envelope: str) -> dict:

@@ -116,6 +116,13 @@ def wait_for_request(unreader, turns: ArrivalTurns) -> None:
 _turns: ArrivalTurns | None = None
 
 
+def take_turn() -> None:
+    """Wait for a turn of the installed :class:`ArrivalTurns` (at once before :func:`install`):
+    for work that arrives in waves, such as slow bodies timing out together."""
+    if _turns is not None:
+        _turns.take()
+
+
 def waiting_greenlets() -> set:
     """:meth:`ArrivalTurns.waiting_greenlets` of the installed turns (empty before
     :func:`install`)."""

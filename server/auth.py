@@ -5,12 +5,14 @@ carry ``Authorization: Bearer <key>``; the scheme is case-insensitive and keys a
 SHA-256 digests with :func:`hmac.compare_digest`, so the time taken does not depend on how much
 of a guess matches.  Anthropic clients send ``x-api-key: <key>``, which is accepted too.
 vLLM guards only ``/v1/*``; here the other inference, LoRA, admin and sleep routes are guarded
-as well, and only the probes stay open (:data:`OPEN_PATHS`).  ``OPTIONS`` passes (CORS
-preflight), as in vLLM.
+as well, and only the probes stay open (:data:`OPEN_PATHS`).  ``OPTIONS`` passes, as in vLLM:
+a CORS preflight is answered ``200`` for any path (:class:`server.wsgi_layers.RequestGuard`),
+any other ``OPTIONS`` gets the router's 405 or 404, which, as in vLLM, shows which routes
+exist (every other method gets the same 401 on every path).
 
 A missing or wrong key is a 401 in vLLM's envelope, or Anthropic's on ``/v1/messages``.
-The check is a WSGI middleware: it runs before routing, answers unknown paths the same way
-(nothing is revealed about which routes exist), and costs nothing when no key is set.
+The check is a WSGI middleware: it runs before routing, answers unknown paths the same way,
+and costs nothing when no key is set.
 """
 from __future__ import annotations
 

@@ -55,10 +55,55 @@ def accept_server(listener, handle, pool_size: int, handshake_timeout: float = K
                 return self.handle(tls, address)
             finally:
                 tls.close()
+                trimmer.closed()
 
+    trimmer = HeapTrimmer()
     server = Server(listener, handle=handle, spawn=Pool(pool_size), **ssl_args)
     server.max_accept = ACCEPT_BATCH
     return server
+
+
+class HeapTrimmer:
+    """Gives the C heap back to the system after many TLS connections closed: each costs
+    OpenSSL ~50 KB that glibc keeps in its arenas after the free (58 -> 688 MB after 4 rounds
+    of 10,000 half-open handshakes, issue 23).  After :data:`TRIM_AFTER` closes, and at most
+    once per :data:`TRIM_INTERVAL` seconds, ``malloc_trim(0)`` runs in a worker thread (ctypes
+    releases the GIL; glibc locks its arenas).  No-op without glibc."""
+    TRIM_AFTER = 256
+    TRIM_INTERVAL = 1.0
+
+    def __init__(self):
+        self.count = 0
+        self.last = 0.0
+        self.pending = False
+        try:
+            import ctypes
+            self.trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            self.trim = None
+
+    def closed(self) -> None:
+        self.count += 1
+        if self.trim is None or self.pending or self.count < self.TRIM_AFTER:
+            return
+        import time
+
+        import gevent
+        now = time.monotonic()
+        wait = max(0.0, self.last + self.TRIM_INTERVAL - now)
+        self.pending = True
+        gevent.spawn_later(wait + 0.2, self._run)      # a little later: the rest of a wave closes too
+
+    def _run(self) -> None:
+        import time
+
+        import gevent
+        try:
+            gevent.get_hub().threadpool.apply(self.trim, (0,))
+        finally:
+            self.count = 0
+            self.pending = False
+            self.last = time.monotonic()
 
 
 def _peer(address) -> str:

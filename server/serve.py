@@ -98,6 +98,7 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
             s("timeout", 0)
             s("graceful_timeout", int(shutdown_grace(config)) + 1)     # unused in-process; an int
             s("control_socket_disable", True)
+            s("forwarder_headers", "")       # no SCRIPT_NAME / PATH_INFO from request headers
             s("loglevel", log_level_name(config))
             s("logger_class", _gunicorn_logger_class(config))
             s("accesslog", None if getattr(config, "disable_log_requests", False) else "-")
@@ -159,6 +160,10 @@ def attach_to_gunicorn(app, config) -> None:
             worker.cfg.set("access_log_format", ACCESS_FORMAT)
         worker.log.setup(worker.cfg)
     _restyle_gunicorn_logger(worker.log, config)
+    if worker.cfg.forwarder_headers == worker.cfg.settings["forwarder_headers"].default.split(","):
+        # gunicorn's default lets a loopback peer (a sidecar proxy) set SCRIPT_NAME / PATH_INFO
+        # with headers, and a SCRIPT_NAME the path does not start with was a 500 on every route
+        worker.cfg.set("forwarder_headers", "")
     keep_alive = getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS)
     if worker.cfg.keepalive > keep_alive:
         log.warning("gunicorn --keep-alive %ss: vLLM uses %ds (--timeout-keep-alive; idle sockets hold worker "

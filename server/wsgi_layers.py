@@ -1,9 +1,140 @@
-"""WSGI layers around the Flask app, outside Flask: ``--log-http`` bodies (:class:`LogHTTP`)
-and the size limit of chunked request bodies (:class:`ChunkedBodyLimit`).
+"""WSGI layers around the Flask app, outside Flask: ``--log-http`` bodies (:class:`LogHTTP`),
+the size limit of chunked request bodies (:class:`ChunkedBodyLimit`), the time limit of
+request bodies (:class:`BodyDeadline`) and the method / media-type rules every route shares
+(:class:`RequestGuard`).
 """
 from __future__ import annotations
 
 import logging
+import socket
+import time
+
+BODY_RATE = 1 << 20          # bytes/s a body must arrive at, after its first --timeout-keep-alive seconds
+
+
+def close_after(environ) -> None:
+    """Make gunicorn answer ``Connection: close`` and close the connection after this
+    response.  gunicorn ignores a ``Connection`` response header from the app; its request
+    object is reached through the closure of ``wsgi.early_hints`` (gunicorn 27, pinned),
+    and the socket's read side is shut down anyway."""
+    hints = environ.get("wsgi.early_hints")
+    for cell in getattr(hints, "__closure__", None) or ():
+        try:
+            obj = cell.cell_contents
+        except ValueError:
+            continue
+        if hasattr(obj, "must_close") and hasattr(obj, "should_close"):
+            obj.must_close = True
+
+
+class DeadlineInput:
+    """A WSGI input whose reads share one deadline (``time.monotonic`` seconds).  Past it, a
+    read raises the 408 :class:`generation.errors.APIError` and shuts the socket's read side, so
+    that gunicorn closes the connection after the answer instead of draining the rest of a
+    body that trickles in."""
+    __slots__ = ("stream", "deadline", "sock", "timed_out", "environ")
+
+    def __init__(self, stream, deadline: float, sock, environ=None):
+        self.environ = environ
+        self.stream = stream
+        self.deadline = deadline
+        self.sock = sock
+        self.timed_out = False
+
+    def _call(self, fn, *args):
+        from gevent import Timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self._expire()
+        timer = Timeout(left)
+        timer.start()
+        try:
+            return fn(*args)
+        except Timeout as t:
+            if t is not timer:
+                raise
+            self._expire()
+        finally:
+            timer.close()
+
+    def _expire(self):
+        from generation.errors import APIError
+
+        from .arrivals import take_turn
+        take_turn()         # bodies that started together expire together: 5 answers a loop turn
+        self.timed_out = True
+        if self.environ is not None:
+            close_after(self.environ)
+        try:
+            self.sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+        raise APIError("Request body timed out: it did not arrive in time.", 408, None, "RequestTimeout")
+
+    def read(self, size=-1):
+        return self._call(self.stream.read, size)
+
+    def readline(self, size=-1):
+        return self._call(self.stream.readline, size)
+
+    def readlines(self, hint=-1):
+        return self._call(self.stream.readlines, hint)
+
+    def __iter__(self):
+        while True:
+            line = self.readline()
+            if not line:
+                return
+            yield line
+
+
+class BodyDeadline:
+    """A time limit on reading a request's body, as gunicorn limits its headers (to
+    ``--timeout-keep-alive``): the body must arrive within ``grace`` seconds plus its length at
+    :data:`BODY_RATE` (a chunked body counts as ``limit`` bytes).  10,000 connections sending
+    one byte a second held every worker connection for as long as they liked (issue 23).
+    Past the deadline the request is answered 408 in the API's envelope and the connection is
+    closed.  Only under gunicorn (``gunicorn.socket`` in the environ); in-process bodies are
+    already in memory."""
+
+    def __init__(self, wsgi_app, limit: int, grace: float):
+        self.wsgi_app = wsgi_app
+        self.limit = limit
+        self.grace = grace
+
+    def __call__(self, environ, start_response):
+        sock = environ.get("gunicorn.socket")
+        if sock is not None and environ.get("REQUEST_METHOD") in ("POST", "PUT", "PATCH"):
+            length = environ.get("CONTENT_LENGTH")
+            if length and length.isdigit():
+                size = min(int(length), self.limit + 1)
+            elif "chunked" in (environ.get("HTTP_TRANSFER_ENCODING") or "").lower():
+                size = self.limit
+            else:
+                size = 0
+            if size:
+                body = environ["wsgi.input"] = DeadlineInput(
+                    environ["wsgi.input"], time.monotonic() + self.grace + size / BODY_RATE, sock, environ)
+                try:
+                    return self.wsgi_app(environ, start_response)
+                except Exception:
+                    if not body.timed_out:
+                        raise
+                    return self.timed_out(environ, start_response)      # read outside Flask and the fast path
+        return self.wsgi_app(environ, start_response)
+
+    @staticmethod
+    def timed_out(environ, start_response):
+        close_after(environ)
+        import orjson
+        message = "Request body timed out: it did not arrive in time."
+        if environ.get("PATH_INFO", "").startswith("/v1/messages"):
+            out = orjson.dumps({"type": "error", "error": {"type": "timeout_error", "message": message}})
+        else:
+            out = orjson.dumps({"error": {"message": message, "type": "RequestTimeout", "param": None, "code": 408}})
+        start_response("408 Request Timeout", [("Content-Type", "application/json"),
+                                               ("Content-Length", str(len(out)))])
+        return [out]
 
 
 
@@ -143,3 +274,60 @@ class _Counted:
             close = getattr(self.body, "close", None)
             if close is not None:
                 close()
+
+
+CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"     # Starlette's ALL_METHODS
+UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
+NO_BODY_POSTS = frozenset({"/ping"})      # a probe: changes nothing, takes anything
+
+
+class RequestGuard:
+    """What every route shares, before routing:
+
+    * a CORS preflight (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) is
+      answered ``200 OK`` for any path, as vLLM's ``CORSMiddleware`` (``--allowed-origins``
+      ``*`` and friends, its defaults) answers it; any other ``OPTIONS`` goes on to the router,
+      whose 405 / 404 are vLLM's too;
+    * a ``POST`` may change state only with a JSON body: a ``Content-Type`` other than
+      ``application/json``, or a body without one, is a 400 (vLLM's message) on every POST
+      route, as vLLM's ``validate_json_request`` does on its JSON routes.  A browser can send
+      ``text/plain`` or a form cross-site without a preflight; a body-less POST (``/sleep?level=1``)
+      passes.  ``/ping`` is exempt."""
+
+    def __init__(self, wsgi_app):
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ, start_response):
+        method = environ.get("REQUEST_METHOD")
+        if method == "POST":
+            ctype = environ.get("CONTENT_TYPE")
+            if ctype:
+                ok = ctype.split(";", 1)[0].strip().lower() == "application/json"
+            else:
+                length = environ.get("CONTENT_LENGTH")
+                ok = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
+            if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS:
+                return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA)
+        elif method == "OPTIONS" and environ.get("HTTP_ORIGIN") and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ:
+            headers = [("Access-Control-Allow-Origin", "*"), ("Access-Control-Allow-Methods", CORS_METHODS),
+                       ("Access-Control-Max-Age", "600")]
+            asked = environ.get("HTTP_ACCESS_CONTROL_REQUEST_HEADERS")
+            if asked is not None:
+                headers.append(("Access-Control-Allow-Headers", asked))
+            start_response("200 OK", [*headers, ("Content-Type", "text/plain; charset=utf-8"),
+                                      ("Content-Length", "2")])
+            return [b"OK"]
+        return self.wsgi_app(environ, start_response)
+
+    @staticmethod
+    def _error(environ, start_response, status: int, message: str):
+        import orjson
+        path = environ.get("PATH_INFO", "")
+        if path == "/v1/messages" or path.startswith("/v1/messages/"):
+            out = orjson.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+        else:
+            out = orjson.dumps({"error": {"message": message, "type": "BadRequestError", "param": None,
+                                          "code": status}})
+        start_response(f"{status} Bad Request", [("Content-Type", "application/json"),
+                                                 ("Content-Length", str(len(out)))])
+        return [out]

@@ -325,7 +325,7 @@ def test_responses_translation():
     ("/v1/completions", {"prompt": "a", "logprobs": 100_000}, "logprobs",
      "Requested sample logprobs of 100000, which is greater than max allowed: 20"),
     ("/v1/completions", {"prompt": "a", "logprobs": -1}, "logprobs",
-     "Requested sample logprobs of 4294967296, which is greater than max allowed: 20"),
+     "Requested sample logprobs of -1 (the whole vocabulary), which is greater than max allowed: 20"),
     ("/v1/completions", {"prompt": "a", "logprobs": -5}, "logprobs", "`logprobs` must be a positive value or -1."),
     ("/v1/completions", {"prompt": "a", "prompt_logprobs": 21}, "prompt_logprobs",
      "Requested prompt logprobs of 21, which is greater than max allowed: 20"),

@@ -59,6 +59,13 @@ class Adapter:
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         raise NotImplementedError
 
+    def work(self, seqs) -> tuple[int, str, str]:
+        """``(units, formula, param)``: what rendering the prepared ``seqs`` costs, in output
+        entries (a token counts 1 plus 1 per logprob alternative; echoed prompts and
+        ``prompt_logprobs`` included), how the request's fields make it, and the field the 400
+        of :func:`check_work` names.  The default counts completion tokens only."""
+        return sum(s.completion_tokens for s in seqs), "max_tokens", "max_tokens"
+
     def render(self, seqs) -> dict:
         raise NotImplementedError
 
@@ -110,9 +117,27 @@ def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
     n = VOCAB_SIZE if value == -1 else value
     cap = sim.config.max_logprobs
     if cap != -1 and n > cap:
-        raise InvalidParam(f"Requested {kind} logprobs of {n}, which is greater than max allowed: {cap}", field)
+        asked = value
+        if value == -1:        # vLLM prints the model's vocabulary size; the simulated one has none
+            size = getattr(sim.tokenizer, "vocab_size", None)
+            asked = f"-1 (the whole vocabulary{f': {size} tokens' if size else ''})"
+        raise InvalidParam(f"Requested {kind} logprobs of {asked}, which is greater than max allowed: {cap}", field)
     if value == -1:
         raise InvalidParam(f"`{field}` of -1 (the whole vocabulary) is not supported by the simulator.", field)
+
+
+def check_work(sim, units: int, formula: str, param: str) -> None:
+    """``--max-request-work``: refuse (400) a request whose response would hold more than the
+    cap's output entries (choices x output tokens x (1 + top logprobs), plus echoed prompts and
+    ``prompt_logprobs``), before anything is admitted.  vLLM has no such cap; it bounds what
+    one request may make a worker render and hold in memory (about 64 bytes and 5-10 us of
+    CPU per entry).  ``formula`` says how the request's fields make ``units``
+    (``"n x max_tokens x (1 + top_logprobs)"``); ``param`` is the field the error names.
+    Raises InvalidParam."""
+    cap = sim.config.max_request_work
+    if cap and units > cap:
+        raise InvalidParam(f"This request asks for {units} output tokens and logprob alternatives "
+                           f"({formula}), more than the {cap} one request may ask (--max-request-work).", param)
 
 
 def check_kv_transfer(kv: dict | None, stream: bool) -> None:
@@ -144,11 +169,12 @@ def check_tools(sim, tools, tool_choice, response_format) -> None:
         synth.validate_response_format(response_format)
 
 
-def chat_prompt(sim, messages: list, echo_text: str | None = None, **chat_options) -> Prompt:
+def chat_prompt(sim, messages: list, echo_text: str | None = None, field: str = "messages",
+                **chat_options) -> Prompt:
     """The prompt of a chat conversation; in echo mode it replays ``echo_text`` (default: the
     last message's plain content).  ``chat_options``: :func:`generation.tokenization.tokenizer.chat_options`
     (tools and the chat-template fields), passed to the chat template."""
-    ids, _ = sim.tokenize_messages(messages, **chat_options)
+    ids, _ = sim.tokenize_messages(messages, bounded=field, **chat_options)
     prompt = Prompt(ids)
     if sim.config.mode == "echo":
         if echo_text is None:

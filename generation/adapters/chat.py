@@ -17,7 +17,7 @@ from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
-                   check_stream_options, check_tools, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
+                   check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids,
                    due_items)
 from generation.tokenization.tokenizer import chat_options
@@ -55,6 +55,8 @@ class ChatAdapter(Adapter):
         check_kv_transfer(b.kv_transfer_params, stream)
         n = b.n or 1
         check_size(sim, n, force_cache_threshold, b.cache_hit_threshold)
+        if max_tokens is not None:            # the output side, before anything is tokenized
+            check_work(sim, *self._work(n * min(max_tokens, sim.config.max_model_len)))
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [], **chat_options(b))], n=n,
             max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
@@ -63,6 +65,20 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None)
         return self.req
+
+    def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:
+        b = self.body
+        top = (b.top_logprobs or 0) if b.logprobs else 0
+        mct = "max_completion_tokens" if b.max_completion_tokens is not None else "max_tokens"
+        formula = f"n x {mct}" + (" x (1 + top_logprobs)" if top else "")
+        units = tokens * (1 + top)
+        if b.prompt_logprobs is not None:      # rendered once, for the request's one prompt
+            units += prompt_len * (1 + b.prompt_logprobs)
+            formula += " + prompt tokens x (1 + prompt_logprobs)"
+        return units, formula, "n" if (b.n or 1) > 1 else mct
+
+    def work(self, seqs) -> tuple[int, str, str]:
+        return self._work(sum(s.completion_tokens for s in seqs), seqs[0].prompt_len if seqs else 0)
 
     def render(self, seqs) -> dict:
         b = self.body

@@ -16,7 +16,7 @@ from ..errors import InvalidParam
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
-                   check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
+                   check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
 from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, tokens_as_ids, truncate_prompts,
                      vocab_size)
@@ -45,6 +45,8 @@ class CompletionsAdapter(Adapter):
         kind, items = b.prompt
         n = b.n or 1
         check_size(sim, len(items) * n, force_cache_threshold, b.cache_hit_threshold)
+        if b.max_tokens is not None:          # the output side, before anything is tokenized
+            check_work(sim, *self._work(len(items) * n * min(b.max_tokens, sim.config.max_model_len)))
         prompts = build_prompts(sim, kind, items, b.add_special_tokens is not False)
         if kind == "ids":
             check_prompt_ids(prompts, vocab_size(sim))
@@ -55,6 +57,28 @@ class CompletionsAdapter(Adapter):
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold)
         return self.req
+
+    def _work(self, tokens: int, prompt_tokens: int = 0) -> tuple[int, str, str]:
+        """Each choice renders its tokens, and with ``echo`` its prompt, with ``logprobs``
+        alternatives each; ``prompt_logprobs`` (by default ``logprobs`` with ``echo``) repeats
+        its prompt's entries in every choice.  ``prompt_tokens``: prompt lengths summed over
+        the choices."""
+        b = self.body
+        per = 1 + (b.logprobs or 0)
+        lp = " x (1 + logprobs)" if b.logprobs else ""
+        units, formula = tokens * per, "prompts x n x max_tokens" + lp
+        if b.echo:
+            units += prompt_tokens * per
+            formula += " + echoed prompt tokens" + lp
+        plp = b.prompt_logprobs if b.prompt_logprobs is not None or not b.echo else b.logprobs
+        if plp is not None:
+            units += prompt_tokens * (1 + plp)
+            formula += " + prompt tokens x (1 + prompt_logprobs)"
+        param = "n" if (b.n or 1) > 1 else "prompt" if len(b.prompt[1]) > 1 else "max_tokens"
+        return units, formula, param
+
+    def work(self, seqs) -> tuple[int, str, str]:
+        return self._work(sum(s.completion_tokens for s in seqs), sum(s.prompt_len for s in seqs))
 
     def render(self, seqs) -> dict:
         b = self.body
@@ -90,6 +114,7 @@ def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) 
     echo = sim.config.mode == "echo"
     for item in items:
         if kind == "text":
+            sim.check_prompt_chars(len(item), "prompt")
             ids, pieces = tok.encode_prompt(item, add_special_tokens)
             p = Prompt(ids, text=item)
             if echo:

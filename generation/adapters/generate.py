@@ -13,7 +13,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest, Prompt
 from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
-                   check_logprobs_sign, check_size, dumps, request_usage, stream_flags, usage_details)
+                   check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
                      vocab_size)
 from .protocol import GenerateRequest, SamplingParams
@@ -58,6 +58,8 @@ class GenerateAdapter(Adapter):
         check_kv_transfer(kv, stream)
         n = sp.n or 1
         check_size(sim, n, False)
+        if sp.max_tokens is not None:
+            check_work(sim, *self._work(n * min(sp.max_tokens, sim.config.max_model_len)))
         prompt = Prompt(list(ids))
         check_prompt_ids([prompt], vocab, "token_ids")
         if sim.config.mode == "echo":
@@ -66,6 +68,14 @@ class GenerateAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
             min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv)
         return self.req
+
+    def _work(self, tokens: int) -> tuple[int, str, str]:
+        top = self.body.sampling_params.logprobs or 0
+        param = "sampling_params.n" if (self.body.sampling_params.n or 1) > 1 else "sampling_params.max_tokens"
+        return tokens * (1 + top), "n x max_tokens" + (" x (1 + logprobs)" if top else ""), param
+
+    def work(self, seqs) -> tuple[int, str, str]:
+        return self._work(sum(s.completion_tokens for s in seqs))
 
     def render(self, seqs) -> dict:
         return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),

@@ -54,7 +54,7 @@ class ResponsesAdapter(Adapter):
         check_limits(mot, ignore_eos)
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
-        prompt = chat_prompt(sim, to_chat_messages(inp), echo_text(inp), tools=tools)
+        prompt = chat_prompt(sim, to_chat_messages(inp), echo_text(inp), "input", tools=tools)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,

@@ -142,6 +142,9 @@ _declare("server",
          Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"))
 _declare("frontend",
          Option("max-logprobs", "int", 20, "Largest `logprobs` / `top_logprobs` a request may ask (-1: no cap)"),
+         Option("max-request-work", "int", 1048576, "Largest response one request may ask: choices x output "
+                "tokens x (1 + top logprobs), plus echoed prompts and `prompt_logprobs` (0: no cap)",
+                unit="tokens"),
          Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
                 "`stream_options.include_usage` were set"),
          Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),

@@ -153,6 +153,8 @@ class SimConfig:
                               f"got {self.max_request_body_size_mb}", "max-request-body-size-mb")
         if self.max_logprobs < -1:
             raise ConfigError("max-logprobs cannot be less than -1", "max-logprobs")
+        if self.max_request_work < 0:
+            raise ConfigError("max-request-work cannot be negative", "max-request-work")
         if self.worker_connections < 1:
             raise ConfigError("worker-connections cannot be less than 1", "worker-connections")
         if self.timeout_keep_alive < 0:

@@ -25,7 +25,7 @@ from gevent.hub import Waiter, get_hub
 
 from generation.errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
-from generation.tokenization.tokenizer import tokenize_chat
+from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .token_schedule import TokenSchedule
 
 monotonic = time.monotonic
@@ -33,6 +33,10 @@ monotonic = time.monotonic
 # uuid4's fixed bits: version 4 (bits 76-79) and the RFC 4122 variant 0b10 (bits 62-63)
 _UUID4_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
 _UUID4_SET = (0x4 << 76) | (0x2 << 62)
+
+HUB_SLICE = 0.002      # s: the longest a request's rendering runs before the hub gets a turn
+STREAM_AHEAD = 256     # tokens the choices of a stream may produce ahead of its renderer
+
 
 def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthError:
     """vLLM's context-length error."""
@@ -128,12 +132,36 @@ class Simulator:
         """A text prompt's ids and pieces (vLLM: special tokens added unless told otherwise)."""
         return self.tokenizer.encode_prompt(text, add_special_tokens)
 
-    def tokenize_messages(self, messages, **chat_options) -> tuple[list, list]:
+    def tokenize_messages(self, messages, bounded: str | None = None, **chat_options) -> tuple[list, list]:
         """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
         :func:`generation.tokenization.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises
-        InvalidParam for a request chat template without ``--trust-request-chat-template``."""
+        InvalidParam for a request chat template without ``--trust-request-chat-template``.
+        ``bounded`` (the request field, for a prompt that must fit the context): first
+        :meth:`check_prompt_chars` on the messages' text."""
         self.check_request_chat_template(chat_options)
+        if bounded is not None and self.prompt_char_limit() is not None and isinstance(messages, list):
+            self.check_prompt_chars(sum(len(content_text(m.get("content"), False)) for m in messages
+                                        if isinstance(m, dict)), bounded)
         return tokenize_chat(self.tokenizer, messages, **chat_options)
+
+    def prompt_char_limit(self) -> int | None:
+        """The most characters a prompt that fits ``--max-model-len`` can have: the context
+        times the tokenizer's longest token (``max_token_chars``, real tokenizers only; the
+        simulated tokenizer's pieces have no bound), else None."""
+        per = getattr(self.tokenizer, "max_token_chars", None)
+        return None if not per else self.config.max_model_len * per
+
+    def check_prompt_chars(self, chars: int, param: str) -> None:
+        """Refuse at once (ContextLengthError naming ``param``) a prompt of ``chars`` characters
+        that cannot fit the context even at the tokenizer's most compact ratio: a 4 MB prompt
+        held the hub 5-6 s in the tokenizer before its length was refused."""
+        limit = self.prompt_char_limit()
+        if limit is not None and chars > limit:
+            max_len = self.config.max_model_len
+            raise ContextLengthError(
+                f"This model's maximum context length is {max_len} tokens. However, your prompt is {chars} "
+                f"characters long: more than {max_len} tokens of at most {limit // max_len} characters each "
+                f"can hold. Please reduce the length of the prompt.", param)
 
     def check_request_chat_template(self, chat_options: dict) -> None:
         """vLLM's guard on templates sent with a request: a Jinja template runs arbitrary loops,
@@ -557,22 +585,34 @@ class Simulator:
     def _stream_many(self, seqs: list[Sequence], flush: bool, blocks: bool = False):
         q = gevent.queue.Queue()
         done = object()
+        ahead = [0]             # tokens queued since the renderer last caught up
 
         def worker(s):
             try:
                 for k in self.run(s, blocks=blocks):
                     q.put((s, k))
+                    ahead[0] += len(k) if k.__class__ is range else 1
+                    if ahead[0] > STREAM_AHEAD:      # tokens all due at once: the renderer's turn
+                        gevent.sleep(HUB_SLICE)
             except ClientDisconnected:
                 pass
             finally:
                 q.put((s, done))
 
         greenlets = [gevent.spawn(worker, s) for s in seqs]
+        monotonic = time.monotonic
         try:
             remaining = len(seqs)
+            flush_by = monotonic() + HUB_SLICE
             while remaining:
-                if flush and q.empty():
+                # A flush when nothing is ready, and at least every HUB_SLICE: the renderer then
+                # writes what it has, and the server gives the hub a turn (many choices with
+                # tokens all due at once would otherwise render their whole body in one go).
+                if q.empty():
+                    ahead[0] = 0
+                if flush and (q.empty() or monotonic() >= flush_by):
                     yield None, -1
+                    flush_by = monotonic() + HUB_SLICE
                 s, k = q.get()
                 if k is done:
                     remaining -= 1

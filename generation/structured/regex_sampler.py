@@ -74,20 +74,47 @@ def generate(parsed, rng, budget: int, spread: int) -> str:
 
 
 def expansion(parsed, cap: int = 1 << 40) -> int:
-    """How many atoms the pattern's required repeats unroll to (nested minimum counts
-    multiplied, sequences summed, the largest branch): what ``regex.compile`` spends time on
-    (``(a{1000}){1000}`` takes it a second).  Saturates at ``cap``."""
+    """How many atoms the pattern's counted repeats unroll to at worst: what ``regex.compile``
+    spends time and memory on (``(a{1000}){1000}`` takes it a second; ``(?:(?:a?){1000}){1000}``
+    1-2 s and 380 MB).  A repeat counts its maximum when bounded (``x?`` once, ``x{2,9}`` 9
+    times), its minimum plus one when not (``x{5,}`` compiles 5 copies and a loop); nested
+    counts multiply, sequences add, a branch counts its largest alternative.  Saturates at
+    ``cap``."""
     try:
         return min(_expansion(parsed.data if hasattr(parsed, "data") else parsed, cap), cap)
     except RecursionError:
         return cap
 
 
+_COUNT = None
+
+
+def text_expansion(pattern: str, cap: int = 1 << 40) -> int:
+    """A worst-case bound on :func:`expansion` read from the text alone, for patterns Python's
+    parser rejects but ``regex`` may accept (``\\p{L}``): the pattern's length times the product
+    of every counted repeat's count (as if all were nested).  Saturates at ``cap``."""
+    global _COUNT
+    if _COUNT is None:
+        import re
+        _COUNT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+    total = max(len(pattern), 1)
+    for m in _COUNT.finditer(pattern):
+        lo, hi = m.group(1), m.group(2)
+        times = int(hi) if hi else int(lo) + (1 if hi == "" else 0)
+        total *= max(times, 1)
+        if total >= cap:
+            return cap
+    return total
+
+
 def _expansion(items, cap: int) -> int:
     total = 0
     for op, av in items:
         if op in _REPEATS:
-            total += av[0] * _expansion(av[2], cap) if av[0] else 0
+            lo, hi = av[0], av[1]
+            times = lo + 1 if hi is _c.MAXREPEAT or hi >= _c.MAXREPEAT else hi
+            if times:
+                total += times * _expansion(av[2], cap)
         elif op is _c.SUBPATTERN:
             total += _expansion(av[-1], cap)
         elif op is _c.BRANCH:
@@ -105,10 +132,11 @@ def _expansion(items, cap: int) -> int:
 
 def compile_bounded(pattern: str):
     """``regex`` compiled pattern, or None when ``regex`` does not accept it.  Call only for
-    patterns whose :func:`expansion` is small: compiling unrolls counted repeats."""
+    patterns whose :func:`expansion` is small: compiling unrolls counted repeats.  Not kept in
+    ``regex``'s own cache (its entries are unbounded in size; the caller bounds its own)."""
     try:
         import regex        # lazily: only requests with a pattern pay its import
-        return regex.compile(pattern)
+        return regex.compile(pattern, cache_pattern=False)
     except Exception:       # regex.error and the odd ValueError/OverflowError on absurd input
         return None
 

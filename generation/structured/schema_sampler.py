@@ -41,8 +41,10 @@ BUDGET = 20000            # values per instance: nested huge minItems must not e
 PATTERN_SECONDS = 0.05    # matching time spent on one pattern
 SAMPLE_SECONDS = 0.5      # time spent on one instance
 _PATTERN_EXTRAS = ["0", "42", "2024", "12345", "abc123", "A1", "x", "ok", "+15551234567", "US", "en"]
-MAX_EXPANSION = 16384     # atoms a pattern's required repeats may unroll to (compile time)
+MAX_EXPANSION = 4096      # atoms a pattern's counted repeats may unroll to (compile: ~50 ms, ~1 MB)
+MAX_PATTERN = 4096        # characters of one pattern (parsing is pure Python, ~1 us a character)
 _WITNESS_CACHE = 1024     # strings found for (pattern, minLength, maxLength), reused on bad luck
+_COMPILED_ATOMS = 65536   # atoms of all cached compiled patterns (~250 bytes each in memory)
 
 
 class SchemaUnsatisfiable(ValueError):
@@ -64,31 +66,50 @@ def is_num(v) -> bool:
 
 
 _witnesses: OrderedDict = OrderedDict()
-_compiled: OrderedDict = OrderedDict()
+_compiled: OrderedDict = OrderedDict()     # pattern -> (parsed, compiled, atoms)
+_compiled_atoms = [0]
+
+
+def pattern_refusal(pattern: str) -> str | None:
+    """Why ``pattern`` is refused before anything compiles it (too long, its counted repeats
+    unroll past :data:`MAX_EXPANSION` atoms at worst, or Python's parser rejects it, as it
+    does ``x{4294967296}``), else None.  Parses only: nothing is compiled or cached."""
+    if len(pattern) > MAX_PATTERN:
+        return f"it is longer than {MAX_PATTERN} characters"
+    try:
+        atoms = regex_sampler.expansion(regex_sampler.parse(pattern))
+    except regex_sampler.Unsupported:       # perhaps regex-only syntax: bounded from its text
+        atoms = regex_sampler.text_expansion(pattern)
+    if atoms > MAX_EXPANSION:
+        return f"its counted repeats unroll to more than {MAX_EXPANSION} atoms"
+    return None
 
 
 def _pattern(pattern: str):
-    """``(parsed, compiled, why)`` for a pattern, cached; ``compiled`` is None (``why`` says
-    why) when the pattern is unusable."""
+    """``(parsed, compiled, why)`` for a pattern; ``compiled`` is None (``why`` says why) when
+    the pattern is unusable.  Usable patterns are cached (at most :data:`_WITNESS_CACHE`
+    patterns and :data:`_COMPILED_ATOMS` atoms); refused ones are neither compiled nor kept."""
     hit = _compiled.get(pattern)
     if hit is not None:
         _compiled.move_to_end(pattern)
-        return hit
-    why = None
+        return hit[0], hit[1], None
+    why = pattern_refusal(pattern)
+    if why is not None:
+        return None, None, why
     try:
         parsed = regex_sampler.parse(pattern)
+        atoms = regex_sampler.expansion(parsed)
     except regex_sampler.Unsupported:
-        parsed = None
-    if parsed is not None and regex_sampler.expansion(parsed) > MAX_EXPANSION:
-        compiled, why = None, f"its counted repeats unroll to more than {MAX_EXPANSION} atoms"
-    else:
-        compiled = regex_sampler.compile_bounded(pattern)
-        why = None if compiled is not None else "it is not a supported regular expression"
-    hit = (parsed, compiled, why)
-    _compiled[pattern] = hit
-    if len(_compiled) > _WITNESS_CACHE:
-        _compiled.popitem(last=False)
-    return hit
+        parsed, atoms = None, regex_sampler.text_expansion(pattern)
+    compiled = regex_sampler.compile_bounded(pattern)
+    if compiled is None:
+        return parsed, None, "it is not a supported regular expression"
+    atoms = max(atoms, 1)
+    _compiled[pattern] = (parsed, compiled, atoms)
+    _compiled_atoms[0] += atoms
+    while len(_compiled) > _WITNESS_CACHE or _compiled_atoms[0] > _COMPILED_ATOMS:
+        _compiled_atoms[0] -= _compiled.popitem(last=False)[1][2]
+    return parsed, compiled, None
 
 
 class SchemaSampler:

@@ -14,19 +14,24 @@ Every check raises :class:`generation.errors.InvalidParam` whose ``param`` names
 """
 from __future__ import annotations
 
-import json
 import random
 from collections import OrderedDict
 
 
+import orjson
+
 from generation.errors import InvalidParam
-from .schema_sampler import MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, resolve_pointer
+from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, pattern_refusal,
+                             resolve_pointer)
 
 MAX_SCHEMA_DEPTH = 64      # JSON nesting levels of one schema document
+MAX_SCHEMA_BYTES = 1 << 20  # one schema document, serialised (jsonschema: ~10 us a byte, so ~10 s)
+SMALL_SCHEMA_BYTES = 16384  # schemas up to this size are checked in a lane of their own
 CHECK_SECONDS = 1.0        # dry-run time for one schema (patterns, numbers)
 _CHOICE_MODES = ("none", "auto", "required")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "structural_tag")
 _SCHEMA_CACHE_SIZE = 512  # check_schema costs ~0.5 ms; clients resend the same tools
+_SCHEMA_CACHE_BYTES = 8 << 20   # serialised schemas the verdict cache may hold in all
 
 # Keywords whose value is one subschema / a map of subschemas / a list of subschemas.
 _SUB_ONE = ("additionalProperties", "additionalItems", "unevaluatedItems", "unevaluatedProperties",
@@ -100,7 +105,8 @@ class ToolValidator:
 
     def __init__(self, holder):
         self._holder = holder
-        self._schema_ok: OrderedDict[str, str | None] = OrderedDict()
+        self._schema_ok: OrderedDict[bytes, None] = OrderedDict()     # accepted schemas only
+        self._cached_bytes = 0
 
     def validate_request(self, tools, tool_choice) -> None:
         """Check ``tools`` (chat shape) and ``tool_choice``.
@@ -186,45 +192,82 @@ class ToolValidator:
 
     def check_schema(self, schema, param: str) -> None:
         """Raise InvalidParam (``param``) unless ``schema`` is a JSON Schema object within
-        :data:`MAX_SCHEMA_DEPTH` that ``jsonschema`` accepts and whose every leaf the generator
-        can satisfy.  Verdicts are cached by value."""
+        :data:`MAX_SCHEMA_DEPTH` levels and :data:`MAX_SCHEMA_BYTES` serialised, whose every
+        ``pattern`` is within the regex bounds (:func:`pattern_refusal`: checked before
+        anything compiles one), that ``jsonschema`` accepts and whose every leaf the generator
+        can satisfy.  Accepted schemas are remembered by value (at most
+        :data:`_SCHEMA_CACHE_SIZE` and :data:`_SCHEMA_CACHE_BYTES`); a refused one leaves
+        nothing behind."""
         if not isinstance(schema, dict):
             raise InvalidParam(f"Tool validation failed: {param} should be a JSON Schema object.", param)
         self._check_depth(schema, param)
         try:
-            key = json.dumps(schema, sort_keys=True)
+            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         except (TypeError, ValueError):
             key = None
+        if key is not None and len(key) > MAX_SCHEMA_BYTES:
+            raise InvalidParam(f"Tool validation failed: {param} is {len(key)} bytes long, more than the "
+                               f"{MAX_SCHEMA_BYTES} a schema may be.", param)
         cache = self._schema_ok
         if key is not None and key in cache:
             cache.move_to_end(key)
-            err = cache[key]
-        else:
-            err = schema_problem(schema, self._holder.config)
-            if key is not None:
-                cache[key] = err
-                if len(cache) > _SCHEMA_CACHE_SIZE:
-                    cache.popitem(last=False)
+            return
+        err = patterns_problem(schema) or schema_problem(schema, self._holder.config,
+                                                         len(key) if key is not None else 0)
         if err:
             raise InvalidParam(f"Tool validation failed: {param} is not a valid JSON Schema: {err}", param)
+        if key is not None and len(key) <= _SCHEMA_CACHE_BYTES // 8:
+            cache[key] = None
+            self._cached_bytes += len(key)
+            while len(cache) > _SCHEMA_CACHE_SIZE or self._cached_bytes > _SCHEMA_CACHE_BYTES:
+                self._cached_bytes -= len(cache.popitem(last=False)[0])
 
 
-_POOL = None                # the worker threads of metaschema checks (made on first use)
+def patterns_problem(schema: dict) -> str | None:
+    """The first ``pattern`` (or ``patternProperties`` key) of ``schema`` that
+    :func:`pattern_refusal` refuses, described with its place, else None.  Runs before the
+    metaschema check, whose ``format: regex`` would compile every pattern (Python's ``re``
+    raises OverflowError for ``x{4294967296}``); iterative, as the depth is already bounded."""
+    stack = [(schema, "$")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            pat = node.get("pattern")
+            if isinstance(pat, str):
+                why = pattern_refusal(pat)
+                if why:
+                    return f"pattern {pat[:100]!r} cannot be used: {why} (at {path})"
+            props = node.get("patternProperties")
+            if isinstance(props, dict):
+                for pat in props:
+                    why = pattern_refusal(pat)
+                    if why:
+                        return f"patternProperties key {pat[:100]!r} cannot be used: {why} (at {path})"
+            stack.extend((v, f"{path}.{k}") for k, v in node.items() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node) if isinstance(v, (dict, list)))
+    return None
 
 
-def schema_problem(schema: dict, cfg) -> str | None:
+_POOLS: dict = {}           # lane -> worker thread of metaschema checks (made on first use)
+
+
+def schema_problem(schema: dict, cfg, size: int = 0) -> str | None:
     """None when ``schema`` is usable, else a one-line description of the first problem.
 
     The metaschema check runs in a worker thread (:func:`_metaschema_problem`): jsonschema
     takes about 10 us per byte of schema (0.3 s for 32 KiB of properties), pure Python that
     would otherwise hold the gevent hub, and every open stream with it, for that long; from a
-    thread the hub keeps its turn every switch interval (5 ms).  The dry run that follows
+    thread the hub keeps its turn every switch interval (5 ms).  Two lanes of one thread each:
+    schemas up to :data:`SMALL_SCHEMA_BYTES` (``size``, serialised) never queue behind a large
+    one (four 3 MB schemas made a one-property tool wait 98 s).  The dry run that follows
     yields to the hub by itself (:class:`SchemaSampler`)."""
-    global _POOL
-    if _POOL is None:
+    lane = "small" if size <= SMALL_SCHEMA_BYTES else "large"
+    pool = _POOLS.get(lane)
+    if pool is None:
         from gevent.threadpool import ThreadPool
-        _POOL = ThreadPool(2)          # at most two checks at once: bounded GIL contention
-    cls, err = _POOL.apply(_metaschema_problem, (schema,))
+        pool = _POOLS[lane] = ThreadPool(1)
+    cls, err = pool.apply(_metaschema_problem, (schema,))
     if err:
         return err
     trial = SchemaSampler(cfg, random.Random(0), schema, seconds=CHECK_SECONDS)
@@ -247,6 +290,8 @@ def _metaschema_problem(schema: dict) -> tuple:
         return cls, f"{e.message} (at {where})"
     except RecursionError:         # only past MAX_SCHEMA_DEPTH, which is checked first
         return cls, "the schema is nested too deeply"
+    except Exception as e:         # noqa: BLE001 - a format check's own error (OverflowError, ...)
+        return cls, f"{type(e).__name__}: {str(e)[:200]}"
     return cls, None
 
 

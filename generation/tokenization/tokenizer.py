@@ -28,6 +28,8 @@ _PIECE = re.compile(
     r'(?:\{|\}|:|,|-|\.|\?|\!|;|@|#|\$|%|\^|&|\*|\(|\)|\+|\-|_|~|/|\\|>|<|\[|\]|=|"|\'|[0-9A-Za-z_]+)'
     r'[\t\n\f\r ]*')
 
+_SLICE_CUT = re.compile(r"[\t\n\f\r ](?=[^\t\n\f\r ])")   # a place no piece spans
+
 FNV32_OFFSET = 2166136261
 FNV32_PRIME = 16777619
 
@@ -43,6 +45,28 @@ def fnv1a_32(data: bytes) -> int:
 MAX_CACHED_PIECES = 100_000     # piece -> id memo entries
 MAX_CACHED_PIECE = 128          # characters; longer pieces are hashed each time (and /detokenize
                                 # shows their id, as for any id it has not seen)
+
+
+OFFLOAD_CHARS = 8192         # texts longer than this are tokenized in a worker thread
+TOKENIZE_SECONDS = 10.0      # the longest one tokenization (or chat-template rendering) may take
+_POOL = None
+
+
+def off_hub(fn, *args):
+    """``fn(*args)`` in the tokenizer's worker thread (one: large inputs take turns), waited
+    for at most :data:`TOKENIZE_SECONDS` (queueing included).  Raises InvalidParam past it (the
+    thread finishes on its own; its inputs are bounded by the body size)."""
+    global _POOL
+    import gevent
+    if _POOL is None:
+        from gevent.threadpool import ThreadPool
+        _POOL = ThreadPool(1)
+    job = _POOL.spawn(fn, *args)
+    try:
+        return job.get(timeout=TOKENIZE_SECONDS)
+    except gevent.Timeout:
+        from generation.errors import InvalidParam
+        raise InvalidParam(f"The prompt could not be tokenized within {TOKENIZE_SECONDS:g} s.", "prompt") from None
 
 
 class SimulatedTokenizer:
@@ -74,9 +98,29 @@ class SimulatedTokenizer:
         return i
 
     def pieces(self, text: str) -> list[str]:
-        return _PIECE.findall(text)      # no group in the pattern: whole matches, in C
+        if len(text) <= OFFLOAD_CHARS:
+            return _PIECE.findall(text)      # no group in the pattern: whole matches, in C
+        # One findall over megabytes holds the GIL for a third of a second: in slices that
+        # start where a piece must start (after whitespace, at a non-space), the same pieces.
+        out: list[str] = []
+        start, n = 0, len(text)
+        while start < n:
+            cut = start + OFFLOAD_CHARS
+            if cut < n:
+                m = _SLICE_CUT.search(text, cut)
+                cut = m.end() if m else n
+            out += _PIECE.findall(text, start, cut)
+            start = cut
+        return out
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
+        """Ids and pieces; a text over :data:`OFFLOAD_CHARS` characters in the tokenizer's
+        worker thread (4 MB took 0.9 s of pure Python; from a thread the hub keeps its turns)."""
+        if len(text) > OFFLOAD_CHARS:
+            return off_hub(self._encode_here, text)
+        return self._encode_here(text)
+
+    def _encode_here(self, text: str) -> tuple[list[int], list[str]]:
         pcs = self.pieces(text)
         pid = self.piece_id
         return [pid(p) for p in pcs], pcs
@@ -85,6 +129,11 @@ class SimulatedTokenizer:
         """Like :meth:`encode`, but characters the pattern drops stay attached to the piece
         before them (or the first piece), so ``"".join(pieces) == text``.  Echo mode uses
         this to return the prompt unmodified, as the seeds require."""
+        if len(text) > OFFLOAD_CHARS:
+            return off_hub(self._lossless_here, text)
+        return self._lossless_here(text)
+
+    def _lossless_here(self, text: str) -> tuple[list[int], list[str]]:
         starts = [m.start() for m in _PIECE.finditer(text)]
         if not starts:
             return ([], []) if not text else ([self.piece_id(text)], [text])
@@ -174,11 +223,40 @@ class HFTokenizer:
             backend.no_padding()
             backend.no_truncation()
 
+    @property
+    def vocab_size(self) -> int:
+        """Tokens in the vocabulary, added tokens included (what ``logprobs: -1`` asks for)."""
+        if self._fast is not None:
+            return self._fast.get_vocab_size(with_added_tokens=True)
+        return len(self._tok)
+
+    @property
+    def max_token_chars(self) -> int:
+        """An upper bound on the characters one token stands for: the longest vocabulary
+        string (byte-level vocabularies spell a byte per character, so this is at least the
+        decoded length).  Computed once."""
+        got = self.__dict__.get("_max_token_chars")
+        if got is None:
+            vocab = self._fast.get_vocab(with_added_tokens=True) if self._fast is not None else self._tok.get_vocab()
+            got = self.__dict__["_max_token_chars"] = max((len(t) for t in vocab), default=1) or 1
+        return got
+
     def _encode(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        """Ids and pieces of ``text``; a text over :data:`OFFLOAD_CHARS` characters is
+        tokenized in a worker thread (``encode_batch`` releases the GIL; a 4 MB prompt held the
+        hub 5-6 s), within :data:`TOKENIZE_SECONDS` (InvalidParam past it)."""
+        if len(text) <= OFFLOAD_CHARS:
+            return self._encode_here(text, add_special_tokens)
+        return off_hub(self._encode_here, text, add_special_tokens, True)
+
+    def _encode_here(self, text: str, add_special_tokens: bool, batch: bool = False) -> tuple[list[int], list[str]]:
         if self._fast is None:
             ids = self._tok.encode(text, add_special_tokens=add_special_tokens)
             return ids, self.id_pieces(ids)
-        enc = self._fast.encode(text, add_special_tokens=add_special_tokens)
+        if batch:       # the batch call releases the GIL (the single one does not)
+            enc = self._fast.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+        else:
+            enc = self._fast.encode(text, add_special_tokens=add_special_tokens)
         ids = list(enc.ids)
         if not ids:
             return [], []
@@ -207,7 +285,7 @@ class HFTokenizer:
             return self._encode(flatten_messages(messages), add_special_tokens)
         from .chat_template import render_chat
         text = render_chat(self._tok, messages, tools, template, chat_template_kwargs,
-                           add_generation_prompt, continue_final_message)
+                           add_generation_prompt, continue_final_message, from_request=chat_template is not None)
         return self._encode(text, add_special_tokens)
 
     def pieces(self, text: str) -> list[str]:

@@ -1,0 +1,293 @@
+"""Re-run issue 23's floods against a simulator on loopback and print the longest /health wait.
+
+    python bench/hostile_floods.py [--app DIR] [--floods slow-body,burst,replay,tls]
+                                   [--connections N] [--seconds S]
+
+Each flood starts its own simulator (``python DIR/app.py`` on a free loopback port; DIR
+defaults to this checkout, so an older checkout can be measured the same way), probes
+``/health`` at 10 Hz from a thread (timeout 10 s: a probe that times out counts as 10 s) and
+prints, per flood: the longest and median probe wait, probes that failed, what the flood
+received, and the server's RSS before and after (``/proc/PID/statm``).
+
+* ``slow-body``: N connections send their headers with ``Content-Length: 1000000`` and then one
+  body byte a second for S seconds, to a server with ``--worker-connections N``, so that they
+  take every connection as the issue's 10,000 did (50 s);
+* ``burst``: N connections opened at once, each sending ``GET /health`` (the accept backlog);
+* ``replay``: 8 DEALER clients send 300 KV-event replay requests each at once (needs pyzmq);
+* ``tls``: with ``--self-signed-certs``, 4 rounds of N connections that open TCP and send half
+  a TLS ClientHello, then wait for the server to close them (RSS after each round).
+
+Loopback only; every loop is bounded by N and S.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import selectors
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+class Server:
+    def __init__(self, app_dir: Path, *flags: str, env: dict | None = None, tls: bool = False):
+        self.port = free_port()
+        self.scheme = "https" if tls else "http"
+        args = [sys.executable, str(app_dir / "app.py"), "--model", "test-model", "--host", "127.0.0.1",
+                "--port", str(self.port), "--disable-log-requests", *flags]
+        self.proc = subprocess.Popen(args, cwd=app_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+        self.base = f"{self.scheme}://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.base + "/health", timeout=1, verify=False).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Probe:
+    """GET /health every 0.1 s on a fresh connection; records each wait."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self.waits: list[float] = []
+        self.failed = 0
+        self.stop_flag = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop_flag:
+            t0 = time.monotonic()
+            try:
+                httpx.get(self.base + "/health", timeout=10, verify=False)
+            except httpx.HTTPError:
+                self.failed += 1
+            self.waits.append(time.monotonic() - t0)
+            time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
+
+    def stop(self) -> dict:
+        self.stop_flag = True
+        self.thread.join(15)
+        w = self.waits or [0.0]
+        return {"probes": len(w), "longest_s": round(max(w), 3), "median_s": round(statistics.median(w), 4),
+                "failed": self.failed}
+
+
+def slow_body(server: Server, n: int, seconds: float) -> dict:
+    sel = selectors.DefaultSelector()
+    socks = []
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000\r\n\r\n{")
+    for _ in range(n):
+        try:
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            s.sendall(head)
+            s.setblocking(False)
+            socks.append(s)
+            sel.register(s, selectors.EVENT_READ)
+        except OSError:
+            break
+    answered = {}
+    end = time.monotonic() + seconds
+    next_drip = time.monotonic() + 1
+    while time.monotonic() < end and len(answered) < len(socks):
+        for key, _ in sel.select(timeout=0.2):
+            s = key.fileobj
+            try:
+                data = s.recv(4096)
+            except OSError:
+                data = b""
+            answered.setdefault(s, data[:12])
+            sel.unregister(s)
+        if time.monotonic() >= next_drip:
+            next_drip += 1
+            for s in socks:
+                if s not in answered:
+                    try:
+                        s.send(b" ")
+                    except OSError:
+                        pass
+    for s in socks:
+        s.close()
+    codes = {}
+    for v in answered.values():
+        codes[v.decode("latin-1", "replace") or "closed"] = codes.get(v.decode("latin-1", "replace") or "closed", 0) + 1
+    return {"connections": len(socks), "answered": len(answered), "answers": codes}
+
+
+def burst(server: Server, n: int) -> dict:
+    sel = selectors.DefaultSelector()
+    req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    t0 = time.monotonic()
+    pending = {}
+    for _ in range(n):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect_ex(("127.0.0.1", server.port))
+        except OSError:
+            s.close()
+            break
+        pending[s] = "connect"
+        sel.register(s, selectors.EVENT_WRITE)
+    done, slowest = 0, 0.0
+    deadline = time.monotonic() + 60
+    while pending and time.monotonic() < deadline:
+        for key, ev in sel.select(timeout=0.5):
+            s = key.fileobj
+            if pending.get(s) == "connect":
+                try:
+                    s.send(req)
+                    pending[s] = "read"
+                    sel.modify(s, selectors.EVENT_READ)
+                except OSError:
+                    sel.unregister(s)
+                    pending.pop(s)
+                    s.close()
+                continue
+            try:
+                data = s.recv(4096)
+            except OSError:
+                data = b""
+            if not data or b"\r\n\r\n" in data:
+                done += data.startswith(b"HTTP/1.1 200")
+                slowest = max(slowest, time.monotonic() - t0)
+                sel.unregister(s)
+                pending.pop(s)
+                s.close()
+    for s in pending:
+        s.close()
+    return {"connections": n, "ok": done, "last_answer_s": round(slowest, 2)}
+
+
+def replay(server: Server, endpoint: str, clients: int = 8, requests: int = 300) -> dict:
+    import zmq
+    for _ in range(20):            # some KV events to replay
+        httpx.post(server.base + "/v1/completions", json={"model": "test-model", "prompt": "hello " * 40,
+                                                          "max_tokens": 2}, timeout=10)
+    ctx = zmq.Context()
+    got = [0] * clients
+
+    def one(i):
+        d = ctx.socket(zmq.DEALER)
+        d.setsockopt(zmq.LINGER, 0)
+        d.connect(endpoint)
+        for _ in range(requests):
+            d.send_multipart([b"", struct.pack(">Q", 0)])
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            if d.poll(100):
+                d.recv_multipart()
+                got[i] += 1
+        d.close(0)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    ctx.term()
+    return {"clients": clients, "requests": clients * requests, "replies": sum(got)}
+
+
+def tls_rounds(server: Server, n: int, rounds: int = 4) -> dict:
+    # the first 60 bytes of a ClientHello: the handshake never completes
+    hello = bytes.fromhex("16030100f4010000f00303") + os.urandom(32) + b"\x00" * 17
+    out = []
+    for _ in range(rounds):
+        socks = []
+        for _ in range(n):
+            try:
+                s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+                s.sendall(hello)
+                socks.append(s)
+            except OSError:
+                break
+        time.sleep(1)
+        peak = rss_mb(server.proc.pid)
+        for s in socks:
+            s.close()
+        time.sleep(3)
+        out.append((round(peak, 1), round(rss_mb(server.proc.pid), 1)))
+    return {"connections_per_round": n, "rss_peak_then_after_mb": out}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--app", type=Path, default=ROOT, help="checkout whose app.py to run")
+    ap.add_argument("--floods", default="slow-body,burst,replay,tls")
+    ap.add_argument("--connections", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=15.0)
+    a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, a.connections * 2 + 256)), hard))
+    print(f"app {a.app}  load {os.getloadavg()[0]:.2f}  connections {a.connections}  seconds {a.seconds}")
+    for flood in a.floods.split(","):
+        env, flags, tls = {}, [], False
+        if flood == "replay":
+            rport = free_port()
+            flags = ["--enable-kvcache", "--zmq-endpoint", f"tcp://127.0.0.1:{free_port()}",
+                     "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{rport}", "--event-batch-size", "1"]
+            env = {"POD_IP": "127.0.0.1"}
+        if flood == "tls":
+            flags, tls = ["--self-signed-certs"], True
+        if flood == "slow-body":       # the flood takes every worker connection, as 10,000 did
+            flags = ["--worker-connections", str(a.connections)]
+        server = Server(a.app, *flags, env=env, tls=tls)
+        try:
+            before = rss_mb(server.proc.pid)
+            probe = Probe(server.base)
+            time.sleep(0.3)
+            if flood == "slow-body":
+                result = slow_body(server, a.connections, a.seconds)
+            elif flood == "burst":
+                result = burst(server, a.connections * 5)
+            elif flood == "replay":
+                result = replay(server, f"tcp://127.0.0.1:{rport}")
+            elif flood == "tls":
+                result = tls_rounds(server, a.connections)
+            else:
+                raise SystemExit(f"unknown flood {flood!r}")
+            time.sleep(0.5)
+            health = probe.stop()
+            after = rss_mb(server.proc.pid)
+        finally:
+            server.stop()
+        print(f"{flood:10s} /health longest {health['longest_s']:.3f} s, median {health['median_s']:.4f} s, "
+              f"{health['failed']} failed of {health['probes']}; RSS {before:.0f} -> {after:.0f} MB; {result}")
+
+
+if __name__ == "__main__":
+    main()

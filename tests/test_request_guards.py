@@ -1,0 +1,106 @@
+"""Rules every route shares (issue 23 items 5 and 10): forwarder headers, JSON-only state
+changes, OPTIONS as vLLM answers it, the ``logprobs: -1`` message.
+
+In-process, except the forwarder headers, which gunicorn itself maps (a real server).
+"""
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+USER = [{"role": "user", "content": "hi"}]
+NOT_JSON = {"message": "Unsupported Media Type: Only 'application/json' is allowed", "type": "BadRequestError",
+            "param": None, "code": 400}
+
+
+def raw_request(base: str, request: bytes) -> bytes:
+    host, port = base.rsplit("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    return data
+
+
+@pytest.mark.parametrize("header", ["SCRIPT_NAME: /other", "SCRIPT_NAME: /v1", "PATH_INFO: /metrics",
+                                    "SCRIPT-NAME: /x"])
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/health", b""), ("GET", "/v1/models", b""),
+    ("POST", "/v1/chat/completions", b'{"model":"test-model","messages":[{"role":"user","content":"hi"}],"max_tokens":2}'),
+    ("POST", "/v1/completions", b'{"model":"test-model","prompt":"hi","max_tokens":2}'),
+    ("GET", "/nowhere", b""),
+])
+def test_forwarder_headers_from_loopback_are_ignored(server, header, method, path, body):
+    """gunicorn trusted SCRIPT_NAME / PATH_INFO headers from loopback peers (a sidecar proxy):
+    a SCRIPT_NAME the path does not start with was a 500 on every route."""
+    req = (f"{method} {path} HTTP/1.1\r\nHost: x\r\n{header}\r\nConnection: close\r\n"
+           f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    data = raw_request(server, req)
+    status = int(data.split(b" ", 2)[1])
+    assert status == (404 if path == "/nowhere" else 200), data[:300]
+
+
+@pytest.mark.parametrize("path", ["/sleep", "/wake_up", "/admin/config", "/fake_metrics", "/v1/load_lora_adapter",
+                                  "/v1/unload_lora_adapter", "/v1/embeddings", "/detokenize", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                                   None])
+def test_a_post_that_is_not_json_changes_nothing(app_client, path, ctype):
+    c = app_client("--enable-sleep-mode", env={"VLLM_SERVER_DEV_MODE": "1"})
+    headers = {"content-type": ctype} if ctype else {}
+    r = c.post(path, content=b'{"failure-injection-rate": 100}', headers=headers)
+    assert r.status_code == 400, (path, ctype, r.text)
+    if path.startswith("/v1/messages"):
+        assert r.json()["error"] == {"type": "invalid_request_error", "message": NOT_JSON["message"]}
+    else:
+        assert r.json()["error"] == NOT_JSON
+    assert c.sim.sleeping is False
+    assert c.sim.config.failure_injection_rate == 0
+
+
+def test_a_bodyless_post_still_works(app_client):
+    c = app_client("--enable-sleep-mode", env={"VLLM_SERVER_DEV_MODE": "1"})
+    assert c.post("/sleep?level=1").status_code == 200 and c.sim.sleeping is True
+    assert c.post("/wake_up").status_code == 200 and c.sim.sleeping is False
+    assert c.post("/ping", content=b"x", headers={"content-type": "text/plain"}).status_code == 200
+
+
+@pytest.mark.parametrize("flags", [(), ("--api-key", "k")])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/health", "/no/such/route", "/admin/config"])
+def test_a_cors_preflight_is_answered_for_any_path(app_client, flags, path):
+    """vLLM's CORSMiddleware (origins, methods and headers ``*``) answers every preflight."""
+    r = app_client(*flags).options(path, headers={"Origin": "https://example.com",
+                                                  "Access-Control-Request-Method": "POST",
+                                                  "Access-Control-Request-Headers": "authorization, content-type"})
+    assert r.status_code == 200 and r.text == "OK"
+    assert r.headers["access-control-allow-origin"] == "*"
+    assert r.headers["access-control-allow-methods"] == "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
+    assert r.headers["access-control-allow-headers"] == "authorization, content-type"
+    assert r.headers["access-control-max-age"] == "600"
+
+
+@pytest.mark.parametrize("flags", [(), ("--api-key", "k")])
+def test_a_plain_options_gets_the_routers_answer(app_client, flags):
+    """As in vLLM (its auth lets OPTIONS through, Starlette's router answers it)."""
+    c = app_client(*flags)
+    r = c.options("/v1/chat/completions")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert c.options("/no/such/route").status_code == 404
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": "a", "logprobs": -1}, "logprobs"),
+    ("/v1/chat/completions", {"messages": USER, "logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+])
+def test_logprobs_of_minus_one_names_the_whole_vocabulary(api, path, body, param):
+    r = api.post(path, json={"model": "test-model", **body})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == param
+    assert "4294967296" not in err["message"]
+    assert "of -1 (the whole vocabulary), which is greater than max allowed: 20" in err["message"]

@@ -1,0 +1,126 @@
+"""Tokenization bounded before it starts (issue 23 item 6), in-process.
+
+With a real tokenizer one 4 MB prompt held the hub 5-6 s and took RSS from 90 to 590 MB,
+although it could never fit ``--max-model-len``.  A prompt longer than the context times the
+tokenizer's longest token is refused at once; large texts are tokenized in a worker thread
+within a time limit.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import gevent
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from generation.content.sources import SENTENCES
+from generation.tokenization import tokenizer as tk
+
+BIG = "Hello there how are you today " * 130000          # 3.9 MB, under the 4 MiB body limit
+
+
+def rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+class Ticker:
+    def __init__(self):
+        self.ticks = []
+        self.g = gevent.spawn(self._run)
+        gevent.sleep(0.02)
+
+    def _run(self):
+        while True:
+            self.ticks.append(time.monotonic())
+            gevent.sleep(0.005)
+
+    def stop(self) -> float:
+        self.g.kill()
+        return max(b - a for a, b in zip(self.ticks, self.ticks[1:]))
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory):
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["[UNK]"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(SENTENCES) * 5, trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path), max(len(t) for t in tok.get_vocab(with_added_tokens=True))
+
+
+@pytest.fixture(scope="module")
+def hf(app_client, tokenizer_file):
+    return app_client("--tokenizer", tokenizer_file[0])
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": BIG, "max_tokens": 1}, "prompt"),
+    ("/v1/completions", {"prompt": ["hi", BIG], "max_tokens": 1}, "prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": BIG}], "max_tokens": 1}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": BIG}]}],
+                              "max_tokens": 1}, "messages"),
+    ("/v1/responses", {"input": BIG, "max_output_tokens": 1}, "input"),
+])
+def test_a_prompt_that_cannot_fit_is_refused_before_tokenizing(hf, tokenizer_file, path, body, param):
+    per = tokenizer_file[1]
+    before = rss_mb()
+    tick = Ticker()
+    t0 = time.monotonic()
+    r = hf.post(path, json={"model": "test-model", **body})
+    took = time.monotonic() - t0
+    gap = tick.stop()
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert f"more than 1024 tokens of at most {per} characters each" in err["message"]
+    if path != "/v1/responses":
+        assert err["param"] == param
+    assert took < 0.5 and gap < 0.2, (took, gap)
+    assert rss_mb() - before < 60
+
+
+def test_a_prompt_within_the_character_bound_is_tokenized(hf, tokenizer_file):
+    per = tokenizer_file[1]
+    text = "hello " * (1024 * per // 6 - 10)                 # under the bound, over the context
+    r = hf.post("/v1/completions", json={"model": "test-model", "prompt": text, "max_tokens": 1})
+    assert r.status_code == 400 and "maximum context length" in r.json()["error"]["message"]
+    r = hf.post("/v1/completions", json={"model": "test-model", "prompt": "hello " * 50, "max_tokens": 1})
+    assert r.status_code == 200
+
+
+def test_large_tokenize_runs_off_the_hub(hf):
+    """/tokenize has no context bound in vLLM: a 400 KB text is tokenized in the worker thread
+    (about a second here) while the hub keeps its turns."""
+    text = BIG[:400_000]
+    tick = Ticker()
+    r = hf.post("/tokenize", json={"model": "test-model", "prompt": text})
+    gap = tick.stop()
+    assert r.status_code == 200 and r.json()["count"] > 50_000
+    assert gap < 0.3, gap           # the ids and offsets lists are built in one C call each
+
+
+def test_simulated_tokenizer_large_prompt_runs_off_the_hub(api):
+    tick = Ticker()
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": BIG, "max_tokens": 1})
+    gap = tick.stop()
+    assert r.status_code == 400 and "maximum context length is 1024" in r.json()["error"]["message"]
+    assert gap < 0.2, gap
+
+
+def test_tokenization_past_its_time_limit_is_a_400(hf, monkeypatch):
+    monkeypatch.setattr(tk, "TOKENIZE_SECONDS", 0.01)
+    r = hf.post("/tokenize", json={"model": "test-model", "prompt": BIG[:400_000]})
+    assert r.status_code == 400, r.text[:200]
+    assert "could not be tokenized within 0.01 s" in r.json()["error"]["message"]
+    gevent.sleep(2)                  # the thread finishes on its own
+
+
+def test_small_prompts_are_tokenized_on_the_hub_unchanged(hf, api):
+    for c in (hf, api):
+        r = c.post("/tokenize", json={"model": "test-model", "prompt": "Hello there"})
+        assert r.status_code == 200 and r.json()["count"] >= 2
