@@ -141,6 +141,8 @@ class AnthropicTool:
     description: str | None = None
     input_schema: dict | None = None
     cache_control: dict | None = None
+    strict: bool | None = None
+    defer_loading: bool | None = None
 
 
 @dataclass
@@ -151,13 +153,34 @@ class AnthropicToolChoice:
 
 
 @dataclass
+class AnthropicThinking:
+    type: str | None = None               # enabled / disabled / adaptive
+    budget_tokens: int | None = None
+    display: str | None = None
+
+
+@dataclass
+class AnthropicOutputFormat:
+    type: str | None = None               # json_schema
+    schema: dict | None = None
+
+
+@dataclass
+class AnthropicOutputConfig:
+    effort: str | None = None             # low / medium / high / xhigh / max
+    format: AnthropicOutputFormat | None = None
+
+
+@dataclass
 class CountTokensRequest:
     model: Any = None
     messages: list | None = None          # list[AnthropicMessage]
     system: Any = None                    # a string or a list of text blocks
     tools: list | None = None             # list[AnthropicTool]
     tool_choice: AnthropicToolChoice | None = None
-    thinking: dict | None = None
+    thinking: AnthropicThinking | None = None
+    context_management: dict | None = None
+    chat_template_kwargs: dict | None = None
 
 
 @dataclass
@@ -172,6 +195,7 @@ class MessagesRequest(CountTokensRequest):
     service_tier: str | None = None
     ignore_eos: bool | None = None
     kv_transfer_params: dict | None = None
+    output_config: AnthropicOutputConfig | None = None
 
 
 @dataclass
@@ -213,6 +237,7 @@ class ResponsesRequest:
     truncation: str | None = None
     service_tier: str | None = None
     reasoning: dict | None = None
+    prompt_cache_key: str | None = None
 
 
 @dataclass
