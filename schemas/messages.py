@@ -161,23 +161,22 @@ class AnthropicMessageSchema(BaseSchema):
                 raise ValidationError({k: ["Field required."]})
 
 
-class ThinkingSchema(BaseSchema):
+class ThinkingField(fields.Field):
     """``thinking``: ``{"type": "enabled", "budget_tokens": N}``, ``{"type": "adaptive"}`` (Claude
-    Code's default) or ``{"type": "disabled"}``.  vLLM reads none of it; its effect on a
-    simulated reasoning model belongs to the reasoning layer."""
-    __model__ = p.AnthropicThinking
-    type = fields.String(required=True)
-    budget_tokens = StrictInt()
-    display = fields.String()
+    Code's default) or ``{"type": "disabled"}``; loaded as the validated dict.  vLLM reads none
+    of it; its effect on a simulated reasoning model belongs to the reasoning layer."""
 
-    @validates_schema
-    def _shape(self, data, **kwargs):
-        t = data.get("type")
-        if t not in THINKING_TYPES:
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise ValidationError("Must be an object.")
+        if value.get("type") not in THINKING_TYPES:
             raise ValidationError({"type": [f"Must be one of: {', '.join(THINKING_TYPES)}."]})
-        budget = data.get("budget_tokens")
-        if budget is not None and budget < 1:
+        budget = value.get("budget_tokens")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise ValidationError({"budget_tokens": ["Must be a positive integer."]})
+        if value.get("display") is not None and not isinstance(value["display"], str):
+            raise ValidationError({"display": ["Must be a string."]})
+        return value
 
 
 class OutputFormatSchema(BaseSchema):
@@ -264,7 +263,7 @@ class CountTokensRequestSchema(BaseSchema):
     system = SystemField()
     tools = fields.List(fields.Nested(AnthropicToolSchema))
     tool_choice = fields.Nested(AnthropicToolChoiceSchema)
-    thinking = fields.Nested(ThinkingSchema)
+    thinking = ThinkingField()
     context_management = ContextManagementField()
     chat_template_kwargs = fields.Dict()
 

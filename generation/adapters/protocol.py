@@ -153,13 +153,6 @@ class AnthropicToolChoice:
 
 
 @dataclass
-class AnthropicThinking:
-    type: str | None = None               # enabled / disabled / adaptive
-    budget_tokens: int | None = None
-    display: str | None = None
-
-
-@dataclass
 class AnthropicOutputFormat:
     type: str | None = None               # json_schema
     schema: dict | None = None
@@ -178,7 +171,7 @@ class CountTokensRequest:
     system: Any = None                    # a string or a list of text blocks
     tools: list | None = None             # list[AnthropicTool]
     tool_choice: AnthropicToolChoice | None = None
-    thinking: AnthropicThinking | None = None
+    thinking: dict | None = None          # {"type": enabled/disabled/adaptive, "budget_tokens"?}
     context_management: dict | None = None
     chat_template_kwargs: dict | None = None
 
