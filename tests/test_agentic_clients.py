@@ -251,7 +251,8 @@ def test_thinking_validated(api, thinking, field):
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
 
-@pytest.mark.parametrize("config", [{"effort": "high"}, {"effort": "max"}, {"format": {"type": "json_schema", "schema": SCHEMA}},
+@pytest.mark.parametrize("config", [{"effort": "high"}, {"effort": "max"},
+                                    {"format": {"type": "json_schema", "schema": SCHEMA}},
                                     {"effort": "low", "format": {"type": "json_schema", "schema": SCHEMA}}, {}])
 def test_output_config_accepted(api, config):
     r = msgs(api, {"messages": U, "output_config": config})
@@ -521,3 +522,17 @@ def test_codex_goal_output_without_call_id(api):
     assert [i["type"] for i in r.json()["output"]] == ["message"]
     openai_error(resp(api, {"input": [{**goal, "namespace": 1}]}), "input[0].namespace")
     openai_error(resp(api, {"input": [{"type": "custom_tool_call_output", "output": "x"}]}), "input[0].call_id")
+
+
+def test_every_cli_tool_gets_schema_valid_arguments(api):
+    # Claude Code's 25 and Codex's 12 function tools (draft 2020-12 schemas, enums, nested items):
+    # the arguments a simulated call carries validate against each, so the CLIs run the call
+    from generation.adapters.responses import to_chat_tools
+    synth = api.sim.tool_synthesizer
+    schemas = [(t["name"], t["input_schema"]) for t in claude_first()["tools"]]
+    schemas += [(t["function"]["name"], t["function"]["parameters"]) for t in to_chat_tools(codex_first()["tools"])]
+    assert len(schemas) == 37
+    for name, schema in schemas:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        for _ in range(20):
+            validator.validate(json.loads(synth.arguments(schema, name)))

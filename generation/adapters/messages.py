@@ -40,8 +40,9 @@ class MessagesAdapter(Adapter):
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         tc = b.tool_choice
+        prompt = chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=b.chat_template_kwargs)
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=b.chat_template_kwargs)], n=1,
+            request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
             max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,

@@ -420,10 +420,10 @@ def stream_response(sim, ctx: _Ctx, seq):
             if tc["start"] <= k < tc["end"]:
                 yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
                 ctx.n += 1
+        done = _call_item(ctx, tc, "completed", tc["arguments"])
         yield (ev("response.function_call_arguments.done",
-                  {"item_id": item_id, "output_index": 0, "name": tc["name"], "arguments": tc["arguments"]}) +
-               ev("response.output_item.done", {"output_index": 0,
-                                                 "item": _call_item(ctx, tc, "completed", tc["arguments"])}))
+                  {"item_id": item_id, "output_index": 0, "name": done["name"], "arguments": tc["arguments"]}) +
+               ev("response.output_item.done", {"output_index": 0, "item": done}))
     else:
         want = ctx.want_logprobs
         msg_id = f"msg_{ctx.req.request_id}"
