@@ -195,7 +195,10 @@ def msgs(api, body: dict, path: str = "/v1/messages"):
 def count(api, **body) -> int:
     r = msgs(api, body, "/v1/messages/count_tokens")
     assert r.status_code == 200, r.text
-    return r.json()["input_tokens"]
+    n = r.json()["input_tokens"]
+    # vLLM's count_tokens answer carries its context-management report
+    assert r.json() == {"input_tokens": n, "context_management": {"original_input_tokens": n}}
+    return n
 
 
 def anthropic_error(r, field: str):
