@@ -70,6 +70,9 @@ def render_message():
 
 @bp.post("/v1/messages/count_tokens")
 def count_tokens():
-    """``{"input_tokens": N}``: the prompt tokens /v1/messages would report."""
+    """``{"input_tokens": N, "context_management": {"original_input_tokens": N}}``: the prompt
+    tokens /v1/messages would report, with vLLM's context-management report (nothing is ever
+    cleared from a conversation here, so both counts are the same)."""
     body = load(count_tokens_request_schema, parse_json_body())
-    return json_response({"input_tokens": anthropic.count_tokens(simulator(), body)})
+    n = anthropic.count_tokens(simulator(), body)
+    return json_response({"input_tokens": n, "context_management": {"original_input_tokens": n}})

@@ -1,15 +1,25 @@
 """``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` request schemas (Anthropic
 Messages API subset).
 
-Used: model, messages (role user/assistant; content a string or blocks ``text``, ``image``
-with a ``base64`` or ``url`` source, ``tool_use``, ``tool_result``), system (a string or a
-list of text blocks, as Anthropic allows), max_tokens (required on /v1/messages), tools
-(``{name, description, input_schema}``), tool_choice (``auto``/``any``/``tool``/``none``),
-stop_sequences, stream, and the vLLM extensions ignore_eos and kv_transfer_params.
-Accepted and ignored: metadata, temperature, top_p, top_k, thinking, service_tier.
+Used: model, messages (role ``user``/``assistant``, and ``system`` as vLLM accepts it: Claude
+Code sends one inside ``messages`` for a model it does not know; vLLM also maps Claude Code's
+``ctx``/``msg`` roles to ``user``; content a string or blocks ``text``, ``image`` with a
+``base64`` or ``url`` source, ``tool_use``, ``tool_result``), system (a string or a list of text
+blocks, as Anthropic allows), max_tokens (required on /v1/messages), tools (``{name,
+description, input_schema}`` plus vLLM's ``strict`` and ``defer_loading``), tool_choice
+(``auto``/``any``/``tool``/``none``), stop_sequences, stream, and the vLLM extensions
+ignore_eos, kv_transfer_params and chat_template_kwargs.
+
+Validated, then left to the layers that use them: ``thinking`` (``{"type": "enabled",
+"budget_tokens": int}``, ``{"type": "adaptive"}`` or ``{"type": "disabled"}``),
+``output_config`` (vLLM's ``{effort, format: {"type": "json_schema", "schema"}}``) and
+``context_management`` (``{"edits": [{"type": ...}, ...]}``).  ``cache_control`` is accepted
+wherever Anthropic puts it (system, message and tool_result blocks, tools) and, as in vLLM,
+has no effect.  Accepted and ignored: metadata, temperature, top_p, top_k, service_tier.
+
 History blocks a simulator cannot use (``thinking``, ``redacted_thinking``, ``document``,
-server-tool results) are accepted and contribute no tokens; any other block type is a 400
-naming the block, e.g. ``messages[0].content[1].type``.
+``tool_reference``, server-tool results) are accepted and contribute no tokens; any other block
+type is a 400 naming the block, e.g. ``messages[0].content[1].type``.
 """
 from __future__ import annotations
 
@@ -24,9 +34,17 @@ from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
 USED_BLOCKS = ("text", "image", "tool_use", "tool_result")
 SKIPPED_BLOCKS = ("thinking", "redacted_thinking", "document", "search_result", "server_tool_use",
                   "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
-                  "container_upload")
+                  "container_upload", "tool_reference")
 _KNOWN = USED_BLOCKS + SKIPPED_BLOCKS
-_TOOL_RESULT_BLOCKS = ("text", "image", "document", "search_result")
+# tool_reference: Claude Code's tool search answers with references to deferred tools.
+_TOOL_RESULT_BLOCKS = ("text", "image", "document", "search_result", "tool_reference")
+
+# Roles: Anthropic's two, the inline ``system`` vLLM accepts, and Claude Code's non-standard
+# roles that vLLM maps onto ``user`` (``AnthropicMessage.normalize_role``).
+ROLES = ("user", "assistant", "system")
+ROLE_ALIASES = {"ctx": "user", "msg": "user"}
+THINKING_TYPES = ("enabled", "disabled", "adaptive")
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
 def _err(i, path: dict | str):
@@ -85,6 +103,9 @@ def check_blocks(value, allowed: tuple) -> None:
             # The translation re-serialises ``input`` (recursively): bound its depth as tool schemas are.
             if block.get("input") and json_depth_exceeds(block["input"], MAX_SCHEMA_DEPTH):
                 raise _err(i, {"input": f"Nested deeper than {MAX_SCHEMA_DEPTH} levels."})
+        elif t == "tool_reference":
+            if not isinstance(block.get("tool_name", block.get("name")), str):
+                raise _err(i, {"tool_name": "Field required (a string)."})
         elif t == "tool_result":
             if not isinstance(block.get("tool_use_id"), str):
                 raise _err(i, {"tool_use_id": "Field required (a string)."})
@@ -118,9 +139,19 @@ class SystemField(fields.Field):
         return value
 
 
+class RoleField(fields.String):
+    """A message ``role``: one of :data:`ROLES`, Claude Code's ``ctx``/``msg`` read as ``user``."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        role = ROLE_ALIASES.get(value, value) if isinstance(value, str) else value
+        if role not in ROLES:
+            raise ValidationError(f"Must be one of: {', '.join(ROLES)}.")
+        return role
+
+
 class AnthropicMessageSchema(BaseSchema):
     __model__ = p.AnthropicMessage
-    role = fields.String(required=True, validate=validate.OneOf(("user", "assistant")))
+    role = RoleField(required=True)
     content = AnthropicContentField(required=True)
 
     @validates_schema
@@ -130,14 +161,73 @@ class AnthropicMessageSchema(BaseSchema):
                 raise ValidationError({k: ["Field required."]})
 
 
+class ThinkingField(fields.Field):
+    """``thinking``: ``{"type": "enabled", "budget_tokens": N}``, ``{"type": "adaptive"}`` (Claude
+    Code's default) or ``{"type": "disabled"}``; loaded as the validated dict.  vLLM reads none
+    of it; its effect on a simulated reasoning model belongs to the reasoning layer."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise ValidationError("Must be an object.")
+        if value.get("type") not in THINKING_TYPES:
+            raise ValidationError({"type": [f"Must be one of: {', '.join(THINKING_TYPES)}."]})
+        budget = value.get("budget_tokens")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise ValidationError({"budget_tokens": ["Must be a positive integer."]})
+        if value.get("display") is not None and not isinstance(value["display"], str):
+            raise ValidationError({"display": ["Must be a string."]})
+        return value
+
+
+class OutputFormatSchema(BaseSchema):
+    """``output_config.format``: vLLM's ``AnthropicJsonOutputFormat`` (``type`` ``json_schema``,
+    the JSON schema under ``schema``)."""
+    __model__ = p.AnthropicOutputFormat
+    type = fields.String(validate=validate.OneOf(("json_schema",)))
+    schema = fields.Dict()
+
+    @validates("schema")
+    def _depth(self, value, **kwargs):
+        if value is not None and json_depth_exceeds(value, MAX_SCHEMA_DEPTH):
+            raise ValidationError(f"Nested deeper than {MAX_SCHEMA_DEPTH} levels.")
+
+
+class OutputConfigSchema(BaseSchema):
+    """``output_config``: ``effort`` (vLLM passes it on as ``reasoning_effort``) and ``format``."""
+    __model__ = p.AnthropicOutputConfig
+    effort = fields.String(validate=validate.OneOf(EFFORTS))
+    format = fields.Nested(OutputFormatSchema)
+
+
+class ContextManagementField(fields.Field):
+    """``context_management``: ``{"edits": [{"type": str, ...}, ...]}`` (Claude Code clears old
+    thinking with it).  A server that keeps no conversation has nothing to edit: checked, unused."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise ValidationError("Must be an object.")
+        edits = value.get("edits")
+        if edits is None:
+            return value
+        if not isinstance(edits, list):
+            raise ValidationError({"edits": ["Must be a list."]})
+        for i, edit in enumerate(edits):
+            if not isinstance(edit, dict) or not isinstance(edit.get("type"), str):
+                raise ValidationError({"edits": {i: {"type": ["Field required (a string)."]}}})
+        return value
+
+
 class AnthropicToolSchema(BaseSchema):
-    """A client tool ``{name, description, input_schema}`` (``type`` absent or ``custom``)."""
+    """A client tool ``{name, description, input_schema}`` (``type`` absent or ``custom``), with
+    vLLM's ``strict`` and ``defer_loading`` (Claude Code's tool search defers most tools)."""
     __model__ = p.AnthropicTool
     type = fields.String()
     name = fields.String(required=True)
     description = fields.String()
     input_schema = fields.Dict(required=True)
     cache_control = fields.Dict()
+    strict = StrictBool()
+    defer_loading = StrictBool()
 
     @validates_schema
     def _shape(self, data, **kwargs):
@@ -173,7 +263,9 @@ class CountTokensRequestSchema(BaseSchema):
     system = SystemField()
     tools = fields.List(fields.Nested(AnthropicToolSchema))
     tool_choice = fields.Nested(AnthropicToolChoiceSchema)
-    thinking = fields.Dict()
+    thinking = ThinkingField()
+    context_management = ContextManagementField()
+    chat_template_kwargs = fields.Dict()
 
     @validates("messages")
     def _messages(self, value, **kwargs):
@@ -196,6 +288,7 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     service_tier = fields.String()
     ignore_eos = StrictBool()
     kv_transfer_params = fields.Dict()
+    output_config = fields.Nested(OutputConfigSchema)
 
     @validates("max_tokens")
     def _max_tokens(self, value, **kwargs):

@@ -1,23 +1,33 @@
 """``POST /v1/responses`` request schema (OpenAI Responses API subset, per the seeds).
 
-Used: model, input (a string, or items ``message`` / ``function_call`` /
-``function_call_output``; message content a string or parts ``input_text``, ``input_image``
+Used: model, input (a string, or items ``message`` / ``function_call`` (with an optional
+``namespace``) / ``function_call_output`` / ``reasoning`` / ``custom_tool_call`` /
+``custom_tool_call_output``; message content a string or parts ``input_text``, ``input_image``
 (``image_url`` string), ``input_audio`` (``data`` + ``format``, flat as in the seeds or nested
 under ``input_audio`` as in OpenAI chat), and ``output_text`` / ``refusal`` in assistant
-history), instructions, max_output_tokens, tools (flat ``{"type":"function","name",
-"description","parameters"}``; the nested chat form is accepted too), tool_choice (``none``,
-``auto``, ``required``, ``{"type":"function","name"}``, and ``allowed_tools`` / ``custom``
-which are accepted but not enforced), text.format (``text``, ``json_object``,
+history), instructions, max_output_tokens, tools, tool_choice (``none``, ``auto``,
+``required``, ``{"type":"function","name"}``, and ``allowed_tools`` / ``custom`` / hosted tool
+types which are accepted but not enforced), text.format (``text``, ``json_object``,
 ``json_schema``), include, top_logprobs, stream, and the vLLM extensions ignore_eos and
 kv_transfer_params.  Accepted and ignored: previous_response_id, store, reasoning,
-temperature, top_p, metadata, parallel_tool_calls, truncation, user, service_tier.
+temperature, top_p, metadata, parallel_tool_calls, truncation, user, service_tier,
+prompt_cache_key.
+
+Tools are the openai SDK's ``Tool`` union, as vLLM validates them: ``function`` (flat
+``{"type":"function","name","description","parameters"}``; the nested chat form is accepted
+too), ``namespace`` (``{name, description, tools: [function or custom tools]}``, Codex's
+grouping), ``custom``, and the hosted tools (``web_search``, ``file_search``, ``mcp``,
+``local_shell``, ``shell``, ``code_interpreter``, ...).  Only function tools, namespaced ones
+included, are given to the model (vLLM's ``iter_response_function_tool_dicts``); history items
+of hosted tools (``web_search_call``, ``local_shell_call``, ...) are accepted and contribute no
+tokens.
 
 Errors follow the reference's wording where it has one (api.md 2.2), prefixed by the path
 of the failing field: ``input[1].type: unsupported input item type "reasoning"``.
 """
 from __future__ import annotations
 
-from marshmallow import ValidationError, fields, validates
+from marshmallow import ValidationError, fields, validate, validates
 
 from generation.adapters import protocol as p
 
@@ -62,6 +72,59 @@ def check_parts(content) -> None:
             raise _part_error(i, "type", f'unsupported input content type "{t if t is not None else ""}"')
 
 
+# The openai SDK's ``Tool`` union (what vLLM's ResponsesRequest validates ``tools`` against), with
+# the fields each type requires besides ``type``.
+TOOL_TYPES = {
+    "function": (), "namespace": (), "custom": ("name",),
+    "web_search": (), "web_search_2025_08_26": (), "web_search_preview": (),
+    "web_search_preview_2025_03_11": (), "file_search": ("vector_store_ids",), "computer": (),
+    "computer_use_preview": ("display_height", "display_width", "environment"),
+    "mcp": ("server_label",), "code_interpreter": ("container",), "image_generation": (),
+    "local_shell": (), "shell": (), "apply_patch": (), "tool_search": (),
+    "programmatic_tool_calling": (),
+}
+# Input items of hosted tools: history a simulator accepts and gives no tokens.
+SKIPPED_ITEMS = ("web_search_call", "file_search_call", "computer_call", "computer_call_output",
+                 "code_interpreter_call", "image_generation_call", "local_shell_call",
+                 "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call",
+                 "apply_patch_call_output", "mcp_list_tools", "mcp_approval_request",
+                 "mcp_approval_response", "mcp_call", "tool_search_call", "tool_search_output",
+                 "item_reference", "compaction", "compaction_trigger", "additional_tools",
+                 "configuration_update", "program", "program_output")
+# ``include`` values (the SDK's ``ResponseIncludable``, a Literal in vLLM's request).
+INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+              "message.input_image.image_url", "computer_call_output.output.image_url",
+              "code_interpreter_call.outputs", "reasoning.encrypted_content", p.LOGPROBS_INCLUDE)
+
+
+def _check_text_list(i, item, key: str, part_type: str, required: bool) -> None:
+    """``summary`` / ``content`` of a reasoning item: a list of ``{"type": part_type, "text"}``."""
+    value = item.get(key)
+    if value is None:
+        if required:
+            raise ValidationError({i: {key: ["Field required (a list)."]}})
+        return
+    if not isinstance(value, list):
+        raise ValidationError({i: {key: ["Must be a list."]}})
+    for j, part in enumerate(value):
+        if not isinstance(part, dict) or part.get("type", part_type) != part_type \
+                or not isinstance(part.get("text"), str):
+            raise ValidationError({i: {key: {j: [f'Must be {{"type": "{part_type}", "text": <string>}}.']}}})
+
+
+def _check_reasoning(i, item) -> None:
+    """A ``reasoning`` item (an earlier answer's reasoning, sent back by Codex).  vLLM reads its
+    ``content`` (else its first ``summary``) and refuses ``encrypted_content``, which only
+    OpenAI can decrypt."""
+    _check_text_list(i, item, "summary", "summary_text", required=True)
+    _check_text_list(i, item, "content", "reasoning_text", required=False)
+    enc = item.get("encrypted_content")
+    if enc is not None:
+        if not isinstance(enc, str):
+            raise ValidationError({i: {"encrypted_content": ["Must be a string."]}})
+        raise ValidationError({i: {"encrypted_content": ["Encrypted content is not supported."]}})
+
+
 def _check_item(i, item) -> None:
     if not isinstance(item, dict):
         raise ValidationError({i: ["Input item must be an object."]})
@@ -76,13 +139,25 @@ def _check_item(i, item) -> None:
             check_parts(item["content"])
         except ValidationError as e:
             raise ValidationError({i: {"content": e.messages}}) from None
-    elif t == "function_call":
-        for key in ("call_id", "name", "arguments"):
+    elif t in ("function_call", "custom_tool_call"):
+        for key in ("call_id", "name", "arguments" if t == "function_call" else "input"):
             if not isinstance(item.get(key), str):
                 raise ValidationError({i: {key: ["Field required (a string)."]}})
-    elif t == "function_call_output":
-        if not isinstance(item.get("call_id"), str):
+        if item.get("namespace") is not None and not isinstance(item["namespace"], str):
+            raise ValidationError({i: {"namespace": ["Must be a string."]}})
+    elif t == "reasoning":
+        _check_reasoning(i, item)
+    elif t in SKIPPED_ITEMS:
+        pass
+    elif t in ("function_call_output", "custom_tool_call_output"):
+        # the SDK makes a function_call_output's call_id optional (Codex sends outputs of its
+        # own, named by ``name`` / ``namespace``, with none)
+        cid = item.get("call_id")
+        if not isinstance(cid, str) and (t == "custom_tool_call_output" or cid is not None):
             raise ValidationError({i: {"call_id": ["Field required (a string)."]}})
+        for key in ("name", "namespace"):
+            if item.get(key) is not None and not isinstance(item[key], str):
+                raise ValidationError({i: {key: ["Must be a string."]}})
         out = item.get("output")
         if not isinstance(out, str):
             if out is None:
@@ -108,26 +183,72 @@ class InputField(fields.Field):
         return value
 
 
+def _check_function(fn: dict) -> dict | None:
+    """Errors of a function tool (flat or the nested chat shape), as ``{field: [msg]}``."""
+    if not isinstance(fn.get("name"), str) or not fn.get("name"):
+        return {"name": ["tool name is required"]}
+    if fn.get("parameters") is not None and not isinstance(fn.get("parameters"), dict):
+        return {"parameters": ["Must be a JSON schema object."]}
+    if fn.get("description") is not None and not isinstance(fn.get("description"), str):
+        return {"description": ["Must be a string."]}
+    return None
+
+
+def _check_custom(tool: dict) -> dict | None:
+    if not isinstance(tool.get("name"), str) or not tool.get("name"):
+        return {"name": ["tool name is required"]}
+    fmt = tool.get("format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar")):
+        return {"format": ['Must be {"type": "text"} or {"type": "grammar", "syntax", "definition"}.']}
+    return None
+
+
+def _check_namespace(tool: dict) -> dict | None:
+    """``{"type": "namespace", name, description, tools: [function or custom tools]}``."""
+    for key in ("name", "description"):
+        if not isinstance(tool.get(key), str) or (key == "name" and not tool[key]):
+            return {key: ["Field required (a string)."]}
+    inner = tool.get("tools")
+    if not isinstance(inner, list):
+        return {"tools": ["Field required (a list of function or custom tools)."]}
+    for j, sub in enumerate(inner):
+        st = sub.get("type") if isinstance(sub, dict) else None
+        if st not in ("function", "custom"):
+            return {"tools": {j: {"type": ['Must be "function" or "custom".']}}}
+        err = _check_function(sub) if st == "function" else _check_custom(sub)
+        if err:
+            return {"tools": {j: err}}
+    return None
+
+
+def check_tool(i, tool) -> None:
+    """One entry of ``tools``; raises ValidationError keyed by ``i``."""
+    if not isinstance(tool, dict):
+        raise ValidationError({i: ["Tool must be an object."]})
+    t = tool.get("type")
+    if t not in TOOL_TYPES:
+        raise ValidationError({i: {"type": [f'unsupported tool type "{t if t is not None else ""}"']}})
+    if t == "function":
+        err = _check_function(tool["function"] if isinstance(tool.get("function"), dict) else tool)
+    elif t == "namespace":
+        err = _check_namespace(tool)
+    elif t == "custom":
+        err = _check_custom(tool)
+    else:
+        missing = [k for k in TOOL_TYPES[t] if tool.get(k) is None]
+        err = {missing[0]: ["Field required."]} if missing else None
+    if err:
+        raise ValidationError({i: err})
+
+
 class ToolsField(fields.Field):
-    """``tools``: function tools, flat (Responses) or nested (chat) shape."""
+    """``tools``: see the module docstring (:data:`TOOL_TYPES`)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if not isinstance(value, list):
             raise ValidationError("tools must be an array")
         for i, tool in enumerate(value):
-            if not isinstance(tool, dict):
-                raise ValidationError({i: ["Tool must be an object."]})
-            t = tool.get("type")
-            if t != "function":
-                raise ValidationError({i: {"type": [f'unsupported tool type "{t if t is not None else ""}"']}})
-            fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-            if not isinstance(fn.get("name"), str) or not fn.get("name"):
-                raise ValidationError({i: {"name": ["tool name is required"]}})
-            for key in ("parameters",):
-                if fn.get(key) is not None and not isinstance(fn.get(key), dict):
-                    raise ValidationError({i: {key: ["Must be a JSON schema object."]}})
-            if fn.get("description") is not None and not isinstance(fn.get("description"), str):
-                raise ValidationError({i: {"description": ["Must be a string."]}})
+            check_tool(i, tool)
         return value
 
 
@@ -146,9 +267,16 @@ class ToolChoiceField(fields.Field):
                 name = value["function"].get("name")
             if not isinstance(name, str) or not name:
                 raise ValidationError({"name": ["tool_choice function requires a name"]})
-        elif t not in ("allowed_tools", "custom"):
+        elif t not in HOSTED_CHOICES:
             raise ValidationError({"type": [f"unknown ToolChoice type: {t if t is not None else ''}"]})
         return value
+
+
+# tool_choice objects accepted without being enforced: allowed_tools / custom (seeds) and the
+# SDK's hosted-tool choices (``ToolChoiceTypes``, ``ToolChoiceMcp``, shell, apply_patch).
+HOSTED_CHOICES = ("allowed_tools", "custom", "file_search", "web_search_preview", "computer",
+                  "computer_use_preview", "computer_use", "web_search_preview_2025_03_11",
+                  "image_generation", "code_interpreter", "mcp", "shell", "apply_patch")
 
 
 class TextFormatSchema(BaseSchema):
@@ -181,7 +309,7 @@ class ResponsesRequestSchema(BaseSchema):
     tool_choice = ToolChoiceField()
     parallel_tool_calls = StrictBool()
     text = fields.Nested(TextConfigSchema)
-    include = fields.List(fields.String())
+    include = fields.List(fields.String(validate=validate.OneOf(INCLUDABLE)))
     top_logprobs = StrictInt()
     stream = StrictBool()
     ignore_eos = StrictBool()
@@ -195,6 +323,7 @@ class ResponsesRequestSchema(BaseSchema):
     truncation = fields.String()
     service_tier = fields.String()
     reasoning = fields.Dict()
+    prompt_cache_key = fields.String()
 
     @validates("input")
     def _input(self, value, **kwargs):

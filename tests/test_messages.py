@@ -298,7 +298,7 @@ def test_missing_max_tokens(api):
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
     ({"messages": [{"role": "user", "content": [{"type": "image"}]}]}, "messages[0].content[0].source"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "user", "content": U}], "tool_choice": {"type": "tool"}}, "tool_choice.name"),
     ({"messages": [{"role": "user", "content": U}], "tools": [{"name": "f"}]}, "tools[0].input_schema"),

@@ -283,7 +283,7 @@ def test_anthropic_translation():
                                             {"type": "image", "source": {"type": "url", "url": "http://x/i.png"}}]),
                   AnthropicMessage("user", [{"type": "thinking", "thinking": "..."}])])
     assert am.to_chat_messages(body) == [
-        {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+        {"role": "system", "content": "be brief"},         # text blocks joined, as vLLM does
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "calling",
          "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":2,"b":1}'}}]},

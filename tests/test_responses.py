@@ -361,11 +361,11 @@ def test_text_format_json(api):
     ({}, "input is required"),
     ({"input": None}, "input is required"),
     ({"input": 5}, "input must be a string or array"),
-    ({"input": [{"type": "reasoning", "summary": []}]}, 'unsupported input item type "reasoning"'),
+    ({"input": [{"type": "telepathy", "summary": []}]}, 'unsupported input item type "telepathy"'),
     ({"input": [{"type": "message", "role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
      'unsupported input content type "input_file"'),
-    ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
-    ({"input": U, "tools": [{"type": "web_search"}]}, 'unsupported tool type "web_search"'),
+    ({"input": [{"type": "function_call_output", "output": "x", "call_id": 5}]}, "input[0].call_id"),
+    ({"input": U, "tools": [{"type": "telepathy"}]}, 'unsupported tool type "telepathy"'),
     ({"input": U, "tools": [{"type": "function"}]}, "tool name is required"),
     ({"input": U, "tools": [{"type": "function", "name": "f", "parameters": {"type": "stringstring"}}]},
      "Tool validation failed"),
@@ -383,7 +383,7 @@ def test_malformed_bodies(api, body, contains):
 
 def test_sdk_bad_request(api):
     with pytest.raises(openai.BadRequestError):
-        client(api).responses.create(model="test-model", input=[{"type": "reasoning", "summary": []}])
+        client(api).responses.create(model="test-model", input=[{"type": "telepathy", "summary": []}])
 
 
 def test_forced_error_header(api):

@@ -40,8 +40,9 @@ class MessagesAdapter(Adapter):
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         tc = b.tool_choice
+        prompt = chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=b.chat_template_kwargs)
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, to_chat_messages(b), tools=tools)], n=1,
+            request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
             max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
@@ -64,7 +65,8 @@ def count_tokens(sim, body: CountTokensRequest) -> int:
     """The prompt tokens /v1/messages would report for ``body`` (tools count only through a
     real chat template; the simulated flattening ignores them).  Raises ModelNotFound."""
     sim.resolve_model(body.model)
-    ids, _ = sim.tokenize_messages(to_chat_messages(body), tools=to_chat_tools(getattr(body, "tools", None)))
+    ids, _ = sim.tokenize_messages(to_chat_messages(body), tools=to_chat_tools(getattr(body, "tools", None)),
+                                   chat_template_kwargs=body.chat_template_kwargs)
     return len(ids)
 
 
@@ -91,22 +93,45 @@ def _chat_parts(blocks) -> list:
     return out
 
 
+# Claude Code's per-request attribution block: vLLM drops it (its hash would defeat prefix caching).
+BILLING_HEADER = "x-anthropic-billing-header"
+
+
+def _system_texts(content) -> list:
+    """The text of a ``system`` value or an inline system message, without the billing header."""
+    if isinstance(content, str):
+        return [content] if content and not content.startswith(BILLING_HEADER) else []
+    return [b["text"] for b in content or () if b.get("type") == "text" and b.get("text")
+            and not b["text"].startswith(BILLING_HEADER)]
+
+
+def system_prompt(body: CountTokensRequest) -> str:
+    """vLLM's ``_convert_system_message``: the top-level ``system`` text, then the text of every
+    ``role: "system"`` message inside ``messages``, joined with nothing in between ("" if none)."""
+    parts = _system_texts(body.system)
+    for m in body.messages:
+        if m.role == "system":
+            parts.extend(_system_texts(m.content))
+    return "".join(parts)
+
+
 def to_chat_messages(body: CountTokensRequest) -> list:
     """Validated Anthropic ``system`` + ``messages`` -> chat messages.
 
-    ``tool_result`` blocks become ``tool`` messages (``tool_call_id`` = ``tool_use_id``) placed
-    before the remaining content of their message, as chat expects results right after the
-    assistant's calls.  ``tool_use`` input is serialised as compact JSON with sorted keys.  A
-    message left with no content and no tool calls is dropped (reference api.md 5.4.1)."""
+    The system text (top-level and inline ``system`` messages, see :func:`system_prompt`) leads
+    as one system message, as vLLM renders it.  ``tool_result`` blocks become ``tool`` messages
+    (``tool_call_id`` = ``tool_use_id``) placed before the remaining content of their message,
+    as chat expects results right after the assistant's calls.  ``tool_use`` input is serialised
+    as compact JSON with sorted keys.  A message left with no content and no tool calls is
+    dropped (reference api.md 5.4.1)."""
     out = []
-    system = body.system
-    if isinstance(system, str):
-        if system:
-            out.append({"role": "system", "content": system})
-    elif system:
-        out.append({"role": "system", "content": _chat_parts(system)})
+    system = system_prompt(body)
+    if system:
+        out.append({"role": "system", "content": system})
     for m in body.messages:
         role, content = m.role, m.content
+        if role == "system":
+            continue
         if isinstance(content, str):
             if content:
                 out.append({"role": role, "content": content})

@@ -151,6 +151,8 @@ class AnthropicTool:
     description: str | None = None
     input_schema: dict | None = None
     cache_control: dict | None = None
+    strict: bool | None = None
+    defer_loading: bool | None = None
 
 
 @dataclass
@@ -161,13 +163,27 @@ class AnthropicToolChoice:
 
 
 @dataclass
+class AnthropicOutputFormat:
+    type: str | None = None               # json_schema
+    schema: dict | None = None
+
+
+@dataclass
+class AnthropicOutputConfig:
+    effort: str | None = None             # low / medium / high / xhigh / max
+    format: AnthropicOutputFormat | None = None
+
+
+@dataclass
 class CountTokensRequest:
     model: Any = None
     messages: list | None = None          # list[AnthropicMessage]
     system: Any = None                    # a string or a list of text blocks
     tools: list | None = None             # list[AnthropicTool]
     tool_choice: AnthropicToolChoice | None = None
-    thinking: dict | None = None
+    thinking: dict | None = None          # {"type": enabled/disabled/adaptive, "budget_tokens"?}
+    context_management: dict | None = None
+    chat_template_kwargs: dict | None = None
 
 
 @dataclass
@@ -182,6 +198,7 @@ class MessagesRequest(CountTokensRequest):
     service_tier: str | None = None
     ignore_eos: bool | None = None
     kv_transfer_params: dict | None = None
+    output_config: AnthropicOutputConfig | None = None
 
 
 @dataclass
@@ -223,6 +240,7 @@ class ResponsesRequest:
     truncation: str | None = None
     service_tier: str | None = None
     reasoning: dict | None = None
+    prompt_cache_key: str | None = None
 
 
 @dataclass

@@ -2,12 +2,19 @@
 request directly from its own typed request.
 
 Input items become chat messages (``message`` -> its role and content; ``function_call`` ->
-an assistant message with one tool call; ``function_call_output`` -> a ``tool`` message), flat
-function tools become chat tools, ``text.format`` becomes ``response_format``; tokenization,
-queueing, timing, metrics and P/D are the engine's, exactly as for chat.  ``instructions`` are echoed, not tokenized (reference).
+an assistant message with one tool call; ``function_call_output`` -> a ``tool`` message;
+``reasoning`` -> the ``reasoning`` of an assistant message, which the next call or answer in
+the history joins, as vLLM's ``construct_chat_messages_with_tool_call`` does; custom tool
+calls and outputs like function ones; hosted tools' items add nothing).  Function tools become
+chat tools, those of a ``namespace`` tool named ``<namespace>__<name>`` (vLLM's flat name; their
+calls come back as ``name`` + ``namespace``); other tool types are accepted and given to
+nobody.  ``text.format`` becomes ``response_format``; tokenization, queueing, timing, metrics
+and P/D are the engine's, exactly as for chat.  ``instructions`` are echoed, not tokenized
+(reference).
 
-Tool policy (seeds): with tools and a tool_choice other than ``none``, and no
-``function_call_output`` anywhere in ``input``, the answer is exactly one ``function_call``
+Tool policy (seeds): with function tools and a tool_choice other than ``none`` (or a hosted
+tool's), and no ``function_call_output`` anywhere in ``input``, the answer is exactly one
+``function_call``
 (``auto``/omitted/``allowed_tools``/``custom`` act as ``required``; a named function is
 honoured); once a ``function_call_output`` is present the answer is a normal message.
 
@@ -43,7 +50,7 @@ class ResponsesAdapter(Adapter):
             raise InvalidParam("max_output_tokens: must be a positive integer", "max_output_tokens")
         inp = b.input
         tools = to_chat_tools(b.tools)
-        has_output = not isinstance(inp, str) and any(i.get("type") == "function_call_output" for i in inp)
+        has_output = not isinstance(inp, str) and any(i.get("type") in OUTPUT_ITEMS for i in inp)
         choice, tool_turn = chat_tool_choice(tools, b.tool_choice, has_output)
         rf = to_response_format(b.text)
         check_tools(sim, None, None, rf)
@@ -109,21 +116,55 @@ def _chat_content(content):
     return out
 
 
+# Items that answer a tool call: once one is in ``input`` the seeds' tool turn is over.
+OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
+NAMESPACE_SEP = "__"       # vLLM's flat_namespace_tool_name: "<namespace>__<name>"
+
+
+def reasoning_text(item: dict) -> str:
+    """A reasoning item's text as vLLM reads it: its first ``content`` part, else its first
+    ``summary`` part, else ""."""
+    for key in ("content", "summary"):
+        parts = item.get(key)
+        if parts:
+            return parts[0]["text"]
+    return ""
+
+
+def _tool_call(item: dict) -> dict:
+    name = item["name"]
+    if item.get("namespace"):
+        name = item["namespace"] + NAMESPACE_SEP + name
+    args = item["arguments"] if item.get("type") == "function_call" else item["input"]
+    return {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": args}}
+
+
 def to_chat_messages(inp) -> list:
-    """Validated ``input`` -> chat messages (api.md 5.3.1)."""
+    """Validated ``input`` -> chat messages (api.md 5.3.1; see the module docstring)."""
     if isinstance(inp, str):
         return [{"role": "user", "content": inp}]
     out = []
     for item in inp:
         t = item.get("type") or "message"
+        # vLLM joins a call or an answer to the assistant message a reasoning item opened
+        pending = out[-1] if out and out[-1].get("role") == "assistant" and "reasoning" in out[-1] \
+            and out[-1]["content"] is None and not out[-1].get("tool_calls") else None
         if t == "message":
-            out.append({"role": item["role"], "content": _chat_content(item["content"])})
-        elif t == "function_call":
-            out.append({"role": "assistant", "content": None,
-                        "tool_calls": [{"id": item["call_id"], "type": "function",
-                                        "function": {"name": item["name"], "arguments": item["arguments"]}}]})
-        else:
-            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": _chat_content(item["output"])})
+            content = _chat_content(item["content"])
+            if pending is not None and item["role"] == "assistant":
+                pending["content"] = content
+            else:
+                out.append({"role": item["role"], "content": content})
+        elif t in ("function_call", "custom_tool_call"):
+            if pending is not None:
+                pending["tool_calls"] = [_tool_call(item)]
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [_tool_call(item)]})
+        elif t == "reasoning":
+            out.append({"role": "assistant", "content": None, "reasoning": reasoning_text(item)})
+        elif t in OUTPUT_ITEMS:
+            out.append({"role": "tool", "tool_call_id": item.get("call_id") or "",
+                        "content": _chat_content(item["output"])})
     return out
 
 
@@ -137,8 +178,12 @@ def echo_text(inp) -> str:
         return ""
     item = inp[-1]
     t = item.get("type") or "message"
-    if t == "function_call":
-        return f"{item['name']}({item['arguments']})"
+    if t in ("function_call", "custom_tool_call"):
+        return f"{item['name']}({item['arguments'] if t == 'function_call' else item['input']})"
+    if t == "reasoning":
+        return reasoning_text(item)
+    if t not in ("message",) + OUTPUT_ITEMS:
+        return ""
     content = item["content"] if t == "message" else item["output"]
     if isinstance(content, str):
         return content
@@ -160,20 +205,39 @@ def _flat_tool(tool: dict) -> dict:
             "parameters": fn.get("parameters"), "strict": fn.get("strict")}
 
 
-def to_chat_tools(tools) -> list | None:
-    """Flat (or nested) function tools -> chat tools; None when absent or empty."""
-    if not tools:
-        return None
+def function_tools(tools) -> list:
+    """The function tools of ``tools`` as flat dicts (vLLM's ``iter_response_function_tool_dicts``):
+    ``function`` tools, and each function tool of a ``namespace`` tool named
+    ``<namespace>__<name>``; other types are not given to the model."""
     out = []
-    for t in tools:
-        flat = _flat_tool(t)
+    for t in tools or ():
+        if t.get("type") == "function":
+            out.append(_flat_tool(t))
+        elif t.get("type") == "namespace":
+            out.extend({**_flat_tool(sub), "name": t["name"] + NAMESPACE_SEP + sub["name"]}
+                       for sub in t["tools"] if sub.get("type") == "function")
+    return out
+
+
+def call_names(tools) -> dict:
+    """flat name -> ``(name, namespace)`` for namespaced function tools (vLLM's
+    ``build_responses_tool_call_name_map``)."""
+    return {t["name"] + NAMESPACE_SEP + sub["name"]: (sub["name"], t["name"])
+            for t in tools or () if t.get("type") == "namespace"
+            for sub in t["tools"] if sub.get("type") == "function"}
+
+
+def to_chat_tools(tools) -> list | None:
+    """The function tools (:func:`function_tools`) -> chat tools; None when there are none."""
+    out = []
+    for flat in function_tools(tools):
         fn = {"name": flat["name"]}
         if flat["description"] is not None:
             fn["description"] = flat["description"]
         if flat["parameters"] is not None:
             fn["parameters"] = flat["parameters"]
         out.append({"type": "function", "function": fn})
-    return out
+    return out or None
 
 
 def _named(choice) -> str | None:
@@ -184,8 +248,16 @@ def _named(choice) -> str | None:
 
 
 def chat_tool_choice(tools, choice, has_output: bool):
-    """The seeds' tool policy -> a chat tool_choice.  Returns ``(tool_choice, tool_turn)``."""
+    """The seeds' tool policy -> a chat tool_choice.  Returns ``(tool_choice, tool_turn)``.
+    A named function may be a namespaced tool's own name (vLLM matches it too); a hosted
+    tool's choice (``{"type": "web_search_preview"}``, ...) forces nothing a simulator can call."""
     name = _named(choice)
+    if name is not None and tools:
+        flat = [t["function"]["name"] for t in tools]
+        if name not in flat:
+            name = next((f for f in flat if f.rsplit(NAMESPACE_SEP, 1)[-1] == name), name)
+    if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools", "custom"):
+        choice = "none"
     if not tools:
         # No tools: only "none"/"auto" make sense; forcing ones reach the validator's 400.
         if name is not None:
@@ -212,7 +284,7 @@ def to_response_format(text_cfg) -> dict | None:
 
 class _Ctx:
     """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
-    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "text_format", "n")
+    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n")
 
     def __init__(self, body: ResponsesRequest, req, want_logprobs, top):
         self.body = body
@@ -220,7 +292,9 @@ class _Ctx:
         self.created = int(time.time())
         self.want_logprobs = want_logprobs
         self.top = top
-        self.tools = [_flat_tool(t) for t in body.tools or ()]
+        # tools echoed as sent, function tools in their flat shape
+        self.tools = [_flat_tool(t) if t.get("type") == "function" else t for t in body.tools or ()]
+        self.names = call_names(body.tools)
         fmt = body.text.format if body.text is not None else None
         self.text_format = {k: v for k, v in asdict(fmt).items() if v is not None} if fmt is not None else None
         if not self.text_format:
@@ -283,10 +357,16 @@ def call_ids(chat_id: str) -> tuple[str, str]:
     return f"fc_{suffix}", f"call_{suffix}"
 
 
-def _call_item(tc: dict, status: str, arguments: str) -> dict:
+def _call_item(ctx: _Ctx, tc: dict, status: str, arguments: str) -> dict:
+    """A ``function_call`` output item; a namespaced tool's call carries its own ``name`` and
+    its ``namespace`` (vLLM's ``resolve_responses_tool_call_name``)."""
     fc, call = call_ids(tc["id"])
-    return {"id": fc, "type": "function_call", "status": status, "arguments": arguments, "call_id": call,
+    item = {"id": fc, "type": "function_call", "status": status, "arguments": arguments, "call_id": call,
             "name": tc["name"]}
+    ns = ctx.names.get(tc["name"])
+    if ns is not None:
+        item["name"], item["namespace"] = ns
+    return item
 
 
 def _text_part(text: str, logprobs=...) -> dict:
@@ -313,7 +393,7 @@ def render_response(ctx: _Ctx, seq) -> dict:
     if reason:
         out["incomplete_details"] = {"reason": reason}
     if seq.tool_calls:
-        out["output"] = [_call_item(tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
+        out["output"] = [_call_item(ctx, tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
     else:
         part = (_text_part(seq.output_text(), _logprobs(ctx, seq)) if ctx.want_logprobs
                 else _text_part(seq.output_text()))
@@ -332,7 +412,7 @@ def stream_response(sim, ctx: _Ctx, seq):
     if calls:
         tc = calls[0]
         item_id = call_ids(tc["id"])[0]
-        yield ev("response.output_item.added", {"output_index": 0, "item": _call_item(tc, "in_progress", "")})
+        yield ev("response.output_item.added", {"output_index": 0, "item": _call_item(ctx, tc, "in_progress", "")})
         head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
                 b'"response.function_call_arguments.delta","sequence_number":')
         mid = b',"item_id":' + dumps(item_id) + b',"output_index":0,"delta":'
@@ -340,10 +420,10 @@ def stream_response(sim, ctx: _Ctx, seq):
             if tc["start"] <= k < tc["end"]:
                 yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
                 ctx.n += 1
+        done = _call_item(ctx, tc, "completed", tc["arguments"])
         yield (ev("response.function_call_arguments.done",
-                  {"item_id": item_id, "output_index": 0, "name": tc["name"], "arguments": tc["arguments"]}) +
-               ev("response.output_item.done", {"output_index": 0,
-                                                 "item": _call_item(tc, "completed", tc["arguments"])}))
+                  {"item_id": item_id, "output_index": 0, "name": done["name"], "arguments": tc["arguments"]}) +
+               ev("response.output_item.done", {"output_index": 0, "item": done}))
     else:
         want = ctx.want_logprobs
         msg_id = f"msg_{ctx.req.request_id}"
