@@ -41,9 +41,17 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
-    for mod in (chat, completions, models, health, lora, metrics, admin, embeddings, render, generate,
-                messages, responses):
+    kind = config.pooling_kind
+    # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
+    # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
+    generation_apis = () if kind else (chat, completions, generate, messages, responses)
+    for mod in (models, health, lora, metrics, admin, render, *generation_apis):
         app.register_blueprint(mod.bp)
+    if kind in (None, "embed"):
+        app.register_blueprint(embeddings.bp)
+    if kind:
+        from blueprints import pooling
+        pooling.register(app, kind)
 
     from blueprints.serving import GenerationFastPath
     app.wsgi_app = GenerationFastPath(app)                # generation routes without Flask's context

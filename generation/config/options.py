@@ -113,7 +113,16 @@ _declare("model",
                 "responses"),
          Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
          Option("seed", "int", None, "Random seed", nullable=True),
-         Option("mode", "str", "random", "Response source", choices=("random", "echo")))
+         Option("mode", "str", "random", "Response source", choices=("random", "echo")),
+         Option("runner", "str", "auto", "vLLM's model runner: `pooling` serves an embedding, classification or "
+                "scoring model (`/pooling`, `/classify`, `/score`, `/rerank`, `/v2/embed`) instead of generation "
+                "(`auto` = `generate`)", choices=("auto", "generate", "pooling")),
+         Option("convert", "str", "auto", "Pooling model kind with `--runner pooling`: `embed` (bi-encoder), "
+                "`classify` (2 labels), `score` (cross-encoder, 1 label); `auto`/`none` = `embed`",
+                choices=("auto", "none", "embed", "classify", "score")),
+         Option("task", "str", "", "Deprecated vLLM spelling: `embed`/`embedding`, `classify`, `score` set "
+                "`--runner pooling` and its `--convert`; `generate` the generation runner",
+                choices=("", "auto", "generate", "embed", "embedding", "classify", "score")))
 _declare("server",
          Option("port", "int", 8000, "Port the server listens on"),
          Option("host", "str", "0.0.0.0", "Address the server binds to"),
@@ -246,8 +255,8 @@ IGNORED_FLAGS: dict[str, bool] = {
     "dtype": True, "trust-remote-code": False, "quantization": True, "revision": True,
     "code-revision": True, "tokenizer-revision": True, "tokenizer-mode": True, "download-dir": True,
     "load-format": True, "config-format": True, "hf-config-path": True, "hf-token": True,
-    "hf-overrides": True, "generation-config": True, "override-generation-config": True, "task": True,
-    "runner": True, "convert": True, "model-impl": True, "max-seq-len-to-capture": True,
+    "hf-overrides": True, "generation-config": True, "override-generation-config": True,
+    "model-impl": True, "max-seq-len-to-capture": True,
     "disable-sliding-window": False, "skip-tokenizer-init": False, "enforce-eager": False,
     "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
     # memory / cache / scheduler

@@ -42,6 +42,21 @@ class SimConfig:
     def display_model_name(self) -> str:
         return self.served_names[0]
 
+    @property
+    def pooling_kind(self) -> str | None:
+        """The pooling model served (vLLM's ``--runner pooling`` with its ``--convert``): ``embed``
+        (a bi-encoder), ``classify`` (a 2-label classifier), ``score`` (a cross-encoder: one label),
+        or None for the generation runner.  ``--runner auto`` is ``pooling`` when ``--convert``
+        names a pooling kind or the deprecated ``--task`` a pooling task, as vLLM resolves it."""
+        task = {"embedding": "embed"}.get(self.task, self.task)
+        convert = self.convert if self.convert not in ("auto", "none") else None
+        runner = self.runner
+        if runner == "auto":
+            runner = "pooling" if (convert or task in ("embed", "classify", "score")) else "generate"
+        if runner != "pooling":
+            return None
+        return convert or (task if task in ("embed", "classify", "score") else "embed")
+
     # ---- run-time updates --------------------------------------------------------------------
     def copy(self) -> "SimConfig":
         new = object.__new__(SimConfig)

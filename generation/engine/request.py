@@ -59,6 +59,7 @@ class GenerationRequest:
     cache_hit_threshold: float | None = None
     force_cache_threshold: bool = False
     max_tool_calls: int | None = None
+    pooling: bool = False           # a pooling request (--runner pooling): no output tokens
 
     @property
     def remote_prefill(self) -> bool:
