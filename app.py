@@ -139,7 +139,8 @@ def build_simulator(config: SimConfig, tokenizer=None):
     from generation.metrics.fake_metrics import FakeMetricsCollector
     from generation.engine.latency import LatencyModel
     from generation.metrics.recorder import MetricsRecorder
-    from generation.content.sources import EchoResponses, RandomResponses, RecordedResponses, SentenceSource
+    from generation.content.sources import (EchoResponses, EncoderOnlyResponses, RandomResponses, RecordedResponses,
+                                            SentenceSource)
     from generation.structured.tool_calls import ToolSynthesizer
     from generation.tokenization.tokenizer_loading import load_tokenizer
 
@@ -147,7 +148,9 @@ def build_simulator(config: SimConfig, tokenizer=None):
     if tokenizer is None:
         tokenizer = load_tokenizer(config)
     sentences = SentenceSource(tokenizer)
-    if config.mode == "echo":
+    if config.mm_encoder_only:                    # the reference: "!" tokens, whatever the mode
+        responses = EncoderOnlyResponses(tokenizer)
+    elif config.mode == "echo":
         responses = EchoResponses()
     else:
         responses = RandomResponses(sentences)
@@ -160,7 +163,7 @@ def build_simulator(config: SimConfig, tokenizer=None):
         metrics.use_fake(FakeMetricsCollector(config, metrics.docs()))
     loras = LoraRegistry(config.lora_modules, config.max_loras, config.max_cpu_loras)
     kv_cache = None
-    if config.enable_kvcache:
+    if config.enable_kvcache and not config.mm_encoder_only:     # the reference turns it off there
         from generation.kvcache.cache import build_kv_cache
         kv_cache = build_kv_cache(config, metrics, loras)
     return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,

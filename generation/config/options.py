@@ -230,9 +230,12 @@ _declare("metrics",
                 "object; YAML: an object)", admin=True, nullable=True),
          Option("fake-metrics-refresh-interval", _D, 0.1, "Time step of generator-valued fake metrics", unit="s"))
 _declare("multimodal",
-         Option("omni", "bool", False, "Allow image output in chat responses"),
-         Option("image-emission-rate", "int", 0, "Chat responses carrying an image (--omni)", unit="%", admin=True),
-         Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode"))
+         Option("omni", "bool", False, "Chat responses may carry an image: `X-Send-Image: true` or "
+                "--image-emission-rate"),
+         Option("image-emission-rate", "int", 0, "Chat responses carrying an image without the header (--omni)",
+                unit="%", admin=True),
+         Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode: `!` tokens, chat "
+                "`ec_transfer_params` per image, no /v1/embeddings, KV cache off"))
 _declare("parallel",
          Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"))
