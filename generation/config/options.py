@@ -144,7 +144,11 @@ _declare("server",
          Option("enable-sleep-mode", "bool", False, "Allow /sleep (with VLLM_SERVER_DEV_MODE=1)"),
          Option("enable-request-id-headers", "bool", False, "Use and return the X-Request-Id header"),
          Option("max-request-body-size-mb", "int", 4, "Largest accepted request body", unit="MiB"),
-         Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"))
+         Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"),
+         Option("grpc", "bool", False, "Serve vLLM's gRPC API (`vllm.grpc.engine.VllmEngine`, health, reflection) on "
+                "--port instead of HTTP, as `vllm serve --grpc`"),
+         Option("grpc-port", "int", 0, "Also serve the gRPC API on this port, beside HTTP on --port (0: off; the "
+                "reference multiplexes both on one port)"))
 _declare("frontend",
          Option("max-logprobs", "int", 20, "Largest `logprobs` / `top_logprobs` a request may ask (-1: no cap)"),
          Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
