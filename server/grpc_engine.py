@@ -122,7 +122,7 @@ def make_servicer(sim, lifecycle=None):
     import grpc
     import gevent.queue
 
-    from generation.adapters.base import REMOTE_DECODE_PARAMS, check_kv_transfer, check_limits
+    from generation.adapters.base import REMOTE_DECODE_PARAMS, check_kv_transfer, check_limits, check_size
     from generation.content import logprobs as lp
     from generation.engine.request import GenerationRequest, Prompt
     from generation.engine.simulator import ClientDisconnected
@@ -193,6 +193,7 @@ def make_servicer(sim, lifecycle=None):
             try:
                 check_limits(max_tokens, sp.ignore_eos, sp.n or 1)
                 check_kv_transfer(kv_params, request.stream)
+                check_size(sim, sp.n or 1, False)         # more choices than could ever be admitted: 429
                 req = GenerationRequest(request_id=rid, model=cfg.served_names[0], prompts=[Prompt(ids)],
                                         n=sp.n or 1, max_tokens=max_tokens, ignore_eos=sp.ignore_eos,
                                         stream=request.stream, stop=list(sp.stop) or None,
