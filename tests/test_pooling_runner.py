@@ -51,7 +51,8 @@ def err(r, status, param):
     (("--runner", "pooling", "--convert", "none"), "embed"), (("--convert", "classify"), "classify"),
     (("--task", "embed"), "embed"), (("--task", "embedding"), "embed"), (("--task", "classify"), "classify"),
     (("--task", "score"), "score"), (("--task", "generate"), None), (SCORE, "score"),
-    (("--task", "embed", "--runner", "generate"), None)])
+    (("--task", "embed", "--runner", "generate"), None), (("--task", "reward"), "embed"),
+    (("--task", "transcription"), None), (("--runner", "draft"), None), (("--convert", "reward"), "embed")])
 def test_runner_convert_and_task_resolve_as_vllm(flags, kind):
     from generation.config.cli import load_config
     cfg = load_config(["--model", "m", *flags], env={})
@@ -63,7 +64,7 @@ def test_bad_runner_is_a_config_error():
     from generation.config.cli import load_config
     from generation.config.values import ConfigError
     with pytest.raises(ConfigError):
-        load_config(["--runner", "draft"], env={})
+        load_config(["--runner", "ranker"], env={})
 
 
 # ---- routes a model serves -------------------------------------------------------------------------

@@ -116,13 +116,14 @@ _declare("model",
          Option("mode", "str", "random", "Response source", choices=("random", "echo")),
          Option("runner", "str", "auto", "vLLM's model runner: `pooling` serves an embedding, classification or "
                 "scoring model (`/pooling`, `/classify`, `/score`, `/rerank`, `/v2/embed`) instead of generation "
-                "(`auto` = `generate`)", choices=("auto", "generate", "pooling")),
+                "(`auto` = `generate`; `draft` is served as `generate`)", choices=("auto", "generate", "pooling", "draft")),
          Option("convert", "str", "auto", "Pooling model kind with `--runner pooling`: `embed` (bi-encoder), "
-                "`classify` (2 labels), `score` (cross-encoder, 1 label); `auto`/`none` = `embed`",
-                choices=("auto", "none", "embed", "classify", "score")),
-         Option("task", "str", "", "Deprecated vLLM spelling: `embed`/`embedding`, `classify`, `score` set "
-                "`--runner pooling` and its `--convert`; `generate` the generation runner",
-                choices=("", "auto", "generate", "embed", "embedding", "classify", "score")))
+                "`classify` (2 labels), `score` (cross-encoder, 1 label); `auto`/`none` = `embed`, `reward` is "
+                "served as `embed`", choices=("auto", "none", "embed", "classify", "score", "reward")),
+         Option("task", "str", "", "Deprecated vLLM spelling: `embed`/`embedding`, `classify`, `score`, `reward` set "
+                "`--runner pooling` and its `--convert`; `generate`, `transcription`, `draft` the generation runner",
+                choices=("", "auto", "generate", "transcription", "draft", "embed", "embedding", "classify", "score",
+                         "reward")))
 _declare("server",
          Option("port", "int", 8000, "Port the server listens on"),
          Option("host", "str", "0.0.0.0", "Address the server binds to"),

@@ -48,8 +48,8 @@ class SimConfig:
         (a bi-encoder), ``classify`` (a 2-label classifier), ``score`` (a cross-encoder: one label),
         or None for the generation runner.  ``--runner auto`` is ``pooling`` when ``--convert``
         names a pooling kind or the deprecated ``--task`` a pooling task, as vLLM resolves it."""
-        task = {"embedding": "embed"}.get(self.task, self.task)
-        convert = self.convert if self.convert not in ("auto", "none") else None
+        task = {"embedding": "embed", "reward": "embed"}.get(self.task, self.task)
+        convert = {"auto": None, "none": None, "reward": "embed"}.get(self.convert, self.convert)
         runner = self.runner
         if runner == "auto":
             runner = "pooling" if (convert or task in ("embed", "classify", "score")) else "generate"
