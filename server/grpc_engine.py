@@ -116,6 +116,27 @@ class KvEventTee:
             self.publisher.close()
 
 
+def tokenizer_dir(cfg) -> str | None:
+    """The directory holding the loaded tokenizer's files: ``--tokenizer`` or ``--model`` when
+    it is a directory, else the Hugging Face cache snapshot of that hub name (read only, offline);
+    None when there is none (a bare tokenizer.json, or not in the cache)."""
+    name = cfg.tokenizer or cfg.model
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path) or name.count("/") != 1:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        for f in ("tokenizer_config.json", "tokenizer.json"):
+            found = try_to_load_from_cache(name, f, cache_dir=getattr(cfg, "tokenizers_cache_dir", "") or None)
+            if isinstance(found, str):
+                return os.path.dirname(found)
+    except Exception:            # noqa: BLE001 - no cache, no hub library: no files to send
+        return None
+    return None
+
+
 def make_servicer(sim, lifecycle=None):
     """The ``VllmEngine`` servicer bound to ``sim`` (a :class:`generation.engine.simulator.Simulator`);
     ``lifecycle``: an object whose ``draining`` turns ``HealthCheck`` unhealthy."""
@@ -324,8 +345,8 @@ def make_servicer(sim, lifecycle=None):
                                        dp_rank_count=1, loads=[load])
 
         def GetTokenizer(self, request, context):
-            path = os.path.expanduser(cfg.tokenizer or cfg.model)
-            if getattr(sim.tokenizer, "name", "") != "hf" or not os.path.isdir(path):
+            path = tokenizer_dir(cfg) if getattr(sim.tokenizer, "name", "") == "hf" else None
+            if path is None:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               "no tokenizer files: the simulator runs its simulated tokenizer (or a single "
                               "tokenizer.json / hub cache); start it with --tokenizer DIR")

@@ -27,13 +27,13 @@ class GrpcServers:
     def __init__(self):
         self.procs = {}
 
-    def start(self, *flags, env=None) -> int:
-        key = (flags, tuple(sorted((env or {}).items())))
+    def start(self, *flags, env=None, model="test-model") -> int:
+        key = (flags, tuple(sorted((env or {}).items())), model)
         if key in self.procs:
             return self.procs[key][1]
         port = free_port()
         args = [sys.executable, str(ROOT / "app.py"), "--grpc", "--port", str(port), "--host", "127.0.0.1",
-                "--model", "test-model", *flags]
+                "--model", model, *flags]
         proc = subprocess.Popen(args, cwd=ROOT, env=_clean_env(env), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -234,6 +234,17 @@ def test_get_tokenizer_streams_the_files(grpc_server, tmp_path_factory):
     assert chunks[-1].sha256 == hashlib.sha256(data).hexdigest() and all(not c.sha256 for c in chunks[:-1])
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
     assert "tokenizer.json" in names and "tokenizer_config.json" in names
+
+
+def test_get_tokenizer_from_the_hub_cache(grpc_server, tmp_path_factory):
+    import io
+    import zipfile
+    from tests.tokenizer_hub import MODEL, make_hub
+    root = str(tmp_path_factory.mktemp("hf"))
+    make_hub(root)
+    stub = stub_for(grpc_server(env={"HF_HOME": root, "HF_HUB_OFFLINE": "1"}, model=MODEL))
+    data = b"".join(c.data for c in stub.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=10))
+    assert "tokenizer.json" in zipfile.ZipFile(io.BytesIO(data)).namelist()
 
 
 def test_subscribe_kv_events_receives_a_requests_blocks(grpc_server):
