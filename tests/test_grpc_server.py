@@ -177,8 +177,12 @@ def test_model_server_info_loads_and_health(slow):
     waiting = threading.Thread(target=lambda: second.extend(slow.Generate(gen(rid="load2", stream=False,
                                                                               max_tokens=1), timeout=30)))
     waiting.start()
-    time.sleep(0.3)
-    loads = slow.GetLoads(pb.GetLoadsRequest(), timeout=5)
+    deadline = time.monotonic() + 10              # until the second request is queued
+    while time.monotonic() < deadline:
+        loads = slow.GetLoads(pb.GetLoadsRequest(), timeout=5)
+        if loads.loads[0].num_waiting_reqs:
+            break
+        time.sleep(0.02)
     assert loads.dp_rank_count == 1 and loads.version
     (load,) = loads.loads
     assert (load.num_running_reqs, load.num_waiting_reqs, load.max_running_requests) == (1, 1, 1)
@@ -261,16 +265,21 @@ def test_subscribe_kv_events_receives_a_requests_blocks(grpc_server):
 
     t = threading.Thread(target=read)
     t.start()
-    time.sleep(0.3)
-    ids = list(range(100, 124))               # 3 full blocks of 8
-    list(stub.Generate(pb.GenerateRequest(request_id="kv", tokenized=pb.TokenizedInput(input_ids=ids),
-                                          sampling_params=pb.SamplingParams(max_tokens=1)), timeout=10))
-    assert ready.wait(5)
+    sent = []
+    for attempt in range(10):                 # until the subscription is in place on the server
+        ids = list(range(1000 * (attempt + 1), 1000 * (attempt + 1) + 24))     # 3 full blocks of 8
+        sent.append(ids)
+        list(stub.Generate(pb.GenerateRequest(request_id=f"kv{attempt}", tokenized=pb.TokenizedInput(input_ids=ids),
+                                              sampling_params=pb.SamplingParams(max_tokens=1)), timeout=10))
+        if ready.wait(1):
+            break
     events.cancel()
     t.join(2)
+    assert got
     (ev,) = got[0].events
     assert ev.WhichOneof("data") == "stored" and got[0].sequence_number >= 1
     blocks = ev.stored.blocks
+    ids = [s for s in sent if s[0] == blocks[0].token_ids[0]][0]
     assert [list(b.token_ids) for b in blocks] == [ids[0:8], ids[8:16], ids[16:24]]
     assert all(b.block_size == 8 for b in blocks)
 
