@@ -38,7 +38,7 @@ class GrpcServers:
                                 stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         try:
-            grpc.channel_ready_future(channel).result(timeout=30)
+            grpc.channel_ready_future(channel).result(timeout=90)     # an HF tokenizer under load: slow
         except grpc.FutureTimeoutError:
             proc.kill()
             raise RuntimeError("gRPC server did not start")
