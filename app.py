@@ -42,9 +42,17 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
-    for mod in (chat, completions, models, health, lora, metrics, admin, embeddings, render, generate,
-                messages, responses):
+    kind = config.pooling_kind
+    # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
+    # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
+    generation_apis = () if kind else (chat, completions, generate, messages, responses)
+    for mod in (models, health, lora, metrics, admin, render, *generation_apis):
         app.register_blueprint(mod.bp)
+    if kind in (None, "embed"):
+        app.register_blueprint(embeddings.bp)
+    if kind:
+        from blueprints import pooling
+        pooling.register(app, kind)
 
     from blueprints.serving import GenerationFastPath
     app.wsgi_app = GenerationFastPath(app)                # generation routes without Flask's context
@@ -164,7 +172,8 @@ def build_simulator(config: SimConfig, tokenizer=None):
     from generation.metrics.fake_metrics import FakeMetricsCollector
     from generation.engine.latency import LatencyModel
     from generation.metrics.recorder import MetricsRecorder
-    from generation.content.sources import EchoResponses, RandomResponses, RecordedResponses, SentenceSource
+    from generation.content.sources import (EchoResponses, EncoderOnlyResponses, RandomResponses, RecordedResponses,
+                                            SentenceSource)
     from generation.structured.tool_calls import ToolSynthesizer
     from generation.tokenization.tokenizer_loading import load_tokenizer
 
@@ -172,7 +181,9 @@ def build_simulator(config: SimConfig, tokenizer=None):
     if tokenizer is None:
         tokenizer = load_tokenizer(config)
     sentences = SentenceSource(tokenizer)
-    if config.mode == "echo":
+    if config.mm_encoder_only:                    # the reference: "!" tokens, whatever the mode
+        responses = EncoderOnlyResponses(tokenizer)
+    elif config.mode == "echo":
         responses = EchoResponses()
     else:
         responses = RandomResponses(sentences)
@@ -186,7 +197,8 @@ def build_simulator(config: SimConfig, tokenizer=None):
     loras = LoraRegistry(config.lora_modules, config.max_loras, config.max_cpu_loras)
     resolve_engine(config)
     kv_cache = engine = None
-    if config.enable_kvcache or config.step is not None:     # step mode: prefix caching, vLLM's default
+    if (config.enable_kvcache or config.step is not None) and not config.mm_encoder_only:
+        # step mode: prefix caching, vLLM's default; the reference turns the cache off in encoder-only
         from generation.kvcache.cache import build_kv_cache
         kv_cache = build_kv_cache(config, metrics, loras, publish=config.enable_kvcache)
     if config.step is not None:

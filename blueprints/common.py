@@ -446,5 +446,17 @@ def header_checks(sim: Simulator | None = None, environ: dict | None = None) -> 
         kind = kinds[sim.rng.randrange(len(kinds))]
         status, msg, param = _FAILURES[kind]
         raise InjectedError(msg.format(model=cfg.model), status, param)
-    flag = environ.get("HTTP_X_CACHE_THRESHOLD_FINISH_REASON")
-    return flag in ("1", "t", "T", "TRUE", "true", "True")
+    return environ.get("HTTP_X_CACHE_THRESHOLD_FINISH_REASON") in GO_TRUE
+
+
+GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")      # Go strconv.ParseBool's true spellings
+
+
+def send_image(sim: Simulator, environ: dict) -> bool:
+    """``--omni`` (api.md 2.7, 5.1.9): whether this chat response carries an image - the
+    ``X-Send-Image`` header parses true (Go ParseBool), else a roll ``randint(1, 100) <=
+    --image-emission-rate`` (the rate is read live: ``POST /admin/config`` changes it)."""
+    if environ.get("HTTP_X_SEND_IMAGE") in GO_TRUE:
+        return True
+    rate = sim.config.image_emission_rate
+    return rate > 0 and sim.rng.randint(1, 100) <= rate

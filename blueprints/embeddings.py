@@ -1,9 +1,11 @@
 """``POST /v1/embeddings`` - OpenAI embeddings with vLLM's behaviour.
 
 No queue and no latency (the reference answers directly), no failure injection and no
-``X-Return-Error``.  Unlike the reference, ``model`` is checked like every vLLM endpoint:
+``X-Return-Error``; with ``--runner pooling`` (an embedding model) the inputs run on the engine
+instead, as every pooling request does (:mod:`blueprints.pooling`).  Unlike the reference, ``model`` is checked like every vLLM endpoint:
 absent means the first served name, anything not served is a 404.  Each input becomes one
-deterministic unit-length float32 vector (the same tokens always give the same vector, and a
+deterministic unit-length float32 vector (:func:`generation.content.pooling.embedding_vector`:
+the same tokens always give the same vector, texts sharing tokens are close, and a
 ``dimensions`` vector is the prefix of the full one re-normalised, as matryoshka models do).
 ``encoding_format: "base64"`` (what the openai SDK asks for by default) returns standard
 base64 of the vector's bytes (vLLM's ``embed_dtype``, float32 by default, and ``endianness``,
@@ -19,7 +21,6 @@ more); and inputs x dimensions at most :data:`MAX_VALUES` floats per response.
 from __future__ import annotations
 
 import base64
-import hashlib
 import sys
 import time
 
@@ -27,6 +28,7 @@ import orjson
 from flask import Blueprint, Response
 from werkzeug.exceptions import NotFound
 
+from generation.content.pooling import embedding_vector
 from generation.errors import APIError
 from schemas.common import load
 from schemas.embeddings import embedding_request_schema
@@ -37,21 +39,6 @@ bp = Blueprint("embeddings", __name__)
 
 MAX_INPUTS = 2048             # OpenAI: "must be 2048 dimensions or less" for an input array
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
-
-
-def embedding_vector(ids, dimensions: int) -> "np.ndarray":
-    """A deterministic unit-length (L2) float32 vector of ``dimensions`` values for the token
-    ids ``ids`` (a possibly empty sequence of non-negative ints).
-
-    The values are standard normals drawn from a numpy Generator seeded with a BLAKE2b hash of
-    the ids (little-endian uint64), so equal inputs give equal vectors across runs and
-    processes, and the first ``d`` values do not depend on ``dimensions``."""
-    import numpy as np      # ~0.2 s to import: paid by the first embeddings request, not start-up
-    digest = hashlib.blake2b(np.asarray(ids, dtype="<u8").tobytes(), digest_size=8).digest()
-    rng = np.random.default_rng(int.from_bytes(digest, "little"))
-    v = rng.standard_normal(dimensions)
-    v /= np.linalg.norm(v)
-    return v.astype("<f4")
 
 
 def encode_vector(vec, embed_dtype: str, endianness: str) -> bytes:
@@ -120,7 +107,7 @@ def create_embeddings():
         raise NotFound()
     data = load(embedding_request_schema, parse_json_body())
     model = data.get("model")
-    display, _ = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
+    display, lora = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
     size = cfg.default_embedding_dimensions
     dims = data.get("dimensions") or size
     if dims > size:
@@ -148,9 +135,13 @@ def create_embeddings():
     fmt = data.get("encoding_format") or "float"
     dtype = data.get("embed_dtype") or "float32"
     endian = data.get("endianness") or "native"
-    vectors = [embedding_vector(ids, dims) for ids in token_lists]
-    total = sum(len(ids) for ids in token_lists)
     rid = request_id()
+    if cfg.pooling_kind:      # the pooling runner: the inputs run on the engine (slot, prefill, metrics)
+        from generation.adapters.pooling import pooling_sequences
+        from .pooling import run_pooled
+        run_pooled(sim, pooling_sequences(sim, rid, display, lora, token_lists))
+    vectors = [embedding_vector(ids, dims, size) for ids in token_lists]
+    total = sum(len(ids) for ids in token_lists)
     created = int(time.time())
     if fmt in ("bytes", "bytes_only"):
         return _bytes_response(vectors, dtype, endian, fmt == "bytes_only", f"embd-{rid}", created, display, total,

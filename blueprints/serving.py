@@ -4,7 +4,8 @@ messages, responses, generate), as the reference's ``handleHTTP`` with a builder
 A route hands :func:`handle` its schema and its adapter class (:mod:`generation.adapters`)::
 
     parse body -> schema.load (typed request) -> request id -> header checks
-    -> adapter.build (engine request) -> Simulator.prepare (outputs decided, context errors)
+    -> adapter.build (engine request) -> --omni image decision (X-Send-Image, emission rate)
+    -> Simulator.prepare (outputs decided, context errors)
     -> response headers -> Simulator.admit (slot or queue, 429) -> stream or complete -> render
 
 Every client error is decided before admission, so nothing is admitted for a request that
@@ -39,7 +40,7 @@ from generation.errors import SimulatorError
 from schemas.common import load
 
 from .common import (SSE_HEADERS, dumps_paced, hang_up, header_checks, parse_json_body, received_at, request_id,
-                     response_headers, run_to_completion, sse_body)
+                     response_headers, run_to_completion, send_image, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
 from .streaming import WRITE_KEY
 
@@ -61,6 +62,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
     rid = request_id(sim, adapter.body_request_id(), environ)
     force_ct = header_checks(sim, environ)
     req = adapter.build(rid, force_ct and adapter.cache_threshold_header)
+    if adapter.image_output and sim.config.omni:
+        req.send_image = send_image(sim, environ)
     seqs = sim.prepare(req)
     work = adapter.work(seqs)
     check_work(sim, *work)

@@ -72,6 +72,10 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
     cannot be loaded, or a data-parallel rank stopped."""
     configure_logging(config)
     raise_open_files_limit()
+    if getattr(config, "grpc", False):
+        if listener is not None:
+            listener.close()
+        return serve_grpc(config, app_factory)
     try:
         tls = tls_files(config)
     except ValueError as e:
@@ -129,6 +133,43 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
     worker.pid = os.getpid()
     worker.init_process()          # patches gevent, loads the app, serves until stopped
     return worker.exit_code
+
+
+def serve_grpc(config, app_factory) -> int:
+    """``--grpc``: serve only vLLM's gRPC API on ``--host:--port`` (no HTTP, as ``vllm serve
+    --grpc``), on gevent, until SIGTERM / Ctrl-C; in-flight RPCs get the shutdown grace.
+    Returns the exit code (1 when the port cannot be bound)."""
+    from gevent import monkey
+    monkey.patch_all()
+    import gevent
+    from gevent.event import Event
+    from .grpc_engine import start_grpc_server
+    from .worker import freeze_startup_heap, grpc_host
+
+    app = app_factory()
+    sim = app.extensions["simulator"]
+    lifecycle = app.extensions.get("lifecycle")
+    address = f"{grpc_host(config.host)}:{config.port}"
+    for line in startup_summary(config, False, False, [f"grpc://{address}"]):
+        log.info("%s", line)
+    try:
+        server = start_grpc_server(sim, address, lifecycle)
+    except RuntimeError as e:
+        log.error("%s", e)
+        return 1
+    stop = Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, stop.set)
+    freeze_startup_heap()
+    log.info("ready: gRPC on %s", address)
+    stop.wait()
+    grace = shutdown_grace(config)
+    if lifecycle is not None:
+        lifecycle.draining = True
+    log.info("shutting down: gRPC grace %gs", grace)
+    server.stop(grace).wait(grace + 1.0)
+    log.info("shutdown complete")
+    return 0
 
 
 def attach_to_gunicorn(app, config) -> None:

@@ -31,6 +31,11 @@ def freeze_startup_heap() -> None:
 
 
 
+def grpc_host(host: str) -> str:
+    """``--host`` as a gRPC address host (IPv6 in brackets; all interfaces stay as given)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 class SimWorker(GeventWorker):
     """gunicorn's gevent worker with the simulator's lifecycle (see the module docstring)."""
     standalone = False          # True when run by :func:`serve` without gunicorn's arbiter
@@ -114,6 +119,13 @@ class SimWorker(GeventWorker):
         sim = ext.get("simulator")
         self.lifecycle = ext.get("lifecycle")
         self.grace = shutdown_grace(sim.config) if sim is not None else 30.0
+        self.grpc_server = None
+        port = getattr(sim.config, "grpc_port", 0) if sim is not None else 0
+        if port:                        # --grpc-port: gRPC beside HTTP, on the same engine
+            from .grpc_engine import start_grpc_server
+            if sim.config.data_parallel_size > 1:         # rank r: --grpc-port + r, as HTTP's --port + r
+                port += max(sim.config.data_parallel_rank, 0)
+            self.grpc_server = start_grpc_server(sim, f"{grpc_host(sim.config.host)}:{port}", self.lifecycle)
 
     def run(self):
         ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
@@ -151,6 +163,7 @@ class SimWorker(GeventWorker):
         self.alive = False
         for server in servers:
             server.close()                    # stop accepting
+        grpc_stopped = self.grpc_server.stop(grace) if self.grpc_server is not None else None
         for _, proc in self.children:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGQUIT if self._fast else signal.SIGTERM)
@@ -178,6 +191,8 @@ class SimWorker(GeventWorker):
             gevent.joinall(busy, timeout=2.0)
         for server in servers:
             server.stop(timeout=0.5)
+        if grpc_stopped is not None:
+            grpc_stopped.wait(grace + 1.0)
         for rank, proc in self.children:
             try:
                 code = proc.wait(timeout=grace + 3.0)

@@ -35,6 +35,10 @@ MAX_N = int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
 REMOTE_DECODE_PARAMS = {"do_remote_decode": False, "do_remote_prefill": True, "remote_engine_id": "DUMMY_ID",
                         "remote_block_ids": ["DUMMY_ID"], "remote_host": "DUMMY", "remote_port": 1234,
                         "tp_size": 1}
+# --mm-encoder-only's encoder-cache transfer entry per multimodal hash (the last value: base64 of
+# "NIXL_METADATA_PLACEHOLDER"), api.md 5.1.10
+EC_TRANSFER_DUMMY = {"peer_host": "DUMMY", "peer_port": 1234, "size_bytes": 2359296,
+                     "nixl_agent_metadata_b64": "TklYTF9NRVRBREFUQV9QTEFDRUhPTERFUg=="}
 
 
 class Adapter:
@@ -42,9 +46,11 @@ class Adapter:
     :meth:`build`, :meth:`render` and :meth:`stream`.
 
     ``envelope``: the error envelope of the API (``"openai"`` or ``"anthropic"``).
-    ``cache_threshold_header``: whether ``X-Cache-Threshold-Finish-Reason`` applies."""
+    ``cache_threshold_header``: whether ``X-Cache-Threshold-Finish-Reason`` applies.
+    ``image_output``: whether ``--omni`` may add an image (``X-Send-Image``, the emission rate)."""
     envelope = "openai"
     cache_threshold_header = True
+    image_output = False      # --omni's image decision applies (chat; Anthropic messages: its latency only)
 
     def __init__(self, sim, body):
         self.sim = sim

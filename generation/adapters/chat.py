@@ -15,11 +15,13 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
-from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids,
                    due_items)
+from generation.content.image import IMAGE_PART
+from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import chat_options
 from .fields import check_openai_fields, tokens_as_ids
 from .protocol import ChatCompletionRequest
@@ -27,6 +29,7 @@ from .protocol import ChatCompletionRequest
 
 class ChatAdapter(Adapter):
     body: ChatCompletionRequest
+    image_output = True
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
@@ -85,6 +88,10 @@ class ChatAdapter(Adapter):
         out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim),
                           tokens_as_ids(self.sim, b))
         out["system_fingerprint"] = system_fingerprint(self.sim.config)
+        if self.sim.config.mm_encoder_only:
+            ec = chat_ec_transfer_params(b.messages or [], seqs[0].prompt_len)
+            if ec:
+                out["ec_transfer_params"] = ec
         if b.prompt_logprobs is not None:
             out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, b.prompt_logprobs)
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
@@ -103,6 +110,16 @@ class ChatAdapter(Adapter):
         return body
 
 
+def chat_ec_transfer_params(messages: list, prompt_tokens: int) -> dict | None:
+    """``--mm-encoder-only`` (api.md 5.1.10): one dummy encoder-cache transfer entry per
+    synthetic multimodal hash of the conversation's media blocks (as chat render names them);
+    None without media."""
+    features = mm_features(media_items(messages), prompt_tokens)
+    if features is None:
+        return None
+    return {h: dict(EC_TRANSFER_DUMMY) for hs in features["mm_hashes"].values() for h in hs}
+
+
 def tool_calls_json(seq) -> list:
     return [{"id": tc["id"], "type": "function", "index": i,
              "function": {"name": tc["name"], "arguments": tc["arguments"]}}
@@ -115,10 +132,14 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
     choices = []
     for s in seqs:
         if s.tool_calls:
-            message = {"role": "assistant", "content": None, "tool_calls": tool_calls_json(s)}
+            content = [IMAGE_PART] if req.send_image else None       # the reference: the image only
+            message = {"role": "assistant", "content": content, "tool_calls": tool_calls_json(s)}
             logprobs = None
         else:
-            message = {"role": "assistant", "content": s.output_text(), "tool_calls": []}
+            content = s.output_text()
+            if req.send_image:             # --omni: structured content, text then the image
+                content = [{"type": "text", "text": content}, IMAGE_PART]
+            message = {"role": "assistant", "content": content, "tool_calls": []}
             if not want_logprobs:
                 logprobs = None
             elif as_ids:
@@ -133,6 +154,8 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
 
+
+_IMAGE_PART = dumps(IMAGE_PART)
 
 # a plain content chunk after its head: ``,"delta":{"content":<piece>},...}]}\n\n``
 _PLAIN_REST = PieceChunks(b',"delta":{"content":', b'},"logprobs":null,"finish_reason":null' + CLOSE)
@@ -165,7 +188,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
 
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST; about 4x fewer bytes copied per chunk).
-    plain = not (want_logprobs or token_ids or continuous)
+    image = req.send_image               # --omni: text as content parts, then an image chunk per choice
+    plain = not (want_logprobs or token_ids or continuous or image)
     blocks = plain and not any(s.tool_calls for s in seqs)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
 
@@ -198,7 +222,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             logprobs = b'{"content":[' + dumps(entry) + b']}'
         else:
             logprobs = b"null"
-        return heads[i] + b',"delta":{"content":' + dumps(piece) + b'},"logprobs":' + logprobs + fin + end
+        content = b'[{"type":"text","text":' + dumps(piece) + b'}]' if image else dumps(piece)
+        return heads[i] + b',"delta":{"content":' + content + b'},"logprobs":' + logprobs + fin + end
 
     for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
         cls = k.__class__
@@ -219,6 +244,14 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
                         if plain and not seq.tool_calls else partial(token_chunk, seq))
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
+    if image:                            # after every choice's last token, before the finish chunks
+        for seq in seqs:
+            i = seq.index
+            if not started[i] and seq.finish_reason != "cache_threshold":
+                started[i] = True
+                put(role_chunk(i))
+            put(heads[i] + b',"delta":{"content":[' + _IMAGE_PART + b']},"logprobs":null,"finish_reason":null}],'
+                b'"usage":null,"modality":"image"}\n\n')
     for seq in seqs:
         i = seq.index
         if lasts[i] >= 0:                    # its last token's chunk closed it

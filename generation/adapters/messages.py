@@ -27,6 +27,7 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "cache_threshold": 
 
 class MessagesAdapter(Adapter):
     envelope = "anthropic"
+    image_output = True       # the reference: the image latency only, no image in the output
     body: MessagesRequest
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:

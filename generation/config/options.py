@@ -117,7 +117,17 @@ _declare("model",
          Option("hf-config-path", "str", "", "Directory or file of the model's config.json (step mode: the "
                 "architecture; else the Hugging Face cache, then the shipped presets)"),
          Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
-                "doubles the FLOP/s)"))
+                "doubles the FLOP/s)"),
+         Option("runner", "str", "auto", "vLLM's model runner: `pooling` serves an embedding, classification or "
+                "scoring model (`/pooling`, `/classify`, `/score`, `/rerank`, `/v2/embed`) instead of generation "
+                "(`auto` = `generate`; `draft` is served as `generate`)", choices=("auto", "generate", "pooling", "draft")),
+         Option("convert", "str", "auto", "Pooling model kind with `--runner pooling`: `embed` (bi-encoder), "
+                "`classify` (2 labels), `score` (cross-encoder, 1 label); `auto`/`none` = `embed`, `reward` is "
+                "served as `embed`", choices=("auto", "none", "embed", "classify", "score", "reward")),
+         Option("task", "str", "", "Deprecated vLLM spelling: `embed`/`embedding`, `classify`, `score`, `reward` set "
+                "`--runner pooling` and its `--convert`; `generate`, `transcription`, `draft` the generation runner",
+                choices=("", "auto", "generate", "transcription", "draft", "embed", "embedding", "classify", "score",
+                         "reward")))
 _declare("server",
          Option("port", "int", 8000, "Port the server listens on"),
          Option("host", "str", "0.0.0.0", "Address the server binds to"),
@@ -139,7 +149,11 @@ _declare("server",
          Option("enable-sleep-mode", "bool", False, "Allow /sleep (with VLLM_SERVER_DEV_MODE=1)"),
          Option("enable-request-id-headers", "bool", False, "Use and return the X-Request-Id header"),
          Option("max-request-body-size-mb", "int", 4, "Largest accepted request body", unit="MiB"),
-         Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"))
+         Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"),
+         Option("grpc", "bool", False, "Serve vLLM's gRPC API (`vllm.grpc.engine.VllmEngine`, health, reflection) on "
+                "--port instead of HTTP, as `vllm serve --grpc`"),
+         Option("grpc-port", "int", 0, "Also serve the gRPC API on this port, beside HTTP on --port (0: off; the "
+                "reference multiplexes both on one port)"))
 _declare("frontend",
          Option("max-logprobs", "int", 20, "Largest `logprobs` / `top_logprobs` a request may ask (-1: no cap)"),
          Option("max-request-work", "int", 1048576, "Largest response one request may ask: choices x output "
@@ -258,9 +272,12 @@ _declare("metrics",
                 "object; YAML: an object)", admin=True, nullable=True),
          Option("fake-metrics-refresh-interval", _D, 0.1, "Time step of generator-valued fake metrics", unit="s"))
 _declare("multimodal",
-         Option("omni", "bool", False, "Allow image output in chat responses"),
-         Option("image-emission-rate", "int", 0, "Chat responses carrying an image (--omni)", unit="%", admin=True),
-         Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode"))
+         Option("omni", "bool", False, "Chat responses may carry an image: `X-Send-Image: true` or "
+                "--image-emission-rate"),
+         Option("image-emission-rate", "int", 0, "Chat responses carrying an image without the header (--omni)",
+                unit="%", admin=True),
+         Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode: `!` tokens, chat "
+                "`ec_transfer_params` per image, no /v1/embeddings, KV cache off"))
 _declare("parallel",
          Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8)"),
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
@@ -285,8 +302,8 @@ IGNORED_FLAGS: dict[str, bool] = {
     "dtype": True, "trust-remote-code": False, "revision": True,
     "code-revision": True, "tokenizer-revision": True, "tokenizer-mode": True, "download-dir": True,
     "load-format": True, "config-format": True, "hf-token": True,
-    "hf-overrides": True, "generation-config": True, "override-generation-config": True, "task": True,
-    "runner": True, "convert": True, "model-impl": True, "max-seq-len-to-capture": True,
+    "hf-overrides": True, "generation-config": True, "override-generation-config": True,
+    "model-impl": True, "max-seq-len-to-capture": True,
     "disable-sliding-window": False, "skip-tokenizer-init": False, "enforce-eager": False,
     "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
     # memory / cache / scheduler

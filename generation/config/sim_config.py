@@ -44,6 +44,21 @@ class SimConfig:
     def display_model_name(self) -> str:
         return self.served_names[0]
 
+    @property
+    def pooling_kind(self) -> str | None:
+        """The pooling model served (vLLM's ``--runner pooling`` with its ``--convert``): ``embed``
+        (a bi-encoder), ``classify`` (a 2-label classifier), ``score`` (a cross-encoder: one label),
+        or None for the generation runner.  ``--runner auto`` is ``pooling`` when ``--convert``
+        names a pooling kind or the deprecated ``--task`` a pooling task, as vLLM resolves it."""
+        task = {"embedding": "embed", "reward": "embed"}.get(self.task, self.task)
+        convert = {"auto": None, "none": None, "reward": "embed"}.get(self.convert, self.convert)
+        runner = self.runner
+        if runner == "auto":
+            runner = "pooling" if (convert or task in ("embed", "classify", "score")) else "generate"
+        if runner != "pooling":
+            return None
+        return convert or (task if task in ("embed", "classify", "score") else "embed")
+
     # ---- run-time updates --------------------------------------------------------------------
     def copy(self) -> "SimConfig":
         new = object.__new__(SimConfig)
@@ -140,6 +155,15 @@ class SimConfig:
         if self.self_signed_certs and self.ssl_certfile:
             raise ConfigError("cannot use both self-signed-certs and explicit ssl-certfile/ssl-keyfile",
                               "self-signed-certs")
+        if not 0 <= self.grpc_port <= 65535:
+            raise ConfigError(f"invalid gRPC port '{self.grpc_port}'", "grpc-port")
+        if self.grpc_port and (self.grpc or self.grpc_port == self.port):
+            raise ConfigError("--grpc-port must differ from --port and needs HTTP (without --grpc)", "grpc-port")
+        if self.grpc and self.data_parallel_size > 1:
+            raise ConfigError("--grpc serves one engine: use --grpc-port beside HTTP with --data-parallel-size",
+                              "grpc")
+        if (self.grpc or self.grpc_port) and self.mm_encoder_only:
+            raise ConfigError("gRPC is not served in --mm-encoder-only mode (as the reference)", "grpc")
         if self.dataset_url and not self.dataset_path:
             raise ConfigError("dataset-path is required when dataset-url is set", "dataset-path")
         if (self.dataset_path or self.dataset_url) and self.mode == "echo":

@@ -111,6 +111,23 @@ class EchoResponses:
         return pieces, ids, "length" if (max_tokens is not None and len(pieces) >= max_tokens) else "stop"
 
 
+class EncoderOnlyResponses:
+    """``--mm-encoder-only`` (api.md 3.7): the single token for ``!`` repeated ``max_tokens``
+    times (once without a cap), finish_reason ``length``: an encoder-only instance produces
+    the multimodal embeddings, not text.  ``tokenizer``: anything with ``encode(text) -> (ids,
+    pieces)``."""
+
+    def __init__(self, tokenizer) -> None:
+        ids, pieces = tokenizer.encode("!")
+        self.token_id = ids[0] if ids else 0
+        self.piece = "!"
+
+    def respond(self, rng: random.Random, prompt, max_tokens: int | None, room: int,
+                ignore_eos: bool) -> tuple[list, list, str]:
+        n = 1 if max_tokens is None else max_tokens
+        return [self.piece] * n, [self.token_id] * n, "length"
+
+
 class RandomResponses:
     """``--mode random`` (seeds): predefined sentences, their length drawn from the seeds'
     histogram when the request caps it (``ignore_eos``: exactly the cap) or from Normal(40, 20)

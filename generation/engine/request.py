@@ -65,6 +65,8 @@ class GenerationRequest:
     cache_hit_threshold: float | None = None
     force_cache_threshold: bool = False
     max_tool_calls: int | None = None
+    pooling: bool = False           # a pooling request (--runner pooling): no output tokens
+    send_image: bool = False        # --omni: the response carries an image (and its latency)
 
     @property
     def remote_prefill(self) -> bool:

@@ -183,7 +183,7 @@ class Simulator:
         cfg = self.config
         max_len = cfg.max_model_len
         seqs: list[Sequence] = []
-        echo = cfg.mode == "echo"
+        echo = cfg.mode == "echo" and not cfg.mm_encoder_only     # encoder-only answers "!" in any mode
         for pi, prompt in enumerate(req.prompts):
             p = prompt.length
             if echo:
@@ -416,7 +416,8 @@ class Simulator:
             return True
         return (c.time_to_first_token > 0 or c.inter_token_latency > 0 or c.prefill_overhead > 0
                 or c.prefill_time_per_token > 0 or c.kv_cache_transfer_latency > 0
-                or c.kv_cache_transfer_time_per_token > 0)
+                or c.kv_cache_transfer_time_per_token > 0
+                or (c.time_to_generate_image > 0 and any(s.request.send_image for s in seqs)))
 
     FLUSH = -1   # yielded by run() before it sleeps: chunks rendered so far should go out now
 
@@ -527,6 +528,14 @@ class Simulator:
                     prev = now
                     if per_token:
                         yield k
+            if seq.request.send_image:          # --omni: the image is generated after the tokens
+                delay = lat.image_time()
+                if delay > 0:
+                    target = monotonic() + delay
+                    if deadlines or per_token:
+                        yield target if deadlines else -1
+                    wait(seq, target, deadlines)
+                    seq.finished_at = monotonic()
             if not seq.finished_at:
                 seq.finished_at = monotonic()
             metrics.finished(seq)

@@ -457,10 +457,13 @@ class MetricsRecorder:
         max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = max(self.config.max_model_len - p, 0)
-        obs = [(self.prompt_hist, p), (self.gen_hist, n), (self.max_gen_hist, n),
-               (self.params_max_tokens, max_tokens), (self.kv_computed, computed)]
-        if seq.index % max(req.n, 1) == 0:          # one observation per prompt, as vLLM's parent request
-            obs.append((self.params_n, req.n))
+        if getattr(req, "pooling", False):          # vLLM: no sampling params, no generation histograms
+            obs = [(self.prompt_hist, p), (self.kv_computed, computed)]
+        else:
+            obs = [(self.prompt_hist, p), (self.gen_hist, n), (self.max_gen_hist, n),
+                   (self.params_max_tokens, max_tokens), (self.kv_computed, computed)]
+            if seq.index % max(req.n, 1) == 0:      # one observation per prompt, as vLLM's parent request
+                obs.append((self.params_n, req.n))
         engine_req = getattr(seq, "engine_req", None)
         obs.append((self.request_preemptions, engine_req.preemptions if engine_req is not None else 0))
         if reason != "cache_threshold":

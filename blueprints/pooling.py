@@ -1,0 +1,221 @@
+"""The pooling runner's routes (``--runner pooling``, :mod:`generation.adapters.pooling`):
+``POST /pooling``, ``/classify``, ``/score``, ``/v1/score``, ``/rerank``, ``/v1/rerank``,
+``/v2/rerank`` and Cohere's ``/v2/embed``, with vLLM 0.33's request and response shapes.
+
+Which routes exist depends on the model kind, as vLLM registers its pooling routers by the
+supported tasks (:func:`register`): a route the model does not serve is a 404, and so are the
+generation routes (chat, completions, responses, messages, generate) of a pooling model.
+
+Every request is checked before anything is admitted (400 naming the field); its inputs then
+run on the engine (:func:`run_pooled`: a slot each, the prefill time, metrics), and a client
+that leaves meanwhile aborts them.  Bounds (README "Robustness limits"): at most 2048 inputs or
+pairs, each within ``--max-model-len`` tokens, at most 2**22 floats per response.
+"""
+from __future__ import annotations
+
+import orjson
+from flask import Blueprint, Response, request
+
+from generation.adapters import pooling as pa
+from generation.content.pooling import embedding_vector
+from generation.errors import APIError
+from schemas.common import load
+from schemas.pooling import (classify_request_schema, cohere_embed_request_schema, pooling_request_schema,
+                             rerank_request_schema, score_request_schema)
+
+from .common import JSON_MIME, parse_json_body, received_at, request_id, response_headers, run_to_completion, simulator
+
+pooling_bp = Blueprint("pooling", __name__)
+classify_bp = Blueprint("classify", __name__)
+score_bp = Blueprint("score", __name__)
+cohere_bp = Blueprint("cohere_embed", __name__)
+
+
+def register(app, kind: str) -> None:
+    """Register the routes a ``kind`` model serves (vLLM's ``register_pooling_api_routers``)."""
+    app.register_blueprint(pooling_bp)
+    if kind in ("classify", "score"):
+        app.register_blueprint(classify_bp)
+    if kind == "embed":
+        app.register_blueprint(cohere_bp)
+    if pa.serves_scores(kind):
+        app.register_blueprint(score_bp)
+
+
+def run_pooled(sim, seqs) -> None:
+    """Admit ``seqs`` and wait until they finish (slot, queue, prefill time, metrics).  Raises
+    QueueFullError (429) or ClientDisconnected; anything admitted is released on failure."""
+    environ = request.environ
+    sim.admit(seqs, received_at(environ))
+    try:
+        run_to_completion(sim, seqs, environ)
+    except BaseException:
+        sim.cancel(seqs)
+        raise
+
+
+def _reply(body: dict, rid: str) -> Response:
+    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status=200, mimetype=JSON_MIME,
+                    headers=response_headers(rid))
+
+
+def _check_values(count: int, dims: int) -> None:
+    if count * dims > pa.MAX_VALUES:
+        raise APIError(f"{count} inputs x {dims} dimensions exceed the {pa.MAX_VALUES} values one response may "
+                       f"carry; send fewer inputs per request.", 400, "input")
+
+
+def _dimensions(cfg, dims, param: str = "dimensions") -> int:
+    size = cfg.default_embedding_dimensions
+    if dims is None:
+        return size
+    if dims > size:
+        raise APIError(f"{param} must be at most {size}, the model's embedding size "
+                       f"(--default-embedding-dimensions).", 400, param)
+    return dims
+
+
+@pooling_bp.post("/pooling")
+def create_pooling():
+    """vLLM's ``/pooling``: ``task`` (default: the model's own, ``embed`` or ``classify``) picks
+    what ``data`` holds: a vector, per-token vectors, class probabilities or per-token ones."""
+    sim = simulator()
+    cfg = sim.config
+    kind = cfg.pooling_kind
+    data = load(pooling_request_schema, parse_json_body())
+    tasks = pa.supported_tasks(kind)
+    task = data.get("task") or tasks[0]
+    if task in pa.REMOVED_TASKS:
+        raise APIError(f"The '{task}' task has been removed; use {pa.REMOVED_TASKS[task]} instead.", 400, "task")
+    if task not in tasks:
+        raise APIError(f"Task {task} is not supported by this model; supported tasks: {', '.join(tasks)}.",
+                       400, "task")
+    display, lora = sim.resolve_model(data.get("model"))
+    if data.get("dimensions") is not None and task not in ("embed", "token_embed"):
+        raise APIError(f"dimensions is not supported by the {task} task.", 400, "dimensions")
+    dims = _dimensions(cfg, data.get("dimensions"))
+    inp = data.get("input")
+    if task == "embed":
+        _check_values(len(inp[1]) if inp is not None else 1, dims)
+    token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"), "pooling")
+    if task == "token_embed":
+        _check_values(sum(len(t) for t in token_lists), dims)
+    rid = request_id(sim, data.get("request_id"))
+    seqs = pa.pooling_sequences(sim, rid, display, lora, token_lists)
+    run_pooled(sim, seqs)
+    size = cfg.default_embedding_dimensions
+    out = [{"index": i, "object": "pooling", "data": pa.pooling_data(kind, task, ids, size, dims, data)}
+           for i, ids in enumerate(token_lists)]
+    return _reply(pa.listing("pool", rid, display, out, sum(map(len, token_lists))), rid)
+
+
+@classify_bp.post("/classify")
+def create_classify():
+    """vLLM's ``/classify``: per input ``{"index", "label", "probs", "num_classes"}``."""
+    sim = simulator()
+    cfg = sim.config
+    data = load(classify_request_schema, parse_json_body())
+    display, lora = sim.resolve_model(data.get("model"))
+    token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"),
+                                 "classification")
+    rid = request_id(sim, data.get("request_id"))
+    run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, token_lists))
+    size = cfg.default_embedding_dimensions
+    out = [{"index": i, **pa.classification(cfg.pooling_kind, ids, size, data.get("use_activation"))}
+           for i, ids in enumerate(token_lists)]
+    return _reply(pa.listing("classify", rid, display, out, sum(map(len, token_lists))), rid)
+
+
+def _scored(data: dict, rerank: bool):
+    """Validate, tokenize, run and score a score / rerank request: ``(rid, model, documents,
+    scores, prompt tokens)``."""
+    sim = simulator()
+    cfg = sim.config
+    kind = cfg.pooling_kind
+    queries, docs, pairs = pa.score_pairs(data, rerank)
+    display, lora = sim.resolve_model(data.get("model"))
+    enc = sim.tokenizer.encode
+    q_ids = [enc(pa.item_text(q))[0] for q in queries]
+    d_ids = [enc(pa.item_text(d))[0] for d in docs]
+    trunc = data.get("truncate_prompt_tokens")
+    if kind == "embed":          # a bi-encoder embeds each text on its own
+        q_ids = pa.fit_context(cfg, q_ids, trunc, "scoring", "query" if rerank else "queries")
+        d_ids = pa.fit_context(cfg, d_ids, trunc, "scoring", "documents")
+        prompts = [q_ids[i] + d_ids[j] for i, j in pairs]
+    else:                        # a cross-encoder reads the pair as one prompt
+        prompts = pa.fit_context(cfg, [q_ids[i] + d_ids[j] for i, j in pairs], trunc, "scoring", "documents")
+    rid = request_id(sim, data.get("request_id"))
+    run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, prompts))
+    size = cfg.default_embedding_dimensions
+    act = data.get("use_activation")
+    scores = [pa.pair_score(kind, q_ids[i], d_ids[j], size, act) for i, j in pairs]
+    return rid, display, docs, scores, sum(map(len, prompts))
+
+
+@score_bp.post("/score")
+@score_bp.post("/v1/score")
+def create_score():
+    """vLLM's ``/score``: one ``{"index", "object": "score", "score"}`` per pair (1:1, 1:N, N:N)."""
+    rid, display, _, scores, tokens = _scored(load(score_request_schema, parse_json_body()), False)
+    out = [{"index": k, "object": "score", "score": s} for k, s in enumerate(scores)]
+    return _reply(pa.listing("score", rid, display, out, tokens), rid)
+
+
+@score_bp.post("/rerank")
+@score_bp.post("/v1/rerank")
+@score_bp.post("/v2/rerank")
+def create_rerank():
+    """vLLM's ``/rerank`` (Jina / Cohere shape): ``results`` sorted by ``relevance_score``."""
+    data = load(rerank_request_schema, parse_json_body())
+    rid, display, docs, scores, tokens = _scored(data, True)
+    return _reply(pa.rerank_response(rid, display, docs, scores, data.get("top_n"), tokens), rid)
+
+
+@cohere_bp.post("/v2/embed")
+def create_cohere_embed():
+    """Cohere's ``/v2/embed`` as vLLM serves it: ``texts``, ``images`` (data or http URLs) or
+    mixed ``inputs``; ``embeddings`` by ``embedding_types`` (default ``float``)."""
+    sim = simulator()
+    cfg = sim.config
+    data = load(cohere_embed_request_schema, parse_json_body())
+    texts, images, inputs = data.get("texts"), data.get("images"), data.get("inputs")
+    if texts is None and images is None and inputs is None:
+        raise APIError("One of texts, images, or inputs must be provided", 400, "texts")
+    if data.get("input_type") is not None:
+        raise APIError(f"Unsupported input_type {data['input_type']!r}. This model does not define any input_type "
+                       f"prompt prefixes.", 400, "input_type")
+    display, lora = sim.resolve_model(data.get("model"))
+    dims = _dimensions(cfg, data.get("output_dimension"), "output_dimension")
+    if images is not None:
+        items = [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}}]}] for u in images]
+        param = "images"
+    elif inputs is not None:
+        items = [[{"role": "user", "content": [{k: v for k, v in c.items() if v is not None} for c in inp["content"]]}]
+                 for inp in inputs]
+        param = "inputs"
+    else:
+        items, param = texts, "texts"
+    if len(items) > pa.MAX_INPUTS:
+        raise APIError(f"{param} must have at most {pa.MAX_INPUTS} items, got {len(items)}.", 400, param)
+    _check_values(len(items), dims)
+    token_lists = [sim.tokenizer.encode(x)[0] if param == "texts" else sim.tokenize_messages(x)[0] for x in items]
+    max_tokens, truncate = data.get("max_tokens"), data.get("truncate") or "END"
+    if truncate == "NONE":
+        if max_tokens is not None:
+            for t in token_lists:
+                if len(t) > max_tokens:
+                    raise APIError(f"Input of {len(t)} tokens exceeds max_tokens={max_tokens} with truncate=NONE. "
+                                   f"Set truncate to END or START to allow truncation.", 400, "max_tokens")
+    else:
+        keep = min(max_tokens or cfg.max_model_len, cfg.max_model_len)
+        token_lists = [t[-keep:] if truncate == "START" else t[:keep] for t in token_lists]
+    token_lists = pa.fit_context(cfg, token_lists, None, "embedding generation", param)
+    rid = request_id(sim)
+    run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, token_lists))
+    size = cfg.default_embedding_dimensions
+    vectors = [embedding_vector(ids, dims, size) for ids in token_lists]
+    body = {"id": f"embd-{rid}", "embeddings": pa.cohere_embeddings(vectors, data.get("embedding_types") or ["float"])}
+    if param == "texts" and texts:
+        body["texts"] = texts
+    body["meta"] = {"api_version": {"version": "2"}, "tokens": {"input_tokens": sum(map(len, token_lists))}}
+    return _reply(body, rid)

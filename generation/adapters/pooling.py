@@ -1,0 +1,247 @@
+"""The pooling runner (``--runner pooling``): vLLM's pooling APIs on the simulator's engine.
+
+A pooling request becomes one engine :class:`~generation.engine.request.Sequence` per pooled
+input (``/score`` and ``/rerank``: per (query, document) pair) with no output tokens: it waits
+for a slot like any request (``--max-num-seqs``, the waiting queue and its 429), takes the time
+to first token (the prefill, from the latency model and the prompt length), and is counted in
+``/metrics`` as vLLM counts a pooling request (prompt tokens, success with finish reason
+``stop``, queue / prefill / e2e latency; no generation tokens).  The outputs themselves come
+from :mod:`generation.content.pooling` and depend only on the token ids.
+
+Model kinds (``SimConfig.pooling_kind``), as vLLM's supported tasks decide which routes exist:
+
+========  ===========================  ==============================================
+kind      tasks                        routes
+========  ===========================  ==============================================
+embed     embed, token_embed           /pooling, /v1/embeddings, /v2/embed, score (cosine)
+classify  classify, token_classify     /pooling, /classify (2 labels)
+score     classify, token_classify     /pooling, /classify (1 label), score (cross-encoder)
+========  ===========================  ==============================================
+
+"score" routes are ``/score``, ``/v1/score``, ``/rerank``, ``/v1/rerank``, ``/v2/rerank``.
+Everything here is free of Flask; the routes are :mod:`blueprints.pooling`.
+"""
+from __future__ import annotations
+
+import base64
+import time
+
+from generation.content import pooling as pool
+from generation.engine.request import GenerationRequest, Prompt, Sequence
+from generation.tokenization.tokenizer import plain_message
+from ..errors import InvalidParam
+from .base import check_size
+
+MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
+MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
+
+TASKS = {"embed": ("embed", "token_embed"), "classify": ("classify", "token_classify"),
+         "score": ("classify", "token_classify")}
+REMOVED_TASKS = {"encode": "token_embed or token_classify", "embedding": "embed"}
+
+
+def supported_tasks(kind: str) -> tuple:
+    return TASKS[kind]
+
+
+def serves_scores(kind: str | None) -> bool:
+    """Whether the score / rerank routes exist: a bi-encoder (embed) or a cross-encoder."""
+    return kind in ("embed", "score")
+
+
+def num_labels(kind: str) -> int:
+    return 1 if kind == "score" else pool.NUM_CLASSIFY_LABELS
+
+
+def labels(kind: str) -> list[str]:
+    """HF's default ``id2label`` (``LABEL_<i>``)."""
+    return [f"LABEL_{i}" for i in range(num_labels(kind))]
+
+
+def usage(prompt_tokens: int) -> dict:
+    """vLLM's UsageInfo of a pooling response (no completion)."""
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0,
+            "prompt_tokens_details": None}
+
+
+# ---- inputs ------------------------------------------------------------------------------------
+
+def input_token_lists(sim, data: dict) -> list[list[int]]:
+    """Token ids of each input of an ``input`` / ``messages`` request, in order (at most
+    :data:`MAX_INPUTS`).  Raises InvalidParam naming ``input`` or ``messages``."""
+    messages = data.get("messages")
+    inp = data.get("input")
+    if inp is None:
+        if messages is None:
+            raise InvalidParam("input is required and must be a non-empty string or array", "input")
+        return [sim.tokenize_messages(messages)[0]]
+    if messages is not None:
+        raise InvalidParam("Only one of input and messages may be given", "messages")
+    kind, items = inp
+    if len(items) > MAX_INPUTS:
+        raise InvalidParam(f"input must have at most {MAX_INPUTS} items, got {len(items)}.", "input")
+    if kind == "ids":
+        return items
+    add_special = data.get("add_special_tokens")
+    return [sim.tokenize_text(text, True if add_special is None else add_special)[0] for text in items]
+
+
+def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input") -> list:
+    """Apply ``truncate_prompt_tokens`` (vLLM keeps the end of the prompt; -1 = the model's
+    maximum) and check every input against ``--max-model-len``.  Raises InvalidParam."""
+    max_len = cfg.max_model_len
+    if truncate is not None:
+        keep = max_len if truncate == -1 else min(truncate, max_len)
+        token_lists = [t[-keep:] for t in token_lists]
+    for t in token_lists:
+        if len(t) > max_len:
+            raise InvalidParam(f"This model's maximum context length is {max_len} tokens. However, you requested "
+                               f"{len(t)} tokens in the input for {what}. Please reduce the length of the input.",
+                               param)
+    return token_lists
+
+
+def item_text(item) -> str:
+    """A score input's text: the string, or its content parts flattened as chat content is
+    (text parts, media as ``image: <url>`` lines)."""
+    if isinstance(item, str):
+        return item
+    return plain_message({"role": "user", "content": item["content"]}, False)
+
+
+def score_pairs(data: dict, rerank: bool) -> tuple[list, list, list]:
+    """``(queries, documents, pairs)`` of a score or rerank request, ``pairs`` the (query index,
+    document index) list: 1:1, 1:N (one query against every document) or N:N (pairwise), as
+    vLLM's ``validate_score_input``.  Raises InvalidParam."""
+    if rerank:
+        queries, docs = [data["query"]], data["documents"]
+    else:
+        spellings = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
+        given = [(a, b) for a, b in spellings if data.get(a) is not None and data.get(b) is not None]
+        if not given:
+            for a, b in spellings:
+                if data.get(a) is not None or data.get(b) is not None:
+                    raise InvalidParam(f"{a} and {b} must be given together", a if data.get(a) is None else b)
+            raise InvalidParam("queries and documents are required (or data_1 and data_2, text_1 and text_2, "
+                               "queries and items)", "queries")
+        queries, docs = data[given[0][0]], data[given[0][1]]
+    if len(queries) == 1:
+        pairs = [(0, j) for j in range(len(docs))]
+    elif len(queries) == len(docs):
+        pairs = [(i, i) for i in range(len(docs))]
+    else:
+        raise InvalidParam("Input lengths must be either 1:1, 1:N or N:N", "queries")
+    if len(pairs) > MAX_INPUTS:
+        raise InvalidParam(f"at most {MAX_INPUTS} pairs may be scored per request, got {len(pairs)}.",
+                           "documents")
+    return queries, docs, pairs
+
+
+# ---- the engine ----------------------------------------------------------------------------------
+
+def pooling_sequences(sim, rid: str, model: str, lora: str | None, token_lists: list) -> list:
+    """One finished-output sequence per input (no tokens to generate, finish reason ``stop``),
+    ready for ``Simulator.admit``.  Raises QueueFullError when the inputs could never be
+    admitted (more than ``--max-num-seqs`` plus the waiting queue)."""
+    check_size(sim, len(token_lists), False)
+    req = GenerationRequest(request_id=rid, model=model, lora=lora, prompts=[Prompt(list(t)) for t in token_lists],
+                            max_tokens=0, pooling=True)
+    seqs = []
+    for i, prompt in enumerate(req.prompts):
+        seq = Sequence(req, i, i, prompt)
+        seq.finish_reason = "stop"
+        if sim.kv_cache is not None:
+            seq.cached_tokens = sim.kv_cache.lookup(seq)
+        seqs.append(seq)
+    return seqs
+
+
+# ---- outputs --------------------------------------------------------------------------------------
+
+def encode_vector(vec, encoding_format: str | None, embed_dtype: str | None = None, endianness: str | None = None):
+    """A float vector as the response carries it: the numpy array (orjson writes it), or with
+    ``base64`` the standard base64 of its bytes (``embed_dtype`` float32 or float16,
+    ``endianness`` native = little here)."""
+    if encoding_format != "base64":
+        return vec
+    dtype = ("<" if endianness != "big" else ">") + ("f2" if embed_dtype == "float16" else "f4")
+    return base64.b64encode(vec.astype(dtype).tobytes()).decode("ascii")
+
+
+def pooling_data(kind: str, task: str, ids, size: int, dims: int, data: dict):
+    """The ``data`` of one ``/pooling`` result for ``task``."""
+    activation = data.get("use_activation") is not False
+    if task == "embed":
+        return encode_vector(pool.embedding_vector(ids, dims, size), data.get("encoding_format"),
+                             data.get("embed_dtype"), data.get("endianness"))
+    if task == "token_embed":
+        vecs = pool.token_embeddings(ids, dims, size)
+        if data.get("encoding_format") == "base64":
+            return encode_vector(vecs.ravel(), "base64", data.get("embed_dtype"), data.get("endianness"))
+        return vecs
+    n = num_labels(kind)
+    if task == "classify":
+        logits = pool.classify_logits(ids, size, n)
+        return pool.activate(logits) if activation else logits
+    rows = [pool.classify_logits(ids[:i + 1], size, n) for i in range(len(ids))]      # token_classify
+    return [pool.activate(r) for r in rows] if activation else rows
+
+
+def classification(kind: str, ids, size: int, use_activation) -> dict:
+    """One ClassificationData without its index: ``label`` (argmax), ``probs``, ``num_classes``."""
+    logits = pool.classify_logits(ids, size, num_labels(kind))
+    probs = pool.activate(logits) if use_activation is not False else logits
+    best = max(range(len(probs)), key=probs.__getitem__)
+    return {"label": labels(kind)[best], "probs": probs, "num_classes": len(probs)}
+
+
+def pair_score(kind: str, q_ids, d_ids, size: int, use_activation) -> float:
+    """The score of a pair: a bi-encoder's cosine, or a cross-encoder's (sigmoid) logit."""
+    if kind == "embed":
+        return pool.cosine(pool.embedding_vector(q_ids, size), pool.embedding_vector(d_ids, size))
+    logit = pool.cross_encoder_logit(q_ids, d_ids, size)
+    return pool.activate([logit])[0] if use_activation is not False else logit
+
+
+def listing(prefix: str, rid: str, model: str, data: list, prompt_tokens: int) -> dict:
+    """The common envelope: ``{"id", "object": "list", "created", "model", "data", "usage"}``."""
+    return {"id": f"{prefix}-{rid}", "object": "list", "created": int(time.time()), "model": model,
+            "data": data, "usage": usage(prompt_tokens)}
+
+
+def rerank_response(rid: str, model: str, docs: list, scores: list[float], top_n, prompt_tokens: int) -> dict:
+    """vLLM's RerankResponse: results sorted by relevance (highest first; ties keep document
+    order), the first ``top_n`` when 0 < top_n < len(documents)."""
+    results = []
+    for j, s in enumerate(scores):
+        d = docs[j]
+        document = {"text": d, "multi_modal": None} if isinstance(d, str) else \
+            {"text": None, "multi_modal": d.get("content", [])}
+        results.append({"index": j, "document": document, "relevance_score": s})
+    results.sort(key=lambda r: r["relevance_score"], reverse=True)
+    n = top_n if top_n and top_n > 0 else len(results)
+    if n < len(docs):
+        results = results[:n]
+    return {"id": f"score-{rid}", "model": model, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+            "results": results}
+
+
+def cohere_embeddings(vectors: list, types: list[str]) -> dict:
+    """Cohere's ``embeddings`` by type: ``float`` lists, ``binary`` / ``ubinary`` bit-packed
+    (8 signs per byte, most significant first; binary is signed: byte - 128), ``base64`` of the
+    little-endian float32 bytes.  Raises InvalidParam for a binary type when the size is not a
+    multiple of 8."""
+    import numpy as np
+    out = {}
+    for t in types:
+        if t == "float":
+            out["float"] = vectors
+        elif t in ("binary", "ubinary"):
+            if vectors and len(vectors[0]) % 8:
+                raise InvalidParam(f"Embedding dimension must be a multiple of 8 for binary embedding types, but got "
+                                   f"{len(vectors[0])}.", "embedding_types")
+            packed = [np.packbits(v >= 0).astype(np.int64) for v in vectors]
+            out[t] = [(p - 128 if t == "binary" else p).tolist() for p in packed]
+        elif t == "base64":
+            out["base64"] = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
+    return out

@@ -1,0 +1,115 @@
+"""What a simulated pooling model computes: deterministic embeddings, classifier logits and
+relevance scores for token ids (vLLM's pooler outputs, without a model).
+
+Everything is a pure function of the token ids: the same input gives the same output across
+runs and processes.  Vectors are built so that *related texts are closer*: an embedding is mostly
+a bag of tokens (each token id adds +-1 at :data:`TOKEN_SLOTS` hashed positions), plus a smaller
+order-dependent part (standard normals seeded by a BLAKE2b hash of the whole sequence), so the
+cosine of two inputs grows with the tokens they share, equal inputs have cosine 1, and a
+reordering of the same tokens is close but not equal.
+
+Sizes: ``size`` is the model's hidden size (``--default-embedding-dimensions``); a vector of
+``dimensions < size`` is the prefix of the full one re-normalised (matryoshka models), so the
+hashed positions are taken modulo ``size``, never modulo ``dimensions``.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+TOKEN_SLOTS = 4              # positions each token id adds to
+ORDER_WEIGHT = 0.3           # weight of the order-dependent part (the bag of tokens has 1.0)
+NUM_CLASSIFY_LABELS = 2      # a --convert classify model (HF's default id2label: LABEL_0, LABEL_1)
+SCORE_SCALE, SCORE_BIAS = 8.0, -2.0      # cross-encoder logit = SCALE * cosine + BIAS
+
+
+def _np():
+    import numpy as np       # ~0.2 s to import: paid by the first pooling request, not start-up
+    return np
+
+
+def _seed(ids) -> int:
+    np = _np()
+    digest = hashlib.blake2b(np.asarray(ids, dtype="<u8").tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _bag_of_tokens(ids, size: int):
+    """Sum over the token ids of +-1 at :data:`TOKEN_SLOTS` positions each (a splitmix64
+    hash of the id and the slot picks the position modulo ``size`` and the sign)."""
+    np = _np()
+    v = np.zeros(size)
+    if len(ids) == 0:
+        return v
+    with np.errstate(over="ignore"):
+        x = np.asarray(ids, dtype=np.uint64)[:, None] * np.uint64(TOKEN_SLOTS) + \
+            np.arange(TOKEN_SLOTS, dtype=np.uint64)[None, :]
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    pos = (x % np.uint64(size)).astype(np.int64).ravel()
+    sign = ((x >> np.uint64(63)).astype(np.int64) * 2 - 1).ravel()
+    np.add.at(v, pos, sign)
+    return v
+
+
+def embedding_vector(ids, dimensions: int, size: int | None = None):
+    """A deterministic unit-length (L2) float32 numpy vector of ``dimensions`` values for the
+    token ids ``ids`` (a possibly empty sequence of non-negative ints); ``size`` (default
+    ``dimensions``) is the full vector this one is the re-normalised prefix of."""
+    np = _np()
+    size = max(size or dimensions, dimensions)
+    bag = _bag_of_tokens(ids, size)
+    order = np.random.default_rng(_seed(ids)).standard_normal(size)
+    order /= np.linalg.norm(order)
+    norm = np.linalg.norm(bag)
+    v = (bag / norm if norm else bag) + ORDER_WEIGHT * order
+    v = v[:dimensions]
+    v /= np.linalg.norm(v)
+    return v.astype("<f4")
+
+
+def token_embeddings(ids, dimensions: int, size: int | None = None):
+    """vLLM's ``token_embed``: one vector per token, token ``i``'s from the prefix ``ids[:i+1]``
+    (a causal model's hidden state sees only what came before).  A ``len(ids) x dimensions``
+    float32 array."""
+    np = _np()
+    if len(ids) == 0:
+        return np.zeros((0, dimensions), dtype="<f4")
+    return np.stack([embedding_vector(ids[:i + 1], dimensions, size) for i in range(len(ids))])
+
+
+def cosine(a, b) -> float:
+    """Cosine similarity of two unit vectors (vLLM's bi-encoder score), in [-1, 1]."""
+    np = _np()
+    return float(np.clip(np.dot(a.astype("f8"), b.astype("f8")), -1.0, 1.0))
+
+
+def _label_weights(num_labels: int, size: int):
+    np = _np()
+    w = np.random.default_rng(0x5EED_1AB + num_labels).standard_normal((num_labels, size))
+    return w / np.linalg.norm(w, axis=1, keepdims=True)
+
+
+def classify_logits(ids, size: int, num_labels: int = NUM_CLASSIFY_LABELS) -> list[float]:
+    """The classifier head's ``num_labels`` logits for ``ids``: the projection of the input's
+    embedding on one fixed unit vector per label, scaled to a few units."""
+    v = embedding_vector(ids, size, size).astype("f8")
+    return [float(x) for x in (_label_weights(num_labels, size) @ v) * 4.0]
+
+
+def activate(logits: list[float]) -> list[float]:
+    """vLLM's classification activation: softmax over two or more labels, sigmoid for one."""
+    if len(logits) == 1:
+        return [1.0 / (1.0 + math.exp(-logits[0]))]
+    m = max(logits)
+    e = [math.exp(x - m) for x in logits]
+    s = sum(e)
+    return [x / s for x in e]
+
+
+def cross_encoder_logit(query_ids, doc_ids, size: int) -> float:
+    """A cross-encoder's one logit for a (query, document) pair: ``SCALE * cosine + BIAS`` of
+    their embeddings (an unrelated pair near ``sigmoid(-2) = 0.12``, equal texts near 1)."""
+    return SCORE_SCALE * cosine(embedding_vector(query_ids, size), embedding_vector(doc_ids, size)) + SCORE_BIAS

@@ -1,0 +1,136 @@
+"""Request schemas of the pooling routes (vLLM's ``entrypoints/pooling`` protocols):
+``/pooling`` (PoolingCompletionRequest / PoolingChatRequest), ``/classify``
+(ClassificationCompletionRequest / ClassificationChatRequest), ``/score`` (ScoreRequest: the
+``queries``/``documents``, ``queries``/``items``, ``data_1``/``data_2`` and ``text_1``/``text_2``
+spellings), ``/rerank`` (RerankRequest) and Cohere's ``/v2/embed`` (CohereEmbedRequest).
+
+Each loads into a plain dict.  ``input`` takes the four OpenAI forms (see
+:mod:`schemas.embeddings`); a score or rerank input is a string or ``{"content": [parts]}``
+(vLLM's ScoreMultiModalParam), normalised to a list of items.  Unknown keys are ignored.
+"""
+from __future__ import annotations
+
+from marshmallow import ValidationError, fields, validate
+
+from .chat import MessagesField
+from .common import BaseSchema, StrictBool, StrictInt
+from .embeddings import MAX_DIMENSIONS, EmbeddingInputField
+
+POOLING_TASKS = ("embed", "token_embed", "classify", "token_classify")
+
+
+def _bad_truncate():
+    raise ValidationError("truncate_prompt_tokens must be -1 (the model's maximum) or a positive integer")
+
+
+class _PoolingBase(BaseSchema):
+    """vLLM's PoolingBasicRequestMixin."""
+    model = fields.Raw()
+    user = fields.String()
+    truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
+    request_id = fields.String()
+    priority = StrictInt()
+    use_activation = StrictBool()
+
+
+class _InputMixin(_PoolingBase):
+    input = EmbeddingInputField()
+    messages = MessagesField()
+    add_special_tokens = StrictBool()
+
+
+class PoolingRequestSchema(_InputMixin):
+    task = fields.String()
+    encoding_format = fields.String(validate=validate.OneOf(
+        ("float", "base64"), error="encoding_format must be 'float' or 'base64'"))
+    embed_dtype = fields.String(validate=validate.OneOf(
+        ("float32", "float16"), error="embed_dtype must be 'float32' or 'float16' (the simulator has no bfloat16)"))
+    endianness = fields.String(validate=validate.OneOf(
+        ("native", "little", "big"), error="endianness must be 'native', 'little' or 'big'"))
+    dimensions = StrictInt(validate=[
+        validate.Range(min=1, error="dimensions must be at least 1"),
+        validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])
+
+
+class ClassifyRequestSchema(_InputMixin):
+    pass
+
+
+def _score_item(v):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict) and isinstance(v.get("content"), list):
+        for part in v["content"]:
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise ValidationError("content parts must be objects with a type")
+        return v
+    raise ValidationError("must be a string, an object with content parts, or a list of them")
+
+
+class ScoreInputsField(fields.Field):
+    """A string, ``{"content": [...]}``, or a non-empty list of them -> a list of items."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, list):
+            if not value:
+                raise ValidationError("must not be empty")
+            return [_score_item(v) for v in value]
+        return [_score_item(value)]
+
+
+class ScoreInputField(fields.Field):
+    """One score input (rerank's ``query``)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        return _score_item(value)
+
+
+class ScoreRequestSchema(_PoolingBase):
+    queries = ScoreInputsField()
+    documents = ScoreInputsField()
+    items = ScoreInputsField()
+    data_1 = ScoreInputsField()
+    data_2 = ScoreInputsField()
+    text_1 = ScoreInputsField()
+    text_2 = ScoreInputsField()
+
+
+class RerankRequestSchema(_PoolingBase):
+    query = ScoreInputField(required=True, error_messages={"required": "query is required"})
+    documents = ScoreInputsField(required=True, error_messages={"required": "documents is required"})
+    top_n = StrictInt()
+
+
+class CohereContentSchema(BaseSchema):
+    type = fields.String(required=True, validate=validate.OneOf(("text", "image_url")))
+    text = fields.String()
+    image_url = fields.Dict(keys=fields.String(), values=fields.String())
+
+
+class CohereInputSchema(BaseSchema):
+    content = fields.List(fields.Nested(CohereContentSchema), required=True)
+
+
+class CohereEmbedRequestSchema(BaseSchema):
+    model = fields.Raw()
+    input_type = fields.String()
+    texts = fields.List(fields.String())
+    images = fields.List(fields.String())
+    inputs = fields.List(fields.Nested(CohereInputSchema))
+    output_dimension = StrictInt(validate=[
+        validate.Range(min=1, error="output_dimension must be at least 1"),
+        validate.Range(max=MAX_DIMENSIONS, error=f"output_dimension must be at most {MAX_DIMENSIONS}")])
+    embedding_types = fields.List(fields.String(validate=validate.OneOf(
+        ("float", "binary", "ubinary", "base64"),
+        error="embedding_types must be among 'float', 'binary', 'ubinary', 'base64'")))
+    truncate = fields.String(validate=validate.OneOf(("NONE", "START", "END"),
+                                                     error="truncate must be 'NONE', 'START' or 'END'"))
+    max_tokens = StrictInt(validate=validate.Range(min=1, error="max_tokens must be at least 1"))
+    priority = StrictInt()
+
+
+pooling_request_schema = PoolingRequestSchema()
+classify_request_schema = ClassifyRequestSchema()
+score_request_schema = ScoreRequestSchema()
+rerank_request_schema = RerankRequestSchema()
+cohere_embed_request_schema = CohereEmbedRequestSchema()

@@ -1,0 +1,347 @@
+"""The pooling runner (``--runner pooling``, issue 24): each pooling route's request and
+response shapes (vLLM's entrypoints/pooling protocols), determinism and relatedness of the
+outputs, the limits, usage, metrics, and which routes a pooling model serves."""
+from __future__ import annotations
+
+import base64
+import math
+import struct
+
+import pytest
+
+from tests.conftest import metric, scrape
+
+EMBED = ("--runner", "pooling", "--convert", "embed")
+CLASSIFY = ("--runner", "pooling", "--convert", "classify")
+SCORE = ("--runner", "pooling", "--convert", "score")
+DOCS = ["a cat is a small animal", "the stock market fell today", "what is a cat"]
+QUERY = "what is a cat"
+
+
+@pytest.fixture(scope="module")
+def embed(app_client):
+    return app_client(*EMBED)
+
+
+@pytest.fixture(scope="module")
+def classify(app_client):
+    return app_client(*CLASSIFY)
+
+
+@pytest.fixture(scope="module")
+def cross(app_client):
+    return app_client(*SCORE)
+
+
+def norm(v):
+    return math.sqrt(sum(x * x for x in v))
+
+
+def err(r, status, param):
+    assert r.status_code == status, r.text
+    e = r.json()["error"]
+    assert e["param"] == param and e["code"] == status and e["type"] == "BadRequestError"
+    return e["message"]
+
+
+# ---- flags ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags, kind", [
+    ((), None), (("--runner", "generate"), None), (("--runner", "pooling"), "embed"),
+    (("--runner", "pooling", "--convert", "none"), "embed"), (("--convert", "classify"), "classify"),
+    (("--task", "embed"), "embed"), (("--task", "embedding"), "embed"), (("--task", "classify"), "classify"),
+    (("--task", "score"), "score"), (("--task", "generate"), None), (SCORE, "score"),
+    (("--task", "embed", "--runner", "generate"), None), (("--task", "reward"), "embed"),
+    (("--task", "transcription"), None), (("--runner", "draft"), None), (("--convert", "reward"), "embed")])
+def test_runner_convert_and_task_resolve_as_vllm(flags, kind):
+    from generation.config.cli import load_config
+    cfg = load_config(["--model", "m", *flags], env={})
+    assert cfg.pooling_kind == kind
+    assert "runner" not in cfg.ignored_flags and "task" not in cfg.ignored_flags
+
+
+def test_bad_runner_is_a_config_error():
+    from generation.config.cli import load_config
+    from generation.config.values import ConfigError
+    with pytest.raises(ConfigError):
+        load_config(["--runner", "ranker"], env={})
+
+
+# ---- routes a model serves -------------------------------------------------------------------------
+
+GENERATION = ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/inference/v1/generate"]
+POOLING = ["/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank", "/v2/embed",
+           "/v1/embeddings"]
+
+
+@pytest.mark.parametrize("flags, served", [
+    (EMBED, {"/pooling", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank", "/v2/embed", "/v1/embeddings"}),
+    (CLASSIFY, {"/pooling", "/classify"}),
+    (SCORE, {"/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"}),
+    ((), {"/v1/embeddings"})])
+def test_routes_follow_the_supported_tasks(app_client, flags, served):
+    c = app_client(*flags)
+    rules = {r.rule for r in c.app.url_map.iter_rules()}
+    assert {p for p in POOLING if p in rules} == served
+    for path in GENERATION:
+        assert (path in rules) == (not flags)
+    if flags:     # vLLM registers no generation router for a pooling model: 404 in its envelope
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 404 and r.json()["error"]["type"] == "Not Found"
+    assert c.get("/v1/models").status_code == 200 and c.post("/tokenize", json={"prompt": "hi"}).status_code == 200
+
+
+# ---- /pooling ------------------------------------------------------------------------------------------
+
+def test_pooling_embed_shape_and_usage(embed):
+    r = embed.post("/pooling", json={"input": ["hello world", "a cat"]})
+    assert r.status_code == 200
+    b = r.json()
+    assert set(b) == {"id", "object", "created", "model", "data", "usage"}
+    assert b["id"].startswith("pool-") and b["object"] == "list" and b["model"] == "test-model"
+    assert [(d["index"], d["object"]) for d in b["data"]] == [(0, "pooling"), (1, "pooling")]
+    assert len(b["data"][0]["data"]) == 384 and abs(norm(b["data"][0]["data"]) - 1) < 1e-5
+    assert b["usage"] == {"prompt_tokens": 4, "total_tokens": 4, "completion_tokens": 0, "prompt_tokens_details": None}
+    assert embed.post("/pooling", json={"input": ["hello world"]}).json()["data"][0]["data"] == b["data"][0]["data"]
+
+
+def test_pooling_token_embed_and_base64(embed):
+    b = embed.post("/pooling", json={"input": "hello big world", "task": "token_embed", "dimensions": 8}).json()
+    rows = b["data"][0]["data"]
+    assert len(rows) == 3 and all(len(r) == 8 for r in rows)
+    full = embed.post("/pooling", json={"input": "hello big world", "dimensions": 8}).json()["data"][0]["data"]
+    assert rows[-1] == full            # the last token has seen the whole input
+    raw = embed.post("/pooling", json={"input": "hello big world", "dimensions": 8,
+                                       "encoding_format": "base64"}).json()["data"][0]["data"]
+    assert list(struct.unpack("<8f", base64.b64decode(raw))) == pytest.approx(full, abs=1e-6)
+    half = embed.post("/pooling", json={"input": "hello big world", "dimensions": 8, "encoding_format": "base64",
+                                        "embed_dtype": "float16", "endianness": "big"}).json()["data"][0]["data"]
+    assert list(struct.unpack(">8e", base64.b64decode(half))) == pytest.approx(full, abs=1e-3)
+
+
+def test_pooling_classify_tasks(classify):
+    b = classify.post("/pooling", json={"input": "hello big world"}).json()
+    probs = b["data"][0]["data"]
+    assert len(probs) == 2 and sum(probs) == pytest.approx(1)
+    tok = classify.post("/pooling", json={"input": "hello big world", "task": "token_classify"}).json()
+    assert len(tok["data"][0]["data"]) == 3 and tok["data"][0]["data"][-1] == pytest.approx(probs)
+    raw = classify.post("/pooling", json={"input": "hello big world", "use_activation": False}).json()
+    assert sum(raw["data"][0]["data"]) != pytest.approx(1)
+
+
+@pytest.mark.parametrize("body, param, text", [
+    ({"input": "hi", "task": "classify"}, "task", "Task classify is not supported"),
+    ({"input": "hi", "task": "encode"}, "task", "has been removed"),
+    ({"input": "hi", "dimensions": 385}, "dimensions", "at most 384"),
+    ({"input": ""}, "input", "empty"),
+    ({}, "input", "input is required"),
+    ({"input": "hi", "encoding_format": "hex"}, "encoding_format", "float"),
+    ({"input": "hi", "embed_dtype": "bfloat16"}, "embed_dtype", "bfloat16"),
+    ({"input": "hi", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens", "-1"),
+    ({"input": ["x"] * 2049}, "input", "at most 2048"),
+    ({"input": "hi", "model": "nope"}, None, "does not exist"),
+])
+def test_pooling_errors(embed, body, param, text):
+    r = embed.post("/pooling", json=body)
+    if param is None:
+        assert r.status_code == 404 and text in r.json()["error"]["message"]
+        return
+    assert text in err(r, 400, param)
+
+
+def test_pooling_context_limit_and_truncation(app_client):
+    c = app_client(*EMBED, "--max-model-len", "4")
+    assert "maximum context length is 4 tokens" in err(c.post("/pooling", json={"input": "a b c d e"}), 400, "input")
+    b = c.post("/pooling", json={"input": "a b c d e", "truncate_prompt_tokens": 3}).json()
+    assert b["usage"]["prompt_tokens"] == 3
+
+
+def test_pooling_dimensions_with_classify_task(classify):
+    assert "dimensions" in err(classify.post("/pooling", json={"input": "hi", "dimensions": 8}), 400, "dimensions")
+
+
+def test_pooling_chat_messages(embed):
+    b = embed.post("/pooling", json={"messages": [{"role": "user", "content": "hello"}]}).json()
+    assert len(b["data"]) == 1 and b["usage"]["prompt_tokens"] > 1
+
+
+# ---- /classify ------------------------------------------------------------------------------------------
+
+def test_classify_shape(classify):
+    b = classify.post("/classify", json={"input": ["loved it", "hated it"]}).json()
+    assert b["id"].startswith("classify-") and b["object"] == "list"
+    for i, d in enumerate(b["data"]):
+        assert set(d) == {"index", "label", "probs", "num_classes"} and d["index"] == i
+        assert d["num_classes"] == 2 and sum(d["probs"]) == pytest.approx(1)
+        assert d["label"] == f"LABEL_{d['probs'].index(max(d['probs']))}"
+    assert b["usage"]["prompt_tokens"] == 4 and b["usage"]["completion_tokens"] == 0
+    assert classify.post("/classify", json={"input": ["loved it", "hated it"]}).json()["data"] == b["data"]
+
+
+def test_classify_one_label_cross_encoder(cross):
+    d = cross.post("/classify", json={"input": "hi"}).json()["data"][0]
+    assert d["num_classes"] == 1 and d["label"] == "LABEL_0" and 0 < d["probs"][0] < 1
+
+
+@pytest.mark.parametrize("body, param", [({}, "input"), ({"input": [1, "a"]}, "input"),
+                                         ({"input": "a", "use_activation": "yes"}, "use_activation"),
+                                         ({"input": "a", "messages": []}, "messages")])
+def test_classify_errors(classify, body, param):
+    err(classify.post("/classify", json=body), 400, param)
+
+
+# ---- /score ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a, b", [("queries", "documents"), ("queries", "items"), ("data_1", "data_2"),
+                                  ("text_1", "text_2")])
+def test_score_spellings_and_shape(cross, a, b):
+    r = cross.post("/score", json={a: QUERY, b: DOCS})
+    body = r.json()
+    assert body["id"].startswith("score-") and body["object"] == "list"
+    assert [(d["index"], d["object"]) for d in body["data"]] == [(0, "score"), (1, "score"), (2, "score")]
+    s = [d["score"] for d in body["data"]]
+    assert s[2] > s[0] > s[1] and all(0 < x < 1 for x in s)     # equal > related > unrelated
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
+
+
+def test_score_bi_encoder_is_cosine(embed):
+    s = [d["score"] for d in embed.post("/v1/score", json={"queries": QUERY, "documents": DOCS}).json()["data"]]
+    assert s[2] == pytest.approx(1.0) and s[0] > s[1]
+    pair = embed.post("/score", json={"queries": [QUERY, "x y"], "documents": [DOCS[0], "x y"]}).json()["data"]
+    assert [d["index"] for d in pair] == [0, 1] and pair[0]["score"] == pytest.approx(s[0]) \
+        and pair[1]["score"] == pytest.approx(1.0)
+
+
+def test_score_use_activation_false_gives_logits(cross):
+    s = cross.post("/score", json={"queries": QUERY, "documents": DOCS[1], "use_activation": False}).json()
+    assert s["data"][0]["score"] < 0      # an unrelated pair's logit
+
+
+@pytest.mark.parametrize("body, param, text", [
+    ({"queries": ["a", "b"], "documents": ["a", "b", "c"]}, "queries", "1:1, 1:N or N:N"),
+    ({"queries": "a"}, "documents", "must be given together"),
+    ({}, "queries", "required"),
+    ({"queries": [], "documents": "a"}, "queries", "empty"),
+    ({"queries": 5, "documents": "a"}, "queries", "string"),
+    ({"queries": "a", "documents": ["d"] * 2049}, "documents", "at most 2048"),
+])
+def test_score_errors(cross, body, param, text):
+    assert text in err(cross.post("/score", json=body), 400, param)
+
+
+# ---- /rerank ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/rerank", "/v1/rerank", "/v2/rerank"])
+def test_rerank_shape_sorted_and_top_n(cross, path):
+    b = cross.post(path, json={"query": QUERY, "documents": DOCS}).json()
+    assert set(b) == {"id", "model", "usage", "results"}
+    assert [r["index"] for r in b["results"]] == [2, 0, 1]
+    assert b["results"][0]["document"] == {"text": DOCS[2], "multi_modal": None}
+    scores = [r["relevance_score"] for r in b["results"]]
+    assert scores == sorted(scores, reverse=True)
+    assert set(b["usage"]) == {"prompt_tokens", "total_tokens"}
+    top = cross.post(path, json={"query": QUERY, "documents": DOCS, "top_n": 1}).json()
+    assert [r["index"] for r in top["results"]] == [2] and top["usage"] == b["usage"]
+
+
+def test_rerank_multimodal_document(cross):
+    doc = {"content": [{"type": "text", "text": "a cat"}]}
+    r = cross.post("/rerank", json={"query": "cat", "documents": [doc]}).json()["results"][0]
+    assert r["document"] == {"text": None, "multi_modal": doc["content"]}
+
+
+@pytest.mark.parametrize("body, param", [({"documents": ["a"]}, "query"), ({"query": "a"}, "documents"),
+                                         ({"query": "a", "documents": ["b"], "top_n": "1"}, "top_n")])
+def test_rerank_errors(cross, body, param):
+    err(cross.post("/rerank", json=body), 400, param)
+
+
+# ---- /v2/embed (Cohere) -----------------------------------------------------------------------------------
+
+def test_cohere_embed_types(embed):
+    b = embed.post("/v2/embed", json={"model": "test-model", "texts": ["hi there", "a cat"], "output_dimension": 16,
+                                      "embedding_types": ["float", "binary", "ubinary", "base64"]}).json()
+    assert b["id"].startswith("embd-") and b["texts"] == ["hi there", "a cat"]
+    assert b["meta"] == {"api_version": {"version": "2"}, "tokens": {"input_tokens": 4}}
+    e = b["embeddings"]
+    f = e["float"][0]
+    assert len(f) == 16
+    bits = [1 if x >= 0 else 0 for x in f]
+    ubyte = [int("".join(map(str, bits[k:k + 8])), 2) for k in (0, 8)]
+    assert e["ubinary"][0] == ubyte and e["binary"][0] == [u - 128 for u in ubyte]
+    assert list(struct.unpack("<16f", base64.b64decode(e["base64"][0]))) == pytest.approx(f, abs=1e-6)
+    same = embed.post("/pooling", json={"input": "hi there", "dimensions": 16}).json()["data"][0]["data"]
+    assert f == pytest.approx(same, abs=1e-6)
+
+
+def test_cohere_embed_default_and_images(embed):
+    b = embed.post("/v2/embed", json={"model": "test-model", "images": ["data:image/png;base64,AAAA"]}).json()
+    assert set(b["embeddings"]) == {"float"} and "texts" not in b and len(b["embeddings"]["float"][0]) == 384
+    mixed = embed.post("/v2/embed", json={"model": "test-model", "inputs": [{"content": [
+        {"type": "text", "text": "a cat"}, {"type": "image_url", "image_url": {"url": "http://x/c.png"}}]}]}).json()
+    assert len(mixed["embeddings"]["float"]) == 1
+
+
+@pytest.mark.parametrize("body, param, text", [
+    ({"model": "test-model"}, "texts", "One of texts, images, or inputs"),
+    ({"texts": ["a"], "input_type": "search_query"}, "input_type", "Unsupported input_type"),
+    ({"texts": ["a"], "embedding_types": ["int8"]}, "embedding_types[0]", "embedding_types"),
+    ({"texts": ["a"], "output_dimension": 385}, "output_dimension", "at most 384"),
+    ({"texts": ["a"], "output_dimension": 12, "embedding_types": ["binary"]}, "embedding_types", "multiple of 8"),
+    ({"texts": ["a b c"], "truncate": "NONE", "max_tokens": 2}, "max_tokens", "exceeds max_tokens=2"),
+    ({"texts": ["a"], "truncate": "MIDDLE"}, "truncate", "truncate"),
+])
+def test_cohere_embed_errors(embed, body, param, text):
+    assert text in err(embed.post("/v2/embed", json=body), 400, param)
+
+
+def test_cohere_embed_truncation(embed):
+    def tokens(**kw):
+        return embed.post("/v2/embed", json={"texts": ["a b c d"], **kw}).json()["meta"]["tokens"]["input_tokens"]
+    assert tokens() == 4 and tokens(max_tokens=2) == 2 and tokens(truncate="START", max_tokens=3) == 3
+
+
+# ---- embeddings, engine, metrics -----------------------------------------------------------------------
+
+def test_embeddings_on_a_pooling_model(embed):
+    v = embed.post("/v1/embeddings", json={"input": "hello world"}).json()["data"][0]["embedding"]
+    p = embed.post("/pooling", json={"input": "hello world"}).json()["data"][0]["data"]
+    assert v == p
+
+
+def test_related_texts_are_closer():
+    from generation.content.pooling import cosine, embedding_vector
+    a, b, c = ([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9, 10], [20, 21, 22, 23, 24, 25])
+    va, vb, vc = (embedding_vector(x, 384) for x in (a, b, c))
+    assert cosine(va, vb) > 0.5 > abs(cosine(va, vc))
+    assert 0.8 < cosine(va, embedding_vector(a[::-1], 384)) < 1
+
+
+def test_pooling_metrics(app_client):
+    c = app_client(*SCORE, "--time-to-first-token", "0")
+    c.post("/classify", json={"input": ["a b", "c d e"]})
+    c.post("/rerank", json={"query": "a", "documents": ["b", "c"]})
+    m = scrape(c)
+    assert metric(m, "vllm:prompt_tokens_total") == 2 + 3 + 2 + 2
+    assert metric(m, "vllm:generation_tokens_total") == 0
+    assert metric(m, "vllm:request_success_total", finished_reason="stop") == 4
+    assert metric(m, "vllm:e2e_request_latency_seconds_count") == 4
+    assert metric(m, "vllm:request_prompt_tokens_count") == 4
+    assert metric(m, "vllm:request_generation_tokens_count") == 0
+    assert metric(m, "vllm:request_params_max_tokens_count") == 0
+
+
+def test_pooling_queue_limit(app_client):
+    c = app_client(*EMBED, "--max-num-seqs", "1", "--max-waiting-queue-length", "1")
+    r = c.post("/pooling", json={"input": ["a", "b", "c"]})
+    assert r.status_code == 429
+    assert c.post("/pooling", json={"input": ["a", "b"]}).status_code == 200
+    assert c.sim.running == 0 and not c.sim.waiting
+
+
+def test_pooling_takes_the_prefill_time(app_client):
+    import time
+    c = app_client(*EMBED, "--time-to-first-token", "150ms")
+    t = time.monotonic()
+    assert c.post("/score", json={"queries": "a", "documents": ["b", "c"]}).status_code == 200
+    assert 0.15 <= time.monotonic() - t < 1.0
