@@ -179,7 +179,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     started = [False] * len(seqs)
-    lasts = [len(s.pieces) - 1 for s in seqs]
+    # vLLM: the last token's chunk carries finish_reason; with --omni the image chunk comes between
+    # a choice's tokens and its finish (the reference's order), so the finish is a chunk of its own
+    lasts = [-1 if req.send_image else len(s.pieces) - 1 for s in seqs]
     call_maps = {}
 
     def role_chunk(i: int) -> bytes:
