@@ -19,7 +19,7 @@ import pytest
 from anthropic.types import RawMessageStreamEvent
 from openai.types.responses import ResponseStreamEvent
 
-from tests.conftest import named_events
+from conftest import named_events
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LONG = ("--max-model-len", "200000")
