@@ -173,7 +173,10 @@ def main(argv=None) -> int:
     try:
         config = load_config(argv)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        msg = str(e)
+        if e.param and f"--{e.param}" not in msg:      # name the flag ("--mode: invalid mode 'bogus'")
+            msg = f"--{e.param}: {msg}"
+        print(f"error: {msg}", file=sys.stderr)
         return 2
     from server.logs import configure_logging
     configure_logging(config)
