@@ -123,7 +123,8 @@ def build_simulator(config: SimConfig, tokenizer=None):
     before the worker starts, else loaded here), random-mode sentences, the SQLite dataset
     (``--dataset-path``, random mode) behind one response-source interface, the latency model, the metrics (fake ones with
     ``--fake-metrics``), the LoRA registry, the tool synthesizer and the KV cache
-    (``--enable-kvcache``).  Returns a :class:`generation.engine.simulator.Simulator`."""
+    (``--enable-kvcache``) and the reasoning layout (``--reasoning-parser``).  Returns a
+    :class:`generation.engine.simulator.Simulator`."""
     import random
 
     from generation.engine.lora import LoraRegistry
@@ -155,9 +156,14 @@ def build_simulator(config: SimConfig, tokenizer=None):
     if config.enable_kvcache:
         from generation.kvcache.cache import build_kv_cache
         kv_cache = build_kv_cache(config, metrics, loras)
+    reasoning = None
+    if config.reasoning_parser:
+        from generation.content.reasoning import ReasoningSpans
+        reasoning = ReasoningSpans(config, tokenizer, config.reasoning_parser, sentences)
     return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
                      latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
-                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache)
+                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache,
+                     reasoning=reasoning)
 
 
 def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:

@@ -88,6 +88,10 @@ class SamplingSchema(SamplingKnobsSchema):
     return_token_ids = StrictBool()
     prompt_logprobs = StrictInt()
     request_id = fields.String()
+    stop_token_ids = fields.List(StrictInt())
+    include_stop_str_in_output = StrictBool()
+    structured_outputs = fields.Dict()
+    thinking_token_budget = StrictInt()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):
@@ -107,6 +111,8 @@ class ChatCompletionRequestSchema(SamplingSchema):
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()
+    include_reasoning = StrictBool()
+    reasoning_effort = fields.String()
 
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):

@@ -196,6 +196,7 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     service_tier = fields.String()
     ignore_eos = StrictBool()
     kv_transfer_params = fields.Dict()
+    output_config = fields.Dict()
 
     @validates("max_tokens")
     def _max_tokens(self, value, **kwargs):

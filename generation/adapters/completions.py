@@ -19,6 +19,7 @@ from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options,
                    dumps, request_usage, stream_flags, due_items)
 from .protocol import CompletionRequest
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 
 class CompletionsAdapter(Adapter):
@@ -46,7 +47,8 @@ class CompletionsAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=build_prompts(sim, kind, items, b.add_special_tokens is not False), n=n,
             max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
-            force_cache_threshold=force_cache_threshold)
+            force_cache_threshold=force_cache_threshold, response_format=structured_constraint(sim, b.structured_outputs),
+            reasoning=chat_reasoning(sim, b), **sampling_semantics(b))
         return self.req
 
     def render(self, seqs) -> dict:
@@ -126,7 +128,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
         choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason, "prompt_logprobs": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs)}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, None)}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -159,7 +161,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                 offsets[s.index] = len(text)
             put(heads[s.index] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs +
                 b',"finish_reason":null,"stop_reason":null' + (pids.pop(s.index) if token_ids else b"") +
-                b'}]' + tail())
+                b'}]' + tail(0, s.index))
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
@@ -175,7 +177,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             offsets[i] += len(piece)
         else:
             logprobs = b"null"
-        end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
+        end = b"}]" + tail(1, i) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
         return (heads[i] + b',"text":' + dumps(piece) + b',"logprobs":' + logprobs +
@@ -196,8 +198,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     for seq in seqs:
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
         put(heads[seq.index] + b',"text":"","logprobs":null,"finish_reason":' + dumps(seq.finish_reason) +
-            b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail())
+            b',"stop_reason":' + dumps(seq.stop_reason) + extra + b'}]' + tail(0, seq.index))
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs)))
+        put(frame.usage_chunk(request_usage(seqs, None)))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -50,6 +50,10 @@ class OpenAISampling(SamplingKnobs):
     return_token_ids: bool | None = None
     prompt_logprobs: int | None = None
     request_id: str | None = None        # vLLM: names the body id (chatcmpl-<id>, cmpl-<id>)
+    stop_token_ids: list | None = None
+    include_stop_str_in_output: bool | None = None
+    structured_outputs: dict | None = None       # vLLM 0.33 StructuredOutputsParams (json, regex, ...)
+    thinking_token_budget: int | None = None
 
 
 @dataclass
@@ -74,6 +78,8 @@ class ChatCompletionRequest(ChatTemplateOptions, OpenAISampling):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     response_format: dict | None = None
+    include_reasoning: bool | None = None
+    reasoning_effort: str | None = None
 
 
 @dataclass
@@ -172,6 +178,7 @@ class MessagesRequest(CountTokensRequest):
     service_tier: str | None = None
     ignore_eos: bool | None = None
     kv_transfer_params: dict | None = None
+    output_config: dict | None = None     # effort, and format (a JSON schema the answer conforms to)
 
 
 @dataclass

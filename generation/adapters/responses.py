@@ -23,6 +23,7 @@ cut short, as OpenAI ends such a stream).  Errors use the OpenAI envelope.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import asdict
 
@@ -31,6 +32,8 @@ from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest
 from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools, dumps
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
+from .sampling import responses_reasoning
+from generation.content.reasoning import content_text, reasoning_text
 
 
 class ResponsesAdapter(Adapter):
@@ -59,7 +62,8 @@ class ResponsesAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
-            max_tool_calls=1 if tool_turn else None)
+            max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
+            reasoning=responses_reasoning(sim, b.reasoning))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0)
         return self.req
 
@@ -250,7 +254,9 @@ def base_response(ctx: _Ctx, status: str) -> dict:
             "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
             "max_tool_calls": None, "model": ctx.req.model, "output": [],
             "parallel_tool_calls": _or(d.parallel_tool_calls, True),
-            "previous_response_id": d.previous_response_id, "reasoning": None,
+            "previous_response_id": d.previous_response_id,
+            "reasoning": {"effort": d.reasoning.get("effort"), "summary": d.reasoning.get("summary")}
+            if isinstance(d.reasoning, dict) else None,
             "service_tier": "default", "store": False, "temperature": _or(d.temperature, 1.0),
             "text": {"format": ctx.text_format}, "tool_choice": _or(d.tool_choice, "auto"),
             "tools": ctx.tools, "top_logprobs": _or(d.top_logprobs, 0), "top_p": _or(d.top_p, 1.0),
@@ -260,11 +266,13 @@ def base_response(ctx: _Ctx, status: str) -> dict:
 
 def _usage(seq) -> dict:
     p, c = seq.prompt_len, seq.completion_tokens
+    span = seq.reasoning_span
+    r = span[1] - span[0] if span is not None else 0
     # every field the openai SDK's ResponseUsage requires (cache_write_tokens in current SDKs):
     # nothing is ever written to a prompt cache on request here
     return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": seq.cached_tokens},
             "output_tokens": c,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": p + c}
+            "output_tokens_details": {"reasoning_tokens": r}, "total_tokens": p + c}
 
 
 def _incomplete_reason(seq) -> str | None:
@@ -296,6 +304,14 @@ def _text_part(text: str, logprobs=...) -> dict:
     return part
 
 
+def _reasoning_item(ctx: _Ctx, text: str | None, status: str | None = None) -> dict:
+    """vLLM's reasoning output item: the reasoning as one ``reasoning_text`` part (no summary;
+    ``content`` empty while it streams)."""
+    return {"id": f"rs_{ctx.req.request_id}", "type": "reasoning", "summary": [],
+            "content": [] if text is None else [{"type": "reasoning_text", "text": text}],
+            "encrypted_content": None, "status": status}
+
+
 def _message_item(ctx: _Ctx, status: str, content: list) -> dict:
     return {"id": f"msg_{ctx.req.request_id}", "type": "message", "role": "assistant", "status": status,
             "content": content}
@@ -303,7 +319,9 @@ def _message_item(ctx: _Ctx, status: str, content: list) -> dict:
 
 def _logprobs(ctx: _Ctx, seq) -> list:
     top = ctx.top
-    return [lp.responses_entry(p, i, top) for i, p in enumerate(seq.pieces)]
+    span = seq.reasoning_span
+    pieces = seq.pieces if span is None else seq.pieces[span[2]:]
+    return [lp.responses_entry(p, i, top) for i, p in enumerate(pieces)]
 
 
 def render_response(ctx: _Ctx, seq) -> dict:
@@ -315,9 +333,11 @@ def render_response(ctx: _Ctx, seq) -> dict:
     if seq.tool_calls:
         out["output"] = [_call_item(tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
     else:
-        part = (_text_part(seq.output_text(), _logprobs(ctx, seq)) if ctx.want_logprobs
-                else _text_part(seq.output_text()))
+        text = content_text(seq)
+        part = (_text_part(text, _logprobs(ctx, seq)) if ctx.want_logprobs else _text_part(text))
         out["output"] = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
+    if seq.reasoning_span is not None:
+        out["output"].insert(0, _reasoning_item(ctx, reasoning_text(seq)))
     out["usage"] = _usage(seq)
     return out
 
@@ -329,45 +349,83 @@ def stream_response(sim, ctx: _Ctx, seq):
     r0 = base_response(ctx, "in_progress")
     yield ev("response.created", {"response": r0}) + ev("response.in_progress", {"response": r0})
     calls = seq.tool_calls
+    tokens = sim.stream([seq])
+    oi = 0                     # output_index of the answer's item
+    if seq.reasoning_span is not None:
+        tokens = yield from _stream_reasoning(ctx, seq, tokens)
+        oi = 1
     if calls:
         tc = calls[0]
         item_id = call_ids(tc["id"])[0]
-        yield ev("response.output_item.added", {"output_index": 0, "item": _call_item(tc, "in_progress", "")})
+        yield ev("response.output_item.added", {"output_index": oi, "item": _call_item(tc, "in_progress", "")})
         head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
                 b'"response.function_call_arguments.delta","sequence_number":')
-        mid = b',"item_id":' + dumps(item_id) + b',"output_index":0,"delta":'
-        for _, k in sim.stream([seq]):
+        mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"delta":'
+        for _, k in tokens:
             if tc["start"] <= k < tc["end"]:
                 yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
                 ctx.n += 1
         yield (ev("response.function_call_arguments.done",
-                  {"item_id": item_id, "output_index": 0, "name": tc["name"], "arguments": tc["arguments"]}) +
-               ev("response.output_item.done", {"output_index": 0,
+                  {"item_id": item_id, "output_index": oi, "name": tc["name"], "arguments": tc["arguments"]}) +
+               ev("response.output_item.done", {"output_index": oi,
                                                  "item": _call_item(tc, "completed", tc["arguments"])}))
     else:
         want = ctx.want_logprobs
         msg_id = f"msg_{ctx.req.request_id}"
-        ids = {"item_id": msg_id, "output_index": 0, "content_index": 0}
-        yield (ev("response.output_item.added", {"output_index": 0,
+        ids = {"item_id": msg_id, "output_index": oi, "content_index": 0}
+        yield (ev("response.output_item.added", {"output_index": oi,
                                                   "item": _message_item(ctx, "in_progress", [])}) +
                ev("response.content_part.added", {**ids, "part": _text_part("", []) if want else _text_part("")}))
         head = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
                 b'"sequence_number":')
-        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":0,"content_index":0,"delta":'
+        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":' + str(oi).encode() + b',"content_index":0,"delta":'
         top = ctx.top
-        for _, k in sim.stream([seq]):
+        c0 = seq.reasoning_span[2] if seq.reasoning_span is not None else 0
+        for _, k in tokens:
             piece = seq.pieces[k]
-            lps = (b"[" + dumps(lp.responses_entry(piece, k, top)) + b"]") if want else b"[]"
+            lps = (b"[" + dumps(lp.responses_entry(piece, k - c0, top)) + b"]") if want else b"[]"
             yield head + str(ctx.n).encode() + mid + dumps(piece) + b',"logprobs":' + lps + b"}\n\n"
             ctx.n += 1
-        text = seq.output_text()
+        text = content_text(seq)
         status = "incomplete" if _incomplete_reason(seq) else "completed"
         # Placement of logprobs after the deltas follows the reference (api.md 7.4).
         done_part = _text_part(text, None) if want else _text_part(text)
         yield (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
                ev("response.content_part.done", {**ids, "part": done_part}) +
-               ev("response.output_item.done", {"output_index": 0,
+               ev("response.output_item.done", {"output_index": oi,
                                                  "item": _message_item(ctx, status, [done_part])}))
     final = render_response(ctx, seq)
     # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
     yield ev("response.incomplete" if final["status"] == "incomplete" else "response.completed", {"response": final})
+
+
+def _stream_reasoning(ctx: _Ctx, seq, tokens):
+    """The reasoning item's events (vLLM's order: ``response.output_item.added``,
+    ``response.reasoning_part.added``, ``response.reasoning_text.delta`` per reasoning token,
+    ``response.reasoning_text.done``, ``response.reasoning_part.done``,
+    ``response.output_item.done``), drawing the reasoning tokens from ``tokens``; the parser's
+    markers send nothing.  Returns (``yield from``) the iterator of the answer's tokens."""
+    ev = ctx.event
+    r0, r1, c0 = seq.reasoning_span
+    rid = f"rs_{ctx.req.request_id}"
+    ids = {"item_id": rid, "output_index": 0, "content_index": 0}
+    yield (ev("response.output_item.added", {"output_index": 0, "item": _reasoning_item(ctx, None, "in_progress")}) +
+           ev("response.reasoning_part.added", {**ids, "part": {"type": "reasoning_text", "text": ""}}))
+    head = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
+            b'"sequence_number":')
+    mid = b',"item_id":' + dumps(rid) + b',"output_index":0,"content_index":0,"delta":'
+    tokens = iter(tokens)
+    first = None
+    for item in tokens:
+        k = item[1]
+        if k >= c0:
+            first = item
+            break
+        if r0 <= k < r1:
+            yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
+            ctx.n += 1
+    text = reasoning_text(seq)
+    yield (ev("response.reasoning_text.done", {**ids, "text": text}) +
+           ev("response.reasoning_part.done", {**ids, "part": {"type": "reasoning_text", "text": text}}) +
+           ev("response.output_item.done", {"output_index": 0, "item": _reasoning_item(ctx, text, "completed")}))
+    return itertools.chain((first,), tokens) if first is not None else tokens
