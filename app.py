@@ -32,8 +32,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from flask import Flask, Response             # here: a busy port or a bad flag fails before
     from werkzeug.exceptions import HTTPException  # Flask is imported (main())
     from generation.engine.simulator import ClientDisconnected
-    from blueprints import (admin, chat, completions, embeddings, generate, health, lora, messages, metrics,
-                            models, render, responses)
+    from blueprints import (admin, chat, completions, dev, embeddings, generate, health, lora, messages,
+                            metrics, models, render, responses)
     from blueprints.errors import error_response, internal_error
 
     config = config or load_config([])
@@ -42,7 +42,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
     for mod in (chat, completions, models, health, lora, metrics, admin, embeddings, render, generate,
-                messages, responses):
+                messages, responses, dev):
         app.register_blueprint(mod.bp)
 
     from blueprints.serving import GenerationFastPath
@@ -160,10 +160,14 @@ def build_simulator(config: SimConfig, tokenizer=None):
     if config.reasoning_parser:
         from generation.content.reasoning import ReasoningSpans
         reasoning = ReasoningSpans(config, tokenizer, config.reasoning_parser, sentences)
-    return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
-                     latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
-                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache,
-                     reasoning=reasoning)
+    sim = Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
+                    latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
+                    tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache,
+                    reasoning=reasoning)
+    if config.enable_responses_api_store:            # VLLM_ENABLE_RESPONSES_API_STORE=1
+        from generation.adapters.response_store import ResponseStore
+        sim.response_store = ResponseStore()
+    return sim
 
 
 def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:

@@ -65,13 +65,22 @@ class ResponsesAdapter(Adapter):
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
             reasoning=responses_reasoning(sim, b.reasoning))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0)
+        self.ctx.store = getattr(sim, "response_store", None) is not None and b.store is not False
         return self.req
 
     def render(self, seqs) -> dict:
-        return render_response(self.ctx, seqs[0])
+        out = render_response(self.ctx, seqs[0])
+        self._store(out)
+        return out
 
     def stream(self, seqs):
-        return stream_response(self.sim, self.ctx, seqs[0])
+        return stream_response(self.sim, self.ctx, seqs[0], self._store)
+
+    def _store(self, response: dict) -> None:
+        """Keep a finished response for ``GET /v1/responses/{id}`` when the server stores them
+        (``VLLM_ENABLE_RESPONSES_API_STORE=1``) and the request did not say ``store: false``."""
+        if self.ctx.store:
+            self.sim.response_store.put(response)
 
     def stream_error(self, body: dict) -> bytes:
         err = body["error"]
@@ -216,7 +225,7 @@ def to_response_format(text_cfg) -> dict | None:
 
 class _Ctx:
     """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
-    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "text_format", "n")
+    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "text_format", "n", "store")
 
     def __init__(self, body: ResponsesRequest, req, want_logprobs, top):
         self.body = body
@@ -230,6 +239,7 @@ class _Ctx:
         if not self.text_format:
             self.text_format = {"type": "text"}
         self.n = 0
+        self.store = False
 
     def event(self, type_: str, payload: dict) -> bytes:
         """One named SSE event with the next ``sequence_number``."""
@@ -257,7 +267,7 @@ def base_response(ctx: _Ctx, status: str) -> dict:
             "previous_response_id": d.previous_response_id,
             "reasoning": {"effort": d.reasoning.get("effort"), "summary": d.reasoning.get("summary")}
             if isinstance(d.reasoning, dict) else None,
-            "service_tier": "default", "store": False, "temperature": _or(d.temperature, 1.0),
+            "service_tier": "default", "store": ctx.store, "temperature": _or(d.temperature, 1.0),
             "text": {"format": ctx.text_format}, "tool_choice": _or(d.tool_choice, "auto"),
             "tools": ctx.tools, "top_logprobs": _or(d.top_logprobs, 0), "top_p": _or(d.top_p, 1.0),
             "truncation": _or(d.truncation, "disabled"), "usage": None, "user": d.user,
@@ -342,7 +352,7 @@ def render_response(ctx: _Ctx, seq) -> dict:
     return out
 
 
-def stream_response(sim, ctx: _Ctx, seq):
+def stream_response(sim, ctx: _Ctx, seq, on_final=None):
     """SSE body (see the module docstring).  Per token only the piece (and its logprob entry
     when asked) is serialised into a pre-rendered frame."""
     ev = ctx.event
@@ -395,6 +405,8 @@ def stream_response(sim, ctx: _Ctx, seq):
                ev("response.output_item.done", {"output_index": oi,
                                                  "item": _message_item(ctx, status, [done_part])}))
     final = render_response(ctx, seq)
+    if on_final is not None:
+        on_final(final)
     # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
     yield ev("response.incomplete" if final["status"] == "incomplete" else "response.completed", {"response": final})
 

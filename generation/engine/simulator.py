@@ -69,6 +69,7 @@ class Simulator:
         self.tool_synthesizer = tool_synthesizer
         self.kv_cache = kv_cache
         self.reasoning = reasoning
+        self.response_store = None      # generation.adapters.response_store (VLLM_ENABLE_RESPONSES_API_STORE)
         self.running = 0
         self.waiting: deque[Sequence] = deque()
         self.metrics.bind(self)
