@@ -207,6 +207,8 @@ def main(argv=None) -> int:
             from data.dataset import DatasetError, verify_dataset
             verify_dataset(config.dataset_path, config.dataset_table_name)
         tokenizer = load_tokenizer(config)
+        from generation.tokenization.model_config import apply_model_defaults
+        apply_model_defaults(config)            # vLLM: --max-model-len defaults to the model's own
     except (TokenizerLoadError, DownloadError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -186,6 +186,7 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     for key, val in values.items():
         setattr(cfg, OPTIONS[key].attr, val)
     cfg.ignored_flags = list(dict.fromkeys(ignored))
+    cfg.explicit = frozenset(values)            # options the user set (model defaults leave them)
     if cfg.seed is None:
         cfg.seed = time.time_ns()
     cfg.validate()

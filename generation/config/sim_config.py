@@ -25,6 +25,7 @@ class SimConfig:
         for o in OPTIONS.values():
             setattr(self, o.attr, copy.deepcopy(o.default))
         self.ignored_flags: list[str] = []         # vLLM flags given and ignored (start-up log)
+        self.explicit: frozenset = frozenset()     # options set by the command line, YAML or environment
         for k, v in values.items():
             if k not in _ATTRS:
                 raise TypeError(f"unknown option {k!r}")
