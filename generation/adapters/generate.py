@@ -14,6 +14,7 @@ from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest, Prompt
 from .base import (REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, dumps, request_usage, stream_flags)
+from .sampling import sampling_semantics
 from .protocol import GenerateRequest
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
@@ -50,7 +51,8 @@ class GenerateAdapter(Adapter):
             prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=sp.max_tokens,
-            ignore_eos=ignore_eos, stream=stream, kv_transfer_params=kv)
+            ignore_eos=ignore_eos, stream=stream, kv_transfer_params=kv,
+            **sampling_semantics(sp))
         return self.req
 
     def render(self, seqs) -> dict:
