@@ -74,7 +74,7 @@ class ResponsesAdapter(Adapter):
         return out
 
     def stream(self, seqs):
-        return stream_response(self.sim, self.ctx, seqs[0], self._store)
+        return stream_response(self.sim, self.ctx, seqs[0])
 
     def _store(self, response: dict) -> None:
         """Keep a finished response for ``GET /v1/responses/{id}`` when the server stores them
@@ -352,7 +352,7 @@ def render_response(ctx: _Ctx, seq) -> dict:
     return out
 
 
-def stream_response(sim, ctx: _Ctx, seq, on_final=None):
+def stream_response(sim, ctx: _Ctx, seq):
     """SSE body (see the module docstring).  Per token only the piece (and its logprob entry
     when asked) is serialised into a pre-rendered frame."""
     ev = ctx.event
@@ -405,8 +405,8 @@ def stream_response(sim, ctx: _Ctx, seq, on_final=None):
                ev("response.output_item.done", {"output_index": oi,
                                                  "item": _message_item(ctx, status, [done_part])}))
     final = render_response(ctx, seq)
-    if on_final is not None:
-        on_final(final)
+    if ctx.store:
+        sim.response_store.put(final)
     # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
     yield ev("response.incomplete" if final["status"] == "incomplete" else "response.completed", {"response": final})
 
