@@ -310,3 +310,36 @@ def test_real_server_stream_with_hidden_tokens(live_client):
                                        "stream": True})
     names = [n for n, _ in named_events(r.text)]
     assert names[-1] == "message_stop" and names.count("content_block_delta") == 19     # 8 + signature + 10
+
+
+# ---- the layout itself (unit) -------------------------------------------------------------------------
+def _layout(n, cap, stopped, fraction=0.5, budget=None):
+    import random
+    from types import SimpleNamespace
+    from generation.content.reasoning import ReasoningSettings, ReasoningSpans
+    from generation.engine.request import GenerationRequest, Prompt, Sequence
+    from generation.tokenization.tokenizer import SimulatedTokenizer
+    spans = ReasoningSpans(SimpleNamespace(reasoning_fraction=fraction), SimulatedTokenizer(), "qwen3")
+    seq = Sequence(GenerationRequest(request_id="r", model="m"), 0, 0, Prompt([1]))
+    seq.pieces, seq.ids = [f"w{i} " for i in range(n)], list(range(n))
+    seq.finish_reason = "stop" if stopped else "length"
+    spans.apply(seq, random.Random(0), ReasoningSettings(budget=budget), cap, stopped)
+    return seq
+
+
+@pytest.mark.parametrize("n,cap,stopped,fraction,budget,span,length,finish", [
+    (20, 20, False, 0.5, None, (1, 9, 10), 20, "length"),
+    (20, 100, True, 0.5, 4, (1, 5, 6), 20, "stop"),
+    (20, 100, True, 0.0, None, (1, 1, 2), 20, "stop"),          # share 0: markers only
+    (20, 20, False, 1.0, None, (1, 19, 20), 20, "length"),       # all reasoning, no content
+    (1, 50, True, 0.5, None, (1, 2, 3), 4, "stop"),              # a short answer grows to fit
+    (1, 1, False, 0.5, None, (1, 1, 1), 1, "length"),            # cut inside the reasoning
+])
+def test_layout(n, cap, stopped, fraction, budget, span, length, finish):
+    seq = _layout(n, cap, stopped, fraction, budget)
+    assert seq.reasoning_span == span and len(seq.pieces) == length == seq.completion_tokens
+    assert seq.finish_reason == finish and seq.pieces[0] == "<think>"
+    if span[2] > span[1]:
+        assert seq.pieces[span[1]] == "</think>"
+    if length <= n:                  # the content is the start of the drawn answer
+        assert seq.pieces[span[2]:] == [f"w{i} " for i in range(length - span[2])]

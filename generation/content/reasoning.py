@@ -124,7 +124,7 @@ class ReasoningSpans:
         context room).  ``stopped``: the answer ended by itself (not by the length cap).
 
         A text answer keeps its drawn length ``n``: the span takes ``round(share * n)`` tokens
-        (at least one reasoning token, at most ``opts.budget``), the content is the start of the
+        (at least one reasoning token unless the share is 0, at most ``opts.budget``), the content is the start of the
         drawn text (at least one token when the answer stopped by itself; a shorter answer grows
         to fit, within ``cap``).  With ``keep_all`` (tool calls, structured output) every
         answer token is kept and the span comes before them as ``share`` of the whole,
@@ -139,7 +139,7 @@ class ReasoningSpans:
         budget = None if opts.budget is None else max(opts.budget, 0)
         if keep_all:
             total = round(n / (1.0 - share)) if share < 1.0 else cap
-            r = max(1, total - n - marks)
+            r = max(1 if share > 0 else 0, total - n - marks)
             if budget is not None:
                 r = min(r, budget)
             r = min(r, cap - n - marks)
@@ -151,7 +151,7 @@ class ReasoningSpans:
             total = n
             if stopped and total < marks + 1 + min_c:        # too short for a span: grow within cap
                 total = min(cap, marks + 1 + min_c)
-            r = max(1, round(share * total) - marks)
+            r = max(1 if share > 0 else 0, round(share * total) - marks)
             if budget is not None:
                 r = min(r, budget)
             r = min(r, total - marks - min_c)
