@@ -85,37 +85,31 @@ def chat_reasoning(sim, b) -> rz.ReasoningSettings | None:
 
 def anthropic_reasoning(sim, thinking, output_config) -> rz.ReasoningSettings | None:
     """Anthropic ``thinking`` (``{"type": "enabled", "budget_tokens": n}``, ``{"type":
-    "adaptive"}``, ``{"type": "disabled"}``) and ``output_config.effort``.  Raises InvalidParam
-    naming ``thinking.type`` / ``thinking.budget_tokens``."""
-    effort = None
-    if isinstance(output_config, dict) and output_config.get("effort") is not None:
-        effort = _effort(output_config.get("effort"), "output_config.effort")
-    enabled, budget = None, None
-    if thinking is not None:
-        if not isinstance(thinking, dict):
-            raise InvalidParam("thinking: Input should be an object.", "thinking")
-        t = thinking.get("type")
-        if t not in ("enabled", "disabled", "adaptive"):
-            raise InvalidParam(f"thinking.type: Input should be 'enabled', 'disabled' or 'adaptive', got {t!r}.",
-                               "thinking.type")
-        enabled = t != "disabled"
-        bt = thinking.get("budget_tokens")
-        if t == "enabled" and bt is not None:
-            if isinstance(bt, bool) or not isinstance(bt, int) or bt < 0:
-                raise InvalidParam("thinking.budget_tokens: Input should be a non-negative integer.",
-                                   "thinking.budget_tokens")
-            budget = bt
+    "adaptive"}``, ``{"type": "disabled"}``) and ``output_config.effort``.  Lenient, as the
+    request shapes Claude Code sends keep changing: an unknown ``thinking`` type or effort, or a
+    ``budget_tokens`` that is not a count, leaves the default (reasoning on, unscaled)."""
     if sim.reasoning is None:
         return None
+    effort = output_config.get("effort") if isinstance(output_config, dict) else None
+    if effort not in EFFORTS:
+        effort = None
+    enabled, budget = None, None
+    if isinstance(thinking, dict):
+        t = thinking.get("type")
+        if t == "disabled":
+            enabled = False
+        elif t in ("enabled", "adaptive"):
+            enabled = True
+        bt = thinking.get("budget_tokens")
+        if t == "enabled" and isinstance(bt, int) and not isinstance(bt, bool) and bt >= 0:
+            budget = bt
     return rz.settings(enabled, effort, budget)
 
 
 def responses_reasoning(sim, reasoning) -> rz.ReasoningSettings | None:
-    """Responses ``reasoning`` (``{"effort": ..., "summary": ...}``).  Raises InvalidParam
-    naming ``reasoning.effort``."""
-    effort = None
-    if isinstance(reasoning, dict):
-        effort = _effort(reasoning.get("effort"), "reasoning.effort")
+    """Responses ``reasoning`` (``{"effort": ..., "summary": ...}``); an effort it does not
+    know leaves the default (Codex sends new values before servers know them)."""
     if sim.reasoning is None:
         return None
-    return rz.settings(None, effort)
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    return rz.settings(None, effort if effort in EFFORTS else None)
