@@ -46,10 +46,20 @@ def test_chat_message_reasoning_and_usage(qwen):
     assert out["choices"][0]["finish_reason"] == "length"
 
 
+def test_reasoning_content_and_reasoning_accepted_on_input(qwen):
+    history = MSGS + [{"role": "assistant", "content": "Rayleigh.", "reasoning_content": "Scattering."},
+                      {"role": "assistant", "content": "Yes.", "reasoning": "Short."},
+                      {"role": "user", "content": "More?"}]
+    out = qwen.post(CHAT, json={"model": "test-model", "messages": history, "max_tokens": 20,
+                                "ignore_eos": True}).json()
+    assert tokens(qwen, out["choices"][0]["message"]["reasoning"]) == 8
+    assert "reasoning_content" not in out["choices"][0]["message"]          # output: reasoning only
+
+
 def test_chat_without_parser_has_null_details_and_no_reasoning(api):
     out = chat(api).json()
     assert out["usage"]["completion_tokens_details"] is None
-    assert "reasoning" not in out["choices"][0]["message"]
+    assert out["choices"][0]["message"]["reasoning"] is None
     assert tokens(api, out["choices"][0]["message"]["content"]) == 20
 
 

@@ -102,9 +102,10 @@ def finish_reason(req: GenerationRequest, seq) -> str:
 
 
 def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, parser: bool = False) -> dict:
-    """The ``chat.completion`` body.  ``parser``: ``--reasoning-parser`` is set, so each message
-    carries ``reasoning`` (its text, or null when hidden by ``include_reasoning: false``) and the
-    usage ``completion_tokens_details.reasoning_tokens`` (vLLM 0.33's fields)."""
+    """The ``chat.completion`` body.  Each message carries ``reasoning`` (its text; null without
+    a reasoning span or when hidden by ``include_reasoning: false``); ``parser``:
+    ``--reasoning-parser`` is set, so the usage has ``completion_tokens_details.reasoning_tokens``
+    (null otherwise), as vLLM 0.33 reports them."""
     choices = []
     include = req.reasoning is None or req.reasoning.include
     for s in seqs:
@@ -118,8 +119,7 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, par
             message = {"role": "assistant", "content": text if text or span is None else None, "tool_calls": []}
             pieces = s.pieces if span is None else s.pieces[span[2]:]
             logprobs = lp.chat_logprobs(pieces, top) if want_logprobs else None
-        if parser:
-            message["reasoning"] = reasoning_text(s) if include else None
+        message["reasoning"] = reasoning_text(s) if include else None      # vLLM 0.33: always there
         choices.append({"index": s.index, "message": message, "logprobs": logprobs,
                         "finish_reason": finish_reason(req, s), "stop_reason": s.stop_reason})
     details = None
