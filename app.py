@@ -32,8 +32,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from flask import Flask, Response             # here: a busy port or a bad flag fails before
     from werkzeug.exceptions import HTTPException  # Flask is imported (main())
     from generation.engine.simulator import ClientDisconnected
-    from blueprints import (admin, chat, completions, embeddings, generate, health, lora, messages, metrics,
-                            models, render, responses)
+    from blueprints import (admin, chat, completions, dev, embeddings, generate, health, lora, messages,
+                            metrics, models, render, responses)
     from blueprints.errors import error_response, internal_error
 
     config = config or load_config([])
@@ -46,7 +46,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
     # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
     generation_apis = () if kind else (chat, completions, generate, messages, responses)
-    for mod in (models, health, lora, metrics, admin, render, *generation_apis):
+    for mod in (models, health, lora, metrics, admin, render, dev, *generation_apis):
         app.register_blueprint(mod.bp)
     if kind in (None, "embed"):
         app.register_blueprint(embeddings.bp)
@@ -164,7 +164,8 @@ def build_simulator(config: SimConfig, tokenizer=None):
     before the worker starts, else loaded here), random-mode sentences, the SQLite dataset
     (``--dataset-path``, random mode) behind one response-source interface, the latency model, the metrics (fake ones with
     ``--fake-metrics``), the LoRA registry, the tool synthesizer and the KV cache
-    (``--enable-kvcache``).  Returns a :class:`generation.engine.simulator.Simulator`."""
+    (``--enable-kvcache``) and the reasoning layout (``--reasoning-parser``).  Returns a
+    :class:`generation.engine.simulator.Simulator`."""
     import random
 
     from generation.engine.lora import LoraRegistry
@@ -203,9 +204,18 @@ def build_simulator(config: SimConfig, tokenizer=None):
         kv_cache = build_kv_cache(config, metrics, loras, publish=config.enable_kvcache)
     if config.step is not None:
         engine = build_step_engine(config, metrics, kv_cache, random.Random(f"{config.seed}-steps"))
-    return Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
-                     latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
-                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache, engine=engine)
+    reasoning = None
+    if config.reasoning_parser:
+        from generation.content.reasoning import ReasoningSpans
+        reasoning = ReasoningSpans(config, tokenizer, config.reasoning_parser, sentences)
+    sim = Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
+                    latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
+                    tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache, engine=engine,
+                    reasoning=reasoning)
+    if config.enable_responses_api_store:            # VLLM_ENABLE_RESPONSES_API_STORE=1
+        from generation.adapters.response_store import ResponseStore
+        sim.response_store = ResponseStore()
+    return sim
 
 
 def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:
@@ -222,7 +232,10 @@ def main(argv=None) -> int:
         config = load_config(argv)
         resolve_engine(config)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        msg = str(e)
+        if e.param and f"--{e.param}" not in msg:      # name the flag ("--mode: invalid mode 'bogus'")
+            msg = f"--{e.param}: {msg}"
+        print(f"error: {msg}", file=sys.stderr)
         return 2
     from server.logs import configure_logging
     configure_logging(config)
@@ -245,6 +258,8 @@ def main(argv=None) -> int:
             from data.dataset import DatasetError, verify_dataset
             verify_dataset(config.dataset_path, config.dataset_table_name)
         tokenizer = load_tokenizer(config)
+        from generation.tokenization.model_config import apply_model_defaults
+        apply_model_defaults(config)            # vLLM: --max-model-len defaults to the model's own
     except (TokenizerLoadError, DownloadError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -17,10 +17,12 @@ import shlex
 from app import create_app
 from server.serve import attach_to_gunicorn
 from generation.config.cli import load_config
+from generation.tokenization.model_config import apply_model_defaults
 
 _argv = shlex.split(os.environ.get("SIM_ARGS", ""))
 if os.environ.get("SIM_CONFIG"):
     _argv = ["--config", os.environ["SIM_CONFIG"]] + _argv
 _config = load_config(_argv)
+apply_model_defaults(_config)           # vLLM: --max-model-len defaults to the model's context length
 app = create_app(_config)
 attach_to_gunicorn(app, _config)

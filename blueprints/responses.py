@@ -1,5 +1,6 @@
 """``POST /v1/responses`` - the OpenAI Responses API, translated onto the engine's request
-(:mod:`generation.adapters.responses`).  Errors use the OpenAI envelope."""
+(:mod:`generation.adapters.responses`); ``GET /v1/responses/{id}`` and ``POST
+/v1/responses/{id}/cancel`` for stored responses.  Errors use the OpenAI envelope."""
 from __future__ import annotations
 
 from flask import Blueprint
@@ -7,8 +8,37 @@ from flask import Blueprint
 from generation.adapters.responses import ResponsesAdapter
 from schemas.responses import responses_request_schema
 
+from generation.errors import APIError
+
+from .common import json_response, simulator
+from .errors import error_response
 from .serving import generation_view
 
 bp = Blueprint("responses", __name__)
 bp.add_url_rule("/v1/responses", "create_response", generation_view(responses_request_schema, ResponsesAdapter),
                  methods=["POST"])
+
+
+def _not_found(response_id: str):
+    # vLLM's _make_not_found_error
+    return error_response(APIError(f"Response with id '{response_id}' not found.", 404))
+
+
+@bp.get("/v1/responses/<response_id>")
+def retrieve_response(response_id: str):
+    """A stored response (``VLLM_ENABLE_RESPONSES_API_STORE=1``), else 404 as vLLM answers."""
+    store = simulator().response_store
+    found = store.get(response_id) if store is not None else None
+    if found is None:
+        return _not_found(response_id)
+    return json_response(found)
+
+
+@bp.post("/v1/responses/<response_id>/cancel")
+def cancel_response(response_id: str):
+    """vLLM cancels only background responses; every response here ran in the foreground and is
+    finished, so a stored one gets vLLM's 400 ``Cannot cancel a synchronous response.``"""
+    store = simulator().response_store
+    if store is None or store.get(response_id) is None:
+        return _not_found(response_id)
+    return error_response(APIError("Cannot cancel a synchronous response.", 400))

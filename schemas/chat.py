@@ -95,6 +95,9 @@ class SamplingSchema(SamplingKnobsSchema):
     return_tokens_as_token_ids = StrictBool()
     truncate_prompt_tokens = StrictInt()
     truncation_side = fields.String()
+    include_stop_str_in_output = StrictBool()
+    structured_outputs = fields.Dict()
+    thinking_token_budget = StrictInt()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):
@@ -114,6 +117,8 @@ class ChatCompletionRequestSchema(SamplingSchema):
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()
+    include_reasoning = StrictBool()
+    reasoning_effort = fields.String()
 
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):

@@ -191,7 +191,7 @@ class HubEmitter:
             else:                                  # nothing due yet: back on the schedule
                 self._start_schedule(schedule)
             return
-        if not self._send(data):
+        if data and not self._send(data):       # b"": tokens that send nothing (reasoning markers)
             return
         if schedule.next >= schedule.stop:
             self._stop_timer()

@@ -424,7 +424,7 @@ def test_cli_help_and_bad_flag():
     assert r.returncode == 0 and "--max-num-seqs" in r.stdout and "--time-to-first-token" in r.stdout
     r = subprocess.run([sys.executable, str(ROOT / "app.py"), "--max-num-seqs", "0"], capture_output=True, text=True,
                        timeout=60)
-    assert r.returncode != 0 and r.stderr.strip().splitlines() == ["error: max num seqs cannot be less than 1"]
+    assert r.returncode != 0 and r.stderr.strip().splitlines() == ["error: --max-num-seqs: max num seqs cannot be less than 1"]
 
 
 def test_data_parallel_ranks_are_separate_engines(live_client):

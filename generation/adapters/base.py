@@ -208,11 +208,19 @@ def system_fingerprint(cfg) -> str:
 
 # ---- usage ------------------------------------------------------------------------------------------
 
-def usage(prompt: int, completion: int, cached: int | None = None) -> dict:
+_NO_DETAILS = object()
+
+
+def usage(prompt: int, completion: int, cached: int | None = None, details=_NO_DETAILS) -> dict:
     """OpenAI usage; ``prompt_tokens_details`` is ``{"cached_tokens": cached}``, or null when
-    ``cached`` is None."""
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
+    ``cached`` is None; ``details`` (when given) is ``completion_tokens_details``:
+    ``{"reasoning_tokens": n}`` with ``--reasoning-parser``, None (JSON null) without, as vLLM's
+    UsageInfo on chat and completions."""
+    out = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+           "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
+    if details is not _NO_DETAILS:
+        out["completion_tokens_details"] = details
+    return out
 
 
 def usage_details(sim) -> str | None:
@@ -226,19 +234,20 @@ def usage_details(sim) -> str | None:
     return "cached" if sim.config.enable_prompt_tokens_details else "always"
 
 
-def request_usage(seqs, details: str | None = None) -> dict:
+def request_usage(seqs, prompt_details: str | None = None, details=_NO_DETAILS) -> dict:
     """Usage over all choices: each distinct prompt counted once, completions summed;
-    ``details`` from :func:`usage_details`.  A cache-threshold answer has null details."""
+    ``prompt_details`` from :func:`usage_details`, ``details`` see :func:`usage`.  A
+    cache-threshold answer has null prompt details."""
     prompts = {}
     for s in seqs:
         prompts.setdefault(s.prompt_index, (s.prompt_len, s.cached_tokens))
     p = sum(v[0] for v in prompts.values())
     cached = sum(v[1] for v in prompts.values())
     c = sum(s.completion_tokens for s in seqs)
-    if details is None or (details == "cached" and not cached) or \
+    if prompt_details is None or (prompt_details == "cached" and not cached) or \
             all(s.finish_reason == "cache_threshold" for s in seqs):
-        return usage(p, c)
-    return usage(p, c, cached)
+        return usage(p, c, None, details)
+    return usage(p, c, cached, details)
 
 
 # ---- pre-rendered OpenAI chunk frames ---------------------------------------------------------------
@@ -296,22 +305,29 @@ class PieceChunks(dict):
 class ChunkFrame:
     """Pre-rendered pieces of an OpenAI chunk stream (chat and completions), so that per token
     only the piece is serialised: ``heads[i]`` opens a chunk for choice ``i`` up to its index,
-    ``tail(n)`` closes a chunk after ``n`` more generated tokens (with the running usage when
-    ``stream_options.continuous_usage_stats`` is on, else the constant :data:`CHUNK_END`)."""
+    ``tail(n, i)`` closes a chunk of choice ``i`` after ``n`` more of its generated tokens (with
+    the running usage when ``stream_options.continuous_usage_stats`` is on, else the constant
+    :data:`CHUNK_END`).  The running usage is the choice's own, as vLLM reports it per choice:
+    its prompt's tokens and the tokens that choice generated so far."""
 
     def __init__(self, chunk_id: str, obj: str, model: str, seqs, continuous: bool):
         self.envelope = (b'data: {"id":' + dumps(chunk_id) + b',"object":"' + obj.encode() + b'","created":' +
                          str(int(time.time())).encode() + b',"model":' + dumps(model) + b',"choices":[')
         self.heads = [self.envelope + b'{"index":' + str(s.index).encode() for s in seqs]
         self.continuous = continuous
-        self.prompt_tokens = sum({s.prompt_index: s.prompt_len for s in seqs}.values())
-        self.completion_tokens = 0
+        self.prompt_tokens = [s.prompt_len for s in seqs]
+        self.completion_tokens = [0] * len(seqs)
 
-    def tail(self, generated: int = 0) -> bytes:
+    def count(self, i: int, generated: int = 1) -> None:
+        """Count tokens of choice ``i`` that produce no chunk (reasoning markers, hidden
+        reasoning) in its running usage."""
+        self.completion_tokens[i] += generated
+
+    def tail(self, generated: int = 0, i: int = 0) -> bytes:
         if not self.continuous:
             return CHUNK_END
-        self.completion_tokens += generated
-        p, c = self.prompt_tokens, self.completion_tokens
+        self.completion_tokens[i] += generated
+        p, c = self.prompt_tokens[i], self.completion_tokens[i]
         return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}) + CHUNK_END
 
     def usage_chunk(self, usage_obj: dict) -> bytes:

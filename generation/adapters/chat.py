@@ -22,9 +22,11 @@ from .base import (CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, Chun
                    due_items)
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features
+from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
 from .fields import check_openai_fields, tokens_as_ids
 from .protocol import ChatCompletionRequest
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 
 class ChatAdapter(Adapter):
@@ -50,6 +52,7 @@ class ChatAdapter(Adapter):
         if b.tools is None and b.tool_choice is not None and b.tool_choice != "none":
             raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
         check_tools(sim, b.tools, b.tool_choice, b.response_format)
+        constraint = structured_constraint(sim, b.structured_outputs)
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
         ignore_eos = bool(b.ignore_eos)
@@ -64,9 +67,10 @@ class ChatAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [], **chat_options(b))], n=n,
             max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
             tools=b.tools, tool_choice=b.tool_choice,
-            response_format=b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
+            response_format=constraint or b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
-            max_tool_calls=1 if b.parallel_tool_calls is False else None)
+            max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
+            reasoning=chat_reasoning(sim, b))
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:
@@ -86,7 +90,7 @@ class ChatAdapter(Adapter):
     def render(self, seqs) -> dict:
         b = self.body
         out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim),
-                          tokens_as_ids(self.sim, b))
+                          tokens_as_ids(self.sim, b), self.sim.reasoning is not None)
         out["system_fingerprint"] = system_fingerprint(self.sim.config)
         if self.sim.config.mm_encoder_only:
             ec = chat_ec_transfer_params(b.messages or [], seqs[0].prompt_len)
@@ -104,7 +108,7 @@ class ChatAdapter(Adapter):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
-                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b))
+                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None)
         if b.return_token_ids:
             return with_prompt_token_ids(body, seqs[0].prompt.ids)
         return body
@@ -126,30 +130,57 @@ def tool_calls_json(seq) -> list:
             for i, tc in enumerate(seq.tool_calls)]
 
 
+def named_choice(req: GenerationRequest) -> bool:
+    """Whether ``tool_choice`` names one function (``{"type": "function", ...}``)."""
+    tc = req.tool_choice
+    return isinstance(tc, dict) and tc.get("type", "function") == "function"
+
+
+def finish_reason(req: GenerationRequest, seq) -> str:
+    """A choice's chat ``finish_reason``: a named ``tool_choice`` ends with ``"stop"``, as vLLM
+    and OpenAI end a forced call (``"tool_calls"`` is for calls the model chose to make)."""
+    if seq.tool_calls and seq.finish_reason == "tool_calls" and named_choice(req):
+        return "stop"
+    return seq.finish_reason
+
+
 def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, details: str | None = None,
-                as_ids: bool = False) -> dict:
-    """The ``chat.completion`` body; ``as_ids``: logprob tokens named ``token_id:N``."""
+                as_ids: bool = False, parser: bool = False) -> dict:
+    """The ``chat.completion`` body; ``as_ids``: logprob tokens named ``token_id:N``.  Each message
+    carries ``reasoning`` (its text; null without a reasoning span or when hidden by
+    ``include_reasoning: false``); ``parser``: ``--reasoning-parser`` is set, so the usage has
+    ``completion_tokens_details.reasoning_tokens`` (null otherwise), as vLLM 0.33 reports them."""
     choices = []
+    include = req.reasoning is None or req.reasoning.include
     for s in seqs:
+        span = s.reasoning_span
         if s.tool_calls:
-            content = [IMAGE_PART] if req.send_image else None       # the reference: the image only
+            if req.send_image:
+                content = [IMAGE_PART]                   # the reference: the image only
+            else:
+                content = "" if named_choice(req) else None    # vLLM: "" for a named call
             message = {"role": "assistant", "content": content, "tool_calls": tool_calls_json(s)}
             logprobs = None
         else:
-            content = s.output_text()
+            text = content_text(s)
+            content = text if text or span is None else None
             if req.send_image:             # --omni: structured content, text then the image
-                content = [{"type": "text", "text": content}, IMAGE_PART]
+                content = [{"type": "text", "text": content or ""}, IMAGE_PART]
             message = {"role": "assistant", "content": content, "tool_calls": []}
+            first = 0 if span is None else span[2]
             if not want_logprobs:
                 logprobs = None
             elif as_ids:
-                logprobs = {"content": [lp.token_id_entry(t, k, top) for k, t in enumerate(s.ids)]}
+                logprobs = {"content": [lp.token_id_entry(t, j, top) for j, t in enumerate(s.ids[first:])]}
             else:
-                logprobs = lp.chat_logprobs(s.pieces, top)
+                logprobs = lp.chat_logprobs(s.pieces[first:], top)
+        message["reasoning"] = reasoning_text(s) if include else None      # vLLM 0.33: always there
         choices.append({"index": s.index, "message": message, "logprobs": logprobs,
-                        "finish_reason": s.finish_reason, "stop_reason": s.stop_reason})
+                        "finish_reason": finish_reason(req, s), "stop_reason": s.stop_reason})
+    completion_details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
     out = {"id": f"chatcmpl-{req.request_id}", "object": "chat.completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs, details), "prompt_logprobs": None}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, completion_details),
+           "prompt_logprobs": None}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -161,21 +192,25 @@ _IMAGE_PART = dumps(IMAGE_PART)
 _PLAIN_REST = PieceChunks(b',"delta":{"content":', b'},"logprobs":null,"finish_reason":null' + CLOSE)
 
 
-def finish_fields(seq) -> bytes:
-    """A choice's closing fields: ``,"finish_reason":...,"stop_reason":...``."""
-    return b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
+def finish_fields(req: GenerationRequest, seq) -> bytes:
+    """A choice's closing fields: ``,"finish_reason":...,"stop_reason":...`` (:func:`finish_reason`)."""
+    return b',"finish_reason":' + dumps(finish_reason(req, seq)) + b',"stop_reason":' + dumps(seq.stop_reason)
 
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
-                want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False):
+                want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
+                parser: bool = False):
     """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
     carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
     chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
     token only the piece is serialised.  ``token_ids``: each token chunk's choice carries its
     ``token_ids`` delta (vLLM's ``return_token_ids``); ``as_ids``: logprob tokens named
-    ``token_id:N`` (``return_tokens_as_token_ids``)."""
+    ``token_id:N`` (``return_tokens_as_token_ids``).  Reasoning tokens stream as
+    ``delta.reasoning``; the parser's markers (and reasoning hidden by ``include_reasoning:
+    false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
+    include_reasoning = req.reasoning is None or req.reasoning.include
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     started = [False] * len(seqs)
@@ -186,12 +221,12 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
 
     def role_chunk(i: int) -> bytes:
         return (heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,'
-                b'"finish_reason":null}]' + tail())
+                b'"finish_reason":null}]' + tail(0, i))
 
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST; about 4x fewer bytes copied per chunk).
     image = req.send_image               # --omni: text as content parts, then an image chunk per choice
-    plain = not (want_logprobs or token_ids or continuous or image)
+    plain = not (want_logprobs or token_ids or continuous or image or any(s.reasoning_span for s in seqs))
     blocks = plain and not any(s.tool_calls for s in seqs)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
 
@@ -203,8 +238,20 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 return heads[i] + (get_rest(piece) or render_rest(piece))
             fin = b',"finish_reason":null'
         else:
-            fin = finish_fields(seq)
-        end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
+            fin = finish_fields(req, seq)
+        span = seq.reasoning_span
+        if span is not None and k < span[2]:
+            if not (include_reasoning and span[0] <= k < span[1]):
+                if continuous:
+                    frame.count(i)
+                if k == lasts[i]:             # the answer ends here: its finish still goes out
+                    return heads[i] + b',"delta":{},"logprobs":null' + fin + b"}]" + tail(0, i)
+                return b""                    # a marker, or reasoning not returned: no delta
+            end = b"}]" + tail(1, i) if continuous else CLOSE
+            if token_ids:
+                end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
+            return heads[i] + b',"delta":{"reasoning":' + dumps(piece) + b'},"logprobs":null' + fin + end
+        end = b"}]" + tail(1, i) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
         if seq.tool_calls:
@@ -260,8 +307,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             continue
         if not started[i] and seq.finish_reason != "cache_threshold":
             put(role_chunk(i))
-        put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(seq) + b'}]' + tail())
+        put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) + b'}]' + tail(0, i))
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs, usage_details(sim))))
+        details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), details)))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

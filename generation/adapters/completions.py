@@ -21,6 +21,7 @@ from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks
 from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, tokens_as_ids, truncate_prompts,
                      vocab_size)
 from .protocol import CompletionRequest
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 
 class CompletionsAdapter(Adapter):
@@ -55,7 +56,8 @@ class CompletionsAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=prompts, n=n,
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
-            force_cache_threshold=force_cache_threshold)
+            force_cache_threshold=force_cache_threshold, response_format=structured_constraint(sim, b.structured_outputs),
+            reasoning=chat_reasoning(sim, b), **sampling_semantics(b))
         return self.req
 
     def _work(self, tokens: int, prompt_tokens: int = 0) -> tuple[int, str, str]:
@@ -170,7 +172,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
         choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
                         "stop_reason": s.stop_reason, "prompt_logprobs": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs, details)}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, None)}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -230,7 +232,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             logprobs = dumps(d)
         else:
             logprobs = b"null"
-        end = b"}]" + tail(1) if continuous else CLOSE     # "}]" closes the choices
+        end = b"}]" + tail(1, i) if continuous else CLOSE     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
@@ -254,8 +256,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         text, d = echoes.pop(seq.index, ("", None))
         put(heads[seq.index] + b',"text":' + dumps(text) + b',"logprobs":' + (b"null" if d is None else dumps(d)) +
             b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
-            b'}]' + tail())
+            b'}]' + tail(0, seq.index))
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs, usage_details(sim))))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), None)))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

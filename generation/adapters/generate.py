@@ -17,6 +17,7 @@ from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_tr
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
                      vocab_size)
 from .protocol import GenerateRequest, SamplingParams
+from .sampling import sampling_semantics
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
 
@@ -64,7 +65,8 @@ class GenerateAdapter(Adapter):
             prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
-            min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv)
+            min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv,
+            **sampling_semantics(sp))
         return self.req
 
     def _work(self, tokens: int) -> tuple[int, str, str]:

@@ -19,6 +19,8 @@ import json
 from generation.engine.request import GenerationRequest
 from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
+from .sampling import anthropic_constraint, anthropic_reasoning
+from generation.content.reasoning import content_text, reasoning_text, signature
 
 # finish_reason -> stop_reason (api.md 5.4.2; cache_threshold reads as a cut-short answer).
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "cache_threshold": "max_tokens",
@@ -36,6 +38,8 @@ class MessagesAdapter(Adapter):
         tools = to_chat_tools(b.tools)
         tool_choice = to_chat_tool_choice(b.tool_choice)
         check_tools(sim, tools, tool_choice, None)
+        reasoning = anthropic_reasoning(sim, b.thinking, b.output_config)
+        constraint = anthropic_constraint(sim, b.output_config)
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos)
         stream = bool(b.stream)
@@ -47,7 +51,8 @@ class MessagesAdapter(Adapter):
             max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
-            max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None)
+            max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None,
+            response_format=constraint, temperature=b.temperature, reasoning=reasoning)
         return self.req
 
     def render(self, seqs) -> dict:
@@ -209,14 +214,26 @@ def _stop_reason(seq, stop_sequence) -> str:
     return _STOP_REASONS.get(seq.finish_reason, "end_turn")
 
 
+def _thinking_block(req, seq) -> dict | None:
+    """The ``thinking`` block of an answer with a reasoning span (vLLM with
+    ``--reasoning-parser``): its text and an opaque ``signature``."""
+    text = reasoning_text(seq)
+    if text is None:
+        return None
+    return {"type": "thinking", "thinking": text, "signature": signature(req.request_id, text)}
+
+
 def render_message(req, seq, stop_sequence) -> dict:
-    """Non-streaming ``message`` object."""
+    """Non-streaming ``message`` object: a ``thinking`` block first when the answer reasons."""
+    thinking = _thinking_block(req, seq)
     if seq.tool_calls:
         content = [{"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"],
                     "input": json.loads(tc["arguments"] or "{}")} for tc in seq.tool_calls]
     else:
-        text = seq.output_text()
+        text = content_text(seq)
         content = [{"type": "text", "text": text}] if text else []
+    if thinking is not None:
+        content.insert(0, thinking)
     return {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
             "content": content, "stop_reason": _stop_reason(seq, stop_sequence), "stop_sequence": stop_sequence,
             "usage": _usage(seq, seq.completion_tokens)}
@@ -227,57 +244,86 @@ def _frame(name: str, obj) -> bytes:
 
 
 _PING = _frame("ping", {"type": "ping"})
-_TEXT_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-               b'"delta":{"type":"text_delta","text":')
+
+
+def _delta(index: int, delta: dict) -> bytes:
+    return _frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
 
 def stream_message(sim, req, seq, stop_sequence):
     """SSE body in Anthropic's event order.  ``message_start`` goes out at once (Anthropic sends
-    it before the first token); per text token only the piece is serialised.  ``message_delta``
-    carries the whole usage, input tokens included (as vLLM and Anthropic send it; LangChain's
-    ChatAnthropic reads usage only there)."""
+    it before the first token).  An answer with a reasoning span opens with a ``thinking`` block
+    (index 0): ``thinking_delta`` per reasoning token, then one ``signature_delta`` before its
+    ``content_block_stop``; the parser's markers send nothing.  Text (``text_delta``) or
+    ``tool_use`` blocks (``input_json_delta``) follow.  ``message_delta`` carries the whole
+    usage, input tokens included (as vLLM and Anthropic send it; LangChain's ChatAnthropic reads
+    usage only there)."""
     start = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0)}
     yield _frame("message_start", {"type": "message_start", "message": start})
     calls = seq.tool_calls
-    text_block = not calls and bool(seq.pieces)
-    if text_block:
-        yield _frame("content_block_start", {"type": "content_block_start", "index": 0,
-                                             "content_block": {"type": "text", "text": ""}})
-    yield _PING
+    span = seq.reasoning_span
+    base = 1 if span is not None else 0          # index of the first text / tool_use block
+    c0 = span[2] if span is not None else 0
+    text_block = not calls and len(seq.pieces) > c0
+    first = b""
+    if span is not None:
+        first = _frame("content_block_start", {"type": "content_block_start", "index": 0,
+                                                "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+    elif text_block:
+        first = _frame("content_block_start", {"type": "content_block_start", "index": 0,
+                                                "content_block": {"type": "text", "text": ""}})
+    yield first + _PING
     opened = 0          # number of tool_use blocks started so far
+    thinking_open = span is not None
+    text_head = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":' +
+                 str(base).encode() + b',"delta":{"type":"text_delta","text":')
+
+    def close_thinking() -> bytes:
+        text = reasoning_text(seq)
+        out = (_delta(0, {"type": "signature_delta", "signature": signature(req.request_id, text)}) +
+               _frame("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        if text_block:
+            out += _frame("content_block_start", {"type": "content_block_start", "index": base,
+                                                   "content_block": {"type": "text", "text": ""}})
+        return out
 
     def open_call(c: int):
         out = b""
         if c > 0:
-            out += _frame("content_block_stop", {"type": "content_block_stop", "index": c - 1})
+            out += _frame("content_block_stop", {"type": "content_block_stop", "index": base + c - 1})
         tc = calls[c]
         return out + _frame("content_block_start", {
-            "type": "content_block_start", "index": c,
+            "type": "content_block_start", "index": base + c,
             "content_block": {"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"], "input": {}}})
 
     call_of = seq.tool_call_of_piece() if calls else None
     for _, k in sim.stream([seq]):
         piece = seq.pieces[k]
+        if k < c0:
+            if span[0] <= k < span[1]:
+                yield _delta(0, {"type": "thinking_delta", "thinking": piece})
+            continue                            # a marker: no event
+        out = b""
+        if thinking_open:
+            thinking_open = False
+            out = close_thinking()
         if calls:
             c = call_of[k]
-            out = b""
             while opened <= c:
                 out += open_call(opened)
                 opened += 1
-            yield out + _frame("content_block_delta", {"type": "content_block_delta", "index": c,
-                                                       "delta": {"type": "input_json_delta",
-                                                                 "partial_json": piece}})
+            yield out + _delta(base + c, {"type": "input_json_delta", "partial_json": piece})
         else:
-            yield _TEXT_DELTA + dumps(piece) + b"}}\n\n"
-    out = b""
+            yield out + text_head + dumps(piece) + b"}}\n\n"
+    out = close_thinking() if thinking_open else b""
     if calls:
         while opened < len(calls):          # calls without argument tokens
             out += open_call(opened)
             opened += 1
-        out += _frame("content_block_stop", {"type": "content_block_stop", "index": len(calls) - 1})
+        out += _frame("content_block_stop", {"type": "content_block_stop", "index": base + len(calls) - 1})
     elif text_block:
-        out += _frame("content_block_stop", {"type": "content_block_stop", "index": 0})
+        out += _frame("content_block_stop", {"type": "content_block_stop", "index": base})
     out += _frame("message_delta", {"type": "message_delta",
                                     "delta": {"stop_reason": _stop_reason(seq, stop_sequence),
                                               "stop_sequence": stop_sequence},

@@ -60,6 +60,9 @@ class OpenAISampling(SamplingKnobs):
     return_tokens_as_token_ids: bool | None = None
     truncate_prompt_tokens: int | None = None
     truncation_side: str | None = None
+    include_stop_str_in_output: bool | None = None
+    structured_outputs: dict | None = None       # vLLM 0.33 StructuredOutputsParams (json, regex, ...)
+    thinking_token_budget: int | None = None
 
 
 @dataclass
@@ -84,6 +87,8 @@ class ChatCompletionRequest(ChatTemplateOptions, OpenAISampling):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     response_format: dict | None = None
+    include_reasoning: bool | None = None
+    reasoning_effort: str | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ cut short, as OpenAI ends such a stream).  Errors use the OpenAI envelope.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import asdict
 
@@ -38,6 +39,8 @@ from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest
 from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools, dumps
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
+from .sampling import responses_reasoning
+from generation.content.reasoning import content_text, reasoning_text
 
 
 class ResponsesAdapter(Adapter):
@@ -66,15 +69,25 @@ class ResponsesAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
-            max_tool_calls=1 if tool_turn else None)
+            max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
+            reasoning=responses_reasoning(sim, b.reasoning))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0)
+        self.ctx.store = getattr(sim, "response_store", None) is not None and b.store is not False
         return self.req
 
     def render(self, seqs) -> dict:
-        return render_response(self.ctx, seqs[0])
+        out = render_response(self.ctx, seqs[0])
+        self._store(out)
+        return out
 
     def stream(self, seqs):
         return stream_response(self.sim, self.ctx, seqs[0])
+
+    def _store(self, response: dict) -> None:
+        """Keep a finished response for ``GET /v1/responses/{id}`` when the server stores them
+        (``VLLM_ENABLE_RESPONSES_API_STORE=1``) and the request did not say ``store: false``."""
+        if self.ctx.store:
+            self.sim.response_store.put(response)
 
     def stream_error(self, body: dict) -> bytes:
         err = body["error"]
@@ -121,7 +134,7 @@ OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
 NAMESPACE_SEP = "__"       # vLLM's flat_namespace_tool_name: "<namespace>__<name>"
 
 
-def reasoning_text(item: dict) -> str:
+def reasoning_item_text(item: dict) -> str:
     """A reasoning item's text as vLLM reads it: its first ``content`` part, else its first
     ``summary`` part, else ""."""
     for key in ("content", "summary"):
@@ -161,7 +174,7 @@ def to_chat_messages(inp) -> list:
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [_tool_call(item)]})
         elif t == "reasoning":
-            out.append({"role": "assistant", "content": None, "reasoning": reasoning_text(item)})
+            out.append({"role": "assistant", "content": None, "reasoning": reasoning_item_text(item)})
         elif t in OUTPUT_ITEMS:
             out.append({"role": "tool", "tool_call_id": item.get("call_id") or "",
                         "content": _chat_content(item["output"])})
@@ -181,7 +194,7 @@ def echo_text(inp) -> str:
     if t in ("function_call", "custom_tool_call"):
         return f"{item['name']}({item['arguments'] if t == 'function_call' else item['input']})"
     if t == "reasoning":
-        return reasoning_text(item)
+        return reasoning_item_text(item)
     if t not in ("message",) + OUTPUT_ITEMS:
         return ""
     content = item["content"] if t == "message" else item["output"]
@@ -284,7 +297,7 @@ def to_response_format(text_cfg) -> dict | None:
 
 class _Ctx:
     """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
-    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n")
+    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store")
 
     def __init__(self, body: ResponsesRequest, req, want_logprobs, top):
         self.body = body
@@ -300,6 +313,7 @@ class _Ctx:
         if not self.text_format:
             self.text_format = {"type": "text"}
         self.n = 0
+        self.store = False
 
     def event(self, type_: str, payload: dict) -> bytes:
         """One named SSE event with the next ``sequence_number``."""
@@ -324,8 +338,10 @@ def base_response(ctx: _Ctx, status: str) -> dict:
             "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
             "max_tool_calls": None, "model": ctx.req.model, "output": [],
             "parallel_tool_calls": _or(d.parallel_tool_calls, True),
-            "previous_response_id": d.previous_response_id, "reasoning": None,
-            "service_tier": "default", "store": False, "temperature": _or(d.temperature, 1.0),
+            "previous_response_id": d.previous_response_id,
+            "reasoning": {"effort": d.reasoning.get("effort"), "summary": d.reasoning.get("summary")}
+            if isinstance(d.reasoning, dict) else None,
+            "service_tier": "default", "store": ctx.store, "temperature": _or(d.temperature, 1.0),
             "text": {"format": ctx.text_format}, "tool_choice": _or(d.tool_choice, "auto"),
             "tools": ctx.tools, "top_logprobs": _or(d.top_logprobs, 0), "top_p": _or(d.top_p, 1.0),
             "truncation": _or(d.truncation, "disabled"), "usage": None, "user": d.user,
@@ -334,11 +350,13 @@ def base_response(ctx: _Ctx, status: str) -> dict:
 
 def _usage(seq) -> dict:
     p, c = seq.prompt_len, seq.completion_tokens
+    span = seq.reasoning_span
+    r = span[1] - span[0] if span is not None else 0
     # every field the openai SDK's ResponseUsage requires (cache_write_tokens in current SDKs):
     # nothing is ever written to a prompt cache on request here
     return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": seq.cached_tokens},
             "output_tokens": c,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": p + c}
+            "output_tokens_details": {"reasoning_tokens": r}, "total_tokens": p + c}
 
 
 def _incomplete_reason(seq) -> str | None:
@@ -376,6 +394,14 @@ def _text_part(text: str, logprobs=...) -> dict:
     return part
 
 
+def _reasoning_item(ctx: _Ctx, text: str | None, status: str | None = None) -> dict:
+    """vLLM's reasoning output item: the reasoning as one ``reasoning_text`` part (no summary;
+    ``content`` empty while it streams)."""
+    return {"id": f"rs_{ctx.req.request_id}", "type": "reasoning", "summary": [],
+            "content": [] if text is None else [{"type": "reasoning_text", "text": text}],
+            "encrypted_content": None, "status": status}
+
+
 def _message_item(ctx: _Ctx, status: str, content: list) -> dict:
     return {"id": f"msg_{ctx.req.request_id}", "type": "message", "role": "assistant", "status": status,
             "content": content}
@@ -383,7 +409,9 @@ def _message_item(ctx: _Ctx, status: str, content: list) -> dict:
 
 def _logprobs(ctx: _Ctx, seq) -> list:
     top = ctx.top
-    return [lp.responses_entry(p, i, top) for i, p in enumerate(seq.pieces)]
+    span = seq.reasoning_span
+    pieces = seq.pieces if span is None else seq.pieces[span[2]:]
+    return [lp.responses_entry(p, i, top) for i, p in enumerate(pieces)]
 
 
 def render_response(ctx: _Ctx, seq) -> dict:
@@ -395,9 +423,11 @@ def render_response(ctx: _Ctx, seq) -> dict:
     if seq.tool_calls:
         out["output"] = [_call_item(ctx, tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
     else:
-        part = (_text_part(seq.output_text(), _logprobs(ctx, seq)) if ctx.want_logprobs
-                else _text_part(seq.output_text()))
+        text = content_text(seq)
+        part = (_text_part(text, _logprobs(ctx, seq)) if ctx.want_logprobs else _text_part(text))
         out["output"] = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
+    if seq.reasoning_span is not None:
+        out["output"].insert(0, _reasoning_item(ctx, reasoning_text(seq)))
     out["usage"] = _usage(seq)
     return out
 
@@ -409,45 +439,85 @@ def stream_response(sim, ctx: _Ctx, seq):
     r0 = base_response(ctx, "in_progress")
     yield ev("response.created", {"response": r0}) + ev("response.in_progress", {"response": r0})
     calls = seq.tool_calls
+    tokens = sim.stream([seq])
+    oi = 0                     # output_index of the answer's item
+    if seq.reasoning_span is not None:
+        tokens = yield from _stream_reasoning(ctx, seq, tokens)
+        oi = 1
     if calls:
         tc = calls[0]
         item_id = call_ids(tc["id"])[0]
-        yield ev("response.output_item.added", {"output_index": 0, "item": _call_item(ctx, tc, "in_progress", "")})
+        yield ev("response.output_item.added", {"output_index": oi, "item": _call_item(ctx, tc, "in_progress", "")})
         head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
                 b'"response.function_call_arguments.delta","sequence_number":')
-        mid = b',"item_id":' + dumps(item_id) + b',"output_index":0,"delta":'
-        for _, k in sim.stream([seq]):
+        mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"delta":'
+        for _, k in tokens:
             if tc["start"] <= k < tc["end"]:
                 yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
                 ctx.n += 1
         done = _call_item(ctx, tc, "completed", tc["arguments"])
         yield (ev("response.function_call_arguments.done",
-                  {"item_id": item_id, "output_index": 0, "name": done["name"], "arguments": tc["arguments"]}) +
-               ev("response.output_item.done", {"output_index": 0, "item": done}))
+                  {"item_id": item_id, "output_index": oi, "name": done["name"], "arguments": tc["arguments"]}) +
+               ev("response.output_item.done", {"output_index": oi, "item": done}))
     else:
         want = ctx.want_logprobs
         msg_id = f"msg_{ctx.req.request_id}"
-        ids = {"item_id": msg_id, "output_index": 0, "content_index": 0}
-        yield (ev("response.output_item.added", {"output_index": 0,
+        ids = {"item_id": msg_id, "output_index": oi, "content_index": 0}
+        yield (ev("response.output_item.added", {"output_index": oi,
                                                   "item": _message_item(ctx, "in_progress", [])}) +
                ev("response.content_part.added", {**ids, "part": _text_part("", []) if want else _text_part("")}))
         head = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
                 b'"sequence_number":')
-        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":0,"content_index":0,"delta":'
+        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":' + str(oi).encode() + b',"content_index":0,"delta":'
         top = ctx.top
-        for _, k in sim.stream([seq]):
+        c0 = seq.reasoning_span[2] if seq.reasoning_span is not None else 0
+        for _, k in tokens:
             piece = seq.pieces[k]
-            lps = (b"[" + dumps(lp.responses_entry(piece, k, top)) + b"]") if want else b"[]"
+            lps = (b"[" + dumps(lp.responses_entry(piece, k - c0, top)) + b"]") if want else b"[]"
             yield head + str(ctx.n).encode() + mid + dumps(piece) + b',"logprobs":' + lps + b"}\n\n"
             ctx.n += 1
-        text = seq.output_text()
+        text = content_text(seq)
         status = "incomplete" if _incomplete_reason(seq) else "completed"
         # Placement of logprobs after the deltas follows the reference (api.md 7.4).
         done_part = _text_part(text, None) if want else _text_part(text)
         yield (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
                ev("response.content_part.done", {**ids, "part": done_part}) +
-               ev("response.output_item.done", {"output_index": 0,
+               ev("response.output_item.done", {"output_index": oi,
                                                  "item": _message_item(ctx, status, [done_part])}))
     final = render_response(ctx, seq)
+    if ctx.store:
+        sim.response_store.put(final)
     # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
     yield ev("response.incomplete" if final["status"] == "incomplete" else "response.completed", {"response": final})
+
+
+def _stream_reasoning(ctx: _Ctx, seq, tokens):
+    """The reasoning item's events (vLLM's order: ``response.output_item.added``,
+    ``response.reasoning_part.added``, ``response.reasoning_text.delta`` per reasoning token,
+    ``response.reasoning_text.done``, ``response.reasoning_part.done``,
+    ``response.output_item.done``), drawing the reasoning tokens from ``tokens``; the parser's
+    markers send nothing.  Returns (``yield from``) the iterator of the answer's tokens."""
+    ev = ctx.event
+    r0, r1, c0 = seq.reasoning_span
+    rid = f"rs_{ctx.req.request_id}"
+    ids = {"item_id": rid, "output_index": 0, "content_index": 0}
+    yield (ev("response.output_item.added", {"output_index": 0, "item": _reasoning_item(ctx, None, "in_progress")}) +
+           ev("response.reasoning_part.added", {**ids, "part": {"type": "reasoning_text", "text": ""}}))
+    head = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
+            b'"sequence_number":')
+    mid = b',"item_id":' + dumps(rid) + b',"output_index":0,"content_index":0,"delta":'
+    tokens = iter(tokens)
+    first = None
+    for item in tokens:
+        k = item[1]
+        if k >= c0:
+            first = item
+            break
+        if r0 <= k < r1:
+            yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
+            ctx.n += 1
+    text = reasoning_text(seq)
+    yield (ev("response.reasoning_text.done", {**ids, "text": text}) +
+           ev("response.reasoning_part.done", {**ids, "part": {"type": "reasoning_text", "text": text}}) +
+           ev("response.output_item.done", {"output_index": 0, "item": _reasoning_item(ctx, text, "completed")}))
+    return itertools.chain((first,), tokens) if first is not None else tokens

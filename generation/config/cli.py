@@ -21,6 +21,16 @@ class _OneLineParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Boolean switches shown as they are used, without a value (``--omni``, not ``--omni BOOL``);
+    ``--omni=false`` and ``--no-omni`` still turn them off."""
+
+    def _format_action_invocation(self, action):
+        if action.metavar == "BOOL" and action.option_strings:
+            return ", ".join(action.option_strings)
+        return super()._format_action_invocation(action)
+
+
 def _default_text(o: Option) -> str:
     """The default as the help text and the README show it."""
     if o.name == "seed":
@@ -37,7 +47,9 @@ def _default_text(o: Option) -> str:
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command line: ``[serve] [MODEL] [--flag value ...]``, generated from OPTIONS."""
     p = _OneLineParser(prog=prog, usage="%(prog)s [serve] [MODEL] [--flag VALUE ...]", description="vLLM simulator: serves vLLM's OpenAI-compatible API with "
-                       "simulated generation.", argument_default=argparse.SUPPRESS, allow_abbrev=False)
+                       "simulated generation. Boolean switches take no value (--flag); --flag=false or "
+                       "--no-flag turns one off.", argument_default=argparse.SUPPRESS, allow_abbrev=False,
+                       formatter_class=_HelpFormatter)
     p.add_argument("model_tag", nargs="?", metavar="MODEL", help="Model name (as `vllm serve MODEL`); "
                    "overrides --model")
     p.add_argument("--config", help="YAML file whose keys are the flag names")

@@ -35,6 +35,9 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
+# vLLM's --reasoning-parser names the simulator lays out (generation.content.reasoning.PARSERS)
+REASONING_PARSERS = ("qwen3", "deepseek_r1", "deepseek_v3", "glm45", "minimax_m2", "mistral", "granite",
+                     "openai_gptoss")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +91,7 @@ GROUPS = {   # group -> title (vLLM's config class where there is one)
     "tokenizer": "Tokenizer and rendering",
     "dataset": "Response dataset (simulator)",
     "tools": "Tool-call synthesis (simulator)",
+    "reasoning": "Reasoning models (vLLM --reasoning-parser)",
     "faults": "Failure injection (simulator)",
     "metrics": "Metrics",
     "multimodal": "Multimodal",
@@ -262,6 +266,12 @@ _declare("tools",
                 "is set", unit="%"),
          Option("tool-call-extra-call-probability", "int", 45, "Chance of each extra tool call", unit="%"),
          Option("skip-tool-validation", "bool", False, "Do not validate tool schemas"))
+_declare("reasoning",
+         Option("reasoning-parser", "str", "", "Simulate a reasoning model: answers start with a reasoning span "
+                "in the parser's markers, returned as each API's reasoning field (empty: no reasoning)",
+                choices=("",) + REASONING_PARSERS),
+         Option("reasoning-fraction", "float", 0.5, "Share of an answer's tokens spent reasoning (scaled by "
+                "the request's effort; with --reasoning-parser)", maximum=1.0))
 _declare("faults",
          Option("failure-injection-rate", "int", 0, "Requests that fail with an injected error", unit="%",
                 admin=True),
@@ -290,8 +300,11 @@ _declare("environment",
                 env="POD_NAME", cli=False, shown_as="PodName"),
          Option("pod-namespace", "str", "", "Adds the `x-inference-namespace` response header",
                 env="POD_NAMESPACE", cli=False, shown_as="PodNameSpace"),
-         Option("vllm-dev-mode", "bool", False, "`1` enables development routes (/sleep)",
-                env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"))
+         Option("vllm-dev-mode", "bool", False, "`1` enables development routes (/sleep, /reset_prefix_cache, "
+                "/server_info)", env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"),
+         Option("enable-responses-api-store", "bool", False, "`1` keeps Responses-API answers for "
+                "GET /v1/responses/{id}", env="VLLM_ENABLE_RESPONSES_API_STORE", cli=False,
+                shown_as="EnableResponsesApiStore"))
 
 ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
 
@@ -324,7 +337,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "enable-lora-bias": False, "long-lora-scaling-factors": True,
     # tools / reasoning / structured output
     "enable-auto-tool-choice": False, "tool-call-parser": True, "tool-parser-plugin": True,
-    "reasoning-parser": True, "guided-decoding-backend": True, "structured-outputs-config": True,
+    "guided-decoding-backend": True, "structured-outputs-config": True,
     "tool-server": True, "exclude-tools-when-tool-choice-none": False,
     # frontend / logging
     "disable-log-stats": False, "enable-log-requests": False, "enable-log-outputs": False,

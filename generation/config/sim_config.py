@@ -122,6 +122,8 @@ class SimConfig:
             raise ConfigError("max num seqs cannot be less than 1", "max-num-seqs")
         if self.max_waiting_queue_length < 0:
             raise ConfigError("max waiting queue size cannot be less than 0", "max-waiting-queue-length")
+        if not 0.0 <= self.reasoning_fraction <= 1.0:
+            raise ConfigError("reasoning fraction must be between 0 and 1", "reasoning-fraction")
         if self.mode not in ("random", "echo"):
             raise ConfigError(f"invalid mode '{self.mode}', valid values are 'random' and 'echo'", "mode")
         self.validate_latencies()

@@ -74,12 +74,12 @@ def sample_default_length(rng: random.Random, room: int) -> int:
 
 
 class SentenceSource:
-    """Builds random-mode text from the predefined sentences, token by token."""
+    """Builds random-mode text from the predefined sentences (or ``sentences``), token by token."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, sentences=SENTENCES) -> None:
         self.tokenizer = tokenizer
         self.sentences = []
-        for s in SENTENCES:
+        for s in sentences:
             ids, pieces = tokenizer.encode(s)
             self.sentences.append((pieces, ids))
 

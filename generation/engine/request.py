@@ -67,6 +67,12 @@ class GenerationRequest:
     max_tool_calls: int | None = None
     pooling: bool = False           # a pooling request (--runner pooling): no output tokens
     send_image: bool = False        # --omni: the response carries an image (and its latency)
+    # vLLM sampling semantics the simulator honours (see Simulator.request_rng)
+    seed: int | None = None               # the request's own seed: same request, same output
+    temperature: float | None = None      # 0: greedy, the same prompt gives the same answer
+    stop_token_ids: list | None = None     # the output ends after the first of these ids
+    include_stop_str_in_output: bool = False
+    reasoning: Any = None                  # generation.content.reasoning.ReasoningSettings, None: off
 
     @property
     def remote_prefill(self) -> bool:
@@ -88,7 +94,7 @@ class Sequence:
     __slots__ = ("request", "index", "prompt_index", "prompt", "prompt_len", "cached_tokens",
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
-                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req")
+                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -113,8 +119,9 @@ class Sequence:
         self.text = None
         self.kv_blocks = None
         self.kv_hashes = None
-        self.stop_reason = None          # the stop string that ended the output (vLLM's stop_reason)
+        self.stop_reason = None          # the stop string (or token id) that ended the output (vLLM's stop_reason)
         self.engine_req = None           # its EngineRequest in step mode (generation.engine.scheduler)
+        self.reasoning_span = None       # (r0, r1, c0) into pieces (generation.content.reasoning), or None
 
     def tool_call_of_piece(self) -> list:
         """For each piece of ``pieces``, the index of the tool call it belongs to."""
@@ -124,11 +131,12 @@ class Sequence:
                 out[k] = c
         return out
 
-    def cut_at_stop(self, stops) -> str | None:
+    def cut_at_stop(self, stops, include: bool = False) -> str | None:
         """Cut the output before the earliest of ``stops`` (vLLM: the stop string is not
-        returned; on a tie the string listed first wins) and return the matched string, also
-        kept in ``stop_reason``; ``finish_reason`` becomes ``stop``.  No match: None, nothing
-        changes.  ``completion_tokens`` is left to the caller."""
+        returned, unless ``include`` - ``include_stop_str_in_output`` - keeps it; on a tie the
+        string listed first wins) and return the matched string, also kept in ``stop_reason``;
+        ``finish_reason`` becomes ``stop``.  No match: None, nothing changes.
+        ``completion_tokens`` is left to the caller."""
         text = "".join(self.pieces)
         best, cut = None, -1
         for s in stops or ():
@@ -138,6 +146,8 @@ class Sequence:
                     best, cut = s, i
         if best is None:
             return None
+        if include:
+            cut += len(best)
         pieces, ids, pos = [], [], 0
         for piece, tid in zip(self.pieces, self.ids):
             if pos >= cut:
@@ -152,6 +162,20 @@ class Sequence:
         self.finish_reason = "stop"
         self.stop_reason = best
         return best
+
+    def cut_at_token(self, stop_ids) -> int | None:
+        """End the output with the first generated id in ``stop_ids`` (vLLM's
+        ``stop_token_ids``: the stop token is part of the output, ``stop_reason`` is its id,
+        ``finish_reason`` ``stop``).  Returns the id, or None (nothing changes)."""
+        wanted = set(stop_ids or ())
+        for k, tid in enumerate(self.ids):
+            if tid in wanted:
+                self.pieces, self.ids = self.pieces[:k + 1], self.ids[:k + 1]
+                self.text = None
+                self.finish_reason = "stop"
+                self.stop_reason = tid
+                return tid
+        return None
 
     def output_text(self) -> str:
         if self.text is None:

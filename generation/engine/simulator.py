@@ -52,7 +52,7 @@ class Simulator:
     updates apply to later draws)."""
 
     def __init__(self, config, *, rng, tokenizer, sentences, responses, latency, metrics, loras,
-                 tool_synthesizer=None, kv_cache=None, engine=None):
+                 tool_synthesizer=None, kv_cache=None, engine=None, reasoning=None):
         """Parts are built by :func:`app.build_simulator` (one explicit place, as vLLM's
         ``init_app_state``): ``rng`` the seeded ``random.Random`` every draw uses,
         ``tokenizer``, ``sentences`` (random-mode text, also padding for tool calls),
@@ -60,8 +60,9 @@ class Simulator:
         room, ignore_eos) -> (pieces, ids, finish_reason)``, see :mod:`generation.content.sources`),
         ``latency``, ``metrics`` (a :class:`MetricsRecorder`, bound here to read the scheduler's
         state when scraped), ``loras``; optional ``tool_synthesizer``, ``kv_cache``
-        (``--enable-kvcache``) and ``engine`` (a :class:`~generation.engine.step_engine.StepEngine`:
-        ``--latency-calculator step``, engine steps instead of per-request latencies)."""
+        (``--enable-kvcache``), ``engine`` (a :class:`~generation.engine.step_engine.StepEngine`:
+        ``--latency-calculator step``, engine steps instead of per-request latencies) and
+        ``reasoning`` (a :class:`generation.content.reasoning.ReasoningSpans`, ``--reasoning-parser``)."""
         self.config = config
         self.rng = rng
         self.tokenizer = tokenizer
@@ -73,6 +74,8 @@ class Simulator:
         self.tool_synthesizer = tool_synthesizer
         self.kv_cache = kv_cache
         self.engine = engine
+        self.reasoning = reasoning
+        self.response_store = None      # generation.adapters.response_store (VLLM_ENABLE_RESPONSES_API_STORE)
         self.running = 0
         self.running_seqs: set = set()        # for kv_cache_usage_perc without the step engine
         self.waiting: deque[Sequence] = deque()
@@ -202,6 +205,21 @@ class Simulator:
             self._decide_output(req, seq)
         return seqs
 
+    def request_rng(self, req: GenerationRequest, seq: Sequence) -> random.Random:
+        """The generator of ``seq``'s draws (length, text, tool arguments, reasoning).
+
+        vLLM's sampling semantics: a request ``seed`` makes its output reproducible (choice ``i``
+        of ``n`` samples with ``seed + i``, as vLLM's parallel sampling seeds each child), and
+        ``temperature: 0`` is greedy: every choice of the same prompt is the same answer.  Both
+        depend on the prompt's tokens, as a model's output does.  Otherwise the engine's
+        ``--seed`` generator, drawn in arrival order."""
+        if req.temperature is not None and req.temperature == 0:
+            return random.Random(hash((-1, tuple(seq.prompt.ids))))
+        if req.seed is not None:
+            choice = seq.index - seq.prompt_index * req.n
+            return random.Random(hash((req.seed + choice, tuple(seq.prompt.ids))))
+        return self.rng
+
     def _decide_output(self, req: GenerationRequest, seq: Sequence) -> None:
         cfg = self.config
         prompt = seq.prompt
@@ -211,23 +229,36 @@ class Simulator:
             seq.finish_reason = "cache_threshold"
             seq.completion_tokens = 0
             return
+        rng = self.request_rng(req, seq)
+        room = cfg.max_model_len - prompt.length
+        cap = room if req.max_tokens is None else min(req.max_tokens, room)
+        reasoning = self.reasoning if req.reasoning is not None and cfg.mode != "echo" else None
         if (req.tools is not None and req.tool_choice != "none" and self.tool_synthesizer is not None
                 and self.tool_synthesizer.wants_tools(req)):
-            if self.tool_synthesizer.synthesize(req, seq):
+            if self.tool_synthesizer.synthesize(req, seq, rng):
+                if reasoning is not None:
+                    reasoning.apply(seq, rng, req.reasoning, cap, True, keep_all=True)
                 if req.remote_decode:
                     seq.finish_reason = "remote_decode"
                 return
         room = cfg.max_model_len - prompt.length
         seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(
-            self.rng, prompt, req.max_tokens, room, req.ignore_eos)
+            rng, prompt, req.max_tokens, room, req.ignore_eos)
         if len(seq.pieces) < req.min_tokens and cfg.mode != "echo":
             # vLLM's min_tokens: no end of sequence before it; the answer then ends at once
-            seq.pieces, seq.ids, _ = self.responses.respond(self.rng, prompt, min(req.min_tokens, room), room, True)
+            seq.pieces, seq.ids, _ = self.responses.respond(rng, prompt, min(req.min_tokens, room), room, True)
             seq.finish_reason = "length" if len(seq.pieces) >= min(req.max_tokens or room, room) else "stop"
+        structured = False
         if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
-            self.tool_synthesizer.apply_response_format(req, seq)
+            structured = self.tool_synthesizer.apply_response_format(req, seq, rng)
+        if reasoning is not None:
+            reasoning.apply(seq, rng, req.reasoning, cap, seq.finish_reason == "stop", keep_all=structured)
+        if req.stop_token_ids:
+            seq.cut_at_token(req.stop_token_ids)
         if req.stop:
-            seq.cut_at_stop(req.stop)
+            seq.cut_at_stop(req.stop, req.include_stop_str_in_output)
+        if seq.reasoning_span is not None:
+            reasoning.clamp(seq)
         seq.completion_tokens = len(seq.pieces)
         if req.remote_decode:
             seq.finish_reason = "remote_decode"

@@ -292,6 +292,18 @@ class KVCache:
         if self.publisher is not None:
             self.publisher.publish(all_blocks_cleared(self.map_format))
 
+    def reset_prefix_cache(self, reset_running: bool = False) -> bool:
+        """``POST /reset_prefix_cache`` (vLLM's ``BlockPool.reset_prefix_cache``): forget every
+        cached block and announce ``AllBlocksCleared``.  While running requests hold blocks it
+        refuses (returns False, nothing changes), as vLLM does, unless ``reset_running``
+        (vLLM's ``reset_running_requests``): then their blocks are forgotten too."""
+        if self.used and not reset_running:
+            return False
+        self._clear()
+        if self.publisher is not None:
+            self.publisher.publish(all_blocks_cleared(self.map_format))
+        return True
+
     def wake(self) -> None:
         """``POST /wake_up`` (no tags or ``kv_cache``): the cache works again, empty."""
         if not self.enabled:

@@ -24,6 +24,7 @@ import json
 
 from generation.errors import InvalidParam
 from .schema_sampler import WORDS, SchemaSampler
+from .structured_outputs import constrained_text
 from .tool_validation import ToolValidator, json_schema_part, parse_tool_choice
 
 
@@ -58,7 +59,7 @@ class ToolSynthesizer:
         except InvalidParam:
             return False
 
-    def synthesize(self, req, seq) -> bool:
+    def synthesize(self, req, seq, rng=None) -> bool:
         """Decide ``seq``'s tool calls (api.md 8.1) and fill its output.
 
         On success sets ``seq.tool_calls`` (``[{"id": "chatcmpl-tool-<32 hex>", "name",
@@ -67,9 +68,11 @@ class ToolSynthesizer:
         ``finish_reason = "tool_calls"`` and ``completion_tokens`` (number of pieces); returns
         True.  Returns False when the draw gave zero calls (``auto``): the engine then answers
         with text.  Raises InvalidParam when a forced function is not in ``tools`` (only
-        reachable with ``--skip-tool-validation``-style bypasses) or its schema cannot be used."""
+        reachable with ``--skip-tool-validation``-style bypasses) or its schema cannot be used.
+        ``rng``: the request's generator (``Simulator.request_rng``; default the engine's); call
+        ids always come from the engine's, as vLLM's random ids do not follow a request seed."""
         cfg = self.config
-        rng = self.rng
+        rng = rng or self.rng
         tools = [t for t in req.tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
         if not tools:
             return False
@@ -95,9 +98,9 @@ class ToolSynthesizer:
         calls, pieces, ids = [], [], []
         for tool in picks:
             fn = tool["function"]
-            args = self.arguments(fn.get("parameters"), fn.get("name"))
+            args = self.arguments(fn.get("parameters"), fn.get("name"), rng)
             tids, tpieces = self._tokens(args)
-            calls.append({"id": f"chatcmpl-tool-{rng.getrandbits(128):032x}", "name": fn.get("name"),
+            calls.append({"id": f"chatcmpl-tool-{self.rng.getrandbits(128):032x}", "name": fn.get("name"),
                           "arguments": args, "start": len(pieces), "end": len(pieces) + len(tpieces)})
             pieces.extend(tpieces)
             ids.extend(tids)
@@ -109,14 +112,14 @@ class ToolSynthesizer:
         seq.completion_tokens = len(pieces)
         return True
 
-    def arguments(self, parameters, name=None) -> str:
+    def arguments(self, parameters, name=None, rng=None) -> str:
         """A compact JSON object string that validates against ``parameters`` (a JSON Schema,
         or None / ``{}`` for a parameter-less function -> ``"{}"``)."""
         if not isinstance(parameters, dict) or not parameters:
             return "{}"
         schema = parameters if "type" in parameters else {**parameters, "type": "object"}
         try:
-            sampler = SchemaSampler(self.config, self.rng, parameters)
+            sampler = SchemaSampler(self.config, rng or self.rng, parameters)
             value = sampler.sample(schema, top=True)
             if not isinstance(value, dict):       # arguments are always an object
                 value = sampler.object(schema, 0, top=True)
@@ -127,15 +130,20 @@ class ToolSynthesizer:
             raise InvalidParam(f"Cannot generate arguments for tool '{name}' from its parameters schema: {e}", "tools") from None
 
     # ---- structured output --------------------------------------------------------------------
-    def apply_response_format(self, req, seq) -> None:
-        """Replace a text answer by JSON as ``req.response_format`` demands (vLLM structured
+    def apply_response_format(self, req, seq, rng=None) -> bool:
+        """Replace a text answer by what ``req.response_format`` demands (vLLM structured
         output): ``json_object`` -> ``{"response": <the sampled text>}`` (so the answer keeps
-        the sampled length); ``json_schema`` -> an instance of its schema; ``text`` and
-        ``structural_tag`` -> unchanged.  Sets pieces/ids; finish_reason ``stop``, or
-        ``length`` (JSON cut, as vLLM cuts it) when it exceeds max_tokens or the context room."""
+        the sampled length); ``json_schema`` -> an instance of its schema; the
+        ``structured_outputs`` constraints (:mod:`generation.structured.structured_outputs`)
+        ``regex`` -> a full match, ``choice`` -> one of the choices, ``grammar`` -> a string it
+        derives; ``text`` and ``structural_tag`` -> unchanged.  Sets pieces/ids; finish_reason
+        ``stop``, or ``length`` (cut, as vLLM cuts it) when it exceeds max_tokens or the
+        context room.  ``rng``: the request's generator (default the engine's).  Returns
+        whether the answer was replaced."""
         rf = req.response_format
         if not isinstance(rf, dict):
-            return
+            return False
+        rng = rng or self.rng
         t = rf.get("type")
         if t == "json_object":
             text = self._json_object_text(seq)
@@ -144,13 +152,15 @@ class ToolSynthesizer:
             schema = js.get("schema") if isinstance(js, dict) else None
             if isinstance(schema, dict) and schema:
                 try:
-                    text = _dumps(SchemaSampler(self.config, self.rng, schema).sample(schema))
+                    text = _dumps(SchemaSampler(self.config, rng, schema).sample(schema))
                 except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
                     raise InvalidParam(f"Cannot generate a value of {prefix}.schema: {e}", f"{prefix}.schema") from None
             else:
                 text = self._json_object_text(seq)
         else:
-            return
+            text = constrained_text(rf, lambda schema: SchemaSampler(self.config, rng, schema), rng)
+            if text is None:
+                return False
         ids, pieces = self._tokens(text)
         room = self.config.max_model_len - seq.prompt_len
         cap = room if req.max_tokens is None else min(req.max_tokens, room)
@@ -162,6 +172,7 @@ class ToolSynthesizer:
         seq.pieces, seq.ids = pieces, ids
         seq.text = None
         seq.completion_tokens = len(pieces)
+        return True
 
     @staticmethod
     def _json_object_text(seq) -> str:

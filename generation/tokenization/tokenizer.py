@@ -208,13 +208,6 @@ class HFTokenizer:
             out["chat_template"] = template
         return out
 
-    @property
-    def vocab_size(self) -> int:
-        """Ids in the vocabulary, added tokens included (vLLM's ``get_vocab_size``)."""
-        if self._tok is not None:
-            return len(self._tok)
-        return self._fast.get_vocab_size(with_added_tokens=True)
-
     def __init__(self, backend, hf=None, chat_template: str | None = None) -> None:
         self._fast = backend
         self._tok = hf

@@ -1,0 +1,98 @@
+"""vLLM 0.33's operations routes that tools call besides the inference APIs.
+
+* ``POST /reset_prefix_cache`` (dev mode: ``VLLM_SERVER_DEV_MODE=1``, else 404 as vLLM does
+  not register it): forgets every cached KV block and publishes ``AllBlocksCleared``; refused
+  while requests hold blocks unless ``?reset_running_requests=true`` (vLLM logs the refusal
+  and still answers 200).
+* ``GET /server_info`` (dev mode): ``{"vllm_config": <text>}``, or the configuration as an
+  object with ``?config_format=json``.
+* ``GET /kv_event_sources`` (always registered, as vLLM's router): a bare JSON array with one
+  entry per data-parallel rank publishing KV events (``data_parallel_rank``, ``endpoint``,
+  ``replay_endpoint``, ``topic``); ``[]`` without ``--enable-kvcache`` / ``--zmq-endpoint``.
+* ``POST /invocations`` (SageMaker): dispatched by the body's shape as vLLM's
+  ``INVOCATION_TYPES``: ``messages`` -> chat completions, ``prompt`` -> completions, ``input``
+  -> embeddings; anything else a 400.
+"""
+from __future__ import annotations
+
+import io
+import logging
+
+import orjson
+from flask import Blueprint, Response, abort, request
+
+from generation.adapters.chat import ChatAdapter
+from generation.adapters.completions import CompletionsAdapter
+from generation.errors import APIError
+from generation.kvcache.events import rank_endpoint
+from schemas.chat import chat_request_schema
+from schemas.completions import completion_request_schema
+
+from .common import json_response, parse_json_body, simulator
+from .errors import error_response
+from .serving import generation_view
+
+bp = Blueprint("dev", __name__)
+log = logging.getLogger("vllm_sim")
+
+_chat_view = generation_view(chat_request_schema, ChatAdapter)
+_completion_view = generation_view(completion_request_schema, CompletionsAdapter)
+
+
+def _dev_mode() -> None:
+    if not simulator().config.vllm_dev_mode:
+        abort(404)
+
+
+def _flag(name: str) -> bool:
+    return request.args.get(name, "false").lower() in ("1", "true", "yes")
+
+
+@bp.post("/reset_prefix_cache")
+def reset_prefix_cache():
+    _dev_mode()
+    sim = simulator()
+    if sim.kv_cache is not None and not sim.kv_cache.reset_prefix_cache(_flag("reset_running_requests")):
+        log.warning("Failed to reset prefix cache because some blocks are not freed yet")
+    return Response(b"", 200)
+
+
+@bp.get("/server_info")
+def server_info():
+    _dev_mode()
+    cfg = simulator().config.to_public_dict()
+    if request.args.get("config_format", "text") == "json":
+        return json_response({"vllm_config": cfg})
+    text = ", ".join(f"{k}={v}" for k, v in cfg.items())
+    return json_response({"vllm_config": text})
+
+
+@bp.get("/kv_event_sources")
+def kv_event_sources():
+    sim = simulator()
+    cfg = sim.config
+    if sim.kv_cache is None or not cfg.zmq_endpoint:
+        return json_response([])
+    rank = max(cfg.data_parallel_rank, 0)
+    replay = cfg.kv_events_replay_endpoint
+    return json_response([{"data_parallel_rank": rank, "endpoint": rank_endpoint(cfg.zmq_endpoint, rank),
+                           "replay_endpoint": rank_endpoint(replay, rank) if replay else None,
+                           "topic": f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"}])
+
+
+@bp.post("/invocations")
+def invocations():
+    environ = request.environ
+    body = parse_json_body(environ, request.max_content_length)
+    raw = orjson.dumps(body)
+    environ["wsgi.input"] = io.BytesIO(raw)                  # the handler reads the body again
+    environ["CONTENT_LENGTH"] = str(len(raw))
+    if "messages" in body:
+        return _chat_view()
+    if "prompt" in body:
+        return _completion_view()
+    if "input" in body:
+        from .embeddings import create_embeddings
+        return create_embeddings()
+    return error_response(APIError("Cannot find suitable handler for request. Expected one of: chat completions "
+                                   "(messages), completions (prompt), embeddings (input).", 400))

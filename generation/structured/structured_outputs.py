@@ -1,0 +1,136 @@
+"""vLLM 0.33's ``structured_outputs`` request field (chat and completions) and Anthropic's
+``output_config.format``, turned into the constraint the engine applies to an answer.
+
+vLLM's ``StructuredOutputsParams`` takes exactly one of ``json`` (a JSON Schema, object or JSON
+string), ``regex``, ``choice`` (a list of strings), ``grammar`` (GBNF / EBNF / Lark text),
+``json_object: true`` or ``structural_tag``; two at once is its 400 ("You can only use one kind
+of structured outputs constraint ...").  The answer then is an instance of the schema, a full
+match of the regex, one of the choices, or a string the grammar derives; ``structural_tag``
+leaves the text as it is, as ``response_format`` ``structural_tag`` does here.
+
+The old ``guided_json`` / ``guided_regex`` / ``guided_choice`` / ``guided_grammar`` fields are
+gone from vLLM 0.33's protocol; its request models accept unknown fields and only log them, so
+such a request is answered 200 with plain text, as vLLM answers it (the simulator's schemas
+ignore unknown keys the same way).
+
+:func:`constraint` validates and returns a ``response_format``-like dict (``{"type":
+"json_schema" | "json_object" | "regex" | "choice" | "grammar", ...}``) that
+:meth:`generation.structured.tool_calls.ToolSynthesizer.apply_response_format` honours, bounded
+as ``response_format`` is (the answer is cut at max_tokens with finish ``length``).
+"""
+from __future__ import annotations
+
+import json
+
+from generation.errors import InvalidParam
+from . import regex_sampler
+from .grammar import GrammarError, compile_grammar
+
+KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+MAX_CHOICES = 4096
+
+
+def constraint(validator, so: dict | None, param: str = "structured_outputs") -> dict | None:
+    """The engine constraint of a ``structured_outputs`` object (None: no constraint).
+
+    ``validator``: the :class:`~generation.structured.tool_validation.ToolValidator` (its
+    ``check_schema`` bounds a JSON Schema as for tools).  Raises InvalidParam naming
+    ``structured_outputs.<kind>`` for a bad value, or ``structured_outputs`` for zero / several
+    kinds at once."""
+    if so is None:
+        return None
+    if not isinstance(so, dict):
+        raise InvalidParam(f"{param}: Input should be an object.", param)
+    given = [k for k in KINDS if so.get(k) not in (None, False)]
+    if len(given) > 1:
+        raise InvalidParam(f"You can only use one kind of structured outputs constraint but multiple are "
+                           f"specified: {so!r}", param)
+    if not given:
+        return None
+    kind = given[0]
+    p = f"{param}.{kind}"
+    value = so[kind]
+    if kind == "json":
+        schema = value
+        if isinstance(value, str):
+            try:
+                schema = json.loads(value)
+            except ValueError as e:
+                raise InvalidParam(f"{p}: not valid JSON: {e}", p) from None
+        if not isinstance(schema, dict):
+            raise InvalidParam(f"{p}: Input should be a JSON Schema object.", p)
+        validator.check_schema(schema, p)
+        return {"type": "json_schema", "json_schema": {"name": "structured_outputs", "schema": schema}}
+    if kind == "json_object":
+        if value is not True:
+            raise InvalidParam(f"{p}: Input should be a valid boolean.", p)
+        return {"type": "json_object"}
+    if kind == "regex":
+        if not isinstance(value, str):
+            raise InvalidParam(f"{p}: Input should be a valid string.", p)
+        parsed = _regex(value, p)
+        return {"type": "regex", "regex": value, "parsed": parsed}
+    if kind == "choice":
+        if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
+            raise InvalidParam(f"{p}: Input should be a non-empty list of strings.", p)
+        if len(value) > MAX_CHOICES:
+            raise InvalidParam(f"{p}: at most {MAX_CHOICES} choices.", p)
+        return {"type": "choice", "choice": list(value)}
+    if kind == "grammar":
+        if not isinstance(value, str):
+            raise InvalidParam(f"{p}: Input should be a valid string.", p)
+        try:
+            grammar = compile_grammar(value)
+        except GrammarError as e:
+            raise InvalidParam(f"{p}: {e}", p) from None
+        return {"type": "grammar", "grammar": grammar}
+    if not isinstance(value, (str, dict)):
+        raise InvalidParam(f"{p}: Input should be a string or an object.", p)
+    return None                  # structural_tag: the text is left as it is
+
+
+def _regex(pattern: str, param: str):
+    try:
+        parsed = regex_sampler.parse(pattern)
+    except regex_sampler.Unsupported as e:
+        raise InvalidParam(f"{param}: invalid regular expression: {e}", param) from None
+    if regex_sampler.expansion(parsed) > 100_000:
+        raise InvalidParam(f"{param}: the expression's required repeats are too large for the simulator.", param)
+    return parsed
+
+
+def anthropic_format(validator, fmt) -> dict | None:
+    """Anthropic ``output_config.format`` (``{"type": "json_schema", "schema": {...}}``) as a
+    constraint; other or absent formats: None.  Raises InvalidParam naming
+    ``output_config.format.schema``."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    schema = fmt.get("schema")
+    p = "output_config.format.schema"
+    if not isinstance(schema, dict):
+        raise InvalidParam(f"{p}: Field required (a JSON Schema object).", p)
+    validator.check_schema(schema, p)
+    return {"type": "json_schema", "json_schema": {"name": "output_config", "schema": schema}}
+
+
+def constrained_text(rf: dict, sampler_factory, rng) -> str | None:
+    """The answer text of a regex / choice / grammar constraint, or None for other types.
+    ``sampler_factory(schema)``: a :class:`~generation.structured.schema_sampler.SchemaSampler`
+    (its bounded, time-limited ``pattern_string`` draws the regex).  Raises InvalidParam when no
+    string can be drawn."""
+    t = rf.get("type")
+    if t == "choice":
+        choices = rf["choice"]
+        return choices[int(rng.random() * len(choices))]
+    if t == "regex":
+        pattern = rf["regex"]
+        try:
+            return sampler_factory({}).pattern_string(f"^(?:{pattern})$", 0, None, "structured_outputs.regex")
+        except ValueError as e:
+            raise InvalidParam(f"structured_outputs.regex: {e}", "structured_outputs.regex") from None
+    if t == "grammar":
+        try:
+            return rf["grammar"].generate(rng)
+        except GrammarError as e:
+            raise InvalidParam(f"structured_outputs.grammar: {e}", "structured_outputs.grammar") from None
+    return None

@@ -1,0 +1,131 @@
+"""vLLM 0.33's operations routes (issue 21): ``/reset_prefix_cache`` and ``/server_info`` behind
+``VLLM_SERVER_DEV_MODE``, ``/kv_event_sources``, SageMaker's ``/invocations``, and stored
+Responses behind ``VLLM_ENABLE_RESPONSES_API_STORE``; plus the newcomer fixes of the CLI."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+DEV = {"VLLM_SERVER_DEV_MODE": "1"}
+KV = ("--enable-kvcache", "--zmq-endpoint", "tcp://127.0.0.1:5", "--block-size", "8")
+KV_ENV = {**DEV, "POD_IP": "10.1.2.3"}
+LONG = [{"role": "user", "content": " ".join(["word"] * 64)}]
+
+
+def chat(api, messages=LONG):
+    r = api.post("/v1/chat/completions", json={"model": "test-model", "messages": messages, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_dev_routes_are_not_there_without_dev_mode(api):
+    assert api.post("/reset_prefix_cache").status_code == 404
+    assert api.get("/server_info").status_code == 404
+
+
+def test_reset_prefix_cache_clears_and_publishes_all_blocks_cleared(app_client):
+    api = app_client(*KV, env=KV_ENV)
+    published = []
+    publisher = api.sim.kv_cache.publisher
+    original = publisher.publish
+    publisher.publish = lambda ev: (published.append(ev), original(ev))
+    try:
+        chat(api)
+        assert chat(api)["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        published.clear()
+        assert api.post("/reset_prefix_cache").status_code == 200
+        assert published == [["AllBlocksCleared"]]
+        assert chat(api)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    finally:
+        publisher.publish = original
+
+
+def test_reset_prefix_cache_refuses_while_blocks_are_held(app_client):
+    api = app_client(*KV, env=KV_ENV)
+    cache = api.sim.kv_cache
+    chat(api)
+    cache.used[12345] = 1                 # a running request's block
+    try:
+        assert api.post("/reset_prefix_cache").status_code == 200       # vLLM logs the refusal
+        assert cache.unused or cache.used        # nothing was cleared
+        assert api.post("/reset_prefix_cache?reset_running_requests=true").status_code == 200
+        assert not cache.used and not cache.unused
+    finally:
+        cache.used.pop(12345, None)
+
+
+def test_server_info(app_client):
+    api = app_client(env=DEV)
+    text = api.get("/server_info").json()["vllm_config"]
+    assert isinstance(text, str) and "max-model-len=1024" in text
+    cfg = api.get("/server_info?config_format=json").json()["vllm_config"]
+    assert cfg["max-model-len"] == 1024 and cfg["model"] == "test-model"
+
+
+def test_kv_event_sources(api, app_client):
+    assert api.get("/kv_event_sources").json() == []
+    kv = app_client(*KV, "--kv-events-replay-endpoint", "tcp://*:5601", env=KV_ENV)
+    assert kv.get("/kv_event_sources").json() == [{
+        "data_parallel_rank": 0, "endpoint": "tcp://127.0.0.1:5", "replay_endpoint": "tcp://*:5601",
+        "topic": "kv@10.1.2.3:8000@test-model"}]
+
+
+def test_sagemaker_invocations_dispatch_by_body(api):
+    r = api.post("/invocations", json={"model": "test-model", "messages": LONG, "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["object"] == "chat.completion"
+    r = api.post("/invocations", json={"model": "test-model", "prompt": "Hi", "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["object"] == "text_completion"
+    r = api.post("/invocations", json={"model": "test-model", "input": "Hi"})
+    assert r.status_code == 200 and r.json()["object"] == "list"
+    r = api.post("/invocations", json={"model": "test-model", "messages": LONG, "max_tokens": 2, "stream": True})
+    assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
+    r = api.post("/invocations", json={"model": "test-model"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == 400
+    r = api.post("/invocations", json={"model": "test-model", "messages": "nope"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+
+
+def test_stored_responses(app_client):
+    api = app_client(env={"VLLM_ENABLE_RESPONSES_API_STORE": "1"})
+    out = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5}).json()
+    assert out["store"] is True
+    assert api.get(f"/v1/responses/{out['id']}").json() == out
+    r = api.post(f"/v1/responses/{out['id']}/cancel")
+    assert r.status_code == 400 and r.json()["error"]["message"] == "Cannot cancel a synchronous response."
+    streamed = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,
+                                               "stream": True})
+    from conftest import named_events
+    final = named_events(streamed.text)[-1][1]["response"]
+    assert api.get(f"/v1/responses/{final['id']}").json() == final
+    not_kept = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,
+                                               "store": False}).json()
+    assert not_kept["store"] is False and api.get(f"/v1/responses/{not_kept['id']}").status_code == 404
+
+
+def test_responses_are_not_stored_by_default(api):
+    out = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5}).json()
+    assert out["store"] is False
+    r = api.get(f"/v1/responses/{out['id']}")
+    assert r.status_code == 404 and r.json()["error"]["message"] == f"Response with id '{out['id']}' not found."
+    assert api.post(f"/v1/responses/{out['id']}/cancel").status_code == 404
+
+
+# ---- newcomer friction ------------------------------------------------------------------------------
+def test_help_shows_boolean_switches_without_a_value():
+    from generation.config.cli import build_parser
+    text = build_parser("app.py").format_help()
+    assert "--omni BOOL" not in text and "  --omni  " in text
+    assert "--max-num-seqs INT" in text
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["--mode", "bogus"], "error: --mode: invalid mode 'bogus', valid values are 'random' and 'echo'"),
+    (["--max-num-seqs", "0"], "error: --max-num-seqs: max num seqs cannot be less than 1"),
+])
+def test_bad_values_name_their_flag(argv, line):
+    r = subprocess.run([sys.executable, str(ROOT / "app.py"), *argv], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == line

@@ -1,0 +1,62 @@
+"""Model defaults like vLLM's (issue 21): when ``--model`` names a model whose ``config.json``
+is at hand, the default ``--max-model-len`` is its context length; ``test-model`` keeps 1024 and
+an explicit ``--max-model-len`` wins."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from generation.config.cli import load_config
+from generation.tokenization.model_config import apply_model_defaults, context_length, model_context_length
+
+
+@pytest.mark.parametrize("config,expected", [
+    ({"max_position_embeddings": 40960}, 40960),
+    ({"n_positions": 1024, "max_position_embeddings": 2048}, 1024),       # the smallest, as vLLM
+    ({"text_config": {"max_position_embeddings": 131072}}, 131072),
+    ({"seq_length": 8192}, 8192),
+    ({"model_type": "gpt2"}, None),
+    ({"max_position_embeddings": True}, None),
+])
+def test_context_length_fields(config, expected):
+    assert context_length(config) == expected
+
+
+def _model_dir(tmp_path, config: dict) -> str:
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config))
+    return str(d)
+
+
+def test_local_model_directory_sets_the_default(tmp_path):
+    path = _model_dir(tmp_path, {"max_position_embeddings": 32768})
+    assert model_context_length(path) == 32768
+    cfg = load_config(["--model", path], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 32768
+    cfg = load_config(["--model", path, "--max-model-len", "4096"], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 4096                  # explicit wins
+
+
+def test_test_model_keeps_1024():
+    cfg = load_config([], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 1024
+
+
+def test_hub_model_from_the_cache(tmp_path, monkeypatch):
+    from tokenizer_hub import MODEL, make_hub
+    snap = make_hub(str(tmp_path))
+    with open(os.path.join(snap, "config.json"), "w") as fh:
+        json.dump({"model_type": "qwen3", "max_position_embeddings": 40960}, fh)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cache = str(tmp_path / "hub")
+    assert model_context_length(MODEL, cache) == 40960
+    cfg = load_config(["--model", MODEL, "--tokenizers-cache-dir", cache], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 40960
+    assert model_context_length("org/not-there", cache) is None

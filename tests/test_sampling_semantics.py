@@ -1,0 +1,146 @@
+"""Sampling semantics clients rely on (issue 21): a request ``seed`` reproduces its output,
+``temperature: 0`` is greedy, ``include_stop_str_in_output``, ``stop_token_ids``, a named
+``tool_choice`` finishing with ``"stop"`` and content ``""``, and per-choice continuous usage."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import sse_events
+
+CHAT = "/v1/chat/completions"
+MSGS = [{"role": "user", "content": "Tell me something."}]
+
+
+def chat(api, **kw):
+    r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "max_tokens": 30, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def texts(out):
+    return [c["message"]["content"] for c in out["choices"]]
+
+
+def test_request_seed_reproduces_the_output(api):
+    a, b = chat(api, seed=42), chat(api, seed=42)
+    assert texts(a) == texts(b) and a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"]
+    others = {tuple(texts(chat(api, seed=s))) for s in range(43, 49)}
+    assert len(others) > 1                                  # other seeds, other answers
+
+
+def test_request_seed_with_n_gives_distinct_reproducible_choices(api):
+    a, b = chat(api, seed=7, n=3), chat(api, seed=7, n=3)
+    assert texts(a) == texts(b)
+    assert len(set(texts(a))) > 1                           # choice i samples with seed + i
+
+
+def test_seed_reproduces_streams_and_completions(api):
+    body = {"model": "test-model", "messages": MSGS, "max_tokens": 30, "seed": 5, "stream": True}
+    joined = ["".join(e["choices"][0]["delta"].get("content") or "" for e in sse_events(api.post(CHAT, json=body).text)[:-1])
+              for _ in range(2)]
+    assert joined[0] == joined[1] == texts(chat(api, seed=5))[0]
+    c = [api.post("/v1/completions", json={"model": "test-model", "prompt": "Hi", "max_tokens": 30, "seed": 5})
+         .json()["choices"][0]["text"] for _ in range(2)]
+    assert c[0] == c[1]
+
+
+def test_seed_does_not_disturb_the_server_seed(app_client):
+    api = app_client("--seed", "11")
+    first = texts(chat(api))
+    api2 = app_client("--seed", "11", "--max-num-seqs", "6")        # a fresh server, same seed
+    chat(api2, seed=99)
+    assert texts(chat(api2)) == first
+
+
+def test_temperature_zero_is_greedy(api):
+    outs = [texts(chat(api, temperature=0)) for _ in range(3)]
+    assert outs[0] == outs[1] == outs[2]
+    n = chat(api, temperature=0, n=3)
+    assert len(set(texts(n))) == 1                          # greedy: every choice is the same answer
+    other = [{"role": "user", "content": "Something else entirely, please."}]
+    r = api.post(CHAT, json={"model": "test-model", "messages": other, "max_tokens": 30, "temperature": 0}).json()
+    r2 = api.post(CHAT, json={"model": "test-model", "messages": other, "max_tokens": 30, "temperature": 0}).json()
+    assert texts(r) == texts(r2)
+
+
+def test_anthropic_and_responses_temperature_zero(api):
+    body = {"model": "test-model", "max_tokens": 30, "messages": MSGS, "temperature": 0}
+    a = [api.post("/v1/messages", json=body).json()["content"] for _ in range(2)]
+    assert a[0] == a[1]
+    body = {"model": "test-model", "input": "Tell me", "max_output_tokens": 30, "temperature": 0}
+    r = [api.post("/v1/responses", json=body).json()["output"][0]["content"][0]["text"] for _ in range(2)]
+    assert r[0] == r[1]
+
+
+def test_include_stop_str_in_output(api):
+    base = {"max_tokens": 60, "ignore_eos": True, "seed": 1}
+    full = texts(chat(api, **base))[0]
+    stop = full.split()[3]                       # a word that is in the answer
+    cut = chat(api, stop=[stop], **base)
+    kept = chat(api, stop=[stop], include_stop_str_in_output=True, **base)
+    i = full.find(stop)
+    assert texts(cut)[0] == full[:i] and texts(kept)[0] == full[:i + len(stop)]
+    assert cut["choices"][0]["stop_reason"] == stop == kept["choices"][0]["stop_reason"]
+    assert kept["choices"][0]["finish_reason"] == "stop"
+
+
+def test_stop_token_ids(api):
+    base = {"max_tokens": 40, "ignore_eos": True, "seed": 2, "return_token_ids": True}
+    full = chat(api, **base)
+    ids = full["choices"][0]["token_ids"]
+    target = ids[5]
+    first = ids.index(target)
+    out = chat(api, stop_token_ids=[target], **base)
+    choice = out["choices"][0]
+    assert choice["token_ids"] == ids[:first + 1]              # the stop token is part of the output
+    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == target
+    assert out["usage"]["completion_tokens"] == first + 1
+
+
+def test_bad_stop_token_ids_are_400(api):
+    r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "stop_token_ids": [-1]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop_token_ids[0]"
+    r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "stop_token_ids": ["a"]})
+    assert r.status_code == 400 and "stop_token_ids" in r.json()["error"]["param"]
+
+
+def test_ignore_eos_gives_exactly_max_tokens(api):
+    out = chat(api, max_tokens=17, ignore_eos=True)
+    assert out["usage"]["completion_tokens"] == 17 and out["choices"][0]["finish_reason"] == "length"
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_named_tool_choice_finishes_with_stop_and_empty_content(api):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    out = chat(api, tools=[WEATHER], tool_choice=named)
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["message"]["content"] == ""
+    assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    events = sse_events(api.post(CHAT, json={"model": "test-model", "messages": MSGS, "tools": [WEATHER],
+                                             "tool_choice": named, "stream": True}).text)
+    finishes = [e["choices"][0]["finish_reason"] for e in events[:-1] if e["choices"][0]["finish_reason"]]
+    assert finishes == ["stop"]
+    required = chat(api, tools=[WEATHER], tool_choice="required")
+    assert required["choices"][0]["finish_reason"] == "tool_calls"
+    assert required["choices"][0]["message"]["content"] is None
+
+
+@pytest.mark.parametrize("path,key", [(CHAT, "messages"), ("/v1/completions", "prompt")])
+def test_continuous_usage_is_per_choice(api, path, key):
+    body = {"model": "test-model", key: MSGS if key == "messages" else "Hello", "max_tokens": 6, "ignore_eos": True,
+            "n": 2, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    events = sse_events(api.post(path, json=body).text)
+    final = events[-2]
+    prompt = final["usage"]["prompt_tokens"]
+    per = {0: [], 1: []}
+    for e in events[:-2]:
+        per[e["choices"][0]["index"]].append(e["usage"])
+    for i in (0, 1):
+        generated = [u["completion_tokens"] for u in per[i]]
+        assert generated[-1] == 6 and generated == sorted(generated)       # this choice's own count
+        assert all(u["prompt_tokens"] == prompt and u["total_tokens"] == prompt + u["completion_tokens"]
+                   for u in per[i])
+    assert final["usage"]["completion_tokens"] == 12                        # the request's total
