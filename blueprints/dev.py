@@ -28,6 +28,8 @@ from generation.kvcache.events import rank_endpoint
 from schemas.chat import chat_request_schema
 from schemas.completions import completion_request_schema
 
+from generation import SIMULATOR_VERSION, VLLM_VERSION
+
 from .common import json_response, parse_json_body, simulator
 from .errors import error_response
 from .serving import generation_view
@@ -61,10 +63,11 @@ def reset_prefix_cache():
 def server_info():
     _dev_mode()
     cfg = simulator().config.to_public_dict()
+    me = {"name": "vllm-sim", "version": SIMULATOR_VERSION, "vllm_version": VLLM_VERSION}
     if request.args.get("config_format", "text") == "json":
-        return json_response({"vllm_config": cfg})
+        return json_response({"vllm_config": cfg, "simulator": me})
     text = ", ".join(f"{k}={v}" for k, v in cfg.items())
-    return json_response({"vllm_config": text})
+    return json_response({"vllm_config": text, "simulator": me})
 
 
 @bp.get("/kv_event_sources")

@@ -47,8 +47,11 @@ def ping():
 @bp.get("/version")
 def version():
     """vLLM's ``/version``: the vLLM release whose API is imitated (PEP 440, so ``packaging``
-    and clients' version gates parse it); the simulator's own version is on ``/server_info``."""
-    return json_response({"version": VLLM_VERSION})
+    and clients' version gates parse it); the simulator's own version is in the
+    ``X-Simulator-Version`` header (and on the dev-mode ``/server_info``)."""
+    r = json_response({"version": VLLM_VERSION})
+    r.headers["X-Simulator-Version"] = f"vllm-sim/{SIMULATOR_VERSION}"
+    return r
 
 
 @bp.get("/load")
@@ -56,17 +59,6 @@ def load():
     """vLLM's ``GET /load``: ``{"server_load": N}``, the inference requests in flight (counted
     with ``--enable-server-load-tracking``; 0 without, as vLLM)."""
     return json_response({"server_load": simulator().server_load})
-
-
-@bp.get("/server_info")
-def server_info():
-    """vLLM's ``/server_info`` (``vllm_config`` as text: the served model and its limits),
-    plus the simulator's own name and version."""
-    cfg = simulator().config
-    return json_response({"vllm_config": f"model={cfg.model!r}, served_model_name={cfg.served_names!r}, "
-                                         f"max_model_len={cfg.max_model_len}, max_num_seqs={cfg.max_num_seqs}",
-                          "simulator": {"name": "vllm-sim", "version": SIMULATOR_VERSION,
-                                        "vllm_version": VLLM_VERSION}})
 
 
 @bp.post("/sleep")

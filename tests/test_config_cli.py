@@ -103,8 +103,7 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
         "--enable-auto-tool-choice", "--tool-call-parser", "--enable-lora",
         "--pipeline-parallel-size", "--swap-space",
         "--enforce-eager", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-log-stats",
-        "--download-dir", "--revision", "--load-format", "--generation-config",
-        "--reasoning-parser"]
+        "--download-dir", "--revision", "--load-format", "--generation-config"]
     # the engine model's flags take effect with --latency-calculator step, and are listed otherwise
     assert step_only_flags(c) == ["--gpu-memory-utilization", "--max-num-batched-tokens", "--quantization",
                                   "--tensor-parallel-size", "--kv-cache-dtype"]

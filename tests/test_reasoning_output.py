@@ -249,10 +249,12 @@ def test_anthropic_sdk_reads_thinking(qwen):
     assert final.content[0].type == "thinking" and final.content[0].thinking and final.content[0].signature
 
 
-def test_anthropic_unknown_thinking_shapes_keep_the_default(qwen):
-    """Claude Code's request shapes change often: an unknown thinking type or effort is answered."""
-    out = message(qwen, thinking={"type": "sometimes"}, output_config={"effort": "extreme"}).json()
-    assert out["content"][0]["type"] == "thinking" and tokens(qwen, out["content"][0]["thinking"]) == 8
+def test_anthropic_unknown_thinking_type_is_vllms_400_and_effort_scales(qwen):
+    """An unknown thinking type is a 400 naming ``thinking.type`` (the request schema validates it,
+    as vLLM's pydantic model does); a known effort scales the thinking."""
+    r = qwen.post("/v1/messages", json={"model": "test-model", "max_tokens": 20, "thinking": {"type": "sometimes"},
+                                        "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and "thinking.type" in r.json()["error"]["message"]
     out = message(qwen, output_config={"effort": "high"}).json()
     assert tokens(qwen, out["content"][0]["thinking"]) == 13
 

@@ -99,7 +99,7 @@ def test_stop_token_ids(api):
 
 def test_bad_stop_token_ids_are_400(api):
     r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "stop_token_ids": [-1]})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "stop_token_ids[0]"
+    assert r.status_code == 400 and r.json()["error"]["param"].startswith("stop_token_ids")
     r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "stop_token_ids": ["a"]})
     assert r.status_code == 400 and "stop_token_ids" in r.json()["error"]["param"]
 

@@ -30,8 +30,10 @@ def usage_of(client, path, body) -> dict:
 ])
 def test_prompt_tokens_details_is_null_by_default(api, path, body):
     u = usage_of(api, path, {"model": "test-model", "max_tokens": 3, "ignore_eos": True, **body})
+    # chat and completions also carry completion_tokens_details (null without --reasoning-parser)
+    extra = {} if path == GENERATE else {"completion_tokens_details": None}
     assert u == {"prompt_tokens": u["prompt_tokens"], "completion_tokens": 3, "total_tokens": u["prompt_tokens"] + 3,
-                 "prompt_tokens_details": None}
+                 "prompt_tokens_details": None, **extra}
 
 
 def test_stream_usage_chunk_has_null_details(api):
@@ -84,13 +86,15 @@ def test_chat_carries_vllms_system_fingerprint(api, app_client):
     assert other["system_fingerprint"] != fp and other["system_fingerprint"].startswith("vllm-0.33.0-")
 
 
-def test_version_is_vllms_release_and_server_info_the_simulators(api):
-    v = api.get("/version").json()
+def test_version_is_vllms_release_and_server_info_the_simulators(api, app_client):
+    r = api.get("/version")
+    v = r.json()
     assert v == {"version": "0.33.0"}
     assert Version(v["version"]) == Version("0.33.0")
-    info = api.get("/server_info").json()
+    assert r.headers["X-Simulator-Version"] == "vllm-sim/0.1.0"
+    info = app_client(env={"VLLM_SERVER_DEV_MODE": "1"}).get("/server_info").json()   # dev mode, as vLLM
     assert info["simulator"] == {"name": "vllm-sim", "version": "0.1.0", "vllm_version": "0.33.0"}
-    assert "max_model_len=1024" in info["vllm_config"]
+    assert "max-model-len=1024" in info["vllm_config"]
 
 
 def test_generated_request_ids_are_uuid4_hex(app_client):

@@ -126,7 +126,8 @@ def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
         asked = value
         if value == -1:        # vLLM prints the model's vocabulary size; the simulated one has none
             size = getattr(sim.tokenizer, "vocab_size", None)
-            asked = f"-1 (the whole vocabulary{f': {size} tokens' if size else ''})"
+            real = size and size != VOCAB_SIZE         # the simulated tokenizer's 2**32 ids are no vocabulary
+            asked = f"-1 (the whole vocabulary{f': {size} tokens' if real else ''})"
         raise InvalidParam(f"Requested {kind} logprobs of {asked}, which is greater than max allowed: {cap}", field)
     if value == -1:
         raise InvalidParam(f"`{field}` of -1 (the whole vocabulary) is not supported by the simulator.", field)
