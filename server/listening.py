@@ -70,6 +70,7 @@ class HeapTrimmer:
     once per :data:`TRIM_INTERVAL` seconds, ``malloc_trim(0)`` runs in a worker thread (ctypes
     releases the GIL; glibc locks its arenas).  No-op without glibc."""
     TRIM_AFTER = 256
+    TRAILING = 16             # closes after a trim that still get one more
     TRIM_INTERVAL = 1.0
 
     def __init__(self):
@@ -98,12 +99,16 @@ class HeapTrimmer:
         import time
 
         import gevent
+        counted = self.count
         try:
             gevent.get_hub().threadpool.apply(self.trim, (0,))
         finally:
-            self.count = 0
-            self.pending = False
+            self.count -= counted          # closes during the trim count towards the next one
             self.last = time.monotonic()
+            if self.count >= self.TRAILING:      # the rest of a wave: one more trim a second later
+                gevent.spawn_later(self.TRIM_INTERVAL, self._run)
+            else:
+                self.pending = False
 
 
 def _peer(address) -> str:

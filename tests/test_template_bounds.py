@@ -90,7 +90,7 @@ def test_a_template_that_never_ends_is_stopped(client, path):
     assert "did not render within 2 s" in r.json()["error"]["message"]
     assert r.json()["error"]["param"] == "chat_template"
     assert 1.9 < took < 3.0
-    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.2
+    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.5
     # the render thread was interrupted: it is idle again, and the next template renders
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline and ct._RENDER_POOL.size and ct._RENDER_POOL.task_queue.qsize():
