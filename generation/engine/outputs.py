@@ -1,0 +1,125 @@
+"""How the engine decides every answer before it runs (:meth:`OutputDecisions.prepare`): the
+context-window checks, the response source, tool calls and structured output, reasoning spans,
+stop strings and tokens, ``min_tokens``, and the per-request generator (a request's ``seed``,
+greedy ``temperature: 0``).  Mixed into :class:`generation.engine.simulator.Simulator`, whose
+state it reads (``config``, ``rng``, ``responses``, ``kv_cache``, ``tool_synthesizer``,
+``reasoning``).
+"""
+from __future__ import annotations
+
+import random
+
+from generation.errors import ContextLengthError, InvalidParam
+
+from .request import GenerationRequest, Sequence
+
+
+def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthError:
+    """vLLM's context-length error."""
+    return ContextLengthError(
+        f"This model's maximum context length is {max_len} tokens. However, you requested "
+        f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the completion). "
+        f"Please reduce the length of the messages or completion.")
+
+
+class OutputDecisions:
+    """The output-decision half of the engine (see the module docstring)."""
+
+    # ---- output decision ------------------------------------------------------------------
+    def prepare(self, req: GenerationRequest) -> list[Sequence]:
+        """Validate ``req`` against the context window and decide each choice's output.
+
+        Returns the sequences prompt-major (prompt 0 choices 0..n-1, prompt 1 ...).
+        Raises ContextLengthError / InvalidParam for context-window violations (seeds: echo needs
+        ``2 * prompt <= max-model-len`` and ``echo length <= max_tokens``; random needs
+        ``prompt + 1 <= max-model-len`` and caps max_tokens to the room left)."""
+        cfg = self.config
+        max_len = cfg.max_model_len
+        seqs: list[Sequence] = []
+        echo = cfg.mode == "echo" and not cfg.mm_encoder_only     # encoder-only answers "!" in any mode
+        for pi, prompt in enumerate(req.prompts):
+            p = prompt.length
+            if echo:
+                if 2 * p > max_len:
+                    raise context_error(max_len, p, p)
+                echo_len = len(prompt.echo_pieces or ())
+                if req.max_tokens is not None and echo_len > req.max_tokens:
+                    raise InvalidParam(
+                        f"The echoed prompt is {echo_len} tokens long but max_tokens is {req.max_tokens}: "
+                        f"echo mode cannot truncate its response. Please increase max_tokens.", "max_tokens")
+            elif p + 1 > max_len:
+                raise context_error(max_len, p, req.max_tokens or 1)
+            for c in range(req.n):
+                seqs.append(Sequence(req, len(seqs), pi, prompt))
+        for seq in seqs:
+            self._decide_output(req, seq)
+        return seqs
+
+    def request_rng(self, req: GenerationRequest, seq: Sequence) -> random.Random:
+        """The generator of ``seq``'s draws (length, text, tool arguments, reasoning).
+
+        vLLM's sampling semantics: a request ``seed`` makes its output reproducible (choice ``i``
+        of ``n`` samples with ``seed + i``, as vLLM's parallel sampling seeds each child), and
+        ``temperature: 0`` is greedy: every choice of the same prompt is the same answer.  Both
+        depend on the prompt's tokens, as a model's output does.  Otherwise the engine's
+        ``--seed`` generator, drawn in arrival order."""
+        if req.temperature is not None and req.temperature == 0:
+            return random.Random(hash((-1, tuple(seq.prompt.ids))))
+        if req.seed is not None:
+            choice = seq.index - seq.prompt_index * req.n
+            return random.Random(hash((req.seed + choice, tuple(seq.prompt.ids))))
+        return self.rng
+
+    def _decide_output(self, req: GenerationRequest, seq: Sequence) -> None:
+        cfg = self.config
+        prompt = seq.prompt
+        if self.kv_cache is not None:
+            seq.cached_tokens = self.kv_cache.lookup(seq)
+        if req.force_cache_threshold or self._below_cache_threshold(req, seq):
+            seq.finish_reason = "cache_threshold"
+            seq.completion_tokens = 0
+            return
+        rng = self.request_rng(req, seq)
+        room = cfg.max_model_len - prompt.length
+        cap = room if req.max_tokens is None else min(req.max_tokens, room)
+        reasoning = self.reasoning if req.reasoning is not None and cfg.mode != "echo" else None
+        if (req.tools is not None and req.tool_choice != "none" and self.tool_synthesizer is not None
+                and self.tool_synthesizer.wants_tools(req)):
+            if self.tool_synthesizer.synthesize(req, seq, rng):
+                if reasoning is not None:
+                    reasoning.apply(seq, rng, req.reasoning, cap, True, keep_all=True)
+                if req.remote_decode:
+                    seq.finish_reason = "remote_decode"
+                return
+        room = cfg.max_model_len - prompt.length
+        seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(
+            rng, prompt, req.max_tokens, room, req.ignore_eos)
+        if len(seq.pieces) < req.min_tokens and cfg.mode != "echo":
+            # vLLM's min_tokens: no end of sequence before it; the answer then ends at once
+            seq.pieces, seq.ids, _ = self.responses.respond(rng, prompt, min(req.min_tokens, room), room, True)
+            seq.finish_reason = "length" if len(seq.pieces) >= min(req.max_tokens or room, room) else "stop"
+        structured = False
+        if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
+            structured = self.tool_synthesizer.apply_response_format(req, seq, rng)
+        if reasoning is not None:
+            reasoning.apply(seq, rng, req.reasoning, cap, seq.finish_reason == "stop", keep_all=structured)
+        if req.stop_token_ids:
+            seq.cut_at_token(req.stop_token_ids)
+        if req.stop:
+            seq.cut_at_stop(req.stop, req.include_stop_str_in_output)
+        if seq.reasoning_span is not None:
+            reasoning.clamp(seq)
+        seq.completion_tokens = len(seq.pieces)
+        if req.remote_decode:
+            seq.finish_reason = "remote_decode"
+
+    def _below_cache_threshold(self, req: GenerationRequest, seq: Sequence) -> bool:
+        if self.kv_cache is None:
+            return False
+        t = req.cache_hit_threshold
+        if t is None or not 0 <= t <= 1:
+            t = self.config.global_cache_hit_threshold
+            if t <= 0:
+                return False
+        rate = seq.cached_tokens / seq.prompt_len if seq.prompt_len else 0.0
+        return rate < t
