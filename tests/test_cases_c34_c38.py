@@ -10,7 +10,7 @@ import msgspec
 import pytest
 import zmq
 
-from conftest import metric_values, named_events, scrape, sse_events
+from support import metric_values, named_events, scrape, sse_events
 
 HI = [{"role": "user", "content": "hi"}]
 

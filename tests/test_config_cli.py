@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SimClient, free_port
+from support import ROOT, SimClient, free_port
 from generation.config.options import ADMIN_KEYS, IGNORED_FLAGS, OPTIONS
 from generation.config.values import ConfigError
 from generation.config.sim_config import SimConfig, ignored_flags

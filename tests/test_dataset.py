@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from conftest import sse_events
+from support import sse_events
 from data.dataset import SQLiteDataset, build_dataset, prompt_hash
 from generation.config.values import ConfigError
 from generation.config.cli import load_config

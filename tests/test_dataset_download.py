@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 
 from data.download import DownloadError, download
 

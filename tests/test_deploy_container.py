@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import ROOT
+from support import ROOT
 
 K8S_VERSION = "1.33.0"
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 
 _spec = importlib.util.spec_from_file_location("healthcheck", ROOT / "deploy" / "healthcheck.py")
 hc = importlib.util.module_from_spec(_spec)

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 
 pytestmark = pytest.mark.server
 

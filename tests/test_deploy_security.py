@@ -9,7 +9,7 @@ import sys
 import httpx
 import pytest
 
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 
 KEY = "sk-sim-test-key"
 OPEN = ["/health", "/health/ready", "/metrics", "/ping", "/version"]

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 from generation.config.values import ConfigError
 from generation.config.cli import load_config
 from generation.metrics.fake_metrics import FakeMetricsCollector, Generator, materialise, parse_fake_metrics, parse_generator

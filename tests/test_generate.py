@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import sse_events
+from support import sse_events
 
 URL = "/inference/v1/generate"
 BASIC = {"model": "test-model", "token_ids": [1, 2, 3, 4], "sampling_params": {"max_tokens": 5}}

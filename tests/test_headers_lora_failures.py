@@ -7,7 +7,7 @@ import time
 import gevent
 import pytest
 
-from conftest import metric, scrape, sse_events
+from support import metric, scrape, sse_events
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 import zmq
 
-from conftest import ServerPool
+from support import ServerPool
 
 pytestmark = pytest.mark.server
 

@@ -23,7 +23,7 @@ import pytest
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import sse_events
+from support import sse_events
 
 from generation.kvcache.block_hash import BlockHasher
 from generation.kvcache.events import EventPublisher

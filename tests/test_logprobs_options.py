@@ -1,7 +1,7 @@
 """Logprobs, completions echo, continuous usage stats (OpenAI shapes, deterministic values)."""
 from __future__ import annotations
 
-from conftest import sse_events
+from support import sse_events
 from generation.tokenization.tokenizer import SimulatedTokenizer
 
 TOK = SimulatedTokenizer()

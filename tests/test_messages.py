@@ -10,7 +10,7 @@ import gevent
 import httpx
 import pytest
 
-from conftest import named_events
+from support import named_events
 
 U = "This is a test."          # "### user: This is a test.\n" -> 10 prompt tokens
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-test"}

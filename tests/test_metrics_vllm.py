@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT
+from support import ROOT
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]

@@ -13,7 +13,7 @@ import pytest
 from generation.content.sources import SENTENCES
 from generation.tokenization.tokenizer import SimulatedTokenizer
 
-from conftest import metric_values, scrape, sse_events
+from support import metric_values, scrape, sse_events
 
 TOK = SimulatedTokenizer()
 CHAT = "/v1/chat/completions"
@@ -419,7 +419,7 @@ def test_completion_echo_param_with_token_ids(api):
 def test_cli_help_and_bad_flag():
     import subprocess
     import sys
-    from conftest import ROOT
+    from support import ROOT
     r = subprocess.run([sys.executable, str(ROOT / "app.py"), "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "--max-num-seqs" in r.stdout and "--time-to-first-token" in r.stdout
     r = subprocess.run([sys.executable, str(ROOT / "app.py"), "--max-num-seqs", "0"], capture_output=True, text=True,

@@ -12,7 +12,7 @@ import jsonschema
 import pydantic
 import pytest
 
-from conftest import sse_events
+from support import sse_events
 
 USER = [{"role": "user", "content": "Describe a city as JSON."}]
 CITY = {"type": "object", "additionalProperties": False,

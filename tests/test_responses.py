@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import named_events
+from support import named_events
 
 U = "This is a test."          # one user message -> 10 prompt tokens
 

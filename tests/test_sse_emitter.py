@@ -18,7 +18,7 @@ from gunicorn.http import wsgi
 
 from server import gunicorn_tuning
 from server.sse_emitter import WRITE_KEY, HubEmitter, usable_response
-from conftest import scrape
+from support import scrape
 from generation.engine.simulator import ClientDisconnected
 from generation.engine.request import SeqState
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from werkzeug.test import EnvironBuilder
 
-from conftest import scrape, sse_events
+from support import scrape, sse_events
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]

@@ -17,7 +17,7 @@ import pytest
 from blueprints import common
 from blueprints.common import received_at, scheduled_tokens
 from server.sse_emitter import HubEmitter
-from conftest import make_app, metric, scrape, sse_events
+from support import make_app, metric, scrape, sse_events
 from generation.engine.simulator import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import SeqState
@@ -198,7 +198,7 @@ def test_stream_bytes_do_not_depend_on_the_timing_path(name):
 
 
 def test_schedule_metrics_count_every_token():
-    from conftest import SimClient, INPROC_URL
+    from support import SimClient, INPROC_URL
     api = SimClient(INPROC_URL, app=make_app("--inter-token-latency", "3ms", "--time-to-first-token", "5ms"))
     before = scrape(api)
     r = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 10, "ignore_eos": True,

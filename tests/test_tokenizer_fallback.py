@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tokenizer_hub import MODEL, make_hub
+from support.tokenizer_hub import MODEL, make_hub
 
 from generation.config.cli import load_config
 from generation.tokenization.tokenizer_loading import load_tokenizer

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from conftest import ROOT
-from tokenizer_hub import MODEL, make_hub
+from support import ROOT
+from support.tokenizer_hub import MODEL, make_hub
 
 from generation.kvcache.block_hash import BlockHasher
 

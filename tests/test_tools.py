@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import sse_events
+from support import sse_events
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",

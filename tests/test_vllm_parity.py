@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import INPROC_URL, SimClient, make_app
+from support import INPROC_URL, SimClient, make_app
 
 _apps: dict = {}
 

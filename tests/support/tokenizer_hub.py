@@ -51,3 +51,11 @@ def make_hub(root: str) -> str:
     with open(os.path.join(snap, "config.json"), "w") as fh:
         json.dump({"model_type": "gpt2"}, fh)
     return snap
+
+
+def template_ids(ref, messages, **kw):
+    """The ids of ``messages`` under the chat template, as transformers' ``ref`` tokenizer
+    renders and encodes them (no special tokens added)."""
+    text = ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=kw.pop("add_generation_prompt", True),
+                                   **kw)
+    return ref(text, add_special_tokens=False)["input_ids"]
