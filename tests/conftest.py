@@ -1,20 +1,36 @@
-"""Test fixtures for the three tiers.
+"""Fixtures shared by the three tiers, and the ``server`` marker.
 
-* unit tests import the code directly;
-* in-process tests drive the Flask app through ``httpx.WSGITransport`` (no socket, no
+The suite has three tiers, one directory each:
+
+* ``tests/unit/``: pure logic, imported directly (no Flask app, no server process; short-lived
+  CLI subprocesses that exit before serving, such as ``app.py --port 70000``, count as logic);
+* ``tests/app/``: the Flask app in-process through ``httpx.WSGITransport`` (no socket, no
   process; streaming bodies are collected by the transport, fine for SSE assertions but not
   for timing).  The engine's ``gevent.sleep``/``Event`` run in the main greenlet, so several
-  in-process requests can overlap with ``gevent.spawn``;
-* ``@pytest.mark.server`` tests start real ``python app.py`` processes (SDKs over the
-  network, ZMQ, signals, TLS, timing under gevent).  Servers are reused within a test
+  in-process requests can overlap with ``gevent.spawn``.  A test parametrized over
+  ``any_api`` lives here; its server half is marked ``server``;
+* ``tests/server/``: real ``python app.py`` processes (SDKs over the network, ZMQ, signals,
+  TLS, timing under gevent), every test marked ``server``.  Servers are reused within a test
   module and stopped when the module ends.  Any test that uses ``sim_server``/``server``/
   ``echo_server``/``live_client`` is marked ``server`` automatically.
 
-Fixtures live here; plain helpers (``SimClient``, ``make_app``, ``free_port``, ``scrape``,
-``sse_events``, ...) live in the ``support`` package (``tests/support/``) and are imported
-``from support import ...``.  This file puts ``tests/`` (for ``support``) and the repository
-root (for the code) on ``sys.path``, and re-exports the helpers for test modules still written
-``from conftest import ...``.
+``python -m pytest -m "not server"`` runs the first two tiers and the in-process halves.
+
+Where things go: fixtures live here, whichever tiers use them (so that the flat test files
+still under ``tests/`` see them too); plain helpers (functions, classes, shared test data) live
+in the ``support`` package (``tests/support/``), imported as ``from support import sse_events``.
+A fixture only one tier's files share would go in that tier's ``conftest.py``; there is none
+yet (see below).
+
+Imports: pytest's default ``prepend`` import mode, no ``__init__.py`` in the tier
+directories.  Each test module imports under its basename with its directory put on
+``sys.path``, so basenames must be unique across the tiers (pytest stops with "import file
+mismatch" otherwise).  Every ``conftest.py`` imports as the module ``conftest``: pytest drops
+the previous one before importing the next, so a ``from conftest import ...`` gets whichever
+came last.  Tests therefore import helpers from ``support``; this file re-exports them only
+for test modules written ``from conftest import ...`` against the flat layout, which works as
+long as this is the only conftest.  It puts ``tests/`` (for ``support``) and the repository
+root (for the code) on ``sys.path``.
 
 Fixture API (all factories cache by flags+env within a module):
 
@@ -24,6 +40,9 @@ Fixture API (all factories cache by flags+env within a module):
 ``api`` / ``echo_api``        in-process default / ``--mode echo`` clients
 ``server`` / ``echo_server``  real-server base URLs (default / echo)
 ``any_api``                   parametrized: in-process, then a real server (marked)
+``hub`` / ``ref``             a small real tokenizer in a Hugging Face cache (offline) /
+                              transformers' own tokenizer for it (``support.tokenizer_hub``)
+``db_path``                   a recorded-responses SQLite dataset (``support.recorded_dataset``)
 
 A :class:`SimClient` is an ``httpx.Client`` with ``base_url`` set (``client.post("/v1/...")``),
 ``.url`` (base URL string), ``.app``/``.sim`` (in-process only), and ``.openai()`` /
@@ -80,6 +99,34 @@ def api(app_client) -> SimClient:
 @pytest.fixture(scope="module")
 def echo_api(app_client) -> SimClient:
     return app_client("--mode", "echo")
+
+
+# ---- shared by two tiers: real tokenizers (app, server), the recorded dataset (unit, app) -------
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """``HF_HOME``-style root holding model ``org/tiny`` (:mod:`support.tokenizer_hub`), offline."""
+    from support.tokenizer_hub import make_hub
+    root = str(tmp_path_factory.mktemp("hf_home"))
+    make_hub(root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield root
+
+
+@pytest.fixture(scope="module")
+def ref(hub):
+    """transformers' own tokenizer for the same snapshot."""
+    from transformers import AutoTokenizer
+
+    from support.tokenizer_hub import MODEL
+    return AutoTokenizer.from_pretrained(MODEL, cache_dir=os.path.join(hub, "hub"), local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    """Path (str) of :mod:`support.recorded_dataset`'s dataset, built once per module."""
+    from support.recorded_dataset import build
+    return build(tmp_path_factory.mktemp("dataset") / "responses.sqlite3")
 
 
 # ---- real servers ------------------------------------------------------------------------------
