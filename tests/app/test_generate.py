@@ -1,0 +1,239 @@
+"""``POST /inference/v1/generate`` in-process (api.md 5.5, cases 79-83, C32)."""
+from __future__ import annotations
+
+import pytest
+
+from support import sse_events
+
+URL = "/inference/v1/generate"
+BASIC = {"model": "test-model", "token_ids": [1, 2, 3, 4], "sampling_params": {"max_tokens": 5}}
+REMOTE = {"do_remote_decode": False, "do_remote_prefill": True, "remote_engine_id": "DUMMY_ID",
+          "remote_block_ids": ["DUMMY_ID"], "remote_host": "DUMMY", "remote_port": 1234, "tp_size": 1}
+
+
+def post(base, body, **kw):
+    return base.post(URL, json=body, timeout=60, **kw)
+
+
+def stream(base, body, **kw):
+    r = post(base, dict(body, stream=True), **kw)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/event-stream")
+    return sse_events(r.text)
+
+
+def test_basic_case_79_and_c32_3(api):
+    r = post(api, BASIC)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["request_id"] and body["id"] == body["request_id"]
+    assert body["model"] == "test-model"
+    assert body["ec_transfer_params"] is None
+    assert "kv_transfer_params" not in body
+    (choice,) = body["choices"]
+    assert choice["index"] == 0
+    assert choice["finish_reason"] in ("stop", "length")
+    ids = choice["token_ids"]
+    assert 1 <= len(ids) <= 5 and all(isinstance(t, int) for t in ids)
+    assert (choice["finish_reason"] == "length") == (len(ids) == 5)
+    u = body["usage"]
+    assert u["prompt_tokens"] == 4
+    assert u["completion_tokens"] == len(ids)
+    assert u["total_tokens"] == 4 + len(ids)
+
+
+def test_missing_fields_case_80(api):
+    r = post(api, {"model": "test-model", "sampling_params": {"max_tokens": 5}})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": "Missing input token_ids", "type": "BadRequestError",
+                                 "param": "token_ids", "code": 400}
+    r = post(api, {"model": "test-model", "token_ids": [1, 2, 3]})      # vLLM defaults it (issue 22)
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize("where", ["root", "extra_args"])
+def test_remote_decode_case_81(api, where):
+    body = {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 5}}
+    kv = {"do_remote_decode": True}
+    if where == "root":
+        body["kv_transfer_params"] = kv
+    else:
+        body["sampling_params"] = {"max_tokens": 5, "extra_args": {"kv_transfer_params": kv}}
+    r = post(api, body)
+    assert r.status_code == 200
+    out = r.json()
+    assert out["kv_transfer_params"] == REMOTE
+    assert out["choices"][0]["finish_reason"] == "remote_decode"
+    assert len(out["choices"][0]["token_ids"]) >= 1
+    # Remote decode cannot stream.
+    r = post(api, dict(body, stream=True))
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Prefill does not support streaming"
+
+
+def test_stream_c32_1(api):
+    events = stream(api, BASIC)
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert chunks
+    rid = chunks[0]["request_id"]
+    assert rid
+    finals = [c for c in chunks if c["choices"][0]["finish_reason"] is not None]
+    assert len(finals) == 1 and finals[0] is chunks[-1]
+    total = 0
+    for c in chunks:
+        assert set(c) == {"request_id", "choices"}          # no usage anywhere
+        assert c["request_id"] == rid
+        (ch,) = c["choices"]
+        assert ch["index"] == 0
+        assert isinstance(ch["token_ids"], list) and len(ch["token_ids"]) == 1
+        assert all(isinstance(t, int) for t in ch["token_ids"])
+        total += len(ch["token_ids"])
+    assert 1 <= total <= 5
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_stream_usage_c32_2(api):
+    events = stream(api, dict(BASIC, stream_options={"include_usage": True}))
+    assert events[-1] == "[DONE]"
+    usage_chunk = events[-2]
+    assert usage_chunk["choices"] == []
+    token_chunks = events[:-2]
+    n = sum(len(c["choices"][0]["token_ids"]) for c in token_chunks)
+    assert usage_chunk["request_id"] == token_chunks[0]["request_id"]
+    assert usage_chunk["usage"] == {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n,
+                                    "prompt_tokens_details": None}
+    assert all("usage" not in c for c in token_chunks)
+
+
+def test_stream_max_tokens_1_case_82(api):
+    events = stream(api, {"model": "test-model", "token_ids": [5], "sampling_params": {"max_tokens": 1}})
+    assert events[-1] == "[DONE]"
+    (chunk,) = events[:-1]
+    assert chunk["choices"][0]["finish_reason"] == "length"
+    assert len(chunk["choices"][0]["token_ids"]) == 1
+
+
+def test_ignore_eos_exact_length(api):
+    for where in ("root", "sampling_params"):
+        body = {"model": "test-model", "token_ids": [1, 2], "sampling_params": {"max_tokens": 7}}
+        if where == "root":
+            body["ignore_eos"] = True
+        else:
+            body["sampling_params"]["ignore_eos"] = True
+        out = post(api, body).json()
+        assert len(out["choices"][0]["token_ids"]) == 7
+        assert out["choices"][0]["finish_reason"] == "length"
+        assert out["usage"]["completion_tokens"] == 7
+        events = stream(api, body)
+        assert sum(len(c["choices"][0]["token_ids"]) for c in events[:-1]) == 7
+        assert events[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_n_choices(api):
+    body = {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 4, "n": 2},
+            "ignore_eos": True}
+    out = post(api, body).json()
+    assert [c["index"] for c in out["choices"]] == [0, 1]
+    assert all(len(c["token_ids"]) == 4 for c in out["choices"])
+    assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11,
+                            "prompt_tokens_details": None}
+    events = stream(api, body)[:-1]
+    for i in (0, 1):
+        mine = [c for c in events if c["choices"][0]["index"] == i]
+        assert len(mine) == 4
+        assert [c["choices"][0]["finish_reason"] for c in mine] == [None, None, None, "length"]
+
+
+def test_empty_token_ids_allowed(api):
+    r = post(api, {"model": "test-model", "token_ids": [], "sampling_params": {"max_tokens": 2}})
+    assert r.status_code == 200
+    assert r.json()["usage"]["prompt_tokens"] == 0
+
+
+def test_body_request_id(api):
+    r = post(api, dict(BASIC, request_id="my-req-7"))
+    assert r.json()["request_id"] == "my-req-7"
+    events = stream(api, dict(BASIC, request_id="my-req-8"))
+    assert {c["request_id"] for c in events[:-1]} == {"my-req-8"}
+
+
+@pytest.mark.parametrize("body,status,param", [
+    (dict(BASIC, token_ids=[1, -1]), 400, "token_ids[1]"),
+    (dict(BASIC, token_ids=[1, 2.5]), 400, "token_ids[1]"),
+    (dict(BASIC, token_ids=[1, 4294967296]), 400, "token_ids[1]"),
+    (dict(BASIC, token_ids="1 2 3"), 400, "token_ids"),
+    (dict(BASIC, sampling_params=[5]), 400, "sampling_params"),
+    (dict(BASIC, sampling_params={"max_tokens": "5"}), 400, "sampling_params.max_tokens"),
+    (dict(BASIC, sampling_params={"max_tokens": 0}), 400, "max_tokens"),
+    (dict(BASIC, sampling_params={"n": 0}), 400, "n"),
+    (dict(BASIC, stream="true"), 400, "stream"),
+    (dict(BASIC, stream_options={"include_usage": 1}), 400, "stream_options.include_usage"),
+    (dict(BASIC, kv_transfer_params=[1]), 400, "kv_transfer_params"),
+    (dict(BASIC, features={"mm_hashes": {"image": "abc"}}), 400, "features.mm_hashes.image"),
+    (dict(BASIC, features={"mm_hashes": ["abc"]}), 400, "features.mm_hashes"),
+    (dict(BASIC, model="nope"), 404, "model"),
+])
+def test_client_errors(api, body, status, param):
+    r = post(api, body)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_model_omitted_serves_the_first_model(api):
+    """vLLM's ``_check_model`` accepts a request without ``model`` (issue 8); it was a 404."""
+    r = post(api, {"token_ids": [1], "sampling_params": {}})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "test-model"
+
+
+def test_context_window(api):
+    r = post(api, {"model": "test-model", "token_ids": [7] * 1024, "sampling_params": {"max_tokens": 3}})
+    assert r.status_code == 400
+    assert "maximum context length is 1024 tokens" in r.json()["error"]["message"]
+    r = post(api, {"model": "test-model", "token_ids": [7] * 1023, "sampling_params": {"max_tokens": 3}})
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["token_ids"] and len(r.json()["choices"][0]["token_ids"]) == 1
+
+
+def test_x_return_error(api):
+    r = post(api, BASIC, headers={"X-Return-Error": "503"})
+    assert r.status_code == 503
+    assert r.json()["error"]["type"] == "InternalServerError"
+
+
+def test_echo_returns_input_ids(echo_api):
+    body = {"model": "test-model", "token_ids": [11, 22, 33, 44], "sampling_params": {"max_tokens": 10}}
+    out = post(echo_api, body).json()
+    assert out["choices"] == [{"index": 0, "finish_reason": "stop", "token_ids": [11, 22, 33, 44]}]
+    assert out["usage"]["completion_tokens"] == 4
+    events = stream(echo_api, dict(body, sampling_params={"max_tokens": 4}))
+    assert [c["choices"][0]["token_ids"] for c in events[:-1]] == [[11], [22], [33], [44]]
+    assert [c["choices"][0]["finish_reason"] for c in events[:-1]] == [None, None, None, "length"]
+
+
+def test_echo_empty_prompt_stream(echo_api):
+    events = stream(echo_api, {"model": "test-model", "token_ids": [], "sampling_params": {}})
+    assert events[-1] == "[DONE]"
+    (chunk,) = events[:-1]
+    assert chunk["choices"] == [{"index": 0, "finish_reason": "stop", "token_ids": []}]
+
+
+def test_mm_encoder_only_features_case_83(app_client):
+    base = app_client("--mm-encoder-only")
+    body = {"model": "test-model", "token_ids": [1, 32000, 32000, 32000], "sampling_params": {"max_tokens": 1},
+            "features": {"mm_hashes": {"image": ["abc123hash", "def456hash"]},
+                         "mm_placeholders": {"image": [{"offset": 1, "length": 3}]},
+                         "kwargs_data": {"image": ["x"]}}}
+    ec = post(base, body).json()["ec_transfer_params"]
+    assert set(ec) == {"abc123hash", "def456hash"}
+    for v in ec.values():
+        assert v == {"peer_host": "DUMMY", "peer_port": 1234, "size_bytes": 2359296,
+                     "nixl_agent_metadata_b64": "TklYTF9NRVRBREFUQV9QTEFDRUhPTERFUg=="}
+    del body["features"]
+    assert post(base, body).json()["ec_transfer_params"] is None
+
+
+def test_features_ignored_outside_mm_encoder_only(api):
+    body = dict(BASIC, features={"mm_hashes": {"image": ["abc"]}})
+    assert post(api, body).json()["ec_transfer_params"] is None

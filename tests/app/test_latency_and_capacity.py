@@ -1,0 +1,279 @@
+"""Timing, capacity, P/D and Prometheus metrics in-process (cases C22, C23): queueing, 429s,
+gauges, disconnect accounting, the latency model (load factor, KV transfer) and the
+histograms.  Concurrent requests are greenlets on the engine's hub; a client disconnect is a
+closed socket handed to the app as gunicorn hands it (``gunicorn.socket``), which is what the
+disconnect watcher reads.  Wall-clock timing through the network: tests/server/test_stream_timing.py.
+
+Tolerances hold on a loaded 2-core machine: lower bounds sit just under the configured time,
+upper bounds at least 25 ms above it.  The simulator's own accuracy is measured by
+bench/timing_fidelity.py, not here.
+"""
+from __future__ import annotations
+
+import socket
+import time
+
+import gevent
+from werkzeug.test import EnvironBuilder
+
+from support import scrape, value
+
+CHAT = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def gauges(client) -> tuple[float, float]:
+    m = scrape(client)
+    return value(m, "vllm:num_requests_running"), value(m, "vllm:num_requests_waiting")
+
+
+def wait_until(cond, timeout: float, what: str = "condition"):
+    """Poll ``cond()`` (yielding to other greenlets) until true; AssertionError after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not reached within {timeout}s"
+        gevent.sleep(0.01)
+
+
+def chat(client, **kw):
+    return client.post(CHAT, json={"model": "test-model", "messages": MSG, **kw}, timeout=30)
+
+
+class WsgiCall:
+    """One request straight into the WSGI app, with a socket pair standing in for the client
+    connection: ``leave()`` closes the client's end, as a client that goes away does."""
+
+    def __init__(self, client, path: str, body: dict):
+        self.client_sock, self._server_sock = socket.socketpair()
+        self.environ = EnvironBuilder(path=path, method="POST", json=body).get_environ()
+        self.environ["gunicorn.socket"] = self._server_sock
+        self.app = client.app
+        self.status = []
+        self.body = None
+
+    def start(self):
+        """Call the app: a non-streaming request runs to its end here, a stream to its first
+        chunk.  Returns the response body iterable."""
+        self.body = self.app(self.environ, lambda status, headers, exc_info=None: self.status.append(status))
+        return self.body
+
+    def chunks(self):
+        """The non-empty body chunks (starts the call if needed)."""
+        for c in self.body if self.body is not None else self.start():
+            if c:
+                yield c
+
+    def leave(self):
+        self.client_sock.close()
+
+    def close(self):
+        """What the WSGI server does when the response is over (or the write failed)."""
+        close = getattr(self.body, "close", None)       # None before start()
+        if close is not None:
+            close()
+        self.client_sock.close()
+        self._server_sock.close()
+
+
+# ---- in-process: the latency model and the histograms -----------------------------------------
+def test_load_factor_slows_concurrent_requests(app_client):
+    # TTFT 400 ms: each request must be seen running before the previous one ends, on a loaded
+    # machine too (at 200 ms it failed once with 4 CPU hogs beside the suite)
+    api = app_client("--time-to-first-token", "400ms", "--time-factor-under-load", "3", "--max-num-seqs", "3")
+
+    def one():
+        t0 = time.monotonic()
+        assert chat(api, max_tokens=1).status_code == 200
+        return time.monotonic() - t0
+
+    greenlets = []
+    for i in range(3):      # arrive in order: running count 1, 2, 3 at their starts
+        greenlets.append(gevent.spawn(one))
+        wait_until(lambda: gauges(api)[0] == i + 1, 0.4, f"request {i + 1} running")
+    res = [g.get() for g in greenlets]
+    assert 0.34 <= res[0] <= 0.9      # factor 1: 0.4 s
+    assert 0.68 <= res[1] <= 1.4      # factor 2: 0.8 s
+    assert 1.02 <= res[2] <= 1.9      # factor 3: 1.2 s
+
+
+def test_remote_prefill_uses_kv_transfer_time(app_client):
+    api = app_client("--kv-cache-transfer-latency", "300ms")
+    t0 = time.monotonic()
+    chat(api, max_tokens=1)
+    plain = time.monotonic() - t0
+    t0 = time.monotonic()
+    r = chat(api, max_tokens=1, kv_transfer_params={"do_remote_prefill": True, "remote_engine_id": "e1",
+                                                     "remote_block_ids": ["1"], "some_future_key": 3})
+    remote = time.monotonic() - t0
+    assert r.status_code == 200 and "kv_transfer_params" not in r.json()
+    assert plain < 0.15 and 0.27 <= remote <= 0.6
+
+
+def test_metrics_measure_latency(app_client):
+    # TTFT 150 ms sits mid-bucket (0.1, 0.25]; ITL 125 ms mid-bucket (0.1, 0.15].
+    api = app_client("--time-to-first-token", "150ms", "--inter-token-latency", "125ms")
+    chat(api, max_tokens=4, ignore_eos=True)
+    m = scrape(api)
+    assert value(m, "vllm:time_to_first_token_seconds_bucket", le="0.1") == 0
+    assert value(m, "vllm:time_to_first_token_seconds_bucket", le="0.25") == 1
+    assert value(m, "vllm:inter_token_latency_seconds_bucket", le="0.1") == 0
+    assert value(m, "vllm:inter_token_latency_seconds_bucket", le="0.15") == 3
+    assert 0.5 <= value(m, "vllm:e2e_request_latency_seconds_sum") <= 0.8
+
+
+def test_c22_metric_names_and_deltas(api):
+    r = api.get("/metrics")
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE vllm:kv_cache_usage_perc gauge" in r.text
+    before = scrape(api)
+    assert 0 <= value(before, "vllm:kv_cache_usage_perc") <= 1
+    prompt_total = 0
+    for _ in range(3):
+        prompt_total += chat(api, max_tokens=5, ignore_eos=True).json()["usage"]["prompt_tokens"]
+    after = scrape(api)
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("vllm:time_to_first_token_seconds_count") == 3
+    assert delta("vllm:e2e_request_latency_seconds_count") == 3
+    assert delta("vllm:request_success_total", finished_reason="length") == 3
+    assert delta("vllm:generation_tokens_total") == 15
+    assert delta("vllm:prompt_tokens_total") == prompt_total
+    assert delta("vllm:request_generation_tokens_count") == 3
+    assert delta("vllm:request_params_max_tokens_sum") == 15
+    assert delta("vllm:inter_token_latency_seconds_count") == 12
+    for h in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+              "vllm:request_queue_time_seconds", "vllm:request_inference_time_seconds",
+              "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+              "vllm:request_time_per_output_token_seconds", "vllm:request_prompt_tokens",
+              "vllm:request_max_num_generation_tokens", "vllm_sim:token_emission_lag_seconds"):
+        assert (h + "_bucket", frozenset({"le": "+Inf", "model_name": "test-model", "engine": "0"}.items())) in after, h
+        assert (h + "_sum", frozenset({"model_name": "test-model", "engine": "0"}.items())) in after
+    assert after[("vllm:cache_config_info", frozenset({"block_size": "16", "num_gpu_blocks": "1024",
+                                                       "engine": "0"}.items()))] == 1
+
+
+def test_remote_decode_finish_and_params(api):
+    body = chat(api, max_tokens=5, kv_transfer_params={"do_remote_decode": True}).json()
+    assert body["choices"][0]["finish_reason"] == "remote_decode"
+    kv = body["kv_transfer_params"]
+    assert kv["do_remote_prefill"] is True and kv["do_remote_decode"] is False
+    assert kv["remote_block_ids"] and kv["remote_engine_id"] and kv["remote_host"] and kv["remote_port"] > 0
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": "x", "max_tokens": 2,
+                                          "kv_transfer_params": {"do_remote_decode": True}})
+    assert r.json()["choices"][0]["finish_reason"] == "remote_decode"
+    r = chat(api, stream=True, kv_transfer_params={"do_remote_decode": True})
+    assert r.status_code == 400 and "Prefill does not support streaming" in r.json()["error"]["message"]
+
+
+# ---- in-process: capacity, queue and disconnects ----------------------------------------------
+def test_c23_running_and_waiting_gauges(app_client):
+    # T = 400 ms: TTFTs are T, T (running), 2T, 2T (waited T), 3T (waited 2T); each lands at
+    # least 100 ms inside its bucket (0.5, 1.0, 2.5).
+    api = app_client("--max-num-seqs", "2", "--time-to-first-token", "400ms")
+    before = scrape(api)
+    greenlets = [gevent.spawn(lambda: chat(api, max_tokens=2).status_code) for _ in range(5)]
+    wait_until(lambda: gauges(api) == (2, 3), 0.3, "2 running, 3 waiting")
+    assert [g.get() for g in greenlets] == [200] * 5
+    assert gauges(api) == (0, 0)
+    after = scrape(api)
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    # queued requests show their queue time, and TTFT includes it
+    assert 1.5 <= delta("vllm:request_queue_time_seconds_sum") <= 1.9     # two waited T, one 2T
+    assert delta("vllm:time_to_first_token_seconds_bucket", le="2.5") == 5
+    assert delta("vllm:time_to_first_token_seconds_bucket", le="1.0") == 4
+    assert delta("vllm:time_to_first_token_seconds_bucket", le="0.5") == 2
+
+
+def test_429_when_queue_full_also_for_streams(app_client):
+    api = app_client("--max-num-seqs", "1", "--max-waiting-queue-length", "1", "--time-to-first-token", "300ms")
+
+    def one(stream=False):
+        r = chat(api, max_tokens=1, stream=stream)
+        return r.status_code, r.headers["content-type"], r.json() if r.status_code != 200 else None
+
+    first = gevent.spawn(one)
+    wait_until(lambda: gauges(api) == (1, 0), 0.2, "first running")
+    second = gevent.spawn(one)
+    wait_until(lambda: gauges(api) == (1, 1), 0.2, "second waiting")
+    rejected = [one(), one(stream=True)]        # the queue is full while the first runs
+    assert gauges(api) == (1, 1)
+    res = [first.get(), second.get()] + rejected
+    assert [r[0] for r in res] == [200, 200, 429, 429]
+    for status, ctype, body in rejected:
+        assert ctype.startswith("application/json")
+        assert body["error"]["type"] == "RateLimitError" and body["error"]["code"] == 429
+        assert "waiting requests queue is full" in body["error"]["message"]
+
+
+def test_zero_queue_and_prompt_array_fail_fast(app_client):
+    api = app_client("--max-num-seqs", "2", "--max-waiting-queue-length", "0", "--time-to-first-token", "100ms")
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": ["a", "b", "c"]})
+    assert r.status_code == 429
+    assert gauges(api) == (0, 0)                      # nothing was left admitted
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": ["a", "b"]})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 2
+
+
+def success_total(samples: dict) -> float:
+    return sum(v for (n, _), v in samples.items() if n == "vllm:request_success_total")
+
+
+def test_disconnect_aborts_and_frees_the_slot(app_client):
+    # A stream closed during TTFT, and a queued non-stream request whose client gives up.
+    # TTFT 500 ms: every step below takes a few ms, so neither can have finished on its own.
+    ttft = 0.5
+    api = app_client("--max-num-seqs", "1", "--time-to-first-token", "500ms", "--inter-token-latency", "10ms")
+    before = scrape(api)
+    t_start = time.monotonic()
+    stream = WsgiCall(api, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 5, "stream": True})
+    stream.start()
+    assert stream.status == ["200 OK"]
+    reader = gevent.spawn(lambda: list(stream.chunks()))
+    wait_until(lambda: gauges(api) == (1, 0), 0.2, "stream running")
+    queued = WsgiCall(api, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 5})
+    waiter = gevent.spawn(lambda: list(queued.chunks()))
+    wait_until(lambda: gauges(api) == (1, 1), 0.2, "second request waiting")
+    queued.leave()
+    wait_until(lambda: gauges(api) == (1, 0), 0.1, "queued request left the queue")
+    stream.leave()
+    wait_until(lambda: gauges(api) == (0, 0), 0.1, "stream aborted")
+    assert time.monotonic() - t_start < ttft          # before either could finish on its own
+    assert b"content" not in b"".join(reader.get(timeout=5))
+    waiter.get(timeout=5)
+    stream.close()
+    queued.close()
+    t0 = time.monotonic()
+    r = chat(api, max_tokens=2)
+    assert r.status_code == 200 and time.monotonic() - t0 < 1.6 * ttft   # not stuck behind the aborted ones
+    assert success_total(scrape(api)) - success_total(before) == 1
+
+
+def test_disconnect_mid_stream(app_client):
+    # 50 tokens 20 ms apart; the client leaves after 3 chunks.  Both ways a WSGI server ends a
+    # response free the slot long before the 1 s the stream would take: the watcher seeing the
+    # closed socket, and the server closing the body after a failed write.
+    api = app_client("--max-num-seqs", "1", "--inter-token-latency", "20ms")
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 50, "ignore_eos": True, "stream": True}
+    for how in ("leave", "close"):
+        call = WsgiCall(api, CHAT, body)
+        t0 = time.monotonic()
+        chunks = call.chunks()
+        got = 0
+        while got < 3:
+            got += next(chunks).count(b"data: {")
+        if how == "leave":
+            call.leave()            # the client's socket closes; the body is left suspended
+        else:
+            call.body.close()       # the server stops the body; the client's socket stays open
+        wait_until(lambda: gauges(api)[0] == 0, 0.3, f"slot freed ({how})")
+        assert time.monotonic() - t0 < 0.6
+        call.close()

@@ -1,0 +1,403 @@
+"""Anthropic Messages API (``/v1/messages``, ``/v1/messages/count_tokens``) in-process
+(and, for the SDK streams, against a real server), driven with the official ``anthropic`` SDK
+and raw ``httpx`` (case C30, C19 item 5, api.md 13 cases 73-78)."""
+from __future__ import annotations
+
+import json
+
+import anthropic
+import gevent
+import httpx
+import pytest
+
+from support import named_events
+
+U = "This is a test."          # "### user: This is a test.\n" -> 10 prompt tokens
+HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-test"}
+
+WEATHER = {"name": "get_weather", "description": "Get the weather",
+           "input_schema": {"type": "object", "properties": {"location": {"type": "string"}},
+                            "required": ["location"]}}
+TEMPERATURE = {"name": "get_temperature", "description": "Get the temperature",
+               "input_schema": {"type": "object",
+                                "properties": {"city": {"type": "string"},
+                                               "unit": {"type": "string", "enum": ["C", "F"]}},
+                                "required": ["city", "unit"]}}
+
+
+def client(base) -> anthropic.Anthropic:
+    return base.anthropic(api_key="sk-ant-test", max_retries=0, timeout=30)
+
+
+def post(base, body: dict, headers: dict | None = None) -> httpx.Response:
+    return base.post("/v1/messages", json=body, headers={**HEADERS, **(headers or {})}, timeout=30)
+
+
+def events(resp: httpx.Response) -> list:
+    return named_events(resp.text)
+
+
+# ---- non-streaming ---------------------------------------------------------------------------------
+
+def test_basic_random(api):
+    msg = client(api).messages.create(model="test-model", max_tokens=100,
+                                         messages=[{"role": "user", "content": U}])
+    assert msg.id.startswith("msg_") and len(msg.id) > 10
+    assert msg.type == "message" and msg.role == "assistant" and msg.model == "test-model"
+    assert len(msg.content) == 1 and msg.content[0].type == "text" and msg.content[0].text
+    assert msg.stop_reason in ("end_turn", "max_tokens")
+    assert msg.stop_sequence is None
+    assert msg.usage.input_tokens == 10
+    assert 1 <= msg.usage.output_tokens <= 100
+    assert msg.usage.cache_creation_input_tokens == 0
+    assert msg.usage.cache_read_input_tokens == 0
+
+
+def test_echo_exact_text_and_usage(echo_api):
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=100,
+                                              messages=[{"role": "user", "content": U}])
+    assert msg.content[0].text == U
+    assert msg.stop_reason == "end_turn"
+    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (10, 5)
+
+
+@pytest.mark.parametrize("system", ["Be brief.", [{"type": "text", "text": "Be brief."}]])
+def test_system_string_or_blocks(echo_api, system):
+    # "### system: Be brief.\n" adds 8 tokens (#,#,# ,system,: ,Be ,brief,.\n).
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, system=system,
+                                              messages=[{"role": "user", "content": U}])
+    assert msg.usage.input_tokens == 18
+    assert msg.content[0].text == U
+
+
+def test_multi_turn_with_tool_history(echo_api):
+    c = client(echo_api)
+    messages = [
+        {"role": "user", "content": "What is the weather?"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"location": "Paris"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01", "content": "sunny"},
+            {"type": "text", "text": "Thanks!"}]},
+    ]
+    msg = c.messages.create(model="test-model", max_tokens=50, messages=messages, tools=[WEATHER])
+    # tool_choice auto may call a tool or answer; the prompt count is what we check here.
+    counted = c.messages.count_tokens(model="test-model", messages=messages, tools=[WEATHER])
+    assert msg.usage.input_tokens == counted.input_tokens
+    no_history = c.messages.count_tokens(model="test-model", messages=[messages[0]])
+    assert counted.input_tokens > no_history.input_tokens + 20
+    # The tool result comes first, then the user's text, which echo mode replays.
+    echoed = c.messages.create(model="test-model", max_tokens=50, messages=messages)
+    assert echoed.content[0].text == "Thanks!"
+
+
+def test_tool_result_blocks_content_is_echoed(echo_api):
+    messages = [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_01",
+         "content": [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}]}]}]
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, messages=messages)
+    assert msg.content[0].text == "line one\nline two"
+
+
+def test_image_blocks(echo_api):
+    content = [{"type": "text", "text": "Describe this"},
+               {"type": "image", "source": {"type": "url", "url": "https://example.com/img.png"}}]
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50,
+                                              messages=[{"role": "user", "content": content}])
+    assert msg.content[0].text == "Describe this\nimage: https://example.com/img.png"
+    b64 = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo"}}]
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50,
+                                              messages=[{"role": "user", "content": b64}])
+    assert msg.content[0].text == "image: data:image/png;base64,iVBORw0KGgo"
+
+
+def test_ignored_fields_accepted(api):
+    msg = client(api).messages.create(
+        model="test-model", max_tokens=5, messages=[{"role": "user", "content": U}],
+        metadata={"user_id": "u1"},
+        extra_body={"ignore_eos": True, "temperature": 0.2, "top_k": 5, "top_p": 0.9,
+                    "thinking": {"type": "enabled", "budget_tokens": 1024}})
+    assert msg.usage.output_tokens == 5 and msg.stop_reason == "max_tokens"
+
+
+def test_stop_sequences(echo_api):
+    text = "This is a test. Stop here please."
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, stop_sequences=["zzz", "here"],
+                                              messages=[{"role": "user", "content": text}])
+    assert msg.content[0].text == "This is a test. Stop "
+    assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == "here"
+    assert msg.usage.output_tokens == 6          # This , is , a , test, . , Stop
+    body = {"model": "test-model", "max_tokens": 50, "stream": True, "stop_sequences": ["here"],
+            "messages": [{"role": "user", "content": text}]}
+    evs = events(post(echo_api, body))
+    deltas = "".join(d["delta"]["text"] for n, d in evs if n == "content_block_delta")
+    assert deltas == "This is a test. Stop "
+    md = [d for n, d in evs if n == "message_delta"][0]
+    assert md["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "here"}
+    assert md["usage"]["output_tokens"] == 6
+
+
+# ---- tools -----------------------------------------------------------------------------------------
+
+def test_tool_choice_any(api):
+    for _ in range(5):
+        msg = client(api).messages.create(model="test-model", max_tokens=100, tools=[WEATHER],
+                                             tool_choice={"type": "any"},
+                                             messages=[{"role": "user", "content": "Weather in Paris?"}])
+        assert msg.stop_reason == "tool_use"
+        assert msg.content and all(b.type == "tool_use" for b in msg.content)
+        for b in msg.content:
+            assert b.id.startswith("toolu_") and b.name == "get_weather"
+            assert isinstance(b.input, dict) and isinstance(b.input["location"], str)
+
+
+def test_tool_choice_tool(api):
+    for _ in range(5):
+        msg = client(api).messages.create(model="test-model", max_tokens=100, tools=[WEATHER, TEMPERATURE],
+                                             tool_choice={"type": "tool", "name": "get_temperature"},
+                                             messages=[{"role": "user", "content": U}])
+        assert msg.stop_reason == "tool_use"
+        assert [b.name for b in msg.content] == ["get_temperature"]
+        assert set(msg.content[0].input) == {"city", "unit"} and msg.content[0].input["unit"] in ("C", "F")
+        assert msg.usage.input_tokens == 10      # tool schemas add no prompt tokens
+
+
+def test_tool_choice_none_and_disable_parallel(api):
+    c = client(api)
+    msg = c.messages.create(model="test-model", max_tokens=20, tools=[WEATHER], tool_choice={"type": "none"},
+                            messages=[{"role": "user", "content": U}])
+    assert msg.stop_reason in ("end_turn", "max_tokens") and msg.content[0].type == "text"
+    for _ in range(5):
+        msg = c.messages.create(model="test-model", max_tokens=20, tools=[WEATHER, TEMPERATURE],
+                                tool_choice={"type": "any", "disable_parallel_tool_use": True},
+                                messages=[{"role": "user", "content": U}])
+        assert msg.stop_reason == "tool_use" and len(msg.content) == 1
+
+
+def test_stream_tools_with_sdk(any_api):
+    with client(any_api).messages.stream(model="test-model", max_tokens=100, tools=[WEATHER, TEMPERATURE],
+                                        tool_choice={"type": "tool", "name": "get_weather"},
+                                        messages=[{"role": "user", "content": U}]) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert [b.type for b in final.content] == ["tool_use"]
+    assert final.content[0].name == "get_weather" and isinstance(final.content[0].input["location"], str)
+    assert final.content[0].id.startswith("toolu_")
+
+
+def test_c30_stream_tool_use_raw(api):
+    body = {"model": "test-model", "max_tokens": 4, "stream": True, "tools": [WEATHER, TEMPERATURE],
+            "tool_choice": {"type": "any"}, "messages": [{"role": "user", "content": "hi"}]}
+    r = post(api, body)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    evs = events(r)
+    names = [n for n, _ in evs]
+    assert names[0] == "message_start" and names[-1] == "message_stop" and "[DONE]" not in r.text
+    for n, d in evs:
+        assert d["type"] == n
+    starts = [d for n, d in evs if n == "content_block_start"]
+    assert starts and all(d["content_block"]["type"] == "tool_use" for d in starts)
+    assert [d["index"] for d in starts] == list(range(len(starts)))
+    args = {}
+    for n, d in evs:
+        if n == "content_block_delta":
+            assert d["delta"]["type"] == "input_json_delta" and d["delta"]["partial_json"]
+            args[d["index"]] = args.get(d["index"], "") + d["delta"]["partial_json"]
+    for d in starts:
+        cb = d["content_block"]
+        assert cb["id"].startswith("toolu_") and cb["name"] in ("get_weather", "get_temperature")
+        assert isinstance(json.loads(args[d["index"]]), dict)
+    stops = [d["index"] for n, d in evs if n == "content_block_stop"]
+    assert stops == list(range(len(starts)))
+    md = [d for n, d in evs if n == "message_delta"]
+    assert len(md) == 1 and md[0]["delta"]["stop_reason"] == "tool_use"
+    assert md[0]["usage"]["output_tokens"] == sum(1 for n, _ in evs if n == "content_block_delta")
+
+
+# ---- streaming text --------------------------------------------------------------------------------
+
+def test_c30_stream_text_raw(api):
+    body = {"model": "test-model", "max_tokens": 4, "stream": True, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    r = post(api, body)
+    assert r.status_code == 200
+    # every frame: "event: X\ndata: {...,"type":"X"}"
+    frames = [f for f in r.text.split("\n\n") if f.strip()]
+    for f in frames:
+        ev_line, data_line = f.split("\n")
+        assert ev_line.startswith("event: ") and data_line.startswith("data: ")
+        assert json.loads(data_line[6:])["type"] == ev_line[7:]
+    evs = [(n, d) for n, d in events(r) if n != "ping"]
+    names = [n for n, _ in evs]
+    assert names == (["message_start", "content_block_start"] + ["content_block_delta"] * 4 +
+                     ["content_block_stop", "message_delta", "message_stop"])
+    start = evs[0][1]["message"]
+    assert start["role"] == "assistant" and start["content"] == [] and start["id"].startswith("msg_")
+    assert start["usage"]["input_tokens"] > 0 and start["model"] == "test-model"
+    assert evs[1][1]["index"] == 0 and evs[1][1]["content_block"] == {"type": "text", "text": ""}
+    assert all(d["delta"]["type"] == "text_delta" and d["index"] == 0 for n, d in evs if n == "content_block_delta")
+    md = evs[-2][1]
+    assert md["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
+    assert md["usage"]["output_tokens"] == 4
+    assert "ping" in [n for n, _ in events(r)]
+
+
+def test_stream_text_with_sdk(echo_api):
+    with client(echo_api).messages.stream(model="test-model", max_tokens=50,
+                                             messages=[{"role": "user", "content": U}]) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == U
+    assert final.content[0].text == U and final.stop_reason == "end_turn"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (10, 5)
+    assert final.id.startswith("msg_")
+
+
+def test_stream_create_iterates_events(any_api):
+    stream = client(any_api).messages.create(model="test-model", max_tokens=6, stream=True,
+                                            messages=[{"role": "user", "content": U}],
+                                            extra_body={"ignore_eos": True})
+    types = [e.type for e in stream]
+    assert types[0] == "message_start" and types[-1] == "message_stop"
+    assert types.count("content_block_delta") == 6
+
+
+# ---- count_tokens ----------------------------------------------------------------------------------
+
+def test_count_tokens(api):
+    c = client(api)
+    n = c.messages.count_tokens(model="test-model", messages=[{"role": "user", "content": U}])
+    assert n.input_tokens == 10
+    n = c.messages.count_tokens(model="test-model", system="Be brief.", tools=[WEATHER],
+                                messages=[{"role": "user", "content": U}])
+    assert n.input_tokens == 18
+    with pytest.raises(anthropic.NotFoundError):
+        c.messages.count_tokens(model="nope", messages=[{"role": "user", "content": U}])
+
+
+# ---- errors (Anthropic envelope) -------------------------------------------------------------------
+
+def _assert_anthropic_error(r: httpx.Response, status: int, etype: str, contains: str = ""):
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == etype
+    assert contains in body["error"]["message"]
+    assert set(body) == {"type", "error"}
+
+
+def test_missing_max_tokens(api):
+    r = post(api, {"model": "test-model", "messages": [{"role": "user", "content": U}]})
+    _assert_anthropic_error(r, 400, "invalid_request_error", "max_tokens")
+    r = post(api, {"model": "test-model", "max_tokens": None, "messages": [{"role": "user", "content": U}]})
+    _assert_anthropic_error(r, 400, "invalid_request_error", "max_tokens")
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"messages": [{"role": "user", "content": [{"type": "video", "url": "x"}]}]}, "messages[0].content[0].type"),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
+    ({"messages": [{"role": "user", "content": [{"type": "image"}]}]}, "messages[0].content[0].source"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "user", "content": U}], "tool_choice": {"type": "tool"}}, "tool_choice.name"),
+    ({"messages": [{"role": "user", "content": U}], "tools": [{"name": "f"}]}, "tools[0].input_schema"),
+    ({"messages": [{"role": "user", "content": U}], "system": 3}, "system"),
+    ({"messages": [{"role": "user", "content": U}], "max_tokens": 0}, "max_tokens"),
+])
+def test_malformed_bodies(api, body, field):
+    full = {"model": "test-model", "max_tokens": 10, **body}
+    _assert_anthropic_error(post(api, full), 400, "invalid_request_error", field)
+
+
+def test_not_json(api):
+    r = api.post("/v1/messages", content=b"{nope", headers={"content-type": "application/json"})
+    _assert_anthropic_error(r, 400, "invalid_request_error")
+
+
+def test_sdk_raises_typed_errors(api):
+    c = client(api)
+    with pytest.raises(anthropic.NotFoundError) as ei:
+        c.messages.create(model="some-other-model", max_tokens=10, messages=[{"role": "user", "content": U}])
+    assert ei.value.body["error"]["type"] == "not_found_error"
+    assert "The model `some-other-model` does not exist" in ei.value.body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError):
+        c.messages.create(model="test-model", max_tokens=10, messages=[])
+
+
+@pytest.mark.parametrize("code,etype", [(400, "invalid_request_error"), (401, "authentication_error"),
+                                        (403, "permission_error"), (429, "rate_limit_error"),
+                                        (500, "api_error"), (503, "overloaded_error"), (529, "overloaded_error")])
+def test_forced_errors_use_anthropic_types(api, code, etype):
+    r = post(api, {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": U}]},
+             headers={"X-Return-Error": str(code)})
+    _assert_anthropic_error(r, code, etype, "X-Return-Error")
+
+
+def test_request_too_large(app_client):
+    base = app_client("--max-request-body-size-mb", "1")
+    big = "word " * 300_000
+    r = post(base, {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": big}]})
+    _assert_anthropic_error(r, 413, "request_too_large")
+
+
+def test_other_endpoints_keep_openai_envelope(api):
+    r = api.post("/v1/chat/completions", json={"model": "nope", "messages": []})
+    assert r.status_code == 404 and "error" in r.json() and "type" not in r.json()
+
+
+# ---- cache_threshold (C19 item 5) ------------------------------------------------------------------
+
+def test_cache_threshold_header(api):
+    h = {"X-Cache-Threshold-Finish-Reason": "true"}
+    body = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": U}]}
+    r = post(api, body, h)
+    assert r.status_code == 200
+    msg = r.json()
+    assert msg["stop_reason"] == "max_tokens" and msg["usage"]["output_tokens"] == 0
+    assert msg["usage"]["input_tokens"] == 10 and msg["content"] == []
+    evs = events(post(api, {**body, "stream": True}, h))
+    names = [n for n, _ in evs]
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    md = [d for n, d in evs if n == "message_delta"][0]
+    assert md["delta"]["stop_reason"] == "max_tokens" and md["usage"]["output_tokens"] == 0
+    assert "content_block_delta" not in names
+
+
+# ---- prefix cache accounting -----------------------------------------------------------------------
+
+def test_cache_read_tokens(app_client):
+    base = app_client("--enable-kvcache", "--block-size", "16", env={"POD_IP": "127.0.0.1"})
+    long = " ".join(f"msg{i}" for i in range(100))
+    body = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": long}]}
+    first = post(base, body).json()["usage"]
+    second = post(base, body).json()["usage"]
+    assert first["cache_read_input_tokens"] == 0
+    assert second["cache_read_input_tokens"] > 0 and second["cache_read_input_tokens"] % 16 == 0
+    # Anthropic accounting: the input counters add up to the prompt.
+    assert second["input_tokens"] + second["cache_read_input_tokens"] == first["input_tokens"]
+    assert second["cache_creation_input_tokens"] == 0
+
+
+def test_thinking_and_document_history_accepted(echo_api):
+    messages = [{"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                                                  {"type": "text", "text": "Hello"}]},
+                {"role": "user", "content": [{"type": "document", "source": {"type": "text", "data": "doc"}},
+                                             {"type": "text", "text": U}]}]
+    msg = client(echo_api).messages.create(model="test-model", max_tokens=50, messages=messages)
+    assert msg.content[0].text == U
+
+
+def test_queue_full_is_anthropic_rate_limit(app_client):
+    base = app_client("--time-to-first-token", "500ms", "--max-num-seqs", "1", "--max-waiting-queue-length", "1")
+    body = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": U}]}
+    futs = []
+    for i in range(4):               # concurrent in-process requests: greenlets on the engine's hub
+        futs.append(gevent.spawn(post, base, {**body, "stream": i % 2 == 1}))
+        gevent.sleep(0.05)           # all four arrive within 0.15 s, while the first runs 0.5 s
+    results = [f.get() for f in futs]
+    codes = [r.status_code for r in results]
+    assert codes[:2] == [200, 200] and codes[2:] == [429, 429]
+    for r in results[2:]:
+        _assert_anthropic_error(r, 429, "rate_limit_error", "waiting requests queue is full")

@@ -1,0 +1,216 @@
+"""``/metrics`` as current vLLM exports it (issue 8), parsed with prometheus_client's text parser,
+through the in-process app.  Names, types, labels and buckets follow vLLM's
+``vllm/v1/metrics/loggers.py``; the simulator's own choices are listed in generation/metrics/recorder.py.
+Case C35 (the families a benchmark client scrapes) is one example of the kind.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from support import metric_values, scrape
+
+CHAT = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def families(client) -> dict:
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {f.name: f for f in text_string_to_metric_families(r.text)}
+
+
+def sample(fams: dict, name: str, **labels) -> float:
+    """The value of the one sample ``name`` with (at least) ``labels``; engine 0, model test-model."""
+    labels.setdefault("engine", "0")
+    if not name.startswith(("vllm:lora_requests_info", "vllm:cache_config_info")):
+        labels.setdefault("model_name", "test-model")
+    found = [s.value for f in fams.values() for s in f.samples
+             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def bounds(fams: dict, name: str) -> list:
+    return [float(s.labels["le"]) for s in fams[name].samples if s.name == name + "_bucket"]
+
+
+EXPECTED = {       # family name (without _total) -> type, as vLLM declares them
+    "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+    "vllm:num_requests_waiting_by_reason": "gauge", "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:engine_sleep_state": "gauge", "vllm:lora_requests_info": "gauge", "vllm:cache_config_info": "gauge",
+    "vllm:num_preemptions": "counter", "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
+    "vllm:prompt_tokens_by_source": "counter", "vllm:prompt_tokens_cached": "counter",
+    "vllm:prefix_cache_queries": "counter", "vllm:prefix_cache_hits": "counter",
+    "vllm:request_success": "counter",
+    "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:time_per_output_token_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:request_queue_time_seconds": "histogram", "vllm:request_inference_time_seconds": "histogram",
+    "vllm:request_prefill_time_seconds": "histogram", "vllm:request_decode_time_seconds": "histogram",
+    "vllm:request_time_per_output_token_seconds": "histogram", "vllm:request_prompt_tokens": "histogram",
+    "vllm:request_generation_tokens": "histogram", "vllm:request_max_num_generation_tokens": "histogram",
+    "vllm:request_params_max_tokens": "histogram", "vllm:request_params_n": "histogram",
+    "vllm:iteration_tokens_total": "histogram", "vllm:request_prefill_kv_computed_tokens": "histogram",
+}
+
+
+def test_names_types_labels_and_buckets_at_start(app_client):
+    fams = families(app_client("--max-model-len", "1024"))
+    for name, kind in EXPECTED.items():
+        assert name in fams and fams[name].type == kind, name
+    for fam in fams.values():
+        if fam.name.startswith("vllm:"):
+            for s in fam.samples:
+                assert s.labels.get("engine") == "0", s
+                if fam.name not in ("vllm:lora_requests_info", "vllm:cache_config_info"):
+                    assert s.labels["model_name"] == "test-model", s
+    # finish reasons are vLLM's, each created at 0
+    reasons = {s.labels["finished_reason"]: s.value for s in fams["vllm:request_success"].samples}
+    assert reasons == {"stop": 0, "length": 0, "abort": 0, "error": 0, "repetition": 0}
+    assert sample(fams, "vllm:num_preemptions_total") == 0
+    assert {s.labels["source"] for s in fams["vllm:prompt_tokens_by_source"].samples} == \
+        {"local_compute", "local_cache_hit", "external_kv_transfer"}
+    assert {s.labels["reason"]: s.value for s in fams["vllm:num_requests_waiting_by_reason"].samples} == \
+        {"capacity": 0, "deferred": 0}
+    assert {s.labels["sleep_state"]: s.value for s in fams["vllm:engine_sleep_state"].samples} == \
+        {"awake": 1, "weights_offloaded": 0, "discard_all": 0}
+    inf = float("inf")
+    assert bounds(fams, "vllm:iteration_tokens_total") == \
+        [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, inf]
+    assert bounds(fams, "vllm:request_params_n") == [1, 2, 5, 10, 20, inf]
+    assert bounds(fams, "vllm:request_prefill_kv_computed_tokens") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, inf]
+    assert bounds(fams, "vllm:time_to_first_token_seconds")[:4] == [0.001, 0.005, 0.01, 0.02]
+    assert sample(fams, "vllm:cache_config_info", block_size="16", num_gpu_blocks="1024") == 1
+
+
+def test_request_values(app_client):
+    c = app_client("--max-model-len", "1024", "--seed", "7")
+    before = families(c)
+    r = c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 5, "ignore_eos": True, "n": 2})
+    assert r.status_code == 200
+    p1 = r.json()["usage"]["prompt_tokens"]
+    r = c.post(CHAT, json={"model": "test-model", "messages": MSG})      # no max_tokens
+    assert r.status_code == 200
+    p2 = r.json()["usage"]["prompt_tokens"]
+    g2 = r.json()["usage"]["completion_tokens"]
+    after = families(c)
+
+    def d(name, **labels):
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert d("vllm:request_params_n_count") == 2 and d("vllm:request_params_n_sum") == 3
+    # max_tokens is recorded for every request: the room left when the request gives none (vLLM)
+    assert d("vllm:request_params_max_tokens_count") == 3
+    assert d("vllm:request_params_max_tokens_sum") == 5 + 5 + (1024 - p2)
+    prompts = 2 * p1 + p2
+    assert d("vllm:prompt_tokens_total") == prompts
+    assert d("vllm:prompt_tokens_by_source_total", source="local_compute") == prompts
+    assert d("vllm:prompt_tokens_by_source_total", source="local_cache_hit") == 0
+    assert d("vllm:prompt_tokens_cached_total") == 0
+    assert d("vllm:request_prefill_kv_computed_tokens_sum") == prompts
+    assert d("vllm:request_prefill_kv_computed_tokens_count") == 3
+    # one prefill step per sequence (its prompt and its first token, as vLLM counts it), then one
+    # 1-token step per further output token
+    assert d("vllm:iteration_tokens_total_count") == 3 + 4 + 4 + max(g2 - 1, 0)
+    assert d("vllm:iteration_tokens_total_sum") == prompts + 10 + g2
+    assert d("vllm:request_success_total", finished_reason="length") == 2
+    assert d("vllm:generation_tokens_total") == 10 + g2
+
+
+def test_tool_call_answer_counts_as_stop(app_client):
+    c = app_client()
+    before = families(c)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    r = c.post(CHAT, json={"model": "test-model", "messages": MSG, "tools": tools, "tool_choice": "required"})
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    after = families(c)
+    assert sample(after, "vllm:request_success_total", finished_reason="stop") - \
+        sample(before, "vllm:request_success_total", finished_reason="stop") == 1
+    assert not [s for s in after["vllm:request_success"].samples if s.labels["finished_reason"] == "tool_calls"]
+
+
+def test_engine_label_is_the_data_parallel_rank(app_client):
+    fams = families(app_client("--data-parallel-size", "2", "--data-parallel-rank", "1"))
+    assert {"vllm:num_requests_running", "vllm:time_to_first_token_seconds", "vllm:request_success"} <= set(fams)
+    for fam in fams.values():
+        if fam.name.startswith("vllm:"):
+            assert {s.labels["engine"] for s in fam.samples} == {"1"}, fam.name
+
+
+def test_state_is_read_at_scrape_time(app_client):
+    c = app_client("--max-loras", "1", "--max-num-seqs", "4",
+                   "--lora-modules", '{"name":"a","path":"/a"}', '{"name":"b","path":"/b"}')
+    sim = c.sim
+    sim.running = 3
+    sim.loras.acquire("a")
+    sim.waiting.extend([SimpleNamespace(lora="b"), SimpleNamespace(lora=None)])
+    sim.sleeping = True
+    try:
+        fams = families(c)
+        assert sample(fams, "vllm:num_requests_running") == 3
+        assert sample(fams, "vllm:num_requests_waiting") == 2
+        # b cannot load while a is busy in the only slot: deferred by the LoRA budget
+        assert sample(fams, "vllm:num_requests_waiting_by_reason", reason="deferred") == 1
+        assert sample(fams, "vllm:num_requests_waiting_by_reason", reason="capacity") == 1
+        assert sample(fams, "vllm:engine_sleep_state", sleep_state="awake") == 0
+        assert sample(fams, "vllm:engine_sleep_state", sleep_state="weights_offloaded") == 1
+        lora = {(s.labels["running_lora_adapters"], s.labels["waiting_lora_adapters"]): s.value
+                for s in fams["vllm:lora_requests_info"].samples}
+        assert max(lora, key=lora.get) == ("a", "b")
+        assert {s.labels["max_lora"] for s in fams["vllm:lora_requests_info"].samples} == {"1"}
+    finally:
+        sim.running = 0
+        sim.loras.release("a")
+        sim.waiting.clear()
+        sim.sleeping = False
+
+
+def test_lora_info_keeps_few_series_whatever_the_history(app_client):
+    c = app_client("--max-loras", "2", "--max-cpu-loras", "4",
+                   "--lora-modules", *[f'{{"name":"l{i}","path":"/l{i}"}}' for i in range(50)])
+    sim = c.sim
+    for i in range(20):            # 20 different adapter states (5x the cap), one scrape each
+        sim.loras.loaded = {f"l{i}": 1}
+        fams = families(c)
+        series = fams["vllm:lora_requests_info"].samples
+        assert len(series) <= 4
+    sim.loras.loaded = {}
+    fams = families(c)
+    series = {s.labels["running_lora_adapters"]: s.value for s in fams["vllm:lora_requests_info"].samples}
+    assert len(series) <= 4 and max(series, key=series.get) == ""
+    assert "l18" in series and "l0" not in series
+
+
+def test_fake_metrics_carry_the_engine_label(app_client):
+    c = app_client("--fake-metrics", '{"running-requests": 3, "request-success-total": {"stop": 2}}')
+    fams = families(c)
+    assert sample(fams, "vllm:num_requests_running") == 3
+    assert sample(fams, "vllm:request_success_total", finished_reason="stop") == 2
+    assert sample(fams, "vllm:cache_config_info", block_size="16", num_gpu_blocks="1024") == 1
+
+
+def test_fast_render_is_the_same_text_as_generate_latest(app_client):
+    from prometheus_client import generate_latest
+    c = app_client("--max-model-len", "1024")
+    assert c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 3}).status_code == 200
+    m = c.sim.metrics
+    m.itl.observe_n(0.02, 5000)            # counts past the formatting cache
+    assert sorted(m.render().decode().splitlines()) == sorted(generate_latest(m.registry).decode().splitlines())
+
+
+# ---- case C35: metric families inference-perf scrapes (the whole list: above) ---------------------
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_c35_benchmark_metric_families(app_client):
+    c = app_client()
+    assert c.post("/v1/chat/completions", json={"model": "test-model", "messages": HI,
+                                                "max_tokens": 5}).status_code == 200
+    samples = scrape(c)
+    assert metric_values(samples, "vllm:num_preemptions_total", model_name="test-model") == [0.0]
+    for hist in ("vllm:request_params_n", "vllm:iteration_tokens_total"):
+        counts = metric_values(samples, hist + "_count", model_name="test-model")
+        assert counts and counts[0] >= 1, hist

@@ -1,0 +1,147 @@
+"""The Flask-free request pieces (issue 11 layer): typed requests from the schemas, the error
+table, stop cuts and sequence states, limit checks, the Anthropic and Responses translations
+to chat, usage sums and chunk frames."""
+from __future__ import annotations
+
+import pytest
+
+from blueprints.errors import STATUS, status_of
+from generation.adapters import base
+from generation.adapters import messages as am
+from generation.adapters import responses as ar
+from generation.adapters.protocol import (AnthropicMessage, AnthropicTool, AnthropicToolChoice, ChatCompletionRequest,
+                                          MessagesRequest, StreamOptions, TextConfig, TextFormat)
+from generation.engine.request import GenerationRequest, Prompt, SeqState, Sequence
+from generation.errors import (APIError, ContextLengthError, InjectedError, InvalidParam, ModelNotFound, QueueFullError,
+                               UnsupportedMediaType)
+from schemas.chat import chat_request_schema
+from schemas.common import load
+
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+# ---- typed requests and the error table -------------------------------------------------------------
+
+def test_schema_loads_typed_request():
+    req = load(chat_request_schema, {"model": "m", "messages": MSG, "n": 2, "stream_options": {"include_usage": True}})
+    assert isinstance(req, ChatCompletionRequest)
+    assert req.n == 2 and req.messages == MSG and req.stream_options == StreamOptions(include_usage=True)
+    assert req.max_tokens is None and req.tools is None
+
+
+@pytest.mark.parametrize("err,status", [
+    (InvalidParam("x", "f"), 400), (ContextLengthError("x"), 400), (UnsupportedMediaType(), 400),
+    (ModelNotFound("m"), 404), (QueueFullError(), 429), (InjectedError("x", 503), 503),
+    (APIError("x", 422), 422), (RuntimeError("bug"), 500)])
+def test_error_table(err, status):
+    assert status_of(err) == status
+
+
+def test_every_domain_error_has_a_row():
+    for cls in (InvalidParam, ContextLengthError, UnsupportedMediaType, ModelNotFound, QueueFullError):
+        assert cls in STATUS
+
+
+# ---- pure units ----------------------------------------------------------------------------------------
+
+def _seq(pieces, ids=None):
+    seq = Sequence(GenerationRequest(request_id="r", model="m"), 0, 0, Prompt([1]))
+    seq.pieces = list(pieces)
+    seq.ids = list(ids or range(len(pieces)))
+    return seq
+
+
+def test_cut_at_stop_earliest_then_first_listed():
+    seq = _seq(["Hello", " wor", "ld", "!"])
+    assert seq.cut_at_stop(["ld", "o w"]) == "o w"
+    assert seq.pieces == ["Hell"] and seq.ids == [0] and seq.stop_reason == "o w" and seq.finish_reason == "stop"
+    seq = _seq(["abc"])
+    assert seq.cut_at_stop(["bc", "b"]) == "bc" and seq.pieces == ["a"]
+    seq = _seq(["abc"])
+    seq.finish_reason = "length"
+    assert seq.cut_at_stop(["zz", ""]) is None and seq.pieces == ["abc"] and seq.finish_reason == "length"
+
+
+def test_seq_state_is_a_str_enum():
+    seq = _seq([])
+    assert seq.state is SeqState.NEW and seq.state == "new"
+    assert [s.value for s in SeqState] == ["new", "waiting", "running", "instant", "done", "aborted"]
+
+
+def test_check_limits():
+    base.check_limits(5, True, 3)
+    for args, param, msg in [((5, False, 0), "n", "n must be at least 1, got 0."),
+                             ((0, False, None), "max_tokens", "max_tokens must be at least 1, got 0."),
+                             ((None, True, None), "max_tokens", "Ignore_eos is true")]:
+        with pytest.raises(InvalidParam) as e:
+            base.check_limits(*args)
+        assert e.value.param == param and e.value.message.startswith(msg)
+
+
+def test_anthropic_translation():
+    body = MessagesRequest(
+        system=[{"type": "text", "text": "be brief"}],
+        messages=[AnthropicMessage("user", "hi"),
+                  AnthropicMessage("assistant", [{"type": "text", "text": "calling"},
+                                                 {"type": "tool_use", "id": "t1", "name": "f", "input": {"b": 1, "a": 2}}]),
+                  AnthropicMessage("user", [{"type": "tool_result", "tool_use_id": "t1", "content": "42"},
+                                            {"type": "image", "source": {"type": "url", "url": "http://x/i.png"}}]),
+                  AnthropicMessage("user", [{"type": "thinking", "thinking": "..."}])])
+    assert am.to_chat_messages(body) == [
+        {"role": "system", "content": "be brief"},         # text blocks joined, as vLLM does
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "calling",
+         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":2,"b":1}'}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "42"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/i.png"}}]},
+    ]
+    assert am.to_chat_tools([AnthropicTool(name="f", input_schema={"type": "object"}, description="d")]) == [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "description": "d"}}]
+    assert am.to_chat_tools([]) is None
+    assert am.to_chat_tool_choice(AnthropicToolChoice("any")) == "required"
+    assert am.to_chat_tool_choice(AnthropicToolChoice("tool", "f")) == {"type": "function", "function": {"name": "f"}}
+    assert am.to_chat_tool_choice(None) is None
+
+
+def test_responses_translation():
+    inp = [{"role": "user", "content": [{"type": "input_text", "text": "a"},
+                                        {"type": "input_image", "image_url": "http://i"}]},
+           {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+           {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    assert ar.to_chat_messages(inp) == [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "http://i"}}]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    assert ar.echo_text(inp) == "ok" and ar.echo_text(inp[:1]) == "a\nimage: http://i"
+    tools = ar.to_chat_tools([{"type": "function", "name": "f", "parameters": {"type": "object"}}])
+    assert tools == [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert ar.chat_tool_choice(tools, None, False) == ("required", True)
+    assert ar.chat_tool_choice(tools, "auto", True) == ("none", False)
+    assert ar.to_response_format(TextConfig(TextFormat("json_schema", name="n", schema={"type": "object"}))) == \
+        {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}}
+    assert ar.to_response_format(TextConfig(TextFormat("text"))) is None
+    assert ar.to_response_format(None) is None
+
+
+def test_usage_counts_each_prompt_once_and_sums_completions():
+    req = GenerationRequest(request_id="r", model="m", n=2)
+    seqs = []
+    for i, (pi, plen, cached, comp) in enumerate([(0, 5, 2, 3), (0, 5, 2, 4), (1, 7, 0, 1), (1, 7, 0, 0)]):
+        s = Sequence(req, i, pi, Prompt(list(range(plen))))
+        s.cached_tokens, s.completion_tokens = cached, comp
+        seqs.append(s)
+    assert base.request_usage(seqs, "always") == {"prompt_tokens": 12, "total_tokens": 20, "completion_tokens": 8,
+                                                  "prompt_tokens_details": {"cached_tokens": 2}}
+    for s in seqs:
+        s.finish_reason = "cache_threshold"
+    assert base.request_usage(seqs, "always")["prompt_tokens_details"] is None
+
+
+def test_chunk_frame_continuous_usage():
+    req = GenerationRequest(request_id="r", model="m")
+    seqs = [Sequence(req, 0, 0, Prompt([1, 2, 3]))]
+    frame = base.ChunkFrame("cmpl-r", "text_completion", "m", seqs, continuous=True)
+    assert frame.heads[0].endswith(b'"model":"m","choices":[{"index":0')
+    assert frame.tail(1) == b',"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}}\n\n'
+    assert base.ChunkFrame("c", "o", "m", seqs, continuous=False).tail(1) == base.CHUNK_END

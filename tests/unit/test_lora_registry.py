@@ -1,0 +1,24 @@
+"""The LoRA registry is a capped LRU that keeps static and running adapters."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+
+def test_lora_registry_is_capped_lru_and_keeps_static_and_running_adapters():
+    from generation.engine.lora import LoraRegistry
+    reg = LoraRegistry([SimpleNamespace(name="static", path="/s")], max_loras=2, max_cpu_loras=3)
+    reg.load("busy", "/b")
+    reg.acquire("busy")                        # running: never evicted
+    for i in range(20000):
+        reg.load(f"r{i}", f"/r{i}")
+    assert set(reg.paths) == {"static", "busy", "r19998", "r19999"}
+    reg.release("busy")
+    reg.acquire("r19998")                      # used recently: kept over r19999
+    reg.release("r19998")
+    assert reg.load("new", "/n") == ["busy"]
+    assert "busy" not in reg.loaded and "busy" not in reg.slots        # an evicted idle adapter frees its slot
+    assert reg.load("newer", "/n2") == ["r19999"]
+    assert set(reg.paths) == {"static", "r19998", "new", "newer"}
+    reg.unload("r19998")
+    assert set(reg.loaded) == set(reg.slots) == set()
+    assert LoraRegistry([], max_loras=1).cap == 1 and LoraRegistry([], 4, 2).cap == 4

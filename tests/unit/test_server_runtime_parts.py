@@ -1,0 +1,105 @@
+"""Pieces of the server runtime (server/), one at a time: the start-up summary, --log-http
+redaction, the API-key middleware, the self-signed certificate, and accept batching."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+
+def test_startup_summary_names_model_mode_tokenizer_latency_capacity_kv_and_url():
+    from server.serve import startup_summary
+    from generation.config.cli import load_config
+    cfg = load_config(["my-org/m", "--mode", "echo", "--time-to-first-token", "150ms", "--max-num-seqs", "8",
+                       "--enable-kvcache", "--port", "9001", "--host", "127.0.0.1"], env={"POD_IP": "10.0.0.5"})
+    lines = startup_summary(cfg, tls=True, api_key=True)
+    text = "\n".join(lines)
+    assert "model=my-org/m" in lines[0] and "mode=echo" in lines[0] and "tokenizer=" in lines[0]
+    assert "ttft=150ms" in text and "max-num-seqs=8" in text
+    assert "kv cache: 1024 blocks x 16 tokens, events to tcp://127.0.0.1:5557" in text
+    assert "serving https://127.0.0.1:9001 (api key required" in text
+
+
+def test_log_http_redacts_keys_and_passes_the_body_on(caplog):
+    import io
+    from server.wsgi_layers import LogHTTP
+    seen = {}
+
+    def app(environ, start_response):
+        seen["body"] = environ["wsgi.input"].read()
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b'{"ok":true}']
+    body = b'{"prompt":"hello"}'
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/completions", "REMOTE_ADDR": "10.1.2.3",
+               "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json", "wsgi.input": io.BytesIO(body),
+               "HTTP_AUTHORIZATION": "Bearer sekrit", "HTTP_X_API_KEY": "sekrit", "HTTP_USER_AGENT": "t"}
+    with caplog.at_level(logging.INFO, logger="vllm_sim.http"):
+        out = LogHTTP(app)(environ, lambda *a: None)
+    assert out == [b'{"ok":true}'] and seen["body"] == body
+    assert "sekrit" not in caplog.text and "<redacted>" in caplog.text
+    assert 'body={"prompt":"hello"}' in caplog.text and 'response 200 OK body={"ok":true}' in caplog.text
+    assert "'content-type': 'application/json'" in caplog.text and "'content-length': '18'" in caplog.text
+
+
+def test_api_key_middleware_compares_every_key():
+    from server.auth import APIKeyMiddleware
+    mw = APIKeyMiddleware(lambda e, s: [b"ok"], ["k1", "k2"])
+    assert mw.authorized({"HTTP_AUTHORIZATION": "Bearer k2"})
+    assert mw.authorized({"HTTP_X_API_KEY": "k1"})
+    assert not mw.authorized({"HTTP_AUTHORIZATION": "Bearer k3"})
+    assert not mw.authorized({})
+    with pytest.raises(ValueError):
+        APIKeyMiddleware(lambda e, s: [], [""])
+
+
+def test_self_signed_certificate(tmp_path):
+    import os
+    import stat
+    from cryptography import x509
+    from server.tls import make_self_signed_cert
+    cert, key = make_self_signed_cert(str(tmp_path), "sim.example")
+    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    c = x509.load_pem_x509_certificate(open(cert, "rb").read())
+    names = c.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in names.get_values_for_type(x509.DNSName)
+    assert "sim.example" in names.get_values_for_type(x509.DNSName)
+    org = c.subject.get_attributes_for_oid(x509.oid.NameOID.ORGANIZATION_NAME)[0].value
+    assert org == "llm-d Inference Simulator"
+    assert (c.not_valid_after_utc - c.not_valid_before_utc).days >= 3650
+
+
+def test_a_burst_of_new_connections_is_accepted_a_batch_per_loop_turn():
+    """A turn of the event loop takes at most ACCEPT_BATCH new connections, so running streams'
+    due tokens wait for one batch of arrivals, not for a burst (issue 13)."""
+    from collections import Counter
+
+    import gevent
+    from gevent import socket as gsocket
+
+    from server.listening import ACCEPT_BATCH, accept_server
+
+    listener = gsocket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    # every connection is in the kernel's accept queue before the server starts
+    clients = [gsocket.create_connection(listener.getsockname()) for _ in range(5 * ACCEPT_BATCH)]
+    loop = gevent.get_hub().loop
+    turns = []
+
+    def handle(sock, addr):
+        turns.append(loop.iteration)
+        sock.close()
+
+    server = accept_server(listener, handle, 1000)
+    server.start()
+    try:
+        with gevent.Timeout(10):
+            while len(turns) < len(clients):
+                gevent.sleep(0.001)
+    finally:
+        server.stop()
+        for c in clients:
+            c.close()
+    per_turn = Counter(turns)
+    assert max(per_turn.values()) == ACCEPT_BATCH
+    assert len(per_turn) == 5

@@ -1,0 +1,162 @@
+"""server/sse_emitter.py: streams driven from the event loop after their first deadline.
+:class:`HubEmitter` over a gevent socket pair with gunicorn's own Response object (no server;
+``support.emitter``), and the disconnect watcher on gevent's sockets.  A real server's streams:
+tests/server/test_streams_and_disconnects.py.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from types import SimpleNamespace
+
+import gevent
+import gevent.socket
+
+from generation.engine.request import SeqState
+from generation.engine.simulator import ClientDisconnected
+from server.sse_emitter import WRITE_KEY, HubEmitter, usable_response
+from support.emitter import gunicorn_response, read_all, stream_pair
+
+
+def seq():
+    return SimpleNamespace(state=SeqState.RUNNING, event=None)
+
+
+def test_items_go_out_framed_and_never_before_their_deadline():
+    server, client, resp = stream_pair()
+    s = seq()
+    t0 = time.monotonic()
+    seen = []
+
+    def body():
+        for i, delay in enumerate((0.02, 0.04, 0.06)):
+            yield t0 + delay
+            seen.append((time.monotonic(), t0 + delay))
+            if s.state == SeqState.ABORTED:
+                raise ClientDisconnected()
+            yield b"data: %d\n\n" % i
+    it = body()
+    first = next(it)
+    outcome = HubEmitter(s, it, resp, server._sock).run(first)
+    assert outcome == ("done", None)
+    assert all(now >= due for now, due in seen)
+    assert read_all(client, b"data: 2\n\n\r\n") == b"".join(b"9\r\ndata: %d\n\n\r\n" % i for i in range(3))
+    assert resp.sent == 27 and s.event is None
+
+
+def test_http_1_0_bodies_are_not_chunk_framed():
+    server, client, resp = stream_pair(version=(1, 0))
+    it = iter([b"data: x\n\n"])
+    assert HubEmitter(seq(), it, resp, server._sock).run(time.monotonic()) == ("done", None)
+    assert client.recv(100) == b"data: x\n\n"
+
+
+def test_a_full_socket_hands_the_rest_back_to_the_greenlet():
+    server, client, resp = stream_pair(small_buffers=True)
+    big = b"x" * 1_000_000
+    after = iter([b"data: after\n\n"])
+
+    def body():
+        yield big
+        yield from after
+    it = body()
+    outcome, (pending, schedule) = HubEmitter(seq(), it, resp, server._sock).run(time.monotonic())
+    assert outcome == "pending" and 0 < len(pending) < len(big) and schedule is None
+    reader = gevent.spawn(read_all, client, b"data: after\n\n\r\n")
+    server.sendall(pending)                      # what sse_body does, then it drives the rest
+    write = resp.write
+    for item in it:
+        write(item)
+    got = reader.get(timeout=10)
+    assert got == b"%X\r\n" % len(big) + big + b"\r\nD\r\ndata: after\n\n\r\n"
+
+
+def test_a_late_wake_up_after_the_hand_back_does_nothing():
+    """A cancel queued while the emitter was handing the stream back must not advance the
+    generator the greenlet now drives."""
+    server, client = gevent.socket.socketpair()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    resp, _ = gunicorn_response(server)
+    it = iter([b"x" * 1_000_000, b"next"])
+    emitter = HubEmitter(seq(), it, resp, server._sock)
+    outcome, _ = emitter.run(time.monotonic())
+    assert outcome == "pending"
+    emitter.switch()
+    emitter._due()
+    assert next(it) == b"next"
+
+
+def test_cancel_wakes_the_stream_at_once():
+    server, client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    s = seq()
+
+    def body():
+        yield time.monotonic() + 30
+        if s.state == SeqState.ABORTED:
+            raise ClientDisconnected()
+        yield b"never"
+    it = body()
+    first = next(it)
+
+    def cancel():                                # as Simulator.cancel does
+        s.state = SeqState.ABORTED
+        gevent.get_hub().loop.run_callback(s.event.switch, None)
+    gevent.spawn_later(0.05, cancel)
+    t0 = time.monotonic()
+    outcome, err = HubEmitter(s, it, resp, server._sock).run(first)
+    assert outcome == "error" and isinstance(err, ClientDisconnected)
+    assert time.monotonic() - t0 < 1
+
+
+def test_a_closed_client_is_a_disconnect():
+    server, client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    client.close()
+    it = iter([b"a" * 100_000] * 50)
+    outcome, err = HubEmitter(seq(), it, resp, server._sock).run(time.monotonic())
+    assert outcome == "error" and isinstance(err, ClientDisconnected)
+
+
+def test_only_gunicorn_responses_on_plain_tcp_with_headers_out_are_taken():
+    server, _ = gevent.socket.socketpair()
+    resp, write = gunicorn_response(server)
+    environ = {WRITE_KEY: write, "gunicorn.socket": server, "wsgi.url_scheme": "http"}
+    assert usable_response(environ) == (resp, server._sock)
+    # X-Forwarded-Proto from a TLS-terminating proxy: still plain TCP here
+    assert usable_response({**environ, "wsgi.url_scheme": "https"}) == (resp, server._sock)
+    tls_sock = SimpleNamespace(do_handshake=lambda: None, _sock=server._sock)      # an SSL socket
+
+    class TLSResponse:
+        sock, headers_sent, chunked, sent = tls_sock, True, True, 0
+
+        def write(self, data):
+            pass
+    tls_env = {**environ, "gunicorn.socket": tls_sock, WRITE_KEY: TLSResponse().write}
+    assert usable_response(tls_env) is None
+    plain = SimpleNamespace(_sock=server._sock)                                # the same, plain
+    TLSResponse.sock = plain
+    assert usable_response({**tls_env, "gunicorn.socket": plain})[1] is server._sock
+    assert usable_response({**environ, WRITE_KEY: lambda data: None}) is None      # another server
+    assert usable_response({k: v for k, v in environ.items() if k != "gunicorn.socket"}) is None
+    held, held_write = gunicorn_response(server)
+    held.__dict__["_held_headers"] = b"HTTP/1.1 200 OK\r\n\r\n"                     # nothing sent yet
+    assert usable_response({**environ, WRITE_KEY: held_write}) is None
+
+
+# ---- the disconnect watcher on gevent's own sockets ---------------------------------------------
+
+def test_disconnect_watcher_sees_a_closed_gevent_socket():
+    """The watcher's callback peeks at the OS socket under gevent's socket (the server's kind)."""
+    from blueprints.common import DisconnectWatcher
+    server, client = gevent.socket.socketpair()
+    cancelled = []
+    sim = SimpleNamespace(expects_delay=lambda seqs: True, cancel=cancelled.append)
+    with DisconnectWatcher(sim, ["seq"], {"gunicorn.socket": server}) as w:
+        assert w.watcher is not None
+        client.close()
+        deadline = time.monotonic() + 2
+        while not cancelled and time.monotonic() < deadline:
+            gevent.sleep(0.01)
+    assert cancelled == [["seq"]]

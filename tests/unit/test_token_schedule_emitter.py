@@ -1,0 +1,265 @@
+"""Token schedules in the hub emitter (server/sse_emitter.py): tokens go out one by one and
+never early, a loop that fell behind catches up, a full socket hands the rest back, cancels and
+renderer errors reach the stream, stream ends take idle turns; and the request's arrival time
+read from the kernel.  The engine's side: tests/app/test_token_schedule_engine.py.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from types import SimpleNamespace
+
+import gevent
+import gevent.socket
+import pytest
+
+from blueprints import common
+from blueprints.common import received_at, scheduled_tokens
+from generation.engine.request import SeqState
+from generation.engine.simulator import ClientDisconnected
+from generation.engine.token_schedule import TokenSchedule
+from server.sse_emitter import HubEmitter
+from support.emitter import gunicorn_response, read_all, stream_pair
+
+
+# ---- the hub emitter ---------------------------------------------------------------------------
+
+def fake_seq():
+    return SimpleNamespace(state=SeqState.RUNNING, event=None)
+
+
+def fake_metrics():
+    lags, itls = [], []
+    return SimpleNamespace(token_lag=lags.append, itl=SimpleNamespace(observe=itls.append)), lags, itls
+
+
+def schedule_body(seq, n: int, itl: float, first: float, metrics, tail: bytes = b"data: end\n\n"):
+    """A renderer's items for tokens 1..n-1 on a schedule, then ``tail``."""
+    latency = SimpleNamespace(config=SimpleNamespace(), constant_itl=lambda: itl)
+    sched = TokenSchedule(seq, 1, n, first, itl, first - itl, metrics, latency)
+    sched.render = lambda k: b"data: %d\n\n" % k
+
+    def body():
+        yield sched
+        if seq.state == SeqState.ABORTED:
+            raise ClientDisconnected()
+        yield tail
+    return sched, body()
+
+
+def test_a_schedule_goes_out_token_by_token_and_never_early():
+    server, client, resp = stream_pair()
+    metrics, lags, itls = fake_metrics()
+    s = fake_seq()
+    first = time.monotonic() + 0.01
+    sched, it = schedule_body(s, 6, 0.005, first, metrics)
+    arrivals = []
+
+    def reader():
+        got = b""
+        while not got.endswith(b"data: end\n\n\r\n"):
+            data = client.recv(65536)
+            arrivals.append((time.monotonic(), data))
+            got += data
+        return got
+    r = gevent.spawn(reader)
+    assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
+    got = r.get(timeout=5)
+    # one chunk per token, unless the loop fell behind and tokens fell due together (one write)
+    assert dechunk(got) == b"".join(b"data: %d\n\n" % k for k in range(1, 6)) + b"data: end\n\n"
+    received, seen = b"", {}
+    for t, data in arrivals:
+        received += data
+        seen.update({k: t for k in range(1, 6) if k not in seen and b"data: %d\n" % k in received})
+    assert sorted(seen) == [1, 2, 3, 4, 5]
+    assert all(seen[k] >= sched.deadline(k) for k in seen)          # never early
+    assert len(lags) == len(itls) == 5 and min(lags) >= 0 and s.event is None
+
+
+def dechunk(body: bytes) -> bytes:
+    """The payload of an HTTP/1.1 chunked body (without its terminating chunk)."""
+    out, pos = b"", 0
+    while pos < len(body):
+        eol = body.index(b"\r\n", pos)
+        size = int(body[pos:eol], 16)
+        out += body[eol + 2:eol + 2 + size]
+        pos = eol + 2 + size + 2
+    return out
+
+
+def test_a_schedule_the_loop_fell_behind_on_catches_up_then_keeps_its_deadlines():
+    server, client, resp = stream_pair()
+    metrics, lags, _ = fake_metrics()
+    s = fake_seq()
+    itl = 0.04
+    first = time.monotonic() + 0.005
+    sched, it = schedule_body(s, 12, itl, first, metrics)
+    sends = []
+    raw = server._sock
+
+    class Recording:                   # the OS socket, with each send's time recorded
+        def send(self, data):
+            sends.append((time.monotonic(), bytes(data)))
+            return raw.send(data)
+
+    def hog():                         # holds the hub past the first three deadlines
+        while time.monotonic() < first + 2.5 * itl:
+            pass
+    gevent.spawn(hog)
+    assert HubEmitter(s, it, resp, Recording()).run(next(it)) == ("done", None)
+    tokens = [(t, data.count(b"data: ")) for t, data in sends if b"end" not in data]
+    assert tokens[0][1] >= 3                                   # the late ones in one write
+    assert sum(n for _, n in tokens) == 11
+    # After catching up, tokens are on the schedule again: never early, and not shifted by
+    # the stall (libev restarts a repeating timer that fell behind from "now").
+    k = 1
+    for t, n in tokens:
+        k += n
+        assert t >= sched.deadline(k - 1)
+    last_t, _ = tokens[-1]
+    assert last_t < sched.deadline(11) + itl / 2
+    assert read_all(client, b"data: end\n\n\r\n").count(b"data: ") == 12
+
+
+def test_a_full_socket_mid_schedule_hands_the_rest_to_the_greenlet():
+    server, client, resp = stream_pair(small_buffers=True)
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 8, 0.002, time.monotonic(), metrics)
+    big = b"x" * 1_000_000
+    sched.render = lambda k: big if k == 3 else b"data: %d\n\n" % k
+    outcome, (pending, rest) = HubEmitter(s, it, resp, server._sock).run(next(it))
+    assert outcome == "pending" and rest is sched and sched.next >= 4 and 0 < len(pending)
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    server.sendall(pending)                               # what sse_body does, then:
+    sim = SimpleNamespace(sleep_until=lambda seq, t: gevent.sleep(max(0.0, t - time.monotonic())))
+    for data in scheduled_tokens(sim, sched):
+        resp.write(data)
+    for item in it:
+        resp.write(item)
+    got = reader.get(timeout=10)
+    assert got.count(b"data: ") == 6 + 1 and got.index(b"data: 7") < got.index(b"data: end")
+
+
+def test_cancel_during_a_schedule_wakes_the_stream_at_once():
+    server, _client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 100, 1.0, time.monotonic() + 1.0, metrics)
+
+    def cancel():                       # as Simulator.cancel does
+        s.state = SeqState.ABORTED
+        gevent.get_hub().loop.run_callback(s.event.switch, None)
+    gevent.spawn_later(0.05, cancel)
+    t0 = time.monotonic()
+    outcome, err = HubEmitter(s, it, resp, server._sock).run(next(it))
+    assert outcome == "error" and isinstance(err, ClientDisconnected) and time.monotonic() - t0 < 0.5
+
+
+def test_a_renderer_error_in_a_schedule_reaches_the_greenlet():
+    server, _client = gevent.socket.socketpair()
+    resp, _ = gunicorn_response(server)
+    metrics, lags, itls = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 5, 0.001, time.monotonic(), metrics)
+    sched.render = lambda k: 1 / 0
+    outcome, err = HubEmitter(s, it, resp, server._sock).run(next(it))
+    assert outcome == "error" and isinstance(err, ZeroDivisionError)
+    assert lags == itls == []                         # nothing sent, nothing recorded
+
+
+def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
+    """After its last token, a stream's end (its final chunks) runs when the loop has nothing
+    due, or after at most one ITL (20 ms at most) when the loop is never idle."""
+    server, client, resp = stream_pair()
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 3, 0.01, time.monotonic() + 0.01, metrics)
+    stop = []
+
+    def busy():                          # keeps a timer due on every loop turn for 0.2 s
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end and not stop:
+            gevent.sleep(0)
+    hog = gevent.spawn(busy)
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
+    t_done = time.monotonic()
+    stop.append(1)
+    hog.join()
+    assert reader.get(timeout=5).endswith(b"data: end\n\n\r\n")
+    assert t_done - sched.deadline(2) < 0.01 + 0.05      # not held until the hog ended (0.2 s)
+
+
+def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
+    from server.sse_emitter import END_BUDGET, EndQueue
+    per_turn = []
+
+    class CountingQueue(EndQueue):
+        def _turn(self):
+            per_turn.append(0)
+            super()._turn()
+    queue = CountingQueue(gevent.get_hub().loop)
+
+    class FakeEmitter:
+        finishing = True
+
+        def _finish(self):
+            if not self.finishing:
+                return
+            self.finishing = False
+            per_turn[-1] += 1
+            end = time.monotonic() + END_BUDGET / 2         # each end costs half the budget
+            while time.monotonic() < end:
+                pass
+    ends = [FakeEmitter() for _ in range(12)]
+    ends[3].finishing = False                               # its own timer ended it already
+    for e in ends:
+        queue.add(e)
+    deadline = time.monotonic() + 2
+    while queue.waiting and time.monotonic() < deadline:
+        gevent.sleep(0.001)
+    assert sum(per_turn) == 11 and not any(e.finishing for e in ends) and queue.idle is None
+    assert max(per_turn) <= 3 and len(per_turn) >= 4        # a budget per turn, not the cohort at once
+
+
+def test_a_schedule_wakes_the_loop_once_per_token():
+    """The repeating timer is armed from the real clock: it fires at each deadline, not in a
+    loop until the first token is due."""
+    server, client, resp = stream_pair()
+    metrics, _, _ = fake_metrics()
+    s = fake_seq()
+    sched, it = schedule_body(s, 11, 0.02, time.monotonic() + 0.02, metrics)
+    ticks = []
+
+    class Counting(HubEmitter):
+        def _tick(self):
+            ticks.append(time.monotonic())
+            super()._tick()
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    assert Counting(s, it, resp, server._sock).run(next(it)) == ("done", None)
+    reader.get(timeout=5)
+    assert 10 <= len(ticks) <= 13
+
+
+# ---- arrival time from the kernel ------------------------------------------------------------
+
+def test_received_at_reads_when_the_request_reached_the_socket(monkeypatch):
+    listener = socket.create_server(("127.0.0.1", 0))
+    c = socket.create_connection(listener.getsockname())
+    s, _ = listener.accept()
+    c.sendall(b"POST / HTTP/1.1\r\n\r\n")
+    t_sent = time.monotonic()
+    time.sleep(0.12)
+    got = received_at({"gunicorn.socket": s})
+    if got is None:
+        pytest.skip("no TCP_INFO on this platform")
+    assert t_sent <= got <= t_sent + 0.03           # never before the bytes came; a tick or so after
+    monkeypatch.setattr(common, "MAX_BACKDATE", 0.05)
+    assert received_at({"gunicorn.socket": s}) >= time.monotonic() - 0.05 - 0.001
+    assert received_at({}) is None
+    a, b = socket.socketpair()                       # not TCP: no answer
+    assert received_at({"gunicorn.socket": a}) is None
+    for x in (listener, c, s, a, b):
+        x.close()
