@@ -21,7 +21,7 @@ worker (the configuration is fixed once the worker starts):
 Call :func:`install` in the process that serves (before or after the fork); it is idempotent
 and only touches ``gunicorn.http.wsgi`` (``Response``, ``WSGIErrorsWrapper``),
 ``gunicorn.util.http_date`` and ``gunicorn.http.message._ip_in_allow_list`` (gunicorn 27.0.1,
-pinned in requirements.txt; ``tests/test_gunicorn_tuning.py`` checks each against gunicorn's own).
+pinned in requirements.txt; ``tests/unit/test_gunicorn_tuning.py`` checks each against gunicorn's own).
 """
 from __future__ import annotations
 

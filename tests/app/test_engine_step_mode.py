@@ -6,7 +6,7 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from conftest import make_app, metric, scrape, sse_events
+from support import make_app, metric, scrape, sse_events
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from tokenizer_hub import MODEL, make_hub
+from support.tokenizer_hub import MODEL, make_hub
 
-from conftest import sse_events
+from support import sse_events
 
 CHAT, COMPLETIONS, GENERATE = "/v1/chat/completions", "/v1/completions", "/inference/v1/generate"
 MSG = [{"role": "user", "content": "Hello there"}]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import base64
-import json
 import struct
 import time
 import zlib
 
 import pytest
 
-from tests.conftest import sse_events
+from support import sse_events
 
 USER = [{"role": "user", "content": "hello"}]
 CHAT = {"messages": USER, "max_tokens": 5}
@@ -177,7 +176,7 @@ def test_messages_pay_the_image_latency_without_an_image(app_client):
 
 
 def test_image_latency_is_in_the_e2e_metric(app_client):
-    from tests.conftest import metric, scrape
+    from support import metric, scrape
     c = app_client("--omni", "--time-to-generate-image", "300ms")
     chat(c, headers=IMG)
     m = scrape(c)
@@ -237,21 +236,3 @@ def test_encoder_only_ignores_echo_and_kv_cache(app_client):
 
 # ---- a real server: the stream is driven from the event loop (TokenSchedule, deadlines) ---------------
 
-def test_real_server_stream_waits_the_image_time_before_the_image_chunk(live_client):
-    c = live_client("--omni", "--time-to-first-token", "20ms", "--inter-token-latency", "10ms",
-                    "--time-to-generate-image", "300ms")
-    arrivals = []
-    t0 = time.monotonic()
-    with c.stream("POST", "/v1/chat/completions", headers=IMG,
-                  json={**CHAT, "max_tokens": 4, "ignore_eos": True, "stream": True}) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                d = json.loads(line[6:])
-                arrivals.append((time.monotonic() - t0, "image" if d.get("modality") else "other", d))
-    kinds = [k for _, k, _ in arrivals]
-    assert kinds.count("image") == 1
-    i = kinds.index("image")
-    tokens = [a for a in arrivals[:i] if isinstance(a[2]["choices"][0]["delta"].get("content"), list)]
-    assert len(tokens) == 4 and all(a[2]["choices"][0]["delta"]["content"][0]["type"] == "text" for a in tokens)
-    assert arrivals[i][0] - tokens[-1][0] >= 0.29          # the image time, after the last token
-    assert arrivals[i + 1][2]["choices"][0]["finish_reason"] == "length"

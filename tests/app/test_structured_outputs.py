@@ -103,7 +103,7 @@ def test_completions_take_structured_outputs(api):
 def test_structured_output_streams_the_same_text(api):
     r = api.post("/v1/chat/completions", json={"model": "test-model", "messages": MSGS, "stream": True,
                                                "structured_outputs": {"regex": r"\d{4}-\d{2}"}})
-    from conftest import sse_events
+    from support import sse_events
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in sse_events(r.text)[:-1])
     assert re.fullmatch(r"\d{4}-\d{2}", text)
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 
 DEV = {"VLLM_SERVER_DEV_MODE": "1"}
 KV = ("--enable-kvcache", "--zmq-endpoint", "tcp://127.0.0.1:5", "--block-size", "8")
@@ -98,7 +98,7 @@ def test_stored_responses(app_client):
     assert r.status_code == 400 and r.json()["error"]["message"] == "Cannot cancel a synchronous response."
     streamed = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,
                                                "stream": True})
-    from conftest import named_events
+    from support import named_events
     final = named_events(streamed.text)[-1][1]["response"]
     assert api.get(f"/v1/responses/{final['id']}").json() == final
     not_kept = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from conftest import metric, scrape
+from support import metric, scrape
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 FLAGS = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--max-model-len", "4096")
@@ -59,7 +59,7 @@ def test_streams_follow_the_steps_and_are_never_early(sim_server):
 def test_step_mode_start_up_logs_the_kv_cache(tmp_path):
     import subprocess
     import sys
-    from conftest import ROOT
+    from support import ROOT
     r = subprocess.run([sys.executable, str(ROOT / "app.py"), LLAMA, *FLAGS, "--num-gpu-blocks-override", "100"],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path,
                        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})

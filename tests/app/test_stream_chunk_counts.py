@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import make_app, sse_events
+from support import make_app, sse_events
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 MSG = [{"role": "user", "content": "Hello there"}]

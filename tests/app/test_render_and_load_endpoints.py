@@ -7,7 +7,7 @@ import os
 
 import gevent
 import pytest
-from tokenizer_hub import MODEL, make_hub
+from support.tokenizer_hub import MODEL, make_hub
 
 MSG = [{"role": "user", "content": "hello there"}]
 

@@ -17,7 +17,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 from smg_grpc_proto.generated import common_pb2, vllm_engine_pb2 as pb, vllm_engine_pb2_grpc as pbg  # noqa: E402
 
-from tests.conftest import ROOT, _clean_env, free_port, metric, scrape  # noqa: E402
+from support import ROOT, _clean_env, free_port, metric, scrape  # noqa: E402
 
 pytestmark = pytest.mark.server
 SERVICE = "vllm.grpc.engine.VllmEngine"
@@ -230,7 +230,7 @@ def test_get_tokenizer_streams_the_files(grpc_server, tmp_path_factory):
     import hashlib
     import io
     import zipfile
-    from tests.tokenizer_hub import make_hub
+    from support.tokenizer_hub import make_hub
     snap = make_hub(str(tmp_path_factory.mktemp("hub")))
     stub = stub_for(grpc_server("--tokenizer", snap))
     chunks = list(stub.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=10))
@@ -243,7 +243,7 @@ def test_get_tokenizer_streams_the_files(grpc_server, tmp_path_factory):
 def test_get_tokenizer_from_the_hub_cache(grpc_server, tmp_path_factory):
     import io
     import zipfile
-    from tests.tokenizer_hub import MODEL, make_hub
+    from support.tokenizer_hub import MODEL, make_hub
     root = str(tmp_path_factory.mktemp("hf"))
     make_hub(root)
     stub = stub_for(grpc_server(env={"HF_HOME": root, "HF_HUB_OFFLINE": "1"}, model=MODEL))

@@ -49,7 +49,7 @@ def test_test_model_keeps_1024():
 
 
 def test_hub_model_from_the_cache(tmp_path, monkeypatch):
-    from tokenizer_hub import MODEL, make_hub
+    from support.tokenizer_hub import MODEL, make_hub
     snap = make_hub(str(tmp_path))
     with open(os.path.join(snap, "config.json"), "w") as fh:
         json.dump({"model_type": "qwen3", "max_position_embeddings": 40960}, fh)

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from packaging.version import Version
 
-from conftest import sse_events
+from support import sse_events
 
 CHAT, COMPLETIONS, GENERATE = "/v1/chat/completions", "/v1/completions", "/inference/v1/generate"
 MSG = [{"role": "user", "content": "Hello there"}]

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 
 HELLO = bytes.fromhex("16030100f4010000f00303") + b"\x01" * 32 + b"\x00" * 17    # half a ClientHello
 

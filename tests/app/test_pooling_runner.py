@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from tests.conftest import metric, scrape
+from support import metric, scrape
 
 EMBED = ("--runner", "pooling", "--convert", "embed")
 CLASSIFY = ("--runner", "pooling", "--convert", "classify")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import sse_events
+from support import sse_events
 
 CHAT = "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "Tell me something."}]
