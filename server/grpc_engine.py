@@ -315,6 +315,8 @@ def make_servicer(sim, lifecycle=None):
         def GetModelInfo(self, request, context):
             tok = sim.tokenizer
             vocab = getattr(tok, "vocab_size", None)
+            if vocab is not None and vocab >= 2 ** 32:   # the simulated tokenizer's id space: no vocabulary
+                vocab = 0
             if callable(vocab):
                 vocab = vocab()
             return pb.GetModelInfoResponse(
