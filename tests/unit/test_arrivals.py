@@ -16,19 +16,31 @@ from server.arrivals import ArrivalTurns
 REQUEST = b"GET /%s HTTP/1.1\r\nHost: sim\r\n\r\n"
 
 
+TURNS_CHECK = """
+from collections import Counter
+import gevent
+from server.arrivals import ArrivalTurns
+turns = ArrivalTurns(2)
+loop = gevent.get_hub().loop
+went = []
+def caller(i):
+    turns.take()
+    went.append((i, loop.iteration))
+gevent.joinall([gevent.spawn(caller, i) for i in range(9)], timeout=5)
+assert [i for i, _ in went] == list(range(9)), went
+per_turn = Counter(it for _, it in went)
+assert max(per_turn.values()) == 2 and len(per_turn) == 5, per_turn
+"""
+
+
 def test_at_most_per_turn_callers_go_on_per_loop_turn_in_arrival_order():
-    turns = ArrivalTurns(2)
-    loop = gevent.get_hub().loop
-    went = []
-
-    def caller(i):
-        turns.take()
-        went.append((i, loop.iteration))
-
-    gevent.joinall([gevent.spawn(caller, i) for i in range(9)], timeout=5)
-    assert [i for i, _ in went] == list(range(9))
-    per_turn = Counter(it for _, it in went)
-    assert max(per_turn.values()) == 2 and len(per_turn) == 5
+    # In a fresh interpreter: it counts event-loop turns, and in a pytest worker that has run the
+    # server tier before, the zero-delay MINPRI release timer was seen not to fire (not understood).
+    import subprocess
+    import sys
+    from support import ROOT
+    r = subprocess.run([sys.executable, "-c", TURNS_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-800:]
 
 
 def test_a_request_waiting_its_turn_outlives_the_keep_alive_timeout():
