@@ -137,10 +137,9 @@ def named_choice(req: GenerationRequest) -> bool:
 
 
 def finish_reason(req: GenerationRequest, seq) -> str:
-    """A choice's chat ``finish_reason``: a named ``tool_choice`` ends with ``"stop"``, as vLLM
-    and OpenAI end a forced call (``"tool_calls"`` is for calls the model chose to make)."""
-    if seq.tool_calls and seq.finish_reason == "tool_calls" and named_choice(req):
-        return "stop"
+    """A choice's chat ``finish_reason``: ``"tool_calls"`` for a tool call, named ``tool_choice``
+    included (case C11: clients such as the Vercel AI SDK read it; vLLM 0.33 answers a named
+    call with ``"stop"``, listed in the README's differences)."""
     return seq.finish_reason
 
 
