@@ -74,6 +74,9 @@ def with_hub_emitter(wsgi_app):
     return app
 
 
+_ERROR = object()
+
+
 class EndQueue:
     """Streams whose last token went out, ending (:meth:`HubEmitter._finish`) while the loop has
     nothing else to do: a libev idle watcher, at most :data:`END_BUDGET` of ends per idle turn,
@@ -174,14 +177,20 @@ class HubEmitter:
         timer = self.timer = loop.timer(after if after > 0.0 else 0.0, schedule.itl)
         timer.start(self._tick)
 
+    def _render_due(self):
+        """The schedule's due bytes, or the ``_ERROR`` marker once a renderer bug is handed back."""
+        try:
+            return self.schedule.due(monotonic())
+        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+            self._hand_back(("error", e))
+            return _ERROR
+
     def _tick(self) -> None:
         if not self.active:
             return
         schedule = self.schedule
-        try:
-            data = schedule.due(monotonic())
-        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
-            self._hand_back(("error", e))
+        data = self._render_due()
+        if data is _ERROR:
             return
         if data is None:
             self._stop_timer()
@@ -203,12 +212,10 @@ class HubEmitter:
         if not self.active:
             return
         schedule = self.schedule
-        try:
-            data = schedule.due(monotonic())
-        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
-            self._hand_back(("error", e))
+        data = self._render_due()
+        if data is _ERROR:
             return
-        if data is not None and not self._send(data):
+        if data and not self._send(data):       # b"": tokens that send nothing (an empty write ends chunking)
             return
         req = schedule.seq.engine_req
         if schedule.start == schedule.stop:       # the wait for the first token
