@@ -7,7 +7,6 @@ shared schema pool.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import gevent
@@ -15,13 +14,11 @@ import pytest
 
 from generation.structured import schema_sampler as ss
 from generation.structured.regex_sampler import expansion, parse, text_expansion
+from support.hub_probe import rss_mb
 
 USER = [{"role": "user", "content": "hi"}]
 
 
-def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
 def string_schema(pattern: str) -> dict:

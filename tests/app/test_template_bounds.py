@@ -7,7 +7,6 @@ template renders in a thread that is interrupted after 2 s, and either is a 400.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -17,14 +16,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from generation.content.sources import SENTENCES
 from generation.tokenization import chat_template as ct
+from support.hub_probe import rss_mb
 
 USER = [{"role": "user", "content": "hello there"}]
 PLAIN = "{% for m in messages %}{{ m.content }}{% endfor %}"
 
 
-def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
 @pytest.fixture(scope="module")

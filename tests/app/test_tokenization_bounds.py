@@ -7,7 +7,6 @@ within a time limit.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import gevent
@@ -16,29 +15,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from generation.content.sources import SENTENCES
 from generation.tokenization import tokenizer as tk
+from support.hub_probe import Ticker, rss_mb
 
 BIG = "Hello there how are you today " * 130000          # 3.9 MB, under the 4 MiB body limit
 
 
-def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
-class Ticker:
-    def __init__(self):
-        self.ticks = []
-        self.g = gevent.spawn(self._run)
-        gevent.sleep(0.02)
-
-    def _run(self):
-        while True:
-            self.ticks.append(time.monotonic())
-            gevent.sleep(0.005)
-
-    def stop(self) -> float:
-        self.g.kill()
-        return max(b - a for a, b in zip(self.ticks, self.ticks[1:]))
 
 
 @pytest.fixture(scope="module")

@@ -16,32 +16,14 @@ import orjson
 import pytest
 
 from blueprints.common import Pacer, dumps_paced
+from support.hub_probe import Ticker, rss_mb
 
 USER = [{"role": "user", "content": "hi"}]
 LIMIT = 1048576
 
 
-def rss_mb() -> float:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
-class Ticker:
-    """A greenlet that wakes every 5 ms: its longest gap is how long the hub was held."""
-
-    def __init__(self):
-        self.ticks = []
-        self.g = gevent.spawn(self._run)
-        gevent.sleep(0.02)
-
-    def _run(self):
-        while True:
-            self.ticks.append(time.monotonic())
-            gevent.sleep(0.005)
-
-    def stop(self) -> float:
-        self.g.kill()
-        return max(b - a for a, b in zip(self.ticks, self.ticks[1:]))
 
 
 def idle(sim) -> bool:
