@@ -210,7 +210,8 @@ def build_simulator(config: SimConfig, tokenizer=None):
         reasoning = ReasoningSpans(config, tokenizer, config.reasoning_parser, sentences)
     sim = Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
                     latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
-                    tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache, engine=engine,
+                    tool_synthesizer=ToolSynthesizer(config, rng, tokenizer),
+                    kv_cache=engine.prefix_cache if engine is not None else kv_cache, engine=engine,
                     reasoning=reasoning)
     if config.enable_responses_api_store:            # VLLM_ENABLE_RESPONSES_API_STORE=1
         from generation.adapters.response_store import ResponseStore

@@ -11,8 +11,8 @@ this load".
 
 A trace is JSON Lines, one request per line: ``{"arrival": seconds, "prompt_tokens": P,
 "output_tokens": O}``, optionally ``"prefix_group": name, "prefix_tokens": K`` for requests that
-share a K-token prefix (cached once a request of the group has prefilled it; the replay keeps a
-group's prefix cached for the whole run, the server evicts least recently used blocks).
+share a K-token prefix (cached once a request of the group has computed it, and evicted as the
+server's block pool evicts: least recently freed first).
 """
 from __future__ import annotations
 
@@ -83,16 +83,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     frontend = step_time.frontend_time() if frontend is None else frontend
     trace = list(trace)
     result = ReplayResult()
-    cached_groups: set = set()
-
-    def prefix_hit(req: EngineRequest) -> int:
-        return req.prefix_len if req.group in cached_groups else 0
-
-    def on_prefilled(req: EngineRequest) -> None:
-        if req.group is not None:
-            cached_groups.add(req.group)
-
-    scheduler.on_prefilled = on_prefilled
+    bs = scheduler.block_size
     arrivals: list = []                 # heap of (time into the queue, index, EngineRequest)
     order = 0
 
@@ -100,7 +91,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
         nonlocal order
         req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
                             prefix_len=tr.prefix_tokens)
-        req.prefix_hit = prefix_hit
+        if tr.prefix_group is not None:     # the group's prefix blocks, named by the group
+            req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
         heapq.heappush(arrivals, (at + frontend, order, req))
         order += 1
 
