@@ -19,7 +19,9 @@ One step:
    tokens it already generated again, minus cache hits;
 4. at the step's end every request whose computed tokens reached its length emits one token,
    all at the same instant (:meth:`Scheduler.complete`), and the full blocks each prefill chunk
-   computed are cached (named by their hashes, ``on_cached``), chunk by chunk.
+   computed are cached (named by their hashes, ``on_cached``), chunk by chunk; the full blocks
+   of generated tokens are cached when the request releases its blocks (finished, preempted,
+   aborted).
 
 The blocks live in a :class:`~generation.engine.block_pool.BlockPool`: a prefix block shared by
 running requests is held once, and freed blocks keep their content until they are handed out
@@ -140,12 +142,15 @@ class Scheduler:
     ``on_preempt(req)`` / ``on_free(req)`` / ``on_prefilled(req)`` tell the caller when a request
     is preempted, releases its blocks (finished, preempted, aborted) and first completes its prompt;
     ``on_cached(req, start, end)`` that its blocks ``[start, end)`` were computed and cached, and
-    ``on_prefix(req, hit_tokens)`` of each prefix-cache query (a request's first scheduling).
+    ``on_prefix(req, hit_tokens)`` of each prefix-cache query (a request's first scheduling);
+    ``on_release(req)`` just before a request's blocks are freed (it may extend
+    ``req.block_hashes`` to the generated tokens, whose full blocks are then cached too).
     ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``)."""
 
     def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
-                 on_preempt=None, on_free=None, on_prefilled=None, on_cached=None, on_prefix=None, pool=None):
+                 on_preempt=None, on_free=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
+                 pool=None):
         self.pool = pool if pool is not None else BlockPool(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
@@ -162,6 +167,7 @@ class Scheduler:
         self.on_prefilled = on_prefilled
         self.on_cached = on_cached
         self.on_prefix = on_prefix
+        self.on_release = on_release
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -204,6 +210,9 @@ class Scheduler:
 
     def _free(self, req: EngineRequest) -> None:
         if req.blocks:
+            if self.on_release is not None and req.block_hashes is not None:
+                self.on_release(req)
+                self._cache_blocks((req,))      # its generated tokens' full blocks too
             self.pool.free(req.block_ids)
             req.block_ids = []
             req.blocks = 0

@@ -24,6 +24,7 @@ class StepPrefixCache:
         self.enabled = True
         scheduler.on_cached = self._cached
         scheduler.on_prefix = self._prefix
+        scheduler.on_release = self._release
         self.pool.on_evict = kv.announce_removed
 
     # ---- the engine's side -------------------------------------------------------------
@@ -34,6 +35,16 @@ class StepPrefixCache:
     def _cached(self, req, start: int, end: int) -> None:
         if req.seq is not None:
             self.kv.announce_stored(req.seq, req.block_hashes, start, end)
+
+    def _release(self, req) -> None:
+        """Name the full blocks of ``req``'s generated tokens too (vLLM caches every full block
+        of a request), hashed once, when it lets its blocks go rather than per decode step."""
+        seq = req.seq
+        full = req.num_computed // self.block_size
+        if seq is None or full <= len(req.block_hashes):
+            return
+        generated = req.num_computed - seq.prompt_len
+        req.block_hashes = self.kv.token_block_hashes(seq, [*seq.prompt.ids, *seq.ids[:generated]])
 
     def _prefix(self, req, hit_tokens: int) -> None:
         if req.block_hashes is not None:          # remote prefills bring their KV: no query

@@ -157,15 +157,24 @@ class KVCache:
         the step engine's block pool names its blocks by them."""
         return self._hashes(seq)
 
+    def token_block_hashes(self, seq, ids) -> list[int]:
+        """The chained hashes of the full blocks of ``ids`` (``seq``'s prompt and generated
+        tokens), with ``seq``'s model and LoRA."""
+        return self.hasher.block_hashes(seq.request.model, ids, self.block_size, seq.lora)
+
     def announce_stored(self, seq, hashes, start: int, end: int) -> None:
-        """Publish ``BlockStored`` for ``seq``'s blocks ``[start, end)`` (named by ``hashes``),
-        one run with its parent, its token ids and its LoRA."""
+        """Publish ``BlockStored`` for ``seq``'s blocks ``[start, end)`` (named by ``hashes``;
+        past the prompt, blocks of its generated tokens), one run with its parent, its token ids
+        and its LoRA."""
         if self.publisher is None:
             return
         bs = self.block_size
         lora = seq.lora
+        ids = seq.prompt.ids
+        if end * bs > len(ids):
+            ids = [*ids, *seq.ids[:end * bs - len(ids)]]
         self.publisher.publish(block_stored(
-            hashes[start:end], hashes[start - 1] if start else None, list(seq.prompt.ids[start * bs:end * bs]), bs,
+            hashes[start:end], hashes[start - 1] if start else None, list(ids[start * bs:end * bs]), bs,
             self.lora_slot(lora) if lora else None, lora, self.map_format))
 
     def announce_removed(self, hashes) -> None:

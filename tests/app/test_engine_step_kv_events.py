@@ -4,6 +4,7 @@ computes them, evictions when a cached free block is handed out again, ``AllBloc
 ``/reset_prefix_cache``, and the prefix hit of a repeated prompt."""
 from __future__ import annotations
 
+from support import metric, scrape
 from support.kv_events import Recorder
 
 STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--enable-kvcache", "--block-size", "16")
@@ -54,3 +55,19 @@ def test_reset_prefix_cache_clears_the_pool(app_client):
     assert c.post("/reset_prefix_cache").status_code == 200
     assert rec.events[-1] == ["AllBlocksCleared"]
     assert c.sim.engine.scheduler.pool.num_cached == 0
+
+
+def test_generated_tokens_full_blocks_are_cached_when_the_request_ends(app_client):
+    c, rec = recorded(app_client, "--max-model-len", "512")
+    ids = list(range(4000, 4032))                       # 2 prompt blocks
+    out = complete(c, ids, max_tokens=40)               # 32 + 39 tokens computed: 4 full blocks
+    stored = [e for e in rec.events if e[0] == "BlockStored"]
+    assert [len(e[1]) for e in stored] == [2, 2]
+    generated = stored[1][3]
+    assert len(generated) == 32 and stored[1][2] == stored[0][1][-1]
+    assert out["usage"]["completion_tokens"] == 40
+    # the next turn's prompt, the answer included: its blocks are found
+    r = c.post("/v1/completions", json={"prompt": ids + generated + [7], "max_tokens": 1})
+    assert r.status_code == 200
+    assert metric(scrape(c), "vllm:prefix_cache_hits_total") == 64
+    assert len([e for e in rec.events if e[0] == "BlockStored"]) == 2      # nothing new to store
