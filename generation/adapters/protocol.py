@@ -63,6 +63,7 @@ class OpenAISampling(SamplingKnobs):
     include_stop_str_in_output: bool | None = None
     structured_outputs: dict | None = None       # vLLM 0.33 StructuredOutputsParams (json, regex, ...)
     thinking_token_budget: int | None = None
+    priority: int | None = None                  # --scheduling-policy priority: lower runs first
 
 
 @dataclass

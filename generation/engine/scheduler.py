@@ -23,6 +23,11 @@ One step:
    of generated tokens are cached when the request releases its blocks (finished, preempted,
    aborted).
 
+With ``policy="priority"`` (``--scheduling-policy priority``) the waiting queue is ordered by
+(priority, arrival), lower first, and the request preempted is the running one with the largest
+(priority, arrival), even if it was scheduled earlier in this step (its tokens go back to the
+budget), as vLLM's scheduler does.
+
 The blocks live in a :class:`~generation.engine.block_pool.BlockPool`: a prefix block shared by
 running requests is held once, and freed blocks keep their content until they are handed out
 again (evicted least recently freed first), as vLLM's prefix cache.
@@ -35,6 +40,7 @@ then calls :meth:`Scheduler.complete`.  The same code runs the live server
 """
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 
 from .block_pool import BlockPool
@@ -48,12 +54,12 @@ class EngineRequest:
     __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora",
                  "arrival", "queued_at", "first_scheduled", "first_token", "last_token", "finished_at",
                  "preemptions", "state", "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "group",
-                 "prefix_len", "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks")
+                 "prefix_len", "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority")
 
     WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
 
     def __init__(self, prompt_len: int, output_len: int, *, seq=None, lora=None, arrival: float = 0.0,
-                 kv_ready_at: float = 0.0, group=None, prefix_len: int = 0):
+                 kv_ready_at: float = 0.0, group=None, prefix_len: int = 0, priority: int = 0):
         self.seq = seq
         self.prompt_len = max(int(prompt_len), 1)
         self.output_len = max(int(output_len), 1)      # vLLM samples at least one token
@@ -80,6 +86,7 @@ class EngineRequest:
         self.block_ids: list = []            # the blocks held, in token order (len == blocks)
         self.block_hashes = None             # hashes of the prompt's full blocks (None: not cached)
         self.num_cached_blocks = 0           # leading blocks that are named by their hashes
+        self.priority = priority             # lower runs first (the priority policy)
 
     @property
     def num_tokens(self) -> int:
@@ -132,6 +139,28 @@ class StepPlan:
             self.prefill_context += c
 
 
+def _priority_key(req: EngineRequest):
+    return req.priority, req.arrival
+
+
+class PriorityQueue(list):
+    """The waiting queue of the priority policy: the deque operations the scheduler uses, kept
+    in (priority, arrival) order; a request put back (``appendleft``) takes its place by key, as
+    vLLM's ``PriorityRequestQueue.prepend_request``."""
+
+    def append(self, req) -> None:
+        insort(self, req, key=_priority_key)
+
+    appendleft = append
+
+    def popleft(self):
+        return self.pop(0)
+
+    def extendleft(self, reqs) -> None:
+        for r in reqs:
+            self.append(r)
+
+
 class Scheduler:
     """The waiting queue, the running batch and the KV blocks of one engine.
 
@@ -145,12 +174,13 @@ class Scheduler:
     ``on_prefix(req, hit_tokens)`` of each prefix-cache query (a request's first scheduling);
     ``on_release(req)`` just before a request's blocks are freed (it may extend
     ``req.block_hashes`` to the generated tokens, whose full blocks are then cached too).
-    ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``)."""
+    ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``); ``policy`` ``fcfs``
+    or ``priority``."""
 
     def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
                  on_preempt=None, on_free=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
-                 pool=None):
+                 pool=None, policy: str = "fcfs"):
         self.pool = pool if pool is not None else BlockPool(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
@@ -160,7 +190,8 @@ class Scheduler:
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.max_loras = max_loras
         self.running: list[EngineRequest] = []
-        self.waiting: deque[EngineRequest] = deque()
+        self.priority = policy == "priority"
+        self.waiting = PriorityQueue() if self.priority else deque()
         self.num_preemptions = 0
         self.on_preempt = on_preempt
         self.on_free = on_free
@@ -277,9 +308,15 @@ class Scheduler:
             c = req.num_computed
             if req.prompt_len + req.num_output - c == 1 and req.num_output and c < last_room:
                 need = (c + bs) // bs - req.blocks          # a decode: one token, maybe one block
-                if need > 0:
-                    if need > pool.num_free and not self._make_room(req, need, plan):
+                if need > 0 and need > pool.num_free:
+                    ok, i, back = self._make_room(req, need, plan, i)
+                    if back:                                # scheduled victims (priority policy)
+                        budget += back[0]
+                        decode -= back[1]
+                        decode_context -= back[2]
+                    if not ok:
                         break                               # it preempted itself: the pass ends
+                if need > 0:
                     req.block_ids += pool.allocate(need)
                     req.blocks += need
                 append((req, 1))
@@ -293,8 +330,14 @@ class Scheduler:
                 i += 1
                 continue
             need = -(-(c + n) // bs) - req.blocks
-            if need > pool.num_free and not self._make_room(req, need, plan):
-                break
+            if need > pool.num_free:
+                ok, i, back = self._make_room(req, need, plan, i)
+                if back:
+                    budget += back[0]
+                    decode -= back[1]
+                    decode_context -= back[2]
+                if not ok:
+                    break
             if need > 0:
                 req.block_ids += pool.allocate(need)
                 req.blocks += need
@@ -307,16 +350,47 @@ class Scheduler:
             self._admit(plan, budget, now)
         return plan
 
-    def _make_room(self, req: EngineRequest, need: int, plan: StepPlan) -> bool:
-        """Preempt the newest running requests until ``need`` blocks are free for ``req``;
-        False when ``req`` itself was preempted."""
+    def _make_room(self, req: EngineRequest, need: int, plan: StepPlan, i: int):
+        """Preempt running requests until ``need`` blocks are free for ``req`` (running[i]): the
+        newest (FCFS), or the one with the largest (priority, arrival).  Returns (False when
+        ``req`` itself was preempted, the index of ``req`` now, and None or what the victims
+        already scheduled in this step gave back: ``(tokens, decodes, decode context)``)."""
         running = self.running
+        back = None
         while need > self.pool.num_free:
-            victim = running.pop()
+            if self.priority:
+                victim = max(running, key=_priority_key)
+                k = running.index(victim)
+                del running[k]
+                if k < i:                     # scheduled earlier in this step: unschedule it
+                    i -= 1
+                    back = self._unschedule(victim, plan, back)
+            else:
+                victim = running.pop()
             self._preempt(victim, plan)
             if victim is req:
-                return False
-        return True
+                return False, i, back
+        return True, i, back
+
+    @staticmethod
+    def _unschedule(victim: EngineRequest, plan: StepPlan, back):
+        tokens, decodes, context = back or (0, 0, 0)
+        for k, (r, n) in enumerate(plan.scheduled):
+            if r is victim:
+                del plan.scheduled[k]
+                tokens += n
+                if victim in plan.chunks:
+                    plan.chunks.remove(victim)
+                    c = victim.num_computed
+                    plan.num_chunks -= 1
+                    plan.prefill_tokens -= n
+                    plan.prefill_pairs -= n * (c + n / 2)
+                    plan.prefill_context -= c
+                else:
+                    decodes += 1
+                    context += victim.num_computed + 1
+                break
+        return tokens, decodes, context
 
     def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
         waiting = self.waiting

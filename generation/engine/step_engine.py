@@ -83,7 +83,8 @@ class StepEngine:
         ready = 0.0
         if req_.remote_prefill:       # P/D decode side: the prompt's KV comes over the network
             ready = arrival + seq.prompt_len * self.step_time.kv_bytes_per_token / self.kv_transfer_bandwidth
-        req = EngineRequest(seq.prompt_len, output_len, seq=seq, lora=seq.lora, arrival=arrival, kv_ready_at=ready)
+        req = EngineRequest(seq.prompt_len, output_len, seq=seq, lora=seq.lora, arrival=arrival, kv_ready_at=ready,
+                            priority=req_.priority)
         if req_.remote_prefill:
             req.prefix_hit = _remote_kv
         elif self.prefix_cache is not None:

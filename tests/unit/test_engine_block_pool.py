@@ -11,8 +11,9 @@ import pytest
 
 from generation.engine.block_pool import BlockPool
 from generation.engine.replay import TraceRequest, replay
-from generation.engine.scheduler import EngineRequest, Scheduler
+from generation.engine.scheduler import EngineRequest
 from generation.engine.step_cache import StepPrefixCache
+from support.engine import make_scheduler, run_step as step
 
 
 def test_fresh_blocks_go_first_in_id_order_then_the_least_recently_freed():
@@ -62,15 +63,8 @@ def hashed(prompt: int, output: int, prefix: str = "p", block_size: int = 16, un
     return r
 
 
-def sched(**kw) -> Scheduler:
-    args = dict(num_gpu_blocks=100, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, max_model_len=4096)
-    args.update(kw)
-    return Scheduler(**args)
-
-
-def step(s: Scheduler, now: float):
-    plan = s.schedule(now)
-    return plan, s.complete(plan, now + 0.01)
+def sched(**kw):
+    return make_scheduler(**{"num_gpu_blocks": 100, **kw})
 
 
 def test_a_prefix_shared_by_running_requests_is_held_once():
