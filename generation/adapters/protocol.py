@@ -247,6 +247,7 @@ class ResponsesRequest:
     service_tier: str | None = None
     reasoning: dict | None = None
     prompt_cache_key: str | None = None
+    priority: int | None = None                  # vLLM's extra field (--scheduling-policy priority)
 
 
 @dataclass

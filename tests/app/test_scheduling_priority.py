@@ -13,6 +13,7 @@ MSG = "Got priority 3 but Priority scheduling is not enabled."
     ("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
     ("/inference/v1/generate", {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 1}}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 16}),
 ])
 def test_a_priority_without_the_priority_policy_is_a_400(api, path, body):
     r = api.post(path, json={"model": "test-model", **body, "priority": 3})
