@@ -153,7 +153,8 @@ def make_servicer(sim, lifecycle=None):
                               f"{cfg.max_logprobs}" if top >= 0 else "logprobs must be a positive value")
             rid = request.request_id or sim.new_request_id()
             if rid in self.active:
-                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request {rid} is already running")
+                # vLLM's output processor: ValueError, which the servicer maps to INVALID_ARGUMENT
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Request id {rid} already running.")
             try:
                 check_limits(max_tokens, sp.ignore_eos, sp.n or 1)
                 check_kv_transfer(kv_params, request.stream)

@@ -257,12 +257,12 @@ def test_undecodable_bytes_are_a_status(grpc_server, mode):
     assert target.stub.HealthCheck(pb.HealthCheckRequest(), timeout=5).healthy
 
 
-def test_a_request_id_in_flight_is_already_exists(slow):
+def test_a_request_id_in_flight_is_refused(slow):
     stream = slow.stub.Generate(gen(rid="dup", max_tokens=100, ignore_eos=True), timeout=30)
     next(stream)
     with pytest.raises(grpc.RpcError) as e:
         list(slow.stub.Generate(gen(rid="dup", max_tokens=1), timeout=5))
-    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "dup" in e.value.details()
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details() == "Request id dup already running."
     stream.cancel()
     until(lambda: slow.running_waiting() == (0, 0), what="idle")
 
