@@ -48,8 +48,9 @@ def test_openai_sdk_errors_on_a_pooling_model(embed):
     assert "nope" in e.value.message
     with pytest.raises(openai.BadRequestError):
         client.embeddings.create(model="test-model", input="")
-    with pytest.raises(openai.NotFoundError):          # no generate task: vLLM registers no chat route
+    with pytest.raises(openai.NotFoundError) as e:     # no generate task: vLLM registers no chat route
         client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "hi"}])
+    assert e.value.body == {"message": "Not Found", "type": "Not Found", "param": None, "code": 404}
 
 
 def test_cohere_sdk_v2_rerank_cross_encoder(cross):
