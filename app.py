@@ -86,9 +86,10 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         from flask import request
         from blueprints.errors import anthropic_error_response, http_error_type
         status = err.code or 500
-        # Werkzeug's stock text ("The requested URL was not found...") is Starlette's detail
-        # there: the status phrase ("Not Found"); a description the app gave is kept
-        message = err.description if err.description and err.description != type(err).description else err.name
+        # routing errors: Werkzeug's stock text ("The requested URL was not found...") is
+        # Starlette's detail there, the status phrase ("Not Found"); other descriptions are kept
+        stock = status in (404, 405) and err.description == type(err).description
+        message = err.name if stock or not err.description else err.description
         if request.path.startswith("/v1/messages"):
             resp = anthropic_error_response(message, status)
         else:
