@@ -86,10 +86,14 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         from flask import request
         from blueprints.errors import anthropic_error_response, http_error_type
         status = err.code or 500
+        # routing errors: Werkzeug's stock text ("The requested URL was not found...") is
+        # Starlette's detail there, the status phrase ("Not Found"); other descriptions are kept
+        stock = status in (404, 405) and err.description == type(err).description
+        message = err.name if stock or not err.description else err.description
         if request.path.startswith("/v1/messages"):
-            resp = anthropic_error_response(err.description or err.name, status)
+            resp = anthropic_error_response(message, status)
         else:
-            body = {"error": {"message": err.description or err.name, "type": http_error_type(status),
+            body = {"error": {"message": message, "type": http_error_type(status),
                               "param": None, "code": status}}
             resp = Response(orjson.dumps(body), status=status, mimetype="application/json")
         if status == 405 and hasattr(err, "valid_methods") and err.valid_methods:

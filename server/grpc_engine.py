@@ -11,41 +11,43 @@ gevent and every RPC handler runs in a greenlet of the server's executor (a monk
 thread pool), so nothing blocks the hub.  :func:`start_grpc_server` serves on an address with
 gRPC health (``grpc.health.v1``) and server reflection.
 
-Methods, as vLLM's servicer (``vllm/entrypoints/grpc_server.py``) answers them:
+Methods, as vLLM's servicer (``smg_grpc_servicer.vllm.servicer``, which ``vllm serve --grpc``
+runs) answers them:
 
 * ``Generate`` (server streaming): with ``stream``, one ``chunk`` per token, or per run of
-  tokens that fell due together (``token_ids``,
-  running ``completion_tokens``, ``prompt_tokens``, ``cached_tokens``, ``index``, and
-  ``output_logprobs`` when ``sampling_params.logprobs`` is set), then one ``complete`` per
-  choice (finish reason, counts, ``kv_transfer_params_json`` for a remote-decode request);
-  without ``stream`` one ``complete`` per choice with all ``output_ids``.  Bad input is
-  ``INVALID_ARGUMENT``, a full queue ``RESOURCE_EXHAUSTED``, an unknown LoRA ``NOT_FOUND``;
-  a client that cancels aborts the request (its slot is freed), as does ``Abort``, after which
-  the stream ends with a ``complete`` whose finish reason is ``abort``.
-* ``Embed`` (pooling ``embed`` models), ``HealthCheck``, ``Abort``, ``GetModelInfo``,
-  ``GetServerInfo``, ``GetLoads`` (the scheduler's running / waiting counts and KV usage),
-  ``GetTokenizer`` (a zip of the tokenizer's files, when a real tokenizer was loaded from a
-  directory), ``SubscribeKvEvents`` (the events the KV cache publishes on ZMQ, as
-  ``KvEventBatch`` messages), ``FlushCache`` and ``StartProfile`` / ``StopProfile`` (no
-  profiler: ``success`` false).
+  tokens that fell due together (``token_ids``, ``completion_tokens`` their count, a delta as
+  vLLM sends it, ``prompt_tokens``, ``cached_tokens``, ``index``, and ``output_logprobs`` when
+  ``sampling_params.logprobs`` is set), then one ``complete`` per choice carrying that choice's
+  last chunk again (finish reason, ``output_ids`` and counts of that last delta,
+  ``kv_transfer_params_json`` for a remote-decode request); without ``stream`` one ``complete``
+  per choice with all ``output_ids``.  Bad input is ``INVALID_ARGUMENT``, a full queue
+  ``RESOURCE_EXHAUSTED``, an unknown LoRA ``NOT_FOUND``; a client that cancels aborts the
+  request (its slot is freed), as does ``Abort``, after which the stream ends with an empty
+  chunk and a ``complete`` whose finish reason is ``abort``.
+* ``Embed`` (pooling ``embed`` models, on the engine), ``HealthCheck``, ``Abort``,
+  ``GetModelInfo``, ``GetServerInfo``, ``GetLoads`` (the scheduler's running / waiting counts
+  and KV usage, the step engine's in step mode), ``GetTokenizer`` (a zip of the tokenizer's
+  files, when a real tokenizer was loaded), ``SubscribeKvEvents`` (the batches the KV cache
+  publishes on ZMQ, same sequence numbers), ``FlushCache`` (refused while requests run) and
+  ``StartProfile`` / ``StopProfile`` (no profiler: ``INTERNAL``, as vLLM without one).
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
-import os
+import math
 import time
-import zipfile
 from datetime import datetime, timezone
+
+from .grpc_support import KvEventRelay, build_tokenizer_zip, scheduler_state, tokenizer_chunks, tokenizer_dir
 
 log = logging.getLogger("vllm_sim")
 
 SERVICE = "vllm.grpc.engine.VllmEngine"
 VERSION = "0.33.0"
-TOKENIZER_CHUNK = 1 << 20        # bytes per GetTokenizerChunk
-KV_SUBSCRIBER_QUEUE = 4096       # batches buffered per SubscribeKvEvents stream
+FLUSH_RETRY = 0.1                # seconds between FlushCache attempts while requests run
+# StartProfile options a vLLM engine takes at launch, not per request (smg-grpc-servicer's admin)
+PROFILE_LAUNCH_OPTIONS = ("output_dir", "start_step", "num_steps", "with_stack", "record_shapes")
 
 
 def _pb():
@@ -53,97 +55,15 @@ def _pb():
     return common_pb2, vllm_engine_pb2, vllm_engine_pb2_grpc
 
 
-def _signed64(h: int) -> int:
-    """A 64-bit block hash as the proto's ``int64`` (two's complement)."""
-    return h - (1 << 64) if h >= 1 << 63 else h
-
-
-class KvEventTee:
-    """Stands in for the KV cache's publisher: every event goes to the ZMQ publisher (if any)
-    and, converted to ``KvCacheEvent`` batches, to each ``SubscribeKvEvents`` stream."""
-
-    def __init__(self, publisher, block_size: int):
-        self.publisher = publisher
-        self.block_size = block_size
-        self.subscribers: list = []      # gevent queues
-        self.sequence = 0
-        self.event_id = 0
-
-    def publish(self, event) -> None:
-        if self.publisher is not None:
-            self.publisher.publish(event)
-        if not self.subscribers:
-            return
-        common_pb2, _, _ = _pb()
-        self.event_id += 1
-        self.sequence += 1
-        batch = common_pb2.KvEventBatch(sequence_number=self.sequence, timestamp=time.time(),
-                                        events=[self._convert(common_pb2, event)])
-        for q in list(self.subscribers):
-            if q.qsize() < KV_SUBSCRIBER_QUEUE:
-                q.put(batch)
-
-    def _convert(self, common_pb2, event):
-        if isinstance(event, dict):
-            kind = event["type"]
-            hashes = event.get("block_hashes") or []
-            parent, tokens = event.get("parent_block_hash"), event.get("token_ids") or []
-            lora = event.get("lora_name")
-        else:
-            kind = event[0]
-            hashes = event[1] if len(event) > 1 else []
-            parent = event[2] if kind == "BlockStored" else None
-            tokens = event[3] if kind == "BlockStored" else []
-            lora = event[7] if kind == "BlockStored" else None
-        eid = self.event_id
-        if kind == "BlockStored":
-            bs = self.block_size
-            blocks = [common_pb2.KvBlock(block_hash=_signed64(h), token_ids=tokens[i * bs:(i + 1) * bs], block_size=bs)
-                      for i, h in enumerate(hashes)]
-            stored = common_pb2.KvBlocksStored(blocks=blocks, medium="GPU")
-            if parent is not None:
-                stored.parent_block_hash = _signed64(parent)
-            if lora:
-                stored.lora_name = lora
-            return common_pb2.KvCacheEvent(event_id=eid, stored=stored)
-        if kind == "BlockRemoved":
-            return common_pb2.KvCacheEvent(event_id=eid, removed=common_pb2.KvBlocksRemoved(
-                block_hashes=[_signed64(h) for h in hashes], medium="GPU"))
-        return common_pb2.KvCacheEvent(event_id=eid, cleared=common_pb2.KvCacheCleared())
-
-    def close(self) -> None:
-        if self.publisher is not None:
-            self.publisher.close()
-
-
-def tokenizer_dir(cfg) -> str | None:
-    """The directory holding the loaded tokenizer's files: ``--tokenizer`` or ``--model`` when
-    it is a directory, else the Hugging Face cache snapshot of that hub name (read only, offline);
-    None when there is none (a bare tokenizer.json, or not in the cache)."""
-    name = cfg.tokenizer or cfg.model
-    path = os.path.expanduser(name)
-    if os.path.isdir(path):
-        return path
-    if os.path.exists(path) or name.count("/") != 1:
-        return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-        for f in ("tokenizer_config.json", "tokenizer.json"):
-            found = try_to_load_from_cache(name, f, cache_dir=getattr(cfg, "tokenizers_cache_dir", "") or None)
-            if isinstance(found, str):
-                return os.path.dirname(found)
-    except Exception:            # noqa: BLE001 - no cache, no hub library: no files to send
-        return None
-    return None
-
-
 def make_servicer(sim, lifecycle=None):
     """The ``VllmEngine`` servicer bound to ``sim`` (a :class:`generation.engine.simulator.Simulator`);
     ``lifecycle``: an object whose ``draining`` turns ``HealthCheck`` unhealthy."""
     import grpc
+    import gevent
     import gevent.queue
 
     from generation.adapters.base import REMOTE_DECODE_PARAMS, check_kv_transfer, check_limits, check_size
+    from generation.adapters.pooling import pooling_sequences
     from generation.content import logprobs as lp
     from generation.engine.request import GenerationRequest, Prompt
     from generation.engine.simulator import ClientDisconnected
@@ -153,10 +73,16 @@ def make_servicer(sim, lifecycle=None):
     cfg = sim.config
     started = time.time()
     kv = sim.kv_cache
-    tee = None
-    if kv is not None:
-        tee = kv.publisher if isinstance(kv.publisher, KvEventTee) else KvEventTee(kv.publisher, cfg.block_size)
-        kv.publisher = tee
+    rank = max(cfg.data_parallel_rank, 0)
+    relay = None
+    if kv is not None and cfg.enable_kvcache:
+        if kv.publisher is None:           # no --zmq-endpoint: batches for gRPC subscribers only
+            from generation.kvcache.events import EventPublisher
+            kv.publisher = EventPublisher("", "", cfg.event_batch_size, rank, 10 * max(kv.capacity, 1))
+        relay = getattr(kv.publisher, "grpc_relay", None)
+        if relay is None:
+            relay = kv.publisher.grpc_relay = KvEventRelay(kv.publisher, cfg.block_size, rank)
+    tokenizer_zip: list = []               # (bytes, sha256) once built
 
     def fail(context, err: SimulatorError):
         code = grpc.StatusCode.INVALID_ARGUMENT
@@ -172,9 +98,23 @@ def make_servicer(sim, lifecycle=None):
             tid = seq.ids[k]
             out.token_logprobs.append(lp.logprob(k))
             out.token_ids.append(tid)
-            out.top_logprobs.append(pb.TopLogProbs(values=[lp.logprob(k, j) for j in range(top)],
-                                                   token_ids=[(tid + j) & 0xFFFFFFFF for j in range(top)]))
+            if top:
+                out.top_logprobs.append(pb.TopLogProbs(values=[lp.logprob(k, j) for j in range(top)],
+                                                       token_ids=[(tid + j) & 0xFFFFFFFF for j in range(top)]))
         return out
+
+    def produced(seq) -> int:
+        """Tokens an aborted non-streamed sequence had made (its output is computed up front):
+        the step engine's count, else those due by now at the configured inter-token latency."""
+        n = len(seq.ids)
+        if seq.engine_req is not None:
+            return min(seq.engine_req.num_output, n)
+        first = seq.first_token_at
+        now = time.monotonic()
+        if not first or first > now:
+            return 0
+        itl = cfg.inter_token_latency
+        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
 
     class Servicer(pb_grpc.VllmEngineServicer):
         def __init__(self):
@@ -193,6 +133,9 @@ def make_servicer(sim, lifecycle=None):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "GenerateRequest needs `tokenized` or `text` input")
             if not ids:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the prompt is empty")
+            if cfg.pooling_kind is not None:     # vLLM's input processor: no `generate` task
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "This model does not support the 'generate' task "
+                                                                f"(supported: {cfg.pooling_kind})")
             sp = request.sampling_params
             max_tokens = sp.max_tokens if sp.HasField("max_tokens") else None
             kv_params = None
@@ -210,7 +153,8 @@ def make_servicer(sim, lifecycle=None):
                               f"{cfg.max_logprobs}" if top >= 0 else "logprobs must be a positive value")
             rid = request.request_id or sim.new_request_id()
             if rid in self.active:
-                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"request {rid} is already running")
+                # vLLM's output processor: ValueError, which the servicer maps to INVALID_ARGUMENT
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Request id {rid} already running.")
             try:
                 check_limits(max_tokens, sp.ignore_eos, sp.n or 1)
                 check_kv_transfer(kv_params, request.stream)
@@ -225,19 +169,32 @@ def make_servicer(sim, lifecycle=None):
                 fail(context, e)
             return req, seqs, top
 
-        def _complete(self, req, seq, top, with_ids: bool, reason: str | None = None):
+        def _complete(self, req, seq, top, k0: int, k1: int, reason: str | None = None):
+            """The ``complete`` of one choice, carrying its tokens ``k0`` to ``k1`` (inclusive):
+            all of them without streaming, the last chunk's with it (vLLM's DELTA output that
+            finishes a choice is both its last chunk and its complete)."""
             c = pb.GenerateComplete(finish_reason=reason or seq.finish_reason, prompt_tokens=seq.prompt_len,
-                                    completion_tokens=seq.completion_tokens, cached_tokens=seq.cached_tokens,
-                                    index=seq.index)
-            if with_ids:
-                c.output_ids.extend(seq.ids)
-                if top is not None:
-                    c.output_logprobs.CopyFrom(output_logprobs(seq, top, 0, len(seq.ids)))
+                                    completion_tokens=max(k1 - k0 + 1, 0), cached_tokens=seq.cached_tokens,
+                                    index=seq.index, output_ids=seq.ids[k0:k1 + 1])
+            if top is not None and k1 >= k0:
+                c.output_logprobs.CopyFrom(output_logprobs(seq, top, k0, k1 + 1))
             if seq.stop_reason:
                 c.matched_stop_str = seq.stop_reason
             if req.remote_decode and reason is None:
                 c.kv_transfer_params_json = json.dumps(REMOTE_DECODE_PARAMS)
+                c.kv_transfer_params.CopyFrom(pb.KvTransferParams(remote_host=REMOTE_DECODE_PARAMS["remote_host"],
+                                                                  remote_port=REMOTE_DECODE_PARAMS["remote_port"]))
             return pb.GenerateResponse(complete=c)
+
+        def _chunk(self, seq, top, k0: int, k1: int):
+            """A ``chunk`` of tokens ``k0`` to ``k1``: ``completion_tokens`` is their count (a delta,
+            as vLLM's servicer sends it; the client accumulates)."""
+            chunk = pb.GenerateStreamChunk(token_ids=seq.ids[k0:k1 + 1], prompt_tokens=seq.prompt_len,
+                                           completion_tokens=max(k1 - k0 + 1, 0), cached_tokens=seq.cached_tokens,
+                                           index=seq.index)
+            if top is not None and k1 >= k0:
+                chunk.output_logprobs.CopyFrom(output_logprobs(seq, top, k0, k1 + 1))
+            return pb.GenerateResponse(chunk=chunk)
 
         def Generate(self, request, context):
             req, seqs, top = self._build(request, context)
@@ -251,20 +208,18 @@ def make_servicer(sim, lifecycle=None):
                     except ClientDisconnected:
                         pass
                     for s in seqs:
-                        yield self._complete(req, s, top, True, "abort" if s.state == "aborted" else None)
+                        if s.state == "aborted":      # vLLM's final output: the tokens made so far
+                            yield self._complete(req, s, top, 0, produced(s) - 1, "abort")
+                        else:
+                            yield self._complete(req, s, top, 0, len(s.ids) - 1)
                     return
-                sent = [0] * len(seqs)
+                last = {}                   # choice -> (first, last index) of its last chunk
                 pending: dict = {}          # choice -> (sequence, first index, last index) not yet sent
 
                 def flush():
                     for i, (seq, k0, k1) in pending.items():
-                        sent[i] += k1 - k0 + 1
-                        chunk = pb.GenerateStreamChunk(token_ids=seq.ids[k0:k1 + 1], prompt_tokens=seq.prompt_len,
-                                                       completion_tokens=sent[i], cached_tokens=seq.cached_tokens,
-                                                       index=i)
-                        if top is not None:
-                            chunk.output_logprobs.CopyFrom(output_logprobs(seq, top, k0, k1 + 1))
-                        yield pb.GenerateResponse(chunk=chunk)
+                        last[i] = (k0, k1)
+                        yield self._chunk(seq, top, k0, k1)
                     pending.clear()
 
                 try:
@@ -279,10 +234,14 @@ def make_servicer(sim, lifecycle=None):
                         pending[i] = (seq, k, k) if p is None else (seq, p[1], k)
                     yield from flush()
                 except ClientDisconnected:
-                    pass
+                    yield from flush()
                 for s in seqs:
-                    aborted = s.state == "aborted"
-                    yield self._complete(req, s, top, False, "abort" if aborted else None)
+                    if s.state == "aborted":        # vLLM's abort output: no new tokens
+                        yield self._chunk(s, top, 0, -1)
+                        yield self._complete(req, s, top, 0, -1, "abort")
+                    else:
+                        k0, k1 = last.get(s.index, (0, -1))
+                        yield self._complete(req, s, top, k0, k1)
             finally:
                 sim.cancel(seqs)
                 self.active.pop(rid, None)
@@ -295,13 +254,32 @@ def make_servicer(sim, lifecycle=None):
             return pb.AbortResponse()
 
         def Embed(self, request, context):
+            """vLLM's ``encode`` with the ``embed`` task: runs on the engine as a pooling request
+            (slot, queue, prefill time, metrics), as ``/v1/embeddings`` does."""
+            if not request.HasField("tokenized"):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "EmbedRequest requires tokenized input")
             if cfg.pooling_kind != "embed":
-                context.abort(grpc.StatusCode.UNIMPLEMENTED, "The model does not support embeddings")
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              "The model does not support embeddings (serve it with --runner pooling --convert embed)")
             from generation.content.pooling import embedding_vector
             ids = list(request.tokenized.input_ids)
             if not ids or len(ids) > cfg.max_model_len:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"the input must have 1 to {cfg.max_model_len} tokens, got {len(ids)}")
+            self.last_receive = time.time()
+            try:
+                seqs = pooling_sequences(sim, request.request_id or sim.new_request_id(), cfg.served_names[0],
+                                         None, [ids])
+                sim.admit(seqs)
+            except SimulatorError as e:
+                fail(context, e)
+            context.add_callback(lambda: sim.cancel(seqs))
+            try:
+                sim.complete(seqs)
+            except ClientDisconnected:
+                context.abort(grpc.StatusCode.CANCELLED, "the request was aborted")
+            finally:
+                sim.cancel(seqs)
             size = cfg.default_embedding_dimensions
             return pb.EmbedResponse(embedding=embedding_vector(ids, size).tolist(), prompt_tokens=len(ids),
                                     embedding_dim=size)
@@ -310,39 +288,37 @@ def make_servicer(sim, lifecycle=None):
         def HealthCheck(self, request, context):
             if lifecycle is not None and getattr(lifecycle, "draining", False):
                 return pb.HealthCheckResponse(healthy=False, message="Server is shutting down")
-            return pb.HealthCheckResponse(healthy=True, message="Health check passed")
+            return pb.HealthCheckResponse(healthy=True, message="Health")
 
         def GetModelInfo(self, request, context):
             tok = sim.tokenizer
             vocab = getattr(tok, "vocab_size", None)
-            if vocab is not None and vocab >= 2 ** 32:   # the simulated tokenizer's id space: no vocabulary
-                vocab = 0
             if callable(vocab):
                 vocab = vocab()
+            if vocab is not None and vocab >= 2 ** 32:   # the simulated tokenizer's id space: no vocabulary
+                vocab = 0
             return pb.GetModelInfoResponse(
                 model_path=cfg.model, is_generation=cfg.pooling_kind is None, max_context_length=cfg.max_model_len,
                 vocab_size=int(vocab or 0), supports_vision=False, served_model_name=cfg.served_names[0],
-                tokenizer_path=cfg.tokenizer or cfg.model, max_req_input_len=max(cfg.max_model_len - 1, 0))
+                tokenizer_path=cfg.tokenizer or cfg.model, max_req_input_len=cfg.max_model_len)
 
         def GetServerInfo(self, request, context):
+            running, waiting, _, _ = scheduler_state(sim)
             return pb.GetServerInfoResponse(
-                active_requests=sim.running + len(sim.waiting), is_paused=bool(sim.sleeping),
+                active_requests=running + waiting, is_paused=bool(sim.sleeping),
                 last_receive_timestamp=self.last_receive, uptime_seconds=time.time() - started,
                 server_type="vllm-grpc", data_parallel_size=cfg.data_parallel_size, kv_cache_dtype="auto",
                 block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs)
 
         def GetLoads(self, request, context):
-            rank = max(cfg.data_parallel_rank, 0)
-            if request.HasField("dp_rank") and request.dp_rank != rank:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dp_rank {request.dp_rank} is not served here "
-                                                                f"(this engine is rank {rank})")
-            running, waiting = sim.running, len(sim.waiting)
+            """One ``SchedulerLoad`` (this rank), as vLLM's servicer fills it: ``dp_rank`` and
+            ``include`` are accepted and not applied."""
+            running, waiting, usage, uncached = scheduler_state(sim)
+            capacity = cfg.kv_cache_size * cfg.block_size
             load = pb.SchedulerLoad(dp_rank=rank, num_running_reqs=running, num_waiting_reqs=waiting,
                                     num_total_reqs=running + waiting, max_running_requests=cfg.max_num_seqs,
-                                    token_usage=kv.usage() if kv is not None else 0.0,
-                                    max_total_num_tokens=cfg.kv_cache_size * cfg.block_size,
-                                    num_waiting_uncached_tokens=sum(s.prompt_len - s.cached_tokens for s in sim.waiting),
-                                    utilization=running / cfg.max_num_seqs)
+                                    token_usage=usage, utilization=usage, max_total_num_tokens=capacity,
+                                    num_used_tokens=round(usage * capacity), num_waiting_uncached_tokens=uncached)
             return pb.GetLoadsResponse(timestamp=datetime.now(timezone.utc).isoformat(), version=VERSION,
                                        dp_rank_count=1, loads=[load])
 
@@ -350,26 +326,21 @@ def make_servicer(sim, lifecycle=None):
             path = tokenizer_dir(cfg) if getattr(sim.tokenizer, "name", "") == "hf" else None
             if path is None:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                              "no tokenizer files: the simulator runs its simulated tokenizer (or a single "
-                              "tokenizer.json / hub cache); start it with --tokenizer DIR")
-            buf = io.BytesIO()
-            with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-                for name in sorted(os.listdir(path)):
-                    full = os.path.join(path, name)
-                    if os.path.isfile(full) and (name.startswith("tokenizer") or name.endswith((".json", ".model",
-                                                                                                ".txt", ".jinja"))):
-                        z.write(full, name)
-            data = buf.getvalue()
-            digest = hashlib.sha256(data).hexdigest()
-            for off in range(0, len(data), TOKENIZER_CHUNK):
-                last = off + TOKENIZER_CHUNK >= len(data)
-                yield common_pb2.GetTokenizerChunk(data=data[off:off + TOKENIZER_CHUNK], sha256=digest if last else "")
+                              "Tokenizer path is not configured on this server: the simulator runs its simulated "
+                              "tokenizer (or a single tokenizer.json); start it with --tokenizer DIR or a hub name")
+            if not tokenizer_zip:
+                try:       # file reads and deflate off the hub, once
+                    tokenizer_zip.append(gevent.get_hub().threadpool.apply(build_tokenizer_zip, (path,)))
+                except OSError as e:
+                    context.abort(grpc.StatusCode.INTERNAL, str(e))
+            yield from tokenizer_chunks(*tokenizer_zip[0])
 
         def SubscribeKvEvents(self, request, context):
-            if tee is None:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "KV events are off: start with --enable-kvcache")
+            if relay is None:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                              "KV cache events not enabled. Start the simulator with --enable-kvcache")
             q = gevent.queue.Queue()
-            tee.subscribers.append(q)
+            relay.subscribe(q)
             context.add_callback(lambda: q.put(None))
             try:
                 while context.is_active():
@@ -378,26 +349,51 @@ def make_servicer(sim, lifecycle=None):
                         return
                     yield batch
             finally:
-                if q in tee.subscribers:
-                    tee.subscribers.remove(q)
+                relay.unsubscribe(q)
 
         # ---- administration ---------------------------------------------------------------
         def FlushCache(self, request, context):
-            if kv is None:
-                return common_pb2.FlushCacheResponse(success=True, message="no prefix cache (--enable-kvcache is off)")
-            if sim.running and request.timeout_s <= 0:
-                return common_pb2.FlushCacheResponse(success=False, message=f"{sim.running} request(s) in flight")
-            kv.sleep()
-            kv.wake()
-            return common_pb2.FlushCacheResponse(success=True, message="prefix cache flushed")
+            """vLLM's ``reset_prefix_cache``: refused while requests run; ``timeout_s`` > 0 waits
+            that long for them to finish, then ``DEADLINE_EXCEEDED``."""
+            timeout = request.timeout_s
+            if not math.isfinite(timeout) or timeout < 0:
+                context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+                context.set_details("timeout_s must be finite and non-negative")
+                return common_pb2.FlushCacheResponse(success=False, message="Invalid timeout_s")
+            deadline = time.monotonic() + timeout
+            while scheduler_state(sim)[0]:
+                if timeout == 0:
+                    return common_pb2.FlushCacheResponse(
+                        success=False, message="KV prefix cache reset refused; requests may be in flight")
+                if time.monotonic() >= deadline:
+                    message = "Flush cache timed out; the engine may still complete an issued reset"
+                    context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED)
+                    context.set_details(message)
+                    return common_pb2.FlushCacheResponse(success=False, message=message)
+                gevent.sleep(min(FLUSH_RETRY, max(deadline - time.monotonic(), 0.0)))
+            if kv is not None:
+                kv.sleep()
+                kv.wake()
+            return common_pb2.FlushCacheResponse(success=True, message="Local KV prefix cache flushed successfully")
+
+        def _profile(self, op: str, context):
+            # vLLM without a profiler config: the worker raises "Profiling is not enabled"
+            context.abort(grpc.StatusCode.INTERNAL, f"{op} failed: Profiling is not enabled (the simulator has "
+                                                    "no profiler)")
 
         def StartProfile(self, request, context):
-            return common_pb2.ProfileResponse(success=False, message="profiling is not available: the simulator has "
-                                                                     "no profiler")
+            named = [n for n in PROFILE_LAUNCH_OPTIONS if request.HasField(n)]
+            named += ["activities"] if request.activities else []
+            named += ["profile_by_stage"] if request.profile_by_stage else []
+            if named:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"StartProfile options {', '.join(named)} cannot be set per request on this engine: "
+                              "its profiler's directory and options are its launch configuration; send a start "
+                              "with no options")
+            self._profile("Start profiling", context)
 
         def StopProfile(self, request, context):
-            return common_pb2.ProfileResponse(success=False, message="profiling is not available: the simulator has "
-                                                                     "no profiler")
+            self._profile("Stop profiling", context)
 
     return Servicer()
 

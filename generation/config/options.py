@@ -359,7 +359,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "ray-workers-use-nsight": False, "attention-backend": True, "cuda-graph-sizes": True,
     "max-cudagraph-capture-size": True, "kv-cache-memory-bytes": True, "kv-offloading-size": True,
     "kv-offloading-backend": True, "lora-extra-vocab-size": True, "speculative-model": True,
-    "num-speculative-tokens": True, "disable-mm-preprocessor-cache": False, "pooler-config": True,
+    "num-speculative-tokens": True, "disable-mm-preprocessor-cache": False, "pooler-config": True, "profiler-config": True,
     "override-pooler-config": True, "show-hidden-metrics-for-version": True, "enable-mfu-metrics": False,
     "pt-load-map-location": True, "safetensors-load-strategy": True, "disable-chunked-mm-input": False,
 }

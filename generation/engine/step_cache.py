@@ -52,6 +52,11 @@ class StepPrefixCache:
 
     # ---- the cache interface -----------------------------------------------------------
     @property
+    def capacity(self) -> int:
+        """The cache's size in blocks (the engine's KV blocks)."""
+        return self.pool.num_blocks
+
+    @property
     def publisher(self):
         """The KV-event publisher (the KVCache's; the gRPC service tees it)."""
         return self.kv.publisher

@@ -129,7 +129,12 @@ class EventPublisher:
     and while no subscription matching ``topic`` is known, events are held (still at most
     ``max_pending``) until one arrives or ``SUBSCRIBER_WAIT`` seconds after the first held
     event, then sent as usual (numbered, and given to ``on_sent`` for replay).  When the last
-    matching subscriber leaves, the next events wait for a new one the same way."""
+    matching subscriber leaves, the next events wait for a new one the same way.
+
+    ``listeners``: callables ``(seq, ts, events)`` given every batch as it is sent, with its
+    sequence number and timestamp (gRPC ``SubscribeKvEvents`` relays the ZMQ batches through
+    them, as vLLM's servicer does); a listener counts as a subscriber.  An empty ``endpoint``
+    opens no socket: batches go to the listeners only (none: they are dropped)."""
 
     def __init__(self, endpoint: str, topic: str, batch_size: int, rank: int, max_pending: int,
                  on_sent: Callable[[bytes, bytes], None] | None = None):
@@ -149,6 +154,9 @@ class EventPublisher:
         self.subscribed = False         # one of them matches ``topic``: sends reach someone
         self._held_since = None         # monotonic time of the first event held for a subscriber
         self.dropped = 0
+        self.listeners: list = []
+        if not endpoint:
+            return
         try:        # connect now: the subscription handshake must be done before the first event
             self._connect()
         except Exception:
@@ -174,13 +182,18 @@ class EventPublisher:
         for a first subscriber (then a timer sends them when the wait is over)."""
         if not self.pending:
             return
-        try:
-            sock = self._socket if self._pid == os.getpid() else self._connect()
-        except Exception:     # a broken publisher must never fail requests
-            log.exception("failed to connect the KV-event publisher to %s", self.endpoint)
-            self.pending = []
+        sock = None
+        if self.endpoint:
+            try:
+                sock = self._socket if self._pid == os.getpid() else self._connect()
+            except Exception:     # a broken publisher must never fail requests
+                log.exception("failed to connect the KV-event publisher to %s", self.endpoint)
+                self.pending = []
+                return
+        elif not self.listeners:
+            self.pending = []     # no socket, nobody listening
             return
-        if not self.subscribed:
+        if not self.subscribed and not self.listeners:
             now = time.monotonic()
             if self._held_since is None:
                 self._held_since = now
@@ -195,7 +208,12 @@ class EventPublisher:
             bs = self.batch_size
             for i in range(0, len(pending), bs):
                 self.seq += 1
-                payload = pack_batch(time.time(), pending[i:i + bs], self.rank)
+                ts, events = time.time(), pending[i:i + bs]
+                for listener in self.listeners:
+                    listener(self.seq, ts, events)
+                if sock is None:
+                    continue
+                payload = pack_batch(ts, events, self.rank)
                 seq = struct.pack(">Q", self.seq)
                 sock.send_multipart([self.topic, seq, payload], copy=True)
                 if self.on_sent is not None:
