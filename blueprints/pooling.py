@@ -88,7 +88,7 @@ def create_pooling():
     if task in pa.REMOVED_TASKS:
         raise APIError(f"The '{task}' task has been removed; use {pa.REMOVED_TASKS[task]} instead.", 400, "task")
     if task not in tasks:
-        raise APIError(f"Task {task} is not supported by this model; supported tasks: {', '.join(tasks)}.",
+        raise APIError(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}",
                        400, "task")
     display, lora = sim.resolve_model(data.get("model"))
     if data.get("dimensions") is not None and task not in ("embed", "token_embed"):

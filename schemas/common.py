@@ -106,6 +106,7 @@ class SamplingKnobsSchema(BaseSchema):
     frequency_penalty = StrictFloat()
     repetition_penalty = StrictFloat()
     min_tokens = StrictInt()
+    use_beam_search = StrictBool()
 
 
 class StreamOptionsSchema(BaseSchema):

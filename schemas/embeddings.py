@@ -65,11 +65,12 @@ class EmbeddingRequestSchema(BaseSchema):
     input = EmbeddingInputField()
     messages = MessagesField()
     encoding_format = fields.String(validate=validate.OneOf(
-        ENCODING_FORMATS, error="encoding_format {input!r} is not one of 'float', 'base64', 'bytes', 'bytes_only'"))
+        ENCODING_FORMATS, error="literal_error: Input should be 'float', 'base64', 'bytes' or 'bytes_only', got {input!r}"))
     embed_dtype = fields.String(validate=validate.OneOf(
-        EMBED_DTYPES, error="embed_dtype {input!r} is not one of " + ", ".join(map(repr, EMBED_DTYPES))))
+        EMBED_DTYPES, error="literal_error: Input should be " + ", ".join(map(repr, EMBED_DTYPES[:-1])) + f" or {EMBED_DTYPES[-1]!r}"
+        + ", got {input!r}"))
     endianness = fields.String(validate=validate.OneOf(
-        ENDIANNESS, error="endianness {input!r} is not one of 'native', 'big', 'little'"))
+        ENDIANNESS, error="literal_error: Input should be 'native', 'big' or 'little', got {input!r}"))
     truncation_side = fields.String(validate=validate.OneOf(
         ("left", "right"), error="truncation_side {input!r} is not one of 'left', 'right'"))
     add_generation_prompt = StrictBool()

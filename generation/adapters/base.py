@@ -225,14 +225,14 @@ def usage(prompt: int, completion: int, cached: int | None = None, details=_NO_D
 
 
 def usage_details(sim) -> str | None:
-    """When usage carries ``prompt_tokens_details``: ``"always"`` with ``--enable-kvcache``
-    (the reference's shape, which the user spec lists and cache-aware clients read) unless
-    ``--enable-prompt-tokens-details`` asks for vLLM's rule, ``"cached"`` (only when some prompt
-    tokens were cached, vLLM's ``enable_prompt_tokens_details and num_cached_tokens``); else
-    None: vLLM's default, null (nothing is ever cached without the simulated KV cache)."""
-    if sim.kv_cache is None:
-        return None
-    return "cached" if sim.config.enable_prompt_tokens_details else "always"
+    """When usage carries ``prompt_tokens_details``: ``"always"`` (``{"cached_tokens": N}``, 0
+    included) with ``--enable-prompt-tokens-details``, as vLLM's own ``test_completion`` expects
+    (``cached_tokens == 0`` with prefix caching off), or with ``--enable-kvcache`` (the reference's
+    shape, which the user spec lists and cache-aware clients read); else None: vLLM's default,
+    null."""
+    if sim.config.enable_prompt_tokens_details or sim.kv_cache is not None:
+        return "always"
+    return None
 
 
 def request_usage(seqs, prompt_details: str | None = None, details=_NO_DETAILS) -> dict:
@@ -245,8 +245,7 @@ def request_usage(seqs, prompt_details: str | None = None, details=_NO_DETAILS) 
     p = sum(v[0] for v in prompts.values())
     cached = sum(v[1] for v in prompts.values())
     c = sum(s.completion_tokens for s in seqs)
-    if prompt_details is None or (prompt_details == "cached" and not cached) or \
-            all(s.finish_reason == "cache_threshold" for s in seqs):
+    if prompt_details is None or all(s.finish_reason == "cache_threshold" for s in seqs):
         return usage(p, c, None, details)
     return usage(p, c, cached, details)
 

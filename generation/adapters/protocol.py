@@ -35,6 +35,7 @@ class SamplingKnobs:
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     min_tokens: int | None = None
+    use_beam_search: bool | None = None
 
 
 @dataclass

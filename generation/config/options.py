@@ -166,9 +166,9 @@ _declare("frontend",
          Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
                 "`stream_options.include_usage` were set"),
          Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),
-         Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` as vLLM sends it "
-                "with this flag: only when prompt tokens were cached (with --enable-kvcache; without the flag "
-                "the simulated cache reports it always, and without a cache it is null)"),
+         Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` "
+                "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: null, "
+                "or always with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),
          Option("enable-server-load-tracking", "bool", False, "Serve `GET /load`: the number of requests "

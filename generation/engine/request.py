@@ -70,6 +70,7 @@ class GenerationRequest:
     # vLLM sampling semantics the simulator honours (see Simulator.request_rng)
     seed: int | None = None               # the request's own seed: same request, same output
     temperature: float | None = None      # 0: greedy, the same prompt gives the same answer
+    use_beam_search: bool = False         # n distinct, deterministic beams of the prompt
     stop_token_ids: list | None = None     # the output ends after the first of these ids
     include_stop_str_in_output: bool = False
     reasoning: Any = None                  # generation.content.reasoning.ReasoningSettings, None: off

@@ -130,7 +130,7 @@ def test_pooling_classify_tasks(classify):
 
 
 @pytest.mark.parametrize("body, param, text", [
-    ({"input": "hi", "task": "classify"}, "task", "Task classify is not supported"),
+    ({"input": "hi", "task": "classify"}, "task", "Unsupported task: 'classify' Supported tasks: ['embed', 'token_embed']"),
     ({"input": "hi", "task": "encode"}, "task", "has been removed"),
     ({"input": "hi", "dimensions": 385}, "dimensions", "at most 384"),
     ({"input": ""}, "input", "empty"),

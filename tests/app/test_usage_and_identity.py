@@ -42,21 +42,26 @@ def test_stream_usage_chunk_has_null_details(api):
     assert sse_events(r.text)[-2]["usage"]["prompt_tokens_details"] is None
 
 
-def test_the_flag_alone_changes_nothing_without_a_cache(app_client):
-    """vLLM sends details only when some prompt tokens were cached: never without a cache."""
+def test_the_flag_gives_cached_tokens_0_without_a_cache(app_client):
+    """vLLM's test_completion (``--enable-prompt-tokens-details --no-enable-prefix-caching``)
+    expects ``prompt_tokens_details.cached_tokens == 0``: the object is there, 0 included."""
     c = app_client("--enable-prompt-tokens-details")
-    assert usage_of(c, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 2})["prompt_tokens_details"] is None
+    assert usage_of(c, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 2})["prompt_tokens_details"] == \
+        {"cached_tokens": 0}
+    assert usage_of(c, COMPLETIONS, {"model": "test-model", "prompt": "Hello there", "max_tokens": 2})[
+        "prompt_tokens_details"] == {"cached_tokens": 0}
+    r = c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2, "stream": True,
+                           "stream_options": {"include_usage": True}})
+    assert sse_events(r.text)[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
 
 
-def test_kv_cache_reports_cached_tokens_always_and_vllms_rule_with_the_flag(app_client):
+def test_kv_cache_reports_cached_tokens_always_with_or_without_the_flag(app_client):
     prompt = list(range(100, 140))          # 40 ids: 2 full blocks of 16
     body = {"model": "test-model", "prompt": prompt, "max_tokens": 2}
-    ref = app_client(*KV, env=KV_ENV)
-    assert usage_of(ref, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
-    assert usage_of(ref, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
-    vllm = app_client(*KV, "--enable-prompt-tokens-details", env=KV_ENV)
-    assert usage_of(vllm, COMPLETIONS, body)["prompt_tokens_details"] is None
-    assert usage_of(vllm, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+    for flags in (KV, (*KV, "--enable-prompt-tokens-details")):
+        c = app_client(*flags, env=KV_ENV)
+        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
+        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
 
 
 @pytest.mark.parametrize("path,body", [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})])
