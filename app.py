@@ -147,12 +147,10 @@ def resolve_engine(config: SimConfig) -> None:
 def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
     """The step engine of ``--latency-calculator step`` (:mod:`generation.engine.step_engine`):
     vLLM V1's scheduler on ``config.step``'s KV cache, timed by its step-time model."""
-    from generation.engine.scheduler import Scheduler
+    from generation.engine.replay import scheduler_for
     from generation.engine.step_engine import StepEngine
     st = config.step
-    scheduler = Scheduler(num_gpu_blocks=st.num_gpu_blocks, block_size=st.block_size, max_num_seqs=st.max_num_seqs,
-                          max_num_batched_tokens=st.max_num_batched_tokens, max_model_len=config.max_model_len,
-                          long_prefill_token_threshold=st.long_prefill_token_threshold, max_loras=config.max_loras)
+    scheduler = scheduler_for(st, config.max_model_len, config.max_loras, config.scheduling_policy)
     metrics.steps = True
     return StepEngine(scheduler, st.step_time, metrics, kv_cache=kv_cache, rng=rng, jitter=config.step_time_jitter,
                       kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9)
@@ -210,7 +208,8 @@ def build_simulator(config: SimConfig, tokenizer=None):
         reasoning = ReasoningSpans(config, tokenizer, config.reasoning_parser, sentences)
     sim = Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
                     latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
-                    tool_synthesizer=ToolSynthesizer(config, rng, tokenizer), kv_cache=kv_cache, engine=engine,
+                    tool_synthesizer=ToolSynthesizer(config, rng, tokenizer),
+                    kv_cache=engine.prefix_cache if engine is not None else kv_cache, engine=engine,
                     reasoning=reasoning)
     if config.enable_responses_api_store:            # VLLM_ENABLE_RESPONSES_API_STORE=1
         from generation.adapters.response_store import ResponseStore

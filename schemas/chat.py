@@ -98,6 +98,7 @@ class SamplingSchema(SamplingKnobsSchema):
     include_stop_str_in_output = StrictBool()
     structured_outputs = fields.Dict()
     thinking_token_budget = StrictInt()
+    priority = StrictInt()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):

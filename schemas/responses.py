@@ -324,6 +324,7 @@ class ResponsesRequestSchema(BaseSchema):
     service_tier = fields.String()
     reasoning = fields.Dict()
     prompt_cache_key = fields.String()
+    priority = StrictInt()
 
     @validates("input")
     def _input(self, value, **kwargs):

@@ -24,7 +24,7 @@ from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
-from .fields import check_openai_fields, tokens_as_ids
+from .fields import check_openai_fields, scheduling_priority, tokens_as_ids
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -70,6 +70,7 @@ class ChatAdapter(Adapter):
             response_format=constraint or b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
+            priority=scheduling_priority(sim, b.priority),
             reasoning=chat_reasoning(sim, b))
         return self.req
 

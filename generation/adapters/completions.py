@@ -18,8 +18,8 @@ from generation.engine.request import GenerationRequest, Prompt
 from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
-from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, tokens_as_ids, truncate_prompts,
-                     vocab_size)
+from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, scheduling_priority, tokens_as_ids,
+                     truncate_prompts, vocab_size)
 from .protocol import CompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -57,7 +57,7 @@ class CompletionsAdapter(Adapter):
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold, response_format=structured_constraint(sim, b.structured_outputs),
-            reasoning=chat_reasoning(sim, b), **sampling_semantics(b))
+            reasoning=chat_reasoning(sim, b), priority=scheduling_priority(sim, b.priority), **sampling_semantics(b))
         return self.req
 
     def _work(self, tokens: int, prompt_tokens: int = 0) -> tuple[int, str, str]:

@@ -100,6 +100,16 @@ def check_logprob_token_ids(ids, logprobs_on: bool) -> None:
         raise InvalidParam("`logprob_token_ids` requires `logprobs`.", "logprob_token_ids")
 
 
+def scheduling_priority(sim, priority) -> int:
+    """The request's ``priority`` (0 when absent); vLLM refuses a non-zero one unless the server
+    runs ``--scheduling-policy priority`` (its engine client's check)."""
+    if not priority:
+        return 0
+    if sim.config.scheduling_policy != "priority":
+        raise InvalidParam(f"Got priority {priority} but Priority scheduling is not enabled.", "priority")
+    return priority
+
+
 def check_min_tokens(min_tokens, max_tokens) -> None:
     """vLLM's SamplingParams checks on ``min_tokens``."""
     if min_tokens is None:

@@ -15,7 +15,7 @@ from generation.engine.request import GenerationRequest, Prompt
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
-                     vocab_size)
+                     scheduling_priority, vocab_size)
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import sampling_semantics
 
@@ -66,7 +66,7 @@ class GenerateAdapter(Adapter):
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
             min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv,
-            **sampling_semantics(sp))
+            priority=scheduling_priority(sim, b.priority), **sampling_semantics(sp))
         return self.req
 
     def _work(self, tokens: int) -> tuple[int, str, str]:

@@ -63,6 +63,7 @@ class OpenAISampling(SamplingKnobs):
     include_stop_str_in_output: bool | None = None
     structured_outputs: dict | None = None       # vLLM 0.33 StructuredOutputsParams (json, regex, ...)
     thinking_token_budget: int | None = None
+    priority: int | None = None                  # --scheduling-policy priority: lower runs first
 
 
 @dataclass
@@ -246,6 +247,7 @@ class ResponsesRequest:
     service_tier: str | None = None
     reasoning: dict | None = None
     prompt_cache_key: str | None = None
+    priority: int | None = None                  # vLLM's extra field (--scheduling-policy priority)
 
 
 @dataclass

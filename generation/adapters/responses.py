@@ -39,6 +39,7 @@ from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest
 from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools, dumps
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
+from .fields import scheduling_priority
 from .sampling import responses_reasoning
 from generation.content.reasoning import content_text, reasoning_text
 
@@ -70,6 +71,7 @@ class ResponsesAdapter(Adapter):
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
+            priority=scheduling_priority(sim, b.priority),
             reasoning=responses_reasoning(sim, b.reasoning))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0)
         self.ctx.store = getattr(sim, "response_store", None) is not None and b.store is not False

@@ -183,7 +183,10 @@ _declare("scheduler",
          Option("long-prefill-token-threshold", "int", 0, "Largest prefill chunk per step (step mode; 0: none, "
                 "or 4% of --max-model-len with --max-num-partial-prefills > 1)", unit="tokens"),
          Option("max-num-partial-prefills", "int", 1, "Concurrent partial prefills (step mode; > 1 sets the "
-                "long-prefill threshold as vLLM does)"))
+                "long-prefill threshold as vLLM does)"),
+         Option("scheduling-policy", "str", "fcfs", "Order of the waiting queue: `fcfs`, or `priority` (the "
+                "request field `priority`, lower first, then arrival; in step mode the lowest-priority running "
+                "request is the one preempted)", choices=("fcfs", "priority")))
 _declare("latency",
          Option("time-to-first-token", help="Time to first token", **_lat),
          Option("time-to-first-token-std-dev", help="Standard deviation of the time to first token", **_lat),
@@ -323,7 +326,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "swap-space": True, "cpu-offload-gb": True,
     "enable-prefix-caching": False,
     "enable-chunked-prefill": False,
-    "scheduling-policy": True, "async-scheduling": False,
+    "async-scheduling": False,
     "kv-transfer-config": True, "kv-events-config": True, "ec-transfer-config": True,
     "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
     # parallelism

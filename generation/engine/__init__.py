@@ -6,4 +6,15 @@
     latency         ``LatencyModel``: TTFT, inter-token latency, jitter, load factor
     token_schedule  ``TokenSchedule``: a stream's tokens at a constant inter-token latency
     lora            ``LoraRegistry``: registered adapters and the ``--max-loras`` slots
+
+The step engine (``--latency-calculator step``):
+
+    scheduler       ``Scheduler``: vLLM V1's rules, one step at a time, without a clock
+    block_pool      ``BlockPool``: KV blocks shared by reference count, cached until reused
+    step_cache      ``StepPrefixCache``: the pool as the simulator's prefix cache
+    step_engine     ``StepEngine``: steps on the real clock, one timer per step
+    step_time       the roofline step-time model; step_table a measured table instead
+    hardware        GPUs, KV capacity; model_arch architectures and presets
+    step_config     the flags resolved into the engine's settings
+    replay          the same scheduler in virtual time (capacity planning)
 """

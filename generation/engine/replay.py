@@ -10,9 +10,10 @@ and with ``--plot FILE.png`` draws them over time.  The server flags are the ser
 this load".
 
 A trace is JSON Lines, one request per line: ``{"arrival": seconds, "prompt_tokens": P,
-"output_tokens": O}``, optionally ``"prefix_group": name, "prefix_tokens": K`` for requests that
-share a K-token prefix (cached once a request of the group has prefilled it; the replay keeps a
-group's prefix cached for the whole run, the server evicts least recently used blocks).
+"output_tokens": O}``, optionally ``"priority": P`` (with ``--scheduling-policy priority``) and
+``"prefix_group": name, "prefix_tokens": K`` for requests that
+share a K-token prefix (cached once a request of the group has computed it, and evicted as the
+server's block pool evicts: least recently freed first).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class TraceRequest:
     output_tokens: int
     prefix_group: str | None = None
     prefix_tokens: int = 0
+    priority: int = 0                   # --scheduling-policy priority: lower runs first
 
 
 @dataclass
@@ -83,24 +85,16 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     frontend = step_time.frontend_time() if frontend is None else frontend
     trace = list(trace)
     result = ReplayResult()
-    cached_groups: set = set()
-
-    def prefix_hit(req: EngineRequest) -> int:
-        return req.prefix_len if req.group in cached_groups else 0
-
-    def on_prefilled(req: EngineRequest) -> None:
-        if req.group is not None:
-            cached_groups.add(req.group)
-
-    scheduler.on_prefilled = on_prefilled
+    bs = scheduler.block_size
     arrivals: list = []                 # heap of (time into the queue, index, EngineRequest)
     order = 0
 
     def submit(tr: TraceRequest, at: float) -> None:
         nonlocal order
         req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
-                            prefix_len=tr.prefix_tokens)
-        req.prefix_hit = prefix_hit
+                            prefix_len=tr.prefix_tokens, priority=tr.priority)
+        if tr.prefix_group is not None:     # the group's prefix blocks, named by the group
+            req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
         heapq.heappush(arrivals, (at + frontend, order, req))
         order += 1
 
@@ -177,19 +171,20 @@ def read_trace(path: str) -> list[TraceRequest]:
                 d = json.loads(line)
                 out.append(TraceRequest(float(d.get("arrival", 0.0)), int(d["prompt_tokens"]),
                                         int(d["output_tokens"]), d.get("prefix_group"),
-                                        int(d.get("prefix_tokens", 0))))
+                                        int(d.get("prefix_tokens", 0)), int(d.get("priority", 0))))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{i}: not a trace request ({e})") from None
     out.sort(key=lambda r: r.arrival)
     return out
 
 
-def scheduler_for(settings, max_model_len: int, max_loras: int = 0) -> Scheduler:
-    """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`)."""
+def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs") -> Scheduler:
+    """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`),
+    the same for the server and the replay."""
     return Scheduler(num_gpu_blocks=settings.num_gpu_blocks, block_size=settings.block_size,
                      max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
-                     max_loras=max_loras)
+                     max_loras=max_loras, policy=policy)
 
 
 def plot(result: ReplayResult, path: str, title: str = "") -> None:
@@ -239,7 +234,7 @@ def main(argv=None) -> int:
     except (ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras)
+    sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy)
     result = replay(sched, settings.step_time, trace, concurrency=args.concurrency,
                     rng=random.Random(f"{cfg.seed}-steps"), jitter=cfg.step_time_jitter)
     s = result.summary()

@@ -73,6 +73,7 @@ class GenerationRequest:
     stop_token_ids: list | None = None     # the output ends after the first of these ids
     include_stop_str_in_output: bool = False
     reasoning: Any = None                  # generation.content.reasoning.ReasoningSettings, None: off
+    priority: int = 0                      # --scheduling-policy priority: lower runs first
 
     @property
     def remote_prefill(self) -> bool:

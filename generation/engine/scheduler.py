@@ -18,7 +18,19 @@ One step:
    (block-aligned, at most ``num_tokens - 1``); a resumed request prefills its prompt and the
    tokens it already generated again, minus cache hits;
 4. at the step's end every request whose computed tokens reached its length emits one token,
-   all at the same instant (:meth:`Scheduler.complete`).
+   all at the same instant (:meth:`Scheduler.complete`), and the full blocks each prefill chunk
+   computed are cached (named by their hashes, ``on_cached``), chunk by chunk; the full blocks
+   of generated tokens are cached when the request releases its blocks (finished, preempted,
+   aborted).
+
+With ``policy="priority"`` (``--scheduling-policy priority``) the waiting queue is ordered by
+(priority, arrival), lower first, and the request preempted is the running one with the largest
+(priority, arrival), even if it was scheduled earlier in this step (its tokens go back to the
+budget), as vLLM's scheduler does.
+
+The blocks live in a :class:`~generation.engine.block_pool.BlockPool`: a prefix block shared by
+running requests is held once, and freed blocks keep their content until they are handed out
+again (evicted least recently freed first), as vLLM's prefix cache.
 
 The caller owns time: :meth:`Scheduler.schedule` builds a :class:`StepPlan` (with the aggregates a
 step-time model needs: :mod:`generation.engine.step_time`), the caller decides when the step ends,
@@ -28,7 +40,10 @@ then calls :meth:`Scheduler.complete`.  The same code runs the live server
 """
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
+
+from .block_pool import BlockPool
 
 
 class EngineRequest:
@@ -39,12 +54,12 @@ class EngineRequest:
     __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora",
                  "arrival", "queued_at", "first_scheduled", "first_token", "last_token", "finished_at",
                  "preemptions", "state", "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "group",
-                 "prefix_len", "stored", "prev_token")
+                 "prefix_len", "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority")
 
     WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
 
     def __init__(self, prompt_len: int, output_len: int, *, seq=None, lora=None, arrival: float = 0.0,
-                 kv_ready_at: float = 0.0, group=None, prefix_len: int = 0):
+                 kv_ready_at: float = 0.0, group=None, prefix_len: int = 0, priority: int = 0):
         self.seq = seq
         self.prompt_len = max(int(prompt_len), 1)
         self.output_len = max(int(output_len), 1)      # vLLM samples at least one token
@@ -68,6 +83,10 @@ class EngineRequest:
         self.prefix_len = prefix_len         # replay: tokens of the group's shared prefix
         self.stored = False                  # its prompt blocks were offered to the prefix cache
         self.prev_token = None               # when the token before the last one was emitted
+        self.block_ids: list = []            # the blocks held, in token order (len == blocks)
+        self.block_hashes = None             # hashes of the prompt's full blocks (None: not cached)
+        self.num_cached_blocks = 0           # leading blocks that are named by their hashes
+        self.priority = priority             # lower runs first (the priority policy)
 
     @property
     def num_tokens(self) -> int:
@@ -86,10 +105,11 @@ class StepPlan:
     ``prefill_tokens`` (sum n_i), ``prefill_pairs`` (sum n_i (p_i + n_i / 2)), ``prefill_context``
     (sum p_i)."""
     __slots__ = ("scheduled", "preempted", "num_decode", "decode_context", "num_chunks", "prefill_tokens",
-                 "prefill_pairs", "prefill_context", "start", "end")
+                 "prefill_pairs", "prefill_context", "start", "end", "chunks")
 
     def __init__(self):
         self.scheduled: list = []
+        self.chunks: list = []              # requests computing prompt tokens (blocks to cache)
         self.preempted: list = []
         self.num_decode = 0
         self.decode_context = 0
@@ -113,9 +133,32 @@ class StepPlan:
             self.decode_context += c + 1
         else:
             self.num_chunks += 1
+            self.chunks.append(req)
             self.prefill_tokens += n
             self.prefill_pairs += n * (c + n / 2)
             self.prefill_context += c
+
+
+def _priority_key(req: EngineRequest):
+    return req.priority, req.arrival
+
+
+class PriorityQueue(list):
+    """The waiting queue of the priority policy: the deque operations the scheduler uses, kept
+    in (priority, arrival) order; a request put back (``appendleft``) takes its place by key, as
+    vLLM's ``PriorityRequestQueue.prepend_request``."""
+
+    def append(self, req) -> None:
+        insort(self, req, key=_priority_key)
+
+    appendleft = append
+
+    def popleft(self):
+        return self.pop(0)
+
+    def extendleft(self, reqs) -> None:
+        for r in reqs:
+            self.append(r)
 
 
 class Scheduler:
@@ -126,11 +169,19 @@ class Scheduler:
     prefill chunk; ``max_model_len`` caps a sequence; ``max_loras`` distinct LoRA adapters per
     batch (requests for another adapter are skipped over, as vLLM's scheduler skips them).
     ``on_preempt(req)`` / ``on_free(req)`` / ``on_prefilled(req)`` tell the caller when a request
-    is preempted, releases its blocks (finished, preempted, aborted) and first completes its prompt."""
+    is preempted, releases its blocks (finished, preempted, aborted) and first completes its prompt;
+    ``on_cached(req, start, end)`` that its blocks ``[start, end)`` were computed and cached, and
+    ``on_prefix(req, hit_tokens)`` of each prefix-cache query (a request's first scheduling);
+    ``on_release(req)`` just before a request's blocks are freed (it may extend
+    ``req.block_hashes`` to the generated tokens, whose full blocks are then cached too).
+    ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``); ``policy`` ``fcfs``
+    or ``priority``."""
 
     def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
-                 on_preempt=None, on_free=None, on_prefilled=None):
+                 on_preempt=None, on_free=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
+                 pool=None, policy: str = "fcfs"):
+        self.pool = pool if pool is not None else BlockPool(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -138,22 +189,30 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.max_loras = max_loras
-        self.free_blocks = num_gpu_blocks
         self.running: list[EngineRequest] = []
-        self.waiting: deque[EngineRequest] = deque()
+        self.priority = policy == "priority"
+        self.waiting = PriorityQueue() if self.priority else deque()
         self.num_preemptions = 0
         self.on_preempt = on_preempt
         self.on_free = on_free
         self.on_prefilled = on_prefilled
+        self.on_cached = on_cached
+        self.on_prefix = on_prefix
+        self.on_release = on_release
 
     # ---- state --------------------------------------------------------------------------
     @property
+    def free_blocks(self) -> int:
+        """Blocks nobody holds (cached or empty)."""
+        return self.pool.num_free
+
+    @property
     def used_blocks(self) -> int:
-        return self.num_gpu_blocks - self.free_blocks
+        return self.pool.num_held
 
     def usage(self) -> float:
         """``vllm:kv_cache_usage_perc``: blocks held by requests over the cache (0..1)."""
-        return self.used_blocks / self.num_gpu_blocks if self.num_gpu_blocks else 0.0
+        return self.pool.usage()
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -182,8 +241,13 @@ class Scheduler:
 
     def _free(self, req: EngineRequest) -> None:
         if req.blocks:
-            self.free_blocks += req.blocks
+            if self.on_release is not None and req.block_hashes is not None:
+                self.on_release(req)
+                self._cache_blocks((req,))      # its generated tokens' full blocks too
+            self.pool.free(req.block_ids)
+            req.block_ids = []
             req.blocks = 0
+        req.num_cached_blocks = 0
         if self.on_free is not None:
             self.on_free(req)
 
@@ -223,33 +287,37 @@ class Scheduler:
         bs = self.block_size
         last_room = self.max_model_len - 1
         decode = decode_context = 0
-        free = self.free_blocks
+        pool = self.pool
         i = 0
         for req in running:                  # decodes that need no new block: the common case
             c = req.num_computed
             if budget <= 0 or req.prompt_len + req.num_output - c != 1 or not req.num_output or c >= last_room:
                 break
-            need = (c + bs) // bs - req.blocks
-            if need > 0:
-                if need > free:
+            if c >= req.blocks * bs:             # a block boundary: one more block
+                if not pool.num_free:
                     break
-                free -= need
-                req.blocks += need
+                req.block_ids += pool.allocate(1)
+                req.blocks += 1
             append((req, 1))
             decode_context += c + 1
             budget -= 1
             i += 1
         decode = i
-        self.free_blocks = free
         while i < len(running) and budget > 0:   # the rest, with chunks and preemption
             req = running[i]
             c = req.num_computed
             if req.prompt_len + req.num_output - c == 1 and req.num_output and c < last_room:
                 need = (c + bs) // bs - req.blocks          # a decode: one token, maybe one block
-                if need > 0:
-                    if need > self.free_blocks and not self._make_room(req, need, plan):
+                if need > 0 and need > pool.num_free:
+                    ok, i, back = self._make_room(req, need, plan, i)
+                    if back:                                # scheduled victims (priority policy)
+                        budget += back[0]
+                        decode -= back[1]
+                        decode_context -= back[2]
+                    if not ok:
                         break                               # it preempted itself: the pass ends
-                    self.free_blocks -= need
+                if need > 0:
+                    req.block_ids += pool.allocate(need)
                     req.blocks += need
                 append((req, 1))
                 decode += 1
@@ -262,10 +330,16 @@ class Scheduler:
                 i += 1
                 continue
             need = -(-(c + n) // bs) - req.blocks
-            if need > self.free_blocks and not self._make_room(req, need, plan):
-                break
+            if need > pool.num_free:
+                ok, i, back = self._make_room(req, need, plan, i)
+                if back:
+                    budget += back[0]
+                    decode -= back[1]
+                    decode_context -= back[2]
+                if not ok:
+                    break
             if need > 0:
-                self.free_blocks -= need
+                req.block_ids += pool.allocate(need)
                 req.blocks += need
             plan.add(req, n)
             budget -= n
@@ -276,21 +350,53 @@ class Scheduler:
             self._admit(plan, budget, now)
         return plan
 
-    def _make_room(self, req: EngineRequest, need: int, plan: StepPlan) -> bool:
-        """Preempt the newest running requests until ``need`` blocks are free for ``req``;
-        False when ``req`` itself was preempted."""
+    def _make_room(self, req: EngineRequest, need: int, plan: StepPlan, i: int):
+        """Preempt running requests until ``need`` blocks are free for ``req`` (running[i]): the
+        newest (FCFS), or the one with the largest (priority, arrival).  Returns (False when
+        ``req`` itself was preempted, the index of ``req`` now, and None or what the victims
+        already scheduled in this step gave back: ``(tokens, decodes, decode context)``)."""
         running = self.running
-        while need > self.free_blocks:
-            victim = running.pop()
+        back = None
+        while need > self.pool.num_free:
+            if self.priority:
+                victim = max(running, key=_priority_key)
+                k = running.index(victim)
+                del running[k]
+                if k < i:                     # scheduled earlier in this step: unschedule it
+                    i -= 1
+                    back = self._unschedule(victim, plan, back)
+            else:
+                victim = running.pop()
             self._preempt(victim, plan)
             if victim is req:
-                return False
-        return True
+                return False, i, back
+        return True, i, back
+
+    @staticmethod
+    def _unschedule(victim: EngineRequest, plan: StepPlan, back):
+        tokens, decodes, context = back or (0, 0, 0)
+        for k, (r, n) in enumerate(plan.scheduled):
+            if r is victim:
+                del plan.scheduled[k]
+                tokens += n
+                if victim in plan.chunks:
+                    plan.chunks.remove(victim)
+                    c = victim.num_computed
+                    plan.num_chunks -= 1
+                    plan.prefill_tokens -= n
+                    plan.prefill_pairs -= n * (c + n / 2)
+                    plan.prefill_context -= c
+                else:
+                    decodes += 1
+                    context += victim.num_computed + 1
+                break
+        return tokens, decodes, context
 
     def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
         waiting = self.waiting
         running = self.running
         bs = self.block_size
+        pool = self.pool
         loras = {r.lora for r in running if r.lora} if self.max_loras else None
         skipped = []
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
@@ -299,20 +405,32 @@ class Scheduler:
                                         and len(loras) >= self.max_loras):
                 skipped.append(waiting.popleft())       # deferred: KV transfer or LoRA budget
                 continue
+            hits = ()
             if req.num_computed == 0:
-                hit = req.prefix_hit(req) if req.prefix_hit is not None else 0
-                hit = min(hit, req.num_tokens - 1) // bs * bs
-                if req.first_scheduled is None:
-                    req.cached_tokens = hit
+                if req.block_hashes is not None:         # the prefix cache: blocks to hold again
+                    hits = pool.lookup(req.block_hashes, (req.num_tokens - 1) // bs)
+                    hit = len(hits) * bs
+                else:                                    # a remote prefill's KV, or no cache
+                    hit = req.prefix_hit(req) if req.prefix_hit is not None else 0
+                    hit = min(hit, req.num_tokens - 1) // bs * bs
                 req.num_computed = hit
             n = self._chunk(req, budget)
-            need = -(-(req.num_computed + n) // bs) - req.blocks
-            if need > self.free_blocks:
+            need = -(-(req.num_computed + n) // bs) - len(hits)
+            if need + (pool.count_free(hits) if hits else 0) > pool.num_free:
                 req.num_computed = 0                     # a waiting request holds no blocks
                 break                                    # head-of-line blocking
             waiting.popleft()
-            self.free_blocks -= need
-            req.blocks += need
+            if req.first_scheduled is None:
+                req.cached_tokens = req.num_computed
+                if self.on_prefix is not None:
+                    self.on_prefix(req, req.num_computed)
+            if hits:
+                pool.touch(hits)
+                req.block_ids = list(hits)
+                req.num_cached_blocks = len(hits)
+            if need > 0:
+                req.block_ids += pool.allocate(need)
+            req.blocks = len(req.block_ids)
             req.state = EngineRequest.RUNNING
             if req.first_scheduled is None:
                 req.first_scheduled = now
@@ -353,6 +471,8 @@ class Scheduler:
                 req.state = EngineRequest.DONE
                 req.finished_at = end
                 finished = True
+        if plan.chunks:
+            self._cache_blocks(plan.chunks)
         if finished:
             keep = []
             for req in self.running:
@@ -362,3 +482,29 @@ class Scheduler:
                     keep.append(req)
             self.running[:] = keep
         return emitted
+
+    def _cache_blocks(self, reqs) -> None:
+        """Name the full blocks the step's prefill chunks computed by their hashes (vLLM's
+        ``cache_blocks`` after each step); ``on_cached`` hears of each run of new ones."""
+        pool, bs, on_cached = self.pool, self.block_size, self.on_cached
+        for req in reqs:
+            hashes = req.block_hashes
+            if hashes is None or req.state == EngineRequest.ABORTED or req.state == EngineRequest.WAITING:
+                continue
+            start = req.num_cached_blocks
+            full = min(req.num_computed // bs, len(hashes), req.blocks)
+            if full <= start:
+                continue
+            ids = req.block_ids
+            a = None
+            for i in range(start, full):
+                if pool.cache(ids[i], hashes[i]):
+                    if a is None:
+                        a = i
+                elif a is not None:
+                    if on_cached is not None:
+                        on_cached(req, a, i)
+                    a = None
+            if a is not None and on_cached is not None:
+                on_cached(req, a, full)
+            req.num_cached_blocks = full

@@ -14,6 +14,7 @@ adapters may run at once (requests for others wait, and loaded adapters are pref
 from __future__ import annotations
 
 import itertools
+from bisect import insort
 import random
 import time
 from collections import deque
@@ -28,6 +29,10 @@ from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  
 from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
 from .token_schedule import TokenSchedule
+
+
+def _waiting_priority(seq: Sequence) -> int:
+    return seq.request.priority
 
 monotonic = time.monotonic
 
@@ -201,7 +206,10 @@ class Simulator(OutputDecisions):
                 seq.state = SeqState.WAITING
                 seq.enqueued_at = now
                 seq.event = Event()
-                self.waiting.append(seq)
+                if cfg.scheduling_policy == "priority":     # lower first, FCFS within one priority
+                    insort(self.waiting, seq, key=_waiting_priority)
+                else:
+                    self.waiting.append(seq)
             else:
                 for s in admitted:
                     self.abort(s)

@@ -45,6 +45,10 @@ class StepEngine:
         self.step_time = step_time
         self.metrics = metrics
         self.kv_cache = kv_cache
+        self.prefix_cache = None          # the pool as a prefix cache (Simulator.kv_cache)
+        if kv_cache is not None:
+            from .step_cache import StepPrefixCache
+            self.prefix_cache = StepPrefixCache(scheduler, kv_cache)
         self.rng = rng
         self.jitter = jitter
         self.kv_transfer_bandwidth = kv_transfer_bandwidth
@@ -56,7 +60,6 @@ class StepEngine:
         self.last_end = 0.0
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
-        scheduler.on_free = self._on_free
         scheduler.on_prefilled = self._on_prefilled
         scheduler.on_preempt = self._on_preempt
         self._hub = None
@@ -80,11 +83,12 @@ class StepEngine:
         ready = 0.0
         if req_.remote_prefill:       # P/D decode side: the prompt's KV comes over the network
             ready = arrival + seq.prompt_len * self.step_time.kv_bytes_per_token / self.kv_transfer_bandwidth
-        req = EngineRequest(seq.prompt_len, output_len, seq=seq, lora=seq.lora, arrival=arrival, kv_ready_at=ready)
+        req = EngineRequest(seq.prompt_len, output_len, seq=seq, lora=seq.lora, arrival=arrival, kv_ready_at=ready,
+                            priority=req_.priority)
         if req_.remote_prefill:
             req.prefix_hit = _remote_kv
-        elif self.kv_cache is not None:
-            req.prefix_hit = self._prefix_hit
+        elif self.prefix_cache is not None:
+            req.block_hashes = self.prefix_cache.block_hashes(seq)
         seq.engine_req = req
         seq.arrival = arrival
         at = arrival + self.frontend
@@ -117,20 +121,11 @@ class StepEngine:
             req.state = EngineRequest.ABORTED if req.state != EngineRequest.DONE else req.state
 
     # ---- prefix cache ------------------------------------------------------------------
-    def _prefix_hit(self, req: EngineRequest) -> int:
-        return self.kv_cache.lookup(req.seq)
-
     def _on_prefilled(self, req: EngineRequest) -> None:
-        kv = self.kv_cache
         seq = req.seq
-        if kv is not None and seq is not None and not seq.request.remote_prefill:
-            kv.start(seq, req.cached_tokens)      # the prompt's blocks are computed: stored, announced
         if seq is not None:         # a remote prefill's KV came from the network, not the local cache
             seq.cached_tokens = 0 if seq.request.remote_prefill else req.cached_tokens
 
-    def _on_free(self, req: EngineRequest) -> None:
-        if self.kv_cache is not None and req.seq is not None and req.stored:
-            self.kv_cache.finish(req.seq)
 
     def _on_preempt(self, req: EngineRequest) -> None:
         req.stored = False              # recomputed later: its blocks are stored again

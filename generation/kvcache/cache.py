@@ -152,6 +152,41 @@ class KVCache:
             seq.kv_hashes = hashes
         return hashes
 
+    def block_hashes(self, seq) -> list[int]:
+        """The chained hashes of ``seq``'s full prompt blocks (memoised on ``seq.kv_hashes``);
+        the step engine's block pool names its blocks by them."""
+        return self._hashes(seq)
+
+    def token_block_hashes(self, seq, ids) -> list[int]:
+        """The chained hashes of the full blocks of ``ids`` (``seq``'s prompt and generated
+        tokens), with ``seq``'s model and LoRA."""
+        return self.hasher.block_hashes(seq.request.model, ids, self.block_size, seq.lora)
+
+    def announce_stored(self, seq, hashes, start: int, end: int) -> None:
+        """Publish ``BlockStored`` for ``seq``'s blocks ``[start, end)`` (named by ``hashes``;
+        past the prompt, blocks of its generated tokens), one run with its parent, its token ids
+        and its LoRA."""
+        if self.publisher is None:
+            return
+        bs = self.block_size
+        lora = seq.lora
+        ids = seq.prompt.ids
+        if end * bs > len(ids):
+            ids = [*ids, *seq.ids[:end * bs - len(ids)]]
+        self.publisher.publish(block_stored(
+            hashes[start:end], hashes[start - 1] if start else None, list(ids[start * bs:end * bs]), bs,
+            self.lora_slot(lora) if lora else None, lora, self.map_format))
+
+    def announce_removed(self, hashes) -> None:
+        """Publish ``BlockRemoved`` for evicted blocks."""
+        if self.publisher is not None:
+            self.publisher.publish(block_removed(list(hashes), self.map_format))
+
+    def announce_cleared(self) -> None:
+        """Publish ``AllBlocksCleared``."""
+        if self.publisher is not None:
+            self.publisher.publish(all_blocks_cleared(self.map_format))
+
     def _prefix_blocks(self, hashes) -> int:
         cached = self.model_of
         k = 0
@@ -215,13 +250,8 @@ class KVCache:
                 runs.append([i, i + 1])
         seq.kv_blocks = (self.epoch, held)
         if runs and self.publisher is not None:
-            lora = seq.lora
-            lora_id = self.lora_slot(lora) if lora else None
-            ids = seq.prompt.ids
             for a, b in runs:
-                self.publisher.publish(block_stored(
-                    hashes[a:b], hashes[a - 1] if a else None, list(ids[a * bs:b * bs]), bs,
-                    lora_id, lora, self.map_format))
+                self.announce_stored(seq, hashes, a, b)
 
     def finish(self, seq) -> None:
         """``seq`` ended (any way): release its references; blocks left unreferenced stay
@@ -277,8 +307,7 @@ class KVCache:
         model, h, _ = victim
         del self.unused[model][h]
         del self.model_of[h]
-        if self.publisher is not None:
-            self.publisher.publish(block_removed([h], self.map_format))
+        self.announce_removed((h,))
         return True
 
     # ---- sleep mode ----------------------------------------------------------------------
@@ -289,8 +318,7 @@ class KVCache:
             return
         self.enabled = False
         self._clear()
-        if self.publisher is not None:
-            self.publisher.publish(all_blocks_cleared(self.map_format))
+        self.announce_cleared()
 
     def reset_prefix_cache(self, reset_running: bool = False) -> bool:
         """``POST /reset_prefix_cache`` (vLLM's ``BlockPool.reset_prefix_cache``): forget every
@@ -300,8 +328,7 @@ class KVCache:
         if self.used and not reset_running:
             return False
         self._clear()
-        if self.publisher is not None:
-            self.publisher.publish(all_blocks_cleared(self.map_format))
+        self.announce_cleared()
         return True
 
     def wake(self) -> None:

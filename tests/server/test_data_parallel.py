@@ -2,6 +2,8 @@
 metrics."""
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from support import metric_values, scrape
@@ -13,8 +15,8 @@ def post(base, path, body, **kw):
     return base.post(path, json=body, timeout=30, **kw)
 
 
-def test_data_parallel_ranks_are_separate_engines(live_client):
-    base = live_client("--data-parallel-size", "2", "--mode", "echo")
+def second_rank(base: httpx.Client) -> httpx.Client:
+    """A client of rank 1 (the next port), once it answers ``/health``."""
     port = int(base.url.rsplit(":", 1)[1])
     other = httpx.Client(base_url=f"http://127.0.0.1:{port + 1}", timeout=30)
     for _ in range(50):
@@ -22,9 +24,25 @@ def test_data_parallel_ranks_are_separate_engines(live_client):
             if other.get("/health").status_code == 200:
                 break
         except httpx.HTTPError:
-            import time
             time.sleep(0.2)
+    return other
+
+
+def test_data_parallel_ranks_are_separate_engines(live_client):
+    base = live_client("--data-parallel-size", "2", "--mode", "echo")
+    other = second_rank(base)
     post(other, COMPL, {"model": "test-model", "prompt": "x y z"})
     m0, m1 = scrape(base), scrape(other)
     assert 3.0 in metric_values(m1, "vllm:prompt_tokens_total", model_name="test-model")
     assert 3.0 not in metric_values(m0, "vllm:prompt_tokens_total", model_name="test-model")
+
+
+def test_data_parallel_ranks_each_run_their_own_step_engine(live_client):
+    base = live_client("--data-parallel-size", "2", "--latency-calculator", "step", "--max-model-len", "1024")
+    other = second_rank(base)
+    r = post(other, COMPL, {"model": "test-model", "prompt": "x y z", "max_tokens": 5, "ignore_eos": True})
+    assert r.status_code == 200
+    m0, m1 = scrape(base), scrape(other)
+    # one prefill step (3 prompt tokens + the first token), then 4 decode steps, on rank 1 only
+    assert metric_values(m1, "vllm:iteration_tokens_total_sum", model_name="test-model") == [8.0]
+    assert metric_values(m0, "vllm:iteration_tokens_total_sum", model_name="test-model") in ([], [0.0])

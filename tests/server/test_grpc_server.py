@@ -251,8 +251,9 @@ def test_get_tokenizer_from_the_hub_cache(grpc_server, tmp_path_factory):
     assert "tokenizer.json" in zipfile.ZipFile(io.BytesIO(data)).namelist()
 
 
-def test_subscribe_kv_events_receives_a_requests_blocks(grpc_server):
-    stub = stub_for(grpc_server("--enable-kvcache", "--block-size", "8", env={"POD_IP": "10.0.0.1"}))
+@pytest.mark.parametrize("mode", [(), ("--latency-calculator", "step")], ids=["reference", "step"])
+def test_subscribe_kv_events_receives_a_requests_blocks(grpc_server, mode):
+    stub = stub_for(grpc_server("--enable-kvcache", "--block-size", "8", *mode, env={"POD_IP": "10.0.0.1"}))
     events = stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(), timeout=10)
     got = []
     ready = threading.Event()

@@ -1,0 +1,156 @@
+"""The KV blocks of one engine, shared and cached as vLLM V1's ``BlockPool`` keeps them
+(``vllm/v1/core/block_pool.py``; docs/engine-model.md sections 1-2).
+
+- A block is held by every running request whose prefix it stores (a reference count): a prefix
+  shared by two running requests takes its blocks once, in the capacity and in
+  ``kv_cache_usage_perc`` (``1 - free / total``).
+- A block nobody holds is free, and keeps its content (its hash) until it is handed out again:
+  free blocks are the prefix cache.  Blocks are handed out least recently freed first, and a
+  request frees its blocks tail first, so a prompt's last blocks go before its first ones.  Never
+  used blocks go first, in id order, as in vLLM's initial free queue.
+- A full block is named by its hash once its tokens are computed (:meth:`BlockPool.cache`); a
+  later request whose leading block hashes are known finds those blocks (:meth:`lookup`) and
+  holds them again instead of computing them.
+
+Memory and time are O(blocks ever used), not O(cache size): a 1M-block cache costs nothing until
+it is used.  Pure logic, no clock; the scheduler (:mod:`generation.engine.scheduler`) is the one
+caller.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class BlockPool:
+    """``num_blocks`` KV blocks.  ``on_evict(hashes)`` is told the hashes of cached blocks that
+    were handed out again (vLLM's ``BlockRemoved`` events), once per allocation that evicts."""
+
+    __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "on_evict")
+
+    def __init__(self, num_blocks: int, on_evict=None):
+        self.num_blocks = num_blocks
+        self.num_free = num_blocks                      # never used + recycled
+        self._fresh = 0                                 # ids below this were handed out once
+        self._recycled: OrderedDict = OrderedDict()     # free, used before: least recently freed first
+        self._ref: dict = {}                            # held block -> reference count
+        self._hash_of: dict = {}                        # cached block -> its hash
+        self._cached: dict = {}                         # hash -> cached block
+        self.on_evict = on_evict
+
+    # ---- state ---------------------------------------------------------------------------
+    @property
+    def num_held(self) -> int:
+        """Blocks held by at least one request."""
+        return self.num_blocks - self.num_free
+
+    def usage(self) -> float:
+        """``vllm:kv_cache_usage_perc`` (0..1): held blocks over all blocks."""
+        return (self.num_blocks - self.num_free) / self.num_blocks if self.num_blocks else 0.0
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks with a hash (held or free)."""
+        return len(self._cached)
+
+    def is_cached(self, block_hash) -> bool:
+        return block_hash in self._cached
+
+    # ---- prefix lookups --------------------------------------------------------------------
+    def lookup(self, hashes, max_blocks: int) -> list[int]:
+        """The blocks of the leading run of ``hashes`` that are cached, at most ``max_blocks``
+        (a block past a miss cannot be reused)."""
+        cached = self._cached
+        found = []
+        for h in hashes:
+            if len(found) >= max_blocks:
+                break
+            b = cached.get(h)
+            if b is None:
+                break
+            found.append(b)
+        return found
+
+    def count_free(self, blocks) -> int:
+        """How many of ``blocks`` nobody holds: holding them takes them out of the free ones."""
+        ref = self._ref
+        return sum(1 for b in blocks if b not in ref)
+
+    def touch(self, blocks) -> None:
+        """Hold ``blocks`` (cached ones found by :meth:`lookup`) once more."""
+        ref = self._ref
+        recycled = self._recycled
+        for b in blocks:
+            c = ref.get(b)
+            if c is None:
+                del recycled[b]
+                self.num_free -= 1
+                ref[b] = 1
+            else:
+                ref[b] = c + 1
+
+    # ---- allocation ------------------------------------------------------------------------
+    def allocate(self, n: int) -> list[int]:
+        """Hand out ``n`` free blocks (the caller checked ``num_free``), each held once; cached
+        ones lose their hash (``on_evict``).  Raises ValueError when fewer are free."""
+        if n > self.num_free:
+            raise ValueError(f"{n} blocks asked, {self.num_free} free")
+        self.num_free -= n
+        ref = self._ref
+        out = []
+        fresh = min(n, self.num_blocks - self._fresh)
+        if fresh > 0:
+            start = self._fresh
+            self._fresh = start + fresh
+            out.extend(range(start, start + fresh))
+            for b in out:
+                ref[b] = 1
+            n -= fresh
+        if n:
+            evicted = None
+            recycled, hash_of = self._recycled, self._hash_of
+            for _ in range(n):
+                b = recycled.popitem(last=False)[0]
+                ref[b] = 1
+                h = hash_of.pop(b, None)
+                if h is not None:
+                    del self._cached[h]
+                    if evicted is None:
+                        evicted = []
+                    evicted.append(h)
+                out.append(b)
+            if evicted and self.on_evict is not None:
+                self.on_evict(evicted)
+        return out
+
+    def free(self, blocks) -> None:
+        """Release one hold on each of ``blocks`` (a request's, in order); blocks nobody holds
+        become free, tail first, keeping their hashes."""
+        ref = self._ref
+        recycled = self._recycled
+        for b in reversed(blocks):
+            c = ref[b]
+            if c > 1:
+                ref[b] = c - 1
+            else:
+                del ref[b]
+                recycled[b] = None
+                self.num_free += 1
+
+    def cache(self, block: int, block_hash) -> bool:
+        """Name the full, computed ``block`` by ``block_hash``.  False (nothing changes) when
+        another block already holds that hash (computed twice at once: vLLM keeps the first)
+        or the block has a hash."""
+        if block_hash in self._cached or block in self._hash_of:
+            return False
+        self._cached[block_hash] = block
+        self._hash_of[block] = block_hash
+        return True
+
+    def reset(self, force: bool = False) -> bool:
+        """Forget every hash (``/reset_prefix_cache``).  Refused (False) while requests hold
+        blocks, as vLLM refuses, unless ``force`` (the holders are being reset too)."""
+        if self._ref and not force:
+            return False
+        self._cached.clear()
+        self._hash_of.clear()
+        return True

@@ -1,0 +1,49 @@
+"""The request field ``priority`` and ``--scheduling-policy`` through the Flask app: refused as vLLM
+refuses it without the policy; with ``priority``, waiting requests run lower value first, in the
+step engine and in the reference's timing alike."""
+from __future__ import annotations
+
+import gevent
+import pytest
+
+MSG = "Got priority 3 but Priority scheduling is not enabled."
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
+    ("/inference/v1/generate", {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 1}}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 16}),
+])
+def test_a_priority_without_the_priority_policy_is_a_400(api, path, body):
+    r = api.post(path, json={"model": "test-model", **body, "priority": 3})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert (err["message"], err["param"], err["type"]) == (MSG, "priority", "BadRequestError")
+    assert api.post(path, json={"model": "test-model", **body, "priority": 0}).status_code == 200
+
+
+def test_a_priority_must_be_an_integer(api):
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": "hi", "priority": "high"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "priority"
+
+
+@pytest.mark.parametrize("mode", [("--latency-calculator", "step", "--force-dummy-tokenizer"),
+                                  ("--time-to-first-token", "20ms", "--inter-token-latency", "5ms")],
+                         ids=["step", "reference"])
+def test_waiting_requests_run_by_priority(app_client, mode):
+    c = app_client(*mode, "--scheduling-policy", "priority", "--max-num-seqs", "1", "--max-model-len", "1024")
+    done = []
+
+    def send(name, priority, tokens):
+        r = c.post("/v1/completions", json={"model": "test-model", "prompt": "a b c", "max_tokens": tokens,
+                                            "ignore_eos": True, "priority": priority})
+        assert r.status_code == 200
+        done.append(name)
+
+    first = gevent.spawn(send, "running", 0, 30)
+    gevent.sleep(0.02)                       # it holds the one seat; the others wait
+    jobs = [gevent.spawn(send, name, p, 2) for name, p in (("low", 10), ("high", -5), ("mid", 1))]
+    gevent.sleep(0.01)
+    gevent.joinall([first, *jobs], timeout=30)
+    assert done == ["running", "high", "mid", "low"]
