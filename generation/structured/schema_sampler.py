@@ -41,6 +41,8 @@ MAX_ITEMS = 256           # longest generated array
 BUDGET = 20000            # values per instance: nested huge minItems must not explode
 PATTERN_SECONDS = 0.05    # matching time spent on one pattern
 SAMPLE_SECONDS = 0.5      # time spent on one instance
+_MIN_TRIES = 4            # pattern draws made even past the time bound (each match <= _MIN_TRY_MATCH_S)
+_MIN_TRY_MATCH_S = 0.01
 _PATTERN_EXTRAS = ["0", "42", "2024", "12345", "abc123", "A1", "x", "ok", "+15551234567", "US", "en"]
 MAX_EXPANSION = 4096      # atoms a pattern's counted repeats may unroll to (compile: ~50 ms, ~1 MB)
 MAX_PATTERN = 4096        # characters of one pattern (parsing is pure Python, ~1 us a character)
@@ -424,8 +426,8 @@ class SchemaSampler:
         rng = self.rng
         end = min(self.deadline, time.monotonic() + PATTERN_SECONDS)
 
-        def ok(c: str) -> bool:
-            return mn <= len(c) <= cap and regex_sampler.matches(compiled, c, end - time.monotonic())
+        def ok(c: str, floor: float = 0.001) -> bool:
+            return mn <= len(c) <= cap and regex_sampler.matches(compiled, c, max(end - time.monotonic(), floor))
 
         pool = list(WORDS) + [w.lower() for w in WORDS] + _PATTERN_EXTRAS
         for cand in rng.sample(pool, 8):
@@ -437,7 +439,12 @@ class SchemaSampler:
                     break
         spread = 4
         too_long = False
-        while parsed is not None and time.monotonic() < end:
+        tries = 0
+        # the first draws run even when the words used up the time (a loaded machine, other
+        # greenlets): a plain pattern such as ^wf_[a-z0-9-]{6,}$ must not become a 400
+        while parsed is not None and (tries < _MIN_TRIES or time.monotonic() < end):
+            tries += 1
+            floor = _MIN_TRY_MATCH_S if tries <= _MIN_TRIES else 0.001
             try:
                 s = regex_sampler.generate(parsed, rng, cap, spread)
             except regex_sampler.TooLong:
@@ -449,12 +456,12 @@ class SchemaSampler:
             except regex_sampler.Unsupported:
                 break
             time.sleep(0)      # under gevent's monkey patch: let other requests run between tries
-            if ok(s):
+            if ok(s, floor):
                 return _remember((pattern, mn, mx), s)
             if len(s) < mn:
                 pad = (s[-1:] or "x") * (mn - len(s))
                 for c in (s + pad, pad + s):
-                    if ok(c):
+                    if ok(c, floor):
                         return _remember((pattern, mn, mx), c)
                 spread = min(max(spread * 2, 1), cap)
         hit = _witnesses.get((pattern, mn, mx))

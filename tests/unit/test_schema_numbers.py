@@ -136,3 +136,18 @@ def test_property_integer_schemas_give_ints(schema, seed):
         return
     assert type(v) is int
     jsonschema.validate(v, schema)
+
+
+# ---- a plain pattern on a loaded machine (found in a Claude Code 2.1.332 run at load 16) ----------
+def test_plain_pattern_is_found_even_when_the_time_bound_is_spent(monkeypatch):
+    """Claude Code's ``Workflow.resumeFromRunId`` (``^wf_[a-z0-9-]{6,}$``) was answered with a 400
+    (``no string ... found (within 0.05 s)``) when the word candidates had used the time: the
+    first draws from the pattern now run regardless."""
+    import regex
+    from generation.structured import schema_sampler
+    monkeypatch.setattr(schema_sampler, "PATTERN_SECONDS", 0.0)
+    schema = {"type": "string", "pattern": "^wf_[a-z0-9-]{6,}$"}
+    for seed in range(5):
+        schema_sampler._witnesses.clear()
+        v = SchemaSampler(CFG, random.Random(seed), schema).sample(schema)
+        assert regex.fullmatch("wf_[a-z0-9-]{6,}", v), v
