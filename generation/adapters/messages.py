@@ -48,7 +48,8 @@ class MessagesAdapter(Adapter):
         prompt = chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=b.chat_template_kwargs)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
-            max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream, tools=tools, tool_choice=tool_choice,
+            max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream,
+            tools=callable_tools(b, tools), tool_choice=tool_choice,
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None,
@@ -178,6 +179,34 @@ def to_chat_tools(tools) -> list | None:
             fn["description"] = t.description
         out.append({"type": "function", "function": fn})
     return out
+
+
+def callable_tools(body, tools: list | None) -> list | None:
+    """The chat tools the simulated model may call: all of ``tools`` but those sent with
+    ``defer_loading: true`` that no ``tool_reference`` block of the conversation (a tool
+    search's answer) and no named ``tool_choice`` has loaded, as Anthropic's tool search
+    hides a deferred tool until it is found (Claude Code answers a call of its
+    ``DeferredToolPlaceholder`` with ``No such tool available``).  The prompt still carries
+    every tool, as vLLM's chat template gets them all.  None when none is callable."""
+    if not tools:
+        return tools
+    deferred = {t.name for t in body.tools if t.defer_loading}
+    if not deferred:
+        return tools
+    loaded = set()
+    if body.tool_choice is not None and body.tool_choice.type == "tool":
+        loaded.add(body.tool_choice.name)
+    for msg in body.messages or ():
+        for block in msg.content if isinstance(msg.content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            inner = block.get("content") if block.get("type") == "tool_result" else [block]
+            for ref in inner if isinstance(inner, list) else ():
+                if isinstance(ref, dict) and ref.get("type") == "tool_reference":
+                    loaded.add(ref.get("tool_name", ref.get("name")))
+    hidden = deferred - loaded
+    out = [t for t in tools if t["function"]["name"] not in hidden]
+    return out or None
 
 
 def to_chat_tool_choice(choice: AnthropicToolChoice | None):

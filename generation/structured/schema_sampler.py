@@ -28,6 +28,7 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from . import regex_sampler
+from .numeric import EXACT_INT, int_range, is_int, is_num, number_ok, schema_bounds
 
 # The reference's string values (api.md 8.2).
 WORDS = ("testing", "hello", "Boston", "sunny", "temperature", "cloudy", "question", "Yorick",
@@ -40,6 +41,8 @@ MAX_ITEMS = 256           # longest generated array
 BUDGET = 20000            # values per instance: nested huge minItems must not explode
 PATTERN_SECONDS = 0.05    # matching time spent on one pattern
 SAMPLE_SECONDS = 0.5      # time spent on one instance
+_MIN_TRIES = 4            # pattern draws made even past the time bound (each match <= _MIN_TRY_MATCH_S)
+_MIN_TRY_MATCH_S = 0.01
 _PATTERN_EXTRAS = ["0", "42", "2024", "12345", "abc123", "A1", "x", "ok", "+15551234567", "US", "en"]
 MAX_EXPANSION = 4096      # atoms a pattern's counted repeats may unroll to (compile: ~50 ms, ~1 MB)
 MAX_PATTERN = 4096        # characters of one pattern (parsing is pure Python, ~1 us a character)
@@ -55,14 +58,6 @@ class SchemaUnsatisfiable(ValueError):
         super().__init__(f"{reason} (at {path})")
         self.path = path
         self.reason = reason
-
-
-def is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 _witnesses: OrderedDict = OrderedDict()
@@ -170,15 +165,15 @@ class SchemaSampler:
         if schema is True or not isinstance(schema, dict) or not schema:
             return rng.choice(WORDS)
         schema = self._resolve(schema)
-        if "const" in schema:
-            return schema["const"]
         t = schema.get("type")
+        if "const" in schema:
+            return _as_integer(schema["const"], t)
         enum = schema.get("enum")
         if isinstance(enum, list) and enum:
             if isinstance(t, (str, list)):
                 fit = [v for v in enum if _type_of(v) in _accepted(t)]
                 enum = fit or enum
-            return rng.choice(enum)
+            return _as_integer(rng.choice(enum), t)
         for key in ("anyOf", "oneOf"):
             branches = schema.get(key)
             if isinstance(branches, list) and branches:
@@ -316,13 +311,14 @@ class SchemaSampler:
         return lo, hi, lo_ex, hi_ex
 
     def integer(self, schema: dict, path: str = "$") -> int:
+        """An ``int`` (never a float, even for float bounds or ``multipleOf``) uniform in the
+        flag range intersected with the schema's ``minimum`` / ``maximum`` / ``exclusive*``."""
         cfg = self.cfg
         lo, hi, lo_ex, hi_ex = self._bounds(schema, cfg.min_tool_call_integer_param, cfg.max_tool_call_integer_param)
         m = schema.get("multipleOf")
         if is_num(m) and m > 0:
             return self._multiple(schema, lo, hi, lo_ex, hi_ex, m, True, path)
-        ilo = math.floor(lo) + 1 if lo_ex and float(lo).is_integer() else math.ceil(lo)
-        ihi = math.ceil(hi) - 1 if hi_ex and float(hi).is_integer() else math.floor(hi)
+        ilo, ihi = int_range(lo, hi, lo_ex, hi_ex)
         cands = [self.rng.randint(ilo, ihi)] if ilo <= ihi else []
         slo, shi, _, _ = schema_bounds(schema)
         cands += [int(x) + d for x in (slo, shi) if x is not None for d in (-1, 0, 1)] + [0]
@@ -332,11 +328,23 @@ class SchemaSampler:
         raise SchemaUnsatisfiable(path, "no integer satisfies minimum/maximum")
 
     def number(self, schema: dict, path: str = "$"):
+        """A whole number (an ``int``, JSON ``42``) uniform in the flag range intersected with the
+        schema's bounds when that range holds one within +-2**53, as models write ``number``
+        fields (counts, ids, milliseconds; Codex reads its ``number`` arguments ``session_id``,
+        ``yield_time_ms`` as Rust integers and refuses ``53.48``); else a float rounded to two
+        decimals when that fits, else any float in range."""
         cfg = self.cfg
         lo, hi, lo_ex, hi_ex = self._bounds(schema, cfg.min_tool_call_number_param, cfg.max_tool_call_number_param)
         m = schema.get("multipleOf")
         if is_num(m) and m > 0:
             return self._multiple(schema, lo, hi, lo_ex, hi_ex, m, False, path)
+        flag_end = schema_bounds(schema)[1] is None or hi == cfg.max_tool_call_number_param
+        ilo, ihi = int_range(lo, hi, lo_ex, hi_ex or flag_end)     # the flag range is [min, max)
+        ilo, ihi = max(ilo, -EXACT_INT), min(ihi, EXACT_INT)
+        if ilo <= ihi:
+            v = self.rng.randint(ilo, ihi)
+            if number_ok(v, schema):
+                return v
         r = self.rng.random()
         v = lo * (1 - r) + hi * r                 # no overflow, unlike lo + (hi - lo) * r
         cands = [round(v, 2), v, lo / 2 + hi / 2,  # models write short numbers
@@ -418,8 +426,8 @@ class SchemaSampler:
         rng = self.rng
         end = min(self.deadline, time.monotonic() + PATTERN_SECONDS)
 
-        def ok(c: str) -> bool:
-            return mn <= len(c) <= cap and regex_sampler.matches(compiled, c, end - time.monotonic())
+        def ok(c: str, floor: float = 0.001) -> bool:
+            return mn <= len(c) <= cap and regex_sampler.matches(compiled, c, max(end - time.monotonic(), floor))
 
         pool = list(WORDS) + [w.lower() for w in WORDS] + _PATTERN_EXTRAS
         for cand in rng.sample(pool, 8):
@@ -431,7 +439,12 @@ class SchemaSampler:
                     break
         spread = 4
         too_long = False
-        while parsed is not None and time.monotonic() < end:
+        tries = 0
+        # the first draws run even when the words used up the time (a loaded machine, other
+        # greenlets): a plain pattern such as ^wf_[a-z0-9-]{6,}$ must not become a 400
+        while parsed is not None and (tries < _MIN_TRIES or time.monotonic() < end):
+            tries += 1
+            floor = _MIN_TRY_MATCH_S if tries <= _MIN_TRIES else 0.001
             try:
                 s = regex_sampler.generate(parsed, rng, cap, spread)
             except regex_sampler.TooLong:
@@ -443,12 +456,12 @@ class SchemaSampler:
             except regex_sampler.Unsupported:
                 break
             time.sleep(0)      # under gevent's monkey patch: let other requests run between tries
-            if ok(s):
+            if ok(s, floor):
                 return _remember((pattern, mn, mx), s)
             if len(s) < mn:
                 pad = (s[-1:] or "x") * (mn - len(s))
                 for c in (s + pad, pad + s):
-                    if ok(c):
+                    if ok(c, floor):
                         return _remember((pattern, mn, mx), c)
                 spread = min(max(spread * 2, 1), cap)
         hit = _witnesses.get((pattern, mn, mx))
@@ -479,6 +492,15 @@ class SchemaSampler:
         return None
 
 
+def _as_integer(v, t):
+    """An integral float of an ``enum`` / ``const`` as an ``int`` when the schema's ``type``
+    allows integers but not other numbers (``{"type": "integer", "enum": [1.0]}`` gives ``1``)."""
+    ts = {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)} if isinstance(t, list) else set()
+    if "integer" in ts and "number" not in ts and isinstance(v, float) and v.is_integer() and abs(v) <= EXACT_INT:
+        return int(v)
+    return v
+
+
 def _remember(key, s: str) -> str:
     _witnesses[key] = s
     _witnesses.move_to_end(key)
@@ -493,48 +515,6 @@ def _fit(s: str, sep: str, mn: int, mx) -> str:
     if mx is not None and len(s) > mx:
         s = s[:max(mx, 0)]
     return s
-
-
-def schema_bounds(schema: dict):
-    """The schema's own numeric range ``(lo, hi, lo_excl, hi_excl)`` (None when open), from
-    ``minimum``/``maximum`` and ``exclusive*`` in the draft 4 boolean or the numeric form."""
-    mn, mx = schema.get("minimum"), schema.get("maximum")
-    emn, emx = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-    lo = mn if is_num(mn) else None
-    hi = mx if is_num(mx) else None
-    lo_ex = hi_ex = False
-    if emn is True and lo is not None:
-        lo_ex = True
-    elif is_num(emn) and (lo is None or emn >= lo):
-        lo, lo_ex = emn, True
-    if emx is True and hi is not None:
-        hi_ex = True
-    elif is_num(emx) and (hi is None or emx <= hi):
-        hi, hi_ex = emx, True
-    return lo, hi, lo_ex, hi_ex
-
-
-def number_ok(v, schema: dict) -> bool:
-    """True when ``v`` passes the schema's numeric keywords as ``jsonschema`` checks them
-    (``multipleOf`` with a float divisor by float division, as ``jsonschema`` does)."""
-    lo, hi, lo_ex, hi_ex = schema_bounds(schema)
-    try:
-        if lo is not None and (v <= lo if lo_ex else v < lo):
-            return False
-        if hi is not None and (v >= hi if hi_ex else v > hi):
-            return False
-        m = schema.get("multipleOf")
-        if is_num(m) and m > 0:
-            if isinstance(m, float):
-                q = v / m
-                try:
-                    return int(q) == q
-                except OverflowError:
-                    return (Fraction(v) / Fraction(m)).denominator == 1
-            return not (v % m)
-    except (OverflowError, ValueError, ZeroDivisionError):
-        return False
-    return True
 
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
