@@ -7,11 +7,18 @@ same instant.  One libev timer per step drives every stream (not one per stream)
 callback tells each sequence that emitted (``EngineRequest.notify``), which either sends the
 chunk from the hub (:class:`~server.sse_emitter.HubEmitter`) or wakes the request's greenlet.
 
-Steps chain on the ideal timeline (a step starts when the previous one ends, not when the loop
-got round to it), so lateness of the event loop delays emission but does not accumulate; an
-idle engine starts its next step when a request arrives (after the frontend overhead, as vLLM's
-API server tokenizes before the engine sees a request).  All callbacks run in the hub and never
-block; the per-step work is O(requests in the step).
+Steps chain on the modelled timeline: a step starts when the previous one ends (not when the
+loop got round to it), and runs while the previous step's tokens are being sent, as vLLM V1's
+engine core steps while its frontend streams the last outputs; a late loop delays emission, and
+the next steps catch up.  But the timeline does not run more than
+:data:`~.scheduler.STEP_LEAD` ahead of the hub's sends (:func:`~.scheduler.step_end`): when the
+hub falls behind for longer (256 streams of 10 ms steps on a slow machine, a burst of requests to
+parse), the engine waits for it instead of running ahead on a timeline that no client sees, so
+the lag does not accumulate and the step times (ITL, TPOT, ...) stay those the clients measure.
+The time steps waited is ``vllm_sim:engine_step_wait_seconds_total``.  An idle engine starts
+its next step when a request arrives (after the frontend overhead, as vLLM's API server
+tokenizes before the engine sees a request).  All callbacks run in the hub and never block; the
+per-step work is O(requests in the step).
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ import time
 from gevent.hub import Waiter, get_hub
 
 from .request import ClientDisconnected, SeqState
-from .scheduler import EngineRequest, Scheduler
+from .scheduler import EngineRequest, Scheduler, step_end
 
 log = logging.getLogger("vllm_sim")
 monotonic = time.monotonic
@@ -54,6 +61,7 @@ class StepEngine:
         self.timer = None
         self.plan = None
         self.last_end = 0.0
+        self.emitted_at = 0.0       # when the last step's tokens were all handed over (monotonic s)
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
         scheduler.on_free = self._on_free
@@ -201,7 +209,10 @@ class StepEngine:
         plan = self.plan
         self.plan = None
         self.steps += 1
-        self.last_end = end = plan.end
+        end = step_end(plan.end, self.emitted_at)
+        if end != plan.end:              # the hub was still sending the previous step's tokens
+            self.metrics.step_wait.value += end - plan.end
+        self.last_end = end
         emitted = self.scheduler.complete(plan, end)
         self._record(plan, emitted)
         self._plan_step(end)             # the next step starts where this one ended
@@ -209,6 +220,8 @@ class StepEngine:
             notify = req.notify
             if notify is not None:
                 notify(req)
+        self.emitted_at = monotonic()
+
 
     def _record(self, plan, emitted) -> None:
         """Per step, as vLLM's IterationStats: ``iteration_tokens_total`` gets the step's prompt
