@@ -207,17 +207,30 @@ class HubEmitter:
             self.schedule = None
             self._finish_later(min(schedule.itl, FINISH_WITHIN))
 
-    def _step_tick(self, _req=None) -> None:
-        """Step mode: the engine emitted tokens of this sequence (or the schedule just began)."""
+    def _step_tick(self, req=None) -> None:
+        """Step mode: the engine emitted tokens of this sequence (or the schedule just began).
+        Called for every stream of a step from the step's timer callback
+        (:meth:`~generation.engine.step_engine.StepEngine._end_step`): the chunks of the
+        sequence's new tokens are rendered in one pass and written with one non-blocking
+        ``send``; their emission lag is observed once the kernel has them (one observation per
+        write)."""
         if not self.active:
             return
         schedule = self.schedule
-        data = self._render_due()
-        if data is _ERROR:
+        k0 = schedule.next
+        try:
+            data = schedule.emitted()
+        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+            self._hand_back(("error", e))
             return
-        if data and not self._send(data):       # b"": tokens that send nothing (an empty write ends chunking)
-            return
-        req = schedule.seq.engine_req
+        if req is None:                   # the schedule's start, not a step
+            req = schedule.seq.engine_req
+        if data is not None:
+            if data:
+                if not self._send(data, req, schedule.next - k0):
+                    return
+            else:          # tokens that send nothing (hidden reasoning): an empty write would end the chunking
+                schedule.lag_n(monotonic() - req.last_token, schedule.next - k0)
         if schedule.start == schedule.stop:       # the wait for the first token
             if req.num_output or req.state == req.DONE:
                 self._unhook()
@@ -290,7 +303,11 @@ class HubEmitter:
             return
         self._hand_back(("done", None))
 
-    def _send(self, item: bytes) -> bool:
+    def _send(self, item: bytes, req=None, tokens: int = 0) -> bool:
+        """Write ``item`` (chunk-framed if the response is chunked) with one non-blocking
+        ``send``; False once the stream was handed back (the rest pending, or the client gone).
+        Step mode passes the engine request and the ``tokens`` in ``item``: their emission lag
+        (now minus their step's end) is observed once the kernel has taken what it could."""
         data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
         try:
             sent = self.raw.send(data)
@@ -299,6 +316,8 @@ class HubEmitter:
         except OSError:
             self._hand_back(("error", ClientDisconnected()))
             return False
+        if tokens:
+            self.schedule.lag_n(monotonic() - req.last_token, tokens)
         self.resp.sent += len(item)             # gunicorn's count (the access log's bytes)
         if sent < len(data):
             self._hand_back(("pending", (memoryview(data)[sent:], self.schedule)))
