@@ -1,12 +1,11 @@
 """Many step-mode streams on a real server: 96 streams opened at once each get every token, in
-order, with one lag observation and (after the first) one inter-token latency per token, and the
-engine's inter-token latency is what the clients received: when the hub falls behind the steps,
-the steps wait for it (generation/engine/scheduler.py ``step_end``) instead of running ahead."""
+order, each token counted once in the lag and (after the first) the inter-token latency
+histograms, whatever the hub's pace (when its work is slower than the steps, the steps wait for
+it: generation/engine/scheduler.py ``step_end``, tests/unit/test_step_end_rule.py)."""
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 
@@ -20,7 +19,7 @@ STREAMS, TOKENS = 96, 40
 async def one(client: httpx.AsyncClient, base: str, i: int) -> tuple:
     prompt = " ".join(f"s{i}w{k}" for k in range(TOKENS))          # echoed back, one token per word
     body = {"model": LLAMA, "prompt": prompt, "max_tokens": TOKENS, "stream": True}
-    texts, times, done = [], [], False
+    texts, done = [], False
     async with client.stream("POST", base + "/v1/completions", json=body) as r:
         assert r.status_code == 200
         async for line in r.aiter_lines():
@@ -30,8 +29,7 @@ async def one(client: httpx.AsyncClient, base: str, i: int) -> tuple:
                 text = json.loads(line[6:])["choices"][0]["text"]
                 if text:
                     texts.append(text)
-                    times.append(time.monotonic())
-    return prompt, texts, times, done
+    return prompt, texts, done
 
 
 async def all_streams(base: str) -> list:
@@ -48,15 +46,11 @@ def test_many_step_mode_streams_get_every_token_in_order(sim_server):
 
     def delta(name):
         return metric(after, name) - metric(before, name)
-    for i, (prompt, texts, times, done) in enumerate(results):
+    for i, (prompt, texts, done) in enumerate(results):
         assert done and len(texts) == TOKENS, i
         assert [t.strip() for t in texts] == [f"s{i}w{k}" for k in range(TOKENS)]    # nothing lost or swapped
         assert "".join(texts) == prompt
     assert delta("vllm_sim:token_emission_lag_seconds_count") == STREAMS * TOKENS
     assert delta("vllm:inter_token_latency_seconds_count") == STREAMS * (TOKENS - 1)
     assert delta("vllm:generation_tokens_total") == STREAMS * TOKENS
-    # the engine's decode time is the clients': the steps never ran ahead of the streams by much
-    server_itl = delta("vllm:inter_token_latency_seconds_sum") / delta("vllm:inter_token_latency_seconds_count")
-    client_itl = sum(ts[-1] - ts[0] for _, _, ts, _ in results) / (STREAMS * (TOKENS - 1))
-    assert client_itl <= 1.5 * server_itl + 0.002, (client_itl, server_itl)
     assert metric(after, "vllm_sim:engine_step_wait_seconds_total") >= 0

@@ -98,24 +98,39 @@ def run_until_done(reqs, timeout: float = 10.0) -> None:
 def test_the_live_engine_waits_for_a_slow_emission_exactly():
     engine, metrics = engine_for(0.005)
     a, b = add(engine, 4), add(engine, 4)
-    seen = []           # (step end, when the previous step's tokens were out) at each step's first notify
+    seen = []           # (step end, when the hub was done with the previous step) at each step's first notify
 
     def slow_send(req):
         if req is a:
-            seen.append((req.last_token, engine.emitted_at))
-            spin = time.perf_counter() + 0.012          # 12 ms of "sending", blocking the hub: > the 5 ms step
-            while time.perf_counter() < spin:
+            seen.append((req.last_token, engine.hub_free))
+            spin = time.thread_time() + 0.012           # 12 ms of the hub's CPU "sending": > the 5 ms step
+            while time.thread_time() < spin:
                 pass
     a.notify = b.notify = slow_send
     run_until_done([a, b])
     assert len(seen) == 4
-    for end, emitted_at in seen[1:]:
-        assert end == emitted_at - STEP_LEAD            # held back: the last tokens were out 12 ms after their step
+    for end, hub_free in seen[1:]:
+        assert end == hub_free - STEP_LEAD              # held back: the hub needed 12 ms per step
     ends = [end for end, _ in seen]
     assert all(later - earlier >= 0.012 - STEP_LEAD for earlier, later in zip(ends, ends[1:]))
     assert metrics.itl.sum == pytest.approx(2 * (ends[-1] - ends[0]))     # ITL is what the streams got
     assert metrics.step_wait.value == pytest.approx(sum(later - earlier - 0.005
                                                         for earlier, later in zip(ends, ends[1:])))
+
+
+def test_a_stall_of_the_process_is_caught_up_not_added():
+    engine, metrics = engine_for(0.005)
+    a = add(engine, 4)
+    ends = []
+
+    def stalled(req):
+        ends.append(req.last_token)
+        if len(ends) == 1:
+            time.sleep(0.03)            # 30 ms without the CPU (the machine busy elsewhere): no hub work
+    a.notify = stalled
+    run_until_done([a])
+    assert [later - earlier for earlier, later in zip(ends, ends[1:])] == pytest.approx([0.005] * 3, abs=1e-9)
+    assert metrics.step_wait.value == 0
 
 
 def test_the_live_engine_keeps_the_modelled_timeline_when_emission_keeps_up():
