@@ -212,8 +212,8 @@ class HubEmitter:
         Called for every stream of a step from the step's timer callback
         (:meth:`~generation.engine.step_engine.StepEngine._end_step`): the chunks of the
         sequence's new tokens are rendered in one pass and written with one non-blocking
-        ``send``; their emission lag is observed once the kernel has them (one observation per
-        write)."""
+        ``send``; their emission lag is observed once the kernel has them (the tokens of one
+        write share one lag: when the send returned, minus their step's end)."""
         if not self.active:
             return
         schedule = self.schedule
@@ -226,11 +226,12 @@ class HubEmitter:
         if req is None:                   # the schedule's start, not a step
             req = schedule.seq.engine_req
         if data is not None:
-            if data:
-                if not self._send(data, req, schedule.next - k0):
-                    return
-            else:          # tokens that send nothing (hidden reasoning): an empty write would end the chunking
-                schedule.lag_n(monotonic() - req.last_token, schedule.next - k0)
+            # b"": tokens that send nothing (hidden reasoning): an empty write would end the chunking
+            sent = self._send(data) if data else True
+            # once the kernel took what it could (after a hand-back: once the greenlet waits)
+            schedule.lag_n(monotonic() - req.last_token, schedule.next - k0)
+            if not sent:
+                return
         if schedule.start == schedule.stop:       # the wait for the first token
             if req.num_output or req.state == req.DONE:
                 self._unhook()
@@ -303,11 +304,7 @@ class HubEmitter:
             return
         self._hand_back(("done", None))
 
-    def _send(self, item: bytes, req=None, tokens: int = 0) -> bool:
-        """Write ``item`` (chunk-framed if the response is chunked) with one non-blocking
-        ``send``; False once the stream was handed back (the rest pending, or the client gone).
-        Step mode passes the engine request and the ``tokens`` in ``item``: their emission lag
-        (now minus their step's end) is observed once the kernel has taken what it could."""
+    def _send(self, item: bytes) -> bool:
         data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
         try:
             sent = self.raw.send(data)
@@ -316,8 +313,6 @@ class HubEmitter:
         except OSError:
             self._hand_back(("error", ClientDisconnected()))
             return False
-        if tokens:
-            self.schedule.lag_n(monotonic() - req.last_token, tokens)
         self.resp.sent += len(item)             # gunicorn's count (the access log's bytes)
         if sent < len(data):
             self._hand_back(("pending", (memoryview(data)[sent:], self.schedule)))

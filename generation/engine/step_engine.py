@@ -104,17 +104,24 @@ class StepEngine:
         seq.engine_req = req
         seq.arrival = arrival
         at = arrival + self.frontend
-        delay = at - monotonic()
-        if delay > 0:
+        if at > monotonic():
             self.pending += 1
-            timer = self._loop().timer(delay)
-            timer.start(self._enqueue_later, req, timer)
+            self._enqueue_at(req, at)
         else:
             self._enqueue(req, at)
         return req
 
-    def _enqueue_later(self, req, timer) -> None:
+    def _enqueue_at(self, req, at: float) -> None:
+        loop = self._loop()
+        loop.update_now()           # libev counts ``after`` from its cached clock, stale on a busy loop
+        timer = loop.timer(max(0.0, at - monotonic()))
+        timer.start(self._enqueue_later, req, timer, at)
+
+    def _enqueue_later(self, req, timer, at: float) -> None:
         timer.close()
+        if monotonic() < at:        # never early: the frontend delay is a floor
+            self._enqueue_at(req, at)
+            return
         self.pending -= 1
         if req.state == EngineRequest.ABORTED:
             return

@@ -141,3 +141,17 @@ def test_the_live_engine_keeps_the_modelled_timeline_when_emission_keeps_up():
     run_until_done([a])
     assert [later - earlier for earlier, later in zip(ends, ends[1:])] == pytest.approx([0.05, 0.05], abs=1e-9)
     assert metrics.step_wait.value == 0
+
+
+def test_the_frontend_delay_is_a_floor_even_on_a_loop_whose_clock_is_stale():
+    engine, _ = engine_for(0.005)
+    engine.frontend = 0.007
+    spin = time.perf_counter() + 0.03        # the hub busy for 30 ms: libev's cached clock falls behind
+    while time.perf_counter() < spin:
+        pass
+    arrival = time.monotonic()
+    req = add(engine, 2)
+    req.arrival = arrival
+    run_until_done([req])
+    assert req.queued_at >= arrival + 0.007
+    assert req.first_token >= arrival + 0.007 + 0.005
