@@ -118,7 +118,8 @@ class StepPlan:
             self.prefill_context += c
 
 
-STEP_LEAD = 0.005       # s: how far the engine's timeline may run ahead of the last step's sends
+STEP_LEAD = 0.005       # s: how far the engine's timeline may run ahead of the hub's work on the last step
+STALL_LEAD = 0.1        # s: how far it may run ahead of the last step's actual sends (a starved process)
 
 
 def step_end(modelled: float, emitted_at: float, lead: float = STEP_LEAD) -> float:

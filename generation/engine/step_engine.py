@@ -18,7 +18,9 @@ when the hub's work is slower than the steps (hundreds of streams of 10 ms steps
 waits for it instead of running ahead on a timeline that no client sees, and the lag does not
 accumulate; the step times (ITL, TPOT, ...) are then those the clients measure.  A stall of the
 process alone (a busy machine) is caught up, as before, and does not stretch the timeline, which
-keeps the figures of a busy machine those of the model.  The time steps waited is
+keeps the figures of a busy machine those of the model, up to a point: the timeline never runs
+more than :data:`~.scheduler.STALL_LEAD` (100 ms) ahead of the sends as they happened, so that a
+process the machine starves for long does not send ever later tokens.  The time steps waited is
 ``vllm_sim:engine_step_wait_seconds_total``.  An idle engine starts its next step when a request
 arrives (after the frontend overhead, as vLLM's API server
 tokenizes before the engine sees a request).  All callbacks run in the hub and never block; the
@@ -33,7 +35,7 @@ import time
 from gevent.hub import Waiter, get_hub
 
 from .request import ClientDisconnected, SeqState
-from .scheduler import EngineRequest, Scheduler, step_end
+from .scheduler import STALL_LEAD, EngineRequest, Scheduler, step_end
 
 log = logging.getLogger("vllm_sim")
 monotonic = time.monotonic
@@ -70,6 +72,7 @@ class StepEngine:
         # all along (monotonic s): its CPU time counts, not the time the machine took it away
         self.hub_free = 0.0
         self.hub_cpu = thread_time()            # the hub's thread CPU time when hub_free was set
+        self.sent_at = 0.0          # when the last step's tokens were actually all handed over
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
         scheduler.on_free = self._on_free
@@ -225,7 +228,7 @@ class StepEngine:
         plan = self.plan
         self.plan = None
         self.steps += 1
-        end = step_end(plan.end, self.hub_free)
+        end = step_end(step_end(plan.end, self.hub_free), self.sent_at, STALL_LEAD)
         if end != plan.end:              # the hub was still sending the previous step's tokens
             self.metrics.step_wait.value += end - plan.end
         self.last_end = end
@@ -240,6 +243,7 @@ class StepEngine:
                 notify(req)
         self.hub_cpu = done = thread_time()
         self.hub_free = start + (done - cpu)
+        self.sent_at = monotonic()
 
     def _record(self, plan, emitted) -> None:
         """Per step, as vLLM's IterationStats: ``iteration_tokens_total`` gets the step's prompt

@@ -11,7 +11,7 @@ import gevent
 import pytest
 
 from generation.engine.replay import TraceRequest, replay
-from generation.engine.scheduler import STEP_LEAD, Scheduler, step_end
+from generation.engine.scheduler import STALL_LEAD, STEP_LEAD, Scheduler, step_end
 from generation.engine.step_engine import StepEngine
 from generation.metrics.recorder import LAG_BUCKETS, FastCounter, FastHistogram
 
@@ -131,6 +131,23 @@ def test_a_stall_of_the_process_is_caught_up_not_added():
     run_until_done([a])
     assert [later - earlier for earlier, later in zip(ends, ends[1:])] == pytest.approx([0.005] * 3, abs=1e-9)
     assert metrics.step_wait.value == 0
+
+
+def test_a_long_stall_is_caught_up_only_to_stall_lead():
+    engine, metrics = engine_for(0.005)
+    a = add(engine, 3)
+    seen = []
+
+    def stalled(req):
+        seen.append((req.last_token, engine.sent_at))
+        if len(seen) == 1:
+            time.sleep(0.15)            # 150 ms without the CPU: longer than STALL_LEAD
+    a.notify = stalled
+    run_until_done([a])
+    assert STALL_LEAD == 0.1
+    assert seen[1][0] == seen[1][1] - STALL_LEAD        # held back to 100 ms behind the actual sends
+    assert seen[2][0] - seen[1][0] == pytest.approx(0.005, abs=1e-9)
+    assert metrics.step_wait.value > 0.04
 
 
 def test_the_live_engine_keeps_the_modelled_timeline_when_emission_keeps_up():
