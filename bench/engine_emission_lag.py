@@ -1,13 +1,23 @@
 """Step mode in real time: the server's emission lag with N concurrent streams (issue 20's
 target: p99 under 2 ms at 256 streams).
 
-    python bench/engine_emission_lag.py [--streams 256] [--tokens 128] [--gpu H100]
+    python bench/engine_emission_lag.py [--streams 256] [--tokens 128] [--gpu H100] [--runs 1]
 
 Starts ``python app.py meta-llama/Llama-3.1-8B-Instruct --latency-calculator step`` on a free
 port, opens N streaming completions at once with bench/sse_probe.c (an epoll client that keeps
-up), and prints the server's own ``vllm_sim:token_emission_lag_seconds`` (how late each token
-left after its step ended) as p50 / p99 / max bucket, the steps' inter-token latency, and the
-engine's step count, read from ``/metrics``.
+up), and prints, for the last of ``--runs`` measured runs (after one warm-up run):
+
+* the server's ``vllm_sim:token_emission_lag_seconds``: per write of a stream's chunks, the time
+  the non-blocking ``send`` returned minus the end of the step that produced the tokens, on the
+  engine's timeline (p50 / p99 / p99.9 as the histogram's bucket bounds);
+* ``vllm_sim:engine_step_wait_seconds_total``: how long steps were held past their modelled end
+  because the previous step's tokens were still going out (the engine waits for the hub rather
+  than run ahead of what the clients receive), per step, and the steps' inter-token latency;
+* the client's view, from the probe's arrival times: its inter-token gaps, and, over the steps
+  where every stream is decoding, how long after a step's first chunk reached the client each
+  stream's chunk of the same step did (the spread of one step's emission, as received);
+* the floor: N bare non-blocking ``send`` s of a chunk-sized write, one per socket, to a reader
+  process on loopback: the kernel's share of one step's emission on this machine.
 """
 from __future__ import annotations
 
@@ -38,6 +48,14 @@ def hist(text: str, name: str) -> list:
     return out
 
 
+def scalar(text: str, name: str) -> float:
+    """The first sample of ``name`` (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def quantile(buckets: list, q: float) -> float:
     total = buckets[-1][1]
     for le, c in buckets:
@@ -46,12 +64,85 @@ def quantile(buckets: list, q: float) -> float:
     return float("inf")
 
 
+def step_spread(streams: list, tokens: int) -> list:
+    """Per chunk of the steps where every stream decodes: its arrival minus the first arrival of
+    its step's chunks (seconds).  Within that window each step sends one chunk per stream and
+    the next step's chunks go after them (the engine waits for the hub), so the sorted arrivals
+    fall into consecutive groups of N."""
+    times = [ts[:tokens] for _, ts in streams if len(ts) >= tokens]
+    n = len(times)
+    lo, hi = max(ts[0] for ts in times), min(ts[-1] for ts in times)
+    window = sorted(t for ts in times for t in ts if lo < t < hi)
+    out = []
+    for i in range(0, len(window) - n + 1, n):
+        group = window[i:i + n]
+        out += [t - group[0] for t in group]
+    return out
+
+
+def send_floor(n: int, steps: int = 100, size: int = 200) -> float:
+    """Median seconds for one ``send`` of ``size`` bytes on each of ``n`` loopback TCP sockets
+    (non-blocking, TCP_NODELAY as gunicorn's), a reader process draining them, one round per
+    10 ms."""
+    import statistics
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(n)
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(ls.getsockname()[1]), str(n)])
+    conns = [ls.accept()[0] for _ in range(n)]
+    for c in conns:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.setblocking(False)
+    payload = b"x" * size
+    samples = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        for c in conns:
+            c.send(payload)
+        samples.append(time.perf_counter() - t0)
+        time.sleep(0.01)
+    for c in conns:
+        c.close()
+    ls.close()
+    reader.wait(10)
+    return statistics.median(samples)
+
+
+READER = """
+import selectors, socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+sel = selectors.DefaultSelector()
+for _ in range(n):
+    sel.register(socket.create_connection(("127.0.0.1", port)), selectors.EVENT_READ)
+while sel.get_map():
+    for key, _ in sel.select():
+        if not key.fileobj.recv(65536):
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+"""
+
+
+def pct(values: list, q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+def read_streams(path: Path) -> list:
+    out = []
+    for line in path.read_text().splitlines():
+        vals = [float(x) for x in line.split()]
+        out.append((vals[0], vals[1:]))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--gpu", default="H100")
+    ap.add_argument("--runs", type=int, default=1, help="measured runs after the warm-up (the last is printed)")
+    ap.add_argument("--no-floor", action="store_true", help="skip the bare-send floor")
     a = ap.parse_args()
     exe = build_probe()
     if exe is None:
@@ -75,7 +166,7 @@ def main() -> int:
         out = ROOT / "bench" / "out"
         out.mkdir(exist_ok=True)
         results = []
-        for k in range(2):                   # the first run warms the server up
+        for k in range(1 + a.runs):          # the first run warms the server up
             body = json.dumps({"model": MODEL, "prompt": [1000 + i for i in range(a.prompt_tokens)],
                                "max_tokens": a.tokens, "ignore_eos": True, "stream": True})
             req = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -88,21 +179,37 @@ def main() -> int:
             if r.returncode:
                 raise SystemExit(f"sse_probe failed: {r.stderr.decode()[-300:]}")
             after = httpx.get(base + "/metrics").text
-            results.append((before, after))
-        before, after = results[-1]
-        lag = [(le, c - c0) for (le, c), (_, c0) in zip(hist(after, "vllm_sim:token_emission_lag_seconds"),
-                                                      hist(before, "vllm_sim:token_emission_lag_seconds"))]
-        itl = [(le, c - c0) for (le, c), (_, c0) in zip(hist(after, "vllm:inter_token_latency_seconds"),
-                                                      hist(before, "vllm:inter_token_latency_seconds"))]
-        print(f"{a.streams} streams x {a.tokens} tokens, step mode on {a.gpu}: {int(lag[-1][1])} tokens")
-        print(f"  emission lag (server): p50 <= {1000 * quantile(lag, 0.5):.1f} ms, "
+            results.append((before, after, read_streams(out_file)))
+        before, after, streams = results[-1]
+
+        def delta_hist(name):
+            return [(le, c - c0) for (le, c), (_, c0) in zip(hist(after, name), hist(before, name))]
+
+        def delta(name):
+            return scalar(after, name) - scalar(before, name)
+        lag = delta_hist("vllm_sim:token_emission_lag_seconds")
+        itl = delta_hist("vllm:inter_token_latency_seconds")
+        steps = delta("vllm:iteration_tokens_total_count")
+        wait = delta("vllm_sim:engine_step_wait_seconds_total")
+        itl_mean = delta("vllm:inter_token_latency_seconds_sum") / max(delta("vllm:inter_token_latency_seconds_count"), 1)
+        print(f"{a.streams} streams x {a.tokens} tokens, step mode on {a.gpu}: {int(lag[-1][1])} tokens, "
+              f"{int(steps)} steps")
+        print(f"  emission lag (server, send returned - step end): p50 <= {1000 * quantile(lag, 0.5):.1f} ms, "
               f"p99 <= {1000 * quantile(lag, 0.99):.1f} ms, p99.9 <= {1000 * quantile(lag, 0.999):.1f} ms")
-        print(f"  inter-token latency (the steps): p50 <= {1000 * quantile(itl, 0.5):.1f} ms, "
-              f"p99 <= {1000 * quantile(itl, 0.99):.1f} ms")
+        print(f"  steps held for the hub: {1000 * wait / max(steps, 1):.2f} ms per step ({1000 * wait:.0f} ms in all); "
+              f"inter-token latency (the steps): mean {1000 * itl_mean:.2f} ms, p99 <= {1000 * quantile(itl, 0.99):.1f} ms")
+        gaps = [b - a_ for _, ts in streams for a_, b in zip(ts[:a.tokens], ts[1:a.tokens])]
+        spread = step_spread(streams, a.tokens)
+        print(f"  client: inter-token gaps p50 {1000 * pct(gaps, 0.5):.2f} ms, p99 {1000 * pct(gaps, 0.99):.2f} ms; "
+              f"chunk after its step's first at the client: p50 {1000 * pct(spread, 0.5):.2f} ms, "
+              f"p99 {1000 * pct(spread, 0.99):.2f} ms ({len(spread) // max(a.streams, 1)} full steps)")
         print(f"  load average: {os.getloadavg()[0]:.2f}")
     finally:
         proc.terminate()
         proc.wait(10)
+    if not a.no_floor:
+        print(f"  floor: {a.streams} bare send()s of 200 bytes, one per loopback socket: "
+              f"{1000 * send_floor(a.streams):.2f} ms (median)")
     return 0
 
 

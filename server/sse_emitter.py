@@ -207,17 +207,31 @@ class HubEmitter:
             self.schedule = None
             self._finish_later(min(schedule.itl, FINISH_WITHIN))
 
-    def _step_tick(self, _req=None) -> None:
-        """Step mode: the engine emitted tokens of this sequence (or the schedule just began)."""
+    def _step_tick(self, req=None) -> None:
+        """Step mode: the engine emitted tokens of this sequence (or the schedule just began).
+        Called for every stream of a step from the step's timer callback
+        (:meth:`~generation.engine.step_engine.StepEngine._end_step`): the chunks of the
+        sequence's new tokens are rendered in one pass and written with one non-blocking
+        ``send``; their emission lag is observed once the kernel has them (the tokens of one
+        write share one lag: when the send returned, minus their step's end)."""
         if not self.active:
             return
         schedule = self.schedule
-        data = self._render_due()
-        if data is _ERROR:
+        k0 = schedule.next
+        try:
+            data = schedule.emitted()
+        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+            self._hand_back(("error", e))
             return
-        if data and not self._send(data):       # b"": tokens that send nothing (an empty write ends chunking)
-            return
-        req = schedule.seq.engine_req
+        if req is None:                   # the schedule's start, not a step
+            req = schedule.seq.engine_req
+        if data is not None:
+            # b"": tokens that send nothing (hidden reasoning): an empty write would end the chunking
+            sent = self._send(data) if data else True
+            # once the kernel took what it could (after a hand-back: once the greenlet waits)
+            schedule.lag_n(monotonic() - req.last_token, schedule.next - k0)
+            if not sent:
+                return
         if schedule.start == schedule.stop:       # the wait for the first token
             if req.num_output or req.state == req.DONE:
                 self._unhook()

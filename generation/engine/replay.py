@@ -25,7 +25,7 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from .scheduler import EngineRequest, Scheduler
+from .scheduler import EngineRequest, Scheduler, step_end
 
 
 @dataclass
@@ -75,13 +75,18 @@ class ReplayResult:
 
 
 def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, frontend: float | None = None,
-           rng: random.Random | None = None, jitter: float = 0.0, max_steps: int = 10_000_000) -> ReplayResult:
+           rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
+           max_steps: int = 10_000_000) -> ReplayResult:
     """Run ``trace`` (TraceRequests, by arrival) through ``scheduler`` in virtual time.
 
     ``concurrency`` > 0 is a closed loop instead: that many requests in flight, the next one sent
     when one finishes (arrivals in the trace are then ignored).  ``frontend`` seconds pass between
-    a request's arrival and its entry in the queue (default: the step-time model's).  The same
-    rules as the live server (:mod:`generation.engine.step_engine`), without sleeping."""
+    a request's arrival and its entry in the queue (default: the step-time model's).
+    ``emission_cost`` seconds per emitted token is the frontend's time to send a step's tokens
+    (0: none), one step's after another's: a step does not end more than
+    :data:`~.scheduler.STEP_LEAD` before the previous step's tokens are out
+    (:func:`~.scheduler.step_end`), as on the live server.  The same rules as the live server
+    (:mod:`generation.engine.step_engine`), without sleeping."""
     frontend = step_time.frontend_time() if frontend is None else frontend
     trace = list(trace)
     result = ReplayResult()
@@ -109,6 +114,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
             submit(tr, tr.arrival)
         pending = iter(())
     now = 0.0
+    emitted_at = 0.0                    # when the last step's tokens were out (emission_cost)
     steps = 0
     while (arrivals or scheduler.has_work()) and steps < max_steps:
         while arrivals and arrivals[0][0] <= now:
@@ -126,8 +132,10 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
                                  plan.prefill_pairs, plan.prefill_context)
         if jitter > 0 and rng is not None:
             dt *= max(0.5, 1.0 + rng.gauss(0.0, jitter))
-        now += dt
+        now = step_end(now + dt, emitted_at)
         emitted = scheduler.complete(plan, now)
+        if emission_cost:          # the frontend sends one step's tokens after the previous step's
+            emitted_at = max(now, emitted_at) + emission_cost * len(emitted)
         steps += 1
         for req in emitted:
             if req.prev_token is not None:

@@ -7,11 +7,24 @@ same instant.  One libev timer per step drives every stream (not one per stream)
 callback tells each sequence that emitted (``EngineRequest.notify``), which either sends the
 chunk from the hub (:class:`~server.sse_emitter.HubEmitter`) or wakes the request's greenlet.
 
-Steps chain on the ideal timeline (a step starts when the previous one ends, not when the loop
-got round to it), so lateness of the event loop delays emission but does not accumulate; an
-idle engine starts its next step when a request arrives (after the frontend overhead, as vLLM's
-API server tokenizes before the engine sees a request).  All callbacks run in the hub and never
-block; the per-step work is O(requests in the step).
+Steps chain on the modelled timeline: a step starts when the previous one ends (not when the
+loop got round to it), and runs while the previous step's tokens are being sent, as vLLM V1's
+engine core steps while its frontend streams the last outputs; a late loop delays emission, and
+the next steps catch up.  But the hub's own work sets a floor: the timeline does not run more
+than :data:`~.scheduler.STEP_LEAD` ahead of when the hub would have sent the last step's tokens
+(:func:`~.scheduler.step_end`), counting the CPU time the hub spent (on the sends, and on
+requests and stream ends in between), not the time a busy machine kept the process waiting.  So
+when the hub's work is slower than the steps (hundreds of streams of 10 ms steps), the engine
+waits for it instead of running ahead on a timeline that no client sees, and the lag does not
+accumulate; the step times (ITL, TPOT, ...) are then those the clients measure.  A stall of the
+process alone (a busy machine) is caught up, as before, and does not stretch the timeline, which
+keeps the figures of a busy machine those of the model, up to a point: the timeline never runs
+more than :data:`~.scheduler.STALL_LEAD` (100 ms) ahead of the sends as they happened, so that a
+process the machine starves for long does not send ever later tokens.  The time steps waited is
+``vllm_sim:engine_step_wait_seconds_total``.  An idle engine starts its next step when a request
+arrives (after the frontend overhead, as vLLM's API server
+tokenizes before the engine sees a request).  All callbacks run in the hub and never block; the
+per-step work is O(requests in the step).
 """
 from __future__ import annotations
 
@@ -22,10 +35,11 @@ import time
 from gevent.hub import Waiter, get_hub
 
 from .request import ClientDisconnected, SeqState
-from .scheduler import EngineRequest, Scheduler
+from .scheduler import STALL_LEAD, EngineRequest, Scheduler, step_end
 
 log = logging.getLogger("vllm_sim")
 monotonic = time.monotonic
+thread_time = time.thread_time      # CPU time of the hub's thread (every greenlet runs on it)
 FLUSH = -1          # Simulator.FLUSH: what was rendered so far goes out before this greenlet waits
 
 
@@ -58,6 +72,11 @@ class StepEngine:
         self.timer = None
         self.plan = None
         self.last_end = 0.0
+        # when the hub would have handed the last step's tokens to the kernel had it had the CPU
+        # all along (monotonic s): its CPU time counts, not the time the machine took it away
+        self.hub_free = 0.0
+        self.hub_cpu = thread_time()            # the hub's thread CPU time when hub_free was set
+        self.sent_at = 0.0          # when the last step's tokens were actually all handed over
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
         scheduler.on_prefilled = self._on_prefilled
@@ -92,17 +111,24 @@ class StepEngine:
         seq.engine_req = req
         seq.arrival = arrival
         at = arrival + self.frontend
-        delay = at - monotonic()
-        if delay > 0:
+        if at > monotonic():
             self.pending += 1
-            timer = self._loop().timer(delay)
-            timer.start(self._enqueue_later, req, timer)
+            self._enqueue_at(req, at)
         else:
             self._enqueue(req, at)
         return req
 
-    def _enqueue_later(self, req, timer) -> None:
+    def _enqueue_at(self, req, at: float) -> None:
+        loop = self._loop()
+        loop.update_now()           # libev counts ``after`` from its cached clock, stale on a busy loop
+        timer = loop.timer(max(0.0, at - monotonic()))
+        timer.start(self._enqueue_later, req, timer, at)
+
+    def _enqueue_later(self, req, timer, at: float) -> None:
         timer.close()
+        if monotonic() < at:        # never early: the frontend delay is a floor
+            self._enqueue_at(req, at)
+            return
         self.pending -= 1
         if req.state == EngineRequest.ABORTED:
             return
@@ -193,10 +219,16 @@ class StepEngine:
         if now < deadline:               # libev's clock lags the real one: never early
             self._arm(deadline, self._end_step)
             return
+        cpu = thread_time()
         plan = self.plan
         self.plan = None
         self.steps += 1
-        self.last_end = end = plan.end
+        end = step_end(step_end(plan.end, self.hub_free), self.sent_at, STALL_LEAD)
+        if end != plan.end:              # the hub was still sending the previous step's tokens
+            self.metrics.step_wait.value += end - plan.end
+        self.last_end = end
+        # the hub's work since the last step (requests, stream ends) delays this step's sends
+        start = max(end, self.hub_free + (cpu - self.hub_cpu))
         emitted = self.scheduler.complete(plan, end)
         self._record(plan, emitted)
         self._plan_step(end)             # the next step starts where this one ended
@@ -204,6 +236,9 @@ class StepEngine:
             notify = req.notify
             if notify is not None:
                 notify(req)
+        self.hub_cpu = done = thread_time()
+        self.hub_free = start + (done - cpu)
+        self.sent_at = monotonic()
 
     def _record(self, plan, emitted) -> None:
         """Per step, as vLLM's IterationStats: ``iteration_tokens_total`` gets the step's prompt

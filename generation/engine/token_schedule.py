@@ -6,8 +6,10 @@ import time
 
 
 from .request import Sequence
+from .scheduler import EngineRequest
 
 monotonic = time.monotonic
+DONE = EngineRequest.DONE
 
 class TokenSchedule:
     """Tokens ``next..stop-1`` of ``seq`` at a constant inter-token latency: token ``k`` is due
@@ -25,7 +27,7 @@ class TokenSchedule:
     ``stop = next`` and returns None, and the generator goes on per token.
     """
     __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
-                 "latency", "config_values", "engine")
+                 "latency", "config_values", "engine", "lag_n")
 
     def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
                  metrics, latency):
@@ -50,6 +52,7 @@ class TokenSchedule:
         only the wait for the first token (the driver then resumes the generator)."""
         self = cls(seq, start, stop, 0.0, 0.0, 0.0, metrics, latency)
         self.engine = engine
+        self.lag_n = metrics.lag.observe_n       # (lag, tokens): the driver observes after its send
         return self
 
     def deadline(self, k: int) -> float:
@@ -82,20 +85,30 @@ class TokenSchedule:
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _emitted(self, now: float):
-        req = self.seq.engine_req
         k0 = self.next
-        avail = self.engine.available(self.seq, req)
+        data = self.emitted()
+        if data is not None:
+            self.lag_n(now - self.seq.engine_req.last_token, self.next - k0)
+        return data
+
+    def emitted(self):
+        """Step mode: the chunks of the tokens the engine emitted since the last call (one
+        ``bytes``; None when there are none), :attr:`next` moved past them; their emission lag is
+        the caller's to observe (``lag_n(time handed to the kernel - req.last_token, tokens)``),
+        so that it counts the send.  One pass per step and stream: no per-token call but the
+        renderer's."""
+        seq = self.seq
+        req = seq.engine_req
+        k0 = self.next
+        avail = len(seq.pieces) if req.state == DONE else req.num_output
         if avail > self.stop:
             avail = self.stop
         if avail <= k0:
             return None
         render = self.render
-        out = [render(k) for k in range(k0, avail)]
+        data = render(k0) if avail == k0 + 1 else b"".join([render(k) for k in range(k0, avail)])
         self.next = avail
-        late = now - req.last_token
-        for _ in range(avail - k0):
-            self.lag(late)
-        return out[0] if len(out) == 1 else b"".join(out)
+        return data
 
     def _latencies_changed(self) -> bool:
         if self.latency.constant_itl() != self.itl:

@@ -185,6 +185,7 @@ class MetricsRecorder:
         self.prefix_queries = FastCounter()
         self.prefix_hits = FastCounter()
         self.preemptions = FastCounter()
+        self.step_wait = FastCounter()          # seconds (step mode: StepEngine.step_end)
         self.prompt_cached = FastCounter()
         self.prompt_recomputed = FastCounter()
         self.by_source = {s: FastCounter() for s in PROMPT_SOURCES}
@@ -418,7 +419,11 @@ class MetricsRecorder:
                 ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
                  self.prefix_queries),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                 self.prefix_hits)):
+                 self.prefix_hits),
+                ("vllm_sim:engine_step_wait_seconds", "Simulator-specific: time engine steps were held "
+                 "past their modelled end because the previous step's tokens were still being sent "
+                 "(--latency-calculator step). Growing means the simulator, not the simulated model, "
+                 "sets the pace.", self.step_wait)):
             fam = CounterMetricFamily(name, doc, labels=list(LABELS))
             fam.add_metric(lbl, c.value)
             yield fam
