@@ -226,29 +226,21 @@ def test_admin_methods(engine):
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-def test_get_tokenizer_streams_the_files(grpc_server, tmp_path_factory):
-    import hashlib
-    import io
-    import zipfile
-    from support.tokenizer_hub import make_hub
-    snap = make_hub(str(tmp_path_factory.mktemp("hub")))
-    stub = stub_for(grpc_server("--tokenizer", snap))
-    chunks = list(stub.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=10))
-    data = b"".join(c.data for c in chunks)
-    assert chunks[-1].sha256 == hashlib.sha256(data).hexdigest() and all(not c.sha256 for c in chunks[:-1])
-    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    assert "tokenizer.json" in names and "tokenizer_config.json" in names
-
-
 def test_get_tokenizer_from_the_hub_cache(grpc_server, tmp_path_factory):
+    """End to end over gRPC with a hub-cache tokenizer; which files, the chunking and the
+    directory rules are checked in-process (``tests/app/test_grpc_tokenizer_files.py``)."""
+    import hashlib
     import io
     import zipfile
     from support.tokenizer_hub import MODEL, make_hub
     root = str(tmp_path_factory.mktemp("hf"))
     make_hub(root)
     stub = stub_for(grpc_server(env={"HF_HOME": root, "HF_HUB_OFFLINE": "1"}, model=MODEL))
-    data = b"".join(c.data for c in stub.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=10))
-    assert "tokenizer.json" in zipfile.ZipFile(io.BytesIO(data)).namelist()
+    chunks = list(stub.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=10))
+    data = b"".join(c.data for c in chunks)
+    assert chunks[-1].sha256 == hashlib.sha256(data).hexdigest() and all(not c.sha256 for c in chunks[:-1])
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "tokenizer.json" in names and "tokenizer_config.json" in names
 
 
 def test_subscribe_kv_events_receives_a_requests_blocks(grpc_server):
