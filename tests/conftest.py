@@ -177,10 +177,28 @@ def any_api(request) -> SimClient:
     return request.getfixturevalue("live_client")()
 
 
+# The longest modules first (seconds each on an idle machine, most of it waiting on servers),
+# then the rest of the server tier, then the app and unit tiers: pytest-xdist's loadscope hands
+# out whole modules in collection order, so a long module picked up last would leave the other
+# worker idle at the end.
+LONGEST_FIRST = ("test_grpc_server", "test_process_lifecycle", "test_kv_first_batch", "test_api_key_and_tls",
+                 "test_stream_timing", "test_real_tokenizers", "test_streams_and_disconnects")
+TIER_ORDER = {"server": 0, "app": 1, "unit": 2}
+
+
+def _schedule_key(item) -> tuple:
+    path = item.path
+    name = path.stem
+    if name in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(name))
+    return (1 + TIER_ORDER.get(path.parent.name, 3), 0)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.server)
+    items.sort(key=_schedule_key)        # stable: each module's tests stay together, in order
 
 
 # PYTHONDONTWRITEBYTECODE=1 (this machine's environment, the Dockerfile's) made every server a
