@@ -20,9 +20,11 @@ COPY schemas/ schemas/
 COPY generation/ generation/
 COPY data/ data/
 COPY deploy/healthcheck.py deploy/
-
-# An unprivileged user; the simulator writes nothing but temporary files (self-signed certs).
-RUN useradd --system --uid 10001 --no-create-home --home-dir /app sim
+# The app's bytecode in the image (PYTHONDONTWRITEBYTECODE keeps the running container from
+# writing it: without it every start compiles ~70 modules from source, ~0.3 s of CPU), and an
+# unprivileged user; the simulator writes nothing but temporary files (self-signed certs).
+RUN python -m compileall -q app.py wsgi.py server blueprints schemas generation data \
+    && useradd --system --uid 10001 --no-create-home --home-dir /app sim
 USER 10001
 
 EXPOSE 8000

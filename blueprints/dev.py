@@ -24,7 +24,6 @@ from flask import Blueprint, Response, abort, request
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
 from generation.errors import APIError
-from generation.kvcache.events import rank_endpoint
 from schemas.chat import chat_request_schema
 from schemas.completions import completion_request_schema
 
@@ -76,6 +75,7 @@ def kv_event_sources():
     cfg = sim.config
     if sim.kv_cache is None or not cfg.zmq_endpoint:
         return json_response([])
+    from generation.kvcache.events import rank_endpoint     # msgpack: only with --enable-kvcache
     rank = max(cfg.data_parallel_rank, 0)
     replay = cfg.kv_events_replay_endpoint
     return json_response([{"data_parallel_rank": rank, "endpoint": rank_endpoint(cfg.zmq_endpoint, rank),

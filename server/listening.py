@@ -57,7 +57,7 @@ def accept_server(listener, handle, pool_size: int, handshake_timeout: float = K
                 tls.close()
                 trimmer.closed()
 
-    trimmer = HeapTrimmer()
+    trimmer = HeapTrimmer() if ssl_args else None        # TLS connections only (ctypes, libc)
     server = Server(listener, handle=handle, spawn=Pool(pool_size), **ssl_args)
     server.max_accept = ACCEPT_BATCH
     return server

@@ -10,7 +10,6 @@ text parts joined by newlines, and tool-call ``arguments`` JSON strings become o
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import threading
@@ -128,6 +127,7 @@ def render_bounded(fn, *args, **kwargs):
     except gevent.Timeout:
         with lock:
             if not state["done"] and state["tid"] is not None:
+                import ctypes
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(state["tid"]),
                                                            ctypes.py_object(TemplateTimeout))
         raise InvalidParam(f"Failed to apply chat template: it did not render within {RENDER_SECONDS:g} s.",

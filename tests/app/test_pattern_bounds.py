@@ -14,6 +14,7 @@ import pytest
 
 from generation.structured import schema_sampler as ss
 from generation.structured.regex_sampler import expansion, parse, text_expansion
+from support import make_app
 from support.hub_probe import rss_mb
 
 USER = [{"role": "user", "content": "hi"}]
@@ -150,11 +151,26 @@ def test_a_small_schema_does_not_wait_behind_a_large_one(app_client):
     assert small < 2.0 and small < done["large"][1] / 4, (small, done)    # 0.1-0.2 s idle, 0.8 s at load 10
 
 
-def test_verdict_cache_is_bounded_in_bytes(app_client):
-    c = app_client()
-    validator = c.sim.tool_synthesizer.validator
-    for i in range(3):
-        schema = big_schema(1500 + i, 200)          # ~330 KB each: too large to be remembered
+def test_verdict_cache_is_bounded_in_bytes(monkeypatch):
+    """The cache's byte budget at a small scale (2 KB instead of 8 MB, the same rules): a schema
+    over an eighth of the budget is checked but not remembered, and older verdicts are evicted
+    once the remembered bytes would pass the budget (3 x 330 KB schemas took ~5 s here)."""
+    import orjson
+
+    from generation.structured import tool_validation as tv
+    monkeypatch.setattr(tv, "_SCHEMA_CACHE_BYTES", 2 << 10)
+    validator = tv.ToolValidator(make_app().extensions["simulator"])
+    key = lambda schema: orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)      # noqa: E731
+    large = big_schema(10, 20)
+    assert len(key(large)) > (2 << 10) // 8
+    validator.check_schema(large, "tools[0].function.parameters")
+    assert (validator._cached_bytes, len(validator._schema_ok)) == (0, 0)
+    small = [{"type": "object", "properties": {f"q{i:03d}": {"type": "string"}}} for i in range(60)]
+    size = len(key(small[0]))
+    assert {len(key(s)) for s in small} == {size}
+    for schema in small:
         validator.check_schema(schema, "tools[0].function.parameters")
-    assert validator._cached_bytes <= 8 << 20
-    assert all(len(k) <= (8 << 20) // 8 for k in validator._schema_ok)
+    kept = (2 << 10) // size
+    assert kept < len(small)
+    assert (validator._cached_bytes, len(validator._schema_ok)) == (kept * size, kept)
+    assert list(validator._schema_ok) == [key(s) for s in small[-kept:]]

@@ -476,6 +476,9 @@ def test_get_tokenizer_streams_a_real_tokenizers_files(grpc_server, mode, tmp_pa
 
 
 def test_get_tokenizer_from_the_hub_cache(grpc_server, tmp_path_factory):
+    """End to end over gRPC with a hub-cache tokenizer; which files, the chunking and the
+    directory rules are checked in-process (``tests/app/test_grpc_tokenizer_files.py``)."""
+    import hashlib
     import io
     import zipfile
     from support.tokenizer_hub import MODEL, make_hub

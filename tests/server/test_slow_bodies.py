@@ -15,6 +15,8 @@ import httpx
 import pytest
 
 GRACE = 1                      # --timeout-keep-alive in these servers
+BODY_LIMIT_MIB = 1             # --max-request-body-size-mb: a chunked body's deadline counts it (1 s, not 4)
+FLAGS = ("--timeout-keep-alive", str(GRACE), "--max-request-body-size-mb", str(BODY_LIMIT_MIB))
 
 
 def server_pid(pool, base: str) -> int:
@@ -66,13 +68,13 @@ def read_answer(s: socket.socket, drip: bytes, limit_s: float) -> tuple[bytes, f
     ("/tokenize", "Content-Length: 50\r\n", b"{", b" ", "openai"),
 ])
 def test_a_slow_body_is_a_408_and_the_connection_closes(sim_server, path, framing, first, drip, envelope):
-    base = sim_server("--timeout-keep-alive", str(GRACE))
+    base = sim_server(*FLAGS)
     data, took = read_answer(open_slow(base, path, framing, first), drip, 15)
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), data[:200]
     assert b"Connection: close" in head
     expected = GRACE + (1000000 / (1 << 20) if "1000000" in framing else
-                        4 if "chunked" in framing else 0)     # the 4 MiB limit for chunked bodies
+                        BODY_LIMIT_MIB if "chunked" in framing else 0)     # the body limit for chunked bodies
     assert expected - 0.1 <= took <= expected + 3, took
     if envelope == "anthropic":
         assert b'"type":"timeout_error"' in body
@@ -81,7 +83,7 @@ def test_a_slow_body_is_a_408_and_the_connection_closes(sim_server, path, framin
 
 
 def test_a_body_that_arrives_in_time_is_served(sim_server):
-    base = sim_server("--timeout-keep-alive", str(GRACE))
+    base = sim_server(*FLAGS)
     body = b'{"model":"test-model","prompt":"hi","max_tokens":2}'
     s = open_slow(base, "/v1/completions", f"Content-Length: {len(body)}\r\n", body[:10])
     time.sleep(0.5)                                         # within the 1 s grace
@@ -95,7 +97,7 @@ def test_a_body_that_arrives_in_time_is_served(sim_server):
 def test_a_slow_body_flood_leaves_health_answering_and_memory_flat(_pool, sim_server):
     """300 connections trickling bodies: /health answers within 0.5 s throughout, every one of
     them gets its 408 and is closed, and the server's memory comes back."""
-    base = sim_server("--timeout-keep-alive", str(GRACE))
+    base = sim_server(*FLAGS)
     pid = server_pid(_pool, base)
     httpx.get(base + "/health")
     before = rss_mb(pid)
@@ -125,7 +127,7 @@ def test_a_slow_body_flood_leaves_health_answering_and_memory_flat(_pool, sim_se
 def test_slow_bodies_holding_every_connection_let_go_within_the_grace(sim_server):
     """With every worker connection taken by slow bodies, a new client waits for them to time
     out (about the grace), not for ever."""
-    base = sim_server("--timeout-keep-alive", str(GRACE), "--worker-connections", "40")
+    base = sim_server(*FLAGS, "--worker-connections", "40")
     socks = [open_slow(base, "/v1/completions", "Content-Length: 1000\r\n", b"{") for _ in range(40)]
     time.sleep(0.2)
     t0 = time.monotonic()
