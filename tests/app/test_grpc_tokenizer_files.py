@@ -1,6 +1,7 @@
 """vLLM's gRPC ``GetTokenizer`` (issue 24) in-process: which directory's files are sent
 (:func:`server.grpc_engine.tokenizer_dir`) and how they are streamed (a zip in
-``TOKENIZER_CHUNK``-byte chunks, the SHA-256 of the whole zip on the last one only).
+``server.grpc_support.TOKENIZER_CHUNK``-byte chunks, the SHA-256 of the whole zip on the last one
+only).
 
 The servicer is called directly with the in-process simulator; the real ``--grpc`` server
 sends a hub-cache tokenizer end to end in ``tests/server/test_grpc_server.py`` (one server
@@ -19,7 +20,7 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("smg_grpc_proto")
 
-from server import grpc_engine  # noqa: E402
+from server import grpc_engine, grpc_support  # noqa: E402
 from support.tokenizer_hub import MODEL, REV  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def test_tokenizer_dir_is_the_directory_or_the_hub_cache_snapshot(hub):
 def test_get_tokenizer_streams_the_files_in_chunks(app_client, hub, monkeypatch):
     snap = snapshot(hub)
     sim = app_client("--tokenizer", snap).sim
-    monkeypatch.setattr(grpc_engine, "TOKENIZER_CHUNK", 1000)       # several chunks from a small zip
+    monkeypatch.setattr(grpc_support, "TOKENIZER_CHUNK", 1000)      # several chunks from a small zip
     chunks = list(grpc_engine.make_servicer(sim).GetTokenizer(None, Context()))
     data = b"".join(c.data for c in chunks)
     assert len(chunks) == -(-len(data) // 1000) and len(chunks) > 1
