@@ -50,6 +50,7 @@ class SimWorker(GeventWorker):
         self._stop_signal = None
         self._fast = False
         self.exit_code = 0
+        self.unfinished = None          # server.unfinished.Unfinished, once serving
 
     # -- signals ------------------------------------------------------------------------
     def init_signals(self):
@@ -136,6 +137,8 @@ class SimWorker(GeventWorker):
                                    self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
             server.start()
             servers.append(server)
+        from .unfinished import current
+        self.unfinished = current()
         freeze_startup_heap()
         scheme = "https" if self.cfg.is_ssl else "http"
         log.info("ready: listening on %s", ", ".join(f"{scheme}://{sock_name(s)}" for s in self.sockets))
@@ -227,6 +230,8 @@ class SimWorker(GeventWorker):
             keep = super().handle_request(listener_name, req, sock, addr)
         finally:
             self._busy.discard(g)
+            if self.unfinished is not None:
+                self.unfinished.begin(g)      # waits for its next request (or drains this body)
             if not self.alive and not self._busy:
                 self._idle_event.set()        # draining: the last request is done
         if not self.alive:
