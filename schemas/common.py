@@ -17,14 +17,22 @@ from generation.errors import InvalidParam
 
 
 class StrictInt(fields.Integer):
-    """A JSON integer (``5`` or ``5.0``); rejects booleans, strings and fractions."""
+    """A JSON integer (``5`` or ``5.0``) within 64 bits; rejects booleans, strings, fractions
+    and integers past 64 bits (``1e30``, which JSON parsers read as a float: echoed in an answer
+    it could not be serialised, a 500)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, bool) or not isinstance(value, numbers.Number):
             raise self.make_error("invalid")
         if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
             raise self.make_error("invalid")
-        return int(value)
+        value = int(value)
+        if not -INT64 <= value < 2 * INT64:
+            raise self.make_error("invalid")
+        return value
+
+
+INT64 = 1 << 63
 
 
 class StrictFloat(fields.Float):

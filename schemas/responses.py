@@ -226,7 +226,7 @@ def check_tool(i, tool) -> None:
     if not isinstance(tool, dict):
         raise ValidationError({i: ["Tool must be an object."]})
     t = tool.get("type")
-    if t not in TOOL_TYPES:
+    if not isinstance(t, str) or t not in TOOL_TYPES:        # a list or object: unhashable, not a type
         raise ValidationError({i: {"type": [f'unsupported tool type "{t if t is not None else ""}"']}})
     if t == "function":
         err = _check_function(tool["function"] if isinstance(tool.get("function"), dict) else tool)
