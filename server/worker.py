@@ -240,5 +240,18 @@ class SimWorker(GeventWorker):
 
     def handle_error(self, req, client, addr, exc):
         if isinstance(exc, (gevent.GreenletExit, ServerShuttingDown)):
-            return                            # our own shutdown: no traceback
+            return                            # our own shutdown (or server.unfinished): no traceback
+        from gunicorn.http.errors import UnsupportedTransferCoding
+        if isinstance(exc, UnsupportedTransferCoding):
+            # gunicorn answers 501 (RFC 9112's SHOULD); vLLM's uvicorn answers any request it
+            # cannot parse with this 400, and a client's input is never a 5xx here
+            try:
+                client.sendall(BAD_REQUEST)
+            except OSError:
+                pass
+            return
         super().handle_error(req, client, addr, exc)
+
+
+BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\n"
+               b"Connection: close\r\n\r\nInvalid HTTP request received.")

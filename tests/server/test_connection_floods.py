@@ -140,6 +140,41 @@ def test_fault5_forwarder_headers_are_ignored_under_load(_pool, server):
     assert rss_mb(pid) - before < 20, (before, rss_mb(pid))
 
 
+def test_fault5_an_unknown_transfer_coding_is_a_400(_pool, server):
+    """``Transfer-Encoding: xchunked`` got gunicorn's 501: a client's input is never a 5xx, so
+    it is uvicorn's 400 (vLLM's server) and the connection closes; 300 of them from 6 threads."""
+    pid = server_pid(_pool, server)
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Transfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    got: list = []
+
+    def client():
+        for _ in range(50):
+            with socket.create_connection(("127.0.0.1", port_of(server)), timeout=10) as s:
+                s.sendall(req)
+                data = b""
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    data += d
+            got.append(data)
+    httpx.get(server + "/health")
+    before = rss_mb(pid)
+    probe = ServerHealthProbe(server)
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    health = probe.stop()
+    assert len(got) == 300
+    assert set(got) == {b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                        b"Content-Length: 30\r\nConnection: close\r\n\r\nInvalid HTTP request received."}, got[0]
+    assert health < HEALTH_S, health
+    assert rss_mb(pid) - before < 20, (before, rss_mb(pid))
+
+
 BURST = 1500
 BURST_HEALTH_S = 3.0           # documented: ~0.5-1 ms a connection ahead in the accept queue
 
