@@ -32,6 +32,15 @@ class Ticker:
         return max(b - a for a, b in zip(self.ticks, self.ticks[1:]))
 
 
+def health_bound(seconds: float = 0.5) -> float:
+    """The longest ``/health`` wait a test allows: ``seconds`` (issue 23's 0.5 s), times how
+    oversubscribed the machine is now (1-minute load average per CPU, between 1 and 4).  On a
+    2-core machine at load 16 every process waits for a CPU: an idle server's probe took
+    0.7-1.5 s there, while the faults this guards against stalled it for 10-98 s."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * min(4.0, max(1.0, load))
+
+
 class HealthProbe:
     """``GET /health`` every 10 ms beside an in-process attack (a greenlet on the test's
     client).  A probe's wait runs from when it was due (10 ms after the previous answer), so
