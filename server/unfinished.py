@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 
-from gevent import GreenletExit
+from gevent import GreenletExit, getcurrent
 from gevent.hub import get_hub
 
 log = logging.getLogger("vllm_sim")
@@ -118,5 +118,4 @@ def install() -> Unfinished:
 def done() -> None:
     """The calling greenlet's request has fully arrived (no-op outside a server)."""
     if _current is not None:
-        from gevent import getcurrent
         _current.done(getcurrent())
