@@ -177,8 +177,9 @@ def big_schema(n_props: int, salt: int) -> dict:
 
 def test_fault9_large_schemas_do_not_starve_small_ones(app_client):
     """Four 3 MB schemas made a one-property tools request sent 3 s later wait 98 s: schemas
-    over 1 MiB are 400s at once, four distinct ~140 KB ones (pure-Python jsonschema in threads: the GIL is shared) are checked in their lane, and the
-    small request is checked in its own and answers at once."""
+    over 1 MiB are 400s at once, four distinct ~140 KB ones are checked in their lane (threads
+    running pure-Python jsonschema: the hub shares the GIL with them), and the small request
+    is checked in its own and answers at once."""
     c = app_client("--max-num-seqs", "16")
     body = {"model": "test-model", "messages": USER, "max_tokens": 2}
     small = ("POST", "/v1/chat/completions", {"json": {**body, "tools": [{"type": "function", "function": {
