@@ -83,6 +83,7 @@ class Probe:
     def __init__(self, base: str):
         self.base = base
         self.waits: list[float] = []
+        self.starts: list[float] = []
         self.failed = 0
         self.stop_flag = False
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -96,14 +97,17 @@ class Probe:
             except httpx.HTTPError:
                 self.failed += 1
             self.waits.append(time.monotonic() - t0)
+            self.starts.append(t0)
             time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
 
     def stop(self) -> dict:
         self.stop_flag = True
         self.thread.join(15)
         w = self.waits or [0.0]
+        t0 = self.starts[0] if self.starts else 0.0
+        worst = sorted(zip(self.waits, self.starts), reverse=True)[:3]
         return {"probes": len(w), "longest_s": round(max(w), 3), "median_s": round(statistics.median(w), 4),
-                "failed": self.failed}
+                "failed": self.failed, "worst_at": [(round(a, 2), round(b - t0, 1)) for a, b in worst]}
 
 
 def slow_body(server: Server, n: int, seconds: float) -> dict:
@@ -286,7 +290,7 @@ def main() -> None:
         finally:
             server.stop()
         print(f"{flood:10s} /health longest {health['longest_s']:.3f} s, median {health['median_s']:.4f} s, "
-              f"{health['failed']} failed of {health['probes']}; RSS {before:.0f} -> {after:.0f} MB; {result}")
+              f"{health['failed']} failed of {health['probes']} (worst wait, at s: {health['worst_at']}); RSS {before:.0f} -> {after:.0f} MB; {result}")
 
 
 if __name__ == "__main__":

@@ -17,14 +17,28 @@ from generation.errors import InvalidParam
 
 
 class StrictInt(fields.Integer):
-    """A JSON integer (``5`` or ``5.0``); rejects booleans, strings and fractions."""
+    """A JSON integer (``5`` or ``5.0``); rejects booleans, strings and fractions.  With
+    ``int64``, also integers past 64 bits, for fields an answer echoes (``1e30``, which JSON
+    parsers read as a float, became a 101-bit int that orjson could not serialise: a 500 in the
+    middle of a Responses stream).  Other fields keep big values for their own range checks,
+    which name vLLM's bounds (``seed``)."""
+
+    def __init__(self, *args, int64: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.int64 = int64
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, bool) or not isinstance(value, numbers.Number):
             raise self.make_error("invalid")
         if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
             raise self.make_error("invalid")
-        return int(value)
+        value = int(value)
+        if self.int64 and not -INT64 <= value < INT64:
+            raise self.make_error("invalid")
+        return value
+
+
+INT64 = 1 << 63
 
 
 class StrictFloat(fields.Float):

@@ -226,7 +226,7 @@ def check_tool(i, tool) -> None:
     if not isinstance(tool, dict):
         raise ValidationError({i: ["Tool must be an object."]})
     t = tool.get("type")
-    if t not in TOOL_TYPES:
+    if not isinstance(t, str) or t not in TOOL_TYPES:        # a list or object: unhashable, not a type
         raise ValidationError({i: {"type": [f'unsupported tool type "{t if t is not None else ""}"']}})
     if t == "function":
         err = _check_function(tool["function"] if isinstance(tool.get("function"), dict) else tool)
@@ -304,13 +304,13 @@ class ResponsesRequestSchema(BaseSchema):
     model = fields.Raw()
     input = InputField(required=True, error_messages={"required": "input is required"})
     instructions = fields.String()
-    max_output_tokens = StrictInt()
+    max_output_tokens = StrictInt(int64=True)         # echoed in the response object
     tools = ToolsField()
     tool_choice = ToolChoiceField()
     parallel_tool_calls = StrictBool()
     text = fields.Nested(TextConfigSchema)
     include = fields.List(fields.String(validate=validate.OneOf(INCLUDABLE)))
-    top_logprobs = StrictInt()
+    top_logprobs = StrictInt(int64=True)
     stream = StrictBool()
     ignore_eos = StrictBool()
     kv_transfer_params = fields.Dict()

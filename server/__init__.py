@@ -18,9 +18,10 @@ Modules:
     tls            certificate files and self-signed certificates
     logs           log and access-log formats, gunicorn's logger
     auth           ``--api-key`` (a WSGI middleware before routing)
-    wsgi_layers    ``--log-http`` (``LogHTTP``) and the chunked-body limit (``ChunkedBodyLimit``)
+    wsgi_layers    ``--log-http``, the chunked-body limit, the body deadline, the shared request rules
     ranks          ``--data-parallel-size``: ranks 1..N-1 as child processes
     sse_emitter    streams driven from the event loop (``HubEmitter``)
     arrivals       requests on open keep-alive connections take turns with due tokens
+    unfinished     connections whose request has not arrived give way to new ones on a full pool
     gunicorn_tuning  gunicorn's per-request work trimmed (headers with the first body bytes)
 """

@@ -30,14 +30,35 @@ def accept_server(listener, handle, pool_size: int, handshake_timeout: float = K
     burst of arrivals held the due tokens of running streams for up to ~50 ms (issue 13).  5
     bounds a turn's arrival work to 2-3 ms, under the 5 ms ITL target, while a loop with
     nothing due still accepts back to back (one readiness poll per batch).  Smaller batches
-    (2) slowed a burst's parsing enough to raise TTFT."""
+    (2) slowed a burst's parsing enough to raise TTFT.
+
+    When every one of the ``pool_size`` connections is taken and a new one waits, the oldest
+    connections whose request has not fully arrived are closed to make room
+    (:mod:`server.unfinished`): slow bodies and headers cannot lock new clients out."""
     import ssl
 
-    from gevent import Timeout
+    from gevent import Timeout, getcurrent
     from gevent.pool import Pool
     from gevent.server import StreamServer
 
+    from .unfinished import install as install_unfinished
+
+    unfinished = install_unfinished()
+
     class Server(StreamServer):
+        def init_socket(self):
+            super().init_socket()
+            connection = self._handle         # handle, or the TLS handshake before it
+
+            def tracked(client_socket, address):
+                g = getcurrent()
+                unfinished.begin(g)
+                try:
+                    return connection(client_socket, address)
+                finally:
+                    unfinished.done(g)
+            self._handle = tracked
+
         def wrap_socket_and_handle(self, client_socket, address):
             tls = self.wrap_socket(client_socket, **dict(self.ssl_args, do_handshake_on_connect=False))
             try:
@@ -58,8 +79,16 @@ def accept_server(listener, handle, pool_size: int, handshake_timeout: float = K
                 trimmer.closed()
 
     trimmer = HeapTrimmer() if ssl_args else None        # TLS connections only (ctypes, libc)
-    server = Server(listener, handle=handle, spawn=Pool(pool_size), **ssl_args)
+    pool = Pool(pool_size)
+    server = Server(listener, handle=handle, spawn=pool, **ssl_args)
     server.max_accept = ACCEPT_BATCH
+
+    def full() -> bool:
+        if not pool.full():
+            return False
+        unfinished.evict()                # room for the waiting connection within a loop turn or two
+        return True
+    server.full = full
     return server
 
 

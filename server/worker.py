@@ -52,6 +52,7 @@ class SimWorker(GeventWorker):
         self._stop_signal = None
         self._fast = False
         self.exit_code = 0
+        self.unfinished = None          # server.unfinished.Unfinished, once serving
 
     # -- signals ------------------------------------------------------------------------
     def init_signals(self):
@@ -138,6 +139,8 @@ class SimWorker(GeventWorker):
                                    self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
             server.start()
             servers.append(server)
+        from .unfinished import current
+        self.unfinished = current()
         freeze_startup_heap()
         scheme = "https" if self.cfg.is_ssl else "http"
         log.info("ready: listening on %s", ", ".join(f"{scheme}://{sock_name(s)}" for s in self.sockets))
@@ -229,6 +232,8 @@ class SimWorker(GeventWorker):
             keep = super().handle_request(listener_name, req, sock, addr)
         finally:
             self._busy.discard(g)
+            if self.unfinished is not None:
+                self.unfinished.begin(g)      # waits for its next request (or drains this body)
             if not self.alive and not self._busy:
                 self._idle_event.set()        # draining: the last request is done
         if not self.alive:
@@ -237,5 +242,18 @@ class SimWorker(GeventWorker):
 
     def handle_error(self, req, client, addr, exc):
         if isinstance(exc, (gevent.GreenletExit, ServerShuttingDown)):
-            return                            # our own shutdown: no traceback
+            return                            # our own shutdown (or server.unfinished): no traceback
+        from gunicorn.http.errors import UnsupportedTransferCoding
+        if isinstance(exc, UnsupportedTransferCoding):
+            # gunicorn answers 501 (RFC 9112's SHOULD); vLLM's uvicorn answers any request it
+            # cannot parse with this 400, and a client's input is never a 5xx here
+            try:
+                client.sendall(BAD_REQUEST)
+            except OSError:
+                pass
+            return
         super().handle_error(req, client, addr, exc)
+
+
+BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\n"
+               b"Connection: close\r\n\r\nInvalid HTTP request received.")

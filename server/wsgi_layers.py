@@ -32,36 +32,46 @@ class DeadlineInput:
     read raises the 408 :class:`generation.errors.APIError` and shuts the socket's read side, so
     that gunicorn closes the connection after the answer instead of draining the rest of a
     body that trickles in."""
-    __slots__ = ("stream", "deadline", "sock", "timed_out", "environ")
+    __slots__ = ("stream", "deadline", "sock", "timed_out", "environ", "left")
 
-    def __init__(self, stream, deadline: float, sock, environ=None):
+    def __init__(self, stream, deadline: float, sock, environ=None, length: int | None = None):
         self.environ = environ
         self.stream = stream
         self.deadline = deadline
         self.sock = sock
         self.timed_out = False
+        self.left = length            # bytes still to come (None: chunked, until the end)
 
     def _call(self, fn, *args):
         from gevent import Timeout
+
+        from .unfinished import Evicted, done
         left = self.deadline - time.monotonic()
         if left <= 0:
             self._expire()
         timer = Timeout(left)
         timer.start()
         try:
-            return fn(*args)
+            data = fn(*args)
         except Timeout as t:
             if t is not timer:
                 raise
             self._expire()
+        except Evicted:               # closed to admit a new connection: as if the deadline had passed
+            self._expire()
         finally:
             timer.close()
+        if self.left is not None and isinstance(data, (bytes, bytearray)):
+            self.left -= len(data)
+        if not data or (self.left is not None and self.left <= 0):
+            done()                    # the body is in: the request is in flight, never evicted
+        return data
 
     def _expire(self):
         from generation.errors import APIError
 
         from .arrivals import take_turn
-        take_turn()         # bodies that started together expire together: 5 answers a loop turn
+        take_turn(low=True)     # bodies that started together expire together: 5 answers a loop turn, after new requests
         self.timed_out = True
         if self.environ is not None:
             close_after(self.environ)
@@ -114,13 +124,17 @@ class BodyDeadline:
                 size = 0
             if size:
                 body = environ["wsgi.input"] = DeadlineInput(
-                    environ["wsgi.input"], time.monotonic() + self.grace + size / BODY_RATE, sock, environ)
+                    environ["wsgi.input"], time.monotonic() + self.grace + size / BODY_RATE, sock, environ,
+                    int(length) if length and length.isdigit() else None)
                 try:
                     return self.wsgi_app(environ, start_response)
                 except Exception:
                     if not body.timed_out:
                         raise
                     return self.timed_out(environ, start_response)      # read outside Flask and the fast path
+        if sock is not None:
+            from .unfinished import done
+            done()                    # no body: the request is in (server.unfinished)
         return self.wsgi_app(environ, start_response)
 
     @staticmethod

@@ -30,3 +30,87 @@ class Ticker:
     def stop(self) -> float:
         self.g.kill()
         return max(b - a for a, b in zip(self.ticks, self.ticks[1:]))
+
+
+def health_bound(seconds: float = 0.5) -> float:
+    """The longest ``/health`` wait a test allows: ``seconds`` (issue 23's 0.5 s), times how
+    oversubscribed the machine is now (1-minute load average per CPU, between 1 and 4).  On a
+    2-core machine at load 16 every process waits for a CPU: an idle server's probe took
+    0.7-1.5 s there, while the faults this guards against stalled it for 10-98 s."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * min(4.0, max(1.0, load))
+
+
+class HealthProbe:
+    """``GET /health`` every 10 ms beside an in-process attack (a greenlet on the test's
+    client).  A probe's wait runs from when it was due (10 ms after the previous answer), so
+    an attack that holds the hub counts in full even though the probe could not be sent
+    meanwhile.  :meth:`stop` lets the probe in flight finish, checks every probe got a 200 and
+    that there were at least ``min_probes``, and returns the longest wait, seconds."""
+
+    def __init__(self, client, min_probes: int = 2):
+        self.client = client
+        self.min_probes = min_probes
+        self.waits: list = []
+        self.statuses: list = []
+        self.stopping = False
+        self.g = gevent.spawn(self._run)
+        gevent.sleep(0.02)
+
+    def _run(self):
+        due = time.monotonic()
+        while not self.stopping:
+            self.statuses.append(self.client.get("/health").status_code)
+            end = time.monotonic()
+            self.waits.append(end - due)
+            due = end + 0.01
+            gevent.sleep(0.01)
+
+    def stop(self) -> float:
+        gevent.sleep(0.02)            # one more probe after the attack's last step
+        self.stopping = True
+        self.g.join(5)
+        self.g.kill()
+        assert len(self.waits) >= self.min_probes, self.waits
+        assert set(self.statuses) == {200}, self.statuses
+        return max(self.waits)
+
+
+class ServerHealthProbe:
+    """``GET /health`` on a fresh connection every 0.1 s from a thread, beside an attack on
+    the real server at ``base`` (a new connection each time: it has to be accepted too).
+    :meth:`stop` returns the longest wait, seconds (a probe that fails counts as its 5 s
+    timeout, and fails the check of at least ``min_probes`` answered)."""
+
+    def __init__(self, base: str, min_probes: int = 3, verify: bool = True):
+        import threading
+        self.base = base
+        self.verify = verify
+        self.min_probes = min_probes
+        self.waits: list = []
+        self.failed = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import httpx
+        while not self.stopping:
+            t0 = time.monotonic()
+            try:
+                ok = httpx.get(self.base + "/health", timeout=5, verify=self.verify).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            self.failed += not ok
+            self.waits.append(time.monotonic() - t0)
+            time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
+
+    def stop(self) -> float:
+        deadline = time.monotonic() + 5
+        while len(self.waits) < self.min_probes and time.monotonic() < deadline:
+            time.sleep(0.05)          # a short attack: the probes after it count
+        self.stopping = True
+        self.thread.join(10)
+        assert self.failed == 0, (self.failed, self.waits)
+        assert len(self.waits) >= self.min_probes, self.waits
+        return max(self.waits)

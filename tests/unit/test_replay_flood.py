@@ -18,6 +18,7 @@ import gevent
 import zmq
 
 from generation.kvcache import replay as rp
+from support.hub_probe import rss_mb
 
 SENTINEL = b"\xff" * 8
 
@@ -85,9 +86,11 @@ def test_a_replay_flood_is_bounded_per_client_and_keeps_the_hub():
     tick = gevent.spawn(ticker)
     gevent.sleep(0.05)
     seconds = 1.5
+    before = rss_mb()
     results = run_clients(8, 300, seconds)
     tick.kill()
     srv.close()
+    assert rss_mb() - before < 20, (before, rss_mb())     # 115,186 replies were drawn before
     # each client: its burst plus the refill over the flood, one reply (49 messages) each
     per_client = rp.REPLAYS_PER_SECOND * (1 + seconds) + 1
     assert all(s <= per_client for _, s in results), results
