@@ -449,7 +449,9 @@ def _tokenizer_zip(stub) -> tuple[list, bytes]:
     return chunks, b"".join(c.data for c in chunks)
 
 
-def test_get_tokenizer_streams_a_real_tokenizers_files(grpc_server, mode, tmp_path_factory):
+def test_get_tokenizer_streams_a_real_tokenizers_files(grpc_server, tmp_path_factory):
+    """On ``--grpc`` only: the servicer is the same on ``--grpc-port``, and each server with a real
+    tokenizer costs seconds of CPU (transformers)."""
     import hashlib
     import io
     import zipfile
@@ -458,7 +460,7 @@ def test_get_tokenizer_streams_a_real_tokenizers_files(grpc_server, mode, tmp_pa
 
     from support.tokenizer_hub import make_hub
     snap = make_hub(str(tmp_path_factory.mktemp("hub")))
-    stub = grpc_server(mode, "--tokenizer", snap).stub
+    stub = grpc_server("grpc", "--tokenizer", snap).stub
     chunks, data = _tokenizer_zip(stub)
     assert chunks[-1].sha256 == hashlib.sha256(data).hexdigest() and all(not c.sha256 for c in chunks[:-1])
     assert all(len(c.data) <= 64 * 1024 for c in chunks)
