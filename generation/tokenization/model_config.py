@@ -49,10 +49,11 @@ def _config_path(name: str, cache_dir: str | None) -> str | None:
         return found
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return None
-    from .tokenizer_loading import _hub_env_defaults, _quiet_hub
+    from .tokenizer_loading import _hub_env_defaults, _quiet_hub, probe_hub
     _hub_env_defaults()
     try:
         with _quiet_hub():
+            probe_hub(name)           # bounded, once per name: no retries against an unreachable hub
             return hf_hub_download(name, "config.json", cache_dir=cache_dir, token=os.environ.get("HF_TOKEN") or None)
     except Exception as e:         # noqa: BLE001 - no config: the simulator's default stays
         log.debug("no config.json for '%s': %s", name, e)

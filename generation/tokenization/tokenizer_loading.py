@@ -215,6 +215,22 @@ def _cached(name: str, cache_dir: str | None) -> bool:
                for f in ("tokenizer_config.json", "tokenizer.json"))
 
 
+_UNREACHABLE: dict = {}        # hub names whose probe failed in this process -> the reason
+
+
+def probe_hub(name: str) -> None:
+    """:func:`_probe_hub`, at most once per name and process: a name whose probe failed fails
+    again at once (the model's ``config.json`` is looked up after its tokenizer: without this an
+    unreachable hub cost huggingface_hub's ~24 s of retries a second time)."""
+    if name in _UNREACHABLE:
+        raise _HubUnavailable(_UNREACHABLE[name])
+    try:
+        _probe_hub(name)
+    except _HubUnavailable as e:
+        _UNREACHABLE[name] = str(e)
+        raise
+
+
 def _probe_hub(name: str) -> None:
     """One HEAD of ``name``'s ``tokenizer_config.json`` on ``HF_ENDPOINT``, no retries, within
     :data:`HUB_PROBE_BUDGET` seconds.  Returns when the repository answers (a missing file
@@ -269,5 +285,5 @@ def _from_hub(name: str, cache_dir: str | None, template: str | None) -> HFToken
                     raise
         if _offline():
             raise _HubUnavailable("not in the Hugging Face cache and HF_HUB_OFFLINE is set")
-        _probe_hub(name)
+        probe_hub(name)
         return _auto(name, cache_dir, template, local_only=False)
