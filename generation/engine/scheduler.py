@@ -189,8 +189,8 @@ class Scheduler:
     ``max_num_batched_tokens`` tokens per step; ``long_prefill_token_threshold`` (0: none) caps a
     prefill chunk; ``max_model_len`` caps a sequence; ``max_loras`` distinct LoRA adapters per
     batch (requests for another adapter are skipped over, as vLLM's scheduler skips them).
-    ``on_preempt(req)`` / ``on_free(req)`` / ``on_prefilled(req)`` tell the caller when a request
-    is preempted, releases its blocks (finished, preempted, aborted) and first completes its prompt;
+    ``on_preempt(req)`` / ``on_prefilled(req)`` tell the caller when a request is preempted and
+    first completes its prompt;
     ``on_cached(req, start, end)`` that its blocks ``[start, end)`` were computed and cached, and
     ``on_prefix(req, hit_tokens)`` of each prefix-cache query (a request's first scheduling);
     ``on_release(req)`` just before a request's blocks are freed (it may extend
@@ -200,7 +200,7 @@ class Scheduler:
 
     def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
-                 on_preempt=None, on_free=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
+                 on_preempt=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
                  pool=None, policy: str = "fcfs"):
         self.pool = pool if pool is not None else BlockPool(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
@@ -215,7 +215,6 @@ class Scheduler:
         self.waiting = PriorityQueue() if self.priority else deque()
         self.num_preemptions = 0
         self.on_preempt = on_preempt
-        self.on_free = on_free
         self.on_prefilled = on_prefilled
         self.on_cached = on_cached
         self.on_prefix = on_prefix
@@ -269,8 +268,6 @@ class Scheduler:
             req.block_ids = []
             req.blocks = 0
         req.num_cached_blocks = 0
-        if self.on_free is not None:
-            self.on_free(req)
 
     def _preempt(self, req: EngineRequest, plan: StepPlan) -> None:
         self._free(req)

@@ -15,12 +15,11 @@ import time
 
 import gevent
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from generation.content.sources import SENTENCES
 from generation.errors import InvalidParam
 from generation.tokenization import tokenizer as tk
 from support.hub_probe import HealthProbe, health_bound, rss_mb
+from support.tokenizer_hub import save_sentence_bpe
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -48,15 +47,7 @@ def attack(client, requests, concurrent: bool = True) -> list:
 
 @pytest.fixture(scope="module")
 def tokenizer_path(tmp_path_factory) -> str:
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["[UNK]"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(SENTENCES) * 5, trainer)
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return str(path)
+    return save_sentence_bpe(tmp_path_factory)[0]
 
 
 def test_fault1_distinct_worst_case_patterns(api):

@@ -23,7 +23,7 @@ def test_sleep_and_wake_in_step_mode(app_client):
     assert complete(c).status_code == 200
     assert c.post("/sleep?level=1").status_code == 200
     assert c.get("/is_sleeping").json() == {"is_sleeping": True}
-    assert c.sim.kv_cache.lookup is not None and not c.sim.kv_cache.enabled
+    assert not c.sim.kv_cache.enabled and c.sim.engine.scheduler.pool.num_cached == 0   # cache dropped
     assert c.post("/wake_up").status_code == 200
     assert c.get("/is_sleeping").json() == {"is_sleeping": False}
     r = complete(c)

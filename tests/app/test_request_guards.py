@@ -5,28 +5,11 @@ In-process, except the forwarder headers, which gunicorn itself maps (a real ser
 """
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 USER = [{"role": "user", "content": "hi"}]
 NOT_JSON = {"message": "Unsupported Media Type: Only 'application/json' is allowed", "type": "BadRequestError",
             "param": None, "code": 400}
-
-
-def raw_request(base: str, request: bytes) -> bytes:
-    host, port = base.rsplit("//", 1)[1].split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(request)
-        data = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            data += d
-    return data
-
-
 
 
 @pytest.mark.parametrize("path", ["/sleep", "/wake_up", "/admin/config", "/fake_metrics", "/v1/load_lora_adapter",

@@ -12,11 +12,10 @@ import time
 
 import gevent
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from generation.content.sources import SENTENCES
 from generation.tokenization import chat_template as ct
 from support.hub_probe import rss_mb
+from support.tokenizer_hub import save_sentence_bpe
 
 USER = [{"role": "user", "content": "hello there"}]
 PLAIN = "{% for m in messages %}{{ m.content }}{% endfor %}"
@@ -26,15 +25,8 @@ PLAIN = "{% for m in messages %}{{ m.content }}{% endfor %}"
 
 @pytest.fixture(scope="module")
 def client(app_client, tmp_path_factory):
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(SENTENCES) * 3, trainer)
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return app_client("--tokenizer", str(path), "--chat-template", PLAIN, "--trust-request-chat-template")
+    path, _ = save_sentence_bpe(tmp_path_factory, vocab_size=300, repeat=3)
+    return app_client("--tokenizer", path, "--chat-template", PLAIN, "--trust-request-chat-template")
 
 
 def post(client, template: str, path: str = "/v1/chat/completions"):

@@ -11,11 +11,10 @@ import time
 
 import gevent
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from generation.content.sources import SENTENCES
 from generation.tokenization import tokenizer as tk
 from support.hub_probe import Ticker, rss_mb
+from support.tokenizer_hub import save_sentence_bpe
 
 BIG = "Hello there how are you today " * 130000          # 3.9 MB, under the 4 MiB body limit
 
@@ -26,15 +25,8 @@ BIG = "Hello there how are you today " * 130000          # 3.9 MB, under the 4 M
 
 @pytest.fixture(scope="module")
 def tokenizer_file(tmp_path_factory):
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["[UNK]"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(SENTENCES) * 5, trainer)
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return str(path), max(len(t) for t in tok.get_vocab(with_added_tokens=True))
+    path, tok = save_sentence_bpe(tmp_path_factory)
+    return path, max(len(t) for t in tok.get_vocab(with_added_tokens=True))
 
 
 @pytest.fixture(scope="module")

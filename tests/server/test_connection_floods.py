@@ -11,18 +11,15 @@ afterwards is within a stated bound of before.
 """
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 
-from support import ROOT, free_port
 from support.hub_probe import ServerHealthProbe, health_bound, rss_mb
+from support.sockets import raw_request, self_signed_server
 
 GRACE = 2                       # --timeout-keep-alive of these servers
 POOL = 100                      # --worker-connections of the flood servers
@@ -115,15 +112,7 @@ def test_fault5_forwarder_headers_are_ignored_under_load(_pool, server):
 
     def client():
         for i in range(50):
-            with socket.create_connection(("127.0.0.1", port_of(server)), timeout=10) as s:
-                s.sendall(reqs[i % 2])
-                data = b""
-                while True:
-                    d = s.recv(65536)
-                    if not d:
-                        break
-                    data += d
-            statuses.append(int(data.split(b" ", 2)[1]))
+            statuses.append(int(raw_request(server, reqs[i % 2]).split(b" ", 2)[1]))
     httpx.get(server + "/health")
     before = rss_mb(pid)
     probe = ServerHealthProbe(server)
@@ -149,15 +138,7 @@ def test_fault5_an_unknown_transfer_coding_is_a_400(_pool, server):
 
     def client():
         for _ in range(50):
-            with socket.create_connection(("127.0.0.1", port_of(server)), timeout=10) as s:
-                s.sendall(req)
-                data = b""
-                while True:
-                    d = s.recv(65536)
-                    if not d:
-                        break
-                    data += d
-            got.append(data)
+            got.append(raw_request(server, req))
     httpx.get(server + "/health")
     before = rss_mb(pid)
     probe = ServerHealthProbe(server)
@@ -229,19 +210,7 @@ def test_fault10_half_open_tls_handshakes(tmp_path):
     """Half-open handshakes left ~51 KB each in glibc's arenas (58 -> 688 MB after 4 rounds of
     10,000): three rounds of 500, /health (a full TLS handshake each) answering within 0.5 s
     while they are open, RSS back within 12 MB."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1",
-                             "--self-signed-certs", "--timeout-keep-alive", "1", "--disable-log-requests"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"https://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(base + "/health", verify=False, timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+    with self_signed_server() as (proc, base):
         before = rss_mb(proc.pid)
         probe = ServerHealthProbe(base, verify=False)
         for _ in range(3):
@@ -255,6 +224,3 @@ def test_fault10_half_open_tls_handshakes(tmp_path):
         after = rss_mb(proc.pid)
         assert health < health_bound(), (health, health_bound())
         assert after - before < 12, (before, after)
-    finally:
-        proc.kill()
-        proc.wait()

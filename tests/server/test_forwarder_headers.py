@@ -1,21 +1,9 @@
 """SCRIPT_NAME / PATH_INFO request headers from a loopback peer are ignored (gunicorn's forwarder headers off), on a real server."""
 from __future__ import annotations
-import socket
+
 import pytest
 
-
-
-def raw_request(base: str, request: bytes) -> bytes:
-    host, port = base.rsplit("//", 1)[1].split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(request)
-        data = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            data += d
-    return data
+from support.sockets import raw_request
 
 
 @pytest.mark.parametrize("header", ["SCRIPT_NAME: /other", "SCRIPT_NAME: /v1", "PATH_INFO: /metrics",

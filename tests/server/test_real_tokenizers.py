@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from generation.content.sources import SENTENCES
-from support.tokenizer_hub import MODEL, template_ids
+from support.tokenizer_hub import MODEL, save_sentence_bpe, template_ids
 
 MESSAGES = [{"role": "user", "content": "Hello there, how are you today?"}]
 
@@ -28,16 +26,7 @@ def test_server_model_name_offline_from_hf_home(sim_server, hub, ref):
 # ---- a --tokenizer file --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tokenizer_file(tmp_path_factory):
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    from tokenizers import decoders
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["[UNK]"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(list(SENTENCES) * 5 + ["Hello there, how are you today?"], trainer)
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return str(path), tok
+    return save_sentence_bpe(tmp_path_factory, extra=["Hello there, how are you today?"])
 
 
 def test_prompt_tokens_come_from_the_real_tokenizer(sim_server, tokenizer_file):

@@ -6,23 +6,16 @@ freed heap back (``malloc_trim``, :class:`server.listening.HeapTrimmer`).
 """
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 
-from support import ROOT, free_port
+from support.hub_probe import rss_mb
+from support.sockets import self_signed_server
 
 HELLO = bytes.fromhex("16030100f4010000f00303") + b"\x01" * 32 + b"\x00" * 17    # half a ClientHello
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
 def until(read, done, timeout: float):
@@ -38,25 +31,13 @@ def until(read, done, timeout: float):
 
 @pytest.mark.server
 def test_memory_of_half_open_handshakes_comes_back(tmp_path):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1",
-                             "--self-signed-certs", "--timeout-keep-alive", "1", "--disable-log-requests"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"https://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(base + "/health", verify=False, timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.05)
+    with self_signed_server() as (proc, base):
         before = rss_mb(proc.pid)
         peaks = []
         for _ in range(3):
             socks = []
             for _ in range(600):
-                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s = socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=5)
                 s.sendall(HELLO)
                 socks.append(s)
             seen = [0.0]
@@ -75,6 +56,3 @@ def test_memory_of_half_open_handshakes_comes_back(tmp_path):
         after = rss_mb(proc.pid)
         assert max(peaks) - before > 15          # the connections did cost memory while open
         assert after - before < 12, (before, peaks, after)
-    finally:
-        proc.kill()
-        proc.wait()

@@ -59,3 +59,27 @@ def template_ids(ref, messages, **kw):
     text = ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=kw.pop("add_generation_prompt", True),
                                    **kw)
     return ref(text, add_special_tokens=False)["input_ids"]
+
+
+def sentence_bpe(vocab_size: int = 400, repeat: int = 5, extra=()):
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained offline on the simulator's sentences
+    (``repeat`` times, plus ``extra`` texts): a real tokenizer for ``--tokenizer FILE`` tests."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from generation.content.sources import SENTENCES
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["[UNK]"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(SENTENCES) * repeat + list(extra), trainer)
+    return tok
+
+
+def save_sentence_bpe(tmp_path_factory, **kw) -> tuple[str, object]:
+    """:func:`sentence_bpe` saved as ``tokenizer.json`` in a fresh temporary directory:
+    ``(path, tokenizer)``."""
+    tok = sentence_bpe(**kw)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path), tok
