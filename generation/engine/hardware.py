@@ -88,8 +88,11 @@ def gpu_by_name(name: str) -> GPU:
 
 def batch_defaults(gpu: GPU) -> tuple[int, int]:
     """``(max_num_batched_tokens, max_num_seqs)`` vLLM's OpenAI server picks for ``gpu``
-    (``get_batch_defaults``, docs/engine-model.md §1): (8192, 1024) on cards of 70 GiB and more
+    (``engine/arg_utils.py`` ``get_batch_defaults``, docs/engine-model.md §1 and §7): (16384,
+    1024) on cards of 160 GiB and more (B200, MI300X), (8192, 1024) on cards of 70 GiB and more
     that are not A100s, else (2048, 256)."""
+    if gpu.memory >= 160 * GiB:
+        return 16384, 1024
     if gpu.memory >= 70 * GiB and "a100" not in gpu.name.lower():
         return 8192, 1024
     return 2048, 256
@@ -160,17 +163,36 @@ def check_tensor_parallel(arch: ModelArch, tp: int) -> None:
                           f"size ({tp}) must divide one another.", param="tensor-parallel-size")
 
 
-ACTIVATION_PEAK_DENSE = 5.5 * GiB      # llm-d capacity planner (docs/engine-model.md §2)
-ACTIVATION_PEAK_MOE = 8 * GiB
-NON_TORCH_TP1 = 0.15 * GiB
-NON_TORCH_TP = 0.6 * GiB
+# What vLLM's memory profile takes besides the weights and the KV cache, per GPU, fitted by
+# ``python -m generation.engine.perf.fit --memory`` (least squares) to the KV block counts vLLM
+# logged in 11 H100 runs and docs/engine-model.md §2's worked example (RMS error 0.18 GiB, under
+# 1% of the blocks):
+#   non-torch memory                 NON_TORCH_TP1, plus NON_TORCH_TP_EXTRA when tp > 1 (NCCL)
+#   the profile run's activations    ACTIVATION_BYTES x max_num_batched_tokens x hidden
+#   the sampler's warm-up logits     LOGITS_BYTES x max_num_seqs x vocab / tp
+# (the llm-d planner's 5.5 GiB activation constant left 8-29% too few blocks).
+NON_TORCH_TP1 = 0.6687 * GiB
+NON_TORCH_TP_EXTRA = 0.2454 * GiB
+ACTIVATION_BYTES = 7.322
+LOGITS_BYTES = 27.42
+
+
+def profile_overhead(arch: ModelArch, *, tp: int = 1, max_num_batched_tokens: int = 8192,
+                     max_num_seqs: int = 1024) -> float:
+    """Bytes per GPU that vLLM's start-up memory profile finds in use besides the weights:
+    non-torch memory, the dummy run's activation peak and the sampler's logits (fitted constants
+    above)."""
+    return (NON_TORCH_TP1 + (NON_TORCH_TP_EXTRA if tp > 1 else 0.0)
+            + ACTIVATION_BYTES * max_num_batched_tokens * arch.hidden_size
+            + LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp)
 
 
 def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
-                        gpu_memory_utilization: float = 0.9, quantization: str = "") -> float:
+                        gpu_memory_utilization: float = 0.9, quantization: str = "",
+                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> float:
     """Bytes left for the KV cache on one GPU (docs/engine-model.md §2): ``memory x
-    utilization - weights / tp - activation peak - non-torch``.  May be <= 0; raises
-    ConfigError only when the weights alone do not fit."""
+    utilization - weights / tp - profile overhead`` (:func:`profile_overhead`).  May be <= 0;
+    raises ConfigError only when the weights alone do not fit."""
     check_tensor_parallel(arch, tp)
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got "
@@ -182,13 +204,13 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
             f"{arch.name or 'the model'} ({weights / GiB:.2f} GiB of weights per GPU) does not fit "
             f"on {gpu.name} ({gpu.memory_gib:.2f} GiB x {gpu_memory_utilization} = "
             f"{budget / GiB:.2f} GiB), try --tensor-parallel-size {2 * tp}", param="gpu")
-    activation = ACTIVATION_PEAK_MOE if arch.is_moe else ACTIVATION_PEAK_DENSE
-    non_torch = NON_TORCH_TP1 if tp == 1 else NON_TORCH_TP
-    return budget - weights - activation - non_torch
+    return budget - weights - profile_overhead(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
+                                               max_num_seqs=max_num_seqs)
 
 
 def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
-                    kv_cache_dtype: str = "auto", quantization: str = "", block_size: int = 16) -> int:
+                    kv_cache_dtype: str = "auto", quantization: str = "", block_size: int = 16,
+                    max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> int:
     """KV-cache blocks per GPU (all ranks of a tensor-parallel group hold the same number):
     ``floor(available / (block_size x kv_bytes_per_token))`` (docs/engine-model.md §2).
 
@@ -199,7 +221,8 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
     if block_size < 1:
         raise ConfigError(f"--block-size must be >= 1, got {block_size}", param="block-size")
     avail = available_kv_memory(gpu, arch, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
-                                quantization=quantization)
+                                quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+                                max_num_seqs=max_num_seqs)
     per_block = block_size * kv_bytes_per_token(arch, kv_cache_dtype, tp)
     blocks = int(avail // per_block) if avail > 0 else 0
     if blocks <= 0:

@@ -23,6 +23,7 @@ import json
 import math
 import random
 import sys
+from collections import deque
 from dataclasses import dataclass, field
 
 from .scheduler import EngineRequest, Scheduler, step_end
@@ -31,23 +32,37 @@ from .scheduler import EngineRequest, Scheduler, step_end
 @dataclass
 class TraceRequest:
     """One request of a trace: ``arrival`` seconds, ``prompt_tokens``, ``output_tokens``, and an
-    optional shared prefix (``prefix_group``, ``prefix_tokens``)."""
+    optional shared prefix (``prefix_group``, ``prefix_tokens``); ``prompt`` names the prompt's
+    content within its group: requests with the same group and prompt repeat the whole prompt
+    (every full block is shared, as a benchmark cycling through a fixed set of prompts)."""
     arrival: float
     prompt_tokens: int
     output_tokens: int
     prefix_group: str | None = None
     prefix_tokens: int = 0
     priority: int = 0                   # --scheduling-policy priority: lower runs first
+    prompt: str | None = None
 
 
 @dataclass
 class ReplayResult:
-    """Per-request timings (seconds) and per-step samples of one replay."""
+    """Per-request timings (seconds) and per-step samples of one replay.  ``requests`` are the
+    finished EngineRequests; ``client`` maps each to ``(first token, last token)`` as its client
+    received them (the frontend's output latency and queueing added; the engine's times when the
+    model has no frontend); ``timed_out`` the requests aborted at the client's timeout."""
     requests: list = field(default_factory=list)      # finished EngineRequests
     itl: list = field(default_factory=list)           # every inter-token latency, seconds
     steps: list = field(default_factory=list)         # (end time, KV usage, running, waiting, tokens)
     preemptions: int = 0
     duration: float = 0.0
+    client: dict = field(default_factory=dict)        # EngineRequest -> [first token, last token] at the client
+    timed_out: list = field(default_factory=list)
+    frontend_busy: float = 0.0                        # the frontend's CPU seconds
+
+    def times(self, req) -> tuple[float, float]:
+        """``(first token, last token)`` of a finished request as its client saw them."""
+        seen = self.client.get(req)
+        return (seen[0], seen[1]) if seen else (req.first_token, req.finished_at)
 
     def percentiles(self, values, ps=(50, 90, 99)) -> dict:
         if not values:
@@ -56,12 +71,13 @@ class ReplayResult:
         return {f"p{p}": v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))] for p in ps}
 
     def summary(self) -> dict:
-        """TTFT, ITL, TPOT and e2e percentiles (seconds), throughput (output tokens / s),
-        preemptions and the mean and peak KV usage."""
+        """TTFT, ITL, TPOT and e2e percentiles (seconds, as the clients saw them), throughput
+        (output tokens / s), preemptions, timed-out requests and the mean and peak KV usage."""
         reqs = self.requests
-        ttft = [r.first_token - r.arrival for r in reqs]
-        e2e = [r.finished_at - r.arrival for r in reqs]
-        tpot = [(r.finished_at - r.first_token) / (r.num_output - 1) for r in reqs if r.num_output > 1]
+        seen = [self.times(r) for r in reqs]
+        ttft = [f - r.arrival for r, (f, _) in zip(reqs, seen)]
+        e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
+        tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
         out_tokens = sum(r.num_output for r in reqs)
         usage = [s[1] for s in self.steps]
         return {"requests": len(reqs), "duration_s": self.duration,
@@ -69,38 +85,63 @@ class ReplayResult:
                 "requests_per_s": len(reqs) / self.duration if self.duration else 0.0,
                 "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
                 "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
-                "preemptions": self.preemptions, "steps": len(self.steps),
+                "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
                 "kv_usage_mean": sum(usage) / len(usage) if usage else 0.0,
                 "kv_usage_peak": max(usage) if usage else 0.0}
 
 
 def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, frontend: float | None = None,
            rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
-           max_steps: int = 10_000_000) -> ReplayResult:
+           timeout: float = 0.0, max_steps: int = 10_000_000) -> ReplayResult:
     """Run ``trace`` (TraceRequests, by arrival) through ``scheduler`` in virtual time.
 
     ``concurrency`` > 0 is a closed loop instead: that many requests in flight, the next one sent
-    when one finishes (arrivals in the trace are then ignored).  ``frontend`` seconds pass between
-    a request's arrival and its entry in the queue (default: the step-time model's).
-    ``emission_cost`` seconds per emitted token is the frontend's time to send a step's tokens
-    (0: none), one step's after another's: a step does not end more than
-    :data:`~.scheduler.STEP_LEAD` before the previous step's tokens are out
-    (:func:`~.scheduler.step_end`), as on the live server.  The same rules as the live server
-    (:mod:`generation.engine.step_engine`), without sleeping."""
-    frontend = step_time.frontend_time() if frontend is None else frontend
+    when one finishes (arrivals in the trace are then ignored).
+
+    The frontend: a step-time model with a ``frontend()`` (:class:`~generation.engine.perf.
+    step_model.StepModel`) gives a serial API-server CPU that admits each request after its
+    preprocessing and delivers each step's tokens after their streaming
+    (:class:`~generation.engine.perf.step_model.Frontend`); otherwise, or when ``frontend``
+    seconds are given, a request enters the queue that long after its arrival and tokens reach
+    the client at the step's end.  ``emission_cost`` seconds per emitted token is the legacy
+    model of the frontend's sends: a step does not end more than :data:`~.scheduler.STEP_LEAD`
+    before the previous step's tokens are out (:func:`~.scheduler.step_end`).
+
+    With ``step_time.async_scheduling`` a step is planned while the previous one runs: it takes
+    only the requests queued before the previous step started.  ``timeout`` > 0 aborts a request
+    still unfinished that many seconds after its arrival (a client's timeout; it is listed in
+    ``timed_out``).  The same rules as the live server (:mod:`generation.engine.step_engine`),
+    without sleeping."""
+    fe = None
+    if frontend is None and hasattr(step_time, "frontend"):
+        fe = step_time.frontend()
+    fixed_fe = step_time.frontend_time() if frontend is None else frontend
+    async_sched = bool(getattr(step_time, "async_scheduling", False))
     trace = list(trace)
     result = ReplayResult()
+    client = result.client
     bs = scheduler.block_size
     arrivals: list = []                 # heap of (time into the queue, index, EngineRequest)
+    deadlines: list = []                # heap of (arrival + timeout, index, EngineRequest)
+    incoming: deque = deque()           # (arrival, index, EngineRequest) not yet through the frontend
     order = 0
 
     def submit(tr: TraceRequest, at: float) -> None:
         nonlocal order
         req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
                             prefix_len=tr.prefix_tokens, priority=tr.priority)
-        if tr.prefix_group is not None:     # the group's prefix blocks, named by the group
+        if tr.prompt is not None:           # a repeated prompt: its group's prefix, then its own blocks
+            shared = tr.prefix_tokens // bs
+            req.block_hashes = [(tr.prefix_group, i) if i < shared else (tr.prefix_group, tr.prompt, i)
+                                for i in range(tr.prompt_tokens // bs)]
+        elif tr.prefix_group is not None:   # the group's prefix blocks, named by the group
             req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
-        heapq.heappush(arrivals, (at + frontend, order, req))
+        if fe is not None:                  # the frontend's CPU takes requests in arrival order
+            incoming.append((at, order, req))
+        else:
+            heapq.heappush(arrivals, (at + fixed_fe, order, req))
+        if timeout > 0:
+            heapq.heappush(deadlines, (at + timeout, order, req))
         order += 1
 
     pending = iter(trace)
@@ -114,32 +155,57 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
             submit(tr, tr.arrival)
         pending = iter(())
     now = 0.0
+    prev_start = None                   # start of the step that just ended (async planning)
     emitted_at = 0.0                    # when the last step's tokens were out (emission_cost)
     steps = 0
-    while (arrivals or scheduler.has_work()) and steps < max_steps:
-        while arrivals and arrivals[0][0] <= now:
+    while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
+        while incoming and incoming[0][0] <= now:
+            at, i, req = incoming.popleft()
+            heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
+        while deadlines and deadlines[0][0] <= now:
+            _, _, req = heapq.heappop(deadlines)
+            if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
+                scheduler.abort(req)
+                result.timed_out.append(req)
+        cutoff = prev_start if (async_sched and prev_start is not None) else now
+        while arrivals and arrivals[0][0] <= cutoff:
             at, _, req = heapq.heappop(arrivals)
+            if req.state == EngineRequest.ABORTED:
+                continue
             scheduler.add(req, at)
         plan = scheduler.schedule(now)
         if not plan.scheduled:
+            prev_start = None
             nxt = [arrivals[0][0]] if arrivals else []
+            if incoming:
+                nxt.append(incoming[0][0])
             nxt += [r.kv_ready_at for r in scheduler.waiting if r.kv_ready_at > now]
             if not nxt:
                 break                   # nothing can ever run (a request larger than the cache)
-            now = min(nxt)
+            now = max(now, min(nxt))
             continue
         dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
                                  plan.prefill_pairs, plan.prefill_context)
+        reload = getattr(plan, "kv_reload_tokens", 0)
+        if reload and hasattr(step_time, "reload_per_token"):
+            dt += reload * step_time.reload_per_token
         if jitter > 0 and rng is not None:
             dt *= max(0.5, 1.0 + rng.gauss(0.0, jitter))
+        prev_start = now
         now = step_end(now + dt, emitted_at)
         emitted = scheduler.complete(plan, now)
         if emission_cost:          # the frontend sends one step's tokens after the previous step's
             emitted_at = max(now, emitted_at) + emission_cost * len(emitted)
+        seen_at = fe.emit(now, len(emitted)) if (fe is not None and emitted) else now
         steps += 1
         for req in emitted:
             if req.prev_token is not None:
                 result.itl.append(now - req.prev_token)
+            times = client.get(req)
+            if times is None:
+                client[req] = [seen_at, seen_at]
+            else:
+                times[1] = seen_at
             if req.state == EngineRequest.DONE:
                 result.requests.append(req)
                 if concurrency > 0:
@@ -150,6 +216,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
                              plan.num_tokens))
     result.preemptions = scheduler.num_preemptions
     result.duration = now
+    if fe is not None:
+        result.frontend_busy = fe.busy
     return result
 
 

@@ -57,7 +57,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     back into ``cfg`` (``max_num_seqs``, ``max_num_batched_tokens``, ``kv_cache_size``) so that
     metrics and the start-up summary show them.  Raises ConfigError naming the flag at fault."""
     from .hardware import batch_defaults, gpu_by_name, kv_cache_blocks, resolve_arch
-    from .step_time import build_step_time
+    from .perf.step_model import build_step_model
 
     gpu = gpu_by_name(cfg.gpu)
     found = resolve_arch(cfg.model, cfg.hf_config_path)
@@ -75,20 +75,6 @@ def resolve_step_settings(cfg) -> StepSettings:
         raise ConfigError("gpu memory utilization must be in (0, 1]", "gpu-memory-utilization")
     quant = (cfg.quantization or "").lower()
     bs = cfg.block_size
-    if cfg.num_gpu_blocks_override is not None:
-        if cfg.num_gpu_blocks_override < 1:
-            raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")
-        blocks = cfg.num_gpu_blocks_override
-    else:
-        blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                                 kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs)
-    need = -(-cfg.max_model_len // bs)
-    if need > blocks:
-        raise ConfigError(
-            f"To serve at least one request with the models's max seq len ({cfg.max_model_len}), "
-            f"({need * bs} tokens of KV cache) are needed, which is larger than the available KV cache memory "
-            f"({blocks * bs} tokens). Try decreasing --max-model-len or increasing --gpu-memory-utilization",
-            "max-model-len")
     default_tokens, default_seqs = batch_defaults(gpu)
     if "max-num-seqs" not in cfg.explicit:
         cfg.max_num_seqs = default_seqs
@@ -96,6 +82,21 @@ def resolve_step_settings(cfg) -> StepSettings:
         cfg.max_num_batched_tokens = default_tokens
     if cfg.max_num_batched_tokens < 1:
         raise ConfigError("max num batched tokens cannot be less than 1", "max-num-batched-tokens")
+    if cfg.num_gpu_blocks_override is not None:
+        if cfg.num_gpu_blocks_override < 1:
+            raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")
+        blocks = cfg.num_gpu_blocks_override
+    else:
+        blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                                 kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
+                                 max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs)
+    need = -(-cfg.max_model_len // bs)
+    if need > blocks:
+        raise ConfigError(
+            f"To serve at least one request with the models's max seq len ({cfg.max_model_len}), "
+            f"({need * bs} tokens of KV cache) are needed, which is larger than the available KV cache memory "
+            f"({blocks * bs} tokens). Try decreasing --max-model-len or increasing --gpu-memory-utilization",
+            "max-model-len")
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
         raise ConfigError("long prefill token threshold cannot be negative", "long-prefill-token-threshold")
@@ -105,8 +106,13 @@ def resolve_step_settings(cfg) -> StepSettings:
         threshold = int(cfg.max_model_len * 0.04)
     if cfg.kv_transfer_bandwidth <= 0:
         raise ConfigError("kv transfer bandwidth must be positive", "kv-transfer-bandwidth")
-    step_time = build_step_time(gpu, arch, tp=tp, quantization=quant, kv_cache_dtype=cfg.kv_cache_dtype,
-                                profile_path=cfg.step_time_profile)
+    sizes = getattr(cfg, "cuda_graph_sizes", None)
+    step_time = build_step_model(gpu, arch, tp=tp, quantization=quant, kv_cache_dtype=cfg.kv_cache_dtype,
+                                 profile_path=cfg.step_time_profile,
+                                 enforce_eager=bool(getattr(cfg, "enforce_eager", False)),
+                                 cudagraph_capture_sizes=sorted(sizes) if sizes else None,
+                                 max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None) or 512,
+                                 async_scheduling=getattr(cfg, "async_scheduling", None) is not False)
     cfg.kv_cache_size = blocks
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
                         step_time)

@@ -79,6 +79,8 @@ class StepEngine:
         self.sent_at = 0.0          # when the last step's tokens were actually all handed over
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
+        self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
+        self.staged: list = []      # (request, queued at) that arrived during the running step
         scheduler.on_prefilled = self._on_prefilled
         scheduler.on_preempt = self._on_preempt
         self._hub = None
@@ -135,6 +137,12 @@ class StepEngine:
         self._enqueue(req, monotonic())
 
     def _enqueue(self, req: EngineRequest, now: float) -> None:
+        if self.async_scheduling and self.plan is not None:
+            # vLLM's async scheduling planned the next step when this one started: a request
+            # that arrives now waits for the plan after it (as the replay's cutoff)
+            self.staged.append((req, now))
+            self.pending += 1
+            return
         self.scheduler.add(req, now)
         self.kick()
 
@@ -179,10 +187,16 @@ class StepEngine:
 
     def _plan_step(self, start: float) -> None:
         sched = self.scheduler
+        if self.staged and not sched.has_work():     # an idle engine plans for them at once
+            self._unstage()
         if not sched.has_work():
             self.busy = False
             return
         plan = sched.schedule(start)
+        if self.staged:                  # arrived during the step that just ended: the next plan's
+            self._unstage()
+            if not plan.scheduled:
+                plan = sched.schedule(start)
         if not plan.scheduled:
             self.plan = None
             wake = min((r.kv_ready_at for r in sched.waiting if r.kv_ready_at > start), default=0.0)
@@ -199,6 +213,13 @@ class StepEngine:
         plan.end = start + dt
         self.plan = plan
         self._arm(plan.end, self._end_step)
+
+    def _unstage(self) -> None:
+        staged, self.staged = self.staged, []
+        self.pending -= len(staged)
+        for req, at in staged:
+            if req.state != EngineRequest.ABORTED:
+                self.scheduler.add(req, at)
 
     def _arm(self, deadline: float, callback) -> None:
         loop = self._loop()

@@ -1,0 +1,185 @@
+"""Step mode against real vLLM runs: replay the sim-to-real ground truth in virtual time and score
+it the way the peer benchmark scores simulators, beside the peers' published figures.
+
+    python bench/engine_fidelity.py                  # the 38-experiment benchmark (main38)
+    python bench/engine_fidelity.py --set all        # every experiment (training ones marked)
+    python bench/engine_fidelity.py --set trainval --jobs 2 --json out.json
+
+What it does (generation/engine/perf/groundtruth.py): rebuilds each experiment's workload (its
+per-request trace where one exists, else its inference-perf stages as seeded Poisson arrivals
+over inference-perf's 10 x 10 shared-prefix prompts), replays it through the same scheduler and
+step model as the server, buckets requests into stages by arrival, and takes the mean / p90 /
+p99 of E2E and TTFT and the mean per-request ITL per stage and overall.  The MAPE against the
+measured value is averaged over every (stage, metric) record with equal weight, as the peer
+benchmark averages (bench/sim_to_real/README.md).
+
+Prints: the mean MAPE per metric beside each peer simulator's on the same records; MAPE by
+experiment, model, GPU and workload; the p90 / p99 errors; and ``itl_mean_counted`` (ITL divided
+by the output count inference-perf measured, the way the measurement divides it).  The machine's
+load average is printed with the wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from multiprocessing import Pool
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from generation.engine.perf import groundtruth as gt          # noqa: E402
+
+PEERS = ("blis-trained-physics", "blis-evolved", "blis-roofline", "aiconfigurator-estimate",
+         "llm-optimizer-estimate", "vidur")
+SHOWN = ("e2e_mean", "ttft_mean", "itl_mean")
+
+
+def _run(args):
+    name, scale, seed, profile = args
+    exp = next(e for e in gt.load_experiments() if e["name"] == name)
+    constants = None
+    if profile:
+        from generation.engine.perf.step_model import load_constants
+        constants = load_constants(gt.GPU_NAMES.get(exp["hardware"], exp["hardware"]), profile)[0]
+    sim = gt.simulate(exp, constants, seed=seed, duration_scale=scale)
+    pred = gt.predicted(exp, sim)
+    return name, pred, gt.score(exp, pred), sim.wall_s, sim.preemptions
+
+
+def select(exps: list[dict], which: str) -> list[dict]:
+    """``main38``, ``trainval``, ``default16``, ``train`` (default16 + trainval), ``test``
+    (main38 minus train), ``all``, or a comma-separated list of names."""
+    if which == "all":
+        return exps
+    if which == "train":
+        return [e for e in exps if {"default16", "trainval"} & set(e["groups"])]
+    if which == "test":
+        return [e for e in exps if "main38" in e["groups"] and not {"default16", "trainval"} & set(e["groups"])]
+    if which in ("main38", "trainval", "default16"):
+        return [e for e in exps if which in e["groups"]]
+    names = set(which.split(","))
+    return [e for e in exps if e["name"] in names]
+
+
+def peer_records(which_set: str) -> dict:
+    """{(simulator, experiment, stage, metric): predicted} from bench/sim_to_real/peer.csv."""
+    out = {}
+    with open(os.path.join(gt.data_dir(), "peer.csv"), encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if which_set in ("any", r["set"]):
+                out[(r["simulator"], r["experiment"], r["stage"], r["metric"])] = float(r["predicted"])
+    return out
+
+
+def mean(v):
+    v = [x for x in v if x == x]
+    return sum(v) / len(v) if v else float("nan")
+
+
+def run(exps: list[dict], *, scale: float = 1.0, seed: int = 0, jobs: int = 1, profile: str = "",
+        progress=None) -> dict:
+    """Replay and score ``exps``: {name: {"pred": ..., "records": [...], "wall_s": s}}."""
+    work = [(e["name"], scale, seed, profile) for e in exps]
+    out = {}
+    if jobs > 1:
+        with Pool(jobs) as pool:
+            for name, pred, recs, wall, pre in pool.imap_unordered(_run, work):
+                out[name] = {"pred": pred, "records": recs, "wall_s": wall, "preemptions": pre}
+                if progress:
+                    progress(name, wall)
+    else:
+        for w in work:
+            name, pred, recs, wall, pre = _run(w)
+            out[name] = {"pred": pred, "records": recs, "wall_s": wall, "preemptions": pre}
+            if progress:
+                progress(name, wall)
+    return out
+
+
+def report(exps: list[dict], results: dict, which: str) -> dict:
+    """Print the tables; returns the summary (mean MAPE per metric, ours and the peers')."""
+    by_name = {e["name"]: e for e in exps}
+    peer_set = "main38" if which in ("main38", "test") else "any"
+    peers = peer_records(peer_set)
+    ours: dict = defaultdict(list)
+    theirs: dict = defaultdict(lambda: defaultdict(list))
+    for name, res in results.items():
+        for r in res["records"]:
+            ours[r["metric"]].append(r["ape"])
+            for sim in PEERS:
+                p = peers.get((sim, name, r["stage"], r["metric"]))
+                if p is not None:
+                    theirs[sim][r["metric"]].append(abs(p - r["actual"]) / r["actual"] * 100)
+    metrics = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean", "itl_mean_counted")
+    print(f"\nMean MAPE (%) over {len(results)} experiments, {len(ours['e2e_mean'])} stage records each metric")
+    print(f"{'simulator':26s}" + "".join(f"{m:>17s}" for m in metrics))
+    print(f"{'vllm-sim (this)':26s}" + "".join(f"{mean(ours[m]):17.1f}" for m in metrics))
+    for sim in PEERS:
+        if theirs[sim]:
+            n = len(theirs[sim]["e2e_mean"])
+            print(f"{(sim + f' ({n})'):26s}" + "".join(
+                f"{mean(theirs[sim][m]):17.1f}" if theirs[sim].get(m) else f"{'-':>17s}" for m in metrics))
+    print("(a peer's figure is over the records it covered, in brackets; ours over all)")
+
+    def table(key, title):
+        groups: dict = defaultdict(lambda: defaultdict(list))
+        for name, res in results.items():
+            e = by_name[name]
+            for r in res["records"]:
+                groups[key(e)][r["metric"]].append(r["ape"])
+        print(f"\nMAPE (%) by {title}")
+        print(f"{title:48s}" + "".join(f"{m:>11s}" for m in SHOWN) + f"{'e2e_p90':>11s}{'ttft_p99':>11s}")
+        for g in sorted(groups):
+            d = groups[g]
+            print(f"{str(g)[:48]:48s}" + "".join(f"{mean(d[m]):11.1f}" for m in SHOWN)
+                  + f"{mean(d['e2e_p90']):11.1f}{mean(d['ttft_p99']):11.1f}")
+
+    table(lambda e: e["name"] + ("*" if {"default16", "trainval"} & set(e["groups"]) else ""), "experiment")
+    table(lambda e: e["model"].split("/")[-1], "model")
+    table(lambda e: e["hardware"], "GPU")
+    table(lambda e: e["workload"], "workload")
+    worst = max(((abs(r["ape"]), n) for n, res in results.items() for r in res["records"]
+                 if r["metric"] == "e2e_mean" and r["stage"] == "-1"), default=(0, ""))
+    print(f"\nworst overall E2E mean error: {worst[0]:.1f}% ({worst[1]}); * = in the training data")
+    return {"ours": {m: mean(ours[m]) for m in metrics},
+            "peers": {s: {m: mean(v) for m, v in d.items()} for s, d in theirs.items()}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--set", default="main38", help="main38 (default), test, train, trainval, default16, all, or names")
+    p.add_argument("--scale", type=float, default=1.0, help="keep this fraction of each stage (quick runs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--profile", default="", help="a performance profile JSON for every experiment "
+                                                 "(default: each GPU's shipped profile)")
+    p.add_argument("--json", help="write the per-experiment predictions and records here")
+    args = p.parse_args(argv)
+    exps = select(gt.load_experiments(), args.set)
+    if not exps:
+        print(f"error: no experiment matches --set {args.set}", file=sys.stderr)
+        return 2
+    t = time.perf_counter()
+    done = [0]
+
+    def progress(name, wall):
+        done[0] += 1
+        print(f"[{done[0]}/{len(exps)}] {name} ({wall:.1f} s)", file=sys.stderr)
+
+    results = run(exps, scale=args.scale, seed=args.seed, jobs=args.jobs, profile=args.profile, progress=progress)
+    summary = report(exps, results, args.set)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\n{len(exps)} experiments replayed in {time.perf_counter() - t:.0f} s with {args.jobs} jobs "
+          f"(load average {load:.1f})")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"summary": summary, "results": results}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

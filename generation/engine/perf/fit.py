@@ -1,0 +1,215 @@
+"""Fit a GPU's performance profile to real vLLM runs and write it: the step model's constants
+come from here, not from hand tuning.
+
+    python -m generation.engine.perf.fit --gpu H100            # refit the shipped H100 profile
+    python -m generation.engine.perf.fit --gpu H100 --data DIR --out my-h100.json
+
+``--data DIR`` holds measurements in the harness's format (``bench/sim_to_real/``, the default:
+``experiments.json`` with each run's settings, workload and measured E2E / TTFT / ITL per stage,
+``model_configs/``, optional per-request ``traces/``), so a user fits a profile to their own
+runs with the same script, then serves with ``--step-time-profile my-h100.json``.
+
+Method: every training run of the GPU (``--set``, default the 16 traced runs and the 13 the
+BLIS project trained on, less the runs whose server was overloaded past the client's timeout)
+is replayed in virtual time (:func:`~.groundtruth.simulate`, the first ``--scale`` of each
+stage); the residuals are ``log(predicted / measured)`` of each stage's E2E mean and p90, TTFT
+mean and p90, and ITL mean (measured as the data measured it, ``itl_mean_counted``);
+``scipy.optimize.least_squares`` (trust-region, soft-L1 loss) moves the free constants in log
+space.  The fit prints the constants, the residuals' RMS before and after, and each run's
+errors, and writes the profile as JSON with the data it was fitted on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import replace
+from multiprocessing import Pool
+
+from . import groundtruth as gt
+from .step_model import PROFILE_DIR, PerfConstants, load_constants
+
+# The constants a fit moves (the rest keep their priors: the frontend's CPU costs and the
+# per-sequence cost cannot be separated from the others at these loads).
+FREE = ("eta_w", "eta_kv", "eta_f", "t0", "t_layer", "t_moe", "t_ar", "fe_in")
+RESIDUAL_METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean_counted")
+OVERLOADED = "reasoning"        # default16's 4 rps reasoning runs: queues grew past the 300 s timeout
+
+
+def training_runs(exps: list[dict], gpu: str, which: str = "train") -> list[dict]:
+    """The runs of ``gpu`` in the training set: ``default16`` and ``trainval`` less the
+    overloaded default16 reasoning runs (``train``), or every run of the GPU (``all``)."""
+    out = []
+    for e in exps:
+        if gt.GPU_NAMES.get(e["hardware"], e["hardware"]).lower() != gpu.lower():
+            continue
+        groups = set(e["groups"])
+        if which == "all":
+            out.append(e)
+        elif groups & {"default16", "trainval"}:
+            if "default16" in groups and e["workload"] == OVERLOADED and "trainval" not in groups:
+                continue
+            out.append(e)
+    return out
+
+
+_CACHE: dict = {}
+
+
+def _residuals_one(args):
+    name, values, scale, path = args
+    exps = _CACHE.get(path)
+    if exps is None:
+        exps = _CACHE[path] = {e["name"]: e for e in gt.load_experiments(path)}
+    exp = exps[name]
+    c = replace(PerfConstants(), **values)
+    sim = gt.simulate(exp, c, duration_scale=scale, path=path)
+    recs = gt.score(exp, gt.predicted(exp, sim))
+    out = []
+    for r in recs:
+        if r["metric"] in RESIDUAL_METRICS:
+            p, a = r["predicted"], r["actual"]
+            out.append((name, r["stage"], r["metric"], math.log(max(p, 1e-9) / a) if p == p else 5.0))
+    return out
+
+
+class Objective:
+    """Residual vector of the free constants (log space) over the training runs."""
+
+    def __init__(self, runs, base: PerfConstants, scale: float, path, jobs: int):
+        self.runs, self.base, self.scale, self.path = runs, base, scale, path
+        self.pool = Pool(jobs) if jobs > 1 else None
+        self.calls = 0
+        self.last = []
+
+    def values(self, x) -> dict:
+        v = {k: getattr(self.base, k) for k in PerfConstants.__dataclass_fields__}
+        for k, xi in zip(FREE, x):
+            v[k] = math.exp(xi)
+        v["fe_out"] = v["fe_in"] * self.base.fe_out / self.base.fe_in      # the split is kept
+        return v
+
+    def __call__(self, x):
+        import numpy as np
+        values = self.values(x)
+        work = [(e["name"], values, self.scale, self.path) for e in self.runs]
+        parts = (self.pool.map(_residuals_one, work) if self.pool else [_residuals_one(w) for w in work])
+        self.last = [r for p in parts for r in p]
+        self.calls += 1
+        return np.array([r[3] for r in self.last])
+
+
+# A published point with the default batch limits (docs/engine-model.md §2): Llama-3.1-8B in BF16 on
+# an 80 GB card, max_num_batched_tokens 8192, max_num_seqs 1024: about 415-440k tokens (the middle
+# taken, 26,700 blocks of 16).
+PUBLISHED_KV = [{"name": "engine-model.md §2 Llama-3.1-8B", "model_config": "llama-3.1-8b-instruct",
+                 "hardware": "H100", "tp": 1, "max_num_batched_tokens": 8192, "max_num_seqs": 1024,
+                 "gpu_mem_util": 0.9, "precision": "BF16", "kv_blocks": 26700}]
+
+
+def fit_memory(path: str | None = None) -> dict:
+    """Least squares of vLLM's start-up memory profile besides the weights (the GiB the logged
+    KV block counts leave: ``memory x utilization - weights - blocks x block bytes``) on
+    ``[1, tp > 1, max_num_batched_tokens x hidden, max_num_seqs x vocab / tp]`` over every run
+    with a logged count (FP8 runs left out: their checkpoints keep parts in BF16 that the
+    weight count does not see) and the published point above.  Prints the fit; returns the
+    constants of :func:`generation.engine.hardware.profile_overhead`."""
+    import numpy as np
+    from ..hardware import GiB, gpu_by_name, kv_bytes_per_token, weight_bytes
+    from ..model_arch import load_hf_config
+    rows, seen = [], set()
+    for e in gt.load_experiments(path) + PUBLISHED_KV:
+        if not e.get("kv_blocks") or e.get("precision") == "FP8":
+            continue
+        key = (e["model_config"], e["tp"], e["max_num_batched_tokens"], e["max_num_seqs"])
+        if key in seen:
+            continue
+        seen.add(key)
+        arch = load_hf_config(gt.model_config_path(e, path))
+        gpu = gpu_by_name(gt.GPU_NAMES.get(e["hardware"], e["hardware"]))
+        util = e.get("gpu_mem_util") or 0.9
+        other = (gpu.memory * util - weight_bytes(arch) / e["tp"]
+                 - e["kv_blocks"] * 16 * kv_bytes_per_token(arch, "auto", e["tp"]))
+        rows.append((e["name"], [GiB, GiB * (e["tp"] > 1), e["max_num_batched_tokens"] * arch.hidden_size,
+                                 e["max_num_seqs"] * arch.vocab_size / e["tp"]], other))
+    x = np.array([r[1] for r in rows], float)
+    y = np.array([r[2] for r in rows], float)
+    scale = x.max(axis=0)
+    coef = np.linalg.lstsq(x / scale, y, rcond=None)[0] / scale
+    pred = x @ coef
+    print(f"memory profile fit on {len(rows)} runs: RMS error {np.sqrt(np.mean((pred - y) ** 2)) / GiB:.3f} GiB")
+    for (name, _, other), p in zip(rows, pred):
+        print(f"  {name[:56]:56s} measured {other / GiB:6.2f} GiB  model {p / GiB:6.2f} GiB")
+    out = {"NON_TORCH_TP1": coef[0], "NON_TORCH_TP_EXTRA": coef[1], "ACTIVATION_BYTES": coef[2],
+           "LOGITS_BYTES": coef[3]}
+    print("  " + ", ".join(f"{k} = {v:.4g}" + (" GiB" if k.startswith("NON") else " B") for k, v in out.items()))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m generation.engine.perf.fit", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpu", default="H100")
+    p.add_argument("--data", default=None, help="measurements folder (default: bench/sim_to_real)")
+    p.add_argument("--set", default="train", choices=("train", "all"))
+    p.add_argument("--exclude", default="", help="comma-separated run names left out (cross-validation)")
+    p.add_argument("--scale", type=float, default=0.35, help="fraction of each stage replayed per evaluation")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--max-evals", type=int, default=120)
+    p.add_argument("--out", default=None, help="profile to write (default: the shipped profiles/<gpu>.json)")
+    p.add_argument("--start", default=None, help="profile to start from (default: the GPU's current one)")
+    p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
+    args = p.parse_args(argv)
+    if args.memory:
+        fit_memory(args.data)
+        return 0
+    import numpy as np
+    from scipy.optimize import least_squares
+    exps = gt.load_experiments(args.data)
+    skip = set(filter(None, args.exclude.split(",")))
+    runs = [e for e in training_runs(exps, args.gpu, args.set) if e["name"] not in skip]
+    if not runs:
+        print(f"error: no training runs for --gpu {args.gpu} in {gt.data_dir(args.data)}", file=sys.stderr)
+        return 2
+    base = load_constants(args.gpu, args.start)[0] if args.start or os.path.isfile(
+        os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")) else PerfConstants()
+    obj = Objective(runs, base, args.scale, args.data, args.jobs)
+    x0 = np.array([math.log(getattr(base, k)) for k in FREE])
+    t = time.perf_counter()
+    r0 = obj(x0)
+    print(f"{len(runs)} runs, {len(r0)} residuals; start RMS {float(np.sqrt(np.mean(r0 ** 2))):.4f}", flush=True)
+    lo = np.array([math.log(0.2 if k.startswith("eta") else 1e-7) for k in FREE])
+    hi = np.array([math.log(1.2 if k.startswith("eta") else 0.05) for k in FREE])
+    x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
+    fit = least_squares(obj, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.03,
+                        max_nfev=args.max_evals, x_scale=1.0)
+    r1 = obj(fit.x)
+    values = obj.values(fit.x)
+    rms0, rms1 = float(np.sqrt(np.mean(r0 ** 2))), float(np.sqrt(np.mean(r1 ** 2)))
+    print(f"fit: {obj.calls} evaluations in {time.perf_counter() - t:.0f} s; residual RMS {rms0:.4f} -> {rms1:.4f} "
+          f"(log ratio; 0.05 is ~5%)")
+    for k in FREE:
+        print(f"  {k:16s} {getattr(base, k):12.6g} -> {values[k]:12.6g}")
+    per_run: dict = {}
+    for name, stage, metric, res in obj.last:
+        per_run.setdefault(name, []).append(abs(math.exp(res) - 1) * 100)
+    for name in sorted(per_run):
+        v = per_run[name]
+        print(f"  {name[:56]:56s} mean |error| {sum(v) / len(v):6.1f}%  max {max(v):6.1f}%")
+    out = args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")
+    doc = {"gpu": args.gpu, "fitted_on": sorted(e["name"] for e in runs),
+           "method": "python -m generation.engine.perf.fit " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "residual_rms": {"before": round(rms0, 4), "after": round(rms1, 4)},
+           "constants": {k: float(f"{v:.6g}") for k, v in values.items()}}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

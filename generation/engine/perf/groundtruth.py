@@ -1,0 +1,279 @@
+"""Real vLLM runs as the step engine's training and test data, replayed and scored the way the
+peer benchmark (inference-sim/sim-to-real-accuracy-validation) scores simulators.
+
+The data is ``bench/sim_to_real/`` (a compact copy of the collected ground truth; sources in its
+``SOURCES.md``): 59 experiments of vLLM v0.15.1 with ``inference-perf`` load, 16 of them with
+per-request traces.  This module
+
+1. rebuilds an experiment's workload (:func:`workload`): the per-request trace where one exists
+   (arrival, prompt tokens), else the experiment's stages as Poisson arrivals (seeded);
+   inference-perf's ``shared_prefix`` data: 10 groups x 10 prompts, each a group's system prompt
+   and a question of its own, cycled in a shuffled order (prompts repeat every 100 requests, so
+   the prefix cache holds most of a prompt once it was seen), ``ignore_eos`` outputs of exactly
+   ``output_len`` tokens;
+2. replays it through the scheduler and a step-time model in virtual time (:func:`simulate`),
+   with inference-perf's 300 s client timeout (a timed-out request is aborted and counted as a
+   failure, as the real runs' ``has_error``);
+3. scores it (:func:`score`): requests bucketed into stages by arrival (a request at a boundary
+   belongs to the earlier stage); per stage and overall (``"-1"``) the mean / p90 / p99 of E2E
+   and TTFT and the mean per-request ITL ``(e2e - ttft) / (output - 1)``, in ms; the absolute
+   percentage error against each measured value.
+
+Measured ITL: inference-perf's figure divides the decode time by the output tokens it counted by
+re-tokenizing the text, which is below the tokens vLLM generated for some tokenizers (Llama-2:
+~195-210 of 247, Llama-3.1: ~237).  :func:`score` reports the peer's definition (``itl_mean``)
+and, as ``itl_mean_counted``, the same decode time divided the way the measurement divides it
+(the measured mean count, recovered as ``(e2e - ttft) / itl + 1``).
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import os
+import random
+from dataclasses import dataclass, field
+
+DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench", "sim_to_real")
+CLIENT_TIMEOUT = 300.0          # s: inference-perf's request timeout in these runs (has_error at ~300 s)
+PROMPT_GROUPS, PROMPTS_PER_GROUP = 10, 10     # what inference-perf ran (results/config.yaml of every traced run)
+# Tokens per nominal prompt token: random token ids decoded to text and tokenized again by the
+# server.  Fitted on the 16 traces' prompt lengths (mean measured / (system + question)): 1.045-1.051.
+PROMPT_EXPANSION = 1.048
+METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
+
+
+def data_dir(path: str | None = None) -> str:
+    return os.path.abspath(path or os.environ.get("SIM_TO_REAL_DATA") or DATA_DIR)
+
+
+def load_experiments(path: str | None = None) -> list[dict]:
+    """The experiments (``experiments.json``), each with ``groups`` (``default16``, ``main38``,
+    ``trainval``) and ``actual`` metrics per stage ("0", "1", ... and "-1" overall, ms)."""
+    with open(os.path.join(data_dir(path), "experiments.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def model_config_path(exp: dict, path: str | None = None) -> str:
+    return os.path.join(data_dir(path), "model_configs", exp["model_config"], "config.json")
+
+
+GPU_NAMES = {"H100": "H100", "A100-80GB": "A100-80GB", "L40S": "L40S"}
+
+
+@dataclass
+class Req:
+    """One request of a rebuilt workload: ``arrival`` s, ``prompt_tokens``, ``output_tokens``,
+    ``group`` (its system prompt's group), ``prompt`` (its prompt's identity: equal prompts
+    share every block), ``system_tokens`` (tokens of the group's shared system prompt)."""
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    group: int
+    prompt: int
+    system_tokens: int
+
+
+def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str | None = None) -> list[Req]:
+    """The experiment's requests (module docstring).  ``duration_scale`` < 1 keeps the first part
+    of each stage (for quick checks)."""
+    sp = exp["shared_prefix"]
+    sys_len = sp["system_prompt_len"]
+    out_len = sp["output_len"]
+    rng = random.Random(f"{seed}-{exp['name']}")
+    order = list(range(PROMPT_GROUPS * PROMPTS_PER_GROUP))
+    rng.shuffle(order)
+    nominal = round((sys_len + sp["question_len"]) * PROMPT_EXPANSION)
+    sys_tokens = round(sys_len * PROMPT_EXPANSION)
+    reqs: list[Req] = []
+    if exp.get("trace"):
+        ends, t = [], 0.0
+        for s in exp["stages"]:
+            t += s["duration"]
+            ends.append(t)
+        cut = _stage_cuts(exp, duration_scale)
+        with gzip.open(os.path.join(data_dir(path), exp["trace"]), "rt") as fh:
+            rows = list(csv.DictReader(fh))
+        lengths: dict[int, int] = {}
+        for i, r in enumerate(rows):           # a prompt's length, from its successful requests
+            if r["has_error"] == "0":
+                lengths.setdefault(i % len(order), int(r["input_tokens"]))
+        for i, r in enumerate(rows):
+            arrival = int(r["arrival_us"]) / 1e6
+            if duration_scale < 1.0 and not _kept(arrival, ends, cut):
+                continue
+            p = order[i % len(order)]
+            n = int(r["input_tokens"]) if r["has_error"] == "0" else lengths.get(i % len(order), nominal)
+            reqs.append(Req(arrival, n, out_len, p // PROMPTS_PER_GROUP, p, sys_tokens))
+        return reqs
+    t0 = 0.0
+    i = 0
+    for s in exp["stages"]:
+        t, end = t0, t0 + s["duration"] * duration_scale
+        while True:
+            t += rng.expovariate(s["rate"])
+            if t > end:
+                break
+            p = order[i % len(order)]
+            reqs.append(Req(t, nominal, out_len, p // PROMPTS_PER_GROUP, p, sys_tokens))
+            i += 1
+        t0 += s["duration"]
+    return reqs
+
+
+def _stage_cuts(exp: dict, scale: float) -> list[tuple[float, float]]:
+    out, t = [], 0.0
+    for s in exp["stages"]:
+        out.append((t, t + s["duration"] * scale))
+        t += s["duration"]
+    return out
+
+
+def _kept(arrival: float, ends, cuts) -> bool:
+    return any(a <= arrival <= b for a, b in cuts)
+
+
+@dataclass
+class Outcome:
+    """One replayed request: arrival, ttft, e2e (s), generated tokens; ``failed`` when it timed
+    out (aborted at ``CLIENT_TIMEOUT``)."""
+    arrival: float
+    ttft: float
+    e2e: float
+    output_tokens: int
+    failed: bool = False
+
+
+@dataclass
+class Simulation:
+    outcomes: list = field(default_factory=list)
+    steps: int = 0
+    preemptions: int = 0
+    wall_s: float = 0.0
+
+
+def stage_of(arrival: float, stages: list[dict]) -> int:
+    """The stage a request belongs to by arrival: cumulative durations, a request at a boundary
+    in the earlier stage, one past every boundary in the last (the peer's bucketing)."""
+    t = 0.0
+    for i, s in enumerate(stages):
+        t += s["duration"]
+        if arrival <= t:
+            return i
+    return len(stages) - 1
+
+
+def _pct(values: list, p: float) -> float:
+    """numpy's default (linear) percentile, as the peer computes it."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    k = (len(v) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def metrics_of(outcomes: list[Outcome]) -> dict:
+    """E2E / TTFT mean, p90, p99 and the mean per-request ITL of the successful ``outcomes``
+    (ms), with ``count`` and ``failures``."""
+    ok = [o for o in outcomes if not o.failed]
+    if not ok:
+        return {"count": 0, "failures": len(outcomes)}
+    e2e = [1000 * o.e2e for o in ok]
+    ttft = [1000 * o.ttft for o in ok]
+    itl = [1000 * (o.e2e - o.ttft) / (o.output_tokens - 1) for o in ok if o.output_tokens > 1]
+    return {"e2e_mean": sum(e2e) / len(e2e), "e2e_p90": _pct(e2e, 90), "e2e_p99": _pct(e2e, 99),
+            "ttft_mean": sum(ttft) / len(ttft), "ttft_p90": _pct(ttft, 90), "ttft_p99": _pct(ttft, 99),
+            "itl_mean": sum(itl) / len(itl) if itl else float("nan"),
+            "decode_ms_mean": (sum(e2e) - sum(ttft)) / len(ok),
+            "count": len(ok), "failures": len(outcomes) - len(ok)}
+
+
+def predicted(exp: dict, sim: Simulation) -> dict:
+    """Per stage ("0", "1", ...) and overall ("-1"): :func:`metrics_of` of the replay."""
+    stages = exp["stages"]
+    buckets: dict[str, list] = {str(i): [] for i in range(len(stages))}
+    for o in sim.outcomes:
+        buckets[str(stage_of(o.arrival, stages))].append(o)
+    out = {k: metrics_of(v) for k, v in buckets.items()}
+    out["-1"] = metrics_of(sim.outcomes)
+    return out
+
+
+def score(exp: dict, pred: dict) -> list[dict]:
+    """One record per (stage, metric) the experiment measured: ``stage``, ``metric``,
+    ``predicted``, ``actual``, ``ape`` (absolute percentage error).  Also ``itl_mean_counted``
+    (the module docstring): the decode time divided by the measured output count."""
+    recs = []
+    for stage, act in exp["actual"].items():
+        p = pred.get(stage) or {}
+        for m in METRICS:
+            a = act.get(m)
+            if a is None or not p.get("count"):
+                continue
+            v = p.get(m, float("nan"))
+            recs.append({"stage": stage, "metric": m, "predicted": v, "actual": a,
+                         "ape": abs(v - a) / a * 100 if a else float("nan")})
+        a_itl = act.get("itl_mean")
+        if a_itl and p.get("count"):
+            counted = (act["e2e_mean"] - act["ttft_mean"]) / a_itl + 1
+            v = p["decode_ms_mean"] / (counted - 1)
+            recs.append({"stage": stage, "metric": "itl_mean_counted", "predicted": v, "actual": a_itl,
+                         "ape": abs(v - a_itl) / a_itl * 100})
+    return recs
+
+
+def engine_flags(exp: dict, path: str | None = None) -> list[str]:
+    """The ``vllm serve`` flags of the experiment, as the simulator's command line takes them
+    (the logged KV block count where the data has it)."""
+    flags = ["--model", exp["model"], "--hf-config-path", model_config_path(exp, path),
+             "--gpu", GPU_NAMES.get(exp["hardware"], exp["hardware"]),
+             "--tensor-parallel-size", str(exp["tp"]), "--max-num-seqs", str(exp["max_num_seqs"]),
+             "--max-num-batched-tokens", str(exp["max_num_batched_tokens"]),
+             "--max-model-len", str(exp["max_model_len"]),
+             "--gpu-memory-utilization", str(exp.get("gpu_mem_util") or 0.9), "--block-size", "16"]
+    if exp.get("kv_blocks"):
+        flags += ["--num-gpu-blocks-override", str(exp["kv_blocks"])]
+    return flags
+
+
+def build(exp: dict, constants=None, path: str | None = None):
+    """``(settings, step model)`` for the experiment: the flags resolved as the server resolves
+    them (:func:`~generation.engine.step_config.resolve_step_settings`), and a
+    :class:`~.step_model.StepModel` with ``constants`` (default: the GPU's fitted profile)."""
+    from generation.config.cli import load_config
+    from ..step_config import resolve_step_settings
+    from .step_model import StepModel
+    cfg = load_config(["--latency-calculator", "step", *engine_flags(exp, path)], env={})
+    settings = resolve_step_settings(cfg)
+    quant = "fp8" if str(exp.get("precision", "")).upper() == "FP8" else ""
+    model = StepModel(settings.gpu, settings.arch, tp=exp["tp"], quantization=quant, constants=constants)
+    return cfg, settings, model
+
+
+def simulate(exp: dict, constants=None, *, seed: int = 0, duration_scale: float = 1.0,
+             path: str | None = None) -> Simulation:
+    """Replay the experiment's workload (:func:`workload`) through the scheduler and the step
+    model in virtual time, with the client timeout; returns each request's outcome."""
+    import time
+    from ..replay import TraceRequest, replay, scheduler_for
+    t = time.perf_counter()
+    cfg, settings, model = build(exp, constants, path)
+    reqs = workload(exp, seed=seed, duration_scale=duration_scale, path=path)
+    trace = [TraceRequest(r.arrival, min(r.prompt_tokens, cfg.max_model_len - r.output_tokens), r.output_tokens,
+                          prefix_group=str(r.group), prefix_tokens=r.system_tokens, prompt=str(r.prompt))
+             for r in reqs]
+    sched = scheduler_for(settings, cfg.max_model_len)
+    res = replay(sched, model, trace, timeout=CLIENT_TIMEOUT)
+    sim = Simulation(steps=len(res.steps), preemptions=res.preemptions)
+    done = set()
+    for er in res.requests:
+        first, last = res.times(er)
+        sim.outcomes.append(Outcome(er.arrival, first - er.arrival, last - er.arrival, er.num_output))
+        done.add(id(er))
+    for er in res.timed_out:
+        sim.outcomes.append(Outcome(er.arrival, float("nan"), CLIENT_TIMEOUT, 0, failed=True))
+    sim.wall_s = time.perf_counter() - t
+    return sim

@@ -1,0 +1,314 @@
+"""vLLM V1's step time and frontend on one GPU type, with constants fitted to real runs.
+
+The step time is docs/engine-model.md §3's roofline plus the costs a real engine adds, each a
+term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
+
+    T = D + sum n_i (tokens), S = D + chunks (sequences), T' = T padded to a CUDA-graph size
+    gemm   = max(W_read / (eta_w BW), (2 N_lin T' + 2 N_head S) / (eta_f F))
+    attn   = max(4 layers heads head_dim pairs / (eta_a F),
+                 kv_bytes_per_token (C_dec + sum p_i + T) / (eta_kv BW))
+    comm   = 2 layers (t_ar + T hidden 2 B 2 (tp - 1) / tp / (eta_ar link_BW))       (tp > 1)
+    fixed  = t0 + t_layer layers + t_moe moe_layers + t_seq S
+    step   = fixed + gemm + attn + comm  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
+
+- ``W_read``: the weights one step reads, per GPU: the dense part and, for a MoE model, the
+  experts its ``T`` tokens route to (expected distinct share ``1 - (1 - k/E)^T``); FP8 weights
+  are one byte and, on GPUs with FP8 tensor cores, twice the FLOP/s (A100s run FP8 weight-only);
+- CUDA graphs: a batch of up to ``max_cudagraph_capture_size`` tokens runs padded to the next
+  capture size (vLLM's ``cudagraph_capture_sizes``: 1, 2, 4, 8, then steps of 8 up to 256 and of
+  16 beyond); ``--enforce-eager`` runs unpadded, with ``t_eager`` per layer of kernel launches;
+- ``t0`` is the per-step CPU (scheduling, input preparation, sampling setup) that the GPU does not
+  hide; ``t_seq`` grows it with the batch (BLIS measured 0.5-5 ms per step, its issue #482).
+
+The frontend (:class:`Frontend`) is vLLM's API server: a fixed latency on the way in and out,
+and one CPU that every request's preprocessing and every output token's detokenizing and
+streaming share, first come first served, so that a burst reaches the engine over time.
+
+With async scheduling (vLLM's default on CUDA since 0.14) the engine plans a step while the
+previous one runs: a request that arrives during step k is scheduled in step k + 2 at the
+earliest.  The replay and the live engine read :attr:`StepModel.async_scheduling`.
+
+The constants (:class:`PerfConstants`) come from a profile per GPU in ``profiles/``, written by
+``python -m generation.engine.perf.fit`` from real runs (README: Fidelity).  Times in seconds.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields, replace
+
+from generation.config.values import ConfigError
+
+PROFILE_DIR = os.path.join(os.path.dirname(__file__), "profiles")
+PCIE_BANDWIDTH = 25e9           # B/s: a CPU KV tier's reload (PCIe 4.0/5.0 x16, achieved)
+
+
+@dataclass
+class PerfConstants:
+    """Efficiencies (fractions of a peak) and fixed costs (seconds) of one GPU type.
+
+    ``eta_w``: HBM bandwidth reached reading weights; ``eta_f``: dense tensor FLOP/s reached by
+    the GEMMs; ``eta_kv``: bandwidth reached reading the KV cache; ``eta_a``: FLOP/s reached by
+    prefill attention; ``eta_ar``: link bandwidth reached by an all-reduce; ``t0``, ``t_seq``,
+    ``t_layer``, ``t_moe``: the fixed terms (per step, per scheduled sequence, per layer, per MoE
+    layer); ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
+    ``fe_in`` / ``fe_out``: the frontend's latency before the engine and after a step (the TTFT
+    floor); ``fe_request``, ``fe_prompt_token``, ``fe_output_token``: its CPU per request, per
+    prompt token (tokenizing) and per output token (detokenizing, streaming)."""
+
+    eta_w: float = 0.80
+    eta_f: float = 0.60
+    eta_kv: float = 0.80
+    eta_a: float = 0.50
+    eta_ar: float = 0.60
+    t0: float = 0.7e-3
+    t_seq: float = 5e-6
+    t_layer: float = 20e-6
+    t_moe: float = 30e-6
+    t_ar: float = 10e-6
+    t_eager: float = 60e-6
+    fe_in: float = 3e-3
+    fe_out: float = 2e-3
+    fe_request: float = 1.5e-3
+    fe_prompt_token: float = 1e-6
+    fe_output_token: float = 15e-6
+
+    def validate(self, source: str = "performance profile") -> "PerfConstants":
+        """Raises ConfigError for a non-positive efficiency or a negative time; returns self."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ConfigError(f"{source}: {f.name} must be a number, got {v!r}", param="step-time-profile")
+            if f.name.startswith("eta_") and not 0 < v <= 1.5:
+                raise ConfigError(f"{source}: {f.name} must be in (0, 1.5], got {v!r}", param="step-time-profile")
+            if not f.name.startswith("eta_") and v < 0:
+                raise ConfigError(f"{source}: {f.name} must be >= 0, got {v!r}", param="step-time-profile")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+CONSTANT_NAMES = tuple(f.name for f in fields(PerfConstants))
+
+
+def load_constants(gpu_name: str, path: str | None = None) -> tuple[PerfConstants, str]:
+    """The fitted constants of ``gpu_name`` and the profile they came from: ``path`` when given,
+    else ``profiles/<gpu>.json``, else the GPU the profile names as its ``basis`` (a GPU with no
+    measurements borrows the fixed costs of one that has them), else the defaults.  Raises
+    ConfigError for an unreadable or invalid file."""
+    file = path or os.path.join(PROFILE_DIR, f"{gpu_name.lower()}.json")
+    if not os.path.isfile(file):
+        if path:
+            raise ConfigError(f"performance profile {path}: no such file", param="step-time-profile")
+        return PerfConstants(), "defaults"
+    try:
+        with open(file, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"performance profile {file}: cannot read ({e})", param="step-time-profile")
+    values = data.get("constants", data) if isinstance(data, dict) else None
+    if not isinstance(values, dict):
+        raise ConfigError(f"performance profile {file}: expected an object of constants", param="step-time-profile")
+    unknown = sorted(set(values) - set(CONSTANT_NAMES))
+    if unknown:
+        raise ConfigError(f"performance profile {file}: unknown constants {', '.join(unknown)}",
+                          param="step-time-profile")
+    return replace(PerfConstants(), **values).validate(f"performance profile {file}"), file
+
+
+def cudagraph_sizes(max_size: int = 512) -> list[int]:
+    """vLLM's default ``cudagraph_capture_sizes`` up to ``max_size`` (``--max-cudagraph-capture-
+    size``, default 512): 1, 2, 4, then multiples of 8 to 256 and of 16 beyond."""
+    sizes = [s for s in (1, 2, 4) if s <= max_size]
+    sizes += list(range(8, min(256, max_size) + 1, 8))
+    sizes += list(range(272, max_size + 1, 16))
+    return sizes
+
+
+class StepModel:
+    """Step time and frontend of one model on one GPU type (module docstring).
+
+    ``gpu`` a :class:`~generation.engine.hardware.GPU`; ``arch`` a
+    :class:`~generation.engine.model_arch.ModelArch`; ``tp`` the tensor-parallel size;
+    ``quantization`` / ``kv_cache_dtype`` as the flags; ``constants`` (default: the GPU's fitted
+    profile); ``enforce_eager`` (no CUDA graphs); ``cudagraph_capture_sizes`` (sorted sizes; None:
+    vLLM's defaults up to ``max_cudagraph_capture_size``); ``async_scheduling``.  Raises
+    ConfigError for an invalid tp or dtype.  ``step_time`` is plain float arithmetic (~2 us)."""
+
+    def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
+                 constants: PerfConstants | None = None, enforce_eager: bool = False,
+                 cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
+                 async_scheduling: bool = True) -> None:
+        from ..hardware import check_tensor_parallel, kv_bytes_per_token, linear_weight_bytes
+        c = constants if constants is not None else load_constants(gpu.name)[0]
+        c.validate()
+        check_tensor_parallel(arch, tp)
+        self.gpu, self.arch, self.tp, self.constants = gpu, arch, tp, c
+        self.async_scheduling = async_scheduling
+        self.enforce_eager = enforce_eager
+        self.kv_bytes_per_token = kv_bytes_per_token(arch, kv_cache_dtype, tp)
+        self.graph_sizes = ([] if enforce_eager else sorted(cudagraph_capture_sizes)
+                            if cudagraph_capture_sizes else cudagraph_sizes(max_cudagraph_capture_size))
+        self.max_graph = self.graph_sizes[-1] if self.graph_sizes else 0
+        lin_bytes = linear_weight_bytes(arch, quantization)
+        fp8_compute = lin_bytes == 1.0 and gpu.fp8
+        f_lin = gpu.flops * (2.0 if fp8_compute else 1.0)
+        n_lin, n_head = arch.n_lin / tp, arch.n_head / tp
+        head_bytes = n_head * arch.dtype_bytes
+        if arch.is_moe:
+            moe_layers = arch.num_layers - arch.dense_layers
+            experts = moe_layers * arch.num_experts * arch.expert_params / tp
+            dense = arch.n_lin_total / tp - experts
+            self.bytes_fixed = dense * lin_bytes + head_bytes
+            self.bytes_experts = experts * lin_bytes
+            self._untouched = 1.0 - arch.experts_per_token / arch.num_experts
+        else:
+            moe_layers = 0
+            self.bytes_fixed = n_lin * lin_bytes + head_bytes
+            self.bytes_experts = 0.0
+            self._untouched = 1.0
+        self.moe_layers = moe_layers
+        self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
+        self.flops_per_row = 2.0 * n_head / gpu.flops       # the lm_head, per sampled row
+        self.attn_per_pair = 4.0 * arch.num_layers * (arch.num_heads / tp) * arch.head_dim / gpu.flops
+        self.kv_per_token = self.kv_bytes_per_token / gpu.bandwidth
+        self.all_reduces = 2 * arch.num_layers if tp > 1 else 0
+        self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.nvlink_bandwidth) if tp > 1 else 0.0
+        self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
+        self._set_constants(c)
+
+    def _set_constants(self, c: PerfConstants) -> None:
+        bw = self.gpu.bandwidth
+        self._w_fixed = self.bytes_fixed / (c.eta_w * bw)
+        self._w_experts = self.bytes_experts / (c.eta_w * bw)
+        self._c_lin = self.flops_per_token / c.eta_f
+        self._c_head = self.flops_per_row / c.eta_f
+        self._c_attn = self.attn_per_pair / c.eta_a
+        self._c_kv = self.kv_per_token / c.eta_kv
+        self._comm0 = self.all_reduces * c.t_ar
+        self._c_comm = self.all_reduces * self.ar_per_token / c.eta_ar
+        layers = self.arch.num_layers
+        self._fixed = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers
+                       + (c.t_eager * layers if self.enforce_eager else 0.0))
+        self._t_seq = c.t_seq
+
+    def padded(self, tokens: int) -> int:
+        """Tokens the GPU runs for a step of ``tokens``: the next CUDA-graph capture size, or
+        ``tokens`` itself above the largest (and always with ``--enforce-eager``)."""
+        if tokens > self.max_graph:
+            return tokens
+        sizes = self.graph_sizes
+        return sizes[bisect.bisect_left(sizes, tokens)]
+
+    def step_time(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
+                  prefill_pairs: float, prefill_context: int, kv_reload_tokens: int = 0) -> float:
+        """Seconds for one engine step (the aggregates of
+        :class:`~generation.engine.scheduler.StepPlan`); 0.0 for an empty step."""
+        tokens = num_decode + prefill_tokens
+        if tokens <= 0:
+            return 0.0
+        rows = num_decode + num_chunks
+        padded = tokens if tokens > self.max_graph else self.padded(tokens)
+        w = self._w_fixed
+        if self._w_experts:
+            w += self._w_experts * (1.0 - self._untouched ** padded)
+        f = self._c_lin * padded + self._c_head * rows
+        a = self._c_attn * (decode_context + prefill_pairs)
+        kv = self._c_kv * (decode_context + prefill_context + tokens)
+        t = (self._fixed + self._t_seq * rows + (w if w > f else f) + (a if a > kv else kv)
+             + self._comm0 + self._c_comm * padded)
+        if kv_reload_tokens:
+            t += kv_reload_tokens * self.reload_per_token
+        return t
+
+    def terms(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
+              prefill_pairs: float, prefill_context: int) -> dict[str, float]:
+        """The step's terms in seconds and which bound is active, for logs and docs."""
+        tokens = num_decode + prefill_tokens
+        padded = self.padded(tokens) if tokens else 0
+        rows = num_decode + num_chunks
+        w = self._w_fixed + self._w_experts * (1.0 - self._untouched ** padded)
+        return {"fixed": self._fixed + self._t_seq * rows, "weights": w,
+                "gemm_flops": self._c_lin * padded + self._c_head * rows,
+                "attn_flops": self._c_attn * (decode_context + prefill_pairs),
+                "kv_read": self._c_kv * (decode_context + prefill_context + tokens),
+                "tp_comm": (self._comm0 + self._c_comm * padded) if tokens else 0.0,
+                "total": self.step_time(num_decode, decode_context, num_chunks, prefill_tokens,
+                                        prefill_pairs, prefill_context)}
+
+    def frontend_time(self) -> float:
+        """The fixed frontend latency a request's first token carries (in + out), seconds."""
+        return self.constants.fe_in + self.constants.fe_out
+
+    def frontend(self) -> "Frontend":
+        """A new :class:`Frontend` with this model's constants."""
+        return Frontend(self.constants)
+
+
+class Frontend:
+    """vLLM's API server process as one first-come-first-served CPU (module docstring).
+
+    :meth:`admit` returns when a request reaches the engine's queue; :meth:`emit` when a step's
+    tokens reach the clients.  Both occupy the same CPU, so output streaming slows admission and
+    a burst is admitted over ``n x (fe_request + prompt x fe_prompt_token)`` seconds.  Times are
+    the caller's clock, seconds."""
+
+    __slots__ = ("c", "free", "busy")
+
+    def __init__(self, constants: PerfConstants) -> None:
+        self.c = constants
+        self.free = 0.0             # when the CPU is next idle
+        self.busy = 0.0             # total CPU seconds used (utilisation = busy / elapsed)
+
+    def admit(self, arrival: float, prompt_tokens: int) -> float:
+        c = self.c
+        cost = c.fe_request + c.fe_prompt_token * prompt_tokens
+        start = self.free if self.free > arrival else arrival
+        self.free = start + cost
+        self.busy += cost
+        return self.free + c.fe_in
+
+    def emit(self, end: float, tokens: int) -> float:
+        c = self.c
+        cost = c.fe_output_token * tokens
+        start = self.free if self.free > end else end
+        self.free = start + cost
+        self.busy += cost
+        return self.free + c.fe_out
+
+
+def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
+                     profile_path: str = "", enforce_eager: bool = False,
+                     cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
+                     async_scheduling: bool = True):
+    """The step-time model a configuration asks for (``--step-time-profile``, ``--gpu``, ...).
+
+    Without a profile: :class:`StepModel` with the GPU's fitted profile.  A profile of
+    :class:`PerfConstants` (JSON or YAML, flat or under ``constants``, as :mod:`.fit` writes)
+    gives a :class:`StepModel` with those constants; a profile in the earlier format (the
+    roofline's ``StepConstants`` keys such as ``t_frontend``, or a measured ``step_table``)
+    gives that model (:func:`generation.engine.step_time.build_step_time`).  Raises
+    ConfigError for an unreadable profile or invalid values."""
+    kw = dict(tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
+              cudagraph_capture_sizes=cudagraph_capture_sizes,
+              max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling)
+    if not profile_path:
+        return StepModel(gpu, arch, constants=load_constants(gpu.name)[0], **kw)
+    import yaml
+    try:
+        with open(os.fspath(profile_path), encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"step-time profile {profile_path}: no such file", param="step-time-profile")
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"step-time profile {profile_path}: cannot parse ({e})", param="step-time-profile")
+    values = data.get("constants", data) if isinstance(data, dict) else data
+    if isinstance(values, dict) and values and set(values) <= set(CONSTANT_NAMES) and "step_table" not in data:
+        c = replace(load_constants(gpu.name)[0], **values).validate(f"step-time profile {profile_path}")
+        return StepModel(gpu, arch, constants=c, **kw)
+    from ..step_time import build_step_time
+    return build_step_time(gpu, arch, tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+                           profile_path=profile_path)

@@ -1,0 +1,85 @@
+"""The fidelity harness (bench/engine_fidelity.py, generation/engine/perf/groundtruth.py): the
+workloads it rebuilds, the peer benchmark's scoring, and a short replay of a real run end to end.
+A check that the harness works, not an accuracy gate (the figures are in the README, from
+``python bench/engine_fidelity.py``).  Unit tier, virtual time, seconds."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from generation.engine.perf import groundtruth as gt
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+EXPS = {e["name"]: e for e in gt.load_experiments()}
+TRACED = "20260217-155451-llama-2-7b-tp1-codegen"
+REBUILT = "16-llama-3-1-8b-tp1-general-1"
+
+
+def test_the_shipped_data():
+    assert len(EXPS) == 59
+    groups = [g for e in EXPS.values() for g in e["groups"]]
+    assert (groups.count("main38"), groups.count("default16"), groups.count("trainval")) == (38, 16, 13)
+    assert sum(1 for e in EXPS.values() if e.get("trace")) == 16
+
+
+def test_a_traced_workload_keeps_its_arrivals_and_prompts():
+    reqs = gt.workload(EXPS[TRACED])
+    assert len(reqs) == 9000
+    assert reqs[0].arrival == 0.0 and reqs[1].arrival == pytest.approx(0.05349)
+    assert {r.output_tokens for r in reqs} == {247}             # ignore_eos: max_tokens exactly
+    assert reqs[0].prompt_tokens == 591
+    assert len({r.prompt for r in reqs}) == 100                 # inference-perf's 10 x 10 prompts, cycled
+    assert [r.prompt for r in reqs[:100]] == [r.prompt for r in reqs[100:200]]
+    assert {r.group for r in reqs} == set(range(10)) and {r.system_tokens for r in reqs} == {105}
+
+
+def test_a_rebuilt_workload_is_seeded_poisson_per_stage():
+    e = EXPS[REBUILT]                                          # 8 req/s for 600 s, then 20 req/s
+    reqs = gt.workload(e, seed=0)
+    assert reqs == gt.workload(e, seed=0) and reqs != gt.workload(e, seed=1)
+    s0 = [r for r in reqs if r.arrival <= 600]
+    assert abs(len(s0) - 4800) < 250 and abs(len(reqs) - len(s0) - 12000) < 400
+    assert {r.prompt_tokens for r in reqs} == {round(547 * gt.PROMPT_EXPANSION)}
+    short = gt.workload(e, duration_scale=0.1)
+    assert max(r.arrival for r in short if r.arrival <= 600) <= 60
+
+
+def test_scoring_is_the_peer_benchmarks():
+    stages = [{"rate": 1, "duration": 10}, {"rate": 2, "duration": 10}]
+    assert [gt.stage_of(t, stages) for t in (0, 10, 10.001, 20, 25)] == [0, 0, 1, 1, 1]
+    assert gt._pct([1, 2, 3, 4], 90) == pytest.approx(3.7)      # numpy's linear percentile
+    outs = [gt.Outcome(1.0, 0.1, 1.1, 11), gt.Outcome(12.0, 0.3, 2.3, 11),
+            gt.Outcome(13.0, float("nan"), 300.0, 0, failed=True)]
+    exp = {"stages": stages, "actual": {"0": {"e2e_mean": 1000.0, "ttft_mean": 100.0, "itl_mean": 100.0},
+                                        "-1": {"e2e_mean": 1000.0, "ttft_mean": 100.0, "itl_mean": 100.0}}}
+    pred = gt.predicted(exp, gt.Simulation(outcomes=outs))
+    assert pred["0"]["e2e_mean"] == pytest.approx(1100) and pred["0"]["itl_mean"] == pytest.approx(100)
+    assert pred["1"]["count"] == 1 and pred["1"]["failures"] == 1
+    assert pred["-1"]["ttft_mean"] == pytest.approx(200) and pred["-1"]["count"] == 2
+    recs = {(r["stage"], r["metric"]): r["ape"] for r in gt.score(exp, pred)}
+    assert recs[("0", "e2e_mean")] == pytest.approx(10.0) and recs[("-1", "ttft_mean")] == pytest.approx(100.0)
+    # measured ITL divides by the output inference-perf counted: here (1000-100)/100 + 1 = 10 tokens
+    assert recs[("0", "itl_mean_counted")] == pytest.approx(abs(1000 / 9 - 100))
+
+
+def test_a_short_replay_of_a_real_run_scores():
+    e = EXPS[REBUILT]
+    sim = gt.simulate(e, duration_scale=0.05)
+    pred = gt.predicted(e, sim)
+    assert pred["0"]["count"] > 150 and pred["-1"]["failures"] == 0
+    recs = gt.score(e, pred)
+    assert {r["metric"] for r in recs} >= set(gt.METRICS)
+    assert all(r["ape"] == r["ape"] for r in recs)             # every record scored
+
+
+def test_the_bench_prints_the_tables(capsys):
+    spec = importlib.util.spec_from_file_location("engine_fidelity", os.path.join(ROOT, "bench", "engine_fidelity.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--set", REBUILT, "--scale", "0.03", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm-sim (this)" in out and "blis-trained-physics" in out and "MAPE (%) by GPU" in out
+    assert len(bench.select(gt.load_experiments(), "main38")) == 38
+    assert len(bench.select(gt.load_experiments(), "test")) == 31

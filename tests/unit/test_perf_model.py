@@ -1,0 +1,156 @@
+"""The performance model (generation/engine/perf/, issue 28): the step model's terms, CUDA-graph
+padding, --enforce-eager, the frontend as a serial CPU, async scheduling in the replay, the
+client timeout, repeated prompts in the prefix cache, and the fitted profiles.  Unit tier,
+virtual time only."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from generation.config.values import ConfigError
+from generation.engine.hardware import gpu_by_name, kv_bytes_per_token, preset
+from generation.engine.perf.step_model import (Frontend, PerfConstants, StepModel, build_step_model,
+                                               cudagraph_sizes, load_constants)
+from generation.engine.replay import TraceRequest, replay
+from generation.engine.scheduler import Scheduler
+
+LLAMA8 = preset("meta-llama/Llama-3.1-8B-Instruct")
+MIXTRAL = preset("mistralai/Mixtral-8x7B-Instruct-v0.1")
+H100 = gpu_by_name("H100")
+C = PerfConstants()                     # the defaults: the tests do not depend on a fit
+
+
+def model(arch=LLAMA8, **kw):
+    kw.setdefault("constants", C)
+    return StepModel(H100, arch, **kw)
+
+
+def test_cudagraph_sizes_are_vllms_defaults():
+    s = cudagraph_sizes()
+    assert s[:6] == [1, 2, 4, 8, 16, 24] and 256 in s and s[-1] == 512 and 264 not in s and 272 in s
+    assert cudagraph_sizes(16) == [1, 2, 4, 8, 16]
+    m = model()
+    assert [m.padded(n) for n in (1, 3, 5, 9, 250, 257, 512, 513, 4000)] == [1, 4, 8, 16, 256, 272, 512, 513, 4000]
+    assert model(enforce_eager=True).padded(3) == 3
+
+
+def test_decode_step_is_the_sum_of_its_terms():
+    m = model()
+    h = H100
+    d, ctx = 3, 3 * 1000
+    padded = 4
+    w = (LLAMA8.n_lin + LLAMA8.n_head) * 2 / (C.eta_w * h.bandwidth)
+    f = (2 * LLAMA8.n_lin * padded + 2 * LLAMA8.n_head * d) / (C.eta_f * h.flops)
+    kv = 131072 * (ctx + d) / (C.eta_kv * h.bandwidth)
+    fixed = C.t0 + C.t_layer * 32 + C.t_seq * d
+    assert m.step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx(fixed + max(w, f) + kv, rel=1e-12)
+    t = m.terms(d, ctx, 0, 0, 0.0, 0)
+    assert t["total"] == pytest.approx(t["fixed"] + max(t["weights"], t["gemm_flops"]) + t["kv_read"])
+    assert m.step_time(0, 0, 0, 0, 0.0, 0) == 0.0
+
+
+def test_eager_pays_per_layer_and_tensor_parallel_pays_all_reduces():
+    eager, graphs = model(enforce_eager=True), model()
+    assert eager.step_time(8, 8000, 0, 0, 0, 0) - graphs.step_time(8, 8000, 0, 0, 0, 0) == pytest.approx(
+        C.t_eager * 32, rel=1e-9)
+    tp2 = model(tp=2)
+    comm = 2 * 32 * (C.t_ar + 8 * 4096 * 2 * 2 * 0.5 / H100.nvlink_bandwidth / C.eta_ar)
+    t = tp2.terms(8, 8000, 0, 0, 0, 0)
+    assert t["tp_comm"] == pytest.approx(comm, rel=1e-9)
+    assert tp2.kv_bytes_per_token == kv_bytes_per_token(LLAMA8, tp=2)
+
+
+def test_moe_reads_the_experts_its_tokens_touch_and_pays_per_moe_layer():
+    m = model(MIXTRAL, tp=2)
+    one = m.terms(1, 1000, 0, 0, 0, 0)
+    many = m.terms(64, 64000, 0, 0, 0, 0)
+    assert many["weights"] > 1.9 * one["weights"]      # top-2 of 8: 1 token reads 2/8, 64 read ~all
+    assert one["fixed"] - model(tp=2).terms(1, 1000, 0, 0, 0, 0)["fixed"] == pytest.approx(C.t_moe * 32)
+
+
+def test_kv_reload_from_a_cpu_tier_costs_pcie_time():
+    m = model()
+    base = m.step_time(4, 4000, 0, 0, 0, 0)
+    assert m.step_time(4, 4000, 0, 0, 0, 0, kv_reload_tokens=1000) - base == pytest.approx(
+        1000 * 131072 / 25e9)
+
+
+def test_frontend_is_one_serial_cpu():
+    c = PerfConstants(fe_in=0.003, fe_out=0.002, fe_request=0.001, fe_prompt_token=1e-6, fe_output_token=1e-5)
+    fe = Frontend(c)
+    # a burst of 100 requests of 1,000 tokens at t=0 reaches the engine over 100 x 2 ms
+    times = [fe.admit(0.0, 1000) for _ in range(100)]
+    assert times[0] == pytest.approx(0.002 + 0.003) and times[-1] == pytest.approx(0.2 + 0.003)
+    # streaming shares the CPU: 50 tokens at t=0.1 wait for the admissions
+    assert fe.emit(0.1, 50) == pytest.approx(0.2 + 50 * 1e-5 + 0.002)
+    assert fe.busy == pytest.approx(0.2 + 50 * 1e-5)
+    later = Frontend(c)
+    assert later.admit(5.0, 0) == pytest.approx(5.0 + 0.001 + 0.003)
+
+
+def _sched(**kw):
+    args = dict(num_gpu_blocks=1000, block_size=16, max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=4096)
+    args.update(kw)
+    return Scheduler(**args)
+
+
+class FixedStep:
+    """10 ms per step; async planning as asked; no frontend."""
+
+    def __init__(self, async_scheduling):
+        self.async_scheduling = async_scheduling
+        self.kv_bytes_per_token = 0
+
+    def step_time(self, *a):
+        return 0.010
+
+    def frontend_time(self):
+        return 0.0
+
+
+def test_async_scheduling_plans_a_step_ahead():
+    # request A keeps the engine stepping; B arrives 5 ms into A's first step
+    trace = [TraceRequest(0.0, 16, 20), TraceRequest(0.005, 16, 2)]
+    sync = replay(_sched(), FixedStep(False), trace)
+    asyn = replay(_sched(), FixedStep(True), trace)
+    b_sync = next(r for r in sync.requests if r.arrival == 0.005)
+    b_async = next(r for r in asyn.requests if r.arrival == 0.005)
+    assert b_sync.first_token == pytest.approx(0.020)      # the step after the one it arrived in
+    assert b_async.first_token == pytest.approx(0.030)     # one more: step 2 was planned at 0.0
+    a = next(r for r in asyn.requests if r.arrival == 0.0)
+    assert a.first_token == pytest.approx(0.010)           # an idle engine plans at once
+
+
+def test_client_timeout_aborts_and_frees():
+    trace = [TraceRequest(0.0, 16, 1000), TraceRequest(0.0, 16, 5)]
+    res = replay(_sched(), FixedStep(False), trace, timeout=1.0)
+    assert [r.output_len for r in res.requests] == [5] and len(res.timed_out) == 1
+    assert res.timed_out[0].state == "aborted" and res.timed_out[0].blocks == 0
+    assert res.duration == pytest.approx(1.0, abs=0.011)
+
+
+def test_repeated_prompts_hit_every_full_block():
+    bs = 16
+    trace = [TraceRequest(0.0, 100, 2, prefix_group="g", prefix_tokens=40, prompt="p1"),
+             TraceRequest(1.0, 100, 2, prefix_group="g", prefix_tokens=40, prompt="p1"),
+             TraceRequest(2.0, 100, 2, prefix_group="g", prefix_tokens=40, prompt="p2")]
+    res = replay(_sched(), FixedStep(False), trace)
+    hits = [r.cached_tokens for r in sorted(res.requests, key=lambda r: r.arrival)]
+    assert hits == [0, 100 // bs * bs, 40 // bs * bs]       # 96 (whole prompt), 32 (the group's prefix)
+
+
+def test_profiles_load_and_validate(tmp_path):
+    c, src = load_constants("H100")
+    assert src.endswith("h100.json") and c.validate() is c
+    assert load_constants("NoSuchGPU")[1] == "defaults"
+    p = tmp_path / "mine.json"
+    p.write_text(json.dumps({"constants": {"t0": 0.001, "eta_w": 0.9}}))
+    m = build_step_model(H100, LLAMA8, profile_path=str(p))
+    assert isinstance(m, StepModel) and m.constants.t0 == 0.001 and m.constants.eta_w == 0.9
+    p.write_text(json.dumps({"constants": {"eta_w": 7}}))
+    with pytest.raises(ConfigError, match="eta_w"):
+        build_step_model(H100, LLAMA8, profile_path=str(p))
+    legacy = tmp_path / "old.yaml"
+    legacy.write_text("t_frontend: 5ms\n")
+    assert not isinstance(build_step_model(H100, LLAMA8, profile_path=str(legacy)), StepModel)
