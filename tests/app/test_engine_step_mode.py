@@ -9,7 +9,7 @@ import pytest
 from support import make_app, metric, scrape, sse_events
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
-STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer")
+STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--vllm-version", "0.33.0")   # 16-token blocks
 
 
 def client(app_client, *flags):
@@ -19,6 +19,15 @@ def client(app_client, *flags):
 def completion(c, prompt_tokens: int, max_tokens: int, **extra):
     body = {"prompt": list(range(100, 100 + prompt_tokens)), "max_tokens": max_tokens, "ignore_eos": True, **extra}
     return c.post("/v1/completions", json=body)
+
+
+def test_cache_config_info_shows_the_release_defaults_in_use(app_client):
+    c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", model=LLAMA)       # 0.34.0
+    m = scrape(c)
+    labels = {k[1] for k in m if k[0] == "vllm:cache_config_info"}
+    assert labels == {frozenset({("block_size", "64"), ("engine", "0"), ("num_gpu_blocks", "7502")})}
+    c = client(app_client, "--num-gpu-blocks-override", "100")                                    # 0.33.0
+    assert metric(scrape(c), "vllm:cache_config_info", block_size="16", num_gpu_blocks="100") == 1
 
 
 def test_metrics_come_from_the_engine_steps(app_client):
