@@ -188,11 +188,15 @@ def read_trace(path: str) -> list[TraceRequest]:
 
 def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs") -> Scheduler:
     """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`),
-    the same for the server and the replay."""
+    the same for the server and the replay: the KV blocks, the limits, prefix caching and
+    chunked prefill on or off, and the CPU KV tier."""
     return Scheduler(num_gpu_blocks=settings.num_gpu_blocks, block_size=settings.block_size,
                      max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
-                     max_loras=max_loras, policy=policy)
+                     max_loras=max_loras, policy=policy,
+                     enable_prefix_caching=getattr(settings, "enable_prefix_caching", True),
+                     enable_chunked_prefill=getattr(settings, "enable_chunked_prefill", True),
+                     num_cpu_blocks=getattr(settings, "num_cpu_blocks", 0))
 
 
 def plot(result: ReplayResult, path: str, title: str = "") -> None:

@@ -183,6 +183,16 @@ def test_prefix_cache_hits_cut_the_prefill(app_client):
     assert sim.engine.scheduler.free_blocks == sim.engine.scheduler.num_gpu_blocks
 
 
+def test_no_enable_prefix_caching_computes_every_prompt(app_client):
+    c = client(app_client, "--max-model-len", "4096", "--no-enable-prefix-caching")
+    for _ in range(2):
+        assert completion(c, 2000, 2).status_code == 200
+    m = scrape(c)
+    assert metric(m, "vllm:prefix_cache_queries_total") == 0 and metric(m, "vllm:prefix_cache_hits_total") == 0
+    assert metric(m, "vllm:prompt_tokens_by_source_total", source="local_compute") == 4000
+    assert c.sim.engine.scheduler.pool.num_cached == 0
+
+
 def test_remote_prefill_waits_for_the_kv_transfer_and_remote_decode_is_prefill_only(app_client):
     c = client(app_client, "--max-model-len", "8192", "--kv-transfer-bandwidth", "1")   # 1 GB/s
     kv = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "e", "remote_block_ids": [1],
