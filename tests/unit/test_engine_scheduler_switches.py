@@ -210,3 +210,13 @@ def test_pool_cpu_lookup_and_lru():
     pool.touch_cpu(["b"])                           # b is now the most recently used
     pool._offload(["c"])
     assert pool.lookup_cpu(["a"], 0, 1) == 0 and pool.lookup_cpu(["b", "c"], 0, 2) == 2
+
+
+def test_a_replay_finds_evicted_group_prefixes_in_the_cpu_tier():
+    # 4 groups of a 128-token prefix (8 blocks), one request at a time, a 24-block GPU pool:
+    # each group's blocks are evicted before the group comes back, unless the CPU tier keeps them
+    trace = [TraceRequest(float(i), 256, 1, f"g{i % 4}", 128) for i in range(8)]
+    gpu_only = replay(sched(num_gpu_blocks=24), FixedStep(), trace)
+    tiered = replay(sched(num_gpu_blocks=24, num_cpu_blocks=64), FixedStep(), trace)
+    assert [r.cached_tokens for r in gpu_only.requests] == [0] * 8
+    assert [r.cached_tokens for r in tiered.requests] == [0] * 4 + [128] * 4
