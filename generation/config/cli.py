@@ -69,7 +69,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
             unit = f" {o.unit}" if o.unit and o.type != "duration" else ""
             text += f" (default: {_default_text(o)}{unit})"
             names = _flag_names(o)
-            if o.type in ("list", "lora"):
+            if o.type in ("list", "lora", "ints"):
                 g.add_argument(*names, dest=o.name, nargs="*", help=text.replace("%", "%%"))
             else:
                 g.add_argument(*names, dest=o.name, metavar="BOOL" if o.type == "bool" else o.type.upper(),
@@ -94,7 +94,7 @@ def _flag_names(o: Option) -> list[str]:
 
 _BOOL_FLAGS = {f for o in OPTIONS.values() if o.type == "bool" and o.cli for f in _flag_names(o)} | \
     {f"--{n}" for n, v in IGNORED_FLAGS.items() if not v}
-_VALUE_FLAGS = {f for o in OPTIONS.values() if o.cli and o.type not in ("bool", "list", "lora")
+_VALUE_FLAGS = {f for o in OPTIONS.values() if o.cli and o.type not in ("bool", "list", "lora", "ints")
                 for f in _flag_names(o)} | {"--config"} | \
     {f"--{n}" for n, v in IGNORED_FLAGS.items() if v} | \
     {a for a, n in _IGNORED_ALIASES.items() if IGNORED_FLAGS[n]}

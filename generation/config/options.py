@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .values import ConfigError, parse_bool, parse_duration
+from .vllm_versions import NEWEST as NEWEST_VLLM
 
 
 DEFAULT_MODEL = "test-model"
@@ -54,6 +55,7 @@ class LoraModule:
 @dataclass(frozen=True)
 class Option:
     """One option.  ``type``: int | float | str | bool | duration (seconds) | list (of str) |
+    ints (list of int) | size (int; ``8G``, ``500M``, ``2k`` as vLLM's ``human_readable_int``) |
     lora (list of LoraModule) | json (object or None).  ``env``: environment variable that sets
     it (beats YAML, loses to the command line).  ``admin``: settable at run time through
     ``POST /admin/config``.  ``cli=False``: environment only (``POD_IP``...), shown by
@@ -122,6 +124,17 @@ _declare("model",
                 "architecture; else the Hugging Face cache, then the shipped presets)"),
          Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
                 "doubles the FLOP/s)"),
+         Option("vllm-version", "str", NEWEST_VLLM, "vLLM release whose defaults step mode takes where the flag is not "
+                "given: --block-size (16 before 0.34, 64 from 0.34) and --gpu-memory-utilization (0.9 before 0.21, "
+                "0.92 from 0.21, 1.0 from 0.34)"),
+         Option("enforce-eager", "bool", False, "No CUDA graphs: every step runs eagerly (stored for step mode's "
+                "timing)"),
+         Option("cuda-graph-sizes", "ints", [], "Batch sizes captured as CUDA graphs (vLLM's "
+                "`cudagraph_capture_sizes`; empty: vLLM's default sizes up to --max-cudagraph-capture-size; stored "
+                "for step mode's timing)"),
+         Option("max-cudagraph-capture-size", "int", None, "Largest batch captured as a CUDA graph (empty: "
+                "vLLM's default, or the largest --cuda-graph-sizes; stored for step mode's timing)", nullable=True,
+                unit="sequences"),
          Option("runner", "str", "auto", "vLLM's model runner: `pooling` serves an embedding, classification or "
                 "scoring model (`/pooling`, `/classify`, `/score`, `/rerank`, `/v2/embed`) instead of generation "
                 "(`auto` = `generate`; `draft` is served as `generate`)", choices=("auto", "generate", "pooling", "draft")),
@@ -184,6 +197,11 @@ _declare("scheduler",
                 "or 4% of --max-model-len with --max-num-partial-prefills > 1)", unit="tokens"),
          Option("max-num-partial-prefills", "int", 1, "Concurrent partial prefills (step mode; > 1 sets the "
                 "long-prefill threshold as vLLM does)"),
+         Option("enable-chunked-prefill", "bool", True, "Split a long prefill over several steps (step mode; "
+                "--no-enable-chunked-prefill: a prompt is scheduled whole or waits, and --max-num-batched-tokens "
+                "defaults to at least --max-model-len)"),
+         Option("async-scheduling", "bool", None, "Schedule the next step while the current one runs (stored for "
+                "step mode's timing; not given: the version's default)", nullable=True),
          Option("scheduling-policy", "str", "fcfs", "Order of the waiting queue: `fcfs`, or `priority` (the "
                 "request field `priority`, lower first, then arrival; in step mode the lowest-priority running "
                 "request is the one preempted)", choices=("fcfs", "priority")))
@@ -224,6 +242,16 @@ _declare("cache",
                 "the KV cache)", maximum=1.0),
          Option("num-gpu-blocks-override", "int", None, "KV cache size in blocks, instead of what the GPU's "
                 "memory allows (step mode)", nullable=True, unit="blocks"),
+         Option("kv-cache-memory-bytes", "size", None, "KV cache size per GPU, instead of what "
+                "--gpu-memory-utilization leaves (step mode; `8G` = 8 GiB, `500M`, `2k` = 2,000 as vLLM reads them)",
+                nullable=True, unit="bytes"),
+         Option("enable-prefix-caching", "bool", True, "Reuse cached prompt blocks (step mode; "
+                "--no-enable-prefix-caching: no lookups, no hits)"),
+         Option("kv-offloading-size", "float", None, "CPU tier for KV blocks, summed over the tensor-parallel "
+                "ranks (step mode: blocks evicted from the GPU stay there, least recently used out first, and a "
+                "prefix hit there is reloaded)", nullable=True, unit="GiB"),
+         Option("cpu-offload-gb", "float", 0.0, "CPU space per GPU; step mode uses it as the CPU KV tier when "
+                "--kv-offloading-size is not given (vLLM offloads weights there)", unit="GiB"),
          Option("kv-cache-dtype", "str", "auto", "KV cache data type (step mode: fp8 halves its bytes)",
                 choices=("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")),
          Option("hash-seed", "str", "", "Seed of the KV block hashes", env="PYTHONHASHSEED"),
@@ -320,13 +348,10 @@ IGNORED_FLAGS: dict[str, bool] = {
     "load-format": True, "config-format": True, "hf-token": True,
     "hf-overrides": True, "generation-config": True, "override-generation-config": True,
     "model-impl": True, "max-seq-len-to-capture": True,
-    "disable-sliding-window": False, "skip-tokenizer-init": False, "enforce-eager": False,
+    "disable-sliding-window": False, "skip-tokenizer-init": False,
     "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
     # memory / cache / scheduler
-    "swap-space": True, "cpu-offload-gb": True,
-    "enable-prefix-caching": False,
-    "enable-chunked-prefill": False,
-    "async-scheduling": False,
+    "swap-space": True,
     "kv-transfer-config": True, "kv-events-config": True, "ec-transfer-config": True,
     "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
     # parallelism
@@ -356,8 +381,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "preemption-mode": True, "scheduler-delay-factor": True, "max-long-partial-prefills": True,
     "disable-cascade-attn": False, "tokenizer-pool-size": True, "enable-prompt-embeds": False,
     "max-context-len-to-capture": True, "use-v2-block-manager": False, "worker-use-ray": False,
-    "ray-workers-use-nsight": False, "attention-backend": True, "cuda-graph-sizes": True,
-    "max-cudagraph-capture-size": True, "kv-cache-memory-bytes": True, "kv-offloading-size": True,
+    "ray-workers-use-nsight": False, "attention-backend": True,
     "kv-offloading-backend": True, "lora-extra-vocab-size": True, "speculative-model": True,
     "num-speculative-tokens": True, "disable-mm-preprocessor-cache": False, "pooler-config": True, "profiler-config": True,
     "override-pooler-config": True, "show-hidden-metrics-for-version": True, "enable-mfu-metrics": False,
@@ -409,6 +433,20 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
             if not isinstance(value, (list, tuple)):
                 raise ValueError("must be a list")
             return [str(v) for v in value]
+        if kind == "ints":                     # CLI: one value per item, or "1,2,4"; YAML: a list
+            if value is None:
+                return []
+            items = value if isinstance(value, (list, tuple)) else [value]
+            out = []
+            for it in items:
+                parts = [p for p in str(it).replace(",", " ").split()] if isinstance(it, str) else [it]
+                for p in parts:
+                    if isinstance(p, bool) or (isinstance(p, float) and not p.is_integer()):
+                        raise ValueError(f"{p!r} is not an integer")
+                    out.append(int(p))
+            return out
+        if kind == "size":
+            return human_readable_int(value)
         if kind == "json":                     # CLI: one JSON string; YAML / admin: an object
             obj = json.loads(value) if isinstance(value, str) else value
             if obj is not None and not isinstance(obj, dict):
@@ -421,6 +459,30 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
     except (ValueError, TypeError, OverflowError, json.JSONDecodeError) as e:
         raise ConfigError(f"invalid value for --{key}: {value!r} ({e})", key) from None
     raise ConfigError(f"unknown option kind {kind}")
+
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(value: Any) -> int:
+    """An integer as vLLM's ``human_readable_int`` reads it: a plain integer, or a number with a
+    decimal suffix (``k`` = 1,000, ``m``, ``g``, ``t``; ``25.6k`` = 25,600) or a binary one (``K``
+    = 1,024, ``M``, ``G``, ``T``; no decimals: ``1.5G`` is refused).  Raises ValueError."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{value!r} is not an integer")
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = str(value).strip()
+    if text[-1:] in _DECIMAL or text[-1:] in _BINARY:
+        number, suffix = text[:-1], text[-1]
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if not number.isdigit():
+            raise ValueError(f"decimals are not allowed with binary suffixes like {suffix}; did you mean "
+                             f"{number}{suffix.lower()}?")
+        return int(number) * _BINARY[suffix]
+    return int(text)
 
 
 def _lora_module(item: Any) -> LoraModule:

@@ -11,6 +11,7 @@ from typing import Any
 from generation.metrics.fake_metrics_spec import parse_fake_metrics
 from .values import ConfigError, format_duration
 from .options import FAILURE_TYPES, OPTIONS, Option, coerce
+from .vllm_versions import parse_version
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,6 +139,7 @@ class SimConfig:
         if self.event_batch_size < 1:
             raise ConfigError("event batch size cannot less than 1", "event-batch-size")
         self._validate_kv_events()
+        self._validate_engine_flags()
         if self.fake_metrics is not None:
             try:
                 parse_fake_metrics(self.fake_metrics, self.max_model_len)
@@ -188,6 +190,35 @@ class SimConfig:
         self._validate_generic()
         if self.enable_kvcache and not self.pod_ip:
             raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
+
+    def _validate_engine_flags(self) -> None:
+        """vLLM's engine flags that step mode reads (``--vllm-version``, the CPU KV tier, the KV
+        cache's size in bytes, the CUDA-graph sizes): their bounds, with vLLM's message where
+        vLLM has one."""
+        parse_version(self.vllm_version)
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
+            raise ConfigError(f"kv-cache-memory-bytes must be positive, got {self.kv_cache_memory_bytes}",
+                              "kv-cache-memory-bytes")
+        if self.kv_offloading_size is not None and self.kv_offloading_size <= 0:
+            raise ConfigError(f"kv-offloading-size must be positive (GiB), got {self.kv_offloading_size:g}",
+                              "kv-offloading-size")
+        if self.cpu_offload_gb < 0:
+            raise ConfigError(f"cpu-offload-gb cannot be negative, got {self.cpu_offload_gb:g}", "cpu-offload-gb")
+        bad = [n for n in self.cuda_graph_sizes if n < 1]
+        if bad:
+            raise ConfigError(f"cuda-graph-sizes must be positive batch sizes, got {bad[0]}", "cuda-graph-sizes")
+        cap = self.max_cudagraph_capture_size
+        if cap is not None and cap < 0:
+            raise ConfigError(f"max-cudagraph-capture-size cannot be negative, got {cap}", "max-cudagraph-capture-size")
+        if cap is not None and self.cuda_graph_sizes and cap != max(self.cuda_graph_sizes):
+            raise ConfigError(f"customized max_cudagraph_capture_size(={cap}) should be consistent with the max "
+                              f"value of cudagraph_capture_sizes(={max(self.cuda_graph_sizes)})",
+                              "max-cudagraph-capture-size")
+
+    @property
+    def vllm_release(self) -> tuple:
+        """``--vllm-version`` as ``(major, minor, patch)`` (``(0, 34, 0)``)."""
+        return parse_version(self.vllm_version)
 
     def _validate_generic(self) -> None:
         """Rules every option of a type follows: choices, finite and non-negative durations and
@@ -330,7 +361,10 @@ def ignored_flags(config: SimConfig) -> list[str]:
 # vLLM's flags that take effect only with --latency-calculator step (the engine model)
 STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization", "tensor-parallel-size",
              "kv-cache-dtype", "num-gpu-blocks-override", "hf-config-path", "long-prefill-token-threshold",
-             "max-num-partial-prefills", "gpu", "step-time-profile", "step-time-jitter", "kv-transfer-bandwidth")
+             "max-num-partial-prefills", "gpu", "step-time-profile", "step-time-jitter", "kv-transfer-bandwidth",
+             "vllm-version", "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
+             "enable-chunked-prefill", "async-scheduling", "kv-cache-memory-bytes", "enable-prefix-caching",
+             "kv-offloading-size", "cpu-offload-gb")
 
 
 def step_only_flags(config: SimConfig) -> list[str]:

@@ -12,6 +12,12 @@
   later request whose leading block hashes are known finds those blocks (:meth:`lookup`) and
   holds them again instead of computing them.
 
+With ``num_cpu_blocks`` > 0 (``--kv-offloading-size``), a cached block handed out again is not
+forgotten: its hash moves to a CPU tier of that many blocks, least recently used out first, where
+a later request finds it (:meth:`lookup_cpu`) and reloads it instead of computing it.  vLLM's
+native offloading writes every computed block through to the CPU; keeping the blocks the GPU
+evicts holds the same blocks whenever the CPU tier is the only copy, which is what a reload needs.
+
 Memory and time are O(blocks ever used), not O(cache size): a 1M-block cache costs nothing until
 it is used.  Pure logic, no clock; the scheduler (:mod:`generation.engine.scheduler`) is the one
 caller.
@@ -23,11 +29,13 @@ from collections import OrderedDict
 
 class BlockPool:
     """``num_blocks`` KV blocks.  ``on_evict(hashes)`` is told the hashes of cached blocks that
-    were handed out again (vLLM's ``BlockRemoved`` events), once per allocation that evicts."""
+    were handed out again (vLLM's ``BlockRemoved`` events), once per allocation that evicts.
+    ``num_cpu_blocks``: the CPU tier's size in blocks (0: none)."""
 
-    __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "on_evict")
+    __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "on_evict",
+                 "num_cpu_blocks", "_cpu")
 
-    def __init__(self, num_blocks: int, on_evict=None):
+    def __init__(self, num_blocks: int, on_evict=None, num_cpu_blocks: int = 0):
         self.num_blocks = num_blocks
         self.num_free = num_blocks                      # never used + recycled
         self._fresh = 0                                 # ids below this were handed out once
@@ -36,6 +44,8 @@ class BlockPool:
         self._hash_of: dict = {}                        # cached block -> its hash
         self._cached: dict = {}                         # hash -> cached block
         self.on_evict = on_evict
+        self.num_cpu_blocks = num_cpu_blocks
+        self._cpu: OrderedDict = OrderedDict()          # hashes in the CPU tier, least recently used first
 
     # ---- state ---------------------------------------------------------------------------
     @property
@@ -88,6 +98,41 @@ class BlockPool:
             else:
                 ref[b] = c + 1
 
+    # ---- the CPU tier ----------------------------------------------------------------------
+    @property
+    def num_cpu_cached(self) -> int:
+        """Blocks held in the CPU tier."""
+        return len(self._cpu)
+
+    def lookup_cpu(self, hashes, start: int, max_blocks: int) -> int:
+        """How many of ``hashes[start:]`` are in the CPU tier, in a leading run, at most
+        ``max_blocks`` (0 without a CPU tier): blocks a request reloads after its GPU hits."""
+        cpu = self._cpu
+        if not cpu:
+            return 0
+        n = 0
+        for i in range(start, min(len(hashes), start + max_blocks)):
+            if hashes[i] not in cpu:
+                break
+            n += 1
+        return n
+
+    def touch_cpu(self, hashes) -> None:
+        """``hashes`` were reloaded: the most recently used in the CPU tier."""
+        move = self._cpu.move_to_end
+        for h in hashes:
+            move(h)
+
+    def _offload(self, hashes) -> None:
+        cpu = self._cpu
+        for h in hashes:
+            if h in cpu:
+                cpu.move_to_end(h)
+            else:
+                cpu[h] = None
+        while len(cpu) > self.num_cpu_blocks:
+            cpu.popitem(last=False)
+
     # ---- allocation ------------------------------------------------------------------------
     def allocate(self, n: int) -> list[int]:
         """Hand out ``n`` free blocks (the caller checked ``num_free``), each held once; cached
@@ -118,8 +163,11 @@ class BlockPool:
                         evicted = []
                     evicted.append(h)
                 out.append(b)
-            if evicted and self.on_evict is not None:
-                self.on_evict(evicted)
+            if evicted:
+                if self.num_cpu_blocks:
+                    self._offload(evicted)
+                if self.on_evict is not None:
+                    self.on_evict(evicted)
         return out
 
     def free(self, blocks) -> None:
@@ -147,10 +195,11 @@ class BlockPool:
         return True
 
     def reset(self, force: bool = False) -> bool:
-        """Forget every hash (``/reset_prefix_cache``).  Refused (False) while requests hold
-        blocks, as vLLM refuses, unless ``force`` (the holders are being reset too)."""
+        """Forget every hash, the CPU tier's too (``/reset_prefix_cache``).  Refused (False) while
+        requests hold blocks, as vLLM refuses, unless ``force`` (the holders are being reset too)."""
         if self._ref and not force:
             return False
         self._cached.clear()
         self._hash_of.clear()
+        self._cpu.clear()
         return True

@@ -21,8 +21,10 @@ import argparse
 import heapq
 import json
 import math
+import os
 import random
 import sys
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -256,30 +258,36 @@ def read_trace(path: str) -> list[TraceRequest]:
 
 def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs") -> Scheduler:
     """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`),
-    the same for the server and the replay."""
+    the same for the server and the replay: the KV blocks, the limits, prefix caching and
+    chunked prefill on or off, and the CPU KV tier."""
     return Scheduler(num_gpu_blocks=settings.num_gpu_blocks, block_size=settings.block_size,
                      max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
-                     max_loras=max_loras, policy=policy)
+                     max_loras=max_loras, policy=policy,
+                     enable_prefix_caching=getattr(settings, "enable_prefix_caching", True),
+                     enable_chunked_prefill=getattr(settings, "enable_chunked_prefill", True),
+                     num_cpu_blocks=getattr(settings, "num_cpu_blocks", 0))
 
 
 def plot(result: ReplayResult, path: str, title: str = "") -> None:
-    """TTFT and ITL over time, KV usage and batch size over time (matplotlib, PNG)."""
+    """TTFT, TPOT (each on its own axis, by arrival), and KV usage and batch size over time
+    (matplotlib, PNG at ``path``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (a, t, b) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     reqs = sorted(result.requests, key=lambda r: r.arrival)
     a.plot([r.arrival for r in reqs], [1000 * (r.first_token - r.arrival) for r in reqs], ".", ms=3, label="TTFT")
-    a.plot([r.arrival for r in reqs], [1000 * (r.finished_at - r.first_token) / max(r.num_output - 1, 1)
-                                       for r in reqs], ".", ms=3, label="TPOT")
-    a.set_ylabel("ms")
-    a.legend()
+    a.set_ylabel("TTFT (ms)")
     a.set_title(title)
-    t = [s[0] for s in result.steps]
-    b.plot(t, [100 * s[1] for s in result.steps], label="KV usage %")
-    b.plot(t, [s[2] for s in result.steps], label="running")
-    b.plot(t, [s[3] for s in result.steps], label="waiting")
+    timed = [r for r in reqs if r.num_output > 1]
+    t.plot([r.arrival for r in timed], [1000 * (r.finished_at - r.first_token) / (r.num_output - 1) for r in timed],
+           ".", ms=3, color="tab:orange", label="TPOT")
+    t.set_ylabel("TPOT (ms)")
+    times = [s[0] for s in result.steps]
+    b.plot(times, [100 * s[1] for s in result.steps], label="KV usage %")
+    b.plot(times, [s[2] for s in result.steps], label="running")
+    b.plot(times, [s[3] for s in result.steps], label="waiting")
     b.set_xlabel("time (s)")
     b.legend()
     fig.tight_layout()
@@ -287,9 +295,89 @@ def plot(result: ReplayResult, path: str, title: str = "") -> None:
     plt.close(fig)
 
 
+def per_request_records(result: ReplayResult) -> list[dict]:
+    """One record per finished request, by arrival (``--per-request``): ``arrival``, ``ttft``,
+    ``e2e`` and ``itl`` (the request's mean inter-token latency: decode time over its tokens
+    after the first; null for a one-token answer) in seconds, ``prompt_tokens``,
+    ``output_tokens``, and ``cached_tokens`` (prefix-cache hits) and ``preemptions``."""
+    out = []
+    for r in sorted(result.requests, key=lambda r: r.arrival):
+        out.append({"arrival": r.arrival, "prompt_tokens": r.prompt_len, "output_tokens": r.num_output,
+                    "ttft": r.first_token - r.arrival, "e2e": r.finished_at - r.arrival,
+                    "itl": (r.finished_at - r.first_token) / (r.num_output - 1) if r.num_output > 1 else None,
+                    "cached_tokens": r.cached_tokens, "preemptions": r.preemptions})
+    return out
+
+
+class _Watch:
+    """What :func:`main` adds to a replay without changing :func:`replay`: a waiting-queue limit
+    (``--max-waiting-queue-length``: a request that reaches the queue when ``limit`` requests
+    already wait beyond the batch's free seats is rejected, as the server answers 429; None: no
+    limit) and progress on stderr (a tqdm bar on a terminal after 2 s, else a line every 10 s of
+    a long run).  It wraps the scheduler's ``add`` and ``complete``; ``rejected`` counts."""
+
+    def __init__(self, scheduler: Scheduler, total: int, limit: int | None, progress: bool):
+        self.scheduler = scheduler
+        self.limit = limit
+        self.rejected = 0
+        self.done = 0
+        self.total = total
+        self.bar = None
+        self.steps = 0
+        self.next_line = time.monotonic() + 10.0
+        self.progress = progress
+        if progress and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="req", file=sys.stderr, delay=2.0, desc="replay",
+                                dynamic_ncols=True)
+            except ImportError:
+                pass
+        self._add, self._complete = scheduler.add, scheduler.complete
+        scheduler.add, scheduler.complete = self.add, self.complete
+
+    def add(self, req: EngineRequest, now: float) -> None:
+        s = self.scheduler
+        if self.limit is not None and \
+                max(0, len(s.waiting) - (s.max_num_seqs - len(s.running))) + 1 > self.limit:
+            req.state = EngineRequest.ABORTED
+            self.rejected += 1
+            self.done += 1
+            return
+        self._add(req, now)
+
+    def complete(self, plan, end: float):
+        emitted = self._complete(plan, end)
+        if self.progress:
+            self.done += sum(1 for r in emitted if r.state == EngineRequest.DONE)
+            self.steps += 1
+            if not self.steps & 1023:
+                self._report(end)
+        return emitted
+
+    def _report(self, now: float) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{now:,.0f} s simulated", refresh=False)
+            self.bar.update(self.done - self.bar.n)
+        elif time.monotonic() >= self.next_line:
+            self.next_line = time.monotonic() + 10.0
+            print(f"replay: {self.done:,}/{self.total:,} requests, {now:,.1f} s simulated", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.update(self.done - self.bar.n)
+            self.bar.close()
+
+
 def main(argv=None) -> int:
+    """``python -m generation.engine.replay``: parse the replay's own flags, hand the rest to the
+    server's configuration (``--gpu``, ``-tp``, ``--vllm-version``, ...), replay, print the
+    summary (text or ``--json``) and write ``--per-request`` / ``--plot``.  Returns 0, or 2 with
+    one ``error:`` line on stderr for a bad flag, configuration or trace."""
     p = argparse.ArgumentParser(prog="python -m generation.engine.replay", description=__doc__.split("\n\n")[0],
-                                epilog="Other flags are the server's (--gpu, --model, --max-num-seqs, ...).")
+                                epilog="Other flags are the server's (--gpu, --model, -tp, --vllm-version, "
+                                       "--max-num-seqs, ...).", allow_abbrev=False)
     p.add_argument("--trace", help="JSON Lines trace (arrival, prompt_tokens, output_tokens)")
     p.add_argument("--rate", type=float, default=0.0, help="synthetic load: Poisson arrivals per second")
     p.add_argument("--concurrency", type=int, default=0, help="closed loop: requests in flight")
@@ -297,7 +385,10 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=1024)
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--plot", help="write a PNG plot here")
+    p.add_argument("--per-request", metavar="FILE", help="write one JSON line per finished request here: arrival, "
+                   "prompt_tokens, output_tokens, ttft, e2e, itl (mean; seconds), cached_tokens, preemptions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     args, rest = p.parse_known_args(argv)
     from generation.config.cli import load_config
     from generation.config.values import ConfigError
@@ -311,9 +402,17 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy)
-    result = replay(sched, settings.step_time, trace, concurrency=args.concurrency,
-                    rng=random.Random(f"{cfg.seed}-steps"), jitter=cfg.step_time_jitter)
+    # the server's --max-waiting-queue-length is the simulator's own (vLLM has no such limit): a
+    # replay applies it only when given
+    limit = cfg.max_waiting_queue_length if "max-waiting-queue-length" in cfg.explicit else None
+    watch = _Watch(sched, len(trace), limit, not args.no_progress)
+    try:
+        result = replay(sched, settings.step_time, trace, concurrency=args.concurrency,
+                        rng=random.Random(f"{cfg.seed}-steps"), jitter=cfg.step_time_jitter)
+    finally:
+        watch.close()
     s = result.summary()
+    s["rejected"] = watch.rejected
     if args.json:
         print(json.dumps(s, indent=2))
     else:
@@ -321,12 +420,25 @@ def main(argv=None) -> int:
             print(line)
         ms = lambda d: "  ".join(f"{k} {1000 * v:.1f} ms" if v is not None else f"{k} -" for k, v in d.items())
         print(f"{s['requests']} requests in {s['duration_s']:.2f} s: {s['output_tokens_per_s']:.0f} output tokens/s, "
-              f"{s['requests_per_s']:.2f} requests/s, {s['steps']} steps, {s['preemptions']} preemptions")
+              f"{s['requests_per_s']:.2f} requests/s, {s['steps']} steps, {s['preemptions']} preemptions"
+              + (f", {s['rejected']} rejected (--max-waiting-queue-length {limit})" if limit is not None else ""))
         for k in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):
             print(f"  {k[:-2].upper():5s} {ms(s[k])}")
         print(f"  KV usage mean {100 * s['kv_usage_mean']:.1f} %, peak {100 * s['kv_usage_peak']:.1f} %")
-    if args.plot:
-        plot(result, args.plot, f"{settings.gpu.name} {settings.arch.name}")
+    try:
+        if args.per_request:
+            records = per_request_records(result)
+            with open(args.per_request, "w", encoding="utf-8") as f:
+                for rec in records:
+                    f.write(json.dumps(rec) + "\n")
+            print(f"per-request timings ({len(records)} requests): {os.path.abspath(args.per_request)}",
+                  file=sys.stderr)
+        if args.plot:
+            plot(result, args.plot, f"{settings.gpu.name} {settings.arch.name}")
+            print(f"plot: {os.path.abspath(args.plot)}", file=sys.stderr)
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

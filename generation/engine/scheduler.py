@@ -32,6 +32,15 @@ The blocks live in a :class:`~generation.engine.block_pool.BlockPool`: a prefix 
 running requests is held once, and freed blocks keep their content until they are handed out
 again (evicted least recently freed first), as vLLM's prefix cache.
 
+vLLM's switches: without prefix caching (``enable_prefix_caching=False``) a request's block
+hashes are dropped when it is queued: no lookups, no hits, nothing cached.  Without chunked
+prefill (``enable_chunked_prefill=False``) a waiting request whose prompt (after its cache hits,
+capped by the long-prefill threshold) exceeds the step's remaining budget is not split: admission
+stops there, as vLLM V1's scheduler ``break``s.  With a CPU tier (``num_cpu_blocks``), the blocks
+the GPU evicts stay on the CPU; a new request's hits there, right after its GPU hits, count as
+computed and are reloaded in the step that admits it (``StepPlan.kv_reload_tokens``, for the
+step time's PCIe transfer).
+
 The caller owns time: :meth:`Scheduler.schedule` builds a :class:`StepPlan` (with the aggregates a
 step-time model needs: :mod:`generation.engine.step_time`), the caller decides when the step ends,
 then calls :meth:`Scheduler.complete`.  The same code runs the live server
@@ -103,9 +112,11 @@ class StepPlan:
     requests ``preempted`` while planning it, and the step-time aggregates (docs/engine-model.md
     section 3): ``num_decode`` (D), ``decode_context`` (C_dec, tokens), ``num_chunks``,
     ``prefill_tokens`` (sum n_i), ``prefill_pairs`` (sum n_i (p_i + n_i / 2)), ``prefill_context``
-    (sum p_i)."""
+    (sum p_i), and ``kv_reload_tokens``: tokens whose KV the step reloads from the CPU tier (prefix
+    hits there of the requests it admits; 0 without a CPU tier), already counted in their
+    requests' computed tokens (so in ``prefill_context``)."""
     __slots__ = ("scheduled", "preempted", "num_decode", "decode_context", "num_chunks", "prefill_tokens",
-                 "prefill_pairs", "prefill_context", "start", "end", "chunks")
+                 "prefill_pairs", "prefill_context", "start", "end", "chunks", "kv_reload_tokens")
 
     def __init__(self):
         self.scheduled: list = []
@@ -117,6 +128,7 @@ class StepPlan:
         self.prefill_tokens = 0
         self.prefill_pairs = 0.0
         self.prefill_context = 0
+        self.kv_reload_tokens = 0
         self.start = 0.0
         self.end = 0.0
 
@@ -195,14 +207,18 @@ class Scheduler:
     ``on_prefix(req, hit_tokens)`` of each prefix-cache query (a request's first scheduling);
     ``on_release(req)`` just before a request's blocks are freed (it may extend
     ``req.block_hashes`` to the generated tokens, whose full blocks are then cached too).
-    ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``); ``policy`` ``fcfs``
-    or ``priority``."""
+    ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``, with a CPU tier of
+    ``num_cpu_blocks``); ``policy`` ``fcfs`` or ``priority``; ``enable_prefix_caching`` and
+    ``enable_chunked_prefill`` vLLM's switches (see the module docstring)."""
 
     def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
                  on_preempt=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
-                 pool=None, policy: str = "fcfs"):
-        self.pool = pool if pool is not None else BlockPool(num_gpu_blocks)
+                 pool=None, policy: str = "fcfs", enable_prefix_caching: bool = True,
+                 enable_chunked_prefill: bool = True, num_cpu_blocks: int = 0):
+        self.pool = pool if pool is not None else BlockPool(num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
+        self.enable_prefix_caching = enable_prefix_caching
+        self.enable_chunked_prefill = enable_chunked_prefill
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -241,7 +257,10 @@ class Scheduler:
         return -(-tokens // self.block_size)
 
     def add(self, req: EngineRequest, now: float) -> None:
-        """Queue a request (FCFS, at the tail)."""
+        """Queue a request (FCFS, at the tail).  Without prefix caching its block hashes are
+        dropped: it neither finds nor leaves cached blocks."""
+        if not self.enable_prefix_caching:
+            req.block_hashes = None
         req.state = EngineRequest.WAITING
         req.queued_at = now
         self.waiting.append(req)
@@ -416,6 +435,8 @@ class Scheduler:
         bs = self.block_size
         pool = self.pool
         loras = {r.lora for r in running if r.lora} if self.max_loras else None
+        cpu = pool.num_cpu_blocks
+        chunked = self.enable_chunked_prefill
         skipped = []
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             req = waiting[0]
@@ -424,15 +445,25 @@ class Scheduler:
                 skipped.append(waiting.popleft())       # deferred: KV transfer or LoRA budget
                 continue
             hits = ()
+            reload = 0                                   # blocks found in the CPU tier
             if req.num_computed == 0:
                 if req.block_hashes is not None:         # the prefix cache: blocks to hold again
-                    hits = pool.lookup(req.block_hashes, (req.num_tokens - 1) // bs)
-                    hit = len(hits) * bs
+                    most = (req.num_tokens - 1) // bs
+                    hits = pool.lookup(req.block_hashes, most)
+                    if cpu:
+                        reload = pool.lookup_cpu(req.block_hashes, len(hits), most - len(hits))
+                    hit = (len(hits) + reload) * bs
                 else:                                    # a remote prefill's KV, or no cache
                     hit = req.prefix_hit(req) if req.prefix_hit is not None else 0
                     hit = min(hit, req.num_tokens - 1) // bs * bs
                 req.num_computed = hit
-            n = self._chunk(req, budget)
+            if chunked:
+                n = self._chunk(req, budget)
+            else:                                        # whole, or not now (vLLM: break)
+                n = self._chunk(req, req.num_tokens)
+                if n > budget:
+                    req.num_computed = 0
+                    break
             need = -(-(req.num_computed + n) // bs) - len(hits)
             if need + (pool.count_free(hits) if hits else 0) > pool.num_free:
                 req.num_computed = 0                     # a waiting request holds no blocks
@@ -440,8 +471,11 @@ class Scheduler:
             waiting.popleft()
             if req.first_scheduled is None:
                 req.cached_tokens = req.num_computed
-                if self.on_prefix is not None:
-                    self.on_prefix(req, req.num_computed)
+                if self.on_prefix is not None:           # the GPU prefix cache's query and hits
+                    self.on_prefix(req, len(hits) * bs if req.block_hashes is not None else req.num_computed)
+            if reload:
+                pool.touch_cpu(req.block_hashes[len(hits):len(hits) + reload])
+                plan.kv_reload_tokens += reload * bs
             if hits:
                 pool.touch(hits)
                 req.block_ids = list(hits)

@@ -29,8 +29,9 @@ class StepPrefixCache:
 
     # ---- the engine's side -------------------------------------------------------------
     def block_hashes(self, seq):
-        """The hashes that name ``seq``'s prompt blocks, or None while asleep (nothing cached)."""
-        return self.kv.block_hashes(seq) if self.enabled else None
+        """The hashes that name ``seq``'s prompt blocks, or None while asleep or without prefix
+        caching (``--no-enable-prefix-caching``: nothing cached, nothing hashed)."""
+        return self.kv.block_hashes(seq) if self.enabled and self.scheduler.enable_prefix_caching else None
 
     def _cached(self, req, start: int, end: int) -> None:
         if req.seq is not None:
@@ -68,7 +69,7 @@ class StepPrefixCache:
     def lookup(self, seq) -> int:
         """Prompt tokens of ``seq`` whose blocks are cached now (leading full blocks); changes
         nothing."""
-        if not self.enabled:
+        if not self.enabled or not self.scheduler.enable_prefix_caching:
             return 0
         hashes = self.kv.block_hashes(seq)
         return len(self.pool.lookup(hashes, len(hashes))) * self.block_size
@@ -79,7 +80,11 @@ class StepPrefixCache:
 
     def start(self, seq, hit_tokens: int | None = None) -> None:
         """An answer that never runs on the engine (the reference's ``cache_threshold``): its
-        prefix-cache query is counted; nothing is computed, so nothing is stored."""
+        prefix-cache query is counted (none without prefix caching); nothing is computed, so
+        nothing is stored."""
+        if not self.scheduler.enable_prefix_caching:
+            seq.cached_tokens = 0
+            return
         hit = self.lookup(seq) if hit_tokens is None else hit_tokens
         seq.cached_tokens = hit
         self.kv.count_prefix(seq.prompt_len, hit)

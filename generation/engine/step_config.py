@@ -32,6 +32,10 @@ class StepSettings:
     max_num_batched_tokens: int
     long_prefill_token_threshold: int
     step_time: object
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    num_cpu_blocks: int = 0             # the CPU KV tier, in blocks of block_size (0: none)
+    vllm_version: str = ""              # --vllm-version (cfg.vllm_version)
 
     @property
     def kv_tokens(self) -> int:
@@ -49,15 +53,27 @@ class StepSettings:
                 + (f" long-prefill-token-threshold={self.long_prefill_token_threshold}"
                    if self.long_prefill_token_threshold else ""),
                 f"GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_gpu_blocks} blocks of {self.block_size})",
-                f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x"]
+                f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x"] \
+            + ([f"CPU KV cache (offloading): {self.num_cpu_blocks * self.block_size:,} tokens "
+                f"({self.num_cpu_blocks} blocks)"] if self.num_cpu_blocks else []) \
+            + [f"vLLM {self.vllm_version} defaults" + ("" if self.enable_prefix_caching else ", prefix caching off")
+               + ("" if self.enable_chunked_prefill else ", chunked prefill off")]
 
 
 def resolve_step_settings(cfg) -> StepSettings:
-    """Resolve step mode for ``cfg`` (a SimConfig); also writes the scheduler defaults it decides
-    back into ``cfg`` (``max_num_seqs``, ``max_num_batched_tokens``, ``kv_cache_size``) so that
-    metrics and the start-up summary show them.  Raises ConfigError naming the flag at fault."""
-    from .hardware import batch_defaults, gpu_by_name, kv_cache_blocks, resolve_arch
+    """Resolve step mode for ``cfg`` (a SimConfig); also writes the defaults it decides back into
+    ``cfg`` (``block_size``, ``gpu_memory_utilization``, ``max_num_seqs``,
+    ``max_num_batched_tokens``, ``kv_cache_size``) so that metrics and the start-up summary show
+    them.  Raises ConfigError naming the flag at fault."""
+    from generation.config.vllm_versions import version_defaults
+    from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
     from .perf.step_model import build_step_model
+
+    defaults = version_defaults(cfg.vllm_version)
+    if not _given(cfg, "block-size"):
+        cfg.block_size = defaults.block_size
+    if not _given(cfg, "gpu-memory-utilization"):
+        cfg.gpu_memory_utilization = defaults.gpu_memory_utilization
 
     gpu = gpu_by_name(cfg.gpu)
     found = resolve_arch(cfg.model, cfg.hf_config_path)
@@ -78,14 +94,28 @@ def resolve_step_settings(cfg) -> StepSettings:
     default_tokens, default_seqs = batch_defaults(gpu)
     if "max-num-seqs" not in cfg.explicit:
         cfg.max_num_seqs = default_seqs
+    chunked = cfg.enable_chunked_prefill
     if cfg.max_num_batched_tokens is None:
-        cfg.max_num_batched_tokens = default_tokens
+        # vLLM (EngineArgs): without chunked prefill a whole prompt must fit in one step
+        cfg.max_num_batched_tokens = default_tokens if chunked else max(cfg.max_model_len, default_tokens)
     if cfg.max_num_batched_tokens < 1:
         raise ConfigError("max num batched tokens cannot be less than 1", "max-num-batched-tokens")
+    if not chunked and cfg.max_num_batched_tokens < cfg.max_model_len:
+        raise ConfigError(
+            f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is smaller than max_model_len "
+            f"({cfg.max_model_len}). This effectively limits the maximum sequence length to max_num_batched_tokens "
+            f"and makes vLLM reject longer sequences. Please increase max_num_batched_tokens or decrease "
+            f"max_model_len.", "max-num-batched-tokens")
     if cfg.num_gpu_blocks_override is not None:
         if cfg.num_gpu_blocks_override < 1:
             raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")
         blocks = cfg.num_gpu_blocks_override
+    elif cfg.kv_cache_memory_bytes is not None:      # vLLM: ignores --gpu-memory-utilization
+        blocks = cfg.kv_cache_memory_bytes // (bs * kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp))
+        if blocks < 1:
+            raise ConfigError(f"No available memory for the cache blocks: --kv-cache-memory-bytes "
+                              f"{cfg.kv_cache_memory_bytes} holds less than one block of {bs} tokens "
+                              f"({bs * kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp)} bytes)", "kv-cache-memory-bytes")
     else:
         blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
@@ -102,6 +132,9 @@ def resolve_step_settings(cfg) -> StepSettings:
         raise ConfigError("long prefill token threshold cannot be negative", "long-prefill-token-threshold")
     if cfg.max_num_partial_prefills < 1:
         raise ConfigError("max num partial prefills cannot be less than 1", "max-num-partial-prefills")
+    if cfg.max_num_partial_prefills > 1 and not chunked:
+        raise ConfigError("Chunked prefill must be enabled to set max_num_partial_prefills > 1.",
+                          "max-num-partial-prefills")
     if threshold == 0 and cfg.max_num_partial_prefills > 1:
         threshold = int(cfg.max_model_len * 0.04)
     if cfg.kv_transfer_bandwidth <= 0:
@@ -115,4 +148,27 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False)
     cfg.kv_cache_size = blocks
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
-                        step_time)
+                        step_time, enable_prefix_caching=cfg.enable_prefix_caching, enable_chunked_prefill=chunked,
+                        num_cpu_blocks=cpu_blocks(cfg, arch, bs, tp, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp)),
+                        vllm_version=cfg.vllm_version)
+
+
+def cpu_blocks(cfg, arch, block_size: int, tp: int, kv_bytes_per_token: int) -> int:
+    """Blocks of the CPU KV tier: ``--kv-offloading-size`` GiB over all ``tp`` ranks (vLLM's
+    meaning), else ``--cpu-offload-gb`` GiB per GPU, divided by a block's bytes on all ranks
+    (``block_size x kv_bytes_per_token x tp``, ``kv_bytes_per_token`` being one GPU's); 0 without
+    either flag."""
+    from .hardware import GiB
+    if cfg.kv_offloading_size is not None:
+        total = cfg.kv_offloading_size * GiB
+    elif cfg.cpu_offload_gb > 0:
+        total = cfg.cpu_offload_gb * GiB * tp
+    else:
+        return 0
+    return int(total // (block_size * kv_bytes_per_token * tp))
+
+
+def _given(cfg, name: str) -> bool:
+    """Whether option ``name`` was set (command line, YAML, environment, or a SimConfig keyword)."""
+    explicit = getattr(cfg, "explicit", ())
+    return name in explicit or name.replace("-", "_") in explicit

@@ -208,6 +208,9 @@ class StepEngine:
         st = self.step_time
         dt = st.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
                           plan.prefill_pairs, plan.prefill_context)
+        reload = plan.kv_reload_tokens
+        if reload and hasattr(st, "reload_per_token"):   # a CPU KV tier's blocks come back over PCIe
+            dt += reload * st.reload_per_token
         if self.jitter > 0 and self.rng is not None:
             dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
         plan.end = start + dt

@@ -9,7 +9,7 @@ import pytest
 from support import make_app, metric, scrape, sse_events
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
-STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer")
+STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--vllm-version", "0.33.0")   # 16-token blocks
 
 
 def client(app_client, *flags):
@@ -19,6 +19,15 @@ def client(app_client, *flags):
 def completion(c, prompt_tokens: int, max_tokens: int, **extra):
     body = {"prompt": list(range(100, 100 + prompt_tokens)), "max_tokens": max_tokens, "ignore_eos": True, **extra}
     return c.post("/v1/completions", json=body)
+
+
+def test_cache_config_info_shows_the_release_defaults_in_use(app_client):
+    c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", model=LLAMA)       # 0.34.0
+    m = scrape(c)
+    labels = {k[1] for k in m if k[0] == "vllm:cache_config_info"}
+    assert labels == {frozenset({("block_size", "64"), ("engine", "0"), ("num_gpu_blocks", "7502")})}
+    c = client(app_client, "--num-gpu-blocks-override", "100")                                    # 0.33.0
+    assert metric(scrape(c), "vllm:cache_config_info", block_size="16", num_gpu_blocks="100") == 1
 
 
 def test_metrics_come_from_the_engine_steps(app_client):
@@ -172,6 +181,16 @@ def test_prefix_cache_hits_cut_the_prefill(app_client):
     ttft1 = metric(m1, "vllm:time_to_first_token_seconds_sum") - ttft0
     assert ttft1 < ttft0                               # a hit is cheaper than the full prefill
     assert sim.engine.scheduler.free_blocks == sim.engine.scheduler.num_gpu_blocks
+
+
+def test_no_enable_prefix_caching_computes_every_prompt(app_client):
+    c = client(app_client, "--max-model-len", "4096", "--no-enable-prefix-caching")
+    for _ in range(2):
+        assert completion(c, 2000, 2).status_code == 200
+    m = scrape(c)
+    assert metric(m, "vllm:prefix_cache_queries_total") == 0 and metric(m, "vllm:prefix_cache_hits_total") == 0
+    assert metric(m, "vllm:prompt_tokens_by_source_total", source="local_compute") == 4000
+    assert c.sim.engine.scheduler.pool.num_cached == 0
 
 
 def test_remote_prefill_waits_for_the_kv_transfer_and_remote_decode_is_prefill_only(app_client):

@@ -31,7 +31,7 @@ def error_of(*argv, env=None) -> ConfigError:
 def test_every_option_is_declared_once_with_type_default_help_and_group():
     for name, o in OPTIONS.items():
         assert o.name == name and o.help and o.group, name
-        assert o.type in ("int", "float", "str", "bool", "duration", "list", "lora", "json"), name
+        assert o.type in ("int", "float", "str", "bool", "duration", "list", "ints", "size", "lora", "json"), name
     c = SimConfig()
     assert (c.max_num_seqs, c.port, c.max_logprobs, c.shutdown_timeout, c.render_timeout) == (5, 8000, 20, 30.0, 30.0)
     assert (c.mm_render_timeout, c.kv_events_replay_queue_size, c.prefix_caching_hash_algo) == \
@@ -90,12 +90,13 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
     assert ignored_flags(c) == [
         "--dtype", "--trust-remote-code",
         "--enable-auto-tool-choice", "--tool-call-parser", "--enable-lora",
-        "--pipeline-parallel-size", "--swap-space",
-        "--enforce-eager", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-log-stats",
+        "--pipeline-parallel-size", "--swap-space", "--disable-log-stats",
         "--download-dir", "--revision", "--load-format", "--generation-config"]
     # the engine model's flags take effect with --latency-calculator step, and are listed otherwise
     assert step_only_flags(c) == ["--gpu-memory-utilization", "--max-num-batched-tokens", "--quantization",
-                                  "--tensor-parallel-size", "--kv-cache-dtype"]
+                                  "--tensor-parallel-size", "--kv-cache-dtype", "--enforce-eager",
+                                  "--enable-chunked-prefill", "--enable-prefix-caching"]
+    assert (c.enforce_eager, c.enable_prefix_caching, c.enable_chunked_prefill) == (True, True, False)
     assert (c.tensor_parallel_size, c.quantization, c.max_num_batched_tokens) == (2, "fp8", 8192)
     assert ignored_flags(cfg("m")) == [] and step_only_flags(cfg("m")) == []
     assert "pipeline-parallel-size" in IGNORED_FLAGS and "tensor-parallel-size" not in IGNORED_FLAGS

@@ -41,6 +41,8 @@ PROMPT_GROUPS, PROMPTS_PER_GROUP = 10, 10     # what inference-perf ran (results
 # Tokens per nominal prompt token: random token ids decoded to text and tokenized again by the
 # server.  Fitted on the 16 traces' prompt lengths (mean measured / (system + question)): 1.045-1.051.
 PROMPT_EXPANSION = 1.048
+VLLM_VERSION = "0.15.1"          # every run of the data
+CPU_OFFLOAD_GIB = 8             # the runs marked cpu_offload used an 8 GiB CPU KV tier
 METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
 
 
@@ -233,7 +235,10 @@ def engine_flags(exp: dict, path: str | None = None) -> list[str]:
              "--tensor-parallel-size", str(exp["tp"]), "--max-num-seqs", str(exp["max_num_seqs"]),
              "--max-num-batched-tokens", str(exp["max_num_batched_tokens"]),
              "--max-model-len", str(exp["max_model_len"]),
-             "--gpu-memory-utilization", str(exp.get("gpu_mem_util") or 0.9), "--block-size", "16"]
+             "--gpu-memory-utilization", str(exp.get("gpu_mem_util") or 0.9), "--block-size", "16",
+             "--vllm-version", VLLM_VERSION]
+    if exp.get("cpu_offload"):
+        flags += ["--kv-offloading-size", str(CPU_OFFLOAD_GIB)]
     if exp.get("kv_blocks"):
         flags += ["--num-gpu-blocks-override", str(exp["kv_blocks"])]
     return flags

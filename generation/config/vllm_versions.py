@@ -1,0 +1,75 @@
+"""The vLLM releases whose defaults the simulator knows (``--vllm-version``), and what each
+release gives a setting the user did not set.
+
+Sources (vLLM's own history; docs/engine-model.md section 7):
+
+- KV block size: ``CacheConfig.DEFAULT_BLOCK_SIZE`` is 16 up to 0.33 and 64 from 0.34.0 (unless the
+  attention backend asks for another size).
+- ``gpu_memory_utilization``: 0.9 for most of vLLM's history (0.15.1, the sim-to-real runs'
+  release, included); 0.92 from 0.21.0, when CUDA-graph memory profiling became the default
+  (vllm-project/vllm#38284, "correspondingly increases the default --gpu-memory-utilization to
+  0.92"; the start-up log reads "CUDA graph memory profiling is enabled (default since v0.21.0)");
+  1.0 from 0.34.0 with the extensible KV cache, on by default on CUDA and ROCm (the KV cache is
+  sized from the memory actually free after CUDA-graph capture).
+
+A leaf module: the configuration (validation) and step mode (:mod:`generation.engine.step_config`)
+read it; the performance model may read :func:`parse_version` of ``cfg.vllm_version`` to pick its
+own version-dependent constants.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .values import ConfigError
+
+NEWEST = "0.34.0"                # the --vllm-version default
+
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-]?[0-9A-Za-z][0-9A-Za-z.+-]*)?")
+
+
+@dataclass(frozen=True)
+class VersionDefaults:
+    """What a release gives a setting the user left out: ``block_size`` (tokens per KV block)
+    and ``gpu_memory_utilization`` (the share of the GPU's memory vLLM sizes its KV cache from)."""
+    block_size: int
+    gpu_memory_utilization: float
+
+
+# (first release, defaults from it on), oldest first
+_CHANGES = (
+    ((0, 0, 0), VersionDefaults(16, 0.9)),
+    ((0, 21, 0), VersionDefaults(16, 0.92)),
+    ((0, 34, 0), VersionDefaults(64, 1.0)),
+)
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"0.15.1"`` -> ``(0, 15, 1)``; a missing patch is 0 (``"0.33"``), a leading ``v`` and a
+    pre-release or local suffix (``0.34.0rc1``, ``0.15.1+cu128``) are accepted and dropped.
+    Raises ConfigError (``param`` ``vllm-version``) for anything else, or for a release newer than
+    :data:`NEWEST`, whose defaults the simulator cannot know."""
+    version = _parse(text)
+    if version is None:
+        raise ConfigError(f"invalid vllm-version '{text}': expected a release such as 0.15.1 or {NEWEST}",
+                          "vllm-version")
+    if version > _parse(NEWEST):
+        raise ConfigError(f"vllm-version {text} is newer than the newest release whose defaults the simulator "
+                          f"knows ({NEWEST}); give {NEWEST} or an older one", "vllm-version")
+    return version
+
+
+def _parse(text: str):
+    m = _VERSION.fullmatch(str(text).strip())
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def version_defaults(text: str) -> VersionDefaults:
+    """The defaults of release ``text`` (see the module docstring).  Raises ConfigError as
+    :func:`parse_version`."""
+    version = parse_version(text)
+    found = _CHANGES[0][1]
+    for first, defaults in _CHANGES:
+        if version >= first:
+            found = defaults
+    return found

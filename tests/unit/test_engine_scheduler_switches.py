@@ -1,0 +1,222 @@
+"""vLLM's scheduler switches in step mode (issue 28; generation/engine/scheduler.py,
+block_pool.py, step_cache.py): ``--no-enable-prefix-caching`` (no lookups, no hits, nothing
+cached), ``--no-enable-chunked-prefill`` (a prompt is scheduled whole or admission stops, as vLLM
+V1's scheduler ``break``s), and the CPU KV tier of ``--kv-offloading-size`` (blocks the GPU evicts
+stay there, least recently used out first; a hit there is reloaded and counted on the step's
+``StepPlan.kv_reload_tokens``).  Virtual time, exact values."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from generation.engine.block_pool import BlockPool
+from generation.engine.replay import TraceRequest, replay
+from generation.engine.scheduler import EngineRequest
+from generation.engine.step_cache import StepPrefixCache
+from support.engine import make_scheduler as sched, run_step as step
+
+
+class FixedStep:
+    kv_bytes_per_token = 1
+
+    def step_time(self, *a):
+        return 0.001
+
+    def frontend_time(self):
+        return 0.0
+
+
+def hashed(prompt: int, output: int, names) -> EngineRequest:
+    r = EngineRequest(prompt, output)
+    r.block_hashes = list(names)
+    return r
+
+
+class FakeKV:
+    def __init__(self):
+        self.events, self.queries = [], []
+
+    def block_hashes(self, seq):
+        return seq.hashes
+
+    def announce_stored(self, seq, hashes, a, b):
+        self.events.append(("stored", tuple(hashes[a:b])))
+
+    def announce_removed(self, hashes):
+        self.events.append(("removed", tuple(hashes)))
+
+    def announce_cleared(self):
+        self.events.append(("cleared",))
+
+    def count_prefix(self, queried, hit):
+        self.queries.append((queried, hit))
+
+
+# ---- --no-enable-prefix-caching -------------------------------------------------------------------
+def test_without_prefix_caching_nothing_is_found_or_cached():
+    for caching, hit, cached in ((True, 48, 3), (False, 0, 0)):
+        s = sched(enable_prefix_caching=caching)
+        first, second = hashed(50, 1, "abc"), hashed(50, 1, "abc")
+        s.add(first, 0.0)
+        step(s, 0.0)
+        s.add(second, 0.1)
+        plan, _ = step(s, 0.1)
+        assert (second.cached_tokens, s.pool.num_cached, plan.prefill_tokens) == (hit, cached, 50 - hit)
+
+
+def test_the_prefix_cache_facade_asks_and_counts_nothing_without_prefix_caching():
+    s = sched(num_gpu_blocks=20, enable_prefix_caching=False)
+    kv = FakeKV()
+    cache = StepPrefixCache(s, kv)
+    seq = SimpleNamespace(hashes=["a", "b", "c"], prompt_len=50, cached_tokens=None)
+    r = EngineRequest(50, 1, seq=seq)
+    r.block_hashes = cache.block_hashes(seq)
+    assert r.block_hashes is None
+    s.add(r, 0.0)
+    step(s, 0.0)
+    assert (kv.events, kv.queries, cache.lookup(seq)) == ([], [], 0)
+    cache.start(seq)                                # an answer that never reaches the engine
+    assert (seq.cached_tokens, kv.queries) == (0, [])
+
+
+def test_a_replay_without_prefix_caching_recomputes_shared_prefixes():
+    trace = [TraceRequest(float(i), 256, 4, "sys", 128) for i in range(3)]
+    on = replay(sched(num_gpu_blocks=64), FixedStep(), trace)
+    off = replay(sched(num_gpu_blocks=64, enable_prefix_caching=False), FixedStep(), trace)
+    assert [r.cached_tokens for r in on.requests] == [0, 128, 128]
+    assert [r.cached_tokens for r in off.requests] == [0, 0, 0]
+
+
+# ---- --no-enable-chunked-prefill ----------------------------------------------------------------
+def test_without_chunked_prefill_a_prompt_runs_whole_or_waits_and_blocks_the_queue():
+    runs = {}
+    for chunked in (True, False):
+        s = sched(max_num_batched_tokens=100, enable_chunked_prefill=chunked)
+        r0 = EngineRequest(10, 3)
+        s.add(r0, 0.0)
+        step(s, 0.0)                                 # r0's prompt and first token
+        a, b = EngineRequest(100, 1), EngineRequest(10, 1)
+        s.add(a, 0.01)
+        s.add(b, 0.01)
+        plans = [step(s, 0.01 * i)[0] for i in range(2, 6)]
+        runs[chunked] = [[(r, n) for r, n in p.scheduled] for p in plans]
+    # chunked: r0's decode and 99 of a's 100 tokens, then a's last token beside r0's
+    assert runs[True][0][1][1] == 99 and runs[True][1][1][1] == 1
+    # not chunked: a does not fit beside r0's decodes (99 tokens left), and b waits behind it
+    assert [len(p) for p in runs[False]] == [1, 1, 1, 1]
+    assert [n for p in runs[False][:2] for _, n in p] == [1, 1]              # r0's two decodes
+    assert runs[False][2][0][1] == 100 and runs[False][3][0][1] == 10        # a whole, then b
+
+
+def test_without_chunked_prefill_cache_hits_count_against_the_budget_not_the_prompt():
+    s = sched(max_num_batched_tokens=100, enable_chunked_prefill=False)
+    r0 = EngineRequest(10, 5)
+    s.add(r0, 0.0)
+    step(s, 0.0)
+    a = EngineRequest(130, 1)
+    a.prefix_hit = lambda req: 64                    # 66 tokens left: fits beside r0's decode
+    s.add(a, 0.01)
+    plan, _ = step(s, 0.01)
+    assert [(r is a, n) for r, n in plan.scheduled] == [(False, 1), (True, 66)]
+
+
+def test_without_chunked_prefill_the_long_prefill_threshold_still_caps_a_chunk():
+    s = sched(max_num_batched_tokens=100, enable_chunked_prefill=False, long_prefill_token_threshold=40)
+    a = EngineRequest(100, 1)
+    s.add(a, 0.0)
+    plan, _ = step(s, 0.0)
+    assert plan.scheduled == [(a, 40)]
+
+
+# ---- the CPU KV tier ------------------------------------------------------------------------------
+def evict_into_cpu(num_cpu_blocks: int):
+    """A 4-block GPU pool: x (hashes h0 h1 h2) runs and finishes, y (no hashes, 4 blocks) evicts
+    x's cached blocks (h2, then h1, then h0: x freed its tail first)."""
+    removed = []
+    s = sched(num_gpu_blocks=4, num_cpu_blocks=num_cpu_blocks)
+    s.pool.on_evict = removed.extend
+    x = hashed(50, 1, ["h0", "h1", "h2"])
+    s.add(x, 0.0)
+    step(s, 0.0)
+    y = EngineRequest(64, 1)
+    s.add(y, 0.1)
+    step(s, 0.1)
+    assert removed == ["h2", "h1", "h0"] and s.pool.num_cached == 0
+    return s
+
+
+def test_blocks_the_gpu_evicts_are_reloaded_from_the_cpu_tier():
+    s = evict_into_cpu(8)
+    assert s.pool.num_cpu_cached == 3
+    z = hashed(50, 1, ["h0", "h1", "h2"])
+    s.add(z, 0.2)
+    plan, emitted = step(s, 0.2)
+    assert (z.cached_tokens, plan.kv_reload_tokens) == (48, 48)
+    assert (plan.prefill_tokens, plan.prefill_context, plan.num_chunks) == (2, 48, 1) and emitted == [z]
+    assert s.pool.num_cached == 3 and len(s.pool.lookup(["h0", "h1", "h2"], 3)) == 3     # on the GPU again
+    later = sched().schedule(0.0)
+    assert later.kv_reload_tokens == 0
+
+
+def test_the_cpu_tier_drops_its_least_recently_used_blocks_first():
+    s = evict_into_cpu(2)                           # h2 went in first, so it went out first
+    z = hashed(50, 1, ["h0", "h1", "h2"])
+    s.add(z, 0.2)
+    plan, _ = step(s, 0.2)
+    assert (z.cached_tokens, plan.kv_reload_tokens, plan.prefill_tokens) == (32, 32, 18)
+
+
+def test_without_a_cpu_tier_evicted_blocks_are_recomputed():
+    s = evict_into_cpu(0)
+    z = hashed(50, 1, ["h0", "h1", "h2"])
+    s.add(z, 0.2)
+    plan, _ = step(s, 0.2)
+    assert (z.cached_tokens, plan.kv_reload_tokens, plan.prefill_tokens) == (0, 0, 50)
+
+
+def test_gpu_hits_come_first_and_the_cpu_continues_the_run():
+    s = evict_into_cpu(8)
+    w = hashed(40, 1, ["h0", "h1"])                 # reloads h0 h1, leaves them cached on the GPU
+    s.add(w, 0.2)
+    assert step(s, 0.2)[0].kv_reload_tokens == 32
+    kv = FakeKV()
+    s.on_prefix = lambda req, hit: kv.queries.append((req.prompt_len, hit))
+    z = hashed(60, 1, ["h0", "h1", "h2"])
+    s.add(z, 0.3)
+    plan, _ = step(s, 0.3)
+    assert (z.cached_tokens, plan.kv_reload_tokens) == (48, 16)      # h0 h1 on the GPU, h2 from the CPU
+    assert kv.queries == [(60, 32)]                 # the GPU prefix cache's own hits (vLLM's counter)
+
+
+def test_the_cpu_tier_is_forgotten_on_reset_and_is_off_without_prefix_caching():
+    s = evict_into_cpu(8)
+    assert s.pool.reset() and s.pool.num_cpu_cached == 0
+    s = sched(num_gpu_blocks=4, num_cpu_blocks=8, enable_prefix_caching=False)
+    for names in (["h0", "h1", "h2"], [], ["h0", "h1", "h2"]):
+        r = hashed(64 if not names else 50, 1, names)
+        s.add(r, 0.0)
+        plan, _ = step(s, 0.0)
+        assert plan.kv_reload_tokens == 0 and s.pool.num_cpu_cached == 0
+
+
+def test_pool_cpu_lookup_and_lru():
+    pool = BlockPool(2, num_cpu_blocks=2)
+    a = pool.allocate(2)
+    pool.cache(a[0], "a")
+    pool.cache(a[1], "b")
+    pool.free(a)
+    pool.allocate(2)                                # evicts b then a
+    assert pool.lookup_cpu(["a", "b"], 0, 2) == 2 and pool.lookup_cpu(["a", "b"], 1, 1) == 1
+    assert pool.lookup_cpu(["a", "b"], 0, 1) == 1 and pool.lookup_cpu(["x", "a"], 0, 2) == 0
+    pool.touch_cpu(["b"])                           # b is now the most recently used
+    pool._offload(["c"])
+    assert pool.lookup_cpu(["a"], 0, 1) == 0 and pool.lookup_cpu(["b", "c"], 0, 2) == 2
+
+
+def test_a_replay_finds_evicted_group_prefixes_in_the_cpu_tier():
+    # 4 groups of a 128-token prefix (8 blocks), one request at a time, a 24-block GPU pool:
+    # each group's blocks are evicted before the group comes back, unless the CPU tier keeps them
+    trace = [TraceRequest(float(i), 256, 1, f"g{i % 4}", 128) for i in range(8)]
+    gpu_only = replay(sched(num_gpu_blocks=24), FixedStep(), trace)
+    tiered = replay(sched(num_gpu_blocks=24, num_cpu_blocks=64), FixedStep(), trace)
+    assert [r.cached_tokens for r in gpu_only.requests] == [0] * 8
+    assert [r.cached_tokens for r in tiered.requests] == [0] * 4 + [128] * 4

@@ -1,0 +1,111 @@
+"""The replay's command line, a public interface other harnesses score (issue 28 item 5):
+``python -m generation.engine.replay`` with ``--per-request`` JSON Lines, the server's engine
+flags (``-tp``, ``--vllm-version``, ...), ``--max-waiting-queue-length`` with its rejected
+count, progress on stderr for long runs, and where the plot went."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generation.config.cli import load_config
+from generation.engine.replay import _Watch, main, replay, scheduler_for, synthetic_trace
+from generation.engine.step_config import resolve_step_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--num-requests", "3", "--prompt-tokens", "100", "--output-tokens", "4", "--no-progress"]
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_per_request_file_has_one_record_per_finished_request(tmp_path, capsys):
+    path = tmp_path / "per.jsonl"
+    rc, out, err = run(capsys, *SMALL, "--json", "--per-request", str(path))
+    assert rc == 0 and json.loads(out)["requests"] == 3
+    assert err == f"per-request timings (3 requests): {path}\n"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 3
+    for rec in records:
+        assert list(rec) == ["arrival", "prompt_tokens", "output_tokens", "ttft", "e2e", "itl", "cached_tokens",
+                             "preemptions"]
+        assert (rec["arrival"], rec["prompt_tokens"], rec["output_tokens"], rec["preemptions"]) == (0.0, 100, 4, 0)
+        assert 0 < rec["ttft"] < rec["e2e"]
+        assert rec["e2e"] == pytest.approx(rec["ttft"] + 3 * rec["itl"], rel=1e-9)   # mean ITL over 3 gaps
+
+
+def test_a_one_token_answer_has_no_itl(tmp_path, capsys):
+    path = tmp_path / "per.jsonl"
+    rc, _, _ = run(capsys, "--num-requests", "1", "--output-tokens", "1", "--no-progress", "--json",
+                   "--per-request", str(path))
+    assert rc == 0 and json.loads(path.read_text())["itl"] is None
+
+
+def test_max_waiting_queue_length_rejects_as_the_server_does(capsys):
+    # 200 requests at once, 4 seats: 4 take the seats at once, 10 wait beyond them, 186 are refused
+    flood = ["--num-requests", "200", "--max-num-seqs", "4", "--no-progress", "--json"]
+    rc, out, _ = run(capsys, *flood, "--max-waiting-queue-length", "10")
+    s = json.loads(out)
+    assert rc == 0 and (s["requests"], s["rejected"]) == (14, 186)
+    rc, out, _ = run(capsys, *flood)                 # vLLM has no such limit: only when given
+    s = json.loads(out)
+    assert (s["requests"], s["rejected"]) == (200, 0)
+    rc, out, _ = run(capsys, *flood[:-1], "--max-waiting-queue-length", "10")
+    assert "14 requests in " in out and ", 186 rejected (--max-waiting-queue-length 10)" in out
+
+
+def test_engine_flags_the_fidelity_data_needs_are_accepted(capsys):
+    rc, out, err = run(capsys, *SMALL, "--gpu", "A100-80GB", "-tp", "2", "--max-num-seqs", "64",
+                       "--max-num-batched-tokens", "2048", "--max-model-len", "4096", "--gpu-memory-utilization",
+                       "0.9", "--vllm-version", "0.15.1", "--model", "meta-llama/Llama-3.1-8B-Instruct")
+    assert rc == 0 and err == ""
+    assert out.splitlines()[0].startswith("step engine: gpu=A100-80GB model=meta-llama/Llama-3.1-8B-Instruct")
+    assert "max-num-seqs=64 max-num-batched-tokens=2048" in out and "vLLM 0.15.1 defaults" in out
+    assert "blocks of 16)" in out
+    rc, out, _ = run(capsys, *SMALL, "--num-gpu-blocks-override", "500", "--tensor-parallel-size", "2",
+                     "--no-enable-prefix-caching", "--kv-offloading-size", "4")
+    assert rc == 0 and "GPU KV cache size: 32,000 tokens (500 blocks of 64)" in out
+    assert "CPU KV cache (offloading): 32,768 tokens (512 blocks)" in out      # 4 GiB / (64 x 64 KiB x 2 ranks)
+
+
+def test_errors_are_one_line_and_exit_2(capsys):
+    rc, _, err = run(capsys, *SMALL, "--vllm-version", "9.0")
+    assert rc == 2 and err.startswith("error: vllm-version 9.0 is newer than") and err.count("\n") == 1
+    rc, _, err = run(capsys, *SMALL, "--per-request", "/nonexistent-dir/x.jsonl")
+    assert rc == 2 and err.startswith("error: ")
+
+
+def test_the_plot_has_ttft_and_tpot_on_their_own_axes_and_its_path_is_said(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "p.png"
+    rc, _, err = run(capsys, *SMALL, "--plot", str(path))
+    assert rc == 0 and err == f"plot: {path}\n" and path.stat().st_size > 10_000
+
+
+def test_progress_lines_on_a_long_run(capsys):
+    cfg = load_config(["--latency-calculator", "step"], env={})
+    st = resolve_step_settings(cfg)
+    sched = scheduler_for(st, cfg.max_model_len)
+    trace = synthetic_trace(2, 10, 1100)            # 1,100 steps
+    watch = _Watch(sched, len(trace), None, progress=True)
+    watch.next_line = 0.0                           # as if 10 s had passed
+    result = replay(sched, st.step_time, trace)
+    watch.close()
+    assert len(result.requests) == 2
+    assert capsys.readouterr().err.startswith("replay: 0/2 requests, ")
+    assert watch.done == 2
+
+
+def test_python_dash_m_keeps_working(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "generation.engine.replay", *SMALL, "--json"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["requests"] == 3
+    r = subprocess.run([sys.executable, "-m", "generation.engine.replay", "--help"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--per-request FILE" in r.stdout and "-tp" in r.stdout
