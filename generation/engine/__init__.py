@@ -13,8 +13,13 @@ The step engine (``--latency-calculator step``):
     block_pool      ``BlockPool``: KV blocks shared by reference count, cached until reused
     step_cache      ``StepPrefixCache``: the pool as the simulator's prefix cache
     step_engine     ``StepEngine``: steps on the real clock, one timer per step
-    step_time       the roofline step-time model; step_table a measured table instead
-    hardware        GPUs, KV capacity; model_arch architectures and presets
+    perf/           the performance model (how long a step takes, how much fits):
+        step_model  ``StepModel``: step time with fitted constants, the API-server ``Frontend``
+        hardware    GPUs, batch defaults, the memory profile and KV capacity
+        model_arch  architectures from config.json, presets
+        step_time   the earlier roofline; step_table a measured table instead
+        groundtruth real vLLM runs replayed and scored (bench/engine_fidelity.py)
+        fit         the constants fitted to real runs (profiles/<gpu>.json)
     step_config     the flags resolved into the engine's settings
     replay          the same scheduler in virtual time (capacity planning)
 """

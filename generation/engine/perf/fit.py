@@ -118,8 +118,8 @@ def fit_memory(path: str | None = None) -> dict:
     weight count does not see) and the published point above.  Prints the fit; returns the
     constants of :func:`generation.engine.hardware.profile_overhead`."""
     import numpy as np
-    from ..hardware import GiB, gpu_by_name, kv_bytes_per_token, weight_bytes
-    from ..model_arch import load_hf_config
+    from .hardware import GiB, gpu_by_name, kv_bytes_per_token, weight_bytes
+    from .model_arch import load_hf_config
     rows, seen = [], set()
     for e in gt.load_experiments(path) + PUBLISHED_KV:
         if not e.get("kv_blocks") or e.get("precision") == "FP8":

@@ -142,7 +142,7 @@ class StepModel:
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
                  async_scheduling: bool = True) -> None:
-        from ..hardware import check_tensor_parallel, kv_bytes_per_token, linear_weight_bytes
+        from .hardware import check_tensor_parallel, kv_bytes_per_token, linear_weight_bytes
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
@@ -309,6 +309,6 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
     if isinstance(values, dict) and values and set(values) <= set(CONSTANT_NAMES) and "step_table" not in data:
         c = replace(load_constants(gpu.name)[0], **values).validate(f"step-time profile {profile_path}")
         return StepModel(gpu, arch, constants=c, **kw)
-    from ..step_time import build_step_time
+    from .step_time import build_step_time
     return build_step_time(gpu, arch, tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
                            profile_path=profile_path)

@@ -1,0 +1,261 @@
+"""GPUs, vLLM's batch defaults per GPU, and KV-cache capacity (docs/engine-model.md §1-3).
+
+* :class:`GPU` / :data:`GPUS` / :func:`gpu_by_name`: the peaks the roofline uses (``--gpu``);
+* :func:`batch_defaults`: ``--max-num-batched-tokens`` / ``--max-num-seqs`` defaults by GPU
+  class, as vLLM's ``get_batch_defaults`` (docs/engine-model.md §1);
+* :func:`weight_bytes`, :func:`kv_bytes_per_token`, :func:`kv_cache_blocks`: the memory
+  profile vLLM runs at start-up, with the llm-d capacity planner's constants (§2).
+
+The model side (:class:`ModelArch`, :data:`PRESETS`, :func:`resolve_arch`) lives in
+``model_arch`` and is re-exported here.  All sizes are bytes, rates per second.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from generation.config.values import ConfigError
+
+from .model_arch import PRESETS, ModelArch, preset, resolve_arch
+
+__all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
+           "resolve_arch", "weight_bytes", "linear_weight_bytes", "kv_bytes_per_token",
+           "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
+           "QUANTIZATIONS", "GiB"]
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator's peaks.
+
+    ``flops``: dense BF16 tensor FLOP/s (no sparsity); ``bandwidth``: HBM bytes/s;
+    ``memory``: bytes as the card reports them to torch (``total_memory``, what vLLM's memory
+    profile starts from: an "80 GB" H100 reports 79.22 GiB, vLLM's own log); ``nvlink_bandwidth``:
+    bytes/s one way between two GPUs (PCIe for cards without NVLink), for the tensor-parallel
+    all-reduce; ``fp8``: native FP8 tensor cores (FP8 weights double ``flops``; without them
+    vLLM runs FP8 weight-only and only the bytes halve)."""
+
+    name: str
+    flops: float
+    bandwidth: float
+    memory: int
+    nvlink_bandwidth: float
+    fp8: bool = True
+
+    @property
+    def memory_gib(self) -> float:
+        """``memory`` in GiB (2**30 bytes), as vLLM logs it."""
+        return self.memory / GiB
+
+
+def _gib(x: float) -> int:
+    return int(x * GiB)
+
+
+# Peaks: docs/engine-model.md §3 table for H100 SXM, H200, A100 SXM 80/40 GB and L40S;
+# MI300X and B200 from the vendors' datasheets (this module's author, not the doc).
+# memory: torch-reported totals (vLLM's "total_gpu_memory"); H100 79.22 GiB from vLLM's log,
+# the others the nvidia-smi size minus the same ~0.4-0.6 GiB the driver keeps.
+# nvlink_bandwidth one way: NVLink 4 450 GB/s, NVLink 3 300 GB/s, NVLink 5 900 GB/s, MI300X
+# Infinity Fabric 7 x 64 GB/s, L40S PCIe 4.0 x16 32 GB/s.
+GPUS: dict[str, GPU] = {g.name: g for g in (
+    GPU("H100", 989.4e12, 3.35e12, _gib(79.22), 450e9),
+    GPU("H200", 989.4e12, 4.8e12, _gib(139.8), 450e9),
+    GPU("A100-80GB", 312e12, 2.039e12, _gib(79.15), 300e9, fp8=False),
+    GPU("A100-40GB", 312e12, 1.555e12, _gib(39.39), 300e9, fp8=False),
+    GPU("L40S", 362e12, 0.864e12, _gib(44.4), 32e9),
+    GPU("MI300X", 1307.4e12, 5.3e12, _gib(191.5), 448e9),
+    GPU("B200", 2250e12, 8.0e12, _gib(178.4), 900e9),
+)}
+_ALIASES = {"h100-sxm": "H100", "h100-80gb": "H100", "h100-sxm5": "H100", "h100-sxm-80gb": "H100",
+            "h200-sxm": "H200", "h200-141gb": "H200", "a100": "A100-80GB",
+            "a100-sxm": "A100-80GB", "a100-sxm-80gb": "A100-80GB", "a100-80g": "A100-80GB",
+            "a100-40g": "A100-40GB", "a100-sxm-40gb": "A100-40GB", "l40s-48gb": "L40S",
+            "mi300x-192gb": "MI300X", "b200-180gb": "B200"}
+_BY_LOWER = {**{k.lower(): k for k in GPUS}, **_ALIASES}
+
+
+def gpu_by_name(name: str) -> GPU:
+    """The GPU named ``name`` (``--gpu``), case-insensitive, ``_`` and spaces read as ``-``.
+    Raises ConfigError listing the choices."""
+    key = _BY_LOWER.get(str(name).strip().lower().replace("_", "-").replace(" ", "-"))
+    if key is None:
+        raise ConfigError(f"--gpu: unknown GPU {name!r}; choose one of {', '.join(GPUS)} "
+                          f"(aliases: {', '.join(sorted(_ALIASES))})", param="gpu")
+    return GPUS[key]
+
+
+def batch_defaults(gpu: GPU) -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)`` vLLM's OpenAI server picks for ``gpu``
+    (``engine/arg_utils.py`` ``get_batch_defaults``, docs/engine-model.md §1 and §7): (16384,
+    1024) on cards of 160 GiB and more (B200, MI300X), (8192, 1024) on cards of 70 GiB and more
+    that are not A100s, else (2048, 256)."""
+    if gpu.memory >= 160 * GiB:
+        return 16384, 1024
+    if gpu.memory >= 70 * GiB and "a100" not in gpu.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes per linear weight for --quantization ("" = the checkpoint's own, else the model dtype).
+# 4-bit: 0.5 byte plus one FP16 scale per group of 128.
+QUANTIZATIONS = {"fp8": 1.0, "fbgemm_fp8": 1.0, "awq": 0.5 + 2 / 128, "gptq": 0.5 + 2 / 128,
+                 "awq_marlin": 0.5 + 2 / 128, "gptq_marlin": 0.5 + 2 / 128, "int4": 0.5 + 2 / 128}
+KV_CACHE_DTYPES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1,
+                   "fp8_e5m2": 1, "fp8_inc": 1}
+
+
+def _quantization(arch: ModelArch, quantization: str) -> str:
+    q = (quantization or "").strip().lower()
+    if q in ("", "none", "auto"):
+        q = arch.quantization
+    if q and q not in QUANTIZATIONS:
+        raise ConfigError(f"--quantization: {quantization!r} is not modelled; choose one of "
+                          f"{', '.join(QUANTIZATIONS)} or leave it unset", param="quantization")
+    return q
+
+
+def linear_weight_bytes(arch: ModelArch, quantization: str = "") -> float:
+    """Bytes per non-embedding linear weight: the model dtype's, 1 for FP8, ~0.52 for 4-bit.
+    ``quantization`` "" uses the checkpoint's own (``arch.quantization``).  Raises ConfigError
+    for a method not modelled."""
+    q = _quantization(arch, quantization)
+    return QUANTIZATIONS[q] if q else float(arch.dtype_bytes)
+
+
+def weight_bytes(arch: ModelArch, quantization: str = "") -> int:
+    """All the model's weight bytes in memory (every expert; embedding and an untied lm_head
+    stay in the model dtype, as vLLM's quantized linear methods leave them).  Llama-3.1-8B in
+    BF16: 16,059,990,016 B = 14.96 GiB, vLLM's "model weights take 14.96GiB"."""
+    lin = arch.n_lin_total * linear_weight_bytes(arch, quantization)
+    embed = (arch.n_embed + (0 if arch.tie_word_embeddings else arch.n_head)) * arch.dtype_bytes
+    return int(lin + embed)
+
+
+def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
+    """KV-cache bytes per token on one GPU (docs/engine-model.md §2):
+    ``2 x layers x kv_heads/tp x head_dim x bytes``, bytes 1 for an fp8 ``--kv-cache-dtype``,
+    the model dtype's for ``auto``.  With fewer KV heads than ``tp`` each GPU holds one
+    (vLLM replicates them).  Llama-3.1-8B BF16, tp 1: 131,072 (128 KiB).  Raises ConfigError for
+    an unknown dtype."""
+    key = (kv_cache_dtype or "auto").strip().lower()
+    if key not in KV_CACHE_DTYPES:
+        raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; choose one of "
+                          f"{', '.join(KV_CACHE_DTYPES)}", param="kv-cache-dtype")
+    nbytes = KV_CACHE_DTYPES[key] or arch.dtype_bytes
+    kv_heads = max(1, arch.num_kv_heads // max(1, tp))
+    return 2 * arch.num_layers * kv_heads * arch.head_dim * nbytes
+
+
+def check_tensor_parallel(arch: ModelArch, tp: int) -> None:
+    """vLLM's start-up check: attention heads divisible by ``tp``, and KV heads either
+    divisible by ``tp`` or dividing it.  Raises ConfigError naming --tensor-parallel-size."""
+    if tp < 1:
+        raise ConfigError(f"--tensor-parallel-size must be >= 1, got {tp}",
+                          param="tensor-parallel-size")
+    if arch.num_heads % tp:
+        raise ConfigError(f"Total number of attention heads ({arch.num_heads}) must be divisible "
+                          f"by tensor parallel size ({tp}).", param="tensor-parallel-size")
+    if arch.num_kv_heads % tp and tp % arch.num_kv_heads:
+        raise ConfigError(f"Total number of KV heads ({arch.num_kv_heads}) and tensor parallel "
+                          f"size ({tp}) must divide one another.", param="tensor-parallel-size")
+
+
+# What vLLM's memory profile takes besides the weights and the KV cache, per GPU, fitted by
+# ``python -m generation.engine.perf.fit --memory`` (least squares) to the KV block counts vLLM
+# logged in 11 H100 runs and docs/engine-model.md §2's worked example (RMS error 0.18 GiB, under
+# 1% of the blocks):
+#   non-torch memory                 NON_TORCH_TP1, plus NON_TORCH_TP_EXTRA when tp > 1 (NCCL)
+#   the profile run's activations    ACTIVATION_BYTES x max_num_batched_tokens x hidden
+#   the sampler's warm-up logits     LOGITS_BYTES x max_num_seqs x vocab / tp
+# (the llm-d planner's 5.5 GiB activation constant left 8-29% too few blocks).
+NON_TORCH_TP1 = 0.6687 * GiB
+NON_TORCH_TP_EXTRA = 0.2454 * GiB
+ACTIVATION_BYTES = 7.322
+LOGITS_BYTES = 27.42
+
+
+def profile_overhead(arch: ModelArch, *, tp: int = 1, max_num_batched_tokens: int = 8192,
+                     max_num_seqs: int = 1024) -> float:
+    """Bytes per GPU that vLLM's start-up memory profile finds in use besides the weights:
+    non-torch memory, the dummy run's activation peak and the sampler's logits (fitted constants
+    above)."""
+    return (NON_TORCH_TP1 + (NON_TORCH_TP_EXTRA if tp > 1 else 0.0)
+            + ACTIVATION_BYTES * max_num_batched_tokens * arch.hidden_size
+            + LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp)
+
+
+def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
+                        gpu_memory_utilization: float = 0.9, quantization: str = "",
+                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> float:
+    """Bytes left for the KV cache on one GPU (docs/engine-model.md §2): ``memory x
+    utilization - weights / tp - profile overhead`` (:func:`profile_overhead`).  May be <= 0;
+    raises ConfigError only when the weights alone do not fit."""
+    check_tensor_parallel(arch, tp)
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got "
+                          f"{gpu_memory_utilization}", param="gpu-memory-utilization")
+    budget = gpu.memory * gpu_memory_utilization
+    weights = weight_bytes(arch, quantization) / tp
+    if weights >= budget:
+        raise ConfigError(
+            f"{arch.name or 'the model'} ({weights / GiB:.2f} GiB of weights per GPU) does not fit "
+            f"on {gpu.name} ({gpu.memory_gib:.2f} GiB x {gpu_memory_utilization} = "
+            f"{budget / GiB:.2f} GiB), try --tensor-parallel-size {2 * tp}", param="gpu")
+    return budget - weights - profile_overhead(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
+                                               max_num_seqs=max_num_seqs)
+
+
+def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
+                    kv_cache_dtype: str = "auto", quantization: str = "", block_size: int = 16,
+                    max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> int:
+    """KV-cache blocks per GPU (all ranks of a tensor-parallel group hold the same number):
+    ``floor(available / (block_size x kv_bytes_per_token))`` (docs/engine-model.md §2).
+
+    Llama-3.1-8B BF16 on an H100: 25,953 blocks = 415,248 tokens; on an A100-40GB 7,600 blocks
+    = 121,600 tokens.  Raises ConfigError when the weights do not fit ("... does not fit on
+    ..., try --tensor-parallel-size") or nothing is left for the cache (as vLLM's "No available
+    memory for the cache blocks")."""
+    if block_size < 1:
+        raise ConfigError(f"--block-size must be >= 1, got {block_size}", param="block-size")
+    avail = available_kv_memory(gpu, arch, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
+                                quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
+                                max_num_seqs=max_num_seqs)
+    per_block = block_size * kv_bytes_per_token(arch, kv_cache_dtype, tp)
+    blocks = int(avail // per_block) if avail > 0 else 0
+    if blocks <= 0:
+        raise ConfigError(
+            f"No available memory for the cache blocks: {arch.name or 'the model'} on {gpu.name} "
+            f"leaves {avail / GiB:.2f} GiB after weights and activations; raise "
+            f"--gpu-memory-utilization or --tensor-parallel-size", param="gpu-memory-utilization")
+    return blocks
+
+
+def kv_cache_report(blocks: int, block_size: int, max_model_len: int) -> tuple[str, str]:
+    """The two lines vLLM logs once the cache is sized (``_report_kv_cache_config``):
+    ``GPU KV cache size: 415,248 tokens`` and ``Maximum concurrency for 131,072 tokens per
+    request: 3.17x`` (blocks over the blocks one ``max_model_len`` request needs)."""
+    per_request = -(-max(1, max_model_len) // block_size)
+    return (f"GPU KV cache size: {blocks * block_size:,} tokens",
+            f"Maximum concurrency for {max_model_len:,} tokens per request: "
+            f"{blocks / per_request:.2f}x")
+
+
+def check_max_model_len(blocks: int, block_size: int, max_model_len: int,
+                        kv_bytes_per_token: int) -> None:
+    """vLLM's start-up check that one ``max_model_len`` sequence fits in the cache (docs/
+    engine-model.md §2).  Raises ConfigError with vLLM's message and its estimate of the
+    longest length that fits; ``kv_bytes_per_token`` is per GPU (for the GiB figures)."""
+    needed = -(-max_model_len // block_size)
+    if needed <= blocks:
+        return
+    block_bytes = block_size * kv_bytes_per_token
+    raise ConfigError(
+        f"To serve at least one request with the models's max seq len ({max_model_len}), "
+        f"({needed * block_bytes / GiB:.2f} GiB KV cache is needed, which is larger than the "
+        f"available KV cache memory ({blocks * block_bytes / GiB:.2f} GiB). Based on the available "
+        f"memory, the estimated maximum model length is {blocks * block_size}. Try increasing "
+        f"`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+        param="max-model-len")

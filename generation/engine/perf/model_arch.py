@@ -1,0 +1,356 @@
+"""A model's architecture, as far as step time and KV capacity need it (docs/engine-model.md §2-3).
+
+:class:`ModelArch` holds the fields of a Hugging Face ``config.json`` that the roofline uses
+(layers, widths, heads, vocabulary, MoE experts, dtype), and derives the parameter counts
+``n_lin`` / ``n_head`` of docs/engine-model.md §3.  :func:`resolve_arch` finds the config the way
+vLLM does, minus the network: ``--hf-config-path``, then a local model directory, then the
+Hugging Face cache, then the presets shipped here (:data:`PRESETS`, the real ``config.json``
+values of popular models, so that ``python app.py meta-llama/Llama-3.1-8B-Instruct`` works
+offline).
+
+Parameter counting (what vLLM's layers hold):
+
+* attention per layer: ``q`` (hidden x heads*head_dim), ``k`` and ``v`` (hidden x
+  kv_heads*head_dim each), ``o`` (heads*head_dim x hidden);
+* a dense MLP per layer: gated (SwiGLU: gate, up, down), ``3 x hidden x intermediate``;
+* a MoE layer: a router (hidden x experts), ``experts`` gated experts of
+  ``moe_intermediate_size``, and a shared expert when the config has one;
+* norms and biases are left out (under 0.01% of the weights);
+* ``n_head`` = vocab x hidden (the lm_head GEMM runs even when tied to the embedding).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from generation.config.values import ConfigError
+
+# dtype names a config.json or --dtype may carry -> bytes per weight as served.  vLLM's
+# ``--dtype auto`` serves an FP32 checkpoint in 16 bits, hence 2 for float32 too.
+_DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+                "float32": 2, "fp32": 2, "float": 2}
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """The architecture fields of one model (a Hugging Face ``config.json`` subset).
+
+    Counts are plain integers; ``dtype`` is the checkpoint's ``torch_dtype``; ``quantization``
+    the checkpoint's own ``quantization_config`` method normalised to ``"fp8"``, ``"int4"`` or
+    ``""`` (none or not recognised), used when ``--quantization`` is not given.
+    ``dense_layers`` counts the layers of a MoE model that keep a dense MLP
+    (``first_k_dense_replace``, ``mlp_only_layers``)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    dtype: str = "bfloat16"
+    max_position_embeddings: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    dense_layers: int = 0
+    quantization: str = ""
+
+    # -- derived counts -----------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        """Whether the MLPs are mixtures of experts (step time and activation peak differ)."""
+        return self.num_experts > 0 and self.experts_per_token > 0
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per unquantized weight (and per KV element with ``--kv-cache-dtype auto``)."""
+        return _DTYPE_BYTES.get(self.dtype.lower(), 2)
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        """q, k, v and o projection parameters of one layer."""
+        q = self.num_heads * self.head_dim
+        kv = self.num_kv_heads * self.head_dim
+        return self.hidden_size * (2 * q + 2 * kv)
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (gate, up and down)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    def _mlp_params(self, active: bool) -> int:
+        dense_mlp = 3 * self.hidden_size * self.intermediate_size
+        if not self.is_moe:
+            return self.num_layers * dense_mlp
+        moe_layers = self.num_layers - self.dense_layers
+        shared = 3 * self.hidden_size * self.shared_expert_intermediate_size
+        if self.shared_expert_intermediate_size:
+            shared += self.hidden_size            # Qwen-MoE's shared-expert gate
+        experts = self.experts_per_token if active else self.num_experts
+        per_moe_layer = self.hidden_size * self.num_experts + experts * self.expert_params + shared
+        return self.dense_layers * dense_mlp + moe_layers * per_moe_layer
+
+    @property
+    def n_lin(self) -> int:
+        """Non-embedding linear parameters one token goes through (docs/engine-model.md §3
+        ``N_lin``): for a MoE model the *active* ones (``experts_per_token`` experts), which set
+        the FLOPs.  Llama-3.1-8B: 6,979,321,856."""
+        return self.num_layers * self.attn_params_per_layer + self._mlp_params(active=True)
+
+    @property
+    def n_lin_total(self) -> int:
+        """Non-embedding linear parameters held in memory (all experts of a MoE model)."""
+        return self.num_layers * self.attn_params_per_layer + self._mlp_params(active=False)
+
+    @property
+    def n_head(self) -> int:
+        """lm_head parameters, vocab x hidden (docs/engine-model.md §3 ``N_head``)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def n_embed(self) -> int:
+        """Input-embedding parameters (vocab x hidden): held in memory, not read per step."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def n_params(self) -> int:
+        """All parameters as stored (a tied lm_head counted once), for the start-up log."""
+        return self.n_lin_total + self.n_embed + (0 if self.tie_word_embeddings else self.n_head)
+
+    # -- parsing ------------------------------------------------------------------------------
+    @classmethod
+    def from_hf_config(cls, d: dict, name: str = "", source: str = "config.json") -> "ModelArch":
+        """Read a Hugging Face ``config.json`` dict.
+
+        Fields: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+        ``num_key_value_heads`` (default: the attention heads), ``head_dim`` (default
+        hidden / heads), ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``
+        (default false), ``torch_dtype`` or ``dtype`` (default bfloat16),
+        ``max_position_embeddings``.  A multimodal config's ``text_config`` (or
+        ``llm_config``) is read instead of the top level.  MoE: Mixtral's
+        ``num_local_experts`` (its ``intermediate_size`` is the expert's), Qwen-MoE's
+        ``num_experts`` with ``moe_intermediate_size`` and ``shared_expert_intermediate_size``,
+        DeepSeek's ``n_routed_experts`` / ``n_shared_experts`` / ``first_k_dense_replace``;
+        ``num_experts_per_tok``.
+
+        Raises ConfigError naming ``source`` and the field when a required field is missing or
+        not a positive integer."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(d).__name__}")
+        top = d
+        for key in ("text_config", "llm_config", "language_config"):
+            if isinstance(d.get(key), dict) and "hidden_size" in d[key]:
+                # the top level's dtype and quantization win, as vLLM reads them there
+                d = {**d[key], **{k: v for k, v in top.items() if v is not None and k in (
+                    "torch_dtype", "dtype", "quantization_config")}}
+                break
+
+        def num(field: str, default: Any = None, *alt: str) -> int:
+            value = d.get(field)
+            for a in alt:
+                if value is None:
+                    value = d.get(a)
+            if value is None:
+                value = default
+            if value is None:
+                raise ConfigError(f"{source}: missing field {field!r}", param="hf-config-path")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{source}: field {field!r} must be a non-negative integer, "
+                                  f"got {value!r}", param="hf-config-path")
+            return value
+
+        layers = num("num_hidden_layers", None, "n_layer", "num_layers")
+        hidden = num("hidden_size", None, "n_embd", "d_model")
+        heads = num("num_attention_heads", None, "n_head")
+        for field, value in (("num_hidden_layers", layers), ("hidden_size", hidden),
+                             ("num_attention_heads", heads)):
+            if value <= 0:
+                raise ConfigError(f"{source}: field {field!r} must be positive, got {value}",
+                                  param="hf-config-path")
+        kv_heads = num("num_key_value_heads", heads) or heads
+        head_dim = num("head_dim", hidden // heads) or hidden // heads
+        vocab = num("vocab_size")
+        experts = num("num_local_experts", 0, "num_experts", "n_routed_experts")
+        per_tok = num("num_experts_per_tok", 0, "num_experts_per_token", "moe_topk") if experts else 0
+        inter = num("intermediate_size", 0 if experts else None, "n_inner", "ffn_dim")
+        moe_inter = num("moe_intermediate_size", 0) if experts else 0
+        if experts and not moe_inter:          # Mixtral: intermediate_size is the expert's
+            moe_inter = inter
+        shared = num("shared_expert_intermediate_size", 0) if experts else 0
+        if experts and not shared and d.get("n_shared_experts"):
+            shared = num("n_shared_experts") * moe_inter
+        dense_layers = 0
+        if experts:
+            dense_layers = num("first_k_dense_replace", 0)
+            mlp_only = d.get("mlp_only_layers") or []
+            if isinstance(mlp_only, list):
+                dense_layers = max(dense_layers, len(mlp_only))
+            dense_layers = min(dense_layers, layers)
+        dtype = d.get("torch_dtype") or d.get("dtype") or "bfloat16"
+        if not isinstance(dtype, str) or dtype.lower() not in _DTYPE_BYTES:
+            raise ConfigError(f"{source}: field 'torch_dtype' must be one of "
+                              f"{', '.join(sorted(_DTYPE_BYTES))}, got {dtype!r}",
+                              param="hf-config-path")
+        tie = d.get("tie_word_embeddings", top.get("tie_word_embeddings", False))
+        return cls(name=name or str(top.get("_name_or_path") or ""), num_layers=layers,
+                   hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                   intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=bool(tie),
+                   dtype=dtype.lower(), max_position_embeddings=num("max_position_embeddings", 0,
+                                                                    "n_positions", "max_seq_len"),
+                   num_experts=experts, experts_per_token=per_tok, moe_intermediate_size=moe_inter,
+                   shared_expert_intermediate_size=shared, dense_layers=dense_layers,
+                   quantization=_checkpoint_quantization(d.get("quantization_config")))
+
+
+def _checkpoint_quantization(qc: Any) -> str:
+    """``"fp8"`` / ``"int4"`` / ``""`` from a config's ``quantization_config`` (as vLLM detects a
+    pre-quantized checkpoint): fp8 / fbgemm_fp8 / modelopt FP8, AWQ / GPTQ 4-bit, and
+    compressed-tensors by its weights' ``num_bits`` and ``type``."""
+    if not isinstance(qc, dict):
+        return ""
+    method = str(qc.get("quant_method") or "").lower()
+    if method in ("fp8", "fbgemm_fp8", "modelopt", "ptpc_fp8"):
+        return "fp8"
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin"):
+        return "int4" if int(qc.get("bits", qc.get("w_bit", 4)) or 4) == 4 else ""
+    if method == "compressed-tensors":
+        for group in (qc.get("config_groups") or {}).values():
+            w = (group or {}).get("weights") or {}
+            if w.get("num_bits") == 8 and w.get("type") == "float":
+                return "fp8"
+            if w.get("num_bits") == 4 and w.get("type") == "int":
+                return "int4"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets: the architecture fields of the models' own config.json files (Hugging Face hub).
+def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, tie=False, head_dim=None, **moe):
+    d = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+         "num_key_value_heads": kv, "intermediate_size": inter, "vocab_size": vocab,
+         "max_position_embeddings": max_pos, "tie_word_embeddings": tie, "torch_dtype": "bfloat16"}
+    if head_dim is not None:
+        d["head_dim"] = head_dim
+    d.update(moe)
+    return d
+
+
+_LLAMA31_8B = _cfg(32, 4096, 32, 8, 14336, 128256, 131072)
+_LLAMA31_70B = _cfg(80, 8192, 64, 8, 28672, 128256, 131072)
+_LLAMA31_405B = _cfg(126, 16384, 128, 8, 53248, 128256, 131072)
+_MISTRAL_7B = _cfg(32, 4096, 32, 8, 14336, 32768, 32768)
+
+PRESETS: dict[str, dict] = {
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA31_8B,
+    "meta-llama/Llama-3.1-8B": _LLAMA31_8B,
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": _LLAMA31_8B,
+    "meta-llama/Meta-Llama-3.1-8B": _LLAMA31_8B,
+    "meta-llama/Meta-Llama-3-8B-Instruct": _cfg(32, 4096, 32, 8, 14336, 128256, 8192),
+    "meta-llama/Llama-3.1-70B-Instruct": _LLAMA31_70B,
+    "meta-llama/Llama-3.1-70B": _LLAMA31_70B,
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": _LLAMA31_70B,
+    "meta-llama/Llama-3.3-70B-Instruct": _LLAMA31_70B,
+    "meta-llama/Llama-3.1-405B-Instruct": _LLAMA31_405B,
+    "meta-llama/Llama-3.2-1B-Instruct": _cfg(16, 2048, 32, 8, 8192, 128256, 131072, True, 64),
+    "meta-llama/Llama-3.2-1B": _cfg(16, 2048, 32, 8, 8192, 128256, 131072, True, 64),
+    "meta-llama/Llama-3.2-3B-Instruct": _cfg(28, 3072, 24, 8, 8192, 128256, 131072, True, 128),
+    "meta-llama/Llama-3.2-3B": _cfg(28, 3072, 24, 8, 8192, 128256, 131072, True, 128),
+    "Qwen/Qwen2.5-0.5B-Instruct": _cfg(24, 896, 14, 2, 4864, 151936, 32768, True),
+    "Qwen/Qwen2.5-1.5B-Instruct": _cfg(28, 1536, 12, 2, 8960, 151936, 32768, True),
+    "Qwen/Qwen2.5-3B-Instruct": _cfg(36, 2048, 16, 2, 11008, 151936, 32768, True),
+    "Qwen/Qwen2.5-7B-Instruct": _cfg(28, 3584, 28, 4, 18944, 152064, 32768),
+    "Qwen/Qwen2.5-7B": _cfg(28, 3584, 28, 4, 18944, 152064, 131072),
+    "Qwen/Qwen2.5-14B-Instruct": _cfg(48, 5120, 40, 8, 13824, 152064, 32768),
+    "Qwen/Qwen2.5-32B-Instruct": _cfg(64, 5120, 40, 8, 27648, 152064, 32768),
+    "Qwen/Qwen2.5-72B-Instruct": _cfg(80, 8192, 64, 8, 29568, 152064, 32768),
+    "Qwen/Qwen3-0.6B": _cfg(28, 1024, 16, 8, 3072, 151936, 40960, True, 128),
+    "Qwen/Qwen3-1.7B": _cfg(28, 2048, 16, 8, 6144, 151936, 40960, True, 128),
+    "Qwen/Qwen3-4B": _cfg(36, 2560, 32, 8, 9728, 151936, 40960, True, 128),
+    "Qwen/Qwen3-8B": _cfg(36, 4096, 32, 8, 12288, 151936, 40960, False, 128),
+    "Qwen/Qwen3-14B": _cfg(40, 5120, 40, 8, 17408, 151936, 40960, False, 128),
+    "Qwen/Qwen3-32B": _cfg(64, 5120, 64, 8, 25600, 151936, 40960, False, 128),
+    "Qwen/Qwen3-30B-A3B": _cfg(48, 2048, 32, 4, 6144, 151936, 40960, False, 128, num_experts=128,
+                               num_experts_per_tok=8, moe_intermediate_size=768),
+    "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B,
+    "mistralai/Mistral-7B-v0.3": _MISTRAL_7B,
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": _cfg(32, 4096, 32, 8, 14336, 32000, 32768,
+                                                 num_local_experts=8, num_experts_per_tok=2),
+}
+_PRESETS_LOWER = {k.lower(): k for k in PRESETS}
+
+
+def preset(name: str) -> ModelArch | None:
+    """The preset architecture named ``name`` (exact, case-insensitive), or None."""
+    key = _PRESETS_LOWER.get(name.strip().lower())
+    return None if key is None else ModelArch.from_hf_config(PRESETS[key], name=key,
+                                                             source=f"preset {key}")
+
+
+# ---------------------------------------------------------------------------------------------
+def load_hf_config(path: str, name: str = "") -> ModelArch:
+    """Read ``path`` (a ``config.json`` file, or a directory holding one) into a ModelArch.
+    Raises ConfigError naming the file when it is missing, not JSON, or lacks a field."""
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(file, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"--hf-config-path: no config.json at {path}", param="hf-config-path")
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{file}: cannot read the model config ({e})", param="hf-config-path")
+    return ModelArch.from_hf_config(data, name=name, source=file)
+
+
+def _hub_cache_dir() -> str:
+    """The Hugging Face hub cache as the environment says now (``HF_HUB_CACHE``, else
+    ``HF_HOME``/hub, else ``XDG_CACHE_HOME``/huggingface/hub): huggingface_hub reads these at
+    import only."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface")
+    return os.path.join(os.path.expanduser(home), "hub")
+
+
+def resolve_arch(model: str, hf_config_path: str = "",
+                 cache_dir: str | None = None) -> tuple[ModelArch, str] | None:
+    """The architecture of ``model`` and where it came from (for the start-up log), or None.
+
+    Looks, in vLLM's order and without the network:
+
+    1. ``hf_config_path`` (``--hf-config-path``: a directory holding config.json, or the file);
+       a bad path or file is a ConfigError, not a fall-through;
+    2. ``model`` as a local directory holding a ``config.json``;
+    3. the Hugging Face cache (``cache_dir``, default the environment's hub cache):
+       ``try_to_load_from_cache(model, "config.json")``, a directory lookup;
+    4. :data:`PRESETS`, exact name, case-insensitive (source ``"preset"``).
+
+    The source is the file read, or ``"preset <name>"``."""
+    if hf_config_path:
+        file = (os.path.join(hf_config_path, "config.json") if os.path.isdir(hf_config_path)
+                else hf_config_path)
+        return load_hf_config(hf_config_path, name=model), file
+    if model and os.path.isfile(os.path.join(model, "config.json")):
+        file = os.path.join(model, "config.json")
+        return load_hf_config(file, name=model), file
+    cache = cache_dir or _hub_cache_dir()
+    if (model and not os.path.isabs(model) and not model.startswith((".", "~"))
+            and os.path.isdir(os.path.join(cache, "models--" + model.replace("/", "--")))):
+        from huggingface_hub import try_to_load_from_cache     # ~0.6 s to import: only when cached
+        try:
+            found = try_to_load_from_cache(model, "config.json", cache_dir=cache)
+        except ValueError:                 # not a valid repo id (HFValidationError)
+            found = None
+        if isinstance(found, str):
+            return load_hf_config(found, name=model), found
+    arch = preset(model) if model else None
+    if arch is not None:
+        return replace(arch, name=model), f"preset {arch.name}"
+    return None
