@@ -68,6 +68,10 @@ class StepEngine:
         self.kv_transfer_bandwidth = kv_transfer_bandwidth
         self.description = description
         self.frontend = step_time.frontend_time()
+        # the modelled API server (generation.engine.perf.step_model.Frontend): its CPU admits
+        # requests one after another; its output latency is added on the way in (the same TTFT
+        # and E2E as the replay's, where it is added on the way out)
+        self.fe = step_time.frontend() if hasattr(step_time, "frontend") else None
         self.busy = False           # a step is running (its timer armed) or about to start
         self.timer = None
         self.plan = None
@@ -112,7 +116,8 @@ class StepEngine:
             req.block_hashes = self.prefix_cache.block_hashes(seq)
         seq.engine_req = req
         seq.arrival = arrival
-        at = arrival + self.frontend
+        fe = self.fe
+        at = (fe.admit(arrival, seq.prompt_len) + fe.c.fe_out) if fe is not None else arrival + self.frontend
         if at > monotonic():
             self.pending += 1
             self._enqueue_at(req, at)
@@ -254,6 +259,8 @@ class StepEngine:
         # the hub's work since the last step (requests, stream ends) delays this step's sends
         start = max(end, self.hub_free + (cpu - self.hub_cpu))
         emitted = self.scheduler.complete(plan, end)
+        if self.fe is not None and emitted:     # streaming the step's tokens takes the frontend's CPU
+            self.fe.emit(end, len(emitted))
         self._record(plan, emitted)
         self._plan_step(end)             # the next step starts where this one ended
         for req in emitted:              # after planning: a stream's end may admit new requests

@@ -43,10 +43,18 @@ def test_decode_step_is_the_sum_of_its_terms():
     w = (LLAMA8.n_lin + LLAMA8.n_head) * 2 / (C.eta_w * h.bandwidth)
     f = (2 * LLAMA8.n_lin * padded + 2 * LLAMA8.n_head * d) / (C.eta_f * h.flops)
     kv = 131072 * (ctx + d) / (C.eta_kv * h.bandwidth)
+    a = 4 * 32 * 32 * 128 * ctx / (C.eta_a * h.flops)
     fixed = C.t0 + C.t_layer * 32 + C.t_seq * d
-    assert m.step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx(fixed + max(w, f) + kv, rel=1e-12)
+
+    def smax(x, y, p=C.overlap):             # the soft maximum of the memory and compute bounds
+        return (x ** p + y ** p) ** (1 / p)
+
+    assert m.step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx(fixed + smax(w, f) + smax(a, kv), rel=1e-12)
     t = m.terms(d, ctx, 0, 0, 0.0, 0)
-    assert t["total"] == pytest.approx(t["fixed"] + max(t["weights"], t["gemm_flops"]) + t["kv_read"])
+    assert t["total"] == pytest.approx(t["fixed"] + smax(t["weights"], t["gemm_flops"]) + smax(t["attn_flops"], t["kv_read"]))
+    assert max(w, f) < smax(w, f) < w + f                      # between the roofline's max and the sum
+    hard = StepModel(H100, LLAMA8, constants=PerfConstants(overlap=1e6))
+    assert hard.step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx(fixed + max(w, f) + max(a, kv), rel=1e-6)
     assert m.step_time(0, 0, 0, 0, 0.0, 0) == 0.0
 
 
@@ -143,7 +151,7 @@ def test_repeated_prompts_hit_every_full_block():
 def test_profiles_load_and_validate(tmp_path):
     c, src = load_constants("H100")
     assert src.endswith("h100.json") and c.validate() is c
-    assert load_constants("NoSuchGPU")[1] == "defaults"
+    assert "no profile of NoSuchGPU" in load_constants("NoSuchGPU")[1]
     p = tmp_path / "mine.json"
     p.write_text(json.dumps({"constants": {"t0": 0.001, "eta_w": 0.9}}))
     m = build_step_model(H100, LLAMA8, profile_path=str(p))
@@ -154,3 +162,15 @@ def test_profiles_load_and_validate(tmp_path):
     legacy = tmp_path / "old.yaml"
     legacy.write_text("t_frontend: 5ms\n")
     assert not isinstance(build_step_model(H100, LLAMA8, profile_path=str(legacy)), StepModel)
+
+
+def test_fp8_halves_the_bytes_and_on_an_a100_is_weight_only():
+    h100, a100 = gpu_by_name("H100"), gpu_by_name("A100-80GB")
+    for gpu in (h100, a100):
+        bf16, fp8 = StepModel(gpu, LLAMA8, constants=C), StepModel(gpu, LLAMA8, constants=C, quantization="fp8")
+        small = (1, 1000, 0, 0, 0, 0)
+        assert fp8.terms(*small)["weights"] == pytest.approx(     # the lm_head stays BF16
+            bf16.terms(*small)["weights"] * (LLAMA8.n_lin + 2 * LLAMA8.n_head) / (2 * (LLAMA8.n_lin + LLAMA8.n_head)))
+        big = (0, 0, 1, 8192, 8192 * 4096, 0)
+        ratio = fp8.terms(*big)["gemm_flops"] / bf16.terms(*big)["gemm_flops"]
+        assert ratio == pytest.approx(0.5 if gpu is h100 else 1 / 0.75, rel=0.02)

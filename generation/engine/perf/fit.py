@@ -34,7 +34,7 @@ from .step_model import PROFILE_DIR, PerfConstants, load_constants
 
 # The constants a fit moves (the rest keep their priors: the frontend's CPU costs and the
 # per-sequence cost cannot be separated from the others at these loads).
-FREE = ("eta_w", "eta_kv", "eta_f", "t0", "t_layer", "t_moe", "t_ar", "fe_in")
+FREE = ("eta_w", "eta_kv", "eta_f", "overlap", "t0", "t_layer", "t_moe", "t_ar", "fe_in")
 RESIDUAL_METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean_counted")
 OVERLOADED = "reasoning"        # default16's 4 rps reasoning runs: queues grew past the 300 s timeout
 
@@ -84,6 +84,7 @@ class Objective:
         self.pool = Pool(jobs) if jobs > 1 else None
         self.calls = 0
         self.last = []
+        self.best = (float("inf"), None)
 
     def values(self, x) -> dict:
         v = {k: getattr(self.base, k) for k in PerfConstants.__dataclass_fields__}
@@ -99,7 +100,12 @@ class Objective:
         parts = (self.pool.map(_residuals_one, work) if self.pool else [_residuals_one(w) for w in work])
         self.last = [r for p in parts for r in p]
         self.calls += 1
-        return np.array([r[3] for r in self.last])
+        res = np.array([r[3] for r in self.last])
+        rms = float(np.sqrt(np.mean(res ** 2)))
+        if rms < self.best[0]:
+            self.best = (rms, list(x))
+        print(f"  evaluation {self.calls}: RMS {rms:.4f}", file=sys.stderr, flush=True)
+        return res
 
 
 # A published point with the default batch limits (docs/engine-model.md §2): Llama-3.1-8B in BF16 on
@@ -149,6 +155,54 @@ def fit_memory(path: str | None = None) -> dict:
     return out
 
 
+# Published single-GPU measurements of GPUs without training runs (docs/engine-model.md §4):
+# Llama-3.1-8B, BF16.  (gpu, batch, prompt, output, what, value in ms)
+PUBLISHED_STEPS = [("A100-40GB", 1, 1024, 128, "tpot", 13.3),
+                   ("H200", 8, 32, 128, "batch", 833.0)]
+# GPUs whose profile is the A100-40GB's (the same chip; only the HBM differs, a peak of its own)
+SAME_CHIP = {"A100-40GB": ("A100-80GB",)}
+
+
+def fit_published(gpu: str, base: PerfConstants) -> PerfConstants:
+    """The profile of a GPU without training runs: the H100's constants, with the weight-read
+    efficiency ``eta_w`` solved (Brent) so that the replay reproduces the GPU's published
+    measurement exactly (decode is bound by reading the weights: the one constant such a
+    measurement pins down).  Prints the fit."""
+    from scipy.optimize import brentq
+    from generation.config.cli import load_config
+    from ..replay import TraceRequest, replay, scheduler_for
+    from ..step_config import resolve_step_settings
+    from .step_model import StepModel
+    row = next(r for r in PUBLISHED_STEPS if r[0].lower() == gpu.lower())
+    _, batch, prompt, output, what, value = row
+    cfg = load_config(["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", row[0],
+                       "--max-model-len", "4096"], env={})
+    st = resolve_step_settings(cfg)
+
+    def measure(eta_w: float) -> float:
+        c = replace(base, eta_w=eta_w)
+        res = replay(scheduler_for(st, cfg.max_model_len), StepModel(st.gpu, st.arch, constants=c),
+                     [TraceRequest(0.0, prompt, output) for _ in range(batch)])
+        if what == "tpot":
+            r = res.requests[0]
+            return 1000 * (r.finished_at - r.first_token) / (r.num_output - 1)
+        return 1000 * max(res.times(r)[1] for r in res.requests)
+
+    eta = brentq(lambda e: measure(e) - value, 0.3, 1.5, xtol=1e-5)
+    print(f"{row[0]}: eta_w {base.eta_w:.4g} -> {eta:.4g} reproduces the published {value} ms ({what}, batch "
+          f"{batch}, {prompt} in / {output} out); the other constants are the H100's")
+    return replace(base, eta_w=float(f"{eta:.6g}"))
+
+
+def write_profile(path: str, gpu: str, constants: PerfConstants, **extra) -> None:
+    doc = {"gpu": gpu, **extra, "constants": {k: float(f"{v:.6g}") for k, v in constants.to_dict().items()}}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
+    print(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m generation.engine.perf.fit", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", default="H100")
@@ -157,13 +211,22 @@ def main(argv=None) -> int:
     p.add_argument("--exclude", default="", help="comma-separated run names left out (cross-validation)")
     p.add_argument("--scale", type=float, default=0.35, help="fraction of each stage replayed per evaluation")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    p.add_argument("--max-evals", type=int, default=120)
+    p.add_argument("--iterations", type=int, default=6,
+                   help="least-squares iterations (each costs one evaluation per free constant, plus one)")
     p.add_argument("--out", default=None, help="profile to write (default: the shipped profiles/<gpu>.json)")
     p.add_argument("--start", default=None, help="profile to start from (default: the GPU's current one)")
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
     args = p.parse_args(argv)
     if args.memory:
         fit_memory(args.data)
+        return 0
+    if any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
+        base = load_constants("H100")[0]
+        c = fit_published(args.gpu, base)
+        method = "python -m generation.engine.perf.fit --gpu " + args.gpu
+        for name in (args.gpu,) + SAME_CHIP.get(args.gpu, ()):
+            out = args.out if (args.out and name == args.gpu) else os.path.join(PROFILE_DIR, f"{name.lower()}.json")
+            write_profile(out, name, c, method=method, basis="H100 profile; eta_w from docs/engine-model.md §4")
         return 0
     import numpy as np
     from scipy.optimize import least_squares
@@ -180,13 +243,14 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     r0 = obj(x0)
     print(f"{len(runs)} runs, {len(r0)} residuals; start RMS {float(np.sqrt(np.mean(r0 ** 2))):.4f}", flush=True)
-    lo = np.array([math.log(0.2 if k.startswith("eta") else 1e-7) for k in FREE])
-    hi = np.array([math.log(1.2 if k.startswith("eta") else 0.05) for k in FREE])
+    lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k == "overlap" else 1e-7) for k in FREE])
+    hi = np.array([math.log(1.0 if k.startswith("eta") else 50.0 if k == "overlap" else 0.05) for k in FREE])
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
-    fit = least_squares(obj, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.03,
-                        max_nfev=args.max_evals, x_scale=1.0)
-    r1 = obj(fit.x)
-    values = obj.values(fit.x)
+    least_squares(obj, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.03,
+                  max_nfev=args.iterations, x_scale=1.0)
+    best = np.array(obj.best[1])
+    r1 = obj(best)
+    values = obj.values(best)
     rms0, rms1 = float(np.sqrt(np.mean(r0 ** 2))), float(np.sqrt(np.mean(r1 ** 2)))
     print(f"fit: {obj.calls} evaluations in {time.perf_counter() - t:.0f} s; residual RMS {rms0:.4f} -> {rms1:.4f} "
           f"(log ratio; 0.05 is ~5%)")

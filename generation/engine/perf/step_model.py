@@ -4,16 +4,21 @@ The step time is docs/engine-model.md §3's roofline plus the costs a real engin
 term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
 
     T = D + sum n_i (tokens), S = D + chunks (sequences), T' = T padded to a CUDA-graph size
-    gemm   = max(W_read / (eta_w BW), (2 N_lin T' + 2 N_head S) / (eta_f F))
-    attn   = max(4 layers heads head_dim pairs / (eta_a F),
-                 kv_bytes_per_token (C_dec + sum p_i + T) / (eta_kv BW))
+    gemm   = smax(W_read / (eta_w BW), (2 N_lin T' + 2 N_head S) / (eta_f F))
+    attn   = smax(4 layers heads head_dim pairs / (eta_a F),
+                  kv_bytes_per_token (C_dec + sum p_i + T) / (eta_kv BW))
+    smax(a, b) = (a^p + b^p)^(1/p),  p = ``overlap``
     comm   = 2 layers (t_ar + T hidden 2 B 2 (tp - 1) / tp / (eta_ar link_BW))       (tp > 1)
     fixed  = t0 + t_layer layers + t_moe moe_layers + t_seq S
     step   = fixed + gemm + attn + comm  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
 
 - ``W_read``: the weights one step reads, per GPU: the dense part and, for a MoE model, the
   experts its ``T`` tokens route to (expected distinct share ``1 - (1 - k/E)^T``); FP8 weights
-  are one byte and, on GPUs with FP8 tensor cores, twice the FLOP/s (A100s run FP8 weight-only);
+  are one byte and, on GPUs with FP8 tensor cores, twice the FLOP/s; A100s run FP8 weight-only,
+  at :data:`FP8_WEIGHT_ONLY_FLOPS` of the BF16 FLOP/s (fewer bytes, slower large batches);
+- ``smax``: a kernel is bound by memory or by compute, but the two overlap imperfectly: the
+  roofline's ``max`` (``p`` infinite) makes a decode step flat in the batch until the GEMMs turn
+  compute-bound, where real steps grow all along; ``p`` is fitted;
 - CUDA graphs: a batch of up to ``max_cudagraph_capture_size`` tokens runs padded to the next
   capture size (vLLM's ``cudagraph_capture_sizes``: 1, 2, 4, 8, then steps of 8 up to 256 and of
   16 beyond); ``--enforce-eager`` runs unpadded, with ``t_eager`` per layer of kernel launches;
@@ -43,6 +48,10 @@ from generation.config.values import ConfigError
 
 PROFILE_DIR = os.path.join(os.path.dirname(__file__), "profiles")
 PCIE_BANDWIDTH = 25e9           # B/s: a CPU KV tier's reload (PCIe 4.0/5.0 x16, achieved)
+# Share of BF16 GEMM throughput that weight-only FP8 (Marlin, dequantizing in the kernel) keeps
+# once compute-bound, on GPUs without FP8 tensor cores.  A prior, not fitted: the data has no FP8
+# run on such a GPU.
+FP8_WEIGHT_ONLY_FLOPS = 0.75
 
 
 @dataclass
@@ -51,7 +60,8 @@ class PerfConstants:
 
     ``eta_w``: HBM bandwidth reached reading weights; ``eta_f``: dense tensor FLOP/s reached by
     the GEMMs; ``eta_kv``: bandwidth reached reading the KV cache; ``eta_a``: FLOP/s reached by
-    prefill attention; ``eta_ar``: link bandwidth reached by an all-reduce; ``t0``, ``t_seq``,
+    prefill attention; ``eta_ar``: link bandwidth reached by an all-reduce; ``overlap``: the
+    exponent ``p`` of the memory / compute bound's soft maximum (>= 1); ``t0``, ``t_seq``,
     ``t_layer``, ``t_moe``: the fixed terms (per step, per scheduled sequence, per layer, per MoE
     layer); ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
     ``fe_in`` / ``fe_out``: the frontend's latency before the engine and after a step (the TTFT
@@ -63,6 +73,7 @@ class PerfConstants:
     eta_kv: float = 0.80
     eta_a: float = 0.50
     eta_ar: float = 0.60
+    overlap: float = 4.0
     t0: float = 0.7e-3
     t_seq: float = 5e-6
     t_layer: float = 20e-6
@@ -83,6 +94,8 @@ class PerfConstants:
                 raise ConfigError(f"{source}: {f.name} must be a number, got {v!r}", param="step-time-profile")
             if f.name.startswith("eta_") and not 0 < v <= 1.5:
                 raise ConfigError(f"{source}: {f.name} must be in (0, 1.5], got {v!r}", param="step-time-profile")
+            if f.name == "overlap" and v < 1:
+                raise ConfigError(f"{source}: overlap must be >= 1, got {v!r}", param="step-time-profile")
             if not f.name.startswith("eta_") and v < 0:
                 raise ConfigError(f"{source}: {f.name} must be >= 0, got {v!r}", param="step-time-profile")
         return self
@@ -94,15 +107,21 @@ class PerfConstants:
 CONSTANT_NAMES = tuple(f.name for f in fields(PerfConstants))
 
 
+BASIS_GPU = "H100"      # the GPU with training runs; a GPU without a profile borrows its constants
+
+
 def load_constants(gpu_name: str, path: str | None = None) -> tuple[PerfConstants, str]:
-    """The fitted constants of ``gpu_name`` and the profile they came from: ``path`` when given,
-    else ``profiles/<gpu>.json``, else the GPU the profile names as its ``basis`` (a GPU with no
-    measurements borrows the fixed costs of one that has them), else the defaults.  Raises
-    ConfigError for an unreadable or invalid file."""
+    """The fitted constants of ``gpu_name`` and the file they came from: ``path`` when given,
+    else ``profiles/<gpu>.json``, else the H100's profile (:data:`BASIS_GPU`: efficiencies are
+    fractions of each GPU's own peaks, the fixed costs are the host's), else the defaults.
+    Raises ConfigError for an unreadable or invalid file."""
     file = path or os.path.join(PROFILE_DIR, f"{gpu_name.lower()}.json")
     if not os.path.isfile(file):
         if path:
             raise ConfigError(f"performance profile {path}: no such file", param="step-time-profile")
+        basis = os.path.join(PROFILE_DIR, f"{BASIS_GPU.lower()}.json")
+        if gpu_name.lower() != BASIS_GPU.lower() and os.path.isfile(basis):
+            return load_constants(BASIS_GPU, basis)[0], f"{basis} (no profile of {gpu_name}'s own)"
         return PerfConstants(), "defaults"
     try:
         with open(file, encoding="utf-8") as fh:
@@ -154,8 +173,12 @@ class StepModel:
                             if cudagraph_capture_sizes else cudagraph_sizes(max_cudagraph_capture_size))
         self.max_graph = self.graph_sizes[-1] if self.graph_sizes else 0
         lin_bytes = linear_weight_bytes(arch, quantization)
-        fp8_compute = lin_bytes == 1.0 and gpu.fp8
-        f_lin = gpu.flops * (2.0 if fp8_compute else 1.0)
+        if lin_bytes == 1.0:        # FP8 tensor cores double the FLOP/s; without them (A100)
+            # vLLM runs FP8 weight-only (Marlin), dequantizing in the GEMM: slower than BF16 once
+            # compute-bound
+            f_lin = gpu.flops * (2.0 if gpu.fp8 else FP8_WEIGHT_ONLY_FLOPS)
+        else:
+            f_lin = gpu.flops
         n_lin, n_head = arch.n_lin / tp, arch.n_head / tp
         head_bytes = n_head * arch.dtype_bytes
         if arch.is_moe:
@@ -194,6 +217,8 @@ class StepModel:
         self._fixed = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers
                        + (c.t_eager * layers if self.enforce_eager else 0.0))
         self._t_seq = c.t_seq
+        self._p = float(c.overlap)
+        self._inv_p = 1.0 / self._p
 
     def padded(self, tokens: int) -> int:
         """Tokens the GPU runs for a step of ``tokens``: the next CUDA-graph capture size, or
@@ -218,8 +243,13 @@ class StepModel:
         f = self._c_lin * padded + self._c_head * rows
         a = self._c_attn * (decode_context + prefill_pairs)
         kv = self._c_kv * (decode_context + prefill_context + tokens)
-        t = (self._fixed + self._t_seq * rows + (w if w > f else f) + (a if a > kv else kv)
-             + self._comm0 + self._c_comm * padded)
+        p, q = self._p, self._inv_p          # smax(x, y) = max * (1 + (min / max)^p)^(1/p): no underflow
+        g = w * (1.0 + (f / w) ** p) ** q if w > f else f * (1.0 + (w / f) ** p) ** q
+        if a > kv:
+            att = a * (1.0 + (kv / a) ** p) ** q
+        else:
+            att = kv * (1.0 + (a / kv) ** p) ** q if kv else 0.0
+        t = self._fixed + self._t_seq * rows + g + att + self._comm0 + self._c_comm * padded
         if kv_reload_tokens:
             t += kv_reload_tokens * self.reload_per_token
         return t
@@ -231,7 +261,7 @@ class StepModel:
         padded = self.padded(tokens) if tokens else 0
         rows = num_decode + num_chunks
         w = self._w_fixed + self._w_experts * (1.0 - self._untouched ** padded)
-        return {"fixed": self._fixed + self._t_seq * rows, "weights": w,
+        return {"fixed": self._fixed + self._t_seq * rows, "weights": w, "overlap": self._p,
                 "gemm_flops": self._c_lin * padded + self._c_head * rows,
                 "attn_flops": self._c_attn * (decode_context + prefill_pairs),
                 "kv_read": self._c_kv * (decode_context + prefill_context + tokens),
