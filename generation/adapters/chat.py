@@ -47,11 +47,8 @@ class ChatAdapter(Adapter):
         if b.logprobs:
             check_logprobs_cap(sim, top or 0, "top_logprobs")
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
-        if b.tools is not None and not b.tools:
-            raise InvalidParam("`tools` must not be an empty list.", "tools")
-        if b.tools is None and b.tool_choice is not None and b.tool_choice != "none":
-            raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
-        check_tools(sim, b.tools, b.tool_choice, b.response_format)
+        tools, tool_choice = chat_tools(b.tools, b.tool_choice)
+        check_tools(sim, tools, tool_choice, b.response_format)
         constraint = structured_constraint(sim, b.structured_outputs)
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
@@ -66,7 +63,7 @@ class ChatAdapter(Adapter):
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [], **chat_options(b))], n=n,
             max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
-            tools=b.tools, tool_choice=b.tool_choice,
+            tools=tools, tool_choice=tool_choice,
             response_format=constraint or b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
@@ -115,6 +112,21 @@ class ChatAdapter(Adapter):
         return body
 
 
+def chat_tools(tools, tool_choice) -> tuple[list | None, object]:
+    """vLLM 0.34's ``check_tool_usage`` on ``(tools, tool_choice)``: ``tools: []`` counts as no
+    tools (as OpenAI treats it), and ``"auto"`` / ``"required"`` with nothing to call fall back
+    to ``"none"``; a named ``tool_choice`` keeps the empty list, so the lookup reports the
+    mismatch.  Raises InvalidParam (``tool_choice``) for a ``tool_choice`` other than
+    ``"none"`` without tools."""
+    if tools is not None and not tools and not isinstance(tool_choice, dict):
+        tools = None
+        if tool_choice in ("auto", "required"):
+            tool_choice = "none"
+    if tools is None and tool_choice is not None and tool_choice != "none":
+        raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    return tools, tool_choice
+
+
 def chat_ec_transfer_params(messages: list, prompt_tokens: int) -> dict | None:
     """``--mm-encoder-only`` (api.md 5.1.10): one dummy encoder-cache transfer entry per
     synthetic multimodal hash of the conversation's media blocks (as chat render names them);
@@ -138,9 +150,11 @@ def named_choice(req: GenerationRequest) -> bool:
 
 
 def finish_reason(req: GenerationRequest, seq) -> str:
-    """A choice's chat ``finish_reason``: ``"tool_calls"`` for a tool call, named ``tool_choice``
-    included (case C11: clients such as the Vercel AI SDK read it; vLLM 0.33 answers a named
-    call with ``"stop"``, listed in the README's differences)."""
+    """A choice's chat ``finish_reason``: ``"tool_calls"`` for a tool call, except under a
+    named ``tool_choice`` (one forced function), which finishes with ``"stop"`` as OpenAI and
+    vLLM's ``resolve_finish_reason`` report it (case C11); anything else is the engine's."""
+    if seq.finish_reason == "tool_calls" and named_choice(req):
+        return "stop"
     return seq.finish_reason
 
 
@@ -207,7 +221,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     ``token_ids`` delta (vLLM's ``return_token_ids``); ``as_ids``: logprob tokens named
     ``token_id:N`` (``return_tokens_as_token_ids``).  Reasoning tokens stream as
     ``delta.reasoning``; the parser's markers (and reasoning hidden by ``include_reasoning:
-    false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage."""
+    false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage.
+    With continuous usage and prompt details on, the role chunk's usage carries
+    ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     include_reasoning = req.reasoning is None or req.reasoning.include
@@ -219,9 +235,12 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     lasts = [-1 if req.send_image else len(s.pieces) - 1 for s in seqs]
     call_maps = {}
 
+    first_details = continuous and usage_details(sim) is not None
+    by_index = {s.index: s for s in seqs}
+
     def role_chunk(i: int) -> bytes:
-        return (heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,'
-                b'"finish_reason":null}]' + tail(0, i))
+        end = frame.first_tail(i, by_index[i].cached_tokens) if first_details else tail(0, i)
+        return heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + end
 
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST; about 4x fewer bytes copied per chunk).

@@ -167,7 +167,7 @@ _declare("frontend",
                 "`stream_options.include_usage` were set"),
          Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),
          Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` "
-                "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: null, "
+                "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: left out, "
                 "or always with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),

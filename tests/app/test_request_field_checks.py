@@ -106,8 +106,15 @@ def test_logprob_token_ids(api):
 
 
 def test_empty_tools_and_tool_choice_without_tools(api):
-    e = err(api, CHAT, {"messages": MSG, "tools": []})
-    assert e["param"] == "tools"
+    """vLLM 0.34: ``tools: []`` is no tools, and "auto" / "required" then fall back to "none"."""
+    for choice in (None, "auto", "required", "none"):
+        body = {"messages": MSG, "max_tokens": 1, "tools": []}
+        if choice is not None:
+            body["tool_choice"] = choice
+        assert ok(api, CHAT, body)
+    e = err(api, CHAT, {"messages": MSG, "tools": [], "tool_choice": {"type": "function", "function": {"name": "f"}}})
+    assert (e["message"], e["param"]) == ("The tool `f` specified in `tool_choice` does not match any of the "
+                                          "specified `tools`", "tool_choice")
     e = err(api, CHAT, {"messages": MSG, "tool_choice": "auto"})
     assert (e["message"], e["param"]) == ("When using `tool_choice`, `tools` must be set.", "tool_choice")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "tool_choice": "none"})

