@@ -188,7 +188,7 @@ class CountTokensRequest:
     system: Any = None                    # a string or a list of text blocks
     tools: list | None = None             # list[AnthropicTool]
     tool_choice: AnthropicToolChoice | None = None
-    thinking: dict | None = None          # {"type": enabled/disabled/adaptive, "budget_tokens"?}
+    thinking: dict | None = None          # {"type": enabled/disabled/adaptive/between_tools, "budget_tokens"?}
     context_management: dict | None = None
     chat_template_kwargs: dict | None = None
 
@@ -206,6 +206,7 @@ class MessagesRequest(CountTokensRequest):
     ignore_eos: bool | None = None
     kv_transfer_params: dict | None = None
     output_config: AnthropicOutputConfig | None = None
+    min_tokens: int | None = None         # vLLM's extension (0.34)
 
 
 @dataclass
