@@ -55,6 +55,9 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     generation_apis = () if kind else (chat, completions, generate, messages, responses)
     for mod in (models, health, lora, metrics, admin, render, dev, *generation_apis):
         app.register_blueprint(mod.bp)
+    if not kind:
+        from blueprints import engine_ops
+        engine_ops.register(app, config)
     if kind in (None, "embed"):
         app.register_blueprint(embeddings.bp)
     if kind:

@@ -118,6 +118,8 @@ class SimConfig:
             raise ConfigError("max CPU LoRAs cannot be less than max LoRAs", "max-cpu-loras")
         if self.max_model_len < 1:
             raise ConfigError("max model len cannot be less than 1", "max-model-len")
+        if self.checkpoint_prepare_on_startup and not self.enable_sleep_mode:
+            raise ConfigError("checkpoint_prepare_on_startup requires enable_sleep_mode", "checkpoint-prepare-on-startup")
         if self.max_num_seqs < 1:
             raise ConfigError("max num seqs cannot be less than 1", "max-num-seqs")
         if self.max_waiting_queue_length < 0:
