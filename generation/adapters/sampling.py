@@ -116,10 +116,13 @@ def anthropic_reasoning(sim, thinking, output_config) -> rz.ReasoningSettings | 
     return rz.settings(enabled, effort, budget)
 
 
-def responses_reasoning(sim, reasoning) -> rz.ReasoningSettings | None:
+def responses_reasoning(sim, reasoning, thinking_token_budget=None) -> rz.ReasoningSettings | None:
     """Responses ``reasoning`` (``{"effort": ..., "summary": ...}``); an effort it does not
-    know leaves the default (Codex sends new values before servers know them)."""
+    know leaves the default (Codex sends new values before servers know them).
+    ``thinking_token_budget`` (vLLM 0.34) caps the reasoning tokens as on chat; raises
+    InvalidParam naming it when it is neither -1 nor a count."""
+    budget = _budget(thinking_token_budget, "thinking_token_budget")
     if sim.reasoning is None:
         return None
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
-    return rz.settings(None, effort if effort in EFFORTS else None)
+    return rz.settings(None, effort if effort in EFFORTS else None, budget)

@@ -336,7 +336,7 @@ def test_reasoning_items_accepted_and_joined_to_their_call(api):
 
 @pytest.mark.parametrize("item,contains", [
     ({**REASONING, "encrypted_content": "gAAAA..."}, "Encrypted content is not supported."),
-    ({"type": "reasoning", "content": []}, "input[0].summary"),
+    ({"type": "reasoning", "summary": "short", "content": []}, "input[0].summary"),   # a missing one defaults to []
     ({**REASONING, "summary": [{"type": "summary_text"}]}, "input[0].summary[0]"),
     ({**REASONING, "content": "thinking"}, "input[0].content"),
 ])
