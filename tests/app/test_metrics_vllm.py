@@ -82,7 +82,8 @@ def test_names_types_labels_and_buckets_at_start(app_client):
     assert bounds(fams, "vllm:request_params_n") == [1, 2, 5, 10, 20, inf]
     assert bounds(fams, "vllm:request_prefill_kv_computed_tokens") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, inf]
     assert bounds(fams, "vllm:time_to_first_token_seconds")[:4] == [0.001, 0.005, 0.01, 0.02]
-    assert sample(fams, "vllm:cache_config_info", block_size="16", num_gpu_blocks="1024") == 1
+    assert sample(fams, "vllm:cache_config_info", block_size="16", num_gpu_blocks="1024",
+                  kv_cache_size_tokens="16384", kv_cache_max_concurrency="16.0") == 1
 
 
 def test_request_values(app_client):
