@@ -6,6 +6,13 @@ answer is token ids.  Non-streaming: ``request_id``, ``choices`` (``index``,
 ``do_remote_decode``, ``kv_transfer_params``.  Streaming: one chunk per token, the last
 token chunk of a choice carrying its finish reason; an optional usage chunk with
 ``choices: []``; then ``data: [DONE]``.
+
+vLLM's ``output_mode`` levels: ``tokens`` (the default, above), ``text`` (each choice also
+carries its detokenized ``text``, a stream chunk its text delta) and ``derender`` (the parsed
+assistant ``message``, a stream chunk a chat ``delta``: vLLM 0.34 streams it); both carry
+``stop_reason`` and ``"output_mode"``, and their logprobs are chat logprobs with decoded tokens,
+or ``token_id:N`` with ``--return-tokens-as-token-ids`` (in derender mode
+``parse_context.return_tokens_as_token_ids`` decides when given).
 """
 from __future__ import annotations
 
@@ -55,6 +62,9 @@ class GenerateAdapter(Adapter):
         if kv is None and sp.extra_args is not None:   # where real vLLM clients put it
             kv = sp.extra_args.kv_transfer_params
         check_kv_transfer(kv, stream)
+        mode = b.output_mode or "tokens"
+        if mode != "tokens" and sp.detokenize is False:
+            raise InvalidParam(f"output_mode={mode!r} requires sampling_params.detokenize to be true", "output_mode")
         n = sp.n or 1
         check_size(sim, n, False)
         if sp.max_tokens is not None:
@@ -77,14 +87,33 @@ class GenerateAdapter(Adapter):
     def work(self, seqs) -> tuple[int, str, str]:
         return self._work(sum(s.completion_tokens for s in seqs))
 
+    def _as_ids(self) -> bool:
+        """Logprob tokens as ``token_id:N`` in the text levels: the server flag, or in derender
+        mode the render's ``parse_context.return_tokens_as_token_ids`` when it says."""
+        b = self.body
+        if b.output_mode == "derender" and isinstance(b.parse_context, dict):
+            override = b.parse_context.get("return_tokens_as_token_ids")
+            if isinstance(override, bool):
+                return override
+        return bool(self.sim.config.return_tokens_as_token_ids)
+
     def render(self, seqs) -> dict:
-        return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
-                               self.body.sampling_params.logprobs, usage_details(self.sim))
+        out = render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
+                              self.body.sampling_params.logprobs, usage_details(self.sim))
+        mode = self.body.output_mode or "tokens"
+        if mode != "tokens":
+            out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids()) for s in seqs]
+            out["output_mode"] = mode
+        return out
 
     def stream(self, seqs):
         force = self.sim.config.enable_force_include_usage
-        return stream_generate(self.sim, self.req, seqs, stream_flags(self.body.stream_options, force)[0],
-                               self.body.sampling_params.logprobs)
+        include_usage = stream_flags(self.body.stream_options, force)[0]
+        mode = self.body.output_mode or "tokens"
+        if mode != "tokens":
+            return stream_text(self.sim, self.req, seqs, include_usage, mode, self.body.sampling_params.logprobs,
+                               self._as_ids())
+        return stream_generate(self.sim, self.req, seqs, include_usage, self.body.sampling_params.logprobs)
 
 
 def ec_transfer_params(cfg, features) -> dict | None:
@@ -142,4 +171,69 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
                    b',"token_ids":' + tids + b'}]}\n\n')
     if include_usage:
         yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b"}\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+# ---- the text levels (output_mode text / derender) ----------------------------------------------
+
+def _text_logprobs(seq, top: int, as_ids: bool, start: int = 0, stop: int | None = None) -> dict:
+    """Chat logprobs of tokens ``start:stop``: decoded tokens, or ``token_id:N`` (``as_ids``)."""
+    stop = len(seq.ids) if stop is None else stop
+    if as_ids:
+        return {"content": [lp.token_id_entry(seq.ids[k], k, top) for k in range(start, stop)]}
+    return lp.chat_logprobs(seq.pieces[start:stop], top, start)
+
+
+def text_choice(seq, mode: str, top: int | None, as_ids: bool) -> dict:
+    """A non-streaming choice of the ``text`` level (``text``) or the ``derender`` level
+    (``message``: the assistant message, ``tool_calls`` left out when empty, as vLLM 0.34's
+    ChatMessage); ``logprobs`` only when asked, as in the tokens level."""
+    text = seq.output_text()
+    out = {"index": seq.index, "finish_reason": seq.finish_reason, "stop_reason": seq.stop_reason,
+           "token_ids": list(seq.ids)}
+    if mode == "text":
+        out["text"] = text
+    else:
+        out["message"] = {"role": "assistant", "content": text, "reasoning": None}
+    if top is not None:
+        out["logprobs"] = _text_logprobs(seq, top, as_ids)
+    return out
+
+
+def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: str, top: int | None,
+                as_ids: bool):
+    """SSE body of the ``text`` and ``derender`` levels: per token a chunk whose choice has its
+    ``token_ids`` delta and the ``text`` delta (``text``) or a chat ``delta`` (``derender``:
+    ``role`` in a choice's first chunk, then ``content``), the last one of a choice with its
+    ``finish_reason`` and ``stop_reason``; each chunk says its ``output_mode``.  A choice with
+    no tokens gets one finishing chunk; then the optional usage chunk and ``data: [DONE]``."""
+    head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
+    tail = b'],"output_mode":"' + mode.encode() + b'"}\n\n'
+    last = [len(s.ids) - 1 for s in seqs]
+    emitted = [False] * len(seqs)
+
+    def chunk(seq, piece: str, ids: list, finish, stop_reason, logprobs) -> bytes:
+        i = seq.index
+        choice = {"index": i, "finish_reason": finish, "stop_reason": stop_reason, "token_ids": ids}
+        if mode == "text":
+            choice["text"] = piece
+        else:
+            choice["delta"] = {"content": piece} if emitted[i] else {"role": "assistant", "content": piece}
+        if logprobs is not None:
+            choice["logprobs"] = logprobs
+        emitted[i] = True
+        return head + dumps(choice) + tail
+
+    for seq, k in sim.stream(seqs):
+        done = k == last[seq.index]
+        yield chunk(seq, seq.pieces[k], [seq.ids[k]], seq.finish_reason if done else None,
+                    seq.stop_reason if done else None,
+                    None if top is None else _text_logprobs(seq, top, as_ids, k, k + 1))
+    for seq in seqs:
+        if not emitted[seq.index]:
+            yield chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
+                        seq.stop_reason, None)
+    if include_usage:
+        yield (head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b',"output_mode":"' +
+               mode.encode() + b'"}\n\n')
     yield b"data: [DONE]\n\n"

@@ -143,6 +143,8 @@ class GenerateRequest:
     features: Features | None = None
     cache_salt: str | None = None
     priority: int | None = None
+    output_mode: str | None = None        # tokens (default) / text / derender
+    parse_context: dict | None = None     # /render's chat context (derender reads return_tokens_as_token_ids)
 
 
 @dataclass
