@@ -64,6 +64,16 @@ def test_kv_cache_reports_cached_tokens_always_with_or_without_the_flag(app_clie
         assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
 
 
+def test_kv_cache_hits_whole_blocks_of_at_most_the_prompt_minus_one(app_client):
+    """vLLM's rule in the default cache too: an exact repeat of an 80-token, block-aligned prompt
+    hits 64 tokens (80 - 1 rounded down to blocks of 16), an 81-token one 80."""
+    c = app_client(*KV, env=KV_ENV)
+    for n, hit in ((80, 64), (81, 80), (17, 16), (16, 0)):
+        body = {"model": "test-model", "prompt": list(range(1000 * n, 1000 * n + n)), "max_tokens": 1}
+        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
+        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": hit}, n
+
+
 def test_step_mode_prefix_cache_gives_no_details_without_the_flag(app_client):
     """vLLM's default prefix caching (the step engine's cache) sends no ``prompt_tokens_details``
     unless ``--enable-prompt-tokens-details`` is given; with it, the hits."""
