@@ -118,8 +118,9 @@ _declare("model",
          Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
          Option("seed", "int", None, "Random seed", nullable=True),
          Option("mode", "str", "random", "Response source", choices=("random", "echo")),
-         Option("hf-config-path", "str", "", "Directory or file of the model's config.json (step mode: the "
-                "architecture; else the Hugging Face cache, then the shipped presets)"),
+         Option("hf-config-path", "str", "", "Directory or file of the model's config.json: the default "
+                "--max-model-len in every mode, and in step mode the architecture (else the Hugging Face cache, "
+                "then the shipped presets)"),
          Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
                 "doubles the FLOP/s)"),
          Option("runner", "str", "auto", "vLLM's model runner: `pooling` serves an embedding, classification or "

@@ -74,12 +74,36 @@ def model_context_length(name: str, cache_dir: str | None = None) -> int | None:
     return context_length(config) if isinstance(config, dict) else None
 
 
+def _file_context_length(path: str) -> int | None:
+    """The context length of the ``config.json`` at ``path`` (the file, or a directory holding
+    it), or None when it is missing, unreadable or declares none."""
+    path = os.path.expanduser(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        log.warning("--hf-config-path %s: no readable config.json; max model len keeps its default", path)
+        return None
+    return context_length(config) if isinstance(config, dict) else None
+
+
 def apply_model_defaults(config) -> None:
     """Set ``config.max_model_len`` to the model's context length when neither the command line,
-    the YAML file nor the environment gave one (``config.explicit``: the options they set)."""
-    if "max-model-len" in getattr(config, "explicit", ()) or config.force_dummy_tokenizer:
+    the YAML file nor the environment gave one (``config.explicit``: the options they set).
+    ``--hf-config-path`` (a directory holding ``config.json``, or the file) is read first and in
+    every mode, ``--force-dummy-tokenizer`` included, as vLLM reads ``--hf-config-path``;
+    otherwise the model's own config, unless the tokenizer is the simulated one."""
+    if "max-model-len" in getattr(config, "explicit", ()):
         return
-    n = model_context_length(config.model, getattr(config, "tokenizers_cache_dir", "") or None)
+    hf_config_path = getattr(config, "hf_config_path", "") or ""
+    if hf_config_path:
+        n = _file_context_length(hf_config_path)
+    elif config.force_dummy_tokenizer:
+        return
+    else:
+        n = model_context_length(config.model, getattr(config, "tokenizers_cache_dir", "") or None)
     if n is not None:
-        log.info("max model len %d from the model's config.json", n)
+        log.info("max model len %d from %s", n, hf_config_path or "the model's config.json")
         config.max_model_len = n
