@@ -80,7 +80,7 @@ def kv_event_sources():
     replay = cfg.kv_events_replay_endpoint
     return json_response([{"data_parallel_rank": rank, "endpoint": rank_endpoint(cfg.zmq_endpoint, rank),
                            "replay_endpoint": rank_endpoint(replay, rank) if replay else None,
-                           "topic": f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"}])
+                           "topic": cfg.kv_topic()}])
 
 
 @bp.post("/invocations")

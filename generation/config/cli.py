@@ -12,6 +12,7 @@ from typing import Any
 
 from .values import BOOL_LITERALS, ConfigError, format_duration
 from .options import GROUPS, IGNORED_FLAGS, OPTIONS, Option, _IGNORED_ALIASES, _OPTION_ALIASES, coerce
+from .kv_events import apply_kv_events_config
 from .sim_config import SimConfig
 
 
@@ -187,6 +188,7 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
         setattr(cfg, OPTIONS[key].attr, val)
     cfg.ignored_flags = list(dict.fromkeys(ignored))
     cfg.explicit = frozenset(values)                 # options given (CLI, YAML, env), not defaulted
+    apply_kv_events_config(cfg, cfg.explicit)
     if cfg.seed is None:
         cfg.seed = time.time_ns()
     cfg.validate()

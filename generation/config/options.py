@@ -238,7 +238,10 @@ _declare("cache",
          Option("use-vllm-map-event-format", "bool", False, "Encode KV events as maps"),
          Option("kv-events-replay-endpoint", "str", "", "ZMQ ROUTER endpoint serving replays of published "
                 "KV-event batches (empty: off)"),
-         Option("kv-events-replay-queue-size", "int", 1024, "Published batches kept for replay", unit="batches"))
+         Option("kv-events-replay-queue-size", "int", 1024, "Published batches kept for replay", unit="batches"),
+         Option("kv-events-config", "json", None, "vLLM's KVEventsConfig JSON (`enable_kv_cache_events`, "
+                "`publisher`, `endpoint`, `replay_endpoint`, `buffer_steps`, `topic`, ...): turns on the KV cache "
+                "and its events as vLLM does; the flags above, when given, win")),
 _declare("lora",
          Option("lora-modules", "lora", [], 'LoRA adapters: `name=path` or JSON {"name","path","base_model_name"}'),
          Option("max-loras", "int", 1, "Maximum number of LoRAs running at once"),
@@ -331,7 +334,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "enable-prefix-caching": False,
     "enable-chunked-prefill": False,
     "async-scheduling": False,
-    "kv-transfer-config": True, "kv-events-config": True, "ec-transfer-config": True,
+    "kv-transfer-config": True, "ec-transfer-config": True,
     "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
     # parallelism
     "pipeline-parallel-size": True, "distributed-executor-backend": True,

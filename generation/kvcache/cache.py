@@ -90,7 +90,7 @@ def build_kv_cache(cfg, metrics, loras, publish: bool = True) -> "KVCache":
 
     publisher = None
     if publish and cfg.zmq_endpoint:
-        topic = f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"
+        topic = cfg.kv_topic()
         on_sent = None
         replay_endpoint = getattr(cfg, "kv_events_replay_endpoint", "") or ""
         if replay_endpoint:
