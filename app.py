@@ -252,6 +252,8 @@ def main(argv=None) -> int:
         return 2
     from server.logs import configure_logging
     configure_logging(config)
+    if config.deprecations:
+        log.warning("deprecated flags: %s", "; ".join(config.deprecations))
     if ignored_flags(config):
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
     if step_only_flags(config):

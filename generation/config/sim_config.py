@@ -25,6 +25,7 @@ class SimConfig:
         for o in OPTIONS.values():
             setattr(self, o.attr, copy.deepcopy(o.default))
         self.ignored_flags: list[str] = []         # vLLM flags given and ignored (start-up log)
+        self.deprecations: list[str] = []          # old flag dialects read (start-up log)
         self.explicit: frozenset = frozenset(values)    # options given, not defaulted (load_config sets it)
         self.step = None                           # step mode's resolved settings (generation.engine.step_config)
         self.kv_events_topic: str | None = None    # --kv-events-config's topic (None: the reference's)
