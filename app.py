@@ -241,6 +241,9 @@ def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, list
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export-tokenizer"]:        # the simulated tokenizer as a Hugging Face folder
+        from data.tokenizer_export import main as export_tokenizer
+        return export_tokenizer(argv[1:])
     try:
         config = load_config(argv)
         resolve_engine(config)
