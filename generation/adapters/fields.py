@@ -21,13 +21,20 @@ def tokens_as_ids(sim, b) -> bool:
 
 
 def check_seed(seed) -> None:
-    """vLLM: ``seed`` within int64 (pydantic ``ge``/``le``)."""
+    """vLLM: ``seed`` within int64 (pydantic ``ge``/``le``).  The message is vLLM 0.34's
+    validation handler's (``1 validation error:`` and pydantic's error, whose ``type``
+    ``greater_than_equal`` / ``less_than_equal`` vLLM's ``test_long_seed`` reads)."""
     if seed is None:
         return
     if seed < INT64_MIN:
-        raise InvalidParam(f"seed: Input should be greater than or equal to {INT64_MIN}", "seed")
-    if seed > INT64_MAX:
-        raise InvalidParam(f"seed: Input should be less than or equal to {INT64_MAX}", "seed")
+        kind, words, bound, key = "greater_than_equal", "greater than or equal to", INT64_MIN, "ge"
+    elif seed > INT64_MAX:
+        kind, words, bound, key = "less_than_equal", "less than or equal to", INT64_MAX, "le"
+    else:
+        return
+    error = {"type": kind, "loc": "body.seed", "msg": f"Input should be {words} {bound}", "input": str(seed),
+             "ctx": {key: bound}}
+    raise InvalidParam(f"1 validation error:\n  {error}", "seed")
 
 
 def _is_number(v) -> bool:

@@ -76,8 +76,12 @@ def test_prompt_ids_at_or_above_the_vocabulary_are_400s(hf_api):
 # ---- scalar checks ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed,message", [
-    (2 ** 63, "seed: Input should be less than or equal to 9223372036854775807"),
-    (-(2 ** 64), "seed: Input should be greater than or equal to -9223372036854775808"),   # JSON parses it as a float
+    (2 ** 63, "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed', 'msg': 'Input should be less "
+              "than or equal to 9223372036854775807', 'input': '9223372036854775808', "
+              "'ctx': {'le': 9223372036854775807}}"),
+    (-(2 ** 64), "1 validation error:\n  {'type': 'greater_than_equal', 'loc': 'body.seed', 'msg': 'Input should be "
+                 "greater than or equal to -9223372036854775808', 'input': '-18446744073709551616', "
+                 "'ctx': {'ge': -9223372036854775808}}"),
 ])
 def test_seed_outside_int64(api, seed, message):
     for path, body in ((CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"}),
