@@ -40,13 +40,17 @@ class ChatAdapter(Adapter):
         check_stream_options(b.stream_options, stream)
         top = b.top_logprobs
         check_prompt_logprobs(b.prompt_logprobs, stream)
+        # vLLM: with ``echo`` the prompt logprobs default to ``top_logprobs`` (not streamed)
+        self.prompt_lp = b.prompt_logprobs
+        if self.prompt_lp is None and b.echo and not stream:
+            self.prompt_lp = b.top_logprobs
         check_logprobs_sign(top, "top_logprobs")
         if top is not None and top != 0 and not b.logprobs:
             raise InvalidParam("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         model, lora = sim.resolve_model(b.model)
         if b.logprobs:
             check_logprobs_cap(sim, top or 0, "top_logprobs")
-        check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
+        check_logprobs_cap(sim, self.prompt_lp, "prompt_logprobs", "prompt")
         tools, tool_choice = chat_tools(b.tools, b.tool_choice)
         check_tools(sim, tools, tool_choice, b.response_format)
         constraint = structured_constraint(sim, b.structured_outputs)
@@ -77,8 +81,8 @@ class ChatAdapter(Adapter):
         mct = "max_completion_tokens" if b.max_completion_tokens is not None else "max_tokens"
         formula = f"n x {mct}" + (" x (1 + top_logprobs)" if top else "")
         units = tokens * (1 + top)
-        if b.prompt_logprobs is not None:      # rendered once, for the request's one prompt
-            units += prompt_len * (1 + b.prompt_logprobs)
+        if self.prompt_lp is not None:         # rendered once, for the request's one prompt
+            units += prompt_len * (1 + self.prompt_lp)
             formula += " + prompt tokens x (1 + prompt_logprobs)"
         return units, formula, "n" if (b.n or 1) > 1 else mct
 
@@ -94,8 +98,12 @@ class ChatAdapter(Adapter):
             ec = chat_ec_transfer_params(b.messages or [], seqs[0].prompt_len)
             if ec:
                 out["ec_transfer_params"] = ec
-        if b.prompt_logprobs is not None:
-            out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, b.prompt_logprobs)
+        if self.prompt_lp is not None:
+            out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, self.prompt_lp)
+        echoed = echo_text(b)
+        if echoed:                      # vLLM: the last (assistant) message, then the answer
+            for c in out["choices"]:
+                c["message"]["content"] = echoed + (c["message"]["content"] or "")
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
             out["prompt_token_ids"] = list(seqs[0].prompt.ids)
             for c, s in zip(out["choices"], seqs):
@@ -106,10 +114,25 @@ class ChatAdapter(Adapter):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
-                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None)
+                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None,
+                           echo_text(b))
         if b.return_token_ids:
             return with_prompt_token_ids(body, seqs[0].prompt.ids)
         return body
+
+
+def echo_text(b) -> str:
+    """vLLM's chat ``echo``: the content of the last message when it is the assistant's (the
+    response's role; parts' texts joined by newlines), else ``""``."""
+    if not b.echo or not b.messages:
+        return ""
+    last = b.messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return ""
+    content = last.get("content") or ""
+    if isinstance(content, list):
+        content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
 
 
 def chat_tools(tools, tool_choice) -> tuple[list | None, object]:
@@ -213,7 +236,7 @@ def finish_fields(req: GenerationRequest, seq) -> bytes:
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
-                parser: bool = False):
+                parser: bool = False, echoed: str = ""):
     """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
     carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
     chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
@@ -223,7 +246,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     ``delta.reasoning``; the parser's markers (and reasoning hidden by ``include_reasoning:
     false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage.
     With continuous usage and prompt details on, the role chunk's usage carries
-    ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not."""
+    ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not.  ``echoed``
+    (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     include_reasoning = req.reasoning is None or req.reasoning.include
@@ -240,7 +264,11 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
 
     def role_chunk(i: int) -> bytes:
         end = frame.first_tail(i, by_index[i].cached_tokens) if first_details else tail(0, i)
-        return heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + end
+        out = heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + end
+        if echoed:
+            out += (heads[i] + b',"delta":{"content":' + dumps(echoed) + b'},"logprobs":null,"finish_reason":null}]' +
+                    tail(0, i))
+        return out
 
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST; about 4x fewer bytes copied per chunk).

@@ -91,6 +91,7 @@ class ChatCompletionRequest(ChatTemplateOptions, OpenAISampling):
     response_format: dict | None = None
     include_reasoning: bool | None = None
     reasoning_effort: str | None = None
+    echo: bool | None = None              # vLLM: prepend the last message when it is the assistant's
 
 
 @dataclass
