@@ -157,3 +157,9 @@ def test_health_with_a_trailing_slash_needs_no_key(app_client):
     assert c.get("/health/").status_code == 200
     assert c.get("/health").status_code == 200
     assert c.get("/v1/models").status_code == 401
+
+
+def test_chat_message_has_no_null_annotations(api):
+    """vLLM 0.34 leaves a null message ``annotations`` out of the body (it is never set here)."""
+    out = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()
+    assert "annotations" not in out["choices"][0]["message"]
