@@ -161,3 +161,22 @@ def test_abort_requests_ends_the_request_in_flight(app_client):
     job.join(2)
     # ended as if its client had gone: no response (499 in the in-process transport's view)
     assert c.sim.running == 0 and (job.value.status_code, job.value.content) == (499, b"")
+
+
+def test_abort_requests_and_checkpoint_in_step_mode(app_client):
+    """The step engine's requests are found and aborted too, and a prepare waits for them."""
+    c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", "--enable-sleep-mode", env=DEV)
+    job = gevent.spawn(c.post, "/v1/completions", json={"model": "test-model", "prompt": "a b c", "max_tokens": 900,
+                                                        "ignore_eos": True},
+                       headers={"X-Request-Id": "step-1"})
+    deadline = gevent.get_hub().loop.now() + 5
+    while not c.sim.engine.scheduler.running and gevent.get_hub().loop.now() < deadline:
+        gevent.sleep(0.01)
+    assert c.post("/checkpoint/prepare", params={"mode": "keep"}).json() == {"state": "preparing"}
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": "step-1"}).status_code == 200
+    job.join(5)
+    assert (job.value.status_code, job.value.content) == (499, b"")
+    assert c.get("/checkpoint/status").json() == {"state": "prepared"}
+    assert c.post("/checkpoint/restore").json() == {"state": "running"}
+    sched = c.sim.engine.scheduler
+    assert not sched.running and not sched.waiting and sched.free_blocks == sched.num_gpu_blocks
