@@ -2,8 +2,8 @@
 
 * ``POST /reset_prefix_cache`` (dev mode: ``VLLM_SERVER_DEV_MODE=1``, else 404 as vLLM does
   not register it): forgets every cached KV block and publishes ``AllBlocksCleared``; refused
-  while requests hold blocks unless ``?reset_running_requests=true`` (vLLM logs the refusal
-  and still answers 200).
+  while requests hold blocks unless ``?reset_running_requests=true``; answers vLLM's
+  ``{"success": bool}`` (200 either way; ``reset_external`` has no connector to reset).
 * ``GET /server_info`` (dev mode): ``{"vllm_config": <text>}``, or the configuration as an
   object with ``?config_format=json``.
 * ``GET /kv_event_sources`` (always registered, as vLLM's router): a bare JSON array with one
@@ -53,9 +53,11 @@ def _flag(name: str) -> bool:
 def reset_prefix_cache():
     _dev_mode()
     sim = simulator()
+    success = True
     if sim.kv_cache is not None and not sim.kv_cache.reset_prefix_cache(_flag("reset_running_requests")):
         log.warning("Failed to reset prefix cache because some blocks are not freed yet")
-    return Response(b"", 200)
+        success = False
+    return json_response({"success": success})
 
 
 @bp.get("/server_info")
