@@ -160,8 +160,9 @@ def _dialects(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     this parser's: returns ``(argv, lora names, deprecation notes)``.
 
     * ``--max_num_seqs`` is ``--max-num-seqs`` (vLLM's parser reads underscores in any flag name);
-    * ``--lora NAME[,NAME...]`` (the reference's removed flag; the inference-extension manifests
-      still pass it) becomes LoRA modules without a path, with a deprecation note."""
+    * ``--lora NAME[,NAME...]`` (the reference's removed flag, one value per flag, repeatable; the
+      inference-extension manifests still pass it) becomes LoRA modules without a path, with a
+      deprecation note."""
     out, names, notes, i = [], [], [], 0
     while i < len(argv):
         tok = argv[i]
@@ -175,8 +176,8 @@ def _dialects(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
                 tok = dashed + sep + value
         name, sep, value = tok.partition("=")
         if name == "--lora":
-            given = [value] if sep else []
-            while not sep and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            given = [value] if sep else []       # one value a flag, as the reference's string slice
+            if not sep and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 i += 1
                 given.append(argv[i])
             names += [n.strip() for v in given for n in v.split(",") if n.strip()]

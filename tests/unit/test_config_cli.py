@@ -236,6 +236,8 @@ def test_reference_dialects_are_read_with_one_deprecation_line():
         "--inter-token-latency=20: a bare number is read as milliseconds (the reference's old form); write 20ms"]
     c = cfg("--lora=a", "--lora-modules", "b=/p", "--max-loras", "2", "--max-cpu-loras", "2")
     assert [m.name for m in c.lora_modules] == ["b", "a"]
+    c = cfg("--lora", "a", "my-model", "--max-loras", "2", "--max-cpu-loras", "2")    # one value, then MODEL
+    assert ([m.name for m in c.lora_modules], c.model) == (["a"], "my-model")
     assert cfg("--time-to-first-token", "150ms").deprecations == []
 
 
