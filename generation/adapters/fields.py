@@ -11,8 +11,16 @@ EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
 
 
 def vocab_size(sim) -> int:
-    """The tokenizer's vocabulary size (the simulated tokenizer's ids are 32-bit)."""
-    return sim.tokenizer.vocab_size
+    """The bound of ``stop_token_ids`` and ``logit_bias`` ids: the model's vocabulary size from
+    its ``config.json`` when it was read (vLLM's ``model_config.get_vocab_size()``), else the
+    tokenizer's (the simulated tokenizer's ids are 32-bit)."""
+    return getattr(sim.config, "model_vocab_size", None) or sim.tokenizer.vocab_size
+
+
+def prompt_vocab_size(sim) -> int:
+    """The bound of pre-tokenized prompt ids: the larger of the tokenizer's and the model's
+    vocabulary (vLLM's ``validate_token_ids``)."""
+    return max(sim.tokenizer.vocab_size, getattr(sim.config, "model_vocab_size", None) or 0)
 
 
 def tokens_as_ids(sim, b) -> bool:

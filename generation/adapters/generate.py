@@ -22,7 +22,7 @@ from generation.engine.request import GenerationRequest, Prompt
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
-                     scheduling_priority, vocab_size)
+                     prompt_vocab_size, scheduling_priority, vocab_size)
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import sampling_semantics
 
@@ -70,7 +70,7 @@ class GenerateAdapter(Adapter):
         if sp.max_tokens is not None:
             check_work(sim, *self._work(n * min(sp.max_tokens, sim.config.max_model_len)))
         prompt = Prompt(list(ids))
-        check_prompt_ids([prompt], vocab, "token_ids")
+        check_prompt_ids([prompt], prompt_vocab_size(sim), "token_ids")
         if sim.config.mode == "echo":
             prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
         self.req = GenerationRequest(

@@ -238,3 +238,26 @@ def test_generate_stop_strings_need_detokenize(api):
     assert e["message"] == ("stop strings are only supported when detokenize is True. Set detokenize=True to use "
                             "stop.")
     assert e["param"] == "stop"
+
+
+def test_token_id_bounds_follow_the_models_vocab_size(hf_api):
+    """With the model's config read, ``stop_token_ids`` / ``logit_bias`` are bounded by its
+    ``vocab_size`` (vLLM's ``get_vocab_size``), prompt ids by the larger of it and the tokenizer's."""
+    tok = hf_api.sim.tokenizer.vocab_size
+    model = tok + 64                                # Qwen-style: more model rows than tokens
+
+    def post(path, body):
+        return hf_api.post(path, json={"max_tokens": 1, **body})
+    hf_api.sim.config.model_vocab_size = model
+    try:
+        assert post(CHAT, {"messages": MSG, "stop_token_ids": [model - 1]}).status_code == 200
+        e = post(CHAT, {"messages": MSG, "stop_token_ids": [model + 1]}).json()["error"]
+        assert (e["message"], e["param"]) == (f"token_id(s) [{model + 1}] in stop_token_ids contain out-of-vocab "
+                                              f"token ids. Vocabulary size: {model}", "stop_token_ids")
+        e = post(CHAT, {"messages": MSG, "logit_bias": {str(model): 1}}).json()["error"]
+        assert e["message"].endswith(f"Vocabulary size: {model}")
+        assert post(COMPLETIONS, {"prompt": [1, model - 1]}).status_code == 200
+        e = post(COMPLETIONS, {"prompt": [1, model]}).json()["error"]
+        assert e["message"] == f"Token id {model} is out of vocabulary"
+    finally:
+        hf_api.sim.config.model_vocab_size = None

@@ -77,3 +77,18 @@ def test_hub_model_from_the_cache(tmp_path, monkeypatch):
     apply_model_defaults(cfg)
     assert cfg.max_model_len == 40960
     assert model_context_length("org/not-there", cache) is None
+
+
+def test_the_models_vocab_size_is_read_even_with_an_explicit_max_model_len(tmp_path):
+    """vLLM bounds ``stop_token_ids`` and ``logit_bias`` by the model's ``vocab_size``
+    (``model_config.get_vocab_size()``), which may exceed the tokenizer's."""
+    path = _model_dir(tmp_path, {"max_position_embeddings": 32768, "vocab_size": 151936})
+    cfg = load_config(["--model", path, "--max-model-len", "4096"], env={})
+    apply_model_defaults(cfg)
+    assert (cfg.model_vocab_size, cfg.max_model_len) == (151936, 4096)
+    cfg = load_config(["--hf-config-path", str(tmp_path / "model"), "--force-dummy-tokenizer"], env={})
+    apply_model_defaults(cfg)
+    assert (cfg.model_vocab_size, cfg.max_model_len) == (151936, 32768)
+    cfg = load_config([], env={})
+    apply_model_defaults(cfg)
+    assert cfg.model_vocab_size is None
