@@ -7,6 +7,9 @@ answer is token ids.  Non-streaming: ``request_id``, ``choices`` (``index``,
 token chunk of a choice carrying its finish reason; an optional usage chunk with
 ``choices: []``; then ``data: [DONE]``.
 
+Logprobs (``sampling_params.logprobs``) of the tokens level are vLLM's ``GenerateLogProbs``
+(integer ``token_id``s, :func:`token_logprobs`).
+
 vLLM's ``output_mode`` levels: ``tokens`` (the default, above), ``text`` (each choice also
 carries its detokenized ``text``, a stream chunk its text delta) and ``derender`` (the parsed
 assistant ``message``, a stream chunk a chat ``delta``: vLLM 0.34 streams it); both carry
@@ -126,10 +129,19 @@ def ec_transfer_params(cfg, features) -> dict | None:
 
 
 def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None) -> dict:
-    """vLLM's ``ChatCompletionLogProbs`` for tokens ``start:stop`` of ``seq``, tokens named
-    ``token_id:N`` (token-in / token-out); ``top`` alternatives per token."""
+    """vLLM's ``GenerateLogProbs`` for tokens ``start:stop`` of ``seq`` (the tokens level: integer
+    ids, no tokenizer): per token ``{"token_id", "logprob", "rank", "top_logprobs"}``, whose
+    ``top_logprobs`` are the engine's candidates, the sampled token first (rank 1, as a greedy
+    pick), ``max(top, 1)`` of them (``logprobs: 0`` still returns the sampled one)."""
     ids = seq.ids[start:stop]
-    return {"content": [lp.token_id_entry(t, start + i, top) for i, t in enumerate(ids)]}
+    return {"content": [_generate_entry(lp.token_id_entry(t, start + i, max(top, 1)), t) for i, t in enumerate(ids)]}
+
+
+def _generate_entry(entry: dict, tid: int) -> dict:
+    """A ``token_id:N`` chat logprob entry as vLLM's ``GenerateLogProbsContent``."""
+    return {"token_id": tid, "logprob": entry["logprob"], "rank": 1,
+            "top_logprobs": [{"token_id": int(alt["token"][9:]), "logprob": alt["logprob"], "rank": r}
+                             for r, alt in enumerate(entry["top_logprobs"], 1)]}
 
 
 def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | None = None,

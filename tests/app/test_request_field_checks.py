@@ -226,11 +226,14 @@ def test_generate_defaults_sampling_params_and_max_tokens(app_client):
 
 
 def test_generate_logprobs_zero_gives_the_sampled_tokens_logprob(api):
+    """vLLM's tokens level: ``top_logprobs`` has ``max(logprobs, 1)`` candidates, the sampled
+    token first (vLLM's test_serving_tokens ``test_generate_logprobs``)."""
     out = ok(api, GENERATE, {"token_ids": [1, 2], "sampling_params": {"max_tokens": 3, "logprobs": 0}})
     c = out["choices"][0]
     content = c["logprobs"]["content"]
-    assert [e["token"] for e in content] == [f"token_id:{t}" for t in c["token_ids"]]
-    assert all(isinstance(e["logprob"], float) and e["top_logprobs"] == [] for e in content)
+    assert [e["token_id"] for e in content] == c["token_ids"]
+    assert all(isinstance(e["logprob"], float) and e["top_logprobs"] == [{"token_id": e["token_id"],
+               "logprob": e["logprob"], "rank": 1}] for e in content)
 
 
 def test_generate_stop_strings_need_detokenize(api):
