@@ -22,9 +22,13 @@ COPY data/ data/
 COPY deploy/healthcheck.py deploy/
 # The app's bytecode in the image (PYTHONDONTWRITEBYTECODE keeps the running container from
 # writing it: without it every start compiles ~70 modules from source, ~0.3 s of CPU), and an
-# unprivileged user; the simulator writes nothing but temporary files (self-signed certs).
+# unprivileged user; the simulator writes nothing but temporary files (self-signed certs) and,
+# for a real model, its tokenizer in the Hugging Face cache.
+# The user has a writable home: a model's tokenizer downloads into its Hugging Face cache.
 RUN python -m compileall -q app.py wsgi.py server blueprints schemas generation data \
-    && useradd --system --uid 10001 --no-create-home --home-dir /app sim
+    && useradd --system --uid 10001 --create-home --home-dir /home/sim sim
+ENV HOME=/home/sim \
+    HF_HOME=/home/sim/.cache/huggingface
 USER 10001
 
 EXPOSE 8000

@@ -55,6 +55,9 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     generation_apis = () if kind else (chat, completions, generate, messages, responses)
     for mod in (models, health, lora, metrics, admin, render, dev, *generation_apis):
         app.register_blueprint(mod.bp)
+    if not kind:
+        from blueprints import engine_ops
+        engine_ops.register(app, config)
     if kind in (None, "embed"):
         app.register_blueprint(embeddings.bp)
     if kind:
@@ -238,6 +241,9 @@ def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, list
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export-tokenizer"]:        # the simulated tokenizer as a Hugging Face folder
+        from data.tokenizer_export import main as export_tokenizer
+        return export_tokenizer(argv[1:])
     try:
         config = load_config(argv)
         resolve_engine(config)
@@ -249,6 +255,8 @@ def main(argv=None) -> int:
         return 2
     from server.logs import configure_logging
     configure_logging(config)
+    if config.deprecations:
+        log.warning("deprecated flags: %s", "; ".join(config.deprecations))
     if ignored_flags(config):
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
     if step_only_flags(config):

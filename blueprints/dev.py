@@ -2,8 +2,8 @@
 
 * ``POST /reset_prefix_cache`` (dev mode: ``VLLM_SERVER_DEV_MODE=1``, else 404 as vLLM does
   not register it): forgets every cached KV block and publishes ``AllBlocksCleared``; refused
-  while requests hold blocks unless ``?reset_running_requests=true`` (vLLM logs the refusal
-  and still answers 200).
+  while requests hold blocks unless ``?reset_running_requests=true``; answers vLLM's
+  ``{"success": bool}`` (200 either way; ``reset_external`` has no connector to reset).
 * ``GET /server_info`` (dev mode): ``{"vllm_config": <text>}``, or the configuration as an
   object with ``?config_format=json``.
 * ``GET /kv_event_sources`` (always registered, as vLLM's router): a bare JSON array with one
@@ -19,7 +19,7 @@ import io
 import logging
 
 import orjson
-from flask import Blueprint, Response, abort, request
+from flask import Blueprint, abort, request
 
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
@@ -53,9 +53,11 @@ def _flag(name: str) -> bool:
 def reset_prefix_cache():
     _dev_mode()
     sim = simulator()
+    success = True
     if sim.kv_cache is not None and not sim.kv_cache.reset_prefix_cache(_flag("reset_running_requests")):
         log.warning("Failed to reset prefix cache because some blocks are not freed yet")
-    return Response(b"", 200)
+        success = False
+    return json_response({"success": success})
 
 
 @bp.get("/server_info")
@@ -80,7 +82,7 @@ def kv_event_sources():
     replay = cfg.kv_events_replay_endpoint
     return json_response([{"data_parallel_rank": rank, "endpoint": rank_endpoint(cfg.zmq_endpoint, rank),
                            "replay_endpoint": rank_endpoint(replay, rank) if replay else None,
-                           "topic": f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"}])
+                           "topic": cfg.kv_topic()}])
 
 
 @bp.post("/invocations")

@@ -151,8 +151,7 @@ def create_embeddings():
         emb = base64.b64encode(encode_vector(vec, dtype, endian)).decode("ascii") if fmt == "base64" else vec
         out.append({"object": "embedding", "index": i, "embedding": emb})
     body = {"id": f"embd-{rid}", "object": "list", "created": created, "model": display,
-            "data": out, "usage": {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0,
-                                   "prompt_tokens_details": None}}
+            "data": out, "usage": {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0}}
     # orjson writes float32 arrays in their shortest float32 form; never compressed.
     return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status=200, mimetype=JSON_MIME,
                     headers=response_headers(rid))

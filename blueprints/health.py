@@ -10,6 +10,7 @@ import time
 from flask import Blueprint, Response, current_app, request
 
 from generation import SIMULATOR_VERSION, VLLM_VERSION
+from generation.errors import APIError, InvalidParam
 
 from .common import json_response, simulator
 
@@ -61,29 +62,100 @@ def load():
     return json_response({"server_load": simulator().server_load})
 
 
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "t": True, "y": True,
+          "false": False, "0": False, "no": False, "off": False, "f": False, "n": False}
+
+
+def _query_bool(name: str, default: bool) -> bool:
+    """A query boolean as FastAPI reads one (``true``/``false``, ``1``/``0``, ``yes``/``no``,
+    ``on``/``off``, any case); anything else is vLLM's 400 naming it."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    value = _BOOLS.get(raw.lower())
+    if value is None:
+        raise InvalidParam(f"{name}: Input should be a valid boolean, unable to interpret input", name)
+    return value
+
+
+def _sleep_args() -> tuple[int, bool]:
+    """``level`` (0-2), ``mode`` (abort / wait / keep) and ``reset_connector`` of ``/sleep``, checked
+    as vLLM's query parameters; returns ``(level, reset_connector)``."""
+    raw = request.args.get("level", "1")
+    try:
+        level = int(raw)
+    except ValueError:
+        raise InvalidParam("level: Input should be a valid integer, unable to parse string as an integer",
+                           "level") from None
+    if not 0 <= level <= 2:
+        raise InvalidParam(f"level: Input should be {'greater than or equal to 0' if level < 0 else 'less than or equal to 2'}",
+                           "level")
+    mode = request.args.get("mode", "abort")
+    if mode not in ("abort", "wait", "keep"):
+        raise InvalidParam(f"mode: Input should be 'abort', 'wait' or 'keep', got {mode!r}.", "mode")
+    return level, _query_bool("reset_connector", True)
+
+
+def _effective(sim) -> bool:
+    return sim.config.enable_sleep_mode and sim.config.vllm_dev_mode
+
+
+def _checkpoint_running() -> None:
+    """vLLM refuses to sleep while a process checkpoint is prepared (a 500, RuntimeError)."""
+    cp = current_app.extensions.get("checkpoint")
+    if cp is not None and cp.state != "running":
+        raise APIError(f"Cannot sleep while the checkpoint state is {cp.state}", 500)
+
+
 @bp.post("/sleep")
 def sleep():
-    """vLLM's ``/sleep?level=1|2`` (with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``):
-    weights and KV cache both asleep; the simulated KV cache is emptied."""
+    """vLLM's ``/sleep?level=0|1|2&mode=abort|wait|keep&reset_connector=true`` (with
+    ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``): level 0 pauses scheduling only
+    (the KV cache is kept), 1 and 2 put weights and KV cache to sleep (the simulated KV cache is
+    emptied; ``reset_connector`` has no connector to reset).  Answers ``{"status": "sleeping",
+    "level": L}``; without the flags a no-op 200 with no body."""
     sim = simulator()
-    if sim.config.enable_sleep_mode and sim.config.vllm_dev_mode:
-        level = request.args.get("level", "1")
-        sim.sleep_level = 2 if level == "2" else 1
-        sim.sleeping = True
-        if sim.kv_cache is not None:
-            sim.kv_cache.sleep()
-    return Response(b"", 200)
+    if not _effective(sim):
+        return Response(b"", 200)
+    level, _reset_connector = _sleep_args()
+    _checkpoint_running()
+    sim.sleep_level = level
+    sim.sleeping = True
+    if level >= 1 and sim.kv_cache is not None:
+        sim.kv_cache.sleep()
+    return json_response({"status": "sleeping", "level": level})
+
+
+@bp.post("/release_kv_cache_memory")
+def release_kv_cache_memory():
+    """vLLM's ``/release_kv_cache_memory?reset_connector=true`` (same conditions as ``/sleep``):
+    the KV cache alone is discarded (emptied; tag ``kv_cache`` asleep, so ``is_sleeping`` is
+    true until ``/wake_up``); the weights stay.  Answers ``{"status": "kv_cache_released"}``.
+    vLLM first needs a completed pause; the simulator has nothing to drain."""
+    sim = simulator()
+    if not _effective(sim):
+        return Response(b"", 200)
+    _query_bool("reset_connector", True)
+    sim.sleep_level = 0
+    sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
+    if sim.kv_cache is not None:
+        sim.kv_cache.sleep()
+    return json_response({"status": "kv_cache_released"})
 
 
 @bp.post("/wake_up")
 def wake_up():
     """vLLM's ``/wake_up[?tags=weights&tags=kv_cache]``: wakes the tags given (all without
     any); ``is_sleeping`` stays true until both are awake (RL frameworks wake the weights
-    first, then the KV cache).  A tag that is not asleep wakes nothing, as vLLM's executor."""
+    first, then the KV cache).  A tag that is not asleep wakes nothing, as vLLM's executor.
+    Answers ``{"status": "awake" | "sleeping", "tags": [...] | null}``."""
     sim = simulator()
-    if sim.wake_up(request.args.getlist("tags")) and sim.kv_cache is not None:
+    tags = request.args.getlist("tags")
+    if sim.wake_up(tags) and sim.kv_cache is not None:
         sim.kv_cache.wake()
-    return Response(b"", 200)
+    if not _effective(sim):
+        return Response(b"", 200)
+    return json_response({"status": "sleeping" if sim.sleeping else "awake", "tags": tags or None})
 
 
 @bp.get("/is_sleeping")

@@ -1,8 +1,9 @@
 """``POST /v1/load_lora_adapter`` and ``POST /v1/unload_lora_adapter`` (vLLM's dynamic LoRA API).
 
 Loading registers ``lora_name`` -> ``lora_path``; the name is a valid ``model`` at once.
-Errors follow vLLM: a missing field or an already-loaded name is a 400; unloading an unknown
-name is a 404.
+Errors follow vLLM: a missing field or an already-loaded name is a 400 (unless
+``load_inplace: true``, which reloads it, from a new path too); unloading an unknown name is a
+404.
 
 A ``lora_path`` that is a local directory is checked as vLLM checks it
 (:func:`generation.engine.lora.check_local_adapter`: ``adapter_config.json`` present, valid and
@@ -45,10 +46,14 @@ def load_lora_adapter():
     body = parse_json_body()
     name = _name(body, "lora_name")
     path = _name(body, "lora_path")
-    if name in sim.loras.paths:
-        raise APIError(f"The lora adapter '{name}' has already been loaded.", 400, "lora_name")
+    inplace = body.get("load_inplace", False)
+    if not isinstance(inplace, bool):
+        raise APIError("load_inplace: Input should be a valid boolean.", 400, "load_inplace")
     if name in sim.config.served_names:
-        raise APIError(f"The lora adapter name '{name}' is a served model name.", 400, "lora_name")
+        raise APIError(f"The lora adapter '{name}' conflicts with a served base model.", 400, "lora_name")
+    if name in sim.loras.paths and not inplace:
+        raise APIError(f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
+                       f"in place, set 'load_inplace' to True.", 400, "lora_name")
     check_local_adapter(name, path, sim.config.max_lora_rank)
     sim.loras.load(name, path)
     return Response(f"Success: LoRA adapter '{name}' added successfully.", 200, mimetype="text/plain")

@@ -120,6 +120,7 @@ class ChatCompletionRequestSchema(SamplingSchema):
     add_special_tokens = StrictBool()
     include_reasoning = StrictBool()
     reasoning_effort = fields.String()
+    echo = StrictBool()
 
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):

@@ -5,11 +5,13 @@ blueprint after the model check (``Missing input token_ids`` / ``Missing samplin
 field``, as the reference orders it).  ``kv_transfer_params`` may also come in
 ``sampling_params.extra_args.kv_transfer_params``; ``ignore_eos`` at the root or in
 ``sampling_params`` (where vLLM's SamplingParams keeps it).  ``features`` is what the chat
-render endpoint returns (``mm_hashes`` maps a modality to hash strings).
+render endpoint returns (``mm_hashes`` maps a modality to hash strings).  ``output_mode``
+(vLLM's ``tokens`` / ``text`` / ``derender``) and the render's ``parse_context`` (an object;
+``return_tokens_as_token_ids`` is read from it in derender mode).
 """
 from __future__ import annotations
 
-from marshmallow import ValidationError, fields
+from marshmallow import ValidationError, fields, validate
 
 from .common import BaseSchema, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictInt, StringOrList
 from .render import TokenIdList
@@ -67,6 +69,8 @@ class GenerateRequestSchema(BaseSchema):
     features = fields.Nested(FeaturesSchema)
     cache_salt = fields.String()
     priority = StrictInt()
+    output_mode = fields.String(validate=validate.OneOf(("tokens", "text", "derender")))
+    parse_context = fields.Dict()
 
 
 generate_request_schema = GenerateRequestSchema()

@@ -11,7 +11,9 @@ description, input_schema}`` plus vLLM's ``strict`` and ``defer_loading``), tool
 ignore_eos, kv_transfer_params and chat_template_kwargs.
 
 Validated, then left to the layers that use them: ``thinking`` (``{"type": "enabled",
-"budget_tokens": int}``, ``{"type": "adaptive"}`` or ``{"type": "disabled"}``),
+"budget_tokens": int}``, ``{"type": "adaptive"}``, ``{"type": "disabled"}`` or vLLM 0.34's
+``{"type": "between_tools"}``, read as disabled), ``min_tokens`` (vLLM's extension, 0 to
+``max_tokens``),
 ``output_config`` (vLLM's ``{effort, format: {"type": "json_schema", "schema"}}``) and
 ``context_management`` (``{"edits": [{"type": ...}, ...]}``).  ``cache_control`` is accepted
 wherever Anthropic puts it (system, message and tool_result blocks, tools) and, as in vLLM,
@@ -23,7 +25,7 @@ type is a 400 naming the block, e.g. ``messages[0].content[1].type``.
 """
 from __future__ import annotations
 
-from marshmallow import ValidationError, fields, validate, validates, validates_schema
+from marshmallow import ValidationError, fields, pre_load, validate, validates, validates_schema
 
 from generation.adapters import protocol as p
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
@@ -43,7 +45,7 @@ _TOOL_RESULT_BLOCKS = ("text", "image", "document", "search_result", "tool_refer
 # roles that vLLM maps onto ``user`` (``AnthropicMessage.normalize_role``).
 ROLES = ("user", "assistant", "system")
 ROLE_ALIASES = {"ctx": "user", "msg": "user"}
-THINKING_TYPES = ("enabled", "disabled", "adaptive")
+THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
@@ -163,7 +165,8 @@ class AnthropicMessageSchema(BaseSchema):
 
 class ThinkingField(fields.Field):
     """``thinking``: ``{"type": "enabled", "budget_tokens": N}``, ``{"type": "adaptive"}`` (Claude
-    Code's default) or ``{"type": "disabled"}``; loaded as the validated dict.  vLLM reads none
+    Code's default), ``{"type": "disabled"}`` or ``{"type": "between_tools"}`` (vLLM 0.34: off up
+    front, read as disabled); loaded as the validated dict.  vLLM reads none
     of it; its effect on a simulated reasoning model belongs to the reasoning layer."""
 
     def _deserialize(self, value, attr, data, **kwargs):
@@ -229,12 +232,19 @@ class AnthropicToolSchema(BaseSchema):
     strict = StrictBool()
     defer_loading = StrictBool()
 
+    @pre_load
+    def _client_tools_only(self, data, **kwargs):
+        """vLLM 0.34's ``reject_anthropic_defined_tools``: a built-in tool (``web_search_*``,
+        ``bash_*``, ``text_editor_*``, ... : a versioned ``type`` and no ``input_schema``) is
+        refused by its type before the missing schema is reported."""
+        t = data.get("type") if isinstance(data, dict) else None
+        if t not in (None, "custom"):
+            raise ValidationError({"type": [f"tool type {t!r} is not supported; only custom tools with an "
+                                             f"input_schema are supported"]})
+        return data
+
     @validates_schema
     def _shape(self, data, **kwargs):
-        t = data.get("type")
-        if t not in (None, "custom"):
-            raise ValidationError({"type": [f"Unsupported tool type {t!r}: only client tools "
-                                             f"(name, description, input_schema) are supported."]})
         if not data.get("name"):
             raise ValidationError({"name": ["Field required (a non-empty string)."]})
         if data.get("input_schema") is None:
@@ -289,6 +299,7 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     ignore_eos = StrictBool()
     kv_transfer_params = fields.Dict()
     output_config = fields.Nested(OutputConfigSchema)
+    min_tokens = StrictInt()
 
     @validates("max_tokens")
     def _max_tokens(self, value, **kwargs):

@@ -27,6 +27,8 @@ of the failing field: ``input[1].type: unsupported input item type "reasoning"``
 """
 from __future__ import annotations
 
+import uuid
+
 from marshmallow import ValidationError, fields, validate, validates
 
 from generation.adapters import protocol as p
@@ -170,14 +172,42 @@ def _check_item(i, item) -> None:
         raise ValidationError({i: {"type": [f'unsupported input item type "{t}"']}})
 
 
+def normalize_item(item):
+    """vLLM 0.34's ``_normalize_openresponses_input_item``: the OpenResponses spec makes
+    ``type``, ``id`` and ``status`` of an assistant message or a reasoning item optional (and
+    ``annotations`` of its ``output_text`` parts), where the openai SDK requires them.  A missing
+    (or null / empty) one gets its default: ``type`` the one it was read as (``message``),
+    ``id`` ``msg_<hex>`` / ``rs_<hex>``, ``status`` ``completed``, a reasoning ``summary`` ``[]``,
+    ``annotations`` ``[]``.  Other items, and non-objects, are returned as they are."""
+    if not isinstance(item, dict):
+        return item
+    t = item.get("type", "message")
+    if not (t == "reasoning" or (t == "message" and item.get("role") == "assistant")):
+        return item
+    out = dict(item)
+    out["type"] = t
+    if out.get("id") in (None, ""):
+        out["id"] = ("rs_" if t == "reasoning" else "msg_") + uuid.uuid4().hex
+    if out.get("status") in (None, ""):
+        out["status"] = "completed"
+    if t == "reasoning" and out.get("summary") is None:
+        out["summary"] = []
+    if t == "message" and isinstance(out.get("content"), list):
+        out["content"] = [{**c, "annotations": []} if isinstance(c, dict) and c.get("type") == "output_text"
+                          and "annotations" not in c else c for c in out["content"]]
+    return out
+
+
 class InputField(fields.Field):
-    """``input``: a string (one user message) or a list of input items."""
+    """``input``: a string (one user message) or a list of input items, normalised as the
+    OpenResponses spec says (:func:`normalize_item`) before they are checked."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, str):
             return value
         if not isinstance(value, list):
             raise ValidationError("input must be a string or array")
+        value = [normalize_item(item) for item in value]
         for i, item in enumerate(value):
             _check_item(i, item)
         return value
@@ -323,6 +353,7 @@ class ResponsesRequestSchema(BaseSchema):
     truncation = fields.String()
     service_tier = fields.String()
     reasoning = fields.Dict()
+    thinking_token_budget = StrictInt()           # vLLM 0.34: caps the reasoning tokens (-1: no cap)
     prompt_cache_key = fields.String()
     priority = StrictInt()
 

@@ -410,8 +410,9 @@ def start_grpc_server(sim, address: str, lifecycle=None, max_workers: int = 1000
 
     grpc_gevent.init_gevent()
     _, pb, pb_grpc = _pb()
+    from .grpc_access import access_interceptors
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
-                         options=[("grpc.so_reuseport", 0)])
+                         options=[("grpc.so_reuseport", 0)], interceptors=access_interceptors(sim.config))
     pb_grpc.add_VllmEngineServicer_to_server(make_servicer(sim, lifecycle), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -29,6 +29,18 @@ def urls(config, tls: bool) -> list[str]:
     return [f"{scheme}://{host}:{config.port}"]
 
 
+def _kv_line(c) -> str:
+    """The KV-cache line: the simulated cache and where its events go (``--enable-kvcache``),
+    step mode's own prefix cache (on, as vLLM's prefix caching, publishing nothing), or off."""
+    if c.enable_kvcache:
+        events = f"events to {c.zmq_endpoint}" if c.zmq_endpoint else "events not published"
+        return f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on, {events}"
+    if getattr(c, "latency_calculator", "") == "step":
+        return (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on (step engine), "
+                f"no KV events (--enable-kvcache or --kv-events-config publishes them)")
+    return "kv cache: off (no prefix caching; --enable-kvcache turns it on)"
+
+
 def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None = None) -> list[str]:
     """The lines logged at start: model, mode, tokenizer, latencies, capacity, KV, URLs
     (``listen``: the URLs when gunicorn's ``-b`` decides them)."""
@@ -42,16 +54,18 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
     elif c.tokenizer:
         tok = c.tokenizer
     rank = getattr(c, "data_parallel_rank", -1)
+    kind = getattr(c, "pooling_kind", None)
+    runner = f"pooling convert={kind}" if kind else "generate"
     lines = [
-        f"vLLM simulator: model={c.model} served={','.join(c.served_names)} mode={c.mode} tokenizer={tok}"
+        f"vLLM simulator: model={c.model} served={','.join(c.served_names)} runner={runner} mode={c.mode} "
+        f"tokenizer={tok}"
         + (f" data-parallel rank {rank}/{c.data_parallel_size}" if c.data_parallel_size > 1 else ""),
         f"latency: ttft={d(c.time_to_first_token)}±{d(c.time_to_first_token_std_dev)} "
         f"itl={d(c.inter_token_latency)}±{d(c.inter_token_latency_std_dev)} "
         f"calculator={c.latency_calculator or 'legacy'} load-factor={c.time_factor_under_load:g}",
         f"capacity: max-num-seqs={c.max_num_seqs} waiting-queue={c.max_waiting_queue_length} "
         f"max-model-len={c.max_model_len} loras={len(c.lora_modules)}/{c.max_loras}",
-        (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, events to {c.zmq_endpoint}"
-         if c.enable_kvcache else "kv cache: off"),
+        _kv_line(c),
         f"serving {' '.join(listen or urls(c, tls))} (api key {'required' if api_key else 'off'}, "
         f"access log {'off' if getattr(c, 'disable_log_requests', False) else 'on'}, "
         f"shutdown grace {shutdown_grace(c):g}s)",

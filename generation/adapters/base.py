@@ -213,12 +213,14 @@ _NO_DETAILS = object()
 
 
 def usage(prompt: int, completion: int, cached: int | None = None, details=_NO_DETAILS) -> dict:
-    """OpenAI usage; ``prompt_tokens_details`` is ``{"cached_tokens": cached}``, or null when
-    ``cached`` is None; ``details`` (when given) is ``completion_tokens_details``:
-    ``{"reasoning_tokens": n}`` with ``--reasoning-parser``, None (JSON null) without, as vLLM's
-    UsageInfo on chat and completions."""
-    out = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-           "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}}
+    """OpenAI usage; ``prompt_tokens_details`` is ``{"cached_tokens": cached}``, or left out when
+    ``cached`` is None (vLLM 0.34's UsageInfo excludes a null one; 0.33 sent ``null``);
+    ``details`` (when given) is ``completion_tokens_details``: ``{"reasoning_tokens": n}`` with
+    ``--reasoning-parser``, None (JSON null) without, as vLLM's UsageInfo on chat and
+    completions."""
+    out = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
     if details is not _NO_DETAILS:
         out["completion_tokens_details"] = details
     return out
@@ -229,8 +231,9 @@ def usage_details(sim) -> str | None:
     included) with ``--enable-prompt-tokens-details``, as vLLM's own ``test_completion`` expects
     (``cached_tokens == 0`` with prefix caching off), or with ``--enable-kvcache`` (the reference's
     shape, which the user spec lists and cache-aware clients read); else None: vLLM's default,
-    null."""
-    if sim.config.enable_prompt_tokens_details or sim.kv_cache is not None:
+    left out.  The step engine's own prefix cache (``--latency-calculator step`` without
+    ``--enable-kvcache``) is vLLM's default prefix caching: no details without the flag."""
+    if sim.config.enable_prompt_tokens_details or (sim.kv_cache is not None and sim.config.enable_kvcache):
         return "always"
     return None
 
@@ -238,7 +241,7 @@ def usage_details(sim) -> str | None:
 def request_usage(seqs, prompt_details: str | None = None, details=_NO_DETAILS) -> dict:
     """Usage over all choices: each distinct prompt counted once, completions summed;
     ``prompt_details`` from :func:`usage_details`, ``details`` see :func:`usage`.  A
-    cache-threshold answer has null prompt details."""
+    cache-threshold answer has no prompt details."""
     prompts = {}
     for s in seqs:
         prompts.setdefault(s.prompt_index, (s.prompt_len, s.cached_tokens))
@@ -329,6 +332,16 @@ class ChunkFrame:
         self.completion_tokens[i] += generated
         p, c = self.prompt_tokens[i], self.completion_tokens[i]
         return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}) + CHUNK_END
+
+    def first_tail(self, i: int, cached: int) -> bytes:
+        """:meth:`tail` of choice ``i``'s first chunk (no token yet) whose running usage already
+        carries ``prompt_tokens_details`` (``cached`` prefix-cache hits), as vLLM 0.34's chat
+        stream sends it when the details are on, so the first chunk's split matches the last."""
+        if not self.continuous:
+            return CHUNK_END
+        p, c = self.prompt_tokens[i], self.completion_tokens[i]
+        return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
+                                     "prompt_tokens_details": {"cached_tokens": cached}}) + CHUNK_END
 
     def usage_chunk(self, usage_obj: dict) -> bytes:
         """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage."""

@@ -40,18 +40,19 @@ class ChatAdapter(Adapter):
         check_stream_options(b.stream_options, stream)
         top = b.top_logprobs
         check_prompt_logprobs(b.prompt_logprobs, stream)
+        # vLLM: with ``echo`` the prompt logprobs default to ``top_logprobs`` (not streamed)
+        self.prompt_lp = b.prompt_logprobs
+        if self.prompt_lp is None and b.echo and not stream:
+            self.prompt_lp = b.top_logprobs
         check_logprobs_sign(top, "top_logprobs")
         if top is not None and top != 0 and not b.logprobs:
             raise InvalidParam("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         model, lora = sim.resolve_model(b.model)
         if b.logprobs:
             check_logprobs_cap(sim, top or 0, "top_logprobs")
-        check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
-        if b.tools is not None and not b.tools:
-            raise InvalidParam("`tools` must not be an empty list.", "tools")
-        if b.tools is None and b.tool_choice is not None and b.tool_choice != "none":
-            raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
-        check_tools(sim, b.tools, b.tool_choice, b.response_format)
+        check_logprobs_cap(sim, self.prompt_lp, "prompt_logprobs", "prompt")
+        tools, tool_choice = chat_tools(b.tools, b.tool_choice)
+        check_tools(sim, tools, tool_choice, b.response_format)
         constraint = structured_constraint(sim, b.structured_outputs)
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
@@ -66,7 +67,7 @@ class ChatAdapter(Adapter):
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [], **chat_options(b))], n=n,
             max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
-            tools=b.tools, tool_choice=b.tool_choice,
+            tools=tools, tool_choice=tool_choice,
             response_format=constraint or b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
@@ -80,8 +81,8 @@ class ChatAdapter(Adapter):
         mct = "max_completion_tokens" if b.max_completion_tokens is not None else "max_tokens"
         formula = f"n x {mct}" + (" x (1 + top_logprobs)" if top else "")
         units = tokens * (1 + top)
-        if b.prompt_logprobs is not None:      # rendered once, for the request's one prompt
-            units += prompt_len * (1 + b.prompt_logprobs)
+        if self.prompt_lp is not None:         # rendered once, for the request's one prompt
+            units += prompt_len * (1 + self.prompt_lp)
             formula += " + prompt tokens x (1 + prompt_logprobs)"
         return units, formula, "n" if (b.n or 1) > 1 else mct
 
@@ -97,8 +98,12 @@ class ChatAdapter(Adapter):
             ec = chat_ec_transfer_params(b.messages or [], seqs[0].prompt_len)
             if ec:
                 out["ec_transfer_params"] = ec
-        if b.prompt_logprobs is not None:
-            out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, b.prompt_logprobs)
+        if self.prompt_lp is not None:
+            out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, self.prompt_lp)
+        echoed = echo_text(b)
+        if echoed:                      # vLLM: the last (assistant) message, then the answer
+            for c in out["choices"]:
+                c["message"]["content"] = echoed + (c["message"]["content"] or "")
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
             out["prompt_token_ids"] = list(seqs[0].prompt.ids)
             for c, s in zip(out["choices"], seqs):
@@ -109,10 +114,40 @@ class ChatAdapter(Adapter):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
-                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None)
+                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None,
+                           echo_text(b))
         if b.return_token_ids:
             return with_prompt_token_ids(body, seqs[0].prompt.ids)
         return body
+
+
+def echo_text(b) -> str:
+    """vLLM's chat ``echo``: the content of the last message when it is the assistant's (the
+    response's role; parts' texts joined by newlines), else ``""``."""
+    if not b.echo or not b.messages:
+        return ""
+    last = b.messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return ""
+    content = last.get("content") or ""
+    if isinstance(content, list):
+        content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def chat_tools(tools, tool_choice) -> tuple[list | None, object]:
+    """vLLM 0.34's ``check_tool_usage`` on ``(tools, tool_choice)``: ``tools: []`` counts as no
+    tools (as OpenAI treats it), and ``"auto"`` / ``"required"`` with nothing to call fall back
+    to ``"none"``; a named ``tool_choice`` keeps the empty list, so the lookup reports the
+    mismatch.  Raises InvalidParam (``tool_choice``) for a ``tool_choice`` other than
+    ``"none"`` without tools."""
+    if tools is not None and not tools and not isinstance(tool_choice, dict):
+        tools = None
+        if tool_choice in ("auto", "required"):
+            tool_choice = "none"
+    if tools is None and tool_choice is not None and tool_choice != "none":
+        raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    return tools, tool_choice
 
 
 def chat_ec_transfer_params(messages: list, prompt_tokens: int) -> dict | None:
@@ -138,9 +173,11 @@ def named_choice(req: GenerationRequest) -> bool:
 
 
 def finish_reason(req: GenerationRequest, seq) -> str:
-    """A choice's chat ``finish_reason``: ``"tool_calls"`` for a tool call, named ``tool_choice``
-    included (case C11: clients such as the Vercel AI SDK read it; vLLM 0.33 answers a named
-    call with ``"stop"``, listed in the README's differences)."""
+    """A choice's chat ``finish_reason``: ``"tool_calls"`` for a tool call, except under a
+    named ``tool_choice`` (one forced function), which finishes with ``"stop"`` as OpenAI and
+    vLLM's ``resolve_finish_reason`` report it (case C11); anything else is the engine's."""
+    if seq.finish_reason == "tool_calls" and named_choice(req):
+        return "stop"
     return seq.finish_reason
 
 
@@ -199,7 +236,7 @@ def finish_fields(req: GenerationRequest, seq) -> bytes:
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
-                parser: bool = False):
+                parser: bool = False, echoed: str = ""):
     """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
     carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
     chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
@@ -207,7 +244,10 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     ``token_ids`` delta (vLLM's ``return_token_ids``); ``as_ids``: logprob tokens named
     ``token_id:N`` (``return_tokens_as_token_ids``).  Reasoning tokens stream as
     ``delta.reasoning``; the parser's markers (and reasoning hidden by ``include_reasoning:
-    false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage."""
+    false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage.
+    With continuous usage and prompt details on, the role chunk's usage carries
+    ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not.  ``echoed``
+    (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     include_reasoning = req.reasoning is None or req.reasoning.include
@@ -219,9 +259,16 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     lasts = [-1 if req.send_image else len(s.pieces) - 1 for s in seqs]
     call_maps = {}
 
+    first_details = continuous and usage_details(sim) is not None
+    by_index = {s.index: s for s in seqs}
+
     def role_chunk(i: int) -> bytes:
-        return (heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,'
-                b'"finish_reason":null}]' + tail(0, i))
+        end = frame.first_tail(i, by_index[i].cached_tokens) if first_details else tail(0, i)
+        out = heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + end
+        if echoed:
+            out += (heads[i] + b',"delta":{"content":' + dumps(echoed) + b'},"logprobs":null,"finish_reason":null}]' +
+                    tail(0, i))
+        return out
 
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST; about 4x fewer bytes copied per chunk).

@@ -19,7 +19,7 @@ from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
 from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, scheduling_priority, tokens_as_ids,
-                     truncate_prompts, vocab_size)
+                     truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -50,7 +50,7 @@ class CompletionsAdapter(Adapter):
             check_work(sim, *self._work(len(items) * n * min(b.max_tokens, sim.config.max_model_len)))
         prompts = build_prompts(sim, kind, items, b.add_special_tokens is not False)
         if kind == "ids":
-            check_prompt_ids(prompts, vocab_size(sim))
+            check_prompt_ids(prompts, prompt_vocab_size(sim))
         truncate_prompts(sim.tokenizer, prompts, b.truncate_prompt_tokens, b.truncation_side, sim.config.max_model_len)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=prompts, n=n,

@@ -11,8 +11,16 @@ EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
 
 
 def vocab_size(sim) -> int:
-    """The tokenizer's vocabulary size (the simulated tokenizer's ids are 32-bit)."""
-    return sim.tokenizer.vocab_size
+    """The bound of ``stop_token_ids`` and ``logit_bias`` ids: the model's vocabulary size from
+    its ``config.json`` when it was read (vLLM's ``model_config.get_vocab_size()``), else the
+    tokenizer's (the simulated tokenizer's ids are 32-bit)."""
+    return getattr(sim.config, "model_vocab_size", None) or sim.tokenizer.vocab_size
+
+
+def prompt_vocab_size(sim) -> int:
+    """The bound of pre-tokenized prompt ids: the larger of the tokenizer's and the model's
+    vocabulary (vLLM's ``validate_token_ids``)."""
+    return max(sim.tokenizer.vocab_size, getattr(sim.config, "model_vocab_size", None) or 0)
 
 
 def tokens_as_ids(sim, b) -> bool:
@@ -21,13 +29,20 @@ def tokens_as_ids(sim, b) -> bool:
 
 
 def check_seed(seed) -> None:
-    """vLLM: ``seed`` within int64 (pydantic ``ge``/``le``)."""
+    """vLLM: ``seed`` within int64 (pydantic ``ge``/``le``).  The message is vLLM 0.34's
+    validation handler's (``1 validation error:`` and pydantic's error, whose ``type``
+    ``greater_than_equal`` / ``less_than_equal`` vLLM's ``test_long_seed`` reads)."""
     if seed is None:
         return
     if seed < INT64_MIN:
-        raise InvalidParam(f"seed: Input should be greater than or equal to {INT64_MIN}", "seed")
-    if seed > INT64_MAX:
-        raise InvalidParam(f"seed: Input should be less than or equal to {INT64_MAX}", "seed")
+        kind, words, bound, key = "greater_than_equal", "greater than or equal to", INT64_MIN, "ge"
+    elif seed > INT64_MAX:
+        kind, words, bound, key = "less_than_equal", "less than or equal to", INT64_MAX, "le"
+    else:
+        return
+    error = {"type": kind, "loc": "body.seed", "msg": f"Input should be {words} {bound}", "input": str(seed),
+             "ctx": {key: bound}}
+    raise InvalidParam(f"1 validation error:\n  {error}", "seed")
 
 
 def _is_number(v) -> bool:

@@ -6,6 +6,16 @@ answer is token ids.  Non-streaming: ``request_id``, ``choices`` (``index``,
 ``do_remote_decode``, ``kv_transfer_params``.  Streaming: one chunk per token, the last
 token chunk of a choice carrying its finish reason; an optional usage chunk with
 ``choices: []``; then ``data: [DONE]``.
+
+Logprobs (``sampling_params.logprobs``) of the tokens level are vLLM's ``GenerateLogProbs``
+(integer ``token_id``s, :func:`token_logprobs`).
+
+vLLM's ``output_mode`` levels: ``tokens`` (the default, above), ``text`` (each choice also
+carries its detokenized ``text``, a stream chunk its text delta) and ``derender`` (the parsed
+assistant ``message``, a stream chunk a chat ``delta``: vLLM 0.34 streams it); both carry
+``stop_reason`` and ``"output_mode"``, and their logprobs are chat logprobs with decoded tokens,
+or ``token_id:N`` with ``--return-tokens-as-token-ids`` (in derender mode
+``parse_context.return_tokens_as_token_ids`` decides when given).
 """
 from __future__ import annotations
 
@@ -15,7 +25,7 @@ from generation.engine.request import GenerationRequest, Prompt
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
-                     scheduling_priority, vocab_size)
+                     prompt_vocab_size, scheduling_priority, vocab_size)
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import sampling_semantics
 
@@ -55,12 +65,15 @@ class GenerateAdapter(Adapter):
         if kv is None and sp.extra_args is not None:   # where real vLLM clients put it
             kv = sp.extra_args.kv_transfer_params
         check_kv_transfer(kv, stream)
+        mode = b.output_mode or "tokens"
+        if mode != "tokens" and sp.detokenize is False:
+            raise InvalidParam(f"output_mode={mode!r} requires sampling_params.detokenize to be true", "output_mode")
         n = sp.n or 1
         check_size(sim, n, False)
         if sp.max_tokens is not None:
             check_work(sim, *self._work(n * min(sp.max_tokens, sim.config.max_model_len)))
         prompt = Prompt(list(ids))
-        check_prompt_ids([prompt], vocab, "token_ids")
+        check_prompt_ids([prompt], prompt_vocab_size(sim), "token_ids")
         if sim.config.mode == "echo":
             prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
         self.req = GenerationRequest(
@@ -77,14 +90,33 @@ class GenerateAdapter(Adapter):
     def work(self, seqs) -> tuple[int, str, str]:
         return self._work(sum(s.completion_tokens for s in seqs))
 
+    def _as_ids(self) -> bool:
+        """Logprob tokens as ``token_id:N`` in the text levels: the server flag, or in derender
+        mode the render's ``parse_context.return_tokens_as_token_ids`` when it says."""
+        b = self.body
+        if b.output_mode == "derender" and isinstance(b.parse_context, dict):
+            override = b.parse_context.get("return_tokens_as_token_ids")
+            if isinstance(override, bool):
+                return override
+        return bool(self.sim.config.return_tokens_as_token_ids)
+
     def render(self, seqs) -> dict:
-        return render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
-                               self.body.sampling_params.logprobs, usage_details(self.sim))
+        out = render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
+                              self.body.sampling_params.logprobs, usage_details(self.sim))
+        mode = self.body.output_mode or "tokens"
+        if mode != "tokens":
+            out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids()) for s in seqs]
+            out["output_mode"] = mode
+        return out
 
     def stream(self, seqs):
         force = self.sim.config.enable_force_include_usage
-        return stream_generate(self.sim, self.req, seqs, stream_flags(self.body.stream_options, force)[0],
-                               self.body.sampling_params.logprobs)
+        include_usage = stream_flags(self.body.stream_options, force)[0]
+        mode = self.body.output_mode or "tokens"
+        if mode != "tokens":
+            return stream_text(self.sim, self.req, seqs, include_usage, mode, self.body.sampling_params.logprobs,
+                               self._as_ids())
+        return stream_generate(self.sim, self.req, seqs, include_usage, self.body.sampling_params.logprobs)
 
 
 def ec_transfer_params(cfg, features) -> dict | None:
@@ -97,10 +129,19 @@ def ec_transfer_params(cfg, features) -> dict | None:
 
 
 def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None) -> dict:
-    """vLLM's ``ChatCompletionLogProbs`` for tokens ``start:stop`` of ``seq``, tokens named
-    ``token_id:N`` (token-in / token-out); ``top`` alternatives per token."""
+    """vLLM's ``GenerateLogProbs`` for tokens ``start:stop`` of ``seq`` (the tokens level: integer
+    ids, no tokenizer): per token ``{"token_id", "logprob", "rank", "top_logprobs"}``, whose
+    ``top_logprobs`` are the engine's candidates, the sampled token first (rank 1, as a greedy
+    pick), ``max(top, 1)`` of them (``logprobs: 0`` still returns the sampled one)."""
     ids = seq.ids[start:stop]
-    return {"content": [lp.token_id_entry(t, start + i, top) for i, t in enumerate(ids)]}
+    return {"content": [_generate_entry(lp.token_id_entry(t, start + i, max(top, 1)), t) for i, t in enumerate(ids)]}
+
+
+def _generate_entry(entry: dict, tid: int) -> dict:
+    """A ``token_id:N`` chat logprob entry as vLLM's ``GenerateLogProbsContent``."""
+    return {"token_id": tid, "logprob": entry["logprob"], "rank": 1,
+            "top_logprobs": [{"token_id": int(alt["token"][9:]), "logprob": alt["logprob"], "rank": r}
+                             for r, alt in enumerate(entry["top_logprobs"], 1)]}
 
 
 def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | None = None,
@@ -142,4 +183,69 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
                    b',"token_ids":' + tids + b'}]}\n\n')
     if include_usage:
         yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b"}\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+# ---- the text levels (output_mode text / derender) ----------------------------------------------
+
+def _text_logprobs(seq, top: int, as_ids: bool, start: int = 0, stop: int | None = None) -> dict:
+    """Chat logprobs of tokens ``start:stop``: decoded tokens, or ``token_id:N`` (``as_ids``)."""
+    stop = len(seq.ids) if stop is None else stop
+    if as_ids:
+        return {"content": [lp.token_id_entry(seq.ids[k], k, top) for k in range(start, stop)]}
+    return lp.chat_logprobs(seq.pieces[start:stop], top, start)
+
+
+def text_choice(seq, mode: str, top: int | None, as_ids: bool) -> dict:
+    """A non-streaming choice of the ``text`` level (``text``) or the ``derender`` level
+    (``message``: the assistant message, ``tool_calls`` left out when empty, as vLLM 0.34's
+    ChatMessage); ``logprobs`` only when asked, as in the tokens level."""
+    text = seq.output_text()
+    out = {"index": seq.index, "finish_reason": seq.finish_reason, "stop_reason": seq.stop_reason,
+           "token_ids": list(seq.ids)}
+    if mode == "text":
+        out["text"] = text
+    else:
+        out["message"] = {"role": "assistant", "content": text, "reasoning": None}
+    if top is not None:
+        out["logprobs"] = _text_logprobs(seq, top, as_ids)
+    return out
+
+
+def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: str, top: int | None,
+                as_ids: bool):
+    """SSE body of the ``text`` and ``derender`` levels: per token a chunk whose choice has its
+    ``token_ids`` delta and the ``text`` delta (``text``) or a chat ``delta`` (``derender``:
+    ``role`` in a choice's first chunk, then ``content``), the last one of a choice with its
+    ``finish_reason`` and ``stop_reason``; each chunk says its ``output_mode``.  A choice with
+    no tokens gets one finishing chunk; then the optional usage chunk and ``data: [DONE]``."""
+    head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
+    tail = b'],"output_mode":"' + mode.encode() + b'"}\n\n'
+    last = [len(s.ids) - 1 for s in seqs]
+    emitted = [False] * len(seqs)
+
+    def chunk(seq, piece: str, ids: list, finish, stop_reason, logprobs) -> bytes:
+        i = seq.index
+        choice = {"index": i, "finish_reason": finish, "stop_reason": stop_reason, "token_ids": ids}
+        if mode == "text":
+            choice["text"] = piece
+        else:
+            choice["delta"] = {"content": piece} if emitted[i] else {"role": "assistant", "content": piece}
+        if logprobs is not None:
+            choice["logprobs"] = logprobs
+        emitted[i] = True
+        return head + dumps(choice) + tail
+
+    for seq, k in sim.stream(seqs):
+        done = k == last[seq.index]
+        yield chunk(seq, seq.pieces[k], [seq.ids[k]], seq.finish_reason if done else None,
+                    seq.stop_reason if done else None,
+                    None if top is None else _text_logprobs(seq, top, as_ids, k, k + 1))
+    for seq in seqs:
+        if not emitted[seq.index]:
+            yield chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
+                        seq.stop_reason, None)
+    if include_usage:
+        yield (head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b',"output_mode":"' +
+               mode.encode() + b'"}\n\n')
     yield b"data: [DONE]\n\n"

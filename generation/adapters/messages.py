@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 
 from generation.engine.request import GenerationRequest
-from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps
+from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps, usage_details
+from .fields import check_min_tokens
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning
 from generation.content.reasoning import content_text, reasoning_text, signature
@@ -42,13 +43,14 @@ class MessagesAdapter(Adapter):
         constraint = anthropic_constraint(sim, b.output_config)
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos)
+        check_min_tokens(b.min_tokens, b.max_tokens)
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         tc = b.tool_choice
         prompt = chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=b.chat_template_kwargs)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
-            max_tokens=b.max_tokens, ignore_eos=ignore_eos, stream=stream,
+            max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
             tools=callable_tools(b, tools), tool_choice=tool_choice,
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
@@ -58,7 +60,7 @@ class MessagesAdapter(Adapter):
 
     def render(self, seqs) -> dict:
         seq = seqs[0]
-        return render_message(self.req, seq, seq.stop_reason)
+        return render_message(self.req, seq, seq.stop_reason, usage_details(self.sim) is not None)
 
     def stream(self, seqs):
         seq = seqs[0]
@@ -226,10 +228,15 @@ def tool_use_id(chat_id: str) -> str:
     return "toolu_" + chat_id.rsplit("-", 1)[-1]
 
 
-def _usage(seq, output_tokens: int) -> dict:
+def _usage(seq, output_tokens: int, cache_info: bool) -> dict:
     """Anthropic usage: ``input_tokens`` excludes prefix-cache hits, which are reported as
     ``cache_read_input_tokens`` (Anthropic's accounting: the three input counters add up to the
-    prompt).  Nothing is ever written to a cache on request, so cache_creation is 0."""
+    prompt).  Nothing is ever written to a cache on request, so cache_creation is 0.  Without
+    cache information (``cache_info`` false: no ``--enable-prompt-tokens-details`` nor
+    ``--enable-kvcache``, as :func:`usage_details`) both cache counters are left out, as vLLM
+    0.34 leaves them unset."""
+    if not cache_info:
+        return {"input_tokens": seq.prompt_len, "output_tokens": output_tokens}
     cached = seq.cached_tokens
     return {"input_tokens": seq.prompt_len - cached, "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": cached, "output_tokens": output_tokens}
@@ -252,8 +259,9 @@ def _thinking_block(req, seq) -> dict | None:
     return {"type": "thinking", "thinking": text, "signature": signature(req.request_id, text)}
 
 
-def render_message(req, seq, stop_sequence) -> dict:
-    """Non-streaming ``message`` object: a ``thinking`` block first when the answer reasons."""
+def render_message(req, seq, stop_sequence, cache_info: bool) -> dict:
+    """Non-streaming ``message`` object: a ``thinking`` block first when the answer reasons;
+    ``cache_info``: the usage carries the cache counters (:func:`_usage`)."""
     thinking = _thinking_block(req, seq)
     if seq.tool_calls:
         content = [{"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"],
@@ -265,7 +273,7 @@ def render_message(req, seq, stop_sequence) -> dict:
         content.insert(0, thinking)
     return {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
             "content": content, "stop_reason": _stop_reason(seq, stop_sequence), "stop_sequence": stop_sequence,
-            "usage": _usage(seq, seq.completion_tokens)}
+            "usage": _usage(seq, seq.completion_tokens, cache_info)}
 
 
 def _frame(name: str, obj) -> bytes:
@@ -286,9 +294,10 @@ def stream_message(sim, req, seq, stop_sequence):
     ``content_block_stop``; the parser's markers send nothing.  Text (``text_delta``) or
     ``tool_use`` blocks (``input_json_delta``) follow.  ``message_delta`` carries the whole
     usage, input tokens included (as vLLM and Anthropic send it; LangChain's ChatAnthropic reads
-    usage only there)."""
+    usage only there; the cache counters as :func:`_usage`)."""
+    cache_info = usage_details(sim) is not None
     start = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
-             "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0)}
+             "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0, cache_info)}
     yield _frame("message_start", {"type": "message_start", "message": start})
     calls = seq.tool_calls
     span = seq.reasoning_span
@@ -356,5 +365,5 @@ def stream_message(sim, req, seq, stop_sequence):
     out += _frame("message_delta", {"type": "message_delta",
                                     "delta": {"stop_reason": _stop_reason(seq, stop_sequence),
                                               "stop_sequence": stop_sequence},
-                                    "usage": _usage(seq, seq.completion_tokens)})
+                                    "usage": _usage(seq, seq.completion_tokens, cache_info)})
     yield out + _frame("message_stop", {"type": "message_stop"})

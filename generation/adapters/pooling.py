@@ -59,9 +59,9 @@ def labels(kind: str) -> list[str]:
 
 
 def usage(prompt_tokens: int) -> dict:
-    """vLLM's UsageInfo of a pooling response (no completion)."""
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0,
-            "prompt_tokens_details": None}
+    """vLLM's UsageInfo of a pooling response (no completion; vLLM 0.34 leaves the null
+    ``prompt_tokens_details`` out)."""
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0}
 
 
 # ---- inputs ------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ class ChatCompletionRequest(ChatTemplateOptions, OpenAISampling):
     response_format: dict | None = None
     include_reasoning: bool | None = None
     reasoning_effort: str | None = None
+    echo: bool | None = None              # vLLM: prepend the last message when it is the assistant's
 
 
 @dataclass
@@ -143,6 +144,8 @@ class GenerateRequest:
     features: Features | None = None
     cache_salt: str | None = None
     priority: int | None = None
+    output_mode: str | None = None        # tokens (default) / text / derender
+    parse_context: dict | None = None     # /render's chat context (derender reads return_tokens_as_token_ids)
 
 
 @dataclass
@@ -188,7 +191,7 @@ class CountTokensRequest:
     system: Any = None                    # a string or a list of text blocks
     tools: list | None = None             # list[AnthropicTool]
     tool_choice: AnthropicToolChoice | None = None
-    thinking: dict | None = None          # {"type": enabled/disabled/adaptive, "budget_tokens"?}
+    thinking: dict | None = None          # {"type": enabled/disabled/adaptive/between_tools, "budget_tokens"?}
     context_management: dict | None = None
     chat_template_kwargs: dict | None = None
 
@@ -206,6 +209,7 @@ class MessagesRequest(CountTokensRequest):
     ignore_eos: bool | None = None
     kv_transfer_params: dict | None = None
     output_config: AnthropicOutputConfig | None = None
+    min_tokens: int | None = None         # vLLM's extension (0.34)
 
 
 @dataclass
@@ -247,6 +251,7 @@ class ResponsesRequest:
     truncation: str | None = None
     service_tier: str | None = None
     reasoning: dict | None = None
+    thinking_token_budget: int | None = None     # vLLM 0.34
     prompt_cache_key: str | None = None
     priority: int | None = None                  # vLLM's extra field (--scheduling-policy priority)
 

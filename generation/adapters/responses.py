@@ -72,7 +72,7 @@ class ResponsesAdapter(Adapter):
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
             priority=scheduling_priority(sim, b.priority),
-            reasoning=responses_reasoning(sim, b.reasoning))
+            reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0)
         self.ctx.store = getattr(sim, "response_store", None) is not None and b.store is not False
         return self.req

@@ -93,7 +93,8 @@ def chat_reasoning(sim, b) -> rz.ReasoningSettings | None:
 
 def anthropic_reasoning(sim, thinking, output_config) -> rz.ReasoningSettings | None:
     """Anthropic ``thinking`` (``{"type": "enabled", "budget_tokens": n}``, ``{"type":
-    "adaptive"}``, ``{"type": "disabled"}``) and ``output_config.effort``.  Lenient, as the
+    "adaptive"}``, ``{"type": "disabled"}``, ``{"type": "between_tools"}`` read as disabled, as
+    vLLM 0.34 maps it) and ``output_config.effort``.  Lenient, as the
     request shapes Claude Code sends keep changing: an unknown ``thinking`` type or effort, or a
     ``budget_tokens`` that is not a count, leaves the default (reasoning on, unscaled)."""
     if sim.reasoning is None:
@@ -105,7 +106,7 @@ def anthropic_reasoning(sim, thinking, output_config) -> rz.ReasoningSettings | 
     enabled, budget = None, None
     if isinstance(thinking, dict):
         t = thinking.get("type")
-        if t == "disabled":
+        if t in ("disabled", "between_tools"):       # vLLM 0.34: between_tools is off up front
             enabled = False
         elif t in ("enabled", "adaptive"):
             enabled = True
@@ -115,10 +116,13 @@ def anthropic_reasoning(sim, thinking, output_config) -> rz.ReasoningSettings | 
     return rz.settings(enabled, effort, budget)
 
 
-def responses_reasoning(sim, reasoning) -> rz.ReasoningSettings | None:
+def responses_reasoning(sim, reasoning, thinking_token_budget=None) -> rz.ReasoningSettings | None:
     """Responses ``reasoning`` (``{"effort": ..., "summary": ...}``); an effort it does not
-    know leaves the default (Codex sends new values before servers know them)."""
+    know leaves the default (Codex sends new values before servers know them).
+    ``thinking_token_budget`` (vLLM 0.34) caps the reasoning tokens as on chat; raises
+    InvalidParam naming it when it is neither -1 nor a count."""
+    budget = _budget(thinking_token_budget, "thinking_token_budget")
     if sim.reasoning is None:
         return None
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
-    return rz.settings(None, effort if effort in EFFORTS else None)
+    return rz.settings(None, effort if effort in EFFORTS else None, budget)

@@ -5,20 +5,39 @@ table (:func:`options_table`).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import time
 from typing import Any
 
 from .values import BOOL_LITERALS, ConfigError, format_duration
 from .options import GROUPS, IGNORED_FLAGS, OPTIONS, Option, _IGNORED_ALIASES, _OPTION_ALIASES, coerce
+from .kv_events import apply_kv_events_config
 from .sim_config import SimConfig
 
 
 # ---------------------------------------------------------------------------------------------
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):  # one clear line, non-zero exit
-        raise ConfigError(message)
+        raise ConfigError(_did_you_mean(message))
+
+
+def _did_you_mean(message: str) -> str:
+    """argparse's ``unrecognized arguments: --max-num-seq 3`` with the closest known flag of each
+    unknown one (``--max-num-seq (did you mean --max-num-seqs?)``), from difflib."""
+    head = "unrecognized arguments: "
+    if not message.startswith(head):
+        return message
+    import difflib
+    known = sorted(f for f in _ALL_FLAGS if f.startswith("--") and not f.startswith("--no-"))
+    out = []
+    for tok in message[len(head):].split(" "):
+        name = tok.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75) if name.startswith("--") else []
+        out.append(f"{tok} (did you mean {close[0]}?)" if close else tok)
+    return head + " ".join(out)
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -133,6 +152,63 @@ def _normalise(argv: list[str]) -> list[str]:
     return out
 
 
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
+
+
+def _dialects(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The flag dialects other vLLM front ends and the reference's releases accept, rewritten to
+    this parser's: returns ``(argv, lora names, deprecation notes)``.
+
+    * ``--max_num_seqs`` is ``--max-num-seqs`` (vLLM's parser reads underscores in any flag name);
+    * ``--lora NAME[,NAME...]`` (the reference's removed flag, one value per flag, repeatable; the
+      inference-extension manifests still pass it) becomes LoRA modules without a path, with a
+      deprecation note."""
+    out, names, notes, i = [], [], [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out.extend(argv[i:])
+            break
+        if tok.startswith("--") and "_" in tok.split("=", 1)[0]:
+            name, sep, value = tok.partition("=")
+            dashed = name.replace("_", "-")
+            if dashed in _ALL_FLAGS or dashed == "--lora":
+                tok = dashed + sep + value
+        name, sep, value = tok.partition("=")
+        if name == "--lora":
+            given = [value] if sep else []       # one value a flag, as the reference's string slice
+            if not sep and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                i += 1
+                given.append(argv[i])
+            names += [n.strip() for v in given for n in v.split(",") if n.strip()]
+            if "--lora" not in " ".join(notes):
+                notes.append("--lora (removed from the reference simulator) is read as --lora-modules "
+                             "'{\"name\": NAME}'")
+            i += 1
+            continue
+        out.append(tok)
+        i += 1
+    return out, names, notes
+
+
+def _duration_notes(ns: dict) -> list[str]:
+    """Deprecation notes of duration flags given as bare numbers (``--time-to-first-token=150``:
+    milliseconds, as the reference's releases read them; the workload-variant autoscaler still
+    passes them)."""
+    return [f"--{key}={val}: a bare number is read as milliseconds (the reference's old form); write {val}ms"
+            for key, val in ns.items() if key in OPTIONS and OPTIONS[key].type == "duration"
+            and isinstance(val, str) and _NUMBER.fullmatch(val.strip()) and float(val) != 0]
+
+
+def _yaml_key(key) -> str:
+    """A YAML key as a flag name: vLLM's config files may spell them with underscores."""
+    if isinstance(key, str) and "_" in key:
+        dashed = key.replace("_", "-")
+        if dashed in OPTIONS or dashed in IGNORED_FLAGS:
+            return dashed
+    return key
+
+
 def _read_yaml(path: str) -> dict:
     import yaml          # only --config needs it (about 30 ms of start-up otherwise)
     try:
@@ -156,7 +232,9 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     if argv[:1] == ["serve"]:
         argv = argv[1:]
     env = dict(os.environ if env is None else env)
+    argv, lora_names, deprecations = _dialects(argv)
     ns = vars(build_parser().parse_args(_normalise(argv)))
+    deprecations += _duration_notes(ns)
     ignored = [k.split(":", 1)[1] for k in ns if k.startswith("ignored:")]
     ns = {k: v for k, v in ns.items() if not k.startswith("ignored:")}
     if ns.get("model_tag") is not None:
@@ -166,6 +244,7 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     path = ns.pop("config", None)
     if path:
         for key, val in _read_yaml(path).items():
+            key = _yaml_key(key)
             o = OPTIONS.get(key)
             if o is not None and o.cli:
                 values[key] = coerce(key, val)
@@ -182,11 +261,16 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
                 values[o.name] = (raw == "1") if o.type == "bool" else coerce(o.name, raw or "")
     for key, val in ns.items():
         values[key] = coerce(key, val)
+    if lora_names:
+        values["lora-modules"] = [*values.get("lora-modules", []), *coerce("lora-modules", [
+            json.dumps({"name": n}) for n in lora_names])]
     cfg = SimConfig()
     for key, val in values.items():
         setattr(cfg, OPTIONS[key].attr, val)
     cfg.ignored_flags = list(dict.fromkeys(ignored))
+    cfg.deprecations = deprecations                  # old dialects read (one start-up log line)
     cfg.explicit = frozenset(values)                 # options given (CLI, YAML, env), not defaulted
+    apply_kv_events_config(cfg, cfg.explicit)
     if cfg.seed is None:
         cfg.seed = time.time_ns()
     cfg.validate()

@@ -120,8 +120,9 @@ _declare("model",
          Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
          Option("seed", "int", None, "Random seed", nullable=True),
          Option("mode", "str", "random", "Response source", choices=("random", "echo")),
-         Option("hf-config-path", "str", "", "Directory or file of the model's config.json (step mode: the "
-                "architecture; else the Hugging Face cache, then the shipped presets)"),
+         Option("hf-config-path", "str", "", "Directory or file of the model's config.json: the default "
+                "--max-model-len in every mode, and in step mode the architecture (else the Hugging Face cache, "
+                "then the shipped presets)"),
          Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
                 "doubles the FLOP/s)"),
          Option("vllm-version", "str", NEWEST_VLLM, "vLLM release whose defaults step mode takes where the flag is not "
@@ -164,6 +165,9 @@ _declare("server",
          Option("startup-duration", _D, 0.0, "/health/ready answers 503 for this long after start",
                 unit="s"),
          Option("enable-sleep-mode", "bool", False, "Allow /sleep (with VLLM_SERVER_DEV_MODE=1)"),
+         Option("checkpoint-prepare-on-startup", "bool", False, "Start with the process checkpoint prepared "
+                "(GET /checkpoint/status 200 at once; needs --enable-sleep-mode)"),
+         Option("enable-fault-tolerance", "bool", False, "Serve vLLM's /v1/fault_tolerance/apply and /status"),
          Option("enable-request-id-headers", "bool", False, "Use and return the X-Request-Id header"),
          Option("max-request-body-size-mb", "int", 4, "Largest accepted request body", unit="MiB"),
          Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"),
@@ -180,7 +184,7 @@ _declare("frontend",
                 "`stream_options.include_usage` were set"),
          Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),
          Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` "
-                "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: null, "
+                "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: left out, "
                 "or always with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),
@@ -262,7 +266,10 @@ _declare("cache",
          Option("use-vllm-map-event-format", "bool", False, "Encode KV events as maps"),
          Option("kv-events-replay-endpoint", "str", "", "ZMQ ROUTER endpoint serving replays of published "
                 "KV-event batches (empty: off)"),
-         Option("kv-events-replay-queue-size", "int", 1024, "Published batches kept for replay", unit="batches"))
+         Option("kv-events-replay-queue-size", "int", 1024, "Published batches kept for replay", unit="batches"),
+         Option("kv-events-config", "json", None, "vLLM's KVEventsConfig JSON (`enable_kv_cache_events`, "
+                "`publisher`, `endpoint`, `replay_endpoint`, `buffer_steps`, `topic`, ...): turns on the KV cache "
+                "and its events as vLLM does; the flags above, when given, win")),
 _declare("lora",
          Option("lora-modules", "lora", [], 'LoRA adapters: `name=path` or JSON {"name","path","base_model_name"}'),
          Option("max-loras", "int", 1, "Maximum number of LoRAs running at once"),
@@ -352,7 +359,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
     # memory / cache / scheduler
     "swap-space": True,
-    "kv-transfer-config": True, "kv-events-config": True, "ec-transfer-config": True,
+    "kv-transfer-config": True, "ec-transfer-config": True,
     "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
     # parallelism
     "pipeline-parallel-size": True, "distributed-executor-backend": True,

@@ -26,8 +26,11 @@ class SimConfig:
         for o in OPTIONS.values():
             setattr(self, o.attr, copy.deepcopy(o.default))
         self.ignored_flags: list[str] = []         # vLLM flags given and ignored (start-up log)
+        self.deprecations: list[str] = []          # old flag dialects read (start-up log)
         self.explicit: frozenset = frozenset(values)    # options given, not defaulted (load_config sets it)
         self.step = None                           # step mode's resolved settings (generation.engine.step_config)
+        self.kv_events_topic: str | None = None    # --kv-events-config's topic (None: the reference's)
+        self.model_vocab_size: int | None = None   # the model's config.json vocab_size (model_config.py)
         for k, v in values.items():
             if k not in _ATTRS:
                 raise TypeError(f"unknown option {k!r}")
@@ -61,6 +64,13 @@ class SimConfig:
         return convert or (task if task in ("embed", "classify", "score") else "embed")
 
     # ---- run-time updates --------------------------------------------------------------------
+    def kv_topic(self) -> str:
+        """The ZMQ topic of the KV events: ``--kv-events-config``'s ``topic`` when it gave one
+        (vLLM's default ``""`` included), else the reference's ``kv@<POD_IP>:<port>@<model>``."""
+        if self.kv_events_topic is not None:
+            return self.kv_events_topic
+        return f"kv@{self.pod_ip}:{self.port}@{self.model}"
+
     def copy(self) -> "SimConfig":
         new = object.__new__(SimConfig)
         new.__dict__ = copy.deepcopy(self.__dict__)
@@ -119,6 +129,8 @@ class SimConfig:
             raise ConfigError("max CPU LoRAs cannot be less than max LoRAs", "max-cpu-loras")
         if self.max_model_len < 1:
             raise ConfigError("max model len cannot be less than 1", "max-model-len")
+        if self.checkpoint_prepare_on_startup and not self.enable_sleep_mode:
+            raise ConfigError("checkpoint_prepare_on_startup requires enable_sleep_mode", "checkpoint-prepare-on-startup")
         if self.max_num_seqs < 1:
             raise ConfigError("max num seqs cannot be less than 1", "max-num-seqs")
         if self.max_waiting_queue_length < 0:
@@ -188,7 +200,7 @@ class SimConfig:
         if self.timeout_keep_alive < 0:
             raise ConfigError("timeout-keep-alive cannot be negative", "timeout-keep-alive")
         self._validate_generic()
-        if self.enable_kvcache and not self.pod_ip:
+        if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None:
             raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
 
     def _validate_engine_flags(self) -> None:

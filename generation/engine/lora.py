@@ -18,9 +18,9 @@ def check_local_adapter(name: str, path: str, max_lora_rank: int) -> None:
     directory (``PEFTHelper.from_local_dir``, ``validate_legal``, ``LoRAModel.from_local_checkpoint``):
     no ``adapter_config.json`` is a 404 ``Loading lora <name> failed: No adapter found for
     <path>``; an unreadable, invalid or unsupported config (missing ``r`` / ``lora_alpha`` /
-    ``target_modules``, DoRA, ``modules_to_save``, a bias) or a directory without weights is a
-    400; a rank over ``--max-lora-rank`` is vLLM's 400 ``LoRA rank R is greater than
-    max_lora_rank M.``.  A path that is not on this machine (another node's directory, a Hub
+    ``target_modules``, DoRA, ``modules_to_save`` other than ``classifier`` / ``score``, a bias)
+    or a directory without weights is a 400 with vLLM 0.34's message; a rank over
+    ``--max-lora-rank`` is vLLM's 400 ``LoRA rank R is greater than max_lora_rank M.``.  A path that is not on this machine (another node's directory, a Hub
     id) is not checked: the simulator serves adapters it has no files for.  Only the config is
     read (at most :data:`MAX_CONFIG_BYTES`); messages never quote its content.  Raises APIError
     (param ``lora_path``)."""
@@ -49,25 +49,31 @@ def check_local_adapter(name: str, path: str, max_lora_rank: int) -> None:
     if not isinstance(config, dict):
         raise APIError(f"Loading lora {name} failed: adapter_config.json is not a JSON object", 400, "lora_path")
     missing = [k for k in REQUIRED if k not in config]
-    if missing:
-        raise APIError(f"PEFTHelper.__init__() missing required argument(s): {', '.join(map(repr, missing))}",
+    if missing:      # vLLM 0.34's PEFTHelper.from_dict (a set: sorted here, so the message is stable)
+        raise APIError(f"Missing required configuration fields: {{{', '.join(map(repr, sorted(missing)))}}}",
                        400, "lora_path")
+    rank = config["r"]
+    if isinstance(rank, bool) or not isinstance(rank, int):      # not quoted: the file's content
+        raise APIError("LoRA rank `r` must be a positive integer.", 400, "lora_path")
+    if rank <= 0:
+        raise APIError(f"LoRA rank `r` must be a positive integer, got {rank}.", 400, "lora_path")
+    # vLLM 0.34's PEFTHelper.validate_legal: unsupported features, then the rank, then bias, in one message
     problems = []
-    if config.get("modules_to_save"):
-        problems.append("vLLM only supports modules_to_save being None.")
+    modules = config.get("modules_to_save") or []
+    unsupported = [m for m in modules if m not in ("classifier", "score")] if isinstance(modules, list) else modules
+    if unsupported:
+        shown = unsupported if (isinstance(unsupported, list) and len(unsupported) <= 16 and
+                                all(isinstance(m, str) and len(m) <= 64 for m in unsupported)) else "(not shown)"
+        problems.append('vLLM only supports modules_to_save being either None or ["classifier", "score"] for '
+                        f"classification models. Unsupported modules_to_save: {shown}")
     if config.get("use_dora"):
         problems.append("vLLM does not yet support DoRA.")
-    if problems:
-        raise APIError(", ".join(problems), 400, "lora_path")
-    rank = config["r"]
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
-        raise APIError(f"Loading lora {name} failed: adapter_config.json `r` must be a positive integer",
-                       400, "lora_path")
-    problems = []
+    if config.get("lora_bias"):
+        problems.append("vLLM does not support LoRA bias (lora_bias).")
     if rank > max_lora_rank:
         problems.append(f"LoRA rank {rank} is greater than max_lora_rank {max_lora_rank}.")
     if config.get("bias", "none") not in (None, "none"):
-        problems.append("Adapter bias cannot be used without bias_enabled.")
+        problems.append("Adapter bias is not supported.")
     if problems:
         raise APIError(" ".join(problems), 400, "lora_path")
     if not any(os.path.isfile(os.path.join(path, w)) for w in WEIGHT_FILES):

@@ -15,7 +15,8 @@ that connects to ``--zmq-endpoint``.
 
 Where this differs from the Go reference (deliberately, to do what vLLM does):
 - ``cached_tokens`` counts the leading run of cached blocks (vLLM's prefix hit: a block past a
-  miss cannot be reused), where the reference counts every cached block.
+  miss cannot be reused), whole blocks of at most the prompt minus one token (vLLM computes the
+  last prompt token again), where the reference counts every cached block.
 - A request that does not fit (all blocks referenced by running sequences) is not failed with
   a 500: the blocks that fit are stored and the rest are simply not cached (vLLM would queue or
   preempt; a simulator has no memory to run out of).
@@ -89,7 +90,7 @@ def build_kv_cache(cfg, metrics, loras, publish: bool = True) -> "KVCache":
 
     publisher = None
     if publish and cfg.zmq_endpoint:
-        topic = f"kv@{cfg.pod_ip}:{cfg.port}@{cfg.model}"
+        topic = cfg.kv_topic()
         on_sent = None
         replay_endpoint = getattr(cfg, "kv_events_replay_endpoint", "") or ""
         if replay_endpoint:
@@ -187,23 +188,28 @@ class KVCache:
         if self.publisher is not None:
             self.publisher.publish(all_blocks_cleared(self.map_format))
 
-    def _prefix_blocks(self, hashes) -> int:
+    def _prefix_blocks(self, hashes, prompt_len: int) -> int:
+        """The leading cached blocks of a prompt of ``prompt_len`` tokens, at most
+        ``(prompt_len - 1) // block_size``: vLLM's ``get_computed_blocks`` keeps the last prompt
+        token to compute (its logits are needed), so an exact repeat of a block-aligned prompt
+        hits one block less."""
         cached = self.model_of
+        limit = max((prompt_len - 1) // self.block_size, 0)
         k = 0
         for h in hashes:
-            if h not in cached:
+            if k >= limit or h not in cached:
                 break
             k += 1
         return k
 
     def lookup(self, seq) -> int:
         """Prompt tokens of ``seq`` already in the cache: the leading cached full blocks times
-        ``block_size`` (0 while asleep).  Stores the block hashes on ``seq.kv_hashes``.  Changes
+        ``block_size``, whole blocks of at most ``prompt_len - 1`` tokens (0 while asleep).  Stores the block hashes on ``seq.kv_hashes``.  Changes
         nothing: the prefix-cache counters tick when the sequence starts (:meth:`start`)."""
         hashes = self._hashes(seq)
         if not self.enabled:
             return 0
-        return self._prefix_blocks(hashes) * self.block_size
+        return self._prefix_blocks(hashes, seq.prompt_len) * self.block_size
 
     def usage(self) -> float:
         """``vllm:kv_cache_usage_perc``: blocks referenced by running sequences / cache size
@@ -227,7 +233,7 @@ class KVCache:
             seq.kv_blocks = None
             return
         bs = self.block_size
-        hit = self._prefix_blocks(hashes)
+        hit = self._prefix_blocks(hashes, seq.prompt_len)
         seq.cached_tokens = hit * bs if hit_tokens is None else hit_tokens
         self.count_prefix(seq.prompt_len, seq.cached_tokens)
         used, model_of = self.used, self.model_of

@@ -112,8 +112,15 @@ def rank_endpoint(endpoint: str, rank: int) -> str:
     return f"{m.group(1)}:{int(m.group(2)) + rank}"
 
 
+def is_bind_endpoint(endpoint: str) -> bool:
+    """vLLM's rule: a wildcard (``tcp://*:5557``, ``::``), ``ipc://`` or ``inproc://`` endpoint is
+    bound by the publisher; any other is connected to (the consumer binds)."""
+    return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
 class EventPublisher:
-    """Batches KV events and sends them on a ZMQ XPUB socket that connects to ``endpoint``.
+    """Batches KV events and sends them on a ZMQ XPUB socket that connects to ``endpoint`` (or
+    binds it: :func:`is_bind_endpoint`).
 
     Message: ``[topic, seq (8-byte big-endian, from 1, +1 per batch), msgpack([ts, events,
     rank])]`` with ``ts`` in unix seconds (float).  At most ``batch_size`` events per message;
@@ -228,7 +235,10 @@ class EventPublisher:
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.XPUB)
         sock.setsockopt(zmq.LINGER, 0)          # pending events are discarded on shutdown
-        sock.connect(self.endpoint)
+        if is_bind_endpoint(self.endpoint):
+            sock.bind(self.endpoint)
+        else:
+            sock.connect(self.endpoint)
         self._socket = sock
         self._pid = os.getpid()      # a forked child (gunicorn --preload) reconnects
         self._subscriptions = set()

@@ -401,9 +401,17 @@ class MetricsRecorder:
         return fam
 
     def _collect_config_info(self):
+        """vLLM's CacheConfig labels the simulator knows: ``block_size``, ``num_gpu_blocks``, and
+        current vLLM's ``kv_cache_size_tokens`` (blocks x block size: the KV capacity in tokens,
+        which dashboards read) and ``kv_cache_max_concurrency`` (that capacity over
+        ``max_model_len``)."""
+        cfg = self.config
+        tokens = cfg.kv_cache_size * cfg.block_size
         fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                labels=["block_size", "engine", "num_gpu_blocks"])
-        fam.add_metric([str(self.config.block_size), self.engine, str(self.config.kv_cache_size)], 1)
+                                labels=["block_size", "engine", "kv_cache_max_concurrency", "kv_cache_size_tokens",
+                                        "num_gpu_blocks"])
+        fam.add_metric([str(cfg.block_size), self.engine, str(tokens / cfg.max_model_len), str(tokens),
+                        str(cfg.kv_cache_size)], 1)
         yield fam
 
     def _collect_counters(self):

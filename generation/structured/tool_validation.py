@@ -123,8 +123,8 @@ class ToolValidator:
         if tools is None and mode in ("required", "named"):
             raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
         if mode == "named" and name not in names:
-            raise InvalidParam(f"The tool specified in `tool_choice` ('{name}') does not match any of the "
-                           f"specified `tools`.", "tool_choice")
+            raise InvalidParam(f"The tool `{name}` specified in `tool_choice` does not match any of the "
+                           f"specified `tools`", "tool_choice")
 
     def _validate_tools(self, tools) -> set:
         if tools is None:

@@ -187,6 +187,14 @@ def template_messages(messages) -> list[dict]:
     return out
 
 
+def _render_without_tokenizer(messages, tokenize=False, **options) -> str:
+    """``apply_chat_template(messages, tokenize=False, **options)`` for a template given without
+    a tokenizer: transformers' own renderer (the same sandboxed, bounded environment)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+    rendered, _ = render_jinja_template(conversations=[messages], **options)
+    return rendered[0]
+
+
 def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = None,
                 chat_template_kwargs: dict | None = None, add_generation_prompt: bool = True,
                 continue_final_message: bool = False, from_request: bool = False) -> str:
@@ -195,6 +203,10 @@ def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = 
     within :data:`RENDER_SECONDS` and may be :data:`MAX_REQUEST_TEMPLATE` characters long.
     Every template's operations and output are bounded by :data:`MAX_RENDERED_CHARS`.
 
+    ``hf_tokenizer`` None (the simulated tokenizer, which ships no template): ``chat_template``
+    is rendered with transformers' ``render_jinja_template``, without a tokenizer's variables
+    (``bos_token`` and friends are undefined).
+
     Raises :class:`InvalidParam` (400) when the template cannot render this conversation (a Jinja
     error, or a template that raises for e.g. alternating roles), as vLLM does."""
     kwargs = dict(chat_template_kwargs or {})
@@ -202,7 +214,8 @@ def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = 
                      "add_generation_prompt", "continue_final_message"):
         kwargs.pop(reserved, None)
     install_bounded_environment()
-    call = (hf_tokenizer.apply_chat_template, template_messages(messages))
+    call = (_render_without_tokenizer if hf_tokenizer is None else hf_tokenizer.apply_chat_template,
+            template_messages(messages))
     options = dict(tools=tools or None, chat_template=chat_template, add_generation_prompt=add_generation_prompt,
                    continue_final_message=continue_final_message, tokenize=False, **kwargs)
     try:

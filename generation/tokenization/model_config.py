@@ -60,10 +60,8 @@ def _config_path(name: str, cache_dir: str | None) -> str | None:
         return None
 
 
-def model_context_length(name: str, cache_dir: str | None = None) -> int | None:
-    """The context length of model ``name`` (a local directory or a hub id) from its
-    ``config.json``, or None when there is no readable config or it declares none."""
-    path = _config_path((name or "").strip(), cache_dir)
+def _load(path: str | None) -> dict | None:
+    """The JSON object in the file at ``path``, or None (no path, unreadable, not an object)."""
     if path is None:
         return None
     try:
@@ -71,15 +69,62 @@ def model_context_length(name: str, cache_dir: str | None = None) -> int | None:
             config = json.load(fh)
     except (OSError, ValueError):
         return None
-    return context_length(config) if isinstance(config, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def model_context_length(name: str, cache_dir: str | None = None) -> int | None:
+    """The context length of model ``name`` (a local directory or a hub id) from its
+    ``config.json``, or None when there is no readable config or it declares none."""
+    config = _load(_config_path((name or "").strip(), cache_dir))
+    return context_length(config) if config is not None else None
+
+
+def vocab_size(config: dict) -> int | None:
+    """The model's vocabulary size (``vocab_size``, or its ``text_config``'s), as vLLM's
+    ``ModelConfig.get_vocab_size`` reads it: the bound of ``stop_token_ids`` and ``logit_bias``
+    ids, which may differ from the tokenizer's (Qwen's models have more rows than tokens)."""
+    for part in (config, config.get("text_config")):
+        v = part.get("vocab_size") if isinstance(part, dict) else None
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def served_model_config(config) -> tuple[dict | None, str]:
+    """``(config.json object or None, where it was read)`` for the served model:
+    ``--hf-config-path`` (a directory holding ``config.json``, or the file) first and in every
+    mode, ``--force-dummy-tokenizer`` included, as vLLM reads it; otherwise the model's own
+    config, unless the tokenizer is the simulated one."""
+    hf_config_path = getattr(config, "hf_config_path", "") or ""
+    if hf_config_path:
+        path = os.path.expanduser(hf_config_path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        obj = _load(path)
+        if obj is None:
+            log.warning("--hf-config-path %s: no readable config.json; the model defaults are the simulator's",
+                        path)
+        return obj, hf_config_path
+    if config.force_dummy_tokenizer:
+        return None, ""
+    return (_load(_config_path((config.model or "").strip(), getattr(config, "tokenizers_cache_dir", "") or None)),
+            "the model's config.json")
 
 
 def apply_model_defaults(config) -> None:
-    """Set ``config.max_model_len`` to the model's context length when neither the command line,
-    the YAML file nor the environment gave one (``config.explicit``: the options they set)."""
-    if "max-model-len" in getattr(config, "explicit", ()) or config.force_dummy_tokenizer:
+    """What vLLM derives from the served model's ``config.json`` (:func:`served_model_config`):
+    ``config.model_vocab_size`` (:func:`vocab_size`), and ``config.max_model_len`` (the context
+    length) when neither the command line, the YAML file nor the environment gave one
+    (``config.explicit``: the options they set)."""
+    obj, where = served_model_config(config)
+    if obj is None:
         return
-    n = model_context_length(config.model, getattr(config, "tokenizers_cache_dir", "") or None)
+    v = vocab_size(obj)
+    if v is not None:
+        config.model_vocab_size = v
+    if "max-model-len" in getattr(config, "explicit", ()):
+        return
+    n = context_length(obj)
     if n is not None:
-        log.info("max model len %d from the model's config.json", n)
+        log.info("max model len %d from %s", n, where)
         config.max_model_len = n

@@ -176,8 +176,14 @@ class SimulatedTokenizer:
     def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
                       add_generation_prompt=True, continue_final_message=False,
                       add_special_tokens=False) -> tuple[list[int], list[str]]:
-        """The seeds' flattening (api.md 3.3); template options do not apply."""
-        return self.encode(flatten_messages(messages))
+        """The seeds' flattening (api.md 3.3), unless the request sent a ``chat_template``
+        (allowed by ``--trust-request-chat-template``): the simulated tokenizer ships no template
+        of its own, so the request's is rendered (with its bounds) and the text encoded."""
+        if chat_template is None:
+            return self.encode(flatten_messages(messages))
+        from .chat_template import render_chat
+        return self.encode(render_chat(None, messages, tools, chat_template, chat_template_kwargs,
+                                       add_generation_prompt, continue_final_message, from_request=True))
 
     def token_strs(self, ids: Sequence[int]) -> list[str]:
         return [self._pieces.get(i, str(i)) for i in ids]
@@ -307,7 +313,7 @@ class HFTokenizer:
                       add_special_tokens=False) -> tuple[list[int], list[str]]:
         """See :func:`tokenize_chat`.  Without any chat template the seeds' flattening is used."""
         template = chat_template or self.chat_template
-        if self._tok is None or not (template or getattr(self._tok, "chat_template", None)):
+        if not (template or getattr(self._tok, "chat_template", None)):
             return self._encode(flatten_messages(messages), add_special_tokens)
         from .chat_template import render_chat
         text = render_chat(self._tok, messages, tools, template, chat_template_kwargs,

@@ -84,7 +84,8 @@ def test_fixed_values_are_reported(app_client):
     assert get(m, "vllm:prefix_cache_hits_total") == 40
     assert get(m, "vllm:prefix_cache_queries_total") == 100
     # constant info stays; nothing configured -> no series
-    assert get(m, "vllm:cache_config_info", model_name=None, block_size="16", num_gpu_blocks="1024") == 1
+    assert get(m, "vllm:cache_config_info", model_name=None, block_size="16", num_gpu_blocks="1024",
+               kv_cache_size_tokens="16384", kv_cache_max_concurrency="16.0") == 1
     for absent in ("vllm:request_queue_time_seconds_count", "vllm:generation_tokens_total",
                    "vllm:request_generation_tokens_count", "vllm:request_params_max_tokens_count"):
         assert absent not in names(m)

@@ -101,8 +101,7 @@ def test_stream_usage_c32_2(api):
     token_chunks = events[:-2]
     n = sum(len(c["choices"][0]["token_ids"]) for c in token_chunks)
     assert usage_chunk["request_id"] == token_chunks[0]["request_id"]
-    assert usage_chunk["usage"] == {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n,
-                                    "prompt_tokens_details": None}
+    assert usage_chunk["usage"] == {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}
     assert all("usage" not in c for c in token_chunks)
 
 
@@ -136,8 +135,7 @@ def test_n_choices(api):
     out = post(api, body).json()
     assert [c["index"] for c in out["choices"]] == [0, 1]
     assert all(len(c["token_ids"]) == 4 for c in out["choices"])
-    assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11,
-                            "prompt_tokens_details": None}
+    assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11}
     events = stream(api, body)[:-1]
     for i in (0, 1):
         mine = [c for c in events if c["choices"][0]["index"] == i]
@@ -237,3 +235,62 @@ def test_mm_encoder_only_features_case_83(app_client):
 def test_features_ignored_outside_mm_encoder_only(api):
     body = dict(BASIC, features={"mm_hashes": {"image": ["abc"]}})
     assert post(api, body).json()["ec_transfer_params"] is None
+
+
+# ---- output_mode: text and derender (vLLM 0.34 streams derender) -----------------------------------
+TEXTUAL = {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 4, "ignore_eos": True}}
+
+
+def test_output_mode_text_and_derender(api):
+    text = post(api, {**TEXTUAL, "output_mode": "text"}).json()
+    (c,) = text["choices"]
+    assert text["output_mode"] == "text" and set(c) == {"index", "finish_reason", "stop_reason", "token_ids", "text"}
+    assert c["text"] == api.sim.tokenizer.decode_ids(c["token_ids"]) and (c["finish_reason"], len(c["token_ids"])) == ("length", 4)
+    der = post(api, {**TEXTUAL, "output_mode": "derender", "parse_context": {"tools": None}}).json()
+    (c,) = der["choices"]
+    assert der["output_mode"] == "derender"
+    assert c["message"] == {"role": "assistant", "content": api.sim.tokenizer.decode_ids(c["token_ids"]), "reasoning": None}
+    assert "output_mode" not in post(api, TEXTUAL).json()           # tokens: the shape it always had
+
+
+@pytest.mark.parametrize("mode", ["text", "derender"])
+def test_output_mode_streams(api, mode):
+    events = stream(api, {**TEXTUAL, "output_mode": mode, "stream_options": {"include_usage": True}})
+    chunks, usage, done = events[:-2], events[-2], events[-1]
+    assert done == "[DONE]" and usage["choices"] == [] and usage["output_mode"] == mode
+    assert usage["usage"]["completion_tokens"] == 4 and len(chunks) == 4
+    assert [e["output_mode"] for e in chunks] == [mode] * 4
+    choices = [e["choices"][0] for e in chunks]
+    assert [ch["finish_reason"] for ch in choices] == [None, None, None, "length"]
+    ids = [t for ch in choices for t in ch["token_ids"]]
+    if mode == "text":
+        assert "".join(ch["text"] for ch in choices) == api.sim.tokenizer.decode_ids(ids)
+    else:
+        assert [set(ch["delta"]) for ch in choices] == [{"role", "content"}] + [{"content"}] * 3
+        assert choices[0]["delta"]["role"] == "assistant"
+        assert "".join(ch["delta"]["content"] for ch in choices) == api.sim.tokenizer.decode_ids(ids)
+
+
+def test_text_levels_logprobs_and_return_tokens_as_token_ids(api, app_client):
+    body = {**TEXTUAL, "output_mode": "text", "sampling_params": {**TEXTUAL["sampling_params"], "logprobs": 1}}
+    c = post(api, body).json()["choices"][0]
+    pieces = [e["token"] for e in c["logprobs"]["content"]]
+    assert "".join(pieces) == c["text"] and len(c["logprobs"]["content"][0]["top_logprobs"]) == 1
+    ids_client = app_client("--return-tokens-as-token-ids")
+    c = post(ids_client, body).json()["choices"][0]
+    assert [e["token"] for e in c["logprobs"]["content"]] == [f"token_id:{t}" for t in c["token_ids"]]
+    der = {**body, "output_mode": "derender", "parse_context": {"return_tokens_as_token_ids": True}}
+    c = post(api, der).json()["choices"][0]                        # the render's context decides
+    assert [e["token"] for e in c["logprobs"]["content"]] == [f"token_id:{t}" for t in c["token_ids"]]
+    c = post(ids_client, {**der, "parse_context": {"return_tokens_as_token_ids": False}}).json()["choices"][0]
+    assert "".join(e["token"] for e in c["logprobs"]["content"]) == c["message"]["content"]
+    events = stream(api, {**der, "stream": True})
+    assert events[0]["choices"][0]["logprobs"]["content"][0]["token"] == f"token_id:{events[0]['choices'][0]['token_ids'][0]}"
+
+
+def test_output_mode_checks(api):
+    r = post(api, {**TEXTUAL, "output_mode": "html"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "output_mode"
+    r = post(api, {**TEXTUAL, "output_mode": "text", "sampling_params": {"max_tokens": 2, "detokenize": False}})
+    assert (r.status_code, r.json()["error"]["message"]) == (400, "output_mode='text' requires "
+                                                                  "sampling_params.detokenize to be true")

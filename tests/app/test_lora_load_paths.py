@@ -38,3 +38,23 @@ def test_bounded_printable_fields(api_lora, field, value, message):
     err = r.json()["error"]
     assert err["message"] == message and err["param"] == field
     assert value not in r.text
+
+
+def test_load_inplace_reloads_a_loaded_adapter(api_lora):
+    """vLLM: a second load of a name is a 400 unless ``load_inplace: true``, which reloads it
+    (here from a new path: the card's ``root`` follows)."""
+    load = {"lora_name": "inpl", "lora_path": "/adapters/v1"}
+    assert api_lora.post("/v1/load_lora_adapter", json=load).status_code == 200
+    r = api_lora.post("/v1/load_lora_adapter", json=load)
+    assert (r.status_code, r.json()["error"]["message"]) == (
+        400, "The lora adapter 'inpl' has already been loaded. If you want to load the adapter in place, set "
+             "'load_inplace' to True.")
+    r = api_lora.post("/v1/load_lora_adapter", json={**load, "lora_path": "/adapters/v2", "load_inplace": True})
+    assert (r.status_code, r.text) == (200, "Success: LoRA adapter 'inpl' added successfully.")
+    card = api_lora.get("/v1/models/inpl").json()
+    assert card["root"] == "/adapters/v2"
+    r = api_lora.post("/v1/load_lora_adapter", json={**load, "load_inplace": "yes"})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "load_inplace")
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": "test-model", "lora_path": "/x", "load_inplace": True})
+    assert r.json()["error"]["message"] == "The lora adapter 'test-model' conflicts with a served base model."
+    assert api_lora.post("/v1/unload_lora_adapter", json={"lora_name": "inpl"}).status_code == 200

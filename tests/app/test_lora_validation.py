@@ -55,14 +55,19 @@ def test_a_rank_over_max_lora_rank_is_vllms_400(lora_api, tmp_path):
 @pytest.mark.parametrize("case,kw,message", [
     ("not json", {"raw": "{r: 8"}, "Loading lora x failed: adapter_config.json is not valid JSON (line 1 column 2)"),
     ("not an object", {"raw": "[1]"}, "Loading lora x failed: adapter_config.json is not a JSON object"),
-    ("no rank", {"config": {"lora_alpha": 16, "target_modules": ["q"]}},
-     "PEFTHelper.__init__() missing required argument(s): 'r'"),
+    ("no rank", {"config": {"lora_alpha": 16, "target_modules": ["q"]}}, "Missing required configuration fields: {'r'}"),
+    ("nothing", {"config": {"x": 1}},
+     "Missing required configuration fields: {'lora_alpha', 'r', 'target_modules'}"),
     ("DoRA", {"config": {**GOOD, "use_dora": True}}, "vLLM does not yet support DoRA."),
-    ("modules_to_save", {"config": {**GOOD, "modules_to_save": ["lm_head"]}},
-     "vLLM only supports modules_to_save being None."),
-    ("bias", {"config": {**GOOD, "bias": "all"}}, "Adapter bias cannot be used without bias_enabled."),
-    ("bad rank", {"config": {**GOOD, "r": "8"}},
-     "Loading lora x failed: adapter_config.json `r` must be a positive integer"),
+    ("modules_to_save", {"config": {**GOOD, "modules_to_save": ["lm_head", "score"]}},
+     'vLLM only supports modules_to_save being either None or ["classifier", "score"] for classification '
+     "models. Unsupported modules_to_save: ['lm_head']"),
+    ("bias", {"config": {**GOOD, "bias": "all"}}, "Adapter bias is not supported."),
+    ("DoRA, rank and bias", {"config": {**GOOD, "use_dora": True, "r": 64, "bias": "all"}},
+     "vLLM does not yet support DoRA. LoRA rank 64 is greater than max_lora_rank 16. Adapter bias is not supported."),
+    ("lora_bias", {"config": {**GOOD, "lora_bias": True}}, "vLLM does not support LoRA bias (lora_bias)."),
+    ("bad rank", {"config": {**GOOD, "r": "8"}}, "LoRA rank `r` must be a positive integer."),
+    ("zero rank", {"config": {**GOOD, "r": 0}}, "LoRA rank `r` must be a positive integer, got 0."),
 ])
 def test_unsupported_configs_are_400s(lora_api, tmp_path, case, kw, message):
     r = load(lora_api, "x", adapter(tmp_path, **kw))

@@ -49,8 +49,9 @@ def test_basic_random(api):
     assert msg.stop_sequence is None
     assert msg.usage.input_tokens == 10
     assert 1 <= msg.usage.output_tokens <= 100
-    assert msg.usage.cache_creation_input_tokens == 0
-    assert msg.usage.cache_read_input_tokens == 0
+    # vLLM 0.34: without cache information the cache counters are left out
+    assert msg.usage.cache_creation_input_tokens is None and msg.usage.cache_read_input_tokens is None
+    assert msg.usage.model_dump(exclude_unset=True) == {"input_tokens": 10, "output_tokens": msg.usage.output_tokens}
 
 
 def test_echo_exact_text_and_usage(echo_api):
@@ -274,6 +275,58 @@ def test_count_tokens(api):
     assert n.input_tokens == 18
     with pytest.raises(anthropic.NotFoundError):
         c.messages.count_tokens(model="nope", messages=[{"role": "user", "content": U}])
+
+
+def test_count_tokens_counts_past_max_model_len(app_client):
+    """vLLM 0.34's count_tokens counts a prompt longer than ``max_model_len`` (like /tokenize)."""
+    n = client(app_client("--max-model-len", "64")).messages.count_tokens(
+        model="test-model", messages=[{"role": "user", "content": "word " * 200}])
+    assert n.input_tokens == 205
+
+
+# ---- vLLM 0.34's additions ------------------------------------------------------------------------
+
+def test_min_tokens_between_tools_and_custom_tools(app_client):
+    """``min_tokens`` holds the answer open (vLLM's extension), ``thinking: between_tools`` is
+    thinking off, and ``type: "custom"`` tools are client tools."""
+    base = app_client("--reasoning-parser", "qwen3", "--seed", "3")
+    for _ in range(5):
+        r = post(base, {"model": "test-model", "max_tokens": 30, "min_tokens": 30, "thinking": {"type": "between_tools"},
+                        "messages": [{"role": "user", "content": U}]})
+        msg = r.json()
+        assert r.status_code == 200 and msg["usage"]["output_tokens"] == 30
+        assert [b["type"] for b in msg["content"]] == ["text"]       # no thinking block
+    r = post(base, {"model": "test-model", "max_tokens": 10, "tool_choice": {"type": "any"},
+                    "tools": [{**WEATHER, "type": "custom"}], "messages": [{"role": "user", "content": U}]})
+    assert r.status_code == 200 and r.json()["content"][0]["name"] == "get_weather"
+    _assert_anthropic_error(post(base, {"model": "test-model", "max_tokens": 3, "min_tokens": 4,
+                                        "messages": [{"role": "user", "content": U}]}),
+                            400, "invalid_request_error", "min_tokens must be less than or equal to max_tokens=3, got 4.")
+
+
+@pytest.mark.parametrize("tool", [{"type": "web_search_20250305", "name": "web_search"},
+                                  {"type": "bash_20250124", "name": "bash", "input_schema": {"type": "object"}}])
+def test_built_in_tools_are_refused_by_type(api, tool):
+    r = post(api, {"model": "test-model", "max_tokens": 5, "tools": [tool], "messages": [{"role": "user", "content": U}]})
+    _assert_anthropic_error(r, 400, "invalid_request_error",
+                            f"tools[0].type: tool type {tool['type']!r} is not supported; only custom tools with an "
+                            f"input_schema are supported")
+
+
+def test_cache_counters_only_with_cache_information(app_client):
+    """vLLM 0.34: the cache counters come with ``--enable-prompt-tokens-details`` (or the KV
+    cache), in the body and in the stream's ``message_start`` and ``message_delta``."""
+    body = {"model": "test-model", "max_tokens": 3, "messages": [{"role": "user", "content": U}]}
+    for base, extra in ((app_client(), {}),
+                        (app_client("--enable-prompt-tokens-details"),
+                         {"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})):
+        usage = post(base, body).json()["usage"]
+        assert usage == {"input_tokens": 10, "output_tokens": usage["output_tokens"], **extra}
+        evs = events(post(base, {**body, "stream": True}))
+        start = [d for n, d in evs if n == "message_start"][0]["message"]["usage"]
+        delta = [d for n, d in evs if n == "message_delta"][0]["usage"]
+        assert start == {"input_tokens": 10, "output_tokens": 0, **extra}
+        assert delta == {"input_tokens": 10, "output_tokens": delta["output_tokens"], **extra}
 
 
 # ---- errors (Anthropic envelope) -------------------------------------------------------------------

@@ -82,7 +82,8 @@ def test_names_types_labels_and_buckets_at_start(app_client):
     assert bounds(fams, "vllm:request_params_n") == [1, 2, 5, 10, 20, inf]
     assert bounds(fams, "vllm:request_prefill_kv_computed_tokens") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, inf]
     assert bounds(fams, "vllm:time_to_first_token_seconds")[:4] == [0.001, 0.005, 0.01, 0.02]
-    assert sample(fams, "vllm:cache_config_info", block_size="16", num_gpu_blocks="1024") == 1
+    assert sample(fams, "vllm:cache_config_info", block_size="16", num_gpu_blocks="1024",
+                  kv_cache_size_tokens="16384", kv_cache_max_concurrency="16.0") == 1
 
 
 def test_request_values(app_client):
@@ -117,6 +118,30 @@ def test_request_values(app_client):
     assert d("vllm:iteration_tokens_total_sum") == prompts + 10 + g2
     assert d("vllm:request_success_total", finished_reason="length") == 2
     assert d("vllm:generation_tokens_total") == 10 + g2
+
+
+def test_remote_prefill_tokens_are_not_computed_locally(app_client):
+    """A P/D decode leg (``do_remote_prefill``): the prompt's KV came over the network, so
+    neither ``iteration_tokens_total`` nor the computed prompt tokens count it (vllm #43346);
+    it is ``external_kv_transfer`` and cached."""
+    c = app_client()
+    before = families(c)
+    kv = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "e", "remote_block_ids": [1],
+          "remote_host": "h", "remote_port": 1, "tp_size": 1}
+    r = c.post("/v1/completions", json={"model": "test-model", "prompt": list(range(100, 200)), "max_tokens": 5,
+                                        "ignore_eos": True, "kv_transfer_params": kv})
+    assert r.status_code == 200
+    after = families(c)
+
+    def d(name, **labels):
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert d("vllm:iteration_tokens_total_sum") == 5 and d("vllm:iteration_tokens_total_count") == 5
+    assert d("vllm:prompt_tokens_by_source_total", source="local_compute") == 0
+    assert d("vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 100
+    assert d("vllm:prompt_tokens_cached_total") == 100
+    assert d("vllm:request_prefill_kv_computed_tokens_sum") == 0
+    assert d("vllm:prompt_tokens_total") == 100          # vLLM's total keeps every prompt token
 
 
 def test_tool_call_answer_counts_as_stop(app_client):

@@ -283,6 +283,30 @@ def test_responses_effort(qwen):
     assert [o["type"] for o in out["output"]] == ["message"]
 
 
+def test_responses_thinking_token_budget(qwen):
+    """vLLM 0.34's Responses ``thinking_token_budget`` caps the reasoning as on chat."""
+    out = respond(qwen, thinking_token_budget=3).json()
+    assert out["usage"]["output_tokens"] == 20 and out["usage"]["output_tokens_details"] == {"reasoning_tokens": 3}
+    assert tokens(qwen, out["output"][1]["content"][0]["text"]) == 15
+    r = qwen.post("/v1/responses", json={"model": "test-model", "input": "hi", "thinking_token_budget": -5})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_token_budget"
+
+
+def test_responses_input_items_normalised(qwen):
+    """vLLM 0.34 (the OpenResponses spec): an assistant message or reasoning item without
+    ``type``, ``id``, ``status`` or ``summary`` gets the defaults, and counts as before."""
+    history = [{"role": "user", "content": "hi"},
+               {"type": "reasoning", "id": "", "status": None, "summary": None,
+                "content": [{"type": "reasoning_text", "text": "thinking it over"}]},
+               {"role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
+               {"role": "user", "content": "again"}]
+    full = [history[0], {**history[1], "id": "rs_1", "status": "completed", "summary": []},
+            {"type": "message", "id": "msg_1", "status": "completed", **history[2],
+             "content": [{"type": "output_text", "text": "hello", "annotations": []}]}, history[3]]
+    a = respond(qwen, input=history).json()["usage"]["input_tokens"]
+    assert a == respond(qwen, input=full).json()["usage"]["input_tokens"] and a > 0
+
+
 def test_responses_stream_reasoning_events(qwen):
     events = named_events(respond(qwen, stream=True).text)
     names = [n for n, _ in events]

@@ -76,8 +76,12 @@ def test_prompt_ids_at_or_above_the_vocabulary_are_400s(hf_api):
 # ---- scalar checks ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed,message", [
-    (2 ** 63, "seed: Input should be less than or equal to 9223372036854775807"),
-    (-(2 ** 64), "seed: Input should be greater than or equal to -9223372036854775808"),   # JSON parses it as a float
+    (2 ** 63, "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed', 'msg': 'Input should be less "
+              "than or equal to 9223372036854775807', 'input': '9223372036854775808', "
+              "'ctx': {'le': 9223372036854775807}}"),
+    (-(2 ** 64), "1 validation error:\n  {'type': 'greater_than_equal', 'loc': 'body.seed', 'msg': 'Input should be "
+                 "greater than or equal to -9223372036854775808', 'input': '-18446744073709551616', "
+                 "'ctx': {'ge': -9223372036854775808}}"),
 ])
 def test_seed_outside_int64(api, seed, message):
     for path, body in ((CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"}),
@@ -106,8 +110,15 @@ def test_logprob_token_ids(api):
 
 
 def test_empty_tools_and_tool_choice_without_tools(api):
-    e = err(api, CHAT, {"messages": MSG, "tools": []})
-    assert e["param"] == "tools"
+    """vLLM 0.34: ``tools: []`` is no tools, and "auto" / "required" then fall back to "none"."""
+    for choice in (None, "auto", "required", "none"):
+        body = {"messages": MSG, "max_tokens": 1, "tools": []}
+        if choice is not None:
+            body["tool_choice"] = choice
+        assert ok(api, CHAT, body)
+    e = err(api, CHAT, {"messages": MSG, "tools": [], "tool_choice": {"type": "function", "function": {"name": "f"}}})
+    assert (e["message"], e["param"]) == ("The tool `f` specified in `tool_choice` does not match any of the "
+                                          "specified `tools`", "tool_choice")
     e = err(api, CHAT, {"messages": MSG, "tool_choice": "auto"})
     assert (e["message"], e["param"]) == ("When using `tool_choice`, `tools` must be set.", "tool_choice")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "tool_choice": "none"})
@@ -215,11 +226,14 @@ def test_generate_defaults_sampling_params_and_max_tokens(app_client):
 
 
 def test_generate_logprobs_zero_gives_the_sampled_tokens_logprob(api):
+    """vLLM's tokens level: ``top_logprobs`` has ``max(logprobs, 1)`` candidates, the sampled
+    token first (vLLM's test_serving_tokens ``test_generate_logprobs``)."""
     out = ok(api, GENERATE, {"token_ids": [1, 2], "sampling_params": {"max_tokens": 3, "logprobs": 0}})
     c = out["choices"][0]
     content = c["logprobs"]["content"]
-    assert [e["token"] for e in content] == [f"token_id:{t}" for t in c["token_ids"]]
-    assert all(isinstance(e["logprob"], float) and e["top_logprobs"] == [] for e in content)
+    assert [e["token_id"] for e in content] == c["token_ids"]
+    assert all(isinstance(e["logprob"], float) and e["top_logprobs"] == [{"token_id": e["token_id"],
+               "logprob": e["logprob"], "rank": 1}] for e in content)
 
 
 def test_generate_stop_strings_need_detokenize(api):
@@ -227,3 +241,26 @@ def test_generate_stop_strings_need_detokenize(api):
     assert e["message"] == ("stop strings are only supported when detokenize is True. Set detokenize=True to use "
                             "stop.")
     assert e["param"] == "stop"
+
+
+def test_token_id_bounds_follow_the_models_vocab_size(hf_api):
+    """With the model's config read, ``stop_token_ids`` / ``logit_bias`` are bounded by its
+    ``vocab_size`` (vLLM's ``get_vocab_size``), prompt ids by the larger of it and the tokenizer's."""
+    tok = hf_api.sim.tokenizer.vocab_size
+    model = tok + 64                                # Qwen-style: more model rows than tokens
+
+    def post(path, body):
+        return hf_api.post(path, json={"max_tokens": 1, **body})
+    hf_api.sim.config.model_vocab_size = model
+    try:
+        assert post(CHAT, {"messages": MSG, "stop_token_ids": [model - 1]}).status_code == 200
+        e = post(CHAT, {"messages": MSG, "stop_token_ids": [model + 1]}).json()["error"]
+        assert (e["message"], e["param"]) == (f"token_id(s) [{model + 1}] in stop_token_ids contain out-of-vocab "
+                                              f"token ids. Vocabulary size: {model}", "stop_token_ids")
+        e = post(CHAT, {"messages": MSG, "logit_bias": {str(model): 1}}).json()["error"]
+        assert e["message"].endswith(f"Vocabulary size: {model}")
+        assert post(COMPLETIONS, {"prompt": [1, model - 1]}).status_code == 200
+        e = post(COMPLETIONS, {"prompt": [1, model]}).json()["error"]
+        assert e["message"] == f"Token id {model} is out of vocabulary"
+    finally:
+        hf_api.sim.config.model_vocab_size = None

@@ -113,17 +113,18 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-def test_named_tool_choice_finishes_with_tool_calls_and_empty_content(api):
-    """Case C11 asks for "tool_calls" (vLLM 0.33 says "stop": a difference the README lists)."""
+def test_named_tool_choice_finishes_with_stop_and_empty_content(api):
+    """Case C11 (corrected): a named tool_choice finishes with "stop", as vLLM and OpenAI;
+    "required" with "tool_calls"."""
     named = {"type": "function", "function": {"name": "get_weather"}}
     out = chat(api, tools=[WEATHER], tool_choice=named)
     choice = out["choices"][0]
-    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
+    assert choice["finish_reason"] == "stop" and choice["message"]["content"] == ""
     assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     events = sse_events(api.post(CHAT, json={"model": "test-model", "messages": MSGS, "tools": [WEATHER],
                                              "tool_choice": named, "stream": True}).text)
     finishes = [e["choices"][0]["finish_reason"] for e in events[:-1] if e["choices"][0]["finish_reason"]]
-    assert finishes == ["tool_calls"]
+    assert finishes == ["stop"]
     required = chat(api, tools=[WEATHER], tool_choice="required")
     assert required["choices"][0]["finish_reason"] == "tool_calls"
     assert required["choices"][0]["message"]["content"] is None
@@ -145,3 +146,37 @@ def test_continuous_usage_is_per_choice(api, path, key):
         assert all(u["prompt_tokens"] == prompt and u["total_tokens"] == prompt + u["completion_tokens"]
                    for u in per[i])
     assert final["usage"]["completion_tokens"] == 12                        # the request's total
+
+
+# ---- chat echo (vLLM's test_chat_echo) -------------------------------------------------------------
+SAYING = "Here is a common saying about apple. An apple a day, keeps"
+ECHO_MSGS = [{"role": "user", "content": "tell me a common saying"}, {"role": "assistant", "content": SAYING}]
+
+
+def test_chat_echo_prepends_the_last_assistant_message(api):
+    body = {"model": "test-model", "messages": ECHO_MSGS, "max_tokens": 5, "ignore_eos": True,
+            "continue_final_message": True, "add_generation_prompt": False}
+    plain = api.post(CHAT, json=body).json()["choices"][0]["message"]["content"]
+    assert SAYING not in plain
+    echoed = api.post(CHAT, json={**body, "echo": True, "seed": 1}).json()
+    again = api.post(CHAT, json={**body, "seed": 1}).json()
+    assert echoed["choices"][0]["message"]["content"] == SAYING + again["choices"][0]["message"]["content"]
+    assert echoed["usage"] == again["usage"]                    # the echo is not generated
+    # the last message is the user's: nothing to echo
+    r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "max_tokens": 3, "echo": True, "seed": 1})
+    assert r.json()["choices"][0]["message"]["content"] == \
+        api.post(CHAT, json={"model": "test-model", "messages": MSGS, "max_tokens": 3, "seed": 1}).json()[
+            "choices"][0]["message"]["content"]
+
+
+def test_chat_echo_streams_a_chunk_after_the_role_and_defaults_prompt_logprobs(api):
+    body = {"model": "test-model", "messages": ECHO_MSGS, "max_tokens": 3, "ignore_eos": True, "echo": True,
+            "continue_final_message": True, "add_generation_prompt": False, "n": 2, "stream": True}
+    events = sse_events(api.post(CHAT, json=body).text)[:-1]
+    for i in (0, 1):
+        deltas = [e["choices"][0]["delta"] for e in events if e["choices"][0]["index"] == i]
+        assert deltas[:2] == [{"role": "assistant", "content": ""}, {"content": SAYING}] and len(deltas) == 5
+    out = api.post(CHAT, json={**body, "stream": False, "n": 1, "logprobs": True, "top_logprobs": 2}).json()
+    assert out["prompt_logprobs"][0] is None and len(out["prompt_logprobs"]) == out["usage"]["prompt_tokens"]
+    assert all(len(entry) <= 3 for entry in out["prompt_logprobs"][1:])     # its own token and 2 alternatives
+    assert api.post(CHAT, json={**body, "stream": False, "n": 1}).json()["prompt_logprobs"] is None

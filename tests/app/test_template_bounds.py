@@ -92,3 +92,37 @@ def test_a_request_template_is_bounded_in_size(client):
     r = post(client, "x" * (ct.MAX_REQUEST_TEMPLATE + 1))
     assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
     assert "more than the 65536" in r.json()["error"]["message"]
+
+
+# ---- the simulated tokenizer ships no template: a trusted request's template still applies ----------
+@pytest.fixture(scope="module")
+def simulated(app_client):
+    return app_client("--trust-request-chat-template")
+
+
+def test_a_request_template_applies_without_a_tokenizer_template(simulated):
+    """Before, the simulated tokenizer ignored a request's template silently (and its bounds
+    were never reached); now it renders it and counts the text."""
+    template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
+    r = post(simulated, template, "/tokenize")
+    ids = simulated.sim.tokenizer.encode("<user>hello there<a>")[0]
+    assert r.status_code == 200 and r.json()["tokens"] == ids
+    plain = simulated.post("/tokenize", json={"model": "test-model", "messages": USER}).json()["tokens"]
+    assert plain != ids                                   # without one: the reference's flattening
+    r = simulated.post("/v1/chat/completions", json={"model": "test-model", "messages": USER, "max_tokens": 1,
+                                                      "chat_template": template, "add_generation_prompt": False})
+    assert r.json()["usage"]["prompt_tokens"] == len(simulated.sim.tokenizer.encode("<user>hello there")[0])
+
+
+def test_the_bounds_hold_without_a_tokenizer_template(simulated):
+    r = post(simulated, "{{ 'ab' * 100000000 }}")
+    assert r.status_code == 400 and "Failed to apply chat template" in r.json()["error"]["message"]
+    r = post(simulated, "x" * (ct.MAX_REQUEST_TEMPLATE + 1))
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "chat_template")
+    r = post(simulated, "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x")
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "chat_template")
+
+
+def test_without_the_flag_a_request_template_is_refused(api):
+    r = post(api, PLAIN)
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "chat_template")

@@ -40,8 +40,9 @@ def post(base, body: dict):
 
 
 def expected_finish(choice) -> str:
-    """Every tool call ends with "tool_calls", a named tool_choice included (case C11)."""
-    return "tool_calls"
+    """A tool call ends with "tool_calls", "stop" under a named tool_choice (case C11, vLLM's
+    ``resolve_finish_reason``)."""
+    return "stop" if isinstance(choice, dict) else "tool_calls"
 
 
 def stream_calls(base, body: dict):
@@ -131,7 +132,7 @@ def test_openai_sdk_stream_accumulates(api):
                     args += tc.function.arguments
                     n_arg_chunks += 1
     assert names == ["get_weather"] and len(ids) == 1
-    assert finish == "tool_calls"             # a named tool_choice too (case C11)
+    assert finish == "stop"                   # a named tool_choice (case C11)
     assert isinstance(json.loads(args)["city"], str)
     assert usage.completion_tokens == n_arg_chunks      # one token per streamed argument piece
 
@@ -231,10 +232,11 @@ def test_tool_choice_none_gives_text(api):
     assert c.message.content and not c.message.tool_calls
 
 
-def test_empty_tools_is_a_400(api):
-    """vLLM 0.33 refuses ``tools: []`` (issue 22)."""
-    r = post(api, {"messages": USER, "tools": [], "tool_choice": "required", "max_tokens": 4})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+def test_empty_tools_falls_back_to_none(api):
+    """vLLM 0.34 (and OpenAI): ``tools: []`` is no tools; "required" falls back to "none"."""
+    r = post(api, {"messages": USER, "tools": [], "tool_choice": "required", "max_tokens": 4, "ignore_eos": True})
+    choice = r.json()["choices"][0]
+    assert r.status_code == 200 and choice["finish_reason"] == "length" and choice["message"]["tool_calls"] == []
 
 
 # ---- conversation history -------------------------------------------------------------------------
@@ -300,7 +302,7 @@ def test_tool_not_found_message_like_vllm(api):
         client(api).chat.completions.create(
             model="test-model", messages=USER, tools=[WEATHER],
             tool_choice={"type": "function", "function": {"name": "get_stock"}})
-    assert "does not match any of the specified `tools`" in str(e.value)
+    assert "The tool `get_stock` specified in `tool_choice` does not match any of the specified `tools`" in str(e.value)
 
 
 def test_forcing_tool_choice_without_tools(api):

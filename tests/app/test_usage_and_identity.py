@@ -1,5 +1,5 @@
-"""vLLM's usage shape and the server's identity (issue 22): ``prompt_tokens_details`` null by
-default, ``stream_options`` refused without a stream, ``system_fingerprint``, ``/version`` as
+"""vLLM's usage shape and the server's identity (issue 22): ``prompt_tokens_details`` left out by
+default (vLLM 0.34; 0.33 sent null), ``stream_options`` refused without a stream, ``system_fingerprint``, ``/version`` as
 vLLM's release (PEP 440) with the simulator's own version on ``/server_info``, uuid4 request
 ids, and ``/health/`` open without a key."""
 from __future__ import annotations
@@ -28,18 +28,18 @@ def usage_of(client, path, body) -> dict:
     (COMPLETIONS, {"prompt": "Hello there"}),
     (GENERATE, {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 3}}),
 ])
-def test_prompt_tokens_details_is_null_by_default(api, path, body):
+def test_prompt_tokens_details_is_left_out_by_default(api, path, body):
     u = usage_of(api, path, {"model": "test-model", "max_tokens": 3, "ignore_eos": True, **body})
     # chat and completions also carry completion_tokens_details (null without --reasoning-parser)
     extra = {} if path == GENERATE else {"completion_tokens_details": None}
     assert u == {"prompt_tokens": u["prompt_tokens"], "completion_tokens": 3, "total_tokens": u["prompt_tokens"] + 3,
-                 "prompt_tokens_details": None, **extra}
+                 **extra}
 
 
-def test_stream_usage_chunk_has_null_details(api):
+def test_stream_usage_chunk_has_no_details(api):
     r = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2, "stream": True,
                              "stream_options": {"include_usage": True}})
-    assert sse_events(r.text)[-2]["usage"]["prompt_tokens_details"] is None
+    assert "prompt_tokens_details" not in sse_events(r.text)[-2]["usage"]
 
 
 def test_the_flag_gives_cached_tokens_0_without_a_cache(app_client):
@@ -62,6 +62,45 @@ def test_kv_cache_reports_cached_tokens_always_with_or_without_the_flag(app_clie
         c = app_client(*flags, env=KV_ENV)
         assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
         assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+
+
+def test_kv_cache_hits_whole_blocks_of_at_most_the_prompt_minus_one(app_client):
+    """vLLM's rule in the default cache too: an exact repeat of an 80-token, block-aligned prompt
+    hits 64 tokens (80 - 1 rounded down to blocks of 16), an 81-token one 80."""
+    c = app_client(*KV, env=KV_ENV)
+    for n, hit in ((80, 64), (81, 80), (17, 16), (16, 0)):
+        body = {"model": "test-model", "prompt": list(range(1000 * n, 1000 * n + n)), "max_tokens": 1}
+        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
+        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": hit}, n
+
+
+def test_step_mode_prefix_cache_gives_no_details_without_the_flag(app_client):
+    """vLLM's default prefix caching (the step engine's cache) sends no ``prompt_tokens_details``
+    unless ``--enable-prompt-tokens-details`` is given; with it, the hits."""
+    step = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--block-size", "16")
+    body = {"model": "test-model", "prompt": list(range(100, 140)), "max_tokens": 2}
+    c = app_client(*step)
+    assert "prompt_tokens_details" not in usage_of(c, COMPLETIONS, body)
+    assert "prompt_tokens_details" not in usage_of(c, COMPLETIONS, body)
+    c = app_client(*step, "--enable-prompt-tokens-details")
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+
+
+def test_continuous_usage_first_chunk_carries_prompt_details(app_client):
+    """vLLM 0.34: with continuous usage, the chat role chunk's usage already has
+    ``prompt_tokens_details`` (when the details are on); token chunks' running usage has none."""
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 3, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    events = sse_events(app_client("--enable-prompt-tokens-details").post(CHAT, json=body).text)
+    p = events[0]["usage"]["prompt_tokens"]
+    assert events[0]["usage"] == {"prompt_tokens": p, "total_tokens": p, "completion_tokens": 0,
+                                  "prompt_tokens_details": {"cached_tokens": 0}}
+    assert [e["usage"] for e in events[1:4]] == [{"prompt_tokens": p, "total_tokens": p + k, "completion_tokens": k}
+                                                 for k in (1, 2, 3)]
+    assert events[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    events = sse_events(app_client().post(CHAT, json=body).text)
+    assert events[0]["usage"] == {"prompt_tokens": p, "total_tokens": p, "completion_tokens": 0}
 
 
 @pytest.mark.parametrize("path,body", [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})])
@@ -118,3 +157,9 @@ def test_health_with_a_trailing_slash_needs_no_key(app_client):
     assert c.get("/health/").status_code == 200
     assert c.get("/health").status_code == 200
     assert c.get("/v1/models").status_code == 401
+
+
+def test_chat_message_has_no_null_annotations(api):
+    """vLLM 0.34 leaves a null message ``annotations`` out of the body (it is never set here)."""
+    out = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()
+    assert "annotations" not in out["choices"][0]["message"]

@@ -169,9 +169,10 @@ def test_generate_logprobs(client):
     ch = d["choices"][0]
     content = ch["logprobs"]["content"]
     assert len(content) == len(ch["token_ids"])
-    for item, tid in zip(content, ch["token_ids"]):
-        assert item["token"] == f"token_id:{tid}"
-        assert len(item["top_logprobs"]) == 2
+    for item, tid in zip(content, ch["token_ids"]):            # vLLM's GenerateLogProbs
+        assert (item["token_id"], item["rank"], set(item)) == (tid, 1, {"token_id", "logprob", "rank", "top_logprobs"})
+        assert [a["rank"] for a in item["top_logprobs"]] == [1, 2]
+        assert (item["top_logprobs"][0]["token_id"], item["top_logprobs"][0]["logprob"]) == (tid, item["logprob"])
     d = client.post("/inference/v1/generate", json={"token_ids": [1, 2], "sampling_params": {"max_tokens": 2}}).json()
     assert d["choices"][0].get("logprobs") is None
 

@@ -210,3 +210,44 @@ def test_timeout_keep_alive_defaults_to_vllms_5_seconds():
     assert load_config(["--timeout-keep-alive", "1"]).timeout_keep_alive == 1
     with pytest.raises(ConfigError):
         load_config(["--timeout-keep-alive", "-1"])
+
+
+# ---- flag dialects (issue 30) -------------------------------------------------------------------
+def test_underscores_in_flags_and_yaml_keys_as_vllm(tmp_path):
+    c = cfg("--max_num_seqs", "3", "--max_model_len=2048", "--enforce_eager", "--swap_space", "4")
+    assert (c.max_num_seqs, c.max_model_len, c.enforce_eager, c.ignored_flags, c.deprecations) == \
+        (3, 2048, True, ["swap-space"], [])
+    y = tmp_path / "c.yaml"
+    y.write_text("max_num_seqs: 7\ntime_to_first_token: 20ms\ntrust_remote_code: true\n")
+    c = cfg("--config", str(y))
+    assert (c.max_num_seqs, c.time_to_first_token, c.ignored_flags) == (7, 0.02, ["trust-remote-code"])
+    y.write_text("max_num_seqz: 7\n")
+    assert str(error_of("--config", str(y))) == 'failed to unmarshal configuration: unknown field "max_num_seqz"'
+
+
+def test_reference_dialects_are_read_with_one_deprecation_line():
+    """The autoscaler's ``--time-to-first-token=150`` (bare milliseconds) and the inference
+    extension's ``--lora NAME`` (removed) still run, each noted once."""
+    c = cfg("--time-to-first-token=150", "--inter-token-latency", "20", "--time-to-first-token-std-dev", "0",
+            "--max-loras", "3", "--max-cpu-loras", "3", "--lora", "food-review-1,food-review-2", "--lora", "x")
+    assert (c.time_to_first_token, c.inter_token_latency) == (0.15, 0.02)
+    assert [(m.name, m.path) for m in c.lora_modules] == [("food-review-1", ""), ("food-review-2", ""), ("x", "")]
+    assert c.deprecations == [
+        "--lora (removed from the reference simulator) is read as --lora-modules '{\"name\": NAME}'",
+        "--time-to-first-token=150: a bare number is read as milliseconds (the reference's old form); write 150ms",
+        "--inter-token-latency=20: a bare number is read as milliseconds (the reference's old form); write 20ms"]
+    c = cfg("--lora=a", "--lora-modules", "b=/p", "--max-loras", "2", "--max-cpu-loras", "2")
+    assert [m.name for m in c.lora_modules] == ["b", "a"]
+    c = cfg("--lora", "a", "my-model", "--max-loras", "2", "--max-cpu-loras", "2")    # one value, then MODEL
+    assert ([m.name for m in c.lora_modules], c.model) == (["a"], "my-model")
+    assert cfg("--time-to-first-token", "150ms").deprecations == []
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--max-num-seq=3",), "unrecognized arguments: --max-num-seq=3 (did you mean --max-num-seqs?)"),
+    (("--time-to-first-tokn=3ms",), "unrecognized arguments: --time-to-first-tokn=3ms (did you mean "
+                                    "--time-to-first-token?)"),
+    (("--zzz",), "unrecognized arguments: --zzz"),
+])
+def test_a_flag_typo_gets_a_did_you_mean(argv, message):
+    assert str(error_of(*argv)) == message

@@ -37,6 +37,9 @@ def test_dockerfile_shape():
     assert text.index("COPY requirements.txt") < text.index("pip install") < text.index("COPY app.py")
     assert 'ENTRYPOINT ["python", "app.py"]' in text
     assert "USER 10001" in text
+    # a writable home for the Hugging Face cache (a tokenizer download failed without one)
+    assert "useradd --system --uid 10001 --create-home --home-dir /home/sim sim" in text
+    assert "HOME=/home/sim" in text and "HF_HOME=/home/sim/.cache/huggingface" in text
 
 
 def _manifests():
@@ -63,8 +66,10 @@ def test_deployment_probes_downward_api_and_scrape_annotations():
     assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
     assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
     c = pod["spec"]["containers"][0]
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"] if "valueFrom" in e}
     assert env == {"POD_IP": "status.podIP", "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    # the gated model is served offline: no pod start asks the hub
+    assert {e["name"]: e.get("value") for e in c["env"]}["HF_HUB_OFFLINE"] == "1"
     assert c["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/health"
     assert c["resources"]["requests"] and c["resources"]["limits"]

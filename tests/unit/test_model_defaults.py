@@ -42,6 +42,23 @@ def test_local_model_directory_sets_the_default(tmp_path):
     assert cfg.max_model_len == 4096                  # explicit wins
 
 
+@pytest.mark.parametrize("extra", [(), ("--force-dummy-tokenizer",), ("--latency-calculator", "step")])
+def test_hf_config_path_sets_the_default_in_every_mode(tmp_path, extra):
+    """``--hf-config-path`` (a directory or the file itself) sets the default max model len
+    whatever the mode and the model name; an explicit ``--max-model-len`` still wins."""
+    path = _model_dir(tmp_path, {"max_position_embeddings": 8192})
+    for where in (path, os.path.join(path, "config.json")):
+        cfg = load_config(["--hf-config-path", where, *extra], env={})
+        apply_model_defaults(cfg)
+        assert cfg.max_model_len == 8192
+    cfg = load_config(["--hf-config-path", path, "--max-model-len", "2048", *extra], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 2048
+    cfg = load_config(["--hf-config-path", str(tmp_path / "missing"), *extra], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 1024                  # nothing readable: the default stays
+
+
 def test_test_model_keeps_1024():
     cfg = load_config([], env={})
     apply_model_defaults(cfg)
@@ -60,3 +77,18 @@ def test_hub_model_from_the_cache(tmp_path, monkeypatch):
     apply_model_defaults(cfg)
     assert cfg.max_model_len == 40960
     assert model_context_length("org/not-there", cache) is None
+
+
+def test_the_models_vocab_size_is_read_even_with_an_explicit_max_model_len(tmp_path):
+    """vLLM bounds ``stop_token_ids`` and ``logit_bias`` by the model's ``vocab_size``
+    (``model_config.get_vocab_size()``), which may exceed the tokenizer's."""
+    path = _model_dir(tmp_path, {"max_position_embeddings": 32768, "vocab_size": 151936})
+    cfg = load_config(["--model", path, "--max-model-len", "4096"], env={})
+    apply_model_defaults(cfg)
+    assert (cfg.model_vocab_size, cfg.max_model_len) == (151936, 4096)
+    cfg = load_config(["--hf-config-path", str(tmp_path / "model"), "--force-dummy-tokenizer"], env={})
+    apply_model_defaults(cfg)
+    assert (cfg.model_vocab_size, cfg.max_model_len) == (151936, 32768)
+    cfg = load_config([], env={})
+    apply_model_defaults(cfg)
+    assert cfg.model_vocab_size is None

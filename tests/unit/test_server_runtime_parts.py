@@ -16,8 +16,28 @@ def test_startup_summary_names_model_mode_tokenizer_latency_capacity_kv_and_url(
     text = "\n".join(lines)
     assert "model=my-org/m" in lines[0] and "mode=echo" in lines[0] and "tokenizer=" in lines[0]
     assert "ttft=150ms" in text and "max-num-seqs=8" in text
-    assert "kv cache: 1024 blocks x 16 tokens, events to tcp://127.0.0.1:5557" in text
+    assert "kv cache: 1024 blocks x 16 tokens, prefix caching on, events to tcp://127.0.0.1:5557" in lines
     assert "serving https://127.0.0.1:9001 (api key required" in text
+    assert " runner=generate mode=echo " in lines[0]
+
+
+@pytest.mark.parametrize("argv,kv,runner", [
+    ([], "kv cache: off (no prefix caching; --enable-kvcache turns it on)", "generate"),
+    (["--latency-calculator", "step", "--kv-cache-size", "500"],
+     "kv cache: 500 blocks x 16 tokens, prefix caching on (step engine), no KV events (--enable-kvcache or "
+     "--kv-events-config publishes them)", "generate"),
+    (["--runner", "pooling"], "kv cache: off (no prefix caching; --enable-kvcache turns it on)", "pooling convert=embed"),
+    (["--runner", "pooling", "--convert", "classify"], None, "pooling convert=classify"),
+])
+def test_startup_summary_kv_cache_and_runner(argv, kv, runner):
+    """Step mode's banner no longer says ``kv cache: off`` while its prefix cache is on, and a
+    pooling model's names its runner."""
+    from server.serve import startup_summary
+    from generation.config.cli import load_config
+    lines = startup_summary(load_config(argv, env={}), tls=False, api_key=False)
+    assert f" runner={runner} mode=" in lines[0]
+    if kv is not None:
+        assert kv in lines
 
 
 def test_log_http_redacts_keys_and_passes_the_body_on(caplog):

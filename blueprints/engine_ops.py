@@ -1,0 +1,221 @@
+"""vLLM 0.34's engine-operation routes: process checkpoints, fault tolerance and aborting
+requests by id.
+
+* ``POST /checkpoint/prepare?mode=wait|abort|keep``, ``POST /checkpoint/restore``, ``GET
+  /checkpoint/status`` (registered with ``--enable-sleep-mode`` only, as vLLM's router): the
+  checkpoint lifecycle ``running -> preparing -> prepared -> running``.  Preparing drains the
+  requests in flight (``abort`` aborts them, ``wait`` and ``keep`` let them finish), then
+  releases the KV cache (the cache is emptied and ``is_sleeping`` is true until the restore
+  wakes it).  Every answer is ``{"state": S}``; status is 200 once ``prepared``, 503 before,
+  500 after a failure; prepare refuses (400, with ``error``) an engine that is asleep, restore
+  one that is still ``preparing``.  ``--checkpoint-prepare-on-startup`` starts prepared.
+* ``POST /v1/fault_tolerance/apply``, ``GET /v1/fault_tolerance/status`` (with
+  ``--enable-fault-tolerance``; vLLM 0.33 served them without ``/v1``): apply checks the body
+  (``instruction`` ``retry`` or ``scale_down``, ``params`` an object, ``request_id`` a non-empty
+  string) and answers 202; a simulated engine has no fault to recover from, so status always
+  reports it healthy: ``{"schema_version": 1, "total_engines": 1, "engines": [{"id": rank,
+  "status": "healthy"}]}``.
+* ``POST /inference/v1/abort_requests`` (vLLM's disaggregated-serving route): ``request_ids``
+  a string or a list of strings (else vLLM's 400); the matching requests in flight end at once,
+  as if their client had gone (answers 200 with an empty body, whatever matched).
+"""
+from __future__ import annotations
+
+import logging
+
+import orjson
+from flask import Blueprint, Response, current_app, request
+
+from generation.errors import APIError, InvalidParam
+
+from .common import json_response, simulator
+
+log = logging.getLogger("vllm_sim")
+
+PAUSE_MODES = ("abort", "wait", "keep")
+FT_INSTRUCTIONS = ("retry", "scale_down")
+
+
+# ---- requests in flight ----------------------------------------------------------------------------
+
+def _in_flight(sim) -> list:
+    """The sequences running or waiting (the step engine's scheduler, else the simulator's)."""
+    engine = sim.engine
+    if engine is not None:
+        sched = engine.scheduler
+        return [r.seq for r in (*sched.running, *sched.waiting) if r.seq is not None]
+    return [*sim.running_seqs, *sim.waiting]
+
+
+def _abort(sim, seqs) -> int:
+    """End ``seqs`` now, as if their clients had gone; returns how many."""
+    sim.cancel(seqs)
+    return len(seqs)
+
+
+# ---- checkpoint ------------------------------------------------------------------------------------
+
+class Checkpoint:
+    """The process-checkpoint state of this engine (``app.extensions["checkpoint"]``): vLLM's
+    ``CheckpointState`` values ``running``, ``preparing``, ``prepared``, ``restoring``,
+    ``failed``; ``error`` the reason of a failure."""
+
+    def __init__(self):
+        self.state = "running"
+        self.error: str | None = None
+
+    def refresh(self, sim) -> None:
+        """``preparing`` becomes ``prepared`` once nothing is in flight: the KV cache is then
+        released (emptied, tag ``kv_cache`` asleep)."""
+        if self.state == "preparing" and not _in_flight(sim):
+            sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
+            if sim.kv_cache is not None:
+                sim.kv_cache.sleep()
+            self.state = "prepared"
+
+    def prepare(self, sim, mode: str) -> str | None:
+        """Start preparing (a no-op when already preparing or prepared).  Returns why the
+        engine cannot prepare, with nothing changed, or None."""
+        if self.state in ("preparing", "prepared"):
+            return None
+        if self.state != "running":
+            return f"Cannot prepare while the checkpoint state is {self.state}"
+        if sim.sleeping:
+            return "Preparing for a checkpoint requires an awake engine"
+        self.state = "preparing"
+        if mode == "abort":
+            _abort(sim, _in_flight(sim))
+        self.refresh(sim)
+        return None
+
+    def restore(self, sim) -> None:
+        """``prepared`` -> ``running``: the KV cache wakes up (cache intact after a restore
+        in progress or done: a no-op)."""
+        if self.state != "prepared":
+            return
+        self.state = "restoring"
+        if sim.wake_up(["kv_cache"]) and sim.kv_cache is not None:
+            sim.kv_cache.wake()
+        self.state = "running"
+
+
+def checkpoint_of(app) -> Checkpoint:
+    cp = app.extensions.get("checkpoint")
+    if cp is None:
+        cp = app.extensions["checkpoint"] = Checkpoint()
+    return cp
+
+
+def _state(cp: Checkpoint, status: int) -> Response:
+    body = {"state": cp.state}
+    if cp.error is not None:
+        body["error"] = cp.error
+    return json_response(body, status)
+
+
+def checkpoint_prepare():
+    mode = request.args.get("mode", "wait")
+    if mode not in PAUSE_MODES:
+        raise InvalidParam(f"mode: Input should be 'abort', 'wait' or 'keep', got {mode!r}.", "mode")
+    sim = simulator()
+    cp = checkpoint_of(current_app)
+    cp.refresh(sim)
+    if cp.state == "running":
+        refusal = cp.prepare(sim, mode)
+        if refusal:
+            return json_response({"state": cp.state, "error": refusal}, 400)
+    elif cp.state in ("restoring", "failed"):
+        return _state(cp, 400)
+    return _state(cp, 200)
+
+
+def checkpoint_restore():
+    sim = simulator()
+    cp = checkpoint_of(current_app)
+    cp.refresh(sim)
+    if cp.state in ("preparing", "failed"):
+        return _state(cp, 400)
+    cp.restore(sim)
+    return _state(cp, 200)
+
+
+def checkpoint_status():
+    cp = checkpoint_of(current_app)
+    cp.refresh(simulator())
+    return _state(cp, {"prepared": 200, "failed": 500}.get(cp.state, 503))
+
+
+# ---- fault tolerance -------------------------------------------------------------------------------
+
+def _bad_request(message: str) -> APIError:
+    """vLLM's ``HTTPException(400, detail)`` as its http_exception_handler answers it."""
+    return APIError(message, 400, None, "Bad Request")
+
+
+def fault_tolerance_apply():
+    try:
+        body = orjson.loads(request.get_data(cache=False) or b"null")
+    except orjson.JSONDecodeError:
+        raise _bad_request("Invalid JSON format") from None
+    if not isinstance(body, dict):
+        raise _bad_request("Request body must be a JSON object.")
+    instruction = body.get("instruction")
+    if not instruction:
+        raise _bad_request("'instruction' is required.")
+    if instruction not in FT_INSTRUCTIONS:
+        raise _bad_request(f"Invalid instruction: '{instruction}'.")
+    if not isinstance(body.get("params", {}), dict):
+        raise _bad_request("'params' must be an object.")
+    request_id = body.get("request_id")
+    if not isinstance(request_id, str) or not request_id:
+        raise _bad_request("'request_id' must be a non-empty string.")
+    log.info("[FT] %s accepted (request %s): the simulated engine is healthy", instruction, request_id)
+    return json_response({"message": "Request accepted; poll /v1/fault_tolerance/status for updates.",
+                          "request_id": request_id}, 202)
+
+
+def fault_tolerance_status():
+    rank = max(simulator().config.data_parallel_rank, 0)
+    return json_response({"schema_version": 1, "total_engines": 1, "engines": [{"id": rank, "status": "healthy"}]})
+
+
+# ---- abort_requests --------------------------------------------------------------------------------
+
+def abort_requests():
+    """vLLM's ``AbortRequestsRequest``: ``request_ids`` a string or a list of strings.  Any
+    Content-Type is accepted, as vLLM's route reads the body itself."""
+    try:
+        body = orjson.loads(request.get_data(cache=False) or b"null")
+    except orjson.JSONDecodeError as e:
+        raise _bad_request(f"JSON decode error: {e}") from None
+    if not isinstance(body, dict):
+        raise InvalidParam("Input should be a valid dictionary or instance of AbortRequestsRequest.", "body")
+    ids = body.get("request_ids")
+    if isinstance(ids, str):
+        ids = [ids]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InvalidParam("request_ids: Input should be a valid string or a list of strings.", "request_ids")
+    sim = simulator()
+    wanted = set(ids)
+    hit = [s for s in _in_flight(sim) if s.request.request_id in wanted]
+    if hit:
+        _abort(sim, hit)
+    return Response(b"", 200)
+
+
+def register(app, config) -> None:
+    """Register the routes vLLM registers for this configuration: abort_requests always, the
+    checkpoint routes with ``--enable-sleep-mode``, fault tolerance with
+    ``--enable-fault-tolerance``; ``--checkpoint-prepare-on-startup`` prepares at once."""
+    bp = Blueprint("engine_ops", __name__)          # one per app: the routes depend on its flags
+    bp.add_url_rule("/inference/v1/abort_requests", view_func=abort_requests, methods=["POST"])
+    if config.enable_sleep_mode:
+        bp.add_url_rule("/checkpoint/prepare", view_func=checkpoint_prepare, methods=["POST"])
+        bp.add_url_rule("/checkpoint/restore", view_func=checkpoint_restore, methods=["POST"])
+        bp.add_url_rule("/checkpoint/status", view_func=checkpoint_status, methods=["GET"])
+    if config.enable_fault_tolerance:
+        bp.add_url_rule("/v1/fault_tolerance/apply", view_func=fault_tolerance_apply, methods=["POST"])
+        bp.add_url_rule("/v1/fault_tolerance/status", view_func=fault_tolerance_status, methods=["GET"])
+    app.register_blueprint(bp)
+    if config.checkpoint_prepare_on_startup:
+        checkpoint_of(app).prepare(app.extensions["simulator"], "wait")

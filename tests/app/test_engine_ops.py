@@ -1,0 +1,182 @@
+"""vLLM 0.34's engine-operation routes in-process (issue 30): ``/checkpoint/*`` (with
+``--enable-sleep-mode``), ``/v1/fault_tolerance/*`` (with ``--enable-fault-tolerance``),
+``/inference/v1/abort_requests``, and the dev-mode sleep routes' answers, ``reset_connector``
+and ``/release_kv_cache_memory``."""
+from __future__ import annotations
+
+import gevent
+import pytest
+
+from support import metric, scrape
+
+DEV = {"VLLM_SERVER_DEV_MODE": "1"}
+MSG = [{"role": "user", "content": "Hello there"}]
+KV = ("--enable-kvcache", "--zmq-endpoint", "", "--block-size", "16")
+KV_ENV = {"POD_IP": "10.0.0.1", **DEV}
+
+
+def complete(c, **extra):
+    return c.post("/v1/completions", json={"model": "test-model", "prompt": list(range(100, 140)), "max_tokens": 2,
+                                           **extra})
+
+
+# ---- sleep ---------------------------------------------------------------------------------------
+
+def test_sleep_answers_like_vllm_and_checks_its_query(app_client):
+    c = app_client("--enable-sleep-mode", env=DEV)
+    r = c.post("/sleep", params={"level": "2", "mode": "wait", "reset_connector": "false"})
+    assert (r.status_code, r.json()) == (200, {"status": "sleeping", "level": 2})
+    assert c.get("/is_sleeping").json() == {"is_sleeping": True}
+    r = c.post("/wake_up", params={"tags": "weights"})
+    assert (r.status_code, r.json()) == (200, {"status": "sleeping", "tags": ["weights"]})
+    r = c.post("/wake_up")
+    assert (r.status_code, r.json()) == (200, {"status": "awake", "tags": None})
+    for query, param in (({"level": "3"}, "level"), ({"level": "x"}, "level"), ({"mode": "drop"}, "mode"),
+                         ({"reset_connector": "maybe"}, "reset_connector")):
+        r = c.post("/sleep", params=query)
+        assert (r.status_code, r.json()["error"]["param"]) == (400, param)
+    assert c.get("/is_sleeping").json() == {"is_sleeping": False}
+    r = c.post("/sleep", params={"level": "0"})           # level 0: scheduling paused, the cache kept
+    assert r.json() == {"status": "sleeping", "level": 0}
+    m = scrape(c)
+    assert [metric(m, "vllm:engine_sleep_state", sleep_state=s) for s in ("awake", "weights_offloaded",
+                                                                           "discard_all")] == [0, 0, 0]
+    c.post("/wake_up")
+
+
+def test_release_kv_cache_memory_empties_the_cache_until_woken(app_client):
+    c = app_client(*KV, "--enable-sleep-mode", env=KV_ENV)
+    complete(c)
+    assert complete(c).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+    r = c.post("/release_kv_cache_memory", params={"reset_connector": "true"})
+    assert (r.status_code, r.json()) == (200, {"status": "kv_cache_released"})
+    assert c.get("/is_sleeping").json() == {"is_sleeping": True}
+    assert c.post("/wake_up", params={"tags": "kv_cache"}).json() == {"status": "awake", "tags": ["kv_cache"]}
+    assert complete(c).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}     # emptied
+
+
+def test_sleep_routes_without_dev_mode_stay_a_no_op(app_client):
+    c = app_client("--enable-sleep-mode")
+    for path in ("/sleep", "/release_kv_cache_memory", "/wake_up"):
+        r = c.post(path)
+        assert (r.status_code, r.content) == (200, b"")
+    assert c.get("/is_sleeping").json() == {"is_sleeping": False}
+
+
+# ---- checkpoint -----------------------------------------------------------------------------------
+
+def test_checkpoint_routes_need_sleep_mode(api):
+    assert api.get("/checkpoint/status").status_code == 404
+    assert api.post("/checkpoint/prepare").status_code == 404
+
+
+def test_checkpoint_cycle(app_client):
+    c = app_client("--enable-sleep-mode", env=DEV)
+    r = c.get("/checkpoint/status")
+    assert (r.status_code, r.json()) == (503, {"state": "running"})
+    r = c.post("/checkpoint/restore")                       # nothing to restore: a no-op
+    assert (r.status_code, r.json()) == (200, {"state": "running"})
+    r = c.post("/checkpoint/prepare", params={"mode": "wait"})
+    assert (r.status_code, r.json()) == (200, {"state": "prepared"})      # nothing in flight
+    assert c.post("/checkpoint/prepare").json() == {"state": "prepared"}  # repeating is a no-op
+    assert (c.get("/checkpoint/status").status_code, c.get("/is_sleeping").json()) == (200, {"is_sleeping": True})
+    r = c.post("/sleep")
+    assert (r.status_code, r.json()["error"]["message"]) == (500, "Cannot sleep while the checkpoint state is prepared")
+    r = c.post("/checkpoint/restore")
+    assert (r.status_code, r.json()) == (200, {"state": "running"})
+    assert c.get("/is_sleeping").json() == {"is_sleeping": False}
+    r = c.post("/checkpoint/prepare", params={"mode": "later"})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "mode")
+    c.post("/sleep")
+    r = c.post("/checkpoint/prepare")
+    assert (r.status_code, r.json()) == (400, {"state": "running",
+                                               "error": "Preparing for a checkpoint requires an awake engine"})
+    c.post("/wake_up")
+
+
+def test_checkpoint_prepare_waits_for_requests_in_flight_or_aborts_them(app_client):
+    c = app_client("--enable-sleep-mode", "--inter-token-latency", "50ms", env=DEV)
+    job = gevent.spawn(complete, c, max_tokens=8, ignore_eos=True)
+    gevent.sleep(0.1)
+    assert c.post("/checkpoint/prepare", params={"mode": "wait"}).json() == {"state": "preparing"}
+    assert c.get("/checkpoint/status").status_code == 503
+    job.join(5)
+    assert job.value.status_code == 200 and job.value.json()["usage"]["completion_tokens"] == 8
+    assert c.get("/checkpoint/status").json() == {"state": "prepared"}
+    c.post("/checkpoint/restore")
+    job = gevent.spawn(complete, c, max_tokens=50, ignore_eos=True)
+    gevent.sleep(0.1)
+    assert c.post("/checkpoint/prepare", params={"mode": "abort"}).json() == {"state": "prepared"}
+    job.join(5)
+    assert (job.value.status_code, job.value.content) == (499, b"")      # the request was cut off
+    assert c.post("/checkpoint/restore").json() == {"state": "running"}
+
+
+def test_checkpoint_prepare_on_startup(app_client):
+    c = app_client("--enable-sleep-mode", "--checkpoint-prepare-on-startup", env=DEV)
+    assert (c.get("/checkpoint/status").status_code, c.get("/checkpoint/status").json()) == (200, {"state": "prepared"})
+
+
+# ---- fault tolerance --------------------------------------------------------------------------------
+
+def test_fault_tolerance_moved_under_v1_and_needs_a_request_id(app_client, api):
+    assert api.get("/v1/fault_tolerance/status").status_code == 404
+    c = app_client("--enable-fault-tolerance")
+    assert c.get("/fault_tolerance/status").status_code == 404          # vLLM 0.33's path
+    assert c.get("/v1/fault_tolerance/status").json() == {"schema_version": 1, "total_engines": 1,
+                                                          "engines": [{"id": 0, "status": "healthy"}]}
+    r = c.post("/v1/fault_tolerance/apply", json={"instruction": "retry", "params": {}, "request_id": "round-1"})
+    assert (r.status_code, r.json()) == (202, {"message": "Request accepted; poll /v1/fault_tolerance/status for "
+                                                          "updates.", "request_id": "round-1"})
+    for body, message in (({"params": {}, "request_id": "r"}, "'instruction' is required."),
+                          ({"instruction": "reboot", "request_id": "r"}, "Invalid instruction: 'reboot'."),
+                          ({"instruction": "retry", "params": [], "request_id": "r"}, "'params' must be an object."),
+                          ({"instruction": "retry"}, "'request_id' must be a non-empty string."),
+                          ({"instruction": "scale_down", "request_id": ""}, "'request_id' must be a non-empty string.")):
+        r = c.post("/v1/fault_tolerance/apply", json=body)
+        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["type"]) == (400, message, "Bad Request")
+
+
+# ---- abort_requests ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body,ok", [({"request_ids": "a"}, True), ({"request_ids": ["a", "b"]}, True),
+                                     ({"request_ids": []}, True), ({}, False), ({"request_ids": 3}, False),
+                                     ({"request_ids": ["a", 1]}, False), ([], False)])
+def test_abort_requests_validates_request_ids(api, body, ok):
+    r = api.post("/inference/v1/abort_requests", json=body)
+    if ok:
+        assert (r.status_code, r.content) == (200, b"")
+    else:
+        assert r.status_code == 400 and r.json()["error"]["param"] in ("request_ids", "body")
+
+
+def test_abort_requests_ends_the_request_in_flight(app_client):
+    c = app_client("--inter-token-latency", "50ms")
+    job = gevent.spawn(c.post, "/inference/v1/generate",
+                       json={"model": "test-model", "token_ids": [1, 2, 3], "request_id": "rid-1",
+                             "sampling_params": {"max_tokens": 100, "ignore_eos": True}})
+    gevent.sleep(0.2)
+    assert c.sim.running == 1
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": ["rid-1"]}).status_code == 200
+    job.join(2)
+    # ended as if its client had gone: no response (499 in the in-process transport's view)
+    assert c.sim.running == 0 and (job.value.status_code, job.value.content) == (499, b"")
+
+
+def test_abort_requests_and_checkpoint_in_step_mode(app_client):
+    """The step engine's requests are found and aborted too, and a prepare waits for them."""
+    c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", "--enable-sleep-mode", env=DEV)
+    job = gevent.spawn(c.post, "/v1/completions", json={"model": "test-model", "prompt": "a b c", "max_tokens": 900,
+                                                        "ignore_eos": True},
+                       headers={"X-Request-Id": "step-1"})
+    deadline = gevent.get_hub().loop.now() + 5
+    while not c.sim.engine.scheduler.running and gevent.get_hub().loop.now() < deadline:
+        gevent.sleep(0.01)
+    assert c.post("/checkpoint/prepare", params={"mode": "keep"}).json() == {"state": "preparing"}
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": "step-1"}).status_code == 200
+    job.join(5)
+    assert (job.value.status_code, job.value.content) == (499, b"")
+    assert c.get("/checkpoint/status").json() == {"state": "prepared"}
+    assert c.post("/checkpoint/restore").json() == {"state": "running"}
+    sched = c.sim.engine.scheduler
+    assert not sched.running and not sched.waiting and sched.free_blocks == sched.num_gpu_blocks

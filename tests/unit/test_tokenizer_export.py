@@ -1,0 +1,47 @@
+"""The simulated tokenizer as a Hugging Face tokenizer folder (issue 30: load generators need a
+tokenizer, and an offline user has none): transformers loads it, and it counts every text as the
+server does."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from app import main
+from generation.tokenization.tokenizer import SimulatedTokenizer, flatten_messages
+
+TEXTS = ["Hello world", "  héllo, wörld!!  x\n\ny", "a{b}c-d_e", "", "日本語 text 123abc", "To be, or not to be"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from transformers import AutoTokenizer
+    d = str(tmp_path_factory.mktemp("tok") / "sim")
+    assert main(["export-tokenizer", d, "--max-model-len", "2048"]) == 0
+    return AutoTokenizer.from_pretrained(d)
+
+
+def test_loads_and_counts_like_the_server(exported):
+    sim = SimulatedTokenizer()
+    assert exported.model_max_length == 2048
+    for text in TEXTS:
+        assert len(exported.encode(text, add_special_tokens=False)) == len(sim.pieces(text)), text
+    ids = exported.encode("the world is good , ", add_special_tokens=False)
+    assert exported.decode(ids) == "the world is good , "      # pieces of the vocabulary round-trip
+    # a piece outside it ("be" before a comma: no trailing space) is <unk>, still one token
+    assert exported.convert_ids_to_tokens(exported.encode("be, ", add_special_tokens=False)) == ["<unk>", ", "]
+
+
+def test_random_ids_decode_to_text_the_server_splits_the_same(exported):
+    sim = SimulatedTokenizer()
+    rng = random.Random(5)
+    unk = exported.unk_token_id
+    for _ in range(20):
+        ids = [i for i in (rng.randrange(exported.vocab_size) for _ in range(64)) if i != unk]
+        text = exported.decode(ids)
+        assert sim.pieces(text) == exported.convert_ids_to_tokens(ids)
+
+
+def test_chat_template_is_the_flattening(exported):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there, you?"}]
+    assert exported.apply_chat_template(msgs, tokenize=False) == flatten_messages(msgs)
