@@ -25,7 +25,9 @@ def test_cache_config_info_shows_the_release_defaults_in_use(app_client):
     c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", model=LLAMA)       # 0.34.0
     m = scrape(c)
     labels = {k[1] for k in m if k[0] == "vllm:cache_config_info"}
-    assert labels == {frozenset({("block_size", "64"), ("engine", "0"), ("num_gpu_blocks", "7681")})}
+    assert labels == {frozenset({("block_size", "64"), ("engine", "0"), ("num_gpu_blocks", "7681"),
+                                 ("kv_cache_size_tokens", "491584"),            # 7,681 x 64
+                                 ("kv_cache_max_concurrency", "480.0625")})}    # over 1,024-token requests
     c = client(app_client, "--num-gpu-blocks-override", "100")                                    # 0.33.0
     assert metric(scrape(c), "vllm:cache_config_info", block_size="16", num_gpu_blocks="100") == 1
 
