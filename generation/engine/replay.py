@@ -198,6 +198,12 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
         emitted = scheduler.complete(plan, now)
         if emission_cost:          # the frontend sends one step's tokens after the previous step's
             emitted_at = max(now, emitted_at) + emission_cost * len(emitted)
+        if fe is not None:
+            # the frontend's CPU serves in time order: requests that arrived during the step
+            # are preprocessed before the step's outputs, which exist only at its end
+            while incoming and incoming[0][0] <= now:
+                at, i, req = incoming.popleft()
+                heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
         seen_at = fe.emit(now, len(emitted)) if (fe is not None and emitted) else now
         steps += 1
         for req in emitted:

@@ -44,7 +44,7 @@ def test_decode_step_is_the_sum_of_its_terms():
     f = (2 * LLAMA8.n_lin * padded + 2 * LLAMA8.n_head * d) / (C.eta_f * h.flops)
     kv = 131072 * (ctx + d) / (C.eta_kv * h.bandwidth)
     a = 4 * 32 * 32 * 128 * ctx / (C.eta_a * h.flops)
-    fixed = C.t0 + C.t_layer * 32 + C.t_seq * d
+    fixed = C.t0 + C.t_layer * 32 + (C.t_seq + C.t_vocab * LLAMA8.vocab_size) * d
 
     def smax(x, y, p=C.overlap):             # the soft maximum of the memory and compute bounds
         return (x ** p + y ** p) ** (1 / p)
@@ -74,7 +74,8 @@ def test_moe_reads_the_experts_its_tokens_touch_and_pays_per_moe_layer():
     one = m.terms(1, 1000, 0, 0, 0, 0)
     many = m.terms(64, 64000, 0, 0, 0, 0)
     assert many["weights"] > 1.9 * one["weights"]      # top-2 of 8: 1 token reads 2/8, 64 read ~all
-    assert one["fixed"] - model(tp=2).terms(1, 1000, 0, 0, 0, 0)["fixed"] == pytest.approx(C.t_moe * 32)
+    vocab = C.t_vocab * (MIXTRAL.vocab_size - LLAMA8.vocab_size)        # the sampler's row, per entry
+    assert one["fixed"] - model(tp=2).terms(1, 1000, 0, 0, 0, 0)["fixed"] == pytest.approx(C.t_moe * 32 + vocab)
 
 
 def test_kv_reload_from_a_cpu_tier_costs_pcie_time():
@@ -174,3 +175,24 @@ def test_fp8_halves_the_bytes_and_on_an_a100_is_weight_only():
         big = (0, 0, 1, 8192, 8192 * 4096, 0)
         ratio = fp8.terms(*big)["gemm_flops"] / bf16.terms(*big)["gemm_flops"]
         assert ratio == pytest.approx(0.5 if gpu is h100 else 1 / 0.75, rel=0.02)
+
+
+class FrontendStep(FixedStep):
+    """10 ms steps, a frontend of 1 ms CPU per request and 1 ms per output token."""
+
+    def frontend(self):
+        return Frontend(PerfConstants(fe_in=0, fe_out=0, fe_request=0.001, fe_prompt_token=0, fe_output_token=0.001))
+
+
+def test_the_frontend_serves_arrivals_before_the_outputs_of_a_later_step_end():
+    # A (1 ms of CPU: queued at 1 ms) streams 1 token per 10 ms step from 1 ms; B arrives at 5 ms:
+    # its preprocessing (5-6 ms) comes before step 1's output (at 11 ms), so it makes the plan of
+    # step 3 (planned when step 2 starts, at 11 ms)
+    trace = [TraceRequest(0.0, 16, 20), TraceRequest(0.005, 16, 2)]
+    res = replay(_sched(), FrontendStep(True), trace)
+    a = next(r for r in res.requests if r.arrival == 0.0)
+    b = next(r for r in res.requests if r.arrival == 0.005)
+    assert a.queued_at == pytest.approx(0.001) and res.times(a)[0] == pytest.approx(0.012)
+    assert b.queued_at == pytest.approx(0.006) and b.first_scheduled == pytest.approx(0.021)
+    assert b.first_token == pytest.approx(0.031)
+    assert res.times(b)[0] == pytest.approx(0.033)         # the step's two tokens stream at 1 ms each

@@ -32,9 +32,9 @@ from multiprocessing import Pool
 from . import groundtruth as gt
 from .step_model import PROFILE_DIR, PerfConstants, load_constants
 
-# The constants a fit moves (the rest keep their priors: the frontend's CPU costs and the
-# per-sequence cost cannot be separated from the others at these loads).
-FREE = ("eta_w", "eta_kv", "eta_f", "overlap", "t0", "t_layer", "t_moe", "t_ar", "fe_in")
+# The constants a fit moves (the rest keep their priors: the frontend's CPU costs, the eager and
+# prefill-attention terms cannot be separated from the others at these loads and settings).
+FREE = ("eta_w", "eta_kv", "eta_f", "overlap", "t0", "t_seq", "t_vocab", "t_layer", "t_moe", "t_ar", "fe_in")
 RESIDUAL_METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean_counted")
 OVERLOADED = "reasoning"        # default16's 4 rps reasoning runs: queues grew past the 300 s timeout
 
@@ -243,8 +243,10 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     r0 = obj(x0)
     print(f"{len(runs)} runs, {len(r0)} residuals; start RMS {float(np.sqrt(np.mean(r0 ** 2))):.4f}", flush=True)
-    lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k == "overlap" else 1e-7) for k in FREE])
-    hi = np.array([math.log(1.0 if k.startswith("eta") else 50.0 if k == "overlap" else 0.05) for k in FREE])
+    lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k == "overlap" else 1e-14 if k == "t_vocab"
+                            else 1e-7) for k in FREE])
+    hi = np.array([math.log(1.0 if k.startswith("eta") else 50.0 if k == "overlap" else 1e-8 if k == "t_vocab"
+                            else 0.05) for k in FREE])
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     least_squares(obj, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.03,
                   max_nfev=args.iterations, x_scale=1.0)

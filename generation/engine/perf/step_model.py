@@ -9,7 +9,7 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
                   kv_bytes_per_token (C_dec + sum p_i + T) / (eta_kv BW))
     smax(a, b) = (a^p + b^p)^(1/p),  p = ``overlap``
     comm   = 2 layers (t_ar + T hidden 2 B 2 (tp - 1) / tp / (eta_ar link_BW))       (tp > 1)
-    fixed  = t0 + t_layer layers + t_moe moe_layers + t_seq S
+    fixed  = t0 + t_layer layers + t_moe moe_layers + (t_seq + t_vocab vocab) S
     step   = fixed + gemm + attn + comm  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
 
 - ``W_read``: the weights one step reads, per GPU: the dense part and, for a MoE model, the
@@ -23,7 +23,9 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
   capture size (vLLM's ``cudagraph_capture_sizes``: 1, 2, 4, 8, then steps of 8 up to 256 and of
   16 beyond); ``--enforce-eager`` runs unpadded, with ``t_eager`` per layer of kernel launches;
 - ``t0`` is the per-step CPU (scheduling, input preparation, sampling setup) that the GPU does not
-  hide; ``t_seq`` grows it with the batch (BLIS measured 0.5-5 ms per step, its issue #482).
+  hide; ``t_seq`` grows it with the batch (BLIS measured 0.5-5 ms per step, its issue #482);
+  ``t_vocab`` is the sampler's work per sampled row and vocabulary entry (the logits are gathered
+  and sampled over the whole vocabulary on one rank: a 152k-vocabulary model pays ~5x a 32k one).
 
 The frontend (:class:`Frontend`) is vLLM's API server: a fixed latency on the way in and out,
 and one CPU that every request's preprocessing and every output token's detokenizing and
@@ -63,7 +65,7 @@ class PerfConstants:
     prefill attention; ``eta_ar``: link bandwidth reached by an all-reduce; ``overlap``: the
     exponent ``p`` of the memory / compute bound's soft maximum (>= 1); ``t0``, ``t_seq``,
     ``t_layer``, ``t_moe``: the fixed terms (per step, per scheduled sequence, per layer, per MoE
-    layer); ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
+    layer); ``t_vocab``: per sampled row and vocabulary entry; ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
     ``fe_in`` / ``fe_out``: the frontend's latency before the engine and after a step (the TTFT
     floor); ``fe_request``, ``fe_prompt_token``, ``fe_output_token``: its CPU per request, per
     prompt token (tokenizing) and per output token (detokenizing, streaming)."""
@@ -76,6 +78,7 @@ class PerfConstants:
     overlap: float = 4.0
     t0: float = 0.7e-3
     t_seq: float = 5e-6
+    t_vocab: float = 1e-11
     t_layer: float = 20e-6
     t_moe: float = 30e-6
     t_ar: float = 10e-6
@@ -216,7 +219,7 @@ class StepModel:
         layers = self.arch.num_layers
         self._fixed = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers
                        + (c.t_eager * layers if self.enforce_eager else 0.0))
-        self._t_seq = c.t_seq
+        self._t_seq = c.t_seq + c.t_vocab * self.arch.vocab_size
         self._p = float(c.overlap)
         self._inv_p = 1.0 / self._p
 
