@@ -283,11 +283,13 @@ def plot(result: ReplayResult, path: str, title: str = "") -> None:
     import matplotlib.pyplot as plt
     fig, (a, t, b) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     reqs = sorted(result.requests, key=lambda r: r.arrival)
-    a.plot([r.arrival for r in reqs], [1000 * (r.first_token - r.arrival) for r in reqs], ".", ms=3, label="TTFT")
+    a.plot([r.arrival for r in reqs], [1000 * (result.times(r)[0] - r.arrival) for r in reqs], ".", ms=3,
+           label="TTFT")
     a.set_ylabel("TTFT (ms)")
     a.set_title(title)
     timed = [r for r in reqs if r.num_output > 1]
-    t.plot([r.arrival for r in timed], [1000 * (r.finished_at - r.first_token) / (r.num_output - 1) for r in timed],
+    t.plot([r.arrival for r in timed], [1000 * (result.times(r)[1] - result.times(r)[0]) / (r.num_output - 1)
+                                        for r in timed],
            ".", ms=3, color="tab:orange", label="TPOT")
     t.set_ylabel("TPOT (ms)")
     times = [s[0] for s in result.steps]
@@ -305,12 +307,14 @@ def per_request_records(result: ReplayResult) -> list[dict]:
     """One record per finished request, by arrival (``--per-request``): ``arrival``, ``ttft``,
     ``e2e`` and ``itl`` (the request's mean inter-token latency: decode time over its tokens
     after the first; null for a one-token answer) in seconds, ``prompt_tokens``,
-    ``output_tokens``, and ``cached_tokens`` (prefix-cache hits) and ``preemptions``."""
+    ``output_tokens``, and ``cached_tokens`` (prefix-cache hits) and ``preemptions``.  Times are
+    the client's (:meth:`ReplayResult.times`: the frontend's latency and queueing included)."""
     out = []
     for r in sorted(result.requests, key=lambda r: r.arrival):
+        first, last = result.times(r)
         out.append({"arrival": r.arrival, "prompt_tokens": r.prompt_len, "output_tokens": r.num_output,
-                    "ttft": r.first_token - r.arrival, "e2e": r.finished_at - r.arrival,
-                    "itl": (r.finished_at - r.first_token) / (r.num_output - 1) if r.num_output > 1 else None,
+                    "ttft": first - r.arrival, "e2e": last - r.arrival,
+                    "itl": (last - first) / (r.num_output - 1) if r.num_output > 1 else None,
                     "cached_tokens": r.cached_tokens, "preemptions": r.preemptions})
     return out
 
