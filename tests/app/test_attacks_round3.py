@@ -1,0 +1,85 @@
+"""Issue 31's "done when", in-process: each attack of round three is refused (a 4xx) or held to
+its documented bound, and a concurrent ``/health`` answers within 0.5 s while it runs (times the
+machine's oversubscription, :func:`support.hub_probe.health_bound`); memory afterwards is within
+a stated bound of before.  One test per item of the issue (``test_item<N>_...``).
+
+Bodies are serialised once, before the probe starts (``orjson``): the in-process client would
+otherwise encode 2 M integers on the hub the probe measures.
+"""
+from __future__ import annotations
+
+import time
+
+import gevent
+import orjson
+import pytest
+
+from support.hub_probe import HealthProbe, health_bound, rss_mb
+
+USER = [{"role": "user", "content": "hi"}]
+JSON = {"Content-Type": "application/json"}
+IDS = [5] * 2_000_000            # 4 MB of JSON: the most token ids a 4 MiB body holds
+
+
+def attack(client, requests) -> tuple:
+    """``requests`` (``(method, path, kwargs)``) sent at once from greenlets beside a
+    :class:`HealthProbe`; ``(responses, longest /health wait in seconds)``."""
+    probe = HealthProbe(client)
+    jobs = [gevent.spawn(client.request, m, p, **kw) for m, p, kw in requests]
+    gevent.joinall(jobs, raise_error=True)
+    return [j.value for j in jobs], probe.stop()
+
+
+def post(path: str, body: dict) -> tuple:
+    return ("POST", path, {"content": orjson.dumps(body), "headers": JSON})
+
+
+def test_item1_token_id_bodies_are_checked_in_c_loops(app_client):
+    """2 M token ids held the hub 3-6 s per request (a Python call per element; four clients
+    kept ``/health`` at a median 1.9 s for 32 s): the ids are now checked in C loops (~50 ms),
+    then refused by the context length as vLLM words it; ``/detokenize`` (no bound in vLLM)
+    decodes in the tokenizer's worker thread."""
+    c = app_client()
+    reqs = [post("/inference/v1/generate", {"model": "test-model", "token_ids": IDS, "sampling_params": {"max_tokens": 1}}),
+            post("/v1/completions", {"model": "test-model", "prompt": IDS, "max_tokens": 1}),
+            post("/v1/completions", {"model": "test-model", "prompt": [IDS[:1000]] * 2000, "max_tokens": 1}),
+            post("/v1/embeddings", {"model": "test-model", "input": IDS}),
+            post("/v1/chat/completions", {"model": "test-model", "messages": USER, "stop_token_ids": IDS}),
+            post("/detokenize", {"model": "test-model", "tokens": IDS})]
+    before = rss_mb()
+    t0 = time.monotonic()
+    out, health = attack(c, reqs)
+    took = time.monotonic() - t0
+    assert [r.status_code for r in out] == [400, 400, 429, 400, 200, 200], [r.text[:200] for r in out]
+    assert out[0].json()["error"]["message"].startswith(
+        "This model's maximum context length is 1024 tokens. However, you requested 2000001 tokens")
+    assert out[3].json()["error"]["message"].startswith(
+        "This model's maximum context length is 1024 tokens. However, you requested 2000000 tokens")
+    assert out[5].json()["prompt"] == ",".join(["5"] * 2_000_000)
+    assert took < 10, took
+    assert health < health_bound(), (health, health_bound())
+    del out
+    assert rss_mb() - before < 150, (before, rss_mb())
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"token_ids": [5, -1]}, "token_ids[1]"),
+    ({"token_ids": [5, True]}, "token_ids[1]"),
+    ({"token_ids": [5, 2 ** 32]}, "token_ids[1]"),
+    ({"token_ids": [5, 5.0]}, "token_ids[1]"),
+])
+def test_item1_a_bad_token_id_is_named_by_its_index(app_client, body, param):
+    """The C-loop check keeps the message naming the first bad element."""
+    r = app_client().post("/inference/v1/generate", json={"model": "test-model", "sampling_params": {"max_tokens": 1},
+                                                          **body})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
+def test_item1_pooling_token_ids(app_client):
+    """``/pooling`` takes the embeddings' ``input``: 2 M ids are the context-length 400."""
+    c = app_client("--runner", "pooling")
+    out, health = attack(c, [post("/pooling", {"model": "test-model", "input": IDS})] * 2)
+    assert [r.status_code for r in out] == [400, 400], out[0].text[:200]
+    assert "maximum context length is 1024 tokens" in out[0].json()["error"]["message"]
+    assert health < health_bound(), (health, health_bound())
