@@ -83,7 +83,7 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
     if kind == "ids":
         return items
     add_special = data.get("add_special_tokens")
-    return [sim.tokenize_text(text, True if add_special is None else add_special)[0] for text in items]
+    return [ids for ids, _ in sim.tokenize_texts(items, True if add_special is None else add_special)]
 
 
 def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input") -> list:

@@ -132,6 +132,19 @@ class Simulator(OutputDecisions):
         """A text prompt's ids and pieces (vLLM: special tokens added unless told otherwise)."""
         return self.tokenizer.encode_prompt(text, add_special_tokens)
 
+    def tokenize_texts(self, texts: list, add_special_tokens: bool = True, param: str | None = None) -> list:
+        """``[(ids, pieces), ...]`` of a request's text prompts (completions' ``prompt`` array,
+        pooling ``input``), as :meth:`tokenize_text` each.  With ``param``, every text is first
+        held to :meth:`check_prompt_chars` (all of them before any is tokenized); texts that
+        add up past the tokenizer's thread threshold are tokenized together in its worker
+        thread (:func:`generation.tokenization.tokenizer.each_text`)."""
+        if param is not None:
+            for t in texts:
+                self.check_prompt_chars(len(t), param)
+        from generation.tokenization.tokenizer import each_text
+        encode = self.tokenizer.encode_prompt
+        return each_text(lambda t: encode(t, add_special_tokens), texts)
+
     def tokenize_messages(self, messages, bounded: str | None = None, **chat_options) -> tuple[list, list]:
         """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
         :func:`generation.tokenization.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises

@@ -83,3 +83,51 @@ def test_item1_pooling_token_ids(app_client):
     assert [r.status_code for r in out] == [400, 400], out[0].text[:200]
     assert "maximum context length is 1024 tokens" in out[0].json()["error"]["message"]
     assert health < health_bound(), (health, health_bound())
+
+
+@pytest.fixture(scope="module")
+def tiny(app_client, hub):
+    """``org/tiny``, the small byte-level BPE of :mod:`support.tokenizer_hub`, served for real."""
+    import os
+
+    from support.tokenizer_hub import MODEL
+    return app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--max-model-len", "8192", model=MODEL)
+
+
+def test_item2_arrays_of_texts_are_tokenized_off_the_hub_together(tiny, app_client):
+    """500 texts of 8,000 characters are each under the per-text thread threshold (8,192), so
+    4 MB was tokenized on the hub (``/health`` waited 4.6 s at load 3.7): texts that add up
+    past the threshold are tokenized together in the tokenizer's worker thread, the same
+    token counts as one at a time."""
+    texts = ["a " * 4000] * 500
+    reqs = [post("/v1/embeddings", {"model": "org/tiny", "input": texts}),
+            post("/v1/completions", {"model": "org/tiny", "prompt": texts[:2], "max_tokens": 1})]
+    before = rss_mb()
+    out, health = attack(tiny, reqs)
+    emb, cmp = out
+    one = tiny.post("/v1/embeddings", json={"model": "org/tiny", "input": texts[0]}).json()["usage"]["prompt_tokens"]
+    assert emb.status_code == 200, emb.text[:300]
+    assert emb.json()["usage"]["prompt_tokens"] == 500 * one
+    assert cmp.status_code == 200, cmp.text[:300]
+    assert cmp.json()["usage"]["prompt_tokens"] == 2 * (one + 1)       # BOS on a completions prompt
+    assert health < health_bound(), (health, health_bound())
+    del out, emb, cmp
+    assert rss_mb() - before < 150, (before, rss_mb())
+    # the simulated tokenizer: pure Python, 2 MB held the hub ~0.5 s; now in the worker thread
+    sim = app_client()
+    out, health = attack(sim, [post("/v1/embeddings", {"model": "test-model", "input": ["Hello there. " * 300] * 500})])
+    assert out[0].status_code == 200 and out[0].json()["usage"]["prompt_tokens"] == 500 * 900, out[0].text[:200]
+    assert health < health_bound(), (health, health_bound())
+
+
+def test_item2_every_text_is_bounded_before_any_is_tokenized(tiny):
+    """The character bound (``--max-model-len`` x the longest vocabulary string) holds for each
+    text of an array before the first one is tokenized."""
+    limit = tiny.sim.prompt_char_limit()
+    texts = ["a " * 2000] * 100 + ["b" * (limit + 1)]
+    for path, field, body in [("/v1/embeddings", "input", {"input": texts}),
+                              ("/v1/completions", "prompt", {"prompt": texts, "max_tokens": 1})]:
+        r = tiny.post(path, json={"model": "org/tiny", **body})
+        assert r.status_code == 400, r.text[:300]
+        assert r.json()["error"]["param"] == field
+        assert f"your prompt is {limit + 1} characters long" in r.json()["error"]["message"]
