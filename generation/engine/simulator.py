@@ -155,6 +155,9 @@ class Simulator(OutputDecisions):
         if bounded is not None and self.prompt_char_limit() is not None and isinstance(messages, list):
             self.check_prompt_chars(sum(len(content_text(m.get("content"), False)) for m in messages
                                         if isinstance(m, dict)), bounded)
+        limit = self.prompt_char_limit() if bounded is not None else None
+        if limit is not None:        # the rendered text too: a template can build it from little
+            chat_options = {**chat_options, "max_chars": limit, "max_model_len": self.config.max_model_len}
         return tokenize_chat(self.tokenizer, messages, **chat_options)
 
     def prompt_char_limit(self) -> int | None:

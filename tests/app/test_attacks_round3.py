@@ -131,3 +131,80 @@ def test_item2_every_text_is_bounded_before_any_is_tokenized(tiny):
         assert r.status_code == 400, r.text[:300]
         assert r.json()["error"]["param"] == field
         assert f"your prompt is {limit + 1} characters long" in r.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def trusting(app_client, tmp_path_factory):
+    from support.tokenizer_hub import save_sentence_bpe
+    return app_client("--tokenizer", save_sentence_bpe(tmp_path_factory)[0], "--chat-template",
+                      "{% for m in messages %}{{ m.content }}{% endfor %}", "--trust-request-chat-template")
+
+
+KEEP = ('{% set ns = namespace(l=[], s="a" * 8000000) %}{% for i in range(1000) %}'
+        '{% set ns.l = ns.l + [ns.s ~ i] %}{% endfor %}{{ ns.l|length }}')
+
+
+@pytest.mark.parametrize("template,message", [
+    ('{% set x = namespace(s="a") %}{% for i in range(40) %}{% set x.s = x.s ~ x.s %}{% endfor %}{{ x.s|length }}',
+     "would build 16777216 characters, more than 8388608"),
+    ("{{ ('a' * 8000000)|tojson }}", "would build 48000000 characters"),
+    ("{{ {'k': ['a'] * 100000}|tojson(indent=1000) }}", "would build"),
+    (KEEP, "built more than 67108864 characters in all"),
+    ("{{ (['a' * 8000000] * 1000)|join }}", "built more than 67108864 characters in all"),
+    ("{{ 'a'.ljust(100000000) }}", "would build 100000000 characters"),
+    ("{{ ('a' * 1000000).replace('a', 'a' * 30) }}", "would build 30000000 characters"),
+    ("{{ ('a' * 1000000)|replace('a', 'a' * 30) }}", "would build 30000000 characters"),
+    ("{{ '{:>100000000}'.format('a') }}", "would build 8388609 characters"),
+    ("{{ '{:>{}}'.format('a', 100000000) }}", "would build 100000015 characters"),
+    ("{{ ('ab' * 4000000)|list|length }}", "would build 72000000 characters"),
+    ("{{ ('a b ' * 2000000).split()|length }}", "would build 72000000 characters"),
+])
+def test_item3_every_way_a_template_builds_strings_is_bounded(trusting, template, message, capfd):
+    """``~`` and namespace assignment were unbounded (one request took RSS from 0.7 to 2.3 GB,
+    three to a MemoryError): ``~``, every filter, the ``str`` methods and a render's total are
+    refused before they allocate.  Two at once; no traceback is printed for the 400s (item 13)."""
+    capfd.readouterr()
+    before = rss_mb()
+    out, health = attack(trusting, [("POST", "/v1/chat/completions", {"json": {
+        "model": "test-model", "messages": USER, "max_tokens": 2, "chat_template": template}})] * 2)
+    assert [r.status_code for r in out] == [400, 400], out[0].text[:300]
+    assert out[0].json()["error"]["param"] == "messages"
+    assert message in out[0].json()["error"]["message"], out[0].text[:300]
+    assert health < health_bound(), (health, health_bound())
+    assert rss_mb() - before < 100, (before, rss_mb())
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_item3_a_rendered_text_past_the_context_is_refused_before_tokenizing(trusting):
+    """``('a' * 1300000)|tojson`` renders under the 8 Mi cap, then spent seconds in the
+    tokenizer: a rendered text longer than ``--max-model-len`` tokens of the longest vocabulary
+    string is the context-length 400 before the tokenizer runs (``/tokenize``, unbounded as
+    in vLLM, still tokenizes it, off the hub)."""
+    limit = trusting.sim.prompt_char_limit()
+    t0 = time.monotonic()
+    r = trusting.post("/v1/chat/completions", json={"model": "test-model", "messages": USER, "max_tokens": 2,
+                                                    "chat_template": "{{ ('a' * 1300000)|tojson }}"})
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["message"] == (
+        f"This model's maximum context length is 1024 tokens. However, the chat template rendered 1300002 "
+        f"characters: more than 1024 tokens of at most {limit // 1024} characters each can hold. Please reduce "
+        f"the length of the messages.")
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_item3_ordinary_templates_still_render(trusting):
+    """What real templates do (``~``, ``+``, namespaces, ``tojson(indent=4)`` of tools,
+    ``format``, ``replace``, ``join``, ``split``, ``center``) renders as before."""
+    template = ("{% set ns = namespace(out='') %}{% for m in messages %}"
+                "{% set ns.out = ns.out ~ '<|' ~ m.role ~ '|>' + m.content.replace('hi', 'hello') %}{% endfor %}"
+                "{{ ns.out }}|{{ tools|tojson(indent=4)|length }}|{{ '{}-{}'.format(1, 'x') }}|"
+                "{{ ['a', 'b']|join(',') }}|{{ 'a b'.split()|length }}|{{ 'x'|center(5) }}|{{ 'ab' * 3 }}")
+    tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {
+        "type": "object", "properties": {f"p{j}": {"type": "string", "description": "d" * 50} for j in range(20)}}}}
+             for i in range(50)]
+    r = trusting.post("/tokenize", json={"model": "test-model", "messages": USER, "tools": tools,
+                                         "chat_template": template, "return_token_strs": True})
+    assert r.status_code == 200, r.text[:300]
+    import json as _json
+    text = "".join(r.json()["token_strs"]).replace("Ġ", " ")
+    assert text.startswith(f"<|user|>hello|{len(_json.dumps(tools, indent=4))}|1-x|a,b|2|  x  |ababab"), text[:200]
