@@ -105,16 +105,8 @@ def make_servicer(sim, lifecycle=None):
 
     def produced(seq) -> int:
         """Tokens an aborted non-streamed sequence had made (its output is computed up front):
-        the step engine's count, else those due by now at the configured inter-token latency."""
-        n = len(seq.ids)
-        if seq.engine_req is not None:
-            return min(seq.engine_req.num_output, n)
-        first = seq.first_token_at
-        now = time.monotonic()
-        if not first or first > now:
-            return 0
-        itl = cfg.inter_token_latency
-        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
+        :meth:`generation.engine.simulator.Simulator.produced`, what the metrics count too."""
+        return sim.produced(seq)
 
     class Servicer(pb_grpc.VllmEngineServicer):
         def __init__(self):

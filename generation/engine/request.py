@@ -96,7 +96,8 @@ class Sequence:
     __slots__ = ("request", "index", "prompt_index", "prompt", "prompt_len", "cached_tokens",
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
-                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span")
+                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span",
+                 "aborted_tokens")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -124,6 +125,7 @@ class Sequence:
         self.stop_reason = None          # the stop string (or token id) that ended the output (vLLM's stop_reason)
         self.engine_req = None           # its EngineRequest in step mode (generation.engine.scheduler)
         self.reasoning_span = None       # (r0, r1, c0) into pieces (generation.content.reasoning), or None
+        self.aborted_tokens = None       # output tokens made when it was aborted (what the metrics counted)
 
     def tool_call_of_piece(self) -> list:
         """For each piece of ``pieces``, the index of the tool call it belongs to."""

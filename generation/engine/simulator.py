@@ -228,7 +228,7 @@ class Simulator(OutputDecisions):
                     self.waiting.append(seq)
             else:
                 for s in admitted:
-                    self.abort(s)
+                    self.abort(s, record=False)     # the request is refused whole: nothing ran
                 raise QueueFullError()
             admitted.append(seq)
 
@@ -298,12 +298,34 @@ class Simulator(OutputDecisions):
             except ValueError:
                 pass
 
-    def abort(self, seq: Sequence) -> None:
-        """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot;
-        nothing is recorded as a success."""
+    def abort(self, seq: Sequence, record: bool = True) -> None:
+        """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot.
+        With ``record``, a sequence that was admitted is counted as vLLM counts an abort (its
+        tokens made so far, :meth:`produced`, and ``finished_reason="abort"``:
+        :meth:`MetricsRecorder.aborted`), once; ``record=False`` for sequences taken back before
+        their request was accepted (a 429)."""
         if seq.state in (SeqState.RUNNING, SeqState.WAITING):
+            seq.aborted_tokens = made = self.produced(seq)
+            if record:
+                self.metrics.aborted(seq, made)
             self._release(seq)
         seq.state = SeqState.ABORTED
+
+    def produced(self, seq: Sequence, now: float | None = None) -> int:
+        """Output tokens ``seq`` has been generated so far (its output is drawn up front): the
+        step engine's count, else those due by ``now`` (default: now) from its first token at
+        the configured inter-token latency (all of them at 0); once aborted, what it had then."""
+        if seq.aborted_tokens is not None:
+            return seq.aborted_tokens
+        n = len(seq.ids)
+        if seq.engine_req is not None:
+            return min(seq.engine_req.num_output, n)
+        first = seq.first_token_at
+        now = monotonic() if now is None else now
+        if not first or first > now:
+            return 0
+        itl = self.config.inter_token_latency
+        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
 
     # ---- running --------------------------------------------------------------------------
     def _wait_for_slot(self, seq: Sequence) -> None:

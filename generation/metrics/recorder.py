@@ -495,6 +495,33 @@ class MetricsRecorder:
             h.counts[bisect_left(h.bounds, v)] += 1
             h.sum += v
 
+    def aborted(self, seq, produced: int) -> None:
+        """A sequence the client abandoned (disconnect, gRPC ``Abort``) after it was admitted:
+        its prompt tokens if its prefill was done (``produced`` > 0, or the step engine computed
+        them) and the ``produced`` tokens it had generated, as vLLM counts tokens as each engine
+        step makes them, and one ``request_success{finished_reason="abort"}`` (vLLM declares that
+        series for client aborts; vLLM issue 31503 / 55634: its abort path skips the count, the
+        open fix records it), so that successes + aborts + errors add up to the requests sent.
+        No per-request histogram is observed (no complete timings exist)."""
+        self.success["abort"].value += 1
+        engine_req = getattr(seq, "engine_req", None)
+        prefilled = produced > 0 or (engine_req is not None and engine_req.num_computed >= seq.prompt_len)
+        self.generation_tokens.value += produced
+        if not prefilled:
+            return
+        p = seq.prompt_len
+        cached = min(seq.cached_tokens, p)
+        self.prompt_tokens.value += p
+        if getattr(seq.request, "remote_prefill", False):
+            external, computed = p - cached, 0
+        else:
+            external, computed = 0, p - cached
+        src = self.by_source
+        src["local_compute"].value += computed
+        src["local_cache_hit"].value += cached
+        src["external_kv_transfer"].value += external
+        self.prompt_cached.value += cached + external
+
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""
         self.itl.observe_n(seconds, n)

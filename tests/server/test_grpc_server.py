@@ -293,6 +293,28 @@ def test_abort_mid_stream_frees_the_slot(slow):
     _assert_idle(slow)
 
 
+def test_an_abort_is_counted_in_the_metrics(slow):
+    """Issue 31 item 7: a gRPC ``Abort`` counts the request as vLLM does: its prompt, the tokens
+    made until the abort (at least those sent) and ``request_success{finished_reason="abort"}``."""
+    if slow.base is None:
+        pytest.skip("/metrics needs the HTTP port (--grpc-port)")
+    before = scrape(slow.base)
+    stream = slow.stub.Generate(gen(rid="am1", max_tokens=100, ignore_eos=True), timeout=30)
+    first = [next(stream) for _ in range(3)]
+    slow.stub.Abort(pb.AbortRequest(request_ids=["am1"]), timeout=5)
+    rest = list(stream)
+    received = sum(len(r.chunk.token_ids) for r in first + rest if r.WhichOneof("response") == "chunk")
+    _assert_idle(slow)
+    after = scrape(slow.base)
+
+    def delta(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+    assert delta("vllm:request_success_total", finished_reason="abort") == 1
+    assert delta("vllm:prompt_tokens_total") == first[0].chunk.prompt_tokens
+    made = delta("vllm:generation_tokens_total")
+    assert received <= made <= received + 4, (received, made)         # 50 ms apart: 0.2 s of slack
+
+
 def test_abort_a_non_streamed_request(slow):
     got = []
     t = threading.Thread(target=lambda: got.extend(slow.stub.Generate(gen(rid="ns1", stream=False, max_tokens=100,
