@@ -208,3 +208,37 @@ def test_item3_ordinary_templates_still_render(trusting):
     import json as _json
     text = "".join(r.json()["token_strs"]).replace("Ġ", " ")
     assert text.startswith(f"<|user|>hello|{len(_json.dumps(tools, indent=4))}|1-x|a,b|2|  x  |ababab"), text[:200]
+
+
+@pytest.mark.parametrize("kv,param", [
+    ({"do_remote_prefill": "yes"}, "kv_transfer_params.do_remote_prefill"),
+    ({"do_remote_prefill": 1e308}, "kv_transfer_params.do_remote_prefill"),
+    ({"do_remote_prefill": True, "remote_block_ids": "x"}, "kv_transfer_params.remote_block_ids"),
+    ({"do_remote_prefill": True, "remote_block_ids": [1, -2]}, "kv_transfer_params.remote_block_ids"),
+    ({"do_remote_decode": 1}, "kv_transfer_params.do_remote_decode"),
+    ({"do_remote_prefill": True, "remote_port": 70000}, "kv_transfer_params.remote_port"),
+    ({"do_remote_prefill": True, "remote_host": 5}, "kv_transfer_params.remote_host"),
+    ({"do_remote_prefill": True, "tp_size": 0}, "kv_transfer_params.tp_size"),
+])
+@pytest.mark.parametrize("route", ["chat", "completions", "generate"])
+def test_item9_kv_transfer_params_are_type_checked(api, kv, param, route):
+    """``do_remote_prefill: "yes"``, ``1e308`` and ``remote_block_ids: "x"`` all started a remote
+    prefill: each key the P/D connector reads must have its JSON type, a 400 naming it."""
+    path, body = {"chat": ("/v1/chat/completions", {"messages": USER, "max_tokens": 2}),
+                  "completions": ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+                  "generate": ("/inference/v1/generate", {"token_ids": [1, 2], "sampling_params": {"max_tokens": 2}})}[route]
+    r = api.post(path, json={"model": "test-model", **body, "kv_transfer_params": kv})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+    assert r.json()["error"]["message"].startswith(param + ": must be a "), r.text
+
+
+def test_item9_the_simulators_own_prefill_answer_is_accepted_back(api):
+    """A P/D router hands a prefill answer's ``kv_transfer_params`` to the decode request: the
+    reference's dummy values (``remote_block_ids: ["DUMMY_ID"]``) pass the type checks."""
+    pre = api.post("/v1/completions", json={"model": "test-model", "prompt": "hi", "max_tokens": 2,
+                                            "kv_transfer_params": {"do_remote_decode": True}}).json()
+    kv = pre["kv_transfer_params"]
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": "hi", "max_tokens": 2,
+                                          "kv_transfer_params": kv})
+    assert r.status_code == 200, r.text

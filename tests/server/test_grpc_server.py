@@ -644,3 +644,63 @@ def test_grpc_flag_conflicts():
     for argv in (["--grpc", "--grpc-port", "9000"], ["--grpc-port", "8000"], ["--grpc", "--mm-encoder-only"]):
         with pytest.raises(ConfigError):
             load_config(argv, env={})
+
+
+# ---- issue 31 item 8: nesting, malformed messages, SIGTERM -------------------------------------------
+
+def test_deeply_nested_kv_transfer_params_is_invalid_argument(engine):
+    """5,000 levels of ``kv_transfer_params_json`` gave ``UNKNOWN`` and a traceback
+    (``RecursionError`` in ``json.loads``): a JSON error, ``INVALID_ARGUMENT``."""
+    req = gen(rid="deep", max_tokens=2)
+    req.kv_transfer_params_json = "[" * 5000 + "]" * 5000
+    with pytest.raises(grpc.RpcError) as e:
+        list(engine.Generate(req, timeout=10))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "kv_transfer_params_json is not JSON" in e.value.details()
+    req.kv_transfer_params_json = '{"do_remote_prefill": "yes"}'
+    with pytest.raises(grpc.RpcError) as e:
+        list(engine.Generate(req, timeout=10))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith("kv_transfer_params_json.do_remote_prefill: must be a boolean")
+
+
+def test_sigterm_ends_grpc_streams_with_an_abort_and_malformed_messages_log_one_line(tmp_path):
+    """At SIGTERM, gRPC streams were cut with ``UNAVAILABLE``/``CANCELLED`` and no ``complete``
+    while the log said "0 request(s) in flight"; 300 malformed messages printed 356 tracebacks.
+    Now the streams get the grace, then vLLM's abort output (an empty chunk, a ``complete``
+    whose finish reason is ``abort``), the log counts them, and a malformed message is one
+    warning line (at most one per 10 s)."""
+    port, http = free_port(), free_port()
+    log = tmp_path / "out.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(http), "--host", "127.0.0.1",
+                                 "--grpc-port", str(port), "--inter-token-latency", "50ms",
+                                 "--shutdown-timeout", "0.5"], cwd=ROOT, env=_clean_env(None), stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        _ready(port, proc)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = pbg.VllmEngineStub(channel)
+        garbage = channel.unary_stream(f"/{SERVICE}/Generate", request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+        for _ in range(30):
+            with pytest.raises(grpc.RpcError) as e:
+                list(garbage(b"\xff\xff\xff\xff", timeout=5))
+            assert e.value.code() == grpc.StatusCode.INTERNAL
+        streams = [stub.Generate(gen(rid=f"t{i}", max_tokens=1000, ignore_eos=True), timeout=30) for i in range(5)]
+        firsts = [next(s) for s in streams]
+        assert kinds(firsts) == ["chunk"] * 5
+        proc.send_signal(signal.SIGTERM)
+        rests = [list(s) for s in streams]          # no RpcError: each ends as vLLM's abort output does
+        for rest in rests:
+            assert kinds(rest[-2:]) == ["chunk", "complete"], kinds(rest[-3:])
+            assert rest[-1].complete.finish_reason == "abort"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-3000:]
+    assert text.count("could not be parsed") == 1, text[-3000:]
+    assert "shutting down (SIGTERM): 0 request(s) in flight and 5 gRPC stream(s), grace 0.5s" in text, text[-2000:]
