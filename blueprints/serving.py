@@ -83,8 +83,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
             body = [orjson.dumps(adapter.render(seqs))]
         else:
             body = render_large(adapter, seqs)
-    except BaseException:
-        sim.cancel(seqs)
+    except BaseException as e:      # the client left (an abort), or the server failed it (an error)
+        sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")
         raise
     size = sum(len(p) for p in body)
     return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(size))], body

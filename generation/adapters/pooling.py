@@ -30,7 +30,6 @@ from generation.content import pooling as pool
 from generation.engine.request import GenerationRequest, Prompt, Sequence
 from generation.tokenization.tokenizer import plain_message
 from ..errors import InvalidParam
-from .base import check_size
 
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
@@ -141,9 +140,8 @@ def score_pairs(data: dict, rerank: bool) -> tuple[list, list, list]:
 
 def pooling_sequences(sim, rid: str, model: str, lora: str | None, token_lists: list) -> list:
     """One finished-output sequence per input (no tokens to generate, finish reason ``stop``),
-    ready for ``Simulator.admit``.  Raises QueueFullError when the inputs could never be
-    admitted (more than ``--max-num-seqs`` plus the waiting queue)."""
-    check_size(sim, len(token_lists), False)
+    ready for ``Simulator.admit`` (the callers bound the inputs to :data:`MAX_INPUTS`; more than
+    the seats and the queue hold are run in waves: ``blueprints.pooling.run_pooled``)."""
     req = GenerationRequest(request_id=rid, model=model, lora=lora, prompts=[Prompt(list(t)) for t in token_lists],
                             max_tokens=0, pooling=True)
     seqs = []

@@ -298,16 +298,17 @@ class Simulator(OutputDecisions):
             except ValueError:
                 pass
 
-    def abort(self, seq: Sequence, record: bool = True) -> None:
+    def abort(self, seq: Sequence, record: bool = True, reason: str = "abort") -> None:
         """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot.
         With ``record``, a sequence that was admitted is counted as vLLM counts an abort (its
         tokens made so far, :meth:`produced`, and ``finished_reason="abort"``:
         :meth:`MetricsRecorder.aborted`), once; ``record=False`` for sequences taken back before
-        their request was accepted (a 429)."""
+        their request was accepted (a 429).  ``reason``: ``"error"`` when the server failed the
+        request (a 500), so that successes + aborts + errors add up to the requests sent."""
         if seq.state in (SeqState.RUNNING, SeqState.WAITING):
             seq.aborted_tokens = made = self.produced(seq)
             if record:
-                self.metrics.aborted(seq, made)
+                self.metrics.aborted(seq, made, reason)
             self._release(seq)
         seq.state = SeqState.ABORTED
 
@@ -366,13 +367,14 @@ class Simulator(OutputDecisions):
                 timer.close()
                 seq.event = None
 
-    def cancel(self, seqs) -> None:
-        """The client went away: abort every unfinished sequence now (slot freed, queue left,
-        no success recorded) and wake their greenlets, which then raise ClientDisconnected."""
+    def cancel(self, seqs, reason: str = "abort") -> None:
+        """The client went away (or, ``reason="error"``, the server failed the request): abort
+        every unfinished sequence now (slot freed, queue left, counted as :meth:`abort` counts)
+        and wake their greenlets, which then raise ClientDisconnected."""
         hub = get_hub()
         for seq in seqs:
             if seq.state in (SeqState.RUNNING, SeqState.WAITING, SeqState.INSTANT):
-                self.abort(seq)
+                self.abort(seq, reason=reason)
                 ev = seq.event
                 if isinstance(ev, Event):
                     ev.set()

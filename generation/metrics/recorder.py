@@ -495,15 +495,17 @@ class MetricsRecorder:
             h.counts[bisect_left(h.bounds, v)] += 1
             h.sum += v
 
-    def aborted(self, seq, produced: int) -> None:
+    def aborted(self, seq, produced: int, reason: str = "abort") -> None:
         """A sequence the client abandoned (disconnect, gRPC ``Abort``) after it was admitted:
         its prompt tokens if its prefill was done (``produced`` > 0, or the step engine computed
         them) and the ``produced`` tokens it had generated, as vLLM counts tokens as each engine
         step makes them, and one ``request_success{finished_reason="abort"}`` (vLLM declares that
         series for client aborts; vLLM issue 31503 / 55634: its abort path skips the count, the
         open fix records it), so that successes + aborts + errors add up to the requests sent.
-        No per-request histogram is observed (no complete timings exist)."""
-        self.success["abort"].value += 1
+        ``reason`` ``"error"``: the server failed the request (a 500), counted under vLLM's
+        ``error`` finish reason instead.  No per-request histogram is observed (no complete
+        timings exist)."""
+        self.success[reason].value += 1
         engine_req = getattr(seq, "engine_req", None)
         prefilled = produced > 0 or (engine_req is not None and engine_req.num_computed >= seq.prompt_len)
         self.generation_tokens.value += produced

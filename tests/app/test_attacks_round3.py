@@ -242,3 +242,22 @@ def test_item9_the_simulators_own_prefill_answer_is_accepted_back(api):
     r = api.post("/v1/completions", json={"model": "test-model", "prompt": "hi", "max_tokens": 2,
                                           "kv_transfer_params": kv})
     assert r.status_code == 200, r.text
+
+
+def test_item11_a_2048_document_rerank_is_served(app_client):
+    """The README documents 2,048 documents as the rerank limit, but the default 1,024 seats and
+    1,000 queue places made every 2,048-document rerank a 429: more inputs than the seats and
+    queue hold run in waves of ``--max-num-seqs``; 2,049 is the documented 400."""
+    c = app_client("--runner", "pooling", "--convert", "score")
+    cfg = c.sim.config
+    assert cfg.max_num_seqs + cfg.max_waiting_queue_length < 2048
+    docs = [f"document number {i}" for i in range(2048)]
+    out, health = attack(c, [post("/rerank", {"model": "test-model", "query": "which one", "documents": docs})])
+    r = out[0]
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()["results"]) == 2048
+    assert sorted(x["index"] for x in r.json()["results"]) == list(range(2048))
+    assert health < health_bound(), (health, health_bound())
+    assert c.sim.running == 0 and not c.sim.waiting
+    r = c.post("/rerank", json={"model": "test-model", "query": "q", "documents": docs + ["one more"]})
+    assert r.status_code == 400 and "at most 2048 pairs" in r.json()["error"]["message"], r.text[:300]
