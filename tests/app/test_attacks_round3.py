@@ -261,3 +261,31 @@ def test_item11_a_2048_document_rerank_is_served(app_client):
     assert c.sim.running == 0 and not c.sim.waiting
     r = c.post("/rerank", json={"model": "test-model", "query": "q", "documents": docs + ["one more"]})
     assert r.status_code == 400 and "at most 2048 pairs" in r.json()["error"]["message"], r.text[:300]
+
+
+@pytest.mark.parametrize("headers,refused", [
+    ({}, False),                                                             # curl -X POST
+    ({"Origin": "https://evil.example"}, True),                              # fetch(..., {mode: "no-cors"})
+    ({"Origin": "null"}, True),                                              # a sandboxed frame
+    ({"Sec-Fetch-Site": "cross-site"}, True),
+    ({"Sec-Fetch-Site": "same-site", "Origin": "http://localhost:3000"}, True),  # another local port
+    ({"Origin": "http://sim", "Sec-Fetch-Site": "same-origin"}, False),         # its own page
+    ({"Origin": "https://evil.example", "Content-Type": "application/json"}, False),  # preflighted
+])
+def test_item12_a_cross_site_bodyless_post_cannot_put_the_server_to_sleep(app_client, headers, refused):
+    """A body-less POST without ``Content-Type`` still put the server to sleep, and a cross-site
+    ``fetch(..., {mode: "no-cors"})`` sends exactly that: one a browser marks cross-origin is a
+    400 and changes nothing; command-line clients (no ``Origin``) and preflighted requests pass."""
+    c = app_client("--enable-sleep-mode", env={"VLLM_SERVER_DEV_MODE": "1"})
+    r = c.post("/sleep?level=1", headers=headers)
+    try:
+        if refused:
+            assert r.status_code == 400, r.text
+            assert "from another site's page is refused" in r.json()["error"]["message"]
+            assert c.sim.sleeping is False
+        else:
+            assert r.status_code == 200, r.text
+            assert c.sim.sleeping is True
+    finally:
+        c.post("/wake_up")
+        assert c.sim.sleeping is False
