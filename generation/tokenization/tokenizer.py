@@ -67,10 +67,12 @@ def off_hub(fn, *args):
     if _POOL is None:
         from gevent.threadpool import ThreadPool
         _POOL = ThreadPool(1)
-    job = _POOL.spawn(_then_trim, fn, args)
+    waiting = [True]                 # cleared when nobody will read the result any more
+    job = _POOL.spawn(_then_trim, fn, args, waiting)
     try:
         ok, out = job.get(timeout=TOKENIZE_SECONDS)
     except gevent.Timeout:
+        waiting[0] = False
         from generation.errors import InvalidParam
         raise InvalidParam(f"The prompt could not be tokenized within {TOKENIZE_SECONDS:g} s.", "prompt") from None
     if not ok:
@@ -92,14 +94,20 @@ def _each(fn, texts) -> list:
     return [fn(t) for t in texts]
 
 
-def _then_trim(fn, args):
+def _then_trim(fn, args, waiting=(True,)):
     """``(True, fn(*args))`` or ``(False, exception)``, then glibc's free memory given back
-    (``malloc_trim``): the tokenizer's
-    buffers for a megabyte-long text (~400 bytes a token) otherwise stay in the thread's arena
-    (RSS +700 MB after one 3.9 MB ``/tokenize``, for good)."""
+    (``malloc_trim``): the tokenizer's buffers for a megabyte-long text (~400 bytes a token)
+    otherwise stay in the thread's arena (RSS +700 MB after one 3.9 MB ``/tokenize``, for
+    good).  When nobody waits for the result any more (``waiting[0]`` false: :func:`off_hub`
+    timed out), it is dropped before the trim, not freed after it: a timed-out 4 MB
+    ``/tokenize`` kept ~850 MB until a later request's trim (issue 31 item 6)."""
     _WORKER.busy = True
+    out = None
     try:
-        return True, fn(*args)
+        out = True, fn(*args)
+        if not waiting[0]:
+            out = True, None
+        return out
     except Exception as e:      # noqa: BLE001 - returned, raised by off_hub on the hub (raised
         return False, e         # here, gevent's pool would print a traceback per request)
     finally:

@@ -289,3 +289,25 @@ def test_item12_a_cross_site_bodyless_post_cannot_put_the_server_to_sleep(app_cl
     finally:
         c.post("/wake_up")
         assert c.sim.sleeping is False
+
+
+def test_item6_a_timed_out_tokenize_leaves_no_memory_behind(tiny, monkeypatch):
+    """A timed-out 4 MB ``/tokenize`` kept ~850 MB until a later request's trim: the worker
+    drops a result nobody waits for before it gives the C heap back (the 10 s limit is 0.3 s
+    here, to time out at once)."""
+    import gc
+
+    from generation.errors import InvalidParam
+    from generation.tokenization import tokenizer as tk
+    monkeypatch.setattr(tk, "TOKENIZE_SECONDS", 0.3)
+    gc.collect()
+    before = rss_mb()
+    out, health = attack(tiny, [post("/tokenize", {"model": "org/tiny", "prompt": "Hello there, how are you? " * 150000})])
+    assert out[0].status_code == 400, out[0].text[:200]
+    assert out[0].json()["error"]["message"] == "The prompt could not be tokenized within 0.3 s."
+    assert health < health_bound(1.0), (health, health_bound(1.0))
+    monkeypatch.setattr(tk, "TOKENIZE_SECONDS", 30.0)
+    tk.off_hub(int)              # queued behind the timed-out job: returns once it has finished
+    del out
+    gc.collect()
+    assert rss_mb() - before < 150, (before, rss_mb())       # +520-680 MB while it ran
