@@ -27,6 +27,7 @@ from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_n
 MAX_SCHEMA_DEPTH = 64      # JSON nesting levels of one schema document
 MAX_SCHEMA_BYTES = 1 << 20  # one schema document, serialised (jsonschema: ~10 us a byte, so ~10 s)
 SMALL_SCHEMA_BYTES = 16384  # schemas up to this size are checked in a lane of their own
+MEDIUM_SCHEMA_BYTES = 131072   # and those up to this size in another (~1.3 s of checking at most each)
 CHECK_SECONDS = 1.0        # dry-run time for one schema (patterns, numbers)
 _CHOICE_MODES = ("none", "auto", "required")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "structural_tag")
@@ -258,11 +259,13 @@ def schema_problem(schema: dict, cfg, size: int = 0) -> str | None:
     The metaschema check runs in a worker thread (:func:`_metaschema_problem`): jsonschema
     takes about 10 us per byte of schema (0.3 s for 32 KiB of properties), pure Python that
     would otherwise hold the gevent hub, and every open stream with it, for that long; from a
-    thread the hub keeps its turn every switch interval (5 ms).  Two lanes of one thread each:
-    schemas up to :data:`SMALL_SCHEMA_BYTES` (``size``, serialised) never queue behind a large
-    one (four 3 MB schemas made a one-property tool wait 98 s).  The dry run that follows
+    thread the hub keeps its turn every switch interval (5 ms).  Three lanes of one thread each,
+    by size (``size``, serialised): schemas up to :data:`SMALL_SCHEMA_BYTES` never queue behind
+    a larger one (four 3 MB schemas made a one-property tool wait 98 s), nor those up to
+    :data:`MEDIUM_SCHEMA_BYTES` behind the ones above it, which take ~10 s each at the 1 MiB
+    cap (four distinct 1 MB schemas made a 23 KB one wait 53 s).  The dry run that follows
     yields to the hub by itself (:class:`SchemaSampler`)."""
-    lane = "small" if size <= SMALL_SCHEMA_BYTES else "large"
+    lane = "small" if size <= SMALL_SCHEMA_BYTES else "medium" if size <= MEDIUM_SCHEMA_BYTES else "large"
     pool = _POOLS.get(lane)
     if pool is None:
         from gevent.threadpool import ThreadPool

@@ -311,3 +311,32 @@ def test_item6_a_timed_out_tokenize_leaves_no_memory_behind(tiny, monkeypatch):
     del out
     gc.collect()
     assert rss_mb() - before < 150, (before, rss_mb())       # +520-680 MB while it ran
+
+
+def test_item4_a_mid_sized_schema_does_not_wait_behind_large_ones(app_client):
+    """Schemas over 16 KiB shared one lane: four distinct 1 MB ``response_format`` schemas
+    made a 23 KB one from another client wait 53 s.  Schemas up to 128 KiB have a lane of their
+    own (four ~140 KB ones stand in for the 1 MB ones here, to keep the test short)."""
+    def schema(n_props: int, salt: int) -> dict:
+        return {"type": "object", "properties": {f"p{salt}_{i}": {"type": "string", "description": "x" * 100}
+                                                 for i in range(n_props)}}
+
+    def fmt(sch: dict) -> dict:
+        return {"type": "json_schema", "json_schema": {"name": "x", "schema": sch}}
+    c = app_client("--max-num-seqs", "16")
+    body = {"model": "test-model", "messages": USER, "max_tokens": 2}
+    mid = schema(180, 99)
+    assert 16384 < len(orjson.dumps(mid)) < 131072
+    probe = HealthProbe(c)
+    big = [gevent.spawn(c.post, "/v1/chat/completions", json={**body, "response_format": fmt(schema(4000, s))})
+           for s in range(4)]
+    gevent.sleep(0.3)
+    t0 = time.monotonic()
+    r = c.post("/v1/chat/completions", json={**body, "response_format": fmt(mid)})
+    waited = time.monotonic() - t0
+    gevent.joinall(big, raise_error=True)
+    health = probe.stop()
+    assert r.status_code == 200, r.text[:200]
+    assert [g.value.status_code for g in big] == [200] * 4
+    assert waited < 2.0, waited                       # behind the four: 4-6 s
+    assert health < health_bound(1.0), (health, health_bound(1.0))
