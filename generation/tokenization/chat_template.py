@@ -248,12 +248,19 @@ def _bounded_environment_class():
 
         @staticmethod
         def _widening(fn, arg):
+            import functools
+            # ``wordwrap`` takes the environment first (``pass_environment``): the wrapper keeps
+            # that mark (functools.wraps), or Jinja would not pass it ('str' object has no
+            # attribute 'newline_sequence'), and its value and width come one place later
+            skip = 1 if getattr(fn, "jinja_pass_arg", None) is not None else 0
+
+            @functools.wraps(fn)
             def bounded(*args, **kwargs):
-                for a in list(args[arg:arg + 1]) + list(kwargs.values()):
+                value = args[skip:skip + 1]
+                for a in list(args[skip + arg:skip + arg + 1]) + list(kwargs.values()):
                     if isinstance(a, int) and not isinstance(a, bool):
-                        check(a + len(str(args[0])) if args else a)
+                        check(a + len(str(value[0])) if value else a)
                 return fn(*args, **kwargs)
-            bounded.__name__ = fn.__name__
             return bounded
 
         def call(__self, __context, __obj, *args, **kwargs):
