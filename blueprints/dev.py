@@ -20,7 +20,7 @@ import io
 import logging
 
 import orjson
-from flask import Blueprint, Response, abort, request
+from flask import Blueprint, abort, request
 
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter

@@ -17,7 +17,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from generation.adapters import pooling as pa
-from generation.content.pooling import embedding_vector, embedding_vectors
+from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
 from generation.tokenization.tokenizer import each_text
 from schemas.common import load

@@ -12,7 +12,7 @@ from generation.adapters import protocol as p
 from generation.adapters.fields import EMPTY_PROMPT
 
 from .chat import SamplingSchema
-from .common import IntList, StrictBool, StrictInt, are_token_lists, are_tokens
+from .common import StrictBool, StrictInt, are_token_lists, are_tokens
 
 PROMPT_FORMS = ("prompt must be a string, an array of strings, an array of token ids, "
                 "or an array of arrays of token ids")

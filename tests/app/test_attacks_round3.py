@@ -301,7 +301,6 @@ def test_item6_a_timed_out_tokenize_leaves_no_memory_behind(tiny, monkeypatch):
     here, to time out at once)."""
     import gc
 
-    from generation.errors import InvalidParam
     from generation.tokenization import tokenizer as tk
     monkeypatch.setattr(tk, "TOKENIZE_SECONDS", 0.3)
     gc.collect()
