@@ -664,7 +664,8 @@ def test_deeply_nested_kv_transfer_params_is_invalid_argument(engine):
     assert e.value.details().startswith("kv_transfer_params_json.do_remote_prefill: must be a boolean")
 
 
-def test_sigterm_ends_grpc_streams_with_an_abort_and_malformed_messages_log_one_line(tmp_path):
+@pytest.mark.parametrize("beside_http", [True, False], ids=["grpc-port", "grpc"])
+def test_sigterm_ends_grpc_streams_with_an_abort_and_malformed_messages_log_one_line(tmp_path, beside_http):
     """At SIGTERM, gRPC streams were cut with ``UNAVAILABLE``/``CANCELLED`` and no ``complete``
     while the log said "0 request(s) in flight"; 300 malformed messages printed 356 tracebacks.
     Now the streams get the grace, then vLLM's abort output (an empty chunk, a ``complete``
@@ -673,10 +674,10 @@ def test_sigterm_ends_grpc_streams_with_an_abort_and_malformed_messages_log_one_
     port, http = free_port(), free_port()
     log = tmp_path / "out.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(http), "--host", "127.0.0.1",
-                                 "--grpc-port", str(port), "--inter-token-latency", "50ms",
-                                 "--shutdown-timeout", "0.5"], cwd=ROOT, env=_clean_env(None), stdout=out,
-                                stderr=subprocess.STDOUT)
+        where = ["--port", str(http), "--grpc-port", str(port)] if beside_http else ["--grpc", "--port", str(port)]
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *where, "--host", "127.0.0.1",
+                                 "--inter-token-latency", "50ms", "--shutdown-timeout", "0.5"], cwd=ROOT,
+                                env=_clean_env(None), stdout=out, stderr=subprocess.STDOUT)
     try:
         _ready(port, proc)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -703,4 +704,6 @@ def test_sigterm_ends_grpc_streams_with_an_abort_and_malformed_messages_log_one_
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
     assert text.count("could not be parsed") == 1, text[-3000:]
-    assert "shutting down (SIGTERM): 0 request(s) in flight and 5 gRPC stream(s), grace 0.5s" in text, text[-2000:]
+    line = ("shutting down (SIGTERM): 0 request(s) in flight and 5 gRPC stream(s), grace 0.5s" if beside_http
+            else "shutting down: 5 gRPC stream(s) in flight, grace 0.5s")
+    assert line in text, text[-2000:]
