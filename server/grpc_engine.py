@@ -107,8 +107,8 @@ def make_servicer(sim, lifecycle=None):
 
     def produced(seq) -> int:
         """Tokens an aborted non-streamed sequence had made (its output is computed up front):
-        :meth:`generation.engine.simulator.Simulator.produced`, what the metrics count too."""
-        return sim.produced(seq)
+        :meth:`generation.engine.request.Sequence.made_tokens`, what the metrics count too."""
+        return seq.made_tokens(cfg.inter_token_latency, time.monotonic())
 
     class Servicer(pb_grpc.VllmEngineServicer):
         def __init__(self):

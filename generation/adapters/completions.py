@@ -16,7 +16,7 @@ from ..errors import InvalidParam
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text
-from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
+from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
 from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, scheduling_priority, tokens_as_ids,
@@ -116,7 +116,7 @@ def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) 
     tok = sim.tokenizer
     echo = sim.config.mode == "echo"
     if kind == "text":       # every text's length first, then all of them (off the hub past 8 KiB in all)
-        encoded = sim.tokenize_texts(items, add_special_tokens, "prompt")
+        encoded = tokenize_texts(sim, items, add_special_tokens, "prompt")
         lossless = each_text(tok.encode_lossless, items) if echo else None
     for k, item in enumerate(items):
         if kind == "text":

@@ -29,6 +29,8 @@ import time
 from generation.content import pooling as pool
 from generation.engine.request import GenerationRequest, Prompt, Sequence
 from generation.tokenization.tokenizer import plain_message
+
+from .base import tokenize_texts
 from ..errors import InvalidParam
 
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
@@ -82,7 +84,7 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
     if kind == "ids":
         return items
     add_special = data.get("add_special_tokens")
-    return [ids for ids, _ in sim.tokenize_texts(items, True if add_special is None else add_special)]
+    return [ids for ids, _ in tokenize_texts(sim, items, True if add_special is None else add_special)]
 
 
 def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input") -> list:

@@ -127,6 +127,21 @@ class Sequence:
         self.reasoning_span = None       # (r0, r1, c0) into pieces (generation.content.reasoning), or None
         self.aborted_tokens = None       # output tokens made when it was aborted (what the metrics counted)
 
+    def made_tokens(self, itl: float, now: float) -> int:
+        """Output tokens made by ``now`` (monotonic seconds; the output is drawn up front): the
+        step engine's count, else those due from the first token at ``itl`` seconds apart (all
+        of them at 0); once aborted, what it had made then (:attr:`aborted_tokens`, what the
+        metrics counted)."""
+        if self.aborted_tokens is not None:
+            return self.aborted_tokens
+        n = len(self.ids)
+        if self.engine_req is not None:
+            return min(self.engine_req.num_output, n)
+        first = self.first_token_at
+        if not first or first > now:
+            return 0
+        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
+
     def tool_call_of_piece(self) -> list:
         """For each piece of ``pieces``, the index of the tool call it belongs to."""
         out = [0] * len(self.pieces)

@@ -132,19 +132,6 @@ class Simulator(OutputDecisions):
         """A text prompt's ids and pieces (vLLM: special tokens added unless told otherwise)."""
         return self.tokenizer.encode_prompt(text, add_special_tokens)
 
-    def tokenize_texts(self, texts: list, add_special_tokens: bool = True, param: str | None = None) -> list:
-        """``[(ids, pieces), ...]`` of a request's text prompts (completions' ``prompt`` array,
-        pooling ``input``), as :meth:`tokenize_text` each.  With ``param``, every text is first
-        held to :meth:`check_prompt_chars` (all of them before any is tokenized); texts that
-        add up past the tokenizer's thread threshold are tokenized together in its worker
-        thread (:func:`generation.tokenization.tokenizer.each_text`)."""
-        if param is not None:
-            for t in texts:
-                self.check_prompt_chars(len(t), param)
-        from generation.tokenization.tokenizer import each_text
-        encode = self.tokenizer.encode_prompt
-        return each_text(lambda t: encode(t, add_special_tokens), texts)
-
     def tokenize_messages(self, messages, bounded: str | None = None, **chat_options) -> tuple[list, list]:
         """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
         :func:`generation.tokenization.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises
@@ -155,9 +142,8 @@ class Simulator(OutputDecisions):
         if bounded is not None and self.prompt_char_limit() is not None and isinstance(messages, list):
             self.check_prompt_chars(sum(len(content_text(m.get("content"), False)) for m in messages
                                         if isinstance(m, dict)), bounded)
-        limit = self.prompt_char_limit() if bounded is not None else None
-        if limit is not None:        # the rendered text too: a template can build it from little
-            chat_options = {**chat_options, "max_chars": limit, "max_model_len": self.config.max_model_len}
+        if bounded is not None and self.prompt_char_limit() is not None:   # the rendered text too
+            chat_options = {**chat_options, "max_chars": self.prompt_char_limit(), "max_model_len": self.config.max_model_len}
         return tokenize_chat(self.tokenizer, messages, **chat_options)
 
     def prompt_char_limit(self) -> int | None:
@@ -299,34 +285,15 @@ class Simulator(OutputDecisions):
                 pass
 
     def abort(self, seq: Sequence, record: bool = True, reason: str = "abort") -> None:
-        """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot.
-        With ``record``, a sequence that was admitted is counted as vLLM counts an abort (its
-        tokens made so far, :meth:`produced`, and ``finished_reason="abort"``:
-        :meth:`MetricsRecorder.aborted`), once; ``record=False`` for sequences taken back before
-        their request was accepted (a 429).  ``reason``: ``"error"`` when the server failed the
-        request (a 500), so that successes + aborts + errors add up to the requests sent."""
+        """Abort a sequence (client gone, a sibling failed): leave the queue / free the slot; an
+        admitted one is counted once (``MetricsRecorder.aborted``, as ``reason``: ``"error"`` for a
+        500) unless ``record`` is false (taken back from a refused request, a 429)."""
         if seq.state in (SeqState.RUNNING, SeqState.WAITING):
-            seq.aborted_tokens = made = self.produced(seq)
+            seq.aborted_tokens = made = seq.made_tokens(self.config.inter_token_latency, monotonic())
             if record:
                 self.metrics.aborted(seq, made, reason)
             self._release(seq)
         seq.state = SeqState.ABORTED
-
-    def produced(self, seq: Sequence, now: float | None = None) -> int:
-        """Output tokens ``seq`` has been generated so far (its output is drawn up front): the
-        step engine's count, else those due by ``now`` (default: now) from its first token at
-        the configured inter-token latency (all of them at 0); once aborted, what it had then."""
-        if seq.aborted_tokens is not None:
-            return seq.aborted_tokens
-        n = len(seq.ids)
-        if seq.engine_req is not None:
-            return min(seq.engine_req.num_output, n)
-        first = seq.first_token_at
-        now = monotonic() if now is None else now
-        if not first or first > now:
-            return 0
-        itl = self.config.inter_token_latency
-        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
 
     # ---- running --------------------------------------------------------------------------
     def _wait_for_slot(self, seq: Sequence) -> None:
@@ -368,9 +335,8 @@ class Simulator(OutputDecisions):
                 seq.event = None
 
     def cancel(self, seqs, reason: str = "abort") -> None:
-        """The client went away (or, ``reason="error"``, the server failed the request): abort
-        every unfinished sequence now (slot freed, queue left, counted as :meth:`abort` counts)
-        and wake their greenlets, which then raise ClientDisconnected."""
+        """The client went away (``reason`` "error": the server failed it): abort every unfinished
+        sequence now (see :meth:`abort`) and wake their greenlets to raise ClientDisconnected."""
         hub = get_hub()
         for seq in seqs:
             if seq.state in (SeqState.RUNNING, SeqState.WAITING, SeqState.INSTANT):
