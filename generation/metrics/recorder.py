@@ -24,6 +24,10 @@ Simulator choices (README, "Metrics"):
   series created at 0: a tool-call answer counts as ``stop``, a P/D prefill answer
   (``remote_decode``) as ``length`` (vLLM's prefill node stops at max_tokens=1), a
   ``cache_threshold`` refusal as ``abort``;
+* a request the client abandons after admission is counted (:meth:`MetricsRecorder.aborted`):
+  its prompt once prefilled, the tokens made until then and ``finished_reason="abort"``
+  (``"error"`` when the server failed it), so that the success counter adds up to the
+  requests sent (released vLLM counts the tokens but not the abort: its issue 31503);
 * without engine steps (every calculator but ``step``), ``vllm:iteration_tokens_total`` gets, per
   finished sequence, one prefill step of its computed prompt tokens plus its first token, and one
   1-token step per further output token, and nothing is preempted (``vllm:num_preemptions``
