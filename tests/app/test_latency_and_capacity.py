@@ -314,9 +314,10 @@ def test_aborted_streams_are_counted_as_vllm_counts_them(app_client, mode):
     done = chat(api, max_tokens=3, ignore_eos=True).json()["usage"]
     for call in calls:
         call.leave()
-    # tokens the five could have made by now: at the ITL, or (step mode) the engine's steps' pace
-    due = 5 * (1 + (time.monotonic() - t0) / 0.020) if not mode else 5 * 100
     wait_until(lambda: gauges(api) == (0, 0), 0.5, "streams aborted")
+    # tokens the five could have made before they were aborted: at the ITL, or (step mode) at
+    # the engine's steps' pace
+    due = 5 * (1 + (time.monotonic() - t0) / 0.020) if not mode else 5 * 100
     for call in calls:
         call.close()
     after = scrape(api)
