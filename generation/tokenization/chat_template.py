@@ -213,13 +213,15 @@ def _bounded_environment_class():
     (``{{ 'ab' * 100000000 }}`` killed the process in the tokenizer): ``*``, ``+``, ``**`` and
     ``%``, ``~`` (compiled to :func:`bounded_concat`), every filter (:func:`_filter_size`:
     ``tojson``, ``join``, ``replace``, ``center``, ``indent``, ...), and the ``str`` methods
-    a template may call (:func:`_str_method_size`: ``ljust``, ``replace``, ``join``, ...); what
+    a template may call (:func:`_str_method_size`: ``ljust``, ``replace``, ``join``, ...) and
+    the ``lipsum`` global (up to 16 characters a word); what
     a render builds in all is bounded by :data:`BUILD_BUDGET`.  Loops are bounded by the
     sandbox's ``range`` (100,000) and by the render's time limit (:func:`render_bounded`)."""
     import re
 
     from jinja2.compiler import CodeGenerator
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.utils import generate_lorem_ipsum
     width = re.compile(r"%[-+ #0]*(\d{7,}|\*)")
     spec_width = re.compile(r"\{[^{}]*:[^{}]*?(\d{7,})[^{}]*\}")
 
@@ -264,6 +266,13 @@ def _bounded_environment_class():
             return bounded
 
         def call(__self, __context, __obj, *args, **kwargs):
+            if __obj is generate_lorem_ipsum:       # Jinja's ``lipsum`` global: n paragraphs of up
+                n, _, low, high = (list(args) + [5, True, 20, 100][len(args):])[:4]     # to max words
+                n, high = kwargs.get("n", n), kwargs.get("max", high)
+                if isinstance(n, int) and isinstance(high, int):
+                    check(max(n, 0) * max(high, 0) * 16)
+            elif getattr(__obj, "__name__", "") == "strftime_now" and args and isinstance(args[0], str):
+                check(len(args[0]) * 16)           # transformers' global: ``%c`` is 2 -> 24 characters
             # jinja2 wraps ``str.format`` in a sandboxed formatter (the method is its __wrapped__)
             owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
             if isinstance(owner, str):

@@ -168,6 +168,9 @@ KEEP = ('{% set ns = namespace(l=[], s="a" * 8000000) %}{% for i in range(1000) 
     ("{{ '{:>{}}'.format('a', 100000000) }}", "would build 100000015 characters"),
     ("{{ ('ab' * 4000000)|list|length }}", "would build 72000000 characters"),
     ("{{ ('a b ' * 2000000).split()|length }}", "would build 72000000 characters"),
+    ("{{ lipsum(20000)|length }}", "would build 32000000 characters"),                 # Jinja's global
+    ("{{ lipsum(1, false, 1000000, 1000000)|length }}", "would build 16000000 characters"),
+    ("{{ strftime_now('%c' * 4000000)|length }}", "would build 128000000 characters"),  # transformers'
 ])
 def test_item3_every_way_a_template_builds_strings_is_bounded(trusting, template, message, capfd):
     """``~`` and namespace assignment were unbounded (one request took RSS from 0.7 to 2.3 GB,
@@ -209,7 +212,7 @@ def test_item3_ordinary_templates_still_render(trusting):
                 "{% set ns.out = ns.out ~ '<|' ~ m.role ~ '|>' + m.content.replace('hi', 'hello') %}{% endfor %}"
                 "{{ ns.out }}|{{ tools|tojson(indent=4)|length }}|{{ '{}-{}'.format(1, 'x') }}|"
                 "{{ ['a', 'b']|join(',') }}|{{ 'a b'.split()|length }}|{{ 'x'|center(5) }}|{{ 'ab' * 3 }}|"
-                "{{ 'aaa bbb'|wordwrap(4) }}")
+                "{{ 'aaa bbb'|wordwrap(4) }}|{{ lipsum(1, false, 3, 5)|length > 0 }}|{{ strftime_now('%Y')|length }}")
     tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {
         "type": "object", "properties": {f"p{j}": {"type": "string", "description": "d" * 50} for j in range(20)}}}}
              for i in range(50)]
@@ -221,7 +224,7 @@ def test_item3_ordinary_templates_still_render(trusting):
     text = text.replace("Ċ", "\n")
     # wordwrap (it takes the environment first) failed with "'str' object has no attribute
     # 'newline_sequence'" behind the bounded wrapper before
-    assert text == f"<|user|>hello|{len(_json.dumps(tools, indent=4))}|1-x|a,b|2|  x  |ababab|aaa\nbbb", text[:200]
+    assert text == f"<|user|>hello|{len(_json.dumps(tools, indent=4))}|1-x|a,b|2|  x  |ababab|aaa\nbbb|True|4", text[:200]
 
 
 @pytest.mark.parametrize("kv,param", [
