@@ -152,9 +152,9 @@ def _filter_size(name: str, args, kwargs) -> int | None:
         return None
     value = args[0]
     if name in ("tojson", "escape", "e", "forceescape", "urlencode", "string", "pprint", "list", "join",
-                "xmlattr", "format", "safe"):
+                "xmlattr", "format", "safe", "urlize"):
         size = ESCAPE_WIDTH * text_size(value) if name in ("tojson", "escape", "e", "forceescape", "urlencode", "xmlattr") \
-            else text_size(value)
+            else 2 * ESCAPE_WIDTH * text_size(value) if name == "urlize" else text_size(value)    # <a href=...>
         if name == "tojson":
             indent = kwargs.get("indent", args[2] if len(args) > 2 else None)
             width = len(indent) if isinstance(indent, str) else (indent if isinstance(indent, int) else 0)
@@ -167,6 +167,9 @@ def _filter_size(name: str, args, kwargs) -> int | None:
                 size += len(sep) * len(value)
         elif name == "list" and isinstance(value, str):
             size *= 9                 # a pointer per character
+        elif name == "pprint":        # a line per item, indented by its depth
+            lines, depth = json_lines(value)
+            size += lines * (depth + 1)
         elif name == "format":
             size += sum(text_size(a) for a in args[1:]) + sum(text_size(v) for v in kwargs.values())
         return size
