@@ -356,3 +356,36 @@ def test_item4_a_mid_sized_schema_does_not_wait_behind_large_ones(app_client):
     assert [g.value.status_code for g in big] == [200] * 4
     assert waited < 2.0, waited                       # behind the four: 4-6 s
     assert health < health_bound(1.0), (health, health_bound(1.0))
+
+
+def test_item4_clients_take_turns_in_a_schema_lane(app_client):
+    """Within a lane, one client's queue of large schemas no longer makes another client's wait
+    for all of them: the clients (peer addresses) take turns.  Client A sends four distinct
+    ~140 KB schemas, client B one 0.3 s later: B's is checked second, not fifth."""
+    import httpx
+
+    def schema(n_props: int, salt: int) -> dict:
+        return {"type": "object", "properties": {f"p{salt}_{i}": {"type": "string", "description": "x" * 100}
+                                                 for i in range(n_props)}}
+
+    def fmt(sch: dict) -> dict:
+        return {"type": "json_schema", "json_schema": {"name": "x", "schema": sch}}
+    a = app_client("--max-num-seqs", "16")
+    b = httpx.Client(transport=httpx.WSGITransport(app=a.app, remote_addr="10.0.0.2"), base_url="http://sim")
+    body = {"model": "test-model", "messages": USER, "max_tokens": 2}
+    done = {}
+
+    def send(client, name, salt):
+        r = client.post("/v1/chat/completions", json={**body, "response_format": fmt(schema(4000, salt))})
+        done[name] = (time.monotonic(), r.status_code)
+    probe = HealthProbe(a)
+    jobs = [gevent.spawn(send, a, f"a{i}", 100 + i) for i in range(4)]
+    gevent.sleep(0.3)
+    jobs.append(gevent.spawn(send, b, "b", 200))
+    gevent.joinall(jobs, raise_error=True)
+    health = probe.stop()
+    b.close()
+    order = sorted(done, key=lambda k: done[k][0])
+    assert {v[1] for v in done.values()} == {200}, done
+    assert order.index("b") <= 2, order            # FIFO: last (a0 a1 a2 a3 b)
+    assert health < health_bound(1.0), (health, health_bound(1.0))
