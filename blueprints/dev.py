@@ -2,8 +2,9 @@
 
 * ``POST /reset_prefix_cache`` (dev mode: ``VLLM_SERVER_DEV_MODE=1``, else 404 as vLLM does
   not register it): forgets every cached KV block and publishes ``AllBlocksCleared``; refused
-  while requests hold blocks unless ``?reset_running_requests=true``; answers vLLM's
-  ``{"success": bool}`` (200 either way; ``reset_external`` has no connector to reset).
+  while requests hold blocks unless ``?reset_running_requests=true``.  Answers 200 with
+  ``{"success": bool}`` as current vLLM (``false``: refused, the caller may retry; an empty
+  200 before, which a caller could not tell from a reset).
 * ``GET /server_info`` (dev mode): ``{"vllm_config": <text>}``, or the configuration as an
   object with ``?config_format=json``.
 * ``GET /kv_event_sources`` (always registered, as vLLM's router): a bare JSON array with one
@@ -53,11 +54,11 @@ def _flag(name: str) -> bool:
 def reset_prefix_cache():
     _dev_mode()
     sim = simulator()
-    success = True
-    if sim.kv_cache is not None and not sim.kv_cache.reset_prefix_cache(_flag("reset_running_requests")):
+    log.info("Resetting prefix cache...")
+    success = sim.kv_cache is None or sim.kv_cache.reset_prefix_cache(_flag("reset_running_requests"))
+    if not success:
         log.warning("Failed to reset prefix cache because some blocks are not freed yet")
-        success = False
-    return json_response({"success": success})
+    return json_response({"success": bool(success)})
 
 
 @bp.get("/server_info")

@@ -17,8 +17,9 @@ import orjson
 from flask import Blueprint, Response, request
 
 from generation.adapters import pooling as pa
-from generation.content.pooling import embedding_vector
+from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
+from generation.tokenization.tokenizer import each_text
 from schemas.common import load
 from schemas.pooling import (classify_request_schema, cohere_embed_request_schema, pooling_request_schema,
                              rerank_request_schema, score_request_schema)
@@ -43,15 +44,24 @@ def register(app, kind: str) -> None:
 
 
 def run_pooled(sim, seqs) -> None:
-    """Admit ``seqs`` and wait until they finish (slot, queue, prefill time, metrics).  Raises
-    QueueFullError (429) or ClientDisconnected; anything admitted is released on failure."""
+    """Admit ``seqs`` and wait until they finish (slot, queue, prefill time, metrics), in waves
+    of at most ``--max-num-seqs`` when there are more than the seats and the waiting queue hold
+    together (vLLM's engine takes a 2,048-document rerank whole and runs it ``max_num_seqs`` at
+    a time; here the default 1,024 seats and 1,000 queue places made every 2,048-document rerank
+    a 429, against the documented 2,048 limit).  Raises QueueFullError (429) when a wave finds
+    the queue full, or ClientDisconnected; anything admitted is released on failure."""
     environ = request.environ
-    sim.admit(seqs, received_at(environ))
-    try:
-        run_to_completion(sim, seqs, environ)
-    except BaseException:
-        sim.cancel(seqs)
-        raise
+    cfg = sim.config
+    wave = len(seqs) if len(seqs) <= cfg.max_num_seqs + cfg.max_waiting_queue_length else max(cfg.max_num_seqs, 1)
+    arrived = received_at(environ)
+    for lo in range(0, len(seqs), wave):
+        part = seqs[lo:lo + wave]
+        sim.admit(part, arrived)
+        try:
+            run_to_completion(sim, part, environ)
+        except BaseException:
+            sim.cancel(part)
+            raise
 
 
 def _reply(body: dict, rid: str) -> Response:
@@ -134,9 +144,10 @@ def _scored(data: dict, rerank: bool):
     kind = cfg.pooling_kind
     queries, docs, pairs = pa.score_pairs(data, rerank)
     display, lora = sim.resolve_model(data.get("model"))
-    enc = sim.tokenizer.encode
-    q_ids = [enc(pa.item_text(q))[0] for q in queries]
-    d_ids = [enc(pa.item_text(d))[0] for d in docs]
+    # the texts together: off the hub past 8 KiB in all (2,048 short documents add up)
+    encoded = each_text(sim.tokenizer.encode, [pa.item_text(x) for x in queries + docs])
+    q_ids = [ids for ids, _ in encoded[:len(queries)]]
+    d_ids = [ids for ids, _ in encoded[len(queries):]]
     trunc = data.get("truncate_prompt_tokens")
     if kind == "embed":          # a bi-encoder embeds each text on its own
         q_ids = pa.fit_context(cfg, q_ids, trunc, "scoring", "query" if rerank else "queries")
@@ -198,7 +209,10 @@ def create_cohere_embed():
     if len(items) > pa.MAX_INPUTS:
         raise APIError(f"{param} must have at most {pa.MAX_INPUTS} items, got {len(items)}.", 400, param)
     _check_values(len(items), dims)
-    token_lists = [sim.tokenizer.encode(x)[0] if param == "texts" else sim.tokenize_messages(x)[0] for x in items]
+    if param == "texts":      # together: off the hub past 8 KiB in all
+        token_lists = [ids for ids, _ in each_text(sim.tokenizer.encode, items)]
+    else:
+        token_lists = [sim.tokenize_messages(x)[0] for x in items]
     max_tokens, truncate = data.get("max_tokens"), data.get("truncate") or "END"
     if truncate == "NONE":
         if max_tokens is not None:
@@ -213,7 +227,7 @@ def create_cohere_embed():
     rid = request_id(sim)
     run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, token_lists))
     size = cfg.default_embedding_dimensions
-    vectors = [embedding_vector(ids, dims, size) for ids in token_lists]
+    vectors = embedding_vectors(token_lists, dims, size)
     body = {"id": f"embd-{rid}", "embeddings": pa.cohere_embeddings(vectors, data.get("embedding_types") or ["float"])}
     if param == "texts" and texts:
         body["texts"] = texts

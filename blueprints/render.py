@@ -18,7 +18,7 @@ from werkzeug.exceptions import NotFound
 
 from generation.errors import InvalidParam
 from generation.tokenization.multimodal import media_items, mm_features
-from generation.tokenization.tokenizer import chat_options
+from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
 from schemas.common import load
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 
@@ -182,4 +182,9 @@ def detokenize():
     if tokens is None:
         raise InvalidParam("tokens: Field required.", "tokens")
     _check_optional_model(sim, body.model)
+    # vLLM bounds no detokenize; a long list (a 4 MiB body holds 2 M ids: 1.5 s of the
+    # simulated tokenizer's Python) is decoded in the tokenizer's worker thread, as long texts
+    # are tokenized, so that the hub keeps its turns
+    if len(tokens) > OFFLOAD_CHARS:
+        return json_response({"prompt": off_hub(sim.tokenizer.decode_ids, tokens)})
     return json_response({"prompt": sim.tokenizer.decode_ids(tokens)})

@@ -37,6 +37,7 @@ from werkzeug.exceptions import HTTPException
 from generation.adapters.base import check_work
 from generation.engine.simulator import ClientDisconnected
 from generation.errors import SimulatorError
+from generation.structured.tool_validation import CLIENT as SCHEMA_CLIENT
 from schemas.common import load
 
 from .common import (SSE_HEADERS, dumps_paced, hang_up, header_checks, parse_json_body, received_at, request_id,
@@ -57,6 +58,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
     list of bytes (JSON) or the SSE generator.  ``limit``: the body size limit in bytes.
     Raises the domain errors of each step (the caller renders them in ``adapter_cls.envelope``)
     and ClientDisconnected when a non-streaming client left while it waited."""
+    SCHEMA_CLIENT.set(environ.get("REMOTE_ADDR"))     # schema checks take turns by client
     body = load(schema, parse_json_body(environ, limit))
     adapter = adapter_cls(sim, body)
     rid = request_id(sim, adapter.body_request_id(), environ)
@@ -83,8 +85,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
             body = [orjson.dumps(adapter.render(seqs))]
         else:
             body = render_large(adapter, seqs)
-    except BaseException:
-        sim.cancel(seqs)
+    except BaseException as e:      # the client left (an abort), or the server failed it (an error)
+        sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")
         raise
     size = sum(len(p) for p in body)
     return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(size))], body

@@ -12,7 +12,7 @@ from marshmallow import ValidationError, fields, validates
 
 from generation.adapters import protocol as p
 
-from .common import (LaxBool, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (IntList, LaxBool, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 
 
@@ -89,9 +89,9 @@ class SamplingSchema(SamplingKnobsSchema):
     prompt_logprobs = StrictInt()
     request_id = fields.String()
     logit_bias = fields.Dict()
-    stop_token_ids = fields.List(StrictInt())
+    stop_token_ids = IntList()
     cache_salt = fields.Raw()
-    logprob_token_ids = fields.List(StrictInt())
+    logprob_token_ids = IntList()
     return_tokens_as_token_ids = StrictBool()
     truncate_prompt_tokens = StrictInt()
     truncation_side = fields.String()

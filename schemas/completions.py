@@ -5,8 +5,6 @@ ids, or a list of token-id lists (api.md 5.2.2); empty forms are rejected with 4
 """
 from __future__ import annotations
 
-import numbers
-
 from marshmallow import ValidationError, fields
 
 from generation.adapters import protocol as p
@@ -14,14 +12,10 @@ from generation.adapters import protocol as p
 from generation.adapters.fields import EMPTY_PROMPT
 
 from .chat import SamplingSchema
-from .common import StrictBool, StrictInt
+from .common import StrictBool, StrictInt, are_token_lists, are_tokens
 
 PROMPT_FORMS = ("prompt must be a string, an array of strings, an array of token ids, "
                 "or an array of arrays of token ids")
-
-
-def _is_token(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= 0xFFFFFFFF
 
 
 class PromptField(fields.Field):
@@ -40,13 +34,13 @@ class PromptField(fields.Field):
             if any(v == "" for v in value):
                 raise ValidationError("prompt must not contain an empty string")
             return ("text", value)
-        if all(_is_token(v) for v in value):
-            return ("ids", [list(value)])
+        if are_tokens(value):
+            return ("ids", [value])
         if all(isinstance(v, list) for v in value):
             if any(len(v) == 0 for v in value):
                 raise ValidationError("prompt must not contain an empty token-id array")
-            if all(_is_token(t) for v in value for t in v):
-                return ("ids", [list(v) for v in value])
+            if are_token_lists(value):
+                return ("ids", value)
         raise ValidationError(PROMPT_FORMS)
 
 

@@ -9,12 +9,10 @@ least 1.
 """
 from __future__ import annotations
 
-import numbers
-
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
-from .common import BaseSchema, StrictBool, StrictInt
+from .common import BaseSchema, StrictBool, StrictInt, are_token_lists, are_tokens
 
 ENCODING_FORMATS = ("float", "base64", "bytes", "bytes_only")
 EMBED_DTYPES = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")      # vLLM's EmbedDType
@@ -24,10 +22,6 @@ INPUT_REQUIRED = "input is required and must be a non-empty string or array"
 INPUT_FORMS = ("input must be a string, an array of strings, an array of token ids, "
                "or an array of arrays of token ids")
 MAX_DIMENSIONS = 65536        # a bound on the vector size a request may ask for (memory)
-
-
-def _is_token(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= 0xFFFFFFFF
 
 
 class EmbeddingInputField(fields.Field):
@@ -46,13 +40,13 @@ class EmbeddingInputField(fields.Field):
             if any(v == "" for v in value):
                 raise ValidationError("input cannot be an empty string")
             return ("text", list(value))
-        if all(_is_token(v) for v in value):
-            return ("ids", [list(value)])
+        if are_tokens(value):
+            return ("ids", [value])
         if all(isinstance(v, list) for v in value):
             if any(len(v) == 0 for v in value):
                 raise ValidationError("input must not contain an empty token-id array")
-            if all(_is_token(t) for v in value for t in v):
-                return ("ids", [list(v) for v in value])
+            if are_token_lists(value):
+                return ("ids", value)
         raise ValidationError(INPUT_FORMS)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validate
 
-from .common import BaseSchema, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictInt, StringOrList
+from .common import BaseSchema, IntList, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictInt, StringOrList
 from .render import TokenIdList
 
 from generation.adapters import protocol as p
@@ -30,7 +30,7 @@ class SamplingParamsSchema(SamplingKnobsSchema):
     n = StrictInt()
     ignore_eos = StrictBool()
     stop = StringOrList()
-    stop_token_ids = fields.List(StrictInt())
+    stop_token_ids = IntList()
     logprobs = StrictInt()
     detokenize = StrictBool()
     skip_special_tokens = StrictBool()

@@ -145,6 +145,12 @@ def waiting_greenlets() -> set:
     return _turns.waiting_greenlets() if _turns is not None else set()
 
 
+def waiting_count() -> int:
+    """Requests waiting their turn now (0 before :func:`install`): more than a few means a
+    burst is arriving faster than requests are let in."""
+    return len(_turns.waiting) if _turns is not None else 0
+
+
 def drop_waiting() -> list:
     """:meth:`ArrivalTurns.drop_waiting` of the installed turns (empty before :func:`install`)."""
     return _turns.drop_waiting() if _turns is not None else []

@@ -39,6 +39,8 @@ import math
 import time
 from datetime import datetime, timezone
 
+import orjson
+
 from .grpc_support import KvEventRelay, build_tokenizer_zip, scheduler_state, tokenizer_chunks, tokenizer_dir
 
 log = logging.getLogger("vllm_sim")
@@ -105,16 +107,8 @@ def make_servicer(sim, lifecycle=None):
 
     def produced(seq) -> int:
         """Tokens an aborted non-streamed sequence had made (its output is computed up front):
-        the step engine's count, else those due by now at the configured inter-token latency."""
-        n = len(seq.ids)
-        if seq.engine_req is not None:
-            return min(seq.engine_req.num_output, n)
-        first = seq.first_token_at
-        now = time.monotonic()
-        if not first or first > now:
-            return 0
-        itl = cfg.inter_token_latency
-        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
+        :meth:`generation.engine.request.Sequence.made_tokens`, what the metrics count too."""
+        return seq.made_tokens(cfg.inter_token_latency, time.monotonic())
 
     class Servicer(pb_grpc.VllmEngineServicer):
         def __init__(self):
@@ -140,9 +134,9 @@ def make_servicer(sim, lifecycle=None):
             max_tokens = sp.max_tokens if sp.HasField("max_tokens") else None
             kv_params = None
             if request.HasField("kv_transfer_params_json"):
-                try:
-                    kv_params = json.loads(request.kv_transfer_params_json)
-                except ValueError as e:
+                try:       # orjson: nesting past 1024 levels is a JSON error (json's RecursionError was UNKNOWN)
+                    kv_params = orjson.loads(request.kv_transfer_params_json)
+                except orjson.JSONDecodeError as e:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"kv_transfer_params_json is not JSON: {e}")
                 if not isinstance(kv_params, dict):
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kv_transfer_params_json must be a JSON object")
@@ -157,7 +151,7 @@ def make_servicer(sim, lifecycle=None):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Request id {rid} already running.")
             try:
                 check_limits(max_tokens, sp.ignore_eos, sp.n or 1)
-                check_kv_transfer(kv_params, request.stream)
+                check_kv_transfer(kv_params, request.stream, "kv_transfer_params_json")
                 check_size(sim, sp.n or 1, False)         # more choices than could ever be admitted: 429
                 req = GenerationRequest(request_id=rid, model=cfg.served_names[0], prompts=[Prompt(ids)],
                                         n=sp.n or 1, max_tokens=max_tokens, ignore_eos=sp.ignore_eos,
@@ -245,6 +239,15 @@ def make_servicer(sim, lifecycle=None):
             finally:
                 sim.cancel(seqs)
                 self.active.pop(rid, None)
+
+        def in_flight(self) -> int:
+            """``Generate`` calls running now."""
+            return len(self.active)
+
+        def abort_all(self) -> None:
+            """Abort every ``Generate`` call in flight (shutdown past its grace)."""
+            for seqs in list(self.active.values()):
+                sim.cancel(seqs)
 
         def Abort(self, request, context):
             for rid in request.request_ids:
@@ -398,6 +401,69 @@ def make_servicer(sim, lifecycle=None):
     return Servicer()
 
 
+class QuietMalformed(logging.Filter):
+    """grpcio logs ``Exception deserializing message!`` with a full traceback for every
+    malformed request (300 such messages printed 356 tracebacks); the client gets its
+    ``INTERNAL`` status all the same.  This filter, on grpcio's ``grpc._common`` logger, turns
+    them into one line without the traceback, at most one per :data:`EVERY` seconds, naming how
+    many were left out meanwhile; other records pass untouched."""
+    EVERY = 10.0
+
+    def __init__(self):
+        super().__init__()
+        self.next_at = 0.0
+        self.left_out = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Exception deserializing"):
+            return True
+        now = time.monotonic()
+        if now < self.next_at:
+            self.left_out += 1
+            return False
+        record.msg = "gRPC: a request message could not be parsed (answered INTERNAL, as grpcio does)" + (
+            f"; {self.left_out} more in the last {self.EVERY:g} s" if self.left_out else "")
+        record.args = ()
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self.next_at, self.left_out = now + self.EVERY, 0
+        return True
+
+
+def quiet_grpc_logs() -> None:
+    """Install :class:`QuietMalformed` on grpcio's logger (once)."""
+    logger = logging.getLogger("grpc._common")
+    if not any(isinstance(f, QuietMalformed) for f in logger.filters):
+        logger.addFilter(QuietMalformed())
+
+
+ABORT_MARGIN = 1.0       # s: past the grace, what aborted gRPC streams get to send their last messages
+
+
+def stop_grpc(server, grace: float):
+    """Stop ``server`` (a :func:`start_grpc_server` one) as vLLM's shutdown stops requests: new
+    RPCs are refused at once, ``Generate`` streams in flight get ``grace`` seconds to finish,
+    then their requests are aborted, so that each stream ends with vLLM's abort output (an
+    empty chunk and a ``complete`` whose finish reason is ``abort``; not streamed: the tokens
+    made so far) instead of being cut with ``CANCELLED``.  Returns grpcio's stop event (set once
+    every RPC has ended, :data:`ABORT_MARGIN` after the grace at the latest)."""
+    import gevent
+    servicer = getattr(server, "servicer", None)
+    stopped = server.stop(grace + ABORT_MARGIN)
+
+    def abort_after_grace():
+        deadline = time.monotonic() + grace
+        while servicer.in_flight() and time.monotonic() < deadline:
+            gevent.sleep(min(0.05, max(deadline - time.monotonic(), 0.0)))
+        servicer.abort_all()
+    if servicer is not None:
+        if grace > 0:
+            gevent.spawn(abort_after_grace)
+        else:
+            servicer.abort_all()
+    return stopped
+
+
 def start_grpc_server(sim, address: str, lifecycle=None, max_workers: int = 10000):
     """Serve ``VllmEngine`` (with health and reflection) on ``address`` (``host:port``) from this
     process's gevent hub.  Returns the started ``grpc.Server``; raises RuntimeError when the
@@ -409,11 +475,13 @@ def start_grpc_server(sim, address: str, lifecycle=None, max_workers: int = 1000
     from grpc_reflection.v1alpha import reflection
 
     grpc_gevent.init_gevent()
+    quiet_grpc_logs()
     _, pb, pb_grpc = _pb()
     from .grpc_access import access_interceptors
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
                          options=[("grpc.so_reuseport", 0)], interceptors=access_interceptors(sim.config))
-    pb_grpc.add_VllmEngineServicer_to_server(make_servicer(sim, lifecycle), server)
+    servicer = make_servicer(sim, lifecycle)
+    pb_grpc.add_VllmEngineServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE):
@@ -428,5 +496,6 @@ def start_grpc_server(sim, address: str, lifecycle=None, max_workers: int = 1000
         raise RuntimeError(f"cannot serve gRPC on {address}")
     server.start()
     server.health_servicer = health_servicer
+    server.servicer = servicer           # for stop_grpc: its streams in flight
     log.info("gRPC %s on %s (health, reflection)", SERVICE, address)
     return server

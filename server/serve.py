@@ -180,8 +180,9 @@ def serve_grpc(config, app_factory) -> int:
     grace = shutdown_grace(config)
     if lifecycle is not None:
         lifecycle.draining = True
-    log.info("shutting down: gRPC grace %gs", grace)
-    server.stop(grace).wait(grace + 1.0)
+    from .grpc_engine import stop_grpc
+    log.info("shutting down: %d gRPC stream(s) in flight, grace %gs", server.servicer.in_flight(), grace)
+    stop_grpc(server, grace).wait(grace + 2.0)
     log.info("shutdown complete")
     return 0
 

@@ -168,11 +168,18 @@ class SimWorker(GeventWorker):
         self.alive = False
         for server in servers:
             server.close()                    # stop accepting
-        grpc_stopped = self.grpc_server.stop(grace) if self.grpc_server is not None else None
+        grpc_flight = 0
+        grpc_stopped = None
+        if self.grpc_server is not None:
+            from .grpc_engine import stop_grpc
+            servicer = getattr(self.grpc_server, "servicer", None)
+            grpc_flight = servicer.in_flight() if servicer is not None else 0
+            grpc_stopped = stop_grpc(self.grpc_server, grace)
         for _, proc in self.children:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGQUIT if self._fast else signal.SIGTERM)
-        log.info("shutting down (%s): %d request(s) in flight, grace %gs", name, len(self._busy), grace)
+        log.info("shutting down (%s): %d request(s) in flight%s, grace %gs", name, len(self._busy),
+                 f" and {grpc_flight} gRPC stream(s)" if grpc_flight else "", grace)
         arrived = self._close_idle(servers)
         deadline = time.monotonic() + grace
         from .arrivals import drop_waiting, waiting_greenlets
@@ -197,7 +204,7 @@ class SimWorker(GeventWorker):
         for server in servers:
             server.stop(timeout=0.5)
         if grpc_stopped is not None:
-            grpc_stopped.wait(grace + 1.0)
+            grpc_stopped.wait(grace + 2.0)
         for rank, proc in self.children:
             try:
                 code = proc.wait(timeout=grace + 3.0)

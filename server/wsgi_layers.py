@@ -293,6 +293,21 @@ class _Counted:
 CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"     # Starlette's ALL_METHODS
 UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
 NO_BODY_POSTS = frozenset({"/ping"})      # a probe: changes nothing, takes anything
+CROSS_SITE = ("A POST without a body from another site's page is refused: send it with "
+              "'Content-Type: application/json' (a browser then asks first: a CORS preflight)")
+
+
+def _cross_origin(environ: dict) -> bool:
+    """Whether a browser marked the request as coming from another origin's page:
+    ``Sec-Fetch-Site`` ``cross-site`` or ``same-site`` (another port or subdomain), or an
+    ``Origin`` (``null`` included) whose host differs from the ``Host`` header.  Command-line
+    clients send neither header."""
+    if environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site"):
+        return True
+    origin = environ.get("HTTP_ORIGIN")
+    if origin is None:
+        return False
+    return origin.split("://", 1)[-1].rstrip("/").lower() != environ.get("HTTP_HOST", "").lower()
 
 
 class RequestGuard:
@@ -306,7 +321,12 @@ class RequestGuard:
       ``application/json``, or a body without one, is a 400 (vLLM's message) on every POST
       route, as vLLM's ``validate_json_request`` does on its JSON routes.  A browser can send
       ``text/plain`` or a form cross-site without a preflight; a body-less POST (``/sleep?level=1``)
-      passes.  ``/ping`` is exempt."""
+      passes from a command line, but not from another site's page (issue 31 item 12: a
+      ``fetch(url, {method: "POST", mode: "no-cors"})`` sends exactly that and put the server
+      to sleep): one that a browser marks cross-origin (``Sec-Fetch-Site`` ``cross-site`` /
+      ``same-site``, or an ``Origin`` other than the ``Host``) is a 400; with
+      ``Content-Type: application/json`` the browser asks first (a preflight), as CORS wants.
+      ``/ping`` is exempt."""
 
     def __init__(self, wsgi_app):
         self.wsgi_app = wsgi_app
@@ -322,6 +342,8 @@ class RequestGuard:
                 ok = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
             if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS:
                 return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA)
+            if not ctype and environ.get("PATH_INFO") not in NO_BODY_POSTS and _cross_origin(environ):
+                return self._error(environ, start_response, 400, CROSS_SITE)
         elif method == "OPTIONS" and environ.get("HTTP_ORIGIN") and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ:
             headers = [("Access-Control-Allow-Origin", "*"), ("Access-Control-Allow-Methods", CORS_METHODS),
                        ("Access-Control-Max-Age", "600")]

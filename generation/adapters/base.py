@@ -25,7 +25,7 @@ import orjson
 from generation import VLLM_VERSION
 from ..errors import InvalidParam, QueueFullError
 from generation.engine.request import GenerationRequest, Prompt
-from generation.tokenization.tokenizer import plain_message
+from generation.tokenization.tokenizer import each_text, plain_message
 
 dumps = orjson.dumps
 
@@ -147,9 +147,57 @@ def check_work(sim, units: int, formula: str, param: str) -> None:
                            f"({formula}), more than the {cap} one request may ask (--max-request-work).", param)
 
 
-def check_kv_transfer(kv: dict | None, stream: bool) -> None:
-    if kv and kv.get("do_remote_decode") and stream:
+KV_TRANSFER_TYPES = {        # the P/D connector's keys (vLLM's NixlConnector reads them) and their JSON types
+    "do_remote_prefill": "boolean", "do_remote_decode": "boolean", "remote_block_ids": "array of block ids",
+    "remote_engine_id": "string", "remote_host": "string", "remote_request_id": "string",
+    "remote_port": "port", "tp_size": "positive integer",
+}
+
+
+def _kv_value_ok(kind: str, v) -> bool:
+    if kind == "boolean":
+        return isinstance(v, bool)
+    if kind == "string":
+        return isinstance(v, str)
+    if isinstance(v, bool) or not isinstance(v, int):
+        # block ids are integers to vLLM's connector; this simulator's own prefill answers carry
+        # the reference's ["DUMMY_ID"], which a P/D router hands back, so strings pass too
+        return kind == "array of block ids" and isinstance(v, list) and all(
+            isinstance(b, str) or (isinstance(b, int) and not isinstance(b, bool) and b >= 0) for b in v)
+    if kind == "port":
+        return 0 <= v <= 65535
+    return kind == "positive integer" and v >= 1
+
+
+def check_kv_transfer(kv: dict | None, stream: bool, field: str = "kv_transfer_params") -> None:
+    """``kv_transfer_params``: each key the P/D connector reads has its JSON type
+    (:data:`KV_TRANSFER_TYPES`; ``null`` is absent), as the connector would need it:
+    ``do_remote_prefill: "yes"``, ``1e308`` and ``remote_block_ids: "x"`` all started a remote
+    prefill.  Other keys pass untouched, as vLLM's ``dict[str, Any]`` takes them.  A prefill
+    (``do_remote_decode``) cannot stream.  Raises InvalidParam naming ``field.key``."""
+    if not kv:
+        return
+    for key, kind in KV_TRANSFER_TYPES.items():
+        v = kv.get(key)
+        if v is not None and not _kv_value_ok(kind, v):
+            raise InvalidParam(f"{field}.{key}: must be a {kind}, got {type(v).__name__} {str(v)[:50]!r}",
+                               f"{field}.{key}")
+    if kv.get("do_remote_decode") and stream:
         raise InvalidParam("Prefill does not support streaming", "stream")
+
+
+def tokenize_texts(sim, texts: list, add_special_tokens: bool = True, param: str | None = None) -> list:
+    """``[(ids, pieces), ...]`` of a request's text prompts (completions' ``prompt`` array,
+    pooling ``input``), as ``sim.tokenize_text`` each.  With ``param``, every text is first held
+    to ``sim.check_prompt_chars`` (all of them before any is tokenized); texts that add up past
+    the tokenizer's thread threshold are tokenized together in its worker thread
+    (:func:`generation.tokenization.tokenizer.each_text`: 500 texts of 8,000 characters, each
+    under the threshold, held the hub 4.6 s)."""
+    if param is not None:
+        for t in texts:
+            sim.check_prompt_chars(len(t), param)
+    encode = sim.tokenizer.encode_prompt
+    return each_text(lambda t: encode(t, add_special_tokens), texts)
 
 
 def check_size(sim, count: int, force_cache_threshold: bool, cache_hit_threshold=None) -> None:

@@ -15,7 +15,8 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
-from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits,
+from generation.tokenization.tokenizer import each_text
+from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
 from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, scheduling_priority, tokens_as_ids,
@@ -114,13 +115,14 @@ def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) 
     prompts = []
     tok = sim.tokenizer
     echo = sim.config.mode == "echo"
-    for item in items:
+    if kind == "text":       # every text's length first, then all of them (off the hub past 8 KiB in all)
+        encoded = tokenize_texts(sim, items, add_special_tokens, "prompt")
+        lossless = each_text(tok.encode_lossless, items) if echo else None
+    for k, item in enumerate(items):
         if kind == "text":
-            sim.check_prompt_chars(len(item), "prompt")
-            ids, pieces = tok.encode_prompt(item, add_special_tokens)
-            p = Prompt(ids, text=item)
+            p = Prompt(encoded[k][0], text=item)
             if echo:
-                p.echo_ids, p.echo_pieces = tok.encode_lossless(item)
+                p.echo_ids, p.echo_pieces = lossless[k]
         else:
             p = Prompt(list(item))
             if echo:

@@ -85,8 +85,11 @@ def check_logit_bias(bias, vocab: int) -> None:
 
 
 def check_stop_token_ids(ids, vocab: int) -> None:
-    """``stop_token_ids``: every id in ``0 .. vocab-1``."""
-    bad = [t for t in ids or () if t < 0 or t >= vocab]
+    """``stop_token_ids``: every id in ``0 .. vocab-1`` (``min`` / ``max`` first: a body may
+    hold 2 M ids; the message lists the first 10 bad ones)."""
+    if not ids or (min(ids) >= 0 and max(ids) < vocab):
+        return
+    bad = [t for t in ids if t < 0 or t >= vocab][:10]
     if bad:
         raise InvalidParam(f"token_id(s) {bad} in stop_token_ids contain out-of-vocab token ids. "
                            f"Vocabulary size: {vocab}", "stop_token_ids")

@@ -29,8 +29,9 @@ import time
 from generation.content import pooling as pool
 from generation.engine.request import GenerationRequest, Prompt, Sequence
 from generation.tokenization.tokenizer import plain_message
+
+from .base import tokenize_texts
 from ..errors import InvalidParam
-from .base import check_size
 
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
@@ -83,7 +84,7 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
     if kind == "ids":
         return items
     add_special = data.get("add_special_tokens")
-    return [sim.tokenize_text(text, True if add_special is None else add_special)[0] for text in items]
+    return [ids for ids, _ in tokenize_texts(sim, items, True if add_special is None else add_special)]
 
 
 def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input") -> list:
@@ -141,9 +142,8 @@ def score_pairs(data: dict, rerank: bool) -> tuple[list, list, list]:
 
 def pooling_sequences(sim, rid: str, model: str, lora: str | None, token_lists: list) -> list:
     """One finished-output sequence per input (no tokens to generate, finish reason ``stop``),
-    ready for ``Simulator.admit``.  Raises QueueFullError when the inputs could never be
-    admitted (more than ``--max-num-seqs`` plus the waiting queue)."""
-    check_size(sim, len(token_lists), False)
+    ready for ``Simulator.admit`` (the callers bound the inputs to :data:`MAX_INPUTS`; more than
+    the seats and the queue hold are run in waves: ``blueprints.pooling.run_pooled``)."""
     req = GenerationRequest(request_id=rid, model=model, lora=lora, prompts=[Prompt(list(t)) for t in token_lists],
                             max_tokens=0, pooling=True)
     seqs = []

@@ -26,10 +26,9 @@ def sampling_semantics(b) -> dict:
     """The GenerationRequest fields of vLLM's sampling semantics, from a chat / completions
     typed request.  Raises InvalidParam for a negative stop token id."""
     ids = getattr(b, "stop_token_ids", None)
-    if ids:
-        for i, t in enumerate(ids):
-            if t < 0:
-                raise InvalidParam(f"stop_token_ids[{i}]: must be a non-negative token id.", f"stop_token_ids[{i}]")
+    if ids and min(ids) < 0:          # min first: a body may hold 2 M ids
+        i = next(k for k, t in enumerate(ids) if t < 0)
+        raise InvalidParam(f"stop_token_ids[{i}]: must be a non-negative token id.", f"stop_token_ids[{i}]")
     return {"seed": b.seed, "temperature": b.temperature, "stop_token_ids": ids or None,
             "use_beam_search": bool(getattr(b, "use_beam_search", False)),
             "include_stop_str_in_output": bool(getattr(b, "include_stop_str_in_output", False))}

@@ -96,7 +96,8 @@ class Sequence:
     __slots__ = ("request", "index", "prompt_index", "prompt", "prompt_len", "cached_tokens",
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
-                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span")
+                 "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span",
+                 "aborted_tokens")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -124,6 +125,22 @@ class Sequence:
         self.stop_reason = None          # the stop string (or token id) that ended the output (vLLM's stop_reason)
         self.engine_req = None           # its EngineRequest in step mode (generation.engine.scheduler)
         self.reasoning_span = None       # (r0, r1, c0) into pieces (generation.content.reasoning), or None
+        self.aborted_tokens = None       # output tokens made when it was aborted (what the metrics counted)
+
+    def made_tokens(self, itl: float, now: float) -> int:
+        """Output tokens made by ``now`` (monotonic seconds; the output is drawn up front): the
+        step engine's count, else those due from the first token at ``itl`` seconds apart (all
+        of them at 0); once aborted, what it had made then (:attr:`aborted_tokens`, what the
+        metrics counted)."""
+        if self.aborted_tokens is not None:
+            return self.aborted_tokens
+        n = len(self.ids)
+        if self.engine_req is not None:
+            return min(self.engine_req.num_output, n)
+        first = self.first_token_at
+        if not first or first > now:
+            return 0
+        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
 
     def tool_call_of_piece(self) -> list:
         """For each piece of ``pieces``, the index of the tool call it belongs to."""

@@ -142,6 +142,8 @@ class Simulator(OutputDecisions):
         if bounded is not None and self.prompt_char_limit() is not None and isinstance(messages, list):
             self.check_prompt_chars(sum(len(content_text(m.get("content"), False)) for m in messages
                                         if isinstance(m, dict)), bounded)
+        if bounded is not None and self.prompt_char_limit() is not None:   # the rendered text too
+            chat_options = {**chat_options, "max_chars": self.prompt_char_limit(), "max_model_len": self.config.max_model_len}
         return tokenize_chat(self.tokenizer, messages, **chat_options)
 
     def prompt_char_limit(self) -> int | None:
@@ -212,7 +214,7 @@ class Simulator(OutputDecisions):
                     self.waiting.append(seq)
             else:
                 for s in admitted:
-                    self.abort(s)
+                    self.abort(s, record=False)     # the request is refused whole: nothing ran
                 raise QueueFullError()
             admitted.append(seq)
 
@@ -282,10 +284,14 @@ class Simulator(OutputDecisions):
             except ValueError:
                 pass
 
-    def abort(self, seq: Sequence) -> None:
-        """Abort a sequence (client gone, or a sibling failed): leave the queue / free the slot;
-        nothing is recorded as a success."""
+    def abort(self, seq: Sequence, record: bool = True, reason: str = "abort") -> None:
+        """Abort a sequence (client gone, a sibling failed): leave the queue / free the slot; an
+        admitted one is counted once (``MetricsRecorder.aborted``, as ``reason``: ``"error"`` for a
+        500) unless ``record`` is false (taken back from a refused request, a 429)."""
         if seq.state in (SeqState.RUNNING, SeqState.WAITING):
+            seq.aborted_tokens = made = seq.made_tokens(self.config.inter_token_latency, monotonic())
+            if record:
+                self.metrics.aborted(seq, made, reason)
             self._release(seq)
         seq.state = SeqState.ABORTED
 
@@ -328,13 +334,13 @@ class Simulator(OutputDecisions):
                 timer.close()
                 seq.event = None
 
-    def cancel(self, seqs) -> None:
-        """The client went away: abort every unfinished sequence now (slot freed, queue left,
-        no success recorded) and wake their greenlets, which then raise ClientDisconnected."""
+    def cancel(self, seqs, reason: str = "abort") -> None:
+        """The client went away (``reason`` "error": the server failed it): abort every unfinished
+        sequence now (see :meth:`abort`) and wake their greenlets to raise ClientDisconnected."""
         hub = get_hub()
         for seq in seqs:
             if seq.state in (SeqState.RUNNING, SeqState.WAITING, SeqState.INSTANT):
-                self.abort(seq)
+                self.abort(seq, reason=reason)
                 ev = seq.event
                 if isinstance(ev, Event):
                     ev.set()

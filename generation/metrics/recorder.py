@@ -24,6 +24,10 @@ Simulator choices (README, "Metrics"):
   series created at 0: a tool-call answer counts as ``stop``, a P/D prefill answer
   (``remote_decode``) as ``length`` (vLLM's prefill node stops at max_tokens=1), a
   ``cache_threshold`` refusal as ``abort``;
+* a request the client abandons after admission is counted (:meth:`MetricsRecorder.aborted`):
+  its prompt once prefilled, the tokens made until then and ``finished_reason="abort"``
+  (``"error"`` when the server failed it), so that the success counter adds up to the
+  requests sent (released vLLM counts the tokens but not the abort: its issue 31503);
 * without engine steps (every calculator but ``step``), ``vllm:iteration_tokens_total`` gets, per
   finished sequence, one prefill step of its computed prompt tokens plus its first token, and one
   1-token step per further output token, and nothing is preempted (``vllm:num_preemptions``
@@ -502,6 +506,35 @@ class MetricsRecorder:
         for h, v in obs:                            # FastHistogram.observe, inlined: ~15 per request
             h.counts[bisect_left(h.bounds, v)] += 1
             h.sum += v
+
+    def aborted(self, seq, produced: int, reason: str = "abort") -> None:
+        """A sequence the client abandoned (disconnect, gRPC ``Abort``) after it was admitted:
+        its prompt tokens if its prefill was done (``produced`` > 0, or the step engine computed
+        them) and the ``produced`` tokens it had generated, as vLLM counts tokens as each engine
+        step makes them, and one ``request_success{finished_reason="abort"}`` (vLLM declares that
+        series for client aborts; vLLM issue 31503 / 55634: its abort path skips the count, the
+        open fix records it), so that successes + aborts + errors add up to the requests sent.
+        ``reason`` ``"error"``: the server failed the request (a 500), counted under vLLM's
+        ``error`` finish reason instead.  No per-request histogram is observed (no complete
+        timings exist)."""
+        self.success[reason].value += 1
+        engine_req = getattr(seq, "engine_req", None)
+        prefilled = produced > 0 or (engine_req is not None and engine_req.num_computed >= seq.prompt_len)
+        self.generation_tokens.value += produced
+        if not prefilled:
+            return
+        p = seq.prompt_len
+        cached = min(seq.cached_tokens, p)
+        self.prompt_tokens.value += p
+        if getattr(seq.request, "remote_prefill", False):
+            external, computed = p - cached, 0
+        else:
+            external, computed = 0, p - cached
+        src = self.by_source
+        src["local_compute"].value += computed
+        src["local_cache_hit"].value += cached
+        src["external_kv_transfer"].value += external
+        self.prompt_cached.value += cached + external
 
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""

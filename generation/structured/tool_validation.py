@@ -14,8 +14,9 @@ Every check raises :class:`generation.errors.InvalidParam` whose ``param`` names
 """
 from __future__ import annotations
 
+import contextvars
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 
 import orjson
@@ -27,6 +28,7 @@ from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_n
 MAX_SCHEMA_DEPTH = 64      # JSON nesting levels of one schema document
 MAX_SCHEMA_BYTES = 1 << 20  # one schema document, serialised (jsonschema: ~10 us a byte, so ~10 s)
 SMALL_SCHEMA_BYTES = 16384  # schemas up to this size are checked in a lane of their own
+MEDIUM_SCHEMA_BYTES = 131072   # and those up to this size in another (~1.3 s of checking at most each)
 CHECK_SECONDS = 1.0        # dry-run time for one schema (patterns, numbers)
 _CHOICE_MODES = ("none", "auto", "required")
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "structural_tag")
@@ -249,7 +251,66 @@ def patterns_problem(schema: dict) -> str | None:
     return None
 
 
-_POOLS: dict = {}           # lane -> worker thread of metaschema checks (made on first use)
+_POOLS: dict = {}           # lane -> FairLane of metaschema checks (made on first use)
+CLIENT = contextvars.ContextVar("schema_client", default=None)     # who sent the request being served
+
+
+class FairLane:
+    """One worker thread whose waiting jobs take turns by client (:data:`CLIENT`, the peer
+    address the serving layer sets; None for callers that set none): each client's jobs run in
+    their order, and clients alternate, so one client's queue of 1 MB schemas (~10 s each) does
+    not make another's wait for all of them (four from one client made another client's wait
+    53 s).  Behind a proxy every request has the proxy's address: first come, first served, as
+    with one queue."""
+
+    def __init__(self):
+        from gevent.threadpool import ThreadPool
+        self.pool = ThreadPool(1)
+        self.busy = False
+        self.waiting: OrderedDict = OrderedDict()      # client -> deque of Events, in turn order
+
+    def apply(self, fn, args: tuple):
+        """``fn(*args)`` in the lane's thread once it is this call's turn (the hub is free
+        meanwhile)."""
+        if self.busy:
+            from gevent.event import Event
+            turn = Event()
+            self.waiting.setdefault(CLIENT.get(), deque()).append(turn)
+            try:
+                turn.wait()
+            except BaseException:
+                if turn.is_set():
+                    self._hand_on()           # given the turn as it left: the next one's
+                else:
+                    self._forget(turn)
+                raise
+        self.busy = True
+        try:
+            return self.pool.apply(fn, args)
+        finally:
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """The lane to the first waiting client's first job (that client then goes to the back
+        of the turn order), or idle."""
+        if not self.waiting:
+            self.busy = False
+            return
+        client, jobs = next(iter(self.waiting.items()))
+        turn = jobs.popleft()
+        if jobs:
+            self.waiting.move_to_end(client)
+        else:
+            del self.waiting[client]
+        turn.set()                            # busy stays True: the lane is that job's now
+
+    def _forget(self, turn) -> None:
+        for client, jobs in list(self.waiting.items()):
+            if turn in jobs:
+                jobs.remove(turn)
+                if not jobs:
+                    del self.waiting[client]
+                return
 
 
 def schema_problem(schema: dict, cfg, size: int = 0) -> str | None:
@@ -258,15 +319,17 @@ def schema_problem(schema: dict, cfg, size: int = 0) -> str | None:
     The metaschema check runs in a worker thread (:func:`_metaschema_problem`): jsonschema
     takes about 10 us per byte of schema (0.3 s for 32 KiB of properties), pure Python that
     would otherwise hold the gevent hub, and every open stream with it, for that long; from a
-    thread the hub keeps its turn every switch interval (5 ms).  Two lanes of one thread each:
-    schemas up to :data:`SMALL_SCHEMA_BYTES` (``size``, serialised) never queue behind a large
-    one (four 3 MB schemas made a one-property tool wait 98 s).  The dry run that follows
+    thread the hub keeps its turn every switch interval (5 ms).  Three lanes of one thread each,
+    by size (``size``, serialised): schemas up to :data:`SMALL_SCHEMA_BYTES` never queue behind
+    a larger one (four 3 MB schemas made a one-property tool wait 98 s), nor those up to
+    :data:`MEDIUM_SCHEMA_BYTES` behind the ones above it, which take ~10 s each at the 1 MiB
+    cap (four distinct 1 MB schemas made a 23 KB one wait 53 s); within a lane, clients take
+    turns (:class:`FairLane`).  The dry run that follows
     yields to the hub by itself (:class:`SchemaSampler`)."""
-    lane = "small" if size <= SMALL_SCHEMA_BYTES else "large"
+    lane = "small" if size <= SMALL_SCHEMA_BYTES else "medium" if size <= MEDIUM_SCHEMA_BYTES else "large"
     pool = _POOLS.get(lane)
     if pool is None:
-        from gevent.threadpool import ThreadPool
-        pool = _POOLS[lane] = ThreadPool(1)
+        pool = _POOLS[lane] = FairLane()
     cls, err = pool.apply(_metaschema_problem, (schema,))
     if err:
         return err

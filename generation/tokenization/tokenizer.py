@@ -22,6 +22,7 @@ each followed by the whitespace after it; anything else is dropped.  A piece's i
 from __future__ import annotations
 
 import re
+import threading
 from typing import Iterable, Sequence
 
 _PIECE = re.compile(
@@ -51,32 +52,66 @@ OFFLOAD_CHARS = 8192         # texts longer than this are tokenized in a worker 
 PER_TOKEN_OFFSETS = 65536    # off the hub, longer encodings give their offsets token by token
 TOKENIZE_SECONDS = 10.0      # the longest one tokenization (or chat-template rendering) may take
 _POOL = None
+_WORKER = threading.local()    # .busy: this thread is running an off_hub job
 
 
 def off_hub(fn, *args):
     """``fn(*args)`` in the tokenizer's worker thread (one: large inputs take turns), waited
     for at most :data:`TOKENIZE_SECONDS` (queueing included).  Raises InvalidParam past it (the
-    thread finishes on its own; its inputs are bounded by the body size)."""
+    thread finishes on its own; its inputs are bounded by the body size).  Called from the
+    worker thread itself (a long text within a batch already there), ``fn`` runs at once."""
     global _POOL
+    if getattr(_WORKER, "busy", False):
+        return fn(*args)
     import gevent
     if _POOL is None:
         from gevent.threadpool import ThreadPool
         _POOL = ThreadPool(1)
-    job = _POOL.spawn(_then_trim, fn, args)
+    waiting = [True]                 # cleared when nobody will read the result any more
+    job = _POOL.spawn(_then_trim, fn, args, waiting)
     try:
-        return job.get(timeout=TOKENIZE_SECONDS)
+        ok, out = job.get(timeout=TOKENIZE_SECONDS)
     except gevent.Timeout:
+        waiting[0] = False
         from generation.errors import InvalidParam
         raise InvalidParam(f"The prompt could not be tokenized within {TOKENIZE_SECONDS:g} s.", "prompt") from None
+    if not ok:
+        raise out
+    return out
 
 
-def _then_trim(fn, args):
-    """``fn(*args)``, then glibc's free memory given back (``malloc_trim``): the tokenizer's
-    buffers for a megabyte-long text (~400 bytes a token) otherwise stay in the thread's arena
-    (RSS +700 MB after one 3.9 MB ``/tokenize``, for good)."""
+def each_text(fn, texts: Sequence[str]) -> list:
+    """``[fn(t) for t in texts]``, in the tokenizer's worker thread (:func:`off_hub`, one job)
+    when the texts add up to more than :data:`OFFLOAD_CHARS` characters: each of 500 texts of
+    8,000 characters is under the per-text threshold, but together they are 4 MB tokenized on
+    the hub (issue 31, outage 2: ``/health`` waited 4.6 s)."""
+    if sum(map(len, texts)) <= OFFLOAD_CHARS:
+        return [fn(t) for t in texts]
+    return off_hub(_each, fn, texts)
+
+
+def _each(fn, texts) -> list:
+    return [fn(t) for t in texts]
+
+
+def _then_trim(fn, args, waiting=(True,)):
+    """``(True, fn(*args))`` or ``(False, exception)``, then glibc's free memory given back
+    (``malloc_trim``): the tokenizer's buffers for a megabyte-long text (~400 bytes a token)
+    otherwise stay in the thread's arena (RSS +700 MB after one 3.9 MB ``/tokenize``, for
+    good).  When nobody waits for the result any more (``waiting[0]`` false: :func:`off_hub`
+    timed out), it is dropped before the trim, not freed after it: a timed-out 4 MB
+    ``/tokenize`` kept ~850 MB until a later request's trim (issue 31 item 6)."""
+    _WORKER.busy = True
+    out = None
     try:
-        return fn(*args)
+        out = True, fn(*args)
+        if not waiting[0]:
+            out = True, None
+        return out
+    except Exception as e:      # noqa: BLE001 - returned, raised by off_hub on the hub (raised
+        return False, e         # here, gevent's pool would print a traceback per request)
     finally:
+        _WORKER.busy = False
         trim = _malloc_trim()
         if trim is not None:
             trim(0)
@@ -310,14 +345,17 @@ class HFTokenizer:
 
     def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
                       add_generation_prompt=True, continue_final_message=False,
-                      add_special_tokens=False) -> tuple[list[int], list[str]]:
-        """See :func:`tokenize_chat`.  Without any chat template the seeds' flattening is used."""
+                      add_special_tokens=False, max_chars=None, max_model_len=0) -> tuple[list[int], list[str]]:
+        """See :func:`tokenize_chat`.  Without any chat template the seeds' flattening is used;
+        ``max_chars`` / ``max_model_len``: the rendered text's bound (see
+        :func:`generation.tokenization.chat_template.render_chat`)."""
         template = chat_template or self.chat_template
         if not (template or getattr(self._tok, "chat_template", None)):
             return self._encode(flatten_messages(messages), add_special_tokens)
         from .chat_template import render_chat
         text = render_chat(self._tok, messages, tools, template, chat_template_kwargs,
-                           add_generation_prompt, continue_final_message, from_request=chat_template is not None)
+                           add_generation_prompt, continue_final_message, from_request=chat_template is not None,
+                           max_chars=max_chars, max_model_len=max_model_len)
         return self._encode(text, add_special_tokens)
 
     def pieces(self, text: str) -> list[str]:
@@ -417,7 +455,7 @@ def flatten_messages(messages: Iterable[dict]) -> str:
 
 def tokenize_chat(tokenizer, messages, tools=None, chat_template=None, chat_template_kwargs=None,
                   add_generation_prompt=True, continue_final_message=False,
-                  add_special_tokens=False) -> tuple[list[int], list[str]]:
+                  add_special_tokens=False, max_chars=None, max_model_len=0) -> tuple[list[int], list[str]]:
     """The prompt ids and pieces of a chat conversation: the one call the serving layer makes
     for chat, Anthropic Messages and Responses prompts, ``/tokenize`` with ``messages`` and the
     chat render endpoint, so usage, KV block hashes and render output agree.
@@ -428,17 +466,19 @@ def tokenize_chat(tokenizer, messages, tools=None, chat_template=None, chat_temp
     ``add_special_tokens`` (vLLM's defaults: False for chat).  Without one, the seeds' flattening
     (api.md 3.3).  Raises a 400 for options vLLM rejects
     (``add_generation_prompt`` with ``continue_final_message``, a template that fails to
-    render: :class:`generation.errors.InvalidParam`), 5xx when the render service fails
+    render: :class:`generation.errors.InvalidParam`; a rendered text past ``max_chars``, only
+    given with a real tokenizer: ContextLengthError), 5xx when the render service fails
     (``--render-url``: :class:`generation.errors.APIError` 502 / 504)."""
     if continue_final_message and add_generation_prompt:
         from generation.errors import InvalidParam
         raise InvalidParam("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
                            "continue_final_message")
+    bound = {"max_chars": max_chars, "max_model_len": max_model_len} if max_chars is not None else {}
     return tokenizer.tokenize_chat(messages, tools=tools, chat_template=chat_template,
                                    chat_template_kwargs=chat_template_kwargs,
                                    add_generation_prompt=add_generation_prompt,
                                    continue_final_message=continue_final_message,
-                                   add_special_tokens=add_special_tokens)
+                                   add_special_tokens=add_special_tokens, **bound)
 
 
 def approximate_pieces(text: str, n: int) -> list[str]:

@@ -14,6 +14,7 @@ import socket
 import time
 
 import gevent
+import pytest
 from werkzeug.test import EnvironBuilder
 
 from support import scrape, value
@@ -255,7 +256,19 @@ def test_disconnect_aborts_and_frees_the_slot(app_client):
     t0 = time.monotonic()
     r = chat(api, max_tokens=2)
     assert r.status_code == 200 and time.monotonic() - t0 < 1.6 * ttft   # not stuck behind the aborted ones
-    assert success_total(scrape(api)) - success_total(before) == 1
+    after = scrape(api)
+    assert success_total(after) - success_total(before) == 3          # one success and two aborts
+    assert by_reason(after, "abort") - by_reason(before, "abort") == 2
+    # neither aborted request got past its prefill: no tokens of theirs are counted (issue 31 item 7)
+    assert value(after, "vllm:generation_tokens_total") - value(before, "vllm:generation_tokens_total") == \
+        r.json()["usage"]["completion_tokens"]
+    assert value(after, "vllm:prompt_tokens_total") - value(before, "vllm:prompt_tokens_total") == \
+        r.json()["usage"]["prompt_tokens"]
+
+
+def by_reason(samples: dict, reason: str) -> float:
+    return sum(v for (n, labels), v in samples.items()
+               if n == "vllm:request_success_total" and ("finished_reason", reason) in labels)
 
 
 def test_disconnect_mid_stream(app_client):
@@ -278,3 +291,46 @@ def test_disconnect_mid_stream(app_client):
         wait_until(lambda: gauges(api)[0] == 0, 0.3, f"slot freed ({how})")
         assert time.monotonic() - t0 < 0.6
         call.close()
+
+
+@pytest.mark.parametrize("mode", [(), ("--latency-calculator", "step")])
+def test_aborted_streams_are_counted_as_vllm_counts_them(app_client, mode):
+    """Ten streams read for a while and then dropped had received 2,394 tokens, yet no counter
+    moved (issue 31 item 7): an aborted request counts its prompt, the tokens made until the
+    abort (at least those sent; vLLM counts each engine step's) and one
+    ``request_success{finished_reason="abort"}``, so that successes + aborts = requests sent."""
+    api = app_client("--max-num-seqs", "8", "--inter-token-latency", "20ms", *mode)
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 100, "ignore_eos": True, "stream": True}
+    before = scrape(api)
+    calls, received = [], 0
+    t0 = time.monotonic()
+    for _ in range(5):
+        call = WsgiCall(api, CHAT, body)
+        chunks = call.chunks()
+        got = 0
+        while got < 4:              # the role chunk, then 3 tokens
+            got += next(chunks).count(b"data: {")
+        received += got - 1
+        calls.append(call)
+    done = chat(api, max_tokens=3, ignore_eos=True).json()["usage"]
+    for call in calls:
+        call.leave()
+    wait_until(lambda: gauges(api) == (0, 0), 0.5, "streams aborted")
+    # tokens the five could have made before they were aborted: at the ITL, or (step mode) at
+    # the engine's steps' pace
+    due = 5 * (1 + (time.monotonic() - t0) / 0.020) if not mode else 5 * 100
+    for call in calls:
+        call.close()
+    after = scrape(api)
+
+    def delta(name):
+        return value(after, name) - value(before, name)
+    assert by_reason(after, "abort") - by_reason(before, "abort") == 5
+    assert by_reason(after, "stop") - by_reason(before, "stop") + by_reason(after, "length") - \
+        by_reason(before, "length") == 1
+    assert success_total(after) - success_total(before) == 6           # every request sent
+    assert delta("vllm:prompt_tokens_total") == 6 * done["prompt_tokens"]
+    made = delta("vllm:generation_tokens_total") - done["completion_tokens"]
+    # at least what the clients received, at most what the engine could make before the abort
+    # (tokens are made whether or not a client reads them, as vLLM's steps make them)
+    assert received <= made <= due, (received, made, due)

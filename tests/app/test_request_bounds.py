@@ -201,9 +201,11 @@ def test_failure_after_admission_releases_the_slot(stream, monkeypatch):
         raise RuntimeError("broken before the first byte")
     monkeypatch.setattr(serving, "sse_body" if stream else "run_to_completion", broken)
     before = successes(sim)
+    errors = sim.metrics.success["error"].value
     r = c.post("/v1/chat/completions", json={**CHAT, "stream": stream})
     assert r.status_code == 500
-    assert idle(sim) and successes(sim) == before
+    # counted once, under vLLM's "error" finish reason (issue 31 item 7: the counters add up)
+    assert idle(sim) and successes(sim) == before + 1 and sim.metrics.success["error"].value == errors + 1
     c.close()
 
 

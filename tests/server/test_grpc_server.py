@@ -293,6 +293,28 @@ def test_abort_mid_stream_frees_the_slot(slow):
     _assert_idle(slow)
 
 
+def test_an_abort_is_counted_in_the_metrics(slow):
+    """Issue 31 item 7: a gRPC ``Abort`` counts the request as vLLM does: its prompt, the tokens
+    made until the abort (at least those sent) and ``request_success{finished_reason="abort"}``."""
+    if slow.base is None:
+        pytest.skip("/metrics needs the HTTP port (--grpc-port)")
+    before = scrape(slow.base)
+    stream = slow.stub.Generate(gen(rid="am1", max_tokens=100, ignore_eos=True), timeout=30)
+    first = [next(stream) for _ in range(3)]
+    slow.stub.Abort(pb.AbortRequest(request_ids=["am1"]), timeout=5)
+    rest = list(stream)
+    received = sum(len(r.chunk.token_ids) for r in first + rest if r.WhichOneof("response") == "chunk")
+    _assert_idle(slow)
+    after = scrape(slow.base)
+
+    def delta(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+    assert delta("vllm:request_success_total", finished_reason="abort") == 1
+    assert delta("vllm:prompt_tokens_total") == first[0].chunk.prompt_tokens
+    made = delta("vllm:generation_tokens_total")
+    assert received <= made <= received + 4, (received, made)         # 50 ms apart: 0.2 s of slack
+
+
 def test_abort_a_non_streamed_request(slow):
     got = []
     t = threading.Thread(target=lambda: got.extend(slow.stub.Generate(gen(rid="ns1", stream=False, max_tokens=100,
@@ -622,3 +644,66 @@ def test_grpc_flag_conflicts():
     for argv in (["--grpc", "--grpc-port", "9000"], ["--grpc-port", "8000"], ["--grpc", "--mm-encoder-only"]):
         with pytest.raises(ConfigError):
             load_config(argv, env={})
+
+
+# ---- issue 31 item 8: nesting, malformed messages, SIGTERM -------------------------------------------
+
+def test_deeply_nested_kv_transfer_params_is_invalid_argument(engine):
+    """5,000 levels of ``kv_transfer_params_json`` gave ``UNKNOWN`` and a traceback
+    (``RecursionError`` in ``json.loads``): a JSON error, ``INVALID_ARGUMENT``."""
+    req = gen(rid="deep", max_tokens=2)
+    req.kv_transfer_params_json = "[" * 5000 + "]" * 5000
+    with pytest.raises(grpc.RpcError) as e:
+        list(engine.Generate(req, timeout=10))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "kv_transfer_params_json is not JSON" in e.value.details()
+    req.kv_transfer_params_json = '{"do_remote_prefill": "yes"}'
+    with pytest.raises(grpc.RpcError) as e:
+        list(engine.Generate(req, timeout=10))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith("kv_transfer_params_json.do_remote_prefill: must be a boolean")
+
+
+@pytest.mark.parametrize("beside_http", [True, False], ids=["grpc-port", "grpc"])
+def test_sigterm_ends_grpc_streams_with_an_abort_and_malformed_messages_log_one_line(tmp_path, beside_http):
+    """At SIGTERM, gRPC streams were cut with ``UNAVAILABLE``/``CANCELLED`` and no ``complete``
+    while the log said "0 request(s) in flight"; 300 malformed messages printed 356 tracebacks.
+    Now the streams get the grace, then vLLM's abort output (an empty chunk, a ``complete``
+    whose finish reason is ``abort``), the log counts them, and a malformed message is one
+    warning line (at most one per 10 s)."""
+    port, http = free_port(), free_port()
+    log = tmp_path / "out.log"
+    with open(log, "wb") as out:
+        where = ["--port", str(http), "--grpc-port", str(port)] if beside_http else ["--grpc", "--port", str(port)]
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), *where, "--host", "127.0.0.1",
+                                 "--inter-token-latency", "50ms", "--shutdown-timeout", "0.5"], cwd=ROOT,
+                                env=_clean_env(None), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _ready(port, proc)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = pbg.VllmEngineStub(channel)
+        garbage = channel.unary_stream(f"/{SERVICE}/Generate", request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+        for _ in range(30):
+            with pytest.raises(grpc.RpcError) as e:
+                list(garbage(b"\xff\xff\xff\xff", timeout=5))
+            assert e.value.code() == grpc.StatusCode.INTERNAL
+        streams = [stub.Generate(gen(rid=f"t{i}", max_tokens=1000, ignore_eos=True), timeout=30) for i in range(5)]
+        firsts = [next(s) for s in streams]
+        assert kinds(firsts) == ["chunk"] * 5
+        proc.send_signal(signal.SIGTERM)
+        rests = [list(s) for s in streams]          # no RpcError: each ends as vLLM's abort output does
+        for rest in rests:
+            assert kinds(rest[-2:]) == ["chunk", "complete"], kinds(rest[-3:])
+            assert rest[-1].complete.finish_reason == "abort"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-3000:]
+    assert text.count("could not be parsed") == 1, text[-3000:]
+    line = ("shutting down (SIGTERM): 0 request(s) in flight and 5 gRPC stream(s), grace 0.5s" if beside_http
+            else "shutting down: 5 gRPC stream(s) in flight, grace 0.5s")
+    assert line in text, text[-2000:]

@@ -65,14 +65,17 @@ def test_a_client_leaving_mid_stream_frees_its_slot_at_once(realtime):
 @pytest.mark.parametrize("stream", [True, False])
 def test_leaving_during_ttft_or_in_the_queue_frees_everything_at_once(sim_server, stream):
     """TTFT 3 s, 2 slots, 3 requests (one queued); all clients leave after 0.3 s: running and
-    waiting drop to 0 at once, and nothing counts as a success."""
+    waiting drop to 0 at once, and each counts as an abort (issue 31 item 7), with no token:
+    none got past its prefill."""
     base = sim_server("--time-to-first-token", "3s", "--max-num-seqs", "2")
     host, port = base.rsplit("/", 1)[1].split(":")
     key = lambda name: (name, frozenset({"model_name": "test-model", "engine": "0"}.items()))  # noqa: E731
 
-    def successes(m):
-        return sum(v for (n, _), v in m.items() if n == "vllm:request_success_total")
-    before = successes(scrape(base))
+    def successes(m, reason=None):
+        return sum(v for (n, labels), v in m.items() if n == "vllm:request_success_total"
+                   and (reason is None or ("finished_reason", reason) in labels))
+    first = scrape(base)
+    before = successes(first)
     body = (b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, '
             b'"stream": %s}' % (b"true" if stream else b"false"))
     socks = []
@@ -96,7 +99,11 @@ def test_leaving_during_ttft_or_in_the_queue_frees_everything_at_once(sim_server
         assert time.monotonic() - t0 < 1.5, "slots still held after the clients left"
         time.sleep(0.02)
     time.sleep(0.1)
-    assert successes(scrape(base)) == before
+    last = scrape(base)
+    assert successes(last) == before + 3
+    assert successes(last, "abort") == successes(first, "abort") + 3
+    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total"):
+        assert last[key(name)] == first[key(name)], name
 
 
 def test_a_client_that_half_closes_gets_no_response(sim_server):

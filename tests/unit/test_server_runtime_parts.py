@@ -123,3 +123,44 @@ def test_a_burst_of_new_connections_is_accepted_a_batch_per_loop_turn():
     per_turn = Counter(turns)
     assert max(per_turn.values()) == ACCEPT_BATCH
     assert len(per_turn) == 5
+
+
+def test_while_requests_wait_their_turn_a_burst_is_accepted_faster(monkeypatch):
+    """Issue 31 item 5: while requests wait their turn to be parsed (a burst is arriving), a
+    turn accepts ACCEPT_BURST connections instead of ACCEPT_BATCH: accepting costs only the
+    accept, a greenlet and the first read, and a liveness probe in the kernel's queue (it skips
+    the turns) is reached sooner (10,000 connections: /health waited 0.87-0.93 s, now 0.30-0.52)."""
+    from collections import Counter
+
+    import gevent
+    from gevent import socket as gsocket
+
+    from server import arrivals
+    from server.listening import ACCEPT_BURST, BURST_WAITING, accept_server
+
+    monkeypatch.setattr(arrivals, "waiting_count", lambda: BURST_WAITING)
+    listener = gsocket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(256)
+    clients = [gsocket.create_connection(listener.getsockname()) for _ in range(3 * ACCEPT_BURST)]
+    loop = gevent.get_hub().loop
+    turns = []
+
+    def handle(sock, addr):
+        turns.append(loop.iteration)
+        sock.close()
+
+    server = accept_server(listener, handle, 1000)
+    assert server.max_accept == ACCEPT_BURST
+    server.start()
+    try:
+        with gevent.Timeout(10):
+            while len(turns) < len(clients):
+                gevent.sleep(0.001)
+    finally:
+        server.stop()
+        for c in clients:
+            c.close()
+    per_turn = Counter(turns)
+    assert max(per_turn.values()) == ACCEPT_BURST
+    assert len(per_turn) == 3
