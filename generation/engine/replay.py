@@ -13,7 +13,10 @@ A trace is JSON Lines, one request per line: ``{"arrival": seconds, "prompt_toke
 "output_tokens": O}``, optionally ``"priority": P`` (with ``--scheduling-policy priority``) and
 ``"prefix_group": name, "prefix_tokens": K`` for requests that
 share a K-token prefix (cached once a request of the group has computed it, and evicted as the
-server's block pool evicts: least recently freed first).
+server's block pool evicts: least recently freed first), and ``"prompt": name`` for requests that
+repeat a whole prompt of their group (every full block shared: a benchmark cycling through a
+fixed set of prompts).  The frontend and async scheduling of the step model apply
+(:mod:`generation.engine.perf.step_model`); the times printed are the clients'.
 """
 from __future__ import annotations
 
@@ -316,13 +319,16 @@ def _trace_request(d, max_model_len: int | None) -> TraceRequest:
     group = d.get("prefix_group")
     if group is not None and not isinstance(group, str):
         raise ValueError(f"prefix_group must be a string, got {group!r}")
+    prompt = d.get("prompt")
+    if prompt is not None and not isinstance(prompt, str):
+        raise ValueError(f"prompt must be a string naming the prompt, got {prompt!r}")
     if vals["prefix_tokens"] > vals["prompt_tokens"]:
         raise ValueError(f"prefix_tokens {vals['prefix_tokens']} is more than prompt_tokens {vals['prompt_tokens']}")
     if max_model_len is not None and vals["prompt_tokens"] > max_model_len:
         raise ValueError(f"prompt_tokens {vals['prompt_tokens']} is longer than --max-model-len {max_model_len} "
                          f"(vLLM refuses such a prompt)")
     return TraceRequest(float(arrival), vals["prompt_tokens"], vals["output_tokens"], group,
-                        vals["prefix_tokens"], vals["priority"])
+                        vals["prefix_tokens"], vals["priority"], prompt)
 
 
 def read_trace(path: str, max_model_len: int | None = None) -> list[TraceRequest]:

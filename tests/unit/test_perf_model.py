@@ -196,3 +196,14 @@ def test_the_frontend_serves_arrivals_before_the_outputs_of_a_later_step_end():
     assert b.queued_at == pytest.approx(0.006) and b.first_scheduled == pytest.approx(0.021)
     assert b.first_token == pytest.approx(0.031)
     assert res.times(b)[0] == pytest.approx(0.033)         # the step's two tokens stream at 1 ms each
+
+
+def test_a_trace_names_repeated_prompts(tmp_path):
+    from generation.engine.replay import read_trace
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"arrival": 0, "prompt_tokens": 100, "output_tokens": 2, "prefix_group": "g", "prefix_tokens": 40,'
+                 ' "prompt": "p1"}\n{"arrival": 1, "prompt_tokens": 100, "output_tokens": 2, "prompt": 7}\n')
+    with pytest.raises(ValueError, match=r"t.jsonl:2: .*prompt must be a string"):
+        read_trace(str(p))
+    p.write_text(p.read_text().splitlines()[0] + "\n")
+    assert read_trace(str(p))[0].prompt == "p1"
