@@ -34,7 +34,7 @@ from .step_model import PROFILE_DIR, PerfConstants, load_constants
 
 # The constants a fit moves (the rest keep their priors: the frontend's CPU costs, the eager and
 # prefill-attention terms cannot be separated from the others at these loads and settings).
-FREE = ("eta_w", "eta_kv", "eta_f", "overlap", "t0", "t_seq", "t_vocab", "t_layer", "t_moe", "t_ar", "fe_in")
+FREE = ("eta_w", "eta_kv", "eta_f", "eta_moe", "overlap", "t0", "t_seq", "t_vocab", "t_layer", "t_moe", "t_ar", "fe_in")
 RESIDUAL_METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean_counted")
 OVERLOADED = "reasoning"        # default16's 4 rps reasoning runs: queues grew past the 300 s timeout
 
@@ -204,11 +204,14 @@ def write_profile(path: str, gpu: str, constants: PerfConstants, **extra) -> Non
 
 
 def main(argv=None) -> int:
+    global FREE
     p = argparse.ArgumentParser(prog="python -m generation.engine.perf.fit", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", default="H100")
     p.add_argument("--data", default=None, help="measurements folder (default: bench/sim_to_real)")
     p.add_argument("--set", default="train", choices=("train", "all"))
     p.add_argument("--exclude", default="", help="comma-separated run names left out (cross-validation)")
+    p.add_argument("--only", default="", help="fit on the runs whose name holds this text (e.g. a model family)")
+    p.add_argument("--free", default=",".join(FREE), help="the constants to move (default: all of them)")
     p.add_argument("--scale", type=float, default=0.35, help="fraction of each stage replayed per evaluation")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--iterations", type=int, default=6,
@@ -232,7 +235,12 @@ def main(argv=None) -> int:
     from scipy.optimize import least_squares
     exps = gt.load_experiments(args.data)
     skip = set(filter(None, args.exclude.split(",")))
-    runs = [e for e in training_runs(exps, args.gpu, args.set) if e["name"] not in skip]
+    runs = [e for e in training_runs(exps, args.gpu, args.set) if e["name"] not in skip and args.only in e["name"]]
+    FREE = tuple(k for k in args.free.split(",") if k)
+    unknown = set(FREE) - set(PerfConstants.__dataclass_fields__)
+    if unknown:
+        print(f"error: --free: unknown constants {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
     if not runs:
         print(f"error: no training runs for --gpu {args.gpu} in {gt.data_dir(args.data)}", file=sys.stderr)
         return 2
@@ -265,8 +273,16 @@ def main(argv=None) -> int:
         v = per_run[name]
         print(f"  {name[:56]:56s} mean |error| {sum(v) / len(v):6.1f}%  max {max(v):6.1f}%")
     out = args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")
-    doc = {"gpu": args.gpu, "fitted_on": sorted(e["name"] for e in runs),
-           "method": "python -m generation.engine.perf.fit " + " ".join(argv if argv is not None else sys.argv[1:]),
+    previous = {}
+    if args.out and os.path.isfile(args.out):
+        with open(args.out, encoding="utf-8") as fh:
+            previous = json.load(fh)
+    fitted_on = sorted(set(previous.get("fitted_on", [])) | {e["name"] for e in runs}) if args.only else \
+        sorted(e["name"] for e in runs)
+    doc = {"gpu": args.gpu, "fitted_on": fitted_on,
+           "method": ([previous["method"]] if args.only and isinstance(previous.get("method"), str) else
+                      previous.get("method", []) if args.only else [])
+                     + ["python -m generation.engine.perf.fit " + " ".join(argv if argv is not None else sys.argv[1:])],
            "residual_rms": {"before": round(rms0, 4), "after": round(rms1, 4)},
            "constants": {k: float(f"{v:.6g}") for k, v in values.items()}}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

@@ -13,7 +13,8 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
     step   = fixed + gemm + attn + comm  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
 
 - ``W_read``: the weights one step reads, per GPU: the dense part and, for a MoE model, the
-  experts its ``T`` tokens route to (expected distinct share ``1 - (1 - k/E)^T``); FP8 weights
+  experts its ``T`` tokens route to (expected distinct share ``1 - (1 - k/E)^T``, read at a
+  bandwidth efficiency of their own, ``eta_moe``: the fused MoE kernels'); FP8 weights
   are one byte and, on GPUs with FP8 tensor cores, twice the FLOP/s; A100s run FP8 weight-only,
   at :data:`FP8_WEIGHT_ONLY_FLOPS` of the BF16 FLOP/s (fewer bytes, slower large batches);
 - ``smax``: a kernel is bound by memory or by compute, but the two overlap imperfectly: the
@@ -62,7 +63,8 @@ class PerfConstants:
 
     ``eta_w``: HBM bandwidth reached reading weights; ``eta_f``: dense tensor FLOP/s reached by
     the GEMMs; ``eta_kv``: bandwidth reached reading the KV cache; ``eta_a``: FLOP/s reached by
-    prefill attention; ``eta_ar``: link bandwidth reached by an all-reduce; ``overlap``: the
+    prefill attention; ``eta_ar``: link bandwidth reached by an all-reduce; ``eta_moe``: HBM
+    bandwidth reached reading routed experts' weights (fused MoE kernels); ``overlap``: the
     exponent ``p`` of the memory / compute bound's soft maximum (>= 1); ``t0``, ``t_seq``,
     ``t_layer``, ``t_moe``: the fixed terms (per step, per scheduled sequence, per layer, per MoE
     layer); ``t_vocab``: per sampled row and vocabulary entry; ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
@@ -75,6 +77,7 @@ class PerfConstants:
     eta_kv: float = 0.80
     eta_a: float = 0.50
     eta_ar: float = 0.60
+    eta_moe: float = 0.80
     overlap: float = 4.0
     t0: float = 0.7e-3
     t_seq: float = 5e-6
@@ -209,7 +212,7 @@ class StepModel:
     def _set_constants(self, c: PerfConstants) -> None:
         bw = self.gpu.bandwidth
         self._w_fixed = self.bytes_fixed / (c.eta_w * bw)
-        self._w_experts = self.bytes_experts / (c.eta_w * bw)
+        self._w_experts = self.bytes_experts / (c.eta_moe * bw)
         self._c_lin = self.flops_per_token / c.eta_f
         self._c_head = self.flops_per_row / c.eta_f
         self._c_attn = self.attn_per_pair / c.eta_a
