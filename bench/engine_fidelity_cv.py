@@ -2,10 +2,11 @@
 generalises to a model it was not fitted on.
 
     python bench/engine_fidelity_cv.py                     # every model of the training runs
-    python bench/engine_fidelity_cv.py --models Llama-2-7b-hf,Mixtral-8x7B-v0.1 --iterations 2
+    python bench/engine_fidelity_cv.py --models Llama-2-7b-hf,Mixtral-8x7B-v0.1 --iterations 3
 
 For each model: refit the H100 profile (``python -m generation.engine.perf.fit``, started from
-the shipped profile, ``--iterations`` least-squares iterations) on the training runs of every *other* model,
+the model's defaults, not the shipped profile, ``--iterations`` least-squares iterations: about
+10 minutes a model on 2 cores) on the training runs of every *other* model,
 then replay the held-out model's runs (training runs and any main38 runs of that model) in full
 with that profile and print their MAPE next to the same runs under the shipped profile (fitted
 with them).  The fits run one after another; each prints its own figures to stderr.
@@ -42,7 +43,7 @@ def mape(results: dict) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="", help="comma-separated model names (the part after the slash)")
-    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--scale", type=float, default=0.25)
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     args = p.parse_args(argv)
@@ -56,9 +57,12 @@ def main(argv=None) -> int:
         held = [e for e in exps if e["model"].split("/")[-1] == model and e["hardware"] == "H100"
                 and (e in train or "main38" in e["groups"])]
         out = os.path.join(tempfile.gettempdir(), f"cv-{model}.json")
+        start = os.path.join(tempfile.gettempdir(), "cv-start.json")
+        with open(start, "w", encoding="utf-8") as fh:
+            fh.write('{"constants": {}}')
         exclude = ",".join(e["name"] for e in train if e["model"].split("/")[-1] == model)
         cmd = [sys.executable, "-m", "generation.engine.perf.fit", "--gpu", "H100", "--exclude", exclude,
-               "--iterations", str(args.iterations), "--scale", str(args.scale), "--jobs", str(args.jobs), "--out", out]
+               "--iterations", str(args.iterations), "--start", start, "--scale", str(args.scale), "--jobs", str(args.jobs), "--out", out]
         print(f"== {model}: fitting without its {len(exclude.split(','))} runs", file=sys.stderr, flush=True)
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=sys.stderr)
         unseen = mape(bench.run(held, jobs=args.jobs, profile=out))
