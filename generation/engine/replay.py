@@ -519,6 +519,10 @@ def main(argv=None) -> int:
     except (ConfigError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    past = sum(1 for t in trace if t.prompt_tokens + t.output_tokens > cfg.max_model_len)
+    if past:        # vLLM would refuse their max_tokens; the replay runs them to the end
+        print(f"warning: {past} of {len(trace)} requests need more than --max-model-len {cfg.max_model_len} "
+              f"tokens (prompt + output): vLLM would refuse them; the replay runs them on", file=sys.stderr)
     sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy)
     # the server's --max-waiting-queue-length is the simulator's own (vLLM has no such limit): a
     # replay applies it only when given

@@ -207,3 +207,16 @@ def test_a_trace_names_repeated_prompts(tmp_path):
         read_trace(str(p))
     p.write_text(p.read_text().splitlines()[0] + "\n")
     assert read_trace(str(p))[0].prompt == "p1"
+
+
+def test_a_profile_the_fit_writes_serves(tmp_path):
+    from generation.engine.perf.fit import write_profile
+    p = tmp_path / "fitted.json"
+    write_profile(str(p), "H100", PerfConstants(t_eager=6e-05, fe_prompt_token=1e-06))
+    assert '6e-05' in p.read_text()                  # YAML 1.1 would read this as a string
+    m = build_step_model(H100, LLAMA8, profile_path=str(p))
+    assert isinstance(m, StepModel) and m.constants.t_eager == 6e-05 and m.constants.fe_prompt_token == 1e-06
+    from generation.engine.perf.step_model import PROFILE_DIR
+    shipped = build_step_model(H100, LLAMA8, profile_path=f"{PROFILE_DIR}/h100.json")
+    assert shipped.constants == load_constants("H100")[0]
+

@@ -215,7 +215,8 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=0.35, help="fraction of each stage replayed per evaluation")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--iterations", type=int, default=6,
-                   help="least-squares iterations (each costs one evaluation per free constant, plus one)")
+                   help="least-squares iterations (each costs an evaluation per free constant for the Jacobian, "
+                        "plus one or more trial steps)")
     p.add_argument("--out", default=None, help="profile to write (default: the shipped profiles/<gpu>.json)")
     p.add_argument("--start", default=None, help="profile to start from (default: the GPU's current one)")
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
@@ -249,6 +250,7 @@ def main(argv=None) -> int:
     obj = Objective(runs, base, args.scale, args.data, args.jobs)
     x0 = np.array([math.log(getattr(base, k)) for k in FREE])
     t = time.perf_counter()
+    print(f"{len(runs)} runs", flush=True)
     r0 = obj(x0)
     print(f"{len(runs)} runs, {len(r0)} residuals; start RMS {float(np.sqrt(np.mean(r0 ** 2))):.4f}", flush=True)
     lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k == "overlap" else 1e-14 if k == "t_vocab"

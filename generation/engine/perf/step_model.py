@@ -336,11 +336,18 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
     import yaml
     try:
         with open(os.fspath(profile_path), encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            text = fh.read()
     except FileNotFoundError:
         raise ConfigError(f"step-time profile {profile_path}: no such file", param="step-time-profile")
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"step-time profile {profile_path}: cannot parse ({e})", param="step-time-profile")
+    except OSError as e:
+        raise ConfigError(f"step-time profile {profile_path}: cannot read ({e})", param="step-time-profile")
+    try:                    # JSON first: YAML 1.1 reads 6e-05 (no decimal point) as a string
+        data = json.loads(text)
+    except ValueError:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"step-time profile {profile_path}: cannot parse ({e})", param="step-time-profile")
     values = data.get("constants", data) if isinstance(data, dict) else data
     if isinstance(values, dict) and values and set(values) <= set(CONSTANT_NAMES) and "step_table" not in data:
         c = replace(load_constants(gpu.name)[0], **values).validate(f"step-time profile {profile_path}")
