@@ -60,9 +60,11 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
         f"vLLM simulator: model={c.model} served={','.join(c.served_names)} runner={runner} mode={c.mode} "
         f"tokenizer={tok}"
         + (f" data-parallel rank {rank}/{c.data_parallel_size}" if c.data_parallel_size > 1 else ""),
-        f"latency: ttft={d(c.time_to_first_token)}±{d(c.time_to_first_token_std_dev)} "
-        f"itl={d(c.inter_token_latency)}±{d(c.inter_token_latency_std_dev)} "
-        f"calculator={c.latency_calculator or 'legacy'} load-factor={c.time_factor_under_load:g}",
+        ("latency: calculator=step (the engine's steps decide TTFT and ITL; step engine line below)"
+         if c.latency_calculator == "step" else
+         f"latency: ttft={d(c.time_to_first_token)}±{d(c.time_to_first_token_std_dev)} "
+         f"itl={d(c.inter_token_latency)}±{d(c.inter_token_latency_std_dev)} "
+         f"calculator={c.latency_calculator or 'legacy'} load-factor={c.time_factor_under_load:g}"),
         f"capacity: max-num-seqs={c.max_num_seqs} waiting-queue={c.max_waiting_queue_length} "
         f"max-model-len={c.max_model_len} loras={len(c.lora_modules)}/{c.max_loras}",
         _kv_line(c),
