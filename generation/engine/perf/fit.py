@@ -34,7 +34,7 @@ from .step_model import PROFILE_DIR, PerfConstants, load_constants
 
 # The constants a fit moves (the rest keep their priors: the frontend's CPU costs, the eager and
 # prefill-attention terms cannot be separated from the others at these loads and settings).
-FREE = ("eta_w", "eta_kv", "eta_f", "eta_moe", "overlap", "t0", "t_seq", "t_vocab", "t_layer", "t_moe", "t_ar", "fe_in")
+FREE = ("eta_w", "eta_kv", "eta_f", "eta_moe", "overlap", "t0", "t_seq", "t_vocab", "t_layer", "t_moe", "t_fp8", "t_ar", "fe_in")
 RESIDUAL_METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean_counted")
 OVERLOADED = "reasoning"        # default16's 4 rps reasoning runs: queues grew past the 300 s timeout
 

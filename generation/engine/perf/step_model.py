@@ -9,7 +9,7 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
                   kv_bytes_per_token (C_dec + sum p_i + T) / (eta_kv BW))
     smax(a, b) = (a^p + b^p)^(1/p),  p = ``overlap``
     comm   = 2 layers (t_ar + T hidden 2 B 2 (tp - 1) / tp / (eta_ar link_BW))       (tp > 1)
-    fixed  = t0 + t_layer layers + t_moe moe_layers + (t_seq + t_vocab vocab) S
+    fixed  = t0 + t_layer layers + t_moe moe_layers [+ t_fp8 layers] + (t_seq + t_vocab vocab) S
     step   = fixed + gemm + attn + comm  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
 
 - ``W_read``: the weights one step reads, per GPU: the dense part and, for a MoE model, the
@@ -67,7 +67,8 @@ class PerfConstants:
     bandwidth reached reading routed experts' weights (fused MoE kernels); ``overlap``: the
     exponent ``p`` of the memory / compute bound's soft maximum (>= 1); ``t0``, ``t_seq``,
     ``t_layer``, ``t_moe``: the fixed terms (per step, per scheduled sequence, per layer, per MoE
-    layer); ``t_vocab``: per sampled row and vocabulary entry; ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
+    layer); ``t_vocab``: per sampled row and vocabulary entry; ``t_fp8``: per layer, with FP8
+    weights on FP8 tensor cores (the activations' dynamic quantization before each GEMM); ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
     ``fe_in`` / ``fe_out``: the frontend's latency before the engine and after a step (the TTFT
     floor); ``fe_request``, ``fe_prompt_token``, ``fe_output_token``: its CPU per request, per
     prompt token (tokenizing) and per output token (detokenizing, streaming)."""
@@ -84,6 +85,7 @@ class PerfConstants:
     t_vocab: float = 1e-11
     t_layer: float = 20e-6
     t_moe: float = 30e-6
+    t_fp8: float = 20e-6
     t_ar: float = 10e-6
     t_eager: float = 60e-6
     fe_in: float = 3e-3
@@ -200,6 +202,7 @@ class StepModel:
             self.bytes_experts = 0.0
             self._untouched = 1.0
         self.moe_layers = moe_layers
+        self.fp8_layers = arch.num_layers if (lin_bytes == 1.0 and gpu.fp8) else 0
         self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
         self.flops_per_row = 2.0 * n_head / gpu.flops       # the lm_head, per sampled row
         self.attn_per_pair = 4.0 * arch.num_layers * (arch.num_heads / tp) * arch.head_dim / gpu.flops
@@ -220,7 +223,7 @@ class StepModel:
         self._comm0 = self.all_reduces * c.t_ar
         self._c_comm = self.all_reduces * self.ar_per_token / c.eta_ar
         layers = self.arch.num_layers
-        self._fixed = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers
+        self._fixed = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers + c.t_fp8 * self.fp8_layers
                        + (c.t_eager * layers if self.enforce_eager else 0.0))
         self._t_seq = c.t_seq + c.t_vocab * self.arch.vocab_size
         self._p = float(c.overlap)
