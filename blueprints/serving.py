@@ -28,6 +28,7 @@ Two entry points run the same :func:`handle`:
 from __future__ import annotations
 
 import logging
+from time import monotonic
 from http import HTTPStatus
 
 import orjson
@@ -58,6 +59,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
     list of bytes (JSON) or the SSE generator.  ``limit``: the body size limit in bytes.
     Raises the domain errors of each step (the caller renders them in ``adapter_cls.envelope``)
     and ClientDisconnected when a non-streaming client left while it waited."""
+    entry = monotonic()
     SCHEMA_CLIENT.set(environ.get("REMOTE_ADDR"))     # schema checks take turns by client
     body = load(schema, parse_json_body(environ, limit))
     adapter = adapter_cls(sim, body)
@@ -70,7 +72,12 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, li
     work = adapter.work(seqs)
     check_work(sim, *work)
     extra = response_headers(rid, sim, environ)
-    sim.admit(seqs, received_at(environ))
+    arrived = received_at(environ)
+    if sim.engine is not None and (arrived is None or entry < arrived):
+        # step mode models vLLM's frontend (its parse, tokenizing, latency) from the arrival:
+        # the simulator's own handling until now is inside that modelled time, not added to it
+        arrived = entry
+    sim.admit(seqs, arrived)
     try:
         if req.stream:
             envelope = adapter.envelope
