@@ -64,9 +64,10 @@ def test_low_priority_turns_go_after_waiting_requests():
         turns.take(low)
         order.append(name)
     turns.take()                  # this turn's only slot
-    gs = [gevent.spawn(take, "expire1", True), gevent.spawn(take, "expire2", True)]
-    gevent.sleep(0)
-    gs.append(gevent.spawn(take, "request", False))
+    # spawned in this order, they queue in it within one loop turn (a sleep(0) between could let
+    # the release timer fire first on a loaded machine, which made this test flaky)
+    gs = [gevent.spawn(take, "expire1", True), gevent.spawn(take, "expire2", True),
+          gevent.spawn(take, "request", False)]
     gevent.joinall(gs, timeout=2)
     assert order == ["request", "expire1", "expire2"]
 
