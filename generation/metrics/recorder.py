@@ -459,18 +459,8 @@ class MetricsRecorder:
         req = seq.request
         p = seq.prompt_len
         n = seq.completion_tokens
-        cached = min(seq.cached_tokens, p)
-        self.prompt_tokens.value += p
         self.generation_tokens.value += n
-        if getattr(req, "remote_prefill", False):
-            external, computed = p - cached, 0
-        else:
-            external, computed = 0, p - cached
-        src = self.by_source
-        src["local_compute"].value += computed
-        src["local_cache_hit"].value += cached
-        src["external_kv_transfer"].value += external
-        self.prompt_cached.value += cached + external
+        computed = self._count_prompt(seq)
         max_tokens = req.max_tokens
         if max_tokens is None:
             max_tokens = max(self.config.max_model_len - p, 0)
@@ -523,6 +513,12 @@ class MetricsRecorder:
         self.generation_tokens.value += produced
         if not prefilled:
             return
+        self._count_prompt(seq)
+
+    def _count_prompt(self, seq) -> int:
+        """Count the prompt's tokens, by source (computed here, a prefix-cache hit, or a remote
+        prefill's KV transfer), as vLLM's ``prompt_tokens`` and ``prompt_tokens_by_source``;
+        returns the tokens computed here."""
         p = seq.prompt_len
         cached = min(seq.cached_tokens, p)
         self.prompt_tokens.value += p
@@ -535,6 +531,7 @@ class MetricsRecorder:
         src["local_cache_hit"].value += cached
         src["external_kv_transfer"].value += external
         self.prompt_cached.value += cached + external
+        return computed
 
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""

@@ -90,10 +90,6 @@ def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str
     sys_tokens = round(sys_len * PROMPT_EXPANSION)
     reqs: list[Req] = []
     if exp.get("trace"):
-        ends, t = [], 0.0
-        for s in exp["stages"]:
-            t += s["duration"]
-            ends.append(t)
         cut = _stage_cuts(exp, duration_scale)
         with gzip.open(os.path.join(data_dir(path), exp["trace"]), "rt") as fh:
             rows = list(csv.DictReader(fh))
@@ -103,7 +99,7 @@ def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str
                 lengths.setdefault(i % len(order), int(r["input_tokens"]))
         for i, r in enumerate(rows):
             arrival = int(r["arrival_us"]) / 1e6
-            if duration_scale < 1.0 and not _kept(arrival, ends, cut):
+            if duration_scale < 1.0 and not any(a <= arrival <= b for a, b in cut):
                 continue
             p = order[i % len(order)]
             n = int(r["input_tokens"]) if r["has_error"] == "0" else lengths.get(i % len(order), nominal)
@@ -130,10 +126,6 @@ def _stage_cuts(exp: dict, scale: float) -> list[tuple[float, float]]:
         out.append((t, t + s["duration"] * scale))
         t += s["duration"]
     return out
-
-
-def _kept(arrival: float, ends, cuts) -> bool:
-    return any(a <= arrival <= b for a, b in cuts)
 
 
 @dataclass
@@ -273,11 +265,9 @@ def simulate(exp: dict, constants=None, *, seed: int = 0, duration_scale: float 
     sched = scheduler_for(settings, cfg.max_model_len)
     res = replay(sched, model, trace, timeout=CLIENT_TIMEOUT)
     sim = Simulation(steps=len(res.steps), preemptions=res.preemptions)
-    done = set()
     for er in res.requests:
         first, last = res.times(er)
         sim.outcomes.append(Outcome(er.arrival, first - er.arrival, last - er.arrival, er.num_output))
-        done.add(id(er))
     for er in res.timed_out:
         sim.outcomes.append(Outcome(er.arrival, float("nan"), CLIENT_TIMEOUT, 0, failed=True))
     sim.wall_s = time.perf_counter() - t
