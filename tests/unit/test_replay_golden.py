@@ -1,0 +1,191 @@
+"""The replay's results are those of the token-by-token engine (issue 32, item 4): seeded traces
+that exercise prefix caching (shared prefixes and repeated prompts), preemption, chunked prefill,
+client timeouts, async scheduling, the frontend, the priority policy, a CPU KV tier, step-time
+jitter and the closed loop give, request by request, the times golden values recorded from the
+engine before its decode fast path (main at 62b9425) gave: a SHA-256 over the exact ``repr`` of
+every finished request's times, the multiset of inter-token latencies and the per-step log.
+
+``python tests/unit/test_replay_golden.py`` prints the values again (to record them after an
+intended change of behaviour)."""
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from generation.config.cli import load_config                     # noqa: E402
+from generation.engine.replay import TraceRequest, replay           # noqa: E402
+from generation.engine.scheduler import Scheduler                   # noqa: E402
+from generation.engine.step_config import resolve_step_settings     # noqa: E402
+
+_SETTINGS = {}
+
+
+def _step_model(gpu="H100", async_scheduling=True):
+    key = (gpu, async_scheduling)
+    if key not in _SETTINGS:
+        argv = ["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", gpu,
+                "--max-model-len", "8192", "--seed", "0"]
+        if not async_scheduling:
+            argv.append("--no-async-scheduling")
+        _SETTINGS[key] = resolve_step_settings(load_config(argv)).step_time
+    return _SETTINGS[key]
+
+
+def _trace(seed, n, rate, prompt=(64, 1500), output=(1, 300), groups=0, prompts=0):
+    """``n`` Poisson arrivals at ``rate``/s with uniform lengths; with ``groups`` a third share a
+    prefix of their group, with ``prompts`` a third repeat one of that many whole prompts."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        p, o = rng.randint(*prompt), rng.randint(*output)
+        kind = rng.random()
+        if groups and kind < 1 / 3:
+            g = rng.randrange(groups)
+            out.append(TraceRequest(t, p, o, f"g{g}", min(p, 256 + 128 * g)))
+        elif prompts and kind > 2 / 3:
+            k = rng.randrange(prompts)
+            out.append(TraceRequest(t, 200 + 100 * k, o, "bench", 64, prompt=f"p{k}"))
+        else:
+            out.append(TraceRequest(t, p, o, priority=rng.randrange(3)))
+    return out
+
+
+def _sched(**kw):
+    args = dict(num_gpu_blocks=4000, block_size=16, max_num_seqs=256, max_num_batched_tokens=2048,
+                max_model_len=8192)
+    args.update(kw)
+    return Scheduler(**args)
+
+
+def _digest(res) -> dict:
+    """Exact fingerprints of a ReplayResult."""
+    h = hashlib.sha256()
+    for r in sorted(res.requests, key=lambda r: (r.arrival, r.prompt_len, r.output_len)):
+        first, last = res.times(r)
+        h.update(repr((r.arrival, r.prompt_len, r.num_output, first, last, r.first_token, r.finished_at,
+                       r.cached_tokens, r.preemptions)).encode())
+    itl = hashlib.sha256(repr(sorted(res.itl)).encode()).hexdigest()[:16]
+    steps = hashlib.sha256(repr([tuple(s) for s in res.steps]).encode()).hexdigest()[:16]
+    timed_out = sorted((r.arrival, r.num_output) for r in res.timed_out)
+    return {"requests": len(res.requests), "timed_out": hashlib.sha256(repr(timed_out).encode()).hexdigest()[:16],
+            "preemptions": res.preemptions, "steps": len(res.steps), "duration": repr(res.duration),
+            "per_request": h.hexdigest()[:16], "itl": itl, "itl_count": len(res.itl), "step_log": steps,
+            "frontend_busy": repr(res.frontend_busy)}
+
+
+def scenarios():
+    """name -> a function running one replay."""
+    return {
+        # async scheduling and the frontend, shared prefixes and repeated prompts
+        "prefix_async_frontend": lambda: replay(
+            _sched(), _step_model(), _trace(1, 400, 40.0, groups=3, prompts=4)),
+        # too few blocks: preemption, head-of-line blocking; small budget: chunked prefill; timeouts
+        "preempt_chunked_timeout": lambda: replay(
+            _sched(num_gpu_blocks=600, max_num_batched_tokens=512, long_prefill_token_threshold=384),
+            _step_model(), _trace(2, 300, 60.0, groups=2), timeout=20.0),
+        # synchronous scheduling, a fixed frontend time, the priority policy, a CPU tier, jitter
+        "sync_priority_cpu_jitter": lambda: replay(
+            _sched(num_gpu_blocks=900, num_cpu_blocks=500, policy="priority", max_num_seqs=64),
+            _step_model(async_scheduling=False), _trace(3, 300, 30.0, groups=4, prompts=3),
+            frontend=0.004, rng=random.Random(7), jitter=0.05),
+        # a closed loop, no prefix caching, no chunked prefill, a big batch of short requests
+        "closed_loop_unchunked": lambda: replay(
+            _sched(enable_prefix_caching=False, enable_chunked_prefill=False, max_num_batched_tokens=4096),
+            _step_model("A100"), _trace(4, 500, 1.0, prompt=(16, 900), output=(1, 120), groups=2),
+            concurrency=96),
+        # steady decode of many sequences: the fast path's common case, with a timeout now and then
+        "steady_decode": lambda: replay(
+            _sched(num_gpu_blocks=20000, max_num_batched_tokens=8192, max_num_seqs=1024, block_size=64),
+            _step_model(), _trace(5, 600, 40.0, prompt=(200, 1200), output=(50, 400)), timeout=12.0),
+        # the command line: the issue's trace shape, seeded
+        "cli_json": _cli,
+    }
+
+
+def _cli():
+    import contextlib
+    import io
+    import json
+    from generation.engine.replay import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--rate", "20", "--num-requests", "300", "--prompt-tokens", "1024", "--output-tokens", "256",
+                     "--max-model-len", "2048", "--seed", "3", "--json", "--no-progress"]) == 0
+    summary = json.loads(out.getvalue())
+    return {k: summary[k] for k in ("requests", "duration_s", "output_tokens_per_s", "requests_per_s", "ttft_s",
+                                    "itl_s", "tpot_s", "e2e_s", "preemptions", "steps", "timed_out",
+                                    "kv_usage_mean", "kv_usage_peak", "rejected")}
+
+
+GOLDEN = {'prefix_async_frontend': {'requests': 400,
+                           'timed_out': '4f53cda18c2baa0c',
+                           'preemptions': 0,
+                           'steps': 876,
+                           'duration': '11.926909659925746',
+                           'per_request': '448bcc689a67e193',
+                           'itl': '966ae013a0284f5f',
+                           'itl_count': 59681,
+                           'step_log': 'deb054f39d022adf',
+                           'frontend_busy': '1.7531950000000056'},
+ 'preempt_chunked_timeout': {'requests': 170,
+                             'timed_out': '775d62872b9b86de',
+                             'preemptions': 1002,
+                             'steps': 2694,
+                             'duration': '24.80680858038038',
+                             'per_request': '0d651351b4ed6393',
+                             'itl': '0b156e0062c035b2',
+                             'itl_count': 25963,
+                             'step_log': '6a3ae54f5277e6f0',
+                             'frontend_busy': '1.0852629999999834'},
+ 'sync_priority_cpu_jitter': {'requests': 300,
+                              'timed_out': '4f53cda18c2baa0c',
+                              'preemptions': 122,
+                              'steps': 1984,
+                              'duration': '18.22855917881015',
+                              'per_request': 'e8ec193e7ba28c4d',
+                              'itl': 'ce036e046837974e',
+                              'itl_count': 43991,
+                              'step_log': '9f6a0d2bfdd8957b',
+                              'frontend_busy': '0.0'},
+ 'closed_loop_unchunked': {'requests': 500,
+                           'timed_out': '4f53cda18c2baa0c',
+                           'preemptions': 0,
+                           'steps': 414,
+                           'duration': '18.610441997522088',
+                           'per_request': '682ea157e5df7bf8',
+                           'itl': '5e09f336026ea9e4',
+                           'itl_count': 31276,
+                           'step_log': 'f62f4e8c3b902175',
+                           'frontend_busy': '1.452200000000003'},
+ 'steady_decode': {'requests': 517,
+                   'timed_out': '237f1d9098b910a0',
+                   'preemptions': 0,
+                   'steps': 851,
+                   'duration': '21.272997586426172',
+                   'per_request': '9097af15ba362a45',
+                   'itl': '94a094573aca99ab',
+                   'itl_count': 124278,
+                   'step_log': 'ba7c6a466c2d88e4',
+                   'frontend_busy': '3.190558000000005'},
+ 'cli_json': 'c3cd16d6bac7ecdb'}
+
+
+def _fingerprint(value):
+    if isinstance(value, dict):          # the command line's JSON summary
+        return hashlib.sha256(repr(sorted(value.items())).encode()).hexdigest()[:16]
+    return _digest(value)
+
+
+def test_replays_match_the_token_by_token_engine():
+    for name, run in scenarios().items():
+        assert _fingerprint(run()) == GOLDEN[name], name
+
+
+if __name__ == "__main__":
+    import pprint
+    pprint.pprint({name: _fingerprint(run()) for name, run in scenarios().items()}, sort_dicts=False, width=120)
