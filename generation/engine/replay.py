@@ -31,6 +31,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from .replay_log import Latencies, StepLog
 from .scheduler import EngineRequest, Scheduler, step_end
 
 
@@ -54,15 +55,19 @@ class ReplayResult:
     """Per-request timings (seconds) and per-step samples of one replay.  ``requests`` are the
     finished EngineRequests; ``client`` maps each to ``(first token, last token)`` as its client
     received them (the frontend's output latency and queueing added; the engine's times when the
-    model has no frontend); ``timed_out`` the requests aborted at the client's timeout."""
+    model has no frontend); ``timed_out`` the requests aborted at the client's timeout;
+    ``rejected`` the trace requests refused for a prompt plus output past ``max_model_len`` (vLLM's
+    400).  ``itl`` holds every inter-token latency and ``steps`` one row per step, compactly
+    (:mod:`generation.engine.replay_log`: they read like lists)."""
     requests: list = field(default_factory=list)      # finished EngineRequests
-    itl: list = field(default_factory=list)           # every inter-token latency, seconds
-    steps: list = field(default_factory=list)         # (end time, KV usage, running, waiting, tokens)
+    itl: Latencies = field(default_factory=Latencies)  # every inter-token latency, seconds
+    steps: StepLog = field(default_factory=StepLog)   # (end time, KV usage, running, waiting, tokens)
     preemptions: int = 0
     duration: float = 0.0
     client: dict = field(default_factory=dict)        # EngineRequest -> [first token, last token] at the client
     timed_out: list = field(default_factory=list)
     frontend_busy: float = 0.0                        # the frontend's CPU seconds
+    rejected: list = field(default_factory=list)      # TraceRequests past the context, refused
 
     def times(self, req) -> tuple[float, float]:
         """``(first token, last token)`` of a finished request as its client saw them."""
@@ -70,6 +75,8 @@ class ReplayResult:
         return (seen[0], seen[1]) if seen else (req.first_token, req.finished_at)
 
     def percentiles(self, values, ps=(50, 90, 99)) -> dict:
+        if isinstance(values, Latencies):
+            return values.percentiles(ps)
         if not values:
             return {f"p{p}": None for p in ps}
         v = sorted(values)
@@ -84,13 +91,14 @@ class ReplayResult:
         e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
         tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
         out_tokens = sum(r.num_output for r in reqs)
-        usage = [s[1] for s in self.steps]
+        usage = self.steps.usage if isinstance(self.steps, StepLog) else [s[1] for s in self.steps]
         return {"requests": len(reqs), "duration_s": self.duration,
                 "output_tokens_per_s": out_tokens / self.duration if self.duration else 0.0,
                 "requests_per_s": len(reqs) / self.duration if self.duration else 0.0,
                 "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
                 "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
                 "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
+                "rejected": len(self.rejected),
                 "kv_usage_mean": sum(usage) / len(usage) if usage else 0.0,
                 "kv_usage_peak": max(usage) if usage else 0.0}
 
@@ -131,8 +139,13 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     incoming: deque = deque()           # (arrival, index, EngineRequest) not yet through the frontend
     order = 0
 
+    max_len = scheduler.max_model_len
+
     def submit(tr: TraceRequest, at: float) -> None:
         nonlocal order
+        if tr.prompt_tokens + tr.output_tokens > max_len:   # vLLM's 400: past the context
+            result.rejected.append(tr)
+            return
         req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
                             prefix_len=tr.prefix_tokens, priority=tr.priority)
         if tr.prompt is not None:           # a repeated prompt: its group's prefix, then its own blocks
@@ -155,6 +168,11 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
             submit(tr, 0.0)
             if order >= concurrency:
                 break
+        for _ in result.rejected:       # a closed loop sends the next request for each one refused
+            tr = next(pending, None)
+            if tr is None:
+                break
+            submit(tr, 0.0)
     else:
         for tr in trace:
             submit(tr, tr.arrival)
@@ -163,6 +181,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     prev_start = None                   # start of the step that just ended (async planning)
     emitted_at = 0.0                    # when the last step's tokens were out (emission_cost)
     steps = 0
+    seen_at = 0.0
+    scheduler.decode_in_groups()        # fast_decode: decoding requests advance as a group
     while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
         while incoming and incoming[0][0] <= now:
             at, i, req = incoming.popleft()
@@ -170,7 +190,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
         while deadlines and deadlines[0][0] <= now:
             _, _, req = heapq.heappop(deadlines)
             if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
-                scheduler.abort(req)
+                if scheduler.abort(req):        # fast_decode: its last token (the last step's) unlisted
+                    client[req][1] = seen_at
                 result.timed_out.append(req)
         cutoff = prev_start if (async_sched and prev_start is not None) else now
         while arrivals and arrivals[0][0] <= cutoff:
@@ -179,7 +200,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
                 continue
             scheduler.add(req, at)
         plan = scheduler.schedule(now)
-        if not plan.scheduled:
+        if not plan.scheduled and not plan.num_decode:
             prev_start = None
             nxt = [arrivals[0][0]] if arrivals else []
             if incoming:
@@ -199,15 +220,21 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
         prev_start = now
         now = step_end(now + dt, emitted_at)
         emitted = scheduler.complete(plan, now)
+        # fast_decode: `emitted` lists the requests needing their own handling; `lazy` more emitted
+        # a token each, ITL `now - prev_end`
+        lazy = getattr(emitted, "lazy", 0)
+        n_out = len(emitted) + lazy
+        if lazy:
+            result.itl.add(now - emitted.prev_end, lazy)
         if emission_cost:          # the frontend sends one step's tokens after the previous step's
-            emitted_at = max(now, emitted_at) + emission_cost * len(emitted)
+            emitted_at = max(now, emitted_at) + emission_cost * n_out
         if fe is not None:
             # the frontend's CPU serves in time order: requests that arrived during the step
             # are preprocessed before the step's outputs, which exist only at its end
             while incoming and incoming[0][0] <= now:
                 at, i, req = incoming.popleft()
                 heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
-        seen_at = fe.emit(now, len(emitted)) if (fe is not None and emitted) else now
+        seen_at = fe.emit(now, n_out) if (fe is not None and n_out) else now
         steps += 1
         for req in emitted:
             if req.prev_token is not None:
@@ -225,6 +252,10 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
                         submit(tr, now)
         result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
                              plan.num_tokens))
+    for req in scheduler.decode_in_groups(False):     # fast_decode: everything up to date
+        times = client.get(req)
+        if times is not None:
+            times[1] = seen_at
     result.preemptions = scheduler.num_preemptions
     result.duration = now
     if fe is not None:
@@ -520,9 +551,9 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     past = sum(1 for t in trace if t.prompt_tokens + t.output_tokens > cfg.max_model_len)
-    if past:        # vLLM would refuse their max_tokens; the replay runs them to the end
+    if past:        # vLLM refuses their max_tokens (400); so does the replay (counted as rejected)
         print(f"warning: {past} of {len(trace)} requests need more than --max-model-len {cfg.max_model_len} "
-              f"tokens (prompt + output): vLLM would refuse them; the replay runs them on", file=sys.stderr)
+              f"tokens (prompt + output): refused, as vLLM refuses them (counted as rejected)", file=sys.stderr)
     sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy)
     # the server's --max-waiting-queue-length is the simulator's own (vLLM has no such limit): a
     # replay applies it only when given
@@ -534,7 +565,7 @@ def main(argv=None) -> int:
     finally:
         watch.close()
     s = result.summary()
-    s["rejected"] = watch.rejected
+    s["rejected"] = watch.rejected + len(result.rejected)
     if args.json:
         print(json.dumps(s, indent=2))
     else:
@@ -543,7 +574,9 @@ def main(argv=None) -> int:
         ms = lambda d: "  ".join(f"{k} {1000 * v:.1f} ms" if v is not None else f"{k} -" for k, v in d.items())
         print(f"{s['requests']} requests in {s['duration_s']:.2f} s: {s['output_tokens_per_s']:.0f} output tokens/s, "
               f"{s['requests_per_s']:.2f} requests/s, {s['steps']} steps, {s['preemptions']} preemptions"
-              + (f", {s['rejected']} rejected (--max-waiting-queue-length {limit})" if limit is not None else ""))
+              + (f", {s['rejected']} rejected (--max-waiting-queue-length {limit})" if limit is not None else "")
+              + (f", {len(result.rejected)} refused (past --max-model-len {cfg.max_model_len})"
+                 if result.rejected and limit is None else ""))
         for k in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):
             print(f"  {k[:-2].upper():5s} {ms(s[k])}")
         print(f"  KV usage mean {100 * s['kv_usage_mean']:.1f} %, peak {100 * s['kv_usage_peak']:.1f} %")

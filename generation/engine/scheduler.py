@@ -116,7 +116,7 @@ class StepPlan:
     hits there of the requests it admits; 0 without a CPU tier), already counted in their
     requests' computed tokens (so in ``prefill_context``)."""
     __slots__ = ("scheduled", "preempted", "num_decode", "decode_context", "num_chunks", "prefill_tokens",
-                 "prefill_pairs", "prefill_context", "start", "end", "chunks", "kv_reload_tokens")
+                 "prefill_pairs", "prefill_context", "start", "end", "chunks", "kv_reload_tokens", "group")
 
     def __init__(self):
         self.scheduled: list = []
@@ -129,6 +129,7 @@ class StepPlan:
         self.prefill_pairs = 0.0
         self.prefill_context = 0
         self.kv_reload_tokens = 0
+        self.group = None                   # a group step's decoding requests (fast_decode), not in scheduled
         self.start = 0.0
         self.end = 0.0
 
@@ -235,6 +236,23 @@ class Scheduler:
         self.on_cached = on_cached
         self.on_prefix = on_prefix
         self.on_release = on_release
+        self.lazy = None                    # the replay's group decoding (decode_in_groups)
+
+    def decode_in_groups(self, on: bool = True):
+        """Advance decoding requests as a group between events (the replay's fast path,
+        :mod:`generation.engine.fast_decode`): same results, O(events) per step.  While on,
+        anchored requests' ``num_computed``, ``num_output``, ``prev_token`` and ``last_token``
+        are stale and :meth:`complete` lists only the requests that need their own handling.
+        ``on=False`` brings every request up to date and turns it off; returns the requests that
+        emitted at the last step without being listed (for the caller's bookkeeping)."""
+        late = []
+        if self.lazy is not None:
+            late = self.lazy.settle()
+            self.lazy = None
+        if on:
+            from .fast_decode import LazyDecode
+            self.lazy = LazyDecode(self)
+        return late
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -265,8 +283,13 @@ class Scheduler:
         req.queued_at = now
         self.waiting.append(req)
 
-    def abort(self, req: EngineRequest) -> None:
-        """Remove a request wherever it is, releasing its blocks (client gone)."""
+    def abort(self, req: EngineRequest) -> bool:
+        """Remove a request wherever it is, releasing its blocks (client gone).  Returns True when
+        it was decoding in a group (:meth:`decode_in_groups`) and emitted a token at the last step
+        without being listed in it."""
+        late = False
+        if self.lazy is not None and req in self.lazy.anchor:
+            late = self.lazy.drop(req)
         if req.state == EngineRequest.RUNNING:
             self.running.remove(req)
             self._free(req)
@@ -277,6 +300,7 @@ class Scheduler:
                 pass
             self._free(req)
         req.state = EngineRequest.ABORTED
+        return late
 
     def _free(self, req: EngineRequest) -> None:
         if req.blocks:
@@ -315,6 +339,10 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         """Plan the next step at ``now``: allocate blocks, preempt, admit.  The plan is empty
         when nothing can run (no work, or only requests waiting for a KV transfer)."""
+        if self.lazy is not None:
+            plan = self.lazy.schedule(now)
+            if plan is not None:
+                return plan
         plan = StepPlan()
         plan.start = now
         budget = self.max_num_batched_tokens
@@ -498,6 +526,8 @@ class Scheduler:
         """The step ended at ``end``: advance every scheduled request; those that reached their
         length emit one token at ``end`` (returned, in batch order); finished ones leave the
         batch and free their blocks."""
+        if plan.group is not None:
+            return self.lazy.complete(plan, end)
         plan.end = end
         emitted = []
         append = emitted.append
@@ -533,6 +563,8 @@ class Scheduler:
                 else:
                     keep.append(req)
             self.running[:] = keep
+        if self.lazy is not None:
+            self.lazy.after_slow_step(end)
         return emitted
 
     def _cache_blocks(self, reqs) -> None:

@@ -42,14 +42,14 @@ def test_per_request_file_has_one_record_per_finished_request(tmp_path, capsys):
 
 def test_a_one_token_answer_has_no_itl(tmp_path, capsys):
     path = tmp_path / "per.jsonl"
-    rc, _, _ = run(capsys, "--num-requests", "1", "--output-tokens", "1", "--no-progress", "--json",
+    rc, _, _ = run(capsys, "--num-requests", "1", "--prompt-tokens", "100", "--output-tokens", "1", "--no-progress", "--json",
                    "--per-request", str(path))
     assert rc == 0 and json.loads(path.read_text())["itl"] is None
 
 
 def test_max_waiting_queue_length_rejects_as_the_server_does(capsys):
     # 200 requests at once, 4 seats: 4 take the seats at once, 10 wait beyond them, 186 are refused
-    flood = ["--num-requests", "200", "--max-num-seqs", "4", "--no-progress", "--json"]
+    flood = ["--num-requests", "200", "--prompt-tokens", "100", "--max-num-seqs", "4", "--no-progress", "--json"]
     rc, out, _ = run(capsys, *flood, "--max-waiting-queue-length", "10")
     s = json.loads(out)
     assert rc == 0 and (s["requests"], s["rejected"]) == (14, 186)
@@ -89,10 +89,10 @@ def test_the_plot_has_ttft_and_tpot_on_their_own_axes_and_its_path_is_said(tmp_p
 
 
 def test_progress_lines_on_a_long_run(capsys):
-    cfg = load_config(["--latency-calculator", "step"], env={})
+    cfg = load_config(["--latency-calculator", "step", "--max-model-len", "2048"], env={})
     st = resolve_step_settings(cfg)
     sched = scheduler_for(st, cfg.max_model_len)
-    trace = synthetic_trace(2, 10, 1100)            # 1,100 steps
+    trace = synthetic_trace(2, 10, 1100)            # 1,100 steps (within the context: vLLM refuses more)
     watch = _Watch(sched, len(trace), None, progress=True)
     watch.next_line = 0.0                           # as if 10 s had passed
     result = replay(sched, st.step_time, trace)

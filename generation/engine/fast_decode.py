@@ -1,0 +1,282 @@
+"""Decoding requests advanced as a group: the replay's fast path through the scheduler (issue 32,
+item 4), with the token-by-token engine's results to the last bit.
+
+Between events the running batch of a step engine changes only in that every decoding request's
+context grows by one token per step.  :class:`LazyDecode` keeps such requests *anchored*: their
+``num_computed``, ``num_output``, ``prev_token`` and ``last_token`` hold the values of the step
+they were anchored at (``g0``), and the true values are those plus the number of steps run since
+(``g - g0``), the tokens emitted at the ends of those steps.  A step then costs the scheduler
+O(1 + events), not O(running requests):
+
+- the step's aggregates come from counts: ``num_decode`` is the batch size and
+  ``decode_context`` a running sum (each step adds the batch size);
+- the events are keyed by the step they happen in, computed when a request is anchored: a
+  **block boundary** (the step whose context reaches the blocks it holds: one block is allocated,
+  in batch order, as :meth:`Scheduler.schedule` allocates it) and its **last token** (the
+  request is brought up to date, finishes and frees its blocks in batch order);
+- **admission** is the scheduler's own :meth:`Scheduler._admit`, after the batch's decodes, with
+  the budget they leave: prefix-cache lookups, chunking and head-of-line blocking unchanged;
+- every anchored request emits one token per step at the step's end, so their inter-token
+  latencies are one value per step (``end - previous end``) times their count: the step's
+  :class:`Emitted` lists only the requests that need their own handling (a first token, a
+  finish, a first decode whose previous token was not at the previous step's end) and carries
+  the count of the others (``lazy``) and the previous step's end (``prev_end``).
+
+A step that is not of that shape runs the scheduler's own code on up-to-date requests
+(:meth:`LazyDecode.settle` first; the requests are anchored again after it): a request still in
+prefill after its step (chunked prefill), a batch larger than the token budget, a block boundary
+with too few free blocks (preemption), a request that would reach ``max_model_len`` before its
+last token.  The same code and callbacks run; what is not done is the per-request arithmetic of
+steps that change nothing but counters.
+
+Only the replay turns it on (:meth:`Scheduler.decode_in_groups`); the live server's
+:class:`~generation.engine.step_engine.StepEngine` does not (it streams every token of every
+request, so it needs every request up to date at every step).  While it is on, the anchored
+requests' four fields above are stale (the rest are exact), ``plan.scheduled`` of a group step
+lists only the requests it admitted, and :meth:`Scheduler.complete` returns an :class:`Emitted`.
+"""
+from __future__ import annotations
+
+from .scheduler import EngineRequest, StepPlan
+
+
+class Emitted(list):
+    """The requests of a group step that need their own handling (in batch order, up to date),
+    plus ``lazy``: how many other requests emitted a token at the step's end, each at
+    ``end - prev_end`` seconds after its previous one (the previous step's end)."""
+    __slots__ = ("lazy", "prev_end")
+
+    def __init__(self):
+        super().__init__()
+        self.lazy = 0
+        self.prev_end = 0.0
+
+
+_RUNNING, _DONE = EngineRequest.RUNNING, EngineRequest.DONE
+
+
+class LazyDecode:
+    """The anchored decoding requests of one :class:`~generation.engine.scheduler.Scheduler`
+    (module docstring).  ``g`` counts the group steps run; ``anchor`` maps a request to
+    ``(g0, rank)`` (rank: its place in the batch, increasing with admission); ``cross`` and
+    ``fin`` map a step to the requests that need a block in it / emit their last token in it;
+    ``ctx`` is the anchored requests' computed tokens, summed; ``t_last`` / ``t_prev`` the ends
+    of the last two steps (seconds, the caller's clock)."""
+
+    __slots__ = ("s", "g", "anchor", "cross", "fin", "odd", "ctx", "t_last", "t_prev", "rank", "last_room", "bs",
+                 "group_steps", "slow_steps")
+
+    def __init__(self, scheduler) -> None:
+        self.s = scheduler
+        self.g = 0
+        self.anchor: dict = {}
+        self.cross: dict = {}
+        self.fin: dict = {}
+        self.odd: list = []
+        self.ctx = 0
+        self.t_last = None
+        self.t_prev = None
+        self.rank = 0
+        self.last_room = scheduler.max_model_len - 1
+        self.bs = scheduler.block_size
+        self.group_steps = 0          # steps run as a group / by the scheduler's own code (for benches)
+        self.slow_steps = 0
+
+    # ---- anchoring ---------------------------------------------------------------------------
+    def _anchor(self, req: EngineRequest) -> bool:
+        """Anchor an up-to-date decoding request at step ``g`` (False: it would reach the
+        context's end before its last token, and stays with the scheduler's own code)."""
+        c = req.num_computed
+        left = req.output_len - req.num_output          # tokens still to emit, >= 1
+        if c + left > self.last_room:                   # its last decode would have c >= max_model_len - 1
+            return False
+        g = self.g
+        self.anchor[req] = (g, self.rank)
+        self.rank += 1
+        self.ctx += c
+        f = g + left - 1                                # the step that emits its last token
+        k = g + req.blocks * self.bs - c                # the step whose context needs one more block
+        if k <= f:
+            b = self.cross.get(k)
+            if b is None:
+                self.cross[k] = [req]
+            else:
+                b.append(req)
+        b = self.fin.get(f)
+        if b is None:
+            self.fin[f] = [req]
+        else:
+            b.append(req)
+        if req.last_token != self.t_last:               # its next token's ITL is its own
+            self.odd.append(req)
+        return True
+
+    def _bring_up(self, req: EngineRequest, g0: int) -> int:
+        """Bring an anchored request's fields up to step ``g``; returns the steps it ran since."""
+        n = self.g - g0
+        if n:
+            req.num_computed += n
+            req.num_output += n
+            req.prev_token = self.t_prev if n > 1 else req.last_token
+            req.last_token = self.t_last
+        return n
+
+    def settle(self) -> list:
+        """Bring every anchored request up to date and forget the anchors (before the scheduler's
+        own code runs a step, and at the end).  Returns the requests that emitted a token at the
+        last step without being listed in its :class:`Emitted`."""
+        out = []
+        bring = self._bring_up
+        for req, (g0, _) in self.anchor.items():
+            if bring(req, g0):
+                out.append(req)
+        self.anchor.clear()
+        self.cross.clear()
+        self.fin.clear()
+        self.odd = []
+        self.ctx = 0
+        return out
+
+    def drop(self, req: EngineRequest) -> bool:
+        """``req`` leaves (aborted): up to date and no longer anchored.  True when it emitted a
+        token at the last step without being listed."""
+        g0, _ = self.anchor.pop(req)
+        n = self._bring_up(req, g0)
+        self.ctx -= req.num_computed
+        return n > 0
+
+    def after_slow_step(self, end: float) -> None:
+        """The scheduler's own code ran a step ending at ``end``: anchor the running requests that
+        are decoding, in batch order."""
+        self.t_prev, self.t_last = self.t_last, end
+        anchor = self._anchor
+        for req in self.s.running:
+            if req.state == _RUNNING and req.num_output and req.num_computed == req.num_tokens - 1:
+                anchor(req)
+
+    # ---- one step ----------------------------------------------------------------------------
+    def schedule(self, now: float):
+        """A group step's :class:`StepPlan` at ``now``, or None when this step needs the
+        scheduler's own code (every request is then up to date)."""
+        s = self.s
+        running = s.running
+        anchor = self.anchor
+        d = len(running)
+        if d != len(anchor) or d > s.max_num_batched_tokens:
+            self.settle()
+            return None
+        g = self.g
+        need = self.cross.pop(g, None)
+        if need:
+            pool = s.pool
+            need = [r for r in need if r in anchor]
+            if len(need) > pool.num_free:               # a preemption: the scheduler's own code
+                self.cross[g] = need
+                self.settle()
+                return None
+            if len(need) > 1:
+                need.sort(key=lambda r: anchor[r][1])
+            bs = self.bs
+            cross = self.cross
+            for req in need:
+                req.block_ids += pool.allocate(1)
+                req.blocks += 1
+                g0 = anchor[req][0]
+                k = g + bs
+                if k <= g0 + req.output_len - req.num_output - 1:
+                    b = cross.get(k)
+                    if b is None:
+                        cross[k] = [req]
+                    else:
+                        b.append(req)
+        plan = StepPlan()
+        plan.start = now
+        plan.group = d
+        plan.num_decode = d
+        plan.decode_context = self.ctx + d
+        if s.waiting:
+            s._admit(plan, s.max_num_batched_tokens - d, now)
+        self.group_steps += 1
+        return plan
+
+    def complete(self, plan: StepPlan, end: float) -> Emitted:
+        """The group step ``plan`` ended at ``end`` (:meth:`Scheduler.complete`'s contract)."""
+        s = self.s
+        g = self.g
+        anchor = self.anchor
+        out = Emitted()
+        out.prev_end = self.t_last
+        finished = []
+        own = self.fin.pop(g, None)
+        if self.odd:
+            own = self.odd if own is None else own + self.odd
+            self.odd = []
+        handled = 0
+        if own is not None:
+            own = [r for r in dict.fromkeys(own) if r in anchor]
+            if len(own) > 1:
+                own.sort(key=lambda r: anchor[r][1])
+            handled = len(own)
+            for req in own:
+                g0, rank = anchor[req]
+                self._bring_up(req, g0)
+                c = req.num_computed = req.num_computed + 1
+                o = req.num_output = req.num_output + 1
+                req.prev_token = req.last_token
+                req.last_token = end
+                out.append(req)
+                if o >= req.output_len:
+                    req.state = _DONE
+                    req.finished_at = end
+                    finished.append(req)
+                    del anchor[req]
+                    self.ctx -= c                       # its tokens, this step's included (the += below)
+                else:
+                    anchor[req] = (g + 1, rank)
+        out.lazy = plan.group - handled
+        self.ctx += plan.group
+        new = None
+        if plan.scheduled:                              # the requests it admitted: Scheduler.complete's rules
+            on_prefilled = s.on_prefilled
+            for req, n in plan.scheduled:
+                if req.state != _RUNNING:
+                    continue
+                c = req.num_computed = req.num_computed + n
+                if c < req.prompt_len + req.num_output:
+                    continue
+                if not req.stored and on_prefilled is not None:
+                    req.stored = True
+                    on_prefilled(req)
+                o = req.num_output = req.num_output + 1
+                if req.first_token is None:
+                    req.first_token = end
+                req.prev_token = req.last_token
+                req.last_token = end
+                out.append(req)
+                if o >= req.output_len:
+                    req.state = _DONE
+                    req.finished_at = end
+                    finished.append(req)
+                elif new is None:
+                    new = [req]
+                else:
+                    new.append(req)
+            if plan.chunks:
+                s._cache_blocks(plan.chunks)
+        if finished:
+            free = s._free
+            for req in finished:                        # batch order, as the scheduler frees them
+                free(req)
+            running = s.running
+            if len(finished) == 1:
+                running.remove(finished[0])
+            else:
+                running[:] = [r for r in running if r.state != _DONE]
+        self.g = g + 1
+        self.t_prev, self.t_last = self.t_last, end
+        if new is not None:
+            anchor_one = self._anchor
+            for req in new:
+                anchor_one(req)
+        plan.end = end
+        return out

@@ -1,0 +1,145 @@
+"""Compact per-token and per-step records of a replay (issue 32: a list of floats per token and a
+tuple per step cost 14 KB a request and 1 GB for an hour at 20 requests/s).
+
+:class:`Latencies` keeps every inter-token latency as runs of ``(value, count)`` (a step's
+decoding requests share one value); :class:`StepLog` keeps one row per step in typed arrays.  Both
+read like the lists they replace: ``len``, iteration (every value, in recording order), indexing;
+percentiles are exact (the same multiset of values).
+"""
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from itertools import accumulate, repeat
+
+import numpy as np
+
+
+class Latencies:
+    """Inter-token latencies (seconds) as ``(value, count)`` runs: 16 bytes a run, not 32 a
+    token.  ``append(x)`` adds one, ``add(x, n)`` ``n`` equal ones; ``len`` is the number of
+    latencies; iteration yields each of them, in recording order."""
+
+    __slots__ = ("values", "counts", "_n")
+
+    def __init__(self, values=()):
+        self.values = array("d")
+        self.counts = array("q")
+        self._n = 0
+        for v in values:
+            self.append(v)
+
+    def append(self, x: float) -> None:
+        v = self.values
+        if v and v[-1] == x:
+            self.counts[-1] += 1
+        else:
+            v.append(x)
+            self.counts.append(1)
+        self._n += 1
+
+    def add(self, x: float, n: int) -> None:
+        if n <= 0:
+            return
+        v = self.values
+        if v and v[-1] == x:
+            self.counts[-1] += n
+        else:
+            v.append(x)
+            self.counts.append(n)
+        self._n += n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def __iter__(self):
+        for x, n in zip(self.values, self.counts):
+            yield from repeat(x, n)
+
+    def __getitem__(self, i: int) -> float:
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("latency index out of range")
+        ends = list(accumulate(self.counts))
+        return self.values[bisect_right(ends, i)]
+
+    def __eq__(self, other) -> bool:
+        try:
+            return len(other) == self._n and all(a == b for a, b in zip(self, other))
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Latencies({self._n} values in {len(self.values)} runs)"
+
+    def sum(self) -> float:
+        return float(np.dot(np.frombuffer(self.values, dtype=np.float64), np.frombuffer(self.counts, dtype=np.int64)))
+
+    def percentiles(self, ps=(50, 90, 99)) -> dict:
+        """``{"pP": value}``: the sorted values' element at ``ceil(P/100 n) - 1`` (nearest rank),
+        exactly as on the list of every value; None when empty."""
+        n = self._n
+        if not n:
+            return {f"p{p}": None for p in ps}
+        v = np.frombuffer(self.values, dtype=np.float64)
+        c = np.frombuffer(self.counts, dtype=np.int64)
+        order = np.argsort(v, kind="stable")
+        v, ends = v[order], np.cumsum(c[order])
+        out = {}
+        for p in ps:
+            k = min(n - 1, max(0, _rank(p, n)))
+            out[f"p{p}"] = float(v[int(np.searchsorted(ends, k, side="right"))])
+        return out
+
+
+def _rank(p, n: int) -> int:
+    import math
+    return math.ceil(p / 100 * n) - 1
+
+
+class StepLog:
+    """One row per engine step: ``(end time s, KV usage 0..1, running, waiting, tokens)``, in
+    typed arrays (40 bytes a step).  ``append(row)``, ``len``, indexing and iteration give the
+    rows as tuples; ``time`` and ``usage`` are the columns."""
+
+    __slots__ = ("time", "usage", "running", "waiting", "tokens")
+
+    def __init__(self, rows=()):
+        self.time = array("d")
+        self.usage = array("d")
+        self.running = array("q")
+        self.waiting = array("q")
+        self.tokens = array("q")
+        for r in rows:
+            self.append(r)
+
+    def append(self, row) -> None:
+        t, u, r, w, k = row
+        self.time.append(t)
+        self.usage.append(u)
+        self.running.append(r)
+        self.waiting.append(w)
+        self.tokens.append(k)
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+    def __bool__(self) -> bool:
+        return len(self.time) > 0
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return (self.time[i], self.usage[i], self.running[i], self.waiting[i], self.tokens[i])
+
+    def __iter__(self):
+        return zip(self.time, self.usage, self.running, self.waiting, self.tokens)
+
+    def __repr__(self) -> str:
+        return f"StepLog({len(self)} steps)"
