@@ -152,17 +152,21 @@ class BlockPool:
             n -= fresh
         if n:
             evicted = None
-            recycled, hash_of = self._recycled, self._hash_of
-            for _ in range(n):
-                b = recycled.popitem(last=False)[0]
+            pop = self._recycled.popitem
+            got = [pop(False)[0] for _ in range(n)]
+            for b in got:
                 ref[b] = 1
-                h = hash_of.pop(b, None)
-                if h is not None:
-                    del self._cached[h]
-                    if evicted is None:
-                        evicted = []
-                    evicted.append(h)
-                out.append(b)
+            hash_of = self._hash_of
+            if hash_of:                                 # cached blocks lose their hash
+                cached = self._cached
+                for b in got:
+                    h = hash_of.pop(b, None)
+                    if h is not None:
+                        del cached[h]
+                        if evicted is None:
+                            evicted = []
+                        evicted.append(h)
+            out += got
             if evicted:
                 if self.num_cpu_blocks:
                     self._offload(evicted)
@@ -174,15 +178,17 @@ class BlockPool:
         """Release one hold on each of ``blocks`` (a request's, in order); blocks nobody holds
         become free, tail first, keeping their hashes."""
         ref = self._ref
+        pop = ref.pop
         recycled = self._recycled
+        freed = 0
         for b in reversed(blocks):
-            c = ref[b]
+            c = pop(b)
             if c > 1:
                 ref[b] = c - 1
             else:
-                del ref[b]
                 recycled[b] = None
-                self.num_free += 1
+                freed += 1
+        self.num_free += freed
 
     def cache(self, block: int, block_hash) -> bool:
         """Name the full, computed ``block`` by ``block_hash``.  False (nothing changes) when

@@ -64,7 +64,7 @@ class LazyDecode:
     of the last two steps (seconds, the caller's clock)."""
 
     __slots__ = ("s", "g", "anchor", "cross", "fin", "odd", "ctx", "t_last", "t_prev", "rank", "last_room", "bs",
-                 "group_steps", "slow_steps")
+                 "pre", "group_steps", "slow_steps")
 
     def __init__(self, scheduler) -> None:
         self.s = scheduler
@@ -79,6 +79,7 @@ class LazyDecode:
         self.rank = 0
         self.last_room = scheduler.max_model_len - 1
         self.bs = scheduler.block_size
+        self.pre: list = []           # running requests in prefill, in batch order, after every anchored one
         self.group_steps = 0          # steps run as a group / by the scheduler's own code (for benches)
         self.slow_steps = 0
 
@@ -134,12 +135,17 @@ class LazyDecode:
         self.cross.clear()
         self.fin.clear()
         self.odd = []
+        self.pre = []
         self.ctx = 0
         return out
 
     def drop(self, req: EngineRequest) -> bool:
         """``req`` leaves (aborted): up to date and no longer anchored.  True when it emitted a
         token at the last step without being listed."""
+        if req in self.pre:
+            self.pre.remove(req)
+        if req not in self.anchor:
+            return False
         g0, _ = self.anchor.pop(req)
         n = self._bring_up(req, g0)
         self.ctx -= req.num_computed
@@ -150,9 +156,11 @@ class LazyDecode:
         are decoding, in batch order."""
         self.t_prev, self.t_last = self.t_last, end
         anchor = self._anchor
+        pre = self.pre
         for req in self.s.running:
-            if req.state == _RUNNING and req.num_output and req.num_computed == req.num_tokens - 1:
-                anchor(req)
+            if req.state == _RUNNING and req.num_output and req.num_computed == req.num_tokens - 1 and anchor(req):
+                continue
+            pre.append(req)             # in prefill (or stuck at the context's end: the next step checks)
 
     # ---- one step ----------------------------------------------------------------------------
     def schedule(self, now: float):
@@ -161,19 +169,42 @@ class LazyDecode:
         s = self.s
         running = s.running
         anchor = self.anchor
-        d = len(running)
-        if d != len(anchor) or d > s.max_num_batched_tokens:
+        d = len(anchor)
+        pre = self.pre
+        budget = s.max_num_batched_tokens - d
+        if d + len(pre) != len(running) or budget < 0:
             self.settle()
             return None
+        pool = s.pool
+        blocks = 0
+        chunks = None
+        if pre:                     # prefills after every decode (the batch's tail): their chunks in order
+            k = len(running) - len(pre)
+            bs = self.bs
+            chunks = []
+            for i, req in enumerate(pre):
+                if running[k + i] is not req:
+                    self.settle()
+                    return None
+                if budget <= 0:
+                    break
+                n = s._chunk(req, budget)
+                if n <= 0:
+                    self.settle()
+                    return None
+                chunks.append((req, n))
+                blocks += -(-(req.num_computed + n) // bs) - req.blocks
+                budget -= n
         g = self.g
         need = self.cross.pop(g, None)
         if need:
-            pool = s.pool
             need = [r for r in need if r in anchor]
-            if len(need) > pool.num_free:               # a preemption: the scheduler's own code
+        if (len(need) if need else 0) + blocks > pool.num_free:     # a preemption: the scheduler's own code
+            if need:
                 self.cross[g] = need
-                self.settle()
-                return None
+            self.settle()
+            return None
+        if need:
             if len(need) > 1:
                 need.sort(key=lambda r: anchor[r][1])
             bs = self.bs
@@ -194,8 +225,15 @@ class LazyDecode:
         plan.group = d
         plan.num_decode = d
         plan.decode_context = self.ctx + d
-        if s.waiting:
-            s._admit(plan, s.max_num_batched_tokens - d, now)
+        if chunks:
+            for req, n in chunks:
+                need = -(-(req.num_computed + n) // self.bs) - req.blocks
+                if need > 0:
+                    req.block_ids += pool.allocate(need)
+                    req.blocks += need
+                plan.add(req, n)
+        if s.waiting and budget > 0:
+            s._admit(plan, budget, now)
         self.group_steps += 1
         return plan
 
@@ -236,14 +274,19 @@ class LazyDecode:
         out.lazy = plan.group - handled
         self.ctx += plan.group
         new = None
-        if plan.scheduled:                              # the requests it admitted: Scheduler.complete's rules
+        if plan.scheduled:                              # prefills and admissions: Scheduler.complete's rules
             on_prefilled = s.on_prefilled
+            pre = self.pre
             for req, n in plan.scheduled:
                 if req.state != _RUNNING:
                     continue
                 c = req.num_computed = req.num_computed + n
                 if c < req.prompt_len + req.num_output:
+                    if not pre or req not in pre:       # admitted now, in prefill after this step
+                        pre.append(req)
                     continue
+                if pre and req in pre:
+                    pre.remove(req)
                 if not req.stored and on_prefilled is not None:
                     req.stored = True
                     on_prefilled(req)
@@ -267,16 +310,15 @@ class LazyDecode:
             free = s._free
             for req in finished:                        # batch order, as the scheduler frees them
                 free(req)
-            running = s.running
-            if len(finished) == 1:
-                running.remove(finished[0])
-            else:
-                running[:] = [r for r in running if r.state != _DONE]
+            remove = s.running.remove
+            for req in finished:
+                remove(req)
         self.g = g + 1
         self.t_prev, self.t_last = self.t_last, end
         if new is not None:
             anchor_one = self._anchor
             for req in new:
-                anchor_one(req)
+                if not anchor_one(req):
+                    self.pre.append(req)                # the next step's checks send it to the scheduler
         plan.end = end
         return out

@@ -21,6 +21,7 @@ fixed set of prompts).  The frontend and async scheduling of the step model appl
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import json
 import math
@@ -35,7 +36,7 @@ from .replay_log import Latencies, StepLog
 from .scheduler import EngineRequest, Scheduler, step_end
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceRequest:
     """One request of a trace: ``arrival`` seconds, ``prompt_tokens``, ``output_tokens``, and an
     optional shared prefix (``prefix_group``, ``prefix_tokens``); ``prompt`` names the prompt's
@@ -105,7 +106,7 @@ class ReplayResult:
 
 def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, frontend: float | None = None,
            rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
-           timeout: float = 0.0, max_steps: int = 10_000_000) -> ReplayResult:
+           timeout: float = 0.0, max_steps: int = 10_000_000, group_decode: bool = True) -> ReplayResult:
     """Run ``trace`` (TraceRequests, by arrival) through ``scheduler`` in virtual time.
 
     ``concurrency`` > 0 is a closed loop instead: that many requests in flight, the next one sent
@@ -124,7 +125,13 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     only the requests queued before the previous step started.  ``timeout`` > 0 aborts a request
     still unfinished that many seconds after its arrival (a client's timeout; it is listed in
     ``timed_out``).  The same rules as the live server (:mod:`generation.engine.step_engine`),
-    without sleeping."""
+    without sleeping.
+
+    A trace request whose prompt and output need more than the scheduler's ``max_model_len`` is
+    refused at its arrival, as vLLM answers 400 (listed in ``rejected``; a closed loop sends the
+    next one).  ``group_decode`` (default) advances decoding requests as a group between events
+    (:mod:`generation.engine.fast_decode`: the same results, O(events) a step); False runs every
+    request through every step, token by token."""
     fe = None
     if frontend is None and hasattr(step_time, "frontend"):
         fe = step_time.frontend()
@@ -182,7 +189,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     emitted_at = 0.0                    # when the last step's tokens were out (emission_cost)
     steps = 0
     seen_at = 0.0
-    scheduler.decode_in_groups()        # fast_decode: decoding requests advance as a group
+    scheduler.decode_in_groups(group_decode)     # fast_decode: decoding requests advance as a group
     while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
         while incoming and incoming[0][0] <= now:
             at, i, req = incoming.popleft()
@@ -263,6 +270,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     return result
 
 
+REPLAY_SEED = 0                    # --seed's default in a replay: two runs give the same figures
 MAX_TRACE_REQUESTS = 1_000_000     # a replay holds every request in memory (~600 bytes each)
 
 
@@ -543,6 +551,8 @@ def main(argv=None) -> int:
     from .step_config import resolve_step_settings
     try:
         cfg = load_config(["--latency-calculator", "step", *rest])
+        if "seed" not in cfg.explicit:      # the server's default is the clock; a replay repeats itself
+            cfg.seed = REPLAY_SEED
         settings = resolve_step_settings(cfg)
         check_arguments(args, cfg.max_model_len)
         trace = read_trace(args.trace, cfg.max_model_len) if args.trace else synthetic_trace(
@@ -559,10 +569,12 @@ def main(argv=None) -> int:
     # replay applies it only when given
     limit = cfg.max_waiting_queue_length if "max-waiting-queue-length" in cfg.explicit else None
     watch = _Watch(sched, len(trace), limit, not args.no_progress)
-    try:
+    gc.disable()        # a replay makes no reference cycles: the collector's passes over every request
+    try:                # object only cost time (a fifth of a long replay's)
         result = replay(sched, settings.step_time, trace, concurrency=args.concurrency,
                         rng=random.Random(f"{cfg.seed}-steps"), jitter=cfg.step_time_jitter)
     finally:
+        gc.enable()
         watch.close()
     s = result.summary()
     s["rejected"] = watch.rejected + len(result.rejected)

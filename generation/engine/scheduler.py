@@ -288,7 +288,7 @@ class Scheduler:
         it was decoding in a group (:meth:`decode_in_groups`) and emitted a token at the last step
         without being listed in it."""
         late = False
-        if self.lazy is not None and req in self.lazy.anchor:
+        if self.lazy is not None:
             late = self.lazy.drop(req)
         if req.state == EngineRequest.RUNNING:
             self.running.remove(req)
@@ -462,16 +462,22 @@ class Scheduler:
         running = self.running
         bs = self.block_size
         pool = self.pool
-        loras = {r.lora for r in running if r.lora} if self.max_loras else None
+        max_loras = self.max_loras
+        loras = None                                     # the batch's adapters: built when a LoRA request asks
         cpu = pool.num_cpu_blocks
         chunked = self.enable_chunked_prefill
         skipped = []
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             req = waiting[0]
-            if req.kv_ready_at > now or (loras is not None and req.lora and req.lora not in loras
-                                        and len(loras) >= self.max_loras):
-                skipped.append(waiting.popleft())       # deferred: KV transfer or LoRA budget
+            if req.kv_ready_at > now:
+                skipped.append(waiting.popleft())       # deferred: KV transfer
                 continue
+            if max_loras and req.lora:
+                if loras is None:
+                    loras = {r.lora for r in running if r.lora}
+                if req.lora not in loras and len(loras) >= max_loras:
+                    skipped.append(waiting.popleft())   # deferred: the LoRA budget
+                    continue
             hits = ()
             reload = 0                                   # blocks found in the CPU tier
             if req.num_computed == 0:

@@ -189,3 +189,23 @@ def test_replays_match_the_token_by_token_engine():
 if __name__ == "__main__":
     import pprint
     pprint.pprint({name: _fingerprint(run()) for name, run in scenarios().items()}, sort_dicts=False, width=120)
+
+
+def test_group_decoding_matches_token_by_token_on_random_configurations():
+    """The fast path against the scheduler's own code on the same inputs, for random engines
+    (blocks, budget, threshold, batch size, switches, policy) and loads."""
+    rng = random.Random(11)
+    for case in range(12):
+        kw = dict(num_gpu_blocks=rng.choice([120, 300, 2000]), block_size=rng.choice([16, 32]),
+                  max_num_seqs=rng.choice([4, 16, 64]), max_num_batched_tokens=rng.choice([256, 1024, 4096]),
+                  long_prefill_token_threshold=rng.choice([0, 0, 200]), max_model_len=rng.choice([1024, 2048]),
+                  enable_prefix_caching=rng.random() < 0.7, enable_chunked_prefill=rng.random() < 0.8,
+                  policy=rng.choice(["fcfs", "priority"]), num_cpu_blocks=rng.choice([0, 200]))
+        trace = _trace(100 + case, 120, rng.choice([5.0, 50.0, 200.0]), prompt=(8, 900), output=(1, 200), groups=2,
+                       prompts=2)
+        opts = dict(timeout=rng.choice([0.0, 6.0]), concurrency=rng.choice([0, 0, 24]))
+        model = _step_model(async_scheduling=rng.random() < 0.5)
+        fast = replay(_sched(**kw), model, trace, **opts)
+        slow = replay(_sched(**kw), model, trace, group_decode=False, **opts)
+        assert _digest(fast) == _digest(slow), (case, kw, opts)
+        assert len(fast.rejected) == len(slow.rejected)
