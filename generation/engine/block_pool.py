@@ -25,6 +25,7 @@ caller.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import islice
 
 
 class BlockPool:
@@ -152,10 +153,15 @@ class BlockPool:
             n -= fresh
         if n:
             evicted = None
-            pop = self._recycled.popitem
-            got = [pop(False)[0] for _ in range(n)]
-            for b in got:
-                ref[b] = 1
+            recycled = self._recycled                   # least recently freed first
+            if n == 1:
+                got = [recycled.popitem(last=False)[0]]
+                ref[got[0]] = 1
+            else:
+                got = list(islice(recycled, n))
+                for _ in map(recycled.pop, got):        # C loops: a block costs no bytecode
+                    pass
+                ref.update(dict.fromkeys(got, 1))
             hash_of = self._hash_of
             if hash_of:                                 # cached blocks lose their hash
                 cached = self._cached

@@ -44,12 +44,7 @@ class Emitted(list):
     """The requests of a group step that need their own handling (in batch order, up to date),
     plus ``lazy``: how many other requests emitted a token at the step's end, each at
     ``end - prev_end`` seconds after its previous one (the previous step's end)."""
-    __slots__ = ("lazy", "prev_end")
-
-    def __init__(self):
-        super().__init__()
-        self.lazy = 0
-        self.prev_end = 0.0
+    __slots__ = ("lazy", "prev_end")         # set by LazyDecode.complete (no __init__: a call less a step)
 
 
 _RUNNING, _DONE = EngineRequest.RUNNING, EngineRequest.DONE

@@ -8,11 +8,10 @@ percentiles are exact (the same multiset of values).
 """
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_right
 from itertools import accumulate, repeat
-
-import numpy as np
 
 
 class Latencies:
@@ -79,6 +78,7 @@ class Latencies:
         return f"Latencies({self._n} values in {len(self.values)} runs)"
 
     def sum(self) -> float:
+        import numpy as np
         return float(np.dot(np.frombuffer(self.values, dtype=np.float64), np.frombuffer(self.counts, dtype=np.int64)))
 
     def percentiles(self, ps=(50, 90, 99)) -> dict:
@@ -87,6 +87,7 @@ class Latencies:
         n = self._n
         if not n:
             return {f"p{p}": None for p in ps}
+        import numpy as np              # here: the server imports this module in step mode
         v = np.frombuffer(self.values, dtype=np.float64)
         c = np.frombuffer(self.counts, dtype=np.int64)
         order = np.argsort(v, kind="stable")
@@ -99,7 +100,6 @@ class Latencies:
 
 
 def _rank(p, n: int) -> int:
-    import math
     return math.ceil(p / 100 * n) - 1
 
 
