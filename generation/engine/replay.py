@@ -150,9 +150,13 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
 
     def submit(tr: TraceRequest, at: float) -> None:
         nonlocal order
-        if tr.prompt_tokens + tr.output_tokens > max_len:   # vLLM's 400: past the context
+        while tr.prompt_tokens + tr.output_tokens > max_len:    # vLLM's 400: past the context
             result.rejected.append(tr)
-            return
+            if concurrency <= 0:
+                return
+            tr = next(pending, None)    # a closed loop's client sends its next request at once
+            if tr is None:
+                return
         req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
                             prefix_len=tr.prefix_tokens, priority=tr.priority)
         if tr.prompt is not None:           # a repeated prompt: its group's prefix, then its own blocks
@@ -175,11 +179,6 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
             submit(tr, 0.0)
             if order >= concurrency:
                 break
-        for _ in result.rejected:       # a closed loop sends the next request for each one refused
-            tr = next(pending, None)
-            if tr is None:
-                break
-            submit(tr, 0.0)
     else:
         for tr in trace:
             submit(tr, tr.arrival)

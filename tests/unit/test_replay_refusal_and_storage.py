@@ -1,0 +1,86 @@
+"""The replay refuses what vLLM refuses, repeats itself by default, and keeps its records compactly
+(issue 32, item 4): a prompt plus output past ``--max-model-len`` is counted as rejected (vLLM's
+400), not run; ``--seed`` defaults to a fixed value; the inter-token latencies and the step log
+are arrays whose percentiles are exactly those of the lists they replace."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+
+from generation.engine.replay import ReplayResult, TraceRequest, main, replay
+from generation.engine.replay_log import Latencies, StepLog
+from generation.engine.scheduler import Scheduler
+
+
+class FixedStep:
+    def step_time(self, num_decode, decode_context, num_chunks, prefill_tokens, prefill_pairs, prefill_context):
+        return 0.001 + 1e-6 * (num_decode + prefill_tokens)
+
+    def frontend_time(self):
+        return 0.0
+
+
+def sched(max_model_len=100):
+    return Scheduler(num_gpu_blocks=1000, block_size=16, max_num_seqs=64, max_num_batched_tokens=2048,
+                     max_model_len=max_model_len)
+
+
+def test_a_request_past_the_context_is_refused_and_counted():
+    trace = [TraceRequest(0.0, 32, 68), TraceRequest(0.0, 32, 69), TraceRequest(0.1, 101, 1)]
+    res = replay(sched(), FixedStep(), trace)
+    assert [r.num_output for r in res.requests] == [68]           # 32 + 68 = 100 fits exactly
+    assert res.rejected == trace[1:] and res.summary()["rejected"] == 2
+
+
+def test_a_closed_loop_replaces_a_refused_request_at_once():
+    trace = [TraceRequest(0.0, 32, 8 if i % 3 else 90) for i in range(30)]
+    res = replay(sched(), FixedStep(), trace, concurrency=4)
+    assert (len(res.requests), len(res.rejected)) == (20, 10)
+    assert max(step[2] for step in res.steps) == 4
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([*argv, "--json", "--no-progress"])
+    return rc, json.loads(out.getvalue()), err.getvalue()
+
+
+def test_the_command_line_counts_refused_requests_and_says_why():
+    rc, s, err = run_cli("--num-requests", "5", "--prompt-tokens", "1000", "--output-tokens", "100")
+    assert rc == 0 and (s["requests"], s["rejected"]) == (0, 5)
+    assert "5 of 5 requests need more than --max-model-len 1024 tokens (prompt + output): refused" in err
+
+
+def test_two_runs_without_a_seed_agree():
+    argv = ("--rate", "50", "--num-requests", "30", "--prompt-tokens", "100", "--output-tokens", "20",
+            "--step-time-jitter", "0.2")
+    assert run_cli(*argv)[1] == run_cli(*argv)[1]
+    assert run_cli(*argv)[1] != run_cli(*argv, "--seed", "5")[1]
+
+
+def test_latencies_are_the_list_they_replace():
+    rng = random.Random(3)
+    values = [rng.choice([0.01, 0.02, 0.015, rng.random()]) for _ in range(2000)]
+    lat = Latencies()
+    for v in values[:1000]:
+        lat.append(v)
+    for v in values[1000:]:
+        lat.add(v, 1)
+    lat.add(0.5, 0)
+    assert len(lat) == 2000 and list(lat) == values and lat == values and lat[1234] == values[1234]
+    assert len(lat.values) < 2000                                  # runs of equal values are one entry
+    res = ReplayResult()
+    for ps in ((50, 90, 99), (0, 1, 99.9, 100)):
+        assert lat.percentiles(ps) == res.percentiles(values, ps)
+    assert Latencies().percentiles() == {"p50": None, "p90": None, "p99": None}
+
+
+def test_the_step_log_reads_as_tuples():
+    log = StepLog()
+    log.append((0.5, 0.25, 3, 1, 40))
+    log.append((0.75, 0.5, 4, 0, 4))
+    assert len(log) == 2 and log[1] == (0.75, 0.5, 4, 0, 4) and list(log)[0] == (0.5, 0.25, 3, 1, 40)
+    assert log[-1][2] == 4 and list(log.usage) == [0.25, 0.5]
