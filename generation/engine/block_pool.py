@@ -215,3 +215,81 @@ class BlockPool:
         self._hash_of.clear()
         self._cpu.clear()
         return True
+
+
+class CountingPool:
+    """A :class:`BlockPool` for a replay in which no block is ever named by a hash (no request
+    carries block hashes: no shared prefixes, or prefix caching off): which blocks a request
+    holds then changes nothing (nothing is cached, so nothing is found or evicted), only how many
+    are free.  It counts: :meth:`allocate` hands out ``n`` placeholder ids (0), :meth:`free`
+    gives back as many.  :func:`generation.engine.replay.replay` swaps it in for such a trace and
+    back (:meth:`restore`) after it, for the same results at a fraction of the cost (a block cost
+    about a third of a long replay's CPU)."""
+
+    __slots__ = ("num_blocks", "num_free", "on_evict", "num_cpu_blocks", "pool")
+
+    def __init__(self, pool: BlockPool):
+        self.pool = pool
+        self.num_blocks = pool.num_blocks
+        self.num_free = pool.num_free
+        self.on_evict = pool.on_evict
+        self.num_cpu_blocks = pool.num_cpu_blocks
+
+    @staticmethod
+    def usable(pool) -> bool:
+        """Whether ``pool`` can be counted: a :class:`BlockPool` that holds no block and knows no
+        hash (nothing in it can be found again)."""
+        return type(pool) is BlockPool and not pool._ref and not pool._cached and not pool._cpu
+
+    @property
+    def num_held(self) -> int:
+        return self.num_blocks - self.num_free
+
+    def usage(self) -> float:
+        return (self.num_blocks - self.num_free) / self.num_blocks if self.num_blocks else 0.0
+
+    @property
+    def num_cached(self) -> int:
+        return 0
+
+    def is_cached(self, block_hash) -> bool:
+        return False
+
+    def lookup(self, hashes, max_blocks: int) -> list:
+        return []
+
+    def count_free(self, blocks) -> int:
+        return 0
+
+    def lookup_cpu(self, hashes, start: int, max_blocks: int) -> int:
+        return 0
+
+    def allocate(self, n: int) -> list:
+        if n > self.num_free:
+            raise ValueError(f"{n} blocks asked, {self.num_free} free")
+        self.num_free -= n
+        return [0] * n
+
+    def free(self, blocks) -> None:
+        self.num_free += len(blocks)
+
+    def cache(self, block: int, block_hash) -> bool:
+        raise RuntimeError("a counting pool names no block: the trace has block hashes")
+
+    def touch(self, blocks) -> None:
+        raise RuntimeError("a counting pool holds no cached block")
+
+    def touch_cpu(self, hashes) -> None:
+        raise RuntimeError("a counting pool has no CPU tier in use")
+
+    def reset(self, force: bool = False) -> bool:
+        return self.num_free == self.num_blocks or force
+
+    def restore(self, holders) -> BlockPool:
+        """The :class:`BlockPool` again, with real ids handed to ``holders`` (requests that still
+        hold blocks: ``block_ids`` replaced by as many ids of the pool)."""
+        pool = self.pool
+        for req in holders:
+            if req.block_ids:
+                req.block_ids = pool.allocate(len(req.block_ids))
+        return pool

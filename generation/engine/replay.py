@@ -32,6 +32,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from .block_pool import CountingPool
 from .replay_log import Latencies, StepLog
 from .scheduler import EngineRequest, Scheduler, step_end
 
@@ -189,6 +190,10 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     steps = 0
     seen_at = 0.0
     scheduler.decode_in_groups(group_decode)     # fast_decode: decoding requests advance as a group
+    counting = None                     # no block hashes anywhere: count blocks (same results)
+    if group_decode and CountingPool.usable(scheduler.pool) and (
+            not scheduler.enable_prefix_caching or all(tr.prefix_group is None for tr in trace)):
+        counting = scheduler.pool = CountingPool(scheduler.pool)
     while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
         while incoming and incoming[0][0] <= now:
             at, i, req = incoming.popleft()
@@ -262,6 +267,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
         times = client.get(req)
         if times is not None:
             times[1] = seen_at
+    if counting is not None:
+        scheduler.pool = counting.restore([*scheduler.running, *scheduler.waiting])
     result.preemptions = scheduler.num_preemptions
     result.duration = now
     if fe is not None:
