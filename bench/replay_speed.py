@@ -5,7 +5,8 @@ output token, with the machine's load next to the figures.
     python bench/replay_speed.py --requests 7200      # a shorter trace (6 minutes at 20 req/s)
     python bench/replay_speed.py --compare /work/main --runs 3     # alternating runs, two checkouts
 
-1. **The hour**: Poisson arrivals at 20 requests/s, 1,024 prompt / 256 output tokens, for an hour
+1. **The hour** (and the same hour with a 512-token prefix shared by each of 8 groups, which
+   the prefix cache finds): Poisson arrivals at 20 requests/s, 1,024 prompt / 256 output tokens, for an hour
    (72,000 requests), Llama-3.1-8B on an H100, ``--max-model-len 8192``, seed 0: what
    ``python -m generation.engine.replay --rate 20 --num-requests 72000 --prompt-tokens 1024
    --output-tokens 256 --max-model-len 8192`` runs.  Prints the simulated seconds over the
@@ -71,7 +72,15 @@ def run(root: str, requests: int, per_token: bool) -> dict:
            "x_real_time_with_setup": res.duration / (wall + t2 - t0), "output_tokens": tokens,
            "us_per_token": 1e6 * cpu / tokens, "steps": len(res.steps),
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    del res, trace
+    del res
+    # the same hour, each request sharing a 512-token prefix with its group (8 groups): the block
+    # pool names, finds and evicts blocks (no counting)
+    shared = [TraceRequest(t.arrival, t.prompt_tokens, t.output_tokens, f"g{i % 8}", 512)
+              for i, t in enumerate(trace)]
+    del trace
+    res, cpu, wall, tokens = _replay(cfg, st, shared)
+    out.update(prefix_x_real_time=res.duration / wall, prefix_cpu_s=cpu, prefix_us_per_token=1e6 * cpu / tokens)
+    del res, shared
     if per_token:           # KV blocks for 1,024 sequences of 1,280 tokens (as engine_step_cost.py)
         cfg, st = _setup(root, "--num-gpu-blocks-override", "400000")
         loop = [TraceRequest(0.0, 1024, 256) for _ in range(4 * 1024)]
@@ -91,6 +100,9 @@ def line(r: dict) -> str:
          f"(CPU {r['replay_cpu_s']:.2f} s): {r['x_real_time']:,.0f}x real time "
          f"({r['x_real_time_with_setup']:,.0f}x with imports {r['imports_s']:.2f} s and trace {r['trace_s']:.2f} s), "
          f"{r['us_per_token']:.3f} us/token, peak RSS {r['peak_rss_mb']:.0f} MB")
+    if "prefix_x_real_time" in r:
+        s += (f"; with shared prefixes {r['prefix_x_real_time']:,.0f}x real time (CPU {r['prefix_cpu_s']:.2f} s, "
+              f"{r['prefix_us_per_token']:.3f} us/token)")
     if "closed_1024_us_per_token" in r:
         s += (f"; at 1,024 running: {r['closed_1024_us_per_token']:.3f} us/token (closed loop), "
               f"{r['steady_1024_us_per_token']:.3f} us/token (steady decode)")

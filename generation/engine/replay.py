@@ -154,9 +154,14 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     order = 0
 
     max_len = scheduler.max_model_len
+    # block_pool.CountingPool: while no request has block hashes, count the blocks (same results);
+    # the first request with hashes brings the pool back (real ids for the blocks held then)
+    counting = None
+    if group_decode and CountingPool.usable(scheduler.pool):
+        counting = scheduler.pool = CountingPool(scheduler.pool)
 
     def submit(tr: TraceRequest, at: float) -> None:
-        nonlocal order
+        nonlocal order, counting
         while tr.prompt_tokens + tr.output_tokens > max_len:    # vLLM's 400: past the context
             result.rejected.append(tr)
             if concurrency <= 0:
@@ -172,6 +177,9 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
                                 for i in range(tr.prompt_tokens // bs)]
         elif tr.prefix_group is not None:   # the group's prefix blocks, named by the group
             req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
+        if counting is not None and req.block_hashes is not None and scheduler.enable_prefix_caching:
+            scheduler.pool = counting.restore([*scheduler.running, *scheduler.waiting])
+            counting = None
         if fe is not None:                  # the frontend's CPU takes requests in arrival order
             incoming.append((at, order, req))
         else:
@@ -196,10 +204,6 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     steps = 0
     seen_at = 0.0
     scheduler.decode_in_groups(group_decode)     # fast_decode: decoding requests advance as a group
-    counting = None                     # no block hashes anywhere: count blocks (same results)
-    if group_decode and CountingPool.usable(scheduler.pool) and (
-            not scheduler.enable_prefix_caching or all(tr.prefix_group is None for tr in trace)):
-        counting = scheduler.pool = CountingPool(scheduler.pool)
     while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
         while incoming and incoming[0][0] <= now:
             at, i, req = incoming.popleft()

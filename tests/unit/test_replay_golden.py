@@ -209,3 +209,17 @@ def test_group_decoding_matches_token_by_token_on_random_configurations():
         slow = replay(_sched(**kw), model, trace, group_decode=False, **opts)
         assert _digest(fast) == _digest(slow), (case, kw, opts)
         assert len(fast.rejected) == len(slow.rejected)
+
+
+def test_a_pool_counted_until_the_first_shared_prefix_gives_the_same_results():
+    """Block hashes appear mid-run (a closed loop reaches the trace's second half, which shares
+    prefixes): the counted pool hands its held blocks real ids and the results stay exact."""
+    plain = _trace(21, 150, 20.0, prompt=(16, 600), output=(1, 150))
+    shared = [TraceRequest(t.arrival, t.prompt_tokens, t.output_tokens, f"g{i % 3}", min(t.prompt_tokens, 256))
+              for i, t in enumerate(_trace(22, 150, 20.0, prompt=(16, 600), output=(1, 150)))]
+    for kw, opts in ((dict(num_gpu_blocks=150), dict(concurrency=16)),
+                     (dict(num_gpu_blocks=2000, num_cpu_blocks=100), dict(concurrency=40))):
+        fast = replay(_sched(**kw), _step_model(), plain + shared, **opts)
+        slow = replay(_sched(**kw), _step_model(), plain + shared, group_decode=False, **opts)
+        assert _digest(fast) == _digest(slow) and fast.preemptions == slow.preemptions
+        assert any(r.cached_tokens for r in fast.requests)
