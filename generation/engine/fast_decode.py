@@ -59,10 +59,11 @@ class LazyDecode:
     of the last two steps (seconds, the caller's clock)."""
 
     __slots__ = ("s", "g", "anchor", "cross", "fin", "odd", "ctx", "t_last", "t_prev", "rank", "last_room", "bs",
-                 "pre", "group_steps", "slow_steps")
+                 "pre", "on_late", "group_steps", "slow_steps")
 
-    def __init__(self, scheduler) -> None:
+    def __init__(self, scheduler, on_late=None) -> None:
         self.s = scheduler
+        self.on_late = on_late        # callable(req): brought up to date, its last token the last step's, unlisted
         self.g = 0
         self.anchor: dict = {}
         self.cross: dict = {}
@@ -108,7 +109,8 @@ class LazyDecode:
         return True
 
     def _bring_up(self, req: EngineRequest, g0: int) -> int:
-        """Bring an anchored request's fields up to step ``g``; returns the steps it ran since."""
+        """Bring an anchored request's fields up to step ``g``; returns the steps it ran since
+        (its last token then was the last step's)."""
         n = self.g - g0
         if n:
             req.num_computed += n
@@ -117,34 +119,32 @@ class LazyDecode:
             req.last_token = self.t_last
         return n
 
-    def settle(self) -> list:
+    def settle(self) -> None:
         """Bring every anchored request up to date and forget the anchors (before the scheduler's
-        own code runs a step, and at the end).  Returns the requests that emitted a token at the
-        last step without being listed in its :class:`Emitted`."""
-        out = []
+        own code runs a step, and at the end); ``on_late`` hears of each that emitted a token at
+        the last step without being listed in its :class:`Emitted`."""
         bring = self._bring_up
+        late = self.on_late
         for req, (g0, _) in self.anchor.items():
-            if bring(req, g0):
-                out.append(req)
+            if bring(req, g0) and late is not None:
+                late(req)
         self.anchor.clear()
         self.cross.clear()
         self.fin.clear()
         self.odd = []
         self.pre = []
         self.ctx = 0
-        return out
 
-    def drop(self, req: EngineRequest) -> bool:
-        """``req`` leaves (aborted): up to date and no longer anchored.  True when it emitted a
-        token at the last step without being listed."""
+    def drop(self, req: EngineRequest) -> None:
+        """``req`` leaves (aborted): up to date (``on_late``) and no longer anchored."""
         if req in self.pre:
             self.pre.remove(req)
         if req not in self.anchor:
-            return False
+            return
         g0, _ = self.anchor.pop(req)
-        n = self._bring_up(req, g0)
+        if self._bring_up(req, g0) and self.on_late is not None:
+            self.on_late(req)
         self.ctx -= req.num_computed
-        return n > 0
 
     def after_slow_step(self, end: float) -> None:
         """The scheduler's own code ran a step ending at ``end``: anchor the running requests that

@@ -203,7 +203,13 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     emitted_at = 0.0                    # when the last step's tokens were out (emission_cost)
     steps = 0
     seen_at = 0.0
-    scheduler.decode_in_groups(group_decode)     # fast_decode: decoding requests advance as a group
+
+    def late(req):                      # fast_decode: its last token, the last step's, was not listed
+        times = client.get(req)
+        if times is not None:
+            times[1] = seen_at
+
+    scheduler.decode_in_groups(group_decode, late)   # fast_decode: decoding requests advance as a group
     while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
         while incoming and incoming[0][0] <= now:
             at, i, req = incoming.popleft()
@@ -211,8 +217,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
         while deadlines and deadlines[0][0] <= now:
             _, _, req = heapq.heappop(deadlines)
             if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
-                if scheduler.abort(req):        # fast_decode: its last token (the last step's) unlisted
-                    client[req][1] = seen_at
+                scheduler.abort(req)
                 result.timed_out.append(req)
         cutoff = prev_start if (async_sched and prev_start is not None) else now
         while arrivals and arrivals[0][0] <= cutoff:
@@ -273,10 +278,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
                         submit(tr, now)
         result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
                              plan.num_tokens))
-    for req in scheduler.decode_in_groups(False):     # fast_decode: everything up to date
-        times = client.get(req)
-        if times is not None:
-            times[1] = seen_at
+    scheduler.decode_in_groups(False)   # fast_decode: every request up to date
     if counting is not None:
         scheduler.pool = counting.restore([*scheduler.running, *scheduler.waiting])
     result.preemptions = scheduler.num_preemptions

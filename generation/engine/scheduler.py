@@ -240,21 +240,21 @@ class Scheduler:
         self.on_release = on_release
         self.lazy = None                    # the replay's group decoding (decode_in_groups)
 
-    def decode_in_groups(self, on: bool = True):
+    def decode_in_groups(self, on: bool = True, on_late=None) -> None:
         """Advance decoding requests as a group between events (the replay's fast path,
         :mod:`generation.engine.fast_decode`): same results, O(events) per step.  While on,
         anchored requests' ``num_computed``, ``num_output``, ``prev_token`` and ``last_token``
-        are stale and :meth:`complete` lists only the requests that need their own handling.
-        ``on=False`` brings every request up to date and turns it off; returns the requests that
-        emitted at the last step without being listed (for the caller's bookkeeping)."""
-        late = []
+        are stale and :meth:`complete` lists only the requests that need their own handling;
+        ``on_late(req)`` is called when such a request is brought up to date and its last token
+        was the last step's without being listed in it (an abort, a step of the scheduler's own
+        code, the end), for the caller's bookkeeping of when the client saw it.  ``on=False``
+        brings every request up to date and turns it off."""
         if self.lazy is not None:
-            late = self.lazy.settle()
+            self.lazy.settle()
             self.lazy = None
         if on:
             from .fast_decode import LazyDecode
-            self.lazy = LazyDecode(self)
-        return late
+            self.lazy = LazyDecode(self, on_late)
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -285,13 +285,10 @@ class Scheduler:
         req.queued_at = now
         self.waiting.append(req)
 
-    def abort(self, req: EngineRequest) -> bool:
-        """Remove a request wherever it is, releasing its blocks (client gone).  Returns True when
-        it was decoding in a group (:meth:`decode_in_groups`) and emitted a token at the last step
-        without being listed in it."""
-        late = False
+    def abort(self, req: EngineRequest) -> None:
+        """Remove a request wherever it is, releasing its blocks (client gone)."""
         if self.lazy is not None:
-            late = self.lazy.drop(req)
+            self.lazy.drop(req)
         if req.state == EngineRequest.RUNNING:
             self.running.remove(req)
             self._free(req)
@@ -302,7 +299,6 @@ class Scheduler:
                 pass
             self._free(req)
         req.state = EngineRequest.ABORTED
-        return late
 
     def _free(self, req: EngineRequest) -> None:
         if req.blocks:

@@ -209,6 +209,12 @@ def test_group_decoding_matches_token_by_token_on_random_configurations():
         slow = replay(_sched(**kw), model, trace, group_decode=False, **opts)
         assert _digest(fast) == _digest(slow), (case, kw, opts)
         assert len(fast.rejected) == len(slow.rejected)
+        assert _clients(fast) == _clients(slow)
+
+
+def _clients(res):
+    """Every request's times at the client, the timed-out ones' included."""
+    return sorted((r.arrival, r.prompt_len, r.num_output, r.state, tuple(t)) for r, t in res.client.items())
 
 
 def test_a_pool_counted_until_the_first_shared_prefix_gives_the_same_results():
@@ -222,4 +228,5 @@ def test_a_pool_counted_until_the_first_shared_prefix_gives_the_same_results():
         fast = replay(_sched(**kw), _step_model(), plain + shared, **opts)
         slow = replay(_sched(**kw), _step_model(), plain + shared, group_decode=False, **opts)
         assert _digest(fast) == _digest(slow) and fast.preemptions == slow.preemptions
+        assert _clients(fast) == _clients(slow)
         assert any(r.cached_tokens for r in fast.requests)
