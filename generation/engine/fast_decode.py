@@ -149,6 +149,7 @@ class LazyDecode:
     def after_slow_step(self, end: float) -> None:
         """The scheduler's own code ran a step ending at ``end``: anchor the running requests that
         are decoding, in batch order."""
+        self.slow_steps += 1
         self.t_prev, self.t_last = self.t_last, end
         anchor = self._anchor
         pre = self.pre
