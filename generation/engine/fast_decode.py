@@ -37,17 +37,12 @@ lists only the requests it admitted, and :meth:`Scheduler.complete` returns an :
 """
 from __future__ import annotations
 
-from .scheduler import EngineRequest, StepPlan
-
 
 class Emitted(list):
     """The requests of a group step that need their own handling (in batch order, up to date),
     plus ``lazy``: how many other requests emitted a token at the step's end, each at
     ``end - prev_end`` seconds after its previous one (the previous step's end)."""
     __slots__ = ("lazy", "prev_end")         # set by LazyDecode.complete (no __init__: a call less a step)
-
-
-_RUNNING, _DONE = EngineRequest.RUNNING, EngineRequest.DONE
 
 
 class LazyDecode:
@@ -59,10 +54,12 @@ class LazyDecode:
     of the last two steps (seconds, the caller's clock)."""
 
     __slots__ = ("s", "g", "anchor", "cross", "fin", "odd", "ctx", "t_last", "t_prev", "rank", "last_room", "bs",
-                 "pre", "on_late", "group_steps", "slow_steps")
+                 "pre", "on_late", "group_steps", "slow_steps", "plan_cls", "RUNNING", "DONE")
 
-    def __init__(self, scheduler, on_late=None) -> None:
+    def __init__(self, scheduler, plan_cls, request_cls, on_late=None) -> None:
         self.s = scheduler
+        self.plan_cls = plan_cls      # the scheduler's StepPlan and EngineRequest (no import: no cycle)
+        self.RUNNING, self.DONE = request_cls.RUNNING, request_cls.DONE
         self.on_late = on_late        # callable(req): brought up to date, its last token the last step's, unlisted
         self.g = 0
         self.anchor: dict = {}
@@ -80,7 +77,7 @@ class LazyDecode:
         self.slow_steps = 0
 
     # ---- anchoring ---------------------------------------------------------------------------
-    def _anchor(self, req: EngineRequest) -> bool:
+    def _anchor(self, req) -> bool:
         """Anchor an up-to-date decoding request at step ``g`` (False: it would reach the
         context's end before its last token, and stays with the scheduler's own code)."""
         c = req.num_computed
@@ -108,7 +105,7 @@ class LazyDecode:
             self.odd.append(req)
         return True
 
-    def _bring_up(self, req: EngineRequest, g0: int) -> int:
+    def _bring_up(self, req, g0: int) -> int:
         """Bring an anchored request's fields up to step ``g``; returns the steps it ran since
         (its last token then was the last step's)."""
         n = self.g - g0
@@ -135,7 +132,7 @@ class LazyDecode:
         self.pre = []
         self.ctx = 0
 
-    def drop(self, req: EngineRequest) -> None:
+    def drop(self, req) -> None:
         """``req`` leaves (aborted): up to date (``on_late``) and no longer anchored."""
         if req in self.pre:
             self.pre.remove(req)
@@ -153,8 +150,9 @@ class LazyDecode:
         self.t_prev, self.t_last = self.t_last, end
         anchor = self._anchor
         pre = self.pre
+        st_running = self.RUNNING
         for req in self.s.running:
-            if req.state == _RUNNING and req.num_output and req.num_computed == req.num_tokens - 1 and anchor(req):
+            if req.state == st_running and req.num_output and req.num_computed == req.num_tokens - 1 and anchor(req):
                 continue
             pre.append(req)             # in prefill (or stuck at the context's end: the next step checks)
 
@@ -216,7 +214,7 @@ class LazyDecode:
                         cross[k] = [req]
                     else:
                         b.append(req)
-        plan = StepPlan()
+        plan = self.plan_cls()
         plan.start = now
         plan.group = d
         plan.num_decode = d
@@ -233,11 +231,12 @@ class LazyDecode:
         self.group_steps += 1
         return plan
 
-    def complete(self, plan: StepPlan, end: float) -> Emitted:
+    def complete(self, plan, end: float) -> Emitted:
         """The group step ``plan`` ended at ``end`` (:meth:`Scheduler.complete`'s contract)."""
         s = self.s
         g = self.g
         anchor = self.anchor
+        st_running, st_done = self.RUNNING, self.DONE
         out = Emitted()
         out.prev_end = self.t_last
         finished = []
@@ -260,7 +259,7 @@ class LazyDecode:
                 req.last_token = end
                 out.append(req)
                 if o >= req.output_len:
-                    req.state = _DONE
+                    req.state = st_done
                     req.finished_at = end
                     finished.append(req)
                     del anchor[req]
@@ -274,7 +273,7 @@ class LazyDecode:
             on_prefilled = s.on_prefilled
             pre = self.pre
             for req, n in plan.scheduled:
-                if req.state != _RUNNING:
+                if req.state != st_running:
                     continue
                 c = req.num_computed = req.num_computed + n
                 if c < req.prompt_len + req.num_output:
@@ -293,7 +292,7 @@ class LazyDecode:
                 req.last_token = end
                 out.append(req)
                 if o >= req.output_len:
-                    req.state = _DONE
+                    req.state = st_done
                     req.finished_at = end
                     finished.append(req)
                 elif new is None:

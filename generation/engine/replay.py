@@ -41,21 +41,8 @@ from dataclasses import dataclass, field
 from .block_pool import CountingPool
 from .replay_log import Latencies, StepLog
 from .scheduler import EngineRequest, Scheduler, step_end
-
-
-@dataclass(slots=True)
-class TraceRequest:
-    """One request of a trace: ``arrival`` seconds, ``prompt_tokens``, ``output_tokens``, and an
-    optional shared prefix (``prefix_group``, ``prefix_tokens``); ``prompt`` names the prompt's
-    content within its group: requests with the same group and prompt repeat the whole prompt
-    (every full block is shared, as a benchmark cycling through a fixed set of prompts)."""
-    arrival: float
-    prompt_tokens: int
-    output_tokens: int
-    prefix_group: str | None = None
-    prefix_tokens: int = 0
-    priority: int = 0                   # --scheduling-policy priority: lower runs first
-    prompt: str | None = None
+from .replay_trace import (MAX_TRACE_REQUESTS, TraceRequest, _count, _trace_request,  # noqa: F401 (the
+                           check_plot_path, check_synthetic, read_trace, synthetic_trace)  # replay's names)
 
 
 @dataclass
@@ -289,134 +276,6 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
 
 
 REPLAY_SEED = 0                    # --seed's default in a replay: two runs give the same figures
-MAX_TRACE_REQUESTS = 1_000_000     # a replay holds every request in memory (~600 bytes each)
-
-
-def synthetic_trace(num_requests: int, prompt_tokens: int, output_tokens: int, rate: float = 0.0,
-                    seed: int = 0) -> list[TraceRequest]:
-    """``num_requests`` requests of fixed lengths; Poisson arrivals at ``rate`` per second
-    (seeded), or all at time 0 when ``rate`` is 0.  Raises ValueError naming the flag for
-    values no load can have (see :func:`check_synthetic`)."""
-    check_synthetic(num_requests, prompt_tokens, output_tokens, rate)
-    rng = random.Random(seed)
-    t = 0.0
-    out = []
-    for _ in range(num_requests):
-        if rate > 0:
-            t += rng.expovariate(rate)
-        out.append(TraceRequest(t, prompt_tokens, output_tokens))
-    return out
-
-
-def _count(v) -> bool:
-    """An integer (a JSON integer, or a float with no fraction), not a boolean."""
-    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
-
-
-def check_synthetic(num_requests, prompt_tokens, output_tokens, rate=0.0, concurrency=0,
-                    max_model_len: int | None = None) -> None:
-    """The synthetic load's flags: ``--num-requests`` 1 .. :data:`MAX_TRACE_REQUESTS`,
-    ``--prompt-tokens`` and ``--output-tokens`` at least 1 (the prompt within ``max_model_len``
-    when given, as vLLM's input processor requires; an output past the context is cut by the
-    scheduler), ``--rate`` a finite number >= 0, ``--concurrency`` >= 0.  ``--rate -1`` /
-    ``nan`` and ``--concurrency -5`` were accepted, ``--num-requests 1000000000`` grew without
-    bound.  Raises ValueError naming the flag."""
-    if not _count(num_requests) or not 1 <= num_requests <= MAX_TRACE_REQUESTS:
-        raise ValueError(f"--num-requests must be from 1 to {MAX_TRACE_REQUESTS:,} (a replay holds every request "
-                         f"in memory), got {num_requests}")
-    for flag, v in (("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
-        if not _count(v) or v < 1:
-            raise ValueError(f"{flag} must be an integer of at least 1, got {v}")
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:
-        raise ValueError(f"--rate must be a finite number of requests per second, at least 0, got {rate}")
-    if not _count(concurrency) or concurrency < 0:
-        raise ValueError(f"--concurrency must be an integer of at least 0, got {concurrency}")
-    if max_model_len is not None and prompt_tokens > max_model_len:
-        raise ValueError(f"--prompt-tokens {prompt_tokens} is longer than --max-model-len {max_model_len}")
-
-
-def check_plot_path(path: str | None) -> None:
-    """``--plot``: matplotlib is installed and ``path`` can be written, checked before the
-    simulation (an unwritable path was a traceback after the whole run).  Raises ValueError."""
-    if not path:
-        return
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
-    import os
-    existed = os.path.exists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as e:
-        raise ValueError(f"--plot {path}: cannot be written ({e.strerror or e})") from None
-    if not existed:
-        os.remove(path)
-
-
-def _trace_request(d, max_model_len: int | None) -> TraceRequest:
-    """One decoded trace line as a TraceRequest; raises ValueError saying what is wrong."""
-    if not isinstance(d, dict):
-        raise ValueError(f"a trace line is a JSON object, not {type(d).__name__}")
-    arrival = d.get("arrival", 0.0)
-    if isinstance(arrival, bool) or not isinstance(arrival, (int, float)) or not math.isfinite(arrival) \
-            or arrival < 0:
-        raise ValueError(f"arrival must be a finite number of seconds, at least 0, got {arrival!r}")
-    for key in ("prompt_tokens", "output_tokens"):
-        if key not in d:
-            raise ValueError(f"{key} is required")
-    vals = {}
-    for key, low in (("prompt_tokens", 1), ("output_tokens", 1), ("prefix_tokens", 0), ("priority", None)):
-        v = d.get(key, 0)
-        if not _count(v) or (low is not None and v < low):
-            raise ValueError(f"{key} must be an integer" + (f" of at least {low}" if low is not None else "")
-                             + f", got {v!r}")
-        vals[key] = int(v)
-    group = d.get("prefix_group")
-    if group is not None and not isinstance(group, str):
-        raise ValueError(f"prefix_group must be a string, got {group!r}")
-    prompt = d.get("prompt")
-    if prompt is not None and not isinstance(prompt, str):
-        raise ValueError(f"prompt must be a string naming the prompt, got {prompt!r}")
-    if vals["prefix_tokens"] > vals["prompt_tokens"]:
-        raise ValueError(f"prefix_tokens {vals['prefix_tokens']} is more than prompt_tokens {vals['prompt_tokens']}")
-    if max_model_len is not None and vals["prompt_tokens"] > max_model_len:
-        raise ValueError(f"prompt_tokens {vals['prompt_tokens']} is longer than --max-model-len {max_model_len} "
-                         f"(vLLM refuses such a prompt)")
-    return TraceRequest(float(arrival), vals["prompt_tokens"], vals["output_tokens"], group,
-                        vals["prefix_tokens"], vals["priority"], prompt)
-
-
-def read_trace(path: str, max_model_len: int | None = None) -> list[TraceRequest]:
-    """A JSON Lines trace (see the module docstring); raises ValueError ``FILE:LINE: ...`` for
-    a line that is not a trace request: not JSON (``NaN`` arrivals and nesting past 1,024 levels
-    included: orjson's parser), not an object, a field of the wrong type, a negative or
-    non-finite arrival, token counts below 1, a prefix longer than the prompt, or (with
-    ``max_model_len``) a prompt longer than the context (1e12 prompt tokens were dropped after
-    36 s of CPU; an output past the context is cut by the scheduler).  A UTF-8 byte-order mark is
-    skipped.  At most :data:`MAX_TRACE_REQUESTS` requests (every one is held in memory: 10 M
-    lines died at 6 GB)."""
-    import orjson
-    out = []
-    with open(path, encoding="utf-8-sig") as f:
-        for i, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if len(out) >= MAX_TRACE_REQUESTS:
-                raise ValueError(f"{path}:{i}: more than {MAX_TRACE_REQUESTS:,} requests (a replay holds every "
-                                 f"request in memory); split the trace")
-            try:
-                out.append(_trace_request(orjson.loads(line), max_model_len))
-            except orjson.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not a trace request (not JSON: {e})") from None
-            except ValueError as e:
-                raise ValueError(f"{path}:{i}: not a trace request ({e})") from None
-    out.sort(key=lambda r: r.arrival)
-    return out
-
-
 def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs") -> Scheduler:
     """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`),
     the same for the server and the replay: the KV blocks, the limits, prefix caching and

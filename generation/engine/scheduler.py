@@ -254,7 +254,7 @@ class Scheduler:
             self.lazy = None
         if on:
             from .fast_decode import LazyDecode
-            self.lazy = LazyDecode(self, on_late)
+            self.lazy = LazyDecode(self, StepPlan, EngineRequest, on_late)
 
     # ---- state --------------------------------------------------------------------------
     @property

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from generation.engine import replay as rp
+from generation.engine import replay_trace
 
 GOOD = '{"arrival": 0.5, "prompt_tokens": 100, "output_tokens": 10}'
 
@@ -98,7 +99,7 @@ def test_an_unwritable_plot_path_is_refused_before_simulating(tmp_path, capsys):
 def test_a_trace_is_bounded(tmp_path, capsys, monkeypatch):
     """Memory grew ~800 bytes per line (10 M lines died at 6 GB): past MAX_TRACE_REQUESTS the
     line that goes over is named (the bound is lowered here to keep the test short)."""
-    monkeypatch.setattr(rp, "MAX_TRACE_REQUESTS", 3)
+    monkeypatch.setattr(replay_trace, "MAX_TRACE_REQUESTS", 3)     # the trace's module (the replay's name too)
     path = trace(tmp_path, GOOD, "", GOOD, GOOD, GOOD)
     code, out, err = run(capsys, "--trace", path)
     assert code == 2
