@@ -48,6 +48,17 @@ class Latencies:
             self.counts.append(n)
         self._n += n
 
+    def extend(self, other) -> None:
+        """Add ``other``'s latencies: another :class:`Latencies` (its runs, as they are: a
+        fleet's pods merged without expanding them) or any iterable of seconds."""
+        if isinstance(other, Latencies):
+            self.values.extend(other.values)
+            self.counts.extend(other.counts)
+            self._n += other._n
+        else:
+            for x in other:
+                self.append(x)
+
     def __len__(self) -> int:
         return self._n
 
@@ -104,42 +115,63 @@ def _rank(p, n: int) -> int:
 
 
 class StepLog:
-    """One row per engine step: ``(end time s, KV usage 0..1, running, waiting, tokens)``, in
-    typed arrays (40 bytes a step).  ``append(row)``, ``len``, indexing and iteration give the
-    rows as tuples; ``time`` and ``usage`` are the columns."""
+    """One row per engine step: ``(end time s, KV usage 0..1, running, waiting, tokens)``, in one
+    flat array of doubles (40 bytes a step; a row is one C call to append).  ``append(row)``,
+    ``len``, indexing, slicing and iteration give the rows as tuples (the counts as ints);
+    ``time``, ``usage``, ``running``, ``waiting`` and ``tokens`` are the columns (arrays)."""
 
-    __slots__ = ("time", "usage", "running", "waiting", "tokens")
+    __slots__ = ("rows",)
 
     def __init__(self, rows=()):
-        self.time = array("d")
-        self.usage = array("d")
-        self.running = array("q")
-        self.waiting = array("q")
-        self.tokens = array("q")
+        self.rows = array("d")
         for r in rows:
             self.append(r)
 
     def append(self, row) -> None:
-        t, u, r, w, k = row
-        self.time.append(t)
-        self.usage.append(u)
-        self.running.append(r)
-        self.waiting.append(w)
-        self.tokens.append(k)
+        self.rows.extend(row)
 
     def __len__(self) -> int:
-        return len(self.time)
+        return len(self.rows) // 5
 
     def __bool__(self) -> bool:
-        return len(self.time) > 0
+        return len(self.rows) > 0
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        return (self.time[i], self.usage[i], self.running[i], self.waiting[i], self.tokens[i])
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("step index out of range")
+        t, u, r, w, k = self.rows[5 * i:5 * i + 5]
+        return (t, u, int(r), int(w), int(k))
 
     def __iter__(self):
-        return zip(self.time, self.usage, self.running, self.waiting, self.tokens)
+        rows = self.rows
+        for i in range(0, len(rows), 5):
+            t, u, r, w, k = rows[i:i + 5]
+            yield (t, u, int(r), int(w), int(k))
+
+    @property
+    def time(self) -> array:
+        return self.rows[0::5]
+
+    @property
+    def usage(self) -> array:
+        return self.rows[1::5]
+
+    @property
+    def running(self) -> array:
+        return self.rows[2::5]
+
+    @property
+    def waiting(self) -> array:
+        return self.rows[3::5]
+
+    @property
+    def tokens(self) -> array:
+        return self.rows[4::5]
 
     def __repr__(self) -> str:
         return f"StepLog({len(self)} steps)"

@@ -76,6 +76,9 @@ def test_latencies_are_the_list_they_replace():
     for ps in ((50, 90, 99), (0, 1, 99.9, 100)):
         assert lat.percentiles(ps) == res.percentiles(values, ps)
     assert Latencies().percentiles() == {"p50": None, "p90": None, "p99": None}
+    merged = Latencies(values[:700])                               # a fleet's pods merged, runs kept
+    merged.extend(Latencies(values[700:]))
+    assert merged == values and merged.percentiles() == lat.percentiles()
 
 
 def test_the_step_log_reads_as_tuples():
@@ -83,4 +86,4 @@ def test_the_step_log_reads_as_tuples():
     log.append((0.5, 0.25, 3, 1, 40))
     log.append((0.75, 0.5, 4, 0, 4))
     assert len(log) == 2 and log[1] == (0.75, 0.5, 4, 0, 4) and list(log)[0] == (0.5, 0.25, 3, 1, 40)
-    assert log[-1][2] == 4 and list(log.usage) == [0.25, 0.5]
+    assert log[-1][2] == 4 and list(log.usage) == [0.25, 0.5] and log[::2] == [(0.5, 0.25, 3, 1, 40)]
