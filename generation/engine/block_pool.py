@@ -222,9 +222,10 @@ class CountingPool:
     carries block hashes: no shared prefixes, or prefix caching off): which blocks a request
     holds then changes nothing (nothing is cached, so nothing is found or evicted), only how many
     are free.  It counts: :meth:`allocate` hands out ``n`` placeholder ids (0), :meth:`free`
-    gives back as many.  :func:`generation.engine.replay.replay` swaps it in for such a trace and
-    back (:meth:`restore`) after it, for the same results at a fraction of the cost (a block cost
-    about a third of a long replay's CPU)."""
+    gives back as many.  :func:`generation.engine.replay.replay` swaps it in while no request with
+    block hashes has been submitted, and brings the pool back (:meth:`restore`) when the first
+    one is, or at the end: the same results at a fraction of the cost (a block cost about a third
+    of a long replay's CPU)."""
 
     __slots__ = ("num_blocks", "num_free", "on_evict", "num_cpu_blocks", "pool")
 

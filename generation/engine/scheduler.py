@@ -131,7 +131,7 @@ class StepPlan:
         self.prefill_pairs = 0.0
         self.prefill_context = 0
         self.kv_reload_tokens = 0
-        self.group = None                   # a group step's decoding requests (fast_decode), not in scheduled
+        self.group = None                   # a group step's count of decoding requests (fast_decode), not in scheduled
         self.start = 0.0
         self.end = 0.0
 
