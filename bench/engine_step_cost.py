@@ -3,10 +3,13 @@ completion; no sends), at N running sequences in steady decode.
 
     python bench/engine_step_cost.py [N ...]        # default: 256 1024
 
-Prints microseconds per step (median of 2000 steps) for Llama-3.1-8B on an H100.
+Prints microseconds per step (median of 2000 steps) for Llama-3.1-8B on an H100: the live
+engine's (every request through every step), and the replay's with its decoding requests advanced
+as a group (:meth:`Scheduler.decode_in_groups`), per step and per token; the machine's load.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -20,11 +23,13 @@ from generation.engine.scheduler import EngineRequest               # noqa: E402
 from generation.engine.step_config import resolve_step_settings    # noqa: E402
 
 
-def cost(n: int, steps: int = 2000) -> float:
+def cost(n: int, steps: int = 2000, group: bool = False) -> float:
     cfg = load_config(["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--max-model-len", "8192",
                        "--max-num-seqs", str(max(n, 1)), "--num-gpu-blocks-override", "400000"])
     st = resolve_step_settings(cfg)
     sched = scheduler_for(st, cfg.max_model_len)
+    if group:
+        sched.decode_in_groups()
     for _ in range(n):
         sched.add(EngineRequest(256, 10**6), 0.0)
     t = 0.0
@@ -47,4 +52,7 @@ def cost(n: int, steps: int = 2000) -> float:
 
 if __name__ == "__main__":
     for n in [int(a) for a in sys.argv[1:]] or [256, 1024]:
-        print(f"{n:5d} running sequences: {cost(n):7.1f} us of engine CPU per step")
+        live, group = cost(n), cost(n, group=True)
+        print(f"{n:5d} running sequences: {live:7.1f} us of engine CPU per step; the replay's group step "
+              f"{group:6.1f} us ({group / n:.3f} us per token)")
+    print(f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -23,10 +23,9 @@ O(1 + events), not O(running requests):
   the count of the others (``lazy``) and the previous step's end (``prev_end``).
 
 A step that is not of that shape runs the scheduler's own code on up-to-date requests
-(:meth:`LazyDecode.settle` first; the requests are anchored again after it): a request still in
-prefill after its step (chunked prefill), a batch larger than the token budget, a block boundary
-with too few free blocks (preemption), a request that would reach ``max_model_len`` before its
-last token.  The same code and callbacks run; what is not done is the per-request arithmetic of
+(:meth:`LazyDecode.settle` first; the requests are anchored again after it): a prefill that is
+not at the batch's tail (after every decoding request), a batch larger than the token budget, a
+block boundary with too few free blocks (preemption).  The same code and callbacks run; what is not done is the per-request arithmetic of
 steps that change nothing but counters.
 
 Only the replay turns it on (:meth:`Scheduler.decode_in_groups`); the live server's
@@ -53,7 +52,7 @@ class LazyDecode:
     ``ctx`` is the anchored requests' computed tokens, summed; ``t_last`` / ``t_prev`` the ends
     of the last two steps (seconds, the caller's clock)."""
 
-    __slots__ = ("s", "g", "anchor", "cross", "fin", "odd", "ctx", "t_last", "t_prev", "rank", "last_room", "bs",
+    __slots__ = ("s", "g", "anchor", "cross", "fin", "odd", "ctx", "t_last", "t_prev", "rank", "bs",
                  "pre", "on_late", "group_steps", "slow_steps", "plan_cls", "RUNNING", "DONE")
 
     def __init__(self, scheduler, plan_cls, request_cls, on_late=None) -> None:
@@ -70,7 +69,6 @@ class LazyDecode:
         self.t_last = None
         self.t_prev = None
         self.rank = 0
-        self.last_room = scheduler.max_model_len - 1
         self.bs = scheduler.block_size
         self.pre: list = []           # running requests in prefill, in batch order, after every anchored one
         self.group_steps = 0          # steps run as a group / by the scheduler's own code (for benches)
@@ -78,12 +76,12 @@ class LazyDecode:
 
     # ---- anchoring ---------------------------------------------------------------------------
     def _anchor(self, req) -> bool:
-        """Anchor an up-to-date decoding request at step ``g`` (False: it would reach the
-        context's end before its last token, and stays with the scheduler's own code)."""
+        """Anchor an up-to-date decoding request at step ``g``.  (One whose context reaches
+        ``max_model_len - 1`` still computes one token a step in :meth:`Scheduler.schedule`, as a
+        one-token chunk with a decode's aggregates, so it is anchored too; a replay refuses such
+        requests anyway.)"""
         c = req.num_computed
         left = req.output_len - req.num_output          # tokens still to emit, >= 1
-        if c + left > self.last_room:                   # its last decode would have c >= max_model_len - 1
-            return False
         g = self.g
         self.anchor[req] = (g, self.rank)
         self.rank += 1

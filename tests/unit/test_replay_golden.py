@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from generation.config.cli import load_config                     # noqa: E402
 from generation.engine.replay import TraceRequest, replay           # noqa: E402
-from generation.engine.scheduler import Scheduler                   # noqa: E402
+from generation.engine.scheduler import EngineRequest, Scheduler    # noqa: E402
 from generation.engine.step_config import resolve_step_settings     # noqa: E402
 
 _SETTINGS = {}
@@ -230,3 +230,39 @@ def test_a_pool_counted_until_the_first_shared_prefix_gives_the_same_results():
         assert _digest(fast) == _digest(slow) and fast.preemptions == slow.preemptions
         assert _clients(fast) == _clients(slow)
         assert any(r.cached_tokens for r in fast.requests)
+
+
+def test_the_scheduler_steps_the_same_with_and_without_groups():
+    """The scheduler driven directly (as a caller other than the replay would): requests past
+    ``max_model_len`` (they compute a token a step to the end), aborts between steps; every
+    plan's aggregates and every request's fields at the end agree."""
+    rng = random.Random(5)
+    for case in range(4):
+        kw = dict(num_gpu_blocks=rng.choice([40, 400]), block_size=16, max_num_seqs=rng.choice([3, 32]),
+                  max_num_batched_tokens=rng.choice([64, 512]), max_model_len=rng.choice([64, 300]))
+        reqs = [(rng.randint(1, 250), rng.randint(1, 120)) for _ in range(40)]
+        logs = []
+        for group in (False, True):
+            s = _sched(**kw)
+            s.decode_in_groups(group)
+            made = [EngineRequest(p, o) for p, o in reqs]
+            log, now, i = [], 0.0, 0
+            for step in range(3000):
+                while i < len(made) and i <= step // 3:
+                    s.add(made[i], now)
+                    i += 1
+                if step % 97 == 50 and s.running:
+                    s.abort(s.running[len(s.running) // 2])
+                plan = s.schedule(now)
+                now += 0.01
+                if plan.scheduled or plan.num_decode:
+                    s.complete(plan, now)
+                log.append((plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                            plan.prefill_context, len(plan.preempted), s.free_blocks))
+                if not s.has_work() and i == len(made):
+                    break
+            s.decode_in_groups(False)
+            logs.append((log, [(r.state, r.num_computed, r.num_output, r.first_token, r.last_token, r.prev_token,
+                                r.finished_at, r.preemptions) for r in made]))
+        assert logs[0] == logs[1], case
+
