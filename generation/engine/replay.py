@@ -95,6 +95,205 @@ class ReplayResult:
                 "kv_usage_peak": max(usage) if usage else 0.0}
 
 
+class PodReplay:
+    """One pod's engine in virtual time, stepped from outside: the loop of :func:`replay` as an
+    object, so that a fleet (:mod:`generation.fleet`) can run many pods on one clock and route
+    each arrival from the pods' current state.
+
+    :meth:`submit` queues a request arriving at ``at`` (seconds); :meth:`advance_until` runs
+    every event of this pod strictly before ``t`` (step plans at their start, step completions
+    at their end, idle jumps to the next arrival); :meth:`next_event_time` is when the pod next
+    does something (``inf``: idle).  The rule that keeps a stepped pod identical to
+    :func:`replay`: every request arriving at ``t`` or earlier is submitted before the pod is
+    advanced past ``t`` (a plan made at ``now`` reads the arrivals up to ``now``, a completion
+    at ``end`` admits the frontend's arrivals up to ``end``).  :func:`replay` submits the whole
+    trace and advances to infinity; :meth:`finish` returns the :class:`ReplayResult`.
+
+    ``on_finished(req, now, seen_at)`` is called for each request as it finishes (its last
+    token at ``now`` on the engine, ``seen_at`` at the client); the closed loop of
+    :func:`replay` and a P/D fleet's hand-offs use it.  Other arguments as :func:`replay`."""
+
+    def __init__(self, scheduler: Scheduler, step_time, *, frontend: float | None = None,
+                 rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
+                 timeout: float = 0.0, max_steps: int = 10_000_000, on_finished=None):
+        self.scheduler = scheduler
+        self.step_time = step_time
+        self.rng = rng
+        self.jitter = jitter
+        self.emission_cost = emission_cost
+        self.timeout = timeout
+        self.max_steps = max_steps
+        self.on_finished = on_finished
+        self.fe = None
+        if frontend is None and hasattr(step_time, "frontend"):
+            self.fe = step_time.frontend()
+        self.fixed_fe = step_time.frontend_time() if frontend is None else frontend
+        self.async_sched = bool(getattr(step_time, "async_scheduling", False))
+        self.result = ReplayResult()
+        self.bs = scheduler.block_size
+        self.arrivals: list = []            # heap of (time into the queue, index, EngineRequest)
+        self.deadlines: list = []           # heap of (arrival + timeout, index, EngineRequest)
+        self.incoming: deque = deque()      # (arrival, index, EngineRequest) not yet through the frontend
+        self.order = 0
+        self.now = 0.0
+        self.prev_start = None              # start of the step that just ended (async planning)
+        self.emitted_at = 0.0               # when the last step's tokens were out (emission_cost)
+        self.steps = 0
+        self.plan = None                    # the step in flight: planned, ends at self.end
+        self.end = 0.0
+        self.idle = False                   # the last plan was empty: the next event is a wake-up
+        self.stuck = False                  # nothing can ever run until a new request comes
+
+    def submit(self, tr: TraceRequest, at: float, *, kv_ready_at: float = 0.0, prefix_hit=None) -> EngineRequest:
+        """Queue ``tr`` arriving at ``at`` (not before the pod's last event); returns its
+        EngineRequest.  ``kv_ready_at`` / ``prefix_hit``: a P/D decode side's remote KV (the
+        request is not scheduled before its transfer ends, and finds ``prefix_hit(req)`` tokens
+        computed), as the server's step engine queues a remote prefill."""
+        bs = self.bs
+        req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
+                            prefix_len=tr.prefix_tokens, priority=tr.priority, kv_ready_at=kv_ready_at)
+        if prefix_hit is not None:          # a remote prefill's KV: no local prefix cache lookup
+            req.prefix_hit = prefix_hit
+        elif tr.prompt is not None:         # a repeated prompt: its group's prefix, then its own blocks
+            shared = tr.prefix_tokens // bs
+            req.block_hashes = [(tr.prefix_group, i) if i < shared else (tr.prefix_group, tr.prompt, i)
+                                for i in range(tr.prompt_tokens // bs)]
+        elif tr.prefix_group is not None:   # the group's prefix blocks, named by the group
+            req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
+        if self.fe is not None:             # the frontend's CPU takes requests in arrival order
+            self.incoming.append((at, self.order, req))
+        else:
+            heapq.heappush(self.arrivals, (at + self.fixed_fe, self.order, req))
+        if self.timeout > 0:
+            heapq.heappush(self.deadlines, (at + self.timeout, self.order, req))
+        self.order += 1
+        self.stuck = False
+        return req
+
+    def _wake(self) -> float:
+        """When an idle pod (its last plan empty) next tries: its next arrival, frontend
+        arrival or KV transfer; ``inf`` when none."""
+        now, arrivals, incoming = self.now, self.arrivals, self.incoming
+        nxt = [arrivals[0][0]] if arrivals else []
+        if incoming:
+            nxt.append(incoming[0][0])
+        nxt += [r.kv_ready_at for r in self.scheduler.waiting if r.kv_ready_at > now]
+        return max(now, min(nxt)) if nxt else math.inf
+
+    def next_event_time(self) -> float:
+        """When this pod next plans or completes a step (seconds); ``inf`` when it has nothing
+        to do until a request is submitted."""
+        if self.plan is not None:
+            return self.end
+        if self.stuck or self.steps >= self.max_steps:
+            return math.inf
+        if self.idle:
+            return self._wake()
+        if self.arrivals or self.incoming or self.scheduler.has_work():
+            return self.now
+        return math.inf
+
+    def advance_until(self, t: float = math.inf) -> None:
+        """Run this pod's events before ``t`` (all of them with ``t`` = ``inf``)."""
+        scheduler = self.scheduler
+        fe = self.fe
+        result = self.result
+        arrivals, deadlines, incoming = self.arrivals, self.deadlines, self.incoming
+        while True:
+            if self.plan is not None:                       # the step in flight ends
+                if self.end >= t:
+                    return
+                self._complete()
+                continue
+            if self.stuck or not (arrivals or incoming or scheduler.has_work()) or self.steps >= self.max_steps:
+                return
+            if self.idle:                                   # nothing ran: wake at the next event
+                wake = self._wake()
+                if wake >= t:
+                    return
+                self.idle = False
+                self.now = wake
+            now = self.now
+            if now >= t:
+                return
+            while incoming and incoming[0][0] <= now:
+                at, i, req = incoming.popleft()
+                heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
+            while deadlines and deadlines[0][0] <= now:
+                _, _, req = heapq.heappop(deadlines)
+                if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
+                    scheduler.abort(req)
+                    result.timed_out.append(req)
+            cutoff = self.prev_start if (self.async_sched and self.prev_start is not None) else now
+            while arrivals and arrivals[0][0] <= cutoff:
+                at, _, req = heapq.heappop(arrivals)
+                if req.state == EngineRequest.ABORTED:
+                    continue
+                scheduler.add(req, at)
+            plan = scheduler.schedule(now)
+            if not plan.scheduled:
+                self.prev_start = None
+                if self._wake() == math.inf:
+                    self.stuck = True       # nothing can ever run (a request larger than the cache)
+                    return
+                self.idle = True
+                continue
+            step_time = self.step_time
+            dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                                     plan.prefill_pairs, plan.prefill_context)
+            reload = getattr(plan, "kv_reload_tokens", 0)
+            if reload and hasattr(step_time, "reload_per_token"):
+                dt += reload * step_time.reload_per_token
+            if self.jitter > 0 and self.rng is not None:
+                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
+            self.prev_start = now
+            self.plan = plan
+            self.end = step_end(now + dt, self.emitted_at)
+
+    def _complete(self) -> None:
+        """The step in flight ends at ``self.end``: its tokens out, the frontend's arrivals
+        during it admitted first."""
+        scheduler, fe, result, incoming = self.scheduler, self.fe, self.result, self.incoming
+        client = result.client
+        plan, now = self.plan, self.end
+        self.plan = None
+        self.now = now
+        emitted = scheduler.complete(plan, now)
+        if self.emission_cost:     # the frontend sends one step's tokens after the previous step's
+            self.emitted_at = max(now, self.emitted_at) + self.emission_cost * len(emitted)
+        if fe is not None:
+            # the frontend's CPU serves in time order: requests that arrived during the step
+            # are preprocessed before the step's outputs, which exist only at its end
+            while incoming and incoming[0][0] <= now:
+                at, i, req = incoming.popleft()
+                heapq.heappush(self.arrivals, (fe.admit(at, req.prompt_len), i, req))
+        seen_at = fe.emit(now, len(emitted)) if (fe is not None and emitted) else now
+        self.steps += 1
+        for req in emitted:
+            if req.prev_token is not None:
+                result.itl.append(now - req.prev_token)
+            times = client.get(req)
+            if times is None:
+                client[req] = [seen_at, seen_at]
+            else:
+                times[1] = seen_at
+            if req.state == EngineRequest.DONE:
+                result.requests.append(req)
+                if self.on_finished is not None:
+                    self.on_finished(req, now, seen_at)
+        result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
+                             plan.num_tokens))
+
+    def finish(self) -> ReplayResult:
+        """The result so far, its totals filled in (preemptions, duration, the frontend's CPU)."""
+        result = self.result
+        result.preemptions = self.scheduler.num_preemptions
+        result.duration = self.now
+        if self.fe is not None:
+            result.frontend_busy = self.fe.busy
+        return result
+
+
 def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, frontend: float | None = None,
            rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
            timeout: float = 0.0, max_steps: int = 10_000_000) -> ReplayResult:
@@ -116,120 +315,27 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     only the requests queued before the previous step started.  ``timeout`` > 0 aborts a request
     still unfinished that many seconds after its arrival (a client's timeout; it is listed in
     ``timed_out``).  The same rules as the live server (:mod:`generation.engine.step_engine`),
-    without sleeping."""
-    fe = None
-    if frontend is None and hasattr(step_time, "frontend"):
-        fe = step_time.frontend()
-    fixed_fe = step_time.frontend_time() if frontend is None else frontend
-    async_sched = bool(getattr(step_time, "async_scheduling", False))
+    without sleeping.  One :class:`PodReplay` run to its end."""
     trace = list(trace)
-    result = ReplayResult()
-    client = result.client
-    bs = scheduler.block_size
-    arrivals: list = []                 # heap of (time into the queue, index, EngineRequest)
-    deadlines: list = []                # heap of (arrival + timeout, index, EngineRequest)
-    incoming: deque = deque()           # (arrival, index, EngineRequest) not yet through the frontend
-    order = 0
-
-    def submit(tr: TraceRequest, at: float) -> None:
-        nonlocal order
-        req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
-                            prefix_len=tr.prefix_tokens, priority=tr.priority)
-        if tr.prompt is not None:           # a repeated prompt: its group's prefix, then its own blocks
-            shared = tr.prefix_tokens // bs
-            req.block_hashes = [(tr.prefix_group, i) if i < shared else (tr.prefix_group, tr.prompt, i)
-                                for i in range(tr.prompt_tokens // bs)]
-        elif tr.prefix_group is not None:   # the group's prefix blocks, named by the group
-            req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
-        if fe is not None:                  # the frontend's CPU takes requests in arrival order
-            incoming.append((at, order, req))
-        else:
-            heapq.heappush(arrivals, (at + fixed_fe, order, req))
-        if timeout > 0:
-            heapq.heappush(deadlines, (at + timeout, order, req))
-        order += 1
-
     pending = iter(trace)
+
+    def next_one(req, now, seen_at):        # the closed loop: a finished request makes room
+        tr = next(pending, None)
+        if tr is not None:
+            pod.submit(tr, now)
+
+    pod = PodReplay(scheduler, step_time, frontend=frontend, rng=rng, jitter=jitter, emission_cost=emission_cost,
+                    timeout=timeout, max_steps=max_steps, on_finished=next_one if concurrency > 0 else None)
     if concurrency > 0:
         for tr in pending:
-            submit(tr, 0.0)
-            if order >= concurrency:
+            pod.submit(tr, 0.0)
+            if pod.order >= concurrency:
                 break
     else:
         for tr in trace:
-            submit(tr, tr.arrival)
-        pending = iter(())
-    now = 0.0
-    prev_start = None                   # start of the step that just ended (async planning)
-    emitted_at = 0.0                    # when the last step's tokens were out (emission_cost)
-    steps = 0
-    while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
-        while incoming and incoming[0][0] <= now:
-            at, i, req = incoming.popleft()
-            heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
-        while deadlines and deadlines[0][0] <= now:
-            _, _, req = heapq.heappop(deadlines)
-            if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
-                scheduler.abort(req)
-                result.timed_out.append(req)
-        cutoff = prev_start if (async_sched and prev_start is not None) else now
-        while arrivals and arrivals[0][0] <= cutoff:
-            at, _, req = heapq.heappop(arrivals)
-            if req.state == EngineRequest.ABORTED:
-                continue
-            scheduler.add(req, at)
-        plan = scheduler.schedule(now)
-        if not plan.scheduled:
-            prev_start = None
-            nxt = [arrivals[0][0]] if arrivals else []
-            if incoming:
-                nxt.append(incoming[0][0])
-            nxt += [r.kv_ready_at for r in scheduler.waiting if r.kv_ready_at > now]
-            if not nxt:
-                break                   # nothing can ever run (a request larger than the cache)
-            now = max(now, min(nxt))
-            continue
-        dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
-                                 plan.prefill_pairs, plan.prefill_context)
-        reload = getattr(plan, "kv_reload_tokens", 0)
-        if reload and hasattr(step_time, "reload_per_token"):
-            dt += reload * step_time.reload_per_token
-        if jitter > 0 and rng is not None:
-            dt *= max(0.5, 1.0 + rng.gauss(0.0, jitter))
-        prev_start = now
-        now = step_end(now + dt, emitted_at)
-        emitted = scheduler.complete(plan, now)
-        if emission_cost:          # the frontend sends one step's tokens after the previous step's
-            emitted_at = max(now, emitted_at) + emission_cost * len(emitted)
-        if fe is not None:
-            # the frontend's CPU serves in time order: requests that arrived during the step
-            # are preprocessed before the step's outputs, which exist only at its end
-            while incoming and incoming[0][0] <= now:
-                at, i, req = incoming.popleft()
-                heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
-        seen_at = fe.emit(now, len(emitted)) if (fe is not None and emitted) else now
-        steps += 1
-        for req in emitted:
-            if req.prev_token is not None:
-                result.itl.append(now - req.prev_token)
-            times = client.get(req)
-            if times is None:
-                client[req] = [seen_at, seen_at]
-            else:
-                times[1] = seen_at
-            if req.state == EngineRequest.DONE:
-                result.requests.append(req)
-                if concurrency > 0:
-                    tr = next(pending, None)
-                    if tr is not None:
-                        submit(tr, now)
-        result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
-                             plan.num_tokens))
-    result.preemptions = scheduler.num_preemptions
-    result.duration = now
-    if fe is not None:
-        result.frontend_busy = fe.busy
-    return result
+            pod.submit(tr, tr.arrival)
+    pod.advance_until(math.inf)
+    return pod.finish()
 
 
 MAX_TRACE_REQUESTS = 1_000_000     # a replay holds every request in memory (~600 bytes each)
