@@ -95,6 +95,21 @@ class ReplayResult:
                 "kv_usage_peak": max(usage) if usage else 0.0}
 
 
+def trace_block_hashes(tr: TraceRequest, block_size: int) -> list | None:
+    """The names of a trace request's full prompt blocks that other requests can share (None:
+    nothing shared): with ``prompt``, the group's ``prefix_tokens`` blocks named by the group and
+    the rest by the prompt (a repeated prompt, or a session whose later turns extend it); with
+    only ``prefix_group``, the group's prefix blocks.  What a pod's prefix cache and a
+    prefix-aware router (:mod:`generation.fleet.routing`) look up."""
+    if tr.prompt is not None:           # a repeated prompt: its group's prefix, then its own blocks
+        shared = tr.prefix_tokens // block_size
+        return [(tr.prefix_group, i) if i < shared else (tr.prefix_group, tr.prompt, i)
+                for i in range(tr.prompt_tokens // block_size)]
+    if tr.prefix_group is not None:     # the group's prefix blocks, named by the group
+        return [(tr.prefix_group, i) for i in range(tr.prefix_tokens // block_size)]
+    return None
+
+
 class PodReplay:
     """One pod's engine in virtual time, stepped from outside: the loop of :func:`replay` as an
     object, so that a fleet (:mod:`generation.fleet`) can run many pods on one clock and route
@@ -149,17 +164,12 @@ class PodReplay:
         EngineRequest.  ``kv_ready_at`` / ``prefix_hit``: a P/D decode side's remote KV (the
         request is not scheduled before its transfer ends, and finds ``prefix_hit(req)`` tokens
         computed), as the server's step engine queues a remote prefill."""
-        bs = self.bs
         req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
                             prefix_len=tr.prefix_tokens, priority=tr.priority, kv_ready_at=kv_ready_at)
         if prefix_hit is not None:          # a remote prefill's KV: no local prefix cache lookup
             req.prefix_hit = prefix_hit
-        elif tr.prompt is not None:         # a repeated prompt: its group's prefix, then its own blocks
-            shared = tr.prefix_tokens // bs
-            req.block_hashes = [(tr.prefix_group, i) if i < shared else (tr.prefix_group, tr.prompt, i)
-                                for i in range(tr.prompt_tokens // bs)]
-        elif tr.prefix_group is not None:   # the group's prefix blocks, named by the group
-            req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
+        else:
+            req.block_hashes = trace_block_hashes(tr, self.bs)
         if self.fe is not None:             # the frontend's CPU takes requests in arrival order
             self.incoming.append((at, self.order, req))
         else:
