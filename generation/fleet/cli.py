@@ -91,7 +91,8 @@ def cmd_replay(args, rest) -> int:
     fleet = FleetReplay(new_pod, trace, pods=args.pods, router=router, autoscaler=scaler,
                         prefill_pods=args.prefill_pods, prefill_router=prefill_router,
                         kv_transfer_bandwidth=cfg.kv_transfer_bandwidth, pd_threshold=args.pd_threshold,
-                        gpus_per_pod=tp, jitter=cfg.step_time_jitter, seed=args.seed, keep_routed=False)
+                        gpus_per_pod=tp, jitter=cfg.step_time_jitter, seed=args.seed, keep_routed=False,
+                        refresh_interval=args.router_refresh)
     result = fleet.run()
     wall = time.perf_counter() - t0
     s = result.summary()
@@ -219,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "prefix-precise, prefix-approx, weighted")
     r.add_argument("--router-weights", help="weighted: scorer=weight,... (prefix, queue, kv, running); "
                    "default prefix=3,queue=2,kv=2")
+    r.add_argument("--router-refresh", type=float, default=0.0, help="seconds between the router's reads of the "
+                   "pods' state (GIE refreshes every 0.05 s); 0: the state at each arrival")
     r.add_argument("--approx", action="store_true", help="weighted: the approximate prefix scorer")
     r.add_argument("--prefill-pods", type=int, default=0, help="P/D: prefill pods (0: no disaggregation)")
     r.add_argument("--prefill-router", default="prefix-precise", help="P/D: the prefill pool's router")

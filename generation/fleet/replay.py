@@ -154,7 +154,7 @@ class FleetReplay:
     def __init__(self, new_pod, trace, *, pods: int = 1, router=None, autoscaler=None, prefill_pods: int = 0,
                  prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
                  gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
-                 keep_routed: bool = True, give_up_ttft: float = 0.0):
+                 keep_routed: bool = True, give_up_ttft: float = 0.0, refresh_interval: float = 0.0):
         from .routing import RoundRobin
         if pods < 1:
             raise ValueError(f"--pods must be at least 1, got {pods}")
@@ -177,6 +177,11 @@ class FleetReplay:
         self.timeout = timeout
         self.keep_routed = keep_routed
         self.give_up_ttft = give_up_ttft
+        if refresh_interval < 0:
+            raise ValueError(f"--router-refresh must be >= 0 seconds, got {refresh_interval}")
+        self.lazy = prefill_pods == 0 and (refresh_interval > 0 or not self.router.reads_state)
+        self.refresh = refresh_interval if self.router.reads_state else math.inf
+        self.next_refresh = 0.0
         self.late: set = set()          # requests seen without a first token past give_up_ttft
         self.gave_up = False
         self.pods: list[Pod] = []
@@ -257,7 +262,12 @@ class FleetReplay:
         else:
             router, pods = self.router, self.serving
         hashes = trace_block_hashes(tr, self.bs) if router.uses_prefix else None
+        if self.lazy and tr.arrival >= self.next_refresh:     # the router's periodic refresh
+            self._advance(self.heap1, tr.arrival)
+            self.next_refresh = tr.arrival + self.refresh
         pod = router.pick(hashes, pods)
+        if self.lazy and pod.key < tr.arrival:              # the pod itself is brought to now
+            pod.replay.advance_until(tr.arrival)
         router.routed(hashes, pod)
         if pod.role == "prefill":       # vLLM's do_remote_decode: the prompt and one token
             self.pd_origin[self._submit(pod, replace(tr, output_tokens=1), tr.arrival)] = tr
@@ -293,6 +303,10 @@ class FleetReplay:
         self._mark(t)
 
     def _check_drained(self, t: float) -> None:
+        for p in self.draining:
+            if p.key < t:
+                p.replay.advance_until(t)
+                self._resched(p)
         done = [p for p in self.draining if p.replay.next_event_time() == math.inf]
         for p in done:
             self.draining.remove(p)
@@ -346,7 +360,8 @@ class FleetReplay:
                     if events:
                         continue
                 break
-            self._advance(self.heap1, t)
+            if not (self.lazy and ta < te):
+                self._advance(self.heap1, t)
             if events and events[0][0] < t:
                 continue                     # a hand-off before t came out of a prefill pod
             if self.heap2:

@@ -43,6 +43,7 @@ class Router:
     learns from it)."""
     name = "router"
     uses_prefix = False                 # reads the requests' block names
+    reads_state = True                  # reads the pods' state (round-robin does not)
 
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
@@ -64,6 +65,7 @@ class Router:
 
 class RoundRobin(Router):
     name = "round-robin"
+    reads_state = False
 
     def __init__(self, seed: int = 0):
         super().__init__(seed)

@@ -56,10 +56,11 @@ def test_one_pod_is_the_single_pod_replay():
     assert res.gpu_hours == pytest.approx(alone.duration / 3600)
 
 
-@pytest.mark.parametrize("router", ["least-queue", "prefix-precise", "prefix-approx", "weighted"])
-def test_each_pod_equals_a_single_pod_replay_of_its_requests(router):
+@pytest.mark.parametrize("router,refresh", [("least-queue", 0.0), ("prefix-precise", 0.0), ("prefix-approx", 0.0),
+                                            ("weighted", 0.0), ("round-robin", 0.0), ("least-queue", 0.05)])
+def test_each_pod_equals_a_single_pod_replay_of_its_requests(router, refresh):
     trace = workload()
-    res = FleetReplay(new_pod, trace, pods=4, router=make_router(router, seed=1)).run()
+    res = FleetReplay(new_pod, trace, pods=4, router=make_router(router, seed=1), refresh_interval=refresh).run()
     assert sum(len(p.routed) for p in res.pods) == 240
     assert all(p.routed for p in res.pods)
     for p in res.pods:
