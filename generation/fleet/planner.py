@@ -147,19 +147,19 @@ def sort_rows(rows) -> list[dict]:
 
 def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> str:
     """The rows as a text table: configuration, pods, GPUs, GPU-hours, p99s, margin."""
-    head = f"{'GPU':8s} {'TP':>2s} {'router':15s} {'pods':>5s} {'GPUs':>5s} {'GPU-h':>8s} " \
+    head = f"{'GPU':10s} {'TP':>2s} {'router':15s} {'pods':>5s} {'GPUs':>5s} {'GPU-h':>8s} " \
            f"{'TTFT p99':>9s} {'ITL p99':>8s} {'margin':>7s}"
     lines = [head, "-" * len(head)]
     ms = lambda v: "-" if v is None else ("inf" if v == math.inf else f"{1000 * v:.0f} ms")
     for r in rows:
         if r.get("error"):
-            lines.append(f"{r['gpu']:8s} {r['tp']:>2d} {r['router']:15s} error: {r['error']}")
+            lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} error: {r['error']}")
             continue
         met = r.get("pods") is not None
         pods = str(r["pods"]) if met else ">max"
         gpus = str(r["gpus"]) if met else "-"
         hours = f"{r['gpu_hours']:.2f}" if met else "-"
         margin = f"{100 * r['margin']:.0f} %" if met else "-"
-        lines.append(f"{r['gpu']:8s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} "
+        lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} "
                      f"{ms(r.get('ttft_p99')):>9s} {ms(r.get('itl_p99')):>8s} {margin:>7s}")
     return "\n".join(lines)
