@@ -20,7 +20,7 @@ def plot_fleet(result, path: str, title: str = "") -> None:
     a.set_yscale("log")
     a.set_title(title or f"{result.router}: {len(recs)} requests")
     for p in result.pods:
-        steps = p.result.steps
+        steps = list(p.result.steps)
         if len(steps) > 2000:               # a readable line: every n-th step
             steps = steps[::len(steps) // 2000]
         k.plot([s[0] for s in steps], [100 * s[1] for s in steps], lw=0.6)

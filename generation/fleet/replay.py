@@ -73,9 +73,10 @@ class Pod:
     def cached_prefix(self, hashes) -> int:
         """How many leading blocks of ``hashes`` the pod's prefix cache holds (what llm-d's
         KV-event indexer knows from ``BlockStored`` / ``BlockRemoved``)."""
-        if not hashes:
+        lookup = getattr(self.replay.scheduler.pool, "lookup", None)
+        if not hashes or lookup is None:          # a pool that only counts: nothing cached yet
             return 0
-        return len(self.replay.scheduler.pool.lookup(hashes, len(hashes)))
+        return len(lookup(hashes, len(hashes)))
 
     @property
     def result(self) -> ReplayResult:
@@ -270,7 +271,9 @@ class FleetReplay:
             pod.replay.advance_until(tr.arrival)
         router.routed(hashes, pod)
         if pod.role == "prefill":       # vLLM's do_remote_decode: the prompt and one token
-            self.pd_origin[self._submit(pod, replace(tr, output_tokens=1), tr.arrival)] = tr
+            req = self._submit(pod, replace(tr, output_tokens=1), tr.arrival)
+            if req is not None:         # None: refused (past the context), as vLLM answers 400
+                self.pd_origin[req] = tr
         else:
             self._submit(pod, tr, tr.arrival)
 
@@ -285,7 +288,8 @@ class FleetReplay:
         self.router.routed(None, pod)
         ready = at + pre.prompt_len * pod.kv_bytes_per_token / self.kv_bw
         req = self._submit(pod, replace(tr0, arrival=at), at, kv_ready_at=ready, prefix_hit=_remote_kv)
-        self.origin[req] = (tr0.arrival, pre.cached_tokens)
+        if req is not None:
+            self.origin[req] = (tr0.arrival, pre.cached_tokens)
 
     def _scrape(self, t: float) -> None:
         a = self.autoscaler
@@ -406,7 +410,7 @@ class FleetReplay:
             end = max(end, res.duration)
             if p.role == "prefill":
                 continue
-            itl.extend(res.itl)
+            itl.extend(iter(res.itl))
             for r in res.requests:
                 first, last = res.times(r)
                 arrival, cached = self.origin.get(r, (r.arrival, r.cached_tokens))
