@@ -31,7 +31,8 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-from generation.engine.replay import PodReplay, ReplayResult, TraceRequest, trace_block_hashes
+from generation.engine.pod_replay import PodReplay, ReplayResult, trace_block_hashes
+from generation.engine.replay import TraceRequest
 
 _PCT = ReplayResult().percentiles
 
@@ -404,7 +405,6 @@ class FleetReplay:
     def _result(self) -> FleetResult:
         records, itl = [], []
         end = 0.0
-        finished = 0
         for p in self.pods:
             res = p.replay.finish()
             end = max(end, res.duration)

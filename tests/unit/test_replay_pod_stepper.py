@@ -13,7 +13,8 @@ import pytest
 
 from generation.engine.hardware import gpu_by_name, resolve_arch
 from generation.engine.perf.step_model import build_step_model
-from generation.engine.replay import PodReplay, TraceRequest, replay
+from generation.engine.pod_replay import PodReplay
+from generation.engine.replay import TraceRequest, replay
 from generation.engine.scheduler import Scheduler
 
 
