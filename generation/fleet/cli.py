@@ -110,13 +110,13 @@ def cmd_replay(args, rest) -> int:
         for k in ("ttft_s", "itl_s", "e2e_s"):
             print(f"  {k[:-2].upper():5s} {_ms(s[k])}")
         if args.per_pod or len(result.pods) <= 16:
-            print(f"  {'pod':12s} {'reqs':>6s} {'TTFT p50':>9s} {'TTFT p99':>9s} {'E2E p99':>9s} {'KV mean':>8s} "
-                  f"{'life (s)':>16s}")
+            print(f"  {'pod':12s} {'reqs':>6s} {'TTFT p50':>9s} {'TTFT p99':>9s} {'ITL p99':>8s} {'E2E p99':>9s} "
+                  f"{'KV mean':>8s} {'life (s)':>16s}")
             for r in result.per_pod():
                 f = lambda v: "-" if v is None else f"{1000 * v:.0f} ms"
                 end = "" if r["removed_at"] is None else f"{r['removed_at']:.0f}"
                 print(f"  {r['pod']:12s} {r['requests']:>6d} {f(r['ttft_p50']):>9s} {f(r['ttft_p99']):>9s} "
-                      f"{f(r['e2e_p99']):>9s} {100 * r['kv_usage_mean']:>7.1f}% "
+                      f"{f(r['itl_p99']):>8s} {f(r['e2e_p99']):>9s} {100 * r['kv_usage_mean']:>7.1f}% "
                       f"{r['created']:>7.0f}..{end:<7s}")
         if scaler is not None:
             ups = sum(1 for d in result.decisions if d[2] > 0)

@@ -124,13 +124,15 @@ class FleetResult:
                 "pods_total": len(self.pods), "gpu_hours": self.gpu_hours, "gave_up": self.gave_up}
 
     def per_pod(self) -> list[dict]:
-        """One row per pod: name, role, requests finished, TTFT / E2E p50 and p99 (client
-        seconds, as the pod's own replay gives them), mean KV usage, preemptions, life."""
+        """One row per pod: name, role, requests routed and finished, TTFT / ITL / E2E p50 and
+        p99 (client seconds, as the pod's own replay gives them), mean KV usage, preemptions,
+        life (created, ready, removed; seconds)."""
         rows = []
         for p in self.pods:
             s = p.result.summary()
             rows.append({"pod": p.name, "role": p.role, "routed": len(p.routed), "requests": s["requests"],
                          "ttft_p50": s["ttft_s"]["p50"], "ttft_p99": s["ttft_s"]["p99"],
+                         "itl_p50": s["itl_s"]["p50"], "itl_p99": s["itl_s"]["p99"],
                          "e2e_p50": s["e2e_s"]["p50"], "e2e_p99": s["e2e_s"]["p99"],
                          "kv_usage_mean": s["kv_usage_mean"], "preemptions": s["preemptions"],
                          "created": p.created, "ready_at": p.ready_at, "removed_at": p.removed_at})
