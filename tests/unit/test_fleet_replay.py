@@ -164,3 +164,15 @@ def test_a_fleet_that_cannot_run_names_the_flag():
     with pytest.raises(ValueError, match="--autoscale"):
         FleetReplay(new_pod, [], pods=1, prefill_pods=1, autoscaler=Autoscaler())
     assert math.isinf(FleetReplay(new_pod, [], pods=1).pods[0].replay.next_event_time())
+
+
+def test_a_sessions_next_turn_follows_its_cache_with_prefix_aware_routing():
+    import os
+    from generation.fleet.traces import read_fleet_trace
+    trace = read_fleet_trace(os.path.join(os.path.dirname(__file__), "..", "fixtures", "fleet", "sessions.jsonl"))
+    res = FleetReplay(new_pod, trace, pods=2, router=make_router("prefix-precise")).run()
+    where = {(tr.prompt, tr.prompt_tokens): p for p in res.pods for tr, _ in p.routed}
+    assert where[("session:a", 600)] is where[("session:a", 900)]
+    assert where[("session:7", 700)] is where[("session:a", 600)]         # the shared system prompt is there
+    turn2 = next(r for p in res.pods for r in p.result.requests if r.prompt_len == 900)
+    assert turn2.cached_tokens == 600 // 16 * 16                           # the first turn's prompt blocks
