@@ -166,6 +166,9 @@ class FleetReplay:
             raise ValueError(f"--prefill-pods must be at least 0, got {prefill_pods}")
         if autoscaler is not None and prefill_pods:
             raise ValueError("--autoscale with --prefill-pods: the autoscaler scales one pool; P/D pools are fixed")
+        if autoscaler is not None and not (autoscaler.policy.min_replicas <= pods <= autoscaler.policy.max_replicas):
+            raise ValueError(f"--pods {pods} is outside the autoscaler's replicas "
+                             f"({autoscaler.policy.min_replicas}..{autoscaler.policy.max_replicas})")
         if not kv_transfer_bandwidth > 0:
             raise ValueError("--kv-transfer-bandwidth must be positive")
         self.new_pod = new_pod

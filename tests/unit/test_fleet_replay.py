@@ -163,6 +163,8 @@ def test_a_fleet_that_cannot_run_names_the_flag():
         FleetReplay(new_pod, [], pods=0)
     with pytest.raises(ValueError, match="--autoscale"):
         FleetReplay(new_pod, [], pods=1, prefill_pods=1, autoscaler=Autoscaler())
+    with pytest.raises(ValueError, match="outside the autoscaler's replicas"):
+        FleetReplay(new_pod, [], pods=5, autoscaler=Autoscaler(ScalingPolicy(max_replicas=4)))
     assert math.isinf(FleetReplay(new_pod, [], pods=1).pods[0].replay.next_event_time())
 
 
