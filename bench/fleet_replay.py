@@ -23,7 +23,9 @@ load average printed beside them.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import resource
 import random
 import sys
 import time
@@ -59,16 +61,21 @@ def speed(args) -> None:
     trace = azure_like(args.rate, args.seconds)
     print(f"speed: {len(trace):,} requests ({args.rate:g} req/s for {args.seconds:g} s) on {args.pods} pods, "
           f"router least-queue; {load()}", flush=True)
-    t0 = time.perf_counter()
-    res = FleetReplay(new_pod, trace, pods=args.pods, router=make_router("least-queue"), keep_routed=False).run()
-    wall = time.perf_counter() - t0
+    gc.disable()            # as the replay's command line: no reference cycles, only the collector's passes
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = FleetReplay(new_pod, trace, pods=args.pods, router=make_router("least-queue"), keep_routed=False).run()
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    finally:
+        gc.enable()
     s = res.summary()
     steps = sum(len(p.result.steps) for p in res.pods)
-    hour = wall * 3600 / args.seconds
-    print(f"  replayed in {wall:.1f} s: {steps:,} engine steps ({steps / wall:,.0f} steps/s), "
-          f"{len(trace) / wall:,.0f} requests/s; {s['requests']:,} finished, TTFT p99 "
-          f"{1000 * s['ttft_s']['p99']:.0f} ms, ITL p50 {1000 * s['itl_s']['p50']:.1f} ms")
-    print(f"  a 1-hour trace at this pace: {hour:.0f} s ({hour / 60:.1f} min)"
+    hour, hour_cpu = wall * 3600 / args.seconds, cpu * 3600 / args.seconds
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  replayed in {wall:.1f} s ({cpu:.1f} s of CPU): {steps:,} engine steps ({steps / cpu:,.0f} steps per CPU "
+          f"second), {len(trace) / cpu:,.0f} requests per CPU second; {s['requests']:,} finished, TTFT p99 "
+          f"{1000 * s['ttft_s']['p99']:.0f} ms, ITL p50 {1000 * s['itl_s']['p50']:.1f} ms; peak RSS {rss:,.0f} MB")
+    print(f"  a 1-hour trace at this pace: {hour:.0f} s wall, {hour_cpu:.0f} s of CPU"
           + ("" if args.seconds >= 3600 else f" (extrapolated from {args.seconds:g} s)") + f"; {load()}")
 
 

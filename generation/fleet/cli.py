@@ -93,7 +93,12 @@ def cmd_replay(args, rest) -> int:
                         kv_transfer_bandwidth=cfg.kv_transfer_bandwidth, pd_threshold=args.pd_threshold,
                         gpus_per_pod=tp, jitter=cfg.step_time_jitter, seed=args.seed, keep_routed=False,
                         refresh_interval=args.router_refresh)
-    result = fleet.run()
+    import gc
+    gc.disable()        # a replay makes no reference cycles: the collector's passes only cost time
+    try:
+        result = fleet.run()
+    finally:
+        gc.enable()
     wall = time.perf_counter() - t0
     s = result.summary()
     s["wall_s"] = wall
