@@ -213,7 +213,8 @@ def cmd_trace(args, rest) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m generation.fleet", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m generation.fleet",
+                                description="A fleet of simulated vLLM pods in virtual time: replay, plan, merge, trace.",
                                 epilog="Other flags are the server's (--gpu, --model, -tp, --max-model-len, ...).",
                                 allow_abbrev=False)
     sub = p.add_subparsers(dest="command", required=True)
