@@ -408,14 +408,16 @@ class FleetReplay:
         return self._result()
 
     def _result(self) -> FleetResult:
-        records, itl = [], []
+        records, itl = [], None
         end = 0.0
         for p in self.pods:
             res = p.replay.finish()
             end = max(end, res.duration)
             if p.role == "prefill":
                 continue
-            itl.extend(iter(res.itl))
+            if itl is None:             # the pods' own store (compact runs, or a list): merged as is
+                itl = type(res.itl)()
+            itl.extend(res.itl)
             for r in res.requests:
                 first, last = res.times(r)
                 arrival, cached = self.origin.get(r, (r.arrival, r.cached_tokens))
@@ -426,7 +428,7 @@ class FleetReplay:
         end = max(end, self.now)
         gpu_s = sum(((p.removed_at if p.removed_at is not None else end) - p.created) for p in self.pods)
         self._mark(end)
-        return FleetResult(self.pods, records, itl, self.timeline, gpu_s * self.gpus_per_pod / 3600.0, end,
+        return FleetResult(self.pods, records, itl if itl is not None else [], self.timeline, gpu_s * self.gpus_per_pod / 3600.0, end,
                            len(self.trace) - len(records), getattr(self.router, "name", "router"),
                            self.gpus_per_pod, list(self.autoscaler.decisions) if self.autoscaler else [],
                            self.gave_up)
