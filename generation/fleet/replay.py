@@ -417,7 +417,11 @@ class FleetReplay:
                 continue
             if itl is None:             # the pods' own store (compact runs, or a list): merged as is
                 itl = type(res.itl)()
-            itl.extend(res.itl)
+            if hasattr(itl, "extend"):
+                itl.extend(res.itl)
+            else:
+                for x in res.itl:
+                    itl.append(x)
             for r in res.requests:
                 first, last = res.times(r)
                 arrival, cached = self.origin.get(r, (r.arrival, r.cached_tokens))
