@@ -5,8 +5,9 @@ For each configuration (GPU x tensor-parallel size x router) it searches the sma
 that meets the SLO with fleet replays (:class:`~generation.fleet.replay.FleetReplay`): pod counts
 double from ``min_pods`` until one meets the SLO, then a bisection between the last failing and
 the first passing count.  A replay that cannot meet the p99 TTFT any more stops early
-(``give_up_ttft``).  Configurations run in parallel over the machine's cores
-(:mod:`multiprocessing`); a sweep too big for one machine is cut into shares
+(``give_up_ttft``).  The replays run in parallel over the machine's cores
+(:mod:`multiprocessing`): the configurations side by side and, with more cores than
+configurations, several pod counts of one configuration per round; a sweep too big for one machine is cut into shares
 (``share=(index, count)``: configuration k goes to share ``k % count``), one per index of a
 Kubernetes indexed Job (``deploy/kubernetes/plan-job.yaml``), each writing its rows as JSON,
 and :func:`merge` joins the shares' files into one table.
@@ -56,54 +57,108 @@ def evaluate(config: dict, trace, pods: int, slo_ttft: float, slo_itl: float, se
     return {"pods": pods, "ttft_p99": ttft, "itl_p99": itl, "ok": ok, "gave_up": s["gave_up"]}
 
 
+class _Search:
+    """The pod-count search of one configuration, a round at a time: :meth:`candidates` gives
+    the counts to replay next (the doubling phase's next power, or ``m`` points evenly inside
+    the bisection's interval: one point is the midpoint), :meth:`update` takes
+    their results.  ``hi`` the fewest pods seen to pass, ``lo`` the most seen to fail below
+    it."""
+
+    def __init__(self, config: dict, min_pods: int, max_pods: int):
+        self.config, self.min_pods, self.max_pods = config, min_pods, max_pods
+        self.tried: dict = {}
+        self.lo, self.hi = min_pods - 1, None
+        self.error = None
+
+    @property
+    def done(self) -> bool:
+        if self.error is not None:
+            return True
+        if self.hi is not None:
+            return self.hi - self.lo <= 1
+        return self.max_pods in self.tried           # even the most pods failed
+
+    def candidates(self, m: int) -> list[int]:
+        if self.done:
+            return []
+        if self.hi is None:     # doubling from min_pods, one at a time: a larger fleet costs more to
+            # replay, and a failing one gives up early
+            return [min(max(self.tried) * 2, self.max_pods) if self.tried else self.min_pods]
+        span = self.hi - self.lo
+        return sorted({self.lo + span * j // (m + 1) for j in range(1, m + 1)} - {self.lo, self.hi})
+
+    def update(self, n: int, result: dict) -> None:
+        if "error" in result:
+            self.error = result["error"]
+            return
+        self.tried[n] = result
+        passing = [k for k, r in self.tried.items() if r["ok"]]
+        self.hi = min(passing) if passing else None
+        self.lo = max([k for k, r in self.tried.items() if not r["ok"] and (self.hi is None or k < self.hi)]
+                      + [self.min_pods - 1])
+
+    def row(self, trace, slo_ttft: float, slo_itl: float) -> dict:
+        config = self.config
+        if self.error is not None:
+            return dict(config, pods=None, error=self.error)
+        hi = self.hi
+        span = (trace[-1].arrival - trace[0].arrival) if trace else 0.0
+        best = self.tried[hi] if hi is not None else None
+        return dict(config, pods=hi, gpus=hi * config["tp"] if hi else None,
+                    gpu_hours=hi * config["tp"] * span / 3600.0 if hi else None,
+                    ttft_p99=best["ttft_p99"] if best else None, itl_p99=best["itl_p99"] if best else None,
+                    margin=min(1 - best["ttft_p99"] / slo_ttft, 1 - best["itl_p99"] / slo_itl) if best else None,
+                    replays=len(self.tried),
+                    seconds=round(sum(r.get("seconds", 0.0) for r in self.tried.values()), 2))
+
+
 def search(config: dict, trace, slo_ttft: float, slo_itl: float, *, server_args=(), min_pods: int = 1,
            max_pods: int = 256, seed: int = 0) -> dict:
-    """The smallest pod count of ``config`` meeting the SLO (module docstring) and its row."""
+    """The smallest pod count of ``config`` meeting the SLO (module docstring) and its row, one
+    replay at a time (doubling, then bisection)."""
+    s = _Search(config, min_pods, max_pods)
+    while not s.done:
+        for n in s.candidates(1):
+            s.update(n, _evaluate_safe(config, trace, n, slo_ttft, slo_itl, server_args, seed))
+    return s.row(trace, slo_ttft, slo_itl)
+
+
+def _evaluate_safe(config, trace, pods, slo_ttft, slo_itl, server_args, seed) -> dict:
     t0 = time.perf_counter()
-    tried = {}
-
-    def ok(n):
-        if n not in tried:
-            tried[n] = evaluate(config, trace, n, slo_ttft, slo_itl, server_args, seed)
-        return tried[n]["ok"]
-
-    lo, hi = min_pods - 1, min_pods            # lo fails (or is below the range), hi is tried
-    while not ok(hi):
-        lo = hi
-        if hi >= max_pods:
-            hi = None
-            break
-        hi = min(hi * 2, max_pods)
-    if hi is not None:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
-    span = (trace[-1].arrival - trace[0].arrival) if trace else 0.0
-    best = tried[hi] if hi is not None else None
-    row = dict(config, pods=hi, gpus=hi * config["tp"] if hi else None,
-               gpu_hours=hi * config["tp"] * span / 3600.0 if hi else None,
-               ttft_p99=best["ttft_p99"] if best else None, itl_p99=best["itl_p99"] if best else None,
-               margin=min(1 - best["ttft_p99"] / slo_ttft, 1 - best["itl_p99"] / slo_itl) if best else None,
-               replays=len(tried), seconds=round(time.perf_counter() - t0, 2))
-    return row
-
-
-def _work(args):
-    config, trace, slo_ttft, slo_itl, kw = args
     try:
-        return search(config, trace, slo_ttft, slo_itl, **kw)
+        r = evaluate(config, trace, pods, slo_ttft, slo_itl, server_args, seed)
     except Exception as e:              # a configuration that cannot run (TP > heads, no memory)
-        return dict(config, pods=None, error=f"{type(e).__name__}: {e}")
+        return {"error": f"{type(e).__name__}: {e}"}
+    r.setdefault("seconds", time.perf_counter() - t0)
+    return r
+
+
+_TRACE = None                           # the trace, inherited by the pool's processes
+
+
+def _init(trace) -> None:
+    global _TRACE
+    _TRACE = trace
+
+
+def _task(args) -> dict:
+    config, pods, slo_ttft, slo_itl, server_args, seed = args
+    return _evaluate_safe(config, _TRACE, pods, slo_ttft, slo_itl, server_args, seed)
+
+
+def _whole(args) -> dict:
+    config, slo_ttft, slo_itl, kw = args
+    return search(config, _TRACE, slo_ttft, slo_itl, **kw)
 
 
 def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min_pods: int = 1,
          max_pods: int = 256, workers: int = 0, share: tuple[int, int] = (0, 1), seed: int = 0) -> list[dict]:
     """Rows for this share's configurations (``share = (index, count)``), searched on
-    ``workers`` processes (0: every core).  Raises ValueError for an SLO or share that is not
-    one."""
+    ``workers`` processes (0: every core).  With at least as many configurations as processes
+    each process searches whole configurations, one after another; with fewer, every round
+    replays the next pod counts of every configuration still searching at once, as many per
+    configuration as there are processes for it (:class:`_Search`).  Raises ValueError for an
+    SLO or share that is not one."""
     if not (slo_ttft > 0 and slo_itl > 0):
         raise ValueError("--slo-ttft and --slo-itl must be positive seconds")
     index, count = share
@@ -111,15 +166,33 @@ def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min
         raise ValueError(f"share {index} of {count}: need 0 <= index < count")
     if not 1 <= min_pods <= max_pods:
         raise ValueError(f"need 1 <= --min-pods ({min_pods}) <= --max-pods ({max_pods})")
-    mine = [c for k, c in enumerate(configs) if k % count == index]
-    kw = dict(server_args=tuple(server_args), min_pods=min_pods, max_pods=max_pods, seed=seed)
-    jobs = [(c, trace, slo_ttft, slo_itl, kw) for c in mine]
+    searches = [_Search(c, min_pods, max_pods) for k, c in enumerate(configs) if k % count == index]
     workers = workers or os.cpu_count() or 1
-    if workers <= 1 or len(jobs) <= 1:
-        return [_work(j) for j in jobs]
-    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with ctx.Pool(min(workers, len(jobs))) as pool:
-        return pool.map(_work, jobs, chunksize=1)
+    pool = None
+    if workers > 1 and searches:
+        ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+        pool = ctx.Pool(workers, initializer=_init, initargs=(trace,))
+    else:
+        _init(trace)
+    try:
+        if pool is not None and len(searches) >= workers:
+            kw = dict(server_args=tuple(server_args), min_pods=min_pods, max_pods=max_pods, seed=seed)
+            return pool.map(_whole, [(s.config, slo_ttft, slo_itl, kw) for s in searches], chunksize=1)
+        while True:
+            active = [s for s in searches if not s.done]
+            if not active:
+                break
+            m = max(1, workers // len(active))
+            tasks = [(s, n) for s in active for n in s.candidates(m)]
+            args = [(s.config, n, slo_ttft, slo_itl, tuple(server_args), seed) for s, n in tasks]
+            results = pool.map(_task, args, chunksize=1) if pool is not None else [_task(a) for a in args]
+            for (s, n), r in zip(tasks, results):
+                s.update(n, r)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    return [s.row(trace, slo_ttft, slo_itl) for s in searches]
 
 
 def merge(paths) -> list[dict]:

@@ -175,3 +175,23 @@ def test_cli_replay_prints_fleet_and_pods(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["fleet"]["requests"] == 4 and len(out["pods"]) == 2
     assert sum(p["requests"] for p in out["pods"]) == 4
+
+
+def test_a_round_of_the_search_spreads_pod_counts_over_the_processes():
+    from generation.fleet.planner import _Search
+    s = _Search({"gpu": "H100", "tp": 1, "router": "round-robin"}, 1, 64)
+    res = lambda ok: {"ok": ok, "ttft_p99": 0.1, "itl_p99": 0.01}
+    for n in (1, 2, 4, 8):                               # doubling, one at a time
+        assert s.candidates(3) == [n]
+        s.update(n, res(False))
+    assert s.candidates(3) == [16]
+    s.update(16, res(True))
+    assert (s.lo, s.hi) == (8, 16) and s.candidates(3) == [10, 12, 14]   # evenly inside (8, 16)
+    for n, ok in ((10, False), (12, True), (14, True)):
+        s.update(n, res(ok))
+    assert (s.lo, s.hi) == (10, 12)
+    assert s.candidates(3) == [11]
+    s.update(11, res(True))
+    assert s.done and s.hi == 11 and s.candidates(3) == []
+    s.update(0, {"error": "ValueError: no"})
+    assert s.row([], 1.0, 1.0)["error"] == "ValueError: no"
