@@ -151,8 +151,10 @@ def _share(args) -> tuple[int, int]:
 
 def cmd_plan(args, rest) -> int:
     from .planner import configurations, plan, sort_rows, table
-    from .replay import pod_factory
-    _, cfg, _ = pod_factory(rest)          # the server flags, checked once before forking
+    from generation.config.cli import load_config
+    # the server flags, parsed once before forking; each configuration's GPU and TP are resolved
+    # in its own replays (one that cannot run, a model too big for the GPU, is a row's error)
+    cfg = load_config(["--latency-calculator", "step", *rest])
     trace = _load_trace(args, cfg.max_model_len)
     if not trace:
         raise ValueError("the trace has no request in that window")
