@@ -28,74 +28,17 @@ from __future__ import annotations
 
 import argparse
 import gc
-import heapq
 import json
 import math
 import os
 import random
 import sys
 import time
-from collections import deque
-from dataclasses import dataclass, field
 
-from .block_pool import CountingPool
-from .replay_log import Latencies, StepLog
-from .scheduler import EngineRequest, Scheduler, step_end
+from .pod_replay import PodReplay, ReplayResult, trace_block_hashes  # noqa: F401  (the replay's API)
 from .replay_trace import (MAX_TRACE_REQUESTS, TraceRequest, _count, _trace_request,  # noqa: F401 (the
                            check_plot_path, check_synthetic, read_trace, synthetic_trace)  # replay's names)
-
-
-@dataclass
-class ReplayResult:
-    """Per-request timings (seconds) and per-step samples of one replay.  ``requests`` are the
-    finished EngineRequests; ``client`` maps each to ``(first token, last token)`` as its client
-    received them (the frontend's output latency and queueing added; the engine's times when the
-    model has no frontend); ``timed_out`` the requests aborted at the client's timeout;
-    ``rejected`` the trace requests refused for a prompt plus output past ``max_model_len`` (vLLM's
-    400).  ``itl`` holds every inter-token latency and ``steps`` one row per step, compactly
-    (:mod:`generation.engine.replay_log`: they read like lists)."""
-    requests: list = field(default_factory=list)      # finished EngineRequests
-    itl: Latencies = field(default_factory=Latencies)  # every inter-token latency, seconds
-    steps: StepLog = field(default_factory=StepLog)   # (end time, KV usage, running, waiting, tokens)
-    preemptions: int = 0
-    duration: float = 0.0
-    client: dict = field(default_factory=dict)        # EngineRequest -> [first token, last token] at the client
-    timed_out: list = field(default_factory=list)
-    frontend_busy: float = 0.0                        # the frontend's CPU seconds
-    rejected: list = field(default_factory=list)      # TraceRequests past the context, refused
-
-    def times(self, req) -> tuple[float, float]:
-        """``(first token, last token)`` of a finished request as its client saw them."""
-        seen = self.client.get(req)
-        return (seen[0], seen[1]) if seen else (req.first_token, req.finished_at)
-
-    def percentiles(self, values, ps=(50, 90, 99)) -> dict:
-        if isinstance(values, Latencies):
-            return values.percentiles(ps)
-        if not values:
-            return {f"p{p}": None for p in ps}
-        v = sorted(values)
-        return {f"p{p}": v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))] for p in ps}
-
-    def summary(self) -> dict:
-        """TTFT, ITL, TPOT and e2e percentiles (seconds, as the clients saw them), throughput
-        (output tokens / s), preemptions, timed-out requests and the mean and peak KV usage."""
-        reqs = self.requests
-        seen = [self.times(r) for r in reqs]
-        ttft = [f - r.arrival for r, (f, _) in zip(reqs, seen)]
-        e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
-        tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
-        out_tokens = sum(r.num_output for r in reqs)
-        usage = self.steps.usage if isinstance(self.steps, StepLog) else [s[1] for s in self.steps]
-        return {"requests": len(reqs), "duration_s": self.duration,
-                "output_tokens_per_s": out_tokens / self.duration if self.duration else 0.0,
-                "requests_per_s": len(reqs) / self.duration if self.duration else 0.0,
-                "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
-                "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
-                "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
-                "rejected": len(self.rejected),
-                "kv_usage_mean": sum(usage) / len(usage) if usage else 0.0,
-                "kv_usage_peak": max(usage) if usage else 0.0}
+from .scheduler import EngineRequest, Scheduler
 
 
 def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, frontend: float | None = None,
@@ -119,163 +62,39 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     only the requests queued before the previous step started.  ``timeout`` > 0 aborts a request
     still unfinished that many seconds after its arrival (a client's timeout; it is listed in
     ``timed_out``).  The same rules as the live server (:mod:`generation.engine.step_engine`),
-    without sleeping.
+    without sleeping.  One :class:`PodReplay` run to its end.
 
     A trace request whose prompt and output need more than the scheduler's ``max_model_len`` is
     refused at its arrival, as vLLM answers 400 (listed in ``rejected``; a closed loop sends the
     next one).  ``group_decode`` (default) advances decoding requests as a group between events
     (:mod:`generation.engine.fast_decode`: the same results, O(events) a step); False runs every
     request through every step, token by token."""
-    fe = None
-    if frontend is None and hasattr(step_time, "frontend"):
-        fe = step_time.frontend()
-    fixed_fe = step_time.frontend_time() if frontend is None else frontend
-    async_sched = bool(getattr(step_time, "async_scheduling", False))
     trace = list(trace)
-    result = ReplayResult()
-    client = result.client
-    bs = scheduler.block_size
-    arrivals: list = []                 # heap of (time into the queue, index, EngineRequest)
-    deadlines: list = []                # heap of (arrival + timeout, index, EngineRequest)
-    incoming: deque = deque()           # (arrival, index, EngineRequest) not yet through the frontend
-    order = 0
-
-    max_len = scheduler.max_model_len
-    # block_pool.CountingPool: while no request has block hashes, count the blocks (same results);
-    # the first request with hashes brings the pool back (real ids for the blocks held then)
-    counting = None
-    if group_decode and CountingPool.usable(scheduler.pool):
-        counting = scheduler.pool = CountingPool(scheduler.pool)
-
-    def submit(tr: TraceRequest, at: float) -> None:
-        nonlocal order, counting
-        while tr.prompt_tokens + tr.output_tokens > max_len:    # vLLM's 400: past the context
-            result.rejected.append(tr)
-            if concurrency <= 0:
-                return
-            tr = next(pending, None)    # a closed loop's client sends its next request at once
-            if tr is None:
-                return
-        req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
-                            prefix_len=tr.prefix_tokens, priority=tr.priority)
-        if tr.prompt is not None:           # a repeated prompt: its group's prefix, then its own blocks
-            shared = tr.prefix_tokens // bs
-            req.block_hashes = [(tr.prefix_group, i) if i < shared else (tr.prefix_group, tr.prompt, i)
-                                for i in range(tr.prompt_tokens // bs)]
-        elif tr.prefix_group is not None:   # the group's prefix blocks, named by the group
-            req.block_hashes = [(tr.prefix_group, i) for i in range(tr.prefix_tokens // bs)]
-        if counting is not None and req.block_hashes is not None and scheduler.enable_prefix_caching:
-            scheduler.pool = counting.restore([*scheduler.running, *scheduler.waiting])
-            counting = None
-        if fe is not None:                  # the frontend's CPU takes requests in arrival order
-            incoming.append((at, order, req))
-        else:
-            heapq.heappush(arrivals, (at + fixed_fe, order, req))
-        if timeout > 0:
-            heapq.heappush(deadlines, (at + timeout, order, req))
-        order += 1
-
     pending = iter(trace)
+
+    def next_one(req, now, seen_at):        # the closed loop: a finished request makes room
+        for tr in pending:                  # (a refused one is replaced at once)
+            if pod.submit(tr, now) is not None:
+                break
+
+    pod = PodReplay(scheduler, step_time, frontend=frontend, rng=rng, jitter=jitter, emission_cost=emission_cost,
+                    timeout=timeout, max_steps=max_steps, on_finished=next_one if concurrency > 0 else None,
+                    group_decode=group_decode)
     if concurrency > 0:
         for tr in pending:
-            submit(tr, 0.0)
-            if order >= concurrency:
+            pod.submit(tr, 0.0)
+            if pod.order >= concurrency:
                 break
     else:
         for tr in trace:
-            submit(tr, tr.arrival)
-        pending = iter(())
-    now = 0.0
-    prev_start = None                   # start of the step that just ended (async planning)
-    emitted_at = 0.0                    # when the last step's tokens were out (emission_cost)
-    steps = 0
-    seen_at = 0.0
-
-    def late(req):                      # fast_decode: its last token, the last step's, was not listed
-        times = client.get(req)
-        if times is not None:
-            times[1] = seen_at
-
-    scheduler.decode_in_groups(group_decode, late)   # fast_decode: decoding requests advance as a group
-    while (arrivals or incoming or scheduler.has_work()) and steps < max_steps:
-        while incoming and incoming[0][0] <= now:
-            at, i, req = incoming.popleft()
-            heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
-        while deadlines and deadlines[0][0] <= now:
-            _, _, req = heapq.heappop(deadlines)
-            if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
-                scheduler.abort(req)
-                result.timed_out.append(req)
-        cutoff = prev_start if (async_sched and prev_start is not None) else now
-        while arrivals and arrivals[0][0] <= cutoff:
-            at, _, req = heapq.heappop(arrivals)
-            if req.state == EngineRequest.ABORTED:
-                continue
-            scheduler.add(req, at)
-        plan = scheduler.schedule(now)
-        if not plan.scheduled and not plan.num_decode:
-            prev_start = None
-            nxt = [arrivals[0][0]] if arrivals else []
-            if incoming:
-                nxt.append(incoming[0][0])
-            nxt += [r.kv_ready_at for r in scheduler.waiting if r.kv_ready_at > now]
-            if not nxt:
-                break                   # nothing can ever run (a request larger than the cache)
-            now = max(now, min(nxt))
-            continue
-        dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
-                                 plan.prefill_pairs, plan.prefill_context)
-        reload = getattr(plan, "kv_reload_tokens", 0)
-        if reload and hasattr(step_time, "reload_per_token"):
-            dt += reload * step_time.reload_per_token
-        if jitter > 0 and rng is not None:
-            dt *= max(0.5, 1.0 + rng.gauss(0.0, jitter))
-        prev_start = now
-        now = step_end(now + dt, emitted_at)
-        emitted = scheduler.complete(plan, now)
-        # fast_decode: `emitted` lists the requests needing their own handling; `lazy` more emitted
-        # a token each, ITL `now - prev_end`
-        lazy = getattr(emitted, "lazy", 0)
-        n_out = len(emitted) + lazy
-        if lazy:
-            result.itl.add(now - emitted.prev_end, lazy)
-        if emission_cost:          # the frontend sends one step's tokens after the previous step's
-            emitted_at = max(now, emitted_at) + emission_cost * n_out
-        if fe is not None:
-            # the frontend's CPU serves in time order: requests that arrived during the step
-            # are preprocessed before the step's outputs, which exist only at its end
-            while incoming and incoming[0][0] <= now:
-                at, i, req = incoming.popleft()
-                heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
-        seen_at = fe.emit(now, n_out) if (fe is not None and n_out) else now
-        steps += 1
-        for req in emitted:
-            if req.prev_token is not None:
-                result.itl.append(now - req.prev_token)
-            times = client.get(req)
-            if times is None:
-                client[req] = [seen_at, seen_at]
-            else:
-                times[1] = seen_at
-            if req.state == EngineRequest.DONE:
-                result.requests.append(req)
-                if concurrency > 0:
-                    tr = next(pending, None)
-                    if tr is not None:
-                        submit(tr, now)
-        result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
-                             plan.num_tokens))
-    scheduler.decode_in_groups(False)   # fast_decode: every request up to date
-    if counting is not None:
-        scheduler.pool = counting.restore([*scheduler.running, *scheduler.waiting])
-    result.preemptions = scheduler.num_preemptions
-    result.duration = now
-    if fe is not None:
-        result.frontend_busy = fe.busy
-    return result
+            pod.submit(tr, tr.arrival)
+    pod.advance_until(math.inf)
+    return pod.finish()
 
 
 REPLAY_SEED = 0                    # --seed's default in a replay: two runs give the same figures
+
+
 def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs") -> Scheduler:
     """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`),
     the same for the server and the replay: the KV blocks, the limits, prefix caching and

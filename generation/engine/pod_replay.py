@@ -1,0 +1,313 @@
+"""One pod's engine in virtual time, stepped from outside (:class:`PodReplay`), and what it
+records (:class:`ReplayResult`): the loop of :func:`generation.engine.replay.replay` as an
+object, so that the single-pod replay and a fleet of pods on one clock
+(:mod:`generation.fleet`) run the same code with the server's scheduler, KV block pool and step
+model.  Pure logic on a virtual clock (seconds)."""
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from .block_pool import CountingPool
+from .replay_log import Latencies, StepLog
+from .scheduler import EngineRequest, Scheduler, step_end
+
+
+@dataclass
+class ReplayResult:
+    """Per-request timings (seconds) and per-step samples of one replay.  ``requests`` are the
+    finished EngineRequests; ``client`` maps each to ``(first token, last token)`` as its client
+    received them (the frontend's output latency and queueing added; the engine's times when the
+    model has no frontend); ``timed_out`` the requests aborted at the client's timeout;
+    ``rejected`` the trace requests refused for a prompt plus output past ``max_model_len`` (vLLM's
+    400).  ``itl`` holds every inter-token latency and ``steps`` one row per step, compactly
+    (:mod:`generation.engine.replay_log`: they read like lists)."""
+    requests: list = field(default_factory=list)      # finished EngineRequests
+    itl: Latencies = field(default_factory=Latencies)  # every inter-token latency, seconds
+    steps: StepLog = field(default_factory=StepLog)   # (end time, KV usage, running, waiting, tokens)
+    preemptions: int = 0
+    duration: float = 0.0
+    client: dict = field(default_factory=dict)        # EngineRequest -> [first token, last token] at the client
+    timed_out: list = field(default_factory=list)
+    frontend_busy: float = 0.0                        # the frontend's CPU seconds
+    rejected: list = field(default_factory=list)      # TraceRequests past the context, refused
+
+    def times(self, req) -> tuple[float, float]:
+        """``(first token, last token)`` of a finished request as its client saw them."""
+        seen = self.client.get(req)
+        return (seen[0], seen[1]) if seen else (req.first_token, req.finished_at)
+
+    def percentiles(self, values, ps=(50, 90, 99)) -> dict:
+        if isinstance(values, Latencies):
+            return values.percentiles(ps)
+        if not values:
+            return {f"p{p}": None for p in ps}
+        v = sorted(values)
+        return {f"p{p}": v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))] for p in ps}
+
+    def summary(self) -> dict:
+        """TTFT, ITL, TPOT and e2e percentiles (seconds, as the clients saw them), throughput
+        (output tokens / s), preemptions, timed-out requests and the mean and peak KV usage."""
+        reqs = self.requests
+        seen = [self.times(r) for r in reqs]
+        ttft = [f - r.arrival for r, (f, _) in zip(reqs, seen)]
+        e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
+        tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
+        out_tokens = sum(r.num_output for r in reqs)
+        usage = self.steps.usage if isinstance(self.steps, StepLog) else [s[1] for s in self.steps]
+        return {"requests": len(reqs), "duration_s": self.duration,
+                "output_tokens_per_s": out_tokens / self.duration if self.duration else 0.0,
+                "requests_per_s": len(reqs) / self.duration if self.duration else 0.0,
+                "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
+                "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
+                "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
+                "rejected": len(self.rejected),
+                "kv_usage_mean": sum(usage) / len(usage) if usage else 0.0,
+                "kv_usage_peak": max(usage) if usage else 0.0}
+
+
+def trace_block_hashes(tr, block_size: int) -> list | None:
+    """The names of a trace request's full prompt blocks that other requests can share (None:
+    nothing shared): with ``prompt``, the group's ``prefix_tokens`` blocks named by the group and
+    the rest by the prompt (a repeated prompt, or a session whose later turns extend it); with
+    only ``prefix_group``, the group's prefix blocks.  What a pod's prefix cache and a
+    prefix-aware router (:mod:`generation.fleet.routing`) look up."""
+    if tr.prompt is not None:           # a repeated prompt: its group's prefix, then its own blocks
+        shared = tr.prefix_tokens // block_size
+        return [(tr.prefix_group, i) if i < shared else (tr.prefix_group, tr.prompt, i)
+                for i in range(tr.prompt_tokens // block_size)]
+    if tr.prefix_group is not None:     # the group's prefix blocks, named by the group
+        return [(tr.prefix_group, i) for i in range(tr.prefix_tokens // block_size)]
+    return None
+
+
+class PodReplay:
+    """One pod's engine in virtual time, stepped from outside: the loop of :func:`replay` as an
+    object, so that a fleet (:mod:`generation.fleet`) can run many pods on one clock and route
+    each arrival from the pods' current state.
+
+    :meth:`submit` queues a request arriving at ``at`` (seconds); :meth:`advance_until` runs
+    every event of this pod strictly before ``t`` (step plans at their start, step completions
+    at their end, idle jumps to the next arrival); :meth:`next_event_time` is when the pod next
+    does something (``inf``: idle).  The rule that keeps a stepped pod identical to
+    :func:`replay`: every request arriving at ``t`` or earlier is submitted before the pod is
+    advanced past ``t`` (a plan made at ``now`` reads the arrivals up to ``now``, a completion
+    at ``end`` admits the frontend's arrivals up to ``end``).  :func:`replay` submits the whole
+    trace and advances to infinity; :meth:`finish` returns the :class:`ReplayResult`.
+
+    ``on_finished(req, now, seen_at)`` is called for each request as it finishes (its last
+    token at ``now`` on the engine, ``seen_at`` at the client); the closed loop of
+    :func:`replay` and a P/D fleet's hand-offs use it.  Other arguments as :func:`replay`."""
+
+    def __init__(self, scheduler: Scheduler, step_time, *, frontend: float | None = None,
+                 rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
+                 timeout: float = 0.0, max_steps: int = 10_000_000, on_finished=None, group_decode: bool = True):
+        self.scheduler = scheduler
+        self.step_time = step_time
+        self.rng = rng
+        self.jitter = jitter
+        self.emission_cost = emission_cost
+        self.timeout = timeout
+        self.max_steps = max_steps
+        self.on_finished = on_finished
+        self.fe = None
+        if frontend is None and hasattr(step_time, "frontend"):
+            self.fe = step_time.frontend()
+        self.fixed_fe = step_time.frontend_time() if frontend is None else frontend
+        self.async_sched = bool(getattr(step_time, "async_scheduling", False))
+        self.result = ReplayResult()
+        self.bs = scheduler.block_size
+        self.arrivals: list = []            # heap of (time into the queue, index, EngineRequest)
+        self.deadlines: list = []           # heap of (arrival + timeout, index, EngineRequest)
+        self.incoming: deque = deque()      # (arrival, index, EngineRequest) not yet through the frontend
+        self.order = 0
+        self.now = 0.0
+        self.prev_start = None              # start of the step that just ended (async planning)
+        self.emitted_at = 0.0               # when the last step's tokens were out (emission_cost)
+        self.steps = 0
+        self.plan = None                    # the step in flight: planned, ends at self.end
+        self.end = 0.0
+        self.idle = False                   # the last plan was empty: the next event is a wake-up
+        self.stuck = False                  # nothing can ever run until a new request comes
+        self.seen_at = 0.0                  # when the last step's tokens reached the clients
+        # block_pool.CountingPool: while no request has block hashes, count the blocks (same
+        # results); the first request with hashes brings the pool back (real ids for those held)
+        self.group_decode = group_decode
+        self.counting = None
+        if group_decode and CountingPool.usable(scheduler.pool):
+            self.counting = scheduler.pool = CountingPool(scheduler.pool)
+        scheduler.decode_in_groups(group_decode, self._late)    # fast_decode: decoding requests as a group
+
+    def _late(self, req: EngineRequest) -> None:
+        """fast_decode: ``req``'s last token, the last step's, was not listed: its client saw it then."""
+        times = self.result.client.get(req)
+        if times is not None:
+            times[1] = self.seen_at
+
+    def submit(self, tr, at: float, *, kv_ready_at: float = 0.0, prefix_hit=None):
+        """Queue ``tr`` arriving at ``at`` (not before the pod's last event); returns its
+        EngineRequest, or None when it is refused: a prompt plus output past ``max_model_len``
+        (vLLM's 400; listed in the result's ``rejected``).  ``kv_ready_at`` / ``prefix_hit``: a
+        P/D decode side's remote KV (the request is not scheduled before its transfer ends, and
+        finds ``prefix_hit(req)`` tokens computed), as the server's step engine queues a remote
+        prefill."""
+        scheduler = self.scheduler
+        if tr.prompt_tokens + tr.output_tokens > scheduler.max_model_len:
+            self.result.rejected.append(tr)
+            return None
+        req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
+                            prefix_len=tr.prefix_tokens, priority=tr.priority, kv_ready_at=kv_ready_at)
+        if prefix_hit is not None:          # a remote prefill's KV: no local prefix cache lookup
+            req.prefix_hit = prefix_hit
+        else:
+            req.block_hashes = trace_block_hashes(tr, self.bs)
+            if self.counting is not None and req.block_hashes is not None and scheduler.enable_prefix_caching:
+                scheduler.pool = self.counting.restore([*scheduler.running, *scheduler.waiting])
+                self.counting = None
+        if self.fe is not None:             # the frontend's CPU takes requests in arrival order
+            self.incoming.append((at, self.order, req))
+        else:
+            heapq.heappush(self.arrivals, (at + self.fixed_fe, self.order, req))
+        if self.timeout > 0:
+            heapq.heappush(self.deadlines, (at + self.timeout, self.order, req))
+        self.order += 1
+        self.stuck = False
+        return req
+
+    def _wake(self) -> float:
+        """When an idle pod (its last plan empty) next tries: its next arrival, frontend
+        arrival or KV transfer; ``inf`` when none."""
+        now, arrivals, incoming = self.now, self.arrivals, self.incoming
+        nxt = [arrivals[0][0]] if arrivals else []
+        if incoming:
+            nxt.append(incoming[0][0])
+        nxt += [r.kv_ready_at for r in self.scheduler.waiting if r.kv_ready_at > now]
+        return max(now, min(nxt)) if nxt else math.inf
+
+    def next_event_time(self) -> float:
+        """When this pod next plans or completes a step (seconds); ``inf`` when it has nothing
+        to do until a request is submitted."""
+        if self.plan is not None:
+            return self.end
+        if self.stuck or self.steps >= self.max_steps:
+            return math.inf
+        if self.idle:
+            return self._wake()
+        if self.arrivals or self.incoming or self.scheduler.has_work():
+            return self.now
+        return math.inf
+
+    def advance_until(self, t: float = math.inf) -> None:
+        """Run this pod's events before ``t`` (all of them with ``t`` = ``inf``)."""
+        scheduler = self.scheduler
+        fe = self.fe
+        result = self.result
+        arrivals, deadlines, incoming = self.arrivals, self.deadlines, self.incoming
+        while True:
+            if self.plan is not None:                       # the step in flight ends
+                if self.end >= t:
+                    return
+                self._complete()
+                continue
+            if self.stuck or not (arrivals or incoming or scheduler.has_work()) or self.steps >= self.max_steps:
+                return
+            if self.idle:                                   # nothing ran: wake at the next event
+                wake = self._wake()
+                if wake >= t:
+                    return
+                self.idle = False
+                self.now = wake
+            now = self.now
+            if now >= t:
+                return
+            while incoming and incoming[0][0] <= now:
+                at, i, req = incoming.popleft()
+                heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
+            while deadlines and deadlines[0][0] <= now:
+                _, _, req = heapq.heappop(deadlines)
+                if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
+                    scheduler.abort(req)
+                    result.timed_out.append(req)
+            cutoff = self.prev_start if (self.async_sched and self.prev_start is not None) else now
+            while arrivals and arrivals[0][0] <= cutoff:
+                at, _, req = heapq.heappop(arrivals)
+                if req.state == EngineRequest.ABORTED:
+                    continue
+                scheduler.add(req, at)
+            plan = scheduler.schedule(now)
+            if not plan.scheduled and not plan.num_decode:
+                self.prev_start = None
+                if self._wake() == math.inf:
+                    self.stuck = True       # nothing can ever run (a request larger than the cache)
+                    return
+                self.idle = True
+                continue
+            step_time = self.step_time
+            dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                                     plan.prefill_pairs, plan.prefill_context)
+            reload = getattr(plan, "kv_reload_tokens", 0)
+            if reload and hasattr(step_time, "reload_per_token"):
+                dt += reload * step_time.reload_per_token
+            if self.jitter > 0 and self.rng is not None:
+                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
+            self.prev_start = now
+            self.plan = plan
+            self.end = step_end(now + dt, self.emitted_at)
+
+    def _complete(self) -> None:
+        """The step in flight ends at ``self.end``: its tokens out, the frontend's arrivals
+        during it admitted first."""
+        scheduler, fe, result, incoming = self.scheduler, self.fe, self.result, self.incoming
+        client = result.client
+        plan, now = self.plan, self.end
+        self.plan = None
+        self.now = now
+        emitted = scheduler.complete(plan, now)
+        # fast_decode: `emitted` lists the requests needing their own handling; `lazy` more emitted
+        # a token each, ITL `now - prev_end`
+        lazy = getattr(emitted, "lazy", 0)
+        n_out = len(emitted) + lazy
+        if lazy:
+            result.itl.add(now - emitted.prev_end, lazy)
+        if self.emission_cost:     # the frontend sends one step's tokens after the previous step's
+            self.emitted_at = max(now, self.emitted_at) + self.emission_cost * n_out
+        if fe is not None:
+            # the frontend's CPU serves in time order: requests that arrived during the step
+            # are preprocessed before the step's outputs, which exist only at its end
+            while incoming and incoming[0][0] <= now:
+                at, i, req = incoming.popleft()
+                heapq.heappush(self.arrivals, (fe.admit(at, req.prompt_len), i, req))
+        seen_at = self.seen_at = fe.emit(now, n_out) if (fe is not None and n_out) else now
+        self.steps += 1
+        for req in emitted:
+            if req.prev_token is not None:
+                result.itl.append(now - req.prev_token)
+            times = client.get(req)
+            if times is None:
+                client[req] = [seen_at, seen_at]
+            else:
+                times[1] = seen_at
+            if req.state == EngineRequest.DONE:
+                result.requests.append(req)
+                if self.on_finished is not None:
+                    self.on_finished(req, now, seen_at)
+        result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
+                             plan.num_tokens))
+
+    def finish(self) -> ReplayResult:
+        """The result so far, its totals filled in (preemptions, duration, the frontend's CPU)."""
+        scheduler = self.scheduler
+        if self.plan is None:               # fast_decode: every request up to date (it stays on)
+            scheduler.decode_in_groups(self.group_decode, self._late)
+        if self.counting is not None:       # the block pool back, real ids for the blocks held
+            scheduler.pool = self.counting.restore([*scheduler.running, *scheduler.waiting])
+            self.counting = None
+        result = self.result
+        result.preemptions = self.scheduler.num_preemptions
+        result.duration = self.now
+        if self.fe is not None:
+            result.frontend_busy = self.fe.busy
+        return result

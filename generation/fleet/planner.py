@@ -1,0 +1,238 @@
+"""The capacity planner: "given this trace and SLO (p99 TTFT, p99 ITL), how many pods of which
+GPU and TP, with which router?"
+
+For each configuration (GPU x tensor-parallel size x router) it searches the smallest pod count
+that meets the SLO with fleet replays (:class:`~generation.fleet.replay.FleetReplay`): pod counts
+double from ``min_pods`` until one meets the SLO, then a bisection between the last failing and
+the first passing count.  A replay that cannot meet the p99 TTFT any more stops early
+(``give_up_ttft``).  The replays run in parallel over the machine's cores
+(:mod:`multiprocessing`): the configurations side by side and, with more cores than
+configurations, several pod counts of one configuration per round; a sweep too big for one machine is cut into shares
+(``share=(index, count)``: configuration k goes to share ``k % count``), one per index of a
+Kubernetes indexed Job (``deploy/kubernetes/plan-job.yaml``), each writing its rows as JSON,
+and :func:`merge` joins the shares' files into one table.
+
+A row: the configuration, ``pods`` needed (None: not met within ``max_pods``), ``gpus``
+(pods x TP), ``gpu_hours`` (GPUs x the trace's span), the p99 TTFT and ITL at that count, and
+the SLO ``margin`` (the smaller of ``1 - p99 / SLO`` over the two metrics: 0.12 means 12 %
+headroom), and the replays it took.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import time
+
+from .replay import FleetReplay, pod_factory
+from .routing import make_router
+
+
+def configurations(gpus, tps, routers) -> list[dict]:
+    """Every ``{"gpu", "tp", "router"}`` combination, in a fixed order (the shares' order)."""
+    return [{"gpu": g, "tp": int(t), "router": r} for g, t, r in itertools.product(gpus, tps, routers)]
+
+
+def evaluate(config: dict, trace, pods: int, slo_ttft: float, slo_itl: float, server_args=(), seed: int = 0,
+             _cache={}) -> dict:
+    """One fleet replay of ``trace`` with ``pods`` pods of ``config``: ``{"pods", "ttft_p99",
+    "itl_p99", "ok", "gave_up"}`` (seconds; ``ok`` when both p99s are within the SLO and every
+    request finished)."""
+    key = (config["gpu"], config["tp"], tuple(server_args))
+    if key not in _cache:
+        _cache[key] = pod_factory(["--gpu", config["gpu"], "--tensor-parallel-size", str(config["tp"]),
+                                   *server_args])
+    new_pod, cfg, _ = _cache[key]
+    fleet = FleetReplay(new_pod, trace, pods=pods, router=make_router(config["router"], seed=seed),
+                        gpus_per_pod=config["tp"], give_up_ttft=slo_ttft, keep_routed=False, seed=seed,
+                        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth)
+    s = fleet.run().summary()
+    ttft = s["ttft_s"]["p99"]
+    itl = s["itl_s"]["p99"] or 0.0
+    if s["gave_up"] or ttft is None:
+        ttft = math.inf
+    ok = not s["gave_up"] and s["unfinished"] == 0 and ttft <= slo_ttft and itl <= slo_itl
+    return {"pods": pods, "ttft_p99": ttft, "itl_p99": itl, "ok": ok, "gave_up": s["gave_up"]}
+
+
+class _Search:
+    """The pod-count search of one configuration, a round at a time: :meth:`candidates` gives
+    the counts to replay next (the doubling phase's next power, or ``m`` points evenly inside
+    the bisection's interval: one point is the midpoint), :meth:`update` takes
+    their results.  ``hi`` the fewest pods seen to pass, ``lo`` the most seen to fail below
+    it."""
+
+    def __init__(self, config: dict, min_pods: int, max_pods: int):
+        self.config, self.min_pods, self.max_pods = config, min_pods, max_pods
+        self.tried: dict = {}
+        self.lo, self.hi = min_pods - 1, None
+        self.error = None
+
+    @property
+    def done(self) -> bool:
+        if self.error is not None:
+            return True
+        if self.hi is not None:
+            return self.hi - self.lo <= 1
+        return self.max_pods in self.tried           # even the most pods failed
+
+    def candidates(self, m: int) -> list[int]:
+        if self.done:
+            return []
+        if self.hi is None:     # doubling from min_pods, one at a time: a larger fleet costs more to
+            # replay, and a failing one gives up early
+            return [min(max(self.tried) * 2, self.max_pods) if self.tried else self.min_pods]
+        span = self.hi - self.lo
+        return sorted({self.lo + span * j // (m + 1) for j in range(1, m + 1)} - {self.lo, self.hi})
+
+    def update(self, n: int, result: dict) -> None:
+        if "error" in result:
+            self.error = result["error"]
+            return
+        self.tried[n] = result
+        passing = [k for k, r in self.tried.items() if r["ok"]]
+        self.hi = min(passing) if passing else None
+        self.lo = max([k for k, r in self.tried.items() if not r["ok"] and (self.hi is None or k < self.hi)]
+                      + [self.min_pods - 1])
+
+    def row(self, trace, slo_ttft: float, slo_itl: float) -> dict:
+        config = self.config
+        if self.error is not None:
+            return dict(config, pods=None, error=self.error)
+        hi = self.hi
+        span = (trace[-1].arrival - trace[0].arrival) if trace else 0.0
+        best = self.tried[hi] if hi is not None else None
+        return dict(config, pods=hi, gpus=hi * config["tp"] if hi else None,
+                    gpu_hours=hi * config["tp"] * span / 3600.0 if hi else None,
+                    ttft_p99=best["ttft_p99"] if best else None, itl_p99=best["itl_p99"] if best else None,
+                    margin=min(1 - best["ttft_p99"] / slo_ttft, 1 - best["itl_p99"] / slo_itl) if best else None,
+                    replays=len(self.tried),
+                    seconds=round(sum(r.get("seconds", 0.0) for r in self.tried.values()), 2))
+
+
+def search(config: dict, trace, slo_ttft: float, slo_itl: float, *, server_args=(), min_pods: int = 1,
+           max_pods: int = 256, seed: int = 0) -> dict:
+    """The smallest pod count of ``config`` meeting the SLO (module docstring) and its row, one
+    replay at a time (doubling, then bisection)."""
+    s = _Search(config, min_pods, max_pods)
+    while not s.done:
+        for n in s.candidates(1):
+            s.update(n, _evaluate_safe(config, trace, n, slo_ttft, slo_itl, server_args, seed))
+    return s.row(trace, slo_ttft, slo_itl)
+
+
+def _evaluate_safe(config, trace, pods, slo_ttft, slo_itl, server_args, seed) -> dict:
+    t0 = time.perf_counter()
+    try:
+        r = evaluate(config, trace, pods, slo_ttft, slo_itl, server_args, seed)
+    except Exception as e:              # a configuration that cannot run (TP > heads, no memory)
+        return {"error": f"{type(e).__name__}: {e}"}
+    r.setdefault("seconds", time.perf_counter() - t0)
+    return r
+
+
+_TRACE = None                           # the trace, inherited by the pool's processes
+
+
+def _init(trace) -> None:
+    global _TRACE
+    _TRACE = trace
+
+
+def _task(args) -> dict:
+    config, pods, slo_ttft, slo_itl, server_args, seed = args
+    return _evaluate_safe(config, _TRACE, pods, slo_ttft, slo_itl, server_args, seed)
+
+
+def _whole(args) -> dict:
+    config, slo_ttft, slo_itl, kw = args
+    return search(config, _TRACE, slo_ttft, slo_itl, **kw)
+
+
+def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min_pods: int = 1,
+         max_pods: int = 256, workers: int = 0, share: tuple[int, int] = (0, 1), seed: int = 0) -> list[dict]:
+    """Rows for this share's configurations (``share = (index, count)``), searched on
+    ``workers`` processes (0: every core).  With at least as many configurations as processes
+    each process searches whole configurations, one after another; with fewer, every round
+    replays the next pod counts of every configuration still searching at once, as many per
+    configuration as there are processes for it (:class:`_Search`).  Raises ValueError for an
+    SLO or share that is not one."""
+    if not (slo_ttft > 0 and slo_itl > 0):
+        raise ValueError("--slo-ttft and --slo-itl must be positive seconds")
+    index, count = share
+    if not (count >= 1 and 0 <= index < count):
+        raise ValueError(f"share {index} of {count}: need 0 <= index < count")
+    if not 1 <= min_pods <= max_pods:
+        raise ValueError(f"need 1 <= --min-pods ({min_pods}) <= --max-pods ({max_pods})")
+    searches = [_Search(c, min_pods, max_pods) for k, c in enumerate(configs) if k % count == index]
+    workers = workers or os.cpu_count() or 1
+    pool = None
+    if workers > 1 and searches:
+        ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+        pool = ctx.Pool(workers, initializer=_init, initargs=(trace,))
+    else:
+        _init(trace)
+    try:
+        if pool is not None and len(searches) >= workers:
+            kw = dict(server_args=tuple(server_args), min_pods=min_pods, max_pods=max_pods, seed=seed)
+            return pool.map(_whole, [(s.config, slo_ttft, slo_itl, kw) for s in searches], chunksize=1)
+        while True:
+            active = [s for s in searches if not s.done]
+            if not active:
+                break
+            m = max(1, workers // len(active))
+            tasks = [(s, n) for s in active for n in s.candidates(m)]
+            args = [(s.config, n, slo_ttft, slo_itl, tuple(server_args), seed) for s, n in tasks]
+            results = pool.map(_task, args, chunksize=1) if pool is not None else [_task(a) for a in args]
+            for (s, n), r in zip(tasks, results):
+                s.update(n, r)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    return [s.row(trace, slo_ttft, slo_itl) for s in searches]
+
+
+def merge(paths) -> list[dict]:
+    """The rows of several shares' JSON files (each a list of rows, as ``plan --output``
+    writes), in the configurations' order.  Raises ValueError naming a file that is not one."""
+    rows = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a plan result ({e})") from None
+        data = data.get("rows", data) if isinstance(data, dict) else data
+        if not isinstance(data, list) or not all(isinstance(r, dict) and "gpu" in r for r in data):
+            raise ValueError(f"{path}: not a plan result (a list of rows with gpu, tp, router)")
+        rows.extend(data)
+    return sort_rows(rows)
+
+
+def sort_rows(rows) -> list[dict]:
+    """Cheapest first: GPU-hours (configurations that met no count last), then pods."""
+    return sorted(rows, key=lambda r: (r.get("gpu_hours") is None, r.get("gpu_hours") or 0, r.get("pods") or 0,
+                                       r["gpu"], r["tp"], r["router"]))
+
+
+def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> str:
+    """The rows as a text table: configuration, pods, GPUs, GPU-hours, p99s, margin."""
+    head = f"{'GPU':10s} {'TP':>2s} {'router':15s} {'pods':>5s} {'GPUs':>5s} {'GPU-h':>8s} " \
+           f"{'TTFT p99':>9s} {'ITL p99':>8s} {'margin':>7s}"
+    lines = [head, "-" * len(head)]
+    ms = lambda v: "-" if v is None else ("inf" if v == math.inf else f"{1000 * v:.0f} ms")
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} error: {r['error']}")
+            continue
+        met = r.get("pods") is not None
+        pods = str(r["pods"]) if met else ">max"
+        gpus = str(r["gpus"]) if met else "-"
+        hours = f"{r['gpu_hours']:.2f}" if met else "-"
+        margin = f"{100 * r['margin']:.0f} %" if met else "-"
+        lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} "
+                     f"{ms(r.get('ttft_p99')):>9s} {ms(r.get('itl_p99')):>8s} {margin:>7s}")
+    return "\n".join(lines)

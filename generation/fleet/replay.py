@@ -1,0 +1,462 @@
+"""N simulated vLLM pods on one virtual clock, behind a router and an autoscaler.
+
+Each pod is the replay's own stepper (:class:`generation.engine.replay.PodReplay`): the
+server's scheduler, KV block pool and step-time model, nothing re-implemented.  The fleet
+advances every pod to each arrival (:meth:`PodReplay.advance_until`), lets the router pick a pod
+from their state at that instant (:mod:`generation.fleet.routing`), and hands the request to
+it; a pod's events between arrivals are its own.  Because a pod sees exactly the requests
+routed to it, at their arrival times, its result is the one
+:func:`generation.engine.replay.replay` gives for those requests alone (the tests check it).
+
+- **Autoscaler** (:mod:`generation.fleet.autoscaler`): at each scrape the ready pods' KV
+  usage and queues are read; a scale-up adds a pod that is routable ``startup_delay`` seconds
+  later; a scale-down takes the least loaded ready pod out of routing and removes it once its
+  requests finished (drain).  Pods over time and GPU-hours (each pod from its creation to its
+  removal, times its GPUs) are recorded.
+- **P/D disaggregation** (``prefill_pods`` > 0): a request goes first to a prefill pod, which
+  computes its prompt and one token (vLLM's ``do_remote_decode``); when that answer is back,
+  the request goes to a decode pod, which waits for the prompt's KV (``prompt x
+  kv_bytes_per_token / kv_transfer_bandwidth`` seconds, as the server's step engine) and finds
+  all but the last prompt token computed (``do_remote_prefill``).  The client's first token is
+  the decode pod's.  Each pool has its own router (the prefill pool's can be prefix-aware);
+  prompts shorter than ``pd_threshold`` tokens skip the prefill pool.
+
+Times are seconds from the trace's start.  The router reads a pod's state between its events:
+a step in flight shows the requests it scheduled as running.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field, replace
+
+from generation.engine.pod_replay import PodReplay, ReplayResult, trace_block_hashes
+from generation.engine.replay import TraceRequest
+
+_PCT = ReplayResult().percentiles
+
+
+class Pod:
+    """One simulated vLLM pod of the fleet: its :class:`PodReplay` (``replay``; its scheduler
+    at ``replay.scheduler``), ``role`` (``serve``, ``prefill`` or ``decode``), and its life:
+    ``created``, ``ready_at`` (routable from then), ``drain_at`` (no new requests from then) and
+    ``removed_at`` (None while it lives).  ``routed`` lists ``(TraceRequest, arrival)`` as it
+    was handed each (for accounting)."""
+
+    def __init__(self, name: str, index: int, role: str, replay: PodReplay, created: float, ready_at: float):
+        self.name = name
+        self.index = index
+        self.role = role
+        self.replay = replay
+        self.created = created
+        self.ready_at = ready_at
+        self.drain_at = None
+        self.removed_at = None
+        self.routed: list = []
+        self.key = math.inf             # its entry in the fleet's event heap
+
+    # what a router and an autoscaler read (the pod's /metrics and KV events)
+    def queued(self) -> int:
+        """Requests at the pod that are not running: ``vllm:num_requests_waiting`` and those
+        still in its frontend or async planning."""
+        r = self.replay
+        return len(r.scheduler.waiting) + len(r.arrivals) + len(r.incoming)
+
+    def running(self) -> int:
+        """``vllm:num_requests_running``."""
+        return len(self.replay.scheduler.running)
+
+    def kv_usage(self) -> float:
+        """``vllm:kv_cache_usage_perc`` (0..1)."""
+        return self.replay.scheduler.usage()
+
+    def cached_prefix(self, hashes) -> int:
+        """How many leading blocks of ``hashes`` the pod's prefix cache holds (what llm-d's
+        KV-event indexer knows from ``BlockStored`` / ``BlockRemoved``)."""
+        lookup = getattr(self.replay.scheduler.pool, "lookup", None)
+        if not hashes or lookup is None:          # a pool that only counts: nothing cached yet
+            return 0
+        return len(lookup(hashes, len(hashes)))
+
+    @property
+    def result(self) -> ReplayResult:
+        return self.replay.finish()
+
+
+@dataclass
+class FleetResult:
+    """What a fleet replay gives: ``pods`` (every pod that lived, with its ``result``),
+    ``records`` one dict per finished request (``arrival``, ``ttft``, ``e2e`` in client
+    seconds, ``prompt_tokens``, ``output_tokens``, ``cached_tokens``, ``pod``), ``itl`` every
+    inter-token latency, ``timeline`` ``(time, ready, starting, draining)`` at each change and
+    scrape, ``gpu_hours``, ``duration`` (seconds to the last token), ``unfinished`` (requests
+    never finished: timed out, or larger than the cache), ``router`` and ``decisions`` (the
+    autoscaler's, when one ran)."""
+    pods: list
+    records: list
+    itl: list
+    timeline: list
+    gpu_hours: float
+    duration: float
+    unfinished: int
+    router: str
+    gpus_per_pod: int = 1
+    decisions: list = field(default_factory=list)
+    gave_up: bool = False
+
+    def summary(self) -> dict:
+        """Fleet percentiles (p50/p90/p99 of TTFT, ITL, E2E, seconds), throughput, the prefix
+        cache's hit rate (cached prompt tokens over prompt tokens), preemptions, pods and
+        GPU-hours."""
+        recs = self.records
+        out_tokens = sum(r["output_tokens"] for r in recs)
+        prompt = sum(r["prompt_tokens"] for r in recs)
+        d = self.duration
+        return {"router": self.router, "requests": len(recs), "unfinished": self.unfinished,
+                "duration_s": d, "output_tokens_per_s": out_tokens / d if d else 0.0,
+                "requests_per_s": len(recs) / d if d else 0.0,
+                "ttft_s": _PCT([r["ttft"] for r in recs]), "itl_s": _PCT(self.itl),
+                "e2e_s": _PCT([r["e2e"] for r in recs]),
+                "cache_hit_rate": sum(r["cached_tokens"] for r in recs) / prompt if prompt else 0.0,
+                "preemptions": sum(p.result.preemptions for p in self.pods),
+                "pods_max": max((t[1] + t[2] + t[3] for t in self.timeline), default=len(self.pods)),
+                "pods_total": len(self.pods), "gpu_hours": self.gpu_hours, "gave_up": self.gave_up}
+
+    def per_pod(self) -> list[dict]:
+        """One row per pod: name, role, requests routed and finished, TTFT / ITL / E2E p50 and
+        p99 (client seconds, as the pod's own replay gives them), mean KV usage, preemptions,
+        life (created, ready, removed; seconds)."""
+        rows = []
+        for p in self.pods:
+            s = p.result.summary()
+            rows.append({"pod": p.name, "role": p.role, "routed": len(p.routed), "requests": s["requests"],
+                         "ttft_p50": s["ttft_s"]["p50"], "ttft_p99": s["ttft_s"]["p99"],
+                         "itl_p50": s["itl_s"]["p50"], "itl_p99": s["itl_s"]["p99"],
+                         "e2e_p50": s["e2e_s"]["p50"], "e2e_p99": s["e2e_s"]["p99"],
+                         "kv_usage_mean": s["kv_usage_mean"], "preemptions": s["preemptions"],
+                         "created": p.created, "ready_at": p.ready_at, "removed_at": p.removed_at})
+        return rows
+
+
+class FleetReplay:
+    """Replay ``trace`` (TraceRequests by arrival) on a fleet (module docstring).
+
+    ``new_pod(index, role)`` returns ``(scheduler, step_time)`` for a new pod (the server's
+    :func:`~generation.engine.replay.scheduler_for` and step model: :func:`pod_factory`);
+    ``pods`` the pods at the start (ready at 0); ``router`` a
+    :class:`~generation.fleet.routing.Router`; ``autoscaler`` an
+    :class:`~generation.fleet.autoscaler.Autoscaler` or None; ``prefill_pods`` > 0 with
+    ``prefill_router`` for P/D (then ``pods`` are the decode pods), ``kv_transfer_bandwidth``
+    bytes/s and ``pd_threshold`` tokens; ``gpus_per_pod`` (TP) for GPU-hours; ``jitter`` and
+    ``seed`` the step-time jitter (each pod its own seeded stream); ``timeout`` a client's
+    timeout (seconds, 0: none).  ``give_up_ttft`` > 0 (the planner's p99 TTFT SLO, seconds)
+    stops the replay early once more than 1% of the trace's requests have waited longer than
+    that for their first token (the p99 cannot be met any more; ``FleetResult.gave_up``).
+    Raises ValueError for a fleet that cannot run."""
+
+    def __init__(self, new_pod, trace, *, pods: int = 1, router=None, autoscaler=None, prefill_pods: int = 0,
+                 prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
+                 gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
+                 keep_routed: bool = True, give_up_ttft: float = 0.0, refresh_interval: float = 0.0):
+        from .routing import RoundRobin
+        if pods < 1:
+            raise ValueError(f"--pods must be at least 1, got {pods}")
+        if prefill_pods < 0:
+            raise ValueError(f"--prefill-pods must be at least 0, got {prefill_pods}")
+        if autoscaler is not None and prefill_pods:
+            raise ValueError("--autoscale with --prefill-pods: the autoscaler scales one pool; P/D pools are fixed")
+        if autoscaler is not None and not (autoscaler.policy.min_replicas <= pods <= autoscaler.policy.max_replicas):
+            raise ValueError(f"--pods {pods} is outside the autoscaler's replicas "
+                             f"({autoscaler.policy.min_replicas}..{autoscaler.policy.max_replicas})")
+        if not kv_transfer_bandwidth > 0:
+            raise ValueError("--kv-transfer-bandwidth must be positive")
+        self.new_pod = new_pod
+        self.trace = trace
+        self.router = router or RoundRobin(seed)
+        self.prefill_router = prefill_router or RoundRobin(seed + 1)
+        self.autoscaler = autoscaler
+        self.kv_bw = kv_transfer_bandwidth
+        self.pd_threshold = pd_threshold
+        self.gpus_per_pod = gpus_per_pod
+        self.jitter = jitter
+        self.seed = seed
+        self.timeout = timeout
+        self.keep_routed = keep_routed
+        self.give_up_ttft = give_up_ttft
+        if refresh_interval < 0:
+            raise ValueError(f"--router-refresh must be >= 0 seconds, got {refresh_interval}")
+        self.lazy = prefill_pods == 0 and (refresh_interval > 0 or not self.router.reads_state)
+        self.refresh = refresh_interval if self.router.reads_state else math.inf
+        self.next_refresh = 0.0
+        self.late: set = set()          # requests seen without a first token past give_up_ttft
+        self.gave_up = False
+        self.pods: list[Pod] = []
+        self.serving: list[Pod] = []    # routable decode/serve pods
+        self.prefill: list[Pod] = []    # routable prefill pods
+        self.starting: list[Pod] = []
+        self.draining: list[Pod] = []
+        self.heap1: list = []           # (next event, seq, pod): pods that take arrivals
+        self.heap2: list = []           # decode pods (P/D): advanced after the prefill pods
+        self.events: list = []          # (time, order, seq, kind, data)
+        self.seq = 0
+        self.timeline: list = []
+        self.origin: dict = {}          # decode EngineRequest -> (the client's arrival, prefill's cache hits)
+        self.pd_origin: dict = {}       # prefill EngineRequest -> its TraceRequest (P/D)
+        self.bs = None
+        self.now = 0.0
+        for _ in range(prefill_pods):
+            self._add_pod("prefill", 0.0, 0.0)
+        for _ in range(pods):
+            self._add_pod("decode" if prefill_pods else "serve", 0.0, 0.0)
+        self._mark(0.0)
+
+    # ---- pods -----------------------------------------------------------------------------
+    def _add_pod(self, role: str, created: float, ready_at: float) -> Pod:
+        i = len(self.pods)
+        sched, step_time = self.new_pod(i, role)
+        self.bs = sched.block_size
+        on_finished = self._handoff if role == "prefill" else None
+        rng = random.Random(f"{self.seed}-pod{i}-steps") if self.jitter > 0 else None
+        pr = PodReplay(sched, step_time, rng=rng, jitter=self.jitter, timeout=self.timeout, on_finished=on_finished)
+        pod = Pod(f"{role}-{i}" if role != "serve" else f"pod-{i}", i, role, pr, created, ready_at)
+        pod.kv_bytes_per_token = getattr(step_time, "kv_bytes_per_token", 0)
+        self.pods.append(pod)
+        if ready_at <= created:
+            (self.prefill if role == "prefill" else self.serving).append(pod)
+        else:
+            self.starting.append(pod)
+            self._push(ready_at, 0, "ready", pod)
+        return pod
+
+    def _heap(self, pod: Pod) -> list:
+        return self.heap2 if pod.role == "decode" else self.heap1
+
+    def _resched(self, pod: Pod) -> None:
+        k = pod.replay.next_event_time()
+        pod.key = k
+        if k < math.inf:
+            self.seq += 1
+            heapq.heappush(self._heap(pod), (k, self.seq, pod))
+
+    def _advance(self, heap: list, t: float) -> None:
+        while heap and heap[0][0] < t:
+            key, _, pod = heapq.heappop(heap)
+            if key != pod.key:
+                continue                 # stale: the pod was advanced or handed a request since
+            pod.replay.advance_until(t)
+            self._resched(pod)
+
+    def _push(self, t: float, order: int, kind: str, data) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, order, self.seq, kind, data))
+
+    def _mark(self, t: float) -> None:
+        self.timeline.append((t, len(self.serving) + len(self.prefill), len(self.starting), len(self.draining)))
+
+    def _submit(self, pod: Pod, tr: TraceRequest, at: float, **kw):
+        if self.keep_routed:
+            pod.routed.append((tr, at))
+        req = pod.replay.submit(tr, at, **kw)
+        self._resched(pod)
+        return req
+
+    # ---- events ---------------------------------------------------------------------------
+    def _arrive(self, tr: TraceRequest) -> None:
+        """Route an arrival: to the prefill pool (P/D, a long enough prompt) or the pods."""
+        if self.prefill and tr.prompt_tokens >= self.pd_threshold:
+            router, pods = self.prefill_router, self.prefill
+        else:
+            router, pods = self.router, self.serving
+        hashes = trace_block_hashes(tr, self.bs) if router.uses_prefix else None
+        if self.lazy and tr.arrival >= self.next_refresh:     # the router's periodic refresh
+            self._advance(self.heap1, tr.arrival)
+            self.next_refresh = tr.arrival + self.refresh
+        pod = router.pick(hashes, pods)
+        if self.lazy and pod.key < tr.arrival:              # the pod itself is brought to now
+            pod.replay.advance_until(tr.arrival)
+        router.routed(hashes, pod)
+        if pod.role == "prefill":       # vLLM's do_remote_decode: the prompt and one token
+            req = self._submit(pod, replace(tr, output_tokens=1), tr.arrival)
+            if req is not None:         # None: refused (past the context), as vLLM answers 400
+                self.pd_origin[req] = tr
+        else:
+            self._submit(pod, tr, tr.arrival)
+
+    def _handoff(self, req, now: float, seen_at: float) -> None:
+        """A prefill pod's answer is back (``seen_at``): the decode side gets the request."""
+        self._push(seen_at, 1, "handoff", req)
+
+    def _decode(self, pre, at: float) -> None:
+        """The decode side of a P/D request whose prefill answer came back at ``at``."""
+        tr0 = self.pd_origin.pop(pre)
+        pod = self.router.pick(None, self.serving)
+        self.router.routed(None, pod)
+        ready = at + pre.prompt_len * pod.kv_bytes_per_token / self.kv_bw
+        req = self._submit(pod, replace(tr0, arrival=at), at, kv_ready_at=ready, prefix_hit=_remote_kv)
+        if req is not None:
+            self.origin[req] = (tr0.arrival, pre.cached_tokens)
+
+    def _scrape(self, t: float) -> None:
+        a = self.autoscaler
+        metrics = [(p.kv_usage(), p.queued()) for p in self.serving]
+        change = a.decide(t, metrics, len(self.serving) + len(self.starting))
+        if change > 0:
+            for _ in range(change):
+                self._add_pod("serve", t, t + a.policy.startup_delay)
+        elif change < 0 and len(self.serving) > 1:
+            pod = min(reversed(self.serving), key=lambda p: p.queued() + p.running())
+            self.serving.remove(pod)
+            self.router.forget(pod)
+            pod.drain_at = t
+            self.draining.append(pod)
+        self._mark(t)
+
+    def _check_drained(self, t: float) -> None:
+        for p in self.draining:
+            if p.key < t:
+                p.replay.advance_until(t)
+                self._resched(p)
+        done = [p for p in self.draining if p.replay.next_event_time() == math.inf]
+        for p in done:
+            self.draining.remove(p)
+            p.removed_at = max(p.drain_at, p.replay.now)
+        if done:
+            self._mark(t)
+
+    def _late(self, t: float) -> int:
+        """Requests that arrived more than ``give_up_ttft`` before ``t`` and have no first
+        token yet (a client waiting past the SLO), counted once each over the run."""
+        limit = t - self.give_up_ttft
+        late = self.late
+        for p in self.pods:
+            r = p.replay
+            client = r.result.client
+            for req in r.scheduler.waiting:
+                if req.arrival < limit:
+                    late.add(req)
+            for req in r.scheduler.running:
+                if req.arrival < limit and req not in client:
+                    late.add(req)
+            for item in r.arrivals:
+                if item[2].arrival < limit:
+                    late.add(item[2])
+            for item in r.incoming:
+                if item[0] < limit:
+                    late.add(item[2])
+        return len(late)
+
+    def _busy(self) -> bool:
+        return any(p.key < math.inf for p in self.pods if p.removed_at is None)
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self) -> FleetResult:
+        trace, n, i = self.trace, len(self.trace), 0
+        events = self.events
+        if self.autoscaler is not None:
+            self._push(self.autoscaler.policy.scrape_interval, 2, "scrape", None)
+        if self.give_up_ttft > 0 and n:
+            allowed = n - math.ceil(0.99 * n)   # nearest-rank p99: this many may be late
+            check = max(0.25, self.give_up_ttft / 2)
+            self._push(check, 3, "check", (allowed, check))
+        inf = math.inf
+        while True:
+            ta = trace[i].arrival if i < n else inf
+            te = events[0][0] if events else inf
+            t = ta if ta < te else te
+            if t == inf:
+                if self.heap1:               # the prefill pods' last hand-offs
+                    self._advance(self.heap1, inf)
+                    if events:
+                        continue
+                break
+            if not (self.lazy and ta < te):
+                self._advance(self.heap1, t)
+            if events and events[0][0] < t:
+                continue                     # a hand-off before t came out of a prefill pod
+            if self.heap2:
+                self._advance(self.heap2, t)
+            self.now = t
+            if te <= ta:
+                _, _, _, kind, data = heapq.heappop(events)
+                if kind == "handoff":
+                    self._decode(data, t)
+                elif kind == "ready":
+                    self.starting.remove(data)
+                    self.serving.append(data)
+                    self._mark(t)
+                elif kind == "check":
+                    if self._late(t) > data[0]:
+                        self.gave_up = True
+                        break
+                    if i < n or self._busy():
+                        self._push(t + data[1], 3, "check", data)
+                elif kind == "scrape":
+                    self._scrape(t)
+                    if i < n or self._busy() or self.starting or len(events) > 0:
+                        self._push(t + self.autoscaler.policy.scrape_interval, 2, "scrape", None)
+            else:
+                self._arrive(trace[i])
+                i += 1
+            if self.draining:
+                self._check_drained(t)
+        if not self.gave_up:
+            self._advance(self.heap2, inf)
+            self._advance(self.heap1, inf)
+        if self.draining:
+            self._check_drained(self.now)
+        return self._result()
+
+    def _result(self) -> FleetResult:
+        records, itl = [], None
+        end = 0.0
+        for p in self.pods:
+            res = p.replay.finish()
+            end = max(end, res.duration)
+            if p.role == "prefill":
+                continue
+            if itl is None:             # the pods' own store (compact runs, or a list): merged as is
+                itl = type(res.itl)()
+            if hasattr(itl, "extend"):
+                itl.extend(res.itl)
+            else:
+                for x in res.itl:
+                    itl.append(x)
+            for r in res.requests:
+                first, last = res.times(r)
+                arrival, cached = self.origin.get(r, (r.arrival, r.cached_tokens))
+                records.append({"arrival": arrival, "ttft": first - arrival, "e2e": last - arrival,
+                                "prompt_tokens": r.prompt_len, "output_tokens": r.num_output,
+                                "cached_tokens": cached, "pod": p.name})
+        records.sort(key=lambda r: r["arrival"])
+        end = max(end, self.now)
+        gpu_s = sum(((p.removed_at if p.removed_at is not None else end) - p.created) for p in self.pods)
+        self._mark(end)
+        return FleetResult(self.pods, records, itl if itl is not None else [], self.timeline, gpu_s * self.gpus_per_pod / 3600.0, end,
+                           len(self.trace) - len(records), getattr(self.router, "name", "router"),
+                           self.gpus_per_pod, list(self.autoscaler.decisions) if self.autoscaler else [],
+                           self.gave_up)
+
+
+def _remote_kv(req) -> int:
+    """A decode pod's remote prefill: the prompt's KV came from the prefill pod, only the last
+    token is computed (the server's step engine does the same)."""
+    return req.prompt_len - 1
+
+
+def pod_factory(server_args=()):
+    """``(new_pod, cfg, settings)`` for the server flags ``server_args`` (``--gpu``, ``--model``,
+    ``-tp``, ``--max-num-seqs``, ...; step mode): ``new_pod(index, role)`` gives a new pod's
+    ``(scheduler, step_time)``: the server's own (:func:`~generation.engine.replay.scheduler_for`,
+    :func:`~generation.engine.step_config.resolve_step_settings`), one scheduler and block pool
+    per pod, the stateless step model shared.  Raises ConfigError naming the flag."""
+    from generation.config.cli import load_config
+    from generation.engine.replay import scheduler_for
+    from generation.engine.step_config import resolve_step_settings
+    cfg = load_config(["--latency-calculator", "step", *server_args])
+    settings = resolve_step_settings(cfg)
+
+    def new_pod(index: int, role: str):
+        return scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy), settings.step_time
+
+    return new_pod, cfg, settings

@@ -1,0 +1,197 @@
+"""The fleet's autoscaler rules (WVA's saturation analyzer), its YAML, the trace readers
+(JSON Lines with sessions, Azure LLM inference and BurstGPT CSV), and the capacity planner
+(bisection, shares, merge) with its command line.  Unit tier, virtual time, no network."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from generation.fleet.autoscaler import Autoscaler, ScalingPolicy, load_policy
+from generation.fleet.traces import detect_format, prefix_workload, read_fleet_trace
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "fleet")
+
+
+def test_saturated_pods_scale_up():
+    a = Autoscaler(ScalingPolicy(max_replicas=4))
+    assert a.decide(15, [(0.75, 0), (0.2, 12)], 2) == 1          # both saturated (KV, queue)
+    assert a.decisions[-1][3] == "all saturated"
+    assert a.decide(30, [(0.65, 0), (0.65, 0)], 2) == 1          # spare KV 0.05 < 0.1
+    assert a.decisions[-1][3].startswith("spare kv")
+    assert a.decide(45, [(0.1, 8), (0.1, 8)], 2) == 1            # spare queue 2 < 3
+    assert a.decide(60, [(0.1, 1), (0.2, 2)], 2) == 0            # room left
+    assert a.decide(75, [(0.9, 20)] * 4, 4) == 0                 # at max_replicas
+    assert a.decisions[-1][3] == "saturated at max_replicas"
+    big = Autoscaler(ScalingPolicy(scale_up_step=3, max_replicas=4))
+    assert big.decide(0, [(0.9, 0)], 2) == 2                     # capped by max_replicas
+
+
+def test_scale_down_after_the_stabilization_window():
+    a = Autoscaler(ScalingPolicy(scale_down_stabilization=30, scrape_interval=15))
+    quiet = [(0.1, 0)] * 3
+    assert [a.decide(t, quiet, 3) for t in (0, 15, 30)] == [0, 0, -1]
+    assert [d[3] for d in a.decisions] == ["stabilizing", "stabilizing", "spare capacity"]
+    assert a.decide(45, quiet, 2) == 0                           # the window starts again
+    assert a.decide(60, [(0.5, 0), (0.5, 0)], 2) == 0            # one pod fewer would be saturated
+    assert a.decide(75, [(0.1, 0)], 1) == 0                      # min_replicas
+    b = Autoscaler(ScalingPolicy(scale_down_stabilization=30))
+    b.decide(0, quiet, 3)
+    b.decide(15, [(0.9, 0)] * 3, 3)                              # a burst resets the window
+    assert b.decide(30, quiet, 3) == 0 and b.calm_since == 30
+
+
+def test_a_users_yaml_with_wva_keys(tmp_path):
+    p = tmp_path / "wva.yaml"
+    p.write_text("autoscaler:\n  kvCacheThreshold: 0.8\n  queueLengthThreshold: 5\n  maxReplicas: 9\n"
+                 "  startup_delay: 30\n")
+    pol = load_policy(str(p), scrape_interval=5, min_replicas=None)
+    assert (pol.kv_cache_threshold, pol.queue_length_threshold, pol.max_replicas, pol.startup_delay,
+            pol.scrape_interval, pol.min_replicas) == (0.8, 5.0, 9, 30.0, 5, 1)
+    p.write_text("kvCacheTreshold: 0.8\n")
+    with pytest.raises(ValueError, match="unknown key 'kvCacheTreshold'"):
+        load_policy(str(p))
+    p.write_text("kvCacheThreshold: high\n")
+    with pytest.raises(ValueError, match="kvCacheThreshold must be a number"):
+        load_policy(str(p))
+    with pytest.raises(ValueError, match="min_replicas"):
+        load_policy(None, min_replicas=5, max_replicas=2)
+
+
+def test_azure_and_burstgpt_traces():
+    az = os.path.join(FIX, "azure_code_sample.csv")
+    bg = os.path.join(FIX, "burstgpt_sample.csv")
+    assert detect_format(az) == "azure" and detect_format(bg) == "burstgpt"
+    reqs = read_fleet_trace(az)
+    assert [(round(r.arrival, 6), r.prompt_tokens, r.output_tokens) for r in reqs][:3] == \
+        [(0.0, 4808, 10), (4.314579, 3180, 8), (4.56941, 110, 27)]
+    assert len(reqs) == 6
+    cut = read_fleet_trace(az, start=4.0, duration=4.0, speedup=2.0, max_model_len=4096)
+    # from 4.31 s: the 7433-token prompt is past the context; arrivals halved from the window's start
+    assert [(r.prompt_tokens, r.output_tokens) for r in cut] == [(3180, 8), (110, 27), (20, 1)]
+    assert cut[0].arrival == pytest.approx(0.314579 / 2)
+    b = read_fleet_trace(bg)                                     # the failed request (0 tokens) skipped
+    assert [(r.arrival, r.prompt_tokens, r.output_tokens) for r in b] == \
+        [(0.0, 472, 18), (113.0, 417, 217), (135.0, 1360, 343), (135.0, 56, 12)]
+
+
+def test_sessions_name_their_blocks_so_later_turns_hit_the_cache():
+    from generation.engine.replay import trace_block_hashes
+    reqs = read_fleet_trace(os.path.join(FIX, "sessions.jsonl"))
+    assert [r.prompt for r in reqs] == ["session:a", "session:7", "session:a", None]
+    first, _, later, plain = [trace_block_hashes(r, 16) for r in reqs]
+    assert later[:len(first)] == first and first[:16] == [("sys", i) for i in range(16)]
+    assert plain is None
+
+
+def test_bad_traces_name_the_line(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,12,x\n")
+    with pytest.raises(ValueError, match=r"t.csv:2: not a trace row"):
+        read_fleet_trace(str(p))
+    p.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a known trace"):
+        read_fleet_trace(str(p))
+    j = tmp_path / "t.jsonl"
+    j.write_text('{"arrival": 0, "prompt_tokens": 5, "output_tokens": 1, "session_id": [1]}\n')
+    with pytest.raises(ValueError, match=r"t.jsonl:1: .*session_id"):
+        read_fleet_trace(str(j))
+
+
+def test_prefix_workload_is_seeded_sessions_under_shared_prompts():
+    a = prefix_workload(5, 10, groups=4, turns=2, seed=1)
+    assert a == prefix_workload(5, 10, groups=4, turns=2, seed=1) != prefix_workload(5, 10, groups=4, turns=2, seed=2)
+    assert {r.prefix_group for r in a} <= {f"sys{i}" for i in range(4)}
+    turns = {}
+    for r in a:
+        turns.setdefault(r.prompt, []).append(r)
+    assert all(len(v) == 2 and v[1].prompt_tokens == v[0].prompt_tokens + 128 + 256 for v in turns.values())
+
+
+SERVER = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "4096"]
+
+
+def test_the_planner_bisects_to_the_fewest_pods(monkeypatch):
+    from generation.fleet import planner
+    calls = []
+
+    def fake(config, trace, pods, slo_ttft, slo_itl, server_args=(), seed=0):
+        calls.append(pods)
+        need = 13 if config["router"] == "round-robin" else 9
+        ok = pods >= need
+        return {"pods": pods, "ttft_p99": 0.5 * need / pods, "itl_p99": 0.01, "ok": ok, "gave_up": not ok}
+
+    monkeypatch.setattr(planner, "evaluate", fake)
+    from generation.engine.replay import TraceRequest
+    trace = [TraceRequest(0.0, 10, 1), TraceRequest(3600.0, 10, 1)]
+    row = planner.search({"gpu": "H100", "tp": 2, "router": "round-robin"}, trace, 1.0, 0.05)
+    assert calls == [1, 2, 4, 8, 16, 12, 14, 13]
+    assert (row["pods"], row["gpus"], row["gpu_hours"], row["replays"]) == (13, 26, 26.0, 8)
+    assert row["margin"] == pytest.approx(min(1 - 0.5, 1 - 0.01 / 0.05))
+    none = planner.search({"gpu": "H100", "tp": 1, "router": "weighted"}, trace, 1.0, 0.05, max_pods=8)
+    assert none["pods"] is None and none["gpu_hours"] is None
+    configs = planner.configurations(["H100", "A100"], [1, 2], ["round-robin", "weighted"])
+    assert len(configs) == 8
+    shares = [planner.plan(trace, configs, 1.0, 0.05, share=(i, 3), workers=1) for i in range(3)]
+    assert sorted(len(s) for s in shares) == [2, 3, 3]
+    assert sorted((r["gpu"], r["tp"], r["router"]) for s in shares for r in s) == \
+        sorted((c["gpu"], c["tp"], c["router"]) for c in configs)
+
+
+def test_plan_shares_and_merge_on_the_command_line(tmp_path, capsys):
+    from generation.fleet.cli import main
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"share-{i}.json"
+        assert main(["plan", "--trace", os.path.join(FIX, "azure_code_sample.csv"), "--slo-ttft", "2",
+                     "--slo-itl", "0.1", "--gpus", "H100", "--routers", "round-robin,least-queue",
+                     "--share", f"{i}/2", "--output", str(out), "--workers", "1", *SERVER]) == 0
+        outs.append(str(out))
+        assert json.loads(out.read_text())["share"] == [i, 2]
+    capsys.readouterr()
+    assert main(["merge", *outs]) == 0
+    text = capsys.readouterr().out
+    assert "round-robin" in text and "least-queue" in text and "margin" in text
+    rows = json.loads(open(outs[0]).read())["rows"]
+    assert rows[0]["pods"] == 1 and rows[0]["gpu"] == "H100"
+
+
+def test_cli_errors_are_one_line(capsys):
+    from generation.fleet.cli import main
+    assert main(["replay", "--pods", "2", *SERVER]) == 2
+    assert "give --trace FILE or --prefix-heavy" in capsys.readouterr().err
+    assert main(["plan", "--trace", os.path.join(FIX, "burstgpt_sample.csv"), "--slo-ttft", "0", "--slo-itl",
+                 "0.1", *SERVER]) == 2
+    assert "--slo-ttft" in capsys.readouterr().err
+    assert main(["replay", "--prefix-heavy", "--rate", "2", "--seconds", "2", "--router", "nope", *SERVER]) == 2
+    assert "--router must be one of" in capsys.readouterr().err
+
+
+def test_cli_replay_prints_fleet_and_pods(tmp_path, capsys):
+    from generation.fleet.cli import main
+    assert main(["replay", "--trace", os.path.join(FIX, "sessions.jsonl"), "--pods", "2", "--router",
+                 "prefix-precise", "--json", *SERVER]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fleet"]["requests"] == 4 and len(out["pods"]) == 2
+    assert sum(p["requests"] for p in out["pods"]) == 4
+
+
+def test_a_round_of_the_search_spreads_pod_counts_over_the_processes():
+    from generation.fleet.planner import _Search
+    s = _Search({"gpu": "H100", "tp": 1, "router": "round-robin"}, 1, 64)
+    res = lambda ok: {"ok": ok, "ttft_p99": 0.1, "itl_p99": 0.01}
+    for n in (1, 2, 4, 8):                               # doubling, one at a time
+        assert s.candidates(3) == [n]
+        s.update(n, res(False))
+    assert s.candidates(3) == [16]
+    s.update(16, res(True))
+    assert (s.lo, s.hi) == (8, 16) and s.candidates(3) == [10, 12, 14]   # evenly inside (8, 16)
+    for n, ok in ((10, False), (12, True), (14, True)):
+        s.update(n, res(ok))
+    assert (s.lo, s.hi) == (10, 12)
+    assert s.candidates(3) == [11]
+    s.update(11, res(True))
+    assert s.done and s.hi == 11 and s.candidates(3) == []
+    s.update(0, {"error": "ValueError: no"})
+    assert s.row([], 1.0, 1.0)["error"] == "ValueError: no"

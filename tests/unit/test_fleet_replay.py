@@ -1,0 +1,180 @@
+"""The fleet in virtual time (generation/fleet/replay.py): one pod equals the single-pod
+replay, every pod's result equals a single-pod replay of the requests routed to it, per-pod
+accounting adds up, P/D hands requests over with the KV transfer, and the autoscaler's pods
+start late and drain.  Unit tier, virtual time, deterministic."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from generation.engine.hardware import gpu_by_name, resolve_arch
+from generation.engine.perf.step_model import build_step_model
+from generation.engine.replay import TraceRequest, replay
+from generation.engine.scheduler import Scheduler
+from generation.fleet.autoscaler import Autoscaler, ScalingPolicy
+from generation.fleet.replay import FleetReplay
+from generation.fleet.routing import make_router
+
+STEP = build_step_model(gpu_by_name("H100"), resolve_arch("meta-llama/Llama-3.1-8B-Instruct")[0])
+
+
+def sched(blocks=600):
+    return Scheduler(num_gpu_blocks=blocks, block_size=16, max_num_seqs=32, max_num_batched_tokens=2048,
+                     max_model_len=8192)
+
+
+def new_pod(i, role):
+    return sched(), STEP
+
+
+def workload(n=240, rate=60.0, groups=12, seed=5):
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for k in range(n):
+        t += rng.expovariate(rate)
+        out.append(TraceRequest(t, rng.randint(600, 1500), rng.randint(5, 60), f"g{rng.randrange(groups)}", 512,
+                                prompt=f"s{k % 40}" if k % 2 else None))
+    return out
+
+
+def digest(res):
+    reqs = sorted(res.requests, key=lambda r: (r.arrival, r.prompt_len))
+    return (len(res.requests), len(res.steps), res.preemptions, res.duration, sum(res.itl),
+            [(r.arrival, res.times(r), r.cached_tokens) for r in reqs])
+
+
+def test_one_pod_is_the_single_pod_replay():
+    trace = workload()
+    res = FleetReplay(new_pod, trace, pods=1).run()
+    alone = replay(sched(), STEP, trace)
+    assert digest(res.pods[0].result) == digest(alone)
+    s = res.summary()
+    assert s["requests"] == 240 and s["unfinished"] == 0 and s["pods_total"] == 1
+    assert s["ttft_s"] == alone.summary()["ttft_s"]
+    assert res.gpu_hours == pytest.approx(alone.duration / 3600)
+
+
+@pytest.mark.parametrize("router,refresh", [("least-queue", 0.0), ("prefix-precise", 0.0), ("prefix-approx", 0.0),
+                                            ("weighted", 0.0), ("round-robin", 0.0), ("least-queue", 0.05)])
+def test_each_pod_equals_a_single_pod_replay_of_its_requests(router, refresh):
+    trace = workload()
+    res = FleetReplay(new_pod, trace, pods=4, router=make_router(router, seed=1), refresh_interval=refresh).run()
+    assert sum(len(p.routed) for p in res.pods) == 240
+    assert all(p.routed for p in res.pods)
+    for p in res.pods:
+        mine = [tr for tr, _ in p.routed]
+        assert [at for _, at in p.routed] == [tr.arrival for tr in mine]
+        assert digest(p.result) == digest(replay(sched(), STEP, mine))
+    # the fleet's records are the pods' requests
+    assert len(res.records) == sum(len(p.result.requests) for p in res.pods) == 240
+    assert sorted(r["pod"] for r in res.records) == sorted(p.name for p in res.pods for _ in p.result.requests)
+    assert res.summary()["requests"] == 240
+
+
+def test_prefix_aware_routing_hits_the_cache_more_than_round_robin():
+    trace = workload(groups=40, rate=40.0)
+    small = lambda i, role: (sched(blocks=200), STEP)   # each pod holds a few groups' prefixes
+    rr = FleetReplay(small, trace, pods=4, router=make_router("round-robin")).run().summary()
+    px = FleetReplay(small, trace, pods=4, router=make_router("prefix-precise")).run().summary()
+    assert px["cache_hit_rate"] > rr["cache_hit_rate"] + 0.05
+
+
+def test_pd_hands_each_request_to_a_decode_pod_after_the_kv_transfer():
+    trace = workload(n=60, rate=20.0)
+    bw = 10e9
+    res = FleetReplay(new_pod, trace, pods=2, prefill_pods=2, router=make_router("least-queue"),
+                      prefill_router=make_router("prefix-precise"), kv_transfer_bandwidth=bw).run()
+    pre = [p for p in res.pods if p.role == "prefill"]
+    dec = [p for p in res.pods if p.role == "decode"]
+    assert [p.name for p in pre] == ["prefill-0", "prefill-1"] and len(dec) == 2
+    assert sum(len(p.result.requests) for p in pre) == 60                # prompt + one token each
+    assert all(r.num_output == 1 for p in pre for r in p.result.requests)
+    decoded = [r for p in dec for r in p.result.requests]
+    assert len(decoded) == 60 and res.summary()["requests"] == 60
+    transfer = STEP.kv_bytes_per_token / bw
+    for p in dec:
+        for tr, at in p.routed:
+            req = next(r for r in p.result.requests if r.arrival == at and r.prompt_len == tr.prompt_tokens)
+            assert req.kv_ready_at == pytest.approx(at + tr.prompt_tokens * transfer)
+            assert req.cached_tokens == (tr.prompt_tokens - 1) // 16 * 16   # all but the last token remote
+            assert req.first_scheduled >= req.kv_ready_at
+    by_arrival = {r["arrival"]: r for r in res.records}
+    for p in pre:                     # the client's first token comes after its prefill answered
+        for r in p.result.requests:
+            assert by_arrival[r.arrival]["ttft"] > p.result.times(r)[1] - r.arrival
+
+
+def _scaled(trace, policy):
+    return FleetReplay(new_pod, trace, pods=1, router=make_router("least-queue"), autoscaler=Autoscaler(policy)).run()
+
+
+def test_autoscaler_scale_up_waits_for_the_start_up_delay():
+    trace = workload(n=500, rate=100.0)          # more than one pod can take
+    policy = ScalingPolicy(scrape_interval=1.0, startup_delay=2.0, max_replicas=3, queue_length_threshold=5)
+    res = _scaled(trace, policy)
+    ups = [d for d in res.decisions if d[2] > 0]
+    assert ups and (ups[0][3] == "all saturated" or ups[0][3].startswith("spare"))
+    new = [p for p in res.pods if p.index > 0]
+    assert 1 <= len(new) <= 2
+    for p in new:
+        assert p.ready_at == p.created + 2.0
+        assert p.created in [d[0] for d in ups]
+        assert all(at >= p.ready_at for _, at in p.routed)          # nothing before it is ready
+        assert p.routed                                               # and then it serves
+    assert res.summary()["requests"] == 500
+    # timeline: a starting pod, then ready
+    assert any(t[2] == 1 for t in res.timeline) and max(t[1] for t in res.timeline) == len(res.pods)
+
+
+def test_scale_down_drains_without_losing_a_request():
+    rng = random.Random(1)
+    busy = [TraceRequest(i / 80.0, 800, 40) for i in range(400)]       # 5 s busy
+    quiet = [TraceRequest(5.0 + i * 0.5 + rng.random() * 0.01, 200, 5) for i in range(40)]   # 20 s quiet
+    policy = ScalingPolicy(scrape_interval=1.0, startup_delay=0.5, min_replicas=1, max_replicas=3,
+                           queue_length_threshold=4, scale_down_stabilization=3.0)
+    res = _scaled(busy + quiet, policy)
+    assert res.summary()["requests"] == 440 and res.unfinished == 0
+    downs = [d for d in res.decisions if d[2] < 0]
+    assert downs
+    removed = [p for p in res.pods if p.removed_at is not None]
+    assert removed
+    for p in removed:
+        assert all(at < p.drain_at for _, at in p.routed)          # nothing routed once draining
+        last = max(r.finished_at for r in p.result.requests)
+        assert p.removed_at == max(p.drain_at, p.result.duration) and p.removed_at >= last
+    # GPU-hours: each pod from its creation to its removal (or the end)
+    end = res.duration
+    expect = sum((p.removed_at if p.removed_at is not None else end) - p.created for p in res.pods) / 3600
+    assert res.gpu_hours == pytest.approx(expect)
+    assert res.gpu_hours < len(res.pods) * end / 3600
+
+
+def test_the_planner_gives_up_early_on_a_hopeless_fleet():
+    trace = workload(n=300, rate=150.0)
+    res = FleetReplay(new_pod, trace, pods=1, give_up_ttft=0.05).run()
+    assert res.gave_up and res.summary()["gave_up"]
+    assert res.unfinished > 0 and res.duration < trace[-1].arrival
+
+
+def test_a_fleet_that_cannot_run_names_the_flag():
+    with pytest.raises(ValueError, match="--pods"):
+        FleetReplay(new_pod, [], pods=0)
+    with pytest.raises(ValueError, match="--autoscale"):
+        FleetReplay(new_pod, [], pods=1, prefill_pods=1, autoscaler=Autoscaler())
+    with pytest.raises(ValueError, match="outside the autoscaler's replicas"):
+        FleetReplay(new_pod, [], pods=5, autoscaler=Autoscaler(ScalingPolicy(max_replicas=4)))
+    assert math.isinf(FleetReplay(new_pod, [], pods=1).pods[0].replay.next_event_time())
+
+
+def test_a_sessions_next_turn_follows_its_cache_with_prefix_aware_routing():
+    import os
+    from generation.fleet.traces import read_fleet_trace
+    trace = read_fleet_trace(os.path.join(os.path.dirname(__file__), "..", "fixtures", "fleet", "sessions.jsonl"))
+    res = FleetReplay(new_pod, trace, pods=2, router=make_router("prefix-precise")).run()
+    where = {(tr.prompt, tr.prompt_tokens): p for p in res.pods for tr, _ in p.routed}
+    assert where[("session:a", 600)] is where[("session:a", 900)]
+    assert where[("session:7", 700)] is where[("session:a", 600)]         # the shared system prompt is there
+    turn2 = next(r for p in res.pods for r in p.result.requests if r.prompt_len == 900)
+    assert turn2.cached_tokens == 600 // 16 * 16                           # the first turn's prompt blocks
