@@ -281,6 +281,9 @@ def main(argv=None) -> int:
     except (TokenizerLoadError, DownloadError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if config.fleet_size:                       # --fleet-size N: N pods in this process
+        from server.fleet import serve_fleet
+        return serve_fleet(config, tokenizer)
     return serve(config, tokenizer, argv)
 
 
