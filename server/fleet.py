@@ -93,15 +93,18 @@ class Pod:
 
     def close(self) -> None:
         """Flush and close the pod's KV-event publisher and replay socket."""
-        publisher = getattr(self.sim.kv_cache, "publisher", None) if self.sim.kv_cache is not None else None
+        kv = self.sim.kv_cache
+        publisher = getattr(kv, "publisher", None) if kv is not None else None
         if publisher is None:
             return
         try:
-            publisher.flush()
+            if hasattr(publisher, "flush"):
+                publisher.flush()
         except Exception:            # a broken publisher must not stop the removal
             log.exception("pod %s: flushing its KV events failed", self.name)
-        replay = getattr(publisher.on_sent, "__self__", None)
-        publisher.close()
+        replay = getattr(getattr(publisher, "on_sent", None), "__self__", None)
+        if hasattr(publisher, "close"):
+            publisher.close()
         if replay is not None and hasattr(replay, "close"):
             replay.close()
 
