@@ -11,7 +11,8 @@ llm-d's inference scheduler does, in one gevent process:
   ``--groups`` prefix groups (a shared system prompt of ``--prefix-tokens``, then a unique
   tail) and goes to the pod with the best score: queue (running + waiting from the last scrape,
   plus requests sent since) minus the share of its prefix blocks the pod holds;
-* a prober sends ``GET /health`` to a random pod every 50 ms and times it;
+* a prober process sends ``GET /health`` to a random pod every 50 ms (a new connection each
+  time, as a kubelet) and times it;
 * with ``--scale``, halfway through one pod is added (start-up delay 1 s) and one removed
   (drained); the router follows ``GET /fleet/pods`` and retries a request that finds a
   closed port on another pod.
@@ -304,18 +305,27 @@ def run(args, proc, http, ctl, sub, startup, load_before) -> int:
             pod.generation_tokens += usage["completion_tokens"]
             return
 
+    prober_src = (
+        "import json, random, sys, time, urllib.request\n"
+        "urls, until = json.loads(sys.argv[1]), time.monotonic() + float(sys.argv[2])\n"
+        "out = []\n"
+        "while time.monotonic() < until:\n"
+        "    t = time.perf_counter()\n"
+        "    try:\n"
+        "        urllib.request.urlopen(random.choice(urls) + '/health', timeout=5).read()\n"
+        "        out.append(1000 * (time.perf_counter() - t))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    time.sleep(0.05)\n"
+        "print(json.dumps(out))\n")
+
     def prober():
-        while not stop[0]:
-            live = [p for p in pods.values() if not p.gone]
-            if live:
-                p = rng.choice(live)
-                t = time.perf_counter()
-                try:
-                    if http.request("GET", p.url + "/health").status == 200:
-                        health_ms.append(1000 * (time.perf_counter() - t))
-                except urllib3.exceptions.HTTPError:
-                    pass
-            gevent.sleep(0.05)
+        """/health from another process (a kubelet's probe: a new connection each time), so
+        that the client's own event loop is not in the figure."""
+        urls = [p.url for p in pods.values() if not p.gone]
+        out = subprocess.run([sys.executable, "-c", prober_src, json.dumps(urls), str(args.duration)],
+                             capture_output=True, text=True).stdout
+        health_ms.extend(json.loads(out or "[]"))
 
     def watcher():
         while not stop[0]:
@@ -345,11 +355,13 @@ def run(args, proc, http, ctl, sub, startup, load_before) -> int:
     gevent.spawn(kv_events)
     gevent.sleep(1.0)                       # every publisher connected and subscribed
     stats0 = json.loads(http.request("GET", ctl + "/fleet/stats").data)
-    for g in (prober, watcher):
-        gevent.spawn(g)
+    probing = gevent.spawn(prober)
+    gevent.spawn(watcher)
     if args.scale:
         gevent.spawn(scale)
     rate = args.rate * args.pods
+    import resource
+    client_cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     jobs = []
     next_at = t0
@@ -359,8 +371,10 @@ def run(args, proc, http, ctl, sub, startup, load_before) -> int:
         gevent.sleep(max(0.0, next_at - time.monotonic()))
         jobs.append(gevent.spawn(one_request, n))
         n += 1
-    gevent.joinall(jobs)
+    gevent.joinall(jobs + [probing])
     elapsed = time.monotonic() - t0
+    client_cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    client_cpu = (client_cpu1.ru_utime + client_cpu1.ru_stime) - (client_cpu0.ru_utime + client_cpu0.ru_stime)
     stats1 = json.loads(http.request("GET", ctl + "/fleet/stats").data)
     stop[0] = True
     gevent.sleep(0.5)                       # the last KV events
@@ -393,7 +407,8 @@ def run(args, proc, http, ctl, sub, startup, load_before) -> int:
     print(f"/health: {len(health_ms)} probes: ms p50 {pct(health_ms, .5):.2f} p99 {pct(health_ms, .99):.2f} "
           f"max {max(health_ms, default=float('nan')):.2f}")
     print(f"fleet CPU: {100 * cpu / max(wall, 1e-9):.0f}% of one core over the run "
-          f"({1000 * cpu / max(n, 1):.2f} CPU ms per request, scrapes included)")
+          f"({1000 * cpu / max(n, 1):.2f} CPU ms per request, scrapes included); the client: "
+          f"{100 * client_cpu / elapsed:.0f}% of one core")
     print(f"KV events: {events[0]} received; routed to a pod holding the prefix: "
           f"{prefix_routed[0]}/{prefix_routed[1]}")
     for name, secs, victim, drained in scaled:
