@@ -19,12 +19,13 @@ STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--enable-kvc
 
 
 def build(*flags, size=3, env=None):
+    from app import create_app
     from generation.config.cli import load_config
-    from server.fleet import build_fleet
+    from server.fleet_worker import build_fleet
     argv = ["--model", "test-model", "--host", "127.0.0.1", "--port", str(PORT), "--fleet-size", str(size),
             "--fleet-control-port", str(CONTROL), "--seed", "7", *flags]
     config = load_config(argv, env=_clean_env({"POD_IP": "10.0.0.5", "POD_NAME": "sim", **(env or {})}))
-    fleet = build_fleet(config, bind=False)
+    fleet = build_fleet(config, create_app, bind=False)
     client = httpx.Client(transport=httpx.WSGITransport(app=fleet), timeout=30)
     return fleet, client
 
