@@ -43,6 +43,7 @@ def step_fleet():
     fleet, client = build(*STEP)
     recorders = []
     for pod in fleet.pods.values():
+        pod.close()                          # its ZMQ publisher: a recorder stands in
         recorders.append(Recorder())
         pod.sim.kv_cache.publisher = recorders[-1]
     yield fleet, client, recorders
@@ -106,6 +107,13 @@ def test_control_api_adds_a_pod_that_starts_then_removes_it():
                         ({"startup_delay": -1}, "startup_delay"), ([1], "body")):
         r = client.post(ctl + "/fleet/pods", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    r = client.post(ctl + "/fleet/pods", content=b"{", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+    r = client.put(ctl + "/fleet/pods")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
+    assert client.get(ctl + "/fleet/pods/sim-0").status_code == 405
+    r = client.delete(ctl + "/fleet/pods/sim-0", params={"timeout": "-1"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "timeout"
     r = client.post(ctl + "/fleet/pods", json={"count": 1, "startup_delay": 0.3})
     assert r.status_code == 201
     (new,) = r.json()["pods"]
@@ -139,3 +147,15 @@ def test_fleet_flags_are_checked():
         with pytest.raises(ConfigError) as e:
             load_config(argv, env={})
         assert e.value.param == param
+
+
+def test_loopback_addresses_give_each_pod_its_own_ip():
+    fleet, client = build("--fleet-addresses", "loopback", "--enable-kvcache", size=2)
+    for i in range(2):
+        ip = f"127.1.0.{i + 1}"
+        r = client.post(f"http://{ip}:{PORT}/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+        assert r.status_code == 200 and r.headers["x-inference-pod"] == f"sim-{i}"
+        assert fleet.pods[f"sim-{i}"].sim.config.kv_topic() == f"kv@{ip}:{PORT}@test-model"
+    assert client.get(f"http://127.0.0.1:{PORT}/health").status_code == 404     # no pod at the base address
+    for pod in fleet.pods.values():
+        pod.close()                          # their KV-event sockets
