@@ -15,7 +15,8 @@ JSON in and out.
   ``vllm_sim:fleet_pods{state}``;
 * ``GET /health``: 200.
 
-Errors use vLLM's envelope: 400 naming the field (``count``, ``startup_delay``, ``timeout``,
+With ``--api-key`` every route but ``/health`` and ``/metrics`` needs the key, as the pods'
+(:class:`server.auth.APIKeyMiddleware`).  Errors use vLLM's envelope: 400 naming the field (``count``, ``startup_delay``, ``timeout``,
 ``body``), 404 for an unknown pod or path, 405 for a wrong method, 409 for a pod already
 draining or a port in use.
 """

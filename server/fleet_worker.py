@@ -26,6 +26,9 @@ def build_fleet(config, app_factory, bind: bool = True) -> Fleet:
             fleet.add(0.0)
         if config.fleet_control_port:
             fleet.control = control_app(fleet)
+            from .auth import APIKeyMiddleware, api_keys
+            if api_keys(config):             # --api-key guards the control API too (probes open)
+                fleet.control = APIKeyMiddleware(fleet.control, api_keys(config))
             host, port = config.host, config.fleet_control_port
             fleet.control_listener = None
             if bind:

@@ -159,3 +159,13 @@ def test_loopback_addresses_give_each_pod_its_own_ip():
     assert client.get(f"http://127.0.0.1:{PORT}/health").status_code == 404     # no pod at the base address
     for pod in fleet.pods.values():
         pod.close()                          # their KV-event sockets
+
+
+def test_api_key_guards_the_control_api_and_the_pods():
+    fleet, client = build("--api-key", "k1", size=1)
+    ctl = f"http://127.0.0.1:{CONTROL}"
+    assert client.get(ctl + "/fleet/pods").status_code == 401
+    assert client.delete(ctl + "/fleet/pods/sim-0").status_code == 401
+    assert client.get(ctl + "/health").status_code == 200
+    assert client.get(ctl + "/fleet/pods", headers={"Authorization": "Bearer k1"}).status_code == 200
+    assert client.get(pod_url(0) + "/v1/models").status_code == 401
