@@ -153,10 +153,10 @@ def serve_fleet(config, app_factory) -> int:
                      if fleet.control_key else "")
             while self._stop_signal is None:
                 self._stop_event.wait(0.25)
+            servers = [p.server for p in fleet.pods.values() if p.server is not None and not p.draining]
             for pod in list(fleet.pods.values()):
                 pod.draining = True
                 pod.lifecycle.draining = True
-            servers = [p.server for p in fleet.pods.values() if p.server is not None]
             if self.control_server is not None:
                 servers.append(self.control_server)
             self._drain(servers)
