@@ -52,7 +52,8 @@ class FleetError(Exception):
 class Pod:
     """One simulated pod: its app (``app.extensions["simulator"]`` the engine), where it
     listens, its state (``starting`` until ``ready_at``, ``ready``, ``draining``, ``removed``)
-    and the greenlets serving its requests now (``busy``, kept by :class:`FleetWorker`)."""
+    and the greenlets serving its requests now (``busy``, kept by
+    :class:`server.fleet_worker.FleetWorker`)."""
 
     def __init__(self, index: int, name: str, host: str, port: int, app, startup_delay: float = 0.0):
         self.index, self.name, self.host, self.port = index, name, host, port
