@@ -201,7 +201,7 @@ class SimConfig:
         if self.timeout_keep_alive < 0:
             raise ConfigError("timeout-keep-alive cannot be negative", "timeout-keep-alive")
         self._validate_generic()
-        if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None:
+        if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None and not self.fleet_size:
             raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
 
     def _validate_engine_flags(self) -> None:

@@ -156,6 +156,8 @@ def test_fleet_flags_are_checked():
         with pytest.raises(ConfigError) as e:
             load_config(argv, env={})
         assert e.value.param == param
+    # a fleet names each pod's KV topic by its own address: POD_IP is not required
+    assert load_config(["--fleet-size", "2", "--enable-kvcache"], env={}).fleet_size == 2
 
 
 def test_loopback_addresses_give_each_pod_its_own_ip():
