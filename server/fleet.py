@@ -135,8 +135,9 @@ class Fleet:
         self.extensions: dict = {}           # what SimWorker.load_wsgi looks for on an app
         self.removed = 0
         self._cpu_mark = (time.monotonic(), _cpu_seconds())
-        self.control = None
+        self.control = None                  # the control API's WSGI app (--fleet-control-port)
         self.control_key = None
+        self.control_listener = None
 
     # ---- pods ---------------------------------------------------------------------------------
     def address(self, index: int) -> tuple[str, int]:

@@ -30,7 +30,6 @@ def build_fleet(config, app_factory, bind: bool = True) -> Fleet:
             if api_keys(config):             # --api-key guards the control API too (probes open)
                 fleet.control = APIKeyMiddleware(fleet.control, api_keys(config))
             host, port = config.host, config.fleet_control_port
-            fleet.control_listener = None
             if bind:
                 from .listening import _gunicorn_listener, bind as bind_socket
                 try:
