@@ -43,7 +43,7 @@ def test_dockerfile_shape():
 
 
 def _manifests():
-    return sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+    return sorted((ROOT / "deploy" / "kubernetes").rglob("*.yaml"))     # fleet/ included
 
 
 def _validate(resource: dict):
@@ -51,7 +51,7 @@ def _validate(resource: dict):
     kubernetes_validate.validate(resource, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("path", _manifests(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _manifests(), ids=lambda p: str(p.relative_to(ROOT / "deploy" / "kubernetes")))
 def test_manifest_validates(path):
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert docs
@@ -132,8 +132,8 @@ def test_llm_d_fleet_values(name):
 
 def test_kubernetes_fleet_layouts_parse_and_expose_every_pod():
     from generation.config.cli import load_config
-    for name in ("fleet-one-per-pod.yaml", "fleet-many-per-pod.yaml"):
-        dep, svc = [d for d in yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / name).read_text()) if d]
+    for name in ("one-per-pod.yaml", "many-per-pod.yaml"):
+        dep, svc = [d for d in yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "fleet" / name).read_text()) if d]
         (c,) = dep["spec"]["template"]["spec"]["containers"]
         cfg = load_config(list(c["args"]), env={})
         assert cfg.latency_calculator == "step"
