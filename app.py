@@ -281,6 +281,9 @@ def main(argv=None) -> int:
     except (TokenizerLoadError, DownloadError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if config.fleet_size:                       # --fleet-size N: N pods in this process
+        from server.fleet_worker import serve_fleet
+        return serve_fleet(config, lambda pod_config: create_app(pod_config, tokenizer))
     return serve(config, tokenizer, argv)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, current_app
 
 from generation.config.values import ConfigError
 from generation.errors import InvalidParam
@@ -87,13 +87,11 @@ def update_fake_metrics():
     return Response(status=204)
 
 
-_ENGINE_IDS: dict = {}
-
-
 @bp.get("/query")
 def query():
     sim = simulator()
-    if not _ENGINE_IDS:
+    ids = current_app.extensions.setdefault("engine_ids", {})     # per app: a fleet's pods differ
+    if not ids:
         for r in range(sim.config.data_parallel_size):
-            _ENGINE_IDS[str(r)] = {"engine_id": str(uuid.uuid5(uuid.NAMESPACE_URL, sim.new_request_id()))}
-    return json_response(_ENGINE_IDS)
+            ids[str(r)] = {"engine_id": str(uuid.uuid5(uuid.NAMESPACE_URL, sim.new_request_id()))}
+    return json_response(ids)

@@ -6,6 +6,9 @@ The simulator is the container's main process, so its command line (``/proc/1/cm
 serves HTTPS (``--ssl-certfile`` / ``--self-signed-certs``; the certificate is not verified,
 only liveness is checked).  ``docker run IMAGE MODEL --port 9000`` is therefore followed without
 anything else to change.  A port set only in a ``--config`` file is not seen: pass ``--port``.
+A fleet (``--fleet-size``) is probed on its control API (``--fleet-control-port``), which
+answers while the process serves, else on pod 0 (at ``127.1.0.1`` with ``--fleet-addresses
+loopback``).
 
 Exit status 0 when ``/health`` answers 200 within 2 s, 1 otherwise (Docker's contract).
 Standard library only: it runs every few seconds beside the simulator.
@@ -59,6 +62,12 @@ def health_url(args: list[str]) -> str:
     port = _flag(args, "--port") or "8000"
     host = _flag(args, "--host") or ""
     host = "127.0.0.1" if host in WILDCARD else host
+    if (_flag(args, "--fleet-size") or "0") != "0":
+        control = _flag(args, "--fleet-control-port") or "0"
+        if control != "0":
+            port = control
+        elif _flag(args, "--fleet-addresses") == "loopback":
+            host = "127.1.0.1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     tls = bool(_flag(args, "--ssl-certfile")) or _bool_flag(args, "--self-signed-certs")

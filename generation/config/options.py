@@ -98,6 +98,7 @@ GROUPS = {   # group -> title (vLLM's config class where there is one)
     "metrics": "Metrics",
     "multimodal": "Multimodal",
     "parallel": "Parallelism (vLLM ParallelConfig)",
+    "fleet": "Fleet: many simulated pods in one process (simulator)",
     "environment": "Environment only",
 }
 
@@ -331,6 +332,17 @@ _declare("parallel",
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"))
+_declare("fleet",
+         Option("fleet-size", "int", 0, "Serve this many independent simulated vLLM pods from one process, each "
+                "with its own port, engine, KV cache, /metrics, KV-event topic and pod headers (0: one ordinary "
+                "server; see README \"Many pods in one process\")", unit="pods"),
+         Option("fleet-addresses", "str", "ports", "Where the fleet's pods listen: `ports` (pod i on --host at "
+                "--port + i) or `loopback` (pod i on 127.1.0.1 + i at --port; its POD_IP)",
+                choices=("ports", "loopback")),
+         Option("fleet-control-port", "int", 0, "Port of the fleet's control API (GET/POST /fleet/pods, DELETE "
+                "/fleet/pods/NAME, GET /fleet/stats, process /metrics) on --host; 0: none"),
+         Option("fleet-startup-delay", _D, 0.0, "A pod added at run time answers 503 on every route, /health "
+                "included, for this long (an autoscaler's scale-up delay)", unit="s", maximum=MAX_LATENCY))
 _declare("environment",
          Option("pod-ip", "str", "", "Pod address (KV-event topic; required with --enable-kvcache)",
                 env="POD_IP", cli=False, shown_as="IP"),

@@ -178,6 +178,7 @@ class SimConfig:
         if self.grpc and self.data_parallel_size > 1:
             raise ConfigError("--grpc serves one engine: use --grpc-port beside HTTP with --data-parallel-size",
                               "grpc")
+        self._validate_fleet()
         if (self.grpc or self.grpc_port) and self.mm_encoder_only:
             raise ConfigError("gRPC is not served in --mm-encoder-only mode (as the reference)", "grpc")
         if self.dataset_url and not self.dataset_path:
@@ -200,7 +201,7 @@ class SimConfig:
         if self.timeout_keep_alive < 0:
             raise ConfigError("timeout-keep-alive cannot be negative", "timeout-keep-alive")
         self._validate_generic()
-        if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None:
+        if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None and not self.fleet_size:
             raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
 
     def _validate_engine_flags(self) -> None:
@@ -267,6 +268,27 @@ class SimConfig:
                             ("tool_call_extra_call_probability", "ToolCallExtraCallProbability")):
             if not 0 <= getattr(self, attr) <= 100:
                 raise ConfigError(f"{label} should be between 0 and 100", attr.replace("_", "-"))
+
+    def _validate_fleet(self) -> None:
+        """``--fleet-size``: bounds, and the flags that mean one engine per process (data
+        parallelism, gRPC) refused beside it."""
+        if not 0 <= self.fleet_size <= 1024:
+            raise ConfigError(f"fleet size must be between 0 and 1024, got {self.fleet_size}", "fleet-size")
+        if not 0 <= self.fleet_control_port <= 65535:
+            raise ConfigError(f"invalid fleet control port '{self.fleet_control_port}'", "fleet-control-port")
+        if self.fleet_startup_delay < 0:
+            raise ConfigError("fleet startup delay cannot be negative", "fleet-startup-delay")
+        if not self.fleet_size:
+            return
+        if self.data_parallel_size > 1:
+            raise ConfigError("--fleet-size serves independent pods: it cannot be combined with "
+                              "--data-parallel-size", "fleet-size")
+        if self.grpc or self.grpc_port:
+            raise ConfigError("--fleet-size serves HTTP only (no --grpc / --grpc-port)", "fleet-size")
+        if self.fleet_control_port and self.fleet_addresses == "ports" and \
+                self.port <= self.fleet_control_port < self.port + self.fleet_size:
+            raise ConfigError(f"--fleet-control-port {self.fleet_control_port} is one of the pods' ports "
+                              f"({self.port}..{self.port + self.fleet_size - 1})", "fleet-control-port")
 
     def _validate_kv_events(self) -> None:
         """Replay queue size and the replay/publisher port collision rule (engine.md 1.4)."""

@@ -43,7 +43,7 @@ def test_dockerfile_shape():
 
 
 def _manifests():
-    return sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+    return sorted((ROOT / "deploy" / "kubernetes").rglob("*.yaml"))     # fleet/ included
 
 
 def _validate(resource: dict):
@@ -51,7 +51,7 @@ def _validate(resource: dict):
     kubernetes_validate.validate(resource, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("path", _manifests(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _manifests(), ids=lambda p: str(p.relative_to(ROOT / "deploy" / "kubernetes")))
 def test_manifest_validates(path):
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert docs
@@ -104,3 +104,40 @@ def test_the_flags_in_the_manifests_parse():
                       (values["decode"]["containers"][0]["args"], {"POD_IP": "10.0.0.5"})):
         cfg = load_config(list(args), env=env)
         assert cfg.model == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.mark.parametrize("name", ["values-fleet-one-per-pod.yaml", "values-fleet-many-per-pod.yaml"])
+def test_llm_d_fleet_values(name):
+    """Both fleet layouts for llm-d: valid container specs whose flags parse, KV events on, and
+    (few pods holding many) one declared port per simulated pod, as the InferencePool's
+    target ports."""
+    from generation.config.cli import load_config
+    values = yaml.safe_load((ROOT / "deploy" / "llm-d" / name).read_text())
+    (container,) = values["decode"]["containers"]
+    cfg = load_config(list(container["args"]), env={"POD_IP": "10.0.0.5"})
+    assert cfg.latency_calculator == "step" and cfg.enable_kvcache
+    spec = copy.deepcopy(container)
+    spec.pop("modelCommand", None)
+    _validate({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sim"},
+               "spec": {"replicas": values["decode"]["replicas"], "selector": {"matchLabels": {"app": "sim"}},
+                        "template": {"metadata": {"labels": {"app": "sim"}}, "spec": {"containers": [spec]}}}})
+    ports = sorted(p["containerPort"] for p in container["ports"] if p["name"].startswith("sim-"))
+    if cfg.fleet_size:
+        assert ports == list(range(cfg.port, cfg.port + cfg.fleet_size))
+        pool = yaml.safe_load((ROOT / "deploy" / "llm-d" / "inferencepool-fleet-many-per-pod.yaml").read_text())
+        assert [p["number"] for p in pool["inferencePool"]["targetPorts"]] == ports
+    else:
+        assert values["decode"]["replicas"] >= 8
+
+
+def test_kubernetes_fleet_layouts_parse_and_expose_every_pod():
+    from generation.config.cli import load_config
+    for name in ("one-per-pod.yaml", "many-per-pod.yaml"):
+        dep, svc = [d for d in yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "fleet" / name).read_text()) if d]
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        cfg = load_config(list(c["args"]), env={})
+        assert cfg.latency_calculator == "step"
+        served = sorted(p["containerPort"] for p in c["ports"] if p["name"] != "fleet-ctl")
+        assert served == list(range(cfg.port, cfg.port + max(cfg.fleet_size, 1)))
+        assert sorted(p["port"] for p in svc["spec"]["ports"]) == sorted(p["containerPort"] for p in c["ports"])
+        assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]

@@ -26,6 +26,9 @@ _spec.loader.exec_module(hc)
     (["python", "app.py", "--self-signed-certs", "false", "--port", "1"], "http://127.0.0.1:1/health"),
     (["python", "app.py", "--ssl-certfile", "/c.pem", "--ssl-keyfile", "/k.pem", "--host", "10.0.0.1"],
      "https://10.0.0.1:8000/health"),
+    (["python", "app.py", "--fleet-size=16", "--fleet-control-port=7999"], "http://127.0.0.1:7999/health"),
+    (["python", "app.py", "--fleet-size", "4", "--fleet-addresses", "loopback"], "http://127.1.0.1:8000/health"),
+    (["python", "app.py", "--fleet-size", "0", "--fleet-control-port", "7999"], "http://127.0.0.1:8000/health"),
 ])
 def test_health_url_follows_the_command_line(args, url):
     assert hc.health_url(args) == url

@@ -1,0 +1,170 @@
+"""The control API of a fleet (``--fleet-control-port``, :mod:`server.fleet`): a plain WSGI app,
+JSON in and out.
+
+* ``GET /fleet/pods``: ``{"pods": [{name, index, url, host, port, state, ready_in_s, in_flight,
+  running, waiting, kv_cache_usage_perc, kv_events_topic}]}``, serving and draining pods in
+  index order;
+* ``POST /fleet/pods`` ``{"count": 1, "startup_delay": S}``: start ``count`` (1-256) pods, each
+  answering 503 for ``startup_delay`` seconds (default ``--fleet-startup-delay``); 201 with
+  ``{"pods": [...]}`` (a port in use is a 409; pods started before it stay);
+* ``DELETE /fleet/pods/NAME?timeout=S&wait=true``: drain and remove the pod (``timeout``: the
+  drain grace, default ``--shutdown-timeout``); 202 ``{"name", "state": "draining"}`` at once,
+  or with ``wait=true`` 200 ``{"name", "state": "removed", "drained", "ended"}`` once it is gone;
+* ``GET /fleet/stats``: :meth:`server.fleet.Fleet.stats`;
+* ``GET /metrics``: the process's CPU and memory (``process_*``) and
+  ``vllm_sim:fleet_pods{state}``;
+* ``GET /health``: 200.
+
+With ``--api-key`` every route but ``/health`` and ``/metrics`` needs the key, as the pods'
+(:class:`server.auth.APIKeyMiddleware`).  Errors use vLLM's envelope: 400 naming the field (``count``, ``startup_delay``, ``timeout``,
+``body``), 404 for an unknown pod or path, 405 for a wrong method, 409 for a pod already
+draining or a port in use.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from urllib.parse import parse_qs
+
+import orjson
+
+from .fleet import FleetError
+
+log = logging.getLogger("vllm_sim")
+
+MAX_SECONDS = 3600.0
+_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 409: "ConflictError"}
+_STATUS = {200: "200 OK", 201: "201 Created", 202: "202 Accepted", 400: "400 Bad Request", 404: "404 Not Found",
+           405: "405 Method Not Allowed", 409: "409 Conflict"}
+
+
+def _seconds(raw, name: str, default: float) -> float:
+    """A number of seconds from 0 to :data:`MAX_SECONDS` (``raw`` None: ``default``); raises
+    FleetError (400) naming ``name``."""
+    if raw is None:
+        return default
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise FleetError(f"{name}: must be a number of seconds, got {raw!r}", 400, name) from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        raise FleetError(f"{name}: must be between 0 and {MAX_SECONDS:g} seconds, got {raw!r}", 400, name)
+    return value
+
+
+def _metrics_registry(fleet):
+    from prometheus_client import CollectorRegistry, ProcessCollector
+    from prometheus_client.core import GaugeMetricFamily
+
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+
+    class PodsCollector:
+        def collect(self):
+            fam = GaugeMetricFamily("vllm_sim:fleet_pods", "Simulated pods in this process, by state.",
+                                    labels=["state"])
+            states = {"starting": 0, "ready": 0, "draining": 0}
+            for p in list(fleet.pods.values()):
+                states[p.state] = states.get(p.state, 0) + 1
+            for state, n in states.items():
+                fam.add_metric([state], n)
+            yield fam
+    registry.register(PodsCollector())
+    return registry
+
+
+def control_app(fleet):
+    """The control API's WSGI callable over ``fleet`` (:class:`server.fleet.Fleet`)."""
+    import gevent
+    from prometheus_client import generate_latest
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+    registry = _metrics_registry(fleet)
+
+    def add(environ, query):
+        raw = _body(environ)
+        try:
+            body = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError:
+            raise FleetError("body: not valid JSON", 400, "body") from None
+        if not isinstance(body, dict):
+            raise FleetError("body: must be a JSON object", 400, "body")
+        count = body.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
+            raise FleetError(f"count: must be an integer from 1 to 256, got {count!r}", 400, "count")
+        delay = _seconds(body.get("startup_delay"), "startup_delay", fleet.config.fleet_startup_delay)
+        pods = []
+        for _ in range(count):          # ~25 ms each in step mode: other pods' streams go between
+            pods.append(fleet.add(delay))
+            gevent.sleep(0)
+        log.info("added %s (start-up delay %gs)", ", ".join(p.name for p in pods), delay)
+        return 201, {"pods": [p.describe() for p in pods]}
+
+    def remove(name, query):
+        timeout = _seconds(query.get("timeout", [None])[-1], "timeout", fleet.grace())
+        pod = fleet.begin_remove(name)
+        job = gevent.spawn(fleet.finish_remove, pod, timeout)
+        if query.get("wait", [""])[-1].lower() in ("1", "true", "yes", "on"):
+            return 200, job.get()
+        return 202, {"name": pod.name, "state": "draining"}
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        method = environ.get("REQUEST_METHOD", "GET")
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        allowed = None
+        try:
+            if path == "/fleet/pods":
+                allowed = "GET, POST"
+                if method == "GET":
+                    status, body = 200, {"pods": [p.describe() for p in list(fleet.pods.values())]}
+                elif method == "POST":
+                    status, body = add(environ, query)
+                else:
+                    raise FleetError("Method Not Allowed", 405)
+            elif path.startswith("/fleet/pods/") and path.count("/") == 3:
+                allowed = "DELETE"
+                if method != "DELETE":
+                    raise FleetError("Method Not Allowed", 405)
+                status, body = remove(path.rsplit("/", 1)[1], query)
+            elif path in ("/fleet/stats", "/metrics", "/health"):
+                allowed = "GET"
+                if method != "GET":
+                    raise FleetError("Method Not Allowed", 405)
+                if path == "/metrics":
+                    data = generate_latest(registry)
+                    start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4),
+                                              ("Content-Length", str(len(data)))])
+                    return [data]
+                if path == "/health":
+                    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", "0")])
+                    return [b""]
+                status, body = 200, fleet.stats()
+            else:
+                raise FleetError("Not Found", 404)
+        except FleetError as e:
+            status = e.status
+            body = {"error": {"message": e.message, "type": _TYPES.get(e.status, "BadRequestError"),
+                              "param": e.param, "code": e.status}}
+        data = orjson.dumps(body)
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        if status == 405 and allowed:
+            headers.append(("Allow", allowed))
+        start_response(_STATUS[status], headers)
+        return [data]
+    return app
+
+
+def _body(environ) -> bytes:
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    length = environ.get("CONTENT_LENGTH")
+    if length:
+        try:
+            return stream.read(int(length))
+        except ValueError:
+            raise FleetError("body: bad Content-Length", 400, "body") from None
+    return stream.read() if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked" else b""

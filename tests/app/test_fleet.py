@@ -1,0 +1,182 @@
+"""``--fleet-size N`` in-process (:mod:`server.fleet`): each pod is a simulator of its own,
+reached by the address a request is sent to (``SERVER_NAME`` / ``SERVER_PORT``, which
+``httpx.WSGITransport`` takes from the URL).  Exact per-pod accounting (counters, gauges,
+histograms and KV events follow only the requests a pod served), pod identity, the control
+API's scale-up delay and removal."""
+from __future__ import annotations
+
+import gevent
+import httpx
+import pytest
+
+from support import _clean_env, metric, scrape
+from support.kv_events import Recorder
+
+PORT = 9100
+CONTROL = 9099
+STEP = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--enable-kvcache", "--block-size", "16",
+        "--max-model-len", "512")
+
+
+def build(*flags, size=3, env=None):
+    from app import create_app
+    from generation.config.cli import load_config
+    from server.fleet_worker import build_fleet
+    argv = ["--model", "test-model", "--host", "127.0.0.1", "--port", str(PORT), "--fleet-size", str(size),
+            "--fleet-control-port", str(CONTROL), "--seed", "7", *flags]
+    config = load_config(argv, env=_clean_env({"POD_IP": "10.0.0.5", "POD_NAME": "sim", **(env or {})}))
+    fleet = build_fleet(config, create_app, bind=False)
+    client = httpx.Client(transport=httpx.WSGITransport(app=fleet), timeout=30)
+    return fleet, client
+
+
+def pod_url(i: int) -> str:
+    return f"http://127.0.0.1:{PORT + i}"
+
+
+def pod_client(fleet, i: int) -> httpx.Client:
+    return httpx.Client(base_url=pod_url(i), transport=httpx.WSGITransport(app=fleet), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def step_fleet():
+    fleet, client = build(*STEP)
+    recorders = []
+    for pod in fleet.pods.values():
+        pod.close()                          # its ZMQ publisher: a recorder stands in
+        recorders.append(Recorder())
+        pod.sim.kv_cache.publisher = recorders[-1]
+    yield fleet, client, recorders
+    client.close()
+
+
+def test_each_pod_accounts_exactly_for_the_requests_it_served(step_fleet):
+    fleet, client, recorders = step_fleet
+    served = {0: 3, 1: 1, 2: 0}
+    prompts = {i: [] for i in served}
+
+    def send(i, ids):
+        r = client.post(pod_url(i) + "/v1/completions", json={"prompt": ids, "max_tokens": 2, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-inference-pod"] == f"sim-{i}"
+        assert r.headers["x-inference-port"] == str(PORT + i)
+
+    jobs = []
+    for i, n in served.items():
+        for k in range(n):
+            ids = list(range(1000 * (i + 1) + 40 * k, 1000 * (i + 1) + 40 * k + 32))     # 2 full blocks
+            prompts[i].append(ids)
+            jobs.append(gevent.spawn(send, i, ids))
+    gevent.sleep(0)                          # every request admitted, none through its first step
+    for i, n in served.items():              # each pod's gauges hold its own requests only
+        s = scrape(pod_client(fleet, i))
+        assert metric(s, "vllm:num_requests_running") + metric(s, "vllm:num_requests_waiting") == n
+    gevent.joinall(jobs, raise_error=True)
+    for i, n in served.items():
+        s = scrape(pod_client(fleet, i))
+        assert metric(s, "vllm:request_success_total", finished_reason="length") == n
+        assert metric(s, "vllm:prompt_tokens_total") == 32 * n
+        assert metric(s, "vllm:generation_tokens_total") == 2 * n
+        assert metric(s, "vllm:e2e_request_latency_seconds_count") == n
+        assert metric(s, "vllm:num_requests_running") == 0
+        assert metric(s, "vllm:num_requests_waiting") == 0
+        assert metric(s, "vllm:prefix_cache_queries_total") == 32 * n
+        stored = [e[3] for e in recorders[i].events if e[0] == "BlockStored"]
+        assert sorted(stored) == prompts[i]        # one event per prefill: its 2 blocks' tokens
+    topics = [p.sim.config.kv_topic() for p in fleet.pods.values()]
+    assert topics == [f"kv@10.0.0.5:{PORT + i}@test-model" for i in range(3)]
+
+
+def test_pods_answer_as_separate_vllm_servers():
+    fleet, client = build("--enable-sleep-mode", "--served-model-name", "m1", size=2,
+                          env={"VLLM_SERVER_DEV_MODE": "1"})
+    assert [c["id"] for c in client.get(pod_url(1) + "/v1/models").json()["data"]] == ["m1"]
+    r = client.post(pod_url(1) + "/v1/completions", json={"model": "m1", "prompt": "hi", "max_tokens": 2},
+                    headers={"endpoint-load-metrics-format": "TEXT"})
+    assert r.status_code == 200 and r.headers["x-inference-pod"] == "sim-1"
+    assert r.headers["endpoint-load-metrics"].startswith("TEXT named_metrics.kv_cache_usage_perc=")
+    # vLLM 0.34's checkpoint routes, each pod its own state
+    assert client.post(pod_url(0) + "/checkpoint/prepare").json() == {"state": "prepared"}
+    assert client.get(pod_url(0) + "/checkpoint/status").status_code == 200
+    status = client.get(pod_url(1) + "/checkpoint/status")
+    assert (status.status_code, status.json()) == (503, {"state": "running"})
+    assert client.get(pod_url(1) + "/is_sleeping").json() == {"is_sleeping": False}
+    assert client.get(pod_url(0) + "/is_sleeping").json() == {"is_sleeping": True}     # prepared: asleep
+    ids = [client.get(pod_url(i) + "/query").json()["0"]["engine_id"] for i in range(2)]
+    assert ids[0] != ids[1]
+    r = client.get("http://127.0.0.1:9500/health")        # nothing listens there
+    assert r.status_code == 404
+
+
+def test_control_api_adds_a_pod_that_starts_then_removes_it():
+    fleet, client = build(size=2)
+    ctl = f"http://127.0.0.1:{CONTROL}"
+    assert [p["name"] for p in client.get(ctl + "/fleet/pods").json()["pods"]] == ["sim-0", "sim-1"]
+    for body, param in (({"count": 0}, "count"), ({"count": "2"}, "count"), ({"startup_delay": "x"}, "startup_delay"),
+                        ({"startup_delay": -1}, "startup_delay"), ([1], "body")):
+        r = client.post(ctl + "/fleet/pods", json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    r = client.post(ctl + "/fleet/pods", content=b"{", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+    r = client.put(ctl + "/fleet/pods")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
+    assert client.get(ctl + "/fleet/pods/sim-0").status_code == 405
+    r = client.delete(ctl + "/fleet/pods/sim-0", params={"timeout": "-1"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "timeout"
+    r = client.post(ctl + "/fleet/pods", json={"count": 1, "startup_delay": 0.3})
+    assert r.status_code == 201
+    (new,) = r.json()["pods"]
+    assert (new["name"], new["port"], new["state"]) == ("sim-2", PORT + 2, "starting")
+    assert client.get(pod_url(2) + "/health").status_code == 503
+    assert client.post(pod_url(2) + "/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 503
+    gevent.sleep(0.35)
+    assert client.get(pod_url(2) + "/health").status_code == 200
+    r = client.post(pod_url(2) + "/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+    assert r.status_code == 200 and r.headers["x-inference-pod"] == "sim-2"
+    assert client.delete(ctl + "/fleet/pods/nope").status_code == 404
+    r = client.delete(ctl + "/fleet/pods/sim-2", params={"wait": "true"})
+    assert r.json() == {"name": "sim-2", "state": "removed", "drained": 0, "ended": 0}
+    assert client.get(pod_url(2) + "/metrics").status_code == 404          # its metrics are gone
+    assert [p["name"] for p in client.get(ctl + "/fleet/pods").json()["pods"]] == ["sim-0", "sim-1"]
+    assert client.delete(ctl + "/fleet/pods/sim-2").status_code == 404
+    r = client.post(ctl + "/fleet/pods", json={})                     # the next index: the old port not reused
+    assert r.json()["pods"][0]["port"] == PORT + 3
+    stats = client.get(ctl + "/fleet/stats").json()
+    assert (stats["pods"], stats["removed"]) == (3, 1) and stats["cpu_seconds"] > 0
+    text = client.get(ctl + "/metrics").text
+    assert 'vllm_sim:fleet_pods{state="ready"} 3.0' in text and "process_cpu_seconds_total" in text
+
+
+def test_fleet_flags_are_checked():
+    from generation.config.cli import load_config
+    from generation.config.values import ConfigError
+    for argv, param in ((["--fleet-size", "2", "--data-parallel-size", "2"], "fleet-size"),
+                        (["--fleet-size", "4", "--port", "8000", "--fleet-control-port", "8003"], "fleet-control-port"),
+                        (["--fleet-size", "2000"], "fleet-size"), (["--fleet-size", "2", "--grpc"], "fleet-size")):
+        with pytest.raises(ConfigError) as e:
+            load_config(argv, env={})
+        assert e.value.param == param
+    # a fleet names each pod's KV topic by its own address: POD_IP is not required
+    assert load_config(["--fleet-size", "2", "--enable-kvcache"], env={}).fleet_size == 2
+
+
+def test_loopback_addresses_give_each_pod_its_own_ip():
+    fleet, client = build("--fleet-addresses", "loopback", "--enable-kvcache", size=2)
+    for i in range(2):
+        ip = f"127.1.0.{i + 1}"
+        r = client.post(f"http://{ip}:{PORT}/v1/completions", json={"prompt": "hi", "max_tokens": 1})
+        assert r.status_code == 200 and r.headers["x-inference-pod"] == f"sim-{i}"
+        assert fleet.pods[f"sim-{i}"].sim.config.kv_topic() == f"kv@{ip}:{PORT}@test-model"
+    assert client.get(f"http://127.0.0.1:{PORT}/health").status_code == 404     # no pod at the base address
+    for pod in fleet.pods.values():
+        pod.close()                          # their KV-event sockets
+
+
+def test_api_key_guards_the_control_api_and_the_pods():
+    fleet, client = build("--api-key", "k1", size=1)
+    ctl = f"http://127.0.0.1:{CONTROL}"
+    assert client.get(ctl + "/fleet/pods").status_code == 401
+    assert client.delete(ctl + "/fleet/pods/sim-0").status_code == 401
+    assert client.get(ctl + "/health").status_code == 200
+    assert client.get(ctl + "/fleet/pods", headers={"Authorization": "Bearer k1"}).status_code == 200
+    assert client.get(pod_url(0) + "/v1/models").status_code == 401
