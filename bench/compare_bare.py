@@ -236,7 +236,8 @@ def main() -> None:
                     rps, us = wrk(url, scripts[n], args.duration, args.connections, pid)
                     rates[n][who].append(rps)
                     cpu[n][who].append(us)
-            print(f"round {rnd + 1}/{args.rounds} done, load {loadavg()}", flush=True)
+            print(f"round {rnd + 1}/{args.rounds} done, load {loadavg()}: "
+                  + ", ".join(f"{n} {rates[n]['sim'][-1] / rates[n]['bare'][-1]:.2f}x bare" for n in names), flush=True)
     finally:
         stop(bare)
         stop(sim)
@@ -254,12 +255,15 @@ def main() -> None:
               f"{cs:>15.0f}{cb:>7.0f}{cb / cs:>7.2f}   {' '.join(f'{r:.2f}' for r in ratios)}")
     if other:
         print(f"\nthis checkout over {args.against} (same rounds, alternating):")
-        print(f"{'workload':<12}{'rate ratio':>11}{'CPU us/req':>12}{'other':>7}{'ratio':>7}   per-round rate ratios")
+        print(f"{'workload':<12}{'rate ratio':>11}{'CPU us/req':>12}{'other':>7}{'ratio':>7}"
+              f"{'best CPU':>10}{'other':>7}{'ratio':>7}   per-round rate ratios")
         for n in names:
             s, o = statistics.median(rates[n]["sim"]), statistics.median(rates[n]["other"])
             cs, co = statistics.median(cpu[n]["sim"]), statistics.median(cpu[n]["other"])
+            bs, bo = min(cpu[n]["sim"]), min(cpu[n]["other"])      # the quietest pass of each
             ratios = [x / y for x, y in zip(rates[n]["sim"], rates[n]["other"])]
-            print(f"{n:<12}{s / o:>11.2f}{cs:>12.0f}{co:>7.0f}{cs / co:>7.2f}   {' '.join(f'{r:.2f}' for r in ratios)}")
+            print(f"{n:<12}{s / o:>11.2f}{cs:>12.0f}{co:>7.0f}{cs / co:>7.2f}{bs:>10.0f}{bo:>7.0f}{bs / bo:>7.2f}   "
+                  f"{' '.join(f'{r:.2f}' for r in ratios)}")
     print(f"load average after the rounds: {loadavg()}")
     if args.skip_extras:
         return
