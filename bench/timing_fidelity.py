@@ -240,8 +240,8 @@ def main() -> None:
     results = []
     try:
         with mp.Pool(args.clients) as pool:
-            for i, (level, (label, proc, base)) in enumerate(
-                    (level, server) for j, level in enumerate(args.levels)
+            for run, level, (label, proc, base) in (
+                    (j, level, server) for j, level in enumerate(args.levels)
                     for server in (servers if j % 2 == 0 else servers[::-1])):
                 host, port = "127.0.0.1", int(base.rsplit(":", 1)[1])
                 before = lag_histogram(base)
@@ -278,7 +278,7 @@ def main() -> None:
                     "chunks_per_s": events * waves / wall, "rss_mb": rss_mb(proc.pid),
                     "server_cpu_us_per_chunk": (cpu1 - cpu0) / max(events * waves, 1) * 1e6,
                     "server_busy_pct": (cpu1 - cpu0) / wall * 100,
-                    "load": os.getloadavg()[0], "checkout": label,
+                    "load": os.getloadavg()[0], "checkout": label, "run": run,
                 }
                 row["itl_p99_err_ms"] = row["itl_p99_ms"] - args.itl * 1e3
                 row["ttft_p99_err_ms"] = row["ttft_p99_ms"] - args.ttft * 1e3
@@ -298,9 +298,9 @@ def main() -> None:
             proc.wait()
     if args.against:
         print("this checkout over the other, per level (ITL p99 error, TTFT p99 error, server CPU per chunk):")
-        for level in args.levels:
-            a = next(r for r in results if r["streams"] == level and r["checkout"] == "this")
-            b = next(r for r in results if r["streams"] == level and r["checkout"] == "other")
+        for j, level in enumerate(args.levels):
+            a = next(r for r in results if r["run"] == j and r["checkout"] == "this")
+            b = next(r for r in results if r["run"] == j and r["checkout"] == "other")
             print(f"  {level:5d} streams: ITL p99 err {a['itl_p99_err_ms']:+.2f} vs {b['itl_p99_err_ms']:+.2f} ms, "
                   f"TTFT p99 err {a['ttft_p99_err_ms']:+.1f} vs {b['ttft_p99_err_ms']:+.1f} ms, "
                   f"CPU {a['server_cpu_us_per_chunk']:.1f} vs {b['server_cpu_us_per_chunk']:.1f} us/chunk "
