@@ -18,7 +18,7 @@ from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
-from .streaming import HUB_EMITTER_KEY
+from .streaming import HEADERS_LATER_KEY, HUB_EMITTER_KEY
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -40,7 +40,7 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
     Content-Length within the limit is read from the WSGI input directly (werkzeug's
     ``get_data`` costs about 50 us more); anything else goes through ``get_data`` and its 413.
     ``raw``: the body, already read by the caller that checked its Content-Type
-    (:class:`blueprints.serving.FrontDoor`)."""
+    (:class:`server.wsgi_layers.FrontDoor`)."""
     if raw is None:
         if environ is None:
             environ = request.environ
@@ -224,7 +224,9 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
 
     An empty first chunk makes gunicorn send the headers at once when the stream will wait
     (vLLM sends them before the first token); a stream that never waits sends them with its
-    first bytes (one write fewer; the client cannot tell).  ``seqs`` are aborted when the
+    first bytes (one write fewer; the client cannot tell), and so does one set up while a burst
+    of arrivals waits its turn (``environ[HEADERS_LATER_KEY]()``, see
+    :mod:`blueprints.streaming`: the burst's set-up is a ``send`` per stream shorter).  ``seqs`` are aborted when the
     client leaves.  Each ``bytes`` item of ``body_iter`` is one write
     (renderers join the chunks due at the same instant); a ``float`` item is a deadline to wait
     for: from the first one on, a gunicorn response on a plain TCP socket is emitted from the event
@@ -233,7 +235,9 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
     for anything else) in the API's format."""
     try:
         if sim.expects_delay(seqs):
-            yield b""
+            later = environ.get(HEADERS_LATER_KEY)
+            if later is None or not later():
+                yield b""
         with DisconnectWatcher(sim, seqs, environ):
             try:
                 hub_ok = len(seqs) == 1

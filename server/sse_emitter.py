@@ -34,9 +34,12 @@ from time import monotonic
 
 from gevent.hub import Waiter, get_hub
 
-from blueprints.streaming import HUB_EMITTER_KEY, WRITE_KEY
+from blueprints.streaming import HEADERS_LATER_KEY, HUB_EMITTER_KEY, WRITE_KEY
 from generation.engine.request import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule
+
+from .arrivals import waiting_count
+from .listening import BURST_WAITING
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
 END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
 
@@ -44,8 +47,10 @@ END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
 def usable_response(environ: dict):
     """``(gunicorn Response, OS socket)`` when the stream can be emitted from the hub, else
     None: gunicorn's response (found through the ``write`` its ``start_response`` returned)
-    on a plain (not TLS) socket, with its headers already sent.  The socket decides, not
-    ``wsgi.url_scheme``: behind a TLS-terminating proxy the scheme says https on plain TCP."""
+    on a plain (not TLS) socket, with its headers sent, or not yet sent at all (a stream set
+    up in a burst: they leave with its first chunk, :meth:`HubEmitter._send`).  The socket
+    decides, not ``wsgi.url_scheme``: behind a TLS-terminating proxy the scheme says https on
+    plain TCP."""
     write = environ.get(WRITE_KEY)
     resp = getattr(write, "__self__", None)
     sock = environ.get("gunicorn.socket")
@@ -54,8 +59,10 @@ def usable_response(environ: dict):
     raw = getattr(sock, "_sock", None)          # gevent's socket wraps a non-blocking OS socket
     if raw is None or getattr(resp, "sock", None) is not sock:
         return None
-    if not getattr(resp, "headers_sent", False) or "_held_headers" in vars(resp):
-        return None
+    if getattr(resp, "headers_sent", False) and "_held_headers" in vars(resp):
+        return None                 # held by a flush that did not send them: not ours to send
+    if not getattr(resp, "headers_sent", True) and not getattr(type(resp), "_headers_with_body", False):
+        return None                 # gunicorn's own send_headers would write from the hub
     return resp, raw
 
 
@@ -66,10 +73,18 @@ def hub_emitter(environ: dict, seq, body_iter):
     return HubEmitter(seq, body_iter, *target) if target is not None else None
 
 
+def in_burst() -> bool:
+    """Whether a burst of arrivals waits its turn (:mod:`server.arrivals`): a stream set up now
+    sends its headers with its first chunk (:data:`blueprints.streaming.HEADERS_LATER_KEY`)."""
+    return waiting_count() >= BURST_WAITING
+
+
 def with_hub_emitter(wsgi_app):
-    """``wsgi_app`` with :func:`hub_emitter` offered in every request's environ."""
+    """``wsgi_app`` with :func:`hub_emitter` and :func:`in_burst` offered in every request's
+    environ."""
     def app(environ, start_response):
         environ[HUB_EMITTER_KEY] = hub_emitter
+        environ[HEADERS_LATER_KEY] = in_burst
         return wsgi_app(environ, start_response)
     return app
 
@@ -167,6 +182,7 @@ class HubEmitter:
         self.resp = resp
         self.raw = raw
         self.chunked = bool(resp.chunked)
+        self.head = not resp.headers_sent      # the headers leave with the first chunk
         self.loop = get_hub().loop
         self.waiter = Waiter()
         self.timer = None
@@ -329,7 +345,7 @@ class HubEmitter:
         :class:`StepSends` to send when the step that emits it ends (not the last token: its
         chunk carries the finish)."""
         k = schedule.next
-        if self.pre is not None or k + 1 >= schedule.stop or k + 1 >= len(schedule.seq.pieces):
+        if self.pre is not None or self.head or k + 1 >= schedule.stop or k + 1 >= len(schedule.seq.pieces):
             return
         try:
             chunk = schedule.render(k)
@@ -409,6 +425,11 @@ class HubEmitter:
 
     def _send(self, item: bytes) -> bool:
         data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
+        if self.head:
+            self.head = False
+            resp = self.resp
+            resp.send_headers()              # gunicorn_tuning's: held, to go with the body
+            data = resp.__dict__.pop("_held_headers", b"") + data
         try:
             sent = self.raw.send(data)
         except BlockingIOError:

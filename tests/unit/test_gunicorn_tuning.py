@@ -151,7 +151,7 @@ def test_front_door_takes_a_buffered_body_as_gunicorn_reads_it(pipelined):
     from gunicorn.http.body import Body, LengthReader
     from gunicorn.http.unreader import SocketUnreader
 
-    from blueprints.serving import FrontDoor
+    from server.wsgi_layers import FrontDoor
     body = b'{"prompt": "hi"}'
     door = FrontDoor.__new__(FrontDoor)
     door._body_cls, door._length_cls = Body, LengthReader
