@@ -65,7 +65,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         pooling.register(app, kind)
 
     from blueprints.serving import GenerationFastPath
-    app.wsgi_app = GenerationFastPath(app)                # generation routes without Flask's context
+    app.wsgi_app = fast = GenerationFastPath(app)         # generation routes without Flask's context
     app.wsgi_app = _yield_after_each_response(app.wsgi_app)
     app.extensions["lifecycle"] = health.Lifecycle()      # readiness turns 503 on shutdown
     from server.wsgi_layers import ChunkedBodyLimit
@@ -80,8 +80,11 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from server.wsgi_layers import BodyDeadline
     app.wsgi_app = BodyDeadline(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"],
                                 config.timeout_keep_alive or KEEPALIVE_SECONDS)
-    from server.wsgi_layers import RequestGuard
+    from server.wsgi_layers import FrontDoor, RequestGuard
     app.wsgi_app = RequestGuard(app.wsgi_app)             # CORS preflight, JSON-only POSTs
+    if not config.enable_server_load_tracking and not getattr(config, "log_http", False):
+        # a JSON POST on a generation route skips the layers above, whose checks it passes
+        app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS)
     from server import auth
     auth.install(app, config)                             # --api-key: outermost, before routing
 

@@ -5,10 +5,11 @@ Starts a simulator with zero latency (or uses ``--url`` of a running one) and dr
 
     python bench/throughput.py                 # starts its own server on a free port
     python bench/throughput.py --url http://127.0.0.1:8000 --duration 15
+    python bench/throughput.py --against /tmp/base --rounds 4   # this checkout and another, alternating
 
 Prints requests/s for small non-streaming chat and completions requests, and chunks/s for
-streaming chat requests (each with ``max_tokens`` content chunks plus role, finish and
-[DONE] frames).
+streaming chat requests (each with ``max_tokens`` content chunks, the last carrying the finish
+reason, plus the role and [DONE] frames).
 """
 from __future__ import annotations
 
@@ -33,11 +34,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(extra: list[str]) -> tuple[subprocess.Popen, str]:
+def loadavg() -> str:
+    """The machine's 1, 5 and 15 minute load averages, for every printed figure."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def start_server(extra: list[str], root: str = ROOT) -> tuple[subprocess.Popen, str]:
+    """The simulator of the checkout at ``root`` on a free port: ``(process, base URL)``."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--port", str(port), "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, os.path.join(root, "app.py"), "--port", str(port), "--host", "127.0.0.1",
                              "--max-num-seqs", "100000", "--max-waiting-queue-length", "100000", *extra],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -72,32 +79,53 @@ def main() -> None:
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--stream-tokens", type=int, default=100)
+    ap.add_argument("--against", metavar="DIR", help="another checkout: run it too, alternating with this one")
+    ap.add_argument("--rounds", type=int, default=1, help="with --against: alternating rounds")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk not found: apt-get install wrk")
+    if args.against:
+        servers = [("this", *start_server([])), ("other", *start_server([], os.path.abspath(args.against)))]
+        try:
+            for rnd in range(args.rounds):
+                for label, _, base in (servers if rnd % 2 == 0 else servers[::-1]):
+                    print(f"-- round {rnd + 1}, {label} checkout ({ROOT if label == 'this' else args.against}), "
+                          f"load {loadavg()}", flush=True)
+                    run_workloads(base, args)
+        finally:
+            for _, proc, _ in servers:
+                proc.terminate()
+                proc.wait()
+        return
     proc = None
     base = args.url
     if not base:
         proc, base = start_server([])
     try:
-        msg = [{"role": "user", "content": "Hello, how are you today?"}]
-        r = wrk(base, "/v1/chat/completions", {"model": "test-model", "messages": msg, "max_tokens": 10},
-                args.duration, args.connections)
-        print(f"non-streaming chat:        {r['rps']:9.0f} requests/s   p50 {r['p50']:>8}  p99 {r['p99']:>8}"
-              f"  non-2xx {r['non2xx']}")
-        r = wrk(base, "/v1/completions", {"model": "test-model", "prompt": "Hello there", "max_tokens": 10},
-                args.duration, args.connections)
-        print(f"non-streaming completions: {r['rps']:9.0f} requests/s   p50 {r['p50']:>8}  p99 {r['p99']:>8}"
-              f"  non-2xx {r['non2xx']}")
-        n = args.stream_tokens
-        r = wrk(base, "/v1/chat/completions", {"model": "test-model", "messages": msg, "max_tokens": n,
-                                               "ignore_eos": True, "stream": True}, args.duration, args.connections)
-        chunks = r["rps"] * (n + 3)
-        print(f"streaming chat ({n} tok):  {chunks:9.0f} chunks/s     ({r['rps']:.0f} streams/s, non-2xx {r['non2xx']})")
+        print(f"load {loadavg()}", flush=True)
+        run_workloads(base, args)
     finally:
         if proc:
             proc.terminate()
             proc.wait()
+
+
+def run_workloads(base: str, args) -> None:
+    msg = [{"role": "user", "content": "Hello, how are you today?"}]
+    r = wrk(base, "/v1/chat/completions", {"model": "test-model", "messages": msg, "max_tokens": 10},
+            args.duration, args.connections)
+    print(f"non-streaming chat:        {r['rps']:9.0f} requests/s   p50 {r['p50']:>8}  p99 {r['p99']:>8}"
+          f"  non-2xx {r['non2xx']}")
+    r = wrk(base, "/v1/completions", {"model": "test-model", "prompt": "Hello there", "max_tokens": 10},
+            args.duration, args.connections)
+    print(f"non-streaming completions: {r['rps']:9.0f} requests/s   p50 {r['p50']:>8}  p99 {r['p99']:>8}"
+          f"  non-2xx {r['non2xx']}")
+    n = args.stream_tokens
+    r = wrk(base, "/v1/chat/completions", {"model": "test-model", "messages": msg, "max_tokens": n,
+                                           "ignore_eos": True, "stream": True}, args.duration, args.connections)
+    chunks = r["rps"] * (n + 2)         # the role chunk, n tokens (the last with the finish), [DONE]
+    print(f"streaming chat ({n} tok):  {chunks:9.0f} chunks/s     ({r['rps']:.0f} streams/s, non-2xx {r['non2xx']})"
+          f"   load {loadavg()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
-from .streaming import HUB_EMITTER_KEY
+from .streaming import HEADERS_LATER_KEY, HUB_EMITTER_KEY
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -28,7 +28,7 @@ def simulator() -> Simulator:
     return current_app.extensions["simulator"]
 
 
-def parse_json_body(environ: dict | None = None, limit: int | None = None) -> dict:
+def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: bytes | None = None) -> dict:
     """The request body as a JSON object.
 
     The Content-Type must be ``application/json`` (parameters such as ``charset`` allowed), as
@@ -38,17 +38,16 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None) -> di
 
     ``environ`` and ``limit`` (the app's ``MAX_CONTENT_LENGTH``) given, a body with a
     Content-Length within the limit is read from the WSGI input directly (werkzeug's
-    ``get_data`` costs about 50 us more); anything else goes through ``get_data`` and its 413."""
-    if environ is None:
-        environ = request.environ
-    ctype = environ.get("CONTENT_TYPE", "")
-    if ctype.split(";", 1)[0].strip().lower() != JSON_MIME:
-        raise UnsupportedMediaType()
-    length = environ.get("CONTENT_LENGTH")
-    if limit is not None and length and length.isdigit() and int(length) <= limit:
-        raw = environ["wsgi.input"].read(int(length))
-    else:
-        raw = request.get_data(cache=False)
+    ``get_data`` costs about 50 us more); anything else goes through ``get_data`` and its 413.
+    ``raw``: the body, already read by the caller that checked its Content-Type
+    (:class:`server.wsgi_layers.FrontDoor`)."""
+    if raw is None:
+        if environ is None:
+            environ = request.environ
+        ctype = environ.get("CONTENT_TYPE", "")
+        if ctype.split(";", 1)[0].strip().lower() != JSON_MIME:
+            raise UnsupportedMediaType()
+        raw = _read_body(environ, limit)
     if not raw:
         raise InvalidParam("Request body is empty; expected a JSON object.")
     try:
@@ -58,6 +57,13 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None) -> di
     if not isinstance(body, dict):
         raise InvalidParam("Request body must be a JSON object.")
     return body
+
+
+def _read_body(environ: dict, limit: int | None) -> bytes:
+    length = environ.get("CONTENT_LENGTH")
+    if limit is not None and length and length.isdigit() and int(length) <= limit:
+        return environ["wsgi.input"].read(int(length))
+    return request.get_data(cache=False)
 
 
 class Pacer:
@@ -218,7 +224,9 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
 
     An empty first chunk makes gunicorn send the headers at once when the stream will wait
     (vLLM sends them before the first token); a stream that never waits sends them with its
-    first bytes (one write fewer; the client cannot tell).  ``seqs`` are aborted when the
+    first bytes (one write fewer; the client cannot tell), and so does one set up while a burst
+    of arrivals waits its turn (``environ[HEADERS_LATER_KEY]()``, see
+    :mod:`blueprints.streaming`: the burst's set-up is a ``send`` per stream shorter).  ``seqs`` are aborted when the
     client leaves.  Each ``bytes`` item of ``body_iter`` is one write
     (renderers join the chunks due at the same instant); a ``float`` item is a deadline to wait
     for: from the first one on, a gunicorn response on a plain TCP socket is emitted from the event
@@ -227,7 +235,9 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
     for anything else) in the API's format."""
     try:
         if sim.expects_delay(seqs):
-            yield b""
+            later = environ.get(HEADERS_LATER_KEY)
+            if later is None or not later():
+                yield b""
         with DisconnectWatcher(sim, seqs, environ):
             try:
                 hub_ok = len(seqs) == 1

@@ -53,15 +53,17 @@ PACED_WORK = 16384       # output entries (Adapter.work) above which a body is s
 SSE_BASE_HEADERS = [*SSE_HEADERS.items(), ("Content-Type", "text/event-stream; charset=utf-8")]
 
 
-def handle(sim, environ: dict, limit: int, schema, adapter_cls) -> tuple[int, list, object]:
+def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tuple[int, list, object]:
     """Run one request through ``adapter_cls`` (an :class:`generation.adapters.base.Adapter`
     subclass): ``(status, headers, body)`` with ``headers`` a WSGI header list and ``body`` a
     list of bytes (JSON) or the SSE generator.  ``limit``: the body size limit in bytes.
     Raises the domain errors of each step (the caller renders them in ``adapter_cls.envelope``)
-    and ClientDisconnected when a non-streaming client left while it waited."""
+    and ClientDisconnected when a non-streaming client left while it waited.  ``read``: a
+    callable ``read(environ) -> bytes`` for a body whose Content-Type and length the caller
+    checked (:class:`server.wsgi_layers.FrontDoor`), else the body is read and checked here."""
     entry = monotonic()
     SCHEMA_CLIENT.set(environ.get("REMOTE_ADDR"))     # schema checks take turns by client
-    body = load(schema, parse_json_body(environ, limit))
+    body = load(schema, parse_json_body(environ, limit, read(environ) if read is not None else None))
     adapter = adapter_cls(sim, body)
     rid = request_id(sim, adapter.body_request_id(), environ)
     force_ct = header_checks(sim, environ)
@@ -201,9 +203,14 @@ class GenerationFastPath:
         if (route is None or environ.get("REQUEST_METHOD") != "POST" or not length or not length.isdigit()
                 or int(length) > self.limit):
             return self.flask_wsgi(environ, start_response)
+        return self.serve(environ, start_response, route)
+
+    def serve(self, environ, start_response, route, read=None):
+        """Answer a request on ``route`` (a ``(schema, adapter class)`` of :attr:`routes`)
+        with :func:`handle` (``read``: see there); returns the WSGI body."""
         schema, adapter_cls = route
         try:
-            status, headers, body = handle(self.sim, environ, self.limit, schema, adapter_cls)
+            status, headers, body = handle(self.sim, environ, self.limit, schema, adapter_cls, read)
         except Exception as err:       # noqa: BLE001 - every error becomes its API's error reply
             status, headers, body = reply_to_error(err, adapter_cls.envelope, environ)
         line = self.status_lines.get(status) or _status_line(status)

@@ -12,7 +12,13 @@ simulator's runtime installs :func:`server.sse_emitter.hub_emitter`; any other W
 the in-process test client, leave the key out, and the stream waits in its greenlet.
 
 The route stores the ``write`` callable its ``start_response`` returned under
-:data:`WRITE_KEY`, so that an emitter can find the server's response object.  Flask-free.
+:data:`WRITE_KEY`, so that an emitter can find the server's response object.
+
+The runtime may also put a callable under :data:`HEADERS_LATER_KEY`: when it returns True (a
+burst of arrivals is waiting its turn), a stream that will wait does not flush its headers
+before its first wait; they leave with its first chunk (one ``send`` per stream fewer while the
+burst is being set up, issue 32).  Flask-free.
 """
 WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start_response returned
 HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
+HEADERS_LATER_KEY = "vllm_sim.headers_later"  # environ: () -> bool, the runtime's "in a burst", if any

@@ -111,12 +111,11 @@ def wait_for_request(unreader, turns: ArrivalTurns) -> None:
     """Block until the next request's first bytes are in ``unreader`` (a gunicorn
     ``SocketUnreader``; already buffered bytes count) or the peer closed, then take a turn."""
     buf = unreader.buf
-    buf.seek(0, 2)
-    if not buf.tell():
+    if not buf.seek(0, 2):
         data = unreader.chunk()
         if not data:
             return                       # closed: the parser reads the end again and stops
-        unreader.unread(data)
+        buf.write(data)                  # unreader.unread(data) into an empty buffer, without its copies
     else:
         data = buf.getvalue()[:16]
     if data.startswith(PROBES):

@@ -34,9 +34,12 @@ from time import monotonic
 
 from gevent.hub import Waiter, get_hub
 
-from blueprints.streaming import HUB_EMITTER_KEY, WRITE_KEY
+from blueprints.streaming import HEADERS_LATER_KEY, HUB_EMITTER_KEY, WRITE_KEY
 from generation.engine.request import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule
+
+from .arrivals import waiting_count
+from .listening import BURST_WAITING
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
 END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
 
@@ -44,8 +47,10 @@ END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
 def usable_response(environ: dict):
     """``(gunicorn Response, OS socket)`` when the stream can be emitted from the hub, else
     None: gunicorn's response (found through the ``write`` its ``start_response`` returned)
-    on a plain (not TLS) socket, with its headers already sent.  The socket decides, not
-    ``wsgi.url_scheme``: behind a TLS-terminating proxy the scheme says https on plain TCP."""
+    on a plain (not TLS) socket, with its headers sent, or not yet sent at all (a stream set
+    up in a burst: they leave with its first chunk, :meth:`HubEmitter._send`).  The socket
+    decides, not ``wsgi.url_scheme``: behind a TLS-terminating proxy the scheme says https on
+    plain TCP."""
     write = environ.get(WRITE_KEY)
     resp = getattr(write, "__self__", None)
     sock = environ.get("gunicorn.socket")
@@ -54,8 +59,10 @@ def usable_response(environ: dict):
     raw = getattr(sock, "_sock", None)          # gevent's socket wraps a non-blocking OS socket
     if raw is None or getattr(resp, "sock", None) is not sock:
         return None
-    if not getattr(resp, "headers_sent", False) or "_held_headers" in vars(resp):
-        return None
+    if getattr(resp, "headers_sent", False) and "_held_headers" in vars(resp):
+        return None                 # held by a flush that did not send them: not ours to send
+    if not getattr(resp, "headers_sent", True) and not getattr(type(resp), "_headers_with_body", False):
+        return None                 # gunicorn's own send_headers would write from the hub
     return resp, raw
 
 
@@ -66,15 +73,63 @@ def hub_emitter(environ: dict, seq, body_iter):
     return HubEmitter(seq, body_iter, *target) if target is not None else None
 
 
+def in_burst() -> bool:
+    """Whether a burst of arrivals waits its turn (:mod:`server.arrivals`): a stream set up now
+    sends its headers with its first chunk (:data:`blueprints.streaming.HEADERS_LATER_KEY`)."""
+    return waiting_count() >= BURST_WAITING
+
+
 def with_hub_emitter(wsgi_app):
-    """``wsgi_app`` with :func:`hub_emitter` offered in every request's environ."""
+    """``wsgi_app`` with :func:`hub_emitter` and :func:`in_burst` offered in every request's
+    environ."""
     def app(environ, start_response):
         environ[HUB_EMITTER_KEY] = hub_emitter
+        environ[HEADERS_LATER_KEY] = in_burst
         return wsgi_app(environ, start_response)
     return app
 
 
 _ERROR = object()
+DONE = "done"                     # EngineRequest.DONE
+
+
+class StepSends:
+    """Step mode: each running stream's next chunk, rendered and framed while the engine steps,
+    sent in one pass when the step ends (:meth:`presend`, the engine's ``presend`` hook, called
+    before the next step is planned).  Per stream that pass is a dict lookup, a check that the
+    step emitted exactly the expected token and the non-blocking ``send``; the rest (the lag
+    and byte counts, a slow reader, rendering the next chunk) is the stream's own
+    :meth:`HubEmitter._step_tick` afterwards.  One per engine."""
+
+    def __init__(self, engine):
+        self.ready: dict = {}     # EngineRequest -> (socket send, framed chunk, HubEmitter, num_output after it)
+        engine.presend = self.presend
+
+    @classmethod
+    def of(cls, engine) -> "StepSends":
+        hook = engine.presend
+        sends = getattr(hook, "__self__", None)
+        return sends if isinstance(sends, cls) else cls(engine)
+
+    def presend(self, emitted) -> None:
+        ready = self.ready
+        if not ready:
+            return
+        pop = ready.pop
+        for req in emitted:
+            pre = pop(req, None)
+            if pre is None:
+                continue
+            send, data, emitter, expect = pre
+            if req.num_output != expect or req.state == DONE:
+                continue          # not the one token foreseen: the stream's tick renders what came
+            try:
+                n = send(data)
+            except BlockingIOError:
+                n = 0
+            except OSError:
+                n = -1
+            emitter.presented = (n, monotonic(), data)
 
 
 class EndQueue:
@@ -127,6 +182,7 @@ class HubEmitter:
         self.resp = resp
         self.raw = raw
         self.chunked = bool(resp.chunked)
+        self.head = not resp.headers_sent      # the headers leave with the first chunk
         self.loop = get_hub().loop
         self.waiter = Waiter()
         self.timer = None
@@ -134,6 +190,9 @@ class HubEmitter:
         self.deadline = 0.0
         self.schedule = None          # the TokenSchedule being emitted, if any
         self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
+        self.sends = None             # step mode: the engine's StepSends
+        self.pre = None               # step mode: (token index, its chunk) rendered ahead
+        self.presented = None         # step mode: (bytes sent or -1, when, framed chunk) by StepSends
 
     def run(self, item) -> tuple:
         """Called by the request's greenlet with the ``float`` deadline or the TokenSchedule it
@@ -166,6 +225,8 @@ class HubEmitter:
     def _start_schedule(self, schedule: TokenSchedule) -> None:
         self.schedule = schedule
         if schedule.engine is not None:          # step mode: the engine's step end calls us
+            if self.sends is None:
+                self.sends = StepSends.of(schedule.engine)
             schedule.seq.engine_req.notify = self._step_tick
             self._step_tick()
             return
@@ -217,21 +278,37 @@ class HubEmitter:
         if not self.active:
             return
         schedule = self.schedule
-        k0 = schedule.next
-        try:
-            data = schedule.emitted()
-        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
-            self._hand_back(("error", e))
-            return
         if req is None:                   # the schedule's start, not a step
             req = schedule.seq.engine_req
-        if data is not None:
-            # b"": tokens that send nothing (hidden reasoning): an empty write would end the chunking
-            sent = self._send(data) if data else True
-            # once the kernel took what it could (after a hand-back: once the greenlet waits)
-            schedule.lag_n(monotonic() - req.last_token, schedule.next - k0)
-            if not sent:
+        presented = self.presented
+        if presented is not None:         # StepSends sent the chunk rendered ahead (one token)
+            self.presented = None
+            sent, at, data = presented
+            k, chunk = self.pre
+            self.pre = None
+            schedule.next = k + 1
+            self.resp.sent += len(chunk)
+            schedule.lag_n(at - req.last_token, 1)
+            if sent != len(data):
+                if sent < 0:
+                    self._hand_back(("error", ClientDisconnected()))
+                else:
+                    self._hand_back(("pending", (memoryview(data)[sent:], schedule)))
                 return
+        else:
+            k0 = schedule.next
+            try:
+                data = self._emitted(schedule, req)
+            except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+                self._hand_back(("error", e))
+                return
+            if data is not None:
+                # b"": tokens that send nothing (hidden reasoning): an empty write would end the chunking
+                sent = self._send(data) if data else True
+                # once the kernel took what it could (after a hand-back: once the greenlet waits)
+                schedule.lag_n(monotonic() - req.last_token, schedule.next - k0)
+                if not sent:
+                    return
         if schedule.start == schedule.stop:       # the wait for the first token
             if req.num_output or req.state == req.DONE:
                 self._unhook()
@@ -239,6 +316,45 @@ class HubEmitter:
         elif schedule.next >= schedule.stop:
             self._unhook()
             self._finish_later(FINISH_WITHIN)
+        elif self.chunked:
+            self._render_ahead(schedule, req)
+
+    def _emitted(self, schedule: TokenSchedule, req):
+        """:meth:`TokenSchedule.emitted`, with the chunk rendered ahead used for its token (a
+        renderer is called once per token)."""
+        pre = self.pre
+        if pre is None:
+            return schedule.emitted()
+        k0 = schedule.next
+        seq = schedule.seq
+        avail = len(seq.pieces) if req.state == DONE else req.num_output
+        if avail > schedule.stop:
+            avail = schedule.stop
+        if avail <= k0:
+            return None
+        self.pre = None
+        render = schedule.render
+        data = pre[1] if pre[0] == k0 else render(k0)
+        if avail > k0 + 1:
+            data = b"".join([data, *[render(k) for k in range(k0 + 1, avail)]])
+        schedule.next = avail
+        return data
+
+    def _render_ahead(self, schedule: TokenSchedule, req) -> None:
+        """Render and frame the chunk of the stream's next token while the engine steps, for
+        :class:`StepSends` to send when the step that emits it ends (not the last token: its
+        chunk carries the finish)."""
+        k = schedule.next
+        if self.pre is not None or self.head or k + 1 >= schedule.stop or k + 1 >= len(schedule.seq.pieces):
+            return
+        try:
+            chunk = schedule.render(k)
+        except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+            self._hand_back(("error", e))
+            return
+        self.pre = (k, chunk)
+        if chunk:                      # b"" (hidden reasoning) goes the usual way: nothing to write
+            self.sends.ready[req] = (self.raw.send, b"%X\r\n%s\r\n" % (len(chunk), chunk), self, k + 1)
 
     def _unhook(self) -> None:
         schedule = self.schedule
@@ -246,7 +362,10 @@ class HubEmitter:
             req = schedule.seq.engine_req
             if req.notify == self._step_tick:
                 req.notify = None
+            if self.sends is not None:
+                self.sends.ready.pop(req, None)
         self.schedule = None
+        self.presented = None
 
     def _finish_later(self, within: float) -> None:
         """The schedule is done.  The rest of the stream (the engine's bookkeeping, the final
@@ -306,6 +425,11 @@ class HubEmitter:
 
     def _send(self, item: bytes) -> bool:
         data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
+        if self.head:
+            self.head = False
+            resp = self.resp
+            resp.send_headers()              # gunicorn_tuning's: held, to go with the body
+            data = resp.__dict__.pop("_held_headers", b"") + data
         try:
             sent = self.raw.send(data)
         except BlockingIOError:
@@ -322,4 +446,22 @@ class HubEmitter:
     def _hand_back(self, outcome: tuple) -> None:
         self.active = False
         self._stop_timer()
+        if self.pre is not None:
+            self._keep_rendered()
         self.waiter.switch(outcome)
+
+    def _keep_rendered(self) -> None:
+        """The greenlet takes the stream back with a chunk rendered ahead and not sent: its
+        schedule's renderer returns that chunk for its token instead of rendering it again."""
+        (k, chunk), self.pre = self.pre, None
+        schedule = self.schedule
+        if schedule is None or schedule.render is None:
+            return
+        render = schedule.render
+
+        def render_once(j: int) -> bytes:
+            if j == k:
+                schedule.render = render
+                return chunk
+            return render(j)
+        schedule.render = render_once

@@ -141,6 +141,8 @@ class SimWorker(GeventWorker):
             servers.append(server)
         from .unfinished import current
         self.unfinished = current()
+        from .gunicorn_tuning import freeze_config
+        freeze_config(self.cfg)         # fixed from here on: one lookup per setting
         freeze_startup_heap()
         scheme = "https" if self.cfg.is_ssl else "http"
         log.info("ready: listening on %s", ", ".join(f"{scheme}://{sock_name(s)}" for s in self.sockets))

@@ -1,13 +1,16 @@
 """WSGI layers around the Flask app, outside Flask: ``--log-http`` bodies (:class:`LogHTTP`),
 the size limit of chunked request bodies (:class:`ChunkedBodyLimit`), the time limit of
-request bodies (:class:`BodyDeadline`) and the method / media-type rules every route shares
-(:class:`RequestGuard`).
+request bodies (:class:`BodyDeadline`), the method / media-type rules every route shares
+(:class:`RequestGuard`), and the one layer a common generation request crosses instead of
+them all (:class:`FrontDoor`).
 """
 from __future__ import annotations
 
+import io
 import logging
 import socket
 import time
+from time import monotonic
 
 BODY_RATE = 1 << 20          # bytes/s a body must arrive at, after its first --timeout-keep-alive seconds
 
@@ -367,3 +370,97 @@ class RequestGuard:
         start_response(f"{status} Bad Request", [("Content-Type", "application/json"),
                                                  ("Content-Length", str(len(out)))])
         return [out]
+
+
+class _Answer(list):
+    """A finished (non-streaming) body whose ``close`` gives other connections a turn
+    (``gevent.sleep(0)``, see ``app._yield_after_each_response``) without a
+    ``ClosingIterator`` around it."""
+    __slots__ = ()
+    close = None                  # gevent.sleep, set by FrontDoor (gevent is imported once serving)
+
+
+def _json_type(ctype: str) -> bool:
+    return ctype.split(";", 1)[0].strip().lower() == "application/json"
+
+
+class FrontDoor:
+    """The one layer a common generation request crosses (issue 32): a ``POST`` to a
+    generation route with ``Content-Type: application/json`` and a ``Content-Length`` within
+    the limit, on a server without ``--log-http`` or ``--enable-server-load-tracking``, is
+    answered by ``fast.serve`` (:meth:`blueprints.serving.GenerationFastPath.serve`) straight away; everything else goes to
+    ``slow``, the full stack of layers (:class:`RequestGuard`, :class:`BodyDeadline`,
+    :class:`ChunkedBodyLimit`, the fast path again, Flask).
+
+    Such a request passes every check of those layers by construction (a JSON POST: the guard
+    lets it through; a Content-Length: no chunked limit), except the body's time limit, which
+    is kept here: a body that is already in gunicorn's buffer (a small body arrives with its
+    headers) is taken from it without a timer or a socket read; any other goes through
+    :class:`DeadlineInput` with the deadline :class:`BodyDeadline` gives
+    it (the same 408).  A finished body yields the hub after its response, as every response
+    does (``app._yield_after_each_response``)."""
+
+    def __init__(self, slow, fast, grace: float):
+        self.slow = slow
+        self.fast = fast
+        self.routes = fast.routes
+        self.limit = fast.limit
+        self.grace = grace
+        try:
+            from gunicorn.http.body import Body, LengthReader
+        except ImportError:          # not served by gunicorn: every input goes through read()
+            Body = LengthReader = None
+        self._body_cls, self._length_cls = Body, LengthReader
+        import gevent
+        _Answer.close = staticmethod(gevent.sleep)
+        from .unfinished import done
+        self._done, self._rate, self._deadline_input = done, BODY_RATE, DeadlineInput
+
+    def __call__(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") == "POST":
+            route = self.routes.get(environ.get("PATH_INFO"))
+            if route is not None:
+                length = environ.get("CONTENT_LENGTH")
+                ctype = environ.get("CONTENT_TYPE")
+                if (length and ctype and length.isdigit() and (ctype == "application/json" or _json_type(ctype))
+                        and int(length) <= self.limit and "HTTP_TRANSFER_ENCODING" not in environ):
+                    body = self.fast.serve(environ, start_response, route, self._read)
+                    return _Answer(body) if body.__class__ is list else body
+        return self.slow(environ, start_response)
+
+    def _read(self, environ) -> bytes:
+        """The whole body (``CONTENT_LENGTH`` bytes, checked by the caller), within the body's
+        deadline; marks the request as arrived (:mod:`server.unfinished`)."""
+        n = int(environ["CONTENT_LENGTH"])
+        inp = environ["wsgi.input"]
+        sock = environ.get("gunicorn.socket")
+        if sock is None:                      # in-process: the body is in memory
+            return inp.read(n) if n else b""
+        if not n:
+            self._done()
+            return b""
+        data = self._buffered(inp, n)
+        if data is not None:
+            self._done()
+            return data
+        return self._deadline_input(inp, monotonic() + self.grace + n / self._rate, sock, environ, n).read(n)
+
+    def _buffered(self, inp, n: int) -> bytes | None:
+        """The body from gunicorn's read-ahead buffer when every byte of it is there (what
+        ``Body.read(n)`` returns, without its copies), else None.  gunicorn 27.0.1 (pinned):
+        ``Body(LengthReader(SocketUnreader))``; the reader is left at the body's end."""
+        if inp.__class__ is not self._body_cls or inp.buf.tell():
+            return None
+        reader = inp.reader
+        if reader.__class__ is not self._length_cls or reader.length != n:
+            return None
+        unreader = reader.unreader
+        if unreader.buf.seek(0, 2) < n:
+            return None
+        data = unreader.buf.getvalue()
+        unreader.buf = rest = io.BytesIO()
+        if len(data) > n:                     # the next request's bytes, pipelined
+            rest.write(data[n:])
+            data = data[:n]
+        reader.length = 0
+        return data

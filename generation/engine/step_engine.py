@@ -85,6 +85,10 @@ class StepEngine:
         self.pending = 0            # requests in their frontend delay, not yet queued
         self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
         self.staged: list = []      # (request, queued at) that arrived during the running step
+        # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):
+        # called with a step's emitted requests as soon as the step is complete, before the
+        # next step is planned (vLLM's frontend streams while its engine core plans)
+        self.presend = None
         scheduler.on_prefilled = self._on_prefilled
         scheduler.on_preempt = self._on_preempt
         self._hub = None
@@ -259,6 +263,8 @@ class StepEngine:
         # the hub's work since the last step (requests, stream ends) delays this step's sends
         start = max(end, self.hub_free + (cpu - self.hub_cpu))
         emitted = self.scheduler.complete(plan, end)
+        if self.presend is not None and emitted:
+            self.presend(emitted)
         if self.fe is not None and emitted:     # streaming the step's tokens takes the frontend's CPU
             self.fe.emit(end, len(emitted))
         self._record(plan, emitted)

@@ -120,3 +120,53 @@ def test_forwarded_allow_list_answer_is_gunicorns():
 def test_one_wsgi_errors_stream_per_config():
     cfg = SimpleNamespace(errorlog="-")
     assert wsgi.WSGIErrorsWrapper(cfg) is wsgi.WSGIErrorsWrapper(cfg)
+
+
+def test_frozen_config_reads_gunicorns_values_and_forgets_on_set():
+    from gunicorn.config import Config
+    cfg = Config()
+    gunicorn_tuning.freeze_config(cfg)
+    gunicorn_tuning.freeze_config(cfg)          # idempotent
+    assert cfg.limit_request_line == Config().limit_request_line == 4094
+    assert "limit_request_line" in vars(cfg)    # the second read is a plain attribute
+    cfg.set("keepalive", 7)
+    assert cfg.keepalive == 7
+    cfg.set("keepalive", 9)
+    assert cfg.keepalive == 9
+
+
+class RecvSock:
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def recv(self, n):
+        out, self.data = self.data[:n], self.data[n:]
+        return out
+
+
+@pytest.mark.parametrize("pipelined", [b"", b"POST /v1/completions HTTP/1.1\r\n"])
+def test_front_door_takes_a_buffered_body_as_gunicorn_reads_it(pipelined):
+    """FrontDoor._buffered: the bytes gunicorn's Body.read(n) returns, the reader left at the
+    body's end, and what follows the body (a pipelined request) left in the buffer."""
+    from gunicorn.http.body import Body, LengthReader
+    from gunicorn.http.unreader import SocketUnreader
+
+    from server.wsgi_layers import FrontDoor
+    body = b'{"prompt": "hi"}'
+    door = FrontDoor.__new__(FrontDoor)
+    door._body_cls, door._length_cls = Body, LengthReader
+
+    def body_reader(sock_data: bytes, buffered: bytes):
+        un = SocketUnreader(RecvSock(sock_data))
+        un.buf.write(buffered)
+        return Body(LengthReader(un, len(body))), un
+
+    inp, un = body_reader(b"", body + pipelined)
+    assert door._buffered(inp, len(body)) == body
+    assert inp.read(100) == b""                      # nothing left of this body
+    assert un.read() == pipelined or (not pipelined and un.buf.getvalue() == b"")
+    ref, _ = body_reader(b"", body + pipelined)
+    assert ref.read(len(body)) == body                # gunicorn's own answer
+    partial, _ = body_reader(body[5:], body[:5])       # not all buffered: left to the timed read
+    assert door._buffered(partial, len(body)) is None
+    assert partial.read(len(body)) == body

@@ -160,3 +160,61 @@ def test_disconnect_watcher_sees_a_closed_gevent_socket():
         while not cancelled and time.monotonic() < deadline:
             gevent.sleep(0.01)
     assert cancelled == [["seq"]]
+
+
+def test_headers_not_yet_sent_leave_with_the_first_chunk():
+    """A stream set up in a burst (no flush before its first wait): the emitter takes it, and
+    the headers and the first chunk are one write."""
+    from gunicorn.http import wsgi
+
+    from server import gunicorn_tuning
+    gunicorn_tuning.install()
+    server, client = gevent.socket.socketpair()
+    req = SimpleNamespace(version=(1, 1), method="POST", should_close=lambda: False)
+    cfg = SimpleNamespace(is_ssl=False, protocol="http", header_map="drop", forwarded_allow_ips=[],
+                          secure_scheme_headers={})
+    resp = wsgi.Response(req, server, cfg)
+    write = resp.start_response("200 OK", [("Content-Type", "text/event-stream")])
+    assert usable_response({WRITE_KEY: write, "gunicorn.socket": server}) == (resp, server._sock)
+    outcome = HubEmitter(seq(), iter([b"data: 0\n\n"]), resp, server._sock).run(time.monotonic() + 0.01)
+    assert outcome == ("done", None)
+    got = read_all(client, b"data: 0\n\n\r\n")
+    head, body = got.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"Transfer-Encoding: chunked" in head
+    assert body == b"9\r\ndata: 0\n\n\r\n" and resp.headers_sent and resp.sent == 9
+
+
+def test_step_sends_send_the_chunk_rendered_ahead_in_one_pass():
+    """StepSends.presend: the foreseen token's framed chunk goes out at the step's end; the
+    stream's tick then counts it (one render per token) and renders the next one ahead."""
+    from generation.engine.scheduler import EngineRequest
+    from generation.engine.token_schedule import TokenSchedule
+    server, client, resp = stream_pair()
+    rendered = []
+
+    def render(k):
+        rendered.append(k)
+        return b"data: %d\n\n" % k
+    ereq = EngineRequest(4, 5)
+    ereq.state, ereq.num_output, ereq.last_token = EngineRequest.RUNNING, 1, time.monotonic()
+    s = SimpleNamespace(state=SeqState.RUNNING, event=None, engine_req=ereq, pieces=["a"] * 5)
+    engine = SimpleNamespace(presend=None)
+    lags = []
+    metrics = SimpleNamespace(token_lag=None, itl=SimpleNamespace(observe=None),
+                              lag=SimpleNamespace(observe_n=lambda v, n: lags.append(n)))
+    schedule = TokenSchedule.of_engine(s, 1, 5, engine, metrics, SimpleNamespace(config=SimpleNamespace()))
+    schedule.render = render
+    emitter = HubEmitter(s, iter([]), resp, server._sock)
+    emitter.active = True
+    emitter._start_schedule(schedule)             # nothing emitted yet: token 1 rendered ahead
+    assert rendered == [1] and ereq in emitter.sends.ready and engine.presend == emitter.sends.presend
+    ereq.num_output = 2                           # the step emits token 1
+    engine.presend([ereq])
+    assert read_all(client, b"data: 1\n\n\r\n") == b"9\r\ndata: 1\n\n\r\n"
+    emitter._step_tick(ereq)                      # the accounting, and token 2 ahead
+    assert schedule.next == 2 and rendered == [1, 2] and lags == [1] and resp.sent == 9
+    ereq.num_output = 4                           # two tokens in one step: not foreseen, rendered here
+    engine.presend([ereq])
+    emitter._step_tick(ereq)
+    assert rendered == [1, 2, 3] and schedule.next == 4
+    assert read_all(client, b"data: 3\n\n\r\n") == b"12\r\ndata: 2\n\ndata: 3\n\n\r\n"     # one write
