@@ -22,7 +22,7 @@ import time
 
 import orjson
 
-from generation import VLLM_VERSION
+from generation import vllm_version
 from ..errors import InvalidParam, QueueFullError
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text, plain_message
@@ -244,14 +244,15 @@ _FINGERPRINTS: dict = {}
 def system_fingerprint(cfg) -> str:
     """vLLM's default ``system_fingerprint`` (``--fingerprint-mode full``):
     ``vllm-<version>[-dp<N>]-<hash8>``, the hash over what identifies the served model here
-    (model, served names, context window, response mode); the same for every response of one
+    (model, served names, context window, response mode, ``--vllm-version``); the same for every response of one
     configuration."""
-    key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size)
+    key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size,
+           vllm_version(cfg))
     fp = _FINGERPRINTS.get(key)
     if fp is None:
         hash8 = hashlib.sha256(repr(key).encode()).hexdigest()[:8]
         dp = f"-dp{cfg.data_parallel_size}" if cfg.data_parallel_size > 1 else ""
-        fp = _FINGERPRINTS[key] = f"vllm-{VLLM_VERSION}{dp}-{hash8}"
+        fp = _FINGERPRINTS[key] = f"vllm-{vllm_version(cfg)}{dp}-{hash8}"
     return fp
 
 
