@@ -108,6 +108,16 @@ def get_open_port():
         return s.getsockname()[1]
 
 
+def _die_with_parent():
+    """The server gets SIGTERM when the pytest that started it dies (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+    except Exception:
+        pass
+
+
 def _drop(args, flag):
     """``args`` without ``flag`` (``--x`` or ``--x=v``) and its value."""
     out, skip = [], False
@@ -145,7 +155,7 @@ class RemoteOpenAIServer:
         for _ in range(40):
             cmd = [SIM_PYTHON, os.path.join(SIM_ROOT, "app.py"), "--model", model, *args]
             self.proc = subprocess.Popen(cmd, cwd=SIM_ROOT, env=env, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True)
+                                         stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
             err = self._wait(max_wait_seconds or 120)
             if err is None:
                 return
@@ -376,6 +386,15 @@ def lay_out(src: Path, work: Path, files: list) -> None:
                                      "    cpu_test\n    optional\n    distributed\n    split\n")
 
 
+def _limit_memory(gb: float):
+    """A ``preexec_fn`` capping the child's address space (RLIMIT_AS) at ``gb`` GiB."""
+    def apply():
+        import resource
+        limit = int(gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
 def read_junit(path: Path) -> list:
     """``[(nodeid, outcome, message)]`` from pytest's JUnit XML."""
     out = []
@@ -402,29 +421,40 @@ def main(argv=None) -> int:
     p.add_argument("-k", dest="keyword", help="pytest -k expression")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vllm-sim-entrypoint-tests")
     p.add_argument("--json", type=Path, help="write the per-test outcomes here")
-    p.add_argument("--timeout", type=int, default=3600, help="seconds for the whole pytest run")
+    p.add_argument("--file-timeout", type=int, default=300, help="seconds for one test file")
+    p.add_argument("--memory-gb", type=float, default=8.0, help="address space of one test file's pytest")
     a = p.parse_args(argv)
     src = fetch_sdist(a.fetch, a.cache) if a.fetch else a.vllm_src
     if src is None:
         p.error("give --vllm-src or --fetch")
     lay_out(src, a.workdir, a.files)
-    junit = a.workdir / "report.xml"
     dropped = a.workdir / "dropped-flags.txt"
     env = dict(os.environ, VLLM_SIM_ROOT=str(ROOT), VLLM_SIM_PYTHON=sys.executable, HF_HUB_OFFLINE="1",
                VLLM_SIM_NOT_APPLICABLE=json.dumps(NOT_APPLICABLE), VLLM_SIM_DROPPED_LOG=str(dropped),
                PYTHONPATH=str(a.workdir))
-    cmd = [a.python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "--continue-on-collection-errors",
-           f"--junitxml={junit}",
-           *[str(Path("tests/entrypoints") / f) for f in a.files if (a.workdir / "tests/entrypoints" / f).exists()]]
-    if a.keyword:
-        cmd += ["-k", a.keyword]
-    t0 = time.time()
-    run = subprocess.run(cmd, cwd=a.workdir, env=env, timeout=a.timeout, capture_output=True, text=True)
-    wall = time.time() - t0
-    if not junit.exists():
-        print(run.stdout[-5000:], run.stderr[-5000:])
-        return 2
-    results = read_junit(junit)
+    # one pytest process per file: a file that hangs or grows is cut off alone (--file-timeout,
+    # --memory-gb of address space), the others still run
+    results, wall, stdout = [], 0.0, ""
+    for f in a.files:
+        if not (a.workdir / "tests/entrypoints" / f).exists():
+            continue
+        junit = a.workdir / (f.replace("/", "__") + ".xml")
+        cmd = [a.python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", f"--junitxml={junit}",
+               str(Path("tests/entrypoints") / f)]
+        if a.keyword:
+            cmd += ["-k", a.keyword]
+        t0 = time.time()
+        try:
+            run = subprocess.run(cmd, cwd=a.workdir, env=env, timeout=a.file_timeout, capture_output=True, text=True,
+                                 preexec_fn=_limit_memory(a.memory_gb))
+            stdout += run.stdout
+        except subprocess.TimeoutExpired:
+            results.append((f"{f}::(the file)", "error", f"timed out after {a.file_timeout} s"))
+        wall += time.time() - t0
+        if junit.exists():
+            results += read_junit(junit)
+        elif not any(r[0].startswith(f) for r in results):
+            results.append((f"{f}::(the file)", "error", "no report (crashed or out of memory)"))
     counts: dict = {}
     for _, outcome, _ in results:
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -433,7 +463,7 @@ def main(argv=None) -> int:
     for nodeid, outcome, message in results:
         if outcome in ("failed", "error"):
             print(f"{outcome.upper():6} {nodeid}: {message}")
-    deselected = len(re.findall(r"^not applicable: ", run.stdout, re.M))
+    deselected = len(re.findall(r"^not applicable: ", stdout, re.M))
     flags = sorted(set(dropped.read_text().split())) if dropped.exists() else []
     print(f"\nflags the simulator does not take (dropped): {' '.join(flags) or 'none'}")
     print(f"not applicable (deselected): {deselected}; skipped by the tests themselves: {counts.get('skipped', 0)}")

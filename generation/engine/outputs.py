@@ -66,8 +66,10 @@ class OutputDecisions:
         answer, whatever the seed or temperature (vLLM's beam search samples nothing).  Otherwise
         the engine's ``--seed`` generator, drawn in arrival order."""
         key = tuple(seq.prompt.ids) if seq.prompt.salt is None else (tuple(seq.prompt.ids), seq.prompt.salt)
-        if req.use_beam_search:
+        if req.use_beam_search and req.n > 1:
             return random.Random(hash((-2, seq.index - seq.prompt_index * req.n, key)))
+        if req.use_beam_search:         # one beam is greedy decoding (vLLM's test_whisper_beam_search_single_beam)
+            return random.Random(hash((-1, key)))
         if req.temperature is not None and req.temperature == 0:
             return random.Random(hash((-1, key)))
         if req.seed is not None:
