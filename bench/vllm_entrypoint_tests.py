@@ -6,8 +6,8 @@ vLLM's tree, with a stand-in ``tests/utils.py`` whose ``RemoteOpenAIServer`` sta
 ``python app.py --model <model> <the test's vllm serve flags>`` of this repository instead (flags
 the simulator does not know are dropped, one by one, and reported), a stand-in root
 ``tests/conftest.py`` (vLLM's imports torch and the model runners), and offline stand-ins for the
-fixtures that download things (LoRA adapters: a local ``adapter_config.json``; vLLM's audio
-assets: synthetic WAV files of the same length).  It then runs pytest in the Python environment
+fixtures that download things (``hf_api().snapshot_download`` of a LoRA adapter: a local
+``adapter_config.json``; vLLM's audio assets: synthetic WAV files of the same length).  It then runs pytest in the Python environment
 that has vLLM installed (``--python``), reads the JUnit report and prints the counts.
 
 Tests that cannot apply to a simulator are deselected with their reason (:data:`NOT_APPLICABLE`:
@@ -81,6 +81,12 @@ NOT_APPLICABLE = {
     "test_long_audio_request_foscolo": "asserts Whisper's translation",
     "test_completion_endpoints": "a Whisper model serves no chat/completions (404): the simulator serves every API "
                                  "for any --model",
+    # the model's files, which an offline machine does not have (its vocabulary, its tokenizer)
+    "test_out_of_vocab_token_ids": "needs gpt2's vocabulary size (its config.json, downloaded)",
+    "test_chat_echo.py::test_prompt_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
+    "test_chat_echo.py::test_top_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
+    "test_chat_logit_bias_valid": "builds vLLM's ModelConfig of the model (its config.json, downloaded)",
+    "test_chat_logit_bias_invalid": "builds vLLM's ModelConfig of the model (its config.json, downloaded)",
 }
 
 STUB_UTILS = r'''
@@ -140,7 +146,7 @@ class RemoteOpenAIServer:
 
     def __init__(self, model, vllm_serve_args, *, env_dict=None, seed=0, auto_port=True,
                  max_wait_seconds=None, override_hf_configs=None):
-        args = list(vllm_serve_args)
+        args = list(vllm_serve_args) + os.environ.get("VLLM_SIM_EXTRA_ARGS", "").split()
         if auto_port and "--port" not in args and "-p" not in args:
             args += ["--port", str(get_open_port())]
         if seed is not None and "--seed" not in args:
@@ -248,40 +254,28 @@ def pytest_collection_modifyitems(config, items):
 
 class LocalAssetServer:   # tests/serve/instrumentator/test_metrics imports it
     pass
-'''
-
-LORA_FIXTURES = r'''
 
 
-# ---- offline stand-ins (bench/vllm_entrypoint_tests.py): a LoRA adapter folder the simulator reads
-def _stub_lora(tmp_path_factory, name, base):
-    import json as _json
-    d = tmp_path_factory.mktemp(name)
-    (d / "adapter_config.json").write_text(_json.dumps({
-        "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"], "base_model_name_or_path": base,
-        "peft_type": "LORA"}))
-    (d / "adapter_model.safetensors").write_bytes(b"")
-    return str(d)
+class _OfflineHub:
+    """vLLM's ``hf_api()`` offline: ``snapshot_download`` of a LoRA repository gives a local
+    adapter folder the simulator reads (``adapter_config.json``: r 8, alpha 16)."""
+
+    def snapshot_download(self, repo_id=None, **kw):
+        import tempfile
+        d = tempfile.mkdtemp(prefix="lora-" + str(repo_id).replace("/", "--") + "-")
+        with open(os.path.join(d, "adapter_config.json"), "w") as f:
+            json.dump({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA",
+                       "base_model_name_or_path": str(repo_id)}, f)
+        open(os.path.join(d, "adapter_model.safetensors"), "wb").close()
+        return d
 
 
-@pytest.fixture(scope="session")
-def qwen3_lora_files(tmp_path_factory):
-    return _stub_lora(tmp_path_factory, "alice", "Qwen/Qwen3-0.6B")
-
-
-@pytest.fixture(scope="session")
-def qwen3_meowing_lora_files(tmp_path_factory):
-    return _stub_lora(tmp_path_factory, "meow", "Qwen/Qwen3-0.6B")
-
-
-@pytest.fixture(scope="session")
-def qwen3_woofing_lora_files(tmp_path_factory):
-    return _stub_lora(tmp_path_factory, "woof", "Qwen/Qwen3-0.6B")
-
-
-@pytest.fixture(scope="session")
-def opt125_lora_files(tmp_path_factory):
-    return _stub_lora(tmp_path_factory, "opt", "facebook/opt-125m")
+def pytest_configure(config):
+    try:
+        import vllm.transformers_utils.repo_utils as repo_utils
+    except Exception:       # noqa: BLE001 - a file that needs it fails on its own
+        return
+    repo_utils.hf_api = lambda *a, **k: _OfflineHub()
 '''
 
 SPEECH_CONFTEST = r'''
@@ -347,6 +341,36 @@ def fetch_sdist(version: str, cache: Path) -> Path:
     return out
 
 
+def offline_hub(work: Path, files: list, src: Path) -> Path:
+    """A Hugging Face cache (``HF_HOME``) in which every model the chosen files name
+    (``MODEL_NAME = "org/name"`` and the like) is the simulated tokenizer, as ``vllm-sim
+    export-tokenizer`` writes it, with a ``config.json`` giving its vocabulary size: the tests'
+    own ``get_tokenizer(MODEL_NAME)`` and the simulator then share one tokenizer offline (the
+    real models' tokenizers would be downloaded).  Returns the ``HF_HOME`` folder."""
+    home = work / "hf"
+    export = work / "exported-tokenizer"
+    subprocess.run([sys.executable, "-m", "data.tokenizer_export", str(export)], cwd=ROOT, check=True,
+                   capture_output=True)
+    vocab = len(json.loads((export / "tokenizer.json").read_text())["model"]["vocab"])
+    names = set()
+    for f in files:
+        path = src / "tests" / "entrypoints" / f
+        if path.is_file():
+            names.update(re.findall(r'^[A-Z_]*MODEL[A-Z_]*\s*=\s*"([\w.-]+/[\w.-]+)"', path.read_text(), re.M))
+    rev = "0" * 40
+    for name in sorted(names):
+        repo = home / "hub" / ("models--" + name.replace("/", "--"))
+        snap = repo / "snapshots" / rev
+        snap.mkdir(parents=True, exist_ok=True)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(rev)
+        for item in export.iterdir():
+            shutil.copy(item, snap / item.name)
+        (snap / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                                      "vocab_size": vocab}))
+    return home
+
+
 def lay_out(src: Path, work: Path, files: list) -> None:
     """The chosen test files under ``work/tests/entrypoints/``, with every ``__init__.py`` and
     ``conftest.py`` on their way, and the stand-ins."""
@@ -375,9 +399,6 @@ def lay_out(src: Path, work: Path, files: list) -> None:
             if not (target / "__init__.py").exists():
                 (target / "__init__.py").write_text("")
             d = d.parent
-    top = work / "tests" / "entrypoints" / "conftest.py"
-    if top.exists():
-        top.write_text(top.read_text() + LORA_FIXTURES)
     speech = work / "tests" / "entrypoints" / "speech_to_text" / "conftest.py"
     if speech.exists():
         speech.write_text(SPEECH_CONFTEST)
@@ -421,6 +442,11 @@ def main(argv=None) -> int:
     p.add_argument("-k", dest="keyword", help="pytest -k expression")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vllm-sim-entrypoint-tests")
     p.add_argument("--json", type=Path, help="write the per-test outcomes here")
+    p.add_argument("--sim-args", default="--time-to-first-token 20 --inter-token-latency 5",
+                   help="flags every simulator gets after the test's own (a GPU model's latency: vLLM's tests that "
+                        "watch a request while it runs need one)")
+    p.add_argument("--no-offline-tokenizers", dest="offline_tokenizers", action="store_false",
+                   help="do not stand the simulated tokenizer in for the tests' models (offline HF cache)")
     p.add_argument("--file-timeout", type=int, default=300, help="seconds for one test file")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address space of one test file's pytest")
     a = p.parse_args(argv)
@@ -428,10 +454,13 @@ def main(argv=None) -> int:
     if src is None:
         p.error("give --vllm-src or --fetch")
     lay_out(src, a.workdir, a.files)
+    hf_home = offline_hub(a.workdir, a.files, src) if a.offline_tokenizers else None
     dropped = a.workdir / "dropped-flags.txt"
     env = dict(os.environ, VLLM_SIM_ROOT=str(ROOT), VLLM_SIM_PYTHON=sys.executable, HF_HUB_OFFLINE="1",
                VLLM_SIM_NOT_APPLICABLE=json.dumps(NOT_APPLICABLE), VLLM_SIM_DROPPED_LOG=str(dropped),
-               PYTHONPATH=str(a.workdir))
+               PYTHONPATH=str(a.workdir), VLLM_SIM_EXTRA_ARGS=a.sim_args)
+    if hf_home is not None:
+        env["HF_HOME"] = str(hf_home)
     # one pytest process per file: a file that hangs or grows is cut off alone (--file-timeout,
     # --memory-gb of address space), the others still run
     results, wall, stdout = [], 0.0, ""
