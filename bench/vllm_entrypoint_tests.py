@@ -81,6 +81,9 @@ NOT_APPLICABLE = {
     "test_long_audio_request_foscolo": "asserts Whisper's translation",
     "test_completion_endpoints": "a Whisper model serves no chat/completions (404): the simulator serves every API "
                                  "for any --model",
+    "test_complex_message_content": "asserts the model's answer to 1+1 (\"2\")",
+    "test_response_format_json_object": "asserts the model's answer to 1+1 ({\"result\": 2})",
+    "test_response_format_json_schema": "asserts the model's answer to 1+1 ({\"result\": 2})",
     # the model's files, which an offline machine does not have (its vocabulary, its tokenizer)
     "test_out_of_vocab_token_ids": "needs gpt2's vocabulary size (its config.json, downloaded)",
     "test_chat_echo.py::test_prompt_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
@@ -252,8 +255,17 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
-class LocalAssetServer:   # tests/serve/instrumentator/test_metrics imports it
-    pass
+class LocalAssetServer:
+    """vLLM's image server for its multimodal tests: the simulator counts an image URL's tokens
+    without fetching it, so no server runs."""
+
+    def url_for(self, name):
+        return f"http://127.0.0.1:9/{name}"
+
+
+@pytest.fixture(scope="session")
+def local_asset_server():
+    return LocalAssetServer()
 
 
 class _OfflineHub:
@@ -342,8 +354,8 @@ def fetch_sdist(version: str, cache: Path) -> Path:
 
 
 def offline_hub(work: Path, files: list, src: Path) -> Path:
-    """A Hugging Face cache (``HF_HOME``) in which every model the chosen files name
-    (``MODEL_NAME = "org/name"`` and the like) is the simulated tokenizer, as ``vllm-sim
+    """A Hugging Face cache (``HF_HOME``) in which every model the chosen files name (each
+    ``"org/name"`` string in them) is the simulated tokenizer, as ``vllm-sim
     export-tokenizer`` writes it, with a ``config.json`` giving its vocabulary size: the tests'
     own ``get_tokenizer(MODEL_NAME)`` and the simulator then share one tokenizer offline (the
     real models' tokenizers would be downloaded).  Returns the ``HF_HOME`` folder."""
@@ -356,7 +368,7 @@ def offline_hub(work: Path, files: list, src: Path) -> Path:
     for f in files:
         path = src / "tests" / "entrypoints" / f
         if path.is_file():
-            names.update(re.findall(r'^[A-Z_]*MODEL[A-Z_]*\s*=\s*"([\w.-]+/[\w.-]+)"', path.read_text(), re.M))
+            names.update(re.findall(r'"([A-Za-z0-9][\w.-]*/[\w.-]+)"', path.read_text()))
     rev = "0" * 40
     for name in sorted(names):
         repo = home / "hub" / ("models--" + name.replace("/", "--"))

@@ -41,3 +41,10 @@ def test_per_request_metrics(app_client, api):
 def test_completion_choices_carry_null_token_ids(api):
     choice = api.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2}).json()["choices"][0]
     assert choice["token_ids"] is None and choice["prompt_token_ids"] is None
+
+
+def test_seed_below_int64_is_vllms_validation_error(api):
+    # orjson reads -2**63 - 1 as the float -2**63: still below vLLM's bound (its test_long_seed)
+    r = api.post(CHAT, json={"messages": MSG, "max_tokens": 2, "seed": -(2 ** 63) - 1})
+    assert r.status_code == 400 and "greater_than_equal" in r.json()["error"]["message"]
+    assert api.post(CHAT, json={"messages": MSG, "max_tokens": 2, "seed": -(2 ** 63)}).status_code == 200
