@@ -215,6 +215,7 @@ class Simulator(OutputDecisions):
             else:
                 for s in admitted:
                     self.abort(s, record=False)     # the request is refused whole: nothing ran
+                self.metrics.admission_rejections["max_num_queued_reqs"].inc()
                 raise QueueFullError()
             admitted.append(seq)
 
@@ -224,6 +225,7 @@ class Simulator(OutputDecisions):
         engine = self.engine
         live = sum(1 for s in seqs if s.finish_reason != "cache_threshold")
         if live and engine.queued_beyond_batch() + live > self.config.max_waiting_queue_length:
+            self.metrics.admission_rejections["max_num_queued_reqs"].inc()
             raise QueueFullError()
         for seq in seqs:
             seq.arrival = now

@@ -189,6 +189,8 @@ class MetricsRecorder:
         self.prefix_queries = FastCounter()
         self.prefix_hits = FastCounter()
         self.preemptions = FastCounter()
+        # vLLM 0.34's vllm:admission_rejections{reason}: requests refused by a queue limit
+        self.admission_rejections = {"max_num_queued_reqs": FastCounter(), "max_num_queued_tokens": FastCounter()}
         self.step_wait = FastCounter()          # seconds (step mode: StepEngine.step_end)
         self.prompt_cached = FastCounter()
         self.prompt_recomputed = FastCounter()
@@ -439,6 +441,12 @@ class MetricsRecorder:
             fam = CounterMetricFamily(name, doc, labels=list(LABELS))
             fam.add_metric(lbl, c.value)
             yield fam
+        fam = CounterMetricFamily("vllm:admission_rejections",
+                                  "Number of admission attempts rejected by a queue limit, by reason.",
+                                  labels=["model_name", "reason"])
+        for reason, c in self.admission_rejections.items():
+            fam.add_metric([self.model_name, reason], c.value)
+        yield fam
         fam = CounterMetricFamily("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
                                   labels=list(LABELS) + ["source"])
         for source, c in self.by_source.items():

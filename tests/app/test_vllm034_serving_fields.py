@@ -48,3 +48,12 @@ def test_seed_below_int64_is_vllms_validation_error(api):
     r = api.post(CHAT, json={"messages": MSG, "max_tokens": 2, "seed": -(2 ** 63) - 1})
     assert r.status_code == 400 and "greater_than_equal" in r.json()["error"]["message"]
     assert api.post(CHAT, json={"messages": MSG, "max_tokens": 2, "seed": -(2 ** 63)}).status_code == 200
+
+
+def test_refused_admissions_are_counted(app_client):
+    c = app_client("--max-num-seqs", "1", "--max-waiting-queue-length", "0")
+    r = c.post(CHAT, json={"messages": MSG, "max_tokens": 2, "n": 3})
+    assert r.status_code == 429
+    line = [x for x in c.get("/metrics").text.splitlines()
+            if x.startswith('vllm:admission_rejections_total{model_name="test-model",reason="max_num_queued_reqs"}')]
+    assert line and float(line[0].split()[-1]) == 1.0
