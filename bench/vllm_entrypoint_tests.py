@@ -84,12 +84,16 @@ NOT_APPLICABLE = {
     "test_complex_message_content": "asserts the model's answer to 1+1 (\"2\")",
     "test_response_format_json_object": "asserts the model's answer to 1+1 ({\"result\": 2})",
     "test_response_format_json_schema": "asserts the model's answer to 1+1 ({\"result\": 2})",
+    "test_metrics_exist_run_batch": "runs vLLM's own run_batch launcher, not a server",
     # decoded with the model's own tokenizer: the offline stand-in's vocabulary (the simulator's
     # sentences and common words) lacks the test's words, which decode as <unk>
     "test_return_tokens_as_token_ids_completion": "decodes the prompt with the model's full vocabulary",
     "test_chat_completion_with_tool_use": "decodes with the model's full vocabulary",
     "test_comparison_with_prompt_logprobs_and_logprobs": "decodes with the model's full vocabulary",
     "test_chat_completion_with_emoji_and_token_ids": "decodes emoji with the model's full vocabulary",
+    "test_non_asr_model": "the simulator serves the audio routes for any --model (vLLM: only ASR models)",
+    "test_canary_translation": "asserts Canary's translation",
+    "test_load_lora_adapter_with_same_name_replaces_inplace": "asserts the adapters' own answers (\"Meow\")",
     # the model's files, which an offline machine does not have (its vocabulary, its tokenizer)
     "test_out_of_vocab_token_ids": "needs gpt2's vocabulary size (its config.json, downloaded)",
     "test_chat_echo.py::test_prompt_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",

@@ -7,7 +7,7 @@ WAV, FLAC, Ogg/Opus and MP3 read and write); nothing here is a codec.
   (its duration, sample rate, a content key), with vLLM's limits and messages
   (``vllm/multimodal/media/audio.py`` ``load_audio_soundfile``; vLLM 0.34).  Containers that
   libsndfile cannot read (MP4 / M4A / WebM, which vLLM decodes with PyAV or torchcodec) are
-  vLLM's 400 ``Invalid or unsupported audio file.``.
+  vLLM's 400 ``Invalid or corrupted audio data. ...``.
 * :func:`synthesize`: deterministic speech-like samples for the output tokens of a speech
   request (``/v1/audio/speech``): each token is one codec frame of :data:`FRAME_SECONDS`,
   a tone whose pitch and loudness come from the token id.
@@ -56,6 +56,11 @@ SPEECH_FORMATS = {
 }
 
 
+# vLLM 0.34's message when neither libsndfile nor its PyAV fallback can open the upload
+CORRUPTED = ("Invalid or corrupted audio data. Ensure the input is a valid audio or video file (e.g. a complete WAV, "
+             "MP3, or MP4).")
+
+
 class AudioError(ValueError):
     """An upload that is not audio libsndfile can read, or over a limit; ``message`` is vLLM's."""
 
@@ -96,8 +101,9 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
     Raises AudioError with vLLM's messages: ``Maximum file size exceeded`` (over
     ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB``, checked first), ``Audio exceeds maximum allowed
     duration ...`` (``VLLM_MAX_AUDIO_DECODE_DURATION_S``), ``Audio would allocate ...``
-    (``VLLM_MAX_AUDIO_DECODE_BYTES``), and ``Invalid or unsupported audio file.`` for anything
-    libsndfile cannot read.  The limits are checked from the header, before any sample is
+    (``VLLM_MAX_AUDIO_DECODE_BYTES``), :data:`CORRUPTED` for anything libsndfile does not
+    recognise (vLLM's PyAV fallback then fails with it), and ``Invalid or unsupported audio
+    file.`` for a recognised file that cannot be read.  The limits are checked from the header, before any sample is
     decoded."""
     import soundfile as sf
     if len(data) > max_size_mb * MIB:
@@ -121,7 +127,9 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
             samples = f.read(dtype="float32", always_2d=True)
     except AudioError:
         raise
-    except Exception as exc:        # libsndfile's errors (not audio, truncated, unknown container)
+    except sf.LibsndfileError as exc:       # not audio libsndfile recognises: vLLM's PyAV fallback fails so
+        raise AudioError(CORRUPTED) from exc
+    except Exception as exc:        # noqa: BLE001 - recognised but unreadable (truncated, ...)
         raise AudioError("Invalid or unsupported audio file.") from exc
     frames = samples.shape[0]       # what was decoded (a truncated stream decodes fewer)
     key = hashlib.blake2b(samples.tobytes(), digest_size=16).digest()
