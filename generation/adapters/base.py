@@ -210,8 +210,7 @@ def check_size(sim, count: int, force_cache_threshold: bool, cache_hit_threshold
         return
     if sim.kv_cache is not None and (cache_hit_threshold is not None or cfg.global_cache_hit_threshold > 0):
         return
-    sim.metrics.admission_rejections["max_num_queued_reqs"].inc()
-    raise QueueFullError()
+    raise sim.metrics.refused(QueueFullError())
 
 
 def check_tools(sim, tools, tool_choice, response_format) -> None:

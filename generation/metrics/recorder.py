@@ -406,6 +406,13 @@ class MetricsRecorder:
             fam.add_metric([max_lora, waiting, running, self.engine], ts)
         return fam
 
+    def refused(self, error):
+        """Count a request refused by the waiting queue's limit (vLLM 0.34's
+        ``vllm:admission_rejections{reason="max_num_queued_reqs"}``); returns ``error`` (the
+        429 the caller raises)."""
+        self.admission_rejections["max_num_queued_reqs"].inc()
+        return error
+
     def _collect_config_info(self):
         """vLLM's CacheConfig labels the simulator knows: ``block_size``, ``num_gpu_blocks``, and
         current vLLM's ``kv_cache_size_tokens`` (blocks x block size: the KV capacity in tokens,
