@@ -17,7 +17,8 @@ Blueprints call into :class:`generation.engine.simulator.Simulator`.
 # newest release whose defaults are known), and the simulator's own version (``GET /server_info``,
 # the ``pyproject.toml`` version).  What a server reports (``GET /version``, ``system_fingerprint``,
 # gRPC ``GetLoads``) is :func:`vllm_version` of its configuration.
-from .config.vllm_versions import NEWEST as VLLM_VERSION  # noqa: E402
+VLLM_VERSION = "0.34.0"           # generation.config.vllm_versions.NEWEST reads it (no import here: the
+                                 # metrics module must import no configuration)
 SIMULATOR_VERSION = "0.1.0"
 
 
