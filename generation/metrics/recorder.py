@@ -191,6 +191,10 @@ class MetricsRecorder:
         self.preemptions = FastCounter()
         # vLLM 0.34's vllm:admission_rejections{reason}: requests refused by a queue limit
         self.admission_rejections = {"max_num_queued_reqs": FastCounter(), "max_num_queued_tokens": FastCounter()}
+        # vLLM's multimodal processor cache (vllm:mm_cache_queries / _hits, in items): no such cache
+        # is simulated, so both stay 0 (vLLM's test_metrics_exist reads them for multimodal models)
+        self.mm_cache_queries = FastCounter()
+        self.mm_cache_hits = FastCounter()
         self.step_wait = FastCounter()          # seconds (step mode: StepEngine.step_end)
         self.prompt_cached = FastCounter()
         self.prompt_recomputed = FastCounter()
@@ -441,6 +445,10 @@ class MetricsRecorder:
                  self.prefix_queries),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                  self.prefix_hits),
+                ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.",
+                 self.mm_cache_queries),
+                ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.",
+                 self.mm_cache_hits),
                 ("vllm_sim:engine_step_wait_seconds", "Simulator-specific: time engine steps were held "
                  "past their modelled end because the previous step's tokens were still being sent "
                  "(--latency-calculator step). Growing means the simulator, not the simulated model, "

@@ -57,3 +57,10 @@ def test_refused_admissions_are_counted(app_client):
     line = [x for x in c.get("/metrics").text.splitlines()
             if x.startswith('vllm:admission_rejections_total{model_name="test-model",reason="max_num_queued_reqs"}')]
     assert line and float(line[0].split()[-1]) == 1.0
+
+
+def test_multimodal_cache_counters_exist_at_zero(api):
+    text = api.get("/metrics").text
+    for name in ("vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total"):
+        assert f'{name}{{engine="0",model_name="test-model"}} 0.0' in text or \
+            f'{name}{{model_name="test-model",engine="0"}} 0.0' in text, name
