@@ -39,7 +39,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from flask import Flask, Response             # here: a busy port or a bad flag fails before
     from werkzeug.exceptions import HTTPException  # Flask is imported (main())
     from generation.engine.simulator import ClientDisconnected
-    from blueprints import (admin, chat, completions, dev, embeddings, generate, health, lora, messages,
+    from blueprints import (admin, audio, chat, completions, dev, embeddings, generate, health, lora, messages,
                             metrics, models, render, responses)
     from blueprints.errors import error_response, internal_error
 
@@ -52,7 +52,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     kind = config.pooling_kind
     # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
     # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
-    generation_apis = () if kind else (chat, completions, generate, messages, responses)
+    generation_apis = () if kind else (chat, completions, generate, messages, responses, audio)
     for mod in (models, health, lora, metrics, admin, render, dev, *generation_apis):
         app.register_blueprint(mod.bp)
     if not kind:

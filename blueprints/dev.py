@@ -28,7 +28,7 @@ from generation.errors import APIError
 from schemas.chat import chat_request_schema
 from schemas.completions import completion_request_schema
 
-from generation import SIMULATOR_VERSION, VLLM_VERSION
+from generation import SIMULATOR_VERSION, vllm_version
 
 from .common import json_response, parse_json_body, simulator
 from .errors import error_response
@@ -64,8 +64,9 @@ def reset_prefix_cache():
 @bp.get("/server_info")
 def server_info():
     _dev_mode()
-    cfg = simulator().config.to_public_dict()
-    me = {"name": "vllm-sim", "version": SIMULATOR_VERSION, "vllm_version": VLLM_VERSION}
+    config = simulator().config
+    cfg = config.to_public_dict()
+    me = {"name": "vllm-sim", "version": SIMULATOR_VERSION, "vllm_version": vllm_version(config)}
     if request.args.get("config_format", "text") == "json":
         return json_response({"vllm_config": cfg, "simulator": me})
     text = ", ".join(f"{k}={v}" for k, v in cfg.items())

@@ -9,7 +9,7 @@ import time
 
 from flask import Blueprint, Response, current_app, request
 
-from generation import SIMULATOR_VERSION, VLLM_VERSION
+from generation import SIMULATOR_VERSION, vllm_version
 from generation.errors import APIError, InvalidParam
 
 from .common import json_response, simulator
@@ -47,10 +47,10 @@ def ping():
 
 @bp.get("/version")
 def version():
-    """vLLM's ``/version``: the vLLM release whose API is imitated (PEP 440, so ``packaging``
-    and clients' version gates parse it); the simulator's own version is in the
-    ``X-Simulator-Version`` header (and on the dev-mode ``/server_info``)."""
-    r = json_response({"version": VLLM_VERSION})
+    """vLLM's ``/version``: the vLLM release whose API is imitated, ``--vllm-version`` (default
+    0.34.0; PEP 440, so ``packaging`` and clients' version gates parse it); the simulator's own
+    version is in the ``X-Simulator-Version`` header (and on the dev-mode ``/server_info``)."""
+    r = json_response({"version": vllm_version(simulator().config)})
     r.headers["X-Simulator-Version"] = f"vllm-sim/{SIMULATOR_VERSION}"
     return r
 

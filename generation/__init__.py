@@ -13,8 +13,17 @@
 Blueprints call into :class:`generation.engine.simulator.Simulator`.
 """
 
-# The vLLM release whose API the simulator imitates (``GET /version``, ``system_fingerprint``;
-# PEP 440, so clients' version gates parse it), and the simulator's own version
-# (``GET /server_info``, the ``pyproject.toml`` version).
-VLLM_VERSION = "0.33.0"
+# The vLLM release whose API the simulator imitates by default (``--vllm-version``'s default, the
+# newest release whose defaults are known), and the simulator's own version (``GET /server_info``,
+# the ``pyproject.toml`` version).  What a server reports (``GET /version``, ``system_fingerprint``,
+# gRPC ``GetLoads``) is :func:`vllm_version` of its configuration.
+VLLM_VERSION = "0.34.0"           # generation.config.vllm_versions.NEWEST reads it (no import here: the
+                                 # metrics module must import no configuration)
 SIMULATOR_VERSION = "0.1.0"
+
+
+def vllm_version(cfg) -> str:
+    """The vLLM release a server with configuration ``cfg`` reports: ``--vllm-version`` as given
+    (``"0.34.0"``, ``"0.15.1"``, ``"0.34.0rc1"``: the flag accepts only PEP 440 release strings,
+    so clients' version gates parse it), :data:`VLLM_VERSION` where the configuration has none."""
+    return getattr(cfg, "vllm_version", "") or VLLM_VERSION

@@ -41,12 +41,13 @@ from datetime import datetime, timezone
 
 import orjson
 
+from generation import vllm_version
+
 from .grpc_support import KvEventRelay, build_tokenizer_zip, scheduler_state, tokenizer_chunks, tokenizer_dir
 
 log = logging.getLogger("vllm_sim")
 
 SERVICE = "vllm.grpc.engine.VllmEngine"
-VERSION = "0.33.0"
 FLUSH_RETRY = 0.1                # seconds between FlushCache attempts while requests run
 # StartProfile options a vLLM engine takes at launch, not per request (smg-grpc-servicer's admin)
 PROFILE_LAUNCH_OPTIONS = ("output_dir", "start_step", "num_steps", "with_stack", "record_shapes")
@@ -322,7 +323,7 @@ def make_servicer(sim, lifecycle=None):
                                     num_total_reqs=running + waiting, max_running_requests=cfg.max_num_seqs,
                                     token_usage=usage, utilization=usage, max_total_num_tokens=capacity,
                                     num_used_tokens=round(usage * capacity), num_waiting_uncached_tokens=uncached)
-            return pb.GetLoadsResponse(timestamp=datetime.now(timezone.utc).isoformat(), version=VERSION,
+            return pb.GetLoadsResponse(timestamp=datetime.now(timezone.utc).isoformat(), version=vllm_version(cfg),
                                        dp_rank_count=1, loads=[load])
 
         def GetTokenizer(self, request, context):

@@ -296,6 +296,10 @@ class _Counted:
 CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"     # Starlette's ALL_METHODS
 UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
 NO_BODY_POSTS = frozenset({"/ping"})      # a probe: changes nothing, takes anything
+# vLLM's upload routes (FastAPI ``Form``): multipart bodies, from a command line or a same-origin page
+MULTIPART_POSTS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
+CROSS_SITE_FORM = ("An upload from another site's page is refused: a browser sends a form cross-site without a "
+                   "CORS preflight")
 CROSS_SITE = ("A POST without a body from another site's page is refused: send it with "
               "'Content-Type: application/json' (a browser then asks first: a CORS preflight)")
 
@@ -329,7 +333,9 @@ class RequestGuard:
       to sleep): one that a browser marks cross-origin (``Sec-Fetch-Site`` ``cross-site`` /
       ``same-site``, or an ``Origin`` other than the ``Host``) is a 400; with
       ``Content-Type: application/json`` the browser asks first (a preflight), as CORS wants.
-      ``/ping`` is exempt."""
+      ``/ping`` is exempt.  The upload routes (:data:`MULTIPART_POSTS`) also take
+      ``multipart/form-data``, as vLLM's ``Form`` routes, except from another origin's page (a
+      browser posts a form cross-site without asking first)."""
 
     def __init__(self, wsgi_app):
         self.wsgi_app = wsgi_app
@@ -339,7 +345,12 @@ class RequestGuard:
         if method == "POST":
             ctype = environ.get("CONTENT_TYPE")
             if ctype:
-                ok = ctype.split(";", 1)[0].strip().lower() == "application/json"
+                mime = ctype.split(";", 1)[0].strip().lower()
+                ok = mime == "application/json"
+                if not ok and mime == "multipart/form-data" and environ.get("PATH_INFO") in MULTIPART_POSTS:
+                    if _cross_origin(environ):
+                        return self._error(environ, start_response, 400, CROSS_SITE_FORM)
+                    ok = True
             else:
                 length = environ.get("CONTENT_LENGTH")
                 ok = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ

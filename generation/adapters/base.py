@@ -22,7 +22,7 @@ import time
 
 import orjson
 
-from generation import VLLM_VERSION
+from generation import vllm_version
 from ..errors import InvalidParam, QueueFullError
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text, plain_message
@@ -210,7 +210,7 @@ def check_size(sim, count: int, force_cache_threshold: bool, cache_hit_threshold
         return
     if sim.kv_cache is not None and (cache_hit_threshold is not None or cfg.global_cache_hit_threshold > 0):
         return
-    raise QueueFullError()
+    raise sim.metrics.refused(QueueFullError())
 
 
 def check_tools(sim, tools, tool_choice, response_format) -> None:
@@ -244,14 +244,15 @@ _FINGERPRINTS: dict = {}
 def system_fingerprint(cfg) -> str:
     """vLLM's default ``system_fingerprint`` (``--fingerprint-mode full``):
     ``vllm-<version>[-dp<N>]-<hash8>``, the hash over what identifies the served model here
-    (model, served names, context window, response mode); the same for every response of one
+    (model, served names, context window, response mode, ``--vllm-version``); the same for every response of one
     configuration."""
-    key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size)
+    key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size,
+           vllm_version(cfg))
     fp = _FINGERPRINTS.get(key)
     if fp is None:
         hash8 = hashlib.sha256(repr(key).encode()).hexdigest()[:8]
         dp = f"-dp{cfg.data_parallel_size}" if cfg.data_parallel_size > 1 else ""
-        fp = _FINGERPRINTS[key] = f"vllm-{VLLM_VERSION}{dp}-{hash8}"
+        fp = _FINGERPRINTS[key] = f"vllm-{vllm_version(cfg)}{dp}-{hash8}"
     return fp
 
 
@@ -391,9 +392,11 @@ class ChunkFrame:
         return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
                                      "prompt_tokens_details": {"cached_tokens": cached}}) + CHUNK_END
 
-    def usage_chunk(self, usage_obj: dict) -> bytes:
-        """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage."""
-        return self.envelope + b'],"usage":' + dumps(usage_obj) + CHUNK_END
+    def usage_chunk(self, usage_obj: dict, metrics: dict | None = None) -> bytes:
+        """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage (and
+        ``--enable-per-request-metrics``' ``metrics``, :func:`per_request_metrics`)."""
+        extra = b',"metrics":' + dumps(metrics) if metrics else b""
+        return self.envelope + b'],"usage":' + dumps(usage_obj) + extra + CHUNK_END
 
 
 def stream_flags(opts, force: bool = False) -> tuple[bool, bool]:
@@ -449,3 +452,31 @@ def with_prompt_token_ids(chunks, ids):
         yield from chunks
     finally:
         chunks.close()
+
+
+def per_request_metrics(sim, seqs, stream: bool = False) -> dict | None:
+    """vLLM 0.34's ``--enable-per-request-metrics`` (``build_per_request_timing_metrics``): the
+    request's ``time_to_first_token_ms`` (scheduled to first token), ``generation_time_ms``
+    (first to last token), ``queue_time_ms`` (queued to scheduled), ``mean_itl_ms`` (with more
+    than one token) and ``tokens_per_second`` (tokens over scheduled to last token), from the
+    sequence's own times; None without the flag or with ``n > 1`` (vLLM cannot attribute
+    them).  ``stream``: a stream's usage chunk leaves out what is null (vLLM's
+    ``exclude_none``); a body carries ``mean_itl_ms: null`` and ``speculative_decoding: null``."""
+    if not sim.config.enable_per_request_metrics or len(seqs) != 1:
+        return None
+    s = seqs[0]
+    now = time.monotonic()
+    queued = s.arrival or s.enqueued_at or s.started_at
+    scheduled = s.started_at or queued
+    first = s.first_token_at or scheduled
+    last = s.finished_at or now
+    n = s.completion_tokens
+    out = {"time_to_first_token_ms": max(0.0, (first - scheduled) * 1000),
+           "generation_time_ms": max(0.0, (last - first) * 1000),
+           "queue_time_ms": max(0.0, (scheduled - queued) * 1000),
+           "mean_itl_ms": max(0.0, (last - first) / (n - 1) * 1000) if n > 1 else None,
+           "tokens_per_second": n / (last - scheduled) if last > scheduled else None,
+           "speculative_decoding": None}
+    if stream:
+        out = {k: v for k, v in out.items() if v is not None}
+    return out

@@ -15,7 +15,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
-from .base import (CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (per_request_metrics, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids,
@@ -24,7 +24,7 @@ from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
-from .fields import check_openai_fields, scheduling_priority, tokens_as_ids
+from .fields import check_openai_fields, check_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -64,8 +64,13 @@ class ChatAdapter(Adapter):
         check_size(sim, n, force_cache_threshold, b.cache_hit_threshold)
         if max_tokens is not None:            # the output side, before anything is tokenized
             check_work(sim, *self._work(n * min(max_tokens, sim.config.max_model_len)))
+        prompt = chat_prompt(sim, b.messages or [], **chat_options(b))
+        forwarded = forwarded_prompt_ids(b.kv_transfer_params, b.messages)
+        if forwarded is not None:            # vLLM 0.34: a decode leg reuses the prefill's ids verbatim
+            prompt.ids = forwarded
+            check_prompt_ids([prompt], prompt_vocab_size(sim), "kv_transfer_params.prompt_token_ids")
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=[chat_prompt(sim, b.messages or [], **chat_options(b))], n=n,
+            request_id=rid, model=model, lora=lora, prompts=[prompt], n=n,
             max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
             tools=tools, tool_choice=tool_choice,
             response_format=constraint or b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
@@ -108,6 +113,9 @@ class ChatAdapter(Adapter):
             out["prompt_token_ids"] = list(seqs[0].prompt.ids)
             for c, s in zip(out["choices"], seqs):
                 c["token_ids"] = list(s.ids)
+        metrics = per_request_metrics(self.sim, seqs)
+        if metrics is not None:
+            out["metrics"] = metrics
         return out
 
     def stream(self, seqs):
@@ -357,6 +365,27 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) + b'}]' + tail(0, i))
     if include_usage:
         details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
-        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), details)))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), details), per_request_metrics(sim, seqs, True)))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)
+
+
+def forwarded_prompt_ids(kv: dict | None, messages) -> list | None:
+    """vLLM 0.34's ``kv_transfer_params.prompt_token_ids``: a P/D proxy forwards the prefill's
+    prompt ids, and the decode leg uses them verbatim instead of rendering ``messages`` (whose
+    text then does not matter); ignored, as vLLM's ``drop_prompt_token_ids_with_media``, when a
+    message has non-text content.  Returns the ids, or None.  Raises InvalidParam naming the
+    field for anything but a list of non-negative integers."""
+    ids = (kv or {}).get("prompt_token_ids")
+    if ids is None:
+        return None
+    field = "kv_transfer_params.prompt_token_ids"
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise InvalidParam(f"{field}: must be a list of non-negative token ids", field)
+    for m in messages or ():
+        content = m.get("content") if isinstance(m, dict) else getattr(m, "content", None)
+        if isinstance(content, list) and any(
+                (part.get("type") if isinstance(part, dict) else getattr(part, "type", "text")) not in ("text", None)
+                for part in content):
+            return None
+    return list(ids)

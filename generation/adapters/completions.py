@@ -16,7 +16,7 @@ from ..errors import InvalidParam
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text
-from .base import (CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
+from .base import (per_request_metrics, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
 from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, scheduling_priority, tokens_as_ids,
@@ -101,6 +101,9 @@ class CompletionsAdapter(Adapter):
                 if b.return_token_ids:
                     c["prompt_token_ids"] = list(s.prompt.ids)
                     c["token_ids"] = list(s.ids)
+        metrics = per_request_metrics(self.sim, seqs)
+        if metrics is not None:
+            out["metrics"] = metrics
         return out
 
     def stream(self, seqs):
@@ -171,8 +174,11 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
         if logprobs is not None and echo_prompt and head:
             # vLLM: nothing precedes the first prompt token, so it has no logprob (prompt_logprobs[0])
             logprobs["token_logprobs"][0] = logprobs["top_logprobs"][0] = None
+        # vLLM's CompletionResponseChoice, its optional fields null unless asked for (its own
+        # test_return_token_ids reads "prompt_token_ids" in every choice)
         choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
-                        "stop_reason": s.stop_reason, "prompt_logprobs": None})
+                        "stop_reason": s.stop_reason, "token_ids": None, "prompt_logprobs": None,
+                        "prompt_token_ids": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
            "model": req.model, "choices": choices, "usage": request_usage(seqs, details, None)}
     if req.remote_decode:
@@ -260,6 +266,6 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
             b'}]' + tail(0, seq.index))
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), None)))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), None), per_request_metrics(sim, seqs, True)))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -183,6 +183,9 @@ _declare("frontend",
                 unit="tokens"),
          Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
                 "`stream_options.include_usage` were set"),
+         Option("enable-per-request-metrics", "bool", False, "Chat and completion answers (a stream's usage "
+                "chunk) carry vLLM 0.34's `metrics`: time to first token, generation and queue time, mean ITL, "
+                "tokens per second, from the simulated timeline"),
          Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),
          Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` "
                 "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: left out, "

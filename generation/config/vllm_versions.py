@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .values import ConfigError
 
-NEWEST = "0.34.0"                # the --vllm-version default
+from generation import VLLM_VERSION as NEWEST      # the --vllm-version default (0.34.0)
 
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-]?[0-9A-Za-z][0-9A-Za-z.+-]*)?")
 

@@ -61,17 +61,20 @@ class OutputDecisions:
         vLLM's sampling semantics: a request ``seed`` makes its output reproducible (choice ``i``
         of ``n`` samples with ``seed + i``, as vLLM's parallel sampling seeds each child), and
         ``temperature: 0`` is greedy: every choice of the same prompt is the same answer.  Both
-        depend on the prompt's tokens, as a model's output does.  ``use_beam_search`` is
+        depend on the prompt's tokens (and its ``salt``: an upload's samples), as a model's output does.  ``use_beam_search`` is
         deterministic too, but its ``n`` beams differ: beam ``i`` of a prompt is always the same
         answer, whatever the seed or temperature (vLLM's beam search samples nothing).  Otherwise
         the engine's ``--seed`` generator, drawn in arrival order."""
-        if req.use_beam_search:
-            return random.Random(hash((-2, seq.index - seq.prompt_index * req.n, tuple(seq.prompt.ids))))
+        key = tuple(seq.prompt.ids) if seq.prompt.salt is None else (tuple(seq.prompt.ids), seq.prompt.salt)
+        if req.use_beam_search and req.n > 1:
+            return random.Random(hash((-2, seq.index - seq.prompt_index * req.n, key)))
+        if req.use_beam_search:         # one beam is greedy decoding (vLLM's test_whisper_beam_search_single_beam)
+            return random.Random(hash((-1, key)))
         if req.temperature is not None and req.temperature == 0:
-            return random.Random(hash((-1, tuple(seq.prompt.ids))))
+            return random.Random(hash((-1, key)))
         if req.seed is not None:
             choice = seq.index - seq.prompt_index * req.n
-            return random.Random(hash((req.seed + choice, tuple(seq.prompt.ids))))
+            return random.Random(hash((req.seed + choice, key)))
         return self.rng
 
     def _decide_output(self, req: GenerationRequest, seq: Sequence) -> None:

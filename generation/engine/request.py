@@ -35,6 +35,8 @@ class Prompt:
     echo_pieces: list | None = None     # pieces echoed back (echo mode)
     echo_ids: list | None = None
     text: str | None = None              # raw prompt text when there is one
+    salt: int | None = None              # what else the answer depends on (an upload's samples); an int:
+                                         # hash() of bytes and str differs between processes
 
     @property
     def length(self) -> int:

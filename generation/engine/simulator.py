@@ -215,7 +215,7 @@ class Simulator(OutputDecisions):
             else:
                 for s in admitted:
                     self.abort(s, record=False)     # the request is refused whole: nothing ran
-                raise QueueFullError()
+                raise self.metrics.refused(QueueFullError())        # counted (vllm:admission_rejections)
             admitted.append(seq)
 
     def _admit_to_engine(self, seqs: list[Sequence], now: float) -> None:
@@ -224,7 +224,7 @@ class Simulator(OutputDecisions):
         engine = self.engine
         live = sum(1 for s in seqs if s.finish_reason != "cache_threshold")
         if live and engine.queued_beyond_batch() + live > self.config.max_waiting_queue_length:
-            raise QueueFullError()
+            raise self.metrics.refused(QueueFullError())
         for seq in seqs:
             seq.arrival = now
             if seq.finish_reason == "cache_threshold":

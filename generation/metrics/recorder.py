@@ -189,6 +189,12 @@ class MetricsRecorder:
         self.prefix_queries = FastCounter()
         self.prefix_hits = FastCounter()
         self.preemptions = FastCounter()
+        # vLLM 0.34's vllm:admission_rejections{reason}: requests refused by a queue limit
+        self.admission_rejections = {"max_num_queued_reqs": FastCounter(), "max_num_queued_tokens": FastCounter()}
+        # vLLM's multimodal processor cache (vllm:mm_cache_queries / _hits, in items): no such cache
+        # is simulated, so both stay 0 (vLLM's test_metrics_exist reads them for multimodal models)
+        self.mm_cache_queries = FastCounter()
+        self.mm_cache_hits = FastCounter()
         self.step_wait = FastCounter()          # seconds (step mode: StepEngine.step_end)
         self.prompt_cached = FastCounter()
         self.prompt_recomputed = FastCounter()
@@ -404,6 +410,13 @@ class MetricsRecorder:
             fam.add_metric([max_lora, waiting, running, self.engine], ts)
         return fam
 
+    def refused(self, error):
+        """Count a request refused by the waiting queue's limit (vLLM 0.34's
+        ``vllm:admission_rejections{reason="max_num_queued_reqs"}``); returns ``error`` (the
+        429 the caller raises)."""
+        self.admission_rejections["max_num_queued_reqs"].inc()
+        return error
+
     def _collect_config_info(self):
         """vLLM's CacheConfig labels the simulator knows: ``block_size``, ``num_gpu_blocks``, and
         current vLLM's ``kv_cache_size_tokens`` (blocks x block size: the KV capacity in tokens,
@@ -432,6 +445,10 @@ class MetricsRecorder:
                  self.prefix_queries),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                  self.prefix_hits),
+                ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.",
+                 self.mm_cache_queries),
+                ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.",
+                 self.mm_cache_hits),
                 ("vllm_sim:engine_step_wait_seconds", "Simulator-specific: time engine steps were held "
                  "past their modelled end because the previous step's tokens were still being sent "
                  "(--latency-calculator step). Growing means the simulator, not the simulated model, "
@@ -439,6 +456,12 @@ class MetricsRecorder:
             fam = CounterMetricFamily(name, doc, labels=list(LABELS))
             fam.add_metric(lbl, c.value)
             yield fam
+        fam = CounterMetricFamily("vllm:admission_rejections",
+                                  "Number of admission attempts rejected by a queue limit, by reason.",
+                                  labels=["model_name", "reason"])
+        for reason, c in self.admission_rejections.items():
+            fam.add_metric([self.model_name, reason], c.value)
+        yield fam
         fam = CounterMetricFamily("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
                                   labels=list(LABELS) + ["source"])
         for source, c in self.by_source.items():

@@ -121,24 +121,31 @@ def test_empty_or_null_stream_options_without_a_stream_are_fine(api, opts):
 def test_chat_carries_vllms_system_fingerprint(api, app_client):
     fp = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()["system_fingerprint"]
     prefix, version, hash8 = fp.split("-")
-    assert (prefix, version, len(hash8)) == ("vllm", "0.33.0", 8)
+    assert (prefix, version, len(hash8)) == ("vllm", "0.34.0", 8)
     int(hash8, 16)
     again = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()
     assert again["system_fingerprint"] == fp            # one per configuration
     other = app_client("--max-model-len", "2048").post(CHAT, json={"model": "test-model", "messages": MSG,
                                                                   "max_tokens": 2}).json()
-    assert other["system_fingerprint"] != fp and other["system_fingerprint"].startswith("vllm-0.33.0-")
+    assert other["system_fingerprint"] != fp and other["system_fingerprint"].startswith("vllm-0.34.0-")
 
 
 def test_version_is_vllms_release_and_server_info_the_simulators(api, app_client):
     r = api.get("/version")
     v = r.json()
-    assert v == {"version": "0.33.0"}
-    assert Version(v["version"]) == Version("0.33.0")
+    assert v == {"version": "0.34.0"}                   # --vllm-version's default
+    assert Version(v["version"]) == Version("0.34.0")
     assert r.headers["X-Simulator-Version"] == "vllm-sim/0.1.0"
     info = app_client(env={"VLLM_SERVER_DEV_MODE": "1"}).get("/server_info").json()   # dev mode, as vLLM
-    assert info["simulator"] == {"name": "vllm-sim", "version": "0.1.0", "vllm_version": "0.33.0"}
+    assert info["simulator"] == {"name": "vllm-sim", "version": "0.1.0", "vllm_version": "0.34.0"}
     assert "max-model-len=1024" in info["vllm_config"]
+
+
+def test_version_and_fingerprint_follow_vllm_version(app_client):
+    c = app_client("--vllm-version", "0.15.1")
+    assert c.get("/version").json() == {"version": "0.15.1"}
+    fp = c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()["system_fingerprint"]
+    assert fp.startswith("vllm-0.15.1-")
 
 
 def test_generated_request_ids_are_uuid4_hex(app_client):

@@ -361,7 +361,7 @@ def test_model_server_info_loads_and_health(slow):
     waiting.start()
     until(lambda: slow.running_waiting()[1], timeout=10, what="the second request queued")
     loads = stub.GetLoads(pb.GetLoadsRequest(dp_rank=3, include=["core"]), timeout=5)   # accepted, not applied
-    assert loads.dp_rank_count == 1 and loads.version == "0.33.0" and loads.timestamp
+    assert loads.dp_rank_count == 1 and loads.version == "0.34.0" and loads.timestamp
     (load,) = loads.loads
     assert (load.dp_rank, load.num_running_reqs, load.num_waiting_reqs, load.num_total_reqs) == (0, 1, 1, 2)
     assert (load.max_running_requests, load.max_total_num_tokens) == (1, 1024 * 16)

@@ -1,0 +1,145 @@
+"""The audio routes (:mod:`generation.adapters.audio`): vLLM's ``POST /v1/audio/transcriptions``
+and ``POST /v1/audio/translations`` (multipart uploads) and the reference's
+``POST /v1/audio/speech`` (JSON in, audio out).
+
+They run the serving pipeline's steps (:func:`blueprints.serving.handle`) on their own bodies:
+request id, header checks (``X-Return-Error``, failure injection), the request's own checks,
+``Simulator.prepare``, admission, then a stream or the finished answer, so the engine's
+scheduling, latency and metrics are the same as for chat and completions.  An upload is
+bounded by ``--max-request-body-size-mb`` (werkzeug's 413, default 4 MiB) and by vLLM's
+``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`` (25) and decode limits (400s); it is decoded in the hub's
+thread pool.
+"""
+from __future__ import annotations
+
+from time import monotonic
+
+import orjson
+from flask import Blueprint, Response, current_app, request
+from werkzeug.exceptions import HTTPException
+
+from generation.adapters.audio import SpeechAdapter, SpeechRequest, SpeechToTextAdapter, SpeechToTextRequest
+from generation.adapters.base import check_work
+from generation.content import audio as au
+from generation.engine.simulator import ClientDisconnected
+from generation.errors import InvalidParam
+
+from .common import (SSE_HEADERS, header_checks, parse_json_body, received_at, request_id, response_headers,
+                     run_to_completion, sse_body)
+from .serving import SSE_BASE_HEADERS, error_body, reply_to_error
+
+bp = Blueprint("audio", __name__)
+
+JSON = ("Content-Type", "application/json")
+
+
+@bp.post("/v1/audio/transcriptions")
+def create_transcription():
+    """vLLM's transcription API (Whisper): see :mod:`generation.adapters.audio`."""
+    return _speech_to_text("transcribe")
+
+
+@bp.post("/v1/audio/translations")
+def create_translation():
+    """vLLM's translation API (Whisper, into English): see :mod:`generation.adapters.audio`."""
+    return _speech_to_text("translate")
+
+
+@bp.post("/v1/audio/speech")
+def create_speech():
+    """The reference's text-to-speech API: see :mod:`generation.adapters.audio`."""
+    environ = request.environ
+    entry = monotonic()
+    try:
+        sim = current_app.extensions["simulator"]
+        body = SpeechRequest.from_json(parse_json_body(environ, current_app.config["MAX_CONTENT_LENGTH"]))
+        adapter = SpeechAdapter(sim, body)
+        rid = request_id(sim, None, environ)
+        header_checks(sim, environ)
+        req = adapter.build(rid)
+        fmt_headers = [("Content-Type", "text/event-stream; charset=utf-8" if body.stream_format != "audio"
+                        else adapter.media_type)]
+
+        def finished(seqs):
+            data = adapter.render_audio(seqs)
+            return [data], [("Content-Type", adapter.media_type), ("Content-Length", str(len(data))),
+                            *adapter.usage_headers(seqs).items()]
+
+        return _run(sim, adapter, req, environ, entry, finished,
+                    [*SSE_HEADERS.items(), *fmt_headers] if req.stream else None)
+    except HTTPException:
+        raise
+    except Exception as err:      # noqa: BLE001 - rendered as every generation API renders errors
+        return _error(err, environ)
+
+
+def _read_form():
+    """``(fields, audio bytes or None, file sent as text)`` of the multipart body: each text
+    field's last value (``timestamp_granularities[]`` as the list of its values)."""
+    form = request.form
+    fields = {k: form.getlist(k)[-1] for k in form.keys() if k != "timestamp_granularities[]"}
+    if "timestamp_granularities[]" in form:
+        fields["timestamp_granularities[]"] = form.getlist("timestamp_granularities[]")
+    upload = request.files.get("file")
+    audio = upload.read() if upload is not None else None
+    return fields, audio, upload is None and "file" in form
+
+
+def _speech_to_text(task: str):
+    environ = request.environ
+    entry = monotonic()
+    try:
+        sim = current_app.extensions["simulator"]
+        fields, audio, file_is_text = _read_form()
+        body = SpeechToTextRequest.from_form(task, fields, audio, file_is_text)
+        if len(body.audio) > au.MAX_CLIP_FILESIZE_MB * au.MIB:       # vLLM reads the upload with this limit first
+            raise InvalidParam("Maximum file size exceeded", "audio_filesize_mb")
+        adapter = SpeechToTextAdapter(sim, body)
+        rid = request_id(sim, None, environ)
+        header_checks(sim, environ)
+        adapter.check()
+        try:
+            clip = au.off_hub(au.decode_upload, body.audio)
+        except au.AudioError as e:
+            raise InvalidParam(str(e), "file") from None
+        req = adapter.build_from_clip(rid, clip)
+
+        def finished(seqs):
+            data = orjson.dumps(adapter.render(seqs))
+            return [data], [JSON, ("Content-Length", str(len(data)))]
+
+        return _run(sim, adapter, req, environ, entry, finished, SSE_BASE_HEADERS if req.stream else None)
+    except HTTPException:
+        raise
+    except Exception as err:      # noqa: BLE001
+        return _error(err, environ)
+
+
+def _run(sim, adapter, req, environ, entry: float, finished, stream_headers):
+    """Prepare, admit, then stream (``stream_headers`` given) or wait and render
+    (``finished(seqs) -> (body parts, headers)``), as :func:`blueprints.serving.handle`."""
+    seqs = sim.prepare(req)
+    check_work(sim, *adapter.work(seqs))
+    extra = response_headers(req.request_id, sim, environ)
+    arrived = received_at(environ)
+    if sim.engine is not None and (arrived is None or entry < arrived):
+        arrived = entry
+    sim.admit(seqs, arrived)
+    try:
+        if stream_headers is not None:
+            def error_frame(err) -> bytes:
+                return adapter.stream_error(error_body(err, "openai"))
+
+            stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
+            return Response(stream, status=200, headers=[*extra.items(), *stream_headers], direct_passthrough=True)
+        run_to_completion(sim, seqs, environ)
+        body, headers = finished(seqs)
+    except BaseException as e:    # the client left (an abort), or the server failed it (an error)
+        sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")
+        raise
+    return Response(body, status=200, headers=[*extra.items(), *headers], direct_passthrough=True)
+
+
+def _error(err, environ) -> Response:
+    status, headers, body = reply_to_error(err, "openai", environ)
+    return Response(body, status=status, headers=headers, direct_passthrough=True)

@@ -1,0 +1,221 @@
+"""Audio in and out of the simulated speech APIs: uploads decoded, speech synthesized and encoded.
+
+Decoding and encoding are libsndfile's (the ``soundfile`` package, whose wheels ship it with
+WAV, FLAC, Ogg/Opus and MP3 read and write); nothing here is a codec.
+
+* :func:`decode_upload`: an uploaded file (transcriptions, translations) -> :class:`Clip`
+  (its duration, sample rate, a content key), with vLLM's limits and messages
+  (``vllm/multimodal/media/audio.py`` ``load_audio_soundfile``; vLLM 0.34).  Containers that
+  libsndfile cannot read (MP4 / M4A / WebM, which vLLM decodes with PyAV or torchcodec) are
+  vLLM's 400 ``Invalid or corrupted audio data. ...``.
+* :func:`synthesize`: deterministic speech-like samples for the output tokens of a speech
+  request (``/v1/audio/speech``): each token is one codec frame of :data:`FRAME_SECONDS`,
+  a tone whose pitch and loudness come from the token id.
+* :func:`encode`: samples -> bytes in a ``response_format`` (``wav``, ``pcm``, ``flac``, ``mp3``,
+  ``opus``); :func:`stream_header` / :func:`stream_frames` for a streamed ``wav`` / ``pcm``.
+
+Free of Flask.  The CPU-heavy calls (decoding an upload, encoding a long answer) run in the
+hub's thread pool (:func:`off_hub`), so the event loop keeps serving while they work.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+# Whisper's feature extractor (what vLLM's transcription serving reads from the processor)
+WHISPER_SAMPLE_RATE = 16000         # Hz
+WHISPER_HOP_LENGTH = 160            # samples per log-mel frame: 100 audio tokens per second
+WHISPER_CHUNK_SECONDS = 30          # max_audio_clip_s: longer audio is split into 30 s requests
+
+# vLLM's environment limits (vllm/envs.py, 0.34 defaults)
+MAX_CLIP_FILESIZE_MB = float(os.environ.get("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "25"))
+MAX_DECODE_DURATION_S = float(os.environ.get("VLLM_MAX_AUDIO_DECODE_DURATION_S", "600"))
+MAX_DECODE_BYTES = int(os.environ.get("VLLM_MAX_AUDIO_DECODE_BYTES", str(268_435_456)))
+MIB = 1 << 20
+
+# speech output: 24 kHz mono (OpenAI's and vLLM-Omni's TTS rate), one codec token per 80 ms
+# (a 12.5 Hz speech tokenizer, as Qwen3-TTS's), about 3.75 audio tokens per text token
+SPEECH_SAMPLE_RATE = 24000          # Hz
+FRAME_SECONDS = 0.08                # s of audio per output token
+FRAME_SAMPLES = int(SPEECH_SAMPLE_RATE * FRAME_SECONDS)      # 1920
+AUDIO_TOKENS_PER_TEXT_TOKEN = 3.75
+
+# response_format -> (libsndfile format, subtype, media type); pcm is raw little-endian int16
+SPEECH_FORMATS = {
+    "wav": ("WAV", "PCM_16", "audio/wav"),
+    "pcm": ("RAW", "PCM_16", "audio/pcm"),
+    "flac": ("FLAC", "PCM_16", "audio/flac"),
+    "mp3": ("MP3", "MPEG_LAYER_III", "audio/mpeg"),
+    "opus": ("OGG", "OPUS", "audio/ogg"),
+}
+
+
+# vLLM 0.34's message when neither libsndfile nor its PyAV fallback can open the upload
+CORRUPTED = ("Invalid or corrupted audio data. Ensure the input is a valid audio or video file (e.g. a complete WAV, "
+             "MP3, or MP4).")
+
+
+class AudioError(ValueError):
+    """An upload that is not audio libsndfile can read, or over a limit; ``message`` is vLLM's."""
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A decoded upload: ``duration_s`` (seconds, float), ``sample_rate`` (Hz), ``frames``
+    (samples per channel), ``channels``, and ``key``: 16 bytes of its decoded samples' hash, so
+    the same audio gives the same greedy transcript and different audio another."""
+    duration_s: float
+    sample_rate: int
+    frames: int
+    channels: int
+    key: bytes
+
+    def chunks(self, clip_s: float = WHISPER_CHUNK_SECONDS) -> list[tuple[float, float]]:
+        """``[(start_s, length_s), ...]``: the engine requests vLLM makes of this audio (one
+        per ``clip_s`` seconds; vLLM splits at the quietest point near each boundary, here at
+        the boundary itself).  At least one, also for empty audio."""
+        n = max(1, math.ceil(self.duration_s / clip_s)) if self.duration_s > clip_s else 1
+        out = []
+        for k in range(n):
+            start = k * clip_s
+            out.append((start, min(clip_s, self.duration_s - start) if n > 1 else self.duration_s))
+        return out
+
+
+def audio_tokens(duration_s: float) -> int:
+    """The encoder-side tokens vLLM adds to a Whisper stream's ``prompt_tokens``
+    (``WhisperForConditionalGeneration.get_num_audio_tokens``: the log-mel frames,
+    ``ceil(duration * 16000 / 160)``, 100 per second)."""
+    return math.ceil(duration_s * WHISPER_SAMPLE_RATE / WHISPER_HOP_LENGTH)
+
+
+def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Clip:
+    """Decode an uploaded audio file (bytes) with libsndfile.
+
+    Raises AudioError with vLLM's messages: ``Maximum file size exceeded`` (over
+    ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB``, checked first), ``Audio exceeds maximum allowed
+    duration ...`` (``VLLM_MAX_AUDIO_DECODE_DURATION_S``), ``Audio would allocate ...``
+    (``VLLM_MAX_AUDIO_DECODE_BYTES``), :data:`CORRUPTED` for anything libsndfile does not
+    recognise (vLLM's PyAV fallback then fails with it), and ``Invalid or unsupported audio
+    file.`` for a recognised file that cannot be read.  The limits are checked from the header, before any sample is
+    decoded."""
+    import soundfile as sf
+    if len(data) > max_size_mb * MIB:
+        raise AudioError("Maximum file size exceeded")
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            sr, frames, channels = f.samplerate, f.frames, f.channels
+            if sr <= 0:
+                raise AudioError("Invalid or unsupported audio file.")
+            duration = frames / sr
+            if duration > MAX_DECODE_DURATION_S:
+                raise AudioError(
+                    f"Audio exceeds maximum allowed duration of {MAX_DECODE_DURATION_S:g}s (file contains "
+                    f"{duration:.1f}s at {sr}Hz). Set VLLM_MAX_AUDIO_DECODE_DURATION_S to increase this limit.")
+            estimated = frames * channels * 4
+            if estimated > MAX_DECODE_BYTES:
+                raise AudioError(
+                    f"Audio would allocate {estimated / MIB:.0f} MiB of PCM ({frames} frames x {channels} channels"
+                    f" x 4B), exceeding the {MAX_DECODE_BYTES / MIB:.0f} MiB limit. Set "
+                    f"VLLM_MAX_AUDIO_DECODE_BYTES to increase this limit.")
+            samples = f.read(dtype="float32", always_2d=True)
+    except AudioError:
+        raise
+    except sf.LibsndfileError as exc:       # not audio libsndfile recognises: vLLM's PyAV fallback fails so
+        raise AudioError(CORRUPTED) from exc
+    except Exception as exc:        # noqa: BLE001 - recognised but unreadable (truncated, ...)
+        raise AudioError("Invalid or unsupported audio file.") from exc
+    frames = samples.shape[0]       # what was decoded (a truncated stream decodes fewer)
+    key = hashlib.blake2b(samples.tobytes(), digest_size=16).digest()
+    return Clip(frames / sr, sr, frames, channels, key)
+
+
+def speech_tokens(text_tokens: int, speed: float = 1.0) -> int:
+    """Output (codec) tokens of a speech answer for ``text_tokens`` input tokens at ``speed``
+    (0.25 .. 4.0): ``ceil(text_tokens * 3.75 / speed)``, at least 1 (about 0.3 s of speech per
+    text token at speed 1)."""
+    return max(1, math.ceil(text_tokens * AUDIO_TOKENS_PER_TEXT_TOKEN / speed))
+
+
+def synthesize(ids, seed: int = 0) -> np.ndarray:
+    """Speech-like float32 samples at :data:`SPEECH_SAMPLE_RATE`, :data:`FRAME_SAMPLES` per
+    output token id in ``ids``: a tone of 110-330 Hz (from the id and ``seed``) with its second
+    harmonic, under a raised-cosine envelope (no clicks between frames), peak below 0.5.
+    Deterministic: the same ids and seed give the same samples.  Shape ``(len(ids) * 1920,)``."""
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, dtype=np.float32)
+    h = (np.asarray(ids, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(seed & 0xFFFFFFFF)) % np.uint64(1 << 16)
+    h = h.astype(np.float64) / float(1 << 16)
+    freq = 110.0 + 220.0 * h                                   # Hz, one per frame
+    amp = 0.15 + 0.25 * ((h * 7.0) % 1.0)
+    t = np.arange(FRAME_SAMPLES, dtype=np.float64) / SPEECH_SAMPLE_RATE
+    env = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(FRAME_SAMPLES) / FRAME_SAMPLES)
+    phase = 2 * np.pi * freq[:, None] * t[None, :]
+    frames = amp[:, None] * env[None, :] * (np.sin(phase) + 0.3 * np.sin(2 * phase))
+    return frames.astype(np.float32).reshape(-1)
+
+
+def encode(samples: np.ndarray, response_format: str) -> bytes:
+    """``samples`` (float32 mono at :data:`SPEECH_SAMPLE_RATE`) as a whole file in
+    ``response_format`` (a key of :data:`SPEECH_FORMATS`), written by libsndfile."""
+    import soundfile as sf
+    if response_format == "pcm":
+        return pcm16(samples)
+    fmt, subtype, _ = SPEECH_FORMATS[response_format]
+    buf = io.BytesIO()
+    sf.write(buf, samples, SPEECH_SAMPLE_RATE, format=fmt, subtype=subtype)
+    return buf.getvalue()
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """Raw little-endian 16-bit PCM of float samples in [-1, 1] (libsndfile's ``RAW`` /
+    ``PCM_16`` conversion: scaled by 32767 and clipped)."""
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+def stream_header(response_format: str) -> bytes:
+    """What a streamed answer starts with: for ``wav`` libsndfile's 44-byte header with the
+    RIFF and data sizes set to 0xFFFFFFFF (length unknown while streaming, as streaming TTS
+    servers send it); nothing for ``pcm``."""
+    if response_format != "wav":
+        return b""
+    import soundfile as sf
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(0, dtype=np.float32), SPEECH_SAMPLE_RATE, format="WAV", subtype="PCM_16")
+    head = bytearray(buf.getvalue()[:44])
+    struct.pack_into("<I", head, 4, 0xFFFFFFFF)
+    struct.pack_into("<I", head, 40, 0xFFFFFFFF)
+    return bytes(head)
+
+
+def stream_frames(ids, seed: int = 0) -> bytes:
+    """The PCM bytes of the frames of output token ids ``ids`` (a streamed ``wav`` / ``pcm``)."""
+    return pcm16(synthesize(ids, seed))
+
+
+def off_hub(fn, *args):
+    """``fn(*args)`` in the gevent hub's thread pool (the event loop keeps serving), or here
+    when gevent's hub is not running this thread (tests, tools)."""
+    try:
+        import gevent
+        pool = gevent.get_hub().threadpool
+    except Exception:       # noqa: BLE001 - no gevent: run here
+        return fn(*args)
+    ok, value = pool.apply(_outcome, (fn, args))     # raised here, not printed by the pool
+    if not ok:
+        raise value
+    return value
+
+
+def _outcome(fn, args):
+    try:
+        return True, fn(*args)
+    except Exception as e:  # noqa: BLE001 - handed to the caller
+        return False, e

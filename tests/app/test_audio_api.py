@@ -1,0 +1,166 @@
+"""The audio APIs through the openai SDK (in-process): vLLM's transcriptions and translations,
+the reference's speech (``generation.adapters.audio``)."""
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+from support import metric, scrape
+
+# the openai SDK marks audio.translations deprecated (OpenAI's own API); vLLM serves the route
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+MODEL = "test-model"
+
+
+def wav(seconds: float, rate: int = 16000, freq: float = 220.0) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    buf = io.BytesIO()
+    sf.write(buf, (0.2 * np.sin(2 * np.pi * freq * t)).astype(np.float32), rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def c(app_client):
+    return app_client("--seed", "7")
+
+
+@pytest.fixture(scope="module")
+def sdk(c):
+    return c.openai()
+
+
+def upload(data: bytes, name: str = "a.wav"):
+    return (name, data, "audio/wav")
+
+
+def test_transcription_json_text_and_greedy_determinism(sdk):
+    a, b = wav(2.5), wav(2.5, freq=330.0)
+    one = sdk.audio.transcriptions.create(model=MODEL, file=upload(a), language="en")
+    assert one.text and one.usage.type == "duration" and one.usage.seconds == 3      # ceil(2.5)
+    again = sdk.audio.transcriptions.create(model=MODEL, file=upload(a))           # temperature 0: greedy
+    assert again.text == one.text
+    other = sdk.audio.transcriptions.create(model=MODEL, file=upload(b))
+    assert other.text != one.text
+    # vLLM answers response_format "text" with the same JSON body
+    text = sdk.audio.transcriptions.create(model=MODEL, file=upload(a), response_format="text")
+    assert json.loads(text) == {"text": one.text, "usage": {"type": "duration", "seconds": 3}}
+
+
+def test_transcription_stream_matches_and_counts_audio_tokens(sdk, c):
+    a = wav(1.0, freq=440.0)
+    whole = sdk.audio.transcriptions.create(model=MODEL, file=upload(a), language="en")
+    before = metric(scrape(c), "vllm:prompt_tokens_total") or 0
+    stream = sdk.audio.transcriptions.create(model=MODEL, file=upload(a), language="en", stream=True,
+                                             extra_body={"stream_include_usage": True,
+                                                         "stream_continuous_usage_stats": True})
+    chunks = list(stream)
+    text = "".join(ch.choices[0]["delta"]["content"] for ch in chunks if ch.choices)
+    assert text == whole.text
+    assert chunks[0].object == "transcription.chunk" and chunks[0].id.startswith("transcribe-")
+    assert chunks[-2].choices[0]["finish_reason"] in ("stop", "length")
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == []
+    # vLLM: the decoder prompt (4 special tokens) plus ceil(1.0 s * 16000 / 160) audio tokens
+    assert usage["prompt_tokens"] == 4 + 100
+    assert usage["completion_tokens"] == len(chunks) - 1
+    assert chunks[0].usage["completion_tokens"] == 1                    # continuous usage
+    # the engine counts the decoder prompt, as vLLM's prompt-token metric does
+    assert metric(scrape(c), "vllm:prompt_tokens_total") - before == 4
+
+
+@pytest.mark.parametrize("fields, message, param", [
+    ({"language": "hh"}, "Unsupported language: 'hh'.", "language"),
+    ({"response_format": "srt"}, "Currently only support response_format: `text`, `json`, `verbose_json` or "
+                                 "`diarized_json`", "response_format"),
+    ({"response_format": "diarized_json"}, "Currently do not support diarized_json for test-model", "response_format"),
+    ({"response_format": "verbose_json", "stream": "true"}, "verbose_json format doesn't support streaming case",
+     "response_format"),
+    ({"stream": "true", "use_beam_search": "true"}, "Streaming is not currently supported with beam search", "stream"),
+    ({"stream_include_usage": "true"}, "Stream options can only be defined when `stream=True`.",
+     "stream_include_usage"),
+    ({"response_format": "xml"}, "1 validation error:", "response_format"),
+    ({"temperature": "hot"}, "1 validation error:", "temperature"),
+])
+def test_transcription_errors_are_vllms(c, fields, message, param):
+    r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(0.5))}, data=fields)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["message"].startswith(message) and err["param"] == param
+
+
+def test_uploads_that_are_not_audio(c, sdk):
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk.audio.transcriptions.create(model=MODEL, file=("invalid.wav", b"not a valid audio file", "audio/wav"))
+    assert e.value.status_code == 400 and e.value.body["message"].startswith("Invalid or corrupted audio data.")
+    assert e.value.body["param"] == "file"
+    r = c.post("/v1/audio/transcriptions", files={"x": upload(wav(0.5))})          # no file part
+    assert r.status_code == 400 and r.json()["error"]["param"] == "file"
+    r = c.post("/v1/audio/transcriptions", files={"model": (None, MODEL)}, data={"file": "a.wav"})
+    assert r.status_code == 422 and r.json()["error"]["message"] == \
+        "Expected 'file' to be a file-like object, not 'str'."
+    r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(0.5))}, headers={"Origin": "http://evil.example"})
+    assert r.status_code == 400                                                    # a cross-site form post
+    r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(0.5))}, data={"model": "nope"})
+    assert r.status_code == 404
+
+
+def test_translation_verbose_json_has_a_segment_per_30s_chunk(sdk):
+    out = sdk.audio.translations.create(model=MODEL, file=upload(wav(65.0, rate=8000)),
+                                        response_format="verbose_json")
+    d = out.model_dump()
+    assert d["duration"] == 65.0 and d["language"] == "en"
+    assert [(s["start"], s["end"], s["seek"]) for s in d["segments"]] == [(0, 30, 0), (30, 60, 30), (60, 65, 60)]
+    assert d["text"] == " ".join(s["text"] for s in d["segments"])
+    plain = sdk.audio.translations.create(model=MODEL, file=upload(wav(1.0)))
+    assert plain.text and "usage" not in plain.model_dump(exclude_unset=True)     # translations carry no usage
+
+
+@pytest.mark.parametrize("fmt, sf_format", [("wav", "WAV"), ("flac", "FLAC"), ("mp3", "MP3"), ("opus", "OGG")])
+def test_speech_formats_decode_to_the_output_tokens(sdk, fmt, sf_format):
+    res = sdk.audio.speech.create(model=MODEL, voice="alloy", input="Hello there, how are you?", response_format=fmt)
+    data = res.read()
+    headers = res.response.headers
+    out_tokens = int(headers["x-vllm-omni-output-tokens"])
+    in_tokens = int(headers["x-vllm-omni-input-tokens"])
+    assert out_tokens == math.ceil(in_tokens * 3.75)
+    info = sf.info(io.BytesIO(data))
+    assert info.format == sf_format
+    if fmt in ("wav", "flac"):                     # lossless: exactly 80 ms of 24 kHz audio per token
+        assert (info.samplerate, info.frames) == (24000, out_tokens * 1920)
+    else:
+        assert abs(info.duration - out_tokens * 0.08) < 0.1
+
+
+def test_speech_pcm_stream_sse_and_errors(c, sdk):
+    body = {"model": MODEL, "input": "Hello there, how are you?", "response_format": "pcm"}
+    pcm = c.post("/v1/audio/speech", json=body)
+    out_tokens = int(pcm.headers["x-vllm-omni-output-tokens"])
+    assert pcm.headers["content-type"] == "audio/pcm" and len(pcm.content) == out_tokens * 1920 * 2
+    raw = c.post("/v1/audio/speech", json={**body, "stream_format": "audio"})
+    assert raw.content == pcm.content                                  # the same audio, streamed
+    r = c.post("/v1/audio/speech", json={**body, "response_format": "wav", "stream": True})
+    events = [json.loads(line[6:]) for line in r.text.split("\n") if line.startswith("data: ")]
+    audio = b"".join(__import__("base64").b64decode(e["audio"]) for e in events[:-1])
+    assert audio[:4] == b"RIFF" and audio[44:] == pcm.content
+    assert events[-1] == {"type": "speech.audio.done", "usage": {
+        "input_tokens": int(pcm.headers["x-vllm-omni-input-tokens"]), "output_tokens": out_tokens,
+        "total_tokens": int(pcm.headers["x-vllm-omni-total-tokens"]),
+        "input_token_details": {"text_tokens": int(pcm.headers["x-vllm-omni-input-tokens"]), "audio_tokens": 0}}}
+    for extra, message, param in [
+        ({"input": None}, "input is required", "input"),
+        ({"response_format": "aac"}, 'unsupported response_format "aac"', "response_format"),
+        ({"stream_format": "sse", "response_format": "mp3"},
+         'streaming speech requires response_format "pcm" or "wav", got "mp3"', "response_format"),
+        ({"speed": 5}, "speed must be between 0.25 and 4.0", "speed"),
+        ({"stream": True, "speed": 2}, "streaming speech does not support speed adjustment", "speed"),
+    ]:
+        r = c.post("/v1/audio/speech", json={**body, **extra})
+        assert r.status_code == 400 and r.json()["error"]["message"] == message, r.text
+        assert r.json()["error"]["param"] == param
