@@ -274,7 +274,9 @@ def test_item11_a_2048_document_rerank_is_served(app_client):
     assert r.status_code == 200, r.text[:300]
     assert len(r.json()["results"]) == 2048
     assert sorted(x["index"] for x in r.json()["results"]) == list(range(2048))
-    assert health < health_bound(), (health, health_bound())
+    # 2,048 inputs in waves: the hub yields between them, but a loaded 2-core machine has seen
+    # 0.71-0.78 s waits; the fault this guards against held it for seconds
+    assert health < health_bound(1.0), (health, health_bound(1.0))
     assert c.sim.running == 0 and not c.sim.waiting
     r = c.post("/rerank", json={"model": "test-model", "query": "q", "documents": docs + ["one more"]})
     assert r.status_code == 400 and "at most 2048 pairs" in r.json()["error"]["message"], r.text[:300]
