@@ -58,6 +58,17 @@ def test_decode_step_is_the_sum_of_its_terms():
     assert m.step_time(0, 0, 0, 0, 0.0, 0) == 0.0
 
 
+def test_small_gemms_compute_as_if_m_half_rows_more():
+    """m_half: a GEMM of M rows reaches eta_f M / (M + m_half) of the peak, so its FLOP time is
+    that of M + m_half rows at eta_f (the lm_head's rows are not affected)."""
+    from dataclasses import replace
+    ramp = model(constants=replace(C, m_half=80.0))
+    f0 = model().terms(3, 3000, 0, 0, 0.0, 0)["gemm_flops"]
+    f1 = ramp.terms(3, 3000, 0, 0, 0.0, 0)["gemm_flops"]
+    assert f1 - f0 == pytest.approx(2 * LLAMA8.n_lin * 80 / (C.eta_f * H100.flops), rel=1e-12)
+    assert ramp.step_time(3, 3000, 0, 0, 0.0, 0) > model().step_time(3, 3000, 0, 0, 0.0, 0)
+
+
 def test_eager_pays_per_layer_and_tensor_parallel_pays_all_reduces():
     eager, graphs = model(enforce_eager=True), model()
     assert eager.step_time(8, 8000, 0, 0, 0, 0) - graphs.step_time(8, 8000, 0, 0, 0, 0) == pytest.approx(

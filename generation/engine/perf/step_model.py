@@ -4,7 +4,7 @@ The step time is docs/engine-model.md §3's roofline plus the costs a real engin
 term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
 
     T = D + sum n_i (tokens), S = D + chunks (sequences), T' = T padded to a CUDA-graph size
-    gemm   = smax(W_read / (eta_w BW), (2 N_lin T' + 2 N_head S) / (eta_f F))
+    gemm   = smax(W_read / (eta_w BW), (2 N_lin (T' + m_half) + 2 N_head S) / (eta_f F))
     attn   = smax(4 layers heads head_dim pairs / (eta_a F),
                   kv_bytes_per_token (C_dec + sum p_i + T) / (eta_kv BW))
     smax(a, b) = (a^p + b^p)^(1/p),  p = ``overlap``
@@ -17,6 +17,10 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
   bandwidth efficiency of their own, ``eta_moe``: the fused MoE kernels'); FP8 weights
   are one byte and, on GPUs with FP8 tensor cores, twice the FLOP/s; A100s run FP8 weight-only,
   at :data:`FP8_WEIGHT_ONLY_FLOPS` of the BF16 FLOP/s (fewer bytes, slower large batches);
+- ``m_half``: a GEMM of ``M`` token rows reaches ``eta_f M / (M + m_half)`` of the peak
+  FLOP/s (tile quantization and occupancy at small ``M``), so its compute time is that of
+  ``M + m_half`` rows at ``eta_f``.  It matters where the FLOP/s are low against the bandwidth
+  (A100: a decode batch of 32 is compute-heavier than on an H100, and steps grow faster with load);
 - ``smax``: a kernel is bound by memory or by compute, but the two overlap imperfectly: the
   roofline's ``max`` (``p`` infinite) makes a decode step flat in the batch until the GEMMs turn
   compute-bound, where real steps grow all along; ``p`` is fitted;
@@ -69,6 +73,7 @@ class PerfConstants:
     ``t_layer``, ``t_moe``: the fixed terms (per step, per scheduled sequence, per layer, per MoE
     layer); ``t_vocab``: per sampled row and vocabulary entry; ``t_fp8``: per layer, with FP8
     weights on FP8 tensor cores (the activations' dynamic quantization before each GEMM); ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
+    ``m_half``: GEMM rows (tokens) at which the GEMMs reach half of ``eta_f``;
     ``fe_in`` / ``fe_out``: the frontend's latency before the engine and after a step (the TTFT
     floor); ``fe_request``, ``fe_prompt_token``, ``fe_output_token``: its CPU per request, per
     prompt token (tokenizing) and per output token (detokenizing, streaming)."""
@@ -88,6 +93,7 @@ class PerfConstants:
     t_fp8: float = 20e-6
     t_ar: float = 10e-6
     t_eager: float = 60e-6
+    m_half: float = 0.0
     fe_in: float = 3e-3
     fe_out: float = 2e-3
     fe_request: float = 1.5e-3
@@ -217,6 +223,7 @@ class StepModel:
         self._w_fixed = self.bytes_fixed / (c.eta_w * bw)
         self._w_experts = self.bytes_experts / (c.eta_moe * bw)
         self._c_lin = self.flops_per_token / c.eta_f
+        self._m_half = c.m_half
         self._c_head = self.flops_per_row / c.eta_f
         self._c_attn = self.attn_per_pair / c.eta_a
         self._c_kv = self.kv_per_token / c.eta_kv
@@ -249,7 +256,7 @@ class StepModel:
         w = self._w_fixed
         if self._w_experts:
             w += self._w_experts * (1.0 - self._untouched ** padded)
-        f = self._c_lin * padded + self._c_head * rows
+        f = self._c_lin * (padded + self._m_half) + self._c_head * rows
         a = self._c_attn * (decode_context + prefill_pairs)
         kv = self._c_kv * (decode_context + prefill_context + tokens)
         p, q = self._p, self._inv_p          # smax(x, y) = max * (1 + (min / max)^p)^(1/p): no underflow
@@ -271,7 +278,7 @@ class StepModel:
         rows = num_decode + num_chunks
         w = self._w_fixed + self._w_experts * (1.0 - self._untouched ** padded)
         return {"fixed": self._fixed + self._t_seq * rows, "weights": w, "overlap": self._p,
-                "gemm_flops": self._c_lin * padded + self._c_head * rows,
+                "gemm_flops": self._c_lin * (padded + self._m_half) + self._c_head * rows,
                 "attn_flops": self._c_attn * (decode_context + prefill_pairs),
                 "kv_read": self._c_kv * (decode_context + prefill_context + tokens),
                 "tp_comm": (self._comm0 + self._c_comm * padded) if tokens else 0.0,
