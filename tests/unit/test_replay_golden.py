@@ -10,6 +10,7 @@ intended change of behaviour)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import sys
 from pathlib import Path
@@ -22,13 +23,15 @@ from generation.engine.scheduler import EngineRequest, Scheduler    # noqa: E402
 from generation.engine.step_config import resolve_step_settings     # noqa: E402
 
 _SETTINGS = {}
+# the profile the goldens were recorded with: they test the engine, not the fitted constants
+GOLDEN_PROFILE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perf", "{}-golden.json")
 
 
 def _step_model(gpu="H100", async_scheduling=True):
     key = (gpu, async_scheduling)
     if key not in _SETTINGS:
         argv = ["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", gpu,
-                "--max-model-len", "8192", "--seed", "0"]
+                "--max-model-len", "8192", "--seed", "0", "--step-time-profile", GOLDEN_PROFILE.format(gpu.lower())]
         if not async_scheduling:
             argv.append("--no-async-scheduling")
         _SETTINGS[key] = resolve_step_settings(load_config(argv)).step_time
@@ -115,7 +118,8 @@ def _cli():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["--rate", "20", "--num-requests", "300", "--prompt-tokens", "1024", "--output-tokens", "256",
-                     "--max-model-len", "2048", "--seed", "3", "--json", "--no-progress"]) == 0
+                     "--max-model-len", "2048", "--seed", "3", "--json", "--no-progress",
+                     "--step-time-profile", GOLDEN_PROFILE.format("h100")]) == 0
     summary = json.loads(out.getvalue())
     return {k: summary[k] for k in ("requests", "duration_s", "output_tokens_per_s", "requests_per_s", "ttft_s",
                                     "itl_s", "tpot_s", "e2e_s", "preemptions", "steps", "timed_out",
