@@ -78,7 +78,8 @@ def serve_fleet(config, app_factory) -> int:
     for line in startup_summary(pods[0].sim.config if pods else config, tls is not None,
                                 bool(api_keys(config)), listen):
         log.info("%s", line)
-    log.info("fleet: %d pods (%s addresses), pod names %s..%s, control API %s", len(pods), config.fleet_addresses,
+    log.info("fleet: %d pods (%s), pod names %s..%s, control API %s", len(pods),
+             "one port each" if config.fleet_addresses == "ports" else "one loopback address each",
              pods[0].name if pods else "-", pods[-1].name if pods else "-",
              f"on {config.host}:{config.fleet_control_port}" if config.fleet_control_port else "off")
     from gunicorn.app.base import BaseApplication
