@@ -54,9 +54,9 @@ def serve_fleet(config, app_factory) -> int:
     the control API from this process with one gunicorn gevent worker until SIGTERM / Ctrl-C,
     then drain every pod.  Returns the exit code (1 when an address cannot be bound)."""
     from .listening import raise_open_files_limit
-    from .logs import ACCESS_FORMAT, _gunicorn_logger_class, configure_logging, log_level_name
-    from .listening import KEEPALIVE_SECONDS
     from .lifecycle import shutdown_grace
+    from .listening import KEEPALIVE_SECONDS
+    from .logs import configure_logging
     from .tls import tls_files
     configure_logging(config)
     raise_open_files_limit()
@@ -70,7 +70,7 @@ def serve_fleet(config, app_factory) -> int:
     except FleetError as e:
         log.error("%s", e.message)
         return 1
-    from .serve import startup_summary
+    from .serve import apply_server_settings, startup_summary
     from .auth import api_keys
     pods = list(fleet.pods.values())
     listen = [f"{'https' if tls else 'http'}://{pods[0].host}:{pods[0].port}"
@@ -88,21 +88,7 @@ def serve_fleet(config, app_factory) -> int:
         def load_config(self):
             s = self.cfg.set
             s("bind", [f"{p.host}:{p.port}" for p in pods])
-            s("workers", 1)
-            s("worker_connections", config.worker_connections)
-            s("keepalive", getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS))
-            s("timeout", 0)
-            s("graceful_timeout", int(shutdown_grace(config)) + 1)
-            s("control_socket_disable", True)
-            s("forwarder_headers", "")
-            s("loglevel", log_level_name(config))
-            s("logger_class", _gunicorn_logger_class(config))
-            s("accesslog", None if getattr(config, "disable_log_requests", False) else "-")
-            s("access_log_format", ACCESS_FORMAT)
-            if tls:
-                for k, v in tls.items():
-                    if v:
-                        s(k, v)
+            apply_server_settings(s, config, tls)
 
         def load(self):
             return fleet

@@ -79,6 +79,27 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
 
 
 
+def apply_server_settings(s, config, tls) -> None:
+    """gunicorn's settings for one in-process worker serving ``config`` (``s``: ``cfg.set``),
+    with ``tls`` (the ``certfile`` / ``keyfile`` / ... settings, or None); the bind is the
+    caller's (one address, or a fleet's many)."""
+    s("workers", 1)
+    s("worker_connections", config.worker_connections)
+    s("keepalive", getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS))
+    s("timeout", 0)
+    s("graceful_timeout", int(shutdown_grace(config)) + 1)     # unused in-process; an int
+    s("control_socket_disable", True)
+    s("forwarder_headers", "")       # no SCRIPT_NAME / PATH_INFO from request headers
+    s("loglevel", log_level_name(config))
+    s("logger_class", _gunicorn_logger_class(config))
+    s("accesslog", None if getattr(config, "disable_log_requests", False) else "-")
+    s("access_log_format", ACCESS_FORMAT)
+    if tls:
+        for k, v in tls.items():
+            if v:
+                s(k, v)
+
+
 def serve(config, app_factory, argv: list[str] | None = None, script: str | None = None,
           listener=None) -> int:
     """Serve ``app_factory()`` on ``listener`` (bound here from ``config.host:config.port``
@@ -112,21 +133,7 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
         def load_config(self):
             s = self.cfg.set
             s("bind", [f"{config.host}:{config.port}"])
-            s("workers", 1)
-            s("worker_connections", config.worker_connections)
-            s("keepalive", getattr(config, "timeout_keep_alive", KEEPALIVE_SECONDS))
-            s("timeout", 0)
-            s("graceful_timeout", int(shutdown_grace(config)) + 1)     # unused in-process; an int
-            s("control_socket_disable", True)
-            s("forwarder_headers", "")       # no SCRIPT_NAME / PATH_INFO from request headers
-            s("loglevel", log_level_name(config))
-            s("logger_class", _gunicorn_logger_class(config))
-            s("accesslog", None if getattr(config, "disable_log_requests", False) else "-")
-            s("access_log_format", ACCESS_FORMAT)
-            if tls:
-                for k, v in tls.items():
-                    if v:
-                        s(k, v)
+            apply_server_settings(s, config, tls)
 
         def load(self):
             return app_factory()
