@@ -126,8 +126,10 @@ def _trace_request(d, max_model_len: int | None) -> TraceRequest:
                         vals["prefix_tokens"], vals["priority"], prompt)
 
 
-def read_trace(path: str, max_model_len: int | None = None) -> list[TraceRequest]:
-    """A JSON Lines trace (see the module docstring); raises ValueError ``FILE:LINE: ...`` for
+def read_trace(path: str, max_model_len: int | None = None, extra: dict | None = None) -> list[TraceRequest]:
+    """A JSON Lines trace (see the module docstring), by arrival.  ``extra``: fields a caller
+    adds to the format, name -> ``handler(value, trace_request)`` (it raises ValueError for a bad
+    value; the fleet's ``session_id``).  Raises ValueError ``FILE:LINE: ...`` for
     a line that is not a trace request: not JSON (``NaN`` arrivals and nesting past 1,024 levels
     included: orjson's parser), not an object, a field of the wrong type, a negative or
     non-finite arrival, token counts below 1, a prefix longer than the prompt, or (with
@@ -146,7 +148,12 @@ def read_trace(path: str, max_model_len: int | None = None) -> list[TraceRequest
                 raise ValueError(f"{path}:{i}: more than {MAX_TRACE_REQUESTS:,} requests (a replay holds every "
                                  f"request in memory); split the trace")
             try:
-                out.append(_trace_request(orjson.loads(line), max_model_len))
+                d = orjson.loads(line)
+                found = [(k, d.pop(k)) for k in extra if k in d] if extra and isinstance(d, dict) else ()
+                tr = _trace_request(d, max_model_len)
+                for k, v in found:
+                    extra[k](v, tr)
+                out.append(tr)
             except orjson.JSONDecodeError as e:
                 raise ValueError(f"{path}:{i}: not a trace request (not JSON: {e})") from None
             except ValueError as e:

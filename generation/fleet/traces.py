@@ -26,7 +26,7 @@ import math
 import os
 import random
 
-from generation.engine.replay import MAX_TRACE_REQUESTS, TraceRequest, _trace_request
+from generation.engine.replay import MAX_TRACE_REQUESTS, TraceRequest, read_trace
 
 FORMATS = ("jsonl", "azure", "burstgpt")
 
@@ -84,32 +84,13 @@ def _read_csv(path: str, fmt: str) -> list[TraceRequest]:
     return out
 
 
-def _read_jsonl(path: str, max_model_len: int | None) -> list[TraceRequest]:
-    import orjson
-    out = []
-    with open(path, encoding="utf-8-sig") as f:
-        for i, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if len(out) >= MAX_TRACE_REQUESTS:
-                raise ValueError(f"{path}:{i}: more than {MAX_TRACE_REQUESTS:,} requests; split the trace")
-            try:
-                d = orjson.loads(line)
-                session = d.pop("session_id", None) if isinstance(d, dict) else None
-                tr = _trace_request(d, max_model_len)
-            except orjson.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not a trace request (not JSON: {e})") from None
-            except ValueError as e:
-                raise ValueError(f"{path}:{i}: not a trace request ({e})") from None
-            if session is not None:
-                if isinstance(session, bool) or not isinstance(session, (str, int)):
-                    raise ValueError(f"{path}:{i}: not a trace request (session_id must be a string or an "
-                                     f"integer, got {session!r})")
-                if tr.prompt is None:
-                    tr.prompt = f"session:{session}"
-            out.append(tr)
-    return out
+def _session(value, tr: TraceRequest) -> None:
+    """A trace line's ``session_id``: the session's turns share their blocks (a multi-turn
+    conversation's prompt repeats the previous turns)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"session_id must be a string or an integer, got {value!r}")
+    if tr.prompt is None:
+        tr.prompt = f"session:{value}"
 
 
 def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, duration: float = 0.0,
@@ -130,7 +111,7 @@ def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, durati
         raise ValueError(f"--speedup must be a positive number, got {speedup}")
     if start < 0 or duration < 0:
         raise ValueError("--start and --duration must be at least 0 seconds")
-    reqs = _read_jsonl(path, None) if fmt == "jsonl" else _read_csv(path, fmt)
+    reqs = read_trace(path, None, {"session_id": _session}) if fmt == "jsonl" else _read_csv(path, fmt)
     reqs.sort(key=lambda r: r.arrival)
     if not reqs:
         return reqs
