@@ -164,6 +164,7 @@ def test_profiles_load_and_validate(tmp_path):
     c, src = load_constants("H100")
     assert src.endswith("h100.json") and c.validate() is c
     assert "no profile of NoSuchGPU" in load_constants("NoSuchGPU")[1]
+    assert load_constants("L40S")[1].endswith("generic.json (no profile of L40S's own)")
     p = tmp_path / "mine.json"
     p.write_text(json.dumps({"constants": {"t0": 0.001, "eta_w": 0.9}}))
     m = build_step_model(H100, LLAMA8, profile_path=str(p))
@@ -231,3 +232,14 @@ def test_a_profile_the_fit_writes_serves(tmp_path):
     shipped = build_step_model(H100, LLAMA8, profile_path=f"{PROFILE_DIR}/h100.json")
     assert shipped.constants == load_constants("H100")[0]
 
+
+def test_generic_profile_is_the_median_of_the_fitted_gpus():
+    """A GPU never measured takes the H100's constants with the middle of the fitted GPUs'
+    weight-read efficiencies (``fit --generic``), and the shipped file is what the script writes."""
+    from generation.engine.perf.fit import fit_generic
+    etas = sorted(load_constants(g)[0].eta_w for g in ("H100", "A100-40GB", "H200"))
+    generic = load_constants("L40S")[0]
+    assert generic.eta_w == pytest.approx(etas[1], rel=1e-5) == fit_generic().eta_w
+    h100 = load_constants("H100")[0]
+    assert {k: v for k, v in generic.to_dict().items() if k != "eta_w"} == \
+        {k: v for k, v in h100.to_dict().items() if k != "eta_w"}

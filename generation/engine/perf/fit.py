@@ -30,7 +30,7 @@ from dataclasses import replace
 from multiprocessing import Pool
 
 from . import groundtruth as gt
-from .step_model import PROFILE_DIR, PerfConstants, load_constants
+from .step_model import BASIS_GPU, GENERIC_PROFILE, PROFILE_DIR, PerfConstants, load_constants
 
 # The constants a fit moves (the rest keep their priors: the frontend's CPU costs, the eager and
 # prefill-attention terms cannot be separated from the others at these loads and settings).
@@ -195,6 +195,23 @@ def fit_published(gpu: str, base: PerfConstants) -> PerfConstants:
     return replace(base, eta_w=float(f"{eta:.6g}"))
 
 
+def fit_generic() -> PerfConstants:
+    """The profile of a GPU with neither training runs nor a published point (L40S, B200, MI300X,
+    ...): the H100's constants with ``eta_w`` the median of the GPUs whose profile was fitted to
+    measurements of their own (H100, the A100 chip, H200; the A100-80GB shares the A100-40GB's
+    value and counts once).  A GPU never measured then sits in the middle of the measured ones,
+    not at the most efficient.  Prints the values it took the median of."""
+    import statistics
+    base = load_constants(BASIS_GPU)[0]
+    etas = {}
+    for gpu in (BASIS_GPU, *(r[0] for r in PUBLISHED_STEPS)):
+        etas[gpu] = load_constants(gpu)[0].eta_w
+    eta = statistics.median(etas.values())
+    print("generic profile: eta_w = median of " + ", ".join(f"{g} {v:.4g}" for g, v in etas.items())
+          + f" = {eta:.4g}; the other constants are the {BASIS_GPU}'s")
+    return replace(base, eta_w=eta)
+
+
 def write_profile(path: str, gpu: str, constants: PerfConstants, **extra) -> None:
     doc = {"gpu": gpu, **extra, "constants": {k: float(f"{v:.6g}") for k, v in constants.to_dict().items()}}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -221,9 +238,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="profile to write (default: the shipped profiles/<gpu>.json)")
     p.add_argument("--start", default=None, help="profile to start from (default: the GPU's current one)")
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
+    p.add_argument("--generic", action="store_true",
+                   help="write the profile of GPUs without one of their own (profiles/generic.json)")
     args = p.parse_args(argv)
     if args.memory:
         fit_memory(args.data)
+        return 0
+    if args.generic:
+        write_profile(args.out or os.path.join(PROFILE_DIR, f"{GENERIC_PROFILE}.json"), GENERIC_PROFILE, fit_generic(),
+                      method="python -m generation.engine.perf.fit --generic",
+                      basis=f"{BASIS_GPU} profile; eta_w the median of the fitted GPUs'")
         return 0
     if any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
         base = load_constants("H100")[0]

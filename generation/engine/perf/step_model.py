@@ -121,21 +121,24 @@ class PerfConstants:
 CONSTANT_NAMES = tuple(f.name for f in fields(PerfConstants))
 
 
-BASIS_GPU = "H100"      # the GPU with training runs; a GPU without a profile borrows its constants
+BASIS_GPU = "H100"      # the GPU with training runs; the generic profile starts from its constants
+GENERIC_PROFILE = "generic"   # profiles/generic.json: what a GPU without a profile of its own uses
 
 
 def load_constants(gpu_name: str, path: str | None = None) -> tuple[PerfConstants, str]:
     """The fitted constants of ``gpu_name`` and the file they came from: ``path`` when given,
-    else ``profiles/<gpu>.json``, else the H100's profile (:data:`BASIS_GPU`: efficiencies are
-    fractions of each GPU's own peaks, the fixed costs are the host's), else the defaults.
-    Raises ConfigError for an unreadable or invalid file."""
+    else ``profiles/<gpu>.json``, else ``profiles/generic.json`` (the H100's constants with the
+    median of the fitted GPUs' weight-read efficiencies, written by ``fit --generic``: a GPU
+    never measured gets the middle of the measured ones, not the most efficient), else the
+    H100's profile, else the defaults.  Raises ConfigError for an unreadable or invalid file."""
     file = path or os.path.join(PROFILE_DIR, f"{gpu_name.lower()}.json")
     if not os.path.isfile(file):
         if path:
             raise ConfigError(f"performance profile {path}: no such file", param="step-time-profile")
-        basis = os.path.join(PROFILE_DIR, f"{BASIS_GPU.lower()}.json")
-        if gpu_name.lower() != BASIS_GPU.lower() and os.path.isfile(basis):
-            return load_constants(BASIS_GPU, basis)[0], f"{basis} (no profile of {gpu_name}'s own)"
+        for fallback in (GENERIC_PROFILE, BASIS_GPU):
+            other = os.path.join(PROFILE_DIR, f"{fallback.lower()}.json")
+            if gpu_name.lower() != fallback.lower() and os.path.isfile(other):
+                return load_constants(fallback, other)[0], f"{other} (no profile of {gpu_name}'s own)"
         return PerfConstants(), "defaults"
     try:
         with open(file, encoding="utf-8") as fh:
