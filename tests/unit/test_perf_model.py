@@ -5,6 +5,7 @@ virtual time only."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -51,11 +52,30 @@ def test_decode_step_is_the_sum_of_its_terms():
 
     assert m.step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx(fixed + smax(w, f) + smax(a, kv), rel=1e-12)
     t = m.terms(d, ctx, 0, 0, 0.0, 0)
-    assert t["total"] == pytest.approx(t["fixed"] + smax(t["weights"], t["gemm_flops"]) + smax(t["attn_flops"], t["kv_read"]))
+    assert t["total"] == pytest.approx(t["fixed"] + t["cpu"] + smax(t["weights"], t["gemm_flops"])
+                                       + smax(t["attn_flops"], t["kv_read"]))
     assert max(w, f) < smax(w, f) < w + f                      # between the roofline's max and the sum
     hard = StepModel(H100, LLAMA8, constants=PerfConstants(overlap=1e6))
     assert hard.step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx(fixed + max(w, f) + max(a, kv), rel=1e-6)
     assert m.step_time(0, 0, 0, 0, 0.0, 0) == 0.0
+
+
+def test_async_scheduling_hides_a_share_of_the_cpu():
+    """``cpu_hidden`` h: a step is gpu + cpu - h min(gpu, cpu), cpu = t0 + t_seq S; without
+    async scheduling the two add up whatever h is."""
+    c = replace(C, cpu_hidden=0.5, t0=1e-3, t_seq=1e-5)
+    d, ctx = 64, 64 * 2000
+    summed = StepModel(H100, LLAMA8, constants=replace(c, cpu_hidden=0.0)).step_time(d, ctx, 0, 0, 0.0, 0)
+    cpu = 1e-3 + 1e-5 * d
+    gpu = summed - cpu
+    assert cpu < gpu
+    assert StepModel(H100, LLAMA8, constants=c).step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx(gpu + 0.5 * cpu, rel=1e-12)
+    assert StepModel(H100, LLAMA8, constants=replace(c, cpu_hidden=1.0)).step_time(d, ctx, 0, 0, 0.0, 0) == \
+        pytest.approx(gpu, rel=1e-12)
+    assert StepModel(H100, LLAMA8, constants=c, async_scheduling=False).step_time(d, ctx, 0, 0, 0.0, 0) == \
+        pytest.approx(summed, rel=1e-12)
+    with pytest.raises(ConfigError, match="cpu_hidden"):
+        replace(C, cpu_hidden=1.5).validate()
 
 
 def test_small_gemms_compute_as_if_m_half_rows_more():

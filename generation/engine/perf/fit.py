@@ -34,7 +34,7 @@ from .step_model import BASIS_GPU, GENERIC_PROFILE, PROFILE_DIR, PerfConstants, 
 
 # The constants a fit moves (the rest keep their priors: the frontend's CPU costs, the eager and
 # prefill-attention terms cannot be separated from the others at these loads and settings).
-FREE = ("eta_w", "eta_kv", "eta_f", "eta_moe", "overlap", "m_half", "t0", "t_seq", "t_vocab", "t_layer", "t_moe", "t_fp8",
+FREE = ("eta_w", "eta_kv", "eta_f", "eta_moe", "overlap", "m_half", "cpu_hidden", "t0", "t_seq", "t_vocab", "t_layer", "t_moe", "t_fp8",
         "t_ar", "fe_in")
 RESIDUAL_METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean_counted")
 OVERLOADED = "reasoning"        # default16's 4 rps reasoning runs: queues grew past the 300 s timeout
@@ -273,14 +273,15 @@ def main(argv=None) -> int:
     base = load_constants(args.gpu, args.start)[0] if args.start or os.path.isfile(
         os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")) else PerfConstants()
     obj = Objective(runs, base, args.scale, args.data, args.jobs)
-    x0 = np.array([math.log(max(getattr(base, k), 16.0) if k == "m_half" else getattr(base, k)) for k in FREE])
+    x0 = np.array([math.log(max(getattr(base, k), 16.0) if k == "m_half" else max(getattr(base, k), 0.5)
+                            if k == "cpu_hidden" else getattr(base, k)) for k in FREE])
     t = time.perf_counter()
     print(f"{len(runs)} runs", flush=True)
     r0 = obj(x0)
     print(f"{len(runs)} runs, {len(r0)} residuals; start RMS {float(np.sqrt(np.mean(r0 ** 2))):.4f}", flush=True)
-    lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k in ("overlap", "m_half") else
+    lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k in ("overlap", "m_half") else 0.01 if k == "cpu_hidden" else
                             1e-14 if k == "t_vocab" else 1e-7) for k in FREE])
-    hi = np.array([math.log(1.0 if k.startswith("eta") else 50.0 if k == "overlap" else 4096.0 if k == "m_half" else
+    hi = np.array([math.log(1.0 if k.startswith("eta") or k == "cpu_hidden" else 50.0 if k == "overlap" else 4096.0 if k == "m_half" else
                             1e-8 if k == "t_vocab" else 0.05) for k in FREE])
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     least_squares(obj, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.03,

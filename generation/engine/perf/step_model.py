@@ -9,8 +9,9 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
                   kv_bytes_per_token (C_dec + sum p_i + T) / (eta_kv BW))
     smax(a, b) = (a^p + b^p)^(1/p),  p = ``overlap``
     comm   = 2 layers (t_ar + T hidden 2 B 2 (tp - 1) / tp / (eta_ar link_BW))       (tp > 1)
-    fixed  = t0 + t_layer layers + t_moe moe_layers [+ t_fp8 layers] + (t_seq + t_vocab vocab) S
-    step   = fixed + gemm + attn + comm  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
+    fixed  = t_layer layers + t_moe moe_layers [+ t_fp8 layers] + t_vocab vocab S
+    gpu    = fixed + gemm + attn + comm,   cpu = t0 + t_seq S
+    step   = gpu + cpu - h min(gpu, cpu)  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
 
 - ``W_read``: the weights one step reads, per GPU: the dense part and, for a MoE model, the
   experts its ``T`` tokens route to (expected distinct share ``1 - (1 - k/E)^T``, read at a
@@ -27,8 +28,11 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
 - CUDA graphs: a batch of up to ``max_cudagraph_capture_size`` tokens runs padded to the next
   capture size (vLLM's ``cudagraph_capture_sizes``: 1, 2, 4, 8, then steps of 8 up to 256 and of
   16 beyond); ``--enforce-eager`` runs unpadded, with ``t_eager`` per layer of kernel launches;
-- ``t0`` is the per-step CPU (scheduling, input preparation, sampling setup) that the GPU does not
-  hide; ``t_seq`` grows it with the batch (BLIS measured 0.5-5 ms per step, its issue #482);
+- ``t0`` is the per-step CPU (scheduling, input preparation, sampling setup); ``t_seq`` grows it
+  with the batch (BLIS measured 0.5-5 ms per step, its issue #482).  With async scheduling the
+  engine prepares step k + 1 while the GPU runs step k, so the GPU hides a share ``h`` =
+  ``cpu_hidden`` of it (fitted; 0 without async scheduling): at large batches and long contexts
+  the GPU's work grows and the CPU's no longer adds to it;
   ``t_vocab`` is the sampler's work per sampled row and vocabulary entry (the logits are gathered
   and sampled over the whole vocabulary on one rank: a 152k-vocabulary model pays ~5x a 32k one).
 
@@ -74,6 +78,8 @@ class PerfConstants:
     layer); ``t_vocab``: per sampled row and vocabulary entry; ``t_fp8``: per layer, with FP8
     weights on FP8 tensor cores (the activations' dynamic quantization before each GEMM); ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
     ``m_half``: GEMM rows (tokens) at which the GEMMs reach half of ``eta_f``;
+    ``cpu_hidden``: with async scheduling, the share of the per-step CPU (``t0 + t_seq S``) that
+    the GPU's work hides (0: they add up; 1: the step takes the longer of the two);
     ``fe_in`` / ``fe_out``: the frontend's latency before the engine and after a step (the TTFT
     floor); ``fe_request``, ``fe_prompt_token``, ``fe_output_token``: its CPU per request, per
     prompt token (tokenizing) and per output token (detokenizing, streaming)."""
@@ -94,6 +100,7 @@ class PerfConstants:
     t_ar: float = 10e-6
     t_eager: float = 60e-6
     m_half: float = 0.0
+    cpu_hidden: float = 0.0
     fe_in: float = 3e-3
     fe_out: float = 2e-3
     fe_request: float = 1.5e-3
@@ -108,6 +115,8 @@ class PerfConstants:
                 raise ConfigError(f"{source}: {f.name} must be a number, got {v!r}", param="step-time-profile")
             if f.name.startswith("eta_") and not 0 < v <= 1.5:
                 raise ConfigError(f"{source}: {f.name} must be in (0, 1.5], got {v!r}", param="step-time-profile")
+            if f.name == "cpu_hidden" and v > 1:
+                raise ConfigError(f"{source}: cpu_hidden must be in [0, 1], got {v!r}", param="step-time-profile")
             if f.name == "overlap" and v < 1:
                 raise ConfigError(f"{source}: overlap must be >= 1, got {v!r}", param="step-time-profile")
             if not f.name.startswith("eta_") and v < 0:
@@ -233,9 +242,15 @@ class StepModel:
         self._comm0 = self.all_reduces * c.t_ar
         self._c_comm = self.all_reduces * self.ar_per_token / c.eta_ar
         layers = self.arch.num_layers
-        self._fixed = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers + c.t_fp8 * self.fp8_layers
+        self._fixed = (c.t_layer * layers + c.t_moe * self.moe_layers + c.t_fp8 * self.fp8_layers
                        + (c.t_eager * layers if self.enforce_eager else 0.0))
-        self._t_seq = c.t_seq + c.t_vocab * self.arch.vocab_size
+        self._t_vocab = c.t_vocab * self.arch.vocab_size
+        self._t0, self._t_seq = c.t0, c.t_seq
+        self._hidden = c.cpu_hidden if self.async_scheduling else 0.0
+        # the sum's own order of operations when nothing is hidden (results bit for bit as before)
+        self._fixed_all = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers + c.t_fp8 * self.fp8_layers
+                           + (c.t_eager * layers if self.enforce_eager else 0.0))
+        self._t_row = c.t_seq + self._t_vocab
         self._p = float(c.overlap)
         self._inv_p = 1.0 / self._p
 
@@ -268,7 +283,12 @@ class StepModel:
             att = a * (1.0 + (kv / a) ** p) ** q
         else:
             att = kv * (1.0 + (a / kv) ** p) ** q if kv else 0.0
-        t = self._fixed + self._t_seq * rows + g + att + self._comm0 + self._c_comm * padded
+        if self._hidden:
+            gpu = self._fixed + self._t_vocab * rows + g + att + self._comm0 + self._c_comm * padded
+            cpu = self._t0 + self._t_seq * rows
+            t = gpu + cpu - self._hidden * (cpu if cpu < gpu else gpu)
+        else:
+            t = self._fixed_all + self._t_row * rows + g + att + self._comm0 + self._c_comm * padded
         if kv_reload_tokens:
             t += kv_reload_tokens * self.reload_per_token
         return t
@@ -280,7 +300,8 @@ class StepModel:
         padded = self.padded(tokens) if tokens else 0
         rows = num_decode + num_chunks
         w = self._w_fixed + self._w_experts * (1.0 - self._untouched ** padded)
-        return {"fixed": self._fixed + self._t_seq * rows, "weights": w, "overlap": self._p,
+        return {"fixed": self._fixed + self._t_vocab * rows, "cpu": self._t0 + self._t_seq * rows,
+                "cpu_hidden": self._hidden, "weights": w, "overlap": self._p,
                 "gemm_flops": self._c_lin * (padded + self._m_half) + self._c_head * rows,
                 "attn_flops": self._c_attn * (decode_context + prefill_pairs),
                 "kv_read": self._c_kv * (decode_context + prefill_context + tokens),
