@@ -100,6 +100,7 @@ NOT_APPLICABLE = {
     "test_chat_echo.py::test_top_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
     "test_chat_logit_bias_valid": "builds vLLM's ModelConfig of the model (its config.json, downloaded)",
     "test_chat_logit_bias_invalid": "builds vLLM's ModelConfig of the model (its config.json, downloaded)",
+    "test_stop_string_workflow": "asserts the model's answer contains \"27 member\" (the EU's member states)",
 }
 
 STUB_UTILS = r'''
@@ -477,9 +478,11 @@ def main(argv=None) -> int:
     p.add_argument("-k", dest="keyword", help="pytest -k expression")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vllm-sim-entrypoint-tests")
     p.add_argument("--json", type=Path, help="write the per-test outcomes here")
-    p.add_argument("--sim-args", default="--time-to-first-token 20ms --inter-token-latency 5ms",
-                   help="flags every simulator gets after the test's own (a GPU model's latency: vLLM's tests that "
-                        "watch a request while it runs need one)")
+    p.add_argument("--sim-args", default="--time-to-first-token 20ms --inter-token-latency 5ms --response-length max",
+                   help="flags every simulator gets after the test's own: a GPU model's latency (vLLM's tests that "
+                        "watch a request while it runs need one) and a small real model's lengths (its short "
+                        "answers run to max_tokens: tests assert finish_reason 'length' and count max_tokens "
+                        "tokens per request)")
     p.add_argument("--no-offline-tokenizers", dest="offline_tokenizers", action="store_false",
                    help="do not stand the simulated tokenizer in for the tests' models (offline HF cache)")
     p.add_argument("--file-timeout", type=int, default=300, help="seconds for one test file")

@@ -99,8 +99,10 @@ class OutputDecisions:
                     seq.finish_reason = "remote_decode"
                 return
         room = cfg.max_model_len - prompt.length
+        # --response-length max: a capped answer runs to its cap, as with ignore_eos
+        run_to_cap = req.ignore_eos or (cfg.response_length == "max" and req.max_tokens is not None)
         seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(
-            rng, prompt, req.max_tokens, room, req.ignore_eos)
+            rng, prompt, req.max_tokens, room, run_to_cap)
         if len(seq.pieces) < req.min_tokens and cfg.mode != "echo":
             # vLLM's min_tokens: no end of sequence before it; the answer then ends at once
             seq.pieces, seq.ids, _ = self.responses.respond(rng, prompt, min(req.min_tokens, room), room, True)
