@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from generation.content import logprobs as lp
 from ..errors import InvalidParam
-from generation.engine.request import GenerationRequest, Prompt
+from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
@@ -52,6 +52,9 @@ class GenerateAdapter(Adapter):
         check_logprobs_sign(sp.logprobs, "logprobs")
         check_logprobs_cap(sim, sp.logprobs, "logprobs")
         check_limits(max_tokens, ignore_eos, sp.n)
+        if sp.stop and sim.config.tokens_only:    # vLLM 0.34 serving.py: detokenize is forced off after validation
+            raise InvalidParam("stop strings are not supported on a --tokens-only server because detokenization is "
+                               "disabled. Check stop strings on the coordinator, or use stop_token_ids.", "stop")
         if sp.stop and sp.detokenize is False:
             raise InvalidParam("stop strings are only supported when detokenize is True. "
                                "Set detokenize=True to use stop.", "stop")
@@ -66,6 +69,10 @@ class GenerateAdapter(Adapter):
             kv = sp.extra_args.kv_transfer_params
         check_kv_transfer(kv, stream)
         mode = b.output_mode or "tokens"
+        if mode != "tokens" and sim.config.tokens_only:
+            raise InvalidParam(f"output_mode={mode!r} requires a tokenizer, but this server does not load one "
+                               "(--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a "
+                               "tokenizer, or use output_mode='tokens'.", "output_mode")
         if mode != "tokens" and sp.detokenize is False:
             raise InvalidParam(f"output_mode={mode!r} requires sampling_params.detokenize to be true", "output_mode")
         n = sp.n or 1
@@ -161,28 +168,51 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     return out
 
 
+def _tokens_until_abort(sim, req: GenerationRequest, seqs):
+    """``sim.stream(seqs)``, which ends early, without raising, when the request was ended by
+    ``/inference/v1/abort_requests`` (its choices then finish with ``abort``, as vLLM 0.34's
+    stream, whose terminal output has no new tokens but still carries the finish reason); a
+    client that went away still raises ClientDisconnected."""
+    try:
+        yield from sim.stream(seqs)
+    except ClientDisconnected:
+        if not req.aborted_by_id:
+            raise
+
+
+def _aborted(req: GenerationRequest, seq, done: bool) -> bool:
+    return req.aborted_by_id and not done
+
+
 def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None):
-    """SSE body (api.md 5.5.3, case C32).  A choice's last token chunk carries its finish
+    """SSE body (api.md 5.5.3, case C32; each chunk says ``"output_mode":"tokens"``, as vLLM
+    0.34's GenerateTokensStreamResponse).  A choice's last token chunk carries its finish
     reason; a choice with no tokens (cache_threshold, empty echo) gets one finishing chunk
-    with ``token_ids`` null (cache_threshold) or ``[]``."""
+    with ``token_ids`` null (cache_threshold) or ``[]``; a choice cut by abort_requests gets a
+    finishing chunk with ``finish_reason: "abort"`` and ``token_ids: []``."""
     head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
     open_ = head + b'{"index":'
+    tail = b'}],"output_mode":"tokens"}\n\n'
     last = [len(s.ids) - 1 for s in seqs]
     emitted = [False] * len(seqs)
-    for seq, k in sim.stream(seqs):
+    finished = [False] * len(seqs)
+    for seq, k in _tokens_until_abort(sim, req, seqs):
         i = seq.index
         emitted[i] = True
-        fr = dumps(seq.finish_reason) if k == last[i] else b"null"
+        finished[i] = k == last[i]
+        fr = dumps(seq.finish_reason) if finished[i] else b"null"
         lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, k, k + 1))
         yield (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":[' +
-               str(seq.ids[k]).encode() + b"]" + lps + b'}]}\n\n')
+               str(seq.ids[k]).encode() + b"]" + lps + tail)
     for seq in seqs:
-        if not emitted[seq.index]:
+        if _aborted(req, seq, finished[seq.index]):
+            yield open_ + str(seq.index).encode() + b',"finish_reason":"abort","token_ids":[]' + tail
+        elif not emitted[seq.index]:
             tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
             yield (open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
-                   b',"token_ids":' + tids + b'}]}\n\n')
+                   b',"token_ids":' + tids + tail)
     if include_usage:
-        yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b"}\n\n"
+        yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b',"output_mode":"tokens"}\n\n'
     yield b"data: [DONE]\n\n"
 
 
@@ -236,13 +266,16 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         emitted[i] = True
         return head + dumps(choice) + tail
 
-    for seq, k in sim.stream(seqs):
-        done = k == last[seq.index]
+    finished = [False] * len(seqs)
+    for seq, k in _tokens_until_abort(sim, req, seqs):
+        done = finished[seq.index] = k == last[seq.index]
         yield chunk(seq, seq.pieces[k], [seq.ids[k]], seq.finish_reason if done else None,
                     seq.stop_reason if done else None,
                     None if top is None else _text_logprobs(seq, top, as_ids, k, k + 1))
     for seq in seqs:
-        if not emitted[seq.index]:
+        if _aborted(req, seq, finished[seq.index]):
+            yield chunk(seq, "", [], "abort", None, None)
+        elif not emitted[seq.index]:
             yield chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                         seq.stop_reason, None)
     if include_usage:

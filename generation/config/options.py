@@ -196,6 +196,9 @@ _declare("frontend",
                 "or always with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),
+         Option("tokens-only", "bool", False, "No detokenization (vLLM's token-in / token-out mode): "
+                "`/inference/v1/generate` refuses stop strings and the `text` / `derender` output modes, "
+                "and `POST /abort_requests` is served too"),
          Option("enable-server-load-tracking", "bool", False, "Serve `GET /load`: the number of requests "
                 "in flight"),
          Option("enable-tokenizer-info-endpoint", "bool", False, "Serve `GET /tokenizer_info`"))

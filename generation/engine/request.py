@@ -77,6 +77,7 @@ class GenerationRequest:
     include_stop_str_in_output: bool = False
     reasoning: Any = None                  # generation.content.reasoning.ReasoningSettings, None: off
     priority: int = 0                      # --scheduling-policy priority: lower runs first
+    aborted_by_id: bool = False            # ended by /inference/v1/abort_requests (generate: an "abort" chunk)
 
     @property
     def remote_prefill(self) -> bool:
