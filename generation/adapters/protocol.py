@@ -58,6 +58,7 @@ class OpenAISampling(SamplingKnobs):
     stop_token_ids: list | None = None
     cache_salt: str | None = None
     logprob_token_ids: list | None = None
+    allowed_token_ids: list | None = None        # vLLM: sampling draws only these ids
     return_tokens_as_token_ids: bool | None = None
     truncate_prompt_tokens: int | None = None
     truncation_side: str | None = None

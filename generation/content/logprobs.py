@@ -59,11 +59,13 @@ def chat_logprobs(pieces, top: int, start: int = 0) -> dict:
     return {"content": [chat_entry(p, start + i, top) for i, p in enumerate(pieces)]}
 
 
-def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=None) -> dict:
+def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=None, listed=None) -> dict:
     """OpenAI completions logprobs: tokens, token_logprobs, top_logprobs (dicts with
     ``max(top, 1)`` entries), text_offset (UTF-8 character offsets from ``offset``).  With
     ``ids`` (one per piece; vLLM's ``return_tokens_as_token_ids``) tokens are named
-    ``token_id:N`` and the alternatives are the following ids."""
+    ``token_id:N`` and the alternatives are the following ids.  ``listed`` (the names of a
+    request's ``logprob_token_ids``): the alternatives are exactly those, after the sampled
+    token (vLLM 0.34's ``completion_top_logprobs_limit`` returns them all)."""
     n = max(top, 1)
     tokens, lps, tops, offsets = [], [], [], []
     off = offset
@@ -77,6 +79,14 @@ def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=N
             name, alt = f"token_id:{tid}", (lambda j, tid=tid: f"token_id:{(tid + j) & 0xFFFFFFFF}")
         tokens.append(name)
         lps.append(logprob(pos))
+        if listed is not None:
+            d = {name: logprob(pos)}
+            for j, other in enumerate(listed, 1):
+                d.setdefault(other, logprob(pos, j))
+            tops.append(d)
+            offsets.append(off)
+            off += len(p)
+            continue
         key = (name, pos % 3, n)
         d = memo.get(key)
         if d is None:

@@ -107,6 +107,13 @@ class OutputDecisions:
             # vLLM's min_tokens: no end of sequence before it; the answer then ends at once
             seq.pieces, seq.ids, _ = self.responses.respond(rng, prompt, min(req.min_tokens, room), room, True)
             seq.finish_reason = "length" if len(seq.pieces) >= min(req.max_tokens or room, room) else "stop"
+        if req.allowed_token_ids and not seq.tool_calls:
+            # vLLM's allowed_token_ids: the logits of every other id are masked, so each token is one of them
+            allowed = req.allowed_token_ids
+            seq.ids = [allowed[int(rng.random() * len(allowed))] for _ in seq.ids]
+            decode = self.tokenizer.decode_ids
+            seq.pieces = [decode([t]) for t in seq.ids]
+            seq.text = None
         structured = False
         if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
             structured = self.tool_synthesizer.apply_response_format(req, seq, rng)

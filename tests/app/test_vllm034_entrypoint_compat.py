@@ -78,3 +78,33 @@ def test_abort_requests_ends_a_generate_stream_with_an_abort_chunk(app_client, m
         want.update(stop_reason=None, text="")
     assert last["choices"] == [want] and last["request_id"] == f"ab-{mode}"
     assert c.sim.running == 0
+
+
+# ---- allowed_token_ids and logprob_token_ids (vLLM 0.34 sampling_params.py, completion/serving.py) -----
+
+def test_allowed_token_ids_and_logprob_token_ids(api):
+    body = {"model": "test-model", "prompt": "Hello", "max_tokens": 3, "temperature": 0.0, "logprobs": 5,
+            "logprob_token_ids": [5000], "allowed_token_ids": [42], "return_tokens_as_token_ids": True,
+            "ignore_eos": True}
+    d = api.post("/v1/completions", json=body).json()
+    lps = d["choices"][0]["logprobs"]
+    assert lps["tokens"] == ["token_id:42"] * 3
+    assert lps["top_logprobs"] == [{"token_id:42": -1.0, "token_id:5000": -1.5},
+                                   {"token_id:42": -1.1, "token_id:5000": -1.6},
+                                   {"token_id:42": -1.2, "token_id:5000": -1.7}]
+    r = api.post("/v1/completions", json={**body, "stream": True})
+    tops = [t for ch in _events(r.text) for t in ch["choices"][0]["logprobs"]["top_logprobs"]]
+    assert tops == lps["top_logprobs"]
+    d = api.post("/v1/completions", json={**body, "allowed_token_ids": [7, 9], "max_tokens": 20}).json()
+    assert set(d["choices"][0]["logprobs"]["tokens"]) <= {"token_id:7", "token_id:9"}
+    # vLLM's checks, each a 400 naming the field
+    for extra, param, message in [
+            ({"allowed_token_ids": []}, "allowed_token_ids", "allowed_token_ids is not None and empty!"),
+            ({"allowed_token_ids": [-1]}, "allowed_token_ids", "allowed_token_ids contains out-of-vocab token id!"),
+            ({"logprob_token_ids": [-3, 5]}, "logprob_token_ids",
+             "token_id(s) [-3] in logprob_token_ids contain out-of-vocab token ids. Vocabulary size: "),
+            ({"logprob_token_ids": list(range(129))}, "logprob_token_ids",
+             "Requested logprob_token_ids of length 129, which is greater than max allowed: 128")]:
+        r = api.post("/v1/completions", json={**body, **extra})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param
+        assert r.json()["error"]["message"].startswith(message)
