@@ -85,16 +85,23 @@ class LoraRegistry:
     """Registered LoRA adapters (name -> path) and which are loaded in the ``--max-loras`` slots.
 
     Adapters from ``--lora-modules`` stay registered.  Adapters loaded at run time
-    (``/v1/load_lora_adapter``) are kept up to ``max(--max-cpu-loras, --max-loras)`` -- vLLM's
-    cap on resident adapters -- least recently used first out, never one that is running; so
-    ``/v1/models`` and the registry stay bounded whatever the load history (issue 12)."""
+    (``/v1/load_lora_adapter``) are kept up to ``max(--max-cpu-loras, --max-loras,``
+    :data:`REGISTERED_FLOOR` ``)``, least recently used first out, never one that is running; so
+    ``/v1/models`` and the registry stay bounded whatever the load history (issue 12).  vLLM
+    0.34 keeps every loaded adapter servable (``OpenAIServingModels.lora_requests``): one that
+    ``--max-cpu-loras`` evicted from memory is reloaded from its path by its next request, so a
+    client that loads a few more adapters than ``--max-cpu-loras`` can still use each of them
+    (vLLM's ``test_multiple_lora_adapters`` loads 10 with ``--max-cpu-loras 2``)."""
+
+    REGISTERED_FLOOR = 64
 
     def __init__(self, modules, max_loras: int, max_cpu_loras: int = 0):
         self.paths: dict[str, str] = {m.name: m.path for m in modules}
         self.static = frozenset(self.paths)
         self.runtime: dict[str, None] = {}     # runtime-loaded names, least recently used first
         self.max_loras = max_loras
-        self.cap = max(max_cpu_loras or 0, max_loras, 1)
+        self.resident = max(max_cpu_loras or 0, max_loras, 1)       # vLLM's cap on adapters in memory
+        self.cap = max(self.resident, self.REGISTERED_FLOOR)
         self.loaded: dict[str, int] = {}      # name -> running sequence count
         self.slots: dict[str, int] = {}       # name -> 1-based slot id (KV events lora_id)
 
