@@ -7,7 +7,8 @@ vLLM's tree, with a stand-in ``tests/utils.py`` whose ``RemoteOpenAIServer`` sta
 the simulator does not know are dropped, one by one, and reported), a stand-in root
 ``tests/conftest.py`` (vLLM's imports torch and the model runners), and offline stand-ins for the
 fixtures that download things (``hf_api().snapshot_download`` of a LoRA adapter: a local
-``adapter_config.json``; vLLM's audio assets: synthetic WAV files of the same length).  It then runs pytest in the Python environment
+``adapter_config.json``; vLLM's audio assets: synthetic WAV files of the same length), and a
+per-test time limit (``--test-timeout``: a test whose client spins fails alone).  It then runs pytest in the Python environment
 that has vLLM installed (``--python``), reads the JUnit report and prints the counts.
 
 Tests that cannot apply to a simulator are deselected with their reason (:data:`NOT_APPLICABLE`:
@@ -252,6 +253,29 @@ import os
 import pytest
 
 NOT_APPLICABLE = json.loads(os.environ.get("VLLM_SIM_NOT_APPLICABLE", "{}"))
+TEST_TIMEOUT = int(os.environ.get("VLLM_SIM_TEST_TIMEOUT", "0") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test (its setup, call and teardown) within TEST_TIMEOUT seconds: a test whose client
+    spins (vLLM's test_loading_invalid_adapters_does_not_break_others, once its loop of loads has
+    failed, retries a closed client in a loop that never yields) fails alone, and the file goes on."""
+    if TEST_TIMEOUT <= 0:
+        yield
+        return
+    import signal
+
+    def on_alarm(signum, frame):
+        pytest.fail(f"timed out after {TEST_TIMEOUT} s (the harness's --test-timeout)", pytrace=False)
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_TIMEOUT)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -486,6 +510,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-offline-tokenizers", dest="offline_tokenizers", action="store_false",
                    help="do not stand the simulated tokenizer in for the tests' models (offline HF cache)")
     p.add_argument("--file-timeout", type=int, default=300, help="seconds for one test file")
+    p.add_argument("--test-timeout", type=int, default=90, help="seconds for one test (its setup, call and teardown)")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address space of one test file's pytest")
     a = p.parse_args(argv)
     src = fetch_sdist(a.fetch, a.cache) if a.fetch else a.vllm_src
@@ -496,7 +521,7 @@ def main(argv=None) -> int:
     dropped = a.workdir / "dropped-flags.txt"
     env = dict(os.environ, VLLM_SIM_ROOT=str(ROOT), VLLM_SIM_PYTHON=sys.executable, HF_HUB_OFFLINE="1",
                VLLM_SIM_NOT_APPLICABLE=json.dumps(NOT_APPLICABLE), VLLM_SIM_DROPPED_LOG=str(dropped),
-               PYTHONPATH=str(a.workdir), VLLM_SIM_EXTRA_ARGS=a.sim_args)
+               PYTHONPATH=str(a.workdir), VLLM_SIM_EXTRA_ARGS=a.sim_args, VLLM_SIM_TEST_TIMEOUT=str(a.test_timeout))
     if hf_home is not None:
         env["HF_HOME"] = str(hf_home)
     # one pytest process per file: a file that hangs or grows is cut off alone (--file-timeout,

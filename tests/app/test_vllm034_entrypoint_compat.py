@@ -108,3 +108,32 @@ def test_allowed_token_ids_and_logprob_token_ids(api):
         r = api.post("/v1/completions", json={**body, **extra})
         assert r.status_code == 400 and r.json()["error"]["param"] == param
         assert r.json()["error"]["message"].startswith(message)
+
+
+# ---- LoRA (vLLM 0.34 lora/peft_helper.py, openai/models/serving.py) --------------------------------
+
+def test_lora_unsupported_inits_and_many_runtime_adapters(app_client, tmp_path):
+    c = app_client("--max-loras", "1", "--max-cpu-loras", "2", "--max-lora-rank", "64")
+    adapter = tmp_path / "a"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    base = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
+    for extra, ok in [({"init_lora_weights": "pissa"}, False), ({"init_lora_weights": "gaussian"}, True),
+                      ({"init_lora_weights": True}, True), ({"use_qalora": True}, False)]:
+        (adapter / "adapter_config.json").write_text(json.dumps({**base, **extra}))
+        r = c.post("/v1/load_lora_adapter", json={"lora_name": f"x{len(extra)}{ok}{extra}", "lora_path": str(adapter)})
+        assert r.status_code == (200 if ok else 400), r.text
+    (adapter / "adapter_config.json").write_text(json.dumps({**base, "init_lora_weights": "pissa"}))
+    r = c.post("/v1/load_lora_adapter", json={"lora_name": "p", "lora_path": str(adapter)})
+    assert r.json()["error"]["message"] == (
+        "vLLM does not support init_lora_weights='pissa'. Inits such as PiSSA, OLoRA, CorDA and LoftQ modify the "
+        "base model weights when PEFT loads the adapter. Convert it to a regular LoRA adapter with PEFT's "
+        "path_initial_model_for_weight_conversion, or set init_lora_weights to true if the served base model "
+        "already contains the modified weights.")
+    # ten adapters over --max-cpu-loras 2 all stay servable (vLLM reloads evicted ones from their path)
+    (adapter / "adapter_config.json").write_text(json.dumps(base))
+    for i in range(10):
+        assert c.post("/v1/load_lora_adapter", json={"lora_name": f"adapter_{i}", "lora_path": str(adapter)}).status_code == 200
+    for i in range(10):
+        r = c.post("/v1/completions", json={"model": f"adapter_{i}", "prompt": "Hello there", "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["model"] == f"adapter_{i}"
