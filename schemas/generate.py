@@ -35,6 +35,9 @@ class SamplingParamsSchema(SamplingKnobsSchema):
     detokenize = StrictBool()
     skip_special_tokens = StrictBool()
     extra_args = fields.Nested(ExtraArgsSchema)
+    prompt_logprobs = StrictInt()
+    prompt_logprob_token_ids = fields.Raw()      # checked by generation.adapters.prompt_scores
+    prompt_logprob_start = StrictInt()
 
 
 class MmHashes(fields.Field):

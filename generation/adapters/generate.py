@@ -26,6 +26,7 @@ from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_tr
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
                      prompt_vocab_size, scheduling_priority, vocab_size)
+from .prompt_scores import check_prompt_scores, prompt_fields
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import sampling_semantics
 
@@ -51,6 +52,10 @@ class GenerateAdapter(Adapter):
         ignore_eos = bool(b.ignore_eos or sp.ignore_eos)
         check_logprobs_sign(sp.logprobs, "logprobs")
         check_logprobs_cap(sim, sp.logprobs, "logprobs")
+        check_logprobs_sign(sp.prompt_logprobs, "prompt_logprobs")
+        check_logprobs_cap(sim, sp.prompt_logprobs, "prompt_logprobs", "prompt")
+        check_prompt_scores(sp, len(ids), bool(b.stream), sim.config.max_model_len, sim.config.max_logprobs,
+                            vocab_size(sim))
         check_limits(max_tokens, ignore_eos, sp.n)
         if sp.stop and sim.config.tokens_only:    # vLLM 0.34 serving.py: detokenize is forced off after validation
             raise InvalidParam("stop strings are not supported on a --tokens-only server because detokenization is "
@@ -110,6 +115,9 @@ class GenerateAdapter(Adapter):
     def render(self, seqs) -> dict:
         out = render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
                               self.body.sampling_params.logprobs, usage_details(self.sim))
+        sp = self.body.sampling_params
+        if sp.prompt_logprobs is not None or sp.prompt_logprob_token_ids is not None:
+            out.update(prompt_fields(self.sim.tokenizer, sp, self.body.token_ids))
         mode = self.body.output_mode or "tokens"
         if mode != "tokens":
             out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids()) for s in seqs]

@@ -123,6 +123,9 @@ class SamplingParams(SamplingKnobs):
     detokenize: bool | None = None
     skip_special_tokens: bool | None = None
     extra_args: ExtraArgs | None = None
+    prompt_logprobs: int | None = None
+    prompt_logprob_token_ids: Any = None     # [num_rows][num_ids] ids, -1 pads (generation.adapters.prompt_scores)
+    prompt_logprob_start: int | None = None
 
 
 @dataclass

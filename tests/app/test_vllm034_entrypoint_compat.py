@@ -137,3 +137,38 @@ def test_lora_unsupported_inits_and_many_runtime_adapters(app_client, tmp_path):
     for i in range(10):
         r = c.post("/v1/completions", json={"model": f"adapter_{i}", "prompt": "Hello there", "max_tokens": 2})
         assert r.status_code == 200 and r.json()["model"] == f"adapter_{i}"
+
+
+def test_generate_prompt_token_id_logprobs(api):
+    import base64
+    import io
+
+    import numpy as np
+    ids, rows = [11, 22, 33, 44, 55], [[33], [44, 100], [55]]
+    sp = {"max_tokens": 1, "prompt_logprobs": 0, "prompt_logprob_token_ids": rows, "prompt_logprob_start": 1}
+    body = {"model": "test-model", "token_ids": ids, "sampling_params": sp}
+    d = api.post(GEN, json=body).json()
+    plp = d["prompt_logprobs"]
+    assert plp[:2] == [None, None] and [list(e) for e in plp[2:]] == [["33"], ["44"], ["55"]]
+    assert [e[str(t)]["logprob"] for e, t in zip(plp[2:], ids[2:])] == [-1.2, -1.0, -1.1]
+    scores = np.load(io.BytesIO(base64.b64decode(d["prompt_token_id_logprobs"])))
+    assert scores.dtype == np.float32 and scores.shape == (3, 2)
+    assert scores[:, 0].tolist() == pytest.approx([-1.2, -1.0, -1.1]) and scores[1, 1] == pytest.approx(-2.0)
+    assert np.isneginf(scores[[0, 2], 1]).all()
+    for extra, param, message in [
+            ({"stream": True}, "prompt_logprob_token_ids", "prompt_logprob_token_ids are not available when stream=true."),
+            ({"sampling_params": {**sp, "prompt_logprob_token_ids": rows[:2]}}, "prompt_logprob_token_ids",
+             "prompt_logprob_token_ids has 2 rows, but the prompt has 3 scored rows (prompt_len - 1 - "
+             "prompt_logprob_start)."),
+            ({"sampling_params": {**sp, "prompt_logprob_token_ids": [[]]}}, "prompt_logprob_token_ids",
+             "prompt_logprob_token_ids must be a non-empty integer array of shape [num_rows, num_ids]."),
+            ({"sampling_params": {**sp, "prompt_logprob_token_ids": [[-2], [1], [1]]}}, "prompt_logprob_token_ids",
+             "prompt_logprob_token_ids contain out-of-vocab token ids (-1 pads a row). Vocabulary size: "),
+            ({"sampling_params": {"max_tokens": 1, "prompt_logprob_start": 1}}, "prompt_logprob_start",
+             "prompt_logprob_start requires prompt_logprobs or prompt_logprob_token_ids."),
+            ({"sampling_params": {"max_tokens": 1, "prompt_logprobs": 0, "prompt_logprob_start": 4}},
+             "prompt_logprob_start", "prompt_logprob_start must be less than prompt_len - 1 (4) so at least one "
+                                     "prompt row is scored.")]:
+        r = api.post(GEN, json={**body, **extra})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        assert r.json()["error"]["message"].startswith(message)
