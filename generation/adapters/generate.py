@@ -122,6 +122,13 @@ class GenerateAdapter(Adapter):
         if mode != "tokens":
             out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids()) for s in seqs]
             out["output_mode"] = mode
+        elif self.sim.config.return_sampling_mask:
+            size, vocab = support_size(sp), vocab_size(self.sim)
+            processed = self.sim.config.logprobs_mode.startswith("processed")
+            for c, s in zip(out["choices"], seqs):
+                c["sampling_mask"] = [sampling_mask(t, size, vocab) for t in s.ids]
+                if processed and sp.logprobs is not None:
+                    c["logprobs"] = token_logprobs(s, sp.logprobs, support=size)
         return out
 
     def stream(self, seqs):
@@ -143,13 +150,37 @@ def ec_transfer_params(cfg, features) -> dict | None:
     return {h: dict(EC_TRANSFER_DUMMY) for h in hashes} or None
 
 
-def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None) -> dict:
+def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None, support: int | None = None) -> dict:
     """vLLM's ``GenerateLogProbs`` for tokens ``start:stop`` of ``seq`` (the tokens level: integer
     ids, no tokenizer): per token ``{"token_id", "logprob", "rank", "top_logprobs"}``, whose
     ``top_logprobs`` are the engine's candidates, the sampled token first (rank 1, as a greedy
-    pick), ``max(top, 1)`` of them (``logprobs: 0`` still returns the sampled one)."""
+    pick), ``max(top, 1)`` of them (``logprobs: 0`` still returns the sampled one).  ``support``
+    (processed logprobs with a sampling mask): candidates ranked past it are outside the mask
+    and show -9999.0, as vLLM clamps their -inf."""
     ids = seq.ids[start:stop]
-    return {"content": [_generate_entry(lp.token_id_entry(t, start + i, max(top, 1)), t) for i, t in enumerate(ids)]}
+    out = [_generate_entry(lp.token_id_entry(t, start + i, max(top, 1)), t) for i, t in enumerate(ids)]
+    if support is not None:
+        for e in out:
+            e["top_logprobs"] = [alt if alt["rank"] <= support else {**alt, "logprob": -9999.0}
+                                 for alt in e["top_logprobs"]]
+    return {"content": out}
+
+
+def support_size(sp) -> int:
+    """How many ids a token's sampling could pick, as the simulator models it: ``top_k`` when
+    set, one when greedy (``temperature`` 0), else the candidates its logprobs show."""
+    if sp.top_k is not None and sp.top_k > 0:
+        return sp.top_k
+    if sp.temperature == 0:
+        return 1
+    return max(sp.logprobs or 0, 1)
+
+
+def sampling_mask(tid: int, size: int, vocab: int) -> list:
+    """vLLM 0.34's ``sampling_mask`` entry of one output token (``--return-sampling-mask``): the
+    ids in its sampling support, the sampled one first, then the ids its top logprobs name
+    (the following ids), within the vocabulary."""
+    return [tid] + [(tid + j) % vocab for j in range(1, min(size, vocab))]
 
 
 def _generate_entry(entry: dict, tid: int) -> dict:

@@ -196,6 +196,11 @@ _declare("frontend",
                 "or always with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),
+         Option("return-sampling-mask", "bool", False, "`/inference/v1/generate` choices carry a "
+                "`sampling_mask`: per output token, the ids its sampling could pick (after top-k / top-p)"),
+         Option("logprobs-mode", "str", "raw_logprobs", "What logprobs report (vLLM's flag): `processed_*` "
+                "after the sampling filters, so with --return-sampling-mask an alternative outside the mask "
+                "shows -9999.0", choices=("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")),
          Option("tokens-only", "bool", False, "No detokenization (vLLM's token-in / token-out mode): "
                 "`/inference/v1/generate` refuses stop strings and the `text` / `derender` output modes, "
                 "and `POST /abort_requests` is served too"),

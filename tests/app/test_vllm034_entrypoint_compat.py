@@ -172,3 +172,19 @@ def test_generate_prompt_token_id_logprobs(api):
         r = api.post(GEN, json={**body, **extra})
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
         assert r.json()["error"]["message"].startswith(message)
+
+
+def test_generate_sampling_mask(app_client, api):
+    c = app_client("--return-sampling-mask", "--logprobs-mode", "processed_logprobs")
+    sp = {"max_tokens": 5, "temperature": 0.8, "top_k": 3, "ignore_eos": True, "seed": 0, "logprobs": 5}
+    body = {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": sp}
+    (choice,) = c.post(GEN, json=body).json()["choices"]
+    assert len(choice["sampling_mask"]) == len(choice["token_ids"]) == 5
+    for tid, support, entry in zip(choice["token_ids"], choice["sampling_mask"], choice["logprobs"]["content"]):
+        assert support[0] == tid and len(support) == len(set(support)) == 3
+        assert [top["token_id"] in support for top in entry["top_logprobs"]] == [True] * 3 + [False] * 2
+        assert [top["logprob"] > -9999.0 for top in entry["top_logprobs"]] == [True] * 3 + [False] * 2
+    greedy = c.post(GEN, json={**body, "sampling_params": {"max_tokens": 2, "temperature": 0.0}}).json()
+    masks = greedy["choices"][0]["sampling_mask"]
+    assert masks and all(len(m) == 1 for m in masks)
+    assert "sampling_mask" not in api.post(GEN, json=body).json()["choices"][0]
