@@ -132,7 +132,52 @@ def render_chat():
     if features is not None:
         out["features"] = features
     out.update(generate_fields(sim, raw, f"chatcmpl-{rid}", model, len(ids), True))
+    fields = chat_parse_fields(sim, raw, messages)
+    so = fields.pop("structured_outputs", None)
+    if so is not None:
+        out["sampling_params"]["structured_outputs"] = so
+    out.update(fields)
     return json_response(out, headers=response_headers(rid))
+
+
+def chat_parse_fields(sim, raw: dict, messages) -> dict:
+    """What vLLM 0.34's chat render (``scale_out/render/serving.py``) adds for the generate
+    call that follows: ``sampling_params.structured_outputs`` from ``response_format`` (a JSON
+    schema or JSON object, as ``to_sampling_params``), ``reasoning_ended`` (True when
+    ``include_reasoning`` is false, so the constraint applies from the first token; with a
+    reasoning parser False while the answer still reasons, True when the request turns
+    thinking off; else None), ``reasoning_parser_kwargs`` (with a reasoning parser: the chat
+    template kwargs), and ``parse_context`` (the fields the derender step reads: ``tools``,
+    ``tool_choice``, ``parallel_tool_calls``, ``include_reasoning``,
+    ``return_tokens_as_token_ids``, ``chat_template_kwargs``, ``history_tool_call_cnt``)."""
+    kwargs = raw.get("chat_template_kwargs") if isinstance(raw.get("chat_template_kwargs"), dict) else {}
+    include = raw.get("include_reasoning") is not False
+    if not include:
+        ended = True
+    elif sim.config.reasoning_parser:
+        thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
+        ended = thinking is False
+    else:
+        ended = None
+    tools = raw.get("tools") if isinstance(raw.get("tools"), list) else None
+    history = sum(len(m.get("tool_calls") or ()) for m in messages
+                  if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
+    out = {"reasoning_ended": ended,
+           "reasoning_parser_kwargs": {"chat_template_kwargs": kwargs} if sim.config.reasoning_parser else None,
+           "parse_context": {"tools": tools, "tool_choice": raw.get("tool_choice", "none" if not tools else "auto"),
+                             "parallel_tool_calls": raw.get("parallel_tool_calls") is not False,
+                             "include_reasoning": include,
+                             "return_tokens_as_token_ids": raw.get("return_tokens_as_token_ids")
+                             if isinstance(raw.get("return_tokens_as_token_ids"), bool) else None,
+                             "chat_template_kwargs": kwargs, "history_tool_call_cnt": history}}
+    rf = raw.get("response_format")
+    if isinstance(raw.get("structured_outputs"), dict) and _plain(raw["structured_outputs"]):
+        out["structured_outputs"] = raw["structured_outputs"]
+    elif isinstance(rf, dict) and rf.get("type") == "json_schema" and isinstance(rf.get("json_schema"), dict):
+        out["structured_outputs"] = {"json": rf["json_schema"].get("schema", {})}
+    elif isinstance(rf, dict) and rf.get("type") == "json_object":
+        out["structured_outputs"] = {"json_object": True}
+    return out
 
 
 def _check_optional_model(sim, model) -> None:

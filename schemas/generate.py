@@ -38,6 +38,7 @@ class SamplingParamsSchema(SamplingKnobsSchema):
     prompt_logprobs = StrictInt()
     prompt_logprob_token_ids = fields.Raw()      # checked by generation.adapters.prompt_scores
     prompt_logprob_start = StrictInt()
+    structured_outputs = fields.Dict()
 
 
 class MmHashes(fields.Field):
@@ -74,6 +75,8 @@ class GenerateRequestSchema(BaseSchema):
     priority = StrictInt()
     output_mode = fields.String(validate=validate.OneOf(("tokens", "text", "derender")))
     parse_context = fields.Dict()
+    reasoning_ended = fields.Boolean(allow_none=True)
+    reasoning_parser_kwargs = fields.Dict(allow_none=True)
 
 
 generate_request_schema = GenerateRequestSchema()

@@ -28,7 +28,7 @@ from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check
                      prompt_vocab_size, scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
 from .protocol import GenerateRequest, SamplingParams
-from .sampling import sampling_semantics
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
 
@@ -78,6 +78,8 @@ class GenerateAdapter(Adapter):
             raise InvalidParam(f"output_mode={mode!r} requires a tokenizer, but this server does not load one "
                                "(--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a "
                                "tokenizer, or use output_mode='tokens'.", "output_mode")
+        if mode == "derender":
+            check_parse_context(sim, b.parse_context)
         if mode != "tokens" and sp.detokenize is False:
             raise InvalidParam(f"output_mode={mode!r} requires sampling_params.detokenize to be true", "output_mode")
         n = sp.n or 1
@@ -91,7 +93,8 @@ class GenerateAdapter(Adapter):
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
             min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv,
-            priority=scheduling_priority(sim, b.priority), **sampling_semantics(sp))
+            priority=scheduling_priority(sim, b.priority), response_format=structured_constraint(sim, sp.structured_outputs),
+            reasoning=render_reasoning(sim, b), **sampling_semantics(sp))
         return self.req
 
     def _work(self, tokens: int) -> tuple[int, str, str]:
@@ -139,6 +142,43 @@ class GenerateAdapter(Adapter):
             return stream_text(self.sim, self.req, seqs, include_usage, mode, self.body.sampling_params.logprobs,
                                self._as_ids())
         return stream_generate(self.sim, self.req, seqs, include_usage, self.body.sampling_params.logprobs)
+
+
+def has_parser(sim) -> bool:
+    """Whether the server runs a tool parser (``--tool-call-parser``, accepted) or a reasoning parser."""
+    return bool(sim.config.reasoning_parser) or "tool-call-parser" in getattr(sim.config, "ignored_flags", ())
+
+
+def check_parse_context(sim, ctx) -> None:
+    """vLLM 0.34's derender checks (``serve_tokens``, ``ParseContext.to_chat_request``): a server
+    with a parser needs the render's ``parse_context``; a named ``tool_choice`` must name one
+    of its ``tools``.  Raises InvalidParam."""
+    if ctx is None:
+        if has_parser(sim):
+            raise InvalidParam("output_mode='derender' requires parse_context on a server with a tool or reasoning "
+                               "parser. Use the one returned by /render.", "parse_context")
+        return
+    choice = ctx.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        tools = ctx.get("tools") if isinstance(ctx.get("tools"), list) else []
+        if not any(isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") == name
+                   for t in tools):
+            raise InvalidParam("The tool specified in `tool_choice` does not match any of the specified `tools`",
+                               "tool_choice")
+
+
+def render_reasoning(sim, b):
+    """The reasoning of a generate request that a chat render produced: none once the render
+    says ``reasoning_ended`` (or gave no ``reasoning_parser_kwargs``), else what chat would do
+    with those chat template kwargs, so that the same prompt gives chat's tokens (vLLM 0.34
+    forwards both to the engine, whose parser gates structured output on them)."""
+    kw = b.reasoning_parser_kwargs
+    if b.reasoning_ended or not isinstance(kw, dict):
+        return None
+    from types import SimpleNamespace
+    ctk = kw.get("chat_template_kwargs") if isinstance(kw.get("chat_template_kwargs"), dict) else {}
+    return chat_reasoning(sim, SimpleNamespace(chat_template_kwargs=ctk))
 
 
 def ec_transfer_params(cfg, features) -> dict | None:

@@ -126,6 +126,7 @@ class SamplingParams(SamplingKnobs):
     prompt_logprobs: int | None = None
     prompt_logprob_token_ids: Any = None     # [num_rows][num_ids] ids, -1 pads (generation.adapters.prompt_scores)
     prompt_logprob_start: int | None = None
+    structured_outputs: dict | None = None   # from a chat render's response_format
 
 
 @dataclass
@@ -150,6 +151,8 @@ class GenerateRequest:
     priority: int | None = None
     output_mode: str | None = None        # tokens (default) / text / derender
     parse_context: dict | None = None     # /render's chat context (derender reads return_tokens_as_token_ids)
+    reasoning_ended: bool | None = None   # /render's: True = no reasoning before the answer (its constraint)
+    reasoning_parser_kwargs: dict | None = None   # /render's {"chat_template_kwargs": {...}}
 
 
 @dataclass

@@ -188,3 +188,52 @@ def test_generate_sampling_mask(app_client, api):
     masks = greedy["choices"][0]["sampling_mask"]
     assert masks and all(len(m) == 1 for m in masks)
     assert "sampling_mask" not in api.post(GEN, json=body).json()["choices"][0]
+
+
+# ---- render -> generate (vLLM 0.34 scale_out/render/serving.py) -------------------------------------
+
+STRUCTURED = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {
+    "type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}}}
+EU = [{"role": "system", "content": "You are a helpful assistant."},
+      {"role": "user", "content": "How many countries are in the EU?"}]
+
+
+def test_render_forwards_reasoning_and_structured_output_to_generate(app_client):
+    c = app_client("--reasoning-parser", "deepseek_v3")
+    body = {"model": "test-model", "messages": EU, "max_tokens": 64, "temperature": 0.0,
+            "chat_template_kwargs": {"enable_thinking": True}, "response_format": STRUCTURED}
+    chat = c.post(CHAT, json={**body, "return_token_ids": True}).json()["choices"][0]
+    req = c.post("/v1/chat/completions/render", json={**body, "return_token_ids": True}).json()
+    assert req["reasoning_ended"] is False
+    assert req["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": True}}
+    assert req["sampling_params"]["structured_outputs"] == {"json": STRUCTURED["json_schema"]["schema"]}
+    assert req["parse_context"] == {"tools": None, "tool_choice": "none", "parallel_tool_calls": True,
+                                    "include_reasoning": True, "return_tokens_as_token_ids": None,
+                                    "chat_template_kwargs": {"enable_thinking": True}, "history_tool_call_cnt": 0}
+    gen = c.post(GEN, json=req).json()["choices"][0]
+    assert gen["token_ids"] == chat["token_ids"]
+    # include_reasoning false: the answer is constrained from its first token (no reasoning)
+    req = c.post("/v1/chat/completions/render", json={**body, "include_reasoning": False}).json()
+    assert req["reasoning_ended"] is True
+    text = c.post(GEN, json={**req, "output_mode": "text"}).json()["choices"][0]["text"]
+    assert isinstance(json.loads(text)["count"], int)
+
+
+def test_derender_needs_the_renders_parse_context_with_a_parser(app_client, api):
+    c = app_client("--tool-call-parser", "hermes", "--enable-auto-tool-choice")
+    chat = {"model": "test-model", "messages": EU, "max_tokens": 24, "temperature": 0.0}
+    req = c.post("/v1/chat/completions/render", json=chat).json()
+    missing = {k: v for k, v in req.items() if k != "parse_context"}
+    r = c.post(GEN, json={**missing, "output_mode": "derender"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "parse_context"
+    assert r.json()["error"]["message"] == ("output_mode='derender' requires parse_context on a server with a tool "
+                                            "or reasoning parser. Use the one returned by /render.")
+    r = c.post(GEN, json={**req, "output_mode": "derender",
+                          "parse_context": {"tool_choice": {"type": "function", "function": {"name": "nope"}}}})
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "The tool specified in `tool_choice` does not match any of the specified `tools`",
+        "type": "BadRequestError", "param": "tool_choice", "code": 400}
+    got = c.post(GEN, json={**req, "output_mode": "derender"}).json()["choices"][0]
+    want = c.post(CHAT, json=chat).json()["choices"][0]
+    assert got["message"]["content"] == want["message"]["content"] and got["finish_reason"] == want["finish_reason"]
+    assert api.post(GEN, json={**missing, "output_mode": "derender"}).status_code == 200     # no parser: optional
