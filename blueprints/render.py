@@ -13,9 +13,12 @@ Tokenize answers vLLM's ``{"count", "max_model_len", "tokens", "token_strs"}``; 
 """
 from __future__ import annotations
 
+import time
+
 from flask import Blueprint
 from werkzeug.exceptions import NotFound
 
+from generation.adapters.generate import derender_chat, has_parser
 from generation.errors import InvalidParam
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
@@ -178,6 +181,50 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
     elif isinstance(rf, dict) and rf.get("type") == "json_object":
         out["structured_outputs"] = {"json_object": True}
     return out
+
+
+@bp.post("/v1/chat/completions/derender")
+def derender_chat_completion():
+    """vLLM 0.34's ``POST /v1/chat/completions/derender`` (``scale_out/derender/serving.py``
+    ``derender_chat_response``, non-streaming): a tokens-level ``/inference/v1/generate`` answer
+    (``generate_response``) turned into the chat completion the coupled route gives, read with
+    the ``chat_request`` (its ``logprobs`` / ``top_logprobs`` / ``return_tokens_as_token_ids``);
+    usage from ``prompt_tokens`` (else the response's) and the choices' token counts."""
+    sim = simulator()
+    raw = parse_json_body()
+    model = raw.get("model")
+    if model is not None:
+        sim.resolve_model(model)
+    gen = raw.get("generate_response")
+    if (not isinstance(gen, dict) or not isinstance(gen.get("choices"), list)
+            or not all(isinstance(c, dict) for c in gen["choices"])):
+        raise InvalidParam("generate_response: Field required (a GenerateResponse object).", "generate_response")
+    for c in gen["choices"]:
+        ids = c.get("token_ids")
+        if ids is not None and (not isinstance(ids, list) or
+                                not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
+            raise InvalidParam("generate_response.choices.token_ids: Input should be a list of token ids.",
+                               "generate_response")
+    chat = raw.get("chat_request")
+    if chat is None and has_parser(sim):
+        raise InvalidParam("chat_request is required when a tool or reasoning parser is configured because plain "
+                           "detokenization would leak raw parser markup into content.", "chat_request")
+    chat = chat if isinstance(chat, dict) else {}
+    override = chat.get("return_tokens_as_token_ids")
+    as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
+    choices = derender_chat(sim.tokenizer, gen, chat, as_ids)
+    usage = gen.get("usage") if isinstance(gen.get("usage"), dict) else {}
+    prompt = raw.get("prompt_tokens")
+    if not isinstance(prompt, int) or isinstance(prompt, bool):
+        prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
+    completion = sum(len(c.get("token_ids") or ()) for c in gen["choices"])
+    rid = gen.get("request_id") if isinstance(gen.get("request_id"), str) else f"chatcmpl-{request_id()}"
+    return json_response({"id": rid, "object": "chat.completion", "created": int(time.time()),
+                          "model": model or sim.config.served_names[0], "choices": choices,
+                          "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                                    "completion_tokens": completion},
+                          "prompt_logprobs": None, "prompt_token_ids": None,
+                          "kv_transfer_params": gen.get("kv_transfer_params")})
 
 
 def _check_optional_model(sim, model) -> None:

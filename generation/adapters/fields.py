@@ -24,8 +24,11 @@ def prompt_vocab_size(sim) -> int:
 
 
 def tokens_as_ids(sim, b) -> bool:
-    """vLLM's ``return_tokens_as_token_ids`` (request field, or the server flag)."""
-    return bool(b.return_tokens_as_token_ids or sim.config.return_tokens_as_token_ids)
+    """vLLM's ``return_tokens_as_token_ids``: the request's field when it gives one (``false``
+    turns the server flag off: vLLM 0.34's tri-state ``return_as_token_id``), else the flag."""
+    if b.return_tokens_as_token_ids is not None:
+        return bool(b.return_tokens_as_token_ids)
+    return bool(sim.config.return_tokens_as_token_ids)
 
 
 def check_seed(seed) -> None:

@@ -301,8 +301,37 @@ def _text_logprobs(seq, top: int, as_ids: bool, start: int = 0, stop: int | None
     """Chat logprobs of tokens ``start:stop``: decoded tokens, or ``token_id:N`` (``as_ids``)."""
     stop = len(seq.ids) if stop is None else stop
     if as_ids:
-        return {"content": [lp.token_id_entry(seq.ids[k], k, top) for k in range(start, stop)]}
+        return {"content": [placeholder_entry(seq.ids[k], k, top) for k in range(start, stop)]}
     return lp.chat_logprobs(seq.pieces[start:stop], top, start)
+
+
+def placeholder_entry(tid: int, pos: int, top: int) -> dict:
+    """A ``token_id:N`` chat logprob entry as the generate text levels and the derenderer write
+    it: ``bytes`` null, for the token and its alternatives (vLLM 0.34 ``_logprob_token``
+    without a tokenizer; coupled chat carries the placeholder's bytes)."""
+    e = lp.token_id_entry(tid, pos, top)
+    return {**e, "bytes": None, "top_logprobs": [{**alt, "bytes": None} for alt in e["top_logprobs"]]}
+
+
+def derender_chat(tokenizer, gen: dict, chat: dict, as_ids: bool) -> list:
+    """The choices of ``/v1/chat/completions/derender``: each tokens-level choice of the generate
+    response ``gen`` as a chat choice (its ids decoded one by one into the message content; with
+    the chat request's ``logprobs``, chat logprobs of ``top_logprobs`` alternatives, the values
+    coupled chat gives the same tokens, ``token_id:N`` placeholders with ``as_ids``)."""
+    out = []
+    want = chat.get("logprobs") is True
+    top = chat.get("top_logprobs") if isinstance(chat.get("top_logprobs"), int) else 0
+    for k, c in enumerate(gen["choices"]):
+        ids = c.get("token_ids") or []
+        pieces = [tokenizer.decode_ids([t]) for t in ids]
+        logprobs = None
+        if want:
+            logprobs = ({"content": [placeholder_entry(t, j, top) for j, t in enumerate(ids)]} if as_ids
+                        else lp.chat_logprobs(pieces, top))
+        out.append({"index": c.get("index", k),
+                    "message": {"role": "assistant", "content": "".join(pieces), "tool_calls": [], "reasoning": None},
+                    "logprobs": logprobs, "finish_reason": c.get("finish_reason"), "stop_reason": c.get("stop_reason")})
+    return out
 
 
 def text_choice(seq, mode: str, top: int | None, as_ids: bool) -> dict:

@@ -237,3 +237,34 @@ def test_derender_needs_the_renders_parse_context_with_a_parser(app_client, api)
     want = c.post(CHAT, json=chat).json()["choices"][0]
     assert got["message"]["content"] == want["message"]["content"] and got["finish_reason"] == want["finish_reason"]
     assert api.post(GEN, json={**missing, "output_mode": "derender"}).status_code == 200     # no parser: optional
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_derender_routes_give_coupled_chats_logprobs(app_client, flag):
+    c = app_client(*(["--return-tokens-as-token-ids"] if flag else []))
+    for override in (None, False, True):
+        req = {"model": "test-model", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 2,
+               "temperature": 0, "logprobs": True, "top_logprobs": 2}
+        if override is not None:
+            req["return_tokens_as_token_ids"] = override
+        expected = c.post(CHAT, json=req).json()["choices"][0]["logprobs"]
+        assert len(expected["content"]) >= 1
+        if (flag if override is None else override):        # placeholders: null bytes on both derender paths
+            for e in expected["content"]:
+                assert e["token"].startswith("token_id:")
+                e["bytes"] = None
+                for t in e["top_logprobs"]:
+                    t["bytes"] = None
+        payload = c.post("/v1/chat/completions/render", json=req).json()
+        got = c.post(GEN, json={**payload, "output_mode": "derender"}).json()["choices"][0]["logprobs"]
+        assert got == expected
+        tokens = c.post(GEN, json={**payload, "output_mode": "tokens"}).json()
+        r = c.post("/v1/chat/completions/derender", json={"model": "test-model", "chat_request": req,
+                                                         "prompt_token_ids": payload["token_ids"],
+                                                         "generate_response": tokens})
+        assert r.status_code == 200, r.text
+        d = r.json()
+        assert d["choices"][0]["logprobs"] == expected and d["id"] == tokens["request_id"]
+        assert d["usage"]["completion_tokens"] == len(tokens["choices"][0]["token_ids"])
+    r = c.post("/v1/chat/completions/derender", json={"model": "test-model", "generate_response": {"choices": 3}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "generate_response"
