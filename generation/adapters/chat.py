@@ -211,7 +211,7 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
             content = text if text or span is None else None
             if req.send_image:             # --omni: structured content, text then the image
                 content = [{"type": "text", "text": content or ""}, IMAGE_PART]
-            message = {"role": "assistant", "content": content, "tool_calls": []}
+            message = {"role": "assistant", "content": content}    # vLLM 0.34's ChatMessage drops empty tool_calls
             first = 0 if span is None else span[2]
             if not want_logprobs:
                 logprobs = None

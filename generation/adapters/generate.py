@@ -329,7 +329,7 @@ def derender_chat(tokenizer, gen: dict, chat: dict, as_ids: bool) -> list:
             logprobs = ({"content": [placeholder_entry(t, j, top) for j, t in enumerate(ids)]} if as_ids
                         else lp.chat_logprobs(pieces, top))
         out.append({"index": c.get("index", k),
-                    "message": {"role": "assistant", "content": "".join(pieces), "tool_calls": [], "reasoning": None},
+                    "message": {"role": "assistant", "content": "".join(pieces), "reasoning": None},
                     "logprobs": logprobs, "finish_reason": c.get("finish_reason"), "stop_reason": c.get("stop_reason")})
     return out
 
