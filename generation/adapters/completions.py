@@ -156,19 +156,11 @@ def prompt_echo_ids(tokenizer, seq) -> list:
     return tokenizer.encode_lossless(p.text)[0] if p.text is not None else list(p.ids)
 
 
-def listed_names(tokenizer, req: GenerationRequest, as_ids: bool) -> list | None:
-    """The top-logprob names of ``req.logprob_token_ids`` (``token_id:N`` with ``as_ids``, else
-    the decoded token), or None when the request lists none."""
-    if not req.logprob_token_ids:
-        return None
-    return [f"token_id:{t}" if as_ids else tokenizer.decode_ids([t]) for t in req.logprob_token_ids]
-
-
 def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool,
                       details: str | None = None, as_ids: bool = False) -> dict:
     """The ``text_completion`` body; ``as_ids``: logprob tokens named ``token_id:N``."""
     choices = []
-    listed = listed_names(tokenizer, req, as_ids)
+    listed = lp.listed_names(tokenizer, req.logprob_token_ids, as_ids)
     for s in seqs:
         text = s.output_text()
         pieces = s.pieces
@@ -227,7 +219,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
-    listed = listed_names(sim.tokenizer, req, as_ids)
+    listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
     not_finished = b',"finish_reason":null,"stop_reason":null'
 

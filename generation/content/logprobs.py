@@ -101,6 +101,27 @@ def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=N
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
+def listed_names(tokenizer, ids, as_ids: bool) -> list | None:
+    """The top-logprob names of a request's ``logprob_token_ids`` (``token_id:N`` with
+    ``as_ids``, else the decoded token), or None when it lists none."""
+    if not ids:
+        return None
+    return [f"token_id:{t}" if as_ids else tokenizer.decode_ids([t]) for t in ids]
+
+
+def with_listed(entry: dict, pos: int, listed: list) -> dict:
+    """A chat logprob entry whose alternatives are the sampled token, then exactly the
+    ``listed`` names (vLLM 0.34's chat ``return_all`` with ``logprob_token_ids``)."""
+    tops = [entry["top_logprobs"][0] if entry["top_logprobs"] else
+            {"token": entry["token"], "logprob": entry["logprob"], "bytes": entry["bytes"]}]
+    seen = {tops[0]["token"]}
+    for j, name in enumerate(listed, 1):
+        if name not in seen:
+            seen.add(name)
+            tops.append({"token": name, "logprob": logprob(pos, j), "bytes": list(name.encode("utf-8"))})
+    return {**entry, "top_logprobs": tops}
+
+
 def responses_entry(piece: str, pos: int, top: int) -> dict:
     """Responses API ``output_text.logprobs[]`` entry (top_logprobs always present)."""
     return chat_entry(piece, pos, top)

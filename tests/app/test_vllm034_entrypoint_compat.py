@@ -268,3 +268,18 @@ def test_derender_routes_give_coupled_chats_logprobs(app_client, flag):
         assert d["usage"]["completion_tokens"] == len(tokens["choices"][0]["token_ids"])
     r = c.post("/v1/chat/completions/derender", json={"model": "test-model", "generate_response": {"choices": 3}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "generate_response"
+
+
+def test_chat_logprob_token_ids_are_the_alternatives(api):
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 2, "ignore_eos": True, "logprobs": True,
+            "top_logprobs": 5, "logprob_token_ids": [5000, 7], "return_tokens_as_token_ids": True,
+            "temperature": 0}
+    content = api.post(CHAT, json=body).json()["choices"][0]["logprobs"]["content"]
+    for k, e in enumerate(content):
+        assert [t["token"] for t in e["top_logprobs"]] == [e["token"], "token_id:5000", "token_id:7"]
+        assert [t["logprob"] for t in e["top_logprobs"]] == [e["logprob"], round(-1.5 - k * 0.1, 6),
+                                                             round(-2.0 - k * 0.1, 6)]
+    chunks = _events(api.post(CHAT, json={**body, "stream": True}).text)
+    streamed = [e for ch in chunks if ch["choices"] and ch["choices"][0].get("logprobs")
+                for e in ch["choices"][0]["logprobs"]["content"]]
+    assert streamed == content
