@@ -100,6 +100,8 @@ NOT_APPLICABLE = {
     "test_load_lora_adapter_with_same_name_replaces_inplace": "asserts the adapters' own answers (\"Meow\")",
     # the model's files, which an offline machine does not have (its vocabulary, its tokenizer)
     "test_out_of_vocab_token_ids": "needs gpt2's vocabulary size (its config.json, downloaded)",
+    "test_single_chat_session": "counts the prompt with zephyr's own chat template and tokenizer (37 tokens; "
+                                "downloaded)",
     "test_chat_echo.py::test_prompt_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
     "test_chat_echo.py::test_top_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
     "test_chat_logit_bias_valid": "builds vLLM's ModelConfig of the model (its config.json, downloaded)",
