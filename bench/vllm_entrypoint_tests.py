@@ -46,6 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+EMBEDDING_ROWS = 151936
+
 # The test files that apply (paths under vLLM's tests/entrypoints/, as of 0.34.0)
 DEFAULT_FILES = [
     "openai/chat_completion/test_chat.py",
@@ -412,15 +414,19 @@ def fetch_sdist(version: str, cache: Path) -> Path:
 def offline_hub(work: Path, files: list, src: Path) -> Path:
     """A Hugging Face cache (``HF_HOME``) in which every model the chosen files name (each
     ``"org/name"`` string in them) is the simulated tokenizer, as ``vllm-sim
-    export-tokenizer`` writes it, with a ``config.json`` giving its vocabulary size: the tests'
-    own ``get_tokenizer(MODEL_NAME)`` and the simulator then share one tokenizer offline (the
-    real models' tokenizers would be downloaded).  Returns the ``HF_HOME`` folder."""
+    export-tokenizer --bare-words`` writes it, with a ``config.json`` giving the model's
+    embedding rows (:data:`EMBEDDING_ROWS`, the vocabulary size vLLM checks ids against): the
+    tests' own ``get_tokenizer(MODEL_NAME)`` and the simulator then share one tokenizer offline
+    (the real models' tokenizers would be downloaded).  Returns the ``HF_HOME`` folder."""
     home = work / "hf"
     export = work / "exported-tokenizer"
     # --bare-words: the tests decode the server's answers ("assistant," and "today?" too) with it
     subprocess.run([sys.executable, "-m", "data.tokenizer_export", str(export), "--bare-words"], cwd=ROOT,
                    check=True, capture_output=True)
-    vocab = len(json.loads((export / "tokenizer.json").read_text())["model"]["vocab"])
+    # the model's embedding rows: Qwen3's 151,936 (real models pad past their tokenizer's
+    # vocabulary), so the ids the tests pick from a real vocabulary (logprob_token_ids 5000,
+    # allowed_token_ids 42) are in range, as with the real model
+    vocab = max(len(json.loads((export / "tokenizer.json").read_text())["model"]["vocab"]) + 1, EMBEDDING_ROWS)
     names = set()
     for f in files:
         path = src / "tests" / "entrypoints" / f
