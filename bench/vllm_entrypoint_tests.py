@@ -518,7 +518,7 @@ def main(argv=None) -> int:
     p.add_argument("-k", dest="keyword", help="pytest -k expression")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vllm-sim-entrypoint-tests")
     p.add_argument("--json", type=Path, help="write the per-test outcomes here")
-    p.add_argument("--sim-args", default="--time-to-first-token 20ms --inter-token-latency 5ms --response-length max",
+    p.add_argument("--sim-args", default="--time-to-first-token 20ms --inter-token-latency 5ms --response-length natural",
                    help="flags every simulator gets after the test's own: a GPU model's latency (vLLM's tests that "
                         "watch a request while it runs need one) and a small real model's lengths (its short "
                         "answers run to max_tokens: tests assert finish_reason 'length' and count max_tokens "

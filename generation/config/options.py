@@ -122,9 +122,11 @@ _declare("model",
          Option("seed", "int", None, "Random seed", nullable=True),
          Option("mode", "str", "random", "Response source", choices=("random", "echo")),
          Option("response-length", "str", "histogram", "Random mode's length of an answer with a max-tokens "
-                "cap: `histogram` (the spec's six buckets: many answers end with `stop` before the cap) or `max` "
-                "(every capped answer runs to its cap, `length`, as a small real model's short answers usually "
-                "do; what vLLM's own tests expect)", choices=("histogram", "max")),
+                "cap: `histogram` (the spec's six buckets: many answers end with `stop` before the cap), `max` "
+                "(every capped answer runs to its cap, `length`, as with ignore_eos) or `natural` (the shorter of "
+                "the cap and the answer's own length, an uncapped answer's Normal(40, 20) but at least 20 tokens: "
+                "a small real model's short answers run to the cap, its long caps end with `stop`; what vLLM's "
+                "own tests expect)", choices=("histogram", "max", "natural")),
          Option("hf-config-path", "str", "", "Directory or file of the model's config.json: the default "
                 "--max-model-len in every mode, and in step mode the architecture (else the Hugging Face cache, "
                 "then the shipped presets)"),

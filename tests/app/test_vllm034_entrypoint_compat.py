@@ -27,6 +27,17 @@ def test_response_length_max_runs_capped_answers_to_their_cap(app_client, api):
     lengths = {api.post(CHAT, json={"messages": MSG, "max_tokens": 60, "seed": k}).json()["usage"]["completion_tokens"]
                for k in range(20)}
     assert min(lengths) < 60
+    # natural: a cap under 20 tokens is always reached; a long one ends on its own (Normal(40, 20), >= 20)
+    n = app_client("--response-length", "natural")
+    for k in range(8):
+        d = n.post(CHAT, json={"messages": MSG, "max_tokens": 10, "seed": k}).json()
+        assert d["choices"][0]["finish_reason"] == "length" and d["usage"]["completion_tokens"] == 10
+    long = [n.post(CHAT, json={"messages": MSG, "max_tokens": 1000, "seed": k}).json() for k in range(20)]
+    assert all(d["choices"][0]["finish_reason"] == "stop" for d in long)
+    assert all(20 <= d["usage"]["completion_tokens"] < 1000 for d in long)
+    r = n.post("/v1/messages", json={"model": "test-model", "max_tokens": 1024,
+                                     "messages": [{"role": "user", "content": "how are you!"}]})
+    assert r.json()["stop_reason"] == "end_turn"
     # stop strings still end an answer early (every sentence has a space)
     d = c.post(CHAT, json={"messages": MSG, "max_tokens": 30, "stop": [" "]}).json()
     assert d["choices"][0]["finish_reason"] == "stop" and d["usage"]["completion_tokens"] < 30
