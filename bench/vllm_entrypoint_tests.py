@@ -7,7 +7,8 @@ vLLM's tree, with a stand-in ``tests/utils.py`` whose ``RemoteOpenAIServer`` sta
 the simulator does not know are dropped, one by one, and reported), a stand-in root
 ``tests/conftest.py`` (vLLM's imports torch and the model runners), and offline stand-ins for the
 fixtures that download things (``hf_api().snapshot_download`` of a LoRA adapter: a local
-``adapter_config.json``; vLLM's audio assets: synthetic WAV files of the same length).  It then runs pytest in the Python environment
+``adapter_config.json``; vLLM's audio assets: synthetic WAV files of the same length), and a
+per-test time limit (``--test-timeout``: a test whose client spins fails alone).  It then runs pytest in the Python environment
 that has vLLM installed (``--python``), reads the JUnit report and prints the counts.
 
 Tests that cannot apply to a simulator are deselected with their reason (:data:`NOT_APPLICABLE`:
@@ -45,6 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+EMBEDDING_ROWS = 151936
+
 # The test files that apply (paths under vLLM's tests/entrypoints/, as of 0.34.0)
 DEFAULT_FILES = [
     "openai/chat_completion/test_chat.py",
@@ -67,7 +70,8 @@ DEFAULT_FILES = [
     "speech_to_text/translation/test_translation_validation.py",
 ]
 
-# nodeid substring -> why it cannot apply to a simulator (deselected, not counted)
+# nodeid substring (a trailing "$": the nodeid's end) -> why it cannot apply to a simulator
+# (deselected, not counted)
 NOT_APPLICABLE = {
     # a real model's words
     "test_basic_audio": "asserts Whisper's transcript of the recording (\"Mary had a little lamb\")",
@@ -91,15 +95,25 @@ NOT_APPLICABLE = {
     "test_chat_completion_with_tool_use": "decodes with the model's full vocabulary",
     "test_comparison_with_prompt_logprobs_and_logprobs": "decodes with the model's full vocabulary",
     "test_chat_completion_with_emoji_and_token_ids": "decodes emoji with the model's full vocabulary",
+    "test_render_then_generate_forwards_reasoning_ended": "decodes the JSON answer with the offline stand-in "
+                                                          "tokenizer, whose vocabulary lacks the schema's key "
+                                                          "('count') and numbers of two digits",
     "test_non_asr_model": "the simulator serves the audio routes for any --model (vLLM: only ASR models)",
     "test_canary_translation": "asserts Canary's translation",
     "test_load_lora_adapter_with_same_name_replaces_inplace": "asserts the adapters' own answers (\"Meow\")",
     # the model's files, which an offline machine does not have (its vocabulary, its tokenizer)
     "test_out_of_vocab_token_ids": "needs gpt2's vocabulary size (its config.json, downloaded)",
+    "test_single_chat_session": "counts the prompt with zephyr's own chat template and tokenizer (37 tokens; "
+                                "downloaded)",
     "test_chat_echo.py::test_prompt_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
     "test_chat_echo.py::test_top_logprobs": "-1 is the whole vocabulary: needs Qwen2's (its tokenizer, downloaded)",
     "test_chat_logit_bias_valid": "builds vLLM's ModelConfig of the model (its config.json, downloaded)",
     "test_chat_logit_bias_invalid": "builds vLLM's ModelConfig of the model (its config.json, downloaded)",
+    "test_stop_string_workflow": "asserts the model's answer contains \"27 member\" (the EU's member states)",
+    "::test_anthropic_tool_call$": "asserts the model chooses to call the tool (no tool_choice: the simulator's auto "
+                                "draws a call with --tool-call-extra-call-probability, 45 %)",
+    "test_min_tokens_delays_stop_sequence": "asserts the model's poem has a newline within 16 tokens (its stop "
+                                            "sequence); the random-mode sentences have none",
 }
 
 STUB_UTILS = r'''
@@ -251,12 +265,36 @@ import os
 import pytest
 
 NOT_APPLICABLE = json.loads(os.environ.get("VLLM_SIM_NOT_APPLICABLE", "{}"))
+TEST_TIMEOUT = int(os.environ.get("VLLM_SIM_TEST_TIMEOUT", "0") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test (its setup, call and teardown) within TEST_TIMEOUT seconds: a test whose client
+    spins (vLLM's test_loading_invalid_adapters_does_not_break_others, once its loop of loads has
+    failed, retries a closed client in a loop that never yields) fails alone, and the file goes on."""
+    if TEST_TIMEOUT <= 0:
+        yield
+        return
+    import signal
+
+    def on_alarm(signum, frame):
+        pytest.fail(f"timed out after {TEST_TIMEOUT} s (the harness's --test-timeout)", pytrace=False)
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_TIMEOUT)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
-        reason = next((r for key, r in NOT_APPLICABLE.items() if key in item.nodeid), None)
+        reason = next((r for key, r in NOT_APPLICABLE.items()
+                       if (item.nodeid.endswith(key[:-1]) if key.endswith("$") else key in item.nodeid)), None)
         (drop if reason else keep).append(item)
         if reason:
             print(f"not applicable: {item.nodeid}: {reason}")
@@ -378,14 +416,19 @@ def fetch_sdist(version: str, cache: Path) -> Path:
 def offline_hub(work: Path, files: list, src: Path) -> Path:
     """A Hugging Face cache (``HF_HOME``) in which every model the chosen files name (each
     ``"org/name"`` string in them) is the simulated tokenizer, as ``vllm-sim
-    export-tokenizer`` writes it, with a ``config.json`` giving its vocabulary size: the tests'
-    own ``get_tokenizer(MODEL_NAME)`` and the simulator then share one tokenizer offline (the
-    real models' tokenizers would be downloaded).  Returns the ``HF_HOME`` folder."""
+    export-tokenizer --bare-words`` writes it, with a ``config.json`` giving the model's
+    embedding rows (:data:`EMBEDDING_ROWS`, the vocabulary size vLLM checks ids against): the
+    tests' own ``get_tokenizer(MODEL_NAME)`` and the simulator then share one tokenizer offline
+    (the real models' tokenizers would be downloaded).  Returns the ``HF_HOME`` folder."""
     home = work / "hf"
     export = work / "exported-tokenizer"
-    subprocess.run([sys.executable, "-m", "data.tokenizer_export", str(export)], cwd=ROOT, check=True,
-                   capture_output=True)
-    vocab = len(json.loads((export / "tokenizer.json").read_text())["model"]["vocab"])
+    # --bare-words: the tests decode the server's answers ("assistant," and "today?" too) with it
+    subprocess.run([sys.executable, "-m", "data.tokenizer_export", str(export), "--bare-words"], cwd=ROOT,
+                   check=True, capture_output=True)
+    # the model's embedding rows: Qwen3's 151,936 (real models pad past their tokenizer's
+    # vocabulary), so the ids the tests pick from a real vocabulary (logprob_token_ids 5000,
+    # allowed_token_ids 42) are in range, as with the real model
+    vocab = max(len(json.loads((export / "tokenizer.json").read_text())["model"]["vocab"]) + 1, EMBEDDING_ROWS)
     names = set()
     for f in files:
         path = src / "tests" / "entrypoints" / f
@@ -477,12 +520,15 @@ def main(argv=None) -> int:
     p.add_argument("-k", dest="keyword", help="pytest -k expression")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "vllm-sim-entrypoint-tests")
     p.add_argument("--json", type=Path, help="write the per-test outcomes here")
-    p.add_argument("--sim-args", default="--time-to-first-token 20ms --inter-token-latency 5ms",
-                   help="flags every simulator gets after the test's own (a GPU model's latency: vLLM's tests that "
-                        "watch a request while it runs need one)")
+    p.add_argument("--sim-args", default="--time-to-first-token 20ms --inter-token-latency 5ms --response-length natural",
+                   help="flags every simulator gets after the test's own: a GPU model's latency (vLLM's tests that "
+                        "watch a request while it runs need one) and a small real model's lengths (its short "
+                        "answers run to max_tokens: tests assert finish_reason 'length' and count max_tokens "
+                        "tokens per request)")
     p.add_argument("--no-offline-tokenizers", dest="offline_tokenizers", action="store_false",
                    help="do not stand the simulated tokenizer in for the tests' models (offline HF cache)")
     p.add_argument("--file-timeout", type=int, default=300, help="seconds for one test file")
+    p.add_argument("--test-timeout", type=int, default=90, help="seconds for one test (its setup, call and teardown)")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address space of one test file's pytest")
     a = p.parse_args(argv)
     src = fetch_sdist(a.fetch, a.cache) if a.fetch else a.vllm_src
@@ -493,7 +539,7 @@ def main(argv=None) -> int:
     dropped = a.workdir / "dropped-flags.txt"
     env = dict(os.environ, VLLM_SIM_ROOT=str(ROOT), VLLM_SIM_PYTHON=sys.executable, HF_HUB_OFFLINE="1",
                VLLM_SIM_NOT_APPLICABLE=json.dumps(NOT_APPLICABLE), VLLM_SIM_DROPPED_LOG=str(dropped),
-               PYTHONPATH=str(a.workdir), VLLM_SIM_EXTRA_ARGS=a.sim_args)
+               PYTHONPATH=str(a.workdir), VLLM_SIM_EXTRA_ARGS=a.sim_args, VLLM_SIM_TEST_TIMEOUT=str(a.test_timeout))
     if hf_home is not None:
         env["HF_HOME"] = str(hf_home)
     # one pytest process per file: a file that hangs or grows is cut off alone (--file-timeout,

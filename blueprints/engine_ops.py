@@ -17,7 +17,9 @@ requests by id.
   "status": "healthy"}]}``.
 * ``POST /inference/v1/abort_requests`` (vLLM's disaggregated-serving route): ``request_ids``
   a string or a list of strings (else vLLM's 400); the matching requests in flight end at once,
-  as if their client had gone (answers 200 with an empty body, whatever matched).
+  as if their client had gone, except that a ``/inference/v1/generate`` stream still sends a last
+  chunk with ``finish_reason: "abort"`` (answers 200 with an empty body, whatever matched).
+  ``--tokens-only`` also serves it as ``POST /abort_requests``, as vLLM 0.34.
 """
 from __future__ import annotations
 
@@ -198,6 +200,8 @@ def abort_requests():
     sim = simulator()
     wanted = set(ids)
     hit = [s for s in _in_flight(sim) if s.request.request_id in wanted]
+    for s in hit:               # a generate stream then ends with finish_reason "abort", as vLLM's
+        s.request.aborted_by_id = True
     if hit:
         _abort(sim, hit)
     return Response(b"", 200)
@@ -209,6 +213,8 @@ def register(app, config) -> None:
     ``--enable-fault-tolerance``; ``--checkpoint-prepare-on-startup`` prepares at once."""
     bp = Blueprint("engine_ops", __name__)          # one per app: the routes depend on its flags
     bp.add_url_rule("/inference/v1/abort_requests", view_func=abort_requests, methods=["POST"])
+    if config.tokens_only:      # vLLM 0.34 token_in_token_out/api_router.py: the legacy path too
+        bp.add_url_rule("/abort_requests", "abort_requests_legacy", view_func=abort_requests, methods=["POST"])
     if config.enable_sleep_mode:
         bp.add_url_rule("/checkpoint/prepare", view_func=checkpoint_prepare, methods=["POST"])
         bp.add_url_rule("/checkpoint/restore", view_func=checkpoint_restore, methods=["POST"])

@@ -13,9 +13,12 @@ Tokenize answers vLLM's ``{"count", "max_model_len", "tokens", "token_strs"}``; 
 """
 from __future__ import annotations
 
+import time
+
 from flask import Blueprint
 from werkzeug.exceptions import NotFound
 
+from generation.adapters.generate import derender_chat, has_parser
 from generation.errors import InvalidParam
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
@@ -132,7 +135,96 @@ def render_chat():
     if features is not None:
         out["features"] = features
     out.update(generate_fields(sim, raw, f"chatcmpl-{rid}", model, len(ids), True))
+    fields = chat_parse_fields(sim, raw, messages)
+    so = fields.pop("structured_outputs", None)
+    if so is not None:
+        out["sampling_params"]["structured_outputs"] = so
+    out.update(fields)
     return json_response(out, headers=response_headers(rid))
+
+
+def chat_parse_fields(sim, raw: dict, messages) -> dict:
+    """What vLLM 0.34's chat render (``scale_out/render/serving.py``) adds for the generate
+    call that follows: ``sampling_params.structured_outputs`` from ``response_format`` (a JSON
+    schema or JSON object, as ``to_sampling_params``), ``reasoning_ended`` (True when
+    ``include_reasoning`` is false, so the constraint applies from the first token; with a
+    reasoning parser False while the answer still reasons, True when the request turns
+    thinking off; else None), ``reasoning_parser_kwargs`` (with a reasoning parser: the chat
+    template kwargs), and ``parse_context`` (the fields the derender step reads: ``tools``,
+    ``tool_choice``, ``parallel_tool_calls``, ``include_reasoning``,
+    ``return_tokens_as_token_ids``, ``chat_template_kwargs``, ``history_tool_call_cnt``)."""
+    kwargs = raw.get("chat_template_kwargs") if isinstance(raw.get("chat_template_kwargs"), dict) else {}
+    include = raw.get("include_reasoning") is not False
+    if not include:
+        ended = True
+    elif sim.config.reasoning_parser:
+        thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
+        ended = thinking is False
+    else:
+        ended = None
+    tools = raw.get("tools") if isinstance(raw.get("tools"), list) else None
+    history = sum(len(m.get("tool_calls") or ()) for m in messages
+                  if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
+    out = {"reasoning_ended": ended,
+           "reasoning_parser_kwargs": {"chat_template_kwargs": kwargs} if sim.config.reasoning_parser else None,
+           "parse_context": {"tools": tools, "tool_choice": raw.get("tool_choice", "none" if not tools else "auto"),
+                             "parallel_tool_calls": raw.get("parallel_tool_calls") is not False,
+                             "include_reasoning": include,
+                             "return_tokens_as_token_ids": raw.get("return_tokens_as_token_ids")
+                             if isinstance(raw.get("return_tokens_as_token_ids"), bool) else None,
+                             "chat_template_kwargs": kwargs, "history_tool_call_cnt": history}}
+    rf = raw.get("response_format")
+    if isinstance(raw.get("structured_outputs"), dict) and _plain(raw["structured_outputs"]):
+        out["structured_outputs"] = raw["structured_outputs"]
+    elif isinstance(rf, dict) and rf.get("type") == "json_schema" and isinstance(rf.get("json_schema"), dict):
+        out["structured_outputs"] = {"json": rf["json_schema"].get("schema", {})}
+    elif isinstance(rf, dict) and rf.get("type") == "json_object":
+        out["structured_outputs"] = {"json_object": True}
+    return out
+
+
+@bp.post("/v1/chat/completions/derender")
+def derender_chat_completion():
+    """vLLM 0.34's ``POST /v1/chat/completions/derender`` (``scale_out/derender/serving.py``
+    ``derender_chat_response``, non-streaming): a tokens-level ``/inference/v1/generate`` answer
+    (``generate_response``) turned into the chat completion the coupled route gives, read with
+    the ``chat_request`` (its ``logprobs`` / ``top_logprobs`` / ``return_tokens_as_token_ids``);
+    usage from ``prompt_tokens`` (else the response's) and the choices' token counts."""
+    sim = simulator()
+    raw = parse_json_body()
+    model = raw.get("model")
+    if model is not None:
+        sim.resolve_model(model)
+    gen = raw.get("generate_response")
+    if (not isinstance(gen, dict) or not isinstance(gen.get("choices"), list)
+            or not all(isinstance(c, dict) for c in gen["choices"])):
+        raise InvalidParam("generate_response: Field required (a GenerateResponse object).", "generate_response")
+    for c in gen["choices"]:
+        ids = c.get("token_ids")
+        if ids is not None and (not isinstance(ids, list) or
+                                not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
+            raise InvalidParam("generate_response.choices.token_ids: Input should be a list of token ids.",
+                               "generate_response")
+    chat = raw.get("chat_request")
+    if chat is None and has_parser(sim):
+        raise InvalidParam("chat_request is required when a tool or reasoning parser is configured because plain "
+                           "detokenization would leak raw parser markup into content.", "chat_request")
+    chat = chat if isinstance(chat, dict) else {}
+    override = chat.get("return_tokens_as_token_ids")
+    as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
+    choices = derender_chat(sim.tokenizer, gen, chat, as_ids)
+    usage = gen.get("usage") if isinstance(gen.get("usage"), dict) else {}
+    prompt = raw.get("prompt_tokens")
+    if not isinstance(prompt, int) or isinstance(prompt, bool):
+        prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
+    completion = sum(len(c.get("token_ids") or ()) for c in gen["choices"])
+    rid = gen.get("request_id") if isinstance(gen.get("request_id"), str) else f"chatcmpl-{request_id()}"
+    return json_response({"id": rid, "object": "chat.completion", "created": int(time.time()),
+                          "model": model or sim.config.served_names[0], "choices": choices,
+                          "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                                    "completion_tokens": completion},
+                          "prompt_logprobs": None, "prompt_token_ids": None,
+                          "kv_transfer_params": gen.get("kv_transfer_params")})
 
 
 def _check_optional_model(sim, model) -> None:

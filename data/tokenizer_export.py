@@ -48,9 +48,12 @@ COMMON_WORDS = (
 CHAT_TEMPLATE = "{% for message in messages %}### {{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
 
 
-def vocabulary() -> dict[str, int]:
+def vocabulary(bare_words: bool = False) -> dict[str, int]:
     """Piece -> dense id: sentence and common-word pieces (words with a trailing space, so that
-    any sequence of them splits back into the same pieces), punctuation with and without one."""
+    any sequence of them splits back into the same pieces), punctuation with and without one.
+    ``bare_words``: each word without the space too (after all the others, so the other ids do
+    not move): the random-mode answers (``assistant,``) then encode and decode exactly, but a
+    random sequence of ids may decode to text the server splits differently (``todaythe``)."""
     pieces: dict[str, None] = {}
     words = [p.strip() for s in SENTENCES for p in _PIECE.findall(s)] + list(COMMON_WORDS)
     for w in words:
@@ -61,14 +64,18 @@ def vocabulary() -> dict[str, int]:
         pieces[p + " "] = None
     for d in range(10):
         pieces[f"{d} "] = None
+    if bare_words:
+        for w in words:
+            if w and w[0] not in PUNCTUATION:
+                pieces[w] = None
     return {p: i for i, p in enumerate(pieces)}
 
 
-def build(max_model_len: int = 1024):
+def build(max_model_len: int = 1024, bare_words: bool = False):
     """The ``transformers.PreTrainedTokenizerFast`` of the simulated tokenizer."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    vocab = vocabulary()
+    vocab = vocabulary(bare_words)
     vocab[UNK] = len(vocab)
     tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(_PIECE.pattern), behavior="removed", invert=True)
@@ -77,10 +84,10 @@ def build(max_model_len: int = 1024):
                                    clean_up_tokenization_spaces=False, chat_template=CHAT_TEMPLATE)
 
 
-def write_tokenizer(directory: str, max_model_len: int = 1024) -> list[str]:
+def write_tokenizer(directory: str, max_model_len: int = 1024, bare_words: bool = False) -> list[str]:
     """Write the folder (created if needed); returns the files written."""
     os.makedirs(directory, exist_ok=True)
-    return [os.path.basename(f) for f in build(max_model_len).save_pretrained(directory)]
+    return [os.path.basename(f) for f in build(max_model_len, bare_words).save_pretrained(directory)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                                             "(for guidellm, aiperf, vllm bench serve --tokenizer DIR).")
     p.add_argument("directory")
     p.add_argument("--max-model-len", type=int, default=1024, help="model_max_length (default 1024)")
+    p.add_argument("--bare-words", action="store_true",
+                   help="also each word without its trailing space: the server's answers (\"assistant,\") decode "
+                        "exactly, but random ids may decode to text it splits differently")
     args = p.parse_args(argv)
-    files = write_tokenizer(args.directory, args.max_model_len)
+    files = write_tokenizer(args.directory, args.max_model_len, args.bare_words)
     print(f"wrote {', '.join(sorted(files))} to {args.directory}", file=sys.stderr)
     return 0
 

@@ -92,6 +92,7 @@ class SamplingSchema(SamplingKnobsSchema):
     stop_token_ids = IntList()
     cache_salt = fields.Raw()
     logprob_token_ids = IntList()
+    allowed_token_ids = IntList()
     return_tokens_as_token_ids = StrictBool()
     truncate_prompt_tokens = StrictInt()
     truncation_side = fields.String()

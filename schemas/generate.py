@@ -35,6 +35,10 @@ class SamplingParamsSchema(SamplingKnobsSchema):
     detokenize = StrictBool()
     skip_special_tokens = StrictBool()
     extra_args = fields.Nested(ExtraArgsSchema)
+    prompt_logprobs = StrictInt()
+    prompt_logprob_token_ids = fields.Raw()      # checked by generation.adapters.prompt_scores
+    prompt_logprob_start = StrictInt()
+    structured_outputs = fields.Dict()
 
 
 class MmHashes(fields.Field):
@@ -71,6 +75,8 @@ class GenerateRequestSchema(BaseSchema):
     priority = StrictInt()
     output_mode = fields.String(validate=validate.OneOf(("tokens", "text", "derender")))
     parse_context = fields.Dict()
+    reasoning_ended = fields.Boolean(allow_none=True)
+    reasoning_parser_kwargs = fields.Dict(allow_none=True)
 
 
 generate_request_schema = GenerateRequestSchema()

@@ -103,6 +103,12 @@ class ChatAdapter(Adapter):
             ec = chat_ec_transfer_params(b.messages or [], seqs[0].prompt_len)
             if ec:
                 out["ec_transfer_params"] = ec
+        listed = lp.listed_names(self.sim.tokenizer, self.req.logprob_token_ids, tokens_as_ids(self.sim, b))
+        if listed:
+            for c in out["choices"]:
+                if c["logprobs"] is not None:
+                    c["logprobs"] = {"content": [lp.with_listed(e, k, listed)
+                                                 for k, e in enumerate(c["logprobs"]["content"])]}
         if self.prompt_lp is not None:
             out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, self.prompt_lp)
         echoed = echo_text(b)
@@ -211,7 +217,7 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
             content = text if text or span is None else None
             if req.send_image:             # --omni: structured content, text then the image
                 content = [{"type": "text", "text": content or ""}, IMAGE_PART]
-            message = {"role": "assistant", "content": content, "tool_calls": []}
+            message = {"role": "assistant", "content": content}    # vLLM 0.34's ChatMessage drops empty tool_calls
             first = 0 if span is None else span[2]
             if not want_logprobs:
                 logprobs = None
@@ -258,6 +264,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
+    listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     include_reasoning = req.reasoning is None or req.reasoning.include
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
@@ -323,6 +330,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null' + fin + end
         if want_logprobs:
             entry = lp.token_id_entry(seq.ids[k], k, top) if as_ids else lp.chat_entry(piece, k, top)
+            if listed:
+                entry = lp.with_listed(entry, k, listed)
             logprobs = b'{"content":[' + dumps(entry) + b']}'
         else:
             logprobs = b"null"

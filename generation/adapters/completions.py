@@ -160,6 +160,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
                       details: str | None = None, as_ids: bool = False) -> dict:
     """The ``text_completion`` body; ``as_ids``: logprob tokens named ``token_id:N``."""
     choices = []
+    listed = lp.listed_names(tokenizer, req.logprob_token_ids, as_ids)
     for s in seqs:
         text = s.output_text()
         pieces = s.pieces
@@ -170,7 +171,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
             text = "".join(head) + text
             if as_ids:
                 ids = prompt_echo_ids(tokenizer, s) + ids
-        logprobs = lp.completion_logprobs(pieces, top, ids=ids) if top is not None else None
+        logprobs = lp.completion_logprobs(pieces, top, ids=ids, listed=listed) if top is not None else None
         if logprobs is not None and echo_prompt and head:
             # vLLM: nothing precedes the first prompt token, so it has no logprob (prompt_logprobs[0])
             logprobs["token_logprobs"][0] = logprobs["top_logprobs"][0] = None
@@ -218,6 +219,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
+    listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
     not_finished = b',"finish_reason":null,"stop_reason":null'
 
@@ -233,7 +235,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             fin = b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
         text = piece if echo is None else echo[0] + piece
         if top is not None:
-            d = lp.completion_logprobs([piece], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None)
+            d = lp.completion_logprobs([piece], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None,
+                                       listed=listed)
             offsets[i] += len(piece)
             if echo is not None and echo[1] is not None:
                 d = {key: echo[1][key] + d[key] for key in d}

@@ -24,8 +24,11 @@ def prompt_vocab_size(sim) -> int:
 
 
 def tokens_as_ids(sim, b) -> bool:
-    """vLLM's ``return_tokens_as_token_ids`` (request field, or the server flag)."""
-    return bool(b.return_tokens_as_token_ids or sim.config.return_tokens_as_token_ids)
+    """vLLM's ``return_tokens_as_token_ids``: the request's field when it gives one (``false``
+    turns the server flag off: vLLM 0.34's tri-state ``return_as_token_id``), else the flag."""
+    if b.return_tokens_as_token_ids is not None:
+        return bool(b.return_tokens_as_token_ids)
+    return bool(sim.config.return_tokens_as_token_ids)
 
 
 def check_seed(seed) -> None:
@@ -108,14 +111,38 @@ def check_cache_salt(salt) -> None:
         raise InvalidParam("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
 
 
+MAX_LOGPROB_TOKEN_IDS = 128        # vLLM 0.34 sampling_params.py
+
+
 def check_logprob_token_ids(ids, logprobs_on: bool) -> None:
-    """``logprob_token_ids``: a non-empty list, and only with ``logprobs``."""
+    """``logprob_token_ids``: a non-empty list, and only with ``logprobs``; at most
+    :data:`MAX_LOGPROB_TOKEN_IDS` (vLLM 0.34's ``SamplingParams._validate_logprobs``)."""
     if ids is None:
         return
     if not ids:
         raise InvalidParam("`logprob_token_ids` must be a non-empty list of token ids.", "logprob_token_ids")
     if not logprobs_on:
         raise InvalidParam("`logprob_token_ids` requires `logprobs`.", "logprob_token_ids")
+    if len(ids) > MAX_LOGPROB_TOKEN_IDS:
+        raise InvalidParam(f"Requested logprob_token_ids of length {len(ids)}, which is greater than max allowed: "
+                           f"{MAX_LOGPROB_TOKEN_IDS}", "logprob_token_ids")
+
+
+def check_vocab_ids(b, vocab: int) -> None:
+    """vLLM 0.34's ``SamplingParams`` checks of ``logprob_token_ids`` and ``allowed_token_ids``
+    against the vocabulary (``_validate_logprobs``, ``_validate_allowed_token_ids``)."""
+    ids = b.logprob_token_ids
+    if ids:
+        bad = [t for t in ids if t < 0 or t >= vocab][:16]
+        if bad:
+            raise InvalidParam(f"token_id(s) {bad} in logprob_token_ids contain out-of-vocab token ids. "
+                               f"Vocabulary size: {vocab}", "logprob_token_ids")
+    allowed = getattr(b, "allowed_token_ids", None)
+    if allowed is not None:
+        if not allowed:
+            raise InvalidParam("allowed_token_ids is not None and empty!", "allowed_token_ids")
+        if any(t < 0 or t >= vocab for t in allowed):
+            raise InvalidParam("allowed_token_ids contains out-of-vocab token id!", "allowed_token_ids")
 
 
 def scheduling_priority(sim, priority) -> int:
@@ -145,6 +172,8 @@ def check_openai_fields(sim, b, logprobs_on: bool, max_tokens) -> None:
     check_cache_salt(b.cache_salt)
     check_logprob_token_ids(b.logprob_token_ids, logprobs_on)
     check_min_tokens(b.min_tokens, max_tokens)
+    if b.logprob_token_ids or getattr(b, "allowed_token_ids", None) is not None:
+        check_vocab_ids(b, vocab_size(sim))
     if b.logit_bias or b.stop_token_ids:
         vocab = vocab_size(sim)
         check_logit_bias(b.logit_bias, vocab)

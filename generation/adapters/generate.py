@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from generation.content import logprobs as lp
 from ..errors import InvalidParam
-from generation.engine.request import GenerationRequest, Prompt
+from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
                      prompt_vocab_size, scheduling_priority, vocab_size)
+from .prompt_scores import check_prompt_scores, prompt_fields
 from .protocol import GenerateRequest, SamplingParams
-from .sampling import sampling_semantics
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
 
@@ -51,7 +52,14 @@ class GenerateAdapter(Adapter):
         ignore_eos = bool(b.ignore_eos or sp.ignore_eos)
         check_logprobs_sign(sp.logprobs, "logprobs")
         check_logprobs_cap(sim, sp.logprobs, "logprobs")
+        check_logprobs_sign(sp.prompt_logprobs, "prompt_logprobs")
+        check_logprobs_cap(sim, sp.prompt_logprobs, "prompt_logprobs", "prompt")
+        check_prompt_scores(sp, len(ids), bool(b.stream), sim.config.max_model_len, sim.config.max_logprobs,
+                            vocab_size(sim))
         check_limits(max_tokens, ignore_eos, sp.n)
+        if sp.stop and sim.config.tokens_only:    # vLLM 0.34 serving.py: detokenize is forced off after validation
+            raise InvalidParam("stop strings are not supported on a --tokens-only server because detokenization is "
+                               "disabled. Check stop strings on the coordinator, or use stop_token_ids.", "stop")
         if sp.stop and sp.detokenize is False:
             raise InvalidParam("stop strings are only supported when detokenize is True. "
                                "Set detokenize=True to use stop.", "stop")
@@ -66,6 +74,12 @@ class GenerateAdapter(Adapter):
             kv = sp.extra_args.kv_transfer_params
         check_kv_transfer(kv, stream)
         mode = b.output_mode or "tokens"
+        if mode != "tokens" and sim.config.tokens_only:
+            raise InvalidParam(f"output_mode={mode!r} requires a tokenizer, but this server does not load one "
+                               "(--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a "
+                               "tokenizer, or use output_mode='tokens'.", "output_mode")
+        if mode == "derender":
+            check_parse_context(sim, b.parse_context)
         if mode != "tokens" and sp.detokenize is False:
             raise InvalidParam(f"output_mode={mode!r} requires sampling_params.detokenize to be true", "output_mode")
         n = sp.n or 1
@@ -79,7 +93,8 @@ class GenerateAdapter(Adapter):
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
             min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv,
-            priority=scheduling_priority(sim, b.priority), **sampling_semantics(sp))
+            priority=scheduling_priority(sim, b.priority), response_format=structured_constraint(sim, sp.structured_outputs),
+            reasoning=render_reasoning(sim, b), **sampling_semantics(sp))
         return self.req
 
     def _work(self, tokens: int) -> tuple[int, str, str]:
@@ -103,10 +118,20 @@ class GenerateAdapter(Adapter):
     def render(self, seqs) -> dict:
         out = render_generate(self.req, seqs, ec_transfer_params(self.sim.config, self.body.features),
                               self.body.sampling_params.logprobs, usage_details(self.sim))
+        sp = self.body.sampling_params
+        if sp.prompt_logprobs is not None or sp.prompt_logprob_token_ids is not None:
+            out.update(prompt_fields(self.sim.tokenizer, sp, self.body.token_ids))
         mode = self.body.output_mode or "tokens"
         if mode != "tokens":
             out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids()) for s in seqs]
             out["output_mode"] = mode
+        elif self.sim.config.return_sampling_mask:
+            size, vocab = support_size(sp), vocab_size(self.sim)
+            processed = self.sim.config.logprobs_mode.startswith("processed")
+            for c, s in zip(out["choices"], seqs):
+                c["sampling_mask"] = [sampling_mask(t, size, vocab) for t in s.ids]
+                if processed and sp.logprobs is not None:
+                    c["logprobs"] = token_logprobs(s, sp.logprobs, support=size)
         return out
 
     def stream(self, seqs):
@@ -119,6 +144,43 @@ class GenerateAdapter(Adapter):
         return stream_generate(self.sim, self.req, seqs, include_usage, self.body.sampling_params.logprobs)
 
 
+def has_parser(sim) -> bool:
+    """Whether the server runs a tool parser (``--tool-call-parser``, accepted) or a reasoning parser."""
+    return bool(sim.config.reasoning_parser) or "tool-call-parser" in getattr(sim.config, "ignored_flags", ())
+
+
+def check_parse_context(sim, ctx) -> None:
+    """vLLM 0.34's derender checks (``serve_tokens``, ``ParseContext.to_chat_request``): a server
+    with a parser needs the render's ``parse_context``; a named ``tool_choice`` must name one
+    of its ``tools``.  Raises InvalidParam."""
+    if ctx is None:
+        if has_parser(sim):
+            raise InvalidParam("output_mode='derender' requires parse_context on a server with a tool or reasoning "
+                               "parser. Use the one returned by /render.", "parse_context")
+        return
+    choice = ctx.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        tools = ctx.get("tools") if isinstance(ctx.get("tools"), list) else []
+        if not any(isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") == name
+                   for t in tools):
+            raise InvalidParam("The tool specified in `tool_choice` does not match any of the specified `tools`",
+                               "tool_choice")
+
+
+def render_reasoning(sim, b):
+    """The reasoning of a generate request that a chat render produced: none once the render
+    says ``reasoning_ended`` (or gave no ``reasoning_parser_kwargs``), else what chat would do
+    with those chat template kwargs, so that the same prompt gives chat's tokens (vLLM 0.34
+    forwards both to the engine, whose parser gates structured output on them)."""
+    kw = b.reasoning_parser_kwargs
+    if b.reasoning_ended or not isinstance(kw, dict):
+        return None
+    from types import SimpleNamespace
+    ctk = kw.get("chat_template_kwargs") if isinstance(kw.get("chat_template_kwargs"), dict) else {}
+    return chat_reasoning(sim, SimpleNamespace(chat_template_kwargs=ctk))
+
+
 def ec_transfer_params(cfg, features) -> dict | None:
     """In ``--mm-encoder-only`` mode, one dummy transfer entry per ``features.mm_hashes`` hash
     (all modalities); None otherwise."""
@@ -128,13 +190,37 @@ def ec_transfer_params(cfg, features) -> dict | None:
     return {h: dict(EC_TRANSFER_DUMMY) for h in hashes} or None
 
 
-def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None) -> dict:
+def token_logprobs(seq, top: int, start: int = 0, stop: int | None = None, support: int | None = None) -> dict:
     """vLLM's ``GenerateLogProbs`` for tokens ``start:stop`` of ``seq`` (the tokens level: integer
     ids, no tokenizer): per token ``{"token_id", "logprob", "rank", "top_logprobs"}``, whose
     ``top_logprobs`` are the engine's candidates, the sampled token first (rank 1, as a greedy
-    pick), ``max(top, 1)`` of them (``logprobs: 0`` still returns the sampled one)."""
+    pick), ``max(top, 1)`` of them (``logprobs: 0`` still returns the sampled one).  ``support``
+    (processed logprobs with a sampling mask): candidates ranked past it are outside the mask
+    and show -9999.0, as vLLM clamps their -inf."""
     ids = seq.ids[start:stop]
-    return {"content": [_generate_entry(lp.token_id_entry(t, start + i, max(top, 1)), t) for i, t in enumerate(ids)]}
+    out = [_generate_entry(lp.token_id_entry(t, start + i, max(top, 1)), t) for i, t in enumerate(ids)]
+    if support is not None:
+        for e in out:
+            e["top_logprobs"] = [alt if alt["rank"] <= support else {**alt, "logprob": -9999.0}
+                                 for alt in e["top_logprobs"]]
+    return {"content": out}
+
+
+def support_size(sp) -> int:
+    """How many ids a token's sampling could pick, as the simulator models it: ``top_k`` when
+    set, one when greedy (``temperature`` 0), else the candidates its logprobs show."""
+    if sp.top_k is not None and sp.top_k > 0:
+        return sp.top_k
+    if sp.temperature == 0:
+        return 1
+    return max(sp.logprobs or 0, 1)
+
+
+def sampling_mask(tid: int, size: int, vocab: int) -> list:
+    """vLLM 0.34's ``sampling_mask`` entry of one output token (``--return-sampling-mask``): the
+    ids in its sampling support, the sampled one first, then the ids its top logprobs name
+    (the following ids), within the vocabulary."""
+    return [tid] + [(tid + j) % vocab for j in range(1, min(size, vocab))]
 
 
 def _generate_entry(entry: dict, tid: int) -> dict:
@@ -161,28 +247,51 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     return out
 
 
+def _tokens_until_abort(sim, req: GenerationRequest, seqs):
+    """``sim.stream(seqs)``, which ends early, without raising, when the request was ended by
+    ``/inference/v1/abort_requests`` (its choices then finish with ``abort``, as vLLM 0.34's
+    stream, whose terminal output has no new tokens but still carries the finish reason); a
+    client that went away still raises ClientDisconnected."""
+    try:
+        yield from sim.stream(seqs)
+    except ClientDisconnected:
+        if not req.aborted_by_id:
+            raise
+
+
+def _aborted(req: GenerationRequest, seq, done: bool) -> bool:
+    return req.aborted_by_id and not done
+
+
 def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None):
-    """SSE body (api.md 5.5.3, case C32).  A choice's last token chunk carries its finish
+    """SSE body (api.md 5.5.3, case C32; each chunk says ``"output_mode":"tokens"``, as vLLM
+    0.34's GenerateTokensStreamResponse).  A choice's last token chunk carries its finish
     reason; a choice with no tokens (cache_threshold, empty echo) gets one finishing chunk
-    with ``token_ids`` null (cache_threshold) or ``[]``."""
+    with ``token_ids`` null (cache_threshold) or ``[]``; a choice cut by abort_requests gets a
+    finishing chunk with ``finish_reason: "abort"`` and ``token_ids: []``."""
     head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
     open_ = head + b'{"index":'
+    tail = b'}],"output_mode":"tokens"}\n\n'
     last = [len(s.ids) - 1 for s in seqs]
     emitted = [False] * len(seqs)
-    for seq, k in sim.stream(seqs):
+    finished = [False] * len(seqs)
+    for seq, k in _tokens_until_abort(sim, req, seqs):
         i = seq.index
         emitted[i] = True
-        fr = dumps(seq.finish_reason) if k == last[i] else b"null"
+        finished[i] = k == last[i]
+        fr = dumps(seq.finish_reason) if finished[i] else b"null"
         lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, k, k + 1))
         yield (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":[' +
-               str(seq.ids[k]).encode() + b"]" + lps + b'}]}\n\n')
+               str(seq.ids[k]).encode() + b"]" + lps + tail)
     for seq in seqs:
-        if not emitted[seq.index]:
+        if _aborted(req, seq, finished[seq.index]):
+            yield open_ + str(seq.index).encode() + b',"finish_reason":"abort","token_ids":[]' + tail
+        elif not emitted[seq.index]:
             tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
             yield (open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
-                   b',"token_ids":' + tids + b'}]}\n\n')
+                   b',"token_ids":' + tids + tail)
     if include_usage:
-        yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b"}\n\n"
+        yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b',"output_mode":"tokens"}\n\n'
     yield b"data: [DONE]\n\n"
 
 
@@ -192,8 +301,37 @@ def _text_logprobs(seq, top: int, as_ids: bool, start: int = 0, stop: int | None
     """Chat logprobs of tokens ``start:stop``: decoded tokens, or ``token_id:N`` (``as_ids``)."""
     stop = len(seq.ids) if stop is None else stop
     if as_ids:
-        return {"content": [lp.token_id_entry(seq.ids[k], k, top) for k in range(start, stop)]}
+        return {"content": [placeholder_entry(seq.ids[k], k, top) for k in range(start, stop)]}
     return lp.chat_logprobs(seq.pieces[start:stop], top, start)
+
+
+def placeholder_entry(tid: int, pos: int, top: int) -> dict:
+    """A ``token_id:N`` chat logprob entry as the generate text levels and the derenderer write
+    it: ``bytes`` null, for the token and its alternatives (vLLM 0.34 ``_logprob_token``
+    without a tokenizer; coupled chat carries the placeholder's bytes)."""
+    e = lp.token_id_entry(tid, pos, top)
+    return {**e, "bytes": None, "top_logprobs": [{**alt, "bytes": None} for alt in e["top_logprobs"]]}
+
+
+def derender_chat(tokenizer, gen: dict, chat: dict, as_ids: bool) -> list:
+    """The choices of ``/v1/chat/completions/derender``: each tokens-level choice of the generate
+    response ``gen`` as a chat choice (its ids decoded one by one into the message content; with
+    the chat request's ``logprobs``, chat logprobs of ``top_logprobs`` alternatives, the values
+    coupled chat gives the same tokens, ``token_id:N`` placeholders with ``as_ids``)."""
+    out = []
+    want = chat.get("logprobs") is True
+    top = chat.get("top_logprobs") if isinstance(chat.get("top_logprobs"), int) else 0
+    for k, c in enumerate(gen["choices"]):
+        ids = c.get("token_ids") or []
+        pieces = [tokenizer.decode_ids([t]) for t in ids]
+        logprobs = None
+        if want:
+            logprobs = ({"content": [placeholder_entry(t, j, top) for j, t in enumerate(ids)]} if as_ids
+                        else lp.chat_logprobs(pieces, top))
+        out.append({"index": c.get("index", k),
+                    "message": {"role": "assistant", "content": "".join(pieces), "reasoning": None},
+                    "logprobs": logprobs, "finish_reason": c.get("finish_reason"), "stop_reason": c.get("stop_reason")})
+    return out
 
 
 def text_choice(seq, mode: str, top: int | None, as_ids: bool) -> dict:
@@ -236,13 +374,16 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         emitted[i] = True
         return head + dumps(choice) + tail
 
-    for seq, k in sim.stream(seqs):
-        done = k == last[seq.index]
+    finished = [False] * len(seqs)
+    for seq, k in _tokens_until_abort(sim, req, seqs):
+        done = finished[seq.index] = k == last[seq.index]
         yield chunk(seq, seq.pieces[k], [seq.ids[k]], seq.finish_reason if done else None,
                     seq.stop_reason if done else None,
                     None if top is None else _text_logprobs(seq, top, as_ids, k, k + 1))
     for seq in seqs:
-        if not emitted[seq.index]:
+        if _aborted(req, seq, finished[seq.index]):
+            yield chunk(seq, "", [], "abort", None, None)
+        elif not emitted[seq.index]:
             yield chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                         seq.stop_reason, None)
     if include_usage:

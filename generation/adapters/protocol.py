@@ -58,6 +58,7 @@ class OpenAISampling(SamplingKnobs):
     stop_token_ids: list | None = None
     cache_salt: str | None = None
     logprob_token_ids: list | None = None
+    allowed_token_ids: list | None = None        # vLLM: sampling draws only these ids
     return_tokens_as_token_ids: bool | None = None
     truncate_prompt_tokens: int | None = None
     truncation_side: str | None = None
@@ -122,6 +123,10 @@ class SamplingParams(SamplingKnobs):
     detokenize: bool | None = None
     skip_special_tokens: bool | None = None
     extra_args: ExtraArgs | None = None
+    prompt_logprobs: int | None = None
+    prompt_logprob_token_ids: Any = None     # [num_rows][num_ids] ids, -1 pads (generation.adapters.prompt_scores)
+    prompt_logprob_start: int | None = None
+    structured_outputs: dict | None = None   # from a chat render's response_format
 
 
 @dataclass
@@ -146,6 +151,8 @@ class GenerateRequest:
     priority: int | None = None
     output_mode: str | None = None        # tokens (default) / text / derender
     parse_context: dict | None = None     # /render's chat context (derender reads return_tokens_as_token_ids)
+    reasoning_ended: bool | None = None   # /render's: True = no reasoning before the answer (its constraint)
+    reasoning_parser_kwargs: dict | None = None   # /render's {"chat_template_kwargs": {...}}
 
 
 @dataclass

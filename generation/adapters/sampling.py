@@ -31,6 +31,8 @@ def sampling_semantics(b) -> dict:
         raise InvalidParam(f"stop_token_ids[{i}]: must be a non-negative token id.", f"stop_token_ids[{i}]")
     return {"seed": b.seed, "temperature": b.temperature, "stop_token_ids": ids or None,
             "use_beam_search": bool(getattr(b, "use_beam_search", False)),
+            "allowed_token_ids": getattr(b, "allowed_token_ids", None),
+            "logprob_token_ids": getattr(b, "logprob_token_ids", None) or None,
             "include_stop_str_in_output": bool(getattr(b, "include_stop_str_in_output", False))}
 
 

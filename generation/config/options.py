@@ -121,6 +121,12 @@ _declare("model",
          Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
          Option("seed", "int", None, "Random seed", nullable=True),
          Option("mode", "str", "random", "Response source", choices=("random", "echo")),
+         Option("response-length", "str", "histogram", "Random mode's length of an answer with a max-tokens "
+                "cap: `histogram` (the spec's six buckets: many answers end with `stop` before the cap), `max` "
+                "(every capped answer runs to its cap, `length`, as with ignore_eos) or `natural` (the shorter of "
+                "the cap and the answer's own length, an uncapped answer's Normal(40, 20) but at least 20 tokens: "
+                "a small real model's short answers run to the cap, its long caps end with `stop`; what vLLM's "
+                "own tests expect)", choices=("histogram", "max", "natural")),
          Option("hf-config-path", "str", "", "Directory or file of the model's config.json: the default "
                 "--max-model-len in every mode, and in step mode the architecture (else the Hugging Face cache, "
                 "then the shipped presets)"),
@@ -192,6 +198,14 @@ _declare("frontend",
                 "or always with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),
+         Option("return-sampling-mask", "bool", False, "`/inference/v1/generate` choices carry a "
+                "`sampling_mask`: per output token, the ids its sampling could pick (after top-k / top-p)"),
+         Option("logprobs-mode", "str", "raw_logprobs", "What logprobs report (vLLM's flag): `processed_*` "
+                "after the sampling filters, so with --return-sampling-mask an alternative outside the mask "
+                "shows -9999.0", choices=("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")),
+         Option("tokens-only", "bool", False, "No detokenization (vLLM's token-in / token-out mode): "
+                "`/inference/v1/generate` refuses stop strings and the `text` / `derender` output modes, "
+                "and `POST /abort_requests` is served too"),
          Option("enable-server-load-tracking", "bool", False, "Serve `GET /load`: the number of requests "
                 "in flight"),
          Option("enable-tokenizer-info-endpoint", "bool", False, "Serve `GET /tokenizer_info`"))

@@ -59,11 +59,13 @@ def chat_logprobs(pieces, top: int, start: int = 0) -> dict:
     return {"content": [chat_entry(p, start + i, top) for i, p in enumerate(pieces)]}
 
 
-def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=None) -> dict:
+def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=None, listed=None) -> dict:
     """OpenAI completions logprobs: tokens, token_logprobs, top_logprobs (dicts with
     ``max(top, 1)`` entries), text_offset (UTF-8 character offsets from ``offset``).  With
     ``ids`` (one per piece; vLLM's ``return_tokens_as_token_ids``) tokens are named
-    ``token_id:N`` and the alternatives are the following ids."""
+    ``token_id:N`` and the alternatives are the following ids.  ``listed`` (the names of a
+    request's ``logprob_token_ids``): the alternatives are exactly those, after the sampled
+    token (vLLM 0.34's ``completion_top_logprobs_limit`` returns them all)."""
     n = max(top, 1)
     tokens, lps, tops, offsets = [], [], [], []
     off = offset
@@ -77,6 +79,14 @@ def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=N
             name, alt = f"token_id:{tid}", (lambda j, tid=tid: f"token_id:{(tid + j) & 0xFFFFFFFF}")
         tokens.append(name)
         lps.append(logprob(pos))
+        if listed is not None:
+            d = {name: logprob(pos)}
+            for j, other in enumerate(listed, 1):
+                d.setdefault(other, logprob(pos, j))
+            tops.append(d)
+            offsets.append(off)
+            off += len(p)
+            continue
         key = (name, pos % 3, n)
         d = memo.get(key)
         if d is None:
@@ -89,6 +99,27 @@ def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=N
         offsets.append(off)
         off += len(p)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def listed_names(tokenizer, ids, as_ids: bool) -> list | None:
+    """The top-logprob names of a request's ``logprob_token_ids`` (``token_id:N`` with
+    ``as_ids``, else the decoded token), or None when it lists none."""
+    if not ids:
+        return None
+    return [f"token_id:{t}" if as_ids else tokenizer.decode_ids([t]) for t in ids]
+
+
+def with_listed(entry: dict, pos: int, listed: list) -> dict:
+    """A chat logprob entry whose alternatives are the sampled token, then exactly the
+    ``listed`` names (vLLM 0.34's chat ``return_all`` with ``logprob_token_ids``)."""
+    tops = [entry["top_logprobs"][0] if entry["top_logprobs"] else
+            {"token": entry["token"], "logprob": entry["logprob"], "bytes": entry["bytes"]}]
+    seen = {tops[0]["token"]}
+    for j, name in enumerate(listed, 1):
+        if name not in seen:
+            seen.add(name)
+            tops.append({"token": name, "logprob": logprob(pos, j), "bytes": list(name.encode("utf-8"))})
+    return {**entry, "top_logprobs": tops}
 
 
 def responses_entry(piece: str, pos: int, top: int) -> dict:

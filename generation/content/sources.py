@@ -128,10 +128,23 @@ class EncoderOnlyResponses:
         return [self.piece] * n, [self.token_id] * n, "length"
 
 
+NATURAL_FLOOR = 20      # tokens: the shortest answer --response-length natural gives before a cap
+
+
+def natural_length(rng: random.Random, room: int) -> int:
+    """``--response-length natural``: the length an answer has on its own, as an uncapped
+    answer's (Normal(40, 20) within ``room`` tokens, :func:`sample_default_length`) but at
+    least :data:`NATURAL_FLOOR` tokens, as a small instruct model seldom ends sooner: a cap
+    below it is always reached (``length``), a larger one usually not (``stop``)."""
+    return max(sample_default_length(rng, room), min(NATURAL_FLOOR, room))
+
+
 class RandomResponses:
     """``--mode random`` (seeds): predefined sentences, their length drawn from the seeds'
     histogram when the request caps it (``ignore_eos``: exactly the cap) or from Normal(40, 20)
     within ``room`` (tokens left in the context window) when it does not."""
+
+    natural_length = staticmethod(natural_length)
 
     def __init__(self, sentences: SentenceSource) -> None:
         self.sentences = sentences
@@ -151,6 +164,8 @@ class RecordedResponses:
     """Random mode with ``--dataset-path``: a recorded answer from ``dataset`` (an object with
     the :meth:`data.dataset.SQLiteDataset.pick` method), else ``fallback``'s (an empty or
     unreadable dataset)."""
+
+    natural_length = staticmethod(natural_length)
 
     def __init__(self, dataset, fallback: RandomResponses) -> None:
         self.dataset = dataset

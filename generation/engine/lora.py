@@ -11,6 +11,13 @@ from generation.errors import APIError
 MAX_CONFIG_BYTES = 1 << 20          # an adapter_config.json is a few hundred bytes
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
 REQUIRED = ("r", "lora_alpha", "target_modules")     # PEFTHelper's fields without defaults
+# vLLM 0.34 PEFTHelper._init_is_supported: inits that only set the adapter's initial weights
+SUPPORTED_INITS = ("gaussian", "eva", "orthogonal", "mica", "lora_ga")
+# vLLM 0.34 PEFTHelper._validate_features, after the init check
+UNSUPPORTED_FEATURES = (("alora_invocation_tokens", "vLLM does not support Activated LoRA (aLoRA)."),
+                        ("layer_replication", "vLLM does not support layer_replication."),
+                        ("use_bdlora", "vLLM does not support block-diagonal LoRA (BD-LoRA)."),
+                        ("use_qalora", "vLLM does not support QALoRA."))
 
 
 def check_local_adapter(name: str, path: str, max_lora_rank: int) -> None:
@@ -19,7 +26,9 @@ def check_local_adapter(name: str, path: str, max_lora_rank: int) -> None:
     no ``adapter_config.json`` is a 404 ``Loading lora <name> failed: No adapter found for
     <path>``; an unreadable, invalid or unsupported config (missing ``r`` / ``lora_alpha`` /
     ``target_modules``, DoRA, ``modules_to_save`` other than ``classifier`` / ``score``, a bias)
-    or a directory without weights is a 400 with vLLM 0.34's message; a rank over
+    or a directory without weights is a 400 with vLLM 0.34's message (vLLM answers these 500:
+    the simulator keeps client mistakes 4xx, issue 12); an ``init_lora_weights`` that modifies
+    the base weights (PiSSA, OLoRA, ...), aLoRA, layer replication, BD-LoRA, QALoRA likewise; a rank over
     ``--max-lora-rank`` is vLLM's 400 ``LoRA rank R is greater than max_lora_rank M.``.  A path that is not on this machine (another node's directory, a Hub
     id) is not checked: the simulator serves adapters it has no files for.  Only the config is
     read (at most :data:`MAX_CONFIG_BYTES`); messages never quote its content.  Raises APIError
@@ -70,6 +79,16 @@ def check_local_adapter(name: str, path: str, max_lora_rank: int) -> None:
         problems.append("vLLM does not yet support DoRA.")
     if config.get("lora_bias"):
         problems.append("vLLM does not support LoRA bias (lora_bias).")
+    init = config.get("init_lora_weights", True)
+    if isinstance(init, str) and init.lower() not in SUPPORTED_INITS:
+        shown = repr(init) if len(init) <= 64 and init.isprintable() else "(not shown)"
+        problems.append(f"vLLM does not support init_lora_weights={shown}. Inits such as PiSSA, OLoRA, CorDA and "
+                        "LoftQ modify the base model weights when PEFT loads the adapter. Convert it to a regular "
+                        "LoRA adapter with PEFT's path_initial_model_for_weight_conversion, or set "
+                        "init_lora_weights to true if the served base model already contains the modified weights.")
+    for key, message in UNSUPPORTED_FEATURES:
+        if config.get(key):
+            problems.append(message)
     if rank > max_lora_rank:
         problems.append(f"LoRA rank {rank} is greater than max_lora_rank {max_lora_rank}.")
     if config.get("bias", "none") not in (None, "none"):
@@ -85,16 +104,23 @@ class LoraRegistry:
     """Registered LoRA adapters (name -> path) and which are loaded in the ``--max-loras`` slots.
 
     Adapters from ``--lora-modules`` stay registered.  Adapters loaded at run time
-    (``/v1/load_lora_adapter``) are kept up to ``max(--max-cpu-loras, --max-loras)`` -- vLLM's
-    cap on resident adapters -- least recently used first out, never one that is running; so
-    ``/v1/models`` and the registry stay bounded whatever the load history (issue 12)."""
+    (``/v1/load_lora_adapter``) are kept up to ``max(--max-cpu-loras, --max-loras,``
+    :data:`REGISTERED_FLOOR` ``)``, least recently used first out, never one that is running; so
+    ``/v1/models`` and the registry stay bounded whatever the load history (issue 12).  vLLM
+    0.34 keeps every loaded adapter servable (``OpenAIServingModels.lora_requests``): one that
+    ``--max-cpu-loras`` evicted from memory is reloaded from its path by its next request, so a
+    client that loads a few more adapters than ``--max-cpu-loras`` can still use each of them
+    (vLLM's ``test_multiple_lora_adapters`` loads 10 with ``--max-cpu-loras 2``)."""
+
+    REGISTERED_FLOOR = 64
 
     def __init__(self, modules, max_loras: int, max_cpu_loras: int = 0):
         self.paths: dict[str, str] = {m.name: m.path for m in modules}
         self.static = frozenset(self.paths)
         self.runtime: dict[str, None] = {}     # runtime-loaded names, least recently used first
         self.max_loras = max_loras
-        self.cap = max(max_cpu_loras or 0, max_loras, 1)
+        self.resident = max(max_cpu_loras or 0, max_loras, 1)       # vLLM's cap on adapters in memory
+        self.cap = max(self.resident, self.REGISTERED_FLOOR)
         self.loaded: dict[str, int] = {}      # name -> running sequence count
         self.slots: dict[str, int] = {}       # name -> 1-based slot id (KV events lora_id)
 

@@ -99,12 +99,28 @@ class OutputDecisions:
                     seq.finish_reason = "remote_decode"
                 return
         room = cfg.max_model_len - prompt.length
-        seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(
-            rng, prompt, req.max_tokens, room, req.ignore_eos)
+        # --response-length max: a capped answer runs to its cap, as with ignore_eos; natural: to
+        # the shorter of its cap and its own length (see natural_length)
+        cap, run_to_cap = req.max_tokens, req.ignore_eos
+        if req.max_tokens is not None and not req.ignore_eos and cfg.response_length != "histogram":
+            run_to_cap = True
+            natural = getattr(self.responses, "natural_length", None)     # random mode's sources
+            if cfg.response_length == "natural" and natural is not None:
+                cap = min(req.max_tokens, natural(rng, room))
+        seq.pieces, seq.ids, seq.finish_reason = self.responses.respond(rng, prompt, cap, room, run_to_cap)
+        if cap != req.max_tokens and cap < min(req.max_tokens, room):
+            seq.finish_reason = "stop"             # it ended on its own, before the cap
         if len(seq.pieces) < req.min_tokens and cfg.mode != "echo":
             # vLLM's min_tokens: no end of sequence before it; the answer then ends at once
             seq.pieces, seq.ids, _ = self.responses.respond(rng, prompt, min(req.min_tokens, room), room, True)
             seq.finish_reason = "length" if len(seq.pieces) >= min(req.max_tokens or room, room) else "stop"
+        if req.allowed_token_ids and not seq.tool_calls:
+            # vLLM's allowed_token_ids: the logits of every other id are masked, so each token is one of them
+            allowed = req.allowed_token_ids
+            seq.ids = [allowed[int(rng.random() * len(allowed))] for _ in seq.ids]
+            decode = self.tokenizer.decode_ids
+            seq.pieces = [decode([t]) for t in seq.ids]
+            seq.text = None
         structured = False
         if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
             structured = self.tool_synthesizer.apply_response_format(req, seq, rng)

@@ -77,6 +77,9 @@ class GenerationRequest:
     include_stop_str_in_output: bool = False
     reasoning: Any = None                  # generation.content.reasoning.ReasoningSettings, None: off
     priority: int = 0                      # --scheduling-policy priority: lower runs first
+    allowed_token_ids: list | None = None  # vLLM: the output draws only these ids
+    logprob_token_ids: list | None = None  # vLLM: top logprobs are the sampled token and these ids
+    aborted_by_id: bool = False            # ended by /inference/v1/abort_requests (generate: an "abort" chunk)
 
     @property
     def remote_prefill(self) -> bool:

@@ -400,7 +400,7 @@ class MetricsRecorder:
                 states.pop(state, None)
                 states[state] = time.time()
                 self._lora_last = state
-                cap = sim.loras.cap               # the registry's bound on resident adapters
+                cap = sim.loras.resident          # max(--max-cpu-loras, --max-loras): adapters in memory
                 while len(states) > cap:
                     states.popitem(last=False)
         fam = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",

@@ -82,7 +82,8 @@ def test_stream_c32_1(api):
     assert len(finals) == 1 and finals[0] is chunks[-1]
     total = 0
     for c in chunks:
-        assert set(c) == {"request_id", "choices"}          # no usage anywhere
+        # no usage anywhere; vLLM 0.34's stream chunks say their output_mode
+        assert set(c) == {"request_id", "choices", "output_mode"} and c["output_mode"] == "tokens"
         assert c["request_id"] == rid
         (ch,) = c["choices"]
         assert ch["index"] == 0

@@ -29,7 +29,9 @@ def test_chat_render_carries_generate_request_fields(api):
     out = api.post("/v1/chat/completions/render", json={
         "model": "test-model", "messages": MSG, "max_completion_tokens": 9, "max_tokens": 3, "stream": True,
         "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 2}).json()
-    assert set(out) == {"token_ids", "request_id", "model", "sampling_params", "stream", "stream_options"}
+    assert set(out) == {"token_ids", "request_id", "model", "sampling_params", "stream", "stream_options",
+                        "reasoning_ended", "reasoning_parser_kwargs", "parse_context"}     # vLLM 0.34's
+    assert (out["reasoning_ended"], out["reasoning_parser_kwargs"]) == (None, None)      # no reasoning parser
     assert out["request_id"].startswith("chatcmpl-") and out["stream"] is True
     assert out["stream_options"] == {"include_usage": True}
     assert (out["sampling_params"]["max_tokens"], out["sampling_params"]["logprobs"]) == (9, 2)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 def test_lora_registry_is_capped_lru_and_keeps_static_and_running_adapters():
     from generation.engine.lora import LoraRegistry
     reg = LoraRegistry([SimpleNamespace(name="static", path="/s")], max_loras=2, max_cpu_loras=3)
+    reg.cap = 3                                # the rules on a small cap
     reg.load("busy", "/b")
     reg.acquire("busy")                        # running: never evicted
     for i in range(20000):
@@ -21,4 +22,9 @@ def test_lora_registry_is_capped_lru_and_keeps_static_and_running_adapters():
     assert set(reg.paths) == {"static", "r19998", "new", "newer"}
     reg.unload("r19998")
     assert set(reg.loaded) == set(reg.slots) == set()
-    assert LoraRegistry([], max_loras=1).cap == 1 and LoraRegistry([], 4, 2).cap == 4
+    # at least 64 runtime adapters stay registered (vLLM keeps them all servable), more with --max-cpu-loras
+    assert LoraRegistry([], max_loras=1).cap == 64 and LoraRegistry([], 4, 100).cap == 100
+    reg = LoraRegistry([], max_loras=1, max_cpu_loras=2)
+    for i in range(10):
+        reg.load(f"adapter_{i}", "/a")
+    assert set(reg.paths) == {f"adapter_{i}" for i in range(10)}

@@ -45,3 +45,17 @@ def test_random_ids_decode_to_text_the_server_splits_the_same(exported):
 def test_chat_template_is_the_flattening(exported):
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there, you?"}]
     assert exported.apply_chat_template(msgs, tokenize=False) == flatten_messages(msgs)
+
+
+def test_bare_words_decode_the_servers_answers_exactly(tmp_path):
+    from transformers import AutoTokenizer
+
+    from data.tokenizer_export import vocabulary
+    d = str(tmp_path / "bare")
+    assert main(["export-tokenizer", d, "--bare-words"]) == 0
+    tok = AutoTokenizer.from_pretrained(d)
+    text = "I am your AI assistant, how can I help you today? The rest is silence. "
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.unk_token_id not in ids and tok.decode(ids, skip_special_tokens=True) == text
+    plain, bare = vocabulary(), vocabulary(bare_words=True)
+    assert {p: bare[p] for p in plain} == plain and "assistant" in bare and "assistant" not in plain
