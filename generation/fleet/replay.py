@@ -54,7 +54,8 @@ class Pod:
         self.drain_at = None
         self.removed_at = None
         self.routed: list = []
-        self.key = math.inf             # its entry in the fleet's event heap
+        self.key = math.inf             # its next event (its entry in the fleet's event heap)
+        self.hot = False                # in the fleet's list of pods advanced at each arrival
 
     # what a router and an autoscaler read (the pod's /metrics and KV events)
     def queued(self) -> int:
@@ -187,6 +188,10 @@ class FleetReplay:
         if refresh_interval < 0:
             raise ValueError(f"--router-refresh must be >= 0 seconds, got {refresh_interval}")
         self.lazy = prefill_pods == 0 and (refresh_interval > 0 or not self.router.reads_state)
+        # a router that reads only the queues: a pod whose queue is empty and cannot fill is not
+        # advanced at each arrival, only when it is picked or at an event (:meth:`_quiet`)
+        self.quiet = prefill_pods == 0 and not self.lazy and getattr(self.router, "reads_queue_only", False)
+        self.hot: list = []             # quiet mode: the pods advanced at each arrival
         self.refresh = refresh_interval if self.router.reads_state else math.inf
         self.next_refresh = 0.0
         self.late: set = set()          # requests seen without a first token past give_up_ttft
@@ -235,7 +240,11 @@ class FleetReplay:
     def _resched(self, pod: Pod) -> None:
         k = pod.replay.next_event_time()
         pod.key = k
-        if k < math.inf:
+        if self.quiet:
+            if not pod.hot:
+                pod.hot = True
+                self.hot.append(pod)
+        elif k < math.inf:
             self.seq += 1
             heapq.heappush(self._heap(pod), (k, self.seq, pod))
 
@@ -246,6 +255,27 @@ class FleetReplay:
                 continue                 # stale: the pod was advanced or handed a request since
             pod.replay.advance_until(t)
             self._resched(pod)
+
+    def _advance_hot(self, t: float) -> None:
+        """Quiet mode, at an arrival at ``t``: advance the pods that may have a queue at ``t``;
+        those that became quiet leave the list until they are handed a request."""
+        keep = []
+        for p in self.hot:
+            if p.key < t:
+                p.replay.advance_until(t)
+                p.key = p.replay.next_event_time()
+            if _quiet(p.replay):
+                p.hot = False
+            else:
+                keep.append(p)
+        self.hot = keep
+
+    def _advance_all(self, t: float) -> None:
+        """Quiet mode: every pod to ``t`` (an event that reads them all, or the end)."""
+        for p in self.pods:
+            if p.key < t:
+                p.replay.advance_until(t)
+                p.key = p.replay.next_event_time()
 
     def _push(self, t: float, order: int, kind: str, data) -> None:
         self.seq += 1
@@ -273,7 +303,7 @@ class FleetReplay:
             self._advance(self.heap1, tr.arrival)
             self.next_refresh = tr.arrival + self.refresh
         pod = router.pick(hashes, pods)
-        if self.lazy and pod.key < tr.arrival:              # the pod itself is brought to now
+        if (self.lazy or self.quiet) and pod.key < tr.arrival:      # the pod itself is brought to now
             pod.replay.advance_until(tr.arrival)
         router.routed(hashes, pod)
         if pod.role == "prefill":       # vLLM's do_remote_decode: the prompt and one token
@@ -370,7 +400,12 @@ class FleetReplay:
                     if events:
                         continue
                 break
-            if not (self.lazy and ta < te):
+            if self.quiet:
+                if ta < te:
+                    self._advance_hot(t)
+                else:
+                    self._advance_all(t)
+            elif not (self.lazy and ta < te):
                 self._advance(self.heap1, t)
             if events and events[0][0] < t:
                 continue                     # a hand-off before t came out of a prefill pod
@@ -403,6 +438,8 @@ class FleetReplay:
         if not self.gave_up:
             self._advance(self.heap2, inf)
             self._advance(self.heap1, inf)
+            if self.quiet:
+                self._advance_all(inf)
         if self.draining:
             self._check_drained(self.now)
         return self._result()
@@ -436,6 +473,24 @@ class FleetReplay:
                            len(self.trace) - len(records), getattr(self.router, "name", "router"),
                            self.gpus_per_pod, list(self.autoscaler.decisions) if self.autoscaler else [],
                            self.gave_up)
+
+
+def _quiet(r: PodReplay) -> bool:
+    """True when ``r``'s queue (:meth:`Pod.queued`) is empty and stays empty until it is handed
+    a request: nothing waits or is in its frontend, and the blocks its running requests can
+    still take (to their prompt plus output) are free, so that no step can preempt one back
+    into the waiting queue.  Such a pod need not be advanced for a router that reads only the
+    queues: its queue at any later instant is 0."""
+    if r.arrivals or r.incoming:
+        return False
+    s = r.scheduler
+    if s.waiting:
+        return False
+    bs = s.block_size
+    need = 0
+    for req in s.running:
+        need += -(-(req.prompt_len + req.output_len) // bs) - req.blocks
+    return need <= s.pool.num_free
 
 
 def _remote_kv(req) -> int:

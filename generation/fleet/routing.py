@@ -44,6 +44,7 @@ class Router:
     name = "router"
     uses_prefix = False                 # reads the requests' block names
     reads_state = True                  # reads the pods' state (round-robin does not)
+    reads_queue_only = False            # of the pods' state, reads only queued() (the fleet's quiet pods)
 
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
@@ -137,6 +138,8 @@ class Weighted(Router):
         self.uses_prefix = bool(self.weights.get("prefix"))
         self.approx = None if precise else ApproxPrefixIndex(lru_blocks)
         self.name = name
+        used = {k for k, v in self.weights.items() if v}
+        self.reads_queue_only = bool(used) and used <= ({"queue"} if precise else {"queue", "prefix"})
 
     def pick(self, hashes, pods):
         if len(pods) == 1:
