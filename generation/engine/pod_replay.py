@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .block_pool import CountingPool
 from .replay_log import Latencies, StepLog
-from .scheduler import EngineRequest, Scheduler, step_end
+from .scheduler import STEP_LEAD, EngineRequest, Scheduler
 
 
 @dataclass
@@ -140,6 +140,8 @@ class PodReplay:
         if group_decode and CountingPool.usable(scheduler.pool):
             self.counting = scheduler.pool = CountingPool(scheduler.pool)
         scheduler.decode_in_groups(group_decode, self._late)    # fast_decode: decoding requests as a group
+        steps = self.result.steps           # a step's row: one C call into the StepLog's array
+        self._log = steps.rows.extend if isinstance(steps, StepLog) else steps.append
 
     def _late(self, req: EngineRequest) -> None:
         """fast_decode: ``req``'s last token, the last step's, was not listed: its client saw it then."""
@@ -206,13 +208,16 @@ class PodReplay:
         fe = self.fe
         result = self.result
         arrivals, deadlines, incoming = self.arrivals, self.deadlines, self.incoming
+        running, waiting = scheduler.running, scheduler.waiting
+        step_time = self.step_time.step_time
+        reload_cost = getattr(self.step_time, "reload_per_token", 0.0)
+        jitter = self.jitter if self.rng is not None else 0.0
         while True:
             if self.plan is not None:                       # the step in flight ends
                 if self.end >= t:
                     return
                 self._complete()
-                continue
-            if self.stuck or not (arrivals or incoming or scheduler.has_work()) or self.steps >= self.max_steps:
+            if self.stuck or not (arrivals or incoming or running or waiting) or self.steps >= self.max_steps:
                 return
             if self.idle:                                   # nothing ran: wake at the next event
                 wake = self._wake()
@@ -223,20 +228,23 @@ class PodReplay:
             now = self.now
             if now >= t:
                 return
-            while incoming and incoming[0][0] <= now:
-                at, i, req = incoming.popleft()
-                heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
-            while deadlines and deadlines[0][0] <= now:
-                _, _, req = heapq.heappop(deadlines)
-                if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
-                    scheduler.abort(req)
-                    result.timed_out.append(req)
-            cutoff = self.prev_start if (self.async_sched and self.prev_start is not None) else now
-            while arrivals and arrivals[0][0] <= cutoff:
-                at, _, req = heapq.heappop(arrivals)
-                if req.state == EngineRequest.ABORTED:
-                    continue
-                scheduler.add(req, at)
+            if incoming and incoming[0][0] <= now:
+                while incoming and incoming[0][0] <= now:
+                    at, i, req = incoming.popleft()
+                    heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
+            if deadlines and deadlines[0][0] <= now:
+                while deadlines and deadlines[0][0] <= now:
+                    _, _, req = heapq.heappop(deadlines)
+                    if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
+                        scheduler.abort(req)
+                        result.timed_out.append(req)
+            if arrivals:
+                cutoff = self.prev_start if (self.async_sched and self.prev_start is not None) else now
+                while arrivals and arrivals[0][0] <= cutoff:
+                    at, _, req = heapq.heappop(arrivals)
+                    if req.state == EngineRequest.ABORTED:
+                        continue
+                    scheduler.add(req, at)
             plan = scheduler.schedule(now)
             if not plan.scheduled and not plan.num_decode:
                 self.prev_start = None
@@ -245,17 +253,17 @@ class PodReplay:
                     return
                 self.idle = True
                 continue
-            step_time = self.step_time
-            dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
-                                     plan.prefill_pairs, plan.prefill_context)
-            reload = getattr(plan, "kv_reload_tokens", 0)
-            if reload and hasattr(step_time, "reload_per_token"):
-                dt += reload * step_time.reload_per_token
-            if self.jitter > 0 and self.rng is not None:
-                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
+            dt = step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                           plan.prefill_pairs, plan.prefill_context)
+            if plan.kv_reload_tokens and reload_cost:
+                dt += plan.kv_reload_tokens * reload_cost
+            if jitter > 0:
+                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
             self.prev_start = now
             self.plan = plan
-            self.end = step_end(now + dt, self.emitted_at)
+            end = now + dt                  # scheduler.step_end, inlined (every step)
+            lead = self.emitted_at - STEP_LEAD
+            self.end = lead if lead > end else end
 
     def _complete(self) -> None:
         """The step in flight ends at ``self.end``: its tokens out, the frontend's arrivals
@@ -294,8 +302,7 @@ class PodReplay:
                 result.requests.append(req)
                 if self.on_finished is not None:
                     self.on_finished(req, now, seen_at)
-        result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
-                             plan.num_tokens))
+        self._log((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting), plan.num_tokens))
 
     def finish(self) -> ReplayResult:
         """The result so far, its totals filled in (preemptions, duration, the frontend's CPU)."""

@@ -186,6 +186,8 @@ class StepModel:
         self.graph_sizes = ([] if enforce_eager else sorted(cudagraph_capture_sizes)
                             if cudagraph_capture_sizes else cudagraph_sizes(max_cudagraph_capture_size))
         self.max_graph = self.graph_sizes[-1] if self.graph_sizes else 0
+        # padded(n) for n <= max_graph, looked up (a replay's every step asks)
+        self._pad = [self.padded(n) for n in range(self.max_graph + 1)]
         lin_bytes = linear_weight_bytes(arch, quantization)
         if lin_bytes == 1.0:        # FP8 tensor cores double the FLOP/s; without them (A100)
             # vLLM runs FP8 weight-only (Marlin), dequantizing in the GEMM: slower than BF16 once
@@ -252,7 +254,7 @@ class StepModel:
         if tokens <= 0:
             return 0.0
         rows = num_decode + num_chunks
-        padded = tokens if tokens > self.max_graph else self.padded(tokens)
+        padded = tokens if tokens > self.max_graph else self._pad[tokens]
         w = self._w_fixed
         if self._w_experts:
             w += self._w_experts * (1.0 - self._untouched ** padded)
