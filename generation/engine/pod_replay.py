@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_pool import CountingPool
-from .replay_log import Latencies, StepLog
+from .replay_log import Finished, Latencies, StepLog, StepStats
 from .scheduler import STEP_LEAD, EngineRequest, Scheduler
 
 
@@ -34,6 +34,7 @@ class ReplayResult:
     timed_out: list = field(default_factory=list)
     frontend_busy: float = 0.0                        # the frontend's CPU seconds
     rejected: list = field(default_factory=list)      # TraceRequests past the context, refused
+    done: Finished | None = None                      # compact: the finished requests as columns
 
     def times(self, req) -> tuple[float, float]:
         """``(first token, last token)`` of a finished request as its client saw them."""
@@ -41,7 +42,7 @@ class ReplayResult:
         return (seen[0], seen[1]) if seen else (req.first_token, req.finished_at)
 
     def percentiles(self, values, ps=(50, 90, 99)) -> dict:
-        if isinstance(values, Latencies):
+        if hasattr(values, "percentiles"):      # Latencies, LatencyPool
             return values.percentiles(ps)
         if not values:
             return {f"p{p}": None for p in ps}
@@ -51,22 +52,37 @@ class ReplayResult:
     def summary(self) -> dict:
         """TTFT, ITL, TPOT and e2e percentiles (seconds, as the clients saw them), throughput
         (output tokens / s), preemptions, timed-out requests and the mean and peak KV usage."""
-        reqs = self.requests
-        seen = [self.times(r) for r in reqs]
-        ttft = [f - r.arrival for r, (f, _) in zip(reqs, seen)]
-        e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
-        tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
-        out_tokens = sum(r.num_output for r in reqs)
-        usage = self.steps.usage if isinstance(self.steps, StepLog) else [s[1] for s in self.steps]
-        return {"requests": len(reqs), "duration_s": self.duration,
+        d = self.done
+        if d is not None:               # compact: the same values from the columns
+            n = len(d)
+            ttft = [f - a for a, f in zip(d.arrival, d.first)]
+            e2e = [last - a for a, last in zip(d.arrival, d.last)]
+            tpot = [(last - f) / (o - 1) for f, last, o in zip(d.first, d.last, d.output) if o > 1]
+            out_tokens = sum(d.output)
+        else:
+            reqs = self.requests
+            n = len(reqs)
+            seen = [self.times(r) for r in reqs]
+            ttft = [f - r.arrival for r, (f, _) in zip(reqs, seen)]
+            e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
+            tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
+            out_tokens = sum(r.num_output for r in reqs)
+        steps = self.steps
+        if isinstance(steps, StepStats):
+            mean = steps.usage_sum / len(steps) if steps else 0.0
+            peak = steps.usage_peak
+        else:
+            usage = steps.usage if isinstance(steps, StepLog) else [s[1] for s in steps]
+            mean = sum(usage) / len(usage) if usage else 0.0
+            peak = max(usage) if usage else 0.0
+        return {"requests": n, "duration_s": self.duration,
                 "output_tokens_per_s": out_tokens / self.duration if self.duration else 0.0,
-                "requests_per_s": len(reqs) / self.duration if self.duration else 0.0,
+                "requests_per_s": n / self.duration if self.duration else 0.0,
                 "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
                 "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
                 "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
                 "rejected": len(self.rejected),
-                "kv_usage_mean": sum(usage) / len(usage) if usage else 0.0,
-                "kv_usage_peak": max(usage) if usage else 0.0}
+                "kv_usage_mean": mean, "kv_usage_peak": peak}
 
 
 def trace_block_hashes(tr, block_size: int) -> list | None:
@@ -100,11 +116,16 @@ class PodReplay:
 
     ``on_finished(req, now, seen_at)`` is called for each request as it finishes (its last
     token at ``now`` on the engine, ``seen_at`` at the client); the closed loop of
-    :func:`replay` and a P/D fleet's hand-offs use it.  Other arguments as :func:`replay`."""
+    :func:`replay` and a P/D fleet's hand-offs use it.  ``compact``: keep no EngineRequest once
+    finished and no row per step (the result's ``done`` columns and a
+    :class:`~generation.engine.replay_log.StepStats`: the same summary, ~50 bytes a request
+    instead of ~600, none a step instead of 40; a fleet's long replays).  Other arguments as
+    :func:`replay`."""
 
     def __init__(self, scheduler: Scheduler, step_time, *, frontend: float | None = None,
                  rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
-                 timeout: float = 0.0, max_steps: int = 10_000_000, on_finished=None, group_decode: bool = True):
+                 timeout: float = 0.0, max_steps: int = 10_000_000, on_finished=None, group_decode: bool = True,
+                 compact: bool = False):
         self.scheduler = scheduler
         self.step_time = step_time
         self.rng = rng
@@ -119,6 +140,9 @@ class PodReplay:
         self.fixed_fe = step_time.frontend_time() if frontend is None else frontend
         self.async_sched = bool(getattr(step_time, "async_scheduling", False))
         self.result = ReplayResult()
+        if compact:                         # no row per step, no EngineRequest kept once finished
+            self.result.steps = StepStats()
+            self.result.done = Finished()
         self.bs = scheduler.block_size
         self.arrivals: list = []            # heap of (time into the queue, index, EngineRequest)
         self.deadlines: list = []           # heap of (arrival + timeout, index, EngineRequest)
@@ -270,6 +294,7 @@ class PodReplay:
         during it admitted first."""
         scheduler, fe, result, incoming = self.scheduler, self.fe, self.result, self.incoming
         client = result.client
+        done = result.done
         plan, now = self.plan, self.end
         self.plan = None
         self.now = now
@@ -299,7 +324,11 @@ class PodReplay:
             else:
                 times[1] = seen_at
             if req.state == EngineRequest.DONE:
-                result.requests.append(req)
+                if done is None:
+                    result.requests.append(req)
+                else:
+                    times = client.pop(req)
+                    done.add(req, times[0], times[1])
                 if self.on_finished is not None:
                     self.on_finished(req, now, seen_at)
         self._log((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting), plan.num_tokens))

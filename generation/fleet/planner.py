@@ -46,7 +46,7 @@ def evaluate(config: dict, trace, pods: int, slo_ttft: float, slo_itl: float, se
                                    *server_args])
     new_pod, cfg, _ = _cache[key]
     fleet = FleetReplay(new_pod, trace, pods=pods, router=make_router(config["router"], seed=seed),
-                        gpus_per_pod=config["tp"], give_up_ttft=slo_ttft, keep_routed=False, seed=seed,
+                        gpus_per_pod=config["tp"], give_up_ttft=slo_ttft, keep_routed=False, compact=True, seed=seed,
                         kv_transfer_bandwidth=cfg.kv_transfer_bandwidth)
     s = fleet.run().summary()
     ttft = s["ttft_s"]["p99"]

@@ -29,12 +29,14 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from dataclasses import dataclass, field, replace
+from array import array
+from dataclasses import replace
 
 from generation.engine.pod_replay import PodReplay, ReplayResult, trace_block_hashes
 from generation.engine.replay import TraceRequest
+from generation.engine.replay_log import LatencyPool
 
-_PCT = ReplayResult().percentiles
+from .results import FleetResult, Records
 
 
 class Pod:
@@ -85,61 +87,6 @@ class Pod:
         return self.replay.finish()
 
 
-@dataclass
-class FleetResult:
-    """What a fleet replay gives: ``pods`` (every pod that lived, with its ``result``),
-    ``records`` one dict per finished request (``arrival``, ``ttft``, ``e2e`` in client
-    seconds, ``prompt_tokens``, ``output_tokens``, ``cached_tokens``, ``pod``), ``itl`` every
-    inter-token latency, ``timeline`` ``(time, ready, starting, draining)`` at each change and
-    scrape, ``gpu_hours``, ``duration`` (seconds to the last token), ``unfinished`` (requests
-    never finished: timed out, or larger than the cache), ``router`` and ``decisions`` (the
-    autoscaler's, when one ran)."""
-    pods: list
-    records: list
-    itl: list
-    timeline: list
-    gpu_hours: float
-    duration: float
-    unfinished: int
-    router: str
-    gpus_per_pod: int = 1
-    decisions: list = field(default_factory=list)
-    gave_up: bool = False
-
-    def summary(self) -> dict:
-        """Fleet percentiles (p50/p90/p99 of TTFT, ITL, E2E, seconds), throughput, the prefix
-        cache's hit rate (cached prompt tokens over prompt tokens), preemptions, pods and
-        GPU-hours."""
-        recs = self.records
-        out_tokens = sum(r["output_tokens"] for r in recs)
-        prompt = sum(r["prompt_tokens"] for r in recs)
-        d = self.duration
-        return {"router": self.router, "requests": len(recs), "unfinished": self.unfinished,
-                "duration_s": d, "output_tokens_per_s": out_tokens / d if d else 0.0,
-                "requests_per_s": len(recs) / d if d else 0.0,
-                "ttft_s": _PCT([r["ttft"] for r in recs]), "itl_s": _PCT(self.itl),
-                "e2e_s": _PCT([r["e2e"] for r in recs]),
-                "cache_hit_rate": sum(r["cached_tokens"] for r in recs) / prompt if prompt else 0.0,
-                "preemptions": sum(p.result.preemptions for p in self.pods),
-                "pods_max": max((t[1] + t[2] + t[3] for t in self.timeline), default=len(self.pods)),
-                "pods_total": len(self.pods), "gpu_hours": self.gpu_hours, "gave_up": self.gave_up}
-
-    def per_pod(self) -> list[dict]:
-        """One row per pod: name, role, requests routed and finished, TTFT / ITL / E2E p50 and
-        p99 (client seconds, as the pod's own replay gives them), mean KV usage, preemptions,
-        life (created, ready, removed; seconds)."""
-        rows = []
-        for p in self.pods:
-            s = p.result.summary()
-            rows.append({"pod": p.name, "role": p.role, "routed": len(p.routed), "requests": s["requests"],
-                         "ttft_p50": s["ttft_s"]["p50"], "ttft_p99": s["ttft_s"]["p99"],
-                         "itl_p50": s["itl_s"]["p50"], "itl_p99": s["itl_s"]["p99"],
-                         "e2e_p50": s["e2e_s"]["p50"], "e2e_p99": s["e2e_s"]["p99"],
-                         "kv_usage_mean": s["kv_usage_mean"], "preemptions": s["preemptions"],
-                         "created": p.created, "ready_at": p.ready_at, "removed_at": p.removed_at})
-        return rows
-
-
 class FleetReplay:
     """Replay ``trace`` (TraceRequests by arrival) on a fleet (module docstring).
 
@@ -154,12 +101,19 @@ class FleetReplay:
     timeout (seconds, 0: none).  ``give_up_ttft`` > 0 (the planner's p99 TTFT SLO, seconds)
     stops the replay early once more than 1% of the trace's requests have waited longer than
     that for their first token (the p99 cannot be met any more; ``FleetResult.gave_up``).
+    ``keep_routed`` lists each pod's requests (``Pod.routed``); ``compact`` keeps each pod's
+    finished requests as columns and no row per step
+    (:class:`~generation.engine.pod_replay.PodReplay`'s ``compact``: the same summaries and
+    records, ~100 bytes a request instead of ~1 KB, and no 40 bytes a step); ``refresh_interval``
+    > 0 has the router read the pods every that many seconds (GIE's refresh) instead of at
+    each arrival.
     Raises ValueError for a fleet that cannot run."""
 
     def __init__(self, new_pod, trace, *, pods: int = 1, router=None, autoscaler=None, prefill_pods: int = 0,
                  prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
                  gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
-                 keep_routed: bool = True, give_up_ttft: float = 0.0, refresh_interval: float = 0.0):
+                 keep_routed: bool = True, give_up_ttft: float = 0.0, refresh_interval: float = 0.0,
+                 compact: bool = False):
         from .routing import RoundRobin
         if pods < 1:
             raise ValueError(f"--pods must be at least 1, got {pods}")
@@ -184,6 +138,7 @@ class FleetReplay:
         self.seed = seed
         self.timeout = timeout
         self.keep_routed = keep_routed
+        self.compact = compact
         self.give_up_ttft = give_up_ttft
         if refresh_interval < 0:
             raise ValueError(f"--router-refresh must be >= 0 seconds, got {refresh_interval}")
@@ -223,8 +178,12 @@ class FleetReplay:
         self.bs = sched.block_size
         on_finished = self._handoff if role == "prefill" else None
         rng = random.Random(f"{self.seed}-pod{i}-steps") if self.jitter > 0 else None
-        pr = PodReplay(sched, step_time, rng=rng, jitter=self.jitter, timeout=self.timeout, on_finished=on_finished)
+        pr = PodReplay(sched, step_time, rng=rng, jitter=self.jitter, timeout=self.timeout, on_finished=on_finished,
+                       compact=self.compact)
         pod = Pod(f"{role}-{i}" if role != "serve" else f"pod-{i}", i, role, pr, created, ready_at)
+        if role == "decode" and self.compact:   # the client's arrival and the prefill's hits, by finished row
+            pod.client_arrival, pod.client_cached = array("d"), array("q")
+            pr.on_finished = lambda req, now, seen_at, pod=pod: self._decoded(pod, req)
         pod.kv_bytes_per_token = getattr(step_time, "kv_bytes_per_token", 0)
         self.pods.append(pod)
         if ready_at <= created:
@@ -326,6 +285,12 @@ class FleetReplay:
         req = self._submit(pod, replace(tr0, arrival=at), at, kv_ready_at=ready, prefix_hit=_remote_kv)
         if req is not None:
             self.origin[req] = (tr0.arrival, pre.cached_tokens)
+
+    def _decoded(self, pod: Pod, req) -> None:
+        """Compact P/D: a decode pod finished ``req`` (its row just added to the pod's columns)."""
+        arrival, cached = self.origin.pop(req)
+        pod.client_arrival.append(arrival)
+        pod.client_cached.append(cached)
 
     def _scrape(self, t: float) -> None:
         a = self.autoscaler
@@ -445,32 +410,33 @@ class FleetReplay:
         return self._result()
 
     def _result(self) -> FleetResult:
-        records, itl = [], None
+        parts, itl = [], []
         end = 0.0
         for p in self.pods:
             res = p.replay.finish()
             end = max(end, res.duration)
             if p.role == "prefill":
                 continue
-            if itl is None:             # the pods' own store (compact runs, or a list): merged as is
-                itl = type(res.itl)()
-            if hasattr(itl, "extend"):
-                itl.extend(res.itl)
-            else:
-                for x in res.itl:
-                    itl.append(x)
+            itl.append(res.itl)         # read as one, not copied
+            d = res.done
+            if d is not None:           # compact: the pod's columns (P/D: the client's arrival, the prefill's hits)
+                arrival = p.client_arrival if p.role == "decode" else d.arrival
+                cached = p.client_cached if p.role == "decode" else d.cached
+                parts.append((p.index, arrival, d.first, d.last, d.prompt, d.output, cached))
+                continue
+            cols = ([], [], [], [], [], [])
             for r in res.requests:
                 first, last = res.times(r)
                 arrival, cached = self.origin.get(r, (r.arrival, r.cached_tokens))
-                records.append({"arrival": arrival, "ttft": first - arrival, "e2e": last - arrival,
-                                "prompt_tokens": r.prompt_len, "output_tokens": r.num_output,
-                                "cached_tokens": cached, "pod": p.name})
-        records.sort(key=lambda r: r["arrival"])
+                for c, v in zip(cols, (arrival, first, last, r.prompt_len, r.num_output, cached)):
+                    c.append(v)
+            parts.append((p.index, *cols))
+        records = Records(parts, [p.name for p in self.pods])
         end = max(end, self.now)
         gpu_s = sum(((p.removed_at if p.removed_at is not None else end) - p.created) for p in self.pods)
         self._mark(end)
-        return FleetResult(self.pods, records, itl if itl is not None else [], self.timeline, gpu_s * self.gpus_per_pod / 3600.0, end,
-                           len(self.trace) - len(records), getattr(self.router, "name", "router"),
+        return FleetResult(self.pods, records, LatencyPool(itl), self.timeline, gpu_s * self.gpus_per_pod / 3600.0,
+                           end, len(self.trace) - len(records), getattr(self.router, "name", "router"),
                            self.gpus_per_pod, list(self.autoscaler.decisions) if self.autoscaler else [],
                            self.gave_up)
 

@@ -178,3 +178,45 @@ def test_a_sessions_next_turn_follows_its_cache_with_prefix_aware_routing():
     assert where[("session:7", 700)] is where[("session:a", 600)]         # the shared system prompt is there
     turn2 = next(r for p in res.pods for r in p.result.requests if r.prompt_len == 900)
     assert turn2.cached_tokens == 600 // 16 * 16                           # the first turn's prompt blocks
+
+
+def test_quiet_pods_advanced_several_steps_at_once_give_the_same_pods():
+    """least-queue reads only the queues: a pod whose queue is empty and cannot fill is advanced
+    when picked or at an event, not at every arrival; on small caches (preemptions) every pod
+    is still the single-pod replay of its requests, and the fleet the one advanced eagerly."""
+    trace = workload(n=300, rate=80.0)
+    small = lambda i, role: (sched(blocks=120), STEP)
+    fleet = FleetReplay(small, trace, pods=3, router=make_router("least-queue", seed=2))
+    assert fleet.quiet
+    res = fleet.run()
+    assert sum(p.result.preemptions for p in res.pods) > 0
+    for p in res.pods:
+        assert digest(p.result) == digest(replay(sched(blocks=120), STEP, [tr for tr, _ in p.routed]))
+    eager_router = make_router("least-queue", seed=2)
+    eager_router.reads_queue_only = False
+    eager = FleetReplay(small, trace, pods=3, router=eager_router)
+    assert not eager.quiet
+    assert eager.run().summary() == res.summary()
+
+
+@pytest.mark.parametrize("kind", ["serve", "pd", "autoscale"])
+def test_compact_results_are_the_full_ones(kind):
+    """``compact``: no EngineRequest kept once finished, no row per step; the same fleet and
+    per-pod summaries and records."""
+    trace = workload(n=300, rate=80.0)
+    kw = {"serve": dict(pods=3, router=make_router("weighted", seed=1)),
+          "pd": dict(pods=2, prefill_pods=2, router=make_router("least-queue"),
+                     prefill_router=make_router("prefix-precise")),
+          "autoscale": dict(pods=1, router=make_router("least-queue"),
+                            autoscaler=Autoscaler(ScalingPolicy(scrape_interval=1.0, startup_delay=0.5,
+                                                                max_replicas=3, queue_length_threshold=4)))}[kind]
+    full = FleetReplay(new_pod, trace, **kw).run()
+    kw = {k: (make_router(v.name, seed=1 if kind == "serve" else 0) if k == "router" else
+              make_router("prefix-precise") if k == "prefill_router" else
+              Autoscaler(v.policy) if k == "autoscaler" else v) for k, v in kw.items()}
+    compact = FleetReplay(new_pod, trace, compact=True, **kw).run()
+    assert compact.summary() == full.summary()
+    assert compact.per_pod() == full.per_pod()
+    assert list(compact.records) == list(full.records) and len(compact.records) == 300
+    assert all(not p.result.requests and len(p.result.done) == len(q.result.requests)
+               for p, q in zip(compact.pods, full.pods))
