@@ -166,6 +166,7 @@ class PodReplay:
         scheduler.decode_in_groups(group_decode, self._late)    # fast_decode: decoding requests as a group
         steps = self.result.steps           # a step's row: one C call into the StepLog's array
         self._log = steps.rows.extend if isinstance(steps, StepLog) else steps.append
+        self.stats = steps if isinstance(steps, StepStats) else None
 
     def _late(self, req: EngineRequest) -> None:
         """fast_decode: ``req``'s last token, the last step's, was not listed: its client saw it then."""
@@ -301,10 +302,18 @@ class PodReplay:
         emitted = scheduler.complete(plan, now)
         # fast_decode: `emitted` lists the requests needing their own handling; `lazy` more emitted
         # a token each, ITL `now - prev_end`
-        lazy = getattr(emitted, "lazy", 0)
+        lazy = emitted.lazy if type(emitted) is not list else 0
         n_out = len(emitted) + lazy
-        if lazy:
-            result.itl.add(now - emitted.prev_end, lazy)
+        if lazy:                    # Latencies.add, inlined (every step)
+            x = now - emitted.prev_end
+            itl = result.itl
+            v = itl.values
+            if v and v[-1] == x:
+                itl.counts[-1] += lazy
+            else:
+                v.append(x)
+                itl.counts.append(lazy)
+            itl._n += lazy
         if self.emission_cost:     # the frontend sends one step's tokens after the previous step's
             self.emitted_at = max(now, self.emitted_at) + self.emission_cost * n_out
         if fe is not None:
@@ -331,7 +340,18 @@ class PodReplay:
                     done.add(req, times[0], times[1])
                 if self.on_finished is not None:
                     self.on_finished(req, now, seen_at)
-        self._log((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting), plan.num_tokens))
+        stats = self.stats
+        if stats is None:
+            self._log((now, scheduler.pool.usage(), len(scheduler.running), len(scheduler.waiting), plan.num_tokens))
+        else:                       # compact: StepStats.append, inlined
+            u = scheduler.pool.usage()
+            stats.n += 1
+            stats.usage_sum += u
+            if u > stats.usage_peak:
+                stats.usage_peak = u
+            if now >= stats.next_at:
+                stats.samples.extend((now, u))
+                stats.next_at = now + stats.every
 
     def finish(self) -> ReplayResult:
         """The result so far, its totals filled in (preemptions, duration, the frontend's CPU)."""

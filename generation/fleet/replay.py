@@ -58,13 +58,13 @@ class Pod:
         self.routed: list = []
         self.key = math.inf             # its next event (its entry in the fleet's event heap)
         self.hot = False                # in the fleet's list of pods advanced at each arrival
+        self._waiting, self._arrivals, self._incoming = replay.scheduler.waiting, replay.arrivals, replay.incoming
 
     # what a router and an autoscaler read (the pod's /metrics and KV events)
     def queued(self) -> int:
         """Requests at the pod that are not running: ``vllm:num_requests_waiting`` and those
         still in its frontend or async planning."""
-        r = self.replay
-        return len(r.scheduler.waiting) + len(r.arrivals) + len(r.incoming)
+        return len(self._waiting) + len(self._arrivals) + len(self._incoming)
 
     def running(self) -> int:
         """``vllm:num_requests_running``."""
