@@ -47,7 +47,7 @@ def evaluate(config: dict, trace, pods: int, slo_ttft: float, slo_itl: float, se
     new_pod, cfg, _ = _cache[key]
     fleet = FleetReplay(new_pod, trace, pods=pods, router=make_router(config["router"], seed=seed),
                         gpus_per_pod=config["tp"], give_up_ttft=slo_ttft, keep_routed=False, compact=True, seed=seed,
-                        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth)
+                        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth * 1e9)
     s = fleet.run().summary()
     ttft = s["ttft_s"]["p99"]
     itl = s["itl_s"]["p99"] or 0.0

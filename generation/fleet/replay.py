@@ -13,13 +13,21 @@ routed to it, at their arrival times, its result is the one
   later; a scale-down takes the least loaded ready pod out of routing and removes it once its
   requests finished (drain).  Pods over time and GPU-hours (each pod from its creation to its
   removal, times its GPUs) are recorded.
-- **P/D disaggregation** (``prefill_pods`` > 0): a request goes first to a prefill pod, which
-  computes its prompt and one token (vLLM's ``do_remote_decode``); when that answer is back,
-  the request goes to a decode pod, which waits for the prompt's KV (``prompt x
-  kv_bytes_per_token / kv_transfer_bandwidth`` seconds, as the server's step engine) and finds
-  all but the last prompt token computed (``do_remote_prefill``).  The client's first token is
-  the decode pod's.  Each pool has its own router (the prefill pool's can be prefix-aware);
-  prompts shorter than ``pd_threshold`` tokens skip the prefill pool.
+- **P/D disaggregation** (``prefill_pods`` > 0): both pods are picked when the request
+  arrives, the decode pod first, as llm-d's P/D profile handler does (``pd-profile-handler``,
+  ``pkg/plugins/profile/pd_profile_handler.go`` of llm-d/llm-d-inference-scheduler: the decode
+  profile runs first, then the decider chooses whether the prefill profile runs too; the
+  request goes to the decode pod, whose sidecar sends the prefill to the prefill pod and then
+  the decode to its own vLLM).  The prefill pod computes the prompt and one token (vLLM's
+  ``do_remote_decode``); when that answer is back at the sidecar, the chosen decode pod gets
+  the request, waits for the prompt's KV (``prompt x kv_bytes_per_token /
+  kv_transfer_bandwidth`` seconds, as the server's step engine) and finds all but the last
+  prompt token computed (``do_remote_prefill``).  The client's first token is the decode
+  pod's.  Each pool has its own router (the prefill pool's can be prefix-aware); prompts
+  shorter than ``pd_threshold`` tokens skip the prefill pool (the decider).  With an
+  autoscaler each pool is scaled on its own pods' metrics (``prefill_autoscaler`` for the
+  prefill pool), as WVA scales a P/D deployment's prefill and decode variants apart; a decode
+  pod that drains still takes the requests it was picked for.
 
 Times are seconds from the trace's start.  The router reads a pod's state between its events:
 a step in flight shows the requests it scheduled as running.
@@ -58,6 +66,7 @@ class Pod:
         self.routed: list = []
         self.key = math.inf             # its next event (its entry in the fleet's event heap)
         self.hot = False                # in the fleet's list of pods advanced at each arrival
+        self.pending = 0                # P/D decode pod: requests picked for it, their prefill not back yet
         self._waiting, self._arrivals, self._incoming = replay.scheduler.waiting, replay.arrivals, replay.incoming
 
     # what a router and an autoscaler read (the pod's /metrics and KV events)
@@ -95,8 +104,9 @@ class FleetReplay:
     ``pods`` the pods at the start (ready at 0); ``router`` a
     :class:`~generation.fleet.routing.Router`; ``autoscaler`` an
     :class:`~generation.fleet.autoscaler.Autoscaler` or None; ``prefill_pods`` > 0 with
-    ``prefill_router`` for P/D (then ``pods`` are the decode pods), ``kv_transfer_bandwidth``
-    bytes/s and ``pd_threshold`` tokens; ``gpus_per_pod`` (TP) for GPU-hours; ``jitter`` and
+    ``prefill_router`` for P/D (then ``pods`` are the decode pods, ``autoscaler`` scales them
+    and ``prefill_autoscaler`` the prefill pool), ``kv_transfer_bandwidth`` bytes/s and
+    ``pd_threshold`` tokens; ``gpus_per_pod`` (TP) for GPU-hours; ``jitter`` and
     ``seed`` the step-time jitter (each pod its own seeded stream); ``timeout`` a client's
     timeout (seconds, 0: none).  ``give_up_ttft`` > 0 (the planner's p99 TTFT SLO, seconds)
     stops the replay early once more than 1% of the trace's requests have waited longer than
@@ -113,17 +123,18 @@ class FleetReplay:
                  prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
                  gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
                  keep_routed: bool = True, give_up_ttft: float = 0.0, refresh_interval: float = 0.0,
-                 compact: bool = False):
+                 compact: bool = False, prefill_autoscaler=None):
         from .routing import RoundRobin
         if pods < 1:
             raise ValueError(f"--pods must be at least 1, got {pods}")
         if prefill_pods < 0:
             raise ValueError(f"--prefill-pods must be at least 0, got {prefill_pods}")
-        if autoscaler is not None and prefill_pods:
-            raise ValueError("--autoscale with --prefill-pods: the autoscaler scales one pool; P/D pools are fixed")
-        if autoscaler is not None and not (autoscaler.policy.min_replicas <= pods <= autoscaler.policy.max_replicas):
-            raise ValueError(f"--pods {pods} is outside the autoscaler's replicas "
-                             f"({autoscaler.policy.min_replicas}..{autoscaler.policy.max_replicas})")
+        if prefill_autoscaler is not None and not prefill_pods:
+            raise ValueError("a prefill autoscaler needs --prefill-pods")
+        for a, n, flag in ((autoscaler, pods, "--pods"), (prefill_autoscaler, prefill_pods, "--prefill-pods")):
+            if a is not None and not (a.policy.min_replicas <= n <= a.policy.max_replicas):
+                raise ValueError(f"{flag} {n} is outside the autoscaler's replicas "
+                                 f"({a.policy.min_replicas}..{a.policy.max_replicas})")
         if not kv_transfer_bandwidth > 0:
             raise ValueError("--kv-transfer-bandwidth must be positive")
         self.new_pod = new_pod
@@ -131,6 +142,8 @@ class FleetReplay:
         self.router = router or RoundRobin(seed)
         self.prefill_router = prefill_router or RoundRobin(seed + 1)
         self.autoscaler = autoscaler
+        self.prefill_autoscaler = prefill_autoscaler
+        self.pd = prefill_pods > 0
         self.kv_bw = kv_transfer_bandwidth
         self.pd_threshold = pd_threshold
         self.gpus_per_pod = gpus_per_pod
@@ -162,7 +175,7 @@ class FleetReplay:
         self.seq = 0
         self.timeline: list = []
         self.origin: dict = {}          # decode EngineRequest -> (the client's arrival, prefill's cache hits)
-        self.pd_origin: dict = {}       # prefill EngineRequest -> its TraceRequest (P/D)
+        self.pd_origin: dict = {}       # prefill EngineRequest -> (its TraceRequest, the decode pod picked)
         self.bs = None
         self.now = 0.0
         for _ in range(prefill_pods):
@@ -253,7 +266,10 @@ class FleetReplay:
     # ---- events ---------------------------------------------------------------------------
     def _arrive(self, tr: TraceRequest) -> None:
         """Route an arrival: to the prefill pool (P/D, a long enough prompt) or the pods."""
+        dec = None
         if self.prefill and tr.prompt_tokens >= self.pd_threshold:
+            dec = self.router.pick(None, self.serving)      # llm-d: the decode profile first
+            self.router.routed(None, dec)
             router, pods = self.prefill_router, self.prefill
         else:
             router, pods = self.router, self.serving
@@ -268,7 +284,8 @@ class FleetReplay:
         if pod.role == "prefill":       # vLLM's do_remote_decode: the prompt and one token
             req = self._submit(pod, replace(tr, output_tokens=1), tr.arrival)
             if req is not None:         # None: refused (past the context), as vLLM answers 400
-                self.pd_origin[req] = tr
+                self.pd_origin[req] = (tr, dec)
+                dec.pending += 1
         else:
             self._submit(pod, tr, tr.arrival)
 
@@ -277,10 +294,10 @@ class FleetReplay:
         self._push(seen_at, 1, "handoff", req)
 
     def _decode(self, pre, at: float) -> None:
-        """The decode side of a P/D request whose prefill answer came back at ``at``."""
-        tr0 = self.pd_origin.pop(pre)
-        pod = self.router.pick(None, self.serving)
-        self.router.routed(None, pod)
+        """The decode side of a P/D request whose prefill answer came back at ``at``: to the
+        decode pod picked at its arrival."""
+        tr0, pod = self.pd_origin.pop(pre)
+        pod.pending -= 1
         ready = at + pre.prompt_len * pod.kv_bytes_per_token / self.kv_bw
         req = self._submit(pod, replace(tr0, arrival=at), at, kv_ready_at=ready, prefix_hit=_remote_kv)
         if req is not None:
@@ -292,17 +309,24 @@ class FleetReplay:
         pod.client_arrival.append(arrival)
         pod.client_cached.append(cached)
 
-    def _scrape(self, t: float) -> None:
-        a = self.autoscaler
-        metrics = [(p.kv_usage(), p.queued()) for p in self.serving]
-        change = a.decide(t, metrics, len(self.serving) + len(self.starting))
+    def _scaler(self, which: int):
+        """``(autoscaler, pool, router, role)``: 0 the serving (or decode) pool, 1 the prefill pool."""
+        if which:
+            return self.prefill_autoscaler, self.prefill, self.prefill_router, "prefill"
+        return self.autoscaler, self.serving, self.router, "decode" if self.pd else "serve"
+
+    def _scrape(self, t: float, which: int) -> None:
+        """A scrape of one pool: its autoscaler reads the pool's ready pods and scales it."""
+        a, pool, router, role = self._scaler(which)
+        metrics = [(p.kv_usage(), p.queued()) for p in pool]
+        change = a.decide(t, metrics, len(pool) + sum(p.role == role for p in self.starting))
         if change > 0:
             for _ in range(change):
-                self._add_pod("serve", t, t + a.policy.startup_delay)
-        elif change < 0 and len(self.serving) > 1:
-            pod = min(reversed(self.serving), key=lambda p: p.queued() + p.running())
-            self.serving.remove(pod)
-            self.router.forget(pod)
+                self._add_pod(role, t, t + a.policy.startup_delay)
+        elif change < 0 and len(pool) > 1:
+            pod = min(reversed(pool), key=lambda p: p.queued() + p.running())
+            pool.remove(pod)
+            router.forget(pod)
             pod.drain_at = t
             self.draining.append(pod)
         self._mark(t)
@@ -312,7 +336,7 @@ class FleetReplay:
             if p.key < t:
                 p.replay.advance_until(t)
                 self._resched(p)
-        done = [p for p in self.draining if p.replay.next_event_time() == math.inf]
+        done = [p for p in self.draining if p.replay.next_event_time() == math.inf and not p.pending]
         for p in done:
             self.draining.remove(p)
             p.removed_at = max(p.drain_at, p.replay.now)
@@ -348,8 +372,9 @@ class FleetReplay:
     def run(self) -> FleetResult:
         trace, n, i = self.trace, len(self.trace), 0
         events = self.events
-        if self.autoscaler is not None:
-            self._push(self.autoscaler.policy.scrape_interval, 2, "scrape", None)
+        for which in (0, 1):
+            if self._scaler(which)[0] is not None:
+                self._push(self._scaler(which)[0].policy.scrape_interval, 2, "scrape", which)
         if self.give_up_ttft > 0 and n:
             allowed = n - math.ceil(0.99 * n)   # nearest-rank p99: this many may be late
             check = max(0.25, self.give_up_ttft / 2)
@@ -383,7 +408,7 @@ class FleetReplay:
                     self._decode(data, t)
                 elif kind == "ready":
                     self.starting.remove(data)
-                    self.serving.append(data)
+                    (self.prefill if data.role == "prefill" else self.serving).append(data)
                     self._mark(t)
                 elif kind == "check":
                     if self._late(t) > data[0]:
@@ -392,9 +417,9 @@ class FleetReplay:
                     if i < n or self._busy():
                         self._push(t + data[1], 3, "check", data)
                 elif kind == "scrape":
-                    self._scrape(t)
-                    if i < n or self._busy() or self.starting or len(events) > 0:
-                        self._push(t + self.autoscaler.policy.scrape_interval, 2, "scrape", None)
+                    self._scrape(t, data)
+                    if i < n or self._busy() or self.starting or any(e[3] != "scrape" for e in events):
+                        self._push(t + self._scaler(data)[0].policy.scrape_interval, 2, "scrape", data)
             else:
                 self._arrive(trace[i])
                 i += 1
@@ -438,7 +463,7 @@ class FleetReplay:
         return FleetResult(self.pods, records, LatencyPool(itl), self.timeline, gpu_s * self.gpus_per_pod / 3600.0,
                            end, len(self.trace) - len(records), getattr(self.router, "name", "router"),
                            self.gpus_per_pod, list(self.autoscaler.decisions) if self.autoscaler else [],
-                           self.gave_up)
+                           self.gave_up, list(self.prefill_autoscaler.decisions) if self.prefill_autoscaler else [])
 
 
 def _quiet(r: PodReplay) -> bool:

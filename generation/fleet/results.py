@@ -58,8 +58,8 @@ class FleetResult:
     ``arrival``, ``ttft``, ``e2e`` in client seconds, ``prompt_tokens``, ``output_tokens``,
     ``cached_tokens``, ``pod``), ``itl`` every inter-token latency (the pods' own, read as one), ``timeline`` ``(time, ready, starting, draining)`` at each change and
     scrape, ``gpu_hours``, ``duration`` (seconds to the last token), ``unfinished`` (requests
-    never finished: timed out, or larger than the cache), ``router`` and ``decisions`` (the
-    autoscaler's, when one ran)."""
+    never finished: timed out, or larger than the cache), ``router``, ``decisions`` (the
+    autoscaler's, when one ran) and ``prefill_decisions`` (P/D: the prefill pool's)."""
     pods: list
     records: "Records"
     itl: object
@@ -71,6 +71,7 @@ class FleetResult:
     gpus_per_pod: int = 1
     decisions: list = field(default_factory=list)
     gave_up: bool = False
+    prefill_decisions: list = field(default_factory=list)
 
     def summary(self) -> dict:
         """Fleet percentiles (p50/p90/p99 of TTFT, ITL, E2E, seconds), throughput, the prefix

@@ -177,6 +177,17 @@ def test_cli_replay_prints_fleet_and_pods(tmp_path, capsys):
     assert sum(p["requests"] for p in out["pods"]) == 4
 
 
+def test_cli_pd_reads_the_kv_transfer_bandwidth_in_gb_per_s(capsys):
+    """--kv-transfer-bandwidth is GB/s (the server's option): 25 GB/s moves a 600-token prompt of
+    Llama-3.1-8B (128 KiB a token) in ~3 ms, not in hours; both pools scale with --autoscale."""
+    from generation.fleet.cli import main
+    assert main(["replay", "--trace", os.path.join(FIX, "sessions.jsonl"), "--pods", "1", "--prefill-pods", "1",
+                 "--autoscale", "--json", *SERVER]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fleet"]["requests"] == 4 and out["fleet"]["e2e_s"]["p99"] < 5.0
+    assert [p["role"] for p in out["pods"]] == ["prefill", "decode"]
+
+
 def test_a_round_of_the_search_spreads_pod_counts_over_the_processes():
     from generation.fleet.planner import _Search
     s = _Search({"gpu": "H100", "tp": 1, "router": "round-robin"}, 1, 64)

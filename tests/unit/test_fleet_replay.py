@@ -161,8 +161,10 @@ def test_the_planner_gives_up_early_on_a_hopeless_fleet():
 def test_a_fleet_that_cannot_run_names_the_flag():
     with pytest.raises(ValueError, match="--pods"):
         FleetReplay(new_pod, [], pods=0)
-    with pytest.raises(ValueError, match="--autoscale"):
-        FleetReplay(new_pod, [], pods=1, prefill_pods=1, autoscaler=Autoscaler())
+    with pytest.raises(ValueError, match="needs --prefill-pods"):
+        FleetReplay(new_pod, [], pods=1, prefill_autoscaler=Autoscaler())
+    with pytest.raises(ValueError, match="--prefill-pods 5 is outside"):
+        FleetReplay(new_pod, [], pods=1, prefill_pods=5, prefill_autoscaler=Autoscaler(ScalingPolicy(max_replicas=4)))
     with pytest.raises(ValueError, match="outside the autoscaler's replicas"):
         FleetReplay(new_pod, [], pods=5, autoscaler=Autoscaler(ScalingPolicy(max_replicas=4)))
     assert math.isinf(FleetReplay(new_pod, [], pods=1).pods[0].replay.next_event_time())
@@ -220,3 +222,61 @@ def test_compact_results_are_the_full_ones(kind):
     assert list(compact.records) == list(full.records) and len(compact.records) == 300
     assert all(not p.result.requests and len(p.result.done) == len(q.result.requests)
                for p, q in zip(compact.pods, full.pods))
+
+
+class _Recording:
+    """A router that notes when it picked which pod (the fleet's clock) for which request."""
+
+    def __init__(self, router, fleet_ref):
+        self.router, self.fleet_ref, self.picks = router, fleet_ref, []
+        self.uses_prefix, self.reads_state, self.name = router.uses_prefix, router.reads_state, router.name
+
+    def pick(self, hashes, pods):
+        pod = self.router.pick(hashes, pods)
+        self.picks.append((self.fleet_ref[0].now, pod))
+        return pod
+
+    def routed(self, hashes, pod):
+        self.router.routed(hashes, pod)
+
+    def forget(self, pod):
+        self.router.forget(pod)
+
+
+def test_pd_picks_the_decode_pod_when_the_request_arrives():
+    """llm-d's P/D profile handler runs the decode profile first, at the request's arrival, then
+    the prefill profile; the decode pod gets the request once its prefill is back."""
+    rng = random.Random(4)
+    trace = [TraceRequest(i / 30.0 + rng.random() * 0.01, 600 + 7 * i, rng.randint(5, 60)) for i in range(80)]
+    ref = [None]
+    dec_router = _Recording(make_router("least-queue"), ref)
+    fleet = ref[0] = FleetReplay(new_pod, trace, pods=3, prefill_pods=2, router=dec_router,
+                                 prefill_router=make_router("prefix-precise"))
+    res = fleet.run()
+    assert [t for t, _ in dec_router.picks] == [tr.arrival for tr in trace]       # at arrival, each once
+    picked = {tr.prompt_tokens: (tr.arrival, pod) for tr, (_, pod) in zip(trace, dec_router.picks)}
+    dec = [p for p in res.pods if p.role == "decode"]
+    assert sum(len(p.routed) for p in dec) == 80 and all(p.routed for p in dec)
+    for p in dec:
+        for tr, at in p.routed:                  # handed over after the prefill answered, to the pod picked
+            arrival, pod = picked[tr.prompt_tokens]
+            assert at > arrival and pod is p
+    assert all(p.pending == 0 for p in dec) and res.summary()["requests"] == 80
+
+
+def test_pd_pools_are_scaled_apart_and_a_draining_decode_pod_keeps_its_requests():
+    busy = [TraceRequest(i / 60.0, 1500, 30) for i in range(360)]                  # 6 s busy
+    quiet = [TraceRequest(6.0 + i * 0.5, 300, 5) for i in range(30)]               # 15 s quiet
+    policy = ScalingPolicy(scrape_interval=1.0, startup_delay=0.5, max_replicas=3, queue_length_threshold=3,
+                           scale_down_stabilization=2.0)
+    res = FleetReplay(new_pod, busy + quiet, pods=1, prefill_pods=1, router=make_router("least-queue"),
+                      prefill_router=make_router("least-queue"), autoscaler=Autoscaler(policy),
+                      prefill_autoscaler=Autoscaler(policy)).run()
+    assert res.summary()["requests"] == 390 and res.unfinished == 0
+    roles = [p.role for p in res.pods]
+    assert roles.count("prefill") > 1 and roles.count("decode") > 1                 # each pool grew
+    assert any(d[2] > 0 for d in res.prefill_decisions) and any(d[2] > 0 for d in res.decisions)
+    assert all(p.routed and all(at >= p.ready_at for _, at in p.routed) for p in res.pods if p.created > 0)
+    for p in res.pods:
+        if p.removed_at is not None:             # drained: removed once its last request (and hand-off) is done
+            assert p.pending == 0 and all(r.finished_at <= p.removed_at for r in p.result.requests)
