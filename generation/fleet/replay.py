@@ -67,6 +67,7 @@ class Pod:
         self.key = math.inf             # its next event (its entry in the fleet's event heap)
         self.hot = False                # in the fleet's list of pods advanced at each arrival
         self.pending = 0                # P/D decode pod: requests picked for it, their prefill not back yet
+        self.itl_seen = 0               # give_up_itl: the runs of its ITLs counted so far
         self._waiting, self._arrivals, self._incoming = replay.scheduler.waiting, replay.arrivals, replay.incoming
 
     # what a router and an autoscaler read (the pod's /metrics and KV events)
@@ -110,7 +111,9 @@ class FleetReplay:
     ``seed`` the step-time jitter (each pod its own seeded stream); ``timeout`` a client's
     timeout (seconds, 0: none).  ``give_up_ttft`` > 0 (the planner's p99 TTFT SLO, seconds)
     stops the replay early once more than 1% of the trace's requests have waited longer than
-    that for their first token (the p99 cannot be met any more; ``FleetResult.gave_up``).
+    that for their first token (the p99 cannot be met any more; ``FleetResult.gave_up``);
+    ``give_up_itl`` > 0 (the p99 ITL SLO, seconds) likewise once more than 1% of the
+    inter-token latencies the trace's requests will have (``output_tokens - 1`` each) were longer.
     ``keep_routed`` lists each pod's requests (``Pod.routed``); ``compact`` keeps each pod's
     finished requests as columns and no row per step
     (:class:`~generation.engine.pod_replay.PodReplay`'s ``compact``: the same summaries and
@@ -122,7 +125,8 @@ class FleetReplay:
     def __init__(self, new_pod, trace, *, pods: int = 1, router=None, autoscaler=None, prefill_pods: int = 0,
                  prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
                  gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
-                 keep_routed: bool = True, give_up_ttft: float = 0.0, refresh_interval: float = 0.0,
+                 keep_routed: bool = True, give_up_ttft: float = 0.0, give_up_itl: float = 0.0,
+                 refresh_interval: float = 0.0,
                  compact: bool = False, prefill_autoscaler=None):
         from .routing import RoundRobin
         if pods < 1:
@@ -153,6 +157,8 @@ class FleetReplay:
         self.keep_routed = keep_routed
         self.compact = compact
         self.give_up_ttft = give_up_ttft
+        self.give_up_itl = give_up_itl
+        self.itl_late = 0               # ITLs longer than give_up_itl so far (runs up to each pod's itl_seen)
         if refresh_interval < 0:
             raise ValueError(f"--router-refresh must be >= 0 seconds, got {refresh_interval}")
         self.lazy = prefill_pods == 0 and (refresh_interval > 0 or not self.router.reads_state)
@@ -365,6 +371,23 @@ class FleetReplay:
                     late.add(item[2])
         return len(late)
 
+    def _late_itl(self) -> int:
+        """Inter-token latencies longer than ``give_up_itl`` so far, over the pods that decode
+        (each pod's runs counted once, the last one, which may still grow, at a later check)."""
+        import numpy as np
+        slo = self.give_up_itl
+        for p in self.pods:
+            itl = p.replay.result.itl
+            end = len(itl.values) - 1
+            if p.role == "prefill" or end <= p.itl_seen:
+                continue
+            v = np.frombuffer(itl.values, dtype=np.float64)[p.itl_seen:end]
+            c = np.frombuffer(itl.counts, dtype=np.int64)[p.itl_seen:end]
+            self.itl_late += int(c[v > slo].sum())
+            p.itl_seen = end
+            del v, c                    # no view left on the arrays: they grow again
+        return self.itl_late
+
     def _busy(self) -> bool:
         return any(p.key < math.inf for p in self.pods if p.removed_at is None)
 
@@ -375,10 +398,11 @@ class FleetReplay:
         for which in (0, 1):
             if self._scaler(which)[0] is not None:
                 self._push(self._scaler(which)[0].policy.scrape_interval, 2, "scrape", which)
-        if self.give_up_ttft > 0 and n:
+        if (self.give_up_ttft > 0 or self.give_up_itl > 0) and n:
             allowed = n - math.ceil(0.99 * n)   # nearest-rank p99: this many may be late
+            m = sum(max(1, tr.output_tokens) - 1 for tr in trace)     # ITLs if every request finishes
             check = max(0.25, self.give_up_ttft / 2)
-            self._push(check, 3, "check", (allowed, check))
+            self._push(check, 3, "check", (allowed, check, m - math.ceil(0.99 * m), 0))
         inf = math.inf
         while True:
             ta = trace[i].arrival if i < n else inf
@@ -411,11 +435,12 @@ class FleetReplay:
                     (self.prefill if data.role == "prefill" else self.serving).append(data)
                     self._mark(t)
                 elif kind == "check":
-                    if self._late(t) > data[0]:
+                    if self.give_up_ttft > 0 and self._late(t) > data[0] or (
+                            self.give_up_itl > 0 and data[3] % 4 == 0 and self._late_itl() > data[2]):
                         self.gave_up = True
                         break
                     if i < n or self._busy():
-                        self._push(t + data[1], 3, "check", data)
+                        self._push(t + data[1], 3, "check", (*data[:3], data[3] + 1))
                 elif kind == "scrape":
                     self._scrape(t, data)
                     if i < n or self._busy() or self.starting or any(e[3] != "scrape" for e in events):

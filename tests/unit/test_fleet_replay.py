@@ -158,6 +158,15 @@ def test_the_planner_gives_up_early_on_a_hopeless_fleet():
     assert res.unfinished > 0 and res.duration < trace[-1].arrival
 
 
+def test_the_planner_gives_up_early_when_the_itl_p99_is_lost():
+    trace = workload(n=300, rate=60.0)
+    res = FleetReplay(new_pod, trace, pods=1, give_up_itl=0.001).run()       # every decode step is longer
+    assert res.gave_up and res.duration < trace[-1].arrival
+    lax = FleetReplay(new_pod, trace, pods=1, give_up_itl=10.0).run()
+    plain = FleetReplay(new_pod, trace, pods=1).run().summary()
+    assert not lax.gave_up and all(lax.summary()[k] == plain[k] for k in ("requests", "ttft_s", "itl_s", "e2e_s"))
+
+
 def test_a_fleet_that_cannot_run_names_the_flag():
     with pytest.raises(ValueError, match="--pods"):
         FleetReplay(new_pod, [], pods=0)
