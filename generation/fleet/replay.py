@@ -4,7 +4,9 @@ Each pod is the replay's own stepper (:class:`generation.engine.replay.PodReplay
 server's scheduler, KV block pool and step-time model, nothing re-implemented.  The fleet
 advances every pod to each arrival (:meth:`PodReplay.advance_until`), lets the router pick a pod
 from their state at that instant (:mod:`generation.fleet.routing`), and hands the request to
-it; a pod's events between arrivals are its own.  Because a pod sees exactly the requests
+it; a pod's events between arrivals are its own.  A router that reads only the queues
+(least-queue, prefix-approx) needs only the pods whose queue may be non-empty: a *quiet* pod
+(:func:`_quiet`) is advanced when it is picked or at an event, several steps at once.  Because a pod sees exactly the requests
 routed to it, at their arrival times, its result is the one
 :func:`generation.engine.replay.replay` gives for those requests alone (the tests check it).
 
@@ -16,9 +18,9 @@ routed to it, at their arrival times, its result is the one
 - **P/D disaggregation** (``prefill_pods`` > 0): both pods are picked when the request
   arrives, the decode pod first, as llm-d's P/D profile handler does (``pd-profile-handler``,
   ``pkg/plugins/profile/pd_profile_handler.go`` of llm-d/llm-d-inference-scheduler: the decode
-  profile runs first, then the decider chooses whether the prefill profile runs too; the
-  request goes to the decode pod, whose sidecar sends the prefill to the prefill pod and then
-  the decode to its own vLLM).  The prefill pod computes the prompt and one token (vLLM's
+  profile runs first, then the decider chooses whether the prefill profile runs too; its
+  ``docs/disagg_pd.md``: the request lands on the decode pod, whose sidecar sends the prefill
+  to the chosen prefill pod and then the decode to its own vLLM).  The prefill pod computes the prompt and one token (vLLM's
   ``do_remote_decode``); when that answer is back at the sidecar, the chosen decode pod gets
   the request, waits for the prompt's KV (``prompt x kv_bytes_per_token /
   kv_transfer_bandwidth`` seconds, as the server's step engine) and finds all but the last
