@@ -184,7 +184,7 @@ class StepStats:
 
     __slots__ = ("n", "usage_sum", "usage_peak", "every", "next_at", "samples")
 
-    def __init__(self, every: float = 1.0):
+    def __init__(self, every: float = 0.1):
         self.n = 0
         self.usage_sum = 0.0
         self.usage_peak = 0.0

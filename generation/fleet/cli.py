@@ -94,7 +94,7 @@ def cmd_replay(args, rest) -> int:
                         prefill_pods=args.prefill_pods, prefill_router=prefill_router,
                         kv_transfer_bandwidth=cfg.kv_transfer_bandwidth * 1e9, pd_threshold=args.pd_threshold,
                         gpus_per_pod=tp, jitter=cfg.step_time_jitter, seed=args.seed, keep_routed=False,
-                        refresh_interval=args.router_refresh, prefill_autoscaler=pre_scaler)
+                        refresh_interval=args.router_refresh, prefill_autoscaler=pre_scaler, compact=True)
     import gc
     gc.disable()        # a replay makes no reference cycles: the collector's passes only cost time
     try:
