@@ -241,6 +241,8 @@ class PodReplay:
             if self.plan is not None:                       # the step in flight ends
                 if self.end >= t:
                     return
+                if self.plan.group is not None and self._run_group(t):
+                    continue
                 self._complete()
             if self.stuck or not (arrivals or incoming or running or waiting) or self.steps >= self.max_steps:
                 return
@@ -289,6 +291,117 @@ class PodReplay:
             end = now + dt                  # scheduler.step_end, inlined (every step)
             lead = self.emitted_at - STEP_LEAD
             self.end = lead if lead > end else end
+
+    def _run_group(self, t: float) -> bool:
+        """Run the steps in flight and after it that are *pure* group steps, in one loop: steps
+        of :mod:`~generation.engine.fast_decode` that only decode the anchored requests (no
+        prefill chunk, no admission, no request's first or last token or odd ITL, nothing due in
+        the frontend, the deadlines or the arrivals, before ``t``).  Each does exactly what
+        :meth:`_complete`, :meth:`LazyDecode.complete`, this loop and
+        :meth:`LazyDecode.schedule` do for such a step (a block boundary's block allocated in
+        batch order), without their calls and lists; the first step that is not pure is left to
+        them.  Returns False when the step in flight is not pure (nothing done)."""
+        lz = self.scheduler.lazy
+        plan = self.plan
+        if lz is None or plan.scheduled or lz.odd or lz.g in lz.fin:
+            return False
+        s = self.scheduler
+        running, waiting, pool = s.running, s.waiting, s.pool
+        anchor, cross, fin = lz.anchor, lz.cross, lz.fin
+        fe, result, stats = self.fe, self.result, self.stats
+        arrivals, deadlines, incoming = self.arrivals, self.deadlines, self.incoming
+        itl = result.itl
+        step_time = self.step_time.step_time
+        jitter = self.jitter if self.rng is not None else 0.0
+        async_sched = self.async_sched
+        budget = s.max_num_batched_tokens
+        while True:
+            # ---- complete `plan` (LazyDecode.complete, then _complete, for a pure group step)
+            end = self.end
+            d = plan.group
+            g = lz.g
+            prev_end = lz.t_last
+            lz.ctx += d
+            lz.g = g = g + 1
+            lz.t_prev, lz.t_last = prev_end, end
+            plan.end = end
+            self.plan = None
+            self.now = end
+            if d:
+                x = end - prev_end
+                v = itl.values
+                if v and v[-1] == x:
+                    itl.counts[-1] += d
+                else:
+                    v.append(x)
+                    itl.counts.append(d)
+                itl._n += d
+            if self.emission_cost:
+                self.emitted_at = max(end, self.emitted_at) + self.emission_cost * d
+            if fe is not None:
+                while incoming and incoming[0][0] <= end:
+                    at, i, req = incoming.popleft()
+                    heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
+            self.seen_at = fe.emit(end, d) if (fe is not None and d) else end
+            self.steps += 1
+            if stats is None:
+                self._log((end, pool.usage(), len(running), len(waiting), plan.num_tokens))
+            else:
+                u = pool.usage()
+                stats.n += 1
+                stats.usage_sum += u
+                if u > stats.usage_peak:
+                    stats.usage_peak = u
+                if end >= stats.next_at:
+                    stats.samples.extend((end, u))
+                    stats.next_at = end + stats.every
+            # ---- plan the next step at `now` = end, if it is pure too (else advance_until does)
+            now = end
+            if (now >= t or self.steps >= self.max_steps or not running or lz.pre or lz.odd
+                    or (incoming and incoming[0][0] <= now) or (deadlines and deadlines[0][0] <= now)):
+                return True
+            if arrivals and arrivals[0][0] <= (self.prev_start if (async_sched and self.prev_start is not None)
+                                               else now):
+                return True
+            n = len(anchor)
+            if n != len(running) or budget - n < 0 or (waiting and budget - n > 0) or g in fin:
+                return True
+            need = cross.get(g)
+            if need:
+                need = [r for r in need if r in anchor]
+                if len(need) > pool.num_free:
+                    return True                 # a preemption: the scheduler's own code
+            cross.pop(g, None)
+            if need:
+                if len(need) > 1:
+                    need.sort(key=lambda r: anchor[r][1])
+                bs = lz.bs
+                for req in need:
+                    req.block_ids += pool.allocate(1)
+                    req.blocks += 1
+                    g0 = anchor[req][0]
+                    k = g + bs
+                    if k <= g0 + req.output_len - req.num_output - 1:
+                        b = cross.get(k)
+                        if b is None:
+                            cross[k] = [req]
+                        else:
+                            b.append(req)
+            plan.start = now                    # the plan object again: nothing else holds it
+            plan.group = plan.num_decode = n
+            plan.decode_context = lz.ctx + n
+            lz.group_steps += 1
+            dt = step_time(n, plan.decode_context, plan.num_chunks, plan.prefill_tokens, plan.prefill_pairs,
+                           plan.prefill_context)
+            if jitter > 0:
+                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
+            self.prev_start = now
+            self.plan = plan
+            e = now + dt
+            lead = self.emitted_at - STEP_LEAD
+            self.end = lead if lead > e else e
+            if self.end >= t or lz.odd or g in fin:
+                return True
 
     def _complete(self) -> None:
         """The step in flight ends at ``self.end``: its tokens out, the frontend's arrivals
