@@ -300,10 +300,15 @@ class PodReplay:
         :meth:`_complete`, :meth:`LazyDecode.complete`, this loop and
         :meth:`LazyDecode.schedule` do for such a step (a block boundary's block allocated in
         batch order), without their calls and lists; the first step that is not pure is left to
-        them.  Returns False when the step in flight is not pure (nothing done)."""
+        them.  Returns False when the step in flight is not pure (nothing done), or when the
+        scheduler's ``complete`` or ``schedule`` is wrapped (the replay command's progress counts
+        its steps there)."""
         lz = self.scheduler.lazy
         plan = self.plan
         if lz is None or plan.scheduled or lz.odd or lz.g in lz.fin:
+            return False
+        own = getattr(self.scheduler, "__dict__", {})
+        if "complete" in own or "schedule" in own:          # wrapped: each step must go through it
             return False
         s = self.scheduler
         running, waiting, pool = s.running, s.waiting, s.pool
