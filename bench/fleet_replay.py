@@ -64,7 +64,8 @@ def speed(args) -> None:
     gc.disable()            # as the replay's command line: no reference cycles, only the collector's passes
     try:
         c0, t0 = time.process_time(), time.perf_counter()
-        res = FleetReplay(new_pod, trace, pods=args.pods, router=make_router("least-queue"), keep_routed=False).run()
+        res = FleetReplay(new_pod, trace, pods=args.pods, router=make_router("least-queue"), keep_routed=False,
+                          compact=True).run()
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     finally:
         gc.enable()

@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_pool import CountingPool
-from .replay_log import Latencies, StepLog
-from .scheduler import EngineRequest, Scheduler, step_end
+from .replay_log import Finished, Latencies, StepLog, StepStats
+from .scheduler import STEP_LEAD, EngineRequest, Scheduler
 
 
 @dataclass
@@ -34,6 +34,7 @@ class ReplayResult:
     timed_out: list = field(default_factory=list)
     frontend_busy: float = 0.0                        # the frontend's CPU seconds
     rejected: list = field(default_factory=list)      # TraceRequests past the context, refused
+    done: Finished | None = None                      # compact: the finished requests as columns
 
     def times(self, req) -> tuple[float, float]:
         """``(first token, last token)`` of a finished request as its client saw them."""
@@ -41,7 +42,7 @@ class ReplayResult:
         return (seen[0], seen[1]) if seen else (req.first_token, req.finished_at)
 
     def percentiles(self, values, ps=(50, 90, 99)) -> dict:
-        if isinstance(values, Latencies):
+        if hasattr(values, "percentiles"):      # Latencies, LatencyPool
             return values.percentiles(ps)
         if not values:
             return {f"p{p}": None for p in ps}
@@ -51,22 +52,37 @@ class ReplayResult:
     def summary(self) -> dict:
         """TTFT, ITL, TPOT and e2e percentiles (seconds, as the clients saw them), throughput
         (output tokens / s), preemptions, timed-out requests and the mean and peak KV usage."""
-        reqs = self.requests
-        seen = [self.times(r) for r in reqs]
-        ttft = [f - r.arrival for r, (f, _) in zip(reqs, seen)]
-        e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
-        tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
-        out_tokens = sum(r.num_output for r in reqs)
-        usage = self.steps.usage if isinstance(self.steps, StepLog) else [s[1] for s in self.steps]
-        return {"requests": len(reqs), "duration_s": self.duration,
+        d = self.done
+        if d is not None:               # compact: the same values from the columns
+            n = len(d)
+            ttft = [f - a for a, f in zip(d.arrival, d.first)]
+            e2e = [last - a for a, last in zip(d.arrival, d.last)]
+            tpot = [(last - f) / (o - 1) for f, last, o in zip(d.first, d.last, d.output) if o > 1]
+            out_tokens = sum(d.output)
+        else:
+            reqs = self.requests
+            n = len(reqs)
+            seen = [self.times(r) for r in reqs]
+            ttft = [f - r.arrival for r, (f, _) in zip(reqs, seen)]
+            e2e = [last - r.arrival for r, (_, last) in zip(reqs, seen)]
+            tpot = [(last - f) / (r.num_output - 1) for r, (f, last) in zip(reqs, seen) if r.num_output > 1]
+            out_tokens = sum(r.num_output for r in reqs)
+        steps = self.steps
+        if isinstance(steps, StepStats):
+            mean = steps.usage_sum / len(steps) if steps else 0.0
+            peak = steps.usage_peak
+        else:
+            usage = steps.usage if isinstance(steps, StepLog) else [s[1] for s in steps]
+            mean = sum(usage) / len(usage) if usage else 0.0
+            peak = max(usage) if usage else 0.0
+        return {"requests": n, "duration_s": self.duration,
                 "output_tokens_per_s": out_tokens / self.duration if self.duration else 0.0,
-                "requests_per_s": len(reqs) / self.duration if self.duration else 0.0,
+                "requests_per_s": n / self.duration if self.duration else 0.0,
                 "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
                 "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
                 "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
                 "rejected": len(self.rejected),
-                "kv_usage_mean": sum(usage) / len(usage) if usage else 0.0,
-                "kv_usage_peak": max(usage) if usage else 0.0}
+                "kv_usage_mean": mean, "kv_usage_peak": peak}
 
 
 def trace_block_hashes(tr, block_size: int) -> list | None:
@@ -100,11 +116,16 @@ class PodReplay:
 
     ``on_finished(req, now, seen_at)`` is called for each request as it finishes (its last
     token at ``now`` on the engine, ``seen_at`` at the client); the closed loop of
-    :func:`replay` and a P/D fleet's hand-offs use it.  Other arguments as :func:`replay`."""
+    :func:`replay` and a P/D fleet's hand-offs use it.  ``compact``: keep no EngineRequest once
+    finished and no row per step (the result's ``done`` columns and a
+    :class:`~generation.engine.replay_log.StepStats`: the same summary, ~50 bytes a request
+    instead of ~600, none a step instead of 40; a fleet's long replays).  Other arguments as
+    :func:`replay`."""
 
     def __init__(self, scheduler: Scheduler, step_time, *, frontend: float | None = None,
                  rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
-                 timeout: float = 0.0, max_steps: int = 10_000_000, on_finished=None, group_decode: bool = True):
+                 timeout: float = 0.0, max_steps: int = 10_000_000, on_finished=None, group_decode: bool = True,
+                 compact: bool = False):
         self.scheduler = scheduler
         self.step_time = step_time
         self.rng = rng
@@ -119,6 +140,9 @@ class PodReplay:
         self.fixed_fe = step_time.frontend_time() if frontend is None else frontend
         self.async_sched = bool(getattr(step_time, "async_scheduling", False))
         self.result = ReplayResult()
+        if compact:                         # no row per step, no EngineRequest kept once finished
+            self.result.steps = StepStats()
+            self.result.done = Finished()
         self.bs = scheduler.block_size
         self.arrivals: list = []            # heap of (time into the queue, index, EngineRequest)
         self.deadlines: list = []           # heap of (arrival + timeout, index, EngineRequest)
@@ -140,6 +164,9 @@ class PodReplay:
         if group_decode and CountingPool.usable(scheduler.pool):
             self.counting = scheduler.pool = CountingPool(scheduler.pool)
         scheduler.decode_in_groups(group_decode, self._late)    # fast_decode: decoding requests as a group
+        steps = self.result.steps           # a step's row: one C call into the StepLog's array
+        self._log = steps.rows.extend if isinstance(steps, StepLog) else steps.append
+        self.stats = steps if isinstance(steps, StepStats) else None
 
     def _late(self, req: EngineRequest) -> None:
         """fast_decode: ``req``'s last token, the last step's, was not listed: its client saw it then."""
@@ -206,13 +233,18 @@ class PodReplay:
         fe = self.fe
         result = self.result
         arrivals, deadlines, incoming = self.arrivals, self.deadlines, self.incoming
+        running, waiting = scheduler.running, scheduler.waiting
+        step_time = self.step_time.step_time
+        reload_cost = getattr(self.step_time, "reload_per_token", 0.0)
+        jitter = self.jitter if self.rng is not None else 0.0
         while True:
             if self.plan is not None:                       # the step in flight ends
                 if self.end >= t:
                     return
+                if self.plan.group is not None and self._run_group(t):
+                    continue
                 self._complete()
-                continue
-            if self.stuck or not (arrivals or incoming or scheduler.has_work()) or self.steps >= self.max_steps:
+            if self.stuck or not (arrivals or incoming or running or waiting) or self.steps >= self.max_steps:
                 return
             if self.idle:                                   # nothing ran: wake at the next event
                 wake = self._wake()
@@ -223,20 +255,23 @@ class PodReplay:
             now = self.now
             if now >= t:
                 return
-            while incoming and incoming[0][0] <= now:
-                at, i, req = incoming.popleft()
-                heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
-            while deadlines and deadlines[0][0] <= now:
-                _, _, req = heapq.heappop(deadlines)
-                if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
-                    scheduler.abort(req)
-                    result.timed_out.append(req)
-            cutoff = self.prev_start if (self.async_sched and self.prev_start is not None) else now
-            while arrivals and arrivals[0][0] <= cutoff:
-                at, _, req = heapq.heappop(arrivals)
-                if req.state == EngineRequest.ABORTED:
-                    continue
-                scheduler.add(req, at)
+            if incoming and incoming[0][0] <= now:
+                while incoming and incoming[0][0] <= now:
+                    at, i, req = incoming.popleft()
+                    heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
+            if deadlines and deadlines[0][0] <= now:
+                while deadlines and deadlines[0][0] <= now:
+                    _, _, req = heapq.heappop(deadlines)
+                    if req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):   # queued, or not yet
+                        scheduler.abort(req)
+                        result.timed_out.append(req)
+            if arrivals:
+                cutoff = self.prev_start if (self.async_sched and self.prev_start is not None) else now
+                while arrivals and arrivals[0][0] <= cutoff:
+                    at, _, req = heapq.heappop(arrivals)
+                    if req.state == EngineRequest.ABORTED:
+                        continue
+                    scheduler.add(req, at)
             plan = scheduler.schedule(now)
             if not plan.scheduled and not plan.num_decode:
                 self.prev_start = None
@@ -245,33 +280,158 @@ class PodReplay:
                     return
                 self.idle = True
                 continue
-            step_time = self.step_time
-            dt = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
-                                     plan.prefill_pairs, plan.prefill_context)
-            reload = getattr(plan, "kv_reload_tokens", 0)
-            if reload and hasattr(step_time, "reload_per_token"):
-                dt += reload * step_time.reload_per_token
-            if self.jitter > 0 and self.rng is not None:
-                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
+            dt = step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                           plan.prefill_pairs, plan.prefill_context)
+            if plan.kv_reload_tokens and reload_cost:
+                dt += plan.kv_reload_tokens * reload_cost
+            if jitter > 0:
+                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
             self.prev_start = now
             self.plan = plan
-            self.end = step_end(now + dt, self.emitted_at)
+            end = now + dt                  # scheduler.step_end, inlined (every step)
+            lead = self.emitted_at - STEP_LEAD
+            self.end = lead if lead > end else end
+
+    def _run_group(self, t: float) -> bool:
+        """Run the steps in flight and after it that are *pure* group steps, in one loop: steps
+        of :mod:`~generation.engine.fast_decode` that only decode the anchored requests (no
+        prefill chunk, no admission, no request's first or last token or odd ITL, nothing due in
+        the frontend, the deadlines or the arrivals, before ``t``).  Each does exactly what
+        :meth:`_complete`, :meth:`LazyDecode.complete`, this loop and
+        :meth:`LazyDecode.schedule` do for such a step (a block boundary's block allocated in
+        batch order), without their calls and lists; the first step that is not pure is left to
+        them.  Returns False when the step in flight is not pure (nothing done), or when the
+        scheduler's ``complete`` or ``schedule`` is wrapped (the replay command's progress counts
+        its steps there)."""
+        lz = self.scheduler.lazy
+        plan = self.plan
+        if lz is None or plan.scheduled or lz.odd or lz.g in lz.fin:
+            return False
+        own = getattr(self.scheduler, "__dict__", {})
+        if "complete" in own or "schedule" in own:          # wrapped: each step must go through it
+            return False
+        s = self.scheduler
+        running, waiting, pool = s.running, s.waiting, s.pool
+        anchor, cross, fin = lz.anchor, lz.cross, lz.fin
+        fe, result, stats = self.fe, self.result, self.stats
+        arrivals, deadlines, incoming = self.arrivals, self.deadlines, self.incoming
+        itl = result.itl
+        step_time = self.step_time.step_time
+        jitter = self.jitter if self.rng is not None else 0.0
+        async_sched = self.async_sched
+        budget = s.max_num_batched_tokens
+        while True:
+            # ---- complete `plan` (LazyDecode.complete, then _complete, for a pure group step)
+            end = self.end
+            d = plan.group
+            g = lz.g
+            prev_end = lz.t_last
+            lz.ctx += d
+            lz.g = g = g + 1
+            lz.t_prev, lz.t_last = prev_end, end
+            plan.end = end
+            self.plan = None
+            self.now = end
+            if d:
+                x = end - prev_end
+                v = itl.values
+                if v and v[-1] == x:
+                    itl.counts[-1] += d
+                else:
+                    v.append(x)
+                    itl.counts.append(d)
+                itl._n += d
+            if self.emission_cost:
+                self.emitted_at = max(end, self.emitted_at) + self.emission_cost * d
+            if fe is not None:
+                while incoming and incoming[0][0] <= end:
+                    at, i, req = incoming.popleft()
+                    heapq.heappush(arrivals, (fe.admit(at, req.prompt_len), i, req))
+            self.seen_at = fe.emit(end, d) if (fe is not None and d) else end
+            self.steps += 1
+            if stats is None:
+                self._log((end, pool.usage(), len(running), len(waiting), plan.num_tokens))
+            else:
+                u = pool.usage()
+                stats.n += 1
+                stats.usage_sum += u
+                if u > stats.usage_peak:
+                    stats.usage_peak = u
+                if end >= stats.next_at:
+                    stats.samples.extend((end, u))
+                    stats.next_at = end + stats.every
+            # ---- plan the next step at `now` = end, if it is pure too (else advance_until does)
+            now = end
+            if (now >= t or self.steps >= self.max_steps or not running or lz.pre or lz.odd
+                    or (incoming and incoming[0][0] <= now) or (deadlines and deadlines[0][0] <= now)):
+                return True
+            if arrivals and arrivals[0][0] <= (self.prev_start if (async_sched and self.prev_start is not None)
+                                               else now):
+                return True
+            n = len(anchor)
+            if n != len(running) or budget - n < 0 or (waiting and budget - n > 0) or g in fin:
+                return True
+            need = cross.get(g)
+            if need:
+                need = [r for r in need if r in anchor]
+                if len(need) > pool.num_free:
+                    return True                 # a preemption: the scheduler's own code
+            cross.pop(g, None)
+            if need:
+                if len(need) > 1:
+                    need.sort(key=lambda r: anchor[r][1])
+                bs = lz.bs
+                for req in need:
+                    req.block_ids += pool.allocate(1)
+                    req.blocks += 1
+                    g0 = anchor[req][0]
+                    k = g + bs
+                    if k <= g0 + req.output_len - req.num_output - 1:
+                        b = cross.get(k)
+                        if b is None:
+                            cross[k] = [req]
+                        else:
+                            b.append(req)
+            plan.start = now                    # the plan object again: nothing else holds it
+            plan.group = plan.num_decode = n
+            plan.decode_context = lz.ctx + n
+            lz.group_steps += 1
+            dt = step_time(n, plan.decode_context, plan.num_chunks, plan.prefill_tokens, plan.prefill_pairs,
+                           plan.prefill_context)
+            if jitter > 0:
+                dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
+            self.prev_start = now
+            self.plan = plan
+            e = now + dt
+            lead = self.emitted_at - STEP_LEAD
+            self.end = lead if lead > e else e
+            if self.end >= t or lz.odd or g in fin:
+                return True
 
     def _complete(self) -> None:
         """The step in flight ends at ``self.end``: its tokens out, the frontend's arrivals
         during it admitted first."""
         scheduler, fe, result, incoming = self.scheduler, self.fe, self.result, self.incoming
         client = result.client
+        done = result.done
         plan, now = self.plan, self.end
         self.plan = None
         self.now = now
         emitted = scheduler.complete(plan, now)
         # fast_decode: `emitted` lists the requests needing their own handling; `lazy` more emitted
         # a token each, ITL `now - prev_end`
-        lazy = getattr(emitted, "lazy", 0)
+        lazy = emitted.lazy if type(emitted) is not list else 0
         n_out = len(emitted) + lazy
-        if lazy:
-            result.itl.add(now - emitted.prev_end, lazy)
+        if lazy:                    # Latencies.add, inlined (every step)
+            x = now - emitted.prev_end
+            itl = result.itl
+            v = itl.values
+            if v and v[-1] == x:
+                itl.counts[-1] += lazy
+            else:
+                v.append(x)
+                itl.counts.append(lazy)
+            itl._n += lazy
         if self.emission_cost:     # the frontend sends one step's tokens after the previous step's
             self.emitted_at = max(now, self.emitted_at) + self.emission_cost * n_out
         if fe is not None:
@@ -291,11 +451,25 @@ class PodReplay:
             else:
                 times[1] = seen_at
             if req.state == EngineRequest.DONE:
-                result.requests.append(req)
+                if done is None:
+                    result.requests.append(req)
+                else:
+                    times = client.pop(req)
+                    done.add(req, times[0], times[1])
                 if self.on_finished is not None:
                     self.on_finished(req, now, seen_at)
-        result.steps.append((now, scheduler.usage(), len(scheduler.running), len(scheduler.waiting),
-                             plan.num_tokens))
+        stats = self.stats
+        if stats is None:
+            self._log((now, scheduler.pool.usage(), len(scheduler.running), len(scheduler.waiting), plan.num_tokens))
+        else:                       # compact: StepStats.append, inlined
+            u = scheduler.pool.usage()
+            stats.n += 1
+            stats.usage_sum += u
+            if u > stats.usage_peak:
+                stats.usage_peak = u
+            if now >= stats.next_at:
+                stats.samples.extend((now, u))
+                stats.next_at = now + stats.every
 
     def finish(self) -> ReplayResult:
         """The result so far, its totals filled in (preemptions, duration, the frontend's CPU)."""

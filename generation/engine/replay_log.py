@@ -95,23 +95,149 @@ class Latencies:
     def percentiles(self, ps=(50, 90, 99)) -> dict:
         """``{"pP": value}``: the sorted values' element at ``ceil(P/100 n) - 1`` (nearest rank),
         exactly as on the list of every value; None when empty."""
-        n = self._n
+        return _weighted_percentiles(self.values, self.counts, self._n, ps)
+
+
+class LatencyPool:
+    """Several :class:`Latencies` read as one (a fleet's pods, not copied): ``len``, iteration
+    (each part in turn), ``sum`` and exact ``percentiles`` over all of their values."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts=()):
+        self.parts = list(parts)
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def __bool__(self) -> bool:
+        return any(self.parts)
+
+    def __iter__(self):
+        for p in self.parts:
+            yield from p
+
+    def sum(self) -> float:
+        return sum(p.sum() for p in self.parts)
+
+    def percentiles(self, ps=(50, 90, 99), bins: int = 4096) -> dict:
+        """Nearest-rank percentiles, exactly as :meth:`Latencies.percentiles` on all the values,
+        without sorting them all: the values fall into ``bins`` equal ranges of value (a
+        histogram weighted by the counts), and only the runs in the range that holds each rank
+        are sorted.  Memory: ~2 bytes a run."""
+        n = len(self)
         if not n:
             return {f"p{p}": None for p in ps}
-        import numpy as np              # here: the server imports this module in step mode
-        v = np.frombuffer(self.values, dtype=np.float64)
-        c = np.frombuffer(self.counts, dtype=np.int64)
-        order = np.argsort(v, kind="stable")
-        v, ends = v[order], np.cumsum(c[order])
+        import numpy as np
+        parts = [(np.frombuffer(p.values, dtype=np.float64), np.frombuffer(p.counts, dtype=np.int64))
+                 for p in self.parts if len(p)]
+        lo = min(float(v.min()) for v, _ in parts)
+        hi = max(float(v.max()) for v, _ in parts)
+        edges = np.linspace(lo, hi, bins + 1)
+        where = [np.clip(np.searchsorted(edges, v, side="right") - 1, 0, bins - 1).astype(np.int16 if bins < 32768
+                                                                                          else np.int32)
+                 for v, _ in parts]
+        hist = np.zeros(bins, dtype=np.int64)
+        for (_, c), b in zip(parts, where):
+            hist += np.bincount(b, weights=c, minlength=bins).astype(np.int64)     # exact below 2**53
+        ends = np.cumsum(hist)
         out = {}
         for p in ps:
             k = min(n - 1, max(0, _rank(p, n)))
-            out[f"p{p}"] = float(v[int(np.searchsorted(ends, k, side="right"))])
+            b = int(np.searchsorted(ends, k, side="right"))
+            below = int(ends[b - 1]) if b else 0
+            v = np.concatenate([v[w == b] for (v, _), w in zip(parts, where)])
+            c = np.concatenate([c[w == b] for (_, c), w in zip(parts, where)])
+            out[f"p{p}"] = _weighted_percentiles(v, c, len(v) and int(c.sum()), (p,), rank=k - below)[f"p{p}"]
         return out
+
+
+def _weighted_percentiles(values, counts, n: int, ps, rank: int | None = None) -> dict:
+    """Nearest-rank percentiles of ``values`` (seconds) each repeated ``counts`` times (``n`` in
+    all); ``rank``: the 0-based rank to read instead (one percentile).  Memory: 16 bytes a run
+    besides the inputs (the sort order and the running counts)."""
+    if not n:
+        return {f"p{p}": None for p in ps}
+    import numpy as np              # here: the server imports this module in step mode
+    v = np.frombuffer(values, dtype=np.float64) if not isinstance(values, np.ndarray) else values
+    c = np.frombuffer(counts, dtype=np.int64) if not isinstance(counts, np.ndarray) else counts
+    order = np.argsort(v, kind="stable")
+    ends = c[order]
+    np.cumsum(ends, out=ends)
+    out = {}
+    for p in ps:
+        k = min(n - 1, max(0, _rank(p, n))) if rank is None else rank
+        out[f"p{p}"] = float(v[order[int(np.searchsorted(ends, k, side="right"))]])
+    return out
 
 
 def _rank(p, n: int) -> int:
     return math.ceil(p / 100 * n) - 1
+
+
+class StepStats:
+    """A step log that keeps no row per step (a fleet's compact mode; :class:`StepLog` keeps 40
+    bytes a step, 570 MB for a 32-pod hour): the number of steps (``len``), the KV usage's sum
+    (added in step order, as ``sum`` over :class:`StepLog`'s column) and peak, and ``(end time
+    s, KV usage)`` of the first step of every ``every`` seconds of virtual time, which iteration
+    yields (for plots)."""
+
+    __slots__ = ("n", "usage_sum", "usage_peak", "every", "next_at", "samples")
+
+    def __init__(self, every: float = 0.1):
+        self.n = 0
+        self.usage_sum = 0.0
+        self.usage_peak = 0.0
+        self.every = every
+        self.next_at = 0.0
+        self.samples = array("d")
+
+    def append(self, row) -> None:
+        t, u = row[0], row[1]
+        self.n += 1
+        self.usage_sum += u
+        if u > self.usage_peak:
+            self.usage_peak = u
+        if t >= self.next_at:
+            self.samples.extend((t, u))
+            self.next_at = t + self.every
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def __iter__(self):
+        s = self.samples
+        for i in range(0, len(s), 2):
+            yield (s[i], s[i + 1])
+
+    def __repr__(self) -> str:
+        return f"StepStats({self.n} steps, {len(self.samples) // 2} samples)"
+
+
+class Finished:
+    """Finished requests as columns (a fleet's compact mode, instead of keeping each
+    EngineRequest): ``arrival``, ``first`` and ``last`` token at the client (seconds),
+    ``prompt``, ``output`` and ``cached`` tokens; 48 bytes a request."""
+
+    __slots__ = ("arrival", "first", "last", "prompt", "output", "cached")
+
+    def __init__(self):
+        self.arrival, self.first, self.last = array("d"), array("d"), array("d")
+        self.prompt, self.output, self.cached = array("q"), array("q"), array("q")
+
+    def add(self, req, first: float, last: float) -> None:
+        self.arrival.append(req.arrival)
+        self.first.append(first)
+        self.last.append(last)
+        self.prompt.append(req.prompt_len)
+        self.output.append(req.num_output)
+        self.cached.append(req.cached_tokens)
+
+    def __len__(self) -> int:
+        return len(self.arrival)
 
 
 class StepLog:

@@ -81,18 +81,20 @@ def cmd_replay(args, rest) -> int:
     weights = parse_weights(args.router_weights) if args.router_weights else None
     router = make_router(args.router, seed=args.seed, weights=weights, precise=not args.approx)
     prefill_router = make_router(args.prefill_router, seed=args.seed + 1, weights=weights, precise=not args.approx)
-    scaler = None
+    scaler = pre_scaler = None
     if args.autoscale or args.autoscaler_config:
-        scaler = Autoscaler(load_policy(args.autoscaler_config, scrape_interval=args.scrape_interval,
-                                        startup_delay=args.startup_delay, min_replicas=args.min_pods,
-                                        max_replicas=args.max_pods))
+        policy = load_policy(args.autoscaler_config, scrape_interval=args.scrape_interval,
+                             startup_delay=args.startup_delay, min_replicas=args.min_pods, max_replicas=args.max_pods)
+        scaler = Autoscaler(policy)
+        if args.prefill_pods:           # P/D: the prefill pool scaled apart, on the same rules
+            pre_scaler = Autoscaler(policy)
     tp = cfg.tensor_parallel_size
     t0 = time.perf_counter()
     fleet = FleetReplay(new_pod, trace, pods=args.pods, router=router, autoscaler=scaler,
                         prefill_pods=args.prefill_pods, prefill_router=prefill_router,
-                        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth, pd_threshold=args.pd_threshold,
+                        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth * 1e9, pd_threshold=args.pd_threshold,
                         gpus_per_pod=tp, jitter=cfg.step_time_jitter, seed=args.seed, keep_routed=False,
-                        refresh_interval=args.router_refresh)
+                        refresh_interval=args.router_refresh, prefill_autoscaler=pre_scaler, compact=True)
     import gc
     gc.disable()        # a replay makes no reference cycles: the collector's passes only cost time
     try:
@@ -123,10 +125,11 @@ def cmd_replay(args, rest) -> int:
                 print(f"  {r['pod']:12s} {r['requests']:>6d} {f(r['ttft_p50']):>9s} {f(r['ttft_p99']):>9s} "
                       f"{f(r['itl_p99']):>8s} {f(r['e2e_p99']):>9s} {100 * r['kv_usage_mean']:>7.1f}% "
                       f"{r['created']:>7.0f}..{end:<7s}")
-        if scaler is not None:
-            ups = sum(1 for d in result.decisions if d[2] > 0)
-            downs = sum(1 for d in result.decisions if d[2] < 0)
-            print(f"  autoscaler: {ups} scale-ups, {downs} scale-downs over {len(result.decisions)} scrapes")
+        for name, decisions in (("autoscaler", result.decisions), ("prefill autoscaler", result.prefill_decisions)):
+            if decisions:
+                ups = sum(1 for d in decisions if d[2] > 0)
+                downs = sum(1 for d in decisions if d[2] < 0)
+                print(f"  {name}: {ups} scale-ups, {downs} scale-downs over {len(decisions)} scrapes")
     if args.plot:
         from .plot import plot_fleet
         plot_fleet(result, args.plot, f"{settings.gpu.name} {settings.arch.name}, router {s['router']}")

@@ -4,8 +4,15 @@ GPU and TP, with which router?"
 For each configuration (GPU x tensor-parallel size x router) it searches the smallest pod count
 that meets the SLO with fleet replays (:class:`~generation.fleet.replay.FleetReplay`): pod counts
 double from ``min_pods`` until one meets the SLO, then a bisection between the last failing and
-the first passing count.  A replay that cannot meet the p99 TTFT any more stops early
-(``give_up_ttft``).  The replays run in parallel over the machine's cores
+the first passing count.  A replay that cannot meet the p99 TTFT or ITL any more stops early
+(``give_up_ttft``, ``give_up_itl``: more than 1 % of the requests, or of the inter-token
+latencies, already over the SLO), so a failing count costs less than a passing one.  On a trace
+of :data:`STAGED_MIN` requests or more, the search is first run on the trace's first eighth
+(:data:`PREFIX_SHARE` of its span: cheap replays), and the whole trace's search then starts at
+that answer, galloping away from it (+1, +2, +4, ... while failing; -1, -2, -4, ... while
+passing) before bisecting: two or three replays of the whole trace around the answer instead of
+the doubling's larger fleets.  The answer is the same rule's, the fewest pods that pass with one
+fewer failing, whichever count the search starts from.  The replays run in parallel over the machine's cores
 (:mod:`multiprocessing`): the configurations side by side and, with more cores than
 configurations, several pod counts of one configuration per round; a sweep too big for one machine is cut into shares
 (``share=(index, count)``: configuration k goes to share ``k % count``), one per index of a
@@ -46,8 +53,9 @@ def evaluate(config: dict, trace, pods: int, slo_ttft: float, slo_itl: float, se
                                    *server_args])
     new_pod, cfg, _ = _cache[key]
     fleet = FleetReplay(new_pod, trace, pods=pods, router=make_router(config["router"], seed=seed),
-                        gpus_per_pod=config["tp"], give_up_ttft=slo_ttft, keep_routed=False, seed=seed,
-                        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth)
+                        gpus_per_pod=config["tp"], give_up_ttft=slo_ttft, give_up_itl=slo_itl, keep_routed=False,
+                        compact=True, seed=seed,
+                        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth * 1e9)
     s = fleet.run().summary()
     ttft = s["ttft_s"]["p99"]
     itl = s["itl_s"]["p99"] or 0.0
@@ -57,18 +65,26 @@ def evaluate(config: dict, trace, pods: int, slo_ttft: float, slo_itl: float, se
     return {"pods": pods, "ttft_p99": ttft, "itl_p99": itl, "ok": ok, "gave_up": s["gave_up"]}
 
 
+STAGED_MIN = 2000          # requests: a trace this long is first searched on its prefix
+PREFIX_SHARE = 0.125       # of the trace's span: the prefix searched first
+
+
 class _Search:
     """The pod-count search of one configuration, a round at a time: :meth:`candidates` gives
     the counts to replay next (the doubling phase's next power, or ``m`` points evenly inside
     the bisection's interval: one point is the midpoint), :meth:`update` takes
     their results.  ``hi`` the fewest pods seen to pass, ``lo`` the most seen to fail below
-    it."""
+    it.  ``guess``: start there instead and gallop (module docstring); ``length``: the
+    replays are of the trace's first ``length`` requests (None: all)."""
 
-    def __init__(self, config: dict, min_pods: int, max_pods: int):
+    def __init__(self, config: dict, min_pods: int, max_pods: int, guess: int | None = None,
+                 length: int | None = None):
         self.config, self.min_pods, self.max_pods = config, min_pods, max_pods
         self.tried: dict = {}
         self.lo, self.hi = min_pods - 1, None
         self.error = None
+        self.guess = None if guess is None else min(max(guess, min_pods), max_pods)
+        self.length = length
 
     @property
     def done(self) -> bool:
@@ -81,7 +97,15 @@ class _Search:
     def candidates(self, m: int) -> list[int]:
         if self.done:
             return []
-        if self.hi is None:     # doubling from min_pods, one at a time: a larger fleet costs more to
+        g = self.guess
+        if g is not None:       # galloping from the guess, one at a time, until both sides are known
+            if not self.tried:
+                return [g]
+            if self.hi is None:                       # all failed so far: up, by 1, 2, 4, ...
+                return [min(self.lo + max(1, self.lo - g + 1), self.max_pods)]
+            if self.lo == self.min_pods - 1:          # all passed so far: down, by 1, 2, 4, ...
+                return [max(self.hi - max(1, g - self.hi + 1), self.min_pods)]
+        elif self.hi is None:   # doubling from min_pods, one at a time: a larger fleet costs more to
             # replay, and a failing one gives up early
             return [min(max(self.tried) * 2, self.max_pods) if self.tried else self.min_pods]
         span = self.hi - self.lo
@@ -112,14 +136,53 @@ class _Search:
                     seconds=round(sum(r.get("seconds", 0.0) for r in self.tried.values()), 2))
 
 
+class _Staged:
+    """A configuration's search in two stages (module docstring): ``prefix`` (a :class:`_Search`
+    on the trace's first ``prefix_len`` requests; None for a short trace), then ``full`` (the
+    whole trace, from the prefix's answer).  :attr:`current` is the stage searching now."""
+
+    def __init__(self, config: dict, min_pods: int, max_pods: int, trace):
+        self.config, self.min_pods, self.max_pods = config, min_pods, max_pods
+        self.prefix = self.full = None
+        if len(trace) >= STAGED_MIN:
+            cut = trace[0].arrival + PREFIX_SHARE * (trace[-1].arrival - trace[0].arrival)
+            k = sum(1 for tr in trace if tr.arrival < cut)
+            if 0 < k < len(trace):
+                self.prefix = _Search(config, min_pods, max_pods, length=k)
+        if self.prefix is None:
+            self.full = _Search(config, min_pods, max_pods)
+
+    @property
+    def current(self) -> _Search:
+        if self.full is None and self.prefix.done:
+            p = self.prefix
+            self.full = _Search(self.config, self.min_pods, self.max_pods, guess=p.hi)   # None: doubling
+            self.full.error = p.error
+        return self.full if self.full is not None else self.prefix
+
+    @property
+    def done(self) -> bool:
+        return self.current.done
+
+    def row(self, trace, slo_ttft: float, slo_itl: float) -> dict:
+        row = self.current.row(trace, slo_ttft, slo_itl)
+        if self.prefix is not None and "error" not in row:
+            row["replays"] += len(self.prefix.tried)
+            row["seconds"] = round(row["seconds"] + sum(r.get("seconds", 0.0) for r in self.prefix.tried.values()), 2)
+            row["prefix_pods"] = self.prefix.hi
+        return row
+
+
 def search(config: dict, trace, slo_ttft: float, slo_itl: float, *, server_args=(), min_pods: int = 1,
            max_pods: int = 256, seed: int = 0) -> dict:
     """The smallest pod count of ``config`` meeting the SLO (module docstring) and its row, one
     replay at a time (doubling, then bisection)."""
-    s = _Search(config, min_pods, max_pods)
+    s = _Staged(config, min_pods, max_pods, trace)
     while not s.done:
-        for n in s.candidates(1):
-            s.update(n, _evaluate_safe(config, trace, n, slo_ttft, slo_itl, server_args, seed))
+        c = s.current
+        part = trace if c.length is None else trace[:c.length]
+        for n in c.candidates(1):
+            c.update(n, _evaluate_safe(config, part, n, slo_ttft, slo_itl, server_args, seed))
     return s.row(trace, slo_ttft, slo_itl)
 
 
@@ -142,8 +205,9 @@ def _init(trace) -> None:
 
 
 def _task(args) -> dict:
-    config, pods, slo_ttft, slo_itl, server_args, seed = args
-    return _evaluate_safe(config, _TRACE, pods, slo_ttft, slo_itl, server_args, seed)
+    config, pods, slo_ttft, slo_itl, server_args, seed, length = args
+    trace = _TRACE if length is None else _TRACE[:length]
+    return _evaluate_safe(config, trace, pods, slo_ttft, slo_itl, server_args, seed)
 
 
 def _whole(args) -> dict:
@@ -166,7 +230,7 @@ def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min
         raise ValueError(f"share {index} of {count}: need 0 <= index < count")
     if not 1 <= min_pods <= max_pods:
         raise ValueError(f"need 1 <= --min-pods ({min_pods}) <= --max-pods ({max_pods})")
-    searches = [_Search(c, min_pods, max_pods) for k, c in enumerate(configs) if k % count == index]
+    searches = [_Staged(c, min_pods, max_pods, trace) for k, c in enumerate(configs) if k % count == index]
     workers = workers or os.cpu_count() or 1
     pool = None
     if workers > 1 and searches:
@@ -179,12 +243,12 @@ def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min
             kw = dict(server_args=tuple(server_args), min_pods=min_pods, max_pods=max_pods, seed=seed)
             return pool.map(_whole, [(s.config, slo_ttft, slo_itl, kw) for s in searches], chunksize=1)
         while True:
-            active = [s for s in searches if not s.done]
+            active = [s.current for s in searches if not s.done]
             if not active:
                 break
             m = max(1, workers // len(active))
             tasks = [(s, n) for s in active for n in s.candidates(m)]
-            args = [(s.config, n, slo_ttft, slo_itl, tuple(server_args), seed) for s, n in tasks]
+            args = [(s.config, n, slo_ttft, slo_itl, tuple(server_args), seed, s.length) for s, n in tasks]
             results = pool.map(_task, args, chunksize=1) if pool is not None else [_task(a) for a in args]
             for (s, n), r in zip(tasks, results):
                 s.update(n, r)

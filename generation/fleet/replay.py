@@ -4,7 +4,9 @@ Each pod is the replay's own stepper (:class:`generation.engine.replay.PodReplay
 server's scheduler, KV block pool and step-time model, nothing re-implemented.  The fleet
 advances every pod to each arrival (:meth:`PodReplay.advance_until`), lets the router pick a pod
 from their state at that instant (:mod:`generation.fleet.routing`), and hands the request to
-it; a pod's events between arrivals are its own.  Because a pod sees exactly the requests
+it; a pod's events between arrivals are its own.  A router that reads only the queues
+(least-queue, prefix-approx) needs only the pods whose queue may be non-empty: a *quiet* pod
+(:func:`_quiet`) is advanced when it is picked or at an event, several steps at once.  Because a pod sees exactly the requests
 routed to it, at their arrival times, its result is the one
 :func:`generation.engine.replay.replay` gives for those requests alone (the tests check it).
 
@@ -13,13 +15,21 @@ routed to it, at their arrival times, its result is the one
   later; a scale-down takes the least loaded ready pod out of routing and removes it once its
   requests finished (drain).  Pods over time and GPU-hours (each pod from its creation to its
   removal, times its GPUs) are recorded.
-- **P/D disaggregation** (``prefill_pods`` > 0): a request goes first to a prefill pod, which
-  computes its prompt and one token (vLLM's ``do_remote_decode``); when that answer is back,
-  the request goes to a decode pod, which waits for the prompt's KV (``prompt x
-  kv_bytes_per_token / kv_transfer_bandwidth`` seconds, as the server's step engine) and finds
-  all but the last prompt token computed (``do_remote_prefill``).  The client's first token is
-  the decode pod's.  Each pool has its own router (the prefill pool's can be prefix-aware);
-  prompts shorter than ``pd_threshold`` tokens skip the prefill pool.
+- **P/D disaggregation** (``prefill_pods`` > 0): both pods are picked when the request
+  arrives, the decode pod first, as llm-d's P/D profile handler does (``pd-profile-handler``,
+  ``pkg/plugins/profile/pd_profile_handler.go`` of llm-d/llm-d-inference-scheduler: the decode
+  profile runs first, then the decider chooses whether the prefill profile runs too; its
+  ``docs/disagg_pd.md``: the request lands on the decode pod, whose sidecar sends the prefill
+  to the chosen prefill pod and then the decode to its own vLLM).  The prefill pod computes the prompt and one token (vLLM's
+  ``do_remote_decode``); when that answer is back at the sidecar, the chosen decode pod gets
+  the request, waits for the prompt's KV (``prompt x kv_bytes_per_token /
+  kv_transfer_bandwidth`` seconds, as the server's step engine) and finds all but the last
+  prompt token computed (``do_remote_prefill``).  The client's first token is the decode
+  pod's.  Each pool has its own router (the prefill pool's can be prefix-aware); prompts
+  shorter than ``pd_threshold`` tokens skip the prefill pool (the decider).  With an
+  autoscaler each pool is scaled on its own pods' metrics (``prefill_autoscaler`` for the
+  prefill pool), as WVA scales a P/D deployment's prefill and decode variants apart; a decode
+  pod that drains still takes the requests it was picked for.
 
 Times are seconds from the trace's start.  The router reads a pod's state between its events:
 a step in flight shows the requests it scheduled as running.
@@ -29,12 +39,14 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from dataclasses import dataclass, field, replace
+from array import array
+from dataclasses import replace
 
 from generation.engine.pod_replay import PodReplay, ReplayResult, trace_block_hashes
 from generation.engine.replay import TraceRequest
+from generation.engine.replay_log import LatencyPool
 
-_PCT = ReplayResult().percentiles
+from .results import FleetResult, Records
 
 
 class Pod:
@@ -54,14 +66,17 @@ class Pod:
         self.drain_at = None
         self.removed_at = None
         self.routed: list = []
-        self.key = math.inf             # its entry in the fleet's event heap
+        self.key = math.inf             # its next event (its entry in the fleet's event heap)
+        self.hot = False                # in the fleet's list of pods advanced at each arrival
+        self.pending = 0                # P/D decode pod: requests picked for it, their prefill not back yet
+        self.itl_seen = 0               # give_up_itl: the runs of its ITLs counted so far
+        self._waiting, self._arrivals, self._incoming = replay.scheduler.waiting, replay.arrivals, replay.incoming
 
     # what a router and an autoscaler read (the pod's /metrics and KV events)
     def queued(self) -> int:
         """Requests at the pod that are not running: ``vllm:num_requests_waiting`` and those
         still in its frontend or async planning."""
-        r = self.replay
-        return len(r.scheduler.waiting) + len(r.arrivals) + len(r.incoming)
+        return len(self._waiting) + len(self._arrivals) + len(self._incoming)
 
     def running(self) -> int:
         """``vllm:num_requests_running``."""
@@ -84,61 +99,6 @@ class Pod:
         return self.replay.finish()
 
 
-@dataclass
-class FleetResult:
-    """What a fleet replay gives: ``pods`` (every pod that lived, with its ``result``),
-    ``records`` one dict per finished request (``arrival``, ``ttft``, ``e2e`` in client
-    seconds, ``prompt_tokens``, ``output_tokens``, ``cached_tokens``, ``pod``), ``itl`` every
-    inter-token latency, ``timeline`` ``(time, ready, starting, draining)`` at each change and
-    scrape, ``gpu_hours``, ``duration`` (seconds to the last token), ``unfinished`` (requests
-    never finished: timed out, or larger than the cache), ``router`` and ``decisions`` (the
-    autoscaler's, when one ran)."""
-    pods: list
-    records: list
-    itl: list
-    timeline: list
-    gpu_hours: float
-    duration: float
-    unfinished: int
-    router: str
-    gpus_per_pod: int = 1
-    decisions: list = field(default_factory=list)
-    gave_up: bool = False
-
-    def summary(self) -> dict:
-        """Fleet percentiles (p50/p90/p99 of TTFT, ITL, E2E, seconds), throughput, the prefix
-        cache's hit rate (cached prompt tokens over prompt tokens), preemptions, pods and
-        GPU-hours."""
-        recs = self.records
-        out_tokens = sum(r["output_tokens"] for r in recs)
-        prompt = sum(r["prompt_tokens"] for r in recs)
-        d = self.duration
-        return {"router": self.router, "requests": len(recs), "unfinished": self.unfinished,
-                "duration_s": d, "output_tokens_per_s": out_tokens / d if d else 0.0,
-                "requests_per_s": len(recs) / d if d else 0.0,
-                "ttft_s": _PCT([r["ttft"] for r in recs]), "itl_s": _PCT(self.itl),
-                "e2e_s": _PCT([r["e2e"] for r in recs]),
-                "cache_hit_rate": sum(r["cached_tokens"] for r in recs) / prompt if prompt else 0.0,
-                "preemptions": sum(p.result.preemptions for p in self.pods),
-                "pods_max": max((t[1] + t[2] + t[3] for t in self.timeline), default=len(self.pods)),
-                "pods_total": len(self.pods), "gpu_hours": self.gpu_hours, "gave_up": self.gave_up}
-
-    def per_pod(self) -> list[dict]:
-        """One row per pod: name, role, requests routed and finished, TTFT / ITL / E2E p50 and
-        p99 (client seconds, as the pod's own replay gives them), mean KV usage, preemptions,
-        life (created, ready, removed; seconds)."""
-        rows = []
-        for p in self.pods:
-            s = p.result.summary()
-            rows.append({"pod": p.name, "role": p.role, "routed": len(p.routed), "requests": s["requests"],
-                         "ttft_p50": s["ttft_s"]["p50"], "ttft_p99": s["ttft_s"]["p99"],
-                         "itl_p50": s["itl_s"]["p50"], "itl_p99": s["itl_s"]["p99"],
-                         "e2e_p50": s["e2e_s"]["p50"], "e2e_p99": s["e2e_s"]["p99"],
-                         "kv_usage_mean": s["kv_usage_mean"], "preemptions": s["preemptions"],
-                         "created": p.created, "ready_at": p.ready_at, "removed_at": p.removed_at})
-        return rows
-
-
 class FleetReplay:
     """Replay ``trace`` (TraceRequests by arrival) on a fleet (module docstring).
 
@@ -147,28 +107,40 @@ class FleetReplay:
     ``pods`` the pods at the start (ready at 0); ``router`` a
     :class:`~generation.fleet.routing.Router`; ``autoscaler`` an
     :class:`~generation.fleet.autoscaler.Autoscaler` or None; ``prefill_pods`` > 0 with
-    ``prefill_router`` for P/D (then ``pods`` are the decode pods), ``kv_transfer_bandwidth``
-    bytes/s and ``pd_threshold`` tokens; ``gpus_per_pod`` (TP) for GPU-hours; ``jitter`` and
+    ``prefill_router`` for P/D (then ``pods`` are the decode pods, ``autoscaler`` scales them
+    and ``prefill_autoscaler`` the prefill pool), ``kv_transfer_bandwidth`` bytes/s and
+    ``pd_threshold`` tokens; ``gpus_per_pod`` (TP) for GPU-hours; ``jitter`` and
     ``seed`` the step-time jitter (each pod its own seeded stream); ``timeout`` a client's
     timeout (seconds, 0: none).  ``give_up_ttft`` > 0 (the planner's p99 TTFT SLO, seconds)
     stops the replay early once more than 1% of the trace's requests have waited longer than
-    that for their first token (the p99 cannot be met any more; ``FleetResult.gave_up``).
+    that for their first token (the p99 cannot be met any more; ``FleetResult.gave_up``);
+    ``give_up_itl`` > 0 (the p99 ITL SLO, seconds) likewise once more than 1% of the
+    inter-token latencies the trace's requests will have (``output_tokens - 1`` each) were longer.
+    ``keep_routed`` lists each pod's requests (``Pod.routed``); ``compact`` keeps each pod's
+    finished requests as columns and no row per step
+    (:class:`~generation.engine.pod_replay.PodReplay`'s ``compact``: the same summaries and
+    records, ~100 bytes a request instead of ~1 KB, and no 40 bytes a step); ``refresh_interval``
+    > 0 has the router read the pods every that many seconds (GIE's refresh) instead of at
+    each arrival.
     Raises ValueError for a fleet that cannot run."""
 
     def __init__(self, new_pod, trace, *, pods: int = 1, router=None, autoscaler=None, prefill_pods: int = 0,
                  prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
                  gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
-                 keep_routed: bool = True, give_up_ttft: float = 0.0, refresh_interval: float = 0.0):
+                 keep_routed: bool = True, give_up_ttft: float = 0.0, give_up_itl: float = 0.0,
+                 refresh_interval: float = 0.0,
+                 compact: bool = False, prefill_autoscaler=None):
         from .routing import RoundRobin
         if pods < 1:
             raise ValueError(f"--pods must be at least 1, got {pods}")
         if prefill_pods < 0:
             raise ValueError(f"--prefill-pods must be at least 0, got {prefill_pods}")
-        if autoscaler is not None and prefill_pods:
-            raise ValueError("--autoscale with --prefill-pods: the autoscaler scales one pool; P/D pools are fixed")
-        if autoscaler is not None and not (autoscaler.policy.min_replicas <= pods <= autoscaler.policy.max_replicas):
-            raise ValueError(f"--pods {pods} is outside the autoscaler's replicas "
-                             f"({autoscaler.policy.min_replicas}..{autoscaler.policy.max_replicas})")
+        if prefill_autoscaler is not None and not prefill_pods:
+            raise ValueError("a prefill autoscaler needs --prefill-pods")
+        for a, n, flag in ((autoscaler, pods, "--pods"), (prefill_autoscaler, prefill_pods, "--prefill-pods")):
+            if a is not None and not (a.policy.min_replicas <= n <= a.policy.max_replicas):
+                raise ValueError(f"{flag} {n} is outside the autoscaler's replicas "
+                                 f"({a.policy.min_replicas}..{a.policy.max_replicas})")
         if not kv_transfer_bandwidth > 0:
             raise ValueError("--kv-transfer-bandwidth must be positive")
         self.new_pod = new_pod
@@ -176,6 +148,8 @@ class FleetReplay:
         self.router = router or RoundRobin(seed)
         self.prefill_router = prefill_router or RoundRobin(seed + 1)
         self.autoscaler = autoscaler
+        self.prefill_autoscaler = prefill_autoscaler
+        self.pd = prefill_pods > 0
         self.kv_bw = kv_transfer_bandwidth
         self.pd_threshold = pd_threshold
         self.gpus_per_pod = gpus_per_pod
@@ -183,10 +157,17 @@ class FleetReplay:
         self.seed = seed
         self.timeout = timeout
         self.keep_routed = keep_routed
+        self.compact = compact
         self.give_up_ttft = give_up_ttft
+        self.give_up_itl = give_up_itl
+        self.itl_late = 0               # ITLs longer than give_up_itl so far (runs up to each pod's itl_seen)
         if refresh_interval < 0:
             raise ValueError(f"--router-refresh must be >= 0 seconds, got {refresh_interval}")
         self.lazy = prefill_pods == 0 and (refresh_interval > 0 or not self.router.reads_state)
+        # a router that reads only the queues: a pod whose queue is empty and cannot fill is not
+        # advanced at each arrival, only when it is picked or at an event (:meth:`_quiet`)
+        self.quiet = prefill_pods == 0 and not self.lazy and getattr(self.router, "reads_queue_only", False)
+        self.hot: list = []             # quiet mode: the pods advanced at each arrival
         self.refresh = refresh_interval if self.router.reads_state else math.inf
         self.next_refresh = 0.0
         self.late: set = set()          # requests seen without a first token past give_up_ttft
@@ -202,7 +183,7 @@ class FleetReplay:
         self.seq = 0
         self.timeline: list = []
         self.origin: dict = {}          # decode EngineRequest -> (the client's arrival, prefill's cache hits)
-        self.pd_origin: dict = {}       # prefill EngineRequest -> its TraceRequest (P/D)
+        self.pd_origin: dict = {}       # prefill EngineRequest -> (its TraceRequest, the decode pod picked)
         self.bs = None
         self.now = 0.0
         for _ in range(prefill_pods):
@@ -218,8 +199,12 @@ class FleetReplay:
         self.bs = sched.block_size
         on_finished = self._handoff if role == "prefill" else None
         rng = random.Random(f"{self.seed}-pod{i}-steps") if self.jitter > 0 else None
-        pr = PodReplay(sched, step_time, rng=rng, jitter=self.jitter, timeout=self.timeout, on_finished=on_finished)
+        pr = PodReplay(sched, step_time, rng=rng, jitter=self.jitter, timeout=self.timeout, on_finished=on_finished,
+                       compact=self.compact)
         pod = Pod(f"{role}-{i}" if role != "serve" else f"pod-{i}", i, role, pr, created, ready_at)
+        if role == "decode" and self.compact:   # the client's arrival and the prefill's hits, by finished row
+            pod.client_arrival, pod.client_cached = array("d"), array("q")
+            pr.on_finished = lambda req, now, seen_at, pod=pod: self._decoded(pod, req)
         pod.kv_bytes_per_token = getattr(step_time, "kv_bytes_per_token", 0)
         self.pods.append(pod)
         if ready_at <= created:
@@ -235,7 +220,11 @@ class FleetReplay:
     def _resched(self, pod: Pod) -> None:
         k = pod.replay.next_event_time()
         pod.key = k
-        if k < math.inf:
+        if self.quiet:
+            if not pod.hot:
+                pod.hot = True
+                self.hot.append(pod)
+        elif k < math.inf:
             self.seq += 1
             heapq.heappush(self._heap(pod), (k, self.seq, pod))
 
@@ -246,6 +235,27 @@ class FleetReplay:
                 continue                 # stale: the pod was advanced or handed a request since
             pod.replay.advance_until(t)
             self._resched(pod)
+
+    def _advance_hot(self, t: float) -> None:
+        """Quiet mode, at an arrival at ``t``: advance the pods that may have a queue at ``t``;
+        those that became quiet leave the list until they are handed a request."""
+        keep = []
+        for p in self.hot:
+            if p.key < t:
+                p.replay.advance_until(t)
+                p.key = p.replay.next_event_time()
+            if _quiet(p.replay):
+                p.hot = False
+            else:
+                keep.append(p)
+        self.hot = keep
+
+    def _advance_all(self, t: float) -> None:
+        """Quiet mode: every pod to ``t`` (an event that reads them all, or the end)."""
+        for p in self.pods:
+            if p.key < t:
+                p.replay.advance_until(t)
+                p.key = p.replay.next_event_time()
 
     def _push(self, t: float, order: int, kind: str, data) -> None:
         self.seq += 1
@@ -264,7 +274,10 @@ class FleetReplay:
     # ---- events ---------------------------------------------------------------------------
     def _arrive(self, tr: TraceRequest) -> None:
         """Route an arrival: to the prefill pool (P/D, a long enough prompt) or the pods."""
+        dec = None
         if self.prefill and tr.prompt_tokens >= self.pd_threshold:
+            dec = self.router.pick(None, self.serving)      # llm-d: the decode profile first
+            self.router.routed(None, dec)
             router, pods = self.prefill_router, self.prefill
         else:
             router, pods = self.router, self.serving
@@ -273,13 +286,14 @@ class FleetReplay:
             self._advance(self.heap1, tr.arrival)
             self.next_refresh = tr.arrival + self.refresh
         pod = router.pick(hashes, pods)
-        if self.lazy and pod.key < tr.arrival:              # the pod itself is brought to now
+        if (self.lazy or self.quiet) and pod.key < tr.arrival:      # the pod itself is brought to now
             pod.replay.advance_until(tr.arrival)
         router.routed(hashes, pod)
         if pod.role == "prefill":       # vLLM's do_remote_decode: the prompt and one token
             req = self._submit(pod, replace(tr, output_tokens=1), tr.arrival)
             if req is not None:         # None: refused (past the context), as vLLM answers 400
-                self.pd_origin[req] = tr
+                self.pd_origin[req] = (tr, dec)
+                dec.pending += 1
         else:
             self._submit(pod, tr, tr.arrival)
 
@@ -288,26 +302,39 @@ class FleetReplay:
         self._push(seen_at, 1, "handoff", req)
 
     def _decode(self, pre, at: float) -> None:
-        """The decode side of a P/D request whose prefill answer came back at ``at``."""
-        tr0 = self.pd_origin.pop(pre)
-        pod = self.router.pick(None, self.serving)
-        self.router.routed(None, pod)
+        """The decode side of a P/D request whose prefill answer came back at ``at``: to the
+        decode pod picked at its arrival."""
+        tr0, pod = self.pd_origin.pop(pre)
+        pod.pending -= 1
         ready = at + pre.prompt_len * pod.kv_bytes_per_token / self.kv_bw
         req = self._submit(pod, replace(tr0, arrival=at), at, kv_ready_at=ready, prefix_hit=_remote_kv)
         if req is not None:
             self.origin[req] = (tr0.arrival, pre.cached_tokens)
 
-    def _scrape(self, t: float) -> None:
-        a = self.autoscaler
-        metrics = [(p.kv_usage(), p.queued()) for p in self.serving]
-        change = a.decide(t, metrics, len(self.serving) + len(self.starting))
+    def _decoded(self, pod: Pod, req) -> None:
+        """Compact P/D: a decode pod finished ``req`` (its row just added to the pod's columns)."""
+        arrival, cached = self.origin.pop(req)
+        pod.client_arrival.append(arrival)
+        pod.client_cached.append(cached)
+
+    def _scaler(self, which: int):
+        """``(autoscaler, pool, router, role)``: 0 the serving (or decode) pool, 1 the prefill pool."""
+        if which:
+            return self.prefill_autoscaler, self.prefill, self.prefill_router, "prefill"
+        return self.autoscaler, self.serving, self.router, "decode" if self.pd else "serve"
+
+    def _scrape(self, t: float, which: int) -> None:
+        """A scrape of one pool: its autoscaler reads the pool's ready pods and scales it."""
+        a, pool, router, role = self._scaler(which)
+        metrics = [(p.kv_usage(), p.queued()) for p in pool]
+        change = a.decide(t, metrics, len(pool) + sum(p.role == role for p in self.starting))
         if change > 0:
             for _ in range(change):
-                self._add_pod("serve", t, t + a.policy.startup_delay)
-        elif change < 0 and len(self.serving) > 1:
-            pod = min(reversed(self.serving), key=lambda p: p.queued() + p.running())
-            self.serving.remove(pod)
-            self.router.forget(pod)
+                self._add_pod(role, t, t + a.policy.startup_delay)
+        elif change < 0 and len(pool) > 1:
+            pod = min(reversed(pool), key=lambda p: p.queued() + p.running())
+            pool.remove(pod)
+            router.forget(pod)
             pod.drain_at = t
             self.draining.append(pod)
         self._mark(t)
@@ -317,7 +344,7 @@ class FleetReplay:
             if p.key < t:
                 p.replay.advance_until(t)
                 self._resched(p)
-        done = [p for p in self.draining if p.replay.next_event_time() == math.inf]
+        done = [p for p in self.draining if p.replay.next_event_time() == math.inf and not p.pending]
         for p in done:
             self.draining.remove(p)
             p.removed_at = max(p.drain_at, p.replay.now)
@@ -346,6 +373,23 @@ class FleetReplay:
                     late.add(item[2])
         return len(late)
 
+    def _late_itl(self) -> int:
+        """Inter-token latencies longer than ``give_up_itl`` so far, over the pods that decode
+        (each pod's runs counted once, the last one, which may still grow, at a later check)."""
+        import numpy as np
+        slo = self.give_up_itl
+        for p in self.pods:
+            itl = p.replay.result.itl
+            end = len(itl.values) - 1
+            if p.role == "prefill" or end <= p.itl_seen:
+                continue
+            v = np.frombuffer(itl.values, dtype=np.float64)[p.itl_seen:end]
+            c = np.frombuffer(itl.counts, dtype=np.int64)[p.itl_seen:end]
+            self.itl_late += int(c[v > slo].sum())
+            p.itl_seen = end
+            del v, c                    # no view left on the arrays: they grow again
+        return self.itl_late
+
     def _busy(self) -> bool:
         return any(p.key < math.inf for p in self.pods if p.removed_at is None)
 
@@ -353,12 +397,14 @@ class FleetReplay:
     def run(self) -> FleetResult:
         trace, n, i = self.trace, len(self.trace), 0
         events = self.events
-        if self.autoscaler is not None:
-            self._push(self.autoscaler.policy.scrape_interval, 2, "scrape", None)
-        if self.give_up_ttft > 0 and n:
+        for which in (0, 1):
+            if self._scaler(which)[0] is not None:
+                self._push(self._scaler(which)[0].policy.scrape_interval, 2, "scrape", which)
+        if (self.give_up_ttft > 0 or self.give_up_itl > 0) and n:
             allowed = n - math.ceil(0.99 * n)   # nearest-rank p99: this many may be late
+            m = sum(max(1, tr.output_tokens) - 1 for tr in trace)     # ITLs if every request finishes
             check = max(0.25, self.give_up_ttft / 2)
-            self._push(check, 3, "check", (allowed, check))
+            self._push(check, 3, "check", (allowed, check, m - math.ceil(0.99 * m), 0))
         inf = math.inf
         while True:
             ta = trace[i].arrival if i < n else inf
@@ -370,7 +416,12 @@ class FleetReplay:
                     if events:
                         continue
                 break
-            if not (self.lazy and ta < te):
+            if self.quiet:
+                if ta < te:
+                    self._advance_hot(t)
+                else:
+                    self._advance_all(t)
+            elif not (self.lazy and ta < te):
                 self._advance(self.heap1, t)
             if events and events[0][0] < t:
                 continue                     # a hand-off before t came out of a prefill pod
@@ -383,18 +434,19 @@ class FleetReplay:
                     self._decode(data, t)
                 elif kind == "ready":
                     self.starting.remove(data)
-                    self.serving.append(data)
+                    (self.prefill if data.role == "prefill" else self.serving).append(data)
                     self._mark(t)
                 elif kind == "check":
-                    if self._late(t) > data[0]:
+                    if self.give_up_ttft > 0 and self._late(t) > data[0] or (
+                            self.give_up_itl > 0 and data[3] % 4 == 0 and self._late_itl() > data[2]):
                         self.gave_up = True
                         break
                     if i < n or self._busy():
-                        self._push(t + data[1], 3, "check", data)
+                        self._push(t + data[1], 3, "check", (*data[:3], data[3] + 1))
                 elif kind == "scrape":
-                    self._scrape(t)
-                    if i < n or self._busy() or self.starting or len(events) > 0:
-                        self._push(t + self.autoscaler.policy.scrape_interval, 2, "scrape", None)
+                    self._scrape(t, data)
+                    if i < n or self._busy() or self.starting or any(e[3] != "scrape" for e in events):
+                        self._push(t + self._scaler(data)[0].policy.scrape_interval, 2, "scrape", data)
             else:
                 self._arrive(trace[i])
                 i += 1
@@ -403,39 +455,60 @@ class FleetReplay:
         if not self.gave_up:
             self._advance(self.heap2, inf)
             self._advance(self.heap1, inf)
+            if self.quiet:
+                self._advance_all(inf)
         if self.draining:
             self._check_drained(self.now)
         return self._result()
 
     def _result(self) -> FleetResult:
-        records, itl = [], None
+        parts, itl = [], []
         end = 0.0
         for p in self.pods:
             res = p.replay.finish()
             end = max(end, res.duration)
             if p.role == "prefill":
                 continue
-            if itl is None:             # the pods' own store (compact runs, or a list): merged as is
-                itl = type(res.itl)()
-            if hasattr(itl, "extend"):
-                itl.extend(res.itl)
-            else:
-                for x in res.itl:
-                    itl.append(x)
+            itl.append(res.itl)         # read as one, not copied
+            d = res.done
+            if d is not None:           # compact: the pod's columns (P/D: the client's arrival, the prefill's hits)
+                arrival = p.client_arrival if p.role == "decode" else d.arrival
+                cached = p.client_cached if p.role == "decode" else d.cached
+                parts.append((p.index, arrival, d.first, d.last, d.prompt, d.output, cached))
+                continue
+            cols = ([], [], [], [], [], [])
             for r in res.requests:
                 first, last = res.times(r)
                 arrival, cached = self.origin.get(r, (r.arrival, r.cached_tokens))
-                records.append({"arrival": arrival, "ttft": first - arrival, "e2e": last - arrival,
-                                "prompt_tokens": r.prompt_len, "output_tokens": r.num_output,
-                                "cached_tokens": cached, "pod": p.name})
-        records.sort(key=lambda r: r["arrival"])
+                for c, v in zip(cols, (arrival, first, last, r.prompt_len, r.num_output, cached)):
+                    c.append(v)
+            parts.append((p.index, *cols))
+        records = Records(parts, [p.name for p in self.pods])
         end = max(end, self.now)
         gpu_s = sum(((p.removed_at if p.removed_at is not None else end) - p.created) for p in self.pods)
         self._mark(end)
-        return FleetResult(self.pods, records, itl if itl is not None else [], self.timeline, gpu_s * self.gpus_per_pod / 3600.0, end,
-                           len(self.trace) - len(records), getattr(self.router, "name", "router"),
+        return FleetResult(self.pods, records, LatencyPool(itl), self.timeline, gpu_s * self.gpus_per_pod / 3600.0,
+                           end, len(self.trace) - len(records), getattr(self.router, "name", "router"),
                            self.gpus_per_pod, list(self.autoscaler.decisions) if self.autoscaler else [],
-                           self.gave_up)
+                           self.gave_up, list(self.prefill_autoscaler.decisions) if self.prefill_autoscaler else [])
+
+
+def _quiet(r: PodReplay) -> bool:
+    """True when ``r``'s queue (:meth:`Pod.queued`) is empty and stays empty until it is handed
+    a request: nothing waits or is in its frontend, and the blocks its running requests can
+    still take (to their prompt plus output) are free, so that no step can preempt one back
+    into the waiting queue.  Such a pod need not be advanced for a router that reads only the
+    queues: its queue at any later instant is 0."""
+    if r.arrivals or r.incoming:
+        return False
+    s = r.scheduler
+    if s.waiting:
+        return False
+    bs = s.block_size
+    need = 0
+    for req in s.running:
+        need += -(-(req.prompt_len + req.output_len) // bs) - req.blocks
+    return need <= s.pool.num_free
 
 
 def _remote_kv(req) -> int:

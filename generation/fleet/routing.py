@@ -44,6 +44,7 @@ class Router:
     name = "router"
     uses_prefix = False                 # reads the requests' block names
     reads_state = True                  # reads the pods' state (round-robin does not)
+    reads_queue_only = False            # of the pods' state, reads only queued() (the fleet's quiet pods)
 
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
@@ -137,10 +138,23 @@ class Weighted(Router):
         self.uses_prefix = bool(self.weights.get("prefix"))
         self.approx = None if precise else ApproxPrefixIndex(lru_blocks)
         self.name = name
+        used = {k for k, v in self.weights.items() if v}
+        self.queue_only = self.weights["queue"] if used == {"queue"} else 0.0
+        self.reads_queue_only = bool(used) and used <= ({"queue"} if precise else {"queue", "prefix"})
 
     def pick(self, hashes, pods):
         if len(pods) == 1:
             return pods[0]
+        if self.queue_only:         # least-queue: the scores below, without the lists of floats
+            w = self.queue_only
+            qs = [p.queued() for p in pods]
+            lo, hi = min(qs), max(qs)
+            if hi == lo:
+                best = pods
+            else:
+                top = w - 1e-12     # the best total is w (score 1 at the minimum)
+                best = [p for p, q in zip(pods, qs) if q == lo or w * ((hi - q) / (hi - lo)) >= top]
+            return best[0] if len(best) == 1 else best[self.rng.randrange(len(best))]
         w = self.weights
         total = [0.0] * len(pods)
         if w.get("prefix") and hashes:

@@ -139,6 +139,32 @@ def test_the_planner_bisects_to_the_fewest_pods(monkeypatch):
         sorted((c["gpu"], c["tp"], c["router"]) for c in configs)
 
 
+@pytest.mark.parametrize("prefix_need,full_need", [(7, 9), (12, 9), (9, 9), (1, 5), (300, 9)])
+def test_a_long_trace_is_bracketed_on_its_prefix_then_galloped_from_there(monkeypatch, prefix_need, full_need):
+    """A trace of STAGED_MIN requests or more: the search first runs on its first eighth, then
+    the whole trace's search starts at that answer and gallops to the same answer the doubling
+    and bisection give, with few replays of the whole trace."""
+    from generation.engine.replay import TraceRequest
+    from generation.fleet import planner
+    trace = [TraceRequest(i * 1.0, 10, 2) for i in range(4000)]
+    calls = []
+
+    def fake(config, part, pods, slo_ttft, slo_itl, server_args=(), seed=0):
+        need = full_need if len(part) == len(trace) else prefix_need
+        calls.append((len(part), pods))
+        return {"pods": pods, "ttft_p99": 0.1, "itl_p99": 0.01, "ok": pods >= need, "gave_up": pods < need}
+
+    monkeypatch.setattr(planner, "evaluate", fake)
+    row = planner.search({"gpu": "H100", "tp": 1, "router": "least-queue"}, trace, 1.0, 0.05)
+    assert row["pods"] == full_need and row["prefix_pods"] == (prefix_need if prefix_need <= 256 else None)
+    assert {n for n, _ in calls} == {500, 4000}                           # the first eighth, then the whole
+    full = [p for n, p in calls if n == 4000]
+    assert full_need in full and full_need - 1 in full and len(full) <= (8 if prefix_need > 256 else 6)
+    assert row["replays"] == len(calls)
+    monkeypatch.setattr(planner, "STAGED_MIN", 10**9)                     # the plain search: the same answer
+    assert planner.search({"gpu": "H100", "tp": 1, "router": "least-queue"}, trace, 1.0, 0.05)["pods"] == full_need
+
+
 def test_plan_shares_and_merge_on_the_command_line(tmp_path, capsys):
     from generation.fleet.cli import main
     outs = []
@@ -175,6 +201,17 @@ def test_cli_replay_prints_fleet_and_pods(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["fleet"]["requests"] == 4 and len(out["pods"]) == 2
     assert sum(p["requests"] for p in out["pods"]) == 4
+
+
+def test_cli_pd_reads_the_kv_transfer_bandwidth_in_gb_per_s(capsys):
+    """--kv-transfer-bandwidth is GB/s (the server's option): 25 GB/s moves a 600-token prompt of
+    Llama-3.1-8B (128 KiB a token) in ~3 ms, not in hours; both pools scale with --autoscale."""
+    from generation.fleet.cli import main
+    assert main(["replay", "--trace", os.path.join(FIX, "sessions.jsonl"), "--pods", "1", "--prefill-pods", "1",
+                 "--autoscale", "--json", *SERVER]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fleet"]["requests"] == 4 and out["fleet"]["e2e_s"]["p99"] < 5.0
+    assert [p["role"] for p in out["pods"]] == ["prefill", "decode"]
 
 
 def test_a_round_of_the_search_spreads_pod_counts_over_the_processes():

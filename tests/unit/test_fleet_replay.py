@@ -158,11 +158,22 @@ def test_the_planner_gives_up_early_on_a_hopeless_fleet():
     assert res.unfinished > 0 and res.duration < trace[-1].arrival
 
 
+def test_the_planner_gives_up_early_when_the_itl_p99_is_lost():
+    trace = workload(n=300, rate=60.0)
+    res = FleetReplay(new_pod, trace, pods=1, give_up_itl=0.001).run()       # every decode step is longer
+    assert res.gave_up and res.duration < trace[-1].arrival
+    lax = FleetReplay(new_pod, trace, pods=1, give_up_itl=10.0).run()
+    plain = FleetReplay(new_pod, trace, pods=1).run().summary()
+    assert not lax.gave_up and all(lax.summary()[k] == plain[k] for k in ("requests", "ttft_s", "itl_s", "e2e_s"))
+
+
 def test_a_fleet_that_cannot_run_names_the_flag():
     with pytest.raises(ValueError, match="--pods"):
         FleetReplay(new_pod, [], pods=0)
-    with pytest.raises(ValueError, match="--autoscale"):
-        FleetReplay(new_pod, [], pods=1, prefill_pods=1, autoscaler=Autoscaler())
+    with pytest.raises(ValueError, match="needs --prefill-pods"):
+        FleetReplay(new_pod, [], pods=1, prefill_autoscaler=Autoscaler())
+    with pytest.raises(ValueError, match="--prefill-pods 5 is outside"):
+        FleetReplay(new_pod, [], pods=1, prefill_pods=5, prefill_autoscaler=Autoscaler(ScalingPolicy(max_replicas=4)))
     with pytest.raises(ValueError, match="outside the autoscaler's replicas"):
         FleetReplay(new_pod, [], pods=5, autoscaler=Autoscaler(ScalingPolicy(max_replicas=4)))
     assert math.isinf(FleetReplay(new_pod, [], pods=1).pods[0].replay.next_event_time())
@@ -178,3 +189,103 @@ def test_a_sessions_next_turn_follows_its_cache_with_prefix_aware_routing():
     assert where[("session:7", 700)] is where[("session:a", 600)]         # the shared system prompt is there
     turn2 = next(r for p in res.pods for r in p.result.requests if r.prompt_len == 900)
     assert turn2.cached_tokens == 600 // 16 * 16                           # the first turn's prompt blocks
+
+
+def test_quiet_pods_advanced_several_steps_at_once_give_the_same_pods():
+    """least-queue reads only the queues: a pod whose queue is empty and cannot fill is advanced
+    when picked or at an event, not at every arrival; on small caches (preemptions) every pod
+    is still the single-pod replay of its requests, and the fleet the one advanced eagerly."""
+    trace = workload(n=300, rate=80.0)
+    small = lambda i, role: (sched(blocks=120), STEP)
+    fleet = FleetReplay(small, trace, pods=3, router=make_router("least-queue", seed=2))
+    assert fleet.quiet
+    res = fleet.run()
+    assert sum(p.result.preemptions for p in res.pods) > 0
+    for p in res.pods:
+        assert digest(p.result) == digest(replay(sched(blocks=120), STEP, [tr for tr, _ in p.routed]))
+    eager_router = make_router("least-queue", seed=2)
+    eager_router.reads_queue_only = False
+    eager = FleetReplay(small, trace, pods=3, router=eager_router)
+    assert not eager.quiet
+    assert eager.run().summary() == res.summary()
+
+
+@pytest.mark.parametrize("kind", ["serve", "pd", "autoscale"])
+def test_compact_results_are_the_full_ones(kind):
+    """``compact``: no EngineRequest kept once finished, no row per step; the same fleet and
+    per-pod summaries and records."""
+    trace = workload(n=300, rate=80.0)
+    kw = {"serve": dict(pods=3, router=make_router("weighted", seed=1)),
+          "pd": dict(pods=2, prefill_pods=2, router=make_router("least-queue"),
+                     prefill_router=make_router("prefix-precise")),
+          "autoscale": dict(pods=1, router=make_router("least-queue"),
+                            autoscaler=Autoscaler(ScalingPolicy(scrape_interval=1.0, startup_delay=0.5,
+                                                                max_replicas=3, queue_length_threshold=4)))}[kind]
+    full = FleetReplay(new_pod, trace, **kw).run()
+    kw = {k: (make_router(v.name, seed=1 if kind == "serve" else 0) if k == "router" else
+              make_router("prefix-precise") if k == "prefill_router" else
+              Autoscaler(v.policy) if k == "autoscaler" else v) for k, v in kw.items()}
+    compact = FleetReplay(new_pod, trace, compact=True, **kw).run()
+    assert compact.summary() == full.summary()
+    assert compact.per_pod() == full.per_pod()
+    assert list(compact.records) == list(full.records) and len(compact.records) == 300
+    assert all(not p.result.requests and len(p.result.done) == len(q.result.requests)
+               for p, q in zip(compact.pods, full.pods))
+
+
+class _Recording:
+    """A router that notes when it picked which pod (the fleet's clock) for which request."""
+
+    def __init__(self, router, fleet_ref):
+        self.router, self.fleet_ref, self.picks = router, fleet_ref, []
+        self.uses_prefix, self.reads_state, self.name = router.uses_prefix, router.reads_state, router.name
+
+    def pick(self, hashes, pods):
+        pod = self.router.pick(hashes, pods)
+        self.picks.append((self.fleet_ref[0].now, pod))
+        return pod
+
+    def routed(self, hashes, pod):
+        self.router.routed(hashes, pod)
+
+    def forget(self, pod):
+        self.router.forget(pod)
+
+
+def test_pd_picks_the_decode_pod_when_the_request_arrives():
+    """llm-d's P/D profile handler runs the decode profile first, at the request's arrival, then
+    the prefill profile; the decode pod gets the request once its prefill is back."""
+    rng = random.Random(4)
+    trace = [TraceRequest(i / 30.0 + rng.random() * 0.01, 600 + 7 * i, rng.randint(5, 60)) for i in range(80)]
+    ref = [None]
+    dec_router = _Recording(make_router("least-queue"), ref)
+    fleet = ref[0] = FleetReplay(new_pod, trace, pods=3, prefill_pods=2, router=dec_router,
+                                 prefill_router=make_router("prefix-precise"))
+    res = fleet.run()
+    assert [t for t, _ in dec_router.picks] == [tr.arrival for tr in trace]       # at arrival, each once
+    picked = {tr.prompt_tokens: (tr.arrival, pod) for tr, (_, pod) in zip(trace, dec_router.picks)}
+    dec = [p for p in res.pods if p.role == "decode"]
+    assert sum(len(p.routed) for p in dec) == 80 and all(p.routed for p in dec)
+    for p in dec:
+        for tr, at in p.routed:                  # handed over after the prefill answered, to the pod picked
+            arrival, pod = picked[tr.prompt_tokens]
+            assert at > arrival and pod is p
+    assert all(p.pending == 0 for p in dec) and res.summary()["requests"] == 80
+
+
+def test_pd_pools_are_scaled_apart_and_a_draining_decode_pod_keeps_its_requests():
+    busy = [TraceRequest(i / 60.0, 1500, 30) for i in range(360)]                  # 6 s busy
+    quiet = [TraceRequest(6.0 + i * 0.5, 300, 5) for i in range(30)]               # 15 s quiet
+    policy = ScalingPolicy(scrape_interval=1.0, startup_delay=0.5, max_replicas=3, queue_length_threshold=3,
+                           scale_down_stabilization=2.0)
+    res = FleetReplay(new_pod, busy + quiet, pods=1, prefill_pods=1, router=make_router("least-queue"),
+                      prefill_router=make_router("least-queue"), autoscaler=Autoscaler(policy),
+                      prefill_autoscaler=Autoscaler(policy)).run()
+    assert res.summary()["requests"] == 390 and res.unfinished == 0
+    roles = [p.role for p in res.pods]
+    assert roles.count("prefill") > 1 and roles.count("decode") > 1                 # each pool grew
+    assert any(d[2] > 0 for d in res.prefill_decisions) and any(d[2] > 0 for d in res.decisions)
+    assert all(p.routed and all(at >= p.ready_at for _, at in p.routed) for p in res.pods if p.created > 0)
+    for p in res.pods:
+        if p.removed_at is not None:             # drained: removed once its last request (and hand-off) is done
+            assert p.pending == 0 and all(r.finished_at <= p.removed_at for r in p.result.requests)

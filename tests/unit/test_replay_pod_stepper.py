@@ -101,3 +101,26 @@ def test_a_pod_stepped_arrival_by_arrival_equals_the_whole_trace(setup, case):
     pod.advance_until()
     assert pod.next_event_time() == float("inf")
     assert digest(pod.finish()) == digest(replay(sched(), st, trace, **kwargs(case)))
+
+
+@pytest.mark.parametrize("case", [c for c, _ in BEFORE], ids=str)
+def test_pure_group_steps_run_in_one_loop_with_the_same_result(setup, case, monkeypatch):
+    """PodReplay._run_group runs the group steps in which nothing happens to a single request
+    without the per-step calls; turned off, every step goes through _complete and the
+    scheduler: the same digest, and the loop ran most steps."""
+    st, trace = setup
+    fast = replay(sched(), st, trace, **kwargs(case))
+    calls = []
+    original = PodReplay._run_group
+
+    def counting(self, t):
+        before = self.steps
+        ran = original(self, t)
+        calls.append(self.steps - before)
+        return ran
+
+    monkeypatch.setattr(PodReplay, "_run_group", counting)
+    assert digest(replay(sched(), st, trace, **kwargs(case))) == digest(fast)
+    assert sum(calls) > len(fast.steps) // 3
+    monkeypatch.setattr(PodReplay, "_run_group", lambda self, t: False)
+    assert digest(replay(sched(), st, trace, **kwargs(case))) == digest(fast)

@@ -9,8 +9,10 @@ import io
 import json
 import random
 
+import pytest
+
 from generation.engine.replay import ReplayResult, TraceRequest, main, replay
-from generation.engine.replay_log import Latencies, StepLog
+from generation.engine.replay_log import Latencies, LatencyPool, StepLog, StepStats
 from generation.engine.scheduler import Scheduler
 
 
@@ -79,6 +81,13 @@ def test_latencies_are_the_list_they_replace():
     merged = Latencies(values[:700])                               # a fleet's pods merged, runs kept
     merged.extend(Latencies(values[700:]))
     assert merged == values and merged.percentiles() == lat.percentiles()
+    parts = [Latencies(values[:700]), Latencies(), Latencies(values[700:1500]), Latencies(values[1500:])]
+    pool = LatencyPool(parts)                                      # the pods read as one, not copied
+    assert len(pool) == 2000 and list(pool) == values and pool.sum() == pytest.approx(sum(values))
+    for ps in ((50, 90, 99), (0, 1, 99.9, 100)):
+        assert pool.percentiles(ps) == res.percentiles(values, ps)
+        assert pool.percentiles(ps, bins=3) == res.percentiles(values, ps)   # few ranges: more sorted in each
+    assert LatencyPool([Latencies()]).percentiles() == {"p50": None, "p90": None, "p99": None}
 
 
 def test_the_step_log_reads_as_tuples():
@@ -87,3 +96,13 @@ def test_the_step_log_reads_as_tuples():
     log.append((0.75, 0.5, 4, 0, 4))
     assert len(log) == 2 and log[1] == (0.75, 0.5, 4, 0, 4) and list(log)[0] == (0.5, 0.25, 3, 1, 40)
     assert log[-1][2] == 4 and list(log.usage) == [0.25, 0.5] and log[::2] == [(0.5, 0.25, 3, 1, 40)]
+
+
+def test_the_compact_step_log_keeps_the_summary_and_samples():
+    rows = [(0.1 * i, (i % 7) / 10, i % 3, 0, 10) for i in range(1, 40)]
+    full, stats = StepLog(rows), StepStats(every=1.0)
+    for r in rows:
+        stats.append(r)
+    assert len(stats) == len(full) == 39 and stats.usage_peak == max(full.usage)
+    assert stats.usage_sum / len(stats) == pytest.approx(sum(full.usage) / len(full), rel=1e-15)
+    assert [t for t, _ in stats] == pytest.approx([0.1, 1.1, 2.1, 3.1])    # the first step of every second

@@ -198,6 +198,8 @@ class StepModel:
         self.graph_sizes = ([] if enforce_eager else sorted(cudagraph_capture_sizes)
                             if cudagraph_capture_sizes else cudagraph_sizes(max_cudagraph_capture_size))
         self.max_graph = self.graph_sizes[-1] if self.graph_sizes else 0
+        # padded(n) for n <= max_graph, looked up (a replay's every step asks)
+        self._pad = [0] + [self.padded(n) for n in range(1, self.max_graph + 1)]
         lin_bytes = linear_weight_bytes(arch, quantization)
         if lin_bytes == 1.0:        # FP8 tensor cores double the FLOP/s; without them (A100)
             # vLLM runs FP8 weight-only (Marlin), dequantizing in the GEMM: slower than BF16 once
@@ -253,6 +255,7 @@ class StepModel:
         self._t_row = c.t_seq + self._t_vocab
         self._p = float(c.overlap)
         self._inv_p = 1.0 / self._p
+        self._g_memo = {}                   # step_time's GEMM term by (padded, rows), for these constants
 
     def padded(self, tokens: int) -> int:
         """Tokens the GPU runs for a step of ``tokens``: the next CUDA-graph capture size, or
@@ -270,15 +273,20 @@ class StepModel:
         if tokens <= 0:
             return 0.0
         rows = num_decode + num_chunks
-        padded = tokens if tokens > self.max_graph else self.padded(tokens)
-        w = self._w_fixed
-        if self._w_experts:
-            w += self._w_experts * (1.0 - self._untouched ** padded)
-        f = self._c_lin * (padded + self._m_half) + self._c_head * rows
+        padded = tokens if tokens > self.max_graph else self._pad[tokens]
+        p, q = self._p, self._inv_p          # smax(x, y) = max * (1 + (min / max)^p)^(1/p): no underflow
+        key = padded * 1_000_003 + rows
+        g = self._g_memo.get(key)            # the GEMM term depends on (padded, rows) alone
+        if g is None:
+            w = self._w_fixed
+            if self._w_experts:
+                w += self._w_experts * (1.0 - self._untouched ** padded)
+            f = self._c_lin * (padded + self._m_half) + self._c_head * rows
+            g = w * (1.0 + (f / w) ** p) ** q if w > f else f * (1.0 + (w / f) ** p) ** q
+            if len(self._g_memo) < 100_000:
+                self._g_memo[key] = g
         a = self._c_attn * (decode_context + prefill_pairs)
         kv = self._c_kv * (decode_context + prefill_context + tokens)
-        p, q = self._p, self._inv_p          # smax(x, y) = max * (1 + (min / max)^p)^(1/p): no underflow
-        g = w * (1.0 + (f / w) ** p) ** q if w > f else f * (1.0 + (w / f) ** p) ** q
         if a > kv:
             att = a * (1.0 + (kv / a) ** p) ** q
         else:
