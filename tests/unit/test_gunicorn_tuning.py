@@ -58,6 +58,21 @@ def test_chunked_stream_headers_ride_with_the_first_chunk_and_the_end_is_framed(
     assert sock.sends[1:] == [b"9\r\ndata: 2\n\n\r\n", b"0\r\n\r\n"]
 
 
+def test_a_stream_told_its_last_write_ends_in_that_send():
+    resp, sock = response(headers=(("Content-Type", "text/event-stream"),))
+    resp.write(b"data: 1\n\n")
+    assert gunicorn_tuning.end_with_next_write(resp)
+    resp.write(b"")                    # an empty write sends nothing and keeps the end for the next
+    resp.write(b"data: 2\n\n")
+    resp.write(b"data: late\n\n")     # nothing may follow the end
+    resp.close()
+    assert sock.sends[1:] == [b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"]
+    assert not gunicorn_tuning.end_with_next_write(resp)
+    http10, _ = response(headers=(("Content-Type", "text/event-stream"),))
+    http10.chunked = False             # an HTTP/1.0 body ends with the connection
+    assert not gunicorn_tuning.end_with_next_write(http10)
+
+
 def test_an_empty_write_flushes_the_headers_at_once():
     resp, sock = response(headers=(("Content-Type", "text/event-stream"),))
     resp.write(b"")                    # a stream's flush before its first token
