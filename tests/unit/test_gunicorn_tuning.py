@@ -137,6 +137,24 @@ def test_one_wsgi_errors_stream_per_config():
     assert wsgi.WSGIErrorsWrapper(cfg) is wsgi.WSGIErrorsWrapper(cfg)
 
 
+def test_script_name_is_the_environments_read_once():
+    import os
+    assert wsgi.os.environ.get("SCRIPT_NAME", "") == os.environ.get("SCRIPT_NAME", "")
+    assert wsgi.os.lseek is os.lseek and wsgi.os.SEEK_SET == os.SEEK_SET     # the rest is os itself
+
+
+def test_pre_request_hook_is_skipped_unless_debug():
+    from gunicorn.config import Config
+
+    from server.serve import apply_server_settings
+    for level, quiet in (("info", True), ("debug", False)):
+        cfg = Config()
+        config = SimpleNamespace(worker_connections=10, timeout_keep_alive=5, log_level=level,
+                                 disable_log_requests=True)
+        apply_server_settings(cfg.set, config, None)
+        assert (cfg.pre_request is gunicorn_tuning.no_pre_request) is quiet
+
+
 def test_frozen_config_reads_gunicorns_values_and_forgets_on_set():
     from gunicorn.config import Config
     cfg = Config()
