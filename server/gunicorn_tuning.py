@@ -84,13 +84,16 @@ def install() -> None:
             send_all(self.sock, data)
 
     def _emit_body(self, data):
+        held = self.__dict__.pop("_held_headers", b"")     # framed with the body: one copy of it
         if self.chunked:
             if self.last_write:           # the body's end rides with its last bytes (end_with_next_write)
                 self.last_write, self.ended = False, True
-                data = b"%X\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+                data = b"%s%X\r\n%s\r\n0\r\n\r\n" % (held, len(data), data)
             else:
-                data = b"%X\r\n%s\r\n" % (len(data), data)
-        _flush_headers(self, data)
+                data = b"%s%X\r\n%s\r\n" % (held, len(data), data)
+        elif held:
+            data = held + data
+        send_all(self.sock, data)
 
     def write(self, arg):
         if self.ended:
