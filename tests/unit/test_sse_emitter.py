@@ -228,3 +228,62 @@ def test_step_sends_send_the_chunk_rendered_ahead_in_one_pass():
     emitter._step_tick(ereq)
     assert rendered == [1, 2, 3] and schedule.next == 4
     assert read_all(client, b"data: 3\n\n\r\n") == b"12\r\ndata: 2\n\ndata: 3\n\n\r\n"     # one write
+
+
+def test_a_hand_back_goes_on_with_what_came_after_the_unsent_bytes():
+    """sse_body after a slow reader's hand-back: the unsent bytes first, then what the emitter
+    had read after them (a deadline to wait for, or an error for the client)."""
+    from blueprints.common import sse_body
+    from blueprints.streaming import HUB_EMITTER_KEY
+    from generation.errors import InvalidParam
+
+    class Sock:
+        def fileno(self):
+            raise ValueError              # no disconnect watcher
+
+        def sendall(self, data):
+            sent.append(bytes(data))
+
+    for then, tail in ((2.0, [b"after"]), (InvalidParam("boom"), [b"error frame"])):
+        sent, slept = [], []
+        sim = SimpleNamespace(expects_delay=lambda seqs: True, cancel=lambda seqs: None,
+                              sleep_until=lambda seq, t: slept.append(t))
+        emitter = SimpleNamespace(run=lambda item: ("pending", (memoryview(b"unsent"), then)))
+
+        def body():
+            yield 1.0                     # the first deadline: the emitter takes the stream
+            yield b"after"
+        environ = {"gunicorn.socket": Sock(), HUB_EMITTER_KEY: lambda env, seq, it: emitter}
+        out = list(sse_body(body(), sim, ["seq"], lambda err: b"error frame", environ))
+        assert sent == [b"unsent"] and out == [b"", *tail]
+        assert slept == ([2.0] if then.__class__ is float else [])
+
+
+def test_a_body_that_never_waits_announces_its_last_bytes():
+    """sse_body, nothing to wait for: the runtime hears (END_WITH_KEY) that the next write is the
+    body's last just before it is yielded, not earlier; an error after some bytes still comes
+    after them."""
+    from blueprints.common import sse_body
+    from blueprints.streaming import END_WITH_KEY
+    from generation.errors import InvalidParam
+
+    sim = SimpleNamespace(expects_delay=lambda seqs: False, cancel=lambda seqs: None)
+    events = []
+
+    def end(environ):
+        events.append("end")
+        return True
+
+    def consume(body):
+        for item in sse_body(body, sim, ["seq"], lambda err: b"error frame", {END_WITH_KEY: end}):
+            events.append(item)
+
+    consume(iter([b"a", b"b"]))
+    assert events == [b"a", "end", b"b"]
+
+    def failing():
+        yield b"a"
+        raise InvalidParam("boom")
+    events.clear()
+    consume(failing())
+    assert events == [b"a", b"error frame"]
