@@ -23,7 +23,8 @@ The machine's load average is printed with every round: figures from a busy mach
 comparable.  With ``--against DIR`` (another checkout, e.g. ``git worktree add /tmp/base main``)
 its simulator runs in the same rounds, alternating with this one and the bare app, and a second
 table gives this checkout over that one: throughput and CPU per request (the CPU figure moves
-much less with the machine's load).  Needs ``wrk`` (Debian package ``wrk``).
+much less with the machine's load; ``paired``, the median over rounds of the two passes' CPU
+ratio, each pair measured back to back, drifts least on a machine whose speed changes).  Needs ``wrk`` (Debian package ``wrk``).
 
     python bench/compare_bare.py [--duration 5] [--rounds 3] [--connections 32] [--against DIR]
 """
@@ -256,14 +257,16 @@ def main() -> None:
     if other:
         print(f"\nthis checkout over {args.against} (same rounds, alternating):")
         print(f"{'workload':<12}{'rate ratio':>11}{'CPU us/req':>12}{'other':>7}{'ratio':>7}"
-              f"{'best CPU':>10}{'other':>7}{'ratio':>7}   per-round rate ratios")
+              f"{'best CPU':>10}{'other':>7}{'ratio':>7}{'paired':>8}   per-round rate ratios")
         for n in names:
             s, o = statistics.median(rates[n]["sim"]), statistics.median(rates[n]["other"])
             cs, co = statistics.median(cpu[n]["sim"]), statistics.median(cpu[n]["other"])
             bs, bo = min(cpu[n]["sim"]), min(cpu[n]["other"])      # the quietest pass of each
+            # each round's two passes ran back to back: the median of their ratios drifts least
+            paired = statistics.median(x / y for x, y in zip(cpu[n]["sim"], cpu[n]["other"]))
             ratios = [x / y for x, y in zip(rates[n]["sim"], rates[n]["other"])]
-            print(f"{n:<12}{s / o:>11.2f}{cs:>12.0f}{co:>7.0f}{cs / co:>7.2f}{bs:>10.0f}{bo:>7.0f}{bs / bo:>7.2f}   "
-                  f"{' '.join(f'{r:.2f}' for r in ratios)}")
+            print(f"{n:<12}{s / o:>11.2f}{cs:>12.0f}{co:>7.0f}{cs / co:>7.2f}{bs:>10.0f}{bo:>7.0f}{bs / bo:>7.2f}"
+                  f"{paired:>8.2f}   {' '.join(f'{r:.2f}' for r in ratios)}")
     print(f"load average after the rounds: {loadavg()}")
     if args.skip_extras:
         return

@@ -18,7 +18,7 @@ from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
-from .streaming import HEADERS_LATER_KEY, HUB_EMITTER_KEY
+from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -238,11 +238,15 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
             later = environ.get(HEADERS_LATER_KEY)
             if later is None or not later():
                 yield b""
+            items = body_iter
+        else:
+            end = environ.get(END_WITH_KEY)          # nothing waits: the last bytes carry the body's end
+            items = body_iter if end is None else _last_ends(body_iter, end, environ)
         with DisconnectWatcher(sim, seqs, environ):
             try:
                 hub_ok = len(seqs) == 1
                 turn_by = monotonic() + HUB_SLICE
-                for item in body_iter:
+                for item in items:
                     cls = item.__class__
                     if cls is bytes:
                         yield item
@@ -261,13 +265,19 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
                             return
                         if outcome == "error":
                             raise value
-                        unsent, schedule = value        # a slow reader: this greenlet drives the rest
+                        unsent, then = value        # a slow reader: this greenlet drives the rest
                         try:
                             environ["gunicorn.socket"].sendall(unsent)
                         except OSError:
                             return
-                        if schedule is not None:
-                            yield from scheduled_tokens(sim, schedule)
+                        if then is None:
+                            continue
+                        if then.__class__ is float:
+                            sim.sleep_until(seqs[0], then)
+                        elif isinstance(then, BaseException):
+                            raise then
+                        else:
+                            yield from scheduled_tokens(sim, then)
                     elif schedule is None:
                         sim.sleep_until(seqs[0], item)
                     else:
@@ -286,6 +296,30 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
         if close is not None:
             close()
         gevent.sleep(0)   # let other keep-alive connections have a turn (see app.py)
+
+
+def _last_ends(body_iter, end, environ):
+    """``body_iter``'s items, a ``bytes`` item held until the next is known: once the iterator is
+    done, ``end(environ)`` is told that the bytes it yields now are the body's last (the runtime
+    then sends the body's end with them).  For a body that never waits (pulling the next item
+    renders it, without sleeping); an error still comes after the bytes before it."""
+    held = None
+    try:
+        for item in body_iter:
+            if held is not None:
+                yield held
+                held = None
+            if item.__class__ is bytes:
+                held = item
+            else:
+                yield item
+    except Exception:
+        if held is not None:
+            yield held
+        raise
+    if held is not None:
+        end(environ)
+        yield held
 
 
 # struct tcp_info (linux/tcp.h): tcpi_last_data_recv, ms since the last data segment arrived

@@ -7,7 +7,9 @@ when it can drive this response's body from its event loop (gevent's hub), else 
 route's SSE body (:func:`blueprints.common.sse_body`) calls it at the stream's first wait, with
 the first ``float`` deadline or :class:`~generation.engine.token_schedule.TokenSchedule` it met;
 ``run`` returns ``("done", None)``, ``("error", exception)`` or ``("pending", (unsent bytes,
-schedule or None))`` when the greenlet must take the stream back (a slow reader).  The
+next))`` when the greenlet must take the stream back (a slow reader); ``next`` is what the
+body's iterator gave after those bytes and the greenlet goes on with: a TokenSchedule to
+finish, a ``float`` deadline to wait for, an exception to raise, or None.  The
 simulator's runtime installs :func:`server.sse_emitter.hub_emitter`; any other WSGI server, and
 the in-process test client, leave the key out, and the stream waits in its greenlet.
 
@@ -17,8 +19,12 @@ The route stores the ``write`` callable its ``start_response`` returned under
 The runtime may also put a callable under :data:`HEADERS_LATER_KEY`: when it returns True (a
 burst of arrivals is waiting its turn), a stream that will wait does not flush its headers
 before its first wait; they leave with its first chunk (one ``send`` per stream fewer while the
-burst is being set up, issue 32).  Flask-free.
+burst is being set up, issue 32).  And a callable under :data:`END_WITH_KEY`: ``end(environ) -> bool`` makes the response's next
+non-empty write carry the body's end (a chunked body's ``0\\r\\n\\r\\n``) in the same ``send``;
+an SSE body that never waits calls it before its last bytes, once its generator is done (one
+``send`` per stream fewer).  Flask-free.
 """
 WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start_response returned
 HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
 HEADERS_LATER_KEY = "vllm_sim.headers_later"  # environ: () -> bool, the runtime's "in a burst", if any
+END_WITH_KEY = "vllm_sim.end_with"        # environ: (environ) -> bool, the runtime's "the next write ends the body"

@@ -94,6 +94,9 @@ def apply_server_settings(s, config, tls) -> None:
     s("logger_class", _gunicorn_logger_class(config))
     s("accesslog", None if getattr(config, "disable_log_requests", False) else "-")
     s("access_log_format", ACCESS_FORMAT)
+    if log_level_name(config) != "debug":
+        from .gunicorn_tuning import no_pre_request
+        s("pre_request", no_pre_request)          # the default logs "METHOD path" at debug level
     if tls:
         for k, v in tls.items():
             if v:

@@ -34,11 +34,12 @@ from time import monotonic
 
 from gevent.hub import Waiter, get_hub
 
-from blueprints.streaming import HEADERS_LATER_KEY, HUB_EMITTER_KEY, WRITE_KEY
+from blueprints.streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, WRITE_KEY
 from generation.engine.request import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule
 
 from .arrivals import waiting_count
+from .gunicorn_tuning import end_with_next_write
 from .listening import BURST_WAITING
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
 END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
@@ -79,12 +80,20 @@ def in_burst() -> bool:
     return waiting_count() >= BURST_WAITING
 
 
+def end_with_last_bytes(environ: dict) -> bool:
+    """:data:`blueprints.streaming.END_WITH_KEY`: the response's next non-empty write carries the
+    chunked body's end (:func:`server.gunicorn_tuning.end_with_next_write`)."""
+    resp = getattr(environ.get(WRITE_KEY), "__self__", None)
+    return resp is not None and end_with_next_write(resp)
+
+
 def with_hub_emitter(wsgi_app):
-    """``wsgi_app`` with :func:`hub_emitter` and :func:`in_burst` offered in every request's
-    environ."""
+    """``wsgi_app`` with :func:`hub_emitter`, :func:`in_burst` and :func:`end_with_last_bytes`
+    offered in every request's environ."""
     def app(environ, start_response):
         environ[HUB_EMITTER_KEY] = hub_emitter
         environ[HEADERS_LATER_KEY] = in_burst
+        environ[END_WITH_KEY] = end_with_last_bytes
         return wsgi_app(environ, start_response)
     return app
 
@@ -197,7 +206,8 @@ class HubEmitter:
     def run(self, item) -> tuple:
         """Called by the request's greenlet with the ``float`` deadline or the TokenSchedule it
         met first; returns when the greenlet must go on: ``("done", None)``,
-        ``("pending", (unsent bytes, the TokenSchedule to finish or None))`` or
+        ``("pending", (unsent bytes, what comes next: the TokenSchedule to finish, a deadline, an
+        exception to raise, or None))`` or
         ``("error", exception)``."""
         self.seq.event = self              # Simulator.cancel wakes us through .switch
         self.active = True
@@ -407,8 +417,13 @@ class HubEmitter:
         self._emit()
 
     def _emit(self) -> None:
+        held = None                    # bytes sent once the next item is known: the last carry the end
         try:
             for item in self.body_iter:
+                if held is not None:
+                    if not self._send(held, then=item):
+                        return
+                    held = None
                 cls = item.__class__
                 if cls is float:
                     self._arm(item)
@@ -416,15 +431,26 @@ class HubEmitter:
                 if cls is TokenSchedule:
                     self._start_schedule(item)
                     return
-                if item and not self._send(item):
-                    return
+                if item:
+                    held = item
         except BaseException as e:     # noqa: BLE001 - handed to the greenlet, which raises it
-            self._hand_back(("error", e))
+            if held is None or self._send(held, then=e):
+                self._hand_back(("error", e))
+            return
+        if held is not None and not self._send(held, self.chunked and end_with_next_write(self.resp)):
             return
         self._hand_back(("done", None))
 
-    def _send(self, item: bytes) -> bool:
-        data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
+    def _send(self, item: bytes, last: bool = False, then=None) -> bool:
+        """Frame and send ``item``; ``last``: with the chunked body's end (the response's
+        ``close`` then sends nothing).  ``then``: what ``body_iter`` gave after ``item`` (bytes,
+        a deadline, a TokenSchedule or an exception), handed back with the unsent bytes when
+        the socket is full."""
+        if last:
+            self.resp.last_write, self.resp.ended = False, True
+            data = b"%X\r\n%s\r\n0\r\n\r\n" % (len(item), item)
+        else:
+            data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
         if self.head:
             self.head = False
             resp = self.resp
@@ -439,7 +465,15 @@ class HubEmitter:
             return False
         self.resp.sent += len(item)             # gunicorn's count (the access log's bytes)
         if sent < len(data):
-            self._hand_back(("pending", (memoryview(data)[sent:], self.schedule)))
+            rest = memoryview(data)[sent:]
+            if then is None:
+                then = self.schedule
+            elif then.__class__ is bytes:       # the greenlet writes it after the rest
+                if then:                        # (an empty chunk would end the body)
+                    self.resp.sent += len(then)
+                    rest = bytes(rest) + (b"%X\r\n%s\r\n" % (len(then), then) if self.chunked else then)
+                then = None
+            self._hand_back(("pending", (rest, then)))
             return False
         return True
 

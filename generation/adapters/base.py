@@ -351,7 +351,17 @@ class PieceChunks(dict):
             stop, tail = last, last_chunk(last)
         if start >= stop:
             return tail
-        return head + head.join([get(p) or self.render(p) for p in pieces[start:stop]]) + tail
+        rests = [b""]                     # head.join puts a head before every rest, the first included
+        rests += map(get, pieces[start:stop])     # a C loop; a miss (None) is rendered below
+        if not all(rests[1:]):
+            render = self.render
+            rests[1:] = [r or render(p) for r, p in zip(rests[1:], pieces[start:stop])]
+        if tail:
+            rests.append(tail[len(head):] if tail.startswith(head) else None)
+            if rests[-1] is None:         # a last chunk with another head: joined after
+                rests.pop()
+                return head.join(rests) + tail
+        return head.join(rests)
 
 
 class ChunkFrame:

@@ -23,8 +23,12 @@ more than :data:`~.scheduler.STALL_LEAD` (100 ms) ahead of the sends as they hap
 process the machine starves for long does not send ever later tokens.  The time steps waited is
 ``vllm_sim:engine_step_wait_seconds_total``.  An idle engine starts its next step when a request
 arrives (after the frontend overhead, as vLLM's API server
-tokenizes before the engine sees a request).  All callbacks run in the hub and never block; the
-per-step work is O(requests in the step).
+tokenizes before the engine sees a request).  All callbacks run in the hub and never block, but
+for the end of a step: libev's epoll waits in whole milliseconds, rounded up (and 1 ms at
+least), so a timer fires 0-1 ms late, and that was in every token's emission lag; the step's
+timer is armed :data:`END_LEAD` early and its callback sleeps the rest (at most that long, a
+precise ``nanosleep``), so the step ends on time to within ~0.1 ms.  The per-step work is
+O(requests in the step).
 """
 from __future__ import annotations
 
@@ -41,6 +45,12 @@ log = logging.getLogger("vllm_sim")
 monotonic = time.monotonic
 thread_time = time.thread_time      # CPU time of the hub's thread (every greenlet runs on it)
 FLUSH = -1          # Simulator.FLUSH: what was rendered so far goes out before this greenlet waits
+END_LEAD = 0.0011   # s: a step's end timer fires this early (libev's lateness, 0-1 ms) and waits the rest
+try:                # the hub may not yield: the blocking sleep, whether or not gevent patched time
+    from gevent.monkey import get_original
+    _sleep = get_original("time", "sleep")
+except ImportError:                      # pragma: no cover - gevent is a dependency
+    _sleep = time.sleep
 
 
 class StepEngine:
@@ -236,7 +246,8 @@ class StepEngine:
     def _arm(self, deadline: float, callback) -> None:
         loop = self._loop()
         loop.update_now()
-        timer = self.timer = loop.timer(max(0.0, deadline - monotonic()))
+        lead = END_LEAD if callback == self._end_step else 0.0
+        timer = self.timer = loop.timer(max(0.0, deadline - lead - monotonic()))
         timer.start(callback, deadline)
 
     def _transfer_done(self, deadline: float) -> None:
@@ -249,9 +260,14 @@ class StepEngine:
         loop = self._loop()
         loop.update_now()
         now = monotonic()
-        if now < deadline:               # libev's clock lags the real one: never early
-            self._arm(deadline, self._end_step)
-            return
+        if now < deadline:               # never early: armed END_LEAD early, the rest is slept here
+            if deadline - now > 2 * END_LEAD:        # (libev's cached clock was stale: wait again)
+                self._arm(deadline, self._end_step)
+                return
+            while now < deadline:
+                _sleep(deadline - now)
+                now = monotonic()
+            loop.update_now()
         cpu = thread_time()
         plan = self.plan
         self.plan = None

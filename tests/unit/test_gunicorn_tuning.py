@@ -58,6 +58,21 @@ def test_chunked_stream_headers_ride_with_the_first_chunk_and_the_end_is_framed(
     assert sock.sends[1:] == [b"9\r\ndata: 2\n\n\r\n", b"0\r\n\r\n"]
 
 
+def test_a_stream_told_its_last_write_ends_in_that_send():
+    resp, sock = response(headers=(("Content-Type", "text/event-stream"),))
+    resp.write(b"data: 1\n\n")
+    assert gunicorn_tuning.end_with_next_write(resp)
+    resp.write(b"")                    # an empty write sends nothing and keeps the end for the next
+    resp.write(b"data: 2\n\n")
+    resp.write(b"data: late\n\n")     # nothing may follow the end
+    resp.close()
+    assert sock.sends[1:] == [b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"]
+    assert not gunicorn_tuning.end_with_next_write(resp)
+    http10, _ = response(headers=(("Content-Type", "text/event-stream"),))
+    http10.chunked = False             # an HTTP/1.0 body ends with the connection
+    assert not gunicorn_tuning.end_with_next_write(http10)
+
+
 def test_an_empty_write_flushes_the_headers_at_once():
     resp, sock = response(headers=(("Content-Type", "text/event-stream"),))
     resp.write(b"")                    # a stream's flush before its first token
@@ -120,6 +135,24 @@ def test_forwarded_allow_list_answer_is_gunicorns():
 def test_one_wsgi_errors_stream_per_config():
     cfg = SimpleNamespace(errorlog="-")
     assert wsgi.WSGIErrorsWrapper(cfg) is wsgi.WSGIErrorsWrapper(cfg)
+
+
+def test_script_name_is_the_environments_read_once():
+    import os
+    assert wsgi.os.environ.get("SCRIPT_NAME", "") == os.environ.get("SCRIPT_NAME", "")
+    assert wsgi.os.lseek is os.lseek and wsgi.os.SEEK_SET == os.SEEK_SET     # the rest is os itself
+
+
+def test_pre_request_hook_is_skipped_unless_debug():
+    from gunicorn.config import Config
+
+    from server.serve import apply_server_settings
+    for level, quiet in (("info", True), ("debug", False)):
+        cfg = Config()
+        config = SimpleNamespace(worker_connections=10, timeout_keep_alive=5, log_level=level,
+                                 disable_log_requests=True)
+        apply_server_settings(cfg.set, config, None)
+        assert (cfg.pre_request is gunicorn_tuning.no_pre_request) is quiet
 
 
 def test_frozen_config_reads_gunicorns_values_and_forgets_on_set():

@@ -40,8 +40,16 @@ def test_items_go_out_framed_and_never_before_their_deadline():
     outcome = HubEmitter(s, it, resp, server._sock).run(first)
     assert outcome == ("done", None)
     assert all(now >= due for now, due in seen)
-    assert read_all(client, b"data: 2\n\n\r\n") == b"".join(b"9\r\ndata: %d\n\n\r\n" % i for i in range(3))
-    assert resp.sent == 27 and s.event is None
+    # the last bytes carry the chunked body's end (one send), and the response's close sends nothing more
+    assert read_all(client, b"\r\n0\r\n\r\n") == b"".join(b"9\r\ndata: %d\n\n\r\n" % i for i in range(3)) + b"0\r\n\r\n"
+    assert resp.sent == 27 and s.event is None and resp.ended
+    resp.close()
+    resp.write(b"data: late\n\n")
+    client.setblocking(False)
+    try:
+        assert client.recv(100) == b""
+    except BlockingIOError:
+        pass
 
 
 def test_http_1_0_bodies_are_not_chunk_framed():
@@ -78,13 +86,15 @@ def test_a_late_wake_up_after_the_hand_back_does_nothing():
     server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     resp, _ = gunicorn_response(server)
-    it = iter([b"x" * 1_000_000, b"next"])
+    it = iter([b"x" * 1_000_000, b"next", b"after"])
     emitter = HubEmitter(seq(), it, resp, server._sock)
-    outcome, _ = emitter.run(time.monotonic())
-    assert outcome == "pending"
+    outcome, (pending, then) = emitter.run(time.monotonic())
+    # the item read after the bytes that did not fit (to know whether they were the last) is
+    # handed back with them, framed
+    assert outcome == "pending" and then is None and bytes(pending).endswith(b"\r\n4\r\nnext\r\n")
     emitter.switch()
     emitter._due()
-    assert next(it) == b"next"
+    assert next(it) == b"after"
 
 
 def test_cancel_wakes_the_stream_at_once():
@@ -178,10 +188,10 @@ def test_headers_not_yet_sent_leave_with_the_first_chunk():
     assert usable_response({WRITE_KEY: write, "gunicorn.socket": server}) == (resp, server._sock)
     outcome = HubEmitter(seq(), iter([b"data: 0\n\n"]), resp, server._sock).run(time.monotonic() + 0.01)
     assert outcome == ("done", None)
-    got = read_all(client, b"data: 0\n\n\r\n")
+    got = read_all(client, b"data: 0\n\n\r\n0\r\n\r\n")
     head, body = got.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 200 OK") and b"Transfer-Encoding: chunked" in head
-    assert body == b"9\r\ndata: 0\n\n\r\n" and resp.headers_sent and resp.sent == 9
+    assert body == b"9\r\ndata: 0\n\n\r\n0\r\n\r\n" and resp.headers_sent and resp.sent == 9
 
 
 def test_step_sends_send_the_chunk_rendered_ahead_in_one_pass():
@@ -218,3 +228,62 @@ def test_step_sends_send_the_chunk_rendered_ahead_in_one_pass():
     emitter._step_tick(ereq)
     assert rendered == [1, 2, 3] and schedule.next == 4
     assert read_all(client, b"data: 3\n\n\r\n") == b"12\r\ndata: 2\n\ndata: 3\n\n\r\n"     # one write
+
+
+def test_a_hand_back_goes_on_with_what_came_after_the_unsent_bytes():
+    """sse_body after a slow reader's hand-back: the unsent bytes first, then what the emitter
+    had read after them (a deadline to wait for, or an error for the client)."""
+    from blueprints.common import sse_body
+    from blueprints.streaming import HUB_EMITTER_KEY
+    from generation.errors import InvalidParam
+
+    class Sock:
+        def fileno(self):
+            raise ValueError              # no disconnect watcher
+
+        def sendall(self, data):
+            sent.append(bytes(data))
+
+    for then, tail in ((2.0, [b"after"]), (InvalidParam("boom"), [b"error frame"])):
+        sent, slept = [], []
+        sim = SimpleNamespace(expects_delay=lambda seqs: True, cancel=lambda seqs: None,
+                              sleep_until=lambda seq, t: slept.append(t))
+        emitter = SimpleNamespace(run=lambda item: ("pending", (memoryview(b"unsent"), then)))
+
+        def body():
+            yield 1.0                     # the first deadline: the emitter takes the stream
+            yield b"after"
+        environ = {"gunicorn.socket": Sock(), HUB_EMITTER_KEY: lambda env, seq, it: emitter}
+        out = list(sse_body(body(), sim, ["seq"], lambda err: b"error frame", environ))
+        assert sent == [b"unsent"] and out == [b"", *tail]
+        assert slept == ([2.0] if then.__class__ is float else [])
+
+
+def test_a_body_that_never_waits_announces_its_last_bytes():
+    """sse_body, nothing to wait for: the runtime hears (END_WITH_KEY) that the next write is the
+    body's last just before it is yielded, not earlier; an error after some bytes still comes
+    after them."""
+    from blueprints.common import sse_body
+    from blueprints.streaming import END_WITH_KEY
+    from generation.errors import InvalidParam
+
+    sim = SimpleNamespace(expects_delay=lambda seqs: False, cancel=lambda seqs: None)
+    events = []
+
+    def end(environ):
+        events.append("end")
+        return True
+
+    def consume(body):
+        for item in sse_body(body, sim, ["seq"], lambda err: b"error frame", {END_WITH_KEY: end}):
+            events.append(item)
+
+    consume(iter([b"a", b"b"]))
+    assert events == [b"a", "end", b"b"]
+
+    def failing():
+        yield b"a"
+        raise InvalidParam("boom")
+    events.clear()
+    consume(failing())
+    assert events == [b"a", b"error frame"]

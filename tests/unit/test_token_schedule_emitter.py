@@ -57,7 +57,7 @@ def test_a_schedule_goes_out_token_by_token_and_never_early():
 
     def reader():
         got = b""
-        while not got.endswith(b"data: end\n\n\r\n"):
+        while not got.endswith(b"data: end\n\n\r\n0\r\n\r\n"):      # the end rides with the last bytes
             data = client.recv(65536)
             arrivals.append((time.monotonic(), data))
             got += data
@@ -118,7 +118,7 @@ def test_a_schedule_the_loop_fell_behind_on_catches_up_then_keeps_its_deadlines(
         assert t >= sched.deadline(k - 1)
     last_t, _ = tokens[-1]
     assert last_t < sched.deadline(11) + itl / 2
-    assert read_all(client, b"data: end\n\n\r\n").count(b"data: ") == 12
+    assert read_all(client, b"data: end\n\n\r\n0\r\n\r\n").count(b"data: ") == 12
 
 
 def test_a_full_socket_mid_schedule_hands_the_rest_to_the_greenlet():
@@ -183,12 +183,12 @@ def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
         while time.monotonic() < end and not stop:
             gevent.sleep(0)
     hog = gevent.spawn(busy)
-    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n0\r\n\r\n")
     assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
     t_done = time.monotonic()
     stop.append(1)
     hog.join()
-    assert reader.get(timeout=5).endswith(b"data: end\n\n\r\n")
+    assert reader.get(timeout=5).endswith(b"data: end\n\n\r\n0\r\n\r\n")
     assert t_done - sched.deadline(2) < 0.01 + 0.05      # not held until the hog ended (0.2 s)
 
 
@@ -237,7 +237,7 @@ def test_a_schedule_wakes_the_loop_once_per_token():
         def _tick(self):
             ticks.append(time.monotonic())
             super()._tick()
-    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n")
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n0\r\n\r\n")
     assert Counting(s, it, resp, server._sock).run(next(it)) == ("done", None)
     reader.get(timeout=5)
     assert 10 <= len(ticks) <= 13
