@@ -46,6 +46,8 @@ monotonic = time.monotonic
 thread_time = time.thread_time      # CPU time of the hub's thread (every greenlet runs on it)
 FLUSH = -1          # Simulator.FLUSH: what was rendered so far goes out before this greenlet waits
 END_LEAD = 0.0011   # s: a step's end timer fires this early (libev's lateness, 0-1 ms) and waits the rest
+BACKDATE = 0.0022    # s: how far a request's queue time and an idle engine's step may lie in the past (libev)
+EMIT_LAG_WEIGHT = 0.1  # a step's weight in the running mean of the emission lag (about the last 10 steps)
 try:                # the hub may not yield: the blocking sleep, whether or not gevent patched time
     from gevent.monkey import get_original
     _sleep = get_original("time", "sleep")
@@ -86,11 +88,16 @@ class StepEngine:
         self.timer = None
         self.plan = None
         self.last_end = 0.0
+        self.kicked_at = None       # the earliest queue time of the requests that kicked an idle engine
         # when the hub would have handed the last step's tokens to the kernel had it had the CPU
         # all along (monotonic s): its CPU time counts, not the time the machine took it away
         self.hub_free = 0.0
         self.hub_cpu = thread_time()            # the hub's thread CPU time when hub_free was set
         self.sent_at = 0.0          # when the last step's tokens were actually all handed over
+        # the server's own emission (a step's end to its tokens handed to the sockets, seconds,
+        # a running mean): the modelled frontend's output latency already covers it, so a
+        # request's first token is held that much less (at most fe_out) instead of both adding up
+        self.emit_lag = 0.0
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
         self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
@@ -131,7 +138,8 @@ class StepEngine:
         seq.engine_req = req
         seq.arrival = arrival
         fe = self.fe
-        at = (fe.admit(arrival, seq.prompt_len) + fe.c.fe_out) if fe is not None else arrival + self.frontend
+        at = ((fe.admit(arrival, seq.prompt_len) + max(0.0, fe.c.fe_out - self.emit_lag)) if fe is not None
+              else arrival + self.frontend)
         if at > monotonic():
             self.pending += 1
             self._enqueue_at(req, at)
@@ -153,7 +161,9 @@ class StepEngine:
         self.pending -= 1
         if req.state == EngineRequest.ABORTED:
             return
-        self._enqueue(req, monotonic())
+        # libev fires a timer up to a whole ms late: the request joins at its modelled time
+        # (a little in the past), not at the timer's, unless the loop was held up for longer
+        self._enqueue(req, max(at, monotonic() - BACKDATE))
 
     def _enqueue(self, req: EngineRequest, now: float) -> None:
         if self.async_scheduling and self.plan is not None:
@@ -163,7 +173,7 @@ class StepEngine:
             self.pending += 1
             return
         self.scheduler.add(req, now)
-        self.kick()
+        self.kick(now)
 
     def abort(self, seq) -> None:
         req = getattr(seq, "engine_req", None)
@@ -191,9 +201,13 @@ class StepEngine:
             hub = self._hub = get_hub()
         return hub.loop
 
-    def kick(self) -> None:
+    def kick(self, at: float | None = None) -> None:
         """Start stepping if idle (or only waiting for a KV transfer), once this turn of the loop
-        is over: requests admitted in the same turn join the same step."""
+        is over: requests admitted in the same turn join the same step.  ``at``: when the
+        request that kicks it joined the queue (monotonic s, at most :data:`BACKDATE` ago); an
+        idle engine's step starts then, not after the callback's turn."""
+        if at is not None and (self.kicked_at is None or at < self.kicked_at):
+            self.kicked_at = at
         if not self.busy or (self.plan is None and self.timer is not None):
             self.busy = True
             self._loop().run_callback(self._start_step)
@@ -202,7 +216,9 @@ class StepEngine:
         if self.plan is None and self.timer is not None:     # waiting for a KV transfer: plan now
             self.timer.close()
             self.timer = None
-        self._plan_step(monotonic())
+        now = monotonic()
+        at, self.kicked_at = self.kicked_at, None
+        self._plan_step(now if at is None else max(min(at, now), now - BACKDATE, self.last_end))
 
     def _plan_step(self, start: float) -> None:
         sched = self.scheduler
@@ -291,7 +307,9 @@ class StepEngine:
                 notify(req)
         self.hub_cpu = done = thread_time()
         self.hub_free = start + (done - cpu)
-        self.sent_at = monotonic()
+        self.sent_at = sent = monotonic()
+        if emitted:
+            self.emit_lag += EMIT_LAG_WEIGHT * ((sent - end) - self.emit_lag)
 
     def _record(self, plan, emitted) -> None:
         """Per step, as vLLM's IterationStats: ``iteration_tokens_total`` gets the step's prompt
