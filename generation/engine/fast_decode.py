@@ -155,6 +155,24 @@ class LazyDecode:
             pre.append(req)             # in prefill (or stuck at the context's end: the next step checks)
 
     # ---- one step ----------------------------------------------------------------------------
+    def grow(self, need: list, g: int) -> None:
+        """Give each request of ``need`` (those whose next token at group step ``g`` crosses a
+        block boundary; the pool has the blocks) its next block, in the scheduler's order, and
+        file it under the group step of its next crossing, if it runs that long."""
+        anchor, cross, bs, pool = self.anchor, self.cross, self.bs, self.s.pool
+        if len(need) > 1:
+            need.sort(key=lambda r: anchor[r][1])
+        for req in need:
+            req.block_ids += pool.allocate(1)
+            req.blocks += 1
+            k = g + bs
+            if k <= anchor[req][0] + req.output_len - req.num_output - 1:
+                b = cross.get(k)
+                if b is None:
+                    cross[k] = [req]
+                else:
+                    b.append(req)
+
     def schedule(self, now: float):
         """A group step's :class:`StepPlan` at ``now``, or None when this step needs the
         scheduler's own code (every request is then up to date)."""
@@ -197,21 +215,7 @@ class LazyDecode:
             self.settle()
             return None
         if need:
-            if len(need) > 1:
-                need.sort(key=lambda r: anchor[r][1])
-            bs = self.bs
-            cross = self.cross
-            for req in need:
-                req.block_ids += pool.allocate(1)
-                req.blocks += 1
-                g0 = anchor[req][0]
-                k = g + bs
-                if k <= g0 + req.output_len - req.num_output - 1:
-                    b = cross.get(k)
-                    if b is None:
-                        cross[k] = [req]
-                    else:
-                        b.append(req)
+            self.grow(need, g)
         plan = self.plan_cls()
         plan.start = now
         plan.group = d

@@ -378,20 +378,7 @@ class PodReplay:
                     return True                 # a preemption: the scheduler's own code
             cross.pop(g, None)
             if need:
-                if len(need) > 1:
-                    need.sort(key=lambda r: anchor[r][1])
-                bs = lz.bs
-                for req in need:
-                    req.block_ids += pool.allocate(1)
-                    req.blocks += 1
-                    g0 = anchor[req][0]
-                    k = g + bs
-                    if k <= g0 + req.output_len - req.num_output - 1:
-                        b = cross.get(k)
-                        if b is None:
-                            cross[k] = [req]
-                        else:
-                            b.append(req)
+                lz.grow(need, g)
             plan.start = now                    # the plan object again: nothing else holds it
             plan.group = plan.num_decode = n
             plan.decode_context = lz.ctx + n
