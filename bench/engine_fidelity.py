@@ -144,7 +144,8 @@ def report(exps: list[dict], results: dict, which: str) -> dict:
     table(lambda e: e["workload"], "workload")
     worst = max(((abs(r["ape"]), n) for n, res in results.items() for r in res["records"]
                  if r["metric"] == "e2e_mean" and r["stage"] == "-1"), default=(0, ""))
-    print(f"\nworst overall E2E mean error: {worst[0]:.1f}% ({worst[1]}); * = in the training data")
+    print(f"\nworst whole-run E2E mean error: {worst[0]:.1f}% ({worst[1]}; the tables average each experiment's "
+          f"stage records and the whole run's); * = in the training data")
     return {"ours": {m: mean(ours[m]) for m in metrics},
             "peers": {s: {m: mean(v) for m, v in d.items()} for s, d in theirs.items()}}
 

@@ -47,10 +47,20 @@ def _synthetic_args(p) -> None:
 
 
 def _load_trace(args, max_model_len: int | None):
+    """The requests to replay; a trace's prompts longer than ``--max-model-len`` are refused as
+    vLLM refuses them, said on stderr (or in the error when none is left)."""
     from .traces import prefix_workload, read_fleet_trace
     if getattr(args, "trace", None):
-        return read_fleet_trace(args.trace, args.trace_format, start=args.start, duration=args.duration,
-                                speedup=args.speedup, max_model_len=max_model_len)
+        counts: dict = {}
+        trace = read_fleet_trace(args.trace, args.trace_format, start=args.start, duration=args.duration,
+                                 speedup=args.speedup, max_model_len=max_model_len, counts=counts)
+        refused = counts.get("refused", 0)
+        if refused:
+            said = f"{refused} request(s) refused: prompt past --max-model-len {max_model_len}"
+            if not trace:
+                raise ValueError(f"the trace has no request to replay ({said}; raise --max-model-len)")
+            print(said, file=sys.stderr)
+        return trace
     if getattr(args, "prefix_heavy", False):
         for flag, v in (("--rate", args.rate), ("--seconds", args.seconds)):
             if not v > 0:

@@ -94,13 +94,14 @@ def _session(value, tr: TraceRequest) -> None:
 
 
 def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, duration: float = 0.0,
-                     speedup: float = 1.0, max_model_len: int | None = None) -> list[TraceRequest]:
+                     speedup: float = 1.0, max_model_len: int | None = None,
+                     counts: dict | None = None) -> list[TraceRequest]:
     """The requests of ``path`` by arrival, arrivals from 0 (module docstring).  ``fmt``:
     ``auto`` (from the first line) or one of :data:`FORMATS`; ``start`` / ``duration`` seconds
     (0: to the end) cut a window of the trace, ``speedup`` > 0 divides its times; with
     ``max_model_len`` a request longer than the context (prompt + output) has its output cut to
-    fit and a prompt longer than it is dropped (vLLM refuses it).  Raises ValueError naming the
-    file and line, or the argument."""
+    fit and a prompt longer than it is dropped (vLLM refuses it; ``counts["refused"]`` gets how
+    many were).  Raises ValueError naming the file and line, or the argument."""
     if not os.path.isfile(path):
         raise ValueError(f"--trace {path}: no such file")
     if fmt == "auto":
@@ -118,16 +119,20 @@ def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, durati
     t0 = reqs[0].arrival + start
     end = t0 + duration if duration > 0 else math.inf
     out = []
+    refused = 0
     for r in reqs:
         if r.arrival < t0 or r.arrival >= end:
             continue
         if max_model_len is not None:
             if r.prompt_tokens >= max_model_len:
+                refused += 1
                 continue
             if r.prompt_tokens + r.output_tokens > max_model_len:
                 r.output_tokens = max_model_len - r.prompt_tokens
         r.arrival = (r.arrival - t0) / speedup
         out.append(r)
+    if counts is not None:
+        counts["refused"] = refused
     return out
 
 

@@ -67,9 +67,11 @@ def test_azure_and_burstgpt_traces():
     assert [(round(r.arrival, 6), r.prompt_tokens, r.output_tokens) for r in reqs][:3] == \
         [(0.0, 4808, 10), (4.314579, 3180, 8), (4.56941, 110, 27)]
     assert len(reqs) == 6
-    cut = read_fleet_trace(az, start=4.0, duration=4.0, speedup=2.0, max_model_len=4096)
+    counts: dict = {}
+    cut = read_fleet_trace(az, start=4.0, duration=4.0, speedup=2.0, max_model_len=4096, counts=counts)
     # from 4.31 s: the 7433-token prompt is past the context; arrivals halved from the window's start
     assert [(r.prompt_tokens, r.output_tokens) for r in cut] == [(3180, 8), (110, 27), (20, 1)]
+    assert counts == {"refused": 1}
     assert cut[0].arrival == pytest.approx(0.314579 / 2)
     b = read_fleet_trace(bg)                                     # the failed request (0 tokens) skipped
     assert [(r.arrival, r.prompt_tokens, r.output_tokens) for r in b] == \
@@ -192,6 +194,10 @@ def test_cli_errors_are_one_line(capsys):
     assert "--slo-ttft" in capsys.readouterr().err
     assert main(["replay", "--prefix-heavy", "--rate", "2", "--seconds", "2", "--router", "nope", *SERVER]) == 2
     assert "--router must be one of" in capsys.readouterr().err
+    # every prompt past the context: said, with the flag to raise (not "no request in that window")
+    assert main(["replay", "--trace", os.path.join(FIX, "azure_code_sample.csv"), "--pods", "1", *SERVER,
+                 "--max-model-len", "16"]) == 2
+    assert "6 request(s) refused: prompt past --max-model-len 16; raise --max-model-len" in capsys.readouterr().err
 
 
 def test_cli_replay_prints_fleet_and_pods(tmp_path, capsys):
