@@ -131,7 +131,7 @@ def cmd_replay(args, rest) -> int:
                   f"{'KV mean':>8s} {'life (s)':>16s}")
             for r in result.per_pod():
                 f = lambda v: "-" if v is None else f"{1000 * v:.0f} ms"
-                end = "" if r["removed_at"] is None else f"{r['removed_at']:.0f}"
+                end = "end" if r["removed_at"] is None else f"{r['removed_at']:.0f}"   # kept to the end
                 print(f"  {r['pod']:12s} {r['requests']:>6d} {f(r['ttft_p50']):>9s} {f(r['ttft_p99']):>9s} "
                       f"{f(r['itl_p99']):>8s} {f(r['e2e_p99']):>9s} {100 * r['kv_usage_mean']:>7.1f}% "
                       f"{r['created']:>7.0f}..{end:<7s}")
