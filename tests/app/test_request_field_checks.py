@@ -264,3 +264,22 @@ def test_token_id_bounds_follow_the_models_vocab_size(hf_api):
         assert e["message"] == f"Token id {model} is out of vocabulary"
     finally:
         hf_api.sim.config.model_vocab_size = None
+
+
+# ---- a body that is JSON but not an object (vLLM's test_non_object_body_validation) ------------
+@pytest.mark.parametrize("raw", [b"[]", b'["not", "an", "object"]', b"42", b"null", b'"hello"', b"true"])
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS, GENERATE, "/v1/responses", "/v1/embeddings", "/tokenize",
+                                  "/v1/messages"])
+def test_a_non_object_body_is_a_400_not_a_500(api, path, raw):
+    """vLLM 0.34 (``chat_completion/protocol.py``: every ``mode="before"`` validator returns a
+    non-dict body unchanged, so pydantic refuses it) answers a list, scalar or null body with a
+    400, not an AttributeError's 500; here one message on every JSON route, in each API's
+    envelope."""
+    r = api.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    if path == "/v1/messages":
+        assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
+                                                       "message": "Request body must be a JSON object."}}
+    else:
+        assert r.json() == {"error": {"message": "Request body must be a JSON object.", "type": "BadRequestError",
+                                      "param": None, "code": 400}}
