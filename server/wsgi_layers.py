@@ -298,6 +298,10 @@ UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
 NO_BODY_POSTS = frozenset({"/ping"})      # a probe: changes nothing, takes anything
 # vLLM's upload routes (FastAPI ``Form``): multipart bodies, from a command line or a same-origin page
 MULTIPART_POSTS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
+# vLLM 0.34's abort route reads its body itself (``scale_out/token_in_token_out/api_router.py``
+# ``abort_requests``: "FastAPI's strict content-type check would then reject clients that send no
+# `Content-Type`"): any Content-Type, or none, from a command line or a same-origin page
+ANY_TYPE_POSTS = frozenset({"/inference/v1/abort_requests", "/abort_requests"})
 CROSS_SITE_FORM = ("An upload from another site's page is refused: a browser sends a form cross-site without a "
                    "CORS preflight")
 CROSS_SITE = ("A POST without a body from another site's page is refused: send it with "
@@ -335,7 +339,9 @@ class RequestGuard:
       ``Content-Type: application/json`` the browser asks first (a preflight), as CORS wants.
       ``/ping`` is exempt.  The upload routes (:data:`MULTIPART_POSTS`) also take
       ``multipart/form-data``, as vLLM's ``Form`` routes, except from another origin's page (a
-      browser posts a form cross-site without asking first)."""
+      browser posts a form cross-site without asking first); the abort routes
+      (:data:`ANY_TYPE_POSTS`) take any ``Content-Type`` or none, as vLLM's, with the same
+      exception."""
 
     def __init__(self, wsgi_app):
         self.wsgi_app = wsgi_app
@@ -354,6 +360,8 @@ class RequestGuard:
             else:
                 length = environ.get("CONTENT_LENGTH")
                 ok = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
+            if not ok and environ.get("PATH_INFO") in ANY_TYPE_POSTS and not _cross_origin(environ):
+                ok = True
             if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS:
                 return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA)
             if not ctype and environ.get("PATH_INFO") not in NO_BODY_POSTS and _cross_origin(environ):

@@ -60,7 +60,7 @@ class MessagesAdapter(Adapter):
 
     def render(self, seqs) -> dict:
         seq = seqs[0]
-        return render_message(self.req, seq, seq.stop_reason, usage_details(self.sim) is not None)
+        return render_message(self.req, seq, seq.stop_reason, cache_block(self.sim))
 
     def stream(self, seqs):
         seq = seqs[0]
@@ -228,17 +228,29 @@ def tool_use_id(chat_id: str) -> str:
     return "toolu_" + chat_id.rsplit("-", 1)[-1]
 
 
-def _usage(seq, output_tokens: int, cache_info: bool) -> dict:
-    """Anthropic usage: ``input_tokens`` excludes prefix-cache hits, which are reported as
-    ``cache_read_input_tokens`` (Anthropic's accounting: the three input counters add up to the
-    prompt).  Nothing is ever written to a cache on request, so cache_creation is 0.  Without
-    cache information (``cache_info`` false: no ``--enable-prompt-tokens-details`` nor
-    ``--enable-kvcache``, as :func:`usage_details`) both cache counters are left out, as vLLM
-    0.34 leaves them unset."""
-    if not cache_info:
+def cache_block(sim) -> int | None:
+    """What :func:`_usage` needs to know of the cache: None without cache information (no
+    ``--enable-prompt-tokens-details`` nor ``--enable-kvcache``, as :func:`usage_details`), else
+    the block size of the prefix cache that stores prompts (``--enable-kvcache``'s, or step
+    mode's), 0 when there is none."""
+    if usage_details(sim) is None:
+        return None
+    return sim.config.block_size if sim.kv_cache is not None else 0
+
+
+def _usage(seq, output_tokens: int, block: int | None) -> dict:
+    """Anthropic usage as vLLM 0.34's ``anthropic/serving.py`` ``_to_anthropic_usage``: the
+    prefix-cache hits are ``cache_read_input_tokens``, the prompt tokens this request wrote to
+    the cache ``cache_creation_input_tokens``, and ``input_tokens`` the rest (Anthropic's
+    accounting: the three add up to the prompt).  Written is vLLM's ``PrefillStats.finalize``:
+    the prompt's whole blocks, now hashed in the cache (``estimate_cached_tokens``), less the
+    hit; 0 without a prefix cache (``block`` 0).  Without cache information (``block`` None,
+    :func:`cache_block`) both cache counters are left out, as vLLM 0.34 leaves them unset."""
+    if block is None:
         return {"input_tokens": seq.prompt_len, "output_tokens": output_tokens}
     cached = seq.cached_tokens
-    return {"input_tokens": seq.prompt_len - cached, "cache_creation_input_tokens": 0,
+    created = max(0, seq.prompt_len // block * block - cached) if block else 0
+    return {"input_tokens": max(0, seq.prompt_len - cached - created), "cache_creation_input_tokens": created,
             "cache_read_input_tokens": cached, "output_tokens": output_tokens}
 
 
@@ -259,9 +271,9 @@ def _thinking_block(req, seq) -> dict | None:
     return {"type": "thinking", "thinking": text, "signature": signature(req.request_id, text)}
 
 
-def render_message(req, seq, stop_sequence, cache_info: bool) -> dict:
+def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
     """Non-streaming ``message`` object: a ``thinking`` block first when the answer reasons;
-    ``cache_info``: the usage carries the cache counters (:func:`_usage`)."""
+    ``cache_info``: :func:`cache_block`, for the usage's cache counters (:func:`_usage`)."""
     thinking = _thinking_block(req, seq)
     if seq.tool_calls:
         content = [{"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"],
@@ -295,7 +307,7 @@ def stream_message(sim, req, seq, stop_sequence):
     ``tool_use`` blocks (``input_json_delta``) follow.  ``message_delta`` carries the whole
     usage, input tokens included (as vLLM and Anthropic send it; LangChain's ChatAnthropic reads
     usage only there; the cache counters as :func:`_usage`)."""
-    cache_info = usage_details(sim) is not None
+    cache_info = cache_block(sim)
     start = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0, cache_info)}
     yield _frame("message_start", {"type": "message_start", "message": start})

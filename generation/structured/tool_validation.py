@@ -59,6 +59,29 @@ def json_depth_exceeds(value, limit: int) -> bool:
     return False
 
 
+_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def _named_choice(tool_choice: dict) -> str:
+    """The function a ``{"type": "function", ...}`` tool_choice names, checked with vLLM 0.34's
+    messages (``entrypoints/openai/chat_completion/protocol.py`` ``check_tool_usage``):
+    ``function`` not an object, no ``name`` in it, a ``name`` that is not a non-empty string.
+    The flat ``{"type": "function", "name"}`` of the Responses and Anthropic APIs is read too."""
+    fn = tool_choice.get("function")
+    if fn is None and "name" in tool_choice:
+        name, param = tool_choice["name"], "tool_choice.name"
+    elif not isinstance(fn, dict):
+        raise InvalidParam(f"Invalid value for `function`: `{fn}` in `tool_choice`! {_USAGE}", "tool_choice.function")
+    elif "name" not in fn:
+        raise InvalidParam(f"Expected field `name` in `function` in `tool_choice`! {_USAGE}",
+                           "tool_choice.function.name")
+    else:
+        name, param = fn["name"], "tool_choice.function.name"
+    if not isinstance(name, str) or not name:
+        raise InvalidParam(f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_USAGE}", param)
+    return name
+
+
 def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
     """``tool_choice`` -> ``(mode, name)``; mode in none/auto/required/named.
 
@@ -70,18 +93,13 @@ def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
     if isinstance(tool_choice, str):
         if tool_choice in _CHOICE_MODES:
             return tool_choice, None
-        raise InvalidParam(f"Invalid value for `tool_choice`: {tool_choice!r}. Only named tools, \"none\", "
-                       f"\"auto\" or \"required\" are supported.", "tool_choice")
+        raise InvalidParam(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, \"none\", "
+                           f"\"auto\" or \"required\" are supported.", "tool_choice")
     if not isinstance(tool_choice, dict):
         raise InvalidParam("tool_choice: Input should be a string or an object.", "tool_choice")
     t = tool_choice.get("type")
     if t in ("function", "tool"):
-        fn = tool_choice.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidParam('Expected field `name` in `function` in `tool_choice`. Correct usage: '
-                           '`{"type": "function", "function": {"name": "my_function"}}`', "tool_choice.function.name")
-        return "named", name
+        return "named", _named_choice(tool_choice)
     if t in ("allowed_tools", "custom", "auto"):
         return "auto", None
     if t == "any":

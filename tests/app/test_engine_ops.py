@@ -150,6 +150,23 @@ def test_abort_requests_validates_request_ids(api, body, ok):
         assert r.status_code == 400 and r.json()["error"]["param"] in ("request_ids", "body")
 
 
+@pytest.mark.parametrize("path,flags", [("/inference/v1/abort_requests", ()), ("/abort_requests", ("--tokens-only",))])
+def test_abort_requests_takes_any_content_type_but_not_from_another_site(app_client, path, flags):
+    """vLLM 0.34 (``scale_out/token_in_token_out/api_router.py`` ``abort_requests``) reads the
+    body itself, so a client that sends no ``Content-Type`` (or ``text/plain``) is served; a
+    browser page of another origin still cannot post to it without a CORS preflight."""
+    c = app_client(*flags)
+    raw = b'{"request_ids": ["a"]}'
+    for headers in ({}, {"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"}):
+        r = c.post(path, content=raw, headers=headers)
+        assert (r.status_code, r.content) == (200, b""), headers
+    r = c.post(path, content=b"", headers={})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "body")
+    r = c.post(path, content=raw, headers={"Content-Type": "text/plain", "Origin": "http://evil.example"})
+    assert (r.status_code, r.json()["error"]["message"]) == (400, "Unsupported Media Type: Only 'application/json' "
+                                                                  "is allowed")
+
+
 def test_abort_requests_ends_the_request_in_flight(app_client):
     c = app_client("--inter-token-latency", "50ms")
     job = gevent.spawn(c.post, "/inference/v1/generate",

@@ -428,8 +428,34 @@ def test_cache_read_tokens(app_client):
     assert first["cache_read_input_tokens"] == 0
     assert second["cache_read_input_tokens"] > 0 and second["cache_read_input_tokens"] % 16 == 0
     # Anthropic accounting: the input counters add up to the prompt.
-    assert second["input_tokens"] + second["cache_read_input_tokens"] == first["input_tokens"]
+    assert second["input_tokens"] + second["cache_read_input_tokens"] == \
+        first["input_tokens"] + first["cache_creation_input_tokens"]
+    assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]    # what it wrote
     assert second["cache_creation_input_tokens"] == 0
+
+
+@pytest.mark.parametrize("flags", [("--enable-kvcache", "--block-size", "16"),
+                                   ("--latency-calculator", "step", "--force-dummy-tokenizer", "--vllm-version", "0.33.0",
+                                    "--enable-prompt-tokens-details")], ids=["kvcache", "step"])
+def test_cache_creation_counts_the_prompts_whole_blocks_written(app_client, flags):
+    """vLLM 0.34 (``anthropic/serving.py`` ``_to_anthropic_usage``, ``PrefillStats.finalize``):
+    a cold prompt of 105 tokens writes its 6 whole 16-token blocks (96 tokens) to the prefix
+    cache, ``cache_creation_input_tokens`` 96 and ``input_tokens`` the 9 left; the repeat reads
+    the 96 (at most 104, whole blocks) and writes nothing; the stream's ``message_start`` already
+    has the split its ``message_delta`` reports (vLLM's test_anthropic_streaming_cache_usage)."""
+    base = app_client(*flags, env={"POD_IP": "127.0.0.1"})
+    long = " ".join(f"blocks{i}" for i in range(100))        # a prompt no other test caches
+    body = {"model": "test-model", "max_tokens": 1, "messages": [{"role": "user", "content": long}]}
+    counted = base.post("/v1/messages/count_tokens", json={"model": "test-model", "messages": body["messages"]})
+    assert counted.json()["input_tokens"] == 105
+    cold = post(base, body).json()["usage"]
+    assert cold == {"input_tokens": 9, "cache_creation_input_tokens": 96, "cache_read_input_tokens": 0,
+                    "output_tokens": 1}
+    evs = events(post(base, {**body, "stream": True}))
+    start = [d for n, d in evs if n == "message_start"][0]["message"]["usage"]
+    delta = [d for n, d in evs if n == "message_delta"][0]["usage"]
+    warm = {"input_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 96}
+    assert start == {**warm, "output_tokens": 0} and delta == {**warm, "output_tokens": 1}
 
 
 def test_thinking_and_document_history_accepted(echo_api):

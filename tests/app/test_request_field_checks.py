@@ -124,6 +124,33 @@ def test_empty_tools_and_tool_choice_without_tools(api):
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "tool_choice": "none"})
 
 
+_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+_F = [{"type": "function", "function": {"name": "f"}}]
+
+
+@pytest.mark.parametrize("tools, choice, message, param", [
+    (_F, "bogus", 'Invalid value for `tool_choice`: bogus! Only named tools, "none", "auto" or "required" are '
+                  'supported.', "tool_choice"),
+    (None, "bogus", "When using `tool_choice`, `tools` must be set.", "tool_choice"),       # tools first
+    (_F, {"type": "function"}, f"Invalid value for `function`: `None` in `tool_choice`! {_USAGE}",
+     "tool_choice.function"),
+    (_F, {"type": "function", "function": "f"}, f"Invalid value for `function`: `f` in `tool_choice`! {_USAGE}",
+     "tool_choice.function"),
+    (_F, {"type": "function", "function": {}}, f"Expected field `name` in `function` in `tool_choice`! {_USAGE}",
+     "tool_choice.function.name"),
+    (_F, {"type": "function", "function": {"name": ""}}, f"Invalid `name` in `function`: `` in `tool_choice`! "
+                                                         f"{_USAGE}", "tool_choice.function.name"),
+    (_F, {"type": "function", "function": {"name": 7}}, f"Invalid `name` in `function`: `7` in `tool_choice`! "
+                                                        f"{_USAGE}", "tool_choice.function.name"),
+])
+def test_bad_tool_choice_has_vllms_messages(api, tools, choice, message, param):
+    """vLLM 0.34 ``chat_completion/protocol.py`` ``check_tool_usage``: the tools check first, then
+    an unknown string, then the named choice's ``function`` and ``name``, each its own message."""
+    body = {"messages": MSG, "tool_choice": choice, **({"tools": tools} if tools is not None else {})}
+    e = err(api, CHAT, body)
+    assert (e["message"], e["param"]) == (message, param)
+
+
 @pytest.mark.parametrize("prompt", ["", None])
 def test_empty_prompt_has_vllms_message(api, prompt):
     e = err(api, COMPLETIONS, {"prompt": prompt})
@@ -264,3 +291,22 @@ def test_token_id_bounds_follow_the_models_vocab_size(hf_api):
         assert e["message"] == f"Token id {model} is out of vocabulary"
     finally:
         hf_api.sim.config.model_vocab_size = None
+
+
+# ---- a body that is JSON but not an object (vLLM's test_non_object_body_validation) ------------
+@pytest.mark.parametrize("raw", [b"[]", b'["not", "an", "object"]', b"42", b"null", b'"hello"', b"true"])
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS, GENERATE, "/v1/responses", "/v1/embeddings", "/tokenize",
+                                  "/v1/messages"])
+def test_a_non_object_body_is_a_400_not_a_500(api, path, raw):
+    """vLLM 0.34 (``chat_completion/protocol.py``: every ``mode="before"`` validator returns a
+    non-dict body unchanged, so pydantic refuses it) answers a list, scalar or null body with a
+    400, not an AttributeError's 500; here one message on every JSON route, in each API's
+    envelope."""
+    r = api.post(path, content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    if path == "/v1/messages":
+        assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
+                                                       "message": "Request body must be a JSON object."}}
+    else:
+        assert r.json() == {"error": {"message": "Request body must be a JSON object.", "type": "BadRequestError",
+                                      "param": None, "code": 400}}
