@@ -56,6 +56,7 @@ class StepSettings:
                 f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x"] \
             + ([f"CPU KV cache (offloading): {self.num_cpu_blocks * self.block_size:,} tokens "
                 f"({self.num_cpu_blocks} blocks)"] if self.num_cpu_blocks else []) \
+            + ([f"step time: profile {src}"] if (src := getattr(self.step_time, "profile_source", "")) else []) \
             + [f"vLLM {self.vllm_version} defaults" + ("" if self.enable_prefix_caching else ", prefix caching off")
                + ("" if self.enable_chunked_prefill else ", chunked prefill off")]
 

@@ -5,6 +5,7 @@ virtual time only."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -263,3 +264,18 @@ def test_generic_profile_is_the_median_of_the_fitted_gpus():
     h100 = load_constants("H100")[0]
     assert {k: v for k, v in generic.to_dict().items() if k != "eta_w"} == \
         {k: v for k, v in h100.to_dict().items() if k != "eta_w"}
+
+
+def test_the_banner_names_the_profile_the_step_time_uses():
+    """The step engine's start-up lines name the profile file, and why a GPU without runs uses
+    the generic one."""
+    from generation.config.cli import load_config
+    from generation.engine.step_config import resolve_step_settings
+
+    def last_line(*flags):          # the line before "vLLM <version> defaults"
+        cfg = load_config(["--latency-calculator", "step", *flags], env={})
+        return resolve_step_settings(cfg).summary(cfg.max_model_len)[-2]
+    assert last_line("--gpu", "H100") == "step time: profile h100.json"
+    assert last_line("--gpu", "L40S") == "step time: profile generic.json (no profile of L40S's own)"
+    golden = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perf", "h100-golden.json")
+    assert last_line("--gpu", "H100", "--step-time-profile", golden) == f"step time: profile {golden}"

@@ -183,6 +183,8 @@ class StepModel:
     vLLM's defaults up to ``max_cudagraph_capture_size``); ``async_scheduling``.  Raises
     ConfigError for an invalid tp or dtype.  ``step_time`` is plain float arithmetic (~2 us)."""
 
+    profile_source = ""     # the profile's file, as the start-up banner names it (build_step_model)
+
     def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
@@ -374,7 +376,11 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
               cudagraph_capture_sizes=cudagraph_capture_sizes,
               max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling)
     if not profile_path:
-        return StepModel(gpu, arch, constants=load_constants(gpu.name)[0], **kw)
+        constants, source = load_constants(gpu.name)
+        model = StepModel(gpu, arch, constants=constants, **kw)
+        path, _, why = source.partition(" (")       # "<file> (no profile of L40S's own)", or "defaults"
+        model.profile_source = os.path.basename(path) + (f" ({why}" if why else "")
+        return model
     import yaml
     try:
         with open(os.fspath(profile_path), encoding="utf-8") as fh:
@@ -393,7 +399,9 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
     values = data.get("constants", data) if isinstance(data, dict) else data
     if isinstance(values, dict) and values and set(values) <= set(CONSTANT_NAMES) and "step_table" not in data:
         c = replace(load_constants(gpu.name)[0], **values).validate(f"step-time profile {profile_path}")
-        return StepModel(gpu, arch, constants=c, **kw)
+        model = StepModel(gpu, arch, constants=c, **kw)
+        model.profile_source = os.fspath(profile_path)
+        return model
     from .step_time import build_step_time
     return build_step_time(gpu, arch, tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
                            profile_path=profile_path)
