@@ -242,12 +242,8 @@ class CountingPool:
         hash (nothing in it can be found again)."""
         return type(pool) is BlockPool and not pool._ref and not pool._cached and not pool._cpu
 
-    @property
-    def num_held(self) -> int:
-        return self.num_blocks - self.num_free
-
-    def usage(self) -> float:
-        return (self.num_blocks - self.num_free) / self.num_blocks if self.num_blocks else 0.0
+    num_held = BlockPool.num_held       # the same counts: num_blocks and num_free alone
+    usage = BlockPool.usage
 
     @property
     def num_cached(self) -> int:
