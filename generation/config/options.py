@@ -132,9 +132,10 @@ _declare("model",
                 "then the shipped presets)"),
          Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
                 "doubles the FLOP/s)"),
-         Option("vllm-version", "str", NEWEST_VLLM, "vLLM release whose defaults step mode takes where the flag is not "
+         Option("vllm-version", "str", NEWEST_VLLM, "vLLM release whose defaults apply where the flag is not "
                 "given: --block-size (16 before 0.34, 64 from 0.34) and --gpu-memory-utilization (0.9 before 0.21, "
-                "0.92 from 0.21, 1.0 from 0.34)"),
+                "0.92 from 0.21, 1.0 from 0.34); in step mode always, in the default mode only when --vllm-version "
+                "is given (without it the reference's 16-token blocks stay)"),
          Option("enforce-eager", "bool", False, "No CUDA graphs: every step runs eagerly (stored for step mode's "
                 "timing)"),
          Option("cuda-graph-sizes", "ints", [], "Batch sizes captured as CUDA graphs (vLLM's "
@@ -259,7 +260,9 @@ _declare("cache",
          Option("kv-cache-size", "int", 1024, "KV cache size", unit="blocks"),
          Option("global-cache-hit-threshold", "float", 0.0, "Default cache_hit_threshold for all requests",
                 maximum=1.0),
-         Option("block-size", "int", 16, "Tokens per KV block", choices=(8, 16, 32, 64, 128), unit="tokens"),
+         Option("block-size", "int", 16, "Tokens per KV block (KV events, prefix-cache hits, cache_config_info); "
+                "not given: 16, or --vllm-version's default (64 from 0.34) in step mode or when --vllm-version is given",
+                choices=(8, 16, 32, 64, 128), unit="tokens"),
          Option("gpu-memory-utilization", "float", 0.9, "Share of the GPU's memory vLLM uses (step mode: sizes "
                 "the KV cache)", maximum=1.0),
          Option("num-gpu-blocks-override", "int", None, "KV cache size in blocks, instead of what the GPU's "
