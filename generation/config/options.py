@@ -195,8 +195,9 @@ _declare("frontend",
                 "tokens per second, from the simulated timeline"),
          Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),
          Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` "
-                "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: left out, "
-                "or always with --enable-kvcache)"),
+                "on every answer, 0 included, with vLLM 0.34's fields (`cached_tokens`, `created_cache_tokens`, "
+                "`multimodal_tokens`) as it serialises them per API (without it: left out, or the reference's "
+                "`{cached_tokens: N}` with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),
          Option("return-sampling-mask", "bool", False, "`/inference/v1/generate` choices carry a "
