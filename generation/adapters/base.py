@@ -79,6 +79,10 @@ class Adapter:
     def stream(self, seqs):
         raise NotImplementedError
 
+    # the error ``type`` of a GenerationError (an engine-refused request) inside the stream: the
+    # API's ``create_error_response`` of the exception (vLLM's completions and generate streams)
+    generation_error_stream_type = "ServiceUnavailableError"
+
     def stream_error(self, body: dict) -> bytes:
         """The in-band frame for an error after the stream started; ``body`` is the error in
         the API's envelope.  OpenAI streams: a data event, then ``[DONE]``."""

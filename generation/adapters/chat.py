@@ -32,6 +32,8 @@ from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 class ChatAdapter(Adapter):
     body: ChatCompletionRequest
     image_output = True
+    # vLLM's chat_completion_stream_generator: ``except GenerationError`` -> InternalServerError
+    generation_error_stream_type = "InternalServerError"
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body

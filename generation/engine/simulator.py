@@ -24,7 +24,7 @@ import gevent.queue
 from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
-from generation.errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
+from generation.errors import ContextLengthError, EnginePaused, InvalidParam, ModelNotFound, QueueFullError
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
 from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
@@ -81,6 +81,7 @@ class Simulator(OutputDecisions):
         self.started = monotonic()
         self.server_load = 0                # requests in flight (--enable-server-load-tracking)
         self.sleeping_tags: set = set()     # vLLM's executor.sleeping_tags: asleep while not empty
+        self.reject_new_requests = False    # vLLM's EngineCore.reject_new_requests (a checkpoint prepare)
         self.sleep_level = 1
 
     SLEEP_TAGS = ("weights", "kv_cache")
@@ -179,13 +180,17 @@ class Simulator(OutputDecisions):
         """Place every sequence in a running slot or the waiting queue, all or nothing.
 
         Raises QueueFullError (``Failed to enqueue request, waiting requests queue is full``)
-        when the queue cannot take them; nothing is admitted then.
+        when the queue cannot take them, and EnginePaused (503) while ``reject_new_requests``
+        (a checkpoint prepare with mode ``wait`` or ``abort``, vLLM's
+        ``_reject_add_while_paused``); nothing is admitted then.
 
         ``received_at`` (``time.monotonic`` seconds): when the request reached the server, if
         before now.  The sequences arrive then: under a burst of connections the server parses
         requests one after another, and that backlog then counts in the simulated times (queue,
         time to first token) instead of adding to them.  vLLM stamps arrival after parsing, but
         its API server's parsing is not what the simulator is asked to imitate."""
+        if self.reject_new_requests:
+            raise EnginePaused()
         now = monotonic()
         if received_at is not None and received_at < now:
             now = received_at
