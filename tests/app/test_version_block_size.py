@@ -9,15 +9,11 @@ prefix-cache hits (whole blocks, at most ``num_tokens - 1``) and ``cache_config_
 the same value."""
 from __future__ import annotations
 
-import time
-
-import gevent
-import msgpack
 import pytest
-import zmq
 
 from generation.config.cli import load_config
-from support import free_port, metric, scrape
+from support import metric, scrape
+from support.kv_events import POD_IP, Listener, kind
 
 KV_ENV = {"POD_IP": "10.0.0.1"}
 
@@ -73,27 +69,18 @@ def test_without_a_release_the_reference_block_size_stays(app_client):
 
 
 def test_kv_events_carry_the_release_block_size(app_client):
-    port = free_port()
-    c = app_client("--vllm-version", "0.34.0", "--enable-kvcache", "--zmq-endpoint", f"tcp://*:{port}",
-                   "--use-vllm-map-event-format", env=KV_ENV)
-    ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(f"tcp://127.0.0.1:{port}")
+    listener = Listener()
+    c = app_client("--vllm-version", "0.34.0", "--enable-kvcache", "--zmq-endpoint", listener.endpoint,
+                   "--use-vllm-map-event-format", "--max-num-seqs", "9", env={"POD_IP": POD_IP})
     try:
-        gevent.sleep(0.2)                        # the subscription reaches the XPUB
+        listener.publisher = c.sim.kv_cache.publisher
+        listener.prime()
         complete(c, 130)
-        deadline = time.monotonic() + 5
-        while not sub.poll(0) and time.monotonic() < deadline:
-            gevent.sleep(0.01)
-        _topic, _seq, payload = sub.recv_multipart(zmq.NOBLOCK)
-        _ts, events, _rank = msgpack.unpackb(payload)
-        stored = [e for e in events if e["type"] == "BlockStored"]
+        stored = [e for e in listener.events_until(lambda e: kind(e) == "BlockStored") if kind(e) == "BlockStored"]
         assert [(len(e["block_hashes"]), len(e["token_ids"]), e["block_size"]) for e in stored] == [(2, 128, 64)]
     finally:
-        sub.close()
-        ctx.term()
+        c.sim.kv_cache.publisher.close()
+        listener.close()
 
 
 def test_cache_config_info_has_vllm_034s_label_set(app_client):
