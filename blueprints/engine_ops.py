@@ -6,7 +6,13 @@ requests by id.
   checkpoint lifecycle ``running -> preparing -> prepared -> running``.  Preparing drains the
   requests in flight (``abort`` aborts them, ``wait`` and ``keep`` let them finish), then
   releases the KV cache (the cache is emptied and ``is_sleeping`` is true until the restore
-  wakes it).  Every answer is ``{"state": S}``; status is 200 once ``prepared``, 503 before,
+  wakes it).  From ``wait`` or ``abort`` until the restore a new generation request is refused
+  as vLLM's paused engine refuses it (``EngineCore._reject_add_while_paused``): 503
+  ``ServiceUnavailableError`` ``Generation is paused. Please retry after it resumes.``, or
+  within a stream that already answered 200 (chat's in-stream error names it
+  ``InternalServerError``, as vLLM's chat stream generator does); ``keep`` accepts them (vLLM
+  holds them, and the requests in flight, until the restore; the simulator serves them).
+  Every answer is ``{"state": S}``; status is 200 once ``prepared``, 503 before,
   500 after a failure; prepare refuses (400, with ``error``) an engine that is asleep, restore
   one that is still ``preparing``.  ``--checkpoint-prepare-on-startup`` starts prepared.
 * ``POST /v1/fault_tolerance/apply``, ``GET /v1/fault_tolerance/status`` (with
@@ -85,6 +91,7 @@ class Checkpoint:
         if sim.sleeping:
             return "Preparing for a checkpoint requires an awake engine"
         self.state = "preparing"
+        sim.reject_new_requests = mode != "keep"     # vLLM's pause_generation: keep queues them
         if mode == "abort":
             _abort(sim, _in_flight(sim))
         self.refresh(sim)
@@ -98,6 +105,7 @@ class Checkpoint:
         self.state = "restoring"
         if sim.wake_up(["kv_cache"]) and sim.kv_cache is not None:
             sim.kv_cache.wake()
+        sim.reject_new_requests = False              # vLLM's resume_scheduler
         self.state = "running"
 
 

@@ -37,7 +37,7 @@ from werkzeug.exceptions import HTTPException
 
 from generation.adapters.base import check_work
 from generation.engine.simulator import ClientDisconnected
-from generation.errors import SimulatorError
+from generation.errors import EnginePaused, SimulatorError
 from generation.structured.tool_validation import CLIENT as SCHEMA_CLIENT
 from schemas.common import load
 
@@ -79,14 +79,21 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         # step mode models vLLM's frontend (its parse, tokenizing, latency) from the arrival:
         # the simulator's own handling until now is inside that modelled time, not added to it
         arrived = entry
-    sim.admit(seqs, arrived)
+    envelope = adapter.envelope
+
+    def error_frame(err) -> bytes:
+        return adapter.stream_error(error_body(err, envelope))
+
+    try:
+        sim.admit(seqs, arrived)
+    except EnginePaused as err:
+        if not req.stream:
+            raise
+        # vLLM: the engine refuses it at its first output, after the stream answered 200
+        err.type = adapter.generation_error_stream_type
+        return 200, [*extra.items(), *SSE_BASE_HEADERS], [error_frame(err)]
     try:
         if req.stream:
-            envelope = adapter.envelope
-
-            def error_frame(err) -> bytes:
-                return adapter.stream_error(error_body(err, envelope))
-
             stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
             return 200, [*extra.items(), *SSE_BASE_HEADERS], stream
         run_to_completion(sim, seqs, environ)

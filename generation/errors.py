@@ -79,3 +79,15 @@ class APIError(SimulatorError):
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.status}}
+
+
+class EnginePaused(APIError):
+    """A new request while the engine refuses new work: a ``/checkpoint/prepare`` with mode
+    ``wait`` or ``abort`` until ``/checkpoint/restore`` (vLLM 0.34's
+    ``EngineCore._reject_add_while_paused``: ``RequestError(code="engine_paused", retryable=True)``,
+    which the API server raises as ``RetryableRequestError``: 503 ``ServiceUnavailableError``)."""
+
+    MESSAGE = "Generation is paused. Please retry after it resumes."
+
+    def __init__(self):
+        super().__init__(self.MESSAGE, 503, None, "ServiceUnavailableError")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from typing import NamedTuple
 
 import orjson
 
@@ -77,6 +78,10 @@ class Adapter:
 
     def stream(self, seqs):
         raise NotImplementedError
+
+    # the error ``type`` of a GenerationError (an engine-refused request) inside the stream: the
+    # API's ``create_error_response`` of the exception (vLLM's completions and generate streams)
+    generation_error_stream_type = "ServiceUnavailableError"
 
     def stream_error(self, body: dict) -> bytes:
         """The in-band frame for an error after the stream started; ``body`` is the error in
@@ -275,31 +280,95 @@ def usage(prompt: int, completion: int, cached: int | None = None, details=_NO_D
     return out
 
 
-def usage_details(sim) -> str | None:
-    """When usage carries ``prompt_tokens_details``: ``"always"`` (``{"cached_tokens": N}``, 0
-    included) with ``--enable-prompt-tokens-details``, as vLLM's own ``test_completion`` expects
-    (``cached_tokens == 0`` with prefix caching off), or with ``--enable-kvcache`` (the reference's
-    shape, which the user spec lists and cache-aware clients read); else None: vLLM's default,
-    left out.  The step engine's own prefix cache (``--latency-calculator step`` without
-    ``--enable-kvcache``) is vLLM's default prefix caching: no details without the flag."""
-    if sim.config.enable_prompt_tokens_details or (sim.kv_cache is not None and sim.config.enable_kvcache):
-        return "always"
+class PromptDetails(NamedTuple):
+    """How usage carries ``prompt_tokens_details`` (:func:`usage_details`): ``shape``
+    ``"vllm"`` (``--enable-prompt-tokens-details``: vLLM 0.34's ``PromptTokenUsageInfo``) or
+    ``"cached"`` (``--enable-kvcache`` alone: the reference's ``{"cached_tokens": N}``);
+    ``block`` (tokens) the block size of the prefix cache that stores prompts, 0 without one
+    (:func:`prefix_block`)."""
+    shape: str
+    block: int
+
+
+def usage_details(sim) -> PromptDetails | None:
+    """When usage carries ``prompt_tokens_details``: with ``--enable-prompt-tokens-details``
+    vLLM 0.34's fields (:func:`prompt_tokens_details`), 0 hits included, as vLLM's own
+    ``test_completion`` expects (``cached_tokens == 0`` with prefix caching off); with
+    ``--enable-kvcache`` alone the reference's ``{"cached_tokens": N}`` (the user spec's shape,
+    which cache-aware clients read); else None: vLLM's default, left out.  The step engine's own
+    prefix cache (``--latency-calculator step`` without ``--enable-kvcache``) is vLLM's default
+    prefix caching: no details without the flag."""
+    if sim.config.enable_prompt_tokens_details:
+        return PromptDetails("vllm", prefix_block(sim))
+    if sim.kv_cache is not None and sim.config.enable_kvcache:
+        return PromptDetails("cached", prefix_block(sim))
     return None
 
 
-def request_usage(seqs, prompt_details: str | None = None, details=_NO_DETAILS) -> dict:
-    """Usage over all choices: each distinct prompt counted once, completions summed;
-    ``prompt_details`` from :func:`usage_details`, ``details`` see :func:`usage`.  A
-    cache-threshold answer has no prompt details."""
+def prefix_block(sim) -> int:
+    """Tokens per block of the prefix cache that stores prompts (``--enable-kvcache``'s, or step
+    mode's with prefix caching on), 0 when there is none (nothing is written to a cache)."""
+    if sim.kv_cache is None or (sim.engine is not None and not sim.config.enable_prefix_caching):
+        return 0
+    return sim.config.block_size
+
+
+def created_cache_tokens(seq, block: int) -> int:
+    """Prompt tokens this request wrote to the prefix cache, vLLM's ``PrefillStats.finalize``
+    (``vllm/v1/metrics/stats.py``): the prompt's whole blocks, hashed in the cache once it is
+    prefilled (``KVCacheManager.estimate_cached_tokens``), less its hits; 0 without a prefix
+    cache (``block`` 0)."""
+    return max(0, seq.prompt_len // block * block - seq.cached_tokens) if block else 0
+
+
+def prompt_tokens_details(pd: PromptDetails, seqs, api: str = "chat", final_chunk: bool = False,
+                          mm: dict | None = None) -> dict:
+    """``usage.prompt_tokens_details`` over ``seqs``' distinct prompts, as vLLM 0.34 serialises
+    its ``PromptTokenUsageInfo`` (``vllm/entrypoints/serve/engine/protocol.py``; tokens).  The
+    reference shape (``pd.shape == "cached"``) is ``{"cached_tokens": N}`` everywhere.  vLLM's:
+
+    * ``api="chat"`` (``chat_completion/serving.py`` ``_make_prompt_tokens_details``):
+      ``cached_tokens``, ``created_cache_tokens`` (:func:`created_cache_tokens`) and
+      ``multimodal_tokens`` (``mm``: prompt tokens per modality, null without media); the
+      stream's closing usage chunk (``final_chunk``, dumped with ``exclude_none``) leaves a
+      null ``multimodal_tokens`` out;
+    * ``api="completion"`` (completions and ``/inference/v1/generate``: ``PromptTokenUsageInfo(
+      cached_tokens=N)``): the body's ``model_dump()`` adds ``created_cache_tokens`` and
+      ``multimodal_tokens`` as null; the stream's closing chunk (``exclude_none``) has
+      ``cached_tokens`` alone."""
     prompts = {}
     for s in seqs:
-        prompts.setdefault(s.prompt_index, (s.prompt_len, s.cached_tokens))
-    p = sum(v[0] for v in prompts.values())
-    cached = sum(v[1] for v in prompts.values())
+        prompts.setdefault(s.prompt_index, s)
+    cached = sum(s.cached_tokens for s in prompts.values())
+    if pd.shape != "vllm" or (api == "completion" and final_chunk):
+        return {"cached_tokens": cached}
+    if api == "completion":
+        return {"cached_tokens": cached, "created_cache_tokens": None, "multimodal_tokens": None}
+    out = {"cached_tokens": cached,
+           "created_cache_tokens": sum(created_cache_tokens(s, pd.block) for s in prompts.values()),
+           "multimodal_tokens": mm or None}
+    if final_chunk and out["multimodal_tokens"] is None:
+        del out["multimodal_tokens"]
+    return out
+
+
+def request_usage(seqs, prompt_details: PromptDetails | None = None, details=_NO_DETAILS, api: str = "chat",
+                  final_chunk: bool = False, mm: dict | None = None) -> dict:
+    """Usage over all choices: each distinct prompt counted once, completions summed;
+    ``prompt_details`` from :func:`usage_details` (``api``, ``final_chunk`` and ``mm`` see
+    :func:`prompt_tokens_details`), ``details`` see :func:`usage`.  A cache-threshold answer
+    has no prompt details."""
+    prompts = {}
+    for s in seqs:
+        prompts.setdefault(s.prompt_index, s.prompt_len)
+    p = sum(prompts.values())
     c = sum(s.completion_tokens for s in seqs)
-    if prompt_details is None or all(s.finish_reason == "cache_threshold" for s in seqs):
-        return usage(p, c, None, details)
-    return usage(p, c, cached, details)
+    out = usage(p, c)                   # vLLM's UsageInfo order: prompt details, then completion details
+    if prompt_details is not None and not all(s.finish_reason == "cache_threshold" for s in seqs):
+        out["prompt_tokens_details"] = prompt_tokens_details(prompt_details, seqs, api, final_chunk, mm)
+    if details is not _NO_DETAILS:
+        out["completion_tokens_details"] = details
+    return out
 
 
 # ---- pre-rendered OpenAI chunk frames ---------------------------------------------------------------
@@ -392,15 +461,15 @@ class ChunkFrame:
         p, c = self.prompt_tokens[i], self.completion_tokens[i]
         return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}) + CHUNK_END
 
-    def first_tail(self, i: int, cached: int) -> bytes:
+    def first_tail(self, i: int, prompt_details: dict) -> bytes:
         """:meth:`tail` of choice ``i``'s first chunk (no token yet) whose running usage already
-        carries ``prompt_tokens_details`` (``cached`` prefix-cache hits), as vLLM 0.34's chat
-        stream sends it when the details are on, so the first chunk's split matches the last."""
+        carries ``prompt_details`` (:func:`prompt_tokens_details`), as vLLM 0.34's chat stream
+        sends it when the details are on, so the first chunk's split matches the last."""
         if not self.continuous:
             return CHUNK_END
         p, c = self.prompt_tokens[i], self.completion_tokens[i]
         return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
-                                     "prompt_tokens_details": {"cached_tokens": cached}}) + CHUNK_END
+                                     "prompt_tokens_details": prompt_details}) + CHUNK_END
 
     def usage_chunk(self, usage_obj: dict, metrics: dict | None = None) -> bytes:
         """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage (and

@@ -18,10 +18,10 @@ from generation.engine.request import GenerationRequest
 from .base import (per_request_metrics, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
-                   with_prompt_token_ids,
+                   with_prompt_token_ids, PromptDetails, prompt_tokens_details,
                    due_items)
 from generation.content.image import IMAGE_PART
-from generation.tokenization.multimodal import media_items, mm_features
+from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
 from .fields import check_openai_fields, check_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids
@@ -32,6 +32,8 @@ from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 class ChatAdapter(Adapter):
     body: ChatCompletionRequest
     image_output = True
+    # vLLM's chat_completion_stream_generator: ``except GenerationError`` -> InternalServerError
+    generation_error_stream_type = "InternalServerError"
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
@@ -97,7 +99,7 @@ class ChatAdapter(Adapter):
     def render(self, seqs) -> dict:
         b = self.body
         out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim),
-                          tokens_as_ids(self.sim, b), self.sim.reasoning is not None)
+                          tokens_as_ids(self.sim, b), self.sim.reasoning is not None, self.mm_tokens(seqs))
         out["system_fingerprint"] = system_fingerprint(self.sim.config)
         if self.sim.config.mm_encoder_only:
             ec = chat_ec_transfer_params(b.messages or [], seqs[0].prompt_len)
@@ -124,12 +126,20 @@ class ChatAdapter(Adapter):
             out["metrics"] = metrics
         return out
 
+    def mm_tokens(self, seqs) -> dict | None:
+        """``prompt_tokens_details.multimodal_tokens`` (:func:`mm_token_counts`) when the
+        details are vLLM's (``--enable-prompt-tokens-details``), else None."""
+        pd = usage_details(self.sim)
+        if pd is None or pd.shape != "vllm" or not seqs:
+            return None
+        return mm_token_counts(self.body.messages or [], seqs[0].prompt_len)
+
     def stream(self, seqs):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
                            b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None,
-                           echo_text(b))
+                           echo_text(b), self.mm_tokens(seqs))
         if b.return_token_ids:
             return with_prompt_token_ids(body, seqs[0].prompt.ids)
         return body
@@ -195,8 +205,8 @@ def finish_reason(req: GenerationRequest, seq) -> str:
     return seq.finish_reason
 
 
-def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, details: str | None = None,
-                as_ids: bool = False, parser: bool = False) -> dict:
+def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, details: PromptDetails | None = None,
+                as_ids: bool = False, parser: bool = False, mm: dict | None = None) -> dict:
     """The ``chat.completion`` body; ``as_ids``: logprob tokens named ``token_id:N``.  Each message
     carries ``reasoning`` (its text; null without a reasoning span or when hidden by
     ``include_reasoning: false``); ``parser``: ``--reasoning-parser`` is set, so the usage has
@@ -230,7 +240,7 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
                         "finish_reason": finish_reason(req, s), "stop_reason": s.stop_reason})
     completion_details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
     out = {"id": f"chatcmpl-{req.request_id}", "object": "chat.completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, completion_details),
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, completion_details, mm=mm),
            "prompt_logprobs": None}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
@@ -250,7 +260,7 @@ def finish_fields(req: GenerationRequest, seq) -> bytes:
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
-                parser: bool = False, echoed: str = ""):
+                parser: bool = False, echoed: str = "", mm: dict | None = None):
     """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
     carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
     chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
@@ -274,11 +284,12 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     lasts = [-1 if req.send_image else len(s.pieces) - 1 for s in seqs]
     call_maps = {}
 
-    first_details = continuous and usage_details(sim) is not None
+    pd = usage_details(sim)
+    first_details = continuous and pd is not None
     by_index = {s.index: s for s in seqs}
 
     def role_chunk(i: int) -> bytes:
-        end = frame.first_tail(i, by_index[i].cached_tokens) if first_details else tail(0, i)
+        end = frame.first_tail(i, prompt_tokens_details(pd, [by_index[i]], mm=mm)) if first_details else tail(0, i)
         out = heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + end
         if echoed:
             out += (heads[i] + b',"delta":{"content":' + dumps(echoed) + b'},"logprobs":null,"finish_reason":null}]' +
@@ -374,7 +385,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) + b'}]' + tail(0, i))
     if include_usage:
         details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
-        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), details), per_request_metrics(sim, seqs, True)))
+        put(frame.usage_chunk(request_usage(seqs, pd, details, final_chunk=True, mm=mm),
+                              per_request_metrics(sim, seqs, True)))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)
 

@@ -181,7 +181,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
                         "stop_reason": s.stop_reason, "token_ids": None, "prompt_logprobs": None,
                         "prompt_token_ids": None})
     out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, None)}
+           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, None, api="completion")}
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return out
@@ -269,6 +269,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
             b'}]' + tail(0, seq.index))
     if include_usage:
-        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), None), per_request_metrics(sim, seqs, True)))
+        put(frame.usage_chunk(request_usage(seqs, usage_details(sim), None, api="completion", final_chunk=True),
+                              per_request_metrics(sim, seqs, True)))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -243,7 +243,7 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
         "choices": [{"index": s.index, "finish_reason": s.finish_reason, "token_ids": list(s.ids)} if top is None
                     else {"index": s.index, "logprobs": token_logprobs(s, top), "finish_reason": s.finish_reason,
                           "token_ids": list(s.ids)} for s in seqs],
-        "usage": request_usage(seqs, details), "ec_transfer_params": ec})
+        "usage": request_usage(seqs, details, api="completion"), "ec_transfer_params": ec})
     return out
 
 
@@ -291,7 +291,8 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
             yield (open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
                    b',"token_ids":' + tids + tail)
     if include_usage:
-        yield head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b',"output_mode":"tokens"}\n\n'
+        u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
+        yield head + b'],"usage":' + dumps(u) + b',"output_mode":"tokens"}\n\n'
     yield b"data: [DONE]\n\n"
 
 
@@ -387,6 +388,7 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
             yield chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                         seq.stop_reason, None)
     if include_usage:
-        yield (head + b'],"usage":' + dumps(request_usage(seqs, usage_details(sim))) + b',"output_mode":"' +
+        u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
+        yield (head + b'],"usage":' + dumps(u) + b',"output_mode":"' +
                mode.encode() + b'"}\n\n')
     yield b"data: [DONE]\n\n"

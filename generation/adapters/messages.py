@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 
 from generation.engine.request import GenerationRequest
-from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, dumps, usage_details
+from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
+                   usage_details)
 from .fields import check_min_tokens
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning
@@ -231,25 +232,23 @@ def tool_use_id(chat_id: str) -> str:
 def cache_block(sim) -> int | None:
     """What :func:`_usage` needs to know of the cache: None without cache information (no
     ``--enable-prompt-tokens-details`` nor ``--enable-kvcache``, as :func:`usage_details`), else
-    the block size of the prefix cache that stores prompts (``--enable-kvcache``'s, or step
-    mode's), 0 when there is none."""
-    if usage_details(sim) is None:
-        return None
-    return sim.config.block_size if sim.kv_cache is not None else 0
+    the block size of the prefix cache that stores prompts (:func:`prefix_block`), 0 when there
+    is none."""
+    pd = usage_details(sim)
+    return None if pd is None else pd.block
 
 
 def _usage(seq, output_tokens: int, block: int | None) -> dict:
     """Anthropic usage as vLLM 0.34's ``anthropic/serving.py`` ``_to_anthropic_usage``: the
     prefix-cache hits are ``cache_read_input_tokens``, the prompt tokens this request wrote to
-    the cache ``cache_creation_input_tokens``, and ``input_tokens`` the rest (Anthropic's
-    accounting: the three add up to the prompt).  Written is vLLM's ``PrefillStats.finalize``:
-    the prompt's whole blocks, now hashed in the cache (``estimate_cached_tokens``), less the
-    hit; 0 without a prefix cache (``block`` 0).  Without cache information (``block`` None,
-    :func:`cache_block`) both cache counters are left out, as vLLM 0.34 leaves them unset."""
+    the cache ``cache_creation_input_tokens`` (:func:`created_cache_tokens`), and
+    ``input_tokens`` the rest (Anthropic's accounting: the three add up to the prompt).  Without
+    cache information (``block`` None, :func:`cache_block`) both cache counters are left out,
+    as vLLM 0.34 leaves them unset."""
     if block is None:
         return {"input_tokens": seq.prompt_len, "output_tokens": output_tokens}
     cached = seq.cached_tokens
-    created = max(0, seq.prompt_len // block * block - cached) if block else 0
+    created = created_cache_tokens(seq, block)
     return {"input_tokens": max(0, seq.prompt_len - cached - created), "cache_creation_input_tokens": created,
             "cache_read_input_tokens": cached, "output_tokens": output_tokens}
 

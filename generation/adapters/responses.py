@@ -37,7 +37,8 @@ from dataclasses import asdict
 from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest
-from .base import Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools, dumps
+from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
+                   created_cache_tokens, dumps, prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .fields import scheduling_priority
 from .sampling import responses_reasoning
@@ -73,7 +74,7 @@ class ResponsesAdapter(Adapter):
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
             priority=scheduling_priority(sim, b.priority),
             reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget))
-        self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0)
+        self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
         self.ctx.store = getattr(sim, "response_store", None) is not None and b.store is not False
         return self.req
 
@@ -299,10 +300,12 @@ def to_response_format(text_cfg) -> dict | None:
 
 class _Ctx:
     """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
-    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store")
+    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store",
+                 "block")
 
-    def __init__(self, body: ResponsesRequest, req, want_logprobs, top):
+    def __init__(self, body: ResponsesRequest, req, want_logprobs, top, block: int = 0):
         self.body = body
+        self.block = block          # prefix-cache block size (tokens), 0 without one (base.prefix_block)
         self.req = req
         self.created = int(time.time())
         self.want_logprobs = want_logprobs
@@ -350,13 +353,15 @@ def base_response(ctx: _Ctx, status: str) -> dict:
             "metadata": _or(d.metadata, {})}
 
 
-def _usage(seq) -> dict:
+def _usage(seq, block: int) -> dict:
+    """Every field the openai SDK's ResponseUsage requires; ``cache_write_tokens`` is what the
+    request wrote to the prefix cache (:func:`created_cache_tokens`, blocks of ``block``
+    tokens), as vLLM 0.34's ``responses/serving.py`` reports ``num_cache_creation_tokens``."""
     p, c = seq.prompt_len, seq.completion_tokens
     span = seq.reasoning_span
     r = span[1] - span[0] if span is not None else 0
-    # every field the openai SDK's ResponseUsage requires (cache_write_tokens in current SDKs):
-    # nothing is ever written to a prompt cache on request here
-    return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": 0, "cached_tokens": seq.cached_tokens},
+    return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": created_cache_tokens(seq, block),
+                                                        "cached_tokens": seq.cached_tokens},
             "output_tokens": c,
             "output_tokens_details": {"reasoning_tokens": r}, "total_tokens": p + c}
 
@@ -430,7 +435,7 @@ def render_response(ctx: _Ctx, seq) -> dict:
         out["output"] = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
     if seq.reasoning_span is not None:
         out["output"].insert(0, _reasoning_item(ctx, reasoning_text(seq)))
-    out["usage"] = _usage(seq)
+    out["usage"] = _usage(seq, ctx.block)
     return out
 
 

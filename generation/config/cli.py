@@ -16,6 +16,7 @@ from .values import BOOL_LITERALS, ConfigError, format_duration
 from .options import GROUPS, IGNORED_FLAGS, OPTIONS, Option, _IGNORED_ALIASES, _OPTION_ALIASES, coerce
 from .kv_events import apply_kv_events_config
 from .sim_config import SimConfig
+from .vllm_versions import apply_version_defaults
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +275,7 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     if cfg.seed is None:
         cfg.seed = time.time_ns()
     cfg.validate()
+    apply_version_defaults(cfg, step=cfg.latency_calculator == "step")
     return cfg
 
 

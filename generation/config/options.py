@@ -132,9 +132,10 @@ _declare("model",
                 "then the shipped presets)"),
          Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
                 "doubles the FLOP/s)"),
-         Option("vllm-version", "str", NEWEST_VLLM, "vLLM release whose defaults step mode takes where the flag is not "
+         Option("vllm-version", "str", NEWEST_VLLM, "vLLM release whose defaults apply where the flag is not "
                 "given: --block-size (16 before 0.34, 64 from 0.34) and --gpu-memory-utilization (0.9 before 0.21, "
-                "0.92 from 0.21, 1.0 from 0.34)"),
+                "0.92 from 0.21, 1.0 from 0.34); in step mode always, in the default mode only when --vllm-version "
+                "is given (without it the reference's 16-token blocks stay)"),
          Option("enforce-eager", "bool", False, "No CUDA graphs: every step runs eagerly (stored for step mode's "
                 "timing)"),
          Option("cuda-graph-sizes", "ints", [], "Batch sizes captured as CUDA graphs (vLLM's "
@@ -194,8 +195,9 @@ _declare("frontend",
                 "tokens per second, from the simulated timeline"),
          Option("default-embedding-dimensions", "int", 384, "Embedding size when the request gives none"),
          Option("enable-prompt-tokens-details", "bool", False, "`usage.prompt_tokens_details` "
-                "`{cached_tokens: N}` on every answer, 0 included, as vLLM with this flag (without it: left out, "
-                "or always with --enable-kvcache)"),
+                "on every answer, 0 included, with vLLM 0.34's fields (`cached_tokens`, `created_cache_tokens`, "
+                "`multimodal_tokens`) as it serialises them per API (without it: left out, or the reference's "
+                "`{cached_tokens: N}` with --enable-kvcache)"),
          Option("return-tokens-as-token-ids", "bool", False, "Logprob tokens are `token_id:N` (chat, "
                 "completions), as the request field `return_tokens_as_token_ids`"),
          Option("return-sampling-mask", "bool", False, "`/inference/v1/generate` choices carry a "
@@ -259,7 +261,9 @@ _declare("cache",
          Option("kv-cache-size", "int", 1024, "KV cache size", unit="blocks"),
          Option("global-cache-hit-threshold", "float", 0.0, "Default cache_hit_threshold for all requests",
                 maximum=1.0),
-         Option("block-size", "int", 16, "Tokens per KV block", choices=(8, 16, 32, 64, 128), unit="tokens"),
+         Option("block-size", "int", 16, "Tokens per KV block (KV events, prefix-cache hits, cache_config_info); "
+                "not given: 16, or --vllm-version's default (64 from 0.34) in step mode or when --vllm-version is given",
+                choices=(8, 16, 32, 64, 128), unit="tokens"),
          Option("gpu-memory-utilization", "float", 0.9, "Share of the GPU's memory vLLM uses (step mode: sizes "
                 "the KV cache)", maximum=1.0),
          Option("num-gpu-blocks-override", "int", None, "KV cache size in blocks, instead of what the GPU's "

@@ -396,7 +396,7 @@ def ignored_flags(config: SimConfig) -> list[str]:
 STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization", "tensor-parallel-size",
              "kv-cache-dtype", "num-gpu-blocks-override", "hf-config-path", "long-prefill-token-threshold",
              "max-num-partial-prefills", "gpu", "step-time-profile", "step-time-jitter", "kv-transfer-bandwidth",
-             "vllm-version", "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
+             "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
              "enable-chunked-prefill", "async-scheduling", "kv-cache-memory-bytes", "enable-prefix-caching",
              "kv-offloading-size", "cpu-offload-gb")
 

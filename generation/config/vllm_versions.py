@@ -12,7 +12,12 @@ Sources (vLLM's own history; docs/engine-model.md section 7):
   1.0 from 0.34.0 with the extensible KV cache, on by default on CUDA and ROCm (the KV cache is
   sized from the memory actually free after CUDA-graph capture).
 
-A leaf module: the configuration (validation) and step mode (:mod:`generation.engine.step_config`)
+Which mode takes them (:func:`apply_version_defaults`): step mode always (it imitates vLLM's
+engine, so ``--vllm-version``'s default, 0.34.0, gives 64-token blocks); the reference's default
+mode only when ``--vllm-version`` is given, since the reference's users (its KV events, its
+``cache_config_info``, its test cases) expect its 16-token blocks when nothing is said.
+
+A leaf module: the configuration (loading) and step mode (:mod:`generation.engine.step_config`)
 read it; the performance model may read :func:`parse_version` of ``cfg.vllm_version`` to pick its
 own version-dependent constants.
 """
@@ -73,3 +78,27 @@ def version_defaults(text: str) -> VersionDefaults:
         if version >= first:
             found = defaults
     return found
+
+
+def apply_version_defaults(cfg, step: bool) -> None:
+    """Give ``cfg`` (a SimConfig) the ``--block-size`` and ``--gpu-memory-utilization`` of its
+    ``--vllm-version`` where the user did not set them (``cfg.explicit``): always when ``step``
+    (step mode), otherwise only when ``--vllm-version`` itself was given; else the reference's
+    16 tokens and 0.9 stay.  vLLM's rule is ``CacheConfig._apply_block_size_default``
+    (``vllm/config/cache.py``: ``block_size`` None -> ``DEFAULT_BLOCK_SIZE``).  Every user of
+    the block size (KV events' ``block_size``, prefix-cache hits in whole blocks,
+    ``cache_config_info``) reads ``cfg.block_size`` afterwards.  Raises ConfigError as
+    :func:`parse_version`."""
+    if not step and not given(cfg, "vllm-version"):
+        return
+    defaults = version_defaults(cfg.vllm_version)
+    if not given(cfg, "block-size"):
+        cfg.block_size = defaults.block_size
+    if not given(cfg, "gpu-memory-utilization"):
+        cfg.gpu_memory_utilization = defaults.gpu_memory_utilization
+
+
+def given(cfg, name: str) -> bool:
+    """Whether option ``name`` was set (command line, YAML, environment, or a SimConfig keyword)."""
+    explicit = getattr(cfg, "explicit", ())
+    return name in explicit or name.replace("-", "_") in explicit

@@ -24,10 +24,11 @@ import gevent.queue
 from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
-from generation.errors import ContextLengthError, InvalidParam, ModelNotFound, QueueFullError
+from generation.errors import ContextLengthError, EnginePaused, InvalidParam, ModelNotFound, QueueFullError
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
 from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
+from .engine_state import EngineState
 from .token_schedule import TokenSchedule
 
 
@@ -44,7 +45,7 @@ HUB_SLICE = 0.002      # s: the longest a request's rendering runs before the hu
 STREAM_AHEAD = 256     # tokens the choices of a stream may produce ahead of its renderer
 
 
-class Simulator(OutputDecisions):
+class Simulator(OutputDecisions, EngineState):
     """The engine.  ``config`` is a :class:`generation.config.sim_config.SimConfig` (read live, so admin
     updates apply to later draws)."""
 
@@ -81,30 +82,6 @@ class Simulator(OutputDecisions):
         self.started = monotonic()
         self.server_load = 0                # requests in flight (--enable-server-load-tracking)
         self.sleeping_tags: set = set()     # vLLM's executor.sleeping_tags: asleep while not empty
-        self.sleep_level = 1
-
-    SLEEP_TAGS = ("weights", "kv_cache")
-
-    @property
-    def sleeping(self) -> bool:
-        """vLLM's ``is_sleeping``: true from ``/sleep`` until every tag is woken again."""
-        return bool(self.sleeping_tags)
-
-    @sleeping.setter
-    def sleeping(self, value: bool) -> None:
-        self.sleeping_tags = set(self.SLEEP_TAGS) if value else set()
-
-    def wake_up(self, tags) -> bool:
-        """vLLM's ``Executor.wake_up``: wake ``tags`` (all when empty); a tag that is not asleep
-        wakes nothing (vLLM logs a warning).  Returns whether the KV cache was woken."""
-        asleep = self.sleeping_tags
-        if not asleep:
-            return False
-        if tags and any(t not in asleep for t in tags):
-            return False
-        woken = set(tags) if tags else set(asleep)
-        asleep -= woken
-        return "kv_cache" in woken
 
     # ---- naming ---------------------------------------------------------------------------
     def new_request_id(self) -> str:
@@ -179,13 +156,16 @@ class Simulator(OutputDecisions):
         """Place every sequence in a running slot or the waiting queue, all or nothing.
 
         Raises QueueFullError (``Failed to enqueue request, waiting requests queue is full``)
-        when the queue cannot take them; nothing is admitted then.
+        when the queue cannot take them, EnginePaused (503) while ``reject_new_requests`` (vLLM's
+        ``_reject_add_while_paused``: a checkpoint prepare); nothing is admitted then.
 
         ``received_at`` (``time.monotonic`` seconds): when the request reached the server, if
         before now.  The sequences arrive then: under a burst of connections the server parses
         requests one after another, and that backlog then counts in the simulated times (queue,
         time to first token) instead of adding to them.  vLLM stamps arrival after parsing, but
         its API server's parsing is not what the simulator is asked to imitate."""
+        if self.reject_new_requests:
+            raise EnginePaused()
         now = monotonic()
         if received_at is not None and received_at < now:
             now = received_at

@@ -66,15 +66,11 @@ def resolve_step_settings(cfg) -> StepSettings:
     ``cfg`` (``block_size``, ``gpu_memory_utilization``, ``max_num_seqs``,
     ``max_num_batched_tokens``, ``kv_cache_size``) so that metrics and the start-up summary show
     them.  Raises ConfigError naming the flag at fault."""
-    from generation.config.vllm_versions import version_defaults
+    from generation.config.vllm_versions import apply_version_defaults
     from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
     from .perf.step_model import build_step_model
 
-    defaults = version_defaults(cfg.vllm_version)
-    if not _given(cfg, "block-size"):
-        cfg.block_size = defaults.block_size
-    if not _given(cfg, "gpu-memory-utilization"):
-        cfg.gpu_memory_utilization = defaults.gpu_memory_utilization
+    apply_version_defaults(cfg, step=True)
 
     gpu = gpu_by_name(cfg.gpu)
     found = resolve_arch(cfg.model, cfg.hf_config_path)
@@ -168,8 +164,3 @@ def cpu_blocks(cfg, arch, block_size: int, tp: int, kv_bytes_per_token: int) -> 
         return 0
     return int(total // (block_size * kv_bytes_per_token * tp))
 
-
-def _given(cfg, name: str) -> bool:
-    """Whether option ``name`` was set (command line, YAML, environment, or a SimConfig keyword)."""
-    explicit = getattr(cfg, "explicit", ())
-    return name in explicit or name.replace("-", "_") in explicit

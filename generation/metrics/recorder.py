@@ -418,17 +418,14 @@ class MetricsRecorder:
         return error
 
     def _collect_config_info(self):
-        """vLLM's CacheConfig labels the simulator knows: ``block_size``, ``num_gpu_blocks``, and
-        current vLLM's ``kv_cache_size_tokens`` (blocks x block size: the KV capacity in tokens,
-        which dashboards read) and ``kv_cache_max_concurrency`` (that capacity over
-        ``max_model_len``)."""
-        cfg = self.config
-        tokens = cfg.kv_cache_size * cfg.block_size
+        """``vllm:cache_config_info``: a gauge at 1 labelled with every CacheConfig field
+        (:func:`cache_config_metrics_info`) and ``engine``, as vLLM's
+        ``PrometheusStatLogger.log_metrics_info("cache_config", ...)``."""
+        from .cache_config_info import cache_config_metrics_info
+        info = cache_config_metrics_info(self.config)
         fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                labels=["block_size", "engine", "kv_cache_max_concurrency", "kv_cache_size_tokens",
-                                        "num_gpu_blocks"])
-        fam.add_metric([str(cfg.block_size), self.engine, str(tokens / cfg.max_model_len), str(tokens),
-                        str(cfg.kv_cache_size)], 1)
+                                labels=[*info, "engine"])
+        fam.add_metric([*info.values(), self.engine], 1)
         yield fam
 
     def _collect_counters(self):
@@ -580,3 +577,4 @@ class _Collector:
 
     def __init__(self, fn):
         self.collect = fn
+

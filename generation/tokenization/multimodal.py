@@ -60,3 +60,15 @@ def mm_features(items, n_tokens: int) -> dict | None:
     return {"mm_hashes": {k: hashes[k] for k in order},
             "mm_placeholders": {k: places[k] for k in order},
             "kwargs_data": {k: kwargs[k] for k in order}}
+
+
+def mm_token_counts(messages, n_tokens: int) -> dict | None:
+    """Prompt tokens per modality (``{"image": 12}``): the lengths of :func:`mm_features`'
+    placeholders summed by modality, the spans chat render reports for the same conversation
+    of ``n_tokens`` prompt tokens; None without media.  vLLM 0.34's ``multimodal_tokens``
+    (``chat_completion/serving.py`` ``_get_mm_token_counts``: the placeholder lengths of
+    ``mm_placeholders`` by modality)."""
+    features = mm_features(media_items(messages), n_tokens)
+    if features is None:
+        return None
+    return {k: sum(p["length"] for p in places) for k, places in features["mm_placeholders"].items()}

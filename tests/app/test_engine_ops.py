@@ -7,7 +7,7 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from support import metric, scrape
+from support import metric, scrape, sse_events
 
 DEV = {"VLLM_SERVER_DEV_MODE": "1"}
 MSG = [{"role": "user", "content": "Hello there"}]
@@ -110,6 +110,53 @@ def test_checkpoint_prepare_waits_for_requests_in_flight_or_aborts_them(app_clie
     job.join(5)
     assert (job.value.status_code, job.value.content) == (499, b"")      # the request was cut off
     assert c.post("/checkpoint/restore").json() == {"state": "running"}
+
+
+PAUSED = {"message": "Generation is paused. Please retry after it resumes.", "type": "ServiceUnavailableError",
+          "param": None, "code": 503}
+
+
+def test_new_requests_are_refused_while_a_checkpoint_prepares_and_until_the_restore(app_client):
+    """vLLM 0.34: ``/checkpoint/prepare`` with ``wait`` (or ``abort``) pauses generation and
+    sets ``reject_new_requests``: a request arriving then gets ``RetryableRequestError`` (503
+    ``ServiceUnavailableError``); a stream has already answered 200 and carries the error (chat
+    names it ``InternalServerError``, as its stream generator does), then ``[DONE]``."""
+    c = app_client("--enable-sleep-mode", "--inter-token-latency", "50ms", "--max-num-seqs", "7", env=DEV)
+    job = gevent.spawn(complete, c, max_tokens=8, ignore_eos=True)
+    gevent.sleep(0.1)
+    assert c.post("/checkpoint/prepare", params={"mode": "wait"}).json() == {"state": "preparing"}
+    r = complete(c)                                                       # while it drains
+    assert (r.status_code, r.json()) == (503, {"error": PAUSED})
+    r = c.post("/v1/chat/completions", json={"model": "test-model", "messages": MSG, "stream": True})
+    assert (r.status_code, sse_events(r.text)) == (200, [{"error": {**PAUSED, "type": "InternalServerError"}}, "[DONE]"])
+    r = complete(c, stream=True)
+    assert (r.status_code, sse_events(r.text)) == (200, [{"error": PAUSED}, "[DONE]"])
+    job.join(5)
+    assert job.value.status_code == 200 and job.value.json()["usage"]["completion_tokens"] == 8    # in flight: ran on
+    assert c.get("/checkpoint/status").json() == {"state": "prepared"}
+    r = c.post("/v1/chat/completions", json={"model": "test-model", "messages": MSG})
+    assert (r.status_code, r.json()) == (503, {"error": PAUSED})          # prepared: still refused
+    assert c.post("/checkpoint/restore").json() == {"state": "running"}
+    assert complete(c).status_code == 200
+    assert c.post("/checkpoint/prepare", params={"mode": "abort"}).json() == {"state": "prepared"}
+    assert (complete(c).status_code, complete(c).json()) == (503, {"error": PAUSED})
+    c.post("/checkpoint/restore")
+
+
+def test_keep_mode_accepts_new_requests(app_client):
+    """``mode=keep`` does not set vLLM's ``reject_new_requests``: new requests are accepted
+    (vLLM queues them until the restore; the simulator serves them)."""
+    c = app_client("--enable-sleep-mode", "--max-num-seqs", "7", env=DEV)       # an app of its own
+    assert c.post("/checkpoint/prepare", params={"mode": "keep"}).json() == {"state": "prepared"}
+    assert complete(c).status_code == 200
+    c.post("/checkpoint/restore")
+
+
+def test_checkpoint_prepare_on_startup_refuses_requests_until_the_restore(app_client):
+    c = app_client("--enable-sleep-mode", "--checkpoint-prepare-on-startup", "--max-num-seqs", "7", env=DEV)   # own app
+    assert (complete(c).status_code, complete(c).json()) == (503, {"error": PAUSED})
+    assert c.post("/checkpoint/restore").json() == {"state": "running"}
+    assert complete(c).status_code == 200
 
 
 def test_checkpoint_prepare_on_startup(app_client):

@@ -24,10 +24,15 @@ def completion(c, prompt_tokens: int, max_tokens: int, **extra):
 def test_cache_config_info_shows_the_release_defaults_in_use(app_client):
     c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", model=LLAMA)       # 0.34.0
     m = scrape(c)
-    labels = {k[1] for k in m if k[0] == "vllm:cache_config_info"}
-    assert labels == {frozenset({("block_size", "64"), ("engine", "0"), ("num_gpu_blocks", "7681"),
-                                 ("kv_cache_size_tokens", "491584"),            # 7,681 x 64
-                                 ("kv_cache_max_concurrency", "480.0625")})}    # over 1,024-token requests
+    (labels,) = [dict(k[1]) for k in m if k[0] == "vllm:cache_config_info"]
+    assert {k: labels[k] for k in ("block_size", "engine", "num_gpu_blocks", "kv_cache_size_tokens",
+                                   "kv_cache_max_concurrency", "gpu_memory_utilization",
+                                   "user_specified_block_size", "enable_extensible_kv_cache")} == {
+        "block_size": "64", "engine": "0", "num_gpu_blocks": "7681",
+        "kv_cache_size_tokens": "491584",               # 7,681 x 64
+        "kv_cache_max_concurrency": "480.0625",         # over 1,024-token requests
+        "gpu_memory_utilization": "None",               # vLLM 0.34 leaves it unset and sizes with 1.0
+        "user_specified_block_size": "False", "enable_extensible_kv_cache": "True"}
     c = client(app_client, "--num-gpu-blocks-override", "100")                                    # 0.33.0
     assert metric(scrape(c), "vllm:cache_config_info", block_size="16", num_gpu_blocks="100") == 1
 

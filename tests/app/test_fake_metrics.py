@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from support import free_port
+from support import free_port, metric
 from support.fake_metrics import get, samples_of
 
 CHAT = "/v1/chat/completions"
@@ -84,8 +84,8 @@ def test_fixed_values_are_reported(app_client):
     assert get(m, "vllm:prefix_cache_hits_total") == 40
     assert get(m, "vllm:prefix_cache_queries_total") == 100
     # constant info stays; nothing configured -> no series
-    assert get(m, "vllm:cache_config_info", model_name=None, block_size="16", num_gpu_blocks="1024",
-               kv_cache_size_tokens="16384", kv_cache_max_concurrency="16.0") == 1
+    assert metric(m, "vllm:cache_config_info", engine="0", block_size="16", num_gpu_blocks="1024",
+                  kv_cache_size_tokens="16384", kv_cache_max_concurrency="16.0") == 1
     for absent in ("vllm:request_queue_time_seconds_count", "vllm:generation_tokens_total",
                    "vllm:request_generation_tokens_count", "vllm:request_params_max_tokens_count"):
         assert absent not in names(m)

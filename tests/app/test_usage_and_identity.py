@@ -44,24 +44,32 @@ def test_stream_usage_chunk_has_no_details(api):
 
 def test_the_flag_gives_cached_tokens_0_without_a_cache(app_client):
     """vLLM's test_completion (``--enable-prompt-tokens-details --no-enable-prefix-caching``)
-    expects ``prompt_tokens_details.cached_tokens == 0``: the object is there, 0 included."""
+    expects ``prompt_tokens_details.cached_tokens == 0``: the object is there, 0 included, with
+    vLLM 0.34's other PromptTokenUsageInfo fields as it serialises them (nothing is written to a
+    cache here: ``created_cache_tokens`` 0 on chat; completions leave it null)."""
     c = app_client("--enable-prompt-tokens-details")
     assert usage_of(c, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 2})["prompt_tokens_details"] == \
-        {"cached_tokens": 0}
+        {"cached_tokens": 0, "created_cache_tokens": 0, "multimodal_tokens": None}
     assert usage_of(c, COMPLETIONS, {"model": "test-model", "prompt": "Hello there", "max_tokens": 2})[
-        "prompt_tokens_details"] == {"cached_tokens": 0}
+        "prompt_tokens_details"] == {"cached_tokens": 0, "created_cache_tokens": None, "multimodal_tokens": None}
     r = c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2, "stream": True,
                            "stream_options": {"include_usage": True}})
+    assert sse_events(r.text)[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0, "created_cache_tokens": 0}
+    r = c.post(COMPLETIONS, json={"model": "test-model", "prompt": "Hello there", "max_tokens": 2, "stream": True,
+                                  "stream_options": {"include_usage": True}})
     assert sse_events(r.text)[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
 
 
 def test_kv_cache_reports_cached_tokens_always_with_or_without_the_flag(app_client):
     prompt = list(range(100, 140))          # 40 ids: 2 full blocks of 16
     body = {"model": "test-model", "prompt": prompt, "max_tokens": 2}
-    for flags in (KV, (*KV, "--enable-prompt-tokens-details")):
-        c = app_client(*flags, env=KV_ENV)
-        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
-        assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+    c = app_client(*KV, env=KV_ENV)                  # the reference's shape
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+    c = app_client(*KV, "--enable-prompt-tokens-details", env=KV_ENV)      # vLLM's
+    nulls = {"created_cache_tokens": None, "multimodal_tokens": None}
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0, **nulls}
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32, **nulls}
 
 
 def test_kv_cache_hits_whole_blocks_of_at_most_the_prompt_minus_one(app_client):
@@ -83,8 +91,9 @@ def test_step_mode_prefix_cache_gives_no_details_without_the_flag(app_client):
     assert "prompt_tokens_details" not in usage_of(c, COMPLETIONS, body)
     assert "prompt_tokens_details" not in usage_of(c, COMPLETIONS, body)
     c = app_client(*step, "--enable-prompt-tokens-details")
-    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0}
-    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32}
+    nulls = {"created_cache_tokens": None, "multimodal_tokens": None}
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 0, **nulls}
+    assert usage_of(c, COMPLETIONS, body)["prompt_tokens_details"] == {"cached_tokens": 32, **nulls}
 
 
 def test_continuous_usage_first_chunk_carries_prompt_details(app_client):
@@ -95,10 +104,11 @@ def test_continuous_usage_first_chunk_carries_prompt_details(app_client):
     events = sse_events(app_client("--enable-prompt-tokens-details").post(CHAT, json=body).text)
     p = events[0]["usage"]["prompt_tokens"]
     assert events[0]["usage"] == {"prompt_tokens": p, "total_tokens": p, "completion_tokens": 0,
-                                  "prompt_tokens_details": {"cached_tokens": 0}}
+                                  "prompt_tokens_details": {"cached_tokens": 0, "created_cache_tokens": 0,
+                                                            "multimodal_tokens": None}}
     assert [e["usage"] for e in events[1:4]] == [{"prompt_tokens": p, "total_tokens": p + k, "completion_tokens": k}
                                                  for k in (1, 2, 3)]
-    assert events[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert events[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0, "created_cache_tokens": 0}
     events = sse_events(app_client().post(CHAT, json=body).text)
     assert events[0]["usage"] == {"prompt_tokens": p, "total_tokens": p, "completion_tokens": 0}
 
@@ -170,3 +180,47 @@ def test_chat_message_has_no_null_annotations(api):
     """vLLM 0.34 leaves a null message ``annotations`` out of the body (it is never set here)."""
     out = api.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()
     assert "annotations" not in out["choices"][0]["message"]
+
+
+def test_vllm_prompt_details_count_what_the_request_wrote_to_the_cache(app_client):
+    """vLLM 0.34's chat ``prompt_tokens_details`` with ``--enable-prompt-tokens-details``:
+    ``created_cache_tokens`` is the prompt's whole blocks less the hits (``PrefillStats.finalize``),
+    ``multimodal_tokens`` the prompt tokens per modality (chat render's placeholders), null
+    without media; key order as vLLM's UsageInfo."""
+    c = app_client(*KV, "--enable-prompt-tokens-details", env=KV_ENV)
+    msg = [{"role": "user", "content": "Tell me a long story about a dragon who learns to fly over the sea at night"}]
+    body = {"model": "test-model", "messages": msg, "max_tokens": 2, "ignore_eos": True}
+    first, again = usage_of(c, CHAT, body), usage_of(c, CHAT, body)
+    assert first == {"prompt_tokens": 22, "total_tokens": 24, "completion_tokens": 2,
+                     "prompt_tokens_details": {"cached_tokens": 0, "created_cache_tokens": 16, "multimodal_tokens": None},
+                     "completion_tokens_details": None}
+    assert list(first) == ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details",
+                           "completion_tokens_details"]
+    assert again["prompt_tokens_details"] == {"cached_tokens": 16, "created_cache_tokens": 0, "multimodal_tokens": None}
+    image = [{"role": "user", "content": [{"type": "text", "text": "What is in this image?"},
+                                          {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]
+    body = {"model": "test-model", "messages": image, "max_tokens": 2, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    events = sse_events(c.post(CHAT, json=body).text)
+    with_media = {"cached_tokens": 0, "created_cache_tokens": 16, "multimodal_tokens": {"image": 24}}
+    assert events[0]["usage"]["prompt_tokens_details"] == with_media      # the role chunk
+    assert events[-2]["usage"]["prompt_tokens_details"] == with_media     # the usage chunk keeps a non-null one
+    body = {"model": "test-model", "token_ids": list(range(7100, 7140)), "sampling_params": {"max_tokens": 2}}
+    assert usage_of(c, "/inference/v1/generate", body)["prompt_tokens_details"] == \
+        {"cached_tokens": 0, "created_cache_tokens": None, "multimodal_tokens": None}
+    r = c.post("/inference/v1/generate", json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert sse_events(r.text)[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+
+
+def test_responses_report_the_tokens_written_to_the_cache(app_client):
+    """vLLM 0.34's Responses usage: ``cache_write_tokens`` is the request's
+    ``num_cache_creation_tokens`` (whole blocks written less the hits), with or without the flag."""
+    c = app_client(*KV, env=KV_ENV)
+    body = {"model": "test-model", "input": "Write a short poem about the mountains and the rivers below them",
+            "max_output_tokens": 2}
+    details = [usage_of(c, "/v1/responses", body)["input_tokens_details"] for _ in range(2)]
+    p = usage_of(c, "/v1/responses", body)["input_tokens"]
+    assert (p, details) == (17, [{"cache_write_tokens": 16, "cached_tokens": 0},
+                                 {"cache_write_tokens": 0, "cached_tokens": 16}])
+    assert usage_of(app_client(), "/v1/responses", body)["input_tokens_details"] == \
+        {"cache_write_tokens": 0, "cached_tokens": 0}          # no prefix cache: nothing written

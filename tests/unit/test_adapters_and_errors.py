@@ -131,11 +131,23 @@ def test_usage_counts_each_prompt_once_and_sums_completions():
         s = Sequence(req, i, pi, Prompt(list(range(plen))))
         s.cached_tokens, s.completion_tokens = cached, comp
         seqs.append(s)
-    assert base.request_usage(seqs, "always") == {"prompt_tokens": 12, "total_tokens": 20, "completion_tokens": 8,
-                                                  "prompt_tokens_details": {"cached_tokens": 2}}
+    ref = base.PromptDetails("cached", 4)
+    assert base.request_usage(seqs, ref) == {"prompt_tokens": 12, "total_tokens": 20, "completion_tokens": 8,
+                                             "prompt_tokens_details": {"cached_tokens": 2}}
+    # vLLM 0.34 (--enable-prompt-tokens-details), blocks of 4: written = 4 - 2 and 4 - 0 tokens
+    vllm = base.PromptDetails("vllm", 4)
+    details = lambda **kw: base.request_usage(seqs, vllm, **kw)["prompt_tokens_details"]     # noqa: E731
+    assert details() == {"cached_tokens": 2, "created_cache_tokens": 6, "multimodal_tokens": None}
+    assert details(final_chunk=True) == {"cached_tokens": 2, "created_cache_tokens": 6}
+    assert details(final_chunk=True, mm={"image": 3}) == {"cached_tokens": 2, "created_cache_tokens": 6,
+                                                          "multimodal_tokens": {"image": 3}}
+    assert details(api="completion") == {"cached_tokens": 2, "created_cache_tokens": None, "multimodal_tokens": None}
+    assert details(api="completion", final_chunk=True) == {"cached_tokens": 2}
+    assert base.prompt_tokens_details(base.PromptDetails("vllm", 0), seqs) == \
+        {"cached_tokens": 2, "created_cache_tokens": 0, "multimodal_tokens": None}      # no prefix cache
     for s in seqs:
         s.finish_reason = "cache_threshold"
-    assert "prompt_tokens_details" not in base.request_usage(seqs, "always")
+    assert "prompt_tokens_details" not in base.request_usage(seqs, ref)
 
 
 def test_chunk_frame_continuous_usage():
