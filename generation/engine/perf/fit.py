@@ -215,7 +215,7 @@ def fit_generic() -> PerfConstants:
 JIT_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))     # t_jit candidates, s: 0.5 .. 1.5
 
 
-def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRID) -> PerfConstants:
+def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRID, exclude=()) -> PerfConstants:
     """``t_jit``, the stall of compiling a fused-MoE kernel variant at first use
     (:class:`~.step_model.MoeJit`), by a grid search on the GPU's traced MoE training runs: a
     run's first cycle of prompts (its first ``PROMPT_GROUPS x PROMPTS_PER_GROUP`` requests, cold,
@@ -226,7 +226,8 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
     import csv
     import gzip
     exps = gt.load_experiments(path)
-    runs = [e for e in training_runs(exps, gpu) if e.get("trace") and "default16" in e["groups"]]
+    runs = [e for e in training_runs(exps, gpu) if e.get("trace") and "default16" in e["groups"]
+            and e["name"] not in set(exclude)]
     first = gt.PROMPT_GROUPS * gt.PROMPTS_PER_GROUP
     measured = {}
     for e in runs:
@@ -300,7 +301,8 @@ def main(argv=None) -> int:
         if os.path.isfile(start):
             with open(start, encoding="utf-8") as fh:
                 doc = json.load(fh)
-        c = fit_jit(args.gpu, load_constants(args.gpu, start if os.path.isfile(start) else None)[0], args.data)
+        c = fit_jit(args.gpu, load_constants(args.gpu, start if os.path.isfile(start) else None)[0], args.data,
+                    exclude=list(filter(None, args.exclude.split(","))))
         doc.update(gpu=args.gpu, method=[*doc.get("method", []), "python -m generation.engine.perf.fit --jit "
                                         + " ".join(argv if argv is not None else sys.argv[1:])],
                    constants={k: float(f"{v:.6g}") for k, v in c.to_dict().items()})
