@@ -68,12 +68,17 @@ def _residuals_one(args):
     exp = exps[name]
     c = replace(PerfConstants(), **values)
     sim = gt.simulate(exp, c, duration_scale=scale, path=path)
-    recs = gt.score(exp, gt.predicted(exp, sim))
+    recs = {(r["stage"], r["metric"]): r for r in gt.score(exp, gt.predicted(exp, sim))}
     out = []
-    for r in recs:
-        if r["metric"] in RESIDUAL_METRICS:
-            p, a = r["predicted"], r["actual"]
-            out.append((name, r["stage"], r["metric"], math.log(max(p, 1e-9) / a) if p == p else 5.0))
+    # one residual per measured (stage, metric), always: a stage whose every request timed out
+    # has no prediction and takes the penalty (the least-squares vector keeps its length)
+    for stage, act in exp["actual"].items():
+        for m in RESIDUAL_METRICS:
+            if (act.get("itl_mean") if m == "itl_mean_counted" else act.get(m)) is None:
+                continue
+            r = recs.get((stage, m))
+            p = r["predicted"] if r else float("nan")
+            out.append((name, stage, m, math.log(max(p, 1e-9) / r["actual"]) if p == p else 5.0))
     return out
 
 
