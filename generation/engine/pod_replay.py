@@ -139,6 +139,8 @@ class PodReplay:
             self.fe = step_time.frontend()
         self.fixed_fe = step_time.frontend_time() if frontend is None else frontend
         self.async_sched = bool(getattr(step_time, "async_scheduling", False))
+        # this engine's fused-MoE kernels: a variant's first eager step stalls on its compile
+        self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
         self.result = ReplayResult()
         if compact:                         # no row per step, no EngineRequest kept once finished
             self.result.steps = StepStats()
@@ -237,6 +239,7 @@ class PodReplay:
         step_time = self.step_time.step_time
         reload_cost = getattr(self.step_time, "reload_per_token", 0.0)
         jitter = self.jitter if self.rng is not None else 0.0
+        jit = self.jit
         while True:
             if self.plan is not None:                       # the step in flight ends
                 if self.end >= t:
@@ -284,6 +287,8 @@ class PodReplay:
                            plan.prefill_pairs, plan.prefill_context)
             if plan.kv_reload_tokens and reload_cost:
                 dt += plan.kv_reload_tokens * reload_cost
+            if jit is not None:
+                dt += jit.stall(plan.num_decode + plan.prefill_tokens)
             if jitter > 0:
                 dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
             self.prev_start = now
@@ -385,6 +390,8 @@ class PodReplay:
             lz.group_steps += 1
             dt = step_time(n, plan.decode_context, plan.num_chunks, plan.prefill_tokens, plan.prefill_pairs,
                            plan.prefill_context)
+            if self.jit is not None and n > self.jit.max_graph:
+                dt += self.jit.stall(n)
             if jitter > 0:
                 dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
             self.prev_start = now

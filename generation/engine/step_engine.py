@@ -101,6 +101,7 @@ class StepEngine:
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
         self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
+        self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
         self.staged: list = []      # (request, queued at) that arrived during the running step
         # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):
         # called with a step's emitted requests as soon as the step is complete, before the
@@ -246,6 +247,8 @@ class StepEngine:
         reload = plan.kv_reload_tokens
         if reload and hasattr(st, "reload_per_token"):   # a CPU KV tier's blocks come back over PCIe
             dt += reload * st.reload_per_token
+        if self.jit is not None:     # a fused-MoE kernel variant's first eager step: its compile
+            dt += self.jit.stall(plan.num_decode + plan.prefill_tokens)
         if self.jitter > 0 and self.rng is not None:
             dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
         plan.end = start + dt

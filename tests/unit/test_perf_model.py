@@ -279,3 +279,38 @@ def test_the_banner_names_the_profile_the_step_time_uses():
     assert last_line("--gpu", "L40S") == "step time: profile generic.json (no profile of L40S's own)"
     golden = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perf", "h100-golden.json")
     assert last_line("--gpu", "H100", "--step-time-profile", golden) == f"step time: profile {golden}"
+
+
+def test_moe_kernel_variants_follow_the_tuned_config_keys_and_triton_divisibility():
+    from generation.engine.perf.step_model import moe_kernel_variant
+    # Mixtral: top-2 of 8 experts; EM = 2 M + 8 x 63
+    assert moe_kernel_variant(577, 2, 8) == (512, False, False)
+    assert moe_kernel_variant(576, 2, 8) == (512, True, False)       # 1152 % 16 == 0
+    assert moe_kernel_variant(572, 2, 8) == (512, False, True)       # 1144 + 504 = 1648 = 16 x 103
+    assert moe_kernel_variant(768, 2, 8)[0] == 512                   # a tie takes the smaller key
+    assert moe_kernel_variant(1300, 2, 8)[0] == 1536
+    assert moe_kernel_variant(9000, 2, 8)[0] == 4096
+
+
+def test_an_moe_engine_stalls_once_per_kernel_variant_start_up_did_not_compile():
+    m = model(MIXTRAL, tp=2, constants=replace(C, t_jit=0.9))
+    jit = m.moe_jit(2048)
+    assert jit.max_graph == 512
+    assert [jit.stall(n) for n in (8, 512, 2048, 576)] == [0.0] * 4   # graphs, the profile run, a graph's variant
+    assert jit.stall(577) == 0.9 and jit.stall(579) == 0.0            # one variant, compiled once
+    assert jit.stall(1000) == 0.9 and jit.stall(1008) == 0.0 and jit.stall(1001) == 0.9
+    assert m.moe_jit(2048).stall(577) == 0.9                          # each engine compiles its own
+    assert model(tp=2, constants=replace(C, t_jit=0.9)).moe_jit(2048) is None     # dense
+    assert model(MIXTRAL, tp=2).moe_jit(2048) is None                                # t_jit 0
+    eager = model(MIXTRAL, tp=2, constants=replace(C, t_jit=0.9), enforce_eager=True).moe_jit(2048)
+    assert eager.stall(8) == 0.9                                      # nothing captured
+
+
+def test_a_replay_pays_the_moe_compile_stall_on_its_first_eager_prefill():
+    c = replace(C, t_jit=0.9)
+    trace = [TraceRequest(0.0, 1001, 2), TraceRequest(5.0, 1001, 2)]
+    res = replay(_sched(), model(MIXTRAL, tp=2, constants=c), trace)
+    base = replay(_sched(), model(MIXTRAL, tp=2), trace)
+    ttft = [r.first_token - r.arrival for r in sorted(res.requests, key=lambda r: r.arrival)]
+    ttft0 = [r.first_token - r.arrival for r in sorted(base.requests, key=lambda r: r.arrival)]
+    assert ttft[0] - ttft0[0] == pytest.approx(0.9) and ttft[1] == pytest.approx(ttft0[1])

@@ -68,12 +68,17 @@ def _residuals_one(args):
     exp = exps[name]
     c = replace(PerfConstants(), **values)
     sim = gt.simulate(exp, c, duration_scale=scale, path=path)
-    recs = gt.score(exp, gt.predicted(exp, sim))
+    recs = {(r["stage"], r["metric"]): r for r in gt.score(exp, gt.predicted(exp, sim))}
     out = []
-    for r in recs:
-        if r["metric"] in RESIDUAL_METRICS:
-            p, a = r["predicted"], r["actual"]
-            out.append((name, r["stage"], r["metric"], math.log(max(p, 1e-9) / a) if p == p else 5.0))
+    # one residual per measured (stage, metric), always: a stage whose every request timed out
+    # has no prediction and takes the penalty (the least-squares vector keeps its length)
+    for stage, act in exp["actual"].items():
+        for m in RESIDUAL_METRICS:
+            if (act.get("itl_mean") if m == "itl_mean_counted" else act.get(m)) is None:
+                continue
+            r = recs.get((stage, m))
+            p = r["predicted"] if r else float("nan")
+            out.append((name, stage, m, math.log(max(p, 1e-9) / r["actual"]) if p == p else 5.0))
     return out
 
 
@@ -212,6 +217,54 @@ def fit_generic() -> PerfConstants:
     return replace(base, eta_w=eta)
 
 
+JIT_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))     # t_jit candidates, s: 0.5 .. 1.5
+
+
+def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRID, exclude=()) -> PerfConstants:
+    """``t_jit``, the stall of compiling a fused-MoE kernel variant at first use
+    (:class:`~.step_model.MoeJit`), by a grid search on the GPU's traced MoE training runs: a
+    run's first cycle of prompts (its first ``PROMPT_GROUPS x PROMPTS_PER_GROUP`` requests, cold,
+    whose prefills run eagerly) is where the compiles fall, and the mean TTFT of those requests
+    measures them.  The grid value with the least sum of squared log ratios (replayed / measured
+    mean) wins: a stall queues arrivals into larger steps that may select yet another variant, so
+    the response to ``t_jit`` is not smooth enough for a gradient.  Prints the table."""
+    import csv
+    import gzip
+    exps = gt.load_experiments(path)
+    runs = [e for e in training_runs(exps, gpu) if e.get("trace") and "default16" in e["groups"]
+            and e["name"] not in set(exclude)]
+    first = gt.PROMPT_GROUPS * gt.PROMPTS_PER_GROUP
+    measured = {}
+    for e in runs:
+        _, _, model = gt.build(e, base, path)
+        if not model.moe_layers:
+            continue
+        with gzip.open(os.path.join(gt.data_dir(path), e["trace"]), "rt") as fh:
+            rows = [r for _, r in zip(range(first), csv.DictReader(fh))]
+        measured[e["name"]] = sum(float(r["ttft_s"]) for r in rows) / len(rows)
+    if not measured:
+        print(f"no traced MoE training run of {gpu}: t_jit kept at {base.t_jit}")
+        return base
+    best = (float("inf"), base.t_jit)
+    print(f"t_jit on {len(measured)} traced MoE runs, mean TTFT of the first {first} requests (ms):")
+    for tj in grid:
+        c = replace(base, t_jit=tj)
+        loss, cells = 0.0, []
+        for name, real in measured.items():
+            e = next(x for x in exps if x["name"] == name)
+            span = first / e["stages"][0]["rate"] / e["stages"][0]["duration"]
+            sim = gt.simulate(e, c, duration_scale=min(1.0, 1.5 * span), path=path)
+            o = sorted(sim.outcomes, key=lambda x: x.arrival)[:first]
+            pred = sum(x.ttft for x in o) / len(o)
+            loss += math.log(pred / real) ** 2
+            cells.append(f"{1000 * pred:5.0f}/{1000 * real:.0f}")
+        print(f"  t_jit {tj:5.2f} s: " + "  ".join(cells) + f"   sum of squared log ratios {loss:.4f}")
+        if loss < best[0]:
+            best = (loss, tj)
+    print(f"t_jit {base.t_jit} -> {best[1]} s")
+    return replace(base, t_jit=best[1])
+
+
 def write_profile(path: str, gpu: str, constants: PerfConstants, **extra) -> None:
     doc = {"gpu": gpu, **extra, "constants": {k: float(f"{v:.6g}") for k, v in constants.to_dict().items()}}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -238,11 +291,30 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="profile to write (default: the shipped profiles/<gpu>.json)")
     p.add_argument("--start", default=None, help="profile to start from (default: the GPU's current one)")
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
+    p.add_argument("--jit", action="store_true",
+                   help="fit t_jit alone (MoE kernels' compile stalls) on the GPU's traced MoE runs, keep the rest")
     p.add_argument("--generic", action="store_true",
                    help="write the profile of GPUs without one of their own (profiles/generic.json)")
     args = p.parse_args(argv)
     if args.memory:
         fit_memory(args.data)
+        return 0
+    if args.jit:
+        out = args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")
+        start = args.start or out
+        doc = {}
+        if os.path.isfile(start):
+            with open(start, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        c = fit_jit(args.gpu, load_constants(args.gpu, start if os.path.isfile(start) else None)[0], args.data,
+                    exclude=list(filter(None, args.exclude.split(","))))
+        doc.update(gpu=args.gpu, method=[*doc.get("method", []), "python -m generation.engine.perf.fit --jit "
+                                        + " ".join(argv if argv is not None else sys.argv[1:])],
+                   constants={k: float(f"{v:.6g}") for k, v in c.to_dict().items()})
+        with open(out, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        print(f"wrote {out}")
         return 0
     if args.generic:
         write_profile(args.out or os.path.join(PROFILE_DIR, f"{GENERIC_PROFILE}.json"), GENERIC_PROFILE, fit_generic(),

@@ -80,6 +80,8 @@ class PerfConstants:
     ``m_half``: GEMM rows (tokens) at which the GEMMs reach half of ``eta_f``;
     ``cpu_hidden``: with async scheduling, the share of the per-step CPU (``t0 + t_seq S``) that
     the GPU's work hides (0: they add up; 1: the step takes the longer of the two);
+    ``t_jit``: a MoE model's stall the first time a step runs a fused-MoE kernel variant that
+    start-up did not compile (Triton's JIT; :class:`MoeJit`);
     ``fe_in`` / ``fe_out``: the frontend's latency before the engine and after a step (the TTFT
     floor); ``fe_request``, ``fe_prompt_token``, ``fe_output_token``: its CPU per request, per
     prompt token (tokenizing) and per output token (detokenizing, streaming)."""
@@ -101,6 +103,7 @@ class PerfConstants:
     t_eager: float = 60e-6
     m_half: float = 0.0
     cpu_hidden: float = 0.0
+    t_jit: float = 0.0
     fe_in: float = 3e-3
     fe_out: float = 2e-3
     fe_request: float = 1.5e-3
@@ -162,6 +165,57 @@ def load_constants(gpu_name: str, path: str | None = None) -> tuple[PerfConstant
         raise ConfigError(f"performance profile {file}: unknown constants {', '.join(unknown)}",
                           param="step-time-profile")
     return replace(PerfConstants(), **values).validate(f"performance profile {file}"), file
+
+
+# The token counts M that vLLM's tuned fused-MoE configs are keyed by (the JSON files of
+# vllm/model_executor/layers/fused_moe/configs/); a step takes the config of the nearest key.
+MOE_CONFIG_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
+
+
+def moe_kernel_variant(tokens: int, experts_per_token: int, num_experts: int) -> tuple[int, bool, bool]:
+    """The Triton fused-MoE kernel variant a step of ``tokens`` rows runs: the tile config (the
+    nearest of :data:`MOE_CONFIG_KEYS`, vLLM's ``try_get_optimal_moe_config``; a tie takes the
+    smaller), and whether ``num_valid_tokens`` (``tokens x top_k``) and ``EM`` (the sorted ids'
+    length, ``tokens x top_k + experts x (BLOCK_SIZE_M - 1)``, BLOCK_SIZE_M 64 as vLLM's large-M
+    configs) are multiples of 16: Triton specializes integer arguments on it and compiles each
+    specialization apart (vllm#55268)."""
+    key = min(MOE_CONFIG_KEYS, key=lambda k: abs(k - tokens))
+    valid = tokens * experts_per_token
+    return key, valid % 16 == 0, (valid + num_experts * 63) % 16 == 0
+
+
+class MoeJit:
+    """One engine's compiled fused-MoE kernel variants, and the stall of compiling a new one.
+
+    vLLM compiles the variants its start-up runs reach: the profile run (``max_num_batched_
+    tokens`` rows) and the CUDA-graph captures (every capture size).  A step that runs eagerly
+    (more tokens than the largest capture size, or ``--enforce-eager``) with a variant not yet
+    compiled JIT-compiles it first: ``t_jit`` seconds of stall, once per variant per engine.
+    That is the ~1 s stalls the Mixtral runs of the ground truth show in their first seconds
+    (cold prompts of 570-1,100 tokens run eagerly; a stall queues arrivals into a larger step,
+    which selects another config); vLLM's jit_monitor warns of the same ("Triton kernel JIT
+    compilation during inference"; vllm#55268 adds a warm-up of these variants).
+
+    ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step).  One object
+    per engine: each pod of a fleet compiles its own."""
+
+    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled")
+
+    def __init__(self, t_jit: float, experts_per_token: int, num_experts: int, graph_sizes: list[int],
+                 max_num_batched_tokens: int):
+        self.t_jit, self.top_k, self.experts = t_jit, experts_per_token, num_experts
+        self.max_graph = graph_sizes[-1] if graph_sizes else 0
+        self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts)
+                         for n in (*graph_sizes, max_num_batched_tokens) if n > 0}
+
+    def stall(self, tokens: int) -> float:
+        if tokens <= self.max_graph:
+            return 0.0
+        v = moe_kernel_variant(tokens, self.top_k, self.experts)
+        if v in self.compiled:
+            return 0.0
+        self.compiled.add(v)
+        return self.t_jit
 
 
 def cudagraph_sizes(max_size: int = 512) -> list[int]:
@@ -318,6 +372,14 @@ class StepModel:
                 "tp_comm": (self._comm0 + self._c_comm * padded) if tokens else 0.0,
                 "total": self.step_time(num_decode, decode_context, num_chunks, prefill_tokens,
                                         prefill_pairs, prefill_context)}
+
+    def moe_jit(self, max_num_batched_tokens: int) -> MoeJit | None:
+        """A new engine's :class:`MoeJit` (None for a dense model or ``t_jit`` 0)."""
+        c = self.constants
+        if not (self.moe_layers and c.t_jit > 0):
+            return None
+        return MoeJit(c.t_jit, self.arch.experts_per_token, self.arch.num_experts, self.graph_sizes,
+                      max_num_batched_tokens)
 
     def frontend_time(self) -> float:
         """The fixed frontend latency a request's first token carries (in + out), seconds."""
