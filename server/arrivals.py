@@ -157,7 +157,8 @@ def drop_waiting() -> list:
 
 def install(per_turn: int) -> None:
     """Make ``gunicorn.http.get_parser`` return HTTP/1 parsers that take a turn before each
-    request.  Idempotent."""
+    request and read a plain head in one pass (:class:`server.request_head.LeanRequest`).
+    Idempotent."""
     global _turns
     from gunicorn import http
     from gunicorn.http.parser import RequestParser
@@ -166,8 +167,11 @@ def install(per_turn: int) -> None:
         _turns.per_turn = per_turn
         return
     _turns = turns = ArrivalTurns(per_turn)
+    from .request_head import LeanRequest
 
     class TurnTakingParser(RequestParser):
+        mesg_class = LeanRequest        # a plain head is read in one pass (server.request_head)
+
         def __next__(self):
             if not (self.mesg and self.mesg.should_close()):
                 wait_for_request(self.unreader, turns)
