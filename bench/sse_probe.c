@@ -17,8 +17,12 @@
  * wave is recorded.  OUT_FILE gets one
  * line per stream: the time its request was written, then the arrival time of each SSE event
  * ("data: " occurrences, so the simulated text must not contain that string: it does not),
- * CLOCK_MONOTONIC seconds (Python's time.monotonic).  Exit status 1 if a socket could not be
- * opened or a stream did not end within 60 s of silence (the file is then partial or absent).
+ * CLOCK_MONOTONIC seconds (Python's time.monotonic).  OUT_FILE.kernel gets the same lines with,
+ * for each event, when the kernel received the bytes of the read that brought it (SO_TIMESTAMPNS,
+ * the last segment of that read, moved to CLOCK_MONOTONIC): the probe's own delay in reading
+ * is not in it, so the two files tell the server's lateness from the client's.  Exit status 1 if
+ * a socket could not be opened or a stream did not end within 60 s of silence (the file is then
+ * partial or absent).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -40,6 +44,7 @@ typedef struct {
     int sent;            /* bytes of the request written */
     double t_sent;
     double *events;
+    double *kernel;      /* the kernel's receive time of the read that brought each event (SO_TIMESTAMPNS) */
     int n_events, cap;
     char tail[6];        /* the last bytes read, for a "data: " split across reads */
     int tail_len;
@@ -66,6 +71,30 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static double realtime_offset(void) {      /* CLOCK_REALTIME - CLOCK_MONOTONIC, seconds */
+    struct timespec r, m;
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    clock_gettime(CLOCK_REALTIME, &r);
+    return (r.tv_sec - m.tv_sec) + (r.tv_nsec - m.tv_nsec) * 1e-9;
+}
+
+/* read() that also returns the kernel's receive time of the bytes (monotonic seconds; 0 if none) */
+static int read_stamped(int fd, char *buf, int size, double offset, double *stamp) {
+    struct iovec iov = {.iov_base = buf, .iov_len = size};
+    char control[256];
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+    int r = recvmsg(fd, &msg, 0);
+    *stamp = 0;
+    if (r > 0)
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPNS) {
+                struct timespec ts;
+                memcpy(&ts, CMSG_DATA(c), sizeof ts);
+                *stamp = ts.tv_sec + ts.tv_nsec * 1e-9 - offset;
+            }
+    return r;
+}
+
 /* "data: " has no border (no prefix that is also a suffix): occurrences never overlap, and one
  * that starts in the last 5 bytes of a read is incomplete there, so keeping those 5 bytes in
  * front of the next read counts every event exactly once. */
@@ -80,6 +109,20 @@ static int count_events(stream_t *s, const char *buf, int len) {
     s->tail_len = total < 5 ? total : 5;
     memcpy(s->tail, joined + total - s->tail_len, s->tail_len);
     return n;
+}
+
+/* One line per stream: when its request was written, then each event's time (read or kernel). */
+static int write_times(const char *path, stream_t *streams, int n, int kernel) {
+    FILE *out = fopen(path, "w");
+    if (!out) { perror("out file"); return 1; }
+    for (int i = 0; i < n; i++) {
+        fprintf(out, "%.9f", streams[i].t_sent);
+        for (int e = 0; e < streams[i].n_events; e++)
+            fprintf(out, " %.9f", kernel ? streams[i].kernel[e] : streams[i].events[e]);
+        fputc('\n', out);
+    }
+    fclose(out);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -117,6 +160,7 @@ int main(int argc, char **argv) {
         if (s->fd < 0) { perror("socket"); return 1; }
         int one = 1;
         setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(s->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
         if (connect(s->fd, (struct sockaddr *)&addr, sizeof addr) < 0 && errno != EINPROGRESS) {
             perror("connect"); return 1;
         }
@@ -152,7 +196,7 @@ int main(int argc, char **argv) {
         int k = epoll_wait(ep, evs, 256, 60000);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) { fprintf(stderr, "no event for 60 s with %d streams open\n", open_streams); break; }
-        double t = now();
+        double t = now(), offset = realtime_offset();
         for (int j = 0; j < k; j++) {
             stream_t *s = &streams[evs[j].data.u32];
             if (s->done) continue;
@@ -167,15 +211,20 @@ int main(int argc, char **argv) {
             }
             if (evs[j].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
                 for (;;) {
-                    int r = read(s->fd, buf, sizeof buf);
+                    double stamp;
+                    int r = read_stamped(s->fd, buf, sizeof buf, offset, &stamp);
                     if (r > 0) {
                         int m = count_events(s, buf, r);
                         if (s->n_events + m > s->cap) {
                             s->cap = (s->cap + m) * 2;
                             s->events = realloc(s->events, s->cap * sizeof(double));
-                            if (!s->events) { perror("realloc"); return 1; }
+                            s->kernel = realloc(s->kernel, s->cap * sizeof(double));
+                            if (!s->events || !s->kernel) { perror("realloc"); return 1; }
                         }
-                        for (int e = 0; e < m; e++) s->events[s->n_events++] = t;
+                        for (int e = 0; e < m; e++) {
+                            s->kernel[s->n_events] = stamp > 0 ? stamp : t;
+                            s->events[s->n_events++] = t;
+                        }
                         if (waves > 1 && ends_response(s, buf, r) && wave < waves && ++ended == n) {
                             /* every stream of this wave has ended: the next wave, all at once */
                             wave++;
@@ -211,13 +260,8 @@ int main(int argc, char **argv) {
             }
         }
     }
-    FILE *out = fopen(argv[5], "w");
-    if (!out) { perror("out file"); return 2; }
-    for (int i = 0; i < n; i++) {
-        fprintf(out, "%.9f", streams[i].t_sent);
-        for (int e = 0; e < streams[i].n_events; e++) fprintf(out, " %.9f", streams[i].events[e]);
-        fputc('\n', out);
-    }
-    fclose(out);
+    char kpath[4096];
+    snprintf(kpath, sizeof kpath, "%s.kernel", argv[5]);
+    if (write_times(argv[5], streams, n, 0) || write_times(kpath, streams, n, 1)) return 2;
     return open_streams > 0;
 }

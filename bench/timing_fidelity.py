@@ -4,7 +4,9 @@ For each concurrency level (default 200, 500, 1000, 2000) it opens that many str
 requests at once against a simulator started with fixed ``--time-to-first-token`` and
 ``--inter-token-latency`` (no jitter), and reports:
 
-* client-side TTFT and ITL p50 / p99 against the configured values.  The client is
+* client-side TTFT and ITL p50 / p99 against the configured values, and the p99 errors again
+  with each event timed when the client's kernel received it (``SO_TIMESTAMPNS``): the
+  difference is the client's own delay in reading, not the server's.  The client is
   ``bench/sse_probe.c`` (an epoll loop, built here with the system C compiler), or, without a
   compiler or with ``--client python``, raw asyncio sockets.  The Python client spends about
   30 us per chunk: at 30k chunks/s it needs a whole core of the two, and its own lag then
@@ -126,7 +128,17 @@ def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int 
                              "see its message above (descriptors: ulimit -n)")
         with open(out_file) as fh:
             rows = [[float(x) for x in line.split()] for line in fh]
-    return [(row[0], row[1:]) for row in rows]
+        kernel = None
+        if os.path.exists(out_file + ".kernel"):
+            with open(out_file + ".kernel") as fh:
+                kernel = [[float(x) for x in line.split()] for line in fh]
+    streams = [(row[0], row[1:]) for row in rows]
+    if kernel is not None:
+        KERNEL_TIMES[id(streams)] = [(row[0], row[1:]) for row in kernel]
+    return streams
+
+
+KERNEL_TIMES: dict = {}     # id(probe_streams' result) -> the same streams timed by the client's kernel
 
 
 def percentile(values: list, q: float) -> float:
@@ -254,6 +266,7 @@ def main() -> None:
                 else:
                     streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
                 wall = time.monotonic() - t0
+                kernel_streams = KERNEL_TIMES.pop(id(streams), None)
                 cpu1 = cpu_seconds(proc.pid)
                 after = lag_histogram(base)
                 ttfts, itls, steady, events = [], [], [], 0
@@ -282,6 +295,14 @@ def main() -> None:
                 }
                 row["itl_p99_err_ms"] = row["itl_p99_ms"] - args.itl * 1e3
                 row["ttft_p99_err_ms"] = row["ttft_p99_ms"] - args.ttft * 1e3
+                if kernel_streams is not None:
+                    # the same events timed when the client's kernel received them: the server's
+                    # lateness without the probe's own delay in reading (it shares the machine)
+                    k_ttfts = [ev[1] - t for t, ev in kernel_streams if len(ev) > 1]
+                    k_itls = [b - a for _, ev in kernel_streams if len(ev) > 1
+                              for a, b in zip(ev[1:args.tokens], ev[2:args.tokens + 1])]
+                    row["kernel_ttft_p99_err_ms"] = percentile(k_ttfts, 0.99) * 1e3 - args.ttft * 1e3
+                    row["kernel_itl_p99_err_ms"] = percentile(k_itls, 0.99) * 1e3 - args.itl * 1e3
                 results.append(row)
                 print(f"{label + ' ' if args.against else ''}{level:5d} streams: TTFT p50 {row['ttft_p50_ms']:7.1f} p99 {row['ttft_p99_ms']:7.1f} ms "
                       f"(cfg {args.ttft * 1e3:.0f}) | ITL p50 {row['itl_p50_ms']:6.2f} p99 {row['itl_p99_ms']:6.2f} ms "
@@ -291,6 +312,11 @@ def main() -> None:
                       f"server CPU {row['server_cpu_us_per_chunk']:.1f} us/chunk, busy {row['server_busy_pct']:.0f}% | "
                       f"RSS {row['rss_mb']:.0f} MB | complete {row['ok_streams']}/{level} | "
                       f"load {row['load']:.2f}", flush=True)
+                if "kernel_ttft_p99_err_ms" in row:
+                    print(f"{'':{len(label) + 1 if args.against else 0}}      timed by the client's kernel (its own read delay "
+                          f"left out): TTFT p99 error {row['kernel_ttft_p99_err_ms']:+.1f} ms (read: "
+                          f"{row['ttft_p99_err_ms']:+.1f}), ITL p99 error {row['kernel_itl_p99_err_ms']:+.2f} ms "
+                          f"(read: {row['itl_p99_err_ms']:+.2f})", flush=True)
                 time.sleep(1)
     finally:
         for _, proc, _ in servers:

@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import sys
+import time
 from time import monotonic
 
 import gevent
@@ -18,7 +19,7 @@ from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
-from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY
+from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, KERNEL_ARRIVAL_KEY
 
 JSON_MIME = "application/json"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -331,14 +332,23 @@ MAX_BACKDATE = 1.0              # s: bytes older than this were pipelined behind
 
 def received_at(environ: dict) -> float | None:
     """When the request's bytes reached this server (``time.monotonic`` seconds), read from
-    the kernel (``TCP_INFO``'s ``tcpi_last_data_recv``), or None where that is not available
-    (not Linux, not a TCP socket, the in-process test client).
+    the kernel, or None where that is not available (not Linux, not a TCP socket, the
+    in-process test client).
 
-    The kernel counts in timer ticks (1-10 ms, and a tick may fire late): the answer is moved
-    later by :data:`TICK_MARGIN` so that it is never before the true arrival (a client never
-    sees a shorter time to first token than configured); it is at most a tick plus that margin
-    late.  At most :data:`MAX_BACKDATE` back: an HTTP-pipelined request's bytes may have waited
+    A request that came whole in the first read of its connection's turn carries the kernel's
+    own receive time of those bytes (``SO_TIMESTAMPNS``, to the microsecond:
+    :data:`~blueprints.streaming.KERNEL_ARRIVAL_KEY`, set by the server runtime,
+    :func:`server.arrivals.wait_for_request`).  Any other is read from ``TCP_INFO``'s
+    ``tcpi_last_data_recv``, which counts in timer ticks (1-10 ms, and a tick may fire late):
+    that answer is moved later by :data:`TICK_MARGIN` so that it is never before the true
+    arrival (a client never sees a shorter time to first token than configured); it is at most
+    a tick plus that margin late.
+
+    At most :data:`MAX_BACKDATE` back: an HTTP-pipelined request's bytes may have waited
     behind a whole earlier response on the same connection."""
+    stamp = environ.get(KERNEL_ARRIVAL_KEY)
+    if stamp is not None:
+        return monotonic() - min(time.time() - stamp, MAX_BACKDATE)
     sock = environ.get("gunicorn.socket")
     if sock is None or _TCP_INFO is None:
         return None

@@ -28,3 +28,4 @@ WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start
 HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
 HEADERS_LATER_KEY = "vllm_sim.headers_later"  # environ: () -> bool, the runtime's "in a burst", if any
 END_WITH_KEY = "vllm_sim.end_with"        # environ: (environ) -> bool, the runtime's "the next write ends the body"
+KERNEL_ARRIVAL_KEY = "vllm_sim.kernel_arrival"  # environ: when the kernel received the request (time.time s), if known

@@ -17,7 +17,9 @@ headers.
 """
 from __future__ import annotations
 
+import struct
 from collections import deque
+from socket import SOL_SOCKET
 
 from gevent import Timeout
 from gevent.hub import Waiter, get_hub
@@ -109,24 +111,62 @@ class ArrivalTurns:
 
 def wait_for_request(unreader, turns: ArrivalTurns) -> None:
     """Block until the next request's first bytes are in ``unreader`` (a gunicorn
-    ``SocketUnreader``; already buffered bytes count) or the peer closed, then take a turn."""
+    ``SocketUnreader``; already buffered bytes count) or the peer closed, then take a turn.
+    A fresh read of a plain socket notes when the kernel received its bytes
+    (:func:`first_read`)."""
     buf = unreader.buf
     if not buf.seek(0, 2):
-        data = unreader.chunk()
+        data = first_read(unreader) if unreader.__class__ is _StampedUnreader else unreader.chunk()
         if not data:
             return                       # closed: the parser reads the end again and stops
         buf.write(data)                  # unreader.unread(data) into an empty buffer, without its copies
     else:
+        unreader.stamp = None            # pipelined behind an earlier request: no fresh read
         data = buf.getvalue()[:16]
     if data.startswith(PROBES):
         return                           # a liveness probe: ~0.1 ms, never queued behind a burst
     turns.take()
 
 
+SO_TIMESTAMPNS = 35          # Linux (asm-generic); its control message, SCM_TIMESTAMPNS, has the same number
+_TIMESPEC = struct.Struct("qq")
+
+
+def first_read(unreader) -> bytes:
+    """``unreader.chunk()`` through ``recvmsg``: with ``SO_TIMESTAMPNS`` on the socket
+    (:func:`server.listening.bind` sets it on the listener; accepted sockets inherit it) the
+    kernel says when it received the bytes read, to the microsecond, and ``unreader.stamp``
+    keeps it (``time.time`` seconds; None without).  The stamp holds while every byte of the
+    request comes from this read: any further read clears it (:class:`_StampedUnreader`), and
+    the server runtime hands it to the request only when its body was already buffered
+    (:class:`server.wsgi_layers.FrontDoor`); :func:`blueprints.common.received_at` reads it."""
+    data, ancillary, _, _ = unreader.sock.recvmsg(unreader.mxchunk, 64)
+    stamp = None
+    for level, kind, payload in ancillary:
+        if level == SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(payload)
+            stamp = sec + nsec * 1e-9
+    unreader.stamp = stamp
+    return data
+
+
 PROBES = (b"GET /health ", b"GET /health?", b"GET /ping ", b"HEAD /health ", b"GET /load ")
 
 
 _turns: ArrivalTurns | None = None
+
+
+def read_to_end(body) -> bool:
+    """Whether ``body`` (a request's gunicorn ``Body``) was read to its end: a sized body with
+    no byte left in the socket or in its buffer, reading it did not fail.  What
+    ``Parser.finish_body`` would find (nothing to drain), without its work."""
+    reader = body.reader
+    return (body.__class__ is _Body and reader.__class__ is _LengthReader and not reader.length
+            and not body.failed and not body.buf.tell())
+
+
+_Body = _LengthReader = None        # gunicorn's, set by install()
+_StampedUnreader = None             # set by install()
 
 
 def take_turn(low: bool = False) -> None:
@@ -157,21 +197,48 @@ def drop_waiting() -> list:
 
 def install(per_turn: int) -> None:
     """Make ``gunicorn.http.get_parser`` return HTTP/1 parsers that take a turn before each
-    request.  Idempotent."""
-    global _turns
+    request and read a plain head in one pass (:class:`server.request_head.LeanRequest`).
+    Idempotent."""
+    global _turns, _Body, _LengthReader, _StampedUnreader
+    from gevent.socket import socket as plain_socket
     from gunicorn import http
+    from gunicorn.http.body import Body, LengthReader
     from gunicorn.http.parser import RequestParser
+    from gunicorn.http.unreader import SocketUnreader
 
     if _turns is not None:
         _turns.per_turn = per_turn
         return
     _turns = turns = ArrivalTurns(per_turn)
+    _Body, _LengthReader = Body, LengthReader
+    from .request_head import LeanRequest
+
+    class StampedUnreader(SocketUnreader):
+        """A plain socket's unreader: its :func:`first_read` notes the kernel's receive time
+        in ``stamp``, which any other read clears."""
+        stamp = None
+
+        def chunk(self, size_hint=None):
+            self.stamp = None
+            return SocketUnreader.chunk(self, size_hint)
+    _StampedUnreader = StampedUnreader
 
     class TurnTakingParser(RequestParser):
+        mesg_class = LeanRequest        # a plain head is read in one pass (server.request_head)
+
         def __next__(self):
-            if not (self.mesg and self.mesg.should_close()):
-                wait_for_request(self.unreader, turns)
-            return super().__next__()
+            # gunicorn's Parser.__next__ with the turn taken first, and a previous body that
+            # was read to its end not drained again (finish_body's timeout juggling and read:
+            # ~3% of a small request's CPU)
+            mesg = self.mesg
+            if mesg is not None and mesg.should_close():
+                raise StopIteration()
+            wait_for_request(self.unreader, turns)
+            if mesg is not None and not (read_to_end(mesg.body) or self.finish_body()):
+                raise StopIteration()
+            self.req_count += 1
+            self.mesg = self.mesg_class(self.cfg, self.unreader, self.source_addr, self.req_count)
+            return self.mesg
         next = __next__
 
     original = http.get_parser
@@ -180,5 +247,7 @@ def install(per_turn: int) -> None:
         parser = original(cfg, source, source_addr, http2_connection=http2_connection)
         if type(parser) is RequestParser:
             parser.__class__ = TurnTakingParser
+            if type(source) is plain_socket and type(parser.unreader) is SocketUnreader:
+                parser.unreader.__class__ = StampedUnreader      # not TLS: recvmsg
         return parser
     http.get_parser = get_parser

@@ -173,12 +173,27 @@ def bind(host: str, port: int) -> socket.socket:
     s = socket.socket(family, socket.SOCK_STREAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        receive_times(s)
         s.bind((host, port))
         s.listen(4096)
     except OSError:
         s.close()
         raise
     return s
+
+
+def receive_times(sock: socket.socket) -> None:
+    """Have the kernel note when it receives each segment on ``sock``'s connections
+    (``SO_TIMESTAMPNS``; accepted sockets inherit it from the listener), read with a request's
+    bytes (:func:`server.arrivals.first_read`): a request's simulated times count from there.
+    Linux only; elsewhere, or if refused, ``TCP_INFO`` answers instead (in timer ticks)."""
+    import sys
+    if sys.platform.startswith("linux"):
+        from .arrivals import SO_TIMESTAMPNS
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass
 
 
 def _gunicorn_listener(sock: socket.socket, host: str, port: int):

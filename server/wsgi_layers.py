@@ -12,6 +12,8 @@ import socket
 import time
 from time import monotonic
 
+from blueprints.streaming import KERNEL_ARRIVAL_KEY
+
 BODY_RATE = 1 << 20          # bytes/s a body must arrive at, after its first --timeout-keep-alive seconds
 
 
@@ -459,7 +461,10 @@ class FrontDoor:
             self._done()
             return b""
         data = self._buffered(inp, n)
-        if data is not None:
+        if data is not None:             # the whole request came in one read: its kernel time holds
+            stamp = inp.reader.unreader.__dict__.get("stamp")
+            if stamp is not None:
+                environ[KERNEL_ARRIVAL_KEY] = stamp
             self._done()
             return data
         return self._deadline_input(inp, monotonic() + self.grace + n / self._rate, sock, environ, n).read(n)

@@ -148,3 +148,36 @@ def test_only_the_keep_alive_timeout_is_caught_and_a_dropped_queue_is_empty():
     gevent.sleep(0)
     assert turns.drop_waiting() == [g] and not turns.waiting      # the drain's grace is over
     g.kill()
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux's")
+def test_a_request_read_late_counts_from_when_the_kernel_received_it(turn_taking_parsers):
+    """A request read 80 ms after it arrived carries the kernel's receive time (to well under
+    the TCP_INFO tick margin), the stamp survives while no other read is made, and a request
+    already buffered behind another has none (TCP_INFO answers for it)."""
+    import time
+
+    from gunicorn.config import Config
+
+    from blueprints.common import received_at
+    from blueprints.streaming import KERNEL_ARRIVAL_KEY
+    from server.listening import bind
+
+    listener = bind("127.0.0.1", 0)
+    try:
+        client = gsocket.create_connection(listener.getsockname())
+        conn = gsocket.socket(fileno=listener.accept()[0].detach())
+        parser = turn_taking_parsers(Config(), conn, ("127.0.0.1", 1))
+        sent = time.monotonic()
+        client.sendall(REQUEST % b"a" + REQUEST % b"b")
+        time.sleep(0.08)
+        req = next(parser)
+        stamp = parser.unreader.stamp
+        assert req.path == "/a" and stamp is not None
+        arrived = received_at({KERNEL_ARRIVAL_KEY: stamp})
+        assert sent - 0.002 <= arrived <= sent + 0.005, (arrived - sent)
+        assert next(parser).path == "/b" and parser.unreader.stamp is None      # pipelined: no fresh read
+        client.close()
+        conn.close()
+    finally:
+        listener.close()

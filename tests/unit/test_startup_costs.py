@@ -33,11 +33,15 @@ def test_marshmallow_email_still_validates_after_the_deferred_import():
     assert (r.returncode, r.stdout, r.stderr) == (0, "refused\n", "")
 
 
-def test_freeze_startup_heap_turns_the_collector_on():
-    from server.worker import freeze_startup_heap
+def test_freeze_startup_heap_turns_the_collector_on_with_rarer_full_collections():
+    from server.worker import FULL_COLLECTION_AFTER, freeze_startup_heap
+    before = gc.get_threshold()
     gc.disable()
     try:
         freeze_startup_heap()
         assert gc.isenabled()
+        assert gc.get_threshold() == (*before[:2], FULL_COLLECTION_AFTER)
     finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
         gc.enable()

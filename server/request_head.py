@@ -1,0 +1,78 @@
+"""A request head read in one pass when it is plain (issue 32: gunicorn's pure-Python parser
+was ~13% of a small request's CPU).
+
+:class:`LeanRequest` is gunicorn's ``Request`` whose ``parse`` first tries the common case: the
+whole head is already in the buffer, and one compiled pattern (:data:`PLAIN_HEAD`) matches all
+of it: an upper-case method, an origin-form target of printable ASCII without a fragment,
+``HTTP/1.0`` or ``HTTP/1.1``, and header lines of a token name without ``_``, a colon and a
+printable-ASCII value.  Such a head is split once (one ``decode``, one ``split``), within the
+same limits gunicorn applies (request line, number and size of header lines, head size), and
+every header goes through gunicorn's own header policy where it can act (singleton fields,
+``Expect``, the trusted proxy's scheme headers).  The body reader is gunicorn's.
+
+Anything else (a head split over reads, a leading empty line, a lower-case or odd method, a
+``//`` or ``*`` or absolute target, a fragment, another version, obsolete folding, a name with
+``_``, a control or non-ASCII byte, a PROXY protocol preamble, a head past a limit) is handed
+back unread to gunicorn's parser, which answers it exactly as before: the plain subset is one
+that gunicorn accepts, giving the same method, target, version and headers
+(``tests/unit/test_request_head.py`` compares both on plain and hostile heads).
+"""
+from __future__ import annotations
+
+import re
+
+from gunicorn.http.message import RFC9110_5_3_SINGLETON_FIELDS, Request
+
+_NAME = rb"[!#$%&'*+\-.^`|~0-9A-Za-z]+"         # RFC 9110 token, without "_" (gunicorn's header_map)
+PLAIN_HEAD = re.compile(
+    rb"[A-Z]{3,20} /[!\x22\x24-\x7e]* HTTP/1\.[01]\r\n"     # no "#", not "//" (checked apart)
+    rb"(?:" + _NAME + rb":[\t\x20-\x7e]*\r\n)*")
+HEAD_MAX = 8192            # bytes: longer heads go to gunicorn's parser (its max_buffer_headers)
+POLICY = RFC9110_5_3_SINGLETON_FIELDS | {"EXPECT"}     # names gunicorn's header policy acts on
+
+
+class LeanRequest(Request):
+    """gunicorn's ``Request`` with a one-pass reading of a plain head (see the module)."""
+
+    def parse(self, unreader):
+        if self._use_fast or (self.req_number == 1 and self.cfg.proxy_protocol != "off"):
+            return super().parse(unreader)
+        data = unreader.read()
+        if not data:
+            raise StopIteration()
+        end = data.find(b"\r\n\r\n", 0, HEAD_MAX)
+        if end > 0 and PLAIN_HEAD.fullmatch(data, 0, end + 2):
+            rest = self._plain(data, end)
+            if rest is not None:
+                return rest
+        unreader.unread(data)
+        return super().parse(unreader)
+
+    def _plain(self, data: bytes, end: int):
+        lines = data[:end].decode("latin-1").split("\r\n")
+        line = lines[0]
+        method, uri, version = line.split(" ")
+        if (len(line) > self.limit_request_line > 0 or uri.startswith("//")
+                or len(lines) > self.limit_request_fields):
+            return None
+        size = self.limit_request_field_size
+        for header in lines[1:]:
+            if len(header) + 2 > size:
+                return None
+        self.method = method
+        self.uri = uri
+        path, _, query = uri.partition("?")
+        self.path, self.query, self.fragment = path, query, ""
+        self.version = (1, 1) if version[7] == "1" else (1, 0)
+        headers = self.headers = []
+        scheme_state = [False]
+        seen = set()
+        secure, forwarders = self._peer_trusted_for_forwarded()
+        for header in lines[1:]:
+            name, value = header.split(":", 1)
+            name = name.upper()
+            value = value.strip(" \t")
+            if name in POLICY or name in secure:
+                self._apply_header_policy(name, value, scheme_state, seen, secure, forwarders)
+            headers.append((name, value))
+        return data[end + 4:]
