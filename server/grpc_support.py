@@ -40,7 +40,8 @@ def scheduler_state(sim) -> tuple[int, int, float, int]:
     engine = getattr(sim, "engine", None)
     if engine is not None:
         sched = engine.scheduler
-        uncached = sum(max(r.prompt_len - r.num_computed, 0) for r in sched.waiting)
+        # the requests in their frontend delay count as waiting, their prompts as uncached tokens
+        uncached = sum(max(r.prompt_len - r.num_computed, 0) for r in sched.waiting) + engine.pending_tokens
         return len(sched.running), len(sched.waiting) + engine.pending, float(sched.usage()), uncached
     waiting = list(sim.waiting)
     kv = sim.kv_cache

@@ -100,6 +100,7 @@ class StepEngine:
         self.emit_lag = 0.0
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
+        self.pending_tokens = 0     # their prompt tokens (the waiting queue's uncached tokens to be)
         self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
         self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
         self.staged: list = []      # (request, queued at) that arrived during the running step
@@ -143,6 +144,7 @@ class StepEngine:
               else arrival + self.frontend)
         if at > monotonic():
             self.pending += 1
+            self.pending_tokens += req.prompt_len
             self._enqueue_at(req, at)
         else:
             self._enqueue(req, at)
@@ -160,6 +162,7 @@ class StepEngine:
             self._enqueue_at(req, at)
             return
         self.pending -= 1
+        self.pending_tokens -= req.prompt_len
         if req.state == EngineRequest.ABORTED:
             return
         # libev fires a timer up to a whole ms late: the request joins at its modelled time
@@ -172,6 +175,7 @@ class StepEngine:
             # that arrives now waits for the plan after it (as the replay's cutoff)
             self.staged.append((req, now))
             self.pending += 1
+            self.pending_tokens += req.prompt_len
             return
         self.scheduler.add(req, now)
         self.kick(now)
@@ -258,6 +262,7 @@ class StepEngine:
     def _unstage(self) -> None:
         staged, self.staged = self.staged, []
         self.pending -= len(staged)
+        self.pending_tokens -= sum(req.prompt_len for req, _ in staged)
         for req, at in staged:
             if req.state != EngineRequest.ABORTED:
                 self.scheduler.add(req, at)

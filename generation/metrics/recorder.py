@@ -520,8 +520,10 @@ class MetricsRecorder:
         end = seq.finished_at
         first = seq.first_token_at or end
         decode = end - first
-        for h, v in ((self.queue, max(start - arrival, 0.0)), (self.ttft, first - arrival), (self.e2e, end - arrival),
-                     (self.inference, end - start), (self.prefill, first - start), (self.decode, decode)):
+        # durations never below 0, whatever the clocks' stamps (a histogram of seconds has no negatives)
+        for h, v in ((self.queue, max(start - arrival, 0.0)), (self.ttft, max(first - arrival, 0.0)),
+                     (self.e2e, max(end - arrival, 0.0)), (self.inference, max(end - start, 0.0)),
+                     (self.prefill, max(first - start, 0.0)), (self.decode, max(decode, 0.0))):
             h.counts[bl(h.bounds, v)] += 1
             h.sum += v
         tokens = len(seq.pieces)
