@@ -308,7 +308,7 @@ def main(argv=None) -> int:
                 doc = json.load(fh)
         c = fit_jit(args.gpu, load_constants(args.gpu, start if os.path.isfile(start) else None)[0], args.data,
                     exclude=list(filter(None, args.exclude.split(","))))
-        doc.update(gpu=args.gpu, method=[*doc.get("method", []), "python -m generation.engine.perf.fit --jit "
+        doc.update(gpu=args.gpu, method=[*doc.get("method", []), "python -m generation.engine.perf.fit "
                                         + " ".join(argv if argv is not None else sys.argv[1:])],
                    constants={k: float(f"{v:.6g}") for k, v in c.to_dict().items()})
         with open(out, "w", encoding="utf-8") as fh:
