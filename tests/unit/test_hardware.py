@@ -77,6 +77,20 @@ def test_presets_give_the_published_parameter_counts(name, billions):
     assert round(preset(name).n_params / 1e9, 2) == billions
 
 
+@pytest.mark.parametrize("name,folder", [
+    ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b-v0.1"), ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"),
+    ("meta-llama/Llama-2-7b-hf", "llama-2-7b-hf"), ("meta-llama/Llama-2-70b-hf", "llama-2-70b-hf"),
+    ("codellama/CodeLlama-34b-Instruct-hf", "codellama-34b-instruct-hf")])
+def test_the_sim_to_real_models_presets_are_their_config_json(name, folder):
+    """The models of the fidelity data start by name, with the architecture their runs had."""
+    from dataclasses import asdict
+    from generation.engine.perf.model_arch import load_hf_config
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "sim_to_real", "model_configs", folder)
+    a, b = asdict(preset(name)), asdict(load_hf_config(path))
+    assert {k: v for k, v in a.items() if k not in ("name", "source")} == \
+        {k: v for k, v in b.items() if k not in ("name", "source")}
+
+
 def test_every_preset_parses():
     for name in PRESETS:
         a = preset(name)

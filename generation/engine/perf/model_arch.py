@@ -245,6 +245,10 @@ _LLAMA31_8B = _cfg(32, 4096, 32, 8, 14336, 128256, 131072)
 _LLAMA31_70B = _cfg(80, 8192, 64, 8, 28672, 128256, 131072)
 _LLAMA31_405B = _cfg(126, 16384, 128, 8, 53248, 128256, 131072)
 _MISTRAL_7B = _cfg(32, 4096, 32, 8, 14336, 32768, 32768)
+_MIXTRAL_8X7B = _cfg(32, 4096, 32, 8, 14336, 32000, 32768, num_local_experts=8, num_experts_per_tok=2)
+_MIXTRAL_8X22B = _cfg(56, 6144, 48, 8, 16384, 32768, 65536, num_local_experts=8, num_experts_per_tok=2)
+_LLAMA2_7B = _cfg(32, 4096, 32, 32, 11008, 32000, 4096, torch_dtype="float16")
+_LLAMA2_70B = _cfg(80, 8192, 64, 8, 28672, 32000, 4096, torch_dtype="float16")
 
 PRESETS: dict[str, dict] = {
     "meta-llama/Llama-3.1-8B-Instruct": _LLAMA31_8B,
@@ -279,8 +283,16 @@ PRESETS: dict[str, dict] = {
                                num_experts_per_tok=8, moe_intermediate_size=768),
     "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B,
     "mistralai/Mistral-7B-v0.3": _MISTRAL_7B,
-    "mistralai/Mixtral-8x7B-Instruct-v0.1": _cfg(32, 4096, 32, 8, 14336, 32000, 32768,
-                                                 num_local_experts=8, num_experts_per_tok=2),
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": _MIXTRAL_8X7B,
+    "mistralai/Mixtral-8x7B-v0.1": _MIXTRAL_8X7B,
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": _MIXTRAL_8X22B,
+    "mistralai/Mixtral-8x22B-v0.1": _MIXTRAL_8X22B,
+    # the other models of the sim-to-real data (bench/sim_to_real/model_configs)
+    "meta-llama/Llama-2-7b-hf": _LLAMA2_7B,
+    "meta-llama/Llama-2-7b-chat-hf": _LLAMA2_7B,
+    "meta-llama/Llama-2-70b-hf": _LLAMA2_70B,
+    "meta-llama/Llama-2-70b-chat-hf": _LLAMA2_70B,
+    "codellama/CodeLlama-34b-Instruct-hf": _cfg(48, 8192, 64, 8, 22016, 32000, 16384),
 }
 _PRESETS_LOWER = {k.lower(): k for k in PRESETS}
 
