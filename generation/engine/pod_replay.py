@@ -337,15 +337,7 @@ class PodReplay:
             plan.end = end
             self.plan = None
             self.now = end
-            if d:
-                x = end - prev_end
-                v = itl.values
-                if v and v[-1] == x:
-                    itl.counts[-1] += d
-                else:
-                    v.append(x)
-                    itl.counts.append(d)
-                itl._n += d
+            itl.add(end - prev_end, d)
             if self.emission_cost:
                 self.emitted_at = max(end, self.emitted_at) + self.emission_cost * d
             if fe is not None:
@@ -357,14 +349,7 @@ class PodReplay:
             if stats is None:
                 self._log((end, pool.usage(), len(running), len(waiting), plan.num_tokens))
             else:
-                u = pool.usage()
-                stats.n += 1
-                stats.usage_sum += u
-                if u > stats.usage_peak:
-                    stats.usage_peak = u
-                if end >= stats.next_at:
-                    stats.samples.extend((end, u))
-                    stats.next_at = end + stats.every
+                stats.add(end, pool.usage())
             # ---- plan the next step at `now` = end, if it is pure too (else advance_until does)
             now = end
             if (now >= t or self.steps >= self.max_steps or not running or lz.pre or lz.odd
@@ -416,16 +401,8 @@ class PodReplay:
         # a token each, ITL `now - prev_end`
         lazy = emitted.lazy if type(emitted) is not list else 0
         n_out = len(emitted) + lazy
-        if lazy:                    # Latencies.add, inlined (every step)
-            x = now - emitted.prev_end
-            itl = result.itl
-            v = itl.values
-            if v and v[-1] == x:
-                itl.counts[-1] += lazy
-            else:
-                v.append(x)
-                itl.counts.append(lazy)
-            itl._n += lazy
+        if lazy:
+            result.itl.add(now - emitted.prev_end, lazy)
         if self.emission_cost:     # the frontend sends one step's tokens after the previous step's
             self.emitted_at = max(now, self.emitted_at) + self.emission_cost * n_out
         if fe is not None:
@@ -455,15 +432,8 @@ class PodReplay:
         stats = self.stats
         if stats is None:
             self._log((now, scheduler.pool.usage(), len(scheduler.running), len(scheduler.waiting), plan.num_tokens))
-        else:                       # compact: StepStats.append, inlined
-            u = scheduler.pool.usage()
-            stats.n += 1
-            stats.usage_sum += u
-            if u > stats.usage_peak:
-                stats.usage_peak = u
-            if now >= stats.next_at:
-                stats.samples.extend((now, u))
-                stats.next_at = now + stats.every
+        else:                       # compact: no row, the running totals
+            stats.add(now, scheduler.pool.usage())
 
     def finish(self) -> ReplayResult:
         """The result so far, its totals filled in (preemptions, duration, the frontend's CPU)."""

@@ -193,7 +193,10 @@ class StepStats:
         self.samples = array("d")
 
     def append(self, row) -> None:
-        t, u = row[0], row[1]
+        self.add(row[0], row[1])
+
+    def add(self, t: float, u: float) -> None:
+        """One step ending at ``t`` (s) with KV usage ``u``: the replay's every step."""
         self.n += 1
         self.usage_sum += u
         if u > self.usage_peak:
