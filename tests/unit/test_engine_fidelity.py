@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 
 import pytest
 
@@ -41,7 +42,13 @@ def test_a_rebuilt_workload_is_seeded_poisson_per_stage():
     assert reqs == gt.workload(e, seed=0) and reqs != gt.workload(e, seed=1)
     s0 = [r for r in reqs if r.arrival <= 600]
     assert abs(len(s0) - 4800) < 250 and abs(len(reqs) - len(s0) - 12000) < 400
-    assert {r.prompt_tokens for r in reqs} == {round(547 * gt.PROMPT_EXPANSION)}
+    lengths = {r.prompt for r in reqs}, [r.prompt_tokens for r in reqs]
+    assert len(lengths[0]) == 100                              # inference-perf's 10 x 10 prompts
+    per_prompt = {r.prompt: r.prompt_tokens for r in reqs}
+    assert all(per_prompt[r.prompt] == r.prompt_tokens for r in reqs)   # a prompt keeps its length
+    nominal = round(547 * gt.PROMPT_EXPANSION)
+    spread = sorted(per_prompt.values())
+    assert abs(sum(spread) / 100 - nominal) < 3 and 4 < statistics.pstdev(spread) < 11   # the traces' sd 7.4
     short = gt.workload(e, duration_scale=0.1)
     assert max(r.arrival for r in short if r.arrival <= 600) <= 60
 
@@ -78,8 +85,17 @@ def test_the_bench_prints_the_tables(capsys):
     spec = importlib.util.spec_from_file_location("engine_fidelity", os.path.join(ROOT, "bench", "engine_fidelity.py"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.main(["--set", REBUILT, "--scale", "0.03", "--jobs", "1"]) == 0
+    assert bench.main(["--set", REBUILT, "--scale", "0.03", "--jobs", "1", "--seeds", "2"]) == 0
     out = capsys.readouterr().out
     assert "vllm-sim (this)" in out and "blis-trained-physics" in out and "MAPE (%) by GPU" in out
+    assert "the median of 2 seeded replays" in out
+
+
+def test_the_prediction_is_the_median_over_seeds():
+    spec = importlib.util.spec_from_file_location("engine_fidelity", os.path.join(ROOT, "bench", "engine_fidelity.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    preds = [{"0": {"ttft_p99": v, "count": 10}} for v in (70.0, 900.0, 80.0)]
+    assert bench.median_prediction(preds) == {"0": {"ttft_p99": 80.0, "count": 10}}
     assert len(bench.select(gt.load_experiments(), "main38")) == 38
     assert len(bench.select(gt.load_experiments(), "test")) == 31

@@ -9,7 +9,8 @@ per-request traces.  This module
    (arrival, prompt tokens), else the experiment's stages as Poisson arrivals (seeded);
    inference-perf's ``shared_prefix`` data: 10 groups x 10 prompts, each a group's system prompt
    and a question of its own, cycled in a shuffled order (prompts repeat every 100 requests, so
-   the prefix cache holds most of a prompt once it was seen), ``ignore_eos`` outputs of exactly
+   the prefix cache holds most of a prompt once it was seen), each prompt's length drawn around
+   the nominal one with the traces' spread (:data:`PROMPT_SD`), ``ignore_eos`` outputs of exactly
    ``output_len`` tokens;
 2. replays it through the scheduler and a step-time model in virtual time (:func:`simulate`),
    with inference-perf's 300 s client timeout (a timed-out request is aborted and counted as a
@@ -41,6 +42,12 @@ PROMPT_GROUPS, PROMPTS_PER_GROUP = 10, 10     # what inference-perf ran (results
 # Tokens per nominal prompt token: random token ids decoded to text and tokenized again by the
 # server.  Fitted on the 16 traces' prompt lengths (mean measured / (system + question)): 1.045-1.051.
 PROMPT_EXPANSION = 1.048
+# Spread of the prompts' lengths (tokens, one standard deviation): the texts differ, and so do
+# their token counts.  Measured on the same 16 traces: per-request input tokens, pooled 7.4
+# (5.5-9.7 by run).  It matters for MoE models: the fused-MoE kernel variant a step runs depends on
+# its exact token count (:class:`~generation.engine.perf.step_model.MoeJit`), and equal prompts
+# reach fewer variants than real ones.
+PROMPT_SD = 7.4
 VLLM_VERSION = "0.15.1"          # every run of the data
 CPU_OFFLOAD_GIB = 8             # the runs marked cpu_offload used an 8 GiB CPU KV tier
 METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
@@ -88,6 +95,8 @@ def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str
     rng.shuffle(order)
     nominal = round((sys_len + sp["question_len"]) * PROMPT_EXPANSION)
     sys_tokens = round(sys_len * PROMPT_EXPANSION)
+    spread = random.Random(f"{seed}-{exp['name']}-lengths")    # apart: the arrivals stay as they were
+    length = [max(sys_tokens + 1, nominal + round(spread.gauss(0.0, PROMPT_SD))) for _ in order]
     reqs: list[Req] = []
     if exp.get("trace"):
         cut = _stage_cuts(exp, duration_scale)
@@ -114,7 +123,7 @@ def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str
             if t > end:
                 break
             p = order[i % len(order)]
-            reqs.append(Req(t, nominal, out_len, p // PROMPTS_PER_GROUP, p, sys_tokens))
+            reqs.append(Req(t, length[p], out_len, p // PROMPTS_PER_GROUP, p, sys_tokens))
             i += 1
         t0 += s["duration"]
     return reqs
