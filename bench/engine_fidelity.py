@@ -108,6 +108,9 @@ def run(exps: list[dict], *, scale: float = 1.0, seed: int = 0, seeds: int = 1, 
             return
         items = sorted(got.pop(name), key=lambda it: it[1])
         exp = by_name[name]
+        window = gt.windowed_actual(exp, scale)      # --scale < 1: a traced run's same requests
+        if window:
+            exp = dict(exp, actual=window)
         pred = median_prediction([it[2] for it in items]) if seeds > 1 else items[0][2]
         out[name] = {"pred": pred, "records": gt.score(exp, pred),
                      "seed_records": [gt.score(exp, it[2]) for it in items],

@@ -99,3 +99,14 @@ def test_the_prediction_is_the_median_over_seeds():
     assert bench.median_prediction(preds) == {"0": {"ttft_p99": 80.0, "count": 10}}
     assert len(bench.select(gt.load_experiments(), "main38")) == 38
     assert len(bench.select(gt.load_experiments(), "test")) == 31
+
+
+def test_a_partial_replay_is_scored_against_the_same_requests():
+    e = EXPS[TRACED]
+    assert gt.windowed_actual(e, 1.0) is None and gt.windowed_actual(EXPS[REBUILT], 0.3) is None
+    whole = gt.windowed_actual(e, 0.99999)            # every request kept: the measured figures
+    for st, act in e["actual"].items():
+        for m in ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p99", "itl_mean"):
+            assert whole[st][m] == pytest.approx(act[m], rel=1e-2)   # the peer's percentiles differ a little
+    part = gt.windowed_actual(e, 0.3)
+    assert set(part) == set(e["actual"]) and part["0"]["ttft_mean"] != e["actual"]["0"]["ttft_mean"]

@@ -13,7 +13,9 @@ Method: every training run of the GPU (``--set``, default the 16 traced runs and
 BLIS project trained on, less the runs whose server was overloaded past the client's timeout)
 is replayed in virtual time (:func:`~.groundtruth.simulate`, the first ``--scale`` of each
 stage); the residuals are ``log(predicted / measured)`` of each stage's E2E mean and p90, TTFT
-mean and p90, and ITL mean (measured as the data measured it, ``itl_mean_counted``);
+mean and p90, and ITL mean (measured as the data measured it, ``itl_mean_counted``), a traced
+run's measured over the same requests (:func:`~.groundtruth.windowed_actual`: a stage's first
+minutes hold its MoE compile stalls, so they are not the whole stage's average);
 ``scipy.optimize.least_squares`` (trust-region, soft-L1 loss) moves the free constants in log
 space.  The fit prints the constants, the residuals' RMS before and after, and each run's
 errors, and writes the profile as JSON with the data it was fitted on.
@@ -66,6 +68,11 @@ def _residuals_one(args):
     if exps is None:
         exps = _CACHE[path] = {e["name"]: e for e in gt.load_experiments(path)}
     exp = exps[name]
+    window = _CACHE.get((path, name, scale), False)
+    if window is False:         # a partial replay is scored against the same requests' measurements
+        window = _CACHE[(path, name, scale)] = gt.windowed_actual(exp, scale, path)
+    if window:
+        exp = dict(exp, actual=window)
     c = replace(PerfConstants(), **values)
     sim = gt.simulate(exp, c, duration_scale=scale, path=path)
     recs = {(r["stage"], r["metric"]): r for r in gt.score(exp, gt.predicted(exp, sim))}

@@ -194,6 +194,46 @@ def metrics_of(outcomes: list[Outcome]) -> dict:
             "count": len(ok), "failures": len(outcomes) - len(ok)}
 
 
+def windowed_actual(exp: dict, duration_scale: float, path: str | None = None) -> dict | None:
+    """The measured metrics over the requests a partial replay keeps (``duration_scale`` < 1: the
+    first part of each stage), for a traced experiment; None otherwise (the full stages' figures
+    are all there is).  A stage's first minutes are not its average: a MoE engine's compile stalls
+    all fall there, so a partial replay scored against the whole stage is biased.  E2E and TTFT
+    come from the trace's requests (the same bucketing and percentiles as :func:`metrics_of`; on
+    the whole run they equal ``actual``); the ITL is the stage's measured one scaled by the trace's
+    own ITL ratio of window to stage (the peer's ITL divides by a count the trace does not hold)."""
+    if duration_scale >= 1.0 or not exp.get("trace"):
+        return None
+    with gzip.open(os.path.join(data_dir(path), exp["trace"]), "rt") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["has_error"] == "0"]
+    cut = _stage_cuts(exp, duration_scale)
+    stages = exp["stages"]
+    whole: dict[str, list] = {str(i): [] for i in range(len(stages))}
+    kept: dict[str, list] = {str(i): [] for i in range(len(stages))}
+    for r in rows:
+        arrival = int(r["arrival_us"]) / 1e6
+        o = Outcome(arrival, float(r["ttft_s"]), float(r["e2e_s"]), int(r["output_tokens"]))
+        st = str(stage_of(arrival, stages))
+        whole[st].append(o)
+        if any(a <= arrival <= b for a, b in cut):
+            kept[st].append(o)
+    whole["-1"] = [o for v in list(whole.values()) for o in v]
+    kept["-1"] = [o for k, v in list(kept.items()) if k != "-1" for o in v]
+    out = {}
+    for stage, act in exp["actual"].items():
+        w, k = metrics_of(whole.get(stage, [])), metrics_of(kept.get(stage, []))
+        if not k.get("count"):
+            continue
+        new = dict(act)
+        for m in ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99"):
+            if m in act:
+                new[m] = k[m]
+        if act.get("itl_mean") and w.get("itl_mean"):
+            new["itl_mean"] = act["itl_mean"] * k["itl_mean"] / w["itl_mean"]
+        out[stage] = new
+    return out
+
+
 def predicted(exp: dict, sim: Simulation) -> dict:
     """Per stage ("0", "1", ...) and overall ("-1"): :func:`metrics_of` of the replay."""
     stages = exp["stages"]
