@@ -13,9 +13,9 @@ Method: every training run of the GPU (``--set``, default the 16 traced runs and
 BLIS project trained on, less the runs whose server was overloaded past the client's timeout)
 is replayed in virtual time (:func:`~.groundtruth.simulate`, the first ``--scale`` of each
 stage); the residuals are ``log(predicted / measured)`` of each stage's E2E mean and p90, TTFT
-mean and p90, and ITL mean (measured as the data measured it, ``itl_mean_counted``), a traced
-run's measured over the same requests (:func:`~.groundtruth.windowed_actual`: a stage's first
-minutes hold its MoE compile stalls, so they are not the whole stage's average);
+mean and p90, and ITL mean (measured as the data measured it, ``itl_mean_counted``; with
+``--window`` a traced run's measured over the same requests, :func:`~.groundtruth.windowed_actual`:
+a stage's first minutes hold its MoE compile stalls, so they are not the whole stage's average);
 ``scipy.optimize.least_squares`` (trust-region, soft-L1 loss) moves the free constants in log
 space.  The fit prints the constants, the residuals' RMS before and after, and each run's
 errors, and writes the profile as JSON with the data it was fitted on.
@@ -63,13 +63,13 @@ _CACHE: dict = {}
 
 
 def _residuals_one(args):
-    name, values, scale, path = args
+    name, values, scale, path, windowed = args
     exps = _CACHE.get(path)
     if exps is None:
         exps = _CACHE[path] = {e["name"]: e for e in gt.load_experiments(path)}
     exp = exps[name]
-    window = _CACHE.get((path, name, scale), False)
-    if window is False:         # a partial replay is scored against the same requests' measurements
+    window = _CACHE.get((path, name, scale), False) if windowed else None
+    if window is False:         # --window: a partial replay scored against the same requests' measurements
         window = _CACHE[(path, name, scale)] = gt.windowed_actual(exp, scale, path)
     if window:
         exp = dict(exp, actual=window)
@@ -92,8 +92,8 @@ def _residuals_one(args):
 class Objective:
     """Residual vector of the free constants (log space) over the training runs."""
 
-    def __init__(self, runs, base: PerfConstants, scale: float, path, jobs: int):
-        self.runs, self.base, self.scale, self.path = runs, base, scale, path
+    def __init__(self, runs, base: PerfConstants, scale: float, path, jobs: int, windowed: bool = False):
+        self.runs, self.base, self.scale, self.path, self.windowed = runs, base, scale, path, windowed
         self.pool = Pool(jobs) if jobs > 1 else None
         self.calls = 0
         self.last = []
@@ -109,7 +109,7 @@ class Objective:
     def __call__(self, x):
         import numpy as np
         values = self.values(x)
-        work = [(e["name"], values, self.scale, self.path) for e in self.runs]
+        work = [(e["name"], values, self.scale, self.path, self.windowed) for e in self.runs]
         parts = (self.pool.map(_residuals_one, work) if self.pool else [_residuals_one(w) for w in work])
         self.last = [r for p in parts for r in p]
         self.calls += 1
@@ -225,6 +225,10 @@ def fit_generic() -> PerfConstants:
 
 
 JIT_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))     # t_jit candidates, s: 0.5 .. 1.5
+# Replays per run and candidate, each with its own seed (the prompts' order, hence which steps
+# run which token counts and kernel variants): one replay's first-100 mean jumps from one grid
+# value to the next (0.0184 at 0.95 s, 0.1739 at 1.0, 0.0153 at 1.05); their mean is smoother.
+JIT_SEEDS = 5
 
 
 def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRID, exclude=()) -> PerfConstants:
@@ -232,8 +236,8 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
     (:class:`~.step_model.MoeJit`), by a grid search on the GPU's traced MoE training runs: a
     run's first cycle of prompts (its first ``PROMPT_GROUPS x PROMPTS_PER_GROUP`` requests, cold,
     whose prefills run eagerly) is where the compiles fall, and the mean TTFT of those requests
-    measures them.  The grid value with the least sum of squared log ratios (replayed / measured
-    mean) wins: a stall queues arrivals into larger steps that may select yet another variant, so
+    measures them.  The grid value with the least sum of squared log ratios (the mean over
+    :data:`JIT_SEEDS` seeded replays / measured mean) wins: a stall queues arrivals into larger steps that may select yet another variant, so
     the response to ``t_jit`` is not smooth enough for a gradient.  Prints the table."""
     import csv
     import gzip
@@ -260,9 +264,12 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
         for name, real in measured.items():
             e = next(x for x in exps if x["name"] == name)
             span = first / e["stages"][0]["rate"] / e["stages"][0]["duration"]
-            sim = gt.simulate(e, c, duration_scale=min(1.0, 1.5 * span), path=path)
-            o = sorted(sim.outcomes, key=lambda x: x.arrival)[:first]
-            pred = sum(x.ttft for x in o) / len(o)
+            means = []
+            for seed in range(JIT_SEEDS):
+                sim = gt.simulate(e, c, seed=seed, duration_scale=min(1.0, 1.5 * span), path=path)
+                o = sorted(sim.outcomes, key=lambda x: x.arrival)[:first]
+                means.append(sum(x.ttft for x in o) / len(o))
+            pred = sum(means) / len(means)
             loss += math.log(pred / real) ** 2
             cells.append(f"{1000 * pred:5.0f}/{1000 * real:.0f}")
         print(f"  t_jit {tj:5.2f} s: " + "  ".join(cells) + f"   sum of squared log ratios {loss:.4f}")
@@ -297,6 +304,9 @@ def main(argv=None) -> int:
                         "plus one or more trial steps)")
     p.add_argument("--out", default=None, help="profile to write (default: the shipped profiles/<gpu>.json)")
     p.add_argument("--start", default=None, help="profile to start from (default: the GPU's current one)")
+    p.add_argument("--window", action="store_true",
+                   help="score a traced run's partial replay against the same requests' measurements (not the "
+                        "whole stage's); the shipped profiles were fitted without it (README: Fidelity)")
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
     p.add_argument("--jit", action="store_true",
                    help="fit t_jit alone (MoE kernels' compile stalls) on the GPU's traced MoE runs, keep the rest")
@@ -351,7 +361,7 @@ def main(argv=None) -> int:
         return 2
     base = load_constants(args.gpu, args.start)[0] if args.start or os.path.isfile(
         os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")) else PerfConstants()
-    obj = Objective(runs, base, args.scale, args.data, args.jobs)
+    obj = Objective(runs, base, args.scale, args.data, args.jobs, args.window)
     x0 = np.array([math.log(max(getattr(base, k), 16.0) if k == "m_half" else max(getattr(base, k), 0.5)
                             if k == "cpu_hidden" else getattr(base, k)) for k in FREE])
     t = time.perf_counter()
