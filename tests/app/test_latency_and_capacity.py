@@ -195,16 +195,16 @@ def test_c23_running_and_waiting_gauges(app_client):
 
 
 def test_429_when_queue_full_also_for_streams(app_client):
-    api = app_client("--max-num-seqs", "1", "--max-waiting-queue-length", "1", "--time-to-first-token", "300ms")
+    api = app_client("--max-num-seqs", "1", "--max-waiting-queue-length", "1", "--time-to-first-token", "1s")
 
     def one(stream=False):
         r = chat(api, max_tokens=1, stream=stream)
         return r.status_code, r.headers["content-type"], r.json() if r.status_code != 200 else None
 
     first = gevent.spawn(one)
-    wait_until(lambda: gauges(api) == (1, 0), 0.2, "first running")
+    wait_until(lambda: gauges(api) == (1, 0), 2.0, "first running")
     second = gevent.spawn(one)
-    wait_until(lambda: gauges(api) == (1, 1), 0.2, "second waiting")
+    wait_until(lambda: gauges(api) == (1, 1), 2.0, "second waiting")
     rejected = [one(), one(stream=True)]        # the queue is full while the first runs
     assert gauges(api) == (1, 1)
     res = [first.get(), second.get()] + rejected
