@@ -230,6 +230,10 @@ class MetricsRecorder:
                                 b125)
         self.request_preemptions = hist("vllm:request_num_preemptions",
                                         "Number of preemptions of each finished request.", PREEMPTION_BUCKETS)
+        # finished() shares a bisection between histograms of one set of bounds
+        assert self.prompt_hist.bounds == self.kv_computed.bounds == self.gen_hist.bounds == \
+            self.max_gen_hist.bounds == self.params_max_tokens.bounds
+        assert self.queue.bounds == self.e2e.bounds == self.inference.bounds == self.prefill.bounds
         self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                         TPOT_BUCKETS)
         self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
@@ -474,7 +478,9 @@ class MetricsRecorder:
     def finished(self, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts.
         About 15 histogram observations per request, each a bisection and two adds inlined
-        here (issue 32: no list of pairs built per request)."""
+        here (issue 32: no list of pairs built per request); observations of one value on the
+        same bounds share their bisection (the prompt and its computed part when nothing was
+        cached, the generated tokens' two histograms, the six durations' equal values)."""
         reason = seq.finish_reason
         counter = self.success.get(_REASON.get(reason, reason))
         (counter or self.success["stop"]).value += 1
@@ -485,22 +491,31 @@ class MetricsRecorder:
         computed = self._count_prompt(seq)
         bl = bisect.bisect_left
         h = self.prompt_hist
-        h.counts[bl(h.bounds, p)] += 1
+        i = bl(h.bounds, p)
+        h.counts[i] += 1
         h.sum += p
-        h = self.kv_computed
-        h.counts[bl(h.bounds, computed)] += 1
+        h = self.kv_computed                        # the same bounds as prompt_hist
+        h.counts[i if computed == p else bl(h.bounds, computed)] += 1
         h.sum += computed
         if not getattr(req, "pooling", False):      # vLLM: no sampling params, no generation histograms
             max_tokens = req.max_tokens
             if max_tokens is None:
                 max_tokens = max(self.config.max_model_len - p, 0)
-            for h, v in ((self.gen_hist, n), (self.max_gen_hist, n), (self.params_max_tokens, max_tokens)):
-                h.counts[bl(h.bounds, v)] += 1
-                h.sum += v
-            if seq.index % max(req.n, 1) == 0:      # one observation per prompt, as vLLM's parent request
+            h = self.gen_hist
+            i = bl(h.bounds, n)
+            h.counts[i] += 1
+            h.sum += n
+            h = self.max_gen_hist                   # the same bounds and value
+            h.counts[i] += 1
+            h.sum += n
+            h = self.params_max_tokens
+            h.counts[i if max_tokens == n else bl(h.bounds, max_tokens)] += 1
+            h.sum += max_tokens
+            rn = req.n
+            if seq.index % max(rn, 1) == 0:         # one observation per prompt, as vLLM's parent request
                 h = self.params_n
-                h.counts[bl(h.bounds, req.n)] += 1
-                h.sum += req.n
+                h.counts[bl(h.bounds, rn)] += 1
+                h.sum += rn
         engine_req = getattr(seq, "engine_req", None)
         preemptions = engine_req.preemptions if engine_req is not None else 0
         h = self.request_preemptions
@@ -519,13 +534,39 @@ class MetricsRecorder:
         start = seq.started_at or arrival
         end = seq.finished_at
         first = seq.first_token_at or end
-        decode = end - first
         # durations never below 0, whatever the clocks' stamps (a histogram of seconds has no negatives)
-        for h, v in ((self.queue, max(start - arrival, 0.0)), (self.ttft, max(first - arrival, 0.0)),
-                     (self.e2e, max(end - arrival, 0.0)), (self.inference, max(end - start, 0.0)),
-                     (self.prefill, max(first - start, 0.0)), (self.decode, max(decode, 0.0))):
-            h.counts[bl(h.bounds, v)] += 1
-            h.sum += v
+        queue = start - arrival
+        queue = 0.0 if 0.0 > queue else queue      # max(queue, 0.0), as max() decides
+        e2e = end - arrival
+        e2e = 0.0 if 0.0 > e2e else e2e
+        h = self.queue
+        iq = bl(h.bounds, queue)
+        h.counts[iq] += 1
+        h.sum += queue
+        h = self.e2e                                # queue, e2e, inference, prefill, decode: one set of bounds
+        ie = bl(h.bounds, e2e)
+        h.counts[ie] += 1
+        h.sum += e2e
+        h = self.ttft
+        v = first - arrival
+        v = 0.0 if 0.0 > v else v
+        h.counts[bl(h.bounds, v)] += 1
+        h.sum += v
+        v = end - start
+        v = 0.0 if 0.0 > v else v
+        h = self.inference
+        h.counts[ie if v == e2e else bl(h.bounds, v)] += 1
+        h.sum += v
+        v = first - start
+        v = 0.0 if 0.0 > v else v
+        h = self.prefill
+        h.counts[iq if v == queue else bl(h.bounds, v)] += 1
+        h.sum += v
+        decode = end - first
+        v = 0.0 if 0.0 > decode else decode
+        h = self.decode
+        h.counts[bl(h.bounds, v)] += 1
+        h.sum += v
         tokens = len(seq.pieces)
         if tokens > 1:
             h = self.request_tpot
