@@ -247,13 +247,15 @@ def _install_lean_create(wsgi) -> None:
         protocol = protocols.get(req.version)
         if (response_class is not None or response_args or protocol is None or req._expected_100_continue
                 or req.proxy_protocol_info or hasattr(req, "priority_weight") or wsgi.os.environ.get("SCRIPT_NAME")
-                or client.__class__ is not tuple or server.__class__ is not str):
+                or client.__class__ is not tuple or (server.__class__ is not str and server.__class__ is not tuple)):
             return original(req, sock, client, server, cfg, response_class, response_args)
         where = servers.get(server)
-        if where is None:
-            parts = server.split(":")
+        if where is None:             # the listener's getsockname(): an address tuple, or a str
+            parts = server.split(":") if server.__class__ is str else server
             if len(parts) == 1:       # a unix socket: the Host header decides
                 return original(req, sock, client, server, cfg, response_class, response_args)
+            if len(servers) >= HEADER_KEYS_MEMO:
+                servers.clear()
             where = servers[server] = (parts[0], str(parts[1]))
         base = bases.get(id(cfg))
         if base is None or base[0] is not cfg:

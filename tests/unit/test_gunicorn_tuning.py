@@ -218,7 +218,9 @@ HEADS = [
 @pytest.mark.parametrize("head", HEADS)
 @pytest.mark.parametrize("client, server", [(("127.0.0.1", 4321), "127.0.0.1:8000"),
                                             (("::1", 4321, 0, 0), "[::1]:8000"),
-                                            (("10.0.0.1", 1), "/tmp/sock")])
+                                            (("10.0.0.1", 1), "/tmp/sock"),
+                                            (("127.0.0.1", 4321), ("127.0.0.1", 8000)),    # getsockname()
+                                            (("::1", 4321, 0, 0), ("::1", 8000, 0, 0))])
 def test_lean_create_gives_gunicorns_environ(head, client, server):
     """The lean ``wsgi.create`` builds the same environ (keys, values, order) and response as
     gunicorn's own, for plain heads and for the ones it hands to gunicorn."""
