@@ -44,14 +44,16 @@ Simulator choices (README, "Metrics"):
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections import OrderedDict
+from functools import partial
 
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
-from .series import FastCounter, FastHistogram  # noqa: F401 - imported from here too
+from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
@@ -146,10 +148,13 @@ class MetricsRecorder:
         self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
                                    "token in seconds (deprecated alias of inter_token_latency).")
         self.histograms.append(self.tpot)
-        self.lag = FastHistogram("vllm_sim:token_emission_lag_seconds",
-                                 "Simulator-specific: actual token emission time minus its scheduled time. "
-                                 "Large values mean the simulator, not the simulated model, is the "
-                                 "bottleneck.", LAG_BUCKETS, lv)
+        # VLLM_SIM_LAG_SAMPLES=FILE (benches): every emission lag also kept, and written to FILE at exit
+        lag_cls = partial(SampledHistogram, os.environ["VLLM_SIM_LAG_SAMPLES"]) \
+            if os.environ.get("VLLM_SIM_LAG_SAMPLES") else FastHistogram
+        self.lag = lag_cls("vllm_sim:token_emission_lag_seconds",
+                           "Simulator-specific: actual token emission time minus its scheduled time. "
+                           "Large values mean the simulator, not the simulated model, is the "
+                           "bottleneck.", LAG_BUCKETS, lv)
         self.token_lag = self.lag.observe
 
         self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
