@@ -10,7 +10,10 @@ up), and prints, for the last of ``--runs`` measured runs (after one warm-up run
 
 * the server's ``vllm_sim:token_emission_lag_seconds``: per write of a stream's chunks, the time
   the non-blocking ``send`` returned minus the end of the step that produced the tokens, on the
-  engine's timeline (p50 / p99 / p99.9 as the histogram's bucket bounds);
+  engine's timeline (p50 / p99 / p99.9 as the histogram's bucket bounds), and the same
+  percentiles exact, from every observation of the run (the server started with
+  ``VLLM_SIM_LAG_SAMPLES``, which writes them at exit; the buckets near the target are 1-2.5 ms
+  wide);
 * ``vllm_sim:engine_step_wait_seconds_total``: how long steps were held past their modelled end
   because the previous step's tokens were still going out (the engine waits for the hub rather
   than run ahead of what the clients receive), per step, and the steps' inter-token latency;
@@ -174,11 +177,17 @@ def measure(a, exe: str, root: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    samples_file = out / f"lag_samples_{port}.txt"      # every lag the server observed (VLLM_SIM_LAG_SAMPLES)
+    samples_file.unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, str(root / "app.py"), MODEL, "--latency-calculator", "step",
                              "--gpu", a.gpu, "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "4096",
                              "--force-dummy-tokenizer", "--disable-log-requests"],
-                            cwd=root, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                            cwd=root, env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                           "VLLM_SIM_LAG_SAMPLES": str(samples_file)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    window = None
     try:
         base = f"http://127.0.0.1:{port}"
         for _ in range(300):
@@ -187,8 +196,6 @@ def measure(a, exe: str, root: Path) -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        out = ROOT / "bench" / "out"
-        out.mkdir(exist_ok=True)
         results = []
         for k in range(1 + a.runs):          # the first run warms the server up
             body = json.dumps({"model": MODEL, "prompt": [1000 + i for i in range(a.prompt_tokens)],
@@ -212,6 +219,8 @@ def measure(a, exe: str, root: Path) -> None:
         def delta(name):
             return scalar(after, name) - scalar(before, name)
         lag = delta_hist("vllm_sim:token_emission_lag_seconds")
+        total = hist(before, "vllm_sim:token_emission_lag_seconds")
+        window = (int(total[-1][1]) if total else 0, int(lag[-1][1]))     # the last run's observations
         itl = delta_hist("vllm:inter_token_latency_seconds")
         steps = delta("vllm:iteration_tokens_total_count")
         wait = delta("vllm_sim:engine_step_wait_seconds_total")
@@ -232,6 +241,38 @@ def measure(a, exe: str, root: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+    exact = exact_lags(samples_file, *window) if window else None
+    if exact:
+        ratio = f" ({exact[1] / a.floor:.1f}x the floor)" if a.floor else ""
+        print(f"  emission lag, exact (the server's {len(exact[3])} observations of this run, not its buckets): "
+              f"p50 {1000 * exact[0]:.2f} ms, p99 {1000 * exact[1]:.2f} ms{ratio}, p99.9 {1000 * exact[2]:.2f} ms",
+              flush=True)
+    samples_file.unlink(missing_ok=True)
+
+
+def exact_lags(path: Path, skip: int, count: int):
+    """``(p50, p99, p99.9, lags)`` of observations ``skip .. skip + count`` of the lags the server
+    wrote to ``path`` (``value times`` lines, in order: a checkout without
+    ``VLLM_SIM_LAG_SAMPLES`` writes none, then None)."""
+    try:
+        lines = path.read_text().split("\n")
+    except OSError:
+        return None
+    lags, seen = [], 0
+    for line in lines:
+        if not line:
+            continue
+        value, times = line.split()
+        n = int(times)
+        take = min(seen + n, skip + count) - max(seen, skip)
+        if take > 0:
+            lags += [float(value)] * take
+        seen += n
+    if len(lags) != count or not lags:
+        return None
+    lags.sort()
+    at = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]     # noqa: E731
+    return at(0.5), at(0.99), at(0.999), lags
 
 
 if __name__ == "__main__":

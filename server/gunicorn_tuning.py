@@ -68,13 +68,68 @@ def install() -> None:
         return
     original_write = resp.write
 
+    heads: dict = {}              # (version, status, connection, chunked, server) -> (date, status line and
+    #                               gunicorn's default headers): rebuilt when the Date header's second changes
+
     def send_headers(self):
         if self.headers_sent:
             return
-        tosend = self.default_headers()
-        tosend.extend(["%s: %s\r\n" % (k, v) for k, v in self.headers])
-        self._held_headers = util.to_bytestring("%s\r\n" % "".join(tosend), "latin-1")
+        if self.upgrade:
+            tosend = "".join(self.default_headers())
+        else:
+            key = (self.req.version, self.status, self.should_close(), self.chunked, self.version)
+            date = util.http_date()
+            got = heads.get(key)
+            if got is None or got[0] != date:
+                if len(heads) >= HEADER_KEYS_MEMO:
+                    heads.clear()
+                got = heads[key] = (date, "".join(self.default_headers()))
+            tosend = got[1]
+        self._held_headers = (tosend + "".join(["%s: %s\r\n" % (k, v) for k, v in self.headers])
+                              + "\r\n").encode("latin-1")
         self.headers_sent = True
+
+    original_start = resp.start_response
+    statuses: dict = {}           # status line -> its code, once gunicorn's start_response accepted it
+    names: dict = {}              # response header name -> True for Content-Length, False for another
+    #                               end-to-end name, once gunicorn's process_headers accepted it
+    value_ok = wsgi.HEADER_VALUE_RE.fullmatch
+
+    def start_response(self, status, headers, exc_info=None):
+        """gunicorn's ``start_response`` with the status line's and each header name's checks
+        remembered: a status and a name gunicorn accepted once are accepted again without its
+        patterns; every value is still checked, and anything unusual (``exc_info``, a second
+        call, HEAD, a bodiless status, a hop-by-hop or new name, a value gunicorn refuses) goes
+        through gunicorn's own code, which answers it as before."""
+        code = statuses.get(status) if status.__class__ is str else None
+        if (code is None or exc_info or self.status is not None or code < 200 or code in (204, 304)
+                or self.req.method == "HEAD"):
+            write = original_start(self, status, headers, exc_info)
+            if code is None and status.__class__ is str and self.status_code is not None:
+                if len(statuses) >= HEADER_KEYS_MEMO:
+                    statuses.clear()
+                statuses[status] = self.status_code
+            return write
+        self.status = status
+        self.status_code = code
+        out = self.headers
+        for pair in headers:
+            name, value = pair
+            length = names.get(name) if name.__class__ is str else None
+            if length is None or value.__class__ is not str or not value_ok(value):
+                self.process_headers((pair,))       # gunicorn's checks: raises, or appends it
+                if name.__class__ is str and not wsgi.util.is_hoppish(name):
+                    if len(names) >= HEADER_KEYS_MEMO:
+                        names.clear()
+                    names[name] = name.lower() == "content-length"
+                continue
+            value = value.strip(" \t")
+            if length:
+                self.response_length = int(value)
+            out.append((name, value))
+        self._omits_body = False
+        self.chunked = self.is_chunked()
+        return self.write
 
     def _flush_headers(self, data: bytes = b"") -> None:
         held = self.__dict__.pop("_held_headers", None)
@@ -109,6 +164,8 @@ def install() -> None:
 
     resp.sendfile = lambda self, respiter: False     # file bodies go through write() too
     resp.send_headers = send_headers
+    start_response.original = original_start
+    resp.start_response = start_response
     resp._emit_body = _emit_body
     resp.write = write
     resp.close = close
@@ -159,6 +216,95 @@ def _install_per_request_savings() -> None:
             got = wrappers[id(cfg)] = (cfg, wrapper_cls(cfg))
         return got[1]
     wsgi.WSGIErrorsWrapper = errors_wrapper
+    _install_lean_create(wsgi)
+
+
+HEADER_KEYS_MEMO = 1024       # request header names remembered with their environ key (cleared when full)
+
+
+def _install_lean_create(wsgi) -> None:
+    """gunicorn's ``wsgi.create`` (the request's ``environ`` and ``Response``) with what never
+    changes in a running worker done once: the base environ (a copy of one dict per
+    configuration), ``SERVER_PROTOCOL`` and ``SERVER_NAME`` / ``SERVER_PORT`` per version and
+    listener, the ``HTTP_*`` key of each header name (a bounded memo), and ``PATH_INFO``
+    unquoted only when it has a ``%`` or a non-ASCII character (otherwise unquoting returns it
+    unchanged).  The same keys, values and order as gunicorn's (``tests/unit/test_gunicorn_tuning.py``
+    compares them); a request that ``create`` treats specially (``Expect: 100-continue``, the
+    PROXY protocol, HTTP/2, ``SCRIPT_NAME``, a unix socket listener, a custom response class)
+    goes through gunicorn's own."""
+    original = wsgi.create
+    if getattr(original, "_lean", False):
+        return
+    bases: dict = {}              # id(cfg) -> (cfg, base environ)
+    servers: dict = {}            # listener name -> (SERVER_NAME, SERVER_PORT) or None
+    keys: dict = {}               # header name -> environ key
+    protocols = {(1, 1): "HTTP/1.1", (1, 0): "HTTP/1.0"}
+    response_cls = wsgi.Response
+    hints = wsgi._make_early_hints_callback
+    unquote = wsgi.util.unquote_to_wsgi_str
+
+    def create(req, sock, client, server, cfg, response_class=None, response_args=()):
+        protocol = protocols.get(req.version)
+        if (response_class is not None or response_args or protocol is None or req._expected_100_continue
+                or req.proxy_protocol_info or hasattr(req, "priority_weight") or wsgi.os.environ.get("SCRIPT_NAME")
+                or client.__class__ is not tuple or (server.__class__ is not str and server.__class__ is not tuple)):
+            return original(req, sock, client, server, cfg, response_class, response_args)
+        where = servers.get(server)
+        if where is None:             # the listener's getsockname(): an address tuple, or a str
+            parts = server.split(":") if server.__class__ is str else server
+            if len(parts) == 1:       # a unix socket: the Host header decides
+                return original(req, sock, client, server, cfg, response_class, response_args)
+            if len(servers) >= HEADER_KEYS_MEMO:
+                servers.clear()
+            where = servers[server] = (parts[0], str(parts[1]))
+        base = bases.get(id(cfg))
+        if base is None or base[0] is not cfg:
+            base = bases[id(cfg)] = (cfg, wsgi.base_environ(cfg))
+        resp = response_cls(req, sock, cfg)
+        environ = base[1].copy()
+        environ["wsgi.input"] = req.body
+        environ["gunicorn.socket"] = sock
+        environ["REQUEST_METHOD"] = req.method
+        environ["QUERY_STRING"] = req.query
+        environ["RAW_URI"] = req.uri
+        environ["SERVER_PROTOCOL"] = protocol
+        repeated = None
+        for name, value in req.headers:
+            if name == "SCRIPT_NAME":     # gunicorn takes SCRIPT_NAME from such a header
+                return original(req, sock, client, server, cfg, response_class, response_args)
+            if name == "CONTENT-TYPE":
+                environ["CONTENT_TYPE"] = value
+                continue
+            if name == "CONTENT-LENGTH":
+                environ["CONTENT_LENGTH"] = value
+                continue
+            key = keys.get(name)
+            if key is None:
+                if len(keys) >= HEADER_KEYS_MEMO:
+                    keys.clear()
+                key = keys[name] = "HTTP_" + name.replace("-", "_")
+            if key in environ:
+                if repeated is None:
+                    repeated = {}
+                repeated.setdefault(key, [environ[key]]).append(value)
+            else:
+                environ[key] = value
+        if repeated is not None:
+            for key, values in repeated.items():
+                environ[key] = ",".join(values)
+        environ["wsgi.url_scheme"] = req.scheme
+        environ["REMOTE_ADDR"] = client[0]
+        environ["REMOTE_PORT"] = str(client[1])
+        environ["SERVER_NAME"], environ["SERVER_PORT"] = where
+        path = req.path
+        environ["PATH_INFO"] = unquote(path) if "%" in path or not path.isascii() else path
+        environ["SCRIPT_NAME"] = ""
+        environ["wsgi.early_hints"] = hints(req, sock, resp)
+        return resp, environ
+
+    create._lean = True
+    create.original = original
+    wsgi.create = create
 
 
 class _FrozenEnvironOs:

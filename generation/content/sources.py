@@ -45,11 +45,18 @@ def bucket_ranges(max_tokens: int) -> list[tuple[int, int]]:
             (m - 2 * w + 1, m - w), (m - w + 1, m)]
 
 
+_RANGES: dict = {}          # max_tokens -> bucket_ranges(max_tokens): a request's cap is one of few values
+
+
 def sample_capped_length(rng: random.Random, max_tokens: int) -> int:
     """Response length for a request with a cap of ``max_tokens`` tokens (>= 1)."""
     if max_tokens <= 1:
         return 1
-    ranges = bucket_ranges(max_tokens)
+    ranges = _RANGES.get(max_tokens)
+    if ranges is None:
+        if len(_RANGES) >= 4096:
+            _RANGES.clear()
+        ranges = _RANGES[max_tokens] = tuple(bucket_ranges(max_tokens))
     while True:
         r = rng.random()
         b = 0

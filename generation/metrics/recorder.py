@@ -44,14 +44,16 @@ Simulator choices (README, "Metrics"):
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections import OrderedDict
+from functools import partial
 
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.utils import floatToGoString
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
+from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
@@ -68,99 +70,6 @@ LABELS = ("model_name", "engine")
 
 
 PREEMPTION_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100)     # per request (vLLM 0.33's histogram)
-
-
-class FastHistogram:
-    """A single-series histogram for hot paths, exported through prometheus_client's
-    custom-collector API.  Not thread-safe by design: the simulator is one gevent thread."""
-
-    def __init__(self, name: str, documentation: str, buckets, labels: dict):
-        self.name = name
-        self.documentation = documentation
-        self.bounds = [float(b) for b in buckets]
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-        self.labels = labels
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def observe_n(self, value: float, n: int) -> None:
-        """``n`` observations of the same value."""
-        self.counts[bisect.bisect_left(self.bounds, value)] += n
-        self.sum += value * n
-
-    def alias(self, name: str, documentation: str) -> "FastHistogram":
-        """The same observations exported under a second name (vLLM's deprecated aliases)."""
-        other = FastHistogram(name, documentation, (), self.labels)
-        other.source = self
-        return other
-
-    source = None
-
-    def describe(self):
-        return [HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))]
-
-    def render_into(self, out: list) -> None:
-        """Append this histogram's text exposition (what ``generate_latest`` prints for
-        :meth:`collect`) to ``out``, from label strings built once: a scrape stays cheap."""
-        pre = self.__dict__.get("_prefixes")
-        src = self.source or self
-        if pre is None or len(pre[0]) != len(src.counts):
-            pre = self._prefixes = self._build_prefixes(src.bounds)
-        buckets, count_prefix, sum_prefix, head = pre
-        out.append(head)
-        acc = 0
-        for prefix, c in zip(buckets, src.counts):
-            acc += c
-            out.append(prefix + _fmt_count(acc))
-        out.append(count_prefix + _fmt_count(acc))
-        out.append(sum_prefix + floatToGoString(src.sum) + "\n")
-
-    def _build_prefixes(self, bounds):
-        def labels(extra=None):
-            items = dict(self.labels)
-            if extra:
-                items.update(extra)
-            return ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(items.items()))
-        doc = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
-        head = f"# HELP {self.name} {doc}\n# TYPE {self.name} histogram\n"
-        buckets = [f"{self.name}_bucket{{{labels({'le': floatToGoString(b)})}}} "
-                   for b in list(bounds) + [float("inf")]]
-        return (buckets, f"{self.name}_count{{{labels()}}} ", f"{self.name}_sum{{{labels()}}} ", head)
-
-    def collect(self):
-        src = self.source or self
-        fam = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
-        cum, acc = [], 0
-        for b, c in zip(src.bounds + [float("inf")], src.counts):
-            acc += c
-            cum.append((floatToGoString(b), acc))
-        fam.add_metric(list(self.labels.values()), cum, src.sum)
-        yield fam
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
-
-
-_COUNTS = [floatToGoString(float(i)) + "\n" for i in range(1024)]
-
-
-def _fmt_count(n: int) -> str:
-    return _COUNTS[n] if n < 1024 else floatToGoString(float(n)) + "\n"
-
-
-class FastCounter:
-    """A counter value; exported by :class:`MetricsRecorder`'s collector."""
-    __slots__ = ("value",)
-
-    def __init__(self):
-        self.value = 0
-
-    def inc(self, amount=1) -> None:
-        self.value += amount
 
 
 class MetricsRecorder:
@@ -230,15 +139,22 @@ class MetricsRecorder:
                                 b125)
         self.request_preemptions = hist("vllm:request_num_preemptions",
                                         "Number of preemptions of each finished request.", PREEMPTION_BUCKETS)
+        # finished() shares a bisection between histograms of one set of bounds
+        assert self.prompt_hist.bounds == self.kv_computed.bounds == self.gen_hist.bounds == \
+            self.max_gen_hist.bounds == self.params_max_tokens.bounds
+        assert self.queue.bounds == self.e2e.bounds == self.inference.bounds == self.prefill.bounds
         self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                         TPOT_BUCKETS)
         self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
                                    "token in seconds (deprecated alias of inter_token_latency).")
         self.histograms.append(self.tpot)
-        self.lag = FastHistogram("vllm_sim:token_emission_lag_seconds",
-                                 "Simulator-specific: actual token emission time minus its scheduled time. "
-                                 "Large values mean the simulator, not the simulated model, is the "
-                                 "bottleneck.", LAG_BUCKETS, lv)
+        # VLLM_SIM_LAG_SAMPLES=FILE (benches): every emission lag also kept, and written to FILE at exit
+        lag_cls = partial(SampledHistogram, os.environ["VLLM_SIM_LAG_SAMPLES"]) \
+            if os.environ.get("VLLM_SIM_LAG_SAMPLES") else FastHistogram
+        self.lag = lag_cls("vllm_sim:token_emission_lag_seconds",
+                           "Simulator-specific: actual token emission time minus its scheduled time. "
+                           "Large values mean the simulator, not the simulated model, is the "
+                           "bottleneck.", LAG_BUCKETS, lv)
         self.token_lag = self.lag.observe
 
         self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
@@ -474,7 +390,9 @@ class MetricsRecorder:
     def finished(self, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts.
         About 15 histogram observations per request, each a bisection and two adds inlined
-        here (issue 32: no list of pairs built per request)."""
+        here (issue 32: no list of pairs built per request); observations of one value on the
+        same bounds share their bisection (the prompt and its computed part when nothing was
+        cached, the generated tokens' two histograms, the six durations' equal values)."""
         reason = seq.finish_reason
         counter = self.success.get(_REASON.get(reason, reason))
         (counter or self.success["stop"]).value += 1
@@ -485,22 +403,31 @@ class MetricsRecorder:
         computed = self._count_prompt(seq)
         bl = bisect.bisect_left
         h = self.prompt_hist
-        h.counts[bl(h.bounds, p)] += 1
+        i = bl(h.bounds, p)
+        h.counts[i] += 1
         h.sum += p
-        h = self.kv_computed
-        h.counts[bl(h.bounds, computed)] += 1
+        h = self.kv_computed                        # the same bounds as prompt_hist
+        h.counts[i if computed == p else bl(h.bounds, computed)] += 1
         h.sum += computed
         if not getattr(req, "pooling", False):      # vLLM: no sampling params, no generation histograms
             max_tokens = req.max_tokens
             if max_tokens is None:
                 max_tokens = max(self.config.max_model_len - p, 0)
-            for h, v in ((self.gen_hist, n), (self.max_gen_hist, n), (self.params_max_tokens, max_tokens)):
-                h.counts[bl(h.bounds, v)] += 1
-                h.sum += v
-            if seq.index % max(req.n, 1) == 0:      # one observation per prompt, as vLLM's parent request
+            h = self.gen_hist
+            i = bl(h.bounds, n)
+            h.counts[i] += 1
+            h.sum += n
+            h = self.max_gen_hist                   # the same bounds and value
+            h.counts[i] += 1
+            h.sum += n
+            h = self.params_max_tokens
+            h.counts[i if max_tokens == n else bl(h.bounds, max_tokens)] += 1
+            h.sum += max_tokens
+            rn = req.n
+            if seq.index % max(rn, 1) == 0:         # one observation per prompt, as vLLM's parent request
                 h = self.params_n
-                h.counts[bl(h.bounds, req.n)] += 1
-                h.sum += req.n
+                h.counts[bl(h.bounds, rn)] += 1
+                h.sum += rn
         engine_req = getattr(seq, "engine_req", None)
         preemptions = engine_req.preemptions if engine_req is not None else 0
         h = self.request_preemptions
@@ -519,13 +446,39 @@ class MetricsRecorder:
         start = seq.started_at or arrival
         end = seq.finished_at
         first = seq.first_token_at or end
-        decode = end - first
         # durations never below 0, whatever the clocks' stamps (a histogram of seconds has no negatives)
-        for h, v in ((self.queue, max(start - arrival, 0.0)), (self.ttft, max(first - arrival, 0.0)),
-                     (self.e2e, max(end - arrival, 0.0)), (self.inference, max(end - start, 0.0)),
-                     (self.prefill, max(first - start, 0.0)), (self.decode, max(decode, 0.0))):
-            h.counts[bl(h.bounds, v)] += 1
-            h.sum += v
+        queue = start - arrival
+        queue = 0.0 if 0.0 > queue else queue      # max(queue, 0.0), as max() decides
+        e2e = end - arrival
+        e2e = 0.0 if 0.0 > e2e else e2e
+        h = self.queue
+        iq = bl(h.bounds, queue)
+        h.counts[iq] += 1
+        h.sum += queue
+        h = self.e2e                                # queue, e2e, inference, prefill, decode: one set of bounds
+        ie = bl(h.bounds, e2e)
+        h.counts[ie] += 1
+        h.sum += e2e
+        h = self.ttft
+        v = first - arrival
+        v = 0.0 if 0.0 > v else v
+        h.counts[bl(h.bounds, v)] += 1
+        h.sum += v
+        v = end - start
+        v = 0.0 if 0.0 > v else v
+        h = self.inference
+        h.counts[ie if v == e2e else bl(h.bounds, v)] += 1
+        h.sum += v
+        v = first - start
+        v = 0.0 if 0.0 > v else v
+        h = self.prefill
+        h.counts[iq if v == queue else bl(h.bounds, v)] += 1
+        h.sum += v
+        decode = end - first
+        v = 0.0 if 0.0 > decode else decode
+        h = self.decode
+        h.counts[bl(h.bounds, v)] += 1
+        h.sum += v
         tokens = len(seq.pieces)
         if tokens > 1:
             h = self.request_tpot

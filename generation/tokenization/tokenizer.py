@@ -184,8 +184,11 @@ class SimulatedTokenizer:
 
     def _encode_here(self, text: str) -> tuple[list[int], list[str]]:
         pcs = self.pieces(text)
-        pid = self.piece_id
-        return [pid(p) for p in pcs], pcs
+        ids = list(map(self._ids.get, pcs))      # known pieces in C; the rest as piece_id, in order
+        if None in ids:
+            pid = self.piece_id
+            ids = [pid(p) if i is None else i for i, p in zip(ids, pcs)]
+        return ids, pcs
 
     def encode_lossless(self, text: str) -> tuple[list[int], list[str]]:
         """Like :meth:`encode`, but characters the pattern drops stay attached to the piece

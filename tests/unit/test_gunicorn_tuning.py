@@ -203,3 +203,76 @@ def test_front_door_takes_a_buffered_body_as_gunicorn_reads_it(pipelined):
     partial, _ = body_reader(body[5:], body[:5])       # not all buffered: left to the timed read
     assert door._buffered(partial, len(body)) is None
     assert partial.read(len(body)) == body
+
+
+HEADS = [
+    b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}",
+    b"GET /v1/models?x=1&y=%20 HTTP/1.0\r\nHost: h\r\nAccept: a\r\naccept: b\r\nX-Request-Id: r1\r\n\r\n",
+    b"GET /a%2Fb/%7e HTTP/1.1\r\nHost: h\r\n\r\n",
+    b"GET /caf%C3%A9?q=%ZZ HTTP/1.1\r\nHost: h\r\n\r\n",
+    b"HEAD /health HTTP/1.1\r\nCookie: a=1\r\nCookie: b=2\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
+    b"POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("client, server", [(("127.0.0.1", 4321), "127.0.0.1:8000"),
+                                            (("::1", 4321, 0, 0), "[::1]:8000"),
+                                            (("10.0.0.1", 1), "/tmp/sock"),
+                                            (("127.0.0.1", 4321), ("127.0.0.1", 8000)),    # getsockname()
+                                            (("::1", 4321, 0, 0), ("::1", 8000, 0, 0))])
+def test_lean_create_gives_gunicorns_environ(head, client, server):
+    """The lean ``wsgi.create`` builds the same environ (keys, values, order) and response as
+    gunicorn's own, for plain heads and for the ones it hands to gunicorn."""
+    from gunicorn.config import Config
+    from gunicorn.http.unreader import IterUnreader
+
+    from server.request_head import LeanRequest
+    cfg = Config()
+    cfg.set("forwarder_headers", "")
+    original = wsgi.create.original
+    assert getattr(wsgi.create, "_lean", False) and not getattr(original, "_lean", False)
+    got = []
+    for fn in (wsgi.create, original):
+        req = LeanRequest(cfg, IterUnreader([head]), client, 1)
+        sock = Sock()
+        resp, env = fn(req, sock, client, server, cfg)
+        hints = env.pop("wsgi.early_hints")
+        assert [c.cell_contents for c in hints.__closure__] == [req, resp, sock]
+        assert type(resp) is wsgi.Response and resp.req is req and resp.sock is sock and resp.cfg is cfg
+        env["wsgi.input"] = type(env["wsgi.input"])
+        env["gunicorn.socket"] = env["gunicorn.socket"] is sock
+        got.append((list(env.items()), sock.sends))
+    assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("status, headers, method", [
+    ("200 OK", [("Content-Type", "application/json"), ("Content-Length", " 12 ")], "POST"),
+    ("200 OK", [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("Connection", "close"),
+                ("X-Request-Id", "a\tb ")], "POST"),
+    ("200 OK", [("Content-Type", "application/json")], "HEAD"),
+    ("204 No Content", [("Content-Length", "0")], "POST"),
+    ("404 NOT FOUND", [("X-Bad", "a\r\nInjected: 1")], "GET"),
+    ("200 OK", [("Bad Name", "x")], "GET"),
+    ("200 OK", [(b"Content-Type", "x")], "GET"),
+    ("200 OK", [("Content-Type", b"x")], "GET"),
+    ("2000 WHAT", [], "GET"),
+    (b"200 OK", [], "GET"),
+])
+def test_remembered_start_response_is_gunicorns(status, headers, method):
+    """The same state (status, code, headers, length, chunking) or the same error as
+    gunicorn's ``start_response``, the first time (gunicorn's code) and once remembered."""
+    def run(fn):
+        req = SimpleNamespace(version=(1, 1), method=method, should_close=lambda: False)
+        cfg = SimpleNamespace(is_ssl=False, protocol="http")
+        resp = wsgi.Response(req, Sock(), cfg)
+        try:
+            fn(resp, status, list(headers))
+        except Exception as e:      # noqa: BLE001 - compared below
+            return type(e), str(e), resp.headers
+        return (resp.status, resp.status_code, resp.headers, resp.response_length, resp.chunked,
+                resp._omits_body, resp.upgrade)
+    want = run(wsgi.Response.start_response.original)
+    for _ in range(3):                    # the first call fills the memo, the next ones use it
+        assert run(wsgi.Response.start_response) == want
+

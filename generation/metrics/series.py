@@ -1,0 +1,131 @@
+"""The metrics' hot-path series (split from :mod:`generation.metrics.recorder`, which re-exports
+them): :class:`FastHistogram`, a single-series histogram whose ``observe`` is one ``bisect`` and
+two additions, exported through prometheus_client's custom-collector API or as prebuilt text,
+and :class:`FastCounter`, a plain value."""
+from __future__ import annotations
+
+import bisect
+
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+
+class FastHistogram:
+    """A single-series histogram for hot paths, exported through prometheus_client's
+    custom-collector API.  Not thread-safe by design: the simulator is one gevent thread."""
+
+    def __init__(self, name: str, documentation: str, buckets, labels: dict):
+        self.name = name
+        self.documentation = documentation
+        self.bounds = [float(b) for b in buckets]
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.labels = labels
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def observe_n(self, value: float, n: int) -> None:
+        """``n`` observations of the same value."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += n
+        self.sum += value * n
+
+    def alias(self, name: str, documentation: str) -> "FastHistogram":
+        """The same observations exported under a second name (vLLM's deprecated aliases)."""
+        other = FastHistogram(name, documentation, (), self.labels)
+        other.source = self
+        return other
+
+    source = None
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))]
+
+    def render_into(self, out: list) -> None:
+        """Append this histogram's text exposition (what ``generate_latest`` prints for
+        :meth:`collect`) to ``out``, from label strings built once: a scrape stays cheap."""
+        pre = self.__dict__.get("_prefixes")
+        src = self.source or self
+        if pre is None or len(pre[0]) != len(src.counts):
+            pre = self._prefixes = self._build_prefixes(src.bounds)
+        buckets, count_prefix, sum_prefix, head = pre
+        out.append(head)
+        acc = 0
+        for prefix, c in zip(buckets, src.counts):
+            acc += c
+            out.append(prefix + _fmt_count(acc))
+        out.append(count_prefix + _fmt_count(acc))
+        out.append(sum_prefix + floatToGoString(src.sum) + "\n")
+
+    def _build_prefixes(self, bounds):
+        def labels(extra=None):
+            items = dict(self.labels)
+            if extra:
+                items.update(extra)
+            return ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(items.items()))
+        doc = self.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        head = f"# HELP {self.name} {doc}\n# TYPE {self.name} histogram\n"
+        buckets = [f"{self.name}_bucket{{{labels({'le': floatToGoString(b)})}}} "
+                   for b in list(bounds) + [float("inf")]]
+        return (buckets, f"{self.name}_count{{{labels()}}} ", f"{self.name}_sum{{{labels()}}} ", head)
+
+    def collect(self):
+        src = self.source or self
+        fam = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
+        cum, acc = [], 0
+        for b, c in zip(src.bounds + [float("inf")], src.counts):
+            acc += c
+            cum.append((floatToGoString(b), acc))
+        fam.add_metric(list(self.labels.values()), cum, src.sum)
+        yield fam
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+_COUNTS = [floatToGoString(float(i)) + "\n" for i in range(1024)]
+
+
+def _fmt_count(n: int) -> str:
+    return _COUNTS[n] if n < 1024 else floatToGoString(float(n)) + "\n"
+
+
+class FastCounter:
+    """A counter value; exported by :class:`MetricsRecorder`'s collector."""
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+    def inc(self, amount=1) -> None:
+        self.value += amount
+
+
+class SampledHistogram(FastHistogram):
+    """A :class:`FastHistogram` that also keeps every observation, in order, as ``(value,
+    times)`` pairs, and writes them to ``path`` when the process exits (one ``value times`` line
+    each): exact percentiles for a bench (``VLLM_SIM_LAG_SAMPLES``, ``bench/engine_emission_lag.py``)
+    where the exported buckets are coarse.  16 bytes per observation call."""
+
+    def __init__(self, path: str, name: str, documentation: str, buckets, labels: dict):
+        super().__init__(name, documentation, buckets, labels)
+        from array import array
+        import atexit
+        self.values, self.times = array("d"), array("q")
+        atexit.register(self.dump, path)
+
+    def observe(self, value: float) -> None:
+        FastHistogram.observe(self, value)
+        self.values.append(value)
+        self.times.append(1)
+
+    def observe_n(self, value: float, n: int) -> None:
+        FastHistogram.observe_n(self, value, n)
+        self.values.append(value)
+        self.times.append(n)
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as fh:
+            fh.writelines(f"{v!r} {n}\n" for v, n in zip(self.values, self.times))
