@@ -56,8 +56,10 @@ def median_prediction(preds: list[dict]) -> dict:
     draw; one seed's replay compares one draw with another (the measured run), the median does not."""
     out: dict = {}
     for stage in preds[0]:
-        out[stage] = {m: statistics.median(p[stage][m] for p in preds if stage in p)
-                      for m in preds[0][stage]}
+        # a seed whose stage had no successful request has only its counts: the others decide
+        got = [p[stage] for p in preds if stage in p]
+        names = dict.fromkeys(m for g in got for m in g)
+        out[stage] = {m: statistics.median(g[m] for g in got if m in g) for m in names}
     return out
 
 

@@ -375,7 +375,7 @@ class PodReplay:
             lz.group_steps += 1
             dt = step_time(n, plan.decode_context, plan.num_chunks, plan.prefill_tokens, plan.prefill_pairs,
                            plan.prefill_context)
-            if self.jit is not None and n > self.jit.max_graph:
+            if self.jit is not None and n > self.jit.max_graph:     # (a graph-sized step: no call)
                 dt += self.jit.stall(n)
             if jitter > 0:
                 dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))

@@ -239,8 +239,6 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
     measures them.  The grid value with the least sum of squared log ratios (the mean over
     :data:`JIT_SEEDS` seeded replays / measured mean) wins: a stall queues arrivals into larger steps that may select yet another variant, so
     the response to ``t_jit`` is not smooth enough for a gradient.  Prints the table."""
-    import csv
-    import gzip
     exps = gt.load_experiments(path)
     runs = [e for e in training_runs(exps, gpu) if e.get("trace") and "default16" in e["groups"]
             and e["name"] not in set(exclude)]
@@ -250,8 +248,7 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
         _, _, model = gt.build(e, base, path)
         if not model.moe_layers:
             continue
-        with gzip.open(os.path.join(gt.data_dir(path), e["trace"]), "rt") as fh:
-            rows = [r for _, r in zip(range(first), csv.DictReader(fh))]
+        rows = gt.trace_rows(e, path, first)
         measured[e["name"]] = sum(float(r["ttft_s"]) for r in rows) / len(rows)
     if not measured:
         print(f"no traced MoE training run of {gpu}: t_jit kept at {base.t_jit}")

@@ -84,6 +84,15 @@ class Req:
     system_tokens: int
 
 
+def trace_rows(exp: dict, path: str | None = None, limit: int | None = None) -> list[dict]:
+    """The rows of a traced experiment's per-request trace (``index``, ``arrival_us``,
+    ``input_tokens``, ``output_tokens``, ``has_error``, ``e2e_s``, ``ttft_s``; strings), in order;
+    the first ``limit`` only when given."""
+    with gzip.open(os.path.join(data_dir(path), exp["trace"]), "rt") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader) if limit is None else [r for _, r in zip(range(limit), reader)]
+
+
 def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str | None = None) -> list[Req]:
     """The experiment's requests (module docstring).  ``duration_scale`` < 1 keeps the first part
     of each stage (for quick checks)."""
@@ -100,8 +109,7 @@ def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str
     reqs: list[Req] = []
     if exp.get("trace"):
         cut = _stage_cuts(exp, duration_scale)
-        with gzip.open(os.path.join(data_dir(path), exp["trace"]), "rt") as fh:
-            rows = list(csv.DictReader(fh))
+        rows = trace_rows(exp, path)
         lengths: dict[int, int] = {}
         for i, r in enumerate(rows):           # a prompt's length, from its successful requests
             if r["has_error"] == "0":
@@ -204,8 +212,7 @@ def windowed_actual(exp: dict, duration_scale: float, path: str | None = None) -
     own ITL ratio of window to stage (the peer's ITL divides by a count the trace does not hold)."""
     if duration_scale >= 1.0 or not exp.get("trace"):
         return None
-    with gzip.open(os.path.join(data_dir(path), exp["trace"]), "rt") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["has_error"] == "0"]
+    rows = [r for r in trace_rows(exp, path) if r["has_error"] == "0"]
     cut = _stage_cuts(exp, duration_scale)
     stages = exp["stages"]
     whole: dict[str, list] = {str(i): [] for i in range(len(stages))}
@@ -218,7 +225,7 @@ def windowed_actual(exp: dict, duration_scale: float, path: str | None = None) -
         if any(a <= arrival <= b for a, b in cut):
             kept[st].append(o)
     whole["-1"] = [o for v in list(whole.values()) for o in v]
-    kept["-1"] = [o for k, v in list(kept.items()) if k != "-1" for o in v]
+    kept["-1"] = [o for v in list(kept.values()) for o in v]
     out = {}
     for stage, act in exp["actual"].items():
         w, k = metrics_of(whole.get(stage, [])), metrics_of(kept.get(stage, []))
