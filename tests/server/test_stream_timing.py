@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from support import scrape, sse_events, value
+from support.hub_probe import StallWitness
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]
@@ -42,7 +43,18 @@ def timed(sim_server):
 
 
 def timed_stream(base: str, body: dict) -> tuple[float, list]:
-    """(seconds until response headers, [(seconds, chunk)...]) of a streaming request."""
+    """(seconds until response headers, [(seconds, chunk)...]) of a streaming request, taken
+    again (three tries) while a separate process saw the machine stall over 0.1 s: a stall
+    delays one gap and bunches the chunks behind it, as on CI once (gaps 0.1 / 0.95 / 0.00 s)."""
+    for _ in range(3):
+        witness = StallWitness()
+        got = _timed_stream(base, body)
+        if witness.stop() <= 0.1:
+            break
+    return got
+
+
+def _timed_stream(base: str, body: dict) -> tuple[float, list]:
     t0 = time.monotonic()
     out = []
     with httpx.stream("POST", base + CHAT, json=body, timeout=60) as r:
@@ -184,4 +196,4 @@ def test_time_to_first_token_counts_from_arrival_not_from_parsing(_pool):
         got += data
     ttft = time.monotonic() - t0
     sock.close()
-    assert 0.5 <= ttft < 0.7
+    assert 0.499 <= ttft < 0.7       # the kernel's stamp is CLOCK_REALTIME: NTP slews it up to 0.5 ms/s
