@@ -20,8 +20,15 @@ up), and prints, for the last of ``--runs`` measured runs (after one warm-up run
 * the client's view, from the probe's arrival times: its inter-token gaps, and, over the steps
   where every stream is decoding, how long after a step's first chunk reached the client each
   stream's chunk of the same step did (the spread of one step's emission, as received);
-* the floor: N bare non-blocking ``send`` s of a chunk-sized write, one per socket, to a reader
-  process on loopback: the kernel's share of one step's emission on this machine.
+* the floor: N bare non-blocking ``send`` s of a chunk-sized write, one per socket, to the same
+  C client on loopback, the sender and the client pinned as the run's server and client: the
+  kernel's share of one step's emission on this machine (and, for comparison, the same sends
+  to a Python reader, the floor this bench used to print).
+
+The server and the probe run on a CPU each (``--no-pin``: wherever the OS puts them), as in
+``timing_fidelity.py``.  Unpinned, the probe, woken by nearly every ``send``, was often run on
+the server's CPU, and one step's pass of 256 sends took 4.1 ms instead of 2.7 ms (issue 32,
+fifth round): a lag the floor, measured apart, did not have.
 """
 from __future__ import annotations
 
@@ -84,31 +91,60 @@ def step_spread(streams: list, tokens: int) -> list:
     return out
 
 
-def send_floor(n: int, steps: int = 100, size: int = 200) -> float:
-    """Median seconds for one ``send`` of ``size`` bytes on each of ``n`` loopback TCP sockets
-    (non-blocking, TCP_NODELAY as gunicorn's), a reader process draining them, one round per
-    10 ms."""
+def on_cpu(cpus: list | None, i: int):
+    """A ``preexec_fn`` that pins a child process to ``cpus[i]`` (None without pinning)."""
+    return (lambda: os.sched_setaffinity(0, {cpus[i]})) if cpus else None
+
+
+def send_floor(n: int, probe: str | None, cpus: list | None, steps: int = 100, size: int = 200) -> float:
+    """Median seconds for one ``send`` of a ``size``-byte chunk on each of ``n`` loopback TCP
+    sockets (non-blocking, TCP_NODELAY as gunicorn's), one round per 10 ms: the kernel's share
+    of one step's emission.  The receiver is the measured run's: ``probe`` (bench/sse_probe.c,
+    its sockets opened and read as in the run, the listener with the server's
+    ``SO_TIMESTAMPNS``), or with ``probe`` None a Python ``selectors`` reader (the floor this
+    bench printed before).  With ``cpus``, the sends run on ``cpus[0]`` and the receiver on
+    ``cpus[1]``, where the run puts the server and the probe: a ``send`` on loopback runs the
+    receiver's TCP in the sender's system call and wakes the receiver, so where the receiver
+    runs is part of the cost."""
     import statistics
+    import tempfile
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(n)
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(ls.getsockname()[1]), str(n)])
+    port = ls.getsockname()[1]
+    tmp = tempfile.TemporaryDirectory()
+    if probe is not None:
+        ls.setsockopt(socket.SOL_SOCKET, 35, 1)     # SO_TIMESTAMPNS, as the server's listener (Linux)
+        req = Path(tmp.name) / "request"
+        req.write_bytes(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        cmd = [probe, "127.0.0.1", str(port), str(n), str(req), str(Path(tmp.name) / "events")]
+    else:
+        cmd = [sys.executable, "-c", READER, str(port), str(n)]
+    reader = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=on_cpu(cpus, 1))
+    mine = os.sched_getaffinity(0)
     conns = [ls.accept()[0] for _ in range(n)]
     for c in conns:
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         c.setblocking(False)
-    payload = b"x" * size
+    payload = b"%X\r\n" % (size - 8) + b"data: " + b"x" * (size - 16) + b"\r\n"     # a framed SSE chunk
     samples = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
+    try:
+        if cpus:
+            os.sched_setaffinity(0, {cpus[0]})
+        time.sleep(0.05)              # the probe's requests are in (left unread: the sends are measured)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            for c in conns:
+                c.send(payload)
+            samples.append(time.perf_counter() - t0)
+            time.sleep(0.01)
+    finally:
+        os.sched_setaffinity(0, mine)
         for c in conns:
-            c.send(payload)
-        samples.append(time.perf_counter() - t0)
-        time.sleep(0.01)
-    for c in conns:
-        c.close()
-    ls.close()
-    reader.wait(10)
+            c.close()
+        ls.close()
+        reader.wait(10)
+        tmp.cleanup()
     return statistics.median(samples)
 
 
@@ -147,6 +183,9 @@ def main() -> int:
     ap.add_argument("--gpu", default="H100")
     ap.add_argument("--runs", type=int, default=1, help="measured runs after the warm-up (the last is printed)")
     ap.add_argument("--no-floor", action="store_true", help="skip the bare-send floor")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="do not pin the server and the client (and the floor's sender and reader) to "
+                         "separate CPUs")
     ap.add_argument("--against", metavar="DIR",
                     help="another checkout: measured too, alternating with this one, --rounds times")
     ap.add_argument("--rounds", type=int, default=1, help="with --against: alternating rounds")
@@ -154,11 +193,11 @@ def main() -> int:
     exe = build_probe()
     if exe is None:
         raise SystemExit("needs a C compiler for bench/sse_probe.c")
-    a.floor = None if a.no_floor else send_floor(a.streams)
-    if a.floor is not None:
-        print(f"floor: {a.streams} bare send()s of 200 bytes, one per loopback socket: {1000 * a.floor:.2f} ms "
-              f"(median), load {os.getloadavg()[0]:.2f}  (issue 32's target: emission lag p99 <= 2x the floor)",
-              flush=True)
+    cpus = sorted(os.sched_getaffinity(0))
+    a.cpus = cpus[:2] if a.pin and len(cpus) >= 2 else None
+    print(f"pinned: server on CPU {cpus[0]}, client on CPU {cpus[1]} (the floor's sender and reader the same)"
+          if a.cpus else "not pinned", flush=True)
+    a.floor = None if a.no_floor else floors(a, exe)
     if not a.against:
         measure(a, exe, ROOT)
     else:
@@ -167,8 +206,20 @@ def main() -> int:
                 print(f"-- round {rnd + 1}: {label} checkout ({root}), load {os.getloadavg()[0]:.2f}", flush=True)
                 measure(a, exe, root)
     if a.floor is not None:
-        print(f"floor again: {1000 * send_floor(a.streams):.2f} ms, load {os.getloadavg()[0]:.2f}")
+        floors(a, exe, "floor again")
     return 0
+
+
+def floors(a, exe: str, what: str = "floor") -> float:
+    """The floor against the run's receiver (the C probe, pinned as the run), printed with the
+    one against a Python reader for comparison; returns the first."""
+    fair = send_floor(a.streams, exe, a.cpus)
+    python_reader = send_floor(a.streams, None, a.cpus)
+    print(f"{what}: {a.streams} bare send()s of 200 bytes, one per loopback socket, to the run's C client: "
+          f"{1000 * fair:.2f} ms (median; {1e6 * fair / a.streams:.1f} us a send); to a Python reader: "
+          f"{1000 * python_reader:.2f} ms; load {os.getloadavg()[0]:.2f}  (issue 32's target: emission lag p99 "
+          f"<= 2x the first)", flush=True)
+    return fair
 
 
 def measure(a, exe: str, root: Path) -> None:
@@ -197,6 +248,9 @@ def measure(a, exe: str, root: Path) -> None:
             except httpx.HTTPError:
                 time.sleep(0.1)
         results = []
+        if a.cpus:                           # every thread of the server on the first CPU
+            for tid in os.listdir(f"/proc/{proc.pid}/task"):
+                os.sched_setaffinity(int(tid), {a.cpus[0]})
         for k in range(1 + a.runs):          # the first run warms the server up
             body = json.dumps({"model": MODEL, "prompt": [1000 + i for i in range(a.prompt_tokens)],
                                "max_tokens": a.tokens, "ignore_eos": True, "stream": True})
@@ -206,7 +260,7 @@ def measure(a, exe: str, root: Path) -> None:
             req_file.write_text(req)
             before = httpx.get(base + "/metrics").text
             r = subprocess.run([exe, "127.0.0.1", str(port), str(a.streams), str(req_file), str(out_file)],
-                               capture_output=True, timeout=300)
+                               capture_output=True, timeout=300, preexec_fn=on_cpu(a.cpus, 1))
             if r.returncode:
                 raise SystemExit(f"sse_probe failed: {r.stderr.decode()[-300:]}")
             after = httpx.get(base + "/metrics").text

@@ -260,6 +260,27 @@ class HubEmitter:
         if not self.active:
             return
         schedule = self.schedule
+        # The usual tick, inline: exactly one token due, not the schedule's last, latencies not
+        # swapped.  What TokenSchedule.due does for it (the same times, the same observations
+        # after the render), without its calls and loops: ~1 us of a token's ~15 (issue 32).
+        k = schedule.next
+        first, start, itl = schedule.first, schedule.start, schedule.itl
+        at = first + (k - start) * itl
+        now = monotonic()
+        if (at <= now < first + (k + 1 - start) * itl and k + 1 < schedule.stop
+                and schedule.latency.config.__dict__ is schedule.config_values):
+            try:
+                data = schedule.render(k)
+            except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+                self._hand_back(("error", e))
+                return
+            schedule.next = k + 1
+            schedule.lag(now - at)
+            schedule.itl_obs(now - schedule.prev)
+            schedule.prev = now
+            if data:
+                self._send(data)
+            return
         data = self._render_due()
         if data is _ERROR:
             return

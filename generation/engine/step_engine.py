@@ -284,14 +284,9 @@ class StepEngine:
         loop = self._loop()
         loop.update_now()
         now = monotonic()
-        if now < deadline:               # never early: armed END_LEAD early, the rest is slept here
-            if deadline - now > 2 * END_LEAD:        # (libev's cached clock was stale: wait again)
-                self._arm(deadline, self._end_step)
-                return
-            while now < deadline:
-                _sleep(deadline - now)
-                now = monotonic()
-            loop.update_now()
+        if deadline - now > 2 * END_LEAD:        # (libev's cached clock was stale: wait again)
+            self._arm(deadline, self._end_step)
+            return
         cpu = thread_time()
         plan = self.plan
         self.plan = None
@@ -302,7 +297,16 @@ class StepEngine:
         self.last_end = end
         # the hub's work since the last step (requests, stream ends) delays this step's sends
         start = max(end, self.hub_free + (cpu - self.hub_cpu))
+        # The step's bookkeeping (0.2-0.6 ms at 256 requests) runs in the timer's lead, before
+        # the sleep to its end: nothing else runs until the sleep ends (a blocking one), and the
+        # step's sends then leave at its end instead of after the bookkeeping (issue 32).
         emitted = self.scheduler.complete(plan, end)
+        now = monotonic()
+        if now < deadline:               # never early: armed END_LEAD early, the rest is slept here
+            while now < deadline:
+                _sleep(deadline - now)
+                now = monotonic()
+            loop.update_now()
         if self.presend is not None and emitted:
             self.presend(emitted)
         if self.fe is not None and emitted:     # streaming the step's tokens takes the frontend's CPU

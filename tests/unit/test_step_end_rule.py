@@ -173,3 +173,40 @@ def test_the_frontend_delay_is_a_floor_even_on_a_loop_whose_clock_is_stale():
     run_until_done([req])
     assert req.queued_at >= arrival + 0.007
     assert req.first_token >= arrival + 0.007 + 0.005
+
+
+def test_a_step_is_completed_in_its_timers_lead_and_sent_at_its_end(monkeypatch):
+    """The end-of-step timer fires END_LEAD early and sleeps the rest (blocking): the step's
+    bookkeeping (Scheduler.complete) runs before that sleep, and the step's sends (presend)
+    after it, never before the step's end."""
+    from generation.engine import step_engine
+    engine, _ = engine_for(0.005)
+    log = []
+    real_sleep, real_complete = step_engine._sleep, engine.scheduler.complete
+
+    def sleep(seconds):
+        log.append(("sleep", time.monotonic()))
+        real_sleep(seconds)
+
+    def complete(plan, end):
+        log.append(("complete", time.monotonic()))
+        return real_complete(plan, end)
+
+    def presend(emitted):
+        log.append(("presend", time.monotonic(), emitted[0].last_token))
+    monkeypatch.setattr(step_engine, "_sleep", sleep)
+    engine.scheduler.complete = complete
+    engine.presend = presend
+    reqs = [add(engine, 6), add(engine, 6)]
+    run_until_done(reqs)
+    steps, current = [], []
+    for entry in log:
+        current.append(entry[0])
+        if entry[0] == "presend":
+            assert entry[1] >= entry[2]                      # never before the step's end
+            steps.append(current)
+            current = []
+    assert len(steps) == 6
+    for kinds in steps:      # per step: the bookkeeping, the sleep to the end (if any), the sends
+        assert kinds[0] == "complete" and set(kinds[1:-1]) <= {"sleep"}, steps
+    assert any("sleep" in kinds for kinds in steps)          # the timer's lead was used

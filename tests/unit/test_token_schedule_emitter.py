@@ -169,6 +169,42 @@ def test_a_renderer_error_in_a_schedule_reaches_the_greenlet():
     assert lags == itls == []                         # nothing sent, nothing recorded
 
 
+def test_a_tick_records_what_token_schedule_due_records(monkeypatch):
+    """The tick's inline path (one token due, not the last, latencies as they were) sends and
+    observes exactly what TokenSchedule.due would; two tokens due at once, a swapped config
+    and the last token take due() itself.  Compared against a twin schedule driven by due()."""
+    from server import sse_emitter
+    server, client, resp = stream_pair()
+    now = [0.0]
+    monkeypatch.setattr(sse_emitter, "monotonic", lambda: now[0])
+    (metrics, lags, itls), (twin_metrics, twin_lags, twin_itls) = fake_metrics(), fake_metrics()
+    s = fake_seq()
+    latency = SimpleNamespace(config=SimpleNamespace(), constant_itl=lambda: 0.02)
+    sched = TokenSchedule(s, 1, 7, 10.0, 0.02, 9.98, metrics, latency)
+    twin = TokenSchedule(s, 1, 7, 10.0, 0.02, 9.98, twin_metrics, latency)
+    sched.render = twin.render = lambda k: b"data: %d\n\n" % k
+    emitter = HubEmitter(s, iter([]), resp, server._sock)
+    emitter.active, emitter.schedule = True, sched
+    sent = []
+    for t in (10.005, 10.0301, 10.0599):   # one token due each: 1, 2, then 3 (10.04) late but alone
+        now[0] = t
+        emitter._tick()
+        sent.append(twin.due(t))
+    latency.config = SimpleNamespace()     # a config swapped, the same ITL: due() takes it
+    now[0] = 10.061
+    emitter._tick()                        # token 4 (10.06)
+    sent.append(twin.due(10.061))
+    now[0] = 10.1001
+    emitter._tick()                        # tokens 5 (10.08) and 6 (10.10, the last) in one write
+    sent.append(twin.due(10.1001))
+    emitter.active = False
+    assert sched.next == twin.next == 7 and emitter.schedule is None and None not in sent
+    assert lags == twin_lags and itls == twin_itls and len(lags) == 6
+    assert lags[0] == 10.005 - 10.0 and itls[0] == 10.005 - 9.98 and lags[2] == 10.0599 - 10.04
+    got = read_all(client, b"data: 6\n\n\r\n")
+    assert got == b"".join(b"%X\r\n%s\r\n" % (len(d), d) for d in sent) and resp.sent == sum(map(len, sent))
+
+
 def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
     """After its last token, a stream's end (its final chunks) runs when the loop has nothing
     due, or after at most one ITL (20 ms at most) when the loop is never idle."""
