@@ -114,3 +114,20 @@ def test_a_partial_replay_is_scored_against_the_same_requests():
             assert whole[st][m] == pytest.approx(act[m], rel=1e-2)   # the peer's percentiles differ a little
     part = gt.windowed_actual(e, 0.3)
     assert set(part) == set(e["actual"]) and part["0"]["ttft_mean"] != e["actual"]["0"]["ttft_mean"]
+
+
+def test_itl_by_requests_in_flight():
+    """bench/engine_concurrency.py's arithmetic: a request's decode ITL and the mean count in
+    flight over its decode (8 instants, the last at its end, where it no longer counts)."""
+    spec = importlib.util.spec_from_file_location("engine_concurrency",
+                                                  os.path.join(ROOT, "bench", "engine_concurrency.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    counts, itls = bench.itl_by_concurrency([0.0, 0.0, 0.0, 5.0], [0.1, 0.1, 0.1, 0.1], [1.1, 1.1, 1.1, 0.5],
+                                            [101, 101, 101, 10])
+    assert sorted(counts.tolist()) == [2.625, 2.625, 2.625]     # the 10-token request is left out
+    assert itls.tolist() == pytest.approx([10.0, 10.0, 10.0])
+    bins = bench.binned(counts, itls)
+    assert list(bins) == [0] and bins[0][1] == 3 and bins[0][0] == pytest.approx(10.0)
+    two = {0: (10.0, 40), 10: (12.0, 40)}
+    assert bench.slope(two, [0, 10]) == pytest.approx(200.0)    # 2 ms over 10 in flight
