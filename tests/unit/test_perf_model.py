@@ -79,6 +79,24 @@ def test_async_scheduling_hides_a_share_of_the_cpu():
         replace(C, cpu_hidden=1.5).validate()
 
 
+def test_cpu_overlap_takes_a_soft_maximum_of_gpu_and_cpu():
+    """``cpu_overlap`` p > 0 (opt-in): with async scheduling a step is (gpu^p + cpu^p)^(1/p) in
+    place of the hidden share, so a CPU far shorter than the step hides almost entirely; without
+    async scheduling the two still add up."""
+    c = replace(C, cpu_hidden=0.5, t0=1e-3, t_seq=1e-5)
+    d, ctx = 64, 64 * 2000
+    summed = StepModel(H100, LLAMA8, constants=replace(c, cpu_hidden=0.0)).step_time(d, ctx, 0, 0, 0.0, 0)
+    cpu = 1e-3 + 1e-5 * d
+    gpu = summed - cpu
+    two = StepModel(H100, LLAMA8, constants=replace(c, cpu_overlap=2.0))
+    assert two.step_time(d, ctx, 0, 0, 0.0, 0) == pytest.approx((gpu ** 2 + cpu ** 2) ** 0.5, rel=1e-12)
+    assert two.terms(d, ctx, 0, 0, 0.0, 0)["cpu_overlap"] == 2.0
+    assert StepModel(H100, LLAMA8, constants=replace(c, cpu_overlap=2.0), async_scheduling=False).step_time(
+        d, ctx, 0, 0, 0.0, 0) == pytest.approx(summed, rel=1e-12)
+    with pytest.raises(ConfigError, match="cpu_overlap"):
+        replace(C, cpu_overlap=0.5).validate()
+
+
 def test_small_gemms_compute_as_if_m_half_rows_more():
     """m_half: a GEMM of M rows reaches eta_f M / (M + m_half) of the peak, so its FLOP time is
     that of M + m_half rows at eta_f (the lm_head's rows are not affected)."""

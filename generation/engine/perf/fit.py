@@ -365,9 +365,9 @@ def main(argv=None) -> int:
     print(f"{len(runs)} runs", flush=True)
     r0 = obj(x0)
     print(f"{len(runs)} runs, {len(r0)} residuals; start RMS {float(np.sqrt(np.mean(r0 ** 2))):.4f}", flush=True)
-    lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k in ("overlap", "m_half") else 0.01 if k == "cpu_hidden" else
+    lo = np.array([math.log(0.2 if k.startswith("eta") else 1.0 if k in ("overlap", "m_half", "cpu_overlap") else 0.01 if k == "cpu_hidden" else
                             1e-14 if k == "t_vocab" else 1e-7) for k in FREE])
-    hi = np.array([math.log(1.0 if k.startswith("eta") or k == "cpu_hidden" else 50.0 if k == "overlap" else 4096.0 if k == "m_half" else
+    hi = np.array([math.log(1.0 if k.startswith("eta") or k == "cpu_hidden" else 50.0 if k in ("overlap", "cpu_overlap") else 4096.0 if k == "m_half" else
                             1e-8 if k == "t_vocab" else 0.05) for k in FREE])
     x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
     least_squares(obj, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.03,

@@ -12,6 +12,7 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
     fixed  = t_layer layers + t_moe moe_layers [+ t_fp8 layers] + t_vocab vocab S
     gpu    = fixed + gemm + attn + comm,   cpu = t0 + t_seq S
     step   = gpu + cpu - h min(gpu, cpu)  [+ kv_reload_tokens kv_bytes_per_token / PCIe]
+             (with cpu_overlap p_c > 0: smax(gpu, cpu) at exponent p_c in place of the share h)
 
 - ``W_read``: the weights one step reads, per GPU: the dense part and, for a MoE model, the
   experts its ``T`` tokens route to (expected distinct share ``1 - (1 - k/E)^T``, read at a
@@ -78,6 +79,10 @@ class PerfConstants:
     layer); ``t_vocab``: per sampled row and vocabulary entry; ``t_fp8``: per layer, with FP8
     weights on FP8 tensor cores (the activations' dynamic quantization before each GEMM); ``t_ar``: fixed cost of one all-reduce; ``t_eager``: per layer without CUDA graphs;
     ``m_half``: GEMM rows (tokens) at which the GEMMs reach half of ``eta_f``;
+    ``cpu_overlap``: with async scheduling, 0 (the default: ``cpu_hidden`` applies) or the exponent
+    ``p`` of a soft maximum of the GPU's and the CPU's time in its place, ``smax(gpu, cpu)``: a CPU
+    much shorter than the step hides entirely, where a fixed share leaves a per-sequence cost
+    visible under steps of any length (README: Fidelity; not in the shipped profiles yet);
     ``cpu_hidden``: with async scheduling, the share of the per-step CPU (``t0 + t_seq S``) that
     the GPU's work hides (0: they add up; 1: the step takes the longer of the two);
     ``t_jit``: a MoE model's stall the first time a step runs a fused-MoE kernel variant that
@@ -104,6 +109,7 @@ class PerfConstants:
     m_half: float = 0.0
     cpu_hidden: float = 0.0
     t_jit: float = 0.0
+    cpu_overlap: float = 0.0
     fe_in: float = 3e-3
     fe_out: float = 2e-3
     fe_request: float = 1.5e-3
@@ -120,6 +126,8 @@ class PerfConstants:
                 raise ConfigError(f"{source}: {f.name} must be in (0, 1.5], got {v!r}", param="step-time-profile")
             if f.name == "cpu_hidden" and v > 1:
                 raise ConfigError(f"{source}: cpu_hidden must be in [0, 1], got {v!r}", param="step-time-profile")
+            if f.name == "cpu_overlap" and 0 < v < 1:
+                raise ConfigError(f"{source}: cpu_overlap must be 0 or >= 1, got {v!r}", param="step-time-profile")
             if f.name == "overlap" and v < 1:
                 raise ConfigError(f"{source}: overlap must be >= 1, got {v!r}", param="step-time-profile")
             if not f.name.startswith("eta_") and v < 0:
@@ -305,6 +313,7 @@ class StepModel:
         self._t_vocab = c.t_vocab * self.arch.vocab_size
         self._t0, self._t_seq = c.t0, c.t_seq
         self._hidden = c.cpu_hidden if self.async_scheduling else 0.0
+        self._pc = c.cpu_overlap if self.async_scheduling else 0.0
         # the sum's own order of operations when nothing is hidden (results bit for bit as before)
         self._fixed_all = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers + c.t_fp8 * self.fp8_layers
                            + (c.t_eager * layers if self.enforce_eager else 0.0))
@@ -347,7 +356,12 @@ class StepModel:
             att = a * (1.0 + (kv / a) ** p) ** q
         else:
             att = kv * (1.0 + (a / kv) ** p) ** q if kv else 0.0
-        if self._hidden:
+        if self._pc:
+            gpu = self._fixed + self._t_vocab * rows + g + att + self._comm0 + self._c_comm * padded
+            cpu = self._t0 + self._t_seq * rows
+            hi, lo = (gpu, cpu) if gpu > cpu else (cpu, gpu)      # smax(gpu, cpu), exponent cpu_overlap
+            t = hi * (1.0 + (lo / hi) ** self._pc) ** (1.0 / self._pc)
+        elif self._hidden:
             gpu = self._fixed + self._t_vocab * rows + g + att + self._comm0 + self._c_comm * padded
             cpu = self._t0 + self._t_seq * rows
             t = gpu + cpu - self._hidden * (cpu if cpu < gpu else gpu)
@@ -365,7 +379,7 @@ class StepModel:
         rows = num_decode + num_chunks
         w = self._w_fixed + self._w_experts * (1.0 - self._untouched ** padded)
         return {"fixed": self._fixed + self._t_vocab * rows, "cpu": self._t0 + self._t_seq * rows,
-                "cpu_hidden": self._hidden, "weights": w, "overlap": self._p,
+                "cpu_hidden": self._hidden, "cpu_overlap": self._pc, "weights": w, "overlap": self._p,
                 "gemm_flops": self._c_lin * (padded + self._m_half) + self._c_head * rows,
                 "attn_flops": self._c_attn * (decode_context + prefill_pairs),
                 "kv_read": self._c_kv * (decode_context + prefill_context + tokens),
