@@ -42,8 +42,7 @@ def test_a_rebuilt_workload_is_seeded_poisson_per_stage():
     assert reqs == gt.workload(e, seed=0) and reqs != gt.workload(e, seed=1)
     s0 = [r for r in reqs if r.arrival <= 600]
     assert abs(len(s0) - 4800) < 250 and abs(len(reqs) - len(s0) - 12000) < 400
-    lengths = {r.prompt for r in reqs}, [r.prompt_tokens for r in reqs]
-    assert len(lengths[0]) == 100                              # inference-perf's 10 x 10 prompts
+    assert len({r.prompt for r in reqs}) == 100                 # inference-perf's 10 x 10 prompts
     per_prompt = {r.prompt: r.prompt_tokens for r in reqs}
     assert all(per_prompt[r.prompt] == r.prompt_tokens for r in reqs)   # a prompt keeps its length
     nominal = round(547 * gt.PROMPT_EXPANSION)

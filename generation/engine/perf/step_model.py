@@ -356,15 +356,14 @@ class StepModel:
             att = a * (1.0 + (kv / a) ** p) ** q
         else:
             att = kv * (1.0 + (a / kv) ** p) ** q if kv else 0.0
-        if self._pc:
+        if self._hidden or self._pc:
             gpu = self._fixed + self._t_vocab * rows + g + att + self._comm0 + self._c_comm * padded
             cpu = self._t0 + self._t_seq * rows
-            hi, lo = (gpu, cpu) if gpu > cpu else (cpu, gpu)      # smax(gpu, cpu), exponent cpu_overlap
-            t = hi * (1.0 + (lo / hi) ** self._pc) ** (1.0 / self._pc)
-        elif self._hidden:
-            gpu = self._fixed + self._t_vocab * rows + g + att + self._comm0 + self._c_comm * padded
-            cpu = self._t0 + self._t_seq * rows
-            t = gpu + cpu - self._hidden * (cpu if cpu < gpu else gpu)
+            if self._pc:                     # smax(gpu, cpu) at exponent cpu_overlap
+                hi, lo = (gpu, cpu) if gpu > cpu else (cpu, gpu)
+                t = hi * (1.0 + (lo / hi) ** self._pc) ** (1.0 / self._pc)
+            else:
+                t = gpu + cpu - self._hidden * (cpu if cpu < gpu else gpu)
         else:
             t = self._fixed_all + self._t_row * rows + g + att + self._comm0 + self._c_comm * padded
         if kv_reload_tokens:
