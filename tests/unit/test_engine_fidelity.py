@@ -130,3 +130,24 @@ def test_itl_by_requests_in_flight():
     assert list(bins) == [0] and bins[0][1] == 3 and bins[0][0] == pytest.approx(10.0)
     two = {0: (10.0, 40), 10: (12.0, 40)}
     assert bench.slope(two, [0, 10]) == pytest.approx(200.0)    # 2 ms over 10 in flight
+
+
+def test_the_replicate_floor():
+    """bench/engine_replicates.py: the best single figure under a relative error is the 1/y-weighted
+    median, and the floor is its errors summed over the group records, over the set's records."""
+    spec = importlib.util.spec_from_file_location("engine_replicates",
+                                                  os.path.join(ROOT, "bench", "engine_replicates.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    best, cost = bench.best_constant([75.0, 78.0, 78.0, 253.0, 256.0])
+    assert best == 78.0 and cost == pytest.approx(3 / 75 + 175 / 253 + 178 / 256)
+    assert bench.best_constant([100.0]) == (100.0, 0.0)
+    base = {"model": "m", "hardware": "H100", "tp": 1, "precision": "FP16", "workload": "general",
+            "stages": [{"rate": 8, "duration": 600}]}
+    exps = [dict(base, name="a", actual={"0": {"ttft_p99": 50.0}}),
+            dict(base, name="b", cpu_offload=True, actual={"0": {"ttft_p99": 100.0}}),
+            dict(base, name="c", model="other", actual={"0": {"ttft_p99": 10.0}})]
+    floor, groups = bench.replicate_floor(exps)
+    assert [names for names, _ in groups] == [["a", "b"]]
+    assert floor == {"ttft_p99": pytest.approx(100 * 0.5 / 3)}     # best 50: |50 - 100| / 100, over 3 records
+    assert bench.replicate_floor(exps, same_offload=True)[0] == {"ttft_p99": 0.0}
