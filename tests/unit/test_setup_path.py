@@ -2,9 +2,16 @@
 
 * ``schemas.common._fast_load`` calls a field's ``_deserialize`` directly for a value that is
   not None when the field has no validators or pre/post-load functions: every request schema,
-  on valid and invalid bodies, loads to what marshmallow's full load gives (or the same error).
-"""
+  on valid and invalid bodies, loads to what marshmallow's full load gives (or the same error);
+* ``server.worker.NamedListener`` answers ``getsockname`` from the one read at start;
+* log records leave the thread out (``server.worker.no_thread_names_in_logs``): no format of
+  the server's prints it;
+* ``server.sse_emitter.usable_response`` asks ``hasattr(sock, "do_handshake")`` only of sockets
+  other than gevent's plain one, for which the answer is no."""
 from __future__ import annotations
+
+import logging
+import socket
 
 import pytest
 from marshmallow import ValidationError, validate
@@ -103,3 +110,50 @@ def test_a_changed_body_is_loaded_anew():
     with pytest.raises(Exception) as e:
         common.load(chat_request_schema, {"messages": [{"role": "user", "content": "b"}], "max_tokens": True})
     assert "max_tokens" in str(e.value)
+
+
+def test_named_listener_reads_its_name_once_and_passes_the_rest():
+    from server.worker import NamedListener
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    try:
+        named = NamedListener(sock)
+        assert named.getsockname() == sock.getsockname()
+        assert named.fileno() == sock.fileno() and named.family == sock.family
+    finally:
+        sock.close()
+
+
+def test_no_server_log_format_prints_the_thread():
+    from server.logs import ACCESS_FORMAT, LOG_FORMAT
+    for fmt in (LOG_FORMAT, ACCESS_FORMAT):
+        assert "thread" not in fmt.lower()
+    from server.worker import no_thread_names_in_logs
+    before = logging.logThreads
+    try:
+        no_thread_names_in_logs()
+        record = logging.LogRecord("x", logging.INFO, __file__, 1, "m %s", ("a",), None)
+        assert logging.Formatter(LOG_FORMAT).format(record).endswith(": m a")
+    finally:
+        logging.logThreads = before
+
+
+def test_usable_response_on_plain_and_tls_sockets():
+    from types import SimpleNamespace
+
+    from gevent import socket as gsocket
+
+    from blueprints.streaming import WRITE_KEY
+    from server.sse_emitter import usable_response
+    plain = gsocket.socket()
+    try:
+        assert not hasattr(plain, "do_handshake")
+        resp = SimpleNamespace(sock=plain, headers_sent=True)
+        resp.write = lambda data: None
+        write = SimpleNamespace(__self__=resp)
+        assert usable_response({WRITE_KEY: write, "gunicorn.socket": plain}) == (resp, plain._sock)
+        tls = SimpleNamespace(do_handshake=lambda: None, _sock=plain._sock)
+        resp.sock = tls
+        assert usable_response({WRITE_KEY: write, "gunicorn.socket": tls}) is None
+    finally:
+        plain.close()
