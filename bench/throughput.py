@@ -9,7 +9,8 @@ Starts a simulator with zero latency (or uses ``--url`` of a running one) and dr
 
 Prints requests/s for small non-streaming chat and completions requests, and chunks/s for
 streaming chat requests (each with ``max_tokens`` content chunks, the last carrying the finish
-reason, plus the role and [DONE] frames).
+reason, plus the role and [DONE] frames), each with the server's CPU per request (user + system,
+access log included) when it started the server.
 """
 from __future__ import annotations
 
@@ -56,21 +57,40 @@ def start_server(extra: list[str], root: str = ROOT) -> tuple[subprocess.Popen, 
     raise SystemExit("server did not start")
 
 
-def wrk(base: str, path: str, body: dict, duration: int, connections: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the server process ``pid`` (``/proc``; 0.0 where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(base: str, path: str, body: dict, duration: int, connections: int, pid: int | None = None) -> dict:
     script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
     script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                  f"wrk.body = [[{json.dumps(body)}]]\n"
                  "done = function(summary, latency, requests)\n"
                  '  io.write(string.format("NON2XX %d\\n", summary.errors.status))\nend\n')
     script.close()
+    c0 = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "-s", script.name,
                           "--latency", base + path], capture_output=True, text=True).stdout
+    cpu = cpu_seconds(pid) - c0 if pid else None
     os.unlink(script.name)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p50 = re.search(r"50%\s+([\d.]+\w+)", out).group(1)
     p99 = re.search(r"99%\s+([\d.]+\w+)", out).group(1)
     non2xx = int(re.search(r"NON2XX (\d+)", out).group(1))
-    return {"rps": rps, "p50": p50, "p99": p99, "non2xx": non2xx}
+    n = int(re.search(r"(\d+) requests in", out).group(1))
+    return {"rps": rps, "p50": p50, "p99": p99, "non2xx": non2xx,
+            "cpu_us": cpu / max(n, 1) * 1e6 if cpu is not None else None}
+
+
+def _cpu(r: dict) -> str:
+    """The server's CPU per request (whole process, access log included), when it is known."""
+    return f"  server CPU {r['cpu_us']:5.0f} us/request" if r.get("cpu_us") is not None else ""
 
 
 def main() -> None:
@@ -88,10 +108,10 @@ def main() -> None:
         servers = [("this", *start_server([])), ("other", *start_server([], os.path.abspath(args.against)))]
         try:
             for rnd in range(args.rounds):
-                for label, _, base in (servers if rnd % 2 == 0 else servers[::-1]):
+                for label, server, base in (servers if rnd % 2 == 0 else servers[::-1]):
                     print(f"-- round {rnd + 1}, {label} checkout ({ROOT if label == 'this' else args.against}), "
                           f"load {loadavg()}", flush=True)
-                    run_workloads(base, args)
+                    run_workloads(base, args, server.pid)
         finally:
             for _, proc, _ in servers:
                 proc.terminate()
@@ -103,29 +123,29 @@ def main() -> None:
         proc, base = start_server([])
     try:
         print(f"load {loadavg()}", flush=True)
-        run_workloads(base, args)
+        run_workloads(base, args, proc.pid if proc else None)
     finally:
         if proc:
             proc.terminate()
             proc.wait()
 
 
-def run_workloads(base: str, args) -> None:
+def run_workloads(base: str, args, pid: int | None = None) -> None:
     msg = [{"role": "user", "content": "Hello, how are you today?"}]
     r = wrk(base, "/v1/chat/completions", {"model": "test-model", "messages": msg, "max_tokens": 10},
-            args.duration, args.connections)
+            args.duration, args.connections, pid)
     print(f"non-streaming chat:        {r['rps']:9.0f} requests/s   p50 {r['p50']:>8}  p99 {r['p99']:>8}"
-          f"  non-2xx {r['non2xx']}")
+          f"  non-2xx {r['non2xx']}{_cpu(r)}")
     r = wrk(base, "/v1/completions", {"model": "test-model", "prompt": "Hello there", "max_tokens": 10},
-            args.duration, args.connections)
+            args.duration, args.connections, pid)
     print(f"non-streaming completions: {r['rps']:9.0f} requests/s   p50 {r['p50']:>8}  p99 {r['p99']:>8}"
-          f"  non-2xx {r['non2xx']}")
+          f"  non-2xx {r['non2xx']}{_cpu(r)}")
     n = args.stream_tokens
     r = wrk(base, "/v1/chat/completions", {"model": "test-model", "messages": msg, "max_tokens": n,
-                                           "ignore_eos": True, "stream": True}, args.duration, args.connections)
+                                           "ignore_eos": True, "stream": True}, args.duration, args.connections, pid)
     chunks = r["rps"] * (n + 2)         # the role chunk, n tokens (the last with the finish), [DONE]
     print(f"streaming chat ({n} tok):  {chunks:9.0f} chunks/s     ({r['rps']:.0f} streams/s, non-2xx {r['non2xx']})"
-          f"   load {loadavg()}", flush=True)
+          f"{_cpu(r)}   load {loadavg()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -304,7 +304,13 @@ def _fast_plan(schema: Schema):
         if f.data_key not in (None, name) or f.attribute not in (None, name) or f.load_default is not missing:
             return None
     required = tuple(n for n, f in fields_.items() if f.required)
-    return fields_, required, frozenset(hooked), getattr(schema, "__model__", None)
+    # Field.deserialize of a value that is neither missing nor None, for a field without
+    # validators or pre/post-load functions, is its _deserialize: called directly, without the
+    # checks that cannot apply and the ``And`` of no validators marshmallow builds per call
+    # (a third of a small body's validation, issue 32)
+    direct = {n: f._deserialize for n, f in fields_.items()
+              if not f.validators and not getattr(f, "pre_load", None) and not getattr(f, "post_load", None)}
+    return fields_, required, frozenset(hooked), getattr(schema, "__model__", None), direct
 
 
 def _fast_load(schema: Schema, body: dict):
@@ -318,7 +324,7 @@ def _fast_load(schema: Schema, body: dict):
         plan = _FAST[id(schema)] = _fast_plan(schema) or False
     if not plan:
         return None
-    fields_, required, hooked, model = plan
+    fields_, required, hooked, model, direct = plan
     for name in required:
         if name not in body:
             return None
@@ -330,7 +336,8 @@ def _fast_load(schema: Schema, body: dict):
                 continue                   # unknown keys are ignored (EXCLUDE)
             if k in hooked:
                 return None
-            data[k] = f.deserialize(v, k, body)
+            fast = direct.get(k) if v is not None else None
+            data[k] = fast(v, k, body) if fast is not None else f.deserialize(v, k, body)
     except ValidationError:
         return None
     return data if model is None else model(**data)

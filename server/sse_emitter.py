@@ -33,6 +33,7 @@ from collections import deque
 from time import monotonic
 
 from gevent.hub import Waiter, get_hub
+from gevent.socket import socket as PlainSocket
 
 from blueprints.streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, WRITE_KEY
 from generation.engine.request import ClientDisconnected
@@ -55,8 +56,9 @@ def usable_response(environ: dict):
     write = environ.get(WRITE_KEY)
     resp = getattr(write, "__self__", None)
     sock = environ.get("gunicorn.socket")
-    if resp is None or sock is None or hasattr(sock, "do_handshake"):      # an SSL socket
-        return None
+    if resp is None or sock is None or (sock.__class__ is not PlainSocket and hasattr(sock, "do_handshake")):
+        return None                 # an SSL socket (asked only of others than gevent's plain one:
+                                    # its __getattr__ raises inside the hasattr, ~1 us, issue 32)
     raw = getattr(sock, "_sock", None)          # gevent's socket wraps a non-blocking OS socket
     if raw is None or getattr(resp, "sock", None) is not sock:
         return None
