@@ -5,6 +5,7 @@ start late and drain.  Unit tier, virtual time, deterministic."""
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import pytest
@@ -17,7 +18,9 @@ from generation.fleet.autoscaler import Autoscaler, ScalingPolicy
 from generation.fleet.replay import FleetReplay
 from generation.fleet.routing import make_router
 
-STEP = build_step_model(gpu_by_name("H100"), resolve_arch("meta-llama/Llama-3.1-8B-Instruct")[0])
+# the profile the replay goldens use: these tests check routing and scaling, not the fitted constants
+GOLDEN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perf", "h100-golden.json")
+STEP = build_step_model(gpu_by_name("H100"), resolve_arch("meta-llama/Llama-3.1-8B-Instruct")[0], profile_path=GOLDEN)
 
 
 def sched(blocks=600):
