@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--scale", type=float, default=0.25)
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--window", action="store_true", help="fit as the shipped H100 profile was last fitted: "
+                   "a traced run's partial replay against the same requests' measurements (fit --window)")
     args = p.parse_args(argv)
     exps = gt.load_experiments()
     train = training_runs(exps, "H100")
@@ -67,6 +69,8 @@ def main(argv=None) -> int:
                         exclude, "--start", start, "--out", start], cwd=ROOT, check=True, stdout=sys.stderr)
         cmd = [sys.executable, "-m", "generation.engine.perf.fit", "--gpu", "H100", "--exclude", exclude,
                "--iterations", str(args.iterations), "--start", start, "--scale", str(args.scale), "--jobs", str(args.jobs), "--out", out]
+        if args.window:
+            cmd.append("--window")
         print(f"== {model}: fitting without its {len(exclude.split(','))} runs", file=sys.stderr, flush=True)
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=sys.stderr)
         unseen = mape(bench.run(held, jobs=args.jobs, profile=out))

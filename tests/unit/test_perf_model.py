@@ -80,7 +80,7 @@ def test_async_scheduling_hides_a_share_of_the_cpu():
 
 
 def test_cpu_overlap_takes_a_soft_maximum_of_gpu_and_cpu():
-    """``cpu_overlap`` p > 0 (opt-in): with async scheduling a step is (gpu^p + cpu^p)^(1/p) in
+    """``cpu_overlap`` p > 0 (the shipped form): with async scheduling a step is (gpu^p + cpu^p)^(1/p) in
     place of the hidden share, so a CPU far shorter than the step hides almost entirely; without
     async scheduling the two still add up."""
     c = replace(C, cpu_hidden=0.5, t0=1e-3, t_seq=1e-5)

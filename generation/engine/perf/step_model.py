@@ -31,9 +31,12 @@ term of its own so that a fit can weigh it (:meth:`StepModel.terms`)::
   16 beyond); ``--enforce-eager`` runs unpadded, with ``t_eager`` per layer of kernel launches;
 - ``t0`` is the per-step CPU (scheduling, input preparation, sampling setup); ``t_seq`` grows it
   with the batch (BLIS measured 0.5-5 ms per step, its issue #482).  With async scheduling the
-  engine prepares step k + 1 while the GPU runs step k, so the GPU hides a share ``h`` =
-  ``cpu_hidden`` of it (fitted; 0 without async scheduling): at large batches and long contexts
-  the GPU's work grows and the CPU's no longer adds to it;
+  engine prepares step k + 1 while the GPU runs step k, so the step takes a soft maximum of the
+  GPU's and the CPU's time, ``smax(gpu, cpu)`` at the exponent ``cpu_overlap`` (fitted, 2.9 on
+  the H100): a CPU much shorter than the step hides entirely, one near it adds partly (without
+  async scheduling the two add up).  A profile with ``cpu_overlap`` 0 hides a fixed share ``h`` =
+  ``cpu_hidden`` instead (the form of profiles before it; a fixed share left a per-sequence
+  cost visible under Mixtral's 17 ms steps, and its ITL grew 25% too fast with the batch);
   ``t_vocab`` is the sampler's work per sampled row and vocabulary entry (the logits are gathered
   and sampled over the whole vocabulary on one rank: a 152k-vocabulary model pays ~5x a 32k one).
 
@@ -82,7 +85,7 @@ class PerfConstants:
     ``cpu_overlap``: with async scheduling, 0 (the default: ``cpu_hidden`` applies) or the exponent
     ``p`` of a soft maximum of the GPU's and the CPU's time in its place, ``smax(gpu, cpu)``: a CPU
     much shorter than the step hides entirely, where a fixed share leaves a per-sequence cost
-    visible under steps of any length (README: Fidelity; not in the shipped profiles yet);
+    visible under steps of any length (README: Fidelity);
     ``cpu_hidden``: with async scheduling, the share of the per-step CPU (``t0 + t_seq S``) that
     the GPU's work hides (0: they add up; 1: the step takes the longer of the two);
     ``t_jit``: a MoE model's stall the first time a step runs a fused-MoE kernel variant that
