@@ -43,7 +43,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throughput import ROOT, free_port  # noqa: E402
+from throughput import ROOT, cpu_seconds, free_port  # noqa: E402
 
 BARE_APP = r'''
 import json, os
@@ -151,26 +151,6 @@ def lua_script(tmp: str, body: dict | None = None, bodies: list | None = None, c
         fh.write('done = function(summary, latency, requests)\n'
                  '  io.write(string.format("NON2XX %d\\n", summary.errors.status))\nend\n')
     return path
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its children (the gunicorn worker)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    pids = [pid]
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            pids += [int(p) for p in fh.read().split()]
-    except OSError:
-        pass
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-        except OSError:
-            pass
-    return total
 
 
 def wrk(url: str, script: str, duration: float, connections: int, pid: int | None = None):

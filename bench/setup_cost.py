@@ -25,18 +25,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throughput import ROOT, loadavg, start_server          # noqa: E402
+from throughput import ROOT, loadavg, pids_of, start_server          # noqa: E402
 from timing_fidelity import build_probe                      # noqa: E402
-
-
-def pids_of(pid: int) -> list[int]:
-    pids = [pid]
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            pids += [int(p) for p in fh.read().split()]
-    except OSError:
-        pass
-    return pids
 
 
 def run_ns(pid: int) -> int:

@@ -57,14 +57,29 @@ def start_server(extra: list[str], root: str = ROOT) -> tuple[subprocess.Popen, 
     raise SystemExit("server did not start")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of the server process ``pid`` (``/proc``; 0.0 where there is none)."""
+def pids_of(pid: int) -> list[int]:
+    """``pid`` and its children (``/proc``): the server, or gunicorn's arbiter and its worker."""
+    pids = [pid]
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            pids += [int(p) for p in fh.read().split()]
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        pass
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (``/proc``; 0.0 where there is none)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in pids_of(pid):
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+    return total
 
 
 def wrk(base: str, path: str, body: dict, duration: int, connections: int, pid: int | None = None) -> dict:
