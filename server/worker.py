@@ -56,6 +56,26 @@ def no_thread_names_in_logs() -> None:
     logging.logThreads = False
 
 
+def idle_of(sim):
+    """``() -> bool``: no request running or waiting on ``sim``'s engine (step mode) or on
+    ``sim`` itself (None: never idle)."""
+    if sim is None:
+        return lambda: False
+    engine = getattr(sim, "engine", None)
+    if engine is not None:
+        return lambda: not engine.scheduler.running and not engine.waiting_count()
+    return lambda: not sim.running and not sim.waiting
+
+
+def counted(arrived, handle):
+    """``handle(sock, addr)`` that first tells ``arrived()`` of the new connection
+    (:mod:`server.gc_pause`)."""
+    def on_connection(sock, addr):
+        arrived()
+        return handle(sock, addr)
+    return on_connection
+
+
 class NamedListener:
     """A listening socket whose ``getsockname()`` is read once: gunicorn's ``handle`` asks
     for it on every new connection (a system call through gevent's socket, issue 32).
@@ -160,7 +180,7 @@ class SimWorker(GeventWorker):
         from .sse_emitter import with_hub_emitter
         self.wsgi = with_hub_emitter(flask_app)      # streams may be driven from the event loop
         ext = getattr(flask_app, "extensions", {})
-        sim = ext.get("simulator")
+        sim = self._simulator = ext.get("simulator")
         self.lifecycle = ext.get("lifecycle")
         self.grace = shutdown_grace(sim.config) if sim is not None else 30.0
         self.grpc_server = None
@@ -173,11 +193,16 @@ class SimWorker(GeventWorker):
 
     def run(self):
         ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        from gevent import get_hub
+
+        from .gc_pause import install as install_gc_pause
+        sim = getattr(self, "_simulator", None)
+        arrived = install_gc_pause(get_hub().loop, idle_of(sim)).on_arrival   # no collections in a burst
         servers = []
         for s in self.sockets:
             s.setblocking(1)
-            server = accept_server(s, partial(self.handle, NamedListener(s)), self.worker_connections,
-                                   self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
+            server = accept_server(s, counted(arrived, partial(self.handle, NamedListener(s))),
+                                   self.worker_connections, self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
             server.start()
             servers.append(server)
         from .unfinished import current
