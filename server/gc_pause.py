@@ -8,7 +8,7 @@ old generation: at 1,000 streams that is 530 young and 48 middle collections, ab
 pauses (gc.callbacks, measured) inside the 200 ms.  Whenever they pushed the set-up past the
 first tokens' time, the streams not yet set up then waited for arrival turns among the tokens
 of the ones running (5 accepts a loop turn of 10-25 ms) and the burst's TTFT p99 came out
-0.3-0.8 s late instead of 25-35 ms, in about half of the runs; with the collector off, none of
+0.3-0.8 s late instead of 25-35 ms, in 14 of 20 runs one day; with the collector off, none of
 8 runs was.
 
 Serving makes no cyclic garbage in steady state (:func:`server.worker.freeze_startup_heap`), so
