@@ -19,8 +19,12 @@ moves the work: the next allocation then collects every object the burst left, i
 ``gc.freeze()``: what the burst left moves to the permanent generation, which no collection
 walks; its objects are still freed by their reference counts when the streams end.  Cyclic
 garbage among them (a client's error traceback, say) waits for :meth:`BurstPause.reclaim`: once
-the server has no request in flight, the frozen objects go back to the collector for one full
-collection (``gc.unfreeze``, ``gc.collect``, ``gc.freeze``, as at start-up).  Three bounds keep a flood
+the server has no request in flight and the permanent generation holds ``leak_bound`` objects
+more than before the first pause, they go back to the collector for one full collection
+(``gc.unfreeze``, ``gc.collect``, ``gc.freeze``, as at start-up).  That walks the whole heap
+(the start-up heap included, 0.1 s or more), so it waits for a real leak: streams that ended
+took their frozen objects with them, and a collection after every burst landed, now and then,
+on the next burst's set-up (TTFT p99 +480 ms in one of 4 runs).  Three bounds keep a flood
 from holding memory: the pause ends when the young generation's count (allocations less
 deallocations of tracked objects) passes ``cap``, or after ``longest`` seconds; after a pause
 that a bound ended, no new one starts for ``longest`` seconds.  Python collects as usual on its
@@ -40,8 +44,10 @@ class BurstPause:
     ``clock`` and ``gc`` are injectable for tests."""
 
     def __init__(self, burst: int = 50, window: float = 0.1, cap: int = 1_000_000, longest: float = 2.0,
-                 clock=monotonic, gc=_gc):
+                 leak_bound: int = 200_000, clock=monotonic, gc=_gc):
         self.burst, self.window, self.cap, self.longest = burst, window, cap, longest
+        self.leak_bound = leak_bound
+        self.baseline = None            # the permanent generation's size before the first pause
         self.clock, self.gc = clock, gc
         self.window_start = -1e18
         self.count = 0                  # arrivals in the window starting at window_start
@@ -62,6 +68,8 @@ class BurstPause:
         self.since_check += 1
         if (self.paused_at is None and self.count >= self.burst and now >= self.quiet_until
                 and self.gc.isenabled()):
+            if self.baseline is None:
+                self.baseline = self.gc.get_freeze_count()
             self.gc.disable()
             self.paused_at = now
             self.since_check = 0
@@ -89,17 +97,20 @@ class BurstPause:
 
     def reclaim(self, idle: bool, quiet: float = 1.0) -> bool:
         """With ``idle`` (no request in flight), no arrival for ``quiet`` seconds (a burst's
-        first requests are not in flight yet while they are parsed) and objects frozen by a
-        pause, and no pause on: one full collection over everything frozen, then freeze what
-        survives (the start-up heap and the server's own objects).  Returns whether it
-        collected."""
+        first requests are not in flight yet while they are parsed), no pause on, and
+        ``leak_bound`` objects more frozen than before the first pause: one full collection
+        over everything frozen, then freeze what survives (the start-up heap and the server's
+        own objects).  Returns whether it collected."""
         if not (idle and self.frozen and self.paused_at is None
                 and self.clock() - self.last_arrival >= quiet):
             return False
+        if self.gc.get_freeze_count() - self.baseline < self.leak_bound:
+            return False                # what the bursts froze was freed with their streams
         self.frozen = False
         self.gc.unfreeze()
         self.gc.collect()
         self.gc.freeze()
+        self.baseline = self.gc.get_freeze_count()
         self.reclaims += 1
         return True
 

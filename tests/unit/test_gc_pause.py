@@ -8,7 +8,7 @@ from server.gc_pause import BurstPause
 
 class FakeGC:
     def __init__(self):
-        self.enabled, self.count, self.calls = True, 0, []
+        self.enabled, self.count, self.calls, self.frozen = True, 0, [], 1000
 
     def isenabled(self):
         return self.enabled
@@ -26,6 +26,9 @@ class FakeGC:
 
     def freeze(self):
         self.calls.append("freeze")
+
+    def get_freeze_count(self):
+        return self.frozen
 
     def unfreeze(self):
         self.calls.append("unfreeze")
@@ -95,16 +98,22 @@ def test_a_flood_is_bounded_by_the_young_count_and_the_longest_pause():
     assert gc.enabled and clock.now - 102.1 >= 2.0 - 1e-9
 
 
-def test_an_idle_quiet_server_collects_the_frozen_objects_once():
-    p, gc, clock = pause_of()
+def test_an_idle_quiet_server_collects_the_frozen_objects_once_they_leak():
+    p, gc, clock = pause_of(leak_bound=500)
     assert p.reclaim(True) is False                   # nothing frozen
     for _ in range(3):
-        p.arrived()
+        p.arrived()                                   # the first pause: 1,000 frozen before it
     clock.now += 0.1
     p.check()
-    assert p.reclaim(False) is False                  # requests in flight
-    assert p.reclaim(True) is False                   # an arrival 0.1 s ago (a burst being parsed)
+    gc.frozen = 1499                                  # the burst's streams ended: 499 left
     clock.now += 1.0
+    assert p.reclaim(True) is False and p.reclaims == 0
+    gc.frozen = 1500                                  # 500 more than before: a leak
+    assert p.reclaim(False) is False                  # requests in flight
+    clock.now -= 0.9
+    assert p.reclaim(True) is False                   # an arrival 0.2 s ago (a burst being parsed)
+    clock.now += 0.9
     assert p.reclaim(True) is True and p.reclaims == 1
     assert gc.calls[-3:] == ["unfreeze", "collect", "freeze"]
+    assert p.baseline == 1500                         # what survived is the new baseline
     assert p.reclaim(True) is False                   # once per pause
