@@ -25,8 +25,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throughput import ROOT, loadavg, pids_of, start_server          # noqa: E402
-from timing_fidelity import build_probe                      # noqa: E402
+from throughput import loadavg, pids_of, start_server               # noqa: E402
+from timing_fidelity import build_probe, request_file        # noqa: E402
 
 
 def run_ns(pid: int) -> int:
@@ -55,12 +55,8 @@ def user_sys(pid: int) -> tuple[float, float]:
 
 def burst(probe: str, pid: int, port: int, n: int, ttft: float, body: bytes, cpus) -> tuple[float, float, float]:
     """(CPU us, user us, system us) per request of one burst's set-up."""
-    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-           f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
     with tempfile.TemporaryDirectory() as tmp:
-        req_file, out_file = os.path.join(tmp, "request"), os.path.join(tmp, "events")
-        with open(req_file, "wb") as fh:
-            fh.write(req)
+        req_file, out_file = request_file(tmp, "127.0.0.1", body)
         ns0, (u0, s0) = run_ns(pid), user_sys(pid)
         client = subprocess.Popen([probe, "127.0.0.1", str(port), str(n), req_file, out_file, "0", "1"],
                                   preexec_fn=(lambda: os.sched_setaffinity(0, {cpus[1]})) if cpus else None)

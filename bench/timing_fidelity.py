@@ -107,19 +107,26 @@ def build_probe() -> str | None:
     return None
 
 
+def request_file(tmp: str, host: str, body: bytes, close: bool = True) -> tuple[str, str]:
+    """``(request file, events file)`` in ``tmp`` for bench/sse_probe.c: a raw streaming chat
+    request with ``body`` (``Connection: close`` with ``close``) and where the probe writes."""
+    conn = "Connection: close\r\n" if close else ""
+    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n{conn}\r\n").encode() + body
+    req_file, out_file = os.path.join(tmp, "request"), os.path.join(tmp, "events")
+    with open(req_file, "wb") as fh:
+        fh.write(req)
+    return req_file, out_file
+
+
 def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int | None = None,
                   warm_ms: int = 0, waves: int = 1) -> list:
     """``(t_sent, [event arrival times])`` per stream, from bench/sse_probe.c (on ``cpu`` if
     given; with ``warm_ms``, the connections are opened that long before the requests go; with
     ``waves`` > 1, keep-alive connections, each wave's requests sent at once when every stream
     of the previous wave has ended, and only the last wave returned)."""
-    close = "Connection: close\r\n" if waves == 1 else ""
-    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-           f"Content-Length: {len(body)}\r\n{close}\r\n").encode() + body
     with tempfile.TemporaryDirectory() as tmp:
-        req_file, out_file = os.path.join(tmp, "request"), os.path.join(tmp, "events")
-        with open(req_file, "wb") as fh:
-            fh.write(req)
+        req_file, out_file = request_file(tmp, host, body, close=waves == 1)
         done = subprocess.run([exe, host, str(port), str(n), req_file, out_file, str(warm_ms), str(waves)],
                               check=False,
                               preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)

@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")) else PerfConstants()
     obj = Objective(runs, base, args.scale, args.data, args.jobs, args.window)
     x0 = np.array([math.log(max(getattr(base, k), 16.0) if k == "m_half" else max(getattr(base, k), 0.5)
-                            if k == "cpu_hidden" else max(getattr(base, k), 3.0) if k == "cpu_overlap"
+                            if k == "cpu_hidden" else (getattr(base, k) or 3.0) if k == "cpu_overlap"
                             else getattr(base, k)) for k in FREE])     # cpu_overlap 0 (off) starts at 3
     t = time.perf_counter()
     print(f"{len(runs)} runs", flush=True)

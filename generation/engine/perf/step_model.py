@@ -317,6 +317,7 @@ class StepModel:
         self._t0, self._t_seq = c.t0, c.t_seq
         self._hidden = c.cpu_hidden if self.async_scheduling else 0.0
         self._pc = c.cpu_overlap if self.async_scheduling else 0.0
+        self._inv_pc = 1.0 / self._pc if self._pc else 0.0
         # the sum's own order of operations when nothing is hidden (results bit for bit as before)
         self._fixed_all = (c.t0 + c.t_layer * layers + c.t_moe * self.moe_layers + c.t_fp8 * self.fp8_layers
                            + (c.t_eager * layers if self.enforce_eager else 0.0))
@@ -364,7 +365,7 @@ class StepModel:
             cpu = self._t0 + self._t_seq * rows
             if self._pc:                     # smax(gpu, cpu) at exponent cpu_overlap
                 hi, lo = (gpu, cpu) if gpu > cpu else (cpu, gpu)
-                t = hi * (1.0 + (lo / hi) ** self._pc) ** (1.0 / self._pc)
+                t = hi * (1.0 + (lo / hi) ** self._pc) ** self._inv_pc
             else:
                 t = gpu + cpu - self._hidden * (cpu if cpu < gpu else gpu)
         else:
