@@ -109,10 +109,11 @@ def serve_fleet(config, app_factory) -> int:
         def _accept(self, listener):
             from gunicorn.sock import ssl_context
             from .listening import accept_server
+            from .worker import counted
             ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
             listener.setblocking(1)
-            server = accept_server(listener, partial(self.handle, listener), self.worker_connections,
-                                   self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
+            server = accept_server(listener, counted(self.arrived, partial(self.handle, listener)),
+                                   self.worker_connections, self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
             server.start()
             return server
 
@@ -120,8 +121,14 @@ def serve_fleet(config, app_factory) -> int:
             pod.server = self._accept(pod.listener)
 
         def run(self):
+            from gevent import get_hub
+            from .gc_pause import install as install_gc_pause
             from .unfinished import current
-            from .worker import freeze_startup_heap
+            from .worker import freeze_startup_heap, idle_of
+            # no collections in a burst on any pod's listener (the pods share this process's heap);
+            # the frozen objects' reclaim waits for every pod, added ones too, to be idle
+            self.arrived = install_gc_pause(get_hub().loop, lambda: all(
+                idle_of(p.sim)() for p in list(fleet.pods.values()))).on_arrival
             # gevent's patch() rebuilt the listeners as gevent sockets (self.sockets, in order)
             pods_now = list(fleet.pods.values())
             for pod, sock in zip(pods_now, self.sockets):
