@@ -324,6 +324,21 @@ def test_an_moe_engine_stalls_once_per_kernel_variant_start_up_did_not_compile()
     assert eager.stall(8) == 0.9                                      # nothing captured
 
 
+def test_moe_keys_with_the_same_tuned_tile_share_one_compiled_kernel():
+    from generation.engine.perf.step_model import moe_kernel_variant, moe_tile_table
+    tp4 = moe_tile_table("H100", 8, 14336 // 4)          # Mixtral-8x7B at TP4: E=8,N=3584
+    assert tp4[1536] == tp4[2048] == tp4[3072] == (128, 256, 64, 64, 8, 4) != tp4[1024]
+    assert moe_kernel_variant(1296, 2, 8, tp4) == moe_kernel_variant(2048, 2, 8, tp4)
+    assert moe_kernel_variant(1296, 2, 8, tp4) == ((128, 256, 64, 64, 8, 4), True, False)   # EM = 2592 + 8 x 127
+    assert moe_tile_table("H100", 8, 999) is None and moe_tile_table("L40S", 8, 3584) is None
+    c = replace(C, t_jit=0.9)
+    # the profile run (2,048 rows) compiled the tile that 1,281-3,583 rows share at TP4, not at TP2
+    assert model(MIXTRAL, tp=4, constants=c).moe_jit(2048).stall(1296) == 0.0
+    assert model(MIXTRAL, tp=2, constants=c).moe_jit(2048).stall(1296) == 0.9
+    # quantized weights have other tuned files (a dtype suffix): each key stays a kernel of its own
+    assert model(MIXTRAL, tp=4, constants=c, quantization="fp8").moe_jit(2048).stall(1296) == 0.9
+
+
 def test_a_replay_pays_the_moe_compile_stall_on_its_first_eager_prefill():
     c = replace(C, t_jit=0.9)
     trace = [TraceRequest(0.0, 1001, 2), TraceRequest(5.0, 1001, 2)]

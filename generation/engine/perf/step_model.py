@@ -183,15 +183,40 @@ def load_constants(gpu_name: str, path: str | None = None) -> tuple[PerfConstant
 MOE_CONFIG_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
 
 
-def moe_kernel_variant(tokens: int, experts_per_token: int, num_experts: int) -> tuple[int, bool, bool]:
-    """The Triton fused-MoE kernel variant a step of ``tokens`` rows runs: the tile config (the
-    nearest of :data:`MOE_CONFIG_KEYS`, vLLM's ``try_get_optimal_moe_config``; a tie takes the
-    smaller), and whether ``num_valid_tokens`` (``tokens x top_k``) and ``EM`` (the sorted ids'
-    length, ``tokens x top_k + experts x (BLOCK_SIZE_M - 1)``, BLOCK_SIZE_M 64 as vLLM's large-M
-    configs) are multiples of 16: Triton specializes integer arguments on it and compiles each
-    specialization apart (vllm#55268)."""
-    key = min(MOE_CONFIG_KEYS, key=lambda k: abs(k - tokens))
+MOE_TILE_FILE = os.path.join(os.path.dirname(__file__), "moe_tile_configs.json")
+_moe_tiles_cache: dict | None = None
+
+
+def moe_tile_table(gpu_name: str, num_experts: int, n: int) -> dict[int, tuple] | None:
+    """vLLM's tuned fused-MoE tile configs for ``num_experts`` experts of ``n`` intermediate
+    columns per GPU (``moe_intermediate_size / tp``) on ``gpu_name``: ``{M key: (BLOCK_SIZE_M,
+    BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages)}``, from the compact copy
+    in ``moe_tile_configs.json`` (its ``_sources`` name the vLLM files); None where it has none."""
+    global _moe_tiles_cache
+    if _moe_tiles_cache is None:
+        with open(MOE_TILE_FILE, encoding="utf-8") as fh:
+            _moe_tiles_cache = json.load(fh)
+    table = _moe_tiles_cache.get(gpu_name, {}).get(f"E={num_experts},N={n}")
+    return {int(k): tuple(v) for k, v in table.items()} if table else None
+
+
+def moe_kernel_variant(tokens: int, experts_per_token: int, num_experts: int,
+                       tiles: dict[int, tuple] | None = None) -> tuple:
+    """The Triton fused-MoE kernel variant a step of ``tokens`` rows runs: the tile config of
+    the nearest M key (vLLM's ``try_get_optimal_moe_config``; a tie takes the smaller), and
+    whether ``num_valid_tokens`` (``tokens x top_k``) and ``EM`` (the sorted ids' length,
+    ``tokens x top_k + experts x (BLOCK_SIZE_M - 1)``) are multiples of 16: Triton specializes
+    integer arguments on it and compiles each specialization apart (vllm#55268).
+
+    ``tiles`` (:func:`moe_tile_table`): the tuned configs, so that keys with the same tile share
+    one compiled kernel (GROUP_SIZE_M, the warps and the stages are compile-time constants too);
+    without it each key of :data:`MOE_CONFIG_KEYS` is a kernel of its own, BLOCK_SIZE_M 64."""
     valid = tokens * experts_per_token
+    if tiles:
+        key = min(tiles, key=lambda k: (abs(k - tokens), k))
+        tile = tiles[key]
+        return tile, valid % 16 == 0, (valid + num_experts * (tile[0] - 1)) % 16 == 0
+    key = min(MOE_CONFIG_KEYS, key=lambda k: abs(k - tokens))
     return key, valid % 16 == 0, (valid + num_experts * 63) % 16 == 0
 
 
@@ -210,19 +235,19 @@ class MoeJit:
     ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step).  One object
     per engine: each pod of a fleet compiles its own."""
 
-    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled")
+    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled", "tiles")
 
     def __init__(self, t_jit: float, experts_per_token: int, num_experts: int, graph_sizes: list[int],
-                 max_num_batched_tokens: int):
-        self.t_jit, self.top_k, self.experts = t_jit, experts_per_token, num_experts
+                 max_num_batched_tokens: int, tiles: dict[int, tuple] | None = None):
+        self.t_jit, self.top_k, self.experts, self.tiles = t_jit, experts_per_token, num_experts, tiles
         self.max_graph = graph_sizes[-1] if graph_sizes else 0
-        self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts)
+        self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts, tiles)
                          for n in (*graph_sizes, max_num_batched_tokens) if n > 0}
 
     def stall(self, tokens: int) -> float:
         if tokens <= self.max_graph:
             return 0.0
-        v = moe_kernel_variant(tokens, self.top_k, self.experts)
+        v = moe_kernel_variant(tokens, self.top_k, self.experts, self.tiles)
         if v in self.compiled:
             return 0.0
         self.compiled.add(v)
@@ -254,7 +279,7 @@ class StepModel:
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
                  async_scheduling: bool = True) -> None:
-        from .hardware import check_tensor_parallel, kv_bytes_per_token, linear_weight_bytes
+        from .hardware import _quantization, check_tensor_parallel, kv_bytes_per_token, linear_weight_bytes
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
@@ -268,6 +293,7 @@ class StepModel:
         # padded(n) for n <= max_graph, looked up (a replay's every step asks)
         self._pad = [0] + [self.padded(n) for n in range(1, self.max_graph + 1)]
         lin_bytes = linear_weight_bytes(arch, quantization)
+        self.quantized = bool(_quantization(arch, quantization))
         if lin_bytes == 1.0:        # FP8 tensor cores double the FLOP/s; without them (A100)
             # vLLM runs FP8 weight-only (Marlin), dequantizing in the GEMM: slower than BF16 once
             # compute-bound
@@ -395,8 +421,12 @@ class StepModel:
         c = self.constants
         if not (self.moe_layers and c.t_jit > 0):
             return None
-        return MoeJit(c.t_jit, self.arch.experts_per_token, self.arch.num_experts, self.graph_sizes,
-                      max_num_batched_tokens)
+        arch = self.arch
+        # vLLM's tuned tiles exist for unquantized weights (no dtype suffix in the file name)
+        tiles = (moe_tile_table(self.gpu.name, arch.num_experts, arch.moe_intermediate_size // self.tp)
+                 if not self.quantized else None)
+        return MoeJit(c.t_jit, arch.experts_per_token, arch.num_experts, self.graph_sizes,
+                      max_num_batched_tokens, tiles)
 
     def frontend_time(self) -> float:
         """The fixed frontend latency a request's first token carries (in + out), seconds."""
