@@ -150,6 +150,25 @@ def test_only_the_keep_alive_timeout_is_caught_and_a_dropped_queue_is_empty():
     g.kill()
 
 
+def timestamps_on(listener, within: float = 5.0) -> None:
+    """Wait until the kernel stamps received packets.  The first socket asking for
+    ``SO_TIMESTAMPNS`` switches stamping on through a deferred kernel work item
+    (``net_enable_timestamp``), so on a loaded machine a packet that follows the listener's
+    creation at once can arrive unstamped; a server's listener is long up by its first request."""
+    import time
+
+    from server.arrivals import SO_TIMESTAMPNS
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with gsocket.create_connection(listener.getsockname()) as a, \
+                gsocket.socket(fileno=listener.accept()[0].detach()) as b:
+            a.sendall(b"x")
+            _, ancillary, _, _ = b.recvmsg(16, 64)
+        if any(kind == SO_TIMESTAMPNS for _, kind, _ in ancillary):
+            return
+        time.sleep(0.01)
+
+
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux's")
 def test_a_request_read_late_counts_from_when_the_kernel_received_it(turn_taking_parsers):
     """A request read 80 ms after it arrived carries the kernel's receive time (to well under
@@ -165,6 +184,7 @@ def test_a_request_read_late_counts_from_when_the_kernel_received_it(turn_taking
 
     listener = bind("127.0.0.1", 0)
     try:
+        timestamps_on(listener)
         client = gsocket.create_connection(listener.getsockname())
         conn = gsocket.socket(fileno=listener.accept()[0].detach())
         parser = turn_taking_parsers(Config(), conn, ("127.0.0.1", 1))
