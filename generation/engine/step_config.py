@@ -68,7 +68,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     them.  Raises ConfigError naming the flag at fault."""
     from generation.config.vllm_versions import apply_version_defaults
     from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
-    from .perf.step_model import build_step_model
+    from .perf.step_model import build_step_model, default_max_cudagraph_capture_size
 
     apply_version_defaults(cfg, step=True)
 
@@ -141,7 +141,8 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  profile_path=cfg.step_time_profile,
                                  enforce_eager=bool(getattr(cfg, "enforce_eager", False)),
                                  cudagraph_capture_sizes=sorted(sizes) if sizes else None,
-                                 max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None) or 512,
+                                 max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None)
+                                 or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False)
     cfg.kv_cache_size = blocks
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,

@@ -37,6 +37,23 @@ def test_cudagraph_sizes_are_vllms_defaults():
     assert model(enforce_eager=True).padded(3) == 3
 
 
+def test_the_largest_cuda_graph_defaults_to_twice_max_num_seqs_as_vllm():
+    from generation.config.cli import load_config
+    from generation.engine.perf.step_model import default_max_cudagraph_capture_size
+    from generation.engine.step_config import resolve_step_settings
+    assert default_max_cudagraph_capture_size(128, 2048) == 256
+    assert default_max_cudagraph_capture_size(1024, 8192) == 512
+    assert default_max_cudagraph_capture_size(256, 300) == 300      # never past max_num_batched_tokens
+
+    def max_graph(*flags):
+        cfg = load_config(["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", "H100",
+                           *flags], env={})
+        return resolve_step_settings(cfg).step_time.max_graph
+    assert max_graph("--max-num-seqs", "128") == 256                # a step of 257 tokens runs eagerly
+    assert max_graph() == 512                                       # H100 default: 1,024 sequences
+    assert max_graph("--max-num-seqs", "128", "--max-cudagraph-capture-size", "64") == 64
+
+
 def test_decode_step_is_the_sum_of_its_terms():
     m = model()
     h = H100

@@ -298,11 +298,13 @@ def build(exp: dict, constants=None, path: str | None = None):
     :class:`~.step_model.StepModel` with ``constants`` (default: the GPU's fitted profile)."""
     from generation.config.cli import load_config
     from ..step_config import resolve_step_settings
-    from .step_model import StepModel
+    from .step_model import StepModel, default_max_cudagraph_capture_size
     cfg = load_config(["--latency-calculator", "step", *engine_flags(exp, path)], env={})
     settings = resolve_step_settings(cfg)
     quant = "fp8" if str(exp.get("precision", "")).upper() == "FP8" else ""
-    model = StepModel(settings.gpu, settings.arch, tp=exp["tp"], quantization=quant, constants=constants)
+    cap = default_max_cudagraph_capture_size(settings.max_num_seqs, settings.max_num_batched_tokens)
+    model = StepModel(settings.gpu, settings.arch, tp=exp["tp"], quantization=quant, constants=constants,
+                      max_cudagraph_capture_size=cap)
     return cfg, settings, model
 
 

@@ -254,6 +254,14 @@ class MoeJit:
         return self.t_jit
 
 
+def default_max_cudagraph_capture_size(max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """vLLM's ``max_cudagraph_capture_size`` when the flag is not given (``VllmConfig.
+    _set_cudagraph_sizes``): ``min(2 x max_num_seqs, 512)``, and no more than
+    ``max_num_batched_tokens``.  With ``--max-num-seqs 128`` it is 256: mixed steps of 257-512
+    tokens run without CUDA graphs, and a MoE model compiles their kernel variants at first use."""
+    return max(1, min(2 * max_num_seqs, 512, max_num_batched_tokens))
+
+
 def cudagraph_sizes(max_size: int = 512) -> list[int]:
     """vLLM's default ``cudagraph_capture_sizes`` up to ``max_size`` (``--max-cudagraph-capture-
     size``, default 512): 1, 2, 4, then multiples of 8 to 256 and of 16 beyond."""
