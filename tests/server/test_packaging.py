@@ -28,6 +28,9 @@ def test_pip_install_gives_a_working_vllm_sim_command(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
                     "--no-index", "--disable-pip-version-check", "--target", str(target), str(src)],
                    check=True, capture_output=True, timeout=300)
+    # the step model's data files travel with the code (pyproject's package-data)
+    perf = target / "generation" / "engine" / "perf"
+    assert (perf / "profiles" / "h100.json").is_file() and (perf / "moe_tile_configs.json").is_file()
     script = target / "bin" / "vllm-sim"
     env = {**os.environ, "PYTHONPATH": str(target)}
     r = subprocess.run([sys.executable, str(script), "serve", "m", "--port", "70000"], cwd=tmp_path, env=env,
