@@ -264,7 +264,8 @@ def default_max_cudagraph_capture_size(max_num_seqs: int, max_num_batched_tokens
 
 def cudagraph_sizes(max_size: int = 512) -> list[int]:
     """vLLM's default ``cudagraph_capture_sizes`` up to ``max_size`` (``--max-cudagraph-capture-
-    size``, default 512): 1, 2, 4, then multiples of 8 to 256 and of 16 beyond."""
+    size``; without it :func:`default_max_cudagraph_capture_size`): 1, 2, 4, then multiples of 8
+    to 256 and of 16 beyond."""
     sizes = [s for s in (1, 2, 4) if s <= max_size]
     sizes += list(range(8, min(256, max_size) + 1, 8))
     sizes += list(range(272, max_size + 1, 16))
