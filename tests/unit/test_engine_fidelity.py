@@ -151,3 +151,13 @@ def test_the_replicate_floor():
     assert [names for names, _ in groups] == [["a", "b"]]
     assert floor == {"ttft_p99": pytest.approx(100 * 0.5 / 3)}     # best 50: |50 - 100| / 100, over 3 records
     assert bench.replicate_floor(exps, same_offload=True)[0] == {"ttft_p99": 0.0}
+
+
+def test_the_harness_builds_the_step_model_the_server_builds():
+    """The harness's StepModel (``groundtruth.build``) and the server's (``resolve_step_settings``)
+    for the same ``vllm serve`` flags: the same CUDA graphs (vLLM's default of twice
+    ``max_num_seqs``: 256 here) and the same MoE kernels compiled at start-up."""
+    cfg, settings, model = gt.build(EXPS["31-mixtral-8x7b-tp4-general-4"])
+    server = settings.step_time
+    assert model.max_graph == server.max_graph == 256
+    assert model.moe_jit(2048).compiled == server.moe_jit(2048).compiled
