@@ -228,9 +228,12 @@ class MoeJit:
     (more tokens than the largest capture size, or ``--enforce-eager``) with a variant not yet
     compiled JIT-compiles it first: ``t_jit`` seconds of stall, once per variant per engine.
     That is the ~1 s stalls the Mixtral runs of the ground truth show in their first seconds
-    (cold prompts of 570-1,100 tokens run eagerly; a stall queues arrivals into a larger step,
-    which selects another config); vLLM's jit_monitor warns of the same ("Triton kernel JIT
-    compilation during inference"; vllm#55268 adds a warm-up of these variants).
+    (cold prompts of 550-1,100 tokens run eagerly, past the largest graph of 256 that 128
+    sequences give; a stall queues arrivals into a larger step, which selects another config:
+    the traces show 6-7 stalls of 0.9-1.25 s back to back); vLLM's jit_monitor warns of the same
+    ("Triton kernel JIT compilation during inference"; vllm#55268 adds a warm-up of these
+    variants).  ``tiles`` (:func:`moe_tile_table`, None: one kernel per key) tells which token
+    counts share a compiled kernel.
 
     ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step).  One object
     per engine: each pod of a fleet compiles its own."""
