@@ -184,12 +184,36 @@ def report(exps: list[dict], results: dict, which: str) -> dict:
     table(lambda e: e["model"].split("/")[-1], "model")
     table(lambda e: e["hardware"], "GPU")
     table(lambda e: e["workload"], "workload")
+    for metric in ("ttft_p99", "e2e_p99"):
+        shares = tail_shares(exps, results, metric)
+        print(f"\n{metric}: its mean's points by GPU and model, first stages (of runs with more than one) "
+              f"and the other records")
+        for (gpu, model), (first, rest) in sorted(shares.items(), key=lambda kv: -sum(kv[1])):
+            print(f"  {gpu:10s} {model:40s} {first:6.1f} {rest:6.1f}")
+        print(f"  {'all':51s} {sum(v[0] for v in shares.values()):6.1f} {sum(v[1] for v in shares.values()):6.1f}")
     worst = max(((abs(r["ape"]), n) for n, res in results.items() for r in res["records"]
                  if r["metric"] == "e2e_mean" and r["stage"] == "-1"), default=(0, ""))
     print(f"\nworst whole-run E2E mean error: {worst[0]:.1f}% ({worst[1]}; the tables average each experiment's "
           f"stage records and the whole run's); * = in the training data")
     return {"ours": {m: mean(ours[m]) for m in metrics},
             "peers": {s: {m: mean(v) for m, v in d.items()} for s, d in theirs.items()}}
+
+
+def tail_shares(exps: list[dict], results: dict, metric: str) -> dict:
+    """Where a metric's mean MAPE comes from: ``{(GPU, model): (points from the first stage of
+    runs with more than one stage, points from the other records)}``, each record's error over
+    the number of records (the shares sum to the mean).  A MoE model's compile stalls fall in
+    its first stage; a later stage's tail is its load."""
+    by_name = {e["name"]: e for e in exps}
+    n = sum(1 for res in results.values() for r in res["records"] if r["metric"] == metric)
+    out: dict = defaultdict(lambda: [0.0, 0.0])
+    for name, res in results.items():
+        e = by_name[name]
+        key = (e["hardware"], e["model"].split("/")[-1])
+        for r in res["records"]:
+            if r["metric"] == metric:
+                out[key][0 if (r["stage"] == "0" and len(e["stages"]) > 1) else 1] += r["ape"] / n
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def main(argv=None) -> int:

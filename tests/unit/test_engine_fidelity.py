@@ -88,6 +88,21 @@ def test_the_bench_prints_the_tables(capsys):
     out = capsys.readouterr().out
     assert "vllm-sim (this)" in out and "blis-trained-physics" in out and "MAPE (%) by GPU" in out
     assert "the median of 2 seeded replays" in out
+    assert "ttft_p99: its mean's points by GPU and model" in out
+
+
+def test_tail_shares_split_a_metrics_mean_by_gpu_model_and_first_stage():
+    spec = importlib.util.spec_from_file_location("engine_fidelity", os.path.join(ROOT, "bench", "engine_fidelity.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    exps = [{"name": "a", "hardware": "H100", "model": "org/M", "stages": [{}, {}]},
+            {"name": "b", "hardware": "L40S", "model": "org/N", "stages": [{}]}]
+    rec = lambda stage, ape: {"stage": stage, "metric": "ttft_p99", "ape": ape}     # noqa: E731
+    results = {"a": {"records": [rec("0", 40.0), rec("1", 8.0), rec("-1", 12.0),
+                                 {"stage": "0", "metric": "e2e_mean", "ape": 99.0}]},
+               "b": {"records": [rec("0", 20.0)]}}
+    # four ttft_p99 records: each adds its error / 4; a single-stage run's stage 0 is not a first stage
+    assert bench.tail_shares(exps, results, "ttft_p99") == {("H100", "M"): (10.0, 5.0), ("L40S", "N"): (0.0, 5.0)}
 
 
 def test_the_prediction_is_the_median_over_seeds():
