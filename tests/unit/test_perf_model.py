@@ -364,3 +364,15 @@ def test_a_replay_pays_the_moe_compile_stall_on_its_first_eager_prefill():
     ttft = [r.first_token - r.arrival for r in sorted(res.requests, key=lambda r: r.arrival)]
     ttft0 = [r.first_token - r.arrival for r in sorted(base.requests, key=lambda r: r.arrival)]
     assert ttft[0] - ttft0[0] == pytest.approx(0.9) and ttft[1] == pytest.approx(ttft0[1])
+
+
+def test_an_unreadable_moe_tile_table_is_a_config_error(monkeypatch, tmp_path):
+    import generation.engine.perf.step_model as sm
+    from generation.config.values import ConfigError
+    bad = tmp_path / "tiles.json"
+    bad.write_text("{not json")
+    monkeypatch.setattr(sm, "MOE_TILE_FILE", str(bad))
+    monkeypatch.setattr(sm, "_moe_tiles_cache", None)
+    with pytest.raises(ConfigError) as e:
+        sm.moe_tile_table("H100", 8, 3584)
+    assert str(e.value).startswith(f"fused-MoE tile table {bad}: cannot read")

@@ -191,11 +191,15 @@ def moe_tile_table(gpu_name: str, num_experts: int, n: int) -> dict[int, tuple] 
     """vLLM's tuned fused-MoE tile configs for ``num_experts`` experts of ``n`` intermediate
     columns per GPU (``moe_intermediate_size / tp``) on ``gpu_name``: ``{M key: (BLOCK_SIZE_M,
     BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages)}``, from the compact copy
-    in ``moe_tile_configs.json`` (its ``_sources`` name the vLLM files); None where it has none."""
+    in ``moe_tile_configs.json`` (its ``_sources`` name the vLLM files); None where it has none.
+    Raises ConfigError when the file cannot be read (a broken install)."""
     global _moe_tiles_cache
     if _moe_tiles_cache is None:
-        with open(MOE_TILE_FILE, encoding="utf-8") as fh:
-            _moe_tiles_cache = json.load(fh)
+        try:
+            with open(MOE_TILE_FILE, encoding="utf-8") as fh:
+                _moe_tiles_cache = json.load(fh)
+        except (OSError, ValueError) as e:      # a broken install: say which file, not a traceback
+            raise ConfigError(f"fused-MoE tile table {MOE_TILE_FILE}: cannot read ({e})", param="gpu")
     table = _moe_tiles_cache.get(gpu_name, {}).get(f"E={num_experts},N={n}")
     return {int(k): tuple(v) for k, v in table.items()} if table else None
 
