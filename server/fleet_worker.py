@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from functools import partial
 
 from .fleet import Fleet, FleetError, Pod
 from .fleet_control import control_app
@@ -55,7 +54,6 @@ def serve_fleet(config, app_factory) -> int:
     then drain every pod.  Returns the exit code (1 when an address cannot be bound)."""
     from .listening import raise_open_files_limit
     from .lifecycle import shutdown_grace
-    from .listening import KEEPALIVE_SECONDS
     from .logs import configure_logging
     from .tls import tls_files
     configure_logging(config)
@@ -106,29 +104,15 @@ def serve_fleet(config, app_factory) -> int:
             self.grace = shutdown_grace(config)
             self.fleet = fleet
 
-        def _accept(self, listener):
-            from gunicorn.sock import ssl_context
-            from .listening import accept_server
-            from .worker import counted
-            ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
-            listener.setblocking(1)
-            server = accept_server(listener, counted(self.arrived, partial(self.handle, listener)),
-                                   self.worker_connections, self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
-            server.start()
-            return server
-
         def start_pod(self, pod: Pod) -> None:
-            pod.server = self._accept(pod.listener)
+            pod.server = self.accept_on(pod.listener)
 
         def run(self):
-            from gevent import get_hub
-            from .gc_pause import install as install_gc_pause
             from .unfinished import current
-            from .worker import freeze_startup_heap, idle_of
-            # no collections in a burst on any pod's listener (the pods share this process's heap);
-            # the frozen objects' reclaim waits for every pod, added ones too, to be idle
-            self.arrived = install_gc_pause(get_hub().loop, lambda: all(
-                idle_of(p.sim)() for p in list(fleet.pods.values()))).on_arrival
+            from .worker import freeze_startup_heap, idle_of, no_thread_names_in_logs
+            # the pods share this process's heap: the frozen objects' reclaim waits for every pod,
+            # added ones too, to be idle
+            self.pause_collector_in_bursts(lambda: all(idle_of(p.sim)() for p in list(fleet.pods.values())))
             # gevent's patch() rebuilt the listeners as gevent sockets (self.sockets, in order)
             pods_now = list(fleet.pods.values())
             for pod, sock in zip(pods_now, self.sockets):
@@ -137,9 +121,10 @@ def serve_fleet(config, app_factory) -> int:
             self.control_server = None
             if fleet.control is not None:
                 fleet.control_listener = self.sockets[len(pods_now)]
-                self.control_server = self._accept(fleet.control_listener)
+                self.control_server = self.accept_on(fleet.control_listener)
             fleet.worker = self
             self.unfinished = current()
+            no_thread_names_in_logs()
             freeze_startup_heap()
             log.info("ready: %d pods listening%s", len(fleet.pods),
                      f", control API on http://{fleet.control_key[0]}:{fleet.control_key[1]}"

@@ -191,20 +191,28 @@ class SimWorker(GeventWorker):
                 port += max(sim.config.data_parallel_rank, 0)
             self.grpc_server = start_grpc_server(sim, f"{grpc_host(sim.config.host)}:{port}", self.lifecycle)
 
-    def run(self):
-        ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+    def pause_collector_in_bursts(self, idle) -> None:
+        """No automatic collections while a burst of connections arrives (:mod:`server.gc_pause`);
+        ``idle()``: nothing in flight, when the frozen objects may be reclaimed.  Before
+        :meth:`accept_on`, which counts the arrivals."""
         from gevent import get_hub
 
         from .gc_pause import install as install_gc_pause
-        sim = getattr(self, "_simulator", None)
-        arrived = install_gc_pause(get_hub().loop, idle_of(sim)).on_arrival   # no collections in a burst
-        servers = []
-        for s in self.sockets:
-            s.setblocking(1)
-            server = accept_server(s, counted(arrived, partial(self.handle, NamedListener(s))),
-                                   self.worker_connections, self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
-            server.start()
-            servers.append(server)
+        self.arrived = install_gc_pause(get_hub().loop, idle).on_arrival
+
+    def accept_on(self, sock):
+        """A started accept server on the listening ``sock``: each connection counted for the
+        collector's pause and handled with the listener's name read once (:class:`NamedListener`)."""
+        ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        sock.setblocking(1)
+        server = accept_server(sock, counted(self.arrived, partial(self.handle, NamedListener(sock))),
+                               self.worker_connections, self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)
+        server.start()
+        return server
+
+    def run(self):
+        self.pause_collector_in_bursts(idle_of(getattr(self, "_simulator", None)))
+        servers = [self.accept_on(s) for s in self.sockets]
         from .unfinished import current
         self.unfinished = current()
         from .gunicorn_tuning import freeze_config
