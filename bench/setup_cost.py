@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throughput import loadavg, pids_of, start_server               # noqa: E402
+from throughput import loadavg, pids_of, start_server, user_sys     # noqa: E402
 from timing_fidelity import build_probe, request_file        # noqa: E402
 
 
@@ -40,17 +40,6 @@ def run_ns(pid: int) -> int:
             except OSError:
                 pass
     return total
-
-
-def user_sys(pid: int) -> tuple[float, float]:
-    tick = os.sysconf("SC_CLK_TCK")
-    u = s = 0.0
-    for p in pids_of(pid):
-        with open(f"/proc/{p}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        u += int(fields[11]) / tick
-        s += int(fields[12]) / tick
-    return u, s
 
 
 def burst(probe: str, pid: int, port: int, n: int, ttft: float, body: bytes, cpus) -> tuple[float, float, float]:

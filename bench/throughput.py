@@ -68,18 +68,25 @@ def pids_of(pid: int) -> list[int]:
     return pids
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its children (``/proc``; 0.0 where there is none)."""
+def user_sys(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid`` and its children (``/proc``; a process that is
+    gone counts 0)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    u = s = 0.0
     for p in pids_of(pid):
         try:
             with open(f"/proc/{p}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
         except OSError:
-            pass
-    return total
+            continue
+        u += int(fields[11]) / tick
+        s += int(fields[12]) / tick
+    return u, s
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (:func:`user_sys`)."""
+    return sum(user_sys(pid))
 
 
 def wrk(base: str, path: str, body: dict, duration: int, connections: int, pid: int | None = None) -> dict:
