@@ -187,7 +187,7 @@ def fit_published(gpu: str, base: PerfConstants) -> PerfConstants:
     from generation.config.cli import load_config
     from ..replay import TraceRequest, replay, scheduler_for
     from ..step_config import resolve_step_settings
-    from .step_model import StepModel, default_max_cudagraph_capture_size
+    from .step_model import StepModel
     row = next(r for r in PUBLISHED_STEPS if r[0].lower() == gpu.lower())
     _, batch, prompt, output, what, value = row
     cfg = load_config(["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", row[0],
@@ -196,9 +196,8 @@ def fit_published(gpu: str, base: PerfConstants) -> PerfConstants:
 
     def measure(eta_w: float) -> float:
         c = replace(base, eta_w=eta_w)
-        cap = default_max_cudagraph_capture_size(st.max_num_seqs, st.max_num_batched_tokens)
         res = replay(scheduler_for(st, cfg.max_model_len),
-                     StepModel(st.gpu, st.arch, constants=c, max_cudagraph_capture_size=cap),
+                     StepModel(st.gpu, st.arch, constants=c, max_cudagraph_capture_size=st.step_time.max_graph),
                      [TraceRequest(0.0, prompt, output) for _ in range(batch)])
         if what == "tpot":
             r = res.requests[0]

@@ -298,13 +298,13 @@ def build(exp: dict, constants=None, path: str | None = None):
     :class:`~.step_model.StepModel` with ``constants`` (default: the GPU's fitted profile)."""
     from generation.config.cli import load_config
     from ..step_config import resolve_step_settings
-    from .step_model import StepModel, default_max_cudagraph_capture_size
+    from .step_model import StepModel
     cfg = load_config(["--latency-calculator", "step", *engine_flags(exp, path)], env={})
     settings = resolve_step_settings(cfg)
     quant = "fp8" if str(exp.get("precision", "")).upper() == "FP8" else ""
-    cap = default_max_cudagraph_capture_size(settings.max_num_seqs, settings.max_num_batched_tokens)
+    # the server's CUDA graphs (vLLM's default: twice max_num_seqs), with these constants
     model = StepModel(settings.gpu, settings.arch, tp=exp["tp"], quantization=quant, constants=constants,
-                      max_cudagraph_capture_size=cap)
+                      max_cudagraph_capture_size=settings.step_time.max_graph)
     return cfg, settings, model
 
 
