@@ -118,10 +118,12 @@ def test_named_listener_reads_its_name_once_and_passes_the_rest():
     sock.bind(("127.0.0.1", 0))
     try:
         named = NamedListener(sock)
+        name = sock.getsockname()
         assert named.getsockname() == sock.getsockname()
         assert named.fileno() == sock.fileno() and named.family == sock.family
     finally:
         sock.close()
+    assert named.getsockname() == name        # read once: a closed socket could not answer
 
 
 def test_no_server_log_format_prints_the_thread():
