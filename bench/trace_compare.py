@@ -1,0 +1,211 @@
+"""A traced real vLLM run beside its replay, request by request: where the step engine's timing
+departs from the real server's, not only by how much.
+
+    python bench/trace_compare.py                                   # the 16 traced runs
+    python bench/trace_compare.py --names 20260218-130541-mixtral-8x7b-v0-1-tp2-general --seed 1
+    python bench/trace_compare.py --json out.json
+
+The traced runs (``../shared/sim-to-real/data/traces/``, 16 vLLM v0.15.1 runs on H100) give every
+request's arrival, prompt length, TTFT and E2E.  The replay (generation/engine/perf/groundtruth.py,
+as ``bench/engine_fidelity.py`` runs it) sends the same requests at the same arrivals, so the two
+can be matched one to one.  Per experiment it prints:
+
+- **windows**: per ``--window`` seconds of arrivals, the median TTFT and the mean decode time
+  (E2E - TTFT) of both, and the decode error.  A drift shows where the step time is off (a load
+  level, the first seconds' compile stalls) while the whole-run means agree;
+- **episodes**: runs of requests whose TTFT is over ``--episode-factor`` x the real stage's median
+  (arrivals less than a second apart, at least three requests): start, end, count and deepest
+  TTFT, real beside replay.  At ``max_num_seqs`` running the waiting requests queue for a slot; an
+  episode that both have but with fewer or shallower requests in the replay moves the TTFT p99;
+- **block-aligned prompts**: per stage, the TTFT median of prompts whose length is a multiple of
+  the block size against the others, and, for the aligned ones, by how long before the arrival
+  the previous request with the same prompt (inference-perf cycles 100 prompts) finished.  vLLM's
+  prefix cache stops one block short of a fully cached prompt (the last token is recomputed);
+  with the CPU KV tier (the OffloadingConnector) that block can be found on the CPU and loaded
+  asynchronously, which defers the request by the load's round trip.
+
+Prints the machine's load beside the wall time.  ``--json`` writes every table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from generation.engine.perf import groundtruth as gt          # noqa: E402
+
+BLOCK_SIZE = 16                   # the traced runs' --block-size
+PROMPT_CYCLE = 100                # inference-perf's 10 x 10 shared-prefix prompts, cycled in order
+EPISODE_GAP_S = 1.0               # arrivals closer than this join one episode
+EPISODE_MIN = 3                   # requests in the smallest episode reported
+# how long before the arrival the previous same-prompt request finished (s; negative: still running)
+PREDECESSOR_BANDS = ((-1e9, 0.0), (0.0, 1.0), (1.0, 2.0), (2.0, 5.0), (5.0, 1e9))
+
+
+def real_rows(exp: dict, path: str | None = None) -> list[tuple]:
+    """The trace's successful requests as ``(index, arrival s, ttft s, e2e s, prompt tokens)``,
+    arrivals from the first request's."""
+    rows = gt.trace_rows(exp, path)
+    t0 = int(rows[0]["arrival_us"])
+    return [(i, (int(r["arrival_us"]) - t0) / 1e6, float(r["ttft_s"]), float(r["e2e_s"]), int(r["input_tokens"]))
+            for i, r in enumerate(rows) if r["has_error"] == "0"]
+
+
+def replay_rows(exp: dict, real: list[tuple], seed: int = 0, path: str | None = None) -> list[tuple]:
+    """The replay's outcome of each of ``real``'s requests, in the same shape (matched by arrival
+    order: the replay sends the trace's arrivals).  Raises ValueError when the counts differ."""
+    sim = gt.simulate(exp, None, seed=seed, path=path)
+    out = sorted(sim.outcomes, key=lambda o: o.arrival)        # one per trace row, in arrival order
+    t0 = out[0].arrival
+    rows = []
+    for r in real:
+        o = out[r[0]]
+        if o.failed:
+            raise ValueError(f"{exp['name']}: request {r[0]} timed out in the replay")
+        rows.append((r[0], o.arrival - t0, o.ttft, o.e2e, r[4]))
+    return rows
+
+
+def windows(real: list[tuple], ours: list[tuple], width: float) -> list[dict]:
+    """Per ``width`` seconds of arrivals: ``ttft_real`` / ``ttft_ours`` (median, ms),
+    ``decode_real`` / ``decode_ours`` (mean E2E - TTFT, ms) and ``decode_err`` (%)."""
+    out = []
+    end = max(r[1] for r in real)
+    lo = 0.0
+    while lo <= end:
+        sel = [(r, o) for r, o in zip(real, ours) if lo <= r[1] < lo + width]
+        if sel:
+            dr = statistics.fmean(1e3 * (r[3] - r[2]) for r, _ in sel)
+            do = statistics.fmean(1e3 * (o[3] - o[2]) for _, o in sel)
+            out.append({"start": lo, "n": len(sel),
+                        "ttft_real": statistics.median(1e3 * r[2] for r, _ in sel),
+                        "ttft_ours": statistics.median(1e3 * o[2] for _, o in sel),
+                        "decode_real": dr, "decode_ours": do, "decode_err": 100.0 * (do / dr - 1.0)})
+        lo += width
+    return out
+
+
+def episodes(rows: list[tuple], threshold_s: float, lo: float = 0.0, hi: float = float("inf")) -> list[dict]:
+    """Runs of requests arriving in ``[lo, hi)`` with TTFT over ``threshold_s``, arrivals less
+    than :data:`EPISODE_GAP_S` apart, of at least :data:`EPISODE_MIN` requests: ``start`` /
+    ``end`` (s), ``n`` and ``max_ttft`` (ms)."""
+    runs: list[dict] = []
+    cur = None
+    for r in rows:
+        if not (lo <= r[1] < hi) or r[2] <= threshold_s:
+            continue
+        if cur is not None and r[1] - cur["end"] < EPISODE_GAP_S:
+            cur["end"] = r[1]
+            cur["n"] += 1
+            cur["max_ttft"] = max(cur["max_ttft"], 1e3 * r[2])
+        else:
+            cur = {"start": r[1], "end": r[1], "n": 1, "max_ttft": 1e3 * r[2]}
+            runs.append(cur)
+    return [c for c in runs if c["n"] >= EPISODE_MIN]
+
+
+def aligned_split(rows: list[tuple], lo: float, hi: float, block_size: int = BLOCK_SIZE) -> dict:
+    """TTFT medians (ms) of the requests arriving in ``[lo, hi)`` whose prompt is a whole number
+    of blocks (``aligned``) and of the others (``other``), with their counts; and the aligned
+    ones' medians by :data:`PREDECESSOR_BANDS` (``by_predecessor``: how long before the arrival
+    the previous request with the same prompt finished)."""
+    by_index = {r[0]: r for r in rows}
+    al = [r for r in rows if lo <= r[1] < hi and r[4] % block_size == 0]
+    other = [r for r in rows if lo <= r[1] < hi and r[4] % block_size]
+    bands = []
+    for a, b in PREDECESSOR_BANDS:
+        sel = []
+        for r in al:
+            p = by_index.get(r[0] - PROMPT_CYCLE)
+            if p is not None and a <= r[1] - (p[1] + p[3]) < b:
+                sel.append(1e3 * r[2])
+        bands.append({"band_s": [a, b], "n": len(sel), "ttft": statistics.median(sel) if sel else None})
+    med = (lambda v: statistics.median(1e3 * r[2] for r in v) if v else None)
+    return {"aligned_n": len(al), "aligned": med(al), "other_n": len(other), "other": med(other),
+            "by_predecessor": bands}
+
+
+def compare(exp: dict, *, seed: int = 0, width: float = 100.0, factor: float = 2.5,
+            path: str | None = None) -> dict:
+    """Every table of the module docstring for one traced experiment."""
+    real = real_rows(exp, path)
+    ours = replay_rows(exp, real, seed, path)
+    out = {"name": exp["name"], "windows": windows(real, ours, width), "stages": []}
+    t = 0.0
+    for k, s in enumerate(exp["stages"]):
+        lo, hi = t, t + s["duration"]
+        t = hi
+        med = statistics.median(r[2] for r in real if lo <= r[1] < hi)
+        out["stages"].append({
+            "stage": k, "threshold_ms": 1e3 * factor * med,
+            "episodes_real": episodes(real, factor * med, lo, hi),
+            "episodes_ours": episodes(ours, factor * med, lo, hi),
+            "aligned_real": aligned_split(real, lo, hi), "aligned_ours": aligned_split(ours, lo, hi)})
+    return out
+
+
+def _ms(v):
+    return "   -" if v is None else "%4.0f" % v
+
+
+def _band(band) -> str:
+    a, b = band
+    return "running:" if a < -1e8 else ">%gs:" % a if b > 1e8 else "%g-%gs:" % (a, b)
+
+
+def print_comparison(c: dict) -> None:
+    print(f"\n## {c['name']}")
+    print("  window   n  TTFT p50 real/ours (ms)   decode real/ours (ms)   error")
+    for w in c["windows"]:
+        print("  %5.0f %5d  %6.1f / %6.1f          %7.0f / %7.0f   %+5.1f%%"
+              % (w["start"], w["n"], w["ttft_real"], w["ttft_ours"], w["decode_real"], w["decode_ours"], w["decode_err"]))
+    for s in c["stages"]:
+        print("  stage %d, episodes over %.0f ms:" % (s["stage"], s["threshold_ms"]))
+        for label in ("real", "ours"):
+            eps = s["episodes_" + label]
+            text = ", ".join("%.1f-%.1f s n %d max %.0f" % (e["start"], e["end"], e["n"], e["max_ttft"]) for e in eps)
+            print("    %s: %s" % (label, text or "none"))
+        for label in ("real", "ours"):
+            a = s["aligned_" + label]
+            bands = " ".join("%s %s (n %d)" % (_band(b["band_s"]), _ms(b["ttft"]).strip(), b["n"])
+                             for b in a["by_predecessor"] if b["n"])
+            print("    %s block-aligned prompts: n %d TTFT p50 %s ms, others %s ms; the aligned by when the same "
+                  "prompt's previous request finished: %s" % (label, a["aligned_n"], _ms(a["aligned"]).strip(),
+                                                               _ms(a["other"]).strip(), bands))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--names", default="", help="comma-separated traced experiments (default: all 16)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--window", type=float, default=100.0, help="seconds of arrivals per window")
+    ap.add_argument("--episode-factor", type=float, default=2.5,
+                    help="an episode's TTFT threshold, times the real stage's median")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    exps = [e for e in gt.load_experiments() if e.get("trace")]
+    if args.names:
+        want = set(args.names.split(","))
+        exps = [e for e in exps if e["name"] in want]
+        if len(exps) != len(want):
+            ap.error("not a traced experiment: " + ", ".join(sorted(want - {e["name"] for e in exps})))
+    t = time.perf_counter()
+    out = []
+    for exp in exps:
+        c = compare(exp, seed=args.seed, width=args.window, factor=args.episode_factor)
+        print_comparison(c)
+        out.append(c)
+    print("\n%d traced runs in %.0f s, load average %.2f" % (len(out), time.perf_counter() - t, os.getloadavg()[0]))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
