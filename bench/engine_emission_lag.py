@@ -46,6 +46,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from timing_fidelity import build_probe     # noqa: E402
+from steal import StealSampler, near_steal  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -259,13 +260,15 @@ def measure(a, exe: str, root: Path) -> None:
             req_file, out_file = out / "lag_req.txt", out / "lag_out.txt"
             req_file.write_text(req)
             before = httpx.get(base + "/metrics").text
+            steal = StealSampler(a.cpus[0] if a.cpus else None, on_cpu=a.cpus[1] if a.cpus else None).start()
             r = subprocess.run([exe, "127.0.0.1", str(port), str(a.streams), str(req_file), str(out_file)],
                                capture_output=True, timeout=300, preexec_fn=on_cpu(a.cpus, 1))
+            steal.stop()
             if r.returncode:
                 raise SystemExit(f"sse_probe failed: {r.stderr.decode()[-300:]}")
             after = httpx.get(base + "/metrics").text
-            results.append((before, after, read_streams(out_file)))
-        before, after, streams = results[-1]
+            results.append((before, after, read_streams(out_file), steal))
+        before, after, streams, steal = results[-1]
 
         def delta_hist(name):
             return [(le, c - c0) for (le, c), (_, c0) in zip(hist(after, name), hist(before, name))]
@@ -291,7 +294,9 @@ def measure(a, exe: str, root: Path) -> None:
         print(f"  client: inter-token gaps p50 {1000 * pct(gaps, 0.5):.2f} ms, p99 {1000 * pct(gaps, 0.99):.2f} ms; "
               f"chunk after its step's first at the client: p50 {1000 * pct(spread, 0.5):.2f} ms, "
               f"p99 {1000 * pct(spread, 0.99):.2f} ms ({len(spread) // max(a.streams, 1)} full steps)")
-        print(f"  load average: {os.getloadavg()[0]:.2f}", flush=True)
+        where = f"CPU {a.cpus[0]} (the server's)" if a.cpus else "all CPUs"
+        print(f"  load average: {os.getloadavg()[0]:.2f}; the hypervisor's steal on {where} during the run: "
+              f"{1000 * steal.total_s:.0f} ms", flush=True)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -301,32 +306,43 @@ def measure(a, exe: str, root: Path) -> None:
         print(f"  emission lag, exact (the server's {len(exact[3])} observations of this run, not its buckets): "
               f"p50 {1000 * exact[0]:.2f} ms, p99 {1000 * exact[1]:.2f} ms{ratio}, p99.9 {1000 * exact[2]:.2f} ms",
               flush=True)
+        if exact[4] and steal.events:
+            clear = sorted(v for v, t in zip(exact[3], exact[4]) if not near_steal(t, v, steal.events))
+            if clear:
+                at = lambda q: clear[min(len(clear) - 1, int(q * len(clear)))]     # noqa: E731
+                ratio = f" ({at(0.99) / a.floor:.1f}x the floor)" if a.floor else ""
+                print(f"  the same, the {len(clear)} observations ({100 * len(clear) / len(exact[3]):.0f}%) "
+                      f"without steal while they waited: p50 {1000 * at(0.5):.2f} ms, p99 {1000 * at(0.99):.2f} ms"
+                      f"{ratio}, p99.9 {1000 * at(0.999):.2f} ms", flush=True)
     samples_file.unlink(missing_ok=True)
 
 
 def exact_lags(path: Path, skip: int, count: int):
-    """``(p50, p99, p99.9, lags)`` of observations ``skip .. skip + count`` of the lags the server
-    wrote to ``path`` (``value times`` lines, in order: a checkout without
-    ``VLLM_SIM_LAG_SAMPLES`` writes none, then None)."""
+    """``(p50, p99, p99.9, lags, walls)`` of observations ``skip .. skip + count`` of the lags
+    the server wrote to ``path`` (``value times [wall clock]`` lines, in order: a checkout
+    without ``VLLM_SIM_LAG_SAMPLES`` writes none, then None); ``walls``: each lag's wall clock
+    in the order of ``lags`` (empty from a checkout that wrote none)."""
     try:
         lines = path.read_text().split("\n")
     except OSError:
         return None
-    lags, seen = [], 0
+    pairs, seen = [], 0
     for line in lines:
         if not line:
             continue
-        value, times = line.split()
+        value, times, *wall = line.split()
         n = int(times)
         take = min(seen + n, skip + count) - max(seen, skip)
         if take > 0:
-            lags += [float(value)] * take
+            pairs += [(float(value), float(wall[0]) if wall else None)] * take
         seen += n
-    if len(lags) != count or not lags:
+    if len(pairs) != count or not pairs:
         return None
-    lags.sort()
+    pairs.sort(key=lambda p: p[0])
+    lags = [v for v, _ in pairs]
+    walls = [w for _, w in pairs] if pairs[0][1] is not None else []
     at = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]     # noqa: E731
-    return at(0.5), at(0.99), at(0.999), lags
+    return at(0.5), at(0.99), at(0.999), lags, walls
 
 
 if __name__ == "__main__":

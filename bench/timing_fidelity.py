@@ -42,6 +42,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from steal import StealSampler  # noqa: E402
 from throughput import ROOT, start_server  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
@@ -265,6 +266,7 @@ def main() -> None:
                 host, port = "127.0.0.1", int(base.rsplit(":", 1)[1])
                 before = lag_histogram(base)
                 cpu0 = cpu_seconds(proc.pid)
+                steal = StealSampler(cpus[0] if pin else None, on_cpu=cpus[1] if pin else None).start()
                 share = [level // args.clients + (1 if i < level % args.clients else 0) for i in range(args.clients)]
                 t0 = time.monotonic()
                 if probe:
@@ -273,6 +275,7 @@ def main() -> None:
                 else:
                     streams = [s for part in pool.map(_worker, [(host, port, n, body) for n in share]) for s in part]
                 wall = time.monotonic() - t0
+                steal.stop()
                 kernel_streams = KERNEL_TIMES.pop(id(streams), None)
                 cpu1 = cpu_seconds(proc.pid)
                 after = lag_histogram(base)
@@ -299,6 +302,7 @@ def main() -> None:
                     "server_cpu_us_per_chunk": (cpu1 - cpu0) / max(events * waves, 1) * 1e6,
                     "server_busy_pct": (cpu1 - cpu0) / wall * 100,
                     "load": os.getloadavg()[0], "checkout": label, "run": run,
+                    "steal_ms": 1000 * steal.total_s,    # the hypervisor's, on the server's CPU (bench/steal.py)
                 }
                 row["itl_p99_err_ms"] = row["itl_p99_ms"] - args.itl * 1e3
                 row["ttft_p99_err_ms"] = row["ttft_p99_ms"] - args.ttft * 1e3
@@ -318,7 +322,7 @@ def main() -> None:
                       f"p99 <= {row['server_lag_p99_ms']:.2f} ms | {row['chunks_per_s']:8.0f} chunks/s | "
                       f"server CPU {row['server_cpu_us_per_chunk']:.1f} us/chunk, busy {row['server_busy_pct']:.0f}% | "
                       f"RSS {row['rss_mb']:.0f} MB | complete {row['ok_streams']}/{level} | "
-                      f"load {row['load']:.2f}", flush=True)
+                      f"load {row['load']:.2f}, steal {row['steal_ms']:.0f} ms", flush=True)
                 if "kernel_ttft_p99_err_ms" in row:
                     print(f"{'':{len(label) + 1 if args.against else 0}}      timed by the client's kernel (its own read delay "
                           f"left out): TTFT p99 error {row['kernel_ttft_p99_err_ms']:+.1f} ms (read: "

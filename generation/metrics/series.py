@@ -105,27 +105,32 @@ class FastCounter:
 
 class SampledHistogram(FastHistogram):
     """A :class:`FastHistogram` that also keeps every observation, in order, as ``(value,
-    times)`` pairs, and writes them to ``path`` when the process exits (one ``value times`` line
-    each): exact percentiles for a bench (``VLLM_SIM_LAG_SAMPLES``, ``bench/engine_emission_lag.py``)
-    where the exported buckets are coarse.  16 bytes per observation call."""
+    times, at)`` (``at``: the wall clock of the call, ``time.time()``), and writes them to
+    ``path`` when the process exits (one ``value times at`` line each): exact percentiles for a
+    bench (``VLLM_SIM_LAG_SAMPLES``, ``bench/engine_emission_lag.py``) where the exported buckets
+    are coarse, and when each was observed, to set beside the machine's own stalls (the
+    hypervisor's steal).  24 bytes per observation call."""
 
     def __init__(self, path: str, name: str, documentation: str, buckets, labels: dict):
         super().__init__(name, documentation, buckets, labels)
         from array import array
         import atexit
-        self.values, self.times = array("d"), array("q")
+        from time import time
+        self.values, self.times, self.at, self._clock = array("d"), array("q"), array("d"), time
         atexit.register(self.dump, path)
 
     def observe(self, value: float) -> None:
         FastHistogram.observe(self, value)
         self.values.append(value)
         self.times.append(1)
+        self.at.append(self._clock())
 
     def observe_n(self, value: float, n: int) -> None:
         FastHistogram.observe_n(self, value, n)
         self.values.append(value)
         self.times.append(n)
+        self.at.append(self._clock())
 
     def dump(self, path: str) -> None:
         with open(path, "w") as fh:
-            fh.writelines(f"{v!r} {n}\n" for v, n in zip(self.values, self.times))
+            fh.writelines(f"{v!r} {n} {t!r}\n" for v, n, t in zip(self.values, self.times, self.at))

@@ -1,0 +1,58 @@
+"""bench/steal.py (the hypervisor's steal beside the timing benches' figures) and the lag samples
+the server writes for bench/engine_emission_lag.py (``VLLM_SIM_LAG_SAMPLES``).  Unit tier."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+
+import pytest
+
+from generation.metrics.series import SampledHistogram
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _bench(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+steal = _bench("steal")
+
+
+def test_near_steal_looks_over_the_wait_and_a_margin():
+    events = [(100.0, 0.01)]
+    assert steal.near_steal(100.003, 0.005, events, margin=0.0) is True     # stolen while it waited
+    assert steal.near_steal(99.999, 0.005, events, margin=0.0) is False     # over before the steal
+    assert steal.near_steal(99.999, 0.005, events, margin=0.002) is True    # within the margin
+    assert steal.near_steal(100.5, 0.005, events) is False
+    assert steal.near_steal(100.5, 0.005, []) is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat")
+def test_steal_ticks_reads_proc_stat_and_the_sampler_stops():
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    assert steal.steal_ticks(cpu) >= 0 and steal.steal_ticks(None) >= steal.steal_ticks(cpu)
+    s = steal.StealSampler(cpu, period=0.001).start()
+    time.sleep(0.02)
+    s.stop()
+    assert s.total_s >= 0.0 and all(dt > 0 for _, dt in s.events)
+
+
+def test_lag_samples_are_written_with_their_wall_clock(tmp_path):
+    path = tmp_path / "lags.txt"
+    h = SampledHistogram(str(path), "lag", "doc", (0.001, 0.01), {})
+    before = time.time()
+    h.observe(0.002)
+    h.observe_n(0.0005, 3)
+    h.dump(str(path))
+    rows = [line.split() for line in path.read_text().splitlines()]
+    assert [(float(v), int(n)) for v, n, _ in rows] == [(0.002, 1), (0.0005, 3)]
+    assert all(before <= float(t) <= time.time() for _, _, t in rows)
+    lag = _bench("engine_emission_lag")
+    p50, p99, p999, lags, walls = lag.exact_lags(path, 1, 3)        # the observe_n's three
+    assert lags == [0.0005] * 3 and len(walls) == 3 and p99 == 0.0005
