@@ -22,13 +22,18 @@ can be matched one to one.  Per experiment it prints:
   the previous request with the same prompt (inference-perf cycles 100 prompts) finished.  vLLM's
   prefix cache stops one block short of a fully cached prompt (the last token is recomputed);
   with the CPU KV tier (the OffloadingConnector) that block can be found on the CPU and loaded
-  asynchronously, which defers the request by the load's round trip.
+  asynchronously, which defers the request by the load's round trip;
+- **late requests**: those whose real TTFT exceeds the replay's by more than 15 ms (past the first
+  stage's first minute, which compile stalls own), and how much longer than usual the requests
+  decoding all through their wait took on the real server: a few ms or more means the whole
+  server paused then (a pause the replay does not have), about 0 that the request alone waited.
 
 Prints the machine's load beside the wall time.  ``--json`` writes every table.
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import statistics
@@ -43,6 +48,8 @@ BLOCK_SIZE = 16                   # the traced runs' --block-size
 PROMPT_CYCLE = 100                # inference-perf's 10 x 10 shared-prefix prompts, cycled in order
 EPISODE_GAP_S = 1.0               # arrivals closer than this join one episode
 EPISODE_MIN = 3                   # requests in the smallest episode reported
+LATE_S = 0.015                    # a real TTFT this much over the replay's is a late request
+WARM_S = 60.0                     # the first stage's first seconds (compile stalls) are left out of it
 # how long before the arrival the previous same-prompt request finished (s; negative: still running)
 PREDECESSOR_BANDS = ((-1e9, 0.0), (0.0, 1.0), (1.0, 2.0), (2.0, 5.0), (5.0, 1e9))
 
@@ -130,6 +137,28 @@ def aligned_split(rows: list[tuple], lo: float, hi: float, block_size: int = BLO
             "by_predecessor": bands}
 
 
+def late_requests(real: list[tuple], ours: list[tuple], lo: float, hi: float, late_s: float = LATE_S) -> dict:
+    """The requests arriving in ``[lo, hi)`` whose real TTFT exceeds the replay's by more than
+    ``late_s``: their count (``n``, of ``total``) and median excess (``excess_ms``); and
+    ``others_ms``, for the requests decoding all through each one's wait, the median of their
+    decode time's real-minus-replay difference less the run's median difference (a few ms or
+    more: the whole server paused then, not only the late request)."""
+    pairs = [(r, o) for r, o in zip(real, ours) if lo <= r[1] < hi]
+    late = [(r, o) for r, o in pairs if r[2] - o[2] > late_s]
+    base = statistics.median((r[3] - r[2]) - (o[3] - o[2]) for r, o in pairs) if pairs else 0.0
+    starts = sorted((r[1] + r[2], r[1] + r[3], (r[3] - r[2]) - (o[3] - o[2])) for r, o in zip(real, ours))
+    firsts = [x[0] for x in starts]
+    shifts = []
+    for r, _ in late:
+        end = bisect.bisect_left(firsts, r[1])              # decoding before the late request arrived
+        through = [d for a, b, d in starts[max(0, end - 400):end] if b > r[1] + r[2]]
+        if through:
+            shifts.append(statistics.median(through) - base)
+    return {"n": len(late), "total": len(pairs),
+            "excess_ms": 1e3 * statistics.median(r[2] - o[2] for r, o in late) if late else None,
+            "others_ms": 1e3 * statistics.median(shifts) if shifts else None}
+
+
 def compare(exp: dict, *, seed: int = 0, width: float = 100.0, factor: float = 2.5,
             path: str | None = None) -> dict:
     """Every table of the module docstring for one traced experiment."""
@@ -145,7 +174,8 @@ def compare(exp: dict, *, seed: int = 0, width: float = 100.0, factor: float = 2
             "stage": k, "threshold_ms": 1e3 * factor * med,
             "episodes_real": episodes(real, factor * med, lo, hi),
             "episodes_ours": episodes(ours, factor * med, lo, hi),
-            "aligned_real": aligned_split(real, lo, hi), "aligned_ours": aligned_split(ours, lo, hi)})
+            "aligned_real": aligned_split(real, lo, hi), "aligned_ours": aligned_split(ours, lo, hi),
+            "late": late_requests(real, ours, lo + (WARM_S if k == 0 else 0.0), hi)})
     return out
 
 
@@ -177,6 +207,15 @@ def print_comparison(c: dict) -> None:
             print("    %s block-aligned prompts: n %d TTFT p50 %s ms, others %s ms; the aligned by when the same "
                   "prompt's previous request finished: %s" % (label, a["aligned_n"], _ms(a["aligned"]).strip(),
                                                                _ms(a["other"]).strip(), bands))
+
+
+        late = s["late"]
+        if late["n"]:
+            print("    late in the real run (TTFT over the replay's by more than %.0f ms%s): %d of %d, by %.0f ms "
+                  "(median); the requests decoding all through their wait: %s ms against the stage's median "
+                  "real-minus-replay decode time"
+                  % (1e3 * LATE_S, ", after the first %.0f s" % WARM_S if s["stage"] == 0 else "", late["n"],
+                     late["total"], late["excess_ms"], "-" if late["others_ms"] is None else "%+.0f" % late["others_ms"]))
 
 
 def main(argv=None) -> int:

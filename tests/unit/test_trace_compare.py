@@ -57,3 +57,14 @@ def test_a_traced_run_beside_its_replay(capsys):
                                          for s in c["stages"])
     tc.print_comparison(c)
     assert "block-aligned prompts" in capsys.readouterr().out
+
+
+def test_late_requests_and_whether_the_server_paused():
+    # (index, arrival, ttft, e2e, prompt): request 2 waits 30 ms longer on the real server, and
+    # request 1, decoding all through that wait, took 30 ms longer too: a pause of everything
+    real = [_row(0, 0.0, 0.02, 1.00), _row(1, 0.5, 0.02, 2.03), _row(2, 1.0, 0.05, 1.03), _row(3, 3.0, 0.02, 1.00)]
+    ours = [_row(0, 0.0, 0.02, 1.00), _row(1, 0.5, 0.02, 2.00), _row(2, 1.0, 0.02, 1.00), _row(3, 3.0, 0.02, 1.00)]
+    late = tc.late_requests(real, ours, 0.0, 10.0)
+    assert (late["n"], late["total"]) == (1, 4)
+    assert late["excess_ms"] == pytest.approx(30.0) and late["others_ms"] == pytest.approx(30.0)
+    assert tc.late_requests(real, ours, 2.0, 10.0) == {"n": 0, "total": 1, "excess_ms": None, "others_ms": None}
