@@ -376,3 +376,16 @@ def test_an_unreadable_moe_tile_table_is_a_config_error(monkeypatch, tmp_path):
     with pytest.raises(ConfigError) as e:
         sm.moe_tile_table("H100", 8, 3584)
     assert str(e.value).startswith(f"fused-MoE tile table {bad}: cannot read")
+
+
+def test_stall_gaps_are_the_long_pauses_between_token_events():
+    """``fit --jit --jit-objective stall-gaps`` matches the pauses between token events (first and
+    last tokens) over 0.6 s in a run's first 20 s; another objective is refused."""
+    from generation.engine.perf.fit import fit_jit, stall_gaps
+    rows = [(0.0, 0.05, 0.3), (0.2, 0.05, 0.2),      # token events at 0.05, 0.25, 0.3, 0.4
+            (0.5, 1.0, 1.1),                         # waited: its tokens at 1.5 and 1.6
+            (25.0, 0.05, 0.3)]                       # past the window
+    assert stall_gaps(rows) == pytest.approx([1.1])
+    assert stall_gaps([(0.0, 0.05, 0.5)]) == []
+    with pytest.raises(ValueError, match="objective"):
+        fit_jit("H100", C, objective="p99")

@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -234,14 +235,40 @@ JIT_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))     # t_jit candid
 JIT_SEEDS = 5
 
 
-def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRID, exclude=()) -> PerfConstants:
+JIT_OBJECTIVES = ("first-ttft", "stall-gaps")
+STALL_WINDOW_S = 20.0             # stall-gaps: the run's first seconds, where the compiles fall
+STALL_MIN_GAP_S = 0.6             # stall-gaps: a pause between token events this long is a compile
+
+
+def stall_gaps(rows) -> list[float]:
+    """The pauses (s) longer than :data:`STALL_MIN_GAP_S` between consecutive token events (every
+    request's first and last token, the trace's only per-token times) in the first
+    :data:`STALL_WINDOW_S` seconds of ``rows``, ``(arrival, ttft, e2e)`` seconds from the run's
+    start: on a MoE server these are its compile stalls, each a kernel variant's compile plus the
+    step it held."""
+    ev = sorted(t for a, ttft, e2e in rows if a < STALL_WINDOW_S for t in (a + ttft, a + e2e))
+    ev = [t for t in ev if t < STALL_WINDOW_S]
+    return [b - a for a, b in zip(ev, ev[1:]) if b - a > STALL_MIN_GAP_S]
+
+
+def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRID, exclude=(),
+            objective: str = "first-ttft") -> PerfConstants:
     """``t_jit``, the stall of compiling a fused-MoE kernel variant at first use
-    (:class:`~.step_model.MoeJit`), by a grid search on the GPU's traced MoE training runs: a
-    run's first cycle of prompts (its first ``PROMPT_GROUPS x PROMPTS_PER_GROUP`` requests, cold,
-    whose prefills run eagerly) is where the compiles fall, and the mean TTFT of those requests
-    measures them.  The grid value with the least sum of squared log ratios (the mean over
-    :data:`JIT_SEEDS` seeded replays / measured mean) wins: a stall queues arrivals into larger steps that may select yet another variant, so
-    the response to ``t_jit`` is not smooth enough for a gradient.  Prints the table."""
+    (:class:`~.step_model.MoeJit`), by a grid search on the GPU's traced MoE training runs, whose
+    first seconds (the first cycle of prompts: cold, their prefills run eagerly) is where the
+    compiles fall.  ``objective``:
+
+    - ``first-ttft``: the mean TTFT of a run's first ``PROMPT_GROUPS x PROMPTS_PER_GROUP``
+      requests, which the stalls' count and length together set;
+    - ``stall-gaps``: the median length of the stalls themselves (:func:`stall_gaps`), the
+      compile's own duration, whatever the count the compile rule gives.
+
+    The grid value with the least sum of squared log ratios (the mean over :data:`JIT_SEEDS`
+    seeded replays / the measured value) wins: a stall queues arrivals into larger steps that
+    may select yet another variant, so the response to ``t_jit`` is not smooth enough for a
+    gradient.  Raises ValueError for another objective.  Prints the table."""
+    if objective not in JIT_OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(JIT_OBJECTIVES)}, not {objective!r}")
     exps = gt.load_experiments(path)
     runs = [e for e in training_runs(exps, gpu) if e.get("trace") and "default16" in e["groups"]
             and e["name"] not in set(exclude)]
@@ -251,25 +278,48 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
         _, _, model = gt.build(e, base, path)
         if not model.moe_layers:
             continue
-        rows = gt.trace_rows(e, path, first)
-        measured[e["name"]] = sum(float(r["ttft_s"]) for r in rows) / len(rows)
+        if objective == "first-ttft":
+            rows = gt.trace_rows(e, path, first)
+            measured[e["name"]] = sum(float(r["ttft_s"]) for r in rows) / len(rows)
+        else:
+            rows = gt.trace_rows(e, path)
+            t0 = int(rows[0]["arrival_us"])
+            gaps = stall_gaps([((int(r["arrival_us"]) - t0) / 1e6, float(r["ttft_s"]), float(r["e2e_s"]))
+                               for r in rows if r["has_error"] == "0"])
+            if gaps:
+                measured[e["name"]] = statistics.median(gaps)
     if not measured:
         print(f"no traced MoE training run of {gpu}: t_jit kept at {base.t_jit}")
         return base
     best = (float("inf"), base.t_jit)
-    print(f"t_jit on {len(measured)} traced MoE runs, mean TTFT of the first {first} requests (ms):")
+    print(f"t_jit on {len(measured)} traced MoE runs, " + (
+        f"mean TTFT of the first {first} requests (ms):" if objective == "first-ttft" else
+        f"median stall in the first {STALL_WINDOW_S:.0f} s (pauses over {1000 * STALL_MIN_GAP_S:.0f} ms "
+        "between token events, ms):"))
     for tj in grid:
         c = replace(base, t_jit=tj)
         loss, cells = 0.0, []
         for name, real in measured.items():
             e = next(x for x in exps if x["name"] == name)
-            span = first / e["stages"][0]["rate"] / e["stages"][0]["duration"]
-            means = []
+            if objective == "first-ttft":
+                scale = min(1.0, 1.5 * first / e["stages"][0]["rate"] / e["stages"][0]["duration"])
+            else:
+                scale = min(1.0, 1.5 * STALL_WINDOW_S / e["stages"][0]["duration"])
+            values = []
             for seed in range(JIT_SEEDS):
-                sim = gt.simulate(e, c, seed=seed, duration_scale=min(1.0, 1.5 * span), path=path)
-                o = sorted(sim.outcomes, key=lambda x: x.arrival)[:first]
-                means.append(sum(x.ttft for x in o) / len(o))
-            pred = sum(means) / len(means)
+                sim = gt.simulate(e, c, seed=seed, duration_scale=scale, path=path)
+                o = sorted(sim.outcomes, key=lambda x: x.arrival)
+                if objective == "first-ttft":
+                    o = o[:first]
+                    values.append(sum(x.ttft for x in o) / len(o))
+                else:
+                    gaps = stall_gaps([(x.arrival - o[0].arrival, x.ttft, x.e2e) for x in o if not x.failed])
+                    if gaps:
+                        values.append(statistics.median(gaps))
+            if not values:                   # no stall at all in the replays: as bad as can be
+                loss, cells = float("inf"), cells + [f"    -/{1000 * real:.0f}"]
+                continue
+            pred = sum(values) / len(values)
             loss += math.log(pred / real) ** 2
             cells.append(f"{1000 * pred:5.0f}/{1000 * real:.0f}")
         print(f"  t_jit {tj:5.2f} s: " + "  ".join(cells) + f"   sum of squared log ratios {loss:.4f}")
@@ -310,6 +360,9 @@ def main(argv=None) -> int:
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
     p.add_argument("--jit", action="store_true",
                    help="fit t_jit alone (MoE kernels' compile stalls) on the GPU's traced MoE runs, keep the rest")
+    p.add_argument("--jit-objective", default="first-ttft", choices=JIT_OBJECTIVES,
+                   help="with --jit: what the replays match, the mean TTFT of the first cycle of prompts "
+                        "(first-ttft) or the median length of the stalls themselves (stall-gaps)")
     p.add_argument("--generic", action="store_true",
                    help="write the profile of GPUs without one of their own (profiles/generic.json)")
     args = p.parse_args(argv)
@@ -324,7 +377,7 @@ def main(argv=None) -> int:
             with open(start, encoding="utf-8") as fh:
                 doc = json.load(fh)
         c = fit_jit(args.gpu, load_constants(args.gpu, start if os.path.isfile(start) else None)[0], args.data,
-                    exclude=list(filter(None, args.exclude.split(","))))
+                    exclude=list(filter(None, args.exclude.split(","))), objective=args.jit_objective)
         doc.update(gpu=args.gpu, method=[*doc.get("method", []), "python -m generation.engine.perf.fit "
                                         + " ".join(argv if argv is not None else sys.argv[1:])],
                    constants={k: float(f"{v:.6g}") for k, v in c.to_dict().items()})
