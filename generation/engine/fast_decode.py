@@ -310,6 +310,8 @@ class LazyDecode:
             remove = s.running.remove
             for req in finished:
                 remove(req)
+            if s.hold_finished_slots:
+                s.held_slots, s.held_until = len(finished), end
         self.g = g + 1
         self.t_prev, self.t_last = self.t_last, end
         if new is not None:

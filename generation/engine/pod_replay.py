@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from .block_pool import CountingPool
 from .replay_log import Finished, Latencies, StepLog, StepStats
-from .scheduler import STEP_LEAD, EngineRequest, Scheduler
+from .scheduler import EngineRequest, Scheduler
+from .step_pacing import STEP_LEAD
 
 
 @dataclass
@@ -139,6 +140,7 @@ class PodReplay:
             self.fe = step_time.frontend()
         self.fixed_fe = step_time.frontend_time() if frontend is None else frontend
         self.async_sched = bool(getattr(step_time, "async_scheduling", False))
+        scheduler.hold_finished_slots = self.async_sched
         # this engine's fused-MoE kernels: a variant's first eager step stalls on its compile
         self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
         self.result = ReplayResult()
@@ -293,7 +295,7 @@ class PodReplay:
                 dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
             self.prev_start = now
             self.plan = plan
-            end = now + dt                  # scheduler.step_end, inlined (every step)
+            end = now + dt                  # step_pacing.step_end, inlined (every step)
             lead = self.emitted_at - STEP_LEAD
             self.end = lead if lead > end else end
 

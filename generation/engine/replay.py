@@ -55,8 +55,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     (:class:`~generation.engine.perf.step_model.Frontend`); otherwise, or when ``frontend``
     seconds are given, a request enters the queue that long after its arrival and tokens reach
     the client at the step's end.  ``emission_cost`` seconds per emitted token is the legacy
-    model of the frontend's sends: a step does not end more than :data:`~.scheduler.STEP_LEAD`
-    before the previous step's tokens are out (:func:`~.scheduler.step_end`).
+    model of the frontend's sends: a step does not end more than :data:`~.step_pacing.STEP_LEAD`
+    before the previous step's tokens are out (:func:`~.step_pacing.step_end`).
 
     With ``step_time.async_scheduling`` a step is planned while the previous one runs: it takes
     only the requests queued before the previous step started.  ``timeout`` > 0 aborts a request

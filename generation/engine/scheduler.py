@@ -176,27 +176,6 @@ class PriorityQueue(list):
             self.append(r)
 
 
-STEP_LEAD = 0.005       # s: how far the engine's timeline may run ahead of the hub's work on the last step
-STALL_LEAD = 0.1        # s: how far it may run ahead of the last step's actual sends (a starved process)
-
-
-def step_end(modelled: float, emitted_at: float, lead: float = STEP_LEAD) -> float:
-    """When an engine step ends (seconds, the caller's clock): at its modelled end (its start plus
-    its step time), but not more than ``lead`` before ``emitted_at``, when the previous step's
-    tokens were all out.
-
-    A step runs while the previous step's outputs are sent (vLLM V1's engine core steps while its
-    frontend streams the last outputs).  A frontend slower than the GPU holds the engine back
-    instead of letting it run ahead of what the clients receive: the tokens' lag behind their
-    step stays within ``lead`` plus one step's sending, and the step times (ITL, TPOT) are those
-    the clients see.  Within ``lead`` the modelled timeline is kept, so that a short stall of the
-    live server's process (a busy machine) is caught up rather than added to every later token.
-    The live server passes when its hub handed the last step's chunks to the kernel; a replay
-    with ``emission_cost`` models it."""
-    emitted_at -= lead
-    return emitted_at if emitted_at > modelled else modelled
-
-
 class Scheduler:
     """The waiting queue, the running batch and the KV blocks of one engine.
 
@@ -239,6 +218,9 @@ class Scheduler:
         self.on_prefix = on_prefix
         self.on_release = on_release
         self.lazy = None                    # the replay's group decoding (decode_in_groups)
+        # async scheduling (hold_finished_slots): a request that finished in step k still counts
+        # against max_num_seqs when step k + 1 is planned (vLLM processes k's output only then)
+        self.hold_finished_slots, self.held_slots, self.held_until = False, 0, -1.0
 
     def decode_in_groups(self, on: bool = True, on_late=None) -> None:
         """Advance decoding requests as a group between events (the replay's fast path,
@@ -465,7 +447,9 @@ class Scheduler:
         cpu = pool.num_cpu_blocks
         chunked = self.enable_chunked_prefill
         skipped = []
-        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+        # places still held (above); none when the step would be empty: vLLM replans at once
+        held = self.held_slots if now <= self.held_until and running else 0
+        while waiting and budget > 0 and len(running) + held < self.max_num_seqs:
             req = waiting[0]
             if req.kv_ready_at > now:
                 skipped.append(waiting.popleft())       # deferred: KV transfer
@@ -566,6 +550,8 @@ class Scheduler:
                     self._free(req)
                 else:
                     keep.append(req)
+            if self.hold_finished_slots:
+                self.held_slots, self.held_until = len(self.running) - len(keep), end
             self.running[:] = keep
         if self.lazy is not None:
             self.lazy.after_slow_step(end)

@@ -11,15 +11,15 @@ Steps chain on the modelled timeline: a step starts when the previous one ends (
 loop got round to it), and runs while the previous step's tokens are being sent, as vLLM V1's
 engine core steps while its frontend streams the last outputs; a late loop delays emission, and
 the next steps catch up.  But the hub's own work sets a floor: the timeline does not run more
-than :data:`~.scheduler.STEP_LEAD` ahead of when the hub would have sent the last step's tokens
-(:func:`~.scheduler.step_end`), counting the CPU time the hub spent (on the sends, and on
+than :data:`~.step_pacing.STEP_LEAD` ahead of when the hub would have sent the last step's tokens
+(:func:`~.step_pacing.step_end`), counting the CPU time the hub spent (on the sends, and on
 requests and stream ends in between), not the time a busy machine kept the process waiting.  So
 when the hub's work is slower than the steps (hundreds of streams of 10 ms steps), the engine
 waits for it instead of running ahead on a timeline that no client sees, and the lag does not
 accumulate; the step times (ITL, TPOT, ...) are then those the clients measure.  A stall of the
 process alone (a busy machine) is caught up, as before, and does not stretch the timeline, which
 keeps the figures of a busy machine those of the model, up to a point: the timeline never runs
-more than :data:`~.scheduler.STALL_LEAD` (100 ms) ahead of the sends as they happened, so that a
+more than :data:`~.step_pacing.STALL_LEAD` (100 ms) ahead of the sends as they happened, so that a
 process the machine starves for long does not send ever later tokens.  The time steps waited is
 ``vllm_sim:engine_step_wait_seconds_total``.  An idle engine starts its next step when a request
 arrives (after the frontend overhead, as vLLM's API server
@@ -39,7 +39,8 @@ import time
 from gevent.hub import Waiter, get_hub
 
 from .request import ClientDisconnected, SeqState
-from .scheduler import STALL_LEAD, EngineRequest, Scheduler, step_end
+from .scheduler import EngineRequest, Scheduler
+from .step_pacing import STALL_LEAD, step_end
 
 log = logging.getLogger("vllm_sim")
 monotonic = time.monotonic
@@ -102,6 +103,7 @@ class StepEngine:
         self.pending = 0            # requests in their frontend delay, not yet queued
         self.pending_tokens = 0     # their prompt tokens (the waiting queue's uncached tokens to be)
         self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
+        scheduler.hold_finished_slots = self.async_scheduling
         self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
         self.staged: list = []      # (request, queued at) that arrived during the running step
         # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):

@@ -1,7 +1,7 @@
 """Many step-mode streams on a real server: 96 streams opened at once each get every token, in
 order, each token counted once in the lag and (after the first) the inter-token latency
 histograms, whatever the hub's pace (when its work is slower than the steps, the steps wait for
-it: generation/engine/scheduler.py ``step_end``, tests/unit/test_step_end_rule.py)."""
+it: generation/engine/step_pacing.py ``step_end``, tests/unit/test_step_end_rule.py)."""
 from __future__ import annotations
 
 import asyncio

@@ -210,3 +210,31 @@ def test_replay_closed_loop_keeps_concurrency():
     res = replay(s, FixedStep(), trace, concurrency=4)
     assert len(res.requests) == 20
     assert max(step[2] for step in res.steps) == 4
+
+
+def test_async_scheduling_holds_a_finished_requests_slot_for_one_more_plan():
+    """vLLM's async scheduling plans step k + 1 before step k's output is processed: a request
+    that finished in step k still counts against max_num_seqs then, and its slot is free from
+    step k + 2 on (or once the engine plans later than that step's end)."""
+    for hold, admitted_at in ((False, 1), (True, 2)):
+        s = sched(max_num_seqs=2)
+        s.hold_finished_slots = hold
+        a, long, b = EngineRequest(10, 1), EngineRequest(10, 50), EngineRequest(10, 1)
+        for r in (a, long, b):
+            s.add(r, 0.0)
+        times = [0.0]
+        for step in range(1, 4):
+            plan = s.schedule(times[-1])
+            s.complete(plan, times[-1] + 0.01)
+            times.append(times[-1] + 0.01)
+            if b.first_scheduled is not None:
+                break
+        assert a.finished_at == 0.01 and b.first_scheduled == times[admitted_at], hold
+    # with nothing else running the step would be empty: no hold (vLLM plans again at once)
+    s = sched(max_num_seqs=1)
+    s.hold_finished_slots = True
+    a, b = EngineRequest(10, 1), EngineRequest(10, 1)
+    s.add(a, 0.0)
+    s.add(b, 0.0)
+    s.complete(s.schedule(0.0), 0.01)
+    assert s.schedule(0.01).scheduled == [(b, 10)]

@@ -1,5 +1,5 @@
 """A step does not end more than STEP_LEAD before the previous step's tokens are out
-(generation/engine/scheduler.py ``step_end``): in virtual time (the replay's ``emission_cost``)
+(generation/engine/step_pacing.py ``step_end``): in virtual time (the replay's ``emission_cost``)
 and on the live engine's clock (generation/engine/step_engine.py: an emission slower than the
 steps holds them back, exactly; one that keeps up leaves the modelled timeline alone)."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ import gevent
 import pytest
 
 from generation.engine.replay import TraceRequest, replay
-from generation.engine.scheduler import STALL_LEAD, STEP_LEAD, Scheduler, step_end
+from generation.engine.scheduler import Scheduler
+from generation.engine.step_pacing import STALL_LEAD, STEP_LEAD, step_end
 from generation.engine.step_engine import StepEngine
 from generation.metrics.recorder import LAG_BUCKETS, FastCounter, FastHistogram
 
