@@ -12,8 +12,9 @@ One step:
    ``running.pop()``), which frees its blocks, forgets its computed tokens and goes back to the
    **head** of the waiting queue; this repeats until the request fits or has preempted itself
    (then the running pass stops).  Recompute is the only mode;
-3. **waiting requests**, FCFS, are admitted while budget remains, ``running < --max-num-seqs``,
-   and no request was preempted in this step; a request whose blocks cannot be allocated stops
+3. **waiting requests**, FCFS, are admitted while budget remains, ``running < --max-num-seqs``
+   (with async scheduling the requests that finished in the step just ended still count:
+   ``hold_finished_slots``), and no request was preempted in this step; a request whose blocks cannot be allocated stops
    admission (head-of-line blocking).  The prefix cache gives a new request its computed tokens
    (block-aligned, at most ``num_tokens - 1``); a resumed request prefills its prompt and the
    tokens it already generated again, minus cache hits;
