@@ -56,11 +56,8 @@ PREDECESSOR_BANDS = ((-1e9, 0.0), (0.0, 1.0), (1.0, 2.0), (2.0, 5.0), (5.0, 1e9)
 
 def real_rows(exp: dict, path: str | None = None) -> list[tuple]:
     """The trace's successful requests as ``(index, arrival s, ttft s, e2e s, prompt tokens)``,
-    arrivals from the first request's."""
-    rows = gt.trace_rows(exp, path)
-    t0 = int(rows[0]["arrival_us"])
-    return [(i, (int(r["arrival_us"]) - t0) / 1e6, float(r["ttft_s"]), float(r["e2e_s"]), int(r["input_tokens"]))
-            for i, r in enumerate(rows) if r["has_error"] == "0"]
+    arrivals from the first request's (:func:`~generation.engine.perf.groundtruth.trace_times`)."""
+    return gt.trace_times(exp, path)
 
 
 def replay_rows(exp: dict, real: list[tuple], seed: int = 0, path: str | None = None) -> list[tuple]:
@@ -149,10 +146,12 @@ def late_requests(real: list[tuple], ours: list[tuple], lo: float, hi: float, la
     base = statistics.median((r[3] - r[2]) - (o[3] - o[2]) for r, o in pairs) if pairs else 0.0
     starts = sorted((r[1] + r[2], r[1] + r[3], (r[3] - r[2]) - (o[3] - o[2])) for r, o in zip(real, ours))
     firsts = [x[0] for x in starts]
+    longest = max((b - a for a, b, _ in starts), default=0.0)    # no decode began earlier than this
     shifts = []
     for r, _ in late:
         end = bisect.bisect_left(firsts, r[1])              # decoding before the late request arrived
-        through = [d for a, b, d in starts[max(0, end - 400):end] if b > r[1] + r[2]]
+        begin = bisect.bisect_left(firsts, r[1] - longest)
+        through = [d for a, b, d in starts[begin:end] if b > r[1] + r[2]]
         if through:
             shifts.append(statistics.median(through) - base)
     return {"n": len(late), "total": len(pairs),

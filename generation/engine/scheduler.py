@@ -14,8 +14,8 @@ One step:
    (then the running pass stops).  Recompute is the only mode;
 3. **waiting requests**, FCFS, are admitted while budget remains, ``running < --max-num-seqs``
    (with async scheduling the requests that finished in the step just ended still count:
-   ``hold_finished_slots``), and no request was preempted in this step; a request whose blocks cannot be allocated stops
-   admission (head-of-line blocking).  The prefix cache gives a new request its computed tokens
+   ``hold_finished_slots``), and no request was preempted in this step; a request whose blocks
+   cannot be allocated stops admission (head-of-line blocking).  The prefix cache gives a new request its computed tokens
    (block-aligned, at most ``num_tokens - 1``); a resumed request prefills its prompt and the
    tokens it already generated again, minus cache hits;
 4. at the step's end every request whose computed tokens reached its length emits one token,

@@ -282,10 +282,7 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
             rows = gt.trace_rows(e, path, first)
             measured[e["name"]] = sum(float(r["ttft_s"]) for r in rows) / len(rows)
         else:
-            rows = gt.trace_rows(e, path)
-            t0 = int(rows[0]["arrival_us"])
-            gaps = stall_gaps([((int(r["arrival_us"]) - t0) / 1e6, float(r["ttft_s"]), float(r["e2e_s"]))
-                               for r in rows if r["has_error"] == "0"])
+            gaps = stall_gaps([r[1:4] for r in gt.trace_times(e, path)])
             if gaps:
                 measured[e["name"]] = statistics.median(gaps)
     if not measured:

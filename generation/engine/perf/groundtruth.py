@@ -93,6 +93,15 @@ def trace_rows(exp: dict, path: str | None = None, limit: int | None = None) -> 
         return list(reader) if limit is None else [r for _, r in zip(range(limit), reader)]
 
 
+def trace_times(exp: dict, path: str | None = None) -> list[tuple]:
+    """A traced experiment's successful requests as ``(index, arrival, ttft, e2e, prompt
+    tokens)``, times in seconds, arrivals from the first request's; ``index`` the row's."""
+    rows = trace_rows(exp, path)
+    t0 = int(rows[0]["arrival_us"])
+    return [(i, (int(r["arrival_us"]) - t0) / 1e6, float(r["ttft_s"]), float(r["e2e_s"]), int(r["input_tokens"]))
+            for i, r in enumerate(rows) if r["has_error"] == "0"]
+
+
 def workload(exp: dict, *, seed: int = 0, duration_scale: float = 1.0, path: str | None = None) -> list[Req]:
     """The experiment's requests (module docstring).  ``duration_scale`` < 1 keeps the first part
     of each stage (for quick checks)."""
