@@ -4,12 +4,20 @@ CPU's time (0.7-1.1 s over a 12 s ``engine_emission_lag.py``, against ~0.4% whil
 chunks of about 10 ms, and a step whose sends are descheduled that long reads as emission lag
 that no code of the server can remove.  The timing benches print it beside their figures.
 
+    python bench/steal.py [--cpu 0] [--seconds 10]     # what the machine alone takes from a busy CPU
+
+run as a script, it spins on one CPU (nothing else of the benches running) and prints the pauses
+it saw (gaps between two reads of the clock over 1 and over 5 ms) beside the steal the counter
+gave for the same time: on the development VM, in a noisy phase, 5-10 ms pauses about once a
+second, which no server code causes or can remove; in a quiet one, none over 5 ms.
+
 Linux's ``/proc/stat`` gives each CPU's steal (the 8th value of its ``cpuN`` line) in
 ``USER_HZ`` ticks (10 ms), from the paravirtual steal clock: a sample tells how much was stolen
 since the previous one, to within a tick.
 """
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -89,3 +97,52 @@ def near_steal(at: float, span: float, events: list[tuple[float, float]], margin
     ``margin`` either side (the counter's tick and the sampling period)."""
     lo, hi = at - span - margin, at + margin
     return any(lo <= t <= hi for t, _ in events)
+
+
+def clear_of_steal(spans, events: list[tuple[float, float]], margin: float = 2 * TICK_S) -> list[bool]:
+    """For each ``(start, end)`` wall-clock span (an inter-token gap as the client saw it),
+    whether no steal was sampled within it or ``margin`` either side: :func:`near_steal` for
+    many spans at once (a bisect per span, not a scan of ``events``)."""
+    times = sorted(t for t, _ in events)
+    out = []
+    for start, end in spans:
+        i = bisect.bisect_left(times, start - margin)
+        out.append(i == len(times) or times[i] > end + margin)
+    return out
+
+
+def pauses(seconds: float, threshold: float = 0.001) -> list[tuple[float, float]]:
+    """Spin for ``seconds`` reading the monotonic clock; returns ``(when, gap)`` (seconds from the
+    start) for every gap between two reads over ``threshold`` seconds: time this process was not
+    running although it wanted to (the hypervisor, the kernel, another process)."""
+    now = time.monotonic
+    t0 = prev = now()
+    end = t0 + seconds
+    out = []
+    while prev < end:
+        t = now()
+        if t - prev > threshold:
+            out.append((t - t0, t - prev))
+        prev = t
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(description="what the machine alone takes from a busy CPU (module docstring)")
+    p.add_argument("--cpu", type=int, default=sorted(os.sched_getaffinity(0))[0])
+    p.add_argument("--seconds", type=float, default=10.0)
+    args = p.parse_args(argv)
+    os.sched_setaffinity(0, {args.cpu})
+    before = steal_ticks(args.cpu)
+    got = pauses(args.seconds)
+    stolen = (steal_ticks(args.cpu) - before) * TICK_S
+    long = [g for _, g in got if g > 0.005]
+    print(f"CPU {args.cpu}, {args.seconds:g} s spinning: {len(got)} pauses over 1 ms ({1000 * sum(g for _, g in got):.0f} ms "
+          f"in all), {len(long)} over 5 ms" + (f" (longest {1000 * max(long):.1f} ms)" if long else "")
+          + f"; steal counted {1000 * stolen:.0f} ms; load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,7 +6,10 @@ requests at once against a simulator started with fixed ``--time-to-first-token`
 
 * client-side TTFT and ITL p50 / p99 against the configured values, and the p99 errors again
   with each event timed when the client's kernel received it (``SO_TIMESTAMPNS``): the
-  difference is the client's own delay in reading, not the server's.  The client is
+  difference is the client's own delay in reading, not the server's; and that ITL p99 error
+  again over the gaps during which the hypervisor took none of the server's CPU
+  (``bench/steal.py``: one ~10 ms steal stretches a gap of every running stream at once, about
+  1% of a 1,000-stream run's gaps).  The client is
   ``bench/sse_probe.c`` (an epoll loop, built here with the system C compiler), or, without a
   compiler or with ``--client python``, raw asyncio sockets.  The Python client spends about
   30 us per chunk: at 30k chunks/s it needs a whole core of the two, and its own lag then
@@ -42,7 +45,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from steal import StealSampler  # noqa: E402
+from steal import StealSampler, clear_of_steal  # noqa: E402
 from throughput import ROOT, start_server  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
@@ -258,6 +261,7 @@ def main() -> None:
     body = json.dumps({"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
                        "max_tokens": args.tokens, "ignore_eos": True, "stream": True}).encode()
     results = []
+    wall_offset = time.time() - time.monotonic()      # the probe's times are CLOCK_MONOTONIC, steal's wall
     try:
         with mp.Pool(args.clients) as pool:
             for run, level, (label, proc, base) in (
@@ -314,6 +318,14 @@ def main() -> None:
                               for a, b in zip(ev[1:args.tokens], ev[2:args.tokens + 1])]
                     row["kernel_ttft_p99_err_ms"] = percentile(k_ttfts, 0.99) * 1e3 - args.ttft * 1e3
                     row["kernel_itl_p99_err_ms"] = percentile(k_itls, 0.99) * 1e3 - args.itl * 1e3
+                    # the gaps the hypervisor took none of the server's CPU in (bench/steal.py): a
+                    # steal of ~10 ms stretches one gap of every running stream at once
+                    spans = [(a + wall_offset, b + wall_offset) for _, ev in kernel_streams if len(ev) > 1
+                             for a, b in zip(ev[1:args.tokens], ev[2:args.tokens + 1])]
+                    clear = [b - a for (a, b), ok in zip(spans, clear_of_steal(spans, steal.events)) if ok]
+                    row["kernel_itl_gaps_clear_of_steal"] = len(clear)
+                    row["kernel_itl_gaps"] = len(spans)
+                    row["kernel_itl_p99_err_clear_ms"] = percentile(clear, 0.99) * 1e3 - args.itl * 1e3
                 results.append(row)
                 print(f"{label + ' ' if args.against else ''}{level:5d} streams: TTFT p50 {row['ttft_p50_ms']:7.1f} p99 {row['ttft_p99_ms']:7.1f} ms "
                       f"(cfg {args.ttft * 1e3:.0f}) | ITL p50 {row['itl_p50_ms']:6.2f} p99 {row['itl_p99_ms']:6.2f} ms "
@@ -327,7 +339,9 @@ def main() -> None:
                     print(f"{'':{len(label) + 1 if args.against else 0}}      timed by the client's kernel (its own read delay "
                           f"left out): TTFT p99 error {row['kernel_ttft_p99_err_ms']:+.1f} ms (read: "
                           f"{row['ttft_p99_err_ms']:+.1f}), ITL p99 error {row['kernel_itl_p99_err_ms']:+.2f} ms "
-                          f"(read: {row['itl_p99_err_ms']:+.2f})", flush=True)
+                          f"(read: {row['itl_p99_err_ms']:+.2f}); over the {row['kernel_itl_gaps_clear_of_steal']:,} of "
+                          f"{row['kernel_itl_gaps']:,} gaps no steal touched: {row['kernel_itl_p99_err_clear_ms']:+.2f} ms",
+                          flush=True)
                 time.sleep(1)
     finally:
         for _, proc, _ in servers:

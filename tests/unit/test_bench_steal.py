@@ -56,3 +56,19 @@ def test_lag_samples_are_written_with_their_wall_clock(tmp_path):
     lag = _bench("engine_emission_lag")
     p50, p99, p999, lags, walls = lag.exact_lags(path, 1, 3)        # the observe_n's three
     assert lags == [0.0005] * 3 and len(walls) == 3 and p99 == 0.0005
+
+
+def test_clear_of_steal_keeps_the_spans_no_steal_came_near():
+    events = [(100.0, 0.01), (100.5, 0.01)]
+    spans = [(99.90, 99.92), (99.99, 100.01), (100.2, 100.22), (100.49, 100.6), (101.0, 101.02)]
+    assert steal.clear_of_steal(spans, events, margin=0.0) == [True, False, True, False, True]
+    assert steal.clear_of_steal(spans, events, margin=0.09) == [False, False, True, False, True]
+    assert steal.clear_of_steal(spans, events) == [steal.near_steal(b, b - a, events) is False for a, b in spans]
+    assert steal.clear_of_steal(spans, []) == [True] * 5
+
+
+def test_pauses_reports_the_gaps_of_a_spinning_clock(monkeypatch):
+    ticks = iter([0.0, 0.0001, 0.0002, 0.0102, 0.0103, 0.02, 0.03])
+    monkeypatch.setattr(steal.time, "monotonic", lambda: next(ticks))
+    assert steal.pauses(0.025) == [(pytest.approx(0.0102), pytest.approx(0.01)), (pytest.approx(0.02), pytest.approx(0.0097)),
+                                   (pytest.approx(0.03), pytest.approx(0.01))]     # it spins past the end once

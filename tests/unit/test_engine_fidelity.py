@@ -176,3 +176,24 @@ def test_the_harness_builds_the_step_model_the_server_builds():
     server = settings.step_time
     assert model.max_graph == server.max_graph == 256
     assert model.moe_jit(2048).compiled == server.moe_jit(2048).compiled
+
+
+def test_the_simulated_floor_scores_each_draw_against_the_others_median():
+    """bench/engine_replicates.py --simulated: each untraced experiment's draws, one at a time
+    against the median of the others, on the records the experiment measured; a traced one has no
+    draw to vary and counts 0 over its records."""
+    spec = importlib.util.spec_from_file_location("engine_replicates",
+                                                  os.path.join(ROOT, "bench", "engine_replicates.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    exps = [EXPS[REBUILT], EXPS[TRACED]]
+    floor, rows = bench.simulated_floor(exps, seeds=3, scale=0.03)
+    assert {name for name, *_ in rows} == {REBUILT}
+    assert {(stage, m) for _, stage, m, _ in rows} == {(st, m) for st, act in EXPS[REBUILT]["actual"].items()
+                                                      for m in gt.METRICS if act.get(m)}
+    records = sum(1 for e in exps for act in e["actual"].values() if act.get("ttft_p99"))
+    assert floor["ttft_p99"] == pytest.approx(sum(a for _, _, m, a in rows if m == "ttft_p99") / records)
+    assert all(a >= 0.0 for *_, a in rows) and floor["ttft_p99"] > 0.0
+    assert bench.simulated_floor(exps, seeds=3, scale=0.03) == (floor, rows)       # seeded: the same
+    with pytest.raises(ValueError):
+        bench.simulated_floor(exps, seeds=2)
