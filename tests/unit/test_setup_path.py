@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 import socket
 
 import pytest
@@ -159,3 +161,41 @@ def test_usable_response_on_plain_and_tls_sockets():
         assert usable_response({WRITE_KEY: write, "gunicorn.socket": tls}) is None
     finally:
         plain.close()
+
+
+def test_the_lean_access_line_is_the_line_logging_writes(monkeypatch):
+    """server.logs.LeanAccessLine: with the access log's own configuration (one stream handler,
+    LOG_FORMAT), the same bytes as ``logger.info`` at the same instant; any other configuration,
+    or a handler swapped in later, goes through logging."""
+    import io
+
+    from server import logs
+    logger = logging.getLogger("test.lean.access")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(logging.Formatter(logs.LOG_FORMAT))
+    logger.addHandler(handler)
+    try:
+        now = 1_700_000_123.4567
+        monkeypatch.setattr(time, "time", lambda: now)
+        monkeypatch.setattr(time, "time_ns", lambda: int(now * 1e9))
+        lean = logs.LeanAccessLine.of(logger)
+        msg = '127.0.0.1 "POST /v1/chat/completions HTTP/1.1" 200 812 5ms'
+        logger.info("%s", msg)
+        assert lean.write(msg) is True
+        first, second = buf.getvalue().splitlines()
+        assert first == second and first.endswith(f" INFO test.lean.access[{os.getpid()}]: {msg}")
+        assert ",456 INFO" in first
+        extra = logging.StreamHandler(io.StringIO())
+        logger.addHandler(extra)
+        assert lean.write(msg) is False and logs.LeanAccessLine.of(logger) is None
+        logger.removeHandler(extra)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        assert logs.LeanAccessLine.of(logger) is None
+        handler.setFormatter(logging.Formatter(logs.LOG_FORMAT))
+        logger.propagate = True
+        assert logs.LeanAccessLine.of(logger) is None
+    finally:
+        logger.removeHandler(handler)
