@@ -42,7 +42,7 @@ def parse_duration(value: Any) -> float:
         return 0.0
     sign = 1.0
     body = s
-    if body[:1] in "+-":
+    if body[:1] in ("+", "-"):       # not `in "+-"`: "" is in every string
         sign = -1.0 if body[0] == "-" else 1.0
         body = body[1:]
     if not body:

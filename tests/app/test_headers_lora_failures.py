@@ -160,6 +160,8 @@ def test_admin_config_runtime_changes(app_client):
     assert chat(base).status_code == 200
     assert base.post("/admin/config", json={"failure-types": ["bogus"]}).status_code == 400
     assert base.post("/admin/config", json={"port": 9000}).status_code == 400
+    r = base.post("/admin/config", json={"time-to-first-token": ""})      # was a 500 (IndexError)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "time-to-first-token"
     r = base.post("/admin/config", json={"time-to-first-token": "250ms", "time-factor-under-load": 1.5})
     assert r.status_code == 200
     cfg = base.get("/admin/config").json()

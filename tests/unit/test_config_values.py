@@ -17,6 +17,9 @@ def test_durations():
     assert parse_duration("2000") == 2.0        # legacy: bare numbers are milliseconds
     with pytest.raises(ConfigError):
         parse_duration("1x")
+    for blank in ("", " ", "-", "+"):          # "" used to slip past the sign check: IndexError
+        with pytest.raises(ConfigError, match="invalid duration"):
+            parse_duration(blank)
     assert [format_duration(v) for v in (0, 0.25, 1.5, 90)] == ["0s", "250ms", "1.5s", "1m30s"]
 
 
