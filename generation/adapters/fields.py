@@ -4,6 +4,8 @@ before anything is admitted.  Also the fields that change the output (``min_toke
 ``truncate_prompt_tokens``, ``return_tokens_as_token_ids``)."""
 from __future__ import annotations
 
+import math
+
 from ..errors import InvalidParam
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -166,8 +168,46 @@ def check_min_tokens(min_tokens, max_tokens) -> None:
                            "min_tokens")
 
 
+def check_sampling_ranges(b) -> None:
+    """vLLM's ``SamplingParams._verify_args`` ranges on the sampling fields ``b`` has (an absent
+    or null one keeps its default): presence and frequency penalties in [-2, 2], a finite
+    repetition penalty over 0, a finite non-negative temperature, ``top_p`` in (0, 1], ``top_k``
+    -1, 0 or more, ``min_p`` in [0, 1].  Raises InvalidParam naming the field, with vLLM's
+    message.  (vLLM's newest code also refuses a temperature over 2, and ``n`` over 1 when greedy;
+    releases before it did not, so the simulator does not: ``n`` greedy choices are the same
+    answer.)"""
+    def get(name):
+        return getattr(b, name, None)
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = get(name)
+        if v is not None and not -2.0 <= v <= 2.0:
+            raise InvalidParam(f"{name} must be in [-2, 2], got {v}.", name)
+    v = get("repetition_penalty")
+    if v is not None:
+        if not math.isfinite(v):
+            raise InvalidParam(f"repetition_penalty must be a finite number, got {v}.", "repetition_penalty")
+        if v <= 0.0:
+            raise InvalidParam(f"repetition_penalty must be greater than zero, got {v}.", "repetition_penalty")
+    t = get("temperature")
+    if t is not None:
+        if not math.isfinite(t):
+            raise InvalidParam(f"temperature must be a finite number, got {t}.", "temperature")
+        if t < 0.0:
+            raise InvalidParam(f"temperature must be non-negative, got {t}.", "temperature")
+    v = get("top_p")
+    if v is not None and not 0.0 < v <= 1.0:
+        raise InvalidParam(f"top_p must be in (0, 1], got {v}.", "top_p")
+    v = get("top_k")
+    if v is not None and v < -1:
+        raise InvalidParam(f"top_k must be 0 (disable), or at least 1, got {v}.", "top_k")
+    v = get("min_p")
+    if v is not None and not 0.0 <= v <= 1.0:
+        raise InvalidParam(f"min_p must be in [0, 1], got {v}.", "min_p")
+
+
 def check_openai_fields(sim, b, logprobs_on: bool, max_tokens) -> None:
     """Every check above on a chat or completions request ``b``."""
+    check_sampling_ranges(b)
     check_seed(b.seed)
     check_cache_salt(b.cache_salt)
     check_logprob_token_ids(b.logprob_token_ids, logprobs_on)

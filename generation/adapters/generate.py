@@ -24,8 +24,8 @@ from ..errors import InvalidParam
 from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
-from .fields import (check_cache_salt, check_min_tokens, check_prompt_ids, check_seed, check_stop_token_ids,
-                     prompt_vocab_size, scheduling_priority, vocab_size)
+from .fields import (check_cache_salt, check_min_tokens, check_sampling_ranges, check_prompt_ids,
+                     check_seed, check_stop_token_ids, prompt_vocab_size, scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
@@ -65,6 +65,7 @@ class GenerateAdapter(Adapter):
                                "Set detokenize=True to use stop.", "stop")
         check_seed(sp.seed)
         check_min_tokens(sp.min_tokens, max_tokens)
+        check_sampling_ranges(sp)
         check_cache_salt(b.cache_salt)
         vocab = vocab_size(sim)
         check_stop_token_ids(sp.stop_token_ids, vocab)

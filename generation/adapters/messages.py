@@ -19,7 +19,7 @@ import json
 from generation.engine.request import GenerationRequest
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
-from .fields import check_min_tokens
+from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning
 from generation.content.reasoning import content_text, reasoning_text, signature
@@ -45,6 +45,7 @@ class MessagesAdapter(Adapter):
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos)
         check_min_tokens(b.min_tokens, b.max_tokens)
+        check_sampling_ranges(b)
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         tc = b.tool_choice

@@ -40,7 +40,7 @@ from generation.engine.request import GenerationRequest
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
-from .fields import scheduling_priority
+from .fields import check_sampling_ranges, scheduling_priority
 from .sampling import responses_reasoning
 from generation.content.reasoning import content_text, reasoning_text
 
@@ -61,6 +61,7 @@ class ResponsesAdapter(Adapter):
         check_tools(sim, None, None, rf)
         model, lora = sim.resolve_model(b.model)
         check_logprobs_cap(sim, b.top_logprobs, "top_logprobs")
+        check_sampling_ranges(b)
         check_tools(sim, tools, choice, None)
         ignore_eos = bool(b.ignore_eos)
         check_limits(mot, ignore_eos)

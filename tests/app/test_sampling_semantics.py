@@ -180,3 +180,41 @@ def test_chat_echo_streams_a_chunk_after_the_role_and_defaults_prompt_logprobs(a
     assert out["prompt_logprobs"][0] is None and len(out["prompt_logprobs"]) == out["usage"]["prompt_tokens"]
     assert all(len(entry) <= 3 for entry in out["prompt_logprobs"][1:])     # its own token and 2 alternatives
     assert api.post(CHAT, json={**body, "stream": False, "n": 1}).json()["prompt_logprobs"] is None
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("temperature", -1, "temperature must be non-negative, got -1"),
+    ("top_p", 0, "top_p must be in (0, 1], got 0"),
+    ("top_p", 5, "top_p must be in (0, 1], got 5"),
+    ("top_k", -5, "top_k must be 0 (disable), or at least 1, got -5."),
+    ("min_p", 7, "min_p must be in [0, 1], got 7"),
+    ("presence_penalty", 100, "presence_penalty must be in [-2, 2], got 100"),
+    ("frequency_penalty", -1e308, "frequency_penalty must be in [-2, 2]"),
+    ("repetition_penalty", 0, "repetition_penalty must be greater than zero, got 0"),
+])
+def test_sampling_ranges_are_vllms_400s_on_every_route(api, field, value, message):
+    """vLLM's SamplingParams._verify_args ranges (found accepted by a fuzzing helper): a 400 naming
+    the field, in each route's envelope; the edges stay accepted."""
+    routes = [(CHAT, {"messages": MSGS, "max_tokens": 3}), ("/v1/completions", {"prompt": "hi", "max_tokens": 3}),
+              ("/inference/v1/generate", None)]
+    for path, body in routes:
+        if body is None:
+            r = api.post(path, json={"model": "test-model", "token_ids": [1, 2, 3],
+                                     "sampling_params": {"max_tokens": 3, field: value}})
+        else:
+            r = api.post(path, json={"model": "test-model", **body, field: value})
+        assert r.status_code == 400, (path, r.text)
+        err = r.json()["error"]
+        assert message in err["message"] and err["param"] == field, (path, err)
+    if field in ("temperature", "top_p", "top_k"):
+        r = api.post("/v1/messages", json={"model": "test-model", "max_tokens": 3, "messages": MSGS, field: value})
+        assert r.status_code == 400 and r.json()["type"] == "error" and message in r.json()["error"]["message"]
+    if field in ("temperature", "top_p"):
+        r = api.post("/v1/responses", json={"model": "test-model", "input": "hi", "max_output_tokens": 3, field: value})
+        assert r.status_code == 400 and message in r.json()["error"]["message"]
+
+
+def test_sampling_range_edges_are_accepted(api):
+    for kw in ({"temperature": 0}, {"top_p": 1}, {"top_k": -1}, {"top_k": 0}, {"min_p": 0}, {"min_p": 1},
+               {"presence_penalty": -2}, {"frequency_penalty": 2}, {"repetition_penalty": 1e-6}):
+        chat(api, **kw)
