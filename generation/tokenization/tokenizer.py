@@ -13,9 +13,13 @@ Every tokenizer offers the same calls (how one is chosen and loaded:
 - ``decode_ids(ids)`` (``/detokenize``), ``id_pieces(ids)`` (text per id), ``token_strs(ids)``
   (``/tokenize`` ``token_strs``).
 
-The simulated tokenizer reproduces llm-d-inference-sim exactly (api.md 3.2): token pieces are
-the leftmost-first matches of one punctuation character or a run of ASCII word characters,
-each followed by the whitespace after it; anything else is dropped.  A piece's id is the
+The simulated tokenizer reproduces llm-d-inference-sim (api.md 3.2): token pieces are the
+leftmost-first matches of one punctuation character or a run of ASCII word characters, each
+followed by the whitespace after it; anything else is dropped.  Unlike the reference, a run
+is at most :data:`MAX_RUN` characters (a longer one is a piece per 64) and so is the whitespace
+after it (more is dropped): a token is a few bytes in any real tokenizer, and an unbounded one
+let one request's `max_tokens` carry megabytes per token (a 1 MB ``const`` in a JSON schema,
+an echoed 2 MB word, times ``n``) and a 3 MB prompt count as one token.  A piece's id is the
 32-bit FNV-1a hash of its UTF-8 bytes.  Chat messages are flattened to one string first
 (api.md 3.3): ``"### " + role[(tool_call_id)] + ": " + content + [name(args)]... + "\\n"``.
 """
@@ -25,9 +29,10 @@ import re
 import threading
 from typing import Iterable, Sequence
 
+MAX_RUN = 64                 # characters of a word run, and of the whitespace after it, in one piece
 _PIECE = re.compile(
-    r'(?:\{|\}|:|,|-|\.|\?|\!|;|@|#|\$|%|\^|&|\*|\(|\)|\+|\-|_|~|/|\\|>|<|\[|\]|=|"|\'|[0-9A-Za-z_]+)'
-    r'[\t\n\f\r ]*')
+    r'(?:\{|\}|:|,|-|\.|\?|\!|;|@|#|\$|%|\^|&|\*|\(|\)|\+|\-|_|~|/|\\|>|<|\[|\]|=|"|\'|[0-9A-Za-z_]{1,64})'
+    r'[\t\n\f\r ]{0,64}')
 
 _SLICE_CUT = re.compile(r"[\t\n\f\r ](?=[^\t\n\f\r ])")   # a place no piece spans
 
@@ -44,8 +49,9 @@ def fnv1a_32(data: bytes) -> int:
 
 
 MAX_CACHED_PIECES = 100_000     # piece -> id memo entries
-MAX_CACHED_PIECE = 128          # characters; longer pieces are hashed each time (and /detokenize
-                                # shows their id, as for any id it has not seen)
+MAX_CACHED_PIECE = 128          # characters (2 x MAX_RUN: every simulated piece); a longer one (a
+                                # real tokenizer's text) is hashed each time, and /detokenize
+                                # shows its id, as for any id it has not seen
 
 
 OFFLOAD_CHARS = 8192         # texts longer than this are tokenized in a worker thread
