@@ -34,6 +34,8 @@ def _kv_line(c) -> str:
     step mode's own prefix cache (on, as vLLM's prefix caching, publishing nothing), or off."""
     if c.enable_kvcache:
         events = f"events to {c.zmq_endpoint}" if c.zmq_endpoint else "events not published"
+        if getattr(c, "pod_ip_guessed", False):
+            events += f" (topic {c.kv_topic()}: POD_IP is not set, this host's address stands in)"
         return f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on, {events}"
     if getattr(c, "latency_calculator", "") == "step":
         return (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on (step engine), "

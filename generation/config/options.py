@@ -365,7 +365,7 @@ _declare("fleet",
          Option("fleet-startup-delay", _D, 0.0, "A pod added at run time answers 503 on every route, /health "
                 "included, for this long (an autoscaler's scale-up delay)", unit="s", maximum=MAX_LATENCY))
 _declare("environment",
-         Option("pod-ip", "str", "", "Pod address (KV-event topic; required with --enable-kvcache)",
+         Option("pod-ip", "str", "", "Pod address (KV-event topic; unset with --enable-kvcache: this host's address)",
                 env="POD_IP", cli=False, shown_as="IP"),
          Option("pod-name", "str", "", "Adds `x-inference-pod` / `x-inference-port` response headers",
                 env="POD_NAME", cli=False, shown_as="PodName"),

@@ -15,6 +15,16 @@ from .vllm_versions import parse_version
 
 
 # ---------------------------------------------------------------------------------------------
+def host_address() -> str:
+    """This host's address for the KV-event topic when ``POD_IP`` is not set: what its hostname
+    resolves to (a Kubernetes pod's IP), else 127.0.0.1."""
+    import socket
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 class SimConfig:
     """All simulator options as attributes named like the flags with ``-`` -> ``_``.
 
@@ -64,6 +74,8 @@ class SimConfig:
         return convert or (task if task in ("embed", "classify", "score") else "embed")
 
     # ---- run-time updates --------------------------------------------------------------------
+    pod_ip_guessed = False           # POD_IP was not set: the KV-event topic has host_address()
+
     def kv_topic(self) -> str:
         """The ZMQ topic of the KV events: ``--kv-events-config``'s ``topic`` when it gave one
         (vLLM's default ``""`` included), else the reference's ``kv@<POD_IP>:<port>@<model>``."""
@@ -202,7 +214,10 @@ class SimConfig:
             raise ConfigError("timeout-keep-alive cannot be negative", "timeout-keep-alive")
         self._validate_generic()
         if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None and not self.fleet_size:
-            raise ConfigError("IP should be defined in the environment (POD_IP) for KV cache to work", "pod-ip")
+            # The reference refuses to start here; vLLM needs no POD_IP, and a user's case starts
+            # `--enable-kvcache` without one.  The topic's address is then this host's (in a
+            # Kubernetes pod its hostname resolves to the pod's IP), named in the start-up lines.
+            self.pod_ip, self.pod_ip_guessed = host_address(), True
 
     def _validate_engine_flags(self) -> None:
         """vLLM's engine flags that step mode reads (``--vllm-version``, the CPU KV tier, the KV

@@ -73,3 +73,16 @@ def test_events_reach_a_consumer_that_connects_to_the_bound_endpoint(app_client)
     finally:
         sub.close()
         ctx.term()
+
+
+def test_enable_kvcache_without_pod_ip_uses_this_hosts_address():
+    """A user's case starts `--enable-kvcache --block-size 16` with no POD_IP (the reference
+    refuses to start; vLLM needs none): the topic takes this host's address, and the start-up
+    lines say so."""
+    from generation.config.sim_config import host_address
+    from server.serve import startup_summary
+    c = load_config(["--enable-kvcache", "--block-size", "16"], env={})
+    assert (c.pod_ip, c.pod_ip_guessed, c.kv_topic()) == (host_address(), True, f"kv@{host_address()}:8000@{c.model}")
+    assert any("POD_IP is not set, this host's address stands in" in line for line in startup_summary(c, False, False))
+    c = load_config(["--enable-kvcache"], env={"POD_IP": "10.0.0.5"})
+    assert (c.pod_ip, c.pod_ip_guessed, c.kv_topic()) == ("10.0.0.5", False, f"kv@10.0.0.5:8000@{c.model}")
