@@ -32,6 +32,35 @@ class InvalidParam(SimulatorError):
     """A request field is wrong or missing (vLLM's ``VLLMValidationError``); ``param`` names it."""
 
 
+class fields_named:
+    """``with fields_named(RULES):`` an :class:`InvalidParam` raised inside names the field as the
+    request spelled it: each ``(pattern, replacement)`` (``re.sub`` on the start of ``param``, and
+    the same in the message) maps a checker's chat-completions name onto the route's own (the
+    Responses API's ``text.format`` for ``response_format.json_schema``, Anthropic's
+    ``tools[i].input_schema`` for ``tools[i].function.parameters``).  The first rule that matches
+    wins; other errors pass through."""
+
+    def __init__(self, rules):
+        import re
+        self.rules = [(re.compile(pat), rep) for pat, rep in rules]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if not isinstance(exc, InvalidParam) or not exc.param:
+            return False
+        for pat, rep in self.rules:
+            m = pat.match(exc.param)
+            if m:
+                old, new = m.group(0), m.expand(rep)
+                exc.param = new + exc.param[m.end():]
+                exc.message = exc.message.replace(old, new)
+                exc.args = (exc.message,)
+                break
+        return False
+
+
 class ContextLengthError(InvalidParam):
     """Prompt plus completion do not fit ``--max-model-len``."""
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 from generation.engine.request import GenerationRequest
+from ..errors import fields_named
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
 from .fields import check_min_tokens, check_sampling_ranges
@@ -29,6 +30,12 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "cache_threshold": 
                  "tool_calls": "tool_use", "remote_decode": "end_turn"}
 
 
+# the checkers' chat-completions field names, as an Anthropic request spells them
+MESSAGES_FIELDS = ((r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].input_schema"),
+                   (r"tools\[(\d+)\]\.function", r"tools[\1]"),
+                   (r"response_format\.json_schema", "output_config.format"))
+
+
 class MessagesAdapter(Adapter):
     envelope = "anthropic"
     image_output = True       # the reference: the image latency only, no image in the output
@@ -39,9 +46,10 @@ class MessagesAdapter(Adapter):
         model, lora = sim.resolve_model(b.model)
         tools = to_chat_tools(b.tools)
         tool_choice = to_chat_tool_choice(b.tool_choice)
-        check_tools(sim, tools, tool_choice, None)
-        reasoning = anthropic_reasoning(sim, b.thinking, b.output_config)
-        constraint = anthropic_constraint(sim, b.output_config)
+        with fields_named(MESSAGES_FIELDS):
+            check_tools(sim, tools, tool_choice, None)
+            reasoning = anthropic_reasoning(sim, b.thinking, b.output_config)
+            constraint = anthropic_constraint(sim, b.output_config)
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos)
         check_min_tokens(b.min_tokens, b.max_tokens)

@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict
 
 from generation.content import logprobs as lp
-from ..errors import InvalidParam
+from ..errors import InvalidParam, fields_named
 from generation.engine.request import GenerationRequest
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
@@ -43,6 +43,11 @@ from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .fields import check_sampling_ranges, scheduling_priority
 from .sampling import responses_reasoning
 from generation.content.reasoning import content_text, reasoning_text
+
+
+# the checkers' chat-completions field names, as a Responses request spells them
+RESPONSES_FIELDS = ((r"response_format\.json_schema", "text.format"),
+                    (r"tools\[(\d+)\]\.function", r"tools[\1]"))
 
 
 class ResponsesAdapter(Adapter):
@@ -58,11 +63,13 @@ class ResponsesAdapter(Adapter):
         has_output = not isinstance(inp, str) and any(i.get("type") in OUTPUT_ITEMS for i in inp)
         choice, tool_turn = chat_tool_choice(tools, b.tool_choice, has_output)
         rf = to_response_format(b.text)
-        check_tools(sim, None, None, rf)
+        with fields_named(RESPONSES_FIELDS):
+            check_tools(sim, None, None, rf)
         model, lora = sim.resolve_model(b.model)
         check_logprobs_cap(sim, b.top_logprobs, "top_logprobs")
         check_sampling_ranges(b)
-        check_tools(sim, tools, choice, None)
+        with fields_named(RESPONSES_FIELDS):
+            check_tools(sim, tools, choice, None)
         ignore_eos = bool(b.ignore_eos)
         check_limits(mot, ignore_eos)
         stream = bool(b.stream)

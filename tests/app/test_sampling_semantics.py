@@ -218,3 +218,23 @@ def test_sampling_range_edges_are_accepted(api):
     for kw in ({"temperature": 0}, {"top_p": 1}, {"top_k": -1}, {"top_k": 0}, {"min_p": 0}, {"min_p": 1},
                {"presence_penalty": -2}, {"frequency_penalty": 2}, {"repetition_penalty": 1e-6}):
         chat(api, **kw)
+
+
+def test_schema_errors_name_the_routes_own_fields(api):
+    """A bad JSON schema on /v1/responses and /v1/messages names the field as that request spells
+    it (the checks are chat-completions' and named `response_format.json_schema.schema`,
+    `tools[0].function.parameters`: a fuzzing helper's report)."""
+    bad = {"$ref": "#/nope"}
+    r = api.post("/v1/responses", json={"model": "test-model", "input": "hi",
+                                        "text": {"format": {"type": "json_schema", "name": "x", "schema": bad}}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "text.format.schema"
+    assert "text.format.schema is not a valid JSON Schema" in r.json()["error"]["message"]
+    r = api.post("/v1/responses", json={"model": "test-model", "input": "hi",
+                                        "tools": [{"type": "function", "name": "f", "parameters": bad}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].parameters"
+    msgs = {"model": "test-model", "max_tokens": 5, "messages": MSGS}
+    r = api.post("/v1/messages", json={**msgs, "tools": [{"name": "f", "input_schema": {"type": "object",
+                                                                                        "properties": {"a": bad}}}]})
+    assert r.status_code == 400 and "tools[0].input_schema is not a valid JSON Schema" in r.json()["error"]["message"]
+    r = api.post("/v1/messages", json={**msgs, "output_config": {"format": {"type": "json_schema", "schema": bad}}})
+    assert r.status_code == 400 and "output_config.format.schema is not" in r.json()["error"]["message"]
