@@ -32,15 +32,16 @@ class InvalidParam(SimulatorError):
     """A request field is wrong or missing (vLLM's ``VLLMValidationError``); ``param`` names it."""
 
 
-class fields_named:
-    """``with fields_named(RULES):`` an :class:`InvalidParam` raised inside names the field as the
-    request spelled it: each ``(pattern, replacement)`` (``re.sub`` on the start of ``param``, and
-    the same in the message) maps a checker's chat-completions name onto the route's own (the
-    Responses API's ``text.format`` for ``response_format.json_schema``, Anthropic's
-    ``tools[i].input_schema`` for ``tools[i].function.parameters``).  The first rule that matches
-    wins; other errors pass through."""
+class FieldNames:
+    """``with FieldNames(*rules):`` an :class:`InvalidParam` raised inside names the field as the
+    request spelled it: the first ``(pattern, replacement)`` whose pattern matches the start of
+    ``param`` replaces that part (``re.Match.expand``), in ``param`` and in the message.  It maps
+    a shared checker's chat-completions name onto the route's own (the Responses API's
+    ``text.format`` for ``response_format.json_schema``, Anthropic's ``tools[i].input_schema``
+    for ``tools[i].function.parameters``); other errors pass through.  Stateless: one instance per
+    route, its patterns compiled once."""
 
-    def __init__(self, rules):
+    def __init__(self, *rules):
         import re
         self.rules = [(re.compile(pat), rep) for pat, rep in rules]
 

@@ -13,6 +13,7 @@ log = logging.getLogger("vllm_sim")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 ACCESS_FORMAT = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms'
+ACCESS_LINE = '%s "%s %s %s" %s %s %dms'      # ACCESS_FORMAT's line, built by SimLogger.access
 
 # ---------------------------------------------------------------------------------------------
 # logs
@@ -82,7 +83,8 @@ class LeanAccessLine:
         """Write ``message``'s line (the caller checked the level); False where the handler set
         has changed since (the caller then logs through ``logging``)."""
         logger, h = self.logger, self.handler
-        if logger.handlers != [h] or logger.disabled:
+        handlers = logger.handlers
+        if len(handlers) != 1 or handlers[0] is not h or logger.disabled:
             return False
         now = time.time()
         second = int(now)
@@ -129,10 +131,10 @@ def _gunicorn_logger_class(config):
                     environ["SERVER_PROTOCOL"], status, "-" if sent is None else sent,
                     request_time.seconds * 1000 + request_time.microseconds // 1000)
             lean = getattr(self, "_lean", None)
-            if lean is not None and lean.write('%s "%s %s %s" %s %s %dms' % args):
+            if lean is not None and lean.write(ACCESS_LINE % args):
                 return
             try:
-                log.info('%s "%s %s %s" %s %s %dms', *args)
+                log.info(ACCESS_LINE, *args)
             except Exception:
                 import traceback
                 self.error(traceback.format_exc())

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from generation.engine.request import GenerationRequest
-from ..errors import fields_named
+from ..errors import FieldNames
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
 from .fields import check_min_tokens, check_sampling_ranges
@@ -31,9 +31,9 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "cache_threshold": 
 
 
 # the checkers' chat-completions field names, as an Anthropic request spells them
-MESSAGES_FIELDS = ((r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].input_schema"),
-                   (r"tools\[(\d+)\]\.function", r"tools[\1]"),
-                   (r"response_format\.json_schema", "output_config.format"))
+MESSAGES_FIELDS = FieldNames((r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].input_schema"),
+                             (r"tools\[(\d+)\]\.function", r"tools[\1]"),
+                             (r"response_format\.json_schema", "output_config.format"))
 
 
 class MessagesAdapter(Adapter):
@@ -46,7 +46,7 @@ class MessagesAdapter(Adapter):
         model, lora = sim.resolve_model(b.model)
         tools = to_chat_tools(b.tools)
         tool_choice = to_chat_tool_choice(b.tool_choice)
-        with fields_named(MESSAGES_FIELDS):
+        with MESSAGES_FIELDS:
             check_tools(sim, tools, tool_choice, None)
             reasoning = anthropic_reasoning(sim, b.thinking, b.output_config)
             constraint = anthropic_constraint(sim, b.output_config)

@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict
 
 from generation.content import logprobs as lp
-from ..errors import InvalidParam, fields_named
+from ..errors import FieldNames, InvalidParam
 from generation.engine.request import GenerationRequest
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
@@ -46,8 +46,8 @@ from generation.content.reasoning import content_text, reasoning_text
 
 
 # the checkers' chat-completions field names, as a Responses request spells them
-RESPONSES_FIELDS = ((r"response_format\.json_schema", "text.format"),
-                    (r"tools\[(\d+)\]\.function", r"tools[\1]"))
+RESPONSES_FIELDS = FieldNames((r"response_format\.json_schema", "text.format"),
+                              (r"tools\[(\d+)\]\.function", r"tools[\1]"))
 
 
 class ResponsesAdapter(Adapter):
@@ -63,12 +63,12 @@ class ResponsesAdapter(Adapter):
         has_output = not isinstance(inp, str) and any(i.get("type") in OUTPUT_ITEMS for i in inp)
         choice, tool_turn = chat_tool_choice(tools, b.tool_choice, has_output)
         rf = to_response_format(b.text)
-        with fields_named(RESPONSES_FIELDS):
+        with RESPONSES_FIELDS:
             check_tools(sim, None, None, rf)
         model, lora = sim.resolve_model(b.model)
         check_logprobs_cap(sim, b.top_logprobs, "top_logprobs")
         check_sampling_ranges(b)
-        with fields_named(RESPONSES_FIELDS):
+        with RESPONSES_FIELDS:
             check_tools(sim, tools, choice, None)
         ignore_eos = bool(b.ignore_eos)
         check_limits(mot, ignore_eos)

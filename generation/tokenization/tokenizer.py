@@ -31,8 +31,8 @@ from typing import Iterable, Sequence
 
 MAX_RUN = 64                 # characters of a word run, and of the whitespace after it, in one piece
 _PIECE = re.compile(
-    r'(?:\{|\}|:|,|-|\.|\?|\!|;|@|#|\$|%|\^|&|\*|\(|\)|\+|\-|_|~|/|\\|>|<|\[|\]|=|"|\'|[0-9A-Za-z_]{1,64})'
-    r'[\t\n\f\r ]{0,64}')
+    r'(?:\{|\}|:|,|-|\.|\?|\!|;|@|#|\$|%|\^|&|\*|\(|\)|\+|\-|_|~|/|\\|>|<|\[|\]|=|"|\'|[0-9A-Za-z_]{1,' + str(MAX_RUN) + '})'
+    r'[\t\n\f\r ]{0,' + str(MAX_RUN) + '}')
 
 _SLICE_CUT = re.compile(r"[\t\n\f\r ](?=[^\t\n\f\r ])")   # a place no piece spans
 
