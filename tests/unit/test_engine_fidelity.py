@@ -36,12 +36,16 @@ def test_a_traced_workload_keeps_its_arrivals_and_prompts():
     assert {r.group for r in reqs} == set(range(10)) and {r.system_tokens for r in reqs} == {105}
 
 
-def test_a_rebuilt_workload_is_seeded_poisson_per_stage():
+def test_a_rebuilt_workload_is_inference_perfs_load_per_stage():
     e = EXPS[REBUILT]                                          # 8 req/s for 600 s, then 20 req/s
     reqs = gt.workload(e, seed=0)
     assert reqs == gt.workload(e, seed=0) and reqs != gt.workload(e, seed=1)
     s0 = [r for r in reqs if r.arrival <= 600]
-    assert abs(len(s0) - 4800) < 250 and abs(len(reqs) - len(s0) - 12000) < 400
+    assert len(s0) == 4800 and len(reqs) - len(s0) == 12000    # rate x duration, exactly
+    assert s0[-1].arrival == pytest.approx(600.0) and reqs[-1].arrival == pytest.approx(1200.0)
+    assert {r.stage for r in s0} == {0} and {r.stage for r in reqs[len(s0):]} == {1}
+    gaps = [b.arrival - a.arrival for a, b in zip(s0, s0[1:])]
+    assert 0.95 < statistics.pstdev(gaps) / statistics.fmean(gaps) < 1.05      # exponential gaps
     assert len({r.prompt for r in reqs}) == 100                 # inference-perf's 10 x 10 prompts
     per_prompt = {r.prompt: r.prompt_tokens for r in reqs}
     assert all(per_prompt[r.prompt] == r.prompt_tokens for r in reqs)   # a prompt keeps its length
@@ -197,3 +201,23 @@ def test_the_simulated_floor_scores_each_draw_against_the_others_median():
     assert bench.simulated_floor(exps, seeds=3, scale=0.03) == (floor, rows)       # seeded: the same
     with pytest.raises(ValueError):
         bench.simulated_floor(exps, seeds=2)
+
+
+def test_a_stage_starts_once_the_one_before_it_has_finished():
+    """inference-perf's run_stage: the next stage's clock starts at the first once-a-second
+    check after the previous stage's last request finished, plus one second (never before its
+    nominal start); the requests keep their offsets within their stage."""
+    import math
+    from generation.engine.replay import TraceRequest, scheduler_for
+    e = EXPS[REBUILT]
+    cfg, settings, model = gt.build(e)
+    stages = [{"rate": 2, "duration": 2}, {"rate": 2, "duration": 2}]
+    nominal = [0.5, 1.0, 1.9, 2.3, 3.0]                      # three in stage 0, two in stage 1
+    trace = [TraceRequest(t, 2000, 300, prefix_group=str(i), prompt=str(i)) for i, t in enumerate(nominal)]
+    res = gt.staged_replay(scheduler_for(settings, cfg.max_model_len), model, trace, [0, 0, 0, 1, 1], stages)
+    by_arrival = sorted(res.requests, key=lambda r: r.arrival)
+    assert [r.arrival for r in by_arrival[:3]] == nominal[:3]
+    done = max(res.times(r)[1] for r in by_arrival[:3])
+    assert done > 4.0                                          # 300 tokens each: past the nominal start
+    start = math.ceil(done) + 1.0
+    assert [r.arrival for r in by_arrival[3:]] == pytest.approx([start + 0.3, start + 1.0])
