@@ -170,7 +170,7 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
     scheduler = scheduler_for(st, config.max_model_len, config.max_loras, config.scheduling_policy)
     metrics.steps = True
     return StepEngine(scheduler, st.step_time, metrics, kv_cache=kv_cache, rng=rng, jitter=config.step_time_jitter,
-                      kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9)
+                      kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9, pause_seed=config.seed or 0)
 
 
 def build_simulator(config: SimConfig, tokenizer=None):

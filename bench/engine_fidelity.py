@@ -6,8 +6,9 @@ it the way the peer benchmark scores simulators, beside the peers' published fig
     python bench/engine_fidelity.py --set trainval --jobs 2 --json out.json
 
 What it does (generation/engine/perf/groundtruth.py): rebuilds each experiment's workload (its
-per-request trace where one exists, else its inference-perf stages as seeded Poisson arrivals
-over inference-perf's 10 x 10 shared-prefix prompts), replays it through the same scheduler and
+per-request trace where one exists, else its inference-perf stages as its load generator draws
+them, seeded: exactly rate x duration requests a stage at exponential gaps, each stage started
+once the one before it has finished, over inference-perf's 10 x 10 shared-prefix prompts), replays it through the same scheduler and
 step model as the server, buckets requests into stages by arrival, and takes the mean / p90 /
 p99 of E2E and TTFT and the mean per-request ITL per stage and overall.  The MAPE against the
 measured value is averaged over every (stage, metric) record with equal weight, as the peer

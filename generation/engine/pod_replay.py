@@ -120,13 +120,14 @@ class PodReplay:
     :func:`replay` and a P/D fleet's hand-offs use it.  ``compact``: keep no EngineRequest once
     finished and no row per step (the result's ``done`` columns and a
     :class:`~generation.engine.replay_log.StepStats`: the same summary, ~50 bytes a request
-    instead of ~600, none a step instead of 40; a fleet's long replays).  Other arguments as
-    :func:`replay`."""
+    instead of ~600, none a step instead of 40; a fleet's long replays).  ``pause_seed`` seeds
+    the engine's pauses (:class:`~generation.engine.perf.step_model.EnginePauses`, when the step
+    model has them).  Other arguments as :func:`replay`."""
 
     def __init__(self, scheduler: Scheduler, step_time, *, frontend: float | None = None,
                  rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
                  timeout: float = 0.0, max_steps: int = 10_000_000, on_finished=None, group_decode: bool = True,
-                 compact: bool = False):
+                 compact: bool = False, pause_seed: int | str = 0):
         self.scheduler = scheduler
         self.step_time = step_time
         self.rng = rng
@@ -143,6 +144,8 @@ class PodReplay:
         scheduler.hold_finished_slots = self.async_sched
         # this engine's fused-MoE kernels: a variant's first eager step stalls on its compile
         self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
+        # the engine's pauses (EnginePauses), drawn from their own seed: the same for any jitter
+        self.pauses = step_time.pauses(random.Random(f"{pause_seed}-pauses")) if hasattr(step_time, "pauses") else None
         self.result = ReplayResult()
         if compact:                         # no row per step, no EngineRequest kept once finished
             self.result.steps = StepStats()
@@ -242,6 +245,7 @@ class PodReplay:
         reload_cost = getattr(self.step_time, "reload_per_token", 0.0)
         jitter = self.jitter if self.rng is not None else 0.0
         jit = self.jit
+        pauses = self.pauses
         while True:
             if self.plan is not None:                       # the step in flight ends
                 if self.end >= t:
@@ -291,6 +295,8 @@ class PodReplay:
                 dt += plan.kv_reload_tokens * reload_cost
             if jit is not None:
                 dt += jit.stall(plan.num_decode + plan.prefill_tokens)
+            if pauses is not None:
+                dt += pauses.stall(now, dt)
             if jitter > 0:
                 dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
             self.prev_start = now
@@ -327,6 +333,7 @@ class PodReplay:
         jitter = self.jitter if self.rng is not None else 0.0
         async_sched = self.async_sched
         budget = s.max_num_batched_tokens
+        pauses = self.pauses
         while True:
             # ---- complete `plan` (LazyDecode.complete, then _complete, for a pure group step)
             end = self.end
@@ -379,6 +386,8 @@ class PodReplay:
                            plan.prefill_context)
             if self.jit is not None and n > self.jit.max_graph:     # (a graph-sized step: no call)
                 dt += self.jit.stall(n)
+            if pauses is not None and (pauses.next is None or pauses.next < now + dt):     # (none due: no call)
+                dt += pauses.stall(now, dt)
             if jitter > 0:
                 dt *= max(0.5, 1.0 + self.rng.gauss(0.0, jitter))
             self.prev_start = now

@@ -43,7 +43,8 @@ from .scheduler import EngineRequest, Scheduler
 
 def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, frontend: float | None = None,
            rng: random.Random | None = None, jitter: float = 0.0, emission_cost: float = 0.0,
-           timeout: float = 0.0, max_steps: int = 10_000_000, group_decode: bool = True) -> ReplayResult:
+           timeout: float = 0.0, max_steps: int = 10_000_000, group_decode: bool = True,
+           pause_seed: int | str = 0) -> ReplayResult:
     """Run ``trace`` (TraceRequests, by arrival) through ``scheduler`` in virtual time.
 
     ``concurrency`` > 0 is a closed loop instead: that many requests in flight, the next one sent
@@ -68,7 +69,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     refused at its arrival, as vLLM answers 400 (listed in ``rejected``; a closed loop sends the
     next one).  ``group_decode`` (default) advances decoding requests as a group between events
     (:mod:`generation.engine.fast_decode`: the same results, O(events) a step); False runs every
-    request through every step, token by token."""
+    request through every step, token by token.  ``pause_seed`` seeds the engine's pauses
+    (:class:`~generation.engine.perf.step_model.EnginePauses`)."""
     trace = list(trace)
     pending = iter(trace)
 
@@ -79,7 +81,7 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
 
     pod = PodReplay(scheduler, step_time, frontend=frontend, rng=rng, jitter=jitter, emission_cost=emission_cost,
                     timeout=timeout, max_steps=max_steps, on_finished=next_one if concurrency > 0 else None,
-                    group_decode=group_decode)
+                    group_decode=group_decode, pause_seed=pause_seed)
     if concurrency > 0:
         for tr in pending:
             pod.submit(tr, 0.0)
@@ -268,7 +270,7 @@ def main(argv=None) -> int:
     gc.disable()        # a replay makes no reference cycles: the collector's passes over every request
     try:                # object only cost time (a fifth of a long replay's)
         result = replay(sched, settings.step_time, trace, concurrency=args.concurrency,
-                        rng=random.Random(f"{cfg.seed}-steps"), jitter=cfg.step_time_jitter)
+                        rng=random.Random(f"{cfg.seed}-steps"), jitter=cfg.step_time_jitter, pause_seed=cfg.seed or 0)
     finally:
         gc.enable()
         watch.close()

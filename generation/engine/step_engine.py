@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 
 from gevent.hub import Waiter, get_hub
@@ -64,10 +65,11 @@ class StepEngine:
     ``frontend_time() -> seconds`` and ``kv_bytes_per_token``; ``metrics`` the
     :class:`~generation.metrics.recorder.MetricsRecorder`; ``kv_cache`` the prefix cache (or None);
     ``rng`` a seeded ``random.Random`` for the step-time jitter (relative standard deviation
-    ``jitter``); ``kv_transfer_bandwidth`` bytes/s of a remote prefill's KV transfer."""
+    ``jitter``); ``kv_transfer_bandwidth`` bytes/s of a remote prefill's KV transfer;
+    ``pause_seed`` seeds the engine's pauses (the step model's ``pauses``, when it has them)."""
 
     def __init__(self, scheduler: Scheduler, step_time, metrics, *, kv_cache=None, rng=None, jitter: float = 0.0,
-                 kv_transfer_bandwidth: float = 25e9, description: str = ""):
+                 kv_transfer_bandwidth: float = 25e9, description: str = "", pause_seed: int | str = 0):
         self.scheduler = scheduler
         self.step_time = step_time
         self.metrics = metrics
@@ -105,6 +107,8 @@ class StepEngine:
         self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
         scheduler.hold_finished_slots = self.async_scheduling
         self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
+        # the engine's pauses (EnginePauses: host-side hiccups), seeded as the replay's
+        self.pauses = step_time.pauses(random.Random(f"{pause_seed}-pauses")) if hasattr(step_time, "pauses") else None
         self.staged: list = []      # (request, queued at) that arrived during the running step
         # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):
         # called with a step's emitted requests as soon as the step is complete, before the
@@ -255,6 +259,8 @@ class StepEngine:
             dt += reload * st.reload_per_token
         if self.jit is not None:     # a fused-MoE kernel variant's first eager step: its compile
             dt += self.jit.stall(plan.num_decode + plan.prefill_tokens)
+        if self.pauses is not None:
+            dt += self.pauses.stall(start, dt)
         if self.jitter > 0 and self.rng is not None:
             dt *= max(0.5, 1.0 + self.rng.gauss(0.0, self.jitter))
         plan.end = start + dt

@@ -329,6 +329,57 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
     return replace(base, t_jit=best[1])
 
 
+PAUSE_RATES = (0.05, 0.1, 0.2, 0.3)          # pauses per second (EnginePauses)
+PAUSE_LENGTHS = (0.015, 0.025, 0.035)        # seconds each
+PAUSE_SEEDS = 3                              # seeded replays per run and candidate (their median)
+
+
+def _p99s_one(args):
+    """One seeded full replay of a run: its stages' TTFT p99 (ms)."""
+    e, c, seed, path = args
+    pred = gt.predicted(e, gt.simulate(e, c, seed=seed, path=path))
+    return {k: v.get("ttft_p99") for k, v in pred.items() if k != "-1"}
+
+
+def fit_pauses(gpu: str, base: PerfConstants, path: str | None = None, rates=PAUSE_RATES,
+               lengths=PAUSE_LENGTHS, exclude=(), jobs: int = 1) -> PerfConstants:
+    """``pause_rate`` and ``t_pause``, the engine's pauses (:class:`~.step_model.EnginePauses`),
+    by a grid search on the GPU's traced training runs: each stage's TTFT p99, the median of
+    :data:`PAUSE_SEEDS` seeded full replays, against the measured one; the candidate (no pauses
+    included) with the least sum of squared log ratios wins.  A p99 is a stage's top 1%, and
+    whether pauses reach that many requests is a knife edge, so the response is not smooth
+    enough for a gradient; the means hardly move (the engine pauses well under 1% of the time).
+    Prints the table."""
+    from multiprocessing import Pool
+    exps = gt.load_experiments(path)
+    runs = [e for e in training_runs(exps, gpu) if e.get("trace") and "default16" in e["groups"]
+            and e["name"] not in set(exclude)]
+    if not runs:
+        print(f"no traced training run of {gpu}: the pauses kept at {base.pause_rate} / s, {base.t_pause} s")
+        return base
+    cands = [(0.0, 0.0)] + [(r, t) for r in rates for t in lengths]
+    tasks = [(e, replace(base, pause_rate=r, t_pause=t), seed, path)
+             for r, t in cands for e in runs for seed in range(PAUSE_SEEDS)]
+    with Pool(max(1, jobs)) as pool:
+        got = pool.map(_p99s_one, tasks, chunksize=1)
+    print(f"pauses on {len(runs)} traced runs, each stage's TTFT p99 (median of {PAUSE_SEEDS} replays), "
+          f"sum of squared log ratios to the measured:")
+    best, i = (float("inf"), 0.0, 0.0), 0
+    for r, t in cands:
+        loss = 0.0
+        for e in runs:
+            sims, i = got[i:i + PAUSE_SEEDS], i + PAUSE_SEEDS
+            for stage, act in e["actual"].items():
+                vals = [s.get(stage) for s in sims if s.get(stage)]
+                if stage != "-1" and vals and act.get("ttft_p99"):
+                    loss += math.log(statistics.median(vals) / act["ttft_p99"]) ** 2
+        print(f"  {r:4.2f} / s x {1000 * t:3.0f} ms: {loss:.4f}")
+        if loss < best[0]:
+            best = (loss, r, t)
+    print(f"pause_rate {base.pause_rate} -> {best[1]} / s, t_pause {base.t_pause} -> {best[2]} s")
+    return replace(base, pause_rate=best[1], t_pause=best[2])
+
+
 def write_profile(path: str, gpu: str, constants: PerfConstants, **extra) -> None:
     doc = {"gpu": gpu, **extra, "constants": {k: float(f"{v:.6g}") for k, v in constants.to_dict().items()}}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -360,6 +411,9 @@ def main(argv=None) -> int:
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
     p.add_argument("--jit", action="store_true",
                    help="fit t_jit alone (MoE kernels' compile stalls) on the GPU's traced MoE runs, keep the rest")
+    p.add_argument("--pauses", action="store_true",
+                   help="fit pause_rate and t_pause alone (the engine's pauses) on the GPU's traced runs' "
+                        "TTFT p99, keep the rest")
     p.add_argument("--jit-objective", default="first-ttft", choices=JIT_OBJECTIVES,
                    help="with --jit: what the replays match, the mean TTFT of the first cycle of prompts "
                         "(first-ttft) or the median length of the stalls themselves (stall-gaps)")
@@ -369,15 +423,18 @@ def main(argv=None) -> int:
     if args.memory:
         fit_memory(args.data)
         return 0
-    if args.jit:
-        out = args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")
-        start = args.start or out
+    if args.jit or args.pauses:
+        shipped = os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")
+        out = args.out or shipped
+        start = args.start or (out if os.path.isfile(out) else shipped)     # its history goes on
         doc = {}
         if os.path.isfile(start):
             with open(start, encoding="utf-8") as fh:
                 doc = json.load(fh)
-        c = fit_jit(args.gpu, load_constants(args.gpu, start if os.path.isfile(start) else None)[0], args.data,
-                    exclude=list(filter(None, args.exclude.split(","))), objective=args.jit_objective)
+        base = load_constants(args.gpu, start if os.path.isfile(start) else None)[0]
+        exclude = list(filter(None, args.exclude.split(",")))
+        c = (fit_jit(args.gpu, base, args.data, exclude=exclude, objective=args.jit_objective) if args.jit
+             else fit_pauses(args.gpu, base, args.data, exclude=exclude, jobs=args.jobs))
         doc.update(gpu=args.gpu, method=[*doc.get("method", []), "python -m generation.engine.perf.fit "
                                         + " ".join(argv if argv is not None else sys.argv[1:])],
                    constants={k: float(f"{v:.6g}") for k, v in c.to_dict().items()})

@@ -341,7 +341,7 @@ STAGE_POLL = 1.0       # s: inference-perf's run_stage checks the finished count
 STAGE_LEAD = 1.0       # s: and a stage's timer starts one second after its requests are queued
 
 
-def staged_replay(sched, model, trace: list, stages_of: list[int], stages: list[dict]):
+def staged_replay(sched, model, trace: list, stages_of: list[int], stages: list[dict], seed: int = 0):
     """:func:`~generation.engine.replay.replay` of an inference-perf run of several stages, each
     started as its load generator starts it: after the previous stage's last request has
     finished (seen at its next once-a-second check, :data:`STAGE_POLL`) and
@@ -353,7 +353,7 @@ def staged_replay(sched, model, trace: list, stages_of: list[int], stages: list[
     between a stage's last arrival and the next one's first."""
     from dataclasses import replace
     from ..pod_replay import PodReplay
-    pod = PodReplay(sched, model, timeout=CLIENT_TIMEOUT)
+    pod = PodReplay(sched, model, timeout=CLIENT_TIMEOUT, pause_seed=seed)
     nominal, start, i = 0.0, 0.0, 0
     for k, s in enumerate(stages):
         while i < len(trace) and stages_of[i] == k:
@@ -383,9 +383,9 @@ def simulate(exp: dict, constants=None, *, seed: int = 0, duration_scale: float 
              for r in reqs]
     sched = scheduler_for(settings, cfg.max_model_len)
     if exp.get("trace") or len(exp["stages"]) < 2:
-        res = replay(sched, model, trace, timeout=CLIENT_TIMEOUT)
+        res = replay(sched, model, trace, timeout=CLIENT_TIMEOUT, pause_seed=seed)
     else:
-        res = staged_replay(sched, model, trace, [r.stage for r in reqs], exp["stages"])
+        res = staged_replay(sched, model, trace, [r.stage for r in reqs], exp["stages"], seed)
     sim = Simulation(steps=len(res.steps), preemptions=res.preemptions)
     for er in res.requests:
         first, last = res.times(er)
