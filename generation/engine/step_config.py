@@ -47,6 +47,13 @@ class StepSettings:
         per = -(-max_model_len // self.block_size) * self.block_size
         return self.kv_tokens / per if per else 0.0
 
+    def _pauses(self) -> str:
+        """``, engine pauses 0.2/s x 25 ms`` when the profile has them (EnginePauses), else ""."""
+        c = getattr(self.step_time, "constants", None)
+        if c is None or not (getattr(c, "pause_rate", 0) > 0 and getattr(c, "t_pause", 0) > 0):
+            return ""
+        return f", engine pauses {c.pause_rate:g}/s x {1000 * c.t_pause:g} ms"
+
     def summary(self, max_model_len: int) -> list[str]:
         return [f"step engine: gpu={self.gpu.name} model={self.arch.name} ({self.arch_source}) "
                 f"max-num-seqs={self.max_num_seqs} max-num-batched-tokens={self.max_num_batched_tokens}"
@@ -56,7 +63,8 @@ class StepSettings:
                 f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x"] \
             + ([f"CPU KV cache (offloading): {self.num_cpu_blocks * self.block_size:,} tokens "
                 f"({self.num_cpu_blocks} blocks)"] if self.num_cpu_blocks else []) \
-            + ([f"step time: profile {src}"] if (src := getattr(self.step_time, "profile_source", "")) else []) \
+            + ([f"step time: profile {src}" + self._pauses()]
+               if (src := getattr(self.step_time, "profile_source", "")) else []) \
             + [f"vLLM {self.vllm_version} defaults" + ("" if self.enable_prefix_caching else ", prefix caching off")
                + ("" if self.enable_chunked_prefill else ", chunked prefill off")]
 

@@ -310,8 +310,9 @@ def test_the_banner_names_the_profile_the_step_time_uses():
     def last_line(*flags):          # the line before "vLLM <version> defaults"
         cfg = load_config(["--latency-calculator", "step", *flags], env={})
         return resolve_step_settings(cfg).summary(cfg.max_model_len)[-2]
-    assert last_line("--gpu", "H100") == "step time: profile h100.json"
-    assert last_line("--gpu", "L40S") == "step time: profile generic.json (no profile of L40S's own)"
+    assert last_line("--gpu", "H100") == "step time: profile h100.json, engine pauses 0.2/s x 25 ms"
+    assert last_line("--gpu", "L40S") == ("step time: profile generic.json (no profile of L40S's own), "
+                                         "engine pauses 0.2/s x 25 ms")
     golden = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perf", "h100-golden.json")
     assert last_line("--gpu", "H100", "--step-time-profile", golden) == f"step time: profile {golden}"
 

@@ -344,11 +344,16 @@ def _p99s_one(args):
 def fit_pauses(gpu: str, base: PerfConstants, path: str | None = None, rates=PAUSE_RATES,
                lengths=PAUSE_LENGTHS, exclude=(), jobs: int = 1) -> PerfConstants:
     """``pause_rate`` and ``t_pause``, the engine's pauses (:class:`~.step_model.EnginePauses`),
-    by a grid search on the GPU's traced training runs: each stage's TTFT p99, the median of
+    by a grid search on the GPU's traced training runs (whose own arrivals leave the pauses as the
+    one difference in the tail): each stage's TTFT p99, the median of
     :data:`PAUSE_SEEDS` seeded full replays, against the measured one; the candidate (no pauses
     included) with the least sum of squared log ratios wins.  A p99 is a stage's top 1%, and
     whether pauses reach that many requests is a knife edge, so the response is not smooth
     enough for a gradient; the means hardly move (the engine pauses well under 1% of the time).
+    On every training run instead (the untraced ones against one draw of their arrivals, with
+    other tails in them: Llama-4-Scout's first stages) the loss keeps falling toward fewer and
+    longer pauses past the grid's edge (0.1 / s x 60 ms), which the per-request traces do not
+    show (their late first tokens are 17-44 ms late on average).
     Prints the table."""
     from multiprocessing import Pool
     exps = gt.load_experiments(path)
