@@ -49,8 +49,8 @@ class StepSettings:
 
     def _pauses(self) -> str:
         """``, engine pauses 0.2/s x 25 ms`` when the profile has them (EnginePauses), else ""."""
-        c = getattr(self.step_time, "constants", None)
-        if c is None or not (getattr(c, "pause_rate", 0) > 0 and getattr(c, "t_pause", 0) > 0):
+        c = getattr(self.step_time, "constants", None)       # None: a legacy step-time model
+        if c is None or not (c.pause_rate > 0 and c.t_pause > 0):
             return ""
         return f", engine pauses {c.pause_rate:g}/s x {1000 * c.t_pause:g} ms"
 

@@ -298,8 +298,8 @@ class EnginePauses:
         extra = 0.0
         if nxt < start + dt:
             draw, rate, length = self.rng.expovariate, self.rate, self.length
-            while nxt + length <= start:            # over while the engine was idle
-                nxt += draw(rate)
+            if nxt + length <= start:               # over while the engine was idle: the process
+                nxt = start - length + draw(rate)   # is memoryless, so draw afresh (O(1) after any idle)
             if nxt < start:                         # the step was planned during one
                 extra = nxt + length - start
                 nxt += draw(rate)
