@@ -92,6 +92,7 @@ def test_the_bench_prints_the_tables(capsys):
     out = capsys.readouterr().out
     assert "vllm-sim (this)" in out and "blis-trained-physics" in out and "MAPE (%) by GPU" in out
     assert "the median of 2 seeded replays" in out
+    assert "the median's own noise: the mean MAPE over 200 resamples of the seeds" in out
     assert "ttft_p99: its mean's points by GPU and model" in out
 
 
@@ -121,6 +122,25 @@ def test_the_prediction_is_the_median_over_seeds():
     assert bench.median_prediction(preds) == {"0": {"count": 10, "failures": 0, "ttft_p99": 80.0}}
     assert len(bench.select(gt.load_experiments(), "main38")) == 38
     assert len(bench.select(gt.load_experiments(), "test")) == 31
+
+
+def test_the_seed_bootstrap_band():
+    """engine_fidelity.seed_bootstrap: the 10th-90th percentile of the mean MAPE over resamples of
+    the seeds, with replacement; seeded, so the same band every time."""
+    spec = importlib.util.spec_from_file_location("engine_fidelity", os.path.join(ROOT, "bench", "engine_fidelity.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rec = lambda metric, pred, actual=100.0: {"stage": "0", "metric": metric, "predicted": pred, "actual": actual}  # noqa: E731
+    seeds = [[rec("ttft_p99", 100.0), rec("e2e_mean", e)] for e in (90.0, 110.0, 100.0)]
+    seeds[2] = seeds[2][1:]                  # a seed without the TTFT record: left out of its median
+    results = {"a": {"records": [rec("ttft_p99", 100.0), rec("e2e_mean", 100.0)], "seed_records": seeds}}
+    band = bench.seed_bootstrap(results, ("ttft_p99", "e2e_mean"))
+    assert band["ttft_p99"] == (0.0, 0.0)                      # every seed agrees with the measurement
+    low, high = band["e2e_mean"]
+    assert (low, high) == (0.0, 10.0)                          # a resample's median is 90, 100 or 110
+    assert bench.seed_bootstrap(results, ("ttft_p99", "e2e_mean")) == band
+    one = {"a": {"records": results["a"]["records"], "seed_records": seeds[:1]}}
+    assert all(v != v for v in bench.seed_bootstrap(one, ("e2e_mean",))["e2e_mean"])   # nan: one seed
 
 
 def test_a_partial_replay_is_scored_against_the_same_requests():
