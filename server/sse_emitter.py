@@ -143,15 +143,18 @@ class StepSends:
             emitter.presented = (n, monotonic(), data)
 
 
-class EndQueue:
-    """Streams whose last token went out, ending (:meth:`HubEmitter._finish`) while the loop has
-    nothing else to do: a libev idle watcher, at most :data:`END_BUDGET` of ends per idle turn,
-    so that a cohort of streams ending together does not hold other streams' due tokens either.
-    One per event loop."""
+class IdleWork:
+    """Work a stream can leave until the loop has nothing else to do: a libev idle watcher that
+    runs the queued calls, at most :data:`END_BUDGET` of them per idle turn, so that a cohort of
+    streams does not hold other streams' due tokens.  Two kinds: a stream's end
+    (:meth:`HubEmitter._finish`: a cohort ending together) and the headers of a stream set up in
+    a burst (:meth:`HubEmitter._send_head`: they go out before its first token is due, not with
+    it, where the first tokens of the burst's streams fall due together).  A call whose work was
+    already done is a no-op.  One per event loop."""
     _queues: dict = {}
 
     @classmethod
-    def of(cls, loop) -> "EndQueue":
+    def of(cls, loop) -> "IdleWork":
         queue = cls._queues.get(loop)
         if queue is None:
             queue = cls._queues[loop] = cls(loop)
@@ -162,8 +165,8 @@ class EndQueue:
         self.waiting: deque = deque()
         self.idle = None
 
-    def add(self, emitter: "HubEmitter") -> None:
-        self.waiting.append(emitter)
+    def add(self, call) -> None:
+        self.waiting.append(call)
         if self.idle is None:
             idle = self.idle = self.loop.idle()
             idle.start(self._turn)
@@ -172,7 +175,7 @@ class EndQueue:
         waiting = self.waiting
         start = monotonic()
         while waiting:
-            waiting.popleft()._finish()          # a no-op for one its timer already ended
+            waiting.popleft()()
             if monotonic() - start >= END_BUDGET:
                 break
         if not waiting:
@@ -197,7 +200,7 @@ class HubEmitter:
         self.loop = get_hub().loop
         self.waiter = Waiter()
         self.timer = None
-        self.finishing = False        # waiting in the EndQueue (see _finish_later)
+        self.finishing = False        # its end waits in the IdleWork (see _finish_later)
         self.deadline = 0.0
         self.schedule = None          # the TokenSchedule being emitted, if any
         self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
@@ -217,6 +220,8 @@ class HubEmitter:
             self._arm(item)
         else:
             self._start_schedule(item)
+        if self.head and self.active:      # held in a burst: out once the loop is idle
+            IdleWork.of(self.loop).add(self._send_head)
         try:
             return self.waiter.get()
         finally:
@@ -406,7 +411,7 @@ class HubEmitter:
         most ``within`` seconds later: streams opened together end in the same tick, and each
         end would otherwise delay the last token of every stream after it."""
         self.finishing = True
-        EndQueue.of(self.loop).add(self)
+        IdleWork.of(self.loop).add(self._finish)
         timer = self.timer = self.loop.timer(within)
         timer.start(self._finish)
 
@@ -499,6 +504,26 @@ class HubEmitter:
             self._hand_back(("pending", (rest, then)))
             return False
         return True
+
+    def _send_head(self) -> None:
+        """The held headers, sent while the stream waits for its first token (an :class:`IdleWork`
+        call); a no-op once they went out with a chunk or the greenlet has the stream."""
+        if not self.head or not self.active:
+            return
+        self.head = False
+        resp = self.resp
+        resp.send_headers()
+        data = resp.__dict__.pop("_held_headers", b"")
+        try:
+            sent = self.raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._hand_back(("error", ClientDisconnected()))
+            return
+        if sent < len(data):              # a full socket buffer before the body: the greenlet waits
+            self._hand_back(("pending", (memoryview(data)[sent:],
+                                         self.schedule if self.schedule is not None else self.deadline)))
 
     def _hand_back(self, outcome: tuple) -> None:
         self.active = False

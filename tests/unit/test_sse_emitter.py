@@ -172,9 +172,9 @@ def test_disconnect_watcher_sees_a_closed_gevent_socket():
     assert cancelled == [["seq"]]
 
 
-def test_headers_not_yet_sent_leave_with_the_first_chunk():
-    """A stream set up in a burst (no flush before its first wait): the emitter takes it, and
-    the headers and the first chunk are one write."""
+def held_headers_response():
+    """A gunicorn response whose headers are held for the first body bytes (a stream set up in a
+    burst: no flush before its first wait), on a socket pair: ``(resp, server, client)``."""
     from gunicorn.http import wsgi
 
     from server import gunicorn_tuning
@@ -186,9 +186,46 @@ def test_headers_not_yet_sent_leave_with_the_first_chunk():
     resp = wsgi.Response(req, server, cfg)
     write = resp.start_response("200 OK", [("Content-Type", "text/event-stream")])
     assert usable_response({WRITE_KEY: write, "gunicorn.socket": server}) == (resp, server._sock)
-    outcome = HubEmitter(seq(), iter([b"data: 0\n\n"]), resp, server._sock).run(time.monotonic() + 0.01)
+    return resp, server, client
+
+
+def test_held_headers_leave_while_the_stream_waits_on_an_idle_loop():
+    """The emitter takes a stream whose headers were held: they go out in the loop's first idle
+    turn, before the first token is due, not with it (a burst's first tokens then fall due
+    together without the headers' bytes and sends), and the first chunk goes alone."""
+    resp, server, client = held_headers_response()
+    due = time.monotonic() + 0.05
+    got = []
+
+    def read():
+        got.append((client.recv(4096), time.monotonic()))
+        got.append((read_all(client, b"data: 0\n\n\r\n0\r\n\r\n"), time.monotonic()))
+    reader = gevent.spawn(read)
+    outcome = HubEmitter(seq(), iter([b"data: 0\n\n"]), resp, server._sock).run(due)
     assert outcome == ("done", None)
-    got = read_all(client, b"data: 0\n\n\r\n0\r\n\r\n")
+    reader.join(timeout=5)
+    (head, t_head), (body, t_body) = got
+    assert head.startswith(b"HTTP/1.1 200 OK") and head.endswith(b"\r\n\r\n") and b"Transfer-Encoding: chunked" in head
+    assert t_head < due <= t_body
+    assert body == b"9\r\ndata: 0\n\n\r\n0\r\n\r\n" and resp.headers_sent and resp.sent == 9
+
+
+def test_held_headers_leave_with_the_first_chunk_when_the_loop_is_never_idle():
+    """A first token already due when the emitter takes the stream: the headers and the first
+    chunk are one write, and the idle turn after it sends nothing more."""
+    resp, server, client = held_headers_response()
+    writes = []
+
+    class Counted:                          # the OS socket, its sends counted
+        def send(self, data):
+            writes.append(data)
+            return server._sock.send(data)
+    outcome = HubEmitter(seq(), iter([b"data: 0\n\n"]), resp, Counted()).run(time.monotonic())
+    assert outcome == ("done", None)
+    gevent.sleep(0.01)
+    assert len(writes) == 1
+    client.setblocking(False)
+    got = client.recv(4096)
     head, body = got.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 200 OK") and b"Transfer-Encoding: chunked" in head
     assert body == b"9\r\ndata: 0\n\n\r\n0\r\n\r\n" and resp.headers_sent and resp.sent == 9

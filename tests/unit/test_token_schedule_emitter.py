@@ -229,10 +229,10 @@ def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
 
 
 def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
-    from server.sse_emitter import END_BUDGET, EndQueue
+    from server.sse_emitter import END_BUDGET, IdleWork
     per_turn = []
 
-    class CountingQueue(EndQueue):
+    class CountingQueue(IdleWork):
         def _turn(self):
             per_turn.append(0)
             super()._turn()
@@ -252,7 +252,7 @@ def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
     ends = [FakeEmitter() for _ in range(12)]
     ends[3].finishing = False                               # its own timer ended it already
     for e in ends:
-        queue.add(e)
+        queue.add(e._finish)
     deadline = time.monotonic() + 2
     while queue.waiting and time.monotonic() < deadline:
         gevent.sleep(0.001)
