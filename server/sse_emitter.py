@@ -302,9 +302,12 @@ class HubEmitter:
         if data and not self._send(data):       # b"": tokens that send nothing (reasoning markers)
             return
         if schedule.next >= schedule.stop:
-            self._stop_timer()
             self.schedule = None
-            self._finish_later(min(schedule.itl, FINISH_WITHIN))
+            if 0.0 < schedule.itl <= FINISH_WITHIN and self.timer is not None:
+                self._finish_later(schedule.itl, repeating=True)
+            else:
+                self._stop_timer()
+                self._finish_later(min(schedule.itl, FINISH_WITHIN))
 
     def _step_tick(self, req=None) -> None:
         """Step mode: the engine emitted tokens of this sequence (or the schedule just began).
@@ -405,13 +408,18 @@ class HubEmitter:
         self.schedule = None
         self.presented = None
 
-    def _finish_later(self, within: float) -> None:
+    def _finish_later(self, within: float, repeating: bool = False) -> None:
         """The schedule is done.  The rest of the stream (the engine's bookkeeping, the final
         chunks, the greenlet's teardown: about 0.1 ms) runs once the loop has nothing due, at
         most ``within`` seconds later: streams opened together end in the same tick, and each
-        end would otherwise delay the last token of every stream after it."""
+        end would otherwise delay the last token of every stream after it.  ``repeating``: the
+        schedule's repeating timer (its interval ``within``) is still running, and its next
+        tick is the end's (no timer made and started per stream in the last-token wave)."""
         self.finishing = True
         IdleWork.of(self.loop).add(self._finish)
+        if repeating:
+            self.timer.callback = self._finish
+            return
         timer = self.timer = self.loop.timer(within)
         timer.start(self._finish)
 
