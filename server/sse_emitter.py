@@ -169,6 +169,9 @@ class IdleWork:
         self.waiting.append(call)
         if self.idle is None:
             idle = self.idle = self.loop.idle()
+            # libev runs an idle watcher only while nothing of its priority or above is pending:
+            # at the lowest, not while the arrival turns' timer (server.arrivals) lets a burst in
+            idle.priority = self.loop.MINPRI
             idle.start(self._turn)
 
     def _turn(self) -> None:
