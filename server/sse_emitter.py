@@ -491,10 +491,7 @@ class HubEmitter:
         else:
             data = b"%X\r\n%s\r\n" % (len(item), item) if self.chunked else item
         if self.head:
-            self.head = False
-            resp = self.resp
-            resp.send_headers()              # gunicorn_tuning's: held, to go with the body
-            data = resp.__dict__.pop("_held_headers", b"") + data
+            data = self._take_head() + data
         try:
             sent = self.raw.send(data)
         except BlockingIOError:
@@ -516,22 +513,27 @@ class HubEmitter:
             return False
         return True
 
+    def _take_head(self) -> bytes:
+        """The held headers' bytes, for the next write (gunicorn_tuning's ``send_headers`` holds
+        them in the response); the stream has no head left to send."""
+        self.head = False
+        resp = self.resp
+        resp.send_headers()
+        return resp.__dict__.pop("_held_headers", b"")
+
     def _send_head(self) -> None:
         """The held headers, sent while the stream waits for its first token (an :class:`IdleWork`
         call); a no-op once they went out with a chunk or the greenlet has the stream."""
         if not self.head or not self.active:
             return
-        self.head = False
-        resp = self.resp
-        resp.send_headers()
-        data = resp.__dict__.pop("_held_headers", b"")
+        data = self._take_head()
         try:
             sent = self.raw.send(data)
-        except BlockingIOError:
+        except OSError as e:              # BlockingIOError too: a full buffer, nothing sent
+            if e.__class__ is not BlockingIOError:
+                self._hand_back(("error", ClientDisconnected()))
+                return
             sent = 0
-        except OSError:
-            self._hand_back(("error", ClientDisconnected()))
-            return
         if sent < len(data):              # a full socket buffer before the body: the greenlet waits
             self._hand_back(("pending", (memoryview(data)[sent:],
                                          self.schedule if self.schedule is not None else self.deadline)))

@@ -210,6 +210,16 @@ def test_held_headers_leave_while_the_stream_waits_on_an_idle_loop():
     assert body == b"9\r\ndata: 0\n\n\r\n0\r\n\r\n" and resp.headers_sent and resp.sent == 9
 
 
+def test_held_headers_to_a_client_that_left_hand_back_a_disconnect():
+    """The idle turn's header send finds the client gone: the greenlet gets a disconnect at once,
+    not at the first token's deadline."""
+    resp, server, client = held_headers_response()
+    client.close()
+    t0 = time.monotonic()
+    outcome, err = HubEmitter(seq(), iter([b"data: 0\n\n"]), resp, server._sock).run(t0 + 5.0)
+    assert outcome == "error" and isinstance(err, ClientDisconnected) and time.monotonic() - t0 < 1.0
+
+
 def test_held_headers_leave_with_the_first_chunk_when_the_loop_is_never_idle():
     """A first token already due when the emitter takes the stream: the headers and the first
     chunk are one write, and the idle turn after it sends nothing more."""
