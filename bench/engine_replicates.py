@@ -44,7 +44,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(BENCH, ".."))
 sys.path.insert(0, BENCH)
 
-from engine_fidelity import select                           # noqa: E402
+from engine_fidelity import relative_median, select          # noqa: E402
 from generation.engine.perf import groundtruth as gt          # noqa: E402
 
 GROUP_KEYS = ("model", "hardware", "tp", "precision", "workload")
@@ -54,7 +54,7 @@ def best_constant(values: list[float]) -> tuple[float, float]:
     """``(p, cost)``: the single figure ``p`` minimizing ``sum |p - y| / y`` over the measured
     ``values`` (all > 0) and that sum, as a fraction (not per cent).  The sum is convex and
     piecewise linear in ``p`` with its kinks at the values, so the optimum is one of them."""
-    best = min(values, key=lambda p: sum(abs(p - y) / y for y in values))
+    best = relative_median(values)
     return best, sum(abs(best - y) / y for y in values)
 
 

@@ -120,6 +120,10 @@ def test_the_prediction_is_the_median_over_seeds():
     preds = [{"0": {"count": 0, "failures": 5}}, {"0": {"ttft_p99": 70.0, "count": 10, "failures": 0}},
              {"0": {"ttft_p99": 90.0, "count": 12, "failures": 0}}]
     assert bench.median_prediction(preds) == {"0": {"count": 10, "failures": 0, "ttft_p99": 80.0}}
+    # --estimator relative-median: the best single figure under a relative error leans low
+    preds = [{"0": {"ttft_p99": v, "count": 10}} for v in (70.0, 900.0, 80.0)]
+    assert bench.median_prediction(preds, bench.relative_median) == {"0": {"ttft_p99": 70.0, "count": 10}}
+    assert bench.relative_median([0.0, 2.0, 5.0]) == 2.0          # a value not positive: the median
     assert len(bench.select(gt.load_experiments(), "main38")) == 38
     assert len(bench.select(gt.load_experiments(), "test")) == 31
 
