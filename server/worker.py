@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from functools import partial
-
+from functools import lru_cache, partial
 
 import gevent
 from gevent import getcurrent
@@ -327,16 +326,39 @@ class SimWorker(GeventWorker):
     def handle_error(self, req, client, addr, exc):
         if isinstance(exc, (gevent.GreenletExit, ServerShuttingDown)):
             return                            # our own shutdown (or server.unfinished): no traceback
-        from gunicorn.http.errors import UnsupportedTransferCoding
-        if isinstance(exc, UnsupportedTransferCoding):
-            # gunicorn answers 501 (RFC 9112's SHOULD); vLLM's uvicorn answers any request it
-            # cannot parse with this 400, and a client's input is never a 5xx here
+        if unparsable_request(exc):
+            # gunicorn answers an HTML page (400, 414, 431, or 501 for a transfer coding it does
+            # not know); vLLM's uvicorn answers any request it cannot parse with this 400, and a
+            # client's input is never a 5xx here
             try:
                 client.sendall(BAD_REQUEST)
             except OSError:
                 pass
             return
         super().handle_error(req, client, addr, exc)
+
+
+@lru_cache(maxsize=None)
+def _parse_error_classes() -> tuple:
+    """``(client's, application's)``: gunicorn's exceptions for a request head (or chunked
+    framing) it cannot parse, and those of its header checks that blame the application."""
+    from gunicorn.http import errors
+    client = ("InvalidRequestLine", "InvalidRequestMethod", "InvalidHTTPVersion", "InvalidHeader",
+              "InvalidHeaderName", "LimitRequestLine", "LimitRequestHeaders", "ObsoleteFolding",
+              "UnsupportedTransferCoding", "InvalidChunkSize", "ChunkMissingTerminator",
+              "InvalidChunkExtension", "InvalidH2CPreface", "InvalidProxyLine", "InvalidSchemeHeaders")
+    app = ("InvalidResponseHeader", "InvalidResponseHeaderName")     # subclasses of the header ones
+    return (tuple(getattr(errors, n) for n in client if hasattr(errors, n)),
+            tuple(getattr(errors, n) for n in app if hasattr(errors, n)))
+
+
+def unparsable_request(exc: BaseException) -> bool:
+    """Whether gunicorn raised ``exc`` for client bytes it cannot parse as HTTP/1 (answered with
+    uvicorn's :data:`BAD_REQUEST`).  Not a response header the application got wrong (gunicorn's
+    500), an ``Expect`` it cannot meet (417), a forbidden proxy or a TLS error (403), or its own
+    configuration (500)."""
+    client, app = _parse_error_classes()
+    return isinstance(exc, client) and not isinstance(exc, app)
 
 
 BAD_REQUEST = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\n"

@@ -155,6 +155,28 @@ def test_fault5_an_unknown_transfer_coding_is_a_400(_pool, server):
     assert rss_mb(pid) - before < 20, (before, rss_mb(pid))
 
 
+UNPARSABLE_HEADS = {
+    "a header line without a colon": b"GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    "an unknown HTTP version": b"GET /v1/models HTTP/9.9\r\nHost: x\r\n\r\n",
+    "200 header lines": b"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                        + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n",
+    "obsolete line folding": b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  more\r\n\r\n",
+    "a bad chunk size": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\nZZ\r\nhello\r\n0\r\n\r\n",
+    "a TLS hello on the plain port": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(40) + b"\r\n\r\n",
+}
+
+
+def test_every_unparsable_head_gets_uvicorns_400(server):
+    """gunicorn answered these with HTML pages (400, or 431 for too many header lines); vLLM's
+    uvicorn answers any request it cannot parse with one plain-text 400 and closes."""
+    for what, req in UNPARSABLE_HEADS.items():
+        assert raw_request(server, req) == (
+            b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Length: 30\r\nConnection: close\r\n\r\nInvalid HTTP request received."), what
+    assert httpx.get(server + "/health").status_code == 200
+
+
 BURST = 1500
 BURST_HEALTH_S = 3.0           # documented: ~0.5-1 ms a connection ahead in the accept queue
 
