@@ -403,12 +403,15 @@ _NOT_GENERATED = ("not", "if", "propertyNames", "contains", "dependentSchemas") 
 
 
 def _walk_problems(node, root, path: str, checker, trial: SchemaSampler, leaves: bool = True) -> str | None:
-    """Unsatisfiable shapes the metaschema allows: enum/const values of another type than the
-    declared one, min > max bounds, local ``$ref`` that does not resolve, and (``leaves``:
+    """Unsatisfiable shapes the metaschema allows: an empty enum, enum/const values of another
+    type than the declared one, min > max bounds, local ``$ref`` that does not resolve, and (``leaves``:
     outside subschemas the generator never samples, such as ``not``) leaves it cannot satisfy
     within its bounds."""
     if not isinstance(node, dict):
         return None
+    if leaves and node.get("enum") == []:
+        # no value can be generated: xgrammar refuses it (mlc-ai/xgrammar#639), so vLLM answers 400
+        return f"enum has no values (at {path}.enum)"
     t = node.get("type")
     types = [t] if isinstance(t, str) else (t if isinstance(t, list) else None)
     if types:

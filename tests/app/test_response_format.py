@@ -148,7 +148,12 @@ def test_max_tokens_cuts_json_like_vllm(api):
         "a": {"type": "stringstring"}}}}}, "response_format.json_schema.schema"),
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "enum": [1]}}},
      "response_format.json_schema.schema"),
-], ids=["unknown-type", "no-type", "no-json-schema", "no-name", "bad-schema", "enum-type"])
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": []}}},
+     "response_format.json_schema.schema"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
+        "x": {"type": "string", "enum": []}}, "required": ["x"]}}}, "response_format.json_schema.schema"),
+], ids=["unknown-type", "no-type", "no-json-schema", "no-name", "bad-schema", "enum-type", "empty-enum",
+        "empty-enum-property"])
 def test_invalid_response_format(api, fmt, param):
     r = post(api, {"response_format": fmt})
     assert r.status_code == 400, r.text

@@ -266,12 +266,13 @@ def _tool(params, name="f"):
                                                     "minItems": 3, "maxItems": 1}}})],
      "tools[0].function.parameters"),
     ([_tool({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})], "tools[0].function.parameters"),
+    ([_tool({"type": "object", "properties": {"u": {"type": "string", "enum": []}}})], "tools[0].function.parameters"),
     ([_tool({"type": "object", "required": "city"})], "tools[0].function.parameters"),
     ([_tool(["not", "a", "schema"])], "tools[0].function.parameters"),
     ([{"type": "function", "function": {"parameters": {}}}], "tools[0].function.name"),
     ([{"type": "function"}], "tools[0].function"),
     ([{"type": "retrieval", "function": {"name": "f"}}], "tools[0].type"),
-], ids=["bad-type", "enum-type", "min-gt-max", "dangling-ref", "required-not-list", "not-object",
+], ids=["bad-type", "enum-type", "min-gt-max", "dangling-ref", "empty-enum", "required-not-list", "not-object",
         "no-name", "no-function", "bad-tool-type"])
 def test_invalid_tools_rejected(api, tools, param):
     r = post(api, {"messages": USER, "tools": tools, "tool_choice": "required"})
