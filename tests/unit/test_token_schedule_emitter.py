@@ -76,6 +76,38 @@ def test_a_schedule_goes_out_token_by_token_and_never_early():
     assert len(lags) == len(itls) == 5 and min(lags) >= 0 and s.event is None
 
 
+def test_a_running_streams_token_goes_before_a_first_token_due_in_the_same_turn():
+    """Both fell due while the loop was held: the token schedule's tick runs before the other
+    stream's deadline (its first token), though that deadline is the earlier one (libev
+    priorities: DEADLINE_PRIORITY below the schedules' 0)."""
+    order = []
+    server_a, client_a, resp_a = stream_pair()
+    metrics, _, _ = fake_metrics()
+    sa = fake_seq()
+    due = time.monotonic() + 0.03
+    sched, it_a = schedule_body(sa, 3, 0.05, due, metrics)
+
+    class Ticking(HubEmitter):
+        def _tick(self):
+            order.append("tick")
+            super()._tick()
+    server_b, client_b, resp_b = stream_pair()
+    sb = fake_seq()
+
+    def body_b():
+        yield due - 0.001
+        order.append("first")
+        yield b"data: b\n\n"
+    it_b = body_b()
+    ga = gevent.spawn(Ticking(sa, it_a, resp_a, server_a._sock).run, next(it_a))
+    gb = gevent.spawn(HubEmitter(sb, it_b, resp_b, server_b._sock).run, next(it_b))
+    gevent.sleep(0)                        # both armed
+    time.sleep(0.06)                       # the loop held past both (a blocking sleep)
+    assert gb.get(timeout=5) == ("done", None) and ga.get(timeout=5) == ("done", None)
+    assert order[:2] == ["tick", "first"]
+    assert read_all(client_b, b"data: b\n\n\r\n0\r\n\r\n").endswith(b"data: b\n\n\r\n0\r\n\r\n")
+
+
 def dechunk(body: bytes) -> bytes:
     """The payload of an HTTP/1.1 chunked body (without its terminating chunk)."""
     out, pos = b"", 0
