@@ -29,7 +29,7 @@ the greenlet-driven path (:meth:`generation.engine.simulator.Simulator.sleep_unt
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 from time import monotonic
 
 from gevent.hub import Waiter, get_hub
@@ -156,7 +156,9 @@ class IdleWork:
     (:meth:`HubEmitter._finish`: a cohort ending together) and the headers of a stream set up in
     a burst (:meth:`HubEmitter._send_head`: they go out before its first token is due, not with
     it, where the first tokens of the burst's streams fall due together).  A call whose work was
-    already done is a no-op.  One per event loop."""
+    already done is a no-op, and a stream that leaves the hub takes its calls out
+    (:meth:`discard`): the queue holds at most two calls per stream in the hub, however long a
+    flood of arrivals keeps the loop from an idle turn.  One per event loop."""
     _queues: dict = {}
 
     @classmethod
@@ -168,11 +170,11 @@ class IdleWork:
 
     def __init__(self, loop):
         self.loop = loop
-        self.waiting: deque = deque()
+        self.waiting: OrderedDict = OrderedDict()     # bound method -> None, first queued first
         self.idle = None
 
     def add(self, call) -> None:
-        self.waiting.append(call)
+        self.waiting[call] = None
         if self.idle is None:
             idle = self.idle = self.loop.idle()
             # libev runs an idle watcher only while nothing of its priority or above is pending:
@@ -180,11 +182,16 @@ class IdleWork:
             idle.priority = self.loop.MINPRI
             idle.start(self._turn)
 
+    def discard(self, call) -> None:
+        """Forget ``call`` (queued or not)."""
+        self.waiting.pop(call, None)
+
     def _turn(self) -> None:
         waiting = self.waiting
+        pop = waiting.popitem
         start = monotonic()
         while waiting:
-            waiting.popleft()()
+            pop(last=False)[0]()
             if monotonic() - start >= END_BUDGET:
                 break
         if not waiting:
@@ -237,6 +244,9 @@ class HubEmitter:
             self.active = False
             self._stop_timer()
             self._unhook()
+            idle = IdleWork.of(self.loop)
+            idle.discard(self._send_head)
+            idle.discard(self._finish)
             if self.seq.event is self:
                 self.seq.event = None
 

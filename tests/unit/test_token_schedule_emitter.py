@@ -108,6 +108,30 @@ def test_a_running_streams_token_goes_before_a_first_token_due_in_the_same_turn(
     assert read_all(client_b, b"data: b\n\n\r\n0\r\n\r\n").endswith(b"data: b\n\n\r\n0\r\n\r\n")
 
 
+def test_a_stream_that_left_the_hub_leaves_nothing_in_a_starved_idle_queue():
+    """A flood of arrivals can keep the loop from an idle turn for long: a stream whose end its
+    timer ran takes its queued calls with it, so the idle queue holds only streams still in the
+    hub, not every stream since the flood began."""
+    from server.sse_emitter import IdleWork
+    loop = gevent.get_hub().loop
+    saved = IdleWork._queues.pop(loop, None)
+    starved = IdleWork._queues[loop] = IdleWork(loop)
+    starved.idle = object()                 # as if its watcher never got an idle turn
+    try:
+        server, client, resp = stream_pair()
+        metrics, _, _ = fake_metrics()
+        s = fake_seq()
+        sched, it = schedule_body(s, 4, 0.005, time.monotonic() + 0.005, metrics)
+        reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n0\r\n\r\n")
+        assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
+        reader.get(timeout=5)
+        assert not starved.waiting
+    finally:
+        IdleWork._queues.pop(loop, None)
+        if saved is not None:
+            IdleWork._queues[loop] = saved
+
+
 def dechunk(body: bytes) -> bytes:
     """The payload of an HTTP/1.1 chunked body (without its terminating chunk)."""
     out, pos = b"", 0
