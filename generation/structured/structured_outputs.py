@@ -25,6 +25,7 @@ import json
 from generation.errors import InvalidParam
 from . import regex_sampler
 from .grammar import GrammarError, compile_grammar
+from .tool_validation import OUTPUT_SCHEMA_FAILURE
 
 KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 MAX_CHOICES = 4096
@@ -59,7 +60,7 @@ def constraint(validator, so: dict | None, param: str = "structured_outputs") ->
                 raise InvalidParam(f"{p}: not valid JSON: {e}", p) from None
         if not isinstance(schema, dict):
             raise InvalidParam(f"{p}: Input should be a JSON Schema object.", p)
-        validator.check_schema(schema, p)
+        validator.check_schema(schema, p, OUTPUT_SCHEMA_FAILURE)
         return {"type": "json_schema", "json_schema": {"name": "structured_outputs", "schema": schema}}
     if kind == "json_object":
         if value is not True:
@@ -109,7 +110,7 @@ def anthropic_format(validator, fmt) -> dict | None:
     p = "output_config.format.schema"
     if not isinstance(schema, dict):
         raise InvalidParam(f"{p}: Field required (a JSON Schema object).", p)
-    validator.check_schema(schema, p)
+    validator.check_schema(schema, p, OUTPUT_SCHEMA_FAILURE)
     return {"type": "json_schema", "json_schema": {"name": "output_config", "schema": schema}}
 
 

@@ -31,6 +31,10 @@ SMALL_SCHEMA_BYTES = 16384  # schemas up to this size are checked in a lane of t
 MEDIUM_SCHEMA_BYTES = 131072   # and those up to this size in another (~1.3 s of checking at most each)
 CHECK_SECONDS = 1.0        # dry-run time for one schema (patterns, numbers)
 _CHOICE_MODES = ("none", "auto", "required")
+# the start of a refused schema's message: a tool's (the reference's words), and a schema the
+# answer must follow (response_format, structured_outputs, ...: vLLM's xgrammar backend's words)
+TOOL_SCHEMA_FAILURE = "Tool validation failed"
+OUTPUT_SCHEMA_FAILURE = "Failed to transform json schema into a grammar"
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "structural_tag")
 _SCHEMA_CACHE_SIZE = 512  # check_schema costs ~0.5 ms; clients resend the same tools
 _SCHEMA_CACHE_BYTES = 8 << 20   # serialised schemas the verdict cache may hold in all
@@ -203,14 +207,14 @@ class ToolValidator:
             raise InvalidParam(f"{prefix}.name: Field required (a non-empty string).", f"{prefix}.name")
         schema = js.get("schema")
         if schema is not None:
-            self.check_schema(schema, f"{prefix}.schema")
+            self.check_schema(schema, f"{prefix}.schema", OUTPUT_SCHEMA_FAILURE)
 
     @staticmethod
     def _check_depth(schema, param: str) -> None:
         if json_depth_exceeds(schema, MAX_SCHEMA_DEPTH):
             raise InvalidParam(f"{param} is nested deeper than {MAX_SCHEMA_DEPTH} levels.", param)
 
-    def check_schema(self, schema, param: str) -> None:
+    def check_schema(self, schema, param: str, failure: str = TOOL_SCHEMA_FAILURE) -> None:
         """Raise InvalidParam (``param``) unless ``schema`` is a JSON Schema object within
         :data:`MAX_SCHEMA_DEPTH` levels and :data:`MAX_SCHEMA_BYTES` serialised, whose every
         ``pattern`` is within the regex bounds (:func:`pattern_refusal`: checked before
@@ -219,14 +223,14 @@ class ToolValidator:
         :data:`_SCHEMA_CACHE_SIZE` and :data:`_SCHEMA_CACHE_BYTES`); a refused one leaves
         nothing behind."""
         if not isinstance(schema, dict):
-            raise InvalidParam(f"Tool validation failed: {param} should be a JSON Schema object.", param)
+            raise InvalidParam(f"{failure}: {param} should be a JSON Schema object.", param)
         self._check_depth(schema, param)
         try:
             key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         except (TypeError, ValueError):
             key = None
         if key is not None and len(key) > MAX_SCHEMA_BYTES:
-            raise InvalidParam(f"Tool validation failed: {param} is {len(key)} bytes long, more than the "
+            raise InvalidParam(f"{failure}: {param} is {len(key)} bytes long, more than the "
                                f"{MAX_SCHEMA_BYTES} a schema may be.", param)
         cache = self._schema_ok
         if key is not None and key in cache:
@@ -235,7 +239,7 @@ class ToolValidator:
         err = patterns_problem(schema) or schema_problem(schema, self._holder.config,
                                                          len(key) if key is not None else 0)
         if err:
-            raise InvalidParam(f"Tool validation failed: {param} is not a valid JSON Schema: {err}", param)
+            raise InvalidParam(f"{failure}: {param} is not a valid JSON Schema: {err}", param)
         if key is not None and len(key) <= _SCHEMA_CACHE_BYTES // 8:
             cache[key] = None
             self._cached_bytes += len(key)

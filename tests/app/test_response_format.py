@@ -161,6 +161,21 @@ def test_invalid_response_format(api, fmt, param):
     assert err["param"] == param and err["code"] == 400
 
 
+def test_a_refused_schema_is_worded_as_vllms_grammar_backend(api):
+    """A schema the answer must follow is refused in vLLM's xgrammar words; a tool's keeps the
+    reference's ("Tool validation failed")."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": []}}}
+    r = post(api, {"response_format": fmt})
+    assert r.status_code == 400 and r.json()["error"]["message"] == (
+        "Failed to transform json schema into a grammar: response_format.json_schema.schema is not "
+        "a valid JSON Schema: enum has no values (at $.enum)")
+    r = post(api, {"structured_outputs": {"json": {"enum": []}}})
+    assert r.json()["error"]["message"].startswith("Failed to transform json schema into a grammar: structured_outputs.json")
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"enum": []}}}
+    r = post(api, {"tools": [tool], "tool_choice": "required"})
+    assert r.json()["error"]["message"].startswith("Tool validation failed: tools[0].function.parameters")
+
+
 def test_json_schema_without_schema_gives_object(api):
     r = post(api, {"response_format": {"type": "json_schema", "json_schema": {"name": "anything"}}})
     assert isinstance(json.loads(r.json()["choices"][0]["message"]["content"]), dict)
