@@ -29,7 +29,6 @@ the greenlet-driven path (:meth:`generation.engine.simulator.Simulator.sleep_unt
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from time import monotonic
 
 from gevent.hub import Waiter, get_hub
@@ -42,14 +41,9 @@ from generation.engine.token_schedule import TokenSchedule
 from .arrivals import waiting_count
 from .gunicorn_tuning import end_with_next_write
 from .listening import BURST_WAITING
+from .loop_turns import DEADLINE_PRIORITY, EndTurns, IdleWork
+
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
-END_BUDGET = 0.001                # s of stream ends per idle turn of the loop
-# libev priority of a deadline's timer (a stream's first token, or each token of a varying
-# latency), below the token schedules' (0): in a loop turn where both fall due, the running
-# streams' next tokens go first.  A burst's first tokens fall due within ~10 ms and take ~26 ms
-# of the core; in deadline order the early streams' second tokens waited behind the rest of them
-# (their first gap up to +16 ms).  Above the arrival turns and the idle work (the lowest).
-DEADLINE_PRIORITY = -1
 
 
 def usable_response(environ: dict):
@@ -149,56 +143,6 @@ class StepSends:
             emitter.presented = (n, monotonic(), data)
 
 
-class IdleWork:
-    """Work a stream can leave until the loop has nothing else to do: a libev idle watcher that
-    runs the queued calls, at most :data:`END_BUDGET` of them per idle turn, so that a cohort of
-    streams does not hold other streams' due tokens.  Two kinds: a stream's end
-    (:meth:`HubEmitter._finish`: a cohort ending together) and the headers of a stream set up in
-    a burst (:meth:`HubEmitter._send_head`: they go out before its first token is due, not with
-    it, where the first tokens of the burst's streams fall due together).  A call whose work was
-    already done is a no-op, and a stream that leaves the hub takes its calls out
-    (:meth:`discard`): the queue holds at most two calls per stream in the hub, however long a
-    flood of arrivals keeps the loop from an idle turn.  One per event loop."""
-    _queues: dict = {}
-
-    @classmethod
-    def of(cls, loop) -> "IdleWork":
-        queue = cls._queues.get(loop)
-        if queue is None:
-            queue = cls._queues[loop] = cls(loop)
-        return queue
-
-    def __init__(self, loop):
-        self.loop = loop
-        self.waiting: OrderedDict = OrderedDict()     # bound method -> None, first queued first
-        self.idle = None
-
-    def add(self, call) -> None:
-        self.waiting[call] = None
-        if self.idle is None:
-            idle = self.idle = self.loop.idle()
-            # libev runs an idle watcher only while nothing of its priority or above is pending:
-            # at the lowest, not while the arrival turns' timer (server.arrivals) lets a burst in
-            idle.priority = self.loop.MINPRI
-            idle.start(self._turn)
-
-    def discard(self, call) -> None:
-        """Forget ``call`` (queued or not)."""
-        self.waiting.pop(call, None)
-
-    def _turn(self) -> None:
-        waiting = self.waiting
-        pop = waiting.popitem
-        start = monotonic()
-        while waiting:
-            pop(last=False)[0]()
-            if monotonic() - start >= END_BUDGET:
-                break
-        if not waiting:
-            self.idle.close()
-            self.idle = None
-
-
 class HubEmitter:
     """Emits one sequence's stream from timer callbacks in the hub until it ends or needs its
     greenlet back.  ``body_iter`` yields ``bytes`` (one write each), ``float`` deadlines
@@ -217,6 +161,7 @@ class HubEmitter:
         self.waiter = Waiter()
         self.timer = None
         self.finishing = False        # its end waits in the IdleWork (see _finish_later)
+        self.last = None              # (k, chunk): the schedule's last token, rendered in an idle turn
         self.deadline = 0.0
         self.schedule = None          # the TokenSchedule being emitted, if any
         self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
@@ -247,6 +192,7 @@ class HubEmitter:
             idle = IdleWork.of(self.loop)
             idle.discard(self._send_head)
             idle.discard(self._finish)
+            idle.discard(self._render_last)
             if self.seq.event is self:
                 self.seq.event = None
 
@@ -273,6 +219,28 @@ class HubEmitter:
         after = schedule.deadline(schedule.next) - monotonic() + 1e-6
         timer = self.timer = loop.timer(after if after > 0.0 else 0.0, schedule.itl)
         timer.start(self._tick)
+        if self.last is None and schedule.stop - schedule.next > 1 and getattr(schedule.render, "pure", False):
+            IdleWork.of(loop).add(self._render_last)
+
+    def _render_last(self) -> None:
+        """Render the schedule's last token ahead (an :class:`IdleWork` call), for its tick to
+        send as it sends any other token.  That chunk carries the finish reason and renders on
+        the slow path (~7 us more than a plain token's): the streams of a burst have their last
+        tokens due in the same ~20 ms and had the loop ~35% busier there than in any other
+        tick, enough to hold their last tokens 5-10 ms (their last gap over 25 ms in up to half
+        of the 1,000 streams, issue 32).  Only a renderer that says ``pure`` (its chunk depends
+        on the token alone, :meth:`generation.adapters.base.PieceChunks.renderer`) is asked
+        ahead of time."""
+        schedule = self.schedule
+        if schedule is None or not self.active or self.last is not None:
+            return
+        k = schedule.stop - 1
+        if schedule.next >= k:                  # due next: its tick renders it
+            return
+        try:
+            self.last = (k, schedule.render(k))
+        except BaseException:       # noqa: BLE001 - its tick renders it again and hands the error back
+            pass
 
     def _render_due(self):
         """The schedule's due bytes, or the ``_ERROR`` marker once a renderer bug is handed back."""
@@ -293,20 +261,32 @@ class HubEmitter:
         first, start, itl = schedule.first, schedule.start, schedule.itl
         at = first + (k - start) * itl
         now = monotonic()
-        if (at <= now < first + (k + 1 - start) * itl and k + 1 < schedule.stop
+        if (at <= now < first + (k + 1 - start) * itl
                 and schedule.latency.config.__dict__ is schedule.config_values):
-            try:
-                data = schedule.render(k)
-            except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
-                self._hand_back(("error", e))
+            if k + 1 < schedule.stop:
+                try:
+                    data = schedule.render(k)
+                except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+                    self._hand_back(("error", e))
+                    return
+                schedule.next = k + 1
+                schedule.lag(now - at)
+                schedule.itl_obs(now - schedule.prev)
+                schedule.prev = now
+                if data:
+                    self._send(data)
                 return
-            schedule.next = k + 1
-            schedule.lag(now - at)
-            schedule.itl_obs(now - schedule.prev)
-            schedule.prev = now
-            if data:
-                self._send(data)
-            return
+            last = self.last
+            if last is not None and last[0] == k:       # the last token, rendered in an idle turn
+                self.last = None
+                schedule.next = k + 1
+                schedule.lag(now - at)
+                schedule.itl_obs(now - schedule.prev)
+                schedule.prev = now
+                if last[1] and not self._send(last[1]):
+                    return
+                self._schedule_done(schedule)
+                return
         data = self._render_due()
         if data is _ERROR:
             return
@@ -321,12 +301,16 @@ class HubEmitter:
         if data and not self._send(data):       # b"": tokens that send nothing (reasoning markers)
             return
         if schedule.next >= schedule.stop:
-            self.schedule = None
-            if 0.0 < schedule.itl <= FINISH_WITHIN and self.timer is not None:
-                self._finish_later(schedule.itl, repeating=True)
-            else:
-                self._stop_timer()
-                self._finish_later(min(schedule.itl, FINISH_WITHIN))
+            self._schedule_done(schedule)
+
+    def _schedule_done(self, schedule: TokenSchedule) -> None:
+        """Its last token went out: the stream's end follows (:meth:`_finish_later`)."""
+        self.schedule = None
+        if 0.0 < schedule.itl <= FINISH_WITHIN and self.timer is not None:
+            self._finish_later(schedule.itl, repeating=True)
+        else:
+            self._stop_timer()
+            self._finish_later(min(schedule.itl, FINISH_WITHIN))
 
     def _step_tick(self, req=None) -> None:
         """Step mode: the engine emitted tokens of this sequence (or the schedule just began).
@@ -437,10 +421,24 @@ class HubEmitter:
         self.finishing = True
         IdleWork.of(self.loop).add(self._finish)
         if repeating:
-            self.timer.callback = self._finish
+            self.timer.callback = self._finish_due
             return
         timer = self.timer = self.loop.timer(within)
-        timer.start(self._finish)
+        timer.start(self._finish_due)
+
+    def _finish_due(self) -> None:
+        """The end's timer: the end now, or in a later loop turn when this one's forced ends
+        took their budget (:class:`EndTurns`); an idle turn may still come first."""
+        if not self.finishing:
+            return
+        turns = EndTurns.of(self.loop)
+        if turns.admit(monotonic()):
+            self._finish()
+            return
+        timer, self.timer = self.timer, None        # (a repeating one would tick again)
+        if timer is not None:
+            timer.close()
+        turns.defer(self._finish)
 
     def _finish(self) -> None:
         if not self.finishing:         # already ended (the idle turn or the timer came first)

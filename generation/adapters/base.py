@@ -406,6 +406,9 @@ class PieceChunks(dict):
                 return last_chunk(k)
             p = pieces[k]
             return head + (get(p) or render(p))
+        # its bytes depend on k alone, whenever asked: the hub emitter may render the last one
+        # ahead, in an idle turn (server.sse_emitter.HubEmitter._render_last)
+        chunk.pure = True
         return chunk
 
     def block(self, head: bytes, pieces, due: range, last_chunk) -> bytes:

@@ -112,10 +112,10 @@ def test_a_stream_that_left_the_hub_leaves_nothing_in_a_starved_idle_queue():
     """A flood of arrivals can keep the loop from an idle turn for long: a stream whose end its
     timer ran takes its queued calls with it, so the idle queue holds only streams still in the
     hub, not every stream since the flood began."""
-    from server.sse_emitter import IdleWork
+    from server.loop_turns import IdleWork
     loop = gevent.get_hub().loop
-    saved = IdleWork._queues.pop(loop, None)
-    starved = IdleWork._queues[loop] = IdleWork(loop)
+    saved = IdleWork._of.pop(loop, None)
+    starved = IdleWork._of[loop] = IdleWork(loop)
     starved.idle = object()                 # as if its watcher never got an idle turn
     try:
         server, client, resp = stream_pair()
@@ -127,9 +127,9 @@ def test_a_stream_that_left_the_hub_leaves_nothing_in_a_starved_idle_queue():
         reader.get(timeout=5)
         assert not starved.waiting
     finally:
-        IdleWork._queues.pop(loop, None)
+        IdleWork._of.pop(loop, None)
         if saved is not None:
-            IdleWork._queues[loop] = saved
+            IdleWork._of[loop] = saved
 
 
 def dechunk(body: bytes) -> bytes:
@@ -285,7 +285,7 @@ def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
 
 
 def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
-    from server.sse_emitter import END_BUDGET, IdleWork
+    from server.loop_turns import END_BUDGET, IdleWork
     per_turn = []
 
     class CountingQueue(IdleWork):
@@ -355,3 +355,81 @@ def test_received_at_reads_when_the_request_reached_the_socket(monkeypatch):
     assert received_at({"gunicorn.socket": a}) is None
     for x in (listener, c, s, a, b):
         x.close()
+
+
+def test_forced_stream_ends_take_a_budget_per_loop_turn_in_order_after_due_tokens():
+    """Stream ends whose timers fall due in one loop turn (a cohort of streams ending together)
+    run until they took END_BUDGET of it; the rest go in later turns, in order, and a token
+    timer that fell due meanwhile goes first (EndTurns)."""
+    from server.loop_turns import END_BUDGET, EndTurns
+    loop = gevent.get_hub().loop
+    turns = EndTurns(loop)
+    ran = []
+    each = END_BUDGET * 0.6                  # two fit in a turn's budget, not three
+
+    def end(i):
+        def call():
+            ran.append((loop.iteration, i))
+            stop = time.monotonic() + each
+            while time.monotonic() < stop:
+                pass
+        return call
+
+    def turn_of_due_ends():                   # one timer callback: one loop turn
+        tick = loop.timer(0.0)
+        tick.start(lambda: (ran.append((loop.iteration, "tick")), tick.close()))
+        for i in range(10):
+            call = end(i)
+            if turns.admit(time.monotonic()):
+                call()
+            else:
+                turns.defer(call)
+    first = loop.timer(0.0)
+    first.start(turn_of_due_ends)
+    deadline = time.monotonic() + 5
+    while len(ran) < 11 and time.monotonic() < deadline:
+        gevent.sleep(0.001)
+    first.close()
+    order = [i for _, i in ran]
+    assert [i for i in order if i != "tick"] == list(range(10))       # in the order they fell due
+    per_turn = {}
+    for it, i in ran:
+        if i != "tick":
+            per_turn[it] = per_turn.get(it, 0) + 1
+    # two a turn (one where the machine held the process between two of them)
+    assert max(per_turn.values()) == 2 and len(per_turn) >= 5
+    # the token's timer, due from the first turn on, went in the next turn, before the ends left
+    assert 1 <= order.index("tick") <= 3
+    assert not turns.waiting and turns.timer is None
+
+
+def test_a_schedules_last_token_is_rendered_ahead_in_an_idle_turn_when_its_renderer_is_pure():
+    """The last token's chunk (it carries the finish reason, the slow render) is rendered in an
+    idle turn before it is due, when the renderer says its chunks depend on the token alone
+    (``pure``); the tick sends it as any other token, on time.  Another renderer renders it in
+    its tick."""
+    for pure in (True, False):
+        server, client, resp = stream_pair()
+        metrics, lags, itls = fake_metrics()
+        s = fake_seq()
+        first = time.monotonic() + 0.01
+        sched, it = schedule_body(s, 5, 0.02, first, metrics)
+        rendered = []
+
+        def render(k):
+            rendered.append((k, time.monotonic()))
+            return b"data: %d\n\n" % k
+        if pure:
+            render.pure = True
+        sched.render = render
+        reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n0\r\n\r\n")
+        assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
+        got = reader.get(timeout=5)
+        assert dechunk(got) == b"".join(b"data: %d\n\n" % k for k in range(1, 5)) + b"data: end\n\n"
+        assert [k for k, _ in rendered].count(4) == 1          # rendered once, ahead or in its tick
+        when = dict(rendered)[4]
+        if pure:
+            assert when < sched.deadline(4) - 0.01             # in an idle turn, well before it was due
+        else:
+            assert when >= sched.deadline(4)
+        assert len(lags) == len(itls) == 4 and min(lags) >= 0
