@@ -1,11 +1,10 @@
 """Work the hub's event loop does in bounded slices, between the tokens that fall due (issue 32).
 
-The streams of a burst start together and end together, and a cohort's per-stream work (headers
-held back in the burst, its first tokens, the rendering of each last token, the ends) would
-otherwise run in one loop turn and hold every other stream's due token until it is done.
-:class:`IdleWork` runs such work only in idle turns (nothing due), :data:`END_BUDGET` of it a
-turn; :class:`DeadlineTurns` and :class:`EndTurns` bound the first tokens and the ends that their
-timers run in a busy turn.  Used by :mod:`server.sse_emitter`.
+A burst of streams opened together ends together, and a cohort's per-stream work (headers held
+back in the burst, the rendering of each last token, the ends) would otherwise run in one loop
+turn and hold every other stream's due token until it is done.  :class:`IdleWork` runs such work
+only in idle turns (nothing due), :data:`END_BUDGET` of it a turn; :class:`EndTurns` bounds the
+ends that their timers force in a busy turn.  Used by :mod:`server.sse_emitter`.
 """
 from __future__ import annotations
 
@@ -19,10 +18,6 @@ END_BUDGET = 0.001                # s of stream ends per loop turn (idle, or for
 # of the core; in deadline order the early streams' second tokens waited behind the rest of them
 # (their first gap up to +16 ms).  Above the arrival turns and the idle work (the lowest).
 DEADLINE_PRIORITY = -1
-# s of deadline work (first tokens) per loop turn while it is less than DEADLINE_SLACK late: the
-# rest waits for the next turn, after the ticks that fell due meanwhile (DeadlineTurns)
-DEADLINE_BUDGET = 0.002
-DEADLINE_SLACK = 0.025
 
 
 class PerLoop:
@@ -83,38 +78,41 @@ class IdleWork(PerLoop):
             self.idle = None
 
 
-class TurnBudget(PerLoop):
-    """Bounds the work of one kind that one event-loop turn runs to ``budget`` seconds: work
-    that finds the turn's budget spent waits, in order, for a timer of :data:`DEADLINE_PRIORITY`
-    that runs the next budget's worth in the next turn, after the tokens that fell due in
-    between.  Work already ``slack`` seconds late runs regardless.  Subclasses set the three."""
-    budget = END_BUDGET
-    slack = float("inf")
+class EndTurns(PerLoop):
+    """Bounds the stream ends their timers force in one event-loop turn to :data:`END_BUDGET`.
+
+    A stream's end waits for an idle turn (:class:`IdleWork`) but at most ``FINISH_WITHIN``: then
+    its timer runs it (:meth:`~server.sse_emitter.HubEmitter._finish_due`).  Streams opened together
+    end together, ~0.1 ms an end, and libev runs every timer that fell due before a loop turn in
+    that turn: at the end of a burst of 1,000 streams, turns of 20-60 ms of ends ran while the later
+    streams' last tokens fell due, and each waited for the turn's end (their last gaps over 25 ms in
+    124 to 409 of the 1,000 streams in some runs, issue 32).  So a turn's forced ends stop once they
+    took the budget; the rest wait, in order, for a timer of :data:`DEADLINE_PRIORITY` that runs the
+    next budget's worth in the next turn, after the tokens that fell due in between (an idle turn
+    may still end them first).  One per event loop."""
     _of: dict = {}
 
     def __init__(self, loop):
         self.loop = loop
-        self.turn = -1                 # the loop.iteration whose work began at ``start``
+        self.turn = -1                 # the loop.iteration whose forced ends began at ``start``
         self.start = 0.0
-        self.waiting: deque = deque()  # (when due, call) deferred to later turns, first due first
+        self.waiting: deque = deque()  # ends deferred to later turns, first due first
         self.timer = None
 
-    def admit(self, now: float, due: float = 0.0) -> bool:
-        """Whether work due at ``due`` may run now, in this loop turn: none deferred waits and
-        the turn's budget is not spent, or it is ``slack`` late."""
-        if now - due >= self.slack:
-            return True
+    def admit(self, now: float) -> bool:
+        """Whether an end due at ``now`` may run in this loop turn (no deferred end waits and
+        the turn's budget is not spent)."""
         if self.waiting:
             return False
         turn = self.loop.iteration
         if turn != self.turn:
             self.turn, self.start = turn, now
             return True
-        return now - self.start < self.budget
+        return now - self.start < END_BUDGET
 
-    def defer(self, call, due: float = 0.0) -> None:
+    def defer(self, call) -> None:
         """Run ``call()`` in a later turn, after the calls deferred before it."""
-        self.waiting.append((due, call))
+        self.waiting.append(call)
         if self.timer is None:
             self._arm()
 
@@ -131,49 +129,9 @@ class TurnBudget(PerLoop):
         turn = self.loop.iteration
         if turn != self.turn:
             self.turn, self.start = turn, now
-        start, budget, slack = self.start, self.budget, self.slack
-        while waiting:
-            due, call = waiting[0]
-            if now - start >= budget and now - due < slack:
-                break
-            waiting.popleft()
-            call()
+        start = self.start
+        while waiting and now - start < END_BUDGET:
+            waiting.popleft()()
             now = monotonic()
         if waiting:
             self._arm()
-
-
-class EndTurns(TurnBudget):
-    """Bounds the stream ends their timers force in one event-loop turn to :data:`END_BUDGET`.
-
-    A stream's end waits for an idle turn (:class:`IdleWork`) but at most ``FINISH_WITHIN``: then
-    its timer runs it (:meth:`~server.sse_emitter.HubEmitter._finish_due`).  Streams opened together
-    end together, ~0.1 ms an end, and libev runs every timer that fell due before a loop turn in
-    that turn: at the end of a burst of 1,000 streams, turns of 20-60 ms of ends ran while the later
-    streams' last tokens fell due, and each waited for the turn's end (their last gaps over 25 ms in
-    124 to 409 of the 1,000 streams in some runs, issue 32).  So a turn's forced ends stop once they
-    took the budget; the rest wait, in order, for a timer of :data:`DEADLINE_PRIORITY` that runs the
-    next budget's worth in the next turn, after the tokens that fell due in between (an idle turn
-    may still end them first).  One per event loop."""
-    budget = END_BUDGET
-    _of: dict = {}
-
-
-class DeadlineTurns(TurnBudget):
-    """Bounds the deadlines (first tokens, the tokens of a varying latency) one loop turn runs to
-    :data:`DEADLINE_BUDGET`, while they are less than :data:`DEADLINE_SLACK` late.
-
-    A burst of 1,000 streams opened at once has ~900 first tokens due within ~10 ms, ~26 us each
-    (a send twice a tick's).  libev runs every timer due before a turn in that turn, so once the
-    loop lagged a few ms, turns of 10-40 ms of first tokens ran while the early streams' second
-    tokens fell due, and each waited for the turn's end: the second gap of 150-1,000 of the
-    streams over 25 ms in most runs (issue 32).  In turns of 2 ms the second tokens go between
-    them (a tick's priority is above a deadline's); a first token already 25 ms late goes
-    regardless, which bounds what this adds to the TTFT tail.  With the next tokens anchored on
-    the first one sent (:data:`generation.engine.simulator.REBASE_LATE`) the ticks that fall due
-    in the wave are spread as the first tokens were sent, and the first tokens lose little: 24
-    alternated runs, ITL p99 error under 5 ms in 12 against 3, TTFT p99 error 32 against 36 ms
-    (medians), in a noisy phase of the 2-core machine."""
-    budget = DEADLINE_BUDGET
-    slack = DEADLINE_SLACK
-    _of: dict = {}

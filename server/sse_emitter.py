@@ -41,7 +41,7 @@ from generation.engine.token_schedule import TokenSchedule
 from .arrivals import waiting_count
 from .gunicorn_tuning import end_with_next_write
 from .listening import BURST_WAITING
-from .loop_turns import DEADLINE_PRIORITY, DeadlineTurns, EndTurns, IdleWork
+from .loop_turns import DEADLINE_PRIORITY, EndTurns, IdleWork
 
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
 
@@ -162,7 +162,6 @@ class HubEmitter:
         self.timer = None
         self.finishing = False        # its end waits in the IdleWork (see _finish_later)
         self.last = None              # (k, chunk): the schedule's last token, rendered in an idle turn
-        self.deferred = False         # its deadline, due, waits its turn (DeadlineTurns)
         self.deadline = 0.0
         self.schedule = None          # the TokenSchedule being emitted, if any
         self.active = False           # False once the greenlet has the stream back: late wake-ups are ignored
@@ -457,7 +456,6 @@ class HubEmitter:
 
     def _stop_timer(self) -> None:
         self.finishing = False
-        self.deferred = False
         timer, self.timer = self.timer, None
         if timer is not None:
             timer.close()
@@ -467,23 +465,10 @@ class HubEmitter:
             return
         self._stop_timer()
         self.loop.update_now()
-        now = monotonic()
-        if now < self.deadline:                 # libev's clock lags the real one: never early
+        if monotonic() < self.deadline:         # libev's clock lags the real one: never early
             self._arm(self.deadline)
             return
-        turns = DeadlineTurns.of(self.loop)
-        if not turns.admit(now, self.deadline):
-            self.deferred = True
-            turns.defer(self._due_deferred, self.deadline)
-            return
         self._emit()
-
-    def _due_deferred(self) -> None:
-        """A due deadline that waited its turn (:class:`~server.loop_turns.DeadlineTurns`), unless
-        the stream left the hub or was woken meanwhile."""
-        if self.deferred and self.active:
-            self.deferred = False
-            self._emit()
 
     def _emit(self) -> None:
         held = None                    # bytes sent once the next item is known: the last carry the end

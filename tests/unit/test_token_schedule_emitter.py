@@ -357,14 +357,17 @@ def test_received_at_reads_when_the_request_reached_the_socket(monkeypatch):
         x.close()
 
 
-def budgeted_turns(turns, n: int, each: float, due: float | None = None, tick: bool = False) -> list:
-    """Run ``n`` calls of ``each`` seconds (busy) through ``turns`` (a TurnBudget) as if their
-    timers all fell due in one loop turn (one timer callback), with a token timer (``tick``)
-    falling due meanwhile; returns ``(loop.iteration, i or "tick")`` in the order they ran."""
-    loop = turns.loop
+def test_forced_stream_ends_take_a_budget_per_loop_turn_in_order_after_due_tokens():
+    """Stream ends whose timers fall due in one loop turn (a cohort of streams ending together)
+    run until they took END_BUDGET of it; the rest go in later turns, in order, and a token
+    timer that fell due meanwhile goes first (EndTurns)."""
+    from server.loop_turns import END_BUDGET, EndTurns
+    loop = gevent.get_hub().loop
+    turns = EndTurns(loop)
     ran = []
+    each = END_BUDGET * 0.6                  # two fit in a turn's budget, not three
 
-    def work(i):
+    def end(i):
         def call():
             ran.append((loop.iteration, i))
             stop = time.monotonic() + each
@@ -372,46 +375,32 @@ def budgeted_turns(turns, n: int, each: float, due: float | None = None, tick: b
                 pass
         return call
 
-    def one_turn():
-        if tick:
-            t = loop.timer(0.0)
-            t.start(lambda: (ran.append((loop.iteration, "tick")), t.close()))
-        at = time.monotonic() if due is None else due
-        for i in range(n):
-            if turns.admit(time.monotonic(), at):
-                work(i)()
+    def turn_of_due_ends():                   # one timer callback: one loop turn
+        tick = loop.timer(0.0)
+        tick.start(lambda: (ran.append((loop.iteration, "tick")), tick.close()))
+        for i in range(10):
+            call = end(i)
+            if turns.admit(time.monotonic()):
+                call()
             else:
-                turns.defer(work(i), at)
+                turns.defer(call)
     first = loop.timer(0.0)
-    first.start(one_turn)
+    first.start(turn_of_due_ends)
     deadline = time.monotonic() + 5
-    while len(ran) < n + tick and time.monotonic() < deadline:
+    while len(ran) < 11 and time.monotonic() < deadline:
         gevent.sleep(0.001)
     first.close()
-    assert not turns.waiting and turns.timer is None
-    return ran
-
-
-def per_turn(ran) -> dict:
-    counts = {}
-    for it, i in ran:
-        if i != "tick":
-            counts[it] = counts.get(it, 0) + 1
-    return counts
-
-
-def test_forced_stream_ends_take_a_budget_per_loop_turn_in_order_after_due_tokens():
-    """Stream ends whose timers fall due in one loop turn (a cohort of streams ending together)
-    run until they took END_BUDGET of it; the rest go in later turns, in order, and a token
-    timer that fell due meanwhile goes first (EndTurns)."""
-    from server.loop_turns import END_BUDGET, EndTurns
-    ran = budgeted_turns(EndTurns(gevent.get_hub().loop), 10, END_BUDGET * 0.6, tick=True)
     order = [i for _, i in ran]
     assert [i for i in order if i != "tick"] == list(range(10))       # in the order they fell due
-    # two a turn (0.6 of the budget each; one where the machine held the process between two)
-    assert max(per_turn(ran).values()) == 2 and len(per_turn(ran)) >= 5
+    per_turn = {}
+    for it, i in ran:
+        if i != "tick":
+            per_turn[it] = per_turn.get(it, 0) + 1
+    # two a turn (one where the machine held the process between two of them)
+    assert max(per_turn.values()) == 2 and len(per_turn) >= 5
     # the token's timer, due from the first turn on, went in the next turn, before the ends left
     assert 1 <= order.index("tick") <= 3
+    assert not turns.waiting and turns.timer is None
 
 
 def test_a_schedules_last_token_is_rendered_ahead_in_an_idle_turn_when_its_renderer_is_pure():
@@ -444,16 +433,3 @@ def test_a_schedules_last_token_is_rendered_ahead_in_an_idle_turn_when_its_rende
         else:
             assert when >= sched.deadline(4)
         assert len(lags) == len(itls) == 4 and min(lags) >= 0
-
-
-def test_due_deadlines_take_a_budget_per_turn_unless_they_are_already_slack_late():
-    """First tokens that fell due together run DEADLINE_BUDGET of a turn, the rest in later
-    turns in order (DeadlineTurns); one already DEADLINE_SLACK late is not held."""
-    from server.loop_turns import DEADLINE_BUDGET, DEADLINE_SLACK, DeadlineTurns
-    turns = DeadlineTurns(gevent.get_hub().loop)
-    ran = budgeted_turns(turns, 6, DEADLINE_BUDGET * 0.6)
-    assert [i for _, i in ran] == list(range(6))
-    assert max(per_turn(ran).values()) == 2 and len(per_turn(ran)) >= 3
-    turns.turn, turns.start = turns.loop.iteration, time.monotonic() - 1.0       # budget spent
-    now = time.monotonic()
-    assert not turns.admit(now, now) and turns.admit(now, now - DEADLINE_SLACK)
