@@ -142,9 +142,9 @@ class FakeMetricsCollector:
             fam.add_metric([m, e], self.gauge_value(key))
             yield fam
         fam = GaugeMetricFamily("vllm:lora_requests_info", self.docs.get("vllm:lora_requests_info", ""),
-                                labels=["max_lora", "running_lora_adapters", "waiting_lora_adapters", "engine"])
-        for running, waiting, ts in self.loras:
-            fam.add_metric([str(self.config.max_loras), running, waiting, e], ts)
+                                labels=["max_lora", "running_lora_adapters", "waiting_lora_adapters"])
+        for running, waiting, ts in self.loras:        # vLLM's three labels (recorder.py)
+            fam.add_metric([str(self.config.max_loras), running, waiting], ts)
         yield fam
         counters = [(_PREFIX_COUNTERS[k], v) for k, v in self.prefix.items()] + list(self.totals.items())
         for name, v in counters:

@@ -319,11 +319,13 @@ class MetricsRecorder:
                 cap = sim.loras.resident          # max(--max-cpu-loras, --max-loras): adapters in memory
                 while len(states) > cap:
                     states.popitem(last=False)
+        # vLLM's three labels, no engine nor model_name (vllm/v1/metrics/loggers.py; vLLM refuses
+        # LoRA with more than one engine, and each data-parallel rank here has its own /metrics)
         fam = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
-                                labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters", "engine"])
+                                labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"])
         max_lora = str(self.config.max_loras)
         for (running, waiting), ts in self._lora_states.items():
-            fam.add_metric([max_lora, waiting, running, self.engine], ts)
+            fam.add_metric([max_lora, waiting, running], ts)
         return fam
 
     def refused(self, error):

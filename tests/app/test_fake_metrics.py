@@ -121,7 +121,7 @@ def test_unset_gauges_are_zero_and_default_lora_series(app_client):
     lora = [(dict(lbl), v) for (n, lbl), v in m.items() if n == "vllm:lora_requests_info"]
     assert len(lora) == 1
     labels, ts = lora[0]
-    assert labels == {"max_lora": "1", "running_lora_adapters": "", "waiting_lora_adapters": "", "engine": "0"}
+    assert labels == {"max_lora": "1", "running_lora_adapters": "", "waiting_lora_adapters": ""}
     assert t0 - 60 <= ts <= time.time()
     assert "vllm:time_to_first_token_seconds_count" not in names(m)
     assert "vllm:prompt_tokens_total" not in names(m)

@@ -100,6 +100,9 @@ def test_c24_lora_requests_info(app_client):
     during = scrape(base)
     assert metric(during, "vllm:lora_requests_info", max_lora="2", running_lora_adapters="lora-a",
                   waiting_lora_adapters="") > 1e9
+    # the case's series exactly: vLLM's three labels, no engine, no model_name
+    assert frozenset({("max_lora", "2"), ("running_lora_adapters", "lora-a"), ("waiting_lora_adapters", "")}) in {
+        labels for name, labels in during if name == "vllm:lora_requests_info"}
     t.join()
     series = lora_series(base)
     newest = max(series, key=series.get)

@@ -24,7 +24,8 @@ def families(client) -> dict:
 
 def sample(fams: dict, name: str, **labels) -> float:
     """The value of the one sample ``name`` with (at least) ``labels``; engine 0, model test-model."""
-    labels.setdefault("engine", "0")
+    if not name.startswith("vllm:lora_requests_info"):
+        labels.setdefault("engine", "0")
     if not name.startswith(("vllm:lora_requests_info", "vllm:cache_config_info")):
         labels.setdefault("model_name", "test-model")
     found = [s.value for f in fams.values() for s in f.samples
@@ -65,6 +66,10 @@ def test_names_types_labels_and_buckets_at_start(app_client):
     for fam in fams.values():
         if fam.name in FRONTEND:                      # vLLM's frontend counts: no engine label
             assert {s.labels["reason"] for s in fam.samples} == {"max_num_queued_reqs", "max_num_queued_tokens"}
+            continue
+        if fam.name == "vllm:lora_requests_info":     # vLLM's three labels only (case C24)
+            assert all(set(s.labels) == {"max_lora", "running_lora_adapters", "waiting_lora_adapters"}
+                       for s in fam.samples), fam.samples
             continue
         if fam.name.startswith("vllm:"):
             for s in fam.samples:
@@ -166,7 +171,7 @@ def test_engine_label_is_the_data_parallel_rank(app_client):
     fams = families(app_client("--data-parallel-size", "2", "--data-parallel-rank", "1"))
     assert {"vllm:num_requests_running", "vllm:time_to_first_token_seconds", "vllm:request_success"} <= set(fams)
     for fam in fams.values():
-        if fam.name.startswith("vllm:") and fam.name not in FRONTEND:
+        if fam.name.startswith("vllm:") and fam.name not in FRONTEND and fam.name != "vllm:lora_requests_info":
             assert {s.labels["engine"] for s in fam.samples} == {"1"}, fam.name
 
 

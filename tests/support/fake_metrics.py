@@ -16,6 +16,7 @@ def samples_of(text: str) -> dict:
 def get(samples: dict, name: str, **labels):
     """A sample's value, or None when the series does not exist."""
     labels.setdefault("model_name", "test-model")
-    labels.setdefault("engine", "0")          # every vllm:* series carries the data-parallel rank
+    if name != "vllm:lora_requests_info":     # every other vllm:* series carries the data-parallel rank
+        labels.setdefault("engine", "0")
     labels = {k: v for k, v in labels.items() if v is not None}     # model_name=None: no such label
     return samples.get((name, frozenset(labels.items())))
