@@ -19,7 +19,10 @@ requests at once against a simulator started with fixed ``--time-to-first-token`
 * achieved chunks/s, the server's CPU per chunk (its whole CPU time over the level, request
   set-up included, divided by the chunks received) and how busy its one core was, and its RSS.
   The client shares the machine: once the server is busy above ~70% of its core, the client
-  and the kernel's loopback work compete with it on a 2-core machine.
+  and the kernel's loopback work compete with it on a 2-core machine;
+* the machine's speed just before and after each level (:func:`cpu_probe`, a fixed Python loop
+  on the server's core, ms): this VM's cores switch between two speeds, 1.8x apart, for seconds
+  at a time, and a run in the slow one says so here.
 
 It writes ``bench/out/timing_fidelity.png`` (ITL and TTFT error against concurrency) and
 ``bench/out/timing_fidelity.json``, and prints where the targets break (issue 13: ITL p99 error
@@ -121,6 +124,32 @@ def request_file(tmp: str, host: str, body: bytes, close: bool = True) -> tuple[
     with open(req_file, "wb") as fh:
         fh.write(req)
     return req_file, out_file
+
+
+PROBE_LOOP = 100_000      # iterations of cpu_probe's fixed loop
+
+
+def cpu_probe(cpu: int | None) -> float:
+    """Milliseconds a fixed Python loop takes on ``cpu`` (the server's; the fastest of 5): the
+    machine's speed next to a run's figures.  This VM's cores switch between two speeds for
+    seconds at a time (2.4-2.6 ms against 4.0-4.6 ms for the same loop, 1.8x), and at 1,000
+    streams the server's core is 60-80% busy in the fast state: a run in the slow one misses the
+    targets on any code."""
+    old = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            x = 0
+            for i in range(PROBE_LOOP):
+                x += i
+            best = min(best, time.perf_counter() - t)
+        return best * 1e3
+    finally:
+        if cpu is not None:
+            os.sched_setaffinity(0, old)
 
 
 def probe_streams(exe: str, host: str, port: int, n: int, body: bytes, cpu: int | None = None,
@@ -269,6 +298,7 @@ def main() -> None:
                     for server in (servers if j % 2 == 0 else servers[::-1])):
                 host, port = "127.0.0.1", int(base.rsplit(":", 1)[1])
                 before = lag_histogram(base)
+                speed0 = cpu_probe(cpus[0] if pin else None)
                 cpu0 = cpu_seconds(proc.pid)
                 steal = StealSampler(cpus[0] if pin else None, on_cpu=cpus[1] if pin else None).start()
                 share = [level // args.clients + (1 if i < level % args.clients else 0) for i in range(args.clients)]
@@ -282,6 +312,7 @@ def main() -> None:
                 steal.stop()
                 kernel_streams = KERNEL_TIMES.pop(id(streams), None)
                 cpu1 = cpu_seconds(proc.pid)
+                speed1 = cpu_probe(cpus[0] if pin else None)
                 after = lag_histogram(base)
                 ttfts, itls, steady, events = [], [], [], 0
                 last_first = max((ev[1] for _, ev in streams if len(ev) > 1), default=0)
@@ -307,6 +338,7 @@ def main() -> None:
                     "server_busy_pct": (cpu1 - cpu0) / wall * 100,
                     "load": os.getloadavg()[0], "checkout": label, "run": run,
                     "steal_ms": 1000 * steal.total_s,    # the hypervisor's, on the server's CPU (bench/steal.py)
+                    "cpu_probe_ms": (speed0, speed1),     # the machine's speed just before and after (cpu_probe)
                 }
                 row["itl_p99_err_ms"] = row["itl_p99_ms"] - args.itl * 1e3
                 row["ttft_p99_err_ms"] = row["ttft_p99_ms"] - args.ttft * 1e3
@@ -334,7 +366,8 @@ def main() -> None:
                       f"p99 <= {row['server_lag_p99_ms']:.2f} ms | {row['chunks_per_s']:8.0f} chunks/s | "
                       f"server CPU {row['server_cpu_us_per_chunk']:.1f} us/chunk, busy {row['server_busy_pct']:.0f}% | "
                       f"RSS {row['rss_mb']:.0f} MB | complete {row['ok_streams']}/{level} | "
-                      f"load {row['load']:.2f}, steal {row['steal_ms']:.0f} ms", flush=True)
+                      f"load {row['load']:.2f}, steal {row['steal_ms']:.0f} ms, "
+                      f"CPU probe {speed0:.1f} / {speed1:.1f} ms", flush=True)
                 if "kernel_ttft_p99_err_ms" in row:
                     print(f"{'':{len(label) + 1 if args.against else 0}}      timed by the client's kernel (its own read delay "
                           f"left out): TTFT p99 error {row['kernel_ttft_p99_err_ms']:+.1f} ms (read: "

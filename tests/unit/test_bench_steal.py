@@ -72,3 +72,15 @@ def test_pauses_reports_the_gaps_of_a_spinning_clock(monkeypatch):
     monkeypatch.setattr(steal.time, "monotonic", lambda: next(ticks))
     assert steal.pauses(0.025) == [(pytest.approx(0.0102), pytest.approx(0.01)), (pytest.approx(0.02), pytest.approx(0.0097)),
                                    (pytest.approx(0.03), pytest.approx(0.01))]     # it spins past the end once
+
+
+def test_the_cpu_probe_times_its_loop_on_the_given_core_and_puts_the_affinity_back():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))      # timing_fidelity imports its siblings
+    try:
+        fidelity = _bench("timing_fidelity")
+    finally:
+        sys.path.remove(os.path.join(ROOT, "bench"))
+    before = os.sched_getaffinity(0)
+    cpu = sorted(before)[0]
+    assert 0.0 < fidelity.cpu_probe(cpu) < 1000.0 and 0.0 < fidelity.cpu_probe(None) < 1000.0
+    assert os.sched_getaffinity(0) == before
