@@ -263,29 +263,25 @@ class HubEmitter:
         now = monotonic()
         if (at <= now < first + (k + 1 - start) * itl
                 and schedule.latency.config.__dict__ is schedule.config_values):
-            if k + 1 < schedule.stop:
-                try:
-                    data = schedule.render(k)
-                except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
-                    self._hand_back(("error", e))
-                    return
+            final = k + 1 >= schedule.stop
+            ahead = self.last
+            if not final or (ahead is not None and ahead[0] == k):    # the last: rendered in an idle turn
+                if final:
+                    data, self.last = ahead[1], None
+                else:
+                    try:
+                        data = schedule.render(k)
+                    except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
+                        self._hand_back(("error", e))
+                        return
                 schedule.next = k + 1
                 schedule.lag(now - at)
                 schedule.itl_obs(now - schedule.prev)
                 schedule.prev = now
-                if data:
-                    self._send(data)
-                return
-            last = self.last
-            if last is not None and last[0] == k:       # the last token, rendered in an idle turn
-                self.last = None
-                schedule.next = k + 1
-                schedule.lag(now - at)
-                schedule.itl_obs(now - schedule.prev)
-                schedule.prev = now
-                if last[1] and not self._send(last[1]):
+                if data and not self._send(data):
                     return
-                self._schedule_done(schedule)
+                if final:
+                    self._schedule_done(schedule)
                 return
         data = self._render_due()
         if data is _ERROR:
