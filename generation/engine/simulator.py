@@ -43,7 +43,6 @@ _UUID4_SET = (0x4 << 76) | (0x2 << 62)
 
 HUB_SLICE = 0.002      # s: the longest a request's rendering runs before the hub gets a turn
 STREAM_AHEAD = 256     # tokens the choices of a stream may produce ahead of its renderer
-REBASE_LATE = 0.001    # s: a first token sent later than this past its deadline moves the rest
 
 
 class Simulator(OutputDecisions, EngineState):
@@ -392,11 +391,7 @@ class Simulator(OutputDecisions, EngineState):
                 lag(now - target)
                 if per_token:
                     yield 0
-            # A first token sent late (a burst's first tokens fall due together and take ~26 ms of
-            # the core to send) is followed by the next one ITL after it, not sooner: the tokens
-            # after keep their spacing (the ITL and TPOT clients measure) and the cohort spreads
-            # out instead of its second tokens falling due in the tail of its first ones.
-            if rebase or (deadlines and now - target > REBASE_LATE):
+            if rebase:
                 target = now
             itl = lat.constant_itl()
             constant_itl = itl is not None
