@@ -179,33 +179,36 @@ PUBLISHED_STEPS = [("A100-40GB", 1, 1024, 128, "tpot", 13.3),
 SAME_CHIP = {"A100-40GB": ("A100-80GB",)}
 
 
+def published_value(row: tuple, constants: PerfConstants) -> float:
+    """A published measurement (a :data:`PUBLISHED_STEPS` row: GPU, batch, prompt and output
+    tokens, ``"tpot"`` or ``"batch"``) replayed in virtual time with ``constants``: TPOT in ms
+    of the first request, or the batch's latency in ms (its last request's end)."""
+    from generation.config.cli import load_config
+    from ..replay import TraceRequest, replay, scheduler_for
+    from ..step_config import resolve_step_settings
+    from .step_model import StepModel
+    gpu, batch, prompt, output, what, _ = row
+    cfg = load_config(["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", gpu,
+                       "--max-model-len", "4096"], env={})
+    st = resolve_step_settings(cfg)
+    res = replay(scheduler_for(st, cfg.max_model_len),
+                 StepModel(st.gpu, st.arch, constants=constants, max_cudagraph_capture_size=st.step_time.max_graph),
+                 [TraceRequest(0.0, prompt, output) for _ in range(batch)])
+    if what == "tpot":
+        r = res.requests[0]
+        return 1000 * (r.finished_at - r.first_token) / (r.num_output - 1)
+    return 1000 * max(res.times(r)[1] for r in res.requests)
+
+
 def fit_published(gpu: str, base: PerfConstants) -> PerfConstants:
     """The profile of a GPU without training runs: the H100's constants, with the weight-read
     efficiency ``eta_w`` solved (Brent) so that the replay reproduces the GPU's published
     measurement exactly (decode is bound by reading the weights: the one constant such a
     measurement pins down).  Prints the fit."""
     from scipy.optimize import brentq
-    from generation.config.cli import load_config
-    from ..replay import TraceRequest, replay, scheduler_for
-    from ..step_config import resolve_step_settings
-    from .step_model import StepModel
     row = next(r for r in PUBLISHED_STEPS if r[0].lower() == gpu.lower())
     _, batch, prompt, output, what, value = row
-    cfg = load_config(["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", row[0],
-                       "--max-model-len", "4096"], env={})
-    st = resolve_step_settings(cfg)
-
-    def measure(eta_w: float) -> float:
-        c = replace(base, eta_w=eta_w)
-        res = replay(scheduler_for(st, cfg.max_model_len),
-                     StepModel(st.gpu, st.arch, constants=c, max_cudagraph_capture_size=st.step_time.max_graph),
-                     [TraceRequest(0.0, prompt, output) for _ in range(batch)])
-        if what == "tpot":
-            r = res.requests[0]
-            return 1000 * (r.finished_at - r.first_token) / (r.num_output - 1)
-        return 1000 * max(res.times(r)[1] for r in res.requests)
-
-    eta = brentq(lambda e: measure(e) - value, 0.3, 1.5, xtol=1e-5)
+    eta = brentq(lambda e: published_value(row, replace(base, eta_w=e)) - value, 0.3, 1.5, xtol=1e-5)
     print(f"{row[0]}: eta_w {base.eta_w:.4g} -> {eta:.4g} reproduces the published {value} ms ({what}, batch "
           f"{batch}, {prompt} in / {output} out); the other constants are the H100's")
     return replace(base, eta_w=float(f"{eta:.6g}"))
@@ -453,6 +456,10 @@ def main(argv=None) -> int:
                       method="python -m generation.engine.perf.fit --generic",
                       basis=f"{BASIS_GPU} profile; eta_w the median of the fitted GPUs'")
         return 0
+    from . import fit_kernels
+    if os.path.isfile(fit_kernels.table_path(args.gpu, "compiled")):
+        # a GPU whose kernels were timed: its efficiencies from that table (fit_kernels)
+        return fit_kernels.main(["--gpu", args.gpu] + (["--out", args.out] if args.out else []))
     if any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
         base = load_constants("H100")[0]
         c = fit_published(args.gpu, base)

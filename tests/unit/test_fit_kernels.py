@@ -1,0 +1,68 @@
+"""The H200's kernel tables and their fit (generation/engine/perf/fit_kernels.py, issue 28): the
+tables timed on the GPU are shipped whole, the step model's GPU time fits them, and the shipped
+H200 profile is what the fit writes.  Unit tier: the tables are data, no GPU is needed."""
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+
+from generation.engine.hardware import gpu_by_name
+from generation.engine.perf import fit_kernels as fk
+from generation.engine.perf.step_model import PROFILE_DIR, load_constants
+
+H200 = gpu_by_name("H200")
+
+
+@pytest.fixture(scope="module")
+def step_fit():
+    fit = fk.StepTableFit(fk.read_table(fk.table_path("H200", "compiled")), H200, load_constants("H100")[0])
+    return fit, fit.fit()
+
+
+def test_the_tables_hold_every_section_timed_on_the_h200():
+    kernels = fk.read_table(fk.table_path("H200", "kernels"))
+    kinds = collections.Counter(r["kind"] for r in kernels)
+    assert kinds["gemm"] == 1059 and kinds["attn_decode"] == 705 and kinds["attn_prefill"] == 119
+    assert kinds["moe"] == 28 and kinds["gemm_fp8"] == 30 and kinds["sample"] == 15
+    env = next(r for r in kernels if r["kind"] == "env")
+    assert env["gpu"] == "NVIDIA H200" and env["sms"] == 132
+    for which in ("compiled", "eager"):
+        steps = [r for r in fk.read_table(fk.table_path("H200", which)) if r["kind"] == "step"]
+        assert len(steps) == 287 and len({r["model"] for r in steps}) == 7
+        assert all(r["us"] > 0 for r in steps)
+
+
+def test_the_kernel_summary_reads_the_peaks_off_the_table():
+    lines = fk.kernel_summary(fk.read_table(fk.table_path("H200", "kernels")), H200)
+    assert lines[0].startswith("NVIDIA H200, torch 2.11.0+cu130")
+    assert "8192^3 BF16 GEMM: 794 TFLOP/s (0.80 of the peak)" in lines[1]
+    assert any("decode attention, cudnn" in line and "(0.90)" in line for line in lines)
+
+
+def test_the_step_model_fits_the_measured_steps(step_fit):
+    """The step model's form (roofline terms with a soft maximum, fixed per-layer costs) fits
+    whole forward passes timed on the GPU to a few percent: no model's mean error over 6%."""
+    fit, (c, rms0, rms1) = step_fit
+    assert rms0 == pytest.approx(0.2093, abs=1e-4) and rms1 < 0.05
+    for model, (n, mean, worst) in fit.errors(c).items():
+        assert n == 41 and mean < 6.5, model
+
+
+def test_the_shipped_h200_profile_is_what_the_fit_writes(step_fit):
+    """GPU constants from the table, t_layer solved on the published batch latency, every
+    host-side constant the H100's."""
+    _, (c, _, _) = step_fit
+    with open(f"{PROFILE_DIR}/h200.json", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    shipped, h100 = load_constants("H200")[0], load_constants("H100")[0]
+    for k in fk.FREE:
+        if k != "t_layer":
+            assert getattr(shipped, k) == pytest.approx(getattr(c, k), rel=1e-4), k
+    assert doc["kernel_t_layer"] == pytest.approx(c.t_layer, rel=1e-4)
+    host = set(shipped.to_dict()) - set(fk.FREE)
+    assert {k: getattr(shipped, k) for k in host} == {k: getattr(h100, k) for k in host}
+    solved, overhead = fk.with_step_overhead(shipped, "H200")
+    assert solved.t_layer == pytest.approx(shipped.t_layer, rel=1e-5)
+    assert overhead == pytest.approx(0.0, abs=1e-9)
