@@ -33,6 +33,7 @@ from dataclasses import replace
 from multiprocessing import Pool
 
 from . import groundtruth as gt
+from .published import PUBLISHED_STEPS, published_value, write_profile  # noqa: F401 (the fit's interface)
 from .step_model import BASIS_GPU, GENERIC_PROFILE, PROFILE_DIR, PerfConstants, load_constants
 
 # The constants a fit moves (the rest keep their priors: the frontend's CPU costs, the eager and
@@ -171,33 +172,8 @@ def fit_memory(path: str | None = None) -> dict:
     return out
 
 
-# Published single-GPU measurements of GPUs without training runs (docs/engine-model.md §4):
-# Llama-3.1-8B, BF16.  (gpu, batch, prompt, output, what, value in ms)
-PUBLISHED_STEPS = [("A100-40GB", 1, 1024, 128, "tpot", 13.3),
-                   ("H200", 8, 32, 128, "batch", 833.0)]
 # GPUs whose profile is the A100-40GB's (the same chip; only the HBM differs, a peak of its own)
 SAME_CHIP = {"A100-40GB": ("A100-80GB",)}
-
-
-def published_value(row: tuple, constants: PerfConstants) -> float:
-    """A published measurement (a :data:`PUBLISHED_STEPS` row: GPU, batch, prompt and output
-    tokens, ``"tpot"`` or ``"batch"``) replayed in virtual time with ``constants``: TPOT in ms
-    of the first request, or the batch's latency in ms (its last request's end)."""
-    from generation.config.cli import load_config
-    from ..replay import TraceRequest, replay, scheduler_for
-    from ..step_config import resolve_step_settings
-    from .step_model import StepModel
-    gpu, batch, prompt, output, what, _ = row
-    cfg = load_config(["meta-llama/Llama-3.1-8B-Instruct", "--latency-calculator", "step", "--gpu", gpu,
-                       "--max-model-len", "4096"], env={})
-    st = resolve_step_settings(cfg)
-    res = replay(scheduler_for(st, cfg.max_model_len),
-                 StepModel(st.gpu, st.arch, constants=constants, max_cudagraph_capture_size=st.step_time.max_graph),
-                 [TraceRequest(0.0, prompt, output) for _ in range(batch)])
-    if what == "tpot":
-        r = res.requests[0]
-        return 1000 * (r.finished_at - r.first_token) / (r.num_output - 1)
-    return 1000 * max(res.times(r)[1] for r in res.requests)
 
 
 def fit_published(gpu: str, base: PerfConstants) -> PerfConstants:
@@ -386,15 +362,6 @@ def fit_pauses(gpu: str, base: PerfConstants, path: str | None = None, rates=PAU
             best = (loss, r, t)
     print(f"pause_rate {base.pause_rate} -> {best[1]} / s, t_pause {base.t_pause} -> {best[2]} s")
     return replace(base, pause_rate=best[1], t_pause=best[2])
-
-
-def write_profile(path: str, gpu: str, constants: PerfConstants, **extra) -> None:
-    doc = {"gpu": gpu, **extra, "constants": {k: float(f"{v:.6g}") for k, v in constants.to_dict().items()}}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=2)
-        fh.write("\n")
-    print(f"wrote {path}")
 
 
 def main(argv=None) -> int:

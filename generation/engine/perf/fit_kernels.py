@@ -170,13 +170,13 @@ def kernel_summary(rows: list[dict], gpu) -> list[str]:
 
 def with_step_overhead(constants: PerfConstants, gpu: str) -> tuple[PerfConstants, float]:
     """``constants`` with ``t_layer`` solved (Brent) so that the GPU's published batch latency
-    (:data:`~.fit.PUBLISHED_STEPS`) replays exactly, and the seconds a step of Llama-3.1-8B
+    (:data:`~.published.PUBLISHED_STEPS`) replays exactly, and the seconds a step of Llama-3.1-8B
     (32 layers) gains by it.  The kernel table has the layers' kernels alone; a real step adds
     what is not in them (the rotary embedding, the input preparation and the sampler's kernels,
     the gaps between graphs, the host's part that async scheduling does not hide), and the one
     published measurement pins that one constant, as it pinned ``eta_w`` before."""
     from scipy.optimize import brentq
-    from .fit import PUBLISHED_STEPS, published_value
+    from .published import PUBLISHED_STEPS, published_value
     row = next(r for r in PUBLISHED_STEPS if r[0].lower() == gpu.lower())
     t = brentq(lambda v: published_value(row, replace(constants, t_layer=v)) - row[5], 1e-7, 1e-3, xtol=1e-9)
     t = float(f"{t:.6g}")
@@ -186,7 +186,7 @@ def with_step_overhead(constants: PerfConstants, gpu: str) -> tuple[PerfConstant
 def held_out(constants: PerfConstants) -> list[str]:
     """The H100's published batch latency (docs/engine-model.md §4; not fitted on) replayed with
     ``constants`` at the H100's peaks, and the GPU's own (fitted on) for comparison."""
-    from .fit import PUBLISHED_STEPS, published_value
+    from .published import PUBLISHED_STEPS, published_value
     rows = [r for r in PUBLISHED_STEPS if r[0] == "H200"] + [("H100", 8, 32, 128, "batch", 997.5)]
     out = []
     for row in rows:
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     print("\n".join(held_out(profile)))
     if args.dry:
         return 0
-    from .fit import write_profile
+    from .published import write_profile
     write_profile(args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json"), args.gpu, profile,
                   method="python -m generation.engine.perf.fit_kernels "
                          + " ".join(argv if argv is not None else sys.argv[1:]),
