@@ -6,7 +6,9 @@ step model's fit (``python -m generation.engine.perf.fit_kernels``) what it pred
 the GPU time of a step of ``B`` decoding sequences at context ``C`` each plus one prefill
 chunk of ``n`` new tokens.  Run on the GPU to be profiled (torch with CUDA only)::
 
-    python bench/gpu_step_table.py --out steps.jsonl [--budget 300]
+    python bench/gpu_step_table.py --compile --out steps.jsonl [--budget 300]
+    python -m generation.engine.perf.fit_kernels --gpu NAME --steps steps.jsonl --out my.json
+    python app.py MODEL --latency-calculator step --gpu NAME --step-time-profile my.json
 
 Per layer, in vLLM's order: residual add + RMSNorm, the QKV GEMM, the KV cache write, decode
 attention (``B`` one-token queries over ``C`` cached tokens, GQA as the model's) and causal

@@ -66,3 +66,33 @@ def test_the_shipped_h200_profile_is_what_the_fit_writes(step_fit):
     solved, overhead = fk.with_step_overhead(shipped, "H200")
     assert solved.t_layer == pytest.approx(shipped.t_layer, rel=1e-5)
     assert overhead == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_table_of_your_own_gpu_fits_to_a_profile_the_server_loads(tmp_path, capsys):
+    """``--steps`` takes a user's table (plain JSON lines); a GPU without a published
+    measurement takes the H200's measured overhead per layer outside the kernels; the profile
+    written loads as --step-time-profile does."""
+    from generation.engine.perf.step_model import build_step_model
+    from generation.engine.hardware import preset
+    rows = fk.read_table(fk.table_path("H200", "compiled"))
+    own = tmp_path / "steps.jsonl"
+    own.write_text("".join(json.dumps(r) + "\n" for r in rows if r.get("model") == "llama-3.1-8b-instruct"))
+    out = tmp_path / "b200.json"
+    assert fk.main(["--gpu", "B200", "--steps", str(own), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "41 steps of 1 models" in printed and "no published B200 measurement" in printed
+    doc = json.loads(out.read_text())
+    assert doc["gpu"] == "B200" and "plus the H200's" in doc["basis"]
+    assert doc["constants"]["t_layer"] == pytest.approx(doc["kernel_t_layer"] + fk.measured_overhead_per_layer(),
+                                                        rel=1e-5)
+    m = build_step_model(gpu_by_name("B200"), preset("meta-llama/Llama-3.1-8B-Instruct"), profile_path=str(out))
+    assert m.constants.t_layer == doc["constants"]["t_layer"]
+
+
+def test_an_unreadable_or_empty_table_is_an_error_naming_the_file(tmp_path, capsys):
+    assert fk.main(["--gpu", "B200", "--steps", str(tmp_path / "none.jsonl")]) == 2
+    assert "none.jsonl: cannot read the kernel table" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"kind": "env"}\n')
+    assert fk.main(["--gpu", "B200", "--steps", str(empty)]) == 2
+    assert "empty.jsonl: no step rows" in capsys.readouterr().err

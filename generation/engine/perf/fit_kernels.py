@@ -3,6 +3,8 @@
     python -m generation.engine.perf.fit_kernels               # the shipped H200 profile
     python -m generation.engine.perf.fit_kernels --cv          # + leave-one-model-out
     python -m generation.engine.perf.fit_kernels --table eager # the steps without Inductor's fusion
+    python -m generation.engine.perf.fit_kernels --gpu B200 --steps steps.jsonl --out b200.json
+                                                               # your own GPU's table
 
 The tables (``gpu_tables/``) were timed on one H200 with random weights from the sim-to-real
 models' config.json files (``bench/gpu_kernel_table.py``, ``bench/gpu_step_table.py``; README:
@@ -26,9 +28,10 @@ and every host-side constant (the CPU per step, async scheduling's overlap, the 
 engine's pauses, the MoE compile stalls, all-reduce, FP8 and eager costs) from the H100's
 profile, fitted on real vLLM runs: the same vLLM on the same class of host.
 
-The published H200 measurement (docs/engine-model.md §4, ``vllm bench latency`` batch 8) is not
-fitted on: it is printed as the held-out check, as is the H100's with these GPU constants at
-the H100's bandwidth.
+A real step adds work outside its layers' kernels; one published measurement of the GPU
+(docs/engine-model.md §4, ``vllm bench latency`` batch 8 on the H200) pins it as ``t_layer``
+(:func:`with_step_overhead`).  A GPU without one (your own table, ``--steps``) takes the H200's
+measured overhead per layer.  The H100's published measurement is the held-out check.
 """
 from __future__ import annotations
 
@@ -60,9 +63,15 @@ def table_path(gpu: str, which: str) -> str:
 
 
 def read_table(path: str) -> list[dict]:
-    """The rows of a gzipped JSON-lines table (one dict per line)."""
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """The rows of a JSON-lines table (one dict per line), gzipped when the name ends in .gz.
+    Raises ConfigError naming the file when it cannot be read."""
+    from generation.config.values import ConfigError
+    try:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz")
+              else open(path, encoding="utf-8")) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read the kernel table ({e})") from None
 
 
 class StepTableFit:
@@ -183,6 +192,15 @@ def with_step_overhead(constants: PerfConstants, gpu: str) -> tuple[PerfConstant
     return replace(constants, t_layer=t), 32 * (t - constants.t_layer)
 
 
+def measured_overhead_per_layer(gpu: str = "H200") -> float:
+    """Seconds a layer of a real step adds to its kernels, as the shipped profile of ``gpu``
+    found it (its ``t_layer`` less the kernels' own ``kernel_t_layer``): what a GPU without a
+    published measurement takes (the same vLLM on the same class of host)."""
+    with open(os.path.join(PROFILE_DIR, f"{gpu.lower()}.json"), encoding="utf-8") as fh:
+        doc = json.load(fh)
+    return doc["constants"]["t_layer"] - doc["kernel_t_layer"]
+
+
 def held_out(constants: PerfConstants) -> list[str]:
     """The H100's published batch latency (docs/engine-model.md §4; not fitted on) replayed with
     ``constants`` at the H100's peaks, and the GPU's own (fitted on) for comparison."""
@@ -199,22 +217,36 @@ def held_out(constants: PerfConstants) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m generation.engine.perf.fit_kernels",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--gpu", default="H200")
-    p.add_argument("--table", default="compiled", choices=("compiled", "eager"))
+    p.add_argument("--gpu", default="H200", help="the GPU the tables were timed on (its peaks: --gpu's list)")
+    p.add_argument("--steps", default=None,
+                   help="a step table of your own (bench/gpu_step_table.py --compile's output, .jsonl or .jsonl.gz; "
+                        "default: the shipped table of --gpu)")
+    p.add_argument("--kernels", default=None, help="a kernel table of your own (bench/gpu_kernel_table.py), printed")
+    p.add_argument("--table", default="compiled", choices=("compiled", "eager"),
+                   help="which shipped step table (without --steps)")
     p.add_argument("--cv", action="store_true", help="also leave each model out in turn")
     p.add_argument("--out", default=None, help="profile to write (default: profiles/<gpu>.json)")
     p.add_argument("--dry", action="store_true", help="print the fit, write nothing")
     args = p.parse_args(argv)
+    from generation.config.values import ConfigError
     from .hardware import gpu_by_name
-    gpu = gpu_by_name(args.gpu)
-    kpath = table_path(args.gpu, "kernels")
-    if os.path.isfile(kpath):
-        print("\n".join(kernel_summary(read_table(kpath), gpu)))
-    host = load_constants(HOST_BASIS)[0]
-    fit = StepTableFit(read_table(table_path(args.gpu, args.table)), gpu, host)
+    from .published import PUBLISHED_STEPS
+    try:
+        gpu = gpu_by_name(args.gpu)
+        kpath = args.kernels or table_path(args.gpu, "kernels")
+        if args.kernels or os.path.isfile(kpath):
+            print("\n".join(kernel_summary(read_table(kpath), gpu)))
+        spath = args.steps or table_path(args.gpu, args.table)
+        host = load_constants(HOST_BASIS)[0]
+        fit = StepTableFit(read_table(spath), gpu, host)
+        if not fit.rows:
+            raise ConfigError(f"{spath}: no step rows (bench/gpu_step_table.py writes them)")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     c, rms0, rms1 = fit.fit()
-    print(f"\nstep table ({args.table}, {len(fit.rows)} steps of {len(fit.models)} models): RMS of log(predicted / "
-          f"measured) {rms0:.4f} with the {HOST_BASIS}'s GPU constants -> {rms1:.4f}")
+    print(f"\nstep table ({os.path.basename(spath)}, {len(fit.rows)} steps of {len(fit.models)} models): RMS of "
+          f"log(predicted / measured) {rms0:.4f} with the {HOST_BASIS}'s GPU constants -> {rms1:.4f}")
     for k in FREE:
         print(f"  {k:10s} {getattr(host, k):12.6g} -> {getattr(c, k):12.6g}")
     for m, (n, mean, mx) in fit.errors(c).items():
@@ -225,24 +257,37 @@ def main(argv=None) -> int:
             cm, _, _ = fit.fit(keep=lambda r, m=m: r["model"] != m)
             n, mean, mx = fit.errors(cm, keep=lambda r, m=m: r["model"] == m)[m]
             print(f"  {m:32s} mean |error| {mean:5.1f}%, max {mx:5.1f}%")
-    profile, overhead = with_step_overhead(replace(host, **{k: getattr(c, k) for k in FREE}), args.gpu)
-    print(f"\nthe published {args.gpu} measurement pins what a real step adds to its kernels: t_layer "
-          f"{c.t_layer * 1e6:.1f} -> {profile.t_layer * 1e6:.1f} us, {overhead * 1e3:.2f} ms a step of "
-          f"Llama-3.1-8B's 32 layers (the {HOST_BASIS}'s profile, fitted on real runs, has "
-          f"{host.t_layer * 1e6:.1f} us)")
-    print("held out, the H100's published measurement, replayed with the profile at the H100's peaks:")
-    print("\n".join(held_out(profile)))
+    kernels_only = replace(host, **{k: getattr(c, k) for k in FREE})
+    if any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
+        profile, overhead = with_step_overhead(kernels_only, args.gpu)
+        how = "solved on the published measurement"
+        print(f"\nthe published {args.gpu} measurement pins what a real step adds to its kernels: t_layer "
+              f"{c.t_layer * 1e6:.1f} -> {profile.t_layer * 1e6:.1f} us, {overhead * 1e3:.2f} ms a step of "
+              f"Llama-3.1-8B's 32 layers (the {HOST_BASIS}'s profile, fitted on real runs, has "
+              f"{host.t_layer * 1e6:.1f} us)")
+    else:
+        per_layer = measured_overhead_per_layer()
+        profile = replace(kernels_only, t_layer=float(f"{c.t_layer + per_layer:.6g}"))
+        how = f"plus the H200's {per_layer * 1e6:.1f} us a layer outside the kernels"
+        print(f"\nno published {args.gpu} measurement: t_layer {c.t_layer * 1e6:.1f} us of kernels {how} "
+              f"-> {profile.t_layer * 1e6:.1f} us")
+    if gpu.name == "H200":
+        print("held out, the H100's published measurement, replayed with the profile at the H100's peaks:")
+        print("\n".join(held_out(profile)))
     if args.dry:
         return 0
     from .published import write_profile
-    write_profile(args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json"), args.gpu, profile,
+    out = args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")
+    write_profile(out, gpu.name, profile,
                   method="python -m generation.engine.perf.fit_kernels "
                          + " ".join(argv if argv is not None else sys.argv[1:]),
-                  basis=f"{', '.join(FREE)} fitted to {os.path.basename(table_path(args.gpu, args.table))} "
-                        f"(kernels timed on the GPU); t_layer then solved on the published measurement "
-                        f"(the step's work outside the kernels); the host-side constants the {HOST_BASIS} profile's",
+                  basis=f"{', '.join(FREE)} fitted to {os.path.basename(spath)} (kernels timed on the GPU); "
+                        f"t_layer then {how} (the step's work outside the kernels); the host-side "
+                        f"constants the {HOST_BASIS} profile's",
                   residual_rms={"before": round(rms0, 4), "after": round(rms1, 4)},
                   kernel_t_layer=float(f"{c.t_layer:.6g}"))
+    if args.out:
+        print(f"serve with: python app.py MODEL --latency-calculator step --gpu {gpu.name} --step-time-profile {out}")
     return 0
 
 
