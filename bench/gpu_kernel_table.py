@@ -362,7 +362,10 @@ def section_sample(t: Table, timer: Timer, dev: str, scale: int, deadline: float
 
 
 def env_row(dev: str) -> dict:
+    """The table's first row: versions, and the GPU with its clocks (``dry_run`` on the CPU)."""
     row = {"kind": "env", "torch": torch.__version__, "python": sys.version.split()[0]}
+    if dev == "cpu":
+        row["dry_run"] = True
     if dev == "cuda":
         p = torch.cuda.get_device_properties(0)
         row.update(gpu=p.name, sms=p.multi_processor_count, memory=p.total_memory,
@@ -378,9 +381,9 @@ def env_row(dev: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="kernels.jsonl")
-    ap.add_argument("--budget", type=float, default=420.0, help="seconds; later sections are cut")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", default="kernels.jsonl", help="the table to write (JSON lines)")
+    ap.add_argument("--budget", type=float, default=420.0, help="seconds in all; later sections are cut")
     ap.add_argument("--dry-run", action="store_true", help="on the CPU, 1/16 of the sizes")
     ap.add_argument("--sections", default="peak,gemm,attn_decode,attn_prefill,moe,fp8,elementwise,sample")
     a = ap.parse_args(argv)

@@ -214,14 +214,18 @@ def points(dry: bool):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="steps.jsonl")
-    ap.add_argument("--budget", type=float, default=300.0)
-    ap.add_argument("--kv-gib", type=float, default=48.0)
-    ap.add_argument("--dry-run", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", default="steps.jsonl", help="the table to write (JSON lines)")
+    ap.add_argument("--budget", type=float, default=300.0,
+                    help="seconds in all, shared among the models; a model's later shapes are cut")
+    ap.add_argument("--kv-gib", type=float, default=48.0,
+                    help="GiB of GPU memory for the KV caches, allocated first; leave room for the largest "
+                         "model's weights (Mixtral-8x7B at TP2: 47 GB; 16 on a 48 GB card, 8 with --models of 7-8B)")
+    ap.add_argument("--dry-run", action="store_true", help="the CPU at 1/16 of the sizes: checks the script only")
     ap.add_argument("--compile", action="store_true",
                     help="fuse the elementwise ops with torch.compile (as vLLM V1's compiled model)")
-    ap.add_argument("--models", default=",".join(f"{c}:{tp}" for c, tp in MODELS))
+    ap.add_argument("--models", default=",".join(f"{c}:{tp}" for c, tp in MODELS),
+                    help="comma-separated config:tp pairs (bench/sim_to_real/model_configs/ folders)")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     scale = 16 if a.dry_run else 1

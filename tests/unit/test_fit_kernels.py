@@ -91,8 +91,36 @@ def test_a_table_of_your_own_gpu_fits_to_a_profile_the_server_loads(tmp_path, ca
 
 def test_an_unreadable_or_empty_table_is_an_error_naming_the_file(tmp_path, capsys):
     assert fk.main(["--gpu", "B200", "--steps", str(tmp_path / "none.jsonl")]) == 2
-    assert "none.jsonl: cannot read the kernel table" in capsys.readouterr().err
+    assert "none.jsonl: cannot read the table" in capsys.readouterr().err
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"kind": "env"}\n')
     assert fk.main(["--gpu", "B200", "--steps", str(empty)]) == 2
     assert "empty.jsonl: no step rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line,message", [
+    ("[1, 2]", "row 1 is not a JSON object"),
+    ('{"kind": "step", "model": "llama-2-7b-hf", "tp": 1, "B": 1, "C": 1, "n": 0, "us": 5}', "step row 1 lacks layers"),
+    ('{"kind": "step", "model": "llama-2-7b-hf", "tp": 1, "layers": 32, "B": 1, "C": 1, "n": 0, "us": 0}',
+     "step row 1 has no positive time"),
+    ('{"kind": "step", "model": "nope", "tp": 1, "layers": 32, "B": 1, "C": 1, "n": 0, "us": 5}',
+     "model 'nope' is not one of bench/sim_to_real/model_configs/"),
+    ('{"kind": "step", "model": "llama-2-7b-hf", "tp": 1, "layers": 2, "B": 1, "C": 1, "n": 0, "us": 5}',
+     "timed with 2 layers, its config has 32 (a --dry-run table"),
+])
+def test_a_malformed_step_table_is_an_error_naming_the_row(tmp_path, capsys, line, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(line + "\n")
+    assert fk.main(["--gpu", "B200", "--steps", str(bad), "--dry"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_gpu_alias_and_a_gpu_without_a_shipped_table(tmp_path, capsys):
+    """The GPU's resolved name picks the shipped table and the published point; a GPU with no
+    shipped table asks for --steps."""
+    assert fk.main(["--gpu", "h200-sxm", "--dry"]) == 0
+    assert "the published H200 measurement pins" in capsys.readouterr().out
+    assert fk.main(["--gpu", "B200", "--dry"]) == 2
+    assert "no step table of the B200 is shipped" in capsys.readouterr().err
+    assert fk.main(["--gpu", "B200", "--steps", fk.table_path("H200", "compiled"), "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path}" in capsys.readouterr().err

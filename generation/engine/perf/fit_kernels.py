@@ -1,6 +1,6 @@
 """Fit a GPU's efficiencies to kernels timed on that GPU, and write its profile.
 
-    python -m generation.engine.perf.fit_kernels               # the shipped H200 profile
+    python -m generation.engine.perf.fit_kernels               # rewrites the shipped H200 profile
     python -m generation.engine.perf.fit_kernels --cv          # + leave-one-model-out
     python -m generation.engine.perf.fit_kernels --table eager # the steps without Inductor's fusion
     python -m generation.engine.perf.fit_kernels --gpu B200 --steps steps.jsonl --out b200.json
@@ -69,9 +69,13 @@ def read_table(path: str) -> list[dict]:
     try:
         with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz")
               else open(path, encoding="utf-8")) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+            rows = [json.loads(line) for line in fh if line.strip()]
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot read the kernel table ({e})") from None
+        raise ConfigError(f"{path}: cannot read the table ({e})") from None
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, dict):
+            raise ConfigError(f"{path}: row {i} is not a JSON object")
+    return rows
 
 
 class StepTableFit:
@@ -82,15 +86,27 @@ class StepTableFit:
     chunk of ``n`` tokens from context 0, ``us``); ``gpu`` a
     :class:`~generation.engine.hardware.GPU`."""
 
-    def __init__(self, rows: list[dict], gpu, base: PerfConstants):
+    def __init__(self, rows: list[dict], gpu, base: PerfConstants, source: str = "step table"):
+        from generation.config.values import ConfigError
         from .model_arch import load_hf_config
         self.rows = [r for r in rows if r.get("kind") == "step"]
+        self.failed = sum(1 for r in rows if r.get("kind") == "error")      # shapes the GPU script could not time
         self.base = replace(base, t0=0.0, t_seq=0.0, cpu_overlap=0.0, cpu_hidden=0.0)
         self.models = {}
-        for r in self.rows:
+        for i, r in enumerate(self.rows, 1):
+            bad = [k for k in ("model", "tp", "layers", "B", "C", "n", "us") if k not in r]
+            if bad or not isinstance(r.get("us"), (int, float)) or r["us"] <= 0:
+                raise ConfigError(f"{source}: step row {i} lacks {', '.join(bad)}" if bad else
+                                  f"{source}: step row {i} has no positive time (us)")
             key = (r["model"], r["tp"])
             if key not in self.models:
-                arch = load_hf_config(os.path.join(MODEL_CONFIGS, r["model"]), name=r["model"])
+                try:
+                    arch = load_hf_config(os.path.join(MODEL_CONFIGS, r["model"]), name=r["model"])
+                except ConfigError:
+                    raise ConfigError(f"{source}: model {r['model']!r} is not one of bench/sim_to_real/model_configs/")
+                if r["layers"] != arch.num_layers:
+                    raise ConfigError(f"{source}: {r['model']} was timed with {r['layers']} layers, its config has "
+                                      f"{arch.num_layers} (a --dry-run table checks the script only)")
                 sm = StepModel(gpu, arch, tp=r["tp"], constants=self.base, async_scheduling=False)
                 sm.all_reduces, sm.ar_per_token = 0, 0.0        # one GPU: no all-reduce in the table
                 self.models[key] = sm
@@ -145,33 +161,36 @@ def kernel_summary(rows: list[dict], gpu) -> list[str]:
     out.append(f"{env.get('gpu', '?')}, torch {env.get('torch', '?')}, CUDA {env.get('cuda', '?')}, "
                f"cuDNN {env.get('cudnn', '?')}; datasheet {gpu.bandwidth / 1e12:.2f} TB/s, "
                f"{gpu.flops / 1e12:.0f} TFLOP/s BF16")
+    med = statistics.median
     for r in rows:
-        if r.get("kind") == "peak" and r["what"] == "gemm_bf16":
-            out.append(f"  8192^3 BF16 GEMM: {r['flops_per_s'] / 1e12:.0f} TFLOP/s "
+        if r.get("kind") == "peak" and r.get("what") == "gemm_bf16":
+            out.append(f"  {r.get('m', '?')}^3 BF16 GEMM: {r['flops_per_s'] / 1e12:.0f} TFLOP/s "
                        f"({r['flops_per_s'] / gpu.flops:.2f} of the peak)")
     gemm = [r for r in rows if r.get("kind") == "gemm"]
     big = [2 * r["K"] * r["N"] / (r["us"] * 1e-6) for r in gemm if r["M"] == 1 and 2 * r["K"] * r["N"] >= 200e6]
     small = [2 * r["K"] * r["N"] / (r["us"] * 1e-6) for r in gemm if r["M"] == 1 and 2 * r["K"] * r["N"] < 60e6]
     flops = [2 * r["M"] * r["K"] * r["N"] / (r["us"] * 1e-6) for r in gemm if r["M"] == 8192]
     if big:
-        out.append(f"  GEMM at 1 row, weights >= 200 MB ({len(big)} shapes): median {statistics.median(big) / 1e12:.2f}"
-                   f" TB/s ({statistics.median(big) / gpu.bandwidth:.2f}); under 60 MB ({len(small)}): "
-                   f"{statistics.median(small) / 1e12:.2f} TB/s (a few us of start-up per GEMM)")
+        out.append(f"  GEMM at 1 row, weights >= 200 MB ({len(big)} shapes): median {med(big) / 1e12:.2f}"
+                   f" TB/s ({med(big) / gpu.bandwidth:.2f})")
+    if small:
+        out.append(f"  GEMM at 1 row, weights under 60 MB ({len(small)} shapes): median {med(small) / 1e12:.2f} TB/s "
+                   f"(a few us of start-up per GEMM)")
     if flops:
-        out.append(f"  GEMM at 8,192 rows ({len(flops)} shapes): median {statistics.median(flops) / 1e12:.0f} TFLOP/s "
-                   f"({statistics.median(flops) / gpu.flops:.2f}), range {min(flops) / 1e12:.0f}-{max(flops) / 1e12:.0f}")
+        out.append(f"  GEMM at 8,192 rows ({len(flops)} shapes): median {med(flops) / 1e12:.0f} TFLOP/s "
+                   f"({med(flops) / gpu.flops:.2f}), range {min(flops) / 1e12:.0f}-{max(flops) / 1e12:.0f}")
     for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION"):
         dec = [r for r in rows if r.get("kind") == "attn_decode" and r["backend"] == backend]
-        if dec:
-            bw = [r["B"] * r["C"] * r["kv_heads"] * r["head_dim"] * 4 / (r["us"] * 1e-6) for r in dec
-                  if r["B"] * r["C"] >= 131072]
+        bw = [r["B"] * r["C"] * r["kv_heads"] * r["head_dim"] * 4 / (r["us"] * 1e-6) for r in dec
+              if r["B"] * r["C"] >= 131072]
+        if bw:
             out.append(f"  decode attention, {backend.split('_')[0].lower()}, >= 131,072 cached tokens: median "
-                       f"{statistics.median(bw) / 1e12:.2f} TB/s of KV ({statistics.median(bw) / gpu.bandwidth:.2f})")
+                       f"{med(bw) / 1e12:.2f} TB/s of KV ({med(bw) / gpu.bandwidth:.2f})")
         pre = [r for r in rows if r.get("kind") == "attn_prefill" and r["backend"] == backend]
         if pre:
             def tf(n):
                 v = [4 * r["B"] * r["heads"] * r["head_dim"] * r["n"] ** 2 / 2 / (r["us"] * 1e-6) for r in pre if r["n"] == n]
-                return statistics.median(v) / gpu.flops if v else float("nan")
+                return med(v) / gpu.flops if v else float("nan")
             out.append(f"  causal prefill attention, {backend.split('_')[0].lower()}: "
                        + ", ".join(f"{n} tokens {tf(n):.2f}" for n in (128, 512, 2048, 8192)) + " of the peak")
     return out
@@ -233,20 +252,24 @@ def main(argv=None) -> int:
     from .published import PUBLISHED_STEPS
     try:
         gpu = gpu_by_name(args.gpu)
-        kpath = args.kernels or table_path(args.gpu, "kernels")
+        kpath = args.kernels or table_path(gpu.name, "kernels")
         if args.kernels or os.path.isfile(kpath):
             print("\n".join(kernel_summary(read_table(kpath), gpu)))
-        spath = args.steps or table_path(args.gpu, args.table)
+        spath = args.steps or table_path(gpu.name, args.table)
+        if not args.steps and not os.path.isfile(spath):
+            raise ConfigError(f"no step table of the {gpu.name} is shipped: time one on the GPU "
+                              f"(bench/gpu_step_table.py --compile) and pass it with --steps")
         host = load_constants(HOST_BASIS)[0]
-        fit = StepTableFit(read_table(spath), gpu, host)
+        fit = StepTableFit(read_table(spath), gpu, host, source=spath)
         if not fit.rows:
             raise ConfigError(f"{spath}: no step rows (bench/gpu_step_table.py writes them)")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     c, rms0, rms1 = fit.fit()
-    print(f"\nstep table ({os.path.basename(spath)}, {len(fit.rows)} steps of {len(fit.models)} models): RMS of "
-          f"log(predicted / measured) {rms0:.4f} with the {HOST_BASIS}'s GPU constants -> {rms1:.4f}")
+    print(f"\nstep table ({os.path.basename(spath)}, {len(fit.rows)} steps of {len(fit.models)} models"
+          + (f"; {fit.failed} shapes the GPU script could not time" if fit.failed else "")
+          + f"): RMS of log(predicted / measured) {rms0:.4f} with the {HOST_BASIS}'s GPU constants -> {rms1:.4f}")
     for k in FREE:
         print(f"  {k:10s} {getattr(host, k):12.6g} -> {getattr(c, k):12.6g}")
     for m, (n, mean, mx) in fit.errors(c).items():
@@ -258,10 +281,10 @@ def main(argv=None) -> int:
             n, mean, mx = fit.errors(cm, keep=lambda r, m=m: r["model"] == m)[m]
             print(f"  {m:32s} mean |error| {mean:5.1f}%, max {mx:5.1f}%")
     kernels_only = replace(host, **{k: getattr(c, k) for k in FREE})
-    if any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
-        profile, overhead = with_step_overhead(kernels_only, args.gpu)
+    if any(r[0] == gpu.name for r in PUBLISHED_STEPS):
+        profile, overhead = with_step_overhead(kernels_only, gpu.name)
         how = "solved on the published measurement"
-        print(f"\nthe published {args.gpu} measurement pins what a real step adds to its kernels: t_layer "
+        print(f"\nthe published {gpu.name} measurement pins what a real step adds to its kernels: t_layer "
               f"{c.t_layer * 1e6:.1f} -> {profile.t_layer * 1e6:.1f} us, {overhead * 1e3:.2f} ms a step of "
               f"Llama-3.1-8B's 32 layers (the {HOST_BASIS}'s profile, fitted on real runs, has "
               f"{host.t_layer * 1e6:.1f} us)")
@@ -269,7 +292,7 @@ def main(argv=None) -> int:
         per_layer = measured_overhead_per_layer()
         profile = replace(kernels_only, t_layer=float(f"{c.t_layer + per_layer:.6g}"))
         how = f"plus the H200's {per_layer * 1e6:.1f} us a layer outside the kernels"
-        print(f"\nno published {args.gpu} measurement: t_layer {c.t_layer * 1e6:.1f} us of kernels {how} "
+        print(f"\nno published {gpu.name} measurement fitted on: t_layer {c.t_layer * 1e6:.1f} us of kernels {how} "
               f"-> {profile.t_layer * 1e6:.1f} us")
     if gpu.name == "H200":
         print("held out, the H100's published measurement, replayed with the profile at the H100's peaks:")
@@ -277,15 +300,19 @@ def main(argv=None) -> int:
     if args.dry:
         return 0
     from .published import write_profile
-    out = args.out or os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")
-    write_profile(out, gpu.name, profile,
-                  method="python -m generation.engine.perf.fit_kernels "
-                         + " ".join(argv if argv is not None else sys.argv[1:]),
-                  basis=f"{', '.join(FREE)} fitted to {os.path.basename(spath)} (kernels timed on the GPU); "
-                        f"t_layer then {how} (the step's work outside the kernels); the host-side "
-                        f"constants the {HOST_BASIS} profile's",
-                  residual_rms={"before": round(rms0, 4), "after": round(rms1, 4)},
-                  kernel_t_layer=float(f"{c.t_layer:.6g}"))
+    out = args.out or os.path.join(PROFILE_DIR, f"{gpu.name.lower()}.json")
+    try:
+        write_profile(out, gpu.name, profile,
+                      method=("python -m generation.engine.perf.fit_kernels "
+                              + " ".join(argv if argv is not None else sys.argv[1:])).rstrip(),
+                      basis=f"{', '.join(FREE)} fitted to {os.path.basename(spath)} (kernels timed on the GPU); "
+                            f"t_layer then {how} (the step's work outside the kernels); the host-side "
+                            f"constants the {HOST_BASIS} profile's",
+                      residual_rms={"before": round(rms0, 4), "after": round(rms1, 4)},
+                      kernel_t_layer=float(f"{c.t_layer:.6g}"))
+    except OSError as e:
+        print(f"error: --out {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if args.out:
         print(f"serve with: python app.py MODEL --latency-calculator step --gpu {gpu.name} --step-time-profile {out}")
     return 0
