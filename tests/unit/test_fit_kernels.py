@@ -43,11 +43,28 @@ def test_the_kernel_summary_reads_the_peaks_off_the_table():
 
 def test_the_step_model_fits_the_measured_steps(step_fit):
     """The step model's form (roofline terms with a soft maximum, fixed per-layer costs) fits
-    whole forward passes timed on the GPU to a few percent: no model's mean error over 6%."""
+    whole forward passes timed on the GPU to a few percent: no dense model's mean error over
+    3.5%.  Mixtral's steps are scored, not fitted (torch's MoE kernels, not vLLM's)."""
     fit, (c, rms0, rms1) = step_fit
-    assert rms0 == pytest.approx(0.2093, abs=1e-4) and rms1 < 0.05
-    for model, (n, mean, worst) in fit.errors(c).items():
-        assert n == 41 and mean < 6.5, model
+    assert rms0 == pytest.approx(0.1665, abs=1e-4) and rms1 < 0.035
+    errors = fit.errors(c)
+    assert len(errors) == 7
+    for model, (n, mean, worst) in errors.items():
+        assert n == 41 and (mean < 3.5 or model == "mixtral-8x7b-v0.1"), model
+
+
+def test_the_h200_profile_decodes_faster_than_the_h100s():
+    """The same chip with 1.43x the bandwidth: every decode step of a dense or MoE model is
+    faster on the H200's profile (fitted to the H200's MoE kernels in torch, Mixtral ran 40%
+    slower at batch 1: those constants are the H100's now)."""
+    from generation.engine.hardware import preset
+    from generation.engine.perf.step_model import StepModel
+    for name, tp in (("meta-llama/Llama-3.1-8B-Instruct", 1), ("meta-llama/Llama-3.1-70B-Instruct", 4),
+                     ("mistralai/Mixtral-8x7B-Instruct-v0.1", 2), ("Qwen/Qwen3-30B-A3B", 1)):
+        h100, h200 = (StepModel(gpu_by_name(g), preset(name), tp=tp, constants=load_constants(g)[0])
+                      for g in ("H100", "H200"))
+        for b in (1, 8, 64, 256):
+            assert h200.step_time(b, b * 1024, 0, 0, 0, 0) < h100.step_time(b, b * 1024, 0, 0, 0, 0), (name, b)
 
 
 def test_the_shipped_h200_profile_is_what_the_fit_writes(step_fit):
