@@ -22,7 +22,8 @@ Per-GPU shapes at the model's tensor-parallel size; the all-reduces are left out
 compiles the model (its own fused kernels are off by default there).
 Not in it: vLLM's rotary embedding, input preparation and the CPU (the step model's ``t0``).
 
-Each row: ``model``, ``tp``, ``layers``, ``B``, ``C``, ``n``, ``us`` (median of 3 samples of
+Each row: ``model``, ``tp``, ``layers``, ``B``, ``C``, ``n``, ``P`` (the chunk's cached prefix,
+tokens: its attention reads ``P + n`` keys under a lower-right causal mask), ``us`` (median of 3 samples of
 the graph replayed for >= 2 ms, CUDA events).  Every layer reads its own weights; the KV
 cache of all layers is one pool of at most ``--kv-gib`` GiB, shared round-robin where the
 layers' caches do not fit (each slice stays far larger than the L2 cache).
@@ -43,12 +44,15 @@ from gpu_kernel_table import CONFIGS, Table, Timer, arch, env_row
 
 MODELS = [("llama-2-7b-hf", 1), ("llama-3.1-8b-instruct", 1), ("qwen2.5-7b-instruct", 1),
           ("mistral-nemo-instruct-2407", 1), ("codellama-34b-instruct-hf", 2),
-          ("llama-2-70b-hf", 4), ("mixtral-8x7b-v0.1", 2)]
+          ("llama-2-70b-hf", 4), ("mixtral-8x7b-v0.1", 2), ("qwen3-14b", 1), ("yi-34b", 2),
+          ("llama-3.1-70b-instruct", 4)]
 DECODE_B = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 DECODE_C = [256, 1024, 4096]
 PREFILL_N = [64, 256, 512, 1024, 2048, 4096, 8192]
 MIXED = [(16, 1024, 512), (64, 1024, 512), (128, 1024, 512), (16, 1024, 2048), (64, 1024, 2048),
          (128, 1024, 2048), (256, 512, 256)]
+# prefill chunks (n) after a cached prefix (P tokens: a prefix-cache hit or an earlier chunk)
+CONTEXT_PREFILL = [(512, 512), (512, 2048), (512, 8192), (2048, 2048), (2048, 6144), (256, 16384)]
 DTYPE = torch.bfloat16
 
 
@@ -134,8 +138,8 @@ class Step:
     """Operands and the forward of one step shape (``B`` decodes at context ``C``, a prefill
     chunk of ``n``), over ``model``; ``kv_pool`` a flat bf16 buffer for the KV caches."""
 
-    def __init__(self, m: Model, b: int, c: int, n: int, kv_pool: torch.Tensor):
-        self.m, self.b, self.c, self.n = m, b, c, n
+    def __init__(self, m: Model, b: int, c: int, n: int, kv_pool: torch.Tensor, p: int = 0):
+        self.m, self.b, self.c, self.n, self.p = m, b, c, n, p
         dev = m.dev
         t = b + n
         self.x = torch.randn(t, m.h, device=dev, dtype=DTYPE)
@@ -150,6 +154,16 @@ class Step:
                 flat = kv_pool[off:off + per_layer]
                 kc, vc = flat.view(2, b, m.nkv, c, m.hd).unbind(0)
                 self.caches.append((kc, vc))
+        self.prefix = []                 # with p: each layer's cache of the chunk's p + n tokens
+        if p and n and not b:
+            from torch.nn.attention.bias import causal_lower_right
+            self.mask = causal_lower_right(n, p + n)
+            per_layer = 2 * m.nkv * (p + n) * m.hd
+            slots = max(1, kv_pool.numel() // per_layer)
+            for l in range(m.layers):
+                off = (l % slots) * per_layer
+                kc, vc = kv_pool[off:off + per_layer].view(2, 1, m.nkv, p + n, m.hd).unbind(0)
+                self.prefix.append((kc, vc))
         # the KV cache write: this step's new K and V rows into slots of a layer's cache
         self.slot_pool = kv_pool[: max(1, t) * 2 * m.kv * 64].view(-1, 2 * m.kv)
         self.slots = torch.randperm(self.slot_pool.shape[0], device=dev)[:t]
@@ -174,7 +188,13 @@ class Step:
                 qp = q[b:].view(n, m.nq, m.hd).transpose(0, 1).unsqueeze(0)
                 kp = k[b:].view(n, m.nkv, m.hd).transpose(0, 1).unsqueeze(0)
                 vp = v[b:].view(n, m.nkv, m.hd).transpose(0, 1).unsqueeze(0)
-                o = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=m.nq != m.nkv)
+                if self.prefix:         # the chunk's rows written behind the prefix, then read whole
+                    kc, vc = self.prefix[l]
+                    kc[:, :, self.p:].copy_(kp)
+                    vc[:, :, self.p:].copy_(vp)
+                    o = F.scaled_dot_product_attention(qp, kc, vc, attn_mask=self.mask, enable_gqa=m.nq != m.nkv)
+                else:
+                    o = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=m.nq != m.nkv)
                 parts.append(o.squeeze(0).transpose(0, 1).reshape(n, m.q))
             att = parts[0] if len(parts) == 1 else torch.cat(parts)
             x = F.linear(att, layer["o"])
@@ -210,7 +230,8 @@ def points(dry: bool):
     out = [(b, c // div, 0) for c in DECODE_C for b in DECODE_B]
     out += [(0, 0, n // div) for n in PREFILL_N]
     out += [(b, c // div, n // div) for b, c, n in MIXED]
-    return out
+    out += [(0, 0, n // div, p // div) for n, p in CONTEXT_PREFILL]
+    return [pt if len(pt) == 4 else (*pt, 0) for pt in out]
 
 
 def main(argv=None) -> int:
@@ -252,16 +273,16 @@ def main(argv=None) -> int:
             t.write(kind="error", what=f"build {cfg}", error=repr(e)[:400])
             continue
         with torch.no_grad(), sdpa_context(dev):
-            for b, c, n in points(a.dry_run):
+            for b, c, n, pre in points(a.dry_run):
                 if time.time() > end:
                     break
                 try:
-                    st = Step(m, b, c, n, kv_pool)
+                    st = Step(m, b, c, n, kv_pool, pre)
                     us = timer(st.forward)
                 except Exception as e:                  # one shape's failure keeps the rest
-                    t.write(kind="error", what=f"{cfg} B={b} C={c} n={n}", error=repr(e)[:400])
+                    t.write(kind="error", what=f"{cfg} B={b} C={c} n={n} P={pre}", error=repr(e)[:400])
                     continue
-                t.write(kind="step", model=cfg, tp=tp, layers=m.layers, B=b, C=c, n=n, us=us,
+                t.write(kind="step", model=cfg, tp=tp, layers=m.layers, B=b, C=c, n=n, P=pre, us=us,
                         fused="inductor" if a.compile else "eager",
                         weight_bytes=m.weight_bytes())
                 del st

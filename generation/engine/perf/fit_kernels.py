@@ -11,10 +11,11 @@ models' config.json files (``bench/gpu_kernel_table.py``, ``bench/gpu_step_table
 Fidelity says how and when):
 
 * ``<gpu>_steps_compiled.jsonl.gz``: whole forward passes, every layer's kernels in one CUDA
-  graph, elementwise ops fused by Inductor as vLLM V1 compiles its model; 7 models, 41 step
+  graph, elementwise ops fused by Inductor as vLLM V1 compiles its model; 10 models, 47 step
   shapes each (decode batches 1-256 at 256-4,096 tokens of context, prefill chunks of 64-8,192
-  tokens, mixed steps).  The fit's data.
-* ``<gpu>_steps.jsonl.gz``: the same steps with torch's unfused elementwise ops.
+  tokens, chunks after a cached prefix of 512-16,384 tokens, mixed steps).  The fit's data.
+* ``<gpu>_steps.jsonl.gz``: an earlier run's 7 models and 41 shapes with torch's unfused
+  elementwise ops.
 * ``<gpu>_kernels.jsonl.gz``: single kernels (every linear layer's GEMM at 1-8,192 rows, decode
   and prefill attention per backend, grouped expert GEMMs, FP8 GEMMs, sampling); printed here
   as what the kernels reach against the datasheet, not fitted.
@@ -89,7 +90,7 @@ class StepTableFit:
 
     ``rows``: the table's ``kind: "step"`` rows (``model`` a config directory under
     ``bench/sim_to_real/model_configs``, ``tp``, ``B`` decodes at context ``C`` each, a prefill
-    chunk of ``n`` tokens from context 0, ``us``); ``gpu`` a
+    chunk of ``n`` tokens after ``P`` cached ones (0 when absent), ``us``); ``gpu`` a
     :class:`~generation.engine.hardware.GPU`."""
 
     def __init__(self, rows: list[dict], gpu, base: PerfConstants, source: str = "step table"):
@@ -118,8 +119,10 @@ class StepTableFit:
                 self.models[key] = sm
 
     def dense(self, r: dict) -> bool:
-        """Whether the row's model has no MoE layers (the rows the fit uses: MOE_FROM_HOST)."""
-        return not self.models[(r["model"], r["tp"])].moe_layers
+        """Whether the fit uses the row: a model with no MoE layers (:data:`MOE_FROM_HOST`) and
+        no cached prefix before its chunk (torch runs the lower-right causal mask on
+        FlashAttention 2, at half of cuDNN's and vLLM's FlashAttention 3's rate)."""
+        return not self.models[(r["model"], r["tp"])].moe_layers and not r.get("P", 0)
 
     def constants(self, x) -> PerfConstants:
         return replace(self.base, **{k: float(math.exp(v)) for k, v in zip(FREE, x)})
@@ -130,9 +133,9 @@ class StepTableFit:
             sm._set_constants(c)
         out = []
         for r in self.rows:
-            b, ctx, n = r["B"], r["C"], r["n"]
+            b, ctx, n, pre = r["B"], r["C"], r["n"], r.get("P", 0)
             out.append(self.models[(r["model"], r["tp"])].step_time(
-                b, b * ctx, 1 if n else 0, n, n * n / 2.0, 0))
+                b, b * ctx, 1 if n else 0, n, n * (pre + n / 2.0), pre))
         return out
 
     def residuals(self, x, keep=None) -> list[float]:
@@ -284,15 +287,22 @@ def main(argv=None) -> int:
           + f"): RMS of log(predicted / measured) {rms0:.4f} with the {HOST_BASIS}'s GPU constants -> {rms1:.4f}")
     for k in FREE:
         print(f"  {k:10s} {getattr(host, k):12.6g} -> {getattr(c, k):12.6g}")
-    moe = {r["model"] for r in fit.rows if not fit.dense(r)}
-    for m, (n, mean, mx) in fit.errors(c).items():
+    moe = {r["model"] for r in fit.rows if fit.models[(r["model"], r["tp"])].moe_layers}
+    prefixed = [r for r in fit.rows if r.get("P", 0) and r["model"] not in moe]
+    if prefixed:
+        pred = fit.predict(c)
+        err = [p / (r["us"] * 1e-6) - 1 for p, r in zip(pred, fit.rows) if r.get("P", 0) and r["model"] not in moe]
+        print(f"  chunks after a cached prefix ({len(err)} steps, not fitted: torch's FlashAttention 2 under a "
+              f"lower-right mask): the profile {100 * statistics.mean(err):+.1f}% on average "
+              f"({100 * min(err):+.1f} to {100 * max(err):+.1f}%)")
+    for m, (n, mean, mx) in fit.errors(c, keep=lambda r: not r.get("P", 0)).items():
         print(f"  {m:32s} {n:3d} steps: mean |error| {mean:5.1f}%, max {mx:5.1f}%"
               + (f" (not fitted: {', '.join(MOE_FROM_HOST)} the {HOST_BASIS}'s)" if m in moe else ""))
     if args.cv:
         print("\nleave-one-model-out (fitted on the other dense models, scored on the one left out):")
         for m in sorted({r["model"] for r in fit.rows} - moe):
             cm, _, _ = fit.fit(keep=lambda r, m=m: r["model"] != m)
-            n, mean, mx = fit.errors(cm, keep=lambda r, m=m: r["model"] == m)[m]
+            n, mean, mx = fit.errors(cm, keep=lambda r, m=m: r["model"] == m and not r.get("P", 0))[m]
             print(f"  {m:32s} mean |error| {mean:5.1f}%, max {mx:5.1f}%")
     kernels_only = replace(host, **{k: getattr(c, k) for k in FREE})
     if any(r[0] == gpu.name for r in PUBLISHED_STEPS):
