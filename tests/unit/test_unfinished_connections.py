@@ -7,6 +7,7 @@ import io
 
 import gevent
 from gevent.event import Event
+from gevent.hub import Waiter
 
 from server import arrivals
 from server.unfinished import Evicted, Unfinished
@@ -63,9 +64,12 @@ def test_low_priority_turns_go_after_waiting_requests():
     def take(name, low):
         turns.take(low)
         order.append(name)
-    turns.take()                  # this turn's only slot
-    # spawned in this order, they queue in it within one loop turn (a sleep(0) between could let
-    # the release timer fire first on a loaded machine, which made this test flaky)
+    # a request already waiting, so that every take below queues whatever loop turn it runs in:
+    # the greenlets could start in a later turn than a take() of this one on a loaded machine,
+    # find the turn's slot free and go at once (this test failed so in full runs at load 1-1.5)
+    hub = gevent.get_hub()
+    turns.waiting.append(Waiter(hub))
+    turns._arm(hub.loop)
     gs = [gevent.spawn(take, "expire1", True), gevent.spawn(take, "expire2", True),
           gevent.spawn(take, "request", False)]
     gevent.joinall(gs, timeout=2)
