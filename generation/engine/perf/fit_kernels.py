@@ -22,10 +22,12 @@ Fidelity says how and when):
 
 Method: :class:`~.step_model.StepModel`'s GPU time (its ``fixed + gemm + attn`` terms; the
 table has neither the host's per-step CPU nor all-reduces, so ``t0``, ``t_seq`` and the
-all-reduce terms are held at 0) is fitted to the dense models' steps by
-``scipy.optimize.least_squares`` on ``log(predicted / measured)``, moving ``eta_w, eta_f,
-eta_kv, eta_a, overlap, m_half, t_layer, t_vocab`` in log space.  A MoE model's steps are
-scored, not fitted: the table's expert kernels are torch's, not vLLM's fused MoE.  The profile
+all-reduce terms are held at 0) is fitted to the dense models' steps without a cached prefix
+by ``scipy.optimize.least_squares`` on ``log(predicted / measured)``, moving ``eta_w, eta_f,
+eta_kv, eta_a, overlap, m_half, t_layer, t_vocab`` in log space.  Scored, not fitted: a MoE
+model's steps (the table's expert kernels are torch's, not vLLM's fused MoE) and the chunks
+after a cached prefix (torch runs their lower-right causal mask on FlashAttention 2, at half
+the rate of cuDNN's attention, which the other steps use, and of vLLM's FlashAttention 3).  The profile
 written takes the fitted constants and every other from the H100's profile, fitted on real
 vLLM runs: the MoE kernels' (:data:`MOE_FROM_HOST`), the CPU per step, async scheduling's
 overlap, the frontend, the engine's pauses, the MoE compile stalls, all-reduce, FP8 and eager
