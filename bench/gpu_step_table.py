@@ -255,7 +255,13 @@ def main(argv=None) -> int:
     t = Table(a.out)
     t.write(**env_row(dev))
     timer = Timer(dev, 2.0 / (50 if a.dry_run else 1))
-    kv_pool = torch.empty(int(a.kv_gib * (1 << 30) / 2 / (scale ** 2)), device=dev, dtype=DTYPE)
+    try:
+        kv_pool = torch.empty(int(a.kv_gib * (1 << 30) / 2 / (scale ** 2)), device=dev, dtype=DTYPE)
+    except torch.OutOfMemoryError:
+        free = torch.cuda.mem_get_info()[0] / (1 << 30)
+        print(f"error: --kv-gib {a.kv_gib:g} does not fit: {free:.1f} GiB of the GPU is free, and the "
+              f"largest model's weights need room beside it", file=sys.stderr)
+        return 2
     if a.dry_run:
         kv_pool.normal_()
     if a.compile:
