@@ -79,6 +79,7 @@ def silu_and_mul(gu):
 
 
 FUSED = {"add_rms_norm": add_rms_norm, "silu_and_mul": silu_and_mul}
+MOE_IMPL = {"name": "torch", "fn": None}     # --moe triton: bench/gpu_moe.py's fused kernels
 
 
 def compile_fused(dev: str) -> None:
@@ -209,6 +210,8 @@ class Step:
 
     def moe(self, y, layer):
         m = self.m
+        if MOE_IMPL["name"] == "triton":
+            return MOE_IMPL["fn"](y, layer["router"], layer["w13"], layer["w2"], m.top_k, FUSED["silu_and_mul"])
         t = y.shape[0]
         weights, ids = torch.topk(torch.softmax(F.linear(y, layer["router"]).float(), -1), m.top_k)
         flat = ids.flatten()
@@ -245,6 +248,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="the CPU at 1/16 of the sizes: checks the script only")
     ap.add_argument("--compile", action="store_true",
                     help="fuse the elementwise ops with torch.compile (as vLLM V1's compiled model)")
+    ap.add_argument("--moe", default="torch", choices=("torch", "triton"),
+                    help="a MoE layer's experts: torch._grouped_mm with the routing in plain ops, or "
+                         "bench/gpu_moe.py's fused Triton kernels (tokens sorted by expert, as vLLM's)")
     ap.add_argument("--models", default=",".join(f"{c}:{tp}" for c, tp in MODELS),
                     help="comma-separated config:tp pairs (bench/sim_to_real/model_configs/ folders)")
     a = ap.parse_args(argv)
@@ -264,6 +270,9 @@ def main(argv=None) -> int:
         return 2
     if a.dry_run:
         kv_pool.normal_()
+    if a.moe == "triton":
+        from gpu_moe import moe_triton
+        MOE_IMPL.update(name="triton", fn=moe_triton)
     if a.compile:
         c0 = time.time()
         compile_fused(dev)
@@ -289,7 +298,7 @@ def main(argv=None) -> int:
                     t.write(kind="error", what=f"{cfg} B={b} C={c} n={n} P={pre}", error=repr(e)[:400])
                     continue
                 t.write(kind="step", model=cfg, tp=tp, layers=m.layers, B=b, C=c, n=n, P=pre, us=us,
-                        fused="inductor" if a.compile else "eager",
+                        fused="inductor" if a.compile else "eager", moe=MOE_IMPL["name"],
                         weight_bytes=m.weight_bytes())
                 del st
         del m

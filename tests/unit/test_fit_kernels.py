@@ -32,6 +32,8 @@ def test_the_tables_hold_every_section_timed_on_the_h200():
         steps = [r for r in fk.read_table(fk.table_path("H200", which)) if r["kind"] == "step"]
         assert len(steps) == count and len({r["model"] for r in steps}) == models
         assert all(r["us"] > 0 for r in steps)
+    triton = [r for r in fk.read_table(fk.table_path("H200", "moe_triton")) if r["kind"] == "step"]
+    assert len(triton) == 47 and {(r["model"], r["moe"]) for r in triton} == {("mixtral-8x7b-v0.1", "triton")}
     compiled = [r for r in fk.read_table(fk.table_path("H200", "compiled")) if r["kind"] == "step"]
     assert sum(1 for r in compiled if r["P"]) == 60          # chunks after a cached prefix
 

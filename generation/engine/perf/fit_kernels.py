@@ -66,8 +66,10 @@ BOUNDS = {"eta_w": (0.2, 1.0), "eta_f": (0.2, 1.0), "eta_kv": (0.2, 1.0), "eta_a
 
 
 def table_path(gpu: str, which: str) -> str:
-    """``which``: "compiled" (the fit's steps), "eager" (unfused steps) or "kernels"."""
-    name = {"compiled": "steps_compiled", "eager": "steps", "kernels": "kernels"}[which]
+    """``which``: "compiled" (the fit's steps), "eager" (unfused steps), "kernels", or
+    "moe_triton" (Mixtral's steps with ``bench/gpu_moe.py``'s fused Triton experts)."""
+    name = {"compiled": "steps_compiled", "eager": "steps", "kernels": "kernels",
+            "moe_triton": "steps_moe_triton"}[which]
     return os.path.join(TABLE_DIR, f"{gpu.lower()}_{name}.jsonl.gz")
 
 
@@ -300,6 +302,14 @@ def main(argv=None) -> int:
     for m, (n, mean, mx) in fit.errors(c, keep=lambda r: not r.get("P", 0)).items():
         print(f"  {m:32s} {n:3d} steps: mean |error| {mean:5.1f}%, max {mx:5.1f}%"
               + (f" (not fitted: {', '.join(MOE_FROM_HOST)} the {HOST_BASIS}'s)" if m in moe else ""))
+    tpath = table_path(gpu.name, "moe_triton")
+    if not args.steps and os.path.isfile(tpath):
+        tri = StepTableFit(read_table(tpath), gpu, host, source=tpath)
+        err = [p / (r["us"] * 1e-6) - 1 for p, r in zip(tri.predict(c), tri.rows) if not r.get("P", 0)]
+        dec = [p / (r["us"] * 1e-6) - 1 for p, r in zip(tri.predict(c), tri.rows) if not r["n"]]
+        print(f"  the same MoE steps with fused Triton experts ({len(err)} steps, {os.path.basename(tpath)}): the "
+              f"profile {100 * statistics.mean(err):+.1f}% on average, decode {100 * min(dec):+.1f} to "
+              f"{100 * max(dec):+.1f}%")
     if args.cv:
         print("\nleave-one-model-out (fitted on the other dense models, scored on the one left out):")
         for m in sorted({r["model"] for r in fit.rows} - moe):
