@@ -64,11 +64,20 @@ SAMPLE_V = [32000, 128256, 152064]
 DTYPE = torch.bfloat16
 
 
-def arch(cfg_dir: str) -> dict:
+def load_config(cfg: str) -> tuple[str, dict]:
+    """(name, config.json dict) of ``cfg``: a folder of ``sim_to_real/model_configs`` by name, or
+    a path to a model's folder or its config.json (the name: the folder's)."""
+    path = cfg if os.path.exists(cfg) else os.path.join(CONFIGS, cfg)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    with open(path) as f:
+        return os.path.basename(os.path.dirname(os.path.abspath(path))), json.load(f)
+
+
+def arch(cfg: str) -> dict:
     """The fields of a config.json that the shapes need (hidden, heads, KV heads, head_dim,
-    intermediate, vocab, experts)."""
-    with open(os.path.join(CONFIGS, cfg_dir, "config.json")) as f:
-        d = json.load(f)
+    intermediate, vocab, experts); ``cfg`` as :func:`load_config` takes it."""
+    d = load_config(cfg)[1]
     d = d.get("text_config", d)
     heads = d["num_attention_heads"]
     return {"hidden": d["hidden_size"], "heads": heads,

@@ -22,7 +22,8 @@ Per-GPU shapes at the model's tensor-parallel size; the all-reduces are left out
 compiles the model (its own fused kernels are off by default there).
 Not in it: vLLM's rotary embedding, input preparation and the CPU (the step model's ``t0``).
 
-Each row: ``model``, ``tp``, ``layers``, ``B``, ``C``, ``n``, ``P`` (the chunk's cached prefix,
+A ``kind: "model"`` row carries each model's config.json (``--models`` takes a model folder's
+path too), so the fit needs nothing beside the table.  Each step row: ``model``, ``tp``, ``layers``, ``B``, ``C``, ``n``, ``P`` (the chunk's cached prefix,
 tokens: its attention reads ``P + n`` keys under a lower-right causal mask), ``us`` (median of 3 samples of
 the graph replayed for >= 2 ms, CUDA events).  Every layer reads its own weights; the KV
 cache of all layers is one pool of at most ``--kv-gib`` GiB, shared round-robin where the
@@ -32,15 +33,13 @@ layers' caches do not fit (each slice stays far larger than the L2 cache).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from gpu_kernel_table import CONFIGS, Table, Timer, arch, env_row
+from gpu_kernel_table import Table, Timer, arch, env_row, load_config
 
 MODELS = [("llama-2-7b-hf", 1), ("llama-3.1-8b-instruct", 1), ("qwen2.5-7b-instruct", 1),
           ("mistral-nemo-instruct-2407", 1), ("codellama-34b-instruct-hf", 2),
@@ -99,9 +98,9 @@ class Model:
 
     def __init__(self, cfg: str, tp: int, dev: str, scale: int, max_layers: int | None):
         a = arch(cfg)
-        with open(os.path.join(CONFIGS, cfg, "config.json")) as f:
-            d = json.load(f)
-        self.name, self.tp, self.dev = cfg, tp, dev
+        self.name, self.config = load_config(cfg)
+        d = self.config.get("text_config", self.config)
+        self.tp, self.dev = tp, dev
         self.layers = d["num_hidden_layers"] if max_layers is None else min(max_layers, d["num_hidden_layers"])
         s = scale
         r = 1 if s == 1 else 4                         # a dry run shrinks heads and head_dim by 4
@@ -252,7 +251,8 @@ def main(argv=None) -> int:
                     help="a MoE layer's experts: torch._grouped_mm with the routing in plain ops, or "
                          "bench/gpu_moe.py's fused Triton kernels (tokens sorted by expert, as vLLM's)")
     ap.add_argument("--models", default=",".join(f"{c}:{tp}" for c, tp in MODELS),
-                    help="comma-separated config:tp pairs (bench/sim_to_real/model_configs/ folders)")
+                    help="comma-separated config:tp pairs: a bench/sim_to_real/model_configs/ folder's name, "
+                         "or the path of a model's folder or config.json (its config is written into the table)")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     scale = 16 if a.dry_run else 1
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
         c0 = time.time()
         compile_fused(dev)
         print(f"compiled in {time.time() - c0:.1f} s", flush=True)
-    models = [(s.split(":")[0], int(s.split(":")[1])) for s in a.models.split(",")]
+    models = [(s.rsplit(":", 1)[0], int(s.rsplit(":", 1)[1])) for s in a.models.split(",")]
     for k, (cfg, tp) in enumerate(models):
         share = (t0 + a.budget - time.time()) / (len(models) - k)
         end = time.time() + share
@@ -287,6 +287,8 @@ def main(argv=None) -> int:
         except Exception as e:
             t.write(kind="error", what=f"build {cfg}", error=repr(e)[:400])
             continue
+        t.write(kind="model", model=m.name, tp=tp, config=m.config)   # the table carries its models
+        cfg = m.name
         with torch.no_grad(), sdpa_context(dev):
             for b, c, n, pre in points(a.dry_run):
                 if time.time() > end:

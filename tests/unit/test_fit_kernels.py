@@ -126,7 +126,7 @@ def test_an_unreadable_or_empty_table_is_an_error_naming_the_file(tmp_path, caps
     ('{"kind": "step", "model": "llama-2-7b-hf", "tp": 1, "layers": 32, "B": 1, "C": 1, "n": 0, "us": 0}',
      "step row 1 has no positive time"),
     ('{"kind": "step", "model": "nope", "tp": 1, "layers": 32, "B": 1, "C": 1, "n": 0, "us": 5}',
-     "model 'nope' is not one of bench/sim_to_real/model_configs/"),
+     "model 'nope': its config is not in the table and it is not one of bench/sim_to_real/model_configs/"),
     ('{"kind": "step", "model": "llama-2-7b-hf", "tp": 1, "layers": 2, "B": 1, "C": 1, "n": 0, "us": 5}',
      "timed with 2 layers, its config has 32 (a --dry-run table"),
 ])
@@ -146,3 +146,20 @@ def test_a_gpu_alias_and_a_gpu_without_a_shipped_table(tmp_path, capsys):
     assert "no step table of the B200 is shipped" in capsys.readouterr().err
     assert fk.main(["--gpu", "B200", "--steps", fk.table_path("H200", "compiled"), "--out", str(tmp_path)]) == 2
     assert f"--out {tmp_path}" in capsys.readouterr().err
+
+
+def test_a_model_of_your_own_travels_in_the_table(tmp_path, capsys):
+    """gpu_step_table.py writes each model's config.json into the table (``kind: "model"``), so
+    a model outside bench/sim_to_real fits as well; a broken config is an error naming it."""
+    cfg = json.loads(open(f"{fk.MODEL_CONFIGS}/llama-3.1-8b-instruct/config.json").read())
+    rows = [dict(r, model="my-llama") for r in fk.read_table(fk.table_path("H200", "compiled"))
+            if r.get("model") == "llama-3.1-8b-instruct"]
+    own = tmp_path / "steps.jsonl"
+    own.write_text("".join(json.dumps(r) + "\n" for r in
+                           [{"kind": "model", "model": "my-llama", "tp": 1, "config": cfg}, *rows]))
+    assert fk.main(["--gpu", "B200", "--steps", str(own), "--dry"]) == 0
+    assert "my-llama" in capsys.readouterr().out
+    own.write_text("".join(json.dumps(r) + "\n" for r in
+                           [{"kind": "model", "model": "my-llama", "tp": 1, "config": {"hidden_size": 8}}, *rows]))
+    assert fk.main(["--gpu", "B200", "--steps", str(own), "--dry"]) == 2
+    assert "model 'my-llama': " in capsys.readouterr().err

@@ -92,15 +92,20 @@ def read_table(path: str) -> list[dict]:
 class StepTableFit:
     """The step rows of one table against :class:`StepModel`'s GPU time.
 
-    ``rows``: the table's ``kind: "step"`` rows (``model`` a config directory under
-    ``bench/sim_to_real/model_configs``, ``tp``, ``B`` decodes at context ``C`` each, a prefill
+    ``rows``: the table's rows; its ``kind: "step"`` rows are fitted (``model`` named by a
+    ``kind: "model"`` row that carries its ``config``, or a folder under
+    ``bench/sim_to_real/model_configs``; ``tp``, ``B`` decodes at context ``C`` each, a prefill
     chunk of ``n`` tokens after ``P`` cached ones (0 when absent), ``us``); ``gpu`` a
     :class:`~generation.engine.hardware.GPU`."""
 
     def __init__(self, rows: list[dict], gpu, base: PerfConstants, source: str = "step table"):
         from generation.config.values import ConfigError
-        from .model_arch import load_hf_config
+        from .model_arch import ModelArch, load_hf_config
         self.rows = [r for r in rows if r.get("kind") == "step"]
+        # the models' config.json as the GPU script wrote them into the table (a model of your
+        # own); else the sim-to-real folder of that name
+        configs = {r["model"]: r["config"] for r in rows
+                   if r.get("kind") == "model" and isinstance(r.get("config"), dict) and "model" in r}
         self.failed = sum(1 for r in rows if r.get("kind") == "error")      # shapes the GPU script could not time
         self.base = replace(base, t0=0.0, t_seq=0.0, cpu_overlap=0.0, cpu_hidden=0.0)
         self.models = {}
@@ -112,9 +117,13 @@ class StepTableFit:
             key = (r["model"], r["tp"])
             if key not in self.models:
                 try:
-                    arch = load_hf_config(os.path.join(MODEL_CONFIGS, r["model"]), name=r["model"])
-                except ConfigError:
-                    raise ConfigError(f"{source}: model {r['model']!r} is not one of bench/sim_to_real/model_configs/")
+                    arch = (ModelArch.from_hf_config(configs[r["model"]], name=r["model"], source=source)
+                            if r["model"] in configs else
+                            load_hf_config(os.path.join(MODEL_CONFIGS, r["model"]), name=r["model"]))
+                except ConfigError as e:
+                    raise ConfigError(f"{source}: model {r['model']!r}: its config is not in the table and it is not "
+                                      f"one of bench/sim_to_real/model_configs/" if r["model"] not in configs else
+                                      f"{source}: model {r['model']!r}: {e}")
                 if r["layers"] != arch.num_layers:
                     raise ConfigError(f"{source}: {r['model']} was timed with {r['layers']} layers, its config has "
                                       f"{arch.num_layers} (a --dry-run table checks the script only)")
