@@ -1,5 +1,5 @@
-"""Time the step model's pieces on a real GPU: a table of kernel times for the fit of the GPU's
-efficiencies (``python -m generation.engine.perf.fit_kernels``).
+"""Time the step model's pieces on a real GPU: a table of single kernels' times, which
+``python -m generation.engine.perf.fit_kernels --kernels`` prints against the datasheet.
 
 Run on the GPU to be profiled (it needs torch with CUDA; nothing of the project is imported, so
 that it runs under any Python with torch)::
@@ -390,11 +390,13 @@ def env_row(dev: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default="kernels.jsonl", help="the table to write (JSON lines)")
     ap.add_argument("--budget", type=float, default=420.0, help="seconds in all; later sections are cut")
     ap.add_argument("--dry-run", action="store_true", help="on the CPU, 1/16 of the sizes")
-    ap.add_argument("--sections", default="peak,gemm,attn_decode,attn_prefill,moe,fp8,elementwise,sample")
+    ap.add_argument("--sections", default="peak,gemm,attn_decode,attn_prefill,moe,fp8,elementwise,sample",
+                    help="comma-separated sections to time, in this order")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     scale = 16 if a.dry_run else 1

@@ -237,7 +237,8 @@ def points(dry: bool):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default="steps.jsonl", help="the table to write (JSON lines)")
     ap.add_argument("--budget", type=float, default=300.0,
                     help="seconds in all, shared among the models; a model's later shapes are cut")

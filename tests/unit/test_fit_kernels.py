@@ -163,3 +163,14 @@ def test_a_model_of_your_own_travels_in_the_table(tmp_path, capsys):
                            [{"kind": "model", "model": "my-llama", "tp": 1, "config": {"hidden_size": 8}}, *rows]))
     assert fk.main(["--gpu", "B200", "--steps", str(own), "--dry"]) == 2
     assert "model 'my-llama': " in capsys.readouterr().err
+
+
+def test_a_dry_run_table_is_refused(tmp_path, capsys):
+    """The GPU scripts' --dry-run (the CPU at 1/16 of the sizes) marks its env row; neither
+    table of such a run is taken for a measurement."""
+    dry = tmp_path / "dry.jsonl"
+    dry.write_text('{"kind": "env", "dry_run": true}\n')
+    assert fk.main(["--gpu", "B200", "--steps", str(dry), "--dry"]) == 2
+    assert "a --dry-run table" in capsys.readouterr().err
+    assert fk.main(["--gpu", "B200", "--steps", fk.table_path("H200", "compiled"), "--kernels", str(dry), "--dry"]) == 2
+    assert "dry.jsonl: a --dry-run table" in capsys.readouterr().err

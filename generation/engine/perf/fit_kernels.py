@@ -239,6 +239,14 @@ def with_step_overhead(constants: PerfConstants, gpu: str) -> tuple[PerfConstant
     return replace(constants, t_layer=t), 32 * (t - constants.t_layer)
 
 
+def refuse_dry_run(rows: list[dict], path: str) -> None:
+    """Raises ConfigError when the table's env row says the GPU script ran with --dry-run (the
+    CPU at 1/16 of the sizes: a check of the script, not a measurement)."""
+    from generation.config.values import ConfigError
+    if any(r.get("kind") == "env" and r.get("dry_run") for r in rows):
+        raise ConfigError(f"{path}: a --dry-run table (the CPU at 1/16 of the sizes) checks the script only")
+
+
 def measured_overhead_per_layer(gpu: str = "H200") -> float:
     """Seconds a layer of a real step adds to its kernels, as the shipped profile of ``gpu``
     found it (its ``t_layer`` less the kernels' own ``kernel_t_layer``): what a GPU without a
@@ -262,9 +270,12 @@ def held_out(constants: PerfConstants) -> list[str]:
 
 
 def main(argv=None) -> int:
+    from .hardware import GPUS
     p = argparse.ArgumentParser(prog="python -m generation.engine.perf.fit_kernels",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--gpu", default="H200", help="the GPU the tables were timed on (its peaks: --gpu's list)")
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--gpu", default="H200", help=f"the GPU the tables were timed on, whose datasheet peaks the "
+                                                 f"fit divides by: {', '.join(GPUS)}")
     p.add_argument("--steps", default=None,
                    help="a step table of your own (bench/gpu_step_table.py --compile's output, .jsonl or .jsonl.gz; "
                         "default: the shipped table of --gpu)")
@@ -272,7 +283,8 @@ def main(argv=None) -> int:
     p.add_argument("--table", default="compiled", choices=("compiled", "eager"),
                    help="which shipped step table (without --steps)")
     p.add_argument("--cv", action="store_true", help="also leave each model out in turn")
-    p.add_argument("--out", default=None, help="profile to write (default: profiles/<gpu>.json)")
+    p.add_argument("--out", default=None, help="profile to write (default: the shipped profiles/<gpu>.json, "
+                                               "overwritten; --dry writes nothing)")
     p.add_argument("--dry", action="store_true", help="print the fit, write nothing")
     args = p.parse_args(argv)
     from generation.config.values import ConfigError
@@ -282,24 +294,35 @@ def main(argv=None) -> int:
         gpu = gpu_by_name(args.gpu)
         kpath = args.kernels or table_path(gpu.name, "kernels")
         if args.kernels or os.path.isfile(kpath):
-            print("\n".join(kernel_summary(read_table(kpath), gpu)))
+            krows = read_table(kpath)
+            refuse_dry_run(krows, kpath)
+            print("\n".join(kernel_summary(krows, gpu)))
         spath = args.steps or table_path(gpu.name, args.table)
         if not args.steps and not os.path.isfile(spath):
             raise ConfigError(f"no step table of the {gpu.name} is shipped: time one on the GPU "
                               f"(bench/gpu_step_table.py --compile) and pass it with --steps")
         host = load_constants(HOST_BASIS)[0]
-        fit = StepTableFit(read_table(spath), gpu, host, source=spath)
+        srows = read_table(spath)
+        refuse_dry_run(srows, spath)
+        fit = StepTableFit(srows, gpu, host, source=spath)
         if not fit.rows:
             raise ConfigError(f"{spath}: no step rows (bench/gpu_step_table.py writes them)")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     c, rms0, rms1 = fit.fit()
+    # a constant left on a bound was not told apart by the table (m_half's floor 1 is "no
+    # small-batch penalty", what the H200's GEMMs show, not a failure)
+    pinned = [k for k in FREE if k != "m_half"
+              and any(math.isclose(getattr(c, k), b, rel_tol=1e-3) for b in BOUNDS[k])]
     print(f"\nstep table ({os.path.basename(spath)}, {len(fit.rows)} steps of {len(fit.models)} models"
           + (f"; {fit.failed} shapes the GPU script could not time" if fit.failed else "")
           + f"): RMS of log(predicted / measured) {rms0:.4f} with the {HOST_BASIS}'s GPU constants -> {rms1:.4f}")
     for k in FREE:
         print(f"  {k:10s} {getattr(host, k):12.6g} -> {getattr(c, k):12.6g}")
+    for k in pinned:
+        print(f"  warning: {k} ended on its bound {getattr(c, k):.6g}: the table cannot tell it from the others "
+              f"(fewer models or shapes than it needs); the shipped H200 fit used 9 dense models")
     moe = {r["model"] for r in fit.rows if fit.models[(r["model"], r["tp"])].moe_layers}
     prefixed = [r for r in fit.rows if r.get("P", 0) and r["model"] not in moe]
     if prefixed:
