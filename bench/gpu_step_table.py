@@ -139,7 +139,7 @@ class Step:
     chunk of ``n``), over ``model``; ``kv_pool`` a flat bf16 buffer for the KV caches."""
 
     def __init__(self, m: Model, b: int, c: int, n: int, kv_pool: torch.Tensor, p: int = 0):
-        self.m, self.b, self.c, self.n, self.p = m, b, c, n, p
+        self.m, self.b, self.n, self.p = m, b, n, p
         dev = m.dev
         t = b + n
         self.x = torch.randn(t, m.h, device=dev, dtype=DTYPE)

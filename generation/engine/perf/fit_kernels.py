@@ -49,10 +49,11 @@ import statistics
 import sys
 from dataclasses import replace
 
+from .groundtruth import DATA_DIR
 from .step_model import PROFILE_DIR, PerfConstants, StepModel, load_constants
 
 TABLE_DIR = os.path.join(os.path.dirname(__file__), "gpu_tables")
-MODEL_CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench", "sim_to_real", "model_configs")
+MODEL_CONFIGS = os.path.join(DATA_DIR, "model_configs")
 FREE = ("eta_w", "eta_f", "eta_kv", "eta_a", "overlap", "m_half", "t_layer", "t_vocab")
 # A MoE model's expert kernels in the table are torch's (grouped GEMMs, a router, sort and gather
 # in plain ops), not vLLM's fused MoE: fitted to them, an H200 ran Mixtral 40% slower than the
@@ -61,8 +62,7 @@ MOE_FROM_HOST = ("eta_moe", "t_moe")
 HOST_BASIS = "H100"          # the profile the host-side constants come from
 # bounds of the free constants (efficiencies as fractions of the datasheet's peaks; seconds)
 BOUNDS = {"eta_w": (0.2, 1.0), "eta_f": (0.2, 1.0), "eta_kv": (0.2, 1.0), "eta_a": (0.05, 1.0),
-          "eta_moe": (0.2, 1.0), "overlap": (1.0, 50.0), "m_half": (1.0, 4096.0),
-          "t_layer": (1e-7, 1e-3), "t_moe": (1e-7, 1e-3), "t_vocab": (1e-14, 1e-8)}
+          "overlap": (1.0, 50.0), "m_half": (1.0, 4096.0), "t_layer": (1e-7, 1e-3), "t_vocab": (1e-14, 1e-8)}
 
 
 def table_path(gpu: str, which: str) -> str:
@@ -337,8 +337,9 @@ def main(argv=None) -> int:
     tpath = table_path(gpu.name, "moe_triton")
     if not args.steps and os.path.isfile(tpath):
         tri = StepTableFit(read_table(tpath), gpu, host, source=tpath)
-        err = [p / (r["us"] * 1e-6) - 1 for p, r in zip(tri.predict(c), tri.rows) if not r.get("P", 0)]
-        dec = [p / (r["us"] * 1e-6) - 1 for p, r in zip(tri.predict(c), tri.rows) if not r["n"]]
+        ratio = [(p / (r["us"] * 1e-6) - 1, r) for p, r in zip(tri.predict(c), tri.rows)]
+        err = [e for e, r in ratio if not r.get("P", 0)]
+        dec = [e for e, r in ratio if not r["n"]]
         print(f"  the same MoE steps with fused Triton experts ({len(err)} steps, {os.path.basename(tpath)}): the "
               f"profile {100 * statistics.mean(err):+.1f}% on average, decode {100 * min(dec):+.1f} to "
               f"{100 * max(dec):+.1f}%")
