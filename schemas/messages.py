@@ -265,6 +265,19 @@ class AnthropicToolChoiceSchema(BaseSchema):
             raise ValidationError({"name": ["tool_choice of type 'tool' requires a non-empty 'name'."]})
 
 
+def _anthropic_wording(messages):
+    """``messages`` (marshmallow's error tree) with its missing-field message in Anthropic's words
+    (``max_tokens: Field required``, as its API answers)."""
+    if isinstance(messages, dict):
+        return {k: _anthropic_wording(v) for k, v in messages.items()}
+    if isinstance(messages, list):
+        return [_anthropic_wording(v) for v in messages]
+    return "Field required." if messages == MISSING else messages
+
+
+MISSING = fields.Field.default_error_messages["required"]
+
+
 class CountTokensRequestSchema(BaseSchema):
     """``POST /v1/messages/count_tokens``: the prompt part of a Messages request."""
     __model__ = p.CountTokensRequest
@@ -283,6 +296,9 @@ class CountTokensRequestSchema(BaseSchema):
             raise ValidationError("Field required.")
         if not value:
             raise ValidationError("messages must not be empty.")
+
+    def handle_error(self, error, data, **kwargs):
+        raise ValidationError(_anthropic_wording(error.messages), error.field_name, data) from None
 
 
 class MessagesRequestSchema(CountTokensRequestSchema):

@@ -346,6 +346,19 @@ def test_missing_max_tokens(api):
     _assert_anthropic_error(r, 400, "invalid_request_error", "max_tokens")
 
 
+@pytest.mark.parametrize("body,message", [
+    ({"model": "test-model", "messages": [{"role": "user", "content": U}]}, "max_tokens: Field required."),
+    ({"model": "test-model", "max_tokens": 5}, "messages: Field required."),
+    ({"model": "test-model", "max_tokens": 5, "messages": [{"content": U}]}, "messages[0].role: Field required."),
+])
+def test_missing_field_in_anthropic_words(api, body, message):
+    """A missing field is named as Anthropic's API names it (``max_tokens: Field required``), not in
+    the validation library's words."""
+    r = post(api, body)
+    _assert_anthropic_error(r, 400, "invalid_request_error", "Field required")
+    assert r.json()["error"]["message"] == message
+
+
 @pytest.mark.parametrize("body,field", [
     ({"messages": [{"role": "user", "content": [{"type": "video", "url": "x"}]}]}, "messages[0].content[0].type"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
