@@ -21,6 +21,7 @@ histogram within 10% of the clients.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -182,7 +183,8 @@ def virtual(gpu: str, batch: int, prompt_tokens: int, output_tokens: int) -> dic
             "ttft_ms": sum(ttft) / len(ttft)}
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     rows = []
     for name, gpu, batch, p, o, key, published in CASES:
         port = free_port()

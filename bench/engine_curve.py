@@ -26,18 +26,21 @@ CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--gpu", default="H100")
     p.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
     p.add_argument("--prompt-tokens", type=int, default=1024)
     p.add_argument("--output-tokens", type=int, default=256)
-    p.add_argument("--plot", default=str(ROOT / "bench" / "engine_curve.png"))
+    p.add_argument("--plot", default=str(ROOT / "bench" / "engine_curve.png"),
+                   help="the figure's file (the default is the README's, overwritten)")
     a = p.parse_args()
     cfg = load_config([a.model, "--latency-calculator", "step", "--gpu", a.gpu, "--max-model-len", "8192"])
     st = resolve_step_settings(cfg)
     rows = []
     print(f"{st.gpu.name} {st.arch.name}: {a.prompt_tokens} in / {a.output_tokens} out, closed loop")
-    print(f"{'C':>5s} {'TTFT p50':>9s} {'TTFT p99':>9s} {'ITL p50':>8s} {'ITL p99':>8s} {'tok/s':>8s} {'preempt':>8s}")
+    print(f"{'C':>5s} {'TTFT p50':>9s} {'TTFT p99':>9s} {'ITL p50':>8s} {'ITL p99':>8s} {'tok/s':>8s} {'preempt':>8s}"
+          "   (times in ms)")
     for c in CONCURRENCY:
         trace = [TraceRequest(0.0, a.prompt_tokens, a.output_tokens) for _ in range(8 * c)]
         res = replay(scheduler_for(st, cfg.max_model_len), st.step_time, trace, concurrency=c)
@@ -49,7 +52,7 @@ def main() -> int:
         row = (c, s["ttft_s"]["p50"], s["ttft_s"]["p99"], s["itl_s"]["p50"], s["itl_s"]["p99"],
                s["output_tokens_per_s"], s["preemptions"])
         rows.append(row)
-        print(f"{c:5d} {1000 * row[1]:8.1f}m {1000 * row[2]:8.1f}m {1000 * row[3]:7.2f}m {1000 * row[4]:7.2f}m "
+        print(f"{c:5d} {1000 * row[1]:9.1f} {1000 * row[2]:9.1f} {1000 * row[3]:8.2f} {1000 * row[4]:8.2f} "
               f"{row[5]:8.0f} {row[6]:8d}")
     import matplotlib
     matplotlib.use("Agg")

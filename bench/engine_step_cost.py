@@ -9,6 +9,7 @@ as a group (:meth:`Scheduler.decode_in_groups`), per step and per token; the mac
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -51,7 +52,10 @@ def cost(n: int, steps: int = 2000, group: bool = False) -> float:
 
 
 if __name__ == "__main__":
-    for n in [int(a) for a in sys.argv[1:]] or [256, 1024]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("running", nargs="*", type=int, default=[256, 1024],
+                    help="running sequences per measurement (default: 256 1024)")
+    for n in ap.parse_args().running:
         live, group = cost(n), cost(n, group=True)
         print(f"{n:5d} running sequences: {live:7.1f} us of engine CPU per step; the replay's group step "
               f"{group:6.1f} us ({group / n:.3f} us per token)")
