@@ -50,6 +50,8 @@ def run_pooled(sim, seqs) -> None:
     a time; here the default 1,024 seats and 1,000 queue places made every 2,048-document rerank
     a 429, against the documented 2,048 limit).  Raises QueueFullError (429) when a wave finds
     the queue full, or ClientDisconnected; anything admitted is released on failure."""
+    if not seqs:
+        return
     environ = request.environ
     cfg = sim.config
     wave = len(seqs) if len(seqs) <= cfg.max_num_seqs + cfg.max_waiting_queue_length else max(cfg.max_num_seqs, 1)

@@ -175,7 +175,7 @@ class StringOrList(fields.Field):
 
 
 class BaseSchema(Schema):
-    """Unknown keys ignored, ``null`` allowed everywhere; a schema that names a ``__model__``
+    """Unknown keys ignored, ``null`` allowed for every field that is not required; a schema that names a ``__model__``
     (a dataclass of :mod:`generation.adapters.protocol`) loads into it."""
     __model__ = None
 
@@ -183,7 +183,11 @@ class BaseSchema(Schema):
         unknown = EXCLUDE
 
     def on_bind_field(self, field_name, field_obj):
-        field_obj.allow_none = True
+        # null is "not given" for an optional field; a required one stays required (a null
+        # there is a 400 naming it, never a None the handler was promised it would not see).
+        field_obj.allow_none = not field_obj.required
+        if field_obj.required:
+            field_obj.error_messages = {**field_obj.error_messages, "null": field_obj.error_messages["required"]}
 
     @post_load
     def _typed(self, data, **kwargs):

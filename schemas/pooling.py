@@ -114,9 +114,10 @@ class CohereInputSchema(BaseSchema):
 class CohereEmbedRequestSchema(BaseSchema):
     model = fields.Raw()
     input_type = fields.String()
-    texts = fields.List(fields.String())
-    images = fields.List(fields.String())
-    inputs = fields.List(fields.Nested(CohereInputSchema))
+    texts = fields.List(fields.String(), validate=validate.Length(min=1, error="texts must not be empty"))
+    images = fields.List(fields.String(), validate=validate.Length(min=1, error="images must not be empty"))
+    inputs = fields.List(fields.Nested(CohereInputSchema),
+                         validate=validate.Length(min=1, error="inputs must not be empty"))
     output_dimension = StrictInt(validate=[
         validate.Range(min=1, error="output_dimension must be at least 1"),
         validate.Range(max=MAX_DIMENSIONS, error=f"output_dimension must be at most {MAX_DIMENSIONS}")])

@@ -252,6 +252,8 @@ def test_rerank_multimodal_document(cross):
 
 
 @pytest.mark.parametrize("body, param", [({"documents": ["a"]}, "query"), ({"query": "a"}, "documents"),
+                                         ({"query": None, "documents": ["b"]}, "query"),
+                                         ({"query": "a", "documents": None}, "documents"),
                                          ({"query": "a", "documents": ["b"], "top_n": "1"}, "top_n")])
 def test_rerank_errors(cross, body, param):
     err(cross.post("/rerank", json=body), 400, param)
@@ -291,6 +293,9 @@ def test_cohere_embed_default_and_images(embed):
     ({"texts": ["a"], "output_dimension": 12, "embedding_types": ["binary"]}, "embedding_types", "multiple of 8"),
     ({"texts": ["a b c"], "truncate": "NONE", "max_tokens": 2}, "max_tokens", "exceeds max_tokens=2"),
     ({"texts": ["a"], "truncate": "MIDDLE"}, "truncate", "truncate"),
+    ({"texts": []}, "texts", "texts must not be empty"),
+    ({"images": []}, "images", "images must not be empty"),
+    ({"inputs": []}, "inputs", "inputs must not be empty"),
 ])
 def test_cohere_embed_errors(embed, body, param, text):
     assert text in err(embed.post("/v2/embed", json=body), 400, param)
