@@ -34,6 +34,14 @@ POLICY = RFC9110_5_3_SINGLETON_FIELDS | {"EXPECT"}     # names gunicorn's header
 class LeanRequest(Request):
     """gunicorn's ``Request`` with a one-pass reading of a plain head (see the module)."""
 
+    def _apply_header_policy(self, name, value, *args, **kwargs):
+        # uvicorn (vLLM's server) acts on ``Expect: 100-continue`` alone and serves a request
+        # with any other expectation as if it had none; gunicorn answers those with its own
+        # HTML 417 page.
+        if name == "EXPECT" and value.lower() != "100-continue":
+            return (name, value)
+        return super()._apply_header_policy(name, value, *args, **kwargs)
+
     def parse(self, unreader):
         if self._use_fast or (self.req_number == 1 and self.cfg.proxy_protocol != "off"):
             return super().parse(unreader)
