@@ -36,9 +36,13 @@ def retrieve_response(response_id: str):
 
 @bp.post("/v1/responses/<response_id>/cancel")
 def cancel_response(response_id: str):
-    """vLLM cancels only background responses; every response here ran in the foreground and is
-    finished, so a stored one gets vLLM's 400 ``Cannot cancel a synchronous response.``"""
-    store = simulator().response_store
+    """A running background response is cancelled (its object, ``status`` ``cancelled``); any
+    other stored one gets vLLM's 400 ``Cannot cancel a synchronous response.``"""
+    sim = simulator()
+    store = sim.response_store
     if store is None or store.get(response_id) is None:
         return _not_found(response_id)
-    return error_response(APIError("Cannot cancel a synchronous response.", 400))
+    cancelled = store.cancel(sim, response_id)
+    if cancelled is None:
+        return error_response(APIError("Cannot cancel a synchronous response.", 400))
+    return json_response(cancelled)

@@ -96,6 +96,9 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         if req.stream:
             stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
             return 200, [*extra.items(), *SSE_BASE_HEADERS], stream
+        if adapter.background:          # answered now, run on (Responses API, "background": true)
+            body = [orjson.dumps(adapter.start_background(seqs))]
+            return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(len(body[0])))], body
         run_to_completion(sim, seqs, environ)
         if work[0] <= PACED_WORK:
             body = [orjson.dumps(adapter.render(seqs))]

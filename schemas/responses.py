@@ -9,7 +9,9 @@ history), instructions, max_output_tokens, tools, tool_choice (``none``, ``auto`
 ``required``, ``{"type":"function","name"}``, and ``allowed_tools`` / ``custom`` / hosted tool
 types which are accepted but not enforced), text.format (``text``, ``json_object``,
 ``json_schema``), include, top_logprobs, stream, and the vLLM extensions ignore_eos and
-kv_transfer_params.  Accepted and ignored: previous_response_id, store, reasoning,
+kv_transfer_params; store and background (with ``VLLM_ENABLE_RESPONSES_API_STORE=1``: a
+background request is answered ``queued`` and runs on, ``GET /v1/responses/{id}`` finds it, and a
+cancel stops it).  Accepted and ignored: previous_response_id, reasoning,
 temperature, top_p, metadata, parallel_tool_calls, truncation, user, service_tier,
 prompt_cache_key.
 
@@ -347,6 +349,7 @@ class ResponsesRequestSchema(BaseSchema):
     temperature = StrictFloat()
     top_p = StrictFloat()
     store = StrictBool()
+    background = StrictBool()
     metadata = fields.Dict()
     previous_response_id = fields.String()
     user = fields.String()

@@ -52,6 +52,7 @@ class Adapter:
     envelope = "openai"
     cache_threshold_header = True
     image_output = False      # --omni's image decision applies (chat; Anthropic messages: its latency only)
+    background = False        # answered once admitted, run on (:meth:`start_background`; Responses API)
 
     def __init__(self, sim, body):
         self.sim = sim
@@ -77,6 +78,10 @@ class Adapter:
         raise NotImplementedError
 
     def stream(self, seqs):
+        raise NotImplementedError
+
+    def start_background(self, seqs) -> dict:
+        """The body answering a :attr:`background` request whose ``seqs`` were admitted."""
         raise NotImplementedError
 
     # the error ``type`` of a GenerationError (an engine-refused request) inside the stream: the

@@ -252,6 +252,7 @@ class ResponsesRequest:
     temperature: float | None = None
     top_p: float | None = None
     store: bool | None = None
+    background: bool | None = None
     metadata: dict | None = None
     previous_response_id: str | None = None
     user: str | None = None

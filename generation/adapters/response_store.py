@@ -1,23 +1,36 @@
 """Stored Responses-API answers (vLLM's ``VLLM_ENABLE_RESPONSES_API_STORE=1``), for
-``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``.
+``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``, and the background responses
+(``"background": true``) that run after their request has been answered.
 
 vLLM keeps every ``store``d response in memory when that variable is set (and nothing
 otherwise: the routes then answer 404).  Here the store is bounded: the oldest entries go first
-beyond :data:`MAX_STORED`.
+beyond :data:`MAX_STORED`.  A background response is stored ``queued`` when its request is
+answered, and replaced by its final object (``completed``, ``incomplete``) when it ends, unless
+it was cancelled meanwhile; if the server fails it, it reads ``failed`` (vLLM's
+``OpenAIServingResponses._run_background_request`` and ``cancel_responses``).  Running ones are
+bounded by admission (``--max-num-seqs`` plus the waiting queue), as any request is.
 """
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 
+import gevent
+
 MAX_STORED = 10_000
+RUNNING = ("queued", "in_progress")      # the statuses a cancel applies to (vLLM's)
+
+log = logging.getLogger("vllm_sim")
 
 
 class ResponseStore:
-    """``response id -> response object`` (the JSON dict as returned), oldest dropped first."""
+    """``response id -> response object`` (the JSON dict as returned), oldest dropped first;
+    ``tasks``: ``response id -> (greenlet, sequences)`` of the background responses running."""
 
     def __init__(self, limit: int = MAX_STORED):
         self.limit = limit
         self.items: OrderedDict[str, dict] = OrderedDict()
+        self.tasks: dict[str, tuple] = {}
 
     def put(self, response: dict) -> None:
         self.items[response["id"]] = response
@@ -25,5 +38,48 @@ class ResponseStore:
         while len(self.items) > self.limit:
             self.items.popitem(last=False)
 
+    def put_final(self, response: dict) -> None:
+        """Store a finished response, unless its background run was cancelled meanwhile (vLLM
+        keeps the cancelled object)."""
+        old = self.items.get(response["id"])
+        if old is None or old.get("status") != "cancelled":
+            self.put(response)
+
     def get(self, response_id: str) -> dict | None:
         return self.items.get(response_id)
+
+    def run_in_background(self, sim, seqs, queued: dict, finish) -> None:
+        """Store ``queued`` and run ``seqs`` (admitted) to their end in a greenlet of their own,
+        then ``finish(seqs)``, which stores the final object (:meth:`put_final`).  A cancel
+        (:meth:`cancel`) aborts them; a failure marks the stored object ``failed``."""
+        rid = queued["id"]
+        self.put(queued)
+
+        def run():
+            try:
+                sim.complete(seqs)
+                finish(seqs)
+            except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
+                found = self.items.get(rid)
+                if found is not None and found.get("status") in RUNNING:
+                    log.warning("background response %s failed: %r", rid, e)
+                    self.put({**found, "status": "failed"})
+                sim.cancel(seqs, "error")
+            finally:
+                self.tasks.pop(rid, None)
+
+        self.tasks[rid] = (gevent.spawn(run), seqs)
+
+    def cancel(self, sim, response_id: str) -> dict | None:
+        """Cancel a running background response: its stored object reads ``cancelled`` (the
+        rest as it was), its sequences are aborted.  None when it is not running (vLLM's
+        ``Cannot cancel a synchronous response.``)."""
+        found = self.items.get(response_id)
+        if found is None or found.get("status") not in RUNNING:
+            return None
+        cancelled = {**found, "status": "cancelled"}
+        self.put(cancelled)
+        task = self.tasks.pop(response_id, None)
+        if task is not None:
+            sim.cancel(task[1], "abort")
+        return cancelled

@@ -27,6 +27,11 @@ response.content_part.done (text) or response.function_call_arguments.delta...,
 response.function_call_arguments.done (tool call), then response.output_item.done and
 response.completed carrying the full response (``response.incomplete`` when the answer was
 cut short, as OpenAI ends such a stream).  Errors use the OpenAI envelope.
+
+``"background": true`` (vLLM's, with its response store on): a non-streaming request is
+answered at once with the ``queued`` object (no output, no usage), runs on after the answer, and
+its stored object becomes the final one (:mod:`generation.adapters.response_store`); a streaming
+one streams as any other, its objects saying ``"background": true``.
 """
 from __future__ import annotations
 
@@ -45,6 +50,11 @@ from .sampling import responses_reasoning
 from generation.content.reasoning import content_text, reasoning_text
 
 
+# vLLM's answer to "background": true when responses are not stored (its _validate_create_responses_input)
+NO_STORE_FOR_BACKGROUND = ("This vLLM engine does not support `store=True` and therefore does not support the "
+                           "background mode. To enable these features, set the environment variable "
+                           "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.")
+
 # the checkers' chat-completions field names, as a Responses request spells them
 RESPONSES_FIELDS = FieldNames((r"response_format\.json_schema", "text.format"),
                               (r"tools\[(\d+)\]\.function", r"tools[\1]"))
@@ -55,6 +65,8 @@ class ResponsesAdapter(Adapter):
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
+        if b.background and b.store is False:       # vLLM's ResponsesRequest.validate_background
+            raise InvalidParam("background can only be used when `store` is true", "background")
         mot = b.max_output_tokens
         if mot is not None and mot <= 0:
             raise InvalidParam("max_output_tokens: must be a positive integer", "max_output_tokens")
@@ -66,6 +78,8 @@ class ResponsesAdapter(Adapter):
         with RESPONSES_FIELDS:
             check_tools(sim, None, None, rf)
         model, lora = sim.resolve_model(b.model)
+        if b.background and getattr(sim, "response_store", None) is None:
+            raise InvalidParam(NO_STORE_FOR_BACKGROUND)
         check_logprobs_cap(sim, b.top_logprobs, "top_logprobs")
         check_sampling_ranges(b)
         with RESPONSES_FIELDS:
@@ -84,7 +98,21 @@ class ResponsesAdapter(Adapter):
             reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
         self.ctx.store = getattr(sim, "response_store", None) is not None and b.store is not False
+        self.ctx.background = bool(b.background)
         return self.req
+
+    @property
+    def background(self) -> bool:
+        """A non-streaming ``"background": true`` request: answered ``queued`` at once, run on."""
+        return self.ctx.background and not self.req.stream
+
+    def start_background(self, seqs) -> dict:
+        """Answer a background request (its sequences admitted): the ``queued`` object, stored;
+        the sequences run on in a greenlet of their own, and ``GET /v1/responses/{id}`` then
+        finds the final object (vLLM's ``create_responses`` with ``request.background``)."""
+        queued = base_response(self.ctx, "queued")
+        self.sim.response_store.run_in_background(self.sim, seqs, queued, self.render)
+        return queued
 
     def render(self, seqs) -> dict:
         out = render_response(self.ctx, seqs[0])
@@ -98,7 +126,7 @@ class ResponsesAdapter(Adapter):
         """Keep a finished response for ``GET /v1/responses/{id}`` when the server stores them
         (``VLLM_ENABLE_RESPONSES_API_STORE=1``) and the request did not say ``store: false``."""
         if self.ctx.store:
-            self.sim.response_store.put(response)
+            self.sim.response_store.put_final(response)
 
     def stream_error(self, body: dict) -> bytes:
         err = body["error"]
@@ -309,7 +337,7 @@ def to_response_format(text_cfg) -> dict | None:
 class _Ctx:
     """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
     __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store",
-                 "block")
+                 "block", "background")
 
     def __init__(self, body: ResponsesRequest, req, want_logprobs, top, block: int = 0):
         self.body = body
@@ -327,6 +355,7 @@ class _Ctx:
             self.text_format = {"type": "text"}
         self.n = 0
         self.store = False
+        self.background = False
 
     def event(self, type_: str, payload: dict) -> bytes:
         """One named SSE event with the next ``sequence_number``."""
@@ -347,7 +376,7 @@ def base_response(ctx: _Ctx, status: str) -> dict:
     model reads (request settings echoed, defaults as OpenAI reports them)."""
     d = ctx.body
     return {"id": f"resp_{ctx.req.request_id}", "object": "response", "created_at": ctx.created,
-            "status": status, "background": False, "error": None, "incomplete_details": None,
+            "status": status, "background": ctx.background, "error": None, "incomplete_details": None,
             "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
             "max_tool_calls": None, "model": ctx.req.model, "output": [],
             "parallel_tool_calls": _or(d.parallel_tool_calls, True),
@@ -501,7 +530,7 @@ def stream_response(sim, ctx: _Ctx, seq):
                                                  "item": _message_item(ctx, status, [done_part])}))
     final = render_response(ctx, seq)
     if ctx.store:
-        sim.response_store.put(final)
+        sim.response_store.put_final(final)
     # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
     yield ev("response.incomplete" if final["status"] == "incomplete" else "response.completed", {"response": final})
 

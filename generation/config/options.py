@@ -374,7 +374,7 @@ _declare("environment",
          Option("vllm-dev-mode", "bool", False, "`1` enables development routes (/sleep, /reset_prefix_cache, "
                 "/server_info)", env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"),
          Option("enable-responses-api-store", "bool", False, "`1` keeps Responses-API answers for "
-                "GET /v1/responses/{id}", env="VLLM_ENABLE_RESPONSES_API_STORE", cli=False,
+                "GET /v1/responses/{id}, and allows `\"background\": true`", env="VLLM_ENABLE_RESPONSES_API_STORE", cli=False,
                 shown_as="EnableResponsesApiStore"))
 
 ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)

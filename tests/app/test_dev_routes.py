@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -107,6 +108,75 @@ def test_stored_responses(app_client):
     not_kept = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,
                                                "store": False}).json()
     assert not_kept["store"] is False and api.get(f"/v1/responses/{not_kept['id']}").status_code == 404
+
+
+STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
+ASK = {"model": "test-model", "input": "Hi", "max_output_tokens": 5}
+
+
+def _settled(api, rid: str, timeout: float = 5.0) -> dict:
+    """The stored response once it is no longer ``queued`` (or after ``timeout`` seconds)."""
+    import gevent
+    deadline = time.monotonic() + timeout
+    while True:
+        got = api.get(f"/v1/responses/{rid}").json()
+        if got["status"] != "queued" or time.monotonic() > deadline:
+            return got
+        gevent.sleep(0.02)
+
+
+def test_background_response_is_queued_then_completed(app_client):
+    """vLLM's ``background: true``: answered at once, ``queued`` with no output or usage, and
+    the stored object becomes the finished one (vLLM's test_background)."""
+    api = app_client("--time-to-first-token", "200ms", env=STORE)
+    t0 = time.monotonic()
+    out = api.post("/v1/responses", json={**ASK, "background": True}).json()
+    assert time.monotonic() - t0 < 0.2
+    assert (out["status"], out["background"], out["output"], out["usage"], out["store"]) == \
+        ("queued", True, [], None, True)
+    done = _settled(api, out["id"])
+    assert done["status"] in ("completed", "incomplete") and done["background"] is True
+    assert done["output"][0]["content"][0]["text"] and done["usage"]["output_tokens"] >= 1
+    r = api.post(f"/v1/responses/{out['id']}/cancel")
+    assert r.status_code == 400 and r.json()["error"]["message"] == "Cannot cancel a synchronous response."
+
+
+def test_background_response_cancelled(app_client):
+    """A cancel stops a running background response: ``cancelled`` it stays, its slot is
+    freed and counted as an abort (vLLM's test_background_cancel)."""
+    api = app_client("--time-to-first-token", "3s", env=STORE)
+    out = api.post("/v1/responses", json={**ASK, "background": True}).json()
+    r = api.post(f"/v1/responses/{out['id']}/cancel")
+    assert r.status_code == 200 and r.json()["status"] == "cancelled" and r.json()["id"] == out["id"]
+    assert api.sim.response_store.tasks == {}
+    import gevent
+    gevent.sleep(0.3)
+    assert api.get(f"/v1/responses/{out['id']}").json()["status"] == "cancelled"
+    metrics = api.get("/metrics").text
+    assert 'vllm:num_requests_running{engine="0",model_name="test-model"} 0.0' in metrics
+    assert 'finished_reason="abort",model_name="test-model"} 1.0' in metrics
+
+
+def test_background_stream_says_so(app_client):
+    """A streaming background request streams as any other, its objects saying so."""
+    from support import named_events
+    api = app_client(env=STORE)
+    events = named_events(api.post("/v1/responses", json={**ASK, "background": True, "stream": True}).text)
+    final = events[-1][1]["response"]
+    assert events[0][1]["response"]["background"] is True and final["background"] is True
+    assert api.get(f"/v1/responses/{final['id']}").json() == final
+
+
+@pytest.mark.parametrize("env, body, param, text", [
+    (STORE, {**ASK, "background": True, "store": False}, "background",
+     "background can only be used when `store` is true"),
+    ({}, {**ASK, "background": True}, None, "VLLM_ENABLE_RESPONSES_API_STORE=1"),
+    (STORE, {**ASK, "background": "yes"}, "background", "Not a valid boolean."),
+])
+def test_background_errors(app_client, env, body, param, text):
+    r = app_client(env=env).post("/v1/responses", json=body)
+    assert r.status_code == 400 and text in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["param"] == param
 
 
 def test_responses_are_not_stored_by_default(api):
