@@ -349,19 +349,25 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         content = b'[{"type":"text","text":' + dumps(piece) + b'}]' if image else dumps(piece)
         return heads[i] + b',"delta":{"content":' + content + b'},"logprobs":' + logprobs + fin + end
 
+    def start_all() -> None:
+        # vLLM sends every choice's role chunk, in index order, at the request's first output
+        # (the openai SDK's stream helper needs choice 0's first): not each at its own first token
+        for s in sorted(seqs, key=lambda s: s.index):
+            if not started[s.index] and s.finish_reason != "cache_threshold":
+                started[s.index] = True
+                put(role_chunk(s.index))
+
     for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
         cls = k.__class__
         if cls is int and k >= 0:
             if not started[seq.index]:
-                started[seq.index] = True
-                put(role_chunk(seq.index))
+                start_all()
             put(token_chunk(seq, k))
             continue
         if cls is range:                     # plain tokens due at once: their chunks in one bytes
             i = seq.index
             if not started[i]:
-                started[i] = True
-                put(role_chunk(i))
+                start_all()
             put(_PLAIN_REST.block(heads[i], seq.pieces, k, partial(token_chunk, seq)))
             continue
         if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)

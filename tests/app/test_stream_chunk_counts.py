@@ -56,6 +56,19 @@ def test_chat_stream_is_role_chunk_plus_one_chunk_per_token(timing, n):
         assert all("stop_reason" not in e for e in entries[:-1])       # vLLM: set only when finishing
 
 
+@pytest.mark.parametrize("flags", [("--time-to-first-token", "60ms", "--time-to-first-token-std-dev", "18ms"),
+                                   ("--time-to-first-token", "20ms", "--inter-token-latency", "4ms",
+                                    "--inter-token-latency-std-dev", "1ms", "--time-to-first-token-std-dev", "6ms")])
+def test_every_role_chunk_comes_first_in_index_order(flags):
+    """vLLM sends the n role chunks together, in index order, at the request's first output (the
+    openai SDK's ``chat.completions.stream`` helper raised IndexError when choice 1's came
+    first, as it did when each choice's first token, drawn apart, carried its own)."""
+    for _ in range(5):
+        events = chunks(flags, CHAT, {"messages": MSG, "max_tokens": 4, "ignore_eos": True, "n": 3})
+        firsts = [(c["index"], c["delta"]) for e in events[:3] for c in e["choices"]]
+        assert firsts == [(i, {"role": "assistant", "content": ""}) for i in range(3)], firsts
+
+
 @pytest.mark.parametrize("timing", TIMINGS)
 @pytest.mark.parametrize("n", [1, 2])
 def test_completion_stream_is_one_chunk_per_token(timing, n):
