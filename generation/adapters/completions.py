@@ -36,6 +36,8 @@ class CompletionsAdapter(Adapter):
         check_prompt_logprobs(b.prompt_logprobs, stream)
         check_logprobs_sign(b.logprobs, "logprobs")
         model, lora = sim.resolve_model(b.model)
+        if b.suffix is not None:              # vLLM's renderer: "Return error for unsupported features"
+            raise InvalidParam("suffix is not currently supported")
         if b.prompt is None:
             raise InvalidParam(EMPTY_PROMPT, "prompt")
         check_logprobs_cap(sim, b.logprobs, "logprobs")

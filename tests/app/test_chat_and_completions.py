@@ -411,3 +411,14 @@ def test_completion_echo_param_with_token_ids(api):
     ch = r["choices"][0]
     assert ch["text"].startswith("11,12,13")
     assert "".join(ch["logprobs"]["tokens"]) == ch["text"]
+
+
+@pytest.mark.parametrize("suffix", ["END", ""])
+def test_completion_suffix_is_refused_as_vllm_refuses_it(api, suffix):
+    """vLLM answers any ``suffix`` (even empty) with a 400: its models do not fill in the middle,
+    and FIM clients detect vLLM by that 400 to fall back to plain continuation."""
+    r = post(api, COMPL, {"model": "test-model", "prompt": "def f(", "suffix": suffix, "max_tokens": 4})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert (err["message"], err["type"], err["param"]) == ("suffix is not currently supported", "BadRequestError", None)
+    assert post(api, COMPL, {"model": "test-model", "prompt": "def f(", "suffix": None, "max_tokens": 4}).status_code == 200
