@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from generation.adapters.responses import ResponsesAdapter
+from generation.adapters.responses import ResponsesAdapter, not_found
 from schemas.responses import responses_request_schema
 
 from generation.errors import APIError
@@ -20,8 +20,7 @@ bp.add_url_rule("/v1/responses", "create_response", generation_view(responses_re
 
 
 def _not_found(response_id: str):
-    # vLLM's _make_not_found_error
-    return error_response(APIError(f"Response with id '{response_id}' not found.", 404))
+    return error_response(not_found(response_id))
 
 
 @bp.get("/v1/responses/<response_id>")

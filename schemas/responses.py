@@ -11,7 +11,8 @@ types which are accepted but not enforced), text.format (``text``, ``json_object
 ``json_schema``), include, top_logprobs, stream, and the vLLM extensions ignore_eos and
 kv_transfer_params; store and background (with ``VLLM_ENABLE_RESPONSES_API_STORE=1``: a
 background request is answered ``queued`` and runs on, ``GET /v1/responses/{id}`` finds it, and a
-cancel stops it).  Accepted and ignored: previous_response_id, reasoning,
+cancel stops it), previous_response_id (the stored conversation, continued; vLLM's 404 for an id
+it has not stored).  Accepted and ignored: reasoning,
 temperature, top_p, metadata, parallel_tool_calls, truncation, user, service_tier,
 prompt_cache_key.
 

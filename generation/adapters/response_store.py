@@ -1,5 +1,6 @@
 """Stored Responses-API answers (vLLM's ``VLLM_ENABLE_RESPONSES_API_STORE=1``), for
-``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``, and the background responses
+``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``, the conversations that
+``previous_response_id`` continues, and the background responses
 (``"background": true``) that run after their request has been answered.
 
 vLLM keeps every ``store``d response in memory when that variable is set (and nothing
@@ -18,6 +19,7 @@ from collections import OrderedDict
 import gevent
 
 MAX_STORED = 10_000
+MAX_HISTORY_TOKENS = 16_000_000     # prompt tokens of the conversations kept for previous_response_id
 RUNNING = ("queued", "in_progress")      # the statuses a cancel applies to (vLLM's)
 
 log = logging.getLogger("vllm_sim")
@@ -27,10 +29,30 @@ class ResponseStore:
     """``response id -> response object`` (the JSON dict as returned), oldest dropped first;
     ``tasks``: ``response id -> (greenlet, sequences)`` of the background responses running."""
 
-    def __init__(self, limit: int = MAX_STORED):
+    def __init__(self, limit: int = MAX_STORED, history_tokens: int = MAX_HISTORY_TOKENS):
         self.limit = limit
         self.items: OrderedDict[str, dict] = OrderedDict()
         self.tasks: dict[str, tuple] = {}
+        # response id -> (the chat messages its prompt was made of, their prompt tokens): vLLM's
+        # msg_store, oldest dropped first past ``limit`` entries or ``history_tokens`` in all
+        self.history: OrderedDict[str, tuple] = OrderedDict()
+        self.history_limit = history_tokens
+        self.history_total = 0
+
+    def remember(self, response_id: str, messages: list, tokens: int) -> None:
+        """Keep ``messages`` (``tokens`` prompt tokens) as ``response_id``'s conversation."""
+        old = self.history.pop(response_id, None)
+        if old is not None:
+            self.history_total -= old[1]
+        self.history[response_id] = (messages, tokens)
+        self.history_total += tokens
+        while self.history and (len(self.history) > self.limit or self.history_total > self.history_limit):
+            self.history_total -= self.history.popitem(last=False)[1][1]
+
+    def messages_of(self, response_id: str) -> list:
+        """The conversation kept for ``response_id`` (empty when it was dropped)."""
+        kept = self.history.get(response_id)
+        return kept[0] if kept is not None else []
 
     def put(self, response: dict) -> None:
         self.items[response["id"]] = response

@@ -40,7 +40,7 @@ import time
 from dataclasses import asdict
 
 from generation.content import logprobs as lp
-from ..errors import FieldNames, InvalidParam
+from ..errors import APIError, FieldNames, InvalidParam
 from generation.engine.request import GenerationRequest
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
@@ -88,7 +88,11 @@ class ResponsesAdapter(Adapter):
         check_limits(mot, ignore_eos)
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
-        prompt = chat_prompt(sim, to_chat_messages(inp), echo_text(inp), "input", tools=tools)
+        store = getattr(sim, "response_store", None)
+        messages = to_chat_messages(inp)
+        if b.previous_response_id is not None:
+            messages = previous_messages(store, b.previous_response_id) + messages
+        prompt = chat_prompt(sim, messages, echo_text(inp), "input", tools=tools)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
@@ -97,8 +101,10 @@ class ResponsesAdapter(Adapter):
             priority=scheduling_priority(sim, b.priority),
             reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
-        self.ctx.store = getattr(sim, "response_store", None) is not None and b.store is not False
+        self.ctx.store = store is not None and b.store is not False
         self.ctx.background = bool(b.background)
+        if self.ctx.store:                # the conversation so far, for a later previous_response_id
+            store.remember(f"resp_{rid}", messages, prompt.length)
         return self.req
 
     @property
@@ -189,6 +195,27 @@ def _tool_call(item: dict) -> dict:
         name = item["namespace"] + NAMESPACE_SEP + name
     args = item["arguments"] if item.get("type") == "function_call" else item["input"]
     return {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def previous_messages(store, response_id: str) -> list:
+    """``previous_response_id``'s conversation as chat messages, put before the new input (vLLM's
+    ``construct_input_messages``): the stored response's messages but system ones (instructions
+    do not carry over), then each of its output messages' texts as an assistant message (its
+    reasoning and tool calls are not carried, as vLLM's are not).  Raises vLLM's 404 when it is
+    not stored (always, without ``VLLM_ENABLE_RESPONSES_API_STORE=1``)."""
+    prev = store.get(response_id) if store is not None else None
+    if prev is None:
+        raise not_found(response_id)
+    out = [m for m in store.messages_of(response_id) if m.get("role") != "system"]
+    for item in prev.get("output") or ():
+        if item.get("type") == "message":
+            out.extend({"role": "assistant", "content": part.get("text", "")} for part in item.get("content") or ())
+    return out
+
+
+def not_found(response_id: str) -> APIError:
+    """vLLM's ``_make_not_found_error``."""
+    return APIError(f"Response with id '{response_id}' not found.", 404, "response_id", "invalid_request_error")
 
 
 def to_chat_messages(inp) -> list:

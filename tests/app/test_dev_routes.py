@@ -167,6 +167,40 @@ def test_background_stream_says_so(app_client):
     assert api.get(f"/v1/responses/{final['id']}").json() == final
 
 
+def test_previous_response_id_continues_the_stored_conversation(app_client):
+    """vLLM's ``construct_input_messages``: the stored turn's messages, then its answer as an
+    assistant message, then the new input; each turn's prompt grows by the last one."""
+    api = app_client(env=STORE)
+    first = api.post("/v1/responses", json={**ASK, "input": "hello there my friend"}).json()
+    second = api.post("/v1/responses", json={**ASK, "input": "more", "previous_response_id": first["id"]}).json()
+    alone = api.post("/v1/responses", json={**ASK, "input": "more"}).json()
+    grown = second["usage"]["input_tokens"] - alone["usage"]["input_tokens"]
+    assert grown > first["usage"]["input_tokens"] > 0
+    third = api.post("/v1/responses", json={**ASK, "input": "more", "previous_response_id": second["id"]}).json()
+    assert third["usage"]["input_tokens"] > second["usage"]["input_tokens"]
+    assert third["previous_response_id"] == second["id"]
+
+
+@pytest.mark.parametrize("env", [STORE, {}])
+def test_previous_response_id_unknown_is_404(app_client, env):
+    """vLLM answers an id it has not stored (every id, without the store) with its 404."""
+    r = app_client(env=env).post("/v1/responses", json={**ASK, "previous_response_id": "resp_nope"})
+    assert r.status_code == 404
+    assert r.json()["error"] == {"message": "Response with id 'resp_nope' not found.", "type": "invalid_request_error",
+                                 "param": "response_id", "code": 404}
+
+
+def test_stored_conversations_are_bounded():
+    from generation.adapters.response_store import ResponseStore
+    store = ResponseStore(limit=3, history_tokens=100)
+    for i in range(5):
+        store.remember(f"resp_{i}", [{"role": "user", "content": str(i)}], 30)
+    assert list(store.history) == ["resp_2", "resp_3", "resp_4"] and store.history_total == 90
+    store.remember("resp_5", [], 60)
+    assert list(store.history) == ["resp_4", "resp_5"] and store.history_total == 90
+    assert store.messages_of("resp_0") == []
+
+
 @pytest.mark.parametrize("env, body, param, text", [
     (STORE, {**ASK, "background": True, "store": False}, "background",
      "background can only be used when `store` is true"),
