@@ -93,6 +93,10 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         err.type = adapter.generation_error_stream_type
         return 200, [*extra.items(), *SSE_BASE_HEADERS], [error_frame(err)]
     try:
+        if req.stream and adapter.background_stream:     # runs on if the client leaves
+            body = adapter.stream_in_background(
+                seqs, lambda e: error_frame(e if isinstance(e, SimulatorError) else internal_error(e)))
+            return 200, [*extra.items(), *SSE_BASE_HEADERS], body
         if req.stream:
             stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
             return 200, [*extra.items(), *SSE_BASE_HEADERS], stream

@@ -53,6 +53,7 @@ class Adapter:
     cache_threshold_header = True
     image_output = False      # --omni's image decision applies (chat; Anthropic messages: its latency only)
     background = False        # answered once admitted, run on (:meth:`start_background`; Responses API)
+    background_stream = False  # streamed apart from the connection (Responses API)
 
     def __init__(self, sim, body):
         self.sim = sim

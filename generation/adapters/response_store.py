@@ -17,6 +17,7 @@ import logging
 from collections import OrderedDict
 
 import gevent
+import gevent.event
 
 MAX_STORED = 10_000
 MAX_HISTORY_TOKENS = 16_000_000     # prompt tokens of the conversations kept for previous_response_id
@@ -91,6 +92,52 @@ class ResponseStore:
                 self.tasks.pop(rid, None)
 
         self.tasks[rid] = (gevent.spawn(run), seqs)
+
+    def stream_in_background(self, sim, seqs, queued: dict, body_iter, error_frame):
+        """A streaming background request: store ``queued``, let a greenlet of its own drain
+        ``body_iter`` (the SSE body, which stores the final object at its end) into a buffer,
+        and return the client's body, which follows that buffer.  The client leaving does not
+        stop the response (vLLM runs it as a task apart from the connection); a cancel
+        (:meth:`cancel`) does, and ends the client's stream.  ``error_frame(exc) -> bytes``
+        renders a failure in-band."""
+        rid = queued["id"]
+        self.put(queued)
+        chunks: list = []
+        state = {"done": False}
+        more = gevent.event.Event()
+
+        def produce():
+            try:
+                for item in body_iter:
+                    chunks.append(item)
+                    more.set()
+            except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
+                found = self.items.get(rid)
+                if found is not None and found.get("status") in RUNNING:
+                    log.warning("background response %s failed: %r", rid, e)
+                    self.put({**found, "status": "failed"})
+                    chunks.append(error_frame(e))
+                sim.cancel(seqs, "error")
+            finally:
+                state["done"] = True
+                more.set()
+                self.tasks.pop(rid, None)
+
+        self.tasks[rid] = (gevent.spawn(produce), seqs)
+
+        def follow():
+            i = 0
+            while True:
+                while i < len(chunks):
+                    yield chunks[i]
+                    i += 1
+                if state["done"]:
+                    return
+                more.clear()
+                if i == len(chunks) and not state["done"]:
+                    more.wait()
+
+        return follow()
 
     def cancel(self, sim, response_id: str) -> dict | None:
         """Cancel a running background response: its stored object reads ``cancelled`` (the

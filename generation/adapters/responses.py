@@ -31,7 +31,9 @@ cut short, as OpenAI ends such a stream).  Errors use the OpenAI envelope.
 ``"background": true`` (vLLM's, with its response store on): a non-streaming request is
 answered at once with the ``queued`` object (no output, no usage), runs on after the answer, and
 its stored object becomes the final one (:mod:`generation.adapters.response_store`); a streaming
-one streams as any other, its objects saying ``"background": true``.
+one streams as any other, its objects saying ``"background": true``, but runs apart from the
+connection: stored ``queued`` from its start, it goes on if the client leaves, and a cancel
+stops it.
 """
 from __future__ import annotations
 
@@ -111,6 +113,16 @@ class ResponsesAdapter(Adapter):
     def background(self) -> bool:
         """A non-streaming ``"background": true`` request: answered ``queued`` at once, run on."""
         return self.ctx.background and not self.req.stream
+
+    @property
+    def background_stream(self) -> bool:
+        """A streaming ``"background": true`` request: its stream runs on if the client leaves."""
+        return self.ctx.background and self.req.stream
+
+    def stream_in_background(self, seqs, error_frame):
+        """The body of a background stream (:meth:`ResponseStore.stream_in_background`)."""
+        queued = base_response(self.ctx, "queued")
+        return self.sim.response_store.stream_in_background(self.sim, seqs, queued, self.stream(seqs), error_frame)
 
     def start_background(self, seqs) -> dict:
         """Answer a background request (its sequences admitted): the ``queued`` object, stored;

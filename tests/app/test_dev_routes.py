@@ -167,6 +167,30 @@ def test_background_stream_says_so(app_client):
     assert api.get(f"/v1/responses/{final['id']}").json() == final
 
 
+def test_background_stream_runs_apart_from_its_client(app_client):
+    """vLLM runs a background stream as a task of its own: stored ``queued`` from the start, it
+    finishes when its client leaves after the first events, and a cancel stops another."""
+    import json
+    api = app_client("--time-to-first-token", "100ms", "--inter-token-latency", "20ms", env=STORE)
+    body = {**ASK, "max_output_tokens": 20, "ignore_eos": True, "background": True, "stream": True}
+    with api.stream("POST", "/v1/responses", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:") and '"response.created"' in line:
+                rid = json.loads(line[5:])["response"]["id"]
+                break
+    assert api.get(f"/v1/responses/{rid}").json()["status"] == "queued"
+    done = _settled(api, rid)
+    assert done["status"] == "incomplete" and done["usage"]["output_tokens"] == 20
+    with api.stream("POST", "/v1/responses", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:") and '"response.created"' in line:
+                rid = json.loads(line[5:])["response"]["id"]
+                assert api.post(f"/v1/responses/{rid}/cancel").json()["status"] == "cancelled"
+        assert '"response.completed"' not in line and '"response.incomplete"' not in line
+    assert api.get(f"/v1/responses/{rid}").json()["status"] == "cancelled"
+    assert api.sim.response_store.tasks == {}
+
+
 def test_previous_response_id_continues_the_stored_conversation(app_client):
     """vLLM's ``construct_input_messages``: the stored turn's messages, then its answer as an
     assistant message, then the new input; each turn's prompt grows by the last one."""
