@@ -63,7 +63,10 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
 def _read_body(environ: dict, limit: int | None) -> bytes:
     length = environ.get("CONTENT_LENGTH")
     if limit is not None and length and length.isdigit() and int(length) <= limit:
-        return environ["wsgi.input"].read(int(length))
+        try:
+            return environ["wsgi.input"].read(int(length))
+        except ConnectionError:       # reset mid-body: the client left (hung up on, no traceback)
+            raise ClientDisconnected() from None
     return request.get_data(cache=False)
 
 

@@ -63,7 +63,11 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     checked (:class:`server.wsgi_layers.FrontDoor`), else the body is read and checked here."""
     entry = monotonic()
     SCHEMA_CLIENT.set(environ.get("REMOTE_ADDR"))     # schema checks take turns by client
-    body = load(schema, parse_json_body(environ, limit, read(environ) if read is not None else None))
+    try:
+        raw = read(environ) if read is not None else None
+    except ConnectionError:           # reset mid-body: the client left (hung up on, no traceback)
+        raise ClientDisconnected() from None
+    body = load(schema, parse_json_body(environ, limit, raw))
     adapter = adapter_cls(sim, body)
     rid = request_id(sim, adapter.body_request_id(), environ)
     force_ct = header_checks(sim, environ)

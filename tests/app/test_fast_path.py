@@ -24,11 +24,12 @@ def app():
     return create_app(load_config(["--model", "test-model", "--seed", "7"]))
 
 
-def call(app, path: str, body: bytes, chunked: bool, headers: dict | None = None):
-    """(status line, {header: value}, body bytes) of one POST through the whole WSGI stack."""
+def call(app, path: str, body: bytes, chunked: bool, headers: dict | None = None, body_input=None):
+    """(status line, {header: value}, body bytes) of one POST through the whole WSGI stack
+    (``body_input``: the ``wsgi.input`` stream, else one holding ``body``)."""
     environ = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
                "SERVER_NAME": "sim", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
-               "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body), "wsgi.errors": io.StringIO(),
+               "wsgi.url_scheme": "http", "wsgi.input": body_input or io.BytesIO(body), "wsgi.errors": io.StringIO(),
                "wsgi.multithread": False, "wsgi.multiprocess": False, "wsgi.run_once": False,
                "CONTENT_TYPE": "application/json", "HTTP_X_REQUEST_ID": "fixed-id"}
     if chunked:
@@ -124,6 +125,21 @@ def test_unexpected_error_is_a_readable_500_on_both(app, monkeypatch, path, enve
         else:
             assert err["type"] == "error" and err["error"]["type"] == "api_error"
             assert "RuntimeError: boom" in err["error"]["message"]
+
+
+class _ResetMidBody(io.BytesIO):
+    def read(self, *a):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses",
+                                  "/inference/v1/generate"])
+def test_a_reset_mid_body_is_a_client_that_left(app, caplog, path):
+    """A connection reset while the body is read is the client leaving (nginx's 499, hung up
+    on), not a 500 with a traceback in the log (a stateful fuzzing helper found it)."""
+    status, _, out = call(app, path, b'{"model": "test-model"}', chunked=False, body_input=_ResetMidBody())
+    assert status.startswith("499 ") and out == b""
+    assert "unexpected error" not in caplog.text
 
 
 def test_other_methods_and_paths_still_reach_flask(app):
