@@ -32,6 +32,7 @@ from generation import SIMULATOR_VERSION, vllm_version
 
 from .common import json_response, parse_json_body, simulator
 from .errors import error_response
+from .health import query_bool
 from .serving import generation_view
 
 bp = Blueprint("dev", __name__)
@@ -46,16 +47,14 @@ def _dev_mode() -> None:
         abort(404)
 
 
-def _flag(name: str) -> bool:
-    return request.args.get(name, "false").lower() in ("1", "true", "yes")
-
-
 @bp.post("/reset_prefix_cache")
 def reset_prefix_cache():
     _dev_mode()
     sim = simulator()
     log.info("Resetting prefix cache...")
-    success = sim.kv_cache is None or sim.kv_cache.reset_prefix_cache(_flag("reset_running_requests"))
+    running = query_bool("reset_running_requests", False)
+    query_bool("reset_external", False)           # vLLM's: no external (connector) cache here
+    success = sim.kv_cache is None or sim.kv_cache.reset_prefix_cache(running)
     if not success:
         log.warning("Failed to reset prefix cache because some blocks are not freed yet")
     return json_response({"success": bool(success)})

@@ -66,7 +66,7 @@ _BOOLS = {"true": True, "1": True, "yes": True, "on": True, "t": True, "y": True
           "false": False, "0": False, "no": False, "off": False, "f": False, "n": False}
 
 
-def _query_bool(name: str, default: bool) -> bool:
+def query_bool(name: str, default: bool) -> bool:
     """A query boolean as FastAPI reads one (``true``/``false``, ``1``/``0``, ``yes``/``no``,
     ``on``/``off``, any case); anything else is vLLM's 400 naming it."""
     raw = request.args.get(name)
@@ -93,7 +93,7 @@ def _sleep_args() -> tuple[int, bool]:
     mode = request.args.get("mode", "abort")
     if mode not in ("abort", "wait", "keep"):
         raise InvalidParam(f"mode: Input should be 'abort', 'wait' or 'keep', got {mode!r}.", "mode")
-    return level, _query_bool("reset_connector", True)
+    return level, query_bool("reset_connector", True)
 
 
 def _effective(sim) -> bool:
@@ -135,7 +135,7 @@ def release_kv_cache_memory():
     sim = simulator()
     if not _effective(sim):
         return Response(b"", 200)
-    _query_bool("reset_connector", True)
+    query_bool("reset_connector", True)
     sim.sleep_level = 0
     sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
     if sim.kv_cache is not None:

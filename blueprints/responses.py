@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from generation.adapters.responses import ResponsesAdapter, not_found
+from generation.adapters.response_store import not_found
+from generation.adapters.responses import ResponsesAdapter
 from schemas.responses import responses_request_schema
 
 from generation.errors import APIError

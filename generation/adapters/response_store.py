@@ -19,6 +19,13 @@ from collections import OrderedDict
 import gevent
 import gevent.event
 
+from generation.errors import APIError
+
+# vLLM's answer to "background": true when responses are not stored (its _validate_create_responses_input)
+NO_STORE_FOR_BACKGROUND = ("This vLLM engine does not support `store=True` and therefore does not support the "
+                           "background mode. To enable these features, set the environment variable "
+                           "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.")
+
 MAX_STORED = 10_000
 MAX_HISTORY_TOKENS = 16_000_000     # prompt tokens of the conversations kept for previous_response_id
 RUNNING = ("queued", "in_progress")      # the statuses a cancel applies to (vLLM's)
@@ -152,3 +159,24 @@ class ResponseStore:
         if task is not None:
             sim.cancel(task[1], "abort")
         return cancelled
+
+
+def previous_messages(store, response_id: str) -> list:
+    """``previous_response_id``'s conversation as chat messages, put before the new input (vLLM's
+    ``construct_input_messages``): the stored response's messages but system ones (instructions
+    do not carry over), then each of its output messages' texts as an assistant message (its
+    reasoning and tool calls are not carried, as vLLM's are not).  Raises vLLM's 404 when it is
+    not stored (always, without ``VLLM_ENABLE_RESPONSES_API_STORE=1``)."""
+    prev = store.get(response_id) if store is not None else None
+    if prev is None:
+        raise not_found(response_id)
+    out = [m for m in store.messages_of(response_id) if m.get("role") != "system"]
+    for item in prev.get("output") or ():
+        if item.get("type") == "message":
+            out.extend({"role": "assistant", "content": part.get("text", "")} for part in item.get("content") or ())
+    return out
+
+
+def not_found(response_id: str) -> APIError:
+    """vLLM's ``_make_not_found_error``."""
+    return APIError(f"Response with id '{response_id}' not found.", 404, "response_id", "invalid_request_error")

@@ -42,20 +42,16 @@ import time
 from dataclasses import asdict
 
 from generation.content import logprobs as lp
-from ..errors import APIError, FieldNames, InvalidParam
+from ..errors import FieldNames, InvalidParam
 from generation.engine.request import GenerationRequest
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
+from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
 from .fields import check_sampling_ranges, scheduling_priority
 from .sampling import responses_reasoning
 from generation.content.reasoning import content_text, reasoning_text
 
-
-# vLLM's answer to "background": true when responses are not stored (its _validate_create_responses_input)
-NO_STORE_FOR_BACKGROUND = ("This vLLM engine does not support `store=True` and therefore does not support the "
-                           "background mode. To enable these features, set the environment variable "
-                           "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.")
 
 # the checkers' chat-completions field names, as a Responses request spells them
 RESPONSES_FIELDS = FieldNames((r"response_format\.json_schema", "text.format"),
@@ -207,27 +203,6 @@ def _tool_call(item: dict) -> dict:
         name = item["namespace"] + NAMESPACE_SEP + name
     args = item["arguments"] if item.get("type") == "function_call" else item["input"]
     return {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": args}}
-
-
-def previous_messages(store, response_id: str) -> list:
-    """``previous_response_id``'s conversation as chat messages, put before the new input (vLLM's
-    ``construct_input_messages``): the stored response's messages but system ones (instructions
-    do not carry over), then each of its output messages' texts as an assistant message (its
-    reasoning and tool calls are not carried, as vLLM's are not).  Raises vLLM's 404 when it is
-    not stored (always, without ``VLLM_ENABLE_RESPONSES_API_STORE=1``)."""
-    prev = store.get(response_id) if store is not None else None
-    if prev is None:
-        raise not_found(response_id)
-    out = [m for m in store.messages_of(response_id) if m.get("role") != "system"]
-    for item in prev.get("output") or ():
-        if item.get("type") == "message":
-            out.extend({"role": "assistant", "content": part.get("text", "")} for part in item.get("content") or ())
-    return out
-
-
-def not_found(response_id: str) -> APIError:
-    """vLLM's ``_make_not_found_error``."""
-    return APIError(f"Response with id '{response_id}' not found.", 404, "response_id", "invalid_request_error")
 
 
 def to_chat_messages(inp) -> list:

@@ -62,6 +62,13 @@ def test_reset_prefix_cache_refuses_while_blocks_are_held(app_client):
         cache.used.pop(12345, None)
 
 
+@pytest.mark.parametrize("query", ["reset_running_requests=maybe", "reset_running_requests=", "reset_external=zzz"])
+def test_reset_prefix_cache_query_booleans_are_checked(app_client, query):
+    """vLLM's query booleans (FastAPI's): anything but a boolean spelling is a 400 naming it."""
+    r = app_client(*KV, env=KV_ENV).post(f"/reset_prefix_cache?{query}")
+    assert r.status_code == 400 and r.json()["error"]["param"] == query.split("=")[0], r.text
+
+
 def test_server_info(app_client):
     api = app_client(env=DEV)
     text = api.get("/server_info").json()["vllm_config"]
