@@ -9,8 +9,9 @@ calls and outputs like function ones; hosted tools' items add nothing).  Functio
 chat tools, those of a ``namespace`` tool named ``<namespace>__<name>`` (vLLM's flat name; their
 calls come back as ``name`` + ``namespace``); other tool types are accepted and given to
 nobody.  ``text.format`` becomes ``response_format``; tokenization, queueing, timing, metrics
-and P/D are the engine's, exactly as for chat.  ``instructions`` are echoed, not tokenized
-(reference).
+and P/D are the engine's, exactly as for chat.  ``instructions`` are echoed, and are the
+prompt's system message as vLLM's ``construct_input_messages`` makes them (counted in
+``input_tokens``; the older reference simulator left them out).
 
 Tool policy (seeds): with function tools and a tool_choice other than ``none`` (or a hosted
 tool's), and no ``function_call_output`` anywhere in ``input``, the answer is exactly one
@@ -87,9 +88,11 @@ class ResponsesAdapter(Adapter):
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         store = getattr(sim, "response_store", None)
-        messages = to_chat_messages(inp)
+        # vLLM's construct_input_messages: instructions as the system message, then the history
+        messages = [{"role": "system", "content": b.instructions}] if b.instructions else []
         if b.previous_response_id is not None:
-            messages = previous_messages(store, b.previous_response_id) + messages
+            messages += previous_messages(store, b.previous_response_id)
+        messages += to_chat_messages(inp)
         prompt = chat_prompt(sim, messages, echo_text(inp), "input", tools=tools)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,

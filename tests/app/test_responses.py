@@ -69,10 +69,14 @@ def test_basic_random(api):
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
 
 
-def test_instructions_echoed_not_counted(echo_api):
+def test_instructions_echoed_and_counted_as_the_system_message(echo_api):
+    """vLLM's construct_input_messages puts instructions first as the system message (the older
+    reference simulator did not count them); echo mode still answers the user's text."""
     r = client(echo_api).responses.create(model="test-model", input=U, instructions="Reply in French")
-    assert r.instructions == "Reply in French"
-    assert r.usage.input_tokens == 10 and r.output_text == U
+    assert r.instructions == "Reply in French" and r.output_text == U
+    as_system = client(echo_api).responses.create(model="test-model", input=[
+        {"role": "system", "content": "Reply in French"}, {"role": "user", "content": U}])
+    assert r.usage.input_tokens == as_system.usage.input_tokens > 10
 
 
 def test_max_output_tokens(api):
