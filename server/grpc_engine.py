@@ -65,12 +65,15 @@ def make_servicer(sim, lifecycle=None):
     import gevent
     import gevent.queue
 
+    from types import SimpleNamespace
+
     from generation.adapters.base import REMOTE_DECODE_PARAMS, check_kv_transfer, check_limits, check_size
+    from generation.adapters.fields import check_logit_bias, check_min_tokens, check_sampling_ranges, vocab_size
     from generation.adapters.pooling import pooling_sequences
     from generation.content import logprobs as lp
     from generation.engine.request import GenerationRequest, Prompt
     from generation.engine.simulator import ClientDisconnected
-    from generation.errors import ModelNotFound, QueueFullError, SimulatorError
+    from generation.errors import InvalidParam, ModelNotFound, QueueFullError, SimulatorError
 
     common_pb2, pb, pb_grpc = _pb()
     cfg = sim.config
@@ -94,6 +97,21 @@ def make_servicer(sim, lifecycle=None):
         elif isinstance(err, ModelNotFound):
             code = grpc.StatusCode.NOT_FOUND
         context.abort(code, err.message)
+
+    def check_sampling(sp, max_tokens) -> None:
+        """vLLM's ``SamplingParams`` checks on the proto's sampling fields, read as its gRPC
+        server reads them (``_sampling_params_from_proto``: an unset temperature is 1, a zero
+        ``top_p`` or ``repetition_penalty`` the default 1), each a ValueError its servicer
+        answers ``INVALID_ARGUMENT``; the same messages as HTTP.  Raises InvalidParam."""
+        check_sampling_ranges(SimpleNamespace(
+            temperature=sp.temperature if sp.HasField("temperature") else None,
+            top_p=sp.top_p or None, top_k=sp.top_k, min_p=sp.min_p, frequency_penalty=sp.frequency_penalty,
+            presence_penalty=sp.presence_penalty, repetition_penalty=sp.repetition_penalty or None))
+        check_min_tokens(sp.min_tokens, max_tokens)
+        if sp.HasField("truncate_prompt_tokens") and (sp.truncate_prompt_tokens == 0 or sp.truncate_prompt_tokens < -1):
+            raise InvalidParam(f"truncate_prompt_tokens must be an integer >= 1 or -1, got "
+                               f"{sp.truncate_prompt_tokens}", "truncate_prompt_tokens")
+        check_logit_bias(dict(sp.logit_bias), vocab_size(sim))
 
     def output_logprobs(seq, top: int, start: int, stop: int):
         out = pb.OutputLogProbs()
@@ -151,6 +169,7 @@ def make_servicer(sim, lifecycle=None):
                 # vLLM's output processor: ValueError, which the servicer maps to INVALID_ARGUMENT
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Request id {rid} already running.")
             try:
+                check_sampling(sp, max_tokens)
                 check_limits(max_tokens, sp.ignore_eos, sp.n or 1)
                 check_kv_transfer(kv_params, request.stream, "kv_transfer_params_json")
                 check_size(sim, sp.n or 1, False)         # more choices than could ever be admitted: 429
@@ -375,6 +394,8 @@ def make_servicer(sim, lifecycle=None):
                     context.set_details(message)
                     return common_pb2.FlushCacheResponse(success=False, message=message)
                 gevent.sleep(min(FLUSH_RETRY, max(deadline - time.monotonic(), 0.0)))
+                if not context.is_active():     # the client gave up (its deadline, a cancel): no reset
+                    return common_pb2.FlushCacheResponse(success=False, message="cancelled")
             if kv is not None:
                 kv.sleep()
                 kv.wake()

@@ -234,12 +234,30 @@ def test_token_ids_input_and_remote_decode_params(engine):
     (pb.GenerateRequest(request_id="x", text="hi", stream=True, kv_transfer_params_json='{"do_remote_decode": true}'),
      "streaming"),
     (gen(text="word " * 2000, max_tokens=1), "maximum context length"),
+    # vLLM's SamplingParams checks, as its gRPC server reads the proto (HTTP's messages)
+    (gen(max_tokens=2, temperature=-5), "temperature must be non-negative, got -5.0."),
+    (gen(max_tokens=2, temperature=float("nan")), "temperature must be a finite number"),
+    (gen(max_tokens=2, top_p=2.0), "top_p must be in (0, 1], got 2.0."),
+    (gen(max_tokens=2, min_p=5.0), "min_p must be in [0, 1]"),
+    (gen(max_tokens=2, repetition_penalty=-1.0), "repetition_penalty must be greater than zero"),
+    (gen(max_tokens=2, frequency_penalty=float("inf")), "frequency_penalty must be in [-2, 2]"),
+    (gen(max_tokens=2, presence_penalty=5), "presence_penalty must be in [-2, 2]"),
+    (gen(max_tokens=2, min_tokens=10), "min_tokens must be less than or equal to max_tokens=2"),
+    (gen(max_tokens=2, logit_bias={-5: 1e9}), "out-of-vocab token ids"),
+    (gen(max_tokens=2, truncate_prompt_tokens=-5), "truncate_prompt_tokens must be an integer >= 1 or -1"),
 ])
 def test_malformed_requests_are_invalid_argument(engine, req, text):
     with pytest.raises(grpc.RpcError) as e:
         list(engine.Generate(req, timeout=10))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and text in e.value.details()
     assert engine.HealthCheck(pb.HealthCheckRequest(), timeout=5).healthy      # never a crash
+
+
+def test_proto_defaults_are_valid_sampling(engine):
+    """Proto3 zeros are not a client's choice: top_p and repetition_penalty 0 read as 1 (vLLM's
+    gRPC server), so a request that sets nothing is served."""
+    out = list(engine.Generate(gen(rid="defaults", stream=False, max_tokens=2), timeout=10))
+    assert kinds(out) == ["complete"]
 
 
 def test_undecodable_bytes_are_a_status(grpc_server, mode):
@@ -462,6 +480,26 @@ def test_flush_cache_waits_for_running_requests(slow):
     assert stub.FlushCache(common_pb2.FlushCacheRequest(timeout_s=10), timeout=15).success   # once it finished
     assert time.monotonic() - t0 < 5
     assert kinds(list(stream))[-1] == "complete"
+
+
+def test_an_abandoned_flush_does_not_flush_later(grpc_server, mode):
+    """A FlushCache whose client gave up (its deadline) while requests ran must not reset the
+    cache once they finish (vLLM's grpc.aio cancels the handler)."""
+    target = grpc_server(mode, "--inter-token-latency", "50ms", "--max-num-seqs", "1", "--enable-kvcache",
+                         "--block-size", "8")
+    stub = target.stub
+    prompt = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi"
+    assert kinds(list(stub.Generate(gen(text=prompt, rid="fa1", stream=False, max_tokens=1), timeout=10))) == \
+        ["complete"]
+    stream = stub.Generate(gen(rid="fa2", max_tokens=8, ignore_eos=True), timeout=30)     # ~400 ms
+    next(stream)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.FlushCache(common_pb2.FlushCacheRequest(timeout_s=60), timeout=0.1)
+    assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert kinds(list(stream))[-1] == "complete"
+    time.sleep(0.3)                                   # past the handler's next poll
+    again = list(stub.Generate(gen(text=prompt, rid="fa3", stream=False, max_tokens=1), timeout=10))
+    assert again[-1].complete.cached_tokens > 0
 
 
 # ---- GetTokenizer --------------------------------------------------------------------------------
