@@ -35,6 +35,8 @@ import os
 import resource
 import time
 
+from generation.config.sim_config import MAX_FLEET_PODS
+
 log = logging.getLogger("vllm_sim")
 
 LOOPBACK_BASE = ipaddress.IPv4Address("127.1.0.1")     # --fleet-addresses loopback: pod 0's address
@@ -184,6 +186,9 @@ class Fleet:
         """Start the next pod (index = one more than any before, so a removed pod's port is not
         reused while its old connections may linger).  It answers 503 for ``startup_delay``
         seconds.  Raises FleetError (409) when its address cannot be bound."""
+        if len(self.pods) >= MAX_FLEET_PODS:
+            raise FleetError(f"the fleet holds at most {MAX_FLEET_PODS} pods (--fleet-size's bound); "
+                             f"remove some first", 409)
         index = self.next_index
         host, port = self.address(index)
         listener = None
@@ -193,6 +198,8 @@ class Fleet:
                 sock = bind(host, port)
             except OSError as e:
                 raise FleetError(f"cannot listen on {host}:{port}: {e.strerror}", 409) from None
+            except OverflowError:          # --port + index past 65535
+                raise FleetError(f"cannot listen on {host}:{port}: no such port", 409) from None
             listener = _gunicorn_listener(sock, host, port)
             name = listener.getsockname()
             host, port = str(name[0]), int(name[1])

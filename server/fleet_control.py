@@ -4,7 +4,7 @@ JSON in and out.
 * ``GET /fleet/pods``: ``{"pods": [{name, index, url, host, port, state, ready_in_s, in_flight,
   running, waiting, kv_cache_usage_perc, kv_events_topic}]}``, serving and draining pods in
   index order;
-* ``POST /fleet/pods`` ``{"count": 1, "startup_delay": S}``: start ``count`` (1-256) pods, each
+* ``POST /fleet/pods`` ``{"count": 1, "startup_delay": S}``: start ``count`` (1-256; 1,024 pods in all, else 409) pods, each
   answering 503 for ``startup_delay`` seconds (default ``--fleet-startup-delay``); 201 with
   ``{"pods": [...]}`` (a port in use is a 409; pods started before it stay);
 * ``DELETE /fleet/pods/NAME?timeout=S&wait=true``: drain and remove the pod (``timeout``: the
@@ -27,6 +27,8 @@ import math
 from urllib.parse import parse_qs
 
 import orjson
+
+from generation.config.sim_config import MAX_FLEET_PODS
 
 from .fleet import FleetError
 
@@ -95,6 +97,9 @@ def control_app(fleet):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
             raise FleetError(f"count: must be an integer from 1 to 256, got {count!r}", 400, "count")
         delay = _seconds(body.get("startup_delay"), "startup_delay", fleet.config.fleet_startup_delay)
+        if len(fleet.pods) + count > MAX_FLEET_PODS:     # all or none (Fleet.add checks each too)
+            raise FleetError(f"count: {len(fleet.pods)} pods and {count} more would pass the fleet's bound of "
+                             f"{MAX_FLEET_PODS} pods; remove some first", 409, "count")
         pods = []
         for _ in range(count):          # ~25 ms each in step mode: other pods' streams go between
             pods.append(fleet.add(delay))

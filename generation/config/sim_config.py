@@ -25,6 +25,9 @@ def host_address() -> str:
         return "127.0.0.1"
 
 
+MAX_FLEET_PODS = 1024     # pods one process holds, at start-up and after scaling (~0.4 MiB and an fd each)
+
+
 class SimConfig:
     """All simulator options as attributes named like the flags with ``-`` -> ``_``.
 
@@ -287,8 +290,9 @@ class SimConfig:
     def _validate_fleet(self) -> None:
         """``--fleet-size``: bounds, and the flags that mean one engine per process (data
         parallelism, gRPC) refused beside it."""
-        if not 0 <= self.fleet_size <= 1024:
-            raise ConfigError(f"fleet size must be between 0 and 1024, got {self.fleet_size}", "fleet-size")
+        if not 0 <= self.fleet_size <= MAX_FLEET_PODS:
+            raise ConfigError(f"fleet size must be between 0 and {MAX_FLEET_PODS}, got {self.fleet_size}",
+                              "fleet-size")
         if not 0 <= self.fleet_control_port <= 65535:
             raise ConfigError(f"invalid fleet control port '{self.fleet_control_port}'", "fleet-control-port")
         if self.fleet_startup_delay < 0:

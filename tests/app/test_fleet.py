@@ -147,6 +147,30 @@ def test_control_api_adds_a_pod_that_starts_then_removes_it():
     assert 'vllm_sim:fleet_pods{state="ready"} 3.0' in text and "process_cpu_seconds_total" in text
 
 
+def test_the_fleet_is_bounded_at_run_time_too(monkeypatch):
+    """Scaling up stops at --fleet-size's bound (1,024 pods): a request that would pass it adds
+    none (409 naming count), and past the last port a pod is a 409, not a 500."""
+    import server.fleet
+    import server.fleet_control
+    monkeypatch.setattr(server.fleet_control, "MAX_FLEET_PODS", 3)
+    monkeypatch.setattr(server.fleet, "MAX_FLEET_PODS", 3)
+    fleet, client = build(size=2)
+    ctl = f"http://127.0.0.1:{CONTROL}"
+    r = client.post(ctl + "/fleet/pods", json={"count": 2})
+    assert r.status_code == 409 and r.json()["error"]["param"] == "count" and len(fleet.pods) == 2, r.text
+    assert client.post(ctl + "/fleet/pods", json={"count": 1}).status_code == 201
+    r = client.post(ctl + "/fleet/pods", json={"count": 1})
+    assert r.status_code == 409 and "bound of 3 pods" in r.json()["error"]["message"] and len(fleet.pods) == 3
+    with pytest.raises(server.fleet.FleetError) as e:                 # and Fleet.add on its own
+        fleet.add()
+    assert e.value.status == 409 and "at most 3" in e.value.message
+    fleet.bind, fleet.next_index = True, 70000               # --port + index past 65535
+    monkeypatch.setattr(server.fleet, "MAX_FLEET_PODS", 5)
+    with pytest.raises(server.fleet.FleetError) as e:
+        fleet.add()
+    assert e.value.status == 409 and "no such port" in e.value.message
+
+
 def test_fleet_flags_are_checked():
     from generation.config.cli import load_config
     from generation.config.values import ConfigError
