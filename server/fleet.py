@@ -93,6 +93,15 @@ class Pod:
                 "kv_cache_usage_perc": float(kv.usage()) if kv is not None else 0.0,
                 "kv_events_topic": sim.config.kv_topic()}
 
+    def socket_problem(self) -> str | None:
+        """Why the pod's KV-event publisher or replay socket is not bound (an endpoint in use:
+        the fleet offsets both by the pod's index, as vLLM offsets them by data-parallel rank, so
+        adjacent port numbers collide), else None."""
+        kv = self.sim.kv_cache
+        publisher = getattr(kv, "publisher", None) if kv is not None else None
+        replay = getattr(getattr(publisher, "on_sent", None), "__self__", None)
+        return getattr(publisher, "bind_error", None) or getattr(replay, "bind_error", None)
+
     def close(self) -> None:
         """Flush and close the pod's KV-event publisher and replay socket."""
         kv = self.sim.kv_cache
@@ -208,6 +217,12 @@ class Fleet:
         app = self.app_factory(config)
         pod = Pod(index, config.pod_name, host, port, app, startup_delay)
         pod.listener = listener
+        problem = pod.socket_problem()
+        if problem:                     # vLLM's engine does not start without its event sockets
+            pod.close()
+            if listener is not None:
+                listener.close()
+            raise FleetError(f"pod {pod.name}: {problem}", 409)
         self.pods[pod.name] = pod
         self.by_key[pod.key] = pod
         if self.worker is not None:

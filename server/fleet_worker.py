@@ -44,6 +44,7 @@ def build_fleet(config, app_factory, bind: bool = True) -> Fleet:
         for pod in fleet.pods.values():
             if pod.listener is not None:
                 pod.listener.close()
+            pod.close()                      # its KV-event sockets too
         raise
     return fleet
 

@@ -162,12 +162,14 @@ class EventPublisher:
         self._held_since = None         # monotonic time of the first event held for a subscriber
         self.dropped = 0
         self.listeners: list = []
+        self.bind_error: str | None = None     # why the socket could not be bound (a fleet pod refuses to start)
         if not endpoint:
             return
         try:        # connect now: the subscription handshake must be done before the first event
             self._connect()
-        except Exception:
-            log.exception("cannot connect the KV-event publisher to %s", endpoint)
+        except Exception as e:
+            log.error("cannot connect the KV-event publisher to %s: %s", endpoint, e)
+            self.bind_error = f"cannot bind the KV-event publisher to {endpoint}: {e}"
 
     def publish(self, event) -> None:
         """Queue one event; never blocks."""

@@ -50,6 +50,7 @@ class ReplayServer:
         self._socket = None
         self._greenlet = None
         self._pid = 0
+        self.bind_error: str | None = None     # why the socket could not be bound
         self._budgets: dict = {}       # identity -> (tokens left, when counted)
         self._all = (float(ALL_REPLAYS_PER_SECOND), 0.0)
         self._warned: dict = {}
@@ -72,8 +73,9 @@ class ReplayServer:
         sock.setsockopt(zmq.LINGER, 0)
         try:
             sock.bind(self.endpoint)
-        except zmq.ZMQError:
-            log.exception("cannot bind the KV-event replay socket to %s", self.endpoint)
+        except zmq.ZMQError as e:
+            log.error("cannot bind the KV-event replay socket to %s: %s", self.endpoint, e)
+            self.bind_error = f"cannot bind the KV-event replay socket to {self.endpoint}: {e}"
             sock.close(0)
             self._pid = os.getpid()
             return

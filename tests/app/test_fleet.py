@@ -171,6 +171,24 @@ def test_the_fleet_is_bounded_at_run_time_too(monkeypatch):
     assert e.value.status == 409 and "no such port" in e.value.message
 
 
+def test_a_pod_whose_event_sockets_collide_does_not_start():
+    """The fleet offsets the KV-event endpoints by the pod's index, as vLLM offsets them by
+    data-parallel rank, so a publisher at P and a replay socket at P + 1 collide from pod 1 on:
+    the fleet refuses to start (a FleetError, exit 1) instead of serving pods without events."""
+    from server.fleet import FleetError
+    from support import free_port
+    p = free_port(4)
+    with pytest.raises(FleetError) as e:
+        build("--enable-kvcache", "--zmq-endpoint", f"tcp://*:{p}", "--kv-events-replay-endpoint", f"tcp://*:{p + 1}",
+              size=2)
+    assert e.value.status == 409 and f"tcp://*:{p + 1}" in e.value.message and "sim-1" in e.value.message
+    fleet, _ = build("--enable-kvcache", "--zmq-endpoint", f"tcp://*:{p}", "--kv-events-replay-endpoint",
+                     f"tcp://*:{p + 2}", size=2)       # apart by the pod count: no collision
+    assert len(fleet.pods) == 2
+    for pod in fleet.pods.values():
+        pod.close()
+
+
 def test_fleet_flags_are_checked():
     from generation.config.cli import load_config
     from generation.config.values import ConfigError
