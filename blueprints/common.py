@@ -113,8 +113,19 @@ def dumps_paced(obj, pace: Pacer) -> list:
     return out
 
 
+def dumps_json(obj) -> bytes:
+    """``orjson.dumps(obj)``, or the standard library's compact JSON when ``obj`` holds an
+    integer past 64 bits, which orjson refuses (a tool argument a schema's ``minimum`` put
+    there: Python's ints, and vLLM's pydantic, have no such bound)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        import json
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def _dump_into(parts: list, obj, pace: Pacer, depth: int) -> None:
-    put, dumps = parts.append, orjson.dumps
+    put, dumps = parts.append, dumps_json
     cls = obj.__class__
     if cls is dict and obj and depth < PACED_DUMPS_DEPTH:
         sep = b"{"
@@ -146,7 +157,7 @@ def _dump_into(parts: list, obj, pace: Pacer, depth: int) -> None:
 
 
 def json_response(obj, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(orjson.dumps(obj), status=status, mimetype=JSON_MIME, headers=headers)
+    return Response(dumps_json(obj), status=status, mimetype=JSON_MIME, headers=headers)
 
 
 class DisconnectWatcher:

@@ -41,8 +41,8 @@ from generation.errors import EnginePaused, SimulatorError
 from generation.structured.tool_validation import CLIENT as SCHEMA_CLIENT
 from schemas.common import load
 
-from .common import (SSE_HEADERS, dumps_paced, hang_up, header_checks, parse_json_body, received_at, request_id,
-                     response_headers, run_to_completion, send_image, sse_body)
+from .common import (SSE_HEADERS, dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
+                     request_id, response_headers, run_to_completion, send_image, sse_body)
 from .errors import anthropic_body, internal_error, openai_body, status_of
 from .streaming import WRITE_KEY
 
@@ -109,7 +109,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
             return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(len(body[0])))], body
         run_to_completion(sim, seqs, environ)
         if work[0] <= PACED_WORK:
-            body = [orjson.dumps(adapter.render(seqs))]
+            body = [dumps_json(adapter.render(seqs))]
         else:
             body = render_large(adapter, seqs)
     except BaseException as e:      # the client left (an abort), or the server failed it (an error)

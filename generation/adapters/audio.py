@@ -165,10 +165,14 @@ class SpeechToTextRequest:
         r.use_beam_search = _bool(form, "use_beam_search")
         r.n = _int(form, "n", 1)
         r.temperature = _float(form, "temperature", 0.0)
-        for name in ("top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-                     "length_penalty"):
-            _float(form, name)
-        _int(form, "top_k")
+        knobs = {name: _float(form, name) for name in ("top_p", "min_p", "frequency_penalty", "presence_penalty",
+                                                       "repetition_penalty", "length_penalty")}
+        knobs["top_k"] = _int(form, "top_k")
+        from types import SimpleNamespace
+
+        from .fields import check_sampling_ranges
+        # vLLM builds SamplingParams from them, whose checks are chat's (the same 400s)
+        check_sampling_ranges(SimpleNamespace(temperature=r.temperature, **knobs))
         r.seed = _int(form, "seed")
         if r.seed is not None and not INT64_MIN <= r.seed <= INT64_MAX:
             from .fields import check_seed

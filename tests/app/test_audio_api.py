@@ -87,6 +87,13 @@ def test_transcription_stream_matches_and_counts_audio_tokens(sdk, c):
      "stream_include_usage"),
     ({"response_format": "xml"}, "1 validation error:", "response_format"),
     ({"temperature": "hot"}, "1 validation error:", "temperature"),
+    # vLLM builds SamplingParams from the form: chat's range checks (a fuzzing helper found them unchecked)
+    ({"temperature": "-1"}, "temperature must be non-negative, got -1.0.", "temperature"),
+    ({"top_p": "5"}, "top_p must be in (0, 1], got 5.0.", "top_p"),
+    ({"top_k": "-2"}, "top_k must be 0 (disable), or at least 1, got -2.", "top_k"),
+    ({"min_p": "3"}, "min_p must be in [0, 1], got 3.0.", "min_p"),
+    ({"repetition_penalty": "0"}, "repetition_penalty must be greater than zero, got 0.0.", "repetition_penalty"),
+    ({"frequency_penalty": "99"}, "frequency_penalty must be in [-2, 2], got 99.0.", "frequency_penalty"),
 ])
 def test_transcription_errors_are_vllms(c, fields, message, param):
     r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(0.5))}, data=fields)

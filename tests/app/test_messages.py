@@ -493,3 +493,14 @@ def test_queue_full_is_anthropic_rate_limit(app_client):
     assert codes[:2] == [200, 200] and codes[2:] == [429, 429]
     for r in results[2:]:
         _assert_anthropic_error(r, 429, "rate_limit_error", "waiting requests queue is full")
+
+
+def test_a_tool_argument_past_64_bits_is_served(api):
+    """A schema's ``minimum`` past 2**64 makes a generated integer orjson cannot encode; the body
+    falls back to the standard library's JSON (vLLM's pydantic has no such bound), not a 500."""
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer", "minimum": 2 ** 64}}}
+    r = post(api, {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": U}],
+                   "tools": [{"name": "f", "input_schema": schema}], "tool_choice": {"type": "any"}})
+    assert r.status_code == 200, r.text
+    (block,) = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+    assert isinstance(block["input"]["a"], int) and block["input"]["a"] >= 2 ** 64
