@@ -33,7 +33,7 @@ class BlockPool:
     were handed out again (vLLM's ``BlockRemoved`` events), once per allocation that evicts.
     ``num_cpu_blocks``: the CPU tier's size in blocks (0: none)."""
 
-    __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "on_evict",
+    __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "_dups", "on_evict",
                  "num_cpu_blocks", "_cpu")
 
     def __init__(self, num_blocks: int, on_evict=None, num_cpu_blocks: int = 0):
@@ -43,7 +43,8 @@ class BlockPool:
         self._recycled: OrderedDict = OrderedDict()     # free, used before: least recently freed first
         self._ref: dict = {}                            # held block -> reference count
         self._hash_of: dict = {}                        # cached block -> its hash
-        self._cached: dict = {}                         # hash -> cached block
+        self._cached: dict = {}                         # hash -> cached block (the first copy)
+        self._dups: dict = {}                           # hash -> later copies, oldest first (rare)
         self.on_evict = on_evict
         self.num_cpu_blocks = num_cpu_blocks
         self._cpu: OrderedDict = OrderedDict()          # hashes in the CPU tier, least recently used first
@@ -60,8 +61,8 @@ class BlockPool:
 
     @property
     def num_cached(self) -> int:
-        """Blocks with a hash (held or free)."""
-        return len(self._cached)
+        """Blocks with a hash (held or free), copies of one hash each counted."""
+        return len(self._hash_of)
 
     def is_cached(self, block_hash) -> bool:
         return block_hash in self._cached
@@ -164,14 +165,17 @@ class BlockPool:
                 ref.update(dict.fromkeys(got, 1))
             hash_of = self._hash_of
             if hash_of:                                 # cached blocks lose their hash
-                cached = self._cached
+                cached, dups = self._cached, self._dups
                 for b in got:
                     h = hash_of.pop(b, None)
                     if h is not None:
-                        del cached[h]
+                        if dups and h in dups:
+                            self._drop_copy(h, b)
+                        else:
+                            del cached[h]
                         if evicted is None:
                             evicted = []
-                        evicted.append(h)
+                        evicted.append(h)       # vLLM: a BlockRemoved per evicted copy
             out += got
             if evicted:
                 if self.num_cpu_blocks:
@@ -197,14 +201,32 @@ class BlockPool:
         self.num_free += freed
 
     def cache(self, block: int, block_hash) -> bool:
-        """Name the full, computed ``block`` by ``block_hash``.  False (nothing changes) when
-        another block already holds that hash (computed twice at once: vLLM keeps the first)
-        or the block has a hash."""
-        if block_hash in self._cached or block in self._hash_of:
+        """Name the full, computed ``block`` by ``block_hash``; False (nothing changes) when the
+        block has a hash already.  Another block may hold the same hash (two requests computed
+        the same prefix at once, or a block-aligned prompt recomputed its last block): vLLM does
+        not de-duplicate (``BlockHashToBlockMap`` keeps every copy, each stored and evicted with
+        its own event); a lookup finds the oldest copy, and the hash stays cached until its last
+        copy is evicted."""
+        if block in self._hash_of:
             return False
-        self._cached[block_hash] = block
+        cached = self._cached
+        if block_hash in cached:
+            self._dups.setdefault(block_hash, []).append(block)
+        else:
+            cached[block_hash] = block
         self._hash_of[block] = block_hash
         return True
+
+    def _drop_copy(self, block_hash, block: int) -> None:
+        """``block``, one of several copies of ``block_hash``, is evicted: the next oldest copy
+        is the one found, if it was the first."""
+        copies = self._dups[block_hash]
+        if self._cached[block_hash] == block:
+            self._cached[block_hash] = copies.pop(0)
+        else:
+            copies.remove(block)
+        if not copies:
+            del self._dups[block_hash]
 
     def reset(self, force: bool = False) -> bool:
         """Forget every hash, the CPU tier's too (``/reset_prefix_cache``).  Refused (False) while
@@ -212,6 +234,7 @@ class BlockPool:
         if self._ref and not force:
             return False
         self._cached.clear()
+        self._dups.clear()
         self._hash_of.clear()
         self._cpu.clear()
         return True

@@ -45,8 +45,26 @@ def test_holding_a_cached_free_block_takes_it_out_of_the_free_ones():
     assert pool.num_free == 3
     pool.free([0])
     assert pool.num_free == 4 and pool.is_cached("x")
-    assert not pool.cache(1, "x")                  # a hash names one block
+    assert not pool.cache(0, "y")                  # a block has one hash
     assert pool.reset() and not pool.is_cached("x")
+
+
+def test_a_hash_computed_twice_keeps_both_copies_as_vllm_does():
+    """vLLM's BlockPool does not de-duplicate: a second block computed with the same hash is
+    cached too (its own BlockStored); a lookup finds the oldest copy; each copy's eviction is a
+    BlockRemoved, and the hash stays cached until its last copy goes (a consistency helper saw a
+    stored block's parent removed while an identical block still held it)."""
+    removed = []
+    pool = BlockPool(3, on_evict=removed.extend)
+    a, b, c = pool.allocate(3)
+    assert pool.cache(a, "x") and pool.cache(b, "x") and pool.cache(c, "z")
+    assert pool.num_cached == 3 and pool.lookup(["x"], 1) == [a]
+    pool.free([a, b, c])                           # freed tail first: c, b, a
+    assert pool.allocate(1) == [c] and removed == ["z"]
+    assert pool.allocate(1) == [b] and removed == ["z", "x"]
+    assert pool.is_cached("x") and pool.lookup(["x"], 1) == [a]      # the other copy still serves
+    assert pool.allocate(1) == [a] and removed == ["z", "x", "x"] and not pool.is_cached("x")
+    assert pool._dups == {} and pool.num_cached == 0
 
 
 def test_reset_is_refused_while_blocks_are_held_unless_forced():
@@ -109,7 +127,9 @@ def test_freed_blocks_stay_cached_until_handed_out_and_eviction_is_announced():
     big = hashed(160, 1, prefix="b")               # 10 blocks: every cached block of "a" goes
     s.add(big, 2.0)
     step(s, 2.0)
-    assert big.finished and sorted(evicted) == [("a", 0), ("a", 1), ("a", 2), ("a", 3)]
+    # the block-aligned repeat recomputed block 3 (a hit stops at num_tokens - 1): a second copy
+    # of its hash, cached and evicted on its own, as vLLM keeps both
+    assert big.finished and sorted(evicted) == [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("a", 3)]
 
 
 def test_a_preempted_request_finds_its_own_blocks_again():
