@@ -90,15 +90,22 @@ class ResponseStore:
                 sim.complete(seqs)
                 finish(seqs)
             except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
-                found = self.items.get(rid)
-                if found is not None and found.get("status") in RUNNING:
-                    log.warning("background response %s failed: %r", rid, e)
-                    self.put({**found, "status": "failed"})
+                self._failed(rid, e)
                 sim.cancel(seqs, "error")
             finally:
                 self.tasks.pop(rid, None)
 
         self.tasks[rid] = (gevent.spawn(run), seqs)
+
+    def _failed(self, rid: str, exc: BaseException) -> bool:
+        """A background run of ``rid`` ended with ``exc``: a cancel (its object already reads
+        ``cancelled``: False), else a failure, which its stored object now reads (True)."""
+        found = self.items.get(rid)
+        if found is None or found.get("status") not in RUNNING:
+            return False
+        log.warning("background response %s failed: %r", rid, exc)
+        self.put({**found, "status": "failed"})
+        return True
 
     def stream_in_background(self, sim, seqs, queued: dict, body_iter, error_frame):
         """A streaming background request: store ``queued``, let a greenlet of its own drain
@@ -119,10 +126,7 @@ class ResponseStore:
                     chunks.append(item)
                     more.set()
             except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
-                found = self.items.get(rid)
-                if found is not None and found.get("status") in RUNNING:
-                    log.warning("background response %s failed: %r", rid, e)
-                    self.put({**found, "status": "failed"})
+                if self._failed(rid, e):
                     chunks.append(error_frame(e))
                 sim.cancel(seqs, "error")
             finally:
