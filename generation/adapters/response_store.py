@@ -5,7 +5,7 @@
 
 vLLM keeps every ``store``d response in memory when that variable is set (and nothing
 otherwise: the routes then answer 404).  Here the store is bounded: the oldest entries go first
-beyond :data:`MAX_STORED`.  A background response is stored ``queued`` when its request is
+beyond :data:`MAX_STORED` objects or :data:`MAX_STORED_BYTES` of their JSON.  A background response is stored ``queued`` when its request is
 answered, and replaced by its final object (``completed``, ``incomplete``) when it ends, unless
 it was cancelled meanwhile; if the server fails it, it reads ``failed`` (vLLM's
 ``OpenAIServingResponses._run_background_request`` and ``cancel_responses``).  Running ones are
@@ -18,6 +18,7 @@ from collections import OrderedDict
 
 import gevent
 import gevent.event
+import orjson
 
 from generation.errors import APIError
 
@@ -27,6 +28,7 @@ NO_STORE_FOR_BACKGROUND = ("This vLLM engine does not support `store=True` and t
                            "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.")
 
 MAX_STORED = 10_000
+MAX_STORED_BYTES = 256 << 20        # the stored objects' JSON in all (an echoed instructions text can be MBs)
 MAX_HISTORY_TOKENS = 16_000_000     # prompt tokens of the conversations kept for previous_response_id
 RUNNING = ("queued", "in_progress")      # the statuses a cancel applies to (vLLM's)
 
@@ -37,9 +39,13 @@ class ResponseStore:
     """``response id -> response object`` (the JSON dict as returned), oldest dropped first;
     ``tasks``: ``response id -> (greenlet, sequences)`` of the background responses running."""
 
-    def __init__(self, limit: int = MAX_STORED, history_tokens: int = MAX_HISTORY_TOKENS):
+    def __init__(self, limit: int = MAX_STORED, history_tokens: int = MAX_HISTORY_TOKENS,
+                 limit_bytes: int = MAX_STORED_BYTES):
         self.limit = limit
+        self.limit_bytes = limit_bytes
         self.items: OrderedDict[str, dict] = OrderedDict()
+        self.sizes: dict[str, int] = {}                 # response id -> its JSON's bytes
+        self.total_bytes = 0
         self.tasks: dict[str, tuple] = {}
         # response id -> (the chat messages its prompt was made of, their prompt tokens): vLLM's
         # msg_store, oldest dropped first past ``limit`` entries or ``history_tokens`` in all
@@ -63,10 +69,20 @@ class ResponseStore:
         return kept[0] if kept is not None else []
 
     def put(self, response: dict) -> None:
-        self.items[response["id"]] = response
-        self.items.move_to_end(response["id"])
-        while len(self.items) > self.limit:
-            self.items.popitem(last=False)
+        """Keep ``response`` (replacing an object of its id), the oldest dropped beyond
+        :attr:`limit` objects or :attr:`limit_bytes` of their JSON in all."""
+        rid = response["id"]
+        try:
+            size = len(orjson.dumps(response))
+        except TypeError:                   # an integer past 64 bits: an estimate is enough
+            size = len(repr(response))
+        self.total_bytes += size - self.sizes.get(rid, 0)
+        self.sizes[rid] = size
+        self.items[rid] = response
+        self.items.move_to_end(rid)
+        while len(self.items) > 1 and (len(self.items) > self.limit or self.total_bytes > self.limit_bytes):
+            old, _ = self.items.popitem(last=False)
+            self.total_bytes -= self.sizes.pop(old)
 
     def put_final(self, response: dict) -> None:
         """Store a finished response, unless its background run was cancelled meanwhile (vLLM

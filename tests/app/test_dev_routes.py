@@ -107,6 +107,7 @@ def test_stored_responses(app_client):
     assert api.get(f"/v1/responses/{out['id']}").json() == out
     r = api.post(f"/v1/responses/{out['id']}/cancel")
     assert r.status_code == 400 and r.json()["error"]["message"] == "Cannot cancel a synchronous response."
+    assert r.json()["error"]["type"] == "invalid_request_error"           # vLLM's err_type there
     streamed = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,
                                                "stream": True})
     from support import named_events
@@ -219,6 +220,18 @@ def test_previous_response_id_unknown_is_404(app_client, env):
     assert r.status_code == 404
     assert r.json()["error"] == {"message": "Response with id 'resp_nope' not found.", "type": "invalid_request_error",
                                  "param": "response_id", "code": 404}
+
+
+def test_stored_responses_are_bounded_by_bytes_too():
+    """An echoed instructions text can be megabytes: the store keeps 10,000 objects and 256 MiB
+    of their JSON at most (a helper reached 1.2 GB with 10,000 responses of 115 KB)."""
+    from generation.adapters.response_store import ResponseStore
+    store = ResponseStore(limit=10, limit_bytes=1000)
+    for i in range(5):
+        store.put({"id": f"resp_{i}", "instructions": "x" * 300})
+    assert list(store.items) == ["resp_2", "resp_3", "resp_4"] and store.total_bytes <= 1000
+    store.put({"id": "resp_4", "instructions": ""})              # replaced: its size counted once
+    assert store.total_bytes == sum(store.sizes.values()) and set(store.sizes) == set(store.items)
 
 
 def test_stored_conversations_are_bounded():
