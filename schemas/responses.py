@@ -351,6 +351,7 @@ class ResponsesRequestSchema(BaseSchema):
     top_p = StrictFloat()
     store = StrictBool()
     background = StrictBool()
+    request_id = fields.String()
     metadata = fields.Dict()
     previous_response_id = fields.String()
     user = fields.String()

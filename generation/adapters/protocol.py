@@ -253,6 +253,7 @@ class ResponsesRequest:
     top_p: float | None = None
     store: bool | None = None
     background: bool | None = None
+    request_id: str | None = None                # vLLM's: the response's id when given
     metadata: dict | None = None
     previous_response_id: str | None = None
     user: str | None = None

@@ -104,8 +104,10 @@ class ResponsesAdapter(Adapter):
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
         self.ctx.store = store is not None and b.store is not False
         self.ctx.background = bool(b.background)
+        # vLLM's ResponsesRequest.request_id is the response's id as given (default resp_<uuid>)
+        self.ctx.response_id = b.request_id if b.request_id and rid == b.request_id else f"resp_{rid}"
         if self.ctx.store:                # the conversation so far, for a later previous_response_id
-            store.remember(f"resp_{rid}", messages, prompt.length)
+            store.remember(self.ctx.response_id, messages, prompt.length)
         return self.req
 
     @property
@@ -354,7 +356,7 @@ def to_response_format(text_cfg) -> dict | None:
 class _Ctx:
     """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
     __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store",
-                 "block", "background")
+                 "block", "background", "response_id")
 
     def __init__(self, body: ResponsesRequest, req, want_logprobs, top, block: int = 0):
         self.body = body
@@ -373,6 +375,7 @@ class _Ctx:
         self.n = 0
         self.store = False
         self.background = False
+        self.response_id = f"resp_{req.request_id}"
 
     def event(self, type_: str, payload: dict) -> bytes:
         """One named SSE event with the next ``sequence_number``."""
@@ -392,7 +395,7 @@ def base_response(ctx: _Ctx, status: str) -> dict:
     """The response object without output/usage, with the fields the openai SDK's ``Response``
     model reads (request settings echoed, defaults as OpenAI reports them)."""
     d = ctx.body
-    return {"id": f"resp_{ctx.req.request_id}", "object": "response", "created_at": ctx.created,
+    return {"id": ctx.response_id, "object": "response", "created_at": ctx.created,
             "status": status, "background": ctx.background, "error": None, "incomplete_details": None,
             "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
             "max_tool_calls": None, "model": ctx.req.model, "output": [],

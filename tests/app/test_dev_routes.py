@@ -222,6 +222,18 @@ def test_previous_response_id_unknown_is_404(app_client, env):
                                  "param": "response_id", "code": 404}
 
 
+def test_a_body_request_id_is_the_response_id(app_client):
+    """vLLM's ResponsesRequest.request_id names the response (default ``resp_<uuid>``): GET,
+    cancel and previous_response_id find it by that id."""
+    api = app_client("--time-to-first-token", "2s", env=STORE)
+    out = api.post("/v1/responses", json={**ASK, "background": True, "request_id": "my-own-id"}).json()
+    assert out["id"] == "my-own-id" and api.get("/v1/responses/my-own-id").json()["status"] == "queued"
+    assert api.post("/v1/responses/my-own-id/cancel").json()["status"] == "cancelled"
+    nxt = api.post("/v1/responses", json={**ASK, "previous_response_id": "my-own-id", "background": True}).json()
+    assert nxt["id"].startswith("resp_") and nxt["previous_response_id"] == "my-own-id"
+    api.post(f"/v1/responses/{nxt['id']}/cancel")
+
+
 def test_stored_responses_are_bounded_by_bytes_too():
     """An echoed instructions text can be megabytes: the store keeps 10,000 objects and 256 MiB
     of their JSON at most (a helper reached 1.2 GB with 10,000 responses of 115 KB)."""
