@@ -97,10 +97,8 @@ class Pod:
         """Why the pod's KV-event publisher or replay socket is not bound (an endpoint in use:
         the fleet offsets both by the pod's index, as vLLM offsets them by data-parallel rank, so
         adjacent port numbers collide), else None."""
-        kv = self.sim.kv_cache
-        publisher = getattr(kv, "publisher", None) if kv is not None else None
-        replay = getattr(getattr(publisher, "on_sent", None), "__self__", None)
-        return getattr(publisher, "bind_error", None) or getattr(replay, "bind_error", None)
+        from generation.kvcache.cache import event_socket_problem
+        return event_socket_problem(self.sim.kv_cache)
 
     def close(self) -> None:
         """Flush and close the pod's KV-event publisher and replay socket."""

@@ -141,7 +141,13 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
             apply_server_settings(s, config, tls)
 
         def load(self):
-            return app_factory()
+            app = app_factory()
+            from generation.kvcache.cache import event_socket_problem
+            problem = event_socket_problem(getattr(app.extensions.get("simulator"), "kv_cache", None))
+            if problem:                 # vLLM's engine does not start without its event sockets
+                log.error("%s", problem)
+                raise SystemExit(1)
+            return app
 
     application = SimulatorApplication()
     children = []
@@ -176,6 +182,11 @@ def serve_grpc(config, app_factory) -> int:
 
     app = app_factory()
     sim = app.extensions["simulator"]
+    from generation.kvcache.cache import event_socket_problem
+    problem = event_socket_problem(sim.kv_cache)
+    if problem:                          # as serve(): vLLM's engine does not start without them
+        log.error("%s", problem)
+        return 1
     lifecycle = app.extensions.get("lifecycle")
     address = f"{grpc_host(config.host)}:{config.port}"
     for line in startup_summary(config, False, False, [f"grpc://{address}"]):

@@ -105,6 +105,14 @@ def build_kv_cache(cfg, metrics, loras, publish: bool = True) -> "KVCache":
                    lora_slot=loras.slots.get, loaded_models=loaded_models)
 
 
+def event_socket_problem(kv) -> str | None:
+    """Why ``kv``'s (a :class:`KVCache` or None) KV-event publisher or replay socket is not
+    bound (an endpoint in use), else None: vLLM's engine does not start without them."""
+    publisher = getattr(kv, "publisher", None) if kv is not None else None
+    replay = getattr(getattr(publisher, "on_sent", None), "__self__", None)
+    return getattr(publisher, "bind_error", None) or getattr(replay, "bind_error", None)
+
+
 class KVCache:
     """The prefix cache of one simulator (``--enable-kvcache``), engine.md 4.3-4.8.
 

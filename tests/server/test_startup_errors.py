@@ -1,6 +1,7 @@
 """A real ``python app.py`` that cannot start says why in one line and exits non-zero, with no
 traceback: an unreachable ``--dataset-url``, invalid ``--fake-metrics``, a bad flag value, a
-missing ``--tokenizer`` file (before binding its port); and ``--help`` works."""
+missing ``--tokenizer`` file (before binding its port), a KV-event socket that cannot be bound;
+and ``--help`` works."""
 from __future__ import annotations
 
 import json
@@ -69,3 +70,19 @@ def test_bad_explicit_tokenizer_path_exits_before_binding(tmp_path):
     with socket.socket() as s:                          # nothing listened there
         assert s.connect_ex(("127.0.0.1", port)) != 0
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("mode", [(), ("--grpc",)])
+def test_a_kv_event_socket_in_use_stops_the_start(mode):
+    """vLLM's engine does not start when its KV-event publisher cannot bind its endpoint; the
+    server said so in a traceback and served without events."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(1)
+        busy = holder.getsockname()[1]
+        p = subprocess.run([sys.executable, str(ROOT / "app.py"), "--port", str(free_port()), "--host", "127.0.0.1",
+                            "--enable-kvcache", "--zmq-endpoint", f"tcp://*:{busy}", *mode],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"cannot bind the KV-event publisher to tcp://*:{busy}" in p.stderr
