@@ -97,7 +97,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         err.type = adapter.generation_error_stream_type
         return 200, [*extra.items(), *SSE_BASE_HEADERS], [error_frame(err)]
     try:
-        if req.stream and adapter.background_stream:     # runs on if the client leaves
+        if adapter.background_stream:       # runs on if the client leaves
             body = adapter.stream_in_background(
                 seqs, lambda e: error_frame(e if isinstance(e, SimulatorError) else internal_error(e)))
             return 200, [*extra.items(), *SSE_BASE_HEADERS], body
@@ -105,7 +105,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
             stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
             return 200, [*extra.items(), *SSE_BASE_HEADERS], stream
         if adapter.background:          # answered now, run on (Responses API, "background": true)
-            body = [orjson.dumps(adapter.start_background(seqs))]
+            body = [dumps_json(adapter.start_background(seqs))]
             return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(len(body[0])))], body
         run_to_completion(sim, seqs, environ)
         if work[0] <= PACED_WORK:

@@ -40,13 +40,14 @@ import math
 import time
 import zlib
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from generation.content import audio as au
 from generation.content import logprobs as lp
 from generation.engine.request import GenerationRequest, Prompt
 from ..errors import APIError, InvalidParam
 from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
-from .fields import INT64_MAX, INT64_MIN
+from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
 
 # Whisper's languages (vLLM's ISO639_1_SUPPORTED_LANGS, whisper_utils.py) and the other codes
 # of the Whisper language map (transformers' LANGUAGES): accepted with a warning in vLLM
@@ -168,9 +169,6 @@ class SpeechToTextRequest:
         knobs = {name: _float(form, name) for name in ("top_p", "min_p", "frequency_penalty", "presence_penalty",
                                                        "repetition_penalty", "length_penalty")}
         knobs["top_k"] = _int(form, "top_k")
-        from types import SimpleNamespace
-
-        from .fields import check_sampling_ranges
         # vLLM builds SamplingParams from them, whose checks are chat's (the same 400s)
         check_sampling_ranges(SimpleNamespace(temperature=r.temperature, **knobs))
         r.seed = _int(form, "seed")

@@ -352,7 +352,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     def start_all() -> None:
         # vLLM sends every choice's role chunk, in index order, at the request's first output
         # (the openai SDK's stream helper needs choice 0's first): not each at its own first token
-        for s in sorted(seqs, key=lambda s: s.index):
+        for s in seqs:                       # in index order, as prepare() made them
             if not started[s.index] and s.finish_reason != "cache_threshold":
                 started[s.index] = True
                 put(role_chunk(s.index))
