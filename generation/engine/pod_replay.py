@@ -186,21 +186,23 @@ class PodReplay:
         EngineRequest, or None when it is refused: a prompt plus output past ``max_model_len``
         (vLLM's 400; listed in the result's ``rejected``).  ``kv_ready_at`` / ``prefix_hit``: a
         P/D decode side's remote KV (the request is not scheduled before its transfer ends, and
-        finds ``prefix_hit(req)`` tokens computed), as the server's step engine queues a remote
-        prefill."""
+        finds ``prefix_hit(req)`` tokens computed, those the pod's own prefix cache holds among
+        them; its blocks are cached like a local prefill's), as the server's step engine queues
+        a remote prefill."""
         scheduler = self.scheduler
         if tr.prompt_tokens + tr.output_tokens > scheduler.max_model_len:
             self.result.rejected.append(tr)
             return None
         req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
                             prefix_len=tr.prefix_tokens, priority=tr.priority, kv_ready_at=kv_ready_at)
-        if prefix_hit is not None:          # a remote prefill's KV: no local prefix cache lookup
-            req.prefix_hit = prefix_hit
-        else:
-            req.block_hashes = trace_block_hashes(tr, self.bs)
-            if self.counting is not None and req.block_hashes is not None and scheduler.enable_prefix_caching:
-                scheduler.pool = self.counting.restore([*scheduler.running, *scheduler.waiting])
-                self.counting = None
+        # a remote prefill's KV (P/D) is what the local prefix cache does not hold, and its blocks
+        # are cached once loaded, as vLLM's connector path does (local hits first, then the
+        # connector's ``get_num_new_matched_tokens`` for the rest)
+        req.prefix_hit = prefix_hit
+        req.block_hashes = trace_block_hashes(tr, self.bs)
+        if self.counting is not None and req.block_hashes is not None and scheduler.enable_prefix_caching:
+            scheduler.pool = self.counting.restore([*scheduler.running, *scheduler.waiting])
+            self.counting = None
         if self.fe is not None:             # the frontend's CPU takes requests in arrival order
             self.incoming.append((at, self.order, req))
         else:

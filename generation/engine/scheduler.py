@@ -88,7 +88,7 @@ class EngineRequest:
         self.preemptions = 0
         self.state = self.WAITING
         self.kv_ready_at = kv_ready_at       # remote prefill: not schedulable before (KV transfer)
-        self.prefix_hit = None               # callable(req) -> cached tokens, or None: no prefix cache
+        self.prefix_hit = None               # callable(req) -> tokens whose KV comes from another pod (P/D), or None
         self.notify = None                   # set by the caller: called when tokens were emitted
         self.cached_tokens = 0               # prefix-cache hit of the first scheduling
         self.group = group                   # replay: shared-prefix group
@@ -464,15 +464,15 @@ class Scheduler:
             hits = ()
             reload = 0                                   # blocks found in the CPU tier
             if req.num_computed == 0:
+                hit = 0
                 if req.block_hashes is not None:         # the prefix cache: blocks to hold again
                     most = (req.num_tokens - 1) // bs
                     hits = pool.lookup(req.block_hashes, most)
                     if cpu:
                         reload = pool.lookup_cpu(req.block_hashes, len(hits), most - len(hits))
                     hit = (len(hits) + reload) * bs
-                else:                                    # a remote prefill's KV, or no cache
-                    hit = req.prefix_hit(req) if req.prefix_hit is not None else 0
-                    hit = min(hit, req.num_tokens - 1) // bs * bs
+                if req.prefix_hit is not None:           # a remote prefill's KV: the rest, past the local hits
+                    hit = max(hit, min(req.prefix_hit(req), req.num_tokens - 1) // bs * bs)
                 req.num_computed = hit
             if chunked:
                 n = self._chunk(req, budget)

@@ -48,8 +48,10 @@ class StepPrefixCache:
         req.block_hashes = self.kv.token_block_hashes(seq, [*seq.prompt.ids, *seq.ids[:generated]])
 
     def _prefix(self, req, hit_tokens: int) -> None:
-        if req.block_hashes is not None:          # remote prefills bring their KV: no query
+        if req.block_hashes is not None:
             self.kv.count_prefix(req.prompt_len, hit_tokens)
+            if req.prefix_hit is not None and req.seq is not None:
+                req.seq.cached_tokens = hit_tokens   # a remote prefill: its local hits, the rest transferred
 
     # ---- the cache interface -----------------------------------------------------------
     @property

@@ -134,15 +134,18 @@ class StepEngine:
         req_ = seq.request
         n = len(seq.pieces)
         output_len = 1 if req_.remote_decode else max(n, 1)
-        ready = 0.0
-        if req_.remote_prefill:       # P/D decode side: the prompt's KV comes over the network
-            ready = arrival + seq.prompt_len * self.step_time.kv_bytes_per_token / self.kv_transfer_bandwidth
-        req = EngineRequest(seq.prompt_len, output_len, seq=seq, lora=seq.lora, arrival=arrival, kv_ready_at=ready,
+        req = EngineRequest(seq.prompt_len, output_len, seq=seq, lora=seq.lora, arrival=arrival,
                             priority=req_.priority)
-        if req_.remote_prefill:
-            req.prefix_hit = _remote_kv
-        elif self.prefix_cache is not None:
+        if self.prefix_cache is not None:
             req.block_hashes = self.prefix_cache.block_hashes(seq)
+        if req_.remote_prefill:       # P/D decode side: the KV of the blocks not cached here comes over the network
+            req.prefix_hit = _remote_kv
+            local = 0
+            if req.block_hashes is not None and self.scheduler.enable_prefix_caching:
+                bs = self.scheduler.block_size
+                local = len(self.scheduler.pool.lookup(req.block_hashes, (seq.prompt_len - 1) // bs)) * bs
+            req.kv_ready_at = arrival + (seq.prompt_len - local) * self.step_time.kv_bytes_per_token \
+                / self.kv_transfer_bandwidth
         seq.engine_req = req
         seq.arrival = arrival
         fe = self.fe
@@ -197,8 +200,8 @@ class StepEngine:
     # ---- prefix cache ------------------------------------------------------------------
     def _on_prefilled(self, req: EngineRequest) -> None:
         seq = req.seq
-        if seq is not None:         # a remote prefill's KV came from the network, not the local cache
-            seq.cached_tokens = 0 if seq.request.remote_prefill else req.cached_tokens
+        if seq is not None and not seq.request.remote_prefill:   # a remote prefill's hits: the local ones
+            seq.cached_tokens = req.cached_tokens                  # (StepPrefixCache), the rest transferred
 
 
     def _on_preempt(self, req: EngineRequest) -> None:

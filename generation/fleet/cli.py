@@ -246,7 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--approx", action="store_true", help="weighted: the approximate prefix scorer")
     r.add_argument("--prefill-pods", type=int, default=0, help="P/D: prefill pods (0: no disaggregation)")
     r.add_argument("--prefill-router", default="prefix-precise", help="P/D: the prefill pool's router")
-    r.add_argument("--pd-threshold", type=int, default=0, help="P/D: shorter prompts skip the prefill pool")
+    r.add_argument("--pd-threshold", type=int, default=0,
+                   help="P/D: llm-d's prefix-based-pd-decider nonCachedTokens: a request whose prompt tokens not "
+                        "cached on the picked decode pod are fewer is served by that pod alone (0: every request "
+                        "through the prefill pool)")
     r.add_argument("--autoscale", action="store_true", help="WVA's saturation autoscaler")
     r.add_argument("--autoscaler-config", help="YAML thresholds (WVA's keys: kvCacheThreshold, ...)")
     r.add_argument("--scrape-interval", type=float, default=None, help="autoscaler: seconds (default 15)")

@@ -22,11 +22,14 @@ routed to it, at their arrival times, its result is the one
   ``docs/disagg_pd.md``: the request lands on the decode pod, whose sidecar sends the prefill
   to the chosen prefill pod and then the decode to its own vLLM).  The prefill pod computes the prompt and one token (vLLM's
   ``do_remote_decode``); when that answer is back at the sidecar, the chosen decode pod gets
-  the request, waits for the prompt's KV (``prompt x kv_bytes_per_token /
-  kv_transfer_bandwidth`` seconds, as the server's step engine) and finds all but the last
-  prompt token computed (``do_remote_prefill``).  The client's first token is the decode
-  pod's.  Each pool has its own router (the prefill pool's can be prefix-aware); prompts
-  shorter than ``pd_threshold`` tokens skip the prefill pool (the decider).  With an
+  the request, waits for the KV of the prompt's blocks its own prefix cache lacks (``tokens x
+  kv_bytes_per_token / kv_transfer_bandwidth`` seconds, as the server's step engine) and finds
+  all but the last prompt token computed (``do_remote_prefill``); the blocks are then cached
+  on the decode pod as a local prefill's are.  The client's first token is the decode
+  pod's.  Each pool has its own router (the prefill pool's can be prefix-aware); the decider is
+  llm-d's ``prefix-based-pd-decider`` with ``pd_threshold`` as its ``nonCachedTokens``: a
+  request whose prompt tokens not cached on the picked decode pod are fewer is served by that
+  pod alone (:meth:`FleetReplay._disaggregate`).  With an
   autoscaler each pool is scaled on its own pods' metrics (``prefill_autoscaler`` for the
   prefill pool), as WVA scales a P/D deployment's prefill and decode variants apart; a decode
   pod that drains still takes the requests it was picked for.
@@ -141,6 +144,8 @@ class FleetReplay:
             if a is not None and not (a.policy.min_replicas <= n <= a.policy.max_replicas):
                 raise ValueError(f"{flag} {n} is outside the autoscaler's replicas "
                                  f"({a.policy.min_replicas}..{a.policy.max_replicas})")
+        if pd_threshold < 0:            # llm-d's decider refuses a negative nonCachedTokens too
+            raise ValueError(f"--pd-threshold cannot be negative, got {pd_threshold}")
         if not kv_transfer_bandwidth > 0:
             raise ValueError("--kv-transfer-bandwidth must be positive")
         self.new_pod = new_pod
@@ -273,11 +278,18 @@ class FleetReplay:
 
     # ---- events ---------------------------------------------------------------------------
     def _arrive(self, tr: TraceRequest) -> None:
-        """Route an arrival: to the prefill pool (P/D, a long enough prompt) or the pods."""
+        """Route an arrival: to the pods, or with P/D to the decode pod the decode profile picks
+        and, when the decider says so (:meth:`_disaggregate`), through the prefill pool."""
         dec = None
-        if self.prefill and tr.prompt_tokens >= self.pd_threshold:
-            dec = self.router.pick(None, self.serving)      # llm-d: the decode profile first
-            self.router.routed(None, dec)
+        if self.prefill:
+            router = self.router                             # llm-d: the decode profile first
+            hashes = trace_block_hashes(tr, self.bs) if router.uses_prefix or self.pd_threshold > 0 else None
+            dec = router.pick(hashes if router.uses_prefix else None, self.serving)
+            split = self._disaggregate(tr, dec, hashes)      # before the index learns this request
+            router.routed(hashes if router.uses_prefix else None, dec)
+            if not split:                                    # decode only: the picked pod prefills
+                self._submit(dec, tr, tr.arrival)
+                return
             router, pods = self.prefill_router, self.prefill
         else:
             router, pods = self.router, self.serving
@@ -297,6 +309,26 @@ class FleetReplay:
         else:
             self._submit(pod, tr, tr.arrival)
 
+    def _disaggregate(self, tr: TraceRequest, dec: Pod, hashes) -> bool:
+        """llm-d's ``prefix-based-pd-decider`` (``pkg/plugins/profile/prefix_based_pd_decider.go``
+        of llm-d/llm-d-inference-scheduler), its ``nonCachedTokens`` ``pd_threshold``: P/D always
+        when it is 0; else not for a prompt shorter than it, nor when the prompt's tokens not
+        cached on the decode pod ``dec`` (the prompt minus its matched blocks times the block
+        size) are fewer.  The matched blocks are what the decode profile's prefix scorer knows:
+        the router's own index (approximate) or the pod's block pool (precise); a decode router
+        without a prefix scorer matches none, so the rule is the prompt's length."""
+        threshold = self.pd_threshold
+        if threshold <= 0:
+            return True
+        if tr.prompt_tokens < threshold:
+            return False
+        matched = 0
+        router = self.router
+        if hashes and router.uses_prefix:
+            approx = getattr(router, "approx", None)
+            matched = approx.match(hashes, dec) if approx is not None else dec.cached_prefix(hashes)
+        return tr.prompt_tokens - matched * self.bs >= threshold
+
     def _handoff(self, req, now: float, seen_at: float) -> None:
         """A prefill pod's answer is back (``seen_at``): the decode side gets the request."""
         self._push(seen_at, 1, "handoff", req)
@@ -306,14 +338,17 @@ class FleetReplay:
         decode pod picked at its arrival."""
         tr0, pod = self.pd_origin.pop(pre)
         pod.pending -= 1
-        ready = at + pre.prompt_len * pod.kv_bytes_per_token / self.kv_bw
+        # the connector pulls the blocks the decode pod's own prefix cache does not hold
+        local = min(pod.cached_prefix(trace_block_hashes(tr0, self.bs)), (pre.prompt_len - 1) // self.bs) * self.bs
+        ready = at + (pre.prompt_len - local) * pod.kv_bytes_per_token / self.kv_bw
         req = self._submit(pod, replace(tr0, arrival=at), at, kv_ready_at=ready, prefix_hit=_remote_kv)
         if req is not None:
             self.origin[req] = (tr0.arrival, pre.cached_tokens)
 
     def _decoded(self, pod: Pod, req) -> None:
-        """Compact P/D: a decode pod finished ``req`` (its row just added to the pod's columns)."""
-        arrival, cached = self.origin.pop(req)
+        """Compact P/D: a decode pod finished ``req`` (its row just added to the pod's columns);
+        a request the decider kept on the pod alone has its own arrival and cache hits."""
+        arrival, cached = self.origin.pop(req, None) or (req.arrival, req.cached_tokens)
         pod.client_arrival.append(arrival)
         pod.client_cached.append(cached)
 

@@ -215,3 +215,29 @@ def test_remote_prefill_waits_for_the_kv_transfer_and_remote_decode_is_prefill_o
     r = completion(d, 100, 50, kv_transfer_params={"do_remote_decode": True})
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "remote_decode"
     assert metric(scrape(d), "vllm:iteration_tokens_total_count") == 1      # one prefill step, nothing more
+
+
+def test_remote_prefill_transfers_only_the_blocks_the_local_prefix_cache_lacks(app_client):
+    """vLLM's decode side looks its own prefix cache up first and asks the connector for the rest
+    (``get_num_new_matched_tokens`` after ``get_computed_blocks``), and caches the blocks it
+    received: a second P/D request with the same prompt transfers only the tail."""
+    c = client(app_client, "--max-model-len", "8192", "--kv-transfer-bandwidth", "1")   # 1 GB/s
+    kv = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "e", "remote_block_ids": [1],
+          "remote_host": "h", "remote_port": 1}
+    body = {"prompt": list(range(7000, 11000)), "max_tokens": 3, "ignore_eos": True, "kv_transfer_params": kv}
+    before = scrape(c)          # (a client of these flags may have served the test above: counts are deltas)
+
+    def delta(m, name, **labels):
+        return metric(m, name, **labels) - metric(before, name, **labels)
+    assert c.post("/v1/completions", json=body).status_code == 200
+    first = delta(scrape(c), "vllm:time_to_first_token_seconds_sum")
+    assert c.post("/v1/completions", json=body).status_code == 200
+    m = scrape(c)
+    second = delta(m, "vllm:time_to_first_token_seconds_sum") - first
+    transfer = 4000 * c.sim.config.step.step_time.kv_bytes_per_token / 1e9      # 0.52 s for the whole prompt
+    assert first >= transfer and second < transfer / 4
+    bs = c.sim.engine.scheduler.block_size
+    hit = (4000 - 1) // bs * bs                                                   # all but the last token's block
+    assert delta(m, "vllm:prompt_tokens_by_source_total", source="local_cache_hit") == hit
+    assert delta(m, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 8000 - hit
+    assert delta(m, "vllm:prefix_cache_queries_total") == 8000 and delta(m, "vllm:prefix_cache_hits_total") == hit

@@ -97,12 +97,17 @@ def test_pd_hands_each_request_to_a_decode_pod_after_the_kv_transfer():
     decoded = [r for p in dec for r in p.result.requests]
     assert len(decoded) == 60 and res.summary()["requests"] == 60
     transfer = STEP.kv_bytes_per_token / bw
+    local_hits = 0
     for p in dec:
         for tr, at in p.routed:
             req = next(r for r in p.result.requests if r.arrival == at and r.prompt_len == tr.prompt_tokens)
-            assert req.kv_ready_at == pytest.approx(at + tr.prompt_tokens * transfer)
+            # the transfer carries the blocks the decode pod's own prefix cache lacked
+            local = round((at + tr.prompt_tokens * transfer - req.kv_ready_at) / transfer)
+            assert local % 16 == 0 and 0 <= local < tr.prompt_tokens
+            local_hits += local > 0
             assert req.cached_tokens == (tr.prompt_tokens - 1) // 16 * 16   # all but the last token remote
             assert req.first_scheduled >= req.kv_ready_at
+    assert local_hits > 10            # the groups' system prompts, cached by earlier transfers
     by_arrival = {r["arrival"]: r for r in res.records}
     for p in pre:                     # the client's first token comes after its prefill answered
         for r in p.result.requests:
@@ -292,3 +297,42 @@ def test_pd_pools_are_scaled_apart_and_a_draining_decode_pod_keeps_its_requests(
     for p in res.pods:
         if p.removed_at is not None:             # drained: removed once its last request (and hand-off) is done
             assert p.pending == 0 and all(r.finished_at <= p.removed_at for r in p.result.requests)
+
+
+@pytest.mark.parametrize("decode_router", ["prefix-precise", "prefix-approx", "least-queue"])
+def test_pd_decider_counts_the_prompt_tokens_not_cached_on_the_decode_pod(decode_router):
+    """llm-d's prefix-based-pd-decider (nonCachedTokens = --pd-threshold): a prompt shorter than
+    the threshold, or whose blocks the decode pod's prefix scorer finds cached but for fewer than
+    the threshold's tokens, is served by the decode pod alone; the rest go through the prefill
+    pool.  A decode router without a prefix scorer matches nothing: the prompt's length decides."""
+    # one shared 1,024-token system prompt (64 blocks), each question 256 tokens: after the first
+    # request a decode pod that has the prefix has 256 tokens left to compute
+    trace = [TraceRequest(i * 0.5, 1024 + 256, 8, "sys", 1024) for i in range(20)]
+    trace.append(TraceRequest(10.5, 300, 8))                      # short: never split
+    res = FleetReplay(new_pod, trace, pods=1, prefill_pods=1, router=make_router(decode_router),
+                      prefill_router=make_router("least-queue"), pd_threshold=512).run()
+    pre = next(p for p in res.pods if p.role == "prefill")
+    dec = next(p for p in res.pods if p.role == "decode")
+    split = {at for tr, at in pre.routed}
+    assert 300 not in {tr.prompt_tokens for tr, _ in pre.routed}
+    if decode_router == "least-queue":         # no prefix scorer: every 1,280-token prompt is split
+        assert len(pre.routed) == 20
+    else:                                       # only the first: the decode pod holds the prefix after it
+        assert split == {0.0}
+        kept = [r for r in dec.result.requests if r.arrival in {i * 0.5 for i in range(1, 20)}]
+        assert len(kept) == 19 and all(r.cached_tokens == 1024 for r in kept)     # the prefix, then its own prefill
+    assert res.summary()["requests"] == 21 and res.unfinished == 0
+    # compact results give the same records
+    compact = FleetReplay(new_pod, trace, pods=1, prefill_pods=1, router=make_router(decode_router),
+                          prefill_router=make_router("least-queue"), pd_threshold=512, compact=True).run()
+    assert sorted((r["arrival"], r["ttft"]) for r in compact.records) == \
+        sorted((r["arrival"], r["ttft"]) for r in res.records)
+
+
+def test_pd_threshold_zero_splits_every_request_and_a_negative_one_is_refused():
+    trace = [TraceRequest(i * 0.5, 1280, 8, "sys", 1024) for i in range(6)]
+    res = FleetReplay(new_pod, trace, pods=1, prefill_pods=1, router=make_router("prefix-precise"),
+                      prefill_router=make_router("least-queue")).run()
+    assert len(next(p for p in res.pods if p.role == "prefill").routed) == 6
+    with pytest.raises(ValueError, match="--pd-threshold cannot be negative"):
+        FleetReplay(new_pod, trace, pods=1, prefill_pods=1, pd_threshold=-1)
