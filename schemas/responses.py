@@ -358,7 +358,7 @@ class ResponsesRequestSchema(BaseSchema):
     truncation = fields.String()
     service_tier = fields.String()
     reasoning = fields.Dict()
-    thinking_token_budget = StrictInt()           # vLLM 0.34: caps the reasoning tokens (-1: no cap)
+    thinking_token_budget = fields.Raw()          # vLLM 0.34: caps the reasoning tokens (-1: no cap; sampling._budget)
     prompt_cache_key = fields.String()
     priority = StrictInt()
 
