@@ -115,7 +115,8 @@ def test_json_content_type_variants_accepted(client, ctype):
 def test_n_above_vllm_max_is_400(client, path, body, n):
     r = client.post(path, json={**body, "n": n})
     assert r.status_code == 400
-    assert r.json()["error"] == {"message": f"n must be at most 16384, got {n}.", "type": "BadRequestError",
+    assert r.json()["error"] == {"message": f"n must be at most 16384, got {n}. To increase this limit, set the "
+                                            "VLLM_MAX_N_SEQUENCES environment variable.", "type": "BadRequestError",
                                  "param": "n", "code": 400}
     assert idle(client.sim)
 

@@ -154,3 +154,18 @@ def test_n_past_the_limit_names_the_variable(api):
     message, param = err(api, CHAT, {"messages": MSG, "n": 16385})
     assert (message, param) == ("n must be at most 16384, got 16385. To increase this limit, set the "
                                 "VLLM_MAX_N_SEQUENCES environment variable.", "n")
+
+
+def test_responses_checks_cache_salt_seed_and_stop_as_chat(api):
+    """vLLM 0.34's ResponsesRequest has chat's ``cache_salt`` validator, ``seed`` bounds and
+    ``StopParam``."""
+    body = {"input": "hi", "max_output_tokens": 2}
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "cache_salt": "a/b"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "seed": 2 ** 63})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+        "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed'")
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "stop": list("abcde")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "cache_salt": "ok", "seed": 7, "stop": ["x"]})
+    assert r.status_code == 200, r.text
