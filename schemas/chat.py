@@ -12,7 +12,7 @@ from marshmallow import ValidationError, fields, validates
 
 from generation.adapters import protocol as p
 
-from .common import (IntList, LaxBool, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (IntList, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 
 
@@ -86,7 +86,7 @@ class SamplingSchema(SamplingKnobsSchema):
     cache_hit_threshold = StrictFloat()
     kv_transfer_params = fields.Dict()
     return_token_ids = StrictBool()
-    prompt_logprobs = StrictInt()
+    prompt_logprobs = LogprobCount()
     request_id = fields.String()
     logit_bias = fields.Dict()
     stop_token_ids = IntList()
@@ -98,8 +98,12 @@ class SamplingSchema(SamplingKnobsSchema):
     truncation_side = fields.String()
     include_stop_str_in_output = StrictBool()
     structured_outputs = fields.Dict()
-    thinking_token_budget = StrictInt()
+    thinking_token_budget = fields.Raw()     # vLLM's own message for any bad value (sampling._budget)
     priority = StrictInt()
+    bad_words = fields.Raw()                 # the fields below: generation.adapters.fields
+    vllm_xargs = fields.Raw()
+    stream_interval = StrictInt()
+    routed_experts_prompt_start = StrictInt()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):
@@ -108,7 +112,7 @@ class ChatCompletionRequestSchema(SamplingSchema):
     max_tokens = StrictInt()
     max_completion_tokens = StrictInt()
     logprobs = LaxBool()
-    top_logprobs = StrictInt()
+    top_logprobs = LogprobCount()
     tools = fields.List(fields.Dict())
     tool_choice = fields.Raw()
     parallel_tool_calls = StrictBool()

@@ -46,6 +46,17 @@ class StrictInt(fields.Integer):
 INT64 = 1 << 63
 
 
+class LogprobCount(StrictInt):
+    """A logprobs count (``logprobs``, ``top_logprobs``, ``prompt_logprobs``): vLLM 0.34's
+    request validators (``check_logprobs``) refuse a value that is not a JSON number before
+    pydantic reads the field, with their own words (``"`top_logprobs` must be an integer."``)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool) or not isinstance(value, numbers.Number):
+            raise InvalidParam(f"`{attr}` must be an integer.", attr)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class StrictFloat(fields.Float):
     """A JSON number; rejects booleans and strings."""
 
@@ -364,7 +375,7 @@ def load(schema: Schema, body):
         raise InvalidParam(f"{path}: {msg}" if path else msg, path or None) from None
 
 
-__all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "IntList", "is_token", "are_tokens",
+__all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList",
            "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]

@@ -12,7 +12,7 @@ from generation.adapters import protocol as p
 from generation.adapters.fields import EMPTY_PROMPT
 
 from .chat import SamplingSchema
-from .common import StrictBool, StrictInt, are_token_lists, are_tokens
+from .common import LogprobCount, StrictBool, StrictInt, are_token_lists, are_tokens
 
 PROMPT_FORMS = ("prompt must be a string, an array of strings, an array of token ids, "
                 "or an array of arrays of token ids")
@@ -48,7 +48,7 @@ class CompletionRequestSchema(SamplingSchema):
     __model__ = p.CompletionRequest
     prompt = PromptField()          # absent or null: vLLM's message, from the adapter
     max_tokens = StrictInt()
-    logprobs = StrictInt()
+    logprobs = LogprobCount()
     echo = StrictBool()
     suffix = fields.String()
     best_of = StrictInt()

@@ -36,7 +36,7 @@ from marshmallow import ValidationError, fields, validate, validates
 
 from generation.adapters import protocol as p
 
-from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
+from .common import BaseSchema, StrictBool, StrictFloat, StrictInt, StringOrList
 
 TEXT_PARTS = p.TEXT_PARTS
 
@@ -358,9 +358,13 @@ class ResponsesRequestSchema(BaseSchema):
     truncation = fields.String()
     service_tier = fields.String()
     reasoning = fields.Dict()
-    thinking_token_budget = StrictInt()           # vLLM 0.34: caps the reasoning tokens (-1: no cap)
+    thinking_token_budget = fields.Raw()          # vLLM 0.34: caps the reasoning tokens (-1: no cap; sampling._budget)
     prompt_cache_key = fields.String()
     priority = StrictInt()
+    # vLLM 0.34 ResponsesRequest fields checked as on chat (generation.adapters.fields)
+    cache_salt = fields.Raw()
+    seed = StrictInt()
+    stop = StringOrList()
 
     @validates("input")
     def _input(self, value, **kwargs):

@@ -104,7 +104,8 @@ def check_limits(max_tokens, ignore_eos: bool, n=None, field: str = "max_tokens"
         if n < 1:
             raise InvalidParam(f"n must be at least 1, got {n}.", "n")
         if n > MAX_N:
-            raise InvalidParam(f"n must be at most {MAX_N}, got {n}.", "n")
+            raise InvalidParam(f"n must be at most {MAX_N}, got {n}. To increase this limit, set the "
+                               "VLLM_MAX_N_SEQUENCES environment variable.", "n")
     if max_tokens is not None and max_tokens <= 0:
         raise InvalidParam(f"{field} must be at least 1, got {max_tokens}. "
                            f"(Max completion tokens and max tokens should be positive)", field)

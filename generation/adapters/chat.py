@@ -24,7 +24,8 @@ from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
-from .fields import check_openai_fields, check_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids
+from .fields import (check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
+                     prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -39,7 +40,10 @@ class ChatAdapter(Adapter):
         sim, b = self.sim, self.body
         stream = bool(b.stream)
         # vLLM's request validators (chat_completion/protocol.py), before the model check
+        check_structured_count(b.structured_outputs, b.tool_choice)
         check_stream_options(b.stream_options, stream)
+        if b.logprob_token_ids and b.use_beam_search:
+            raise InvalidParam("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
         top = b.top_logprobs
         check_prompt_logprobs(b.prompt_logprobs, stream)
         # vLLM: with ``echo`` the prompt logprobs default to ``top_logprobs`` (not streamed)
@@ -49,6 +53,7 @@ class ChatAdapter(Adapter):
         check_logprobs_sign(top, "top_logprobs")
         if top is not None and top != 0 and not b.logprobs:
             raise InvalidParam("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+        check_response_format_schema(b.response_format)
         model, lora = sim.resolve_model(b.model)
         if b.logprobs:
             check_logprobs_cap(sim, top or 0, "top_logprobs")

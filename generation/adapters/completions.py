@@ -19,10 +19,23 @@ from generation.tokenization.tokenizer import each_text
 from .base import (per_request_metrics, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
-from .fields import (EMPTY_PROMPT, check_openai_fields, check_prompt_ids, scheduling_priority, tokens_as_ids,
+from .fields import (EMPTY_PROMPT, MAX_COMPLETION_PROMPTS, check_openai_fields, check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
+
+
+def check_logprobs_order(b) -> None:
+    """vLLM 0.34's completions ``check_logprobs`` on the combinations beam search and
+    ``logprob_token_ids`` cannot serve (its first three checks, in its order)."""
+    if b.logprob_token_ids and b.use_beam_search:
+        raise InvalidParam("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+    if b.use_beam_search and b.echo and b.logprobs is not None:
+        raise InvalidParam("`echo` with `logprobs` is not supported with beam search because beam search does not "
+                           "compute prompt logprobs.", "echo")
+    if b.logprob_token_ids and b.echo and b.max_tokens == 0:
+        raise InvalidParam("`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
+                           "output tokens are generated.", "logprob_token_ids")
 
 
 class CompletionsAdapter(Adapter):
@@ -32,9 +45,16 @@ class CompletionsAdapter(Adapter):
         sim, b = self.sim, self.body
         stream = bool(b.stream)
         # vLLM's request validators (completion/protocol.py), before the model check
+        if b.prompt is not None and b.prompt[0] == "text" and len(b.prompt[1]) > MAX_COMPLETION_PROMPTS:
+            n = len(b.prompt[1])
+            raise InvalidParam(f"prompt list length {n} exceeds the maximum allowed count of {MAX_COMPLETION_PROMPTS}. "
+                               "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment variable.",
+                               "prompt")
         check_stream_options(b.stream_options, stream)
+        check_logprobs_order(b)
         check_prompt_logprobs(b.prompt_logprobs, stream)
         check_logprobs_sign(b.logprobs, "logprobs")
+        check_structured_count(b.structured_outputs, api="completion")
         model, lora = sim.resolve_model(b.model)
         if b.suffix is not None:              # vLLM's renderer: "Return error for unsupported features"
             raise InvalidParam("suffix is not currently supported")
@@ -44,7 +64,7 @@ class CompletionsAdapter(Adapter):
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos, b.n)
-        check_openai_fields(sim, b, b.logprobs is not None, b.max_tokens)
+        check_openai_fields(sim, b, b.logprobs is not None, b.max_tokens, "completion")
         check_kv_transfer(b.kv_transfer_params, stream)
         kind, items = b.prompt
         n = b.n or 1

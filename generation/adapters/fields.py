@@ -5,6 +5,7 @@ before anything is admitted.  Also the fields that change the output (``min_toke
 from __future__ import annotations
 
 import math
+import os
 
 from ..errors import InvalidParam
 
@@ -33,21 +34,54 @@ def tokens_as_ids(sim, b) -> bool:
     return bool(sim.config.return_tokens_as_token_ids)
 
 
+MAX_INPUT_CHARS = 200         # vLLM 0.34's validation handler: an echoed ``input`` is cut here
+
+
+def _error_input(value):
+    """A field's value as vLLM 0.34's validation handler echoes it (``_summarize_error_input``):
+    a string as it is (cut at 200 characters), a container as ``<list of N items>``, anything
+    else as its ``str``."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_INPUT_CHARS else value[:MAX_INPUT_CHARS] + "...[truncated]"
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = str(value)
+    return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
+
+
+def pydantic_error(param: str, value, *errors: tuple) -> InvalidParam:
+    """vLLM 0.34's 400 for a body field pydantic refuses, as its validation handler prints it:
+    ``N validation error(s):`` and one line per error, pydantic's ``{'type', 'loc', 'msg',
+    'input'[, 'ctx']}`` with ``loc`` ``body.<param>``.  ``errors``: ``(type, msg)`` or ``(type,
+    msg, ctx)`` of each error, all on ``value``.  ``param`` names the field (vLLM's is
+    ``body.<param>``: the simulator names fields as the request spells them)."""
+    lines = []
+    for kind, msg, *ctx in errors:
+        error = {"type": kind, "loc": f"body.{param}", "msg": msg, "input": _error_input(value)}
+        if ctx:
+            error["ctx"] = ctx[0]
+        lines.append(f"  {error}")
+    label = "error" if len(errors) == 1 else "errors"
+    return InvalidParam(f"{len(errors)} validation {label}:\n" + "\n".join(lines), param)
+
+
+def check_bounds(name: str, value, ge=None, le=None) -> None:
+    """pydantic's ``Field(ge=..., le=...)`` on an integer field of vLLM's request models
+    (``greater_than_equal`` / ``less_than_equal``, whose ``type`` vLLM's ``test_long_seed``
+    reads).  None: not given."""
+    if value is None:
+        return
+    if ge is not None and value < ge:
+        raise pydantic_error(name, value, ("greater_than_equal", f"Input should be greater than or equal to {ge}",
+                                           {"ge": ge}))
+    if le is not None and value > le:
+        raise pydantic_error(name, value, ("less_than_equal", f"Input should be less than or equal to {le}",
+                                           {"le": le}))
+
+
 def check_seed(seed) -> None:
-    """vLLM: ``seed`` within int64 (pydantic ``ge``/``le``).  The message is vLLM 0.34's
-    validation handler's (``1 validation error:`` and pydantic's error, whose ``type``
-    ``greater_than_equal`` / ``less_than_equal`` vLLM's ``test_long_seed`` reads)."""
-    if seed is None:
-        return
-    if seed < INT64_MIN:
-        kind, words, bound, key = "greater_than_equal", "greater than or equal to", INT64_MIN, "ge"
-    elif seed > INT64_MAX:
-        kind, words, bound, key = "less_than_equal", "less than or equal to", INT64_MAX, "le"
-    else:
-        return
-    error = {"type": kind, "loc": "body.seed", "msg": f"Input should be {words} {bound}", "input": str(seed),
-             "ctx": {key: bound}}
-    raise InvalidParam(f"1 validation error:\n  {error}", "seed")
+    """vLLM: ``seed`` within int64 (pydantic ``ge``/``le``, :func:`check_bounds`)."""
+    check_bounds("seed", seed, INT64_MIN, INT64_MAX)
 
 
 def _is_number(v) -> bool:
@@ -107,24 +141,36 @@ def check_prompt_ids(prompts, vocab: int, field: str = "prompt") -> None:
         raise InvalidParam(f"Token id {top} is out of vocabulary", field)
 
 
+MAX_CACHE_SALT = 128                      # vLLM 0.34 generate/base/protocol.py
+CACHE_SALT_FORBIDDEN = frozenset("@/\\\x00")
+
+
 def check_cache_salt(salt) -> None:
-    """vLLM: ``cache_salt``, when given, a non-empty string."""
-    if salt is not None and (not isinstance(salt, str) or not salt):
+    """vLLM 0.34's ``validate_cache_salt``: ``cache_salt``, when given, a non-empty string of at
+    most :data:`MAX_CACHE_SALT` characters without ``@``, ``/``, ``\\`` or NUL (it becomes part
+    of cache keys and connector paths downstream)."""
+    if salt is None:
+        return
+    if not isinstance(salt, str) or not salt:
         raise InvalidParam("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+    if len(salt) > MAX_CACHE_SALT or not CACHE_SALT_FORBIDDEN.isdisjoint(salt):
+        raise InvalidParam("Parameter 'cache_salt' must be at most 128 characters and must not contain "
+                           "'@', '/', '\\\\', or NUL.", "cache_salt")
 
 
 MAX_LOGPROB_TOKEN_IDS = 128        # vLLM 0.34 sampling_params.py
 
 
-def check_logprob_token_ids(ids, logprobs_on: bool) -> None:
-    """``logprob_token_ids``: a non-empty list, and only with ``logprobs``; at most
-    :data:`MAX_LOGPROB_TOKEN_IDS` (vLLM 0.34's ``SamplingParams._validate_logprobs``)."""
-    if ids is None:
-        return
+def check_logprob_token_ids(ids, logprobs_on: bool, api: str = "chat") -> None:
+    """``logprob_token_ids``, as vLLM 0.34's request validators (``check_logprobs``) and
+    ``SamplingParams._validate_logprobs`` check it: an empty list is no list (``[]`` is
+    falsy there), a non-empty one needs ``logprobs`` (chat: ``true``; ``api`` ``completion``:
+    given) and holds at most :data:`MAX_LOGPROB_TOKEN_IDS` ids."""
     if not ids:
-        raise InvalidParam("`logprob_token_ids` must be a non-empty list of token ids.", "logprob_token_ids")
+        return
     if not logprobs_on:
-        raise InvalidParam("`logprob_token_ids` requires `logprobs`.", "logprob_token_ids")
+        need = "must be set to true." if api == "chat" else "must be set."
+        raise InvalidParam(f"when using `logprob_token_ids`, `logprobs` {need}", "logprob_token_ids")
     if len(ids) > MAX_LOGPROB_TOKEN_IDS:
         raise InvalidParam(f"Requested logprob_token_ids of length {len(ids)}, which is greater than max allowed: "
                            f"{MAX_LOGPROB_TOKEN_IDS}", "logprob_token_ids")
@@ -172,10 +218,9 @@ def check_sampling_ranges(b) -> None:
     """vLLM's ``SamplingParams._verify_args`` ranges on the sampling fields ``b`` has (an absent
     or null one keeps its default): presence and frequency penalties in [-2, 2], a finite
     repetition penalty over 0, a finite non-negative temperature, ``top_p`` in (0, 1], ``top_k``
-    -1, 0 or more, ``min_p`` in [0, 1].  Raises InvalidParam naming the field, with vLLM's
-    message.  (vLLM's newest code also refuses a temperature over 2, and ``n`` over 1 when greedy;
-    releases before it did not, so the simulator does not: ``n`` greedy choices are the same
-    answer.)"""
+    -1, 0 or more, ``min_p`` in [0, 1], and (vLLM 0.34) a temperature of at most 2.  Raises
+    InvalidParam naming the field, with vLLM's message.  (``n`` over 1 with greedy sampling:
+    :func:`check_greedy`.)"""
     def get(name):
         return getattr(b, name, None)
     for name in ("presence_penalty", "frequency_penalty"):
@@ -194,6 +239,8 @@ def check_sampling_ranges(b) -> None:
             raise InvalidParam(f"temperature must be a finite number, got {t}.", "temperature")
         if t < 0.0:
             raise InvalidParam(f"temperature must be non-negative, got {t}.", "temperature")
+        if t > 2.0:
+            raise InvalidParam(f"temperature must be in [0, 2], got {t}.", "temperature")
     v = get("top_p")
     if v is not None and not 0.0 < v <= 1.0:
         raise InvalidParam(f"top_p must be in (0, 1], got {v}.", "top_p")
@@ -205,13 +252,120 @@ def check_sampling_ranges(b) -> None:
         raise InvalidParam(f"min_p must be in [0, 1], got {v}.", "min_p")
 
 
-def check_openai_fields(sim, b, logprobs_on: bool, max_tokens) -> None:
-    """Every check above on a chat or completions request ``b``."""
+MAX_STOP_STRINGS = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))        # vLLM 0.34 envs.py
+MAX_COMPLETION_PROMPTS = int(os.environ.get("VLLM_MAX_COMPLETION_PROMPTS", "1024"))
+SAMPLING_EPS = 1e-5                 # vLLM: a temperature below it is greedy sampling
+
+
+def check_stop(stop) -> None:
+    """``stop`` (a list once loaded): at most ``VLLM_MAX_STOP_STRINGS`` strings (vLLM 0.34's
+    ``StopParam``, ``Field(max_length=...)``: pydantic's two errors of the ``str | list[str]``
+    union), none empty (``SamplingParams._verify_args``; ``"stop": ""`` is ``[""]`` there)."""
+    if not stop:
+        return
+    if len(stop) > MAX_STOP_STRINGS:
+        raise pydantic_error("stop", stop, ("string_type", "Input should be a valid string"),
+                             ("too_long", f"List should have at most {MAX_STOP_STRINGS} items after validation, "
+                                          f"not {len(stop)}",
+                              {"field_type": "List", "max_length": MAX_STOP_STRINGS, "actual_length": len(stop)}))
+    if not all(stop):
+        raise InvalidParam("stop cannot contain an empty string.", "stop")
+
+
+def check_bad_words(words) -> None:
+    """``bad_words`` (vLLM 0.34: ``list[str]``): a list of strings, none empty (the message
+    prints the list without repeats, as ``SamplingParams.__post_init__`` leaves it)."""
+    if words is None:
+        return
+    if not isinstance(words, list):
+        raise pydantic_error("bad_words", words, ("list_type", "Input should be a valid list"))
+    for i, w in enumerate(words):
+        if not isinstance(w, str):
+            raise pydantic_error(f"bad_words.{i}", w, ("string_type", "Input should be a valid string"))
+    if not all(words):
+        raise InvalidParam(f"bad_words cannot contain an empty string. Got bad_words={list(dict.fromkeys(words))!r}",
+                           "bad_words")
+
+
+_XARG_TYPES = (("string_type", "str", "Input should be a valid string"),
+               ("int_type", "int", "Input should be a valid integer"),
+               ("float_type", "float", "Input should be a valid number"))
+
+
+def check_extra_args(xargs, kv_transfer_params=None) -> None:
+    """``vllm_xargs`` (vLLM 0.34: ``dict[str, str | int | float | list[str | int | float]]``) and
+    what vLLM puts beside it in ``SamplingParams.extra_args`` (``kv_transfer_params``): every
+    integer within -2**63 .. 2**64-1, the engine's MessagePack range (``_verify_extra_args``:
+    ``extra_args integers must be between -2**63 and 2**64 - 1.``)."""
+    if xargs is not None:
+        if not isinstance(xargs, dict):
+            raise pydantic_error("vllm_xargs", xargs, ("dict_type", "Input should be a valid dictionary"))
+        for k, v in xargs.items():
+            items = v if isinstance(v, list) else [v]
+            for j, item in enumerate(items):
+                if isinstance(item, (str, int, float)) and not isinstance(item, bool):
+                    continue
+                loc = f"vllm_xargs.{k}.{j}" if isinstance(v, list) else f"vllm_xargs.{k}"
+                errors = [(kind, msg) for kind, _, msg in _XARG_TYPES]
+                if not isinstance(v, list):
+                    errors.append(("list_type", "Input should be a valid list"))
+                raise pydantic_error(loc, item, *errors)
+    pending = [xargs, kv_transfer_params]
+    while pending:
+        v = pending.pop()
+        if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v < 2 ** 64:
+            raise InvalidParam("extra_args integers must be between -2**63 and 2**64 - 1.", "extra_args")
+        if isinstance(v, dict):
+            pending.extend(v.keys())
+            pending.extend(v.values())
+        elif isinstance(v, list):
+            pending.extend(v)
+
+
+def check_greedy(b, n: int) -> None:
+    """vLLM 0.34's ``_verify_greedy_sampling``: greedy sampling (a temperature below 1e-5) with
+    ``n`` over 1 is refused (beam search builds no SamplingParams, so it is exempt)."""
+    t = getattr(b, "temperature", None)
+    if t is not None and t < SAMPLING_EPS and n > 1 and not getattr(b, "use_beam_search", False):
+        raise InvalidParam(f"n must be 1 when using greedy sampling, got {n}.", "n")
+
+
+def check_structured_count(so, tool_choice=None, api: str = "chat") -> None:
+    """vLLM 0.34's ``check_structured_outputs_count`` (a request validator, before the
+    ``StructuredOutputsParams`` checks): at most one of ``json``, ``regex``, ``choice``, and on
+    chat none of them beside a named ``tool_choice``."""
+    if not isinstance(so, dict):
+        return
+    count = sum(so.get(k) is not None for k in ("json", "regex", "choice"))
+    if count > 1:
+        raise InvalidParam("You can only use one kind of constraints for structured outputs "
+                           "('json', 'regex' or 'choice').", "structured_outputs")
+    if api == "chat" and count and tool_choice is not None and tool_choice not in ("none", "auto", "required"):
+        raise InvalidParam("You can only either use constraints for structured outputs or tools, not both.",
+                           "structured_outputs")
+
+
+def check_response_format_schema(rf) -> None:
+    """vLLM 0.34's ``validate_response_format``: ``type: json_schema`` needs ``json_schema``."""
+    if isinstance(rf, dict) and rf.get("type") == "json_schema" and rf.get("json_schema") is None:
+        raise InvalidParam("When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+                           "response_format")
+
+
+def check_openai_fields(sim, b, logprobs_on: bool, max_tokens, api: str = "chat") -> None:
+    """Every check above on a chat or completions (``api`` ``completion``) request ``b``."""
     check_sampling_ranges(b)
     check_seed(b.seed)
+    check_bounds("priority", b.priority, INT64_MIN, INT64_MAX)
+    check_bounds("routed_experts_prompt_start", b.routed_experts_prompt_start, 0)
+    check_bounds("stream_interval", b.stream_interval, 1)
     check_cache_salt(b.cache_salt)
-    check_logprob_token_ids(b.logprob_token_ids, logprobs_on)
+    check_stop(b.stop)
+    check_bad_words(b.bad_words)
+    check_extra_args(b.vllm_xargs, b.kv_transfer_params)
+    check_logprob_token_ids(b.logprob_token_ids, logprobs_on, api)
     check_min_tokens(b.min_tokens, max_tokens)
+    check_greedy(b, b.n or 1)
     if b.logprob_token_ids or getattr(b, "allowed_token_ids", None) is not None:
         check_vocab_ids(b, vocab_size(sim))
     if b.logit_bias or b.stop_token_ids:

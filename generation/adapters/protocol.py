@@ -66,6 +66,11 @@ class OpenAISampling(SamplingKnobs):
     structured_outputs: dict | None = None       # vLLM 0.33 StructuredOutputsParams (json, regex, ...)
     thinking_token_budget: int | None = None
     priority: int | None = None                  # --scheduling-policy priority: lower runs first
+    # vLLM 0.34 fields checked as vLLM checks them and otherwise ignored (generation.adapters.fields)
+    bad_words: Any = None
+    vllm_xargs: Any = None
+    stream_interval: int | None = None
+    routed_experts_prompt_start: int | None = None
 
 
 @dataclass
@@ -263,6 +268,9 @@ class ResponsesRequest:
     thinking_token_budget: int | None = None     # vLLM 0.34
     prompt_cache_key: str | None = None
     priority: int | None = None                  # vLLM's extra field (--scheduling-policy priority)
+    cache_salt: Any = None                       # checked as on chat (generation.adapters.fields)
+    seed: int | None = None
+    stop: list | None = None
 
 
 @dataclass

@@ -49,7 +49,7 @@ from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_
                    created_cache_tokens, dumps, prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
-from .fields import check_sampling_ranges, scheduling_priority
+from .fields import check_cache_salt, check_sampling_ranges, check_seed, check_stop, scheduling_priority
 from .sampling import responses_reasoning
 from generation.content.reasoning import content_text, reasoning_text
 
@@ -81,6 +81,9 @@ class ResponsesAdapter(Adapter):
             raise InvalidParam(NO_STORE_FOR_BACKGROUND)
         check_logprobs_cap(sim, b.top_logprobs, "top_logprobs")
         check_sampling_ranges(b)
+        check_cache_salt(b.cache_salt)          # vLLM 0.34's ResponsesRequest checks these as chat's
+        check_seed(b.seed)
+        check_stop(b.stop)
         with RESPONSES_FIELDS:
             check_tools(sim, tools, choice, None)
         ignore_eos = bool(b.ignore_eos)

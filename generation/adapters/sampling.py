@@ -68,11 +68,12 @@ def _effort(value, param: str) -> str | None:
 
 
 def _budget(value, param: str) -> int | None:
-    """A thinking budget: None or -1 = no cap, else a count >= 0."""
-    if value is None or value == -1:
+    """A thinking budget: None or -1 = no cap, else a count >= 0 (vLLM 0.34's
+    ``validate_thinking_token_budget``: anything else, a float or a boolean too, is its 400)."""
+    if value is None or (value == -1 and value.__class__ is int):
         return None
-    if value < 0:
-        raise InvalidParam(f"{param}: must be -1 (no cap) or a non-negative number of tokens, got {value}.", param)
+    if value.__class__ is not int or value < 0:
+        raise InvalidParam(f"`{param}` must be a non-negative integer or -1 for unlimited.", param)
     return value
 
 

@@ -29,6 +29,17 @@ from .tool_validation import OUTPUT_SCHEMA_FAILURE
 
 KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 MAX_CHOICES = 4096
+# vLLM 0.34's StructuredOutputsParams fields and defaults, in its order: its errors print them all
+PARAMS_FIELDS = (("json", None), ("regex", None), ("choice", None), ("grammar", None), ("json_object", None),
+                 ("disable_any_whitespace", False), ("disable_additional_properties", False),
+                 ("whitespace_pattern", None), ("structural_tag", None), ("_backend", None),
+                 ("_backend_was_auto", False))
+
+
+def params_repr(so: dict) -> str:
+    """``StructuredOutputsParams.__dict__`` of ``so`` as vLLM's errors print it: every field,
+    the request's value or the default."""
+    return repr({k: so.get(k, default) if not k.startswith("_") else default for k, default in PARAMS_FIELDS})
 
 
 def constraint(validator, so: dict | None, param: str = "structured_outputs") -> dict | None:
@@ -37,17 +48,21 @@ def constraint(validator, so: dict | None, param: str = "structured_outputs") ->
     ``validator``: the :class:`~generation.structured.tool_validation.ToolValidator` (its
     ``check_schema`` bounds a JSON Schema as for tools).  Raises InvalidParam naming
     ``structured_outputs.<kind>`` for a bad value, or ``structured_outputs`` for zero / several
-    kinds at once."""
+    kinds at once (vLLM 0.34's ``StructuredOutputsParams.__post_init__`` messages; ``{}`` is
+    refused as there)."""
     if so is None:
         return None
     if not isinstance(so, dict):
         raise InvalidParam(f"{param}: Input should be an object.", param)
-    given = [k for k in KINDS if so.get(k) not in (None, False)]
+    given = [k for k in KINDS if so.get(k) is not None]
     if len(given) > 1:
         raise InvalidParam(f"You can only use one kind of structured outputs constraint but multiple are "
-                           f"specified: {so!r}", param)
+                           f"specified: {params_repr(so)}", param)
     if not given:
-        return None
+        raise InvalidParam(f"You must use one kind of structured outputs constraint but none are "
+                           f"specified: {params_repr(so)}", param)
+    if so[given[0]] is False:
+        return None              # json_object: false is a kind to vLLM, and constrains nothing
     kind = given[0]
     p = f"{param}.{kind}"
     value = so[kind]

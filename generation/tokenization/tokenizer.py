@@ -502,15 +502,29 @@ def approximate_pieces(text: str, n: int) -> list[str]:
     return pieces[:n - 1] + ["".join(pieces[n - 1:])]
 
 
+# transformers' render_jinja_template, which vLLM's chat renderer answers as a 400 in its words
+CONTINUE_WITH_GENERATION_PROMPT = (
+    "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message when you "
+    "want the model to continue the final message, and add_generation_prompt when you want to add a header that "
+    "will prompt it to start a new assistant message instead.")
+
+
 def chat_options(body) -> dict:
     """The :func:`tokenize_chat` keyword arguments carried by a request object (chat, chat
     render, ``/tokenize``): ``tools``, ``chat_template``, ``chat_template_kwargs``,
     ``add_generation_prompt`` (default True), ``continue_final_message`` and
     ``add_special_tokens`` (default False), as vLLM's ChatCompletionRequest.  Absent
-    attributes take the defaults."""
+    attributes take the defaults.  ``continue_final_message`` with the default
+    ``add_generation_prompt`` raises InvalidParam with transformers' message (vLLM 0.34 leaves
+    the pair to the chat template; both given true is its own message, :func:`tokenize_chat`)."""
     def get(name, default=None):
         v = getattr(body, name, None)
         return default if v is None else v
+    if get("continue_final_message") and getattr(body, "add_generation_prompt", None) is None:
+        # vLLM's request check sees only an add_generation_prompt the body gives; its default
+        # (True) reaches the chat template, where transformers refuses the pair in its words
+        from generation.errors import InvalidParam
+        raise InvalidParam(CONTINUE_WITH_GENERATION_PROMPT, "continue_final_message")
     return {"tools": get("tools"), "chat_template": get("chat_template"),
             "chat_template_kwargs": get("chat_template_kwargs"),
             "add_generation_prompt": get("add_generation_prompt", True),

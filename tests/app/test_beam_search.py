@@ -27,11 +27,14 @@ def test_chat_beams_differ(api):
     assert first[0] != first[1] and first == second
 
 
-def test_without_beam_search_temperature_0_gives_one_answer(api):
+def test_without_beam_search_temperature_0_refuses_n_over_1(api):
+    """vLLM 0.34's ``_verify_greedy_sampling``: greedy sampling has one answer to give; beam
+    search (above, ``temperature: 0.0`` too) builds no SamplingParams and is exempt."""
     r = api.post("/v1/completions", json={**BODY, "use_beam_search": False, "temperature": 0.0,
                                           "prompt": "Hello, my name is"})
-    texts = [c["text"] for c in r.json()["choices"]]
-    assert texts[0] == texts[1]
+    assert r.status_code == 400
+    assert (r.json()["error"]["message"], r.json()["error"]["param"]) == (
+        "n must be 1 when using greedy sampling, got 2.", "n")
 
 
 def test_use_beam_search_must_be_a_boolean(api):

@@ -115,7 +115,8 @@ def test_json_content_type_variants_accepted(client, ctype):
 def test_n_above_vllm_max_is_400(client, path, body, n):
     r = client.post(path, json={**body, "n": n})
     assert r.status_code == 400
-    assert r.json()["error"] == {"message": f"n must be at most 16384, got {n}.", "type": "BadRequestError",
+    assert r.json()["error"] == {"message": f"n must be at most 16384, got {n}. To increase this limit, set the "
+                                            "VLLM_MAX_N_SEQUENCES environment variable.", "type": "BadRequestError",
                                  "param": "n", "code": 400}
     assert idle(client.sim)
 
@@ -132,6 +133,12 @@ def test_huge_prompt_array_rejected_before_tokenizing(client, monkeypatch):
     monkeypatch.setattr(client.sim.tokenizer, "encode", boom)
     monkeypatch.setattr(client.sim.tokenizer, "encode_prompt", boom, raising=False)
     r = client.post("/v1/completions", json={"model": "test-model", "prompt": ["a"] * 800_000, "max_tokens": 1})
+    # vLLM 0.34's VLLM_MAX_COMPLETION_PROMPTS (1024), a request validator: refused before anything
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": "prompt list length 800000 exceeds the maximum allowed count of 1024. "
+                                            "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment "
+                                            "variable.", "type": "BadRequestError", "param": "prompt", "code": 400}
+    r = client.post("/v1/completions", json={"model": "test-model", "prompt": ["a"] * 1024, "n": 2, "max_tokens": 1})
     assert r.status_code == 429
     assert r.json()["error"] == {"message": "Failed to enqueue request, waiting requests queue is full",
                                  "type": "RateLimitError", "param": None, "code": 429}

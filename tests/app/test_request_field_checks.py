@@ -100,12 +100,25 @@ def test_cache_salt_must_be_a_non_empty_string(api):
 
 
 def test_logprob_token_ids(api):
-    e = err(api, CHAT, {"messages": MSG, "logprobs": True, "logprob_token_ids": []})
-    assert e["param"] == "logprob_token_ids" and "non-empty" in e["message"]
+    """vLLM 0.34's request validators (``check_logprobs``): an empty list is no list; chat needs
+    ``logprobs: true``, completions a ``logprobs`` given (their own words); neither with beam
+    search; completions' ``echo`` with ``max_tokens: 0`` generates nothing to score."""
+    assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "logprob_token_ids": []})
     e = err(api, CHAT, {"messages": MSG, "logprob_token_ids": [1, 2]})
-    assert e["message"] == "`logprob_token_ids` requires `logprobs`."
+    assert (e["message"], e["param"]) == ("when using `logprob_token_ids`, `logprobs` must be set to true.",
+                                          "logprob_token_ids")
     e = err(api, COMPLETIONS, {"prompt": "hi", "logprob_token_ids": [1]})
-    assert e["param"] == "logprob_token_ids"
+    assert (e["message"], e["param"]) == ("when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
+    for path, body in ((CHAT, {"messages": MSG, "logprobs": True}), (COMPLETIONS, {"prompt": "hi", "logprobs": 1})):
+        e = err(api, path, {**body, "logprob_token_ids": [1], "use_beam_search": True})
+        assert (e["message"], e["param"]) == ("`logprob_token_ids` is not supported with beam search.",
+                                              "logprob_token_ids")
+    e = err(api, COMPLETIONS, {"prompt": "hi", "logprobs": 1, "logprob_token_ids": [1], "echo": True, "max_tokens": 0})
+    assert e["message"] == ("`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
+                            "output tokens are generated.")
+    e = err(api, COMPLETIONS, {"prompt": "hi", "logprobs": 1, "echo": True, "use_beam_search": True})
+    assert (e["message"], e["param"]) == ("`echo` with `logprobs` is not supported with beam search because beam "
+                                          "search does not compute prompt logprobs.", "echo")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "logprobs": True, "logprob_token_ids": [1]})
 
 

@@ -25,6 +25,7 @@ from schemas.generate import generate_request_schema
 from schemas.messages import messages_request_schema
 from schemas.render import chat_render_schema, tokenize_schema
 from schemas.responses import responses_request_schema
+from generation.errors import InvalidParam
 
 SCHEMAS = [chat_request_schema, completion_request_schema, generate_request_schema, messages_request_schema,
            responses_request_schema, chat_render_schema, tokenize_schema]
@@ -40,10 +41,15 @@ def _marshmallow(schema, body):
         return ("ok", common._subset(schema, body).load(body))
     except ValidationError as e:
         return ("error", common._flatten(e.messages))
+    except InvalidParam as e:          # a field with vLLM's own words (schemas.common.LogprobCount)
+        return ("invalid", e.args[0], e.param)
 
 
 def _fast(schema, body):
-    out = common._fast_load(schema, body)
+    try:
+        out = common._fast_load(schema, body)
+    except InvalidParam as e:
+        return ("invalid", e.args[0], e.param)
     return None if out is None else ("ok", out)
 
 

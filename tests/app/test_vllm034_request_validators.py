@@ -1,0 +1,171 @@
+"""vLLM 0.34's request validators and SamplingParams checks on chat and completions fields that
+vLLM's own tests do not send (``chat_completion/protocol.py``, ``completion/protocol.py``,
+``generate/base/protocol.py``, ``sampling_params.py``): the simulator refuses what vLLM
+refuses, in vLLM's words, and accepts what it accepts."""
+from __future__ import annotations
+
+import pytest
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+MSG = [{"role": "user", "content": "Hello there"}]
+BODIES = [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})]
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+def post(api, path, body):
+    return api.post(path, json={"model": "test-model", "max_tokens": 2, **body})
+
+
+def err(api, path, body) -> tuple:
+    r = post(api, path, body)
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert e["type"] == "BadRequestError"
+    return e["message"], e["param"]
+
+
+@pytest.mark.parametrize("path,body", BODIES)
+def test_stop_strings(api, path, body):
+    """``stop``: at most VLLM_MAX_STOP_STRINGS (4) strings (pydantic's two union errors), none
+    empty (``"stop": ""`` is ``[""]`` to SamplingParams)."""
+    assert post(api, path, {**body, "stop": ["a", "b", "c", "d"]}).status_code == 200
+    assert err(api, path, {**body, "stop": list("abcde")}) == (
+        "2 validation errors:\n"
+        "  {'type': 'string_type', 'loc': 'body.stop', 'msg': 'Input should be a valid string', "
+        "'input': '<list of 5 items>'}\n"
+        "  {'type': 'too_long', 'loc': 'body.stop', 'msg': 'List should have at most 4 items after validation, "
+        "not 5', 'input': '<list of 5 items>', 'ctx': {'field_type': 'List', 'max_length': 4, 'actual_length': 5}}",
+        "stop")
+    for stop in ("", ["a", ""]):
+        assert err(api, path, {**body, "stop": stop}) == ("stop cannot contain an empty string.", "stop")
+
+
+@pytest.mark.parametrize("path,body", BODIES)
+def test_bad_words(api, path, body):
+    assert post(api, path, {**body, "bad_words": ["x", "y"]}).status_code == 200
+    assert err(api, path, {**body, "bad_words": ["x", "", ""]}) == (
+        "bad_words cannot contain an empty string. Got bad_words=['x', '']", "bad_words")
+    assert err(api, path, {**body, "bad_words": "x"}) == (
+        "1 validation error:\n  {'type': 'list_type', 'loc': 'body.bad_words', 'msg': 'Input should be a valid "
+        "list', 'input': 'x'}", "bad_words")
+
+
+@pytest.mark.parametrize("path,body", BODIES)
+def test_cache_salt_length_and_characters(api, path, body):
+    words = ("Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', "
+             "or NUL.", "cache_salt")
+    for salt in ("x" * 129, "a/b", "a@b", "a\\b", "a\x00b"):
+        assert err(api, path, {**body, "cache_salt": salt}) == words
+    assert post(api, path, {**body, "cache_salt": "x" * 128}).status_code == 200
+
+
+@pytest.mark.parametrize("path,body", BODIES)
+def test_temperature_range_and_greedy_n(api, path, body):
+    assert err(api, path, {**body, "temperature": 2.5}) == ("temperature must be in [0, 2], got 2.5.", "temperature")
+    assert err(api, path, {**body, "temperature": 0, "n": 2}) == ("n must be 1 when using greedy sampling, got 2.", "n")
+    assert post(api, path, {**body, "temperature": 2}).status_code == 200
+    assert post(api, path, {**body, "temperature": 0, "n": 2, "use_beam_search": True}).status_code == 200
+
+
+@pytest.mark.parametrize("path,body", BODIES)
+def test_integer_field_bounds(api, path, body):
+    """pydantic's ``Field(ge=..., le=...)`` on ``stream_interval``, ``routed_experts_prompt_start``
+    and ``priority``, in vLLM's validation handler's words."""
+    assert err(api, path, {**body, "stream_interval": 0}) == (
+        "1 validation error:\n  {'type': 'greater_than_equal', 'loc': 'body.stream_interval', 'msg': 'Input should "
+        "be greater than or equal to 1', 'input': '0', 'ctx': {'ge': 1}}", "stream_interval")
+    assert err(api, path, {**body, "routed_experts_prompt_start": -1})[1] == "routed_experts_prompt_start"
+    assert err(api, path, {**body, "priority": 2 ** 63}) == (
+        "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.priority', 'msg': 'Input should be less "
+        "than or equal to 9223372036854775807', 'input': '9223372036854775808', 'ctx': {'le': 9223372036854775807}}",
+        "priority")
+    assert post(api, path, {**body, "stream_interval": 2, "routed_experts_prompt_start": 1}).status_code == 200
+
+
+@pytest.mark.parametrize("path,body", BODIES)
+def test_vllm_xargs(api, path, body):
+    assert post(api, path, {**body, "vllm_xargs": {"a": 1, "b": "x", "c": [1, 2.5, "y"]}}).status_code == 200
+    assert err(api, path, {**body, "vllm_xargs": "x"}) == (
+        "1 validation error:\n  {'type': 'dict_type', 'loc': 'body.vllm_xargs', 'msg': 'Input should be a valid "
+        "dictionary', 'input': 'x'}", "vllm_xargs")
+    message, param = err(api, path, {**body, "vllm_xargs": {"a": {"b": 1}}})
+    assert message.startswith("4 validation errors:\n  {'type': 'string_type', 'loc': 'body.vllm_xargs.a'")
+    assert param == "vllm_xargs.a"
+
+
+@pytest.mark.parametrize("path,body,field", [(CHAT, {"messages": MSG, "logprobs": True}, "top_logprobs"),
+                                             (CHAT, {"messages": MSG}, "prompt_logprobs"),
+                                             (COMPLETIONS, {"prompt": "hi"}, "logprobs"),
+                                             (COMPLETIONS, {"prompt": "hi"}, "prompt_logprobs")])
+def test_logprobs_counts_that_are_not_numbers(api, path, body, field):
+    for value in ("3", [1], {"a": 1}):
+        assert err(api, path, {**body, field: value}) == (f"`{field}` must be an integer.", field)
+
+
+@pytest.mark.parametrize("path,body", BODIES)
+def test_structured_outputs_kinds(api, path, body):
+    """The request validator counts json / regex / choice (its own words); the
+    StructuredOutputsParams check then wants exactly one kind, printing all its fields."""
+    assert err(api, path, {**body, "structured_outputs": {"json": {"type": "object"}, "regex": "a"}}) == (
+        "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').",
+        "structured_outputs")
+    assert err(api, path, {**body, "structured_outputs": {}}) == (
+        "You must use one kind of structured outputs constraint but none are specified: {'json': None, "
+        "'regex': None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, "
+        "'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None, "
+        "'_backend': None, '_backend_was_auto': False}", "structured_outputs")
+    message, _ = err(api, path, {**body, "structured_outputs": {"grammar": "root ::= \"a\"", "regex": "a"}})
+    assert message.startswith("You can only use one kind of structured outputs constraint but multiple are "
+                              "specified: {'json': None, 'regex': 'a', 'choice': None, 'grammar': 'root ::= \"a\"',")
+
+
+def test_structured_outputs_with_a_named_tool(api):
+    body = {"messages": MSG, "structured_outputs": {"choice": ["a"]}, "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "f"}}}
+    assert err(api, CHAT, body) == ("You can only either use constraints for structured outputs or tools, not both.",
+                                    "structured_outputs")
+    assert post(api, CHAT, {**body, "tool_choice": "auto"}).status_code == 200
+
+
+def test_response_format_json_schema_without_schema(api):
+    assert err(api, CHAT, {"messages": MSG, "response_format": {"type": "json_schema"}}) == (
+        "When response_format type is 'json_schema', the 'json_schema' field must be provided.", "response_format")
+
+
+@pytest.mark.parametrize("value", [-2, 1.5, True, "3"])
+def test_thinking_token_budget(api, value):
+    assert err(api, CHAT, {"messages": MSG, "thinking_token_budget": value}) == (
+        "`thinking_token_budget` must be a non-negative integer or -1 for unlimited.", "thinking_token_budget")
+
+
+def test_continue_final_message_with_the_default_generation_prompt(api):
+    """vLLM's request check sees only an ``add_generation_prompt`` the body gives; with the
+    default the chat template (transformers) refuses the pair in its own words."""
+    msgs = MSG + [{"role": "assistant", "content": "Hi"}]
+    assert err(api, CHAT, {"messages": msgs, "continue_final_message": True})[0].startswith(
+        "continue_final_message and add_generation_prompt are not compatible.")
+    assert err(api, CHAT, {"messages": msgs, "continue_final_message": True, "add_generation_prompt": True})[0] == (
+        "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    assert post(api, CHAT, {"messages": msgs, "continue_final_message": True,
+                            "add_generation_prompt": False}).status_code == 200
+
+
+def test_n_past_the_limit_names_the_variable(api):
+    message, param = err(api, CHAT, {"messages": MSG, "n": 16385})
+    assert (message, param) == ("n must be at most 16384, got 16385. To increase this limit, set the "
+                                "VLLM_MAX_N_SEQUENCES environment variable.", "n")
+
+
+def test_responses_checks_cache_salt_seed_and_stop_as_chat(api):
+    """vLLM 0.34's ResponsesRequest has chat's ``cache_salt`` validator, ``seed`` bounds and
+    ``StopParam``."""
+    body = {"input": "hi", "max_output_tokens": 2}
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "cache_salt": "a/b"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "seed": 2 ** 63})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+        "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed'")
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "stop": list("abcde")})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+    r = api.post("/v1/responses", json={"model": "test-model", **body, "cache_salt": "ok", "seed": 7, "stop": ["x"]})
+    assert r.status_code == 200, r.text
