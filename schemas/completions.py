@@ -53,6 +53,7 @@ class CompletionRequestSchema(SamplingSchema):
     suffix = fields.String()
     best_of = StrictInt()
     add_special_tokens = StrictBool()
+    response_format = fields.Dict()     # vLLM 0.34: structured outputs, as on chat
 
 
 completion_request_schema = CompletionRequestSchema()

@@ -17,9 +17,11 @@ from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text
 from .base import (per_request_metrics, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
+                   check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, usage_details)
-from .fields import (EMPTY_PROMPT, MAX_COMPLETION_PROMPTS, check_openai_fields, check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
+from .fields import (EMPTY_PROMPT, MAX_COMPLETION_PROMPTS, check_openai_fields, check_response_format_schema,
+                     check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
@@ -55,6 +57,7 @@ class CompletionsAdapter(Adapter):
         check_prompt_logprobs(b.prompt_logprobs, stream)
         check_logprobs_sign(b.logprobs, "logprobs")
         check_structured_count(b.structured_outputs, api="completion")
+        check_response_format_schema(b.response_format)
         model, lora = sim.resolve_model(b.model)
         if b.suffix is not None:              # vLLM's renderer: "Return error for unsupported features"
             raise InvalidParam("suffix is not currently supported")
@@ -66,6 +69,8 @@ class CompletionsAdapter(Adapter):
         check_limits(b.max_tokens, ignore_eos, b.n)
         check_openai_fields(sim, b, b.logprobs is not None, b.max_tokens, "completion")
         check_kv_transfer(b.kv_transfer_params, stream)
+        check_tools(sim, None, None, b.response_format)
+        constraint = structured_constraint(sim, b.structured_outputs)
         kind, items = b.prompt
         n = b.n or 1
         check_size(sim, len(items) * n, force_cache_threshold, b.cache_hit_threshold)
@@ -79,7 +84,7 @@ class CompletionsAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=prompts, n=n,
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
-            force_cache_threshold=force_cache_threshold, response_format=structured_constraint(sim, b.structured_outputs),
+            force_cache_threshold=force_cache_threshold, response_format=constraint or b.response_format,
             reasoning=chat_reasoning(sim, b), priority=scheduling_priority(sim, b.priority), **sampling_semantics(b))
         return self.req
 

@@ -169,3 +169,25 @@ def test_responses_checks_cache_salt_seed_and_stop_as_chat(api):
     assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
     r = api.post("/v1/responses", json={"model": "test-model", **body, "cache_salt": "ok", "seed": 7, "stop": ["x"]})
     assert r.status_code == 200, r.text
+
+
+def test_completions_response_format_constrains_the_text_as_on_chat(app_client):
+    """vLLM 0.34's CompletionRequest takes ``response_format`` (``structured_outputs_from_
+    response_format``): a json_schema answer is an instance of the schema, json_object a JSON
+    object, and the same 400s as chat for a bad one; it was accepted and ignored."""
+    import json
+    c = app_client("--max-model-len", "2048")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
+              "required": ["city", "n"], "additionalProperties": False}
+    body = {"model": "test-model", "prompt": "hi", "max_tokens": 200}
+    r = c.post("/v1/completions", json={**body, "response_format": {"type": "json_schema",
+                                                                    "json_schema": {"name": "x", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    out = json.loads(r.json()["choices"][0]["text"])
+    assert set(out) == {"city", "n"} and isinstance(out["city"], str) and isinstance(out["n"], int)
+    r = c.post("/v1/completions", json={**body, "response_format": {"type": "json_object"}})
+    assert r.status_code == 200 and isinstance(json.loads(r.json()["choices"][0]["text"]), dict)
+    r = c.post("/v1/completions", json={**body, "response_format": {"type": "json_schema"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+    r = c.post("/v1/completions", json={**body, "response_format": {"type": "bogus"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format.type"
