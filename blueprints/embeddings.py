@@ -123,19 +123,9 @@ def create_embeddings():
         raise APIError(f"{count} inputs x {dims} dimensions exceed the {MAX_VALUES} values one response may "
                        f"carry; send fewer inputs per request.", 400, "input")
     token_lists = _token_lists(sim, data)
-    max_len = cfg.max_model_len
-    trunc = data.get("truncate_prompt_tokens")
-    if trunc is not None:
-        keep = max_len if trunc == -1 else min(trunc, max_len)
-        if data.get("truncation_side") == "right":       # vLLM: the first tokens
-            token_lists = [t[:keep] for t in token_lists]
-        else:                                            # "left" (default): the end of the prompt
-            token_lists = [t[-keep:] for t in token_lists]
-    for t in token_lists:
-        if len(t) > max_len:
-            raise APIError(f"This model's maximum context length is {max_len} tokens. However, you requested "
-                           f"{len(t)} tokens in the input for embedding generation. Please reduce the length "
-                           f"of the input.", 400, "input")
+    from generation.adapters.pooling import fit_context
+    token_lists = fit_context(cfg, token_lists, data.get("truncate_prompt_tokens"), "embedding generation", "input",
+                              data.get("truncation_side"))
     fmt = data.get("encoding_format") or "float"
     dtype = data.get("embed_dtype") or "float32"
     endian = data.get("endianness") or "native"

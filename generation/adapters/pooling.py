@@ -87,13 +87,18 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
     return [ids for ids, _ in tokenize_texts(sim, items, True if add_special is None else add_special)]
 
 
-def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input") -> list:
-    """Apply ``truncate_prompt_tokens`` (vLLM keeps the end of the prompt; -1 = the model's
-    maximum) and check every input against ``--max-model-len``.  Raises InvalidParam."""
+def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input", side: str | None = None) -> list:
+    """Apply ``truncate_prompt_tokens`` (-1 = the model's maximum; more than it is vLLM 0.34's
+    400; ``side`` ``right`` keeps the first tokens, else the end of the prompt, as vLLM's
+    ``truncation_side``) and check every input against ``--max-model-len``.  Raises
+    InvalidParam."""
     max_len = cfg.max_model_len
+    if truncate is not None and truncate > max_len:     # vLLM 0.34's PoolingBaseServing._validate_request
+        raise InvalidParam("truncate_prompt_tokens value is greater than max_model_len. Please request a smaller "
+                           "truncation size.", "truncate_prompt_tokens")
     if truncate is not None:
-        keep = max_len if truncate == -1 else min(truncate, max_len)
-        token_lists = [t[-keep:] for t in token_lists]
+        keep = max_len if truncate == -1 else truncate
+        token_lists = [t[:keep] for t in token_lists] if side == "right" else [t[-keep:] for t in token_lists]
     for t in token_lists:
         if len(t) > max_len:
             raise InvalidParam(f"This model's maximum context length is {max_len} tokens. However, you requested "

@@ -191,3 +191,18 @@ def test_completions_response_format_constrains_the_text_as_on_chat(app_client):
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
     r = c.post("/v1/completions", json={**body, "response_format": {"type": "bogus"}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format.type"
+
+
+def test_pooling_truncate_prompt_tokens_past_the_context_is_refused(app_client):
+    """vLLM 0.34's PoolingBaseServing._validate_request refuses a truncate_prompt_tokens over
+    max_model_len on every pooling route; the simulator truncated to the context instead."""
+    c = app_client("--runner", "pooling")
+    for path, body in (("/v1/embeddings", {"input": "a cat"}), ("/pooling", {"input": "a cat"}),
+                       ("/score", {"text_1": "a", "text_2": "b"})):
+        r = c.post(path, json={"model": "test-model", "truncate_prompt_tokens": 1025, **body})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["error"]["message"] == ("truncate_prompt_tokens value is greater than max_model_len. "
+                                                "Please request a smaller truncation size.")
+        assert r.json()["error"]["param"] == "truncate_prompt_tokens"
+        ok = c.post(path, json={"model": "test-model", "truncate_prompt_tokens": 1024, **body})
+        assert ok.status_code == 200, (path, ok.text)
