@@ -52,12 +52,32 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
     if not raw:
         raise InvalidParam("Request body is empty; expected a JSON object.")
     try:
-        body = orjson.loads(raw)
+        body = loads_body(raw)
     except orjson.JSONDecodeError as e:
         raise InvalidParam(f"Failed to parse the request body as JSON: {e}") from None
     if not isinstance(body, dict):
         raise InvalidParam("Request body must be a JSON object.")
     return body
+
+
+def loads_body(raw: bytes):
+    """A request body's JSON value, read as vLLM reads it (FastAPI hands the bytes to
+    ``json.loads``, which detects UTF-8 with a byte order mark and UTF-16 / UTF-32, with or
+    without one, RFC 8259 section 8.1's legacy encodings): such a body is transcoded to UTF-8,
+    then parsed by orjson as every body is (a 400 here for each of them before; vLLM served
+    them).  orjson's rules stay: no ``NaN`` / ``Infinity``, no lone surrogate (a UTF-16 body's
+    included), 1024 levels.  Raises ``orjson.JSONDecodeError`` (a ``ValueError``)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        encoding = json.detect_encoding(raw[:4])
+        if encoding == "utf-8":
+            raise
+    try:
+        text = raw.decode(encoding).encode("utf-8")       # strict: a lone surrogate is an error here
+    except UnicodeError as e:
+        raise orjson.JSONDecodeError(f"the body is not valid {encoding.upper()}: {e.reason}", "", 0) from None
+    return orjson.loads(text)
 
 
 def _read_body(environ: dict, limit: int | None) -> bytes:
