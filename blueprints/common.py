@@ -186,7 +186,8 @@ class DisconnectWatcher:
     the queue, nothing is counted as a success.
 
     An I/O watcher on the client socket calls back when it turns readable; during a response
-    the client sends nothing, so readable-with-no-data means EOF.  A watcher, not a greenlet
+    the client sends nothing, so readable-with-no-data means EOF, and the connection is then
+    shut (:func:`hang_up`'s rule: a client that left gets nothing more).  A watcher, not a greenlet
     per request: no spawn, no switches and no kill per request (issue 13); the callback runs
     in the hub, so it only peeks, and the abort itself runs in a greenlet of its own.
     Only used when the request will wait."""
@@ -220,6 +221,13 @@ class DisconnectWatcher:
             data = b""
         self._stop()
         if not data:
+            # gone, or half-closed (shut its side after the request): vLLM's uvicorn drops the
+            # connection; shut it here so that nothing more is written, not even a stream's
+            # chunked end (0\r\n\r\n), which told a half-closed client its stream was complete
+            try:
+                raw.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             gevent.spawn(self.sim.cancel, self.seqs)
 
     def _stop(self):
