@@ -121,7 +121,8 @@ class StrictChunkedReader(ChunkedReader):
     the bytes show it, instead of waiting for a CRLF that may never come: a bare LF (``5\\n``:
     gunicorn waited for ``\\r\\n`` until the body's deadline, a 408 after 9 s), a size with a
     byte that is not a hex digit (whitespace before an extension too, which gunicorn allowed:
-    llhttp's "Invalid character in chunk size"), and a size past 64 bits (``FFFFFFFFFFFFFFFFFFFF``: gunicorn waited for 1.2e24 bytes).  Raises ``InvalidChunkSize``,
+    llhttp's "Invalid character in chunk size"), and a size past 64 bits
+    (``FFFFFFFFFFFFFFFFFFFF``: gunicorn waited for 1.2e24 bytes).  Raises ``InvalidChunkSize``,
     which the worker answers with uvicorn's 400.  The line itself is then gunicorn's to parse."""
 
     def parse_chunk_size(self, unreader, data=None):
