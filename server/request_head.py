@@ -22,7 +22,9 @@ Where gunicorn accepts what vLLM's server refuses, the request is refused as uvi
 (``server.worker.unparsable_request``): a method llhttp does not know for HTTP/1 (``FOO``:
 gunicorn passed it on, a 405 JSON), ``CONNECT`` (uvicorn has no tunnel: a 400), a version
 ``HTTP/1.2`` to ``HTTP/1.9`` (gunicorn answered ``HTTP/1.2 200 OK``), and chunked framing that
-llhttp refuses as the bytes arrive (:class:`StrictChunkedReader`).
+llhttp refuses as the bytes arrive (:class:`StrictChunkedReader`).  The other way round, a
+repeated ``Host`` or ``Content-Type``, which gunicorn refused, is served with its first copy, as
+vLLM serves it.
 """
 from __future__ import annotations
 
@@ -52,13 +54,19 @@ CHUNK_SIZE_MAX = (1 << 64) - 1     # llhttp keeps a chunk's size in 64 bits: pas
 class LeanRequest(Request):
     """gunicorn's ``Request`` with a one-pass reading of a plain head (see the module)."""
 
-    def _apply_header_policy(self, name, value, *args, **kwargs):
+    def _apply_header_policy(self, name, value, scheme_state, seen, *args, **kwargs):
         # uvicorn (vLLM's server) acts on ``Expect: 100-continue`` alone and serves a request
         # with any other expectation as if it had none; gunicorn answers those with its own
         # HTML 417 page.
         if name == "EXPECT" and value.lower() != "100-continue":
             return (name, value)
-        return super()._apply_header_policy(name, value, *args, **kwargs)
+        # A repeated Host or Content-Type: uvicorn keeps every copy and Starlette's
+        # ``headers.get`` (vLLM's ``validate_json_request``) reads the first, so vLLM serves
+        # ``Content-Type: application/json`` followed by another; gunicorn refused the request
+        # (a 400).  Neither frames the body, so the first copy is kept and the others dropped.
+        if name in RFC9110_5_3_SINGLETON_FIELDS and name in seen:
+            return None
+        return super()._apply_header_policy(name, value, scheme_state, seen, *args, **kwargs)
 
     def parse_request_line(self, line_bytes):
         super().parse_request_line(line_bytes)
@@ -110,8 +118,9 @@ class LeanRequest(Request):
             name, value = header.split(":", 1)
             name = name.upper()
             value = value.strip(" \t")
-            if name in POLICY or name in secure:
-                self._apply_header_policy(name, value, scheme_state, seen, secure, forwarders)
+            if (name in POLICY or name in secure) and self._apply_header_policy(
+                    name, value, scheme_state, seen, secure, forwarders) is None:
+                continue                          # a repeated singleton field: the first is kept
             headers.append((name, value))
         return data[end + 4:]
 

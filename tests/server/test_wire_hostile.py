@@ -65,3 +65,11 @@ def test_a_utf16_body_is_served_on_the_fast_path(server):
     head, _, answer = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), out[:300]
     assert json.loads(answer)["object"] == "text_completion"
+
+
+@pytest.mark.parametrize("repeated", [b"Host: y\r\n", b"Content-Type: text/plain\r\n"])
+def test_a_repeated_host_or_content_type_is_served_with_the_first(server, repeated):
+    """vLLM (uvicorn, Starlette's first-copy ``headers.get``) serves it; gunicorn refused it."""
+    out, _ = exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              + repeated + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(BODY) + BODY)
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]

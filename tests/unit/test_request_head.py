@@ -32,7 +32,6 @@ HOSTILE = [
     b"GET /x  HTTP/1.1\r\n\r\n",
     b"GET /\x7f HTTP/1.1\r\n\r\n",
     b"GET /\xe9 HTTP/1.1\r\n\r\n",
-    b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
     b"GET / HTTP/1.1\r\nX_Forwarded_For: 1.2.3.4\r\n\r\n",
     b"GET / HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n",
     b"GET / HTTP/1.1\r\nX-A : 1\r\n\r\n",
@@ -201,3 +200,20 @@ def test_valid_chunked_bodies_read_as_gunicorn_reads_them(body, expected, chunks
     lean, plain = outcome(LeanRequest, data, chunks), outcome(Request, data, chunks)
     assert (lean[11], plain[11]) == ("StrictChunkedReader", "ChunkedReader")
     assert lean[:11] + lean[12:] == plain[:11] + plain[12:]
+
+
+@pytest.mark.parametrize("data,kept", [
+    (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", [("HOST", "a")]),
+    (b"POST / HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+     b"Content-Type: text/plain\r\n\r\n{}", [("CONTENT-TYPE", "application/json"), ("CONTENT-LENGTH", "2")]),
+    (b"GET / HTTP/1.1\r\nHost: a\r\nX_A: 1\r\nHost: a\r\n\r\n", [("HOST", "a")]),     # gunicorn's parser
+])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_a_repeated_singleton_field_keeps_its_first_copy(data, kept, chunks):
+    """uvicorn keeps every copy of a header and Starlette's ``headers.get`` reads the first:
+    vLLM serves ``Content-Type: application/json`` followed by another one; gunicorn refused a
+    repeated Host or Content-Type (``InvalidHeader``, a 400)."""
+    assert outcome(Request, data, chunks)[0] == "InvalidHeader"
+    got = outcome(LeanRequest, data, chunks)
+    assert isinstance(got[0], dict), got
+    assert [h for h in got[7] if h[0] in ("HOST", "CONTENT-TYPE", "CONTENT-LENGTH")] == kept
