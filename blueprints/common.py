@@ -46,7 +46,7 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
         if environ is None:
             environ = request.environ
         ctype = environ.get("CONTENT_TYPE", "")
-        if ctype.split(";", 1)[0].strip().lower() != JSON_MIME:
+        if ctype.split(";", 1)[0].lower() != JSON_MIME:       # as vLLM's check: nothing stripped
             raise UnsupportedMediaType()
         raw = _read_body(environ, limit)
     if not raw:

@@ -361,9 +361,9 @@ class RequestGuard:
         if method == "POST":
             ctype = environ.get("CONTENT_TYPE")
             if ctype:
-                mime = ctype.split(";", 1)[0].strip().lower()
-                ok = mime == "application/json"
-                if not ok and mime == "multipart/form-data" and environ.get("PATH_INFO") in MULTIPART_POSTS:
+                mime = ctype.split(";", 1)[0].lower()
+                ok = mime == "application/json"       # as sent: vLLM's check strips nothing
+                if not ok and mime.strip() == "multipart/form-data" and environ.get("PATH_INFO") in MULTIPART_POSTS:
                     if _cross_origin(environ):
                         return self._error(environ, start_response, 400, CROSS_SITE_FORM)
                     ok = True
@@ -410,7 +410,9 @@ class _Answer(list):
 
 
 def _json_type(ctype: str) -> bool:
-    return ctype.split(";", 1)[0].strip().lower() == "application/json"
+    # vLLM's validate_json_request: the text before ";", lower-cased, nothing stripped
+    # ("application/json ; charset=utf-8" is a 400 there)
+    return ctype.split(";", 1)[0].lower() == "application/json"
 
 
 class FrontDoor:
