@@ -363,7 +363,8 @@ class RequestGuard:
             if ctype:
                 mime = ctype.split(";", 1)[0].lower()
                 ok = mime == "application/json"       # as sent: vLLM's check strips nothing
-                if not ok and mime.strip() == "multipart/form-data" and environ.get("PATH_INFO") in MULTIPART_POSTS:
+                if (not ok and mime.strip() == "multipart/form-data"
+                        and environ.get("PATH_INFO") in MULTIPART_POSTS):
                     if _cross_origin(environ):
                         return self._error(environ, start_response, 400, CROSS_SITE_FORM)
                     ok = True

@@ -35,7 +35,8 @@ def test_a_streamed_request_in_utf16_streams(api, encoding):
 
 
 def test_abort_requests_reads_the_same_encodings(api):
-    r = api.post("/inference/v1/abort_requests", content=json.dumps({"request_ids": ["x"]}).encode("utf-16"), headers=JSON)
+    body = json.dumps({"request_ids": ["x"]}).encode("utf-16")
+    r = api.post("/inference/v1/abort_requests", content=body, headers=JSON)
     assert r.status_code == 200, r.text
 
 
