@@ -46,6 +46,10 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     config = config or load_config([])
     app = Flask("vllm_sim")
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False       # OPTIONS: a 405 / 404 as vLLM's router
+    # Starlette's router (vLLM's) matches the path as sent: "//v1/models" and "/v1//models" are
+    # 404s there; Werkzeug merged the slashes (served the first, 308-redirected the second), so a
+    # client that joins its base URL with a doubled slash worked here and failed against vLLM
+    app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim

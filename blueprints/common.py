@@ -46,18 +46,38 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
         if environ is None:
             environ = request.environ
         ctype = environ.get("CONTENT_TYPE", "")
-        if ctype.split(";", 1)[0].strip().lower() != JSON_MIME:
+        if ctype.split(";", 1)[0].lower() != JSON_MIME:       # as vLLM's check: nothing stripped
             raise UnsupportedMediaType()
         raw = _read_body(environ, limit)
     if not raw:
         raise InvalidParam("Request body is empty; expected a JSON object.")
     try:
-        body = orjson.loads(raw)
+        body = loads_body(raw)
     except orjson.JSONDecodeError as e:
         raise InvalidParam(f"Failed to parse the request body as JSON: {e}") from None
     if not isinstance(body, dict):
         raise InvalidParam("Request body must be a JSON object.")
     return body
+
+
+def loads_body(raw: bytes):
+    """A request body's JSON value, read as vLLM reads it (FastAPI hands the bytes to
+    ``json.loads``, which detects UTF-8 with a byte order mark and UTF-16 / UTF-32, with or
+    without one, RFC 8259 section 8.1's legacy encodings): such a body is transcoded to UTF-8,
+    then parsed by orjson as every body is (a 400 here for each of them before; vLLM served
+    them).  orjson's rules stay: no ``NaN`` / ``Infinity``, no lone surrogate (a UTF-16 body's
+    included), 1024 levels.  Raises ``orjson.JSONDecodeError`` (a ``ValueError``)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        encoding = json.detect_encoding(raw[:4])
+        if encoding == "utf-8":
+            raise
+    try:
+        text = raw.decode(encoding).encode("utf-8")       # strict: a lone surrogate is an error here
+    except UnicodeError as e:
+        raise orjson.JSONDecodeError(f"the body is not valid {encoding.upper()}: {e.reason}", "", 0) from None
+    return orjson.loads(text)
 
 
 def _read_body(environ: dict, limit: int | None) -> bytes:
@@ -166,7 +186,8 @@ class DisconnectWatcher:
     the queue, nothing is counted as a success.
 
     An I/O watcher on the client socket calls back when it turns readable; during a response
-    the client sends nothing, so readable-with-no-data means EOF.  A watcher, not a greenlet
+    the client sends nothing, so readable-with-no-data means EOF, and the connection is then
+    shut (:func:`hang_up`'s rule: a client that left gets nothing more).  A watcher, not a greenlet
     per request: no spawn, no switches and no kill per request (issue 13); the callback runs
     in the hub, so it only peeks, and the abort itself runs in a greenlet of its own.
     Only used when the request will wait."""
@@ -200,6 +221,13 @@ class DisconnectWatcher:
             data = b""
         self._stop()
         if not data:
+            # gone, or half-closed (shut its side after the request): vLLM's uvicorn drops the
+            # connection; shut it here so that nothing more is written, not even a stream's
+            # chunked end (0\r\n\r\n), which told a half-closed client its stream was complete
+            try:
+                raw.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             gevent.spawn(self.sim.cancel, self.seqs)
 
     def _stop(self):

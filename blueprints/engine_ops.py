@@ -36,7 +36,7 @@ from flask import Blueprint, Response, current_app, request
 
 from generation.errors import APIError, InvalidParam
 
-from .common import json_response, simulator
+from .common import json_response, loads_body, simulator
 
 log = logging.getLogger("vllm_sim")
 
@@ -164,7 +164,7 @@ def _bad_request(message: str) -> APIError:
 
 def fault_tolerance_apply():
     try:
-        body = orjson.loads(request.get_data(cache=False) or b"null")
+        body = loads_body(request.get_data(cache=False) or b"null")
     except orjson.JSONDecodeError:
         raise _bad_request("Invalid JSON format") from None
     if not isinstance(body, dict):
@@ -195,7 +195,7 @@ def abort_requests():
     """vLLM's ``AbortRequestsRequest``: ``request_ids`` a string or a list of strings.  Any
     Content-Type is accepted, as vLLM's route reads the body itself."""
     try:
-        body = orjson.loads(request.get_data(cache=False) or b"null")
+        body = loads_body(request.get_data(cache=False) or b"null")
     except orjson.JSONDecodeError as e:
         raise _bad_request(f"JSON decode error: {e}") from None
     if not isinstance(body, dict):

@@ -16,11 +16,22 @@ Anything else (a head split over reads, a leading empty line, a lower-case or od
 back unread to gunicorn's parser, which answers it exactly as before: the plain subset is one
 that gunicorn accepts, giving the same method, target, version and headers
 (``tests/unit/test_request_head.py`` compares both on plain and hostile heads).
+
+Where gunicorn accepts what vLLM's server refuses, the request is refused as uvicorn's
+``httptools`` parser (llhttp) refuses it, with the same ``400 Invalid HTTP request received.``
+(``server.worker.unparsable_request``): a method llhttp does not know for HTTP/1 (``FOO``:
+gunicorn passed it on, a 405 JSON), ``CONNECT`` (uvicorn has no tunnel: a 400), a version
+``HTTP/1.2`` to ``HTTP/1.9`` (gunicorn answered ``HTTP/1.2 200 OK``), and chunked framing that
+llhttp refuses as the bytes arrive (:class:`StrictChunkedReader`).  The other way round, a
+repeated ``Host`` or ``Content-Type``, which gunicorn refused, is served with its first copy, as
+vLLM serves it.
 """
 from __future__ import annotations
 
 import re
 
+from gunicorn.http.body import Body, ChunkedReader
+from gunicorn.http.errors import InvalidChunkSize, InvalidHTTPVersion, InvalidRequestMethod
 from gunicorn.http.message import RFC9110_5_3_SINGLETON_FIELDS, Request
 
 _NAME = rb"[!#$%&'*+\-.^`|~0-9A-Za-z]+"         # RFC 9110 token, without "_" (gunicorn's header_map)
@@ -29,18 +40,45 @@ PLAIN_HEAD = re.compile(
     rb"(?:" + _NAME + rb":[\t\x20-\x7e]*\r\n)*")
 HEAD_MAX = 8192            # bytes: longer heads go to gunicorn's parser (its max_buffer_headers)
 POLICY = RFC9110_5_3_SINGLETON_FIELDS | {"EXPECT"}     # names gunicorn's header policy acts on
+# The methods llhttp (httptools 0.9, uvicorn's default parser under vLLM) accepts on an HTTP/1.x
+# request line; any other is "Invalid method encountered" (its RTSP methods: "Invalid method for
+# HTTP/x.x request"), CONNECT an upgrade uvicorn refuses; PRI is HTTP/2's preface (a 400 anyway).
+HTTP_METHODS = frozenset(
+    "DELETE GET HEAD POST PUT OPTIONS TRACE COPY LOCK MKCOL MOVE PROPFIND PROPPATCH SEARCH UNLOCK BIND "
+    "REBIND UNBIND ACL REPORT MKACTIVITY CHECKOUT MERGE M-SEARCH NOTIFY SUBSCRIBE UNSUBSCRIBE PATCH PURGE "
+    "MKCALENDAR LINK UNLINK SOURCE QUERY".split())
+HEX_DIGITS = b"0123456789abcdefABCDEF"
+CHUNK_SIZE_MAX = (1 << 64) - 1     # llhttp keeps a chunk's size in 64 bits: past it, "Chunk size overflow"
 
 
 class LeanRequest(Request):
     """gunicorn's ``Request`` with a one-pass reading of a plain head (see the module)."""
 
-    def _apply_header_policy(self, name, value, *args, **kwargs):
+    def _apply_header_policy(self, name, value, scheme_state, seen, *args, **kwargs):
         # uvicorn (vLLM's server) acts on ``Expect: 100-continue`` alone and serves a request
         # with any other expectation as if it had none; gunicorn answers those with its own
         # HTML 417 page.
         if name == "EXPECT" and value.lower() != "100-continue":
             return (name, value)
-        return super()._apply_header_policy(name, value, *args, **kwargs)
+        # A repeated Host or Content-Type: uvicorn keeps every copy and Starlette's
+        # ``headers.get`` (vLLM's ``validate_json_request``) reads the first, so vLLM serves
+        # ``Content-Type: application/json`` followed by another; gunicorn refused the request
+        # (a 400).  Neither frames the body, so the first copy is kept and the others dropped.
+        if name in RFC9110_5_3_SINGLETON_FIELDS and name in seen:
+            return None
+        return super()._apply_header_policy(name, value, scheme_state, seen, *args, **kwargs)
+
+    def parse_request_line(self, line_bytes):
+        super().parse_request_line(line_bytes)
+        if self.method not in HTTP_METHODS:
+            raise InvalidRequestMethod(self.method)
+        if self.version[0] == 1 and self.version[1] > 1:
+            raise InvalidHTTPVersion(self.version)
+
+    def set_body_reader(self):
+        super().set_body_reader()
+        if self.body.reader.__class__ is ChunkedReader:
+            self.body = Body(StrictChunkedReader(self, self.unreader))
 
     def parse(self, unreader):
         if self._use_fast or (self.req_number == 1 and self.cfg.proxy_protocol != "off"):
@@ -60,7 +98,7 @@ class LeanRequest(Request):
         lines = data[:end].decode("latin-1").split("\r\n")
         line = lines[0]
         method, uri, version = line.split(" ")
-        if (len(line) > self.limit_request_line > 0 or uri.startswith("//")
+        if (len(line) > self.limit_request_line > 0 or uri.startswith("//") or method not in HTTP_METHODS
                 or len(lines) > self.limit_request_fields):
             return None
         size = self.limit_request_field_size
@@ -80,7 +118,34 @@ class LeanRequest(Request):
             name, value = header.split(":", 1)
             name = name.upper()
             value = value.strip(" \t")
-            if name in POLICY or name in secure:
-                self._apply_header_policy(name, value, scheme_state, seen, secure, forwarders)
+            if (name in POLICY or name in secure) and self._apply_header_policy(
+                    name, value, scheme_state, seen, secure, forwarders) is None:
+                continue                          # a repeated singleton field: the first is kept
             headers.append((name, value))
         return data[end + 4:]
+
+
+class StrictChunkedReader(ChunkedReader):
+    """gunicorn's chunked body reader that refuses a chunk-size line llhttp refuses, as soon as
+    the bytes show it, instead of waiting for a CRLF that may never come: a bare LF (``5\\n``:
+    gunicorn waited for ``\\r\\n`` until the body's deadline, a 408 after 9 s), a size with a
+    byte that is not a hex digit (whitespace before an extension too, which gunicorn allowed:
+    llhttp's "Invalid character in chunk size"), and a size past 64 bits
+    (``FFFFFFFFFFFFFFFFFFFF``: gunicorn waited for 1.2e24 bytes).  Raises ``InvalidChunkSize``,
+    which the worker answers with uvicorn's 400.  The line itself is then gunicorn's to parse."""
+
+    def parse_chunk_size(self, unreader, data=None):
+        buf = bytearray(data) if data else bytearray()
+        while True:
+            end = buf.find(b"\r\n")
+            line = bytes(buf if end < 0 else buf[:end])
+            size, semi, _ = line.partition(b";")
+            if not semi and end < 0:
+                size = size.removesuffix(b"\r")          # the CR of a CRLF still to come
+            if b"\n" in line or size.strip(HEX_DIGITS):
+                raise InvalidChunkSize(line[:64])
+            if len(size) > 16 and int(size, 16) > CHUNK_SIZE_MAX:
+                raise InvalidChunkSize(b"chunk size past 64 bits")
+            if end >= 0 or len(buf) > self.limit_chunk_size_line:
+                return super().parse_chunk_size(unreader, bytes(buf))
+            self.read_into(unreader, buf)

@@ -343,19 +343,28 @@ class RequestGuard:
       ``multipart/form-data``, as vLLM's ``Form`` routes, except from another origin's page (a
       browser posts a form cross-site without asking first); the abort routes
       (:data:`ANY_TYPE_POSTS`) take any ``Content-Type`` or none, as vLLM's, with the same
-      exception."""
+      exception;
+    * a path that starts with ``//`` is a 404 (after a preflight, before the POST rules, as
+      vLLM's router comes after its middleware and before a route's checks): Starlette matches
+      the path as sent, where Werkzeug strips every leading slash but one, which served
+      ``//v1/models`` (a client joining its base URL with an extra slash) as ``/v1/models``."""
 
     def __init__(self, wsgi_app):
         self.wsgi_app = wsgi_app
 
     def __call__(self, environ, start_response):
         method = environ.get("REQUEST_METHOD")
+        if environ.get("PATH_INFO", "").startswith("//") and not (
+                method == "OPTIONS" and environ.get("HTTP_ORIGIN")
+                and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ):
+            return self._error(environ, start_response, 404, "Not Found", "Not Found")
         if method == "POST":
             ctype = environ.get("CONTENT_TYPE")
             if ctype:
-                mime = ctype.split(";", 1)[0].strip().lower()
-                ok = mime == "application/json"
-                if not ok and mime == "multipart/form-data" and environ.get("PATH_INFO") in MULTIPART_POSTS:
+                mime = ctype.split(";", 1)[0].lower()
+                ok = mime == "application/json"       # as sent: vLLM's check strips nothing
+                if (not ok and mime.strip() == "multipart/form-data"
+                        and environ.get("PATH_INFO") in MULTIPART_POSTS):
                     if _cross_origin(environ):
                         return self._error(environ, start_response, 400, CROSS_SITE_FORM)
                     ok = True
@@ -380,16 +389,16 @@ class RequestGuard:
         return self.wsgi_app(environ, start_response)
 
     @staticmethod
-    def _error(environ, start_response, status: int, message: str):
+    def _error(environ, start_response, status: int, message: str, kind: str = "BadRequestError"):
         import orjson
         path = environ.get("PATH_INFO", "")
         if path == "/v1/messages" or path.startswith("/v1/messages/"):
             out = orjson.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
         else:
-            out = orjson.dumps({"error": {"message": message, "type": "BadRequestError", "param": None,
-                                          "code": status}})
-        start_response(f"{status} Bad Request", [("Content-Type", "application/json"),
-                                                 ("Content-Length", str(len(out)))])
+            out = orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}})
+        phrase = "Not Found" if status == 404 else "Bad Request"
+        start_response(f"{status} {phrase}", [("Content-Type", "application/json"),
+                                              ("Content-Length", str(len(out)))])
         return [out]
 
 
@@ -402,7 +411,9 @@ class _Answer(list):
 
 
 def _json_type(ctype: str) -> bool:
-    return ctype.split(";", 1)[0].strip().lower() == "application/json"
+    # vLLM's validate_json_request: the text before ";", lower-cased, nothing stripped
+    # ("application/json ; charset=utf-8" is a 400 there)
+    return ctype.split(";", 1)[0].lower() == "application/json"
 
 
 class FrontDoor:

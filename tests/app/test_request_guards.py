@@ -70,3 +70,19 @@ def test_logprobs_of_minus_one_names_the_whole_vocabulary(api, path, body, param
     assert err["param"] == param
     assert "4294967296" not in err["message"]
     assert "of -1 (the whole vocabulary), which is greater than max allowed: 20" in err["message"]
+
+
+@pytest.mark.parametrize("ctype,status", [
+    ("application/json", 200), ("Application/JSON; charset=UTF-8", 200), ("application/json;charset=utf-8", 200),
+    ("application/json ; charset=utf-8", 400),        # vLLM strips nothing before the ";"
+    ("application/json\t;charset=utf-8", 400),
+])
+@pytest.mark.parametrize("path", ["/v1/completions", "/tokenize"])
+def test_the_media_type_is_read_as_vllm_reads_it(api, ctype, status, path):
+    """vLLM's ``validate_json_request``: the Content-Type lower-cased, the text before ``;``
+    compared as it is; a space before the ``;`` was accepted here, a 400 in vLLM."""
+    r = api.post(path, content=b'{"model": "test-model", "prompt": "hi", "max_tokens": 1}',
+                 headers={"content-type": ctype})
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert r.json()["error"] == NOT_JSON

@@ -6,8 +6,8 @@ afterwards is within a stated bound of before.
 * fault 4: slow bodies (and slow headers) on every worker connection: the oldest unfinished
   connections are closed to admit new ones (``server/unfinished.py``);
 * fault 5: ``SCRIPT_NAME`` / ``PATH_INFO`` request headers from a loopback peer;
-* fault 10: a ``FFFFFFFFFFFFFFFFFFFF`` chunk size on every connection, a burst of new
-  connections, half-open TLS handshakes.
+* fault 10: a ``FFFFFFFFFFFFFFFF`` chunk size on every connection (a size past 64 bits is a
+  400 at once), a burst of new connections, half-open TLS handshakes.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ SLOW_BODY = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: ap
              b"Content-Length: 100000\r\n\r\n{")
 SLOW_HEADERS = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: appl"
 HUGE_CHUNK = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFFFF\r\n{")
+              b"Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFF\r\n{")     # 2**64-1: the most llhttp takes
 
 
 @pytest.mark.parametrize("name,head", [("fault4_slow_bodies", SLOW_BODY), ("fault4_slow_headers", SLOW_HEADERS),

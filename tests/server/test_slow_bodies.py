@@ -63,7 +63,7 @@ def read_answer(s: socket.socket, drip: bytes, limit_s: float) -> tuple[bytes, f
     ("/v1/chat/completions", "Content-Length: 1000000\r\n", b"{", b" ", "openai"),
     ("/v1/messages", "Content-Length: 1000\r\n", b"{", b" ", "anthropic"),
     ("/v1/chat/completions", "Transfer-Encoding: chunked\r\n", b"1\r\n{\r\n", b"1\r\n \r\n", "openai"),
-    ("/v1/chat/completions", "Transfer-Encoding: chunked\r\n", b"FFFFFFFFFFFFFFFFFFFF\r\n{", b" ", "openai"),
+    ("/v1/chat/completions", "Transfer-Encoding: chunked\r\n", b"FFFFFFFFFFFFFFFF\r\n{", b" ", "openai"),
     ("/admin/config", "Content-Length: 50\r\n", b"{", b" ", "openai"),
     ("/tokenize", "Content-Length: 50\r\n", b"{", b" ", "openai"),
 ])

@@ -128,3 +128,36 @@ def test_a_client_that_half_closes_gets_no_response(sim_server):
     s.close()
     assert got == b"" and time.monotonic() - t0 < 1.5
     assert httpx.get(base + "/health", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("when", ["during TTFT", "mid-stream"])
+def test_a_stream_whose_client_half_closes_is_cut_not_ended(sim_server, when):
+    """A streaming client that half-closes is gone as in vLLM (uvicorn drops the connection): the
+    stream is aborted and the connection dropped without the chunked body's end.  The end
+    (``0\\r\\n\\r\\n``) went out here, so the client read a complete 200 stream with no
+    ``[DONE]``: an empty answer that looked like a success."""
+    base = sim_server("--time-to-first-token", "1s", "--inter-token-latency", "20ms", "--max-num-seqs", "4")
+    host, port = base.rsplit("/", 1)[1].split(":")
+    body = b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 500, ' \
+           b'"ignore_eos": true, "stream": true}'
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    s.settimeout(5)
+    got = s.recv(65536)
+    if when == "mid-stream":
+        while got.count(b'"content":"') < 3:
+            got += s.recv(65536)
+    s.shutdown(socket.SHUT_WR)
+    t0 = time.monotonic()
+    while data := s.recv(65536):
+        got += data
+    s.close()
+    assert time.monotonic() - t0 < 1.5
+    assert got.startswith(b"HTTP/1.1 200")         # the headers went out before the first token
+    assert not got.endswith(b"0\r\n\r\n") and b"[DONE]" not in got, got[-200:]
+    deadline = time.monotonic() + 2
+    while scrape(base).get(("vllm:num_requests_running",
+                            frozenset({"model_name": "test-model", "engine": "0"}.items()))) != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

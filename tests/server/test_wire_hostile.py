@@ -1,0 +1,75 @@
+"""Hostile bytes on the wire, over a real server (gunicorn's parser and the worker's answer):
+what uvicorn's httptools parser refuses under vLLM is refused at once with its
+``400 Invalid HTTP request received.``, a doubled slash is the router's 404, and a UTF-16 body
+is served (``tests/unit/test_request_head.py``, ``tests/app/test_request_targets.py``,
+``tests/app/test_body_encodings.py`` in-process)."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+BODY = b'{"model": "test-model", "prompt": "hi", "max_tokens": 2}'
+UVICORN_400 = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 30\r\n" \
+              b"Connection: close\r\n\r\nInvalid HTTP request received."
+
+
+def exchange(base: str, data: bytes, limit_s: float = 5.0) -> tuple[bytes, float]:
+    """Send ``data``, read until the server closes (or ``limit_s``); ``(bytes, seconds)``."""
+    host, port = base.rsplit("//", 1)[1].split(":")
+    t0 = time.monotonic()
+    with socket.create_connection((host, int(port))) as s:
+        s.settimeout(limit_s)
+        s.sendall(data)
+        out = b""
+        try:
+            while d := s.recv(65536):
+                out += d
+        except (socket.timeout, ConnectionResetError):
+            pass
+    return out, time.monotonic() - t0
+
+
+def chunked(size_line: bytes) -> bytes:
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + size_line + BODY)
+
+
+@pytest.mark.parametrize("data", [
+    b"FOO /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /health HTTP/1.2\r\nHost: x\r\n\r\n",
+    chunked(b"%x\n" % len(BODY)),                          # a bare LF: no CRLF will ever come
+    chunked(b"FFFFFFFFFFFFFFFFFFFF\r\n"),                  # 2**80 bytes owed
+])
+def test_what_uvicorn_refuses_is_a_400_at_once(server, data):
+    out, took = exchange(server, data)
+    assert out == UVICORN_400, out[:200]
+    assert took < 2, took                      # not the body's deadline (408 after seconds)
+
+
+@pytest.mark.parametrize("path", [b"//v1/models", b"//health", b"/v1//models"])
+def test_a_doubled_slash_is_the_routers_404(server, path):
+    out, _ = exchange(server, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404"), out[:200]
+    assert json.loads(body)["error"]["code"] == 404
+
+
+def test_a_utf16_body_is_served_on_the_fast_path(server):
+    body = BODY.decode().encode("utf-16")
+    out, _ = exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    head, _, answer = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), out[:300]
+    assert json.loads(answer)["object"] == "text_completion"
+
+
+@pytest.mark.parametrize("repeated", [b"Host: y\r\n", b"Content-Type: text/plain\r\n"])
+def test_a_repeated_host_or_content_type_is_served_with_the_first(server, repeated):
+    """vLLM (uvicorn, Starlette's first-copy ``headers.get``) serves it; gunicorn refused it."""
+    out, _ = exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              + repeated + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(BODY) + BODY)
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]
