@@ -232,23 +232,24 @@ def success_total(samples: dict) -> float:
 
 def test_disconnect_aborts_and_frees_the_slot(app_client):
     # A stream closed during TTFT, and a queued non-stream request whose client gives up.
-    # TTFT 500 ms: every step below takes a few ms, so neither can have finished on its own.
-    ttft = 0.5
-    api = app_client("--max-num-seqs", "1", "--time-to-first-token", "500ms", "--inter-token-latency", "10ms")
+    # TTFT 1.5 s: every step below takes a few ms (up to a few hundred on a loaded 2-core
+    # machine, where 0.5 s was once not enough), so neither can have finished on its own.
+    ttft = 1.5
+    api = app_client("--max-num-seqs", "1", "--time-to-first-token", "1500ms", "--inter-token-latency", "10ms")
     before = scrape(api)
     t_start = time.monotonic()
     stream = WsgiCall(api, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 5, "stream": True})
     stream.start()
     assert stream.status == ["200 OK"]
     reader = gevent.spawn(lambda: list(stream.chunks()))
-    wait_until(lambda: gauges(api) == (1, 0), 0.2, "stream running")
+    wait_until(lambda: gauges(api) == (1, 0), 0.5, "stream running")
     queued = WsgiCall(api, CHAT, {"model": "test-model", "messages": MSG, "max_tokens": 5})
     waiter = gevent.spawn(lambda: list(queued.chunks()))
-    wait_until(lambda: gauges(api) == (1, 1), 0.2, "second request waiting")
+    wait_until(lambda: gauges(api) == (1, 1), 0.5, "second request waiting")
     queued.leave()
-    wait_until(lambda: gauges(api) == (1, 0), 0.1, "queued request left the queue")
+    wait_until(lambda: gauges(api) == (1, 0), 0.5, "queued request left the queue")
     stream.leave()
-    wait_until(lambda: gauges(api) == (0, 0), 0.1, "stream aborted")
+    wait_until(lambda: gauges(api) == (0, 0), 0.5, "stream aborted")
     assert time.monotonic() - t_start < ttft          # before either could finish on its own
     assert b"content" not in b"".join(reader.get(timeout=5))
     waiter.get(timeout=5)
