@@ -32,8 +32,11 @@ Simulator choices (README, "Metrics"):
   finished sequence, one prefill step of its computed prompt tokens plus its first token, and one
   1-token step per further output token, and nothing is preempted (``vllm:num_preemptions``
   stays 0); with ``--latency-calculator step`` both come from the engine's real steps
-  (:mod:`generation.engine.step_engine`), as do the running / waiting gauges and
-  ``vllm:kv_cache_usage_perc`` (blocks held / blocks);
+  (:mod:`generation.engine.step_engine`), as do the running / waiting gauges,
+  ``vllm:kv_cache_usage_perc`` (blocks held / blocks) and the token counters: each step's tokens
+  count in ``vllm:generation_tokens`` as it ends, a prompt in ``vllm:prompt_tokens`` when its
+  first token comes out, as vLLM's ``IterationStats`` count them (without steps a sequence's
+  tokens are counted when it ends, the reference's way);
 * ``vllm:lora_requests_info`` keeps the current adapter state and at most
   ``max(--max-cpu-loras, --max-loras)`` recent ones (vLLM and the reference keep every state
   ever seen, which made ``/metrics`` grow without bound);
@@ -401,8 +404,11 @@ class MetricsRecorder:
         req = seq.request
         p = seq.prompt_len
         n = seq.completion_tokens
-        self.generation_tokens.value += n
-        computed = self._count_prompt(seq)
+        if self.steps and getattr(seq, "engine_req", None) is not None:
+            computed = self._prompt_split(seq)[0]   # the steps counted its tokens (engine_tokens)
+        else:
+            self.generation_tokens.value += n
+            computed = self._count_prompt(seq)
         bl = bisect.bisect_left
         h = self.prompt_hist
         i = bl(h.bounds, p)
@@ -500,23 +506,49 @@ class MetricsRecorder:
         timings exist)."""
         self.success[reason].value += 1
         engine_req = getattr(seq, "engine_req", None)
+        if self.steps and engine_req is not None:
+            return                                  # the steps counted its tokens (engine_tokens)
         prefilled = produced > 0 or (engine_req is not None and engine_req.num_computed >= seq.prompt_len)
         self.generation_tokens.value += produced
         if not prefilled:
             return
         self._count_prompt(seq)
 
+    def engine_tokens(self, emitted) -> None:
+        """Step mode, once per engine step (:meth:`StepEngine._record
+        <generation.engine.step_engine.StepEngine._record>`), as vLLM's ``IterationStats``: each
+        token the step emitted counts in ``vllm:generation_tokens``, and a request's prompt in
+        ``vllm:prompt_tokens`` (and by source) when its first token comes out; :meth:`finished`
+        and :meth:`aborted` then count neither again.  ``emitted``: the step's EngineRequests
+        (their ``seq``: the Sequence; a token past the answer's own, the one an empty answer's
+        step still makes, is not counted, so the counters equal the usage the clients got)."""
+        made = 0
+        for req in emitted:
+            seq = req.seq
+            if seq is None:
+                made += 1
+                continue
+            if req.num_output <= seq.completion_tokens:
+                made += 1
+            if req.num_output == 1:
+                self._count_prompt(seq)
+        self.generation_tokens.value += made
+
+    @staticmethod
+    def _prompt_split(seq) -> tuple[int, int, int]:
+        """``(computed here, prefix-cache hit, remote KV transfer)`` tokens of ``seq``'s prompt."""
+        p = seq.prompt_len
+        cached = min(seq.cached_tokens, p)
+        if getattr(seq.request, "remote_prefill", False):
+            return 0, cached, p - cached
+        return p - cached, cached, 0
+
     def _count_prompt(self, seq) -> int:
         """Count the prompt's tokens, by source (computed here, a prefix-cache hit, or a remote
         prefill's KV transfer), as vLLM's ``prompt_tokens`` and ``prompt_tokens_by_source``;
         returns the tokens computed here."""
-        p = seq.prompt_len
-        cached = min(seq.cached_tokens, p)
-        self.prompt_tokens.value += p
-        if getattr(seq.request, "remote_prefill", False):
-            external, computed = p - cached, 0
-        else:
-            external, computed = 0, p - cached
+        computed, cached, external = self._prompt_split(seq)
+        self.prompt_tokens.value += seq.prompt_len
         src = self.by_source
         src["local_compute"].value += computed
         src["local_cache_hit"].value += cached

@@ -215,3 +215,57 @@ def test_remote_prefill_waits_for_the_kv_transfer_and_remote_decode_is_prefill_o
     r = completion(d, 100, 50, kv_transfer_params={"do_remote_decode": True})
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "remote_decode"
     assert metric(scrape(d), "vllm:iteration_tokens_total_count") == 1      # one prefill step, nothing more
+
+
+def test_token_counters_grow_with_the_steps_as_vllms(app_client):
+    # vLLM's IterationStats count each step's new tokens (vllm:generation_tokens) and a prompt
+    # when its first token comes out (vllm:prompt_tokens, by source), not when the request ends:
+    # a dashboard's rate() of a long answer must not wait for its end
+    c = client(app_client, "--num-gpu-blocks-override", "200", "--max-model-len", "1024")
+    before = scrape(c)
+    g = gevent.spawn(completion, c, 160, 400)
+    req = None
+    for _ in range(400):
+        gevent.sleep(0.005)
+        running = c.sim.engine.scheduler.running
+        req = running[0] if running else req
+        if req is not None and req.num_output >= 20:
+            break
+    m = scrape(c)
+    made = req.num_output
+    assert 20 <= made < 400
+    delta = lambda m, name, **lb: metric(m, name, **lb) - metric(before, name, **lb)
+    assert made - 2 <= delta(m, "vllm:generation_tokens_total") <= made + 2     # a step or two may pass
+    assert delta(m, "vllm:prompt_tokens_total") == 160
+    assert delta(m, "vllm:prompt_tokens_by_source_total", source="local_compute") == 160
+    assert delta(m, "vllm:request_success_total", finished_reason="length") == 0
+    r = g.get(timeout=20)
+    assert r.status_code == 200
+    m = scrape(c)
+    # at the end, once each: what the client was told
+    assert delta(m, "vllm:generation_tokens_total") == r.json()["usage"]["completion_tokens"] == 400
+    assert delta(m, "vllm:prompt_tokens_total") == r.json()["usage"]["prompt_tokens"] == 160
+    assert delta(m, "vllm:prompt_tokens_by_source_total", source="local_compute") == 160
+    assert delta(m, "vllm:request_prefill_kv_computed_tokens_sum") == 160
+
+
+def test_an_aborted_stream_counts_its_tokens_once(app_client):
+    c = client(app_client, "--num-gpu-blocks-override", "200", "--max-model-len", "1024")
+    before = scrape(c)
+    sim = c.sim
+    from generation.engine.request import GenerationRequest, Prompt
+    req = GenerationRequest("r-abort", LLAMA, prompts=[Prompt(list(range(300, 400)))], max_tokens=300, ignore_eos=True)
+    seqs = sim.prepare(req)
+    sim.admit(seqs)
+    ereq = seqs[0].engine_req
+    for _ in range(400):
+        gevent.sleep(0.005)
+        if ereq.num_output >= 10:
+            break
+    sim.cancel(seqs)
+    made = ereq.num_output
+    m = scrape(c)
+    delta = lambda name, **lb: metric(m, name, **lb) - metric(before, name, **lb)
+    assert delta("vllm:generation_tokens_total") == made
+    assert delta("vllm:prompt_tokens_total") == 100
+    assert delta("vllm:request_success_total", finished_reason="abort") == 1
