@@ -15,7 +15,12 @@ One step:
 3. **waiting requests**, FCFS, are admitted while budget remains, ``running < --max-num-seqs``
    (with async scheduling the requests that finished in the step just ended still count:
    ``hold_finished_slots``), and no request was preempted in this step; a request whose blocks
-   cannot be allocated stops admission (head-of-line blocking).  The prefix cache gives a new request its computed tokens
+   cannot be allocated stops admission (head-of-line blocking); with ``reserve_full_isl`` (vLLM's
+   ``scheduler_reserve_full_isl``, on from vLLM 0.19) the blocks of its whole sequence so far must
+   be free, not only its first chunk's.  A request whose sequence needs more blocks than the pool
+   has (a tiny ``--num-gpu-blocks-override``) is never admitted: vLLM's scheduler retries it every
+   step, forever, and FCFS holds every request behind it (vllm-project/vllm#39734; without the gate
+   it would be admitted and preempt itself at the limit, again and again).  The prefix cache gives a new request its computed tokens
    (block-aligned, at most ``num_tokens - 1``); a resumed request prefills its prompt and the
    tokens it already generated again, minus cache hits;
 4. at the step's end every request whose computed tokens reached its length emits one token,
@@ -192,16 +197,20 @@ class Scheduler:
     ``req.block_hashes`` to the generated tokens, whose full blocks are then cached too).
     ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``, with a CPU tier of
     ``num_cpu_blocks``); ``policy`` ``fcfs`` or ``priority``; ``enable_prefix_caching`` and
-    ``enable_chunked_prefill`` vLLM's switches (see the module docstring)."""
+    ``enable_chunked_prefill`` vLLM's switches (see the module docstring); ``reserve_full_isl``
+    vLLM's ``scheduler_reserve_full_isl``: a waiting request is admitted only when the blocks of
+    its whole sequence so far (prompt, and the tokens a preempted one generated; after its
+    prefix hits) are free, not just its first chunk's."""
 
     def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
                  on_preempt=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
                  pool=None, policy: str = "fcfs", enable_prefix_caching: bool = True,
-                 enable_chunked_prefill: bool = True, num_cpu_blocks: int = 0):
+                 enable_chunked_prefill: bool = True, num_cpu_blocks: int = 0, reserve_full_isl: bool = False):
         self.pool = pool if pool is not None else BlockPool(num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
         self.enable_prefix_caching = enable_prefix_caching
         self.enable_chunked_prefill = enable_chunked_prefill
+        self.reserve_full_isl = reserve_full_isl
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -461,6 +470,8 @@ class Scheduler:
                 if req.lora not in loras and len(loras) >= max_loras:
                     skipped.append(waiting.popleft())   # deferred: the LoRA budget
                     continue
+            if -(-min(req.num_tokens, self.max_model_len) // bs) > pool.num_blocks:
+                break       # more blocks than the pool has: never (vLLM waits on it forever, vllm#39734)
             hits = ()
             reload = 0                                   # blocks found in the CPU tier
             if req.num_computed == 0:
@@ -482,7 +493,11 @@ class Scheduler:
                     req.num_computed = 0
                     break
             need = -(-(req.num_computed + n) // bs) - len(hits)
-            if need + (pool.count_free(hits) if hits else 0) > pool.num_free:
+            taken = pool.count_free(hits) if hits else 0  # hits nobody holds leave the free blocks
+            # vLLM's full-sequence gate (allocate_slots' full_sequence_must_fit): the whole
+            # sequence's blocks, not just this chunk's, must be free
+            whole = (-(-min(req.num_tokens, self.max_model_len) // bs) - len(hits)) if self.reserve_full_isl else need
+            if (whole if whole > need else need) + taken > pool.num_free:
                 req.num_computed = 0                     # a waiting request holds no blocks
                 break                                    # head-of-line blocking
             waiting.popleft()

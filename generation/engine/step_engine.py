@@ -110,6 +110,7 @@ class StepEngine:
         # the engine's pauses (EnginePauses: host-side hiccups), seeded as the replay's
         self.pauses = step_time.pauses(random.Random(f"{pause_seed}-pauses")) if hasattr(step_time, "pauses") else None
         self.staged: list = []      # (request, queued at) that arrived during the running step
+        self.stuck_head = None      # the last request warned of as larger than the pool (_warn_stuck)
         # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):
         # called with a step's emitted requests as soon as the step is complete, before the
         # next step is planned (vLLM's frontend streams while its engine core plans)
@@ -248,8 +249,9 @@ class StepEngine:
             wake = min((r.kv_ready_at for r in sched.waiting if r.kv_ready_at > start), default=0.0)
             if wake:                     # only KV transfers in flight: wait for the first
                 self._arm(wake, self._transfer_done)
-            else:                        # nothing fits (cannot happen when max_model_len fits the cache)
+            else:                        # nothing fits: a request larger than the pool heads the queue
                 self.busy = False
+                self._warn_stuck()
             return
         st = self.step_time
         dt = st.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
@@ -266,6 +268,25 @@ class StepEngine:
         plan.end = start + dt
         self.plan = plan
         self._arm(plan.end, self._end_step)
+
+    def _warn_stuck(self) -> None:
+        """The waiting queue's head needs more KV blocks than the pool has (a tiny
+        ``--num-gpu-blocks-override``: vLLM's start-up check counts the null block, its pool does
+        not hand it out): vLLM retries it every step and never schedules it, and first come first
+        served holds every request behind it (vllm-project/vllm#39734).  The engine waits the same
+        way (until the client aborts it); one warning per such request says why."""
+        sched = self.scheduler
+        if not sched.waiting:
+            return
+        req = sched.waiting[0]
+        need = -(-min(req.num_tokens, sched.max_model_len) // sched.block_size)
+        if need <= sched.pool.num_blocks or req is self.stuck_head:
+            return
+        self.stuck_head = req
+        log.warning("step engine: a request of %d tokens needs %d KV blocks, the cache has %d for tokens (one of "
+                    "its blocks is vLLM's null block): vLLM never schedules it, and the %d requests queued behind "
+                    "it wait too (vllm-project/vllm#39734)", req.num_tokens, need, sched.pool.num_blocks,
+                    len(sched.waiting) - 1)
 
     def _unstage(self) -> None:
         staged, self.staged = self.staged, []

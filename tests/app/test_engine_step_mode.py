@@ -62,7 +62,8 @@ def test_metrics_come_from_the_engine_steps(app_client):
 
 
 def test_a_small_cache_preempts_and_every_stream_keeps_its_tokens(app_client):
-    # 8 blocks of 16 tokens; 4 sequences of 20 + 40 tokens need 4 blocks each at the end
+    # 8 blocks of 16 tokens (7 for tokens: vLLM's null block); 4 sequences of 20 + 40 tokens need 4
+    # blocks each at the end
     c = client(app_client, "--num-gpu-blocks-override", "8", "--max-model-len", "128", "--max-num-seqs", "4")
     r = completion(c, 20, 40, n=4, stream=True)
     assert r.status_code == 200
@@ -80,7 +81,7 @@ def test_a_small_cache_preempts_and_every_stream_keeps_its_tokens(app_client):
     assert metric(m, "vllm:request_num_preemptions_sum") == metric(m, "vllm:num_preemptions_total")
     assert metric(m, "vllm:kv_cache_usage_perc") == 0.0
     sched = c.sim.engine.scheduler
-    assert sched.free_blocks == 8 and not sched.running and not sched.waiting
+    assert sched.free_blocks == 7 and not sched.running and not sched.waiting     # 8 less the null block
     # non-streaming: the same preempted run gives whole answers
     r = completion(c, 20, 40, n=4)
     assert [ch["finish_reason"] for ch in r.json()["choices"]] == ["length"] * 4
@@ -114,9 +115,10 @@ def test_cancelled_requests_release_their_blocks(app_client):
         gevent.sleep(0.005)
         if sched.running:
             break
-    assert sched.running and sched.free_blocks < 64
+    assert sched.running and sched.free_blocks < 63
     sim.cancel(seqs)
-    assert sched.free_blocks == 64 and not sched.running and not sched.waiting
+    # all free again: 63, as vLLM's block pool keeps one of the 64 as its null block
+    assert sched.free_blocks == 63 and not sched.running and not sched.waiting
     gevent.sleep(0.05)                    # the engine goes idle with nothing left
     assert not sim.engine.busy or not sched.has_work()
 
