@@ -48,7 +48,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     """Run ``trace`` (TraceRequests, by arrival) through ``scheduler`` in virtual time.
 
     ``concurrency`` > 0 is a closed loop instead: that many requests in flight, the next one sent
-    when one finishes (arrivals in the trace are then ignored).
+    when a client has received its last token (the frontend's output latency after the engine's
+    step, as a benchmark's client sees it; arrivals in the trace are then ignored).
 
     The frontend: a step-time model with a ``frontend()`` (:class:`~generation.engine.perf.
     step_model.StepModel`) gives a serial API-server CPU that admits each request after its
@@ -74,9 +75,9 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     trace = list(trace)
     pending = iter(trace)
 
-    def next_one(req, now, seen_at):        # the closed loop: a finished request makes room
-        for tr in pending:                  # (a refused one is replaced at once)
-            if pod.submit(tr, now) is not None:
+    def next_one(req, now, seen_at):        # the closed loop: the client that got its last token
+        for tr in pending:                  # sends the next request (a refused one is replaced at once)
+            if pod.submit(tr, seen_at) is not None:
                 break
 
     pod = PodReplay(scheduler, step_time, frontend=frontend, rng=rng, jitter=jitter, emission_cost=emission_cost,
