@@ -85,6 +85,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     them.  Raises ConfigError naming the flag at fault."""
     from generation.config.vllm_versions import apply_version_defaults, reserve_full_isl
     from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
+    from .perf.hardware import check_max_model_len
     from .perf.step_model import build_step_model, default_max_cudagraph_capture_size
 
     apply_version_defaults(cfg, step=True)
@@ -134,13 +135,7 @@ def resolve_step_settings(cfg) -> StepSettings:
         blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs)
-    need = -(-cfg.max_model_len // bs)
-    if need > blocks:
-        raise ConfigError(
-            f"To serve at least one request with the models's max seq len ({cfg.max_model_len}), "
-            f"({need * bs} tokens of KV cache) are needed, which is larger than the available KV cache memory "
-            f"({blocks * bs} tokens). Try decreasing --max-model-len or increasing --gpu-memory-utilization",
-            "max-model-len")
+    check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp))
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
         raise ConfigError("long prefill token threshold cannot be negative", "long-prefill-token-threshold")

@@ -147,6 +147,12 @@ def test_a_max_model_len_that_cannot_fit_is_a_start_up_error():
     with pytest.raises(ConfigError) as e:
         make_app(*STEP, "--num-gpu-blocks-override", "10", "--max-model-len", "1024", model=LLAMA)
     assert "max-model-len" in str(e.value.param) and "KV cache" in str(e.value)
+    # vLLM's words (kv_cache_utils._check_enough_kv_cache_memory): GiB of the model's KV, and the
+    # longest length that fits (10 blocks of 16 tokens; Llama-3.1-8B: 128 KiB a token)
+    assert str(e.value).startswith("To serve at least one request with the model's max seq len (1024), "
+                                   "(0.12 GiB KV cache is needed, which is larger than the available KV cache "
+                                   "memory (0.02 GiB). Based on the available memory, the estimated maximum model "
+                                   "length is 160.")
 
 
 def test_defaults_follow_the_gpu_class(app_client):
