@@ -454,8 +454,11 @@ class MetricsRecorder:
         start = seq.started_at or arrival
         end = seq.finished_at
         first = seq.first_token_at or end
+        # vLLM's queue time runs from the engine core's QUEUED event (the step engine's queueing,
+        # after the modelled frontend), e2e and TTFT from the API server's arrival
+        queued = engine_req.queued_at if engine_req is not None and self.steps else arrival
         # durations never below 0, whatever the clocks' stamps (a histogram of seconds has no negatives)
-        queue = start - arrival
+        queue = start - queued
         queue = 0.0 if 0.0 > queue else queue      # max(queue, 0.0), as max() decides
         e2e = end - arrival
         e2e = 0.0 if 0.0 > e2e else e2e

@@ -277,3 +277,20 @@ def test_an_aborted_stream_counts_its_tokens_once(app_client):
     assert delta("vllm:generation_tokens_total") == made
     assert delta("vllm:prompt_tokens_total") == 100
     assert delta("vllm:request_success_total", finished_reason="abort") == 1
+
+
+def test_queue_time_starts_when_the_engine_queues_the_request_not_at_its_arrival(app_client):
+    # vLLM (vllm/v1/metrics/stats.py): queue = first SCHEDULED - QUEUED, both the engine core's
+    # events; e2e and TTFT count from the API server's arrival, so e2e - queue - inference is the
+    # frontend's time (preprocessing and the way in and out), not 0
+    c = client(app_client, "--max-model-len", "2048")
+    before = scrape(c)
+    assert completion(c, 300, 4).status_code == 200
+    m = scrape(c)
+    d = lambda name: metric(m, name) - metric(before, name)
+    e2e, queue = d("vllm:e2e_request_latency_seconds_sum"), d("vllm:request_queue_time_seconds_sum")
+    inference = d("vllm:request_inference_time_seconds_sum")
+    fe = c.sim.engine.fe.c
+    assert e2e - queue - inference >= fe.fe_in + fe.fe_request + 300 * fe.fe_prompt_token - 1e-4
+    assert inference == pytest.approx(d("vllm:request_prefill_time_seconds_sum")
+                                      + d("vllm:request_decode_time_seconds_sum"))
