@@ -117,6 +117,7 @@ class StepEngine:
         self.presend = None
         scheduler.on_prefilled = self._on_prefilled
         scheduler.on_preempt = self._on_preempt
+        scheduler.on_external = self._on_external
         self._hub = None
 
     # ---- requests ----------------------------------------------------------------------
@@ -201,6 +202,12 @@ class StepEngine:
         if seq is not None:         # a remote prefill's KV came from the network, not the local cache
             seq.cached_tokens = 0 if seq.request.remote_prefill else req.cached_tokens
 
+
+    def _on_external(self, req: EngineRequest, queried: int, hit: int) -> None:
+        """The CPU tier's lookup (``--kv-offloading-size``), as vLLM counts its offloading
+        connector's: ``vllm:external_prefix_cache_queries`` / ``_hits``."""
+        self.metrics.external_queries.value += queried
+        self.metrics.external_hits.value += hit
 
     def _on_preempt(self, req: EngineRequest) -> None:
         req.stored = False              # recomputed later: its blocks are stored again

@@ -100,6 +100,9 @@ class MetricsRecorder:
         self.generation_tokens = FastCounter()
         self.prefix_queries = FastCounter()
         self.prefix_hits = FastCounter()
+        # vLLM's KV connector prefix cache (step mode: the CPU tier of --kv-offloading-size), in tokens
+        self.external_queries = FastCounter()
+        self.external_hits = FastCounter()
         self.preemptions = FastCounter()
         # vLLM 0.34's vllm:admission_rejections{reason}: requests refused by a queue limit
         self.admission_rejections = {"max_num_queued_reqs": FastCounter(), "max_num_queued_tokens": FastCounter()}
@@ -363,6 +366,10 @@ class MetricsRecorder:
                  self.prefix_queries),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                  self.prefix_hits),
+                ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector "
+                 "cross-instance cache sharing, in terms of number of queried tokens.", self.external_queries),
+                ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
+                 "cross-instance cache sharing, in terms of number of cached tokens.", self.external_hits),
                 ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.",
                  self.mm_cache_queries),
                 ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.",
@@ -539,12 +546,16 @@ class MetricsRecorder:
 
     @staticmethod
     def _prompt_split(seq) -> tuple[int, int, int]:
-        """``(computed here, prefix-cache hit, remote KV transfer)`` tokens of ``seq``'s prompt."""
+        """``(computed here, prefix-cache hit, KV transfer)`` tokens of ``seq``'s prompt: a remote
+        prefill's KV, or (step mode) the blocks its engine request reloaded from the CPU tier,
+        which vLLM's offloading connector counts as ``external_kv_transfer``."""
         p = seq.prompt_len
         cached = min(seq.cached_tokens, p)
         if getattr(seq.request, "remote_prefill", False):
             return 0, cached, p - cached
-        return p - cached, cached, 0
+        engine_req = getattr(seq, "engine_req", None)
+        external = min(engine_req.reloaded_tokens, cached) if engine_req is not None else 0
+        return p - cached, cached - external, external
 
     def _count_prompt(self, seq) -> int:
         """Count the prompt's tokens, by source (computed here, a prefix-cache hit, or a remote

@@ -294,3 +294,34 @@ def test_queue_time_starts_when_the_engine_queues_the_request_not_at_its_arrival
     assert e2e - queue - inference >= fe.fe_in + fe.fe_request + 300 * fe.fe_prompt_token - 1e-4
     assert inference == pytest.approx(d("vllm:request_prefill_time_seconds_sum")
                                       + d("vllm:request_decode_time_seconds_sum"))
+
+
+def test_cpu_tier_reloads_count_as_the_kv_connectors_hits(app_client):
+    # vLLM's offloading connector: a hit there is vllm:external_prefix_cache_hits (the tokens past
+    # the GPU hits: external queries), and its tokens are prompt_tokens_by_source
+    # external_kv_transfer, not local_cache_hit (vllm/v1/core/sched/scheduler.py: connector
+    # prefix cache stats; vllm/v1/metrics/stats.py: PromptTokenStats)
+    c = client(app_client, "--num-gpu-blocks-override", "17", "--max-model-len", "256",
+               "--kv-offloading-size", "0.1")                   # 16 blocks of 16 tokens on the GPU
+    before = scrape(c)
+    a = list(range(100, 164))                                   # 4 blocks
+    assert c.post("/v1/completions", json={"prompt": a, "max_tokens": 1}).status_code == 200
+    # 250 tokens: all 16 blocks, so every block of a's is handed out again, and goes to the CPU
+    assert c.post("/v1/completions", json={"prompt": list(range(1000, 1250)), "max_tokens": 1}).status_code == 200
+    r = c.post("/v1/completions", json={"prompt": a, "max_tokens": 1})
+    assert r.status_code == 200
+    m = scrape(c)
+    d = lambda name, **lb: metric(m, name, **lb) - metric(before, name, **lb)
+    assert d("vllm:prefix_cache_queries_total") == 64 + 250 + 64 and d("vllm:prefix_cache_hits_total") == 0
+    assert d("vllm:external_prefix_cache_queries_total") == 64 + 250 + 64
+    assert d("vllm:external_prefix_cache_hits_total") == 48     # 3 blocks: at most 63 tokens
+    assert d("vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 48
+    assert d("vllm:prompt_tokens_by_source_total", source="local_cache_hit") == 0
+    assert d("vllm:prompt_tokens_by_source_total", source="local_compute") == 64 + 250 + 16
+    assert d("vllm:prompt_tokens_cached_total") == 48
+
+
+def test_external_prefix_cache_counters_are_there_without_a_connector(app_client):
+    m = scrape(client(app_client))                              # vLLM registers them always
+    assert metric(m, "vllm:external_prefix_cache_queries_total") == 0
+    assert metric(m, "vllm:external_prefix_cache_hits_total") == 0
