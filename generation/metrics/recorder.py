@@ -411,8 +411,11 @@ class MetricsRecorder:
         req = seq.request
         p = seq.prompt_len
         n = seq.completion_tokens
-        if self.steps and getattr(seq, "engine_req", None) is not None:
-            computed = self._prompt_split(seq)[0]   # the steps counted its tokens (engine_tokens)
+        engine_req = getattr(seq, "engine_req", None)
+        if self.steps and engine_req is not None:
+            computed = self._prompt_split(seq)[0]   # the steps counted its tokens (engine_tokens),
+            # but for those the answer has beyond the engine's (a do_remote_decode answer's: one step)
+            self.generation_tokens.value += max(0, n - engine_req.num_output)
         else:
             self.generation_tokens.value += n
             computed = self._count_prompt(seq)
@@ -443,7 +446,6 @@ class MetricsRecorder:
                 h = self.params_n
                 h.counts[bl(h.bounds, rn)] += 1
                 h.sum += rn
-        engine_req = getattr(seq, "engine_req", None)
         preemptions = engine_req.preemptions if engine_req is not None else 0
         h = self.request_preemptions
         h.counts[bl(h.bounds, preemptions)] += 1

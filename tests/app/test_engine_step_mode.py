@@ -222,7 +222,10 @@ def test_remote_prefill_waits_for_the_kv_transfer_and_remote_decode_is_prefill_o
     d = client(app_client, "--max-model-len", "8192")
     r = completion(d, 100, 50, kv_transfer_params={"do_remote_decode": True})
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "remote_decode"
-    assert metric(scrape(d), "vllm:iteration_tokens_total_count") == 1      # one prefill step, nothing more
+    m = scrape(d)
+    assert metric(m, "vllm:iteration_tokens_total_count") == 1      # one prefill step, nothing more
+    # the tokens counted are the answer's, as the usage says (the engine made one; the rest come with it)
+    assert metric(m, "vllm:generation_tokens_total") == r.json()["usage"]["completion_tokens"]
 
 
 def test_token_counters_grow_with_the_steps_as_vllms(app_client):
