@@ -224,6 +224,9 @@ _declare("scheduler",
          Option("enable-chunked-prefill", "bool", True, "Split a long prefill over several steps (step mode; "
                 "--no-enable-chunked-prefill: a prompt is scheduled whole or waits, and --max-num-batched-tokens "
                 "defaults to at least --max-model-len)"),
+         Option("scheduler-reserve-full-isl", "bool", None, "Admit a waiting request only when the KV blocks "
+                "of its whole prompt are free, not just its first chunk's (step mode; not given: on from "
+                "--vllm-version 0.19, as vLLM's default)", nullable=True),
          Option("async-scheduling", "bool", None, "Schedule the next step while the current one runs (stored for "
                 "step mode's timing; not given: the version's default)", nullable=True),
          Option("scheduling-policy", "str", "fcfs", "Order of the waiting queue: `fcfs`, or `priority` (the "

@@ -12,6 +12,11 @@ Sources (vLLM's own history; docs/engine-model.md section 7):
   1.0 from 0.34.0 with the extensible KV cache, on by default on CUDA and ROCm (the KV cache is
   sized from the memory actually free after CUDA-graph capture).
 
+- ``scheduler_reserve_full_isl`` (the scheduler admits a waiting request only when its whole
+  sequence's KV blocks are free, not just its first chunk's): vllm-project/vllm#37307 (March
+  2026) added it, ``SchedulerConfig``'s default ``True``; the simulator has it on from 0.19.0, the
+  first release known to have it on (:func:`reserve_full_isl`), and off for 0.15.1's runs.
+
 Which mode takes them (:func:`apply_version_defaults`): step mode always (it imitates vLLM's
 engine, so ``--vllm-version``'s default, 0.34.0, gives 64-token blocks); the reference's default
 mode only when ``--vllm-version`` is given, since the reference's users (its KV events, its
@@ -78,6 +83,19 @@ def version_defaults(text: str) -> VersionDefaults:
         if version >= first:
             found = defaults
     return found
+
+
+RESERVE_FULL_ISL_FROM = (0, 19, 0)       # scheduler_reserve_full_isl on by default (vllm#37307)
+
+
+def reserve_full_isl(cfg) -> bool:
+    """Whether step mode's scheduler admits a waiting request only when its whole sequence's KV
+    blocks are free (vLLM's ``--scheduler-reserve-full-isl``): the flag when given, else on from
+    :data:`RESERVE_FULL_ISL_FROM`.  Raises ConfigError as :func:`parse_version`."""
+    flag = getattr(cfg, "scheduler_reserve_full_isl", None)
+    if flag is not None:
+        return bool(flag)
+    return parse_version(cfg.vllm_version) >= RESERVE_FULL_ISL_FROM
 
 
 def apply_version_defaults(cfg, step: bool) -> None:

@@ -24,8 +24,10 @@ class ReplayResult:
     received them (the frontend's output latency and queueing added; the engine's times when the
     model has no frontend); ``timed_out`` the requests aborted at the client's timeout;
     ``rejected`` the trace requests refused for a prompt plus output past ``max_model_len`` (vLLM's
-    400).  ``itl`` holds every inter-token latency and ``steps`` one row per step, compactly
-    (:mod:`generation.engine.replay_log`: they read like lists)."""
+    400); ``unfinished`` the EngineRequests still queued or running when the replay ended (a
+    request needing more KV blocks than the pool has, and those behind it: vLLM never schedules
+    them either).  ``itl`` holds every inter-token latency and ``steps`` one row per step,
+    compactly (:mod:`generation.engine.replay_log`: they read like lists)."""
     requests: list = field(default_factory=list)      # finished EngineRequests
     itl: Latencies = field(default_factory=Latencies)  # every inter-token latency, seconds
     steps: StepLog = field(default_factory=StepLog)   # (end time, KV usage, running, waiting, tokens)
@@ -36,6 +38,7 @@ class ReplayResult:
     frontend_busy: float = 0.0                        # the frontend's CPU seconds
     rejected: list = field(default_factory=list)      # TraceRequests past the context, refused
     done: Finished | None = None                      # compact: the finished requests as columns
+    unfinished: list = field(default_factory=list)    # EngineRequests never finished (queued, running)
 
     def times(self, req) -> tuple[float, float]:
         """``(first token, last token)`` of a finished request as its client saw them."""
@@ -82,7 +85,7 @@ class ReplayResult:
                 "ttft_s": self.percentiles(ttft), "itl_s": self.percentiles(self.itl),
                 "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
                 "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
-                "rejected": len(self.rejected),
+                "rejected": len(self.rejected), "unfinished": len(self.unfinished),
                 "kv_usage_mean": mean, "kv_usage_peak": peak}
 
 
@@ -449,7 +452,8 @@ class PodReplay:
             stats.add(now, scheduler.pool.usage())
 
     def finish(self) -> ReplayResult:
-        """The result so far, its totals filled in (preemptions, duration, the frontend's CPU)."""
+        """The result so far, its totals filled in (preemptions, the requests not finished,
+        duration, the frontend's CPU)."""
         scheduler = self.scheduler
         if self.plan is None:               # fast_decode: every request up to date (it stays on)
             scheduler.decode_in_groups(self.group_decode, self._late)
@@ -458,6 +462,7 @@ class PodReplay:
             self.counting = None
         result = self.result
         result.preemptions = self.scheduler.num_preemptions
+        result.unfinished = [*scheduler.running, *scheduler.waiting]
         result.duration = self.now
         if self.fe is not None:
             result.frontend_busy = self.fe.busy

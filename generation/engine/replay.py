@@ -48,7 +48,8 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     """Run ``trace`` (TraceRequests, by arrival) through ``scheduler`` in virtual time.
 
     ``concurrency`` > 0 is a closed loop instead: that many requests in flight, the next one sent
-    when one finishes (arrivals in the trace are then ignored).
+    when a client has received its last token (the frontend's output latency after the engine's
+    step, as a benchmark's client sees it; arrivals in the trace are then ignored).
 
     The frontend: a step-time model with a ``frontend()`` (:class:`~generation.engine.perf.
     step_model.StepModel`) gives a serial API-server CPU that admits each request after its
@@ -74,9 +75,9 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     trace = list(trace)
     pending = iter(trace)
 
-    def next_one(req, now, seen_at):        # the closed loop: a finished request makes room
-        for tr in pending:                  # (a refused one is replaced at once)
-            if pod.submit(tr, now) is not None:
+    def next_one(req, now, seen_at):        # the closed loop: the client that got its last token
+        for tr in pending:                  # sends the next request (a refused one is replaced at once)
+            if pod.submit(tr, seen_at) is not None:
                 break
 
     pod = PodReplay(scheduler, step_time, frontend=frontend, rng=rng, jitter=jitter, emission_cost=emission_cost,
@@ -97,17 +98,26 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
 REPLAY_SEED = 0                    # --seed's default in a replay: two runs give the same figures
 
 
+NULL_BLOCKS = 1     # vLLM's BlockPool keeps block 0 as its null block: never handed to a request
+
+
 def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs") -> Scheduler:
     """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`),
     the same for the server and the replay: the KV blocks, the limits, prefix caching and
-    chunked prefill on or off, and the CPU KV tier."""
-    return Scheduler(num_gpu_blocks=settings.num_gpu_blocks, block_size=settings.block_size,
+    chunked prefill on or off, the full-sequence admission gate and the CPU KV tier.
+
+    Of the ``num_gpu_blocks`` vLLM logs (and ``--num-gpu-blocks-override`` sets), its block pool
+    keeps one as the null block (``vllm/v1/core/block_pool.py``: popped from the free queue at
+    start-up; ``get_usage`` divides by ``num_gpu_blocks - 1``): requests get the others, and
+    ``kv_cache_usage_perc`` is over them (:data:`NULL_BLOCKS`)."""
+    return Scheduler(num_gpu_blocks=max(settings.num_gpu_blocks - NULL_BLOCKS, 0), block_size=settings.block_size,
                      max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
                      max_loras=max_loras, policy=policy,
                      enable_prefix_caching=getattr(settings, "enable_prefix_caching", True),
                      enable_chunked_prefill=getattr(settings, "enable_chunked_prefill", True),
-                     num_cpu_blocks=getattr(settings, "num_cpu_blocks", 0))
+                     num_cpu_blocks=getattr(settings, "num_cpu_blocks", 0),
+                     reserve_full_isl=getattr(settings, "reserve_full_isl", False))
 
 
 def check_arguments(args, max_model_len: int) -> None:
@@ -276,6 +286,14 @@ def main(argv=None) -> int:
         watch.close()
     s = result.summary()
     s["rejected"] = watch.rejected + len(result.rejected)
+    if result.unfinished:       # vLLM would hold them forever too: say why, once
+        head = min(result.unfinished, key=lambda r: r.arrival)
+        need = -(-min(head.num_tokens, cfg.max_model_len) // sched.block_size)
+        print(f"warning: {len(result.unfinished)} requests never finished: one of {head.num_tokens} tokens needs "
+              f"{need} KV blocks and the cache has {sched.pool.num_blocks} for tokens ({settings.num_gpu_blocks} less "
+              f"vLLM's null block); vLLM never schedules such a request, and first come first served holds every "
+              f"request behind it (vllm-project/vllm#39734)" if need > sched.pool.num_blocks else
+              f"warning: {len(result.unfinished)} requests never finished", file=sys.stderr)
     if args.json:
         print(json.dumps(s, indent=2))
     else:
@@ -286,7 +304,8 @@ def main(argv=None) -> int:
               f"{s['requests_per_s']:.2f} requests/s, {s['steps']} steps, {s['preemptions']} preemptions"
               + (f", {s['rejected']} rejected (--max-waiting-queue-length {limit})" if limit is not None else "")
               + (f", {len(result.rejected)} refused (past --max-model-len {cfg.max_model_len})"
-                 if result.rejected and limit is None else ""))
+                 if result.rejected and limit is None else "")
+              + (f", {len(result.unfinished)} never finished" if result.unfinished else ""))
         for k in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):
             print(f"  {k[:-2].upper():5s} {ms(s[k])}")
         print(f"  KV usage mean {100 * s['kv_usage_mean']:.1f} %, peak {100 * s['kv_usage_peak']:.1f} %")

@@ -117,6 +117,12 @@ def _trace_request(d, max_model_len: int | None) -> TraceRequest:
     prompt = d.get("prompt")
     if prompt is not None and not isinstance(prompt, str):
         raise ValueError(f"prompt must be a string naming the prompt, got {prompt!r}")
+    session = d.get("session_id")
+    if session is not None:             # a conversation's turns: each prompt extends the one before
+        if isinstance(session, bool) or not isinstance(session, (str, int)):
+            raise ValueError(f"session_id must be a string or an integer, got {session!r}")
+        if prompt is None:
+            prompt = f"session:{session}"
     if vals["prefix_tokens"] > vals["prompt_tokens"]:
         raise ValueError(f"prefix_tokens {vals['prefix_tokens']} is more than prompt_tokens {vals['prompt_tokens']}")
     if max_model_len is not None and vals["prompt_tokens"] > max_model_len:

@@ -15,9 +15,11 @@ One step:
 3. **waiting requests**, FCFS, are admitted while budget remains, ``running < --max-num-seqs``
    (with async scheduling the requests that finished in the step just ended still count:
    ``hold_finished_slots``), and no request was preempted in this step; a request whose blocks
-   cannot be allocated stops admission (head-of-line blocking).  The prefix cache gives a new request its computed tokens
-   (block-aligned, at most ``num_tokens - 1``); a resumed request prefills its prompt and the
-   tokens it already generated again, minus cache hits;
+   cannot be allocated stops admission (head-of-line blocking), as does one needing more blocks
+   than the pool has (vLLM retries it forever, vllm-project/vllm#39734); with ``reserve_full_isl``
+   (vLLM 0.19+) its whole sequence's blocks must be free, not only its first chunk's.  The prefix
+   cache gives a new request its computed tokens (block-aligned, at most ``num_tokens - 1``); a
+   resumed request prefills its prompt and the tokens it already generated again, minus hits;
 4. at the step's end every request whose computed tokens reached its length emits one token,
    all at the same instant (:meth:`Scheduler.complete`), and the full blocks each prefill chunk
    computed are cached (named by their hashes, ``on_cached``), chunk by chunk; the full blocks
@@ -63,10 +65,10 @@ class EngineRequest:
     tokens; ``num_computed`` tokens have KV, ``num_output`` tokens were emitted; ``blocks`` held.
     Times are the caller's clock (seconds).  ``seq`` is the caller's object (a
     :class:`~generation.engine.request.Sequence` on the server, None in a replay)."""
-    __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora",
-                 "arrival", "queued_at", "first_scheduled", "first_token", "last_token", "finished_at",
-                 "preemptions", "state", "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "group",
-                 "prefix_len", "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority")
+    __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora", "arrival",
+                 "queued_at", "first_scheduled", "first_token", "last_token", "finished_at", "preemptions", "state",
+                 "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "reloaded_tokens", "group", "prefix_len",
+                 "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority")
 
     WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
 
@@ -91,6 +93,7 @@ class EngineRequest:
         self.prefix_hit = None               # callable(req) -> tokens whose KV comes from another pod (P/D), or None
         self.notify = None                   # set by the caller: called when tokens were emitted
         self.cached_tokens = 0               # prefix-cache hit of the first scheduling
+        self.reloaded_tokens = 0             # of those, found in the CPU tier (vLLM: the connector's)
         self.group = group                   # replay: shared-prefix group
         self.prefix_len = prefix_len         # replay: tokens of the group's shared prefix
         self.stored = False                  # its prompt blocks were offered to the prefix cache
@@ -187,21 +190,24 @@ class Scheduler:
     ``on_preempt(req)`` / ``on_prefilled(req)`` tell the caller when a request is preempted and
     first completes its prompt;
     ``on_cached(req, start, end)`` that its blocks ``[start, end)`` were computed and cached, and
-    ``on_prefix(req, hit_tokens)`` of each prefix-cache query (a request's first scheduling);
+    ``on_prefix(req, hit_tokens)`` / ``on_external(req, queried, hit_tokens)`` of each query of
+    the prefix cache / CPU tier (a request's first scheduling; vLLM's connector stats);
     ``on_release(req)`` just before a request's blocks are freed (it may extend
     ``req.block_hashes`` to the generated tokens, whose full blocks are then cached too).
     ``pool`` the :class:`BlockPool` (default: a new one of ``num_gpu_blocks``, with a CPU tier of
     ``num_cpu_blocks``); ``policy`` ``fcfs`` or ``priority``; ``enable_prefix_caching`` and
-    ``enable_chunked_prefill`` vLLM's switches (see the module docstring)."""
+    ``enable_chunked_prefill``, ``reserve_full_isl`` (``scheduler_reserve_full_isl``) vLLM's
+    switches (see the module docstring)."""
 
     def __init__(self, *, num_gpu_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, long_prefill_token_threshold: int = 0, max_loras: int = 0,
                  on_preempt=None, on_prefilled=None, on_cached=None, on_prefix=None, on_release=None,
                  pool=None, policy: str = "fcfs", enable_prefix_caching: bool = True,
-                 enable_chunked_prefill: bool = True, num_cpu_blocks: int = 0):
+                 enable_chunked_prefill: bool = True, num_cpu_blocks: int = 0, reserve_full_isl: bool = False):
         self.pool = pool if pool is not None else BlockPool(num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
         self.enable_prefix_caching = enable_prefix_caching
         self.enable_chunked_prefill = enable_chunked_prefill
+        self.reserve_full_isl = reserve_full_isl
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -218,6 +224,7 @@ class Scheduler:
         self.on_cached = on_cached
         self.on_prefix = on_prefix
         self.on_release = on_release
+        self.on_external = None             # (req, queried, hit tokens): the CPU tier's lookup (a connector's)
         self.lazy = None                    # the replay's group decoding (decode_in_groups)
         # async scheduling (hold_finished_slots): a request that finished in step k still counts
         # against max_num_seqs when step k + 1 is planned (vLLM processes k's output only then)
@@ -461,6 +468,8 @@ class Scheduler:
                 if req.lora not in loras and len(loras) >= max_loras:
                     skipped.append(waiting.popleft())   # deferred: the LoRA budget
                     continue
+            if -(-min(req.num_tokens, self.max_model_len) // bs) > pool.num_blocks:
+                break       # never fits (without the gate vLLM would preempt it at the limit, forever)
             hits = ()
             reload = 0                                   # blocks found in the CPU tier
             if req.num_computed == 0:
@@ -482,14 +491,20 @@ class Scheduler:
                     req.num_computed = 0
                     break
             need = -(-(req.num_computed + n) // bs) - len(hits)
-            if need + (pool.count_free(hits) if hits else 0) > pool.num_free:
+            taken = pool.count_free(hits) if hits else 0  # hits nobody holds leave the free blocks
+            # vLLM's full_sequence_must_fit: the whole sequence's blocks must be free, not this chunk's
+            whole = (-(-min(req.num_tokens, self.max_model_len) // bs) - len(hits)) if self.reserve_full_isl else need
+            if (whole if whole > need else need) + taken > pool.num_free:
                 req.num_computed = 0                     # a waiting request holds no blocks
                 break                                    # head-of-line blocking
             waiting.popleft()
             if req.first_scheduled is None:
                 req.cached_tokens = req.num_computed
+                req.reloaded_tokens = reload * bs
                 if self.on_prefix is not None:           # the GPU prefix cache's query and hits
                     self.on_prefix(req, len(hits) * bs if req.block_hashes is not None else req.num_computed)
+                if cpu and self.on_external is not None and req.block_hashes is not None:   # past the GPU hits
+                    self.on_external(req, req.num_tokens - len(hits) * bs, reload * bs)
             if reload:
                 pool.touch_cpu(req.block_hashes[len(hits):len(hits) + reload])
                 plan.kv_reload_tokens += reload * bs

@@ -36,6 +36,7 @@ class StepSettings:
     enable_chunked_prefill: bool = True
     num_cpu_blocks: int = 0             # the CPU KV tier, in blocks of block_size (0: none)
     vllm_version: str = ""              # --vllm-version (cfg.vllm_version)
+    reserve_full_isl: bool = False      # --scheduler-reserve-full-isl (else the version's default)
 
     @property
     def kv_tokens(self) -> int:
@@ -66,7 +67,15 @@ class StepSettings:
             + ([f"step time: profile {src}" + self._pauses()]
                if (src := getattr(self.step_time, "profile_source", "")) else []) \
             + [f"vLLM {self.vllm_version} defaults" + ("" if self.enable_prefix_caching else ", prefix caching off")
-               + ("" if self.enable_chunked_prefill else ", chunked prefill off")]
+               + ("" if self.enable_chunked_prefill else ", chunked prefill off")
+               + self._gate_note()]
+
+    def _gate_note(self) -> str:
+        """The full-sequence admission gate when it is not the release's default, else ""."""
+        from generation.config.vllm_versions import RESERVE_FULL_ISL_FROM, parse_version
+        if not self.vllm_version or self.reserve_full_isl == (parse_version(self.vllm_version) >= RESERVE_FULL_ISL_FROM):
+            return ""
+        return ", admission reserves whole prompts" if self.reserve_full_isl else ", admission by first chunk"
 
 
 def resolve_step_settings(cfg) -> StepSettings:
@@ -74,8 +83,9 @@ def resolve_step_settings(cfg) -> StepSettings:
     ``cfg`` (``block_size``, ``gpu_memory_utilization``, ``max_num_seqs``,
     ``max_num_batched_tokens``, ``kv_cache_size``) so that metrics and the start-up summary show
     them.  Raises ConfigError naming the flag at fault."""
-    from generation.config.vllm_versions import apply_version_defaults
+    from generation.config.vllm_versions import apply_version_defaults, reserve_full_isl
     from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
+    from .perf.hardware import check_max_model_len
     from .perf.step_model import build_step_model, default_max_cudagraph_capture_size
 
     apply_version_defaults(cfg, step=True)
@@ -125,13 +135,7 @@ def resolve_step_settings(cfg) -> StepSettings:
         blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs)
-    need = -(-cfg.max_model_len // bs)
-    if need > blocks:
-        raise ConfigError(
-            f"To serve at least one request with the models's max seq len ({cfg.max_model_len}), "
-            f"({need * bs} tokens of KV cache) are needed, which is larger than the available KV cache memory "
-            f"({blocks * bs} tokens). Try decreasing --max-model-len or increasing --gpu-memory-utilization",
-            "max-model-len")
+    check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp))
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
         raise ConfigError("long prefill token threshold cannot be negative", "long-prefill-token-threshold")
@@ -156,7 +160,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
                         step_time, enable_prefix_caching=cfg.enable_prefix_caching, enable_chunked_prefill=chunked,
                         num_cpu_blocks=cpu_blocks(cfg, arch, bs, tp, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp)),
-                        vllm_version=cfg.vllm_version)
+                        vllm_version=cfg.vllm_version, reserve_full_isl=reserve_full_isl(cfg))
 
 
 def cpu_blocks(cfg, arch, block_size: int, tp: int, kv_bytes_per_token: int) -> int:

@@ -110,12 +110,14 @@ class StepEngine:
         # the engine's pauses (EnginePauses: host-side hiccups), seeded as the replay's
         self.pauses = step_time.pauses(random.Random(f"{pause_seed}-pauses")) if hasattr(step_time, "pauses") else None
         self.staged: list = []      # (request, queued at) that arrived during the running step
+        self.stuck_head = None      # the last request warned of as larger than the pool (_warn_stuck)
         # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):
         # called with a step's emitted requests as soon as the step is complete, before the
         # next step is planned (vLLM's frontend streams while its engine core plans)
         self.presend = None
         scheduler.on_prefilled = self._on_prefilled
         scheduler.on_preempt = self._on_preempt
+        scheduler.on_external = self._on_external
         self._hub = None
 
     # ---- requests ----------------------------------------------------------------------
@@ -204,6 +206,12 @@ class StepEngine:
             seq.cached_tokens = req.cached_tokens                  # (StepPrefixCache), the rest transferred
 
 
+    def _on_external(self, req: EngineRequest, queried: int, hit: int) -> None:
+        """The CPU tier's lookup (``--kv-offloading-size``), as vLLM counts its offloading
+        connector's: ``vllm:external_prefix_cache_queries`` / ``_hits``."""
+        self.metrics.external_queries.value += queried
+        self.metrics.external_hits.value += hit
+
     def _on_preempt(self, req: EngineRequest) -> None:
         req.stored = False              # recomputed later: its blocks are stored again
         self.metrics.preemptions.value += 1
@@ -251,8 +259,9 @@ class StepEngine:
             wake = min((r.kv_ready_at for r in sched.waiting if r.kv_ready_at > start), default=0.0)
             if wake:                     # only KV transfers in flight: wait for the first
                 self._arm(wake, self._transfer_done)
-            else:                        # nothing fits (cannot happen when max_model_len fits the cache)
+            else:                        # nothing fits: a request larger than the pool heads the queue
                 self.busy = False
+                self._warn_stuck()
             return
         st = self.step_time
         dt = st.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
@@ -269,6 +278,25 @@ class StepEngine:
         plan.end = start + dt
         self.plan = plan
         self._arm(plan.end, self._end_step)
+
+    def _warn_stuck(self) -> None:
+        """The waiting queue's head needs more KV blocks than the pool has (a tiny
+        ``--num-gpu-blocks-override``: vLLM's start-up check counts the null block, its pool does
+        not hand it out): vLLM retries it every step and never schedules it, and first come first
+        served holds every request behind it (vllm-project/vllm#39734).  The engine waits the same
+        way (until the client aborts it); one warning per such request says why."""
+        sched = self.scheduler
+        if not sched.waiting:
+            return
+        req = sched.waiting[0]
+        need = -(-min(req.num_tokens, sched.max_model_len) // sched.block_size)
+        if need <= sched.pool.num_blocks or req is self.stuck_head:
+            return
+        self.stuck_head = req
+        log.warning("step engine: a request of %d tokens needs %d KV blocks, the cache has %d for tokens (one of "
+                    "its blocks is vLLM's null block): vLLM never schedules it, and the %d requests queued behind "
+                    "it wait too (vllm-project/vllm#39734)", req.num_tokens, need, sched.pool.num_blocks,
+                    len(sched.waiting) - 1)
 
     def _unstage(self) -> None:
         staged, self.staged = self.staged, []
@@ -336,10 +364,13 @@ class StepEngine:
 
     def _record(self, plan, emitted) -> None:
         """Per step, as vLLM's IterationStats: ``iteration_tokens_total`` gets the step's prompt
-        tokens plus its generated tokens; one inter-token latency per token after a request's
-        first (this step's end minus its previous token), observed once per distinct gap."""
+        tokens plus its generated tokens; the token counters their tokens (the prompts of the
+        requests whose first token this is, and every token made: ``MetricsRecorder.
+        engine_tokens``); one inter-token latency per token after a request's first (this step's
+        end minus its previous token), observed once per distinct gap."""
         m = self.metrics
         m.iteration_tokens.observe(plan.prefill_tokens + len(emitted))
+        m.engine_tokens(emitted)
         end = plan.end
         gaps: dict = {}
         for req in emitted:

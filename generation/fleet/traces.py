@@ -3,11 +3,11 @@
 
 - **JSON Lines** (:func:`generation.engine.replay.read_trace`'s format): ``arrival``,
   ``prompt_tokens``, ``output_tokens``, optional ``prefix_group`` / ``prefix_tokens`` (a shared
-  system prompt), ``prompt`` (a repeated prompt) and, for the fleet, ``session_id``: the turns of
-  one conversation, each prompt extending the one before, so a later turn finds the earlier
-  turn's prompt blocks cached on the pod that served it.  A session is read as the request's
-  ``prompt`` name (``"session:<id>"``), so its blocks are named by the group's prefix, then the
-  session (:func:`generation.engine.replay.trace_block_hashes`).
+  system prompt), ``prompt`` (a repeated prompt) and ``session_id``: the turns of one
+  conversation, each prompt extending the one before, so a later turn finds the earlier turn's
+  prompt blocks cached on the pod that served it.  A session is read as the request's ``prompt``
+  name (``"session:<id>"``), so its blocks are named by the group's prefix, then the session
+  (:func:`generation.engine.replay.trace_block_hashes`), by the single-pod replay as by the fleet.
 - **Azure LLM inference traces** (AzurePublicDataset ``AzureLLMInferenceTrace_{code,conv}*.csv``):
   ``TIMESTAMP`` (``2023-11-16 18:15:46.6805900``), ``ContextTokens``, ``GeneratedTokens``.
 - **BurstGPT** (``BurstGPT_*.csv``): ``Timestamp`` (seconds), ``Model``, ``Request tokens``,
@@ -84,15 +84,6 @@ def _read_csv(path: str, fmt: str) -> list[TraceRequest]:
     return out
 
 
-def _session(value, tr: TraceRequest) -> None:
-    """A trace line's ``session_id``: the session's turns share their blocks (a multi-turn
-    conversation's prompt repeats the previous turns)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError(f"session_id must be a string or an integer, got {value!r}")
-    if tr.prompt is None:
-        tr.prompt = f"session:{value}"
-
-
 def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, duration: float = 0.0,
                      speedup: float = 1.0, max_model_len: int | None = None,
                      counts: dict | None = None) -> list[TraceRequest]:
@@ -112,7 +103,7 @@ def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, durati
         raise ValueError(f"--speedup must be a positive number, got {speedup}")
     if start < 0 or duration < 0:
         raise ValueError("--start and --duration must be at least 0 seconds")
-    reqs = read_trace(path, None, {"session_id": _session}) if fmt == "jsonl" else _read_csv(path, fmt)
+    reqs = read_trace(path) if fmt == "jsonl" else _read_csv(path, fmt)
     reqs.sort(key=lambda r: r.arrival)
     if not reqs:
         return reqs

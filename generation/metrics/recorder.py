@@ -32,8 +32,11 @@ Simulator choices (README, "Metrics"):
   finished sequence, one prefill step of its computed prompt tokens plus its first token, and one
   1-token step per further output token, and nothing is preempted (``vllm:num_preemptions``
   stays 0); with ``--latency-calculator step`` both come from the engine's real steps
-  (:mod:`generation.engine.step_engine`), as do the running / waiting gauges and
-  ``vllm:kv_cache_usage_perc`` (blocks held / blocks);
+  (:mod:`generation.engine.step_engine`), as do the running / waiting gauges,
+  ``vllm:kv_cache_usage_perc`` (blocks held / blocks) and the token counters: each step's tokens
+  count in ``vllm:generation_tokens`` as it ends, a prompt in ``vllm:prompt_tokens`` when its
+  first token comes out, as vLLM's ``IterationStats`` count them (without steps a sequence's
+  tokens are counted when it ends, the reference's way);
 * ``vllm:lora_requests_info`` keeps the current adapter state and at most
   ``max(--max-cpu-loras, --max-loras)`` recent ones (vLLM and the reference keep every state
   ever seen, which made ``/metrics`` grow without bound);
@@ -97,6 +100,9 @@ class MetricsRecorder:
         self.generation_tokens = FastCounter()
         self.prefix_queries = FastCounter()
         self.prefix_hits = FastCounter()
+        # vLLM's KV connector prefix cache (step mode: the CPU tier of --kv-offloading-size), in tokens
+        self.external_queries = FastCounter()
+        self.external_hits = FastCounter()
         self.preemptions = FastCounter()
         # vLLM 0.34's vllm:admission_rejections{reason}: requests refused by a queue limit
         self.admission_rejections = {"max_num_queued_reqs": FastCounter(), "max_num_queued_tokens": FastCounter()}
@@ -360,6 +366,10 @@ class MetricsRecorder:
                  self.prefix_queries),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                  self.prefix_hits),
+                ("vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector "
+                 "cross-instance cache sharing, in terms of number of queried tokens.", self.external_queries),
+                ("vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
+                 "cross-instance cache sharing, in terms of number of cached tokens.", self.external_hits),
                 ("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.",
                  self.mm_cache_queries),
                 ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.",
@@ -401,8 +411,14 @@ class MetricsRecorder:
         req = seq.request
         p = seq.prompt_len
         n = seq.completion_tokens
-        self.generation_tokens.value += n
-        computed = self._count_prompt(seq)
+        engine_req = getattr(seq, "engine_req", None)
+        if self.steps and engine_req is not None:
+            computed = self._prompt_split(seq)[0]   # the steps counted its tokens (engine_tokens),
+            # but for those the answer has beyond the engine's (a do_remote_decode answer's: one step)
+            self.generation_tokens.value += max(0, n - engine_req.num_output)
+        else:
+            self.generation_tokens.value += n
+            computed = self._count_prompt(seq)
         bl = bisect.bisect_left
         h = self.prompt_hist
         i = bl(h.bounds, p)
@@ -430,7 +446,6 @@ class MetricsRecorder:
                 h = self.params_n
                 h.counts[bl(h.bounds, rn)] += 1
                 h.sum += rn
-        engine_req = getattr(seq, "engine_req", None)
         preemptions = engine_req.preemptions if engine_req is not None else 0
         h = self.request_preemptions
         h.counts[bl(h.bounds, preemptions)] += 1
@@ -448,8 +463,11 @@ class MetricsRecorder:
         start = seq.started_at or arrival
         end = seq.finished_at
         first = seq.first_token_at or end
+        # vLLM's queue time runs from the engine core's QUEUED event (the step engine's queueing,
+        # after the modelled frontend), e2e and TTFT from the API server's arrival
+        queued = engine_req.queued_at if engine_req is not None and self.steps else arrival
         # durations never below 0, whatever the clocks' stamps (a histogram of seconds has no negatives)
-        queue = start - arrival
+        queue = start - queued
         queue = 0.0 if 0.0 > queue else queue      # max(queue, 0.0), as max() decides
         e2e = end - arrival
         e2e = 0.0 if 0.0 > e2e else e2e
@@ -500,23 +518,53 @@ class MetricsRecorder:
         timings exist)."""
         self.success[reason].value += 1
         engine_req = getattr(seq, "engine_req", None)
+        if self.steps and engine_req is not None:
+            return                                  # the steps counted its tokens (engine_tokens)
         prefilled = produced > 0 or (engine_req is not None and engine_req.num_computed >= seq.prompt_len)
         self.generation_tokens.value += produced
         if not prefilled:
             return
         self._count_prompt(seq)
 
+    def engine_tokens(self, emitted) -> None:
+        """Step mode, once per engine step (:meth:`StepEngine._record
+        <generation.engine.step_engine.StepEngine._record>`), as vLLM's ``IterationStats``: each
+        token the step emitted counts in ``vllm:generation_tokens``, and a request's prompt in
+        ``vllm:prompt_tokens`` (and by source) when its first token comes out; :meth:`finished`
+        and :meth:`aborted` then count neither again.  ``emitted``: the step's EngineRequests
+        (their ``seq``: the Sequence; a token past the answer's own, the one an empty answer's
+        step still makes, is not counted, so the counters equal the usage the clients got)."""
+        made = 0
+        for req in emitted:
+            seq = req.seq
+            if seq is None:
+                made += 1
+                continue
+            if req.num_output <= seq.completion_tokens:
+                made += 1
+            if req.num_output == 1:
+                self._count_prompt(seq)
+        self.generation_tokens.value += made
+
+    @staticmethod
+    def _prompt_split(seq) -> tuple[int, int, int]:
+        """``(computed here, prefix-cache hit, KV transfer)`` tokens of ``seq``'s prompt: a remote
+        prefill's KV, or (step mode) the blocks its engine request reloaded from the CPU tier,
+        which vLLM's offloading connector counts as ``external_kv_transfer``."""
+        p = seq.prompt_len
+        cached = min(seq.cached_tokens, p)
+        if getattr(seq.request, "remote_prefill", False):
+            return 0, cached, p - cached
+        engine_req = getattr(seq, "engine_req", None)
+        external = min(engine_req.reloaded_tokens, cached) if engine_req is not None else 0
+        return p - cached, cached - external, external
+
     def _count_prompt(self, seq) -> int:
         """Count the prompt's tokens, by source (computed here, a prefix-cache hit, or a remote
         prefill's KV transfer), as vLLM's ``prompt_tokens`` and ``prompt_tokens_by_source``;
         returns the tokens computed here."""
-        p = seq.prompt_len
-        cached = min(seq.cached_tokens, p)
-        self.prompt_tokens.value += p
-        if getattr(seq.request, "remote_prefill", False):
-            external, computed = p - cached, 0
-        else:
-            external, computed = 0, p - cached
+        computed, cached, external = self._prompt_split(seq)
+        self.prompt_tokens.value += seq.prompt_len
         src = self.by_source
         src["local_compute"].value += computed
         src["local_cache_hit"].value += cached

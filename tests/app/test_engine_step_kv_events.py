@@ -41,7 +41,8 @@ def test_blocks_are_announced_chunk_by_chunk(app_client):
 
 
 def test_a_cached_free_block_handed_out_again_is_announced_removed(app_client):
-    c, rec = recorded(app_client, "--num-gpu-blocks-override", "12", "--max-model-len", "192")
+    # 13 blocks: vLLM's block pool keeps one as its null block, 12 hold tokens
+    c, rec = recorded(app_client, "--num-gpu-blocks-override", "13", "--max-model-len", "192")
     complete(c, list(range(2000, 2064)))                # 4 prompt blocks + 1 for its tokens: 5 of 12
     (first,) = [e for e in rec.events if e[0] == "BlockStored"]
     complete(c, list(range(5000, 5160)))                # 10 prompt blocks + 1: 7 fresh, then 4 freed ones

@@ -62,7 +62,8 @@ def test_metrics_come_from_the_engine_steps(app_client):
 
 
 def test_a_small_cache_preempts_and_every_stream_keeps_its_tokens(app_client):
-    # 8 blocks of 16 tokens; 4 sequences of 20 + 40 tokens need 4 blocks each at the end
+    # 8 blocks of 16 tokens (7 for tokens: vLLM's null block); 4 sequences of 20 + 40 tokens need 4
+    # blocks each at the end
     c = client(app_client, "--num-gpu-blocks-override", "8", "--max-model-len", "128", "--max-num-seqs", "4")
     r = completion(c, 20, 40, n=4, stream=True)
     assert r.status_code == 200
@@ -80,7 +81,7 @@ def test_a_small_cache_preempts_and_every_stream_keeps_its_tokens(app_client):
     assert metric(m, "vllm:request_num_preemptions_sum") == metric(m, "vllm:num_preemptions_total")
     assert metric(m, "vllm:kv_cache_usage_perc") == 0.0
     sched = c.sim.engine.scheduler
-    assert sched.free_blocks == 8 and not sched.running and not sched.waiting
+    assert sched.free_blocks == 7 and not sched.running and not sched.waiting     # 8 less the null block
     # non-streaming: the same preempted run gives whole answers
     r = completion(c, 20, 40, n=4)
     assert [ch["finish_reason"] for ch in r.json()["choices"]] == ["length"] * 4
@@ -114,9 +115,10 @@ def test_cancelled_requests_release_their_blocks(app_client):
         gevent.sleep(0.005)
         if sched.running:
             break
-    assert sched.running and sched.free_blocks < 64
+    assert sched.running and sched.free_blocks < 63
     sim.cancel(seqs)
-    assert sched.free_blocks == 64 and not sched.running and not sched.waiting
+    # all free again: 63, as vLLM's block pool keeps one of the 64 as its null block
+    assert sched.free_blocks == 63 and not sched.running and not sched.waiting
     gevent.sleep(0.05)                    # the engine goes idle with nothing left
     assert not sim.engine.busy or not sched.has_work()
 
@@ -145,6 +147,12 @@ def test_a_max_model_len_that_cannot_fit_is_a_start_up_error():
     with pytest.raises(ConfigError) as e:
         make_app(*STEP, "--num-gpu-blocks-override", "10", "--max-model-len", "1024", model=LLAMA)
     assert "max-model-len" in str(e.value.param) and "KV cache" in str(e.value)
+    # vLLM's words (kv_cache_utils._check_enough_kv_cache_memory): GiB of the model's KV, and the
+    # longest length that fits (10 blocks of 16 tokens; Llama-3.1-8B: 128 KiB a token)
+    assert str(e.value).startswith("To serve at least one request with the model's max seq len (1024), "
+                                   "(0.12 GiB KV cache is needed, which is larger than the available KV cache "
+                                   "memory (0.02 GiB). Based on the available memory, the estimated maximum model "
+                                   "length is 160.")
 
 
 def test_defaults_follow_the_gpu_class(app_client):
@@ -214,7 +222,10 @@ def test_remote_prefill_waits_for_the_kv_transfer_and_remote_decode_is_prefill_o
     d = client(app_client, "--max-model-len", "8192")
     r = completion(d, 100, 50, kv_transfer_params={"do_remote_decode": True})
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "remote_decode"
-    assert metric(scrape(d), "vllm:iteration_tokens_total_count") == 1      # one prefill step, nothing more
+    m = scrape(d)
+    assert metric(m, "vllm:iteration_tokens_total_count") == 1      # one prefill step, nothing more
+    # the tokens counted are the answer's, as the usage says (the engine made one; the rest come with it)
+    assert metric(m, "vllm:generation_tokens_total") == r.json()["usage"]["completion_tokens"]
 
 
 def test_remote_prefill_transfers_only_the_blocks_the_local_prefix_cache_lacks(app_client):
@@ -241,3 +252,105 @@ def test_remote_prefill_transfers_only_the_blocks_the_local_prefix_cache_lacks(a
     assert delta(m, "vllm:prompt_tokens_by_source_total", source="local_cache_hit") == hit
     assert delta(m, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 8000 - hit
     assert delta(m, "vllm:prefix_cache_queries_total") == 8000 and delta(m, "vllm:prefix_cache_hits_total") == hit
+
+
+def test_token_counters_grow_with_the_steps_as_vllms(app_client):
+    # vLLM's IterationStats count each step's new tokens (vllm:generation_tokens) and a prompt
+    # when its first token comes out (vllm:prompt_tokens, by source), not when the request ends:
+    # a dashboard's rate() of a long answer must not wait for its end
+    c = client(app_client, "--num-gpu-blocks-override", "200", "--max-model-len", "1024")
+    before = scrape(c)
+    g = gevent.spawn(completion, c, 160, 400)
+    req = None
+    for _ in range(400):
+        gevent.sleep(0.005)
+        running = c.sim.engine.scheduler.running
+        req = running[0] if running else req
+        if req is not None and req.num_output >= 20:
+            break
+    m = scrape(c)
+    made = req.num_output
+    assert 20 <= made < 400
+    delta = lambda m, name, **lb: metric(m, name, **lb) - metric(before, name, **lb)
+    assert made - 2 <= delta(m, "vllm:generation_tokens_total") <= made + 2     # a step or two may pass
+    assert delta(m, "vllm:prompt_tokens_total") == 160
+    assert delta(m, "vllm:prompt_tokens_by_source_total", source="local_compute") == 160
+    assert delta(m, "vllm:request_success_total", finished_reason="length") == 0
+    r = g.get(timeout=20)
+    assert r.status_code == 200
+    m = scrape(c)
+    # at the end, once each: what the client was told
+    assert delta(m, "vllm:generation_tokens_total") == r.json()["usage"]["completion_tokens"] == 400
+    assert delta(m, "vllm:prompt_tokens_total") == r.json()["usage"]["prompt_tokens"] == 160
+    assert delta(m, "vllm:prompt_tokens_by_source_total", source="local_compute") == 160
+    assert delta(m, "vllm:request_prefill_kv_computed_tokens_sum") == 160
+
+
+def test_an_aborted_stream_counts_its_tokens_once(app_client):
+    c = client(app_client, "--num-gpu-blocks-override", "200", "--max-model-len", "1024")
+    before = scrape(c)
+    sim = c.sim
+    from generation.engine.request import GenerationRequest, Prompt
+    req = GenerationRequest("r-abort", LLAMA, prompts=[Prompt(list(range(300, 400)))], max_tokens=300, ignore_eos=True)
+    seqs = sim.prepare(req)
+    sim.admit(seqs)
+    ereq = seqs[0].engine_req
+    for _ in range(400):
+        gevent.sleep(0.005)
+        if ereq.num_output >= 10:
+            break
+    sim.cancel(seqs)
+    made = ereq.num_output
+    m = scrape(c)
+    delta = lambda name, **lb: metric(m, name, **lb) - metric(before, name, **lb)
+    assert delta("vllm:generation_tokens_total") == made
+    assert delta("vllm:prompt_tokens_total") == 100
+    assert delta("vllm:request_success_total", finished_reason="abort") == 1
+
+
+def test_queue_time_starts_when_the_engine_queues_the_request_not_at_its_arrival(app_client):
+    # vLLM (vllm/v1/metrics/stats.py): queue = first SCHEDULED - QUEUED, both the engine core's
+    # events; e2e and TTFT count from the API server's arrival, so e2e - queue - inference is the
+    # frontend's time (preprocessing and the way in and out), not 0
+    c = client(app_client, "--max-model-len", "2048")
+    before = scrape(c)
+    assert completion(c, 300, 4).status_code == 200
+    m = scrape(c)
+    d = lambda name: metric(m, name) - metric(before, name)
+    e2e, queue = d("vllm:e2e_request_latency_seconds_sum"), d("vllm:request_queue_time_seconds_sum")
+    inference = d("vllm:request_inference_time_seconds_sum")
+    fe = c.sim.engine.fe.c
+    assert e2e - queue - inference >= fe.fe_in + fe.fe_request + 300 * fe.fe_prompt_token - 1e-4
+    assert inference == pytest.approx(d("vllm:request_prefill_time_seconds_sum")
+                                      + d("vllm:request_decode_time_seconds_sum"))
+
+
+def test_cpu_tier_reloads_count_as_the_kv_connectors_hits(app_client):
+    # vLLM's offloading connector: a hit there is vllm:external_prefix_cache_hits (the tokens past
+    # the GPU hits: external queries), and its tokens are prompt_tokens_by_source
+    # external_kv_transfer, not local_cache_hit (vllm/v1/core/sched/scheduler.py: connector
+    # prefix cache stats; vllm/v1/metrics/stats.py: PromptTokenStats)
+    c = client(app_client, "--num-gpu-blocks-override", "17", "--max-model-len", "256",
+               "--kv-offloading-size", "0.1")                   # 16 blocks of 16 tokens on the GPU
+    before = scrape(c)
+    a = list(range(100, 164))                                   # 4 blocks
+    assert c.post("/v1/completions", json={"prompt": a, "max_tokens": 1}).status_code == 200
+    # 250 tokens: all 16 blocks, so every block of a's is handed out again, and goes to the CPU
+    assert c.post("/v1/completions", json={"prompt": list(range(1000, 1250)), "max_tokens": 1}).status_code == 200
+    r = c.post("/v1/completions", json={"prompt": a, "max_tokens": 1})
+    assert r.status_code == 200
+    m = scrape(c)
+    d = lambda name, **lb: metric(m, name, **lb) - metric(before, name, **lb)
+    assert d("vllm:prefix_cache_queries_total") == 64 + 250 + 64 and d("vllm:prefix_cache_hits_total") == 0
+    assert d("vllm:external_prefix_cache_queries_total") == 64 + 250 + 64
+    assert d("vllm:external_prefix_cache_hits_total") == 48     # 3 blocks: at most 63 tokens
+    assert d("vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 48
+    assert d("vllm:prompt_tokens_by_source_total", source="local_cache_hit") == 0
+    assert d("vllm:prompt_tokens_by_source_total", source="local_compute") == 64 + 250 + 16
+    assert d("vllm:prompt_tokens_cached_total") == 48
+
+
+def test_external_prefix_cache_counters_are_there_without_a_connector(app_client):
+    m = scrape(client(app_client))                              # vLLM registers them always
+    assert metric(m, "vllm:external_prefix_cache_queries_total") == 0
+    assert metric(m, "vllm:external_prefix_cache_hits_total") == 0

@@ -220,3 +220,122 @@ def test_a_replay_finds_evicted_group_prefixes_in_the_cpu_tier():
     tiered = replay(sched(num_gpu_blocks=24, num_cpu_blocks=64), FixedStep(), trace)
     assert [r.cached_tokens for r in gpu_only.requests] == [0] * 8
     assert [r.cached_tokens for r in tiered.requests] == [0] * 4 + [128] * 4
+
+
+# ---- vLLM 0.19+'s full-sequence admission gate (scheduler_reserve_full_isl) ----------------------
+def _run_until_idle(s, limit=500):
+    t = 0.0
+    for _ in range(limit):
+        if not s.has_work():
+            return
+        step(s, t)
+        t += 0.01
+    raise AssertionError("the scheduler did not finish")
+
+
+def test_with_the_gate_a_prompt_waits_for_room_for_all_of_it_not_its_first_chunk():
+    # 20 blocks of 16 tokens, 64 tokens a step: r0 (160 + 40 tokens: 13 blocks at the end) is
+    # prefilled in 3 chunks; after its last one 10 blocks are free and 32 tokens of budget left
+    outcomes = {}
+    for gate in (False, True):
+        s = sched(num_gpu_blocks=20, max_num_batched_tokens=64, reserve_full_isl=gate)
+        r0, r1 = EngineRequest(160, 40), EngineRequest(200, 10)      # r1's prompt: 13 blocks
+        s.add(r0, 0.0)
+        s.add(r1, 0.0)
+        _run_until_idle(s)
+        assert r0.finished and r1.finished
+        outcomes[gate] = (s.num_preemptions, r1.first_scheduled >= r0.finished_at)
+    # without the gate r1's first chunk (2 blocks) is admitted, both grow, and r1 is preempted;
+    # with it (vLLM's default from 0.19) r1 waits for r0's blocks and nothing is preempted
+    assert outcomes[False][0] >= 1 and not outcomes[False][1]
+    assert outcomes[True] == (0, True)
+
+
+def test_the_gate_counts_cached_blocks_nobody_holds_as_taken_from_the_free_ones():
+    s = sched(num_gpu_blocks=12, max_num_batched_tokens=64, reserve_full_isl=True)
+    first = hashed(96, 1, "abcdef")                  # 6 blocks, cached once computed
+    s.add(first, 0.0)
+    _run_until_idle(s)
+    hog = EngineRequest(64, 200)                     # holds 4 blocks, and more as it decodes
+    s.add(hog, 1.0)
+    step(s, 1.0)
+    again = hashed(160, 1, "abcdefghij")            # 10 blocks, 6 of them cached (free, not held)
+    s.add(again, 1.01)
+    plan, _ = step(s, 1.01)
+    # 12 - 4 held = 8 free: the 6 cached ones are free blocks too, so the whole prompt needs
+    # 4 new + 6 taken out of the free ones = 10 > 8: it waits (its first chunk alone would fit)
+    assert again.state == EngineRequest.WAITING and [r for r, _ in plan.scheduled] == [hog]
+    s.abort(hog)
+    plan, _ = step(s, 1.02)
+    assert [r for r, _ in plan.scheduled] == [again] and again.cached_tokens == 96
+
+
+def test_the_version_decides_the_gate_unless_the_flag_does():
+    from generation.config.cli import load_config
+    from generation.config.vllm_versions import reserve_full_isl
+    gate = lambda *flags: reserve_full_isl(load_config(["--latency-calculator", "step", *flags]))
+    assert gate() is True                                            # 0.34.0
+    assert gate("--vllm-version", "0.19.0") is True
+    assert gate("--vllm-version", "0.15.1") is False                 # the sim-to-real runs' release
+    assert gate("--vllm-version", "0.34.0", "--no-scheduler-reserve-full-isl") is False
+    assert gate("--vllm-version", "0.15.1", "--scheduler-reserve-full-isl") is True
+
+
+# ---- vLLM's null block, and a request larger than the pool --------------------------------------
+def _settings(blocks, **kw):
+    return SimpleNamespace(num_gpu_blocks=blocks, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048,
+                           long_prefill_token_threshold=0, **kw)
+
+
+def test_one_of_the_blocks_is_vllms_null_block():
+    from generation.engine.replay import scheduler_for
+    s = scheduler_for(_settings(10), 1024)
+    assert s.free_blocks == 9                        # block 0 is never handed to a request
+    r = EngineRequest(144, 1)                        # 9 blocks: all the pool has
+    s.add(r, 0.0)
+    plan = s.schedule(0.0)
+    assert plan.scheduled == [(r, 144)] and s.usage() == 1.0      # kv_cache_usage_perc: 9 of 9
+
+
+def test_a_request_larger_than_the_pool_is_never_scheduled_and_holds_the_queue():
+    for gate in (False, True):
+        s = sched(num_gpu_blocks=15, block_size=64, max_model_len=1024, reserve_full_isl=gate)
+        big, small = EngineRequest(1000, 10), EngineRequest(100, 10)   # 16 blocks; 2
+        s.add(big, 0.0)
+        s.add(small, 0.0)
+        for i in range(5):
+            plan = s.schedule(0.01 * i)
+            assert not plan.scheduled                # vLLM retries the head every step, in vain
+        assert list(s.waiting) == [big, small] and s.free_blocks == 15
+        s.abort(big)                                 # the client gives up: the queue moves
+        _run_until_idle(s)
+        assert small.finished
+
+
+def test_a_request_that_outgrows_the_pool_stops_instead_of_preempting_itself_forever():
+    # 900 + 124 tokens need 16 blocks of 64 at the end, the pool has 15: at 961 tokens it preempts
+    # itself, and is not admitted again (without that rule it would be, to preempt itself again)
+    for gate in (False, True):
+        s = sched(num_gpu_blocks=15, block_size=64, max_model_len=1024, reserve_full_isl=gate)
+        r = EngineRequest(900, 124)
+        s.add(r, 0.0)
+        t = 0.0
+        for _ in range(300):
+            step(s, t)
+            t += 0.01
+        assert r.num_output == 61 and r.preemptions == 1 and list(s.waiting) == [r]
+
+
+def test_the_replay_says_which_requests_never_finished(tmp_path, capsys):
+    from generation.engine.replay import main
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival": 0, "prompt_tokens": 1000, "output_tokens": 10}\n'
+                     '{"arrival": 0.1, "prompt_tokens": 100, "output_tokens": 10}\n')
+    import json
+    assert main(["--trace", str(trace), "--num-gpu-blocks-override", "16", "--json", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert (summary["requests"], summary["unfinished"]) == (0, 2)
+    assert "2 requests never finished" in err and "needs 16 KV blocks and the cache has 15" in err
+    assert main(["--trace", str(trace), "--num-gpu-blocks-override", "17", "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr()[0])["unfinished"] == 0

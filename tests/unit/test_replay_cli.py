@@ -109,3 +109,45 @@ def test_python_dash_m_keeps_working(tmp_path):
     r = subprocess.run([sys.executable, "-m", "generation.engine.replay", "--help"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--per-request FILE" in r.stdout and "-tp" in r.stdout
+
+
+def test_a_closed_loop_sends_the_next_request_when_the_client_got_the_last_token():
+    # a benchmark's client sends its next request once it has read the answer's end: after the
+    # frontend's output latency, not at the engine's step end (the fleet's P/D hand-off, too)
+    from generation.config.cli import load_config
+    from generation.engine.replay import TraceRequest, replay, scheduler_for
+    from generation.engine.step_config import resolve_step_settings
+    cfg = load_config(["--latency-calculator", "step", "--max-model-len", "2048"])
+    st = resolve_step_settings(cfg)
+    res = replay(scheduler_for(st, cfg.max_model_len), st.step_time,
+                 [TraceRequest(0.0, 200, 20) for _ in range(6)], concurrency=2)
+    reqs = sorted(res.requests, key=lambda r: r.arrival)
+    ends = sorted(res.times(r)[1] for r in reqs[:4])
+    assert [r.arrival for r in reqs[2:]] == ends
+    assert all(res.times(r)[1] > r.finished_at for r in reqs)        # the client's end is later
+
+
+def test_a_sessions_turns_share_their_blocks_in_the_replay_as_in_the_fleet(tmp_path):
+    # session_id was read by the fleet's trace reader alone: the single-pod replay ignored it
+    # (no hits), so one pod of the fleet and the replay gave different figures for one trace
+    import json
+    from generation.engine.replay import read_trace
+    from generation.fleet.traces import read_fleet_trace
+    path = tmp_path / "sessions.jsonl"
+    lines, t = [], 0.0
+    for s in range(3):
+        for turn in range(3):
+            lines.append({"arrival": t, "prompt_tokens": 300 + 200 * turn, "output_tokens": 20, "session_id": f"s{s}"})
+            t += 0.5
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace = read_trace(str(path), 4096)
+    assert [r.prompt for r in trace[:3]] == ["session:s0"] * 3
+    assert trace == read_fleet_trace(str(path))
+    from generation.config.cli import load_config
+    from generation.engine.replay import replay, scheduler_for
+    from generation.engine.step_config import resolve_step_settings
+    cfg = load_config(["--latency-calculator", "step", "--max-model-len", "4096"])
+    st = resolve_step_settings(cfg)
+    res = replay(scheduler_for(st, cfg.max_model_len), st.step_time, trace)
+    later = [r.cached_tokens for r in sorted(res.requests, key=lambda r: r.arrival)][1:3]
+    assert later == [256, 448]          # the earlier turns' prompt blocks (64 tokens each)

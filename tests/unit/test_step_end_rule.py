@@ -79,7 +79,8 @@ def test_an_emission_slower_than_the_steps_sets_their_pace():
 def engine_for(dt: float) -> tuple:
     metrics = SimpleNamespace(step_wait=FastCounter(), preemptions=FastCounter(),
                               iteration_tokens=FastHistogram("i", "i", (1, 10, 100), {}),
-                              itl=FastHistogram("t", "t", LAG_BUCKETS, {}))
+                              itl=FastHistogram("t", "t", LAG_BUCKETS, {}),
+                              engine_tokens=lambda emitted: None)
     return StepEngine(sched(), ConstantStep(dt), metrics), metrics
 
 

@@ -246,16 +246,19 @@ def kv_cache_report(blocks: int, block_size: int, max_model_len: int) -> tuple[s
 def check_max_model_len(blocks: int, block_size: int, max_model_len: int,
                         kv_bytes_per_token: int) -> None:
     """vLLM's start-up check that one ``max_model_len`` sequence fits in the cache (docs/
-    engine-model.md §2).  Raises ConfigError with vLLM's message and its estimate of the
-    longest length that fits; ``kv_bytes_per_token`` is per GPU (for the GiB figures)."""
+    engine-model.md §2; ``kv_cache_utils._check_enough_kv_cache_memory``, which counts every
+    block, the pool's null block included).  Raises ConfigError with vLLM's message and its
+    estimate of the longest length that fits; ``kv_bytes_per_token`` is per GPU (for the GiB
+    figures)."""
     needed = -(-max_model_len // block_size)
     if needed <= blocks:
         return
     block_bytes = block_size * kv_bytes_per_token
     raise ConfigError(
-        f"To serve at least one request with the models's max seq len ({max_model_len}), "
+        f"To serve at least one request with the model's max seq len ({max_model_len}), "
         f"({needed * block_bytes / GiB:.2f} GiB KV cache is needed, which is larger than the "
         f"available KV cache memory ({blocks * block_bytes / GiB:.2f} GiB). Based on the available "
         f"memory, the estimated maximum model length is {blocks * block_size}. Try increasing "
-        f"`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+        f"`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine. "
+        f"See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
         param="max-model-len")
