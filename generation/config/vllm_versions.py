@@ -15,7 +15,8 @@ Sources (vLLM's own history; docs/engine-model.md section 7):
 - ``scheduler_reserve_full_isl`` (the scheduler admits a waiting request only when its whole
   sequence's KV blocks are free, not just its first chunk's): vllm-project/vllm#37307 (March
   2026) added it, ``SchedulerConfig``'s default ``True``; the simulator has it on from 0.19.0, the
-  first release known to have it on (:func:`reserve_full_isl`), and off for 0.15.1's runs.
+  first release with it (the 0.17.0 and 0.18.0 sdists' ``vllm/config/scheduler.py`` lack the
+  field, 0.19.0's has it, default ``True``) (:func:`reserve_full_isl`), and off for 0.15.1's runs.
 
 Which mode takes them (:func:`apply_version_defaults`): step mode always (it imitates vLLM's
 engine, so ``--vllm-version``'s default, 0.34.0, gives 64-token blocks); the reference's default
