@@ -23,7 +23,7 @@ class Listener:
         self.sub.setsockopt(zmq.LINGER, 0)
         self.port = self.sub.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
-        self.last_seq = 0
+        self.last_seq = -1          # vLLM numbers from 0 (--kv-events-config), the reference from 1
         self.messages = []          # every message ever received: (topic, seq, payload)
         self.publisher = None       # in-process: the app's EventPublisher (drain knows its seq)
 
