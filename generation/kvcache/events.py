@@ -143,6 +143,12 @@ class EventPublisher:
     event, then sent as usual (numbered, and given to ``on_sent`` for replay).  When the last
     matching subscriber leaves, the next events wait for a new one the same way.
 
+    ``hold``: None, or a callable that is true while an engine step is running (step mode):
+    events then wait for :meth:`step_end`, which sends all of the step's events as one batch,
+    whatever ``batch_size``, as vLLM's scheduler publishes one ``KVEventBatch`` per step
+    (``EngineCore`` takes the block pool's events after each step); events while no step runs
+    (``/reset_prefix_cache`` on an idle engine) go out as usual.
+
     ``listeners``: callables ``(seq, ts, events)`` given every batch as it is sent, with its
     sequence number and timestamp (gRPC ``SubscribeKvEvents`` relays the ZMQ batches through
     them, as vLLM's servicer does); a listener counts as a subscriber.  An empty ``endpoint``
@@ -167,6 +173,7 @@ class EventPublisher:
         self._held_since = None         # monotonic time of the first event held for a subscriber
         self.dropped = 0
         self.listeners: list = []
+        self.hold: Callable[[], bool] | None = None     # step mode: a step is running
         self.bind_error: str | None = None     # why the socket could not be bound (a fleet pod refuses to start)
         if not endpoint:
             return
@@ -182,10 +189,17 @@ class EventPublisher:
             self.dropped += 1
             return
         self.pending.append(event)
+        if self.hold is not None and self.hold():
+            return                  # the step's end sends it (step_end)
         if len(self.pending) >= self.batch_size:
             self.flush()
         elif self._timer is None:
             self._timer = gevent.spawn_later(FLUSH_DELAY, self._timed_flush)
+
+    def step_end(self) -> None:
+        """An engine step ended: its events go out now, as one batch."""
+        if self.pending:
+            self.flush()
 
     def _timed_flush(self) -> None:
         self._timer = None
@@ -219,7 +233,7 @@ class EventPublisher:
         self._held_since = None
         pending, self.pending = self.pending, []
         try:
-            bs = self.batch_size
+            bs = self.batch_size if self.hold is None else len(pending)   # step mode: one per step
             for i in range(0, len(pending), bs):
                 self.seq += 1
                 ts, events = time.time(), pending[i:i + bs]
