@@ -27,7 +27,7 @@ class StepPrefixCache:
         scheduler.on_release = self._release
         self.pool.on_evict = kv.announce_removed
         self.stepping = lambda: False     # the engine's: a step is running (its events wait for its end)
-        self._hold(kv.publisher)
+        self._hold(getattr(kv, "publisher", None))
 
     def _hold(self, publisher) -> None:
         if publisher is not None and hasattr(publisher, "step_end"):
@@ -35,7 +35,7 @@ class StepPrefixCache:
 
     def step_end(self) -> None:
         """A step ended: publish its events as one batch (vLLM's one ``KVEventBatch`` per step)."""
-        publisher = self.kv.publisher
+        publisher = getattr(self.kv, "publisher", None)
         if publisher is not None and hasattr(publisher, "step_end"):
             publisher.step_end()
 

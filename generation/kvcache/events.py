@@ -163,6 +163,7 @@ class EventPublisher:
         self.rank = rank
         self.max_pending = max(max_pending, self.batch_size)
         self.pending: list = []
+        self.first_seq = first_seq
         self.seq = first_seq - 1        # the last sequence number sent
         self._socket = None
         self._reader = None             # greenlet reading the XPUB's (un)subscriptions
