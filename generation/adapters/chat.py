@@ -83,7 +83,7 @@ class ChatAdapter(Adapter):
             response_format=constraint or b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
-            priority=scheduling_priority(sim, b.priority),
+            priority=scheduling_priority(sim, b.priority), cache_salt=b.cache_salt,
             reasoning=chat_reasoning(sim, b))
         return self.req
 

@@ -85,7 +85,8 @@ class CompletionsAdapter(Adapter):
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=b.stop,
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold, response_format=constraint or b.response_format,
-            reasoning=chat_reasoning(sim, b), priority=scheduling_priority(sim, b.priority), **sampling_semantics(b))
+            reasoning=chat_reasoning(sim, b), priority=scheduling_priority(sim, b.priority), cache_salt=b.cache_salt,
+            **sampling_semantics(b))
         return self.req
 
     def _work(self, tokens: int, prompt_tokens: int = 0) -> tuple[int, str, str]:

@@ -95,7 +95,7 @@ class GenerateAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
             min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv,
             priority=scheduling_priority(sim, b.priority), response_format=structured_constraint(sim, sp.structured_outputs),
-            reasoning=render_reasoning(sim, b), **sampling_semantics(sp))
+            reasoning=render_reasoning(sim, b), cache_salt=b.cache_salt, **sampling_semantics(sp))
         return self.req
 
     def _work(self, tokens: int) -> tuple[int, str, str]:

@@ -8,7 +8,9 @@ but not sent), ``endpoint`` (default ``tcp://*:5557``; a wildcard, ``ipc://`` or
 endpoint is bound, any other connected, as vLLM's publisher does), ``replay_endpoint``,
 ``buffer_steps`` (the replay buffer, read as batches), ``hwm`` and ``max_queue_size`` (checked,
 no effect), ``topic`` (default ``""``, as vLLM; replaces the reference's
-``kv@<POD_IP>:<port>@<model>``, so ``POD_IP`` is then not needed).  An unknown key or a value
+``kv@<POD_IP>:<port>@<model>``, so ``POD_IP`` is then not needed).  Enabled, it also gives
+vLLM's wire format, as vLLM 0.34's ``ZmqEventPublisher`` sends it: events as tagged maps
+(``--use-vllm-map-event-format``, unless given) and sequence numbers from 0.  An unknown key or a value
 of the wrong type is a ConfigError naming ``kv-events-config``.  The simulator's own flags
 (``--enable-kvcache``, ``--zmq-endpoint``, ``--kv-events-replay-endpoint``,
 ``--kv-events-replay-queue-size``), when given, win over the JSON.
@@ -60,6 +62,8 @@ def apply_kv_events_config(cfg: Any, explicit: frozenset) -> None:
             setattr(cfg, attr, value)
 
     put("enable-kvcache", "enable_kvcache", True)
+    # vLLM's flag, vLLM's wire: its events are tagged maps (KVCacheEvent is not array_like)
+    put("use-vllm-map-event-format", "use_vllm_map_event_format", True)
     publisher = obj.get("publisher") or "zmq"
     put("zmq-endpoint", "zmq_endpoint", obj.get("endpoint", DEFAULT_ENDPOINT) if publisher == "zmq" else "")
     if obj.get("replay_endpoint"):

@@ -33,7 +33,7 @@ DEFAULT_MODEL = "test-model"
 FAILURE_TYPES = ("rate_limit", "invalid_api_key", "context_length", "server_error",
                  "invalid_request", "model_not_found")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor")
+HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor", "sha256")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
 # vLLM's --reasoning-parser names the simulator lays out (generation.content.reasoning.PARSERS)
@@ -285,10 +285,11 @@ _declare("cache",
                 choices=("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")),
          Option("hash-seed", "str", "", "Seed of the KV block hashes", env="PYTHONHASHSEED"),
          Option("prefix-caching-hash-algo", "str", HASH_ALGOS[0], "KV block hash: the reference's FNV-1a 64 "
-                "over CBOR, or vLLM's sha256_cbor", choices=HASH_ALGOS),
+                "over CBOR, or vLLM's sha256_cbor or sha256 (pickle; vLLM's default)", choices=HASH_ALGOS),
          Option("zmq-endpoint", "str", "tcp://127.0.0.1:5557", "ZMQ endpoint the KV-event publisher connects to"),
          Option("event-batch-size", "int", 16, "Maximum KV events per ZMQ message"),
-         Option("use-vllm-map-event-format", "bool", False, "Encode KV events as maps"),
+         Option("use-vllm-map-event-format", "bool", False, "Encode KV events as maps (vLLM 0.34's msgspec "
+                "structs; on with `--kv-events-config`)"),
          Option("kv-events-replay-endpoint", "str", "", "ZMQ ROUTER endpoint serving replays of published "
                 "KV-event batches (empty: off)"),
          Option("kv-events-replay-queue-size", "int", 1024, "Published batches kept for replay", unit="batches"),

@@ -80,6 +80,7 @@ class GenerationRequest:
     allowed_token_ids: list | None = None  # vLLM: the output draws only these ids
     logprob_token_ids: list | None = None  # vLLM: top logprobs are the sampled token and these ids
     aborted_by_id: bool = False            # ended by /inference/v1/abort_requests (generate: an "abort" chunk)
+    cache_salt: str | None = None          # vLLM: the first KV block's extra hash key (cache isolation)
 
     @property
     def remote_prefill(self) -> bool:

@@ -26,6 +26,18 @@ class StepPrefixCache:
         scheduler.on_prefix = self._prefix
         scheduler.on_release = self._release
         self.pool.on_evict = kv.announce_removed
+        self.stepping = lambda: False     # the engine's: a step is running (its events wait for its end)
+        self._hold(getattr(kv, "publisher", None))
+
+    def _hold(self, publisher) -> None:
+        if publisher is not None and hasattr(publisher, "step_end"):
+            publisher.hold = lambda: self.stepping()
+
+    def step_end(self) -> None:
+        """A step ended: publish its events as one batch (vLLM's one ``KVEventBatch`` per step)."""
+        publisher = getattr(self.kv, "publisher", None)
+        if publisher is not None and hasattr(publisher, "step_end"):
+            publisher.step_end()
 
     # ---- the engine's side -------------------------------------------------------------
     def block_hashes(self, seq):
@@ -67,6 +79,7 @@ class StepPrefixCache:
     @publisher.setter
     def publisher(self, publisher) -> None:
         self.kv.publisher = publisher
+        self._hold(publisher)
 
     def lookup(self, seq) -> int:
         """Prompt tokens of ``seq`` whose blocks are cached now (leading full blocks); changes

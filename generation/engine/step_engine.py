@@ -78,6 +78,7 @@ class StepEngine:
         if kv_cache is not None:
             from .step_cache import StepPrefixCache
             self.prefix_cache = StepPrefixCache(scheduler, kv_cache)
+            self.prefix_cache.stepping = lambda: self.busy
         self.rng = rng
         self.jitter = jitter
         self.kv_transfer_bandwidth = kv_transfer_bandwidth
@@ -247,7 +248,7 @@ class StepEngine:
         if self.staged and not sched.has_work():     # an idle engine plans for them at once
             self._unstage()
         if not sched.has_work():
-            self.busy = False
+            self._idle()
             return
         plan = sched.schedule(start)
         if self.staged:                  # arrived during the step that just ended: the next plan's
@@ -260,7 +261,7 @@ class StepEngine:
             if wake:                     # only KV transfers in flight: wait for the first
                 self._arm(wake, self._transfer_done)
             else:                        # nothing fits: a request larger than the pool heads the queue
-                self.busy = False
+                self._idle()
                 self._warn_stuck()
             return
         st = self.step_time
@@ -297,6 +298,11 @@ class StepEngine:
                     "its blocks is vLLM's null block): vLLM never schedules it, and the %d requests queued behind "
                     "it wait too (vllm-project/vllm#39734)", req.num_tokens, need, sched.pool.num_blocks,
                     len(sched.waiting) - 1)
+
+    def _idle(self) -> None:
+        self.busy = False
+        if self.prefix_cache is not None:    # events held for a step that did not come
+            self.prefix_cache.step_end()
 
     def _unstage(self) -> None:
         staged, self.staged = self.staged, []
@@ -340,6 +346,8 @@ class StepEngine:
         # the sleep to its end: nothing else runs until the sleep ends (a blocking one), and the
         # step's sends then leave at its end instead of after the bookkeeping (issue 32).
         emitted = self.scheduler.complete(plan, end)
+        if self.prefix_cache is not None:    # the step's KV events: one batch, as vLLM's
+            self.prefix_cache.step_end()
         now = monotonic()
         if now < deadline:               # never early: armed END_LEAD early, the rest is slept here
             while now < deadline:

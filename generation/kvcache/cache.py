@@ -20,13 +20,16 @@ Where this differs from the Go reference (deliberately, to do what vLLM does):
 - A request that does not fit (all blocks referenced by running sequences) is not failed with
   a 500: the blocks that fit are stored and the rest are simply not cached (vLLM would queue or
   preempt; a simulator has no memory to run out of).
-- Events are encoded as the Go reference does, byte for byte (:func:`pack_batch`): hashes as
-  ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes; a run with no parent has parent nil in both forms (case C21; engine.md
-  4.6's ``0`` is the reference's old fault).
+- Events are encoded byte for byte (:func:`pack_batch`) as the Go reference does in the array
+  form (hashes as ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes) and as vLLM 0.34's
+  msgspec encoder does in the map form (``--use-vllm-map-event-format``, implied by
+  ``--kv-events-config``); a run with no parent has parent nil in both forms (case C21;
+  engine.md 4.6's ``0`` is the reference's old fault).
 - Block hashes are memoised per (parent, block tokens): a repeated prompt costs a dict lookup
   per block instead of CBOR + FNV (issue 13: ``--enable-kvcache`` < 1.3x the cost without it).
-- ``--prefix-caching-hash-algo sha256_cbor`` hashes blocks with vLLM's recipe instead
-  (:class:`VllmBlockHasher`), so events can be compared with a real vLLM's.
+- ``--prefix-caching-hash-algo sha256_cbor`` / ``sha256`` hash blocks with vLLM 0.34's recipe
+  instead (:class:`VllmBlockHasher`: LoRA and ``cache_salt`` extra keys), so events can be
+  compared with a real vLLM's.
 - ``--kv-events-replay-endpoint``: a ROUTER socket returns published batches again from a
   sequence number (engine.md 4.9, :mod:`generation.kvcache.replay`).
 - When the cached blocks have gaps (a middle block was evicted), one ``BlockStored`` per run of
@@ -54,7 +57,7 @@ class KVCacheSettings:
     capacity: int = 1024                  # --kv-cache-size, blocks
     hash_seed: str = ""
     map_format: bool = False              # --use-vllm-map-event-format
-    hash_algo: str = "fnv64a_cbor"       # or sha256_cbor (--prefix-caching-hash-algo)
+    hash_algo: str = "fnv64a_cbor"       # or sha256 / sha256_cbor (--prefix-caching-hash-algo)
 
     @classmethod
     def from_config(cls, cfg) -> "KVCacheSettings":
@@ -99,10 +102,13 @@ def build_kv_cache(cfg, metrics, loras, publish: bool = True) -> "KVCache":
                                   getattr(cfg, "kv_events_replay_queue_size", 1024) or 1024)
             replay.start()
             on_sent = replay.record
+        # vLLM's own --kv-events-config: its publisher's numbering (from 0); else the reference's
+        first_seq = 0 if getattr(cfg, "kv_events_topic", None) is not None else 1
         publisher = EventPublisher(rank_endpoint(cfg.zmq_endpoint, rank), topic,
-                                   cfg.event_batch_size, rank, 10 * max(settings.capacity, 1), on_sent)
+                                   cfg.event_batch_size, rank, 10 * max(settings.capacity, 1), on_sent,
+                                   first_seq=first_seq)
     return KVCache(settings, publisher=publisher, count_prefix=count,
-                   lora_slot=loras.slots.get, loaded_models=loaded_models)
+                   lora_slot=loras.slots.get, loaded_models=loaded_models, lora_path=loras.paths.get)
 
 
 def event_socket_problem(kv) -> str | None:
@@ -119,7 +125,8 @@ class KVCache:
     It is given only what it uses: ``settings`` (:class:`KVCacheSettings`), the event
     ``publisher`` (anything with ``publish(event)``; None = events discarded),
     ``count_prefix(queried_tokens, hit_tokens)`` (the prefix-cache counters),
-    ``lora_slot(name) -> int | None`` (the events' ``lora_id``), ``loaded_models() -> names``
+    ``lora_slot(name) -> int | None`` (the events' ``lora_id``), ``lora_path(name) -> str |
+    None`` (an adapter's path: vLLM hashes it with the name), ``loaded_models() -> names``
     (served names and loaded adapters: blocks of other models are evicted first).  All methods run in
     the one gevent thread.
     """
@@ -127,17 +134,19 @@ class KVCache:
     def __init__(self, settings: KVCacheSettings, publisher=None,
                  count_prefix: Callable[[int, int], None] = PrefixCounter(),
                  lora_slot: Callable[[str], int | None] = lambda name: None,
-                 loaded_models: Callable[[], Iterable[str]] = lambda: ()):
+                 loaded_models: Callable[[], Iterable[str]] = lambda: (),
+                 lora_path: Callable[[str], str | None] = lambda name: None):
         self.block_size = settings.block_size
         self.capacity = settings.capacity
-        if settings.hash_algo == "sha256_cbor":
-            self.hasher = VllmBlockHasher(settings.hash_seed)
+        if settings.hash_algo in ("sha256", "sha256_cbor"):
+            self.hasher = VllmBlockHasher(settings.hash_seed, settings.hash_algo)
         else:
             self.hasher = BlockHasher(settings.hash_seed)
         self.map_format = settings.map_format
         self.publisher = publisher
         self.count_prefix = count_prefix
         self.lora_slot = lora_slot
+        self.lora_path = lora_path
         self.loaded_models = loaded_models
         self.enabled = True
         self.epoch = 0                                   # bumped by sleep(): stale references
@@ -145,21 +154,26 @@ class KVCache:
         self.unused: dict[str, OrderedDict] = {}         # model -> {hash: tick}, oldest first
         self.model_of: dict[int, str] = {}               # every cached block -> its model
         self._tick = 0
-        self._last = (None, None, None)                  # (prompt, model, hashes): n > 1 reuse
+        self._last = (None, None, None, None)            # (prompt, model, salt, hashes): n > 1 reuse
 
     # ---- queries -------------------------------------------------------------------------
     def _hashes(self, seq) -> list[int]:
         hashes = seq.kv_hashes
         if hashes is None:
-            prompt, model = seq.prompt, seq.request.model
+            prompt, model, salt = seq.prompt, seq.request.model, seq.request.cache_salt
             last = self._last
-            if last[0] is prompt and last[1] == model:
-                hashes = last[2]
+            if last[0] is prompt and last[1] == model and last[2] == salt:
+                hashes = last[3]
             else:
-                hashes = self.hasher.block_hashes(model, prompt.ids, self.block_size, seq.lora)
-                self._last = (prompt, model, hashes)
+                hashes = self._hash(seq, prompt.ids)
+                self._last = (prompt, model, salt, hashes)
             seq.kv_hashes = hashes
         return hashes
+
+    def _hash(self, seq, ids) -> list[int]:
+        lora = seq.lora
+        return self.hasher.block_hashes(seq.request.model, ids, self.block_size, lora,
+                                        self.lora_path(lora) if lora else None, seq.request.cache_salt)
 
     def block_hashes(self, seq) -> list[int]:
         """The chained hashes of ``seq``'s full prompt blocks (memoised on ``seq.kv_hashes``);
@@ -169,7 +183,7 @@ class KVCache:
     def token_block_hashes(self, seq, ids) -> list[int]:
         """The chained hashes of the full blocks of ``ids`` (``seq``'s prompt and generated
         tokens), with ``seq``'s model and LoRA."""
-        return self.hasher.block_hashes(seq.request.model, ids, self.block_size, seq.lora)
+        return self._hash(seq, ids)
 
     def announce_stored(self, seq, hashes, start: int, end: int) -> None:
         """Publish ``BlockStored`` for ``seq``'s blocks ``[start, end)`` (named by ``hashes``;
@@ -182,9 +196,13 @@ class KVCache:
         ids = seq.prompt.ids
         if end * bs > len(ids):
             ids = [*ids, *seq.ids[:end * bs - len(ids)]]
+        extra = None
+        if self.map_format:
+            keys, salt = self.hasher.event_extra_keys, seq.request.cache_salt
+            extra = [keys(lora, salt, i == 0) for i in range(start, end)]
         self.publisher.publish(block_stored(
             hashes[start:end], hashes[start - 1] if start else None, list(ids[start * bs:end * bs]), bs,
-            self.lora_slot(lora) if lora else None, lora, self.map_format))
+            self.lora_slot(lora) if lora else None, lora, self.map_format, extra))
 
     def announce_removed(self, hashes) -> None:
         """Publish ``BlockRemoved`` for evicted blocks."""

@@ -21,25 +21,35 @@ SUBSCRIBER_WAIT = 2.0       # seconds events wait for a first subscriber (EventP
 
 
 # ---- events --------------------------------------------------------------------------------
-def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_format: bool):
+GROUP_IDX = 0                   # the one KV-cache group (one full-attention pool)
+SPEC_KIND = "full_attention"    # vLLM's KVCacheSpecKind of that group
+
+
+def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_format: bool,
+                 extra_keys=None):
     """A ``BlockStored`` event in the legacy array form (9 positions, nil where absent, parent
     nil when there is none, as vLLM and case C21: engine.md 4.6 says the reference sends ``0``,
-    the fault llm-d-inference-sim PR #570 fixed) or, with ``map_format``, the map form of current
-    vLLM (``vllm/distributed/kv_events.py``): every field of its ``BlockStored`` struct is
-    written, nil when unset, since vLLM's own msgspec decoder requires them all (case C38; the
-    reference omits nil keys, which that decoder rejects)."""
+    the fault llm-d-inference-sim PR #570 fixed) or, with ``map_format``, vLLM 0.34's own
+    (``vllm/distributed/kv_events.py``: a tagged msgspec struct with ``omit_defaults``, built
+    by ``BlockPool._build_block_stored_event``): the required fields always written, nil when
+    unset (vLLM's decoder requires them all, case C38), then ``extra_keys`` (one entry per
+    block: nil, or the block's untagged extra keys such as ``[lora_name]``; vLLM writes the
+    list even when every entry is nil), ``group_idx`` 0 and ``kv_cache_spec_kind``
+    ``"full_attention"``.  ``extra_keys``: that list (None: nil for every block)."""
     if map_format:
         return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
                 "token_ids": token_ids, "block_size": block_size, "lora_id": lora_id,
-                "medium": MEDIUM, "lora_name": lora_name}
+                "medium": MEDIUM, "lora_name": lora_name,
+                "extra_keys": extra_keys if extra_keys is not None else [None] * len(hashes),
+                "group_idx": GROUP_IDX, "kv_cache_spec_kind": SPEC_KIND}
     return ["BlockStored", hashes, parent, token_ids, block_size, lora_id,
             MEDIUM, lora_name, None]
 
 
 def block_removed(hashes, map_format: bool):
-    """A ``BlockRemoved`` event."""
+    """A ``BlockRemoved`` event (vLLM 0.34's map form adds ``group_idx``)."""
     if map_format:
-        return {"type": "BlockRemoved", "block_hashes": hashes, "medium": MEDIUM}
+        return {"type": "BlockRemoved", "block_hashes": hashes, "medium": MEDIUM, "group_idx": GROUP_IDX}
     return ["BlockRemoved", hashes, MEDIUM]
 
 
@@ -49,7 +59,6 @@ def all_blocks_cleared(map_format: bool):
 
 
 _U64, _U32 = struct.Struct(">BQ"), struct.Struct(">BI")
-_HASH_KEYS = ("block_hashes", "parent_block_hash")
 
 
 def _u64s(values) -> bytes:
@@ -66,22 +75,17 @@ def _array_head(n: int) -> bytes:
 
 
 def pack_event(ev) -> bytes:
-    """msgpack of one event, as the Go reference encodes it (engine.md 4.6): block hashes and
-    the parent as ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes, the rest compact."""
+    """msgpack of one event.  The legacy array form as the Go reference encodes it (engine.md
+    4.6): block hashes and the parent as ``0xcf`` + 8 bytes, token ids as ``0xce`` + 4 bytes,
+    the rest compact.  The map form as vLLM's ``msgspec`` encoder does: every integer in its
+    shortest form (a hash below 2**32 is not widened), tuples as arrays, and the map's header
+    sized for every field the struct could write (msgspec fills in the count afterwards):
+    ``BlockStored``, 16 with its tag, always gets a map16 header (``0xde`` + 2 bytes)."""
     packb = msgpack.packb
     if isinstance(ev, dict):
-        out = [bytes([0x80 | len(ev)])]
-        for k, v in ev.items():
-            out.append(packb(k))
-            if k == "block_hashes":
-                out.append(_u64s(v))
-            elif k == "parent_block_hash" and v is not None:
-                out.append(_U64.pack(0xCF, v))
-            elif k == "token_ids":
-                out.append(_u32s(v))
-            else:
-                out.append(packb(v))
-        return b"".join(out)
+        if ev.get("type") != "BlockStored":
+            return packb(ev)
+        return b"\xde" + struct.pack(">H", len(ev)) + b"".join(packb(k) + packb(v) for k, v in ev.items())
     out = [_array_head(len(ev)), packb(ev[0])]
     if ev[0] in ("BlockStored", "BlockRemoved"):
         out.append(_u64s(ev[1]))
@@ -122,8 +126,9 @@ class EventPublisher:
     """Batches KV events and sends them on a ZMQ XPUB socket that connects to ``endpoint`` (or
     binds it: :func:`is_bind_endpoint`).
 
-    Message: ``[topic, seq (8-byte big-endian, from 1, +1 per batch), msgpack([ts, events,
-    rank])]`` with ``ts`` in unix seconds (float).  At most ``batch_size`` events per message;
+    Message: ``[topic, seq (8-byte big-endian, from ``first_seq``, +1 per batch), msgpack([ts,
+    events, rank])]``; ``first_seq`` 1 as the reference, 0 as vLLM's ``ZmqEventPublisher``
+    (``itertools.count()``) with ``ts`` in unix seconds (float).  At most ``batch_size`` events per message;
     a batch goes out as soon as it is full, the rest ``FLUSH_DELAY`` after the first pending
     event.  At most ``max_pending`` events wait (more are dropped, as the reference's bounded
     queue does).  The socket is ``zmq.green`` (never blocks the gevent hub) and connects at
@@ -138,13 +143,19 @@ class EventPublisher:
     event, then sent as usual (numbered, and given to ``on_sent`` for replay).  When the last
     matching subscriber leaves, the next events wait for a new one the same way.
 
+    ``hold``: None, or a callable that is true while an engine step is running (step mode):
+    events then wait for :meth:`step_end`, which sends all of the step's events as one batch,
+    whatever ``batch_size``, as vLLM's scheduler publishes one ``KVEventBatch`` per step
+    (``EngineCore`` takes the block pool's events after each step); events while no step runs
+    (``/reset_prefix_cache`` on an idle engine) go out as usual.
+
     ``listeners``: callables ``(seq, ts, events)`` given every batch as it is sent, with its
     sequence number and timestamp (gRPC ``SubscribeKvEvents`` relays the ZMQ batches through
     them, as vLLM's servicer does); a listener counts as a subscriber.  An empty ``endpoint``
     opens no socket: batches go to the listeners only (none: they are dropped)."""
 
     def __init__(self, endpoint: str, topic: str, batch_size: int, rank: int, max_pending: int,
-                 on_sent: Callable[[bytes, bytes], None] | None = None):
+                 on_sent: Callable[[bytes, bytes], None] | None = None, first_seq: int = 1):
         self.endpoint = endpoint
         self.on_sent = on_sent          # (seq frame, payload) of every batch sent: replay
         self.topic = topic.encode()
@@ -152,7 +163,8 @@ class EventPublisher:
         self.rank = rank
         self.max_pending = max(max_pending, self.batch_size)
         self.pending: list = []
-        self.seq = 0
+        self.first_seq = first_seq
+        self.seq = first_seq - 1        # the last sequence number sent
         self._socket = None
         self._reader = None             # greenlet reading the XPUB's (un)subscriptions
         self._pid = 0
@@ -162,6 +174,7 @@ class EventPublisher:
         self._held_since = None         # monotonic time of the first event held for a subscriber
         self.dropped = 0
         self.listeners: list = []
+        self.hold: Callable[[], bool] | None = None     # step mode: a step is running
         self.bind_error: str | None = None     # why the socket could not be bound (a fleet pod refuses to start)
         if not endpoint:
             return
@@ -177,10 +190,17 @@ class EventPublisher:
             self.dropped += 1
             return
         self.pending.append(event)
+        if self.hold is not None and self.hold():
+            return                  # the step's end sends it (step_end)
         if len(self.pending) >= self.batch_size:
             self.flush()
         elif self._timer is None:
             self._timer = gevent.spawn_later(FLUSH_DELAY, self._timed_flush)
+
+    def step_end(self) -> None:
+        """An engine step ended: its events go out now, as one batch."""
+        if self.pending:
+            self.flush()
 
     def _timed_flush(self) -> None:
         self._timer = None
@@ -214,7 +234,7 @@ class EventPublisher:
         self._held_since = None
         pending, self.pending = self.pending, []
         try:
-            bs = self.batch_size
+            bs = self.batch_size if self.hold is None else len(pending)   # step mode: one per step
             for i in range(0, len(pending), bs):
                 self.seq += 1
                 ts, events = time.time(), pending[i:i + bs]

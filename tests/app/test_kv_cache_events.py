@@ -165,7 +165,7 @@ def test_c20_topic_frames_and_block_stored(c20):
 
 def test_sequence_numbers_increase_by_one_per_batch(fresh):
     base, listener = fresh
-    before = listener.last_seq
+    before = listener.last_seq if listener.last_seq is not None else 0     # the reference numbers from 1
     for k in range(3):
         assert completion(base, list(range(1000 + 100 * k, 1016 + 100 * k))).status_code == 200
         listener.events_until(lambda e: kind(e) == "BlockStored")
@@ -377,20 +377,23 @@ def test_lru_eviction_with_map_events(small_fresh):
     send(x, 0)
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
     assert ev == [{"type": "BlockStored", "block_hashes": hx, "parent_block_hash": None, "token_ids": x,
-                   "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}]
-    # every field of vLLM's BlockStored struct, nil when unset (case C38: vLLM's decoder requires them)
+                   "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None,
+                   "extra_keys": [None, None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}]
+    # vLLM 0.34's BlockStored struct in its field order: the required fields, nil when unset (case
+    # C38: vLLM's decoder requires them), then the non-default optional ones
     assert list(ev[0]) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                           "medium", "lora_name"]
+                           "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"]
     send(y, 0)
     listener.events_until(lambda e: kind(e) == "BlockStored")   # cache now full: x, y
     # an exact repeat of a block-aligned prompt hits one block less (vLLM computes its last token)
     send(x, 16)                                                  # x becomes the most recently used
     send(z, 0)                                                   # evicts y (least recently used)
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
-    assert ev == [{"type": "BlockRemoved", "block_hashes": [hy[0]], "medium": "GPU"},
-                  {"type": "BlockRemoved", "block_hashes": [hy[1]], "medium": "GPU"},
+    assert ev == [{"type": "BlockRemoved", "block_hashes": [hy[0]], "medium": "GPU", "group_idx": 0},
+                  {"type": "BlockRemoved", "block_hashes": [hy[1]], "medium": "GPU", "group_idx": 0},
                   {"type": "BlockStored", "block_hashes": hz, "parent_block_hash": None, "token_ids": z,
-                   "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}]
+                   "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None,
+                   "extra_keys": [None, None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}]
     send(x, 16)
     send(y, 0)                                                   # evicts z
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
@@ -417,9 +420,9 @@ def test_lora_block_stored_map_event(small_fresh):
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
     assert ev == [{"type": "BlockStored", "block_hashes": BlockHasher(SEED).block_hashes("lora1", ids, 16),
                    "parent_block_hash": None, "token_ids": ids, "block_size": 16, "lora_id": 1, "medium": "GPU",
-                   "lora_name": "lora1"}]
+                   "lora_name": "lora1", "extra_keys": [None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}]
     assert list(ev[0]) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                           "medium", "lora_name"]
+                           "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"]
 
 
 def test_sleep_clears_map_format(small_fresh):

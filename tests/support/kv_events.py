@@ -23,7 +23,7 @@ class Listener:
         self.sub.setsockopt(zmq.LINGER, 0)
         self.port = self.sub.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
-        self.last_seq = 0
+        self.last_seq = None        # none yet (vLLM numbers from 0 with --kv-events-config, the reference from 1)
         self.messages = []          # every message ever received: (topic, seq, payload)
         self.publisher = None       # in-process: the app's EventPublisher (drain knows its seq)
 
@@ -54,7 +54,7 @@ class Listener:
         topic, seq_b, payload = frames
         assert len(seq_b) == 8
         seq = struct.unpack(">Q", seq_b)[0]
-        assert seq > self.last_seq, "sequence numbers must strictly increase"
+        assert self.last_seq is None or seq > self.last_seq, "sequence numbers must strictly increase"
         self.last_seq = seq
         msg = (topic, seq, msgpack.unpackb(payload))
         self.messages.append(msg)
@@ -70,11 +70,15 @@ class Listener:
                 out.append(m)
             return out
         deadline = time.monotonic() + 5
-        while self.publisher.pending or self.last_seq < self.publisher.seq:
+        while self.publisher.pending or self._last() < self.publisher.seq:
             assert time.monotonic() < deadline, f"published up to seq {self.publisher.seq}, got {self.last_seq}"
             if (m := self._recv(100)) is not None:
                 out.append(m)
         return out
+
+    def _last(self) -> int:
+        """The last sequence number received (before any: the one before the publisher's first)."""
+        return self.publisher.first_seq - 1 if self.last_seq is None else self.last_seq
 
     def events_until(self, pred, timeout: float = 5.0) -> list:
         """Events received until one satisfies ``pred`` (then a short grace period for the rest

@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from generation.kvcache.block_hash import BlockHasher, chain_hash, fnv1a64
-from generation.kvcache.events import all_blocks_cleared, block_removed, block_stored, rank_endpoint
+from generation.kvcache.events import all_blocks_cleared, block_removed, block_stored, pack_event, rank_endpoint
 
 
 def test_fnv1a64_of_empty_seed_is_the_offset_basis():
@@ -88,26 +88,29 @@ def test_legacy_block_stored_encoding():
 
 
 def test_map_block_stored_with_lora_key_order():
-    ev = block_stored([1], None, [7], 16, 1, "lora1", map_format=True)
+    ev = block_stored([1], None, [7], 16, 1, "lora1", map_format=True, extra_keys=[("lora1",)])
     assert list(ev) == ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                        "medium", "lora_name"]
+                        "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"]
     packed = msgpack.packb(ev)
-    assert packed[0] == 0x88          # fixmap of 8 entries
+    assert pack_event(ev)[:3] == b"\xde\x00\x0b"      # map16 of 11 entries, as msgspec sizes it
     assert msgpack.unpackb(packed) == {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
                                        "token_ids": [7], "block_size": 16, "lora_id": 1, "medium": "GPU",
-                                       "lora_name": "lora1"}
+                                       "lora_name": "lora1", "extra_keys": [["lora1"]], "group_idx": 0,
+                                       "kv_cache_spec_kind": "full_attention"}
 
 
 def test_map_block_stored_writes_nil_lora_fields():
-    # vLLM's msgspec BlockStored requires every field (C38): nil, not omitted
-    ev = block_stored([1], 5, [7], 16, None, None, map_format=True)
-    assert ev == {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": 5, "token_ids": [7],
-                  "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None}
+    # vLLM's msgspec BlockStored requires every field (C38): nil, not omitted; extra_keys one
+    # entry per block, nil ones included, as vLLM 0.34's BlockPool writes them
+    ev = block_stored([1, 2], 5, [7, 8], 1, None, None, map_format=True)
+    assert ev == {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": 5, "token_ids": [7, 8],
+                  "block_size": 1, "lora_id": None, "medium": "GPU", "lora_name": None,
+                  "extra_keys": [None, None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}
 
 
 def test_removed_and_cleared_encodings():
     assert block_removed([3], False) == ["BlockRemoved", [3], "GPU"]
-    assert block_removed([3], True) == {"type": "BlockRemoved", "block_hashes": [3], "medium": "GPU"}
+    assert block_removed([3], True) == {"type": "BlockRemoved", "block_hashes": [3], "medium": "GPU", "group_idx": 0}
     assert all_blocks_cleared(False) == ["AllBlocksCleared"]
     assert all_blocks_cleared(True) == {"type": "AllBlocksCleared"}
 
