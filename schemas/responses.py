@@ -361,6 +361,7 @@ class ResponsesRequestSchema(BaseSchema):
     thinking_token_budget = fields.Raw()          # vLLM 0.34: caps the reasoning tokens (-1: no cap; sampling._budget)
     prompt_cache_key = fields.String()
     priority = StrictInt()
+    max_tool_calls = StrictInt(int64=True)     # vLLM 0.34: an int (the simulator makes at most one call anyway)
     # vLLM 0.34 ResponsesRequest fields checked as on chat (generation.adapters.fields)
     cache_salt = fields.Raw()
     seed = StrictInt()

@@ -269,6 +269,7 @@ class ResponsesRequest:
     thinking_token_budget: int | None = None     # vLLM 0.34
     prompt_cache_key: str | None = None
     priority: int | None = None                  # vLLM's extra field (--scheduling-policy priority)
+    max_tool_calls: int | None = None            # vLLM 0.34: checked, not enforced (one call at most here)
     cache_salt: Any = None                       # checked as on chat (generation.adapters.fields)
     seed: int | None = None
     stop: list | None = None

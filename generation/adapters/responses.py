@@ -401,7 +401,7 @@ def base_response(ctx: _Ctx, status: str) -> dict:
     return {"id": ctx.response_id, "object": "response", "created_at": ctx.created,
             "status": status, "background": ctx.background, "error": None, "incomplete_details": None,
             "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
-            "max_tool_calls": None, "model": ctx.req.model, "output": [],
+            "max_tool_calls": d.max_tool_calls, "model": ctx.req.model, "output": [],
             "parallel_tool_calls": _or(d.parallel_tool_calls, True),
             "previous_response_id": d.previous_response_id,
             "reasoning": {"effort": d.reasoning.get("effort"), "summary": d.reasoning.get("summary")}

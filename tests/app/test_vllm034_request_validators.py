@@ -206,3 +206,16 @@ def test_pooling_truncate_prompt_tokens_past_the_context_is_refused(app_client):
         assert r.json()["error"]["param"] == "truncate_prompt_tokens"
         ok = c.post(path, json={"model": "test-model", "truncate_prompt_tokens": 1024, **body})
         assert ok.status_code == 200, (path, ok.text)
+
+
+def test_responses_max_tool_calls_is_an_integer_echoed_in_the_response(app_client):
+    """vLLM 0.34's ResponsesRequest: ``max_tool_calls: int | None`` (a string was accepted and
+    ignored here), echoed in the response object as vLLM's ``from_request`` echoes it."""
+    c = app_client()
+    body = {"model": "test-model", "input": "hi", "max_output_tokens": 5}
+    for bad in ("x", 1.5, True):
+        r = c.post("/v1/responses", json={**body, "max_tool_calls": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tool_calls", r.text
+    r = c.post("/v1/responses", json={**body, "max_tool_calls": 3})
+    assert r.status_code == 200 and r.json()["max_tool_calls"] == 3
+    assert c.post("/v1/responses", json=body).json()["max_tool_calls"] is None
