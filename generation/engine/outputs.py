@@ -15,11 +15,22 @@ from .request import GenerationRequest, Sequence
 
 
 def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthError:
-    """vLLM's context-length error."""
+    """The context-length error of echo mode (the seeds' ``2 x prompt <= max-model-len``), in the
+    reference's words: the prompt and the echoed completion together."""
     return ContextLengthError(
         f"This model's maximum context length is {max_len} tokens. However, you requested "
         f"{prompt + completion} tokens ({prompt} in the messages, {completion} in the completion). "
         f"Please reduce the length of the messages or completion.")
+
+
+def prompt_too_long(max_len: int, prompt: int) -> ContextLengthError:
+    """vLLM 0.34's error for a prompt longer than the context (``TokenizeParams._token_len_check``
+    in ``vllm/renderers/params.py``).  ``param`` stays null, as case C07 asks (vLLM 0.34 names
+    ``input_tokens``)."""
+    return ContextLengthError(
+        f"This model's maximum context length is {max_len} tokens. However, your prompt contains {prompt} "
+        f"input tokens, which exceeds this limit even without any output tokens. Please reduce the length "
+        f"of the input prompt.")
 
 
 class OutputDecisions:
@@ -47,8 +58,10 @@ class OutputDecisions:
                     raise InvalidParam(
                         f"The echoed prompt is {echo_len} tokens long but max_tokens is {req.max_tokens}: "
                         f"echo mode cannot truncate its response. Please increase max_tokens.", "max_tokens")
-            elif p + 1 > max_len:
-                raise context_error(max_len, p, req.max_tokens or 1)
+            elif p > max_len:
+                raise prompt_too_long(max_len, p)
+            elif p == max_len:          # no room for one token (vLLM clamps max_tokens to the room: 0)
+                raise context_error(max_len, p, 1)
             for c in range(req.n):
                 seqs.append(Sequence(req, len(seqs), pi, prompt))
         for seq in seqs:

@@ -137,10 +137,10 @@ class Simulator(OutputDecisions, EngineState):
         limit = self.prompt_char_limit()
         if limit is not None and chars > limit:
             max_len = self.config.max_model_len
-            raise ContextLengthError(
-                f"This model's maximum context length is {max_len} tokens. However, your prompt is {chars} "
-                f"characters long: more than {max_len} tokens of at most {limit // max_len} characters each "
-                f"can hold. Please reduce the length of the prompt.", param)
+            raise ContextLengthError(            # vLLM 0.34's words (TokenizeParams._text_len_check)
+                f"This model's maximum context length is {max_len} tokens. However, your prompt contains {chars} "
+                f"characters (more than {limit} characters, which is the upper bound for {max_len} input tokens). "
+                f"Please reduce the length of the input prompt.", param)
 
     def check_request_chat_template(self, chat_options: dict) -> None:
         """vLLM's guard on templates sent with a request: a Jinja template runs arbitrary loops,

@@ -479,8 +479,8 @@ def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = 
         raise InvalidParam(f"Failed to apply chat template: it rendered {len(text)} characters, more than "
                            f"{MAX_RENDERED_CHARS}.", "messages")
     if max_chars is not None and isinstance(text, str) and len(text) > max_chars:
-        raise ContextLengthError(
-            f"This model's maximum context length is {max_model_len} tokens. However, the chat template rendered "
-            f"{len(text)} characters: more than {max_model_len} tokens of at most {max_chars // max(max_model_len, 1)} "
-            f"characters each can hold. Please reduce the length of the messages.", "messages")
+        raise ContextLengthError(         # vLLM 0.34's words (TokenizeParams._text_len_check on the rendered prompt)
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"{len(text)} characters (more than {max_chars} characters, which is the upper bound for "
+            f"{max_model_len} input tokens). Please reduce the length of the input prompt.", "messages")
     return text

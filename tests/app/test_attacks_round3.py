@@ -55,7 +55,7 @@ def test_item1_token_id_bodies_are_checked_in_c_loops(app_client):
     took = time.monotonic() - t0
     assert [r.status_code for r in out] == [400, 400, 429, 400, 200, 200], [r.text[:200] for r in out]
     assert out[0].json()["error"]["message"].startswith(
-        "This model's maximum context length is 1024 tokens. However, you requested 2000001 tokens")
+        "This model's maximum context length is 1024 tokens. However, your prompt contains 2000000 input tokens")
     assert out[3].json()["error"]["message"].startswith(
         "This model's maximum context length is 1024 tokens. However, you requested 2000000 tokens")
     assert out[5].json()["prompt"] == ",".join(["5"] * 2_000_000)
@@ -140,7 +140,7 @@ def test_item2_every_text_is_bounded_before_any_is_tokenized(tiny):
         r = tiny.post(path, json={"model": "org/tiny", **body})
         assert r.status_code == 400, r.text[:300]
         assert r.json()["error"]["param"] == field
-        assert f"your prompt is {limit + 1} characters long" in r.json()["error"]["message"]
+        assert f"your prompt contains {limit + 1} characters (more than {limit} characters" in r.json()["error"]["message"]
 
 
 @pytest.fixture(scope="module")
@@ -199,9 +199,9 @@ def test_item3_a_rendered_text_past_the_context_is_refused_before_tokenizing(tru
                                                     "chat_template": "{{ ('a' * 1300000)|tojson }}"})
     assert r.status_code == 400, r.text[:300]
     assert r.json()["error"]["message"] == (
-        f"This model's maximum context length is 1024 tokens. However, the chat template rendered 1300002 "
-        f"characters: more than 1024 tokens of at most {limit // 1024} characters each can hold. Please reduce "
-        f"the length of the messages.")
+        f"This model's maximum context length is 1024 tokens. However, your prompt contains 1300002 characters "
+        f"(more than {limit} characters, which is the upper bound for 1024 input tokens). Please reduce the "
+        f"length of the input prompt.")
     assert time.monotonic() - t0 < 1.0
 
 
