@@ -112,6 +112,8 @@ def create_embeddings():
     data = load(embedding_request_schema, parse_json_body())
     model = data.get("model")
     display, lora = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
+    from generation.adapters.pooling import check_priority
+    check_priority(sim, data)
     size = cfg.default_embedding_dimensions
     dims = data.get("dimensions") or size
     if dims > size:

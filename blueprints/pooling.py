@@ -103,6 +103,7 @@ def create_pooling():
         raise APIError(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}",
                        400, "task")
     display, lora = sim.resolve_model(data.get("model"))
+    pa.check_priority(sim, data)
     if data.get("dimensions") is not None and task not in ("embed", "token_embed"):
         raise APIError(f"dimensions is not supported by the {task} task.", 400, "dimensions")
     dims = _dimensions(cfg, data.get("dimensions"))
@@ -128,6 +129,7 @@ def create_classify():
     cfg = sim.config
     data = load(classify_request_schema, parse_json_body())
     display, lora = sim.resolve_model(data.get("model"))
+    pa.check_priority(sim, data)
     token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"),
                                  "classification")
     rid = request_id(sim, data.get("request_id"))
@@ -146,6 +148,7 @@ def _scored(data: dict, rerank: bool):
     kind = cfg.pooling_kind
     queries, docs, pairs = pa.score_pairs(data, rerank)
     display, lora = sim.resolve_model(data.get("model"))
+    pa.check_priority(sim, data)
     # the texts together: off the hub past 8 KiB in all (2,048 short documents add up)
     encoded = each_text(sim.tokenizer.encode, [pa.item_text(x) for x in queries + docs])
     q_ids = [ids for ids, _ in encoded[:len(queries)]]
@@ -198,6 +201,7 @@ def create_cohere_embed():
         raise APIError(f"Unsupported input_type {data['input_type']!r}. This model does not define any input_type "
                        f"prompt prefixes.", 400, "input_type")
     display, lora = sim.resolve_model(data.get("model"))
+    pa.check_priority(sim, data)
     dims = _dimensions(cfg, data.get("output_dimension"), "output_dimension")
     if images is not None:
         items = [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}}]}] for u in images]

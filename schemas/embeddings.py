@@ -74,6 +74,7 @@ class EmbeddingRequestSchema(BaseSchema):
         validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])
     user = fields.String()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
+    priority = StrictInt()          # vLLM's PoolingBasicRequestMixin (generation.adapters.pooling.check_priority)
 
 
 embedding_request_schema = EmbeddingRequestSchema()

@@ -32,6 +32,7 @@ from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
 from ..errors import InvalidParam
+from .fields import INT64_MAX, INT64_MIN, check_bounds, scheduling_priority
 
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
@@ -85,6 +86,15 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
         return items
     add_special = data.get("add_special_tokens")
     return [ids for ids, _ in tokenize_texts(sim, items, True if add_special is None else add_special)]
+
+
+def check_priority(sim, data: dict) -> None:
+    """A pooling request's ``priority`` as vLLM 0.34 checks it (``PoolingBasicRequestMixin``:
+    within int64; the engine client refuses a non-zero one without ``--scheduling-policy
+    priority``).  Raises InvalidParam naming ``priority``; the pooling runner does not queue by it."""
+    priority = data.get("priority")
+    check_bounds("priority", priority, INT64_MIN, INT64_MAX)
+    scheduling_priority(sim, priority)
 
 
 def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input", side: str | None = None) -> list:

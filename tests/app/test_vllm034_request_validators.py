@@ -219,3 +219,23 @@ def test_responses_max_tool_calls_is_an_integer_echoed_in_the_response(app_clien
     r = c.post("/v1/responses", json={**body, "max_tool_calls": 3})
     assert r.status_code == 200 and r.json()["max_tool_calls"] == 3
     assert c.post("/v1/responses", json=body).json()["max_tool_calls"] is None
+
+
+def test_pooling_priority_is_checked_as_on_generation(app_client):
+    """vLLM 0.34's pooling requests carry ``priority`` (PoolingBasicRequestMixin: int64) and its
+    engine client refuses a non-zero one without priority scheduling; the pooling routes took
+    any value and ignored it."""
+    c = app_client("--runner", "pooling")
+    routes = (("/v1/embeddings", {"input": "a cat"}), ("/pooling", {"input": "a cat"}),
+              ("/score", {"text_1": "a", "text_2": "b"}), ("/v2/embed", {"texts": ["a cat"]}))
+    for path, body in routes:
+        r = c.post(path, json={"model": "test-model", "priority": 3, **body})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["error"]["message"] == "Got priority 3 but Priority scheduling is not enabled."
+        assert r.json()["error"]["param"] == "priority"
+        r = c.post(path, json={"model": "test-model", "priority": 2 ** 63, **body})
+        assert r.status_code == 400 and "less_than_equal" in r.json()["error"]["message"], (path, r.text)
+        assert c.post(path, json={"model": "test-model", "priority": 0, **body}).status_code == 200, path
+    p = app_client("--runner", "pooling", "--scheduling-policy", "priority")
+    for path, body in routes:
+        assert p.post(path, json={"model": "test-model", "priority": 3, **body}).status_code == 200, path
