@@ -110,7 +110,8 @@ def create_pooling():
     inp = data.get("input")
     if task == "embed":
         _check_values(len(inp[1]) if inp is not None else 1, dims)
-    token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"), "pooling")
+    token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"), "pooling",
+                                 side=data.get("truncation_side"))
     if task == "token_embed":
         _check_values(sum(len(t) for t in token_lists), dims)
     rid = request_id(sim, data.get("request_id"))
@@ -131,7 +132,7 @@ def create_classify():
     display, lora = sim.resolve_model(data.get("model"))
     pa.check_priority(sim, data)
     token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"),
-                                 "classification")
+                                 "classification", side=data.get("truncation_side"))
     rid = request_id(sim, data.get("request_id"))
     run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, token_lists))
     size = cfg.default_embedding_dimensions

@@ -28,6 +28,8 @@ class _PoolingBase(BaseSchema):
     model = fields.Raw()
     user = fields.String()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
+    truncation_side = fields.String(validate=validate.OneOf(
+        ("left", "right"), error="truncation_side {input!r} is not one of 'left', 'right'"))
     request_id = fields.String()
     priority = StrictInt()
     use_activation = StrictBool()

@@ -239,3 +239,17 @@ def test_pooling_priority_is_checked_as_on_generation(app_client):
     p = app_client("--runner", "pooling", "--scheduling-policy", "priority")
     for path, body in routes:
         assert p.post(path, json={"model": "test-model", "priority": 3, **body}).status_code == 200, path
+
+
+def test_pooling_truncation_side_keeps_the_start_on_the_right(app_client):
+    """``truncation_side: right`` keeps a prompt's first tokens on /pooling and /classify as on
+    /v1/embeddings (vLLM's PoolingBasicRequestMixin); it was dropped there and the end kept."""
+    c = app_client("--runner", "pooling", "--convert", "classify")
+    ids = list(range(100, 130))
+    for path in ("/pooling", "/classify"):
+        left = c.post(path, json={"model": "test-model", "input": ids, "truncate_prompt_tokens": 5})
+        right = c.post(path, json={"model": "test-model", "input": ids, "truncate_prompt_tokens": 5,
+                                   "truncation_side": "right"})
+        assert left.status_code == 200 and right.status_code == 200, (path, left.text, right.text)
+        assert left.json()["data"] != right.json()["data"], path          # different tokens kept
+        assert c.post(path, json={"model": "test-model", "input": ids, "truncation_side": "middle"}).status_code == 400
