@@ -288,7 +288,7 @@ def main(argv=None) -> int:
     s["rejected"] = watch.rejected + len(result.rejected)
     if result.unfinished:       # vLLM would hold them forever too: say why, once
         head = min(result.unfinished, key=lambda r: r.arrival)
-        need = -(-min(head.num_tokens, cfg.max_model_len) // sched.block_size)
+        need = sched.blocks_for(min(head.num_tokens, cfg.max_model_len))
         print(f"warning: {len(result.unfinished)} requests never finished: one of {head.num_tokens} tokens needs "
               f"{need} KV blocks and the cache has {sched.pool.num_blocks} for tokens ({settings.num_gpu_blocks} less "
               f"vLLM's null block); vLLM never schedules such a request, and first come first served holds every "

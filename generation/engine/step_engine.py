@@ -144,7 +144,7 @@ class StepEngine:
         if req_.remote_prefill:       # P/D decode side: the KV of the blocks not cached here comes over the network
             req.prefix_hit = _remote_kv
             local = 0
-            if req.block_hashes is not None and self.scheduler.enable_prefix_caching:
+            if req.block_hashes is not None:        # None without prefix caching (or asleep)
                 bs = self.scheduler.block_size
                 local = len(self.scheduler.pool.lookup(req.block_hashes, (seq.prompt_len - 1) // bs)) * bs
             req.kv_ready_at = arrival + (seq.prompt_len - local) * self.step_time.kv_bytes_per_token \
@@ -290,7 +290,7 @@ class StepEngine:
         if not sched.waiting:
             return
         req = sched.waiting[0]
-        need = -(-min(req.num_tokens, sched.max_model_len) // sched.block_size)
+        need = sched.blocks_for(min(req.num_tokens, sched.max_model_len))
         if need <= sched.pool.num_blocks or req is self.stuck_head:
             return
         self.stuck_head = req
