@@ -297,8 +297,42 @@ def test_generic_profile_is_the_median_of_the_fitted_gpus():
     generic = load_constants("L40S")[0]
     assert generic.eta_w == pytest.approx(etas[1], rel=1e-5) == fit_generic().eta_w
     h100 = load_constants("H100")[0]
-    assert {k: v for k, v in generic.to_dict().items() if k != "eta_w"} == \
-        {k: v for k, v in h100.to_dict().items() if k != "eta_w"}
+    assert {k: v for k, v in generic.to_dict().items() if k not in ("eta_w", "eta_kv_fa2")} == \
+        {k: v for k, v in h100.to_dict().items() if k not in ("eta_w", "eta_kv_fa2")}
+
+
+def test_fa2_decode_share_is_the_geometric_mean_of_the_kernel_tables_time_ratios():
+    from generation.engine.perf.fit_kernels import fa2_decode_share
+    shape = {"kind": "attn_decode", "heads": 32, "kv_heads": 8, "head_dim": 128, "C": 1024}
+    rows = [{**shape, "B": 1, "backend": "CUDNN_ATTENTION", "us": 10.0},
+            {**shape, "B": 1, "backend": "FLASH_ATTENTION", "us": 20.0},       # 0.5
+            {**shape, "B": 2, "backend": "CUDNN_ATTENTION", "us": 16.0},
+            {**shape, "B": 2, "backend": "FLASH_ATTENTION", "us": 8.0},        # 2.0
+            {**shape, "B": 4, "backend": "FLASH_ATTENTION", "us": 9.0},        # one backend only: left out
+            {"kind": "gemm", "M": 1, "K": 1, "N": 1, "us": 1.0}]
+    assert fa2_decode_share(rows) == (pytest.approx(1.0), 2)
+    with pytest.raises(ValueError):
+        fa2_decode_share(rows[4:])
+
+
+def test_the_kv_read_runs_at_flash_attention_2s_share_where_vllm_runs_fa2():
+    """vLLM runs FlashAttention 3 on SM 9.0 and FA2 on SM 8.x (fa_utils.get_flash_attn_version):
+    the decode's KV read takes 1 / eta_kv_fa2 as long on an A100 or L40S, and the H100 and the
+    H200 ignore the constant; the shipped A100 and generic profiles carry the kernel table's share."""
+    from generation.engine.perf.fit_kernels import fa2_decode_share, read_table, table_path
+    step = (32, 32 * 1000, 0, 0, 0, 0)
+    for name, fa2 in (("H100", False), ("H200", False), ("A100-80GB", True), ("A100-40GB", True), ("L40S", True),
+                      ("B200", False), ("MI300X", False)):
+        gpu = gpu_by_name(name)
+        assert (gpu.flash_attn == 2) is fa2
+        plain = StepModel(gpu, LLAMA8, constants=C).terms(*step)["kv_read"]
+        halved = StepModel(gpu, LLAMA8, constants=replace(C, eta_kv_fa2=0.5)).terms(*step)["kv_read"]
+        assert halved == pytest.approx(plain * (2.0 if fa2 else 1.0))
+    share = float(f"{fa2_decode_share(read_table(table_path('H200', 'kernels')))[0]:.6g}")
+    assert share == pytest.approx(0.702046)
+    for name in ("A100-80GB", "A100-40GB", "L40S"):
+        assert load_constants(name)[0].eta_kv_fa2 == share
+    assert load_constants("H100")[0].eta_kv_fa2 == 1.0
 
 
 def test_the_banner_names_the_profile_the_step_time_uses():

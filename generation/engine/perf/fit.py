@@ -176,12 +176,26 @@ def fit_memory(path: str | None = None) -> dict:
 SAME_CHIP = {"A100-40GB": ("A100-80GB",)}
 
 
+def with_fa2_share(base: PerfConstants) -> PerfConstants:
+    """``base`` with ``eta_kv_fa2`` from the H200's kernel table (:func:`.fit_kernels.fa2_decode_share`:
+    FlashAttention 2's decode against cuDNN's, which stands in for the FlashAttention 3 of the
+    H100 runs the constants were fitted on).  It applies on GPUs where vLLM runs FA2 (A100, L40S).
+    Prints it."""
+    from . import fit_kernels
+    path = fit_kernels.table_path("H200", "kernels")
+    share, n = fit_kernels.fa2_decode_share(fit_kernels.read_table(path))
+    print(f"eta_kv_fa2 = {share:.4g}: FlashAttention 2's decode attention against cuDNN's over the {n} shapes "
+          f"of {os.path.basename(path)} timed both ways (on GPUs where vLLM runs FA2)")
+    return replace(base, eta_kv_fa2=float(f"{share:.6g}"))
+
+
 def fit_published(gpu: str, base: PerfConstants) -> PerfConstants:
     """The profile of a GPU without training runs: the H100's constants, with the weight-read
     efficiency ``eta_w`` solved (Brent) so that the replay reproduces the GPU's published
     measurement exactly (decode is bound by reading the weights: the one constant such a
-    measurement pins down).  Prints the fit."""
+    measurement pins down), after :func:`with_fa2_share`.  Prints the fit."""
     from scipy.optimize import brentq
+    base = with_fa2_share(base)
     row = next(r for r in PUBLISHED_STEPS if r[0].lower() == gpu.lower())
     _, batch, prompt, output, what, value = row
     eta = brentq(lambda e: published_value(row, replace(base, eta_w=e)) - value, 0.3, 1.5, xtol=1e-5)
@@ -204,7 +218,7 @@ def fit_generic() -> PerfConstants:
     eta = statistics.median(etas.values())
     print("generic profile: eta_w = median of " + ", ".join(f"{g} {v:.4g}" for g, v in etas.items())
           + f" = {eta:.4g}; the other constants are the {BASIS_GPU}'s")
-    return replace(base, eta_w=eta)
+    return with_fa2_share(replace(base, eta_w=eta))
 
 
 JIT_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(21))     # t_jit candidates, s: 0.5 .. 1.5

@@ -221,7 +221,33 @@ def kernel_summary(rows: list[dict], gpu) -> list[str]:
                 return med(v) / gpu.flops if v else float("nan")
             out.append(f"  causal prefill attention, {backend.split('_')[0].lower()}: "
                        + ", ".join(f"{n} tokens {tf(n):.2f}" for n in (128, 512, 2048, 8192)) + " of the peak")
+    try:
+        share, n = fa2_decode_share(rows)
+        out.append(f"  decode attention, FlashAttention 2 against cuDNN over the {n} shapes timed both ways: "
+                   f"{share:.3f} of the rate (geometric mean; eta_kv_fa2)")
+    except ValueError:
+        pass
     return out
+
+
+def fa2_decode_share(rows: list[dict]) -> tuple[float, int]:
+    """``(share, shapes)``: FlashAttention 2's decode attention against cuDNN's on the same shapes
+    of a kernel table (``kind`` "attn_decode", timed with both backends), the least-squares factor
+    on ``log(time)``: the geometric mean of ``t_cudnn / t_fa2`` over the shapes timed both ways.
+    cuDNN's kernel stands in for FlashAttention 3, which vLLM runs on Hopper and which the H100's
+    training runs saw; on SM 8.x GPUs (A100, L40S) vLLM runs FlashAttention 2
+    (``fa_utils.get_flash_attn_version``), whose decode reads the KV cache at this share of the
+    rate (the step model's ``eta_kv_fa2``).  Raises ValueError when no shape has both."""
+    by: dict = {}
+    for r in rows:
+        if r.get("kind") == "attn_decode" and r.get("us"):
+            key = (r["heads"], r["kv_heads"], r["head_dim"], r["B"], r["C"])
+            by.setdefault(key, {})[r["backend"]] = r["us"]
+    ratios = [t["CUDNN_ATTENTION"] / t["FLASH_ATTENTION"] for t in by.values()
+              if "CUDNN_ATTENTION" in t and "FLASH_ATTENTION" in t]
+    if not ratios:
+        raise ValueError("no decode shape timed with both FlashAttention and cuDNN")
+    return math.exp(statistics.fmean(math.log(x) for x in ratios)), len(ratios)
 
 
 def with_step_overhead(constants: PerfConstants, gpu: str) -> tuple[PerfConstants, float]:

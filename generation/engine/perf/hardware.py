@@ -34,7 +34,10 @@ class GPU:
     profile starts from: an "80 GB" H100 reports 79.22 GiB, vLLM's own log); ``nvlink_bandwidth``:
     bytes/s one way between two GPUs (PCIe for cards without NVLink), for the tensor-parallel
     all-reduce; ``fp8``: native FP8 tensor cores (FP8 weights double ``flops``; without them
-    vLLM runs FP8 weight-only and only the bytes halve)."""
+    vLLM runs FP8 weight-only and only the bytes halve); ``flash_attn``: the FlashAttention
+    version vLLM's default attention backend runs there (``fa_utils.get_flash_attn_version``,
+    0.15.1 and 0.34 alike: 3 on SM 9.0, 2 on SM 8.x; 0: another backend, FlashInfer on SM 10.0,
+    ROCm's on the MI300X), whose decode kernel reads the KV cache at an efficiency of its own."""
 
     name: str
     flops: float
@@ -42,6 +45,7 @@ class GPU:
     memory: int
     nvlink_bandwidth: float
     fp8: bool = True
+    flash_attn: int = 3
 
     @property
     def memory_gib(self) -> float:
@@ -62,11 +66,11 @@ def _gib(x: float) -> int:
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("H100", 989.4e12, 3.35e12, _gib(79.22), 450e9),
     GPU("H200", 989.4e12, 4.8e12, _gib(139.8), 450e9),
-    GPU("A100-80GB", 312e12, 2.039e12, _gib(79.15), 300e9, fp8=False),
-    GPU("A100-40GB", 312e12, 1.555e12, _gib(39.39), 300e9, fp8=False),
-    GPU("L40S", 362e12, 0.864e12, _gib(44.4), 32e9),
-    GPU("MI300X", 1307.4e12, 5.3e12, _gib(191.5), 448e9),
-    GPU("B200", 2250e12, 8.0e12, _gib(178.4), 900e9),
+    GPU("A100-80GB", 312e12, 2.039e12, _gib(79.15), 300e9, fp8=False, flash_attn=2),
+    GPU("A100-40GB", 312e12, 1.555e12, _gib(39.39), 300e9, fp8=False, flash_attn=2),
+    GPU("L40S", 362e12, 0.864e12, _gib(44.4), 32e9, flash_attn=2),
+    GPU("MI300X", 1307.4e12, 5.3e12, _gib(191.5), 448e9, flash_attn=0),
+    GPU("B200", 2250e12, 8.0e12, _gib(178.4), 900e9, flash_attn=0),
 )}
 _ALIASES = {"h100-sxm": "H100", "h100-80gb": "H100", "h100-sxm5": "H100", "h100-sxm-80gb": "H100",
             "h200-sxm": "H200", "h200-141gb": "H200", "a100": "A100-80GB",

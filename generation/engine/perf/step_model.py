@@ -75,7 +75,9 @@ class PerfConstants:
 
     ``eta_w``: HBM bandwidth reached reading weights; ``eta_f``: dense tensor FLOP/s reached by
     the GEMMs; ``eta_kv``: bandwidth reached reading the KV cache; ``eta_a``: FLOP/s reached by
-    prefill attention; ``eta_ar``: link bandwidth reached by an all-reduce; ``eta_moe``: HBM
+    prefill attention; ``eta_kv_fa2``: the share of ``eta_kv`` that FlashAttention 2's decode kernel
+    keeps, on GPUs where vLLM runs it (``GPU.flash_attn`` 2: A100, L40S; the fits' runs are FA3's
+    H100s): the kernel table's FA2 against cuDNN (:func:`.fit_kernels.fa2_decode_share`); ``eta_ar``: link bandwidth reached by an all-reduce; ``eta_moe``: HBM
     bandwidth reached reading routed experts' weights (fused MoE kernels); ``overlap``: the
     exponent ``p`` of the memory / compute bound's soft maximum (>= 1); ``t0``, ``t_seq``,
     ``t_layer``, ``t_moe``: the fixed terms (per step, per scheduled sequence, per layer, per MoE
@@ -100,6 +102,7 @@ class PerfConstants:
     eta_w: float = 0.80
     eta_f: float = 0.60
     eta_kv: float = 0.80
+    eta_kv_fa2: float = 1.0
     eta_a: float = 0.50
     eta_ar: float = 0.60
     eta_moe: float = 0.80
@@ -398,7 +401,7 @@ class StepModel:
         self._m_half = c.m_half
         self._c_head = self.flops_per_row / c.eta_f
         self._c_attn = self.attn_per_pair / c.eta_a
-        self._c_kv = self.kv_per_token / c.eta_kv
+        self._c_kv = self.kv_per_token / (c.eta_kv * (c.eta_kv_fa2 if self.gpu.flash_attn == 2 else 1.0))
         self._comm0 = self.all_reduces * c.t_ar
         self._c_comm = self.all_reduces * self.ar_per_token / c.eta_ar
         layers = self.arch.num_layers
