@@ -158,24 +158,30 @@ class BlockPool:
 
     def store_cpu(self, hashes) -> bool:
         """Offer ``hashes`` (a request's full prompt blocks, in token order) to the CPU tier
-        (vLLM's ``CPUOffloadingManager.prepare_store``): those it holds ready are used again, those
-        being written are left alone, the others start their write, evicting the least recently
-        used ready blocks when no slot is free (one ``("removed", hashes)`` event).  False when too
-        few can be evicted: nothing changes, and the caller offers them again later."""
+        (vLLM's ``CPUOffloadingManager.prepare_store``): those it holds ready are used again
+        (:meth:`touch_cpu`), those being written are left alone, the others start their write,
+        evicting the least recently used ready blocks when no slot is free (one ``("removed",
+        hashes)`` event).  False when too few can be evicted: none is written (the blocks used
+        again stay used, as vLLM records the access first), and the caller offers them later."""
         cpu, writing = self._cpu, self._writing
-        new, ready = [], []
-        for h in hashes:
+        move = cpu.move_to_end
+        new = None
+        used = 0
+        for h in reversed(hashes):                      # touch_cpu's order: the first one last
             if h in cpu:
-                ready.append(h)
+                move(h)
+                used += 1
             elif h not in writing:
-                new.append(h)
-        if ready:
-            self.touch_cpu(ready)
-        if not new:
+                if new is None:
+                    new = [h]
+                else:
+                    new.append(h)
+        if new is None:
             return True
+        new.reverse()
         need = len(new) - (self.num_cpu_blocks - len(cpu) - len(writing))
         if need > 0:
-            if need > len(cpu) - len(ready):            # the offered blocks are never evicted
+            if need > len(cpu) - used:                  # the offered blocks are never evicted
                 return False
             pop = cpu.popitem
             evicted = [pop(last=False)[0] for _ in range(need)]
