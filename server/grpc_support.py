@@ -88,7 +88,8 @@ class KvEventRelay:
 
     def convert(self, common_pb2, event, event_id: int):
         """One ZMQ event (the array or the map form) as a ``KvCacheEvent``: blocks on the
-        device (``tier``, ``medium`` GPU, ``cache_level`` 0), local, with their token ids."""
+        device (``tier``, ``medium`` GPU, ``cache_level`` 0) or, with ``medium`` CPU (the CPU
+        tier's), on the host (``cache_level`` 1, the proto's mapping), local, with their token ids."""
         if isinstance(event, dict):
             kind = event["type"]
             hashes = event.get("block_hashes") or []
@@ -103,14 +104,16 @@ class KvEventRelay:
             lora_id = event[5] if stored_ else None
             medium = (event[6] if stored_ else event[2]) if len(event) > 2 else None
             lora = event[7] if stored_ else None
-        device = common_pb2.KV_CACHE_TIER_DEVICE
+        host = medium == "CPU"
+        device = common_pb2.KV_CACHE_TIER_HOST if host else common_pb2.KV_CACHE_TIER_DEVICE
+        level = 1 if host else 0
         local = common_pb2.KV_CACHE_LOCALITY_LOCAL
         if kind == "BlockStored":
             bs = self.block_size
             blocks = []
             for i, h in enumerate(hashes):
                 b = common_pb2.KvBlock(block_hash=signed64(h), token_ids=tokens[i * bs:(i + 1) * bs], block_size=bs,
-                                       cache_level=0)
+                                       cache_level=level)
                 if lora_id is not None:
                     b.lora_id = lora_id
                 blocks.append(b)
@@ -124,7 +127,7 @@ class KvEventRelay:
             return common_pb2.KvCacheEvent(event_id=event_id, stored=stored)
         if kind == "BlockRemoved":
             removed = common_pb2.KvBlocksRemoved(block_hashes=[signed64(h) for h in hashes], tier=device,
-                                                 locality=local, cache_level=0)
+                                                 locality=local, cache_level=level)
             if medium:
                 removed.medium = medium
             return common_pb2.KvCacheEvent(event_id=event_id, removed=removed)

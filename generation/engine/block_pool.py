@@ -12,11 +12,35 @@
   later request whose leading block hashes are known finds those blocks (:meth:`lookup`) and
   holds them again instead of computing them.
 
-With ``num_cpu_blocks`` > 0 (``--kv-offloading-size``), a cached block handed out again is not
-forgotten: its hash moves to a CPU tier of that many blocks, least recently used out first, where
-a later request finds it (:meth:`lookup_cpu`) and reloads it instead of computing it.  vLLM's
-native offloading writes every computed block through to the CPU; keeping the blocks the GPU
-evicts holds the same blocks whenever the CPU tier is the only copy, which is what a reload needs.
+With ``num_cpu_blocks`` > 0 (``--kv-offloading-size``), a CPU tier of that many blocks, as vLLM's
+native offloading keeps it (the ``OffloadingConnector`` with its default CPU manager and LRU
+policy; vLLM 0.34: ``distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``,
+``v1/kv_offload/cpu/manager.py``, ``cpu/policies/lru.py``): a write-through copy, not a victim
+cache.
+
+- **Stores** (:meth:`BlockPool.cache_requests` -> :meth:`BlockPool.store_cpu`): every full prompt
+  block a request computes is offered to the tier in the step that computes it, its prefix-cache
+  hits too on its first step (``_build_store_jobs``: ``next_stored_chunk_idx`` from 0; not the
+  GPU hits of a request that reloaded from the tier, the CHUNK_LEVEL policy; not its generated
+  blocks: ``offload_prompt_only``, on by default).  Blocks the tier holds are not stored again,
+  only used again; new ones take free slots, else the least recently used ready blocks are evicted
+  (``CPUOffloadingManager.prepare_store``; none of the offered blocks).  When the tier has too few
+  it stores none of them, and the request offers them again with its next chunk
+  (``prepare_store`` returns None; vLLM offers them again every step the request runs).
+- A stored block is written while the next step runs (the worker defers a store job to the next
+  step's start, ``OffloadingConnectorWorker.prepare_store_kv``) and **ready** at that step's end
+  (``complete_store``, on the worker's report): before, a lookup does not find it and it cannot
+  be evicted (vLLM 0.34's lookup says ``HIT_PENDING`` and the request waits a step; here it is a
+  miss).  An engine with nothing left to run finishes its writes at once (vLLM steps on while
+  store jobs are pending: ``has_pending_push_work``).
+- **Lookups** (:meth:`lookup_cpu`): the leading run right after a request's GPU hits
+  (``get_num_new_matched_tokens``); a reload makes its blocks the most recently used
+  (``prepare_load``).  Within a request the blocks nearest its start are kept longest (the LRU
+  policy's ranks ``(request, -position)``).
+- **Events**: with an event sink (``cpu_events``, a list), each eviction is
+  ``("removed", hashes)`` (one per store that evicts) and each completed write ``("stored",
+  hashes)``; the step's end publishes them after the GPU's events, as vLLM's scheduler appends
+  the connector's events (``OffloadingConnector.take_events``) to the block pool's.
 
 Memory and time are O(blocks ever used), not O(cache size): a 1M-block cache costs nothing until
 it is used.  Pure logic, no clock; the scheduler (:mod:`generation.engine.scheduler`) is the one
@@ -31,10 +55,11 @@ from itertools import islice
 class BlockPool:
     """``num_blocks`` KV blocks.  ``on_evict(hashes)`` is told the hashes of cached blocks that
     were handed out again (vLLM's ``BlockRemoved`` events), once per allocation that evicts.
-    ``num_cpu_blocks``: the CPU tier's size in blocks (0: none)."""
+    ``num_cpu_blocks``: the CPU tier's size in blocks (0: none); ``cpu_events``: None, or the
+    list its events go to (module docstring); ``cpu_inflight``: blocks being written to it."""
 
     __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "_dups", "on_evict",
-                 "num_cpu_blocks", "_cpu")
+                 "num_cpu_blocks", "_cpu", "_writing", "_offered", "_written", "cpu_inflight", "cpu_events")
 
     def __init__(self, num_blocks: int, on_evict=None, num_cpu_blocks: int = 0):
         self.num_blocks = num_blocks
@@ -47,7 +72,12 @@ class BlockPool:
         self._dups: dict = {}                           # hash -> later copies, oldest first (rare)
         self.on_evict = on_evict
         self.num_cpu_blocks = num_cpu_blocks
-        self._cpu: OrderedDict = OrderedDict()          # hashes in the CPU tier, least recently used first
+        self._cpu: OrderedDict = OrderedDict()          # ready hashes in the CPU tier, least recently used first
+        self._writing: dict = {}                        # hashes being written to it (not ready)
+        self._offered: list = []                        # runs of them stored in this step, start first
+        self._written: list = []                        # runs stored in the step before: ready at this one's end
+        self.cpu_inflight = 0                           # len(self._writing)
+        self.cpu_events = None                          # None, or where the CPU tier's events go
 
     # ---- state ---------------------------------------------------------------------------
     @property
@@ -103,11 +133,11 @@ class BlockPool:
     # ---- the CPU tier ----------------------------------------------------------------------
     @property
     def num_cpu_cached(self) -> int:
-        """Blocks held in the CPU tier."""
+        """Blocks the CPU tier holds ready (written)."""
         return len(self._cpu)
 
     def lookup_cpu(self, hashes, start: int, max_blocks: int) -> int:
-        """How many of ``hashes[start:]`` are in the CPU tier, in a leading run, at most
+        """How many of ``hashes[start:]`` are ready in the CPU tier, in a leading run, at most
         ``max_blocks`` (0 without a CPU tier): blocks a request reloads after its GPU hits."""
         cpu = self._cpu
         if not cpu:
@@ -120,20 +150,96 @@ class BlockPool:
         return n
 
     def touch_cpu(self, hashes) -> None:
-        """``hashes`` were reloaded: the most recently used in the CPU tier."""
+        """``hashes`` (a request's, in token order) were reloaded or offered again: the most
+        recently used, the first one last (vLLM's LRU ranks a request's blocks ``-position``)."""
         move = self._cpu.move_to_end
-        for h in hashes:
+        for h in reversed(hashes):
             move(h)
 
-    def _offload(self, hashes) -> None:
-        cpu = self._cpu
-        for h in hashes:
+    def store_cpu(self, hashes) -> bool:
+        """Offer ``hashes`` (a request's full prompt blocks, in token order) to the CPU tier
+        (vLLM's ``CPUOffloadingManager.prepare_store``): those it holds ready are used again
+        (:meth:`touch_cpu`), those being written are left alone, the others start their write,
+        evicting the least recently used ready blocks when no slot is free (one ``("removed",
+        hashes)`` event).  False when too few can be evicted: none is written (the blocks used
+        again stay used, as vLLM records the access first), and the caller offers them later."""
+        cpu, writing = self._cpu, self._writing
+        move = cpu.move_to_end
+        new = None
+        used = 0
+        for h in reversed(hashes):                      # touch_cpu's order: the first one last
             if h in cpu:
-                cpu.move_to_end(h)
-            else:
+                move(h)
+                used += 1
+            elif h not in writing:
+                if new is None:
+                    new = [h]
+                else:
+                    new.append(h)
+        if new is None:
+            return True
+        new.reverse()
+        need = len(new) - (self.num_cpu_blocks - len(cpu) - len(writing))
+        if need > 0:
+            if need > len(cpu) - used:                  # the offered blocks are never evicted
+                return False
+            pop = cpu.popitem
+            evicted = [pop(last=False)[0] for _ in range(need)]
+            if self.cpu_events is not None:
+                self.cpu_events.append(("removed", evicted))
+        writing.update(dict.fromkeys(new))
+        self._offered.append(new)
+        self.cpu_inflight = len(writing)
+        return True
+
+    def end_cpu_step(self, idle: bool = False) -> None:
+        """An engine step ended: the writes of the step before are done (ready, one ``("stored",
+        hashes)`` event each: vLLM's ``complete_store``), this step's go on; with ``idle`` (nothing
+        left to run) this step's are done too."""
+        done, self._written, self._offered = self._written, self._offered, []
+        if idle:
+            done += self._written
+            self._written = []
+        cpu, writing, events = self._cpu, self._writing, self.cpu_events
+        for run in done:
+            for h in reversed(run):                     # the run's first block the most recently used
+                del writing[h]
                 cpu[h] = None
-        while len(cpu) > self.num_cpu_blocks:
-            cpu.popitem(last=False)
+            if events is not None:
+                events.append(("stored", run))
+        self.cpu_inflight = len(writing)
+
+    def cache_requests(self, reqs, block_size: int, on_cached=None) -> None:
+        """Name the full blocks ``reqs``' (EngineRequests) step computed by their hashes, and
+        offer their full prompt blocks to the CPU tier (vLLM's ``cache_blocks`` and the
+        connector's store jobs after each step); ``on_cached(req, start, end)`` hears of each run
+        of newly named blocks ``[start, end)``."""
+        cache, cpu = self.cache, self.num_cpu_blocks
+        for req in reqs:
+            hashes = req.block_hashes
+            if hashes is None or req.state == "aborted" or req.state == "waiting":
+                continue
+            full = min(req.num_computed // block_size, len(hashes), req.blocks)
+            if cpu:
+                end = min(full, req.prompt_len // block_size)      # offload_prompt_only
+                if end > req.cpu_stored and self.store_cpu(hashes[req.cpu_stored:end]):
+                    req.cpu_stored = end
+            start = req.num_cached_blocks
+            if full <= start:
+                continue
+            ids = req.block_ids
+            a = None
+            for i in range(start, full):
+                if cache(ids[i], hashes[i]):
+                    if a is None:
+                        a = i
+                elif a is not None:
+                    if on_cached is not None:
+                        on_cached(req, a, i)
+                    a = None
+            if a is not None and on_cached is not None:
+                on_cached(req, a, full)
+            req.num_cached_blocks = full
 
     # ---- allocation ------------------------------------------------------------------------
     def allocate(self, n: int) -> list[int]:
@@ -177,11 +283,8 @@ class BlockPool:
                             evicted = []
                         evicted.append(h)       # vLLM: a BlockRemoved per evicted copy
             out += got
-            if evicted:
-                if self.num_cpu_blocks:
-                    self._offload(evicted)
-                if self.on_evict is not None:
-                    self.on_evict(evicted)
+            if evicted and self.on_evict is not None:
+                self.on_evict(evicted)
         return out
 
     def free(self, blocks) -> None:
@@ -229,14 +332,17 @@ class BlockPool:
             del self._dups[block_hash]
 
     def reset(self, force: bool = False) -> bool:
-        """Forget every hash, the CPU tier's too (``/reset_prefix_cache``).  Refused (False) while
-        requests hold blocks, as vLLM refuses, unless ``force`` (the holders are being reset too)."""
+        """Forget every hash, the CPU tier's too, writes included (``/reset_prefix_cache``).
+        Refused (False) while requests hold blocks, as vLLM refuses, unless ``force`` (the holders
+        are being reset too)."""
         if self._ref and not force:
             return False
         self._cached.clear()
         self._dups.clear()
         self._hash_of.clear()
         self._cpu.clear()
+        self._writing.clear()
+        self._offered, self._written, self.cpu_inflight = [], [], 0
         return True
 
 
@@ -251,6 +357,7 @@ class CountingPool:
     of a long replay's CPU)."""
 
     __slots__ = ("num_blocks", "num_free", "on_evict", "num_cpu_blocks", "pool")
+    cpu_inflight = 0                    # nothing is written to a CPU tier
 
     def __init__(self, pool: BlockPool):
         self.pool = pool
@@ -263,7 +370,8 @@ class CountingPool:
     def usable(pool) -> bool:
         """Whether ``pool`` can be counted: a :class:`BlockPool` that holds no block and knows no
         hash (nothing in it can be found again)."""
-        return type(pool) is BlockPool and not pool._ref and not pool._cached and not pool._cpu
+        return (type(pool) is BlockPool and not pool._ref and not pool._cached and not pool._cpu
+                and not pool.cpu_inflight)
 
     num_held = BlockPool.num_held       # the same counts: num_blocks and num_free alone
     usage = BlockPool.usage
@@ -295,6 +403,9 @@ class CountingPool:
 
     def cache(self, block: int, block_hash) -> bool:
         raise RuntimeError("a counting pool names no block: the trace has block hashes")
+
+    def cache_requests(self, reqs, block_size: int, on_cached=None) -> None:
+        """Nothing to name: no request has block hashes."""
 
     def touch(self, blocks) -> None:
         raise RuntimeError("a counting pool holds no cached block")

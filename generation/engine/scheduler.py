@@ -39,10 +39,11 @@ vLLM's switches: without prefix caching (``enable_prefix_caching=False``) a requ
 hashes are dropped when it is queued: no lookups, no hits, nothing cached.  Without chunked
 prefill (``enable_chunked_prefill=False``) a waiting request whose prompt (after its cache hits,
 capped by the long-prefill threshold) exceeds the step's remaining budget is not split: admission
-stops there, as vLLM V1's scheduler ``break``s.  With a CPU tier (``num_cpu_blocks``), the blocks
-the GPU evicts stay on the CPU; a new request's hits there, right after its GPU hits, count as
-computed and are reloaded in the step that admits it (``StepPlan.kv_reload_tokens``, for the
-step time's PCIe transfer).
+stops there, as vLLM V1's scheduler ``break``s.  With a CPU tier (``num_cpu_blocks``), every full
+prompt block computed is written through to it (vLLM's offloading connector; the pool's module
+docstring); a new request's hits there, right after its GPU hits, count as computed and are
+reloaded in the step that admits it (``StepPlan.kv_reload_tokens``, for the step time's PCIe
+transfer).
 
 The caller owns time: :meth:`Scheduler.schedule` builds a :class:`StepPlan` (with the aggregates a
 step-time model needs: :mod:`generation.engine.step_time`), the caller decides when the step ends,
@@ -68,7 +69,7 @@ class EngineRequest:
     __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora", "arrival",
                  "queued_at", "first_scheduled", "first_token", "last_token", "finished_at", "preemptions", "state",
                  "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "reloaded_tokens", "group", "prefix_len",
-                 "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority")
+                 "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority", "cpu_stored")
 
     WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
 
@@ -101,6 +102,7 @@ class EngineRequest:
         self.block_ids: list = []            # the blocks held, in token order (len == blocks)
         self.block_hashes = None             # hashes of the prompt's full blocks (None: not cached)
         self.num_cached_blocks = 0           # leading blocks that are named by their hashes
+        self.cpu_stored = 0                  # leading prompt blocks offered to the CPU tier
         self.priority = priority             # lower runs first (the priority policy)
 
     @property
@@ -477,8 +479,9 @@ class Scheduler:
                 if req.block_hashes is not None:         # the prefix cache: blocks to hold again
                     most = (req.num_tokens - 1) // bs
                     hits = pool.lookup(req.block_hashes, most)
-                    if cpu:
+                    if cpu:                              # vLLM offers the blocks again from 0, or past a reload
                         reload = pool.lookup_cpu(req.block_hashes, len(hits), most - len(hits))
+                        req.cpu_stored = len(hits) + reload if reload else 0
                     hit = (len(hits) + reload) * bs
                 if req.prefix_hit is not None:           # a remote prefill's KV: the rest, past the local hits
                     hit = max(hit, min(req.prefix_hit(req), req.num_tokens - 1) // bs * bs)
@@ -529,9 +532,13 @@ class Scheduler:
     def complete(self, plan: StepPlan, end: float) -> list[EngineRequest]:
         """The step ended at ``end``: advance every scheduled request; those that reached their
         length emit one token at ``end`` (returned, in batch order); finished ones leave the
-        batch and free their blocks."""
+        batch and free their blocks; the CPU tier's writes of the step before are done (idle:
+        this step's too)."""
         if plan.group is not None:
-            return self.lazy.complete(plan, end)
+            emitted = self.lazy.complete(plan, end)
+            if self.pool.cpu_inflight:
+                self.pool.end_cpu_step(not self.running)
+            return emitted
         plan.end = end
         emitted = []
         append = emitted.append
@@ -571,30 +578,12 @@ class Scheduler:
             self.running[:] = keep
         if self.lazy is not None:
             self.lazy.after_slow_step(end)
+        if self.pool.cpu_inflight:
+            self.pool.end_cpu_step(not self.running)
         return emitted
 
     def _cache_blocks(self, reqs) -> None:
         """Name the full blocks the step's prefill chunks computed by their hashes (vLLM's
-        ``cache_blocks`` after each step); ``on_cached`` hears of each run of new ones."""
-        pool, bs, on_cached = self.pool, self.block_size, self.on_cached
-        for req in reqs:
-            hashes = req.block_hashes
-            if hashes is None or req.state == EngineRequest.ABORTED or req.state == EngineRequest.WAITING:
-                continue
-            start = req.num_cached_blocks
-            full = min(req.num_computed // bs, len(hashes), req.blocks)
-            if full <= start:
-                continue
-            ids = req.block_ids
-            a = None
-            for i in range(start, full):
-                if pool.cache(ids[i], hashes[i]):
-                    if a is None:
-                        a = i
-                elif a is not None:
-                    if on_cached is not None:
-                        on_cached(req, a, i)
-                    a = None
-            if a is not None and on_cached is not None:
-                on_cached(req, a, full)
-            req.num_cached_blocks = full
+        ``cache_blocks`` after each step) and write them through to the CPU tier
+        (:meth:`BlockPool.cache_requests`); ``on_cached`` hears of each run of new ones."""
+        self.pool.cache_requests(reqs, self.block_size, self.on_cached)

@@ -14,7 +14,8 @@ class StepPrefixCache:
     """``scheduler`` the engine's :class:`~generation.engine.scheduler.Scheduler`; ``kv`` a
     KVCache (``block_hashes``, ``announce_*``, ``count_prefix``).  Wires itself into the
     scheduler: blocks are announced as each prefill chunk computes them, evictions as the pool
-    hands cached blocks out again."""
+    hands cached blocks out again, and the CPU tier's stores and evictions (``--kv-offloading-size``)
+    at the step's end, after the GPU's, as vLLM appends its offloading connector's events."""
 
     def __init__(self, scheduler, kv):
         self.scheduler = scheduler
@@ -32,9 +33,16 @@ class StepPrefixCache:
     def _hold(self, publisher) -> None:
         if publisher is not None and hasattr(publisher, "step_end"):
             publisher.hold = lambda: self.stepping()
+        if self.pool.num_cpu_blocks:         # the CPU tier's events: collected only for a publisher
+            self.pool.cpu_events = [] if publisher is not None else None
 
     def step_end(self) -> None:
-        """A step ended: publish its events as one batch (vLLM's one ``KVEventBatch`` per step)."""
+        """A step ended: publish its events as one batch (vLLM's one ``KVEventBatch`` per step),
+        the CPU tier's last."""
+        events = self.pool.cpu_events
+        if events:
+            self.kv.announce_offloaded(events)
+            events.clear()
         publisher = getattr(self.kv, "publisher", None)
         if publisher is not None and hasattr(publisher, "step_end"):
             publisher.step_end()

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .block_hash import BlockHasher, VllmBlockHasher
-from .events import EventPublisher, all_blocks_cleared, block_removed, block_stored, rank_endpoint
+from .events import (MEDIUM_CPU, EventPublisher, all_blocks_cleared, block_removed, block_stored, cpu_block_stored,
+                     rank_endpoint)
 
 log = logging.getLogger("vllm_sim.kvcache")
 
@@ -208,6 +209,21 @@ class KVCache:
         """Publish ``BlockRemoved`` for evicted blocks."""
         if self.publisher is not None:
             self.publisher.publish(block_removed(list(hashes), self.map_format))
+
+    def announce_offloaded(self, events) -> None:
+        """Publish the CPU tier's events (step mode's :class:`~generation.engine.block_pool.
+        BlockPool`: ``("removed", hashes)`` / ``("stored", hashes)``, in order): a ``BlockRemoved``
+        with ``medium`` CPU per eviction, a ``BlockStored`` per block written."""
+        publisher = self.publisher
+        if publisher is None:
+            return
+        map_format = self.map_format
+        for kind, hashes in events:
+            if kind == "removed":
+                publisher.publish(block_removed(list(hashes), map_format, MEDIUM_CPU))
+            else:
+                for h in hashes:
+                    publisher.publish(cpu_block_stored(h, map_format))
 
     def announce_cleared(self) -> None:
         """Publish ``AllBlocksCleared``."""

@@ -16,6 +16,7 @@ import msgpack
 log = logging.getLogger("vllm_sim.kvcache")
 
 MEDIUM = "GPU"
+MEDIUM_CPU = "CPU"          # vLLM's MEDIUM_CPU: the offloading connector's CPU tier
 FLUSH_DELAY = 0.002         # seconds: coalesce events of requests starting together
 SUBSCRIBER_WAIT = 2.0       # seconds events wait for a first subscriber (EventPublisher)
 
@@ -46,11 +47,27 @@ def block_stored(hashes, parent, token_ids, block_size, lora_id, lora_name, map_
             MEDIUM, lora_name, None]
 
 
-def block_removed(hashes, map_format: bool):
-    """A ``BlockRemoved`` event (vLLM 0.34's map form adds ``group_idx``)."""
+def block_removed(hashes, map_format: bool, medium: str = MEDIUM):
+    """A ``BlockRemoved`` event (vLLM 0.34's map form adds ``group_idx``), on the GPU or, with
+    ``medium`` :data:`MEDIUM_CPU`, evicted from the CPU tier (one per store that evicts, the
+    group's hashes in eviction order: ``OffloadingEventsTracker._take_removed_event``)."""
     if map_format:
-        return {"type": "BlockRemoved", "block_hashes": hashes, "medium": MEDIUM, "group_idx": GROUP_IDX}
-    return ["BlockRemoved", hashes, MEDIUM]
+        return {"type": "BlockRemoved", "block_hashes": hashes, "medium": medium, "group_idx": GROUP_IDX}
+    return ["BlockRemoved", hashes, medium]
+
+
+def cpu_block_stored(block_hash, map_format: bool):
+    """The ``BlockStored`` of one block written to the CPU tier, as vLLM 0.34's offloading
+    connector publishes it by default (``OffloadingEventsTracker._placeholder_stored``: the
+    tracker's self-describing payloads are off unless ``kv_connector_extra_config`` asks for
+    ``self_describing_kv_events``): one event per block, its hash alone, parent nil, no token ids,
+    ``block_size`` 0, no LoRA, ``medium`` ``"CPU"``, ``group_idx`` 0; ``extra_keys`` and
+    ``kv_cache_spec_kind`` keep their defaults (nil), so msgspec's ``omit_defaults`` leaves them
+    out of the map.  The array form has the same values in the reference's positions."""
+    if map_format:
+        return {"type": "BlockStored", "block_hashes": [block_hash], "parent_block_hash": None, "token_ids": [],
+                "block_size": 0, "lora_id": None, "medium": MEDIUM_CPU, "lora_name": None, "group_idx": GROUP_IDX}
+    return ["BlockStored", [block_hash], None, [], 0, None, MEDIUM_CPU, None, None]
 
 
 def all_blocks_cleared(map_format: bool):

@@ -1,8 +1,9 @@
 """vLLM's scheduler switches in step mode (issue 28; generation/engine/scheduler.py,
 block_pool.py, step_cache.py): ``--no-enable-prefix-caching`` (no lookups, no hits, nothing
 cached), ``--no-enable-chunked-prefill`` (a prompt is scheduled whole or admission stops, as vLLM
-V1's scheduler ``break``s), and the CPU KV tier of ``--kv-offloading-size`` (blocks the GPU evicts
-stay there, least recently used out first; a hit there is reloaded and counted on the step's
+V1's scheduler ``break``s), and the CPU KV tier of ``--kv-offloading-size`` (vLLM's offloading
+connector: every full prompt block written through in the step that computes it, ready a step
+later, least recently used out first; a hit there is reloaded and counted on the step's
 ``StepPlan.kv_reload_tokens``).  Virtual time, exact values."""
 from __future__ import annotations
 
@@ -129,8 +130,9 @@ def test_without_chunked_prefill_the_long_prefill_threshold_still_caps_a_chunk()
 
 # ---- the CPU KV tier ------------------------------------------------------------------------------
 def evict_into_cpu(num_cpu_blocks: int):
-    """A 4-block GPU pool: x (hashes h0 h1 h2) runs and finishes, y (no hashes, 4 blocks) evicts
-    x's cached blocks (h2, then h1, then h0: x freed its tail first)."""
+    """A 4-block GPU pool: x (hashes h0 h1 h2) runs and finishes (its blocks written through to the
+    CPU tier, at once: nothing else runs), y (no hashes, 4 blocks) evicts x's cached blocks from
+    the GPU (h2, then h1, then h0: x freed its tail first)."""
     removed = []
     s = sched(num_gpu_blocks=4, num_cpu_blocks=num_cpu_blocks)
     s.pool.on_evict = removed.extend
@@ -144,7 +146,7 @@ def evict_into_cpu(num_cpu_blocks: int):
     return s
 
 
-def test_blocks_the_gpu_evicts_are_reloaded_from_the_cpu_tier():
+def test_blocks_written_through_are_reloaded_once_the_gpu_evicted_them():
     s = evict_into_cpu(8)
     assert s.pool.num_cpu_cached == 3
     z = hashed(50, 1, ["h0", "h1", "h2"])
@@ -157,12 +159,58 @@ def test_blocks_the_gpu_evicts_are_reloaded_from_the_cpu_tier():
     assert later.kv_reload_tokens == 0
 
 
-def test_the_cpu_tier_drops_its_least_recently_used_blocks_first():
-    s = evict_into_cpu(2)                           # h2 went in first, so it went out first
-    z = hashed(50, 1, ["h0", "h1", "h2"])
+def test_a_block_is_written_in_the_step_that_computes_it_and_ready_a_step_later():
+    # vLLM: the store job of a step's blocks is built with the step (build_connector_meta), runs at
+    # the next step's start (prepare_store_kv defers it) and completes at that step's end
+    # (complete_store: the BlockStored of medium CPU); meanwhile a lookup does not find it
+    s = sched(max_num_batched_tokens=32, num_cpu_blocks=8)
+    s.pool.cpu_events = events = []
+    x = hashed(80, 2, ["c0", "c1", "c2", "c3", "c4"])   # chunks of 32, 32 and 16 tokens
+    s.add(x, 0.0)
+    inflight, ready = [], []
+    for k in range(4):
+        step(s, 0.01 * k)
+        inflight.append(s.pool.cpu_inflight)
+        ready.append(s.pool.lookup_cpu(x.block_hashes, 0, 5))
+    assert inflight == [2, 2, 1, 0] and ready == [0, 2, 4, 5]     # x's last step: nothing runs, all done
+    assert events == [("stored", ["c0", "c1"]), ("stored", ["c2", "c3"]), ("stored", ["c4"])]
+    assert list(s.pool._cpu) == ["c1", "c0", "c3", "c2", "c4"]   # a run's first block used last (LRU ranks)
+    assert x.finished and s.pool.num_cpu_cached == 5
+
+
+def test_the_cpu_tier_evicts_its_least_recently_used_blocks_for_new_ones():
+    s = sched(num_gpu_blocks=4, num_cpu_blocks=4)
+    s.pool.cpu_events = events = []
+    for t, names, tokens in ((0.0, ["h0", "h1", "h2"], 50), (0.1, ["g0", "g1"], 40)):
+        s.add(hashed(tokens, 1, names), t)
+        step(s, t)
+    # g0 g1 need a slot more than the 4 have: h2 goes, the least recently used (x's tail)
+    assert events == [("stored", ["h0", "h1", "h2"]), ("removed", ["h2"]), ("stored", ["g0", "g1"])]
+    assert list(s.pool._cpu) == ["h1", "h0", "g1", "g0"]
+    z = hashed(50, 1, ["h0", "h1", "h2"])               # h0 still on the GPU, h1 on the CPU, h2 nowhere
     s.add(z, 0.2)
     plan, _ = step(s, 0.2)
-    assert (z.cached_tokens, plan.kv_reload_tokens, plan.prefill_tokens) == (32, 32, 18)
+    assert (z.cached_tokens, plan.kv_reload_tokens, plan.prefill_tokens) == (32, 16, 18)
+    # z's reload made h1 the most recently used; z offers what it computes past it (h2: vLLM's
+    # CHUNK_LEVEL policy skips the hits of a request that loaded), evicting h0, now the oldest
+    assert events[3:] == [("removed", ["h0"]), ("stored", ["h2"])]
+    assert list(s.pool._cpu) == ["g1", "g0", "h1", "h2"]
+
+
+def test_a_request_finds_gpu_hits_and_writes_them_through_when_the_cpu_lacks_them():
+    s = sched(num_cpu_blocks=2)
+    s.pool.cpu_events = events = []
+    x = hashed(50, 1, ["a0", "a1", "a2"])
+    s.add(x, 0.0)
+    step(s, 0.0)
+    # 3 blocks for a tier of 2: vLLM's prepare_store cannot evict enough and stores none of them
+    assert (events, s.pool.num_cpu_cached, s.pool.cpu_inflight, x.cpu_stored) == ([], 0, 0, 0)
+    y = hashed(40, 1, ["a0", "a1"])
+    s.add(y, 0.1)
+    plan, _ = step(s, 0.1)
+    # y's first step offers its GPU hits too (next_stored_chunk_idx from 0), and they fit
+    assert (y.cached_tokens, plan.kv_reload_tokens, plan.prefill_tokens) == (32, 0, 8)
+    assert events == [("stored", ["a0", "a1"])] and y.cpu_stored == 2
 
 
 def test_without_a_cpu_tier_evicted_blocks_are_recomputed():
@@ -195,21 +243,29 @@ def test_the_cpu_tier_is_forgotten_on_reset_and_is_off_without_prefix_caching():
         r = hashed(64 if not names else 50, 1, names)
         s.add(r, 0.0)
         plan, _ = step(s, 0.0)
-        assert plan.kv_reload_tokens == 0 and s.pool.num_cpu_cached == 0
+        assert plan.kv_reload_tokens == 0 and s.pool.num_cpu_cached == 0 and s.pool.cpu_inflight == 0
 
 
-def test_pool_cpu_lookup_and_lru():
-    pool = BlockPool(2, num_cpu_blocks=2)
-    a = pool.allocate(2)
-    pool.cache(a[0], "a")
-    pool.cache(a[1], "b")
-    pool.free(a)
-    pool.allocate(2)                                # evicts b then a
+def test_pool_cpu_stores_lookups_and_lru():
+    pool = BlockPool(2, num_cpu_blocks=3)
+    pool.cpu_events = events = []
+    assert pool.store_cpu(["a", "b"]) and pool.cpu_inflight == 2
+    pool.end_cpu_step()                             # written during the next step: not found yet
+    assert pool.lookup_cpu(["a", "b"], 0, 2) == 0 and pool.cpu_inflight == 2
+    pool.end_cpu_step()
     assert pool.lookup_cpu(["a", "b"], 0, 2) == 2 and pool.lookup_cpu(["a", "b"], 1, 1) == 1
     assert pool.lookup_cpu(["a", "b"], 0, 1) == 1 and pool.lookup_cpu(["x", "a"], 0, 2) == 0
-    pool.touch_cpu(["b"])                           # b is now the most recently used
-    pool._offload(["c"])
-    assert pool.lookup_cpu(["a"], 0, 1) == 0 and pool.lookup_cpu(["b", "c"], 0, 2) == 2
+    assert list(pool._cpu) == ["b", "a"]
+    assert pool.store_cpu(["a", "c", "d"])          # a used again, never evicted for its own run: b goes
+    assert list(pool._cpu) == ["a"] and pool.cpu_inflight == 2
+    assert not pool.store_cpu(["e", "f"])           # 2 to evict, 1 evictable (c d are being written)
+    assert pool.cpu_inflight == 2 and list(pool._cpu) == ["a"]
+    pool.end_cpu_step(idle=True)                    # nothing runs: the writes are done at once
+    assert list(pool._cpu) == ["a", "d", "c"] and pool.cpu_inflight == 0
+    pool.touch_cpu(["a", "d"])
+    assert list(pool._cpu) == ["c", "d", "a"]
+    assert events == [("stored", ["a", "b"]), ("removed", ["b"]), ("stored", ["c", "d"])]
+    assert pool.store_cpu(["g"]) and pool.reset() and (pool.num_cpu_cached, pool.cpu_inflight) == (0, 0)
 
 
 def test_a_replay_finds_evicted_group_prefixes_in_the_cpu_tier():

@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("smg_grpc_proto")
 from smg_grpc_proto.generated import common_pb2  # noqa: E402
 
-from generation.kvcache.events import EventPublisher, all_blocks_cleared, block_removed, block_stored  # noqa: E402
+from generation.kvcache.events import (EventPublisher, all_blocks_cleared, block_removed, block_stored,  # noqa: E402
+                                       cpu_block_stored)
 from server.grpc_support import KvEventRelay, signed64  # noqa: E402
 
 BIG = (1 << 64) - 5
@@ -33,6 +34,18 @@ def test_events_convert_in_both_wire_forms(map_format):
     removed = relay.convert(common_pb2, block_removed([BIG], map_format), 3)
     assert list(removed.removed.block_hashes) == [-5] and removed.removed.medium == "GPU"
     assert relay.convert(common_pb2, all_blocks_cleared(map_format), 4).WhichOneof("data") == "cleared"
+
+
+@pytest.mark.parametrize("map_format", [False, True])
+def test_the_cpu_tiers_events_are_on_the_host(map_format):
+    # the proto's mapping of the engine's medium: CPU is the host tier, cache_level 1
+    relay = KvEventRelay(EventPublisher("", "t", 16, 0, 100), block_size=2, rank=0)
+    s = relay.convert(common_pb2, cpu_block_stored(BIG, map_format), 1).stored
+    assert [b.block_hash for b in s.blocks] == [-5] and list(s.blocks[0].token_ids) == []
+    assert (s.tier, s.medium, s.blocks[0].cache_level) == (common_pb2.KV_CACHE_TIER_HOST, "CPU", 1)
+    assert not s.HasField("parent_block_hash") and not s.blocks[0].HasField("lora_id")
+    r = relay.convert(common_pb2, block_removed([1, 2], map_format, "CPU"), 2).removed
+    assert (list(r.block_hashes), r.tier, r.medium, r.cache_level) == ([1, 2], common_pb2.KV_CACHE_TIER_HOST, "CPU", 1)
 
 
 def test_a_socketless_publisher_feeds_its_listeners_only():
