@@ -49,20 +49,33 @@ def _error_input(value):
     return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
 
 
-def pydantic_error(param: str, value, *errors: tuple) -> InvalidParam:
-    """vLLM 0.34's 400 for a body field pydantic refuses, as its validation handler prints it:
+def pydantic_error(param: str, value, *errors: tuple, where: str = "body") -> InvalidParam:
+    """vLLM 0.34's 400 for a field pydantic refuses, as its validation handler prints it
+    (``serve/exception_handling/handlers/validation.py``: ``validation_exception_handler``):
     ``N validation error(s):`` and one line per error, pydantic's ``{'type', 'loc', 'msg',
-    'input'[, 'ctx']}`` with ``loc`` ``body.<param>``.  ``errors``: ``(type, msg)`` or ``(type,
-    msg, ctx)`` of each error, all on ``value``.  ``param`` names the field (vLLM's is
-    ``body.<param>``: the simulator names fields as the request spells them)."""
+    'input'[, 'ctx']}`` with ``loc`` ``<where>.<param>`` (``body`` for a JSON or form field,
+    ``query`` for a query parameter), and ``param`` that same dotted location, as the handler's
+    ``clean_loc_for_param`` makes it from the first error's ``loc`` (``body.stop``,
+    ``body.vllm_xargs.a``, ``query.level``).  ``errors``: ``(type, msg)`` or ``(type, msg,
+    ctx)`` of each error, all on ``value``."""
+    loc = f"{where}.{param}"
     lines = []
     for kind, msg, *ctx in errors:
-        error = {"type": kind, "loc": f"body.{param}", "msg": msg, "input": _error_input(value)}
+        error = {"type": kind, "loc": loc, "msg": msg, "input": _error_input(value)}
         if ctx:
             error["ctx"] = ctx[0]
         lines.append(f"  {error}")
     label = "error" if len(errors) == 1 else "errors"
-    return InvalidParam(f"{len(errors)} validation {label}:\n" + "\n".join(lines), param)
+    return InvalidParam(f"{len(errors)} validation {label}:\n" + "\n".join(lines), loc)
+
+
+def literal_error(param: str, value, choices, where: str = "body") -> InvalidParam:
+    """pydantic's ``literal_error`` for a ``Literal[...]`` field (``Input should be 'a', 'b' or
+    'c'``, the same words in ``ctx.expected``)."""
+    quoted = [repr(c) for c in choices]
+    expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return pydantic_error(param, value, ("literal_error", f"Input should be {expected}", {"expected": expected}),
+                          where=where)
 
 
 def check_bounds(name: str, value, ge=None, le=None) -> None:

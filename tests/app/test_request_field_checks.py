@@ -87,7 +87,7 @@ def test_seed_outside_int64(api, seed, message):
     for path, body in ((CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"}),
                        (GENERATE, {"token_ids": [1], "sampling_params": {"seed": seed}})):
         e = err(api, path, {**body, "seed": seed})
-        assert (e["message"], e["param"]) == (message, "seed")
+        assert (e["message"], e["param"]) == (message, "body.seed")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "seed": 2 ** 63 - 1})
 
 
