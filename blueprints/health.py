@@ -10,7 +10,7 @@ import time
 from flask import Blueprint, Response, current_app, request
 
 from generation import SIMULATOR_VERSION, vllm_version
-from generation.adapters.fields import literal_error, pydantic_error
+from generation.adapters.validation import literal_error, pydantic_error
 from generation.errors import APIError
 
 from .common import json_response, simulator

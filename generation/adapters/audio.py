@@ -47,7 +47,8 @@ from generation.content import logprobs as lp
 from generation.engine.request import GenerationRequest, Prompt
 from ..errors import APIError, InvalidParam
 from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
-from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges, literal_error, pydantic_error
+from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
+from .validation import literal_error, pydantic_error
 
 # Whisper's languages (vLLM's ISO639_1_SUPPORTED_LANGS, whisper_utils.py) and the other codes
 # of the Whisper language map (transformers' LANGUAGES): accepted with a warning in vLLM
