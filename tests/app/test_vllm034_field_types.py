@@ -244,3 +244,57 @@ def test_responses_fields(api):
     assert r.status_code == 200, r.text
     assert r.json()["truncation"] == "auto"
 
+
+SALT = "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL."
+POOLING = [("/v1/embeddings", {"input": "a cat"}), ("/pooling", {"input": "a cat"}),
+           ("/score", {"text_1": "a", "text_2": "b"}), ("/rerank", {"query": "a", "documents": ["b"]})]
+
+
+BI_ENCODER, CROSS_ENCODER = ("--runner", "pooling"), ("--runner", "pooling", "--convert", "score")
+
+
+def pool_err(c, path, body) -> tuple:
+    r = c.post(path, json={"model": "test-model", **body})
+    assert r.status_code == 400, (path, r.text)
+    e = r.json()["error"]
+    return e["message"], e["param"]
+
+
+@pytest.mark.parametrize("path,body", POOLING + [("/classify", {"input": "a cat"})])
+def test_pooling_routes_check_cache_salt_as_chat(app_client, path, body):
+    """Every pooling request of vLLM 0.34 (``PoolingBasicRequestMixin``: embeddings, pooling,
+    classify, score, rerank) has chat's ``check_cache_salt_support`` validator; the pooling
+    routes ignored ``cache_salt``."""
+    c = app_client(*(CROSS_ENCODER if path == "/classify" else BI_ENCODER))
+    for salt in ("a/b", "x" * 129, "a\x00"):
+        assert pool_err(c, path, {**body, "cache_salt": salt}) == (SALT, "cache_salt")
+    assert pool_err(c, path, {**body, "cache_salt": ""}) == (
+        "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+    assert pool_err(c, path, {**body, "cache_salt": 7}) == (
+        "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+    assert c.post(path, json={"model": "test-model", **body, "cache_salt": "x" * 128}).status_code == 200
+    assert pool_err(c, path, {**body, "mm_processor_kwargs": {"a": 1}}) == (
+        MM_REFUSED.format(name="mm_processor_kwargs", what="preprocessing"), "mm_processor_kwargs")
+    message, param = pool_err(c, path, {**body, "padding": "longest"})
+    assert param == "body.padding" and "Input should be 'max_length' or 'do_not_pad'" in message
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/pooling", "/classify"])
+def test_removed_pooling_parameters(app_client, path):
+    """vLLM 0.34's ``reject_removed_pooling_parameters`` (embedding, pooling and classification
+    requests, not score / rerank): ``normalize`` (any value, null too) and the removed tasks."""
+    c = app_client(*(CROSS_ENCODER if path == "/classify" else BI_ENCODER))
+    body = {"input": "a cat"}
+    for value in (True, None):
+        assert pool_err(c, path, {**body, "normalize": value}) == (
+            "Parameter `normalize` was removed; use `use_activation` instead.", "normalize")
+    assert pool_err(c, path, {**body, "task": "score"}) == ("`score` task was removed; use `classify` instead.", "task")
+    assert pool_err(c, path, {**body, "task": "encode"}) == (
+        "`encode` task was removed; use `token_embed` or `token_classify` instead.", "task")
+    assert app_client(*BI_ENCODER).post("/score", json={"model": "test-model", "text_1": "a", "text_2": "b",
+                                           "normalize": True}).status_code == 200
+
+
+def test_rerank_top_n_is_not_negative(app_client):
+    assert pool_err(app_client(*BI_ENCODER), "/rerank", {"query": "a", "documents": ["b"], "top_n": -1}) == one(
+        "greater_than_equal", "top_n", "Input should be greater than or equal to 0", "'-1'", "{'ge': 0}")
