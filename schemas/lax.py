@@ -66,8 +66,21 @@ def lax_int() -> Lax:
     return Lax(read_int)
 
 
-def lax_str() -> Lax:
-    return Lax(read_str)
+def lax_str(min_length: int | None = None, max_length: int | None = None) -> Lax:
+    """``str``, with pydantic's ``Field(min_length=..., max_length=...)`` when given."""
+    if min_length is None and max_length is None:
+        return Lax(read_str)
+
+    def read(v):
+        text = read_str(v)
+        if min_length is not None and len(text) < min_length:
+            raise Mismatch("string_too_short", f"String should have at least {min_length} "
+                           f"character{'' if min_length == 1 else 's'}", {"min_length": min_length})
+        if max_length is not None and len(text) > max_length:
+            raise Mismatch("string_too_long", f"String should have at most {max_length} "
+                           f"character{'' if max_length == 1 else 's'}", {"max_length": max_length})
+        return text
+    return Lax(read)
 
 
 def lax_dict() -> Lax:

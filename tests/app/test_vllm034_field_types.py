@@ -298,3 +298,22 @@ def test_removed_pooling_parameters(app_client, path):
 def test_rerank_top_n_is_not_negative(app_client):
     assert pool_err(app_client(*BI_ENCODER), "/rerank", {"query": "a", "documents": ["b"], "top_n": -1}) == one(
         "greater_than_equal", "top_n", "Input should be greater than or equal to 0", "'-1'", "{'ge': 0}")
+
+
+def test_messages_extensions(api):
+    """vLLM 0.34's ``AnthropicMessagesRequest``: ``mm_payload`` / ``return_mm_kwargs`` as on chat,
+    ``cache_salt: str = Field(min_length=1, max_length=1024)`` (pydantic's bounds, not chat's
+    validator); Anthropic's envelope carries the message."""
+    body = {"model": "test-model", "max_tokens": 2, "messages": MSG}
+    for extra, message in (
+            ({"cache_salt": ""}, one("string_too_short", "cache_salt", "String should have at least 1 character",
+                                     "''", "{'min_length': 1}")[0]),
+            ({"cache_salt": 5}, one("string_type", "cache_salt", "Input should be a valid string", "'5'")[0]),
+            ({"mm_payload": None}, "1 validation error:\n  {'type': 'literal_error', 'loc': 'body.mm_payload', 'msg': "
+                                   + MM_PAYLOAD[0] + ", 'input': 'None', 'ctx': " + MM_PAYLOAD[1] + "}")):
+        r = api.post("/v1/messages", json={**body, **extra})
+        assert r.status_code == 400 and r.json() == {"type": "error", "error": {"type": "invalid_request_error",
+                                                                              "message": message}}, r.text
+    r = api.post("/v1/messages", json={**body, "cache_salt": "a/b" * 300, "mm_payload": "none"})
+    assert r.status_code == 200, r.text
+    assert api.post("/v1/messages", json={**body, "cache_salt": "x" * 1025}).status_code == 400
