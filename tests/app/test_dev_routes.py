@@ -78,6 +78,11 @@ def test_server_info(app_client):
     api = app_client(env=DEV)
     text = api.get("/server_info").json()["vllm_config"]
     assert isinstance(text, str) and "max-model-len=1024" in text
+    r = api.get("/server_info?config_format=yaml")      # vLLM's Literal["text", "json"] query parameter
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "query.config_format")
+    assert r.json()["error"]["message"] == (
+        "1 validation error:\n  {'type': 'literal_error', 'loc': 'query.config_format', 'msg': \"Input should be 'text' "
+        "or 'json'\", 'input': 'yaml', 'ctx': {'expected': \"'text' or 'json'\"}}")
     cfg = api.get("/server_info?config_format=json").json()["vllm_config"]
     assert cfg["max-model-len"] == 1024 and cfg["model"] == "test-model"
 
