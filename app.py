@@ -67,6 +67,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if kind:
         from blueprints import pooling
         pooling.register(app, kind)
+    from blueprints.errors import refuse_head
+    refuse_head(app)                                      # vLLM's GET routes answer HEAD with 405
 
     from blueprints.serving import GenerationFastPath
     app.wsgi_app = fast = GenerationFastPath(app)         # generation routes without Flask's context
@@ -101,7 +103,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         # vLLM's http_exception_handler: type is the status phrase ("Method Not Allowed", "Not
         # Found"); routing errors on /v1/messages keep Anthropic's envelope.
         from flask import request
-        from blueprints.errors import anthropic_error_response, http_error_type
+        from blueprints.errors import anthropic_error_response, head_routing_error, http_error_type
         status = err.code or 500
         # routing errors: Werkzeug's stock text ("The requested URL was not found...") is
         # Starlette's detail there, the status phrase ("Not Found"); other descriptions are kept
@@ -109,6 +111,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         message = err.name if stock or not err.description else err.description
         if request.path.startswith("/v1/messages"):
             resp = anthropic_error_response(message, status)
+        elif stock and request.method == "HEAD":
+            return head_routing_error(status, getattr(err, "valid_methods", None))
         else:
             body = {"error": {"message": message, "type": http_error_type(status),
                               "param": None, "code": status}}

@@ -24,6 +24,7 @@ from flask import Blueprint, abort, request
 
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
+from generation.adapters.validation import literal_error
 from generation.errors import APIError
 from schemas.chat import chat_request_schema
 from schemas.completions import completion_request_schema
@@ -66,7 +67,10 @@ def server_info():
     config = simulator().config
     cfg = config.to_public_dict()
     me = {"name": "vllm-sim", "version": SIMULATOR_VERSION, "vllm_version": vllm_version(config)}
-    if request.args.get("config_format", "text") == "json":
+    fmt = request.args.get("config_format", "text")
+    if fmt not in ("text", "json"):       # vLLM: Annotated[Literal["text", "json"], Query()]
+        raise literal_error("config_format", fmt, ("text", "json"), where="query")
+    if fmt == "json":
         return json_response({"vllm_config": cfg, "simulator": me})
     text = ", ".join(f"{k}={v}" for k, v in cfg.items())
     return json_response({"vllm_config": text, "simulator": me})

@@ -110,6 +110,8 @@ def create_embeddings():
     if cfg.mm_encoder_only:   # the reference does not register the route in this mode
         raise NotFound()
     data = load(embedding_request_schema, parse_json_body())
+    from generation.adapters.pooling import check_request
+    check_request(sim, data)
     model = data.get("model")
     display, lora = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
     from generation.adapters.pooling import check_priority

@@ -37,10 +37,10 @@ from flask import Blueprint, Response, current_app, request
 from generation.errors import APIError, InvalidParam
 
 from .common import json_response, loads_body, simulator
+from .health import query_mode
 
 log = logging.getLogger("vllm_sim")
 
-PAUSE_MODES = ("abort", "wait", "keep")
 FT_INSTRUCTIONS = ("retry", "scale_down")
 
 
@@ -124,9 +124,7 @@ def _state(cp: Checkpoint, status: int) -> Response:
 
 
 def checkpoint_prepare():
-    mode = request.args.get("mode", "wait")
-    if mode not in PAUSE_MODES:
-        raise InvalidParam(f"mode: Input should be 'abort', 'wait' or 'keep', got {mode!r}.", "mode")
+    mode = query_mode("wait")          # vLLM: checkpoint_prepare(mode: PauseMode = "wait"), a query parameter
     sim = simulator()
     cp = checkpoint_of(current_app)
     cp.refresh(sim)
@@ -204,7 +202,8 @@ def abort_requests():
     if isinstance(ids, str):
         ids = [ids]
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise InvalidParam("request_ids: Input should be a valid string or a list of strings.", "request_ids")
+        # vLLM's RequestValidationError: param from the first error's loc, ("body", "request_ids", "str")
+        raise InvalidParam("request_ids: Input should be a valid string or a list of strings.", "body.request_ids")
     sim = simulator()
     wanted = set(ids)
     hit = [s for s in _in_flight(sim) if s.request.request_id in wanted]

@@ -96,3 +96,43 @@ def error_response(err: SimulatorError) -> Response:
 
 def anthropic_error_response(message: str, status: int) -> Response:
     return Response(orjson.dumps(anthropic_body(message, status)), status=status, mimetype=JSON_MIME)
+
+
+# vLLM's GET routes, by the simulator's endpoint names.  Each is a FastAPI ``APIRoute``
+# (``@router.get``: ``serve/instrumentator/health.py`` ``/health``, ``basic.py`` ``/load``,
+# ``/version``, ``/kv_event_sources``, ``serve/sagemaker/api_router.py`` ``/ping``,
+# ``openai/models/api_router.py``, ``openai/responses/api_router.py``, ``serve/dev/*``,
+# ``serve/tokenize/api_router.py``, ``serve/checkpoint/api_router.py``,
+# ``serve/fault_tolerance/api_router.py``), whose methods are the ones it names: no HEAD
+# (Starlette's plain ``Route`` adds HEAD to GET, FastAPI's ``APIRoute`` does not), so ``HEAD
+# /health`` is Starlette's 405.  Flask adds HEAD to every GET rule: :func:`refuse_head` takes it
+# off these.  ``/metrics`` is not one (vLLM mounts prometheus' ASGI app, which answers any
+# method), nor are the simulator's own routes (``/health/ready``, ``/admin/*``, ``/query``).
+VLLM_GET_ROUTES = frozenset({
+    "health.health", "health.ping", "health.version", "health.load", "health.is_sleeping",
+    "models.list_models", "models.retrieve_model", "dev.server_info", "dev.kv_event_sources",
+    "render.tokenizer_info", "responses.retrieve_response", "engine_ops.checkpoint_status",
+    "engine_ops.fault_tolerance_status"})
+
+
+def refuse_head(app) -> None:
+    """Take HEAD off the rules of :data:`VLLM_GET_ROUTES` (once, when the app is built: no cost
+    per request); Werkzeug then answers HEAD there with its 405, which
+    :func:`head_routing_error` words as vLLM does."""
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint in VLLM_GET_ROUTES:
+            rule.methods.discard("HEAD")
+
+
+def head_routing_error(status: int, valid_methods) -> Response:
+    """A routing error (404, 405) on a HEAD request, as vLLM's server answers it: Starlette's
+    router raises its own ``HTTPException``, which vLLM's ``http_exception_handler`` (registered
+    for FastAPI's subclass, ``serve/exception_handling/register.py``) does not catch, so
+    FastAPI's default handler answers ``{"detail": "<status phrase>"}`` (the body a HEAD
+    response leaves out; its length is in ``Content-Length``) with ``allow`` naming the method
+    of the route the path matched: a route's single method, ``GET`` for ``/ping``, whose GET
+    route is registered before its POST one."""
+    resp = Response(orjson.dumps({"detail": HTTPStatus(status).phrase}), status=status, mimetype=JSON_MIME)
+    if status == 405 and valid_methods:
+        resp.headers["Allow"] = "GET" if "GET" in valid_methods else ", ".join(valid_methods)
+    return resp

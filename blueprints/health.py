@@ -10,11 +10,13 @@ import time
 from flask import Blueprint, Response, current_app, request
 
 from generation import SIMULATOR_VERSION, vllm_version
-from generation.errors import APIError, InvalidParam
+from generation.adapters.validation import literal_error, pydantic_error
+from generation.errors import APIError
 
 from .common import json_response, simulator
 
 bp = Blueprint("health", __name__)
+PAUSE_MODES = ("abort", "wait", "keep")        # vLLM's PauseMode (v1/engine/__init__.py)
 
 
 class Lifecycle:
@@ -68,31 +70,44 @@ _BOOLS = {"true": True, "1": True, "yes": True, "on": True, "t": True, "y": True
 
 def query_bool(name: str, default: bool) -> bool:
     """A query boolean as FastAPI reads one (``true``/``false``, ``1``/``0``, ``yes``/``no``,
-    ``on``/``off``, any case); anything else is vLLM's 400 naming it."""
+    ``on``/``off``, any case); anything else is vLLM's 400 naming ``query.<name>``
+    (pydantic's ``bool_parsing``, :func:`generation.adapters.fields.pydantic_error`)."""
     raw = request.args.get(name)
     if raw is None:
         return default
     value = _BOOLS.get(raw.lower())
     if value is None:
-        raise InvalidParam(f"{name}: Input should be a valid boolean, unable to interpret input", name)
+        raise pydantic_error(name, raw, ("bool_parsing", "Input should be a valid boolean, unable to interpret input"),
+                             where="query")
     return value
+
+
+def query_mode(default: str) -> str:
+    """``mode`` (vLLM's ``PauseMode``: ``abort`` / ``wait`` / ``keep``) of ``/sleep`` and
+    ``/checkpoint/prepare``; another value is pydantic's ``literal_error`` on ``query.mode``."""
+    mode = request.args.get("mode", default)
+    if mode not in PAUSE_MODES:
+        raise literal_error("mode", mode, PAUSE_MODES, where="query")
+    return mode
 
 
 def _sleep_args() -> tuple[int, bool]:
     """``level`` (0-2), ``mode`` (abort / wait / keep) and ``reset_connector`` of ``/sleep``, checked
-    as vLLM's query parameters; returns ``(level, reset_connector)``."""
+    as vLLM's query parameters (``serve/dev/sleep/api_router.py``: ``level: Annotated[int,
+    Query(ge=0, le=2)]``); returns ``(level, reset_connector)``."""
     raw = request.args.get("level", "1")
     try:
         level = int(raw)
     except ValueError:
-        raise InvalidParam("level: Input should be a valid integer, unable to parse string as an integer",
-                           "level") from None
-    if not 0 <= level <= 2:
-        raise InvalidParam(f"level: Input should be {'greater than or equal to 0' if level < 0 else 'less than or equal to 2'}",
-                           "level")
-    mode = request.args.get("mode", "abort")
-    if mode not in ("abort", "wait", "keep"):
-        raise InvalidParam(f"mode: Input should be 'abort', 'wait' or 'keep', got {mode!r}.", "mode")
+        raise pydantic_error("level", raw, ("int_parsing", "Input should be a valid integer, unable to parse string "
+                                                           "as an integer"), where="query") from None
+    if level < 0:
+        raise pydantic_error("level", raw, ("greater_than_equal", "Input should be greater than or equal to 0",
+                                            {"ge": 0}), where="query")
+    if level > 2:
+        raise pydantic_error("level", raw, ("less_than_equal", "Input should be less than or equal to 2", {"le": 2}),
+                             where="query")
+    query_mode("abort")
     return level, query_bool("reset_connector", True)
 
 

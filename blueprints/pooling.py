@@ -95,10 +95,9 @@ def create_pooling():
     cfg = sim.config
     kind = cfg.pooling_kind
     data = load(pooling_request_schema, parse_json_body())
+    pa.check_request(sim, data)
     tasks = pa.supported_tasks(kind)
     task = data.get("task") or tasks[0]
-    if task in pa.REMOVED_TASKS:
-        raise APIError(f"The '{task}' task has been removed; use {pa.REMOVED_TASKS[task]} instead.", 400, "task")
     if task not in tasks:
         raise APIError(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}",
                        400, "task")
@@ -129,6 +128,7 @@ def create_classify():
     sim = simulator()
     cfg = sim.config
     data = load(classify_request_schema, parse_json_body())
+    pa.check_request(sim, data)
     display, lora = sim.resolve_model(data.get("model"))
     pa.check_priority(sim, data)
     token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"),
@@ -147,6 +147,7 @@ def _scored(data: dict, rerank: bool):
     sim = simulator()
     cfg = sim.config
     kind = cfg.pooling_kind
+    pa.check_request(sim, data, removed_params=False)     # ScoringRequestMixin: no removed-parameter check
     queries, docs, pairs = pa.score_pairs(data, rerank)
     display, lora = sim.resolve_model(data.get("model"))
     pa.check_priority(sim, data)

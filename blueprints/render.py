@@ -2,8 +2,9 @@
 ``POST /v1/chat/completions/render`` (api.md 5.8), and vLLM's ``POST /tokenize`` /
 ``POST /detokenize``.
 
-Render: no queue, no latency, no failure injection, request headers ignored; only ``model``
-and the prompt / messages are inspected.  Completions render always answers a JSON array (one
+Render: no queue, no latency, no failure injection, request headers ignored; only ``model``,
+the prompt / messages and vLLM 0.34's multimodal options (``mm_payload``, the per-request
+multimodal kwargs) are inspected.  Completions render always answers a JSON array (one
 ``{"token_ids"}`` per prompt; token-id prompts copied verbatim); chat render answers one
 ``{"token_ids", "features"?}`` object whose ``features`` (synthetic multimodal hashes,
 placeholders and kwargs) appear only when a message has media blocks.  A LoRA model is a 400.
@@ -18,16 +19,25 @@ import time
 from flask import Blueprint
 from werkzeug.exceptions import NotFound
 
+from generation.adapters.fields import check_mm_kwargs
 from generation.adapters.generate import derender_chat, has_parser
 from generation.errors import InvalidParam
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
 from schemas.common import load
+from schemas.lax import mm_payload
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 
 from .common import json_response, parse_json_body, request_id, response_headers, simulator
 
 bp = Blueprint("render", __name__)
+
+def _check_mm_kwargs(sim, body) -> None:
+    """vLLM 0.34's renderer refuses per-request multimodal kwargs without
+    ``--trust-request-mm-kwargs`` (``preprocess_chat`` / ``preprocess_cmpl``)."""
+    if body.mm_processor_kwargs or body.media_io_kwargs:
+        check_mm_kwargs(sim, body.mm_processor_kwargs, body.media_io_kwargs)
+
 
 def _render_model(sim, model) -> str:
     """The served name; raises ModelNotFound for a model not served, InvalidParam for a LoRA
@@ -103,6 +113,7 @@ def render_completion():
     if prompt is None:
         raise InvalidParam("prompt: Field required.", "prompt")
     model = _render_model(sim, body.model)
+    _check_mm_kwargs(sim, body)
     rid = request_id()
     kind, items = prompt
     lists = items if kind == "ids" else [sim.tokenize_text(text)[0] for text in items]
@@ -120,6 +131,7 @@ def render_chat():
     if not messages:
         raise InvalidParam("messages must not be empty", "messages")
     model = _render_model(sim, body.model)
+    _check_mm_kwargs(sim, body)
     rid = request_id()
     opts = chat_options(body)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
@@ -133,6 +145,8 @@ def render_chat():
         features = mm_features(media_items(messages), len(ids)) if sim.tokenizer.name == "simulated" else None
     out = {"token_ids": ids}
     if features is not None:
+        if mm_payload(raw) == "none":       # vLLM 0.34's extract_mm_features: no processed tensors
+            features = {**features, "kwargs_data": None}
         out["features"] = features
     out.update(generate_fields(sim, raw, f"chatcmpl-{rid}", model, len(ids), True))
     fields = chat_parse_fields(sim, raw, messages)
@@ -255,6 +269,7 @@ def tokenize():
     if prompt is None and messages is None:
         raise InvalidParam("Either prompt or messages is required", "prompt")
     _check_optional_model(sim, body.model)
+    _check_mm_kwargs(sim, body)
     if prompt is not None and (prompt or messages is None):
         ids, pieces = sim.tokenize_text(prompt, body.add_special_tokens is not False)
     else:

@@ -14,6 +14,8 @@ from generation.adapters import protocol as p
 
 from .common import (IntList, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
+from .lax import (MM_PAYLOADS, DictOfDicts, ListOfStrDicts, RepetitionDetection, lax_bool, lax_dict, lax_float,
+                  lax_literal, lax_str)
 
 
 class ContentField(fields.Field):
@@ -104,6 +106,20 @@ class SamplingSchema(SamplingKnobsSchema):
     vllm_xargs = fields.Raw()
     stream_interval = StrictInt()
     routed_experts_prompt_start = StrictInt()
+    # vLLM 0.34's ChatCompletionRequest / CompletionRequest types, as pydantic reads them (schemas.lax)
+    length_penalty = lax_float(nullable=False)          # float = 1.0: null is pydantic's float_type
+    session_id = lax_str()
+    mm_payload = lax_literal(*MM_PAYLOADS)
+    return_mm_kwargs = lax_bool()
+    repetition_detection = RepetitionDetection()
+    skip_special_tokens = lax_bool()
+    spaces_between_special_tokens = lax_bool(nullable=False)
+    watermarking = lax_bool()
+    return_weight_versions = lax_bool(nullable=False)
+    return_token_offsets = lax_bool()
+    ec_transfer_params = lax_dict()
+    mm_processor_kwargs = fields.Raw()       # not a CompletionRequest field: any value (an extra attribute)
+    media_io_kwargs = fields.Raw()
 
 
 class ChatCompletionRequestSchema(SamplingSchema):
@@ -126,6 +142,10 @@ class ChatCompletionRequestSchema(SamplingSchema):
     include_reasoning = StrictBool()
     reasoning_effort = fields.String()
     echo = StrictBool()
+    return_prompt_text = lax_bool()
+    documents = ListOfStrDicts()
+    mm_processor_kwargs = lax_dict()
+    media_io_kwargs = DictOfDicts()
 
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):

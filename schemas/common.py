@@ -187,8 +187,12 @@ class StringOrList(fields.Field):
 
 class BaseSchema(Schema):
     """Unknown keys ignored, ``null`` allowed for every field that is not required; a schema that names a ``__model__``
-    (a dataclass of :mod:`generation.adapters.protocol`) loads into it."""
+    (a dataclass of :mod:`generation.adapters.protocol`) loads into it.  A field the dataclass
+    does not declare is checked only: its value is read (and refused) as the field says, then
+    left out (vLLM fields the simulator has no use for, :mod:`schemas.lax`), so the typed
+    request does not grow an attribute to assign on every request for each of them."""
     __model__ = None
+    _check_only: frozenset = frozenset()
 
     class Meta:
         unknown = EXCLUDE
@@ -199,11 +203,18 @@ class BaseSchema(Schema):
         field_obj.allow_none = not field_obj.required
         if field_obj.required:
             field_obj.error_messages = {**field_obj.error_messages, "null": field_obj.error_messages["required"]}
+        model = self.__model__
+        if model is not None and field_name not in model.__dataclass_fields__:
+            self._check_only = self._check_only | {field_name}
 
     @post_load
     def _typed(self, data, **kwargs):
         cls = self.__model__
-        return data if cls is None else cls(**data)
+        if cls is None:
+            return data
+        for name in self._check_only.intersection(data):
+            del data[name]
+        return cls(**data)
 
 
 class SamplingKnobsSchema(BaseSchema):
@@ -300,18 +311,20 @@ def _flatten(messages, prefix="") -> tuple[str, str]:
 
 
 _FAST: dict = {}
+HOOKED, CHECK_ONLY = True, False        # _fast_plan's marks
 
 
 def _fast_plan(schema: Schema):
-    """``(fields, required names, hooked field names, model)`` when ``schema`` can be loaded
+    """``(fields, required names, marked fields, model, direct)`` when ``schema`` can be loaded
     field by field (:func:`_fast_load`), else None: no data_key/attribute renames, no
     load_default, and no hooks besides ``@validates`` on single fields and :class:`BaseSchema`'s
-    ``_typed``."""
-    hooked: set = set()
+    ``_typed``.  ``marked``: name -> :data:`HOOKED` for a field with a ``@validates`` hook,
+    :data:`CHECK_ONLY` for one the model leaves out (:class:`BaseSchema`)."""
+    marked = dict.fromkeys(getattr(schema, "_check_only", ()), CHECK_ONLY)
     for kind, hooks in schema._hooks.items():
         for name, _, opts in hooks:
             if kind == "validates":
-                hooked.update(opts.get("field_names", ()))
+                marked.update(dict.fromkeys(opts.get("field_names", ()), HOOKED))
             elif not (kind == "post_load" and name == "_typed"):
                 return None
     fields_ = schema.load_fields
@@ -325,7 +338,7 @@ def _fast_plan(schema: Schema):
     # (a third of a small body's validation, issue 32)
     direct = {n: f._deserialize for n, f in fields_.items()
               if not f.validators and not getattr(f, "pre_load", None) and not getattr(f, "post_load", None)}
-    return fields_, required, frozenset(hooked), getattr(schema, "__model__", None), direct
+    return fields_, required, marked, getattr(schema, "__model__", None), direct
 
 
 def _fast_load(schema: Schema, body: dict):
@@ -339,7 +352,7 @@ def _fast_load(schema: Schema, body: dict):
         plan = _FAST[id(schema)] = _fast_plan(schema) or False
     if not plan:
         return None
-    fields_, required, hooked, model, direct = plan
+    fields_, required, marked, model, direct = plan
     for name in required:
         if name not in body:
             return None
@@ -349,8 +362,12 @@ def _fast_load(schema: Schema, body: dict):
             f = fields_.get(k)
             if f is None:
                 continue                   # unknown keys are ignored (EXCLUDE)
-            if k in hooked:
-                return None
+            mark = marked.get(k)
+            if mark is not None:
+                if mark is HOOKED:
+                    return None
+                f.deserialize(v, k, body)  # CHECK_ONLY: read (or refused), not kept
+                continue
             fast = direct.get(k) if v is not None else None
             data[k] = fast(v, k, body) if fast is not None else f.deserialize(v, k, body)
     except ValidationError:

@@ -13,6 +13,7 @@ from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
 from .common import BaseSchema, StrictBool, StrictInt, are_token_lists, are_tokens
+from .lax import lax_dict, lax_literal
 
 ENCODING_FORMATS = ("float", "base64", "bytes", "bytes_only")
 EMBED_DTYPES = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")      # vLLM's EmbedDType
@@ -21,6 +22,7 @@ ENDIANNESS = ("native", "big", "little")
 INPUT_REQUIRED = "input is required and must be a non-empty string or array"
 INPUT_FORMS = ("input must be a string, an array of strings, an array of token ids, "
                "or an array of arrays of token ids")
+PADDINGS = ("max_length", "do_not_pad")        # vLLM 0.34's PoolingBasicRequestMixin.padding
 MAX_DIMENSIONS = 65536        # a bound on the vector size a request may ask for (memory)
 
 
@@ -50,11 +52,23 @@ class EmbeddingInputField(fields.Field):
         raise ValidationError(INPUT_FORMS)
 
 
+class PoolingChecks(BaseSchema):
+    """Fields of vLLM 0.34's pooling requests (``PoolingBasicRequestMixin``, and the keys its
+    ``reject_removed_pooling_parameters`` refuses) that the simulator checks
+    (:func:`generation.adapters.pooling.check_request`) and otherwise ignores."""
+    cache_salt = fields.Raw()
+    mm_processor_kwargs = lax_dict()
+    media_io_kwargs = fields.Raw()
+    padding = lax_literal(*PADDINGS, nullable=True)
+    normalize = fields.Raw()        # removed in vLLM: refused whatever its value
+    task = fields.Raw()             # only a removed task is refused where it is not a field
+
+
 def _bad_truncate():
     raise ValidationError("truncate_prompt_tokens must be -1 (the model's maximum) or a positive integer")
 
 
-class EmbeddingRequestSchema(BaseSchema):
+class EmbeddingRequestSchema(PoolingChecks):
     model = fields.Raw()
     input = EmbeddingInputField()
     messages = MessagesField()

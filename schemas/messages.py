@@ -31,6 +31,7 @@ from generation.adapters import protocol as p
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
+from .lax import MM_PAYLOADS, lax_bool, lax_literal, lax_str
 
 # Block types that carry meaning for the simulator, and history blocks accepted but skipped.
 USED_BLOCKS = ("text", "image", "tool_use", "tool_result")
@@ -316,6 +317,11 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     kv_transfer_params = fields.Dict()
     output_config = fields.Nested(OutputConfigSchema)
     min_tokens = StrictInt()
+    # vLLM 0.34's AnthropicMessagesRequest extensions (anthropic/protocol.py), checked only:
+    # cache_salt has pydantic's length bounds there, not chat's validate_cache_salt
+    mm_payload = lax_literal(*MM_PAYLOADS)
+    return_mm_kwargs = lax_bool()
+    cache_salt = lax_str(min_length=1, max_length=1024)
 
     @validates("max_tokens")
     def _max_tokens(self, value, **kwargs):

@@ -14,7 +14,7 @@ from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
 from .common import BaseSchema, StrictBool, StrictInt
-from .embeddings import MAX_DIMENSIONS, EmbeddingInputField
+from .embeddings import MAX_DIMENSIONS, EmbeddingInputField, PoolingChecks
 
 POOLING_TASKS = ("embed", "token_embed", "classify", "token_classify")
 
@@ -23,7 +23,7 @@ def _bad_truncate():
     raise ValidationError("truncate_prompt_tokens must be -1 (the model's maximum) or a positive integer")
 
 
-class _PoolingBase(BaseSchema):
+class _PoolingBase(PoolingChecks):
     """vLLM's PoolingBasicRequestMixin."""
     model = fields.Raw()
     user = fields.String()

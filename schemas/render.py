@@ -1,8 +1,9 @@
 """Request schemas of the tokenization-only endpoints: ``/v1/completions/render``,
 ``/v1/chat/completions/render`` (api.md 5.8), vLLM's ``/tokenize`` and ``/detokenize``.
 
-The render endpoints inspect only ``model`` and the prompt or messages; every other field of a
-completions / chat body is accepted unchecked.  ``/tokenize`` takes vLLM's two request
+The render endpoints inspect only ``model``, the prompt or messages and vLLM 0.34's multimodal
+options (:class:`RenderOptionsSchema`); every other field of a completions / chat body is
+accepted unchecked.  ``/tokenize`` takes vLLM's two request
 shapes (``prompt`` or ``messages``), ``/detokenize`` takes ``tokens``.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from generation.adapters import protocol as p
 from .chat import MessagesField
 from .common import BaseSchema, StrictBool, are_tokens, first_non_token
 from .completions import PromptField
+from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_literal
 
 
 class TokenIdList(fields.Field):
@@ -28,13 +30,24 @@ class TokenIdList(fields.Field):
         return value
 
 
-class CompletionRenderSchema(BaseSchema):
+class RenderOptionsSchema(BaseSchema):
+    """vLLM 0.34's types of ``mm_payload``, ``return_mm_kwargs`` and the chat requests' two
+    per-request multimodal kwargs (``schemas.lax``; ``/tokenize`` types them in both its forms)."""
+    mm_payload = lax_literal(*MM_PAYLOADS)
+    return_mm_kwargs = lax_bool()
+    mm_processor_kwargs = lax_dict()
+    media_io_kwargs = DictOfDicts()
+
+
+class CompletionRenderSchema(RenderOptionsSchema):
     __model__ = p.CompletionRenderRequest
+    mm_processor_kwargs = fields.Raw()     # not CompletionRequest fields: untyped extras there
+    media_io_kwargs = fields.Raw()
     model = fields.Raw()
     prompt = PromptField(required=True)
 
 
-class ChatRenderSchema(BaseSchema):
+class ChatRenderSchema(RenderOptionsSchema):
     __model__ = p.ChatRenderRequest
     model = fields.Raw()
     messages = MessagesField()
@@ -46,7 +59,7 @@ class ChatRenderSchema(BaseSchema):
     add_special_tokens = StrictBool()
 
 
-class TokenizeSchema(BaseSchema):
+class TokenizeSchema(RenderOptionsSchema):
     __model__ = p.TokenizeRequest
     model = fields.Raw()
     prompt = fields.String()

@@ -36,7 +36,8 @@ from marshmallow import ValidationError, fields, validate, validates
 
 from generation.adapters import protocol as p
 
-from .common import BaseSchema, StrictBool, StrictFloat, StrictInt, StringOrList
+from .common import BaseSchema, IntList, StrictBool, StrictFloat, StrictInt, StringOrList
+from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
 TEXT_PARTS = p.TEXT_PARTS
 
@@ -355,8 +356,6 @@ class ResponsesRequestSchema(BaseSchema):
     metadata = fields.Dict()
     previous_response_id = fields.String()
     user = fields.String()
-    truncation = fields.String()
-    service_tier = fields.String()
     reasoning = fields.Dict()
     thinking_token_budget = fields.Raw()          # vLLM 0.34: caps the reasoning tokens (-1: no cap; sampling._budget)
     prompt_cache_key = fields.String()
@@ -366,6 +365,30 @@ class ResponsesRequestSchema(BaseSchema):
     cache_salt = fields.Raw()
     seed = StrictInt()
     stop = StringOrList()
+    logit_bias = fields.Dict()
+    stop_token_ids = IntList()
+    vllm_xargs = fields.Raw()
+    # ... and its types, as pydantic reads them (schemas.lax); top_k, min_p and
+    # repetition_penalty then get SamplingParams' range checks (fields.check_sampling_ranges)
+    presence_penalty = lax_float(ge=-2.0, le=2.0)
+    frequency_penalty = lax_float(ge=-2.0, le=2.0)
+    top_k = lax_int()
+    min_p = lax_float()
+    repetition_penalty = lax_float()
+    service_tier = lax_literal("auto", "default", "flex", "scale", "priority")
+    truncation = lax_literal("auto", "disabled", nullable=True)
+    include_reasoning = lax_bool(nullable=False)
+    include_stop_str_in_output = lax_bool(nullable=False)
+    skip_special_tokens = lax_bool()
+    spaces_between_special_tokens = lax_bool(nullable=False)
+    enable_response_messages = lax_bool(nullable=False)
+    watermarking = lax_bool()
+    session_id = lax_str()
+    mm_payload = lax_literal(*MM_PAYLOADS)
+    return_mm_kwargs = lax_bool()
+    ec_transfer_params = lax_dict()
+    mm_processor_kwargs = lax_dict()
+    media_io_kwargs = DictOfDicts()
 
     @validates("input")
     def _input(self, value, **kwargs):

@@ -48,6 +48,7 @@ from generation.engine.request import GenerationRequest, Prompt
 from ..errors import APIError, InvalidParam
 from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
+from .validation import literal_error, pydantic_error
 
 # Whisper's languages (vLLM's ISO639_1_SUPPORTED_LANGS, whisper_utils.py) and the other codes
 # of the Whisper language map (transformers' LANGUAGES): accepted with a warning in vLLM
@@ -71,10 +72,8 @@ _BOOLS = {"true": True, "1": True, "yes": True, "on": True, "t": True, "y": True
 
 
 def validation_error(kind: str, loc: str, msg: str, value) -> InvalidParam:
-    """vLLM 0.34's 400 for a form field pydantic refuses (``1 validation error:`` and pydantic's
-    error), naming the field."""
-    error = {"type": kind, "loc": f"body.{loc}", "msg": msg, "input": value}
-    return InvalidParam(f"1 validation error:\n  {error}", loc)
+    """vLLM 0.34's 400 for a form field pydantic refuses (:func:`fields.pydantic_error`)."""
+    return pydantic_error(loc, value, (kind, msg))
 
 
 def _bool(form: dict, name: str, default=False):
@@ -117,8 +116,7 @@ def _choice(form: dict, name: str, choices: tuple, default: str):
     if v is None:
         return default
     if v not in choices:
-        quoted = [f"'{c}'" for c in choices]
-        raise validation_error("literal_error", name, f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}", v)
+        raise literal_error(name, v, choices)
     return v
 
 
@@ -179,8 +177,7 @@ class SpeechToTextRequest:
         grans = form.get("timestamp_granularities[]") or []
         for g in grans:
             if g not in ("word", "segment"):
-                raise validation_error("literal_error", "timestamp_granularities[]", "Input should be 'word' or "
-                                       "'segment'", g)
+                raise literal_error("timestamp_granularities[]", g, ("word", "segment"))
         r.timestamp_granularities = list(grans)
         # vLLM's model validator: stream options only with a stream; vllm_xargs as JSON
         if not r.stream:

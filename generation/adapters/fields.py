@@ -7,7 +7,10 @@ from __future__ import annotations
 import math
 import os
 
+from generation.tokenization.tokenizer import each_text
+
 from ..errors import InvalidParam
+from .validation import Mismatch, pydantic_error, read_float, validation_errors
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
@@ -34,37 +37,6 @@ def tokens_as_ids(sim, b) -> bool:
     return bool(sim.config.return_tokens_as_token_ids)
 
 
-MAX_INPUT_CHARS = 200         # vLLM 0.34's validation handler: an echoed ``input`` is cut here
-
-
-def _error_input(value):
-    """A field's value as vLLM 0.34's validation handler echoes it (``_summarize_error_input``):
-    a string as it is (cut at 200 characters), a container as ``<list of N items>``, anything
-    else as its ``str``."""
-    if isinstance(value, str):
-        return value if len(value) <= MAX_INPUT_CHARS else value[:MAX_INPUT_CHARS] + "...[truncated]"
-    if isinstance(value, (list, tuple, dict)):
-        return f"<{type(value).__name__} of {len(value)} items>"
-    text = str(value)
-    return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
-
-
-def pydantic_error(param: str, value, *errors: tuple) -> InvalidParam:
-    """vLLM 0.34's 400 for a body field pydantic refuses, as its validation handler prints it:
-    ``N validation error(s):`` and one line per error, pydantic's ``{'type', 'loc', 'msg',
-    'input'[, 'ctx']}`` with ``loc`` ``body.<param>``.  ``errors``: ``(type, msg)`` or ``(type,
-    msg, ctx)`` of each error, all on ``value``.  ``param`` names the field (vLLM's is
-    ``body.<param>``: the simulator names fields as the request spells them)."""
-    lines = []
-    for kind, msg, *ctx in errors:
-        error = {"type": kind, "loc": f"body.{param}", "msg": msg, "input": _error_input(value)}
-        if ctx:
-            error["ctx"] = ctx[0]
-        lines.append(f"  {error}")
-    label = "error" if len(errors) == 1 else "errors"
-    return InvalidParam(f"{len(errors)} validation {label}:\n" + "\n".join(lines), param)
-
-
 def check_bounds(name: str, value, ge=None, le=None) -> None:
     """pydantic's ``Field(ge=..., le=...)`` on an integer field of vLLM's request models
     (``greater_than_equal`` / ``less_than_equal``, whose ``type`` vLLM's ``test_long_seed``
@@ -84,39 +56,32 @@ def check_seed(seed) -> None:
     check_bounds("seed", seed, INT64_MIN, INT64_MAX)
 
 
-def _is_number(v) -> bool:
-    """A JSON number, or a string pydantic's lax ``float`` reads as one."""
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, (int, float)):
-        return True
-    if isinstance(v, str):
-        try:
-            float(v)
-            return True
-        except ValueError:
-            return False
-    return False
-
-
 def check_logit_bias(bias, vocab: int) -> None:
-    """vLLM's ``logit_bias`` checks: keys are integer token ids (the strings ``int()`` reads),
-    values numbers, ids within the vocabulary (vLLM's ``token_id(s) [...] in logit_bias contain
-    out-of-vocab token ids. Vocabulary size: N``).  Each message names every offending key."""
+    """vLLM 0.34's ``logit_bias`` checks, in its order: the values are numbers as pydantic reads
+    ``dict[str, float]`` (every value that is not one is an error at ``logit_bias.<key>``), the
+    keys integer token ids (``SamplingParams.from_optional``: ``int(key)``, ``logit_bias
+    contains key(s) that cannot be converted to integer token IDs: [...]``), the ids within the
+    vocabulary (``_validate_logit_bias``: ``token_id(s) [...] in logit_bias contain out-of-vocab
+    token ids. Vocabulary size: N``)."""
     if not bias:
         return
-    ids, not_int, not_num = [], [], []
+    not_num = []
     for k, v in bias.items():
+        try:
+            read_float(v)
+        except Mismatch as e:
+            not_num.append((f"logit_bias.{k}", v, *e.error))
+    if not_num:
+        raise validation_errors(not_num)
+    ids, not_int = [], []
+    for k in bias:
         try:
             ids.append(int(k))
         except ValueError:
             not_int.append(k)
-        if not _is_number(v):
-            not_num.append(k)
     if not_int:
-        raise InvalidParam(f"logit_bias keys must be integer token ids; not integers: {not_int}", "logit_bias")
-    if not_num:
-        raise InvalidParam(f"logit_bias values must be numbers; not numbers for token_id(s) {not_num}", "logit_bias")
+        raise InvalidParam(f"logit_bias contains key(s) that cannot be converted to integer token IDs: {not_int!r}",
+                           "logit_bias")
     bad = [t for t in ids if t < 0 or t >= vocab]
     if bad:
         raise InvalidParam(f"token_id(s) {bad} in logit_bias contain out-of-vocab token ids. "
@@ -273,18 +238,68 @@ def check_stop(stop) -> None:
 
 
 def check_bad_words(words) -> None:
-    """``bad_words`` (vLLM 0.34: ``list[str]``): a list of strings, none empty (the message
-    prints the list without repeats, as ``SamplingParams.__post_init__`` leaves it)."""
+    """``bad_words`` (vLLM 0.34: ``list[str]``): a list of strings (pydantic's errors, every
+    item that is not one), none empty (the message prints the list without repeats, as
+    ``SamplingParams.__post_init__`` leaves it)."""
     if words is None:
         return
     if not isinstance(words, list):
         raise pydantic_error("bad_words", words, ("list_type", "Input should be a valid list"))
-    for i, w in enumerate(words):
-        if not isinstance(w, str):
-            raise pydantic_error(f"bad_words.{i}", w, ("string_type", "Input should be a valid string"))
+    wrong = [(f"bad_words.{i}", w, "string_type", "Input should be a valid string")
+             for i, w in enumerate(words) if not isinstance(w, str)]
+    if wrong:
+        raise validation_errors(wrong)
     if not all(words):
         raise InvalidParam(f"bad_words cannot contain an empty string. Got bad_words={list(dict.fromkeys(words))!r}",
                            "bad_words")
+
+
+MAX_NUM_BAD_WORDS = int(os.environ.get("VLLM_MAX_NUM_BAD_WORDS", "128"))                  # vLLM 0.34 envs.py
+MAX_BAD_WORDS_TOTAL_TOKENS = int(os.environ.get("VLLM_MAX_BAD_WORDS_TOTAL_TOKENS", "1024"))
+
+
+def check_bad_words_tokens(tokenizer, words: list) -> None:
+    """vLLM 0.34's ``SamplingParams.update_from_tokenizer``: each distinct word is tokenized
+    without special tokens, as written (leading spaces stripped) and with one leading space;
+    the first form always counts as a banned sequence (it must have a token: ``bad_words
+    entries must tokenize to at least one token.``), the spaced one when it starts with another
+    token and has as many; more than ``VLLM_MAX_NUM_BAD_WORDS`` (128) sequences is its 400.
+    Then the logits processor's bound (``v1/worker/gpu/sample/bad_words.py``
+    ``BadWordsState.add_request``): at most ``VLLM_MAX_BAD_WORDS_TOTAL_TOKENS`` (1024) tokens in
+    all, which vLLM checks only on the engine (a ``ValueError`` there fails the engine): here
+    the same words, as a 400.  Only the first 129 words can matter: each adds a sequence."""
+    distinct = list(dict.fromkeys(words))[:MAX_NUM_BAD_WORDS + 1]
+    texts = [form for w in distinct for form in (w.lstrip(), " " + w.lstrip())]
+    encoded = each_text(tokenizer.encode, texts)       # in the tokenizer's thread past 8 KiB in all
+    seqs: list = []
+    for plain, spaced in zip(encoded[::2], encoded[1::2]):
+        if not plain[0]:
+            raise InvalidParam("bad_words entries must tokenize to at least one token.", "bad_words")
+        for ids in (plain[0], spaced[0]):
+            if ids is plain[0] or (ids and ids[0] != seqs[-1][0] and len(ids) == len(seqs[-1])):
+                seqs.append(ids)
+                if len(seqs) > MAX_NUM_BAD_WORDS:
+                    raise InvalidParam(f"Too many bad words after tokenization: {len(seqs)}. The max number is "
+                                       f"{MAX_NUM_BAD_WORDS}.", "bad_words")
+    total = sum(map(len, seqs))
+    if total > MAX_BAD_WORDS_TOTAL_TOKENS:
+        raise InvalidParam(f"Too many total bad word tokens: {total}. The max is {MAX_BAD_WORDS_TOTAL_TOKENS}.",
+                           "bad_words")
+
+
+def check_mm_kwargs(sim, mm_processor_kwargs, media_io_kwargs) -> None:
+    """vLLM 0.34's ``validate_request_mm_kwargs`` (``generate/base/protocol.py``, run by the
+    renderer before a chat or completions prompt is built, and by the pooling routes): a
+    non-empty per-request ``mm_processor_kwargs`` or ``media_io_kwargs`` is refused unless the
+    server runs ``--trust-request-mm-kwargs``."""
+    if sim.config.trust_request_mm_kwargs:
+        return
+    for name, value in (("mm_processor_kwargs", mm_processor_kwargs), ("media_io_kwargs", media_io_kwargs)):
+        if value:
+            raise InvalidParam(f"Per-request {name} are disabled by default because they can change multimodal "
+                               f"{'preprocessing' if name == 'mm_processor_kwargs' else 'media loading'} resource "
+                               f"usage. Start the server with --trust-request-mm-kwargs only when clients are "
+                               f"trusted.", name)
 
 
 _XARG_TYPES = (("string_type", "str", "Input should be a valid string"),
@@ -362,6 +377,10 @@ def check_openai_fields(sim, b, logprobs_on: bool, max_tokens, api: str = "chat"
     check_cache_salt(b.cache_salt)
     check_stop(b.stop)
     check_bad_words(b.bad_words)
+    if b.bad_words:
+        check_bad_words_tokens(sim.tokenizer, b.bad_words)
+    if b.mm_processor_kwargs or b.media_io_kwargs:
+        check_mm_kwargs(sim, b.mm_processor_kwargs, b.media_io_kwargs)
     check_extra_args(b.vllm_xargs, b.kv_transfer_params)
     check_logprob_token_ids(b.logprob_token_ids, logprobs_on, api)
     check_min_tokens(b.min_tokens, max_tokens)

@@ -32,14 +32,16 @@ from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
 from ..errors import InvalidParam
-from .fields import INT64_MAX, INT64_MIN, check_bounds, scheduling_priority
+from .fields import INT64_MAX, INT64_MIN, check_bounds, check_cache_salt, check_mm_kwargs, scheduling_priority
 
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
 
 TASKS = {"embed": ("embed", "token_embed"), "classify": ("classify", "token_classify"),
          "score": ("classify", "token_classify")}
-REMOVED_TASKS = {"encode": "token_embed or token_classify", "embedding": "embed"}
+# vLLM 0.34's tasks.py _REMOVED_POOLING_TASK_MESSAGES
+REMOVED_TASKS = {"score": "`score` task was removed; use `classify` instead.",
+                 "encode": "`encode` task was removed; use `token_embed` or `token_classify` instead."}
 
 
 def supported_tasks(kind: str) -> tuple:
@@ -86,6 +88,27 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
         return items
     add_special = data.get("add_special_tokens")
     return [ids for ids, _ in tokenize_texts(sim, items, True if add_special is None else add_special)]
+
+
+def check_request(sim, data: dict, removed_params: bool = True) -> None:
+    """vLLM 0.34's checks of a pooling request (``/v1/embeddings``, ``/pooling``, ``/classify``,
+    score, rerank) before its model is looked up, in its order: ``reject_removed_pooling_
+    parameters`` (``pooling/base/protocol.py``, the before-validator of the embedding, pooling
+    and classification requests, ``removed_params``: a ``normalize`` key, even null, and the
+    removed tasks), the ``cache_salt`` validator every ``PoolingBasicRequestMixin`` has
+    (``check_cache_salt_support``, chat's ``validate_cache_salt``), rerank's ``top_n: int =
+    Field(ge=0)``, then ``PoolingBaseServing._init_ctx``'s ``validate_request_mm_kwargs``.
+    Raises InvalidParam."""
+    if removed_params:
+        if "normalize" in data:
+            raise InvalidParam("Parameter `normalize` was removed; use `use_activation` instead.", "normalize")
+        task = data.get("task")
+        if isinstance(task, str) and task in REMOVED_TASKS:
+            raise InvalidParam(REMOVED_TASKS[task], "task")
+    check_cache_salt(data.get("cache_salt"))
+    check_bounds("top_n", data.get("top_n"), 0)
+    if data.get("mm_processor_kwargs") or data.get("media_io_kwargs"):
+        check_mm_kwargs(sim, data.get("mm_processor_kwargs"), data.get("media_io_kwargs"))
 
 
 def check_priority(sim, data: dict) -> None:

@@ -71,6 +71,10 @@ class OpenAISampling(SamplingKnobs):
     vllm_xargs: Any = None
     stream_interval: int | None = None
     routed_experts_prompt_start: int | None = None
+    # vLLM 0.34: refused without --trust-request-mm-kwargs (fields.check_mm_kwargs); the schema's
+    # other vLLM 0.34 fields (length_penalty, session_id, ...) are checked only (schemas.lax)
+    mm_processor_kwargs: Any = None
+    media_io_kwargs: Any = None
 
 
 @dataclass
@@ -273,23 +277,41 @@ class ResponsesRequest:
     cache_salt: Any = None                       # checked as on chat (generation.adapters.fields)
     seed: int | None = None
     stop: list | None = None
+    logit_bias: dict | None = None
+    stop_token_ids: list | None = None
+    vllm_xargs: Any = None
+    # vLLM 0.34: range-checked as SamplingParams checks them (fields.check_sampling_ranges), and
+    # the multimodal kwargs as chat's; the schema's other vLLM fields are checked only (schemas.lax)
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    mm_processor_kwargs: dict | None = None
+    media_io_kwargs: dict | None = None
 
 
 @dataclass
-class CompletionRenderRequest:
+class RenderOptions:
+    """vLLM 0.34's per-request multimodal kwargs of the render and tokenize routes (refused
+    without ``--trust-request-mm-kwargs``)."""
+    mm_processor_kwargs: Any = None
+    media_io_kwargs: Any = None
+
+
+@dataclass
+class CompletionRenderRequest(RenderOptions):
     model: Any = None
     prompt: tuple | None = None
 
 
 @dataclass
-class ChatRenderRequest(ChatTemplateOptions):
+class ChatRenderRequest(ChatTemplateOptions, RenderOptions):
     model: Any = None
     messages: list | None = None
     tools: list | None = None
 
 
 @dataclass
-class TokenizeRequest(ChatTemplateOptions):
+class TokenizeRequest(ChatTemplateOptions, RenderOptions):
     model: Any = None
     prompt: str | None = None
     messages: list | None = None

@@ -49,7 +49,8 @@ from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_
                    created_cache_tokens, dumps, prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
-from .fields import check_cache_salt, check_sampling_ranges, check_seed, check_stop, scheduling_priority
+from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
+                     check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
 from .sampling import responses_reasoning
 from generation.content.reasoning import content_text, reasoning_text
 
@@ -84,6 +85,11 @@ class ResponsesAdapter(Adapter):
         check_cache_salt(b.cache_salt)          # vLLM 0.34's ResponsesRequest checks these as chat's
         check_seed(b.seed)
         check_stop(b.stop)
+        check_extra_args(b.vllm_xargs, b.kv_transfer_params)
+        if b.logit_bias or b.stop_token_ids:
+            vocab = vocab_size(sim)
+            check_logit_bias(b.logit_bias, vocab)
+            check_stop_token_ids(b.stop_token_ids, vocab)
         with RESPONSES_FIELDS:
             check_tools(sim, tools, choice, None)
         ignore_eos = bool(b.ignore_eos)
@@ -96,6 +102,8 @@ class ResponsesAdapter(Adapter):
         if b.previous_response_id is not None:
             messages += previous_messages(store, b.previous_response_id)
         messages += to_chat_messages(inp)
+        if b.mm_processor_kwargs or b.media_io_kwargs:     # vLLM's renderer, before the prompt is built
+            check_mm_kwargs(sim, b.mm_processor_kwargs, b.media_io_kwargs)
         prompt = chat_prompt(sim, messages, echo_text(inp), "input", tools=tools)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,

@@ -310,6 +310,8 @@ _declare("tokenizer",
          Option("chat-template", "str", "", "Chat template: a Jinja file path or the template itself"),
          Option("trust-request-chat-template", "bool", False, "Accept a chat_template sent with a request "
                 "(vLLM's flag; without it such requests get 400)"),
+         Option("trust-request-mm-kwargs", "bool", False, "Accept a non-empty mm_processor_kwargs or "
+                "media_io_kwargs sent with a request (vLLM 0.34's flag; without it such requests get 400)"),
          Option("render-url", "str", "", "vLLM render service that tokenizes prompts (empty: tokenize locally)"),
          Option("render-timeout", _D, 30.0, "Timeout of a render-service call", unit="s"),
          Option("mm-render-timeout", _D, 60.0, "Timeout of a render-service call with images", unit="s"))

@@ -64,15 +64,25 @@ def test_reset_prefix_cache_refuses_while_blocks_are_held(app_client):
 
 @pytest.mark.parametrize("query", ["reset_running_requests=maybe", "reset_running_requests=", "reset_external=zzz"])
 def test_reset_prefix_cache_query_booleans_are_checked(app_client, query):
-    """vLLM's query booleans (FastAPI's): anything but a boolean spelling is a 400 naming it."""
+    """vLLM's query booleans (FastAPI's): anything but a boolean spelling is a 400 naming it
+    (``query.<name>``: the validation handler's ``clean_loc_for_param`` of its ``loc``)."""
     r = app_client(*KV, env=KV_ENV).post(f"/reset_prefix_cache?{query}")
-    assert r.status_code == 400 and r.json()["error"]["param"] == query.split("=")[0], r.text
+    name, raw = query.split("=")
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": f"1 validation error:\n  {{'type': 'bool_parsing', 'loc': 'query.{name}', 'msg': 'Input should be a "
+                   f"valid boolean, unable to interpret input', 'input': {raw!r}}}",
+        "type": "BadRequestError", "param": f"query.{name}", "code": 400}, r.text
 
 
 def test_server_info(app_client):
     api = app_client(env=DEV)
     text = api.get("/server_info").json()["vllm_config"]
     assert isinstance(text, str) and "max-model-len=1024" in text
+    r = api.get("/server_info?config_format=yaml")      # vLLM's Literal["text", "json"] query parameter
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "query.config_format")
+    assert r.json()["error"]["message"] == (
+        "1 validation error:\n  {'type': 'literal_error', 'loc': 'query.config_format', 'msg': \"Input should be 'text' "
+        "or 'json'\", 'input': 'yaml', 'ctx': {'expected': \"'text' or 'json'\"}}")
     cfg = api.get("/server_info?config_format=json").json()["vllm_config"]
     assert cfg["max-model-len"] == 1024 and cfg["model"] == "test-model"
 

@@ -132,7 +132,7 @@ def test_pooling_classify_tasks(classify):
 
 @pytest.mark.parametrize("body, param, text", [
     ({"input": "hi", "task": "classify"}, "task", "Unsupported task: 'classify' Supported tasks: ['embed', 'token_embed']"),
-    ({"input": "hi", "task": "encode"}, "task", "has been removed"),
+    ({"input": "hi", "task": "encode"}, "task", "`encode` task was removed; use `token_embed` or `token_classify` instead."),
     ({"input": "hi", "dimensions": 385}, "dimensions", "at most 384"),
     ({"input": ""}, "input", "empty"),
     ({}, "input", "input is required"),

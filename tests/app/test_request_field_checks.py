@@ -36,10 +36,19 @@ def test_logit_bias_checks(api, path, body):
     assert e["message"] == (f"token_id(s) [{VOCAB}, -1] in logit_bias contain out-of-vocab token ids. "
                             f"Vocabulary size: {VOCAB}")
     assert e["param"] == "logit_bias"
+    # vLLM 0.34's words (SamplingParams.from_optional), param logit_bias
     e = err(api, path, {**body, "logit_bias": {"a": 1, "7": 1, "1.5": 2}})
-    assert e["message"] == "logit_bias keys must be integer token ids; not integers: ['a', '1.5']"
-    e = err(api, path, {**body, "logit_bias": {"7": "high", "8": None, "9": True}})
-    assert e["message"] == "logit_bias values must be numbers; not numbers for token_id(s) ['7', '8', '9']"
+    assert (e["message"], e["param"]) == (
+        "logit_bias contains key(s) that cannot be converted to integer token IDs: ['a', '1.5']", "logit_bias")
+    # the values are pydantic's dict[str, float] (a boolean is a number there), checked first
+    e = err(api, path, {**body, "logit_bias": {"a": 1, "7": "high", "8": None, "9": True}})
+    assert (e["message"], e["param"]) == (
+        "2 validation errors:\n"
+        "  {'type': 'float_parsing', 'loc': 'body.logit_bias.7', 'msg': 'Input should be a valid number, unable to "
+        "parse string as a number', 'input': 'high'}\n"
+        "  {'type': 'float_type', 'loc': 'body.logit_bias.8', 'msg': 'Input should be a valid number', "
+        "'input': 'None'}", "body.logit_bias.7")
+    assert ok(api, path, {**body, "max_tokens": 2, "logit_bias": {"5": True}})["choices"]
     assert ok(api, path, {**body, "max_tokens": 2, "logit_bias": {"5": -100, "6": "2.5"}})["choices"]
 
 
@@ -87,7 +96,7 @@ def test_seed_outside_int64(api, seed, message):
     for path, body in ((CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"}),
                        (GENERATE, {"token_ids": [1], "sampling_params": {"seed": seed}})):
         e = err(api, path, {**body, "seed": seed})
-        assert (e["message"], e["param"]) == (message, "seed")
+        assert (e["message"], e["param"]) == (message, "body.seed")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "seed": 2 ** 63 - 1})
 
 

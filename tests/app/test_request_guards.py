@@ -86,3 +86,40 @@ def test_the_media_type_is_read_as_vllm_reads_it(api, ctype, status, path):
     assert r.status_code == status, r.text
     if status == 400:
         assert r.json()["error"] == NOT_JSON
+
+
+VLLM_GET = ["/health", "/health/", "/ping", "/version", "/load", "/is_sleeping", "/v1/models", "/v1/models/test-model",
+            "/server_info", "/kv_event_sources", "/tokenizer_info", "/v1/responses/resp_1", "/checkpoint/status"]
+
+
+@pytest.mark.parametrize("path", VLLM_GET)
+def test_head_on_a_vllm_get_route_is_405(app_client, path):
+    """vLLM's GET routes are FastAPI ``APIRoute``s, which take no HEAD (Starlette's plain
+    ``Route`` adds it, ``APIRoute`` does not): Starlette's 405, answered by FastAPI's default
+    handler (``{"detail": "Method Not Allowed"}``, 31 bytes, no body on the wire) with ``allow:
+    GET`` (``/ping``'s GET route is registered before its POST one).  Flask added HEAD to every
+    GET rule, so these answered 200.  GET is unchanged."""
+    c = app_client("--enable-sleep-mode", "--enable-tokenizer-info-endpoint", env={"VLLM_SERVER_DEV_MODE": "1"})
+    r = c.head(path)
+    assert r.status_code == 405, (path, r.status_code)
+    assert r.headers["allow"] == "GET"
+    assert r.headers["content-type"] == "application/json"
+    assert r.headers["content-length"] == str(len(b'{"detail":"Method Not Allowed"}'))
+    assert r.content == b""
+    assert c.get(path).status_code != 405      # served (a 404 for no such response, 503 before a checkpoint)
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/health/ready", "/admin/config"])
+def test_head_elsewhere_is_unchanged(api, path):
+    """``/metrics`` is prometheus' ASGI app in vLLM (any method is a 200); ``/health/ready``
+    and ``/admin/config`` are the simulator's own routes, which keep Flask's HEAD."""
+    r = api.head(path)
+    assert r.status_code == 200 and r.content == b""
+
+
+def test_head_on_a_post_route_or_no_route_is_fastapis_answer(api):
+    r = api.head("/v1/chat/completions")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.headers["content-length"] == str(len(b'{"detail":"Method Not Allowed"}'))
+    r = api.head("/no/such/route")
+    assert r.status_code == 404 and r.headers["content-length"] == str(len(b'{"detail":"Not Found"}'))

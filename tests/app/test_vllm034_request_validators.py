@@ -35,7 +35,7 @@ def test_stop_strings(api, path, body):
         "'input': '<list of 5 items>'}\n"
         "  {'type': 'too_long', 'loc': 'body.stop', 'msg': 'List should have at most 4 items after validation, "
         "not 5', 'input': '<list of 5 items>', 'ctx': {'field_type': 'List', 'max_length': 4, 'actual_length': 5}}",
-        "stop")
+        "body.stop")
     for stop in ("", ["a", ""]):
         assert err(api, path, {**body, "stop": stop}) == ("stop cannot contain an empty string.", "stop")
 
@@ -47,7 +47,7 @@ def test_bad_words(api, path, body):
         "bad_words cannot contain an empty string. Got bad_words=['x', '']", "bad_words")
     assert err(api, path, {**body, "bad_words": "x"}) == (
         "1 validation error:\n  {'type': 'list_type', 'loc': 'body.bad_words', 'msg': 'Input should be a valid "
-        "list', 'input': 'x'}", "bad_words")
+        "list', 'input': 'x'}", "body.bad_words")
 
 
 @pytest.mark.parametrize("path,body", BODIES)
@@ -73,12 +73,12 @@ def test_integer_field_bounds(api, path, body):
     and ``priority``, in vLLM's validation handler's words."""
     assert err(api, path, {**body, "stream_interval": 0}) == (
         "1 validation error:\n  {'type': 'greater_than_equal', 'loc': 'body.stream_interval', 'msg': 'Input should "
-        "be greater than or equal to 1', 'input': '0', 'ctx': {'ge': 1}}", "stream_interval")
-    assert err(api, path, {**body, "routed_experts_prompt_start": -1})[1] == "routed_experts_prompt_start"
+        "be greater than or equal to 1', 'input': '0', 'ctx': {'ge': 1}}", "body.stream_interval")
+    assert err(api, path, {**body, "routed_experts_prompt_start": -1})[1] == "body.routed_experts_prompt_start"
     assert err(api, path, {**body, "priority": 2 ** 63}) == (
         "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.priority', 'msg': 'Input should be less "
         "than or equal to 9223372036854775807', 'input': '9223372036854775808', 'ctx': {'le': 9223372036854775807}}",
-        "priority")
+        "body.priority")
     assert post(api, path, {**body, "stream_interval": 2, "routed_experts_prompt_start": 1}).status_code == 200
 
 
@@ -87,10 +87,10 @@ def test_vllm_xargs(api, path, body):
     assert post(api, path, {**body, "vllm_xargs": {"a": 1, "b": "x", "c": [1, 2.5, "y"]}}).status_code == 200
     assert err(api, path, {**body, "vllm_xargs": "x"}) == (
         "1 validation error:\n  {'type': 'dict_type', 'loc': 'body.vllm_xargs', 'msg': 'Input should be a valid "
-        "dictionary', 'input': 'x'}", "vllm_xargs")
+        "dictionary', 'input': 'x'}", "body.vllm_xargs")
     message, param = err(api, path, {**body, "vllm_xargs": {"a": {"b": 1}}})
     assert message.startswith("4 validation errors:\n  {'type': 'string_type', 'loc': 'body.vllm_xargs.a'")
-    assert param == "vllm_xargs.a"
+    assert param == "body.vllm_xargs.a"
 
 
 @pytest.mark.parametrize("path,body,field", [(CHAT, {"messages": MSG, "logprobs": True}, "top_logprobs"),
@@ -166,7 +166,7 @@ def test_responses_checks_cache_salt_seed_and_stop_as_chat(api):
     assert r.status_code == 400 and r.json()["error"]["message"].startswith(
         "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed'")
     r = api.post("/v1/responses", json={"model": "test-model", **body, "stop": list("abcde")})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.stop"
     r = api.post("/v1/responses", json={"model": "test-model", **body, "cache_salt": "ok", "seed": 7, "stop": ["x"]})
     assert r.status_code == 200, r.text
 

@@ -1,0 +1,158 @@
+"""vLLM 0.34's words for a request field pydantic refuses, and pydantic's reading of the types
+vLLM's request models declare.
+
+vLLM validates a body with pydantic (python mode, lax: ``"yes"`` is a boolean, ``"1.5"`` a
+number) and answers a failure with its validation handler
+(``serve/exception_handling/handlers/validation.py``: ``validation_exception_handler``): ``N
+validation error(s):`` and one line per error (at most 10, each cut at 1,000 characters), the
+error's ``loc`` cleaned to a dotted path (``body.stop``, ``query.level``) that is also the
+answer's ``param``.  The readers below (``read_bool``, ``read_float``, ...) accept what pydantic
+accepts and raise :class:`Mismatch` with pydantic's error type and message otherwise; the schema
+fields of :mod:`schemas.lax` and the nested checks here turn that into the 400."""
+from __future__ import annotations
+
+import math
+import re
+
+from ..errors import InvalidParam
+
+MAX_INPUT_CHARS = 200         # the handler's _MAX_ERROR_INPUT_CHARS: an echoed ``input`` is cut here
+MAX_REPORTED_ERRORS = 10      # _MAX_REPORTED_ERRORS
+MAX_ERROR_CHARS = 1000        # _MAX_ERROR_CHARS: one error's line
+
+
+def error_input(value):
+    """A field's value as vLLM 0.34's validation handler echoes it (``_summarize_error_input``):
+    a string as it is (cut at 200 characters), a container as ``<list of N items>``, anything
+    else as its ``str``."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_INPUT_CHARS else value[:MAX_INPUT_CHARS] + "...[truncated]"
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = str(value)
+    return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
+
+
+def validation_errors(errors: list, where: str = "body") -> InvalidParam:
+    """The handler's 400 for ``errors``, each ``(loc, value, type, msg)`` or ``(loc, value, type,
+    msg, ctx)`` with ``loc`` the dotted path below ``where`` (``body`` for a JSON or form field,
+    ``query`` for a query parameter); ``param`` is the first error's location."""
+    count = len(errors)
+    label = "error" if count == 1 else "errors"
+    lines = []
+    for loc, value, kind, msg, *ctx in errors[:MAX_REPORTED_ERRORS]:
+        error = {"type": kind, "loc": f"{where}.{loc}", "msg": msg, "input": error_input(value)}
+        if ctx:
+            error["ctx"] = ctx[0]
+        text = str(error)
+        lines.append(f"  {text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + '...[truncated]'}")
+    if count > MAX_REPORTED_ERRORS:
+        lines.append(f"  ...and {count - MAX_REPORTED_ERRORS} more {label}")
+    return InvalidParam(f"{count} validation {label}:\n" + "\n".join(lines), f"{where}.{errors[0][0]}")
+
+
+def pydantic_error(param: str, value, *errors: tuple, where: str = "body") -> InvalidParam:
+    """:func:`validation_errors` of ``errors`` (``(type, msg)`` or ``(type, msg, ctx)``), all on
+    ``value`` at ``param`` (``stop``, ``vllm_xargs.a``, ``level``)."""
+    return validation_errors([(param, value, *e) for e in errors], where)
+
+
+def literal_error(param: str, value, choices, where: str = "body") -> InvalidParam:
+    """pydantic's ``literal_error`` for a ``Literal[...]`` field (``Input should be 'a', 'b' or
+    'c'``, the same words in ``ctx.expected``)."""
+    return pydantic_error(param, value, literal_mismatch(choices).error, where=where)
+
+
+class Mismatch(Exception):
+    """A value pydantic refuses for a type: ``error`` is its ``(type, msg[, ctx])``."""
+
+    def __init__(self, *error):
+        super().__init__(error[1])
+        self.error = error
+
+
+def literal_mismatch(choices) -> Mismatch:
+    quoted = [repr(c) for c in choices]
+    expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return Mismatch("literal_error", f"Input should be {expected}", {"expected": expected})
+
+
+_TRUE = frozenset(("1", "on", "t", "true", "y", "yes"))
+_FALSE = frozenset(("0", "off", "f", "false", "n", "no"))
+_BOOL_PARSING = ("bool_parsing", "Input should be a valid boolean, unable to interpret input")
+_INT_STR = re.compile(r"\s*[+-]?\d(?:_?\d)*(?:\.0*)?\s*")
+
+
+def read_bool(v) -> bool:
+    """``bool``: a boolean, ``0`` / ``1`` (also as floats), or one of pydantic's words (``true``,
+    ``yes``, ``on``, ``t``, ``y``, ``1`` and their negatives, any case, no spaces)."""
+    if v is True or v is False:
+        return v
+    if isinstance(v, str):
+        low = v.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise Mismatch(*_BOOL_PARSING)
+    if isinstance(v, int):
+        if v in (0, 1):
+            return bool(v)
+        raise Mismatch(*_BOOL_PARSING)
+    if isinstance(v, float) and v in (0.0, 1.0):
+        return bool(v)
+    raise Mismatch("bool_type", "Input should be a valid boolean")
+
+
+def read_float(v) -> float:
+    """``float``: a number (a boolean counts, as 0.0 / 1.0) or a string ``float`` reads
+    (surrounding spaces allowed); not an integer too large for a float."""
+    if isinstance(v, (int, float)):
+        try:
+            return float(v)
+        except OverflowError:
+            raise Mismatch("float_type", "Input should be a valid number") from None
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            raise Mismatch("float_parsing", "Input should be a valid number, unable to parse string as a number") \
+                from None
+    raise Mismatch("float_type", "Input should be a valid number")
+
+
+def read_int(v) -> int:
+    """``int``: an integer (a boolean counts), a float without a fractional part, or a string of
+    digits (``"3"``, ``" 3 "``, ``"3.0"``, ``"1_000"``)."""
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise Mismatch("finite_number", "Input should be a finite number")
+        if not v.is_integer():
+            raise Mismatch("int_from_float", "Input should be a valid integer, got a number with a fractional part")
+        return int(v)
+    if isinstance(v, str):
+        if _INT_STR.fullmatch(v):
+            return int(v.strip().split(".")[0])
+        raise Mismatch("int_parsing", "Input should be a valid integer, unable to parse string as an integer")
+    raise Mismatch("int_type", "Input should be a valid integer")
+
+
+def read_str(v) -> str:
+    """``str``: a string (pydantic's lax mode takes no number or boolean for one)."""
+    if isinstance(v, str):
+        return v
+    raise Mismatch("string_type", "Input should be a valid string")
+
+
+def read_dict(v) -> dict:
+    if isinstance(v, dict):
+        return v
+    raise Mismatch("dict_type", "Input should be a valid dictionary")
+
+
+def read_list(v) -> list:
+    if isinstance(v, list):
+        return v
+    raise Mismatch("list_type", "Input should be a valid list")

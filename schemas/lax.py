@@ -1,0 +1,183 @@
+"""Fields of vLLM's request models that the simulator only checks, read as pydantic reads them
+(:mod:`generation.adapters.validation`) and refused in vLLM's validation handler's words: the
+400 ``1 validation error: {'type': ..., 'loc': 'body.<field>', ...}`` with ``param``
+``body.<field>`` (an :class:`~generation.errors.InvalidParam` raised from the field, past
+marshmallow's own messages).
+
+A field is read only when the body carries it (:func:`schemas.common.load` loads the fields
+present), so a request without them pays nothing.  ``null`` is "not given" where vLLM's type is
+optional and pydantic's type error where it is not (``length_penalty: float = 1.0``,
+``mm_payload: Literal[...]``, ``spaces_between_special_tokens: bool``)."""
+from __future__ import annotations
+
+from marshmallow import fields
+
+from generation.adapters.validation import (Mismatch, literal_mismatch, pydantic_error, read_bool, read_dict,
+                                            read_float, read_int, read_list, read_str, validation_errors)
+from generation.errors import InvalidParam
+
+
+class Lax(fields.Field):
+    """One value read by ``reader`` (``read_bool``, ``read_float``, ...); ``nullable=False``:
+    ``null`` is refused as pydantic refuses it for a non-optional field."""
+
+    def __init__(self, reader, *, nullable: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.reader = reader
+        self.nullable = nullable
+
+    def deserialize(self, value, attr=None, data=None, **kwargs):
+        if value is None and not self.nullable:
+            return self._deserialize(value, attr, data)
+        return super().deserialize(value, attr, data, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        try:
+            return self.reader(value)
+        except Mismatch as e:
+            raise pydantic_error(attr, value, e.error) from None
+
+
+def lax_bool(nullable: bool = True) -> Lax:
+    return Lax(read_bool, nullable=nullable)
+
+
+def lax_float(nullable: bool = True, ge: float | None = None, le: float | None = None) -> Lax:
+    """``float``, with pydantic's ``Field(ge=..., le=...)`` when given (its message shows an
+    integral bound without ``.0``, its ``ctx`` the float)."""
+    if ge is None and le is None:
+        return Lax(read_float, nullable=nullable)
+
+    def read(v):
+        x = read_float(v)
+        if ge is not None and x < ge:
+            raise Mismatch("greater_than_equal", f"Input should be greater than or equal to {_shown(ge)}", {"ge": ge})
+        if le is not None and x > le:
+            raise Mismatch("less_than_equal", f"Input should be less than or equal to {_shown(le)}", {"le": le})
+        return x
+    return Lax(read, nullable=nullable)
+
+
+def _shown(bound: float):
+    return int(bound) if float(bound).is_integer() else bound
+
+
+def lax_int() -> Lax:
+    return Lax(read_int)
+
+
+def lax_str(min_length: int | None = None, max_length: int | None = None) -> Lax:
+    """``str``, with pydantic's ``Field(min_length=..., max_length=...)`` when given."""
+    if min_length is None and max_length is None:
+        return Lax(read_str)
+
+    def read(v):
+        text = read_str(v)
+        if min_length is not None and len(text) < min_length:
+            raise Mismatch("string_too_short", f"String should have at least {min_length} "
+                           f"character{'' if min_length == 1 else 's'}", {"min_length": min_length})
+        if max_length is not None and len(text) > max_length:
+            raise Mismatch("string_too_long", f"String should have at most {max_length} "
+                           f"character{'' if max_length == 1 else 's'}", {"max_length": max_length})
+        return text
+    return Lax(read)
+
+
+def lax_dict() -> Lax:
+    return Lax(read_dict)
+
+
+def lax_literal(*choices, nullable: bool = False) -> Lax:
+    """``Literal[choices]`` (pydantic's ``literal_error``: ``Input should be 'a' or 'b'``)."""
+    def read(v):
+        if isinstance(v, str) and v in choices:
+            return v
+        raise literal_mismatch(choices)
+    return Lax(read, nullable=nullable)
+
+
+def _collect(attr: str, items, read) -> list:
+    """pydantic's errors of ``read`` on each ``(path, value)`` of ``items`` (all of them, as
+    pydantic reports every failing item), located below ``attr``."""
+    errors = []
+    for path, v in items:
+        try:
+            read(v)
+        except Mismatch as e:
+            errors.append((f"{attr}.{path}", v, *e.error))
+    return errors
+
+
+class DictOfDicts(fields.Field):
+    """``dict[str, dict[str, Any]]`` (vLLM's ``media_io_kwargs``: kwargs per modality)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise pydantic_error(attr, value, ("dict_type", "Input should be a valid dictionary"))
+        errors = _collect(attr, value.items(), read_dict)
+        if errors:
+            raise validation_errors(errors)
+        return value
+
+
+class ListOfStrDicts(fields.Field):
+    """``list[dict[str, str]]`` (chat's ``documents``, the RAG documents a template may read)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        try:
+            read_list(value)
+        except Mismatch as e:
+            raise pydantic_error(attr, value, e.error) from None
+        errors = []
+        for i, doc in enumerate(value):
+            if not isinstance(doc, dict):
+                errors.append((f"{attr}.{i}", doc, "dict_type", "Input should be a valid dictionary"))
+            else:
+                errors.extend(_collect(f"{attr}.{i}", doc.items(), read_str))
+        if errors:
+            raise validation_errors(errors)
+        return value
+
+
+REPETITION_FIELDS = ("max_pattern_size", "min_pattern_size", "min_count")
+
+
+class RepetitionDetection(fields.Field):
+    """vLLM 0.34's ``repetition_detection`` (``sampling_params.py``: ``RepetitionDetectionParams``,
+    a pydantic dataclass of three ints defaulting to 0; other keys ignored): an object (pydantic's
+    ``dataclass_type`` otherwise), its ints read as pydantic reads them, then its
+    ``__post_init__`` checks in their words (vLLM raises them without a parameter; the simulator
+    names the field).  Loads into ``{name: int}`` with the defaults filled in."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise pydantic_error(attr, value, ("dataclass_type", "Input should be a dictionary or an instance of "
+                                               "RepetitionDetectionParams", {"class_name": "RepetitionDetectionParams"}))
+        errors = _collect(attr, ((k, value[k]) for k in REPETITION_FIELDS if k in value), read_int)
+        if errors:
+            raise validation_errors(errors)
+        p = {k: read_int(value[k]) if k in value else 0 for k in REPETITION_FIELDS}
+        if p["max_pattern_size"] < 0 or p["min_pattern_size"] < 0 or p["min_pattern_size"] > p["max_pattern_size"]:
+            raise InvalidParam("max_pattern_size, min_pattern_size must be >=0, with min_pattern_size <= "
+                               "max_pattern_size. Set both to 0 to disable repetitive pattern detection.", attr)
+        if p["max_pattern_size"] > 0 and p["min_count"] < 2:
+            raise InvalidParam("min_count must be >= 2 to detect repetitive patterns in engine output. If you do not "
+                               "wish to detect repetitive patterns, set max_pattern_size to 0.", attr)
+        return p
+
+
+MM_PAYLOADS = ("tensors", "none")       # vLLM 0.34's MMPayload (generate/base/protocol.py)
+
+
+def mm_payload(raw: dict) -> str:
+    """The request's ``mm_payload`` (checked by its schema: ``lax_literal(*MM_PAYLOADS)``), its
+    default ``tensors``, or ``none`` for the deprecated ``return_mm_kwargs: false`` when
+    ``mm_payload`` is not given (vLLM's ``resolve_return_mm_kwargs_alias``, on the raw body)."""
+    value = raw.get("mm_payload")
+    if value is not None:
+        return value
+    return "none" if raw.get("return_mm_kwargs") is False else "tensors"
+
+
+__all__ = ["Lax", "lax_bool", "lax_float", "lax_int", "lax_str", "lax_dict", "lax_literal", "DictOfDicts", "ListOfStrDicts",
+           "RepetitionDetection", "MM_PAYLOADS", "mm_payload"]
