@@ -283,6 +283,12 @@ def test_kv_capacity_errors():
     seventy = preset("meta-llama/Llama-3.1-70B-Instruct")
     with pytest.raises(ConfigError, match="does not fit on H100.*try --tensor-parallel-size 2"):
         kv_cache_blocks(gpu_by_name("H100"), seventy)
+    # the hint is the smallest size that fits (64 heads, 8 KV heads: 3 is no size vLLM takes), not
+    # twice the one given: 131 GiB of weights on a 40 GiB L40S budget want 4 GPUs from 1 or 2
+    for tp in (1, 2):
+        with pytest.raises(ConfigError, match="does not fit on L40S.*try --tensor-parallel-size 4$"):
+            kv_cache_blocks(gpu_by_name("L40S"), seventy, tp=tp)
+    assert kv_cache_blocks(gpu_by_name("L40S"), seventy, tp=4) > 0
     with pytest.raises(ConfigError, match="No available memory for the cache blocks"):
         kv_cache_blocks(gpu_by_name("A100-40GB"), preset(LLAMA8), gpu_memory_utilization=0.42)
     with pytest.raises(ConfigError, match=r"heads \(32\) must be divisible by tensor parallel size \(3\)"):

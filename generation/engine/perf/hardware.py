@@ -191,6 +191,24 @@ def profile_overhead(arch: ModelArch, *, tp: int = 1, max_num_batched_tokens: in
             + LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp)
 
 
+def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
+    """What to try when ``weights`` (bytes, all ranks') do not fit ``budget`` (bytes per GPU) at
+    ``tp``: the smallest larger tensor-parallel size, up to 64, that vLLM accepts for the model
+    (:func:`check_tensor_parallel`) and that leaves room for the weights and the start-up
+    profile's overhead at the default batch."""
+    t = tp + 1
+    while t <= 64:
+        try:
+            check_tensor_parallel(arch, t)
+        except ConfigError:
+            t += 1
+            continue
+        if weights / t + profile_overhead(arch, tp=t) < budget:
+            return f"try --tensor-parallel-size {t}"
+        t += 1
+    return "no tensor-parallel size up to 64 fits it"
+
+
 def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
                         gpu_memory_utilization: float = 0.9, quantization: str = "",
                         max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> float:
@@ -207,7 +225,7 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
         raise ConfigError(
             f"{arch.name or 'the model'} ({weights / GiB:.2f} GiB of weights per GPU) does not fit "
             f"on {gpu.name} ({gpu.memory_gib:.2f} GiB x {gpu_memory_utilization} = "
-            f"{budget / GiB:.2f} GiB), try --tensor-parallel-size {2 * tp}", param="gpu")
+            f"{budget / GiB:.2f} GiB), {_tp_hint(arch, tp, budget, weights * tp)}", param="gpu")
     return budget - weights - profile_overhead(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                                                max_num_seqs=max_num_seqs)
 
