@@ -436,3 +436,15 @@ def test_stall_total_grids_the_time_lost_to_compiles(capsys):
     assert fit_jit("H100", base, grid=(0.6, 0.75), objective="stall-total").t_jit == 0.6
     out = capsys.readouterr().out
     assert "total stall in the first 20 s" in out and "5577/6094" in out and "6214/6094" in out
+
+
+def test_the_shipped_a100_profile_replays_its_published_point_with_the_fa2_share():
+    """``fit --gpu A100-40GB`` solves eta_w with FlashAttention 2's share in place: the shipped
+    profile replays the published batch-1 TPOT (13.3 ms) exactly, and without the share it would
+    not (the KV read of 1,024-1,152 cached tokens is slower at FA2's rate)."""
+    from generation.engine.perf.fit import published_value
+    from generation.engine.perf.published import PUBLISHED_STEPS
+    row = next(r for r in PUBLISHED_STEPS if r[0] == "A100-40GB")
+    shipped = load_constants("A100-40GB")[0]
+    assert published_value(row, shipped) == pytest.approx(13.3, abs=1e-3)
+    assert published_value(row, replace(shipped, eta_kv_fa2=1.0)) < 13.3 - 0.01
