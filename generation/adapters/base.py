@@ -129,7 +129,10 @@ def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
     """``--max-logprobs`` (vLLM's check, message included): ``value`` alternatives per token
     (``kind`` ``sample`` or ``prompt``), -1 counting as the whole vocabulary.  With no cap
     (``--max-logprobs -1``) a whole-vocabulary request is still refused: it would render 2**32
-    alternatives per token.  Raises InvalidParam naming ``field``."""
+    alternatives per token.  Raises InvalidParam naming ``field``; past the cap, vLLM's
+    ``SamplingParams._validate_logprobs`` error, whose parameter is the sampling field
+    (``logprobs`` or ``prompt_logprobs``: chat's and the Responses API's ``top_logprobs`` is
+    ``logprobs`` there)."""
     if value is None:
         return
     n = VOCAB_SIZE if value == -1 else value
@@ -140,8 +143,8 @@ def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
             size = getattr(sim.tokenizer, "vocab_size", None)
             real = size and size != VOCAB_SIZE         # the simulated tokenizer's 2**32 ids are no vocabulary
             asked = f"-1 (the whole vocabulary{f': {size} tokens' if real else ''})"
-        raise Rejected(f"Requested {kind} logprobs of {asked}, which is greater than max allowed: {cap}", field,
-                       None if value == -1 else value)
+        raise Rejected(f"Requested {kind} logprobs of {asked}, which is greater than max allowed: {cap}",
+                       "logprobs" if kind == "sample" else "prompt_logprobs", None if value == -1 else value)
     if value == -1:
         raise InvalidParam(f"`{field}` of -1 (the whole vocabulary) is not supported by the simulator.", field)
 
