@@ -29,7 +29,32 @@ class SimulatorError(Exception):
 
 
 class InvalidParam(SimulatorError):
-    """A request field is wrong or missing (vLLM's ``VLLMValidationError``); ``param`` names it."""
+    """A request field is wrong or missing; ``param`` names it.  The message is shown as it is:
+    pydantic's words (:func:`generation.adapters.validation.validation_errors`) or a check of
+    the simulator's own.  A check vLLM raises as ``VLLMValidationError`` is a :class:`Rejected`."""
+
+
+def vllm_message(message: str, parameter: str | None = None, value=None) -> str:
+    """``str()`` of vLLM 0.34's ``VLLMValidationError(message, parameter=, value=)``
+    (``vllm/exceptions.py``: ``VLLMValidationError.__str__``), which ``create_error_response``
+    (``serve/exception_handling/error_response.py``) sends as the message: `` (parameter=X,
+    value=Y)`` appended, each part only when not None, the value as ``f"{value}"`` prints it."""
+    extras = []
+    if parameter is not None:
+        extras.append(f"parameter={parameter}")
+    if value is not None:
+        extras.append(f"value={value}")
+    return f"{message} ({', '.join(extras)})" if extras else message
+
+
+class Rejected(InvalidParam):
+    """A check vLLM 0.34 raises as ``VLLMValidationError(message, parameter=, value=)`` outside
+    pydantic's validation (``SamplingParams``, the serving and rendering code, and the request
+    models' own validators, whose ``VLLMValidationError`` is no ``ValueError``, so pydantic lets
+    it through): the client reads :func:`vllm_message` and ``param`` is vLLM's ``parameter``."""
+
+    def __init__(self, message: str, parameter: str | None = None, value=None):
+        super().__init__(vllm_message(message, parameter, value), parameter)
 
 
 class FieldNames:
@@ -63,7 +88,12 @@ class FieldNames:
 
 
 class ContextLengthError(InvalidParam):
-    """Prompt plus completion do not fit ``--max-model-len``."""
+    """Prompt plus completion do not fit ``--max-model-len``.  ``parameter`` / ``value``: vLLM's
+    (its message ends in :func:`vllm_message`'s suffix), but ``param`` stays null, as case C07
+    asks (vLLM 0.34 names ``input_tokens`` / ``input_text`` there)."""
+
+    def __init__(self, message: str, parameter: str | None = None, value=None):
+        super().__init__(vllm_message(message, parameter, value))
 
 
 class ModelNotFound(SimulatorError):

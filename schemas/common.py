@@ -14,7 +14,7 @@ import gevent
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_load, validates_schema
 
 from generation.adapters import protocol as p
-from generation.errors import InvalidParam
+from generation.errors import InvalidParam, Rejected
 
 
 class StrictInt(fields.Integer):
@@ -49,11 +49,12 @@ INT64 = 1 << 63
 class LogprobCount(StrictInt):
     """A logprobs count (``logprobs``, ``top_logprobs``, ``prompt_logprobs``): vLLM 0.34's
     request validators (``check_logprobs``) refuse a value that is not a JSON number before
-    pydantic reads the field, with their own words (``"`top_logprobs` must be an integer."``)."""
+    pydantic reads the field, with their own words (``"`top_logprobs` must be an integer."``) and
+    ``VLLMValidationError``'s ``(parameter=top_logprobs, value=...)``."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, bool) or not isinstance(value, numbers.Number):
-            raise InvalidParam(f"`{attr}` must be an integer.", attr)
+            raise Rejected(f"`{attr}` must be an integer.", attr, value)
         return super()._deserialize(value, attr, data, **kwargs)
 
 

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 from generation.content import audio as au
 from generation.content import logprobs as lp
 from generation.engine.request import GenerationRequest, Prompt
-from ..errors import APIError, InvalidParam
+from ..errors import APIError, InvalidParam, Rejected
 from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
 from .validation import literal_error, pydantic_error
@@ -183,7 +183,7 @@ class SpeechToTextRequest:
         if not r.stream:
             for name in ("stream_include_usage", "stream_continuous_usage_stats"):
                 if getattr(r, name):
-                    raise InvalidParam("Stream options can only be defined when `stream=True`.", name)
+                    raise Rejected("Stream options can only be defined when `stream=True`.", name)
         xargs = form.get("vllm_xargs")
         if xargs is not None:
             try:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import orjson
 
 from generation import vllm_version
-from ..errors import InvalidParam, QueueFullError
+from ..errors import InvalidParam, Rejected, QueueFullError
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text, plain_message
 
@@ -102,10 +102,10 @@ def check_limits(max_tokens, ignore_eos: bool, n=None, field: str = "max_tokens"
     client used for the limit.  Raises InvalidParam naming the field."""
     if n is not None:
         if n < 1:
-            raise InvalidParam(f"n must be at least 1, got {n}.", "n")
+            raise Rejected(f"n must be at least 1, got {n}.")
         if n > MAX_N:
-            raise InvalidParam(f"n must be at most {MAX_N}, got {n}. To increase this limit, set the "
-                               "VLLM_MAX_N_SEQUENCES environment variable.", "n")
+            raise Rejected(f"n must be at most {MAX_N}, got {n}. To increase this limit, set the "
+                           "VLLM_MAX_N_SEQUENCES environment variable.")
     if max_tokens is not None and max_tokens <= 0:
         raise InvalidParam(f"{field} must be at least 1, got {max_tokens}. "
                            f"(Max completion tokens and max tokens should be positive)", field)
@@ -122,14 +122,17 @@ def check_logprobs_sign(value, field: str) -> None:
     """vLLM's protocol check: a logprobs count is positive, 0, or -1 (the whole vocabulary).
     Raises InvalidParam naming ``field``."""
     if value is not None and value < 0 and value != -1:
-        raise InvalidParam(f"`{field}` must be a positive value or -1.", field)
+        raise Rejected(f"`{field}` must be a positive value or -1.", field, value)
 
 
 def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
     """``--max-logprobs`` (vLLM's check, message included): ``value`` alternatives per token
     (``kind`` ``sample`` or ``prompt``), -1 counting as the whole vocabulary.  With no cap
     (``--max-logprobs -1``) a whole-vocabulary request is still refused: it would render 2**32
-    alternatives per token.  Raises InvalidParam naming ``field``."""
+    alternatives per token.  Raises InvalidParam naming ``field``; past the cap, vLLM's
+    ``SamplingParams._validate_logprobs`` error, whose parameter is the sampling field
+    (``logprobs`` or ``prompt_logprobs``: chat's and the Responses API's ``top_logprobs`` is
+    ``logprobs`` there)."""
     if value is None:
         return
     n = VOCAB_SIZE if value == -1 else value
@@ -140,7 +143,8 @@ def check_logprobs_cap(sim, value, field: str, kind: str = "sample") -> None:
             size = getattr(sim.tokenizer, "vocab_size", None)
             real = size and size != VOCAB_SIZE         # the simulated tokenizer's 2**32 ids are no vocabulary
             asked = f"-1 (the whole vocabulary{f': {size} tokens' if real else ''})"
-        raise InvalidParam(f"Requested {kind} logprobs of {asked}, which is greater than max allowed: {cap}", field)
+        raise Rejected(f"Requested {kind} logprobs of {asked}, which is greater than max allowed: {cap}",
+                       "logprobs" if kind == "sample" else "prompt_logprobs", None if value == -1 else value)
     if value == -1:
         raise InvalidParam(f"`{field}` of -1 (the whole vocabulary) is not supported by the simulator.", field)
 
@@ -504,7 +508,7 @@ def check_stream_options(opts, stream: bool) -> None:
     keys and values: ``{"include_usage": null}`` too) only with ``stream: true``.  Raises
     InvalidParam naming ``stream_options``."""
     if opts is not None and not stream and opts.given:
-        raise InvalidParam("Stream options can only be defined when `stream=True`.", "stream_options")
+        raise Rejected("Stream options can only be defined when `stream=True`.", "stream_options")
 
 
 def check_prompt_logprobs(value, stream: bool) -> None:
@@ -513,7 +517,7 @@ def check_prompt_logprobs(value, stream: bool) -> None:
     if value is None:
         return
     if stream and (value > 0 or value == -1):
-        raise InvalidParam("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+        raise Rejected("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
     check_logprobs_sign(value, "prompt_logprobs")
 
 

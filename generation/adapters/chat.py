@@ -12,7 +12,7 @@ import time
 from functools import partial
 
 from generation.content import logprobs as lp
-from ..errors import InvalidParam
+from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
 from .base import (per_request_metrics, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
@@ -43,7 +43,7 @@ class ChatAdapter(Adapter):
         check_structured_count(b.structured_outputs, b.tool_choice)
         check_stream_options(b.stream_options, stream)
         if b.logprob_token_ids and b.use_beam_search:
-            raise InvalidParam("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+            raise Rejected("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
         top = b.top_logprobs
         check_prompt_logprobs(b.prompt_logprobs, stream)
         # vLLM: with ``echo`` the prompt logprobs default to ``top_logprobs`` (not streamed)
@@ -52,7 +52,7 @@ class ChatAdapter(Adapter):
             self.prompt_lp = b.top_logprobs
         check_logprobs_sign(top, "top_logprobs")
         if top is not None and top != 0 and not b.logprobs:
-            raise InvalidParam("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+            raise Rejected("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         check_response_format_schema(b.response_format)
         model, lora = sim.resolve_model(b.model)
         if b.logprobs:
@@ -175,7 +175,7 @@ def chat_tools(tools, tool_choice) -> tuple[list | None, object]:
         if tool_choice in ("auto", "required"):
             tool_choice = "none"
     if tools is None and tool_choice is not None and tool_choice != "none":
-        raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
+        raise Rejected("When using `tool_choice`, `tools` must be set.", "tool_choice")
     return tools, tool_choice
 
 

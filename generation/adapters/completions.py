@@ -12,7 +12,7 @@ import time
 from functools import partial
 
 from generation.content import logprobs as lp
-from ..errors import InvalidParam
+from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text
@@ -31,13 +31,13 @@ def check_logprobs_order(b) -> None:
     """vLLM 0.34's completions ``check_logprobs`` on the combinations beam search and
     ``logprob_token_ids`` cannot serve (its first three checks, in its order)."""
     if b.logprob_token_ids and b.use_beam_search:
-        raise InvalidParam("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+        raise Rejected("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
     if b.use_beam_search and b.echo and b.logprobs is not None:
-        raise InvalidParam("`echo` with `logprobs` is not supported with beam search because beam search does not "
-                           "compute prompt logprobs.", "echo")
+        raise Rejected("`echo` with `logprobs` is not supported with beam search because beam search does not "
+                       "compute prompt logprobs.", "echo")
     if b.logprob_token_ids and b.echo and b.max_tokens == 0:
-        raise InvalidParam("`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
-                           "output tokens are generated.", "logprob_token_ids")
+        raise Rejected("`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
+                       "output tokens are generated.", "logprob_token_ids")
 
 
 class CompletionsAdapter(Adapter):
@@ -49,7 +49,7 @@ class CompletionsAdapter(Adapter):
         # vLLM's request validators (completion/protocol.py), before the model check
         if b.prompt is not None and b.prompt[0] == "text" and len(b.prompt[1]) > MAX_COMPLETION_PROMPTS:
             n = len(b.prompt[1])
-            raise InvalidParam(f"prompt list length {n} exceeds the maximum allowed count of {MAX_COMPLETION_PROMPTS}. "
+            raise Rejected(f"prompt list length {n} exceeds the maximum allowed count of {MAX_COMPLETION_PROMPTS}. "
                                "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment variable.",
                                "prompt")
         check_stream_options(b.stream_options, stream)
@@ -62,7 +62,7 @@ class CompletionsAdapter(Adapter):
         if b.suffix is not None:              # vLLM's renderer: "Return error for unsupported features"
             raise InvalidParam("suffix is not currently supported")
         if b.prompt is None:
-            raise InvalidParam(EMPTY_PROMPT, "prompt")
+            raise Rejected(EMPTY_PROMPT, "prompt")
         check_logprobs_cap(sim, b.logprobs, "logprobs")
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)

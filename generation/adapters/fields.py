@@ -9,7 +9,7 @@ import os
 
 from generation.tokenization.tokenizer import each_text
 
-from ..errors import InvalidParam
+from ..errors import InvalidParam, Rejected
 from .validation import Mismatch, pydantic_error, read_float, validation_errors
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -80,12 +80,12 @@ def check_logit_bias(bias, vocab: int) -> None:
         except ValueError:
             not_int.append(k)
     if not_int:
-        raise InvalidParam(f"logit_bias contains key(s) that cannot be converted to integer token IDs: {not_int!r}",
-                           "logit_bias")
+        raise Rejected(f"logit_bias contains key(s) that cannot be converted to integer token IDs: {not_int!r}",
+                       "logit_bias", not_int)
     bad = [t for t in ids if t < 0 or t >= vocab]
     if bad:
-        raise InvalidParam(f"token_id(s) {bad} in logit_bias contain out-of-vocab token ids. "
-                           f"Vocabulary size: {vocab}", "logit_bias")
+        raise Rejected(f"token_id(s) {bad} in logit_bias contain out-of-vocab token ids. "
+                       f"Vocabulary size: {vocab}", "logit_bias", bad)
 
 
 def check_stop_token_ids(ids, vocab: int) -> None:
@@ -95,15 +95,17 @@ def check_stop_token_ids(ids, vocab: int) -> None:
         return
     bad = [t for t in ids if t < 0 or t >= vocab][:10]
     if bad:
-        raise InvalidParam(f"token_id(s) {bad} in stop_token_ids contain out-of-vocab token ids. "
-                           f"Vocabulary size: {vocab}", "stop_token_ids")
+        raise Rejected(f"token_id(s) {bad} in stop_token_ids contain out-of-vocab token ids. "
+                       f"Vocabulary size: {vocab}", "stop_token_ids", bad)
 
 
-def check_prompt_ids(prompts, vocab: int, field: str = "prompt") -> None:
-    """vLLM's ``Token id N is out of vocabulary`` for pre-tokenized prompts (the largest id)."""
+def check_prompt_ids(prompts, vocab: int, field: str | None = None) -> None:
+    """vLLM's ``Token id N is out of vocabulary`` for pre-tokenized prompts (the largest id):
+    ``BaseRenderer.validate_token_ids``, whose ``parameter`` is None but where a caller names
+    one (``kv_transfer_params.prompt_token_ids``)."""
     top = max((max(p.ids) for p in prompts if p.ids), default=-1)
     if top >= vocab:
-        raise InvalidParam(f"Token id {top} is out of vocabulary", field)
+        raise Rejected(f"Token id {top} is out of vocabulary", field)
 
 
 MAX_CACHE_SALT = 128                      # vLLM 0.34 generate/base/protocol.py
@@ -117,10 +119,10 @@ def check_cache_salt(salt) -> None:
     if salt is None:
         return
     if not isinstance(salt, str) or not salt:
-        raise InvalidParam("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+        raise Rejected("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
     if len(salt) > MAX_CACHE_SALT or not CACHE_SALT_FORBIDDEN.isdisjoint(salt):
-        raise InvalidParam("Parameter 'cache_salt' must be at most 128 characters and must not contain "
-                           "'@', '/', '\\\\', or NUL.", "cache_salt")
+        raise Rejected("Parameter 'cache_salt' must be at most 128 characters and must not contain "
+                       "'@', '/', '\\\\', or NUL.", "cache_salt")
 
 
 MAX_LOGPROB_TOKEN_IDS = 128        # vLLM 0.34 sampling_params.py
@@ -135,10 +137,10 @@ def check_logprob_token_ids(ids, logprobs_on: bool, api: str = "chat") -> None:
         return
     if not logprobs_on:
         need = "must be set to true." if api == "chat" else "must be set."
-        raise InvalidParam(f"when using `logprob_token_ids`, `logprobs` {need}", "logprob_token_ids")
+        raise Rejected(f"when using `logprob_token_ids`, `logprobs` {need}", "logprob_token_ids")
     if len(ids) > MAX_LOGPROB_TOKEN_IDS:
-        raise InvalidParam(f"Requested logprob_token_ids of length {len(ids)}, which is greater than max allowed: "
-                           f"{MAX_LOGPROB_TOKEN_IDS}", "logprob_token_ids")
+        raise Rejected(f"Requested logprob_token_ids of length {len(ids)}, which is greater than max allowed: "
+                       f"{MAX_LOGPROB_TOKEN_IDS}", "logprob_token_ids", len(ids))
 
 
 def check_vocab_ids(b, vocab: int) -> None:
@@ -148,14 +150,15 @@ def check_vocab_ids(b, vocab: int) -> None:
     if ids:
         bad = [t for t in ids if t < 0 or t >= vocab][:16]
         if bad:
-            raise InvalidParam(f"token_id(s) {bad} in logprob_token_ids contain out-of-vocab token ids. "
-                               f"Vocabulary size: {vocab}", "logprob_token_ids")
+            raise Rejected(f"token_id(s) {bad} in logprob_token_ids contain out-of-vocab token ids. "
+                           f"Vocabulary size: {vocab}", "logprob_token_ids", bad)
     allowed = getattr(b, "allowed_token_ids", None)
     if allowed is not None:
         if not allowed:
-            raise InvalidParam("allowed_token_ids is not None and empty!", "allowed_token_ids")
+            raise Rejected("allowed_token_ids is not None and empty!", "allowed_token_ids", allowed)
         if any(t < 0 or t >= vocab for t in allowed):
-            raise InvalidParam("allowed_token_ids contains out-of-vocab token id!", "allowed_token_ids")
+            bad = [t for t in allowed if t < 0 or t >= vocab][:16]
+            raise Rejected("allowed_token_ids contains out-of-vocab token id!", "allowed_token_ids", bad)
 
 
 def scheduling_priority(sim, priority) -> int:
@@ -173,10 +176,9 @@ def check_min_tokens(min_tokens, max_tokens) -> None:
     if min_tokens is None:
         return
     if min_tokens < 0:
-        raise InvalidParam(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", "min_tokens")
+        raise Rejected(f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
     if max_tokens is not None and min_tokens > max_tokens:
-        raise InvalidParam(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
-                           "min_tokens")
+        raise Rejected(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.")
 
 
 def check_sampling_ranges(b) -> None:
@@ -191,30 +193,30 @@ def check_sampling_ranges(b) -> None:
     for name in ("presence_penalty", "frequency_penalty"):
         v = get(name)
         if v is not None and not -2.0 <= v <= 2.0:
-            raise InvalidParam(f"{name} must be in [-2, 2], got {v}.", name)
+            raise Rejected(f"{name} must be in [-2, 2], got {v}.")
     v = get("repetition_penalty")
     if v is not None:
         if not math.isfinite(v):
-            raise InvalidParam(f"repetition_penalty must be a finite number, got {v}.", "repetition_penalty")
+            raise Rejected(f"repetition_penalty must be a finite number, got {v}.")
         if v <= 0.0:
-            raise InvalidParam(f"repetition_penalty must be greater than zero, got {v}.", "repetition_penalty")
+            raise Rejected(f"repetition_penalty must be greater than zero, got {v}.")
     t = get("temperature")
     if t is not None:
         if not math.isfinite(t):
-            raise InvalidParam(f"temperature must be a finite number, got {t}.", "temperature")
+            raise Rejected(f"temperature must be a finite number, got {t}.", "temperature", t)
         if t < 0.0:
-            raise InvalidParam(f"temperature must be non-negative, got {t}.", "temperature")
+            raise Rejected(f"temperature must be non-negative, got {t}.", "temperature", t)
         if t > 2.0:
-            raise InvalidParam(f"temperature must be in [0, 2], got {t}.", "temperature")
+            raise Rejected(f"temperature must be in [0, 2], got {t}.", "temperature", t)
     v = get("top_p")
     if v is not None and not 0.0 < v <= 1.0:
-        raise InvalidParam(f"top_p must be in (0, 1], got {v}.", "top_p")
+        raise Rejected(f"top_p must be in (0, 1], got {v}.", "top_p", v)
     v = get("top_k")
     if v is not None and v < -1:
-        raise InvalidParam(f"top_k must be 0 (disable), or at least 1, got {v}.", "top_k")
+        raise Rejected(f"top_k must be 0 (disable), or at least 1, got {v}.")
     v = get("min_p")
     if v is not None and not 0.0 <= v <= 1.0:
-        raise InvalidParam(f"min_p must be in [0, 1], got {v}.", "min_p")
+        raise Rejected(f"min_p must be in [0, 1], got {v}.")
 
 
 MAX_STOP_STRINGS = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))        # vLLM 0.34 envs.py
@@ -234,7 +236,7 @@ def check_stop(stop) -> None:
                                           f"not {len(stop)}",
                               {"field_type": "List", "max_length": MAX_STOP_STRINGS, "actual_length": len(stop)}))
     if not all(stop):
-        raise InvalidParam("stop cannot contain an empty string.", "stop")
+        raise Rejected("stop cannot contain an empty string.")
 
 
 def check_bad_words(words) -> None:
@@ -250,8 +252,7 @@ def check_bad_words(words) -> None:
     if wrong:
         raise validation_errors(wrong)
     if not all(words):
-        raise InvalidParam(f"bad_words cannot contain an empty string. Got bad_words={list(dict.fromkeys(words))!r}",
-                           "bad_words")
+        raise Rejected(f"bad_words cannot contain an empty string. Got bad_words={list(dict.fromkeys(words))!r}")
 
 
 MAX_NUM_BAD_WORDS = int(os.environ.get("VLLM_MAX_NUM_BAD_WORDS", "128"))                  # vLLM 0.34 envs.py
@@ -274,13 +275,13 @@ def check_bad_words_tokens(tokenizer, words: list) -> None:
     seqs: list = []
     for plain, spaced in zip(encoded[::2], encoded[1::2]):
         if not plain[0]:
-            raise InvalidParam("bad_words entries must tokenize to at least one token.", "bad_words")
+            raise Rejected("bad_words entries must tokenize to at least one token.", "bad_words", list(dict.fromkeys(words)))
         for ids in (plain[0], spaced[0]):
             if ids is plain[0] or (ids and ids[0] != seqs[-1][0] and len(ids) == len(seqs[-1])):
                 seqs.append(ids)
                 if len(seqs) > MAX_NUM_BAD_WORDS:
-                    raise InvalidParam(f"Too many bad words after tokenization: {len(seqs)}. The max number is "
-                                       f"{MAX_NUM_BAD_WORDS}.", "bad_words")
+                    raise Rejected(f"Too many bad words after tokenization: {len(seqs)}. The max number is "
+                                   f"{MAX_NUM_BAD_WORDS}.", "bad_words", list(dict.fromkeys(words)))
     total = sum(map(len, seqs))
     if total > MAX_BAD_WORDS_TOTAL_TOKENS:
         raise InvalidParam(f"Too many total bad word tokens: {total}. The max is {MAX_BAD_WORDS_TOTAL_TOKENS}.",
@@ -296,7 +297,7 @@ def check_mm_kwargs(sim, mm_processor_kwargs, media_io_kwargs) -> None:
         return
     for name, value in (("mm_processor_kwargs", mm_processor_kwargs), ("media_io_kwargs", media_io_kwargs)):
         if value:
-            raise InvalidParam(f"Per-request {name} are disabled by default because they can change multimodal "
+            raise Rejected(f"Per-request {name} are disabled by default because they can change multimodal "
                                f"{'preprocessing' if name == 'mm_processor_kwargs' else 'media loading'} resource "
                                f"usage. Start the server with --trust-request-mm-kwargs only when clients are "
                                f"trusted.", name)
@@ -329,7 +330,7 @@ def check_extra_args(xargs, kv_transfer_params=None) -> None:
     while pending:
         v = pending.pop()
         if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v < 2 ** 64:
-            raise InvalidParam("extra_args integers must be between -2**63 and 2**64 - 1.", "extra_args")
+            raise Rejected("extra_args integers must be between -2**63 and 2**64 - 1.", "extra_args")
         if isinstance(v, dict):
             pending.extend(v.keys())
             pending.extend(v.values())
@@ -342,29 +343,29 @@ def check_greedy(b, n: int) -> None:
     ``n`` over 1 is refused (beam search builds no SamplingParams, so it is exempt)."""
     t = getattr(b, "temperature", None)
     if t is not None and t < SAMPLING_EPS and n > 1 and not getattr(b, "use_beam_search", False):
-        raise InvalidParam(f"n must be 1 when using greedy sampling, got {n}.", "n")
+        raise Rejected(f"n must be 1 when using greedy sampling, got {n}.")
 
 
 def check_structured_count(so, tool_choice=None, api: str = "chat") -> None:
     """vLLM 0.34's ``check_structured_outputs_count`` (a request validator, before the
     ``StructuredOutputsParams`` checks): at most one of ``json``, ``regex``, ``choice``, and on
-    chat none of them beside a named ``tool_choice``."""
+    chat none of them beside a named ``tool_choice`` (chat names no ``parameter``, completions
+    ``structured_outputs``)."""
     if not isinstance(so, dict):
         return
     count = sum(so.get(k) is not None for k in ("json", "regex", "choice"))
     if count > 1:
-        raise InvalidParam("You can only use one kind of constraints for structured outputs "
-                           "('json', 'regex' or 'choice').", "structured_outputs")
+        raise Rejected("You can only use one kind of constraints for structured outputs "
+                       "('json', 'regex' or 'choice').", None if api == "chat" else "structured_outputs")
     if api == "chat" and count and tool_choice is not None and tool_choice not in ("none", "auto", "required"):
-        raise InvalidParam("You can only either use constraints for structured outputs or tools, not both.",
-                           "structured_outputs")
+        raise Rejected("You can only either use constraints for structured outputs or tools, not both.")
 
 
 def check_response_format_schema(rf) -> None:
     """vLLM 0.34's ``validate_response_format``: ``type: json_schema`` needs ``json_schema``."""
     if isinstance(rf, dict) and rf.get("type") == "json_schema" and rf.get("json_schema") is None:
-        raise InvalidParam("When response_format type is 'json_schema', the 'json_schema' field must be provided.",
-                           "response_format")
+        raise Rejected("When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+                       "response_format")
 
 
 def check_openai_fields(sim, b, logprobs_on: bool, max_tokens, api: str = "chat") -> None:

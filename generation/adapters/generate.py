@@ -88,7 +88,7 @@ class GenerateAdapter(Adapter):
         if sp.max_tokens is not None:
             check_work(sim, *self._work(n * min(sp.max_tokens, sim.config.max_model_len)))
         prompt = Prompt(list(ids))
-        check_prompt_ids([prompt], prompt_vocab_size(sim), "token_ids")
+        check_prompt_ids([prompt], prompt_vocab_size(sim))
         if sim.config.mode == "echo":
             prompt.echo_ids, prompt.echo_pieces = list(ids), sim.tokenizer.id_pieces(ids)
         self.req = GenerationRequest(

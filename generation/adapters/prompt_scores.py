@@ -19,51 +19,54 @@ import base64
 import io
 
 from generation.content import logprobs as lp
-from generation.errors import InvalidParam
+from generation.errors import InvalidParam, Rejected
 
 FIELD = "prompt_logprob_token_ids"
 
 
 def check_prompt_scores(sp, prompt_len: int, stream: bool, max_len: int, max_logprobs: int, vocab: int) -> None:
-    """vLLM 0.34's checks, in its order; raises InvalidParam naming the field."""
+    """vLLM 0.34's checks, in its order (``SamplingParams._validate_logprobs``,
+    ``InputProcessor.process_inputs``), each with its ``parameter`` and ``value``."""
     rows = sp.prompt_logprob_token_ids
     if stream and rows is not None:
         raise InvalidParam("prompt_logprob_token_ids are not available when stream=true.", FIELD)
     if rows is not None:
         if (not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows)
                 or max(map(len, rows)) == 0):
-            raise InvalidParam("prompt_logprob_token_ids must be a non-empty integer array of shape "
-                               "[num_rows, num_ids].", FIELD)
+            raise Rejected("prompt_logprob_token_ids must be a non-empty integer array of shape "
+                           "[num_rows, num_ids].", FIELD, type(rows).__name__)   # a list has no .shape
         if len(rows) > max_len - 1:
-            raise InvalidParam(f"prompt_logprob_token_ids has {len(rows)} rows, but a prompt has at most "
-                               f"{max_len - 1} scored rows (max_model_len - 1).", FIELD)
+            raise Rejected(f"prompt_logprob_token_ids has {len(rows)} rows, but a prompt has at most "
+                           f"{max_len - 1} scored rows (max_model_len - 1).", FIELD, len(rows))
         width = max(map(len, rows))
         if max_logprobs != -1 and width > max_logprobs:
-            raise InvalidParam(f"Requested {width} token ids per row in prompt_logprob_token_ids, which is greater "
+            raise Rejected(f"Requested {width} token ids per row in prompt_logprob_token_ids, which is greater "
                                f"than max allowed: {max_logprobs}. Set max_logprobs (--max-logprobs) to at least "
-                               f"{width}.", FIELD)
+                           f"{width}.", FIELD, width)
         flat = [t for r in rows for t in r]
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in flat):
-            raise InvalidParam("prompt_logprob_token_ids must contain integer token ids.", FIELD)
-        if min(flat) < -1 or max(flat) >= vocab:
-            raise InvalidParam(f"prompt_logprob_token_ids contain out-of-vocab token ids (-1 pads a row). "
-                               f"Vocabulary size: {vocab}", FIELD)
+            raise Rejected("prompt_logprob_token_ids must contain integer token ids.", FIELD)
+        lo = -1 if any(len(r) < width for r in rows) else min(flat)     # vLLM pads short rows with -1
+        lo, hi = min(lo, min(flat)), max(flat)
+        if lo < -1 or hi >= vocab:
+            raise Rejected(f"prompt_logprob_token_ids contain out-of-vocab token ids (-1 pads a row). "
+                           f"Vocabulary size: {vocab}", FIELD, [lo, hi])
     start = sp.prompt_logprob_start
     if start is not None:
         if rows is None and sp.prompt_logprobs is None:
-            raise InvalidParam("prompt_logprob_start requires prompt_logprobs or prompt_logprob_token_ids.",
-                               "prompt_logprob_start")
+            raise Rejected("prompt_logprob_start requires prompt_logprobs or prompt_logprob_token_ids.",
+                           "prompt_logprob_start", start)
         if start < 0:
-            raise InvalidParam("prompt_logprob_start must be non-negative.", "prompt_logprob_start")
+            raise Rejected("prompt_logprob_start must be non-negative.", "prompt_logprob_start", start)
     start = start or 0
     if start and start >= prompt_len - 1:
-        raise InvalidParam(f"prompt_logprob_start must be less than prompt_len - 1 ({prompt_len - 1}) so at least "
-                           f"one prompt row is scored.", "prompt_logprob_start")
+        raise Rejected(f"prompt_logprob_start must be less than prompt_len - 1 ({prompt_len - 1}) so at least "
+                       f"one prompt row is scored.", "prompt_logprob_start", start)
     if rows is not None:
         want = max(prompt_len - 1 - start, 0)
         if len(rows) != want:
-            raise InvalidParam(f"prompt_logprob_token_ids has {len(rows)} rows, but the prompt has {want} scored "
-                               f"rows (prompt_len - 1 - prompt_logprob_start).", FIELD)
+            raise Rejected(f"prompt_logprob_token_ids has {len(rows)} rows, but the prompt has {want} scored "
+                           f"rows (prompt_len - 1 - prompt_logprob_start).", FIELD, len(rows))
 
 
 def prompt_fields(tokenizer, sp, ids: list) -> dict:

@@ -43,7 +43,7 @@ import time
 from dataclasses import asdict
 
 from generation.content import logprobs as lp
-from ..errors import FieldNames, InvalidParam
+from ..errors import FieldNames, InvalidParam, Rejected
 from generation.engine.request import GenerationRequest
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
@@ -66,7 +66,7 @@ class ResponsesAdapter(Adapter):
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
         if b.background and b.store is False:       # vLLM's ResponsesRequest.validate_background
-            raise InvalidParam("background can only be used when `store` is true", "background")
+            raise Rejected("background can only be used when `store` is true", "background")
         mot = b.max_output_tokens
         if mot is not None and mot <= 0:
             raise InvalidParam("max_output_tokens: must be a positive integer", "max_output_tokens")

@@ -25,12 +25,12 @@ def context_error(max_len: int, prompt: int, completion: int) -> ContextLengthEr
 
 def prompt_too_long(max_len: int, prompt: int) -> ContextLengthError:
     """vLLM 0.34's error for a prompt longer than the context (``TokenizeParams._token_len_check``
-    in ``vllm/renderers/params.py``).  ``param`` stays null, as case C07 asks (vLLM 0.34 names
-    ``input_tokens``)."""
+    in ``vllm/renderers/params.py``), ending in ``(parameter=input_tokens, value=N)``; ``param``
+    stays null, as case C07 asks (vLLM 0.34 names ``input_tokens``)."""
     return ContextLengthError(
         f"This model's maximum context length is {max_len} tokens. However, your prompt contains {prompt} "
         f"input tokens, which exceeds this limit even without any output tokens. Please reduce the length "
-        f"of the input prompt.")
+        f"of the input prompt.", "input_tokens", prompt)
 
 
 class OutputDecisions:

@@ -131,8 +131,9 @@ class Simulator(OutputDecisions, EngineState):
         return None if not per else self.config.max_model_len * per
 
     def check_prompt_chars(self, chars: int, param: str) -> None:
-        """Refuse at once (ContextLengthError naming ``param``) a prompt of ``chars`` characters
-        that cannot fit the context even at the tokenizer's most compact ratio: a 4 MB prompt
+        """Refuse at once (ContextLengthError) a prompt of ``chars`` characters in the request
+        field ``param`` that cannot fit the context even at the tokenizer's most compact ratio
+        (vLLM names ``parameter=input_text``, whatever the field; ``param`` null, case C07): a 4 MB prompt
         held the hub 5-6 s in the tokenizer before its length was refused."""
         limit = self.prompt_char_limit()
         if limit is not None and chars > limit:
@@ -140,7 +141,7 @@ class Simulator(OutputDecisions, EngineState):
             raise ContextLengthError(            # vLLM 0.34's words (TokenizeParams._text_len_check)
                 f"This model's maximum context length is {max_len} tokens. However, your prompt contains {chars} "
                 f"characters (more than {limit} characters, which is the upper bound for {max_len} input tokens). "
-                f"Please reduce the length of the input prompt.", param)
+                f"Please reduce the length of the input prompt.", "input_text", chars)
 
     def check_request_chat_template(self, chat_options: dict) -> None:
         """vLLM's guard on templates sent with a request: a Jinja template runs arbitrary loops,

@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 
 import orjson
 
-from generation.errors import InvalidParam
+from generation.errors import InvalidParam, Rejected
 from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, pattern_refusal,
                              resolve_pointer)
 
@@ -75,14 +75,14 @@ def _named_choice(tool_choice: dict) -> str:
     if fn is None and "name" in tool_choice:
         name, param = tool_choice["name"], "tool_choice.name"
     elif not isinstance(fn, dict):
-        raise InvalidParam(f"Invalid value for `function`: `{fn}` in `tool_choice`! {_USAGE}", "tool_choice.function")
+        raise Rejected(f"Invalid value for `function`: `{fn}` in `tool_choice`! {_USAGE}", "tool_choice.function")
     elif "name" not in fn:
-        raise InvalidParam(f"Expected field `name` in `function` in `tool_choice`! {_USAGE}",
-                           "tool_choice.function.name")
+        raise Rejected(f"Expected field `name` in `function` in `tool_choice`! {_USAGE}",
+                       "tool_choice.function.name")
     else:
         name, param = fn["name"], "tool_choice.function.name"
     if not isinstance(name, str) or not name:
-        raise InvalidParam(f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_USAGE}", param)
+        raise Rejected(f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_USAGE}", param)
     return name
 
 
@@ -97,8 +97,8 @@ def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
     if isinstance(tool_choice, str):
         if tool_choice in _CHOICE_MODES:
             return tool_choice, None
-        raise InvalidParam(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, \"none\", "
-                           f"\"auto\" or \"required\" are supported.", "tool_choice")
+        raise Rejected(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, \"none\", "
+                       f"\"auto\" or \"required\" are supported.", "tool_choice")
     if not isinstance(tool_choice, dict):
         raise InvalidParam("tool_choice: Input should be a string or an object.", "tool_choice")
     t = tool_choice.get("type")
@@ -145,10 +145,10 @@ class ToolValidator:
         names = self._validate_tools(tools)
         mode, name = parse_tool_choice(tool_choice)
         if tools is None and mode in ("required", "named"):
-            raise InvalidParam("When using `tool_choice`, `tools` must be set.", "tool_choice")
+            raise Rejected("When using `tool_choice`, `tools` must be set.", "tool_choice")
         if mode == "named" and name not in names:
-            raise InvalidParam(f"The tool `{name}` specified in `tool_choice` does not match any of the "
-                           f"specified `tools`", "tool_choice")
+            raise Rejected(f"The tool `{name}` specified in `tool_choice` does not match any of the "
+                       f"specified `tools`", "tool_choice")
 
     def _validate_tools(self, tools) -> set:
         if tools is None:

@@ -482,5 +482,5 @@ def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = 
         raise ContextLengthError(         # vLLM 0.34's words (TokenizeParams._text_len_check on the rendered prompt)
             f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
             f"{len(text)} characters (more than {max_chars} characters, which is the upper bound for "
-            f"{max_model_len} input tokens). Please reduce the length of the input prompt.", "messages")
+            f"{max_model_len} input tokens). Please reduce the length of the input prompt.", "input_text", len(text))
     return text

@@ -83,26 +83,28 @@ def test_transcription_stream_matches_and_counts_audio_tokens(sdk, c):
     ({"response_format": "verbose_json", "stream": "true"}, "verbose_json format doesn't support streaming case",
      "response_format"),
     ({"stream": "true", "use_beam_search": "true"}, "Streaming is not currently supported with beam search", "stream"),
-    ({"stream_include_usage": "true"}, "Stream options can only be defined when `stream=True`.",
-     "stream_include_usage"),
+    ({"stream_include_usage": "true"}, "Stream options can only be defined when `stream=True`. "
+                                       "(parameter=stream_include_usage)", "stream_include_usage"),
     ({"response_format": "xml"}, "1 validation error:\n  {'type': 'literal_error', 'loc': 'body.response_format', "
                                  "'msg': \"Input should be 'json', 'text', 'srt', 'verbose_json', 'vtt' or "
                                  "'diarized_json'\", 'input': 'xml', 'ctx': {'expected': \"'json', 'text', 'srt', "
                                  "'verbose_json', 'vtt' or 'diarized_json'\"}}", "body.response_format"),
     ({"temperature": "hot"}, "1 validation error:", "body.temperature"),
-    # vLLM builds SamplingParams from the form: chat's range checks (a fuzzing helper found them unchecked)
-    ({"temperature": "-1"}, "temperature must be non-negative, got -1.0.", "temperature"),
-    ({"top_p": "5"}, "top_p must be in (0, 1], got 5.0.", "top_p"),
-    ({"top_k": "-2"}, "top_k must be 0 (disable), or at least 1, got -2.", "top_k"),
-    ({"min_p": "3"}, "min_p must be in [0, 1], got 3.0.", "min_p"),
-    ({"repetition_penalty": "0"}, "repetition_penalty must be greater than zero, got 0.0.", "repetition_penalty"),
-    ({"frequency_penalty": "99"}, "frequency_penalty must be in [-2, 2], got 99.0.", "frequency_penalty"),
+    # vLLM builds SamplingParams from the form: chat's range checks (a fuzzing helper found them unchecked);
+    # its VLLMValidationError names a parameter for temperature and top_p only
+    ({"temperature": "-1"}, "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",
+     "temperature"),
+    ({"top_p": "5"}, "top_p must be in (0, 1], got 5.0. (parameter=top_p, value=5.0)", "top_p"),
+    ({"top_k": "-2"}, "top_k must be 0 (disable), or at least 1, got -2.", None),
+    ({"min_p": "3"}, "min_p must be in [0, 1], got 3.0.", None),
+    ({"repetition_penalty": "0"}, "repetition_penalty must be greater than zero, got 0.0.", None),
+    ({"frequency_penalty": "99"}, "frequency_penalty must be in [-2, 2], got 99.0.", None),
 ])
 def test_transcription_errors_are_vllms(c, fields, message, param):
     r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(0.5))}, data=fields)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["message"].startswith(message) and err["param"] == param
+    assert err["message"].startswith(message) and err["param"] == param, err
 
 
 def test_uploads_that_are_not_audio(c, sdk):

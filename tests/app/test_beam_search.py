@@ -34,7 +34,7 @@ def test_without_beam_search_temperature_0_refuses_n_over_1(api):
                                           "prompt": "Hello, my name is"})
     assert r.status_code == 400
     assert (r.json()["error"]["message"], r.json()["error"]["param"]) == (
-        "n must be 1 when using greedy sampling, got 2.", "n")
+        "n must be 1 when using greedy sampling, got 2.", None)
 
 
 def test_use_beam_search_must_be_a_boolean(api):

@@ -117,14 +117,14 @@ def test_n_above_vllm_max_is_400(client, path, body, n):
     assert r.status_code == 400
     assert r.json()["error"] == {"message": f"n must be at most 16384, got {n}. To increase this limit, set the "
                                             "VLLM_MAX_N_SEQUENCES environment variable.", "type": "BadRequestError",
-                                 "param": "n", "code": 400}
+                                 "param": None, "code": 400}     # vLLM's _verify_num_sequences names no parameter
     assert idle(client.sim)
 
 
 def test_generate_n_above_max_is_400(client):
     r = client.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2],
                                                    "sampling_params": {"max_tokens": 2, "n": 2 ** 63}})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert r.status_code == 400 and r.json()["error"]["param"] is None
 
 
 def test_huge_prompt_array_rejected_before_tokenizing(client, monkeypatch):
@@ -137,7 +137,8 @@ def test_huge_prompt_array_rejected_before_tokenizing(client, monkeypatch):
     assert r.status_code == 400
     assert r.json()["error"] == {"message": "prompt list length 800000 exceeds the maximum allowed count of 1024. "
                                             "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment "
-                                            "variable.", "type": "BadRequestError", "param": "prompt", "code": 400}
+                                            "variable. (parameter=prompt)", "type": "BadRequestError", "param": "prompt",
+                                 "code": 400}
     r = client.post("/v1/completions", json={"model": "test-model", "prompt": ["a"] * 1024, "n": 2, "max_tokens": 1})
     assert r.status_code == 429
     assert r.json()["error"] == {"message": "Failed to enqueue request, waiting requests queue is full",
@@ -220,16 +221,19 @@ def test_failure_after_admission_releases_the_slot(stream, monkeypatch):
 
 @pytest.mark.parametrize("path,body,param,msg", [
     ("/v1/completions", {"prompt": "a", "logprobs": 100_000}, "logprobs",
-     "Requested sample logprobs of 100000, which is greater than max allowed: 20"),
+     "Requested sample logprobs of 100000, which is greater than max allowed: 20 (parameter=logprobs, value=100000)"),
     ("/v1/completions", {"prompt": "a", "logprobs": -1}, "logprobs",
-     "Requested sample logprobs of -1 (the whole vocabulary), which is greater than max allowed: 20"),
-    ("/v1/completions", {"prompt": "a", "logprobs": -5}, "logprobs", "`logprobs` must be a positive value or -1."),
+     "Requested sample logprobs of -1 (the whole vocabulary), which is greater than max allowed: 20 "
+     "(parameter=logprobs)"),
+    ("/v1/completions", {"prompt": "a", "logprobs": -5}, "logprobs",
+     "`logprobs` must be a positive value or -1. (parameter=logprobs, value=-5)"),
     ("/v1/completions", {"prompt": "a", "prompt_logprobs": 21}, "prompt_logprobs",
-     "Requested prompt logprobs of 21, which is greater than max allowed: 20"),
-    ("/v1/chat/completions", {"messages": MSG, "logprobs": True, "top_logprobs": 100_000}, "top_logprobs",
-     "Requested sample logprobs of 100000, which is greater than max allowed: 20"),
+     "Requested prompt logprobs of 21, which is greater than max allowed: 20 (parameter=prompt_logprobs, value=21)"),
+    # chat's top_logprobs is SamplingParams.logprobs, the parameter vLLM's check names
+    ("/v1/chat/completions", {"messages": MSG, "logprobs": True, "top_logprobs": 100_000}, "logprobs",
+     "Requested sample logprobs of 100000, which is greater than max allowed: 20 (parameter=logprobs, value=100000)"),
     ("/v1/chat/completions", {"messages": MSG, "top_logprobs": 3}, "top_logprobs",
-     "when using `top_logprobs`, `logprobs` must be set to true."),
+     "when using `top_logprobs`, `logprobs` must be set to true. (parameter=top_logprobs)"),
 ])
 def test_logprob_bounds(client, path, body, param, msg):
     r = client.post(path, json={"model": "test-model", **body})
@@ -251,7 +255,8 @@ def test_responses_top_logprobs_follow_max_logprobs():
     r = c.post("/v1/responses", json={"model": "test-model", "input": "hi", "top_logprobs": 3,
                                       "include": ["message.output_text.logprobs"]})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "Requested sample logprobs of 3, which is greater than max allowed: 2"
+    assert r.json()["error"]["message"] == ("Requested sample logprobs of 3, which is greater than max allowed: 2 "
+                                             "(parameter=logprobs, value=3)")
     c.close()
 
 

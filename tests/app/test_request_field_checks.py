@@ -34,12 +34,13 @@ def ok(api, path, body) -> dict:
 def test_logit_bias_checks(api, path, body):
     e = err(api, path, {**body, "logit_bias": {"5": 1, str(VOCAB): 2, "-1": 3}})
     assert e["message"] == (f"token_id(s) [{VOCAB}, -1] in logit_bias contain out-of-vocab token ids. "
-                            f"Vocabulary size: {VOCAB}")
+                            f"Vocabulary size: {VOCAB} (parameter=logit_bias, value=[{VOCAB}, -1])")
     assert e["param"] == "logit_bias"
     # vLLM 0.34's words (SamplingParams.from_optional), param logit_bias
     e = err(api, path, {**body, "logit_bias": {"a": 1, "7": 1, "1.5": 2}})
     assert (e["message"], e["param"]) == (
-        "logit_bias contains key(s) that cannot be converted to integer token IDs: ['a', '1.5']", "logit_bias")
+        "logit_bias contains key(s) that cannot be converted to integer token IDs: ['a', '1.5'] "
+        "(parameter=logit_bias, value=['a', '1.5'])", "logit_bias")
     # the values are pydantic's dict[str, float] (a boolean is a number there), checked first
     e = err(api, path, {**body, "logit_bias": {"a": 1, "7": "high", "8": None, "9": True}})
     assert (e["message"], e["param"]) == (
@@ -55,7 +56,8 @@ def test_logit_bias_checks(api, path, body):
 @pytest.mark.parametrize("ids,bad", [([1, VOCAB], [VOCAB]), ([-3, 2], [-3])])
 def test_stop_token_ids_out_of_vocabulary(api, ids, bad):
     e = err(api, CHAT, {"messages": MSG, "stop_token_ids": ids})
-    assert e["message"] == f"token_id(s) {bad} in stop_token_ids contain out-of-vocab token ids. Vocabulary size: {VOCAB}"
+    assert e["message"] == (f"token_id(s) {bad} in stop_token_ids contain out-of-vocab token ids. "
+                            f"Vocabulary size: {VOCAB} (parameter=stop_token_ids, value={bad})")
     assert e["param"] == "stop_token_ids"
     e = err(api, GENERATE, {"token_ids": [1], "sampling_params": {"stop_token_ids": ids}})
     assert e["param"] == "stop_token_ids"
@@ -74,12 +76,12 @@ def test_prompt_ids_at_or_above_the_vocabulary_are_400s(hf_api):
     r = hf_api.post(COMPLETIONS, json={"prompt": [1, 2, vocab], "max_tokens": 1})
     assert r.status_code == 400
     assert r.json()["error"] == {"message": f"Token id {vocab} is out of vocabulary", "type": "BadRequestError",
-                                 "param": "prompt", "code": 400}
+                                 "param": None, "code": 400}
     r = hf_api.post(GENERATE, json={"token_ids": [vocab + 5, 1], "sampling_params": {"max_tokens": 1}})
     assert r.status_code == 400 and r.json()["error"]["message"] == f"Token id {vocab + 5} is out of vocabulary"
     assert hf_api.post(COMPLETIONS, json={"prompt": [1, 2, vocab - 1], "max_tokens": 1}).status_code == 200
     r = hf_api.post(CHAT, json={"messages": MSG, "logit_bias": {str(vocab): 1}})
-    assert r.json()["error"]["message"].endswith(f"Vocabulary size: {vocab}")
+    assert r.json()["error"]["message"].endswith(f"Vocabulary size: {vocab} (parameter=logit_bias, value=[{vocab}])")
 
 
 # ---- scalar checks ---------------------------------------------------------------------------------
@@ -103,7 +105,8 @@ def test_seed_outside_int64(api, seed, message):
 def test_cache_salt_must_be_a_non_empty_string(api):
     for path, body in ((CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"}), (GENERATE, {"token_ids": [1]})):
         e = err(api, path, {**body, "cache_salt": ""})
-        assert (e["message"], e["param"]) == ("Parameter 'cache_salt' must be a non-empty string if provided.",
+        assert (e["message"], e["param"]) == ("Parameter 'cache_salt' must be a non-empty string if provided. "
+                                              "(parameter=cache_salt)",
                                               "cache_salt")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "cache_salt": "tenant-a"})
 
@@ -114,20 +117,22 @@ def test_logprob_token_ids(api):
     search; completions' ``echo`` with ``max_tokens: 0`` generates nothing to score."""
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "logprob_token_ids": []})
     e = err(api, CHAT, {"messages": MSG, "logprob_token_ids": [1, 2]})
-    assert (e["message"], e["param"]) == ("when using `logprob_token_ids`, `logprobs` must be set to true.",
+    assert (e["message"], e["param"]) == ("when using `logprob_token_ids`, `logprobs` must be set to true. "
+                                          "(parameter=logprob_token_ids)",
                                           "logprob_token_ids")
     e = err(api, COMPLETIONS, {"prompt": "hi", "logprob_token_ids": [1]})
-    assert (e["message"], e["param"]) == ("when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
+    assert (e["message"], e["param"]) == ("when using `logprob_token_ids`, `logprobs` must be set. "
+                                          "(parameter=logprob_token_ids)", "logprob_token_ids")
     for path, body in ((CHAT, {"messages": MSG, "logprobs": True}), (COMPLETIONS, {"prompt": "hi", "logprobs": 1})):
         e = err(api, path, {**body, "logprob_token_ids": [1], "use_beam_search": True})
-        assert (e["message"], e["param"]) == ("`logprob_token_ids` is not supported with beam search.",
-                                              "logprob_token_ids")
+        assert (e["message"], e["param"]) == ("`logprob_token_ids` is not supported with beam search. "
+                                              "(parameter=logprob_token_ids)", "logprob_token_ids")
     e = err(api, COMPLETIONS, {"prompt": "hi", "logprobs": 1, "logprob_token_ids": [1], "echo": True, "max_tokens": 0})
     assert e["message"] == ("`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
-                            "output tokens are generated.")
+                            "output tokens are generated. (parameter=logprob_token_ids)")
     e = err(api, COMPLETIONS, {"prompt": "hi", "logprobs": 1, "echo": True, "use_beam_search": True})
     assert (e["message"], e["param"]) == ("`echo` with `logprobs` is not supported with beam search because beam "
-                                          "search does not compute prompt logprobs.", "echo")
+                                          "search does not compute prompt logprobs. (parameter=echo)", "echo")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "logprobs": True, "logprob_token_ids": [1]})
 
 
@@ -140,9 +145,10 @@ def test_empty_tools_and_tool_choice_without_tools(api):
         assert ok(api, CHAT, body)
     e = err(api, CHAT, {"messages": MSG, "tools": [], "tool_choice": {"type": "function", "function": {"name": "f"}}})
     assert (e["message"], e["param"]) == ("The tool `f` specified in `tool_choice` does not match any of the "
-                                          "specified `tools`", "tool_choice")
+                                          "specified `tools` (parameter=tool_choice)", "tool_choice")
     e = err(api, CHAT, {"messages": MSG, "tool_choice": "auto"})
-    assert (e["message"], e["param"]) == ("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    assert (e["message"], e["param"]) == ("When using `tool_choice`, `tools` must be set. (parameter=tool_choice)",
+                                          "tool_choice")
     assert ok(api, CHAT, {"messages": MSG, "max_tokens": 1, "tool_choice": "none"})
 
 
@@ -152,18 +158,18 @@ _F = [{"type": "function", "function": {"name": "f"}}]
 
 @pytest.mark.parametrize("tools, choice, message, param", [
     (_F, "bogus", 'Invalid value for `tool_choice`: bogus! Only named tools, "none", "auto" or "required" are '
-                  'supported.', "tool_choice"),
-    (None, "bogus", "When using `tool_choice`, `tools` must be set.", "tool_choice"),       # tools first
-    (_F, {"type": "function"}, f"Invalid value for `function`: `None` in `tool_choice`! {_USAGE}",
-     "tool_choice.function"),
-    (_F, {"type": "function", "function": "f"}, f"Invalid value for `function`: `f` in `tool_choice`! {_USAGE}",
-     "tool_choice.function"),
-    (_F, {"type": "function", "function": {}}, f"Expected field `name` in `function` in `tool_choice`! {_USAGE}",
-     "tool_choice.function.name"),
+                  'supported. (parameter=tool_choice)', "tool_choice"),
+    (None, "bogus", "When using `tool_choice`, `tools` must be set. (parameter=tool_choice)", "tool_choice"),       # tools first
+    (_F, {"type": "function"}, f"Invalid value for `function`: `None` in `tool_choice`! {_USAGE} "
+     "(parameter=tool_choice.function)", "tool_choice.function"),
+    (_F, {"type": "function", "function": "f"}, f"Invalid value for `function`: `f` in `tool_choice`! {_USAGE} "
+     "(parameter=tool_choice.function)", "tool_choice.function"),
+    (_F, {"type": "function", "function": {}}, f"Expected field `name` in `function` in `tool_choice`! {_USAGE} "
+     "(parameter=tool_choice.function.name)", "tool_choice.function.name"),
     (_F, {"type": "function", "function": {"name": ""}}, f"Invalid `name` in `function`: `` in `tool_choice`! "
-                                                         f"{_USAGE}", "tool_choice.function.name"),
+                                                         f"{_USAGE} (parameter=tool_choice.function.name)", "tool_choice.function.name"),
     (_F, {"type": "function", "function": {"name": 7}}, f"Invalid `name` in `function`: `7` in `tool_choice`! "
-                                                        f"{_USAGE}", "tool_choice.function.name"),
+                                                        f"{_USAGE} (parameter=tool_choice.function.name)", "tool_choice.function.name"),
 ])
 def test_bad_tool_choice_has_vllms_messages(api, tools, choice, message, param):
     """vLLM 0.34 ``chat_completion/protocol.py`` ``check_tool_usage``: the tools check first, then
@@ -211,7 +217,7 @@ def test_min_tokens_keeps_the_answer_going(app_client):
 
 def test_min_tokens_bounds(api):
     e = err(api, CHAT, {"messages": MSG, "max_tokens": 5, "min_tokens": 6})
-    assert (e["message"], e["param"]) == ("min_tokens must be less than or equal to max_tokens=5, got 6.", "min_tokens")
+    assert (e["message"], e["param"]) == ("min_tokens must be less than or equal to max_tokens=5, got 6.", None)
     e = err(api, COMPLETIONS, {"prompt": "hi", "min_tokens": -1})
     assert e["message"] == "min_tokens must be greater than or equal to 0, got -1."
 
@@ -305,9 +311,10 @@ def test_token_id_bounds_follow_the_models_vocab_size(hf_api):
         assert post(CHAT, {"messages": MSG, "stop_token_ids": [model - 1]}).status_code == 200
         e = post(CHAT, {"messages": MSG, "stop_token_ids": [model + 1]}).json()["error"]
         assert (e["message"], e["param"]) == (f"token_id(s) [{model + 1}] in stop_token_ids contain out-of-vocab "
-                                              f"token ids. Vocabulary size: {model}", "stop_token_ids")
+                                              f"token ids. Vocabulary size: {model} "
+                                              f"(parameter=stop_token_ids, value=[{model + 1}])", "stop_token_ids")
         e = post(CHAT, {"messages": MSG, "logit_bias": {str(model): 1}}).json()["error"]
-        assert e["message"].endswith(f"Vocabulary size: {model}")
+        assert e["message"].endswith(f"Vocabulary size: {model} (parameter=logit_bias, value=[{model}])")
         assert post(COMPLETIONS, {"prompt": [1, model - 1]}).status_code == 200
         e = post(COMPLETIONS, {"prompt": [1, model]}).json()["error"]
         assert e["message"] == f"Token id {model} is out of vocabulary"

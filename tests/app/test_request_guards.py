@@ -61,7 +61,8 @@ def test_a_plain_options_gets_the_routers_answer(app_client, flags):
 
 @pytest.mark.parametrize("path,body,param", [
     ("/v1/completions", {"prompt": "a", "logprobs": -1}, "logprobs"),
-    ("/v1/chat/completions", {"messages": USER, "logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    # chat's top_logprobs is SamplingParams.logprobs, the parameter vLLM's cap check names
+    ("/v1/chat/completions", {"messages": USER, "logprobs": True, "top_logprobs": -1}, "logprobs"),
 ])
 def test_logprobs_of_minus_one_names_the_whole_vocabulary(api, path, body, param):
     r = api.post(path, json={"model": "test-model", **body})

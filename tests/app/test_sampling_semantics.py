@@ -194,8 +194,10 @@ def test_chat_echo_streams_a_chunk_after_the_role_and_defaults_prompt_logprobs(a
     ("repetition_penalty", 0, "repetition_penalty must be greater than zero, got 0"),
 ])
 def test_sampling_ranges_are_vllms_400s_on_every_route(api, field, value, message):
-    """vLLM's SamplingParams._verify_args ranges (found accepted by a fuzzing helper): a 400 naming
-    the field, in each route's envelope; the edges stay accepted."""
+    """vLLM's SamplingParams._verify_args ranges (found accepted by a fuzzing helper): a 400 whose
+    message names the field, in each route's envelope; the edges stay accepted.  vLLM's
+    VLLMValidationError names a parameter (and so ends in its suffix) for temperature and top_p
+    only."""
     routes = [(CHAT, {"messages": MSGS, "max_tokens": 3}), ("/v1/completions", {"prompt": "hi", "max_tokens": 3}),
               ("/inference/v1/generate", None)]
     for path, body in routes:
@@ -206,7 +208,9 @@ def test_sampling_ranges_are_vllms_400s_on_every_route(api, field, value, messag
             r = api.post(path, json={"model": "test-model", **body, field: value})
         assert r.status_code == 400, (path, r.text)
         err = r.json()["error"]
-        assert message in err["message"] and err["param"] == field, (path, err)
+        named = field in ("temperature", "top_p")
+        assert message in err["message"] and err["param"] == (field if named else None), (path, err)
+        assert (f". (parameter={field}, value=" in err["message"]) == named, (path, err)
     if field in ("temperature", "top_p", "top_k"):
         r = api.post("/v1/messages", json={"model": "test-model", "max_tokens": 3, "messages": MSGS, field: value})
         assert r.status_code == 400 and r.json()["type"] == "error" and message in r.json()["error"]["message"]

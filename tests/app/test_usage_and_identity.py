@@ -118,7 +118,8 @@ def test_continuous_usage_first_chunk_carries_prompt_details(app_client):
 def test_any_non_empty_stream_options_without_a_stream_is_a_400(api, path, body, opts):
     r = api.post(path, json={"model": "test-model", **body, "stream_options": opts})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "Stream options can only be defined when `stream=True`."
+    assert r.json()["error"]["message"] == ("Stream options can only be defined when `stream=True`. "
+                                            "(parameter=stream_options)")
     assert r.json()["error"]["param"] == "stream_options"
 
 

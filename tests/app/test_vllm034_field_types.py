@@ -132,10 +132,11 @@ def test_bad_words_past_vllms_limits(api, path, body):
     word); a word of spaces alone tokenizes to nothing; at most
     ``VLLM_MAX_BAD_WORDS_TOTAL_TOKENS`` (1024) tokens in all (the engine's bound in vLLM)."""
     words = [f"w{i}" for i in range(129)]
-    assert err(api, path, {**body, "bad_words": words}) == (TOO_MANY.format(n=129, m=128), "bad_words")
+    assert err(api, path, {**body, "bad_words": words}) == (
+        TOO_MANY.format(n=129, m=128) + f" (parameter=bad_words, value={words})", "bad_words")
     assert post(api, path, {**body, "bad_words": words[:128] + words[:5]}).status_code == 200
     assert err(api, path, {**body, "bad_words": ["ok", "  "]}) == (
-        "bad_words entries must tokenize to at least one token.", "bad_words")
+        "bad_words entries must tokenize to at least one token. (parameter=bad_words, value=['ok', '  '])", "bad_words")
     tokens = len(api.sim.tokenizer.encode("x" * 5000)[0])
     assert tokens * 13 > 1024 >= tokens * 12
     assert err(api, path, {**body, "bad_words": [c * 5000 for c in "abcdefghijklm"]}) == (
@@ -161,7 +162,8 @@ def test_bad_words_count_the_spaced_form_when_it_is_another_token(hf_api, monkey
     assert hf_api.post(COMPLETIONS, json={**body, "bad_words": ["a"]}).status_code == 200
     assert hf_api.post(COMPLETIONS, json={**body, "bad_words": ["Hello", "the"]}).status_code == 200
     r = hf_api.post(COMPLETIONS, json={**body, "bad_words": ["Hello", "a"]})
-    assert (r.status_code, r.json()["error"]["message"]) == (400, TOO_MANY.format(n=3, m=2))
+    assert (r.status_code, r.json()["error"]["message"]) == (
+        400, TOO_MANY.format(n=3, m=2) + " (parameter=bad_words, value=['Hello', 'a'])")
 
 
 MM_REFUSED = ("Per-request {name} are disabled by default because they can change multimodal {what} resource usage. "
@@ -173,9 +175,11 @@ def test_mm_kwargs_need_the_servers_trust(app_client, api, path, body):
     """A non-empty ``mm_processor_kwargs`` / ``media_io_kwargs`` is refused unless the server
     runs ``--trust-request-mm-kwargs`` (vLLM 0.34's renderer); empty ones are nothing."""
     assert err(api, path, {**body, "mm_processor_kwargs": {"max_pixels": 100}}) == (
-        MM_REFUSED.format(name="mm_processor_kwargs", what="preprocessing"), "mm_processor_kwargs")
+        MM_REFUSED.format(name="mm_processor_kwargs", what="preprocessing") + " (parameter=mm_processor_kwargs)",
+        "mm_processor_kwargs")
     assert err(api, path, {**body, "media_io_kwargs": {"video": {"num_frames": 8}}}) == (
-        MM_REFUSED.format(name="media_io_kwargs", what="media loading"), "media_io_kwargs")
+        MM_REFUSED.format(name="media_io_kwargs", what="media loading") + " (parameter=media_io_kwargs)",
+        "media_io_kwargs")
     assert post(api, path, {**body, "mm_processor_kwargs": {}, "media_io_kwargs": {}}).status_code == 200
     trusting = app_client("--trust-request-mm-kwargs")
     assert post(trusting, path, {**body, "mm_processor_kwargs": {"max_pixels": 100},
@@ -221,10 +225,10 @@ def test_responses_fields(api):
         "{'ge': -2.0}")
     assert err(api, RESPONSES, {**body, "frequency_penalty": 2.5}) == one(
         "less_than_equal", "frequency_penalty", "Input should be less than or equal to 2", "'2.5'", "{'le': 2.0}")
-    assert err(api, RESPONSES, {**body, "top_k": -2}) == ("top_k must be 0 (disable), or at least 1, got -2.", "top_k")
-    assert err(api, RESPONSES, {**body, "min_p": 1.5}) == ("min_p must be in [0, 1], got 1.5.", "min_p")
+    assert err(api, RESPONSES, {**body, "top_k": -2}) == ("top_k must be 0 (disable), or at least 1, got -2.", None)
+    assert err(api, RESPONSES, {**body, "min_p": 1.5}) == ("min_p must be in [0, 1], got 1.5.", None)
     assert err(api, RESPONSES, {**body, "repetition_penalty": 0}) == (
-        "repetition_penalty must be greater than zero, got 0.0.", "repetition_penalty")
+        "repetition_penalty must be greater than zero, got 0.0.", None)
     m, p = err(api, RESPONSES, {**body, "service_tier": "fast"})
     assert p == "body.service_tier" and "Input should be 'auto', 'default', 'flex', 'scale' or 'priority'" in m
     m, p = err(api, RESPONSES, {**body, "truncation": "yes"})
@@ -235,7 +239,8 @@ def test_responses_fields(api):
                                                                       "Input should be a valid string",
                                                                       "'<list of 1 items>'")
     assert err(api, RESPONSES, {**body, "logit_bias": {"a": 1}}) == (
-        "logit_bias contains key(s) that cannot be converted to integer token IDs: ['a']", "logit_bias")
+        "logit_bias contains key(s) that cannot be converted to integer token IDs: ['a'] "
+        "(parameter=logit_bias, value=['a'])", "logit_bias")
     assert err(api, RESPONSES, {**body, "vllm_xargs": "x"}) == one("dict_type", "vllm_xargs",
                                                                     "Input should be a valid dictionary", "'x'")
     r = post(api, RESPONSES, {**body, "truncation": "auto", "service_tier": "auto", "top_k": 5, "min_p": 0.1,
@@ -267,14 +272,15 @@ def test_pooling_routes_check_cache_salt_as_chat(app_client, path, body):
     routes ignored ``cache_salt``."""
     c = app_client(*(CROSS_ENCODER if path == "/classify" else BI_ENCODER))
     for salt in ("a/b", "x" * 129, "a\x00"):
-        assert pool_err(c, path, {**body, "cache_salt": salt}) == (SALT, "cache_salt")
+        assert pool_err(c, path, {**body, "cache_salt": salt}) == (SALT + " (parameter=cache_salt)", "cache_salt")
     assert pool_err(c, path, {**body, "cache_salt": ""}) == (
-        "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+        "Parameter 'cache_salt' must be a non-empty string if provided. (parameter=cache_salt)", "cache_salt")
     assert pool_err(c, path, {**body, "cache_salt": 7}) == (
-        "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+        "Parameter 'cache_salt' must be a non-empty string if provided. (parameter=cache_salt)", "cache_salt")
     assert c.post(path, json={"model": "test-model", **body, "cache_salt": "x" * 128}).status_code == 200
     assert pool_err(c, path, {**body, "mm_processor_kwargs": {"a": 1}}) == (
-        MM_REFUSED.format(name="mm_processor_kwargs", what="preprocessing"), "mm_processor_kwargs")
+        MM_REFUSED.format(name="mm_processor_kwargs", what="preprocessing") + " (parameter=mm_processor_kwargs)",
+        "mm_processor_kwargs")
     message, param = pool_err(c, path, {**body, "padding": "longest"})
     assert param == "body.padding" and "Input should be 'max_length' or 'do_not_pad'" in message
 

@@ -159,7 +159,8 @@ def test_chat_prompt_logprobs(client):
 def test_prompt_logprobs_with_stream_is_400(client, path, body):
     r = client.post(path, json={"model": "test-model", **body, "stream": True, "prompt_logprobs": 1})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "`prompt_logprobs` are not available when `stream=True`."
+    assert r.json()["error"]["message"] == ("`prompt_logprobs` are not available when `stream=True`. "
+                                                "(parameter=prompt_logprobs)")
     assert r.json()["error"]["param"] == "prompt_logprobs"
 
 
@@ -181,7 +182,8 @@ def test_generate_logprobs(client):
 def test_max_logprobs_default_20(client):
     r = client.post("/v1/completions", json={"model": "test-model", "prompt": "Hi", "max_tokens": 2, "logprobs": 21})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "Requested sample logprobs of 21, which is greater than max allowed: 20"
+    assert r.json()["error"]["message"] == ("Requested sample logprobs of 21, which is greater than max allowed: 20 "
+                                                "(parameter=logprobs, value=21)")
     r = client.post("/v1/chat/completions", json={"model": "test-model", **CHAT, "logprobs": True, "top_logprobs": 21})
     assert r.status_code == 400 and "greater than max allowed: 20" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", json={"model": "test-model", **CHAT, "logprobs": True, "top_logprobs": 20})
@@ -189,7 +191,8 @@ def test_max_logprobs_default_20(client):
     r = client.post("/v1/completions", json={"model": "test-model", "prompt": "Hi", "max_tokens": 2,
                                              "prompt_logprobs": 21})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "Requested prompt logprobs of 21, which is greater than max allowed: 20"
+    assert r.json()["error"]["message"] == ("Requested prompt logprobs of 21, which is greater than max allowed: 20 "
+                                                "(parameter=prompt_logprobs, value=21)")
 
 
 def test_max_logprobs_flag():
@@ -203,7 +206,8 @@ def test_max_logprobs_flag():
 def test_top_logprobs_without_logprobs_is_400(client):
     r = client.post("/v1/chat/completions", json={"model": "test-model", **CHAT, "top_logprobs": 2})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "when using `top_logprobs`, `logprobs` must be set to true."
+    assert r.json()["error"]["message"] == ("when using `top_logprobs`, `logprobs` must be set to true. "
+                                                "(parameter=top_logprobs)")
     assert r.json()["error"]["param"] == "top_logprobs"
 
 
@@ -214,7 +218,7 @@ def test_top_logprobs_without_logprobs_is_400(client):
 def test_negative_logprobs_are_400(client, path, body, field):
     r = client.post(path, json={"model": "test-model", **body})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == f"`{field}` must be a positive value or -1."
+    assert r.json()["error"]["message"] == f"`{field}` must be a positive value or -1. (parameter={field}, value=-2)"
 
 
 def test_echo_logprobs_first_prompt_token_is_null(client):
@@ -258,7 +262,8 @@ def test_force_include_usage(path, body):
 def test_stream_options_without_stream_is_400(client, path, body):
     r = client.post(path, json={"model": "test-model", **body, "stream_options": {"include_usage": True}})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "Stream options can only be defined when `stream=True`."
+    assert r.json()["error"]["message"] == ("Stream options can only be defined when `stream=True`. "
+                                                "(parameter=stream_options)")
     assert r.json()["error"]["param"] == "stream_options"
 
 
@@ -376,7 +381,8 @@ def test_http_error_types_are_status_phrases(client):
 def test_negative_prompt_logprobs_is_400(client, path, body):
     r = client.post(path, json={"model": "test-model", **body, "prompt_logprobs": -2})
     assert r.status_code == 400
-    assert r.json()["error"] == {"message": "`prompt_logprobs` must be a positive value or -1.", "type": "BadRequestError",
+    assert r.json()["error"] == {"message": "`prompt_logprobs` must be a positive value or -1. "
+                                            "(parameter=prompt_logprobs, value=-2)", "type": "BadRequestError",
                                  "param": "prompt_logprobs", "code": 400}
     # 0 (the prompt token alone) streams: vLLM refuses only > 0 and -1 with stream
     r = client.post(path, json={"model": "test-model", **body, "prompt_logprobs": 0, "stream": True, "max_tokens": 2})

@@ -70,7 +70,7 @@ def test_seq_state_is_a_str_enum():
 
 def test_check_limits():
     base.check_limits(5, True, 3)
-    for args, param, msg in [((5, False, 0), "n", "n must be at least 1, got 0."),
+    for args, param, msg in [((5, False, 0), None, "n must be at least 1, got 0."),    # vLLM names no parameter
                              ((0, False, None), "max_tokens", "max_tokens must be at least 1, got 0."),
                              ((None, True, None), "max_tokens", "Ignore_eos is true")]:
         with pytest.raises(InvalidParam) as e:
