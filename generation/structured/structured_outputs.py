@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from generation.errors import InvalidParam
+from generation.errors import InvalidParam, Rejected
 from . import regex_sampler
 from .grammar import GrammarError, compile_grammar
 from .tool_validation import OUTPUT_SCHEMA_FAILURE
@@ -47,20 +47,20 @@ def constraint(validator, so: dict | None, param: str = "structured_outputs") ->
 
     ``validator``: the :class:`~generation.structured.tool_validation.ToolValidator` (its
     ``check_schema`` bounds a JSON Schema as for tools).  Raises InvalidParam naming
-    ``structured_outputs.<kind>`` for a bad value, or ``structured_outputs`` for zero / several
-    kinds at once (vLLM 0.34's ``StructuredOutputsParams.__post_init__`` messages; ``{}`` is
-    refused as there)."""
+    ``structured_outputs.<kind>`` for a bad value, or :class:`Rejected` naming no parameter for
+    zero / several kinds at once (vLLM 0.34's ``StructuredOutputsParams.__post_init__`` raises a
+    ``VLLMValidationError`` without one: ``param`` null; ``{}`` is refused as there)."""
     if so is None:
         return None
     if not isinstance(so, dict):
         raise InvalidParam(f"{param}: Input should be an object.", param)
     given = [k for k in KINDS if so.get(k) is not None]
     if len(given) > 1:
-        raise InvalidParam(f"You can only use one kind of structured outputs constraint but multiple are "
-                           f"specified: {params_repr(so)}", param)
+        raise Rejected(f"You can only use one kind of structured outputs constraint but multiple are "
+                       f"specified: {params_repr(so)}")
     if not given:
-        raise InvalidParam(f"You must use one kind of structured outputs constraint but none are "
-                           f"specified: {params_repr(so)}", param)
+        raise Rejected(f"You must use one kind of structured outputs constraint but none are "
+                       f"specified: {params_repr(so)}")
     if so[given[0]] is False:
         return None              # json_object: false is a kind to vLLM, and constrains nothing
     kind = given[0]

@@ -117,8 +117,9 @@ def test_structured_outputs_kinds(api, path, body):
         "You must use one kind of structured outputs constraint but none are specified: {'json': None, "
         "'regex': None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, "
         "'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None, "
-        "'_backend': None, '_backend_was_auto': False}", "structured_outputs")
-    message, _ = err(api, path, {**body, "structured_outputs": {"grammar": "root ::= \"a\"", "regex": "a"}})
+        "'_backend': None, '_backend_was_auto': False}", None)       # a VLLMValidationError naming no parameter
+    message, param = err(api, path, {**body, "structured_outputs": {"grammar": "root ::= \"a\"", "regex": "a"}})
+    assert param is None
     assert message.startswith("You can only use one kind of structured outputs constraint but multiple are "
                               "specified: {'json': None, 'regex': 'a', 'choice': None, 'grammar': 'root ::= \"a\"',")
 
