@@ -44,7 +44,6 @@ from .listening import BURST_WAITING
 from .loop_turns import DEADLINE_PRIORITY, EndTurns, IdleWork
 
 FINISH_WITHIN = 0.02              # s: a stream's end waits at most this (or one ITL) for an idle loop
-JOIN_BELOW = 16384                # bytes: writes due together are joined into one send while below this
 
 
 def usable_response(environ: dict):
@@ -468,35 +467,22 @@ class HubEmitter:
         self._emit()
 
     def _emit(self) -> None:
-        # Bytes are held until the next item is known: the last carry the end, and bytes that
-        # follow bytes (a stream's role chunk and first token, due together) leave in one send,
-        # one syscall where a burst's first tokens all fall due in the same few milliseconds.
-        held = None
+        held = None                    # bytes sent once the next item is known: the last carry the end
         try:
             for item in self.body_iter:
-                cls = item.__class__
-                if cls is not float and cls is not TokenSchedule:
-                    if not item:
-                        continue
-                    if held is None:
-                        held = item
-                    elif len(held) < JOIN_BELOW:
-                        held = b"".join((held, item))
-                    else:               # a large write goes alone: a full socket hands the rest back
-                        if not self._send(held, then=item):
-                            return
-                        held = item
-                    continue
                 if held is not None:
                     if not self._send(held, then=item):
                         return
                     held = None
+                cls = item.__class__
                 if cls is float:
                     self._arm(item)
                     return
                 if cls is TokenSchedule:
                     self._start_schedule(item)
                     return
+                if item:
+                    held = item
         except BaseException as e:     # noqa: BLE001 - handed to the greenlet, which raises it
             if held is None or self._send(held, then=e):
                 self._hand_back(("error", e))

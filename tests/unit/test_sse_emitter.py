@@ -52,27 +52,6 @@ def test_items_go_out_framed_and_never_before_their_deadline():
         pass
 
 
-def test_writes_due_together_leave_in_one_chunk():
-    """A stream's role chunk and first token come from one deadline: one send, one chunk (a
-    burst's first tokens all fall due within milliseconds); a large write still goes alone."""
-    server, client, resp = stream_pair()
-    t0 = time.monotonic()
-    big = b"y" * 20000
-
-    def body():
-        yield t0 + 0.01
-        yield b"data: role\n\n"
-        yield b"data: token\n\n"
-        yield t0 + 0.02
-        yield big
-        yield b"data: end\n\n"
-    it = body()
-    assert HubEmitter(seq(), it, resp, server._sock).run(next(it)) == ("done", None)
-    assert read_all(client, b"\r\n0\r\n\r\n") == (b"19\r\ndata: role\n\ndata: token\n\n\r\n"
-                                                   + b"4E20\r\n" + big + b"\r\nB\r\ndata: end\n\n\r\n0\r\n\r\n")
-    assert resp.sent == 25 + 20000 + 11
-
-
 def test_http_1_0_bodies_are_not_chunk_framed():
     server, client, resp = stream_pair(version=(1, 0))
     it = iter([b"data: x\n\n"])
