@@ -10,7 +10,7 @@ import time
 from flask import Blueprint, Response, current_app, request
 
 from generation import SIMULATOR_VERSION, vllm_version
-from generation.adapters.validation import literal_error, pydantic_error
+from generation.adapters.validation import Mismatch, literal_error, pydantic_error, read_bool, read_int
 from generation.errors import APIError
 
 from .common import json_response, simulator
@@ -64,22 +64,23 @@ def load():
     return json_response({"server_load": simulator().server_load})
 
 
-_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "t": True, "y": True,
-          "false": False, "0": False, "no": False, "off": False, "f": False, "n": False}
+def _query(name: str, read, default):
+    """A query parameter as FastAPI's pydantic reads its type (``read``:
+    :func:`~generation.adapters.validation.read_bool`, ``read_int``); anything else is vLLM's 400
+    naming ``query.<name>``."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        return read(raw)
+    except Mismatch as e:
+        raise pydantic_error(name, raw, e.error, where="query") from None
 
 
 def query_bool(name: str, default: bool) -> bool:
     """A query boolean as FastAPI reads one (``true``/``false``, ``1``/``0``, ``yes``/``no``,
-    ``on``/``off``, any case); anything else is vLLM's 400 naming ``query.<name>``
-    (pydantic's ``bool_parsing``, :func:`generation.adapters.fields.pydantic_error`)."""
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    value = _BOOLS.get(raw.lower())
-    if value is None:
-        raise pydantic_error(name, raw, ("bool_parsing", "Input should be a valid boolean, unable to interpret input"),
-                             where="query")
-    return value
+    ``on``/``off``, ``t``/``f``, ``y``/``n``, any case)."""
+    return _query(name, read_bool, default)
 
 
 def query_mode(default: str) -> str:
@@ -96,11 +97,7 @@ def _sleep_args() -> tuple[int, bool]:
     as vLLM's query parameters (``serve/dev/sleep/api_router.py``: ``level: Annotated[int,
     Query(ge=0, le=2)]``); returns ``(level, reset_connector)``."""
     raw = request.args.get("level", "1")
-    try:
-        level = int(raw)
-    except ValueError:
-        raise pydantic_error("level", raw, ("int_parsing", "Input should be a valid integer, unable to parse string "
-                                                           "as an integer"), where="query") from None
+    level = _query("level", read_int, 1)
     if level < 0:
         raise pydantic_error("level", raw, ("greater_than_equal", "Input should be greater than or equal to 0",
                                             {"ge": 0}), where="query")

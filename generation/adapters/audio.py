@@ -48,7 +48,7 @@ from generation.engine.request import GenerationRequest, Prompt
 from ..errors import APIError, InvalidParam, Rejected
 from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
-from .validation import literal_error, pydantic_error
+from .validation import Mismatch, literal_error, pydantic_error, read_bool, read_int
 
 # Whisper's languages (vLLM's ISO639_1_SUPPORTED_LANGS, whisper_utils.py) and the other codes
 # of the Whisper language map (transformers' LANGUAGES): accepted with a warning in vLLM
@@ -67,8 +67,6 @@ SOT, TRANSLATE, TRANSCRIBE, PREV, NO_TIMESTAMPS, FIRST_LANGUAGE = 50258, 50358, 
 TRANSCRIPTION_FORMATS = ("json", "text", "srt", "verbose_json", "vtt", "diarized_json")
 TRANSLATION_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 SERVED_FORMATS = ("text", "json", "verbose_json", "diarized_json")
-_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "t": True, "y": True,
-          "false": False, "0": False, "no": False, "off": False, "f": False, "n": False}
 
 
 def validation_error(kind: str, loc: str, msg: str, value) -> InvalidParam:
@@ -76,25 +74,24 @@ def validation_error(kind: str, loc: str, msg: str, value) -> InvalidParam:
     return pydantic_error(loc, value, (kind, msg))
 
 
-def _bool(form: dict, name: str, default=False):
-    v = form.get(name)
-    if v is None:
-        return default
-    b = _BOOLS.get(v.strip().lower())
-    if b is None:
-        raise validation_error("bool_parsing", name, "Input should be a valid boolean, unable to interpret input", v)
-    return b
-
-
-def _int(form: dict, name: str, default=None):
+def _read(form: dict, name: str, read, default):
+    """A form field as pydantic reads its type (``read``: :func:`~.validation.read_bool`,
+    :func:`~.validation.read_int`): a string pydantic does not take is its 400 on ``name``."""
     v = form.get(name)
     if v is None:
         return default
     try:
-        return int(v.strip())
-    except ValueError:
-        raise validation_error("int_parsing", name, "Input should be a valid integer, unable to parse string as an "
-                               "integer", v) from None
+        return read(v)
+    except Mismatch as e:
+        raise pydantic_error(name, v, e.error) from None
+
+
+def _bool(form: dict, name: str, default=False):
+    return _read(form, name, read_bool, default)
+
+
+def _int(form: dict, name: str, default=None):
+    return _read(form, name, read_int, default)
 
 
 def _float(form: dict, name: str, default=None):

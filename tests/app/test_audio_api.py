@@ -90,6 +90,11 @@ def test_transcription_stream_matches_and_counts_audio_tokens(sdk, c):
                                  "'diarized_json'\", 'input': 'xml', 'ctx': {'expected': \"'json', 'text', 'srt', "
                                  "'verbose_json', 'vtt' or 'diarized_json'\"}}", "body.response_format"),
     ({"temperature": "hot"}, "1 validation error:", "body.temperature"),
+    # pydantic reads form strings without stripping a boolean ("1" is one, " true" is not)
+    ({"stream": " true"}, "1 validation error:\n  {'type': 'bool_parsing', 'loc': 'body.stream', 'msg': 'Input "
+                          "should be a valid boolean, unable to interpret input', 'input': ' true'}", "body.stream"),
+    ({"n": "1.5"}, "1 validation error:\n  {'type': 'int_parsing', 'loc': 'body.n', 'msg': 'Input should be a "
+                   "valid integer, unable to parse string as an integer', 'input': '1.5'}", "body.n"),
     # vLLM builds SamplingParams from the form: chat's range checks (a fuzzing helper found them unchecked);
     # its VLLMValidationError names a parameter for temperature and top_p only
     ({"temperature": "-1"}, "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",

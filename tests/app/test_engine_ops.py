@@ -43,6 +43,10 @@ def test_sleep_answers_like_vllm_and_checks_its_query(app_client):
         "1 validation error:\n  {'type': 'literal_error', 'loc': 'query.mode', 'msg': \"Input should be 'abort', "
         "'wait' or 'keep'\", 'input': 'drop', 'ctx': {'expected': \"'abort', 'wait' or 'keep'\"}}")
     assert c.get("/is_sleeping").json() == {"is_sleeping": False}
+    # pydantic's int reading of a query: "0.0" and " 0 " are 0, as FastAPI takes them
+    r = c.post("/sleep", params={"level": "0.0"})
+    assert r.json() == {"status": "sleeping", "level": 0}
+    c.post("/wake_up")
     r = c.post("/sleep", params={"level": "0"})           # level 0: scheduling paused, the cache kept
     assert r.json() == {"status": "sleeping", "level": 0}
     m = scrape(c)
