@@ -56,10 +56,22 @@ def make_self_signed_cert(directory: str, host: str = "") -> tuple[str, str]:
     return certfile, keyfile
 
 
+_SELF_SIGNED_DIRS: list[str] = []
+
+
+def remove_self_signed_files() -> None:
+    """Remove the ``--self-signed-certs`` directory once the listeners' TLS context holds the
+    pair: a private key never outlives the server's start-up on disk, even when the process is
+    killed (SIGKILL runs no ``atexit``; tests and Kubernetes both kill)."""
+    import shutil
+    while _SELF_SIGNED_DIRS:
+        shutil.rmtree(_SELF_SIGNED_DIRS.pop(), True)
+
+
 def tls_files(config) -> dict | None:
     """The TLS settings for gunicorn (``certfile``, ``keyfile``, ``ca_certs``), or None for
     plain HTTP.  ``--self-signed-certs`` makes a pair in a private temporary directory
-    (mode 0700, removed at exit).  The pair is loaded once here so that a bad file is one line
+    (mode 0700), removed by :func:`remove_self_signed_files` once the worker has loaded it.  The pair is loaded once here so that a bad file is one line
     at start-up (raises ValueError naming the flag), not a failure per connection."""
     import ssl
     certfile = getattr(config, "ssl_certfile", "") or ""
@@ -72,6 +84,7 @@ def tls_files(config) -> dict | None:
         import tempfile
         directory = tempfile.mkdtemp(prefix="vllm-sim-tls-")
         atexit.register(shutil.rmtree, directory, True)
+        _SELF_SIGNED_DIRS.append(directory)
         certfile, keyfile = make_self_signed_cert(directory, config.host)
     elif bool(certfile) != bool(keyfile):
         raise ValueError("both ssl-certfile and ssl-keyfile must be provided together")

@@ -199,10 +199,21 @@ class SimWorker(GeventWorker):
         from .gc_pause import install as install_gc_pause
         self.arrived = install_gc_pause(get_hub().loop, idle).on_arrival
 
+    _tls_context = None
+
+    def tls_context(self):
+        """gunicorn's TLS context for the listeners, made once (a fleet's later pods share
+        it); the self-signed pair's files are removed as soon as it is loaded."""
+        if self._tls_context is None:
+            from .tls import remove_self_signed_files
+            self._tls_context = ssl_context(self.cfg)
+            remove_self_signed_files()
+        return self._tls_context
+
     def accept_on(self, sock):
         """A started accept server on the listening ``sock``: each connection counted for the
         collector's pause and handled with the listener's name read once (:class:`NamedListener`)."""
-        ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        ssl_args = {"ssl_context": self.tls_context()} if self.cfg.is_ssl else {}
         sock.setblocking(1)
         server = accept_server(sock, counted(self.arrived, partial(self.handle, NamedListener(sock))),
                                self.worker_connections, self.cfg.keepalive or KEEPALIVE_SECONDS, **ssl_args)

@@ -35,11 +35,11 @@ def test_api_key_on_a_real_server(live_client):
 
 
 # ---- TLS ---------------------------------------------------------------------------------------
-def _start_tls(tmp_path, *flags):
+def _start_tls(tmp_path, *flags, env=None):
     port = free_port()
     log = tmp_path / f"tls-{port}.log"
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1",
-                             *flags], cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+                             *flags], cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
     base = f"https://127.0.0.1:{port}"
     import time
     deadline = time.monotonic() + 30
@@ -81,11 +81,16 @@ def test_https_with_given_certificate(tmp_path):
 
 @pytest.mark.server
 def test_https_with_self_signed_certificate(tmp_path):
+    import os
+
     import openai
-    proc, base, log = _start_tls(tmp_path, "--self-signed-certs")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc, base, log = _start_tls(tmp_path, "--self-signed-certs", env={**os.environ, "TMPDIR": str(temp)})
     try:
         with httpx.Client(verify=False, timeout=10) as c:
             assert c.get(base + "/health").status_code == 200
+            assert list(temp.iterdir()) == []     # the private key is off the disk once loaded
             client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0, http_client=c)
             r = client.chat.completions.create(**CHAT)
             assert r.usage.completion_tokens == 3
