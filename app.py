@@ -44,7 +44,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from blueprints.errors import error_response, internal_error
 
     config = config or load_config([])
-    app = Flask("vllm_sim")
+    app = Flask("vllm_sim", static_folder=None)          # vLLM serves no /static/<file>
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False       # OPTIONS: a 405 / 404 as vLLM's router
     # Starlette's router (vLLM's) matches the path as sent: "//v1/models" and "/v1//models" are
     # 404s there; Werkzeug merged the slashes (served the first, 308-redirected the second), so a
@@ -100,19 +100,20 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
 
     @app.errorhandler(HTTPException)
     def _http_error(err: HTTPException):
-        # vLLM's http_exception_handler: type is the status phrase ("Method Not Allowed", "Not
-        # Found"); routing errors on /v1/messages keep Anthropic's envelope.
+        # Routing errors (unknown path, wrong method) are Starlette's own HTTPException in vLLM,
+        # which FastAPI's default handler answers: {"detail": "Not Found"} (routing_error).
+        # Other HTTP errors (a 413) take vLLM's envelope with the status phrase as type;
+        # on /v1/messages Anthropic's envelope.
         from flask import request
-        from blueprints.errors import anthropic_error_response, head_routing_error, http_error_type
+        from blueprints.errors import anthropic_error_response, http_error_type, routing_error
         status = err.code or 500
-        # routing errors: Werkzeug's stock text ("The requested URL was not found...") is
-        # Starlette's detail there, the status phrase ("Not Found"); other descriptions are kept
+        # Werkzeug's stock text ("The requested URL was not found...") marks a routing error
         stock = status in (404, 405) and err.description == type(err).description
         message = err.name if stock or not err.description else err.description
         if request.path.startswith("/v1/messages"):
             resp = anthropic_error_response(message, status)
-        elif stock and request.method == "HEAD":
-            return head_routing_error(status, getattr(err, "valid_methods", None))
+        elif stock:
+            return routing_error(status, getattr(err, "valid_methods", None))
         else:
             body = {"error": {"message": message, "type": http_error_type(status),
                               "param": None, "code": status}}

@@ -57,7 +57,7 @@ def openai_body(err: SimulatorError, status: int | None = None) -> dict:
 
 
 def http_error_type(status: int) -> str:
-    """The error ``type`` of a routing/HTTP error (wrong method, unknown path, body too large):
+    """The error ``type`` of an HTTP error other than routing's (a body too large):
     the status phrase, as vLLM's ``http_exception_handler`` reports ``HTTPStatus(code).phrase``
     (``405`` -> ``"Method Not Allowed"``).  413 keeps ``RequestEntityTooLarge``: the body limit
     is the simulator's own (vLLM has none) and its chunked-body check answers that type."""
@@ -118,21 +118,24 @@ VLLM_GET_ROUTES = frozenset({
 def refuse_head(app) -> None:
     """Take HEAD off the rules of :data:`VLLM_GET_ROUTES` (once, when the app is built: no cost
     per request); Werkzeug then answers HEAD there with its 405, which
-    :func:`head_routing_error` words as vLLM does."""
+    :func:`routing_error` words as vLLM does."""
     for rule in app.url_map.iter_rules():
         if rule.endpoint in VLLM_GET_ROUTES:
             rule.methods.discard("HEAD")
 
 
-def head_routing_error(status: int, valid_methods) -> Response:
-    """A routing error (404, 405) on a HEAD request, as vLLM's server answers it: Starlette's
-    router raises its own ``HTTPException``, which vLLM's ``http_exception_handler`` (registered
-    for FastAPI's subclass, ``serve/exception_handling/register.py``) does not catch, so
-    FastAPI's default handler answers ``{"detail": "<status phrase>"}`` (the body a HEAD
-    response leaves out; its length is in ``Content-Length``) with ``allow`` naming the method
-    of the route the path matched: a route's single method, ``GET`` for ``/ping``, whose GET
-    route is registered before its POST one."""
+def routing_error(status: int, valid_methods) -> Response:
+    """A routing error (404: no route has the path; 405: the path's routes take other methods)
+    as vLLM's server answers it: Starlette's router raises its own ``HTTPException``, which
+    vLLM's ``http_exception_handler`` (registered for FastAPI's subclass,
+    ``serve/exception_handling/register.py``) does not catch, so FastAPI's default handler
+    answers ``{"detail": "<status phrase>"}`` (vLLM's ``pooling/classify/test_online.py::
+    test_score`` reads it; a HEAD response leaves the body out, its length stays in
+    ``Content-Length``) with ``allow`` naming the methods of the first route the path matched: a
+    route's single method, ``GET`` for ``/ping``, whose GET route is registered before its POST
+    one."""
     resp = Response(orjson.dumps({"detail": HTTPStatus(status).phrase}), status=status, mimetype=JSON_MIME)
     if status == 405 and valid_methods:
-        resp.headers["Allow"] = "GET" if "GET" in valid_methods else ", ".join(valid_methods)
+        methods = [m for m in valid_methods if m not in ("HEAD", "OPTIONS")] or list(valid_methods)
+        resp.headers["Allow"] = "GET" if "GET" in methods else ", ".join(methods)
     return resp

@@ -357,7 +357,7 @@ class RequestGuard:
         if environ.get("PATH_INFO", "").startswith("//") and not (
                 method == "OPTIONS" and environ.get("HTTP_ORIGIN")
                 and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ):
-            return self._error(environ, start_response, 404, "Not Found", "Not Found")
+            return self._error(environ, start_response, 404, "Not Found", "Not Found")     # FastAPI's body
         if method == "POST":
             ctype = environ.get("CONTENT_TYPE")
             if ctype:
@@ -394,6 +394,8 @@ class RequestGuard:
         path = environ.get("PATH_INFO", "")
         if path == "/v1/messages" or path.startswith("/v1/messages/"):
             out = orjson.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+        elif status == 404:           # Starlette's router: FastAPI's default handler (blueprints.errors.routing_error)
+            out = orjson.dumps({"detail": message})
         else:
             out = orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}})
         phrase = "Not Found" if status == 404 else "Bad Request"

@@ -394,7 +394,7 @@ def test_seed_makes_runs_reproducible(app_client):
 def test_health_and_unknown_route(api):
     assert api.get("/health").status_code == 200
     r = api.get("/v1/nope")
-    assert r.status_code == 404 and r.json()["error"]["code"] == 404
+    assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
     r = api.get(CHAT)
     assert r.status_code == 405
 

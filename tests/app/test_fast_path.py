@@ -154,7 +154,7 @@ def test_other_methods_and_paths_still_reach_flask(app):
                "wsgi.input": io.BytesIO(b""), "wsgi.errors": io.StringIO()}
     body = b"".join(app.wsgi_app(environ, start_response))
     assert got["status"].startswith("405") and set(got["headers"]["Allow"].split(", ")) == {"POST"}    # no automatic OPTIONS (vLLM)
-    assert json.loads(body)["error"]["type"] == "Method Not Allowed"
+    assert json.loads(body) == {"detail": "Method Not Allowed"}
     status, _, out = call(app, "/tokenize", orjson.dumps({"model": "test-model", "prompt": "Hi there"}), chunked=False)
     assert status.startswith("200") and json.loads(out)["count"] == 2
 

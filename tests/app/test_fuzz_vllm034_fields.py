@@ -46,4 +46,6 @@ def test_odd_values_of_vllm034_fields_get_a_4xx_envelope_never_a_5xx(api, route)
         assert r.status_code < 500, (body, r.text[:300])
         if r.status_code >= 400:
             j = r.json()
+            if r.status_code == 404 and j == {"detail": "Not Found"}:
+                continue      # a pooling route on this generative model: vLLM registers none
             assert j.get("type") == "error" if route == "/v1/messages" else set(j) == {"error"}, (body, j)

@@ -50,7 +50,7 @@ def test_openai_sdk_errors_on_a_pooling_model(embed):
         client.embeddings.create(model="test-model", input="")
     with pytest.raises(openai.NotFoundError) as e:     # no generate task: vLLM registers no chat route
         client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "hi"}])
-    assert e.value.body == {"message": "Not Found", "type": "Not Found", "param": None, "code": 404}
+    assert e.value.body == {"detail": "Not Found"}
 
 
 def test_cohere_sdk_v2_rerank_cross_encoder(cross):

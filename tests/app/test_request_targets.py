@@ -20,7 +20,7 @@ def test_a_doubled_slash_is_not_found(api, method, path):
     r = api.app.test_client().open("/x", method=method, json=BODY if method == "POST" else None,
                                    environ_overrides={"PATH_INFO": path})
     assert r.status_code == 404, (path, r.status_code, r.data[:200])
-    assert r.get_json() == {"error": {"message": "Not Found", "type": "Not Found", "param": None, "code": 404}}
+    assert r.get_json() == {"detail": "Not Found"}
 
 
 def test_the_single_slash_routes_still_match(api):

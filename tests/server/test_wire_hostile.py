@@ -55,7 +55,7 @@ def test_a_doubled_slash_is_the_routers_404(server, path):
     out, _ = exchange(server, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     head, _, body = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 404"), out[:200]
-    assert json.loads(body)["error"]["code"] == 404
+    assert json.loads(body) == {"detail": "Not Found"}
 
 
 def test_a_utf16_body_is_served_on_the_fast_path(server):
