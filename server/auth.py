@@ -1,16 +1,19 @@
 """``--api-key`` (env ``VLLM_API_KEY``): every route but the probes needs the key.
 
-As vLLM's ``AuthenticationMiddleware`` (vllm/entrypoints/openai/api_server.py): a request must
+As vLLM's ``AuthenticationMiddleware`` (vllm/entrypoints/serve/middleware/authenticate.py): a request must
 carry ``Authorization: Bearer <key>``; the scheme is case-insensitive and keys are compared as
 SHA-256 digests with :func:`hmac.compare_digest`, so the time taken does not depend on how much
 of a guess matches.  Anthropic clients send ``x-api-key: <key>``, which is accepted too.
-vLLM guards only ``/v1/*``; here the other inference, LoRA, admin and sleep routes are guarded
-as well, and only the probes stay open (:data:`OPEN_PATHS`).  ``OPTIONS`` passes, as in vLLM:
+vLLM 0.34 guards only paths that start with ``/v1``, ``/v2``, ``/inference`` or ``/cohere``;
+here the other inference, admin and sleep routes are guarded as well (issue 10), and only the
+probes and the Prometheus mount (``/metrics`` and any path that starts with it) stay open
+(:data:`OPEN_PATHS`).  ``OPTIONS`` passes, as in vLLM:
 a CORS preflight is answered ``200`` for any path (:class:`server.wsgi_layers.RequestGuard`),
 any other ``OPTIONS`` gets the router's 405 or 404, which, as in vLLM, shows which routes
 exist (every other method gets the same 401 on every path).
 
-A missing or wrong key is a 401 in vLLM's envelope, or Anthropic's on ``/v1/messages``.
+A missing or wrong key is a 401 with vLLM's body, ``{"error": "Unauthorized"}``, or Anthropic's
+envelope on ``/v1/messages``.
 The check is a WSGI middleware: it runs before routing, answers unknown paths the same way,
 and costs nothing when no key is set.
 """
@@ -29,12 +32,16 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
 
 
+VLLM_UNAUTHORIZED = b'{"error":"Unauthorized"}'
+
+
 def unauthorized_body(path: str) -> bytes:
-    """The 401 body: Anthropic's envelope under ``/v1/messages``, vLLM's elsewhere."""
+    """The 401 body: Anthropic's envelope under ``/v1/messages`` (its SDKs read
+    ``error.message``), else vLLM's: ``JSONResponse(content={"error": "Unauthorized"})``
+    (``vllm/entrypoints/serve/middleware/authenticate.py``), not its error envelope."""
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return orjson.dumps({"type": "error", "error": {"type": "authentication_error", "message": MESSAGE}})
-    return orjson.dumps({"error": {"message": MESSAGE, "type": "AuthenticationError", "param": None,
-                                   "code": 401}})
+    return VLLM_UNAUTHORIZED
 
 
 class APIKeyMiddleware:
@@ -69,7 +76,7 @@ class APIKeyMiddleware:
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
-        if (path in OPEN_PATHS or environ.get("REQUEST_METHOD") == "OPTIONS"
+        if (path in OPEN_PATHS or path.startswith("/metrics") or environ.get("REQUEST_METHOD") == "OPTIONS"
                 or self.authorized(environ)):
             return self.wsgi_app(environ, start_response)
         body = unauthorized_body(path)

@@ -8,6 +8,7 @@ response models, ``orca_metrics.py`` for the load-report header, and the openai 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -461,3 +462,27 @@ def test_c36_responses_incomplete_event(app_client):
         assert name == ("response.incomplete" if capped else "response.completed")
         ends.append(name)
     assert "response.completed" in ends
+
+
+def test_metrics_routes_as_vllm_mounts_them(client):
+    """vLLM 0.34 (serve/instrumentator/metrics.py): GET /metrics is the instrumentator's route;
+    other methods there and any path starting with /metrics reach prometheus_client's ASGI app
+    (format from Accept, name[] filter, gzip when accepted)."""
+    r = client.get("/metrics", headers={"Accept-Encoding": "gzip"})
+    assert r.status_code == 200 and "content-encoding" not in r.headers
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    r = client.post("/metrics?name[]=vllm:num_requests_running&name[]=vllm:e2e_request_latency_seconds_count")
+    assert r.status_code == 200 and re.sub(r"} [0-9.]+\n", "} N\n", r.text) == (
+        '# HELP vllm:num_requests_running Number of requests in model execution batches.\n'
+        '# TYPE vllm:num_requests_running gauge\n'
+        'vllm:num_requests_running{engine="0",model_name="test-model"} N\n'
+        '# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.\n'
+        '# TYPE vllm:e2e_request_latency_seconds histogram\n'
+        'vllm:e2e_request_latency_seconds_count{engine="0",model_name="test-model"} N\n')
+    r = client.get("/metrics/", headers={"Accept-Encoding": "gzip"})
+    assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
+    assert r.content == client.get("/metrics").content         # the client decompressed it
+    r = client.delete("/metrics.txt", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert r.text.endswith("# EOF\n")
+    assert client.get("/metric").status_code == 404
