@@ -14,6 +14,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate
 
 from .common import BaseSchema, IntList, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictInt, StringOrList
+from .lax import RepetitionDetection
 from .render import TokenIdList
 
 from generation.adapters import protocol as p
@@ -39,6 +40,8 @@ class SamplingParamsSchema(SamplingKnobsSchema):
     prompt_logprob_token_ids = fields.Raw()      # checked by generation.adapters.prompt_scores
     prompt_logprob_start = StrictInt()
     structured_outputs = fields.Dict()
+    bad_words = fields.Raw()                     # generation.adapters.fields.check_bad_words
+    repetition_detection = RepetitionDetection(where="sampling_params.")
 
 
 class MmHashes(fields.Field):

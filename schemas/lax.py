@@ -147,9 +147,15 @@ class RepetitionDetection(fields.Field):
     a pydantic dataclass of three ints defaulting to 0; other keys ignored): an object (pydantic's
     ``dataclass_type`` otherwise), its ints read as pydantic reads them, then its
     ``__post_init__`` checks in their words (vLLM raises them without a parameter; the simulator
-    names the field).  Loads into ``{name: int}`` with the defaults filled in."""
+    names the field, after ``where``: ``"sampling_params."`` in a generate request).  Loads into
+    ``{name: int}`` with the defaults filled in."""
+
+    def __init__(self, where: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.where = where
 
     def _deserialize(self, value, attr, data, **kwargs):
+        attr = self.where + attr
         if not isinstance(value, dict):
             raise pydantic_error(attr, value, ("dataclass_type", "Input should be a dictionary or an instance of "
                                                "RepetitionDetectionParams", {"class_name": "RepetitionDetectionParams"}))

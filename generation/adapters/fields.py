@@ -239,15 +239,16 @@ def check_stop(stop) -> None:
         raise Rejected("stop cannot contain an empty string.")
 
 
-def check_bad_words(words) -> None:
+def check_bad_words(words, field: str = "bad_words") -> None:
     """``bad_words`` (vLLM 0.34: ``list[str]``): a list of strings (pydantic's errors, every
     item that is not one), none empty (the message prints the list without repeats, as
-    ``SamplingParams.__post_init__`` leaves it)."""
+    ``SamplingParams.__post_init__`` leaves it).  ``field``: where the request keeps it
+    (``sampling_params.bad_words`` in a generate request)."""
     if words is None:
         return
     if not isinstance(words, list):
-        raise pydantic_error("bad_words", words, ("list_type", "Input should be a valid list"))
-    wrong = [(f"bad_words.{i}", w, "string_type", "Input should be a valid string")
+        raise pydantic_error(field, words, ("list_type", "Input should be a valid list"))
+    wrong = [(f"{field}.{i}", w, "string_type", "Input should be a valid string")
              for i, w in enumerate(words) if not isinstance(w, str)]
     if wrong:
         raise validation_errors(wrong)

@@ -24,8 +24,8 @@ from ..errors import InvalidParam
 from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
-from .fields import (check_cache_salt, check_min_tokens, check_sampling_ranges, check_prompt_ids,
-                     check_seed, check_stop_token_ids, prompt_vocab_size, scheduling_priority, vocab_size)
+from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, check_min_tokens,
+                     check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
@@ -64,6 +64,7 @@ class GenerateAdapter(Adapter):
             raise InvalidParam("stop strings are only supported when detokenize is True. "
                                "Set detokenize=True to use stop.", "stop")
         check_seed(sp.seed)
+        check_bad_words(sp.bad_words, "sampling_params.bad_words")      # SamplingParams._verify_args
         check_min_tokens(sp.min_tokens, max_tokens)
         check_sampling_ranges(sp)
         check_cache_salt(b.cache_salt)
@@ -83,6 +84,8 @@ class GenerateAdapter(Adapter):
             check_parse_context(sim, b.parse_context)
         if mode != "tokens" and sp.detokenize is False:
             raise InvalidParam(f"output_mode={mode!r} requires sampling_params.detokenize to be true", "output_mode")
+        if sp.bad_words and not sim.config.tokens_only:     # update_from_tokenizer: only with a tokenizer
+            check_bad_words_tokens(sim.tokenizer, sp.bad_words)
         n = sp.n or 1
         check_size(sim, n, False)
         if sp.max_tokens is not None:

@@ -137,6 +137,8 @@ class SamplingParams(SamplingKnobs):
     prompt_logprob_token_ids: Any = None     # [num_rows][num_ids] ids, -1 pads (generation.adapters.prompt_scores)
     prompt_logprob_start: int | None = None
     structured_outputs: dict | None = None   # from a chat render's response_format
+    bad_words: Any = None                    # checked as chat's (generation.adapters.fields)
+    repetition_detection: dict | None = None
 
 
 @dataclass

@@ -259,3 +259,24 @@ def test_pooling_truncation_side_keeps_the_start_on_the_right(app_client):
         assert left.status_code == 200 and right.status_code == 200, (path, left.text, right.text)
         assert left.json()["data"] != right.json()["data"], path          # different tokens kept
         assert c.post(path, json={"model": "test-model", "input": ids, "truncation_side": "middle"}).status_code == 400
+
+
+def test_generate_sampling_params_bad_words_and_repetition_detection(api):
+    """``/inference/v1/generate`` builds vLLM's SamplingParams itself: its ``bad_words`` checks
+    (``_verify_args``, then ``update_from_tokenizer``) and ``RepetitionDetectionParams`` apply
+    there as on chat, named where the request keeps them."""
+    def gen(**sp):
+        return api.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2, 3],
+                                                        "sampling_params": {"max_tokens": 2, **sp}})
+    assert gen(bad_words=["x", "y"], repetition_detection={"max_pattern_size": 3, "min_count": 2}).status_code == 200
+    r = gen(bad_words=["x", ""])
+    assert (r.status_code, r.json()["error"]["message"]) == (
+        400, "bad_words cannot contain an empty string. Got bad_words=['x', '']")
+    r = gen(bad_words="x")
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "body.sampling_params.bad_words")
+    r = gen(bad_words=[" "])
+    assert (r.status_code, r.json()["error"]["message"]) == (
+        400, "bad_words entries must tokenize to at least one token. (parameter=bad_words, value=[' '])")
+    r = gen(repetition_detection={"max_pattern_size": 3, "min_count": 1})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "sampling_params.repetition_detection")
+    assert r.json()["error"]["message"].startswith("min_count must be >= 2")
