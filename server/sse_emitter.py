@@ -113,7 +113,8 @@ class StepSends:
     :meth:`HubEmitter._step_tick` afterwards.  One per engine."""
 
     def __init__(self, engine):
-        self.ready: dict = {}     # EngineRequest -> (socket send, framed chunk, HubEmitter, num_output after it)
+        # EngineRequest -> (socket send, framed chunk, HubEmitter, num_output after it, the schedule's last token?)
+        self.ready: dict = {}
         engine.presend = self.presend
 
     @classmethod
@@ -122,18 +123,27 @@ class StepSends:
         sends = getattr(hook, "__self__", None)
         return sends if isinstance(sends, cls) else cls(engine)
 
-    def presend(self, emitted) -> None:
+    def presend(self, emitted) -> list:
+        """Send the chunks rendered ahead for ``emitted`` (a step's requests, in order); returns
+        them in the order their streams' ticks should run: first those that had nothing sent
+        here (a first token, several tokens, a chunk not foreseen), whose bytes wait for their
+        tick, then those sent, whose ticks only count and render ahead (issue 32: a first
+        token's lag was the whole step's bookkeeping after every other stream's tick)."""
         ready = self.ready
         if not ready:
-            return
+            return emitted
         pop = ready.pop
+        order: list = []
+        sent: list = []
         for req in emitted:
             pre = pop(req, None)
             if pre is None:
+                order.append(req)
                 continue
-            send, data, emitter, expect = pre
-            if req.num_output != expect or req.state == DONE:
-                continue          # not the one token foreseen: the stream's tick renders what came
+            send, data, emitter, expect, last = pre
+            if req.num_output != expect or (req.state == DONE and not last):
+                order.append(req)       # not the one token foreseen: the stream's tick renders what came
+                continue
             try:
                 n = send(data)
             except BlockingIOError:
@@ -141,6 +151,9 @@ class StepSends:
             except OSError:
                 n = -1
             emitter.presented = (n, monotonic(), data)
+            sent.append(req)
+        order += sent
+        return order
 
 
 class HubEmitter:
@@ -382,10 +395,15 @@ class HubEmitter:
 
     def _render_ahead(self, schedule: TokenSchedule, req) -> None:
         """Render and frame the chunk of the stream's next token while the engine steps, for
-        :class:`StepSends` to send when the step that emits it ends (not the last token: its
-        chunk carries the finish)."""
+        :class:`StepSends` to send when the step that emits it ends.  The last token's chunk
+        carries the finish; it is rendered ahead only from a renderer that says ``pure`` (its
+        bytes depend on the token alone, :meth:`generation.adapters.base.PieceChunks.renderer`)
+        and when it is the sequence's last piece."""
         k = schedule.next
-        if self.pre is not None or self.head or k + 1 >= schedule.stop or k + 1 >= len(schedule.seq.pieces):
+        if self.pre is not None or self.head:
+            return
+        last = k + 1 >= schedule.stop or k + 1 >= len(schedule.seq.pieces)
+        if last and not (k + 1 == schedule.stop == len(schedule.seq.pieces) and getattr(schedule.render, "pure", False)):
             return
         try:
             chunk = schedule.render(k)
@@ -394,7 +412,7 @@ class HubEmitter:
             return
         self.pre = (k, chunk)
         if chunk:                      # b"" (hidden reasoning) goes the usual way: nothing to write
-            self.sends.ready[req] = (self.raw.send, b"%X\r\n%s\r\n" % (len(chunk), chunk), self, k + 1)
+            self.sends.ready[req] = (self.raw.send, b"%X\r\n%s\r\n" % (len(chunk), chunk), self, k + 1, last)
 
     def _unhook(self) -> None:
         schedule = self.schedule

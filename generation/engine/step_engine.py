@@ -114,7 +114,8 @@ class StepEngine:
         self.stuck_head = None      # the last request warned of as larger than the pool (_warn_stuck)
         # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):
         # called with a step's emitted requests as soon as the step is complete, before the
-        # next step is planned (vLLM's frontend streams while its engine core plans)
+        # next step is planned (vLLM's frontend streams while its engine core plans); returns
+        # them in the order their notifications go out
         self.presend = None
         scheduler.on_prefilled = self._on_prefilled
         scheduler.on_preempt = self._on_preempt
@@ -354,13 +355,14 @@ class StepEngine:
                 _sleep(deadline - now)
                 now = monotonic()
             loop.update_now()
+        notified = emitted
         if self.presend is not None and emitted:
-            self.presend(emitted)
+            notified = self.presend(emitted)       # the streams' ticks in the order it returns
         if self.fe is not None and emitted:     # streaming the step's tokens takes the frontend's CPU
             self.fe.emit(end, len(emitted))
         self._record(plan, emitted)
         self._plan_step(end)             # the next step starts where this one ended
-        for req in emitted:              # after planning: a stream's end may admit new requests
+        for req in notified:             # after planning: a stream's end may admit new requests
             notify = req.notify
             if notify is not None:
                 notify(req)

@@ -276,6 +276,52 @@ def test_step_sends_send_the_chunk_rendered_ahead_in_one_pass():
     assert read_all(client, b"data: 3\n\n\r\n") == b"12\r\ndata: 2\n\ndata: 3\n\n\r\n"     # one write
 
 
+def test_step_sends_send_the_last_token_ahead_and_order_the_ticks():
+    """The last token's chunk (it carries the finish) is rendered ahead too when the renderer is
+    ``pure``, and sent in the step's pass although the request is then done; presend returns the
+    step's requests with the streams that had nothing sent first (their bytes wait for their
+    ticks), then the ones it sent."""
+    from generation.engine.scheduler import EngineRequest
+    from generation.engine.token_schedule import TokenSchedule
+    server, client, resp = stream_pair()
+    rendered = []
+
+    def render(k):
+        rendered.append(k)
+        return b"data: %d%s\n\n" % (k, b" end" if k == 4 else b"")
+    render.pure = True
+    ereq = EngineRequest(4, 5)
+    ereq.state, ereq.num_output, ereq.last_token = EngineRequest.RUNNING, 4, time.monotonic()
+    s = SimpleNamespace(state=SeqState.RUNNING, event=None, engine_req=ereq, pieces=["a"] * 5)
+    engine = SimpleNamespace(presend=None)
+    lags = []
+    metrics = SimpleNamespace(token_lag=None, itl=SimpleNamespace(observe=None),
+                              lag=SimpleNamespace(observe_n=lambda v, n: lags.append(n)))
+    schedule = TokenSchedule.of_engine(s, 4, 5, engine, metrics, SimpleNamespace(config=SimpleNamespace()))
+    schedule.render = render
+    emitter = HubEmitter(s, iter([]), resp, server._sock)
+    emitter.active = True
+    emitter._start_schedule(schedule)             # the last token, rendered ahead
+    assert rendered == [4] and emitter.sends.ready[ereq][4] is True
+    other, third = EngineRequest(4, 5), EngineRequest(4, 5)
+    ereq.state, ereq.num_output = EngineRequest.DONE, 5    # the step emits it and finishes the request
+    assert engine.presend([other, ereq, third]) == [other, third, ereq]
+    assert read_all(client, b"data: 4 end\n\n\r\n") == b"D\r\ndata: 4 end\n\n\r\n"
+    emitter._step_tick(ereq)
+    assert schedule.next == 5 and rendered == [4] and lags == [1]
+    emitter.active = False
+    emitter._stop_timer()
+    from server.loop_turns import IdleWork
+    IdleWork.of(emitter.loop).discard(emitter._finish)
+    # not pure: the last token waits for its tick
+    emitter2 = HubEmitter(s, iter([]), resp, server._sock)
+    emitter2.active, emitter2.sends = True, emitter.sends
+    schedule2 = TokenSchedule.of_engine(s, 4, 5, engine, metrics, SimpleNamespace(config=SimpleNamespace()))
+    schedule2.render = lambda k: b"x"
+    emitter2._render_ahead(schedule2, ereq)
+    assert emitter2.pre is None
+
+
 def test_a_hand_back_goes_on_with_what_came_after_the_unsent_bytes():
     """sse_body after a slow reader's hand-back: the unsent bytes first, then what the emitter
     had read after them (a deadline to wait for, or an error for the client)."""

@@ -196,6 +196,7 @@ def test_a_step_is_completed_in_its_timers_lead_and_sent_at_its_end(monkeypatch)
 
     def presend(emitted):
         log.append(("presend", time.monotonic(), emitted[0].last_token))
+        return emitted
     monkeypatch.setattr(step_engine, "_sleep", sleep)
     engine.scheduler.complete = complete
     engine.presend = presend
