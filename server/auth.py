@@ -22,6 +22,8 @@ import hmac
 import orjson
 
 OPEN_PATHS = frozenset({"/health", "/health/", "/health/ready", "/metrics", "/ping", "/version"})
+# FastAPI's documentation routes (blueprints/docs.py): outside /v1, so open in vLLM too
+OPEN_PATHS |= {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 MESSAGE = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
 
 

@@ -159,7 +159,7 @@ def test_openapi_is_built_once(app_client):
     assert c.app.extensions["openapi_json"] is cached
 
 
-# ---- --disable-fastapi-docs, --enable-offline-docs --------------------------------------------------
+# ---- --disable-fastapi-docs, --enable-offline-docs, --api-key ---------------------------------------
 
 def test_disable_fastapi_docs_removes_all_four(app_client):
     c = app_client("--disable-fastapi-docs")
@@ -190,3 +190,8 @@ def test_disable_wins_over_offline(app_client):
     c = app_client("--disable-fastapi-docs", "--enable-offline-docs")
     assert [c.get(p).status_code for p in DOC_PATHS] == [404, 404, 404, 404]
 
+
+def test_docs_need_no_api_key(app_client):
+    c = app_client("--api-key", "sk-docs")          # vLLM's middleware guards only /v1
+    assert [c.get(p).status_code for p in DOC_PATHS] == [200, 200, 200, 200]
+    assert c.get("/v1/models").status_code == 401
