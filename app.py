@@ -67,6 +67,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if kind:
         from blueprints import pooling
         pooling.register(app, kind)
+    from blueprints import docs
+    docs.register(app, config)                            # FastAPI's /openapi.json, /docs, /redoc
     from blueprints.errors import refuse_head
     refuse_head(app)                                      # vLLM's GET routes answer HEAD with 405
 

@@ -6,8 +6,8 @@ SHA-256 digests with :func:`hmac.compare_digest`, so the time taken does not dep
 of a guess matches.  Anthropic clients send ``x-api-key: <key>``, which is accepted too.
 vLLM 0.34 guards only paths that start with ``/v1``, ``/v2``, ``/inference`` or ``/cohere``;
 here the other inference, admin and sleep routes are guarded as well (issue 10), and only the
-probes and the Prometheus mount (``/metrics`` and any path that starts with it) stay open
-(:data:`OPEN_PATHS`).  ``OPTIONS`` passes, as in vLLM:
+probes, FastAPI's documentation routes and the Prometheus mount (``/metrics`` and any path
+that starts with it) stay open (:data:`OPEN_PATHS`).  ``OPTIONS`` passes, as in vLLM:
 a CORS preflight is answered ``200`` for any path (:class:`server.wsgi_layers.RequestGuard`),
 any other ``OPTIONS`` gets the router's 405 or 404, which, as in vLLM, shows which routes
 exist (every other method gets the same 401 on every path).
@@ -24,7 +24,9 @@ import hmac
 
 import orjson
 
-OPEN_PATHS = frozenset({"/health", "/health/", "/health/ready", "/metrics", "/ping", "/version"})
+# the probes, and FastAPI's documentation routes (blueprints/docs.py): outside /v1, open in vLLM too
+OPEN_PATHS = frozenset({"/health", "/health/", "/health/ready", "/metrics", "/ping", "/version",
+                        "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 MESSAGE = "Unauthorized: a valid API key is required (Authorization: Bearer <key>)."
 
 

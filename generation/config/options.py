@@ -177,6 +177,10 @@ _declare("server",
                 "(GET /checkpoint/status 200 at once; needs --enable-sleep-mode)"),
          Option("enable-fault-tolerance", "bool", False, "Serve vLLM's /v1/fault_tolerance/apply and /status"),
          Option("enable-request-id-headers", "bool", False, "Use and return the X-Request-Id header"),
+         Option("disable-fastapi-docs", "bool", False, "No FastAPI documentation routes: `/openapi.json`, "
+                "`/docs`, `/docs/oauth2-redirect` and `/redoc` answer 404"),
+         Option("enable-offline-docs", "bool", False, "`/docs` loads Swagger UI from `/static/` (vLLM's vendored "
+                "files, not served here) instead of a CDN; no `/redoc`"),
          Option("max-request-body-size-mb", "int", 4, "Largest accepted request body", unit="MiB"),
          Option("worker-connections", "int", 10000, "Maximum simultaneous client connections (gevent worker)"),
          Option("grpc", "bool", False, "Serve vLLM's gRPC API (`vllm.grpc.engine.VllmEngine`, health, reflection) on "
@@ -416,7 +420,7 @@ IGNORED_FLAGS: dict[str, bool] = {
     "tool-server": True, "exclude-tools-when-tool-choice-none": False,
     # frontend / logging
     "disable-log-stats": False, "enable-log-requests": False, "enable-log-outputs": False,
-    "max-log-len": True, "disable-uvicorn-access-log": False, "disable-fastapi-docs": False,
+    "max-log-len": True, "disable-uvicorn-access-log": False,
     "disable-frontend-multiprocessing": False, "response-role": True,
     "chat-template-content-format": True, "allowed-origins": True, "allowed-methods": True,
     "allowed-headers": True, "allow-credentials": False, "root-path": True, "middleware": True,
