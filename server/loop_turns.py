@@ -12,6 +12,7 @@ from collections import OrderedDict, deque
 from time import monotonic
 
 END_BUDGET = 0.001                # s of stream ends per loop turn (idle, or forced: EndTurns)
+GUARD_MARGIN = 0.0003             # s: idle work stops this long before a step engine's end timer (~2 ends)
 # libev priority of a deadline's timer (a stream's first token, or each token of a varying
 # latency), below the token schedules' (0): in a loop turn where both fall due, the running
 # streams' next tokens go first.  A burst's first tokens fall due within ~10 ms and take ~26 ms
@@ -51,6 +52,20 @@ class IdleWork(PerLoop):
         self.loop = loop
         self.waiting: OrderedDict = OrderedDict()     # bound method -> None, first queued first
         self.idle = None
+        # the one step engine's next hard deadline (``monotonic`` s, or inf): idle work stops
+        # short of it (:meth:`guard_with`); False once a second engine asked (a fleet process)
+        self.deadline = None
+
+    def guard_with(self, deadline) -> None:
+        """Stop idle turns :data:`GUARD_MARGIN` before ``deadline()`` (a step engine's end timer:
+        :meth:`generation.engine.step_engine.StepEngine.end_timer_due`), so that a cohort's ends
+        do not hold the step whose tokens are due (issue 32: a step's sends began up to 1.7 ms
+        late after a turn of ends).  Only while one engine runs on this loop: a fleet's pods'
+        deadlines would leave idle work no room."""
+        if self.deadline is None:
+            self.deadline = deadline
+        elif self.deadline is not False and self.deadline != deadline:
+            self.deadline = False
 
     def add(self, call) -> None:
         self.waiting[call] = None
@@ -69,9 +84,16 @@ class IdleWork(PerLoop):
         waiting = self.waiting
         pop = waiting.popitem
         start = monotonic()
+        limit = start + END_BUDGET
+        if self.deadline:
+            due = self.deadline() - GUARD_MARGIN
+            if due <= start:
+                return                  # the step's end comes first (its timer is due within the margin)
+            if due < limit:
+                limit = due
         while waiting:
             pop(last=False)[0]()
-            if monotonic() - start >= END_BUDGET:
+            if monotonic() >= limit:
                 break
         if not waiting:
             self.idle.close()

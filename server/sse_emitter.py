@@ -116,6 +116,9 @@ class StepSends:
         # EngineRequest -> (socket send, framed chunk, HubEmitter, num_output after it, the schedule's last token?)
         self.ready: dict = {}
         engine.presend = self.presend
+        due = getattr(engine, "end_timer_due", None)
+        if due is not None:           # stream ends and other idle work keep clear of the step's end
+            IdleWork.of(get_hub().loop).guard_with(due)
 
     @classmethod
     def of(cls, engine) -> "StepSends":

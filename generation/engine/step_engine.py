@@ -320,6 +320,12 @@ class StepEngine:
         timer = self.timer = loop.timer(max(0.0, deadline - lead - monotonic()))
         timer.start(callback, deadline)
 
+    def end_timer_due(self) -> float:
+        """When the running step's end timer fires (``monotonic`` s: its end less END_LEAD), or
+        inf between steps: other work on the hub should not start just before it."""
+        plan = self.plan
+        return plan.end - END_LEAD if plan is not None else math.inf
+
     def _transfer_done(self, deadline: float) -> None:
         self.timer.close()
         self._plan_step(max(deadline, monotonic()))
