@@ -54,7 +54,7 @@ _OPENAPI_KEY = "openapi_json"     # app.extensions: the document's bytes, once b
 # An operation is listed when the app has a rule for the path and method and the condition (a
 # config attribute) holds: some simulator routes are always there but are vLLM's only under a
 # flag (dev mode's answer 404 or a no-op without VLLM_SERVER_DEV_MODE=1).  Routes vLLM has and
-# the simulator does not (/start_profile, /v1/chat/completions/batch, ...) never are; nor are
+# the simulator does not (/start_profile, ...) never are; nor are
 # the simulator's own (/health/, /health/ready, /v1/models/{model}, /v1/audio/speech, /admin/*,
 # /query, /fake_metrics) or /metrics (a mount in vLLM, outside the schema).
 _DEV = "vllm_dev_mode"
@@ -94,6 +94,7 @@ VLLM_OPERATIONS = (
     ("/is_sleeping", "get", "is_sleeping", None, _DEV),
     # generate/api_router.py: chat, responses, completion, anthropic
     ("/v1/chat/completions", "post", "create_chat_completion", None, None),
+    ("/v1/chat/completions/batch", "post", "create_batch_chat_completion", None, None),
     ("/v1/responses", "post", "create_responses", None, None),
     ("/v1/responses/{response_id}", "get", "retrieve_responses", None, None),
     ("/v1/responses/{response_id}/cancel", "post", "cancel_responses", None, None),

@@ -28,7 +28,7 @@ GENERATION_PATHS = [
     ("/load", ["get"]), ("/version", ["get"]), ("/kv_event_sources", ["get"]), ("/health", ["get"]),
     ("/v1/load_lora_adapter", ["post"]), ("/v1/unload_lora_adapter", ["post"]), ("/tokenize", ["post"]),
     ("/detokenize", ["post"]), ("/v1/models", ["get"]), ("/ping", ["get", "post"]), ("/invocations", ["post"]),
-    ("/v1/chat/completions", ["post"]), ("/v1/responses", ["post"]), ("/v1/responses/{response_id}", ["get"]),
+    ("/v1/chat/completions", ["post"]), ("/v1/chat/completions/batch", ["post"]), ("/v1/responses", ["post"]), ("/v1/responses/{response_id}", ["get"]),
     ("/v1/responses/{response_id}/cancel", ["post"]), ("/v1/completions", ["post"]), ("/v1/messages", ["post"]),
     ("/v1/messages/count_tokens", ["post"]), ("/v1/chat/completions/render", ["post"]),
     ("/v1/messages/render", ["post"]), ("/v1/completions/render", ["post"]),
