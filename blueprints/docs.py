@@ -114,6 +114,7 @@ VLLM_OPERATIONS = (
     ("/v1/chat/completions/render", "post", "render_chat_completion", None, None),
     ("/v1/messages/render", "post", "render_messages", None, None),
     ("/v1/completions/render", "post", "render_completion", None, None),
+    ("/v1/responses/render", "post", "render_responses", None, None),
     ("/v1/chat/completions/derender", "post", "derender_chat_completion",
      "Derender a generate response into a ChatCompletionResponse.\n\nAccepts both non-streaming "
      "(``stream=false``, default) and streaming\n(``stream=true``) request bodies on the same path; FastAPI "
@@ -123,6 +124,12 @@ VLLM_OPERATIONS = (
      "``stream_state``). Returns a ``DerenderChatStreamResponse``\n(``chunk`` + ``stream_state``). The client "
      "carries ``stream_state`` between\nsuccessive calls, one per SSE chunk from ``/inference/v1/generate``.",
      None),
+    ("/v1/completions/derender", "post", "derender_completion",
+     "Derender a generate response into a CompletionResponse.\n\nAccepts both non-streaming (``stream=false``, "
+     "default) and streaming\n(``stream=true``) request bodies on the same path.\n\nNon-streaming: body is "
+     "``DerenderCompletionRequest``. Returns a\n``CompletionResponse``.\n\nStreaming: body is "
+     "``DerenderCompletionStreamRequest`` (one\n``generate_chunk`` + optional ``stream_state``). Returns a\n"
+     "``DerenderCompletionStreamResponse`` (``chunk`` + ``stream_state``).", None),
     ("/inference/v1/generate", "post", "generate", None, None),
     ("/inference/v1/abort_requests", "post", "abort_requests",
      "Abort one or more requests. To be used in a\nDisaggregated Everything setup.", None),

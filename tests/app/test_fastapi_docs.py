@@ -31,8 +31,9 @@ GENERATION_PATHS = [
     ("/v1/chat/completions", ["post"]), ("/v1/chat/completions/batch", ["post"]), ("/v1/responses", ["post"]), ("/v1/responses/{response_id}", ["get"]),
     ("/v1/responses/{response_id}/cancel", ["post"]), ("/v1/completions", ["post"]), ("/v1/messages", ["post"]),
     ("/v1/messages/count_tokens", ["post"]), ("/v1/chat/completions/render", ["post"]),
-    ("/v1/messages/render", ["post"]), ("/v1/completions/render", ["post"]),
-    ("/v1/chat/completions/derender", ["post"]), ("/inference/v1/generate", ["post"]),
+    ("/v1/messages/render", ["post"]), ("/v1/completions/render", ["post"]), ("/v1/responses/render", ["post"]),
+    ("/v1/chat/completions/derender", ["post"]), ("/v1/completions/derender", ["post"]),
+    ("/inference/v1/generate", ["post"]),
     ("/inference/v1/abort_requests", ["post"]), ("/v1/audio/transcriptions", ["post"]),
     ("/v1/audio/translations", ["post"]), ("/v1/embeddings", ["post"])]
 
@@ -122,7 +123,8 @@ def test_openapi_of_a_pooling_model(app_client):
     # them for generate and render servers only)
     assert _paths(app_client(*EMBED)) == [
         *GENERATION_PATHS[:11], ("/v1/chat/completions/render", ["post"]), ("/v1/completions/render", ["post"]),
-        ("/v1/chat/completions/derender", ["post"]),
+        ("/v1/responses/render", ["post"]), ("/v1/chat/completions/derender", ["post"]),
+        ("/v1/completions/derender", ["post"]),
         ("/pooling", ["post"]), ("/v1/embeddings", ["post"]), ("/v2/embed", ["post"]), ("/score", ["post"]),
         ("/v1/score", ["post"]), ("/rerank", ["post"]), ("/v1/rerank", ["post"]), ("/v2/rerank", ["post"])]
     ops = app_client(*EMBED).get("/openapi.json").json()["paths"]
