@@ -284,15 +284,15 @@ def _check_logprobs(lps, path: str) -> None:
         where = f"{path}.content[{i}]"
         if not isinstance(e, dict):
             raise _bad(where, "Input should be a valid dictionary.")
-        for j, cand in enumerate([e, *(e.get("top_logprobs") or ())] if isinstance(e.get("top_logprobs", []), list)
-                                 else ()):
+        tops = e.get("top_logprobs")
+        if tops is not None and not isinstance(tops, list):
+            raise _bad(f"{where}.top_logprobs", "Input should be a valid list.")
+        for j, cand in enumerate([e, *(tops or ())]):      # the sampled token, then its candidates
             at = where if j == 0 else f"{where}.top_logprobs[{j - 1}]"
             if not isinstance(cand, dict) or not _is_int(cand.get("token_id")):
                 raise _bad(f"{at}.token_id", "Field required (an integer).")
             if isinstance(cand.get("logprob"), bool) or not isinstance(cand.get("logprob"), (int, float)):
                 raise _bad(f"{at}.logprob", "Field required (a number).")
-        if not isinstance(e.get("top_logprobs", []), list):
-            raise _bad(f"{where}.top_logprobs", "Input should be a valid list.")
 
 
 def _check_generate_response(gen, path: str) -> None:
@@ -487,16 +487,18 @@ def render_responses():
     messages += to_chat_messages(body.input)
     tools = to_chat_tools(body.tools)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
+    features = None
     if render is not None:
         ids, _, features = render(messages, tools=tools)
     else:
         ids, _ = sim.tokenize_messages(messages, bounded="input", tools=tools)
-        features = mm_features(media_items(messages), len(ids)) if sim.tokenizer.name == "simulated" else None
     max_len = sim.config.max_model_len
     if body.truncation == "auto" and len(ids) > max_len - 1:
         ids = ids[len(ids) - max(max_len - 1, 0):]             # left truncation, a token kept for output
     elif len(ids) > max_len:
         raise prompt_too_long(max_len, len(ids))
+    if render is None and sim.tokenizer.name == "simulated":  # placeholders within the ids sent
+        features = mm_features(media_items(messages), len(ids))
     if not ids:
         raise InvalidParam("No token_ids rendered", "input")
     max_tokens = max_len - len(ids)
