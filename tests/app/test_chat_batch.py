@@ -5,6 +5,8 @@ words, N conversations as N sequences in the engine and the metrics, and the ope
 the answer as a ``ChatCompletion``."""
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 
@@ -184,3 +186,27 @@ def test_openai_sdk_reads_the_answer_as_a_chat_completion(api):
     with pytest.raises(openai.BadRequestError) as e:
         client.post("/chat/completions/batch", cast_to=ChatCompletion, body={"messages": [A], "n": 3})
     assert e.value.status_code == 400 and e.value.body["param"] == "n"
+
+
+def test_response_format_constrains_every_conversation(api):
+    # vLLM's test_batched_chat_completions_with_json_schema
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+              "required": ["answer"]}
+    d = api.post(BATCH, json={"messages": [[{"role": "user", "content": "Is the sky blue? Answer in JSON."}],
+                                           [{"role": "user", "content": "Is fire cold? Answer in JSON."}]],
+                              "response_format": {"type": "json_schema",
+                                                  "json_schema": {"name": "answer", "schema": schema, "strict": True}}})
+    assert d.status_code == 200, d.text
+    for c in d.json()["choices"]:
+        assert json.loads(c["message"]["content"])["answer"] in ("yes", "no")
+
+
+def test_step_engine_runs_each_conversation(app_client):
+    c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", "--max-model-len", "1024")
+    before = scrape(c)
+    d = c.post(BATCH, json={"messages": [A, B, A], "max_tokens": 4, "ignore_eos": True}).json()
+    assert [ch["finish_reason"] for ch in d["choices"]] == ["length"] * 3 and d["usage"]["completion_tokens"] == 12
+    after = scrape(c)
+    assert value(after, "vllm:generation_tokens_total") - value(before, "vllm:generation_tokens_total") == 12
+    assert value(after, "vllm:request_success_total", finished_reason="length") - \
+        value(before, "vllm:request_success_total", finished_reason="length") == 3
