@@ -54,7 +54,7 @@ _OPENAPI_KEY = "openapi_json"     # app.extensions: the document's bytes, once b
 # An operation is listed when the app has a rule for the path and method and the condition (a
 # config attribute) holds: some simulator routes are always there but are vLLM's only under a
 # flag (dev mode's answer 404 or a no-op without VLLM_SERVER_DEV_MODE=1).  Routes vLLM has and
-# the simulator does not (/start_profile, /v1/chat/completions/batch, ...) never are; nor are
+# the simulator does not (/start_profile, ...) never are; nor are
 # the simulator's own (/health/, /health/ready, /v1/models/{model}, /v1/audio/speech, /admin/*,
 # /query, /fake_metrics) or /metrics (a mount in vLLM, outside the schema).
 _DEV = "vllm_dev_mode"
@@ -94,12 +94,16 @@ VLLM_OPERATIONS = (
     ("/is_sleeping", "get", "is_sleeping", None, _DEV),
     # generate/api_router.py: chat, responses, completion, anthropic
     ("/v1/chat/completions", "post", "create_chat_completion", None, None),
+    ("/v1/chat/completions/batch", "post", "create_batch_chat_completion", None, None),
     ("/v1/responses", "post", "create_responses", None, None),
     ("/v1/responses/{response_id}", "get", "retrieve_responses", None, None),
     ("/v1/responses/{response_id}/cancel", "post", "cancel_responses", None, None),
     ("/v1/completions", "post", "create_completion", None, None),
     ("/v1/messages", "post", "create_messages", None, None),
     ("/v1/messages/count_tokens", "post", "count_tokens", None, None),
+    # serve/elastic_ep/api_router.py (every generation model)
+    ("/scale_elastic_ep", "post", "scale_elastic_ep", None, None),
+    ("/is_scaling_elastic_ep", "post", "is_scaling_elastic_ep", None, None),
     # serve/checkpoint/api_router.py (--enable-sleep-mode)
     ("/checkpoint/prepare", "post", "checkpoint_prepare",
      "Drain with `mode` and release what a checkpoint must not contain.\nReturns once started; poll "
@@ -113,6 +117,7 @@ VLLM_OPERATIONS = (
     ("/v1/chat/completions/render", "post", "render_chat_completion", None, None),
     ("/v1/messages/render", "post", "render_messages", None, None),
     ("/v1/completions/render", "post", "render_completion", None, None),
+    ("/v1/responses/render", "post", "render_responses", None, None),
     ("/v1/chat/completions/derender", "post", "derender_chat_completion",
      "Derender a generate response into a ChatCompletionResponse.\n\nAccepts both non-streaming "
      "(``stream=false``, default) and streaming\n(``stream=true``) request bodies on the same path; FastAPI "
@@ -122,6 +127,12 @@ VLLM_OPERATIONS = (
      "``stream_state``). Returns a ``DerenderChatStreamResponse``\n(``chunk`` + ``stream_state``). The client "
      "carries ``stream_state`` between\nsuccessive calls, one per SSE chunk from ``/inference/v1/generate``.",
      None),
+    ("/v1/completions/derender", "post", "derender_completion",
+     "Derender a generate response into a CompletionResponse.\n\nAccepts both non-streaming (``stream=false``, "
+     "default) and streaming\n(``stream=true``) request bodies on the same path.\n\nNon-streaming: body is "
+     "``DerenderCompletionRequest``. Returns a\n``CompletionResponse``.\n\nStreaming: body is "
+     "``DerenderCompletionStreamRequest`` (one\n``generate_chunk`` + optional ``stream_state``). Returns a\n"
+     "``DerenderCompletionStreamResponse`` (``chunk`` + ``stream_state``).", None),
     ("/inference/v1/generate", "post", "generate", None, None),
     ("/inference/v1/abort_requests", "post", "abort_requests",
      "Abort one or more requests. To be used in a\nDisaggregated Everything setup.", None),

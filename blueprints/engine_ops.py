@@ -21,6 +21,16 @@ requests by id.
   string) and answers 202; a simulated engine has no fault to recover from, so status always
   reports it healthy: ``{"schema_version": 1, "total_engines": 1, "engines": [{"id": rank,
   "status": "healthy"}]}``.
+* ``POST /scale_elastic_ep``, ``POST /is_scaling_elastic_ep`` (``serve/elastic_ep/api_router.py``,
+  every generation model): answered as by a vLLM deployment without elastic expert parallelism.
+  Scale checks its JSON body in vLLM's words (``new_data_parallel_size`` required and a positive
+  integer, ``drain_timeout`` a positive integer, default 120; HTTPExceptions: ``type`` the
+  status phrase), then the engine's answer: the data-parallel size it already has is a no-op,
+  200 ``{"message": "Scaled to N data parallel engines"}``; any other size fails there
+  (``AsyncMPClient.prepare_elastic_ep`` raises NotImplementedError, the DP clients need elastic
+  EP / Ray), vLLM's 500 ``Scale failed``.  The status is always idle:
+  ``{"is_scaling_elastic_ep": false, "phase": "idle", "epoch": null, "error": null,
+  "requested_data_parallel_size": null}``.
 * ``POST /inference/v1/abort_requests`` (vLLM's disaggregated-serving route): ``request_ids``
   a string or a list of strings (else vLLM's 400); the matching requests in flight end at once,
   as if their client had gone, except that a ``/inference/v1/generate`` stream still sends a last
@@ -34,7 +44,7 @@ import logging
 import orjson
 from flask import Blueprint, Response, current_app, request
 
-from generation.errors import APIError, InvalidParam
+from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 
 from .common import json_response, loads_body, simulator
 from .health import query_mode
@@ -187,6 +197,50 @@ def fault_tolerance_status():
     return json_response({"schema_version": 1, "total_engines": 1, "engines": [{"id": rank, "status": "healthy"}]})
 
 
+# ---- elastic expert parallelism ----------------------------------------------------------------------
+
+DRAIN_TIMEOUT = 120          # s: vLLM's default drain_timeout ("Default 2 minutes")
+# vllm/distributed/elastic_ep/external_elastic_ep.py ExternalElasticEPScalePhase.IDLE
+IDLE = {"is_scaling_elastic_ep": False, "phase": "idle", "epoch": None, "error": None,
+        "requested_data_parallel_size": None}
+
+
+def scale_elastic_ep():
+    """vLLM 0.34's ``scale_elastic_ep`` route on a deployment without elastic EP (see the
+    module docstring).  Its checks are ``HTTPException``s raised in the route, which vLLM's
+    ``http_exception_handler`` answers in its envelope with the status phrase as ``type``; a
+    body that is JSON but not an object is a 400 here (vLLM's ``body.get`` fails: a 500)."""
+    ctype = request.environ.get("CONTENT_TYPE", "")
+    if ctype.split(";", 1)[0].lower() != "application/json":
+        raise UnsupportedMediaType()                  # the route's validate_json_request
+    try:
+        body = loads_body(request.get_data(cache=False))
+    except orjson.JSONDecodeError:
+        raise _bad_request("Invalid JSON format") from None
+    if not isinstance(body, dict):
+        raise _bad_request("Request body must be a JSON object.")
+    new_size = body.get("new_data_parallel_size")
+    drain_timeout = body.get("drain_timeout", DRAIN_TIMEOUT)
+    if new_size is None:
+        raise _bad_request("new_data_parallel_size is required")
+    # isinstance(..., int) as vLLM's: a JSON true passes (and is 1 to the size comparison below)
+    if not isinstance(new_size, int) or new_size <= 0:
+        raise _bad_request("new_data_parallel_size must be a positive integer")
+    if not isinstance(drain_timeout, int) or drain_timeout <= 0:
+        raise _bad_request("drain_timeout must be a positive integer")
+    size = simulator().config.data_parallel_size
+    if new_size == size:                  # AsyncLLM._scale_elastic_ep: "already N, skipping scale"
+        return json_response({"message": f"Scaled to {new_size} data parallel engines"})
+    log.error("Scale failed: scaling from %d to %s data parallel engines needs elastic EP", size, new_size)
+    raise APIError("Scale failed", 500, None, "Internal Server Error")
+
+
+def is_scaling_elastic_ep():
+    """vLLM 0.34's ``is_scaling_elastic_ep``: no external elastic-EP coordinator
+    (``get_external_elastic_ep_status`` is None), never scaling: the idle phase."""
+    return json_response(IDLE)
+
+
 # ---- abort_requests --------------------------------------------------------------------------------
 
 def abort_requests():
@@ -215,11 +269,14 @@ def abort_requests():
 
 
 def register(app, config) -> None:
-    """Register the routes vLLM registers for this configuration: abort_requests always, the
-    checkpoint routes with ``--enable-sleep-mode``, fault tolerance with
-    ``--enable-fault-tolerance``; ``--checkpoint-prepare-on-startup`` prepares at once."""
+    """Register the routes vLLM registers for this configuration: abort_requests and the
+    elastic-EP pair always (a generation model's), the checkpoint routes with
+    ``--enable-sleep-mode``, fault tolerance with ``--enable-fault-tolerance``;
+    ``--checkpoint-prepare-on-startup`` prepares at once."""
     bp = Blueprint("engine_ops", __name__)          # one per app: the routes depend on its flags
     bp.add_url_rule("/inference/v1/abort_requests", view_func=abort_requests, methods=["POST"])
+    bp.add_url_rule("/scale_elastic_ep", view_func=scale_elastic_ep, methods=["POST"])
+    bp.add_url_rule("/is_scaling_elastic_ep", view_func=is_scaling_elastic_ep, methods=["POST"])
     if config.tokens_only:      # vLLM 0.34 token_in_token_out/api_router.py: the legacy path too
         bp.add_url_rule("/abort_requests", "abort_requests_legacy", view_func=abort_requests, methods=["POST"])
     if config.enable_sleep_mode:

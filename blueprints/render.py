@@ -19,14 +19,20 @@ import time
 from flask import Blueprint
 from werkzeug.exceptions import NotFound
 
+from generation.adapters.base import check_work
+from generation.adapters.derender import check_derender_bounds, check_prompt_token_ids, derender_completion
 from generation.adapters.fields import check_mm_kwargs
 from generation.adapters.generate import derender_chat, has_parser
-from generation.errors import InvalidParam
+from generation.adapters.protocol import LOGPROBS_INCLUDE
+from generation.adapters.responses import to_chat_messages, to_chat_tools
+from generation.engine.outputs import prompt_too_long
+from generation.errors import APIError, InvalidParam, Rejected
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
-from schemas.common import load
+from schemas.common import are_tokens, load
 from schemas.lax import mm_payload
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
+from schemas.responses import responses_request_schema
 
 from .common import json_response, parse_json_body, request_id, response_headers, simulator
 
@@ -239,6 +245,283 @@ def derender_chat_completion():
                                     "completion_tokens": completion},
                           "prompt_logprobs": None, "prompt_token_ids": None,
                           "kv_transfer_params": gen.get("kv_transfer_params")})
+
+
+# ---- /v1/completions/derender ------------------------------------------------------------------
+
+STREAM_DERENDER = ("Streaming derender (stream=true: one generate_chunk and its stream_state per call) is not "
+                   "simulated; send the complete generate_responses with stream false.")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bad(path: str, what: str) -> InvalidParam:
+    return InvalidParam(f"{path}: {what}", path)
+
+
+def _check_token_list(v, path: str, nullable: bool = True) -> None:
+    if v is None and nullable:
+        return
+    if not isinstance(v, list) or not are_tokens(v):
+        raise _bad(path, "Input should be a list of token ids (non-negative integers).")
+
+
+def _check_logprobs(lps, path: str) -> None:
+    """vLLM's ``GenerateLogProbs``: ``{"content": [{"token_id", "logprob", "rank"?, "top_logprobs"?}]}``
+    (candidates ``{"token_id", "logprob", "rank"?}``)."""
+    if lps is None:
+        return
+    if not isinstance(lps, dict):
+        raise _bad(path, "Input should be a valid dictionary (a GenerateLogProbs object).")
+    content = lps.get("content")
+    if content is None:
+        return
+    if not isinstance(content, list):
+        raise _bad(f"{path}.content", "Input should be a valid list.")
+    for i, e in enumerate(content):
+        where = f"{path}.content[{i}]"
+        if not isinstance(e, dict):
+            raise _bad(where, "Input should be a valid dictionary.")
+        tops = e.get("top_logprobs")
+        if tops is not None and not isinstance(tops, list):
+            raise _bad(f"{where}.top_logprobs", "Input should be a valid list.")
+        for j, cand in enumerate([e, *(tops or ())]):      # the sampled token, then its candidates
+            at = where if j == 0 else f"{where}.top_logprobs[{j - 1}]"
+            if not isinstance(cand, dict) or not _is_int(cand.get("token_id")):
+                raise _bad(f"{at}.token_id", "Field required (an integer).")
+            if isinstance(cand.get("logprob"), bool) or not isinstance(cand.get("logprob"), (int, float)):
+                raise _bad(f"{at}.logprob", "Field required (a number).")
+
+
+def _check_generate_response(gen, path: str) -> None:
+    """The shape of one ``GenerateTokensResponse`` of a derender request, so that nothing below
+    fails on it: ``choices`` (each with its ``index``, ``token_ids``, ``finish_reason``,
+    ``stop_reason``, ``logprobs``), ``request_id``, ``usage``, ``prompt_token_ids``,
+    ``prompt_logprobs``, ``kv_transfer_params`` and ``metrics``.  Raises InvalidParam naming
+    the field."""
+    if not isinstance(gen, dict):
+        raise _bad(path, "Input should be a valid dictionary (a GenerateResponse object).")
+    if gen.get("output_mode", "tokens") != "tokens":      # vLLM: only tokens-level answers (Literal["tokens"])
+        raise _bad(f"{path}.output_mode", "Input should be 'tokens'")
+    choices = gen.get("choices")
+    if not isinstance(choices, list):
+        raise _bad(f"{path}.choices", "Field required (a list of choices).")
+    for j, c in enumerate(choices):
+        where = f"{path}.choices[{j}]"
+        if not isinstance(c, dict):
+            raise _bad(where, "Input should be a valid dictionary.")
+        if not _is_int(c.get("index")):
+            raise _bad(f"{where}.index", "Field required (an integer).")
+        _check_token_list(c.get("token_ids"), f"{where}.token_ids")
+        if c.get("finish_reason") is not None and not isinstance(c["finish_reason"], str):
+            raise _bad(f"{where}.finish_reason", "Input should be a valid string.")
+        reason = c.get("stop_reason")
+        if reason is not None and not (isinstance(reason, str) or _is_int(reason)):
+            raise _bad(f"{where}.stop_reason", "Input should be a string or an integer.")
+        _check_logprobs(c.get("logprobs"), f"{where}.logprobs")
+    if gen.get("request_id") is not None and not isinstance(gen["request_id"], str):
+        raise _bad(f"{path}.request_id", "Input should be a valid string.")
+    for key in ("usage", "kv_transfer_params", "metrics"):
+        if gen.get(key) is not None and not isinstance(gen[key], dict):
+            raise _bad(f"{path}.{key}", "Input should be a valid dictionary.")
+    _check_token_list(gen.get("prompt_token_ids"), f"{path}.prompt_token_ids")
+    plp = gen.get("prompt_logprobs")
+    if plp is not None and (not isinstance(plp, list) or not all(x is None or isinstance(x, dict) for x in plp)):
+        raise _bad(f"{path}.prompt_logprobs", "Input should be a list of objects or nulls.")
+
+
+def _check_completion_request(cr) -> dict:
+    """The fields of the original completion request the derenderer reads, type-checked (vLLM
+    reads the whole ``CompletionRequest``); ``{}`` when none was sent."""
+    if cr is None:
+        return {}
+    if not isinstance(cr, dict):
+        raise _bad("completion_request", "Input should be a valid dictionary (a CompletionRequest object).")
+    if cr.get("logprobs") is not None and not _is_int(cr["logprobs"]):
+        raise _bad("completion_request.logprobs", "Input should be a valid integer.")
+    for key in ("return_token_ids", "return_tokens_as_token_ids"):
+        if cr.get(key) is not None and not isinstance(cr[key], bool):
+            raise _bad(f"completion_request.{key}", "Input should be a valid boolean.")
+    ids = cr.get("logprob_token_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(_is_int(t) for t in ids)):
+        raise _bad("completion_request.logprob_token_ids", "Input should be a list of integers.")
+    return cr
+
+
+@bp.post("/v1/completions/derender")
+def derender_completion_route():
+    """vLLM 0.34's ``POST /v1/completions/derender`` (``scale_out/derender/serving.py``
+    ``derender_completion_response``, non-streaming; :mod:`generation.adapters.derender`): the
+    tokens-level ``/inference/v1/generate`` answers of a completions render's prompts
+    (``generate_responses``, with the optional ``completion_request``, ``prompt_tokens`` and
+    ``prompt_token_ids``, one entry per response) as one ``text_completion``: ``id`` the first
+    response's ``request_id``, choices in order, usage summed, ``kv_transfer_params`` the
+    responses' when they all agree (else null), ``metrics`` the response's when there is one."""
+    sim = simulator()
+    raw = parse_json_body()
+    stream = raw.get("stream")
+    if stream is True:
+        raise InvalidParam(STREAM_DERENDER, "stream")
+    if stream not in (None, False):
+        raise _bad("stream", "Input should be a valid boolean.")
+    model = raw.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _bad("model", "Input should be a valid string.")
+    gens = raw.get("generate_responses")
+    if not isinstance(gens, list):
+        raise _bad("generate_responses", "Field required (a list of GenerateResponse objects).")
+    for k, gen in enumerate(gens):
+        _check_generate_response(gen, f"generate_responses[{k}]")
+    counts = raw.get("prompt_tokens")
+    if counts is not None and (not isinstance(counts, list) or not all(_is_int(t) for t in counts)):
+        raise _bad("prompt_tokens", "Input should be a list of integers.")
+    seeds = raw.get("prompt_token_ids")
+    if seeds is not None:
+        if not isinstance(seeds, list):
+            raise _bad("prompt_token_ids", "Input should be a list of token id lists (or nulls).")
+        for k, ids in enumerate(seeds):
+            _check_token_list(ids, f"prompt_token_ids[{k}]")
+    cr = _check_completion_request(raw.get("completion_request"))
+    # DerenderCompletionRequest._validate_prompt_tokens_length
+    for key, given in (("prompt_tokens", counts), ("prompt_token_ids", seeds)):
+        if given is not None and len(given) != len(gens):
+            raise InvalidParam(f"{key} length ({len(given)}) must equal generate_responses length ({len(gens)})", key)
+    if model is not None:
+        sim.resolve_model(model)
+    if not gens:
+        raise InvalidParam("generate_responses must not be empty", "generate_responses")
+    check_derender_bounds(sim, gens)
+    if seeds is not None:
+        check_prompt_token_ids(sim, seeds, "prompt_token_ids")
+    override = cr.get("return_tokens_as_token_ids")
+    as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
+    tokens = sum(len(c.get("token_ids") or ()) for g in gens for c in g["choices"])
+    with_lp = any(c.get("logprobs") is not None for g in gens for c in g["choices"])
+    top = cr.get("logprobs") if _is_int(cr.get("logprobs")) and cr["logprobs"] >= 0 else sim.config.max_logprobs
+    per = 1 + max(top, 0) if with_lp else 1
+    check_work(sim, tokens * per, "generate_responses' token ids" + (" x (1 + logprobs)" if with_lp else ""),
+               "generate_responses")
+    if tokens > OFFLOAD_CHARS:        # decoded token by token: a long answer in the tokenizer's thread
+        choices, prompt, completion = off_hub(derender_completion, sim, gens, counts, cr, as_ids)
+    else:
+        choices, prompt, completion = derender_completion(sim, gens, counts, cr, as_ids)
+    first = gens[0]
+    kv = first.get("kv_transfer_params")
+    if any(g.get("kv_transfer_params") != kv for g in gens[1:]):
+        kv = None                      # vLLM: differing params across the responses -> none
+    rid = first.get("request_id") if isinstance(first.get("request_id"), str) else request_id()
+    out = {"id": rid, "object": "text_completion", "created": int(time.time()),
+           "model": model or sim.config.served_names[0], "choices": choices,
+           "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+                     "completion_tokens_details": None},
+           "kv_transfer_params": kv}
+    if len(gens) == 1 and first.get("metrics") is not None:      # one prompt's metrics only
+        out["metrics"] = first["metrics"]
+    return json_response(out)
+
+
+# ---- /v1/responses/render -----------------------------------------------------------------------
+
+# vLLM's ResponsesRequest.to_sampling_params: the request's values of these SamplingParams fields
+_RESPONSES_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos",
+                       "presence_penalty", "frequency_penalty", "repetition_penalty", "skip_special_tokens",
+                       "spaces_between_special_tokens", "logit_bias")
+
+
+def responses_sampling_params(raw: dict, max_tokens: int) -> dict:
+    """``ResponsesRequest.to_sampling_params`` as a render reports it: the body's sampling
+    fields over vLLM's defaults (unchecked, as the other renders), ``n`` 1, ``max_tokens`` the
+    computed one, ``logprobs`` ``top_logprobs`` when ``include`` asks for output logprobs, and
+    ``structured_outputs`` from ``text.format`` (a JSON schema, or a JSON object) or the
+    body's own.  Raises Rejected for both at once (vLLM's ``extract_structured_outputs``)."""
+    sp = dict(SAMPLING_DEFAULTS)
+    for k in _RESPONSES_SAMPLING:
+        if raw.get(k) is not None and _plain(raw[k]):
+            sp[k] = raw[k]
+    if isinstance(sp["stop"], str):
+        sp["stop"] = [sp["stop"]]
+    sp["max_tokens"] = max_tokens
+    include = raw.get("include")
+    top = raw.get("top_logprobs")
+    if isinstance(include, list) and LOGPROBS_INCLUDE in include:
+        sp["logprobs"] = top if _scalar(top) else 0
+    fmt = (raw.get("text") or {}).get("format") if isinstance(raw.get("text"), dict) else None
+    so = raw.get("structured_outputs")
+    if isinstance(fmt, dict) and so is not None:
+        raise Rejected("Cannot specify both structured_outputs and text.format", "structured_outputs")
+    if isinstance(so, dict) and _plain(so):
+        sp["structured_outputs"] = so
+    elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        sp["structured_outputs"] = {"json_object": True}
+    elif isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        sp["structured_outputs"] = {"json": fmt["schema"]}
+    return sp
+
+
+@bp.post("/v1/responses/render")
+def render_responses():
+    """vLLM 0.34's ``POST /v1/responses/render`` (``scale_out/render/serving.py``
+    ``render_responses_request``): a Responses request's prompt as vLLM's ``GenerateRequest``,
+    built as ``POST /v1/responses`` builds it (``instructions`` as the system message, the input
+    items as chat messages, function tools given to the template): ``token_ids``, ``features``
+    (media only, as chat render), ``request_id`` (the body's, else ``resp_<id>``), ``model``,
+    ``sampling_params`` (:func:`responses_sampling_params`; ``max_tokens`` the room left in the
+    context, at most ``max_output_tokens``), ``stream``, ``reasoning_parser_kwargs`` (with a
+    reasoning parser), ``cache_salt``, ``priority``, ``kv_transfer_params`` and
+    ``ec_transfer_params``.  ``truncation: "auto"`` keeps the prompt's last ``--max-model-len``
+    - 1 tokens; otherwise a longer prompt is vLLM's 400.  ``previous_response_id`` is vLLM's 400
+    (a render is stateless), a LoRA model the renders' 400."""
+    sim = simulator()
+    raw = parse_json_body()
+    body = load(responses_request_schema, raw)
+    if body.background and body.store is False:            # ResponsesRequest.validate_background
+        raise Rejected("background can only be used when `store` is true", "background")
+    model = _render_model(sim, body.model)
+    if body.previous_response_id is not None:
+        raise APIError("previous_response_id is not supported by the stateless render endpoint.", 400,
+                       "previous_response_id", "invalid_request_error")
+    _check_mm_kwargs(sim, body)
+    messages = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    messages += to_chat_messages(body.input)
+    tools = to_chat_tools(body.tools)
+    render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
+    features = None
+    if render is not None:
+        ids, _, features = render(messages, tools=tools)
+    else:
+        ids, _ = sim.tokenize_messages(messages, bounded="input", tools=tools)
+    max_len = sim.config.max_model_len
+    if body.truncation == "auto" and len(ids) > max_len - 1:
+        ids = ids[len(ids) - max(max_len - 1, 0):]             # left truncation, a token kept for output
+    elif len(ids) > max_len:
+        raise prompt_too_long(max_len, len(ids))
+    if render is None and sim.tokenizer.name == "simulated":  # placeholders within the ids sent
+        features = mm_features(media_items(messages), len(ids))
+    if not ids:
+        raise InvalidParam("No token_ids rendered", "input")
+    max_tokens = max_len - len(ids)
+    if body.max_output_tokens is not None:
+        max_tokens = min(body.max_output_tokens, max_tokens)
+    if max_tokens < 1:                                      # SamplingParams._verify_args
+        raise Rejected(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
+    rid = body.request_id if body.request_id else f"resp_{request_id()}"
+    out = {"token_ids": ids}
+    if features is not None:
+        if mm_payload(raw) == "none":
+            features = {**features, "kwargs_data": None}
+        out["features"] = features
+    kwargs = raw.get("chat_template_kwargs") if isinstance(raw.get("chat_template_kwargs"), dict) else {}
+    ec = raw.get("ec_transfer_params") if isinstance(raw.get("ec_transfer_params"), dict) else None
+    out.update({"request_id": rid, "model": model, "sampling_params": responses_sampling_params(raw, max_tokens),
+                "stream": raw.get("stream") is True,
+                "reasoning_parser_kwargs": {"chat_template_kwargs": kwargs} if sim.config.reasoning_parser else None,
+                "cache_salt": raw.get("cache_salt") if isinstance(raw.get("cache_salt"), str) else None,
+                "priority": body.priority or 0,
+                "kv_transfer_params": body.kv_transfer_params or None,      # hoisted from extra_args: {} is none
+                "ec_transfer_params": ec or None})
+    return json_response(out, headers=response_headers(rid))
 
 
 def _check_optional_model(sim, model) -> None:

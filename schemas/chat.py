@@ -8,9 +8,11 @@ seed, ...) are type-checked and otherwise ignored, as a simulator has no sampler
 """
 from __future__ import annotations
 
-from marshmallow import ValidationError, fields, validates
+from marshmallow import ValidationError, fields, pre_load, validates
 
 from generation.adapters import protocol as p
+from generation.adapters.chat_batch import check_batch_mode
+from generation.adapters.validation import pydantic_error
 
 from .common import (IntList, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
@@ -156,3 +158,54 @@ class ChatCompletionRequestSchema(SamplingSchema):
 
 
 chat_request_schema = ChatCompletionRequestSchema()
+
+
+LIST_TYPE = ("list_type", "Input should be a valid list")
+
+
+def _too_short(value: list) -> tuple:
+    """pydantic's ``too_short`` of a list under ``Field(min_length=1)``."""
+    return ("too_short", f"List should have at least 1 item after validation, not {len(value)}",
+            {"field_type": "List", "min_length": 1, "actual_length": len(value)})
+
+
+class ConversationsField(fields.Field):
+    """The batch's ``messages``: vLLM 0.34's ``list[Annotated[list[ChatCompletionMessageParam],
+    Field(min_length=1)]] = Field(..., min_length=1)``.  Not a list, or an empty one (of
+    conversations or of messages), is pydantic's error at ``body.messages`` /
+    ``body.messages.<i>``; each message is checked as chat's (:func:`_check_message`, named
+    ``messages[i][j]``)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, list):
+            raise pydantic_error(attr, value, LIST_TYPE)
+        if not value:
+            raise pydantic_error(attr, value, _too_short(value))
+        for i, conversation in enumerate(value):
+            if not isinstance(conversation, list):
+                raise pydantic_error(f"{attr}.{i}", conversation, LIST_TYPE)
+            if not conversation:
+                raise pydantic_error(f"{attr}.{i}", conversation, _too_short(conversation))
+            for j, m in enumerate(conversation):
+                err = _check_message(m)
+                if err:
+                    raise ValidationError({i: {j: err}})
+        return value
+
+
+class BatchChatCompletionRequestSchema(ChatCompletionRequestSchema):
+    """``POST /v1/chat/completions/batch`` (vLLM 0.34's ``BatchChatCompletionRequest``,
+    :mod:`generation.adapters.chat_batch`): chat's fields, ``messages`` a list of conversations,
+    ``tool_choice`` only ``"none"`` (or null).  Its ``check_batch_mode`` runs on the raw body
+    first, as vLLM's ``mode="before"`` validator does.  Loads into a ChatCompletionRequest whose
+    ``messages`` holds the conversations."""
+    messages = ConversationsField(required=True)
+    tool_choice = lax_literal("none", nullable=True)
+
+    @pre_load
+    def _batch_mode(self, data, **kwargs):
+        check_batch_mode(data)
+        return data
+
+
+batch_chat_request_schema = BatchChatCompletionRequestSchema()

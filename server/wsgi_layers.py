@@ -297,7 +297,8 @@ class _Counted:
 
 CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"     # Starlette's ALL_METHODS
 UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
-NO_BODY_POSTS = frozenset({"/ping"})      # a probe: changes nothing, takes anything
+# probes: change nothing, take anything (vLLM's is_scaling_elastic_ep reads no body: no JSON check)
+NO_BODY_POSTS = frozenset({"/ping", "/is_scaling_elastic_ep"})
 # vLLM's upload routes (FastAPI ``Form``): multipart bodies, from a command line or a same-origin page
 MULTIPART_POSTS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations"})
 # vLLM 0.34's abort route reads its body itself (``scale_out/token_in_token_out/api_router.py``
@@ -339,9 +340,10 @@ class RequestGuard:
       to sleep): one that a browser marks cross-origin (``Sec-Fetch-Site`` ``cross-site`` /
       ``same-site``, or an ``Origin`` other than the ``Host``) is a 400; with
       ``Content-Type: application/json`` the browser asks first (a preflight), as CORS wants.
-      ``/ping`` is exempt.  The upload routes (:data:`MULTIPART_POSTS`) also take
-      ``multipart/form-data``, as vLLM's ``Form`` routes, except from another origin's page (a
-      browser posts a form cross-site without asking first); the abort routes
+      ``/ping`` and ``/is_scaling_elastic_ep`` (probes; vLLM checks no body there) are exempt.
+      The upload routes (:data:`MULTIPART_POSTS`) also take ``multipart/form-data``, as vLLM's
+      ``Form`` routes, except from another origin's page (a browser posts a form cross-site
+      without asking first); the abort routes
       (:data:`ANY_TYPE_POSTS`) take any ``Content-Type`` or none, as vLLM's, with the same
       exception;
     * a path that starts with ``//`` is a 404 (after a preflight, before the POST rules, as

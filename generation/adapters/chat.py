@@ -37,6 +37,20 @@ class ChatAdapter(Adapter):
     generation_error_stream_type = "InternalServerError"
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
+        self.check(force_cache_threshold)
+        sim, b = self.sim, self.body
+        prompt = chat_prompt(sim, b.messages or [], **chat_options(b))
+        forwarded = forwarded_prompt_ids(b.kv_transfer_params, b.messages)
+        if forwarded is not None:            # vLLM 0.34: a decode leg reuses the prefill's ids verbatim
+            prompt.ids = forwarded
+            check_prompt_ids([prompt], prompt_vocab_size(sim), "kv_transfer_params.prompt_token_ids")
+        return self.request(rid, [prompt], force_cache_threshold)
+
+    def check(self, force_cache_threshold: bool, prompts: int = 1) -> None:
+        """Every check that needs no prompt, in vLLM's order (its request validators, then the
+        model, then sampling), then the bounds of what ``prompts`` conversations of ``n``
+        choices may cost (:func:`check_size`, :func:`check_work`), before anything is
+        tokenized.  Keeps what :meth:`request` needs in ``self._checked``."""
         sim, b = self.sim, self.body
         stream = bool(b.stream)
         # vLLM's request validators (chat_completion/protocol.py), before the model check
@@ -68,23 +82,26 @@ class ChatAdapter(Adapter):
         check_openai_fields(sim, b, bool(b.logprobs), max_tokens)
         check_kv_transfer(b.kv_transfer_params, stream)
         n = b.n or 1
-        check_size(sim, n, force_cache_threshold, b.cache_hit_threshold)
+        check_size(sim, prompts * n, force_cache_threshold, b.cache_hit_threshold)
         if max_tokens is not None:            # the output side, before anything is tokenized
-            check_work(sim, *self._work(n * min(max_tokens, sim.config.max_model_len)))
-        prompt = chat_prompt(sim, b.messages or [], **chat_options(b))
-        forwarded = forwarded_prompt_ids(b.kv_transfer_params, b.messages)
-        if forwarded is not None:            # vLLM 0.34: a decode leg reuses the prefill's ids verbatim
-            prompt.ids = forwarded
-            check_prompt_ids([prompt], prompt_vocab_size(sim), "kv_transfer_params.prompt_token_ids")
+            check_work(sim, *self._work(prompts * n * min(max_tokens, sim.config.max_model_len)))
+        self._checked = (model, lora, tools, tool_choice, constraint or b.response_format, max_tokens, ignore_eos,
+                         n, stream)
+
+    def request(self, rid: str, prompts: list, force_cache_threshold: bool) -> GenerationRequest:
+        """The engine's request for ``prompts`` (each ``n`` choices), from what :meth:`check`
+        kept."""
+        b = self.body
+        model, lora, tools, tool_choice, response_format, max_tokens, ignore_eos, n, stream = self._checked
         self.req = GenerationRequest(
-            request_id=rid, model=model, lora=lora, prompts=[prompt], n=n,
+            request_id=rid, model=model, lora=lora, prompts=prompts, n=n,
             max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
             tools=tools, tool_choice=tool_choice,
-            response_format=constraint or b.response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
+            response_format=response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
-            priority=scheduling_priority(sim, b.priority), cache_salt=b.cache_salt,
-            reasoning=chat_reasoning(sim, b))
+            priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
+            reasoning=chat_reasoning(self.sim, b))
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:

@@ -11,6 +11,8 @@ PROTECTED = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("GE
              ("POST", "/v1/embeddings"), ("POST", "/v1/responses"), ("POST", "/tokenize"),
              ("POST", "/detokenize"), ("POST", "/inference/v1/generate"),
              ("POST", "/v1/chat/completions/render"), ("POST", "/v1/completions/render"),
+             ("POST", "/v1/chat/completions/batch"), ("POST", "/v1/responses/render"),
+             ("POST", "/v1/completions/derender"), ("POST", "/scale_elastic_ep"), ("POST", "/is_scaling_elastic_ep"),
              ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/unload_lora_adapter"),
              ("GET", "/admin/config"), ("POST", "/admin/config"), ("POST", "/sleep"),
              ("GET", "/is_sleeping"), ("GET", "/v1/no-such-route")]

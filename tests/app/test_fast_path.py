@@ -80,7 +80,9 @@ CASES = [
     ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 5, "stream": True}),
     ("/v1/responses", {"model": "test-model", "input": "Hi", "max_output_tokens": 5}),
     ("/inference/v1/generate", {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 3}}),
+    ("/v1/chat/completions/batch", {"model": "test-model", "messages": [MSG, MSG], "max_tokens": 5}),
     # errors, in each envelope
+    ("/v1/chat/completions/batch", {"model": "test-model", "messages": [MSG], "n": 2}),
     ("/v1/chat/completions", {"model": "test-model", "messages": MSG, "max_tokens": -1}),
     ("/v1/chat/completions", {"model": "nope", "messages": MSG}),
     ("/v1/messages", {"model": "test-model", "messages": MSG}),
@@ -104,8 +106,8 @@ def test_both_entry_points_answer_alike(app, path, body):
 
 def test_route_table_is_the_generation_routes(app):
     fast = GenerationFastPath(app)
-    assert sorted(fast.routes) == ["/inference/v1/generate", "/v1/chat/completions", "/v1/completions",
-                                   "/v1/messages", "/v1/responses"]
+    assert sorted(fast.routes) == ["/inference/v1/generate", "/v1/chat/completions", "/v1/chat/completions/batch",
+                                   "/v1/completions", "/v1/messages", "/v1/responses"]
 
 
 @pytest.mark.parametrize("path,envelope", [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")])

@@ -8,16 +8,20 @@ import random
 
 PATHS = ["/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/embeddings",
          "/inference/v1/generate", "/v1/completions/render", "/v1/chat/completions/render", "/tokenize",
-         "/detokenize", "/v1/messages/count_tokens", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+         "/detokenize", "/v1/messages/count_tokens", "/v1/load_lora_adapter", "/v1/unload_lora_adapter",
+         "/v1/chat/completions/batch", "/v1/responses/render", "/v1/completions/derender", "/scale_elastic_ep",
+         "/is_scaling_elastic_ep"]
 SCALARS = [None, True, False, 0, -1, 1, 2.5, 10 ** 12, "", "x", "test-model", [], {}, [1, 2], ["a"], {"a": 1},
            "none", "auto", "required", 1e308]
 KEYS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options",
         "logprobs", "top_logprobs", "tools", "tool_choice", "response_format", "stop", "ignore_eos", "echo", "input",
         "instructions", "max_output_tokens", "system", "token_ids", "sampling_params", "encoding_format",
         "dimensions", "kv_transfer_params", "cache_hit_threshold", "text", "include", "tokens", "lora_name",
-        "temperature", "stop_sequences", "features", "parallel_tool_calls"]
+        "temperature", "stop_sequences", "features", "parallel_tool_calls", "generate_responses",
+        "completion_request", "prompt_tokens", "prompt_token_ids", "new_data_parallel_size", "drain_timeout"]
 INNER = KEYS + ["role", "content", "type", "text", "name", "function", "parameters", "input_schema", "image_url",
-                "url", "source", "tool_use_id", "id", "arguments", "call_id", "output", "include_usage", "properties"]
+                "url", "source", "tool_use_id", "id", "arguments", "call_id", "output", "include_usage", "properties",
+                "choices", "index", "token_ids", "token_id", "usage", "request_id"]
 
 
 def random_value(rng: random.Random, depth: int = 0):
@@ -34,10 +38,14 @@ def test_random_bodies_never_500(app_client):
     rng = random.Random(20261129)
     failures = []
     with base.session(timeout=10, headers={"anthropic-version": "2023-06-01"}) as client:
-        for _ in range(600):            # ~46 random bodies for each of the 13 paths
+        for _ in range(830):            # ~46 random bodies for each of the 18 paths
             path = rng.choice(PATHS)
             body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi",
                     "input": "hi", "max_tokens": 5, "token_ids": [1, 2], "sampling_params": {"max_tokens": 3}}
+            if path == "/v1/chat/completions/batch":
+                body["messages"] = [body["messages"]] * 2
+            elif path == "/v1/completions/derender":
+                body["generate_responses"] = [{"choices": [{"index": 0, "token_ids": [1, 2]}]}]
             for k in rng.sample(list(body), rng.randint(0, 3)):
                 del body[k]
             for _ in range(rng.randint(1, 4)):
