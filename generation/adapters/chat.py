@@ -121,7 +121,8 @@ class ChatAdapter(Adapter):
     def render(self, seqs) -> dict:
         b = self.body
         out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim),
-                          tokens_as_ids(self.sim, b), self.sim.reasoning is not None, self.mm_tokens(seqs))
+                          tokens_as_ids(self.sim, b), self.sim.reasoning is not None, self.mm_tokens(seqs),
+                          response_role(b))
         out["system_fingerprint"] = system_fingerprint(self.sim.config)
         if self.sim.config.mm_encoder_only:
             ec = chat_ec_transfer_params(b.messages or [], seqs[0].prompt_len)
@@ -136,7 +137,7 @@ class ChatAdapter(Adapter):
         if self.prompt_lp is not None:
             out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, self.prompt_lp)
         echoed = echo_text(b)
-        if echoed:                      # vLLM: the last (assistant) message, then the answer
+        if echoed:                      # vLLM: the last message (the answer's role), then the answer
             for c in out["choices"]:
                 c["message"]["content"] = echoed + (c["message"]["content"] or "")
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
@@ -161,24 +162,45 @@ class ChatAdapter(Adapter):
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
                            b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None,
-                           echo_text(b), self.mm_tokens(seqs))
+                           echo_text(b), self.mm_tokens(seqs), response_role(b))
         if b.return_token_ids:
             return with_prompt_token_ids(body, seqs[0].prompt.ids)
         return body
 
 
-def echo_text(b) -> str:
-    """vLLM's chat ``echo``: the content of the last message when it is the assistant's (the
-    response's role; parts' texts joined by newlines), else ``""``."""
-    if not b.echo or not b.messages:
-        return ""
-    last = b.messages[-1]
-    if not isinstance(last, dict) or last.get("role") != "assistant":
+RESPONSE_ROLE = "assistant"      # vLLM's --response-role default
+
+
+def response_role(b, conversation: list | None = None) -> str:
+    """The role of the answer (vLLM 0.34 ``get_chat_request_role``): the response role, or with
+    ``add_generation_prompt: false`` the role of the conversation's last message
+    (``conversation``: the request's ``messages`` unless given)."""
+    if b.add_generation_prompt is not False:
+        return RESPONSE_ROLE
+    messages = b.messages if conversation is None else conversation
+    last = messages[-1] if messages else None
+    role = last.get("role") if isinstance(last, dict) else None
+    return role if isinstance(role, str) else RESPONSE_ROLE
+
+
+def echo_content(conversation: list, role: str) -> str:
+    """vLLM's chat ``echo`` for one conversation: its last message's content when that message's
+    role is the answer's ``role`` (a list of parts: their texts joined by newlines), else ``""``."""
+    last = conversation[-1] if conversation else None
+    if not isinstance(last, dict) or last.get("role") != role:
         return ""
     content = last.get("content") or ""
     if isinstance(content, list):
         content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else ""
+
+
+def echo_text(b) -> str:
+    """vLLM's chat ``echo`` of a request: :func:`echo_content` of its messages for the answer's
+    role."""
+    if not b.echo or not b.messages:
+        return ""
+    return echo_content(b.messages, response_role(b))
 
 
 def chat_tools(tools, tool_choice) -> tuple[list | None, object]:
@@ -228,7 +250,7 @@ def finish_reason(req: GenerationRequest, seq) -> str:
 
 
 def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, details: PromptDetails | None = None,
-                as_ids: bool = False, parser: bool = False, mm: dict | None = None) -> dict:
+                as_ids: bool = False, parser: bool = False, mm: dict | None = None, role: str = RESPONSE_ROLE) -> dict:
     """The ``chat.completion`` body; ``as_ids``: logprob tokens named ``token_id:N``.  Each message
     carries ``reasoning`` (its text; null without a reasoning span or when hidden by
     ``include_reasoning: false``); ``parser``: ``--reasoning-parser`` is set, so the usage has
@@ -242,14 +264,14 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
                 content = [IMAGE_PART]                   # the reference: the image only
             else:
                 content = "" if named_choice(req) else None    # vLLM: "" for a named call
-            message = {"role": "assistant", "content": content, "tool_calls": tool_calls_json(s)}
+            message = {"role": role, "content": content, "tool_calls": tool_calls_json(s)}
             logprobs = None
         else:
             text = content_text(s)
             content = text if text or span is None else None
             if req.send_image:             # --omni: structured content, text then the image
                 content = [{"type": "text", "text": content or ""}, IMAGE_PART]
-            message = {"role": "assistant", "content": content}    # vLLM 0.34's ChatMessage drops empty tool_calls
+            message = {"role": role, "content": content}    # vLLM 0.34's ChatMessage drops empty tool_calls
             first = 0 if span is None else span[2]
             if not want_logprobs:
                 logprobs = None
@@ -282,7 +304,7 @@ def finish_fields(req: GenerationRequest, seq) -> bytes:
 
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
-                parser: bool = False, echoed: str = "", mm: dict | None = None):
+                parser: bool = False, echoed: str = "", mm: dict | None = None, role: str = RESPONSE_ROLE):
     """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
     carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
     chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
@@ -309,10 +331,11 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     pd = usage_details(sim)
     first_details = continuous and pd is not None
     by_index = {s.index: s for s in seqs}
+    role_delta = (b',"delta":{"role":' + dumps(role) + b',"content":""},"logprobs":null,"finish_reason":null}]')
 
     def role_chunk(i: int) -> bytes:
         end = frame.first_tail(i, prompt_tokens_details(pd, [by_index[i]], mm=mm)) if first_details else tail(0, i)
-        out = heads[i] + b',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + end
+        out = heads[i] + role_delta + end
         if echoed:
             out += (heads[i] + b',"delta":{"content":' + dumps(echoed) + b'},"logprobs":null,"finish_reason":null}]' +
                     tail(0, i))

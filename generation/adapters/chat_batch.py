@@ -38,11 +38,10 @@ from generation.errors import Rejected
 from generation.tokenization.multimodal import mm_token_counts
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, content_text, off_hub
 from .base import chat_prompt, system_fingerprint, usage_details
-from .chat import ChatAdapter, render_chat
+from .chat import ChatAdapter, echo_content, render_chat, response_role
 from .fields import tokens_as_ids
 from .validation import error_input
 
-RESPONSE_ROLE = "assistant"      # vLLM's --response-role default
 
 
 def check_batch_mode(data: dict) -> None:
@@ -64,19 +63,6 @@ def check_batch_mode(data: dict) -> None:
     n = data.get("n", 1)
     if n is not None and n != 1:
         raise Rejected("Batch chat completions do not support `n > 1`. Please set `n` to 1.", "n", error_input(n))
-
-
-def echo_content(conversation: list, role: str) -> str:
-    """vLLM's batch ``echo`` for one conversation: its last message's content when that
-    message's role is the response's ``role`` (a list of parts: their texts joined by newlines),
-    else ``""``."""
-    last = conversation[-1] if conversation else None
-    if not isinstance(last, dict) or last.get("role") != role:
-        return ""
-    content = last.get("content") or ""
-    if isinstance(content, list):
-        content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
 
 
 def _each(fn, items) -> list:
@@ -133,12 +119,8 @@ class BatchChatAdapter(ChatAdapter):
         return tokens * (1 + top), formula, "messages" if len(self.conversations) > 1 else mct
 
     def role(self, index: int) -> str:
-        """The role of conversation ``index``'s answer (vLLM: the response role, or with
-        ``add_generation_prompt: false`` the role of the conversation's last message)."""
-        if self.body.add_generation_prompt:
-            return RESPONSE_ROLE
-        last = self.conversations[index][-1]
-        return last.get("role") if isinstance(last, dict) else RESPONSE_ROLE
+        """The role of conversation ``index``'s answer (:func:`~.chat.response_role`)."""
+        return response_role(self.body, self.conversations[index])
 
     def mm_tokens(self, seqs) -> dict | None:
         """``prompt_tokens_details.multimodal_tokens`` summed over the conversations (vLLM's

@@ -486,3 +486,18 @@ def test_metrics_routes_as_vllm_mounts_them(client):
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
     assert r.text.endswith("# EOF\n")
     assert client.get("/metric").status_code == 404
+
+
+def test_answer_role_is_the_last_messages_without_a_generation_prompt(client):
+    """vLLM 0.34 ``get_chat_request_role``: with ``add_generation_prompt: false`` the answer
+    takes the last message's role, and ``echo`` then repeats that message; otherwise
+    ``assistant``, and echo only repeats an assistant's last message."""
+    msgs = [{"role": "user", "content": "hi"}, {"role": "user", "content": "more"}]
+    body = {"model": "test-model", "messages": msgs, "max_tokens": 2, "ignore_eos": True, "echo": True}
+    m = client.post("/v1/chat/completions", json={**body, "add_generation_prompt": False}).json()["choices"][0]["message"]
+    assert m["role"] == "user" and m["content"].startswith("more")
+    r = client.post("/v1/chat/completions", json={**body, "add_generation_prompt": False, "stream": True})
+    first = json.loads(r.text.split("\n\n")[0][len("data: "):])
+    assert first["choices"][0]["delta"] == {"role": "user", "content": ""}
+    m = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert m["role"] == "assistant" and not m["content"].startswith("more")
