@@ -100,6 +100,7 @@ VLLM_OPERATIONS = (
     ("/v1/completions", "post", "create_completion", None, None),
     ("/v1/messages", "post", "create_messages", None, None),
     ("/v1/messages/count_tokens", "post", "count_tokens", None, None),
+    ("/generative_scoring", "post", "create_generative_scoring", None, None),
     # serve/checkpoint/api_router.py (--enable-sleep-mode)
     ("/checkpoint/prepare", "post", "checkpoint_prepare",
      "Drain with `mode` and release what a checkpoint must not contain.\nReturns once started; poll "
