@@ -62,6 +62,9 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if not kind:
         from blueprints import engine_ops
         engine_ops.register(app, config)
+    if not kind:                                          # vLLM: with the generate task only
+        from blueprints import generative_scoring
+        app.register_blueprint(generative_scoring.bp)
     if kind in (None, "embed"):
         app.register_blueprint(embeddings.bp)
     if kind:

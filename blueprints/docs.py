@@ -101,6 +101,7 @@ VLLM_OPERATIONS = (
     ("/v1/completions", "post", "create_completion", None, None),
     ("/v1/messages", "post", "create_messages", None, None),
     ("/v1/messages/count_tokens", "post", "count_tokens", None, None),
+    ("/generative_scoring", "post", "create_generative_scoring", None, None),
     # serve/elastic_ep/api_router.py (every generation model)
     ("/scale_elastic_ep", "post", "scale_elastic_ep", None, None),
     ("/is_scaling_elastic_ep", "post", "is_scaling_elastic_ep", None, None),

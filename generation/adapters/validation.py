@@ -33,11 +33,13 @@ def error_input(value):
     return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
 
 
-def validation_errors(errors: list, where: str = "body") -> InvalidParam:
+def validation_errors(errors: list, where: str = "body", total: int | None = None) -> InvalidParam:
     """The handler's 400 for ``errors``, each ``(loc, value, type, msg)`` or ``(loc, value, type,
     msg, ctx)`` with ``loc`` the dotted path below ``where`` (``body`` for a JSON or form field,
-    ``query`` for a query parameter); ``param`` is the first error's location."""
-    count = len(errors)
+    ``query`` for a query parameter); ``param`` is the first error's location.  ``total``: how
+    many errors there were, when ``errors`` holds only the first ones (at least the
+    :data:`MAX_REPORTED_ERRORS` the message shows)."""
+    count = len(errors) if total is None else total
     label = "error" if count == 1 else "errors"
     lines = []
     for loc, value, kind, msg, *ctx in errors[:MAX_REPORTED_ERRORS]:
@@ -80,12 +82,15 @@ def literal_mismatch(choices) -> Mismatch:
 _TRUE = frozenset(("1", "on", "t", "true", "y", "yes"))
 _FALSE = frozenset(("0", "off", "f", "false", "n", "no"))
 _BOOL_PARSING = ("bool_parsing", "Input should be a valid boolean, unable to interpret input")
+_I64 = 2 ** 63
 _INT_STR = re.compile(r"\s*[+-]?\d(?:_?\d)*(?:\.0*)?\s*")
 
 
 def read_bool(v) -> bool:
     """``bool``: a boolean, ``0`` / ``1`` (also as floats), or one of pydantic's words (``true``,
-    ``yes``, ``on``, ``t``, ``y``, ``1`` and their negatives, any case, no spaces)."""
+    ``yes``, ``on``, ``t``, ``y``, ``1`` and their negatives, any case, no spaces).  Another
+    number is pydantic's ``bool_parsing`` when it is an integer within int64 (``2``, ``1000.0``),
+    else ``bool_type`` (``1.5``, ``2**63``, ``1e20``), as pydantic-core reads it as an i64 first."""
     if v is True or v is False:
         return v
     if isinstance(v, str):
@@ -98,9 +103,13 @@ def read_bool(v) -> bool:
     if isinstance(v, int):
         if v in (0, 1):
             return bool(v)
-        raise Mismatch(*_BOOL_PARSING)
-    if isinstance(v, float) and v in (0.0, 1.0):
-        return bool(v)
+        if -_I64 <= v < _I64:
+            raise Mismatch(*_BOOL_PARSING)
+    elif isinstance(v, float):
+        if v in (0.0, 1.0):
+            return bool(v)
+        if v.is_integer() and -_I64 < v < _I64:
+            raise Mismatch(*_BOOL_PARSING)
     raise Mismatch("bool_type", "Input should be a valid boolean")
 
 
@@ -122,8 +131,9 @@ def read_float(v) -> float:
 
 
 def read_int(v) -> int:
-    """``int``: an integer (a boolean counts), a float without a fractional part, or a string of
-    digits (``"3"``, ``" 3 "``, ``"3.0"``, ``"1_000"``)."""
+    """``int``: an integer (a boolean counts), a float without a fractional part within int64
+    (orjson reads a JSON integer past 64 bits as one), or a string of digits (``"3"``, ``" 3 "``,
+    ``"3.0"``, ``"1_000"``)."""
     if isinstance(v, int):
         return int(v)
     if isinstance(v, float):
@@ -131,6 +141,8 @@ def read_int(v) -> int:
             raise Mismatch("finite_number", "Input should be a finite number")
         if not v.is_integer():
             raise Mismatch("int_from_float", "Input should be a valid integer, got a number with a fractional part")
+        if not -_I64 < v < _I64:          # pydantic-core takes a float as an i64 only
+            raise Mismatch("int_parsing_size", "Unable to parse input string as an integer, exceeded maximum size")
         return int(v)
     if isinstance(v, str):
         if _INT_STR.fullmatch(v):

@@ -30,8 +30,8 @@ GENERATION_PATHS = [
     ("/detokenize", ["post"]), ("/v1/models", ["get"]), ("/ping", ["get", "post"]), ("/invocations", ["post"]),
     ("/v1/chat/completions", ["post"]), ("/v1/chat/completions/batch", ["post"]), ("/v1/responses", ["post"]), ("/v1/responses/{response_id}", ["get"]),
     ("/v1/responses/{response_id}/cancel", ["post"]), ("/v1/completions", ["post"]), ("/v1/messages", ["post"]),
-    ("/v1/messages/count_tokens", ["post"]), ("/scale_elastic_ep", ["post"]), ("/is_scaling_elastic_ep", ["post"]),
-    ("/v1/chat/completions/render", ["post"]),
+    ("/v1/messages/count_tokens", ["post"]), ("/generative_scoring", ["post"]), ("/scale_elastic_ep", ["post"]),
+    ("/is_scaling_elastic_ep", ["post"]), ("/v1/chat/completions/render", ["post"]),
     ("/v1/messages/render", ["post"]), ("/v1/completions/render", ["post"]), ("/v1/responses/render", ["post"]),
     ("/v1/chat/completions/derender", ["post"]), ("/v1/completions/derender", ["post"]),
     ("/inference/v1/generate", ["post"]),
@@ -143,8 +143,9 @@ def test_openapi_follows_the_flags(app_client):
     assert paths[12:18] == ["/reset_prefix_cache", "/server_info", "/sleep", "/release_kv_cache_memory",
                             "/wake_up", "/is_sleeping"]
     i = paths.index("/checkpoint/prepare")
-    assert paths[i - 3:i + 3] == ["/v1/messages/count_tokens", "/scale_elastic_ep", "/is_scaling_elastic_ep",
-                                  "/checkpoint/prepare", "/checkpoint/restore", "/checkpoint/status"]
+    assert paths[i - 4:i + 3] == ["/v1/messages/count_tokens", "/generative_scoring", "/scale_elastic_ep",
+                                  "/is_scaling_elastic_ep", "/checkpoint/prepare", "/checkpoint/restore",
+                                  "/checkpoint/status"]
     i = paths.index("/inference/v1/abort_requests")
     assert paths[i:i + 2] == ["/inference/v1/abort_requests", "/abort_requests"]
     assert paths[-2:] == ["/v1/fault_tolerance/apply", "/v1/fault_tolerance/status"]
