@@ -16,7 +16,7 @@ import orjson
 from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
-from generation.errors import InjectedError, InvalidParam, SimulatorError, UnsupportedMediaType
+from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
 from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, KERNEL_ARRIVAL_KEY
@@ -50,13 +50,13 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
             raise UnsupportedMediaType()
         raw = _read_body(environ, limit)
     if not raw:
-        raise InvalidParam("Request body is empty; expected a JSON object.")
+        raise RequestInvalid("Request body is empty; expected a JSON object.")
     try:
         body = loads_body(raw)
     except orjson.JSONDecodeError as e:
-        raise InvalidParam(f"Failed to parse the request body as JSON: {e}") from None
+        raise RequestInvalid(f"Failed to parse the request body as JSON: {e}") from None
     if not isinstance(body, dict):
-        raise InvalidParam("Request body must be a JSON object.")
+        raise RequestInvalid("Request body must be a JSON object.")
     return body
 
 

@@ -34,6 +34,15 @@ class InvalidParam(SimulatorError):
     the simulator's own.  A check vLLM raises as ``VLLMValidationError`` is a :class:`Rejected`."""
 
 
+class RequestInvalid(InvalidParam):
+    """The request failed the validation vLLM does with pydantic before its handler runs (a
+    field's type or bounds, the body's JSON): FastAPI's ``RequestValidationError``, which
+    vLLM's ``validation_exception_handler`` (``serve/exception_handling/handlers/
+    validation.py``, 0.15.1's ``api_server.py`` alike) answers with ``type`` "Bad Request", the
+    status phrase, where errors raised while serving are "BadRequestError"."""
+    type = "Bad Request"
+
+
 def vllm_message(message: str, parameter: str | None = None, value=None) -> str:
     """``str()`` of vLLM 0.34's ``VLLMValidationError(message, parameter=, value=)``
     (``vllm/exceptions.py``: ``VLLMValidationError.__str__``), which ``create_error_response``

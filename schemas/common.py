@@ -14,7 +14,7 @@ import gevent
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_load, validates_schema
 
 from generation.adapters import protocol as p
-from generation.errors import InvalidParam, Rejected
+from generation.errors import InvalidParam, Rejected, RequestInvalid
 
 
 class StrictInt(fields.Integer):
@@ -380,9 +380,10 @@ def load(schema: Schema, body):
     """Validate a decoded JSON body with ``schema``; returns the schema's typed request.
 
     Raises InvalidParam whose message starts with the failing field's path and whose
-    ``param`` is that path."""
+    ``param`` is that path (the simulator's words: type "BadRequestError"), or RequestInvalid
+    for a body that is not an object (vLLM's validation handler: "Bad Request")."""
     if not isinstance(body, dict):
-        raise InvalidParam("Request body must be a JSON object.")
+        raise RequestInvalid("Request body must be a JSON object.")
     out = _fast_load(schema, body)
     if out is not None:
         return out

@@ -35,7 +35,7 @@ from generation.adapters.fields import INT64_MAX, INT64_MIN, check_cache_salt
 from generation.adapters.generative_scoring import GenerativeScoringRequest
 from generation.adapters.validation import (MAX_REPORTED_ERRORS, Mismatch, read_bool, read_int, read_str,
                                             validation_errors)
-from generation.errors import InvalidParam
+from generation.errors import InvalidParam, RequestInvalid
 
 from .common import TOKEN_SLICE, TURN
 
@@ -164,7 +164,7 @@ def load_generative_scoring(body) -> GenerativeScoringRequest:
     error first (``validate_cache_salt``, named ``cache_salt``), else pydantic's errors as vLLM's
     validation handler words them (``param`` the first one's location)."""
     if not isinstance(body, dict):
-        raise InvalidParam("Request body must be a JSON object.")
+        raise RequestInvalid("Request body must be a JSON object.")
     check_cache_salt(body.get("cache_salt"))
     errors = Errors()
     out = {"model": _read(errors, "model", body.get("model"), read_str, nullable=True)}

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 from generation.content import audio as au
 from generation.content import logprobs as lp
 from generation.engine.request import GenerationRequest, Prompt
-from ..errors import APIError, InvalidParam, Rejected
+from ..errors import APIError, InvalidParam, Rejected, RequestInvalid
 from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
 from .validation import Mismatch, literal_error, pydantic_error, read_bool, read_int
@@ -402,7 +402,7 @@ class SpeechRequest:
         format other than ``pcm`` / ``wav`` or with a speed other than 1 (the reference's
         messages)."""
         if not isinstance(body, dict):
-            raise InvalidParam("Request body must be a JSON object.")
+            raise RequestInvalid("Request body must be a JSON object.")
         for name, kind in SPEECH_FIELDS.items():
             v = body.get(name)
             if v is not None and (not isinstance(v, kind) or (kind is not bool and isinstance(v, bool))):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..errors import InvalidParam
+from ..errors import InvalidParam, RequestInvalid
 
 MAX_INPUT_CHARS = 200         # the handler's _MAX_ERROR_INPUT_CHARS: an echoed ``input`` is cut here
 MAX_REPORTED_ERRORS = 10      # _MAX_REPORTED_ERRORS
@@ -50,7 +50,7 @@ def validation_errors(errors: list, where: str = "body", total: int | None = Non
         lines.append(f"  {text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + '...[truncated]'}")
     if count > MAX_REPORTED_ERRORS:
         lines.append(f"  ...and {count - MAX_REPORTED_ERRORS} more {label}")
-    return InvalidParam(f"{count} validation {label}:\n" + "\n".join(lines), f"{where}.{errors[0][0]}")
+    return RequestInvalid(f"{count} validation {label}:\n" + "\n".join(lines), f"{where}.{errors[0][0]}")
 
 
 def pydantic_error(param: str, value, *errors: tuple, where: str = "body") -> InvalidParam:

@@ -55,5 +55,5 @@ def test_a_bad_body_in_another_encoding_is_a_400_json(api, raw, path):
     if path == "/v1/messages":
         assert r.json()["error"]["type"] == "invalid_request_error"
     else:
-        assert r.json()["error"]["type"] == "BadRequestError"
+        assert r.json()["error"]["type"] == "Bad Request"          # vLLM's validation handler
     assert "Failed to parse the request body as JSON" in r.text

@@ -71,7 +71,7 @@ def test_reset_prefix_cache_query_booleans_are_checked(app_client, query):
     assert r.status_code == 400 and r.json()["error"] == {
         "message": f"1 validation error:\n  {{'type': 'bool_parsing', 'loc': 'query.{name}', 'msg': 'Input should be a "
                    f"valid boolean, unable to interpret input', 'input': {raw!r}}}",
-        "type": "BadRequestError", "param": f"query.{name}", "code": 400}, r.text
+        "type": "Bad Request", "param": f"query.{name}", "code": 400}, r.text
 
 
 def test_server_info(app_client):

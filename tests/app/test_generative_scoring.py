@@ -14,6 +14,8 @@ import gevent
 import pydantic
 import pytest
 
+from support import error_type_400
+
 from generation.content.label_logprobs import LABEL_RANKS, label_logprobs, label_rank, prompt_key
 from generation.content.logprobs import logprob
 from support import metric, scrape
@@ -43,7 +45,8 @@ TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError"}
 
 def error(r, status: int, message: str, param=None) -> None:
     assert r.status_code == status, r.text
-    assert r.json() == {"error": {"message": message, "type": TYPES[status], "param": param, "code": status}}
+    kind = error_type_400(message) if status == 400 else TYPES[status]
+    assert r.json() == {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
 def raw(prompt, label) -> float:

@@ -337,5 +337,5 @@ def test_a_non_object_body_is_a_400_not_a_500(api, path, raw):
         assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
                                                        "message": "Request body must be a JSON object."}}
     else:
-        assert r.json() == {"error": {"message": "Request body must be a JSON object.", "type": "BadRequestError",
+        assert r.json() == {"error": {"message": "Request body must be a JSON object.", "type": "Bad Request",
                                       "param": None, "code": 400}}

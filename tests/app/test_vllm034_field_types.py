@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+from support import error_type_400
+
 from support.tokenizer_hub import MODEL, make_hub
 
 CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/responses"
@@ -28,7 +30,7 @@ def err(api, path, body) -> tuple:
     r = post(api, path, body)
     assert r.status_code == 400, r.text
     e = r.json()["error"]
-    assert (e["type"], e["code"]) == ("BadRequestError", 400)
+    assert (e["type"], e["code"]) == (error_type_400(e["message"]), 400)
     return e["message"], e["param"]
 
 

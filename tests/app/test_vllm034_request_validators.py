@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from support import error_type_400
+
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 MSG = [{"role": "user", "content": "Hello there"}]
 BODIES = [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})]
@@ -20,7 +22,7 @@ def err(api, path, body) -> tuple:
     r = post(api, path, body)
     assert r.status_code == 400, r.text
     e = r.json()["error"]
-    assert e["type"] == "BadRequestError"
+    assert e["type"] == error_type_400(e["message"])
     return e["message"], e["param"]
 
 

@@ -216,3 +216,15 @@ def named_events(body: str) -> list:
         if data is not None:
             out.append((name, data if data == "[DONE]" else json.loads(data)))
     return out
+
+
+def error_type_400(message: str) -> str:
+    """The ``type`` of a 400 with ``message`` in vLLM 0.34's envelope: "Bad Request" for what its
+    validation handler answers (pydantic's "N validation error(s):" and the body's JSON), else
+    "BadRequestError" (raised while serving: ``create_error_response``)."""
+    import re
+    if re.match(r"\d+ validation errors?:", message) or message.startswith((
+            "Failed to parse the request body as JSON", "Request body must be a JSON object.",
+            "Request body is empty")):
+        return "Bad Request"
+    return "BadRequestError"
