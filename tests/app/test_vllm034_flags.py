@@ -1,9 +1,10 @@
 """vLLM 0.34's serve flags that take effect here, in-process: the admission limits
 ``--max-num-queued-reqs`` / ``--max-num-queued-tokens`` (503, ``vllm:admission_rejections``) in
-both latency modes and several ``--api-key``\\ s.  The parser:
+both latency modes, several ``--api-key``\\ s and ``--log-error-stack``.  The parser:
 tests/unit/test_vllm_serve_flags.py."""
 from __future__ import annotations
 
+import logging
 import time
 
 import gevent
@@ -102,3 +103,20 @@ def test_any_of_several_api_keys(app_client):
     c = app_client("--api-key", "k1", "k2")
     for key, status in (("k1", 200), ("k2", 200), ("k3", 401)):
         assert c.get("/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == status
+
+
+# ---- --log-error-stack ---------------------------------------------------------------------------------
+def test_log_error_stack_logs_error_responses_with_their_stack(app_client, caplog):
+    bad = {"model": "test-model", "messages": MSG, "max_tokens": -1}
+    for flags, env, logged in (((), None, False), (("--log-error-stack",), None, True),
+                               ((), {"VLLM_SERVER_DEV_MODE": "1"}, True),
+                               (("--no-log-error-stack",), {"VLLM_SERVER_DEV_MODE": "1"}, False)):
+        c = app_client(*flags, env=env)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="vllm_sim"):
+            assert c.post(CHAT, json=bad, headers={"X-Request-Id": "rid-1"}).status_code == 400
+            assert c.get("/v1/models/nope").status_code == 404
+        lines = [r for r in caplog.records if "caught. Request id:" in r.getMessage()]
+        assert bool(lines) is logged, flags
+        if logged:
+            assert lines[0].getMessage().endswith("caught. Request id: rid-1") and lines[0].exc_info
