@@ -1,7 +1,8 @@
 """vLLM 0.34's serve flags that take effect here, in-process: the admission limits
 ``--max-num-queued-reqs`` / ``--max-num-queued-tokens`` (503, ``vllm:admission_rejections``) in
-both latency modes, several ``--api-key``\\ s and ``--log-error-stack``.  The parser:
-tests/unit/test_vllm_serve_flags.py."""
+both latency modes, ``--fingerprint-mode`` / ``--fingerprint-value``, several ``--api-key``\\ s and
+``--log-error-stack``.  The parser: tests/unit/test_vllm_serve_flags.py; TLS and the access log:
+tests/unit/test_tls_config.py, tests/unit/test_access_log_filter.py."""
 from __future__ import annotations
 
 import logging
@@ -96,6 +97,21 @@ def test_admission_limits_in_step_mode(app_client):
         assert completion(c, 10).json() == refusal           # 2 in flight; or 100 prompt tokens waiting
         assert rejections(c, reason) == 1
         assert [first.get().status_code, second.get().status_code] == [200, 200]
+
+
+# ---- system_fingerprint --------------------------------------------------------------------------
+def test_fingerprint_modes(app_client):
+    def fingerprint(*flags):
+        return chat(app_client(*flags)).json()["system_fingerprint"]
+    full = fingerprint()
+    assert full.startswith("vllm-0.34.0-") and len(full.split("-")) == 3
+    assert fingerprint("--fingerprint-mode", "hash") == full                 # no parallelism to strip
+    tp = fingerprint("-tp", "2", "--data-parallel-size", "2")
+    assert tp.startswith("vllm-0.34.0-tp2-dp2-")                             # vLLM's order: tp, pp, dp, ep
+    assert fingerprint("-tp", "2", "--data-parallel-size", "2", "--fingerprint-mode", "hash").count("-") == 2
+    assert fingerprint("--fingerprint-mode", "custom", "--fingerprint-value", "fp-7") == "fp-7"
+    assert fingerprint("--fingerprint-mode", "custom") is None
+    assert fingerprint("--fingerprint-mode", "none") is None
 
 
 # ---- --api-key K1 K2 -------------------------------------------------------------------------------
