@@ -40,7 +40,6 @@ import argparse
 import ast
 import builtins
 import dataclasses
-import functools
 import importlib
 import json
 import logging
@@ -53,10 +52,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "generation" / "config" / "vllm_serve_flags.json"
 
-# Modules whose real objects the compiled code and the annotations may use
-_REAL_MODULES = {"typing", "typing_extensions", "collections.abc", "dataclasses", "argparse", "json", "sys",
-                 "os", "re", "regex", "ssl", "enum", "functools", "copy", "warnings", "textwrap",
-                 "collections", "types", "yaml", "pathlib", "math"}
+# Modules whose real objects the compiled code and the annotations may use: the standard library's
+# and these (anything else, torch and transformers among them, is an opaque class)
+_REAL_MODULES = set(sys.stdlib_module_names) | {"typing_extensions", "regex", "yaml"}
 
 # Runtime objects stubbed instead of compiled: (module, name) -> value
 _OVERRIDES = {
@@ -96,7 +94,8 @@ class _ConfigMeta(type):
         if name.startswith("__"):
             raise AttributeError(name)
         for klass in cls.__mro__:
-            for stmt in getattr(klass, "_vllm_node", ast.Pass()).__dict__.get("body", ()):
+            node = klass.__dict__.get("_vllm_node")
+            for stmt in node.body if node is not None else ():
                 target = stmt.target if isinstance(stmt, ast.AnnAssign) else \
                     (stmt.targets[0] if isinstance(stmt, ast.Assign) else None)
                 if isinstance(target, ast.Name) and target.id == name and stmt.value is not None:
@@ -154,7 +153,7 @@ class Tree:
         """``import X`` / ``from X import Y`` of a module outside the tree's own code."""
         if module.split(".")[0] == "vllm":
             return self.ns(module) if self.path(module) else _Opaque()
-        if module in _REAL_MODULES or module.split(".")[0] in _REAL_MODULES:
+        if module.split(".")[0] in _REAL_MODULES:
             return importlib.import_module(module)
         return None                                 # torch, transformers, ...: opaque classes
 
@@ -451,15 +450,22 @@ def build_vllm_parser(root: Path) -> argparse.ArgumentParser:
     """vLLM's ``vllm serve`` parser, built by its own ``make_arg_parser`` (see the module doc)."""
     tree = Tree(root)
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    for module in ("vllm.engine.arg_utils", "vllm.entrypoints.common.cli_args", "vllm.utils.argparse_utils"):
+    # make_arg_parser's module: vllm/entrypoints/common/cli_args.py from 0.34, openai/cli_args.py before
+    cli = next((m for m in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args")
+                if tree.path(m) and "make_arg_parser" in tree.ns(m).bindings), None)
+    if cli is None:
+        raise SystemExit(f"{root}: no make_arg_parser in vllm/entrypoints/{{common,openai}}/cli_args.py")
+    utils = next(m for m in ("vllm.utils.argparse_utils", "vllm.utils") if tree.path(m)
+                 and "FlexibleArgumentParser" in tree.ns(m).bindings)
+    for module in ("vllm.engine.arg_utils", cli, utils):
         ns = tree.ns(module)
         ns["logger"] = logging.getLogger("vllm")
         ns["init_logger"] = logging.getLogger
     args_ns = tree.ns("vllm.engine.arg_utils")
     args_ns["fields"] = tree.fields                 # the stand-ins' fields, read on first use
-    cli_ns = tree.ns("vllm.entrypoints.common.cli_args")
+    cli_ns = tree.ns(cli)
     cli_ns["ToolParserManager"] = types.SimpleNamespace(list_registered=lambda: [])
-    parser_cls = tree.ns("vllm.utils.argparse_utils")["FlexibleArgumentParser"]
+    parser_cls = tree.ns(utils)["FlexibleArgumentParser"]
     parser = parser_cls(prog="vllm serve", add_help=True)
     return cli_ns["make_arg_parser"](parser)
 

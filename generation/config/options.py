@@ -439,6 +439,8 @@ _OLDER_IGNORED: dict[str, str] = {
     "tokenizer-pool-size": "value", "max-context-len-to-capture": "value", "use-v2-block-manager": "bool",
     "worker-use-ray": "bool", "lora-extra-vocab-size": "value", "speculative-model": "value",
     "num-speculative-tokens": "value", "disable-mm-preprocessor-cache": "bool", "override-pooler-config": "value",
+    # in 0.17 to 0.27 (bench/vllm_cli_flags.py on their sources), gone from 0.34
+    "override-attention-dtype": "value", "use-gpu-for-pooling-score": "bool", "enable-bf16x3-router-gemm": "bool",
 }
 # vLLM's short forms of the simulator's options, beyond VLLM_FLAGS' aliases (the `-O` of releases
 # before 0.34 is --compilation-config's: see cli._dialects)

@@ -196,3 +196,11 @@ def test_pasted_vllm_034_command_line_starts():
         "--enable-scale-out", "--stream-interval", "--performance-mode", "--optimization-level",
         "--kv-cache-metrics", "--enable-log-deltas", "--sse-keep-alive-interval", "--default-chat-template-kwargs",
         "--tool-strict-level", "--reasoning-config", "--spec-method", "--master-addr", "--nnodes", "--numa-bind"]
+
+
+def test_flags_of_older_releases_still_start():
+    # vLLM 0.17 to 0.27 (bench/vllm_cli_flags.py on their sources) and earlier: removed by 0.34
+    c = cfg("--swap-space", "4", "--override-attention-dtype", "bfloat16", "--no-use-gpu-for-pooling-score",
+            "--enable-bf16x3-router-gemm", "--num-scheduler-steps", "8")
+    assert c.ignored_flags == ["swap-space", "override-attention-dtype", "use-gpu-for-pooling-score",
+                               "enable-bf16x3-router-gemm", "num-scheduler-steps"]
