@@ -41,7 +41,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from generation.engine.simulator import ClientDisconnected
     from blueprints import (admin, audio, chat, completions, dev, embeddings, generate, health, lora, messages,
                             metrics, models, render, responses)
-    from blueprints.errors import error_response, internal_error
+    from blueprints.errors import error_response, internal_error, log_error_stack
 
     config = config or load_config([])
     app = Flask("vllm_sim", static_folder=None)          # vLLM serves no /static/<file>
@@ -101,6 +101,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
 
     @app.errorhandler(SimulatorError)
     def _api_error(err: SimulatorError):
+        from flask import request
+        log_error_stack(config, err, request.environ)
         return error_response(err)
 
     @app.errorhandler(HTTPException)
@@ -115,6 +117,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         # Werkzeug's stock text ("The requested URL was not found...") marks a routing error
         stock = status in (404, 405) and err.description == type(err).description
         message = err.name if stock or not err.description else err.description
+        if not stock:             # a routing error is Starlette's: vLLM's handlers, which log, never see it
+            log_error_stack(config, err, request.environ)
         if request.path.startswith("/v1/messages"):
             resp = anthropic_error_response(message, status)
         elif stock:

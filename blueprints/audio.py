@@ -141,5 +141,5 @@ def _run(sim, adapter, req, environ, entry: float, finished, stream_headers):
 
 
 def _error(err, environ) -> Response:
-    status, headers, body = reply_to_error(err, "openai", environ)
+    status, headers, body = reply_to_error(err, "openai", environ, current_app.extensions["simulator"].config)
     return Response(body, status=status, headers=headers, direct_passthrough=True)

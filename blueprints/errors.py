@@ -8,6 +8,7 @@ status, as vLLM's ``create_error_response`` maps ``VLLMValidationError`` -> 400 
 """
 from __future__ import annotations
 
+import logging
 from http import HTTPStatus
 
 import orjson
@@ -17,6 +18,7 @@ from generation.errors import (APIError, ContextLengthError, InjectedError, Inva
                                QueueFullError, SimulatorError, UnsupportedMediaType, error_type)
 
 JSON_MIME = "application/json"
+log = logging.getLogger("vllm_sim")
 
 # Domain error -> HTTP status.  Subclasses inherit their base's row (first match in the MRO).
 # UnsupportedMediaType is a 400 as in current vLLM (its ``validate_json_request`` raises a
@@ -86,6 +88,19 @@ def anthropic_body(message: str, status: int) -> dict:
 def internal_error(err: Exception) -> APIError:
     """An unexpected exception as a 500 the client can read."""
     return APIError(f"Internal server error: {type(err).__name__}: {err}", 500)
+
+
+def log_error_stack(config, err: BaseException, environ: dict | None = None) -> None:
+    """``--log-error-stack`` (not given: ``VLLM_SERVER_DEV_MODE=1``, vLLM's default): log an
+    error answered to a client with its stack, as vLLM's exception handlers do
+    (``vllm/entrypoints/serve/exception_handling/handlers/``: ``"<kind> caught. Request id:
+    <id>"`` with the traceback); unexpected errors are logged with theirs regardless."""
+    on = getattr(config, "log_error_stack", None)
+    if on is None:
+        on = getattr(config, "vllm_dev_mode", False)
+    if on:
+        rid = (environ or {}).get("HTTP_X_REQUEST_ID")
+        log.error("%s caught. Request id: %s", type(err).__name__, rid, exc_info=err)
 
 
 def error_response(err: SimulatorError) -> Response:

@@ -43,7 +43,7 @@ from schemas.common import load
 
 from .common import (SSE_HEADERS, dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
                      request_id, response_headers, run_to_completion, send_image, sse_body)
-from .errors import anthropic_body, internal_error, openai_body, status_of
+from .errors import anthropic_body, internal_error, log_error_stack, openai_body, status_of
 from .streaming import WRITE_KEY
 
 log = logging.getLogger("vllm_sim")
@@ -163,10 +163,13 @@ def error_reply(err: BaseException, envelope: str) -> tuple[int, list, list]:
     return status_of(err), [JSON_CONTENT_TYPE, ("Content-Length", str(len(out)))], [out]
 
 
-def reply_to_error(err: BaseException, envelope: str, environ: dict) -> tuple[int, list, list]:
-    """:func:`error_reply`, and a client that left is hung up on (no response, as vLLM)."""
+def reply_to_error(err: BaseException, envelope: str, environ: dict, config=None) -> tuple[int, list, list]:
+    """:func:`error_reply`, and a client that left is hung up on (no response, as vLLM); with
+    ``config``'s ``--log-error-stack`` the error is logged with its stack first."""
     if isinstance(err, ClientDisconnected):
         hang_up(environ)
+    elif config is not None and isinstance(err, SimulatorError):
+        log_error_stack(config, err, environ)
     return error_reply(err, envelope)
 
 
@@ -181,7 +184,8 @@ def generation_view(schema, adapter_cls):
         except HTTPException:
             raise                      # werkzeug's 413 and friends: the app's HTTP error handler
         except Exception as err:       # noqa: BLE001 - the same rendering as the fast path
-            status, headers, body = reply_to_error(err, adapter_cls.envelope, request.environ)
+            status, headers, body = reply_to_error(err, adapter_cls.envelope, request.environ,
+                                                   app.extensions["simulator"].config)
         return Response(body, status=status, headers=headers, direct_passthrough=True)
     view.generation = (schema, adapter_cls)
     view.__doc__ = adapter_cls.__doc__
@@ -230,7 +234,7 @@ class GenerationFastPath:
         try:
             status, headers, body = handle(self.sim, environ, self.limit, schema, adapter_cls, read)
         except Exception as err:       # noqa: BLE001 - every error becomes its API's error reply
-            status, headers, body = reply_to_error(err, adapter_cls.envelope, environ)
+            status, headers, body = reply_to_error(err, adapter_cls.envelope, environ, self.sim.config)
         line = self.status_lines.get(status) or _status_line(status)
         environ[WRITE_KEY] = start_response(line, headers)    # a stream may write from the hub
         return body

@@ -150,6 +150,29 @@ class APIError(SimulatorError):
                           "code": self.status}}
 
 
+class QueueOverflow(APIError):
+    """``--max-num-queued-reqs``: admitting the request would exceed the requests in flight
+    (vLLM 0.34's ``AsyncLLM.check_admission`` raises ``QueueOverflowError``, a
+    ``GracefulHTTPError``: 503 with the status phrase as ``type``, ``vllm/exceptions.py``)."""
+
+    MESSAGE = ("The engine is currently busy and cannot accept new requests. Please try again later or on "
+               "a different instance.")
+
+    def __init__(self):
+        super().__init__(self.MESSAGE, 503, None, "Service Unavailable")
+
+
+class MaxQueuedTokens(APIError):
+    """``--max-num-queued-tokens``: the prompt tokens still in prefill reached the limit (vLLM
+    0.34's ``MaxQueuedTokensError``, a ``GracefulHTTPError``: 503)."""
+
+    MESSAGE = ("The engine has reached its prefill token backlog limit. Please try again later or on a "
+               "different instance.")
+
+    def __init__(self):
+        super().__init__(self.MESSAGE, 503, None, "Service Unavailable")
+
+
 class EnginePaused(APIError):
     """A new request while the engine refuses new work: a ``/checkpoint/prepare`` with mode
     ``wait`` or ``abort`` until ``/checkpoint/restore`` (vLLM 0.34's

@@ -48,6 +48,37 @@ def _restyle_gunicorn_logger(glog, config) -> None:
     glog.error_log.setLevel(level)
     glog.access_log.setLevel(max(logging.INFO, level))     # access lines are INFO, as uvicorn's
     glog.access_log.disabled = bool(getattr(config, "disable_log_requests", False))
+    for f in [f for f in glog.access_log.filters if isinstance(f, AccessPathFilter)]:
+        glog.access_log.removeFilter(f)
+    excluded = AccessPathFilter.paths(config)
+    if excluded:
+        glog.access_log.addFilter(AccessPathFilter(excluded))
+
+
+class AccessPathFilter(logging.Filter):
+    """``--disable-access-log-for-endpoints /health,/metrics``: no access line for those paths,
+    matched exactly without the query, as vLLM's ``UvicornAccessLogFilter``
+    (``vllm/logging_utils/uvicorn_logging.py``).  Reads the path from the simulator's line
+    (``ACCESS_LINE``'s third argument, the raw URI) or from gunicorn's atoms (``U``) when
+    another ``--access-logformat`` is in use."""
+
+    def __init__(self, excluded: frozenset):
+        super().__init__()
+        self.excluded = excluded
+
+    @staticmethod
+    def paths(config) -> frozenset:
+        text = getattr(config, "disable_access_log_for_endpoints", "") or ""
+        return frozenset(p.strip() for p in text.split(",") if p.strip())
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            from urllib.parse import urlsplit
+            return urlsplit(args[2]).path not in self.excluded
+        if isinstance(args, dict) and isinstance(args.get("U"), str):
+            return args["U"] not in self.excluded
+        return True
 
 
 class LeanAccessLine:

@@ -1,5 +1,6 @@
 """TLS files: ``--ssl-certfile`` / ``--ssl-keyfile`` / ``--ssl-ca-certs``, or a self-signed
-certificate made at start-up (``--self-signed-certs``, with the ``cryptography`` package).
+certificate made at start-up (``--self-signed-certs``, with the ``cryptography`` package), and
+``--ssl-ciphers`` / ``--ssl-cert-reqs``.
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ def remove_self_signed_files() -> None:
 
 
 def tls_files(config) -> dict | None:
-    """The TLS settings for gunicorn (``certfile``, ``keyfile``, ``ca_certs``), or None for
-    plain HTTP.  ``--self-signed-certs`` makes a pair in a private temporary directory
+    """The TLS settings for gunicorn (``certfile``, ``keyfile``, ``ca_certs``, ``ciphers``,
+    ``cert_reqs``; None where unset), or None for plain HTTP.  ``--self-signed-certs`` makes a pair in a private temporary directory
     (mode 0700), removed by :func:`remove_self_signed_files` once the worker has loaded it.  The pair is loaded once here so that a bad file is one line
     at start-up (raises ValueError naming the flag), not a failure per connection."""
     import ssl
@@ -100,6 +101,14 @@ def tls_files(config) -> dict | None:
             ctx.load_verify_locations(ca)
         except (OSError, ssl.SSLError) as e:
             raise ValueError(f"--ssl-ca-certs: cannot load {ca}: {e}") from None
-    return {"certfile": certfile, "keyfile": keyfile, "ca_certs": ca or None}
+    ciphers = getattr(config, "ssl_ciphers", "") or ""
+    if ciphers:
+        try:
+            ctx.set_ciphers(ciphers)
+        except ssl.SSLError as e:
+            raise ValueError(f"--ssl-ciphers: {ciphers!r} selects no cipher OpenSSL knows ({e})") from None
+    # gunicorn's ssl_context applies them as uvicorn does vLLM's --ssl-ciphers / --ssl-cert-reqs
+    return {"certfile": certfile, "keyfile": keyfile, "ca_certs": ca or None, "ciphers": ciphers or None,
+            "cert_reqs": getattr(config, "ssl_cert_reqs", 0) or None}
 
 

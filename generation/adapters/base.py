@@ -257,18 +257,28 @@ def chat_prompt(sim, messages: list, echo_text: str | None = None, field: str = 
 _FINGERPRINTS: dict = {}
 
 
-def system_fingerprint(cfg) -> str:
-    """vLLM's default ``system_fingerprint`` (``--fingerprint-mode full``):
-    ``vllm-<version>[-dp<N>]-<hash8>``, the hash over what identifies the served model here
-    (model, served names, context window, response mode, ``--vllm-version``); the same for every response of one
-    configuration."""
+def system_fingerprint(cfg) -> str | None:
+    """vLLM's ``system_fingerprint`` (``vllm/entrypoints/serve/utils/fingerprint.py``
+    ``build_system_fingerprint``) by ``--fingerprint-mode``: ``full`` (default)
+    ``vllm-<version>[-tp<N>][-dp<N>]-<hash8>``, ``hash`` without the parallelism, ``custom``
+    ``--fingerprint-value``, ``none`` None (JSON null).  The hash is over what identifies the
+    served model here (model, served names, context window, response mode, ``--vllm-version``);
+    the same for every response of one configuration."""
+    mode = cfg.fingerprint_mode
+    if mode == "none":
+        return None
+    if mode == "custom":
+        return cfg.fingerprint_value or None
     key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size,
            vllm_version(cfg))
-    fp = _FINGERPRINTS.get(key)
+    fp = _FINGERPRINTS.get((key, mode, cfg.tensor_parallel_size))
     if fp is None:
         hash8 = hashlib.sha256(repr(key).encode()).hexdigest()[:8]
-        dp = f"-dp{cfg.data_parallel_size}" if cfg.data_parallel_size > 1 else ""
-        fp = _FINGERPRINTS[key] = f"vllm-{vllm_version(cfg)}{dp}-{hash8}"
+        parts = [f"vllm-{vllm_version(cfg)}"]
+        if mode == "full":                  # vLLM's order: tp, pp, dp, ep (pp and ep are not kept here)
+            parts += [f"tp{cfg.tensor_parallel_size}"] if cfg.tensor_parallel_size > 1 else []
+            parts += [f"dp{cfg.data_parallel_size}"] if cfg.data_parallel_size > 1 else []
+        fp = _FINGERPRINTS[(key, mode, cfg.tensor_parallel_size)] = "-".join(parts + [hash8])
     return fp
 
 

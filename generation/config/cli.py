@@ -5,6 +5,7 @@ table (:func:`options_table`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -13,7 +14,8 @@ import time
 from typing import Any
 
 from .values import BOOL_LITERALS, ConfigError, format_duration
-from .options import GROUPS, IGNORED_FLAGS, OPTIONS, Option, _IGNORED_ALIASES, _OPTION_ALIASES, coerce
+from .options import (GROUPS, IGNORED_FLAGS, IGNORED_NOTES, OPTIONS, VLLM_FLAGS, VLLM_FLAGS_RELEASE, Option,
+                      _OLDER_ALIASES, _OPTION_ALIASES, coerce, human_readable_int)
 from .kv_events import apply_kv_events_config
 from .sim_config import SimConfig
 from .vllm_versions import apply_version_defaults
@@ -32,7 +34,7 @@ def _did_you_mean(message: str) -> str:
     if not message.startswith(head):
         return message
     import difflib
-    known = sorted(f for f in _ALL_FLAGS if f.startswith("--") and not f.startswith("--no-"))
+    known = sorted(f for f in _flag_kinds()[2] if f.startswith("--") and not f.startswith("--no-"))
     out = []
     for tok in message[len(head):].split(" "):
         name = tok.split("=", 1)[0]
@@ -65,7 +67,10 @@ def _default_text(o: Option) -> str:
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The command line: ``[serve] [MODEL] [--flag value ...]``, generated from OPTIONS."""
+    """The command line: ``[serve] [MODEL] [--flag value ...]``, generated from OPTIONS, then
+    every other ``vllm serve`` flag (VLLM_FLAGS, IGNORED_FLAGS) with vLLM's arity, hidden from
+    ``--help``: vLLM's other spellings of the options (``--device-memory-utilization``,
+    ``--disable-prefix-caching``) set them, the rest are accepted and ignored."""
     p = _OneLineParser(prog=prog, usage="%(prog)s [serve] [MODEL] [--flag VALUE ...]", description="vLLM simulator: serves vLLM's OpenAI-compatible API with "
                        "simulated generation. Boolean switches take no value (--flag); --flag=false or "
                        "--no-flag turns one off.", argument_default=argparse.SUPPRESS, allow_abbrev=False,
@@ -97,30 +102,83 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                 if o.type == "bool":
                     g.add_argument(f"--no-{o.name}", action="store_const", const="false", dest=o.name,
                                    help=argparse.SUPPRESS)
+    taken = set(p._option_string_actions)
+    for o in OPTIONS.values():              # vLLM's other spellings of the options, hidden
+        entry = _vllm_entry(o)
+        if o.cli and entry is not None:
+            kind = "bool" if o.type == "bool" else ("list" if o.type in ("list", "lora", "ints") else "value")
+            _add_vllm_flag(p, taken, entry.get("aliases", ()), o.name, kind, None,
+                           entry.get("negatives", ()) if o.type == "bool" else ())
     g = p.add_argument_group("vLLM flags accepted and ignored", "Listed in one start-up log line.")
-    for name, takes_value in IGNORED_FLAGS.items():
-        names = [f"--{name}"] + [a for a, n in _IGNORED_ALIASES.items() if n == name]
-        g.add_argument(*names, dest="ignored:" + name, metavar="X" if takes_value else "BOOL",
-                       help=argparse.SUPPRESS)
-        if not takes_value:
-            g.add_argument(f"--no-{name}", action="store_const", const="false", dest="ignored:" + name,
-                           help=argparse.SUPPRESS)
+    for name, arity in IGNORED_FLAGS.items():
+        entry = VLLM_FLAGS.get(name, {})
+        names = [f"--{name}", *entry.get("aliases", ()), *(a for a, n in _OLDER_ALIASES.items() if n == name)]
+        negatives = entry.get("negatives", (f"--no-{name}",) if arity == "bool" else ())
+        _add_vllm_flag(g, taken, names, "ignored:" + name, arity, entry.get("choices"), negatives)
     return p
+
+
+def _vllm_entry(o: Option) -> dict | None:
+    """An option's VLLM_FLAGS entry: its name's, or an alias's (``--cudagraph-capture-sizes``)."""
+    for name in (o.name, *(a[2:] for a in o.aliases if a.startswith("--"))):
+        if name in VLLM_FLAGS:
+            return VLLM_FLAGS[name]
+    return None
+
+
+def _add_vllm_flag(g, taken: set, names, dest: str, arity, choices, negatives) -> None:
+    """Register hidden flags with vLLM's arity (VLLM_FLAGS' ``arity``): a switch's value is
+    added by :func:`_normalise`, its negatives (``--no-x``, ``--disable-x``) store ``false``;
+    ``choices`` are checked as vLLM's argparse checks them (a null one: ``None`` or an empty
+    value, which its ``optional_type`` reads as None).  Strings already ``taken`` stay with their
+    owner (``--disable-log-requests`` is an option here, vLLM's negative of
+    ``--enable-log-requests`` there)."""
+    names = [n for n in names if n not in taken]
+    if names:
+        kw: dict[str, Any] = {"dest": dest, "help": argparse.SUPPRESS}
+        if arity in ("bool", "flag"):
+            kw["metavar"] = "BOOL"
+        else:
+            kw["metavar"] = "X"
+            if choices is not None:
+                kw["choices"] = [str(c) for c in choices if c is not None] + (["None", ""] if None in choices else [])
+            if arity == "list":
+                kw["nargs"] = "+"
+            elif arity == "optional":
+                kw.update(nargs="?", const="true")
+            elif arity == "append":
+                kw["action"] = "append"
+            elif isinstance(arity, int):
+                kw["nargs"] = arity
+        g.add_argument(*names, **kw)
+        taken.update(names)
+    negatives = [n for n in negatives if n not in taken]
+    if negatives:
+        g.add_argument(*negatives, action="store_const", const="false", dest=dest, help=argparse.SUPPRESS)
+        taken.update(negatives)
 
 
 def _flag_names(o: Option) -> list[str]:
     return [f"--{o.name}", *o.aliases] + [a for a, n in _OPTION_ALIASES.items() if n == o.name]
 
 
-_BOOL_FLAGS = {f for o in OPTIONS.values() if o.type == "bool" and o.cli for f in _flag_names(o)} | \
-    {f"--{n}" for n, v in IGNORED_FLAGS.items() if not v}
-_VALUE_FLAGS = {f for o in OPTIONS.values() if o.cli and o.type not in ("bool", "list", "lora", "ints")
-                for f in _flag_names(o)} | {"--config"} | \
-    {f"--{n}" for n, v in IGNORED_FLAGS.items() if v} | \
-    {a for a, n in _IGNORED_ALIASES.items() if IGNORED_FLAGS[n]}
-_ALL_FLAGS = _BOOL_FLAGS | _VALUE_FLAGS | {"-h", "--help"} | set(_IGNORED_ALIASES) | \
-    {f for o in OPTIONS.values() if o.cli for f in _flag_names(o)} | \
-    {f"--no-{o.name}" for o in OPTIONS.values() if o.type == "bool"} | {f"--no-{n}" for n in IGNORED_FLAGS}
+@functools.lru_cache(maxsize=1)
+def _parser() -> argparse.ArgumentParser:
+    """The parser :func:`load_config` uses, built once (some 600 flag strings)."""
+    return build_parser()
+
+
+@functools.lru_cache(maxsize=1)
+def _flag_kinds() -> tuple[frozenset, frozenset, frozenset]:
+    """``(switches, value flags, every flag string)`` of the parser, for :func:`_normalise`: a
+    switch takes a boolean literal or nothing, a value flag exactly one value."""
+    switches, values = set(), set()
+    for s, a in _parser()._option_string_actions.items():
+        if a.metavar == "BOOL":
+            switches.add(s)
+        elif type(a) in (argparse._StoreAction, argparse._AppendAction) and a.nargs is None:
+            values.add(s)
+    return frozenset(switches), frozenset(values), frozenset(_parser()._option_string_actions)
 
 
 def _normalise(argv: list[str]) -> list[str]:
@@ -130,6 +188,7 @@ def _normalise(argv: list[str]) -> list[str]:
       so ``--enforce-eager MODEL`` keeps MODEL positional;
     * a value that starts with ``-`` (``--time-to-first-token -1s``) stays the flag's value, so
       that validation can name the flag instead of argparse saying "expected one argument"."""
+    switches, values, every = _flag_kinds()
     out, i = [], 0
     while i < len(argv):
         tok = argv[i]
@@ -137,13 +196,13 @@ def _normalise(argv: list[str]) -> list[str]:
         if tok == "--":
             out.extend(argv[i:])
             break
-        if tok in _BOOL_FLAGS:
+        if tok in switches:
             if nxt in BOOL_LITERALS:
                 out.append(f"{tok}={nxt}")
                 i += 2
                 continue
             out.append(f"{tok}=true")
-        elif tok in _VALUE_FLAGS and nxt is not None and nxt.startswith("-") and nxt not in _ALL_FLAGS:
+        elif tok in values and nxt is not None and nxt.startswith("-") and nxt not in every:
             out.append(f"{tok}={nxt}")
             i += 2
             continue
@@ -160,21 +219,36 @@ def _dialects(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     """The flag dialects other vLLM front ends and the reference's releases accept, rewritten to
     this parser's: returns ``(argv, lora names, deprecation notes)``.
 
-    * ``--max_num_seqs`` is ``--max-num-seqs`` (vLLM's parser reads underscores in any flag name);
+    * ``--max_num_seqs`` is ``--max-num-seqs`` (vLLM's parser reads underscores in any flag name,
+      up to a ``.``);
+    * vLLM 0.34's ``-O3``, ``-O=3``, ``-Odecode`` and ``-O 3`` (0 to 3) are
+      ``--optimization-level``; ``-O`` with any other value is the ``--compilation-config`` of
+      older releases (vLLM's ``FlexibleArgumentParser.parse_args``);
+    * a JSON flag given key by key, ``--kv-transfer-config.kv_connector X``,
+      ``-cc.pass_config.fuse_norm_quant=true``, ``--json-arg.list+ a,b``, is that flag with the
+      JSON object, as vLLM assembles it (:func:`_dotted_args`);
     * ``--lora NAME[,NAME...]`` (the reference's removed flag, one value per flag, repeatable; the
       inference-extension manifests still pass it) becomes LoRA modules without a path, with a
       deprecation note."""
+    known = _flag_kinds()[2]
     out, names, notes, i = [], [], [], 0
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
             out.extend(argv[i:])
             break
-        if tok.startswith("--") and "_" in tok.split("=", 1)[0]:
+        if tok.startswith("--") and "_" in tok.split("=", 1)[0].split(".", 1)[0]:
             name, sep, value = tok.partition("=")
-            dashed = name.replace("_", "-")
-            if dashed in _ALL_FLAGS or dashed == "--lora":
-                tok = dashed + sep + value
+            head, dot, keys = name.partition(".")
+            dashed = head.replace("_", "-")
+            if dashed in known or dashed == "--lora":
+                tok = dashed + dot + keys + sep + value
+        if tok.startswith("-O") and tok != "-O" and not tok.startswith("-O."):
+            out += ["--optimization-level", tok[3:] if tok[2] == "=" else tok[2:]]
+            i += 1
+            continue
+        if tok == "-O" and i + 1 < len(argv) and argv[i + 1] in ("0", "1", "2", "3"):
+            tok = "--optimization-level"
         name, sep, value = tok.partition("=")
         if name == "--lora":
             given = [value] if sep else []       # one value a flag, as the reference's string slice
@@ -189,7 +263,57 @@ def _dialects(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
             continue
         out.append(tok)
         i += 1
-    return out, names, notes
+    return _dotted_args(out, known), names, notes
+
+
+def _dotted_args(argv: list[str], known) -> list[str]:
+    """``--flag.key.sub VALUE`` (or ``=VALUE``) of a known flag, gathered per flag into one JSON
+    object passed last, as vLLM's ``FlexibleArgumentParser.parse_args`` does: a value is JSON,
+    else a ``human_readable_int`` (``80g``), else a string; ``key+ a,b`` appends a list; objects
+    merge, lists concatenate."""
+    gathered: dict[str, dict] = {}
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out.extend(argv[i:])
+            break
+        name, sep, value = tok.partition("=")
+        flag, dot, path = name.partition(".")
+        if not (dot and path and flag in known and flag.startswith("-")):
+            out.append(tok)
+            i += 1
+            continue
+        if not sep:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+            i += 1
+        i += 1
+        if path.endswith("+"):
+            path, obj = path[:-1], value.split(",")
+        else:
+            try:
+                obj = json.loads(value)
+            except json.JSONDecodeError:
+                try:
+                    obj = human_readable_int(value)
+                except (ValueError, IndexError):
+                    obj = value
+        for key in reversed(path.split(".")):
+            obj = {key: obj}
+        _merge(gathered.setdefault(flag, {}), obj)
+    for flag, obj in gathered.items():
+        out += [flag, json.dumps(obj)]
+    return out
+
+
+def _merge(into: dict, update: dict) -> None:
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        elif isinstance(v, list) and isinstance(into.get(k), list):
+            into[k] += v
+        else:
+            into[k] = v
 
 
 def _duration_notes(ns: dict) -> list[str]:
@@ -201,13 +325,22 @@ def _duration_notes(ns: dict) -> list[str]:
             and isinstance(val, str) and _NUMBER.fullmatch(val.strip()) and float(val) != 0]
 
 
-def _yaml_key(key) -> str:
-    """A YAML key as a flag name: vLLM's config files may spell them with underscores."""
-    if isinstance(key, str) and "_" in key:
-        dashed = key.replace("_", "-")
-        if dashed in OPTIONS or dashed in IGNORED_FLAGS:
-            return dashed
-    return key
+def _yaml_key(key) -> tuple:
+    """A YAML key as ``(flag name, negated)``: vLLM's config files may spell keys with
+    underscores, and a key may be any spelling the command line takes (``uvicorn_log_level``,
+    ``cudagraph_capture_sizes``; ``disable_prefix_caching: true``, the negative of
+    ``enable-prefix-caching``, is that switch turned off)."""
+    if not isinstance(key, str):
+        return key, False
+    dashed = key.replace("_", "-")
+    if dashed in OPTIONS or dashed in IGNORED_FLAGS:
+        return dashed, False
+    action = _parser()._option_string_actions.get("--" + dashed)
+    if action is not None:
+        dest = action.dest.removeprefix("ignored:")
+        if dest in OPTIONS or dest in IGNORED_FLAGS:
+            return dest, action.const == "false"
+    return key, False
 
 
 def _read_yaml(path: str) -> dict:
@@ -234,7 +367,7 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
         argv = argv[1:]
     env = dict(os.environ if env is None else env)
     argv, lora_names, deprecations = _dialects(argv)
-    ns = vars(build_parser().parse_args(_normalise(argv)))
+    ns = vars(_parser().parse_args(_normalise(argv)))
     deprecations += _duration_notes(ns)
     ignored = [k.split(":", 1)[1] for k in ns if k.startswith("ignored:")]
     ns = {k: v for k, v in ns.items() if not k.startswith("ignored:")}
@@ -245,10 +378,12 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     path = ns.pop("config", None)
     if path:
         for key, val in _read_yaml(path).items():
-            key = _yaml_key(key)
+            key, negated = _yaml_key(key)
             o = OPTIONS.get(key)
             if o is not None and o.cli:
                 values[key] = coerce(key, val)
+                if negated and o.type == "bool" and values[key] is not None:
+                    values[key] = not values[key]
             elif key in IGNORED_FLAGS:
                 ignored.append(key)
             else:
@@ -262,6 +397,8 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
                 values[o.name] = (raw == "1") if o.type == "bool" else coerce(o.name, raw or "")
     for key, val in ns.items():
         values[key] = coerce(key, val)
+    if values.get("max-model-len") == -1:       # vLLM's `auto`: the model's context length, as when not given
+        del values["max-model-len"]
     if lora_names:
         values["lora-modules"] = [*values.get("lora-modules", []), *coerce("lora-modules", [
             json.dumps({"name": n}) for n in lora_names])]
@@ -304,8 +441,20 @@ def options_table() -> str:
                 text += " (" + ", ".join(notes) + ")"
             out.append(f"| {flag} | {kind} | `{_default_text(o)}` | {text} |")
         out.append("")
-    ignored = ", ".join(f"`--{n}`" for n in IGNORED_FLAGS)
-    aliases = ", ".join(f"`{a}`" for a in _IGNORED_ALIASES)
-    out.append(f"**Accepted and ignored** (one start-up log line lists those given): {ignored}; "
-               f"short forms {aliases}.")
+    out.append(f"**Accepted and ignored** (one start-up log line lists those given): every other flag of "
+               f"`vllm serve` {VLLM_FLAGS_RELEASE}, with vLLM's arity (a switch's `--no-` form and, for "
+               f"`--enable-x` / `--disable-x`, its opposite; several values where vLLM takes a list; `choices` "
+               f"checked as vLLM checks them), then flags of older releases that {VLLM_FLAGS_RELEASE} removed. "
+               f"By vLLM's argument group:")
+    out.append("")
+    groups: dict[str, list[str]] = {}
+    for name in IGNORED_FLAGS:
+        entry = VLLM_FLAGS.get(name)
+        group = (entry["group"] if entry["group"] != "options" else "serve") if entry else "older releases"
+        short = [*(entry or {}).get("aliases", ()), *(a for a, n in _OLDER_ALIASES.items() if n == name)]
+        extra = "; ".join(filter(None, [", ".join(f"`{a}`" for a in short), IGNORED_NOTES.get(name, "")]))
+        groups.setdefault(group, []).append(f"`--{name}`" + (f" ({extra})" if extra else ""))
+    order = sorted(groups, key=lambda g: (g != "serve", g == "older releases", g))
+    for group in order:
+        out.append(f"- {group}: " + ", ".join(groups[group]))
     return "\n".join(out)

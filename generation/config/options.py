@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +119,8 @@ _declare("model",
                 "the first positional argument", env="SIM_MODEL"),
          Option("served-model-name", "list", [], "Public model names (aliases); the first is reported in "
                 "responses"),
-         Option("max-model-len", "int", 1024, "Context window", unit="tokens"),
+         Option("max-model-len", "size", 1024, "Context window (`32k` = 32,000 as vLLM reads it; `auto` or -1: the "
+                "model's, as when not given)", unit="tokens"),
          Option("seed", "int", None, "Random seed", nullable=True),
          Option("mode", "str", "random", "Response source", choices=("random", "echo")),
          Option("response-length", "str", "histogram", "Random mode's length of an answer with a max-tokens "
@@ -140,7 +142,7 @@ _declare("model",
                 "timing)"),
          Option("cuda-graph-sizes", "ints", [], "Batch sizes captured as CUDA graphs (vLLM's "
                 "`cudagraph_capture_sizes`; empty: vLLM's default sizes up to --max-cudagraph-capture-size; stored "
-                "for step mode's timing)"),
+                "for step mode's timing)", aliases=("--cudagraph-capture-sizes",)),
          Option("max-cudagraph-capture-size", "int", None, "Largest batch captured as a CUDA graph (empty: "
                 "vLLM's default, or the largest --cuda-graph-sizes; stored for step mode's timing)", nullable=True,
                 unit="sequences"),
@@ -157,13 +159,25 @@ _declare("model",
 _declare("server",
          Option("port", "int", 8000, "Port the server listens on"),
          Option("host", "str", "0.0.0.0", "Address the server binds to"),
-         Option("api-key", "str", "", "Require `Authorization: Bearer KEY` (or `x-api-key`) on inference, "
-                "admin and LoRA routes", env="VLLM_API_KEY", secret=True),
+         Option("api-key", "list", [], "Require `Authorization: Bearer KEY` (or `x-api-key`) on inference, "
+                "admin and LoRA routes; several keys (`--api-key K1 K2`, as vLLM 0.34): any of them",
+                env="VLLM_API_KEY", secret=True),
          Option("ssl-certfile", "str", "", "PEM certificate file: serve HTTPS"),
          Option("ssl-keyfile", "str", "", "PEM private key of --ssl-certfile"),
          Option("ssl-ca-certs", "str", "", "CA certificates file (client certificates)"),
+         Option("ssl-cert-reqs", "int", 0, "Client certificates with --ssl-ca-certs: 0 not asked, 1 optional, 2 "
+                "required (Python's `ssl.CERT_*`, as vLLM passes it to uvicorn)"),
+         Option("ssl-ciphers", "str", "", "Cipher suites of HTTPS up to TLS 1.2 (an OpenSSL cipher list, "
+                "`ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-CHACHA20-POLY1305`; empty: OpenSSL's default)"),
          Option("self-signed-certs", "bool", False, "Serve HTTPS with a certificate made at start-up"),
-         Option("disable-log-requests", "bool", False, "No access log line per request"),
+         Option("disable-log-requests", "bool", False, "No access log line per request (vLLM 0.34 spells it "
+                "`--disable-uvicorn-access-log`; there `--disable-log-requests` is the negative of "
+                "`--enable-log-requests`, its request-details log, off by default)",
+                aliases=("--disable-uvicorn-access-log",)),
+         Option("disable-access-log-for-endpoints", "str", "", "Comma-separated paths whose requests get no access "
+                "log line (`/health,/metrics,/ping`: the path matched exactly, its query ignored)"),
+         Option("log-error-stack", "bool", None, "Log each error response's exception with its stack trace "
+                "(not given: on with VLLM_SERVER_DEV_MODE=1, as vLLM's default)", nullable=True),
          Option("log-http", "bool", False, "Log each request's method, URI, remote address, headers and body"),
          Option("log-level", "str", "info", "Log level", choices=LOG_LEVELS, aliases=("--uvicorn-log-level",)),
          Option("timeout-keep-alive", "int", 5, "Seconds an idle keep-alive connection stays open (vLLM's "
@@ -214,7 +228,11 @@ _declare("frontend",
                 "and `POST /abort_requests` is served too"),
          Option("enable-server-load-tracking", "bool", False, "Serve `GET /load`: the number of requests "
                 "in flight"),
-         Option("enable-tokenizer-info-endpoint", "bool", False, "Serve `GET /tokenizer_info`"))
+         Option("enable-tokenizer-info-endpoint", "bool", False, "Serve `GET /tokenizer_info`"),
+         Option("fingerprint-mode", "str", "full", "Chat answers' `system_fingerprint`: `full` "
+                "(`vllm-<version>[-tp<N>][-dp<N>]-<hash8>`), `hash` (`vllm-<version>-<hash8>`), `custom` "
+                "(--fingerprint-value) or `none` (null)", choices=("full", "hash", "custom", "none")),
+         Option("fingerprint-value", "str", "", "The `system_fingerprint` of --fingerprint-mode custom (empty: null)"))
 _declare("scheduler",
          Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
          Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
@@ -233,6 +251,12 @@ _declare("scheduler",
                 "--vllm-version 0.19, as vLLM's default)", nullable=True),
          Option("async-scheduling", "bool", None, "Schedule the next step while the current one runs (stored for "
                 "step mode's timing; not given: the version's default)", nullable=True),
+         Option("max-num-queued-reqs", "int", None, "Most requests in flight (waiting or running; a request "
+                "of `n` choices counts `n`): one more is refused with 503, vLLM 0.34's admission limit (empty: none)",
+                nullable=True),
+         Option("max-num-queued-tokens", "size", None, "Most prompt tokens of requests still in prefill (waiting, "
+                "or running before their first token): while reached, a new request is refused with 503, vLLM "
+                "0.34's admission limit (empty: none; `8k` = 8,000 as vLLM reads it)", nullable=True, unit="tokens"),
          Option("scheduling-policy", "str", "fcfs", "Order of the waiting queue: `fcfs`, or `priority` (the "
                 "request field `priority`, lower first, then arrival; in step mode the lowest-priority running "
                 "request is the one preempted)", choices=("fcfs", "priority")))
@@ -390,56 +414,61 @@ _declare("environment",
 
 ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
 
-# vLLM `serve` (and reference) flags accepted and ignored: name -> takes a value (False: a
-# boolean switch).  Aliases (`-tp`) map to the long name in _IGNORED_ALIASES.
-IGNORED_FLAGS: dict[str, bool] = {
-    # model / loading
-    "dtype": True, "trust-remote-code": False, "revision": True,
-    "code-revision": True, "tokenizer-revision": True, "tokenizer-mode": True, "download-dir": True,
-    "load-format": True, "config-format": True, "hf-token": True,
-    "hf-overrides": True, "generation-config": True, "override-generation-config": True,
-    "model-impl": True, "max-seq-len-to-capture": True,
-    "disable-sliding-window": False, "skip-tokenizer-init": False,
-    "compilation-config": True, "logits-processors": True, "allowed-local-media-path": True,
-    # memory / cache / scheduler
-    "swap-space": True,
-    "kv-transfer-config": True, "ec-transfer-config": True,
-    "speculative-config": True, "num-scheduler-steps": True, "calculate-kv-scales": False,
-    # parallelism
-    "pipeline-parallel-size": True, "distributed-executor-backend": True,
-    "enable-expert-parallel": False, "data-parallel-address": True, "data-parallel-rpc-port": True,
-    "data-parallel-size-local": True, "data-parallel-start-rank": True, "data-parallel-backend": True,
-    "api-server-count": True, "headless": False, "disable-custom-all-reduce": False,
-    "worker-cls": True, "enable-eplb": False,
-    # LoRA
-    "enable-lora": False, "lora-dtype": True, "fully-sharded-loras": False,
-    "enable-lora-bias": False, "long-lora-scaling-factors": True,
-    # tools / reasoning / structured output
-    "enable-auto-tool-choice": False, "tool-call-parser": True, "tool-parser-plugin": True,
-    "guided-decoding-backend": True, "structured-outputs-config": True,
-    "tool-server": True, "exclude-tools-when-tool-choice-none": False,
-    # frontend / logging
-    "disable-log-stats": False, "enable-log-requests": False, "enable-log-outputs": False,
-    "max-log-len": True, "disable-uvicorn-access-log": False,
-    "disable-frontend-multiprocessing": False, "response-role": True,
-    "chat-template-content-format": True, "allowed-origins": True, "allowed-methods": True,
-    "allowed-headers": True, "allow-credentials": False, "root-path": True, "middleware": True,
-    "uds": True, "ssl-cert-reqs": True, "enable-ssl-refresh": False, "h11-max-incomplete-event-size": True,
-    "h11-max-header-count": True, "otlp-traces-endpoint": True, "collect-detailed-traces": True,
-    "limit-mm-per-prompt": True, "mm-processor-kwargs": True, "mm-processor-cache-gb": True,
-    "max-parallel-loading-workers": True, "model-loader-extra-config": True, "use-tqdm-on-load": False,
-    "logits-processor-pattern": True, "quantization-param-path": True, "num-lookahead-slots": True,
-    "preemption-mode": True, "scheduler-delay-factor": True, "max-long-partial-prefills": True,
-    "disable-cascade-attn": False, "tokenizer-pool-size": True, "enable-prompt-embeds": False,
-    "max-context-len-to-capture": True, "use-v2-block-manager": False, "worker-use-ray": False,
-    "ray-workers-use-nsight": False, "attention-backend": True,
-    "kv-offloading-backend": True, "lora-extra-vocab-size": True, "speculative-model": True,
-    "num-speculative-tokens": True, "disable-mm-preprocessor-cache": False, "pooler-config": True, "profiler-config": True,
-    "override-pooler-config": True, "show-hidden-metrics-for-version": True, "enable-mfu-metrics": False,
-    "pt-load-map-location": True, "safetensors-load-strategy": True, "disable-chunked-mm-input": False,
+def _vllm_serve_flags() -> tuple[str, dict[str, dict]]:
+    """vLLM's ``vllm serve`` flags (``generation/config/vllm_serve_flags.json``, written from
+    vLLM's source by ``bench/vllm_cli_flags.py``): ``(release, {name: entry})``, the name
+    without its dashes; an entry's ``arity`` is ``bool`` (``--x`` / ``--no-x``), ``flag`` (no
+    value), ``value``, ``optional`` (zero or one), ``list`` (one or more), ``append`` (one,
+    repeatable) or a count; with its ``choices``, ``aliases`` and ``negatives`` where vLLM has
+    them."""
+    with open(os.path.join(os.path.dirname(__file__), "vllm_serve_flags.json"), encoding="utf-8") as fh:
+        doc = json.load(fh)
+    return doc["vllm"], {f["flag"][2:]: f for f in doc["flags"]}
+
+
+VLLM_FLAGS_RELEASE, VLLM_FLAGS = _vllm_serve_flags()
+
+# Flags of older vLLM releases (and the reference's) that vLLM 0.34 removed, accepted and
+# ignored: name -> arity, as in VLLM_FLAGS
+_OLDER_IGNORED: dict[str, str] = {
+    "max-seq-len-to-capture": "value", "swap-space": "value", "num-scheduler-steps": "value",
+    "calculate-kv-scales": "bool", "enable-lora-bias": "bool", "long-lora-scaling-factors": "value",
+    "guided-decoding-backend": "value", "disable-frontend-multiprocessing": "bool",
+    "logits-processor-pattern": "value", "quantization-param-path": "value", "num-lookahead-slots": "value",
+    "preemption-mode": "value", "scheduler-delay-factor": "value", "max-long-partial-prefills": "value",
+    "tokenizer-pool-size": "value", "max-context-len-to-capture": "value", "use-v2-block-manager": "bool",
+    "worker-use-ray": "bool", "lora-extra-vocab-size": "value", "speculative-model": "value",
+    "num-speculative-tokens": "value", "disable-mm-preprocessor-cache": "bool", "override-pooler-config": "value",
+    # in 0.17 to 0.27 (bench/vllm_cli_flags.py on their sources), gone from 0.34
+    "override-attention-dtype": "value", "use-gpu-for-pooling-score": "bool", "enable-bf16x3-router-gemm": "bool",
 }
-_IGNORED_ALIASES = {"-pp": "pipeline-parallel-size", "-O": "compilation-config"}
-_OPTION_ALIASES = {"-dp": "data-parallel-size", "-tp": "tensor-parallel-size", "-q": "quantization"}     # vLLM's short forms of real options
+# vLLM's short forms of the simulator's options, beyond VLLM_FLAGS' aliases (the `-O` of releases
+# before 0.34 is --compilation-config's: see cli._dialects)
+_OPTION_ALIASES = {"-dp": "data-parallel-size", "-tp": "tensor-parallel-size", "-q": "quantization"}
+_OLDER_ALIASES = {"-O": "compilation-config"}
+
+
+def _ignored_flags() -> dict[str, str]:
+    """The vLLM flags accepted and ignored: name -> arity.  Every ``vllm serve`` flag of
+    VLLM_FLAGS that no option declares (by its name or an alias), then the older releases'."""
+    taken = set(OPTIONS) | {a[2:] for o in OPTIONS.values() for a in o.aliases if a.startswith("--")} | {"config"}
+    out = {name: f["arity"] for name, f in VLLM_FLAGS.items() if name not in taken}
+    out.update((name, arity) for name, arity in _OLDER_IGNORED.items() if name not in out)
+    return out
+
+
+IGNORED_FLAGS: dict[str, str] = _ignored_flags()
+
+# Why an ignored flag changes nothing here, where that is not plain (the README's list says it)
+IGNORED_NOTES: dict[str, str] = {
+    "enable-scale-out": "the render, derender and `/inference/v1/*` routes it registers are always served",
+    "stream-interval": "one token per streamed chunk; a request's `stream_interval` is only checked to be at "
+                       "least 1",
+    "sse-keep-alive-interval": "no keep-alive comments",
+    "default-chat-template-kwargs": "templates and reasoning read the request's `chat_template_kwargs` alone",
+    "optimization-level": "also `-O3`, `-O=3`, `-O 3`",
+    "enable-log-requests": "its negative `--disable-log-requests` is the simulator's access-log switch",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,6 +494,9 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
                 raise ValueError("must be a finite number")
             return v
         if kind == "str":
+            if key == "log-level" and isinstance(value, str):
+                # vLLM 0.34's --log-level (LoggingConfig) takes CRITICAL ... DEBUG, NOTSET; uvicorn's lower case
+                return "debug" if value.upper() == "NOTSET" else value.lower()
             return "" if value is None else str(value)
         if kind == "bool":
             return parse_bool(value)
@@ -497,6 +529,8 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
                     out.append(int(p))
             return out
         if kind == "size":
+            if key == "max-model-len" and isinstance(value, str) and value.strip().lower() == "auto":
+                return -1                      # vLLM's human_readable_int_or_auto
             return human_readable_int(value)
         if kind == "json":                     # CLI: one JSON string; YAML / admin: an object
             obj = json.loads(value) if isinstance(value, str) else value

@@ -150,6 +150,10 @@ class SimConfig:
             raise ConfigError("max num seqs cannot be less than 1", "max-num-seqs")
         if self.max_waiting_queue_length < 0:
             raise ConfigError("max waiting queue size cannot be less than 0", "max-waiting-queue-length")
+        for name in ("max-num-queued-reqs", "max-num-queued-tokens"):     # vLLM's Field(ge=0)
+            v = getattr(self, name.replace("-", "_"))
+            if v is not None and v < 0:
+                raise ConfigError(f"--{name} must be at least 0", name)
         if not 0.0 <= self.reasoning_fraction <= 1.0:
             raise ConfigError("reasoning fraction must be between 0 and 1", "reasoning-fraction")
         if self.mode not in ("random", "echo"):
@@ -179,6 +183,9 @@ class SimConfig:
             raise ConfigError("data parallel size must be between 1 and 8", "data-parallel-size")
         if self.data_parallel_rank > 7:
             raise ConfigError("data parallel rank must be between 0 and 7", "data-parallel-rank")
+        if self.ssl_cert_reqs not in (0, 1, 2):
+            raise ConfigError("--ssl-cert-reqs must be 0 (CERT_NONE), 1 (CERT_OPTIONAL) or 2 (CERT_REQUIRED)",
+                              "ssl-cert-reqs")
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             missing = "ssl-keyfile" if self.ssl_certfile else "ssl-certfile"     # name it (case C37)
             raise ConfigError(f"--{missing} is missing: both ssl-certfile and ssl-keyfile must be provided "

@@ -28,6 +28,7 @@ from generation.errors import ContextLengthError, EnginePaused, InvalidParam, Mo
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
 from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
+from .admission import check_admission
 from .engine_state import EngineState
 from .token_schedule import TokenSchedule
 
@@ -153,24 +154,29 @@ class Simulator(OutputDecisions, EngineState):
                                "set. Refused request with untrusted chat template.", "chat_template")
 
     # ---- scheduling -----------------------------------------------------------------------
-    def admit(self, seqs: list[Sequence], received_at: float | None = None) -> None:
+    def admit(self, seqs: list[Sequence], received_at: float | None = None, limits: bool = True) -> None:
         """Place every sequence in a running slot or the waiting queue, all or nothing.
 
-        Raises QueueFullError (``Failed to enqueue request, waiting requests queue is full``)
-        when the queue cannot take them, EnginePaused (503) while ``reject_new_requests`` (vLLM's
-        ``_reject_add_while_paused``: a checkpoint prepare); nothing is admitted then.
+        Raises QueueOverflow / MaxQueuedTokens (503) over ``--max-num-queued-reqs`` /
+        ``--max-num-queued-tokens`` (:func:`~generation.engine.admission.check_admission`), QueueFullError (``Failed to
+        enqueue request, waiting requests queue is full``) when the queue cannot take them,
+        EnginePaused (503) while ``reject_new_requests`` (vLLM's ``_reject_add_while_paused``: a
+        checkpoint prepare); nothing is admitted then.
 
         ``received_at`` (``time.monotonic`` seconds): when the request reached the server, if
         before now.  The sequences arrive then: under a burst of connections the server parses
         requests one after another, and that backlog then counts in the simulated times (queue,
         time to first token) instead of adding to them.  vLLM stamps arrival after parsing, but
-        its API server's parsing is not what the simulator is asked to imitate."""
+        its API server's parsing is not what the simulator is asked to imitate.  ``limits=False``:
+        no admission limits (vLLM's pooling routes do not check them)."""
+        cfg = self.config
+        if limits and (cfg.max_num_queued_reqs is not None or cfg.max_num_queued_tokens is not None):
+            check_admission(self, sum(1 for s in seqs if s.prompt_index == 0))     # the request's n
         if self.reject_new_requests:
             raise EnginePaused()
         now = monotonic()
         if received_at is not None and received_at < now:
             now = received_at
-        cfg = self.config
         if self.engine is not None:
             self._admit_to_engine(seqs, now)
             return

@@ -334,11 +334,12 @@ class MetricsRecorder:
             fam.add_metric([max_lora, waiting, running], ts)
         return fam
 
-    def refused(self, error):
-        """Count a request refused by the waiting queue's limit (vLLM 0.34's
-        ``vllm:admission_rejections{reason="max_num_queued_reqs"}``); returns ``error`` (the
-        429 the caller raises)."""
-        self.admission_rejections["max_num_queued_reqs"].inc()
+    def refused(self, error, reason: str = "max_num_queued_reqs"):
+        """Count a request refused by a queue limit (vLLM 0.34's
+        ``vllm:admission_rejections{reason}``: ``max_num_queued_reqs`` for the waiting queue's
+        429 and ``--max-num-queued-reqs``, ``max_num_queued_tokens``); returns ``error`` (what
+        the caller raises)."""
+        self.admission_rejections[reason].inc()
         return error
 
     def _collect_config_info(self):

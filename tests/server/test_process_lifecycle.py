@@ -364,6 +364,28 @@ def test_access_log_on_by_default_off_with_disable_log_requests(tmp_path, procs)
         assert ('"GET /v1/models HTTP/1.1" 200' in p.output()) is expect
 
 
+def test_pasted_vllm_034_flags_start_and_the_access_log_flags_apply(tmp_path, procs):
+    """A ``vllm serve`` 0.34 command line with flags the simulator ignores starts and lists them;
+    ``--disable-access-log-for-endpoints`` drops those paths' lines (the query ignored),
+    ``--disable-uvicorn-access-log`` every line."""
+    pasted = ("--enable-scale-out", "--max-num-queued-reqs", "64", "--stream-interval", "4", "--performance-mode",
+              "throughput", "-O3", "--cudagraph-capture-sizes", "1", "2", "--kv-cache-metrics", "--no-enable-log-deltas",
+              "--tool-strict-level", "function", "--disable-access-log-for-endpoints", "/health,/metrics")
+    cases = [(Proc(tmp_path, *flags, wait=False), flags) for flags in (pasted, ("--disable-uvicorn-access-log",))]
+    procs.extend(p for p, _ in cases)
+    for p, flags in cases:
+        p.wait_healthy()
+        for path in ("/v1/models", "/metrics?x=1", "/health"):
+            httpx.get(p.base + path).raise_for_status()
+        assert p.stop() == 0
+        out = p.output()
+        logged = {path for path in ("/v1/models", "/metrics?x=1", "/health") if f'"GET {path} HTTP/1.1" 200' in out}
+        assert logged == ({"/v1/models"} if flags is pasted else set()), out
+    assert ("ignored vLLM flags (no meaning in the simulator): --enable-scale-out --stream-interval "
+            "--performance-mode --optimization-level --kv-cache-metrics --enable-log-deltas --tool-strict-level") \
+        in cases[0][0].output()
+
+
 def test_log_http_logs_request_details_without_keys(tmp_path, procs):
     p = Proc(tmp_path, "--log-http", "--api-key", "sekrit")
     procs.append(p)

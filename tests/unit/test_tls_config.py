@@ -25,3 +25,35 @@ def test_unreadable_certificate_is_one_line(tmp_path):
     cfg = load_config(["--ssl-certfile", missing, "--ssl-keyfile", missing], env={})
     with pytest.raises(ValueError, match="--ssl-certfile/--ssl-keyfile: cannot load"):
         tls_files(cfg)
+
+
+def test_ssl_ciphers_and_cert_reqs_reach_gunicorns_tls_context(tmp_path):
+    """vLLM 0.34's --ssl-ciphers / --ssl-cert-reqs, which it hands to uvicorn: gunicorn's
+    ``ciphers`` / ``cert_reqs`` settings here, checked at start-up."""
+    import ssl
+
+    from gunicorn.config import Config
+    from gunicorn.sock import ssl_context
+
+    from generation.config.cli import load_config
+    from generation.config.values import ConfigError
+    from server.serve import apply_server_settings
+    from server.tls import make_self_signed_cert, tls_files
+    cert, key = make_self_signed_cert(str(tmp_path))
+    cipher = "ECDHE-ECDSA-AES256-GCM-SHA384"
+    cfg = load_config(["--ssl-certfile", cert, "--ssl-keyfile", key, "--ssl-ca-certs", cert, "--ssl-ciphers", cipher,
+                       "--ssl-cert-reqs", "2"], env={})
+    tls = tls_files(cfg)
+    assert (tls["ciphers"], tls["cert_reqs"]) == (cipher, 2)
+    g = Config()
+    apply_server_settings(g.set, cfg, tls)
+    ctx = ssl_context(g)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED
+    assert {c["name"] for c in ctx.get_ciphers() if c["protocol"] == "TLSv1.2"} == {cipher}
+    plain = tls_files(load_config(["--ssl-certfile", cert, "--ssl-keyfile", key], env={}))
+    assert (plain["ciphers"], plain["cert_reqs"]) == (None, None)          # OpenSSL's defaults, CERT_NONE
+    bad = load_config(["--ssl-certfile", cert, "--ssl-keyfile", key, "--ssl-ciphers", "NO-SUCH-CIPHER"], env={})
+    with pytest.raises(ValueError, match="--ssl-ciphers: 'NO-SUCH-CIPHER' selects no cipher"):
+        tls_files(bad)
+    with pytest.raises(ConfigError, match="--ssl-cert-reqs must be 0"):
+        load_config(["--ssl-cert-reqs", "3"], env={})
