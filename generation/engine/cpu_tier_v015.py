@@ -53,7 +53,7 @@ vLLM's eviction scans past, cost nothing.  Pure logic, no clock; the scheduler
 """
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heapreplace
 
 from .block_pool import BlockPool
 
@@ -197,15 +197,17 @@ class StoreAtFinishPool(BlockPool):
         out, keep = [], []
         runs = self._runs
         while len(out) < n:
-            s, k = heappop(heap)
+            s, k = heap[0]
             t = stamp.get(k)
-            if t is None:
-                continue                            # renamed
+            if t is None:                           # renamed
+                heappop(heap)
+                continue
             if t == s and k in runs:
                 t = self._stamp_of(k)
             if t > s:                               # used since it was filed: filed again
-                heappush(heap, (t, k))
+                heapreplace(heap, (t, k))
                 continue
+            heappop(heap)
             if protected is not None and k in protected:
                 keep.append((s, k))
                 continue
@@ -300,12 +302,26 @@ class StoreAtFinishPool(BlockPool):
         """:meth:`store_blocks` of one unnamed block past all the others (a decode's): new in the
         tier, so prepare_store only makes room; nothing to register."""
         stamp = self._stamp
-        if len(stamp) >= self.num_cpu_blocks:
-            evicted = self._evict(1, ())
-            if evicted is None:
+        if len(stamp) >= self.num_cpu_blocks:       # the ready block of the lowest stamp goes (_evict)
+            if len(stamp) == len(self._unready):
                 return
-            if self.cpu_events is not None and type(evicted[0]) is not Unnamed:
-                self.cpu_events.append(("removed", evicted))
+            heap, runs = self._heap, self._runs
+            while True:
+                s, k = heap[0]
+                t = stamp.get(k)
+                if t is None:
+                    heappop(heap)
+                    continue
+                if t == s and k in runs:
+                    t = self._stamp_of(k)
+                if t > s:
+                    heapreplace(heap, (t, k))
+                    continue
+                heappop(heap)
+                del stamp[k]
+                break
+            if self.cpu_events is not None and type(k) is not Unnamed:
+                self.cpu_events.append(("removed", [k]))
         k = Unnamed()
         run.keys.append(k)
         c = self._clock + 1
