@@ -307,7 +307,8 @@ _declare("cache",
          Option("kv-offloading-size", "float", None, "CPU tier for KV blocks, summed over the tensor-parallel "
                 "ranks (step mode: every full prompt block is written through to it, least recently used out "
                 "first, a prefix hit there is reloaded, and with --enable-kvcache its stores and evictions are KV "
-                "events of medium CPU)", nullable=True, unit="GiB"),
+                "events of medium CPU; before --vllm-version 0.21.0 generated blocks too, ready only when their "
+                "request finishes)", nullable=True, unit="GiB"),
          Option("cpu-offload-gb", "float", 0.0, "CPU space per GPU; step mode uses it as the CPU KV tier when "
                 "--kv-offloading-size is not given (vLLM offloads weights there)", unit="GiB"),
          Option("kv-cache-dtype", "str", "auto", "KV cache data type (step mode: fp8 halves its bytes)",

@@ -17,6 +17,21 @@ Sources (vLLM's own history; docs/engine-model.md section 7):
   2026) added it, ``SchedulerConfig``'s default ``True``; the simulator has it on from 0.19.0, the
   first release with it (the 0.17.0 and 0.18.0 sdists' ``vllm/config/scheduler.py`` lack the
   field, 0.19.0's has it, default ``True``) (:func:`reserve_full_isl`), and off for 0.15.1's runs.
+- The CPU KV tier's store semantics (``--kv-offloading-size``: the ``OffloadingConnector``), read
+  from the sdists of each release: up to 0.20.x a request's stores complete (its blocks become
+  loadable, announced and evictable) only when it finishes or is preempted, and every full block
+  it computes is offered, its generated ones too (0.15.1's
+  ``distributed/kv_transfer/kv_connector/v1/offloading_connector.py``: ``complete_store`` on
+  ``finished_sending`` and in ``build_connector_meta`` for the preempted; 0.20.2's
+  ``offloading/scheduler.py`` still so); 0.21.0 completes each store job on the worker's report
+  (``update_connector_output``: ``completed_jobs``) (:data:`OFFLOAD_STORES_PER_JOB_FROM`); 0.23.0
+  offers only prompt blocks (``offload_prompt_only``, default ``True``: vllm-project/vllm#43797).
+  Within the older semantics, 0.18.0 stopped evicting a block that the store itself offers
+  (``prepare_store``'s ``protected``; 0.17.0's ``lru_manager.py`` has none)
+  (:data:`OFFLOAD_PROTECTS_OFFERED_FROM`), and 0.20.0 announces a store with ``block_size`` 0
+  (0.19.0: the offloaded block size) (:data:`OFFLOAD_EVENT_BLOCK_SIZE_0_FROM`).  The simulator
+  models the older semantics below 0.21.0 (:mod:`generation.engine.cpu_tier_v015`) and 0.34's
+  from 0.21.0 on (0.21 and 0.22 offered generated blocks too: not modelled).
 
 Which mode takes them (:func:`apply_version_defaults`): step mode always (it imitates vLLM's
 engine, so ``--vllm-version``'s default, 0.34.0, gives 64-token blocks); the reference's default
@@ -87,6 +102,9 @@ def version_defaults(text: str) -> VersionDefaults:
 
 
 RESERVE_FULL_ISL_FROM = (0, 19, 0)       # scheduler_reserve_full_isl on by default (vllm#37307)
+OFFLOAD_STORES_PER_JOB_FROM = (0, 21, 0)  # CPU-tier stores complete per job, not at the request's finish
+OFFLOAD_PROTECTS_OFFERED_FROM = (0, 18, 0)  # prepare_store never evicts a block it is offered
+OFFLOAD_EVENT_BLOCK_SIZE_0_FROM = (0, 20, 0)  # the CPU tier's BlockStored carries block_size 0
 
 
 def reserve_full_isl(cfg) -> bool:

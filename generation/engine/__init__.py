@@ -12,6 +12,7 @@ The step engine (``--latency-calculator step``):
 
     scheduler       ``Scheduler``: vLLM V1's rules, one step at a time, without a clock
     block_pool      ``BlockPool``: KV blocks shared by reference count, cached until reused
+    cpu_tier_v015   ``StoreAtFinishPool``: the pool with vLLM 0.15.1's CPU KV tier (before 0.21)
     step_cache      ``StepPrefixCache``: the pool as the simulator's prefix cache
     step_engine     ``StepEngine``: steps on the real clock, one timer per step
     perf/           the performance model (how long a step takes, how much fits):

@@ -16,7 +16,8 @@ With ``num_cpu_blocks`` > 0 (``--kv-offloading-size``), a CPU tier of that many 
 native offloading keeps it (the ``OffloadingConnector`` with its default CPU manager and LRU
 policy; vLLM 0.34: ``distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``,
 ``v1/kv_offload/cpu/manager.py``, ``cpu/policies/lru.py``): a write-through copy, not a victim
-cache.
+cache.  (vLLM 0.15.1's, up to 0.20.x, writes generated blocks too and completes a request's writes
+when it finishes: :class:`~generation.engine.cpu_tier_v015.StoreAtFinishPool`, a subclass.)
 
 - **Stores** (:meth:`BlockPool.cache_requests` -> :meth:`BlockPool.store_cpu`): every full prompt
   block a request computes is offered to the tier in the step that computes it, its prefix-cache
@@ -60,6 +61,7 @@ class BlockPool:
 
     __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "_dups", "on_evict",
                  "num_cpu_blocks", "_cpu", "_writing", "_offered", "_written", "cpu_inflight", "cpu_events")
+    stores_at_finish = False            # vLLM 0.15.1's tier (generation.engine.cpu_tier_v015) says True
 
     def __init__(self, num_blocks: int, on_evict=None, num_cpu_blocks: int = 0):
         self.num_blocks = num_blocks
@@ -221,9 +223,7 @@ class BlockPool:
                 continue
             full = min(req.num_computed // block_size, len(hashes), req.blocks)
             if cpu:
-                end = min(full, req.prompt_len // block_size)      # offload_prompt_only
-                if end > req.cpu_stored and self.store_cpu(hashes[req.cpu_stored:end]):
-                    req.cpu_stored = end
+                self._offer_cpu(req, hashes, full, block_size)
             start = req.num_cached_blocks
             if full <= start:
                 continue
@@ -240,6 +240,13 @@ class BlockPool:
             if a is not None and on_cached is not None:
                 on_cached(req, a, full)
             req.num_cached_blocks = full
+
+    def _offer_cpu(self, req, hashes, full: int, block_size: int) -> None:
+        """Offer ``req``'s full prompt blocks computed so far (the first ``full`` of ``hashes``) to
+        the CPU tier past those it offered (``req.cpu_stored``; ``offload_prompt_only``)."""
+        end = min(full, req.prompt_len // block_size)      # offload_prompt_only
+        if end > req.cpu_stored and self.store_cpu(hashes[req.cpu_stored:end]):
+            req.cpu_stored = end
 
     # ---- allocation ------------------------------------------------------------------------
     def allocate(self, n: int) -> list[int]:
@@ -358,6 +365,7 @@ class CountingPool:
 
     __slots__ = ("num_blocks", "num_free", "on_evict", "num_cpu_blocks", "pool")
     cpu_inflight = 0                    # nothing is written to a CPU tier
+    stores_at_finish = False
 
     def __init__(self, pool: BlockPool):
         self.pool = pool

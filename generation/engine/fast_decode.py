@@ -162,7 +162,10 @@ class LazyDecode:
         anchor, cross, bs, pool = self.anchor, self.cross, self.bs, self.s.pool
         if len(need) > 1:
             need.sort(key=lambda r: anchor[r][1])
+        at_finish = pool.stores_at_finish        # vLLM 0.15.1's CPU tier: offer the full block
         for req in need:
+            if at_finish:
+                pool.store_blocks(req, req.blocks)
             req.block_ids += pool.allocate(1)
             req.blocks += 1
             k = g + bs

@@ -351,6 +351,8 @@ class PodReplay:
             plan.end = end
             self.plan = None
             self.now = end
+            if pool.cpu_inflight:                   # the CPU tier's step end (Scheduler.complete's)
+                pool.end_cpu_step(not running)
             itl.add(end - prev_end, d)
             if self.emission_cost:
                 self.emitted_at = max(end, self.emitted_at) + self.emission_cost * d

@@ -35,6 +35,7 @@ import random
 import sys
 import time
 
+from .cpu_tier_v015 import cpu_tier_pool
 from .pod_replay import PodReplay, ReplayResult, trace_block_hashes  # noqa: F401  (the replay's API)
 from .replay_trace import (MAX_TRACE_REQUESTS, TraceRequest, _count, _trace_request,  # noqa: F401 (the
                            check_plot_path, check_synthetic, read_trace, synthetic_trace)  # replay's names)
@@ -109,8 +110,12 @@ def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str 
     Of the ``num_gpu_blocks`` vLLM logs (and ``--num-gpu-blocks-override`` sets), its block pool
     keeps one as the null block (``vllm/v1/core/block_pool.py``: popped from the free queue at
     start-up; ``get_usage`` divides by ``num_gpu_blocks - 1``): requests get the others, and
-    ``kv_cache_usage_perc`` is over them (:data:`NULL_BLOCKS`)."""
-    return Scheduler(num_gpu_blocks=max(settings.num_gpu_blocks - NULL_BLOCKS, 0), block_size=settings.block_size,
+    ``kv_cache_usage_perc`` is over them (:data:`NULL_BLOCKS`).  The CPU tier keeps the semantics
+    of ``--vllm-version`` (:func:`~generation.engine.cpu_tier_v015.cpu_tier_pool`)."""
+    num_gpu_blocks = max(settings.num_gpu_blocks - NULL_BLOCKS, 0)
+    pool = cpu_tier_pool(num_gpu_blocks, getattr(settings, "num_cpu_blocks", 0), settings.block_size,
+                         getattr(settings, "vllm_version", ""))
+    return Scheduler(num_gpu_blocks=num_gpu_blocks, block_size=settings.block_size, pool=pool,
                      max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
                      max_loras=max_loras, policy=policy,

@@ -39,11 +39,11 @@ vLLM's switches: without prefix caching (``enable_prefix_caching=False``) a requ
 hashes are dropped when it is queued: no lookups, no hits, nothing cached.  Without chunked
 prefill (``enable_chunked_prefill=False``) a waiting request whose prompt (after its cache hits,
 capped by the long-prefill threshold) exceeds the step's remaining budget is not split: admission
-stops there, as vLLM V1's scheduler ``break``s.  With a CPU tier (``num_cpu_blocks``), every full
-prompt block computed is written through to it (vLLM's offloading connector; the pool's module
-docstring); a new request's hits there, right after its GPU hits, count as computed and are
-reloaded in the step that admits it (``StepPlan.kv_reload_tokens``, for the step time's PCIe
-transfer).
+stops there, as vLLM V1's scheduler ``break``s.  With a CPU tier (``num_cpu_blocks``), full blocks
+are written through to it (vLLM's offloading connector: 0.34's in the pool's module docstring,
+0.15.1's, which also writes generated blocks and holds a finished request's blocks until its
+writes complete, in :mod:`~generation.engine.cpu_tier_v015`); a new request's hits there, after its
+GPU hits, count as computed and are reloaded in the step that admits it (``kv_reload_tokens``).
 
 The caller owns time: :meth:`Scheduler.schedule` builds a :class:`StepPlan` (with the aggregates a
 step-time model needs: :mod:`generation.engine.step_time`), the caller decides when the step ends,
@@ -69,7 +69,8 @@ class EngineRequest:
     __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora", "arrival",
                  "queued_at", "first_scheduled", "first_token", "last_token", "finished_at", "preemptions", "state",
                  "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "reloaded_tokens", "group", "prefix_len",
-                 "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority", "cpu_stored")
+                 "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority", "cpu_stored",
+                 "offload")
 
     WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
 
@@ -103,6 +104,7 @@ class EngineRequest:
         self.block_hashes = None             # hashes of the prompt's full blocks (None: not cached)
         self.num_cached_blocks = 0           # leading blocks that are named by their hashes
         self.cpu_stored = 0                  # leading prompt blocks offered to the CPU tier
+        self.offload = None                  # vLLM 0.15.1's CPU tier: its stores there (cpu_tier_v015)
         self.priority = priority             # lower runs first (the priority policy)
 
     @property
@@ -292,18 +294,20 @@ class Scheduler:
             self._free(req)
         req.state = EngineRequest.ABORTED
 
-    def _free(self, req: EngineRequest) -> None:
+    def _free(self, req: EngineRequest, preempted: bool = False) -> None:
         if req.blocks:
             if self.on_release is not None and req.block_hashes is not None:
                 self.on_release(req)
                 self._cache_blocks((req,))      # its generated tokens' full blocks too
-            self.pool.free(req.block_ids)
+            pool = self.pool    # vLLM 0.15.1's CPU tier holds a finished request's blocks until written
+            if not (pool.stores_at_finish and pool.end_request(req, preempted)):
+                pool.free(req.block_ids)
             req.block_ids = []
             req.blocks = 0
         req.num_cached_blocks = 0
 
     def _preempt(self, req: EngineRequest, plan: StepPlan) -> None:
-        self._free(req)
+        self._free(req, preempted=True)
         req.num_computed = 0
         req.preemptions += 1
         req.state = EngineRequest.WAITING
@@ -343,6 +347,7 @@ class Scheduler:
         last_room = self.max_model_len - 1
         decode = decode_context = 0
         pool = self.pool
+        at_finish = pool.stores_at_finish        # vLLM 0.15.1's CPU tier: offer each full generated block
         i = 0
         for req in running:                  # decodes that need no new block: the common case
             c = req.num_computed
@@ -351,6 +356,8 @@ class Scheduler:
             if c >= req.blocks * bs:             # a block boundary: one more block
                 if not pool.num_free:
                     break
+                if at_finish:
+                    pool.store_blocks(req, req.blocks)
                 req.block_ids += pool.allocate(1)
                 req.blocks += 1
             append((req, 1))
@@ -372,6 +379,8 @@ class Scheduler:
                     if not ok:
                         break                               # it preempted itself: the pass ends
                 if need > 0:
+                    if at_finish:
+                        pool.store_blocks(req, req.blocks)
                     req.block_ids += pool.allocate(need)
                     req.blocks += need
                 append((req, 1))
@@ -473,15 +482,14 @@ class Scheduler:
             if -(-min(req.num_tokens, self.max_model_len) // bs) > pool.num_blocks:
                 break       # never fits (without the gate vLLM would preempt it at the limit, forever)
             hits = ()
-            reload = 0                                   # blocks found in the CPU tier
+            reload = looked = 0                          # blocks found in the CPU tier; whether it was queried
             if req.num_computed == 0:
                 hit = 0
                 if req.block_hashes is not None:         # the prefix cache: blocks to hold again
                     most = (req.num_tokens - 1) // bs
                     hits = pool.lookup(req.block_hashes, most)
-                    if cpu:                              # vLLM offers the blocks again from 0, or past a reload
-                        reload = pool.lookup_cpu(req.block_hashes, len(hits), most - len(hits))
-                        req.cpu_stored = len(hits) + reload if reload else 0
+                    if cpu:
+                        reload, looked = pool.lookup_cpu(req.block_hashes, len(hits), most - len(hits)), 1
                     hit = (len(hits) + reload) * bs
                 if req.prefix_hit is not None:           # a remote prefill's KV: the rest, past the local hits
                     hit = max(hit, min(req.prefix_hit(req), req.num_tokens - 1) // bs * bs)
@@ -501,6 +509,9 @@ class Scheduler:
                 req.num_computed = 0                     # a waiting request holds no blocks
                 break                                    # head-of-line blocking
             waiting.popleft()
+            # vLLM offers the blocks again from 0, or past a reload (0.15.1: a resumed request's index stays)
+            if looked and (reload or not pool.stores_at_finish):
+                req.cpu_stored = len(hits) + reload if reload else 0
             if req.first_scheduled is None:
                 req.cached_tokens = req.num_computed
                 req.reloaded_tokens = reload * bs

@@ -46,7 +46,7 @@ from typing import Callable, Iterable
 
 from .block_hash import BlockHasher, VllmBlockHasher
 from .events import (MEDIUM_CPU, EventPublisher, all_blocks_cleared, block_removed, block_stored, cpu_block_stored,
-                     rank_endpoint)
+                     cpu_blocks_stored, rank_endpoint)
 
 log = logging.getLogger("vllm_sim.kvcache")
 
@@ -213,14 +213,18 @@ class KVCache:
     def announce_offloaded(self, events) -> None:
         """Publish the CPU tier's events (step mode's :class:`~generation.engine.block_pool.
         BlockPool`: ``("removed", hashes)`` / ``("stored", hashes)``, in order): a ``BlockRemoved``
-        with ``medium`` CPU per eviction, a ``BlockStored`` per block written."""
+        with ``medium`` CPU per eviction, a ``BlockStored`` per block written; vLLM 0.15.1's tier
+        (:mod:`generation.engine.cpu_tier_v015`) gives ``("stored", hashes, block_size)``: one
+        ``BlockStored`` of them all."""
         publisher = self.publisher
         if publisher is None:
             return
         map_format = self.map_format
-        for kind, hashes in events:
+        for kind, hashes, *size in events:
             if kind == "removed":
                 publisher.publish(block_removed(list(hashes), map_format, MEDIUM_CPU))
+            elif size:
+                publisher.publish(cpu_blocks_stored(hashes, size[0], map_format))
             else:
                 for h in hashes:
                     publisher.publish(cpu_block_stored(h, map_format))

@@ -64,10 +64,20 @@ def cpu_block_stored(block_hash, map_format: bool):
     ``block_size`` 0, no LoRA, ``medium`` ``"CPU"``, ``group_idx`` 0; ``extra_keys`` and
     ``kv_cache_spec_kind`` keep their defaults (nil), so msgspec's ``omit_defaults`` leaves them
     out of the map.  The array form has the same values in the reference's positions."""
+    return cpu_blocks_stored([block_hash], 0, map_format)
+
+
+def cpu_blocks_stored(hashes, block_size: int, map_format: bool):
+    """The ``BlockStored`` of the blocks one request wrote to the CPU tier, as vLLM 0.15.1's
+    offloading connector publishes a completed store (``OffloadingConnectorScheduler.take_events``:
+    all the hashes of one ``complete_store``, parent nil, no token ids, ``block_size`` the
+    offloaded block size (0 from vLLM 0.20.0), no LoRA, ``medium`` ``"CPU"``); the fields as
+    :func:`cpu_block_stored` otherwise."""
     if map_format:
-        return {"type": "BlockStored", "block_hashes": [block_hash], "parent_block_hash": None, "token_ids": [],
-                "block_size": 0, "lora_id": None, "medium": MEDIUM_CPU, "lora_name": None, "group_idx": GROUP_IDX}
-    return ["BlockStored", [block_hash], None, [], 0, None, MEDIUM_CPU, None, None]
+        return {"type": "BlockStored", "block_hashes": list(hashes), "parent_block_hash": None, "token_ids": [],
+                "block_size": block_size, "lora_id": None, "medium": MEDIUM_CPU, "lora_name": None,
+                "group_idx": GROUP_IDX}
+    return ["BlockStored", list(hashes), None, [], block_size, None, MEDIUM_CPU, None, None]
 
 
 def all_blocks_cleared(map_format: bool):

@@ -164,3 +164,18 @@ def test_a_reload_counts_as_the_connectors_hit_and_is_announced_on_the_gpu(app_c
     assert [(e[0], e[6] if e[0] == "BlockStored" else e[2]) for e in last] == \
         [("BlockRemoved", "GPU"), ("BlockStored", "GPU")]
     assert len(last[1][1]) == 4
+
+
+def test_vllm_0_15_1_announces_a_requests_writes_as_one_blockstored_when_it_finishes(app_client):
+    # vLLM 0.15.1's connector (offloading_connector.py): the generated block is written too, and a
+    # request's writes complete when it finishes (here at once: nothing else runs), one BlockStored
+    # of all their hashes with the block size (lru_manager.complete_store)
+    c, batches = listened(app_client, "--kv-offloading-size", TINY_CPU, "--max-model-len", "256",
+                          "--vllm-version", "0.15.1")
+    complete(c, list(range(100, 132)), 20)                 # 32 + 19 tokens computed: 3 full blocks
+    events = [e for _, batch in settled(batches, 2) for e in batch]
+    gpu = [h for e in events if e[0] == "BlockStored" and e[6] == "GPU" for h in e[1]]
+    cpu = [e for e in events if e[6 if e[0] == "BlockStored" else 2] == "CPU"]
+    assert len(gpu) == 3
+    assert cpu == [["BlockStored", gpu, None, [], 16, None, "CPU", None, None]]
+    assert events[-1] == cpu[0] and c.sim.engine.scheduler.pool.num_cpu_cached == 3

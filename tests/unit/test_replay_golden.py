@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from generation.config.cli import load_config                     # noqa: E402
+from generation.engine.cpu_tier_v015 import StoreAtFinishPool, Unnamed  # noqa: E402
 from generation.engine.replay import TraceRequest, replay           # noqa: E402
 from generation.engine.scheduler import EngineRequest, Scheduler    # noqa: E402
 from generation.engine.step_config import resolve_step_settings     # noqa: E402
@@ -221,6 +222,34 @@ def test_group_decoding_matches_token_by_token_on_random_configurations():
         assert _digest(fast) == _digest(slow), (case, kw, opts)
         assert len(fast.rejected) == len(slow.rejected)
         assert _clients(fast) == _clients(slow)
+
+
+def test_group_decoding_matches_token_by_token_with_vllm_0_15_1s_cpu_tier():
+    """The same with vLLM 0.15.1's CPU tier (generation/engine/cpu_tier_v015.py), whose stores
+    follow the decodes (a generated block is offered when its request takes the next one) and
+    whose finished requests hold their blocks a step longer: the tier ends the same too."""
+    rng = random.Random(12)
+    reloaded = 0
+    for case in range(8):
+        kw = dict(num_gpu_blocks=rng.choice([120, 300, 2000]), max_num_seqs=rng.choice([4, 16, 64]),
+                  max_num_batched_tokens=rng.choice([256, 1024, 4096]), policy=rng.choice(["fcfs", "priority"]),
+                  long_prefill_token_threshold=rng.choice([0, 0, 200]), max_model_len=2048)
+        cpu = rng.choice([16, 64, 400])
+        trace = _trace(200 + case, 120, rng.choice([5.0, 50.0, 200.0]), prompt=(8, 900), output=(1, 200), groups=2,
+                       prompts=2)
+        opts = dict(timeout=rng.choice([0.0, 6.0]), concurrency=rng.choice([0, 0, 24]))
+        model = _step_model(async_scheduling=rng.random() < 0.5)
+        runs = []
+        for group in (True, False):
+            s = _sched(pool=StoreAtFinishPool(kw["num_gpu_blocks"], num_cpu_blocks=cpu, block_size=16), **kw)
+            runs.append((replay(s, model, trace, group_decode=group, **opts), s.pool))
+        (fast, fp), (slow, sp) = runs
+        assert _digest(fast) == _digest(slow), (case, kw, cpu, opts)
+        assert _clients(fast) == _clients(slow)
+        named = [{k for k in p._stamp if not isinstance(k, Unnamed)} for p in (fp, sp)]
+        assert named[0] == named[1] and len(fp._stamp) == len(sp._stamp) and fp.num_cpu_cached == sp.num_cpu_cached
+        reloaded += sum(r.reloaded_tokens for r in fast.requests)
+    assert reloaded > 0
 
 
 def _clients(res):
