@@ -161,7 +161,7 @@ def _scored(data: dict, rerank: bool):
         d_ids = pa.fit_context(cfg, d_ids, trunc, "scoring", "documents")
         prompts = [q_ids[i] + d_ids[j] for i, j in pairs]
     else:                        # a cross-encoder reads the pair as one prompt
-        prompts = pa.fit_context(cfg, [q_ids[i] + d_ids[j] for i, j in pairs], trunc, "scoring", "documents")
+        prompts = pa.pair_prompts(cfg, q_ids, d_ids, pairs, trunc, "scoring", "documents")
     rid = request_id(sim, data.get("request_id"))
     run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, prompts))
     size = cfg.default_embedding_dimensions
