@@ -255,13 +255,18 @@ def chat_prompt(sim, messages: list, echo_text: str | None = None, field: str = 
 
 
 _FINGERPRINTS: dict = {}
+_MISSING = object()
+
+
+SYSTEM_FINGERPRINT_FROM = (0, 21, 0)   # vLLM computes it from 0.21.0 (openai/fingerprint.py); before, null
 
 
 def system_fingerprint(cfg) -> str | None:
     """vLLM's ``system_fingerprint`` (``vllm/entrypoints/serve/utils/fingerprint.py``
     ``build_system_fingerprint``) by ``--fingerprint-mode``: ``full`` (default)
     ``vllm-<version>[-tp<N>][-dp<N>]-<hash8>``, ``hash`` without the parallelism, ``custom``
-    ``--fingerprint-value``, ``none`` None (JSON null).  The hash is over what identifies the
+    ``--fingerprint-value``, ``none`` None (JSON null), and None before vLLM 0.21.0, which
+    computed none (:data:`SYSTEM_FINGERPRINT_FROM`).  The hash is over what identifies the
     served model here (model, served names, context window, response mode, ``--vllm-version``);
     the same for every response of one configuration."""
     mode = cfg.fingerprint_mode
@@ -271,14 +276,18 @@ def system_fingerprint(cfg) -> str | None:
         return cfg.fingerprint_value or None
     key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size,
            vllm_version(cfg))
-    fp = _FINGERPRINTS.get((key, mode, cfg.tensor_parallel_size))
-    if fp is None:
-        hash8 = hashlib.sha256(repr(key).encode()).hexdigest()[:8]
-        parts = [f"vllm-{vllm_version(cfg)}"]
-        if mode == "full":                  # vLLM's order: tp, pp, dp, ep (pp and ep are not kept here)
-            parts += [f"tp{cfg.tensor_parallel_size}"] if cfg.tensor_parallel_size > 1 else []
-            parts += [f"dp{cfg.data_parallel_size}"] if cfg.data_parallel_size > 1 else []
-        fp = _FINGERPRINTS[(key, mode, cfg.tensor_parallel_size)] = "-".join(parts + [hash8])
+    fp = _FINGERPRINTS.get((key, mode, cfg.tensor_parallel_size), _MISSING)
+    if fp is _MISSING:
+        if cfg.vllm_release < SYSTEM_FINGERPRINT_FROM:
+            fp = None                   # before 0.21.0 vLLM set none (the field's null)
+        else:
+            hash8 = hashlib.sha256(repr(key).encode()).hexdigest()[:8]
+            parts = [f"vllm-{vllm_version(cfg)}"]
+            if mode == "full":          # vLLM's order: tp, pp, dp, ep (pp and ep are not kept here)
+                parts += [f"tp{cfg.tensor_parallel_size}"] if cfg.tensor_parallel_size > 1 else []
+                parts += [f"dp{cfg.data_parallel_size}"] if cfg.data_parallel_size > 1 else []
+            fp = "-".join(parts + [hash8])
+        _FINGERPRINTS[(key, mode, cfg.tensor_parallel_size)] = fp
     return fp
 
 
@@ -495,11 +504,16 @@ class ChunkFrame:
         return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
                                      "prompt_tokens_details": prompt_details}) + CHUNK_END
 
-    def usage_chunk(self, usage_obj: dict, metrics: dict | None = None) -> bytes:
-        """The trailing ``include_usage`` chunk: empty ``choices`` and the request's usage (and
-        ``--enable-per-request-metrics``' ``metrics``, :func:`per_request_metrics`)."""
+    def usage_chunk(self, usage_obj: dict, metrics: dict | None = None, fingerprint: str | None = None) -> bytes:
+        """The trailing ``include_usage`` chunk: empty ``choices``, the request's usage, the
+        ``system_fingerprint`` and ``--enable-per-request-metrics``' ``metrics``
+        (:func:`per_request_metrics`), as vLLM serialises it: ``exclude_none`` (the chat
+        stream's ``exclude_none=not chunk.choices``, the completions stream's
+        ``exclude_none=True``), so a null ``completion_tokens_details`` is left out."""
+        usage_obj = {k: v for k, v in usage_obj.items() if v is not None}
+        fp = b',"system_fingerprint":' + dumps(fingerprint) if fingerprint is not None else b""
         extra = b',"metrics":' + dumps(metrics) if metrics else b""
-        return self.envelope + b'],"usage":' + dumps(usage_obj) + extra + CHUNK_END
+        return self.envelope + b'],"usage":' + dumps(usage_obj) + fp + extra + CHUNK_END
 
 
 def stream_flags(opts, force: bool = False) -> tuple[bool, bool]:

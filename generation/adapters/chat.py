@@ -15,7 +15,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
-from .base import (per_request_metrics, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids, PromptDetails, prompt_tokens_details,
@@ -332,6 +332,11 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     first_details = continuous and pd is not None
     by_index = {s.index: s for s in seqs}
     role_delta = (b',"delta":{"role":' + dumps(role) + b',"content":""},"logprobs":null,"finish_reason":null}]')
+    # vLLM 0.21+: the system_fingerprint on a choice's finishing chunk, or with include_usage on
+    # the usage chunk alone (the true last message)
+    fingerprint = system_fingerprint(sim.config)
+    last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + CHUNK_END
+                  if fingerprint is not None and not include_usage else CLOSE)
 
     def role_chunk(i: int) -> bytes:
         end = frame.first_tail(i, prompt_tokens_details(pd, [by_index[i]], mm=mm)) if first_details else tail(0, i)
@@ -355,21 +360,24 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
                 return heads[i] + (get_rest(piece) or render_rest(piece))
             fin = b',"finish_reason":null'
+            close = CLOSE
         else:
             fin = finish_fields(req, seq)
+            close = last_close
         span = seq.reasoning_span
         if span is not None and k < span[2]:
             if not (include_reasoning and span[0] <= k < span[1]):
                 if continuous:
                     frame.count(i)
                 if k == lasts[i]:             # the answer ends here: its finish still goes out
-                    return heads[i] + b',"delta":{},"logprobs":null' + fin + b"}]" + tail(0, i)
+                    return heads[i] + b',"delta":{},"logprobs":null' + fin + (b"}]" + tail(0, i) if continuous
+                                                                           else last_close)
                 return b""                    # a marker, or reasoning not returned: no delta
-            end = b"}]" + tail(1, i) if continuous else CLOSE
+            end = b"}]" + tail(1, i) if continuous else close
             if token_ids:
                 end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
             return heads[i] + b',"delta":{"reasoning":' + dumps(piece) + b'},"logprobs":null' + fin + end
-        end = b"}]" + tail(1, i) if continuous else CLOSE     # "}]" closes the choices
+        end = b"}]" + tail(1, i) if continuous else close     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
         if seq.tool_calls:
@@ -433,11 +441,12 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             continue
         if not started[i] and seq.finish_reason != "cache_threshold":
             put(role_chunk(i))
-        put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) + b'}]' + tail(0, i))
+        put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) +
+            (b'}]' + tail(0, i) if continuous else last_close))
     if include_usage:
         details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
         put(frame.usage_chunk(request_usage(seqs, pd, details, final_chunk=True, mm=mm),
-                              per_request_metrics(sim, seqs, True)))
+                              per_request_metrics(sim, seqs, True), fingerprint))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)
 

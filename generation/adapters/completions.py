@@ -16,10 +16,10 @@ from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text
-from .base import (per_request_metrics, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
+from .base import (per_request_metrics, CHUNK_END, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
-                   dumps, request_usage, stream_flags, due_items, usage_details)
+                   dumps, request_usage, stream_flags, due_items, system_fingerprint, usage_details)
 from .fields import (EMPTY_PROMPT, MAX_COMPLETION_PROMPTS, check_openai_fields, check_response_format_schema,
                      check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
@@ -250,6 +250,11 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
     not_finished = b',"finish_reason":null,"stop_reason":null'
+    # vLLM 0.21+: the system_fingerprint on a choice's finishing chunk, or with include_usage on
+    # the usage chunk alone (the true last message)
+    fingerprint = system_fingerprint(sim.config)
+    last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + CHUNK_END
+                  if fingerprint is not None and not include_usage else CLOSE)
 
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
@@ -259,8 +264,10 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             if plain and echo is None:     # the common chunk: its bytes after the head are cached per piece
                 return heads[i] + (get_rest(piece) or render_rest(piece))
             fin = not_finished
+            close = CLOSE
         else:
             fin = b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
+            close = last_close
         text = piece if echo is None else echo[0] + piece
         if top is not None:
             d = lp.completion_logprobs([piece], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None,
@@ -271,7 +278,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             logprobs = dumps(d)
         else:
             logprobs = b"null"
-        end = b"}]" + tail(1, i) if continuous else CLOSE     # "}]" closes the choices
+        end = b"}]" + tail(1, i) if continuous else close     # "}]" closes the choices
         if token_ids:
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
@@ -295,9 +302,9 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         text, d = echoes.pop(seq.index, ("", None))
         put(heads[seq.index] + b',"text":' + dumps(text) + b',"logprobs":' + (b"null" if d is None else dumps(d)) +
             b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
-            b'}]' + tail(0, seq.index))
+            (b'}]' + tail(0, seq.index) if continuous else last_close))
     if include_usage:
         put(frame.usage_chunk(request_usage(seqs, usage_details(sim), None, api="completion", final_chunk=True),
-                              per_request_metrics(sim, seqs, True)))
+                              per_request_metrics(sim, seqs, True), fingerprint))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)

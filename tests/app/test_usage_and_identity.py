@@ -156,7 +156,31 @@ def test_version_and_fingerprint_follow_vllm_version(app_client):
     c = app_client("--vllm-version", "0.15.1")
     assert c.get("/version").json() == {"version": "0.15.1"}
     fp = c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()["system_fingerprint"]
-    assert fp.startswith("vllm-0.15.1-")
+    assert fp is None                       # vLLM computes one from 0.21.0
+    fp = app_client("--vllm-version", "0.27.0").post(CHAT, json={"model": "test-model", "messages": MSG,
+                                                                 "max_tokens": 2}).json()["system_fingerprint"]
+    assert fp.startswith("vllm-0.27.0-")
+
+
+def test_streams_carry_the_fingerprint_on_their_last_chunk(app_client):
+    """vLLM 0.21+: a choice's finishing chunk carries system_fingerprint, or with include_usage
+    only the usage chunk (serialised without nulls: no completion_tokens_details)."""
+    import json
+    c = app_client()
+    fp = c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).json()["system_fingerprint"]
+    for path, body in ((CHAT, {"messages": MSG}), ("/v1/completions", {"prompt": "hi"})):
+        base = {"model": "test-model", "max_tokens": 3, "ignore_eos": True, "stream": True, "n": 2, **body}
+        events = [json.loads(e[6:]) for e in c.post(path, json=base).text.split("\n\n") if e.startswith("data: {")]
+        stamped = [e for e in events if "system_fingerprint" in e]
+        assert [e["system_fingerprint"] for e in stamped] == [fp, fp]
+        assert all(e["choices"][0]["finish_reason"] == "length" for e in stamped)
+        events = [json.loads(e[6:]) for e in c.post(path, json={**base, "stream_options": {"include_usage": True}})
+                  .text.split("\n\n") if e.startswith("data: {")]
+        assert [e for e in events if "system_fingerprint" in e] == [events[-1]]
+        assert events[-1]["system_fingerprint"] == fp and "completion_tokens_details" not in events[-1]["usage"]
+    old = app_client("--vllm-version", "0.15.1")
+    text = old.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2, "stream": True}).text
+    assert "system_fingerprint" not in text
 
 
 def test_generated_request_ids_are_uuid4_hex(app_client):
