@@ -64,8 +64,15 @@ class OutputDecisions:
                 raise context_error(max_len, p, 1)
             for c in range(req.n):
                 seqs.append(Sequence(req, len(seqs), pi, prompt))
+        cap = cfg.max_request_work or None
+        decided = 0
         for seq in seqs:
-            self._decide_output(req, seq)
+            self._decide_output(req, seq, None if cap is None else max(cap - decided, 0))
+            decided += seq.completion_tokens
+            if cap is not None and decided > cap:
+                # only tool calls outrun max_tokens: past the cap the request is refused by
+                # check_work (its sum a lower bound), so the other choices are not decided
+                break
         return seqs
 
     def request_rng(self, req: GenerationRequest, seq: Sequence) -> random.Random:
@@ -90,7 +97,10 @@ class OutputDecisions:
             return random.Random(hash((req.seed + choice, key)))
         return self.rng
 
-    def _decide_output(self, req: GenerationRequest, seq: Sequence) -> None:
+    def _decide_output(self, req: GenerationRequest, seq: Sequence, work_left: int | None = None) -> None:
+        """Decide ``seq``'s output.  ``work_left``: the tokens ``--max-request-work`` leaves it
+        (None: no cap); tool calls, which ``max_tokens`` does not cut, stop being tokenized past
+        it (:meth:`~generation.structured.tool_calls.ToolSynthesizer.synthesize`)."""
         cfg = self.config
         prompt = seq.prompt
         if self.kv_cache is not None:
@@ -105,7 +115,7 @@ class OutputDecisions:
         reasoning = self.reasoning if req.reasoning is not None and cfg.mode != "echo" else None
         if (req.tools is not None and req.tool_choice != "none" and self.tool_synthesizer is not None
                 and self.tool_synthesizer.wants_tools(req)):
-            if self.tool_synthesizer.synthesize(req, seq, rng):
+            if self.tool_synthesizer.synthesize(req, seq, rng, work_left):
                 if reasoning is not None:
                     reasoning.apply(seq, rng, req.reasoning, cap, True, keep_all=True)
                 if req.remote_decode:
