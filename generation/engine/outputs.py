@@ -67,12 +67,11 @@ class OutputDecisions:
         cap = cfg.max_request_work or None
         decided = 0
         for seq in seqs:
+            # only tool calls outrun max_tokens: past the cap the later choices' calls stop at a
+            # token (every choice is still decided: gRPC admits without check_work), and the
+            # request is refused by check_work with a lower bound of its sum
             self._decide_output(req, seq, None if cap is None else max(cap - decided, 0))
             decided += seq.completion_tokens
-            if cap is not None and decided > cap:
-                # only tool calls outrun max_tokens: past the cap the request is refused by
-                # check_work (its sum a lower bound), so the other choices are not decided
-                break
         return seqs
 
     def request_rng(self, req: GenerationRequest, seq: Sequence) -> random.Random:
