@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import replace
 
 from generation.content import logprobs as lp
+from generation.engine.outputs import check_prompt_fits
 from generation.errors import Rejected
 from generation.tokenization.multimodal import mm_token_counts
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, content_text, off_hub
@@ -99,8 +100,14 @@ class BatchChatAdapter(ChatAdapter):
             for size in sizes:                # every conversation's bound before any is tokenized
                 sim.check_prompt_chars(size, "messages")
 
+        echo = sim.config.mode == "echo"
+        max_len = sim.config.max_model_len
+
         def render(conv):
-            return chat_prompt(sim, conv, **opts)
+            prompt = chat_prompt(sim, conv, **opts)
+            if not echo:        # the first too long refuses the batch now, with prepare's error,
+                check_prompt_fits(max_len, prompt.length)    # not after every conversation is rendered
+            return prompt
         if sum(sizes) > OFFLOAD_CHARS and getattr(sim.tokenizer, "name", "") != "render":
             # many conversations each under the tokenizer's own threshold still add up (as
             # completions' prompt arrays: tokenization.each_text); the render service's HTTP stays here

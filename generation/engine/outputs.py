@@ -33,6 +33,17 @@ def prompt_too_long(max_len: int, prompt: int) -> ContextLengthError:
         f"of the input prompt.", "input_tokens", prompt)
 
 
+def check_prompt_fits(max_len: int, prompt: int) -> None:
+    """A ``prompt``-token prompt leaves room for a token in ``max_len`` (tokens), else the
+    error :meth:`OutputDecisions.prepare` raises for it (outside echo mode): vLLM's
+    :func:`prompt_too_long`, or at exactly ``max_len`` its context error (vLLM clamps max_tokens
+    to the room: 0)."""
+    if prompt > max_len:
+        raise prompt_too_long(max_len, prompt)
+    if prompt == max_len:
+        raise context_error(max_len, prompt, 1)
+
+
 class OutputDecisions:
     """The output-decision half of the engine (see the module docstring)."""
 
@@ -58,10 +69,8 @@ class OutputDecisions:
                     raise InvalidParam(
                         f"The echoed prompt is {echo_len} tokens long but max_tokens is {req.max_tokens}: "
                         f"echo mode cannot truncate its response. Please increase max_tokens.", "max_tokens")
-            elif p > max_len:
-                raise prompt_too_long(max_len, p)
-            elif p == max_len:          # no room for one token (vLLM clamps max_tokens to the room: 0)
-                raise context_error(max_len, p, 1)
+            else:
+                check_prompt_fits(max_len, p)
             for c in range(req.n):
                 seqs.append(Sequence(req, len(seqs), pi, prompt))
         cap = cfg.max_request_work or None

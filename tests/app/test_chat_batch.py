@@ -212,3 +212,22 @@ def test_step_engine_runs_each_conversation(app_client):
     assert value(after, "vllm:generation_tokens_total") - value(before, "vllm:generation_tokens_total") == 12
     assert value(after, "vllm:request_success_total", finished_reason="length") - \
         value(before, "vllm:request_success_total", finished_reason="length") == 3
+
+
+def test_the_first_conversation_past_the_context_refuses_the_batch_before_the_rest_render(api, monkeypatch):
+    """A batch is refused at its first conversation too long for the context, with the error
+    prepare gives it, before the later ones are rendered (a request chat template can make each
+    render seconds long: only the first is paid)."""
+    from generation.adapters import chat_batch
+    rendered = []
+    real = chat_batch.chat_prompt
+
+    def counting(sim, conv, **opts):
+        rendered.append(conv)
+        return real(sim, conv, **opts)
+    monkeypatch.setattr(chat_batch, "chat_prompt", counting)
+    long = [{"role": "user", "content": "word " * 2000}]
+    r = api.post(BATCH, json={"messages": [A, long, long, long], "max_tokens": 2})
+    e = err(r, 400)
+    assert e["message"].startswith("This model's maximum context length is 1024 tokens. However, your prompt "
+                                   "contains ") and len(rendered) == 2
