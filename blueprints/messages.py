@@ -12,6 +12,7 @@ from flask import Blueprint
 from werkzeug.exceptions import HTTPException
 
 from generation.adapters import messages as anthropic
+from generation.adapters.sampling import template_kwargs
 from generation.errors import InvalidParam, SimulatorError
 from schemas.common import load
 from schemas.messages import count_tokens_request_schema, messages_request_schema
@@ -59,7 +60,8 @@ def render_message():
         raise InvalidParam(f"The model `{model}` is a LoRA adapter and is not supported by the render endpoints.",
                            "model")
     ids, _ = sim.tokenize_messages(anthropic.to_chat_messages(body),
-                                   tools=anthropic.to_chat_tools(getattr(body, "tools", None)))
+                                   tools=anthropic.to_chat_tools(getattr(body, "tools", None)),
+                                   chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
     sampling = {k: raw[k] for k in ("max_tokens", "temperature", "top_p", "top_k") if k in raw}
     if isinstance(raw.get("stop_sequences"), list):
         sampling["stop"] = raw["stop_sequences"]

@@ -25,6 +25,7 @@ from generation.adapters.fields import check_mm_kwargs
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.responses import to_chat_messages, to_chat_tools
+from generation.adapters.sampling import template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
 from generation.tokenization.multimodal import media_items, mm_features
@@ -139,7 +140,7 @@ def render_chat():
     model = _render_model(sim, body.model)
     _check_mm_kwargs(sim, body)
     rid = request_id()
-    opts = chat_options(body)
+    opts = chat_options(body, sim.config.default_chat_template_kwargs)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
     if render is not None:
         sim.check_request_chat_template(opts)
@@ -172,8 +173,10 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
     thinking off; else None), ``reasoning_parser_kwargs`` (with a reasoning parser: the chat
     template kwargs), and ``parse_context`` (the fields the derender step reads: ``tools``,
     ``tool_choice``, ``parallel_tool_calls``, ``include_reasoning``,
-    ``return_tokens_as_token_ids``, ``chat_template_kwargs``, ``history_tool_call_cnt``)."""
-    kwargs = raw.get("chat_template_kwargs") if isinstance(raw.get("chat_template_kwargs"), dict) else {}
+    ``return_tokens_as_token_ids``, ``chat_template_kwargs``, ``history_tool_call_cnt``).  The
+    kwargs are the effective ones (:func:`~generation.adapters.sampling.template_kwargs`), as
+    vLLM's ``effective_chat_template_kwargs``."""
+    kwargs = template_kwargs(sim, raw.get("chat_template_kwargs"))
     include = raw.get("include_reasoning") is not False
     if not include:
         ended = True
@@ -488,10 +491,11 @@ def render_responses():
     tools = to_chat_tools(body.tools)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
     features = None
+    kwargs = template_kwargs(sim, raw.get("chat_template_kwargs"))    # vLLM's render_responses
     if render is not None:
-        ids, _, features = render(messages, tools=tools)
+        ids, _, features = render(messages, tools=tools, chat_template_kwargs=kwargs)
     else:
-        ids, _ = sim.tokenize_messages(messages, bounded="input", tools=tools)
+        ids, _ = sim.tokenize_messages(messages, bounded="input", tools=tools, chat_template_kwargs=kwargs)
     max_len = sim.config.max_model_len
     if body.truncation == "auto" and len(ids) > max_len - 1:
         ids = ids[len(ids) - max(max_len - 1, 0):]             # left truncation, a token kept for output
@@ -512,7 +516,6 @@ def render_responses():
         if mm_payload(raw) == "none":
             features = {**features, "kwargs_data": None}
         out["features"] = features
-    kwargs = raw.get("chat_template_kwargs") if isinstance(raw.get("chat_template_kwargs"), dict) else {}
     ec = raw.get("ec_transfer_params") if isinstance(raw.get("ec_transfer_params"), dict) else None
     out.update({"request_id": rid, "model": model, "sampling_params": responses_sampling_params(raw, max_tokens),
                 "stream": raw.get("stream") is True,
@@ -556,7 +559,7 @@ def tokenize():
     if prompt is not None and (prompt or messages is None):
         ids, pieces = sim.tokenize_text(prompt, body.add_special_tokens is not False)
     else:
-        ids, pieces = sim.tokenize_messages(messages, **chat_options(body))
+        ids, pieces = sim.tokenize_messages(messages, **chat_options(body, sim.config.default_chat_template_kwargs))
     strs = None
     if body.return_token_strs:       # vLLM: the vocabulary strings (convert_ids_to_tokens)
         strs = sim.tokenizer.token_strs(ids) if sim.tokenizer.name == "hf" else list(pieces)

@@ -357,6 +357,7 @@ class ResponsesRequestSchema(BaseSchema):
     previous_response_id = fields.String()
     user = fields.String()
     reasoning = fields.Dict()
+    chat_template_kwargs = fields.Dict(allow_none=True)   # vLLM's; over --default-chat-template-kwargs
     thinking_token_budget = fields.Raw()          # vLLM 0.34: caps the reasoning tokens (-1: no cap; sampling._budget)
     prompt_cache_key = fields.String()
     priority = StrictInt()

@@ -27,7 +27,7 @@ from generation.tokenization.tokenizer import chat_options
 from .fields import (check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
                      prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
-from .sampling import chat_reasoning, sampling_semantics, structured_constraint
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs
 
 
 class ChatAdapter(Adapter):
@@ -39,7 +39,7 @@ class ChatAdapter(Adapter):
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         self.check(force_cache_threshold)
         sim, b = self.sim, self.body
-        prompt = chat_prompt(sim, b.messages or [], **chat_options(b))
+        prompt = chat_prompt(sim, b.messages or [], **chat_options(b, sim.config.default_chat_template_kwargs))
         forwarded = forwarded_prompt_ids(b.kv_transfer_params, b.messages)
         if forwarded is not None:            # vLLM 0.34: a decode leg reuses the prefill's ids verbatim
             prompt.ids = forwarded
@@ -101,7 +101,7 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
             priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
-            reasoning=chat_reasoning(self.sim, b))
+            reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)))
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:

@@ -93,7 +93,7 @@ class BatchChatAdapter(ChatAdapter):
         self.check(force_cache_threshold, len(convs))     # N conversations bounded before any is rendered
         self.prompt_lp = None                # vLLM's batch body has no prompt logprobs
         # vLLM renders each conversation with tool_dicts=None: the template sees no tools
-        opts = {**chat_options(b), "tools": None}
+        opts = {**chat_options(b, sim.config.default_chat_template_kwargs), "tools": None}
         sizes = [sum(len(content_text(m.get("content"), False)) for m in conv if isinstance(m, dict))
                  for conv in convs]
         if sim.prompt_char_limit() is not None:

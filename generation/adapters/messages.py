@@ -22,7 +22,7 @@ from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_
                    usage_details)
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
-from .sampling import anthropic_constraint, anthropic_reasoning
+from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs
 from generation.content.reasoning import content_text, reasoning_text, signature
 
 # finish_reason -> stop_reason (api.md 5.4.2; cache_threshold reads as a cut-short answer).
@@ -48,7 +48,8 @@ class MessagesAdapter(Adapter):
         tool_choice = to_chat_tool_choice(b.tool_choice)
         with MESSAGES_FIELDS:
             check_tools(sim, tools, tool_choice, None)
-            reasoning = anthropic_reasoning(sim, b.thinking, b.output_config)
+            kwargs = template_kwargs(sim, b.chat_template_kwargs)
+            reasoning = anthropic_reasoning(sim, b.thinking, b.output_config, b.chat_template_kwargs, kwargs)
             constraint = anthropic_constraint(sim, b.output_config)
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos)
@@ -57,7 +58,7 @@ class MessagesAdapter(Adapter):
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         tc = b.tool_choice
-        prompt = chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=b.chat_template_kwargs)
+        prompt = chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=kwargs)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
@@ -85,7 +86,7 @@ def count_tokens(sim, body: CountTokensRequest) -> int:
     real chat template; the simulated flattening ignores them).  Raises ModelNotFound."""
     sim.resolve_model(body.model)
     ids, _ = sim.tokenize_messages(to_chat_messages(body), tools=to_chat_tools(getattr(body, "tools", None)),
-                                   chat_template_kwargs=body.chat_template_kwargs)
+                                   chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
     return len(ids)
 
 

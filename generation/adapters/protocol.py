@@ -272,6 +272,7 @@ class ResponsesRequest:
     truncation: str | None = None
     service_tier: str | None = None
     reasoning: dict | None = None
+    chat_template_kwargs: dict | None = None
     thinking_token_budget: int | None = None     # vLLM 0.34
     prompt_cache_key: str | None = None
     priority: int | None = None                  # vLLM's extra field (--scheduling-policy priority)

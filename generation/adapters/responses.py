@@ -51,7 +51,7 @@ from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
 from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
                      check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
-from .sampling import responses_reasoning
+from .sampling import responses_reasoning, template_kwargs
 from generation.content.reasoning import content_text, reasoning_text
 
 
@@ -104,14 +104,15 @@ class ResponsesAdapter(Adapter):
         messages += to_chat_messages(inp)
         if b.mm_processor_kwargs or b.media_io_kwargs:     # vLLM's renderer, before the prompt is built
             check_mm_kwargs(sim, b.mm_processor_kwargs, b.media_io_kwargs)
-        prompt = chat_prompt(sim, messages, echo_text(inp), "input", tools=tools)
+        kwargs = template_kwargs(sim, b.chat_template_kwargs)
+        prompt = chat_prompt(sim, messages, echo_text(inp), "input", tools=tools, chat_template_kwargs=kwargs)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
             priority=scheduling_priority(sim, b.priority),
-            reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget))
+            reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget, b.chat_template_kwargs, kwargs))
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
         self.ctx.store = store is not None and b.store is not False
         self.ctx.background = bool(b.background)

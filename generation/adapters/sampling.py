@@ -12,12 +12,18 @@ Reasoning switches (with ``--reasoning-parser``; without one no answer has a rea
   ``disabled``; ``output_config.effort`` scales it; no ``thinking`` field: on, as vLLM runs the
   parser on every answer;
 * Responses: ``reasoning.effort`` scales it (``"none"`` turns it off).
+
+On chat, Anthropic and Responses ``--default-chat-template-kwargs`` lies under the request's
+own ``chat_template_kwargs`` (:func:`template_kwargs`): its ``enable_thinking`` (or
+``thinking``) switch counts when the request gives neither a switch nor an effort, as vLLM
+0.34's ``build_chat_params`` sets ``enable_thinking`` from the effort before the defaults.
 """
 from __future__ import annotations
 
 from generation.content import reasoning as rz
 from generation.errors import InvalidParam
 from generation.structured.structured_outputs import anthropic_format, constraint
+from generation.tokenization.chat_template import merge_kwargs
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
@@ -77,28 +83,57 @@ def _budget(value, param: str) -> int | None:
     return value
 
 
-def chat_reasoning(sim, b) -> rz.ReasoningSettings | None:
+def template_kwargs(sim, requested) -> dict:
+    """The chat template kwargs of a chat-templated request (chat, batch chat, Messages and
+    count_tokens, Responses, their render routes, ``/tokenize``): --default-chat-template-kwargs
+    under the request's ``chat_template_kwargs`` (a dict, else none), whose null / ``"auto"``
+    values do not override.  vLLM 0.34: ``ChatParams.with_defaults`` (``renderers/params.py``)
+    in ``OnlineRenderer.preprocess_chat`` and ``effective_chat_template_kwargs``; its pooling
+    routes and ``/inference/v1/generate`` do not apply the defaults."""
+    return merge_kwargs(sim.config.default_chat_template_kwargs, requested if isinstance(requested, dict) else None)
+
+
+def _switch(kwargs) -> bool | None:
+    """A kwargs dict's thinking switch: ``enable_thinking``, else ``thinking``; None unless a bool."""
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    on = kwargs.get("enable_thinking", kwargs.get("thinking"))
+    return on if isinstance(on, bool) else None
+
+
+def _thinking(own, effort, kwargs) -> bool | None:
+    """Whether the template is told to think: the request's own switch, else its effort (on
+    unless ``"none"``), else the switch of ``kwargs`` (the effective ones, :func:`template_kwargs`);
+    None when none says.  vLLM 0.34's ``ChatCompletionRequest.build_chat_params`` sets
+    ``enable_thinking`` from the effort unless the request sets it, then ``with_defaults``."""
+    on = _switch(own)
+    if on is None and effort is not None:
+        on = effort != "none"
+    return _switch(kwargs) if on is None else on
+
+
+def chat_reasoning(sim, b, kwargs: dict | None = None) -> rz.ReasoningSettings | None:
     """The reasoning settings of a chat (or completions) request; None without a parser or
-    when the request turns it off.  Raises InvalidParam naming ``reasoning_effort`` /
-    ``thinking_token_budget``."""
+    when the request turns it off.  ``kwargs``: the effective chat template kwargs
+    (:func:`template_kwargs`; None: the request's own, where vLLM applies no defaults).
+    Raises InvalidParam naming ``reasoning_effort`` / ``thinking_token_budget``."""
     effort = _effort(getattr(b, "reasoning_effort", None), "reasoning_effort")
     budget = _budget(getattr(b, "thinking_token_budget", None), "thinking_token_budget")
     if sim.reasoning is None:
         return None
-    kwargs = getattr(b, "chat_template_kwargs", None) or {}
-    enabled = kwargs.get("enable_thinking", kwargs.get("thinking"))
-    enabled = enabled if isinstance(enabled, bool) else None
-    if enabled is None and effort not in (None, "none"):
-        enabled = True                 # reasoning_effort implies thinking
+    own = getattr(b, "chat_template_kwargs", None)
+    enabled = _thinking(own, effort, own if kwargs is None else kwargs)
     return rz.settings(enabled, effort, budget, getattr(b, "include_reasoning", None) is not False)
 
 
-def anthropic_reasoning(sim, thinking, output_config) -> rz.ReasoningSettings | None:
+def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> rz.ReasoningSettings | None:
     """Anthropic ``thinking`` (``{"type": "enabled", "budget_tokens": n}``, ``{"type":
     "adaptive"}``, ``{"type": "disabled"}``, ``{"type": "between_tools"}`` read as disabled, as
     vLLM 0.34 maps it) and ``output_config.effort``.  Lenient, as the
     request shapes Claude Code sends keep changing: an unknown ``thinking`` type or effort, or a
-    ``budget_tokens`` that is not a count, leaves the default (reasoning on, unscaled)."""
+    ``budget_tokens`` that is not a count, leaves the default (reasoning on, unscaled).
+    ``own`` / ``kwargs``: the request's ``chat_template_kwargs`` and the effective ones
+    (:func:`template_kwargs`): a switch they turn off wins over ``enabled`` / ``adaptive``, as
+    vLLM 0.34's chat conversion pins no ``enable_thinking`` for those (only a budget)."""
     if sim.reasoning is None:
         return None
     output_config = _as_dict(output_config)
@@ -115,16 +150,22 @@ def anthropic_reasoning(sim, thinking, output_config) -> rz.ReasoningSettings | 
         bt = thinking.get("budget_tokens")
         if t == "enabled" and isinstance(bt, int) and not isinstance(bt, bool) and bt >= 0:
             budget = bt
+    if enabled is not False and _thinking(own, effort, kwargs) is False:
+        enabled = False
     return rz.settings(enabled, effort, budget)
 
 
-def responses_reasoning(sim, reasoning, thinking_token_budget=None) -> rz.ReasoningSettings | None:
+def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kwargs=None) -> rz.ReasoningSettings | None:
     """Responses ``reasoning`` (``{"effort": ..., "summary": ...}``); an effort it does not
     know leaves the default (Codex sends new values before servers know them).
     ``thinking_token_budget`` (vLLM 0.34) caps the reasoning tokens as on chat; raises
-    InvalidParam naming it when it is neither -1 nor a count."""
+    InvalidParam naming it when it is neither -1 nor a count.  ``own`` / ``kwargs``: the request's
+    ``chat_template_kwargs`` and the effective ones (:func:`template_kwargs`): the request's
+    switch, else its effort, else the effective switch decides (vLLM 0.34's
+    ``ResponsesRequest.build_chat_params``)."""
     budget = _budget(thinking_token_budget, "thinking_token_budget")
     if sim.reasoning is None:
         return None
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
-    return rz.settings(None, effort if effort in EFFORTS else None, budget)
+    effort = effort if effort in EFFORTS else None
+    return rz.settings(_thinking(own, effort, kwargs), effort, budget)

@@ -337,6 +337,11 @@ _declare("tokenizer",
          Option("tokenizers-cache-dir", "str", "", "Directory of downloaded tokenizers (empty: Hugging Face's "
                 "default cache)"),
          Option("chat-template", "str", "", "Chat template: a Jinja file path or the template itself"),
+         Option("default-chat-template-kwargs", "json", None, "Chat template kwargs every chat-templated "
+                "request starts from (JSON object), under its own `chat_template_kwargs`, whose null or "
+                "`\"auto\"` values do not override: `{\"enable_thinking\": false}` turns reasoning off unless a "
+                "request asks for it (chat, batch chat, Messages, Responses, render, /tokenize; not pooling)",
+                nullable=True),
          Option("trust-request-chat-template", "bool", False, "Accept a chat_template sent with a request "
                 "(vLLM's flag; without it such requests get 400)"),
          Option("trust-request-mm-kwargs", "bool", False, "Accept a non-empty mm_processor_kwargs or "
@@ -466,7 +471,6 @@ IGNORED_NOTES: dict[str, str] = {
     "stream-interval": "one token per streamed chunk; a request's `stream_interval` is only checked to be at "
                        "least 1",
     "sse-keep-alive-interval": "no keep-alive comments",
-    "default-chat-template-kwargs": "templates and reasoning read the request's `chat_template_kwargs` alone",
     "optimization-level": "also `-O3`, `-O=3`, `-O 3`",
     "enable-log-requests": "its negative `--disable-log-requests` is the simulator's access-log switch",
 }

@@ -428,6 +428,13 @@ def _render_without_tokenizer(messages, tokenize=False, **options) -> str:
     return rendered[0]
 
 
+def merge_kwargs(defaults: dict | None, overrides: dict | None) -> dict:
+    """``defaults`` updated with ``overrides``, whose ``None`` and ``"auto"`` values do not
+    override (and are dropped): vLLM 0.34's ``merge_kwargs`` (``vllm/renderers/params.py``),
+    which puts ``--default-chat-template-kwargs`` under a request's ``chat_template_kwargs``."""
+    return {**(defaults or {}), **{k: v for k, v in (overrides or {}).items() if v is not None and v != "auto"}}
+
+
 def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = None,
                 chat_template_kwargs: dict | None = None, add_generation_prompt: bool = True,
                 continue_final_message: bool = False, from_request: bool = False,

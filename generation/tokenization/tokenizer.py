@@ -509,14 +509,18 @@ CONTINUE_WITH_GENERATION_PROMPT = (
     "will prompt it to start a new assistant message instead.")
 
 
-def chat_options(body) -> dict:
+def chat_options(body, default_kwargs: dict | None = None) -> dict:
     """The :func:`tokenize_chat` keyword arguments carried by a request object (chat, chat
-    render, ``/tokenize``): ``tools``, ``chat_template``, ``chat_template_kwargs``,
+    render, ``/tokenize``): ``tools``, ``chat_template``, ``chat_template_kwargs`` (the
+    request's over ``default_kwargs``, --default-chat-template-kwargs where vLLM applies it, as
+    :func:`~generation.tokenization.chat_template.merge_kwargs`),
     ``add_generation_prompt`` (default True), ``continue_final_message`` and
     ``add_special_tokens`` (default False), as vLLM's ChatCompletionRequest.  Absent
     attributes take the defaults.  ``continue_final_message`` with the default
     ``add_generation_prompt`` raises InvalidParam with transformers' message (vLLM 0.34 leaves
     the pair to the chat template; both given true is its own message, :func:`tokenize_chat`)."""
+    from .chat_template import merge_kwargs
+
     def get(name, default=None):
         v = getattr(body, name, None)
         return default if v is None else v
@@ -526,7 +530,7 @@ def chat_options(body) -> dict:
         from generation.errors import InvalidParam
         raise InvalidParam(CONTINUE_WITH_GENERATION_PROMPT, "continue_final_message")
     return {"tools": get("tools"), "chat_template": get("chat_template"),
-            "chat_template_kwargs": get("chat_template_kwargs"),
+            "chat_template_kwargs": merge_kwargs(default_kwargs, get("chat_template_kwargs")),
             "add_generation_prompt": get("add_generation_prompt", True),
             "continue_final_message": get("continue_final_message", False),
             "add_special_tokens": get("add_special_tokens", False)}
