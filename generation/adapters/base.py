@@ -247,7 +247,7 @@ def chat_prompt(sim, messages: list, echo_text: str | None = None, field: str = 
     (tools and the chat-template fields), passed to the chat template."""
     ids, _ = sim.tokenize_messages(messages, bounded=field, **chat_options)
     prompt = Prompt(ids)
-    if sim.config.mode == "echo":
+    if sim.config.mode == "echo" and 2 * len(ids) <= sim.config.max_model_len:     # else prepare refuses it
         if echo_text is None:
             echo_text = plain_message(messages[-1], False) if messages else ""
         prompt.echo_ids, prompt.echo_pieces = sim.tokenizer.encode_lossless(echo_text)

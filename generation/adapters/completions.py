@@ -148,11 +148,14 @@ def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) 
     echo = sim.config.mode == "echo"
     if kind == "text":       # every text's length first, then all of them (off the hub past 8 KiB in all)
         encoded = tokenize_texts(sim, items, add_special_tokens, "prompt")
-        lossless = each_text(tok.encode_lossless, items) if echo else None
+        if echo:        # prepare refuses the first prompt echo cannot fit: no pieces needed from it on
+            limit = sim.config.max_model_len
+            cut = next((k for k, (ids, _) in enumerate(encoded) if 2 * len(ids) > limit), len(items))
+            lossless = each_text(tok.encode_lossless, items[:cut])
     for k, item in enumerate(items):
         if kind == "text":
             p = Prompt(encoded[k][0], text=item)
-            if echo:
+            if echo and k < cut:
                 p.echo_ids, p.echo_pieces = lossless[k]
         else:
             p = Prompt(list(item))

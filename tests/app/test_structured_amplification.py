@@ -75,3 +75,19 @@ def test_prefix_tokenizing_keeps_the_answer(api, max_tokens):
     assert new["message"]["content"] == whole["message"]["content"]
     assert [e["token"] for e in new["logprobs"]["content"]] == [e["token"] for e in whole["logprobs"]["content"]]
     assert new["finish_reason"] == whole["finish_reason"] == "length"
+
+
+def test_echo_mode_refuses_a_prompt_it_cannot_fit_before_building_its_pieces(app_client, monkeypatch):
+    """Echo mode: a prompt whose echo cannot fit (2 x prompt > --max-model-len) is refused by
+    prepare; its lossless pieces (every token's text) are not built first."""
+    c = app_client("--mode", "echo")
+    built = []
+    cls = type(c.app.extensions["simulator"].tokenizer)
+    real = cls.encode_lossless
+    monkeypatch.setattr(cls, "encode_lossless", lambda self, text: built.append(len(text)) or real(self, text))
+    r = c.post("/v1/completions", json={"model": "test-model", "prompt": ["hi there", "word " * 600], "max_tokens": 5})
+    assert r.status_code == 400 and "maximum context length is 1024 tokens" in r.json()["error"]["message"]
+    assert built == [8]                     # the first prompt's pieces only
+    r = c.post("/v1/chat/completions", json={"model": "test-model", "messages": [{"role": "user", "content": "word " * 600}],
+                                             "max_tokens": 5})
+    assert r.status_code == 400 and built == [8]
