@@ -17,6 +17,7 @@ if __name__ == "__main__":
 
 import logging
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 from generation.config.values import ConfigError
@@ -92,7 +93,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.wsgi_app = BodyDeadline(app.wsgi_app, app.config["MAX_CONTENT_LENGTH"],
                                 config.timeout_keep_alive or KEEPALIVE_SECONDS)
     from server.wsgi_layers import FrontDoor, RequestGuard
-    app.wsgi_app = RequestGuard(app.wsgi_app)             # CORS preflight, JSON-only POSTs
+    app.wsgi_app = RequestGuard(app.wsgi_app, partial(_posts_to_a_route, app))   # CORS preflight, JSON-only POSTs
     if not config.enable_server_load_tracking and not getattr(config, "log_http", False):
         # a JSON POST on a generation route skips the layers above, whose checks it passes
         app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS)
@@ -148,6 +149,16 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         return error_response(internal_error(err))
 
     return app
+
+
+def _posts_to_a_route(app, environ) -> bool:
+    """Whether a POST to ``environ``'s path matches a route of ``app`` (Werkzeug's matcher)."""
+    from werkzeug.exceptions import HTTPException
+    try:
+        app.url_map.bind_to_environ(environ).match(method="POST")
+    except HTTPException:
+        return False
+    return True
 
 
 def _yield_after_each_response(wsgi_app):

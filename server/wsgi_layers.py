@@ -351,8 +351,10 @@ class RequestGuard:
       the path as sent, where Werkzeug strips every leading slash but one, which served
       ``//v1/models`` (a client joining its base URL with an extra slash) as ``/v1/models``."""
 
-    def __init__(self, wsgi_app):
+    def __init__(self, wsgi_app, posts_to_a_route=None):
         self.wsgi_app = wsgi_app
+        # environ -> whether a POST there reaches a route; None: every path counts as one
+        self.posts_to_a_route = posts_to_a_route
 
     def __call__(self, environ, start_response):
         method = environ.get("REQUEST_METHOD")
@@ -375,9 +377,10 @@ class RequestGuard:
                 ok = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
             if not ok and environ.get("PATH_INFO") in ANY_TYPE_POSTS and not _cross_origin(environ):
                 ok = True
-            if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS:
+            if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS and self._routed(environ):
                 return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA)
-            if not ctype and environ.get("PATH_INFO") not in NO_BODY_POSTS and _cross_origin(environ):
+            if (not ctype and environ.get("PATH_INFO") not in NO_BODY_POSTS and _cross_origin(environ)
+                    and self._routed(environ)):
                 return self._error(environ, start_response, 400, CROSS_SITE)
         elif method == "OPTIONS" and environ.get("HTTP_ORIGIN") and "HTTP_ACCESS_CONTROL_REQUEST_METHOD" in environ:
             headers = [("Access-Control-Allow-Origin", "*"), ("Access-Control-Allow-Methods", CORS_METHODS),
@@ -389,6 +392,13 @@ class RequestGuard:
                                       ("Content-Length", "2")])
             return [b"OK"]
         return self.wsgi_app(environ, start_response)
+
+    def _routed(self, environ) -> bool:
+        """Whether a POST to this path reaches a route: vLLM checks the content type in each
+        POST route (``validate_json_request``), after routing, so an unknown path or a GET-only
+        route answers the router's 404 / 405 whatever the body's type (asked only on the way to
+        a refusal)."""
+        return self.posts_to_a_route is None or self.posts_to_a_route(environ)
 
     @staticmethod
     def _error(environ, start_response, status: int, message: str, kind: str = "BadRequestError"):

@@ -501,3 +501,27 @@ def test_answer_role_is_the_last_messages_without_a_generation_prompt(client):
     assert first["choices"][0]["delta"] == {"role": "user", "content": ""}
     m = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
     assert m["role"] == "assistant" and not m["content"].startswith("more")
+
+
+def test_a_non_json_post_to_no_post_route_is_the_routers_404_or_405(client):
+    """vLLM checks the content type inside each POST route (validate_json_request), after
+    routing: an unknown path or a GET-only route answers 404 / 405 whatever the body's type
+    (curl's -d sends application/x-www-form-urlencoded)."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    r = client.post("/nope", content=b"{}", headers=form)
+    assert (r.status_code, r.json()) == (404, {"detail": "Not Found"})
+    r = client.post("/health", content=b"{}", headers=form)
+    assert (r.status_code, r.json(), r.headers["allow"]) == (405, {"detail": "Method Not Allowed"}, "GET")
+    r = client.post("/v1/chat/completions", content=b"{}", headers=form)
+    assert r.status_code == 400 and "Unsupported Media Type" in r.json()["error"]["message"]
+
+
+def test_model_cards_carry_vllms_permission_list(client):
+    """vLLM 0.34's ModelCard: ``permission=[ModelPermission()]``, a fresh id per card."""
+    cards = client.get("/v1/models").json()["data"]
+    perm = cards[0]["permission"]
+    assert len(perm) == 1 and perm[0]["id"].startswith("modelperm-") and len(perm[0]["id"]) == 42
+    assert {k: v for k, v in perm[0].items() if k not in ("id", "created")} == {
+        "object": "model_permission", "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+        "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
+        "group": None, "is_blocking": False}
