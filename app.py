@@ -98,7 +98,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         # a JSON POST on a generation route skips the layers above, whose checks it passes
         app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS)
     from server import auth
-    auth.install(app, config)                             # --api-key: outermost, before routing
+    auth.install(app, config, partial(_a_route_has, app))  # --api-key: outermost, before routing
 
     @app.errorhandler(SimulatorError)
     def _api_error(err: SimulatorError):
@@ -158,6 +158,18 @@ def _posts_to_a_route(app, environ) -> bool:
         app.url_map.bind_to_environ(environ).match(method="POST")
     except HTTPException:
         return False
+    return True
+
+
+def _a_route_has(app, environ) -> bool:
+    """Whether any route of ``app`` has ``environ``'s path (with this method or another)."""
+    from werkzeug.exceptions import NotFound
+    try:
+        app.url_map.bind_to_environ(environ).match(method=environ.get("REQUEST_METHOD") or "GET")
+    except NotFound:
+        return False
+    except Exception:                   # noqa: BLE001 - another method's route, or a redirect: a route has it
+        return True
     return True
 
 

@@ -10,12 +10,13 @@ probes, FastAPI's documentation routes and the Prometheus mount (``/metrics`` an
 that starts with it) stay open (:data:`OPEN_PATHS`).  ``OPTIONS`` passes, as in vLLM:
 a CORS preflight is answered ``200`` for any path (:class:`server.wsgi_layers.RequestGuard`),
 any other ``OPTIONS`` gets the router's 405 or 404, which, as in vLLM, shows which routes
-exist (every other method gets the same 401 on every path).
+exist (every other method gets the same 401 on every routed path and under vLLM's prefixes).
 
 A missing or wrong key is a 401 with vLLM's body, ``{"error": "Unauthorized"}``, or Anthropic's
 envelope on ``/v1/messages``.
-The check is a WSGI middleware: it runs before routing, answers unknown paths the same way,
-and costs nothing when no key is set.
+The check is a WSGI middleware: it runs before routing, answers unknown paths under vLLM's
+guarded prefixes the same way (a 404 elsewhere, as vLLM's router answers there), and costs
+nothing when no key is set.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import hmac
 
 import orjson
 
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")     # vLLM 0.34's (serve/middleware/authenticate.py)
 # the probes, and FastAPI's documentation routes (blueprints/docs.py): outside /v1, open in vLLM too
 OPEN_PATHS = frozenset({"/health", "/health/", "/health/ready", "/metrics", "/ping", "/version",
                         "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
@@ -51,12 +53,14 @@ class APIKeyMiddleware:
 
     ``keys``: non-empty strings (vLLM accepts several).  Raises ValueError when empty."""
 
-    def __init__(self, wsgi_app, keys):
+    def __init__(self, wsgi_app, keys, routed=None):
         keys = [k for k in keys if k]
         if not keys:
             raise ValueError("APIKeyMiddleware needs at least one key")
         self.wsgi_app = wsgi_app
         self.digests = [_digest(k) for k in keys]
+        # environ -> whether any route has the path (None: every path counts as one)
+        self.routed = routed
 
     def authorized(self, environ) -> bool:
         """Whether the ``Authorization: Bearer`` or ``x-api-key`` header holds a key."""
@@ -81,6 +85,8 @@ class APIKeyMiddleware:
         if (path in OPEN_PATHS or path.startswith("/metrics") or environ.get("REQUEST_METHOD") == "OPTIONS"
                 or self.authorized(environ)):
             return self.wsgi_app(environ, start_response)
+        if self.routed is not None and not path.startswith(GUARDED_PREFIX) and not self.routed(environ):
+            return self.wsgi_app(environ, start_response)     # no such route outside vLLM's guarded prefixes: its 404
         body = unauthorized_body(path)
         start_response("401 Unauthorized", [("Content-Type", "application/json"),
                                             ("Content-Length", str(len(body))),
@@ -97,8 +103,11 @@ def api_keys(config) -> list:
     return [str(v) for v in value if v]
 
 
-def install(app, config) -> None:
-    """Wrap ``app.wsgi_app`` with :class:`APIKeyMiddleware` when a key is configured."""
+def install(app, config, routed=None) -> None:
+    """Wrap ``app.wsgi_app`` with :class:`APIKeyMiddleware` when a key is configured.
+    ``routed(environ)``: whether a route has the path; a path none has, outside vLLM's guarded
+    prefixes, goes on to the router's 404 as in vLLM, which does not guard it (asked only on the
+    way to a refusal)."""
     keys = api_keys(config)
     if keys:
-        app.wsgi_app = APIKeyMiddleware(app.wsgi_app, keys)
+        app.wsgi_app = APIKeyMiddleware(app.wsgi_app, keys, routed)

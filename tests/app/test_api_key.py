@@ -78,3 +78,12 @@ def test_sdks_with_and_without_key(keyed):
     with pytest.raises(anthropic.AuthenticationError):
         keyed.anthropic(api_key="nope").messages.create(model="test-model", max_tokens=3,
                                                        messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_path_no_route_has_outside_vllms_prefixes_is_the_routers_404(keyed):
+    """vLLM guards only /v1, /v2, /inference and /cohere: elsewhere an unknown path is its
+    router's 404 with or without a key; under those prefixes the 401 comes first."""
+    for method in ("GET", "POST"):
+        r = keyed.request(method, "/no-such-route")
+        assert (r.status_code, r.json()) == (404, {"detail": "Not Found"})
+    assert keyed.get("/v1/no-such-route").status_code == 401
