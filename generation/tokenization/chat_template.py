@@ -432,7 +432,9 @@ def merge_kwargs(defaults: dict | None, overrides: dict | None) -> dict:
     """``defaults`` updated with ``overrides``, whose ``None`` and ``"auto"`` values do not
     override (and are dropped): vLLM 0.34's ``merge_kwargs`` (``vllm/renderers/params.py``),
     which puts ``--default-chat-template-kwargs`` under a request's ``chat_template_kwargs``."""
-    return {**(defaults or {}), **{k: v for k, v in (overrides or {}).items() if v is not None and v != "auto"}}
+    if not overrides:                   # the common request: nothing to merge (a copy: callers may add keys)
+        return dict(defaults) if defaults else {}
+    return {**(defaults or {}), **{k: v for k, v in overrides.items() if v is not None and v != "auto"}}
 
 
 def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = None,

@@ -29,6 +29,8 @@ import re
 import threading
 from typing import Iterable, Sequence
 
+from .chat_template import merge_kwargs
+
 MAX_RUN = 64                 # characters of a word run, and of the whitespace after it, in one piece
 _PIECE = re.compile(
     r'(?:\{|\}|:|,|-|\.|\?|\!|;|@|#|\$|%|\^|&|\*|\(|\)|\+|\-|_|~|/|\\|>|<|\[|\]|=|"|\'|[0-9A-Za-z_]{1,' + str(MAX_RUN) + '})'
@@ -519,8 +521,6 @@ def chat_options(body, default_kwargs: dict | None = None) -> dict:
     attributes take the defaults.  ``continue_final_message`` with the default
     ``add_generation_prompt`` raises InvalidParam with transformers' message (vLLM 0.34 leaves
     the pair to the chat template; both given true is its own message, :func:`tokenize_chat`)."""
-    from .chat_template import merge_kwargs
-
     def get(name, default=None):
         v = getattr(body, name, None)
         return default if v is None else v
