@@ -148,8 +148,12 @@ class Simulator(OutputDecisions, EngineState):
         """vLLM's guard on templates sent with a request: a Jinja template runs arbitrary loops,
         so it is refused (400 ``chat_template``) unless ``--trust-request-chat-template``."""
         kwargs = chat_options.get("chat_template_kwargs") or {}
-        if (chat_options.get("chat_template") is not None or "chat_template" in kwargs) \
-                and not self.config.trust_request_chat_template:
+        defaults = self.config.default_chat_template_kwargs or {}
+        # vLLM checks the request's own kwargs: a chat_template the merge took from
+        # --default-chat-template-kwargs (the very object) is the server's, not the request's
+        sent = "chat_template" in kwargs and not ("chat_template" in defaults
+                                                  and kwargs["chat_template"] is defaults["chat_template"])
+        if (chat_options.get("chat_template") is not None or sent) and not self.config.trust_request_chat_template:
             raise InvalidParam("Chat template is passed with request, but --trust-request-chat-template is not "
                                "set. Refused request with untrusted chat template.", "chat_template")
 

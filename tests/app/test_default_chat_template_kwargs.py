@@ -159,3 +159,13 @@ def test_bad_flag_is_a_start_up_error():
     for bad in ('["enable_thinking"]', "{enable_thinking: false}"):
         with pytest.raises(ConfigError, match="^invalid value for --default-chat-template-kwargs: "):
             load_config(["--default-chat-template-kwargs", bad])
+
+
+def test_a_chat_template_among_the_server_defaults_is_not_a_request_template(app_client):
+    """vLLM's trust check reads the request's own kwargs: a ``chat_template`` key that
+    --default-chat-template-kwargs holds is the server's, while a request's own is refused."""
+    c = app_client("--default-chat-template-kwargs", '{"chat_template": "x"}')
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert c.post("/v1/chat/completions", json=body).status_code == 200
+    r = c.post("/v1/chat/completions", json={**body, "chat_template_kwargs": {"chat_template": "x"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
