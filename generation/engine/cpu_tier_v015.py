@@ -202,7 +202,7 @@ class StoreAtFinishPool(BlockPool):
             if t is None:                           # renamed
                 heappop(heap)
                 continue
-            if t == s and k in runs:
+            if t <= s and k in runs:                 # a running request may have touched it since
                 t = self._stamp_of(k)
             if t > s:                               # used since it was filed: filed again
                 heapreplace(heap, (t, k))
@@ -312,7 +312,7 @@ class StoreAtFinishPool(BlockPool):
                 if t is None:
                     heappop(heap)
                     continue
-                if t == s and k in runs:
+                if t <= s and k in runs:                 # a running request may have touched it since
                     t = self._stamp_of(k)
                 if t > s:
                     heapreplace(heap, (t, k))

@@ -211,3 +211,28 @@ def test_a_completed_store_is_one_blockstored_of_all_its_hashes():
     assert cpu_blocks_stored([7], 0, True) == {
         "type": "BlockStored", "block_hashes": [7], "parent_block_hash": None, "token_ids": [], "block_size": 0,
         "lora_id": None, "medium": "CPU", "lora_name": None, "group_idx": 0}
+
+
+def test_a_block_filed_at_one_requests_touch_sees_another_touch_later():
+    """Eviction is least recently used: a block filed in the heap at a running request's touch
+    (its store completed while another request ran) is found fresh again when that request
+    touches it later, and an older ready block goes instead."""
+    from types import SimpleNamespace as NS
+    from generation.engine.cpu_tier_v015 import StoreAtFinishPool
+    p = StoreAtFinishPool(100, num_cpu_blocks=6, block_size=16)
+    p.cpu_events = ev = []
+
+    def req():
+        return NS(cpu_stored=0, block_hashes=["k"], offload=None, num_computed=16, blocks=1, block_ids=[])
+    r, q = req(), req()
+    p.store_blocks(r, 1)                 # r writes k
+    p.store_blocks(q, 2)                 # q (same prefix) offers k and a generated block: touches k
+    p.end_request(r, preempted=True)     # r's store completes: k ready, filed at q's touch
+    p.store_cpu(["x"])
+    p.complete_store(["x"])              # x ready, more recent than q's first touch
+    p.store_blocks(q, 3)                 # q touches k again, after x
+    p.store_cpu(["y", "z"])
+    p.complete_store(["y", "z"])
+    ev.clear()
+    p.store_cpu(["w"])                   # one eviction: x, the least recently used
+    assert [e for e in ev if e[0] == "removed"] == [("removed", ["x"])]
