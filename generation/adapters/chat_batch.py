@@ -66,10 +66,6 @@ def check_batch_mode(data: dict) -> None:
         raise Rejected("Batch chat completions do not support `n > 1`. Please set `n` to 1.", "n", error_input(n))
 
 
-def _each(fn, items) -> list:
-    return [fn(x) for x in items]
-
-
 class BatchChatAdapter(ChatAdapter):
     """``POST /v1/chat/completions/batch`` on the serving pipeline (see the module docstring).
     ``self.body`` is the request each conversation gets (the batch's fields, ``messages`` left
@@ -111,7 +107,7 @@ class BatchChatAdapter(ChatAdapter):
         if sum(sizes) > OFFLOAD_CHARS and getattr(sim.tokenizer, "name", "") != "render":
             # many conversations each under the tokenizer's own threshold still add up (as
             # completions' prompt arrays: tokenization.each_text); the render service's HTTP stays here
-            prompts = off_hub(_each, render, convs)
+            prompts = off_hub(list, map(render, convs))     # the map runs in the worker, as list reads it
         else:
             prompts = [render(conv) for conv in convs]
         # one JSON body whatever ``stream`` says (vLLM answers a batch with a JSONResponse)
