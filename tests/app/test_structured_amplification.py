@@ -18,6 +18,14 @@ BIG = {"type": "array", "minItems": 70, "maxItems": 70,
 LIMIT = 1048576
 
 
+@pytest.fixture(autouse=True)
+def patient_sampler(monkeypatch):
+    """Building the 72 MB instance takes 0.2-0.6 s on a loaded 2-core machine: the sampler's own
+    time bound (0.5 s an instance, a 400 of its own) is not what these tests are about."""
+    from generation.structured import schema_sampler
+    monkeypatch.setattr(schema_sampler.SchemaSampler.__init__, "__defaults__", (30.0,))
+
+
 @pytest.fixture
 def counted(api, monkeypatch):
     """Characters ``encode_lossless`` is asked to tokenize, while the test runs."""
