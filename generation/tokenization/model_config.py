@@ -6,8 +6,9 @@ vLLM's default ``--max-model-len`` is the model's context length (``ModelConfig`
 simulator reads the same file where it is at hand without a download: a local model directory,
 or the Hugging Face cache (a hub model whose tokenizer was fetched usually has it; with
 ``HF_HUB_OFFLINE`` unset the file is fetched once, bounded by the hub timeouts of
-:mod:`generation.tokenization.tokenizer_loading`).  Rope scaling and sliding windows are not
-applied.  ``test-model`` and other names without a config keep the simulator's 1024.
+:mod:`generation.tokenization.tokenizer_loading`); failing those, for a hub id the step engine
+knows, the copy of its fields it ships (the step engine's presets, :data:`PRESETS`).  Rope
+scaling and sliding windows are not applied.  ``test-model`` and other names without a config keep the simulator's 1024.
 """
 from __future__ import annotations
 
@@ -20,6 +21,82 @@ log = logging.getLogger("vllm_sim")
 # vLLM's possible_keys, in its order
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+# The fields of known models' real config.json files (Hugging Face hub), for a server offline
+# without the file: the step engine's architectures (generation.engine.perf.model_arch) and the
+# default --max-model-len
+def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, tie=False, head_dim=None, **moe):
+    d = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+         "num_key_value_heads": kv, "intermediate_size": inter, "vocab_size": vocab,
+         "max_position_embeddings": max_pos, "tie_word_embeddings": tie, "torch_dtype": "bfloat16"}
+    if head_dim is not None:
+        d["head_dim"] = head_dim
+    d.update(moe)
+    return d
+
+
+_LLAMA31_8B = _cfg(32, 4096, 32, 8, 14336, 128256, 131072)
+_LLAMA31_70B = _cfg(80, 8192, 64, 8, 28672, 128256, 131072)
+_LLAMA31_405B = _cfg(126, 16384, 128, 8, 53248, 128256, 131072)
+_MISTRAL_7B = _cfg(32, 4096, 32, 8, 14336, 32768, 32768)
+_MIXTRAL_8X7B = _cfg(32, 4096, 32, 8, 14336, 32000, 32768, num_local_experts=8, num_experts_per_tok=2)
+_MIXTRAL_8X22B = _cfg(56, 6144, 48, 8, 16384, 32768, 65536, num_local_experts=8, num_experts_per_tok=2)
+_LLAMA2_7B = _cfg(32, 4096, 32, 32, 11008, 32000, 4096, torch_dtype="float16")
+_LLAMA2_70B = _cfg(80, 8192, 64, 8, 28672, 32000, 4096, torch_dtype="float16")
+
+PRESETS: dict[str, dict] = {
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA31_8B,
+    "meta-llama/Llama-3.1-8B": _LLAMA31_8B,
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": _LLAMA31_8B,
+    "meta-llama/Meta-Llama-3.1-8B": _LLAMA31_8B,
+    "meta-llama/Meta-Llama-3-8B-Instruct": _cfg(32, 4096, 32, 8, 14336, 128256, 8192),
+    "meta-llama/Llama-3.1-70B-Instruct": _LLAMA31_70B,
+    "meta-llama/Llama-3.1-70B": _LLAMA31_70B,
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": _LLAMA31_70B,
+    "meta-llama/Llama-3.3-70B-Instruct": _LLAMA31_70B,
+    "meta-llama/Llama-3.1-405B-Instruct": _LLAMA31_405B,
+    "meta-llama/Llama-3.2-1B-Instruct": _cfg(16, 2048, 32, 8, 8192, 128256, 131072, True, 64),
+    "meta-llama/Llama-3.2-1B": _cfg(16, 2048, 32, 8, 8192, 128256, 131072, True, 64),
+    "meta-llama/Llama-3.2-3B-Instruct": _cfg(28, 3072, 24, 8, 8192, 128256, 131072, True, 128),
+    "meta-llama/Llama-3.2-3B": _cfg(28, 3072, 24, 8, 8192, 128256, 131072, True, 128),
+    "Qwen/Qwen2.5-0.5B-Instruct": _cfg(24, 896, 14, 2, 4864, 151936, 32768, True),
+    "Qwen/Qwen2.5-1.5B-Instruct": _cfg(28, 1536, 12, 2, 8960, 151936, 32768, True),
+    "Qwen/Qwen2.5-3B-Instruct": _cfg(36, 2048, 16, 2, 11008, 151936, 32768, True),
+    "Qwen/Qwen2.5-7B-Instruct": _cfg(28, 3584, 28, 4, 18944, 152064, 32768),
+    "Qwen/Qwen2.5-7B": _cfg(28, 3584, 28, 4, 18944, 152064, 131072),
+    "Qwen/Qwen2.5-14B-Instruct": _cfg(48, 5120, 40, 8, 13824, 152064, 32768),
+    "Qwen/Qwen2.5-32B-Instruct": _cfg(64, 5120, 40, 8, 27648, 152064, 32768),
+    "Qwen/Qwen2.5-72B-Instruct": _cfg(80, 8192, 64, 8, 29568, 152064, 32768),
+    "Qwen/Qwen3-0.6B": _cfg(28, 1024, 16, 8, 3072, 151936, 40960, True, 128),
+    "Qwen/Qwen3-1.7B": _cfg(28, 2048, 16, 8, 6144, 151936, 40960, True, 128),
+    "Qwen/Qwen3-4B": _cfg(36, 2560, 32, 8, 9728, 151936, 40960, True, 128),
+    "Qwen/Qwen3-8B": _cfg(36, 4096, 32, 8, 12288, 151936, 40960, False, 128),
+    "Qwen/Qwen3-14B": _cfg(40, 5120, 40, 8, 17408, 151936, 40960, False, 128),
+    "Qwen/Qwen3-32B": _cfg(64, 5120, 64, 8, 25600, 151936, 40960, False, 128),
+    "Qwen/Qwen3-30B-A3B": _cfg(48, 2048, 32, 4, 6144, 151936, 40960, False, 128, num_experts=128,
+                               num_experts_per_tok=8, moe_intermediate_size=768),
+    "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B,
+    "mistralai/Mistral-7B-v0.3": _MISTRAL_7B,
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": _MIXTRAL_8X7B,
+    "mistralai/Mixtral-8x7B-v0.1": _MIXTRAL_8X7B,
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": _MIXTRAL_8X22B,
+    "mistralai/Mixtral-8x22B-v0.1": _MIXTRAL_8X22B,
+    # the other models of the sim-to-real data (bench/sim_to_real/model_configs)
+    "meta-llama/Llama-2-7b-hf": _LLAMA2_7B,
+    "meta-llama/Llama-2-7b-chat-hf": _LLAMA2_7B,
+    "meta-llama/Llama-2-70b-hf": _LLAMA2_70B,
+    "meta-llama/Llama-2-70b-chat-hf": _LLAMA2_70B,
+    "codellama/CodeLlama-34b-Instruct-hf": _cfg(48, 8192, 64, 8, 22016, 32000, 16384),
+}
+_PRESETS_LOWER = {k.lower(): k for k in PRESETS}
+
+
+def preset_config(name: str) -> tuple[str, dict] | None:
+    """``(hub id, config.json fields)`` of the preset named ``name`` (exact, case-insensitive),
+    or None.  The dict is a copy."""
+    key = _PRESETS_LOWER.get(name.strip().lower())
+    return None if key is None else (key, dict(PRESETS[key]))
 
 
 def context_length(config: dict) -> int | None:
@@ -93,8 +170,9 @@ def vocab_size(config: dict) -> int | None:
 def served_model_config(config) -> tuple[dict | None, str]:
     """``(config.json object or None, where it was read)`` for the served model:
     ``--hf-config-path`` (a directory holding ``config.json``, or the file) first and in every
-    mode, ``--force-dummy-tokenizer`` included, as vLLM reads it; otherwise the model's own
-    config, unless the tokenizer is the simulated one."""
+    mode, ``--force-dummy-tokenizer`` included, as vLLM reads it; otherwise, unless
+    ``--force-dummy-tokenizer``, the model's own config, or the shipped copy of a known hub id's
+    (``model_arch.preset_config``) when the file is not at hand."""
     hf_config_path = getattr(config, "hf_config_path", "") or ""
     if hf_config_path:
         path = os.path.expanduser(hf_config_path)
@@ -107,8 +185,14 @@ def served_model_config(config) -> tuple[dict | None, str]:
         return obj, hf_config_path
     if config.force_dummy_tokenizer:
         return None, ""
-    return (_load(_config_path((config.model or "").strip(), getattr(config, "tokenizers_cache_dir", "") or None)),
-            "the model's config.json")
+    name = (config.model or "").strip()
+    obj = _load(_config_path(name, getattr(config, "tokenizers_cache_dir", "") or None))
+    if obj is not None:
+        return obj, "the model's config.json"
+    # offline without the file: the fields of the real config.json the step engine ships for a
+    # known hub id (vLLM would have fetched that file)
+    found = preset_config(name)
+    return (None, "") if found is None else (found[1], f"the shipped copy of {found[0]}'s config.json")
 
 
 def apply_model_defaults(config) -> None:

@@ -92,3 +92,28 @@ def test_the_models_vocab_size_is_read_even_with_an_explicit_max_model_len(tmp_p
     cfg = load_config([], env={})
     apply_model_defaults(cfg)
     assert cfg.model_vocab_size is None
+
+
+def test_a_known_hub_model_offline_without_its_file_takes_the_shipped_copy(tmp_path, monkeypatch):
+    """``python app.py meta-llama/Llama-3.1-8B-Instruct`` offline, its config.json nowhere at hand:
+    vLLM (which would have fetched the file) serves 131,072 tokens, and so does the simulator,
+    from the fields it ships for the step engine; not for ``--force-dummy-tokenizer``, and an
+    explicit ``--max-model-len`` wins."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cache = str(tmp_path / "empty")
+    for name, length, vocab in (("meta-llama/Llama-3.1-8B-Instruct", 131072, 128256),
+                                ("qwen/qwen3-14b", 40960, 151936),          # case-insensitive, as the presets
+                                ("codellama/CodeLlama-34b-Instruct-hf", 16384, 32000)):
+        cfg = load_config(["--model", name, "--tokenizers-cache-dir", cache], env={})
+        apply_model_defaults(cfg)
+        assert (cfg.max_model_len, cfg.model_vocab_size) == (length, vocab)
+    cfg = load_config(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--tokenizers-cache-dir", cache,
+                       "--max-model-len", "8192"], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 8192
+    cfg = load_config(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--force-dummy-tokenizer"], env={})
+    apply_model_defaults(cfg)
+    assert (cfg.max_model_len, cfg.model_vocab_size) == (1024, None)
+    cfg = load_config(["--model", "org/unknown", "--tokenizers-cache-dir", cache], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 1024

@@ -4,9 +4,10 @@
 (layers, widths, heads, vocabulary, MoE experts, dtype), and derives the parameter counts
 ``n_lin`` / ``n_head`` of docs/engine-model.md §3.  :func:`resolve_arch` finds the config the way
 vLLM does, minus the network: ``--hf-config-path``, then a local model directory, then the
-Hugging Face cache, then the presets shipped here (:data:`PRESETS`, the real ``config.json``
-values of popular models, so that ``python app.py meta-llama/Llama-3.1-8B-Instruct`` works
-offline).
+Hugging Face cache, then the shipped presets (:data:`PRESETS`, the real ``config.json``
+values of popular models, kept in :mod:`generation.tokenization.model_config`, which also takes
+``--max-model-len``'s default from them; so ``python app.py meta-llama/Llama-3.1-8B-Instruct``
+works offline).
 
 Parameter counting (what vLLM's layers hold):
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from generation.config.values import ConfigError
+from generation.tokenization.model_config import PRESETS, preset_config
 
 # dtype names a config.json or --dtype may carry -> bytes per weight as served.  vLLM's
 # ``--dtype auto`` serves an FP32 checkpoint in 16 bits, hence 2 for float32 too.
@@ -230,78 +232,11 @@ def _checkpoint_quantization(qc: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Presets: the architecture fields of the models' own config.json files (Hugging Face hub).
-def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, tie=False, head_dim=None, **moe):
-    d = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
-         "num_key_value_heads": kv, "intermediate_size": inter, "vocab_size": vocab,
-         "max_position_embeddings": max_pos, "tie_word_embeddings": tie, "torch_dtype": "bfloat16"}
-    if head_dim is not None:
-        d["head_dim"] = head_dim
-    d.update(moe)
-    return d
-
-
-_LLAMA31_8B = _cfg(32, 4096, 32, 8, 14336, 128256, 131072)
-_LLAMA31_70B = _cfg(80, 8192, 64, 8, 28672, 128256, 131072)
-_LLAMA31_405B = _cfg(126, 16384, 128, 8, 53248, 128256, 131072)
-_MISTRAL_7B = _cfg(32, 4096, 32, 8, 14336, 32768, 32768)
-_MIXTRAL_8X7B = _cfg(32, 4096, 32, 8, 14336, 32000, 32768, num_local_experts=8, num_experts_per_tok=2)
-_MIXTRAL_8X22B = _cfg(56, 6144, 48, 8, 16384, 32768, 65536, num_local_experts=8, num_experts_per_tok=2)
-_LLAMA2_7B = _cfg(32, 4096, 32, 32, 11008, 32000, 4096, torch_dtype="float16")
-_LLAMA2_70B = _cfg(80, 8192, 64, 8, 28672, 32000, 4096, torch_dtype="float16")
-
-PRESETS: dict[str, dict] = {
-    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA31_8B,
-    "meta-llama/Llama-3.1-8B": _LLAMA31_8B,
-    "meta-llama/Meta-Llama-3.1-8B-Instruct": _LLAMA31_8B,
-    "meta-llama/Meta-Llama-3.1-8B": _LLAMA31_8B,
-    "meta-llama/Meta-Llama-3-8B-Instruct": _cfg(32, 4096, 32, 8, 14336, 128256, 8192),
-    "meta-llama/Llama-3.1-70B-Instruct": _LLAMA31_70B,
-    "meta-llama/Llama-3.1-70B": _LLAMA31_70B,
-    "meta-llama/Meta-Llama-3.1-70B-Instruct": _LLAMA31_70B,
-    "meta-llama/Llama-3.3-70B-Instruct": _LLAMA31_70B,
-    "meta-llama/Llama-3.1-405B-Instruct": _LLAMA31_405B,
-    "meta-llama/Llama-3.2-1B-Instruct": _cfg(16, 2048, 32, 8, 8192, 128256, 131072, True, 64),
-    "meta-llama/Llama-3.2-1B": _cfg(16, 2048, 32, 8, 8192, 128256, 131072, True, 64),
-    "meta-llama/Llama-3.2-3B-Instruct": _cfg(28, 3072, 24, 8, 8192, 128256, 131072, True, 128),
-    "meta-llama/Llama-3.2-3B": _cfg(28, 3072, 24, 8, 8192, 128256, 131072, True, 128),
-    "Qwen/Qwen2.5-0.5B-Instruct": _cfg(24, 896, 14, 2, 4864, 151936, 32768, True),
-    "Qwen/Qwen2.5-1.5B-Instruct": _cfg(28, 1536, 12, 2, 8960, 151936, 32768, True),
-    "Qwen/Qwen2.5-3B-Instruct": _cfg(36, 2048, 16, 2, 11008, 151936, 32768, True),
-    "Qwen/Qwen2.5-7B-Instruct": _cfg(28, 3584, 28, 4, 18944, 152064, 32768),
-    "Qwen/Qwen2.5-7B": _cfg(28, 3584, 28, 4, 18944, 152064, 131072),
-    "Qwen/Qwen2.5-14B-Instruct": _cfg(48, 5120, 40, 8, 13824, 152064, 32768),
-    "Qwen/Qwen2.5-32B-Instruct": _cfg(64, 5120, 40, 8, 27648, 152064, 32768),
-    "Qwen/Qwen2.5-72B-Instruct": _cfg(80, 8192, 64, 8, 29568, 152064, 32768),
-    "Qwen/Qwen3-0.6B": _cfg(28, 1024, 16, 8, 3072, 151936, 40960, True, 128),
-    "Qwen/Qwen3-1.7B": _cfg(28, 2048, 16, 8, 6144, 151936, 40960, True, 128),
-    "Qwen/Qwen3-4B": _cfg(36, 2560, 32, 8, 9728, 151936, 40960, True, 128),
-    "Qwen/Qwen3-8B": _cfg(36, 4096, 32, 8, 12288, 151936, 40960, False, 128),
-    "Qwen/Qwen3-14B": _cfg(40, 5120, 40, 8, 17408, 151936, 40960, False, 128),
-    "Qwen/Qwen3-32B": _cfg(64, 5120, 64, 8, 25600, 151936, 40960, False, 128),
-    "Qwen/Qwen3-30B-A3B": _cfg(48, 2048, 32, 4, 6144, 151936, 40960, False, 128, num_experts=128,
-                               num_experts_per_tok=8, moe_intermediate_size=768),
-    "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B,
-    "mistralai/Mistral-7B-v0.3": _MISTRAL_7B,
-    "mistralai/Mixtral-8x7B-Instruct-v0.1": _MIXTRAL_8X7B,
-    "mistralai/Mixtral-8x7B-v0.1": _MIXTRAL_8X7B,
-    "mistralai/Mixtral-8x22B-Instruct-v0.1": _MIXTRAL_8X22B,
-    "mistralai/Mixtral-8x22B-v0.1": _MIXTRAL_8X22B,
-    # the other models of the sim-to-real data (bench/sim_to_real/model_configs)
-    "meta-llama/Llama-2-7b-hf": _LLAMA2_7B,
-    "meta-llama/Llama-2-7b-chat-hf": _LLAMA2_7B,
-    "meta-llama/Llama-2-70b-hf": _LLAMA2_70B,
-    "meta-llama/Llama-2-70b-chat-hf": _LLAMA2_70B,
-    "codellama/CodeLlama-34b-Instruct-hf": _cfg(48, 8192, 64, 8, 22016, 32000, 16384),
-}
-_PRESETS_LOWER = {k.lower(): k for k in PRESETS}
-
-
 def preset(name: str) -> ModelArch | None:
     """The preset architecture named ``name`` (exact, case-insensitive), or None."""
-    key = _PRESETS_LOWER.get(name.strip().lower())
-    return None if key is None else ModelArch.from_hf_config(PRESETS[key], name=key,
-                                                             source=f"preset {key}")
+    found = preset_config(name)
+    return None if found is None else ModelArch.from_hf_config(found[1], name=found[0],
+                                                               source=f"preset {found[0]}")
 
 
 # ---------------------------------------------------------------------------------------------
