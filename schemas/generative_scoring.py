@@ -33,8 +33,7 @@ import gevent
 
 from generation.adapters.fields import INT64_MAX, INT64_MIN, check_cache_salt
 from generation.adapters.generative_scoring import GenerativeScoringRequest
-from generation.adapters.validation import (MAX_REPORTED_ERRORS, Mismatch, read_bool, read_int, read_str,
-                                            validation_errors)
+from generation.adapters.validation import Errors, Mismatch, read_bool, read_int, read_str, validation_errors
 from generation.errors import InvalidParam, RequestInvalid
 
 from .common import TOKEN_SLICE, TURN
@@ -42,27 +41,6 @@ from .common import TOKEN_SLICE, TURN
 _STRING = ("string_type", "Input should be a valid string")
 _LIST = ("list_type", "Input should be a valid list")
 _DEFAULTS = {"apply_softmax": True, "item_first": False, "add_special_tokens": True}
-
-
-class Errors:
-    """pydantic's errors in order, ``(loc, value, type, msg[, ctx])``: the first
-    :data:`MAX_REPORTED_ERRORS` kept (all that vLLM's handler shows), every one counted.  ``loc``
-    may be given as a tuple of parts, joined with dots only when the error is kept."""
-
-    def __init__(self):
-        self.kept: list = []
-        self.count = 0
-
-    def add(self, loc, value, *error) -> None:
-        self.count += 1
-        if len(self.kept) < MAX_REPORTED_ERRORS:
-            self.kept.append((loc if isinstance(loc, str) else ".".join(map(str, loc)), value, *error))
-
-    def extend(self, other: "Errors") -> None:
-        """``other``'s errors after these."""
-        for e in other.kept[:MAX_REPORTED_ERRORS - len(self.kept)]:
-            self.kept.append(e)
-        self.count += other.count
 
 
 def _all_ints(values: list) -> bool:

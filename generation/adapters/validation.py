@@ -53,6 +53,27 @@ def validation_errors(errors: list, where: str = "body", total: int | None = Non
     return RequestInvalid(f"{count} validation {label}:\n" + "\n".join(lines), f"{where}.{errors[0][0]}")
 
 
+class Errors:
+    """pydantic's errors in order, ``(loc, value, type, msg[, ctx])``: the first
+    :data:`MAX_REPORTED_ERRORS` kept (all that vLLM's handler shows), every one counted.  ``loc``
+    may be given as a tuple of parts, joined with dots only when the error is kept."""
+
+    def __init__(self):
+        self.kept: list = []
+        self.count = 0
+
+    def add(self, loc, value, *error) -> None:
+        self.count += 1
+        if len(self.kept) < MAX_REPORTED_ERRORS:
+            self.kept.append((loc if isinstance(loc, str) else ".".join(map(str, loc)), value, *error))
+
+    def extend(self, other: "Errors") -> None:
+        """``other``'s errors after these."""
+        for e in other.kept[:MAX_REPORTED_ERRORS - len(self.kept)]:
+            self.kept.append(e)
+        self.count += other.count
+
+
 def pydantic_error(param: str, value, *errors: tuple, where: str = "body") -> InvalidParam:
     """:func:`validation_errors` of ``errors`` (``(type, msg)`` or ``(type, msg, ctx)``), all on
     ``value`` at ``param`` (``stop``, ``vllm_xargs.a``, ``level``)."""

@@ -90,6 +90,15 @@ def vocab_size(config: dict) -> int | None:
     return None
 
 
+def architecture(config: dict) -> str | None:
+    """The model class a ``config.json`` names (the first of ``architectures``, as vLLM's
+    ``ModelConfig.architecture`` resolves it when the registry has that class), or None."""
+    names = config.get("architectures")
+    if isinstance(names, list) and names and isinstance(names[0], str):
+        return names[0]
+    return None
+
+
 def served_model_config(config) -> tuple[dict | None, str]:
     """``(config.json object or None, where it was read)`` for the served model:
     ``--hf-config-path`` (a directory holding ``config.json``, or the file) first and in every
@@ -113,12 +122,14 @@ def served_model_config(config) -> tuple[dict | None, str]:
 
 def apply_model_defaults(config) -> None:
     """What vLLM derives from the served model's ``config.json`` (:func:`served_model_config`):
-    ``config.model_vocab_size`` (:func:`vocab_size`), and ``config.max_model_len`` (the context
-    length) when neither the command line, the YAML file nor the environment gave one
-    (``config.explicit``: the options they set)."""
+    ``config.model_vocab_size`` (:func:`vocab_size`), ``config.model_architecture``
+    (:func:`architecture`), and ``config.max_model_len`` (the context length) when neither the
+    command line, the YAML file nor the environment gave one (``config.explicit``: the options
+    they set)."""
     obj, where = served_model_config(config)
     if obj is None:
         return
+    config.model_architecture = architecture(obj)
     v = vocab_size(obj)
     if v is not None:
         config.model_vocab_size = v
