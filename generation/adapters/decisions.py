@@ -44,10 +44,10 @@ model (404); at most :data:`MAX_QUESTIONS` questions and :data:`LABELS` options 
 prompt within the context (400, ``TokenizeParams``' words), the simulator's work bound; then the
 engine's: a prompt of exactly ``--max-model-len`` tokens leaves no room for the output (400).
 
-Simplified: the reads' logprobs are the synthetic ones of
-:mod:`generation.content.label_logprobs` (a function of the prompt and the label's token id, as
+Simplified: the reads' logprobs are synthetic (:func:`read`), from
+:mod:`generation.content.label_logprobs` (a function of the prompt and a token id, as
 ``/generative_scoring``'s: a greedy read of the same prompt gives the same answer, whatever
-``--seed``), their total probability capped at 1; a label's token is the tokenizer's for the
+``--seed``); a label's token is the tokenizer's for the
 letter alone (vLLM's ``reply_label_ids`` checks at start-up that each letter is one distinct token
 after the chat prompt, and has no handler otherwise: not checked here); every served architecture
 reads as ``NextTokenStrategy`` (vLLM's Liquid models word their prompts differently and
@@ -70,6 +70,7 @@ import math
 import string
 from dataclasses import dataclass
 
+from generation.content.label_logprobs import label_logprobs
 from generation.engine.admission import check_admission
 from generation.engine.outputs import prompt_too_long
 from generation.engine.request import GenerationRequest, Prompt
@@ -85,6 +86,7 @@ LABELS = tuple(string.ascii_uppercase)     # question_types.LABELS
 MAX_QUESTIONS = 64                 # NextTokenStrategy.limits().max_questions
 REPLY = "Answer with the letter of one option only."     # ChoiceQuestion.reply_instruction
 MARK = "<<vllm-sim decision content>>"                   # the content the chat template is probed with
+OTHER_TOKEN = 0                    # the id whose synthetic logprob is the reply's chance not to be a label
 
 # strategies.READ_STRATEGIES whose task is "generate" (the pooling ones serve /v1/systemone only)
 GENERATE_ARCHITECTURES = frozenset({
@@ -235,12 +237,14 @@ def label_ids(sim, count: int) -> list[int]:
     return [sim.tokenizer.encode(label)[0][-1] for label in LABELS[:count]]
 
 
-def read(labels: list[int], logprobs: list[float]) -> tuple[list[float], float]:
-    """``(probs, label_mass)`` of one read (``NextTokenStrategy._question_read``): the softmax of
-    the labels' logprobs, and their total probability (at most 1: the synthetic logprobs of many
-    labels may add past it)."""
+def read(labels: list[int], logprobs: list[float], other: float) -> tuple[list[float], float]:
+    """``(probs, label_mass)`` of one read (``NextTokenStrategy._question_read``: the softmax of
+    the labels' logprobs, and their total probability).  The synthetic reply's first token is a
+    label, as a model told to answer with a letter mostly replies, except for one other token
+    whose synthetic logprob is ``other`` (at most -1.0): the labels share the rest, 0.63 to 1, in
+    the proportions of their own synthetic logprobs."""
     by_id = label_probabilities(labels, logprobs, True)
-    return [by_id[t] for t in labels], min(1.0, sum(map(math.exp, logprobs)))
+    return [by_id[t] for t in labels], 1.0 - math.exp(other)
 
 
 def answer(q: DecisionQuestion, probs: list[float], mass: float) -> dict:
@@ -297,4 +301,5 @@ def prepare(sim, b: DecisionRequest, rid: str):
     labels = label_ids(sim, len(LABELS))
     label_sets = [labels[:len(options(q))] for q in b.questions]
     seqs, logprobs = label_read_sequences(sim, req, label_sets)
-    return model, seqs, [read(ls, lps) for ls, lps in zip(label_sets, logprobs)]
+    return model, seqs, [read(ls, lps, label_logprobs(s.prompt.ids, (OTHER_TOKEN,))[0])
+                         for ls, lps, s in zip(label_sets, logprobs, seqs)]

@@ -94,13 +94,14 @@ def softmax(values):
 
 def expected_reads(tokenizer, text: str, asks: list, **chat) -> list:
     """Each question's ``(prompt ids, probs, label_mass)``: its whole prompt rendered and tokenized
-    as vLLM does, the letters' tokens read with the synthetic logprobs."""
+    as vLLM does, the letters' tokens read with the synthetic logprobs (their softmax), the labels
+    sharing what one other token (id 0) leaves."""
     out = []
     for ask in asks:
         ids = tokenizer.tokenize_chat([{"role": "user", "content": f"{text}\n\n{ask}"}], **chat)[0]
         labels = [tokenizer.encode(letter)[0][-1] for letter in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:ask.count("\n") - 1]]
         lps = label_logprobs(ids, labels)
-        out.append((ids, softmax(lps), min(1.0, sum(math.exp(v) for v in lps))))
+        out.append((ids, softmax(lps), 1 - math.exp(label_logprobs(ids, [0])[0])))
     return out
 
 
@@ -126,6 +127,9 @@ def test_response_shape_and_exact_values(api):
         "usage": {"input_tokens": 111, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                   "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 114}}
     assert (c.index(max(c)), s.index(max(s))) == (2, 2)       # the chosen ones: true, "very"
+    # pinned: the values must not drift between versions (1 / (1 + e^2): ranks two apart)
+    assert [a.get("probability", a.get("confidence")) for a in out["answers"]] == [
+        0.11920292202211755, 0.6330592168231638, 0.9310747260753148]
     assert list(out) == ["model", "answers", "usage"]         # no id, no created: DecisionResponse's fields
     assert [list(a) for a in out["answers"]] == [["type", "name", "probability"],
                                                  ["type", "name", "choice", "probabilities", "confidence"],
@@ -146,8 +150,8 @@ def test_answers_are_valid_and_repeat_for_the_same_prompt(api, app_client):
         choice, score, pred = out["answers"]
         probs = [x["probability"] for x in choice["probabilities"]]
         assert abs(sum(probs) - 1) < 1e-9 and choice["choice"] == f"o{probs.index(max(probs))}"
-        assert 0 < choice["confidence"] <= max(probs) and 0 < pred["probability"] < 1
-        assert 0 <= score["score"] <= len(q[1]["levels"]) - 1 and 0 < score["confidence"] <= 1
+        assert 0.63 * max(probs) < choice["confidence"] < max(probs) and 0 < pred["probability"] < 1
+        assert 0 <= score["score"] <= len(q[1]["levels"]) - 1 and 0 < score["confidence"] < 1
         assert out == ok(app_client("--seed", "99"), body)
 
 
@@ -627,3 +631,13 @@ def test_api_key_guards_it(app_client):
 def test_request_id_header_is_echoed(app_client):
     c = app_client("--enable-request-id-headers")
     assert post(c, BODY, headers={"X-Request-Id": "abc"}).headers["X-Request-Id"] == "abc"
+
+
+def test_server_load_counts_it(app_client):
+    """vLLM's ``create_decision`` is a ``load_aware_call``."""
+    c = app_client("--enable-server-load-tracking", "--time-to-first-token", "200ms")
+    g = gevent.spawn(post, c, BODY)
+    gevent.sleep(0.05)
+    assert c.get("/load").json() == {"server_load": 1}
+    assert g.get(timeout=5).status_code == 200
+    assert c.get("/load").json() == {"server_load": 0}

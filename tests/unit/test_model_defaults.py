@@ -92,3 +92,20 @@ def test_the_models_vocab_size_is_read_even_with_an_explicit_max_model_len(tmp_p
     cfg = load_config([], env={})
     apply_model_defaults(cfg)
     assert cfg.model_vocab_size is None
+
+
+def test_the_models_architecture_is_read(tmp_path):
+    """``architectures[0]`` of the model's ``config.json`` (vLLM serves the Decisions API for
+    some model classes only), None without one."""
+    path = _model_dir(tmp_path, {"architectures": ["Qwen3ForCausalLM", "Other"], "max_position_embeddings": 40960})
+    cfg = load_config(["--model", path], env={})
+    apply_model_defaults(cfg)
+    assert cfg.model_architecture == "Qwen3ForCausalLM"
+    cfg = load_config([], env={})
+    apply_model_defaults(cfg)
+    assert cfg.model_architecture is None
+    for bad in ([], "Qwen3ForCausalLM", [5]):
+        (tmp_path / "model" / "config.json").write_text(json.dumps({"architectures": bad}))
+        cfg = load_config(["--model", path], env={})
+        apply_model_defaults(cfg)
+        assert cfg.model_architecture is None
