@@ -37,10 +37,10 @@ messages.
 from __future__ import annotations
 
 from generation.adapters.decisions import DecisionQuestion, DecisionRequest
-from generation.adapters.fields import check_cache_salt
 from generation.adapters.generative_scoring import paced
 from generation.adapters.validation import Errors, literal_mismatch, validation_errors
-from generation.errors import RequestInvalid
+
+from .common import salted_body
 
 SHORT_TEXT = 1048576          # ShortText's max_length
 INPUT_TEXT = 10485760         # InputText's
@@ -106,12 +106,13 @@ def _model(errors: Errors, loc: tuple, value, name: str) -> bool:
     return False
 
 
-def _required(errors: Errors, loc: tuple, obj: dict, key: str):
-    """``obj[key]``, or ``...`` with pydantic's ``missing`` (the whole object as its input)."""
+def _field(errors: Errors, loc: tuple, obj: dict, key: str, read, *args):
+    """The required field ``obj[key]`` as ``read(errors, its loc, value, *args)`` reads it, or
+    None with pydantic's ``missing`` (the whole object as its input)."""
     if key in obj:
-        return obj[key]
+        return read(errors, (*loc, key), obj[key], *args)
     errors.add((*loc, key), obj, *_MISSING)
-    return ...
+    return None
 
 
 def _literal(errors: Errors, loc: tuple, value, expected: str) -> None:
@@ -153,12 +154,8 @@ def _input_part(errors: Errors, loc: tuple, k: int, value) -> str | None:
     loc = (*loc, k)
     if not _model(errors, loc, value, "DecisionInputText"):
         return None
-    kind = _required(errors, loc, value, "type")
-    if kind is not ...:
-        _literal(errors, (*loc, "type"), kind, "input_text")
-    text = _required(errors, loc, value, "text")
-    if text is not ...:
-        text = _text(errors, (*loc, "text"), text, INPUT_TEXT)
+    _field(errors, loc, value, "type", _literal, "input_text")
+    text = _field(errors, loc, value, "text", _text, INPUT_TEXT)
     _extras(errors, loc, value, ("type", "text"))
     return text
 
@@ -172,16 +169,21 @@ def _message(errors: Errors, loc: tuple, k: int, value):
     if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "input_image" for p in content):
         _value_error(errors, loc, value, "Decisions supports text input only; images are not supported")
         return None
-    role = _required(errors, loc, value, "role")
-    if role is not ...:
-        _literal(errors, (*loc, "role"), role, "user")
-    content = _required(errors, loc, value, "content")
-    if content is not ...:
-        content = _texts_union(errors, (*loc, "content"), content, MAX_PARTS, _input_part)
+    _field(errors, loc, value, "role", _literal, "user")
+    content = _field(errors, loc, value, "content", _texts_union, MAX_PARTS, _input_part)
     if "type" in value:
         _literal(errors, (*loc, "type"), value["type"], "message")
     _extras(errors, loc, value, ("role", "content", "type"))
     return content
+
+
+def _choice_value(errors: Errors, loc: tuple, value, _limit: int):
+    """``StrictStr | StrictBool`` (no length bound): the value, or each member's error."""
+    if isinstance(value, (str, bool)):
+        return value
+    errors.add(loc, value, *_STRING)
+    errors.add(loc, value, *_BOOL)
+    return None
 
 
 def _option(errors: Errors, loc: tuple, value, model: str, key: str) -> tuple | None:
@@ -190,13 +192,7 @@ def _option(errors: Errors, loc: tuple, value, model: str, key: str) -> tuple | 
     if not _model(errors, loc, value, model):
         return None
     before = errors.count
-    item = _required(errors, loc, value, key)
-    if item is not ... and key == "value":
-        if not isinstance(item, (str, bool)):               # StrictStr | StrictBool (no length bound):
-            errors.add((*loc, key), item, *_STRING)          # each member's error
-            errors.add((*loc, key), item, *_BOOL)
-    elif item is not ...:
-        item = _text(errors, (*loc, key), item, SHORT_TEXT)
+    item = _field(errors, loc, value, key, _choice_value if key == "value" else _text, SHORT_TEXT)
     description = _text(errors, (*loc, "description"), value["description"], SHORT_TEXT) \
         if "description" in value else ""
     _extras(errors, loc, value, (key, "description"))
@@ -232,9 +228,7 @@ def _question(errors: Errors, loc: tuple, value) -> DecisionQuestion | None:
         return None
     loc = (*loc, tag)
     before = errors.count
-    instructions = _required(errors, loc, value, "instructions")
-    if instructions is not ...:
-        instructions = _text(errors, (*loc, "instructions"), instructions, SHORT_TEXT)
+    instructions = _field(errors, loc, value, "instructions", _text, SHORT_TEXT)
     name = value.get("name")
     if name is not None:
         name = _text(errors, (*loc, "name"), name, SHORT_TEXT)
@@ -243,10 +237,8 @@ def _question(errors: Errors, loc: tuple, value) -> DecisionQuestion | None:
     if tag != "predicate":
         key = "choices" if tag == "choice" else "levels"
         fields += (key,)
-        options = _required(errors, loc, value, key)
-        if options is not ...:
-            options = _options(errors, (*loc, key), options, CHOICES if tag == "choice" else LEVELS,
-                               "ChoiceOption" if tag == "choice" else "ScoreLevel", "value" if tag == "choice" else "label")
+        options = _field(errors, loc, value, key, _options, CHOICES if tag == "choice" else LEVELS,
+                         "ChoiceOption" if tag == "choice" else "ScoreLevel", "value" if tag == "choice" else "label")
     _extras(errors, loc, value, fields)
     if errors.count > before:
         return None
@@ -260,8 +252,7 @@ def _question(errors: Errors, loc: tuple, value) -> DecisionQuestion | None:
     return DecisionQuestion(tag, instructions, name, tuple(options))
 
 
-def _questions(errors: Errors, value) -> list | None:
-    loc = ("questions",)
+def _questions(errors: Errors, loc: tuple, value) -> list | None:
     if not _sized_list(errors, loc, value, QUESTIONS[1]):
         return None
     inner = Errors()
@@ -279,19 +270,10 @@ def load_decisions(body) -> DecisionRequest:
     """The typed request of a decoded JSON body.  Raises InvalidParam: ``cache_salt``'s own
     error first (``validate_cache_salt``, named ``cache_salt``), else pydantic's errors as vLLM's
     validation handler words them (``param`` the first one's location)."""
-    if not isinstance(body, dict):
-        raise RequestInvalid("Request body must be a JSON object.")
-    check_cache_salt(body.get("cache_salt"))
-    errors = Errors()
-    model = _required(errors, (), body, "model")
-    if model is not ...:
-        model = _text(errors, ("model",), model, SHORT_TEXT)
-    text = _required(errors, (), body, "input")
-    if text is not ...:
-        text = _texts_union(errors, ("input",), text, MAX_MESSAGES, _message)
-    questions = _required(errors, (), body, "questions")
-    if questions is not ...:
-        questions = _questions(errors, questions)
+    errors = salted_body(body)
+    model = _field(errors, (), body, "model", _text, SHORT_TEXT)
+    text = _field(errors, (), body, "input", _texts_union, MAX_MESSAGES, _message)
+    questions = _field(errors, (), body, "questions", _questions)
     safety = body.get("safety_identifier")
     if safety is not None:
         _text(errors, ("safety_identifier",), safety, MAX_SAFETY_ID)

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import gevent
 
-from generation.adapters.fields import INT64_MAX, INT64_MIN, check_cache_salt
+from generation.adapters.fields import INT64_MAX, INT64_MIN
 from generation.adapters.generative_scoring import GenerativeScoringRequest
 from generation.adapters.validation import Errors, Mismatch, read_bool, read_int, read_str, validation_errors
-from generation.errors import InvalidParam, RequestInvalid
 
-from .common import TOKEN_SLICE, TURN
+from .common import TOKEN_SLICE, TURN, salted_body
 
 _STRING = ("string_type", "Input should be a valid string")
 _LIST = ("list_type", "Input should be a valid list")
@@ -141,10 +140,7 @@ def load_generative_scoring(body) -> GenerativeScoringRequest:
     """The typed request of a decoded JSON body.  Raises InvalidParam: ``cache_salt``'s own
     error first (``validate_cache_salt``, named ``cache_salt``), else pydantic's errors as vLLM's
     validation handler words them (``param`` the first one's location)."""
-    if not isinstance(body, dict):
-        raise RequestInvalid("Request body must be a JSON object.")
-    check_cache_salt(body.get("cache_salt"))
-    errors = Errors()
+    errors = salted_body(body)
     out = {"model": _read(errors, "model", body.get("model"), read_str, nullable=True)}
     for name, read in (("query", _query), ("items", _items)):
         if name in body:

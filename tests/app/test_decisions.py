@@ -9,17 +9,14 @@ from __future__ import annotations
 import math
 import os
 import random
-import re
-import time
 from typing import Annotated, Literal
 
-import gevent
 import pydantic
 import pytest
 
 from generation.adapters import decisions as dec
 from generation.content.label_logprobs import label_logprobs
-from support import error_type_400, metric, scrape
+from support import assert_error, check_inference_route, check_label_reads, metric, post_ok, pydantic_400, scrape
 from support.tokenizer_hub import MODEL, template_ids
 
 PATH = "/v1/decisions"
@@ -39,18 +36,10 @@ def post(c, body, **kw):
 
 
 def ok(c, body, **kw) -> dict:
-    r = post(c, body, **kw)
-    assert r.status_code == 200, r.text
-    return r.json()
+    return post_ok(c, PATH, body, **kw)
 
 
-TYPES = {404: "NotFoundError", 429: "RateLimitError", 501: "NotImplementedError", 503: "Service Unavailable"}
-
-
-def error(r, status: int, message: str, param=None) -> None:
-    assert r.status_code == status, r.text
-    kind = error_type_400(message) if status == 400 else TYPES[status]
-    assert r.json() == {"error": {"message": message, "type": kind, "param": param, "code": status}}
+error = assert_error
 
 
 # ---- the prompts ----------------------------------------------------------------------------------
@@ -265,38 +254,9 @@ class VllmRequest(Strict):
     cache_salt: str | None = None
 
 
-_MARKERS = {"str", "list", "arguments", "default", "union", "dict", "bool"}
-
-
-def _summary(value):
-    """vLLM's handler's ``_summarize_error_input``."""
-    if isinstance(value, str):
-        return value if len(value) <= 200 else value[:200] + "...[truncated]"
-    if isinstance(value, (list, tuple, dict)):
-        return f"<{type(value).__name__} of {len(value)} items>"
-    text = str(value)
-    return text if len(text) <= 200 else text[:200] + "...[truncated]"
-
-
 def vllm_validation_error(body: dict) -> tuple[str, str] | None:
     """``(message, param)`` of vLLM's validation handler for ``body``, or None when it passes."""
-    try:
-        VllmRequest.model_validate(body)
-        return None
-    except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
-    locs, lines = [], []
-    for e in errors:
-        e = dict(e)
-        e["loc"] = ".".join(str(p) for p in ("body", *e["loc"])
-                            if not re.search(r"[\[\]{}()]", str(p)) and str(p).lower() not in _MARKERS)
-        e["input"] = _summary(e["input"])
-        locs.append(e["loc"])
-        text = str(e)
-        lines.append(f"  {text if len(text) <= 1000 else text[:1000] + '...[truncated]'}")
-    label = "error" if len(errors) == 1 else "errors"
-    more = [f"  ...and {len(errors) - 10} more {label}"] if len(errors) > 10 else []
-    return f"{len(errors)} validation {label}:\n" + "\n".join(lines[:10] + more), locs[0]
+    return pydantic_400(VllmRequest, body)
 
 
 def random_body(rng: random.Random, p: float) -> dict:
@@ -513,25 +473,10 @@ def test_the_models_architecture_decides(app_client):
 
 # ---- the engine ----------------------------------------------------------------------------------------
 
-def test_each_question_is_a_request_in_the_metrics(app_client):
-    c = app_client("--time-to-first-token", "0", "--max-model-len", "2048")
-    out = ok(c, BODY)
-    m = scrape(c)
-    assert metric(m, "vllm:request_success_total", finished_reason="length") == 3
-    assert metric(m, "vllm:prompt_tokens_total") == out["usage"]["input_tokens"] == 111
-    assert metric(m, "vllm:generation_tokens_total") == 3
-    assert metric(m, "vllm:request_params_max_tokens_sum") == 3          # max_tokens=1 per read
-    assert metric(m, "vllm:request_params_n_count") == 3
-    assert metric(m, "vllm:e2e_request_latency_seconds_count") == 3
-
-
-def test_reads_wait_for_seats_and_take_the_prefill_time(app_client):
-    c = app_client("--max-num-seqs", "1", "--time-to-first-token", "40ms")
-    t = time.monotonic()
-    assert len(ok(c, BODY)["answers"]) == 3
-    assert time.monotonic() - t >= 0.12                          # one seat: three prefills in a row
-    assert metric(scrape(c), "vllm:request_queue_time_seconds_sum") >= 0.04 + 0.08 - 0.005
-    assert c.sim.running == 0 and not c.sim.waiting
+def test_each_question_is_a_read_on_the_engine(app_client):
+    c = app_client("--time-to-first-token", "0")
+    assert ok(c, BODY)["usage"]["input_tokens"] == metric(scrape(c), "vllm:prompt_tokens_total") == 111
+    check_label_reads(app_client, PATH, BODY, {**BODY, "questions": [PREDICATE, SCORE]})
 
 
 def test_admission_limits_count_one_sequence_per_question(app_client):
@@ -542,17 +487,6 @@ def test_admission_limits_count_one_sequence_per_question(app_client):
     q = app_client("--max-num-seqs", "1", "--max-waiting-queue-length", "1")
     error(post(q, BODY), 429, "Failed to enqueue request, waiting requests queue is full")
     assert q.sim.running == 0 and not q.sim.waiting
-
-
-def test_aborted_reads_free_their_seats(app_client):
-    c = app_client("--time-to-first-token", "2s", "--max-num-seqs", "1")
-    g = gevent.spawn(post, c, {**BODY, "questions": [PREDICATE, SCORE]})
-    gevent.sleep(0.05)
-    assert c.sim.running == 1 and len(c.sim.waiting) == 1
-    c.sim.cancel(list(c.sim.running_seqs) + list(c.sim.waiting))
-    g.join(timeout=5)
-    assert c.sim.running == 0 and not c.sim.waiting
-    assert metric(scrape(c), "vllm:request_success_total", finished_reason="abort") == 2
 
 
 def test_prefix_cache_hits_count_in_usage(app_client):
@@ -615,29 +549,12 @@ def test_openai_sdk_decisions_create(api):
     assert e.value.body["param"] == "body.prompt_cache_key"
 
 
-def test_openapi_lists_the_route(api):
-    assert api.get("/openapi.json").json()["paths"][PATH] == {"post": {
-        "summary": "Create Decision", "operationId": "create_decision_v1_decisions_post",
-        "responses": {"200": {"description": "Successful Response", "content": {"application/json": {"schema": {}}}}}}}
-
-
-def test_api_key_guards_it(app_client):
-    c = app_client("--api-key", "k")
-    r = post(c, BODY)
-    assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
-    assert post(c, BODY, headers={"Authorization": "Bearer k"}).status_code == 200
+def test_the_route_is_an_inference_route(app_client):
+    """Its OpenAPI operation (``create_decision_v1_decisions_post``), ``--api-key``, ``/load``
+    (vLLM's ``create_decision`` is a ``load_aware_call``)."""
+    check_inference_route(app_client, PATH, BODY, "create_decision")
 
 
 def test_request_id_header_is_echoed(app_client):
     c = app_client("--enable-request-id-headers")
     assert post(c, BODY, headers={"X-Request-Id": "abc"}).headers["X-Request-Id"] == "abc"
-
-
-def test_server_load_counts_it(app_client):
-    """vLLM's ``create_decision`` is a ``load_aware_call``."""
-    c = app_client("--enable-server-load-tracking", "--time-to-first-token", "200ms")
-    g = gevent.spawn(post, c, BODY)
-    gevent.sleep(0.05)
-    assert c.get("/load").json() == {"server_load": 1}
-    assert g.get(timeout=5).status_code == 200
-    assert c.get("/load").json() == {"server_load": 0}
