@@ -164,11 +164,12 @@ def input_text(value) -> str:
     return "\n\n".join(c if isinstance(c, str) else "\n".join(c) for c in value)
 
 
-def chat_options(sim) -> dict:
+def chat_options(sim, kwargs: dict | None = None) -> dict:
     """``ReadPromptRequest.build_chat_params`` over the server's defaults: the generation prompt,
-    thinking off, no tools, the server's template."""
-    kwargs = merge_kwargs(sim.config.default_chat_template_kwargs, {"enable_thinking": False})
-    return {"tools": None, "chat_template": None, "chat_template_kwargs": kwargs,
+    thinking off unless ``kwargs`` (a request's ``chat_template_kwargs``) say otherwise, no tools,
+    the server's template."""
+    kw = merge_kwargs(sim.config.default_chat_template_kwargs, merge_kwargs({"enable_thinking": False}, kwargs))
+    return {"tools": None, "chat_template": None, "chat_template_kwargs": kw,
             "add_generation_prompt": True, "continue_final_message": False}
 
 
@@ -188,22 +189,25 @@ def check_lengths(sim, lengths: list[int]) -> None:
                                f"output tokens).")
 
 
-def work(lengths: list[int], questions: list) -> tuple[int, str, str]:
+def work(lengths: list[int], label_counts: list[int]) -> tuple[int, str, str]:
     """``(units, formula, param)`` for ``check_work``: the prompts' tokens (the input is copied
     into each) plus, per question, its output token and its labels' logprobs."""
-    return (sum(lengths) + sum(1 + len(options(q)) for q in questions),
-            "questions' prompt tokens + questions x (1 + options)", "questions")
+    return sum(lengths) + sum(1 + n for n in label_counts), "questions' prompt tokens + questions x (1 + options)", \
+        "questions"
 
 
-def read_prompts(sim, text: str, questions: list) -> list[list]:
-    """Each question's prompt ids (see the module docstring), after :func:`check_lengths` and
-    ``check_work``.  The input is tokenized once; each question adds only its own tokens."""
-    tok, opts = sim.tokenizer, chat_options(sim)
-    asks = [question_text(q) for q in questions]
+def read_prompts(sim, text: str, asks: list[str], label_counts: list[int], system: str | None = None,
+                 kwargs: dict | None = None) -> list[list]:
+    """Each question's prompt ids: the user turn ``"{text}\\n\\n{ask}"`` after a system turn
+    ``system`` (when given), rendered with :func:`chat_options` of ``kwargs``; after
+    :func:`check_lengths` and ``check_work`` (``label_counts``: each question's labels).  The
+    text is tokenized once; each question adds only its own tokens (see the module docstring)."""
+    tok, opts = sim.tokenizer, chat_options(sim, kwargs)
+    turns = [{"role": "system", "content": system}] if system else []
     chat_text = getattr(tok, "chat_text", None)
-    frame = chat_text([{"role": "user", "content": MARK}], **opts) if chat_text is not None else None
+    frame = chat_text([*turns, {"role": "user", "content": MARK}], **opts) if chat_text is not None else None
     if frame is None or frame.count(MARK) != 1:
-        return _whole_prompts(sim, text, asks, questions, opts)
+        return _whole_prompts(sim, turns, text, asks, label_counts, opts)
     head, tail = frame.split(MARK)
     prefix = f"{head}{text}\n\n"
     for ask in asks:                  # vLLM's bound on each rendered text before it is tokenized
@@ -212,30 +216,53 @@ def read_prompts(sim, text: str, questions: list) -> list[list]:
     own = each_text(lambda t: tok.encode(t)[0], [ask + tail for ask in asks])
     lengths = [len(shared) + len(ids) for ids in own]
     check_lengths(sim, lengths)
-    check_work(sim, *work(lengths, questions))
+    check_work(sim, *work(lengths, label_counts))
     return [shared + ids for ids in paced(own)]
 
 
-def _whole_prompts(sim, text: str, asks: list, questions: list, opts: dict) -> list[list]:
+def _whole_prompts(sim, turns: list, text: str, asks: list, label_counts: list, opts: dict) -> list[list]:
     """Each prompt rendered and tokenized whole (vLLM's way), the first before the others, whose
     work is bounded from its length: the input is in every prompt."""
     def one(ask):
-        return sim.tokenize_messages([{"role": "user", "content": f"{text}\n\n{ask}"}], bounded="input", **opts)[0]
+        messages = [*turns, {"role": "user", "content": f"{text}\n\n{ask}"}]
+        return sim.tokenize_messages(messages, bounded="input", **opts)[0]
     first = one(asks[0])
-    check_work(sim, *work([len(first)] * len(asks), questions))
+    check_work(sim, *work([len(first)] * len(asks), label_counts))
     prompts = [first] + [one(ask) for ask in asks[1:]]
     lengths = [len(p) for p in prompts]
     check_lengths(sim, lengths)
-    check_work(sim, *work(lengths, questions))
+    check_work(sim, *work(lengths, label_counts))
     return prompts
 
 
+def admit_reads(sim, count: int, joint: bool) -> None:
+    """``BaseServingDecisions._admit``: ``joint`` refused (no model here reads jointly), then
+    ``count`` engine requests against the queue (429, the simulator's) and vLLM's admission
+    limits (503), before anything is rendered."""
+    if joint:
+        raise InvalidParam("joint: this model reads each question on its own; joint reads need DiffusionGemma")
+    check_size(sim, count, False)
+    if sim.config.max_num_queued_reqs is not None or sim.config.max_num_queued_tokens is not None:
+        check_admission(sim, count)
+
+
+def run_reads(sim, rid: str, model: str, lora: str | None, prompts: list, labels: list[list[str]],
+              cache_salt: str | None = None, priority: int = 0) -> tuple[list, list]:
+    """``next_token_label_reads``: one engine request per prompt (``max_tokens=1``, greedy),
+    prompt ``i`` read for the tokens of ``labels[i]`` (each label alone): ``(seqs, reads)``, each
+    read :func:`read`'s ``(probs, label_mass)``."""
+    req = GenerationRequest(request_id=rid, model=model, lora=lora, prompts=[Prompt(p) for p in prompts],
+                            max_tokens=1, temperature=0.0, cache_salt=cache_salt, priority=priority)
+    token = {}
+    for label in {x for ls in labels for x in ls}:
+        token[label] = sim.tokenizer.encode(label)[0][-1]
+    label_sets = [[token[x] for x in ls] for ls in labels]
+    seqs, logprobs = label_read_sequences(sim, req, label_sets)
+    return seqs, [read(ls, lps, label_logprobs(s.prompt.ids, (OTHER_TOKEN,))[0])
+                  for ls, lps, s in zip(label_sets, logprobs, seqs)]
+
+
 # ---- answers -----------------------------------------------------------------------------------------
-
-def label_ids(sim, count: int) -> list[int]:
-    """The tokens of the first ``count`` letters (each letter alone, without special tokens)."""
-    return [sim.tokenizer.encode(label)[0][-1] for label in LABELS[:count]]
-
 
 def read(labels: list[int], logprobs: list[float], other: float) -> tuple[list[float], float]:
     """``(probs, label_mass)`` of one read (``NextTokenStrategy._question_read``: the softmax of
@@ -290,16 +317,8 @@ def prepare(sim, b: DecisionRequest, rid: str):
         raise InvalidParam(f"questions: at most {MAX_QUESTIONS} for this model")
     if any(len(options(q)) > len(LABELS) for q in b.questions):
         raise InvalidParam(f"This model supports at most {len(LABELS)} choices per question")
-    if b.joint:
-        raise InvalidParam("joint: this model reads each question on its own; joint reads need DiffusionGemma")
-    check_size(sim, len(b.questions), False)           # the queue could never take them (429)
-    if sim.config.max_num_queued_reqs is not None or sim.config.max_num_queued_tokens is not None:
-        check_admission(sim, len(b.questions))         # vLLM's check_admission(num_requests), before rendering
-    prompts = read_prompts(sim, input_text(b.input), b.questions)
-    req = GenerationRequest(request_id=ID_PREFIX + rid, model=model, lora=lora, prompts=[Prompt(p) for p in prompts],
-                            max_tokens=1, temperature=0.0, cache_salt=b.cache_salt)
-    labels = label_ids(sim, len(LABELS))
-    label_sets = [labels[:len(options(q))] for q in b.questions]
-    seqs, logprobs = label_read_sequences(sim, req, label_sets)
-    return model, seqs, [read(ls, lps, label_logprobs(s.prompt.ids, (OTHER_TOKEN,))[0])
-                         for ls, lps, s in zip(label_sets, logprobs, seqs)]
+    admit_reads(sim, len(b.questions), b.joint)
+    labels = [LABELS[:len(options(q))] for q in b.questions]
+    prompts = read_prompts(sim, input_text(b.input), [question_text(q) for q in b.questions], list(map(len, labels)))
+    seqs, reads = run_reads(sim, ID_PREFIX + rid, model, lora, prompts, labels, b.cache_salt)
+    return model, seqs, reads
