@@ -125,7 +125,7 @@ def _read(errors: Errors, loc: str, value, read, nullable: bool = False):
         return None
 
 
-def _priority(value) -> int:
+def read_priority(value) -> int:
     """``int`` with pydantic's ``Field(ge=-2**63, le=2**63 - 1)``."""
     v = read_int(value)
     if v < INT64_MIN:
@@ -155,7 +155,7 @@ def load_generative_scoring(body) -> GenerativeScoringRequest:
         out[name] = _read(errors, name, body[name], read_bool) if name in body else default
     out["cache_salt"] = body.get("cache_salt")          # a string or None (checked above)
     if "priority" in body:
-        out["priority"] = _read(errors, "priority", body["priority"], _priority)
+        out["priority"] = _read(errors, "priority", body["priority"], read_priority)
     if "request_id" in body:
         out["request_id"] = _read(errors, "request_id", body["request_id"], read_str)
     if errors.count:
