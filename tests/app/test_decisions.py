@@ -172,6 +172,23 @@ def test_a_real_tokenizer_counts_each_whole_prompt(app_client, hub, ref):
     assert out["answers"][0]["probability"] == reads[0][1][1]
 
 
+def test_a_template_that_changes_the_content_renders_each_prompt_whole(app_client, hub, ref):
+    """A chat template that does not place the user's content as it is (upper-cased here): the
+    input cannot be tokenized once, so each prompt is rendered and tokenized whole, as vLLM does."""
+    upper = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | upper }}<|im_end|>\n"
+             "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    c = app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--chat-template", upper, model=MODEL)
+    out = ok(c, {**BODY, "model": MODEL})
+    whole = [template_ids(ref, [{"role": "user", "content": f"{BODY['input']}\n\n{ask}"}], chat_template=upper)
+             for ask in ASKS]
+    assert out["usage"]["input_tokens"] == sum(map(len, whole))
+    assert out["answers"][0]["probability"] == expected_reads(c.sim.tokenizer, BODY["input"], ASKS)[0][1][1]
+    small = app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--chat-template", upper,
+                       "--max-request-work", str(3 * len(whole[0]) + 10), model=MODEL)
+    assert post(small, {**BODY, "model": MODEL}).json()["error"]["message"].startswith(
+        f"This request asks for {3 * len(whole[0]) + 11} output tokens")      # bounded from the first prompt
+
+
 # ---- validation ------------------------------------------------------------------------------------
 
 class Strict(pydantic.BaseModel):
