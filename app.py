@@ -66,6 +66,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if not kind:                                          # vLLM: with the generate task only
         from blueprints import generative_scoring
         app.register_blueprint(generative_scoring.bp)
+    from blueprints import decisions
+    app.register_blueprint(decisions.bp)                  # every model: a 501 where none serves it
     if kind in (None, "embed"):
         app.register_blueprint(embeddings.bp)
     if kind:

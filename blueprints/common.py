@@ -262,6 +262,23 @@ def run_to_completion(sim, seqs, environ: dict) -> None:
         sim.complete(seqs)
 
 
+def admit_and_complete(sim, seqs, environ: dict, entry: float, limits: bool = True) -> None:
+    """A non-streaming request's sequences, admitted at once and waited for: they arrive when
+    the request's bytes did (:func:`received_at`), in step mode not before ``entry`` (the route's
+    first ``monotonic()``: the engine models vLLM's frontend from the arrival, as
+    :func:`blueprints.serving.handle`).  A client that leaves aborts them, a failure errors them.
+    ``limits``: as :meth:`~generation.engine.simulator.Simulator.admit`."""
+    arrived = received_at(environ)
+    if sim.engine is not None and (arrived is None or entry < arrived):
+        arrived = entry
+    sim.admit(seqs, arrived, limits)
+    try:
+        run_to_completion(sim, seqs, environ)
+    except BaseException as e:   # the client left (an abort), or the server failed it (an error)
+        sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")
+        raise
+
+
 def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
     """The body of a ``text/event-stream`` response: a generator of ``bytes`` flushed as yielded.
 

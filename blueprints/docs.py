@@ -77,6 +77,9 @@ VLLM_OPERATIONS = (
      "enable_tokenizer_info_endpoint"),
     # openai/models/api_router.py
     ("/v1/models", "get", "show_available_models", None, None),
+    # generate/structured_decisions/api_router.py, openai/decisions/api_router.py (every model)
+    ("/v1/systemone", "post", "create_structured_decision", None, None),
+    ("/v1/decisions", "post", "create_decision", None, None),
     # serve/sagemaker/api_router.py: @router.post over @router.get, so GET is registered first
     ("/ping", "get", "ping", "Ping check. Endpoint required for SageMaker.", None),
     ("/ping", "post", "ping", "Ping check. Endpoint required for SageMaker.", None),

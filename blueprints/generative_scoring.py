@@ -16,11 +16,10 @@ import orjson
 from flask import Blueprint, Response, request
 
 from generation.adapters import generative_scoring as gs
-from generation.engine.simulator import ClientDisconnected
 from schemas.generative_scoring import load_generative_scoring
 
-from .common import (JSON_MIME, header_checks, parse_json_body, received_at, request_id, response_headers,
-                     run_to_completion, simulator)
+from .common import (JSON_MIME, admit_and_complete, header_checks, parse_json_body, request_id, response_headers,
+                     simulator)
 
 bp = Blueprint("generative_scoring", __name__)
 
@@ -37,14 +36,6 @@ def create_generative_scoring():
     rid = request_id(sim, body.request_id)
     header_checks(sim, environ)                  # X-Return-Error, failure injection: as on generation routes
     model, seqs, logprobs = gs.prepare(sim, body, rid)
-    arrived = received_at(environ)
-    if sim.engine is not None and (arrived is None or entry < arrived):
-        arrived = entry          # step mode models vLLM's frontend from the arrival (blueprints.serving.handle)
-    sim.admit(seqs, arrived)
-    try:
-        run_to_completion(sim, seqs, environ)
-    except BaseException as e:   # the client left (an abort), or the server failed it (an error)
-        sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")
-        raise
+    admit_and_complete(sim, seqs, environ, entry)
     out = gs.response(rid, model, body, seqs, logprobs)
     return Response(orjson.dumps(out), status=200, mimetype=JSON_MIME, headers=response_headers(rid, sim, environ))

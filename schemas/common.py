@@ -14,6 +14,8 @@ import gevent
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_load, validates_schema
 
 from generation.adapters import protocol as p
+from generation.adapters.fields import check_cache_salt
+from generation.adapters.validation import Errors
 from generation.errors import InvalidParam, Rejected, RequestInvalid
 
 
@@ -398,3 +400,14 @@ __all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "LogprobCount", "In
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList",
            "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]
+
+
+def salted_body(body) -> Errors:
+    """What vLLM's request models with ``check_cache_salt_support`` (a before-validator) do
+    before their fields: the body an object (else the handler's 400), ``cache_salt`` checked by
+    ``validate_cache_salt``, whose own 400 names it.  Returns the :class:`Errors` to collect the
+    fields' errors in (pydantic's, raised by the caller with ``validation_errors``)."""
+    if not isinstance(body, dict):
+        raise RequestInvalid("Request body must be a JSON object.")
+    check_cache_salt(body.get("cache_salt"))
+    return Errors()

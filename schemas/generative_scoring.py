@@ -31,38 +31,15 @@ from __future__ import annotations
 
 import gevent
 
-from generation.adapters.fields import INT64_MAX, INT64_MIN, check_cache_salt
+from generation.adapters.fields import INT64_MAX, INT64_MIN
 from generation.adapters.generative_scoring import GenerativeScoringRequest
-from generation.adapters.validation import (MAX_REPORTED_ERRORS, Mismatch, read_bool, read_int, read_str,
-                                            validation_errors)
-from generation.errors import InvalidParam, RequestInvalid
+from generation.adapters.validation import Errors, Mismatch, read_bool, read_int, read_str, validation_errors
 
-from .common import TOKEN_SLICE, TURN
+from .common import TOKEN_SLICE, TURN, salted_body
 
 _STRING = ("string_type", "Input should be a valid string")
 _LIST = ("list_type", "Input should be a valid list")
 _DEFAULTS = {"apply_softmax": True, "item_first": False, "add_special_tokens": True}
-
-
-class Errors:
-    """pydantic's errors in order, ``(loc, value, type, msg[, ctx])``: the first
-    :data:`MAX_REPORTED_ERRORS` kept (all that vLLM's handler shows), every one counted.  ``loc``
-    may be given as a tuple of parts, joined with dots only when the error is kept."""
-
-    def __init__(self):
-        self.kept: list = []
-        self.count = 0
-
-    def add(self, loc, value, *error) -> None:
-        self.count += 1
-        if len(self.kept) < MAX_REPORTED_ERRORS:
-            self.kept.append((loc if isinstance(loc, str) else ".".join(map(str, loc)), value, *error))
-
-    def extend(self, other: "Errors") -> None:
-        """``other``'s errors after these."""
-        for e in other.kept[:MAX_REPORTED_ERRORS - len(self.kept)]:
-            self.kept.append(e)
-        self.count += other.count
 
 
 def _all_ints(values: list) -> bool:
@@ -148,7 +125,7 @@ def _read(errors: Errors, loc: str, value, read, nullable: bool = False):
         return None
 
 
-def _priority(value) -> int:
+def read_priority(value) -> int:
     """``int`` with pydantic's ``Field(ge=-2**63, le=2**63 - 1)``."""
     v = read_int(value)
     if v < INT64_MIN:
@@ -163,10 +140,7 @@ def load_generative_scoring(body) -> GenerativeScoringRequest:
     """The typed request of a decoded JSON body.  Raises InvalidParam: ``cache_salt``'s own
     error first (``validate_cache_salt``, named ``cache_salt``), else pydantic's errors as vLLM's
     validation handler words them (``param`` the first one's location)."""
-    if not isinstance(body, dict):
-        raise RequestInvalid("Request body must be a JSON object.")
-    check_cache_salt(body.get("cache_salt"))
-    errors = Errors()
+    errors = salted_body(body)
     out = {"model": _read(errors, "model", body.get("model"), read_str, nullable=True)}
     for name, read in (("query", _query), ("items", _items)):
         if name in body:
@@ -181,7 +155,7 @@ def load_generative_scoring(body) -> GenerativeScoringRequest:
         out[name] = _read(errors, name, body[name], read_bool) if name in body else default
     out["cache_salt"] = body.get("cache_salt")          # a string or None (checked above)
     if "priority" in body:
-        out["priority"] = _read(errors, "priority", body["priority"], _priority)
+        out["priority"] = _read(errors, "priority", body["priority"], read_priority)
     if "request_id" in body:
         out["request_id"] = _read(errors, "request_id", body["request_id"], read_str)
     if errors.count:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from itertools import repeat
 from time import monotonic
 
 import gevent
@@ -169,15 +170,22 @@ def work(lengths: list[int], labels: list) -> tuple[int, str, str]:
 # ---- the engine ------------------------------------------------------------------------------------
 
 def scoring_sequences(sim, rid: str, model: str, lora: str | None, prompts: list, b: GenerativeScoringRequest):
-    """One sequence per prompt, each with its one output token decided (the label with the highest
-    logprob; finish reason ``length``: ``max_tokens=1``), and each prompt's label logprobs:
-    ``(seqs, logprobs)``.  The request is a generation one (``max_tokens=1``, ``n=1``: vLLM's
-    ``request_params_*`` histograms observe it), not a pooling one."""
+    """:func:`label_read_sequences` of the items' prompts, each read for every label id."""
     labels = b.label_token_ids
     req = GenerationRequest(request_id=rid, model=model, lora=lora, prompts=[Prompt(p) for p in prompts],
                             max_tokens=1, priority=b.priority, cache_salt=b.cache_salt, logprob_token_ids=labels)
+    return label_read_sequences(sim, req, repeat(labels))
+
+
+def label_read_sequences(sim, req: GenerationRequest, label_sets) -> tuple[list, list]:
+    """vLLM's label reads (``label_reads.next_token_label_reads``): one sequence per prompt of
+    ``req`` (a generation request, ``max_tokens=1``, ``n=1``: vLLM's ``request_params_*``
+    histograms observe each read), its one output token decided (of the prompt's label ids,
+    ``label_sets[i]``, the one with the highest logprob; finish reason ``length``), and each
+    prompt's label logprobs (:func:`~generation.content.label_logprobs.label_logprobs`):
+    ``(seqs, logprobs)``."""
     seqs, logprobs = [], []
-    for i, prompt in enumerate(paced(req.prompts)):
+    for i, (prompt, labels) in enumerate(zip(paced(req.prompts), label_sets)):
         lps = label_logprobs(prompt.ids, labels)
         seq = Sequence(req, i, i, prompt)
         best = max(range(len(labels)), key=lps.__getitem__)

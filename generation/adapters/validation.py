@@ -33,24 +33,64 @@ def error_input(value):
     return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
 
 
+# the handler's _INTERNAL_LOC_MARKERS: pydantic-core's schema kinds, dropped from a loc (even where
+# they are a field's or a key's name), as is any segment with a bracket
+_LOC_MARKERS = frozenset((
+    "function-wrap", "function-after", "function-before", "function-plain", "json-or-python", "lax-or-strict",
+    "chain", "default", "nullable", "tagged-union", "union", "call", "arguments", "is-instance", "is-subclass",
+    "callable", "str", "int", "float", "bool", "bytes", "bytearray", "list", "tuple", "dict", "set", "frozenset",
+    "complex", "none", "nonetype"))
+_BRACKETED = re.compile(r"[\[\]{}()]")
+
+
+def clean_loc(loc: str) -> str:
+    """``clean_loc_for_param`` of a dotted ``loc``: its segments that name pydantic-core's
+    internals left out (all of them kept when nothing else would remain)."""
+    parts = loc.split(".")
+    kept = [p for p in parts if p.lower() not in _LOC_MARKERS and not _BRACKETED.search(p)]
+    return ".".join(kept) if kept else loc
+
+
 def validation_errors(errors: list, where: str = "body", total: int | None = None) -> InvalidParam:
     """The handler's 400 for ``errors``, each ``(loc, value, type, msg)`` or ``(loc, value, type,
     msg, ctx)`` with ``loc`` the dotted path below ``where`` (``body`` for a JSON or form field,
-    ``query`` for a query parameter); ``param`` is the first error's location.  ``total``: how
-    many errors there were, when ``errors`` holds only the first ones (at least the
-    :data:`MAX_REPORTED_ERRORS` the message shows)."""
+    ``query`` for a query parameter), cleaned as the handler cleans it (:func:`clean_loc`);
+    ``param`` is the first error's location.  ``total``: how many errors there were, when
+    ``errors`` holds only the first ones (at least the :data:`MAX_REPORTED_ERRORS` the message
+    shows)."""
     count = len(errors) if total is None else total
     label = "error" if count == 1 else "errors"
     lines = []
     for loc, value, kind, msg, *ctx in errors[:MAX_REPORTED_ERRORS]:
-        error = {"type": kind, "loc": f"{where}.{loc}", "msg": msg, "input": error_input(value)}
+        error = {"type": kind, "loc": clean_loc(f"{where}.{loc}"), "msg": msg, "input": error_input(value)}
         if ctx:
             error["ctx"] = ctx[0]
         text = str(error)
         lines.append(f"  {text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + '...[truncated]'}")
     if count > MAX_REPORTED_ERRORS:
         lines.append(f"  ...and {count - MAX_REPORTED_ERRORS} more {label}")
-    return RequestInvalid(f"{count} validation {label}:\n" + "\n".join(lines), f"{where}.{errors[0][0]}")
+    return RequestInvalid(f"{count} validation {label}:\n" + "\n".join(lines), clean_loc(f"{where}.{errors[0][0]}"))
+
+
+class Errors:
+    """pydantic's errors in order, ``(loc, value, type, msg[, ctx])``: the first
+    :data:`MAX_REPORTED_ERRORS` kept (all that vLLM's handler shows), every one counted.  ``loc``
+    may be given as a tuple of parts, joined with dots only when the error is kept."""
+
+    def __init__(self):
+        self.kept: list = []
+        self.count = 0
+
+    def add(self, loc, value, *error) -> None:
+        self.count += 1
+        if len(self.kept) < MAX_REPORTED_ERRORS:
+            self.kept.append((loc if isinstance(loc, str) else ".".join(map(str, loc)), value, *error))
+
+    def extend(self, other: "Errors") -> None:
+        """``other``'s errors after these."""
+        for e in other.kept[:MAX_REPORTED_ERRORS - len(self.kept)]:
+            self.kept.append(e)
+        self.count += other.count
 
 
 def pydantic_error(param: str, value, *errors: tuple, where: str = "body") -> InvalidParam:

@@ -33,6 +33,10 @@ from .engine_state import EngineState
 from .token_schedule import TokenSchedule
 
 
+UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
+                      "Refused request with untrusted chat template.")      # vLLM's validate_chat_template
+
+
 def _waiting_priority(seq: Sequence) -> int:
     return seq.request.priority
 
@@ -154,8 +158,7 @@ class Simulator(OutputDecisions, EngineState):
         sent = "chat_template" in kwargs and not ("chat_template" in defaults
                                                   and kwargs["chat_template"] is defaults["chat_template"])
         if (chat_options.get("chat_template") is not None or sent) and not self.config.trust_request_chat_template:
-            raise InvalidParam("Chat template is passed with request, but --trust-request-chat-template is not "
-                               "set. Refused request with untrusted chat template.", "chat_template")
+            raise InvalidParam(UNTRUSTED_TEMPLATE, "chat_template")
 
     # ---- scheduling -----------------------------------------------------------------------
     def admit(self, seqs: list[Sequence], received_at: float | None = None, limits: bool = True) -> None:

@@ -89,6 +89,13 @@ PRESETS: dict[str, dict] = {
     "meta-llama/Llama-2-70b-chat-hf": _LLAMA2_70B,
     "codellama/CodeLlama-34b-Instruct-hf": _cfg(48, 8192, 64, 8, 22016, 32000, 16384),
 }
+# their config.json's ``architectures`` (the model class vLLM loads), by the first matching prefix
+_PRESET_CLASSES = (("meta-llama/", "LlamaForCausalLM"), ("codellama/", "LlamaForCausalLM"),
+                   ("Qwen/Qwen2.5-", "Qwen2ForCausalLM"), ("Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM"),
+                   ("Qwen/Qwen3-", "Qwen3ForCausalLM"), ("mistralai/Mistral-", "MistralForCausalLM"),
+                   ("mistralai/Mixtral-", "MixtralForCausalLM"))
+PRESETS = {name: {**fields, "architectures": [next(c for p, c in _PRESET_CLASSES if name.startswith(p))]}
+           for name, fields in PRESETS.items()}
 _PRESETS_LOWER = {k.lower(): k for k in PRESETS}
 
 
@@ -167,6 +174,15 @@ def vocab_size(config: dict) -> int | None:
     return None
 
 
+def architecture(config: dict) -> str | None:
+    """The model class a ``config.json`` names (the first of ``architectures``, as vLLM's
+    ``ModelConfig.architecture`` resolves it when the registry has that class), or None."""
+    names = config.get("architectures")
+    if isinstance(names, list) and names and isinstance(names[0], str):
+        return names[0]
+    return None
+
+
 def served_model_config(config) -> tuple[dict | None, str]:
     """``(config.json object or None, where it was read)`` for the served model:
     ``--hf-config-path`` (a directory holding ``config.json``, or the file) first and in every
@@ -197,12 +213,14 @@ def served_model_config(config) -> tuple[dict | None, str]:
 
 def apply_model_defaults(config) -> None:
     """What vLLM derives from the served model's ``config.json`` (:func:`served_model_config`):
-    ``config.model_vocab_size`` (:func:`vocab_size`), and ``config.max_model_len`` (the context
-    length) when neither the command line, the YAML file nor the environment gave one
-    (``config.explicit``: the options they set)."""
+    ``config.model_vocab_size`` (:func:`vocab_size`), ``config.model_architecture``
+    (:func:`architecture`), and ``config.max_model_len`` (the context length) when neither the
+    command line, the YAML file nor the environment gave one (``config.explicit``: the options
+    they set)."""
     obj, where = served_model_config(config)
     if obj is None:
         return
+    config.model_architecture = architecture(obj)
     v = vocab_size(obj)
     if v is not None:
         config.model_vocab_size = v

@@ -113,6 +113,8 @@ class RenderTokenizer(SimulatedTokenizer):
         ids = self._token_ids(out, self.url)
         return ids, approximate_pieces(flatten_messages(messages), len(ids)), out.get("features")
 
+    chat_text = None        # the service renders and tokenizes a conversation: its text never comes back
+
     def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
                       add_generation_prompt=True, continue_final_message=False,
                       add_special_tokens=False) -> tuple[list[int], list[str]]:

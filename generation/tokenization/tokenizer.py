@@ -10,6 +10,8 @@ Every tokenizer offers the same calls (how one is chosen and loaded:
   add_generation_prompt=True, continue_final_message=False, add_special_tokens=False)``: a chat
   conversation, through the chat template when there is one (vLLM's request fields), else the
   seeds' flattening;
+- ``chat_text(messages, ...)`` (same options, no ``add_special_tokens``): the text
+  ``tokenize_chat`` tokenizes (None on the render service's tokenizer, which renders remotely);
 - ``decode_ids(ids)`` (``/detokenize``), ``id_pieces(ids)`` (text per id), ``token_strs(ids)``
   (``/tokenize`` ``token_strs``).
 
@@ -222,14 +224,21 @@ class SimulatedTokenizer:
     def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
                       add_generation_prompt=True, continue_final_message=False,
                       add_special_tokens=False) -> tuple[list[int], list[str]]:
-        """The seeds' flattening (api.md 3.3), unless the request sent a ``chat_template``
-        (allowed by ``--trust-request-chat-template``): the simulated tokenizer ships no template
-        of its own, so the request's is rendered (with its bounds) and the text encoded."""
+        """The ids and pieces of :meth:`chat_text`."""
+        return self.encode(self.chat_text(messages, tools, chat_template, chat_template_kwargs,
+                                          add_generation_prompt, continue_final_message))
+
+    def chat_text(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
+                  add_generation_prompt=True, continue_final_message=False) -> str:
+        """The text a conversation is tokenized as: the seeds' flattening (api.md 3.3), unless
+        the request sent a ``chat_template`` (allowed by ``--trust-request-chat-template``): the
+        simulated tokenizer ships no template of its own, so the request's is rendered (with its
+        bounds)."""
         if chat_template is None:
-            return self.encode(flatten_messages(messages))
+            return flatten_messages(messages)
         from .chat_template import render_chat
-        return self.encode(render_chat(None, messages, tools, chat_template, chat_template_kwargs,
-                                       add_generation_prompt, continue_final_message, from_request=True))
+        return render_chat(None, messages, tools, chat_template, chat_template_kwargs,
+                           add_generation_prompt, continue_final_message, from_request=True)
 
     def token_strs(self, ids: Sequence[int]) -> list[str]:
         return [self._pieces.get(i, str(i)) for i in ids]
@@ -357,17 +366,24 @@ class HFTokenizer:
     def tokenize_chat(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
                       add_generation_prompt=True, continue_final_message=False,
                       add_special_tokens=False, max_chars=None, max_model_len=0) -> tuple[list[int], list[str]]:
-        """See :func:`tokenize_chat`.  Without any chat template the seeds' flattening is used;
-        ``max_chars`` / ``max_model_len``: the rendered text's bound (see
+        """See :func:`tokenize_chat`: :meth:`chat_text` tokenized."""
+        return self._encode(self.chat_text(messages, tools, chat_template, chat_template_kwargs, add_generation_prompt,
+                                           continue_final_message, max_chars, max_model_len), add_special_tokens)
+
+    def chat_text(self, messages, tools=None, chat_template=None, chat_template_kwargs=None,
+                  add_generation_prompt=True, continue_final_message=False, max_chars=None,
+                  max_model_len=0) -> str:
+        """The text a conversation is tokenized as: rendered through the chat template (the
+        request's, else ``--chat-template``, else the tokenizer's own), or without any the seeds'
+        flattening.  ``max_chars`` / ``max_model_len``: the rendered text's bound (see
         :func:`generation.tokenization.chat_template.render_chat`)."""
         template = chat_template or self.chat_template
         if not (template or getattr(self._tok, "chat_template", None)):
-            return self._encode(flatten_messages(messages), add_special_tokens)
+            return flatten_messages(messages)
         from .chat_template import render_chat
-        text = render_chat(self._tok, messages, tools, template, chat_template_kwargs,
+        return render_chat(self._tok, messages, tools, template, chat_template_kwargs,
                            add_generation_prompt, continue_final_message, from_request=chat_template is not None,
                            max_chars=max_chars, max_model_len=max_model_len)
-        return self._encode(text, add_special_tokens)
 
     def pieces(self, text: str) -> list[str]:
         return self.encode(text)[1]

@@ -27,7 +27,8 @@ EMBED = ("--runner", "pooling", "--convert", "embed")
 GENERATION_PATHS = [
     ("/load", ["get"]), ("/version", ["get"]), ("/kv_event_sources", ["get"]), ("/health", ["get"]),
     ("/v1/load_lora_adapter", ["post"]), ("/v1/unload_lora_adapter", ["post"]), ("/tokenize", ["post"]),
-    ("/detokenize", ["post"]), ("/v1/models", ["get"]), ("/ping", ["get", "post"]), ("/invocations", ["post"]),
+    ("/detokenize", ["post"]), ("/v1/models", ["get"]), ("/v1/systemone", ["post"]), ("/v1/decisions", ["post"]),
+    ("/ping", ["get", "post"]), ("/invocations", ["post"]),
     ("/v1/chat/completions", ["post"]), ("/v1/chat/completions/batch", ["post"]), ("/v1/responses", ["post"]), ("/v1/responses/{response_id}", ["get"]),
     ("/v1/responses/{response_id}/cancel", ["post"]), ("/v1/completions", ["post"]), ("/v1/messages", ["post"]),
     ("/v1/messages/count_tokens", ["post"]), ("/generative_scoring", ["post"]), ("/scale_elastic_ep", ["post"]),
@@ -123,7 +124,7 @@ def test_openapi_of_a_pooling_model(app_client):
     # no generation routes; the render routes stay, as the simulator serves them (vLLM registers
     # them for generate and render servers only)
     assert _paths(app_client(*EMBED)) == [
-        *GENERATION_PATHS[:11], ("/v1/chat/completions/render", ["post"]), ("/v1/completions/render", ["post"]),
+        *GENERATION_PATHS[:13], ("/v1/chat/completions/render", ["post"]), ("/v1/completions/render", ["post"]),
         ("/v1/responses/render", ["post"]), ("/v1/chat/completions/derender", ["post"]),
         ("/v1/completions/derender", ["post"]),
         ("/pooling", ["post"]), ("/v1/embeddings", ["post"]), ("/v2/embed", ["post"]), ("/score", ["post"]),
@@ -137,10 +138,10 @@ def test_openapi_follows_the_flags(app_client):
     c = app_client("--enable-tokenizer-info-endpoint", "--enable-sleep-mode", "--enable-fault-tolerance",
                    "--tokens-only", env={"VLLM_SERVER_DEV_MODE": "1"})
     paths = [p for p, _ in _paths(c)]
-    assert paths[:11] == ["/load", "/version", "/kv_event_sources", "/health", "/v1/load_lora_adapter",
+    assert paths[:13] == ["/load", "/version", "/kv_event_sources", "/health", "/v1/load_lora_adapter",
                           "/v1/unload_lora_adapter", "/tokenize", "/detokenize", "/tokenizer_info", "/v1/models",
-                          "/ping"]
-    assert paths[12:18] == ["/reset_prefix_cache", "/server_info", "/sleep", "/release_kv_cache_memory",
+                          "/v1/systemone", "/v1/decisions", "/ping"]
+    assert paths[14:20] == ["/reset_prefix_cache", "/server_info", "/sleep", "/release_kv_cache_memory",
                             "/wake_up", "/is_sleeping"]
     i = paths.index("/checkpoint/prepare")
     assert paths[i - 4:i + 3] == ["/v1/messages/count_tokens", "/generative_scoring", "/scale_elastic_ep",

@@ -10,15 +10,14 @@ import os
 import re
 import time
 
-import gevent
 import pydantic
 import pytest
 
-from support import error_type_400
+from support import assert_error, post_ok, pydantic_400
 
 from generation.content.label_logprobs import LABEL_RANKS, label_logprobs, label_rank, prompt_key
 from generation.content.logprobs import logprob
-from support import metric, scrape
+from support import check_inference_route, check_label_reads, metric, scrape
 
 PATH = "/generative_scoring"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -31,22 +30,14 @@ def post(c, body, **kw):
 
 
 def ok(c, body, **kw) -> dict:
-    r = post(c, body, **kw)
-    assert r.status_code == 200, r.text
-    return r.json()
+    return post_ok(c, PATH, body, **kw)
 
 
 def scores(c, body) -> list[float]:
     return [d["score"] for d in ok(c, body)["data"]]
 
 
-TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError"}
-
-
-def error(r, status: int, message: str, param=None) -> None:
-    assert r.status_code == status, r.text
-    kind = error_type_400(message) if status == 400 else TYPES[status]
-    assert r.json() == {"error": {"message": message, "type": kind, "param": param, "code": status}}
+error = assert_error
 
 
 def raw(prompt, label) -> float:
@@ -201,35 +192,9 @@ class VllmRequest(pydantic.BaseModel):
     request_id: str = "x"
 
 
-def _summary(value):
-    """vLLM's handler's ``_summarize_error_input``."""
-    if isinstance(value, str):
-        return value if len(value) <= 200 else value[:200] + "...[truncated]"
-    if isinstance(value, (list, tuple, dict)):
-        return f"<{type(value).__name__} of {len(value)} items>"
-    text = str(value)
-    return text if len(text) <= 200 else text[:200] + "...[truncated]"
-
-
 def vllm_validation_error(body: dict) -> tuple[str, str] | None:
     """``(message, param)`` of vLLM's validation handler for ``body``, or None when it passes."""
-    try:
-        VllmRequest.model_validate(body)
-        return None
-    except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
-    locs = []
-    lines = []
-    for e in errors:
-        e = dict(e)
-        e["loc"] = ".".join(str(p) for p in ("body", *e["loc"]) if not re.search(r"[\[\]{}()]", str(p))
-                            and str(p) not in ("str", "int", "list"))
-        e["input"] = _summary(e["input"])
-        locs.append(e["loc"])
-        lines.append(f"  {str(e)[:1000]}")
-    label = "error" if len(errors) == 1 else "errors"
-    more = [f"  ...and {len(errors) - 10} more {label}"] if len(errors) > 10 else []
-    return f"{len(errors)} validation {label}:\n" + "\n".join(lines[:10] + more), locs[0]
+    return pydantic_400(VllmRequest, body)
 
 
 VALID = {"query": "q", "items": ["a"], "label_token_ids": [1]}
@@ -400,41 +365,14 @@ def test_work_and_size_are_bounded_before_anything_runs(app_client):
 
 # ---- the engine --------------------------------------------------------------------------------------
 
-def test_each_item_is_a_request_in_the_metrics(app_client):
+def test_each_item_is_a_read_on_the_engine(app_client):
     c = app_client("--time-to-first-token", "0")
     out = ok(c, {"query": [1, 2, 3], "items": [[4], [5, 6], [7, 8, 9]], "label_token_ids": [1, 2]})
     assert out["usage"] == {"prompt_tokens": 4 + 5 + 6, "total_tokens": 18, "completion_tokens": 3,
                             "completion_tokens_details": None}
-    m = scrape(c)
-    assert metric(m, "vllm:request_success_total", finished_reason="length") == 3
-    assert metric(m, "vllm:prompt_tokens_total") == 15
-    assert metric(m, "vllm:generation_tokens_total") == 3
-    assert metric(m, "vllm:request_prompt_tokens_count") == 3
-    assert metric(m, "vllm:request_generation_tokens_sum") == 3
-    assert metric(m, "vllm:request_params_max_tokens_sum") == 3       # max_tokens=1 per item
-    assert metric(m, "vllm:request_params_n_count") == 3
-    assert metric(m, "vllm:e2e_request_latency_seconds_count") == 3
-
-
-def test_items_wait_for_seats_and_take_the_prefill_time(app_client):
-    c = app_client("--max-num-seqs", "1", "--time-to-first-token", "40ms")
-    t = time.monotonic()
-    assert len(ok(c, {"query": [1], "items": [[2], [3], [4]], "label_token_ids": [1]})["data"]) == 3
-    assert time.monotonic() - t >= 0.12                          # one seat: three prefills in a row
-    m = scrape(c)
-    assert metric(m, "vllm:request_queue_time_seconds_sum") >= 0.04 + 0.08 - 0.005
-    assert c.sim.running == 0 and not c.sim.waiting
-
-
-def test_aborted_items_free_their_seats(app_client):
-    c = app_client("--time-to-first-token", "2s", "--max-num-seqs", "1")
-    g = gevent.spawn(post, c, {"query": [1], "items": [[2], [3]], "label_token_ids": [1]})
-    gevent.sleep(0.05)
-    assert c.sim.running == 1 and len(c.sim.waiting) == 1
-    c.sim.cancel(list(c.sim.running_seqs) + list(c.sim.waiting))
-    g.join(timeout=5)
-    assert c.sim.running == 0 and not c.sim.waiting
-    assert metric(scrape(c), "vllm:request_success_total", finished_reason="abort") == 2
+    assert metric(scrape(c), "vllm:prompt_tokens_total") == 15
+    check_label_reads(app_client, PATH, {"query": [1], "items": [[2], [3], [4]], "label_token_ids": [1]},
+                      {"query": [1], "items": [[2], [3]], "label_token_ids": [1]})
 
 
 def test_step_mode_runs_each_item_through_the_engine(app_client):
@@ -470,23 +408,7 @@ def test_a_pooling_model_has_no_such_route(app_client):
         assert PATH not in c.get("/openapi.json").json()["paths"]
 
 
-def test_openapi_lists_the_route(api):
-    assert api.get("/openapi.json").json()["paths"][PATH] == {"post": {
-        "summary": "Create Generative Scoring", "operationId": "create_generative_scoring_generative_scoring_post",
-        "responses": {"200": {"description": "Successful Response", "content": {"application/json": {"schema": {}}}}}}}
-
-
-def test_api_key_guards_it(app_client):
-    c = app_client("--api-key", "k")
-    r = post(c, BODY)
-    assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
-    assert post(c, BODY, headers={"Authorization": "Bearer k"}).status_code == 200
-
-
-def test_server_load_counts_it(app_client):
-    c = app_client("--enable-server-load-tracking", "--time-to-first-token", "200ms")
-    g = gevent.spawn(post, c, BODY)
-    gevent.sleep(0.05)
-    assert c.get("/load").json() == {"server_load": 1}
-    assert g.get(timeout=5).status_code == 200
-    assert c.get("/load").json() == {"server_load": 0}
+def test_the_route_is_an_inference_route(app_client):
+    """Its OpenAPI operation (``operationId`` ``create_generative_scoring_generative_scoring_post``),
+    ``--api-key``, ``/load``."""
+    check_inference_route(app_client, PATH, BODY, "create_generative_scoring")

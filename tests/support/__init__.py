@@ -10,6 +10,10 @@ root conftest puts it there), so this package imports as ``support`` from any ti
 ``ROOT``                  the repository root (``app.py``, ``README.md``, ``deploy/``)
 ``scrape``, ``metric``, ``metric_values``, ``value``   ``/metrics`` samples
 ``sse_events``, ``named_events``            SSE bodies decoded
+``pydantic_400(model, body)``   vLLM's validation handler's words for a pydantic model's errors
+``check_inference_route``       a POST route in the OpenAPI document, behind --api-key, in /load
+``check_label_reads``           a route's one-token reads on the engine: metrics, seats, aborts
+``post_ok``, ``assert_error``   a 200's JSON body; an error in vLLM's envelope, word for word
 """
 from __future__ import annotations
 
@@ -218,6 +222,25 @@ def named_events(body: str) -> list:
     return out
 
 
+def post_ok(c, path: str, body: dict, **kw) -> dict:
+    """The JSON body of ``body`` POSTed to ``path``, which must answer 200."""
+    r = c.post(path, json=body, **kw)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+ERROR_TYPES = {404: "NotFoundError", 429: "RateLimitError", 501: "NotImplementedError",
+               503: "Service Unavailable"}        # 503: the admission limits' (GracefulHTTPError)
+
+
+def assert_error(r, status: int, message: str, param=None) -> None:
+    """``r`` is vLLM's error envelope: ``status``, ``message``, ``param`` and the type a 400 with
+    that message has (:func:`error_type_400`) or :data:`ERROR_TYPES` says."""
+    assert r.status_code == status, r.text
+    kind = error_type_400(message) if status == 400 else ERROR_TYPES[status]
+    assert r.json() == {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
 def error_type_400(message: str) -> str:
     """The ``type`` of a 400 with ``message`` in vLLM 0.34's envelope: "Bad Request" for what its
     validation handler answers (pydantic's "N validation error(s):" and the body's JSON), else
@@ -228,3 +251,99 @@ def error_type_400(message: str) -> str:
             "Request body is empty")):
         return "Bad Request"
     return "BadRequestError"
+
+
+# vLLM 0.34's validation handler (serve/exception_handling/handlers/validation.py): the loc
+# segments it drops (_INTERNAL_LOC_MARKERS, and any with a bracket), how it echoes an input
+LOC_MARKERS = frozenset((
+    "function-wrap", "function-after", "function-before", "function-plain", "json-or-python", "lax-or-strict",
+    "chain", "default", "nullable", "tagged-union", "union", "call", "arguments", "is-instance", "is-subclass",
+    "callable", "str", "int", "float", "bool", "bytes", "bytearray", "list", "tuple", "dict", "set", "frozenset",
+    "complex", "none", "nonetype"))
+
+
+def _error_input(value):
+    """The handler's ``_summarize_error_input``."""
+    if isinstance(value, str):
+        return value if len(value) <= 200 else value[:200] + "...[truncated]"
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = str(value)
+    return text if len(text) <= 200 else text[:200] + "...[truncated]"
+
+
+def pydantic_400(model, body: dict) -> tuple[str, str] | None:
+    """``(message, param)`` of vLLM's validation handler for pydantic ``model`` (a replica of a
+    vLLM request model) reading ``body``, or None when it passes."""
+    import re
+    import pydantic
+    try:
+        model.model_validate(body)
+        return None
+    except pydantic.ValidationError as exc:
+        errors = exc.errors(include_url=False)
+    locs, lines = [], []
+    for e in errors:
+        e = dict(e)
+        e["loc"] = ".".join(str(p) for p in ("body", *e["loc"])
+                            if not re.search(r"[\[\]{}()]", str(p)) and str(p).lower() not in LOC_MARKERS)
+        e["input"] = _error_input(e["input"])
+        locs.append(e["loc"])
+        text = str(e)
+        lines.append(f"  {text if len(text) <= 1000 else text[:1000] + '...[truncated]'}")
+    label = "error" if len(errors) == 1 else "errors"
+    more = [f"  ...and {len(errors) - 10} more {label}"] if len(errors) > 10 else []
+    return f"{len(errors)} validation {label}:\n" + "\n".join(lines[:10] + more), locs[0]
+
+
+def check_inference_route(app_client, path: str, body: dict, function: str) -> None:
+    """What every vLLM inference POST route (a ``load_aware_call``) shares: its OpenAPI operation
+    (FastAPI's, named after the endpoint ``function``), ``--api-key`` (401 without it), and
+    ``/load`` counting a request in flight (``--enable-server-load-tracking``)."""
+    import re
+    import gevent
+    op_id = re.sub(r"\W", "_", f"{function}{path}") + "_post"
+    assert app_client().get("/openapi.json").json()["paths"][path] == {"post": {
+        "summary": function.replace("_", " ").title(), "operationId": op_id,
+        "responses": {"200": {"description": "Successful Response", "content": {"application/json": {"schema": {}}}}}}}
+    c = app_client("--api-key", "k")
+    r = c.post(path, json=body)
+    assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
+    assert c.post(path, json=body, headers={"Authorization": "Bearer k"}).status_code == 200
+    c = app_client("--enable-server-load-tracking", "--time-to-first-token", "200ms")
+    g = gevent.spawn(c.post, path, json=body)
+    gevent.sleep(0.05)
+    assert c.get("/load").json() == {"server_load": 1}
+    assert g.get(timeout=5).status_code == 200
+    assert c.get("/load").json() == {"server_load": 0}
+
+
+def check_label_reads(app_client, path: str, three: dict, two: dict) -> None:
+    """A route that runs vLLM's label reads (``label_reads.next_token_label_reads``: one engine
+    request of ``max_tokens=1`` per item or question), given a ``three``-read and a ``two``-read
+    body: each read is a request in ``/metrics``, waits for a seat and takes the prefill time,
+    and frees its seat when aborted."""
+    import time
+    import gevent
+    c = app_client("--time-to-first-token", "0", "--max-model-len", "2048")
+    assert c.post(path, json=three).status_code == 200
+    m = scrape(c)
+    assert metric(m, "vllm:request_success_total", finished_reason="length") == 3
+    assert metric(m, "vllm:generation_tokens_total") == metric(m, "vllm:request_generation_tokens_sum") == 3
+    assert metric(m, "vllm:request_prompt_tokens_count") == metric(m, "vllm:request_params_n_count") == 3
+    assert metric(m, "vllm:request_params_max_tokens_sum") == 3       # max_tokens=1 per read
+    assert metric(m, "vllm:e2e_request_latency_seconds_count") == 3
+    c = app_client("--max-num-seqs", "1", "--time-to-first-token", "40ms")
+    t = time.monotonic()
+    assert c.post(path, json=three).status_code == 200
+    assert time.monotonic() - t >= 0.12                          # one seat: three prefills in a row
+    assert metric(scrape(c), "vllm:request_queue_time_seconds_sum") >= 0.04 + 0.08 - 0.005
+    assert c.sim.running == 0 and not c.sim.waiting
+    c = app_client("--time-to-first-token", "2s", "--max-num-seqs", "1")
+    g = gevent.spawn(c.post, path, json=two)
+    gevent.sleep(0.05)
+    assert c.sim.running == 1 and len(c.sim.waiting) == 1
+    c.sim.cancel(list(c.sim.running_seqs) + list(c.sim.waiting))
+    g.join(timeout=5)
+    assert c.sim.running == 0 and not c.sim.waiting
+    assert metric(scrape(c), "vllm:request_success_total", finished_reason="abort") == 2

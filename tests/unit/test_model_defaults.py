@@ -107,6 +107,7 @@ def test_a_known_hub_model_offline_without_its_file_takes_the_shipped_copy(tmp_p
         cfg = load_config(["--model", name, "--tokenizers-cache-dir", cache], env={})
         apply_model_defaults(cfg)
         assert (cfg.max_model_len, cfg.model_vocab_size) == (length, vocab)
+    assert cfg.model_architecture == "LlamaForCausalLM"       # the Decisions API's 501, as vLLM's
     cfg = load_config(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--tokenizers-cache-dir", cache,
                        "--max-model-len", "8192"], env={})
     apply_model_defaults(cfg)
@@ -117,3 +118,20 @@ def test_a_known_hub_model_offline_without_its_file_takes_the_shipped_copy(tmp_p
     cfg = load_config(["--model", "org/unknown", "--tokenizers-cache-dir", cache], env={})
     apply_model_defaults(cfg)
     assert cfg.max_model_len == 1024
+
+
+def test_the_models_architecture_is_read(tmp_path):
+    """``architectures[0]`` of the model's ``config.json`` (vLLM serves the Decisions API for
+    some model classes only), None without one."""
+    path = _model_dir(tmp_path, {"architectures": ["Qwen3ForCausalLM", "Other"], "max_position_embeddings": 40960})
+    cfg = load_config(["--model", path], env={})
+    apply_model_defaults(cfg)
+    assert cfg.model_architecture == "Qwen3ForCausalLM"
+    cfg = load_config([], env={})
+    apply_model_defaults(cfg)
+    assert cfg.model_architecture is None
+    for bad in ([], "Qwen3ForCausalLM", [5]):
+        (tmp_path / "model" / "config.json").write_text(json.dumps({"architectures": bad}))
+        cfg = load_config(["--model", path], env={})
+        apply_model_defaults(cfg)
+        assert cfg.model_architecture is None
