@@ -10,7 +10,7 @@ the first ``float`` deadline or :class:`~generation.engine.token_schedule.TokenS
 next))`` when the greenlet must take the stream back (a slow reader); ``next`` is what the
 body's iterator gave after those bytes and the greenlet goes on with: a TokenSchedule to
 finish, a ``float`` deadline to wait for, an exception to raise, or None.  The
-simulator's runtime installs :func:`server.sse_emitter.hub_emitter`; any other WSGI server, and
+simulator's runtime installs :func:`server.emitter_factory.hub_emitter`; any other WSGI server, and
 the in-process test client, leave the key out, and the stream waits in its greenlet.
 
 The route stores the ``write`` callable its ``start_response`` returned under
