@@ -55,10 +55,10 @@ a step O(events) with the same results.
 """
 from __future__ import annotations
 
-from bisect import insort
 from collections import deque
 
 from .block_pool import BlockPool
+from .waiting_queue import PriorityQueue, priority_key
 
 
 class EngineRequest:
@@ -160,28 +160,6 @@ class StepPlan:
             self.prefill_tokens += n
             self.prefill_pairs += n * (c + n / 2)
             self.prefill_context += c
-
-
-def _priority_key(req: EngineRequest):
-    return req.priority, req.arrival
-
-
-class PriorityQueue(list):
-    """The waiting queue of the priority policy: the deque operations the scheduler uses, kept
-    in (priority, arrival) order; a request put back (``appendleft``) takes its place by key, as
-    vLLM's ``PriorityRequestQueue.prepend_request``."""
-
-    def append(self, req) -> None:
-        insort(self, req, key=_priority_key)
-
-    appendleft = append
-
-    def popleft(self):
-        return self.pop(0)
-
-    def extendleft(self, reqs) -> None:
-        for r in reqs:
-            self.append(r)
 
 
 class Scheduler:
@@ -423,7 +401,7 @@ class Scheduler:
         back = None
         while need > self.pool.num_free:
             if self.priority:
-                victim = max(running, key=_priority_key)
+                victim = max(running, key=priority_key)
                 k = running.index(victim)
                 del running[k]
                 if k < i:                     # scheduled earlier in this step: unschedule it
