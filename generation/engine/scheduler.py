@@ -200,6 +200,9 @@ class Scheduler:
         self.running: list[EngineRequest] = []
         self.priority = policy == "priority"
         self.waiting = PriorityQueue() if self.priority else deque()
+        # prompt tokens of the requests here (waiting or running) before their first token, kept
+        # as they come, emit it and leave: --max-num-queued-tokens reads it per arrival, O(1)
+        self.prefill_tokens = 0
         self.num_preemptions = 0
         self.on_preempt = on_preempt
         self.on_prefilled = on_prefilled
@@ -256,6 +259,7 @@ class Scheduler:
         req.state = EngineRequest.WAITING
         req.queued_at = now
         self.waiting.append(req)
+        self.prefill_tokens += req.prompt_len
 
     def abort(self, req: EngineRequest) -> None:
         """Remove a request wherever it is, releasing its blocks (client gone)."""
@@ -264,11 +268,16 @@ class Scheduler:
         if req.state == EngineRequest.RUNNING:
             self.running.remove(req)
             self._free(req)
+            if not req.num_output:
+                self.prefill_tokens -= req.prompt_len
         elif req.state == EngineRequest.WAITING:
             try:
                 self.waiting.remove(req)
             except ValueError:
-                pass
+                pass                                # not queued yet (the frontend's delay): never counted
+            else:
+                if not req.num_output:
+                    self.prefill_tokens -= req.prompt_len
             self._free(req)
         req.state = EngineRequest.ABORTED
 
@@ -546,6 +555,7 @@ class Scheduler:
             out = req.num_output = req.num_output + 1
             if req.first_token is None:
                 req.first_token = end
+                self.prefill_tokens -= req.prompt_len
             req.prev_token = req.last_token
             req.last_token = end
             append(req)
