@@ -44,6 +44,7 @@ from schemas.common import load
 from .common import (SSE_HEADERS, dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
                      request_id, response_headers, run_to_completion, send_image, sse_body)
 from .errors import anthropic_body, internal_error, log_error_stack, openai_body, status_of
+from .sse_keep_alive import with_sse_keep_alive
 from .streaming import WRITE_KEY
 
 log = logging.getLogger("vllm_sim")
@@ -103,6 +104,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
             return 200, [*extra.items(), *SSE_BASE_HEADERS], body
         if req.stream:
             stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
+            if adapter.sse_keep_alive and sim.config.sse_keep_alive_interval and sim.expects_delay(seqs):
+                stream = with_sse_keep_alive(stream, sim.config.sse_keep_alive_interval, environ)
             return 200, [*extra.items(), *SSE_BASE_HEADERS], stream
         if adapter.background:          # answered now, run on (Responses API, "background": true)
             body = [dumps_json(adapter.start_background(seqs))]

@@ -10,7 +10,7 @@ the first ``float`` deadline or :class:`~generation.engine.token_schedule.TokenS
 next))`` when the greenlet must take the stream back (a slow reader); ``next`` is what the
 body's iterator gave after those bytes and the greenlet goes on with: a TokenSchedule to
 finish, a ``float`` deadline to wait for, an exception to raise, or None.  The
-simulator's runtime installs :func:`server.sse_emitter.hub_emitter`; any other WSGI server, and
+simulator's runtime installs :func:`server.emitter_factory.hub_emitter`; any other WSGI server, and
 the in-process test client, leave the key out, and the stream waits in its greenlet.
 
 The route stores the ``write`` callable its ``start_response`` returned under
@@ -22,10 +22,33 @@ before its first wait; they leave with its first chunk (one ``send`` per stream 
 burst is being set up, issue 32).  And a callable under :data:`END_WITH_KEY`: ``end(environ) -> bool`` makes the response's next
 non-empty write carry the body's end (a chunked body's ``0\\r\\n\\r\\n``) in the same ``send``;
 an SSE body that never waits calls it before its last bytes, once its generator is done (one
-``send`` per stream fewer).  Flask-free.
+``send`` per stream fewer).
+
+With ``--sse-keep-alive-interval`` (chat and completions streams only, as vLLM 0.34's routes),
+the route's SSE body runs behind :func:`blueprints.sse_keep_alive.with_sse_keep_alive`, which
+calls the factory with a fourth argument, a :class:`KeepAlive`: the emitter then sends
+:data:`SSE_KEEP_ALIVE_COMMENT` whenever ``keep_alive.due()`` passes with nothing written, and sets
+``keep_alive.last`` at each write.  Without it the factory is called with three.  Flask-free.
 """
 WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start_response returned
 HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
 HEADERS_LATER_KEY = "vllm_sim.headers_later"  # environ: () -> bool, the runtime's "in a burst", if any
 END_WITH_KEY = "vllm_sim.end_with"        # environ: (environ) -> bool, the runtime's "the next write ends the body"
 KERNEL_ARRIVAL_KEY = "vllm_sim.kernel_arrival"  # environ: when the kernel received the request (time.time s), if known
+
+SSE_KEEP_ALIVE_COMMENT = b": keep-alive\n\n"    # vLLM's (vllm/entrypoints/serve/utils/sse_keep_alive.py)
+
+
+class KeepAlive:
+    """One stream's keep-alive clock, shared by whoever writes it (the request's greenlet, or
+    the runtime's hub emitter): ``interval`` seconds of silence send a comment; ``last`` is when
+    the stream last wrote (``time.monotonic`` seconds; the response's start before anything)."""
+    __slots__ = ("interval", "last")
+
+    def __init__(self, interval: float, last: float):
+        self.interval = interval
+        self.last = last
+
+    def due(self) -> float:
+        """When a keep-alive comment is due if nothing is written before."""
+        return self.last + self.interval

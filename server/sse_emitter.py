@@ -34,7 +34,7 @@ from time import monotonic
 from gevent.hub import Waiter, get_hub
 from gevent.socket import socket as PlainSocket
 
-from blueprints.streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, WRITE_KEY
+from blueprints.streaming import WRITE_KEY
 from generation.engine.request import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule
 
@@ -69,13 +69,6 @@ def usable_response(environ: dict):
     return resp, raw
 
 
-def hub_emitter(environ: dict, seq, body_iter):
-    """The factory the runtime puts in the environ (:data:`blueprints.streaming.HUB_EMITTER_KEY`):
-    a :class:`HubEmitter` for ``seq``'s stream when :func:`usable_response` allows, else None."""
-    target = usable_response(environ)
-    return HubEmitter(seq, body_iter, *target) if target is not None else None
-
-
 def in_burst() -> bool:
     """Whether a burst of arrivals waits its turn (:mod:`server.arrivals`): a stream set up now
     sends its headers with its first chunk (:data:`blueprints.streaming.HEADERS_LATER_KEY`)."""
@@ -87,17 +80,6 @@ def end_with_last_bytes(environ: dict) -> bool:
     chunked body's end (:func:`server.gunicorn_tuning.end_with_next_write`)."""
     resp = getattr(environ.get(WRITE_KEY), "__self__", None)
     return resp is not None and end_with_next_write(resp)
-
-
-def with_hub_emitter(wsgi_app):
-    """``wsgi_app`` with :func:`hub_emitter`, :func:`in_burst` and :func:`end_with_last_bytes`
-    offered in every request's environ."""
-    def app(environ, start_response):
-        environ[HUB_EMITTER_KEY] = hub_emitter
-        environ[HEADERS_LATER_KEY] = in_burst
-        environ[END_WITH_KEY] = end_with_last_bytes
-        return wsgi_app(environ, start_response)
-    return app
 
 
 _ERROR = object()

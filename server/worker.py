@@ -176,7 +176,7 @@ class SimWorker(GeventWorker):
         arrivals.install(ACCEPT_BATCH)  # keep-alive requests take turns with due tokens
         super().load_wsgi()
         flask_app = self.wsgi
-        from .sse_emitter import with_hub_emitter
+        from .emitter_factory import with_hub_emitter
         self.wsgi = with_hub_emitter(flask_app)      # streams may be driven from the event loop
         ext = getattr(flask_app, "extensions", {})
         sim = self._simulator = ext.get("simulator")

@@ -54,6 +54,7 @@ class Adapter:
     image_output = False      # --omni's image decision applies (chat; Anthropic messages: its latency only)
     background = False        # answered once admitted, run on (:meth:`start_background`; Responses API)
     background_stream = False  # streamed apart from the connection (Responses API)
+    sse_keep_alive = False    # --sse-keep-alive-interval's comments (vLLM 0.34: chat, completions api_router.py)
 
     def __init__(self, sim, body):
         self.sim = sim

@@ -33,6 +33,7 @@ from .sampling import chat_reasoning, sampling_semantics, structured_constraint,
 class ChatAdapter(Adapter):
     body: ChatCompletionRequest
     image_output = True
+    sse_keep_alive = True
     # vLLM's chat_completion_stream_generator: ``except GenerationError`` -> InternalServerError
     generation_error_stream_type = "InternalServerError"
 

@@ -71,6 +71,7 @@ class BatchChatAdapter(ChatAdapter):
     ``self.body`` is the request each conversation gets (the batch's fields, ``messages`` left
     out); ``self.conversations`` the conversations."""
     image_output = False          # vLLM's batch answers text only (no --omni image)
+    sse_keep_alive = False        # its route returns JSON, never wrapped in vLLM's with_sse_keep_alive
 
     def __init__(self, sim, body):
         super().__init__(sim, body)

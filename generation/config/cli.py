@@ -18,7 +18,7 @@ from .options import (GROUPS, IGNORED_FLAGS, IGNORED_NOTES, OPTIONS, VLLM_FLAGS,
                       _OLDER_ALIASES, _OPTION_ALIASES, coerce, human_readable_int)
 from .kv_events import apply_kv_events_config
 from .sim_config import SimConfig
-from .vllm_versions import apply_version_defaults
+from .vllm_versions import apply_version_defaults, newer_flags
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,9 +411,26 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     apply_kv_events_config(cfg, cfg.explicit)
     if cfg.seed is None:
         cfg.seed = time.time_ns()
+    newer = newer_flags(cfg)
+    if newer:       # absent from --vllm-version's parser: refused as its argparse refuses them, before any check
+        raise ConfigError("unrecognized arguments: " + " ".join(_as_given(argv, n, getattr(cfg, OPTIONS[n].attr))
+                                                                 for n in newer), newer[0])
     cfg.validate()
     apply_version_defaults(cfg, step=cfg.latency_calculator == "step")
     return cfg
+
+
+def _as_given(argv: list[str], name: str, value) -> str:
+    """Flag ``name``'s words as ``argv`` gave them (``--x 15`` or ``--x=15``; the last, as
+    argparse keeps), or ``--x VALUE`` when it came from the YAML file (vLLM turns the file's keys
+    into such arguments)."""
+    flag, words = f"--{name}", f"--{name} {value}"
+    for i, tok in enumerate(argv):
+        if tok == flag and i + 1 < len(argv):
+            words = f"{tok} {argv[i + 1]}"
+        elif tok.startswith(flag + "="):
+            words = tok
+    return words
 
 
 # ---------------------------------------------------------------------------------------------

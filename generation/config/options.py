@@ -208,6 +208,9 @@ _declare("frontend",
                 unit="tokens"),
          Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
                 "`stream_options.include_usage` were set"),
+         Option("sse-keep-alive-interval", "int", 0, "Chat completions and completions streams send the SSE "
+                "comment `: keep-alive` after this many seconds without a write (queued, in prefill, between "
+                "tokens), as vLLM from 0.29; 0: never; refused with --vllm-version before 0.29", unit="s"),
          Option("enable-per-request-metrics", "bool", False, "Chat and completion answers (a stream's usage "
                 "chunk) carry vLLM 0.34's `metrics`: time to first token, generation and queue time, mean ITL, "
                 "tokens per second, from the simulated timeline"),
@@ -470,7 +473,6 @@ IGNORED_NOTES: dict[str, str] = {
     "enable-scale-out": "the render, derender and `/inference/v1/*` routes it registers are always served",
     "stream-interval": "one token per streamed chunk; a request's `stream_interval` is only checked to be at "
                        "least 1",
-    "sse-keep-alive-interval": "no keep-alive comments",
     "optimization-level": "also `-O3`, `-O=3`, `-O 3`",
     "enable-log-requests": "its negative `--disable-log-requests` is the simulator's access-log switch",
 }

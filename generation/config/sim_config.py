@@ -223,6 +223,9 @@ class SimConfig:
             raise ConfigError("worker-connections cannot be less than 1", "worker-connections")
         if self.timeout_keep_alive < 0:
             raise ConfigError("timeout-keep-alive cannot be negative", "timeout-keep-alive")
+        if self.sse_keep_alive_interval < 0:       # vLLM's validate_parsed_serve_args (less its "Error: ")
+            raise ConfigError("--sse-keep-alive-interval must be a non-negative integer (0 disables keep-alive "
+                              "comments).", "sse-keep-alive-interval")
         self._validate_generic()
         if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None and not self.fleet_size:
             # The reference refuses to start here; vLLM needs no POD_IP, and a user's case starts

@@ -33,6 +33,15 @@ Sources (vLLM's own history; docs/engine-model.md section 7):
   models the older semantics below 0.21.0 (:mod:`generation.engine.cpu_tier_v015`) and 0.34's
   from 0.21.0 on (0.21 and 0.22 offered generated blocks too: not modelled).
 
+- Flags newer than a release (:data:`FLAGS_FROM`, :func:`newer_flags`): an older vLLM's
+  parser does not know them, so ``vllm serve`` stops with argparse's ``unrecognized arguments``.
+  ``--sse-keep-alive-interval`` (vllm-project/vllm#51034): absent from the 0.27.0 sdist's
+  ``vllm/entrypoints/openai/cli_args.py``, present in 0.34.0's ``entrypoints/common/cli_args.py``;
+  the releases between are not at hand.  0.29.0 is its first release by the public record: a
+  backport of #51034 onto 0.28.0 was still needed for the flag to exist (syv-ai/qwen38-27b-rtx3090
+  #85, #115), and a release digest of 0.29.0 lists it among that release's new arguments (vllm-cli
+  v0.5.0.0's notes: "new in v0.29.0 against v0.28").
+
 Which mode takes them (:func:`apply_version_defaults`): step mode always (it imitates vLLM's
 engine, so ``--vllm-version``'s default, 0.34.0, gives 64-token blocks); the reference's default
 mode only when ``--vllm-version`` is given, since the reference's users (its KV events, its
@@ -105,6 +114,20 @@ RESERVE_FULL_ISL_FROM = (0, 19, 0)       # scheduler_reserve_full_isl on by defa
 OFFLOAD_STORES_PER_JOB_FROM = (0, 21, 0)  # CPU-tier stores complete per job, not at the request's finish
 OFFLOAD_PROTECTS_OFFERED_FROM = (0, 18, 0)  # prepare_store never evicts a block it is offered
 OFFLOAD_EVENT_BLOCK_SIZE_0_FROM = (0, 20, 0)  # the CPU tier's BlockStored carries block_size 0
+
+
+# vLLM flags the simulator serves that older releases lack: name -> first release with it
+FLAGS_FROM = {
+    "sse-keep-alive-interval": (0, 29, 0),      # vllm#51034 (see the module docstring)
+}
+
+
+def newer_flags(cfg) -> list[str]:
+    """The flags of :data:`FLAGS_FROM` that ``cfg`` (a SimConfig) was given under a
+    ``--vllm-version`` before their first release: that release's ``vllm serve`` stops on them
+    (argparse's ``unrecognized arguments``, :func:`generation.config.cli.load_config`)."""
+    version = parse_version(cfg.vllm_version)
+    return [name for name, first in FLAGS_FROM.items() if version < first and given(cfg, name)]
 
 
 def reserve_full_isl(cfg) -> bool:

@@ -23,12 +23,9 @@ def check_admission(sim, n: int) -> None:
         if live + n > cfg.max_num_queued_reqs:
             raise sim.metrics.refused(QueueOverflow(), "max_num_queued_reqs")
     if cfg.max_num_queued_tokens is not None:
-        if engine is not None:
-            sched = engine.scheduler
-            tokens = engine.pending_tokens + sum(r.prompt_len for r in sched.waiting if not r.num_output) + \
-                sum(r.prompt_len for r in sched.running if not r.num_output)
-        else:
-            tokens = sum(s.prompt_len for s in sim.waiting) + \
-                sum(s.prompt_len for s in sim.running_seqs if not s.first_token_at)
+        # running totals, kept where requests join and leave the queue and emit their first token
+        # (Scheduler.prefill_tokens, Simulator.prefill_tokens): O(1), not O(queue), per arrival
+        tokens = (engine.pending_tokens + engine.scheduler.prefill_tokens if engine is not None
+                  else sim.prefill_tokens)
         if tokens >= cfg.max_num_queued_tokens:
             raise sim.metrics.refused(MaxQueuedTokens(), "max_num_queued_tokens")

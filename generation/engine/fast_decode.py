@@ -293,6 +293,7 @@ class LazyDecode:
                 o = req.num_output = req.num_output + 1
                 if req.first_token is None:
                     req.first_token = end
+                    s.prefill_tokens -= req.prompt_len
                 req.prev_token = req.last_token
                 req.last_token = end
                 out.append(req)

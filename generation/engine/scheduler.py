@@ -55,10 +55,10 @@ a step O(events) with the same results.
 """
 from __future__ import annotations
 
-from bisect import insort
 from collections import deque
 
 from .block_pool import BlockPool
+from .waiting_queue import PriorityQueue, priority_key
 
 
 class EngineRequest:
@@ -162,28 +162,6 @@ class StepPlan:
             self.prefill_context += c
 
 
-def _priority_key(req: EngineRequest):
-    return req.priority, req.arrival
-
-
-class PriorityQueue(list):
-    """The waiting queue of the priority policy: the deque operations the scheduler uses, kept
-    in (priority, arrival) order; a request put back (``appendleft``) takes its place by key, as
-    vLLM's ``PriorityRequestQueue.prepend_request``."""
-
-    def append(self, req) -> None:
-        insort(self, req, key=_priority_key)
-
-    appendleft = append
-
-    def popleft(self):
-        return self.pop(0)
-
-    def extendleft(self, reqs) -> None:
-        for r in reqs:
-            self.append(r)
-
-
 class Scheduler:
     """The waiting queue, the running batch and the KV blocks of one engine.
 
@@ -222,6 +200,9 @@ class Scheduler:
         self.running: list[EngineRequest] = []
         self.priority = policy == "priority"
         self.waiting = PriorityQueue() if self.priority else deque()
+        # prompt tokens of the requests here (waiting or running) before their first token, kept
+        # as they come, emit it and leave: --max-num-queued-tokens reads it per arrival, O(1)
+        self.prefill_tokens = 0
         self.num_preemptions = 0
         self.on_preempt = on_preempt
         self.on_prefilled = on_prefilled
@@ -278,6 +259,7 @@ class Scheduler:
         req.state = EngineRequest.WAITING
         req.queued_at = now
         self.waiting.append(req)
+        self.prefill_tokens += req.prompt_len
 
     def abort(self, req: EngineRequest) -> None:
         """Remove a request wherever it is, releasing its blocks (client gone)."""
@@ -286,11 +268,16 @@ class Scheduler:
         if req.state == EngineRequest.RUNNING:
             self.running.remove(req)
             self._free(req)
+            if not req.num_output:
+                self.prefill_tokens -= req.prompt_len
         elif req.state == EngineRequest.WAITING:
             try:
                 self.waiting.remove(req)
             except ValueError:
-                pass
+                pass                                # not queued yet (the frontend's delay): never counted
+            else:
+                if not req.num_output:
+                    self.prefill_tokens -= req.prompt_len
             self._free(req)
         req.state = EngineRequest.ABORTED
 
@@ -423,7 +410,7 @@ class Scheduler:
         back = None
         while need > self.pool.num_free:
             if self.priority:
-                victim = max(running, key=_priority_key)
+                victim = max(running, key=priority_key)
                 k = running.index(victim)
                 del running[k]
                 if k < i:                     # scheduled earlier in this step: unschedule it
@@ -568,6 +555,7 @@ class Scheduler:
             out = req.num_output = req.num_output + 1
             if req.first_token is None:
                 req.first_token = end
+                self.prefill_tokens -= req.prompt_len
             req.prev_token = req.last_token
             req.last_token = end
             append(req)

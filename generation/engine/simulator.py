@@ -82,6 +82,9 @@ class Simulator(OutputDecisions, EngineState):
         self.running = 0
         self.running_seqs: set = set()        # for kv_cache_usage_perc without the step engine
         self.waiting: deque[Sequence] = deque()
+        # prompt tokens of the sequences waiting or running before their first token (not kept in
+        # step mode: its scheduler's), for --max-num-queued-tokens in O(1) per arrival
+        self.prefill_tokens = 0
         self.metrics.bind(self)
         self._id_bits = random.Random(f"{config.seed}-{config.port}").getrandbits
         self.started = monotonic()
@@ -210,6 +213,7 @@ class Simulator(OutputDecisions, EngineState):
                 for s in admitted:
                     self.abort(s, record=False)     # the request is refused whole: nothing ran
                 raise self.metrics.refused(QueueFullError())        # counted (vllm:admission_rejections)
+            self.prefill_tokens += seq.prompt_len
             admitted.append(seq)
 
     def _admit_to_engine(self, seqs: list[Sequence], now: float) -> None:
@@ -268,6 +272,8 @@ class Simulator(OutputDecisions, EngineState):
         if state == SeqState.RUNNING:
             self.running -= 1
             self.running_seqs.discard(seq)
+            if not seq.first_token_at:
+                self.prefill_tokens -= seq.prompt_len
             self.loras.release(seq.lora)
             if self.kv_cache is not None:
                 self.kv_cache.finish(seq)
@@ -277,6 +283,8 @@ class Simulator(OutputDecisions, EngineState):
                 self.waiting.remove(seq)
             except ValueError:
                 pass
+            else:
+                self.prefill_tokens -= seq.prompt_len
 
     def abort(self, seq: Sequence, record: bool = True, reason: str = "abort") -> None:
         """Abort a sequence (client gone, a sibling failed): leave the queue / free the slot; an
@@ -401,6 +409,7 @@ class Simulator(OutputDecisions, EngineState):
                 wait(seq, target, deadlines)
                 now = monotonic()
             seq.first_token_at = now
+            self.prefill_tokens -= seq.prompt_len
             if n:
                 lag(now - target)
                 if per_token:
