@@ -19,6 +19,10 @@ def error_type(status: int) -> str:
     return _TYPES.get(status, "APIConnectionError")
 
 
+UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
+                      "Refused request with untrusted chat template.")      # vLLM's validate_chat_template
+
+
 class SimulatorError(Exception):
     """Base of every client-visible error: ``message`` and the ``param`` it names (or None)."""
 

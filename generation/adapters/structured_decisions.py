@@ -43,9 +43,8 @@ import json
 import string
 from dataclasses import dataclass
 
-from generation.engine.simulator import UNTRUSTED_TEMPLATE
 
-from ..errors import APIError, InvalidParam
+from ..errors import UNTRUSTED_TEMPLATE, APIError, InvalidParam
 from .decisions import (ID_PREFIX, LABELS, MAX_QUESTIONS, admit_reads, read_prompts, run_reads)
 from .fields import scheduling_priority
 

@@ -24,17 +24,14 @@ import gevent.queue
 from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
-from generation.errors import ContextLengthError, EnginePaused, InvalidParam, ModelNotFound, QueueFullError
+from generation.errors import (UNTRUSTED_TEMPLATE, ContextLengthError, EnginePaused, InvalidParam, ModelNotFound,
+                               QueueFullError)
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
 from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
 from .admission import check_admission
 from .engine_state import EngineState
 from .token_schedule import TokenSchedule
-
-
-UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
-                      "Refused request with untrusted chat template.")      # vLLM's validate_chat_template
 
 
 def _waiting_priority(seq: Sequence) -> int:
