@@ -101,7 +101,7 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
             priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
-            reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)))
+            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)))
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:

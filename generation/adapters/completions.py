@@ -86,7 +86,7 @@ class CompletionsAdapter(Adapter):
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold, response_format=constraint or b.response_format,
             reasoning=chat_reasoning(sim, b), priority=scheduling_priority(sim, b.priority), cache_salt=b.cache_salt,
-            **sampling_semantics(b))
+            stream_interval=b.stream_interval, **sampling_semantics(b))
         return self.req
 
     def _work(self, tokens: int, prompt_tokens: int = 0) -> tuple[int, str, str]:

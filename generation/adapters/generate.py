@@ -25,7 +25,8 @@ from generation.engine.request import ClientDisconnected, GenerationRequest, Pro
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, check_min_tokens,
-                     check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, scheduling_priority, vocab_size)
+                     check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, request_stream_interval,
+                     scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
@@ -66,6 +67,7 @@ class GenerateAdapter(Adapter):
         check_seed(sp.seed)
         check_bad_words(sp.bad_words, "sampling_params.bad_words")      # SamplingParams._verify_args
         check_min_tokens(sp.min_tokens, max_tokens)
+        interval = request_stream_interval(sim, sp.stream_interval, "sampling_params.stream_interval", "sampling")
         check_sampling_ranges(sp)
         check_cache_salt(b.cache_salt)
         vocab = vocab_size(sim)
@@ -98,7 +100,8 @@ class GenerateAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
             min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv,
             priority=scheduling_priority(sim, b.priority), response_format=structured_constraint(sim, sp.structured_outputs),
-            reasoning=render_reasoning(sim, b), cache_salt=b.cache_salt, **sampling_semantics(sp))
+            reasoning=render_reasoning(sim, b), cache_salt=b.cache_salt,
+            stream_interval=interval, **sampling_semantics(sp))
         return self.req
 
     def _work(self, tokens: int) -> tuple[int, str, str]:
