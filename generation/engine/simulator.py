@@ -30,6 +30,7 @@ from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
 from .admission import check_admission
 from .engine_state import EngineState
+from .stream_interval import effective, grouped
 from .token_schedule import TokenSchedule
 
 
@@ -350,7 +351,7 @@ class Simulator(OutputDecisions, EngineState):
 
     FLUSH = -1   # yielded by run() before it sleeps: chunks rendered so far should go out now
 
-    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False, deadlines: bool = False):
+    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False, deadlines: bool = False, interval: int = 1):
         """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
         inter-token latency apart (absolute schedule, so lateness does not accumulate), and
         :attr:`FLUSH` before every sleep so that a renderer can write what it has in one go.
@@ -368,7 +369,9 @@ class Simulator(OutputDecisions, EngineState):
 
         With ``per_token=False`` (non-streaming) and a constant inter-token latency the decode
         phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
-        exception aborts the sequence; :meth:`cancel` makes it raise ClientDisconnected."""
+        exception aborts the sequence; :meth:`cancel` makes it raise ClientDisconnected.  ``interval``
+        > 1 (the stream interval): the first token alone, then ``slice`` s of ``interval`` tokens,
+        each one output (:func:`~generation.engine.stream_interval.grouped`)."""
         try:
             if seq.state == SeqState.INSTANT:
                 seq.finished_at = monotonic()
@@ -376,7 +379,7 @@ class Simulator(OutputDecisions, EngineState):
                 seq.state = SeqState.DONE
                 return
             if self.engine is not None:
-                yield from self.engine.stream(seq, per_token, blocks, deadlines, self.step_schedule)
+                yield from self.engine.stream(seq, per_token, blocks, deadlines, self.step_schedule, interval)
                 return
             self._wait_for_slot(seq)
             lat = self.latency
@@ -406,7 +409,9 @@ class Simulator(OutputDecisions, EngineState):
                 target = now
             itl = lat.constant_itl()
             constant_itl = itl is not None
-            if n > 1 and constant_itl and (not per_token or itl <= 0):
+            if interval > 1 and per_token and n > 1:
+                yield from grouped(self, seq, n, interval, target, now, deadlines, wait)
+            elif n > 1 and constant_itl and (not per_token or itl <= 0):
                 if not per_token:
                     target += itl * (n - 1)
                     now = monotonic()
@@ -508,26 +513,29 @@ class Simulator(OutputDecisions, EngineState):
         with ``flush``, also ``(sequence or None, FLUSH)`` whenever the next token is not ready;
         with ``blocks``, ``(sequence, range)`` for tokens due at once (see :meth:`run`);
         with ``deadlines`` and one sequence, ``(sequence, deadline)`` where it would flush and
-        sleep (see :meth:`run`; several sequences ignore it: they run in greenlets of their own).
+        sleep (see :meth:`run`; several sequences ignore it: they run in greenlets of their own);
+        with a stream interval over 1 (the request's, clamped up to ``--stream-interval``),
+        ``(sequence, slice)`` for tokens that go out as one output (see :meth:`run`).
 
         One sequence runs in the caller's greenlet; several run in their own greenlets and
         their tokens interleave as they are produced.  Closing the generator aborts every
         sequence still running or waiting."""
+        interval = effective(seqs[0].request.stream_interval, self.config.stream_interval) if seqs else 1
         if len(seqs) == 1:
             seq = seqs[0]
             if flush:               # C-level pairing: no Python frame per token
-                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks, deadlines=deadlines))
-            return ((seq, k) for k in self.run(seq, blocks=blocks) if k != self.FLUSH)
-        return self._stream_many(seqs, flush, blocks)
+                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks, deadlines=deadlines, interval=interval))
+            return ((seq, k) for k in self.run(seq, blocks=blocks, interval=interval) if k != self.FLUSH)
+        return self._stream_many(seqs, flush, blocks, interval)
 
-    def _stream_many(self, seqs: list[Sequence], flush: bool, blocks: bool = False):
+    def _stream_many(self, seqs: list[Sequence], flush: bool, blocks: bool = False, interval: int = 1):
         q = gevent.queue.Queue()
         done = object()
         ahead = [0]             # tokens queued since the renderer last caught up
 
         def worker(s):
             try:
-                for k in self.run(s, blocks=blocks):
+                for k in self.run(s, blocks=blocks, interval=interval):
                     q.put((s, k))
                     ahead[0] += len(k) if k.__class__ is range else 1
                     if ahead[0] > STREAM_AHEAD:      # tokens all due at once: the renderer's turn
