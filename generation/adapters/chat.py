@@ -352,6 +352,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     plain = not (want_logprobs or token_ids or continuous or image or any(s.reasoning_span for s in seqs))
     blocks = plain and not any(s.tool_calls for s in seqs)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
+    plain_prefix, plain_suffix = _PLAIN_REST.prefix, _PLAIN_REST.suffix
 
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
@@ -414,6 +415,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         chunk (its finish a ``delta: {}``), as vLLM's parser returns no delta for them."""
         i = seq.index
         pieces = seq.pieces
+        if plain and b - 1 != lasts[i] and not seq.tool_calls:     # text alone: the plain chunk's frame
+            return heads[i] + plain_prefix + dumps("".join(pieces[a:b])) + plain_suffix
         span = seq.reasoning_span
         r0, r1, c0 = span if span is not None else (0, 0, 0)
         n = b - a

@@ -295,6 +295,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         pieces = seq.pieces[a:b]
         text = "".join(pieces)
         last = b - 1 == lasts[i]
+        if plain and not last:          # text alone: the plain chunk's frame
+            return heads[i] + _PLAIN_REST.prefix + dumps(text) + _PLAIN_REST.suffix
         logprobs = b"null"
         if top is not None:
             logprobs = dumps(lp.completion_logprobs(pieces, top, start=a, offset=offsets[i],

@@ -56,27 +56,47 @@ def grouped(sim, seq, n: int, interval: int, target: float, prev: float, deadlin
     ``target``: the first token's deadline; ``prev``: when it went out (monotonic s); ``wait``:
     ``Simulator._wait_until``."""
     lat = sim.latency
-    itl_obs = sim.metrics.itl.observe
+    itl_obs, itl_n = sim.metrics.itl.observe, sim.metrics.itl.observe_n
     lag_n = sim.metrics.lag.observe_n
     k = 1
     while k < n:
         stop = k + interval if k + interval < n else n
-        made = []                   # the group's tokens' deadlines but the last
-        for _ in range(k, stop - 1):
+        inner = stop - k - 1        # the group's tokens before its last
+        itl = lat.constant_itl()    # per group: a latency change (/admin/config) applies from the next
+        if itl == 0.0:              # every token due now: the groups at once, observed together (as run())
+            for j in range(k, n, interval):
+                end = j + interval if j + interval < n else n
+                yield slice(j, end) if end - j > 1 else j
+            lag_n(0.0, n - k)
+            itl_n(0.0, n - k)
+            return
+        if itl is None:
+            made = []               # their deadlines
+            for _ in range(inner):
+                target += lat.itl(sim.running)
+                made.append(target)
             target += lat.itl(sim.running)
-            made.append(target)
-        target += lat.itl(sim.running)
+        else:
+            first = target + itl
+            target += itl * (inner + 1)
+            made = None if first > prev else [first + j * itl for j in range(inner)]
         now = monotonic()
         if target > now:
             yield target if deadlines else FLUSH
             wait(seq, target, deadlines)
             now = monotonic()
-        for t in made:
-            if t > prev:            # (the group before went out late: no negative gap)
-                itl_obs(t - prev)
-                prev = t
-            else:
-                itl_obs(0.0)
+        if made is None:            # a constant latency, on time: the inner gaps observed together
+            if inner:
+                itl_obs(first - prev)
+                itl_n(itl, inner - 1)
+                prev = target - itl
+        else:
+            for t in made:
+                if t > prev:        # (the group before went out late: no negative gap)
+                    itl_obs(t - prev)
+                    prev = t
+                else:
+                    itl_obs(0.0)
         itl_obs(now - prev)
         prev = now
         lag_n(now - target, stop - k)
