@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from support import make_app, metric, named_events, scrape, sse_events
+from support import make_app, metric, named_events, scrape, streamed as stream
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 MSG = [{"role": "user", "content": "Hello there"}]
@@ -31,14 +31,6 @@ def fresh(*flags) -> httpx.Client:
     """An app of its own: its first request draws the same answer as another fresh app's
     (``--seed``), for the APIs without a request ``seed``."""
     return httpx.Client(transport=httpx.WSGITransport(app=make_app("--seed", "5", *flags)), base_url="http://sim")
-
-
-def stream(c, path, body) -> list:
-    r = c.post(path, json={"model": "test-model", "stream": True, **body})
-    assert r.status_code == 200, r.text
-    events = sse_events(r.text)
-    assert events[-1] == "[DONE]"
-    return events[:-1]
 
 
 def choices(events) -> dict:
