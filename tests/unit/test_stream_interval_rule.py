@@ -27,8 +27,9 @@ def test_one_token_a_step(end, interval, want):
 
 
 def test_several_tokens_a_step():
-    """A step that makes several tokens (a late reader, speculative decoding): the first output
-    is still the first token alone; later ones carry all that is unsent once enough are."""
+    """Several tokens at one look (a reader that came late: vLLM's output processor looked at every
+    step): the first token still goes alone, as vLLM sent it at its own step; later outputs carry
+    all that is unsent once enough are."""
     assert outputs([3, 2, 1, 4], 10, 4) == [1, 4, 5]
     assert outputs([10], 10, 4) == [1]                 # the rest waits for the next look
 
