@@ -106,7 +106,7 @@ class SamplingSchema(SamplingKnobsSchema):
     priority = StrictInt()
     bad_words = fields.Raw()                 # the fields below: generation.adapters.fields
     vllm_xargs = fields.Raw()
-    stream_interval = StrictInt()
+    stream_interval = fields.Raw()           # read by --vllm-version (fields.request_stream_interval)
     routed_experts_prompt_start = StrictInt()
     # vLLM 0.34's ChatCompletionRequest / CompletionRequest types, as pydantic reads them (schemas.lax)
     length_penalty = lax_float(nullable=False)          # float = 1.0: null is pydantic's float_type

@@ -42,6 +42,7 @@ class SamplingParamsSchema(SamplingKnobsSchema):
     structured_outputs = fields.Dict()
     bad_words = fields.Raw()                     # generation.adapters.fields.check_bad_words
     repetition_detection = RepetitionDetection(where="sampling_params.")
+    stream_interval = fields.Raw()               # read by --vllm-version (fields.request_stream_interval)
 
 
 class MmHashes(fields.Field):

@@ -240,12 +240,16 @@ def make_servicer(sim, lifecycle=None):
                     # tokens due together (a late wake-up, zero ITL) go in one chunk, as vLLM's
                     # output processor batches what one engine step produced
                     for seq, k in sim.stream(seqs, flush=True):
-                        if k < 0:
+                        if k.__class__ is slice:    # a stream interval's group
+                            k0, k = k.start, k.stop - 1
+                        elif k < 0:
                             yield from flush()
                             continue
+                        else:
+                            k0 = k
                         i = seq.index
                         p = pending.get(i)
-                        pending[i] = (seq, k, k) if p is None else (seq, p[1], k)
+                        pending[i] = (seq, k0, k) if p is None else (seq, p[1], k)
                     yield from flush()
                 except ClientDisconnected:
                     yield from flush()

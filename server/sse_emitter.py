@@ -354,7 +354,7 @@ class HubEmitter:
         elif schedule.next >= schedule.stop:
             self._unhook()
             self._finish_later(FINISH_WITHIN)
-        elif self.chunked:
+        elif self.chunked and schedule.interval == 1:   # (a stream interval's groups are not foreseen)
             self._render_ahead(schedule, req)
 
     def _emitted(self, schedule: TokenSchedule, req):

@@ -45,6 +45,7 @@ from types import SimpleNamespace
 from generation.content import audio as au
 from generation.content import logprobs as lp
 from generation.engine.request import GenerationRequest, Prompt
+from generation.engine.stream_interval import token_span
 from ..errors import APIError, InvalidParam, Rejected, RequestInvalid
 from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
@@ -316,13 +317,14 @@ class SpeechToTextAdapter(Adapter):
         out = []
         put = out.append
 
-        def chunk(seq, k: int) -> bytes:
-            made[0] += 1
-            text = seq.pieces[k]
+        def chunk(seq, k) -> bytes:
+            a, b = token_span(k)        # one token, or a stream interval's group: one chunk
+            made[0] += b - a
+            text = "".join(seq.pieces[a:b])
             if seq.index > 0 and seq.index not in started and text:
                 text = sep + text
                 started.add(seq.index)
-            last = k == len(seq.pieces) - 1
+            last = b == len(seq.pieces)
             choice = {"delta": {"content": text}}
             if last:
                 choice["finish_reason"] = seq.finish_reason
@@ -355,9 +357,9 @@ class SpeechToTextAdapter(Adapter):
 
         finished = {s.index: not s.pieces for s in seqs}
         for s, k in sim.stream(seqs, flush=True):
-            if k.__class__ is int and k >= 0:
+            if (k.__class__ is int and k >= 0) or k.__class__ is slice:
                 waiting[s.index].append((s, k))
-                if k == ends[s.index]:
+                if token_span(k)[1] - 1 == ends[s.index]:
                     finished[s.index] = True
                 if s.index == current[0] or finished[s.index]:
                     release()
@@ -507,6 +509,9 @@ class SpeechAdapter(Adapter):
         for s, k in self.sim.stream([seq], flush=True):
             if k.__class__ is int and k >= 0:
                 ids.append(s.ids[k])
+                continue
+            if k.__class__ is slice:        # a stream interval's group
+                ids.extend(s.ids[k])
                 continue
             data = flush()
             if data:

@@ -102,7 +102,7 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
             priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
-            reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)))
+            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)))
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:
@@ -353,6 +353,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     plain = not (want_logprobs or token_ids or continuous or image or any(s.reasoning_span for s in seqs))
     blocks = plain and not any(s.tool_calls for s in seqs)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
+    plain_prefix, plain_suffix = _PLAIN_REST.prefix, _PLAIN_REST.suffix
 
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
@@ -403,6 +404,85 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         content = b'[{"type":"text","text":' + dumps(piece) + b'}]' if image else dumps(piece)
         return heads[i] + b',"delta":{"content":' + content + b'},"logprobs":' + logprobs + fin + end
 
+    def span_chunk(seq, a: int, b: int) -> bytes:
+        """Tokens ``a..b-1`` (``a`` > 0: the first token goes alone) as one output, a stream
+        interval's group, as vLLM's chat stream renders an output of several tokens (its
+        ``ChatStreamProcessor`` fed one multi-token delta): one delta with their ``content``, their
+        ``reasoning`` and their tool calls' argument fragments (one entry per call, the call's
+        first fragment with its ``id``, ``type`` and ``name``; DeltaMessage's key order), a
+        logprobs entry per content token, the ``token_ids`` of the tokens shown, the running
+        usage counting them all, the finish when ``b - 1`` is the choice's last token.  The
+        parser's markers (and hidden reasoning) show nothing: a group of nothing else sends no
+        chunk (its finish a ``delta: {}``), as vLLM's parser returns no delta for them."""
+        i = seq.index
+        pieces = seq.pieces
+        if plain and b - 1 != lasts[i] and not seq.tool_calls:     # text alone: the plain chunk's frame
+            return heads[i] + plain_prefix + dumps("".join(pieces[a:b])) + plain_suffix
+        span = seq.reasoning_span
+        r0, r1, c0 = span if span is not None else (0, 0, 0)
+        n = b - a
+        last = b - 1 == lasts[i]
+        ra, rb = (a if a > r0 else r0), (b if b < r1 else r1)      # the reasoning shown
+        if not include_reasoning:
+            rb = ra
+        ca = a if a > c0 else c0                                   # the answer's tokens ca..b-1
+        delta = {}
+        calls = seq.tool_calls
+        if ca < b and not calls:
+            text = "".join(pieces[ca:b])
+            delta["content"] = [{"type": "text", "text": text}] if image else text
+        if ra < rb:
+            delta["reasoning"] = "".join(pieces[ra:rb])
+        if ca < b and calls:
+            delta["tool_calls"] = call_deltas(seq, ca, b)
+        if not delta:
+            if continuous:
+                frame.count(i, n)
+            if last:                  # the answer ends here: its finish still goes out
+                return heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) + (
+                    b"}]" + tail(0, i) if continuous else last_close)
+            return b""                # a marker, or reasoning not returned: no delta
+        logprobs = b"null"
+        if want_logprobs and ca < b and not calls:
+            if as_ids:
+                entries = [lp.token_id_entry(seq.ids[k], k, top) for k in range(ca, b)]
+            else:
+                entries = [lp.chat_entry(pieces[k], k, top) for k in range(ca, b)]
+            if listed:
+                entries = [lp.with_listed(e, k, listed) for k, e in zip(range(ca, b), entries)]
+            logprobs = dumps({"content": entries})
+        fin = finish_fields(req, seq) if last else b',"finish_reason":null'
+        end = b"}]" + tail(n, i) if continuous else (last_close if last else CLOSE)     # "}]" closes the choices
+        if token_ids:
+            end = b',"token_ids":' + dumps(seq.ids[ra:rb] + seq.ids[ca:b]) + end
+        return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":' + logprobs + fin + end
+
+    def call_deltas(seq, a: int, b: int) -> list:
+        """The tool-call entries of pieces ``a..b-1``: one per run of one call's pieces, its
+        argument fragments joined; a run that starts at its call's first piece names the call."""
+        i = seq.index
+        cmap = call_maps.get(i)
+        if cmap is None:
+            cmap = call_maps[i] = seq.tool_call_of_piece()
+        out = []
+        args = None
+        prev = None
+        for k in range(a, b):
+            c = cmap[k]
+            tc = seq.tool_calls[c]
+            if c != prev or k == tc["start"]:
+                prev = c
+                args = []
+                fn = {"arguments": args}
+                if k == tc["start"]:
+                    out.append({"index": c, "id": tc["id"], "type": "function", "function": {"name": tc["name"], **fn}})
+                else:
+                    out.append({"index": c, "function": fn})
+            args.append(seq.pieces[k])
+        for entry in out:
+            entry["function"]["arguments"] = "".join(entry["function"]["arguments"])
+        return out
+
     def start_all() -> None:
         # vLLM sends every choice's role chunk, in index order, at the request's first output
         # (the openai SDK's stream helper needs choice 0's first): not each at its own first token
@@ -424,9 +504,14 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 start_all()
             put(_PLAIN_REST.block(heads[i], seq.pieces, k, partial(token_chunk, seq)))
             continue
+        if cls is slice:                     # a stream interval's group (never the first token): one chunk
+            put(span_chunk(seq, k.start, k.stop))
+            continue
         if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
             k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
                         if plain and not seq.tool_calls else partial(token_chunk, seq))
+            if k.interval > 1:
+                k.render_span = partial(span_chunk, seq)
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     if image:                            # after every choice's last token, before the finish chunks
         for seq in seqs:

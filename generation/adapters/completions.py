@@ -87,7 +87,7 @@ class CompletionsAdapter(Adapter):
             kv_transfer_params=b.kv_transfer_params, cache_hit_threshold=b.cache_hit_threshold,
             force_cache_threshold=force_cache_threshold, response_format=constraint or b.response_format,
             reasoning=chat_reasoning(sim, b), priority=scheduling_priority(sim, b.priority), cache_salt=b.cache_salt,
-            **sampling_semantics(b))
+            stream_interval=b.stream_interval, **sampling_semantics(b))
         return self.req
 
     def _work(self, tokens: int, prompt_tokens: int = 0) -> tuple[int, str, str]:
@@ -287,6 +287,29 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
+    def span_chunk(seq, a: int, b: int) -> bytes:
+        """Tokens ``a..b-1`` (``a`` > 0: the first token goes alone) as one output, a stream
+        interval's group, as vLLM's completions stream renders an output of several tokens:
+        their text, their logprobs (one entry per token) and ``token_ids`` together, the running
+        usage counting them, the finish when ``b - 1`` is the choice's last token."""
+        i = seq.index
+        pieces = seq.pieces[a:b]
+        text = "".join(pieces)
+        last = b - 1 == lasts[i]
+        if plain and not last:          # text alone: the plain chunk's frame
+            return heads[i] + _PLAIN_REST.prefix + dumps(text) + _PLAIN_REST.suffix
+        logprobs = b"null"
+        if top is not None:
+            logprobs = dumps(lp.completion_logprobs(pieces, top, start=a, offset=offsets[i],
+                                                    ids=seq.ids[a:b] if as_ids else None, listed=listed))
+            offsets[i] += len(text)
+        end = b"}]" + tail(b - a, i) if continuous else (last_close if last else CLOSE)   # "}]" closes the choices
+        if token_ids:
+            end = b',"token_ids":' + dumps(seq.ids[a:b]) + end
+        fin = (b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
+               if last else not_finished)
+        return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
+
     for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
         cls = k.__class__
         if cls is int and k >= 0:
@@ -295,9 +318,14 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         if cls is range:                     # plain tokens due at once: their chunks in one bytes
             put(_PLAIN_REST.block(heads[seq.index], seq.pieces, k, partial(token_chunk, seq)))
             continue
+        if cls is slice:                     # a stream interval's group: one chunk
+            put(span_chunk(seq, k.start, k.stop))
+            continue
         if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
             k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
                         else partial(token_chunk, seq))
+            if k.interval > 1:
+                k.render_span = partial(span_chunk, seq)
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     for seq in seqs:
         if lasts[seq.index] >= 0:            # its last token's chunk closed it

@@ -10,9 +10,14 @@ import os
 from generation.tokenization.tokenizer import each_text
 
 from ..errors import InvalidParam, Rejected
-from .validation import Mismatch, pydantic_error, read_float, validation_errors
+from .validation import Mismatch, pydantic_error, read_float, read_int, validation_errors
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+# The request field ``stream_interval`` (chat, completions; generate's SamplingParams) came with
+# vllm-project/vllm#49754 (merged 2026-07-24, after 0.25.1): the 0.24.0 and 0.26.0 sdists'
+# chat_completion/protocol.py and sampling_params.py lack it, 0.27.0's have it.  The server flag
+# --stream-interval is older (every sdist read, 0.17.0 on).
+STREAM_INTERVAL_FIELD_FROM = (0, 27, 0)
 EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
 
 
@@ -49,6 +54,29 @@ def check_bounds(name: str, value, ge=None, le=None) -> None:
     if le is not None and value > le:
         raise pydantic_error(name, value, ("less_than_equal", f"Input should be less than or equal to {le}",
                                            {"le": le}))
+
+
+def request_stream_interval(sim, value, param: str = "stream_interval", api: str = "openai") -> int | None:
+    """A request's own ``stream_interval`` (tokens per streamed output, at least 1), None when
+    absent or null, and None whatever it is under a ``--vllm-version`` before the field
+    (:data:`STREAM_INTERVAL_FIELD_FROM`: vLLM's request models ignored the unknown key, as the
+    schemas ignore one).  Read as pydantic reads vLLM's ``int`` (``"4"`` and ``4.0`` are 4),
+    refused in its validation handler's words at ``param``; below 1, chat and completions
+    (``api`` ``openai``) refuse with their ``Field(ge=1)``, the generate route's
+    ``SamplingParams`` (``api`` ``sampling``) with its ``_verify_args`` message
+    (``vllm/sampling_params.py``).  Raises InvalidParam."""
+    if value is None or sim.config.vllm_release < STREAM_INTERVAL_FIELD_FROM:
+        return None
+    try:
+        n = read_int(value)
+    except Mismatch as e:
+        raise pydantic_error(param, value, e.error) from None
+    if n < 1:
+        if api == "sampling":
+            raise Rejected(f"stream_interval must be at least 1, got {n}.", "stream_interval", n)
+        raise pydantic_error(param, value, ("greater_than_equal", "Input should be greater than or equal to 1",
+                                            {"ge": 1}))
+    return n
 
 
 def check_seed(seed) -> None:
@@ -375,7 +403,7 @@ def check_openai_fields(sim, b, logprobs_on: bool, max_tokens, api: str = "chat"
     check_seed(b.seed)
     check_bounds("priority", b.priority, INT64_MIN, INT64_MAX)
     check_bounds("routed_experts_prompt_start", b.routed_experts_prompt_start, 0)
-    check_bounds("stream_interval", b.stream_interval, 1)
+    b.stream_interval = request_stream_interval(sim, b.stream_interval)
     check_cache_salt(b.cache_salt)
     check_stop(b.stop)
     check_bad_words(b.bad_words)

@@ -22,10 +22,12 @@ from __future__ import annotations
 from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
+from generation.engine.stream_interval import token_span
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, check_min_tokens,
-                     check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, scheduling_priority, vocab_size)
+                     check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, request_stream_interval,
+                     scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
@@ -66,6 +68,7 @@ class GenerateAdapter(Adapter):
         check_seed(sp.seed)
         check_bad_words(sp.bad_words, "sampling_params.bad_words")      # SamplingParams._verify_args
         check_min_tokens(sp.min_tokens, max_tokens)
+        interval = request_stream_interval(sim, sp.stream_interval, "sampling_params.stream_interval", "sampling")
         check_sampling_ranges(sp)
         check_cache_salt(b.cache_salt)
         vocab = vocab_size(sim)
@@ -98,7 +101,8 @@ class GenerateAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=n, max_tokens=max_tokens,
             min_tokens=sp.min_tokens or 0, ignore_eos=ignore_eos, stream=stream, stop=sp.stop, kv_transfer_params=kv,
             priority=scheduling_priority(sim, b.priority), response_format=structured_constraint(sim, sp.structured_outputs),
-            reasoning=render_reasoning(sim, b), cache_salt=b.cache_salt, **sampling_semantics(sp))
+            reasoning=render_reasoning(sim, b), cache_salt=b.cache_salt,
+            stream_interval=interval, **sampling_semantics(sp))
         return self.req
 
     def _work(self, tokens: int) -> tuple[int, str, str]:
@@ -281,12 +285,13 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     finished = [False] * len(seqs)
     for seq, k in _tokens_until_abort(sim, req, seqs):
         i = seq.index
+        a, b = token_span(k)            # one token, or a stream interval's group: one chunk
         emitted[i] = True
-        finished[i] = k == last[i]
+        finished[i] = b - 1 == last[i]
         fr = dumps(seq.finish_reason) if finished[i] else b"null"
-        lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, k, k + 1))
-        yield (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":[' +
-               str(seq.ids[k]).encode() + b"]" + lps + tail)
+        lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, a, b))
+        yield (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":' +
+               dumps(seq.ids[a:b]) + lps + tail)
     for seq in seqs:
         if _aborted(req, seq, finished[seq.index]):
             yield open_ + str(seq.index).encode() + b',"finish_reason":"abort","token_ids":[]' + tail
@@ -381,10 +386,11 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
 
     finished = [False] * len(seqs)
     for seq, k in _tokens_until_abort(sim, req, seqs):
-        done = finished[seq.index] = k == last[seq.index]
-        yield chunk(seq, seq.pieces[k], [seq.ids[k]], seq.finish_reason if done else None,
+        a, b = token_span(k)            # one token, or a stream interval's group: one chunk
+        done = finished[seq.index] = b - 1 == last[seq.index]
+        yield chunk(seq, "".join(seq.pieces[a:b]), list(seq.ids[a:b]), seq.finish_reason if done else None,
                     seq.stop_reason if done else None,
-                    None if top is None else _text_logprobs(seq, top, as_ids, k, k + 1))
+                    None if top is None else _text_logprobs(seq, top, as_ids, a, b))
     for seq in seqs:
         if _aborted(req, seq, finished[seq.index]):
             yield chunk(seq, "", [], "abort", None, None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 from generation.engine.request import GenerationRequest
+from generation.engine.stream_interval import token_span, within
 from ..errors import FieldNames
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
@@ -357,24 +358,39 @@ def stream_message(sim, req, seq, stop_sequence):
             "content_block": {"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"], "input": {}}})
 
     call_of = seq.tool_call_of_piece() if calls else None
+    pieces = seq.pieces
     for _, k in sim.stream([seq]):
-        piece = seq.pieces[k]
-        if k < c0:
-            if span[0] <= k < span[1]:
-                yield _delta(0, {"type": "thinking_delta", "thinking": piece})
-            continue                            # a marker: no event
+        # one token, or a stream interval's group (a slice): vLLM converts its chat chunk, whose
+        # delta holds the group's reasoning, text and tool-call fragments, into one delta event
+        # per block it touches (anthropic/serving.py message_stream_converter)
+        a, b = token_span(k)
         out = b""
+        if a < c0:
+            ra, rb = within(k, span[0], span[1])
+            if ra < rb:
+                out = _delta(0, {"type": "thinking_delta", "thinking": "".join(pieces[ra:rb])})
+            if b <= c0:
+                if out:
+                    yield out
+                continue                        # a marker: no event
+            a = c0
         if thinking_open:
             thinking_open = False
-            out = close_thinking()
+            out += close_thinking()
         if calls:
-            c = call_of[k]
-            while opened <= c:
-                out += open_call(opened)
-                opened += 1
-            yield out + _delta(base + c, {"type": "input_json_delta", "partial_json": piece})
+            while a < b:
+                c = call_of[a]
+                run = a + 1
+                while run < b and call_of[run] == c:
+                    run += 1
+                while opened <= c:
+                    out += open_call(opened)
+                    opened += 1
+                out += _delta(base + c, {"type": "input_json_delta", "partial_json": "".join(pieces[a:run])})
+                a = run
+            yield out
         else:
-            yield out + text_head + dumps(piece) + b"}}\n\n"
+            yield out + text_head + dumps("".join(pieces[a:b])) + b"}}\n\n"
     out = close_thinking() if thinking_open else b""
     if calls:
         while opened < len(calls):          # calls without argument tokens

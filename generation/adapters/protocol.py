@@ -69,7 +69,7 @@ class OpenAISampling(SamplingKnobs):
     # vLLM 0.34 fields checked as vLLM checks them and otherwise ignored (generation.adapters.fields)
     bad_words: Any = None
     vllm_xargs: Any = None
-    stream_interval: int | None = None
+    stream_interval: Any = None                  # an int once read (fields.request_stream_interval)
     routed_experts_prompt_start: int | None = None
     # vLLM 0.34: refused without --trust-request-mm-kwargs (fields.check_mm_kwargs); the schema's
     # other vLLM 0.34 fields (length_penalty, session_id, ...) are checked only (schemas.lax)
@@ -138,6 +138,7 @@ class SamplingParams(SamplingKnobs):
     prompt_logprob_start: int | None = None
     structured_outputs: dict | None = None   # from a chat render's response_format
     bad_words: Any = None                    # checked as chat's (generation.adapters.fields)
+    stream_interval: Any = None              # vLLM 0.27+: read by generation.adapters.fields.request_stream_interval
     repetition_detection: dict | None = None
 
 

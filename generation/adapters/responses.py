@@ -45,6 +45,7 @@ from dataclasses import asdict
 from generation.content import logprobs as lp
 from ..errors import FieldNames, InvalidParam, Rejected
 from generation.engine.request import GenerationRequest
+from generation.engine.stream_interval import parts, token_span, within
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
@@ -527,10 +528,9 @@ def stream_response(sim, ctx: _Ctx, seq):
         head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
                 b'"response.function_call_arguments.delta","sequence_number":')
         mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"delta":'
-        for _, k in tokens:
-            if tc["start"] <= k < tc["end"]:
-                yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
-                ctx.n += 1
+        for a, b in parts(tokens, tc["start"], tc["end"]):      # a token, or a group's part in the call
+            yield head + str(ctx.n).encode() + mid + dumps("".join(seq.pieces[a:b])) + b"}\n\n"
+            ctx.n += 1
         done = _call_item(ctx, tc, "completed", tc["arguments"])
         yield (ev("response.function_call_arguments.done",
                   {"item_id": item_id, "output_index": oi, "name": done["name"], "arguments": tc["arguments"]}) +
@@ -548,9 +548,9 @@ def stream_response(sim, ctx: _Ctx, seq):
         top = ctx.top
         c0 = seq.reasoning_span[2] if seq.reasoning_span is not None else 0
         for _, k in tokens:
-            piece = seq.pieces[k]
-            lps = (b"[" + dumps(lp.responses_entry(piece, k - c0, top)) + b"]") if want else b"[]"
-            yield head + str(ctx.n).encode() + mid + dumps(piece) + b',"logprobs":' + lps + b"}\n\n"
+            a, b = token_span(k)        # one token, or a stream interval's group: one delta
+            lps = dumps([lp.responses_entry(seq.pieces[j], j - c0, top) for j in range(a, b)]) if want else b"[]"
+            yield head + str(ctx.n).encode() + mid + dumps("".join(seq.pieces[a:b])) + b',"logprobs":' + lps + b"}\n\n"
             ctx.n += 1
         text = content_text(seq)
         status = "incomplete" if _incomplete_reason(seq) else "completed"
@@ -585,13 +585,14 @@ def _stream_reasoning(ctx: _Ctx, seq, tokens):
     tokens = iter(tokens)
     first = None
     for item in tokens:
-        k = item[1]
-        if k >= c0:
-            first = item
-            break
-        if r0 <= k < r1:
-            yield head + str(ctx.n).encode() + mid + dumps(seq.pieces[k]) + b"}\n\n"
+        a, b = within(item[1], r0, r1)
+        if a < b:
+            yield head + str(ctx.n).encode() + mid + dumps("".join(seq.pieces[a:b])) + b"}\n\n"
             ctx.n += 1
+        a, b = within(item[1], c0, len(seq.pieces))
+        if a < b:                   # the answer's first token (a group's: its answer's part, vLLM's split_delta)
+            first = (seq, a if b == a + 1 else slice(a, b))
+            break
     text = reasoning_text(seq)
     yield (ev("response.reasoning_text.done", {**ids, "text": text}) +
            ev("response.reasoning_part.done", {**ids, "part": {"type": "reasoning_text", "text": text}}) +

@@ -260,6 +260,12 @@ _declare("scheduler",
          Option("max-num-queued-tokens", "size", None, "Most prompt tokens of requests still in prefill (waiting, "
                 "or running before their first token): while reached, a new request is refused with 503, vLLM "
                 "0.34's admission limit (empty: none; `8k` = 8,000 as vLLM reads it)", nullable=True, unit="tokens"),
+         Option("stream-interval", "int", 1, "Tokens per streamed output, as vLLM's SchedulerConfig.stream_interval: "
+                "a stream sends a request's first token at once, then its tokens in groups of this many, each "
+                "group one chunk (its tokens' text, logprobs and token ids together) sent when its last token is "
+                "made, and the rest with the finish; a request's `stream_interval` (chat, completions, generate's "
+                "`sampling_params`; from --vllm-version 0.27) raises it for that request. The engine's metrics "
+                "stay per token", unit="tokens"),
          Option("scheduling-policy", "str", "fcfs", "Order of the waiting queue: `fcfs`, or `priority` (the "
                 "request field `priority`, lower first, then arrival; in step mode the lowest-priority running "
                 "request is the one preempted)", choices=("fcfs", "priority")))
@@ -471,8 +477,6 @@ IGNORED_FLAGS: dict[str, str] = _ignored_flags()
 # Why an ignored flag changes nothing here, where that is not plain (the README's list says it)
 IGNORED_NOTES: dict[str, str] = {
     "enable-scale-out": "the render, derender and `/inference/v1/*` routes it registers are always served",
-    "stream-interval": "one token per streamed chunk; a request's `stream_interval` is only checked to be at "
-                       "least 1",
     "optimization-level": "also `-O3`, `-O=3`, `-O 3`",
     "enable-log-requests": "its negative `--disable-log-requests` is the simulator's access-log switch",
 }

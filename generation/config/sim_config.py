@@ -149,6 +149,8 @@ class SimConfig:
             raise ConfigError("checkpoint_prepare_on_startup requires enable_sleep_mode", "checkpoint-prepare-on-startup")
         if self.max_num_seqs < 1:
             raise ConfigError("max num seqs cannot be less than 1", "max-num-seqs")
+        if self.stream_interval < 1:         # vLLM's SchedulerConfig: Field(default=1, ge=1)
+            raise ConfigError("stream interval cannot be less than 1", "stream-interval")
         if self.max_waiting_queue_length < 0:
             raise ConfigError("max waiting queue size cannot be less than 0", "max-waiting-queue-length")
         for name in ("max-num-queued-reqs", "max-num-queued-tokens"):     # vLLM's Field(ge=0)

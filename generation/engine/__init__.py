@@ -6,6 +6,7 @@
     admission       ``check_admission``: vLLM 0.34's ``--max-num-queued-reqs`` / ``-tokens`` (503)
     latency         ``LatencyModel``: TTFT, inter-token latency, jitter, load factor
     token_schedule  ``TokenSchedule``: a stream's tokens at a constant inter-token latency
+    stream_interval vLLM's stream interval: which tokens go out together, in either mode
     lora            ``LoraRegistry``: registered adapters and the ``--max-loras`` slots
 
 The step engine (``--latency-calculator step``):

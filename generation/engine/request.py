@@ -81,6 +81,7 @@ class GenerationRequest:
     logprob_token_ids: list | None = None  # vLLM: top logprobs are the sampled token and these ids
     aborted_by_id: bool = False            # ended by /inference/v1/abort_requests (generate: an "abort" chunk)
     cache_salt: str | None = None          # vLLM: the first KV block's extra hash key (cache isolation)
+    stream_interval: int | None = None     # the request's own (SamplingParams.stream_interval): Simulator.stream_interval
 
     @property
     def remote_prefill(self) -> bool:

@@ -24,13 +24,13 @@ import gevent.queue
 from gevent.event import Event
 from gevent.hub import Waiter, get_hub
 
-from generation.errors import (UNTRUSTED_TEMPLATE, ContextLengthError, EnginePaused, InvalidParam, ModelNotFound,
-                               QueueFullError)
+from generation.errors import EnginePaused, InvalidParam, ModelNotFound, QueueFullError
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
-from generation.tokenization.tokenizer import content_text, tokenize_chat
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
 from .admission import check_admission
 from .engine_state import EngineState
+from .prompt_checks import PromptChecks
+from .stream_interval import effective, grouped
 from .token_schedule import TokenSchedule
 
 
@@ -47,7 +47,7 @@ HUB_SLICE = 0.002      # s: the longest a request's rendering runs before the hu
 STREAM_AHEAD = 256     # tokens the choices of a stream may produce ahead of its renderer
 
 
-class Simulator(OutputDecisions, EngineState):
+class Simulator(PromptChecks, OutputDecisions, EngineState):
     """The engine.  ``config`` is a :class:`generation.config.sim_config.SimConfig` (read live, so admin
     updates apply to later draws)."""
 
@@ -108,57 +108,6 @@ class Simulator(OutputDecisions, EngineState):
         if isinstance(model, str) and model in self.loras.paths:
             return model, model
         raise ModelNotFound(model)
-
-    # ---- tokenization ---------------------------------------------------------------------
-    def tokenize_text(self, text: str, add_special_tokens: bool = True) -> tuple[list, list]:
-        """A text prompt's ids and pieces (vLLM: special tokens added unless told otherwise)."""
-        return self.tokenizer.encode_prompt(text, add_special_tokens)
-
-    def tokenize_messages(self, messages, bounded: str | None = None, **chat_options) -> tuple[list, list]:
-        """A conversation's ids and pieces; ``chat_options`` are the keyword arguments of
-        :func:`generation.tokenization.tokenizer.tokenize_chat` (tools, chat_template, ...).  Raises
-        InvalidParam for a request chat template without ``--trust-request-chat-template``.
-        ``bounded`` (the request field, for a prompt that must fit the context): first
-        :meth:`check_prompt_chars` on the messages' text."""
-        self.check_request_chat_template(chat_options)
-        if bounded is not None and self.prompt_char_limit() is not None and isinstance(messages, list):
-            self.check_prompt_chars(sum(len(content_text(m.get("content"), False)) for m in messages
-                                        if isinstance(m, dict)), bounded)
-        if bounded is not None and self.prompt_char_limit() is not None:   # the rendered text too
-            chat_options = {**chat_options, "max_chars": self.prompt_char_limit(), "max_model_len": self.config.max_model_len}
-        return tokenize_chat(self.tokenizer, messages, **chat_options)
-
-    def prompt_char_limit(self) -> int | None:
-        """The most characters a prompt that fits ``--max-model-len`` can have: the context
-        times the tokenizer's longest token (``max_token_chars``, real tokenizers only; the
-        simulated tokenizer's pieces have no bound), else None."""
-        per = getattr(self.tokenizer, "max_token_chars", None)
-        return None if not per else self.config.max_model_len * per
-
-    def check_prompt_chars(self, chars: int, param: str) -> None:
-        """Refuse at once (ContextLengthError) a prompt of ``chars`` characters in the request
-        field ``param`` that cannot fit the context even at the tokenizer's most compact ratio
-        (vLLM names ``parameter=input_text``, whatever the field; ``param`` null, case C07): a 4 MB prompt
-        held the hub 5-6 s in the tokenizer before its length was refused."""
-        limit = self.prompt_char_limit()
-        if limit is not None and chars > limit:
-            max_len = self.config.max_model_len
-            raise ContextLengthError(            # vLLM 0.34's words (TokenizeParams._text_len_check)
-                f"This model's maximum context length is {max_len} tokens. However, your prompt contains {chars} "
-                f"characters (more than {limit} characters, which is the upper bound for {max_len} input tokens). "
-                f"Please reduce the length of the input prompt.", "input_text", chars)
-
-    def check_request_chat_template(self, chat_options: dict) -> None:
-        """vLLM's guard on templates sent with a request: a Jinja template runs arbitrary loops,
-        so it is refused (400 ``chat_template``) unless ``--trust-request-chat-template``."""
-        kwargs = chat_options.get("chat_template_kwargs") or {}
-        defaults = self.config.default_chat_template_kwargs or {}
-        # vLLM checks the request's own kwargs: a chat_template the merge took from
-        # --default-chat-template-kwargs (the very object) is the server's, not the request's
-        sent = "chat_template" in kwargs and not ("chat_template" in defaults
-                                                  and kwargs["chat_template"] is defaults["chat_template"])
-        if (chat_options.get("chat_template") is not None or sent) and not self.config.trust_request_chat_template:
-            raise InvalidParam(UNTRUSTED_TEMPLATE, "chat_template")
 
     # ---- scheduling -----------------------------------------------------------------------
     def admit(self, seqs: list[Sequence], received_at: float | None = None, limits: bool = True) -> None:
@@ -358,7 +307,7 @@ class Simulator(OutputDecisions, EngineState):
 
     FLUSH = -1   # yielded by run() before it sleeps: chunks rendered so far should go out now
 
-    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False, deadlines: bool = False):
+    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False, deadlines: bool = False, interval: int = 1):
         """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
         inter-token latency apart (absolute schedule, so lateness does not accumulate), and
         :attr:`FLUSH` before every sleep so that a renderer can write what it has in one go.
@@ -376,7 +325,9 @@ class Simulator(OutputDecisions, EngineState):
 
         With ``per_token=False`` (non-streaming) and a constant inter-token latency the decode
         phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
-        exception aborts the sequence; :meth:`cancel` makes it raise ClientDisconnected."""
+        exception aborts the sequence; :meth:`cancel` makes it raise ClientDisconnected.  ``interval``
+        > 1 (the stream interval): the first token alone, then ``slice`` s of ``interval`` tokens,
+        each one output (:func:`~generation.engine.stream_interval.grouped`)."""
         try:
             if seq.state == SeqState.INSTANT:
                 seq.finished_at = monotonic()
@@ -384,7 +335,7 @@ class Simulator(OutputDecisions, EngineState):
                 seq.state = SeqState.DONE
                 return
             if self.engine is not None:
-                yield from self.engine.stream(seq, per_token, blocks, deadlines, self.step_schedule)
+                yield from self.engine.stream(seq, per_token, blocks, deadlines, self.step_schedule, interval)
                 return
             self._wait_for_slot(seq)
             lat = self.latency
@@ -415,7 +366,9 @@ class Simulator(OutputDecisions, EngineState):
                 target = now
             itl = lat.constant_itl()
             constant_itl = itl is not None
-            if n > 1 and constant_itl and (not per_token or itl <= 0):
+            if interval > 1 and per_token and n > 1:
+                yield from grouped(self, seq, n, interval, target, now, deadlines, wait)
+            elif n > 1 and constant_itl and (not per_token or itl <= 0):
                 if not per_token:
                     target += itl * (n - 1)
                     now = monotonic()
@@ -517,26 +470,29 @@ class Simulator(OutputDecisions, EngineState):
         with ``flush``, also ``(sequence or None, FLUSH)`` whenever the next token is not ready;
         with ``blocks``, ``(sequence, range)`` for tokens due at once (see :meth:`run`);
         with ``deadlines`` and one sequence, ``(sequence, deadline)`` where it would flush and
-        sleep (see :meth:`run`; several sequences ignore it: they run in greenlets of their own).
+        sleep (see :meth:`run`; several sequences ignore it: they run in greenlets of their own);
+        with a stream interval over 1 (the request's, clamped up to ``--stream-interval``),
+        ``(sequence, slice)`` for tokens that go out as one output (see :meth:`run`).
 
         One sequence runs in the caller's greenlet; several run in their own greenlets and
         their tokens interleave as they are produced.  Closing the generator aborts every
         sequence still running or waiting."""
+        interval = effective(seqs[0].request.stream_interval, self.config.stream_interval) if seqs else 1
         if len(seqs) == 1:
             seq = seqs[0]
             if flush:               # C-level pairing: no Python frame per token
-                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks, deadlines=deadlines))
-            return ((seq, k) for k in self.run(seq, blocks=blocks) if k != self.FLUSH)
-        return self._stream_many(seqs, flush, blocks)
+                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks, deadlines=deadlines, interval=interval))
+            return ((seq, k) for k in self.run(seq, blocks=blocks, interval=interval) if k != self.FLUSH)
+        return self._stream_many(seqs, flush, blocks, interval)
 
-    def _stream_many(self, seqs: list[Sequence], flush: bool, blocks: bool = False):
+    def _stream_many(self, seqs: list[Sequence], flush: bool, blocks: bool = False, interval: int = 1):
         q = gevent.queue.Queue()
         done = object()
         ahead = [0]             # tokens queued since the renderer last caught up
 
         def worker(s):
             try:
-                for k in self.run(s, blocks=blocks):
+                for k in self.run(s, blocks=blocks, interval=interval):
                     q.put((s, k))
                     ahead[0] += len(k) if k.__class__ is range else 1
                     if ahead[0] > STREAM_AHEAD:      # tokens all due at once: the renderer's turn

@@ -42,6 +42,7 @@ from gevent.hub import Waiter, get_hub
 from .request import ClientDisconnected, SeqState
 from .scheduler import EngineRequest, Scheduler
 from .step_pacing import STALL_LEAD, step_end
+from .stream_interval import ready
 
 log = logging.getLogger("vllm_sim")
 monotonic = time.monotonic
@@ -399,13 +400,18 @@ class StepEngine:
             observe_n(gap, count)
 
     # ---- streams ------------------------------------------------------------------------
-    def stream(self, seq, per_token: bool, blocks: bool, deadlines: bool, schedule_for):
+    def stream(self, seq, per_token: bool, blocks: bool, deadlines: bool, schedule_for, interval: int = 1):
         """``Simulator.run`` in step mode: a generator of token indexes (``range`` s of tokens
         emitted together with ``blocks``), FLUSH (-1) before this greenlet waits, and with
         ``deadlines`` :class:`~generation.engine.token_schedule.TokenSchedule` s that the driver
         emits as the steps produce them (``schedule_for(seq, start, stop)``; an empty one is the
         wait for the first token).  The sequence's times are the engine's step ends; raises
-        ClientDisconnected when it is aborted meanwhile."""
+        ClientDisconnected when it is aborted meanwhile.
+
+        ``interval`` > 1 (the stream interval): the first token goes alone, later ones are held
+        until ``interval`` of them are unsent or the request ended, then go as one
+        ``slice(start, stop)`` (:func:`~generation.engine.stream_interval.ready`); a schedule
+        applies the same rule per step (:meth:`TokenSchedule.emitted`)."""
         engine = self
         req = seq.engine_req
         n = len(seq.pieces)
@@ -423,24 +429,28 @@ class StepEngine:
             k = 0
             while k < n:
                 avail = engine.available(seq, req)
-                if avail > k:
+                upto = avail if interval == 1 else ready(k, avail, n, interval)
+                if upto > k:
                     now = monotonic()
-                    for _ in range(avail - k):
+                    for _ in range(upto - k):
                         lag(now - req.last_token)
-                    if blocks and avail - k > 1:
-                        yield range(k, avail)
+                    if interval > 1 and upto - k > 1:
+                        yield slice(k, upto)
+                    elif blocks and upto - k > 1:
+                        yield range(k, upto)
                     else:
-                        for j in range(k, avail):
+                        for j in range(k, upto):
                             yield j
-                    k = avail
+                    k = upto
                     continue
                 if deadlines:
                     schedule = schedule_for(seq, k, n)
+                    schedule.interval = interval
                     yield schedule
                     k = schedule.next
                 else:
                     yield FLUSH
-                    engine.wait(seq, req, k)
+                    engine.wait(seq, req, avail)
                 if seq.state == SeqState.ABORTED:
                     raise ClientDisconnected()
         while req.state != req.DONE:          # non-streaming, or a prefill-only answer's end
@@ -458,13 +468,17 @@ class StepEngine:
         seq, req, engine = schedule.seq, schedule.seq.engine_req, self
         if schedule.stop == schedule.start:
             engine.wait(seq, req, 0)
+        have = schedule.next
         while schedule.next < schedule.stop:
             if seq.state == SeqState.ABORTED:
                 raise ClientDisconnected()
-            engine.wait(seq, req, schedule.next)
+            engine.wait(seq, req, have)
             data = schedule.due(monotonic())
             if data is not None:
                 yield data
+                have = schedule.next
+            else:                       # held by the stream interval: wait for the next step's
+                have = req.num_output
         if seq.state == SeqState.ABORTED:
             raise ClientDisconnected()
 

@@ -7,6 +7,7 @@ import time
 
 from .request import Sequence
 from .scheduler import EngineRequest
+from .stream_interval import ready
 
 monotonic = time.monotonic
 DONE = EngineRequest.DONE
@@ -27,7 +28,7 @@ class TokenSchedule:
     ``stop = next`` and returns None, and the generator goes on per token.
     """
     __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
-                 "latency", "config_values", "engine", "lag_n")
+                 "latency", "config_values", "engine", "lag_n", "interval", "render_span")
 
     def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
                  metrics, latency):
@@ -40,6 +41,8 @@ class TokenSchedule:
         self.lag = metrics.token_lag
         self.itl_obs = metrics.itl.observe
         self.render = None
+        self.interval = 1             # step mode: the stream interval (emitted)
+        self.render_span = None       # (start, stop) -> bytes: tokens start..stop-1 as one chunk (interval > 1)
         self.latency = latency                  # the LatencyModel, on the live config
         self.config_values = latency.config.__dict__    # replaced as a whole by SimConfig.swap
         self.engine = None
@@ -96,7 +99,10 @@ class TokenSchedule:
         ``bytes``; None when there are none), :attr:`next` moved past them; their emission lag is
         the caller's to observe (``lag_n(time handed to the kernel - req.last_token, tokens)``),
         so that it counts the send.  One pass per step and stream: no per-token call but the
-        renderer's."""
+        renderer's.  With :attr:`interval` > 1 (vLLM's stream interval, ``RequestState.
+        make_request_output``): None until ``interval`` tokens are unsent or the request ended,
+        then all of them as one chunk (:attr:`render_span`); the first token, which vLLM sends
+        alone, never comes through a schedule (``StepEngine.stream`` sends it)."""
         seq = self.seq
         req = seq.engine_req
         k0 = self.next
@@ -105,8 +111,14 @@ class TokenSchedule:
             avail = self.stop
         if avail <= k0:
             return None
-        render = self.render
-        data = render(k0) if avail == k0 + 1 else b"".join([render(k) for k in range(k0, avail)])
+        if self.interval > 1:
+            avail = ready(k0, avail, self.stop, self.interval)
+            if avail == k0:
+                return None
+            data = self.render(k0) if avail == k0 + 1 else self.render_span(k0, avail)
+        else:
+            render = self.render
+            data = render(k0) if avail == k0 + 1 else b"".join([render(k) for k in range(k0, avail)])
         self.next = avail
         return data
 

@@ -75,6 +75,21 @@ def test_transcription_stream_matches_and_counts_audio_tokens(sdk, c):
     assert metric(scrape(c), "vllm:prompt_tokens_total") - before == 4
 
 
+def test_transcription_stream_interval_groups_the_deltas(app_client, sdk):
+    """--stream-interval 3: the first token alone, then 3 a chunk (vLLM's output processor), the
+    running usage counting them all."""
+    a = wav(1.0, freq=440.0)
+    whole = sdk.audio.transcriptions.create(model=MODEL, file=upload(a), language="en")
+    grouped = app_client("--seed", "7", "--stream-interval", "3").openai()
+    chunks = [ch for ch in grouped.audio.transcriptions.create(
+        model=MODEL, file=upload(a), language="en", stream=True,
+        extra_body={"stream_include_usage": True, "stream_continuous_usage_stats": True}) if ch.choices]
+    assert "".join(ch.choices[0]["delta"]["content"] for ch in chunks) == whole.text
+    counts = [ch.usage["completion_tokens"] for ch in chunks]
+    assert counts[:2] == [1, 4] and all(b - a == 3 for a, b in zip(counts[1:-1], counts[2:-1]))
+    assert 1 <= counts[-1] - counts[-2] <= 3 and chunks[-1].choices[0]["finish_reason"] in ("stop", "length")
+
+
 @pytest.mark.parametrize("fields, message, param", [
     ({"language": "hh"}, "Unsupported language: 'hh'.", "language"),
     ({"response_format": "srt"}, "Currently only support response_format: `text`, `json`, `verbose_json` or "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from support import make_app, sse_events
+from support import make_app, streamed
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 MSG = [{"role": "user", "content": "Hello there"}]
@@ -24,11 +24,7 @@ def client(*flags) -> httpx.Client:
 
 
 def chunks(flags, path, body) -> list:
-    r = client(*flags).post(path, json={"model": "test-model", "stream": True, **body})
-    assert r.status_code == 200, r.text
-    events = sse_events(r.text)
-    assert events[-1] == "[DONE]"
-    return events[:-1]
+    return streamed(client(*flags), path, body)
 
 
 def by_choice(events) -> dict:

@@ -201,6 +201,16 @@ def test_streamed_n_gives_each_choice_its_chunks_and_complete(engine):
         assert sum(r.chunk.completion_tokens for r in mine if r.WhichOneof("response") == "chunk") == 3
 
 
+def test_stream_interval_groups_the_chunks(grpc_server, mode):
+    """--stream-interval 4: the first token alone, then 4 a chunk, the rest with the finish (vLLM's
+    output processor serves gRPC too); groups that fall due together under load share a chunk."""
+    stub = grpc_server(mode, "--inter-token-latency", "20ms", "--stream-interval", "4").stub
+    out = list(stub.Generate(gen(max_tokens=10, ignore_eos=True), timeout=10))
+    sizes = [len(r.chunk.token_ids) for r in out if r.WhichOneof("response") == "chunk"]
+    ends = [sum(sizes[:k + 1]) for k in range(len(sizes))]
+    assert sizes[0] == 1 and ends[-1] == 10 and set(ends) <= {1, 5, 9, 10}, sizes
+
+
 def test_stop_string_is_matched_stop_str(engine):
     (r,) = list(engine.Generate(pb.GenerateRequest(request_id="st", text="x", stream=False,
                                                    sampling_params=pb.SamplingParams(max_tokens=50, stop=["the"])),

@@ -381,7 +381,7 @@ def test_pasted_vllm_034_flags_start_and_the_access_log_flags_apply(tmp_path, pr
         out = p.output()
         logged = {path for path in ("/v1/models", "/metrics?x=1", "/health") if f'"GET {path} HTTP/1.1" 200' in out}
         assert logged == ({"/v1/models"} if flags is pasted else set()), out
-    assert ("ignored vLLM flags (no meaning in the simulator): --enable-scale-out --stream-interval "
+    assert ("ignored vLLM flags (no meaning in the simulator): --enable-scale-out "
             "--performance-mode --optimization-level --kv-cache-metrics --enable-log-deltas --tool-strict-level") \
         in cases[0][0].output()
 

@@ -207,6 +207,16 @@ def sse_events(body: str) -> list:
     return out
 
 
+def streamed(client, path: str, body: dict) -> list:
+    """The ``data:`` payloads of a streamed ``POST path`` (``model`` test-model, ``stream``
+    true, then ``body``), checked to answer 200 and end with ``[DONE]``, which is left out."""
+    r = client.post(path, json={"model": "test-model", "stream": True, **body})
+    assert r.status_code == 200, r.text
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    return events[:-1]
+
+
 def named_events(body: str) -> list:
     """``(event, data)`` pairs of an SSE body with ``event:`` lines (Anthropic, Responses)."""
     out = []
