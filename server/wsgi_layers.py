@@ -258,7 +258,7 @@ class ServerLoad:
     handed on unchanged (its iterator, so no Python layer per chunk), with a ``close`` that
     takes the request off the count once."""
     PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages",
-                       "/v1/responses", "/inference/v1/generate", "/generative_scoring"})
+                       "/v1/responses", "/inference/v1/generate", "/generative_scoring", "/cohere/v2/chat"})
 
     def __init__(self, wsgi_app, sim):
         self.wsgi_app = wsgi_app

@@ -232,7 +232,10 @@ _declare("frontend",
          Option("fingerprint-mode", "str", "full", "Chat answers' `system_fingerprint`: `full` "
                 "(`vllm-<version>[-tp<N>][-dp<N>]-<hash8>`), `hash` (`vllm-<version>-<hash8>`), `custom` "
                 "(--fingerprint-value) or `none` (null)", choices=("full", "hash", "custom", "none")),
-         Option("fingerprint-value", "str", "", "The `system_fingerprint` of --fingerprint-mode custom (empty: null)"))
+         Option("fingerprint-value", "str", "", "The `system_fingerprint` of --fingerprint-mode custom (empty: null)"),
+         Option("cohere-is-reasoning-model", "bool", True, "`/cohere/v2/chat` (env VLLM_ENABLE_COHERE_API=1) "
+                "answers reasoning as a `thinking` block (`--no-cohere-is-reasoning-model`: as `tool_plan` "
+                "beside tool calls, and `tool-plan-delta` events, as older Command models)"))
 _declare("scheduler",
          Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
          Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
@@ -416,7 +419,10 @@ _declare("environment",
                 "/server_info)", env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"),
          Option("enable-responses-api-store", "bool", False, "`1` keeps Responses-API answers for "
                 "GET /v1/responses/{id}, and allows `\"background\": true`", env="VLLM_ENABLE_RESPONSES_API_STORE", cli=False,
-                shown_as="EnableResponsesApiStore"))
+                shown_as="EnableResponsesApiStore"),
+         Option("enable-cohere-api", "bool", False, "`1` serves Cohere's v2 chat API: `POST /cohere/v2/chat` and "
+                "`/cohere/v2/chat/render` (vLLM also needs the `cohere` SDK installed; the simulator does not)",
+                env="VLLM_ENABLE_COHERE_API", cli=False, shown_as="EnableCohereApi"))
 
 ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
 
