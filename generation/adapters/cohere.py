@@ -81,12 +81,10 @@ def _user(m) -> dict:
 
 def _assistant(m) -> dict:
     out = {"role": "assistant"}
-    texts, thinking = [], []
-    if isinstance(m.content, str):
-        texts.append(m.content)
-    for b in m.content if isinstance(m.content, list) else ():
-        (texts if b.type == "text" else thinking).append(b.text if b.type == "text" else b.thinking)
-    if m.tool_plan:
+    blocks = m.content if isinstance(m.content, list) else ()
+    texts = [m.content] if isinstance(m.content, str) else [b.text for b in blocks if b.type == "text"]
+    thinking = [b.thinking for b in blocks if b.type == "thinking"]
+    if m.tool_plan:                # Cohere's plan before tool calls: reasoning to a chat template
         thinking.append(m.tool_plan)
     if texts:
         out["content"] = "".join(texts)
