@@ -21,13 +21,13 @@ case) is read as ``system`` first (``_normalize_message_roles``).
 """
 from __future__ import annotations
 
-from marshmallow import fields, post_load, pre_load
+from marshmallow import EXCLUDE, Schema, fields, post_load, pre_load
 
 from generation.adapters.fields import MAX_STOP_STRINGS
 from generation.adapters.validation import read_bool, read_dict, read_float, read_int, read_str
 from generation.errors import Rejected
 
-from .common import INT64, BaseSchema
+from .common import INT64
 from .pydantic_model import REQUIRED, Anything, Errors, FAIL, ListOf, Literal, Model, Optional, Parsed, Scalar, Union
 
 STR, INT, FLOAT, BOOL, DICT = (Scalar(r) for r in (read_str, read_int, read_float, read_bool, read_dict))
@@ -163,9 +163,15 @@ def read_request(body: dict):
     return Parsed("CohereChatV2Request", 0, {}, out)
 
 
-class CohereChatRequestSchema(BaseSchema):
+class CohereChatRequestSchema(Schema):
     """The request (:func:`read_request`) through the marshmallow pipeline of
-    :func:`schemas.common.load`: read whole before marshmallow's one field carries it."""
+    :func:`schemas.common.load`: read whole before marshmallow, whose one field only carries it
+    (required, so that the field subset :func:`~schemas.common.load` takes keeps it; no request
+    field of its own, so not a :class:`~schemas.common.BaseSchema`)."""
+
+    class Meta:
+        unknown = EXCLUDE
+
     request = fields.Raw(required=True)
 
     @pre_load
