@@ -60,6 +60,9 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     generation_apis = () if kind else (chat, completions, generate, messages, responses, audio)
     for mod in (models, health, lora, metrics, admin, render, dev, *generation_apis):
         app.register_blueprint(mod.bp)
+    if not kind and config.enable_cohere_api:            # VLLM_ENABLE_COHERE_API=1
+        from blueprints import cohere
+        app.register_blueprint(cohere.bp)
     if not kind:
         from blueprints import engine_ops
         engine_ops.register(app, config)
@@ -99,6 +102,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if not config.enable_server_load_tracking and not getattr(config, "log_http", False):
         # a JSON POST on a generation route skips the layers above, whose checks it passes
         app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS)
+    if not kind and config.enable_cohere_api:            # vLLM's error envelope middleware of /cohere/
+        app.wsgi_app = cohere.CohereErrors(app.wsgi_app)
     from server import auth
     auth.install(app, config, partial(_a_route_has, app))  # --api-key: outermost, before routing
 

@@ -104,6 +104,13 @@ VLLM_OPERATIONS = (
     ("/v1/completions", "post", "create_completion", None, None),
     ("/v1/messages", "post", "create_messages", None, None),
     ("/v1/messages/count_tokens", "post", "count_tokens", None, None),
+    # cohere/api_router.py (VLLM_ENABLE_COHERE_API=1; its render route: as the others below)
+    ("/cohere/v2/chat", "post", "chat_v2", None, None),
+    ("/cohere/v2/chat/render", "post", "chat_v2_render",
+     "Tokenize a Cohere v2 chat request without running generation.\n\nThe Cohere counterpart to ``POST "
+     "/v1/chat/completions/render``.\nThe v2 body goes through the same conversion\n``/cohere/v2/chat`` uses "
+     "and is then handed to the shared\n:class:`ServingRender`, so the returned ``GenerateRequest``\ncarries "
+     "the prompt tokens and sampling params the chat endpoint\nwould have sent to the engine.", None),
     ("/generative_scoring", "post", "create_generative_scoring", None, None),
     # serve/elastic_ep/api_router.py (every generation model)
     ("/scale_elastic_ep", "post", "scale_elastic_ep", None, None),

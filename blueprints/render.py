@@ -131,8 +131,13 @@ def render_completion():
 
 @bp.post("/v1/chat/completions/render")
 def render_chat():
-    sim = simulator()
-    raw = parse_json_body()
+    out, rid = chat_render(simulator(), parse_json_body())
+    return json_response(out, headers=response_headers(rid))
+
+
+def chat_render(sim, raw: dict) -> tuple[dict, str]:
+    """``POST /v1/chat/completions/render`` of a JSON body: ``(answer, request id)``; also the
+    render of Cohere's ``/cohere/v2/chat/render``, whose request becomes such a body."""
     body = load(chat_render_schema, raw)
     messages = body.messages
     if not messages:
@@ -161,7 +166,7 @@ def render_chat():
     if so is not None:
         out["sampling_params"]["structured_outputs"] = so
     out.update(fields)
-    return json_response(out, headers=response_headers(rid))
+    return out, rid
 
 
 def chat_parse_fields(sim, raw: dict, messages) -> dict:

@@ -259,7 +259,7 @@ class ServerLoad:
     takes the request off the count once."""
     PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages",
                        "/v1/responses", "/inference/v1/generate", "/generative_scoring", "/v1/decisions",
-                       "/v1/systemone"})
+                       "/v1/systemone", "/cohere/v2/chat"})
 
     def __init__(self, wsgi_app, sim):
         self.wsgi_app = wsgi_app

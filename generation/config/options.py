@@ -31,15 +31,13 @@ from .vllm_versions import NEWEST as NEWEST_VLLM
 
 DEFAULT_MODEL = "test-model"
 
-FAILURE_TYPES = ("rate_limit", "invalid_api_key", "context_length", "server_error",
-                 "invalid_request", "model_not_found")
+FAILURE_TYPES = ("rate_limit", "invalid_api_key", "context_length", "server_error", "invalid_request", "model_not_found")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor", "sha256")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
 # vLLM's --reasoning-parser names the simulator lays out (generation.content.reasoning.PARSERS)
-REASONING_PARSERS = ("qwen3", "deepseek_r1", "deepseek_v3", "glm45", "minimax_m2", "mistral", "granite",
-                     "openai_gptoss")
+REASONING_PARSERS = ("qwen3", "deepseek_r1", "deepseek_v3", "glm45", "minimax_m2", "mistral", "granite", "openai_gptoss")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +233,9 @@ _declare("frontend",
          Option("fingerprint-mode", "str", "full", "Chat answers' `system_fingerprint`: `full` "
                 "(`vllm-<version>[-tp<N>][-dp<N>]-<hash8>`), `hash` (`vllm-<version>-<hash8>`), `custom` "
                 "(--fingerprint-value) or `none` (null)", choices=("full", "hash", "custom", "none")),
-         Option("fingerprint-value", "str", "", "The `system_fingerprint` of --fingerprint-mode custom (empty: null)"))
+         Option("fingerprint-value", "str", "", "The `system_fingerprint` of --fingerprint-mode custom (empty: null)"),
+         Option("cohere-is-reasoning-model", "bool", True, "`/cohere/v2/chat` (env VLLM_ENABLE_COHERE_API=1) answers "
+                "reasoning as a `thinking` block (`--no-...`: as `tool_plan` and `tool-plan-delta` events, as older Command models)"))
 _declare("scheduler",
          Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
          Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
@@ -425,7 +425,10 @@ _declare("environment",
                 "/server_info)", env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"),
          Option("enable-responses-api-store", "bool", False, "`1` keeps Responses-API answers for "
                 "GET /v1/responses/{id}, and allows `\"background\": true`", env="VLLM_ENABLE_RESPONSES_API_STORE", cli=False,
-                shown_as="EnableResponsesApiStore"))
+                shown_as="EnableResponsesApiStore"),
+         Option("enable-cohere-api", "bool", False, "`1` serves Cohere's v2 chat API: `POST /cohere/v2/chat` and "
+                "`/cohere/v2/chat/render` (vLLM also needs the `cohere` SDK installed; the simulator does not)",
+                env="VLLM_ENABLE_COHERE_API", cli=False, shown_as="EnableCohereApi"))
 
 ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
 
