@@ -187,6 +187,9 @@ class SpeechToTextRequest:
                 json.loads(xargs)
             except json.JSONDecodeError as e:
                 raise InvalidParam(f"Failed to parse vllm_xargs. Must be valid JSON: {e}", "vllm_xargs") from None
+            except RecursionError:      # vLLM's json.loads fails so too, unhandled (a 500 there)
+                raise InvalidParam("Failed to parse vllm_xargs. Must be valid JSON: nested too deeply",
+                                   "vllm_xargs") from None
         return r
 
 
@@ -251,10 +254,13 @@ class SpeechToTextAdapter(Adapter):
                 p.echo_ids, p.echo_pieces = sim.tokenizer.encode_lossless(b.prompt)
             prompts.append(p)
             self.offsets.append(start)
+        # vLLM's get_max_tokens: at most the context window (the decoder prompt is not counted
+        # without beam search); a form field may hold 4,300 digits, past a float's range
+        limit = b.max_completion_tokens
         self.req = GenerationRequest(
             request_id=rid, model=self.model, lora=self.lora, prompts=prompts, n=1,
-            max_tokens=b.max_completion_tokens, stream=b.stream, seed=b.seed, temperature=b.temperature,
-            use_beam_search=b.use_beam_search)
+            max_tokens=None if limit is None else min(limit, sim.config.max_model_len), stream=b.stream,
+            seed=b.seed, temperature=b.temperature, use_beam_search=b.use_beam_search)
         return self.req
 
     @property

@@ -41,6 +41,7 @@ MAX_CLIP_FILESIZE_MB = float(os.environ.get("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "
 MAX_DECODE_DURATION_S = float(os.environ.get("VLLM_MAX_AUDIO_DECODE_DURATION_S", "600"))
 MAX_DECODE_BYTES = int(os.environ.get("VLLM_MAX_AUDIO_DECODE_BYTES", str(268_435_456)))
 MIB = 1 << 20
+DECODE_BLOCK_SAMPLES = 1 << 18     # samples decoded at a time (1 MiB of float32), all channels together
 
 # speech output: 24 kHz mono (OpenAI's and vLLM-Omni's TTS rate), one codec token per 80 ms
 # (a 12.5 Hz speech tokenizer, as Qwen3-TTS's), about 3.75 audio tokens per text token
@@ -107,7 +108,12 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
     (``VLLM_MAX_AUDIO_DECODE_BYTES``), :data:`CORRUPTED` for anything libsndfile does not
     recognise (vLLM's PyAV fallback then fails with it), and ``Invalid or unsupported audio
     file.`` for a recognised file that cannot be read.  The limits are checked from the header, before any sample is
-    decoded."""
+    decoded.  The samples are decoded :data:`DECODE_BLOCK_SAMPLES` at a time and hashed as they
+    come (the same key as hashing them all at once), so an upload holds about 1 MiB however long
+    its audio: a 210 KB FLAC of 600 s of silence at 192 kHz (vLLM's decode limits, which allow
+    it) held 256 MiB of float32 and a 256 MiB copy for the hash, and ten at once in the hub's
+    thread pool would hold 5 GB; vLLM keeps the decoded samples (it resamples them), the
+    simulator only needs their length and hash."""
     import soundfile as sf
     if len(data) > max_size_mb * MIB:
         raise AudioError("Maximum file size exceeded")
@@ -127,16 +133,22 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
                     f"Audio would allocate {estimated / MIB:.0f} MiB of PCM ({frames} frames x {channels} channels"
                     f" x 4B), exceeding the {MAX_DECODE_BYTES / MIB:.0f} MiB limit. Set "
                     f"VLLM_MAX_AUDIO_DECODE_BYTES to increase this limit.")
-            samples = f.read(dtype="float32", always_2d=True)
+            digest = hashlib.blake2b(digest_size=16)
+            block = max(1, DECODE_BLOCK_SAMPLES // channels)
+            frames = 0              # what was decoded (a truncated stream decodes fewer)
+            while True:
+                samples = f.read(block, dtype="float32", always_2d=True)
+                if not len(samples):
+                    break
+                digest.update(samples)
+                frames += len(samples)
     except AudioError:
         raise
     except sf.LibsndfileError as exc:       # not audio libsndfile recognises: vLLM's PyAV fallback fails so
         raise AudioError(CORRUPTED) from exc
     except Exception as exc:        # noqa: BLE001 - recognised but unreadable (truncated, ...)
         raise AudioError("Invalid or unsupported audio file.") from exc
-    frames = samples.shape[0]       # what was decoded (a truncated stream decodes fewer)
-    key = hashlib.blake2b(samples.tobytes(), digest_size=16).digest()
-    return Clip(frames / sr, sr, frames, channels, key)
+    return Clip(frames / sr, sr, frames, channels, digest.digest())
 
 
 def speech_tokens(text_tokens: int, speed: float = 1.0) -> int:

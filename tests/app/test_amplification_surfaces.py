@@ -1,0 +1,76 @@
+"""Request amplification on the surfaces earlier sweeps left (audio uploads, admin fake metrics,
+renders and derenders, ``structured_outputs.regex``, the Responses store), in-process: each
+small hostile request is refused with a 4xx naming its field, or costs what its bytes do.
+
+Figures in the docstrings are a real ``python app.py`` server's on a 2-core machine, before
+the fix; the assertions are on what the fix changed (memory traced, entries rendered,
+characters parsed), not on wall time.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import tracemalloc
+
+import numpy as np
+import orjson
+import pytest
+import soundfile as sf
+
+from generation.content import audio as au
+
+USER = [{"role": "user", "content": "hi"}]
+JSON = {"Content-Type": "application/json"}
+
+
+def silent_flac(seconds: float, rate: int) -> bytes:
+    """A FLAC of silence: a few hundred bytes a second, however high the rate."""
+    buf = io.BytesIO()
+    block = np.zeros(rate, dtype=np.float32)
+    with sf.SoundFile(buf, "w", rate, 1, format="FLAC", subtype="PCM_16") as f:
+        for _ in range(int(seconds)):
+            f.write(block)
+    return buf.getvalue()
+
+
+# ---- audio uploads ------------------------------------------------------------------------------
+
+def test_a_long_compressed_upload_is_decoded_in_blocks():
+    """A 210 KB FLAC of 600 s of silence at 192 kHz (within vLLM's decode limits) held 577 MB
+    (its 256 MiB of float32 samples and a copy for the hash); four at once 2.1 GB.  Decoded in
+    blocks now: the same duration and key, about 1 MiB held."""
+    data = silent_flac(60, 192_000)                  # 11.5 M samples: 46 MB of float32 at once
+    assert len(data) < 100_000
+    with sf.SoundFile(io.BytesIO(data)) as f:
+        whole = f.read(dtype="float32", always_2d=True)
+    key = hashlib.blake2b(whole.tobytes(), digest_size=16).digest()
+    del whole
+    tracemalloc.start()
+    try:
+        clip = au.decode_upload(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (clip.frames, clip.duration_s, clip.key) == (60 * 192_000, 60.0, key)
+    assert peak < 4 * au.DECODE_BLOCK_SAMPLES * 4, peak        # a few blocks, not 46 MB
+
+
+@pytest.mark.parametrize("field,value,status,message", [
+    # Python's int() refuses past 4,300 digits (a 500); pydantic's own bound is the same
+    ("max_completion_tokens", "9" * 5000, 400, "'type': 'int_parsing_size', 'loc': 'body.max_completion_tokens'"),
+    ("seed", "9" * 5000, 400, "'type': 'int_parsing_size', 'loc': 'body.seed'"),
+    # a 4,000-digit limit passed pydantic and overflowed the max_tokens histogram's float sum: 500
+    ("max_completion_tokens", "9" * 4000, 200, None),
+    # json.loads's RecursionError was a 500
+    ("vllm_xargs", "[" * 100_000, 400, "Failed to parse vllm_xargs. Must be valid JSON: nested too deeply"),
+], ids=["limit-5000-digits", "seed-5000-digits", "limit-4000-digits", "xargs-deep"])
+def test_audio_form_fields_past_pythons_limits_are_400s(api, field, value, status, message):
+    wav = io.BytesIO()
+    sf.write(wav, np.zeros(1600, dtype=np.float32), 16000, format="WAV", subtype="PCM_16")
+    r = api.post("/v1/audio/transcriptions", files={"file": ("a.wav", wav.getvalue(), "audio/wav")},
+                 data={"model": "test-model", field: value})
+    assert r.status_code == status, r.text[:300]
+    if message:
+        assert message in r.json()["error"]["message"]
+        assert r.json()["error"]["param"] in (field, f"body.{field}")
+    assert api.sim.running == 0 and not api.sim.waiting
