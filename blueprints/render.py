@@ -212,7 +212,9 @@ def derender_chat_completion():
     ``derender_chat_response``, non-streaming): a tokens-level ``/inference/v1/generate`` answer
     (``generate_response``) turned into the chat completion the coupled route gives, read with
     the ``chat_request`` (its ``logprobs`` / ``top_logprobs`` / ``return_tokens_as_token_ids``);
-    usage from ``prompt_tokens`` (else the response's) and the choices' token counts."""
+    usage from ``prompt_tokens`` (else the response's) and the choices' token counts.  The
+    response's shape, vLLM's derender bounds and ``--max-request-work``
+    (:func:`_check_chat_derender_work`) are checked before anything is decoded."""
     sim = simulator()
     raw = parse_json_body()
     model = raw.get("model")
@@ -228,6 +230,11 @@ def derender_chat_completion():
                                 not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
             raise InvalidParam("generate_response.choices.token_ids: Input should be a list of token ids.",
                                "generate_response")
+    _check_generate_response(gen, "generate_response")
+    seeds = raw.get("prompt_token_ids")
+    _check_token_list(seeds, "prompt_token_ids")
+    check_derender_bounds(sim, [gen], "generate_response")        # vLLM's, before anything is decoded
+    check_prompt_token_ids(sim, [seeds], "prompt_token_ids")
     chat = raw.get("chat_request")
     if chat is None and has_parser(sim):
         raise InvalidParam("chat_request is required when a tool or reasoning parser is configured because plain "
@@ -235,7 +242,12 @@ def derender_chat_completion():
     chat = chat if isinstance(chat, dict) else {}
     override = chat.get("return_tokens_as_token_ids")
     as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
-    choices = derender_chat(sim.tokenizer, gen, chat, as_ids)
+    tokens = sum(len(c.get("token_ids") or ()) for c in gen["choices"])
+    _check_chat_derender_work(sim, tokens, chat)
+    if tokens > OFFLOAD_CHARS:        # decoded token by token: a long answer in the tokenizer's thread
+        choices = off_hub(derender_chat, sim.tokenizer, gen, chat, as_ids)
+    else:
+        choices = derender_chat(sim.tokenizer, gen, chat, as_ids)
     usage = gen.get("usage") if isinstance(gen.get("usage"), dict) else {}
     prompt = raw.get("prompt_tokens")
     if not isinstance(prompt, int) or isinstance(prompt, bool):
@@ -248,6 +260,21 @@ def derender_chat_completion():
                                     "completion_tokens": completion},
                           "prompt_logprobs": None, "prompt_token_ids": None,
                           "kv_transfer_params": gen.get("kv_transfer_params")})
+
+
+def _check_chat_derender_work(sim, tokens: int, chat: dict) -> None:
+    """``--max-request-work`` on a chat derender: its ``tokens`` ids, each with
+    ``chat_request.top_logprobs`` alternatives when ``chat_request.logprobs`` asks for them (the
+    simulator makes those up, as coupled chat does; vLLM's derender copies the ones the generate
+    response carries, which its bounds cap at ``--max-logprobs``).  A 200-byte request asking
+    100,000 alternatives for 100 ids held the hub 40 s and 4.7 GB.  Raises InvalidParam naming
+    ``generate_response``, or ``chat_request.top_logprobs`` when the alternatives pass the cap."""
+    top = chat.get("top_logprobs")
+    top = top if chat.get("logprobs") is True and _is_int(top) and top > 0 else 0
+    check_work(sim, tokens, "generate_response's token ids", "generate_response")
+    if top:
+        check_work(sim, tokens * (1 + top), "generate_response's token ids x (1 + chat_request.top_logprobs)",
+                   "chat_request.top_logprobs")
 
 
 # ---- /v1/completions/derender ------------------------------------------------------------------

@@ -26,16 +26,18 @@ from generation.errors import InvalidParam
 from .base import MAX_N
 
 
-def check_derender_bounds(sim, gens: list) -> None:
+def check_derender_bounds(sim, gens: list, single: str | None = None) -> None:
     """vLLM's ``_validate_derender_bounds`` on the generate responses ``gens`` (dicts whose
-    shapes the route checked).  Raises InvalidParam (400) with vLLM's message, naming the field."""
+    shapes the route checked; ``single``: the field of the one response a chat derender sends,
+    else they are ``generate_responses[k]``).  Raises InvalidParam (400) with vLLM's message,
+    naming the field."""
     max_len = sim.config.max_model_len
     max_logprobs = sim.config.max_logprobs
     if len(gens) > MAX_N:
         raise InvalidParam(f"generate_responses count ({len(gens)}) exceeds server maximum ({MAX_N}). "
                            f"Set VLLM_MAX_N_SEQUENCES to increase this limit.", "generate_responses")
     for k, gen in enumerate(gens):
-        where = f"generate_responses[{k}]"
+        where = single or f"generate_responses[{k}]"
         rid = gen.get("request_id")
         choices = gen["choices"]
         if len(choices) > MAX_N:

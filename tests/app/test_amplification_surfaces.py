@@ -74,3 +74,45 @@ def test_audio_form_fields_past_pythons_limits_are_400s(api, field, value, statu
         assert message in r.json()["error"]["message"]
         assert r.json()["error"]["param"] in (field, f"body.{field}")
     assert api.sim.running == 0 and not api.sim.waiting
+
+
+# ---- renders and derenders ----------------------------------------------------------------------
+
+CHAT_DERENDER = "/v1/chat/completions/derender"
+
+
+def test_chat_derender_alternatives_are_within_the_work_budget(api):
+    """``chat_request.top_logprobs`` 100,000 on 100 ids (a 200-byte body) made 10 M simulated
+    alternatives: the hub held 40 s, 4.7 GB, a 693 MB answer.  Now --max-request-work's 400,
+    before anything is decoded; what the budget allows still renders."""
+    gen = {"choices": [{"index": 0, "token_ids": [5] * 100}]}
+    r = api.post(CHAT_DERENDER, json={"model": "test-model", "generate_response": gen,
+                                      "chat_request": {"logprobs": True, "top_logprobs": 100_000}})
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert err["param"] == "chat_request.top_logprobs"
+    assert err["message"].startswith("This request asks for 10000100 output tokens and logprob alternatives "
+                                     "(generate_response's token ids x (1 + chat_request.top_logprobs))")
+    r = api.post(CHAT_DERENDER, json={"model": "test-model", "generate_response": gen,
+                                      "chat_request": {"logprobs": True, "top_logprobs": 20}})
+    assert r.status_code == 200
+    assert len(r.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 20
+
+
+@pytest.mark.parametrize("body,param,message", [
+    # vLLM's _validate_derender_bounds, which its chat derender applies as its completions one does
+    ({"generate_response": {"choices": [{"index": 0, "token_ids": [5] * 1025}]}},
+     "generate_response.choices[0].token_ids", "token_ids length (1025) in choice 0 exceeds max_model_len (1024)."),
+    ({"generate_response": {"choices": [{"index": 0, "token_ids": [5]}]}, "prompt_token_ids": [1] * 1025},
+     "prompt_token_ids", "prompt_token_ids length (1025) exceeds max_model_len (1024)."),
+    ({"generate_response": {"choices": [{"index": 0, "token_ids": [5] * 1000}] * 1100}},
+     "generate_response", "This request asks for 1100000 output tokens"),
+    # shapes the bounds read: a list where an object goes was a 500 once they were checked
+    ({"generate_response": {"choices": [{"index": 0, "token_ids": [5], "logprobs": [1]}]}},
+     "generate_response.choices[0].logprobs", "generate_response.choices[0].logprobs: Input should be a valid"),
+], ids=["token-ids", "prompt-token-ids", "work", "logprobs-shape"])
+def test_chat_derender_bounds_are_vllms(api, body, param, message):
+    r = api.post(CHAT_DERENDER, json={"model": "test-model", **body})
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"].startswith(message), err
