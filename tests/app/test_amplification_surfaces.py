@@ -116,3 +116,34 @@ def test_chat_derender_bounds_are_vllms(api, body, param, message):
     assert r.status_code == 400, r.text[:300]
     err = r.json()["error"]
     assert err["param"] == param and err["message"].startswith(message), err
+
+
+def test_completions_render_prompt_count_is_vllms(api):
+    """1,000,000 one-letter prompts (4 MB) answered 473 MB after 6.7 s on the hub: vLLM's
+    ``VLLM_MAX_COMPLETION_PROMPTS`` validator, which its render's ``CompletionRequest`` runs, for
+    text prompts and token-id prompts alike (a flat id list is one prompt)."""
+    for prompt in (["a"] * 1025, [[1]] * 1025):
+        r = api.post("/v1/completions/render", content=orjson.dumps({"model": "test-model", "prompt": prompt}),
+                     headers=JSON)
+        assert r.status_code == 400, r.text[:300]
+        assert r.json()["error"]["param"] == "prompt"
+        assert r.json()["error"]["message"].startswith("prompt list length 1025 exceeds the maximum allowed count "
+                                                       "of 1024.")
+    r = api.post("/v1/completions/render", json={"model": "test-model", "prompt": [7] * 1025})
+    assert r.status_code == 200 and len(r.json()) == 1
+
+
+def test_completions_render_repeated_sampling_fields_are_within_the_work_budget(api):
+    """Each prompt's answer repeats the sampling fields: 1,024 prompts with a 300 KB ``stop``
+    list would answer 300 MB.  Counted against --max-request-work (64-byte entries), the 400
+    names ``prompt``; a render the budget allows answers in full."""
+    stop = ["x" * 100] * 3000
+    r = api.post("/v1/completions/render", content=orjson.dumps({"model": "test-model", "prompt": ["a"] * 1024,
+                                                                  "stop": stop}), headers=JSON)
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert err["param"] == "prompt" and "(--max-request-work)" in err["message"], err
+    assert "(the sampling fields each repeats, in 64-byte entries)" in err["message"]
+    r = api.post("/v1/completions/render", json={"model": "test-model", "prompt": ["a"] * 1024, "stop": stop[:10]})
+    assert r.status_code == 200 and len(r.json()) == 1024
+    assert r.json()[1023]["sampling_params"]["stop"] == stop[:10]
