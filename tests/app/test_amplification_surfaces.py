@@ -147,3 +147,29 @@ def test_completions_render_repeated_sampling_fields_are_within_the_work_budget(
     r = api.post("/v1/completions/render", json={"model": "test-model", "prompt": ["a"] * 1024, "stop": stop[:10]})
     assert r.status_code == 200 and len(r.json()) == 1024
     assert r.json()[1023]["sampling_params"]["stop"] == stop[:10]
+
+
+# ---- structured outputs -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path,extra", [("/v1/chat/completions", {"messages": USER}),
+                                        ("/v1/completions", {"prompt": "hi"})], ids=["chat", "completions"])
+def test_a_structured_outputs_regex_has_a_schema_patterns_bounds(api, path, extra, monkeypatch):
+    """A 3 MB alternation (``a0|a1|...``) was parsed twice in pure Python on the hub (3-4 s,
+    330 MB) before the 400, which quoted all of it.  The length is checked first now, as a schema
+    ``pattern``'s is: nothing is parsed, the message names the bound, not the pattern."""
+    from generation.structured import regex_sampler
+    parsed = []
+    real = regex_sampler.parse
+    monkeypatch.setattr(regex_sampler, "parse", lambda p: parsed.append(len(p)) or real(p))
+    pattern = "|".join(f"a{i}" for i in range(400_000))
+    r = api.post(path, content=orjson.dumps({"model": "test-model", "max_tokens": 5, **extra,
+                                             "structured_outputs": {"regex": pattern}}), headers=JSON)
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert err["param"] == "structured_outputs.regex"
+    assert err["message"] == ("structured_outputs.regex: the expression cannot be used by the simulator: it is "
+                              "longer than 4096 characters.")
+    assert parsed == []
+    r = api.post(path, json={"model": "test-model", "max_tokens": 5, **extra,
+                             "structured_outputs": {"regex": "a{5000}"}})
+    assert r.status_code == 400 and "unroll to more than 4096 atoms" in r.json()["error"]["message"]
