@@ -173,3 +173,35 @@ def test_a_structured_outputs_regex_has_a_schema_patterns_bounds(api, path, extr
     r = api.post(path, json={"model": "test-model", "max_tokens": 5, **extra,
                              "structured_outputs": {"regex": "a{5000}"}})
     assert r.status_code == 400 and "unroll to more than 4096 atoms" in r.json()["error"]["message"]
+
+
+# ---- admin: fake metrics ------------------------------------------------------------------------
+
+FAKE = ("--fake-metrics", '{"running-requests": 1}')
+
+
+def test_fake_metrics_loras_are_bounded(app_client):
+    """300,000 ``loras`` entries (a 1.2 MB admin update) made every ``/metrics`` scrape a 27 MB,
+    1.8 s hold of the hub, for as long as the server ran.  At most 1,000 entries now (a 400
+    naming ``fake-metrics``, nothing changed); 1,000 still render."""
+    c = app_client(*FAKE)
+    r = c.post("/admin/config", content=orjson.dumps({"fake-metrics": {"loras": [{}] * 300_000}}), headers=JSON)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["param"] == "fake-metrics"
+    assert r.json()["error"]["message"] == "fake metrics loras: at most 1000 entries, got 300000"
+    r = c.post("/admin/config", json={"fake-metrics": {"loras": [{"running": f"a{i}"} for i in range(1000)]}})
+    assert r.status_code == 200, r.text[:300]
+    assert c.get("/metrics").text.count("vllm:lora_requests_info{") == 1000
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("[" * 100_000, "fake metrics loras: invalid JSON entry '" + "[" * 100 + "'...: nested too deeply"),   # was a 500
+    ("x" * 3_000_000, "fake metrics loras: invalid JSON entry '" + "x" * 100 + "'...: Expecting value"),   # quoted 3 MB
+], ids=["deep", "long"])
+def test_fake_metrics_lora_strings_are_400s_quoting_100_characters(app_client, entry, message):
+    c = app_client(*FAKE)
+    r = c.post("/admin/config", content=orjson.dumps({"fake-metrics": {"loras": [entry]}}), headers=JSON)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["param"] == "fake-metrics"
+    assert r.json()["error"]["message"].startswith(message), r.json()["error"]["message"][:300]
+    assert len(r.content) < 1000
