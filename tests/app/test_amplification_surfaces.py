@@ -205,3 +205,47 @@ def test_fake_metrics_lora_strings_are_400s_quoting_100_characters(app_client, e
     assert r.json()["error"]["param"] == "fake-metrics"
     assert r.json()["error"]["message"].startswith(message), r.json()["error"]["message"][:300]
     assert len(r.content) < 1000
+
+
+# ---- Responses API: the conversations kept for previous_response_id -----------------------------
+
+STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
+
+
+def test_a_conversation_longer_than_a_body_is_not_kept(app_client):
+    """The simulated tokenizer drops whitespace past 64 characters, so a 3 MB input of spaces
+    is a few tokens: the token-counted history kept each one whole (100 requests: 51 -> 343 MB,
+    for good), and a chain of them made a small continuing request tokenize every earlier input.
+    A conversation over one body (``--max-request-body-size-mb``) is not kept now; continuing it
+    is a 400 naming ``previous_response_id``, before anything is tokenized."""
+    c = app_client("--max-request-body-size-mb", "1", env=STORE)
+    store = c.sim.response_store
+    spaces = "a" + " " * 600_000 + "b"
+    first = c.post("/v1/responses", content=orjson.dumps({"model": "test-model", "input": spaces,
+                                                          "max_output_tokens": 1}), headers=JSON)
+    assert first.status_code == 200, first.text[:300]
+    assert store.history[first.json()["id"]][0] is not None           # one body's worth: kept
+    second = c.post("/v1/responses", content=orjson.dumps({
+        "model": "test-model", "input": spaces, "max_output_tokens": 1,
+        "previous_response_id": first.json()["id"]}), headers=JSON)
+    assert second.status_code == 200, second.text[:300]
+    big = second.json()["id"]
+    assert store.history[big][0] is None and store.history[big][2] > 1 << 20     # two: its size only
+    r = c.post("/v1/responses", json={"model": "test-model", "input": "hi", "previous_response_id": big})
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert err["param"] == "previous_response_id"
+    assert err["message"].startswith(f"The conversation of previous_response_id '{big}' holds ")
+
+
+def test_kept_conversations_are_bounded_in_bytes():
+    from generation.adapters.response_store import ResponseStore
+    store = ResponseStore(limit=100, history_tokens=1000, limit_bytes=10_000, conversation_bytes=5000)
+    for i in range(6):
+        store.remember(f"resp_{i}", [{"role": "user", "content": "x" * 3000}], 2)
+    assert list(store.history) == ["resp_3", "resp_4", "resp_5"]
+    assert store.history_bytes == sum(e[2] for e in store.history.values()) <= 10_000
+    store.remember("resp_6", [{"role": "user", "content": "x" * 6000}], 2)       # too long: its size only
+    assert store.history["resp_6"][0] is None and store.history_bytes < 10_000
+    store.remember("resp_5", [], 1)                                              # replaced: counted once
+    assert store.history_bytes == sum(e[2] for e in store.history.values() if e[0] is not None)
