@@ -481,11 +481,18 @@ class SpeechAdapter(Adapter):
     def media_type(self) -> str:
         return au.SPEECH_FORMATS[self.body.response_format][2]
 
+    def work(self, seqs) -> tuple[int, str, str]:
+        """``--max-request-work``: an audio frame is 1,920 samples, 3,840 bytes of 16-bit PCM, 60 of
+        the budget's 64-byte entries (a text token is one).  vLLM-Omni has no such cap; a 48 KB
+        input with a 32k context made 24,000 frames, a 95 MB answer, and held the hub 6-12 s."""
+        frames = sum(s.completion_tokens for s in seqs)
+        return (frames * au.PCM_ENTRIES_PER_FRAME,
+                f"ceil(3.75 x input tokens / speed) audio frames x {au.PCM_ENTRIES_PER_FRAME}", "input")
+
     def render_audio(self, seqs) -> bytes:
-        """The whole answer encoded (in the hub's thread pool: a long answer is ~100 ms of
-        encoding)."""
-        samples = au.synthesize(seqs[0].ids, self.seed)
-        return au.off_hub(au.encode, samples, self.body.response_format)
+        """The whole answer synthesized and encoded in the hub's thread pool (a long answer is
+        seconds of it)."""
+        return au.off_hub(au.encode_speech, seqs[0].ids, self.seed, self.body.response_format)
 
     def stream(self, seqs):
         """``stream_format: "audio"``: the raw bytes (a ``wav`` header first), the frames of the

@@ -11,8 +11,9 @@ WAV, FLAC, Ogg/Opus and MP3 read and write); nothing here is a codec.
 * :func:`synthesize`: deterministic speech-like samples for the output tokens of a speech
   request (``/v1/audio/speech``): each token is one codec frame of :data:`FRAME_SECONDS`,
   a tone whose pitch and loudness come from the token id.
-* :func:`encode`: samples -> bytes in a ``response_format`` (``wav``, ``pcm``, ``flac``, ``mp3``,
-  ``opus``); :func:`stream_header` / :func:`stream_frames` for a streamed ``wav`` / ``pcm``.
+* :func:`encode_speech`: output token ids -> their speech as bytes in a ``response_format``
+  (``wav``, ``pcm``, ``flac``, ``mp3``, ``opus``), :data:`SYNTH_FRAMES` frames at a time;
+  :func:`stream_header` / :func:`stream_frames` for a streamed ``wav`` / ``pcm``.
 
 Free of Flask.  The CPU-heavy calls (decoding an upload, encoding a long answer) run in the
 hub's thread pool (:func:`off_hub`), so the event loop keeps serving while they work.
@@ -48,6 +49,8 @@ DECODE_BLOCK_SAMPLES = 1 << 18     # samples decoded at a time (1 MiB of float32
 SPEECH_SAMPLE_RATE = 24000          # Hz
 FRAME_SECONDS = 0.08                # s of audio per output token
 FRAME_SAMPLES = int(SPEECH_SAMPLE_RATE * FRAME_SECONDS)      # 1920
+SYNTH_FRAMES = 256                  # frames synthesized at a time (~20 MB of float64 intermediates)
+PCM_ENTRIES_PER_FRAME = FRAME_SAMPLES * 2 // 64     # a frame's 16-bit PCM in --max-request-work's 64-byte entries
 AUDIO_TOKENS_PER_TEXT_TOKEN = 3.75
 
 # response_format -> (libsndfile format, subtype, media type); pcm is raw little-endian int16
@@ -178,16 +181,26 @@ def synthesize(ids, seed: int = 0) -> np.ndarray:
     return frames.astype(np.float32).reshape(-1)
 
 
-def encode(samples: np.ndarray, response_format: str) -> bytes:
-    """``samples`` (float32 mono at :data:`SPEECH_SAMPLE_RATE`) as a whole file in
-    ``response_format`` (a key of :data:`SPEECH_FORMATS`), written by libsndfile."""
-    import soundfile as sf
+def encode_speech(ids, seed: int, response_format: str) -> bytes:
+    """The speech of output token ids ``ids`` (:func:`synthesize` with ``seed``) as a whole
+    file in ``response_format`` (a key of :data:`SPEECH_FORMATS`), written by libsndfile.
+    Synthesized and encoded :data:`SYNTH_FRAMES` frames at a time (the same bytes as all at
+    once; Opus aside, whose Ogg stream differs on every run): the whole answer's float64
+    intermediates took ~64 bytes a sample, 1.9 GB for a 48 KB request with a 32k context."""
     if response_format == "pcm":
-        return pcm16(samples)
+        return b"".join(pcm16(synthesize(part, seed)) for part in _parts(ids))
+    import soundfile as sf
     fmt, subtype, _ = SPEECH_FORMATS[response_format]
     buf = io.BytesIO()
-    sf.write(buf, samples, SPEECH_SAMPLE_RATE, format=fmt, subtype=subtype)
+    with sf.SoundFile(buf, "w", SPEECH_SAMPLE_RATE, 1, format=fmt, subtype=subtype) as f:
+        for part in _parts(ids):
+            f.write(synthesize(part, seed))
     return buf.getvalue()
+
+
+def _parts(ids) -> list:
+    """``ids`` in slices of :data:`SYNTH_FRAMES` (one slice for none)."""
+    return [ids[i:i + SYNTH_FRAMES] for i in range(0, len(ids), SYNTH_FRAMES)] or [ids]
 
 
 def pcm16(samples: np.ndarray) -> bytes:
@@ -214,7 +227,11 @@ def stream_header(response_format: str) -> bytes:
 
 
 def stream_frames(ids, seed: int = 0) -> bytes:
-    """The PCM bytes of the frames of output token ids ``ids`` (a streamed ``wav`` / ``pcm``)."""
+    """The PCM bytes of the frames of output token ids ``ids`` (a streamed ``wav`` / ``pcm``):
+    more than :data:`SYNTH_FRAMES` of them (a stream without inter-token latency sends them all
+    at once) in the hub's thread pool, as :func:`encode_speech`."""
+    if len(ids) > SYNTH_FRAMES:
+        return off_hub(encode_speech, ids, seed, "pcm")
     return pcm16(synthesize(ids, seed))
 
 

@@ -272,3 +272,34 @@ def test_anthropic_tools_of_the_plain_shape_skip_the_nested_schema(api, monkeypa
         r = api.post("/v1/messages", content=orjson.dumps({**body, "tools": tools[:3] + [bad]}), headers=JSON)
         assert r.status_code == 400, r.text[:300]
         assert r.json()["error"]["message"].startswith(f"tools[3].{where}: "), r.json()
+
+
+def test_speech_frames_count_against_the_work_budget(app_client):
+    """A 48 KB ``/v1/audio/speech`` input with a 32k context made 24,000 frames (a 95 MB
+    answer): the hub held 6-12 s and 1.9 GB.  A frame is 60 of --max-request-work's 64-byte
+    entries now: the 400 names ``input``, before anything is synthesized."""
+    c = app_client("--max-model-len", "32768")
+    r = c.post("/v1/audio/speech", json={"model": "test-model", "input": "hello " * 8000})
+    assert r.status_code == 400, r.text[:300]
+    err = r.json()["error"]
+    assert err["param"] == "input"
+    assert "(ceil(3.75 x input tokens / speed) audio frames x 60)" in err["message"], err
+    r = c.post("/v1/audio/speech", json={"model": "test-model", "input": "hello " * 100, "response_format": "pcm"})
+    assert r.status_code == 200 and len(r.content) == au.speech_tokens(100) * au.FRAME_SAMPLES * 2
+
+
+def test_speech_is_synthesized_in_slices():
+    """The whole answer's float64 intermediates took ~64 bytes a sample; slices of 256 frames
+    give the same file with ~20 MB of them."""
+    ids = list(range(3000, 5000))                    # 2,000 frames: 3.8 M samples, 7.7 MB of WAV
+    whole = io.BytesIO()
+    sf.write(whole, au.synthesize(ids[:300], 5), au.SPEECH_SAMPLE_RATE, format="WAV", subtype="PCM_16")
+    assert au.encode_speech(ids[:300], 5, "wav") == whole.getvalue()
+    tracemalloc.start()
+    try:
+        data = au.encode_speech(ids, 5, "wav")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(data) == 44 + len(ids) * au.FRAME_SAMPLES * 2
+    assert peak < 3 * len(data) + (32 << 20), peak                     # all at once: ~250 MB
