@@ -21,7 +21,8 @@ from flask import Blueprint
 from werkzeug.exceptions import NotFound
 
 from generation.adapters.base import check_work, tokenize_texts
-from generation.adapters.derender import check_derender_bounds, check_prompt_token_ids, derender_completion
+from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
+                                          derender_completion)
 from generation.adapters.fields import MAX_COMPLETION_PROMPTS, check_mm_kwargs
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
@@ -29,9 +30,11 @@ from generation.adapters.responses import to_chat_messages, to_chat_tools
 from generation.adapters.sampling import template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
+from generation.structured.numeric import is_int
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
-from schemas.common import are_tokens, load
+from schemas.common import load
+from schemas.derender import bad_field, check_completion_request, check_generate_response, check_token_list
 from schemas.lax import mm_payload
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 from schemas.responses import responses_request_schema
@@ -234,7 +237,7 @@ def derender_chat_completion():
     the ``chat_request`` (its ``logprobs`` / ``top_logprobs`` / ``return_tokens_as_token_ids``);
     usage from ``prompt_tokens`` (else the response's) and the choices' token counts.  The
     response's shape, vLLM's derender bounds and ``--max-request-work``
-    (:func:`_check_chat_derender_work`) are checked before anything is decoded."""
+    (:func:`~generation.adapters.derender.check_chat_derender_work`) are checked before anything is decoded."""
     sim = simulator()
     raw = parse_json_body()
     model = raw.get("model")
@@ -250,9 +253,9 @@ def derender_chat_completion():
                                 not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
             raise InvalidParam("generate_response.choices.token_ids: Input should be a list of token ids.",
                                "generate_response")
-    _check_generate_response(gen, "generate_response")
+    check_generate_response(gen, "generate_response")
     seeds = raw.get("prompt_token_ids")
-    _check_token_list(seeds, "prompt_token_ids")
+    check_token_list(seeds, "prompt_token_ids")
     check_derender_bounds(sim, [gen], "generate_response")        # vLLM's, before anything is decoded
     check_prompt_token_ids(sim, [seeds], "prompt_token_ids")
     chat = raw.get("chat_request")
@@ -263,7 +266,7 @@ def derender_chat_completion():
     override = chat.get("return_tokens_as_token_ids")
     as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
     tokens = sum(len(c.get("token_ids") or ()) for c in gen["choices"])
-    _check_chat_derender_work(sim, tokens, chat)
+    check_chat_derender_work(sim, tokens, chat)
     if tokens > OFFLOAD_CHARS:        # decoded token by token: a long answer in the tokenizer's thread
         choices = off_hub(derender_chat, sim.tokenizer, gen, chat, as_ids)
     else:
@@ -282,122 +285,10 @@ def derender_chat_completion():
                           "kv_transfer_params": gen.get("kv_transfer_params")})
 
 
-def _check_chat_derender_work(sim, tokens: int, chat: dict) -> None:
-    """``--max-request-work`` on a chat derender: its ``tokens`` ids, each with
-    ``chat_request.top_logprobs`` alternatives when ``chat_request.logprobs`` asks for them (the
-    simulator makes those up, as coupled chat does; vLLM's derender copies the ones the generate
-    response carries, which its bounds cap at ``--max-logprobs``).  A 200-byte request asking
-    100,000 alternatives for 100 ids held the hub 40 s and 4.7 GB.  Raises InvalidParam naming
-    ``generate_response``, or ``chat_request.top_logprobs`` when the alternatives pass the cap."""
-    top = chat.get("top_logprobs")
-    top = top if chat.get("logprobs") is True and _is_int(top) and top > 0 else 0
-    check_work(sim, tokens, "generate_response's token ids", "generate_response")
-    if top:
-        check_work(sim, tokens * (1 + top), "generate_response's token ids x (1 + chat_request.top_logprobs)",
-                   "chat_request.top_logprobs")
-
-
 # ---- /v1/completions/derender ------------------------------------------------------------------
 
 STREAM_DERENDER = ("Streaming derender (stream=true: one generate_chunk and its stream_state per call) is not "
                    "simulated; send the complete generate_responses with stream false.")
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _bad(path: str, what: str) -> InvalidParam:
-    return InvalidParam(f"{path}: {what}", path)
-
-
-def _check_token_list(v, path: str, nullable: bool = True) -> None:
-    if v is None and nullable:
-        return
-    if not isinstance(v, list) or not are_tokens(v):
-        raise _bad(path, "Input should be a list of token ids (non-negative integers).")
-
-
-def _check_logprobs(lps, path: str) -> None:
-    """vLLM's ``GenerateLogProbs``: ``{"content": [{"token_id", "logprob", "rank"?, "top_logprobs"?}]}``
-    (candidates ``{"token_id", "logprob", "rank"?}``)."""
-    if lps is None:
-        return
-    if not isinstance(lps, dict):
-        raise _bad(path, "Input should be a valid dictionary (a GenerateLogProbs object).")
-    content = lps.get("content")
-    if content is None:
-        return
-    if not isinstance(content, list):
-        raise _bad(f"{path}.content", "Input should be a valid list.")
-    for i, e in enumerate(content):
-        where = f"{path}.content[{i}]"
-        if not isinstance(e, dict):
-            raise _bad(where, "Input should be a valid dictionary.")
-        tops = e.get("top_logprobs")
-        if tops is not None and not isinstance(tops, list):
-            raise _bad(f"{where}.top_logprobs", "Input should be a valid list.")
-        for j, cand in enumerate([e, *(tops or ())]):      # the sampled token, then its candidates
-            at = where if j == 0 else f"{where}.top_logprobs[{j - 1}]"
-            if not isinstance(cand, dict) or not _is_int(cand.get("token_id")):
-                raise _bad(f"{at}.token_id", "Field required (an integer).")
-            if isinstance(cand.get("logprob"), bool) or not isinstance(cand.get("logprob"), (int, float)):
-                raise _bad(f"{at}.logprob", "Field required (a number).")
-
-
-def _check_generate_response(gen, path: str) -> None:
-    """The shape of one ``GenerateTokensResponse`` of a derender request, so that nothing below
-    fails on it: ``choices`` (each with its ``index``, ``token_ids``, ``finish_reason``,
-    ``stop_reason``, ``logprobs``), ``request_id``, ``usage``, ``prompt_token_ids``,
-    ``prompt_logprobs``, ``kv_transfer_params`` and ``metrics``.  Raises InvalidParam naming
-    the field."""
-    if not isinstance(gen, dict):
-        raise _bad(path, "Input should be a valid dictionary (a GenerateResponse object).")
-    if gen.get("output_mode", "tokens") != "tokens":      # vLLM: only tokens-level answers (Literal["tokens"])
-        raise _bad(f"{path}.output_mode", "Input should be 'tokens'")
-    choices = gen.get("choices")
-    if not isinstance(choices, list):
-        raise _bad(f"{path}.choices", "Field required (a list of choices).")
-    for j, c in enumerate(choices):
-        where = f"{path}.choices[{j}]"
-        if not isinstance(c, dict):
-            raise _bad(where, "Input should be a valid dictionary.")
-        if not _is_int(c.get("index")):
-            raise _bad(f"{where}.index", "Field required (an integer).")
-        _check_token_list(c.get("token_ids"), f"{where}.token_ids")
-        if c.get("finish_reason") is not None and not isinstance(c["finish_reason"], str):
-            raise _bad(f"{where}.finish_reason", "Input should be a valid string.")
-        reason = c.get("stop_reason")
-        if reason is not None and not (isinstance(reason, str) or _is_int(reason)):
-            raise _bad(f"{where}.stop_reason", "Input should be a string or an integer.")
-        _check_logprobs(c.get("logprobs"), f"{where}.logprobs")
-    if gen.get("request_id") is not None and not isinstance(gen["request_id"], str):
-        raise _bad(f"{path}.request_id", "Input should be a valid string.")
-    for key in ("usage", "kv_transfer_params", "metrics"):
-        if gen.get(key) is not None and not isinstance(gen[key], dict):
-            raise _bad(f"{path}.{key}", "Input should be a valid dictionary.")
-    _check_token_list(gen.get("prompt_token_ids"), f"{path}.prompt_token_ids")
-    plp = gen.get("prompt_logprobs")
-    if plp is not None and (not isinstance(plp, list) or not all(x is None or isinstance(x, dict) for x in plp)):
-        raise _bad(f"{path}.prompt_logprobs", "Input should be a list of objects or nulls.")
-
-
-def _check_completion_request(cr) -> dict:
-    """The fields of the original completion request the derenderer reads, type-checked (vLLM
-    reads the whole ``CompletionRequest``); ``{}`` when none was sent."""
-    if cr is None:
-        return {}
-    if not isinstance(cr, dict):
-        raise _bad("completion_request", "Input should be a valid dictionary (a CompletionRequest object).")
-    if cr.get("logprobs") is not None and not _is_int(cr["logprobs"]):
-        raise _bad("completion_request.logprobs", "Input should be a valid integer.")
-    for key in ("return_token_ids", "return_tokens_as_token_ids"):
-        if cr.get(key) is not None and not isinstance(cr[key], bool):
-            raise _bad(f"completion_request.{key}", "Input should be a valid boolean.")
-    ids = cr.get("logprob_token_ids")
-    if ids is not None and (not isinstance(ids, list) or not all(_is_int(t) for t in ids)):
-        raise _bad("completion_request.logprob_token_ids", "Input should be a list of integers.")
-    return cr
 
 
 @bp.post("/v1/completions/derender")
@@ -415,25 +306,25 @@ def derender_completion_route():
     if stream is True:
         raise InvalidParam(STREAM_DERENDER, "stream")
     if stream not in (None, False):
-        raise _bad("stream", "Input should be a valid boolean.")
+        raise bad_field("stream", "Input should be a valid boolean.")
     model = raw.get("model")
     if model is not None and not isinstance(model, str):
-        raise _bad("model", "Input should be a valid string.")
+        raise bad_field("model", "Input should be a valid string.")
     gens = raw.get("generate_responses")
     if not isinstance(gens, list):
-        raise _bad("generate_responses", "Field required (a list of GenerateResponse objects).")
+        raise bad_field("generate_responses", "Field required (a list of GenerateResponse objects).")
     for k, gen in enumerate(gens):
-        _check_generate_response(gen, f"generate_responses[{k}]")
+        check_generate_response(gen, f"generate_responses[{k}]")
     counts = raw.get("prompt_tokens")
-    if counts is not None and (not isinstance(counts, list) or not all(_is_int(t) for t in counts)):
-        raise _bad("prompt_tokens", "Input should be a list of integers.")
+    if counts is not None and (not isinstance(counts, list) or not all(is_int(t) for t in counts)):
+        raise bad_field("prompt_tokens", "Input should be a list of integers.")
     seeds = raw.get("prompt_token_ids")
     if seeds is not None:
         if not isinstance(seeds, list):
-            raise _bad("prompt_token_ids", "Input should be a list of token id lists (or nulls).")
+            raise bad_field("prompt_token_ids", "Input should be a list of token id lists (or nulls).")
         for k, ids in enumerate(seeds):
-            _check_token_list(ids, f"prompt_token_ids[{k}]")
-    cr = _check_completion_request(raw.get("completion_request"))
+            check_token_list(ids, f"prompt_token_ids[{k}]")
+    cr = check_completion_request(raw.get("completion_request"))
     # DerenderCompletionRequest._validate_prompt_tokens_length
     for key, given in (("prompt_tokens", counts), ("prompt_token_ids", seeds)):
         if given is not None and len(given) != len(gens):
@@ -449,7 +340,7 @@ def derender_completion_route():
     as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
     tokens = sum(len(c.get("token_ids") or ()) for g in gens for c in g["choices"])
     with_lp = any(c.get("logprobs") is not None for g in gens for c in g["choices"])
-    top = cr.get("logprobs") if _is_int(cr.get("logprobs")) and cr["logprobs"] >= 0 else sim.config.max_logprobs
+    top = cr.get("logprobs") if is_int(cr.get("logprobs")) and cr["logprobs"] >= 0 else sim.config.max_logprobs
     per = 1 + max(top, 0) if with_lp else 1
     check_work(sim, tokens * per, "generate_responses' token ids" + (" x (1 + logprobs)" if with_lp else ""),
                "generate_responses")
