@@ -244,15 +244,6 @@ def derender_chat_completion():
     if model is not None:
         sim.resolve_model(model)
     gen = raw.get("generate_response")
-    if (not isinstance(gen, dict) or not isinstance(gen.get("choices"), list)
-            or not all(isinstance(c, dict) for c in gen["choices"])):
-        raise InvalidParam("generate_response: Field required (a GenerateResponse object).", "generate_response")
-    for c in gen["choices"]:
-        ids = c.get("token_ids")
-        if ids is not None and (not isinstance(ids, list) or
-                                not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
-            raise InvalidParam("generate_response.choices.token_ids: Input should be a list of token ids.",
-                               "generate_response")
     check_generate_response(gen, "generate_response")
     seeds = raw.get("prompt_token_ids")
     check_token_list(seeds, "prompt_token_ids")
