@@ -278,7 +278,7 @@ def build_simulator(config: SimConfig, tokenizer=None):
                     reasoning=reasoning)
     if config.enable_responses_api_store:            # VLLM_ENABLE_RESPONSES_API_STORE=1
         from generation.adapters.response_store import ResponseStore
-        sim.response_store = ResponseStore()
+        sim.response_store = ResponseStore(conversation_bytes=config.max_request_body_size_mb << 20)
     return sim
 
 

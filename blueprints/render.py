@@ -16,21 +16,25 @@ from __future__ import annotations
 
 import time
 
+import orjson
 from flask import Blueprint
 from werkzeug.exceptions import NotFound
 
-from generation.adapters.base import check_work
-from generation.adapters.derender import check_derender_bounds, check_prompt_token_ids, derender_completion
-from generation.adapters.fields import check_mm_kwargs
+from generation.adapters.base import check_work, tokenize_texts
+from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
+                                          derender_completion)
+from generation.adapters.fields import MAX_COMPLETION_PROMPTS, check_mm_kwargs
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.responses import to_chat_messages, to_chat_tools
 from generation.adapters.sampling import template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
+from generation.structured.numeric import is_int
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
-from schemas.common import are_tokens, load
+from schemas.common import load
+from schemas.derender import bad_field, check_completion_request, check_generate_response, check_token_list
 from schemas.lax import mm_payload
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 from schemas.responses import responses_request_schema
@@ -119,14 +123,33 @@ def render_completion():
     prompt = body.prompt
     if prompt is None:
         raise InvalidParam("prompt: Field required.", "prompt")
+    kind, items = prompt
+    if len(items) > MAX_COMPLETION_PROMPTS:       # vLLM's CompletionRequest validator (a flat id list is one)
+        raise Rejected(f"prompt list length {len(items)} exceeds the maximum allowed count of "
+                       f"{MAX_COMPLETION_PROMPTS}. To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS "
+                       "environment variable.", "prompt")
     model = _render_model(sim, body.model)
     _check_mm_kwargs(sim, body)
     rid = request_id()
-    kind, items = prompt
-    lists = items if kind == "ids" else [sim.tokenize_text(text)[0] for text in items]
+    lists = items if kind == "ids" else [ids for ids, _ in tokenize_texts(sim, items)]
+    _check_render_work(sim, raw, model, lists)
     out = [{"token_ids": ids, **generate_fields(sim, raw, f"cmpl-{rid}-{i}", model, len(ids), False)}
            for i, ids in enumerate(lists)]
     return json_response(out, headers=response_headers(rid))
+
+
+def _check_render_work(sim, raw: dict, model: str, lists: list) -> None:
+    """``--max-request-work`` on a completions render: every prompt's answer repeats the
+    request's sampling fields (``stop``, ``logit_bias``, ...), so its size is the token ids plus
+    the prompts times one prompt's other fields, counted in the budget's 64-byte entries.  vLLM
+    has no such cap (its render copies the sampling params per prompt too).  1,000,000 one-letter
+    prompts (4 MB) answered 473 MB after 6.7 s on the hub and 1.4 GB, which vLLM's 1,024-prompt
+    limit now refuses first; 1,024 prompts still repeat a 3 MB ``stop`` list into a 3 GB answer
+    without this.  Raises InvalidParam naming ``prompt``."""
+    one = len(orjson.dumps(generate_fields(sim, raw, "cmpl-" + "0" * 34, model, 0, False)))
+    entries = -(-one // 64)
+    check_work(sim, sum(map(len, lists)) + len(lists) * entries,
+               f"token ids + prompts x {entries} (the sampling fields each repeats, in 64-byte entries)", "prompt")
 
 
 @bp.post("/v1/chat/completions/render")
@@ -217,22 +240,20 @@ def derender_chat_completion():
     ``derender_chat_response``, non-streaming): a tokens-level ``/inference/v1/generate`` answer
     (``generate_response``) turned into the chat completion the coupled route gives, read with
     the ``chat_request`` (its ``logprobs`` / ``top_logprobs`` / ``return_tokens_as_token_ids``);
-    usage from ``prompt_tokens`` (else the response's) and the choices' token counts."""
+    usage from ``prompt_tokens`` (else the response's) and the choices' token counts.  The
+    response's shape, vLLM's derender bounds and ``--max-request-work``
+    (:func:`~generation.adapters.derender.check_chat_derender_work`) are checked before anything is decoded."""
     sim = simulator()
     raw = parse_json_body()
     model = raw.get("model")
     if model is not None:
         sim.resolve_model(model)
     gen = raw.get("generate_response")
-    if (not isinstance(gen, dict) or not isinstance(gen.get("choices"), list)
-            or not all(isinstance(c, dict) for c in gen["choices"])):
-        raise InvalidParam("generate_response: Field required (a GenerateResponse object).", "generate_response")
-    for c in gen["choices"]:
-        ids = c.get("token_ids")
-        if ids is not None and (not isinstance(ids, list) or
-                                not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
-            raise InvalidParam("generate_response.choices.token_ids: Input should be a list of token ids.",
-                               "generate_response")
+    check_generate_response(gen, "generate_response")
+    seeds = raw.get("prompt_token_ids")
+    check_token_list(seeds, "prompt_token_ids")
+    check_derender_bounds(sim, [gen], "generate_response")        # vLLM's, before anything is decoded
+    check_prompt_token_ids(sim, [seeds], "prompt_token_ids")
     chat = raw.get("chat_request")
     if chat is None and has_parser(sim):
         raise InvalidParam("chat_request is required when a tool or reasoning parser is configured because plain "
@@ -240,7 +261,12 @@ def derender_chat_completion():
     chat = chat if isinstance(chat, dict) else {}
     override = chat.get("return_tokens_as_token_ids")
     as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
-    choices = derender_chat(sim.tokenizer, gen, chat, as_ids)
+    tokens = sum(len(c.get("token_ids") or ()) for c in gen["choices"])
+    check_chat_derender_work(sim, tokens, chat)
+    if tokens > OFFLOAD_CHARS:        # decoded token by token: a long answer in the tokenizer's thread
+        choices = off_hub(derender_chat, sim.tokenizer, gen, chat, as_ids)
+    else:
+        choices = derender_chat(sim.tokenizer, gen, chat, as_ids)
     usage = gen.get("usage") if isinstance(gen.get("usage"), dict) else {}
     prompt = raw.get("prompt_tokens")
     if not isinstance(prompt, int) or isinstance(prompt, bool):
@@ -261,103 +287,6 @@ STREAM_DERENDER = ("Streaming derender (stream=true: one generate_chunk and its 
                    "simulated; send the complete generate_responses with stream false.")
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _bad(path: str, what: str) -> InvalidParam:
-    return InvalidParam(f"{path}: {what}", path)
-
-
-def _check_token_list(v, path: str, nullable: bool = True) -> None:
-    if v is None and nullable:
-        return
-    if not isinstance(v, list) or not are_tokens(v):
-        raise _bad(path, "Input should be a list of token ids (non-negative integers).")
-
-
-def _check_logprobs(lps, path: str) -> None:
-    """vLLM's ``GenerateLogProbs``: ``{"content": [{"token_id", "logprob", "rank"?, "top_logprobs"?}]}``
-    (candidates ``{"token_id", "logprob", "rank"?}``)."""
-    if lps is None:
-        return
-    if not isinstance(lps, dict):
-        raise _bad(path, "Input should be a valid dictionary (a GenerateLogProbs object).")
-    content = lps.get("content")
-    if content is None:
-        return
-    if not isinstance(content, list):
-        raise _bad(f"{path}.content", "Input should be a valid list.")
-    for i, e in enumerate(content):
-        where = f"{path}.content[{i}]"
-        if not isinstance(e, dict):
-            raise _bad(where, "Input should be a valid dictionary.")
-        tops = e.get("top_logprobs")
-        if tops is not None and not isinstance(tops, list):
-            raise _bad(f"{where}.top_logprobs", "Input should be a valid list.")
-        for j, cand in enumerate([e, *(tops or ())]):      # the sampled token, then its candidates
-            at = where if j == 0 else f"{where}.top_logprobs[{j - 1}]"
-            if not isinstance(cand, dict) or not _is_int(cand.get("token_id")):
-                raise _bad(f"{at}.token_id", "Field required (an integer).")
-            if isinstance(cand.get("logprob"), bool) or not isinstance(cand.get("logprob"), (int, float)):
-                raise _bad(f"{at}.logprob", "Field required (a number).")
-
-
-def _check_generate_response(gen, path: str) -> None:
-    """The shape of one ``GenerateTokensResponse`` of a derender request, so that nothing below
-    fails on it: ``choices`` (each with its ``index``, ``token_ids``, ``finish_reason``,
-    ``stop_reason``, ``logprobs``), ``request_id``, ``usage``, ``prompt_token_ids``,
-    ``prompt_logprobs``, ``kv_transfer_params`` and ``metrics``.  Raises InvalidParam naming
-    the field."""
-    if not isinstance(gen, dict):
-        raise _bad(path, "Input should be a valid dictionary (a GenerateResponse object).")
-    if gen.get("output_mode", "tokens") != "tokens":      # vLLM: only tokens-level answers (Literal["tokens"])
-        raise _bad(f"{path}.output_mode", "Input should be 'tokens'")
-    choices = gen.get("choices")
-    if not isinstance(choices, list):
-        raise _bad(f"{path}.choices", "Field required (a list of choices).")
-    for j, c in enumerate(choices):
-        where = f"{path}.choices[{j}]"
-        if not isinstance(c, dict):
-            raise _bad(where, "Input should be a valid dictionary.")
-        if not _is_int(c.get("index")):
-            raise _bad(f"{where}.index", "Field required (an integer).")
-        _check_token_list(c.get("token_ids"), f"{where}.token_ids")
-        if c.get("finish_reason") is not None and not isinstance(c["finish_reason"], str):
-            raise _bad(f"{where}.finish_reason", "Input should be a valid string.")
-        reason = c.get("stop_reason")
-        if reason is not None and not (isinstance(reason, str) or _is_int(reason)):
-            raise _bad(f"{where}.stop_reason", "Input should be a string or an integer.")
-        _check_logprobs(c.get("logprobs"), f"{where}.logprobs")
-    if gen.get("request_id") is not None and not isinstance(gen["request_id"], str):
-        raise _bad(f"{path}.request_id", "Input should be a valid string.")
-    for key in ("usage", "kv_transfer_params", "metrics"):
-        if gen.get(key) is not None and not isinstance(gen[key], dict):
-            raise _bad(f"{path}.{key}", "Input should be a valid dictionary.")
-    _check_token_list(gen.get("prompt_token_ids"), f"{path}.prompt_token_ids")
-    plp = gen.get("prompt_logprobs")
-    if plp is not None and (not isinstance(plp, list) or not all(x is None or isinstance(x, dict) for x in plp)):
-        raise _bad(f"{path}.prompt_logprobs", "Input should be a list of objects or nulls.")
-
-
-def _check_completion_request(cr) -> dict:
-    """The fields of the original completion request the derenderer reads, type-checked (vLLM
-    reads the whole ``CompletionRequest``); ``{}`` when none was sent."""
-    if cr is None:
-        return {}
-    if not isinstance(cr, dict):
-        raise _bad("completion_request", "Input should be a valid dictionary (a CompletionRequest object).")
-    if cr.get("logprobs") is not None and not _is_int(cr["logprobs"]):
-        raise _bad("completion_request.logprobs", "Input should be a valid integer.")
-    for key in ("return_token_ids", "return_tokens_as_token_ids"):
-        if cr.get(key) is not None and not isinstance(cr[key], bool):
-            raise _bad(f"completion_request.{key}", "Input should be a valid boolean.")
-    ids = cr.get("logprob_token_ids")
-    if ids is not None and (not isinstance(ids, list) or not all(_is_int(t) for t in ids)):
-        raise _bad("completion_request.logprob_token_ids", "Input should be a list of integers.")
-    return cr
-
-
 @bp.post("/v1/completions/derender")
 def derender_completion_route():
     """vLLM 0.34's ``POST /v1/completions/derender`` (``scale_out/derender/serving.py``
@@ -373,25 +302,25 @@ def derender_completion_route():
     if stream is True:
         raise InvalidParam(STREAM_DERENDER, "stream")
     if stream not in (None, False):
-        raise _bad("stream", "Input should be a valid boolean.")
+        raise bad_field("stream", "Input should be a valid boolean.")
     model = raw.get("model")
     if model is not None and not isinstance(model, str):
-        raise _bad("model", "Input should be a valid string.")
+        raise bad_field("model", "Input should be a valid string.")
     gens = raw.get("generate_responses")
     if not isinstance(gens, list):
-        raise _bad("generate_responses", "Field required (a list of GenerateResponse objects).")
+        raise bad_field("generate_responses", "Field required (a list of GenerateResponse objects).")
     for k, gen in enumerate(gens):
-        _check_generate_response(gen, f"generate_responses[{k}]")
+        check_generate_response(gen, f"generate_responses[{k}]")
     counts = raw.get("prompt_tokens")
-    if counts is not None and (not isinstance(counts, list) or not all(_is_int(t) for t in counts)):
-        raise _bad("prompt_tokens", "Input should be a list of integers.")
+    if counts is not None and (not isinstance(counts, list) or not all(is_int(t) for t in counts)):
+        raise bad_field("prompt_tokens", "Input should be a list of integers.")
     seeds = raw.get("prompt_token_ids")
     if seeds is not None:
         if not isinstance(seeds, list):
-            raise _bad("prompt_token_ids", "Input should be a list of token id lists (or nulls).")
+            raise bad_field("prompt_token_ids", "Input should be a list of token id lists (or nulls).")
         for k, ids in enumerate(seeds):
-            _check_token_list(ids, f"prompt_token_ids[{k}]")
-    cr = _check_completion_request(raw.get("completion_request"))
+            check_token_list(ids, f"prompt_token_ids[{k}]")
+    cr = check_completion_request(raw.get("completion_request"))
     # DerenderCompletionRequest._validate_prompt_tokens_length
     for key, given in (("prompt_tokens", counts), ("prompt_token_ids", seeds)):
         if given is not None and len(given) != len(gens):
@@ -407,7 +336,7 @@ def derender_completion_route():
     as_ids = override if isinstance(override, bool) else bool(sim.config.return_tokens_as_token_ids)
     tokens = sum(len(c.get("token_ids") or ()) for g in gens for c in g["choices"])
     with_lp = any(c.get("logprobs") is not None for g in gens for c in g["choices"])
-    top = cr.get("logprobs") if _is_int(cr.get("logprobs")) and cr["logprobs"] >= 0 else sim.config.max_logprobs
+    top = cr.get("logprobs") if is_int(cr.get("logprobs")) and cr["logprobs"] >= 0 else sim.config.max_logprobs
     per = 1 + max(top, 0) if with_lp else 1
     check_work(sim, tokens * per, "generate_responses' token ids" + (" x (1 + logprobs)" if with_lp else ""),
                "generate_responses")

@@ -252,6 +252,41 @@ class AnthropicToolSchema(BaseSchema):
             raise ValidationError({"input_schema": ["Field required (a JSON schema object)."]})
 
 
+class AnthropicToolsField(fields.List):
+    """``fields.List(fields.Nested(AnthropicToolSchema))`` with a fast path: a list whose tools
+    all have the plain valid shape (``type`` absent or ``custom``, a non-empty ``name``, an
+    ``input_schema`` object, the optional fields of their types) becomes its
+    :class:`~generation.adapters.protocol.AnthropicTool` objects in one loop, as the nested
+    schema would load them; anything else goes through the schema, which words the error.  The
+    nested schema took ~20 us a tool on the hub: 120,000 minimal tools (3.7 MB) held it 2.6 s."""
+
+    def __init__(self, **kwargs):
+        super().__init__(fields.Nested(AnthropicToolSchema), **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if value.__class__ is list:
+            out = []
+            tool = p.AnthropicTool
+            for t in value:
+                if t.__class__ is not dict:
+                    break
+                get = t.get
+                kind, name, desc, schema = get("type"), get("name"), get("description"), get("input_schema")
+                cache, strict, defer = get("cache_control"), get("strict"), get("defer_loading")
+                if not ((kind is None or kind == "custom") and name and name.__class__ is str
+                        and schema.__class__ is dict and (desc is None or desc.__class__ is str)
+                        and (cache is None or cache.__class__ is dict)
+                        and (strict is None or strict.__class__ is bool)
+                        and (defer is None or defer.__class__ is bool)):
+                    break
+                out.append(tool(type=kind, name=name, description=desc, input_schema=dict(schema),
+                                cache_control=None if cache is None else dict(cache), strict=strict,
+                                defer_loading=defer))
+            else:
+                return out
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class AnthropicToolChoiceSchema(BaseSchema):
     __model__ = p.AnthropicToolChoice
     type = fields.String(required=True, validate=validate.OneOf(("auto", "any", "tool", "none")))
@@ -285,7 +320,7 @@ class CountTokensRequestSchema(BaseSchema):
     model = fields.Raw()
     messages = fields.List(fields.Nested(AnthropicMessageSchema), required=True)
     system = SystemField()
-    tools = fields.List(fields.Nested(AnthropicToolSchema))
+    tools = AnthropicToolsField()
     tool_choice = fields.Nested(AnthropicToolChoiceSchema)
     thinking = ThinkingField()
     context_management = ContextManagementField()

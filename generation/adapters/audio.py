@@ -188,6 +188,9 @@ class SpeechToTextRequest:
                 json.loads(xargs)
             except json.JSONDecodeError as e:
                 raise InvalidParam(f"Failed to parse vllm_xargs. Must be valid JSON: {e}", "vllm_xargs") from None
+            except RecursionError:      # vLLM's json.loads fails so too, unhandled (a 500 there)
+                raise InvalidParam("Failed to parse vllm_xargs. Must be valid JSON: nested too deeply",
+                                   "vllm_xargs") from None
         return r
 
 
@@ -252,10 +255,13 @@ class SpeechToTextAdapter(Adapter):
                 p.echo_ids, p.echo_pieces = sim.tokenizer.encode_lossless(b.prompt)
             prompts.append(p)
             self.offsets.append(start)
+        # vLLM's get_max_tokens: at most the context window (the decoder prompt is not counted
+        # without beam search); a form field may hold 4,300 digits, past a float's range
+        limit = b.max_completion_tokens
         self.req = GenerationRequest(
             request_id=rid, model=self.model, lora=self.lora, prompts=prompts, n=1,
-            max_tokens=b.max_completion_tokens, stream=b.stream, seed=b.seed, temperature=b.temperature,
-            use_beam_search=b.use_beam_search)
+            max_tokens=None if limit is None else min(limit, sim.config.max_model_len), stream=b.stream,
+            seed=b.seed, temperature=b.temperature, use_beam_search=b.use_beam_search)
         return self.req
 
     @property
@@ -477,11 +483,18 @@ class SpeechAdapter(Adapter):
     def media_type(self) -> str:
         return au.SPEECH_FORMATS[self.body.response_format][2]
 
+    def work(self, seqs) -> tuple[int, str, str]:
+        """``--max-request-work``: an audio frame is 1,920 samples, 3,840 bytes of 16-bit PCM, 60 of
+        the budget's 64-byte entries (a text token is one).  vLLM-Omni has no such cap; a 48 KB
+        input with a 32k context made 24,000 frames, a 95 MB answer, and held the hub 6-12 s."""
+        frames = sum(s.completion_tokens for s in seqs)
+        return (frames * au.PCM_ENTRIES_PER_FRAME,
+                f"ceil(3.75 x input tokens / speed) audio frames x {au.PCM_ENTRIES_PER_FRAME}", "input")
+
     def render_audio(self, seqs) -> bytes:
-        """The whole answer encoded (in the hub's thread pool: a long answer is ~100 ms of
-        encoding)."""
-        samples = au.synthesize(seqs[0].ids, self.seed)
-        return au.off_hub(au.encode, samples, self.body.response_format)
+        """The whole answer synthesized and encoded in the hub's thread pool (a long answer is
+        seconds of it)."""
+        return au.off_hub(au.encode_speech, seqs[0].ids, self.seed, self.body.response_format)
 
     def stream(self, seqs):
         """``stream_format: "audio"``: the raw bytes (a ``wav`` header first), the frames of the

@@ -23,19 +23,22 @@ from __future__ import annotations
 
 from generation.content import logprobs as lp
 from generation.errors import InvalidParam
-from .base import MAX_N
+from generation.structured.numeric import is_int
+from .base import MAX_N, check_work
 
 
-def check_derender_bounds(sim, gens: list) -> None:
+def check_derender_bounds(sim, gens: list, single: str | None = None) -> None:
     """vLLM's ``_validate_derender_bounds`` on the generate responses ``gens`` (dicts whose
-    shapes the route checked).  Raises InvalidParam (400) with vLLM's message, naming the field."""
+    shapes the route checked; ``single``: the field of the one response a chat derender sends,
+    else they are ``generate_responses[k]``).  Raises InvalidParam (400) with vLLM's message,
+    naming the field."""
     max_len = sim.config.max_model_len
     max_logprobs = sim.config.max_logprobs
     if len(gens) > MAX_N:
         raise InvalidParam(f"generate_responses count ({len(gens)}) exceeds server maximum ({MAX_N}). "
                            f"Set VLLM_MAX_N_SEQUENCES to increase this limit.", "generate_responses")
     for k, gen in enumerate(gens):
-        where = f"generate_responses[{k}]"
+        where = single or f"generate_responses[{k}]"
         rid = gen.get("request_id")
         choices = gen["choices"]
         if len(choices) > MAX_N:
@@ -61,6 +64,21 @@ def check_derender_bounds(sim, gens: list) -> None:
         if plp and len(plp) > max_len:
             raise InvalidParam(f"prompt_logprobs length ({len(plp)}) in response '{rid}' exceeds max_model_len "
                                f"({max_len}).", f"{where}.prompt_logprobs")
+
+
+def check_chat_derender_work(sim, tokens: int, chat: dict) -> None:
+    """``--max-request-work`` on a chat derender: its ``tokens`` ids, each with
+    ``chat_request.top_logprobs`` alternatives when ``chat_request.logprobs`` asks for them (the
+    simulator makes those up, as coupled chat does; vLLM's derender copies the ones the generate
+    response carries, which its bounds cap at ``--max-logprobs``).  A 200-byte request asking
+    100,000 alternatives for 100 ids held the hub 40 s and 4.7 GB.  Raises InvalidParam naming
+    ``generate_response``, or ``chat_request.top_logprobs`` when the alternatives pass the cap."""
+    top = chat.get("top_logprobs")
+    top = top if chat.get("logprobs") is True and is_int(top) and top > 0 else 0
+    check_work(sim, tokens, "generate_response's token ids", "generate_response")
+    if top:
+        check_work(sim, tokens * (1 + top), "generate_response's token ids x (1 + chat_request.top_logprobs)",
+                   "chat_request.top_logprobs")
 
 
 def check_prompt_token_ids(sim, lists: list, field: str) -> None:

@@ -5,7 +5,13 @@
 
 vLLM keeps every ``store``d response in memory when that variable is set (and nothing
 otherwise: the routes then answer 404).  Here the store is bounded: the oldest entries go first
-beyond :data:`MAX_STORED` objects or :data:`MAX_STORED_BYTES` of their JSON.  A background response is stored ``queued`` when its request is
+beyond :data:`MAX_STORED` objects or :data:`MAX_STORED_BYTES` of their JSON, and the
+conversations kept for ``previous_response_id`` likewise beyond :data:`MAX_HISTORY_TOKENS` prompt
+tokens or :data:`MAX_STORED_BYTES` of their messages' JSON; a conversation longer than one
+request body may be (``--max-request-body-size-mb``) is not kept, and continuing it is a 400
+(vLLM keeps it: text the tokenizer drops costs no tokens, so a 3 MB input of spaces was kept
+whole, a hundred of them 300 MB, and a chain of them made each small continuing request
+tokenize all the earlier inputs).  A background response is stored ``queued`` when its request is
 answered, and replaced by its final object (``completed``, ``incomplete``) when it ends, unless
 it was cancelled meanwhile; if the server fails it, it reads ``failed`` (vLLM's
 ``OpenAIServingResponses._run_background_request`` and ``cancel_responses``).  Running ones are
@@ -40,42 +46,58 @@ class ResponseStore:
     ``tasks``: ``response id -> (greenlet, sequences)`` of the background responses running."""
 
     def __init__(self, limit: int = MAX_STORED, history_tokens: int = MAX_HISTORY_TOKENS,
-                 limit_bytes: int = MAX_STORED_BYTES):
+                 limit_bytes: int = MAX_STORED_BYTES, conversation_bytes: int = 4 << 20):
         self.limit = limit
         self.limit_bytes = limit_bytes
+        self.conversation_bytes = conversation_bytes      # the request body limit
         self.items: OrderedDict[str, dict] = OrderedDict()
         self.sizes: dict[str, int] = {}                 # response id -> its JSON's bytes
         self.total_bytes = 0
         self.tasks: dict[str, tuple] = {}
-        # response id -> (the chat messages its prompt was made of, their prompt tokens): vLLM's
-        # msg_store, oldest dropped first past ``limit`` entries or ``history_tokens`` in all
+        # response id -> (the chat messages its prompt was made of or None when too long, their
+        # prompt tokens, their JSON's bytes): vLLM's msg_store, oldest dropped first past ``limit``
+        # entries, ``history_tokens`` or ``limit_bytes`` in all
         self.history: OrderedDict[str, tuple] = OrderedDict()
         self.history_limit = history_tokens
         self.history_total = 0
+        self.history_bytes = 0
 
     def remember(self, response_id: str, messages: list, tokens: int) -> None:
-        """Keep ``messages`` (``tokens`` prompt tokens) as ``response_id``'s conversation."""
+        """Keep ``messages`` (``tokens`` prompt tokens) as ``response_id``'s conversation; past
+        :attr:`conversation_bytes` of JSON only its size, which :meth:`messages_of` refuses."""
+        size = _json_size(messages)
+        kept = messages if size <= self.conversation_bytes else None
         old = self.history.pop(response_id, None)
         if old is not None:
             self.history_total -= old[1]
-        self.history[response_id] = (messages, tokens)
+            self.history_bytes -= old[2] if old[0] is not None else 0
+        self.history[response_id] = (kept, tokens, size)
         self.history_total += tokens
-        while self.history and (len(self.history) > self.limit or self.history_total > self.history_limit):
-            self.history_total -= self.history.popitem(last=False)[1][1]
+        self.history_bytes += size if kept is not None else 0
+        while self.history and (len(self.history) > self.limit or self.history_total > self.history_limit
+                                or self.history_bytes > self.limit_bytes):
+            gone = self.history.popitem(last=False)[1]
+            self.history_total -= gone[1]
+            self.history_bytes -= gone[2] if gone[0] is not None else 0
 
     def messages_of(self, response_id: str) -> list:
-        """The conversation kept for ``response_id`` (empty when it was dropped)."""
+        """The conversation kept for ``response_id`` (empty when it was dropped).  Raises
+        APIError (400, ``previous_response_id``) for one too long to be kept."""
         kept = self.history.get(response_id)
-        return kept[0] if kept is not None else []
+        if kept is None:
+            return []
+        if kept[0] is None:
+            raise APIError(f"The conversation of previous_response_id '{response_id}' holds {kept[2]} bytes, more "
+                           f"than the {self.conversation_bytes} one request may send (--max-request-body-size-mb): "
+                           "the simulator does not keep it to continue.", 400, "previous_response_id",
+                           "invalid_request_error")
+        return kept[0]
 
     def put(self, response: dict) -> None:
         """Keep ``response`` (replacing an object of its id), the oldest dropped beyond
         :attr:`limit` objects or :attr:`limit_bytes` of their JSON in all."""
         rid = response["id"]
-        try:
-            size = len(orjson.dumps(response))
-        except TypeError:                   # an integer past 64 bits: an estimate is enough
-            size = len(repr(response))
+        size = _json_size(response)
         self.total_bytes += size - self.sizes.get(rid, 0)
         self.sizes[rid] = size
         self.items[rid] = response
@@ -181,12 +203,21 @@ class ResponseStore:
         return cancelled
 
 
+def _json_size(value) -> int:
+    """Bytes of ``value``'s JSON (an estimate for an integer past 64 bits, which orjson refuses)."""
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        return len(repr(value))
+
+
 def previous_messages(store, response_id: str) -> list:
     """``previous_response_id``'s conversation as chat messages, put before the new input (vLLM's
     ``construct_input_messages``): the stored response's messages but system ones (instructions
     do not carry over), then each of its output messages' texts as an assistant message (its
     reasoning and tool calls are not carried, as vLLM's are not).  Raises vLLM's 404 when it is
-    not stored (always, without ``VLLM_ENABLE_RESPONSES_API_STORE=1``)."""
+    not stored (always, without ``VLLM_ENABLE_RESPONSES_API_STORE=1``), a 400 when its
+    conversation was too long to keep (:meth:`ResponseStore.messages_of`)."""
     prev = store.get(response_id) if store is not None else None
     if prev is None:
         raise not_found(response_id)

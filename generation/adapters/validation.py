@@ -124,6 +124,7 @@ _FALSE = frozenset(("0", "off", "f", "false", "n", "no"))
 _BOOL_PARSING = ("bool_parsing", "Input should be a valid boolean, unable to interpret input")
 _I64 = 2 ** 63
 _INT_STR = re.compile(r"\s*[+-]?\d(?:_?\d)*(?:\.0*)?\s*")
+_MAX_INT_DIGITS = 4300        # pydantic-core's (and Python's int_max_str_digits)
 
 
 def read_bool(v) -> bool:
@@ -173,7 +174,8 @@ def read_float(v) -> float:
 def read_int(v) -> int:
     """``int``: an integer (a boolean counts), a float without a fractional part within int64
     (orjson reads a JSON integer past 64 bits as one), or a string of digits (``"3"``, ``" 3 "``,
-    ``"3.0"``, ``"1_000"``)."""
+    ``"3.0"``, ``"1_000"``) of at most 4,300 digits (pydantic's ``int_parsing_size`` past that: a
+    form field of 5,000 digits was a 500 from Python's own int() limit)."""
     if isinstance(v, int):
         return int(v)
     if isinstance(v, float):
@@ -186,7 +188,14 @@ def read_int(v) -> int:
         return int(v)
     if isinstance(v, str):
         if _INT_STR.fullmatch(v):
-            return int(v.strip().split(".")[0])
+            # pydantic-core's bound on a string's digits (leading zeros, "+", "_" and ".0" not
+            # counted, "-" counted); Python's int() refuses past 4300 digits with a ValueError
+            text = v.strip().split(".")[0].replace("_", "")
+            sign = "-" if text[0] == "-" else ""
+            digits = text.lstrip("+-").lstrip("0") or "0"
+            if len(sign) + len(digits) > _MAX_INT_DIGITS:
+                raise Mismatch("int_parsing_size", "Unable to parse input string as an integer, exceeded maximum size")
+            return int(sign + digits)
         raise Mismatch("int_parsing", "Input should be a valid integer, unable to parse string as an integer")
     raise Mismatch("int_type", "Input should be a valid integer")
 

@@ -11,8 +11,9 @@ WAV, FLAC, Ogg/Opus and MP3 read and write); nothing here is a codec.
 * :func:`synthesize`: deterministic speech-like samples for the output tokens of a speech
   request (``/v1/audio/speech``): each token is one codec frame of :data:`FRAME_SECONDS`,
   a tone whose pitch and loudness come from the token id.
-* :func:`encode`: samples -> bytes in a ``response_format`` (``wav``, ``pcm``, ``flac``, ``mp3``,
-  ``opus``); :func:`stream_header` / :func:`stream_frames` for a streamed ``wav`` / ``pcm``.
+* :func:`encode_speech`: output token ids -> their speech as bytes in a ``response_format``
+  (``wav``, ``pcm``, ``flac``, ``mp3``, ``opus``), :data:`SYNTH_FRAMES` frames at a time;
+  :func:`stream_header` / :func:`stream_frames` for a streamed ``wav`` / ``pcm``.
 
 Free of Flask.  The CPU-heavy calls (decoding an upload, encoding a long answer) run in the
 hub's thread pool (:func:`off_hub`), so the event loop keeps serving while they work.
@@ -41,12 +42,15 @@ MAX_CLIP_FILESIZE_MB = float(os.environ.get("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "
 MAX_DECODE_DURATION_S = float(os.environ.get("VLLM_MAX_AUDIO_DECODE_DURATION_S", "600"))
 MAX_DECODE_BYTES = int(os.environ.get("VLLM_MAX_AUDIO_DECODE_BYTES", str(268_435_456)))
 MIB = 1 << 20
+DECODE_BLOCK_SAMPLES = 1 << 18     # samples decoded at a time (1 MiB of float32), all channels together
 
 # speech output: 24 kHz mono (OpenAI's and vLLM-Omni's TTS rate), one codec token per 80 ms
 # (a 12.5 Hz speech tokenizer, as Qwen3-TTS's), about 3.75 audio tokens per text token
 SPEECH_SAMPLE_RATE = 24000          # Hz
 FRAME_SECONDS = 0.08                # s of audio per output token
 FRAME_SAMPLES = int(SPEECH_SAMPLE_RATE * FRAME_SECONDS)      # 1920
+SYNTH_FRAMES = 256                  # frames synthesized at a time (~20 MB of float64 intermediates)
+PCM_ENTRIES_PER_FRAME = FRAME_SAMPLES * 2 // 64     # a frame's 16-bit PCM in --max-request-work's 64-byte entries
 AUDIO_TOKENS_PER_TEXT_TOKEN = 3.75
 
 # response_format -> (libsndfile format, subtype, media type); pcm is raw little-endian int16
@@ -107,7 +111,12 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
     (``VLLM_MAX_AUDIO_DECODE_BYTES``), :data:`CORRUPTED` for anything libsndfile does not
     recognise (vLLM's PyAV fallback then fails with it), and ``Invalid or unsupported audio
     file.`` for a recognised file that cannot be read.  The limits are checked from the header, before any sample is
-    decoded."""
+    decoded.  The samples are decoded :data:`DECODE_BLOCK_SAMPLES` at a time and hashed as they
+    come (the same key as hashing them all at once), so an upload holds about 1 MiB however long
+    its audio: a 210 KB FLAC of 600 s of silence at 192 kHz (vLLM's decode limits, which allow
+    it) held 256 MiB of float32 and a 256 MiB copy for the hash, and ten at once in the hub's
+    thread pool would hold 5 GB; vLLM keeps the decoded samples (it resamples them), the
+    simulator only needs their length and hash."""
     import soundfile as sf
     if len(data) > max_size_mb * MIB:
         raise AudioError("Maximum file size exceeded")
@@ -127,16 +136,22 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
                     f"Audio would allocate {estimated / MIB:.0f} MiB of PCM ({frames} frames x {channels} channels"
                     f" x 4B), exceeding the {MAX_DECODE_BYTES / MIB:.0f} MiB limit. Set "
                     f"VLLM_MAX_AUDIO_DECODE_BYTES to increase this limit.")
-            samples = f.read(dtype="float32", always_2d=True)
+            digest = hashlib.blake2b(digest_size=16)
+            block = max(1, DECODE_BLOCK_SAMPLES // channels)
+            frames = 0              # what was decoded (a truncated stream decodes fewer)
+            while True:
+                samples = f.read(block, dtype="float32", always_2d=True)
+                if not len(samples):
+                    break
+                digest.update(samples)
+                frames += len(samples)
     except AudioError:
         raise
     except sf.LibsndfileError as exc:       # not audio libsndfile recognises: vLLM's PyAV fallback fails so
         raise AudioError(CORRUPTED) from exc
     except Exception as exc:        # noqa: BLE001 - recognised but unreadable (truncated, ...)
         raise AudioError("Invalid or unsupported audio file.") from exc
-    frames = samples.shape[0]       # what was decoded (a truncated stream decodes fewer)
-    key = hashlib.blake2b(samples.tobytes(), digest_size=16).digest()
-    return Clip(frames / sr, sr, frames, channels, key)
+    return Clip(frames / sr, sr, frames, channels, digest.digest())
 
 
 def speech_tokens(text_tokens: int, speed: float = 1.0) -> int:
@@ -166,16 +181,26 @@ def synthesize(ids, seed: int = 0) -> np.ndarray:
     return frames.astype(np.float32).reshape(-1)
 
 
-def encode(samples: np.ndarray, response_format: str) -> bytes:
-    """``samples`` (float32 mono at :data:`SPEECH_SAMPLE_RATE`) as a whole file in
-    ``response_format`` (a key of :data:`SPEECH_FORMATS`), written by libsndfile."""
-    import soundfile as sf
+def encode_speech(ids, seed: int, response_format: str) -> bytes:
+    """The speech of output token ids ``ids`` (:func:`synthesize` with ``seed``) as a whole
+    file in ``response_format`` (a key of :data:`SPEECH_FORMATS`), written by libsndfile.
+    Synthesized and encoded :data:`SYNTH_FRAMES` frames at a time (the same bytes as all at
+    once; Opus aside, whose Ogg stream differs on every run): the whole answer's float64
+    intermediates took ~64 bytes a sample, 1.9 GB for a 48 KB request with a 32k context."""
     if response_format == "pcm":
-        return pcm16(samples)
+        return b"".join(pcm16(synthesize(part, seed)) for part in _parts(ids))
+    import soundfile as sf
     fmt, subtype, _ = SPEECH_FORMATS[response_format]
     buf = io.BytesIO()
-    sf.write(buf, samples, SPEECH_SAMPLE_RATE, format=fmt, subtype=subtype)
+    with sf.SoundFile(buf, "w", SPEECH_SAMPLE_RATE, 1, format=fmt, subtype=subtype) as f:
+        for part in _parts(ids):
+            f.write(synthesize(part, seed))
     return buf.getvalue()
+
+
+def _parts(ids) -> list:
+    """``ids`` in slices of :data:`SYNTH_FRAMES` (one slice for none)."""
+    return [ids[i:i + SYNTH_FRAMES] for i in range(0, len(ids), SYNTH_FRAMES)] or [ids]
 
 
 def pcm16(samples: np.ndarray) -> bytes:
@@ -202,7 +227,11 @@ def stream_header(response_format: str) -> bytes:
 
 
 def stream_frames(ids, seed: int = 0) -> bytes:
-    """The PCM bytes of the frames of output token ids ``ids`` (a streamed ``wav`` / ``pcm``)."""
+    """The PCM bytes of the frames of output token ids ``ids`` (a streamed ``wav`` / ``pcm``):
+    more than :data:`SYNTH_FRAMES` of them (a stream without inter-token latency sends them all
+    at once) in the hub's thread pool, as :func:`encode_speech`."""
+    if len(ids) > SYNTH_FRAMES:
+        return off_hub(encode_speech, ids, seed, "pcm")
     return pcm16(synthesize(ids, seed))
 
 

@@ -16,6 +16,10 @@ from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, bucket
 from generation.config.values import ConfigError, parse_duration
 
 FUNCTIONS = ("oscillate", "ramp", "rampreset", "squarewave")
+# ``loras`` entries: each is a ``vllm:lora_requests_info`` series written on every scrape.  The
+# reference has no bound; 300,000 (a 1.2 MB admin update) made every scrape a 27 MB, 1.8 s hold
+# of the hub.  vLLM itself writes one series per scrape.
+MAX_LORA_ENTRIES = 1000
 FINISH_REASONS = ("stop", "length", "tool_calls", "remote_decode", "cache_threshold")
 
 GAUGES = {                       # key -> metric name
@@ -150,8 +154,10 @@ def _lora_entry(raw: Any) -> tuple[str, str, float]:
     if isinstance(raw, str):                     # YAML form: a JSON string per entry
         try:
             raw = json.loads(raw)
-        except ValueError as e:
-            raise ConfigError(f"fake metrics loras: invalid JSON entry {raw!r}: {e}") from None
+        except (ValueError, RecursionError) as e:        # the entry quoted at most 100 characters
+            shown = repr(raw) if len(raw) <= 100 else repr(raw[:100]) + "..."
+            raise ConfigError(f"fake metrics loras: invalid JSON entry {shown}: "
+                              f"{e if isinstance(e, ValueError) else 'nested too deeply'}") from None
     if not isinstance(raw, dict):
         raise ConfigError('fake metrics loras entries must be objects {"running","waiting","timestamp"}')
     running, waiting, ts = raw.get("running", ""), raw.get("waiting", ""), raw.get("timestamp", 0)
@@ -203,6 +209,8 @@ def parse_fake_metrics(obj: Any, max_model_len: int, partial: bool = False) -> d
     if "loras" in raw:
         if not isinstance(raw["loras"], list):
             raise ConfigError("fake metrics loras must be a list")
+        if len(raw["loras"]) > MAX_LORA_ENTRIES:
+            raise ConfigError(f"fake metrics loras: at most {MAX_LORA_ENTRIES} entries, got {len(raw['loras'])}")
         out["loras"] = [_lora_entry(e) for e in raw["loras"]]
 
     for key in HISTOGRAMS:

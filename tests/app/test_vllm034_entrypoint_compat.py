@@ -278,6 +278,8 @@ def test_derender_routes_give_coupled_chats_logprobs(app_client, flag):
         assert d["choices"][0]["logprobs"] == expected and d["id"] == tokens["request_id"]
         assert d["usage"]["completion_tokens"] == len(tokens["choices"][0]["token_ids"])
     r = c.post("/v1/chat/completions/derender", json={"model": "test-model", "generate_response": {"choices": 3}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "generate_response.choices"
+    r = c.post("/v1/chat/completions/derender", json={"model": "test-model"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "generate_response"
 
 
