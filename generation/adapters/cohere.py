@@ -314,38 +314,67 @@ def stream_v2(adapter: CohereChatAdapter, seq):
         adapter.open_end = _event({"index": c, "type": "tool-call-end"})
         return out
 
-    for _, k in sim.stream([seq]):
-        out = start
-        start = b""
-        piece = seq.pieces[k]
-        if k < c0:
-            if not span[0] <= k < span[1]:
-                if out:
-                    yield out
-                continue                  # the parser's markers: no delta
-            if not adapter.reasoning_model:
-                yield out + close() + _event({"delta": {"message": {"tool_plan": piece}}, "type": "tool-plan-delta"})
-                continue
-            if kind != "thinking":
-                out += open_block("thinking")
-            yield out + delta("thinking", piece)
-            continue
-        if calls:
-            c = call_of[k]
-            while opened < c:             # calls without argument tokens
-                out += start_call(opened, "")
-                opened += 1
-            if opened == c:               # chat's first chunk of a call: its id, name, first piece
-                out += start_call(c, piece)
-                opened += 1
-            elif piece:
-                out += _event({"index": c, "delta": {"message": {"tool_calls": {"function": {"arguments": piece}}}},
-                               "type": "tool-call-delta"})
+    pending = None        # [event key, pieces]: the deltas of one kind a group holds, sent as one event
+
+    def flush() -> bytes:
+        nonlocal pending
+        if pending is None:
+            return b""
+        (what, c), text = pending[0], "".join(pending[1])
+        pending = None
+        if what == "plan":
+            return _event({"delta": {"message": {"tool_plan": text}}, "type": "tool-plan-delta"})
+        if what == "args":
+            return _event({"index": c, "delta": {"message": {"tool_calls": {"function": {"arguments": text}}}},
+                           "type": "tool-call-delta"})
+        return delta(what, text)
+
+    def add(key: tuple, piece: str, before) -> bytes:
+        """``piece`` joins the pending delta of ``key``; another key sends the pending one, then
+        ``before()`` (the block or call the new delta needs)."""
+        nonlocal pending
+        if pending is not None and pending[0] == key:
+            pending[1].append(piece)
+            return b""
+        out = flush() + before()
+        pending = [key, [piece]]
+        return out
+
+    def thinking() -> bytes:
+        return open_block("thinking") if kind != "thinking" else b""
+
+    def text() -> bytes:
+        return open_block("text") if kind != "text" else b""
+
+    for _, item in sim.stream([seq]):
+        # one output: a token, or with a stream interval a group of them (chat's one chunk, its
+        # reasoning, content and call arguments each one delta)
+        out, start = start, b""
+        for k in (range(item.start, item.stop) if type(item) is slice else (item,)):
+            piece = seq.pieces[k]
+            if k < c0:
+                if not span[0] <= k < span[1]:
+                    continue                  # the parser's markers: no delta
+                if not adapter.reasoning_model:
+                    out += add(("plan", 0), piece, close)
+                else:
+                    out += add(("thinking", 0), piece, thinking)
+            elif calls:
+                c = call_of[k]
+                if opened <= c:
+                    out += flush()
+                    while opened < c:         # calls without argument tokens
+                        out += start_call(opened, "")
+                        opened += 1
+                    out += start_call(c, piece)   # chat's first chunk of a call: its id, name, first piece
+                    opened += 1
+                elif piece:
+                    out += add(("args", c), piece, bytes)
+            else:
+                out += add(("text", 0), piece, text)
+        out += flush()
+        if out:
             yield out
-            continue
-        if kind != "text":
-            out += open_block("text")
-        yield out + delta("text", piece)
     out = start
     while calls and opened < len(calls):          # calls without argument tokens
         out += start_call(opened, "")

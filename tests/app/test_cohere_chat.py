@@ -82,6 +82,32 @@ def test_stream_events(echo):
                              '"type":"message-start"}\n\n')
 
 
+def test_a_stream_interval_groups_each_kinds_pieces_into_one_event(app_client):
+    """``--stream-interval``: chat's chunk of several tokens becomes one event per kind (a
+    thinking, text or arguments delta), the first token alone; the text is the same."""
+    c = app_client("--mode", "echo", "--stream-interval", "2", env=ON)
+    assert [e["delta"]["message"]["content"]["text"] for e in sse_events(chat(c, {"stream": True}).text)
+            if e != "[DONE]" and e["type"] == "content-delta"] == ["Hello ", "there friend"]
+
+    def joined(events) -> dict:
+        out: dict = {}
+        for e in events:
+            if e != "[DONE]" and e["type"] in ("content-delta", "tool-call-start", "tool-call-delta"):
+                m = e["delta"]["message"]
+                key, piece = (("args", m["tool_calls"]["function"]["arguments"]) if "tool_calls" in m
+                              else next(iter(m["content"].items())))
+                out[key] = out.get(key, "") + piece
+        return out
+
+    for body in ({"max_tokens": 40}, {"tools": [WEATHER], "tool_choice": "REQUIRED", "max_tokens": 60}):
+        streams = [sse_events(chat(app_client("--reasoning-parser", "qwen3", "--seed", "5", *extra, env=ON),
+                                   {**body, "stream": True}).text) for extra in ((), ("--stream-interval", "4"))]
+        assert joined(streams[0]) == joined(streams[1]) and len(joined(streams[1])) == 2
+        assert len(streams[1]) < len(streams[0]) and streams[1][-2]["type"] == "message-end"
+        assert [e["type"] for e in streams[1][:-1]].count("content-start") == \
+            [e["type"] for e in streams[0][:-1]].count("content-start")
+
+
 def test_logprobs_carry_token_ids(echo):
     body = chat(echo, {"logprobs": True}).json()
     ids = echo.post("/tokenize", json={"model": "test-model", "prompt": "Hello there friend",
