@@ -16,7 +16,7 @@ fewer failing, whichever count the search starts from.  The replays run in paral
 (:mod:`multiprocessing`): the configurations side by side and, with more cores than
 configurations, several pod counts of one configuration per round; a sweep too big for one machine is cut into shares
 (``share=(index, count)``: configuration k goes to share ``k % count``), one per index of a
-Kubernetes indexed Job (``deploy/kubernetes/plan-job.yaml``), each writing its rows as JSON,
+Kubernetes indexed Job (``deploy/kubernetes/plan/plan-job.yaml``), each writing its rows as JSON,
 and :func:`merge` joins the shares' files into one table.
 
 A row: the configuration, ``pods`` needed (None: not met within ``max_pods``), ``gpus``

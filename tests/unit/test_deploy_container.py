@@ -42,6 +42,46 @@ def test_dockerfile_shape():
     assert "HOME=/home/sim" in text and "HF_HOME=/home/sim/.cache/huggingface" in text
 
 
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Whether ``.dockerignore``'s ``patterns`` leave ``path`` (or a folder above it) out of the
+    build context: Docker's rules, the last matching line wins, ``!`` re-includes."""
+    from fnmatch import fnmatch
+    parts = path.strip("/").split("/")
+    out = False
+    for pat in patterns:
+        neg = pat.startswith("!")
+        pat = pat.lstrip("!").strip("/")
+        if any(fnmatch("/".join(parts[:i]), pat) or (pat.startswith("**/") and fnmatch(parts[i - 1], pat[3:]))
+               for i in range(1, len(parts) + 1)):
+            out = not neg
+    return out
+
+
+def test_every_file_the_dockerfile_copies_is_in_the_build_context():
+    """A COPY of a path .dockerignore leaves out fails the build ("not found"): deploy/ was
+    ignored whole while the image copies deploy/healthcheck.py."""
+    patterns = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    sources = []
+    for ln in (ROOT / "Dockerfile").read_text().splitlines():
+        words = ln.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            sources += [w for w in words[1:-1] if not w.startswith("--")]
+    assert "deploy/healthcheck.py" in sources and "app.py" in sources
+    for src in sources:
+        assert (ROOT / src).exists(), src
+        assert not _ignored(src, patterns), f"{src} is left out of the build context by .dockerignore"
+    assert _ignored("deploy/kubernetes/deployment.yaml", patterns) and _ignored("tests/conftest.py", patterns)
+
+
+def test_applying_the_kubernetes_folder_creates_the_deployment_and_service_only():
+    """``kubectl apply -f deploy/kubernetes/`` (not recursive) applies its top-level files: the
+    fleets and the planner's Job live in subfolders."""
+    kinds = sorted(d["kind"] for p in (ROOT / "deploy" / "kubernetes").glob("*.yaml")
+                   for d in yaml.safe_load_all(p.read_text()) if d)
+    assert kinds == ["Deployment", "Service"]
+
+
 def _manifests():
     return sorted((ROOT / "deploy" / "kubernetes").rglob("*.yaml"))     # fleet/ included
 
