@@ -12,9 +12,9 @@ from marshmallow import ValidationError, fields, pre_load, validates
 
 from generation.adapters import protocol as p
 from generation.adapters.chat_batch import check_batch_mode
-from generation.adapters.validation import pydantic_error
+from generation.adapters.validation import pydantic_error, read_list
 
-from .common import (IntList, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (Dict, IntList, List, Str, read_as_pydantic, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 from .lax import (MM_PAYLOADS, DictOfDicts, ListOfStrDicts, RepetitionDetection, lax_bool, lax_dict, lax_float,
                   lax_literal, lax_str)
@@ -68,8 +68,7 @@ class MessagesField(fields.Field):
     request's validation together."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if not isinstance(value, list):
-            raise ValidationError("Not a valid list.")
+        read_as_pydantic(read_list, value)
         for i, m in enumerate(value):
             err = _check_message(m)
             if err:
@@ -86,13 +85,13 @@ class SamplingSchema(SamplingKnobsSchema):
     stream_options = fields.Nested(StreamOptionsSchema)
     ignore_eos = StrictBool()
     stop = StringOrList()
-    user = fields.String()
+    user = Str()
     cache_hit_threshold = StrictFloat()
-    kv_transfer_params = fields.Dict()
+    kv_transfer_params = Dict()
     return_token_ids = StrictBool()
     prompt_logprobs = LogprobCount()
-    request_id = fields.String()
-    logit_bias = fields.Dict()
+    request_id = Str()
+    logit_bias = Dict()
     stop_token_ids = IntList()
     cache_salt = fields.Raw()
     logprob_token_ids = IntList()
@@ -131,13 +130,13 @@ class ChatCompletionRequestSchema(SamplingSchema):
     max_completion_tokens = StrictInt()
     logprobs = LaxBool()
     top_logprobs = LogprobCount()
-    tools = fields.List(fields.Dict())
+    tools = List(fields.Dict())
     tool_choice = fields.Raw()
     parallel_tool_calls = StrictBool()
     response_format = fields.Dict()
     # vLLM chat-template options (generation.tokenization.tokenizer.tokenize_chat)
-    chat_template = fields.String(allow_none=True)
-    chat_template_kwargs = fields.Dict(allow_none=True)
+    chat_template = Str(allow_none=True)
+    chat_template_kwargs = Dict(allow_none=True)
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()

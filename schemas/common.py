@@ -15,31 +15,61 @@ from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_
 
 from generation.adapters import protocol as p
 from generation.adapters.fields import check_cache_salt
-from generation.adapters.validation import Errors
+from generation.adapters.validation import (Errors, Mismatch, read_bool, read_dict, read_float, read_int, read_list,
+                                            read_str, validation_errors)
 from generation.errors import InvalidParam, Rejected, RequestInvalid
 
 
+class Refused:
+    """A field's value pydantic refuses, as a leaf of marshmallow's error tree: ``errors`` are
+    pydantic's ``(subpath, input, type, msg[, ctx])`` (``subpath`` ``""`` for the field itself,
+    ``"3"`` for its item 3).  :func:`load` words them as vLLM's validation handler
+    (:func:`~generation.adapters.validation.validation_errors`) at the field's path in the body,
+    nested schemas and list indexes included."""
+    __slots__ = ("errors",)
+
+    def __init__(self, *errors):
+        self.errors = errors
+
+    def __str__(self):
+        return self.errors[0][3]
+
+
+def refuse(*errors) -> ValidationError:
+    """The marshmallow error of a field pydantic refuses with ``errors`` (:class:`Refused`)."""
+    return ValidationError([Refused(*errors)])
+
+
+def read_as_pydantic(reader, value):
+    """``reader(value)`` (:mod:`generation.adapters.validation`), its :class:`Mismatch` turned into
+    the field's pydantic error (:func:`refuse`)."""
+    try:
+        return reader(value)
+    except Mismatch as e:
+        raise refuse(("", value, *e.error)) from None
+
+
 class StrictInt(fields.Integer):
-    """A JSON integer (``5`` or ``5.0``); rejects booleans, strings and fractions.  With
-    ``int64``, also integers past 64 bits, for fields an answer echoes (``1e30``, which JSON
-    parsers read as a float, became a 101-bit int that orjson could not serialise: a 500 in the
-    middle of a Responses stream).  Other fields keep big values for their own range checks,
-    which name vLLM's bounds (``seed``)."""
+    """``int`` as pydantic's lax mode reads it (:func:`read_int`: ``5``, ``5.0``, ``"5"``,
+    ``true``; ``int_from_float`` / ``int_parsing`` / ``int_type`` in pydantic's words otherwise).
+    An integral float past int64 is the integer orjson read it from (a JSON literal past 64 bits,
+    which vLLM's parser keeps exact).  With ``int64``, also integers past 64 bits are refused, for
+    fields an answer echoes (``1e30`` became a 101-bit int that orjson could not serialise: a
+    500 in the middle of a Responses stream).  Other fields keep big values for their own range
+    checks, which name vLLM's bounds (``seed``)."""
 
     def __init__(self, *args, int64: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.int64 = int64
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool) or not isinstance(value, numbers.Number):
-            raise self.make_error("invalid")
-        if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
-            raise self.make_error("invalid")
-        if isinstance(value, float) and value <= -INT64:
-            # orjson reads an integer below int64 as a float, -2**63 once rounded: that literal
-            # was below vLLM's bound (test_long_seed sends INT64_MIN - 1)
-            value = min(int(value), -INT64 - 1)
-        value = int(value)
+        if type(value) is not int:
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) >= INT64:
+                # orjson reads an integer past int64 as a float (-2**63 once rounded below:
+                # that literal was below vLLM's bound; test_long_seed sends INT64_MIN - 1)
+                value = min(int(value), -INT64 - 1) if value < 0 else int(value)
+            else:
+                value = read_as_pydantic(read_int, value)
         if self.int64 and not -INT64 <= value < INT64:
             raise self.make_error("invalid")
         return value
@@ -61,12 +91,13 @@ class LogprobCount(StrictInt):
 
 
 class StrictFloat(fields.Float):
-    """A JSON number; rejects booleans and strings."""
+    """``float`` as pydantic's lax mode reads it (:func:`read_float`: a number, a boolean, a
+    numeric string; ``float_parsing`` / ``float_type`` otherwise)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool) or not isinstance(value, numbers.Number):
-            raise self.make_error("invalid")
-        return float(value)
+        if type(value) is float:
+            return value
+        return read_as_pydantic(read_float, value)
 
 
 TOKEN_ID_MAX = 0xFFFFFFFF      # token ids are unsigned 32-bit, as vLLM's protocol types allow
@@ -122,15 +153,14 @@ def first_non_token(value: list) -> int:
 
 
 class IntList(fields.Field):
-    """A list of JSON integers (``5.0`` counts as 5, as :class:`StrictInt` reads it), checked
-    in C loops over slices of :data:`TOKEN_SLICE` with hub turns between them when every
-    element is an ``int`` (a 4 MiB body holds 2 M of them: one :class:`StrictInt` per element
-    held the hub for seconds); otherwise element by element, the first bad one named by its
-    index (``field.3: Not a valid integer.``)."""
+    """``list[int]``: checked in C loops over slices of :data:`TOKEN_SLICE` with hub turns
+    between them when every element is an ``int`` (a 4 MiB body holds 2 M of them: one
+    :class:`StrictInt` per element held the hub for seconds); otherwise element by element as
+    pydantic reads them (:func:`read_int`: ``5.0`` and ``"5"`` count as 5), every bad one in
+    pydantic's words at its index (``list_type`` for anything but an array)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if not isinstance(value, list):
-            raise ValidationError("Not a valid list.")
+        read_as_pydantic(read_list, value)
         for lo in range(0, len(value), TOKEN_SLICE):
             if lo:
                 gevent.sleep(TURN)
@@ -138,54 +168,75 @@ class IntList(fields.Field):
                 break
         else:
             return value
-        out = []
+        out, bad = [], []
         for k, v in enumerate(value):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (
-                    isinstance(v, float) and (not math.isfinite(v) or not v.is_integer())):
-                raise ValidationError({k: ["Not a valid integer."]})
-            out.append(int(v))
+            try:
+                out.append(read_int(v))
+            except Mismatch as e:
+                bad.append((str(k), v, *e.error))
+        if bad:
+            raise refuse(*bad)
         return out
 
 
 class StrictBool(fields.Boolean):
-    """A JSON boolean only (``"true"`` is rejected, as pydantic strict does for vLLM flags)."""
+    """``bool`` as pydantic's lax mode reads it (vLLM's request models are not strict:
+    :func:`read_bool`: ``true``/``false``, ``0``/``1``, ``"yes"``, ``"off"``, ...;
+    ``bool_parsing`` / ``bool_type`` otherwise)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if not isinstance(value, bool):
-            raise self.make_error("invalid")
-        return value
-
-
-class LaxBool(fields.Boolean):
-    """A boolean as pydantic's lax mode reads one (vLLM's request models are not strict):
-    ``true``/``false``, ``0``/``1``, and the strings ``"true"``, ``"yes"``, ``"on"``, ``"1"``,
-    ``"t"``, ``"y"`` (and their negatives), any case."""
-    TRUE = frozenset({"true", "yes", "on", "1", "t", "y"})
-    FALSE = frozenset({"false", "no", "off", "0", "f", "n"})
-
-    def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool):
+        if value is True or value is False:
             return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str):
-            v = value.strip().lower()
-            if v in self.TRUE:
-                return True
-            if v in self.FALSE:
-                return False
-        raise self.make_error("invalid")
+        return read_as_pydantic(read_bool, value)
+
+
+LaxBool = StrictBool
+
+
+class Str(fields.String):
+    """``str`` (pydantic's ``string_type`` for anything else: lax mode takes no number)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if type(value) is str:
+            return value
+        return read_as_pydantic(read_str, value)
+
+
+class Dict(fields.Dict):
+    """``dict[...]`` (pydantic's ``dict_type`` for anything but an object); its keys and values
+    as marshmallow's ``Dict`` reads them."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        read_as_pydantic(read_dict, value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class List(fields.List):
+    """``list[...]`` (pydantic's ``list_type`` for anything but an array); its items as the
+    inner field reads them."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        read_as_pydantic(read_list, value)
+        return super()._deserialize(value, attr, data, **kwargs)
 
 
 class StringOrList(fields.Field):
-    """``stop``: a string or a list of strings; normalised to a list."""
+    """``stop``: vLLM's ``str | list[str]``, normalised to a list; otherwise pydantic's errors
+    of both union branches (the string's at the field, the list's at the field or at each item
+    that is not a string)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, str):
             return [value]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return value
-        raise ValidationError("Must be a string or a list of strings.")
+        if isinstance(value, list):
+            bad = [(str(i), v, *STRING_TYPE) for i, v in enumerate(value) if not isinstance(v, str)]
+            if not bad:
+                return value
+            raise refuse(("", value, *STRING_TYPE), *bad)
+        raise refuse(("", value, *STRING_TYPE), ("", value, "list_type", "Input should be a valid list"))
+
+
+STRING_TYPE = ("string_type", "Input should be a valid string")
 
 
 class BaseSchema(Schema):
@@ -300,17 +351,27 @@ def _subset(schema: Schema, body: dict) -> Schema:
     return sub
 
 
-def _flatten(messages, prefix="") -> tuple[str, str]:
-    """First (path, message) of a marshmallow error dict."""
+def _first_error(messages, parts=()) -> tuple[tuple, object]:
+    """The path (keys and indexes) and leaf of the first error of a marshmallow error dict."""
     if isinstance(messages, dict):
         for k, v in messages.items():
-            if k == "_schema":
-                return _flatten(v, prefix)
-            key = f"{prefix}[{k}]" if isinstance(k, int) else (f"{prefix}.{k}" if prefix else str(k))
-            return _flatten(v, key)
+            return _first_error(v, parts if k == "_schema" else (*parts, k))
     if isinstance(messages, list) and messages:
-        return _flatten(messages[0], prefix)
-    return prefix, str(messages)
+        return _first_error(messages[0], parts)
+    return parts, messages
+
+
+def _flatten(messages) -> tuple[str, str]:
+    """First (path, message) of a marshmallow error dict (``messages[0].content``); a
+    :class:`Refused` leaf raises its pydantic 400 at that path (``messages.0.content``)."""
+    parts, leaf = _first_error(messages)
+    if isinstance(leaf, Refused):
+        where = ".".join(map(str, parts))
+        raise validation_errors([(f"{where}.{sub}" if sub else where, *e) for sub, *e in leaf.errors])
+    path = ""
+    for k in parts:
+        path = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k))
+    return path, str(leaf)
 
 
 _FAST: dict = {}
@@ -396,7 +457,7 @@ def load(schema: Schema, body):
         raise InvalidParam(f"{path}: {msg}" if path else msg, path or None) from None
 
 
-__all__ = ["BaseSchema", "SamplingKnobsSchema", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
+__all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList",
            "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]

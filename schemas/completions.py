@@ -12,7 +12,7 @@ from generation.adapters import protocol as p
 from generation.adapters.fields import EMPTY_PROMPT
 
 from .chat import SamplingSchema
-from .common import LogprobCount, StrictBool, StrictInt, are_token_lists, are_tokens
+from .common import LogprobCount, Str, StrictBool, StrictInt, are_token_lists, are_tokens
 
 PROMPT_FORMS = ("prompt must be a string, an array of strings, an array of token ids, "
                 "or an array of arrays of token ids")
@@ -50,7 +50,7 @@ class CompletionRequestSchema(SamplingSchema):
     max_tokens = StrictInt()
     logprobs = LogprobCount()
     echo = StrictBool()
-    suffix = fields.String()
+    suffix = Str()
     best_of = StrictInt()
     add_special_tokens = StrictBool()
     response_format = fields.Dict()     # vLLM 0.34: structured outputs, as on chat

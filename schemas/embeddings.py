@@ -12,7 +12,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
-from .common import BaseSchema, StrictBool, StrictInt, are_token_lists, are_tokens
+from .common import BaseSchema, Str, StrictBool, StrictInt, are_token_lists, are_tokens
 from .lax import lax_dict, lax_literal
 
 ENCODING_FORMATS = ("float", "base64", "bytes", "bytes_only")
@@ -86,7 +86,7 @@ class EmbeddingRequestSchema(PoolingChecks):
     dimensions = StrictInt(validate=[
         validate.Range(min=1, error="dimensions must be at least 1"),
         validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])
-    user = fields.String()
+    user = Str()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
     priority = StrictInt()          # vLLM's PoolingBasicRequestMixin (generation.adapters.pooling.check_priority)
 

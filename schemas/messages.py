@@ -30,7 +30,7 @@ from marshmallow import ValidationError, fields, pre_load, validate, validates, 
 from generation.adapters import protocol as p
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
-from .common import BaseSchema, StrictBool, StrictFloat, StrictInt
+from .common import BaseSchema, Dict, List, Str, StrictBool, StrictFloat, StrictInt
 from .lax import MM_PAYLOADS, lax_bool, lax_literal, lax_str
 
 # Block types that carry meaning for the simulator, and history blocks accepted but skipped.
@@ -324,7 +324,7 @@ class CountTokensRequestSchema(BaseSchema):
     tool_choice = fields.Nested(AnthropicToolChoiceSchema)
     thinking = ThinkingField()
     context_management = ContextManagementField()
-    chat_template_kwargs = fields.Dict()
+    chat_template_kwargs = Dict()
 
     @validates("messages")
     def _messages(self, value, **kwargs):
@@ -341,7 +341,7 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     """``POST /v1/messages``."""
     __model__ = p.MessagesRequest
     max_tokens = StrictInt(required=True)
-    stop_sequences = fields.List(fields.String())
+    stop_sequences = List(Str())
     stream = StrictBool()
     metadata = fields.Dict()
     temperature = StrictFloat()
@@ -349,7 +349,7 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     top_k = StrictInt()
     service_tier = fields.String()
     ignore_eos = StrictBool()
-    kv_transfer_params = fields.Dict()
+    kv_transfer_params = Dict()
     output_config = fields.Nested(OutputConfigSchema)
     min_tokens = StrictInt()
     # vLLM 0.34's AnthropicMessagesRequest extensions (anthropic/protocol.py), checked only:

@@ -13,7 +13,7 @@ from marshmallow import ValidationError, fields
 from generation.adapters import protocol as p
 
 from .chat import MessagesField
-from .common import BaseSchema, StrictBool, are_tokens, first_non_token
+from .common import BaseSchema, Dict, List, Str, StrictBool, are_tokens, first_non_token
 from .completions import PromptField
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_literal
 
@@ -51,9 +51,9 @@ class ChatRenderSchema(RenderOptionsSchema):
     __model__ = p.ChatRenderRequest
     model = fields.Raw()
     messages = MessagesField()
-    tools = fields.List(fields.Dict(), allow_none=True)
-    chat_template = fields.String(allow_none=True)
-    chat_template_kwargs = fields.Dict(allow_none=True)
+    tools = List(fields.Dict(), allow_none=True)
+    chat_template = Str(allow_none=True)
+    chat_template_kwargs = Dict(allow_none=True)
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()
@@ -68,9 +68,9 @@ class TokenizeSchema(RenderOptionsSchema):
     return_token_strs = StrictBool()
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
-    tools = fields.List(fields.Dict(), allow_none=True)
-    chat_template = fields.String(allow_none=True)
-    chat_template_kwargs = fields.Dict(allow_none=True)
+    tools = List(fields.Dict(), allow_none=True)
+    chat_template = Str(allow_none=True)
+    chat_template_kwargs = Dict(allow_none=True)
 
 
 class DetokenizeSchema(BaseSchema):

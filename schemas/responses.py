@@ -36,7 +36,7 @@ from marshmallow import ValidationError, fields, validate, validates
 
 from generation.adapters import protocol as p
 
-from .common import BaseSchema, IntList, StrictBool, StrictFloat, StrictInt, StringOrList
+from .common import BaseSchema, Dict, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
 TEXT_PARTS = p.TEXT_PARTS
@@ -337,7 +337,7 @@ class ResponsesRequestSchema(BaseSchema):
     __model__ = p.ResponsesRequest
     model = fields.Raw()
     input = InputField(required=True, error_messages={"required": "input is required"})
-    instructions = fields.String()
+    instructions = Str()
     max_output_tokens = StrictInt(int64=True)         # echoed in the response object
     tools = ToolsField()
     tool_choice = ToolChoiceField()
@@ -347,26 +347,26 @@ class ResponsesRequestSchema(BaseSchema):
     top_logprobs = StrictInt(int64=True)
     stream = StrictBool()
     ignore_eos = StrictBool()
-    kv_transfer_params = fields.Dict()
+    kv_transfer_params = Dict()
     temperature = StrictFloat()
     top_p = StrictFloat()
     store = StrictBool()
     background = StrictBool()
-    request_id = fields.String()
+    request_id = Str()
     metadata = fields.Dict()
-    previous_response_id = fields.String()
-    user = fields.String()
+    previous_response_id = Str()
+    user = Str()
     reasoning = fields.Dict()
-    chat_template_kwargs = fields.Dict(allow_none=True)   # vLLM's; over --default-chat-template-kwargs
+    chat_template_kwargs = Dict(allow_none=True)   # vLLM's; over --default-chat-template-kwargs
     thinking_token_budget = fields.Raw()          # vLLM 0.34: caps the reasoning tokens (-1: no cap; sampling._budget)
-    prompt_cache_key = fields.String()
+    prompt_cache_key = Str()
     priority = StrictInt()
     max_tool_calls = StrictInt(int64=True)     # vLLM 0.34: an int (the simulator makes at most one call anyway)
     # vLLM 0.34 ResponsesRequest fields checked as on chat (generation.adapters.fields)
     cache_salt = fields.Raw()
     seed = StrictInt()
     stop = StringOrList()
-    logit_bias = fields.Dict()
+    logit_bias = Dict()
     stop_token_ids = IntList()
     vllm_xargs = fields.Raw()
     # ... and its types, as pydantic reads them (schemas.lax); top_k, min_p and

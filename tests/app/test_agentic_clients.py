@@ -195,8 +195,8 @@ def test_tool_reference_and_defer_loading(api):
 
 
 @pytest.mark.parametrize("body,field", [
-    ({"tools": [{**TOOL, "defer_loading": "yes"}]}, "tools[0].defer_loading"),
-    ({"tools": [{**TOOL, "strict": 1}]}, "tools[0].strict"),
+    ({"tools": [{**TOOL, "defer_loading": "maybe"}]}, "body.tools.0.defer_loading"),
+    ({"tools": [{**TOOL, "strict": 2}]}, "body.tools.0.strict"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                  "content": [{"type": "tool_reference"}]}]}]},
      "messages[0].content[0].content[0].tool_name"),

@@ -38,5 +38,5 @@ def test_without_beam_search_temperature_0_refuses_n_over_1(api):
 
 
 def test_use_beam_search_must_be_a_boolean(api):
-    r = api.post("/v1/completions", json={**BODY, "use_beam_search": "yes", "prompt": "hi"})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "use_beam_search"
+    r = api.post("/v1/completions", json={**BODY, "use_beam_search": "maybe", "prompt": "hi"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.use_beam_search"

@@ -88,7 +88,8 @@ def test_return_token_ids_logprobs_and_echo_per_conversation(api):
      "Stream options can only be defined when `stream=True`. (parameter=stream_options)", "stream_options"),
     ({"continue_final_message": True},           # the batch's add_generation_prompt default is given
      "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message"),
-    ({"max_tokens": "x"}, "max_tokens: Not a valid integer.", "max_tokens"),
+    ({"max_tokens": "x"}, "1 validation error:\n  {'type': 'int_parsing', 'loc': 'body.max_tokens', 'msg': 'Input should "
+     "be a valid integer, unable to parse string as an integer', 'input': 'x'}", "body.max_tokens"),
 ])
 def test_batch_limitations_and_chat_checks_are_vllms_400s(api, extra, message, param):
     # check_batch_mode runs on the raw body first: before a bad messages value is read

@@ -107,7 +107,7 @@ def test_sagemaker_invocations_dispatch_by_body(api):
     r = api.post("/invocations", json={"model": "test-model"})
     assert r.status_code == 400 and r.json()["error"]["code"] == 400
     r = api.post("/invocations", json={"model": "test-model", "messages": "nope"})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.messages"
 
 
 def test_stored_responses(app_client):
@@ -271,7 +271,7 @@ def test_stored_conversations_are_bounded():
     (STORE, {**ASK, "background": True, "store": False}, "background",
      "background can only be used when `store` is true"),
     ({}, {**ASK, "background": True}, None, "VLLM_ENABLE_RESPONSES_API_STORE=1"),
-    (STORE, {**ASK, "background": "yes"}, "background", "Not a valid boolean."),
+    (STORE, {**ASK, "background": "maybe"}, "body.background", "bool_parsing"),
 ])
 def test_background_errors(app_client, env, body, param, text):
     r = app_client(env=env).post("/v1/responses", json=body)

@@ -123,7 +123,7 @@ def test_thinking_token_budget_caps_it(qwen):
 
 @pytest.mark.parametrize("body,param", [({"reasoning_effort": "huge"}, "reasoning_effort"),
                                         ({"thinking_token_budget": -5}, "thinking_token_budget"),
-                                        ({"include_reasoning": "no"}, "include_reasoning")])
+                                        ({"include_reasoning": "maybe"}, "body.include_reasoning")])
 def test_bad_switches_are_400_naming_the_field(qwen, body, param):
     r = qwen.post(CHAT, json={"model": "test-model", "messages": MSGS, **body})
     assert r.status_code == 400 and r.json()["error"]["param"] == param

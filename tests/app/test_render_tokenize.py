@@ -209,8 +209,8 @@ def test_tokenize_options(api):
     ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, 400, "messages"),
     ({}, 400, "prompt"),
     ({"prompt": 5}, 400, "prompt"),
-    ({"prompt": "a", "return_token_strs": "yes"}, 400, "return_token_strs"),
-    ({"prompt": "a", "add_special_tokens": 1}, 400, "add_special_tokens"),
+    ({"prompt": "a", "return_token_strs": "maybe"}, 400, "body.return_token_strs"),
+    ({"prompt": "a", "add_special_tokens": 2}, 400, "body.add_special_tokens"),
     ({"messages": [{"role": "user", "content": {"x": 1}}]}, 400, "messages[0].content"),
     ({"model": "nope", "prompt": "a"}, 404, "model"),
 ])

@@ -196,7 +196,7 @@ def test_chat_logprobs_is_coerced_as_pydantic_does(api, value, on):
 
 
 def test_chat_logprobs_garbage_is_still_a_400(api):
-    assert err(api, CHAT, {"messages": MSG, "logprobs": "maybe"})["param"] == "logprobs"
+    assert err(api, CHAT, {"messages": MSG, "logprobs": "maybe"})["param"] == "body.logprobs"
 
 
 # ---- min_tokens ------------------------------------------------------------------------------------------

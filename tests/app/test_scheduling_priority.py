@@ -25,7 +25,7 @@ def test_a_priority_without_the_priority_policy_is_a_400(api, path, body):
 
 def test_a_priority_must_be_an_integer(api):
     r = api.post("/v1/completions", json={"model": "test-model", "prompt": "hi", "priority": "high"})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "priority"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.priority"
 
 
 @pytest.mark.parametrize("mode", [("--latency-calculator", "step", "--force-dummy-tokenizer"),

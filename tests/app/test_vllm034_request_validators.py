@@ -221,9 +221,9 @@ def test_responses_max_tool_calls_is_an_integer_echoed_in_the_response(app_clien
     ignored here), echoed in the response object as vLLM's ``from_request`` echoes it."""
     c = app_client()
     body = {"model": "test-model", "input": "hi", "max_output_tokens": 5}
-    for bad in ("x", 1.5, True):
+    for bad in ("x", 1.5, [1]):
         r = c.post("/v1/responses", json={**body, "max_tool_calls": bad})
-        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tool_calls", r.text
+        assert r.status_code == 400 and r.json()["error"]["param"] == "body.max_tool_calls", r.text
     r = c.post("/v1/responses", json={**body, "max_tool_calls": 3})
     assert r.status_code == 200 and r.json()["max_tool_calls"] == 3
     assert c.post("/v1/responses", json=body).json()["max_tool_calls"] is None

@@ -116,7 +116,7 @@ def test_a_changed_body_is_loaded_anew():
     assert (a.max_tokens, a.stream, a.messages[0]["content"]) == (3, None, "a")
     assert (b.max_tokens, b.stream, b.messages[0]["content"]) == (4, True, "b")
     with pytest.raises(Exception) as e:
-        common.load(chat_request_schema, {"messages": [{"role": "user", "content": "b"}], "max_tokens": True})
+        common.load(chat_request_schema, {"messages": [{"role": "user", "content": "b"}], "max_tokens": "many"})
     assert "max_tokens" in str(e.value)
 
 
