@@ -30,18 +30,36 @@ def events(text: str) -> list[str]:
     return [KA if e == KA else "data" for e in text.split("\n\n") if e]
 
 
+KEPT = [("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETION), ("/invocations", CHAT),
+        ("/invocations", COMPLETION), ("/v1/completions", {**COMPLETION, "n": 2})]
+OTHERS = [
+    ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 3, "stream": True}),
+    ("/v1/responses", {"model": "test-model", "input": "hi", "max_output_tokens": 3, "stream": True}),
+    ("/inference/v1/generate", {"model": "test-model", "token_ids": [1, 2, 3], "stream": True,
+                                "sampling_params": {"max_tokens": 3}}),
+]
+
+
 @pytest.fixture(scope="module")
 def ttft():
-    """Time to first token 1 s (comments at 0.4 and 0.8), then 100 ms between tokens (none)."""
-    c = kept_alive("--time-to-first-token", "1s", "--inter-token-latency", "100ms")
-    yield c
+    """Time to first token 1 s (comments at 0.4 and 0.8), then 100 ms between tokens (none): the
+    streams of :data:`KEPT` and :data:`OTHERS` all at once (room for every sequence, none
+    queued), so the module waits one second, not one a stream.  ``(path, index) -> response``."""
+    c = kept_alive("--time-to-first-token", "1s", "--inter-token-latency", "100ms", "--max-num-seqs", "16")
+    cases = [(path, i) for group in (KEPT, OTHERS) for i, (path, _) in enumerate(group)]
+    bodies = [body for group in (KEPT, OTHERS) for _, body in group]
+    sent = [gevent.spawn(c.post, path, json=body, timeout=30) for (path, _), body in zip(cases, bodies)]
+    yield {(path, body.get("n", 1), "messages" in body): g.get() for (path, _), body, g in zip(cases, bodies, sent)}
     c.close()
 
 
-@pytest.mark.parametrize("path, body", [("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETION),
-                                        ("/invocations", CHAT), ("/invocations", COMPLETION)])
+def answer(ttft, path, body):
+    return ttft[path, body.get("n", 1), "messages" in body]
+
+
+@pytest.mark.parametrize("path, body", KEPT[:4])
 def test_chat_and_completions_streams_keep_the_prefill_alive(ttft, path, body):
-    r = ttft.post(path, json=body, timeout=30)
+    r = answer(ttft, path, body)
     assert r.status_code == 200
     got = events(r.text)
     assert got[:3] == [KA, KA, "data"] and KA not in got[3:]
@@ -50,19 +68,14 @@ def test_chat_and_completions_streams_keep_the_prefill_alive(ttft, path, body):
 
 def test_several_choices_are_kept_alive_too(ttft):
     """``n`` > 1: the choices run in greenlets of their own and the body waits for their tokens."""
-    r = ttft.post("/v1/completions", json={**COMPLETION, "n": 2}, timeout=30)
+    r = answer(ttft, *KEPT[4])
     got = events(r.text)
     assert got[:3] == [KA, KA, "data"] and KA not in got[3:] and len(sse_events(r.text)) == 2 * 3 + 1
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 3, "stream": True}),
-    ("/v1/responses", {"model": "test-model", "input": "hi", "max_output_tokens": 3, "stream": True}),
-    ("/inference/v1/generate", {"model": "test-model", "token_ids": [1, 2, 3], "stream": True,
-                                "sampling_params": {"max_tokens": 3}}),
-])
+@pytest.mark.parametrize("path, body", OTHERS)
 def test_no_other_route_keeps_its_stream_alive(ttft, path, body):
-    r = ttft.post(path, json=body, timeout=30)
+    r = answer(ttft, path, body)
     assert r.status_code == 200 and ": keep-alive" not in r.text
 
 
