@@ -48,7 +48,8 @@ class CompletionsAdapter(Adapter):
         sim, b = self.sim, self.body
         stream = bool(b.stream)
         # vLLM's request validators (completion/protocol.py), before the model check
-        if b.prompt is not None and b.prompt[0] == "text" and len(b.prompt[1]) > MAX_COMPLETION_PROMPTS:
+        # (texts or token-id lists alike: any list but a flat one of ids, which is one prompt)
+        if b.prompt is not None and len(b.prompt[1]) > MAX_COMPLETION_PROMPTS:
             n = len(b.prompt[1])
             raise Rejected(f"prompt list length {n} exceeds the maximum allowed count of {MAX_COMPLETION_PROMPTS}. "
                                "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment variable.",

@@ -139,6 +139,11 @@ def test_huge_prompt_array_rejected_before_tokenizing(client, monkeypatch):
                                             "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment "
                                             "variable. (parameter=prompt)", "type": "BadRequestError", "param": "prompt",
                                  "code": 400}
+    # a list of token-id lists counts as vLLM's validator counts it (anything but a flat id list)
+    r = client.post("/v1/completions", json={"model": "test-model", "prompt": [[7]] * 1025, "max_tokens": 1})
+    assert (r.status_code, r.json()["error"]["message"][:51]) == (400, "prompt list length 1025 exceeds the maximum allowed")
+    r = client.post("/v1/completions", json={"model": "test-model", "prompt": [7] * 1025, "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("This model's maximum context length")
     r = client.post("/v1/completions", json={"model": "test-model", "prompt": ["a"] * 1024, "n": 2, "max_tokens": 1})
     assert r.status_code == 429
     assert r.json()["error"] == {"message": "Failed to enqueue request, waiting requests queue is full",
