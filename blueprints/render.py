@@ -130,10 +130,13 @@ def render_completion():
                        "environment variable.", "prompt")
     model = _render_model(sim, body.model)
     _check_mm_kwargs(sim, body)
-    rid = request_id()
+    body_rid = getattr(body, "request_id", None) or raw.get("request_id")
+    rid = request_id(sim, body_rid if isinstance(body_rid, str) else None)
     lists = items if kind == "ids" else [ids for ids, _ in tokenize_texts(sim, items)]
     _check_render_work(sim, raw, model, lists)
-    out = [{"token_ids": ids, **generate_fields(sim, raw, f"cmpl-{rid}-{i}", model, len(ids), False)}
+    # vLLM's render_completion_request: cmpl-<id>, and -<i> only when there are several prompts
+    out = [{"token_ids": ids, **generate_fields(sim, raw, f"cmpl-{rid}" if len(lists) == 1 else f"cmpl-{rid}-{i}",
+                                                model, len(ids), False)}
            for i, ids in enumerate(lists)]
     return json_response(out, headers=response_headers(rid))
 

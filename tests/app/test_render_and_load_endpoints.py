@@ -23,6 +23,12 @@ def test_completions_render_carries_generate_request_fields(api):
     assert (sp["max_tokens"], sp["temperature"], sp["stop"], sp["n"], sp["top_p"]) == (7, 0.5, ["x"], 1, 1.0)
     out = api.post("/v1/completions/render", json={"model": "test-model", "prompt": [1, 2, 3]}).json()
     assert out[0]["sampling_params"]["max_tokens"] == 1024 - 3          # the room left
+    # one prompt: cmpl-<id> without an index (vLLM's render_completion_request); the header's id first
+    (one,) = api.post("/v1/completions/render", json={"model": "test-model", "prompt": "hi", "request_id": "abc"}).json()
+    assert one["request_id"] == "cmpl-abc"
+    (one,) = api.post("/v1/completions/render", json={"model": "test-model", "prompt": "hi", "request_id": "abc"},
+                      headers={"X-Request-Id": "hdr"}).json()
+    assert one["request_id"] == "cmpl-hdr"
 
 
 def test_chat_render_carries_generate_request_fields(api):
