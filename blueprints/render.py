@@ -91,7 +91,10 @@ def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool
     """vLLM's ``GenerateRequest`` fields of a render answer besides ``token_ids`` / ``features``:
     ``request_id``, ``model``, ``sampling_params`` (the body's sampling fields over vLLM's
     defaults, unchecked as the render endpoints check nothing else; ``max_tokens`` defaults to
-    the room left in the context window) and, for chat, ``stream`` / ``stream_options``."""
+    the room left in the context window) and, for chat, ``stream`` / ``stream_options``.  A prompt
+    longer than the context is vLLM's 400 (:func:`prompt_too_long`)."""
+    if n_ids > sim.config.max_model_len and raw.get("truncate_prompt_tokens") is None:
+        raise prompt_too_long(sim.config.max_model_len, n_ids)     # the renderer's _token_len_check, as /v1/responses/render
     sp = dict(SAMPLING_DEFAULTS)
     for k in SAMPLING_DEFAULTS:
         if raw.get(k) is not None and _plain(raw[k]):

@@ -129,8 +129,10 @@ def test_completions_render_prompt_count_is_vllms(api):
         assert r.json()["error"]["param"] == "prompt"
         assert r.json()["error"]["message"].startswith("prompt list length 1025 exceeds the maximum allowed count "
                                                        "of 1024.")
+    # a flat id list is one prompt: not counted, refused only as longer than the context
     r = api.post("/v1/completions/render", json={"model": "test-model", "prompt": [7] * 1025})
-    assert r.status_code == 200 and len(r.json()) == 1
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+        "This model's maximum context length is 1024 tokens. However, your prompt contains 1025 input tokens")
 
 
 def test_completions_render_repeated_sampling_fields_are_within_the_work_budget(api):

@@ -29,6 +29,12 @@ def test_completions_render_carries_generate_request_fields(api):
     (one,) = api.post("/v1/completions/render", json={"model": "test-model", "prompt": "hi", "request_id": "abc"},
                       headers={"X-Request-Id": "hdr"}).json()
     assert one["request_id"] == "cmpl-hdr"
+    # a prompt past the context is the renderer's 400, as /v1/completions answers it
+    for path, body in (("/v1/completions/render", {"prompt": list(range(1, 1100))}),
+                       ("/v1/chat/completions/render", {"messages": [{"role": "user", "content": "hi " * 1500}]})):
+        r = api.post(path, json={"model": "test-model", **body})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+            "This model's maximum context length is 1024 tokens. However, your prompt contains ")
 
 
 def test_chat_render_carries_generate_request_fields(api):
