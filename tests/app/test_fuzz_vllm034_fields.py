@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+from support import ROUTE_BODIES
+
 FIELDS = ["mm_payload", "session_id", "length_penalty", "return_mm_kwargs", "skip_special_tokens",
           "spaces_between_special_tokens", "watermarking", "return_weight_versions", "return_token_offsets",
           "ec_transfer_params", "documents", "return_prompt_text", "mm_processor_kwargs", "media_io_kwargs",
@@ -18,19 +20,7 @@ FIELDS = ["mm_payload", "session_id", "length_penalty", "return_mm_kwargs", "ski
           "min_tokens", "vllm_xargs", "response_format", "echo", "max_tokens", "seed"]
 ODD = [None, True, False, 0, -1, 1, 2**63, -2**63 - 1, 1.5, -0.0, 1e308, "", "x", "1.5", "no", "true",
        [], [1], ["a"], [None], [[1]], {}, {"a": 1}, {"a": None}, {"": []}, "\x00", "a" * 5000, [0] * 300]
-MSG = [{"role": "user", "content": "hi"}]
-ROUTES = {
-    "/v1/chat/completions": {"model": "test-model", "messages": MSG, "max_tokens": 4},
-    "/v1/completions": {"model": "test-model", "prompt": "hi", "max_tokens": 4},
-    "/v1/responses": {"model": "test-model", "input": "hi", "max_output_tokens": 4},
-    "/v1/messages": {"model": "test-model", "messages": MSG, "max_tokens": 4},
-    "/v1/embeddings": {"model": "test-model", "input": "hi"},
-    "/pooling": {"model": "test-model", "input": "hi"},
-    "/classify": {"model": "test-model", "input": "hi"},
-    "/rerank": {"model": "test-model", "query": "a", "documents": ["b", "c"]},
-    "/score": {"model": "test-model", "text_1": "a", "text_2": "b"},
-    "/tokenize": {"model": "test-model", "prompt": "hi"},
-}
+ROUTES = ROUTE_BODIES
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))

@@ -14,17 +14,11 @@ from typing import Optional
 import pydantic
 import pytest
 
-from support import pydantic_400
+from support import ROUTE_BODIES, pydantic_400
 
 MSG = [{"role": "user", "content": "hi"}]
-BASE = {
-    "/v1/chat/completions": {"model": "test-model", "messages": MSG, "max_tokens": 4},
-    "/v1/completions": {"model": "test-model", "prompt": "hi", "max_tokens": 4},
-    "/v1/responses": {"model": "test-model", "input": "hi", "max_output_tokens": 4},
-    "/v1/messages": {"model": "test-model", "messages": MSG, "max_tokens": 4},
-    "/v1/embeddings": {"model": "test-model", "input": "hi"},
-    "/tokenize": {"model": "test-model", "prompt": "hi"},
-}
+BASE = {route: ROUTE_BODIES[route] for route in ("/v1/chat/completions", "/v1/completions", "/v1/responses",
+                                                 "/v1/messages", "/v1/embeddings", "/tokenize")}
 NUMBER = "Input should be a valid number"
 INTEGER = "Input should be a valid integer"
 

@@ -357,3 +357,18 @@ def check_label_reads(app_client, path: str, three: dict, two: dict) -> None:
     g.join(timeout=5)
     assert c.sim.running == 0 and not c.sim.waiting
     assert metric(scrape(c), "vllm:request_success_total", finished_reason="abort") == 2
+
+
+# a minimal valid body of each inference route (the field fuzzers and type-error tests start from these)
+ROUTE_BODIES = {
+    "/v1/chat/completions": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    "/v1/completions": {"model": "test-model", "prompt": "hi", "max_tokens": 4},
+    "/v1/responses": {"model": "test-model", "input": "hi", "max_output_tokens": 4},
+    "/v1/messages": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    "/v1/embeddings": {"model": "test-model", "input": "hi"},
+    "/pooling": {"model": "test-model", "input": "hi"},
+    "/classify": {"model": "test-model", "input": "hi"},
+    "/rerank": {"model": "test-model", "query": "a", "documents": ["b", "c"]},
+    "/score": {"model": "test-model", "text_1": "a", "text_2": "b"},
+    "/tokenize": {"model": "test-model", "prompt": "hi"},
+}
