@@ -96,7 +96,9 @@ def test_a_replay_flood_is_bounded_per_client_and_keeps_the_hub():
     assert all(s <= per_client for _, s in results), results
     assert all(s >= 1 for _, s in results), results          # everyone was answered
     assert sum(g for g, _ in results) <= 8 * per_client * 49
-    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.5       # 8 client threads share the GIL
+    # 8 client threads share the GIL; a hub the flood held would stop for all of its 1.5 s (a
+    # machine at load 8 stretched one gap to 0.85 s)
+    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 1.0
 
 
 def test_fresh_identities_share_one_budget():
