@@ -14,7 +14,7 @@ from generation.adapters import protocol as p
 from generation.adapters.chat_batch import check_batch_mode
 from generation.adapters.validation import pydantic_error, read_list
 
-from .common import (Dict, IntList, List, Str, read_as_pydantic, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (Dict, IntList, List, Literal, Str, read_as_pydantic, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 from .lax import (MM_PAYLOADS, DictOfDicts, ListOfStrDicts, RepetitionDetection, lax_bool, lax_dict, lax_float,
                   lax_literal, lax_str)
@@ -98,7 +98,7 @@ class SamplingSchema(SamplingKnobsSchema):
     allowed_token_ids = IntList()
     return_tokens_as_token_ids = StrictBool()
     truncate_prompt_tokens = StrictInt()
-    truncation_side = fields.String()
+    truncation_side = Literal("left", "right")
     include_stop_str_in_output = StrictBool()
     structured_outputs = fields.Dict()
     thinking_token_budget = fields.Raw()     # vLLM's own message for any bad value (sampling._budget)

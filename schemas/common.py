@@ -15,7 +15,7 @@ from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_
 
 from generation.adapters import protocol as p
 from generation.adapters.fields import check_cache_salt
-from generation.adapters.validation import (Errors, Mismatch, read_bool, read_dict, read_float, read_int, read_list,
+from generation.adapters.validation import (Errors, Mismatch, literal_mismatch, read_bool, read_dict, read_float, read_int, read_list,
                                             read_str, validation_errors)
 from generation.errors import InvalidParam, Rejected, RequestInvalid
 
@@ -239,6 +239,30 @@ class StringOrList(fields.Field):
 STRING_TYPE = ("string_type", "Input should be a valid string")
 
 
+class Literal(fields.Field):
+    """vLLM's ``Literal[choices]`` (``| None`` with ``nullable``): one of ``choices`` (compared
+    by type and value, as pydantic's lax mode compares a JSON value with a string literal), else
+    pydantic's ``literal_error`` (``Input should be 'left' or 'right'``, ``ctx`` its
+    ``expected``) for a wrong value and a wrong type alike.  ``nullable=False``: ``null`` is that
+    error too, as pydantic refuses it where the annotation has no ``None`` (``embed_dtype``)."""
+
+    def __init__(self, *choices, nullable: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.choices = choices
+        self.nullable = nullable
+
+    def deserialize(self, value, attr=None, data=None, **kwargs):
+        if value is None and not self.nullable:
+            return self._deserialize(value, attr, data)
+        return super().deserialize(value, attr, data, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        for c in self.choices:
+            if type(value) is type(c) and value == c:
+                return value
+        raise refuse(("", value, *literal_mismatch(self.choices).error))
+
+
 class BaseSchema(Schema):
     """Unknown keys ignored, ``null`` allowed for every field that is not required; a schema that names a ``__model__``
     (a dataclass of :mod:`generation.adapters.protocol`) loads into it.  A field the dataclass
@@ -458,7 +482,7 @@ def load(schema: Schema, body):
 
 
 __all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
-           "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList",
+           "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList", "Literal",
            "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]
 

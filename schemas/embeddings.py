@@ -12,12 +12,13 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
-from .common import BaseSchema, Str, StrictBool, StrictInt, are_token_lists, are_tokens
+from .common import BaseSchema, Literal, Str, StrictBool, StrictInt, are_token_lists, are_tokens
 from .lax import lax_dict, lax_literal
 
 ENCODING_FORMATS = ("float", "base64", "bytes", "bytes_only")
 EMBED_DTYPES = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")      # vLLM's EmbedDType
 ENDIANNESS = ("native", "big", "little")
+TRUNCATION_SIDES = ("left", "right")
 
 INPUT_REQUIRED = "input is required and must be a non-empty string or array"
 INPUT_FORMS = ("input must be a string, an array of strings, an array of token ids, "
@@ -72,15 +73,10 @@ class EmbeddingRequestSchema(PoolingChecks):
     model = fields.Raw()
     input = EmbeddingInputField()
     messages = MessagesField()
-    encoding_format = fields.String(validate=validate.OneOf(
-        ENCODING_FORMATS, error="literal_error: Input should be 'float', 'base64', 'bytes' or 'bytes_only', got {input!r}"))
-    embed_dtype = fields.String(validate=validate.OneOf(
-        EMBED_DTYPES, error="literal_error: Input should be " + ", ".join(map(repr, EMBED_DTYPES[:-1])) + f" or {EMBED_DTYPES[-1]!r}"
-        + ", got {input!r}"))
-    endianness = fields.String(validate=validate.OneOf(
-        ENDIANNESS, error="literal_error: Input should be 'native', 'big' or 'little', got {input!r}"))
-    truncation_side = fields.String(validate=validate.OneOf(
-        ("left", "right"), error="truncation_side {input!r} is not one of 'left', 'right'"))
+    encoding_format = Literal(*ENCODING_FORMATS, nullable=False)      # vLLM's EncodingRequestMixin: no None
+    embed_dtype = Literal(*EMBED_DTYPES, nullable=False)
+    endianness = Literal(*ENDIANNESS, nullable=False)
+    truncation_side = Literal(*TRUNCATION_SIDES)
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
     dimensions = StrictInt(validate=[

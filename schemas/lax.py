@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from marshmallow import fields
 
-from generation.adapters.validation import (Mismatch, literal_mismatch, pydantic_error, read_bool, read_dict,
+from generation.adapters.validation import (Mismatch, pydantic_error, read_bool, read_dict,
                                             read_float, read_int, read_list, read_str, validation_errors)
 from generation.errors import InvalidParam
+
+from .common import Literal
 
 
 class Lax(fields.Field):
@@ -87,13 +89,10 @@ def lax_dict() -> Lax:
     return Lax(read_dict)
 
 
-def lax_literal(*choices, nullable: bool = False) -> Lax:
-    """``Literal[choices]`` (pydantic's ``literal_error``: ``Input should be 'a' or 'b'``)."""
-    def read(v):
-        if isinstance(v, str) and v in choices:
-            return v
-        raise literal_mismatch(choices)
-    return Lax(read, nullable=nullable)
+def lax_literal(*choices, nullable: bool = False) -> Literal:
+    """``Literal[choices]`` (pydantic's ``literal_error``: ``Input should be 'a' or 'b'``): the
+    shared :class:`schemas.common.Literal`."""
+    return Literal(*choices, nullable=nullable)
 
 
 def _collect(attr: str, items, read) -> list:

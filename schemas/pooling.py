@@ -13,8 +13,9 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
-from .common import BaseSchema, StrictBool, StrictInt
-from .embeddings import MAX_DIMENSIONS, EmbeddingInputField, PoolingChecks
+from .common import BaseSchema, Literal, StrictBool, StrictInt
+from .embeddings import (EMBED_DTYPES, ENCODING_FORMATS, ENDIANNESS, MAX_DIMENSIONS, TRUNCATION_SIDES, EmbeddingInputField,
+                         PoolingChecks)
 
 POOLING_TASKS = ("embed", "token_embed", "classify", "token_classify")
 
@@ -28,8 +29,7 @@ class _PoolingBase(PoolingChecks):
     model = fields.Raw()
     user = fields.String()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
-    truncation_side = fields.String(validate=validate.OneOf(
-        ("left", "right"), error="truncation_side {input!r} is not one of 'left', 'right'"))
+    truncation_side = Literal(*TRUNCATION_SIDES)
     request_id = fields.String()
     priority = StrictInt()
     use_activation = StrictBool()
@@ -43,12 +43,13 @@ class _InputMixin(_PoolingBase):
 
 class PoolingRequestSchema(_InputMixin):
     task = fields.String()
-    encoding_format = fields.String(validate=validate.OneOf(
+    # vLLM's EncodingRequestMixin types (pydantic's literal_error, null included); of what they
+    # take, the simulator's /pooling encodes fewer (its own 400 for the rest)
+    encoding_format = Literal(*ENCODING_FORMATS, nullable=False, validate=validate.OneOf(
         ("float", "base64"), error="encoding_format must be 'float' or 'base64'"))
-    embed_dtype = fields.String(validate=validate.OneOf(
+    embed_dtype = Literal(*EMBED_DTYPES, nullable=False, validate=validate.OneOf(
         ("float32", "float16"), error="embed_dtype must be 'float32' or 'float16' (the simulator has no bfloat16)"))
-    endianness = fields.String(validate=validate.OneOf(
-        ("native", "little", "big"), error="endianness must be 'native', 'little' or 'big'"))
+    endianness = Literal(*ENDIANNESS, nullable=False)
     dimensions = StrictInt(validate=[
         validate.Range(min=1, error="dimensions must be at least 1"),
         validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])

@@ -421,8 +421,6 @@ def check_openai_fields(sim, b, logprobs_on: bool, max_tokens, api: str = "chat"
         vocab = vocab_size(sim)
         check_logit_bias(b.logit_bias, vocab)
         check_stop_token_ids(b.stop_token_ids, vocab)
-    if b.truncation_side is not None and b.truncation_side not in ("left", "right"):
-        raise InvalidParam("truncation_side: Input should be 'left' or 'right'", "truncation_side")
     t = b.truncate_prompt_tokens
     if t is not None:
         limit = sim.config.max_model_len

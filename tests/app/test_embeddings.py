@@ -106,8 +106,8 @@ def test_model_defaults_and_404(api):
 
 
 @pytest.mark.parametrize("body,param,fragment", [
-    ({"input": "x", "encoding_format": "hex"}, "encoding_format", "encoding_format"),
-    ({"input": "x", "encoding_format": 1}, "encoding_format", "encoding_format"),
+    ({"input": "x", "encoding_format": "hex"}, "body.encoding_format", "literal_error"),
+    ({"input": "x", "encoding_format": 1}, "body.encoding_format", "literal_error"),
     ({"input": "x", "dimensions": 0}, "dimensions", "dimensions must be at least 1"),
     ({"input": "x", "dimensions": -3}, "dimensions", "dimensions must be at least 1"),
     ({"input": "x", "dimensions": 1.5}, "body.dimensions", "int_from_float"),

@@ -138,7 +138,7 @@ def test_pooling_classify_tasks(classify):
     ({"input": "hi", "dimensions": 385}, "dimensions", "at most 384"),
     ({"input": ""}, "input", "empty"),
     ({}, "input", "input is required"),
-    ({"input": "hi", "encoding_format": "hex"}, "encoding_format", "float"),
+    ({"input": "hi", "encoding_format": "hex"}, "body.encoding_format", "literal_error"),
     ({"input": "hi", "embed_dtype": "bfloat16"}, "embed_dtype", "bfloat16"),
     ({"input": "hi", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens", "-1"),
     ({"input": ["x"] * 2049}, "input", "at most 2048"),

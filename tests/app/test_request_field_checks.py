@@ -267,7 +267,7 @@ def test_truncate_prompt_tokens_bounds(api):
     assert e["message"] == ("truncate_prompt_tokens value (2000) is greater than max_model_len (1024). "
                             "Please, select a smaller truncation size.")
     assert err(api, COMPLETIONS, {"prompt": "hi", "truncate_prompt_tokens": -2})["param"] == "truncate_prompt_tokens"
-    assert err(api, COMPLETIONS, {"prompt": "hi", "truncation_side": "middle"})["param"] == "truncation_side"
+    assert err(api, COMPLETIONS, {"prompt": "hi", "truncation_side": "middle"})["param"] == "body.truncation_side"
 
 
 # ---- /inference/v1/generate defaults -----------------------------------------------------------------
