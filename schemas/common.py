@@ -239,7 +239,22 @@ class StringOrList(fields.Field):
 STRING_TYPE = ("string_type", "Input should be a valid string")
 
 
-class Literal(fields.Field):
+class NullableField(fields.Field):
+    """A field whose ``null`` is read like any other value (so refused with the field's own
+    error) when ``nullable`` is False, as pydantic refuses ``None`` where the annotation has no
+    ``| None``; with ``nullable`` (the default) ``null`` is "not given", as marshmallow reads it."""
+
+    def __init__(self, *, nullable: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.nullable = nullable
+
+    def deserialize(self, value, attr=None, data=None, **kwargs):
+        if value is None and not self.nullable:
+            return self._deserialize(value, attr, data)
+        return super().deserialize(value, attr, data, **kwargs)
+
+
+class Literal(NullableField):
     """vLLM's ``Literal[choices]`` (``| None`` with ``nullable``): one of ``choices`` (compared
     by type and value, as pydantic's lax mode compares a JSON value with a string literal), else
     pydantic's ``literal_error`` (``Input should be 'left' or 'right'``, ``ctx`` its
@@ -247,14 +262,8 @@ class Literal(fields.Field):
     error too, as pydantic refuses it where the annotation has no ``None`` (``embed_dtype``)."""
 
     def __init__(self, *choices, nullable: bool = True, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(nullable=nullable, **kwargs)
         self.choices = choices
-        self.nullable = nullable
-
-    def deserialize(self, value, attr=None, data=None, **kwargs):
-        if value is None and not self.nullable:
-            return self._deserialize(value, attr, data)
-        return super().deserialize(value, attr, data, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         for c in self.choices:

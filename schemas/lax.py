@@ -16,22 +16,16 @@ from generation.adapters.validation import (Mismatch, pydantic_error, read_bool,
                                             read_float, read_int, read_list, read_str, validation_errors)
 from generation.errors import InvalidParam
 
-from .common import Literal
+from .common import Literal, NullableField
 
 
-class Lax(fields.Field):
+class Lax(NullableField):
     """One value read by ``reader`` (``read_bool``, ``read_float``, ...); ``nullable=False``:
     ``null`` is refused as pydantic refuses it for a non-optional field."""
 
     def __init__(self, reader, *, nullable: bool = True, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(nullable=nullable, **kwargs)
         self.reader = reader
-        self.nullable = nullable
-
-    def deserialize(self, value, attr=None, data=None, **kwargs):
-        if value is None and not self.nullable:
-            return self._deserialize(value, attr, data)
-        return super().deserialize(value, attr, data, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         try:
