@@ -87,6 +87,18 @@ def _plain(v) -> bool:
     return False
 
 
+def body_sampling(raw: dict, keys) -> dict:
+    """vLLM's sampling defaults (:data:`SAMPLING_DEFAULTS`) with the body's plain values of
+    ``keys`` over them, unchecked as the render endpoints check nothing else; ``stop`` a list."""
+    sp = dict(SAMPLING_DEFAULTS)
+    for k in keys:
+        if raw.get(k) is not None and _plain(raw[k]):
+            sp[k] = raw[k]
+    if isinstance(sp["stop"], str):
+        sp["stop"] = [sp["stop"]]
+    return sp
+
+
 def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool) -> dict:
     """vLLM's ``GenerateRequest`` fields of a render answer besides ``token_ids`` / ``features``:
     ``request_id``, ``model``, ``sampling_params`` (the body's sampling fields over vLLM's
@@ -95,12 +107,7 @@ def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool
     longer than the context is vLLM's 400 (:func:`prompt_too_long`)."""
     if n_ids > sim.config.max_model_len and raw.get("truncate_prompt_tokens") is None:
         raise prompt_too_long(sim.config.max_model_len, n_ids)     # the renderer's _token_len_check, as /v1/responses/render
-    sp = dict(SAMPLING_DEFAULTS)
-    for k in SAMPLING_DEFAULTS:
-        if raw.get(k) is not None and _plain(raw[k]):
-            sp[k] = raw[k]
-    if isinstance(sp["stop"], str):
-        sp["stop"] = [sp["stop"]]
+    sp = body_sampling(raw, SAMPLING_DEFAULTS)
     limit = raw.get("max_completion_tokens") if chat else None
     if limit is None:
         limit = raw.get("max_tokens")
@@ -379,12 +386,7 @@ def responses_sampling_params(raw: dict, max_tokens: int) -> dict:
     computed one, ``logprobs`` ``top_logprobs`` when ``include`` asks for output logprobs, and
     ``structured_outputs`` from ``text.format`` (a JSON schema, or a JSON object) or the
     body's own.  Raises Rejected for both at once (vLLM's ``extract_structured_outputs``)."""
-    sp = dict(SAMPLING_DEFAULTS)
-    for k in _RESPONSES_SAMPLING:
-        if raw.get(k) is not None and _plain(raw[k]):
-            sp[k] = raw[k]
-    if isinstance(sp["stop"], str):
-        sp["stop"] = [sp["stop"]]
+    sp = body_sampling(raw, _RESPONSES_SAMPLING)
     sp["max_tokens"] = max_tokens
     include = raw.get("include")
     top = raw.get("top_logprobs")

@@ -10,7 +10,7 @@ import json
 import openai
 import pytest
 
-from support import error_type_400
+from support import error_of, error_type_400
 
 from support import scrape, value
 
@@ -20,11 +20,7 @@ A = [{"role": "user", "content": "Reply with exactly the word: alpha"}]
 B = [{"role": "user", "content": "Reply with exactly the word: beta, please"}]
 
 
-def err(r, status: int) -> dict:
-    assert r.status_code == status, r.text
-    e = r.json()["error"]
-    assert e["code"] == status
-    return e
+err = error_of
 
 
 def test_one_choice_per_conversation_as_coupled_chat_answers_it(api):

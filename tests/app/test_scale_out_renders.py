@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import pytest
 
+from support import error_of
+
 RESP_RENDER = "/v1/responses/render"
 DERENDER = "/v1/completions/derender"
 GEN = "/inference/v1/generate"
 IMG = "http://example.com/a.png"
 
 
-def err(r, status: int) -> dict:
-    assert r.status_code == status, r.text
-    e = r.json()["error"]
-    assert e["code"] == status
-    return e
+err = error_of
 
 
 # ---- /v1/responses/render ---------------------------------------------------------------------

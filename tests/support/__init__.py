@@ -243,6 +243,14 @@ ERROR_TYPES = {404: "NotFoundError", 429: "RateLimitError", 501: "NotImplemented
                503: "Service Unavailable"}        # 503: the admission limits' (GracefulHTTPError)
 
 
+def error_of(r, status: int) -> dict:
+    """The ``error`` object of ``r``, after checking its status and the envelope's ``code``."""
+    assert r.status_code == status, r.text
+    e = r.json()["error"]
+    assert e["code"] == status
+    return e
+
+
 def assert_error(r, status: int, message: str, param=None) -> None:
     """``r`` is vLLM's error envelope: ``status``, ``message``, ``param`` and the type a 400 with
     that message has (:func:`error_type_400`) or :data:`ERROR_TYPES` says."""
