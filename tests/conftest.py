@@ -177,12 +177,12 @@ def any_api(request) -> SimClient:
     return request.getfixturevalue("live_client")()
 
 
-# The longest modules first (seconds each on an idle machine, most of it waiting on servers),
-# then the rest of the server tier, then the app and unit tiers: pytest-xdist's loadscope hands
-# out whole modules in collection order, so a long module picked up last would leave the other
-# worker idle at the end.
-LONGEST_FIRST = ("test_grpc_server", "test_process_lifecycle", "test_kv_first_batch", "test_api_key_and_tls",
-                 "test_stream_timing", "test_real_tokenizers", "test_streams_and_disconnects")
+# The longest modules first (12-35 s each, `--durations=0` summed by module, most of it waiting
+# on servers and time limits), then the rest of the server tier, then the app and unit tiers:
+# pytest-xdist's loadscope hands out whole modules in collection order, so a long module picked
+# up last would leave the other workers idle at the end.
+LONGEST_FIRST = ("test_grpc_server", "test_attacks_round3", "test_connection_floods", "test_slow_bodies",
+                 "test_vllm034_flags", "test_process_lifecycle", "test_attacks_bounded")
 TIER_ORDER = {"server": 0, "app": 1, "unit": 2}
 
 
