@@ -24,7 +24,7 @@ from generation.content import audio as au
 from generation.engine.simulator import ClientDisconnected
 from generation.errors import InvalidParam
 
-from .common import (SSE_HEADERS, header_checks, parse_json_body, received_at, request_id, response_headers,
+from .common import (header_checks, parse_json_body, received_at, request_id, response_headers,
                      run_to_completion, sse_body)
 from .serving import SSE_BASE_HEADERS, error_body, reply_to_error
 
@@ -66,7 +66,7 @@ def create_speech():
                             *adapter.usage_headers(seqs).items()]
 
         return _run(sim, adapter, req, environ, entry, finished,
-                    [*SSE_HEADERS.items(), *fmt_headers] if req.stream else None)
+                    list(fmt_headers) if req.stream else None)
     except HTTPException:
         raise
     except Exception as err:      # noqa: BLE001 - rendered as every generation API renders errors

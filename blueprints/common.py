@@ -22,7 +22,6 @@ from .errors import internal_error
 from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, KERNEL_ARRIVAL_KEY
 
 JSON_MIME = "application/json"
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def simulator() -> Simulator:

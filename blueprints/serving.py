@@ -41,7 +41,7 @@ from generation.errors import EnginePaused, SimulatorError
 from generation.structured.tool_validation import CLIENT as SCHEMA_CLIENT
 from schemas.common import load
 
-from .common import (SSE_HEADERS, dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
+from .common import (dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
                      request_id, response_headers, run_to_completion, send_image, sse_body)
 from .errors import anthropic_body, internal_error, log_error_stack, openai_body, status_of
 from .sse_keep_alive import with_sse_keep_alive
@@ -51,7 +51,9 @@ log = logging.getLogger("vllm_sim")
 
 JSON_CONTENT_TYPE = ("Content-Type", "application/json")
 PACED_WORK = 16384       # output entries (Adapter.work) above which a body is serialised with pauses
-SSE_BASE_HEADERS = [*SSE_HEADERS.items(), ("Content-Type", "text/event-stream; charset=utf-8")]
+# starlette's StreamingResponse(media_type="text/event-stream"), as vLLM answers a stream: no
+# Cache-Control or X-Accel-Buffering (nor does the reference simulator send them)
+SSE_BASE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8")]
 
 
 def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tuple[int, list, object]:

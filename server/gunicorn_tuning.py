@@ -58,6 +58,9 @@ def end_with_next_write(resp) -> bool:
     return True
 
 
+SERVER_HEADER = "uvicorn"
+
+
 def install() -> None:
     """Patch gunicorn's Response: headers go out with the first body bytes."""
     from gunicorn import util
@@ -66,6 +69,9 @@ def install() -> None:
     resp = wsgi.Response
     if getattr(resp, "_headers_with_body", False):
         return
+    # A vLLM pod is served by uvicorn, whose every answer says ``server: uvicorn`` (vLLM leaves
+    # uvicorn's server_header on): gunicorn's Response takes this module global as its version.
+    wsgi.SERVER = SERVER_HEADER
     original_write = resp.write
 
     heads: dict = {}              # (version, status, connection, chunked, server) -> (date, status line and

@@ -41,6 +41,20 @@ def test_real_time_streams_arrive_whole_and_on_time(realtime):
     assert delta("vllm:e2e_request_latency_seconds_sum") >= 0.05 + 19 * 0.01
 
 
+def test_answers_carry_the_headers_a_vllm_pod_sends(realtime):
+    """uvicorn's ``server: uvicorn`` on every answer, and a stream's headers as starlette's
+    ``StreamingResponse(media_type="text/event-stream")`` sends them (vLLM's
+    ``serving/chat_completion`` routes): no ``Cache-Control``, no ``X-Accel-Buffering``."""
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 2}
+    plain = httpx.post(realtime + CHAT, json=body, timeout=30)
+    streamed = httpx.post(realtime + CHAT, json={**body, "stream": True}, timeout=30)
+    for r in (plain, streamed, httpx.get(realtime + "/v1/models", timeout=30)):
+        assert r.status_code == 200 and r.headers["server"] == "uvicorn"
+    assert streamed.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert streamed.headers["transfer-encoding"] == "chunked"
+    assert "cache-control" not in streamed.headers and "x-accel-buffering" not in streamed.headers
+
+
 def test_a_client_leaving_mid_stream_frees_its_slot_at_once(realtime):
     body = b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 500, ' \
            b'"ignore_eos": true, "stream": true}'
