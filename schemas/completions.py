@@ -11,6 +11,7 @@ from generation.adapters import protocol as p
 
 from generation.adapters.fields import EMPTY_PROMPT
 
+from . import field_order as order
 from .chat import SamplingSchema
 from .common import LogprobCount, Str, StrictBool, StrictInt, are_token_lists, are_tokens
 
@@ -46,6 +47,7 @@ class PromptField(fields.Field):
 
 class CompletionRequestSchema(SamplingSchema):
     __model__ = p.CompletionRequest
+    __order__ = order.CompletionRequest
     prompt = PromptField()          # absent or null: vLLM's message, from the adapter
     max_tokens = StrictInt()
     logprobs = LogprobCount()
