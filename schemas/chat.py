@@ -12,6 +12,7 @@ from marshmallow import ValidationError, fields, pre_load, validates
 
 from generation.adapters import protocol as p
 from generation.adapters.chat_batch import check_batch_mode
+from generation.adapters.request_validators import chat_request_validators
 from generation.adapters.validation import read_list
 
 from . import field_order as order
@@ -150,6 +151,9 @@ class ChatCompletionRequestSchema(SamplingSchema):
     mm_processor_kwargs = lax_dict()
     media_io_kwargs = DictOfDicts()
 
+    def request_validators(self, body: dict) -> None:
+        chat_request_validators(body)
+
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):
         if value is None or isinstance(value, str):
@@ -210,6 +214,9 @@ class BatchChatCompletionRequestSchema(ChatCompletionRequestSchema):
     __order__ = order.BatchChatCompletionRequest
     messages = ConversationsField(required=True)
     tool_choice = lax_literal("none", nullable=True)
+
+    def request_validators(self, body: dict) -> None:
+        """None besides ``check_batch_mode`` (run on every body, :meth:`_batch_mode`)."""
 
     @pre_load
     def _batch_mode(self, data, **kwargs):

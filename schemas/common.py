@@ -14,10 +14,10 @@ import gevent
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_load, validates_schema
 
 from generation.adapters import protocol as p
-from generation.adapters.fields import check_cache_salt
+from generation.adapters.fields import check_cache_salt, check_logprob_number
 from generation.adapters.validation import (Errors, Mismatch, literal_mismatch, read_bool, read_dict, read_float, read_int, read_list,
                                             read_str, validation_errors)
-from generation.errors import InvalidParam, Rejected, RequestInvalid
+from generation.errors import InvalidParam, Rejected, RequestInvalid, SimulatorError
 
 from . import field_order as order
 
@@ -87,8 +87,10 @@ class LogprobCount(StrictInt):
     ``VLLMValidationError``'s ``(parameter=top_logprobs, value=...)``."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool) or not isinstance(value, numbers.Number):
-            raise Rejected(f"`{attr}` must be an integer.", attr, value)
+        try:
+            check_logprob_number(value, attr)
+        except Rejected as e:
+            raise ValidationError([e]) from None         # load() raises it alone, in its turn
         return super()._deserialize(value, attr, data, **kwargs)
 
 
@@ -296,6 +298,12 @@ class BaseSchema(Schema):
         models picks one by the body."""
         return self.__order__
 
+    def request_validators(self, body: dict) -> None:
+        """vLLM's ``model_validator(mode="before")`` checks of the model, on the raw ``body``,
+        in pydantic's order (:mod:`generation.adapters.request_validators`): :func:`load` runs
+        them for a body whose fields failed, as pydantic runs them ahead of the fields and
+        answers one that raises alone.  None here."""
+
     def field_rank(self, body: dict) -> dict:
         """``{field: place}`` of :meth:`field_order` (``_schema``, the schema's own errors,
         first)."""
@@ -447,7 +455,11 @@ def _refusal(schema, messages, body):
     all counted); otherwise that first error alone in the simulator's words, ``path: message``
     with ``param`` the path (``messages[0].content``), as vLLM words it differently and the
     simulator has no pydantic wording for it.  The simulator's own errors after a pydantic one
-    are left out (they have no line of pydantic's to show)."""
+    are left out (they have no line of pydantic's to show).  A request validator's error that a
+    field met (:class:`LogprobCount`) is answered alone, as pydantic lets it through."""
+    for _, leaf in _leaves(messages, schema, body):
+        if isinstance(leaf, SimulatorError):
+            return leaf          # a request validator's, found reading a field (LogprobCount)
     errors = Errors()
     for parts, leaf in _leaves(messages, schema, body):
         if not isinstance(leaf, Refused):
@@ -541,6 +553,9 @@ def load(schema: Schema, body):
     try:
         return _subset(schema, body).load(body)
     except ValidationError as e:
+        request_validators = getattr(schema, "request_validators", None)
+        if request_validators is not None:
+            request_validators(body)
         raise _refusal(schema, e.messages, body) from None
 
 

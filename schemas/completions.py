@@ -10,6 +10,7 @@ from marshmallow import ValidationError, fields
 from generation.adapters import protocol as p
 
 from generation.adapters.fields import EMPTY_PROMPT
+from generation.adapters.request_validators import completion_request_validators
 
 from . import field_order as order
 from .chat import SamplingSchema
@@ -56,6 +57,9 @@ class CompletionRequestSchema(SamplingSchema):
     best_of = StrictInt()
     add_special_tokens = StrictBool()
     response_format = fields.Dict()     # vLLM 0.34: structured outputs, as on chat
+
+    def request_validators(self, body: dict) -> None:
+        completion_request_validators(body)
 
 
 completion_request_schema = CompletionRequestSchema()
