@@ -23,7 +23,7 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import MAX_COMPLETION_PROMPTS, check_mm_kwargs
+from generation.adapters.fields import check_mm_kwargs, check_prompt_count
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.responses import to_chat_messages, to_chat_tools
@@ -134,10 +134,7 @@ def render_completion():
     if prompt is None:
         raise InvalidParam("prompt: Field required.", "prompt")
     kind, items = prompt
-    if len(items) > MAX_COMPLETION_PROMPTS:       # vLLM's CompletionRequest validator (a flat id list is one)
-        raise Rejected(f"prompt list length {len(items)} exceeds the maximum allowed count of "
-                       f"{MAX_COMPLETION_PROMPTS}. To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS "
-                       "environment variable.", "prompt")
+    check_prompt_count(len(items))        # vLLM's CompletionRequest validator (a flat id list is one)
     model = _render_model(sim, body.model)
     _check_mm_kwargs(sim, body)
     body_rid = getattr(body, "request_id", None) or raw.get("request_id")

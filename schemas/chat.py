@@ -12,9 +12,11 @@ from marshmallow import ValidationError, fields, pre_load, validates
 
 from generation.adapters import protocol as p
 from generation.adapters.chat_batch import check_batch_mode
-from generation.adapters.validation import pydantic_error, read_list
+from generation.adapters.request_validators import chat_request_validators
+from generation.adapters.validation import read_list
 
-from .common import (Dict, IntList, List, Literal, Str, read_as_pydantic, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from . import field_order as order
+from .common import (Dict, IntList, List, Literal, Refused, Str, read_as_pydantic, refuse, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 from .lax import (MM_PAYLOADS, DictOfDicts, ListOfStrDicts, RepetitionDetection, lax_bool, lax_dict, lax_float,
                   lax_literal, lax_str)
@@ -125,6 +127,7 @@ class SamplingSchema(SamplingKnobsSchema):
 
 class ChatCompletionRequestSchema(SamplingSchema):
     __model__ = p.ChatCompletionRequest
+    __order__ = order.ChatCompletionRequest
     messages = MessagesField(required=True)
     max_tokens = StrictInt()
     max_completion_tokens = StrictInt()
@@ -147,6 +150,9 @@ class ChatCompletionRequestSchema(SamplingSchema):
     documents = ListOfStrDicts()
     mm_processor_kwargs = lax_dict()
     media_io_kwargs = DictOfDicts()
+
+    def request_validators(self, body: dict) -> None:
+        chat_request_validators(body)
 
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):
@@ -177,18 +183,25 @@ class ConversationsField(fields.Field):
 
     def _deserialize(self, value, attr, data, **kwargs):
         if not isinstance(value, list):
-            raise pydantic_error(attr, value, LIST_TYPE)
+            raise refuse(("", value, *LIST_TYPE))
         if not value:
-            raise pydantic_error(attr, value, _too_short(value))
+            raise refuse(("", value, *_too_short(value)))
+        errors = []          # in pydantic's order: each conversation's, the first bad message's
+        checked = True
         for i, conversation in enumerate(value):
             if not isinstance(conversation, list):
-                raise pydantic_error(f"{attr}.{i}", conversation, LIST_TYPE)
-            if not conversation:
-                raise pydantic_error(f"{attr}.{i}", conversation, _too_short(conversation))
-            for j, m in enumerate(conversation):
-                err = _check_message(m)
-                if err:
-                    raise ValidationError({i: {j: err}})
+                errors.append(Refused((str(i), conversation, *LIST_TYPE)))
+            elif not conversation:
+                errors.append(Refused((str(i), conversation, *_too_short(conversation))))
+            elif checked:
+                for j, m in enumerate(conversation):
+                    err = _check_message(m)
+                    if err:
+                        errors.append({i: {j: err}})
+                        checked = False
+                        break
+        if errors:
+            raise ValidationError(errors)
         return value
 
 
@@ -198,8 +211,12 @@ class BatchChatCompletionRequestSchema(ChatCompletionRequestSchema):
     ``tool_choice`` only ``"none"`` (or null).  Its ``check_batch_mode`` runs on the raw body
     first, as vLLM's ``mode="before"`` validator does.  Loads into a ChatCompletionRequest whose
     ``messages`` holds the conversations."""
+    __order__ = order.BatchChatCompletionRequest
     messages = ConversationsField(required=True)
     tool_choice = lax_literal("none", nullable=True)
+
+    def request_validators(self, body: dict) -> None:
+        """None besides ``check_batch_mode`` (run on every body, :meth:`_batch_mode`)."""
 
     @pre_load
     def _batch_mode(self, data, **kwargs):

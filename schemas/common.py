@@ -14,10 +14,12 @@ import gevent
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_load, validates_schema
 
 from generation.adapters import protocol as p
-from generation.adapters.fields import check_cache_salt
+from generation.adapters.fields import check_cache_salt, check_logprob_number
 from generation.adapters.validation import (Errors, Mismatch, literal_mismatch, read_bool, read_dict, read_float, read_int, read_list,
                                             read_str, validation_errors)
-from generation.errors import InvalidParam, Rejected, RequestInvalid
+from generation.errors import InvalidParam, Rejected, RequestInvalid, SimulatorError
+
+from . import field_order as order
 
 
 class Refused:
@@ -85,8 +87,10 @@ class LogprobCount(StrictInt):
     ``VLLMValidationError``'s ``(parameter=top_logprobs, value=...)``."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool) or not isinstance(value, numbers.Number):
-            raise Rejected(f"`{attr}` must be an integer.", attr, value)
+        try:
+            check_logprob_number(value, attr)
+        except Rejected as e:
+            raise ValidationError([e]) from None         # load() raises it alone, in its turn
         return super()._deserialize(value, attr, data, **kwargs)
 
 
@@ -272,6 +276,9 @@ class Literal(NullableField):
         raise refuse(("", value, *literal_mismatch(self.choices).error))
 
 
+_RANKS: dict = {}
+
+
 class BaseSchema(Schema):
     """Unknown keys ignored, ``null`` allowed for every field that is not required; a schema that names a ``__model__``
     (a dataclass of :mod:`generation.adapters.protocol`) loads into it.  A field the dataclass
@@ -279,10 +286,32 @@ class BaseSchema(Schema):
     left out (vLLM fields the simulator has no use for, :mod:`schemas.lax`), so the typed
     request does not grow an attribute to assign on every request for each of them."""
     __model__ = None
+    __order__: tuple = ()           # the vLLM model's fields in pydantic's order (schemas.field_order)
     _check_only: frozenset = frozenset()
 
     class Meta:
         unknown = EXCLUDE
+
+    def field_order(self, body: dict) -> tuple:
+        """The fields of the vLLM model that ``body`` is read as, in the order pydantic
+        validates them (and lists their errors): ``__order__``; a schema for two of vLLM's
+        models picks one by the body."""
+        return self.__order__
+
+    def request_validators(self, body: dict) -> None:
+        """vLLM's ``model_validator(mode="before")`` checks of the model, on the raw ``body``,
+        in pydantic's order (:mod:`generation.adapters.request_validators`): :func:`load` runs
+        them for a body whose fields failed, as pydantic runs them ahead of the fields and
+        answers one that raises alone.  None here."""
+
+    def field_rank(self, body: dict) -> dict:
+        """``{field: place}`` of :meth:`field_order` (``_schema``, the schema's own errors,
+        first)."""
+        order = self.field_order(body)
+        rank = _RANKS.get(order)
+        if rank is None:
+            rank = _RANKS[order] = {"_schema": -1, **{name: i for i, name in enumerate(order)}}
+        return rank
 
     def on_bind_field(self, field_name, field_obj):
         # null is "not given" for an optional field; a required one stays required (a null
@@ -321,6 +350,7 @@ class SamplingKnobsSchema(BaseSchema):
 
 class StreamOptionsSchema(BaseSchema):
     __model__ = p.StreamOptions
+    __order__ = order.StreamOptions
     include_usage = StrictBool()
     continuous_usage_stats = StrictBool()
 
@@ -384,27 +414,64 @@ def _subset(schema: Schema, body: dict) -> Schema:
     return sub
 
 
-def _first_error(messages, parts=()) -> tuple[tuple, object]:
-    """The path (keys and indexes) and leaf of the first error of a marshmallow error dict."""
+def _nested(schema, key):
+    """The schema that words the errors under ``key`` of ``schema``'s error dict (a
+    ``Nested`` field's, or a list of them), or None."""
+    field = schema.fields.get(key) if schema is not None else None
+    field = getattr(field, "inner", field)
+    return field.schema if isinstance(field, fields.Nested) else None
+
+
+def _leaves(messages, schema, body, parts=()):
+    """``(path, leaf)`` of every error in a marshmallow error dict, in pydantic's order: a
+    schema's fields in its model's order (:meth:`BaseSchema.field_order`; its ``_schema``
+    errors first, fields it does not order after the rest, as marshmallow met them), list
+    items by index, a field's own errors as it raised them."""
     if isinstance(messages, dict):
-        for k, v in messages.items():
-            return _first_error(v, parts if k == "_schema" else (*parts, k))
-    if isinstance(messages, list) and messages:
-        return _first_error(messages[0], parts)
-    return parts, messages
+        items = messages.items()
+        if getattr(schema, "field_rank", None) is not None and not all(isinstance(k, int) for k in messages):
+            rank = schema.field_rank(body if isinstance(body, dict) else {})
+            items = sorted(items, key=lambda kv: rank.get(kv[0], len(rank)))
+        for k, v in items:
+            if k == "_schema":
+                yield from _leaves(v, None, None, parts)
+            elif isinstance(k, int):
+                yield from _leaves(v, schema, body[k] if isinstance(body, list) and k < len(body) else None,
+                                   (*parts, k))
+            else:
+                yield from _leaves(v, _nested(schema, k), body.get(k) if isinstance(body, dict) else None,
+                                   (*parts, k))
+    elif isinstance(messages, list):
+        for m in messages:
+            yield from _leaves(m, schema, body, parts)
+    else:
+        yield parts, messages
 
 
-def _flatten(messages) -> tuple[str, str]:
-    """First (path, message) of a marshmallow error dict (``messages[0].content``); a
-    :class:`Refused` leaf raises its pydantic 400 at that path (``messages.0.content``)."""
-    parts, leaf = _first_error(messages)
-    if isinstance(leaf, Refused):
-        where = ".".join(map(str, parts))
-        raise validation_errors([(f"{where}.{sub}" if sub else where, *e) for sub, *e in leaf.errors])
-    path = ""
-    for k in parts:
-        path = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k))
-    return path, str(leaf)
+def _refusal(schema, messages, body):
+    """The 400 of a failed load (marshmallow's error dict ``messages``): when the first error in
+    pydantic's order is pydantic's (:class:`Refused`), vLLM's validation handler's answer
+    listing every :class:`Refused` error in that order (:func:`validation_errors`: ten shown,
+    all counted); otherwise that first error alone in the simulator's words, ``path: message``
+    with ``param`` the path (``messages[0].content``), as vLLM words it differently and the
+    simulator has no pydantic wording for it.  The simulator's own errors after a pydantic one
+    are left out (they have no line of pydantic's to show).  A request validator's error that a
+    field met (:class:`LogprobCount`) is answered alone, as pydantic lets it through."""
+    for _, leaf in _leaves(messages, schema, body):
+        if isinstance(leaf, SimulatorError):
+            return leaf          # a request validator's, found reading a field (LogprobCount)
+    errors = Errors()
+    for parts, leaf in _leaves(messages, schema, body):
+        if not isinstance(leaf, Refused):
+            if errors.count:
+                continue
+            path = ""
+            for k in parts:
+                path = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k))
+            return InvalidParam(f"{path}: {leaf}" if path else str(leaf), path or None)
+        for sub, *e in leaf.errors:
+            errors.add((*parts, sub) if sub else parts, *e)
+    return validation_errors(errors.kept, total=errors.count)
 
 
 _FAST: dict = {}
@@ -486,8 +553,10 @@ def load(schema: Schema, body):
     try:
         return _subset(schema, body).load(body)
     except ValidationError as e:
-        path, msg = _flatten(e.messages)
-        raise InvalidParam(f"{path}: {msg}" if path else msg, path or None) from None
+        request_validators = getattr(schema, "request_validators", None)
+        if request_validators is not None:
+            request_validators(body)
+        raise _refusal(schema, e.messages, body) from None
 
 
 __all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",

@@ -10,7 +10,9 @@ from marshmallow import ValidationError, fields
 from generation.adapters import protocol as p
 
 from generation.adapters.fields import EMPTY_PROMPT
+from generation.adapters.request_validators import completion_request_validators
 
+from . import field_order as order
 from .chat import SamplingSchema
 from .common import LogprobCount, Str, StrictBool, StrictInt, are_token_lists, are_tokens
 
@@ -46,6 +48,7 @@ class PromptField(fields.Field):
 
 class CompletionRequestSchema(SamplingSchema):
     __model__ = p.CompletionRequest
+    __order__ = order.CompletionRequest
     prompt = PromptField()          # absent or null: vLLM's message, from the adapter
     max_tokens = StrictInt()
     logprobs = LogprobCount()
@@ -54,6 +57,9 @@ class CompletionRequestSchema(SamplingSchema):
     best_of = StrictInt()
     add_special_tokens = StrictBool()
     response_format = fields.Dict()     # vLLM 0.34: structured outputs, as on chat
+
+    def request_validators(self, body: dict) -> None:
+        completion_request_validators(body)
 
 
 completion_request_schema = CompletionRequestSchema()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validate
 
+from . import field_order as order
 from .chat import MessagesField
 from .common import BaseSchema, Literal, Str, StrictBool, StrictInt, are_token_lists, are_tokens
 from .lax import lax_dict, lax_literal
@@ -70,6 +71,8 @@ def _bad_truncate():
 
 
 class EmbeddingRequestSchema(PoolingChecks):
+    """vLLM 0.34's ``EmbeddingCompletionRequest`` (``input``) or ``EmbeddingChatRequest``
+    (``messages``)."""
     model = fields.Raw()
     input = EmbeddingInputField()
     messages = MessagesField()
@@ -85,6 +88,10 @@ class EmbeddingRequestSchema(PoolingChecks):
     user = Str()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
     priority = StrictInt()          # vLLM's PoolingBasicRequestMixin (generation.adapters.pooling.check_priority)
+
+
+    def field_order(self, body: dict) -> tuple:
+        return order.EmbeddingChatRequest if "messages" in body else order.EmbeddingCompletionRequest
 
 
 embedding_request_schema = EmbeddingRequestSchema()

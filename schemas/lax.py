@@ -1,8 +1,8 @@
 """Fields of vLLM's request models that the simulator only checks, read as pydantic reads them
 (:mod:`generation.adapters.validation`) and refused in vLLM's validation handler's words: the
 400 ``1 validation error: {'type': ..., 'loc': 'body.<field>', ...}`` with ``param``
-``body.<field>`` (an :class:`~generation.errors.InvalidParam` raised from the field, past
-marshmallow's own messages).
+``body.<field>`` (a :class:`~schemas.common.Refused` error, listed with the body's other
+field errors by :func:`schemas.common.load`).
 
 A field is read only when the body carries it (:func:`schemas.common.load` loads the fields
 present), so a request without them pays nothing.  ``null`` is "not given" where vLLM's type is
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from marshmallow import fields
 
-from generation.adapters.validation import (Mismatch, pydantic_error, read_bool, read_dict,
-                                            read_float, read_int, read_list, read_str, validation_errors)
+from generation.adapters.validation import Mismatch, read_bool, read_dict, read_float, read_int, read_list, read_str
 from generation.errors import InvalidParam
 
-from .common import Literal, NullableField
+from .common import Literal, NullableField, read_as_pydantic, refuse
 
 
 class Lax(NullableField):
@@ -28,10 +27,7 @@ class Lax(NullableField):
         self.reader = reader
 
     def _deserialize(self, value, attr, data, **kwargs):
-        try:
-            return self.reader(value)
-        except Mismatch as e:
-            raise pydantic_error(attr, value, e.error) from None
+        return read_as_pydantic(self.reader, value)
 
 
 def lax_bool(nullable: bool = True) -> Lax:
@@ -89,15 +85,16 @@ def lax_literal(*choices, nullable: bool = False) -> Literal:
     return Literal(*choices, nullable=nullable)
 
 
-def _collect(attr: str, items, read) -> list:
+def _collect(items, read, where: str = "") -> list:
     """pydantic's errors of ``read`` on each ``(path, value)`` of ``items`` (all of them, as
-    pydantic reports every failing item), located below ``attr``."""
+    pydantic reports every failing item), as :class:`~schemas.common.Refused` errors below the
+    field (``where``: a path below it, ``"3."``)."""
     errors = []
     for path, v in items:
         try:
             read(v)
         except Mismatch as e:
-            errors.append((f"{attr}.{path}", v, *e.error))
+            errors.append((f"{where}{path}", v, *e.error))
     return errors
 
 
@@ -105,11 +102,10 @@ class DictOfDicts(fields.Field):
     """``dict[str, dict[str, Any]]`` (vLLM's ``media_io_kwargs``: kwargs per modality)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if not isinstance(value, dict):
-            raise pydantic_error(attr, value, ("dict_type", "Input should be a valid dictionary"))
-        errors = _collect(attr, value.items(), read_dict)
+        read_as_pydantic(read_dict, value)
+        errors = _collect(value.items(), read_dict)
         if errors:
-            raise validation_errors(errors)
+            raise refuse(*errors)
         return value
 
 
@@ -117,18 +113,15 @@ class ListOfStrDicts(fields.Field):
     """``list[dict[str, str]]`` (chat's ``documents``, the RAG documents a template may read)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        try:
-            read_list(value)
-        except Mismatch as e:
-            raise pydantic_error(attr, value, e.error) from None
+        read_as_pydantic(read_list, value)
         errors = []
         for i, doc in enumerate(value):
             if not isinstance(doc, dict):
-                errors.append((f"{attr}.{i}", doc, "dict_type", "Input should be a valid dictionary"))
+                errors.append((str(i), doc, "dict_type", "Input should be a valid dictionary"))
             else:
-                errors.extend(_collect(f"{attr}.{i}", doc.items(), read_str))
+                errors.extend(_collect(doc.items(), read_str, f"{i}."))
         if errors:
-            raise validation_errors(errors)
+            raise refuse(*errors)
         return value
 
 
@@ -148,13 +141,13 @@ class RepetitionDetection(fields.Field):
         self.where = where
 
     def _deserialize(self, value, attr, data, **kwargs):
-        attr = self.where + attr
         if not isinstance(value, dict):
-            raise pydantic_error(attr, value, ("dataclass_type", "Input should be a dictionary or an instance of "
-                                               "RepetitionDetectionParams", {"class_name": "RepetitionDetectionParams"}))
-        errors = _collect(attr, ((k, value[k]) for k in REPETITION_FIELDS if k in value), read_int)
+            raise refuse(("", value, "dataclass_type", "Input should be a dictionary or an instance of "
+                          "RepetitionDetectionParams", {"class_name": "RepetitionDetectionParams"}))
+        errors = _collect(((k, value[k]) for k in REPETITION_FIELDS if k in value), read_int)
         if errors:
-            raise validation_errors(errors)
+            raise refuse(*errors)
+        attr = self.where + attr
         p = {k: read_int(value[k]) if k in value else 0 for k in REPETITION_FIELDS}
         if p["max_pattern_size"] < 0 or p["min_pattern_size"] < 0 or p["min_pattern_size"] > p["max_pattern_size"]:
             raise InvalidParam("max_pattern_size, min_pattern_size must be >=0, with min_pattern_size <= "

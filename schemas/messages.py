@@ -30,6 +30,7 @@ from marshmallow import ValidationError, fields, pre_load, validate, validates, 
 from generation.adapters import protocol as p
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
+from . import field_order as order
 from .common import BaseSchema, Dict, List, Str, StrictBool, StrictFloat, StrictInt
 from .lax import MM_PAYLOADS, lax_bool, lax_literal, lax_str
 
@@ -317,6 +318,7 @@ MISSING = fields.Field.default_error_messages["required"]
 class CountTokensRequestSchema(BaseSchema):
     """``POST /v1/messages/count_tokens``: the prompt part of a Messages request."""
     __model__ = p.CountTokensRequest
+    __order__ = order.AnthropicCountTokensRequest
     model = fields.Raw()
     messages = fields.List(fields.Nested(AnthropicMessageSchema), required=True)
     system = SystemField()
@@ -340,6 +342,7 @@ class CountTokensRequestSchema(BaseSchema):
 class MessagesRequestSchema(CountTokensRequestSchema):
     """``POST /v1/messages``."""
     __model__ = p.MessagesRequest
+    __order__ = order.AnthropicMessagesRequest
     max_tokens = StrictInt(required=True)
     stop_sequences = List(Str())
     stream = StrictBool()

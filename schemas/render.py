@@ -12,6 +12,7 @@ from marshmallow import ValidationError, fields
 
 from generation.adapters import protocol as p
 
+from . import field_order as order
 from .chat import MessagesField
 from .common import BaseSchema, Dict, List, Str, StrictBool, are_tokens, first_non_token
 from .completions import PromptField
@@ -41,6 +42,7 @@ class RenderOptionsSchema(BaseSchema):
 
 class CompletionRenderSchema(RenderOptionsSchema):
     __model__ = p.CompletionRenderRequest
+    __order__ = order.CompletionRequest
     mm_processor_kwargs = fields.Raw()     # not CompletionRequest fields: untyped extras there
     media_io_kwargs = fields.Raw()
     model = fields.Raw()
@@ -49,6 +51,7 @@ class CompletionRenderSchema(RenderOptionsSchema):
 
 class ChatRenderSchema(RenderOptionsSchema):
     __model__ = p.ChatRenderRequest
+    __order__ = order.ChatCompletionRequest
     model = fields.Raw()
     messages = MessagesField()
     tools = List(fields.Dict(), allow_none=True)
@@ -60,6 +63,8 @@ class ChatRenderSchema(RenderOptionsSchema):
 
 
 class TokenizeSchema(RenderOptionsSchema):
+    """vLLM 0.34's ``TokenizeCompletionRequest`` (``prompt``) or ``TokenizeChatRequest``
+    (``messages``)."""
     __model__ = p.TokenizeRequest
     model = fields.Raw()
     prompt = fields.String()
@@ -72,9 +77,13 @@ class TokenizeSchema(RenderOptionsSchema):
     chat_template = Str(allow_none=True)
     chat_template_kwargs = Dict(allow_none=True)
 
+    def field_order(self, body: dict) -> tuple:
+        return order.TokenizeChatRequest if "messages" in body else order.TokenizeCompletionRequest
+
 
 class DetokenizeSchema(BaseSchema):
     __model__ = p.DetokenizeRequest
+    __order__ = order.DetokenizeRequest
     model = fields.Raw()
     tokens = TokenIdList(required=True)
 

@@ -36,6 +36,7 @@ from marshmallow import ValidationError, fields, validate, validates
 
 from generation.adapters import protocol as p
 
+from . import field_order as order
 from .common import BaseSchema, Dict, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
@@ -335,6 +336,7 @@ class TextConfigSchema(BaseSchema):
 
 class ResponsesRequestSchema(BaseSchema):
     __model__ = p.ResponsesRequest
+    __order__ = order.ResponsesRequest
     model = fields.Raw()
     input = InputField(required=True, error_messages={"required": "input is required"})
     instructions = Str()

@@ -24,7 +24,7 @@ from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
-from .fields import (check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
+from .fields import (check_beam_logprob_ids, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
                      prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs
@@ -57,17 +57,14 @@ class ChatAdapter(Adapter):
         # vLLM's request validators (chat_completion/protocol.py), before the model check
         check_structured_count(b.structured_outputs, b.tool_choice)
         check_stream_options(b.stream_options, stream)
-        if b.logprob_token_ids and b.use_beam_search:
-            raise Rejected("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+        check_beam_logprob_ids(b.logprob_token_ids, b.use_beam_search)
         top = b.top_logprobs
         check_prompt_logprobs(b.prompt_logprobs, stream)
         # vLLM: with ``echo`` the prompt logprobs default to ``top_logprobs`` (not streamed)
         self.prompt_lp = b.prompt_logprobs
         if self.prompt_lp is None and b.echo and not stream:
             self.prompt_lp = b.top_logprobs
-        check_logprobs_sign(top, "top_logprobs")
-        if top is not None and top != 0 and not b.logprobs:
-            raise Rejected("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+        check_top_logprobs(top, b.logprobs)
         check_response_format_schema(b.response_format)
         model, lora = sim.resolve_model(b.model)
         if b.logprobs:
@@ -170,6 +167,14 @@ class ChatAdapter(Adapter):
 
 
 RESPONSE_ROLE = "assistant"      # vLLM's --response-role default
+
+
+def check_top_logprobs(top, logprobs) -> None:
+    """vLLM 0.34's chat ``check_logprobs`` on ``top_logprobs``: positive, 0 or -1, and other
+    than 0 only with ``logprobs``.  Raises Rejected naming ``top_logprobs``."""
+    check_logprobs_sign(top, "top_logprobs")
+    if top is not None and top != 0 and not logprobs:
+        raise Rejected("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
 
 
 def response_role(b, conversation: list | None = None) -> str:

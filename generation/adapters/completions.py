@@ -20,7 +20,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE, REMOTE_DECODE_PARAMS, 
                    check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, due_items, system_fingerprint, usage_details)
-from .fields import (EMPTY_PROMPT, MAX_COMPLETION_PROMPTS, check_openai_fields, check_response_format_schema,
+from .fields import (EMPTY_PROMPT, check_beam_logprob_ids, check_openai_fields, check_prompt_count, check_response_format_schema,
                      check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
@@ -30,8 +30,7 @@ from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 def check_logprobs_order(b) -> None:
     """vLLM 0.34's completions ``check_logprobs`` on the combinations beam search and
     ``logprob_token_ids`` cannot serve (its first three checks, in its order)."""
-    if b.logprob_token_ids and b.use_beam_search:
-        raise Rejected("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+    check_beam_logprob_ids(b.logprob_token_ids, b.use_beam_search)
     if b.use_beam_search and b.echo and b.logprobs is not None:
         raise Rejected("`echo` with `logprobs` is not supported with beam search because beam search does not "
                        "compute prompt logprobs.", "echo")
@@ -49,11 +48,8 @@ class CompletionsAdapter(Adapter):
         stream = bool(b.stream)
         # vLLM's request validators (completion/protocol.py), before the model check
         # (texts or token-id lists alike: any list but a flat one of ids, which is one prompt)
-        if b.prompt is not None and len(b.prompt[1]) > MAX_COMPLETION_PROMPTS:
-            n = len(b.prompt[1])
-            raise Rejected(f"prompt list length {n} exceeds the maximum allowed count of {MAX_COMPLETION_PROMPTS}. "
-                               "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment variable.",
-                               "prompt")
+        if b.prompt is not None:
+            check_prompt_count(len(b.prompt[1]))
         check_stream_options(b.stream_options, stream)
         check_logprobs_order(b)
         check_prompt_logprobs(b.prompt_logprobs, stream)

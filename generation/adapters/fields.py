@@ -5,6 +5,7 @@ before anything is admitted.  Also the fields that change the output (``min_toke
 from __future__ import annotations
 
 import math
+import numbers
 import os
 
 from generation.tokenization.tokenizer import each_text
@@ -154,6 +155,31 @@ def check_cache_salt(salt) -> None:
 
 
 MAX_LOGPROB_TOKEN_IDS = 128        # vLLM 0.34 sampling_params.py
+
+
+def check_logprob_number(value, field: str) -> None:
+    """vLLM 0.34's ``check_logprobs`` (a request validator, on the raw body, before pydantic
+    reads the field): a logprobs count (``logprobs``, ``top_logprobs``, ``prompt_logprobs``)
+    given and not a JSON number is refused in its own words, with the value
+    (``"`top_logprobs` must be an integer."``)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Number)):
+        raise Rejected(f"`{field}` must be an integer.", field, value)
+
+
+def check_beam_logprob_ids(ids, beam) -> None:
+    """vLLM 0.34's ``check_logprobs`` (chat and completions): no ``logprob_token_ids`` with beam
+    search (both judged by truthiness)."""
+    if ids and beam:
+        raise Rejected("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+
+
+def check_prompt_count(n: int) -> None:
+    """vLLM 0.34's completions ``validate_prompt_list_length``: at most
+    :data:`MAX_COMPLETION_PROMPTS` prompts (``n``: texts or token-id lists; a flat id list is
+    one)."""
+    if n > MAX_COMPLETION_PROMPTS:
+        raise Rejected(f"prompt list length {n} exceeds the maximum allowed count of {MAX_COMPLETION_PROMPTS}. "
+                       "To increase this limit, set the VLLM_MAX_COMPLETION_PROMPTS environment variable.", "prompt")
 
 
 def check_logprob_token_ids(ids, logprobs_on: bool, api: str = "chat") -> None:

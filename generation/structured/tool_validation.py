@@ -66,7 +66,7 @@ def json_depth_exceeds(value, limit: int) -> bool:
 _USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
 
 
-def _named_choice(tool_choice: dict) -> str:
+def tool_choice_name(tool_choice: dict) -> str:
     """The function a ``{"type": "function", ...}`` tool_choice names, checked with vLLM 0.34's
     messages (``entrypoints/openai/chat_completion/protocol.py`` ``check_tool_usage``):
     ``function`` not an object, no ``name`` in it, a ``name`` that is not a non-empty string.
@@ -86,6 +86,13 @@ def _named_choice(tool_choice: dict) -> str:
     return name
 
 
+def invalid_tool_choice(tool_choice) -> Rejected:
+    """vLLM 0.34's ``check_tool_usage`` error for a ``tool_choice`` that is neither a named tool
+    nor ``"none"``, ``"auto"`` or ``"required"``."""
+    return Rejected(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, \"none\", "
+                    f"\"auto\" or \"required\" are supported.", "tool_choice")
+
+
 def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
     """``tool_choice`` -> ``(mode, name)``; mode in none/auto/required/named.
 
@@ -97,13 +104,12 @@ def parse_tool_choice(tool_choice) -> tuple[str, str | None]:
     if isinstance(tool_choice, str):
         if tool_choice in _CHOICE_MODES:
             return tool_choice, None
-        raise Rejected(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, \"none\", "
-                       f"\"auto\" or \"required\" are supported.", "tool_choice")
+        raise invalid_tool_choice(tool_choice)
     if not isinstance(tool_choice, dict):
         raise InvalidParam("tool_choice: Input should be a string or an object.", "tool_choice")
     t = tool_choice.get("type")
     if t in ("function", "tool"):
-        return "named", _named_choice(tool_choice)
+        return "named", tool_choice_name(tool_choice)
     if t in ("allowed_tools", "custom", "auto"):
         return "auto", None
     if t == "any":

@@ -480,6 +480,15 @@ def flatten_messages(messages: Iterable[dict]) -> str:
     return "".join("### " + plain_message(m, True) + "\n" for m in messages)
 
 
+def check_generation_prompt(continue_final_message, add_generation_prompt) -> None:
+    """vLLM's ``check_generation_prompt`` (a request validator of every chat-shaped request):
+    not both options true.  Raises InvalidParam naming ``continue_final_message``."""
+    if continue_final_message and add_generation_prompt:
+        from generation.errors import InvalidParam
+        raise InvalidParam("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                           "continue_final_message")
+
+
 def tokenize_chat(tokenizer, messages, tools=None, chat_template=None, chat_template_kwargs=None,
                   add_generation_prompt=True, continue_final_message=False,
                   add_special_tokens=False, max_chars=None, max_model_len=0) -> tuple[list[int], list[str]]:
@@ -496,10 +505,7 @@ def tokenize_chat(tokenizer, messages, tools=None, chat_template=None, chat_temp
     render: :class:`generation.errors.InvalidParam`; a rendered text past ``max_chars``, only
     given with a real tokenizer: ContextLengthError), 5xx when the render service fails
     (``--render-url``: :class:`generation.errors.APIError` 502 / 504)."""
-    if continue_final_message and add_generation_prompt:
-        from generation.errors import InvalidParam
-        raise InvalidParam("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                           "continue_final_message")
+    check_generation_prompt(continue_final_message, add_generation_prompt)
     bound = {"max_chars": max_chars, "max_model_len": max_model_len} if max_chars is not None else {}
     return tokenizer.tokenize_chat(messages, tools=tools, chat_template=chat_template,
                                    chat_template_kwargs=chat_template_kwargs,

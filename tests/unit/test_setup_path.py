@@ -40,7 +40,7 @@ def _marshmallow(schema, body):
     try:
         return ("ok", common._subset(schema, body).load(body))
     except ValidationError as e:
-        return ("error", common._flatten(e.messages))
+        return ("error", str(common._refusal(schema, e.messages, body)))
     except InvalidParam as e:          # a field with vLLM's own words (schemas.common.LogprobCount)
         return ("invalid", e.args[0], e.param)
 
