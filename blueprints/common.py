@@ -80,13 +80,21 @@ def loads_body(raw: bytes):
 
 
 def _read_body(environ: dict, limit: int | None) -> bytes:
+    """The request's body; raises ClientDisconnected when the connection reset or ended before
+    the body did (uvicorn hands vLLM's route ``http.disconnect``, and nothing is answered;
+    gunicorn's ``wsgi.input_terminated`` has werkzeug read to the end, whatever came)."""
     length = environ.get("CONTENT_LENGTH")
-    if limit is not None and length and length.isdigit() and int(length) <= limit:
-        try:
-            return environ["wsgi.input"].read(int(length))
-        except ConnectionError:       # reset mid-body: the client left (hung up on, no traceback)
-            raise ClientDisconnected() from None
-    return request.get_data(cache=False)
+    known = int(length) if length and length.isdigit() else None
+    try:
+        if limit is not None and known is not None and known <= limit:
+            body = environ["wsgi.input"].read(known)
+        else:
+            body = request.get_data(cache=False)
+    except ConnectionError:           # reset mid-body: the client left (hung up on, no traceback)
+        raise ClientDisconnected() from None
+    if known is not None and len(body) < known:
+        raise ClientDisconnected()
+    return body
 
 
 class Pacer:

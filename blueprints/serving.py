@@ -202,7 +202,7 @@ def _status_line(status: int) -> str:
         phrase = HTTPStatus(status).phrase
     except ValueError:
         phrase = "Unknown"
-    return f"{status} {phrase.upper()}"     # werkzeug's spelling, so both entry points match
+    return f"{status} {phrase}"     # uvicorn's spelling (server.gunicorn_tuning spells Flask's so too)
 
 
 class GenerationFastPath:

@@ -32,6 +32,7 @@ pinned in requirements.txt; ``tests/unit/test_gunicorn_tuning.py`` checks each a
 from __future__ import annotations
 
 import time
+from http import HTTPStatus
 
 ALLOW_LIST_MEMO = 4096        # peer addresses remembered (one entry each; cleared when full)
 
@@ -59,6 +60,17 @@ def end_with_next_write(resp) -> bool:
 
 
 SERVER_HEADER = "uvicorn"
+
+
+def uvicorn_status_line(status: str) -> str:
+    """``status`` with its reason phrase as uvicorn writes it (``http.HTTPStatus``'s: ``400 Bad
+    Request``, where werkzeug writes ``400 BAD REQUEST``); a status without a phrase of its own
+    (not a number, or an unregistered code) as the app wrote it."""
+    code = status.partition(" ")[0]
+    try:
+        return f"{code} {HTTPStatus(int(code)).phrase}"
+    except ValueError:
+        return status
 
 
 def install() -> None:
@@ -101,12 +113,25 @@ def install() -> None:
     #                               end-to-end name, once gunicorn's process_headers accepted it
     value_ok = wsgi.HEADER_VALUE_RE.fullmatch
 
+    spelled: dict = {}            # status line -> uvicorn's spelling of it
+
+    def spell(status):
+        """:func:`uvicorn_status_line`, remembered."""
+        if status.__class__ is not str:
+            return status
+        line = uvicorn_status_line(status)
+        if len(spelled) >= HEADER_KEYS_MEMO:
+            spelled.clear()
+        spelled[status] = line
+        return line
+
     def start_response(self, status, headers, exc_info=None):
-        """gunicorn's ``start_response`` with the status line's and each header name's checks
+        """uvicorn's spelling of the status line (:func:`spell`), and gunicorn's ``start_response`` with the status line's and each header name's checks
         remembered: a status and a name gunicorn accepted once are accepted again without its
         patterns; every value is still checked, and anything unusual (``exc_info``, a second
         call, HEAD, a bodiless status, a hop-by-hop or new name, a value gunicorn refuses) goes
         through gunicorn's own code, which answers it as before."""
+        status = spelled.get(status) or spell(status)
         code = statuses.get(status) if status.__class__ is str else None
         if (code is None or exc_info or self.status is not None or code < 200 or code in (204, 304)
                 or self.req.method == "HEAD"):

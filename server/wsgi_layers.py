@@ -493,7 +493,10 @@ class FrontDoor:
                 environ[KERNEL_ARRIVAL_KEY] = stamp
             self._done()
             return data
-        return self._deadline_input(inp, monotonic() + self.grace + n / self._rate, sock, environ, n).read(n)
+        data = self._deadline_input(inp, monotonic() + self.grace + n / self._rate, sock, environ, n).read(n)
+        if len(data) < n:         # the connection ended before the body did: uvicorn hands vLLM's
+            raise ConnectionResetError("the body ended early")    # route http.disconnect
+        return data
 
     def _buffered(self, inp, n: int) -> bytes | None:
         """The body from gunicorn's read-ahead buffer when every byte of it is there (what

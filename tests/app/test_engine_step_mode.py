@@ -53,7 +53,8 @@ def test_metrics_come_from_the_engine_steps(app_client):
     st = sim.config.step
     decode = st.step_time.step_time(1, 101, 0, 0, 0.0, 0)
     itl = metric(m, "vllm:inter_token_latency_seconds_sum") / 7
-    assert decode * 0.999 < itl < decode * 1.5                    # the modelled step, not a constant
+    # the modelled step, not a constant; above it, the loaded machine's lateness (in real time here)
+    assert decode * 0.999 < itl < decode * 1.5 + 0.02
     ttft = metric(m, "vllm:time_to_first_token_seconds_sum")
     prefill = st.step_time.step_time(0, 0, 1, 100, 100 * 50.0, 0)
     assert ttft >= st.step_time.frontend_time() + prefill * 0.999

@@ -144,6 +144,33 @@ def test_a_client_that_half_closes_gets_no_response(sim_server):
     assert httpx.get(base + "/health", timeout=5).status_code == 200
 
 
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/tokenize"])
+@pytest.mark.parametrize("flags", [(), ("--latency-calculator", "step")], ids=["default", "step"])
+def test_a_body_cut_short_by_the_connections_end_is_not_answered(sim_server, flags, route):
+    """A body shorter than its Content-Length, then the client's side shut: uvicorn hands vLLM's
+    route ``http.disconnect`` and nothing is answered, where the server had parsed the part that
+    came (a 200 when it happened to be valid JSON).  Both the front door's fast path and Flask's."""
+    base = sim_server(*flags)
+    host, port = base.rsplit("/", 1)[1].split(":")
+    body = b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}'
+    if route == "/tokenize":
+        body = b'{"model": "test-model", "prompt": "hi"}'
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (route.encode(), len(body) + 20) + body)
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(5)
+    got = b""
+    while True:
+        data = s.recv(65536)
+        if not data:
+            break
+        got += data
+    s.close()
+    assert got == b""
+    assert httpx.get(base + "/health", timeout=5).status_code == 200
+
+
 @pytest.mark.parametrize("when", ["during TTFT", "mid-stream"])
 def test_a_stream_whose_client_half_closes_is_cut_not_ended(sim_server, when):
     """A streaming client that half-closes is gone as in vLLM (uvicorn drops the connection): the

@@ -8,6 +8,7 @@ import pytest
 from gunicorn.http import wsgi
 
 from server import gunicorn_tuning
+from server.gunicorn_tuning import uvicorn_status_line
 
 
 class Sock:
@@ -272,7 +273,23 @@ def test_remembered_start_response_is_gunicorns(status, headers, method):
             return type(e), str(e), resp.headers
         return (resp.status, resp.status_code, resp.headers, resp.response_length, resp.chunked,
                 resp._omits_body, resp.upgrade)
-    want = run(wsgi.Response.start_response.original)
+    want = run(lambda resp, status, headers: wsgi.Response.start_response.original(
+        resp, uvicorn_status_line(status) if isinstance(status, str) else status, headers))
     for _ in range(3):                    # the first call fills the memo, the next ones use it
         assert run(wsgi.Response.start_response) == want
 
+
+
+@pytest.mark.parametrize("status, line", [
+    ("400 BAD REQUEST", "400 Bad Request"), ("408 REQUEST TIMEOUT", "408 Request Timeout"),
+    ("404 NOT FOUND", "404 Not Found"), ("200 OK", "200 OK"), ("429 TOO MANY REQUESTS", "429 Too Many Requests"),
+    ("499 CLIENT CLOSED REQUEST", "499 CLIENT CLOSED REQUEST"), ("2000 WHAT", "2000 WHAT"), ("OK", "OK"),
+])
+def test_status_lines_are_spelled_as_uvicorn_spells_them(status, line):
+    """uvicorn writes ``http.HTTPStatus``'s phrase; werkzeug (Flask's routes) upper-cases it."""
+    assert uvicorn_status_line(status) == line
+    resp = wsgi.Response(SimpleNamespace(version=(1, 1), method="GET", should_close=lambda: False), Sock(),
+                         SimpleNamespace(is_ssl=False, protocol="http"))
+    if status.partition(" ")[0].isdigit() and len(status.partition(" ")[0]) == 3:
+        resp.start_response(status, [("Content-Length", "0")])
+        assert resp.status == line
