@@ -40,9 +40,14 @@ Simulator choices (README, "Metrics"):
 * ``vllm:lora_requests_info`` keeps the current adapter state and at most
   ``max(--max-cpu-loras, --max-loras)`` recent ones (vLLM and the reference keep every state
   ever seen, which made ``/metrics`` grow without bound);
-* ``vllm:time_per_output_token_seconds`` (removed from vLLM, still read by the reference
-  simulator's users and older dashboards) is exported as an alias of
-  ``vllm:inter_token_latency_seconds``.
+* what ``--vllm-version``'s release exports (:data:`generation.config.vllm_versions.METRICS_SINCE`):
+  ``vllm:prompt_tokens_recomputed`` up to 0.19, ``vllm:num_requests_waiting_by_reason`` from
+  0.20, ``vllm:request_num_preemptions`` from 0.31, ``vllm:admission_rejections`` and
+  ``vllm:prompt_tokens_cached_by_source`` from 0.34; ``vllm:time_per_output_token_seconds`` (the
+  ITL's old name, which the reference simulator still exports) only before 0.12 (or before 0.15
+  with ``--show-hidden-metrics-for-version``), as vLLM;
+* ``vllm:lora_requests_info`` only with LoRA (``--enable-lora``, ``--lora-modules``, or an
+  adapter loaded at run time), as vLLM registers it only with a LoRA config.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ from collections import OrderedDict
 from functools import partial
 
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
+from prometheus_client import gc_collector, platform_collector, process_collector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
@@ -62,7 +68,13 @@ ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 81
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
                0.1, 0.25, 0.5, 1.0)
-disable_created_metrics()   # vLLM exports no *_created series
+# prometheus_client's own metric classes (none here: every family is a custom collector, whose
+# _created samples MetricsRecorder writes itself, as vLLM's Counter and Histogram objects have them)
+disable_created_metrics()
+# what vLLM's /metrics has besides its own families: prometheus_client's default registry's
+# collectors (python_gc_*, python_info, process_*), first, as that registry holds them
+DEFAULT_COLLECTORS = (gc_collector.GC_COLLECTOR, platform_collector.PLATFORM_COLLECTOR,
+                      process_collector.PROCESS_COLLECTOR)
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")      # vLLM's FinishReason
 _REASON = {"tool_calls": "stop", "remote_decode": "length", "cache_threshold": "abort"}
@@ -72,7 +84,11 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 LABELS = ("model_name", "engine")
 
 
-PREEMPTION_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100)     # per request (vLLM 0.33's histogram)
+# per request (vLLM 0.34's REQUEST_NUM_PREEMPTIONS_BUCKETS, vllm/v1/metrics/buckets.py: the
+# first bucket holds the never-preempted requests with the once-preempted ones)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+# vllm:prompt_tokens_cached_by_source's tiers (vLLM 0.34's CacheHitSource, in its order)
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 
 
 class MetricsRecorder:
@@ -81,18 +97,29 @@ class MetricsRecorder:
     (:meth:`bind` gives them the simulator)."""
 
     def __init__(self, config):
+        from generation.config.vllm_versions import TPOT_DEPRECATED_FROM, exposes, flag_given, parse_version
         self.config = config
+        # families --vllm-version's release exposes (generation.config.vllm_versions.METRICS_SINCE)
+        shown = self.shown = {name: exposes(config, name) for name in (
+            "vllm:prompt_tokens_recomputed", "vllm:num_requests_waiting_by_reason", "vllm:admission_rejections",
+            "vllm:prompt_tokens_cached_by_source", "vllm:request_num_preemptions",
+            "vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds")}
+        # vLLM registers vllm:lora_requests_info only with a LoRA config (--enable-lora; vLLM
+        # refuses --lora-modules without it); here also once an adapter is registered at run time
+        self.lora_enabled = flag_given(config, "enable-lora") or bool(getattr(config, "lora_modules", None))
         self.model_name = config.display_model_name
         self.engine = str(max(getattr(config, "data_parallel_rank", 0) or 0, 0))
         self.sim = None
         self.fake = None
+        self.started = time.time()      # the counters' _created (vLLM makes its series at start-up)
         self.steps = False          # step mode: iteration_tokens_total is observed per engine step
         lv = self._lv = {"model_name": self.model_name, "engine": self.engine}
         self.histograms: list[FastHistogram] = []
 
         def hist(name, doc, buckets):
             h = FastHistogram(name, doc, buckets, lv)
-            self.histograms.append(h)
+            if shown.get(name, True):           # observed either way, exported if the release has it
+                self.histograms.append(h)
             return h
 
         # counters (plain ints: exported by _collect_counters)
@@ -144,16 +171,22 @@ class MetricsRecorder:
                                 "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
                                 b125)
         self.request_preemptions = hist("vllm:request_num_preemptions",
-                                        "Number of preemptions of each finished request.", PREEMPTION_BUCKETS)
+                                        "Histogram of the number of times a request was preempted.",
+                                        PREEMPTION_BUCKETS)
         # finished() shares a bisection between histograms of one set of bounds
         assert self.prompt_hist.bounds == self.kv_computed.bounds == self.gen_hist.bounds == \
             self.max_gen_hist.bounds == self.params_max_tokens.bounds
         assert self.queue.bounds == self.e2e.bounds == self.inference.bounds == self.prefill.bounds
         self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                         TPOT_BUCKETS)
-        self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
-                                   "token in seconds (deprecated alias of inter_token_latency).")
-        self.histograms.append(self.tpot)
+        # the ITL's old name, in releases before vLLM 0.12 (generation.config.vllm_versions.TPOT_HIDDEN_FROM),
+        # with each release's help text
+        deprecated = parse_version(config.vllm_version) >= TPOT_DEPRECATED_FROM
+        self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output token in "
+                                   "seconds." + ("DEPRECATED: Use vllm:inter_token_latency_seconds instead."
+                                                 if deprecated else ""))
+        if shown["vllm:time_per_output_token_seconds"]:
+            self.histograms.append(self.tpot)
         # VLLM_SIM_LAG_SAMPLES=FILE (benches): every emission lag also kept, and written to FILE at exit
         lag_cls = partial(SampledHistogram, os.environ["VLLM_SIM_LAG_SAMPLES"]) \
             if os.environ.get("VLLM_SIM_LAG_SAMPLES") else FastHistogram
@@ -170,6 +203,9 @@ class MetricsRecorder:
         r = self.registry = CollectorRegistry(auto_describe=False)
         self.real_registry = r
         small = self._small_registry = CollectorRegistry(auto_describe=False)
+        for c in DEFAULT_COLLECTORS:
+            r.register(c)
+            small.register(c)
         for fn in (self._collect_state, self._collect_config_info, self._collect_counters):
             r.register(_Collector(fn))
             small.register(_Collector(fn))
@@ -191,6 +227,8 @@ class MetricsRecorder:
         the constant cache config and the simulator's own lag histogram stay real."""
         self.fake = collector
         self.registry = CollectorRegistry(auto_describe=False)
+        for c in DEFAULT_COLLECTORS:
+            self.registry.register(c)
         self.registry.register(_Collector(self._collect_config_info))
         self.registry.register(collector)
         self.registry.register(self.lag)
@@ -229,7 +267,8 @@ class MetricsRecorder:
         if waiting and sim.loras.paths:
             loras = sim.loras
             deferred = sum(1 for s in waiting if s.lora and s.lora not in loras.loaded and not loras.can_run(s.lora))
-        yield self._waiting_family(lbl, len(waiting) - deferred, deferred)
+        if self.shown["vllm:num_requests_waiting_by_reason"]:
+            yield self._waiting_family(lbl, len(waiting) - deferred, deferred)
         if sim is None:
             kv = 0.0
         elif sim.kv_cache is not None:
@@ -287,7 +326,8 @@ class MetricsRecorder:
         full = sched.max_loras and len(loras) >= sched.max_loras
         deferred = sum(1 for r in sched.waiting
                        if r.kv_ready_at > now or (full and r.lora and r.lora not in loras))
-        yield self._waiting_family(lbl, waiting - deferred, deferred)
+        if self.shown["vllm:num_requests_waiting_by_reason"]:
+            yield self._waiting_family(lbl, waiting - deferred, deferred)
         yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", sched.usage())
         yield from self._collect_sleep_and_lora(self.sim, lbl)
 
@@ -303,7 +343,8 @@ class MetricsRecorder:
         fam.add_metric(lbl + ["weights_offloaded"], 1 if level == 1 else 0)
         fam.add_metric(lbl + ["discard_all"], 1 if level == 2 else 0)
         yield fam
-        yield self._lora_family()
+        if self.lora_enabled or (sim is not None and sim.loras.paths):
+            yield self._lora_family()
 
     def _lora_family(self):
         sim = self.sim
@@ -355,14 +396,13 @@ class MetricsRecorder:
 
     def _collect_counters(self):
         lbl = [self.model_name, self.engine]
+        created = self.started
         for name, doc, c in (
                 ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", self.preemptions),
                 ("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
                 ("vllm:generation_tokens", "Number of generation tokens processed.", self.generation_tokens),
                 ("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
                  self.prompt_cached),
-                ("vllm:prompt_tokens_recomputed", "Number of cached tokens recomputed for forward pass.",
-                 self.prompt_recomputed),
                 ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
                  self.prefix_queries),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
@@ -380,25 +420,47 @@ class MetricsRecorder:
                  "(--latency-calculator step). Growing means the simulator, not the simulated model, "
                  "sets the pace.", self.step_wait)):
             fam = CounterMetricFamily(name, doc, labels=list(LABELS))
-            fam.add_metric(lbl, c.value)
+            fam.add_metric(lbl, c.value, created)
             yield fam
-        fam = CounterMetricFamily("vllm:admission_rejections",
-                                  "Number of admission attempts rejected by a queue limit, by reason.",
-                                  labels=["model_name", "reason"])
-        for reason, c in self.admission_rejections.items():
-            fam.add_metric([self.model_name, reason], c.value)
-        yield fam
+            if name == "vllm:prompt_tokens_cached" and self.shown["vllm:prompt_tokens_recomputed"]:
+                # vLLM 0.17-0.19: the last prompt token, recomputed when the whole prompt was
+                # cached; the simulator always leaves one token to compute (0)
+                fam = CounterMetricFamily("vllm:prompt_tokens_recomputed",
+                                          "Number of cached tokens recomputed for forward pass.", labels=list(LABELS))
+                fam.add_metric(lbl, self.prompt_recomputed.value, created)
+                yield fam
+        if self.shown["vllm:admission_rejections"]:
+            fam = CounterMetricFamily("vllm:admission_rejections",
+                                      "Number of admission attempts rejected by a queue limit, by reason.",
+                                      labels=["model_name", "reason"])
+            for reason, c in self.admission_rejections.items():
+                fam.add_metric([self.model_name, reason], c.value, created)
+            yield fam
+        if self.shown["vllm:prompt_tokens_cached_by_source"]:
+            # vLLM counts at admission the local prefix-cache hits as "device" and the KV
+            # connector's by its tier; the simulator's one connector tier is the CPU tier of
+            # --kv-offloading-size (step mode), "host": the sum is prefix_cache_hits +
+            # external_prefix_cache_hits, as vLLM's help says
+            fam = CounterMetricFamily(
+                "vllm:prompt_tokens_cached_by_source",
+                "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+                "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+                "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+                "vllm:external_prefix_cache_hits.", labels=list(LABELS) + ["source"])
+            hits = {"device": self.prefix_hits.value, "host": self.external_hits.value}
+            for source in CACHE_HIT_SOURCES:
+                fam.add_metric(lbl + [source], hits.get(source, 0), created)
+            yield fam
         fam = CounterMetricFamily("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
                                   labels=list(LABELS) + ["source"])
         for source, c in self.by_source.items():
-            fam.add_metric(lbl + [source], c.value)
+            fam.add_metric(lbl + [source], c.value, created)
         yield fam
         fam = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
                                   labels=list(LABELS) + ["finished_reason"])
         for reason, c in self.success.items():
-            fam.add_metric(lbl + [reason], c.value)
+            fam.add_metric(lbl + [reason], c.value, created)
         yield fam
-
     # ---- engine hooks ----------------------------------------------------------------------
     def finished(self, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts.
@@ -501,11 +563,10 @@ class MetricsRecorder:
         h.counts[bl(h.bounds, v)] += 1
         h.sum += v
         tokens = len(seq.pieces)
-        if tokens > 1:
-            h = self.request_tpot
-            v = decode / (tokens - 1)
-            h.counts[bl(h.bounds, v)] += 1
-            h.sum += v
+        h = self.request_tpot                       # vLLM: 0 for an answer of one token or none
+        v = decode / (tokens - 1) if tokens > 1 else 0.0
+        h.counts[bl(h.bounds, v)] += 1
+        h.sum += v
 
     def aborted(self, seq, produced: int, reason: str = "abort") -> None:
         """A sequence the client abandoned (disconnect, gRPC ``Abort``) after it was admitted:

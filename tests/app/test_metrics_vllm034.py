@@ -1,0 +1,134 @@
+"""``/metrics`` families beyond the engine's (vLLM 0.34's ``vllm/renderers/metrics.py``,
+``vllm/parser/metrics.py``, ``vllm/entrypoints/serve/dev/sleep/metrics.py``), the families that
+follow ``--vllm-version``, and the per-request values vLLM 0.34 records that the engine's
+test module does not cover, through the in-process app.  Exact names, help texts, labels,
+buckets and values after known requests."""
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from support import sse_events
+
+CHAT = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+RENDER = "vllm:request_render_duration_seconds"
+PARSER = "vllm:tool_call_parser_invocations"
+
+
+def families(client) -> dict:
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    return {f.name: f for f in text_string_to_metric_families(r.text)}
+
+
+def values(fams: dict, family: str, sample: str, *keys: str) -> dict:
+    """``{(label values of keys): value}`` of the ``sample`` samples of ``family``."""
+    return {tuple(s.labels[k] for k in keys): s.value for s in fams[family].samples if s.name == sample}
+
+
+def delta(before: dict, after: dict, family: str, sample: str, *keys: str) -> dict:
+    """The changed values of ``sample`` between two scrapes (a series new in ``after`` counts from 0)."""
+    old = values(before, family, sample, *keys) if family in before else {}
+    new = values(after, family, sample, *keys)
+    return {k: v - old.get(k, 0) for k, v in new.items() if v != old.get(k, 0)}
+
+
+# ---- families that follow --vllm-version ----------------------------------------------------------
+@pytest.mark.parametrize("version, present, absent", [
+    ("0.19.0", {"vllm:prompt_tokens_recomputed"},
+     {"vllm:num_requests_waiting_by_reason", "vllm:admission_rejections", "vllm:prompt_tokens_cached_by_source",
+      "vllm:request_num_preemptions", "vllm:time_per_output_token_seconds"}),
+    ("0.20.0", {"vllm:num_requests_waiting_by_reason"},
+     {"vllm:prompt_tokens_recomputed", "vllm:request_num_preemptions", "vllm:admission_rejections"}),
+    ("0.31.0", {"vllm:request_num_preemptions"}, {"vllm:admission_rejections", "vllm:prompt_tokens_cached_by_source"}),
+    ("0.34.0", {"vllm:admission_rejections", "vllm:prompt_tokens_cached_by_source", "vllm:request_num_preemptions"},
+     {"vllm:prompt_tokens_recomputed", "vllm:time_per_output_token_seconds"}),
+])
+def test_families_follow_the_release(app_client, version, present, absent):
+    fams = families(app_client("--vllm-version", version))
+    assert present <= set(fams) and not absent & set(fams), sorted(fams)
+    if version == "0.19.0":
+        assert fams["vllm:prompt_tokens_recomputed"].documentation == \
+            "Number of cached tokens recomputed for forward pass."
+        assert values(fams, "vllm:prompt_tokens_recomputed", "vllm:prompt_tokens_recomputed_total",
+                      "model_name", "engine") == {("test-model", "0"): 0}
+
+
+@pytest.mark.parametrize("flags, help_text", [
+    (("--vllm-version", "0.10.1"), "Histogram of time per output token in seconds."),
+    (("--vllm-version", "0.11.0"),
+     "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead."),
+    (("--vllm-version", "0.13.0", "--show-hidden-metrics-for-version", "0.12"),
+     "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds instead."),
+    (("--vllm-version", "0.13.0"), None),
+    (("--vllm-version", "0.17.0", "--show-hidden-metrics-for-version", "0.16"), None),
+])
+def test_time_per_output_token_follows_the_release(app_client, flags, help_text):
+    """The ITL's old name: shown up to 0.11, behind --show-hidden-metrics-for-version in 0.12
+    and 0.13, gone after (vllm#32661), with the same observations as the ITL."""
+    c = app_client(*flags)
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 4, "ignore_eos": True}
+    assert c.post(CHAT, json=body).status_code == 200
+    fams = families(c)
+    name = "vllm:time_per_output_token_seconds"
+    if help_text is None:
+        assert name not in fams
+        return
+    assert fams[name].documentation == help_text
+    assert values(fams, name, name + "_count", "engine") == {("0",): 3}
+    if flags[1] < "0.10.2":
+        assert "vllm:inter_token_latency_seconds" not in fams       # vllm#24110 renamed it in 0.10.2
+    else:
+        assert values(fams, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count",
+                      "engine") == {("0",): 3}
+
+
+def test_fake_itl_keeps_the_old_name_only_for_old_releases(app_client):
+    fake = ("--fake-metrics", '{"tpot-buckets-values": [1, 2]}')
+    old = families(app_client(*fake, "--vllm-version", "0.11.0"))
+    assert values(old, "vllm:time_per_output_token_seconds", "vllm:time_per_output_token_seconds_count",
+                  "engine") == {("0",): 3}
+    new = families(app_client(*fake))
+    assert "vllm:time_per_output_token_seconds" not in new
+    assert values(new, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count",
+                  "engine") == {("0",): 3}
+
+
+# ---- per-request values ---------------------------------------------------------------------------
+def test_one_token_answer_observes_a_zero_time_per_output_token(app_client):
+    """vLLM's mean time per output token is 0 for an answer of one token, and observed."""
+    c = app_client()
+    before = families(c)
+    r = c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 1})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1
+    after = families(c)
+    name = "vllm:request_time_per_output_token_seconds"
+    assert delta(before, after, name, name + "_count", "engine") == {("0",): 1}
+    assert delta(before, after, name, name + "_sum", "engine") == {}
+    le = delta(before, after, name, name + "_bucket", "le")
+    assert le == {k: 1 for k in values(after, name, name + "_bucket", "le")}    # 0: every bucket
+
+
+def test_prompt_tokens_cached_by_source_are_the_prefix_cache_hits(app_client):
+    c = app_client("--enable-kvcache", "--block-size", "16")
+    prompt = list(range(100, 164))
+    for _ in range(2):
+        assert c.post("/v1/completions", json={"model": "test-model", "prompt": prompt, "max_tokens": 2}).status_code == 200
+    fams = families(c)
+    hits = values(fams, "vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total", "engine")[("0",)]
+    assert hits == 48                     # the second request's first 3 blocks (the last token is computed)
+    assert values(fams, "vllm:prompt_tokens_cached_by_source", "vllm:prompt_tokens_cached_by_source_total",
+                  "source") == {("device",): 48, ("host",): 0, ("p2p",): 0, ("disk",): 0, ("external_unspecified",): 0}
+
+
+def test_lora_requests_info_only_with_lora(app_client):
+    assert "vllm:lora_requests_info" not in families(app_client())
+    fams = families(app_client("--enable-lora", "--max-loras", "2"))
+    fam = fams["vllm:lora_requests_info"]
+    assert (fam.type, fam.documentation) == ("gauge", "Running stats on lora requests.")
+    assert [(s.labels, s.value > 1.7e9) for s in fam.samples] == [
+        ({"max_lora": "2", "running_lora_adapters": "", "waiting_lora_adapters": ""}, True)]
+    assert "vllm:lora_requests_info_created" not in fams
