@@ -55,6 +55,9 @@ class Adapter:
     background = False        # answered once admitted, run on (:meth:`start_background`; Responses API)
     background_stream = False  # streamed apart from the connection (Responses API)
     sse_keep_alive = False    # --sse-keep-alive-interval's comments (vLLM 0.34: chat, completions api_router.py)
+    # vllm:request_render_duration_seconds' request_type of this API's build (vLLM's OnlineRenderer
+    # observes "chat" and "completion" renders only; None: not observed)
+    render_type: str | None = None
 
     def __init__(self, sim, body):
         self.sim = sim

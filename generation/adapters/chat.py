@@ -36,6 +36,7 @@ class ChatAdapter(Adapter):
     sse_keep_alive = True
     # vLLM's chat_completion_stream_generator: ``except GenerationError`` -> InternalServerError
     generation_error_stream_type = "InternalServerError"
+    render_type = "chat"                            # vllm:request_render_duration_seconds{request_type}
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         self.check(force_cache_threshold)

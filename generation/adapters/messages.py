@@ -39,6 +39,7 @@ MESSAGES_FIELDS = FieldNames((r"tools\[(\d+)\]\.function\.parameters", r"tools[\
 
 class MessagesAdapter(Adapter):
     envelope = "anthropic"
+    render_type = "chat"      # vLLM renders the request's chat completion (OnlineRenderer.render_chat)
     image_output = True       # the reference: the image latency only, no image in the output
     body: MessagesRequest
 

@@ -62,7 +62,7 @@ from prometheus_client import gc_collector, platform_collector, process_collecto
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
-from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
+from .series import FastCounter, FastHistogram, LabelledHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
@@ -75,6 +75,8 @@ disable_created_metrics()
 # collectors (python_gc_*, python_info, process_*), first, as that registry holds them
 DEFAULT_COLLECTORS = (gc_collector.GC_COLLECTOR, platform_collector.PLATFORM_COLLECTOR,
                       process_collector.PROCESS_COLLECTOR)
+# vllm:request_render_duration_seconds (vllm/renderers/metrics.py)
+RENDER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")      # vLLM's FinishReason
 _REASON = {"tool_calls": "stop", "remote_decode": "length", "cache_threshold": "abort"}
@@ -196,6 +198,13 @@ class MetricsRecorder:
                            "bottleneck.", LAG_BUCKETS, lv)
         self.token_lag = self.lag.observe
 
+        # vllm:request_render_duration_seconds{model_name, request_type}: registered by vLLM at
+        # its first observation, a series per request type ("chat", "completion") at its first
+        self.render_duration = LabelledHistogram(
+            "vllm:request_render_duration_seconds",
+            "Time spent rendering a request, including chat templating, tokenization, and multimodal "
+            "preprocessing.", RENDER_BUCKETS, {"model_name": self.model_name}, "request_type") \
+            if exposes(config, "vllm:request_render_duration_seconds") else None
         self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
         self._lora_states[("", "")] = time.time()
         self._lora_last = ("", "")
@@ -211,6 +220,8 @@ class MetricsRecorder:
             small.register(_Collector(fn))
         for h in self.histograms:
             r.register(h)
+        if self.render_duration is not None:
+            r.register(self.render_duration)
         r.register(self.lag)
 
     # ---- wiring ----------------------------------------------------------------------------
@@ -242,6 +253,8 @@ class MetricsRecorder:
         out = [generate_latest(self._small_registry).decode()]
         for h in self.histograms:
             h.render_into(out)
+        if self.render_duration is not None:
+            self.render_duration.render_into(out)
         self.lag.render_into(out)
         return "".join(out).encode()
 
@@ -382,6 +395,15 @@ class MetricsRecorder:
         the caller raises)."""
         self.admission_rejections[reason].inc()
         return error
+
+    def rendered(self, request_type: str, seconds: float) -> None:
+        """A request rendered (chat templating and tokenization) in ``seconds``:
+        ``vllm:request_render_duration_seconds{request_type}``, ``"chat"`` or ``"completion"``,
+        as vLLM 0.34's ``OnlineRenderer.render_chat`` / ``render_completion`` observe it once a
+        render succeeds (vllm/renderers/online_renderer.py)."""
+        h = self.render_duration
+        if h is not None:
+            h.child(request_type).observe(seconds)
 
     def _collect_config_info(self):
         """``vllm:cache_config_info``: a gauge at 1 labelled with every CacheConfig field

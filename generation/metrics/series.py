@@ -101,6 +101,54 @@ class FastHistogram:
         yield fam
 
 
+class LabelledHistogram:
+    """A histogram family whose series are made on first use, one per value of its last label
+    (prometheus_client's ``Histogram(...).labels(...)`` made lazily, as vLLM's render-duration
+    and sleep-mode histograms): each a :class:`FastHistogram`; no series, no family in the
+    exposition until the first (:meth:`child`).  ``labels``: the fixed labels' values (a dict,
+    possibly empty); ``label``: the name of the varying one."""
+
+    def __init__(self, name: str, documentation: str, buckets, labels: dict, label: str):
+        self.name = name
+        self.documentation = documentation
+        self.buckets = buckets
+        self.fixed = labels
+        self.label = label
+        self.children: dict = {}
+
+    def child(self, value: str) -> FastHistogram:
+        h = self.children.get(value)
+        if h is None:
+            h = self.children[value] = FastHistogram(self.name, self.documentation, self.buckets,
+                                                     {**self.fixed, self.label: value})
+        return h
+
+    def observe(self, value: str, seconds: float) -> None:
+        self.child(value).observe(seconds)
+
+    def describe(self):
+        return []           # the family exists only once a series does: collect decides
+
+    def collect(self):
+        if not self.children:
+            return
+        fam = HistogramMetricFamily(self.name, self.documentation, labels=[*self.fixed, self.label])
+        for h in self.children.values():
+            h.add_to(fam)
+        yield fam
+
+    def render_into(self, out: list) -> None:
+        """As ``generate_latest`` prints :meth:`collect`: every series, then one ``_created``
+        gauge family with each series' line."""
+        children = list(self.children.values())
+        if not children:
+            return
+        for i, h in enumerate(children):
+            h.render_into(out, head=i == 0, created=False)
+        out.append(children[0]._prefixes[4])
+        out.extend(h._prefixes[5] for h in children)
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 

@@ -132,3 +132,70 @@ def test_lora_requests_info_only_with_lora(app_client):
     assert [(s.labels, s.value > 1.7e9) for s in fam.samples] == [
         ({"max_lora": "2", "running_lora_adapters": "", "waiting_lora_adapters": ""}, True)]
     assert "vllm:lora_requests_info_created" not in fams
+
+
+# ---- vllm:request_render_duration_seconds ---------------------------------------------------------
+RENDER_BOUNDS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                 10.0, float("inf")]
+
+
+def test_render_duration_appears_with_the_first_render(app_client):
+    c = app_client("--max-model-len", "1024")
+    assert RENDER not in families(c)                       # vLLM registers it at its first observation
+    assert c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).status_code == 200
+    fams = families(c)
+    fam = fams[RENDER]
+    assert (fam.type, fam.documentation) == (
+        "histogram", "Time spent rendering a request, including chat templating, tokenization, and multimodal "
+                     "preprocessing.")
+    assert {s.name for s in fam.samples} == {RENDER + "_bucket", RENDER + "_count", RENDER + "_sum"}
+    assert all(set(s.labels) - {"le"} == {"model_name", "request_type"} for s in fam.samples)   # no engine
+    assert [float(s.labels["le"]) for s in fam.samples if s.name == RENDER + "_bucket"] == RENDER_BOUNDS
+    assert values(fams, RENDER, RENDER + "_count", "model_name", "request_type") == {("test-model", "chat"): 1}
+    assert 0 < values(fams, RENDER, RENDER + "_sum", "request_type")[("chat",)] < 0.5     # the simulator's own
+    (created,) = fams[RENDER + "_created"].samples
+    assert created.labels == {"model_name": "test-model", "request_type": "chat"} and created.value > 1.7e9
+
+
+def test_render_duration_counts_the_renders_vllm_observes(app_client):
+    """One observation per request whose render succeeds, by vLLM's ``OnlineRenderer``: chat
+    (chat completions with any ``n``, Anthropic messages, count_tokens and the render routes)
+    and completion (one per request, whatever its prompts); not the Responses API, the batch
+    chat, generate, nor a request refused before (a 400) or by (context length) its render."""
+    c = app_client("--max-model-len", "64")
+    before = families(c)
+    chat = {"model": "test-model", "messages": MSG, "max_tokens": 2}
+    for path, body in (
+            (CHAT, {**chat, "n": 2}),
+            (CHAT, {**chat, "stream": True}),
+            ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 2}),
+            ("/v1/messages/count_tokens", {"model": "test-model", "messages": MSG}),
+            ("/v1/messages/render", {"model": "test-model", "messages": MSG, "max_tokens": 2}),
+            ("/v1/chat/completions/render", {"model": "test-model", "messages": MSG}),
+            ("/v1/completions", {"model": "test-model", "prompt": ["a b", "c d", "e"], "max_tokens": 2}),
+            ("/v1/completions/render", {"model": "test-model", "prompt": "hello"}),
+            ("/v1/responses", {"model": "test-model", "input": "hi", "max_output_tokens": 2}),
+            ("/v1/chat/completions/batch", {"model": "test-model", "messages": [MSG, MSG], "max_tokens": 2}),
+            ("/inference/v1/generate", {"model": "test-model", "token_ids": [1, 2, 3],
+                                        "sampling_params": {"max_tokens": 2}})):
+        r = c.post(path, json=body)
+        assert r.status_code == 200, (path, r.text)
+    assert c.post(CHAT, json={**chat, "max_tokens": -1}).status_code == 400                  # before the render
+    assert c.post(CHAT, json={**chat, "messages": [{"role": "user", "content": "word " * 200}]}).status_code == 400
+    after = families(c)
+    assert delta(before, after, RENDER, RENDER + "_count", "request_type") == {("chat",): 6, ("completion",): 2}
+
+
+def test_render_duration_in_step_mode_is_the_modelled_frontend(app_client):
+    """With ``--latency-calculator step`` the request's timeline models vLLM's frontend: the
+    render observed is that model's CPU for the request, ``fe_request + fe_prompt_token x
+    prompt``, the part of its TTFT the frontend spends preparing it."""
+    c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", "--max-model-len", "1024",
+                   model="meta-llama/Llama-3.1-8B-Instruct")
+    r = c.post("/v1/completions", json={"model": "meta-llama/Llama-3.1-8B-Instruct",
+                                        "prompt": list(range(100, 200)), "max_tokens": 2})
+    assert r.status_code == 200
+    fe = c.sim.engine.fe.c
+    fams = families(c)
+    assert values(fams, RENDER, RENDER + "_sum", "request_type") == {
+        ("completion",): pytest.approx(fe.fe_request + 100 * fe.fe_prompt_token)}
