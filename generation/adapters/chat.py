@@ -15,7 +15,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
-from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (per_request_metrics, tool_parser_type, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids, PromptDetails, prompt_tokens_details,
@@ -37,6 +37,7 @@ class ChatAdapter(Adapter):
     # vLLM's chat_completion_stream_generator: ``except GenerationError`` -> InternalServerError
     generation_error_stream_type = "InternalServerError"
     render_type = "chat"                            # vllm:request_render_duration_seconds{request_type}
+    parser_request_type = "chat_completions"        # vllm:tool_call_parser_invocations{request_type}
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         self.check(force_cache_threshold)
@@ -103,7 +104,9 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
             priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
-            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)))
+            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)),
+            tool_parser=self.parser_request_type and tool_parser_type(self.sim, self.parser_request_type, tools,
+                                                                        tool_choice, stream))
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:

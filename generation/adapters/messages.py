@@ -19,7 +19,7 @@ import json
 from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from ..errors import FieldNames
-from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
+from .base import (Adapter, tool_parser_type, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
@@ -68,7 +68,8 @@ class MessagesAdapter(Adapter):
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None,
-            response_format=constraint, temperature=b.temperature, reasoning=reasoning)
+            response_format=constraint, temperature=b.temperature, reasoning=reasoning,
+            tool_parser=tool_parser_type(sim, "chat_completions", tools, tool_choice, stream))
         return self.req
 
     def render(self, seqs) -> dict:

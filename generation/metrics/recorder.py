@@ -77,6 +77,10 @@ DEFAULT_COLLECTORS = (gc_collector.GC_COLLECTOR, platform_collector.PLATFORM_COL
                       process_collector.PROCESS_COLLECTOR)
 # vllm:request_render_duration_seconds (vllm/renderers/metrics.py)
 RENDER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# vllm:tool_call_parser_invocations' label values (vllm/parser/metrics.py), every combination made at start
+PARSER_MODES = ("streaming", "non_streaming")
+PARSER_OUTCOMES = ("tool_call", "no_tool_call")
+PARSER_REQUEST_TYPES = ("chat_completions", "responses", "other")
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")      # vLLM's FinishReason
 _REASON = {"tool_calls": "stop", "remote_decode": "length", "cache_threshold": "abort"}
@@ -205,6 +209,12 @@ class MetricsRecorder:
             "Time spent rendering a request, including chat templating, tokenization, and multimodal "
             "preprocessing.", RENDER_BUCKETS, {"model_name": self.model_name}, "request_type") \
             if exposes(config, "vllm:request_render_duration_seconds") else None
+        # vllm:tool_call_parser_invocations{model_name, mode, outcome, request_type}: with
+        # --tool-call-parser, every combination at 0 from the start (MetricsRecorder.parsed)
+        self.parser_calls = {(m, o, t): FastCounter() for m in PARSER_MODES for o in PARSER_OUTCOMES
+                             for t in PARSER_REQUEST_TYPES} \
+            if flag_given(config, "tool-call-parser") and exposes(config, "vllm:tool_call_parser_invocations") \
+            else None
         self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
         self._lora_states[("", "")] = time.time()
         self._lora_last = ("", "")
@@ -405,6 +415,37 @@ class MetricsRecorder:
         if h is not None:
             h.child(request_type).observe(seconds)
 
+    def parsed(self, seq) -> None:
+        """vLLM's tool parser ran over sequence ``seq``'s output (``--tool-call-parser``; the
+        request's ``tool_parser``: its request type when the parser parses it, see
+        :func:`generation.adapters.base.tool_parser_type`): ``vllm:tool_call_parser_invocations``
+        once for a non-streaming choice, once per streamed output of a stream (vLLM's parser
+        runs per delta: vllm/parser/abstract_parser.py ``extract_tool_calls`` and
+        ``extract_tool_calls_streaming``), from the output that ends the reasoning span on when
+        the answer has one; outcome ``tool_call`` for an answer with tool calls (every delta of
+        it: the simulated answer has nothing around its calls)."""
+        req = seq.request
+        n = len(seq.pieces)
+        called = "tool_call" if seq.tool_calls else "no_tool_call"
+        if not req.stream:
+            self.parser_calls[("non_streaming", called, req.tool_parser)].value += 1
+            return
+        if not n:
+            return                  # vLLM sends an output without tokens unparsed
+        from generation.engine.stream_interval import effective
+        interval = effective(req.stream_interval, self.config.stream_interval)
+
+        def output(k):              # the stream's output carrying token k (the first goes alone)
+            return 0 if k == 0 else 1 + (k - 1) // interval
+        first = 0
+        span = seq.reasoning_span
+        if span is not None:
+            r1, c0 = span[1], span[2]
+            if c0 == r1:            # cut inside the reasoning: the end marker never came
+                return
+            first = output(c0 - 1)
+        self.parser_calls[("streaming", called, req.tool_parser)].value += output(n - 1) + 1 - first
+
     def _collect_config_info(self):
         """``vllm:cache_config_info``: a gauge at 1 labelled with every CacheConfig field
         (:func:`cache_config_metrics_info`) and ``engine``, as vLLM's
@@ -483,6 +524,15 @@ class MetricsRecorder:
         for reason, c in self.success.items():
             fam.add_metric(lbl + [reason], c.value, created)
         yield fam
+        if self.parser_calls is not None:
+            fam = CounterMetricFamily("vllm:tool_call_parser_invocations",
+                                      "Total number of ToolParser invocations. Non-streaming increments once per "
+                                      "choice; streaming increments once per delta.",
+                                      labels=["model_name", "mode", "outcome", "request_type"])
+            for (mode, outcome, rtype), c in self.parser_calls.items():
+                fam.add_metric([self.model_name, mode, outcome, rtype], c.value, created)
+            yield fam
+
     # ---- engine hooks ----------------------------------------------------------------------
     def finished(self, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts.
@@ -494,6 +544,8 @@ class MetricsRecorder:
         counter = self.success.get(_REASON.get(reason, reason))
         (counter or self.success["stop"]).value += 1
         req = seq.request
+        if req.tool_parser is not None and reason != "cache_threshold":
+            self.parsed(seq)
         p = seq.prompt_len
         n = seq.completion_tokens
         engine_req = getattr(seq, "engine_req", None)

@@ -199,3 +199,116 @@ def test_render_duration_in_step_mode_is_the_modelled_frontend(app_client):
     fams = families(c)
     assert values(fams, RENDER, RENDER + "_sum", "request_type") == {
         ("completion",): pytest.approx(fe.fe_request + 100 * fe.fe_prompt_token)}
+
+
+# ---- vllm:tool_call_parser_invocations ----------------------------------------------------------
+PARSER_KEYS = ("model_name", "mode", "outcome", "request_type")
+
+
+def parser_client(app_client, *flags):
+    return app_client("--tool-call-parser", "hermes", "--enable-auto-tool-choice", *flags)
+
+
+def test_tool_parser_counter_only_with_a_tool_call_parser(app_client):
+    assert not any(n.startswith(PARSER) for n in families(app_client()))
+    fams = families(parser_client(app_client))
+    fam = fams[PARSER]
+    assert (fam.type, fam.documentation) == (
+        "counter", "Total number of ToolParser invocations. Non-streaming increments once per choice; streaming "
+                   "increments once per delta.")
+    # every combination made at 0 at start-up, labels in vLLM's order and no engine label
+    assert values(fams, PARSER, PARSER + "_total", *PARSER_KEYS) == {
+        ("test-model", m, o, t): 0 for m in ("streaming", "non_streaming") for o in ("tool_call", "no_tool_call")
+        for t in ("chat_completions", "responses", "other")}
+    assert all(set(s.labels) == set(PARSER_KEYS) for s in fam.samples)
+    assert len(fams[PARSER + "_created"].samples) == 12
+
+
+def test_tool_parser_counts_non_streaming_choices(app_client):
+    c = parser_client(app_client, "--tool-call-extra-call-probability", "100")
+    before = families(c)
+    body = {"model": "test-model", "messages": MSG, "tools": TOOLS, "max_tokens": 50}
+    r = c.post(CHAT, json={**body, "n": 2})                                    # tool_choice absent: auto
+    assert r.status_code == 200 and [ch["finish_reason"] for ch in r.json()["choices"]] == ["tool_calls"] * 2
+    assert c.post(CHAT, json={**body, "tool_choice": "auto"}).status_code == 200
+    # required, a named tool and none: vLLM's parser is not called (JSON or plain text)
+    assert c.post(CHAT, json={**body, "tool_choice": "required"}).status_code == 200
+    assert c.post(CHAT, json={**body, "tool_choice": {"type": "function",
+                                                      "function": {"name": "get_weather"}}}).status_code == 200
+    assert c.post(CHAT, json={**body, "tool_choice": "none"}).status_code == 200
+    assert c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 5}).status_code == 200
+    r = c.post("/v1/responses", json={"model": "test-model", "input": "hi", "max_output_tokens": 50,
+                                      "tools": [{"type": "function", "name": "get_weather",
+                                                 "parameters": TOOLS[0]["function"]["parameters"]}]})
+    assert r.status_code == 200
+    r = c.post("/v1/messages", json={"model": "test-model", "messages": MSG, "max_tokens": 50, "tools": [
+        {"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]})
+    assert r.status_code == 200 and r.json()["stop_reason"] == "tool_use"
+    after = families(c)
+    assert delta(before, after, PARSER, PARSER + "_total", "mode", "outcome", "request_type") == {
+        ("non_streaming", "tool_call", "chat_completions"): 4, ("non_streaming", "tool_call", "responses"): 1}
+
+
+def test_tool_parser_counts_an_answer_without_calls_as_no_tool_call(app_client):
+    c = parser_client(app_client, "--tool-call-extra-call-probability", "0")
+    before = families(c)
+    r = c.post(CHAT, json={"model": "test-model", "messages": MSG, "tools": TOOLS, "max_tokens": 5})
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] != "tool_calls"
+    assert delta(before, families(c), PARSER, PARSER + "_total", "mode", "outcome", "request_type") == {
+        ("non_streaming", "no_tool_call", "chat_completions"): 1}
+
+
+def test_tool_parser_without_auto_tool_choice_parses_streams_only(app_client):
+    """vLLM's non-streaming ``parse`` extracts tool calls only with ``--enable-auto-tool-choice``;
+    its stream's ``parse_delta`` runs the parser for any tool choice but none, required and named."""
+    c = app_client("--tool-call-parser", "hermes", "--tool-call-extra-call-probability", "0")
+    before = families(c)
+    body = {"model": "test-model", "messages": MSG, "tools": TOOLS, "max_tokens": 5, "ignore_eos": True}
+    assert c.post(CHAT, json=body).status_code == 200
+    r = c.post(CHAT, json={**body, "stream": True})
+    assert r.status_code == 200
+    assert delta(before, families(c), PARSER, PARSER + "_total", "mode", "outcome", "request_type") == {
+        ("streaming", "no_tool_call", "chat_completions"): 5}
+
+
+def test_tool_parser_counts_each_streamed_output(app_client):
+    """Streaming, once per output the stream sends (one per token; with a stream interval, the
+    first token alone then groups), each a tool call's delta when the answer calls tools."""
+    c = parser_client(app_client, "--tool-call-extra-call-probability", "100")
+    before = families(c)
+    body = {"model": "test-model", "messages": MSG, "tools": TOOLS, "max_tokens": 200, "stream": True,
+            "stream_options": {"include_usage": True}}
+    r = c.post(CHAT, json=body)
+    assert r.status_code == 200
+    events = [e for e in sse_events(r.text) if e != "[DONE]"]
+    tokens = events[-1]["usage"]["completion_tokens"]
+    assert any(e["choices"] and e["choices"][0]["delta"].get("tool_calls") for e in events)
+    r = c.post(CHAT, json={**body, "stream_interval": 4})
+    assert r.status_code == 200
+    tokens2 = [e for e in sse_events(r.text) if e != "[DONE]"][-1]["usage"]["completion_tokens"]
+    outputs2 = 1 + -(-(tokens2 - 1) // 4)
+    assert delta(before, families(c), PARSER, PARSER + "_total", "mode", "outcome", "request_type") == {
+        ("streaming", "tool_call", "chat_completions"): tokens + outputs2}
+
+
+def test_tool_parser_streams_count_from_the_end_of_reasoning(app_client):
+    """With a reasoning parser, vLLM's stream reaches the tool parser from the output that ends
+    the reasoning (its end marker) on."""
+    c = parser_client(app_client, "--reasoning-parser", "qwen3", "--tool-call-extra-call-probability", "0")
+    before = families(c)
+    r = c.post(CHAT, json={"model": "test-model", "messages": MSG, "tools": TOOLS, "max_tokens": 20,
+                           "ignore_eos": True, "stream": True})
+    assert r.status_code == 200
+    reasoning = sum(1 for e in sse_events(r.text) if e != "[DONE]" and e["choices"]
+                    and e["choices"][0]["delta"].get("reasoning"))
+    # 20 tokens: "<think>", the reasoning, "</think>", the content; the parser sees "</think>" and after
+    assert delta(before, families(c), PARSER, PARSER + "_total", "mode", "outcome", "request_type") == {
+        ("streaming", "no_tool_call", "chat_completions"): 20 - 1 - reasoning}
+
+
+def test_render_duration_and_tool_parser_follow_the_release(app_client):
+    c = app_client("--vllm-version", "0.27.0", "--tool-call-parser", "hermes")
+    assert c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 2}).status_code == 200
+    fams = families(c)
+    assert RENDER not in fams and PARSER in fams               # the parser's counter is 0.24's
+    assert PARSER not in families(app_client("--vllm-version", "0.23.0", "--tool-call-parser", "hermes"))
