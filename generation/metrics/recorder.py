@@ -77,6 +77,8 @@ DEFAULT_COLLECTORS = (gc_collector.GC_COLLECTOR, platform_collector.PLATFORM_COL
                       process_collector.PROCESS_COLLECTOR)
 # vllm:request_render_duration_seconds (vllm/renderers/metrics.py)
 RENDER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# vllm:sleep_mode_operation_duration_seconds (vllm/entrypoints/serve/dev/sleep/metrics.py)
+SLEEP_OP_BUCKETS = (0.01, 0.1, 1, 10, 30, 60, 120, 300, 600)
 # vllm:tool_call_parser_invocations' label values (vllm/parser/metrics.py), every combination made at start
 PARSER_MODES = ("streaming", "non_streaming")
 PARSER_OUTCOMES = ("tool_call", "no_tool_call")
@@ -215,6 +217,11 @@ class MetricsRecorder:
                              for t in PARSER_REQUEST_TYPES} \
             if flag_given(config, "tool-call-parser") and exposes(config, "vllm:tool_call_parser_invocations") \
             else None
+        # vLLM 0.34's sleep-mode operation metrics (dev mode's /sleep, /wake_up,
+        # /release_kv_cache_memory): registered at the first operation (sleep_operation)
+        self.sleep_ops = None
+        self.shown_sleep_ops = exposes(config, "vllm:sleep_mode_operation_duration_seconds")
+
         self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
         self._lora_states[("", "")] = time.time()
         self._lora_last = ("", "")
@@ -232,6 +239,7 @@ class MetricsRecorder:
             r.register(h)
         if self.render_duration is not None:
             r.register(self.render_duration)
+        r.register(_Collector(self._collect_sleep_ops))
         r.register(self.lag)
 
     # ---- wiring ----------------------------------------------------------------------------
@@ -265,6 +273,8 @@ class MetricsRecorder:
             h.render_into(out)
         if self.render_duration is not None:
             self.render_duration.render_into(out)
+        if self.sleep_ops is not None:
+            out.append(generate_latest(_Collector(self._collect_sleep_ops)).decode())
         self.lag.render_into(out)
         return "".join(out).encode()
 
@@ -445,6 +455,32 @@ class MetricsRecorder:
                 return
             first = output(c0 - 1)
         self.parser_calls[("streaming", called, req.tool_parser)].value += output(n - 1) + 1 - first
+
+    def sleep_operation(self, operation: str, seconds: float) -> None:
+        """A dev-mode sleep-mode operation (``sleep``, ``release_kv_cache_memory``, ``wake``)
+        took ``seconds``: vLLM 0.34's ``vllm:sleep_mode_operation_duration_seconds`` and
+        ``vllm:sleep_mode_operations_in_flight`` (``serve/dev/sleep/metrics.py``), both made at
+        the first operation, a series per operation at its first."""
+        if not self.shown_sleep_ops:
+            return
+        ops = self.sleep_ops
+        if ops is None:
+            ops = self.sleep_ops = LabelledHistogram(
+                "vllm:sleep_mode_operation_duration_seconds", "Duration of one sleep-mode operation.",
+                SLEEP_OP_BUCKETS, {}, "operation")
+        ops.child(operation).observe(seconds)
+
+    def _collect_sleep_ops(self):
+        ops = self.sleep_ops
+        if ops is None:
+            return
+        yield from ops.collect()
+        # the operations are instant here: none is ever in flight at a scrape
+        fam = GaugeMetricFamily("vllm:sleep_mode_operations_in_flight", "Sleep-mode operations currently awaited.",
+                                labels=["operation"])
+        for operation in ops.children:
+            fam.add_metric([operation], 0)
+        yield fam
 
     def _collect_config_info(self):
         """``vllm:cache_config_info``: a gauge at 1 labelled with every CacheConfig field

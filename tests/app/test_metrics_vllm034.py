@@ -312,3 +312,25 @@ def test_render_duration_and_tool_parser_follow_the_release(app_client):
     fams = families(c)
     assert RENDER not in fams and PARSER in fams               # the parser's counter is 0.24's
     assert PARSER not in families(app_client("--vllm-version", "0.23.0", "--tool-call-parser", "hermes"))
+
+
+# ---- sleep-mode operations (dev mode) -------------------------------------------------------------
+def test_sleep_mode_operations_are_timed(app_client):
+    c = app_client("--enable-sleep-mode", env={"VLLM_SERVER_DEV_MODE": "1"})
+    assert not any(n.startswith("vllm:sleep_mode") for n in families(c))
+    assert c.post("/sleep", params={"level": "1"}).status_code == 200
+    assert c.post("/wake_up").status_code == 200
+    assert c.post("/release_kv_cache_memory").status_code == 200
+    assert c.post("/wake_up").status_code == 200
+    fams = families(c)
+    name = "vllm:sleep_mode_operation_duration_seconds"
+    assert (fams[name].type, fams[name].documentation) == ("histogram", "Duration of one sleep-mode operation.")
+    assert values(fams, name, name + "_count", "operation") == {
+        ("sleep",): 1, ("wake",): 2, ("release_kv_cache_memory",): 1}
+    assert [float(s.labels["le"]) for s in fams[name].samples
+            if s.name == name + "_bucket" and s.labels["operation"] == "sleep"] == \
+        [0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, float("inf")]
+    assert all(set(s.labels) <= {"operation", "le"} for s in fams[name].samples)    # no model_name, no engine
+    gauge = "vllm:sleep_mode_operations_in_flight"
+    assert (fams[gauge].type, fams[gauge].documentation) == ("gauge", "Sleep-mode operations currently awaited.")
+    assert values(fams, gauge, gauge, "operation") == {("sleep",): 0, ("wake",): 0, ("release_kv_cache_memory",): 0}
