@@ -55,9 +55,6 @@ class Adapter:
     background = False        # answered once admitted, run on (:meth:`start_background`; Responses API)
     background_stream = False  # streamed apart from the connection (Responses API)
     sse_keep_alive = False    # --sse-keep-alive-interval's comments (vLLM 0.34: chat, completions api_router.py)
-    # vllm:request_render_duration_seconds' request_type of this API's build (vLLM's OnlineRenderer
-    # observes "chat" and "completion" renders only; None: not observed)
-    render_type: str | None = None
 
     def __init__(self, sim, body):
         self.sim = sim
@@ -218,24 +215,6 @@ def tokenize_texts(sim, texts: list, add_special_tokens: bool = True, param: str
             sim.check_prompt_chars(len(t), param)
     encode = sim.tokenizer.encode_prompt
     return each_text(lambda t: encode(t, add_special_tokens), texts)
-
-
-def tool_parser_type(sim, request_type: str, tools, tool_choice, stream: bool) -> str | None:
-    """``request_type`` (``"chat_completions"``, ``"responses"``) when vLLM's tool parser
-    (``--tool-call-parser``) parses this request's output, else None: with tools and the wire
-    ``tool_choice`` ``"auto"`` (or absent or null, which vLLM reads as auto with tools), and, not
-    streaming, ``--enable-auto-tool-choice`` (vllm/parser/abstract_parser.py: ``parse`` calls
-    ``extract_tool_calls`` only for auto tools; ``parse_delta`` calls ``extract_tool_calls_streaming``
-    for any choice but none, required and a named tool, which a parser with
-    ``supports_required_and_named`` answers itself).  For
-    ``vllm:tool_call_parser_invocations`` (:meth:`~generation.metrics.recorder.MetricsRecorder.parsed`)."""
-    if sim.metrics.parser_calls is None or not tools or tool_choice not in (None, "auto"):
-        return None
-    if not stream:
-        from generation.config.vllm_versions import flag_given
-        if not flag_given(sim.config, "enable-auto-tool-choice"):
-            return None
-    return request_type
 
 
 def check_size(sim, count: int, force_cache_threshold: bool, cache_hit_threshold=None) -> None:

@@ -15,7 +15,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import GenerationRequest
-from .base import (per_request_metrics, tool_parser_type, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids, PromptDetails, prompt_tokens_details,
@@ -27,7 +27,7 @@ from generation.tokenization.tokenizer import chat_options
 from .fields import (check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
                      prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
-from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs, tool_parser_type
 
 
 class ChatAdapter(Adapter):

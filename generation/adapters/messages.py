@@ -19,11 +19,11 @@ import json
 from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from ..errors import FieldNames
-from .base import (Adapter, tool_parser_type, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
+from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
-from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs
+from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
 from generation.content.reasoning import content_text, reasoning_text, signature
 
 # finish_reason -> stop_reason (api.md 5.4.2; cache_threshold reads as a cut-short answer).

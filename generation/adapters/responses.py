@@ -46,13 +46,13 @@ from generation.content import logprobs as lp
 from ..errors import FieldNames, InvalidParam, Rejected
 from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import parts, token_span, within
-from .base import (Adapter, tool_parser_type, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
+from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    created_cache_tokens, dumps, prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
 from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
                      check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
-from .sampling import responses_reasoning, template_kwargs
+from .sampling import responses_reasoning, template_kwargs, tool_parser_type
 from generation.content.reasoning import content_text, reasoning_text
 
 
@@ -111,11 +111,9 @@ class ResponsesAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
-            max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
-            priority=scheduling_priority(sim, b.priority),
+            max_tool_calls=1 if tool_turn else None, temperature=b.temperature, priority=scheduling_priority(sim, b.priority),
             reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget, b.chat_template_kwargs, kwargs),
-            # vLLM's ResponsesRequest: tool_choice "auto" unless given
-            tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream))
+            tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream))    # vLLM's default: auto
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
         self.ctx.store = store is not None and b.store is not False
         self.ctx.background = bool(b.background)

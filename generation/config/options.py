@@ -477,18 +477,6 @@ def _ignored_flags() -> dict[str, str]:
 
 IGNORED_FLAGS: dict[str, str] = _ignored_flags()
 
-# Why an ignored flag changes nothing here, where that is not plain (the README's list says it)
-IGNORED_NOTES: dict[str, str] = {
-    "enable-scale-out": "the render, derender and `/inference/v1/*` routes it registers are always served",
-    "optimization-level": "also `-O3`, `-O=3`, `-O 3`",
-    "enable-log-requests": "its negative `--disable-log-requests` is the simulator's access-log switch",
-    # /metrics families they add, as vLLM's (README "Metrics")
-    "tool-call-parser": "adds `vllm:tool_call_parser_invocations`",
-    "enable-auto-tool-choice": "non-streaming answers count in `vllm:tool_call_parser_invocations`",
-    "enable-lora": "adds `vllm:lora_requests_info`",
-    "show-hidden-metrics-for-version": "with `--vllm-version` 0.12 to 0.14, shows `vllm:time_per_output_token_seconds`",
-}
-
 
 # ---------------------------------------------------------------------------------------------
 def coerce(key: str, value: Any, kind: str | None = None) -> Any:

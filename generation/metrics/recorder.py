@@ -6,13 +6,15 @@ data-parallel rank, ``--data-parallel-rank``, 0 when unset).
 
 Two ways values get here:
 
-* **read at scrape time** (custom collectors): the scheduler's state -- running, waiting (and
-  waiting by reason), KV-cache usage, sleep state, ``vllm:lora_requests_info``.  The engine pushes
-  nothing for them on its hot path.
+* **read at scrape time** (custom collectors, :mod:`generation.metrics.scrape`): the scheduler's
+  state -- running, waiting (and waiting by reason), KV-cache usage, sleep state,
+  ``vllm:lora_requests_info``.  The engine pushes nothing for them on its hot path.
 * **recorded when a sequence finishes successfully** (:meth:`MetricsRecorder.finished`): token
   counters, request histograms and ``request_success_total``.  Aborted and rejected requests
   record nothing.  Per-token values (inter-token latency, the simulator's own emission lag) go
-  into :class:`FastHistogram`, whose ``observe`` is one ``bisect`` and two additions.
+  into :class:`FastHistogram`, whose ``observe`` is one ``bisect`` and two additions.  The API
+  server's own families (:mod:`generation.metrics.frontend`: admission rejections, render
+  duration, tool-parser invocations, sleep-mode operations) are observed once per request.
 
 With ``--fake-metrics`` the exported registry holds chosen values instead
 (:meth:`MetricsRecorder.use_fake`, :mod:`generation.metrics.fake_metrics`); the measured ones are still
@@ -59,10 +61,12 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 from prometheus_client import gc_collector, platform_collector, process_collector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
-from .series import FastCounter, FastHistogram, LabelledHistogram, SampledHistogram  # noqa: F401 - imported from here too
+from .frontend import FrontendMetrics
+from .scrape import LABELS, ScrapeCollectors, _Collector
+from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
@@ -75,21 +79,11 @@ disable_created_metrics()
 # collectors (python_gc_*, python_info, process_*), first, as that registry holds them
 DEFAULT_COLLECTORS = (gc_collector.GC_COLLECTOR, platform_collector.PLATFORM_COLLECTOR,
                       process_collector.PROCESS_COLLECTOR)
-# vllm:request_render_duration_seconds (vllm/renderers/metrics.py)
-RENDER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-# vllm:sleep_mode_operation_duration_seconds (vllm/entrypoints/serve/dev/sleep/metrics.py)
-SLEEP_OP_BUCKETS = (0.01, 0.1, 1, 10, 30, 60, 120, 300, 600)
-# vllm:tool_call_parser_invocations' label values (vllm/parser/metrics.py), every combination made at start
-PARSER_MODES = ("streaming", "non_streaming")
-PARSER_OUTCOMES = ("tool_call", "no_tool_call")
-PARSER_REQUEST_TYPES = ("chat_completions", "responses", "other")
-
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")      # vLLM's FinishReason
 _REASON = {"tool_calls": "stop", "remote_decode": "length", "cache_threshold": "abort"}
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 WAITING_REASONS = ("capacity", "deferred")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
-LABELS = ("model_name", "engine")
 
 
 # per request (vLLM 0.34's REQUEST_NUM_PREEMPTIONS_BUCKETS, vllm/v1/metrics/buckets.py: the
@@ -99,7 +93,7 @@ PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 
 
-class MetricsRecorder:
+class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
     """Owns the Prometheus registry of one simulator: the hooks the engine calls when a
     sequence finishes, and the collectors that read the engine's state at scrape time
     (:meth:`bind` gives them the simulator)."""
@@ -204,23 +198,7 @@ class MetricsRecorder:
                            "bottleneck.", LAG_BUCKETS, lv)
         self.token_lag = self.lag.observe
 
-        # vllm:request_render_duration_seconds{model_name, request_type}: registered by vLLM at
-        # its first observation, a series per request type ("chat", "completion") at its first
-        self.render_duration = LabelledHistogram(
-            "vllm:request_render_duration_seconds",
-            "Time spent rendering a request, including chat templating, tokenization, and multimodal "
-            "preprocessing.", RENDER_BUCKETS, {"model_name": self.model_name}, "request_type") \
-            if exposes(config, "vllm:request_render_duration_seconds") else None
-        # vllm:tool_call_parser_invocations{model_name, mode, outcome, request_type}: with
-        # --tool-call-parser, every combination at 0 from the start (MetricsRecorder.parsed)
-        self.parser_calls = {(m, o, t): FastCounter() for m in PARSER_MODES for o in PARSER_OUTCOMES
-                             for t in PARSER_REQUEST_TYPES} \
-            if flag_given(config, "tool-call-parser") and exposes(config, "vllm:tool_call_parser_invocations") \
-            else None
-        # vLLM 0.34's sleep-mode operation metrics (dev mode's /sleep, /wake_up,
-        # /release_kv_cache_memory): registered at the first operation (sleep_operation)
-        self.sleep_ops = None
-        self.shown_sleep_ops = exposes(config, "vllm:sleep_mode_operation_duration_seconds")
+        self._init_frontend(config)
 
         self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
         self._lora_states[("", "")] = time.time()
@@ -277,221 +255,6 @@ class MetricsRecorder:
             out.append(generate_latest(_Collector(self._collect_sleep_ops)).decode())
         self.lag.render_into(out)
         return "".join(out).encode()
-
-    # ---- scrape-time collectors --------------------------------------------------------------
-    def _gauge(self, name, doc, value, extra=None):
-        names = list(LABELS) + ([k for k, _ in extra] if extra else [])
-        fam = GaugeMetricFamily(name, doc, labels=names)
-        fam.add_metric([self.model_name, self.engine] + ([v for _, v in extra] if extra else []), value)
-        return fam
-
-    def _collect_state(self):
-        sim = self.sim
-        lbl = [self.model_name, self.engine]
-        engine = getattr(sim, "engine", None)
-        if engine is not None:
-            yield from self._collect_engine_state(engine, lbl)
-            return
-        running = sim.running if sim else 0
-        waiting = list(sim.waiting) if sim else []
-        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
-        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(waiting))
-        deferred = 0
-        if waiting and sim.loras.paths:
-            loras = sim.loras
-            deferred = sum(1 for s in waiting if s.lora and s.lora not in loras.loaded and not loras.can_run(s.lora))
-        if self.shown["vllm:num_requests_waiting_by_reason"]:
-            yield self._waiting_family(lbl, len(waiting) - deferred, deferred)
-        if sim is None:
-            kv = 0.0
-        elif sim.kv_cache is not None:
-            kv = sim.kv_cache.usage()
-        else:
-            kv = self._running_kv_usage(sim, time.monotonic())
-        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
-        yield from self._collect_sleep_and_lora(sim, lbl)
-
-    @staticmethod
-    def _running_kv_usage(sim, now: float) -> float:
-        """``vllm:kv_cache_usage_perc`` without the step engine: the blocks the running
-        sequences' tokens fill (prompt plus the tokens emitted so far, estimated from the
-        inter-token latency) over the cache's ``--kv-cache-size`` blocks, as vLLM reports blocks
-        held by running requests."""
-        cfg = sim.config
-        if not sim.running_seqs or cfg.kv_cache_size <= 0:
-            return 0.0
-        bs = cfg.block_size
-        itl = cfg.inter_token_latency
-        blocks = 0
-        for seq in sim.running_seqs:
-            n = len(seq.pieces)
-            first = seq.first_token_at
-            if not first:
-                out = 0
-            elif itl > 0:
-                out = min(n, 1 + int((now - first) / itl))
-            else:
-                out = n
-            blocks += -(-(seq.prompt_len + out) // bs)
-        return min(blocks / cfg.kv_cache_size, 1.0)
-
-    def _waiting_family(self, lbl, capacity: int, deferred: int):
-        fam = GaugeMetricFamily(
-            "vllm:num_requests_waiting_by_reason",
-            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
-            "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). "
-            "Sum of all reasons equals vllm:num_requests_waiting.", labels=list(LABELS) + ["reason"])
-        fam.add_metric(lbl + ["capacity"], capacity)
-        fam.add_metric(lbl + ["deferred"], deferred)
-        return fam
-
-    def _collect_engine_state(self, engine, lbl):
-        """Step mode: the scheduler's own state (docs/engine-model.md section 5): running and
-        waiting requests, waiting by reason (deferred: a KV transfer in flight, or a LoRA
-        adapter the batch cannot take), KV usage from the blocks held."""
-        sched = engine.scheduler
-        now = time.monotonic()
-        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                          len(sched.running))
-        waiting = len(sched.waiting) + engine.pending
-        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
-        loras = {r.lora for r in sched.running if r.lora}
-        full = sched.max_loras and len(loras) >= sched.max_loras
-        deferred = sum(1 for r in sched.waiting
-                       if r.kv_ready_at > now or (full and r.lora and r.lora not in loras))
-        if self.shown["vllm:num_requests_waiting_by_reason"]:
-            yield self._waiting_family(lbl, waiting - deferred, deferred)
-        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", sched.usage())
-        yield from self._collect_sleep_and_lora(self.sim, lbl)
-
-    def _collect_sleep_and_lora(self, sim, lbl):
-        sleeping = bool(sim and sim.sleeping)
-        level = getattr(sim, "sleep_level", 1) if sleeping else 0
-        fam = GaugeMetricFamily(
-            "vllm:engine_sleep_state",
-            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
-            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
-            labels=list(LABELS) + ["sleep_state"])
-        fam.add_metric(lbl + ["awake"], 0 if sleeping else 1)
-        fam.add_metric(lbl + ["weights_offloaded"], 1 if level == 1 else 0)
-        fam.add_metric(lbl + ["discard_all"], 1 if level == 2 else 0)
-        yield fam
-        if self.lora_enabled or (sim is not None and sim.loras.paths):
-            yield self._lora_family()
-
-    def _lora_family(self):
-        sim = self.sim
-        if sim is not None:
-            engine = getattr(sim, "engine", None)
-            if engine is not None:
-                sched = engine.scheduler
-                running = ",".join(sorted({r.lora for r in sched.running if r.lora}))
-                waiting = ",".join(sorted({r.lora for r in sched.waiting if r.lora}))
-            else:
-                running = ",".join(sorted(n for n, c in sim.loras.loaded.items() if c > 0))
-                waiting = ",".join(sorted({s.lora for s in sim.waiting if s.lora}))
-            state = (running, waiting)
-            if state != self._lora_last:
-                states = self._lora_states
-                states.pop(state, None)
-                states[state] = time.time()
-                self._lora_last = state
-                cap = sim.loras.resident          # max(--max-cpu-loras, --max-loras): adapters in memory
-                while len(states) > cap:
-                    states.popitem(last=False)
-        # vLLM's three labels, no engine nor model_name (vllm/v1/metrics/loggers.py; vLLM refuses
-        # LoRA with more than one engine, and each data-parallel rank here has its own /metrics)
-        fam = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
-                                labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"])
-        max_lora = str(self.config.max_loras)
-        for (running, waiting), ts in self._lora_states.items():
-            fam.add_metric([max_lora, waiting, running], ts)
-        return fam
-
-    def refused(self, error, reason: str = "max_num_queued_reqs"):
-        """Count a request refused by a queue limit (vLLM 0.34's
-        ``vllm:admission_rejections{reason}``: ``max_num_queued_reqs`` for the waiting queue's
-        429 and ``--max-num-queued-reqs``, ``max_num_queued_tokens``); returns ``error`` (what
-        the caller raises)."""
-        self.admission_rejections[reason].inc()
-        return error
-
-    def rendered(self, request_type: str, seconds: float) -> None:
-        """A request rendered (chat templating and tokenization) in ``seconds``:
-        ``vllm:request_render_duration_seconds{request_type}``, ``"chat"`` or ``"completion"``,
-        as vLLM 0.34's ``OnlineRenderer.render_chat`` / ``render_completion`` observe it once a
-        render succeeds (vllm/renderers/online_renderer.py)."""
-        h = self.render_duration
-        if h is not None:
-            h.child(request_type).observe(seconds)
-
-    def parsed(self, seq) -> None:
-        """vLLM's tool parser ran over sequence ``seq``'s output (``--tool-call-parser``; the
-        request's ``tool_parser``: its request type when the parser parses it, see
-        :func:`generation.adapters.base.tool_parser_type`): ``vllm:tool_call_parser_invocations``
-        once for a non-streaming choice, once per streamed output of a stream (vLLM's parser
-        runs per delta: vllm/parser/abstract_parser.py ``extract_tool_calls`` and
-        ``extract_tool_calls_streaming``), from the output that ends the reasoning span on when
-        the answer has one; outcome ``tool_call`` for an answer with tool calls (every delta of
-        it: the simulated answer has nothing around its calls)."""
-        req = seq.request
-        n = len(seq.pieces)
-        called = "tool_call" if seq.tool_calls else "no_tool_call"
-        if not req.stream:
-            self.parser_calls[("non_streaming", called, req.tool_parser)].value += 1
-            return
-        if not n:
-            return                  # vLLM sends an output without tokens unparsed
-        from generation.engine.stream_interval import effective
-        interval = effective(req.stream_interval, self.config.stream_interval)
-
-        def output(k):              # the stream's output carrying token k (the first goes alone)
-            return 0 if k == 0 else 1 + (k - 1) // interval
-        first = 0
-        span = seq.reasoning_span
-        if span is not None:
-            r1, c0 = span[1], span[2]
-            if c0 == r1:            # cut inside the reasoning: the end marker never came
-                return
-            first = output(c0 - 1)
-        self.parser_calls[("streaming", called, req.tool_parser)].value += output(n - 1) + 1 - first
-
-    def sleep_operation(self, operation: str, seconds: float) -> None:
-        """A dev-mode sleep-mode operation (``sleep``, ``release_kv_cache_memory``, ``wake``)
-        took ``seconds``: vLLM 0.34's ``vllm:sleep_mode_operation_duration_seconds`` and
-        ``vllm:sleep_mode_operations_in_flight`` (``serve/dev/sleep/metrics.py``), both made at
-        the first operation, a series per operation at its first."""
-        if not self.shown_sleep_ops:
-            return
-        ops = self.sleep_ops
-        if ops is None:
-            ops = self.sleep_ops = LabelledHistogram(
-                "vllm:sleep_mode_operation_duration_seconds", "Duration of one sleep-mode operation.",
-                SLEEP_OP_BUCKETS, {}, "operation")
-        ops.child(operation).observe(seconds)
-
-    def _collect_sleep_ops(self):
-        ops = self.sleep_ops
-        if ops is None:
-            return
-        yield from ops.collect()
-        # the operations are instant here: none is ever in flight at a scrape
-        fam = GaugeMetricFamily("vllm:sleep_mode_operations_in_flight", "Sleep-mode operations currently awaited.",
-                                labels=["operation"])
-        for operation in ops.children:
-            fam.add_metric([operation], 0)
-        yield fam
-
-    def _collect_config_info(self):
-        """``vllm:cache_config_info``: a gauge at 1 labelled with every CacheConfig field
-        (:func:`cache_config_metrics_info`) and ``engine``, as vLLM's
-        ``PrometheusStatLogger.log_metrics_info("cache_config", ...)``."""
-        from .cache_config_info import cache_config_metrics_info
-        info = cache_config_metrics_info(self.config)
-        fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                labels=[*info, "engine"])
-        fam.add_metric([*info.values(), self.engine], 1)
-        yield fam
 
     def _collect_counters(self):
         lbl = [self.model_name, self.engine]
@@ -560,15 +323,7 @@ class MetricsRecorder:
         for reason, c in self.success.items():
             fam.add_metric(lbl + [reason], c.value, created)
         yield fam
-        if self.parser_calls is not None:
-            fam = CounterMetricFamily("vllm:tool_call_parser_invocations",
-                                      "Total number of ToolParser invocations. Non-streaming increments once per "
-                                      "choice; streaming increments once per delta.",
-                                      labels=["model_name", "mode", "outcome", "request_type"])
-            for (mode, outcome, rtype), c in self.parser_calls.items():
-                fam.add_metric([self.model_name, mode, outcome, rtype], c.value, created)
-            yield fam
-
+        yield from self._parser_family(created)
     # ---- engine hooks ----------------------------------------------------------------------
     def finished(self, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts.
@@ -747,11 +502,3 @@ class MetricsRecorder:
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""
         self.itl.observe_n(seconds, n)
-
-
-class _Collector:
-    """Adapts a generator function to prometheus_client's collector protocol."""
-
-    def __init__(self, fn):
-        self.collect = fn
-
