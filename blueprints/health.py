@@ -6,6 +6,8 @@ load balancer stops sending requests while in-flight ones finish (:mod:`server`)
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager, nullcontext
+from time import perf_counter
 
 from flask import Blueprint, Response, current_app, request
 
@@ -130,12 +132,24 @@ def sleep():
     if not _effective(sim):
         return Response(b"", 200)
     level, _reset_connector = _sleep_args()
-    _checkpoint_running()
-    sim.sleep_level = level
-    sim.sleeping = True
-    if level >= 1 and sim.kv_cache is not None:
-        sim.kv_cache.sleep()
+    with _operation(sim, "sleep"):
+        _checkpoint_running()
+        sim.sleep_level = level
+        sim.sleeping = True
+        if level >= 1 and sim.kv_cache is not None:
+            sim.kv_cache.sleep()
     return json_response({"status": "sleeping", "level": level})
+
+
+@contextmanager
+def _operation(sim, operation: str):
+    """vLLM 0.34's ``sleep_mode_operation_metrics().record(operation)`` around a dev-mode
+    sleep-mode operation: its duration observed when it ends, failed or not."""
+    started = perf_counter()
+    try:
+        yield
+    finally:
+        sim.metrics.sleep_operation(operation, perf_counter() - started)
 
 
 @bp.post("/release_kv_cache_memory")
@@ -148,10 +162,11 @@ def release_kv_cache_memory():
     if not _effective(sim):
         return Response(b"", 200)
     query_bool("reset_connector", True)
-    sim.sleep_level = 0
-    sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
-    if sim.kv_cache is not None:
-        sim.kv_cache.sleep()
+    with _operation(sim, "release_kv_cache_memory"):
+        sim.sleep_level = 0
+        sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
+        if sim.kv_cache is not None:
+            sim.kv_cache.sleep()
     return json_response({"status": "kv_cache_released"})
 
 
@@ -163,8 +178,9 @@ def wake_up():
     Answers ``{"status": "awake" | "sleeping", "tags": [...] | null}``."""
     sim = simulator()
     tags = request.args.getlist("tags")
-    if sim.wake_up(tags) and sim.kv_cache is not None:
-        sim.kv_cache.wake()
+    with _operation(sim, "wake") if _effective(sim) else nullcontext():
+        if sim.wake_up(tags) and sim.kv_cache is not None:
+            sim.kv_cache.wake()
     if not _effective(sim):
         return Response(b"", 200)
     return json_response({"status": "sleeping" if sim.sleeping else "awake", "tags": tags or None})

@@ -7,6 +7,7 @@ unexpected ones, uses Anthropic's envelope
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 
 from flask import Blueprint
 from werkzeug.exceptions import HTTPException
@@ -59,9 +60,11 @@ def render_message():
     if lora is not None:
         raise InvalidParam(f"The model `{model}` is a LoRA adapter and is not supported by the render endpoints.",
                            "model")
+    started = perf_counter()
     ids, _ = sim.tokenize_messages(anthropic.to_chat_messages(body),
                                    tools=anthropic.to_chat_tools(getattr(body, "tools", None)),
                                    chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
+    sim.metrics.rendered("chat", perf_counter() - started)      # vLLM renders its chat completion request
     sampling = {k: raw[k] for k in ("max_tokens", "temperature", "top_p", "top_k") if k in raw}
     if isinstance(raw.get("stop_sequences"), list):
         sampling["stop"] = raw["stop_sequences"]
@@ -76,5 +79,8 @@ def count_tokens():
     tokens /v1/messages would report, with vLLM's context-management report (nothing is ever
     cleared from a conversation here, so both counts are the same)."""
     body = load(count_tokens_request_schema, parse_json_body())
-    n = anthropic.count_tokens(simulator(), body)
+    sim = simulator()
+    started = perf_counter()
+    n = anthropic.count_tokens(sim, body)
+    sim.metrics.rendered("chat", perf_counter() - started)      # vLLM renders its chat completion request
     return json_response({"input_tokens": n, "context_management": {"original_input_tokens": n}})

@@ -15,6 +15,7 @@ Tokenize answers vLLM's ``{"count", "max_model_len", "tokens", "token_strs"}``; 
 from __future__ import annotations
 
 import time
+from time import perf_counter
 
 import orjson
 from flask import Blueprint
@@ -136,11 +137,13 @@ def render_completion():
     kind, items = prompt
     check_prompt_count(len(items))        # vLLM's CompletionRequest validator (a flat id list is one)
     model = _render_model(sim, body.model)
+    started = perf_counter()
     _check_mm_kwargs(sim, body)
     body_rid = getattr(body, "request_id", None) or raw.get("request_id")
     rid = request_id(sim, body_rid if isinstance(body_rid, str) else None)
     lists = items if kind == "ids" else [ids for ids, _ in tokenize_texts(sim, items)]
     _check_render_work(sim, raw, model, lists)
+    sim.metrics.rendered("completion", perf_counter() - started)     # vLLM's OnlineRenderer.render_completion
     # vLLM's render_completion_request: cmpl-<id>, and -<i> only when there are several prompts
     out = [{"token_ids": ids, **generate_fields(sim, raw, f"cmpl-{rid}" if len(lists) == 1 else f"cmpl-{rid}-{i}",
                                                 model, len(ids), False)}
@@ -176,6 +179,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
     if not messages:
         raise InvalidParam("messages must not be empty", "messages")
     model = _render_model(sim, body.model)
+    started = perf_counter()
     _check_mm_kwargs(sim, body)
     rid = request_id()
     opts = chat_options(body, sim.config.default_chat_template_kwargs)
@@ -188,6 +192,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
     else:
         ids, _ = sim.tokenize_messages(messages, **opts)
         features = mm_features(media_items(messages), len(ids)) if sim.tokenizer.name == "simulated" else None
+    sim.metrics.rendered("chat", perf_counter() - started)      # vLLM's OnlineRenderer.render_chat
     out = {"token_ids": ids}
     if features is not None:
         if mm_payload(raw) == "none":       # vLLM 0.34's extract_mm_features: no processed tensors

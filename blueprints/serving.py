@@ -28,7 +28,7 @@ Two entry points run the same :func:`handle`:
 from __future__ import annotations
 
 import logging
-from time import monotonic
+from time import monotonic, perf_counter
 from http import HTTPStatus
 
 import orjson
@@ -74,10 +74,15 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     adapter = adapter_cls(sim, body)
     rid = request_id(sim, adapter.body_request_id(), environ)
     force_ct = header_checks(sim, environ)
+    rendering = perf_counter()
     req = adapter.build(rid, force_ct and adapter.cache_threshold_header)
+    rendering = perf_counter() - rendering
     if adapter.image_output and sim.config.omni:
         req.send_image = send_image(sim, environ)
-    seqs = sim.prepare(req)
+    seqs = sim.prepare(req)         # vLLM's render ends with the context-length check: prepare's
+    render_type = getattr(adapter, "render_type", None)    # the APIs vLLM's OnlineRenderer renders
+    if render_type is not None:
+        observe_render(sim, render_type, req, rendering)
     work = adapter.work(seqs)
     check_work(sim, *work)
     extra = response_headers(rid, sim, environ)
@@ -122,6 +127,21 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         raise
     size = sum(len(p) for p in body)
     return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(size))], body
+
+
+def observe_render(sim, render_type: str, req, measured: float) -> None:
+    """``vllm:request_render_duration_seconds{request_type=render_type}`` for a request whose
+    build (chat templating, tokenization) took ``measured`` seconds of the simulator's own
+    time: that, unless the request's timeline is step mode's, which models vLLM's frontend
+    (:class:`~generation.engine.perf.step_model.Frontend`): then its modelled CPU for the
+    request, ``fe_request + fe_prompt_token x prompt tokens``, the part of its TTFT a real
+    server spends preparing it (templating and tokenizing), as its e2e and TTFT count it."""
+    engine = sim.engine
+    fe = getattr(engine, "fe", None) if engine is not None else None
+    if fe is not None:
+        c = fe.c
+        measured = c.fe_request + c.fe_prompt_token * sum(len(p.ids) for p in req.prompts)
+    sim.metrics.rendered(render_type, measured)
 
 
 _RENDER_POOL = None

@@ -27,7 +27,7 @@ from generation.tokenization.tokenizer import chat_options
 from .fields import (check_beam_logprob_ids, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
                      prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
-from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs
+from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs, tool_parser_type
 
 
 class ChatAdapter(Adapter):
@@ -36,6 +36,8 @@ class ChatAdapter(Adapter):
     sse_keep_alive = True
     # vLLM's chat_completion_stream_generator: ``except GenerationError`` -> InternalServerError
     generation_error_stream_type = "InternalServerError"
+    render_type = "chat"                            # vllm:request_render_duration_seconds{request_type}
+    parser_request_type = "chat_completions"        # vllm:tool_call_parser_invocations{request_type}
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         self.check(force_cache_threshold)
@@ -99,7 +101,9 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
             priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
-            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)))
+            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)),
+            tool_parser=self.parser_request_type and tool_parser_type(self.sim, self.parser_request_type, tools,
+                                                                        tool_choice, stream))
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:

@@ -72,6 +72,10 @@ class BatchChatAdapter(ChatAdapter):
     out); ``self.conversations`` the conversations."""
     image_output = False          # vLLM's batch answers text only (no --omni image)
     sse_keep_alive = False        # its route returns JSON, never wrapped in vLLM's with_sse_keep_alive
+    # vLLM's batch renders each conversation with preprocess_chat, not OnlineRenderer.render_chat
+    # (no vllm:request_render_duration_seconds), and parses no tool calls
+    render_type = None
+    parser_request_type = None
 
     def __init__(self, sim, body):
         super().__init__(sim, body)

@@ -42,6 +42,7 @@ def check_logprobs_order(b) -> None:
 class CompletionsAdapter(Adapter):
     body: CompletionRequest
     sse_keep_alive = True
+    render_type = "completion"      # vllm:request_render_duration_seconds{request_type}
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body

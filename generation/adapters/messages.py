@@ -23,7 +23,7 @@ from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_
                    usage_details)
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
-from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs
+from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
 from generation.content.reasoning import content_text, reasoning_text, signature
 
 # finish_reason -> stop_reason (api.md 5.4.2; cache_threshold reads as a cut-short answer).
@@ -39,6 +39,7 @@ MESSAGES_FIELDS = FieldNames((r"tools\[(\d+)\]\.function\.parameters", r"tools[\
 
 class MessagesAdapter(Adapter):
     envelope = "anthropic"
+    render_type = "chat"      # vLLM renders the request's chat completion (OnlineRenderer.render_chat)
     image_output = True       # the reference: the image latency only, no image in the output
     body: MessagesRequest
 
@@ -67,7 +68,8 @@ class MessagesAdapter(Adapter):
             stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None,
-            response_format=constraint, temperature=b.temperature, reasoning=reasoning)
+            response_format=constraint, temperature=b.temperature, reasoning=reasoning,
+            tool_parser=tool_parser_type(sim, "chat_completions", tools, tool_choice, stream))
         return self.req
 
     def render(self, seqs) -> dict:

@@ -52,7 +52,7 @@ from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
 from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
                      check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
-from .sampling import responses_reasoning, template_kwargs
+from .sampling import responses_reasoning, template_kwargs, tool_parser_type
 from generation.content.reasoning import content_text, reasoning_text
 
 
@@ -111,9 +111,9 @@ class ResponsesAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
-            max_tool_calls=1 if tool_turn else None, temperature=b.temperature,
-            priority=scheduling_priority(sim, b.priority),
-            reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget, b.chat_template_kwargs, kwargs))
+            max_tool_calls=1 if tool_turn else None, temperature=b.temperature, priority=scheduling_priority(sim, b.priority),
+            reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget, b.chat_template_kwargs, kwargs),
+            tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream))    # vLLM's default: auto
         self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
         self.ctx.store = store is not None and b.store is not False
         self.ctx.background = bool(b.background)

@@ -169,3 +169,18 @@ def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kw
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     effort = effort if effort in EFFORTS else None
     return rz.settings(_thinking(own, effort, kwargs), effort, budget)
+
+
+def tool_parser_type(sim, request_type: str, tools, tool_choice, stream: bool) -> str | None:
+    """``request_type`` (``"chat_completions"``, ``"responses"``) when vLLM's tool parser
+    (``--tool-call-parser``) parses this request's output, else None: with tools and the wire
+    ``tool_choice`` ``"auto"`` (or absent or null, which vLLM reads as auto with tools), and, not
+    streaming, ``--enable-auto-tool-choice`` (vllm/parser/abstract_parser.py: ``parse`` calls
+    ``extract_tool_calls`` only for auto tools; ``parse_delta`` calls ``extract_tool_calls_streaming``
+    for any choice but none, required and a named tool, which a parser with
+    ``supports_required_and_named`` answers itself).  For
+    ``vllm:tool_call_parser_invocations`` (:meth:`~generation.metrics.recorder.MetricsRecorder.parsed`)."""
+    metrics = sim.metrics
+    if metrics.parser_calls is None or not tools or tool_choice not in (None, "auto"):
+        return None
+    return request_type if stream or metrics.auto_tool_choice else None

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from .values import BOOL_LITERALS, ConfigError, format_duration
-from .options import (GROUPS, IGNORED_FLAGS, IGNORED_NOTES, OPTIONS, VLLM_FLAGS, VLLM_FLAGS_RELEASE, Option,
+from .options import (GROUPS, IGNORED_FLAGS, OPTIONS, VLLM_FLAGS, VLLM_FLAGS_RELEASE, Option,
                       _OLDER_ALIASES, _OPTION_ALIASES, coerce, human_readable_int)
 from .kv_events import apply_kv_events_config
 from .sim_config import SimConfig
@@ -434,6 +434,19 @@ def _as_given(argv: list[str], name: str, value) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Why an ignored flag changes nothing here, where that is not plain (the README's list says it)
+IGNORED_NOTES: dict[str, str] = {
+    "enable-scale-out": "the render, derender and `/inference/v1/*` routes it registers are always served",
+    "optimization-level": "also `-O3`, `-O=3`, `-O 3`",
+    "enable-log-requests": "its negative `--disable-log-requests` is the simulator's access-log switch",
+    # /metrics families they add, as vLLM's (README "Metrics")
+    "tool-call-parser": "adds `vllm:tool_call_parser_invocations`",
+    "enable-auto-tool-choice": "non-streaming answers count in `vllm:tool_call_parser_invocations`",
+    "enable-lora": "adds `vllm:lora_requests_info`",
+    "show-hidden-metrics-for-version": "with `--vllm-version` 0.12 to 0.14, shows `vllm:time_per_output_token_seconds`",
+}
+
+
 def options_table() -> str:
     """Markdown table of the flags for the README, one section per group (generated: the README
     holds exactly this text between its ``flags-table`` markers)."""

@@ -477,13 +477,6 @@ def _ignored_flags() -> dict[str, str]:
 
 IGNORED_FLAGS: dict[str, str] = _ignored_flags()
 
-# Why an ignored flag changes nothing here, where that is not plain (the README's list says it)
-IGNORED_NOTES: dict[str, str] = {
-    "enable-scale-out": "the render, derender and `/inference/v1/*` routes it registers are always served",
-    "optimization-level": "also `-O3`, `-O=3`, `-O 3`",
-    "enable-log-requests": "its negative `--disable-log-requests` is the simulator's access-log switch",
-}
-
 
 # ---------------------------------------------------------------------------------------------
 def coerce(key: str, value: Any, kind: str | None = None) -> Any:

@@ -122,6 +122,50 @@ FLAGS_FROM = {
 }
 
 
+# /metrics families that not every release exposes by default, read from the sdists' sources
+# (``vllm/v1/metrics/loggers.py``, ``vllm/parser/metrics.py``, ``vllm/renderers/metrics.py``,
+# ``vllm/entrypoints/serve/dev/sleep/metrics.py``): name -> (first release with it, first release
+# without it or None).  The releases between 0.27.0 and 0.34.0 are not at hand: a family that
+# 0.27.0's sources lack and 0.34.0's have is shown from 0.34.0 on (the first release that shows
+# it in a source), unless the public record pins an earlier one: vllm:request_num_preemptions
+# (vllm#49984) was merged in the first half of September 2026, when 0.30.0 was being released
+# (out by 2026-09-23), so 0.31.0 is the first release certain to have it.  Families not listed
+# are in every release from 0.17.0 to 0.34.0.
+METRICS_SINCE = {
+    "vllm:prompt_tokens_recomputed": ((0, 0, 0), (0, 20, 0)),        # 0.17.0-0.19.0
+    "vllm:inter_token_latency_seconds": ((0, 10, 2), None),          # vllm#24110
+    "vllm:num_requests_waiting_by_reason": ((0, 20, 0), None),
+    "vllm:tool_call_parser_invocations": ((0, 24, 0), None),         # vllm/parser/metrics.py
+    "vllm:admission_rejections": ((0, 34, 0), None),
+    "vllm:prompt_tokens_cached_by_source": ((0, 34, 0), None),
+    "vllm:request_num_preemptions": ((0, 31, 0), None),
+    "vllm:request_render_duration_seconds": ((0, 34, 0), None),     # vllm/renderers/metrics.py
+    "vllm:sleep_mode_operation_duration_seconds": ((0, 34, 0), None),
+    "vllm:sleep_mode_operations_in_flight": ((0, 34, 0), None),
+}
+# vllm:time_per_output_token_seconds (the inter-token latency's old name): deprecated from 0.10.2
+# (vllm#24110, its help text then ends "DEPRECATED: Use vllm:inter_token_latency_seconds
+# instead."; TPOT_DEPRECATED_FROM), hidden from 0.12 unless --show-hidden-metrics-for-version names the previous
+# minor release (vllm#29330), removed by vllm#32661 (January 2026, after 0.14.0 was out): in no
+# sdist at hand (0.17.0 on).
+TPOT_DEPRECATED_FROM = (0, 10, 2)
+TPOT_HIDDEN_FROM = (0, 12, 0)
+TPOT_REMOVED_FROM = (0, 15, 0)
+
+
+def exposes(cfg, name: str) -> bool:
+    """Whether release ``cfg.vllm_version`` exposes /metrics family ``name`` (:data:`METRICS_SINCE`;
+    ``vllm:time_per_output_token_seconds`` as :data:`TPOT_HIDDEN_FROM` says).  Raises
+    ConfigError as :func:`parse_version`."""
+    version = parse_version(cfg.vllm_version)
+    if name == "vllm:time_per_output_token_seconds":
+        if version < TPOT_HIDDEN_FROM:
+            return True
+        return version < TPOT_REMOVED_FROM and flag_given(cfg, "show-hidden-metrics-for-version")
+    first, gone = METRICS_SINCE.get(name, ((0, 0, 0), None))
+    return version >= first and (gone is None or version < gone)
+
+
 def newer_flags(cfg) -> list[str]:
     """The flags of :data:`FLAGS_FROM` that ``cfg`` (a SimConfig) was given under a
     ``--vllm-version`` before their first release: that release's ``vllm serve`` stops on them
@@ -162,3 +206,9 @@ def given(cfg, name: str) -> bool:
     """Whether option ``name`` was set (command line, YAML, environment, or a SimConfig keyword)."""
     explicit = getattr(cfg, "explicit", ())
     return name in explicit or name.replace("-", "_") in explicit
+
+
+def flag_given(cfg, name: str) -> bool:
+    """Whether option ``name`` was set, or vLLM flag ``name`` was given and accepted without
+    effect (``cfg.ignored_flags``: ``--tool-call-parser``, ``--enable-lora``, ...)."""
+    return given(cfg, name) or name in getattr(cfg, "ignored_flags", ())

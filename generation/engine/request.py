@@ -82,6 +82,8 @@ class GenerationRequest:
     aborted_by_id: bool = False            # ended by /inference/v1/abort_requests (generate: an "abort" chunk)
     cache_salt: str | None = None          # vLLM: the first KV block's extra hash key (cache isolation)
     stream_interval: int | None = None     # the request's own (SamplingParams.stream_interval): Simulator.stream_interval
+    tool_parser: str | None = None         # the request type vLLM's tool parser counts this one under, when it
+                                           # parses its output (generation.adapters.base.tool_parser_type)
 
     @property
     def remote_prefill(self) -> bool:

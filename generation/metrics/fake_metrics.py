@@ -141,7 +141,8 @@ class FakeMetricsCollector:
             fam = GaugeMetricFamily(name, self.docs.get(name, name), labels=["model_name", "engine"])
             fam.add_metric([m, e], self.gauge_value(key))
             yield fam
-        fam = GaugeMetricFamily("vllm:lora_requests_info", self.docs.get("vllm:lora_requests_info", ""),
+        fam = GaugeMetricFamily("vllm:lora_requests_info",
+                                self.docs.get("vllm:lora_requests_info", "Running stats on lora requests."),
                                 labels=["max_lora", "running_lora_adapters", "waiting_lora_adapters"])
         for running, waiting, ts in self.loras:        # vLLM's three labels (recorder.py)
             fam.add_metric([str(self.config.max_loras), running, waiting], ts)
@@ -162,6 +163,8 @@ class FakeMetricsCollector:
                 continue
             cum, total_sum, _ = materialise(counts, histogram_bounds(key, self.config.max_model_len))
             for name in HISTOGRAMS[key][0]:
+                if name not in self.docs:       # a family --vllm-version's release does not export
+                    continue
                 fam = HistogramMetricFamily(name, self.docs.get(name, name), labels=["model_name", "engine"])
                 fam.add_metric([m, e], cum, total_sum)
                 yield fam

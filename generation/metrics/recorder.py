@@ -6,13 +6,15 @@ data-parallel rank, ``--data-parallel-rank``, 0 when unset).
 
 Two ways values get here:
 
-* **read at scrape time** (custom collectors): the scheduler's state -- running, waiting (and
-  waiting by reason), KV-cache usage, sleep state, ``vllm:lora_requests_info``.  The engine pushes
-  nothing for them on its hot path.
+* **read at scrape time** (custom collectors, :mod:`generation.metrics.scrape`): the scheduler's
+  state -- running, waiting (and waiting by reason), KV-cache usage, sleep state,
+  ``vllm:lora_requests_info``.  The engine pushes nothing for them on its hot path.
 * **recorded when a sequence finishes successfully** (:meth:`MetricsRecorder.finished`): token
   counters, request histograms and ``request_success_total``.  Aborted and rejected requests
   record nothing.  Per-token values (inter-token latency, the simulator's own emission lag) go
-  into :class:`FastHistogram`, whose ``observe`` is one ``bisect`` and two additions.
+  into :class:`FastHistogram`, whose ``observe`` is one ``bisect`` and two additions.  The API
+  server's own families (:mod:`generation.metrics.frontend`: admission rejections, render
+  duration, tool-parser invocations, sleep-mode operations) are observed once per request.
 
 With ``--fake-metrics`` the exported registry holds chosen values instead
 (:meth:`MetricsRecorder.use_fake`, :mod:`generation.metrics.fake_metrics`); the measured ones are still
@@ -40,9 +42,14 @@ Simulator choices (README, "Metrics"):
 * ``vllm:lora_requests_info`` keeps the current adapter state and at most
   ``max(--max-cpu-loras, --max-loras)`` recent ones (vLLM and the reference keep every state
   ever seen, which made ``/metrics`` grow without bound);
-* ``vllm:time_per_output_token_seconds`` (removed from vLLM, still read by the reference
-  simulator's users and older dashboards) is exported as an alias of
-  ``vllm:inter_token_latency_seconds``.
+* what ``--vllm-version``'s release exports (:data:`generation.config.vllm_versions.METRICS_SINCE`):
+  ``vllm:prompt_tokens_recomputed`` up to 0.19, ``vllm:num_requests_waiting_by_reason`` from
+  0.20, ``vllm:request_num_preemptions`` from 0.31, ``vllm:admission_rejections`` and
+  ``vllm:prompt_tokens_cached_by_source`` from 0.34; ``vllm:time_per_output_token_seconds`` (the
+  ITL's old name, which the reference simulator still exports) only before 0.12 (or before 0.15
+  with ``--show-hidden-metrics-for-version``), as vLLM;
+* ``vllm:lora_requests_info`` only with LoRA (``--enable-lora``, ``--lora-modules``, or an
+  adapter loaded at run time), as vLLM registers it only with a LoRA config.
 """
 from __future__ import annotations
 
@@ -53,46 +60,68 @@ from collections import OrderedDict
 from functools import partial
 
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import gc_collector, platform_collector, process_collector
+from prometheus_client.core import CounterMetricFamily
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
+from .frontend import FrontendMetrics
+from .scrape import LABELS, ScrapeCollectors, _Collector
 from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
                0.1, 0.25, 0.5, 1.0)
-disable_created_metrics()   # vLLM exports no *_created series
-
+# prometheus_client's own metric classes (none here: every family is a custom collector, whose
+# _created samples MetricsRecorder writes itself, as vLLM's Counter and Histogram objects have them)
+disable_created_metrics()
+# what vLLM's /metrics has besides its own families: prometheus_client's default registry's
+# collectors (python_gc_*, python_info, process_*), first, as that registry holds them
+DEFAULT_COLLECTORS = (gc_collector.GC_COLLECTOR, platform_collector.PLATFORM_COLLECTOR,
+                      process_collector.PROCESS_COLLECTOR)
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")      # vLLM's FinishReason
 _REASON = {"tool_calls": "stop", "remote_decode": "length", "cache_threshold": "abort"}
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 WAITING_REASONS = ("capacity", "deferred")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
-LABELS = ("model_name", "engine")
 
 
-PREEMPTION_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100)     # per request (vLLM 0.33's histogram)
+# per request (vLLM 0.34's REQUEST_NUM_PREEMPTIONS_BUCKETS, vllm/v1/metrics/buckets.py: the
+# first bucket holds the never-preempted requests with the once-preempted ones)
+PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+# vllm:prompt_tokens_cached_by_source's tiers (vLLM 0.34's CacheHitSource, in its order)
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 
 
-class MetricsRecorder:
+class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
     """Owns the Prometheus registry of one simulator: the hooks the engine calls when a
     sequence finishes, and the collectors that read the engine's state at scrape time
     (:meth:`bind` gives them the simulator)."""
 
     def __init__(self, config):
+        from generation.config.vllm_versions import TPOT_DEPRECATED_FROM, exposes, flag_given, parse_version
         self.config = config
+        # families --vllm-version's release exposes (generation.config.vllm_versions.METRICS_SINCE)
+        shown = self.shown = {name: exposes(config, name) for name in (
+            "vllm:prompt_tokens_recomputed", "vllm:num_requests_waiting_by_reason", "vllm:admission_rejections",
+            "vllm:prompt_tokens_cached_by_source", "vllm:request_num_preemptions",
+            "vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds")}
+        # vLLM registers vllm:lora_requests_info only with a LoRA config (--enable-lora; vLLM
+        # refuses --lora-modules without it); here also once an adapter is registered at run time
+        self.lora_enabled = flag_given(config, "enable-lora") or bool(getattr(config, "lora_modules", None))
         self.model_name = config.display_model_name
         self.engine = str(max(getattr(config, "data_parallel_rank", 0) or 0, 0))
         self.sim = None
         self.fake = None
+        self.started = time.time()      # the counters' _created (vLLM makes its series at start-up)
         self.steps = False          # step mode: iteration_tokens_total is observed per engine step
         lv = self._lv = {"model_name": self.model_name, "engine": self.engine}
         self.histograms: list[FastHistogram] = []
 
         def hist(name, doc, buckets):
             h = FastHistogram(name, doc, buckets, lv)
-            self.histograms.append(h)
+            if shown.get(name, True):           # observed either way, exported if the release has it
+                self.histograms.append(h)
             return h
 
         # counters (plain ints: exported by _collect_counters)
@@ -144,16 +173,22 @@ class MetricsRecorder:
                                 "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
                                 b125)
         self.request_preemptions = hist("vllm:request_num_preemptions",
-                                        "Number of preemptions of each finished request.", PREEMPTION_BUCKETS)
+                                        "Histogram of the number of times a request was preempted.",
+                                        PREEMPTION_BUCKETS)
         # finished() shares a bisection between histograms of one set of bounds
         assert self.prompt_hist.bounds == self.kv_computed.bounds == self.gen_hist.bounds == \
             self.max_gen_hist.bounds == self.params_max_tokens.bounds
         assert self.queue.bounds == self.e2e.bounds == self.inference.bounds == self.prefill.bounds
         self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
                         TPOT_BUCKETS)
-        self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output "
-                                   "token in seconds (deprecated alias of inter_token_latency).")
-        self.histograms.append(self.tpot)
+        # the ITL's old name, in releases before vLLM 0.12 (generation.config.vllm_versions.TPOT_HIDDEN_FROM),
+        # with each release's help text
+        deprecated = parse_version(config.vllm_version) >= TPOT_DEPRECATED_FROM
+        self.tpot = self.itl.alias("vllm:time_per_output_token_seconds", "Histogram of time per output token in "
+                                   "seconds." + ("DEPRECATED: Use vllm:inter_token_latency_seconds instead."
+                                                 if deprecated else ""))
+        if shown["vllm:time_per_output_token_seconds"]:
+            self.histograms.append(self.tpot)
         # VLLM_SIM_LAG_SAMPLES=FILE (benches): every emission lag also kept, and written to FILE at exit
         lag_cls = partial(SampledHistogram, os.environ["VLLM_SIM_LAG_SAMPLES"]) \
             if os.environ.get("VLLM_SIM_LAG_SAMPLES") else FastHistogram
@@ -163,6 +198,8 @@ class MetricsRecorder:
                            "bottleneck.", LAG_BUCKETS, lv)
         self.token_lag = self.lag.observe
 
+        self._init_frontend(config)
+
         self._lora_states: OrderedDict = OrderedDict()     # (running, waiting) -> unix time set
         self._lora_states[("", "")] = time.time()
         self._lora_last = ("", "")
@@ -170,11 +207,17 @@ class MetricsRecorder:
         r = self.registry = CollectorRegistry(auto_describe=False)
         self.real_registry = r
         small = self._small_registry = CollectorRegistry(auto_describe=False)
+        for c in DEFAULT_COLLECTORS:
+            r.register(c)
+            small.register(c)
         for fn in (self._collect_state, self._collect_config_info, self._collect_counters):
             r.register(_Collector(fn))
             small.register(_Collector(fn))
         for h in self.histograms:
             r.register(h)
+        if self.render_duration is not None:
+            r.register(self.render_duration)
+        r.register(_Collector(self._collect_sleep_ops))
         r.register(self.lag)
 
     # ---- wiring ----------------------------------------------------------------------------
@@ -191,6 +234,8 @@ class MetricsRecorder:
         the constant cache config and the simulator's own lag histogram stay real."""
         self.fake = collector
         self.registry = CollectorRegistry(auto_describe=False)
+        for c in DEFAULT_COLLECTORS:
+            self.registry.register(c)
         self.registry.register(_Collector(self._collect_config_info))
         self.registry.register(collector)
         self.registry.register(self.lag)
@@ -204,165 +249,22 @@ class MetricsRecorder:
         out = [generate_latest(self._small_registry).decode()]
         for h in self.histograms:
             h.render_into(out)
+        if self.render_duration is not None:
+            self.render_duration.render_into(out)
+        if self.sleep_ops is not None:
+            out.append(generate_latest(_Collector(self._collect_sleep_ops)).decode())
         self.lag.render_into(out)
         return "".join(out).encode()
 
-    # ---- scrape-time collectors --------------------------------------------------------------
-    def _gauge(self, name, doc, value, extra=None):
-        names = list(LABELS) + ([k for k, _ in extra] if extra else [])
-        fam = GaugeMetricFamily(name, doc, labels=names)
-        fam.add_metric([self.model_name, self.engine] + ([v for _, v in extra] if extra else []), value)
-        return fam
-
-    def _collect_state(self):
-        sim = self.sim
-        lbl = [self.model_name, self.engine]
-        engine = getattr(sim, "engine", None)
-        if engine is not None:
-            yield from self._collect_engine_state(engine, lbl)
-            return
-        running = sim.running if sim else 0
-        waiting = list(sim.waiting) if sim else []
-        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
-        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(waiting))
-        deferred = 0
-        if waiting and sim.loras.paths:
-            loras = sim.loras
-            deferred = sum(1 for s in waiting if s.lora and s.lora not in loras.loaded and not loras.can_run(s.lora))
-        yield self._waiting_family(lbl, len(waiting) - deferred, deferred)
-        if sim is None:
-            kv = 0.0
-        elif sim.kv_cache is not None:
-            kv = sim.kv_cache.usage()
-        else:
-            kv = self._running_kv_usage(sim, time.monotonic())
-        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
-        yield from self._collect_sleep_and_lora(sim, lbl)
-
-    @staticmethod
-    def _running_kv_usage(sim, now: float) -> float:
-        """``vllm:kv_cache_usage_perc`` without the step engine: the blocks the running
-        sequences' tokens fill (prompt plus the tokens emitted so far, estimated from the
-        inter-token latency) over the cache's ``--kv-cache-size`` blocks, as vLLM reports blocks
-        held by running requests."""
-        cfg = sim.config
-        if not sim.running_seqs or cfg.kv_cache_size <= 0:
-            return 0.0
-        bs = cfg.block_size
-        itl = cfg.inter_token_latency
-        blocks = 0
-        for seq in sim.running_seqs:
-            n = len(seq.pieces)
-            first = seq.first_token_at
-            if not first:
-                out = 0
-            elif itl > 0:
-                out = min(n, 1 + int((now - first) / itl))
-            else:
-                out = n
-            blocks += -(-(seq.prompt_len + out) // bs)
-        return min(blocks / cfg.kv_cache_size, 1.0)
-
-    def _waiting_family(self, lbl, capacity: int, deferred: int):
-        fam = GaugeMetricFamily(
-            "vllm:num_requests_waiting_by_reason",
-            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
-            "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). "
-            "Sum of all reasons equals vllm:num_requests_waiting.", labels=list(LABELS) + ["reason"])
-        fam.add_metric(lbl + ["capacity"], capacity)
-        fam.add_metric(lbl + ["deferred"], deferred)
-        return fam
-
-    def _collect_engine_state(self, engine, lbl):
-        """Step mode: the scheduler's own state (docs/engine-model.md section 5): running and
-        waiting requests, waiting by reason (deferred: a KV transfer in flight, or a LoRA
-        adapter the batch cannot take), KV usage from the blocks held."""
-        sched = engine.scheduler
-        now = time.monotonic()
-        yield self._gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                          len(sched.running))
-        waiting = len(sched.waiting) + engine.pending
-        yield self._gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
-        loras = {r.lora for r in sched.running if r.lora}
-        full = sched.max_loras and len(loras) >= sched.max_loras
-        deferred = sum(1 for r in sched.waiting
-                       if r.kv_ready_at > now or (full and r.lora and r.lora not in loras))
-        yield self._waiting_family(lbl, waiting - deferred, deferred)
-        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", sched.usage())
-        yield from self._collect_sleep_and_lora(self.sim, lbl)
-
-    def _collect_sleep_and_lora(self, sim, lbl):
-        sleeping = bool(sim and sim.sleeping)
-        level = getattr(sim, "sleep_level", 1) if sleeping else 0
-        fam = GaugeMetricFamily(
-            "vllm:engine_sleep_state",
-            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
-            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
-            labels=list(LABELS) + ["sleep_state"])
-        fam.add_metric(lbl + ["awake"], 0 if sleeping else 1)
-        fam.add_metric(lbl + ["weights_offloaded"], 1 if level == 1 else 0)
-        fam.add_metric(lbl + ["discard_all"], 1 if level == 2 else 0)
-        yield fam
-        yield self._lora_family()
-
-    def _lora_family(self):
-        sim = self.sim
-        if sim is not None:
-            engine = getattr(sim, "engine", None)
-            if engine is not None:
-                sched = engine.scheduler
-                running = ",".join(sorted({r.lora for r in sched.running if r.lora}))
-                waiting = ",".join(sorted({r.lora for r in sched.waiting if r.lora}))
-            else:
-                running = ",".join(sorted(n for n, c in sim.loras.loaded.items() if c > 0))
-                waiting = ",".join(sorted({s.lora for s in sim.waiting if s.lora}))
-            state = (running, waiting)
-            if state != self._lora_last:
-                states = self._lora_states
-                states.pop(state, None)
-                states[state] = time.time()
-                self._lora_last = state
-                cap = sim.loras.resident          # max(--max-cpu-loras, --max-loras): adapters in memory
-                while len(states) > cap:
-                    states.popitem(last=False)
-        # vLLM's three labels, no engine nor model_name (vllm/v1/metrics/loggers.py; vLLM refuses
-        # LoRA with more than one engine, and each data-parallel rank here has its own /metrics)
-        fam = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
-                                labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"])
-        max_lora = str(self.config.max_loras)
-        for (running, waiting), ts in self._lora_states.items():
-            fam.add_metric([max_lora, waiting, running], ts)
-        return fam
-
-    def refused(self, error, reason: str = "max_num_queued_reqs"):
-        """Count a request refused by a queue limit (vLLM 0.34's
-        ``vllm:admission_rejections{reason}``: ``max_num_queued_reqs`` for the waiting queue's
-        429 and ``--max-num-queued-reqs``, ``max_num_queued_tokens``); returns ``error`` (what
-        the caller raises)."""
-        self.admission_rejections[reason].inc()
-        return error
-
-    def _collect_config_info(self):
-        """``vllm:cache_config_info``: a gauge at 1 labelled with every CacheConfig field
-        (:func:`cache_config_metrics_info`) and ``engine``, as vLLM's
-        ``PrometheusStatLogger.log_metrics_info("cache_config", ...)``."""
-        from .cache_config_info import cache_config_metrics_info
-        info = cache_config_metrics_info(self.config)
-        fam = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                labels=[*info, "engine"])
-        fam.add_metric([*info.values(), self.engine], 1)
-        yield fam
-
     def _collect_counters(self):
         lbl = [self.model_name, self.engine]
+        created = self.started
         for name, doc, c in (
                 ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", self.preemptions),
                 ("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
                 ("vllm:generation_tokens", "Number of generation tokens processed.", self.generation_tokens),
                 ("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
                  self.prompt_cached),
-                ("vllm:prompt_tokens_recomputed", "Number of cached tokens recomputed for forward pass.",
-                 self.prompt_recomputed),
                 ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
                  self.prefix_queries),
                 ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
@@ -380,25 +282,48 @@ class MetricsRecorder:
                  "(--latency-calculator step). Growing means the simulator, not the simulated model, "
                  "sets the pace.", self.step_wait)):
             fam = CounterMetricFamily(name, doc, labels=list(LABELS))
-            fam.add_metric(lbl, c.value)
+            fam.add_metric(lbl, c.value, created)
             yield fam
-        fam = CounterMetricFamily("vllm:admission_rejections",
-                                  "Number of admission attempts rejected by a queue limit, by reason.",
-                                  labels=["model_name", "reason"])
-        for reason, c in self.admission_rejections.items():
-            fam.add_metric([self.model_name, reason], c.value)
-        yield fam
+            if name == "vllm:prompt_tokens_cached" and self.shown["vllm:prompt_tokens_recomputed"]:
+                # vLLM 0.17-0.19: the last prompt token, recomputed when the whole prompt was
+                # cached; the simulator always leaves one token to compute (0)
+                fam = CounterMetricFamily("vllm:prompt_tokens_recomputed",
+                                          "Number of cached tokens recomputed for forward pass.", labels=list(LABELS))
+                fam.add_metric(lbl, self.prompt_recomputed.value, created)
+                yield fam
+        if self.shown["vllm:admission_rejections"]:
+            fam = CounterMetricFamily("vllm:admission_rejections",
+                                      "Number of admission attempts rejected by a queue limit, by reason.",
+                                      labels=["model_name", "reason"])
+            for reason, c in self.admission_rejections.items():
+                fam.add_metric([self.model_name, reason], c.value, created)
+            yield fam
+        if self.shown["vllm:prompt_tokens_cached_by_source"]:
+            # vLLM counts at admission the local prefix-cache hits as "device" and the KV
+            # connector's by its tier; the simulator's one connector tier is the CPU tier of
+            # --kv-offloading-size (step mode), "host": the sum is prefix_cache_hits +
+            # external_prefix_cache_hits, as vLLM's help says
+            fam = CounterMetricFamily(
+                "vllm:prompt_tokens_cached_by_source",
+                "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+                "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+                "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+                "vllm:external_prefix_cache_hits.", labels=list(LABELS) + ["source"])
+            hits = {"device": self.prefix_hits.value, "host": self.external_hits.value}
+            for source in CACHE_HIT_SOURCES:
+                fam.add_metric(lbl + [source], hits.get(source, 0), created)
+            yield fam
         fam = CounterMetricFamily("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
                                   labels=list(LABELS) + ["source"])
         for source, c in self.by_source.items():
-            fam.add_metric(lbl + [source], c.value)
+            fam.add_metric(lbl + [source], c.value, created)
         yield fam
         fam = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
                                   labels=list(LABELS) + ["finished_reason"])
         for reason, c in self.success.items():
-            fam.add_metric(lbl + [reason], c.value)
+            fam.add_metric(lbl + [reason], c.value, created)
         yield fam
-
+        yield from self._parser_family(created)
     # ---- engine hooks ----------------------------------------------------------------------
     def finished(self, seq) -> None:
         """A sequence completed successfully: observe its measured timings and token counts.
@@ -410,6 +335,8 @@ class MetricsRecorder:
         counter = self.success.get(_REASON.get(reason, reason))
         (counter or self.success["stop"]).value += 1
         req = seq.request
+        if req.tool_parser is not None and reason != "cache_threshold":
+            self.parsed(seq)
         p = seq.prompt_len
         n = seq.completion_tokens
         engine_req = getattr(seq, "engine_req", None)
@@ -501,11 +428,10 @@ class MetricsRecorder:
         h.counts[bl(h.bounds, v)] += 1
         h.sum += v
         tokens = len(seq.pieces)
-        if tokens > 1:
-            h = self.request_tpot
-            v = decode / (tokens - 1)
-            h.counts[bl(h.bounds, v)] += 1
-            h.sum += v
+        h = self.request_tpot                       # vLLM: 0 for an answer of one token or none
+        v = decode / (tokens - 1) if tokens > 1 else 0.0
+        h.counts[bl(h.bounds, v)] += 1
+        h.sum += v
 
     def aborted(self, seq, produced: int, reason: str = "abort") -> None:
         """A sequence the client abandoned (disconnect, gRPC ``Abort``) after it was admitted:
@@ -576,11 +502,3 @@ class MetricsRecorder:
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""
         self.itl.observe_n(seconds, n)
-
-
-class _Collector:
-    """Adapts a generator function to prometheus_client's collector protocol."""
-
-    def __init__(self, fn):
-        self.collect = fn
-

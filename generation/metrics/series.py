@@ -5,8 +5,10 @@ and :class:`FastCounter`, a plain value."""
 from __future__ import annotations
 
 import bisect
+import time
 
 from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 
@@ -14,13 +16,17 @@ class FastHistogram:
     """A single-series histogram for hot paths, exported through prometheus_client's
     custom-collector API.  Not thread-safe by design: the simulator is one gevent thread."""
 
-    def __init__(self, name: str, documentation: str, buckets, labels: dict):
+    def __init__(self, name: str, documentation: str, buckets, labels: dict, created: float | None = None):
         self.name = name
         self.documentation = documentation
         self.bounds = [float(b) for b in buckets]
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum = 0.0
         self.labels = labels
+        # unix time the series was made: prometheus_client's <name>_created sample, which vLLM's
+        # /metrics carries for every counter and histogram series (one API server process:
+        # prometheus_client's default registry, its created series not disabled)
+        self.created = time.time() if created is None else created
 
     def observe(self, value: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
@@ -42,21 +48,27 @@ class FastHistogram:
     def describe(self):
         return [HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))]
 
-    def render_into(self, out: list) -> None:
+    def render_into(self, out: list, head: bool = True, created: bool = True) -> None:
         """Append this histogram's text exposition (what ``generate_latest`` prints for
-        :meth:`collect`) to ``out``, from label strings built once: a scrape stays cheap."""
+        :meth:`collect`) to ``out``, from label strings built once: a scrape stays cheap.
+        ``head``: the family's HELP and TYPE lines first; ``created``: its ``_created`` gauge
+        after (:class:`LabelledHistogram` writes those once for all its series)."""
         pre = self.__dict__.get("_prefixes")
         src = self.source or self
         if pre is None or len(pre[0]) != len(src.counts):
             pre = self._prefixes = self._build_prefixes(src.bounds)
-        buckets, count_prefix, sum_prefix, head = pre
-        out.append(head)
+        buckets, count_prefix, sum_prefix, head_text, created_head, created_line = pre
+        if head:
+            out.append(head_text)
         acc = 0
         for prefix, c in zip(buckets, src.counts):
             acc += c
             out.append(prefix + _fmt_count(acc))
         out.append(count_prefix + _fmt_count(acc))
         out.append(sum_prefix + floatToGoString(src.sum) + "\n")
+        if created:
+            out.append(created_head)
+            out.append(created_line)
 
     def _build_prefixes(self, bounds):
         def labels(extra=None):
@@ -68,17 +80,73 @@ class FastHistogram:
         head = f"# HELP {self.name} {doc}\n# TYPE {self.name} histogram\n"
         buckets = [f"{self.name}_bucket{{{labels({'le': floatToGoString(b)})}}} "
                    for b in list(bounds) + [float("inf")]]
-        return (buckets, f"{self.name}_count{{{labels()}}} ", f"{self.name}_sum{{{labels()}}} ", head)
+        created_head = f"# HELP {self.name}_created {doc}\n# TYPE {self.name}_created gauge\n"
+        created_line = f"{self.name}_created{{{labels()}}} {floatToGoString((self.source or self).created)}\n"
+        return (buckets, f"{self.name}_count{{{labels()}}} ", f"{self.name}_sum{{{labels()}}} ", head,
+                created_head, created_line)
 
-    def collect(self):
+    def add_to(self, fam) -> None:
+        """Add this series' samples (buckets, count, sum, created) to family ``fam``."""
         src = self.source or self
-        fam = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
         cum, acc = [], 0
         for b, c in zip(src.bounds + [float("inf")], src.counts):
             acc += c
             cum.append((floatToGoString(b), acc))
         fam.add_metric(list(self.labels.values()), cum, src.sum)
+        fam.samples.append(Sample(self.name + "_created", dict(self.labels), src.created))
+
+    def collect(self):
+        fam = HistogramMetricFamily(self.name, self.documentation, labels=list(self.labels))
+        self.add_to(fam)
         yield fam
+
+
+class LabelledHistogram:
+    """A histogram family whose series are made on first use, one per value of its last label
+    (prometheus_client's ``Histogram(...).labels(...)`` made lazily, as vLLM's render-duration
+    and sleep-mode histograms): each a :class:`FastHistogram`; no series, no family in the
+    exposition until the first (:meth:`child`).  ``labels``: the fixed labels' values (a dict,
+    possibly empty); ``label``: the name of the varying one."""
+
+    def __init__(self, name: str, documentation: str, buckets, labels: dict, label: str):
+        self.name = name
+        self.documentation = documentation
+        self.buckets = buckets
+        self.fixed = labels
+        self.label = label
+        self.children: dict = {}
+
+    def child(self, value: str) -> FastHistogram:
+        h = self.children.get(value)
+        if h is None:
+            h = self.children[value] = FastHistogram(self.name, self.documentation, self.buckets,
+                                                     {**self.fixed, self.label: value})
+        return h
+
+    def observe(self, value: str, seconds: float) -> None:
+        self.child(value).observe(seconds)
+
+    def describe(self):
+        return []           # the family exists only once a series does: collect decides
+
+    def collect(self):
+        if not self.children:
+            return
+        fam = HistogramMetricFamily(self.name, self.documentation, labels=[*self.fixed, self.label])
+        for h in self.children.values():
+            h.add_to(fam)
+        yield fam
+
+    def render_into(self, out: list) -> None:
+        """As ``generate_latest`` prints :meth:`collect`: every series, then one ``_created``
+        gauge family with each series' line."""
+        children = list(self.children.values())
+        if not children:
+            return
+        for i, h in enumerate(children):
+            h.render_into(out, head=i == 0, created=False)
+        out.append(children[0]._prefixes[4])
+        out.extend(h._prefixes[5] for h in children)
 
 
 def _escape(value: str) -> str:

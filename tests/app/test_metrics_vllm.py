@@ -38,39 +38,91 @@ def bounds(fams: dict, name: str) -> list:
     return [float(s.labels["le"]) for s in fams[name].samples if s.name == name + "_bucket"]
 
 
-EXPECTED = {       # family name (without _total) -> type, as vLLM declares them
-    "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
-    "vllm:num_requests_waiting_by_reason": "gauge", "vllm:kv_cache_usage_perc": "gauge",
-    "vllm:engine_sleep_state": "gauge", "vllm:lora_requests_info": "gauge", "vllm:cache_config_info": "gauge",
-    "vllm:num_preemptions": "counter", "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
-    "vllm:prompt_tokens_by_source": "counter", "vllm:prompt_tokens_cached": "counter",
-    "vllm:prefix_cache_queries": "counter", "vllm:prefix_cache_hits": "counter",
-    "vllm:request_success": "counter", "vllm:admission_rejections": "counter",
-    "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
-    "vllm:time_per_output_token_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram",
-    "vllm:request_queue_time_seconds": "histogram", "vllm:request_inference_time_seconds": "histogram",
-    "vllm:request_prefill_time_seconds": "histogram", "vllm:request_decode_time_seconds": "histogram",
-    "vllm:request_time_per_output_token_seconds": "histogram", "vllm:request_prompt_tokens": "histogram",
-    "vllm:request_generation_tokens": "histogram", "vllm:request_max_num_generation_tokens": "histogram",
-    "vllm:request_params_max_tokens": "histogram", "vllm:request_params_n": "histogram",
-    "vllm:iteration_tokens_total": "histogram", "vllm:request_prefill_kv_computed_tokens": "histogram",
+# vLLM 0.34's /metrics with the default flags, before any request (vllm/v1/metrics/loggers.py):
+# family name (without _total) -> (type, help text); besides, prometheus_client's default
+# registry's python_gc_*, python_info and process_* families, and a <name>_created gauge per
+# counter and histogram
+EXPECTED = {
+    "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches."),
+    "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed."),
+    "vllm:num_requests_waiting_by_reason": (
+        "gauge", "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+        "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). "
+        "Sum of all reasons equals vllm:num_requests_waiting."),
+    "vllm:engine_sleep_state": (
+        "gauge", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+        "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."),
+    "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage."),
+    "vllm:prefix_cache_queries": ("counter", "Prefix cache queries, in terms of number of queried tokens."),
+    "vllm:prefix_cache_hits": ("counter", "Prefix cache hits, in terms of number of cached tokens."),
+    "vllm:external_prefix_cache_queries": (
+        "counter", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of "
+        "number of queried tokens."),
+    "vllm:external_prefix_cache_hits": (
+        "counter", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+        "number of cached tokens."),
+    "vllm:mm_cache_queries": ("counter", "Multi-modal cache queries, in terms of number of queried items."),
+    "vllm:mm_cache_hits": ("counter", "Multi-modal cache hits, in terms of number of cached items."),
+    "vllm:num_preemptions": ("counter", "Cumulative number of preemption from the engine."),
+    "vllm:prompt_tokens": ("counter", "Number of prefill tokens processed."),
+    "vllm:prompt_tokens_by_source": ("counter", "Number of prompt tokens by source."),
+    "vllm:prompt_tokens_cached": ("counter", "Number of cached prompt tokens (local + external)."),
+    "vllm:prompt_tokens_cached_by_source": (
+        "counter", "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+        "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. "
+        "Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits."),
+    "vllm:generation_tokens": ("counter", "Number of generation tokens processed."),
+    "vllm:request_success": ("counter", "Count of successfully processed requests."),
+    "vllm:admission_rejections": ("counter", "Number of admission attempts rejected by a queue limit, by reason."),
+    "vllm:request_prompt_tokens": ("histogram", "Number of prefill tokens processed."),
+    "vllm:request_generation_tokens": ("histogram", "Number of generation tokens processed."),
+    "vllm:iteration_tokens_total": ("histogram", "Histogram of number of tokens per engine_step."),
+    "vllm:request_max_num_generation_tokens": (
+        "histogram", "Histogram of maximum number of requested generation tokens."),
+    "vllm:request_params_n": ("histogram", "Histogram of the n request parameter."),
+    "vllm:request_params_max_tokens": ("histogram", "Histogram of the max_tokens request parameter."),
+    "vllm:time_to_first_token_seconds": ("histogram", "Histogram of time to first token in seconds."),
+    "vllm:inter_token_latency_seconds": ("histogram", "Histogram of inter-token latency in seconds."),
+    "vllm:request_time_per_output_token_seconds": (
+        "histogram", "Histogram of time_per_output_token_seconds per request."),
+    "vllm:e2e_request_latency_seconds": ("histogram", "Histogram of e2e request latency in seconds."),
+    "vllm:request_queue_time_seconds": ("histogram", "Histogram of time spent in WAITING phase for request."),
+    "vllm:request_inference_time_seconds": ("histogram", "Histogram of time spent in RUNNING phase for request."),
+    "vllm:request_prefill_time_seconds": ("histogram", "Histogram of time spent in PREFILL phase for request."),
+    "vllm:request_decode_time_seconds": ("histogram", "Histogram of time spent in DECODE phase for request."),
+    "vllm:request_num_preemptions": ("histogram", "Histogram of the number of times a request was preempted."),
+    "vllm:request_prefill_kv_computed_tokens": (
+        "histogram", "Histogram of new KV tokens computed during prefill (excluding cached tokens)."),
+    "vllm:cache_config_info": ("gauge", "Information of the LLMEngine CacheConfig"),
 }
+DEFAULT_REGISTRY = {"python_gc_objects_collected", "python_gc_objects_uncollectable", "python_gc_collections",
+                    "python_info", "process_virtual_memory_bytes", "process_resident_memory_bytes",
+                    "process_start_time_seconds", "process_cpu_seconds", "process_open_fds", "process_max_fds"}
+SIMULATOR_OWN = {"vllm_sim:engine_step_wait_seconds", "vllm_sim:token_emission_lag_seconds"}
 
 FRONTEND = {"vllm:admission_rejections"}      # vLLM 0.34: labels model_name and reason only
 
 
+def own(name: str) -> str:
+    """The family a ``<name>_created`` gauge family belongs to (the text parser keeps them apart)."""
+    return name[:-len("_created")] if name.endswith("_created") else name
+
+
 def test_names_types_labels_and_buckets_at_start(app_client):
     fams = families(app_client("--max-model-len", "1024"))
-    for name, kind in EXPECTED.items():
-        assert name in fams and fams[name].type == kind, name
+    for name, (kind, doc) in EXPECTED.items():
+        assert name in fams and (fams[name].type, fams[name].documentation) == (kind, doc), name
+    # every counter and histogram series has its <name>_created gauge (vLLM's one API server uses
+    # prometheus_client's default registry), the other families none; no LoRA family without LoRA
+    created = {f.name[:-len("_created")] for f in fams.values() if f.name.endswith("_created")}
+    assert created == {n for n, (k, _) in EXPECTED.items() if k != "gauge"} | SIMULATOR_OWN
+    assert set(fams) == set(EXPECTED) | DEFAULT_REGISTRY | SIMULATOR_OWN | {n + "_created" for n in created}
     for fam in fams.values():
-        if fam.name in FRONTEND:                      # vLLM's frontend counts: no engine label
+        if own(fam.name) in FRONTEND:                 # vLLM's frontend counts: no engine label
             assert {s.labels["reason"] for s in fam.samples} == {"max_num_queued_reqs", "max_num_queued_tokens"}
             continue
-        if fam.name == "vllm:lora_requests_info":     # vLLM's three labels only (case C24)
-            assert all(set(s.labels) == {"max_lora", "running_lora_adapters", "waiting_lora_adapters"}
-                       for s in fam.samples), fam.samples
-            continue
+        if fam.name.endswith("_created"):
+            assert {s.name for s in fam.samples} == {fam.name} and all(s.value > 1.7e9 for s in fam.samples)
         if fam.name.startswith("vllm:"):
             for s in fam.samples:
                 assert s.labels.get("engine") == "0", s
@@ -91,7 +143,25 @@ def test_names_types_labels_and_buckets_at_start(app_client):
         [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, inf]
     assert bounds(fams, "vllm:request_params_n") == [1, 2, 5, 10, 20, inf]
     assert bounds(fams, "vllm:request_prefill_kv_computed_tokens") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, inf]
-    assert bounds(fams, "vllm:time_to_first_token_seconds")[:4] == [0.001, 0.005, 0.01, 0.02]
+    assert bounds(fams, "vllm:time_to_first_token_seconds") == [
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+        80.0, 160.0, 640.0, 2560.0, inf]
+    itl = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+           80.0, inf]
+    latency = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0, inf]
+    tokens = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, inf]
+    for name, want in (("vllm:inter_token_latency_seconds", itl), ("vllm:request_time_per_output_token_seconds", itl),
+                       ("vllm:e2e_request_latency_seconds", latency), ("vllm:request_queue_time_seconds", latency),
+                       ("vllm:request_inference_time_seconds", latency), ("vllm:request_prefill_time_seconds", latency),
+                       ("vllm:request_decode_time_seconds", latency), ("vllm:request_prompt_tokens", tokens),
+                       ("vllm:request_generation_tokens", tokens), ("vllm:request_max_num_generation_tokens", tokens),
+                       ("vllm:request_params_max_tokens", tokens),
+                       # vLLM 0.34's REQUEST_NUM_PREEMPTIONS_BUCKETS (vllm/v1/metrics/buckets.py)
+                       ("vllm:request_num_preemptions", [1, 2, 3, 4, 5, 10, 20, inf])):
+        assert bounds(fams, name) == want, name
+    assert {s.labels["source"]: s.value for s in fams["vllm:prompt_tokens_cached_by_source"].samples} == \
+        {"device": 0, "host": 0, "p2p": 0, "disk": 0, "external_unspecified": 0}
     assert sample(fams, "vllm:cache_config_info", block_size="16", num_gpu_blocks="1024",
                   kv_cache_size_tokens="16384", kv_cache_max_concurrency="16.0") == 1
 
@@ -171,7 +241,7 @@ def test_engine_label_is_the_data_parallel_rank(app_client):
     fams = families(app_client("--data-parallel-size", "2", "--data-parallel-rank", "1"))
     assert {"vllm:num_requests_running", "vllm:time_to_first_token_seconds", "vllm:request_success"} <= set(fams)
     for fam in fams.values():
-        if fam.name.startswith("vllm:") and fam.name not in FRONTEND and fam.name != "vllm:lora_requests_info":
+        if fam.name.startswith("vllm:") and own(fam.name) not in FRONTEND:
             assert {s.labels["engine"] for s in fam.samples} == {"1"}, fam.name
 
 
@@ -233,7 +303,11 @@ def test_fast_render_is_the_same_text_as_generate_latest(app_client):
     assert c.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 3}).status_code == 200
     m = c.sim.metrics
     m.itl.observe_n(0.02, 5000)            # counts past the formatting cache
-    assert sorted(m.render().decode().splitlines()) == sorted(generate_latest(m.registry).decode().splitlines())
+    m.rendered("completion", 0.003)        # a second render-duration series
+
+    def lines(text: bytes) -> list:        # the process' own figures move between two scrapes
+        return sorted(line for line in text.decode().splitlines() if not line.startswith("process_"))
+    assert lines(m.render()) == lines(generate_latest(m.registry))
 
 
 # ---- case C35: metric families inference-perf scrapes (the whole list: above) ---------------------
