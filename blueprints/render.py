@@ -257,6 +257,8 @@ def derender_chat_completion():
     raw = parse_json_body()
     model = raw.get("model")
     if model is not None:
+        if not isinstance(model, str):      # DerenderChatRequest: str | None, as on /v1/completions/derender
+            raise bad_field("model", "Input should be a valid string.")
         sim.resolve_model(model)
     gen = raw.get("generate_response")
     check_generate_response(gen, "generate_response")

@@ -81,7 +81,7 @@ class MessagesField(fields.Field):
 class SamplingSchema(SamplingKnobsSchema):
     """Fields shared by chat and completions."""
     __model__ = p.OpenAISampling
-    model = fields.Raw()
+    model = Str()                            # vLLM: str | None = None (null: the first served model)
     n = StrictInt()
     stream = StrictBool()
     stream_options = fields.Nested(StreamOptionsSchema)

@@ -73,7 +73,7 @@ def _bad_truncate():
 class EmbeddingRequestSchema(PoolingChecks):
     """vLLM 0.34's ``EmbeddingCompletionRequest`` (``input``) or ``EmbeddingChatRequest``
     (``messages``)."""
-    model = fields.Raw()
+    model = Str()                   # vLLM's PoolingBasicRequestMixin: str | None = None
     input = EmbeddingInputField()
     messages = MessagesField()
     encoding_format = Literal(*ENCODING_FORMATS, nullable=False)      # vLLM's EncodingRequestMixin: no None

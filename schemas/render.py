@@ -45,14 +45,14 @@ class CompletionRenderSchema(RenderOptionsSchema):
     __order__ = order.CompletionRequest
     mm_processor_kwargs = fields.Raw()     # not CompletionRequest fields: untyped extras there
     media_io_kwargs = fields.Raw()
-    model = fields.Raw()
+    model = Str()                          # vLLM's CompletionRequest: str | None = None
     prompt = PromptField(required=True)
 
 
 class ChatRenderSchema(RenderOptionsSchema):
     __model__ = p.ChatRenderRequest
     __order__ = order.ChatCompletionRequest
-    model = fields.Raw()
+    model = Str()                          # vLLM's ChatCompletionRequest: str | None = None
     messages = MessagesField()
     tools = List(fields.Dict(), allow_none=True)
     chat_template = Str(allow_none=True)
@@ -66,7 +66,7 @@ class TokenizeSchema(RenderOptionsSchema):
     """vLLM 0.34's ``TokenizeCompletionRequest`` (``prompt``) or ``TokenizeChatRequest``
     (``messages``)."""
     __model__ = p.TokenizeRequest
-    model = fields.Raw()
+    model = Str()                          # serve/tokenize/protocol.py:25, :51: str | None = None
     prompt = fields.String()
     messages = MessagesField()
     add_special_tokens = StrictBool()
@@ -84,7 +84,7 @@ class TokenizeSchema(RenderOptionsSchema):
 class DetokenizeSchema(BaseSchema):
     __model__ = p.DetokenizeRequest
     __order__ = order.DetokenizeRequest
-    model = fields.Raw()
+    model = Str()                          # serve/tokenize/protocol.py:194: str | None = None
     tokens = TokenIdList(required=True)
 
 

@@ -337,7 +337,7 @@ class TextConfigSchema(BaseSchema):
 class ResponsesRequestSchema(BaseSchema):
     __model__ = p.ResponsesRequest
     __order__ = order.ResponsesRequest
-    model = fields.Raw()
+    model = Str()                               # vLLM: str | None = None
     input = InputField(required=True, error_messages={"required": "input is required"})
     instructions = Str()
     max_output_tokens = StrictInt(int64=True)         # echoed in the response object
