@@ -23,7 +23,7 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import check_mm_kwargs, check_prompt_count
+from generation.adapters.fields import EMPTY_PROMPT, check_mm_kwargs, check_prompt_count
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.responses import to_chat_messages, to_chat_tools
@@ -131,8 +131,8 @@ def render_completion():
     raw = parse_json_body()
     body = load(completion_render_schema, raw)
     prompt = body.prompt
-    if prompt is None:
-        raise InvalidParam("prompt: Field required.", "prompt")
+    if prompt is None:              # vLLM's validate_prompt_and_prompt_embeds (completion/protocol.py:612)
+        raise Rejected(EMPTY_PROMPT, "prompt")
     kind, items = prompt
     check_prompt_count(len(items))        # vLLM's CompletionRequest validator (a flat id list is one)
     model = _render_model(sim, body.model)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields
 
 from generation.adapters import protocol as p
+from generation.adapters.request_validators import check_prompt_given
 
 from . import field_order as order
 from .chat import MessagesField
@@ -46,7 +47,12 @@ class CompletionRenderSchema(RenderOptionsSchema):
     mm_processor_kwargs = fields.Raw()     # not CompletionRequest fields: untyped extras there
     media_io_kwargs = fields.Raw()
     model = Str()                          # vLLM's CompletionRequest: str | None = None
-    prompt = PromptField(required=True)
+    prompt = PromptField()                 # absent or null: vLLM's request validator (the blueprint)
+
+    def request_validators(self, body: dict) -> None:
+        """vLLM's render reads a CompletionRequest, whose ``validate_prompt_and_prompt_embeds``
+        (completion/protocol.py:612) answers a body without a prompt alone, ahead of its fields."""
+        check_prompt_given(body)
 
 
 class ChatRenderSchema(RenderOptionsSchema):
