@@ -33,7 +33,7 @@ from generation.errors import APIError, InvalidParam, Rejected
 from generation.structured.numeric import is_int
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
-from schemas.common import load
+from schemas.common import load, required_refusal
 from schemas.derender import bad_field, check_completion_request, check_generate_response, check_token_list
 from schemas.lax import mm_payload
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
@@ -488,13 +488,15 @@ def tokenizer_info():
 @bp.post("/tokenize")
 def tokenize():
     sim = simulator()
-    body = load(tokenize_schema, parse_json_body())
+    raw = parse_json_body()
+    body = load(tokenize_schema, raw)
     prompt = body.prompt
     messages = body.messages
     if prompt and messages is not None:
         raise InvalidParam("both prompt and messages fields in tokenize request", "messages")
     if prompt is None and messages is None:
-        raise InvalidParam("Either prompt or messages is required", "prompt")
+        # pydantic's missing prompt (TokenizeCompletionRequest) or messages null (TokenizeChatRequest)
+        raise required_refusal(tokenize_schema, raw) or InvalidParam("Either prompt or messages is required", "prompt")
     _check_optional_model(sim, body.model)
     _check_mm_kwargs(sim, body)
     if prompt is not None and (prompt or messages is None):

@@ -20,7 +20,7 @@ from generation.adapters.validation import (Errors, Mismatch, literal_mismatch, 
 from generation.errors import Rejected, RequestInvalid
 
 from . import field_order as order
-from .refusal import Refused, _refusal, refuse
+from .refusal import Refused, _refusal, mm_payload_alias, refuse, required_refusal
 
 
 def read_as_pydantic(reader, value):
@@ -285,6 +285,24 @@ class BaseSchema(Schema):
         them for a body whose fields failed, as pydantic runs them ahead of the fields and
         answers one that raises alone.  None here."""
 
+    def required_fields(self, body: dict) -> tuple:
+        """The fields the vLLM model that ``body`` is read as requires (no default): absent, each
+        is pydantic's ``missing`` error in :func:`load`'s list (``null``, the field's own error,
+        as pydantic reads ``None`` for a type without it).  The schema's required fields where it
+        has a field order (a schema without one is no pydantic model's: the simulator words its
+        missing fields); a schema for two of vLLM's models picks them by the body."""
+        if not self.field_order(body):
+            return ()
+        names = self.__dict__.get("_required")
+        if names is None:
+            names = self._required = tuple(n for n, f in self.fields.items() if f.required)
+        return names
+
+    def validated_body(self, body: dict) -> dict:
+        """``body`` as the vLLM model's fields are validated on it, after its before-validators
+        (pydantic's ``input`` of a ``missing`` error: a validator that adds a key counts it)."""
+        return body
+
     def field_rank(self, body: dict) -> dict:
         """``{field: place}`` of :meth:`field_order` (``_schema``, the schema's own errors,
         first)."""
@@ -480,7 +498,7 @@ def load(schema: Schema, body):
         raise _refusal(schema, e.messages, body) from None
 
 
-__all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
+__all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "required_refusal", "mm_payload_alias", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList", "Literal",
            "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]

@@ -93,5 +93,10 @@ class EmbeddingRequestSchema(PoolingChecks):
     def field_order(self, body: dict) -> tuple:
         return order.EmbeddingChatRequest if "messages" in body else order.EmbeddingCompletionRequest
 
+    def required_fields(self, body: dict) -> tuple:
+        """``messages`` (EmbeddingChatRequest, pooling/base/protocol.py:316) or ``input``
+        (EmbeddingCompletionRequest's CompletionRequestMixin, :214)."""
+        return ("messages",) if "messages" in body else ("input",)
+
 
 embedding_request_schema = EmbeddingRequestSchema()

@@ -1,7 +1,8 @@
 """How a failed load is answered (:func:`schemas.common.load`): marshmallow's error dict walked in
 the order pydantic reports a vLLM model's errors, pydantic's errors (:class:`Refused`) listed in
 vLLM's validation handler's words (:func:`~generation.adapters.validation.validation_errors`),
-the simulator's own wording answered alone where it comes first."""
+the simulator's own wording answered alone where it comes first; a required field the body
+lacks is pydantic's ``missing`` error in that list."""
 from __future__ import annotations
 
 from marshmallow import ValidationError, fields
@@ -64,6 +65,56 @@ def _leaves(messages, schema, body, parts=()):
         yield parts, messages
 
 
+MISSING = ("missing", "Field required")
+
+
+def mm_payload_alias(body: dict) -> dict:
+    """vLLM 0.34's ``resolve_return_mm_kwargs_alias`` (a before-validator of chat, completions,
+    responses and Anthropic's messages, ``generate/base/protocol.py:61``): ``return_mm_kwargs``
+    false without ``mm_payload`` adds ``mm_payload: "none"`` to the body its fields are read
+    from."""
+    if body.get("return_mm_kwargs") is False and "mm_payload" not in body:
+        return {**body, "mm_payload": "none"}
+    return body
+
+
+def _required_errors(schema, messages, body) -> dict:
+    """``messages`` (marshmallow's error dict of ``body``) with pydantic's errors of the fields
+    the vLLM model requires (:meth:`~schemas.common.BaseSchema.required_fields`): an absent one is
+    ``missing``, its ``input`` the body as the model's fields see it
+    (:meth:`~schemas.common.BaseSchema.validated_body`); a ``null`` one the field's own error
+    when that is pydantic's (:class:`Refused`: ``list_type`` for ``messages``), as pydantic reads
+    ``None`` for a type without it; else marshmallow's message stays."""
+    required_fields = getattr(schema, "required_fields", None)
+    required = required_fields(body) if required_fields is not None else ()
+    out = messages
+    for name in required:
+        if name not in body:
+            error = [Refused(("", schema.validated_body(body), *MISSING))]
+        elif body[name] is None:
+            try:
+                schema.fields[name]._deserialize(None, name, body)
+                continue
+            except ValidationError as e:
+                if not (isinstance(e.messages, list) and all(isinstance(m, Refused) for m in e.messages)):
+                    continue
+                error = e.messages
+        else:
+            continue
+        if out is messages:
+            out = dict(messages)
+        out[name] = error
+    return out
+
+
+def required_refusal(schema, body: dict) -> InvalidParam | None:
+    """The 400 of a body that loaded but lacks what the vLLM model it is read as requires, or
+    None: pydantic's ``missing`` / type errors of those fields (for a schema that reads two of
+    vLLM's models and so cannot require either's field: ``/tokenize``, ``/v1/embeddings``)."""
+    messages = _required_errors(schema, {}, body)
+    return _refusal(schema, messages, body) if messages else None
+
+
 def _refusal(schema, messages, body):
     """The 400 of a failed load (marshmallow's error dict ``messages``): when the first error in
     pydantic's order is pydantic's (:class:`Refused`), vLLM's validation handler's answer
@@ -71,11 +122,14 @@ def _refusal(schema, messages, body):
     all counted); otherwise that first error alone in the simulator's words, ``path: message``
     with ``param`` the path (``messages[0].content``), as vLLM words it differently and the
     simulator has no pydantic wording for it.  The simulator's own errors after a pydantic one
-    are left out (they have no line of pydantic's to show).  A request validator's error that a
-    field met (``LogprobCount``) is answered alone, as pydantic lets it through."""
+    are left out (they have no line of pydantic's to show).  A required field the body lacks is
+    pydantic's ``missing`` in its place (:func:`_required_errors`).  A request validator's error
+    that a field met (``LogprobCount``) is answered alone, as pydantic lets it through."""
     for _, leaf in _leaves(messages, schema, body):
         if isinstance(leaf, SimulatorError):
             return leaf          # a request validator's, found reading a field (LogprobCount)
+    if isinstance(messages, dict) and isinstance(body, dict):
+        messages = _required_errors(schema, messages, body)
     errors = Errors()
     for parts, leaf in _leaves(messages, schema, body):
         if not isinstance(leaf, Refused):

@@ -14,7 +14,7 @@ from generation.adapters import protocol as p
 from generation.adapters.request_validators import check_prompt_given
 
 from . import field_order as order
-from .chat import MessagesField
+from .chat import MessagesField, chat_validated_body
 from .common import BaseSchema, Dict, List, Str, StrictBool, are_tokens, first_non_token
 from .completions import PromptField
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_literal
@@ -59,7 +59,7 @@ class ChatRenderSchema(RenderOptionsSchema):
     __model__ = p.ChatRenderRequest
     __order__ = order.ChatCompletionRequest
     model = Str()                          # vLLM's ChatCompletionRequest: str | None = None
-    messages = MessagesField()
+    messages = MessagesField(required=True)
     tools = List(fields.Dict(), allow_none=True)
     chat_template = Str(allow_none=True)
     chat_template_kwargs = Dict(allow_none=True)
@@ -67,13 +67,16 @@ class ChatRenderSchema(RenderOptionsSchema):
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()
 
+    def validated_body(self, body: dict) -> dict:
+        return chat_validated_body(body)
+
 
 class TokenizeSchema(RenderOptionsSchema):
     """vLLM 0.34's ``TokenizeCompletionRequest`` (``prompt``) or ``TokenizeChatRequest``
     (``messages``)."""
     __model__ = p.TokenizeRequest
     model = Str()                          # serve/tokenize/protocol.py:25, :51: str | None = None
-    prompt = fields.String()
+    prompt = Str()                         # :26: str
     messages = MessagesField()
     add_special_tokens = StrictBool()
     return_token_strs = StrictBool()
@@ -85,6 +88,11 @@ class TokenizeSchema(RenderOptionsSchema):
 
     def field_order(self, body: dict) -> tuple:
         return order.TokenizeChatRequest if "messages" in body else order.TokenizeCompletionRequest
+
+    def required_fields(self, body: dict) -> tuple:
+        """``messages`` (TokenizeChatRequest, serve/tokenize/protocol.py:52) or ``prompt``
+        (TokenizeCompletionRequest, :26)."""
+        return ("messages",) if "messages" in body else ("prompt",)
 
 
 class DetokenizeSchema(BaseSchema):
