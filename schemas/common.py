@@ -201,7 +201,8 @@ class List(fields.List):
     inner field reads them."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        read_as_pydantic(read_list, value)
+        if type(value) is not list:
+            read_as_pydantic(read_list, value)
         return super()._deserialize(value, attr, data, **kwargs)
 
 
