@@ -31,7 +31,7 @@ from werkzeug.exceptions import NotFound
 from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
 from generation.tokenization.tokenizer import each_text
-from schemas.common import load
+from schemas.common import load, required_refusal
 from schemas.embeddings import embedding_request_schema
 
 from .common import JSON_MIME, parse_json_body, request_id, response_headers, simulator
@@ -109,9 +109,15 @@ def create_embeddings():
     cfg = sim.config
     if cfg.mm_encoder_only:   # the reference does not register the route in this mode
         raise NotFound()
-    data = load(embedding_request_schema, parse_json_body())
+    raw = parse_json_body()
+    data = load(embedding_request_schema, raw)
     from generation.adapters.pooling import check_request
     check_request(sim, data)
+    if data.get("input") is None and data.get("messages") is None:
+        # pydantic's: input missing (EmbeddingCompletionRequest), messages null (EmbeddingChatRequest)
+        refusal = required_refusal(embedding_request_schema, raw)
+        if refusal is not None:
+            raise refusal
     model = data.get("model")
     display, lora = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
     from generation.adapters.pooling import check_priority

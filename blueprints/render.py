@@ -24,7 +24,7 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import check_mm_kwargs, check_prompt_count
+from generation.adapters.fields import EMPTY_PROMPT, check_mm_kwargs, check_prompt_count
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.responses import to_chat_messages, to_chat_tools
@@ -34,7 +34,7 @@ from generation.errors import APIError, InvalidParam, Rejected
 from generation.structured.numeric import is_int
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
-from schemas.common import load
+from schemas.common import load, required_refusal
 from schemas.derender import bad_field, check_completion_request, check_generate_response, check_token_list
 from schemas.lax import mm_payload
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
@@ -132,8 +132,8 @@ def render_completion():
     raw = parse_json_body()
     body = load(completion_render_schema, raw)
     prompt = body.prompt
-    if prompt is None:
-        raise InvalidParam("prompt: Field required.", "prompt")
+    if prompt is None:              # vLLM's validate_prompt_and_prompt_embeds (completion/protocol.py:612)
+        raise Rejected(EMPTY_PROMPT, "prompt")
     kind, items = prompt
     check_prompt_count(len(items))        # vLLM's CompletionRequest validator (a flat id list is one)
     model = _render_model(sim, body.model)
@@ -262,6 +262,8 @@ def derender_chat_completion():
     raw = parse_json_body()
     model = raw.get("model")
     if model is not None:
+        if not isinstance(model, str):      # DerenderChatRequest: str | None, as on /v1/completions/derender
+            raise bad_field("model", "Input should be a valid string.")
         sim.resolve_model(model)
     gen = raw.get("generate_response")
     check_generate_response(gen, "generate_response")
@@ -491,13 +493,15 @@ def tokenizer_info():
 @bp.post("/tokenize")
 def tokenize():
     sim = simulator()
-    body = load(tokenize_schema, parse_json_body())
+    raw = parse_json_body()
+    body = load(tokenize_schema, raw)
     prompt = body.prompt
     messages = body.messages
     if prompt and messages is not None:
         raise InvalidParam("both prompt and messages fields in tokenize request", "messages")
     if prompt is None and messages is None:
-        raise InvalidParam("Either prompt or messages is required", "prompt")
+        # pydantic's missing prompt (TokenizeCompletionRequest) or messages null (TokenizeChatRequest)
+        raise required_refusal(tokenize_schema, raw) or InvalidParam("Either prompt or messages is required", "prompt")
     _check_optional_model(sim, body.model)
     _check_mm_kwargs(sim, body)
     if prompt is not None and (prompt or messages is None):

@@ -16,7 +16,7 @@ from generation.adapters.request_validators import chat_request_validators
 from generation.adapters.validation import read_list
 
 from . import field_order as order
-from .common import (Dict, IntList, List, Literal, Refused, Str, read_as_pydantic, refuse, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (Dict, IntList, List, Literal, Refused, Str, mm_payload_alias, read_as_pydantic, refuse, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 from .lax import (MM_PAYLOADS, DictOfDicts, ListOfStrDicts, RepetitionDetection, lax_bool, lax_dict, lax_float,
                   lax_literal, lax_str)
@@ -78,10 +78,20 @@ class MessagesField(fields.Field):
         return value
 
 
+def chat_validated_body(body: dict) -> dict:
+    """A chat body as ChatCompletionRequest's fields are read from it: after its
+    ``apply_return_mm_kwargs_alias`` and ``check_tool_usage`` (chat_completion/protocol.py:565,
+    :974), which adds ``tool_choice: "auto"`` beside ``tools`` without one."""
+    body = mm_payload_alias(body)
+    if "tool_choice" not in body and body.get("tools"):
+        body = {**body, "tool_choice": "auto"}
+    return body
+
+
 class SamplingSchema(SamplingKnobsSchema):
     """Fields shared by chat and completions."""
     __model__ = p.OpenAISampling
-    model = fields.Raw()
+    model = Str()                            # vLLM: str | None = None (null: the first served model)
     n = StrictInt()
     stream = StrictBool()
     stream_options = fields.Nested(StreamOptionsSchema)
@@ -154,6 +164,9 @@ class ChatCompletionRequestSchema(SamplingSchema):
     def request_validators(self, body: dict) -> None:
         chat_request_validators(body)
 
+    def validated_body(self, body: dict) -> dict:
+        return chat_validated_body(body)
+
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):
         if value is None or isinstance(value, str):
@@ -217,6 +230,10 @@ class BatchChatCompletionRequestSchema(ChatCompletionRequestSchema):
 
     def request_validators(self, body: dict) -> None:
         """None besides ``check_batch_mode`` (run on every body, :meth:`_batch_mode`)."""
+
+    def validated_body(self, body: dict) -> dict:
+        """As sent (``check_batch_mode`` adds no key)."""
+        return body
 
     @pre_load
     def _batch_mode(self, data, **kwargs):

@@ -16,30 +16,11 @@ from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_
 from generation.adapters import protocol as p
 from generation.adapters.fields import check_cache_salt, check_logprob_number
 from generation.adapters.validation import (Errors, Mismatch, literal_mismatch, read_bool, read_dict, read_float, read_int, read_list,
-                                            read_str, validation_errors)
-from generation.errors import InvalidParam, Rejected, RequestInvalid, SimulatorError
+                                            read_str)
+from generation.errors import Rejected, RequestInvalid
 
 from . import field_order as order
-
-
-class Refused:
-    """A field's value pydantic refuses, as a leaf of marshmallow's error tree: ``errors`` are
-    pydantic's ``(subpath, input, type, msg[, ctx])`` (``subpath`` ``""`` for the field itself,
-    ``"3"`` for its item 3).  :func:`load` words them as vLLM's validation handler
-    (:func:`~generation.adapters.validation.validation_errors`) at the field's path in the body,
-    nested schemas and list indexes included."""
-    __slots__ = ("errors",)
-
-    def __init__(self, *errors):
-        self.errors = errors
-
-    def __str__(self):
-        return self.errors[0][3]
-
-
-def refuse(*errors) -> ValidationError:
-    """The marshmallow error of a field pydantic refuses with ``errors`` (:class:`Refused`)."""
-    return ValidationError([Refused(*errors)])
+from .refusal import Refused, _refusal, mm_payload_alias, refuse, required_refusal
 
 
 def read_as_pydantic(reader, value):
@@ -220,7 +201,8 @@ class List(fields.List):
     inner field reads them."""
 
     def _deserialize(self, value, attr, data, **kwargs):
-        read_as_pydantic(read_list, value)
+        if type(value) is not list:
+            read_as_pydantic(read_list, value)
         return super()._deserialize(value, attr, data, **kwargs)
 
 
@@ -303,6 +285,24 @@ class BaseSchema(Schema):
         in pydantic's order (:mod:`generation.adapters.request_validators`): :func:`load` runs
         them for a body whose fields failed, as pydantic runs them ahead of the fields and
         answers one that raises alone.  None here."""
+
+    def required_fields(self, body: dict) -> tuple:
+        """The fields the vLLM model that ``body`` is read as requires (no default): absent, each
+        is pydantic's ``missing`` error in :func:`load`'s list (``null``, the field's own error,
+        as pydantic reads ``None`` for a type without it).  The schema's required fields where it
+        has a field order (a schema without one is no pydantic model's: the simulator words its
+        missing fields); a schema for two of vLLM's models picks them by the body."""
+        if not self.field_order(body):
+            return ()
+        names = self.__dict__.get("_required")
+        if names is None:
+            names = self._required = tuple(n for n, f in self.fields.items() if f.required)
+        return names
+
+    def validated_body(self, body: dict) -> dict:
+        """``body`` as the vLLM model's fields are validated on it, after its before-validators
+        (pydantic's ``input`` of a ``missing`` error: a validator that adds a key counts it)."""
+        return body
 
     def field_rank(self, body: dict) -> dict:
         """``{field: place}`` of :meth:`field_order` (``_schema``, the schema's own errors,
@@ -414,66 +414,6 @@ def _subset(schema: Schema, body: dict) -> Schema:
     return sub
 
 
-def _nested(schema, key):
-    """The schema that words the errors under ``key`` of ``schema``'s error dict (a
-    ``Nested`` field's, or a list of them), or None."""
-    field = schema.fields.get(key) if schema is not None else None
-    field = getattr(field, "inner", field)
-    return field.schema if isinstance(field, fields.Nested) else None
-
-
-def _leaves(messages, schema, body, parts=()):
-    """``(path, leaf)`` of every error in a marshmallow error dict, in pydantic's order: a
-    schema's fields in its model's order (:meth:`BaseSchema.field_order`; its ``_schema``
-    errors first, fields it does not order after the rest, as marshmallow met them), list
-    items by index, a field's own errors as it raised them."""
-    if isinstance(messages, dict):
-        items = messages.items()
-        if getattr(schema, "field_rank", None) is not None and not all(isinstance(k, int) for k in messages):
-            rank = schema.field_rank(body if isinstance(body, dict) else {})
-            items = sorted(items, key=lambda kv: rank.get(kv[0], len(rank)))
-        for k, v in items:
-            if k == "_schema":
-                yield from _leaves(v, None, None, parts)
-            elif isinstance(k, int):
-                yield from _leaves(v, schema, body[k] if isinstance(body, list) and k < len(body) else None,
-                                   (*parts, k))
-            else:
-                yield from _leaves(v, _nested(schema, k), body.get(k) if isinstance(body, dict) else None,
-                                   (*parts, k))
-    elif isinstance(messages, list):
-        for m in messages:
-            yield from _leaves(m, schema, body, parts)
-    else:
-        yield parts, messages
-
-
-def _refusal(schema, messages, body):
-    """The 400 of a failed load (marshmallow's error dict ``messages``): when the first error in
-    pydantic's order is pydantic's (:class:`Refused`), vLLM's validation handler's answer
-    listing every :class:`Refused` error in that order (:func:`validation_errors`: ten shown,
-    all counted); otherwise that first error alone in the simulator's words, ``path: message``
-    with ``param`` the path (``messages[0].content``), as vLLM words it differently and the
-    simulator has no pydantic wording for it.  The simulator's own errors after a pydantic one
-    are left out (they have no line of pydantic's to show).  A request validator's error that a
-    field met (:class:`LogprobCount`) is answered alone, as pydantic lets it through."""
-    for _, leaf in _leaves(messages, schema, body):
-        if isinstance(leaf, SimulatorError):
-            return leaf          # a request validator's, found reading a field (LogprobCount)
-    errors = Errors()
-    for parts, leaf in _leaves(messages, schema, body):
-        if not isinstance(leaf, Refused):
-            if errors.count:
-                continue
-            path = ""
-            for k in parts:
-                path = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k))
-            return InvalidParam(f"{path}: {leaf}" if path else str(leaf), path or None)
-        for sub, *e in leaf.errors:
-            errors.add((*parts, sub) if sub else parts, *e)
-    return validation_errors(errors.kept, total=errors.count)
-
-
 _FAST: dict = {}
 HOOKED, CHECK_ONLY = True, False        # _fast_plan's marks
 
@@ -559,7 +499,7 @@ def load(schema: Schema, body):
         raise _refusal(schema, e.messages, body) from None
 
 
-__all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
+__all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "required_refusal", "mm_payload_alias", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList", "Literal",
            "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
            "ValidationError"]

@@ -73,7 +73,7 @@ def _bad_truncate():
 class EmbeddingRequestSchema(PoolingChecks):
     """vLLM 0.34's ``EmbeddingCompletionRequest`` (``input``) or ``EmbeddingChatRequest``
     (``messages``)."""
-    model = fields.Raw()
+    model = Str()                   # vLLM's PoolingBasicRequestMixin: str | None = None
     input = EmbeddingInputField()
     messages = MessagesField()
     encoding_format = Literal(*ENCODING_FORMATS, nullable=False)      # vLLM's EncodingRequestMixin: no None
@@ -92,6 +92,11 @@ class EmbeddingRequestSchema(PoolingChecks):
 
     def field_order(self, body: dict) -> tuple:
         return order.EmbeddingChatRequest if "messages" in body else order.EmbeddingCompletionRequest
+
+    def required_fields(self, body: dict) -> tuple:
+        """``messages`` (EmbeddingChatRequest, pooling/base/protocol.py:316) or ``input``
+        (EmbeddingCompletionRequest's CompletionRequestMixin, :214)."""
+        return ("messages",) if "messages" in body else ("input",)
 
 
 embedding_request_schema = EmbeddingRequestSchema()

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validate
 
-from .common import BaseSchema, IntList, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictInt, StringOrList
+from .common import (BaseSchema, IntList, SamplingKnobsSchema, Str, StreamOptionsSchema, StrictBool, StrictInt,
+                     StringOrList)
 from .lax import RepetitionDetection
 from .render import TokenIdList
 
@@ -66,7 +67,7 @@ class FeaturesSchema(BaseSchema):
 
 class GenerateRequestSchema(BaseSchema):
     __model__ = p.GenerateRequest
-    model = fields.Raw()
+    model = Str()                   # vLLM's GenerateRequest: str | None = None (token_in_token_out/protocol.py:288)
     request_id = fields.String()
     token_ids = TokenIdList()
     sampling_params = fields.Nested(SamplingParamsSchema)

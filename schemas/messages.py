@@ -31,7 +31,7 @@ from generation.adapters import protocol as p
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from . import field_order as order
-from .common import BaseSchema, Dict, List, Str, StrictBool, StrictFloat, StrictInt
+from .common import BaseSchema, Dict, List, Str, StrictBool, StrictFloat, StrictInt, mm_payload_alias, refuse
 from .lax import MM_PAYLOADS, lax_bool, lax_literal, lax_str
 
 # Block types that carry meaning for the simulator, and history blocks accepted but skipped.
@@ -315,12 +315,28 @@ def _anthropic_wording(messages):
 MISSING = fields.Field.default_error_messages["required"]
 
 
+class ModelField(Str):
+    """Anthropic's ``model: str`` (required) with vLLM's ``validate_model``
+    (anthropic/protocol.py:362, :494): an empty string is its ``Model is required`` (pydantic's
+    ``value_error``)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if type(value) is str and value:
+            return value
+        value = super()._deserialize(value, attr, data, **kwargs)
+        raise refuse(("", value, "value_error", "Value error, Model is required",
+                      {"error": ValueError("Model is required")}))
+
+
 class CountTokensRequestSchema(BaseSchema):
-    """``POST /v1/messages/count_tokens``: the prompt part of a Messages request."""
+    """``POST /v1/messages/count_tokens``: the prompt part of a Messages request.  ``model``,
+    ``messages`` (and on /v1/messages ``max_tokens``) are required, as vLLM's pydantic models
+    declare them (anthropic/protocol.py:272-274, :477-478): absent, each is pydantic's
+    ``missing`` in the list of the body's errors."""
     __model__ = p.CountTokensRequest
     __order__ = order.AnthropicCountTokensRequest
-    model = fields.Raw()
-    messages = fields.List(fields.Nested(AnthropicMessageSchema), required=True)
+    model = ModelField(required=True)
+    messages = List(fields.Nested(AnthropicMessageSchema), required=True)
     system = SystemField()
     tools = AnthropicToolsField()
     tool_choice = fields.Nested(AnthropicToolChoiceSchema)
@@ -344,6 +360,11 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     __model__ = p.MessagesRequest
     __order__ = order.AnthropicMessagesRequest
     max_tokens = StrictInt(required=True)
+
+    def validated_body(self, body: dict) -> dict:
+        """After ``apply_return_mm_kwargs_alias`` (anthropic/protocol.py:382)."""
+        return mm_payload_alias(body)
+
     stop_sequences = List(Str())
     stream = StrictBool()
     metadata = fields.Dict()

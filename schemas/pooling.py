@@ -13,7 +13,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
-from .common import BaseSchema, Literal, StrictBool, StrictInt
+from .common import BaseSchema, Literal, Str, StrictBool, StrictInt
 from .embeddings import (EMBED_DTYPES, ENCODING_FORMATS, ENDIANNESS, MAX_DIMENSIONS, TRUNCATION_SIDES, EmbeddingInputField,
                          PoolingChecks)
 
@@ -26,7 +26,7 @@ def _bad_truncate():
 
 class _PoolingBase(PoolingChecks):
     """vLLM's PoolingBasicRequestMixin."""
-    model = fields.Raw()
+    model = Str()                   # str | None = None (pooling/base/protocol.py:37)
     user = fields.String()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
     truncation_side = Literal(*TRUNCATION_SIDES)
@@ -115,7 +115,7 @@ class CohereInputSchema(BaseSchema):
 
 
 class CohereEmbedRequestSchema(BaseSchema):
-    model = fields.Raw()
+    model = Str()                   # vLLM's CohereEmbedRequest: str | None = None (pooling/embed/protocol.py:262)
     input_type = fields.String()
     texts = fields.List(fields.String(), validate=validate.Length(min=1, error="texts must not be empty"))
     images = fields.List(fields.String(), validate=validate.Length(min=1, error="images must not be empty"))

@@ -11,9 +11,10 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields
 
 from generation.adapters import protocol as p
+from generation.adapters.request_validators import check_prompt_given
 
 from . import field_order as order
-from .chat import MessagesField
+from .chat import MessagesField, chat_validated_body
 from .common import BaseSchema, Dict, List, Str, StrictBool, are_tokens, first_non_token
 from .completions import PromptField
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_literal
@@ -45,15 +46,20 @@ class CompletionRenderSchema(RenderOptionsSchema):
     __order__ = order.CompletionRequest
     mm_processor_kwargs = fields.Raw()     # not CompletionRequest fields: untyped extras there
     media_io_kwargs = fields.Raw()
-    model = fields.Raw()
-    prompt = PromptField(required=True)
+    model = Str()                          # vLLM's CompletionRequest: str | None = None
+    prompt = PromptField()                 # absent or null: vLLM's request validator (the blueprint)
+
+    def request_validators(self, body: dict) -> None:
+        """vLLM's render reads a CompletionRequest, whose ``validate_prompt_and_prompt_embeds``
+        (completion/protocol.py:612) answers a body without a prompt alone, ahead of its fields."""
+        check_prompt_given(body)
 
 
 class ChatRenderSchema(RenderOptionsSchema):
     __model__ = p.ChatRenderRequest
     __order__ = order.ChatCompletionRequest
-    model = fields.Raw()
-    messages = MessagesField()
+    model = Str()                          # vLLM's ChatCompletionRequest: str | None = None
+    messages = MessagesField(required=True)
     tools = List(fields.Dict(), allow_none=True)
     chat_template = Str(allow_none=True)
     chat_template_kwargs = Dict(allow_none=True)
@@ -61,13 +67,16 @@ class ChatRenderSchema(RenderOptionsSchema):
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()
 
+    def validated_body(self, body: dict) -> dict:
+        return chat_validated_body(body)
+
 
 class TokenizeSchema(RenderOptionsSchema):
     """vLLM 0.34's ``TokenizeCompletionRequest`` (``prompt``) or ``TokenizeChatRequest``
     (``messages``)."""
     __model__ = p.TokenizeRequest
-    model = fields.Raw()
-    prompt = fields.String()
+    model = Str()                          # serve/tokenize/protocol.py:25, :51: str | None = None
+    prompt = Str()                         # :26: str
     messages = MessagesField()
     add_special_tokens = StrictBool()
     return_token_strs = StrictBool()
@@ -80,11 +89,16 @@ class TokenizeSchema(RenderOptionsSchema):
     def field_order(self, body: dict) -> tuple:
         return order.TokenizeChatRequest if "messages" in body else order.TokenizeCompletionRequest
 
+    def required_fields(self, body: dict) -> tuple:
+        """``messages`` (TokenizeChatRequest, serve/tokenize/protocol.py:52) or ``prompt``
+        (TokenizeCompletionRequest, :26)."""
+        return ("messages",) if "messages" in body else ("prompt",)
+
 
 class DetokenizeSchema(BaseSchema):
     __model__ = p.DetokenizeRequest
     __order__ = order.DetokenizeRequest
-    model = fields.Raw()
+    model = Str()                          # serve/tokenize/protocol.py:194: str | None = None
     tokens = TokenIdList(required=True)
 
 

@@ -37,7 +37,7 @@ from marshmallow import ValidationError, fields, validate, validates
 from generation.adapters import protocol as p
 
 from . import field_order as order
-from .common import BaseSchema, Dict, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList
+from .common import BaseSchema, Dict, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
 TEXT_PARTS = p.TEXT_PARTS
@@ -337,7 +337,7 @@ class TextConfigSchema(BaseSchema):
 class ResponsesRequestSchema(BaseSchema):
     __model__ = p.ResponsesRequest
     __order__ = order.ResponsesRequest
-    model = fields.Raw()
+    model = Str()                               # vLLM: str | None = None
     input = InputField(required=True, error_messages={"required": "input is required"})
     instructions = Str()
     max_output_tokens = StrictInt(int64=True)         # echoed in the response object
@@ -392,6 +392,20 @@ class ResponsesRequestSchema(BaseSchema):
     ec_transfer_params = lax_dict()
     mm_processor_kwargs = lax_dict()
     media_io_kwargs = DictOfDicts()
+
+    def validated_body(self, body: dict) -> dict:
+        """After ``apply_return_mm_kwargs_alias`` and ``check_tool_usage``
+        (responses/protocol.py:667, :865), which sets ``tool_choice: "none"`` where no tools are
+        given and the choice is absent (read as ``"auto"``) or ``"none"``."""
+        body = mm_payload_alias(body)
+        tools = body.get("tools")
+        try:
+            has_tools = tools is not None and len(tools) > 0
+        except TypeError:
+            has_tools = True           # vLLM's len() fails there: no key added
+        if "tool_choice" not in body and not has_tools:
+            body = {**body, "tool_choice": "none"}
+        return body
 
     @validates("input")
     def _input(self, value, **kwargs):

@@ -87,6 +87,19 @@ def _stream_options(data: dict) -> None:
     check_stream_options(StreamOptions(given=bool(data.get("stream_options"))), bool(data.get("stream")))
 
 
+def check_prompt_given(data: dict) -> None:
+    """``validate_prompt_and_prompt_embeds`` (completion/protocol.py:612): a ``prompt`` or
+    ``prompt_embeds``, neither absent, null nor empty.  An empty ``prompt`` string keeps the
+    simulator's words for it (the prompt field's)."""
+    prompt = data.get("prompt")
+    if prompt is None or prompt == "":
+        embeds = data.get("prompt_embeds")
+        if embeds is None or embeds == []:
+            if prompt is None:
+                raise Rejected(EMPTY_PROMPT, "prompt")
+            raise InvalidParam(f"prompt: {EMPTY_PROMPT}", "prompt")
+
+
 def completion_request_validators(data: dict) -> None:
     """``CompletionRequest``'s (``openai/completion/protocol.py``), in pydantic's order:
     ``validate_prompt_list_length`` (line 633), ``validate_prompt_and_prompt_embeds`` (612),
@@ -97,12 +110,7 @@ def completion_request_validators(data: dict) -> None:
     prompt = data.get("prompt")
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
         check_prompt_count(len(prompt))          # vLLM's is_list_of(prompt, int) looks at the first
-    if prompt is None or prompt == "":
-        embeds = data.get("prompt_embeds")
-        if embeds is None or embeds == []:
-            if prompt is None:
-                raise Rejected(EMPTY_PROMPT, "prompt")
-            raise InvalidParam(f"prompt: {EMPTY_PROMPT}", "prompt")
+    check_prompt_given(data)
     _stream_options(data)
     check_logprobs_order(Raw(data))
     if data.get("logprobs") is None:

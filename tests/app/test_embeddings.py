@@ -114,7 +114,7 @@ def test_model_defaults_and_404(api):
     ({"input": ""}, "input", "input cannot be an empty string"),
     ({"input": ["a", ""]}, "input", "input cannot be an empty string"),
     ({"input": []}, "input", "non-empty"),
-    ({}, "input", "non-empty"),
+    ({}, "body.input", "'type': 'missing'"),      # pooling/base/protocol.py:214: no default
     ({"input": None}, "input", "non-empty"),
     ({"input": [[1, 2], []]}, "input", "empty token-id array"),
     ({"input": ["a", 1]}, "input", "input must be"),

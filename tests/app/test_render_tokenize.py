@@ -152,7 +152,9 @@ def test_chat_render_more_items_than_tokens(api):
 
 
 @pytest.mark.parametrize("body,status,param,message", [
-    ({"model": "test-model"}, 400, "messages", "messages must not be empty"),
+    # ChatCompletionRequest.messages has no default (chat_completion/protocol.py:240)
+    ({"model": "test-model"}, 400, "body.messages", "1 validation error:\n  {'type': 'missing', 'loc': "
+     "'body.messages', 'msg': 'Field required', 'input': '<dict of 1 items>'}"),
     ({"model": "test-model", "messages": []}, 400, "messages", "messages must not be empty"),
     ({"model": "test-model", "messages": [{"content": "x"}]}, 400, "messages[0].role", None),
     ({"model": "test-model", "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content", None),
@@ -207,8 +209,8 @@ def test_tokenize_options(api):
 
 @pytest.mark.parametrize("body,status,param", [
     ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, 400, "messages"),
-    ({}, 400, "prompt"),
-    ({"prompt": 5}, 400, "prompt"),
+    ({}, 400, "body.prompt"),                  # serve/tokenize/protocol.py:26 prompt: str (missing)
+    ({"prompt": 5}, 400, "body.prompt"),       # string_type
     ({"prompt": "a", "return_token_strs": "maybe"}, 400, "body.return_token_strs"),
     ({"prompt": "a", "add_special_tokens": 2}, 400, "body.add_special_tokens"),
     ({"messages": [{"role": "user", "content": {"x": 1}}]}, 400, "messages[0].content"),
@@ -242,7 +244,7 @@ def test_detokenize_generated_tokens(api):
 
 
 @pytest.mark.parametrize("body,status,param", [
-    ({}, 400, "tokens"),
+    ({}, 400, "body.tokens"),                  # serve/tokenize/protocol.py:198: no default (missing)
     ({"tokens": None}, 400, "tokens"),
     ({"tokens": "1 2"}, 400, "tokens"),
     ({"tokens": [1, -1]}, 400, "tokens[1]"),

@@ -364,7 +364,9 @@ def test_text_format_json(api):
 # ---- errors (OpenAI envelope) ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("body,contains", [
-    ({}, "input is required"),
+    # ResponsesRequest.input has no default (responses/protocol.py:264): pydantic's missing, its
+    # input the body after check_tool_usage (:865) set tool_choice "none" (two items)
+    ({}, "{'type': 'missing', 'loc': 'body.input', 'msg': 'Field required', 'input': '<dict of 2 items>'}"),
     ({"input": None}, "input is required"),
     ({"input": 5}, "input must be a string or array"),
     ({"input": [{"type": "telepathy", "summary": []}]}, 'unsupported input item type "telepathy"'),

@@ -70,7 +70,6 @@ MSGS = [{"role": "user", "content": "Hello there"}]
     ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 3}),
     ("/v1/completions", {"prompt": "Hello", "max_tokens": 3}),
     ("/v1/responses", {"input": "Hello", "max_output_tokens": 3}),
-    ("/v1/messages", {"messages": MSGS, "max_tokens": 3}),
     ("/v1/embeddings", {"input": "Hello"}),
     ("/tokenize", {"prompt": "Hello"}),
     ("/v1/completions/render", {"prompt": "Hello"}),
@@ -85,6 +84,21 @@ def test_model_omitted_null_or_empty_serves_the_first_model(client, path, body, 
     data = r.json()
     if path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"):
         assert data["model"] == "test-model"        # these answers name the model they used
+
+
+@pytest.mark.parametrize("model,error", [
+    ("<absent>", "{'type': 'missing', 'loc': 'body.model', 'msg': 'Field required', 'input': '<dict of 2 items>'}"),
+    (None, "{'type': 'string_type', 'loc': 'body.model', 'msg': 'Input should be a valid string', 'input': 'None'}"),
+    ("", "{'type': 'value_error', 'loc': 'body.model', 'msg': 'Value error, Model is required', 'input': '', "
+         "'ctx': {'error': ValueError('Model is required')}}"),
+])
+def test_anthropic_messages_require_a_model(client, model, error):
+    """Not on /v1/messages: vLLM's AnthropicMessagesRequest declares ``model: str`` without a
+    default (anthropic/protocol.py:272) and its ``validate_model`` (:362) refuses an empty one."""
+    body = {"messages": MSGS, "max_tokens": 3, **({} if model == "<absent>" else {"model": model})}
+    r = client.post("/v1/messages", json=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "1 validation error:\n  " + error
 
 
 def test_unknown_model_is_still_404(client):

@@ -52,3 +52,38 @@ def test_a_request_validators_error_met_in_a_field_is_alone():
     e = refusal(batch_chat_request_schema, {"messages": [[{"role": "user", "content": "hi"}]], "temperature": "x",
                                             "top_logprobs": "a"})
     assert type(e) is Rejected and e.param == "top_logprobs"
+
+
+class Required(BaseSchema):
+    """A model whose first field is required (``b: int`` without a default)."""
+    __order__ = ("b", "a")
+    a = StrictInt()
+    b = StrictInt(required=True)
+
+
+class Unordered(BaseSchema):
+    """No field order: no pydantic model's, so its missing field keeps the simulator's words."""
+    b = StrictInt(required=True)
+
+
+def test_a_missing_required_field_is_pydantics_missing_in_its_place():
+    """pydantic's ``missing``: ``Field required`` at the field, its ``input`` the whole body
+    (vLLM's handler: ``<dict of N items>``), listed in the model's order with the other errors."""
+    e = refusal(Required(), {"a": "x"})
+    assert type(e) is RequestInvalid and e.param == "body.b"
+    assert e.message == ("2 validation errors:\n"
+                         "  {'type': 'missing', 'loc': 'body.b', 'msg': 'Field required', 'input': '<dict of 1 items>'}\n"
+                         "  {'type': 'int_parsing', 'loc': 'body.a', 'msg': 'Input should be a valid integer, unable "
+                         "to parse string as an integer', 'input': 'x'}")
+
+
+def test_a_required_field_sent_null_is_its_own_type_error():
+    """pydantic reads ``null`` for ``int`` as ``int_type``, not as absent."""
+    e = refusal(Required(), {"b": None})
+    assert e.message == ("1 validation error:\n  {'type': 'int_type', 'loc': 'body.b', 'msg': 'Input should be a "
+                         "valid integer', 'input': 'None'}")
+
+
+def test_a_schema_without_a_field_order_keeps_its_words():
+    e = refusal(Unordered(), {})
+    assert type(e) is InvalidParam and (e.message, e.param) == ("b: Missing data for required field.", "b")
