@@ -31,9 +31,13 @@ GONE = 499
 def content_length(headers) -> int | None:
     """The ``Content-Length`` a WSGI header list says, None without one (a stream: the
     middleware then records 0).  The simulator's answers put it last."""
-    for name, value in reversed(headers):
-        if name == "Content-Length" or name.lower() == "content-length":
+    if headers:
+        name, value = headers[-1]
+        if name == "Content-Length":
             return int(value) if value.isdigit() else 0
+        for name, value in headers:
+            if name.lower() == "content-length":
+                return int(value) if value.isdigit() else 0
     return None
 
 
