@@ -30,7 +30,8 @@ def reference():
     r = CollectorRegistry()
     total = Counter("http_requests_total", "Total number of requests by method, status and handler.",
                     ("method", "status", "handler"), registry=r)
-    doc = "Content length of {} by handler. Only value of header is respected. Otherwise ignored. No percentile calculated. "
+    doc = ("Content length of {} by handler. Only value of header is respected. Otherwise ignored. "
+           "No percentile calculated. ")
     in_size = Summary("http_request_size_bytes", doc.format("incoming requests"), ("handler",), registry=r)
     out_size = Summary("http_response_size_bytes", doc.format("outgoing responses"), ("handler",), registry=r)
     highr = Histogram("http_request_duration_highr_seconds",
