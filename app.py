@@ -99,9 +99,15 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
                                 config.timeout_keep_alive or KEEPALIVE_SECONDS)
     from server.wsgi_layers import FrontDoor, RequestGuard
     app.wsgi_app = RequestGuard(app.wsgi_app, partial(_posts_to_a_route, app))   # CORS preflight, JSON-only POSTs
+    from blueprints.metrics import handler_templates, rule_of
+    from generation.metrics.http import excluded
+    from server.http_metrics import HandlerTable, ObservedHTTP
+    # the http_* metrics, where vLLM's instrumentator middleware sits: inside the API key and CORS
+    app.wsgi_app = observed = ObservedHTTP(app.wsgi_app, sim.metrics.http,
+                                           HandlerTable(handler_templates(app, excluded), partial(rule_of, app)))
     if not config.enable_server_load_tracking and not getattr(config, "log_http", False):
         # a JSON POST on a generation route skips the layers above, whose checks it passes
-        app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS)
+        app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS, observed)
     if not kind and config.enable_cohere_api:            # vLLM's error envelope middleware of /cohere/
         app.wsgi_app = cohere.CohereErrors(app.wsgi_app)
     from server import auth
@@ -124,6 +130,9 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         status = err.code or 500
         # Werkzeug's stock text ("The requested URL was not found...") marks a routing error
         stock = status in (404, 405) and err.description == type(err).description
+        if stock:                 # the router's answer: the http_* metrics' handler is "none"
+            from server.http_metrics import UNROUTED_KEY
+            request.environ[UNROUTED_KEY] = True
         message = err.name if stock or not err.description else err.description
         if not stock:             # a routing error is Starlette's: vLLM's handlers, which log, never see it
             log_error_stack(config, err, request.environ)

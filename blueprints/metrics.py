@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 
 from flask import Blueprint, Response, request
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, gzip_accepted
@@ -75,3 +76,40 @@ def metrics_app(rest: str = ""):
         body = gzip.compress(body)
         headers["Content-Encoding"] = "gzip"
     return Response(body, 200, headers=headers)
+
+
+# The simulator's own routes (no vLLM has them): not observed in the http_* families, which a
+# real pod's traffic alone makes (the test harness's control calls would show up there).
+OWN_ROUTES = frozenset({"/admin/config", "/fake_metrics", "/query"})
+_PARAM = re.compile(r"<(?:(\w+)(?:\([^>]*\))?:)?(\w+)>")
+
+
+def fastapi_path(rule: str) -> str:
+    """A Werkzeug rule as FastAPI spells the route's path, its ``route.path`` that the
+    instrumentator labels a request with: ``/v1/responses/<response_id>`` is
+    ``/v1/responses/{response_id}``, a ``path`` parameter keeps its convertor
+    (``/v1/models/{model:path}``)."""
+    return _PARAM.sub(lambda m: f"{{{m.group(2)}:path}}" if m.group(1) in ("path", "tail")
+                      else f"{{{m.group(2)}}}", rule)
+
+
+def handler_templates(app, excluded) -> dict:
+    """``{Werkzeug rule: its handler label}`` for every rule of ``app``, the label None where
+    the instrumentator skips the route (``excluded(template)``, and :data:`OWN_ROUTES`)."""
+    out = {}
+    for rule in app.url_map.iter_rules():
+        template = fastapi_path(rule.rule)
+        out[rule.rule] = None if rule.rule in OWN_ROUTES or excluded(template) else template
+    return out
+
+
+def rule_of(app, environ) -> str | None:
+    """The rule a request's path and method match in ``app``'s URL map (Werkzeug's matcher),
+    or None."""
+    from werkzeug.exceptions import HTTPException
+    try:
+        rule, _ = app.url_map.bind_to_environ(environ).match(method=environ.get("REQUEST_METHOD") or "GET",
+                                                            return_rule=True)
+    except HTTPException:
+        return None
+    return rule.rule

@@ -255,6 +255,11 @@ class GenerationFastPath:
     def serve(self, environ, start_response, route, read=None):
         """Answer a request on ``route`` (a ``(schema, adapter class)`` of :attr:`routes`)
         with :func:`handle` (``read``: see there); returns the WSGI body."""
+        return self.answer(environ, start_response, route, read)[2]
+
+    def answer(self, environ, start_response, route, read=None) -> tuple[int, list, object]:
+        """:meth:`serve`, returning ``(status, headers, body)``: what the response started with,
+        for a caller that observes it (:class:`server.wsgi_layers.FrontDoor`)."""
         schema, adapter_cls = route
         try:
             status, headers, body = handle(self.sim, environ, self.limit, schema, adapter_cls, read)
@@ -262,4 +267,4 @@ class GenerationFastPath:
             status, headers, body = reply_to_error(err, adapter_cls.envelope, environ, self.sim.config)
         line = self.status_lines.get(status) or _status_line(status)
         environ[WRITE_KEY] = start_response(line, headers)    # a stream may write from the hub
-        return body
+        return status, headers, body

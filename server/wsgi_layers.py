@@ -10,9 +10,11 @@ import io
 import logging
 import socket
 import time
-from time import monotonic
+from time import monotonic, perf_counter
 
 from blueprints.streaming import KERNEL_ARRIVAL_KEY
+
+from .http_metrics import GONE, ObservedStream, content_length
 
 BODY_RATE = 1 << 20          # bytes/s a body must arrive at, after its first --timeout-keep-alive seconds
 
@@ -447,12 +449,21 @@ class FrontDoor:
     it (the same 408).  A finished body yields the hub after its response, as every response
     does (``app._yield_after_each_response``)."""
 
-    def __init__(self, slow, fast, grace: float):
+    def __init__(self, slow, fast, grace: float, observed=None):
         self.slow = slow
         self.fast = fast
         self.routes = fast.routes
         self.limit = fast.limit
         self.grace = grace
+        # the http_* metrics of the requests answered here (server.http_metrics.ObservedHTTP
+        # observes the others): each route's series, looked up once
+        self.http = observed.http if observed is not None else None
+        self.series = {}
+        if observed is not None:
+            from .http_metrics import EXCLUDED
+            for path in self.routes:
+                handler = observed.table.exact.get(path, path)
+                self.series[path] = None if handler is EXCLUDED else self.http.route("POST", handler)
         try:
             from gunicorn.http.body import Body, LengthReader
         except ImportError:          # not served by gunicorn: every input goes through read()
@@ -471,8 +482,20 @@ class FrontDoor:
                 ctype = environ.get("CONTENT_TYPE")
                 if (length and ctype and length.isdigit() and (ctype == "application/json" or _json_type(ctype))
                         and int(length) <= self.limit and "HTTP_TRANSFER_ENCODING" not in environ):
-                    body = self.fast.serve(environ, start_response, route, self._read)
-                    return _Answer(body) if body.__class__ is list else body
+                    series = self.series.get(environ["PATH_INFO"])
+                    if series is None:
+                        body = self.fast.serve(environ, start_response, route, self._read)
+                        return _Answer(body) if body.__class__ is list else body
+                    start = perf_counter()
+                    status, headers, body = self.fast.answer(environ, start_response, route, self._read)
+                    if status == GONE:
+                        status = 200
+                    if body.__class__ is list:          # the whole answer: observed now
+                        self.http.observe(series, status, int(length), content_length(headers) or 0,
+                                          perf_counter() - start)
+                        return _Answer(body)
+                    return ObservedStream(body, self.http, series, status, int(length),      # at its end
+                                          content_length(headers) or 0, start)
         return self.slow(environ, start_response)
 
     def _read(self, environ) -> bytes:

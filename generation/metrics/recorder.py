@@ -65,6 +65,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
 from .frontend import FrontendMetrics
+from .http import HTTPMetrics
 from .scrape import LABELS, ScrapeCollectors, _Collector
 from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
@@ -219,6 +220,10 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
             r.register(self.render_duration)
         r.register(_Collector(self._collect_sleep_ops))
         r.register(self.lag)
+        # prometheus-fastapi-instrumentator's http_* families (vLLM registers them last, when its
+        # middleware stack is built at start-up), observed by the server's WSGI layers
+        self.http = HTTPMetrics()
+        r.register(self.http)
 
     # ---- wiring ----------------------------------------------------------------------------
     def bind(self, sim) -> None:
@@ -231,7 +236,8 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
 
     def use_fake(self, collector) -> None:
         """Export ``collector``'s chosen values (``--fake-metrics``) instead of the real ones;
-        the constant cache config and the simulator's own lag histogram stay real."""
+        the constant cache config, the simulator's own lag histogram and the HTTP middleware's
+        ``http_*`` families stay real."""
         self.fake = collector
         self.registry = CollectorRegistry(auto_describe=False)
         for c in DEFAULT_COLLECTORS:
@@ -239,6 +245,7 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         self.registry.register(_Collector(self._collect_config_info))
         self.registry.register(collector)
         self.registry.register(self.lag)
+        self.registry.register(self.http)
 
     def render(self) -> bytes:
         """The ``/metrics`` body (Prometheus text format 0.0.4), the same text as
@@ -254,6 +261,7 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         if self.sleep_ops is not None:
             out.append(generate_latest(_Collector(self._collect_sleep_ops)).decode())
         self.lag.render_into(out)
+        self.http.render_into(out)
         return "".join(out).encode()
 
     def _collect_counters(self):

@@ -99,6 +99,11 @@ DEFAULT_REGISTRY = {"python_gc_objects_collected", "python_gc_objects_uncollecta
                     "python_info", "process_virtual_memory_bytes", "process_resident_memory_bytes",
                     "process_start_time_seconds", "process_cpu_seconds", "process_open_fds", "process_max_fds"}
 SIMULATOR_OWN = {"vllm_sim:engine_step_wait_seconds", "vllm_sim:token_emission_lag_seconds"}
+# prometheus-fastapi-instrumentator's families (test_http_metrics.py): before any request only the
+# label-less highr histogram has a series (and its _created); the others are HELP and TYPE alone
+HTTP = {"http_requests": "counter", "http_request_size_bytes": "summary",
+        "http_response_size_bytes": "summary", "http_request_duration_highr_seconds": "histogram",
+        "http_request_duration_seconds": "histogram"}
 
 FRONTEND = {"vllm:admission_rejections"}      # vLLM 0.34: labels model_name and reason only
 
@@ -115,8 +120,11 @@ def test_names_types_labels_and_buckets_at_start(app_client):
     # every counter and histogram series has its <name>_created gauge (vLLM's one API server uses
     # prometheus_client's default registry), the other families none; no LoRA family without LoRA
     created = {f.name[:-len("_created")] for f in fams.values() if f.name.endswith("_created")}
-    assert created == {n for n, (k, _) in EXPECTED.items() if k != "gauge"} | SIMULATOR_OWN
-    assert set(fams) == set(EXPECTED) | DEFAULT_REGISTRY | SIMULATOR_OWN | {n + "_created" for n in created}
+    assert created == {n for n, (k, _) in EXPECTED.items() if k != "gauge"} | SIMULATOR_OWN | \
+        {"http_request_duration_highr_seconds"}
+    assert {n: fams[n].type for n in HTTP} == HTTP
+    assert set(fams) == set(EXPECTED) | DEFAULT_REGISTRY | SIMULATOR_OWN | set(HTTP) | \
+        {n + "_created" for n in created}
     for fam in fams.values():
         if own(fam.name) in FRONTEND:                 # vLLM's frontend counts: no engine label
             assert {s.labels["reason"] for s in fam.samples} == {"max_num_queued_reqs", "max_num_queued_tokens"}
