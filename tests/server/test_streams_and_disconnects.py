@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from support import scrape
+from support.sockets import raw_request
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]
@@ -151,23 +152,11 @@ def test_a_body_cut_short_by_the_connections_end_is_not_answered(sim_server, fla
     route ``http.disconnect`` and nothing is answered, where the server had parsed the part that
     came (a 200 when it happened to be valid JSON).  Both the front door's fast path and Flask's."""
     base = sim_server(*flags)
-    host, port = base.rsplit("/", 1)[1].split(":")
     body = b'{"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}'
     if route == "/tokenize":
         body = b'{"model": "test-model", "prompt": "hi"}'
-    s = socket.create_connection((host, int(port)))
-    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % (route.encode(), len(body) + 20) + body)
-    s.shutdown(socket.SHUT_WR)
-    s.settimeout(5)
-    got = b""
-    while True:
-        data = s.recv(65536)
-        if not data:
-            break
-        got += data
-    s.close()
-    assert got == b""
+    head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    assert raw_request(base, head % (route.encode(), len(body) + 20) + body, half_close=True) == b""
     assert httpx.get(base + "/health", timeout=5).status_code == 200
 
 

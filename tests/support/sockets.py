@@ -13,12 +13,15 @@ import httpx
 from support import ROOT, free_port
 
 
-def raw_request(base: str, request: bytes) -> bytes:
+def raw_request(base: str, request: bytes, half_close: bool = False) -> bytes:
     """Send ``request`` (bytes as they go on the wire) to ``base`` (``http://host:port``) on a
-    new connection and return everything the server sends until it closes."""
+    new connection (then shut its write side with ``half_close``, as ``nc -N`` does) and return
+    everything the server sends until it closes."""
     host, port = base.rsplit("//", 1)[1].split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(request)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
         data = b""
         while True:
             d = s.recv(65536)
