@@ -61,8 +61,10 @@ def _check_fake_metrics(sim, value) -> dict | None:
     if not isinstance(value, dict):
         raise InvalidParam('field "fake-metrics": must be a JSON object', "fake-metrics")
     try:
-        update = parse_fake_metrics(value, sim.config.max_model_len, partial=True)
-        parse_fake_metrics(merge_fake_metrics(sim.config.fake_metrics, value), sim.config.max_model_len)
+        buckets = sim.config.custom_histogram_buckets
+        update = parse_fake_metrics(value, sim.config.max_model_len, partial=True, overrides=buckets)
+        parse_fake_metrics(merge_fake_metrics(sim.config.fake_metrics, value), sim.config.max_model_len,
+                           overrides=buckets)
     except ConfigError as e:
         raise InvalidParam(str(e), "fake-metrics") from None
     return update

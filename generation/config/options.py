@@ -390,7 +390,13 @@ _declare("faults",
 _declare("metrics",
          Option("fake-metrics", "json", None, "Report these values on /metrics instead of measured ones (JSON "
                 "object; YAML: an object)", admin=True, nullable=True),
-         Option("fake-metrics-refresh-interval", _D, 0.1, "Time step of generator-valued fake metrics", unit="s"))
+         Option("fake-metrics-refresh-interval", _D, 0.1, "Time step of generator-valued fake metrics", unit="s"),
+         Option("custom-histogram-buckets", "json", None, "vLLM's histogram bucket bounds by family (JSON object "
+                "family -> strictly increasing positive bounds, e.g. `{\"time_to_first_token\": [0.1, 0.5, 1]}`): "
+                "a family's list replaces its defaults in every histogram of the family, fake metrics too; families "
+                "`request_latency`, `time_to_first_token`, `inter_token_latency`, `iteration_tokens`, "
+                "`request_params_n`, `request_num_preemptions`, `request_tokens`, `kv_cache_residency`; "
+                "refused with --vllm-version before 0.34"))
 _declare("multimodal",
          Option("omni", "bool", False, "Chat responses may carry an image: `X-Send-Image: true` or "
                 "--image-emission-rate"),

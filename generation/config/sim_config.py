@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from generation.metrics.fake_metrics_spec import parse_fake_metrics
+from generation.metrics.buckets import check_custom_buckets
 from .values import ConfigError, format_duration
 from .options import FAILURE_TYPES, OPTIONS, Option, coerce
 from .vllm_versions import parse_version
@@ -174,9 +175,14 @@ class SimConfig:
             raise ConfigError("event batch size cannot less than 1", "event-batch-size")
         self._validate_kv_events()
         self._validate_engine_flags()
+        try:        # vLLM's ObservabilityConfig validators, their messages; bounds stored as floats
+            self.custom_histogram_buckets = check_custom_buckets(self.custom_histogram_buckets)
+        except ValueError as e:
+            raise ConfigError(str(e), "custom-histogram-buckets") from None
         if self.fake_metrics is not None:
             try:
-                parse_fake_metrics(self.fake_metrics, self.max_model_len)
+                parse_fake_metrics(self.fake_metrics, self.max_model_len,
+                                   overrides=self.custom_histogram_buckets)
             except ConfigError as e:
                 raise ConfigError(str(e), "fake-metrics") from None
             if self.fake_metrics_refresh_interval <= 0:

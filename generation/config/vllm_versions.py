@@ -41,6 +41,9 @@ Sources (vLLM's own history; docs/engine-model.md section 7):
   backport of #51034 onto 0.28.0 was still needed for the flag to exist (syv-ai/qwen38-27b-rtx3090
   #85, #115), and a release digest of 0.29.0 lists it among that release's new arguments (vllm-cli
   v0.5.0.0's notes: "new in v0.29.0 against v0.28").
+  ``--custom-histogram-buckets``: absent from the 0.27.0 sdist's ``vllm/engine/arg_utils.py``,
+  present in 0.34.0's (with ``vllm/v1/metrics/buckets.py``); the releases between are not at hand,
+  so 0.34.0 is its first release here.
 
 Which mode takes them (:func:`apply_version_defaults`): step mode always (it imitates vLLM's
 engine, so ``--vllm-version``'s default, 0.34.0, gives 64-token blocks); the reference's default
@@ -119,6 +122,7 @@ OFFLOAD_EVENT_BLOCK_SIZE_0_FROM = (0, 20, 0)  # the CPU tier's BlockStored carri
 # vLLM flags the simulator serves that older releases lack: name -> first release with it
 FLAGS_FROM = {
     "sse-keep-alive-interval": (0, 29, 0),      # vllm#51034 (see the module docstring)
+    "custom-histogram-buckets": (0, 34, 0),     # ObservabilityConfig (see the module docstring)
 }
 
 

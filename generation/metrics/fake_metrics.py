@@ -85,7 +85,8 @@ class FakeMetricsCollector:
         self.prefix: dict[str, int] = {}
         self.success: dict[str, int] = {}
         self.loras: list = []
-        spec = parse_fake_metrics(config.fake_metrics or {}, config.max_model_len)
+        spec = parse_fake_metrics(config.fake_metrics or {}, config.max_model_len,
+                                  overrides=config.custom_histogram_buckets)
         spec.setdefault("loras", [])              # the default empty-adapters series
         self.update(spec)
 
@@ -106,7 +107,8 @@ class FakeMetricsCollector:
                 self.totals[counter] = spec[total_key]
             elif hist_key in spec:
                 if spec[hist_key]:
-                    bounds = histogram_bounds(hist_key, self.config.max_model_len)
+                    bounds = histogram_bounds(hist_key, self.config.max_model_len,
+                                              self.config.custom_histogram_buckets)
                     self.totals[counter] = materialise(spec[hist_key], bounds)[2]
                 else:
                     self.totals.pop(counter, None)
@@ -161,7 +163,8 @@ class FakeMetricsCollector:
         for key, counts in self.histograms.items():
             if not counts:
                 continue
-            cum, total_sum, _ = materialise(counts, histogram_bounds(key, self.config.max_model_len))
+            bounds = histogram_bounds(key, self.config.max_model_len, self.config.custom_histogram_buckets)
+            cum, total_sum, _ = materialise(counts, bounds)
             for name in HISTOGRAMS[key][0]:
                 if name not in self.docs:       # a family --vllm-version's release does not export
                     continue

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5
+from .buckets import histogram_buckets
 from generation.config.values import ConfigError, parse_duration
 
 FUNCTIONS = ("oscillate", "ramp", "rampreset", "squarewave")
@@ -27,21 +27,20 @@ GAUGES = {                       # key -> metric name
     "waiting-requests": "vllm:num_requests_waiting",
     "kv-cache-usage": "vllm:kv_cache_usage_perc",
 }
-_LAT = REQUEST_LATENCY_BUCKETS
-HISTOGRAMS = {                   # key -> (metric names, bucket bounds; None = 1-2-5(max-model-len))
-    "ttft-buckets-values": (("vllm:time_to_first_token_seconds",), TTFT_BUCKETS),
+HISTOGRAMS = {                   # key -> (metric names, bucket family: generation.metrics.buckets)
+    "ttft-buckets-values": (("vllm:time_to_first_token_seconds",), "time_to_first_token"),
     "tpot-buckets-values": (("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds"),
-                            TPOT_BUCKETS),
-    "request-tpot-buckets-values": (("vllm:request_time_per_output_token_seconds",), TPOT_BUCKETS),
-    "e2erl-buckets-values": (("vllm:e2e_request_latency_seconds",), _LAT),
-    "queue-time-buckets-values": (("vllm:request_queue_time_seconds",), _LAT),
-    "inf-time-buckets-values": (("vllm:request_inference_time_seconds",), _LAT),
-    "prefill-time-buckets-values": (("vllm:request_prefill_time_seconds",), _LAT),
-    "decode-time-buckets-values": (("vllm:request_decode_time_seconds",), _LAT),
-    "request-prompt-tokens": (("vllm:request_prompt_tokens",), None),
-    "request-generation-tokens": (("vllm:request_generation_tokens",), None),
-    "request-max-generation-tokens": (("vllm:request_max_num_generation_tokens",), None),
-    "request-params-max-tokens": (("vllm:request_params_max_tokens",), None),
+                            "inter_token_latency"),
+    "request-tpot-buckets-values": (("vllm:request_time_per_output_token_seconds",), "inter_token_latency"),
+    "e2erl-buckets-values": (("vllm:e2e_request_latency_seconds",), "request_latency"),
+    "queue-time-buckets-values": (("vllm:request_queue_time_seconds",), "request_latency"),
+    "inf-time-buckets-values": (("vllm:request_inference_time_seconds",), "request_latency"),
+    "prefill-time-buckets-values": (("vllm:request_prefill_time_seconds",), "request_latency"),
+    "decode-time-buckets-values": (("vllm:request_decode_time_seconds",), "request_latency"),
+    "request-prompt-tokens": (("vllm:request_prompt_tokens",), "request_tokens"),
+    "request-generation-tokens": (("vllm:request_generation_tokens",), "request_tokens"),
+    "request-max-generation-tokens": (("vllm:request_max_num_generation_tokens",), "request_tokens"),
+    "request-params-max-tokens": (("vllm:request_params_max_tokens",), "request_tokens"),
 }
 TOKEN_TOTALS = {                 # total key -> (histogram key, counter name without _total)
     "total-prompt-tokens": ("request-prompt-tokens", "vllm:prompt_tokens"),
@@ -168,20 +167,21 @@ def _lora_entry(raw: Any) -> tuple[str, str, float]:
     return running, waiting, float(ts)
 
 
-def histogram_bounds(key: str, max_model_len: int) -> tuple:
-    """Upper bounds (without +Inf) of the histogram a ``*-buckets-values`` key fills."""
-    bounds = HISTOGRAMS[key][1]
-    return tuple(buckets_1_2_5(max_model_len)) if bounds is None else bounds
+def histogram_bounds(key: str, max_model_len: int, overrides: dict | None = None) -> tuple:
+    """Upper bounds (without +Inf) of the histogram a ``*-buckets-values`` key fills: its family's,
+    ``overrides`` (``--custom-histogram-buckets``) first, as the measured histograms'."""
+    return tuple(histogram_buckets(HISTOGRAMS[key][1], max_model_len, overrides))
 
 
-def parse_fake_metrics(obj: Any, max_model_len: int, partial: bool = False) -> dict:
+def parse_fake_metrics(obj: Any, max_model_len: int, partial: bool = False, overrides: dict | None = None) -> dict:
     """Validate a fake-metrics object (CLI/admin JSON or YAML) and return its present keys
     with parsed values: gauges -> float | Generator, ``loras`` -> [(running, waiting, ts)],
     bucket arrays -> [int], ``request-success-total`` -> {reason: int} (missing reasons 0),
     counters -> int.  Null values are dropped (an update leaves them unchanged).
 
     ``partial`` (an update checked on its own) skips the rule that involves two keys
-    (prefix hits with queries); the merged object is checked in full.
+    (prefix hits with queries); the merged object is checked in full.  ``overrides``
+    (``--custom-histogram-buckets``) sets the bucket arrays' lengths.
     Raises ConfigError with the reference's messages (engine.md 5.4), in its order."""
     if not isinstance(obj, dict):
         raise ConfigError("fake metrics must be a JSON object")
@@ -219,7 +219,7 @@ def parse_fake_metrics(obj: Any, max_model_len: int, partial: bool = False) -> d
         counts = raw[key]
         if not isinstance(counts, list) or not all(_is_int(c) for c in counts):
             raise ConfigError(f"fake metrics {key} must be a list of integers")
-        n_buckets = len(histogram_bounds(key, max_model_len)) + 1
+        n_buckets = len(histogram_bounds(key, max_model_len, overrides)) + 1
         label = _HIST_LABEL.get(key)
         if len(counts) > n_buckets:
             raise ConfigError(f"fake {label} array is too long" if label else

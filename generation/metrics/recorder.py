@@ -63,14 +63,13 @@ from prometheus_client import CollectorRegistry, disable_created_metrics, genera
 from prometheus_client import gc_collector, platform_collector, process_collector
 from prometheus_client.core import CounterMetricFamily
 
-from .buckets import REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5  # noqa: F401
+from .buckets import (ITERATION_TOKEN_BUCKETS, PARAMS_N_BUCKETS, PREEMPTION_BUCKETS,  # noqa: F401
+                      REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5, histogram_buckets)
 from .frontend import FrontendMetrics
 from .http import HTTPMetrics
 from .scrape import LABELS, ScrapeCollectors, _Collector
 from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
-ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
                0.1, 0.25, 0.5, 1.0)
 # prometheus_client's own metric classes (none here: every family is a custom collector, whose
@@ -87,9 +86,6 @@ WAITING_REASONS = ("capacity", "deferred")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 
-# per request (vLLM 0.34's REQUEST_NUM_PREEMPTIONS_BUCKETS, vllm/v1/metrics/buckets.py: the
-# first bucket holds the never-preempted requests with the once-preempted ones)
-PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 # vllm:prompt_tokens_cached_by_source's tiers (vLLM 0.34's CacheHitSource, in its order)
 CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 
@@ -146,42 +142,51 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         self.by_source = {s: FastCounter() for s in PROMPT_SOURCES}
         self.success = {r: FastCounter() for r in FINISH_REASONS}
 
+        # each histogram's bounds: its vLLM 0.34 bucket family's (vllm/v1/metrics/loggers.py), or
+        # --custom-histogram-buckets' list for the family (fixed at start-up)
+        def family(name):
+            return histogram_buckets(name, config.max_model_len, getattr(config, "custom_histogram_buckets", None))
+
+        latency = family("request_latency")
+        itl = family("inter_token_latency")
         self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                         TTFT_BUCKETS)
+                         family("time_to_first_token"))
         self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                        REQUEST_LATENCY_BUCKETS)
+                        latency)
         self.queue = hist("vllm:request_queue_time_seconds",
-                          "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
+                          "Histogram of time spent in WAITING phase for request.", latency)
         self.inference = hist("vllm:request_inference_time_seconds",
-                              "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS)
+                              "Histogram of time spent in RUNNING phase for request.", latency)
         self.prefill = hist("vllm:request_prefill_time_seconds",
-                            "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS)
+                            "Histogram of time spent in PREFILL phase for request.", latency)
         self.decode = hist("vllm:request_decode_time_seconds",
-                           "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
+                           "Histogram of time spent in DECODE phase for request.", latency)
         self.request_tpot = hist("vllm:request_time_per_output_token_seconds",
-                                 "Histogram of time_per_output_token_seconds per request.", TPOT_BUCKETS)
-        b125 = buckets_1_2_5(config.max_model_len)
+                                 "Histogram of time_per_output_token_seconds per request.", itl)
+        b125 = family("request_tokens")
         self.prompt_hist = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", b125)
         self.gen_hist = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", b125)
         self.max_gen_hist = hist("vllm:request_max_num_generation_tokens",
                                  "Histogram of maximum number of requested generation tokens.", b125)
         self.params_max_tokens = hist("vllm:request_params_max_tokens",
                                       "Histogram of the max_tokens request parameter.", b125)
-        self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS)
+        self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.",
+                             family("request_params_n"))
         self.iteration_tokens = hist("vllm:iteration_tokens_total",
-                                     "Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS)
+                                     "Histogram of number of tokens per engine_step.",
+                                     family("iteration_tokens"))
         self.kv_computed = hist("vllm:request_prefill_kv_computed_tokens",
                                 "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
                                 b125)
         self.request_preemptions = hist("vllm:request_num_preemptions",
                                         "Histogram of the number of times a request was preempted.",
-                                        PREEMPTION_BUCKETS)
+                                        family("request_num_preemptions"))
         # finished() shares a bisection between histograms of one set of bounds
         assert self.prompt_hist.bounds == self.kv_computed.bounds == self.gen_hist.bounds == \
             self.max_gen_hist.bounds == self.params_max_tokens.bounds
         assert self.queue.bounds == self.e2e.bounds == self.inference.bounds == self.prefill.bounds
         self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                        TPOT_BUCKETS)
+                        itl)
         # the ITL's old name, in releases before vLLM 0.12 (generation.config.vllm_versions.TPOT_HIDDEN_FROM),
         # with each release's help text
         deprecated = parse_version(config.vllm_version) >= TPOT_DEPRECATED_FROM
