@@ -80,9 +80,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     if adapter.image_output and sim.config.omni:
         req.send_image = send_image(sim, environ)
     seqs = sim.prepare(req)         # vLLM's render ends with the context-length check: prepare's
-    render_type = getattr(adapter, "render_type", None)    # the APIs vLLM's OnlineRenderer renders
-    if render_type is not None:
-        observe_render(sim, render_type, req, rendering)
+    if adapter.render_type is not None:
+        observe_render(sim, adapter.render_type, req, rendering)
     work = adapter.work(seqs)
     check_work(sim, *work)
     extra = response_headers(rid, sim, environ)

@@ -55,6 +55,7 @@ class Adapter:
     background = False        # answered once admitted, run on (:meth:`start_background`; Responses API)
     background_stream = False  # streamed apart from the connection (Responses API)
     sse_keep_alive = False    # --sse-keep-alive-interval's comments (vLLM 0.34: chat, completions api_router.py)
+    render_type: str | None = None    # vllm:request_render_duration_seconds{request_type} (OnlineRenderer's APIs)
 
     def __init__(self, sim, body):
         self.sim = sim
