@@ -44,9 +44,7 @@ EC_TRANSFER_DUMMY = {"peer_host": "DUMMY", "peer_port": 1234, "size_bytes": 2359
 
 class Adapter:
     """One API on the serving pipeline.  Subclasses set the class attributes and implement
-    :meth:`build`, :meth:`render` and :meth:`stream`.
-
-    ``envelope``: the error envelope of the API (``"openai"`` or ``"anthropic"``).
+    :meth:`build`, :meth:`render` and :meth:`stream`.  ``envelope``: the error envelope of the API (``"openai"`` or ``"anthropic"``).
     ``cache_threshold_header``: whether ``X-Cache-Threshold-Finish-Reason`` applies.
     ``image_output``: whether ``--omni`` may add an image (``X-Send-Image``, the emission rate)."""
     envelope = "openai"
