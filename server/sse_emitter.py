@@ -274,7 +274,10 @@ class HubEmitter:
                         return
                 schedule.next = k + 1
                 schedule.lag(now - at)
-                schedule.itl_obs(now - schedule.prev)
+                if k:
+                    schedule.itl_obs(now - schedule.prev)
+                else:                   # a schedule from token 0: the first token
+                    schedule.first_token(now)
                 schedule.prev = now
                 if data and not self._send(data):
                     return

@@ -500,7 +500,17 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 started[s.index] = True
                 put(role_chunk(s.index))
 
-    for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True):
+    def first_chunk(seq) -> bytes:
+        # token 0 of a schedule from token 0, as the int path below writes it: the role chunks,
+        # then the token's (``out`` is empty: the generator waits at the schedule, after due_items)
+        start_all()
+        put(token_chunk(seq, 0))
+        data = b"".join(out)
+        out.clear()
+        return data
+
+    # (token ids: the adapter adds the prompt's ids to the first chunk as it passes, with_prompt_token_ids)
+    for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=not token_ids):
         cls = k.__class__
         if cls is int and k >= 0:
             if not started[seq.index]:
@@ -516,9 +526,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if cls is slice:                     # a stream interval's group (never the first token): one chunk
             put(span_chunk(seq, k.start, k.stop))
             continue
-        if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
-            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
-                        if plain and not seq.tool_calls else partial(token_chunk, seq))
+        if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
+            k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
+                         if plain and not seq.tool_calls else partial(token_chunk, seq), partial(first_chunk, seq))
             if k.interval > 1:
                 k.render_span = partial(span_chunk, seq)
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline

@@ -308,7 +308,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                if last else not_finished)
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
-    for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True):
+    for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True, first_in_schedule=True):
         cls = k.__class__
         if cls is int and k >= 0:
             put(token_chunk(seq, k))
@@ -319,9 +319,9 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         if cls is slice:                     # a stream interval's group: one chunk
             put(span_chunk(seq, k.start, k.stop))
             continue
-        if cls is TokenSchedule:             # the server emits tokens 1.. itself (token 0 came first)
-            k.render = (_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
-                        else partial(token_chunk, seq))
+        if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
+            k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
+                         else partial(token_chunk, seq), partial(token_chunk, seq, 0))
             if k.interval > 1:
                 k.render_span = partial(span_chunk, seq)
         yield from due_items(out, k)         # the stream waits here: what is due, then the deadline

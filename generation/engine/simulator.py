@@ -307,7 +307,8 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
 
     FLUSH = -1   # yielded by run() before it sleeps: chunks rendered so far should go out now
 
-    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False, deadlines: bool = False, interval: int = 1):
+    def run(self, seq: Sequence, per_token: bool = True, blocks: bool = False, deadlines: bool = False, interval: int = 1,
+            first_in_schedule: bool = False):
         """Generator: wait for the slot, sleep TTFT, then yield token indexes ``0..len-1``, one
         inter-token latency apart (absolute schedule, so lateness does not accumulate), and
         :attr:`FLUSH` before every sleep so that a renderer can write what it has in one go.
@@ -327,7 +328,17 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         phase is one sleep and nothing is yielded.  Closing the generator (client gone) or an
         exception aborts the sequence; :meth:`cancel` makes it raise ClientDisconnected.  ``interval``
         > 1 (the stream interval): the first token alone, then ``slice`` s of ``interval`` tokens,
-        each one output (:func:`~generation.engine.stream_interval.grouped`)."""
+        each one output (:func:`~generation.engine.stream_interval.grouped`).
+
+        ``first_in_schedule`` (with ``deadlines``, for a renderer that renders token 0 from a
+        schedule): when the first token is still to wait for and the inter-token latency is a
+        positive constant, tokens ``0..len-1`` come as one TokenSchedule, yielded in place of the
+        first deadline, and the driver emits the first token as it emits the others
+        (:meth:`TokenSchedule.first_token` does its bookkeeping).  A burst's first tokens, due
+        together, then cost what a later token costs instead of a generator's resumption each
+        (issue 32: 1,000 first tokens took 28 ms, and the second tokens due 20 ms after them
+        waited).  A schedule cut short before its first token (an ``/admin/config`` latency
+        change) goes on per token, as below."""
         try:
             if seq.state == SeqState.INSTANT:
                 seq.finished_at = monotonic()
@@ -351,21 +362,36 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
             # burst, see admit): that token goes now and the next ones one ITL apart from it,
             # not all at once to catch up.
             rebase = per_token and target <= now
+            first = None            # tokens 0..n-1 as one schedule (first_in_schedule)
             if target > now:
-                if deadlines or per_token:
-                    yield target if deadlines else -1
-                wait(seq, target, deadlines)
+                if first_in_schedule and deadlines and per_token and interval == 1 and n > 1:
+                    itl = lat.constant_itl()
+                    if itl is not None and itl > 0:
+                        first = TokenSchedule(seq, 0, n, target, itl, target, metrics, lat)
+                        first.on_first = self.first_token
+                if first is not None:
+                    yield first
+                    if seq.state == SeqState.ABORTED:
+                        raise ClientDisconnected()
+                    if first.next == 0:         # cut short before its first token: per token on
+                        first = None
+                else:
+                    if deadlines or per_token:
+                        yield target if deadlines else -1
+                    wait(seq, target, deadlines)
                 now = monotonic()
-            seq.first_token_at = now
-            self.prefill_tokens -= seq.prompt_len
-            if n:
-                lag(now - target)
-                if per_token:
-                    yield 0
-            if rebase:
-                target = now
-            itl = lat.constant_itl()
+            if first is None:
+                seq.first_token_at = now
+                self.prefill_tokens -= seq.prompt_len
+                if n:
+                    lag(now - target)
+                    if per_token:
+                        yield 0
+                if rebase:
+                    target = now
+                itl = lat.constant_itl()
             constant_itl = itl is not None
+            # (a schedule from token 0 takes the last branch: interval 1, a positive constant ITL)
             if interval > 1 and per_token and n > 1:
                 yield from grouped(self, seq, n, interval, target, now, deadlines, wait)
             elif n > 1 and constant_itl and (not per_token or itl <= 0):
@@ -389,11 +415,13 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
             else:
                 k0 = 1
                 drawn = False       # whether token k0's deadline is already in target
-                if n > 1 and constant_itl and deadlines:       # the driver emits tokens 1..n-1
+                schedule = first
+                if schedule is None and n > 1 and constant_itl and deadlines:   # the driver emits tokens 1..n-1
                     schedule = TokenSchedule(seq, 1, n, target + itl, itl, now, metrics, lat)
                     yield schedule
                     if seq.state == SeqState.ABORTED:
                         raise ClientDisconnected()
+                if schedule is not None:
                     k0 = schedule.next
                     now = schedule.prev
                     if k0 >= n:     # all sent: the sequence ended with its last token
@@ -440,6 +468,12 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
             elif seq.state == SeqState.INSTANT:
                 seq.state = SeqState.DONE
 
+    def first_token(self, seq: Sequence, now: float) -> None:
+        """The bookkeeping of ``seq``'s first token, emitted at ``now`` by the driver of a schedule
+        from token 0 (:meth:`run`'s ``first_in_schedule``; :meth:`TokenSchedule.first_token`)."""
+        seq.first_token_at = now
+        self.prefill_tokens -= seq.prompt_len
+
     def step_schedule(self, seq: Sequence, start: int, stop: int) -> TokenSchedule:
         """Tokens ``start..stop-1`` of ``seq`` as the engine emits them (``start == stop``: only
         the wait for the first token), for a driver that emits them itself."""
@@ -465,12 +499,14 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         for _ in self.run(seq, per_token=False):
             pass
 
-    def stream(self, seqs: list[Sequence], flush: bool = False, blocks: bool = False, deadlines: bool = False):
+    def stream(self, seqs: list[Sequence], flush: bool = False, blocks: bool = False, deadlines: bool = False,
+               first_in_schedule: bool = False):
         """Generator of ``(sequence, token_index)`` in emission order over all ``seqs``;
         with ``flush``, also ``(sequence or None, FLUSH)`` whenever the next token is not ready;
         with ``blocks``, ``(sequence, range)`` for tokens due at once (see :meth:`run`);
         with ``deadlines`` and one sequence, ``(sequence, deadline)`` where it would flush and
-        sleep (see :meth:`run`; several sequences ignore it: they run in greenlets of their own);
+        sleep (see :meth:`run`, ``first_in_schedule`` too; several sequences ignore both: they run
+        in greenlets of their own);
         with a stream interval over 1 (the request's, clamped up to ``--stream-interval``),
         ``(sequence, slice)`` for tokens that go out as one output (see :meth:`run`).
 
@@ -481,7 +517,8 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         if len(seqs) == 1:
             seq = seqs[0]
             if flush:               # C-level pairing: no Python frame per token
-                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks, deadlines=deadlines, interval=interval))
+                return zip(itertools.repeat(seq), self.run(seq, blocks=blocks, deadlines=deadlines, interval=interval,
+                                                           first_in_schedule=first_in_schedule))
             return ((seq, k) for k in self.run(seq, blocks=blocks, interval=interval) if k != self.FLUSH)
         return self._stream_many(seqs, flush, blocks, interval)
 

@@ -23,12 +23,16 @@ class TokenSchedule:
     deadline, sends what it returns, and resumes the generator once :attr:`next` reaches
     :attr:`stop` (or after :meth:`Simulator.cancel`, which it then raises as ClientDisconnected).
 
+    A schedule may start at token 0 (``Simulator.run``'s ``first_in_schedule``): its driver then
+    emits the first token too, and :meth:`first_token` replaces that token's inter-token latency
+    observation (it has none: its time is the TTFT).
+
     An ``/admin/config`` change of the latencies (docs/engine.md 3.7: in-flight requests draw
     from the current values) cuts the schedule short at the next token: :meth:`due` sets
     ``stop = next`` and returns None, and the generator goes on per token.
     """
     __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
-                 "latency", "config_values", "engine", "lag_n", "interval", "render_span")
+                 "latency", "config_values", "engine", "lag_n", "interval", "render_span", "on_first")
 
     def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
                  metrics, latency):
@@ -46,6 +50,7 @@ class TokenSchedule:
         self.latency = latency                  # the LatencyModel, on the live config
         self.config_values = latency.config.__dict__    # replaced as a whole by SimConfig.swap
         self.engine = None
+        self.on_first = None          # (seq, now): a schedule from token 0 (Simulator.first_token)
 
     @classmethod
     def of_engine(cls, seq: Sequence, start: int, stop: int, engine, metrics, latency) -> "TokenSchedule":
@@ -83,9 +88,39 @@ class TokenSchedule:
         self.next = k
         for j in range(k0, k):        # recorded once every chunk rendered: none for a failed render
             self.lag(now - (first + (j - start) * itl))
-            self.itl_obs(now - self.prev)
+            if j:
+                self.itl_obs(now - self.prev)
+            else:
+                self.first_token(now)
             self.prev = now
         return out[0] if len(out) == 1 else b"".join(out)
+
+    def set_render(self, render, first) -> None:
+        """Set :attr:`render` to ``render`` (``k -> bytes``); for a schedule from token 0, token
+        0's chunk is ``first()`` instead (what the renderer writes with the first token: vLLM's
+        role chunks come with it), rendered once, at its tick, after which the schedule calls
+        ``render`` directly.  ``render``'s ``pure`` (the hub may render the last token ahead)
+        carries over: it holds for every token after the first."""
+        if self.start:
+            self.render = render
+            return
+
+        def chunk(k: int) -> bytes:
+            if k:
+                return render(k)
+            self.render = render
+            return first()
+        chunk.pure = getattr(render, "pure", False)
+        self.render = chunk
+
+    def first_token(self, now: float) -> None:
+        """Token 0 went out at ``now`` (a schedule from token 0): the first token's bookkeeping
+        (``Simulator.first_token``), in place of an inter-token latency; a schedule without it
+        (built by hand) observes one as for any token."""
+        if self.on_first is None:
+            self.itl_obs(now - self.prev)
+        else:
+            self.on_first(self.seq, now)
 
     def _emitted(self, now: float):
         k0 = self.next

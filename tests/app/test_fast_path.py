@@ -177,9 +177,9 @@ def test_token_blocks_give_the_bytes_of_single_tokens(app, monkeypatch, path, bo
     original = Simulator.stream
     used = []
 
-    def stream(self, seqs, flush=False, blocks=False, deadlines=False):
+    def stream(self, seqs, flush=False, blocks=False, deadlines=False, first_in_schedule=False):
         used.append(blocks)
-        return original(self, seqs, flush, blocks and not forced_single, deadlines)
+        return original(self, seqs, flush, blocks and not forced_single, deadlines, first_in_schedule)
     monkeypatch.setattr(Simulator, "stream", stream)
     forced_single = False
     sim.rng.seed(5)

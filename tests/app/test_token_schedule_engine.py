@@ -59,6 +59,65 @@ def test_a_constant_inter_token_latency_is_one_schedule():
     assert seq.state == SeqState.DONE and sim.running == 0
 
 
+def test_a_first_token_still_to_wait_for_is_token_0_of_the_schedule():
+    """first_in_schedule (issue 32): the first token is emitted as the later ones are, and its
+    bookkeeping (first_token_at, the prefill count, its lag, no inter-token latency) is the
+    schedule's."""
+    app = make_app("--time-to-first-token", "5ms", "--inter-token-latency", "2ms", "--seed", "3")
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 4, "ignore_eos": True})
+    lags, itls = [], []
+    sim.metrics.token_lag, sim.metrics.itl.observe = lags.append, itls.append
+    run = sim.run(seq, deadlines=True, first_in_schedule=True)
+    sched = next(run)
+    assert sched.__class__ is TokenSchedule and (sched.next, sched.stop, sched.itl) == (0, 4, 0.002)
+    assert sched.deadline(0) - seq.started_at == pytest.approx(0.005, abs=1e-9)
+    firsts = []
+    sched.set_render(lambda k: b"<%d>" % k, lambda: firsts.append(1) or b"<role><0>")
+    assert sched.due(sched.deadline(0) - 1e-6) is None and not seq.first_token_at
+    prefill = sim.prefill_tokens
+    t = sched.deadline(0) + 0.001
+    assert sched.due(t) == b"<role><0>" and seq.first_token_at == t and firsts == [1]
+    assert sim.prefill_tokens == prefill - seq.prompt_len and lags == [pytest.approx(0.001)] and itls == []
+    assert sched.due(sched.deadline(3)) == b"<1><2><3>" and firsts == [1] and len(itls) == 3
+    with pytest.raises(StopIteration):
+        next(run)
+    assert seq.state == SeqState.DONE and sim.running == 0 and seq.finished_at == sched.deadline(3)
+
+
+def test_a_schedule_cut_before_its_first_token_goes_on_per_token_from_token_0():
+    app = make_app("--time-to-first-token", "5ms", "--inter-token-latency", "30ms", "--seed", "3")
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 3, "ignore_eos": True})
+    run = sim.run(seq, deadlines=True, first_in_schedule=True)
+    sched = next(run)
+    sched.set_render(lambda k: b"<%d>" % k, lambda: b"<0>")
+    sim.config.swap(sim.config.updated({"inter-token-latency": "40ms"}))
+    assert sched.due(sched.deadline(0)) is None and sched.next == sched.stop == 0
+    items = []
+    for item in run:
+        items.append(item)
+        if item.__class__ is float:
+            sim.sleep_until(seq, item)
+    assert [x for x in items if x.__class__ is int] == [0, 1, 2] and items[0] == 0     # token 0 at once
+    assert seq.first_token_at and seq.state == SeqState.DONE
+
+
+def test_a_sequence_aborted_before_its_first_token_ends_in_client_disconnected():
+    app = make_app("--time-to-first-token", "50ms", "--inter-token-latency", "10ms")
+    sim, (seq,) = seqs_for(app, "chat.create_chat_completion",
+                           {"model": "test-model", "messages": MSG, "max_tokens": 5, "ignore_eos": True})
+    run = sim.run(seq, deadlines=True, first_in_schedule=True)
+    sched = next(run)
+    sched.set_render(lambda k: b"x", lambda: b"first")
+    gevent.spawn_later(0.01, sim.cancel, [seq])
+    with pytest.raises(ClientDisconnected):
+        list(scheduled_tokens(sim, sched))
+    assert sched.next == 0 and sim.running == 0 and sim.prefill_tokens == 0
+    with pytest.raises(ClientDisconnected):
+        next(run)
+
+
 @pytest.mark.parametrize("flags", [("--inter-token-latency-std-dev", "3ms"), ("--time-factor-under-load", "2")])
 def test_a_varying_inter_token_latency_yields_a_deadline_per_token(flags):
     app = make_app("--inter-token-latency", "10ms", *flags)
@@ -165,6 +224,7 @@ BODIES = {
                                                                         "continuous_usage_stats": True}}),
 }
 TIMINGS = {"all at once": (), "schedule": ("--inter-token-latency", "1ms"),
+           "schedule from the first token": ("--time-to-first-token", "2ms", "--inter-token-latency", "1ms"),
            "deadline per token": ("--inter-token-latency", "1ms", "--inter-token-latency-std-dev", "0.2ms")}
 
 
@@ -189,6 +249,7 @@ def test_stream_bytes_do_not_depend_on_the_timing_path(name):
     path, body = BODIES[name]
     runs = {timing: normalised_events(path, body, flags) for timing, flags in TIMINGS.items()}
     assert runs["schedule"] == runs["all at once"]
+    assert runs["schedule from the first token"] == runs["all at once"]
     assert runs["deadline per token"] == runs["all at once"]
     assert len(runs["schedule"]) > 4      # several token chunks (the last one closes the choice)
 

@@ -433,3 +433,37 @@ def test_a_schedules_last_token_is_rendered_ahead_in_an_idle_turn_when_its_rende
         else:
             assert when >= sched.deadline(4)
         assert len(lags) == len(itls) == 4 and min(lags) >= 0
+
+
+def test_a_schedule_from_token_0_sends_the_first_chunk_in_its_first_tick_and_its_bookkeeping_once():
+    """Simulator.run's first_in_schedule (issue 32): the hub's tick emits token 0 as it emits
+    the others; token 0's chunk is the renderer's first() (the role chunk with it), rendered
+    once, and its observation is the first token's (``on_first``), not an inter-token latency;
+    the last token is still rendered ahead, in the wait for the first."""
+    server, client, resp = stream_pair()
+    metrics, lags, itls = fake_metrics()
+    s = fake_seq()
+    first = time.monotonic() + 0.03
+    latency = SimpleNamespace(config=SimpleNamespace(), constant_itl=lambda: 0.005)
+    sched = TokenSchedule(s, 0, 4, first, 0.005, first, metrics, latency)
+    firsts, renders = [], []
+
+    def render(k):
+        renders.append(k)
+        return b"data: %d\n\n" % k
+    render.pure = True
+    sched.set_render(render, lambda: firsts.append(time.monotonic()) or b"data: role\n\ndata: 0\n\n")
+    sched.on_first = lambda seq, now: firsts.append(("first", seq, now))
+
+    def body():
+        yield sched
+        yield b"data: end\n\n"
+    it = body()
+    reader = gevent.spawn(read_all, client, b"data: end\n\n\r\n0\r\n\r\n")
+    assert HubEmitter(s, it, resp, server._sock).run(next(it)) == ("done", None)
+    got = reader.get(timeout=5)
+    assert dechunk(got) == b"data: role\n\ndata: 0\n\n" + b"".join(b"data: %d\n\n" % k for k in range(1, 4)) + \
+        b"data: end\n\n"
+    assert firsts[0] >= first and firsts[1][:2] == ("first", s) and firsts[1][2] >= first and len(firsts) == 2
+    assert renders[0] == 3 and sorted(renders) == [1, 2, 3]     # the last one ahead, before token 0
+    assert len(lags) == 4 and len(itls) == 3 and min(lags) >= 0
