@@ -396,7 +396,13 @@ _declare("metrics",
                 "a family's list replaces its defaults in every histogram of the family, fake metrics too; families "
                 "`request_latency`, `time_to_first_token`, `inter_token_latency`, `iteration_tokens`, "
                 "`request_params_n`, `request_num_preemptions`, `request_tokens`, `kv_cache_residency`; "
-                "refused with --vllm-version before 0.34"))
+                "refused with --vllm-version before 0.34"),
+         Option("kv-cache-metrics", "bool", False, "vLLM's KV-cache residency histograms "
+                "(`vllm:kv_block_lifetime_seconds`, `vllm:kv_block_idle_before_evict_seconds`, "
+                "`vllm:kv_block_reuse_gap_seconds`) over a sample of the blocks; observed with "
+                "--latency-calculator step (its KV block pool), empty otherwise"),
+         Option("kv-cache-metrics-sample", "float", 0.01, "Share of the KV blocks --kv-cache-metrics follows, "
+                "in (0, 1], drawn per allocation (seeded by --seed)"))
 _declare("multimodal",
          Option("omni", "bool", False, "Chat responses may carry an image: `X-Send-Image: true` or "
                 "--image-emission-rate"),
