@@ -442,7 +442,7 @@ STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization",
              "max-num-partial-prefills", "gpu", "step-time-profile", "step-time-jitter", "kv-transfer-bandwidth",
              "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
              "enable-chunked-prefill", "async-scheduling", "kv-cache-memory-bytes", "enable-prefix-caching",
-             "kv-offloading-size", "cpu-offload-gb")
+             "kv-offloading-size", "cpu-offload-gb", "kv-cache-metrics")    # (its families stay empty)
 
 
 def step_only_flags(config: SimConfig) -> list[str]:
