@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .values import ConfigError, parse_bool, parse_duration
+from .values import ConfigError, human_readable_int, parse_bool, parse_duration  # noqa: F401 - imported from here too
 from .vllm_versions import NEWEST as NEWEST_VLLM
 
 
@@ -396,7 +396,13 @@ _declare("metrics",
                 "a family's list replaces its defaults in every histogram of the family, fake metrics too; families "
                 "`request_latency`, `time_to_first_token`, `inter_token_latency`, `iteration_tokens`, "
                 "`request_params_n`, `request_num_preemptions`, `request_tokens`, `kv_cache_residency`; "
-                "refused with --vllm-version before 0.34"))
+                "refused with --vllm-version before 0.34"),
+         Option("kv-cache-metrics", "bool", False, "vLLM's KV-cache residency histograms "
+                "(`vllm:kv_block_lifetime_seconds`, `vllm:kv_block_idle_before_evict_seconds`, "
+                "`vllm:kv_block_reuse_gap_seconds`) over a sample of the blocks; observed with "
+                "--latency-calculator step (its KV block pool), empty otherwise"),
+         Option("kv-cache-metrics-sample", "float", 0.01, "Share of the KV blocks --kv-cache-metrics follows, "
+                "in (0, 1], drawn per allocation (seeded by --seed)"))
 _declare("multimodal",
          Option("omni", "bool", False, "Chat responses may carry an image: `X-Send-Image: true` or "
                 "--image-emission-rate"),
@@ -559,30 +565,6 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
     raise ConfigError(f"unknown option kind {kind}")
 
 
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def human_readable_int(value: Any) -> int:
-    """An integer as vLLM's ``human_readable_int`` reads it: a plain integer, or a number with a
-    decimal suffix (``k`` = 1,000, ``m``, ``g``, ``t``; ``25.6k`` = 25,600) or a binary one (``K``
-    = 1,024, ``M``, ``G``, ``T``; no decimals: ``1.5G`` is refused).  Raises ValueError."""
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(f"{value!r} is not an integer")
-    if isinstance(value, (int, float)):
-        return int(value)
-    text = str(value).strip()
-    if text[-1:] in _DECIMAL or text[-1:] in _BINARY:
-        number, suffix = text[:-1], text[-1]
-        if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        if not number.isdigit():
-            raise ValueError(f"decimals are not allowed with binary suffixes like {suffix}; did you mean "
-                             f"{number}{suffix.lower()}?")
-        return int(number) * _BINARY[suffix]
-    return int(text)
-
-
 def _lora_module(item: Any) -> LoraModule:
     """vLLM's two forms: ``name=path`` or a JSON object ``{"name","path","base_model_name"}``."""
     if isinstance(item, str) and not item.lstrip().startswith("{"):
@@ -595,5 +577,3 @@ def _lora_module(item: Any) -> LoraModule:
         raise ValueError("LoRA module must be a JSON object")
     return LoraModule(str(obj.get("name", "")), str(obj.get("path", "") or ""),
                       str(obj.get("base_model_name", "") or ""))
-
-

@@ -179,6 +179,12 @@ class SimConfig:
             self.custom_histogram_buckets = check_custom_buckets(self.custom_histogram_buckets)
         except ValueError as e:
             raise ConfigError(str(e), "custom-histogram-buckets") from None
+        sample = self.kv_cache_metrics_sample      # vLLM's Field(gt=0, le=1), checked with the flag off too
+        if not 0 < sample <= 1:                    # pydantic's words, on one line
+            rule = "greater than 0 [type=greater_than" if sample <= 0 else \
+                "less than or equal to 1 [type=less_than_equal"
+            raise ConfigError(f"1 validation error for ObservabilityConfig: kv_cache_metrics_sample: Input should be "
+                              f"{rule}, input_value={sample!r}, input_type=float]", "kv-cache-metrics-sample")
         if self.fake_metrics is not None:
             try:
                 parse_fake_metrics(self.fake_metrics, self.max_model_len,
@@ -436,7 +442,7 @@ STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization",
              "max-num-partial-prefills", "gpu", "step-time-profile", "step-time-jitter", "kv-transfer-bandwidth",
              "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
              "enable-chunked-prefill", "async-scheduling", "kv-cache-memory-bytes", "enable-prefix-caching",
-             "kv-offloading-size", "cpu-offload-gb")
+             "kv-offloading-size", "cpu-offload-gb", "kv-cache-metrics")    # (its families stay empty)
 
 
 def step_only_flags(config: SimConfig) -> list[str]:

@@ -1,4 +1,5 @@
-"""Parsing of option values: Go durations, Go booleans, and the error every option check raises.
+"""Parsing of option values: Go durations, Go booleans, vLLM's human-readable integers, and the error
+every option check raises.
 
 A leaf module (imports nothing from the project) so that the configuration, the fake-metrics
 specification and the admin route can all use it without import cycles.
@@ -105,3 +106,29 @@ def parse_bool(value: Any) -> bool:
     if s in _FALSE:
         return False
     raise ConfigError(f'invalid boolean value "{s}"')
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM's human-readable integers
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(value: Any) -> int:
+    """An integer as vLLM's ``human_readable_int`` reads it: a plain integer, or a number with a
+    decimal suffix (``k`` = 1,000, ``m``, ``g``, ``t``; ``25.6k`` = 25,600) or a binary one (``K``
+    = 1,024, ``M``, ``G``, ``T``; no decimals: ``1.5G`` is refused).  Raises ValueError."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{value!r} is not an integer")
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = str(value).strip()
+    if text[-1:] in _DECIMAL or text[-1:] in _BINARY:
+        number, suffix = text[:-1], text[-1]
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if not number.isdigit():
+            raise ValueError(f"decimals are not allowed with binary suffixes like {suffix}; did you mean "
+                             f"{number}{suffix.lower()}?")
+        return int(number) * _BINARY[suffix]
+    return int(text)

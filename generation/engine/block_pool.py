@@ -60,7 +60,8 @@ class BlockPool:
     list its events go to (module docstring); ``cpu_inflight``: blocks being written to it."""
 
     __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "_dups", "on_evict",
-                 "num_cpu_blocks", "_cpu", "_writing", "_offered", "_written", "cpu_inflight", "cpu_events")
+                 "num_cpu_blocks", "_cpu", "_writing", "_offered", "_written", "cpu_inflight", "cpu_events",
+                 "kv_metrics")
     stores_at_finish = False            # vLLM 0.15.1's tier (generation.engine.cpu_tier_v015) says True
 
     def __init__(self, num_blocks: int, on_evict=None, num_cpu_blocks: int = 0):
@@ -80,6 +81,9 @@ class BlockPool:
         self._written: list = []                        # runs stored in the step before: ready at this one's end
         self.cpu_inflight = 0                           # len(self._writing)
         self.cpu_events = None                          # None, or where the CPU tier's events go
+        # --kv-cache-metrics: None, or the residency collector told of each block handed out and
+        # touched (generation.metrics.kv_residency.KVResidency; vLLM's metrics_collector)
+        self.kv_metrics = None
 
     # ---- state ---------------------------------------------------------------------------
     @property
@@ -131,6 +135,8 @@ class BlockPool:
                 ref[b] = 1
             else:
                 ref[b] = c + 1
+        if self.kv_metrics is not None:
+            self.kv_metrics.accessed(blocks)
 
     # ---- the CPU tier ----------------------------------------------------------------------
     @property
@@ -292,6 +298,8 @@ class BlockPool:
             out += got
             if evicted and self.on_evict is not None:
                 self.on_evict(evicted)
+        if self.kv_metrics is not None:
+            self.kv_metrics.allocated(out)
         return out
 
     def free(self, blocks) -> None:
@@ -350,6 +358,8 @@ class BlockPool:
         self._cpu.clear()
         self._writing.clear()
         self._offered, self._written, self.cpu_inflight = [], [], 0
+        if self.kv_metrics is not None:
+            self.kv_metrics.reset()
         return True
 
 
@@ -366,6 +376,7 @@ class CountingPool:
     __slots__ = ("num_blocks", "num_free", "on_evict", "num_cpu_blocks", "pool")
     cpu_inflight = 0                    # nothing is written to a CPU tier
     stores_at_finish = False
+    kv_metrics = None                   # no residency followed (a replay's, without hashes)
 
     def __init__(self, pool: BlockPool):
         self.pool = pool

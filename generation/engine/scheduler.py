@@ -320,6 +320,8 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         """Plan the next step at ``now``: allocate blocks, preempt, admit.  The plan is empty
         when nothing can run (no work, or only requests waiting for a KV transfer)."""
+        if self.pool.kv_metrics is not None:     # --kv-cache-metrics: blocks handed out or touched at ``now``
+            self.pool.kv_metrics.now = now
         if self.lazy is not None:
             plan = self.lazy.schedule(now)
             if plan is not None:

@@ -48,6 +48,9 @@ Simulator choices (README, "Metrics"):
   ``vllm:prompt_tokens_cached_by_source`` from 0.34; ``vllm:time_per_output_token_seconds`` (the
   ITL's old name, which the reference simulator still exports) only before 0.12 (or before 0.15
   with ``--show-hidden-metrics-for-version``), as vLLM;
+* ``vllm:kv_block_lifetime_seconds``, ``vllm:kv_block_idle_before_evict_seconds`` and
+  ``vllm:kv_block_reuse_gap_seconds`` only with ``--kv-cache-metrics``, observed from the step
+  engine's block pool (:mod:`generation.metrics.kv_residency`; empty without step mode);
 * ``vllm:lora_requests_info`` only with LoRA (``--enable-lora``, ``--lora-modules``, or an
   adapter loaded at run time), as vLLM registers it only with a LoRA config.
 """
@@ -67,6 +70,7 @@ from .buckets import (ITERATION_TOKEN_BUCKETS, PARAMS_N_BUCKETS, PREEMPTION_BUCK
                       REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5, histogram_buckets)
 from .frontend import FrontendMetrics
 from .http import HTTPMetrics
+from .kv_residency import FAMILIES as KV_RESIDENCY_FAMILIES, KVResidency
 from .scrape import LABELS, ScrapeCollectors, _Collector
 from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
@@ -195,6 +199,14 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
                                                  if deprecated else ""))
         if shown["vllm:time_per_output_token_seconds"]:
             self.histograms.append(self.tpot)
+        # --kv-cache-metrics: vLLM's three residency histograms (every release from 0.17), made only
+        # with the flag as vLLM makes them, observed by the collector the step engine's block pool
+        # calls (generation.metrics.kv_residency; None without the flag)
+        self.kv_residency = None
+        if getattr(config, "kv_cache_metrics", False):
+            residency = family("kv_cache_residency")
+            self.kv_residency = KVResidency(config.kv_cache_metrics_sample, config.seed,
+                                            *(hist(name, doc, residency) for name, doc in KV_RESIDENCY_FAMILIES))
         # VLLM_SIM_LAG_SAMPLES=FILE (benches): every emission lag also kept, and written to FILE at exit
         lag_cls = partial(SampledHistogram, os.environ["VLLM_SIM_LAG_SAMPLES"]) \
             if os.environ.get("VLLM_SIM_LAG_SAMPLES") else FastHistogram

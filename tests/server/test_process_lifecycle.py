@@ -382,8 +382,12 @@ def test_pasted_vllm_034_flags_start_and_the_access_log_flags_apply(tmp_path, pr
         logged = {path for path in ("/v1/models", "/metrics?x=1", "/health") if f'"GET {path} HTTP/1.1" 200' in out}
         assert logged == ({"/v1/models"} if flags is pasted else set()), out
     assert ("ignored vLLM flags (no meaning in the simulator): --enable-scale-out "
-            "--performance-mode --optimization-level --kv-cache-metrics --enable-log-deltas --tool-strict-level") \
+            "--performance-mode --optimization-level --enable-log-deltas --tool-strict-level") \
         in cases[0][0].output()
+    # --kv-cache-metrics is served: its histograms come from the step engine's block pool
+    (step_only,) = [line for line in cases[0][0].output().splitlines()
+                    if "vLLM flags without effect unless --latency-calculator step:" in line]
+    assert step_only.endswith(" --kv-cache-metrics"), step_only
 
 
 def test_log_http_logs_request_details_without_keys(tmp_path, procs):

@@ -96,8 +96,9 @@ def test_every_vllm_serve_flag_is_accepted_with_its_arity():
 
 def test_ignored_flags_start_and_are_listed_in_the_order_given():
     names = [n for n in IGNORED_FLAGS if n in VLLM_FLAGS]
-    assert len(names) == 244 and "enable-scale-out" in names and "max-num-seqs" not in names
+    assert len(names) == 242 and "enable-scale-out" in names and "max-num-seqs" not in names
     assert "custom-histogram-buckets" not in names       # an option: it takes effect
+    assert "kv-cache-metrics" not in names and "kv-cache-metrics-sample" not in names
     argv = [a for n in names for a in next(command_lines(VLLM_FLAGS[n]))[0]]
     c = cfg("serve", "my-model", *argv)
     assert ignored_flags(c) == [f"--{n}" for n in names]
@@ -194,10 +195,9 @@ def test_pasted_vllm_034_command_line_starts():
     assert (c.log_error_stack, c.ssl_ciphers, c.disable_access_log_for_endpoints, c.api_key) == \
         (True, "ECDHE-RSA-AES256-GCM-SHA384", "/health,/metrics", ["k1", "k2"])
     assert c.default_chat_template_kwargs == {"enable_thinking": False} and c.sse_keep_alive_interval == 15
-    assert c.stream_interval == 4
+    assert c.stream_interval == 4 and c.kv_cache_metrics is True
     assert ignored_flags(c) == [
-        "--enable-scale-out", "--performance-mode", "--optimization-level",
-        "--kv-cache-metrics", "--enable-log-deltas",
+        "--enable-scale-out", "--performance-mode", "--optimization-level", "--enable-log-deltas",
         "--tool-strict-level", "--reasoning-config", "--spec-method", "--master-addr", "--nnodes", "--numa-bind"]
 
 
