@@ -45,7 +45,8 @@ Simulator choices (README, "Metrics"):
 * what ``--vllm-version``'s release exports (:data:`generation.config.vllm_versions.METRICS_SINCE`):
   ``vllm:prompt_tokens_recomputed`` up to 0.19, ``vllm:num_requests_waiting_by_reason`` from
   0.20, ``vllm:request_num_preemptions`` from 0.31, ``vllm:admission_rejections`` and
-  ``vllm:prompt_tokens_cached_by_source`` from 0.34; ``vllm:time_per_output_token_seconds`` (the
+  ``vllm:prompt_tokens_cached_by_source`` from 0.34, ``vllm:estimated_*_per_gpu`` (``--enable-mfu-metrics``,
+  counted by step mode's engine, else 0) from 0.17; ``vllm:time_per_output_token_seconds`` (the
   ITL's old name, which the reference simulator still exports) only before 0.12 (or before 0.15
   with ``--show-hidden-metrics-for-version``), as vLLM;
 * ``vllm:lora_requests_info`` only with LoRA (``--enable-lora``, ``--lora-modules``, or an
