@@ -225,13 +225,17 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
     from generation.engine.step_engine import StepEngine
     st = config.step
     scheduler = scheduler_for(st, config.max_model_len, config.max_loras, config.scheduling_policy)
+    from generation.engine.perf.mfu import build_perf_counters
     metrics.steps = True
     if metrics.kv_residency is not None and scheduler.enable_prefix_caching:
         # --kv-cache-metrics: the pool tells the collector of each block handed out and touched
         # (without prefix caching vLLM's pool evicts nothing: no observation, as there)
         scheduler.pool.kv_metrics = metrics.kv_residency
-    return StepEngine(scheduler, st.step_time, metrics, kv_cache=kv_cache, rng=rng, jitter=config.step_time_jitter,
-                      kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9, pause_seed=config.seed or 0)
+    engine = StepEngine(scheduler, st.step_time, metrics, kv_cache=kv_cache, rng=rng,
+                        jitter=config.step_time_jitter, kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9,
+                        pause_seed=config.seed or 0)
+    engine.perf = build_perf_counters(config, metrics)      # --enable-mfu-metrics, else None
+    return engine
 
 
 def build_simulator(config: SimConfig, tokenizer=None):

@@ -146,6 +146,10 @@ METRICS_SINCE = {
     "vllm:request_render_duration_seconds": ((0, 34, 0), None),     # vllm/renderers/metrics.py
     "vllm:sleep_mode_operation_duration_seconds": ((0, 34, 0), None),
     "vllm:sleep_mode_operations_in_flight": ((0, 34, 0), None),
+    # vllm/v1/metrics/perf.py's PerfMetricsProm (and its two byte counters), registered whatever
+    # --enable-mfu-metrics says; added after vllm#30738 (December 2025, the log line only), in
+    # the first sdist at hand (0.17.0), no earlier release pinned
+    "vllm:estimated_flops_per_gpu": ((0, 17, 0), None),
 }
 # vllm:time_per_output_token_seconds (the inter-token latency's old name): deprecated from 0.10.2
 # (vllm#24110, its help text then ends "DEPRECATED: Use vllm:inter_token_latency_seconds

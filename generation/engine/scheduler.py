@@ -122,11 +122,13 @@ class StepPlan:
     requests ``preempted`` while planning it, and the step-time aggregates (docs/engine-model.md
     section 3): ``num_decode`` (D), ``decode_context`` (C_dec, tokens), ``num_chunks``,
     ``prefill_tokens`` (sum n_i), ``prefill_pairs`` (sum n_i (p_i + n_i / 2)), ``prefill_context``
-    (sum p_i), and ``kv_reload_tokens``: tokens whose KV the step reloads from the CPU tier (prefix
+    (sum p_i), ``prefill_sq`` (sum n_i^2: with ``prefill_pairs``, vLLM's sum of tokens x context
+    for ``--enable-mfu-metrics``), and ``kv_reload_tokens``: tokens whose KV the step reloads from the CPU tier (prefix
     hits there of the requests it admits; 0 without a CPU tier), already counted in their
     requests' computed tokens (so in ``prefill_context``)."""
     __slots__ = ("scheduled", "preempted", "num_decode", "decode_context", "num_chunks", "prefill_tokens",
-                 "prefill_pairs", "prefill_context", "start", "end", "chunks", "kv_reload_tokens", "group")
+                 "prefill_pairs", "prefill_context", "prefill_sq", "start", "end", "chunks", "kv_reload_tokens",
+                 "group")
 
     def __init__(self):
         self.scheduled: list = []
@@ -138,6 +140,7 @@ class StepPlan:
         self.prefill_tokens = 0
         self.prefill_pairs = 0.0
         self.prefill_context = 0
+        self.prefill_sq = 0
         self.kv_reload_tokens = 0
         self.group = None                   # a group step's count of decoding requests (fast_decode), not in scheduled
         self.start = 0.0
@@ -160,6 +163,7 @@ class StepPlan:
             self.prefill_tokens += n
             self.prefill_pairs += n * (c + n / 2)
             self.prefill_context += c
+            self.prefill_sq += n * n
 
 
 class Scheduler:
@@ -439,6 +443,7 @@ class Scheduler:
                     plan.prefill_tokens -= n
                     plan.prefill_pairs -= n * (c + n / 2)
                     plan.prefill_context -= c
+                    plan.prefill_sq -= n * n
                 else:
                     decodes += 1
                     context += victim.num_computed + 1

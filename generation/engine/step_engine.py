@@ -118,6 +118,8 @@ class StepEngine:
         # next step is planned (vLLM's frontend streams while its engine core plans); returns
         # them in the order their notifications go out
         self.presend = None
+        # --enable-mfu-metrics: vLLM's per-step work estimate (generation.engine.perf.mfu.PerfCounters)
+        self.perf = None
         scheduler.on_prefilled = self._on_prefilled
         scheduler.on_preempt = self._on_preempt
         scheduler.on_external = self._on_external
@@ -353,6 +355,8 @@ class StepEngine:
         # The step's bookkeeping (0.2-0.6 ms at 256 requests) runs in the timer's lead, before
         # the sleep to its end: nothing else runs until the sleep ends (a blocking one), and the
         # step's sends then leave at its end instead of after the bookkeeping (issue 32).
+        if self.perf is not None:        # vLLM's estimated_*_per_gpu counters, from the step's requests
+            self.perf.observe(plan)      # before complete() moves their computed tokens on
         emitted = self.scheduler.complete(plan, end)
         if self.prefix_cache is not None:    # the step's KV events: one batch, as vLLM's
             self.prefix_cache.step_end()

@@ -45,7 +45,8 @@ Simulator choices (README, "Metrics"):
 * what ``--vllm-version``'s release exports (:data:`generation.config.vllm_versions.METRICS_SINCE`):
   ``vllm:prompt_tokens_recomputed`` up to 0.19, ``vllm:num_requests_waiting_by_reason`` from
   0.20, ``vllm:request_num_preemptions`` from 0.31, ``vllm:admission_rejections`` and
-  ``vllm:prompt_tokens_cached_by_source`` from 0.34; ``vllm:time_per_output_token_seconds`` (the
+  ``vllm:prompt_tokens_cached_by_source`` from 0.34, ``vllm:estimated_*_per_gpu`` (``--enable-mfu-metrics``,
+  counted by step mode's engine, else 0) from 0.17; ``vllm:time_per_output_token_seconds`` (the
   ITL's old name, which the reference simulator still exports) only before 0.12 (or before 0.15
   with ``--show-hidden-metrics-for-version``), as vLLM;
 * ``vllm:kv_block_lifetime_seconds``, ``vllm:kv_block_idle_before_evict_seconds`` and
@@ -106,7 +107,8 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         shown = self.shown = {name: exposes(config, name) for name in (
             "vllm:prompt_tokens_recomputed", "vllm:num_requests_waiting_by_reason", "vllm:admission_rejections",
             "vllm:prompt_tokens_cached_by_source", "vllm:request_num_preemptions",
-            "vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds")}
+            "vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
+            "vllm:estimated_flops_per_gpu")}
         # vLLM registers vllm:lora_requests_info only with a LoRA config (--enable-lora; vLLM
         # refuses --lora-modules without it); here also once an adapter is registered at run time
         self.lora_enabled = flag_given(config, "enable-lora") or bool(getattr(config, "lora_modules", None))
@@ -145,6 +147,12 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         self.prompt_recomputed = FastCounter()
         self.by_source = {s: FastCounter() for s in PROMPT_SOURCES}
         self.success = {r: FastCounter() for r in FINISH_REASONS}
+        # vLLM's PerfMetricsProm (vllm/v1/metrics/perf.py): per-GPU FLOPs and bytes read / written,
+        # added per engine step with --enable-mfu-metrics in step mode (generation.engine.perf.mfu),
+        # exported at 0 otherwise, as vLLM registers them whatever the flag
+        self.perf_flops = FastCounter()
+        self.perf_read = FastCounter()
+        self.perf_write = FastCounter()
 
         # each histogram's bounds: its vLLM 0.34 bucket family's (vllm/v1/metrics/loggers.py), or
         # --custom-histogram-buckets' list for the family (fixed at start-up)
@@ -348,6 +356,14 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         for reason, c in self.success.items():
             fam.add_metric(lbl + [reason], c.value, created)
         yield fam
+        if self.shown["vllm:estimated_flops_per_gpu"]:
+            for name, what, c in (("flops", "floating point operations", self.perf_flops),
+                                  ("read_bytes", "bytes read from memory", self.perf_read),
+                                  ("write_bytes", "bytes written to memory", self.perf_write)):
+                fam = CounterMetricFamily(f"vllm:estimated_{name}_per_gpu", f"Estimated number of {what} per GPU "
+                                          "(for Model Flops Utilization calculations).", labels=list(LABELS))
+                fam.add_metric(lbl, c.value, created)
+                yield fam
         yield from self._parser_family(created)
     # ---- engine hooks ----------------------------------------------------------------------
     def finished(self, seq) -> None:

@@ -94,6 +94,15 @@ EXPECTED = {
     "vllm:request_prefill_kv_computed_tokens": (
         "histogram", "Histogram of new KV tokens computed during prefill (excluding cached tokens)."),
     "vllm:cache_config_info": ("gauge", "Information of the LLMEngine CacheConfig"),
+    # vllm/v1/metrics/perf.py's PerfMetricsProm: registered whatever --enable-mfu-metrics says
+    "vllm:estimated_flops_per_gpu": (
+        "counter", "Estimated number of floating point operations per GPU (for Model Flops Utilization "
+        "calculations)."),
+    "vllm:estimated_read_bytes_per_gpu": (
+        "counter", "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations)."),
+    "vllm:estimated_write_bytes_per_gpu": (
+        "counter", "Estimated number of bytes written to memory per GPU (for Model Flops Utilization "
+        "calculations)."),
 }
 DEFAULT_REGISTRY = {"python_gc_objects_collected", "python_gc_objects_uncollectable", "python_gc_collections",
                     "python_info", "process_virtual_memory_bytes", "process_resident_memory_bytes",
