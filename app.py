@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from generation.config.values import ConfigError
-from generation.config.sim_config import SimConfig, ignored_flags, step_only_flags
+from generation.config.sim_config import SimConfig, ignored_flags, latency_only_flags, step_only_flags
 from generation.config.cli import load_config
 from generation.errors import APIError, SimulatorError, error_type
 
@@ -329,6 +329,9 @@ def main(argv=None) -> int:
         log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
     if step_only_flags(config):
         log.info("vLLM flags without effect unless --latency-calculator step: %s", " ".join(step_only_flags(config)))
+    if latency_only_flags(config):
+        log.info("flags without effect with --latency-calculator step (its step model times every request): %s",
+                 " ".join(latency_only_flags(config)))
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
         config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
     class NoDataset(Exception):

@@ -445,6 +445,23 @@ STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization",
              "kv-offloading-size", "cpu-offload-gb", "kv-cache-metrics")    # (its families stay empty)
 
 
+# the default latency model's flags: with --latency-calculator step the step model times every
+# request (its TTFT and inter-token latencies come from the steps), so they do nothing then
+LATENCY_ONLY = ("time-to-first-token", "time-to-first-token-std-dev", "inter-token-latency",
+                "inter-token-latency-std-dev", "prefill-overhead", "prefill-time-per-token", "prefill-time-std-dev",
+                "kv-cache-transfer-latency", "kv-cache-transfer-latency-std-dev", "kv-cache-transfer-time-per-token",
+                "kv-cache-transfer-time-std-dev", "time-factor-under-load")
+
+
+def latency_only_flags(config: SimConfig) -> list[str]:
+    """The default latency model's flags given with ``--latency-calculator step`` (the step model
+    replaces them), for one start-up log line: the converse of :func:`step_only_flags`."""
+    if config.latency_calculator != "step":
+        return []
+    given = getattr(config, "explicit", frozenset())
+    return [f"--{n}" for n in LATENCY_ONLY if n in given]
+
+
 def step_only_flags(config: SimConfig) -> list[str]:
     """The step-mode flags given while another latency calculator is in use (they have no
     effect then), for one start-up log line."""

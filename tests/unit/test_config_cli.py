@@ -12,7 +12,7 @@ import pytest
 
 from generation.config.cli import build_parser, load_config, options_table
 from generation.config.options import ADMIN_KEYS, IGNORED_FLAGS, OPTIONS
-from generation.config.sim_config import SimConfig, ignored_flags, step_only_flags
+from generation.config.sim_config import SimConfig, ignored_flags, latency_only_flags, step_only_flags
 from generation.config.values import ConfigError
 from support import ROOT
 
@@ -99,6 +99,11 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
     assert (c.enforce_eager, c.enable_prefix_caching, c.enable_chunked_prefill) == (True, True, False)
     assert (c.tensor_parallel_size, c.quantization, c.max_num_batched_tokens) == (2, "fp8", 8192)
     assert ignored_flags(cfg("m")) == [] and step_only_flags(cfg("m")) == []
+    # and the converse: the default latency model's flags do nothing in step mode
+    assert latency_only_flags(c) == [] and latency_only_flags(cfg("m", "--latency-calculator", "step")) == []
+    assert latency_only_flags(cfg("m", "--latency-calculator", "step", "--time-to-first-token", "2000",
+                                  "--inter-token-latency", "20ms", "--max-num-seqs", "4")) == [
+        "--time-to-first-token", "--inter-token-latency"]
     assert "pipeline-parallel-size" in IGNORED_FLAGS and "tensor-parallel-size" not in IGNORED_FLAGS
 
 
