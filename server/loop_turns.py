@@ -13,11 +13,13 @@ from time import monotonic
 
 END_BUDGET = 0.001                # s of stream ends per loop turn (idle, or forced: EndTurns)
 GUARD_MARGIN = 0.0003             # s: idle work stops this long before a step engine's end timer (~2 ends)
-# libev priority of a deadline's timer (a stream's first token, or each token of a varying
-# latency), below the token schedules' (0): in a loop turn where both fall due, the running
-# streams' next tokens go first.  A burst's first tokens fall due within ~10 ms and take ~26 ms
-# of the core; in deadline order the early streams' second tokens waited behind the rest of them
-# (their first gap up to +16 ms).  Above the arrival turns and the idle work (the lowest).
+# libev priority of a deadline's timer (each token of a varying latency, and the first token of a
+# stream whose schedule does not start at token 0), below the token schedules' (0): in a loop turn
+# where both fall due, the running streams' next tokens go first.  A burst's first tokens fall due
+# within ~10 ms and took ~26 ms of the core; in deadline order the early streams' second tokens
+# waited behind the rest of them (their first gap up to +16 ms).  (A constant-ITL stream's first
+# token is now token 0 of its schedule, Simulator.run's first_in_schedule: a tick like the others.)
+# Above the arrival turns and the idle work (the lowest).
 DEADLINE_PRIORITY = -1
 
 
