@@ -132,3 +132,18 @@ def test_each_release_shows_its_families(app_client):
     for version, count in (("0.24.0", 9), ("0.26.0", 12), ("0.33.0", 12), ("0.34.0", 13)):
         c = app_client(*STEP, *TIER, "--vllm-version", version, model=LLAMA)
         assert len([n for n in families(c) if n.startswith("vllm:kv_offload")]) == count, version
+
+
+def test_tensor_parallel_ranks_each_report_their_share(app_client):
+    # tp 2: each rank holds 4 of the 8 KV heads, 1 MiB of a block; the tier (64 MiB over both) is
+    # still 32 blocks; a job's bytes are both ranks', its sizes one per rank
+    c = app_client(*STEP, *TIER, "--tensor-parallel-size", "2", model=LLAMA)
+    assert c.sim.engine.scheduler.pool.num_cpu_blocks == 32
+    evict_and_reload(c)
+    m = scrape(c)
+    assert metric(m, "vllm:kv_offload_store_bytes_total", **LBL) == 9 * BLOCK
+    assert metric(m, "vllm:kv_offload_store_size_count", **LBL) == 4
+    assert metric(m, "vllm:kv_offload_load_bytes_total", **LBL) == 2 * BLOCK
+    assert metric(m, "vllm:kv_offload_load_size_bucket", le="1e+06", **LBL) == 0
+    assert metric(m, "vllm:kv_offload_load_size_bucket", le="5e+06", **LBL) == 2      # two ranks' 2 MiB
+    assert metric(m, "vllm:kv_offload_load_time_total", **LBL) == 2 * (BLOCK / PCIE)
