@@ -42,6 +42,9 @@ when it finishes: :class:`~generation.engine.cpu_tier_v015.StoreAtFinishPool`, a
   ``("removed", hashes)`` (one per store that evicts) and each completed write ``("stored",
   hashes)``; the step's end publishes them after the GPU's events, as vLLM's scheduler appends
   the connector's events (``OffloadingConnector.take_events``) to the block pool's.
+- **Metrics**: with ``kv_offload`` (``vllm:kv_offload_*``, :mod:`generation.metrics.kv_offload`)
+  each completed write of a store is one store job, each reload (:meth:`reload_cpu`) one load job,
+  each refused store one allocation failure.
 
 Memory and time are O(blocks ever used), not O(cache size): a 1M-block cache costs nothing until
 it is used.  Pure logic, no clock; the scheduler (:mod:`generation.engine.scheduler`) is the one

@@ -140,7 +140,6 @@ class KVOffloadMetrics:
     def __init__(self, labels: dict, shown: dict):
         self.labels = dict(labels)
         self.shown = shown
-        self.started = time.time()
         self.block_bytes = 0            # one worker's bytes per block (attach)
         self.tp = 1
         self.info = None                # config_info's label values (attach)
