@@ -235,6 +235,14 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
                         jitter=config.step_time_jitter, kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9,
                         pause_seed=config.seed or 0)
     engine.perf = build_perf_counters(config, metrics)      # --enable-mfu-metrics, else None
+    if metrics.kv_offload is not None and scheduler.pool.num_cpu_blocks:
+        # vllm:kv_offload_*: the CPU tier's jobs, one worker's block bytes moved at the reload's PCIe speed
+        from generation.engine.perf.hardware import kv_bytes_per_token
+        from generation.engine.perf.step_model import PCIE_BANDWIDTH
+        tp = config.tensor_parallel_size or 1
+        metrics.kv_offload.attach(scheduler.pool, engine, st.block_size,
+                                  st.block_size * kv_bytes_per_token(st.arch, config.kv_cache_dtype, tp), tp,
+                                  config.max_model_len, PCIE_BANDWIDTH)
     return engine
 
 

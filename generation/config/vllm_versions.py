@@ -150,6 +150,16 @@ METRICS_SINCE = {
     # --enable-mfu-metrics says; added after vllm#30738 (December 2025, the log line only), in
     # the first sdist at hand (0.17.0), no earlier release pinned
     "vllm:estimated_flops_per_gpu": ((0, 17, 0), None),
+    # the OffloadingConnector's (generation.metrics.kv_offload; only with a CPU KV tier): the
+    # deprecated vllm:kv_offload_total_bytes / _total_time / _size{transfer_type} in every sdist at
+    # hand (0.17.0 on, no earlier release pinned), exported by default in all of them; the flat
+    # load / store families (the first, load_bytes, gates the six) from 0.24.0; the allocation
+    # failures and the two lookup delays from 0.26.0 (0.24.0 lacks them, 0.25.0 is not at hand);
+    # the config info from 0.34.0 (0.27.0 lacks it)
+    "vllm:kv_offload_total_bytes": ((0, 17, 0), None),
+    "vllm:kv_offload_load_bytes": ((0, 24, 0), None),
+    "vllm:kv_offload_allocation_failure": ((0, 26, 0), None),
+    "vllm:kv_offload_config_info": ((0, 34, 0), None),
 }
 # vllm:time_per_output_token_seconds (the inter-token latency's old name): deprecated from 0.10.2
 # (vllm#24110, its help text then ends "DEPRECATED: Use vllm:inter_token_latency_seconds

@@ -42,6 +42,9 @@ when it finishes: :class:`~generation.engine.cpu_tier_v015.StoreAtFinishPool`, a
   ``("removed", hashes)`` (one per store that evicts) and each completed write ``("stored",
   hashes)``; the step's end publishes them after the GPU's events, as vLLM's scheduler appends
   the connector's events (``OffloadingConnector.take_events``) to the block pool's.
+- **Metrics**: with ``kv_offload`` (``vllm:kv_offload_*``, :mod:`generation.metrics.kv_offload`)
+  each completed write of a store is one store job, each reload (:meth:`reload_cpu`) one load job,
+  each refused store one allocation failure.
 
 Memory and time are O(blocks ever used), not O(cache size): a 1M-block cache costs nothing until
 it is used.  Pure logic, no clock; the scheduler (:mod:`generation.engine.scheduler`) is the one
@@ -61,7 +64,7 @@ class BlockPool:
 
     __slots__ = ("num_blocks", "num_free", "_fresh", "_recycled", "_ref", "_hash_of", "_cached", "_dups", "on_evict",
                  "num_cpu_blocks", "_cpu", "_writing", "_offered", "_written", "cpu_inflight", "cpu_events",
-                 "kv_metrics")
+                 "kv_metrics", "kv_offload")
     stores_at_finish = False            # vLLM 0.15.1's tier (generation.engine.cpu_tier_v015) says True
 
     def __init__(self, num_blocks: int, on_evict=None, num_cpu_blocks: int = 0):
@@ -84,6 +87,9 @@ class BlockPool:
         # --kv-cache-metrics: None, or the residency collector told of each block handed out and
         # touched (generation.metrics.kv_residency.KVResidency; vLLM's metrics_collector)
         self.kv_metrics = None
+        # None, or the vllm:kv_offload_* families told of each CPU-tier job: a store's blocks when
+        # written, a reload's when admitted, a refused store (generation.metrics.kv_offload)
+        self.kv_offload = None
 
     # ---- state ---------------------------------------------------------------------------
     @property
@@ -164,6 +170,13 @@ class BlockPool:
         for h in reversed(hashes):
             move(h)
 
+    def reload_cpu(self, hashes) -> None:
+        """A request reloads ``hashes`` from the CPU tier (one load job): :meth:`touch_cpu`, and
+        the job told to ``kv_offload``."""
+        self.touch_cpu(hashes)
+        if self.kv_offload is not None:
+            self.kv_offload.loaded(len(hashes))
+
     def store_cpu(self, hashes) -> bool:
         """Offer ``hashes`` (a request's full prompt blocks, in token order) to the CPU tier
         (vLLM's ``CPUOffloadingManager.prepare_store``): those it holds ready are used again
@@ -190,6 +203,8 @@ class BlockPool:
         need = len(new) - (self.num_cpu_blocks - len(cpu) - len(writing))
         if need > 0:
             if need > len(cpu) - used:                  # the offered blocks are never evicted
+                if self.kv_offload is not None:
+                    self.kv_offload.refused()
                 return False
             pop = cpu.popitem
             evicted = [pop(last=False)[0] for _ in range(need)]
@@ -208,13 +223,15 @@ class BlockPool:
         if idle:
             done += self._written
             self._written = []
-        cpu, writing, events = self._cpu, self._writing, self.cpu_events
+        cpu, writing, events, jobs = self._cpu, self._writing, self.cpu_events, self.kv_offload
         for run in done:
             for h in reversed(run):                     # the run's first block the most recently used
                 del writing[h]
                 cpu[h] = None
             if events is not None:
                 events.append(("stored", run))
+            if jobs is not None:                        # one store job written
+                jobs.stored(len(run))
         self.cpu_inflight = len(writing)
 
     def cache_requests(self, reqs, block_size: int, on_cached=None) -> None:
@@ -377,6 +394,7 @@ class CountingPool:
     cpu_inflight = 0                    # nothing is written to a CPU tier
     stores_at_finish = False
     kv_metrics = None                   # no residency followed (a replay's, without hashes)
+    kv_offload = None                   # no CPU-tier job observed
 
     def __init__(self, pool: BlockPool):
         self.pool = pool
@@ -431,6 +449,8 @@ class CountingPool:
 
     def touch_cpu(self, hashes) -> None:
         raise RuntimeError("a counting pool has no CPU tier in use")
+
+    reload_cpu = touch_cpu
 
     def reset(self, force: bool = False) -> bool:
         return self.num_free == self.num_blocks or force

@@ -241,9 +241,13 @@ class StoreAtFinishPool(BlockPool):
         hashes = list(hashes)
         new = self._prepare_store(hashes)
         if new is None:
+            if self.kv_offload is not None:
+                self.kv_offload.refused()
             return False
         if new:
             self._touch(hashes)
+            if self.kv_offload is not None:
+                self.kv_offload.stored(len(new))
         self._count_inflight()
         return True
 
@@ -260,6 +264,8 @@ class StoreAtFinishPool(BlockPool):
         # free and ready slots, and prepare_store would return None (without scanning the range)
         nh = len(hashes)
         if num_blocks - (start if start > nh else nh) > self.num_cpu_blocks - len(self._unready):
+            if self.kv_offload is not None:
+                self.kv_offload.refused()
             return
         run = req.offload
         if run is None:
@@ -275,10 +281,14 @@ class StoreAtFinishPool(BlockPool):
                 keys.append(hashes[i] if i < nh else Unnamed())
         new = self._prepare_store(keys[start:num_blocks])
         if new is None:
+            if self.kv_offload is not None:
+                self.kv_offload.refused()
             return                                   # "cannot store": offered again next time
         req.cpu_stored = num_blocks
         if not new:
             return
+        if self.kv_offload is not None:              # one store job, counted when accepted (module docstring)
+            self.kv_offload.stored(len(new))
         if run.writes is None:
             run.writes = new
         else:
@@ -304,6 +314,8 @@ class StoreAtFinishPool(BlockPool):
         stamp = self._stamp
         if len(stamp) >= self.num_cpu_blocks:       # the ready block of the lowest stamp goes (_evict)
             if len(stamp) == len(self._unready):
+                if self.kv_offload is not None:
+                    self.kv_offload.refused()
                 return
             heap, runs = self._heap, self._runs
             while True:
@@ -332,6 +344,8 @@ class StoreAtFinishPool(BlockPool):
         run.base, run.n = c, n                      # the touch of blocks 0..n
         self._clock = c + n
         self.cpu_inflight += 1
+        if self.kv_offload is not None:
+            self.kv_offload.stored(1)
 
     def _offer_cpu(self, req, hashes, full: int, block_size: int) -> None:
         """A prefill chunk's step ended: offer every full block computed, named or not."""

@@ -514,7 +514,7 @@ class Scheduler:
                 if cpu and self.on_external is not None and req.block_hashes is not None:   # past the GPU hits
                     self.on_external(req, req.num_tokens - len(hits) * bs, reload * bs)
             if reload:
-                pool.touch_cpu(req.block_hashes[len(hits):len(hits) + reload])
+                pool.reload_cpu(req.block_hashes[len(hits):len(hits) + reload])
                 plan.kv_reload_tokens += reload * bs
             if hits:
                 pool.touch(hits)

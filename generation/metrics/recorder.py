@@ -52,6 +52,10 @@ Simulator choices (README, "Metrics"):
 * ``vllm:kv_block_lifetime_seconds``, ``vllm:kv_block_idle_before_evict_seconds`` and
   ``vllm:kv_block_reuse_gap_seconds`` only with ``--kv-cache-metrics``, observed from the step
   engine's block pool (:mod:`generation.metrics.kv_residency`; empty without step mode);
+* ``vllm:kv_offload_*`` (vLLM's ``OffloadingConnector``) only with a CPU KV tier
+  (``--kv-offloading-size``, or ``--cpu-offload-gb`` in step mode), first, as vLLM builds them
+  before the scheduler's families, observed from the step engine's CPU tier
+  (:mod:`generation.metrics.kv_offload`; empty without step mode);
 * ``vllm:lora_requests_info`` only with LoRA (``--enable-lora``, ``--lora-modules``, or an
   adapter loaded at run time), as vLLM registers it only with a LoRA config.
 """
@@ -71,6 +75,7 @@ from .buckets import (ITERATION_TOKEN_BUCKETS, PARAMS_N_BUCKETS, PREEMPTION_BUCK
                       REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5, histogram_buckets)
 from .frontend import FrontendMetrics
 from .http import HTTPMetrics
+from .kv_offload import GATED as KV_OFFLOAD_FAMILIES, KVOffloadMetrics, configured as kv_offload_configured
 from .kv_residency import FAMILIES as KV_RESIDENCY_FAMILIES, KVResidency
 from .scrape import LABELS, ScrapeCollectors, _Collector
 from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
@@ -215,6 +220,10 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
             residency = family("kv_cache_residency")
             self.kv_residency = KVResidency(config.kv_cache_metrics_sample, config.seed,
                                             *(hist(name, doc, residency) for name, doc in KV_RESIDENCY_FAMILIES))
+        # vLLM's OffloadingConnector families (vllm:kv_offload_*), only with a CPU KV tier configured,
+        # observed by step mode's block pool (generation.metrics.kv_offload; None without a tier)
+        self.kv_offload = KVOffloadMetrics(lv, {name: exposes(config, name) for name in KV_OFFLOAD_FAMILIES}) \
+            if kv_offload_configured(config) else None
         # VLLM_SIM_LAG_SAMPLES=FILE (benches): every emission lag also kept, and written to FILE at exit
         lag_cls = partial(SampledHistogram, os.environ["VLLM_SIM_LAG_SAMPLES"]) \
             if os.environ.get("VLLM_SIM_LAG_SAMPLES") else FastHistogram
@@ -236,6 +245,9 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         for c in DEFAULT_COLLECTORS:
             r.register(c)
             small.register(c)
+        if self.kv_offload is not None:     # vLLM builds its KV connector's families before the scheduler's
+            r.register(self.kv_offload)
+            small.register(self.kv_offload)
         for fn in (self._collect_state, self._collect_config_info, self._collect_counters):
             r.register(_Collector(fn))
             small.register(_Collector(fn))
