@@ -512,3 +512,43 @@ def test_a_tool_argument_past_64_bits_is_served(api):
     assert r.status_code == 200, r.text
     (block,) = [b for b in r.json()["content"] if b["type"] == "tool_use"]
     assert isinstance(block["input"]["a"], int) and block["input"]["a"] >= 2 ** 64
+
+
+# ---- the same events whatever the timing path (issue 32: schedules emitted by the server's hub) ----
+
+MESSAGE_BODIES = {
+    "text": ({"max_tokens": 12, "ignore_eos": True}, ()),
+    "thinking": ({"max_tokens": 40, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+                 ("--reasoning-parser", "qwen3")),
+    "tool use": ({"max_tokens": 60, "tools": [WEATHER], "tool_choice": {"type": "any"}}, ()),
+    "stream interval": ({"max_tokens": 12, "ignore_eos": True}, ("--stream-interval", "3")),
+}
+MESSAGE_TIMINGS = {"all at once": (), "schedule from the first token": ("--time-to-first-token", "2ms",
+                                                                        "--inter-token-latency", "1ms"),
+                   "deadline per token": ("--inter-token-latency", "1ms", "--inter-token-latency-std-dev", "0.2ms")}
+
+
+@pytest.mark.parametrize("name", MESSAGE_BODIES)
+def test_message_stream_events_do_not_depend_on_the_timing_path(app_client, name):
+    """A stream with a constant inter-token latency hands its tokens to the hub as a schedule (the
+    block-opening and -closing events rendered per token, in order): the events are those of the
+    stream that waits for nothing, and of one waiting per token."""
+    extra, flags = MESSAGE_BODIES[name]
+    runs = {}
+    for timing, timing_flags in MESSAGE_TIMINGS.items():
+        r = post(app_client("--seed", "11", *flags, *timing_flags),
+                 {"model": "test-model", "stream": True, "messages": [{"role": "user", "content": U}], **extra})
+        assert r.status_code == 200, r.text
+        evs = events(r)
+        for _, data in evs:
+            if isinstance(data, dict) and data.get("type") == "message_start":
+                data["message"].pop("id")
+            block = data.get("content_block") if isinstance(data, dict) else None
+            if block and block.get("type") == "tool_use":
+                block.pop("id")
+        runs[timing] = evs
+    assert runs["schedule from the first token"] == runs["all at once"]
+    if name != "tool use":      # (a drawn ITL per token changes the drawn tool arguments: the old path too)
+        assert runs["deadline per token"] == runs["all at once"]
+    assert [e for e, _ in runs["all at once"]][-2:] == ["message_delta", "message_stop"]
+    assert sum(e == "content_block_delta" for e, _ in runs["all at once"]) >= (4 if "ignore_eos" in extra else 2)
