@@ -381,8 +381,7 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                     wait(seq, target, deadlines)
                 now = monotonic()
             if first is None:
-                seq.first_token_at = now
-                self.prefill_tokens -= seq.prompt_len
+                self.first_token(seq, now)
                 if n:
                     lag(now - target)
                     if per_token:
@@ -469,8 +468,8 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                 seq.state = SeqState.DONE
 
     def first_token(self, seq: Sequence, now: float) -> None:
-        """The bookkeeping of ``seq``'s first token, emitted at ``now`` by the driver of a schedule
-        from token 0 (:meth:`run`'s ``first_in_schedule``; :meth:`TokenSchedule.first_token`)."""
+        """The bookkeeping of ``seq``'s first token, emitted at ``now``: by :meth:`run` itself, or by
+        the driver of a schedule from token 0 (``first_in_schedule``; :meth:`TokenSchedule.first_token`)."""
         seq.first_token_at = now
         self.prefill_tokens -= seq.prompt_len
 

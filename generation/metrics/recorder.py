@@ -212,7 +212,7 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
                                                  if deprecated else ""))
         if shown["vllm:time_per_output_token_seconds"]:
             self.histograms.append(self.tpot)
-        # --kv-cache-metrics: vLLM's three residency histograms (every release from 0.17), made only
+        # --kv-cache-metrics: vLLM's three residency histograms (vllm#27793: every release at hand), made only
         # with the flag as vLLM makes them, observed by the collector the step engine's block pool
         # calls (generation.metrics.kv_residency; None without the flag)
         self.kv_residency = None
