@@ -391,6 +391,8 @@ _declare("metrics",
          Option("fake-metrics", "json", None, "Report these values on /metrics instead of measured ones (JSON "
                 "object; YAML: an object)", admin=True, nullable=True),
          Option("enable-mfu-metrics", "bool", False, "Count each step's FLOPs and bytes per GPU (step mode)"),
+         Option("disable-log-stats", "bool", False, "Export none of the engine's `vllm:` families on /metrics, as "
+                "vLLM builds no stat loggers (the API server's families, `http_*` and the emission lag stay)"),
          Option("fake-metrics-refresh-interval", _D, 0.1, "Time step of generator-valued fake metrics", unit="s"),
          Option("custom-histogram-buckets", "json", None, "vLLM's histogram bucket bounds by family (JSON object "
                 "family -> strictly increasing positive bounds, e.g. `{\"time_to_first_token\": [0.1, 0.5, 1]}`): "

@@ -240,6 +240,10 @@ class SimConfig:
         if self.sse_keep_alive_interval < 0:       # vLLM's validate_parsed_serve_args (less its "Error: ")
             raise ConfigError("--sse-keep-alive-interval must be a non-negative integer (0 disables keep-alive "
                               "comments).", "sse-keep-alive-interval")
+        if self.enable_per_request_metrics and self.disable_log_stats:
+            # vLLM's validate_parsed_serve_args: the per-request times come from the engine's stats
+            raise ConfigError("--enable-per-request-metrics requires engine statistics logging; remove "
+                              "--disable-log-stats to enable per-request metrics.", "enable-per-request-metrics")
         self._validate_generic()
         if self.enable_kvcache and not self.pod_ip and self.kv_events_topic is None and not self.fleet_size:
             # The reference refuses to start here; vLLM needs no POD_IP, and a user's case starts

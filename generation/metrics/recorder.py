@@ -245,10 +245,18 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         for c in DEFAULT_COLLECTORS:
             r.register(c)
             small.register(c)
-        if self.kv_offload is not None:     # vLLM builds its KV connector's families before the scheduler's
+        # --disable-log-stats: vLLM's AsyncLLM builds no StatLoggerManager (vllm/v1/engine/async_llm.py),
+        # so the engine's families are never registered; the API server's own ones stay (render
+        # duration, tool-parser invocations, sleep mode, http_*), and so do the simulator's
+        self.log_stats = not getattr(config, "disable_log_stats", False)
+        engine_fns = (self._collect_state, self._collect_config_info, self._collect_counters)
+        if not self.log_stats:
+            self.histograms = []
+            engine_fns = (lambda: self._parser_family(self.started),)
+        elif self.kv_offload is not None:     # vLLM builds its KV connector's families before the scheduler's
             r.register(self.kv_offload)
             small.register(self.kv_offload)
-        for fn in (self._collect_state, self._collect_config_info, self._collect_counters):
+        for fn in engine_fns:
             r.register(_Collector(fn))
             small.register(_Collector(fn))
         for h in self.histograms:

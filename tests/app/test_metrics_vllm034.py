@@ -334,3 +334,29 @@ def test_sleep_mode_operations_are_timed(app_client):
     gauge = "vllm:sleep_mode_operations_in_flight"
     assert (fams[gauge].type, fams[gauge].documentation) == ("gauge", "Sleep-mode operations currently awaited.")
     assert values(fams, gauge, gauge, "operation") == {("sleep",): 0, ("wake",): 0, ("release_kv_cache_memory",): 0}
+
+
+# ---- --disable-log-stats: vLLM builds no stat loggers ----------------------------------------------
+def test_disable_log_stats_leaves_only_the_api_servers_families(app_client):
+    """vLLM's AsyncLLM makes no StatLoggerManager without stats: no engine family is registered,
+    while the API server's own (render duration, tool-parser invocations) and http_* are; the
+    same text from GET and from the mount's other methods."""
+    client = parser_client(app_client, "--disable-log-stats")
+    r = client.post(CHAT, json={"model": "test-model", "messages": MSG, "max_tokens": 3, "tools": TOOLS})
+    assert r.status_code == 200, r.text
+    fams = families(client)
+    vllm = {n for n in fams if n.startswith("vllm") and not n.endswith("_created")}
+    assert vllm == {RENDER, PARSER, "vllm_sim:token_emission_lag_seconds"}
+    assert "http_requests" in fams and any(n.startswith("process_") for n in fams)
+    posted = {f.name for f in text_string_to_metric_families(client.post("/metrics").text)}
+    assert posted == set(fams)
+    # without the flag the engine's families are there
+    assert {"vllm:num_requests_running", "vllm:cache_config_info", "vllm:e2e_request_latency_seconds"} <= \
+        set(families(parser_client(app_client)))
+
+
+def test_disable_log_stats_with_per_request_metrics_is_refused():
+    from generation.config.cli import load_config
+    from generation.config.values import ConfigError
+    with pytest.raises(ConfigError, match="requires engine statistics logging"):
+        load_config(["--disable-log-stats", "--enable-per-request-metrics"], env={})

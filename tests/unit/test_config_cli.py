@@ -90,7 +90,7 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
     assert ignored_flags(c) == [
         "--dtype", "--trust-remote-code",
         "--enable-auto-tool-choice", "--tool-call-parser", "--enable-lora",
-        "--pipeline-parallel-size", "--swap-space", "--disable-log-stats",
+        "--pipeline-parallel-size", "--swap-space",
         "--download-dir", "--revision", "--load-format", "--generation-config"]
     # the engine model's flags take effect with --latency-calculator step, and are listed otherwise
     assert step_only_flags(c) == ["--gpu-memory-utilization", "--max-num-batched-tokens", "--quantization",
