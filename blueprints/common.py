@@ -16,6 +16,7 @@ import orjson
 from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
+from generation.engine.token_schedule import scheduled_tokens
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
@@ -426,21 +427,6 @@ def received_at(environ: dict) -> float | None:
         return None
     ago = int.from_bytes(info[_LAST_DATA_RECV:_LAST_DATA_RECV + 4], sys.byteorder) / 1000 - TICK_MARGIN
     return monotonic() - min(ago, MAX_BACKDATE)
-
-
-def scheduled_tokens(sim: Simulator, schedule):
-    """Emit a :class:`~generation.engine.token_schedule.TokenSchedule` from the request's greenlet: each token's
-    chunk (tokens due together in one write) once its deadline is reached; raises
-    ClientDisconnected if the sequence is aborted meanwhile."""
-    if schedule.engine is not None:             # step mode: due when the engine's steps emit them
-        yield from sim.step_tokens(schedule)
-        return
-    seq = schedule.seq
-    while schedule.next < schedule.stop:
-        sim.sleep_until(seq, schedule.deadline(schedule.next))
-        data = schedule.due(monotonic())
-        if data is not None:
-            yield data
 
 
 def header_safe(value: str) -> bool:

@@ -47,7 +47,8 @@ from generation.content import logprobs as lp
 from generation.engine.request import GenerationRequest, Prompt
 from generation.engine.stream_interval import token_span
 from ..errors import APIError, InvalidParam, Rejected, RequestInvalid
-from .base import Adapter, check_limits, dumps, due_items, tokenize_texts
+from .base import Adapter, check_limits, dumps, tokenize_texts
+from .token_stream import due_items
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
 from .validation import Mismatch, literal_error, pydantic_error, read_bool, read_int
 

@@ -545,18 +545,6 @@ def check_prompt_logprobs(value, stream: bool) -> None:
     check_logprobs_sign(value, "prompt_logprobs")
 
 
-def due_items(out: list, k) -> tuple:
-    """What a renderer yields where its stream waits (``k``: FLUSH, a ``float`` deadline or a
-    :class:`~generation.engine.token_schedule.TokenSchedule` from ``Simulator.stream``): the chunks rendered so
-    far as one write, then the deadline or schedule for the server to drive.  Empties ``out``.
-    A tuple, not a generator: it runs once per token of a real-time stream."""
-    if out:
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        return (data,) if k.__class__ is int else (data, k)
-    return () if k.__class__ is int else (k,)
-
-
 def with_prompt_token_ids(chunks, ids):
     """``chunks`` (an OpenAI SSE body) with top-level ``prompt_token_ids`` in its first chunk
     (vLLM's ``return_token_ids`` on chat streams); later chunks pass through untouched."""

@@ -18,8 +18,8 @@ from generation.engine.request import GenerationRequest
 from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
-                   with_prompt_token_ids, PromptDetails, prompt_tokens_details,
-                   due_items)
+                   with_prompt_token_ids, PromptDetails, prompt_tokens_details)
+from .token_stream import due_items
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens

@@ -19,11 +19,12 @@ from generation.tokenization.tokenizer import each_text
 from .base import (per_request_metrics, CHUNK_END, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
-                   dumps, request_usage, stream_flags, due_items, system_fingerprint, usage_details)
+                   dumps, request_usage, stream_flags, system_fingerprint, usage_details)
 from .fields import (EMPTY_PROMPT, check_beam_logprob_ids, check_openai_fields, check_prompt_count, check_response_format_schema,
                      check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
+from .token_stream import due_items
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 

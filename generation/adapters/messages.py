@@ -19,9 +19,9 @@ import json
 from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from ..errors import FieldNames
-from generation.engine.token_schedule import TokenSchedule
-from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, due_items,
-                   dumps, usage_details)
+from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
+                   usage_details)
+from .token_stream import rendered_tokens
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
@@ -367,8 +367,8 @@ def stream_message(sim, req, seq, stop_sequence):
         # one token, or a stream interval's group (a slice): vLLM converts its chat chunk, whose
         # delta holds the group's reasoning, text and tool-call fragments, into one delta event
         # per block it touches (anthropic/serving.py message_stream_converter); b"" for a marker.
-        # Called once per token, in order (the blocks it opens and closes are its state): by the
-        # loop below, or as a token schedule's renderer by the server's hub
+        # Called once per token, in order (the blocks it opens and closes are its state): by
+        # rendered_tokens, or as a token schedule's renderer by the server's hub
         nonlocal thinking_open, opened
         a, b = token_span(k)
         out = b""
@@ -396,21 +396,8 @@ def stream_message(sim, req, seq, stop_sequence):
             return out
         return out + text_head + dumps("".join(pieces[a:b])) + b"}}\n\n"
 
-    # Deadlines and token schedules go to the server (the hub emits a schedule's tokens without
-    # resuming this generator: about half the CPU of a token, issue 32), as chat's stream does
     pending = []
-    for _, k in sim.stream([seq], flush=True, deadlines=True, first_in_schedule=True):
-        cls = k.__class__
-        if cls is slice or (cls is int and k >= 0):
-            data = events(k)
-            if data:
-                pending.append(data)
-            continue
-        if cls is TokenSchedule:
-            k.set_render(events, lambda: events(0))
-            if k.interval > 1:
-                k.render_span = lambda a, b: events(slice(a, b))
-        yield from due_items(pending, k)
+    yield from rendered_tokens(sim, seq, events, pending)
     out = b"".join(pending) + (close_thinking() if thinking_open else b"")
     if calls:
         while opened < len(calls):          # calls without argument tokens

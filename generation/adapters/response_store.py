@@ -26,6 +26,7 @@ import gevent
 import gevent.event
 import orjson
 
+from generation.engine.token_schedule import scheduled_tokens
 from generation.errors import APIError
 
 # vLLM's answer to "background": true when responses are not stored (its _validate_create_responses_input)
@@ -159,15 +160,23 @@ class ResponseStore:
         more = gevent.event.Event()
 
         def produce():
+            # no hub drives this body: its deadlines and token schedules are waited for here
             try:
                 for item in body_iter:
-                    chunks.append(item)
-                    more.set()
+                    cls = item.__class__
+                    if cls is float:
+                        sim.sleep_until(seqs[0], item)
+                        continue
+                    for data in (item,) if cls is bytes else scheduled_tokens(sim, item):
+                        if data:
+                            chunks.append(data)
+                            more.set()
             except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
                 if self._failed(rid, e):
                     chunks.append(error_frame(e))
                 sim.cancel(seqs, "error")
             finally:
+                body_iter.close()       # (a wait here that raised left it suspended)
                 state["done"] = True
                 more.set()
                 self.tasks.pop(rid, None)

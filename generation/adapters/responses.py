@@ -38,22 +38,16 @@ stops it.
 """
 from __future__ import annotations
 
-import itertools
-import time
-from dataclasses import asdict
-
-from generation.content import logprobs as lp
 from ..errors import FieldNames, InvalidParam, Rejected
 from generation.engine.request import GenerationRequest
-from generation.engine.stream_interval import parts, token_span, within
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
-                   created_cache_tokens, dumps, prefix_block)
+                   prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
 from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
                      check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
+from .responses_render import RenderCtx, base_response, render_response, stream_response
 from .sampling import responses_reasoning, template_kwargs, tool_parser_type
-from generation.content.reasoning import content_text, reasoning_text
 
 
 # the checkers' chat-completions field names, as a Responses request spells them
@@ -114,7 +108,10 @@ class ResponsesAdapter(Adapter):
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature, priority=scheduling_priority(sim, b.priority),
             reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget, b.chat_template_kwargs, kwargs),
             tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream))    # vLLM's default: auto
-        self.ctx = _Ctx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0, prefix_block(self.sim))
+        self.ctx = RenderCtx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0,
+                             prefix_block(self.sim))
+        self.ctx.tools = [_flat_tool(t) if t.get("type") == "function" else t for t in b.tools or ()]
+        self.ctx.names = call_names(b.tools)
         self.ctx.store = store is not None and b.store is not False
         self.ctx.background = bool(b.background)
         # vLLM's ResponsesRequest.request_id is the response's id as given (default resp_<uuid>)
@@ -364,237 +361,3 @@ def to_response_format(text_cfg) -> dict | None:
         js = {k: getattr(fmt, k) for k in ("name", "schema", "description", "strict") if getattr(fmt, k) is not None}
         return {"type": "json_schema", "json_schema": js}
     return None
-
-
-class _Ctx:
-    """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
-    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store",
-                 "block", "background", "response_id")
-
-    def __init__(self, body: ResponsesRequest, req, want_logprobs, top, block: int = 0):
-        self.body = body
-        self.block = block          # prefix-cache block size (tokens), 0 without one (base.prefix_block)
-        self.req = req
-        self.created = int(time.time())
-        self.want_logprobs = want_logprobs
-        self.top = top
-        # tools echoed as sent, function tools in their flat shape
-        self.tools = [_flat_tool(t) if t.get("type") == "function" else t for t in body.tools or ()]
-        self.names = call_names(body.tools)
-        fmt = body.text.format if body.text is not None else None
-        self.text_format = {k: v for k, v in asdict(fmt).items() if v is not None} if fmt is not None else None
-        if not self.text_format:
-            self.text_format = {"type": "text"}
-        self.n = 0
-        self.store = False
-        self.background = False
-        self.response_id = f"resp_{req.request_id}"
-
-    def event(self, type_: str, payload: dict) -> bytes:
-        """One named SSE event with the next ``sequence_number``."""
-        frame = (b"event: " + type_.encode() + b"\ndata: " +
-                 dumps({"type": type_, "sequence_number": self.n, **payload}) + b"\n\n")
-        self.n += 1
-        return frame
-
-
-# ---- rendering ------------------------------------------------------------------------------------
-
-def _or(value, default):
-    return default if value is None else value
-
-
-def base_response(ctx: _Ctx, status: str) -> dict:
-    """The response object without output/usage, with the fields the openai SDK's ``Response``
-    model reads (request settings echoed, defaults as OpenAI reports them)."""
-    d = ctx.body
-    return {"id": ctx.response_id, "object": "response", "created_at": ctx.created,
-            "status": status, "background": ctx.background, "error": None, "incomplete_details": None,
-            "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
-            "max_tool_calls": d.max_tool_calls, "model": ctx.req.model, "output": [],
-            "parallel_tool_calls": _or(d.parallel_tool_calls, True),
-            "previous_response_id": d.previous_response_id,
-            "reasoning": {"effort": d.reasoning.get("effort"), "summary": d.reasoning.get("summary")}
-            if isinstance(d.reasoning, dict) else None,
-            "service_tier": "default", "store": ctx.store, "temperature": _or(d.temperature, 1.0),
-            "text": {"format": ctx.text_format}, "tool_choice": _or(d.tool_choice, "auto"),
-            "tools": ctx.tools, "top_logprobs": _or(d.top_logprobs, 0), "top_p": _or(d.top_p, 1.0),
-            "truncation": _or(d.truncation, "disabled"), "usage": None, "user": d.user,
-            "metadata": _or(d.metadata, {})}
-
-
-def _usage(seq, block: int) -> dict:
-    """Every field the openai SDK's ResponseUsage requires; ``cache_write_tokens`` is what the
-    request wrote to the prefix cache (:func:`created_cache_tokens`, blocks of ``block``
-    tokens), as vLLM 0.34's ``responses/serving.py`` reports ``num_cache_creation_tokens``."""
-    p, c = seq.prompt_len, seq.completion_tokens
-    span = seq.reasoning_span
-    r = span[1] - span[0] if span is not None else 0
-    return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": created_cache_tokens(seq, block),
-                                                        "cached_tokens": seq.cached_tokens},
-            "output_tokens": c,
-            "output_tokens_details": {"reasoning_tokens": r}, "total_tokens": p + c}
-
-
-def _incomplete_reason(seq) -> str | None:
-    if seq.tool_calls:
-        return None
-    if seq.finish_reason == "length":
-        return "max_output_tokens"
-    if seq.finish_reason == "cache_threshold":
-        return "cache_threshold"
-    return None
-
-
-def call_ids(chat_id: str) -> tuple[str, str]:
-    """``chatcmpl-tool-<hex>`` -> (``fc_<hex>``, ``call_<hex>``)."""
-    suffix = chat_id.rsplit("-", 1)[-1]
-    return f"fc_{suffix}", f"call_{suffix}"
-
-
-def _call_item(ctx: _Ctx, tc: dict, status: str, arguments: str) -> dict:
-    """A ``function_call`` output item; a namespaced tool's call carries its own ``name`` and
-    its ``namespace`` (vLLM's ``resolve_responses_tool_call_name``)."""
-    fc, call = call_ids(tc["id"])
-    item = {"id": fc, "type": "function_call", "status": status, "arguments": arguments, "call_id": call,
-            "name": tc["name"]}
-    ns = ctx.names.get(tc["name"])
-    if ns is not None:
-        item["name"], item["namespace"] = ns
-    return item
-
-
-def _text_part(text: str, logprobs=...) -> dict:
-    part = {"type": "output_text", "text": text, "annotations": []}
-    if logprobs is not ...:
-        part["logprobs"] = logprobs
-    return part
-
-
-def _reasoning_item(ctx: _Ctx, text: str | None, status: str | None = None) -> dict:
-    """vLLM's reasoning output item: the reasoning as one ``reasoning_text`` part (no summary;
-    ``content`` empty while it streams)."""
-    return {"id": f"rs_{ctx.req.request_id}", "type": "reasoning", "summary": [],
-            "content": [] if text is None else [{"type": "reasoning_text", "text": text}],
-            "encrypted_content": None, "status": status}
-
-
-def _message_item(ctx: _Ctx, status: str, content: list) -> dict:
-    return {"id": f"msg_{ctx.req.request_id}", "type": "message", "role": "assistant", "status": status,
-            "content": content}
-
-
-def _logprobs(ctx: _Ctx, seq) -> list:
-    top = ctx.top
-    span = seq.reasoning_span
-    pieces = seq.pieces if span is None else seq.pieces[span[2]:]
-    return [lp.responses_entry(p, i, top) for i, p in enumerate(pieces)]
-
-
-def render_response(ctx: _Ctx, seq) -> dict:
-    """The final ``response`` object (non-streaming body, and ``response.completed``)."""
-    reason = _incomplete_reason(seq)
-    out = base_response(ctx, "incomplete" if reason else "completed")
-    if reason:
-        out["incomplete_details"] = {"reason": reason}
-    if seq.tool_calls:
-        out["output"] = [_call_item(ctx, tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
-    else:
-        text = content_text(seq)
-        part = (_text_part(text, _logprobs(ctx, seq)) if ctx.want_logprobs else _text_part(text))
-        out["output"] = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
-    if seq.reasoning_span is not None:
-        out["output"].insert(0, _reasoning_item(ctx, reasoning_text(seq)))
-    out["usage"] = _usage(seq, ctx.block)
-    return out
-
-
-def stream_response(sim, ctx: _Ctx, seq):
-    """SSE body (see the module docstring).  Per token only the piece (and its logprob entry
-    when asked) is serialised into a pre-rendered frame."""
-    ev = ctx.event
-    r0 = base_response(ctx, "in_progress")
-    yield ev("response.created", {"response": r0}) + ev("response.in_progress", {"response": r0})
-    calls = seq.tool_calls
-    tokens = sim.stream([seq])
-    oi = 0                     # output_index of the answer's item
-    if seq.reasoning_span is not None:
-        tokens = yield from _stream_reasoning(ctx, seq, tokens)
-        oi = 1
-    if calls:
-        tc = calls[0]
-        item_id = call_ids(tc["id"])[0]
-        yield ev("response.output_item.added", {"output_index": oi, "item": _call_item(ctx, tc, "in_progress", "")})
-        head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
-                b'"response.function_call_arguments.delta","sequence_number":')
-        mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"delta":'
-        for a, b in parts(tokens, tc["start"], tc["end"]):      # a token, or a group's part in the call
-            yield head + str(ctx.n).encode() + mid + dumps("".join(seq.pieces[a:b])) + b"}\n\n"
-            ctx.n += 1
-        done = _call_item(ctx, tc, "completed", tc["arguments"])
-        yield (ev("response.function_call_arguments.done",
-                  {"item_id": item_id, "output_index": oi, "name": done["name"], "arguments": tc["arguments"]}) +
-               ev("response.output_item.done", {"output_index": oi, "item": done}))
-    else:
-        want = ctx.want_logprobs
-        msg_id = f"msg_{ctx.req.request_id}"
-        ids = {"item_id": msg_id, "output_index": oi, "content_index": 0}
-        yield (ev("response.output_item.added", {"output_index": oi,
-                                                  "item": _message_item(ctx, "in_progress", [])}) +
-               ev("response.content_part.added", {**ids, "part": _text_part("", []) if want else _text_part("")}))
-        head = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-                b'"sequence_number":')
-        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":' + str(oi).encode() + b',"content_index":0,"delta":'
-        top = ctx.top
-        c0 = seq.reasoning_span[2] if seq.reasoning_span is not None else 0
-        for _, k in tokens:
-            a, b = token_span(k)        # one token, or a stream interval's group: one delta
-            lps = dumps([lp.responses_entry(seq.pieces[j], j - c0, top) for j in range(a, b)]) if want else b"[]"
-            yield head + str(ctx.n).encode() + mid + dumps("".join(seq.pieces[a:b])) + b',"logprobs":' + lps + b"}\n\n"
-            ctx.n += 1
-        text = content_text(seq)
-        status = "incomplete" if _incomplete_reason(seq) else "completed"
-        # Placement of logprobs after the deltas follows the reference (api.md 7.4).
-        done_part = _text_part(text, None) if want else _text_part(text)
-        yield (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
-               ev("response.content_part.done", {**ids, "part": done_part}) +
-               ev("response.output_item.done", {"output_index": oi,
-                                                 "item": _message_item(ctx, status, [done_part])}))
-    final = render_response(ctx, seq)
-    if ctx.store:
-        sim.response_store.put_final(final)
-    # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
-    yield ev("response.incomplete" if final["status"] == "incomplete" else "response.completed", {"response": final})
-
-
-def _stream_reasoning(ctx: _Ctx, seq, tokens):
-    """The reasoning item's events (vLLM's order: ``response.output_item.added``,
-    ``response.reasoning_part.added``, ``response.reasoning_text.delta`` per reasoning token,
-    ``response.reasoning_text.done``, ``response.reasoning_part.done``,
-    ``response.output_item.done``), drawing the reasoning tokens from ``tokens``; the parser's
-    markers send nothing.  Returns (``yield from``) the iterator of the answer's tokens."""
-    ev = ctx.event
-    r0, r1, c0 = seq.reasoning_span
-    rid = f"rs_{ctx.req.request_id}"
-    ids = {"item_id": rid, "output_index": 0, "content_index": 0}
-    yield (ev("response.output_item.added", {"output_index": 0, "item": _reasoning_item(ctx, None, "in_progress")}) +
-           ev("response.reasoning_part.added", {**ids, "part": {"type": "reasoning_text", "text": ""}}))
-    head = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
-            b'"sequence_number":')
-    mid = b',"item_id":' + dumps(rid) + b',"output_index":0,"content_index":0,"delta":'
-    tokens = iter(tokens)
-    first = None
-    for item in tokens:
-        a, b = within(item[1], r0, r1)
-        if a < b:
-            yield head + str(ctx.n).encode() + mid + dumps("".join(seq.pieces[a:b])) + b"}\n\n"
-            ctx.n += 1
-        a, b = within(item[1], c0, len(seq.pieces))
-        if a < b:                   # the answer's first token (a group's: its answer's part, vLLM's split_delta)
-            first = (seq, a if b == a + 1 else slice(a, b))
-            break
-    text = reasoning_text(seq)
-    yield (ev("response.reasoning_text.done", {**ids, "text": text}) +
-           ev("response.reasoning_part.done", {**ids, "part": {"type": "reasoning_text", "text": text}}) +
-           ev("response.output_item.done", {"output_index": 0, "item": _reasoning_item(ctx, text, "completed")}))
-    return itertools.chain((first,), tokens) if first is not None else tokens

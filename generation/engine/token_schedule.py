@@ -164,3 +164,16 @@ class TokenSchedule:
         return False
 
 
+def scheduled_tokens(sim, schedule: TokenSchedule):
+    """Emit ``schedule`` from the calling greenlet (no hub emitter: the route's own, or a background
+    response's): each token's chunk (tokens due together in one write) once its deadline is
+    reached; raises ClientDisconnected if the sequence is aborted meanwhile."""
+    if schedule.engine is not None:             # step mode: due when the engine's steps emit them
+        yield from sim.step_tokens(schedule)
+        return
+    seq = schedule.seq
+    while schedule.next < schedule.stop:
+        sim.sleep_until(seq, schedule.deadline(schedule.next))
+        data = schedule.due(monotonic())
+        if data is not None:
+            yield data

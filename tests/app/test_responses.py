@@ -4,6 +4,7 @@ cases 59-72)."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import openai
@@ -413,3 +414,50 @@ def test_cached_tokens_reported(app_client):
     assert first.usage.input_tokens_details.cached_tokens == 0
     cached = second.usage.input_tokens_details.cached_tokens
     assert cached > 0 and cached % 16 == 0 and second.usage.input_tokens == first.usage.input_tokens
+
+
+# ---- the same events whatever the timing path (issue 32: schedules emitted by the server's hub) ----
+
+QWEN3 = ("--reasoning-parser", "qwen3")
+LOGPROBS = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+CALL = {"max_output_tokens": 60, "tools": [GET_WEATHER], "tool_choice": "required"}
+RESPONSE_BODIES = {
+    "text": ({"max_output_tokens": 12, "ignore_eos": True}, ()),
+    "logprobs": ({"max_output_tokens": 12, "ignore_eos": True, **LOGPROBS}, ()),
+    "reasoning": ({"max_output_tokens": 20, "ignore_eos": True, **LOGPROBS}, QWEN3),
+    "cut inside the reasoning": ({"max_output_tokens": 1, "ignore_eos": True}, QWEN3),
+    "function call": (CALL, ()),
+    "reasoning, then a function call": (CALL, QWEN3),
+    "stream interval": ({"max_output_tokens": 12, "ignore_eos": True}, ("--stream-interval", "3")),
+    "stream interval across the reasoning": ({"max_output_tokens": 20, "ignore_eos": True, **LOGPROBS},
+                                             ("--stream-interval", "3", *QWEN3)),
+    "stream interval, function call": (CALL, ("--stream-interval", "3", *QWEN3)),
+}
+RESPONSE_TIMINGS = {"all at once": (), "schedule from the first token": ("--time-to-first-token", "2ms",
+                                                                         "--inter-token-latency", "1ms"),
+                    "deadline per token": ("--inter-token-latency", "1ms", "--inter-token-latency-std-dev", "0.2ms")}
+
+
+@pytest.mark.parametrize("name", RESPONSE_BODIES)
+def test_response_stream_events_do_not_depend_on_the_timing_path(app_client, name):
+    """A stream with a constant inter-token latency hands its tokens to the hub as a schedule
+    (each token's events rendered by it, in order: the reasoning item closing and the answer's
+    opening at the first answer token, the sequence numbers): the events are those of the stream
+    that waits for nothing, and of one waiting per token."""
+    extra, flags = RESPONSE_BODIES[name]
+    seed = str(11 + list(RESPONSE_BODIES).index(name))     # an app of its own: a drawn ITL shares the seeded draws
+    runs = {}
+    for timing, timing_flags in RESPONSE_TIMINGS.items():
+        r = post(app_client("--seed", seed, *flags, *timing_flags),
+                 {"model": "test-model", "input": U, "stream": True, **extra})
+        assert r.status_code == 200, r.text
+        text = r.text
+        for tag in ("resp", "msg", "rs", "fc", "call"):         # the ids, and when it was made
+            text = re.sub(rf'"{tag}_[0-9A-Za-z-]+"', f'"{tag}_"', text)
+        runs[timing] = named_events(re.sub(r'"created_at":\d+', '"created_at":0', text))
+    assert runs["schedule from the first token"] == runs["all at once"]
+    assert runs["deadline per token"] == runs["all at once"]
+    evs = runs["all at once"]
+    assert [d["sequence_number"] for _, d in evs] == list(range(len(evs)))
+    deltas = sum(n.endswith(".delta") for n, _ in evs)
+    assert deltas >= (0 if name.startswith("cut") else 2 if "interval" in name or "reasoning" in name else 4)

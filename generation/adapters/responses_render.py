@@ -1,0 +1,281 @@
+"""The Responses API's objects and SSE events (:mod:`generation.adapters.responses` translates the
+request; the event order is in its docstring).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+from generation.content import logprobs as lp
+from generation.content.reasoning import content_text, reasoning_text
+from generation.engine.stream_interval import token_span, within
+from .base import created_cache_tokens, dumps
+from .protocol import ResponsesRequest
+from .token_stream import rendered_tokens
+
+
+class RenderCtx:
+    """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
+    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store",
+                 "block", "background", "response_id")
+
+    def __init__(self, body: ResponsesRequest, req, want_logprobs, top, block: int = 0):
+        self.body = body
+        self.block = block          # prefix-cache block size (tokens), 0 without one (base.prefix_block)
+        self.req = req
+        self.created = int(time.time())
+        self.want_logprobs = want_logprobs
+        self.top = top
+        self.tools = []             # echoed as sent, function tools flat; namespaced calls' names (build)
+        self.names = {}
+        fmt = body.text.format if body.text is not None else None
+        self.text_format = {k: v for k, v in asdict(fmt).items() if v is not None} if fmt is not None else None
+        if not self.text_format:
+            self.text_format = {"type": "text"}
+        self.n = 0
+        self.store = False
+        self.background = False
+        self.response_id = f"resp_{req.request_id}"
+
+    def event(self, type_: str, payload: dict) -> bytes:
+        """One named SSE event with the next ``sequence_number``."""
+        frame = (b"event: " + type_.encode() + b"\ndata: " +
+                 dumps({"type": type_, "sequence_number": self.n, **payload}) + b"\n\n")
+        self.n += 1
+        return frame
+
+
+# ---- rendering ------------------------------------------------------------------------------------
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def base_response(ctx: RenderCtx, status: str) -> dict:
+    """The response object without output/usage, with the fields the openai SDK's ``Response``
+    model reads (request settings echoed, defaults as OpenAI reports them)."""
+    d = ctx.body
+    return {"id": ctx.response_id, "object": "response", "created_at": ctx.created,
+            "status": status, "background": ctx.background, "error": None, "incomplete_details": None,
+            "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
+            "max_tool_calls": d.max_tool_calls, "model": ctx.req.model, "output": [],
+            "parallel_tool_calls": _or(d.parallel_tool_calls, True),
+            "previous_response_id": d.previous_response_id,
+            "reasoning": {"effort": d.reasoning.get("effort"), "summary": d.reasoning.get("summary")}
+            if isinstance(d.reasoning, dict) else None,
+            "service_tier": "default", "store": ctx.store, "temperature": _or(d.temperature, 1.0),
+            "text": {"format": ctx.text_format}, "tool_choice": _or(d.tool_choice, "auto"),
+            "tools": ctx.tools, "top_logprobs": _or(d.top_logprobs, 0), "top_p": _or(d.top_p, 1.0),
+            "truncation": _or(d.truncation, "disabled"), "usage": None, "user": d.user,
+            "metadata": _or(d.metadata, {})}
+
+
+def _usage(seq, block: int) -> dict:
+    """Every field the openai SDK's ResponseUsage requires; ``cache_write_tokens`` is what the
+    request wrote to the prefix cache (:func:`created_cache_tokens`, blocks of ``block``
+    tokens), as vLLM 0.34's ``responses/serving.py`` reports ``num_cache_creation_tokens``."""
+    p, c = seq.prompt_len, seq.completion_tokens
+    span = seq.reasoning_span
+    r = span[1] - span[0] if span is not None else 0
+    return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": created_cache_tokens(seq, block),
+                                                        "cached_tokens": seq.cached_tokens},
+            "output_tokens": c,
+            "output_tokens_details": {"reasoning_tokens": r}, "total_tokens": p + c}
+
+
+def _incomplete_reason(seq) -> str | None:
+    if seq.tool_calls:
+        return None
+    if seq.finish_reason == "length":
+        return "max_output_tokens"
+    if seq.finish_reason == "cache_threshold":
+        return "cache_threshold"
+    return None
+
+
+def call_ids(chat_id: str) -> tuple[str, str]:
+    """``chatcmpl-tool-<hex>`` -> (``fc_<hex>``, ``call_<hex>``)."""
+    suffix = chat_id.rsplit("-", 1)[-1]
+    return f"fc_{suffix}", f"call_{suffix}"
+
+
+def _call_item(ctx: RenderCtx, tc: dict, status: str, arguments: str) -> dict:
+    """A ``function_call`` output item; a namespaced tool's call carries its own ``name`` and
+    its ``namespace`` (vLLM's ``resolve_responses_tool_call_name``)."""
+    fc, call = call_ids(tc["id"])
+    item = {"id": fc, "type": "function_call", "status": status, "arguments": arguments, "call_id": call,
+            "name": tc["name"]}
+    ns = ctx.names.get(tc["name"])
+    if ns is not None:
+        item["name"], item["namespace"] = ns
+    return item
+
+
+def _text_part(text: str, logprobs=...) -> dict:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs is not ...:
+        part["logprobs"] = logprobs
+    return part
+
+
+def _reasoning_item(ctx: RenderCtx, text: str | None, status: str | None = None) -> dict:
+    """vLLM's reasoning output item: the reasoning as one ``reasoning_text`` part (no summary;
+    ``content`` empty while it streams)."""
+    return {"id": f"rs_{ctx.req.request_id}", "type": "reasoning", "summary": [],
+            "content": [] if text is None else [{"type": "reasoning_text", "text": text}],
+            "encrypted_content": None, "status": status}
+
+
+def _message_item(ctx: RenderCtx, status: str, content: list) -> dict:
+    return {"id": f"msg_{ctx.req.request_id}", "type": "message", "role": "assistant", "status": status,
+            "content": content}
+
+
+def _logprobs(ctx: RenderCtx, seq) -> list:
+    top = ctx.top
+    span = seq.reasoning_span
+    pieces = seq.pieces if span is None else seq.pieces[span[2]:]
+    return [lp.responses_entry(p, i, top) for i, p in enumerate(pieces)]
+
+
+def render_response(ctx: RenderCtx, seq) -> dict:
+    """The final ``response`` object (non-streaming body, and ``response.completed``)."""
+    reason = _incomplete_reason(seq)
+    out = base_response(ctx, "incomplete" if reason else "completed")
+    if reason:
+        out["incomplete_details"] = {"reason": reason}
+    if seq.tool_calls:
+        out["output"] = [_call_item(ctx, tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
+    else:
+        text = content_text(seq)
+        part = (_text_part(text, _logprobs(ctx, seq)) if ctx.want_logprobs else _text_part(text))
+        out["output"] = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
+    if seq.reasoning_span is not None:
+        out["output"].insert(0, _reasoning_item(ctx, reasoning_text(seq)))
+    out["usage"] = _usage(seq, ctx.block)
+    return out
+
+
+def stream_response(sim, ctx: RenderCtx, seq):
+    """SSE body (see the module docstring).  Per token only the piece (and its logprob entry
+    when asked) is serialised into a pre-rendered frame, by :func:`_token_events`."""
+    ev = ctx.event
+    r0 = base_response(ctx, "in_progress")
+    events, answer_head, reasoning_done = _token_events(ctx, seq)
+    head = ev("response.created", {"response": r0}) + ev("response.in_progress", {"response": r0})
+    span = seq.reasoning_span
+    if span is None:
+        head += answer_head()
+    else:
+        ids = {"item_id": f"rs_{ctx.req.request_id}", "output_index": 0, "content_index": 0}
+        head += (ev("response.output_item.added", {"output_index": 0,
+                                                   "item": _reasoning_item(ctx, None, "in_progress")}) +
+                 ev("response.reasoning_part.added", {**ids, "part": {"type": "reasoning_text", "text": ""}}))
+    yield head
+    pending = []
+    yield from rendered_tokens(sim, seq, events, pending)
+    out = b"".join(pending) + reasoning_done()      # (reasoning to its end: the answer's item opens now)
+    oi = 0 if span is None else 1
+    if seq.tool_calls:
+        tc = seq.tool_calls[0]
+        item_id = call_ids(tc["id"])[0]
+        done = _call_item(ctx, tc, "completed", tc["arguments"])
+        out += (ev("response.function_call_arguments.done",
+                   {"item_id": item_id, "output_index": oi, "name": done["name"], "arguments": tc["arguments"]}) +
+                ev("response.output_item.done", {"output_index": oi, "item": done}))
+    else:
+        ids = {"item_id": f"msg_{ctx.req.request_id}", "output_index": oi, "content_index": 0}
+        text = content_text(seq)
+        status = "incomplete" if _incomplete_reason(seq) else "completed"
+        # Placement of logprobs after the deltas follows the reference (api.md 7.4).
+        done_part = _text_part(text, None) if ctx.want_logprobs else _text_part(text)
+        out += (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
+                ev("response.content_part.done", {**ids, "part": done_part}) +
+                ev("response.output_item.done", {"output_index": oi,
+                                                  "item": _message_item(ctx, status, [done_part])}))
+    final = render_response(ctx, seq)
+    if ctx.store:
+        sim.response_store.put_final(final)
+    # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
+    yield out + ev("response.incomplete" if final["status"] == "incomplete" else "response.completed",
+                   {"response": final})
+
+
+def _token_events(ctx: RenderCtx, seq):
+    """``(events, answer_head, reasoning_done)``.  ``events(k)``: token ``k``'s events (``k`` an
+    index, or a stream interval's ``slice``), called once per token in order by
+    :func:`rendered_tokens` or by the server's hub as a schedule's renderer, so the phase (reasoning
+    or answer) is its own state: the answer's first token closes the reasoning item and opens the
+    answer's (``reasoning_done()``, which is ``b""`` once that happened; the parser's markers send
+    nothing); then a delta per token of the first call's arguments or of the text."""
+    ev = ctx.event
+    pieces = seq.pieces
+    span = seq.reasoning_span
+    r0, r1, c0 = span if span is not None else (0, 0, 0)
+    oi = 0 if span is None else 1               # output_index of the answer's item
+    calls = seq.tool_calls
+    want = ctx.want_logprobs and not calls
+    top = ctx.top
+    if calls:
+        tc = calls[0]
+        lo, hi = max(tc["start"], c0), tc["end"]
+        item_id = call_ids(tc["id"])[0]
+        head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
+                b'"response.function_call_arguments.delta","sequence_number":')
+        mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"delta":'
+        tail = b"}\n\n"
+
+        def answer_head() -> bytes:
+            return ev("response.output_item.added", {"output_index": oi, "item": _call_item(ctx, tc, "in_progress", "")})
+    else:
+        lo, hi = c0, len(pieces)
+        msg_id = f"msg_{ctx.req.request_id}"
+        head = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                b'"sequence_number":')
+        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":' + str(oi).encode() + b',"content_index":0,"delta":'
+        tail = b',"logprobs":[]}\n\n'
+
+        def answer_head() -> bytes:
+            ids = {"item_id": msg_id, "output_index": oi, "content_index": 0}
+            return (ev("response.output_item.added", {"output_index": oi,
+                                                       "item": _message_item(ctx, "in_progress", [])}) +
+                    ev("response.content_part.added", {**ids, "part": _text_part("", []) if want else _text_part("")}))
+    reasoning_open = span is not None
+    rid = f"rs_{ctx.req.request_id}"
+    r_head = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
+              b'"sequence_number":')
+    r_mid = b',"item_id":' + dumps(rid) + b',"output_index":0,"content_index":0,"delta":'
+
+    def reasoning_done() -> bytes:
+        nonlocal reasoning_open
+        if not reasoning_open:
+            return b""
+        reasoning_open = False
+        text = reasoning_text(seq)
+        ids = {"item_id": rid, "output_index": 0, "content_index": 0}
+        return (ev("response.reasoning_text.done", {**ids, "text": text}) +
+                ev("response.reasoning_part.done", {**ids, "part": {"type": "reasoning_text", "text": text}}) +
+                ev("response.output_item.done", {"output_index": 0, "item": _reasoning_item(ctx, text, "completed")}) +
+                answer_head())
+
+    def events(k) -> bytes:
+        out = b""
+        if reasoning_open:
+            a, b = within(k, r0, r1)
+            if a < b:
+                out = r_head + str(ctx.n).encode() + r_mid + dumps("".join(pieces[a:b])) + b"}\n\n"
+                ctx.n += 1
+            if token_span(k)[1] <= c0:
+                return out              # reasoning, or a marker: nothing more
+            out += reasoning_done()
+        a, b = within(k, lo, hi)
+        if a >= b:
+            return out
+        n = str(ctx.n).encode()
+        ctx.n += 1
+        if not want:
+            return out + head + n + mid + dumps("".join(pieces[a:b])) + tail
+        lps = dumps([lp.responses_entry(pieces[j], j - c0, top) for j in range(a, b)])
+        return out + head + n + mid + dumps("".join(pieces[a:b])) + b',"logprobs":' + lps + b"}\n\n"
+
+    return events, answer_head, reasoning_done

@@ -1,0 +1,39 @@
+"""How a stream's renderer hands its waits to the server: the chunks due, then the deadline or
+:class:`~generation.engine.token_schedule.TokenSchedule` that ``Simulator.stream`` yields with
+``deadlines`` (the route's hub emitter drives them, :mod:`server.sse_emitter`).
+"""
+from __future__ import annotations
+
+from generation.engine.token_schedule import TokenSchedule
+
+
+def due_items(out: list, k) -> tuple:
+    """What a renderer yields where its stream waits (``k``: FLUSH, a ``float`` deadline or a
+    :class:`~generation.engine.token_schedule.TokenSchedule` from ``Simulator.stream``): the chunks rendered so
+    far as one write, then the deadline or schedule for the server to drive.  Empties ``out``.
+    A tuple, not a generator: it runs once per token of a real-time stream."""
+    if out:
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return (data,) if k.__class__ is int else (data, k)
+    return () if k.__class__ is int else (k,)
+
+
+def rendered_tokens(sim, seq, render, pending: list):
+    """The stream of ``seq`` (one sequence) whose tokens' bytes are ``render(k)`` (``k``: a token
+    index, or a stream interval's ``slice``; called once per token, in order; ``b""`` for none):
+    yields :func:`due_items`, its deadlines and token schedules for the server to drive (the hub
+    emits a schedule's tokens calling ``render``, without resuming this generator: about half
+    the CPU of a token, issue 32).  The last tokens' bytes are left in ``pending``."""
+    for _, k in sim.stream([seq], flush=True, deadlines=True, first_in_schedule=True):
+        cls = k.__class__
+        if cls is slice or (cls is int and k >= 0):
+            data = render(k)
+            if data:
+                pending.append(data)
+            continue
+        if cls is TokenSchedule:
+            k.set_render(render, lambda: render(0))
+            if k.interval > 1:
+                k.render_span = lambda a, b: render(slice(a, b))
+        yield from due_items(pending, k)
