@@ -323,7 +323,6 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
                             turn_by = monotonic() + HUB_SLICE
                         continue
                     # A deadline or a TokenSchedule: from the hub when the server allows (sse_emitter).
-                    schedule = None if cls is float else item
                     factory = environ.get(HUB_EMITTER_KEY) if hub_ok else None
                     emitter = factory(environ, seqs[0], body_iter) if factory is not None else None
                     hub_ok = False          # once: the emitter keeps the stream, or the answer stays no
@@ -340,16 +339,11 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
                             return
                         if then is None:
                             continue
-                        if then.__class__ is float:
-                            sim.sleep_until(seqs[0], then)
-                        elif isinstance(then, BaseException):
+                        if isinstance(then, BaseException):
                             raise then
-                        else:
-                            yield from scheduled_tokens(sim, then)
-                    elif schedule is None:
-                        sim.sleep_until(seqs[0], item)
+                        yield from _drive(sim, seqs[0], then)
                     else:
-                        yield from scheduled_tokens(sim, schedule)
+                        yield from _drive(sim, seqs[0], item)
             except ClientDisconnected:
                 return
     except Exception as e:         # a bug after the 200 went out: tell the client in-band
@@ -427,6 +421,20 @@ def received_at(environ: dict) -> float | None:
         return None
     ago = int.from_bytes(info[_LAST_DATA_RECV:_LAST_DATA_RECV + 4], sys.byteorder) / 1000 - TICK_MARGIN
     return monotonic() - min(ago, MAX_BACKDATE)
+
+
+def _drive(sim: Simulator, seq, item):
+    """Wait for a deadline (``float``) or emit a TokenSchedule in this greenlet.  A request ended
+    by ``abort_requests`` meanwhile just ends the wait: the body, resumed as the hub emitter
+    resumes it, writes its end (generate's ``abort`` chunk); any other abort raises."""
+    try:
+        if item.__class__ is float:
+            sim.sleep_until(seq, item)
+        else:
+            yield from scheduled_tokens(sim, item)
+    except ClientDisconnected:
+        if not seq.request.aborted_by_id:
+            raise
 
 
 def header_safe(value: str) -> bool:

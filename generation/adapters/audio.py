@@ -48,7 +48,7 @@ from generation.engine.request import GenerationRequest, Prompt
 from generation.engine.stream_interval import token_span
 from ..errors import APIError, InvalidParam, Rejected, RequestInvalid
 from .base import Adapter, check_limits, dumps, tokenize_texts
-from .token_stream import due_items
+from .token_stream import rendered_choices
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
 from .validation import Mismatch, literal_error, pydantic_error, read_bool, read_int
 
@@ -348,33 +348,35 @@ class SpeechToTextAdapter(Adapter):
         ends = {s.index: len(s.pieces) - 1 for s in seqs}
         current = [0]
 
-        def release() -> None:
+        def release() -> bytes:
+            done = []
             while current[0] < len(seqs):
                 i = current[0]
                 for s, k in waiting[i]:
-                    put(chunk(s, k))
+                    done.append(chunk(s, k))
                 waiting[i].clear()
                 if not finished[i]:
-                    return
+                    break
                 if ends[i] < 0:          # no tokens: the closing chunk alone
                     s = seqs[i]
-                    put(head + dumps({"delta": {"content": ""}, "finish_reason": s.finish_reason,
-                                      "stop_reason": s.stop_reason}) + b"]}\n\n")
+                    done.append(head + dumps({"delta": {"content": ""}, "finish_reason": s.finish_reason,
+                                              "stop_reason": s.stop_reason}) + b"]}\n\n")
                 current[0] += 1
+            return b"".join(done)
+
+        def token(s, k) -> bytes:
+            # held until the earlier chunks' requests are out; with one chunk, a token schedule's
+            # renderer in the server's hub too
+            waiting[s.index].append((s, k))
+            if token_span(k)[1] - 1 == ends[s.index]:
+                finished[s.index] = True
+            return release() if s.index == current[0] or finished[s.index] else b""
 
         finished = {s.index: not s.pieces for s in seqs}
-        for s, k in sim.stream(seqs, flush=True):
-            if (k.__class__ is int and k >= 0) or k.__class__ is slice:
-                waiting[s.index].append((s, k))
-                if token_span(k)[1] - 1 == ends[s.index]:
-                    finished[s.index] = True
-                if s.index == current[0] or finished[s.index]:
-                    release()
-                continue
-            yield from due_items(out, k)
+        yield from rendered_choices(sim, seqs, token, out)
         for i in finished:
             finished[i] = True
-        release()
+        put(release())
         if include_usage:
             total = sum(s.completion_tokens for s in seqs)
             put(b'data: {"id":' + dumps(self.request_id) + b',"object":"' + obj.encode() + b'","created":' +

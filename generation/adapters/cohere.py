@@ -37,6 +37,7 @@ import json
 from ..errors import Rejected
 from .base import dumps, request_usage, usage_details
 from .chat import ChatAdapter, finish_reason as chat_finish_reason
+from .token_stream import rendered_tokens
 from .protocol import ChatCompletionRequest, StreamOptions
 
 # vLLM's finish reasons -> Cohere's (``_FINISH_REASON_MAP``); anything else is COMPLETE
@@ -346,9 +347,11 @@ def stream_v2(adapter: CohereChatAdapter, seq):
     def text() -> bytes:
         return open_block("text") if kind != "text" else b""
 
-    for _, item in sim.stream([seq]):
+    def events(item) -> bytes:
         # one output: a token, or with a stream interval a group of them (chat's one chunk, its
-        # reasoning, content and call arguments each one delta)
+        # reasoning, content and call arguments each one delta).  Called once per output, in
+        # order (the open block is its state), by rendered_tokens or the server's hub
+        nonlocal start, opened
         out, start = start, b""
         for k in (range(item.start, item.stop) if type(item) is slice else (item,)):
             piece = seq.pieces[k]
@@ -372,10 +375,11 @@ def stream_v2(adapter: CohereChatAdapter, seq):
                     out += add(("args", c), piece, bytes)
             else:
                 out += add(("text", 0), piece, text)
-        out += flush()
-        if out:
-            yield out
-    out = start
+        return out + flush()
+
+    ready = []
+    yield from rendered_tokens(sim, seq, events, ready)
+    out = b"".join(ready) + start
     while calls and opened < len(calls):          # calls without argument tokens
         out += start_call(opened, "")
         opened += 1

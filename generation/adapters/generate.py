@@ -29,6 +29,7 @@ from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, 
                      check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, request_stream_interval,
                      scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
+from .token_stream import rendered_choices
 from .protocol import GenerateRequest, SamplingParams
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -255,13 +256,14 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     return out
 
 
-def _tokens_until_abort(sim, req: GenerationRequest, seqs):
-    """``sim.stream(seqs)``, which ends early, without raising, when the request was ended by
-    ``/inference/v1/abort_requests`` (its choices then finish with ``abort``, as vLLM 0.34's
-    stream, whose terminal output has no new tokens but still carries the finish reason); a
-    client that went away still raises ClientDisconnected."""
+def _outputs(sim, req: GenerationRequest, seqs, render, out: list):
+    """:func:`~.token_stream.rendered_choices` (a schedule's tokens rendered by the hub), which
+    ends early, without raising, when the request was ended by ``/inference/v1/abort_requests``
+    (its choices then finish with ``abort``, as vLLM 0.34's stream, whose terminal output has no
+    new tokens but still carries the finish reason); a client that went away still raises
+    ClientDisconnected."""
     try:
-        yield from sim.stream(seqs)
+        yield from rendered_choices(sim, seqs, render, out)
     except ClientDisconnected:
         if not req.aborted_by_id:
             raise
@@ -283,26 +285,31 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     last = [len(s.ids) - 1 for s in seqs]
     emitted = [False] * len(seqs)
     finished = [False] * len(seqs)
-    for seq, k in _tokens_until_abort(sim, req, seqs):
+
+    def token(seq, k) -> bytes:
         i = seq.index
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
         emitted[i] = True
         finished[i] = b - 1 == last[i]
         fr = dumps(seq.finish_reason) if finished[i] else b"null"
         lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, a, b))
-        yield (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":' +
-               dumps(seq.ids[a:b]) + lps + tail)
+        return (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":' +
+                dumps(seq.ids[a:b]) + lps + tail)
+
+    out = []
+    yield from _outputs(sim, req, seqs, token, out)
     for seq in seqs:
         if _aborted(req, seq, finished[seq.index]):
-            yield open_ + str(seq.index).encode() + b',"finish_reason":"abort","token_ids":[]' + tail
+            out.append(open_ + str(seq.index).encode() + b',"finish_reason":"abort","token_ids":[]' + tail)
         elif not emitted[seq.index]:
             tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
-            yield (open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
-                   b',"token_ids":' + tids + tail)
+            out.append(open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
+                       b',"token_ids":' + tids + tail)
     if include_usage:
         u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
-        yield head + b'],"usage":' + dumps(u) + b',"output_mode":"tokens"}\n\n'
-    yield b"data: [DONE]\n\n"
+        out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"tokens"}\n\n')
+    out.append(b"data: [DONE]\n\n")
+    yield b"".join(out)
 
 
 # ---- the text levels (output_mode text / derender) ----------------------------------------------
@@ -385,20 +392,24 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         return head + dumps(choice) + tail
 
     finished = [False] * len(seqs)
-    for seq, k in _tokens_until_abort(sim, req, seqs):
+
+    def token(seq, k) -> bytes:
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
         done = finished[seq.index] = b - 1 == last[seq.index]
-        yield chunk(seq, "".join(seq.pieces[a:b]), list(seq.ids[a:b]), seq.finish_reason if done else None,
-                    seq.stop_reason if done else None,
-                    None if top is None else _text_logprobs(seq, top, as_ids, a, b))
+        return chunk(seq, "".join(seq.pieces[a:b]), list(seq.ids[a:b]), seq.finish_reason if done else None,
+                     seq.stop_reason if done else None,
+                     None if top is None else _text_logprobs(seq, top, as_ids, a, b))
+
+    out = []
+    yield from _outputs(sim, req, seqs, token, out)
     for seq in seqs:
         if _aborted(req, seq, finished[seq.index]):
-            yield chunk(seq, "", [], "abort", None, None)
+            out.append(chunk(seq, "", [], "abort", None, None))
         elif not emitted[seq.index]:
-            yield chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
-                        seq.stop_reason, None)
+            out.append(chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
+                             seq.stop_reason, None))
     if include_usage:
         u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
-        yield (head + b'],"usage":' + dumps(u) + b',"output_mode":"' +
-               mode.encode() + b'"}\n\n')
-    yield b"data: [DONE]\n\n"
+        out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"' + mode.encode() + b'"}\n\n')
+    out.append(b"data: [DONE]\n\n")
+    yield b"".join(out)

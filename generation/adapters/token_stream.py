@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+from functools import partial
+
 from generation.engine.token_schedule import TokenSchedule
 
 
@@ -37,3 +39,20 @@ def rendered_tokens(sim, seq, render, pending: list):
             if k.interval > 1:
                 k.render_span = lambda a, b: render(slice(a, b))
         yield from due_items(pending, k)
+
+
+def rendered_choices(sim, seqs, render, out: list):
+    """:func:`rendered_tokens` for one or more sequences, ``render(seq, k)``: one sequence's
+    deadlines and token schedules go to the server; several sequences' tokens interleave as they
+    come, per token (``Simulator.stream`` runs them in greenlets of their own), their chunks
+    written at each flush.  The last tokens' bytes are left in ``out``."""
+    if len(seqs) == 1:
+        yield from rendered_tokens(sim, seqs[0], partial(render, seqs[0]), out)
+        return
+    for seq, k in sim.stream(seqs, flush=True):
+        if k.__class__ is int and k < 0:
+            yield from due_items(out, k)
+            continue
+        data = render(seq, k)
+        if data:
+            out.append(data)

@@ -11,7 +11,7 @@ import openai
 import pytest
 import soundfile as sf
 
-from support import metric, scrape
+from support import TIMING_PATHS, metric, scrape
 
 # the openai SDK marks audio.translations deprecated (OpenAI's own API); vLLM serves the route
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -88,6 +88,22 @@ def test_transcription_stream_interval_groups_the_deltas(app_client, sdk):
     counts = [ch.usage["completion_tokens"] for ch in chunks]
     assert counts[:2] == [1, 4] and all(b - a == 3 for a, b in zip(counts[1:-1], counts[2:-1]))
     assert 1 <= counts[-1] - counts[-2] <= 3 and chunks[-1].choices[0]["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.parametrize("seconds, flags", [(1.0, ()), (1.0, ("--stream-interval", "3")), (35.0, ())],
+                         ids=["one chunk", "stream interval", "two chunks"])
+def test_transcription_stream_does_not_depend_on_the_timing_path(app_client, seconds, flags):
+    """One chunk's tokens go to the hub as a token schedule (issue 32), two chunks' run per token:
+    the chunks are those of the stream that waits for nothing, and of one waiting per token."""
+    a = wav(seconds, freq=440.0)
+    runs = {}
+    for timing, timing_flags in TIMING_PATHS.items():
+        stream = app_client("--seed", "7", *flags, *timing_flags).openai().audio.transcriptions.create(
+            model=MODEL, file=upload(a), language="en", stream=True,
+            extra_body={"stream_include_usage": True, "stream_continuous_usage_stats": True})
+        runs[timing] = [ch.model_dump(exclude={"id", "created"}) for ch in stream]
+    assert runs["schedule from the first token"] == runs["all at once"] == runs["deadline per token"]
+    assert len(runs["all at once"]) >= 4
 
 
 @pytest.mark.parametrize("fields, message, param", [

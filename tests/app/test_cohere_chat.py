@@ -9,7 +9,7 @@ import time
 import gevent
 import pytest
 
-from support import metric, scrape, sse_events
+from support import TIMING_PATHS, metric, scrape, sse_events
 
 ON = {"VLLM_ENABLE_COHERE_API": "1"}
 HI = [{"role": "user", "content": "Hello there friend"}]        # "### user: Hello there friend\n": 8 tokens
@@ -270,9 +270,10 @@ def test_a_hostile_body_costs_a_bounded_validation(echo):
     assert (r.status_code, first, last) == (400, "1001 validation errors:", "  ...and 991 more errors")
 
 
-def test_a_stream_that_fails_ends_with_an_error_message_end(echo, monkeypatch):
+def test_a_stream_that_fails_ends_with_an_error_message_end(app_client, monkeypatch):
     import generation.adapters.cohere as ac
     real = ac.stream_v2
+    echo = app_client("--mode", "echo", "--inter-token-latency", "1ms", env=ON)   # (tokens due at once: one write)
 
     def failing(adapter, seq):
         it = real(adapter, seq)
@@ -326,3 +327,35 @@ def test_step_mode(app_client):
     assert metric(m, "vllm:iteration_tokens_total_sum") == n_in + n_out    # one prefill step, then decodes
     assert metric(m, "vllm:iteration_tokens_total_count") == n_out
     assert metric(m, "vllm:time_to_first_token_seconds_count") == 1
+
+
+# ---- the same events whatever the timing path (issue 32: schedules emitted by the server's hub) -----
+
+SAME_BODIES = {
+    "text": ({"max_tokens": 12}, ()),
+    "logprobs": ({"max_tokens": 12, "logprobs": True}, ()),
+    "thinking": ({"max_tokens": 40}, ("--reasoning-parser", "qwen3")),
+    "tool call": ({"tools": [WEATHER], "tool_choice": "REQUIRED", "max_tokens": 60}, ()),
+    "tool plan": ({"tools": [WEATHER], "tool_choice": "REQUIRED", "max_tokens": 60},
+                  ("--reasoning-parser", "qwen3", "--no-cohere-is-reasoning-model")),
+    "stream interval": ({"max_tokens": 40}, ("--reasoning-parser", "qwen3", "--stream-interval", "3")),
+}
+
+
+@pytest.mark.parametrize("name", SAME_BODIES)
+def test_stream_events_do_not_depend_on_the_timing_path(app_client, name):
+    """A stream with a constant inter-token latency hands its tokens to the hub as a schedule
+    (the block-opening and -closing events rendered per token, in order): the events are those
+    of the stream that waits for nothing, and of one waiting per token."""
+    body, flags = SAME_BODIES[name]
+    runs = {}
+    for timing, timing_flags in TIMING_PATHS.items():
+        r = chat(app_client(*flags, *timing_flags, env=ON), {**body, "seed": 7, "stream": True})
+        assert r.status_code == 200, r.text
+        events = sse_events(r.text)
+        for e in events[:-1]:
+            e.get("delta", {}).get("message", {}).get("tool_calls", {}).pop("id", None)
+        runs[timing] = events
+    assert runs["schedule from the first token"] == runs["all at once"] == runs["deadline per token"]
+    kinds = [e["type"] for e in runs["all at once"][:-1]]
+    assert kinds[0] == "message-start" and kinds[-1] == "message-end" and len(kinds) >= 5

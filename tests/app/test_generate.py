@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from support import sse_events
+from support import TIMING_PATHS, sse_events
 
 URL = "/inference/v1/generate"
 BASIC = {"model": "test-model", "token_ids": [1, 2, 3, 4], "sampling_params": {"max_tokens": 5}}
@@ -295,3 +295,33 @@ def test_output_mode_checks(api):
     r = post(api, {**TEXTUAL, "output_mode": "text", "sampling_params": {"max_tokens": 2, "detokenize": False}})
     assert (r.status_code, r.json()["error"]["message"]) == (400, "output_mode='text' requires "
                                                                   "sampling_params.detokenize to be true")
+
+
+# ---- the same bytes whatever the timing path (issue 32: schedules emitted by the server's hub) -----
+
+SAME = {"model": "test-model", "token_ids": [1, 2, 3], "request_id": "same", "stream": True,
+        "stream_options": {"include_usage": True}}
+SAME_BODIES = {
+    "tokens": ({"max_tokens": 12, "ignore_eos": True}, {}, ()),
+    "logprobs": ({"max_tokens": 12, "ignore_eos": True, "logprobs": 2}, {}, ()),
+    "stream interval": ({"max_tokens": 12, "ignore_eos": True}, {}, ("--stream-interval", "3")),
+    "n": ({"max_tokens": 6, "ignore_eos": True, "n": 2}, {}, ()),
+    "text": ({"max_tokens": 12, "ignore_eos": True, "logprobs": 1}, {"output_mode": "text"}, ()),
+    "derender": ({"max_tokens": 12, "ignore_eos": True}, {"output_mode": "derender"}, ("--stream-interval", "3")),
+}
+
+
+@pytest.mark.parametrize("name", SAME_BODIES)
+def test_stream_bytes_do_not_depend_on_the_timing_path(app_client, name):
+    """A stream with a constant inter-token latency hands its tokens to the hub as a schedule
+    (each chunk rendered per token, in order): its bytes are those of the stream that waits for
+    nothing, and of one waiting per token (n > 1: each choice's chunks, interleaved as they come)."""
+    sp, extra, flags = SAME_BODIES[name]
+    runs = {}
+    for timing, timing_flags in TIMING_PATHS.items():
+        r = post(app_client(*flags, *timing_flags), {**SAME, **extra, "sampling_params": {**sp, "seed": 11}})
+        assert r.status_code == 200, r.text
+        runs[timing] = r.text if "n" not in sp else sorted(r.text.split("\n\n"))
+    assert runs["schedule from the first token"] == runs["all at once"] == runs["deadline per token"]
+    events = sse_events(runs["all at once"] if "n" not in sp else "\n\n".join(runs["all at once"]))
+    assert len(events) >= (4 if name == "derender" or name == "stream interval" else 8)

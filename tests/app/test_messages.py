@@ -10,7 +10,7 @@ import gevent
 import httpx
 import pytest
 
-from support import named_events
+from support import TIMING_PATHS, named_events
 
 U = "This is a test."          # "### user: This is a test.\n" -> 10 prompt tokens
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-test"}
@@ -523,9 +523,6 @@ MESSAGE_BODIES = {
     "tool use": ({"max_tokens": 60, "tools": [WEATHER], "tool_choice": {"type": "any"}}, ()),
     "stream interval": ({"max_tokens": 12, "ignore_eos": True}, ("--stream-interval", "3")),
 }
-MESSAGE_TIMINGS = {"all at once": (), "schedule from the first token": ("--time-to-first-token", "2ms",
-                                                                        "--inter-token-latency", "1ms"),
-                   "deadline per token": ("--inter-token-latency", "1ms", "--inter-token-latency-std-dev", "0.2ms")}
 
 
 @pytest.mark.parametrize("name", MESSAGE_BODIES)
@@ -536,7 +533,7 @@ def test_message_stream_events_do_not_depend_on_the_timing_path(app_client, name
     extra, flags = MESSAGE_BODIES[name]
     seed = str(11 + list(MESSAGE_BODIES).index(name))     # an app of its own: a drawn ITL shares the seeded draws
     runs = {}
-    for timing, timing_flags in MESSAGE_TIMINGS.items():
+    for timing, timing_flags in TIMING_PATHS.items():
         r = post(app_client("--seed", seed, *flags, *timing_flags),
                  {"model": "test-model", "stream": True, "messages": [{"role": "user", "content": U}], **extra})
         assert r.status_code == 200, r.text

@@ -196,6 +196,13 @@ def value(samples: dict, name: str, **labels) -> float:
 
 
 # ---- SSE helpers -------------------------------------------------------------------------------
+# The server flags of a stream's three timing paths (issue 32): nothing to wait for; a constant TTFT
+# and ITL (one token schedule, emitted by the server); a drawn ITL (a deadline per token)
+TIMING_PATHS = {"all at once": (), "schedule from the first token": ("--time-to-first-token", "2ms",
+                                                                     "--inter-token-latency", "1ms"),
+                "deadline per token": ("--inter-token-latency", "1ms", "--inter-token-latency-std-dev", "0.2ms")}
+
+
 def sse_events(body: str) -> list:
     """``data:`` payloads of an SSE body, in order; JSON decoded except ``[DONE]``."""
     out = []
