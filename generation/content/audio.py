@@ -95,6 +95,32 @@ class Clip:
         return out
 
 
+def soundfile():
+    """The ``soundfile`` module, its one lock (``SoundFile._sf_error_lock``, held around every
+    ``sf_open``) made a native lock.  Imported after gevent's monkey-patching, the module made it a
+    gevent lock, which the hub's thread pool's workers cannot share: of 300 uploads decoded at once,
+    the 9 workers that waited for it never woke, and their requests hung until shutdown."""
+    import soundfile as sf
+    lock = sf.SoundFile.__dict__["_sf_error_lock"]
+    if type(lock).__module__.startswith("gevent"):
+        with _PATCH_LOCK:
+            if sf.SoundFile.__dict__["_sf_error_lock"] is lock:
+                sf.SoundFile._sf_error_lock = _native_lock()
+    return sf
+
+
+def _native_lock():
+    try:
+        from gevent.monkey import get_original
+    except ImportError:         # no gevent: threading's is native
+        import threading
+        return threading.Lock()
+    return get_original("_thread", "allocate_lock")()
+
+
+_PATCH_LOCK = _native_lock()
+
+
 def audio_tokens(duration_s: float) -> int:
     """The encoder-side tokens vLLM adds to a Whisper stream's ``prompt_tokens``
     (``WhisperForConditionalGeneration.get_num_audio_tokens``: the log-mel frames,
@@ -117,7 +143,7 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
     it) held 256 MiB of float32 and a 256 MiB copy for the hash, and ten at once in the hub's
     thread pool would hold 5 GB; vLLM keeps the decoded samples (it resamples them), the
     simulator only needs their length and hash."""
-    import soundfile as sf
+    sf = soundfile()
     if len(data) > max_size_mb * MIB:
         raise AudioError("Maximum file size exceeded")
     try:
@@ -189,7 +215,7 @@ def encode_speech(ids, seed: int, response_format: str) -> bytes:
     intermediates took ~64 bytes a sample, 1.9 GB for a 48 KB request with a 32k context."""
     if response_format == "pcm":
         return b"".join(pcm16(synthesize(part, seed)) for part in _parts(ids))
-    import soundfile as sf
+    sf = soundfile()
     fmt, subtype, _ = SPEECH_FORMATS[response_format]
     buf = io.BytesIO()
     with sf.SoundFile(buf, "w", SPEECH_SAMPLE_RATE, 1, format=fmt, subtype=subtype) as f:
@@ -217,7 +243,7 @@ def stream_header(response_format: str) -> bytes:
     import numpy as np
     if response_format != "wav":
         return b""
-    import soundfile as sf
+    sf = soundfile()
     buf = io.BytesIO()
     sf.write(buf, np.zeros(0, dtype=np.float32), SPEECH_SAMPLE_RATE, format="WAV", subtype="PCM_16")
     head = bytearray(buf.getvalue()[:44])
