@@ -355,6 +355,9 @@ def main(argv=None) -> int:
             from data.dataset import DatasetError, verify_dataset
             verify_dataset(config.dataset_path, config.dataset_table_name)
         tokenizer = load_tokenizer(config)
+        if config.trust_request_chat_template:      # transformers' template renderer, before the patching
+            from generation.tokenization.chat_template import install_bounded_environment
+            install_bounded_environment()
         from generation.tokenization.model_config import apply_model_defaults
         apply_model_defaults(config)            # vLLM: --max-model-len defaults to the model's own
     except (TokenizerLoadError, DownloadError, DatasetError) as e:

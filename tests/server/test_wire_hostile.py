@@ -73,3 +73,28 @@ def test_a_repeated_host_or_content_type_is_served_with_the_first(server, repeat
     out, _ = exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                               + repeated + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(BODY) + BODY)
     assert out.startswith(b"HTTP/1.1 200"), out[:300]
+
+
+# ---- a request's chat template over a real (gevent-patched) server --------------------------------
+def test_a_request_template_is_bounded_in_the_patched_server(sim_server):
+    """``python app.py`` installs transformers' bounded template environment before gevent patches
+    the process (imported after it, transformers' huggingface_hub -> httpx -> trio stack needed
+    ``select.epoll``: the import failed, was retried by every request, and templates rendered
+    without bounds)."""
+    import urllib.error
+    import urllib.request
+    base = sim_server("--trust-request-chat-template")
+
+    def chat(template):
+        body = json.dumps({"model": "test-model", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}],
+                           "chat_template": template}).encode()
+        req = urllib.request.Request(base + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+    status, out = chat("{% for m in messages %}<{{ m['content'] }}>{% endfor %}")
+    assert status == 200 and out["usage"]["prompt_tokens"] > 0, out
+    status, out = chat("{{ 'a' * 100000000 }}")
+    assert status == 400 and "TemplateTooBig" in out["error"]["message"], out
