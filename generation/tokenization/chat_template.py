@@ -315,13 +315,13 @@ def install_bounded_environment() -> None:
     (idempotent; its module looks the class up when it compiles a template).  ``python app.py``
     calls it before gevent patches the process when requests may send templates; imported after
     the patching (``gunicorn wsgi:app``), transformers is imported with ``select.epoll`` back
-    (:func:`~generation.tokenization.tokenizer_loading.epoll_for_import`): without it the import
+    (:func:`~generation.tokenization.patched_imports.epoll_for_import`): without it the import
     failed, every request's template retried it (~40 ms and four log lines each) and rendered
     without these bounds (``{{ 'a' * 100000000 }}`` built its 100 MB).  Raises ImportError
     rather than render unbounded."""
     if _INSTALLED:
         return
-    from .tokenizer_loading import epoll_for_import
+    from .patched_imports import epoll_for_import
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")   # "PyTorch was not found": expected
     with epoll_for_import():
         import transformers.utils.chat_template_utils as ctu

@@ -45,6 +45,7 @@ import os
 import threading
 import time
 
+from .patched_imports import gevent_patched as _gevent_patched
 from .tokenizer import HFTokenizer, SimulatedTokenizer
 
 log = logging.getLogger("vllm_sim")
@@ -72,33 +73,6 @@ def _is_hub_name(name: str) -> bool:
     return name.count("/") == 1 and not _is_local(name) and all(name.split("/"))
 
 
-def _gevent_patched() -> bool:
-    import sys
-    if "gevent.monkey" not in sys.modules:
-        return False
-    return sys.modules["gevent.monkey"].is_module_patched("select")
-
-
-@contextlib.contextmanager
-def epoll_for_import():
-    """``select.epoll`` put back for the duration of an import when gevent's patching removed it:
-    huggingface_hub (under transformers) imports httpx, whose httpcore imports trio when it is
-    installed, and trio reads ``select.epoll`` at import time (its I/O manager's factory); nothing
-    here runs a trio loop.  A no-op in an unpatched process."""
-    import select
-    if hasattr(select, "epoll") or not _gevent_patched():
-        yield
-        return
-    from gevent.monkey import get_original
-    try:
-        select.epoll = get_original("select", "epoll")
-    except AttributeError:              # a platform without epoll: nothing to put back
-        yield
-        return
-    try:
-        yield
-    finally:
-        del select.epoll
 
 
 def _offline() -> bool:
