@@ -273,6 +273,17 @@ def _aborted(req: GenerationRequest, seq, done: bool) -> bool:
     return req.aborted_by_id and not done
 
 
+def _stream_usage(sim, req: GenerationRequest, seqs, sent: list) -> dict:
+    """A stream's usage chunk; a request ended by ``abort_requests`` counts the tokens its
+    choices streamed (``sent``), as vLLM's stream sums its outputs' token ids
+    (``num_generated_tokens``), not the answer it would have given."""
+    u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
+    if req.aborted_by_id:
+        u["completion_tokens"] = sum(sent)
+        u["total_tokens"] = u["prompt_tokens"] + u["completion_tokens"]
+    return u
+
+
 def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None):
     """SSE body (api.md 5.5.3, case C32; each chunk says ``"output_mode":"tokens"``, as vLLM
     0.34's GenerateTokensStreamResponse).  A choice's last token chunk carries its finish
@@ -285,11 +296,13 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     last = [len(s.ids) - 1 for s in seqs]
     emitted = [False] * len(seqs)
     finished = [False] * len(seqs)
+    sent = [0] * len(seqs)
 
     def token(seq, k) -> bytes:
         i = seq.index
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
         emitted[i] = True
+        sent[i] = b
         finished[i] = b - 1 == last[i]
         fr = dumps(seq.finish_reason) if finished[i] else b"null"
         lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, a, b))
@@ -306,7 +319,7 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
             out.append(open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
                        b',"token_ids":' + tids + tail)
     if include_usage:
-        u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
+        u = _stream_usage(sim, req, seqs, sent)
         out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"tokens"}\n\n')
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)
@@ -392,9 +405,11 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         return head + dumps(choice) + tail
 
     finished = [False] * len(seqs)
+    sent = [0] * len(seqs)
 
     def token(seq, k) -> bytes:
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
+        sent[seq.index] = b
         done = finished[seq.index] = b - 1 == last[seq.index]
         return chunk(seq, "".join(seq.pieces[a:b]), list(seq.ids[a:b]), seq.finish_reason if done else None,
                      seq.stop_reason if done else None,
@@ -409,7 +424,7 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
             out.append(chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                              seq.stop_reason, None))
     if include_usage:
-        u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
+        u = _stream_usage(sim, req, seqs, sent)
         out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"' + mode.encode() + b'"}\n\n')
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -74,6 +74,7 @@ def test_abort_requests_ends_a_generate_stream_with_an_abort_chunk(app_client, m
     c = app_client("--inter-token-latency", "50ms")
     job = gevent.spawn(c.post, GEN, json={"model": "test-model", "token_ids": [1, 2, 3], "request_id": f"ab-{mode}",
                                           "output_mode": mode, "stream": True,
+                                          "stream_options": {"include_usage": True},
                                           "sampling_params": {"max_tokens": 100, "ignore_eos": True}})
     gevent.sleep(0.2)
     assert c.post("/inference/v1/abort_requests", json={"request_ids": [f"ab-{mode}"]}).status_code == 200
@@ -82,8 +83,11 @@ def test_abort_requests_ends_a_generate_stream_with_an_abort_chunk(app_client, m
     assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
     chunks = _events(r.text)
     assert {ch["output_mode"] for ch in chunks} == {mode}
-    *tokens, last = chunks
+    *tokens, last, usage = chunks
     assert 1 <= len(tokens) < 100 and all(ch["choices"][0]["finish_reason"] is None for ch in tokens)
+    # the tokens streamed, as vLLM's num_generated_tokens (not the 100 the answer would have had)
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == len(tokens)
+    assert usage["usage"]["total_tokens"] == usage["usage"]["prompt_tokens"] + len(tokens)
     want = {"index": 0, "finish_reason": "abort", "token_ids": []}
     if mode == "text":
         want.update(stop_reason=None, text="")
