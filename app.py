@@ -54,6 +54,11 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
+    if config.trust_request_chat_template or getattr(config, "chat_template", None):
+        # now, not at a first render in a worker thread (gunicorn wsgi:app imports transformers
+        # after gevent's patching: in a thread its import failed, a 500, on gevent's subprocess)
+        from generation.tokenization.chat_template import install_bounded_environment
+        install_bounded_environment()
     kind = config.pooling_kind
     # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
     # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)

@@ -16,6 +16,8 @@ import threading
 
 from generation.errors import ContextLengthError, InvalidParam
 
+from .worker_thread import in_worker
+
 MAX_RENDERED_CHARS = 8 << 20      # the longest text a chat template may render (or build)
 MAX_REQUEST_TEMPLATE = 65536      # characters of a template sent with a request
 RENDER_SECONDS = 2.0              # the longest a request's template may render
@@ -327,26 +329,51 @@ def install_bounded_environment() -> None:
         import transformers.utils.chat_template_utils as ctu
     if hasattr(ctu, "ImmutableSandboxedEnvironment"):
         ctu.ImmutableSandboxedEnvironment = _bounded_environment_class()
+    _native_jinja_locks()
     _INSTALLED.append(True)
+
+
+def _native_jinja_locks() -> None:
+    """jinja2's ``LRUCache`` locks made native when jinja2 was imported after gevent's patching
+    (``gunicorn wsgi:app``): the module-wide lexer cache (every template compile takes it) is
+    shared by the render threads (:func:`render_bounded`) and the tokenizer's worker; as a gevent
+    lock, native threads that met on it waited for good (both render threads of a server under
+    load, and every later request's template then timed out)."""
+    import jinja2.lexer
+    import jinja2.utils
+    if not type(jinja2.lexer._lexer_cache._wlock).__module__.startswith("gevent"):
+        return
+    jinja2.utils.Lock = _native("allocate_lock")          # the caches made from now on
+    jinja2.lexer._lexer_cache._wlock = _native("allocate_lock")()
 
 
 def render_bounded(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` (a template render) in a thread of its own, waited for at most
     :data:`RENDER_SECONDS`; past it the thread is interrupted (an asynchronous exception: a
     Jinja loop is Python code) and InvalidParam raised.  A nested ``range(100000)`` loop never
-    returned, and SIGTERM could not stop it."""
+    returned, and SIGTERM could not stop it.
+
+    The thread is named by the native ``_thread.get_ident``: gevent's patched ``get_ident``
+    gives a greenlet's id, which ``PyThreadState_SetAsyncExc`` matched to no thread, so in the
+    real server a runaway template was never interrupted and two of them held both render
+    threads for good (every later request's template then timed out).  Called in the
+    tokenizer's worker thread (a batch of conversations, :mod:`generation.adapters.chat_batch`),
+    which cannot use the hub's pool (gevent raised InvalidThreadUseError, answered as a 400), the
+    render runs there, interrupted the same way by a native watchdog thread."""
+    if in_worker():
+        return _bounded_here(fn, args, kwargs)
     import gevent
     from gevent.threadpool import ThreadPool
     global _RENDER_POOL
     if _RENDER_POOL is None:
         _RENDER_POOL = ThreadPool(2)
     state = {"tid": None, "done": False}
-    lock = threading.Lock()
+    lock = _native("allocate_lock")()      # shared with a native thread
 
     def job():
         # the outcome is returned, an exception too: raised in the thread, gevent's pool would
         # print its traceback for every template error answered with a 400 (issue 31, item 13)
-        state["tid"] = threading.get_ident()
+        state["tid"] = _native("get_ident")()
         try:
             try:
                 return True, fn(*args, **kwargs)
@@ -366,11 +393,55 @@ def render_bounded(fn, *args, **kwargs):
     except gevent.Timeout:
         with lock:
             if not state["done"] and state["tid"] is not None:
-                import ctypes
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(state["tid"]),
-                                                           ctypes.py_object(TemplateTimeout))
-        raise InvalidParam(f"Failed to apply chat template: it did not render within {RENDER_SECONDS:g} s.",
-                           "chat_template") from None
+                _interrupt(state["tid"])
+        raise _timed_out() from None
+
+
+def _native(name: str):
+    """``_thread.<name>`` as it was before gevent's monkey-patching (the same one unpatched)."""
+    from gevent.monkey import get_original
+    return get_original("_thread", name)
+
+
+def _interrupt(tid: int) -> None:
+    import ctypes
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(TemplateTimeout))
+
+
+def _timed_out() -> InvalidParam:
+    return InvalidParam(f"Failed to apply chat template: it did not render within {RENDER_SECONDS:g} s.",
+                        "chat_template")
+
+
+def _bounded_here(fn, args, kwargs):
+    """:func:`render_bounded` in a worker thread: ``fn`` runs in this thread, and a native
+    watchdog thread interrupts it past :data:`RENDER_SECONDS`, again every 0.1 s until it stops
+    (an interruption caught on its way out is not the end of it); the watchdog ends with ``fn``."""
+    tid, lock, finished = _native("get_ident")(), _native("allocate_lock")(), _native("allocate_lock")()
+    state = {"done": False}
+    finished.acquire()
+
+    def watchdog():
+        wait = RENDER_SECONDS
+        while not finished.acquire(timeout=wait):
+            with lock:
+                if state["done"]:
+                    return
+                _interrupt(tid)
+            wait = 0.1
+    _native("start_new_thread")(watchdog, ())
+    try:
+        return fn(*args, **kwargs)
+    except TemplateTimeout:
+        raise _timed_out() from None
+    finally:
+        while not state["done"]:        # set under the lock: no interruption after it
+            try:
+                with lock:
+                    state["done"] = True
+            except TemplateTimeout:
+                pass
+        finished.release()
 
 
 _RENDER_POOL = None

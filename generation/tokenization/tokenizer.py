@@ -28,10 +28,10 @@ an echoed 2 MB word, times ``n``) and a 3 MB prompt count as one token.  A piece
 from __future__ import annotations
 
 import re
-import threading
 from typing import Iterable, Sequence
 
 from .chat_template import merge_kwargs
+from .worker_thread import WORKER, in_worker
 
 MAX_RUN = 64                 # characters of a word run, and of the whitespace after it, in one piece
 _PIECE = re.compile(
@@ -62,7 +62,6 @@ OFFLOAD_CHARS = 8192         # texts longer than this are tokenized in a worker 
 PER_TOKEN_OFFSETS = 65536    # off the hub, longer encodings give their offsets token by token
 TOKENIZE_SECONDS = 10.0      # the longest one tokenization (or chat-template rendering) may take
 _POOL = None
-_WORKER = threading.local()    # .busy: this thread is running an off_hub job
 
 
 def off_hub(fn, *args):
@@ -71,7 +70,7 @@ def off_hub(fn, *args):
     thread finishes on its own; its inputs are bounded by the body size).  Called from the
     worker thread itself (a long text within a batch already there), ``fn`` runs at once."""
     global _POOL
-    if getattr(_WORKER, "busy", False):
+    if in_worker():
         return fn(*args)
     import gevent
     if _POOL is None:
@@ -111,7 +110,7 @@ def _then_trim(fn, args, waiting=(True,)):
     good).  When nobody waits for the result any more (``waiting[0]`` false: :func:`off_hub`
     timed out), it is dropped before the trim, not freed after it: a timed-out 4 MB
     ``/tokenize`` kept ~850 MB until a later request's trim (issue 31 item 6)."""
-    _WORKER.busy = True
+    WORKER.busy = True
     out = None
     try:
         out = True, fn(*args)
@@ -121,7 +120,7 @@ def _then_trim(fn, args, waiting=(True,)):
     except Exception as e:      # noqa: BLE001 - returned, raised by off_hub on the hub (raised
         return False, e         # here, gevent's pool would print a traceback per request)
     finally:
-        _WORKER.busy = False
+        WORKER.busy = False
         trim = _malloc_trim()
         if trim is not None:
             trim(0)

@@ -98,3 +98,38 @@ def test_a_request_template_is_bounded_in_the_patched_server(sim_server):
     assert status == 200 and out["usage"]["prompt_tokens"] > 0, out
     status, out = chat("{{ 'a' * 100000000 }}")
     assert status == 400 and "TemplateTooBig" in out["error"]["message"], out
+
+
+def test_runaway_request_templates_free_their_render_threads_in_the_patched_server(sim_server):
+    """A template past its time is interrupted in its render thread: gevent's patched
+    ``threading.get_ident`` named a greenlet, no thread, so two runaway templates held both render
+    threads for good and every later request's template timed out.  A batch of conversations over
+    the tokenizer's offload threshold renders in the tokenizer's worker thread, which cannot use the
+    render pool (InvalidThreadUseError, a 400): it renders there, bounded the same way."""
+    import concurrent.futures
+    import urllib.error
+    import urllib.request
+    base = sim_server("--trust-request-chat-template")
+    runaway = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    plain = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+
+    def post(path, body):
+        req = urllib.request.Request(base + path, json.dumps({"model": "test-model", "max_tokens": 2, **body}).encode(),
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+    one = {"messages": [{"role": "user", "content": "hi"}]}
+    batch = {"messages": [[{"role": "user", "content": "word " * 1000}]] * 2}     # 10,000 characters
+    with concurrent.futures.ThreadPoolExecutor(3) as ex:
+        slow = [ex.submit(post, "/v1/chat/completions", {**one, "chat_template": runaway}) for _ in range(2)]
+        slow.append(ex.submit(post, "/v1/chat/completions/batch", {**batch, "chat_template": runaway}))
+        for f in slow:
+            status, out = f.result()
+            assert status == 400 and "did not render within" in out["error"]["message"], out
+    status, out = post("/v1/chat/completions", {**one, "chat_template": plain})
+    assert status == 200, out
+    status, out = post("/v1/chat/completions/batch", {**batch, "chat_template": plain})
+    assert status == 200 and len(out["choices"]) == 2, out
