@@ -195,7 +195,9 @@ def test_a_request_read_late_counts_from_when_the_kernel_received_it(turn_taking
         stamp = parser.unreader.stamp
         assert req.path == "/a" and stamp is not None
         arrived = received_at({KERNEL_ARRIVAL_KEY: stamp})
-        assert sent - 0.002 <= arrived <= sent + 0.005, (arrived - sent)
+        # (20 ms up: the stamp's wall-clock-to-monotonic conversion can be preempted on a loaded
+        # machine; the read came 80 ms later, so the kernel's time is still told from the read's)
+        assert sent - 0.002 <= arrived <= sent + 0.02, (arrived - sent)
         assert next(parser).path == "/b" and parser.unreader.stamp is None      # pipelined: no fresh read
         client.close()
         conn.close()
