@@ -54,11 +54,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_body_size_mb * 1024 * 1024
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
-    if config.trust_request_chat_template or getattr(config, "chat_template", None):
-        # now, not at a first render in a worker thread (gunicorn wsgi:app imports transformers
-        # after gevent's patching: in a thread its import failed, a 500, on gevent's subprocess)
-        from generation.tokenization.chat_template import install_bounded_environment
-        install_bounded_environment()
+    install_template_bounds(config)      # gunicorn wsgi:app: after gevent's patching (python app.py: done)
     kind = config.pooling_kind
     # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
     # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
@@ -223,6 +219,17 @@ def resolve_engine(config: SimConfig) -> None:
         config.step = resolve_step_settings(config)
 
 
+def install_template_bounds(config: SimConfig) -> None:
+    """transformers' template renderer and its bounds, when templates may render (a request's, or
+    ``--chat-template``'s): at start-up, not at a first render in a worker thread (there the
+    import failed after gevent's patching, a 500).  ``python app.py`` calls it before the patching
+    (jinja2's and transformers' locks native), ``create_app`` again (idempotent) for ``gunicorn
+    wsgi:app``, which patches first."""
+    if config.trust_request_chat_template or getattr(config, "chat_template", None):
+        from generation.tokenization.chat_template import install_bounded_environment
+        install_bounded_environment()
+
+
 def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
     """The step engine of ``--latency-calculator step`` (:mod:`generation.engine.step_engine`):
     vLLM V1's scheduler on ``config.step``'s KV cache, timed by its step-time model."""
@@ -360,9 +367,7 @@ def main(argv=None) -> int:
             from data.dataset import DatasetError, verify_dataset
             verify_dataset(config.dataset_path, config.dataset_table_name)
         tokenizer = load_tokenizer(config)
-        if config.trust_request_chat_template:      # transformers' template renderer, before the patching
-            from generation.tokenization.chat_template import install_bounded_environment
-            install_bounded_environment()
+        install_template_bounds(config)         # before gevent's patching
         from generation.tokenization.model_config import apply_model_defaults
         apply_model_defaults(config)            # vLLM: --max-model-len defaults to the model's own
     except (TokenizerLoadError, DownloadError, DatasetError) as e:

@@ -16,7 +16,7 @@ import orjson
 from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
-from generation.engine.token_schedule import scheduled_tokens
+from generation.engine.token_schedule import waited
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
@@ -428,10 +428,7 @@ def _drive(sim: Simulator, seq, item):
     by ``abort_requests`` meanwhile just ends the wait: the body, resumed as the hub emitter
     resumes it, writes its end (generate's ``abort`` chunk); any other abort raises."""
     try:
-        if item.__class__ is float:
-            sim.sleep_until(seq, item)
-        else:
-            yield from scheduled_tokens(sim, item)
+        yield from waited(sim, seq, item)
     except ClientDisconnected:
         if not seq.request.aborted_by_id:
             raise

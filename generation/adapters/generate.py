@@ -269,8 +269,9 @@ def _outputs(sim, req: GenerationRequest, seqs, render, out: list):
             raise
 
 
-def _aborted(req: GenerationRequest, seq, done: bool) -> bool:
-    return req.aborted_by_id and not done
+def _aborted(req: GenerationRequest, seq, sent: int) -> bool:
+    """Whether ``seq``, which streamed ``sent`` tokens, was cut by ``abort_requests`` before its last."""
+    return req.aborted_by_id and not (sent and sent == len(seq.ids))
 
 
 def _stream_usage(sim, req: GenerationRequest, seqs, sent: list) -> dict:
@@ -293,18 +294,13 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
     open_ = head + b'{"index":'
     tail = b'}],"output_mode":"tokens"}\n\n'
-    last = [len(s.ids) - 1 for s in seqs]
-    emitted = [False] * len(seqs)
-    finished = [False] * len(seqs)
-    sent = [0] * len(seqs)
+    sent = [0] * len(seqs)          # tokens each choice has streamed (all of them: finished)
 
     def token(seq, k) -> bytes:
         i = seq.index
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
-        emitted[i] = True
         sent[i] = b
-        finished[i] = b - 1 == last[i]
-        fr = dumps(seq.finish_reason) if finished[i] else b"null"
+        fr = dumps(seq.finish_reason) if b == len(seq.ids) else b"null"
         lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, a, b))
         return (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":' +
                 dumps(seq.ids[a:b]) + lps + tail)
@@ -312,9 +308,9 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     out = []
     yield from _outputs(sim, req, seqs, token, out)
     for seq in seqs:
-        if _aborted(req, seq, finished[seq.index]):
+        if _aborted(req, seq, sent[seq.index]):
             out.append(open_ + str(seq.index).encode() + b',"finish_reason":"abort","token_ids":[]' + tail)
-        elif not emitted[seq.index]:
+        elif not sent[seq.index]:
             tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
             out.append(open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
                        b',"token_ids":' + tids + tail)
@@ -389,8 +385,7 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
     no tokens gets one finishing chunk; then the optional usage chunk and ``data: [DONE]``."""
     head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
     tail = b'],"output_mode":"' + mode.encode() + b'"}\n\n'
-    last = [len(s.ids) - 1 for s in seqs]
-    emitted = [False] * len(seqs)
+    sent = [0] * len(seqs)          # tokens each choice has streamed (all of them: finished)
 
     def chunk(seq, piece: str, ids: list, finish, stop_reason, logprobs) -> bytes:
         i = seq.index
@@ -398,29 +393,26 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         if mode == "text":
             choice["text"] = piece
         else:
-            choice["delta"] = {"content": piece} if emitted[i] else {"role": "assistant", "content": piece}
+            choice["delta"] = {"content": piece} if sent[i] else {"role": "assistant", "content": piece}
         if logprobs is not None:
             choice["logprobs"] = logprobs
-        emitted[i] = True
         return head + dumps(choice) + tail
-
-    finished = [False] * len(seqs)
-    sent = [0] * len(seqs)
 
     def token(seq, k) -> bytes:
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
-        sent[seq.index] = b
-        done = finished[seq.index] = b - 1 == last[seq.index]
-        return chunk(seq, "".join(seq.pieces[a:b]), list(seq.ids[a:b]), seq.finish_reason if done else None,
+        done = b == len(seq.ids)
+        data = chunk(seq, "".join(seq.pieces[a:b]), list(seq.ids[a:b]), seq.finish_reason if done else None,
                      seq.stop_reason if done else None,
                      None if top is None else _text_logprobs(seq, top, as_ids, a, b))
+        sent[seq.index] = b             # after the chunk: its first one carries the role
+        return data
 
     out = []
     yield from _outputs(sim, req, seqs, token, out)
     for seq in seqs:
-        if _aborted(req, seq, finished[seq.index]):
+        if _aborted(req, seq, sent[seq.index]):
             out.append(chunk(seq, "", [], "abort", None, None))
-        elif not emitted[seq.index]:
+        elif not sent[seq.index]:
             out.append(chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                              seq.stop_reason, None))
     if include_usage:

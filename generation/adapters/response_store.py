@@ -26,7 +26,7 @@ import gevent
 import gevent.event
 import orjson
 
-from generation.engine.token_schedule import scheduled_tokens
+from generation.engine.token_schedule import waited
 from generation.errors import APIError
 
 # vLLM's answer to "background": true when responses are not stored (its _validate_create_responses_input)
@@ -163,11 +163,7 @@ class ResponseStore:
             # no hub drives this body: its deadlines and token schedules are waited for here
             try:
                 for item in body_iter:
-                    cls = item.__class__
-                    if cls is float:
-                        sim.sleep_until(seqs[0], item)
-                        continue
-                    for data in (item,) if cls is bytes else scheduled_tokens(sim, item):
+                    for data in (item,) if item.__class__ is bytes else waited(sim, seqs[0], item):
                         if data:
                             chunks.append(data)
                             more.set()

@@ -177,3 +177,13 @@ def scheduled_tokens(sim, schedule: TokenSchedule):
         data = schedule.due(monotonic())
         if data is not None:
             yield data
+
+
+def waited(sim, seq, item):
+    """A body's wait driven from the calling greenlet: a ``float`` deadline slept until, or a
+    TokenSchedule's chunks emitted (:func:`scheduled_tokens`); raises ClientDisconnected if
+    ``seq`` is aborted meanwhile."""
+    if item.__class__ is float:
+        sim.sleep_until(seq, item)
+    else:
+        yield from scheduled_tokens(sim, item)

@@ -16,6 +16,7 @@ import threading
 
 from generation.errors import ContextLengthError, InvalidParam
 
+from .patched_imports import native as _native
 from .worker_thread import in_worker
 
 MAX_RENDERED_CHARS = 8 << 20      # the longest text a chat template may render (or build)
@@ -395,12 +396,6 @@ def render_bounded(fn, *args, **kwargs):
             if not state["done"] and state["tid"] is not None:
                 _interrupt(state["tid"])
         raise _timed_out() from None
-
-
-def _native(name: str):
-    """``_thread.<name>`` as it was before gevent's monkey-patching (the same one unpatched)."""
-    from gevent.monkey import get_original
-    return get_original("_thread", name)
 
 
 def _interrupt(tid: int) -> None:

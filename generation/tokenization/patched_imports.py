@@ -1,9 +1,22 @@
-"""Imports after gevent's monkey-patching (the server's worker): what heavy libraries need put
-back while they are imported."""
+"""Code that runs after gevent's monkey-patching (the server's worker): what heavy libraries need
+put back while they are imported, and the native ``_thread`` primitives for what native threads
+share (a lock made after the patching is a gevent lock, which native threads cannot share)."""
 from __future__ import annotations
 
 import contextlib
 import sys
+
+
+def native(name: str):
+    """``_thread.<name>`` as it was before gevent's monkey-patching (the same one unpatched):
+    ``native("allocate_lock")()`` is a lock native threads can share, ``native("get_ident")()``
+    this thread's id (the patched one gives a greenlet's)."""
+    try:
+        from gevent.monkey import get_original
+    except ImportError:         # no gevent: _thread is native
+        import _thread
+        return getattr(_thread, name)
+    return get_original("_thread", name)
 
 
 def gevent_patched() -> bool:

@@ -73,8 +73,6 @@ def _is_hub_name(name: str) -> bool:
     return name.count("/") == 1 and not _is_local(name) and all(name.split("/"))
 
 
-
-
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 

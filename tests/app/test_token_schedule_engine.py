@@ -13,7 +13,7 @@ import gevent.socket
 import httpx
 import pytest
 
-from blueprints.common import scheduled_tokens
+from generation.engine.token_schedule import scheduled_tokens
 from generation.engine.request import SeqState
 from generation.engine.simulator import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule

@@ -37,7 +37,7 @@ jobs = [gevent.spawn(render, runaway), gevent.spawn(render, runaway),
         gevent.spawn(off_hub, render, runaway)]            # in the tokenizer's worker thread
 gevent.joinall(jobs, timeout=10)
 slow = [j.value for j in jobs]
-took = round(time.monotonic() - t0)
+took = time.monotonic() - t0 < 5             # interrupted at 2 s, not held to the 10 s join (margin: a loaded machine)
 sys.setswitchinterval(1e-5)                                # threads switch inside jinja2's cache lock
 jobs = [gevent.spawn(render, "{{ messages[0]['content'] }}{# %d #}" % i) for i in range(150)]
 jobs += [gevent.spawn(off_hub, render, "{{ messages[0]['content'] }}{# w%d #}" % i) for i in range(50)]
@@ -49,4 +49,4 @@ print(sorted(locks), slow, took, sum(j.value == "hi" for j in jobs), sep="|")
 def test_request_templates_render_in_native_threads_after_the_patching():
     out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().split("|") == ["['_thread']", "['timeout', 'timeout', 'timeout']", "2", "200"], out
+    assert out.stdout.strip().split("|") == ["['_thread']", "['timeout', 'timeout', 'timeout']", "True", "200"], out

@@ -14,7 +14,8 @@ import gevent.socket
 import pytest
 
 from blueprints import common
-from blueprints.common import received_at, scheduled_tokens
+from blueprints.common import received_at
+from generation.engine.token_schedule import scheduled_tokens
 from generation.engine.request import SeqState
 from generation.engine.simulator import ClientDisconnected
 from generation.engine.token_schedule import TokenSchedule
