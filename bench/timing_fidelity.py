@@ -9,7 +9,9 @@ requests at once against a simulator started with fixed ``--time-to-first-token`
   difference is the client's own delay in reading, not the server's; and that ITL p99 error
   again over the gaps during which the hypervisor took none of the server's CPU
   (``bench/steal.py``: one ~10 ms steal stretches a gap of every running stream at once, about
-  1% of a 1,000-stream run's gaps).  The client is
+  1% of a 1,000-stream run's gaps), and again over the gaps during which no other task of the
+  machine ran on the server's CPU while the server waited to (its run delay: the sandbox's
+  agent takes the server's core for 4-9 ms slices a few times a second).  The client is
   ``bench/sse_probe.c`` (an epoll loop, built here with the system C compiler), or, without a
   compiler or with ``--client python``, raw asyncio sockets.  The Python client spends about
   30 us per chunk: at 30k chunks/s it needs a whole core of the two, and its own lag then
@@ -300,7 +302,7 @@ def main() -> None:
                 before = lag_histogram(base)
                 speed0 = cpu_probe(cpus[0] if pin else None)
                 cpu0 = cpu_seconds(proc.pid)
-                steal = StealSampler(cpus[0] if pin else None, on_cpu=cpus[1] if pin else None).start()
+                steal = StealSampler(cpus[0] if pin else None, on_cpu=cpus[1] if pin else None, pid=proc.pid).start()
                 share = [level // args.clients + (1 if i < level % args.clients else 0) for i in range(args.clients)]
                 t0 = time.monotonic()
                 if probe:
@@ -338,6 +340,9 @@ def main() -> None:
                     "server_busy_pct": (cpu1 - cpu0) / wall * 100,
                     "load": os.getloadavg()[0], "checkout": label, "run": run,
                     "steal_ms": 1000 * steal.total_s,    # the hypervisor's, on the server's CPU (bench/steal.py)
+                    # other tasks' on the server's CPU while it was runnable (bench/steal.py)
+                    "preempted_ms": 1000 * steal.waited_s,
+                    "preempted_longest_ms": 1000 * max((w for _, w in steal.waits), default=0.0),
                     "cpu_probe_ms": (speed0, speed1),     # the machine's speed just before and after (cpu_probe)
                 }
                 row["itl_p99_err_ms"] = row["itl_p99_ms"] - args.itl * 1e3
@@ -358,6 +363,13 @@ def main() -> None:
                     row["kernel_itl_gaps_clear_of_steal"] = len(clear)
                     row["kernel_itl_gaps"] = len(spans)
                     row["kernel_itl_p99_err_clear_ms"] = percentile(clear, 0.99) * 1e3 - args.itl * 1e3
+                    # ... and no other task ran on the server's CPU while it waited to (its run
+                    # delay, sampled every 2 ms: a margin of two samples either side)
+                    quiet = [b - a for (a, b), ok, calm in zip(spans, clear_of_steal(spans, steal.events),
+                                                               clear_of_steal(spans, steal.waits, 2 * steal.period))
+                             if ok and calm]
+                    row["kernel_itl_gaps_untouched"] = len(quiet)
+                    row["kernel_itl_p99_err_untouched_ms"] = percentile(quiet, 0.99) * 1e3 - args.itl * 1e3
                 results.append(row)
                 print(f"{label + ' ' if args.against else ''}{level:5d} streams: TTFT p50 {row['ttft_p50_ms']:7.1f} p99 {row['ttft_p99_ms']:7.1f} ms "
                       f"(cfg {args.ttft * 1e3:.0f}) | ITL p50 {row['itl_p50_ms']:6.2f} p99 {row['itl_p99_ms']:6.2f} ms "
@@ -367,13 +379,16 @@ def main() -> None:
                       f"server CPU {row['server_cpu_us_per_chunk']:.1f} us/chunk, busy {row['server_busy_pct']:.0f}% | "
                       f"RSS {row['rss_mb']:.0f} MB | complete {row['ok_streams']}/{level} | "
                       f"load {row['load']:.2f}, steal {row['steal_ms']:.0f} ms, "
+                      f"preempted {row['preempted_ms']:.0f} ms (longest {row['preempted_longest_ms']:.1f}), "
                       f"CPU probe {speed0:.1f} / {speed1:.1f} ms", flush=True)
                 if "kernel_ttft_p99_err_ms" in row:
                     print(f"{'':{len(label) + 1 if args.against else 0}}      timed by the client's kernel (its own read delay "
                           f"left out): TTFT p99 error {row['kernel_ttft_p99_err_ms']:+.1f} ms (read: "
                           f"{row['ttft_p99_err_ms']:+.1f}), ITL p99 error {row['kernel_itl_p99_err_ms']:+.2f} ms "
                           f"(read: {row['itl_p99_err_ms']:+.2f}); over the {row['kernel_itl_gaps_clear_of_steal']:,} of "
-                          f"{row['kernel_itl_gaps']:,} gaps no steal touched: {row['kernel_itl_p99_err_clear_ms']:+.2f} ms",
+                          f"{row['kernel_itl_gaps']:,} gaps no steal touched: {row['kernel_itl_p99_err_clear_ms']:+.2f} ms; "
+                          f"over the {row['kernel_itl_gaps_untouched']:,} that no other task's turn on the server's "
+                          f"CPU touched either: {row['kernel_itl_p99_err_untouched_ms']:+.2f} ms",
                           flush=True)
                 time.sleep(1)
     finally:

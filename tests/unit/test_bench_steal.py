@@ -43,6 +43,43 @@ def test_steal_ticks_reads_proc_stat_and_the_sampler_stops():
     assert s.total_s >= 0.0 and all(dt > 0 for _, dt in s.events)
 
 
+def test_run_delay_ns_reads_the_second_field_and_zero_when_unreadable(tmp_path):
+    f = tmp_path / "schedstat"
+    f.write_text("123456 7890 42\n")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert steal.run_delay_ns(fd) == 7890
+    finally:
+        os.close(fd)
+    f.write_text("")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert steal.run_delay_ns(fd) == 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/schedstat"), reason="schedstat")
+def test_the_sampler_sees_a_process_wait_while_another_task_holds_its_cpu():
+    """Two spinning processes on one CPU: each waits about half the time, in the scheduler's
+    slices (ms), which the sampler of one of them records as waits."""
+    import subprocess
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    spin = [sys.executable, "-c", "import os,time\nos.sched_setaffinity(0,{%d})\nt=time.time()\n"
+            "while time.time()-t<0.6: pass" % cpu]
+    a, b = subprocess.Popen(spin), subprocess.Popen(spin)
+    try:
+        time.sleep(0.1)
+        s = steal.StealSampler(None, period=0.001, pid=a.pid, wait_threshold=0.0002).start()
+        time.sleep(0.3)
+        s.stop()
+    finally:
+        a.wait()
+        b.wait()
+    assert s.waits and s.waited_s > 0.03 and all(w > 0.0002 for _, w in s.waits)
+    assert steal.StealSampler(None, pid=None).waits == []
+
+
 def test_lag_samples_are_written_with_their_wall_clock(tmp_path):
     path = tmp_path / "lags.txt"
     h = SampledHistogram(str(path), "lag", "doc", (0.001, 0.01), {})
