@@ -14,7 +14,6 @@ Tokenize answers vLLM's ``{"count", "max_model_len", "tokens", "token_strs"}``; 
 """
 from __future__ import annotations
 
-import time
 from time import perf_counter
 
 import orjson
@@ -27,6 +26,7 @@ from generation.adapters.derender import (check_chat_derender_work, check_derend
 from generation.adapters.fields import EMPTY_PROMPT, check_mm_kwargs, check_prompt_count
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
+from generation.adapters.response_bodies import chat_response, completion_response
 from generation.adapters.responses import to_chat_messages, to_chat_tools
 from generation.adapters.sampling import template_kwargs
 from generation.engine.outputs import prompt_too_long
@@ -290,12 +290,12 @@ def derender_chat_completion():
         prompt = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else 0
     completion = sum(len(c.get("token_ids") or ()) for c in gen["choices"])
     rid = gen.get("request_id") if isinstance(gen.get("request_id"), str) else f"chatcmpl-{request_id()}"
-    return json_response({"id": rid, "object": "chat.completion", "created": int(time.time()),
-                          "model": model or sim.config.served_names[0], "choices": choices,
-                          "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                                    "completion_tokens": completion},
-                          "prompt_logprobs": None, "prompt_token_ids": None,
-                          "kv_transfer_params": gen.get("kv_transfer_params")})
+    return json_response(chat_response(id=rid, model=model or sim.config.served_names[0], choices=choices,
+                                       usage={"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                                              "completion_tokens": completion},
+                                       prompt_token_ids=(gen.get("prompt_token_ids") if chat.get("return_token_ids") is True
+                                                         else None),
+                                       kv_transfer_params=gen.get("kv_transfer_params"), metrics=gen.get("metrics")))
 
 
 # ---- /v1/completions/derender ------------------------------------------------------------------
@@ -366,14 +366,11 @@ def derender_completion_route():
     if any(g.get("kv_transfer_params") != kv for g in gens[1:]):
         kv = None                      # vLLM: differing params across the responses -> none
     rid = first.get("request_id") if isinstance(first.get("request_id"), str) else request_id()
-    out = {"id": rid, "object": "text_completion", "created": int(time.time()),
-           "model": model or sim.config.served_names[0], "choices": choices,
-           "usage": {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-                     "completion_tokens_details": None},
-           "kv_transfer_params": kv}
-    if len(gens) == 1 and first.get("metrics") is not None:      # one prompt's metrics only
-        out["metrics"] = first["metrics"]
-    return json_response(out)
+    return json_response(completion_response(
+        id=rid, model=model or sim.config.served_names[0], choices=choices,
+        usage={"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+               "completion_tokens_details": None},
+        kv_transfer_params=kv, metrics=first.get("metrics") if len(gens) == 1 else None))   # one prompt's only
 
 
 # ---- /v1/responses/render -----------------------------------------------------------------------

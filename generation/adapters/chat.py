@@ -8,7 +8,6 @@ Tool calls stream as OpenAI clients expect: the first delta of each call carries
 """
 from __future__ import annotations
 
-import time
 from functools import partial
 
 from generation.content import logprobs as lp
@@ -20,6 +19,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REM
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids, PromptDetails, prompt_tokens_details)
 from .token_stream import due_items
+from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
@@ -274,14 +274,14 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
                 content = [IMAGE_PART]                   # the reference: the image only
             else:
                 content = "" if named_choice(req) else None    # vLLM: "" for a named call
-            message = {"role": role, "content": content, "tool_calls": tool_calls_json(s)}
+            calls = tool_calls_json(s)
             logprobs = None
         else:
             text = content_text(s)
             content = text if text or span is None else None
             if req.send_image:             # --omni: structured content, text then the image
                 content = [{"type": "text", "text": content or ""}, IMAGE_PART]
-            message = {"role": role, "content": content}    # vLLM 0.34's ChatMessage drops empty tool_calls
+            calls = None
             first = 0 if span is None else span[2]
             if not want_logprobs:
                 logprobs = None
@@ -289,16 +289,14 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
                 logprobs = {"content": [lp.token_id_entry(t, j, top) for j, t in enumerate(s.ids[first:])]}
             else:
                 logprobs = lp.chat_logprobs(s.pieces[first:], top)
-        message["reasoning"] = reasoning_text(s) if include else None      # vLLM 0.33: always there
-        choices.append({"index": s.index, "message": message, "logprobs": logprobs,
-                        "finish_reason": finish_reason(req, s), "stop_reason": s.stop_reason})
+        message = chat_message(role, content, reasoning_text(s) if include else None, calls)  # reasoning: always there
+        choices.append(chat_choice(index=s.index, message=message, logprobs=logprobs,
+                                   finish_reason=finish_reason(req, s), stop_reason=s.stop_reason))
     completion_details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
-    out = {"id": f"chatcmpl-{req.request_id}", "object": "chat.completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, completion_details, mm=mm),
-           "prompt_logprobs": None}
-    if req.remote_decode:
-        out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
-    return out
+    # every field of vLLM 0.34's response (response_bodies): the caller fills in the fingerprint
+    return chat_response(id=f"chatcmpl-{req.request_id}", model=req.model, choices=choices,
+                         usage=request_usage(seqs, details, completion_details, mm=mm),
+                         kv_transfer_params=dict(REMOTE_DECODE_PARAMS) if req.remote_decode else None)
 
 
 _IMAGE_PART = dumps(IMAGE_PART)

@@ -150,7 +150,7 @@ class BatchChatAdapter(ChatAdapter):
         out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(sim), as_ids,
                           sim.reasoning is not None, self.mm_tokens(seqs))
         out["system_fingerprint"] = system_fingerprint(sim.config)
-        out.pop("kv_transfer_params", None)       # the batch's body never carries them
+        out["kv_transfer_params"] = None          # the batch's body never carries them
         listed = lp.listed_names(sim.tokenizer, self.req.logprob_token_ids, as_ids)
         for c, s in zip(out["choices"], seqs):
             if listed and c["logprobs"] is not None:

@@ -8,7 +8,6 @@ chunk carries its ``finish_reason`` (vLLM's shape).
 """
 from __future__ import annotations
 
-import time
 from functools import partial
 
 from generation.content import logprobs as lp
@@ -25,6 +24,7 @@ from .fields import (EMPTY_PROMPT, check_beam_logprob_ids, check_openai_fields, 
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
 from .token_stream import due_items
+from .response_bodies import completion_choice, completion_response
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 
@@ -116,6 +116,7 @@ class CompletionsAdapter(Adapter):
         echo = bool(b.echo)
         out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo, usage_details(self.sim),
                                 tokens_as_ids(self.sim, b))
+        out["system_fingerprint"] = system_fingerprint(self.sim.config)
         # vLLM: with echo, prompt_logprobs defaults to logprobs (CompletionRequest.to_sampling_params)
         plp = b.prompt_logprobs if b.prompt_logprobs is not None or not echo else b.logprobs
         if plp is not None or b.return_token_ids:
@@ -206,16 +207,14 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
         if logprobs is not None and echo_prompt and head:
             # vLLM: nothing precedes the first prompt token, so it has no logprob (prompt_logprobs[0])
             logprobs["token_logprobs"][0] = logprobs["top_logprobs"][0] = None
-        # vLLM's CompletionResponseChoice, its optional fields null unless asked for (its own
-        # test_return_token_ids reads "prompt_token_ids" in every choice)
-        choices.append({"index": s.index, "text": text, "logprobs": logprobs, "finish_reason": s.finish_reason,
-                        "stop_reason": s.stop_reason, "token_ids": None, "prompt_logprobs": None,
-                        "prompt_token_ids": None})
-    out = {"id": f"cmpl-{req.request_id}", "object": "text_completion", "created": int(time.time()),
-           "model": req.model, "choices": choices, "usage": request_usage(seqs, details, None, api="completion")}
-    if req.remote_decode:
-        out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
-    return out
+        # its optional fields null unless asked for (vLLM's test_return_token_ids reads
+        # "prompt_token_ids" in every choice)
+        choices.append(completion_choice(index=s.index, text=text, logprobs=logprobs, finish_reason=s.finish_reason,
+                                         stop_reason=s.stop_reason))
+    # every field of vLLM 0.34's response (response_bodies): the caller fills in the fingerprint
+    return completion_response(id=f"cmpl-{req.request_id}", model=req.model, choices=choices,
+                               usage=request_usage(seqs, details, None, api="completion"),
+                               kv_transfer_params=dict(REMOTE_DECODE_PARAMS) if req.remote_decode else None)
 
 
 # a plain token chunk after its head: ``,"text":<piece>,...}]}\n\n``

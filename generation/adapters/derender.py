@@ -25,6 +25,7 @@ from generation.content import logprobs as lp
 from generation.errors import InvalidParam
 from generation.structured.numeric import is_int
 from .base import MAX_N, check_work
+from .response_bodies import completion_choice
 
 
 def check_derender_bounds(sim, gens: list, single: str | None = None) -> None:
@@ -141,10 +142,11 @@ def derender_completion(sim, gens: list, prompt_tokens: list | None, request: di
             logprobs = c.get("logprobs")
             if logprobs is not None:
                 logprobs = completion_logprobs(tokenizer, logprobs, top, as_ids, listed)
-            choices.append({"index": len(choices), "text": text, "logprobs": logprobs,
-                            "finish_reason": c.get("finish_reason", "stop"), "stop_reason": c.get("stop_reason"),
-                            "token_ids": list(ids) if return_ids else None, "prompt_logprobs": plp,
-                            "prompt_token_ids": gen.get("prompt_token_ids") if return_ids else None})
+            choices.append(completion_choice(index=len(choices), text=text, logprobs=logprobs,
+                                             finish_reason=c.get("finish_reason", "stop"),
+                                             stop_reason=c.get("stop_reason"),
+                                             token_ids=list(ids) if return_ids else None, prompt_logprobs=plp,
+                                             prompt_token_ids=gen.get("prompt_token_ids") if return_ids else None))
             total_completion += len(ids)
         total_prompt += resolve_prompt_tokens(prompt_tokens[k] if prompt_tokens is not None else None,
                                               gen.get("usage"))

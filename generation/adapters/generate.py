@@ -31,6 +31,7 @@ from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, 
 from .prompt_scores import check_prompt_scores, prompt_fields
 from .token_stream import rendered_choices
 from .protocol import GenerateRequest, SamplingParams
+from .response_bodies import chat_choice, chat_message
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
@@ -354,9 +355,9 @@ def derender_chat(tokenizer, gen: dict, chat: dict, as_ids: bool) -> list:
         if want:
             logprobs = ({"content": [placeholder_entry(t, j, top) for j, t in enumerate(ids)]} if as_ids
                         else lp.chat_logprobs(pieces, top))
-        out.append({"index": c.get("index", k),
-                    "message": {"role": "assistant", "content": "".join(pieces), "reasoning": None},
-                    "logprobs": logprobs, "finish_reason": c.get("finish_reason"), "stop_reason": c.get("stop_reason")})
+        out.append(chat_choice(index=c.get("index", k), message=chat_message("assistant", "".join(pieces)),
+                               logprobs=logprobs, finish_reason=c.get("finish_reason"),
+                               stop_reason=c.get("stop_reason")))
     return out
 
 

@@ -230,7 +230,7 @@ _declare("frontend",
          Option("enable-server-load-tracking", "bool", False, "Serve `GET /load`: the number of requests "
                 "in flight"),
          Option("enable-tokenizer-info-endpoint", "bool", False, "Serve `GET /tokenizer_info`"),
-         Option("fingerprint-mode", "str", "full", "Chat answers' `system_fingerprint`: `full` "
+         Option("fingerprint-mode", "str", "full", "Chat and completion answers' `system_fingerprint`: `full` "
                 "(`vllm-<version>[-tp<N>][-dp<N>]-<hash8>`), `hash` (`vllm-<version>-<hash8>`), `custom` "
                 "(--fingerprint-value) or `none` (null)", choices=("full", "hash", "custom", "none")),
          Option("fingerprint-value", "str", "", "The `system_fingerprint` of --fingerprint-mode custom (empty: null)"),

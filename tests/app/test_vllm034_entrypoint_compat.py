@@ -281,6 +281,10 @@ def test_derender_routes_give_coupled_chats_logprobs(app_client, flag):
         d = r.json()
         assert d["choices"][0]["logprobs"] == expected and d["id"] == tokens["request_id"]
         assert d["usage"]["completion_tokens"] == len(tokens["choices"][0]["token_ids"])
+        coupled = c.post(CHAT, json=req).json()       # the same models, dumped whole (response_bodies)
+        assert list(d) == list(coupled) and list(d["choices"][0]) == list(coupled["choices"][0])
+        assert list(d["choices"][0]["message"]) == list(coupled["choices"][0]["message"])
+        assert d["system_fingerprint"] is None and d["metrics"] is None and d["prompt_token_ids"] is None
     r = c.post("/v1/chat/completions/derender", json={"model": "test-model", "generate_response": {"choices": 3}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "generate_response.choices"
     r = c.post("/v1/chat/completions/derender", json={"model": "test-model"})

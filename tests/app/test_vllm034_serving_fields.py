@@ -33,8 +33,8 @@ def test_per_request_metrics(app_client, api):
     chunks = [json.loads(e[6:]) for e in r.text.strip().split("\n\n") if e.startswith("data: {")]
     assert all("metrics" not in ch for ch in chunks[:-1])
     assert chunks[-1]["metrics"].keys() == TIMING - {"mean_itl_ms"}      # one token: no ITL, left out
-    assert "metrics" not in c.post(CHAT, json={"messages": MSG, "max_tokens": 2, "n": 2}).json()
-    assert "metrics" not in api.post(CHAT, json={"messages": MSG, "max_tokens": 2}).json()
+    assert c.post(CHAT, json={"messages": MSG, "max_tokens": 2, "n": 2}).json()["metrics"] is None
+    assert api.post(CHAT, json={"messages": MSG, "max_tokens": 2}).json()["metrics"] is None
     assert TIMING <= c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2}).json()["metrics"].keys()
 
 
@@ -64,3 +64,37 @@ def test_multimodal_cache_counters_exist_at_zero(api):
     for name in ("vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total"):
         assert f'{name}{{engine="0",model_name="test-model"}} 0.0' in text or \
             f'{name}{{model_name="test-model",engine="0"}} 0.0' in text, name
+
+
+CHAT_KEYS = ["id", "object", "created", "model", "choices", "service_tier", "system_fingerprint", "usage",
+             "prompt_logprobs", "prompt_token_ids", "prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics"]
+CHAT_CHOICE_KEYS = ["index", "message", "logprobs", "finish_reason", "stop_reason", "token_ids", "routed_experts",
+                    "weight_versions"]
+COMPLETION_KEYS = ["id", "object", "created", "model", "choices", "service_tier", "system_fingerprint", "usage",
+                   "kv_transfer_params", "ec_transfer_params", "metrics"]
+COMPLETION_CHOICE_KEYS = ["index", "text", "logprobs", "finish_reason", "stop_reason", "token_ids", "prompt_logprobs",
+                          "prompt_token_ids", "routed_experts", "weight_versions"]
+
+
+def test_non_stream_answers_carry_every_field_of_vllms_models_in_their_order(api):
+    """vLLM 0.34's routers answer ``model_dump()``: every field of the response, choice and
+    message models, null where unset, but a message's empty ``tool_calls`` and null
+    ``annotations`` (its serializer) and usage's null ``prompt_tokens_details``."""
+    chat = api.post(CHAT, json={"messages": MSG, "max_tokens": 2}).json()
+    assert list(chat) == CHAT_KEYS and list(chat["choices"][0]) == CHAT_CHOICE_KEYS
+    message = chat["choices"][0]["message"]
+    assert list(message) == ["role", "content", "refusal", "audio", "function_call", "reasoning"]
+    assert [message[k] for k in ("refusal", "audio", "function_call", "reasoning")] == [None] * 4
+    assert [chat[k] for k in CHAT_KEYS[5:] if k not in ("system_fingerprint", "usage")] == [None] * 7
+    assert chat["system_fingerprint"].startswith("vllm-0.34.0-")
+    assert list(chat["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens", "completion_tokens_details"]
+    tool = {"type": "function", "function": {"name": "get", "parameters": {"type": "object", "properties": {}}}}
+    called = api.post(CHAT, json={"messages": MSG, "max_tokens": 30, "tools": [tool],
+                                  "tool_choice": "required"}).json()["choices"][0]["message"]
+    assert list(called) == ["role", "content", "refusal", "audio", "function_call", "tool_calls", "reasoning"]
+    done = api.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "n": 2}).json()
+    assert list(done) == COMPLETION_KEYS and all(list(c) == COMPLETION_CHOICE_KEYS for c in done["choices"])
+    assert done["system_fingerprint"] == chat["system_fingerprint"]     # CompletionResponse's too
+    assert [done[k] for k in ("service_tier", "kv_transfer_params", "ec_transfer_params", "metrics")] == [None] * 4
+    batch = api.post("/v1/chat/completions/batch", json={"messages": [MSG, MSG], "max_tokens": 2}).json()
+    assert list(batch) == CHAT_KEYS and all(list(c) == CHAT_CHOICE_KEYS for c in batch["choices"])
