@@ -239,9 +239,10 @@ def chat_ec_transfer_params(messages: list, prompt_tokens: int) -> dict | None:
 
 
 def tool_calls_json(seq) -> list:
-    return [{"id": tc["id"], "type": "function", "index": i,
-             "function": {"name": tc["name"], "arguments": tc["arguments"]}}
-            for i, tc in enumerate(seq.tool_calls)]
+    """A message's ``tool_calls``: vLLM 0.34's ``ToolCall`` (``id``, ``type``, ``function``); only
+    a stream's ``DeltaToolCall`` has an ``index`` (the reference puts one here too)."""
+    return [{"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
+            for tc in seq.tool_calls]
 
 
 def named_choice(req: GenerationRequest) -> bool:

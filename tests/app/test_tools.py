@@ -208,7 +208,7 @@ def test_auto_extra_call_probability_100_calls_every_tool_count(app_client):
         assert choice["finish_reason"] == "tool_calls"
         calls = choice["message"]["tool_calls"]
         assert len(calls) == 3                                 # up to len(tools), all rolls succeed
-        assert [c["index"] for c in calls] == [0, 1, 2]
+        assert all(list(c) == ["id", "type", "function"] for c in calls)      # vLLM's ToolCall: no index
         for c in calls:
             jsonschema.validate(json.loads(c["function"]["arguments"]), SCHEMAS[c["function"]["name"]])
         assert r.json()["usage"]["completion_tokens"] > 3
