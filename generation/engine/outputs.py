@@ -62,6 +62,8 @@ class OutputDecisions:
         for pi, prompt in enumerate(req.prompts):
             p = prompt.length
             if echo:
+                if p > max_len:          # too long for vLLM's renderer, whatever the mode
+                    raise prompt_too_long(max_len, p)
                 if 2 * p > max_len:
                     raise context_error(max_len, p, p)
                 echo_len = len(prompt.echo_pieces or ())

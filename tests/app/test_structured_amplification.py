@@ -99,3 +99,17 @@ def test_echo_mode_refuses_a_prompt_it_cannot_fit_before_building_its_pieces(app
     r = c.post("/v1/chat/completions", json={"model": "test-model", "messages": [{"role": "user", "content": "word " * 600}],
                                              "max_tokens": 5})
     assert r.status_code == 400 and built == [8]
+
+
+def test_echo_mode_answers_a_prompt_past_the_context_in_vllms_words(app_client):
+    """A prompt longer than --max-model-len gets vLLM 0.34's "your prompt contains N input
+    tokens" in echo mode too; one that fits but cannot be echoed, the seeds' 2 x prompt rule
+    in the reference's words."""
+    c = app_client("--mode", "echo", "--max-model-len", "64")
+    msg = c.post("/v1/completions", json={"model": "test-model", "prompt": "word " * 100,
+                                          "max_tokens": 8}).json()["error"]["message"]
+    assert msg.startswith("This model's maximum context length is 64 tokens. However, your prompt contains 100 "
+                          "input tokens, which exceeds this limit even without any output tokens.")
+    msg = c.post("/v1/completions", json={"model": "test-model", "prompt": "word " * 40,
+                                          "max_tokens": 50}).json()["error"]["message"]
+    assert "However, you requested 80 tokens (40 in the messages, 40 in the completion)" in msg
