@@ -57,11 +57,11 @@ FT_INSTRUCTIONS = ("retry", "scale_down")
 # ---- requests in flight ----------------------------------------------------------------------------
 
 def _in_flight(sim) -> list:
-    """The sequences running or waiting (the step engine's scheduler, else the simulator's)."""
+    """The sequences running or waiting (the step engine's, those in its frontend delay too,
+    else the simulator's)."""
     engine = sim.engine
     if engine is not None:
-        sched = engine.scheduler
-        return [r.seq for r in (*sched.running, *sched.waiting) if r.seq is not None]
+        return [r.seq for r in engine.in_flight() if r.seq is not None]
     return [*sim.running_seqs, *sim.waiting]
 
 

@@ -105,6 +105,7 @@ class StepEngine:
         self.emit_lag = 0.0
         self.steps = 0
         self.pending = 0            # requests in their frontend delay, not yet queued
+        self.delayed: set = set()   # those in the frontend delay (staged ones are in staged)
         self.pending_tokens = 0     # their prompt tokens (the waiting queue's uncached tokens to be)
         self.async_scheduling = bool(getattr(step_time, "async_scheduling", False))
         scheduler.hold_finished_slots = self.async_scheduling
@@ -129,6 +130,12 @@ class StepEngine:
     def waiting_count(self) -> int:
         """Requests waiting: in the queue, or still in their frontend delay."""
         return len(self.scheduler.waiting) + self.pending
+
+    def in_flight(self) -> list:
+        """Every request not ended: running, queued, staged or still in its frontend delay
+        (an abort_requests or a checkpoint's wait must find one that arrived a few ms ago)."""
+        sched = self.scheduler
+        return [*sched.running, *sched.waiting, *(req for req, _ in self.staged), *self.delayed]
 
     def queued_beyond_batch(self) -> int:
         """Waiting requests that the batch's free seats (``--max-num-seqs``) cannot take: what
@@ -167,6 +174,7 @@ class StepEngine:
         return req
 
     def _enqueue_at(self, req, at: float) -> None:
+        self.delayed.add(req)
         loop = self._loop()
         loop.update_now()           # libev counts ``after`` from its cached clock, stale on a busy loop
         timer = loop.timer(max(0.0, at - monotonic()))
@@ -177,6 +185,7 @@ class StepEngine:
         if monotonic() < at:        # never early: the frontend delay is a floor
             self._enqueue_at(req, at)
             return
+        self.delayed.discard(req)
         self.pending -= 1
         self.pending_tokens -= req.prompt_len
         if req.state == EngineRequest.ABORTED:
@@ -198,6 +207,7 @@ class StepEngine:
 
     def abort(self, seq) -> None:
         req = getattr(seq, "engine_req", None)
+        self.delayed.discard(req)
         if req is not None and req.state in (EngineRequest.WAITING, EngineRequest.RUNNING):
             self.scheduler.abort(req)
             self.kick()           # freed blocks may admit waiting requests

@@ -240,6 +240,27 @@ def test_abort_requests_ends_the_request_in_flight(app_client):
     assert c.sim.running == 0 and (job.value.status_code, job.value.content) == (499, b"")
 
 
+def test_abort_requests_finds_a_step_request_in_its_frontend_delay(app_client):
+    """A request still in the modelled frontend's delay (not yet in the scheduler's queues) is
+    aborted too: it was missed, and ran to its end (a real server: every abort sent within
+    ~10 ms of its request)."""
+    c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer")
+    engine = c.sim.engine
+    job = gevent.spawn(c.post, "/inference/v1/generate",
+                       json={"model": "test-model", "token_ids": [1, 2, 3], "request_id": "fresh-1",
+                             "sampling_params": {"max_tokens": 900, "ignore_eos": True}})
+    deadline = gevent.get_hub().loop.now() + 5
+    while not engine.delayed and gevent.get_hub().loop.now() < deadline:
+        gevent.sleep(0)
+    assert engine.delayed and not engine.scheduler.waiting and not engine.scheduler.running
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": "fresh-1"}).status_code == 200
+    job.join(5)
+    assert (job.value.status_code, job.value.content) == (499, b"")
+    assert not engine.in_flight()
+    gevent.sleep(0.1)               # its delay's timer still counts it waiting until it fires
+    assert engine.pending == 0 and not engine.scheduler.waiting
+
+
 def test_abort_requests_and_checkpoint_in_step_mode(app_client):
     """The step engine's requests are found and aborted too, and a prepare waits for them."""
     c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", "--enable-sleep-mode", env=DEV)
