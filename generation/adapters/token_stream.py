@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from generation.engine.request import SeqState
 from generation.engine.token_schedule import TokenSchedule
 
 
@@ -56,3 +57,26 @@ def rendered_choices(sim, seqs, render, out: list):
         data = render(seq, k)
         if data:
             out.append(data)
+
+
+def end_aborted(req, seqs, sent: list, schedules=()) -> frozenset:
+    """After a stream's tokens: the indexes of the choices that the server's abort
+    (``req.aborted_by_server``: abort_requests, checkpoint prepare mode=abort) cut before their
+    last token went out, each now ending with the ``sent[index]`` tokens it streamed and
+    ``finish_reason`` ``abort`` (:meth:`~generation.engine.request.Sequence.end_with_abort`), for
+    the renderer to close with vLLM's abort chunk and count in its usage; none for any other
+    request.  ``schedules``: the TokenSchedules the stream handed to its driver, whose tokens
+    (up to ``next``) were sent without the renderer counting them in ``sent``."""
+    if not req.aborted_by_server:
+        return frozenset()
+    for sc in schedules:
+        i = sc.seq.index
+        if sc.next > sent[i]:
+            sent[i] = sc.next
+    cut = []
+    for s in seqs:
+        i = s.index
+        if s.state == SeqState.ABORTED and not (sent[i] and sent[i] == len(s.ids)):
+            s.end_with_abort(sent[i])
+            cut.append(i)
+    return frozenset(cut)
