@@ -45,8 +45,11 @@ once and its answer finishes as vLLM's, whose ``OutputProcessor.abort_requests``
 choice with a ``finish_reason: "abort"`` chunk, then its usage chunk when asked (counting the
 tokens streamed) and ``data: [DONE]``; a non-streamed answer is a 200 with the tokens made so
 far and ``finish_reason: "abort"`` (:meth:`Sequence.end_with_abort
-<generation.engine.request.Sequence.end_with_abort>`).  The other APIs' streams (Anthropic
-messages, responses, Cohere, audio) still end as if their client had gone.
+<generation.engine.request.Sequence.end_with_abort>`).  Anthropic ``/v1/messages`` finishes the
+same way with ``stop_reason`` null (vLLM's ``_to_anthropic_stop_reason`` has none for
+``abort``): a stream closes its open block, then ``message_delta`` (the usage of the tokens
+streamed) and ``message_stop``.  The other APIs (responses, Cohere, audio, pooling) still end
+as if their client had gone.
 """
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ Default (clock) mode and step mode; abort_requests names the request's own id (t
 the body's ``request_id``), not the ``chatcmpl-`` / ``cmpl-`` response id."""
 from __future__ import annotations
 
+import json
+
 import gevent
 import pytest
 
@@ -189,3 +191,50 @@ def test_checkpoint_prepare_abort_ends_requests_the_same_way(app_client, mode):
     _check_stream("chat", s.value, "cp-s")
     _check_answer("completions", n.value, "cp-n")
     assert c.post("/checkpoint/restore").json() == {"state": "running"}
+
+
+# ---- Anthropic messages (vLLM 0.34 anthropic/serving.py: _to_anthropic_stop_reason maps "abort" to none) ----
+
+def _events(text: str) -> list:
+    out = []
+    for block in text.split("\n\n"):
+        if block.startswith("event: "):
+            name, data = block.split("\n", 1)
+            out.append((name[len("event: "):], json.loads(data[len("data: "):])))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["clock", "step"])
+def test_abort_requests_ends_a_messages_stream_with_a_null_stop_reason(app_client, mode):
+    c = app_client(*(CLOCK if mode == "clock" else STEP))
+    body = {"model": "test-model", "max_tokens": 900, "ignore_eos": True, "messages": MSG, "stream": True}
+    job = gevent.spawn(c.post, "/v1/messages", json=body, headers={"X-Request-Id": f"m-{mode}"})
+    gevent.sleep(0.5)
+    _abort_by_id(c, f"m-{mode}")
+    job.join(5)
+    r = job.value
+    assert r.status_code == 200
+    events = _events(r.text)
+    names = [n for n, _ in events]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    deltas = [d for n, d in events if n == "content_block_delta"]
+    assert 1 <= len(deltas) < 900 and names[3:3 + len(deltas)] == ["content_block_delta"] * len(deltas)
+    assert names[3 + len(deltas):] == ["content_block_stop", "message_delta", "message_stop"]
+    md = events[-2][1]
+    assert md["delta"] == {"stop_reason": None, "stop_sequence": None}
+    assert md["usage"]["output_tokens"] == len(deltas)
+    assert c.sim.running == 0
+
+
+def test_abort_requests_answers_a_messages_request_with_what_it_made(app_client):
+    c = app_client(*CLOCK)
+    body = {"model": "test-model", "max_tokens": 900, "ignore_eos": True, "messages": MSG}
+    job = gevent.spawn(c.post, "/v1/messages", json=body, headers={"X-Request-Id": "m-n"})
+    gevent.sleep(0.5)
+    _abort_by_id(c, "m-n")
+    job.join(5)
+    d = job.value.json()
+    assert job.value.status_code == 200 and d["id"] == "msg_m-n"
+    assert (d["stop_reason"], d["stop_sequence"]) == (None, None)
+    assert d["content"][0]["type"] == "text" and d["content"][0]["text"]
+    assert 1 <= d["usage"]["output_tokens"] < 900
