@@ -48,8 +48,11 @@ far and ``finish_reason: "abort"`` (:meth:`Sequence.end_with_abort
 <generation.engine.request.Sequence.end_with_abort>`).  Anthropic ``/v1/messages`` finishes the
 same way with ``stop_reason`` null (vLLM's ``_to_anthropic_stop_reason`` has none for
 ``abort``): a stream closes its open block, then ``message_delta`` (the usage of the tokens
-streamed) and ``message_stop``.  The other APIs (responses, Cohere, audio, pooling) still end
-as if their client had gone.
+streamed) and ``message_stop``; a Cohere v2 chat stream closes its open block, then
+``message-end`` (``finish_reason`` ``COMPLETE``, vLLM's map of ``abort``).  A non-streamed
+answer of any generation route is rendered from what was made (a response ``completed``, as
+vLLM's simple context reports it); the streams of the Responses API and audio still end as if
+their client had gone.
 """
 from __future__ import annotations
 

@@ -238,3 +238,24 @@ def test_abort_requests_answers_a_messages_request_with_what_it_made(app_client)
     assert (d["stop_reason"], d["stop_sequence"]) == (None, None)
     assert d["content"][0]["type"] == "text" and d["content"][0]["text"]
     assert 1 <= d["usage"]["output_tokens"] < 900
+
+
+# ---- Cohere v2 chat (vLLM 0.34 cohere/serving.py over chat's stream: "abort" maps to COMPLETE) ----------
+
+def test_abort_requests_ends_a_cohere_stream_with_its_message_end(app_client):
+    c = app_client(*CLOCK, env={"VLLM_ENABLE_COHERE_API": "1"})
+    body = {"model": "test-model", "max_tokens": 900, "ignore_eos": True, "messages": MSG, "stream": True}
+    job = gevent.spawn(c.post, "/cohere/v2/chat", json=body, headers={"X-Request-Id": "co-s"})
+    gevent.sleep(0.4)
+    _abort_by_id(c, "co-s")
+    job.join(5)
+    events = sse_events(job.value.text)
+    assert job.value.status_code == 200 and events[-1] == "[DONE]"
+    *head, end_block, end, _ = events
+    assert [e["type"] for e in head[:2]] == ["message-start", "content-start"]
+    deltas = head[2:]
+    assert 1 <= len(deltas) < 900 and {e["type"] for e in deltas} == {"content-delta"}
+    assert end_block == {"index": 0, "type": "content-end"}
+    assert end["type"] == "message-end" and end["delta"]["finish_reason"] == "COMPLETE"
+    assert end["delta"]["usage"]["tokens"]["output_tokens"] == len(deltas)
+    assert c.sim.running == 0
