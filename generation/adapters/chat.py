@@ -18,7 +18,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REM
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids, PromptDetails, prompt_tokens_details)
-from .token_stream import due_items, end_aborted
+from .token_stream import Streamed, due_items, end_aborted
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
@@ -508,8 +508,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         out.clear()
         return data
 
-    sent = [0] * len(seqs)                   # tokens each choice streamed, for an abort (end_aborted)
-    schedules = []
+    streamed = Streamed(len(seqs))           # tokens each choice sent, for an abort (end_aborted)
+    sent = streamed.counts
     # (token ids: the adapter adds the prompt's ids to the first chunk as it passes, with_prompt_token_ids)
     try:
         for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=not token_ids):
@@ -536,12 +536,12 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                              if plain and not seq.tool_calls else partial(token_chunk, seq), partial(first_chunk, seq))
                 if k.interval > 1:
                     k.render_span = partial(span_chunk, seq)
-                schedules.append(k)
+                streamed.schedules.append(k)
             yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     except ClientDisconnected:               # the server aborted it: its choices still finish (end_aborted)
         if not req.aborted_by_server:
             raise
-    cut = end_aborted(req, seqs, sent, schedules)
+    cut = end_aborted(req, seqs, streamed)
     if image and not cut:                # after every choice's last token, before the finish chunks
         for seq in seqs:
             i = seq.index

@@ -23,7 +23,7 @@ from .fields import (EMPTY_PROMPT, check_beam_logprob_ids, check_openai_fields, 
                      check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
-from .token_stream import due_items, end_aborted
+from .token_stream import Streamed, due_items, end_aborted
 from .response_bodies import completion_choice, completion_response
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -308,8 +308,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                if last else not_finished)
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
-    sent = [0] * len(seqs)                   # tokens each choice streamed, for an abort (end_aborted)
-    schedules = []
+    streamed = Streamed(len(seqs))           # tokens each choice sent, for an abort (end_aborted)
+    sent = streamed.counts
     try:
         for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True, first_in_schedule=True):
             cls = k.__class__
@@ -330,12 +330,12 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                              else partial(token_chunk, seq), partial(token_chunk, seq, 0))
                 if k.interval > 1:
                     k.render_span = partial(span_chunk, seq)
-                schedules.append(k)
+                streamed.schedules.append(k)
             yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     except ClientDisconnected:               # the server aborted it: its choices still finish (end_aborted)
         if not req.aborted_by_server:
             raise
-    cut = end_aborted(req, seqs, sent, schedules)
+    cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
         if lasts[seq.index] >= 0 and seq.index not in cut:      # its last token's chunk closed it
             continue

@@ -29,7 +29,7 @@ from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, 
                      check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, request_stream_interval,
                      scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
-from .token_stream import end_aborted, rendered_choices
+from .token_stream import Streamed, end_aborted, rendered_choices
 from .protocol import GenerateRequest, SamplingParams
 from .response_bodies import chat_choice, chat_message
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
@@ -257,7 +257,7 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     return out
 
 
-def _outputs(sim, req: GenerationRequest, seqs, render, out: list):
+def _outputs(sim, req: GenerationRequest, seqs, render, out: list, streamed: Streamed):
     """:func:`~.token_stream.rendered_choices` (a schedule's tokens rendered by the hub), which
     ends early, without raising, when the server aborted the request (abort_requests,
     checkpoint prepare mode=abort: its choices then finish with ``abort``, as vLLM 0.34's
@@ -265,7 +265,7 @@ def _outputs(sim, req: GenerationRequest, seqs, render, out: list):
     :func:`~.token_stream.end_aborted`); a client that went away still raises
     ClientDisconnected."""
     try:
-        yield from rendered_choices(sim, seqs, render, out)
+        yield from rendered_choices(sim, seqs, render, out, streamed)
     except ClientDisconnected:
         if not req.aborted_by_server:
             raise
@@ -298,8 +298,9 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
                 dumps(seq.ids[a:b]) + lps + tail)
 
     out = []
-    yield from _outputs(sim, req, seqs, token, out)
-    cut = end_aborted(req, seqs, sent)
+    streamed = Streamed(len(seqs))
+    yield from _outputs(sim, req, seqs, token, out, streamed)
+    cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
         if seq.index in cut or not sent[seq.index]:
             tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
@@ -399,8 +400,9 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         return data
 
     out = []
-    yield from _outputs(sim, req, seqs, token, out)
-    cut = end_aborted(req, seqs, sent)
+    streamed = Streamed(len(seqs))
+    yield from _outputs(sim, req, seqs, token, out, streamed)
+    cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
         if seq.index in cut or not sent[seq.index]:
             out.append(chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,

@@ -21,7 +21,7 @@ from generation.engine.stream_interval import token_span, within
 from ..errors import FieldNames
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
-from .token_stream import end_aborted, rendered_tokens
+from .token_stream import Streamed, end_aborted, rendered_tokens
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
@@ -400,20 +400,14 @@ def stream_message(sim, req, seq, stop_sequence):
             return out
         return out + text_head + dumps("".join(pieces[a:b])) + b"}}\n\n"
 
-    sent = [0]                  # tokens streamed, for an abort (end_aborted)
-
-    def counted(k) -> bytes:
-        data = events(k)
-        sent[0] = token_span(k)[1]
-        return data
-
     pending = []
+    streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
     try:
-        yield from rendered_tokens(sim, seq, counted, pending)
+        yield from rendered_tokens(sim, seq, events, pending, streamed)
     except ClientDisconnected:      # the server aborted it: the open block closes, stop_reason null
         if not req.aborted_by_server:
             raise
-    if end_aborted(req, [seq], sent):
+    if end_aborted(req, [seq], streamed):
         if thinking_open:           # cut in its reasoning: no text block follows
             text_block = False
         if calls:
