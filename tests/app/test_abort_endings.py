@@ -259,3 +259,39 @@ def test_abort_requests_ends_a_cohere_stream_with_its_message_end(app_client):
     assert end["type"] == "message-end" and end["delta"]["finish_reason"] == "COMPLETE"
     assert end["delta"]["usage"]["tokens"]["output_tokens"] == len(deltas)
     assert c.sim.running == 0
+
+
+def test_the_abort_chunk_carries_what_the_request_asked_for(app_client):
+    """vLLM's abort output has no tokens: chat logprobs ``{"content": []}``, ``token_ids: []``,
+    completions' empty logprobs lists; with continuous usage the chunk's usage counts the tokens
+    streamed."""
+    c = app_client(*CLOCK)
+    opts = {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    job = _start(c, "chat", "f-chat", logprobs=True, return_token_ids=True, **opts)
+    _abort_by_id(c, "f-chat")
+    job.join(5)
+    *chunks, fin, use, done = sse_events(job.value.text)
+    tokens = chunks[1:]
+    assert fin["choices"] == [{"index": 0, "delta": {}, "logprobs": {"content": []}, "finish_reason": "abort",
+                               "stop_reason": None, "token_ids": []}]
+    assert fin["usage"]["completion_tokens"] == len(tokens) == use["usage"]["completion_tokens"]
+    assert all(len(ch["choices"][0]["token_ids"]) == 1 for ch in tokens)
+    job = _start(c, "completions", "f-cmpl", logprobs=2, return_token_ids=True, **opts)
+    _abort_by_id(c, "f-cmpl")
+    job.join(5)
+    *tokens, fin, use, done = sse_events(job.value.text)
+    (choice,) = fin["choices"]
+    assert (choice["text"], choice["finish_reason"], choice["stop_reason"], choice["token_ids"]) == ("", "abort", None, [])
+    assert choice["logprobs"] == {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    assert fin["usage"]["completion_tokens"] == len(tokens) == use["usage"]["completion_tokens"]
+
+
+def test_a_stream_interval_counts_the_tokens_its_groups_sent(app_client):
+    c = app_client(*CLOCK, "--stream-interval", "3")
+    job = _start(c, "completions", "si", stream=True, stream_options={"include_usage": True}, return_token_ids=True)
+    _abort_by_id(c, "si")
+    job.join(5)
+    *groups, fin, use, done = sse_events(job.value.text)
+    assert fin["choices"][0]["finish_reason"] == "abort" and fin["choices"][0]["token_ids"] == []
+    sent = sum(len(g["choices"][0]["token_ids"]) for g in groups)
+    assert len(groups) < sent == use["usage"]["completion_tokens"]
