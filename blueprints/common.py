@@ -424,13 +424,14 @@ def received_at(environ: dict) -> float | None:
 
 
 def _drive(sim: Simulator, seq, item):
-    """Wait for a deadline (``float``) or emit a TokenSchedule in this greenlet.  A request ended
-    by ``abort_requests`` meanwhile just ends the wait: the body, resumed as the hub emitter
-    resumes it, writes its end (generate's ``abort`` chunk); any other abort raises."""
+    """Wait for a deadline (``float``) or emit a TokenSchedule in this greenlet.  A request the
+    server aborted meanwhile (abort_requests, checkpoint prepare mode=abort) just ends the wait:
+    the body, resumed as the hub emitter resumes it, writes its end (the ``abort`` chunks); a
+    client that left raises."""
     try:
         yield from waited(sim, seq, item)
     except ClientDisconnected:
-        if not seq.request.aborted_by_id:
+        if not seq.request.aborted_by_server:
             raise
 
 

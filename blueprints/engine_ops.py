@@ -32,10 +32,27 @@ requests by id.
   ``{"is_scaling_elastic_ep": false, "phase": "idle", "epoch": null, "error": null,
   "requested_data_parallel_size": null}``.
 * ``POST /inference/v1/abort_requests`` (vLLM's disaggregated-serving route): ``request_ids``
-  a string or a list of strings (else vLLM's 400); the matching requests in flight end at once,
-  as if their client had gone, except that a ``/inference/v1/generate`` stream still sends a last
-  chunk with ``finish_reason: "abort"`` (answers 200 with an empty body, whatever matched).
-  ``--tokens-only`` also serves it as ``POST /abort_requests``, as vLLM 0.34.
+  a string or a list of strings (else vLLM's 400), matched against the requests' own ids (the
+  ``X-Request-Id`` header or the body's ``request_id``, without the ``chatcmpl-``/``cmpl-``
+  prefix of the response's ``id``, as vLLM matches the external request id); answers 200 with
+  an empty body, whatever matched.  ``--tokens-only`` also serves it as ``POST
+  /abort_requests``, as vLLM 0.34.
+
+An aborted request (abort_requests, or ``/checkpoint/prepare?mode=abort``) stops generating at
+once and its answer finishes as vLLM's, whose ``OutputProcessor.abort_requests`` (and
+``EngineCore._send_abort_outputs``) hands each one a final output with no new tokens and
+``finish_reason`` ``abort``: a stream (chat, completions, generate) closes each unfinished
+choice with a ``finish_reason: "abort"`` chunk, then its usage chunk when asked (counting the
+tokens streamed) and ``data: [DONE]``; a non-streamed answer is a 200 with the tokens made so
+far and ``finish_reason: "abort"`` (:meth:`Sequence.end_with_abort
+<generation.engine.request.Sequence.end_with_abort>`).  Anthropic ``/v1/messages`` finishes the
+same way with ``stop_reason`` null (vLLM's ``_to_anthropic_stop_reason`` has none for
+``abort``): a stream closes its open block, then ``message_delta`` (the usage of the tokens
+streamed) and ``message_stop``; a Cohere v2 chat stream closes its open block, then
+``message-end`` (``finish_reason`` ``COMPLETE``, vLLM's map of ``abort``).  A non-streamed
+answer of any generation route is rendered from what was made (a response ``completed``, as
+vLLM's simple context reports it); the streams of the Responses API and audio still end as if
+their client had gone.
 """
 from __future__ import annotations
 
@@ -66,7 +83,11 @@ def _in_flight(sim) -> list:
 
 
 def _abort(sim, seqs) -> int:
-    """End ``seqs`` now, as if their clients had gone; returns how many."""
+    """Abort ``seqs`` now, as vLLM's engine aborts requests: each one's request is marked
+    ``aborted_by_server``, so that its answer still finishes (``finish_reason`` ``abort``, see the
+    module docstring) where a client that left gets nothing more; returns how many."""
+    for s in seqs:
+        s.request.aborted_by_server = True
     sim.cancel(seqs)
     return len(seqs)
 
@@ -261,8 +282,6 @@ def abort_requests():
     sim = simulator()
     wanted = set(ids)
     hit = [s for s in _in_flight(sim) if s.request.request_id in wanted]
-    for s in hit:               # a generate stream then ends with finish_reason "abort", as vLLM's
-        s.request.aborted_by_id = True
     if hit:
         _abort(sim, hit)
     return Response(b"", 200)

@@ -13,12 +13,12 @@ from functools import partial
 from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
-from generation.engine.request import GenerationRequest
+from generation.engine.request import ClientDisconnected, GenerationRequest
 from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    with_prompt_token_ids, PromptDetails, prompt_tokens_details)
-from .token_stream import due_items
+from .token_stream import Streamed, due_items, end_aborted
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
@@ -508,30 +508,41 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         out.clear()
         return data
 
+    streamed = Streamed(len(seqs))           # tokens each choice sent, for an abort (end_aborted)
+    sent = streamed.counts
     # (token ids: the adapter adds the prompt's ids to the first chunk as it passes, with_prompt_token_ids)
-    for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=not token_ids):
-        cls = k.__class__
-        if cls is int and k >= 0:
-            if not started[seq.index]:
-                start_all()
-            put(token_chunk(seq, k))
-            continue
-        if cls is range:                     # plain tokens due at once: their chunks in one bytes
-            i = seq.index
-            if not started[i]:
-                start_all()
-            put(_PLAIN_REST.block(heads[i], seq.pieces, k, partial(token_chunk, seq)))
-            continue
-        if cls is slice:                     # a stream interval's group (never the first token): one chunk
-            put(span_chunk(seq, k.start, k.stop))
-            continue
-        if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
-            k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
-                         if plain and not seq.tool_calls else partial(token_chunk, seq), partial(first_chunk, seq))
-            if k.interval > 1:
-                k.render_span = partial(span_chunk, seq)
-        yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
-    if image:                            # after every choice's last token, before the finish chunks
+    try:
+        for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=not token_ids):
+            cls = k.__class__
+            if cls is int and k >= 0:
+                if not started[seq.index]:
+                    start_all()
+                put(token_chunk(seq, k))
+                sent[seq.index] = k + 1
+                continue
+            if cls is range:                     # plain tokens due at once: their chunks in one bytes
+                i = seq.index
+                if not started[i]:
+                    start_all()
+                put(_PLAIN_REST.block(heads[i], seq.pieces, k, partial(token_chunk, seq)))
+                sent[i] = k.stop
+                continue
+            if cls is slice:                     # a stream interval's group (never the first token): one chunk
+                put(span_chunk(seq, k.start, k.stop))
+                sent[seq.index] = k.stop
+                continue
+            if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
+                k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
+                             if plain and not seq.tool_calls else partial(token_chunk, seq), partial(first_chunk, seq))
+                if k.interval > 1:
+                    k.render_span = partial(span_chunk, seq)
+                streamed.schedules.append(k)
+            yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
+    except ClientDisconnected:               # the server aborted it: its choices still finish (end_aborted)
+        if not req.aborted_by_server:
+            raise
+    cut = end_aborted(req, seqs, streamed)
+    if image and not cut:                # after every choice's last token, before the finish chunks
         for seq in seqs:
             i = seq.index
             if not started[i] and seq.finish_reason != "cache_threshold":
@@ -541,6 +552,13 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 b'"usage":null,"modality":"image"}\n\n')
     for seq in seqs:
         i = seq.index
+        if i in cut:                         # vLLM's abort output: no new tokens, finish_reason "abort"
+            if not started[i]:               # (the request's first output: the role chunks first)
+                start_all()
+            put(heads[i] + b',"delta":{},"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
+                finish_fields(req, seq) + (b',"token_ids":[]' if token_ids else b"") +
+                (b'}]' + tail(0, i) if continuous else last_close))
+            continue
         if lasts[i] >= 0:                    # its last token's chunk closed it
             continue
         if not started[i] and seq.finish_reason != "cache_threshold":

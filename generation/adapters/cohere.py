@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import json
 
+from generation.engine.request import ClientDisconnected
 from ..errors import Rejected
 from .base import dumps, request_usage, usage_details
 from .chat import ChatAdapter, finish_reason as chat_finish_reason
-from .token_stream import rendered_tokens
+from .token_stream import Streamed, end_aborted, rendered_tokens
 from .protocol import ChatCompletionRequest, StreamOptions
 
 # vLLM's finish reasons -> Cohere's (``_FINISH_REASON_MAP``); anything else is COMPLETE
@@ -378,7 +379,14 @@ def stream_v2(adapter: CohereChatAdapter, seq):
         return out + flush()
 
     ready = []
-    yield from rendered_tokens(sim, seq, events, ready)
+    streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
+    try:
+        yield from rendered_tokens(sim, seq, events, ready, streamed)
+    except ClientDisconnected:      # the server aborted it: chat's abort chunk, message-end (COMPLETE)
+        if not req.aborted_by_server:
+            raise
+    if end_aborted(req, [seq], streamed):
+        calls = calls and calls[:opened]          # the calls it started: none more
     out = b"".join(ready) + start
     while calls and opened < len(calls):          # calls without argument tokens
         out += start_call(opened, "")

@@ -13,7 +13,7 @@ from functools import partial
 from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
-from generation.engine.request import GenerationRequest, Prompt
+from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text
 from .base import (per_request_metrics, CHUNK_END, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_tools,
@@ -23,7 +23,7 @@ from .fields import (EMPTY_PROMPT, check_beam_logprob_ids, check_openai_fields, 
                      check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
-from .token_stream import due_items
+from .token_stream import Streamed, due_items, end_aborted
 from .response_bodies import completion_choice, completion_response
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
@@ -308,28 +308,41 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                if last else not_finished)
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
-    for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True, first_in_schedule=True):
-        cls = k.__class__
-        if cls is int and k >= 0:
-            put(token_chunk(seq, k))
-            continue
-        if cls is range:                     # plain tokens due at once: their chunks in one bytes
-            put(_PLAIN_REST.block(heads[seq.index], seq.pieces, k, partial(token_chunk, seq)))
-            continue
-        if cls is slice:                     # a stream interval's group: one chunk
-            put(span_chunk(seq, k.start, k.stop))
-            continue
-        if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
-            k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
-                         else partial(token_chunk, seq), partial(token_chunk, seq, 0))
-            if k.interval > 1:
-                k.render_span = partial(span_chunk, seq)
-        yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
+    streamed = Streamed(len(seqs))           # tokens each choice sent, for an abort (end_aborted)
+    sent = streamed.counts
+    try:
+        for seq, k in sim.stream(seqs, flush=True, blocks=plain, deadlines=True, first_in_schedule=True):
+            cls = k.__class__
+            if cls is int and k >= 0:
+                put(token_chunk(seq, k))
+                sent[seq.index] = k + 1
+                continue
+            if cls is range:                     # plain tokens due at once: their chunks in one bytes
+                put(_PLAIN_REST.block(heads[seq.index], seq.pieces, k, partial(token_chunk, seq)))
+                sent[seq.index] = k.stop
+                continue
+            if cls is slice:                     # a stream interval's group: one chunk
+                put(span_chunk(seq, k.start, k.stop))
+                sent[seq.index] = k.stop
+                continue
+            if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
+                k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
+                             else partial(token_chunk, seq), partial(token_chunk, seq, 0))
+                if k.interval > 1:
+                    k.render_span = partial(span_chunk, seq)
+                streamed.schedules.append(k)
+            yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
+    except ClientDisconnected:               # the server aborted it: its choices still finish (end_aborted)
+        if not req.aborted_by_server:
+            raise
+    cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
-        if lasts[seq.index] >= 0:            # its last token's chunk closed it
+        if lasts[seq.index] >= 0 and seq.index not in cut:      # its last token's chunk closed it
             continue
         extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
         text, d = echoes.pop(seq.index, ("", None))
+        if d is None and top is not None and seq.index in cut:  # vLLM's logprobs of no new tokens
+            d = lp.completion_logprobs([], top)
         put(heads[seq.index] + b',"text":' + dumps(text) + b',"logprobs":' + (b"null" if d is None else dumps(d)) +
             b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
             (b'}]' + tail(0, seq.index) if continuous else last_close))

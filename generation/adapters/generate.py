@@ -29,7 +29,7 @@ from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, 
                      check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, request_stream_interval,
                      scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
-from .token_stream import rendered_choices
+from .token_stream import Streamed, end_aborted, rendered_choices
 from .protocol import GenerateRequest, SamplingParams
 from .response_bodies import chat_choice, chat_message
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
@@ -257,33 +257,24 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     return out
 
 
-def _outputs(sim, req: GenerationRequest, seqs, render, out: list):
+def _outputs(sim, req: GenerationRequest, seqs, render, out: list, streamed: Streamed):
     """:func:`~.token_stream.rendered_choices` (a schedule's tokens rendered by the hub), which
-    ends early, without raising, when the request was ended by ``/inference/v1/abort_requests``
-    (its choices then finish with ``abort``, as vLLM 0.34's stream, whose terminal output has no
-    new tokens but still carries the finish reason); a client that went away still raises
+    ends early, without raising, when the server aborted the request (abort_requests,
+    checkpoint prepare mode=abort: its choices then finish with ``abort``, as vLLM 0.34's
+    stream, whose terminal output has no new tokens but still carries the finish reason,
+    :func:`~.token_stream.end_aborted`); a client that went away still raises
     ClientDisconnected."""
     try:
-        yield from rendered_choices(sim, seqs, render, out)
+        yield from rendered_choices(sim, seqs, render, out, streamed)
     except ClientDisconnected:
-        if not req.aborted_by_id:
+        if not req.aborted_by_server:
             raise
 
 
-def _aborted(req: GenerationRequest, seq, sent: int) -> bool:
-    """Whether ``seq``, which streamed ``sent`` tokens, was cut by ``abort_requests`` before its last."""
-    return req.aborted_by_id and not (sent and sent == len(seq.ids))
-
-
-def _stream_usage(sim, req: GenerationRequest, seqs, sent: list) -> dict:
-    """A stream's usage chunk; a request ended by ``abort_requests`` counts the tokens its
-    choices streamed (``sent``), as vLLM's stream sums its outputs' token ids
-    (``num_generated_tokens``), not the answer it would have given."""
-    u = request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
-    if req.aborted_by_id:
-        u["completion_tokens"] = sum(sent)
-        u["total_tokens"] = u["prompt_tokens"] + u["completion_tokens"]
-    return u
+def _stream_usage(sim, seqs) -> dict:
+    """A stream's usage chunk (a choice cut by an abort counts the tokens it streamed, as vLLM's
+    stream sums its outputs' token ids, ``num_generated_tokens``)."""
+    return request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
 
 
 def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None):
@@ -307,16 +298,16 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
                 dumps(seq.ids[a:b]) + lps + tail)
 
     out = []
-    yield from _outputs(sim, req, seqs, token, out)
+    streamed = Streamed(len(seqs))
+    yield from _outputs(sim, req, seqs, token, out, streamed)
+    cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
-        if _aborted(req, seq, sent[seq.index]):
-            out.append(open_ + str(seq.index).encode() + b',"finish_reason":"abort","token_ids":[]' + tail)
-        elif not sent[seq.index]:
+        if seq.index in cut or not sent[seq.index]:
             tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
             out.append(open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
                        b',"token_ids":' + tids + tail)
     if include_usage:
-        u = _stream_usage(sim, req, seqs, sent)
+        u = _stream_usage(sim, seqs)
         out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"tokens"}\n\n')
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)
@@ -409,15 +400,15 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         return data
 
     out = []
-    yield from _outputs(sim, req, seqs, token, out)
+    streamed = Streamed(len(seqs))
+    yield from _outputs(sim, req, seqs, token, out, streamed)
+    cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
-        if _aborted(req, seq, sent[seq.index]):
-            out.append(chunk(seq, "", [], "abort", None, None))
-        elif not sent[seq.index]:
+        if seq.index in cut or not sent[seq.index]:
             out.append(chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                              seq.stop_reason, None))
     if include_usage:
-        u = _stream_usage(sim, req, seqs, sent)
+        u = _stream_usage(sim, seqs)
         out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"' + mode.encode() + b'"}\n\n')
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 
-from generation.engine.request import GenerationRequest
+from generation.engine.request import ClientDisconnected, GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from ..errors import FieldNames
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
-from .token_stream import rendered_tokens
+from .token_stream import Streamed, end_aborted, rendered_tokens
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
@@ -267,7 +267,11 @@ def _usage(seq, output_tokens: int, block: int | None) -> dict:
             "cache_read_input_tokens": cached, "output_tokens": output_tokens}
 
 
-def _stop_reason(seq, stop_sequence) -> str:
+def _stop_reason(seq, stop_sequence) -> str | None:
+    """vLLM 0.34's ``_to_anthropic_stop_reason``: an aborted answer (``finish_reason``
+    ``abort``: abort_requests, checkpoint prepare mode=abort) has none (null)."""
+    if seq.finish_reason == "abort":
+        return None
     if seq.tool_calls:
         return "tool_use"
     if stop_sequence is not None:
@@ -397,7 +401,17 @@ def stream_message(sim, req, seq, stop_sequence):
         return out + text_head + dumps("".join(pieces[a:b])) + b"}}\n\n"
 
     pending = []
-    yield from rendered_tokens(sim, seq, events, pending)
+    streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
+    try:
+        yield from rendered_tokens(sim, seq, events, pending, streamed)
+    except ClientDisconnected:      # the server aborted it: the open block closes, stop_reason null
+        if not req.aborted_by_server:
+            raise
+    if end_aborted(req, [seq], streamed):
+        if thinking_open:           # cut in its reasoning: no text block follows
+            text_block = False
+        if calls:
+            calls = calls[:opened]  # the blocks it opened: the last one is closed below
     out = b"".join(pending) + (close_thinking() if thinking_open else b"")
     if calls:
         while opened < len(calls):          # calls without argument tokens

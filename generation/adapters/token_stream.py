@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from generation.engine.request import SeqState
 from generation.engine.token_schedule import TokenSchedule
 
 
@@ -21,38 +22,88 @@ def due_items(out: list, k) -> tuple:
     return () if k.__class__ is int else (k,)
 
 
-def rendered_tokens(sim, seq, render, pending: list):
+class Streamed:
+    """How many tokens each choice of a stream has sent, for :func:`end_aborted`: those its
+    renderer wrote (:attr:`counts`, by choice index, kept by the renderer's loop) and those its
+    token schedules' driver sent (each schedule's ``next``).  Not the render calls: a driver
+    renders a token's chunk ahead of its send (``server.sse_emitter``: the last token in an idle
+    turn, step mode's next token while the engine steps)."""
+    __slots__ = ("counts", "schedules")
+
+    def __init__(self, n: int):
+        self.counts = [0] * n
+        self.schedules = []
+
+    def sent(self, index: int) -> int:
+        n = self.counts[index]
+        for sc in self.schedules:
+            if sc.seq.index == index and sc.next > n:
+                n = sc.next
+        return n
+
+
+def rendered_tokens(sim, seq, render, pending: list, streamed: Streamed | None = None):
     """The stream of ``seq`` (one sequence) whose tokens' bytes are ``render(k)`` (``k``: a token
     index, or a stream interval's ``slice``; called once per token, in order; ``b""`` for none):
     yields :func:`due_items`, its deadlines and token schedules for the server to drive (the hub
     emits a schedule's tokens calling ``render``, without resuming this generator: about half
-    the CPU of a token, issue 32).  The last tokens' bytes are left in ``pending``."""
+    the CPU of a token, issue 32).  The last tokens' bytes are left in ``pending``; ``streamed``
+    counts the tokens sent (:class:`Streamed`)."""
+    if streamed is None:
+        streamed = Streamed(seq.index + 1)
+    counts, i = streamed.counts, seq.index
     for _, k in sim.stream([seq], flush=True, deadlines=True, first_in_schedule=True):
         cls = k.__class__
         if cls is slice or (cls is int and k >= 0):
             data = render(k)
             if data:
                 pending.append(data)
+            counts[i] = k.stop if cls is slice else k + 1
             continue
         if cls is TokenSchedule:
             k.set_render(render, lambda: render(0))
             if k.interval > 1:
                 k.render_span = lambda a, b: render(slice(a, b))
+            streamed.schedules.append(k)
         yield from due_items(pending, k)
 
 
-def rendered_choices(sim, seqs, render, out: list):
+def rendered_choices(sim, seqs, render, out: list, streamed: Streamed | None = None):
     """:func:`rendered_tokens` for one or more sequences, ``render(seq, k)``: one sequence's
     deadlines and token schedules go to the server; several sequences' tokens interleave as they
     come, per token (``Simulator.stream`` runs them in greenlets of their own), their chunks
-    written at each flush.  The last tokens' bytes are left in ``out``."""
+    written at each flush.  The last tokens' bytes are left in ``out``; ``streamed`` counts the
+    tokens sent (:class:`Streamed`)."""
     if len(seqs) == 1:
-        yield from rendered_tokens(sim, seqs[0], partial(render, seqs[0]), out)
+        yield from rendered_tokens(sim, seqs[0], partial(render, seqs[0]), out, streamed)
         return
+    counts = streamed.counts if streamed is not None else None
     for seq, k in sim.stream(seqs, flush=True):
-        if k.__class__ is int and k < 0:
+        cls = k.__class__
+        if cls is int and k < 0:
             yield from due_items(out, k)
             continue
         data = render(seq, k)
         if data:
             out.append(data)
+        if counts is not None:
+            counts[seq.index] = k.stop if cls is slice else k + 1
+
+
+def end_aborted(req, seqs, streamed: Streamed) -> frozenset:
+    """After a stream's tokens: the indexes of the choices that the server's abort
+    (``req.aborted_by_server``: abort_requests, checkpoint prepare mode=abort) cut before their
+    last token went out, each now ending with the tokens it streamed (``streamed``) and
+    ``finish_reason`` ``abort`` (:meth:`~generation.engine.request.Sequence.end_with_abort`), for
+    the renderer to close with vLLM's abort output and count in its usage; none for any other
+    request."""
+    if not req.aborted_by_server:
+        return frozenset()
+    cut = []
+    for s in seqs:
+        i = s.index
+        n = streamed.sent(i)
+        if s.state == SeqState.ABORTED and not (n and n == len(s.ids)):
+            s.end_with_abort(n)
+            cut.append(i)
+    return frozenset(cut)

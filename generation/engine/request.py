@@ -79,7 +79,8 @@ class GenerationRequest:
     priority: int = 0                      # --scheduling-policy priority: lower runs first
     allowed_token_ids: list | None = None  # vLLM: the output draws only these ids
     logprob_token_ids: list | None = None  # vLLM: top logprobs are the sampled token and these ids
-    aborted_by_id: bool = False            # ended by /inference/v1/abort_requests (generate: an "abort" chunk)
+    aborted_by_server: bool = False        # ended by abort_requests or checkpoint prepare mode=abort: its answer
+                                           # still finishes, with finish_reason "abort" (Sequence.end_with_abort)
     cache_salt: str | None = None          # vLLM: the first KV block's extra hash key (cache isolation)
     stream_interval: int | None = None     # the request's own (SamplingParams.stream_interval): Simulator.stream_interval
     tool_parser: str | None = None         # the request type vLLM's tool parser counts this one under, when it
@@ -150,6 +151,23 @@ class Sequence:
         if not first or first > now:
             return 0
         return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
+
+    def end_with_abort(self, made: int) -> None:
+        """vLLM 0.34's abort output (``OutputProcessor.abort_requests``: no new tokens,
+        ``finish_reason`` ``abort``, ``stop_reason`` null) for a request the server aborted
+        (:attr:`GenerationRequest.aborted_by_server`): the answer is its first ``made`` tokens
+        (those streamed, or made by the abort for a non-streamed one), which its usage counts;
+        only the tool calls and reasoning those tokens hold whole are kept."""
+        made = max(0, min(made, len(self.ids)))
+        self.pieces, self.ids = self.pieces[:made], self.ids[:made]
+        self.completion_tokens = made
+        self.text = None
+        self.finish_reason = "abort"
+        self.stop_reason = None
+        if self.tool_calls:
+            self.tool_calls = [tc for tc in self.tool_calls if tc["end"] <= made] or None
+        if self.reasoning_span is not None:
+            self.reasoning_span = tuple(min(k, made) for k in self.reasoning_span)
 
     def tool_call_of_piece(self) -> list:
         """For each piece of ``pieces``, the index of the tool call it belongs to."""

@@ -1,0 +1,71 @@
+"""A real server's answers to requests it aborts (``/inference/v1/abort_requests``): the streams
+are emitted from the hub (server/sse_emitter.py, token schedules), which must resume their
+bodies to write vLLM's ending: the ``finish_reason: "abort"`` chunk, the usage of the tokens
+streamed, ``[DONE]`` (Anthropic: ``message_delta`` with ``stop_reason`` null, ``message_stop``);
+a non-streamed request gets a 200 with what it made.  Clock and step mode."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from support import metric, scrape, sse_events
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module", params=["clock", "step"])
+def server_mode(request, sim_server):
+    if request.param == "clock":
+        return sim_server("--time-to-first-token", "50ms", "--inter-token-latency", "10ms")
+    return sim_server("--latency-calculator", "step", "--force-dummy-tokenizer")
+
+
+def _post(base, path, body, rid, out):
+    out[rid] = httpx.post(base + path, json=body, headers={"X-Request-Id": rid}, timeout=30)
+
+
+def test_aborted_requests_end_as_vllm_ends_them(server_mode):
+    base = server_mode
+    before = metric(scrape(base), "vllm:request_success_total", finished_reason="abort")
+    common = {"model": "test-model", "max_tokens": 2000, "ignore_eos": True}
+    usage = {"stream": True, "stream_options": {"include_usage": True}}
+    jobs = {"chat-s": ("/v1/chat/completions", {**common, "messages": MSG, **usage}),
+            "cmpl-s": ("/v1/completions", {**common, "prompt": "hi", **usage}),
+            "chat-n": ("/v1/chat/completions", {**common, "messages": MSG}),
+            "msg-s": ("/v1/messages", {**common, "messages": MSG, "stream": True})}
+    out = {}
+    threads = [threading.Thread(target=_post, args=(base, path, body, rid, out)) for rid, (path, body) in jobs.items()]
+    for t in threads:
+        t.start()
+    time.sleep(0.6)
+    r = httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": list(jobs)}, timeout=10)
+    assert (r.status_code, r.content) == (200, b"")
+    for t in threads:
+        t.join(15)
+    for rid in ("chat-s", "cmpl-s"):
+        r = out[rid]
+        assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n"), rid
+        *chunks, fin, use, done = sse_events(r.text)
+        tokens = chunks[1:] if rid == "chat-s" else chunks              # chat: the role chunk first
+        assert 1 <= len(tokens) < 2000 and all(ch["choices"][0]["finish_reason"] is None for ch in tokens)
+        want = ({"index": 0, "delta": {}, "logprobs": None, "finish_reason": "abort", "stop_reason": None}
+                if rid == "chat-s" else
+                {"index": 0, "text": "", "logprobs": None, "finish_reason": "abort", "stop_reason": None})
+        assert fin["choices"] == [want]
+        assert use["choices"] == [] and use["usage"]["completion_tokens"] == len(tokens)
+    d = out["chat-n"].json()
+    assert out["chat-n"].status_code == 200 and d["choices"][0]["finish_reason"] == "abort"
+    assert 1 <= d["usage"]["completion_tokens"] < 2000 and d["choices"][0]["message"]["content"]
+    blocks = [b for b in out["msg-s"].text.split("\n\n") if b]
+    names = [b.split("\n", 1)[0][len("event: "):] for b in blocks]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    delta = json.loads(blocks[-2].split("\n", 1)[1][len("data: "):])
+    assert delta["delta"] == {"stop_reason": None, "stop_sequence": None}
+    assert delta["usage"]["output_tokens"] == names.count("content_block_delta")
+    m = scrape(base)
+    assert metric(m, "vllm:request_success_total", finished_reason="abort") == before + 4
+    assert metric(m, "vllm:num_requests_running") == 0
