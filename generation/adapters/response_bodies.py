@@ -121,5 +121,10 @@ _GENERATE_REQUEST = dict.fromkeys(("request_id", "token_ids", "token_offsets", "
 
 def generate_request(**fields) -> dict:
     """``GenerateRequest`` as a render route dumps it: every field, ``output_mode`` ``tokens``,
-    ``stream`` false and ``priority`` 0 unless given, null where not given."""
-    return _model(_GENERATE_REQUEST, {"output_mode": "tokens", "stream": False, "priority": 0, **fields})
+    ``stream`` false and ``priority`` 0 unless given, null where not given; except ``features``,
+    which the project's specification (the seeds' render section) leaves out when there are none
+    (vLLM 0.34 sends ``null``)."""
+    out = _model(_GENERATE_REQUEST, {"output_mode": "tokens", "stream": False, "priority": 0, **fields})
+    if out["features"] is None:
+        del out["features"]
+    return out
