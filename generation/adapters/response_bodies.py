@@ -128,3 +128,31 @@ def generate_request(**fields) -> dict:
     if out["features"] is None:
         del out["features"]
     return out
+
+
+# ---- /inference/v1/generate's text levels (scale_out/token_in_token_out/protocol.py) -------------------
+
+_GENERATE_RESPONSE = dict.fromkeys(("request_id", "model", "created", "usage", "prompt_logprobs",
+                                    "prompt_token_id_logprobs", "prompt_token_ids", "mm_placeholders", "metrics",
+                                    "kv_transfer_params", "ec_transfer_params", "output_mode", "choices"))
+_GENERATE_CHOICE = ("index", "finish_reason", "stop_reason", "token_ids", "routed_experts", "sampling_mask",
+                    "weight_versions")
+_GENERATE_TEXT_CHOICE = dict.fromkeys(_GENERATE_CHOICE + ("text", "logprobs"))
+_GENERATE_DERENDER_CHOICE = dict.fromkeys(_GENERATE_CHOICE + ("message", "logprobs"))
+
+
+def generate_response(**fields) -> dict:
+    """``GenerateTextResponse`` / ``GenerateDerenderResponse`` (``GenerateResponseBase`` then
+    ``output_mode`` and ``choices``); ``created`` now, in seconds."""
+    return _model(_GENERATE_RESPONSE, {"created": int(time.time()), **fields})
+
+
+def generate_text_choice(**fields) -> dict:
+    """``GenerateTextChoice``: the shared choice fields, ``text``, ``logprobs``."""
+    return _model(_GENERATE_TEXT_CHOICE, fields)
+
+
+def generate_derender_choice(**fields) -> dict:
+    """``GenerateDerenderChoice``: the shared choice fields, ``message`` (:func:`chat_message`),
+    ``logprobs``."""
+    return _model(_GENERATE_DERENDER_CHOICE, fields)
