@@ -28,6 +28,7 @@ import orjson
 from flask import Blueprint, Response
 from werkzeug.exceptions import NotFound
 
+from generation.adapters.response_bodies import embedding_data, pooling_usage
 from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
 from generation.tokenization.tokenizer import each_text
@@ -153,9 +154,9 @@ def create_embeddings():
     out = []
     for i, vec in enumerate(vectors):
         emb = base64.b64encode(encode_vector(vec, dtype, endian)).decode("ascii") if fmt == "base64" else vec
-        out.append({"object": "embedding", "index": i, "embedding": emb})
+        out.append(embedding_data(i, emb))
     body = {"id": f"embd-{rid}", "object": "list", "created": created, "model": display,
-            "data": out, "usage": {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0}}
+            "data": out, "usage": pooling_usage(total)}
     # orjson writes float32 arrays in their shortest float32 form; never compressed.
     return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status=200, mimetype=JSON_MIME,
                     headers=response_headers(rid))

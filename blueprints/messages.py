@@ -13,6 +13,7 @@ from flask import Blueprint
 from werkzeug.exceptions import HTTPException
 
 from generation.adapters import messages as anthropic
+from generation.adapters.response_bodies import generate_request
 from generation.adapters.sampling import template_kwargs
 from generation.errors import InvalidParam, SimulatorError
 from schemas.common import load
@@ -68,9 +69,9 @@ def render_message():
     sampling = {k: raw[k] for k in ("max_tokens", "temperature", "top_p", "top_k") if k in raw}
     if isinstance(raw.get("stop_sequences"), list):
         sampling["stop"] = raw["stop_sequences"]
-    out = {"token_ids": ids, **generate_fields(sim, sampling, f"msg_{sim.new_request_id()}", model, len(ids), False)}
-    out["stream"] = raw.get("stream") is True
-    return json_response(out)
+    fields = generate_fields(sim, {**sampling, "stream": raw.get("stream") is True}, f"msg_{sim.new_request_id()}",
+                             model, len(ids), False)
+    return json_response(generate_request(token_ids=ids, **fields))       # vLLM: render_chat_request's GenerateRequest
 
 
 @bp.post("/v1/messages/count_tokens")

@@ -17,6 +17,7 @@ import orjson
 from flask import Blueprint, Response, request
 
 from generation.adapters import pooling as pa
+from generation.adapters.response_bodies import cohere_embed_response
 from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
 from generation.tokenization.tokenizer import each_text
@@ -236,8 +237,9 @@ def create_cohere_embed():
     run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, token_lists))
     size = cfg.default_embedding_dimensions
     vectors = embedding_vectors(token_lists, dims, size)
-    body = {"id": f"embd-{rid}", "embeddings": pa.cohere_embeddings(vectors, data.get("embedding_types") or ["float"])}
-    if param == "texts" and texts:
-        body["texts"] = texts
-    body["meta"] = {"api_version": {"version": "2"}, "tokens": {"input_tokens": sum(map(len, token_lists))}}
+    total = sum(map(len, token_lists))
+    has_image = images is not None or any(c.get("type") == "image_url" for inp in inputs or () for c in inp["content"])
+    image_tokens = total if has_image else 0        # vLLM bills every token of a request with an image as image
+    body = cohere_embed_response(f"embd-{rid}", pa.cohere_embeddings(vectors, data.get("embedding_types") or ["float"]),
+                                    texts, total - image_tokens, image_tokens)
     return _reply(body, rid)

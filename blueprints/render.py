@@ -26,7 +26,7 @@ from generation.adapters.derender import (check_chat_derender_work, check_derend
 from generation.adapters.fields import EMPTY_PROMPT, check_mm_kwargs, check_prompt_count
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
-from generation.adapters.response_bodies import chat_response, completion_response
+from generation.adapters.response_bodies import chat_response, completion_response, generate_request
 from generation.adapters.responses import to_chat_messages, to_chat_tools
 from generation.adapters.sampling import template_kwargs
 from generation.engine.outputs import prompt_too_long
@@ -104,8 +104,12 @@ def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool
     """vLLM's ``GenerateRequest`` fields of a render answer besides ``token_ids`` / ``features``:
     ``request_id``, ``model``, ``sampling_params`` (the body's sampling fields over vLLM's
     defaults, unchecked as the render endpoints check nothing else; ``max_tokens`` defaults to
-    the room left in the context window) and, for chat, ``stream`` / ``stream_options``.  A prompt
-    longer than the context is vLLM's 400 (:func:`prompt_too_long`)."""
+    the room left in the context window), ``stream`` / ``stream_options`` (the options only with
+    ``stream``), and the request's ``return_token_ids``, ``cache_salt``, ``priority`` and
+    ``kv_transfer_params`` / ``ec_transfer_params`` (hoisted out of the sampling params' extra
+    args: an empty one is null), as ``scale_out/render/serving.py`` builds them; lay them out with
+    :func:`~generation.adapters.response_bodies.generate_request`.  A prompt longer than the
+    context is vLLM's 400 (:func:`prompt_too_long`)."""
     if n_ids > sim.config.max_model_len and raw.get("truncate_prompt_tokens") is None:
         raise prompt_too_long(sim.config.max_model_len, n_ids)     # the renderer's _token_len_check, as /v1/responses/render
     sp = body_sampling(raw, SAMPLING_DEFAULTS)
@@ -119,10 +123,16 @@ def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool
         top = raw.get("top_logprobs")
         sp["logprobs"] = (top if _scalar(top) else 0) if raw.get("logprobs") is True else None
     out = {"request_id": rid, "model": model, "sampling_params": sp}
-    if chat:
-        out["stream"] = raw.get("stream") is True
-        opts = raw.get("stream_options")
-        out["stream_options"] = opts if isinstance(opts, dict) and _plain(opts) else None
+    out["stream"] = stream = raw.get("stream") is True
+    opts = raw.get("stream_options")
+    out["stream_options"] = opts if stream and isinstance(opts, dict) and _plain(opts) else None
+    rti, salt, priority = raw.get("return_token_ids"), raw.get("cache_salt"), raw.get("priority")
+    out["return_token_ids"] = rti if isinstance(rti, bool) else None
+    out["cache_salt"] = salt if isinstance(salt, str) else None
+    out["priority"] = priority if type(priority) is int else 0
+    for key in ("kv_transfer_params", "ec_transfer_params"):
+        v = raw.get(key)
+        out[key] = v if isinstance(v, dict) and v else None
     return out
 
 
@@ -145,8 +155,8 @@ def render_completion():
     _check_render_work(sim, raw, model, lists)
     sim.metrics.rendered("completion", perf_counter() - started)     # vLLM's OnlineRenderer.render_completion
     # vLLM's render_completion_request: cmpl-<id>, and -<i> only when there are several prompts
-    out = [{"token_ids": ids, **generate_fields(sim, raw, f"cmpl-{rid}" if len(lists) == 1 else f"cmpl-{rid}-{i}",
-                                                model, len(ids), False)}
+    out = [generate_request(token_ids=ids, **generate_fields(sim, raw, f"cmpl-{rid}" if len(lists) == 1
+                                                             else f"cmpl-{rid}-{i}", model, len(ids), False))
            for i, ids in enumerate(lists)]
     return json_response(out, headers=response_headers(rid))
 
@@ -204,7 +214,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
     if so is not None:
         out["sampling_params"]["structured_outputs"] = so
     out.update(fields)
-    return out, rid
+    return generate_request(**out), rid
 
 
 def chat_parse_fields(sim, raw: dict, messages) -> dict:

@@ -31,7 +31,8 @@ from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, 
 from .prompt_scores import check_prompt_scores, prompt_fields
 from .token_stream import Streamed, end_aborted, rendered_choices
 from .protocol import GenerateRequest, SamplingParams
-from .response_bodies import chat_choice, chat_message
+from .response_bodies import (chat_choice, chat_message, generate_derender_choice, generate_response,
+                             generate_text_choice)
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
@@ -132,9 +133,12 @@ class GenerateAdapter(Adapter):
         if sp.prompt_logprobs is not None or sp.prompt_logprob_token_ids is not None:
             out.update(prompt_fields(self.sim.tokenizer, sp, self.body.token_ids))
         mode = self.body.output_mode or "tokens"
-        if mode != "tokens":
+        if mode != "tokens":        # vLLM 0.34's GenerateText/DerenderResponse, dumped whole (the tokens level
+            # keeps the project's compact shape: id, object; see the README)
+            del out["id"], out["object"]
+            out["usage"].setdefault("completion_tokens_details", None)
             out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids()) for s in seqs]
-            out["output_mode"] = mode
+            out = generate_response(output_mode=mode, **out)
         elif self.sim.config.return_sampling_mask:
             size, vocab = support_size(sp), vocab_size(self.sim)
             processed = self.sim.config.logprobs_mode.startswith("processed")
@@ -357,15 +361,11 @@ def text_choice(seq, mode: str, top: int | None, as_ids: bool) -> dict:
     (``message``: the assistant message, ``tool_calls`` left out when empty, as vLLM 0.34's
     ChatMessage); ``logprobs`` only when asked, as in the tokens level."""
     text = seq.output_text()
-    out = {"index": seq.index, "finish_reason": seq.finish_reason, "stop_reason": seq.stop_reason,
-           "token_ids": list(seq.ids)}
+    common = {"index": seq.index, "finish_reason": seq.finish_reason, "stop_reason": seq.stop_reason,
+              "token_ids": list(seq.ids), "logprobs": _text_logprobs(seq, top, as_ids) if top is not None else None}
     if mode == "text":
-        out["text"] = text
-    else:
-        out["message"] = {"role": "assistant", "content": text, "reasoning": None}
-    if top is not None:
-        out["logprobs"] = _text_logprobs(seq, top, as_ids)
-    return out
+        return generate_text_choice(text=text, **common)
+    return generate_derender_choice(message=chat_message("assistant", text), **common)
 
 
 def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: str, top: int | None,

@@ -33,6 +33,7 @@ from generation.tokenization.tokenizer import plain_message
 from .base import tokenize_texts
 from ..errors import InvalidParam
 from .fields import INT64_MAX, INT64_MIN, check_bounds, check_cache_salt, check_mm_kwargs, scheduling_priority
+from .response_bodies import pooling_usage
 
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
@@ -64,8 +65,8 @@ def labels(kind: str) -> list[str]:
 
 def usage(prompt_tokens: int) -> dict:
     """vLLM's UsageInfo of a pooling response (no completion; vLLM 0.34 leaves the null
-    ``prompt_tokens_details`` out)."""
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0}
+    ``prompt_tokens_details`` out and sends ``completion_tokens_details: null``)."""
+    return pooling_usage(prompt_tokens)
 
 
 # ---- inputs ------------------------------------------------------------------------------------

@@ -77,14 +77,16 @@ def test_deterministic_and_token_inputs(api):
     a = post(api, {"model": "test-model", "input": "This is a test."}).json()
     b = post(api, {"model": "test-model", "input": ["This is a test."]}).json()
     assert a["data"][0]["embedding"] == b["data"][0]["embedding"]
-    assert a["usage"] == {"prompt_tokens": 5, "total_tokens": 5, "completion_tokens": 0}
+    assert a["usage"] == {"prompt_tokens": 5, "total_tokens": 5, "completion_tokens": 0,
+                          "completion_tokens_details": None}
     # The same text as its token ids gives the same vector.
     ids = [3157421587, 1477013615, 186949092, 2949673445, 722245873]
     c = post(api, {"model": "test-model", "input": ids}).json()
     assert c["data"][0]["embedding"] == a["data"][0]["embedding"]
     d = post(api, {"model": "test-model", "input": [[1, 2, 3], [4, 5]]}).json()
     assert [x["index"] for x in d["data"]] == [0, 1]
-    assert d["usage"] == {"prompt_tokens": 5, "total_tokens": 5, "completion_tokens": 0}
+    assert d["usage"] == {"prompt_tokens": 5, "total_tokens": 5, "completion_tokens": 0,
+                          "completion_tokens_details": None}
 
 
 def test_dimensions_is_a_renormalised_prefix(api):

@@ -29,7 +29,8 @@ def reference(api, dims=None) -> np.ndarray:
 
 def test_usage_has_completion_tokens(api):
     u = embed(api).json()["usage"]
-    assert u == {"prompt_tokens": u["prompt_tokens"], "total_tokens": u["prompt_tokens"], "completion_tokens": 0}
+    assert u == {"prompt_tokens": u["prompt_tokens"], "total_tokens": u["prompt_tokens"], "completion_tokens": 0,
+                 "completion_tokens_details": None}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -245,12 +245,22 @@ TEXTUAL = {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"m
 def test_output_mode_text_and_derender(api):
     text = post(api, {**TEXTUAL, "output_mode": "text"}).json()
     (c,) = text["choices"]
-    assert text["output_mode"] == "text" and set(c) == {"index", "finish_reason", "stop_reason", "token_ids", "text"}
+    # vLLM 0.34's GenerateTextResponse dumped whole (token_in_token_out/api_router.py: model_dump())
+    assert list(text) == ["request_id", "model", "created", "usage", "prompt_logprobs", "prompt_token_id_logprobs",
+                          "prompt_token_ids", "mm_placeholders", "metrics", "kv_transfer_params", "ec_transfer_params",
+                          "output_mode", "choices"]
+    assert text["usage"]["completion_tokens_details"] is None and text["prompt_token_ids"] is None
+    assert text["output_mode"] == "text" and list(c) == ["index", "finish_reason", "stop_reason", "token_ids",
+                                                         "routed_experts", "sampling_mask", "weight_versions", "text",
+                                                         "logprobs"]
+    assert c["logprobs"] is None and c["routed_experts"] is None
     assert c["text"] == api.sim.tokenizer.decode_ids(c["token_ids"]) and (c["finish_reason"], len(c["token_ids"])) == ("length", 4)
     der = post(api, {**TEXTUAL, "output_mode": "derender", "parse_context": {"tools": None}}).json()
     (c,) = der["choices"]
     assert der["output_mode"] == "derender"
-    assert c["message"] == {"role": "assistant", "content": api.sim.tokenizer.decode_ids(c["token_ids"]), "reasoning": None}
+    assert list(der) == list(text) and list(c)[-2:] == ["message", "logprobs"]
+    assert c["message"] == {"role": "assistant", "content": api.sim.tokenizer.decode_ids(c["token_ids"]),
+                            "refusal": None, "audio": None, "function_call": None, "reasoning": None}
     assert "output_mode" not in post(api, TEXTUAL).json()           # tokens: the shape it always had
 
 

@@ -104,7 +104,8 @@ def test_pooling_embed_shape_and_usage(embed):
     assert b["id"].startswith("pool-") and b["object"] == "list" and b["model"] == "test-model"
     assert [(d["index"], d["object"]) for d in b["data"]] == [(0, "pooling"), (1, "pooling")]
     assert len(b["data"][0]["data"]) == 384 and abs(norm(b["data"][0]["data"]) - 1) < 1e-5
-    assert b["usage"] == {"prompt_tokens": 4, "total_tokens": 4, "completion_tokens": 0}
+    assert b["usage"] == {"prompt_tokens": 4, "total_tokens": 4, "completion_tokens": 0,
+                          "completion_tokens_details": None}
     assert embed.post("/pooling", json={"input": ["hello world"]}).json()["data"][0]["data"] == b["data"][0]["data"]
 
 
@@ -267,7 +268,8 @@ def test_cohere_embed_types(embed):
     b = embed.post("/v2/embed", json={"model": "test-model", "texts": ["hi there", "a cat"], "output_dimension": 16,
                                       "embedding_types": ["float", "binary", "ubinary", "base64"]}).json()
     assert b["id"].startswith("embd-") and b["texts"] == ["hi there", "a cat"]
-    assert b["meta"] == {"api_version": {"version": "2"}, "tokens": {"input_tokens": 4}}
+    assert b["meta"] == {"api_version": {"version": "2"}, "billed_units": {"input_tokens": 4, "image_tokens": 0}}
+    assert list(b) == ["id", "embeddings", "texts", "meta", "response_type"] and b["response_type"] == "embeddings_by_type"
     e = b["embeddings"]
     f = e["float"][0]
     assert len(f) == 16
@@ -305,7 +307,7 @@ def test_cohere_embed_errors(embed, body, param, text):
 
 def test_cohere_embed_truncation(embed):
     def tokens(**kw):
-        return embed.post("/v2/embed", json={"texts": ["a b c d"], **kw}).json()["meta"]["tokens"]["input_tokens"]
+        return embed.post("/v2/embed", json={"texts": ["a b c d"], **kw}).json()["meta"]["billed_units"]["input_tokens"]
     assert tokens() == 4 and tokens(max_tokens=2) == 2 and tokens(truncate="START", max_tokens=3) == 3
 
 

@@ -10,12 +10,21 @@ import pytest
 from support.tokenizer_hub import MODEL, make_hub
 
 MSG = [{"role": "user", "content": "hello there"}]
+GENERATE_REQUEST_KEYS = ["request_id", "token_ids", "token_offsets", "content_parts", "sampling_params", "model",
+                         "reasoning_ended", "reasoning_parser_kwargs", "return_token_ids", "output_mode", "parse_context",
+                         "stream", "stream_options", "cache_salt", "priority", "kv_transfer_params", "ec_transfer_params"]
 
 
 def test_completions_render_carries_generate_request_fields(api):
     out = api.post("/v1/completions/render", json={"model": "test-model", "prompt": ["hello", "world"],
                                                    "max_tokens": 7, "temperature": 0.5, "stop": "x"}).json()
-    assert [set(o) for o in out] == [{"token_ids", "request_id", "model", "sampling_params"}] * 2
+    # vLLM 0.34 dumps the whole GenerateRequest (scale_out/render/api_router.py: create_json_response ->
+    # model_dump()), in its order; features left out without media (the project's render spec)
+    assert [list(o) for o in out] == [GENERATE_REQUEST_KEYS] * 2
+    assert (a := out[0])["output_mode"] == "tokens" and a["priority"] == 0 and a["stream"] is False
+    assert all(a[k] is None for k in ("token_offsets", "content_parts", "reasoning_ended", "reasoning_parser_kwargs",
+                                      "return_token_ids", "parse_context", "stream_options", "cache_salt",
+                                      "kv_transfer_params", "ec_transfer_params"))
     a, b = out
     assert a["request_id"].startswith("cmpl-") and a["request_id"].endswith("-0") and b["request_id"].endswith("-1")
     assert a["model"] == "test-model"
@@ -41,12 +50,17 @@ def test_chat_render_carries_generate_request_fields(api):
     out = api.post("/v1/chat/completions/render", json={
         "model": "test-model", "messages": MSG, "max_completion_tokens": 9, "max_tokens": 3, "stream": True,
         "stream_options": {"include_usage": True}, "logprobs": True, "top_logprobs": 2}).json()
-    assert set(out) == {"token_ids", "request_id", "model", "sampling_params", "stream", "stream_options",
-                        "reasoning_ended", "reasoning_parser_kwargs", "parse_context"}     # vLLM 0.34's
+    assert list(out) == GENERATE_REQUEST_KEYS     # vLLM 0.34's GenerateRequest, dumped whole
     assert (out["reasoning_ended"], out["reasoning_parser_kwargs"]) == (None, None)      # no reasoning parser
     assert out["request_id"].startswith("chatcmpl-") and out["stream"] is True
     assert out["stream_options"] == {"include_usage": True}
     assert (out["sampling_params"]["max_tokens"], out["sampling_params"]["logprobs"]) == (9, 2)
+    out = api.post("/v1/chat/completions/render", json={
+        "model": "test-model", "messages": MSG, "return_token_ids": True, "cache_salt": "salt", "priority": 3,
+        "kv_transfer_params": {"do_remote_decode": True}, "ec_transfer_params": {}}).json()
+    assert (out["return_token_ids"], out["cache_salt"], out["priority"]) == (True, "salt", 3)
+    assert out["kv_transfer_params"] == {"do_remote_decode": True} and out["ec_transfer_params"] is None
+    assert out["stream"] is False and out["stream_options"] is None
 
 
 def test_render_copies_only_plain_sampling_values(api):

@@ -30,3 +30,22 @@ def test_a_message_keeps_tool_calls_only_when_there_are_some():
 def test_a_field_the_model_lacks_is_a_key_error(build):
     with pytest.raises(KeyError, match="not a field of the vLLM model: \\['bogus'\\]"):
         build(bogus=1)
+
+
+def test_pooling_render_and_generate_builders_keep_vllms_layouts():
+    from generation.adapters import response_bodies as rb
+    assert list(rb.pooling_usage(3)) == ["prompt_tokens", "total_tokens", "completion_tokens",
+                                        "completion_tokens_details"]
+    assert list(rb.embedding_data(0, [1.0])) == ["index", "object", "embedding"]
+    c = rb.cohere_embed_response("embd-x", {"base64": ["A"], "float": [[1.0]]}, None, 2, 0)
+    assert list(c) == ["id", "embeddings", "meta", "response_type"] and list(c["embeddings"]) == ["float", "base64"]
+    g = rb.generate_request(token_ids=[1], request_id="r")
+    assert "features" not in g and list(g)[:3] == ["request_id", "token_ids", "token_offsets"]
+    assert g["output_mode"] == "tokens" and g["priority"] == 0 and g["stream"] is False
+    assert rb.generate_request(token_ids=[1], features={"mm_hashes": {}})["features"] == {"mm_hashes": {}}
+    assert list(rb.generate_text_choice(index=0, text="a"))[-2:] == ["text", "logprobs"]
+    import pytest
+    with pytest.raises(KeyError):
+        rb.generate_request(token_ids=[1], nope=1)
+    with pytest.raises(KeyError):
+        rb.generate_response(id="x")
