@@ -49,10 +49,17 @@ far and ``finish_reason: "abort"`` (:meth:`Sequence.end_with_abort
 same way with ``stop_reason`` null (vLLM's ``_to_anthropic_stop_reason`` has none for
 ``abort``): a stream closes its open block, then ``message_delta`` (the usage of the tokens
 streamed) and ``message_stop``; a Cohere v2 chat stream closes its open block, then
-``message-end`` (``finish_reason`` ``COMPLETE``, vLLM's map of ``abort``).  A non-streamed
+``message-end`` (``finish_reason`` ``COMPLETE``, vLLM's map of ``abort``).  A Responses API
+stream, foreground or background, closes the item it was streaming (``completed``: vLLM's
+``response_item_status`` makes only ``length`` ``incomplete``) and ends with
+``response.completed`` (``status`` ``completed``, the usage of the tokens streamed: vLLM's
+``responses_full_generator`` with a simple context; a stored one reads the same, not
+``failed``); a transcription or translation stream sends, for each cut engine request (30 s
+chunk), a chunk with empty text, ``finish_reason`` ``abort`` and ``stop_reason`` null, then its
+usage chunk and ``[DONE]`` (vLLM's ``_speech_to_text_stream_generator``).  A non-streamed
 answer of any generation route is rendered from what was made (a response ``completed``, as
-vLLM's simple context reports it); the streams of the Responses API and audio still end as if
-their client had gone.
+vLLM's simple context reports it); only ``/v1/audio/speech`` (the reference's, not vLLM's)
+still ends as if its client had gone.
 """
 from __future__ import annotations
 

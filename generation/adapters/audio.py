@@ -22,7 +22,10 @@ Speech to text, as vLLM 0.34 serves a Whisper model (``vllm/entrypoints/speech_t
   response_format: ...``), ``diarized_json`` the 400 a Whisper model gives;
 * ``stream``: ``transcription.chunk`` / ``translation.chunk`` events, one per token, the last
   with ``finish_reason`` and ``stop_reason``; ``stream_include_usage`` /
-  ``stream_continuous_usage_stats`` (form fields) as vLLM's.
+  ``stream_continuous_usage_stats`` (form fields) as vLLM's; a request the server aborts
+  (abort_requests, checkpoint prepare mode=abort) closes each cut chunk's request with a chunk
+  of empty text, ``finish_reason`` ``abort`` and ``stop_reason`` null (vLLM's abort output), a
+  non-streamed one answers with the text made.
 
 Text to speech, as the reference's ``/v1/audio/speech`` (llm-d-inference-sim PR #640, after
 vLLM-Omni): ``input`` is tokenized as a prompt; the answer is ``ceil(3.75 * text tokens /
@@ -44,11 +47,11 @@ from types import SimpleNamespace
 
 from generation.content import audio as au
 from generation.content import logprobs as lp
-from generation.engine.request import GenerationRequest, Prompt
+from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from generation.engine.stream_interval import token_span
 from ..errors import APIError, InvalidParam, Rejected, RequestInvalid
 from .base import Adapter, check_limits, dumps, tokenize_texts
-from .token_stream import rendered_choices
+from .token_stream import Streamed, end_aborted, rendered_choices
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
 from .validation import Mismatch, literal_error, pydantic_error, read_bool, read_int
 
@@ -321,6 +324,7 @@ class SpeechToTextAdapter(Adapter):
         made = [0]
         sep = self.separator
         started = set()
+        cut_now = set()                 # the chunks an abort cut: their tokens then close apart
         out = []
         put = out.append
 
@@ -331,7 +335,7 @@ class SpeechToTextAdapter(Adapter):
             if seq.index > 0 and seq.index not in started and text:
                 text = sep + text
                 started.add(seq.index)
-            last = b == len(seq.pieces)
+            last = b == len(seq.pieces) and seq.index not in cut_now
             choice = {"delta": {"content": text}}
             if last:
                 choice["finish_reason"] = seq.finish_reason
@@ -373,9 +377,23 @@ class SpeechToTextAdapter(Adapter):
             return release() if s.index == current[0] or finished[s.index] else b""
 
         finished = {s.index: not s.pieces for s in seqs}
-        yield from rendered_choices(sim, seqs, token, out)
+        streamed = Streamed(len(seqs))      # tokens each chunk's request made, for an abort (end_aborted)
+        try:
+            yield from rendered_choices(sim, seqs, token, out, streamed)
+        except ClientDisconnected:      # the server aborted it: each cut chunk ends with "abort"
+            if not self.req.aborted_by_server:
+                raise
+        cut = end_aborted(self.req, seqs, streamed)
         for i in finished:
             finished[i] = True
+        if cut:
+            # vLLM's abort output of each chunk's request (no new tokens, finish_reason "abort",
+            # stop_reason null): base/serving.py _speech_to_text_stream_generator sends a chunk
+            # for any output with a finish_reason, its text empty (no separator); the tokens a
+            # later chunk's request made before it go out first, as its generator is read
+            cut_now.update(cut)
+            for i in cut:
+                ends[i] = -1            # (its held tokens released, then the closing chunk)
         put(release())
         if include_usage:
             total = sum(s.completion_tokens for s in seqs)

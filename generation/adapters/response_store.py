@@ -14,7 +14,10 @@ whole, a hundred of them 300 MB, and a chain of them made each small continuing 
 tokenize all the earlier inputs).  A background response is stored ``queued`` when its request is
 answered, and replaced by its final object (``completed``, ``incomplete``) when it ends, unless
 it was cancelled meanwhile; if the server fails it, it reads ``failed`` (vLLM's
-``OpenAIServingResponses._run_background_request`` and ``cancel_responses``).  Running ones are
+``OpenAIServingResponses._run_background_request`` and ``cancel_responses``).  One the server
+aborts (abort_requests, checkpoint prepare mode=abort) is not failed: vLLM hands it a last
+output with ``finish_reason`` ``abort`` and ``responses_full_generator`` stores it
+``completed``, with what it made (a stream: what it streamed, then ``response.completed``).  Running ones are
 bounded by admission (``--max-num-seqs`` plus the waiting queue), as any request is.
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ import gevent
 import gevent.event
 import orjson
 
+from generation.engine.request import ClientDisconnected, SeqState
 from generation.engine.token_schedule import waited
 from generation.errors import APIError
 
@@ -126,7 +130,14 @@ class ResponseStore:
 
         def run():
             try:
-                sim.complete(seqs)
+                try:
+                    sim.complete(seqs)
+                except ClientDisconnected:
+                    if not seqs[0].request.aborted_by_server:
+                        raise
+                    for s in seqs:      # vLLM's abort output: what it made, finish_reason "abort"
+                        if s.state == SeqState.ABORTED:
+                            s.end_with_abort(s.aborted_tokens or 0)
                 finish(seqs)
             except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
                 self._failed(rid, e)
@@ -163,10 +174,19 @@ class ResponseStore:
             # no hub drives this body: its deadlines and token schedules are waited for here
             try:
                 for item in body_iter:
-                    for data in (item,) if item.__class__ is bytes else waited(sim, seqs[0], item):
-                        if data:
-                            chunks.append(data)
+                    if item.__class__ is bytes:
+                        if item:
+                            chunks.append(item)
                             more.set()
+                        continue
+                    try:
+                        for data in waited(sim, seqs[0], item):
+                            if data:
+                                chunks.append(data)
+                                more.set()
+                    except ClientDisconnected:  # the server aborted it: the body writes its end
+                        if not seqs[0].request.aborted_by_server:
+                            raise
             except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
                 if self._failed(rid, e):
                     chunks.append(error_frame(e))

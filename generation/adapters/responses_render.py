@@ -9,9 +9,10 @@ from dataclasses import asdict
 from generation.content import logprobs as lp
 from generation.content.reasoning import content_text, reasoning_text
 from generation.engine.stream_interval import token_span, within
+from generation.engine.request import ClientDisconnected
 from .base import created_cache_tokens, dumps
 from .protocol import ResponsesRequest
-from .token_stream import rendered_tokens
+from .token_stream import Streamed, end_aborted, rendered_tokens
 
 
 class RenderCtx:
@@ -161,7 +162,7 @@ def stream_response(sim, ctx: RenderCtx, seq):
     when asked) is serialised into a pre-rendered frame, by :func:`_token_events`."""
     ev = ctx.event
     r0 = base_response(ctx, "in_progress")
-    events, answer_head, reasoning_done = _token_events(ctx, seq)
+    events, answer_head, reasoning_done, rewind = _token_events(ctx, seq)
     head = ev("response.created", {"response": r0}) + ev("response.in_progress", {"response": r0})
     span = seq.reasoning_span
     if span is None:
@@ -173,7 +174,17 @@ def stream_response(sim, ctx: RenderCtx, seq):
                  ev("response.reasoning_part.added", {**ids, "part": {"type": "reasoning_text", "text": ""}}))
     yield head
     pending = []
-    yield from rendered_tokens(sim, seq, events, pending)
+    streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
+    calls = seq.tool_calls
+    try:
+        yield from rendered_tokens(sim, seq, events, pending, streamed)
+    except ClientDisconnected:      # the server aborted it: the open item closes, response.completed
+        if not ctx.req.aborted_by_server:
+            raise
+    if end_aborted(ctx.req, [seq], streamed):
+        rewind(seq.completion_tokens)       # (a token the hub rendered ahead of its send: unsent)
+        yield b"".join(pending) + _aborted_end(sim, ctx, seq, calls, reasoning_done)
+        return
     out = b"".join(pending) + reasoning_done()      # (reasoning to its end: the answer's item opens now)
     oi = 0 if span is None else 1
     if seq.tool_calls:
@@ -201,8 +212,60 @@ def stream_response(sim, ctx: RenderCtx, seq):
                    {"response": final})
 
 
+def _aborted_end(sim, ctx: RenderCtx, seq, calls, reasoning_done) -> bytes:
+    """The end of a stream the server aborted (abort_requests, checkpoint prepare mode=abort),
+    ``seq`` now holding the tokens it streamed (:func:`~.token_stream.end_aborted`).  vLLM 0.34
+    (``responses/serving.py`` ``_process_simple_streaming_events``) reads the abort output (no
+    new tokens) like any last one: ``processor.close_current(response_item_status("abort"))``
+    closes the item it was streaming with status ``completed`` (``responses/utils.py``
+    ``response_item_status``: only ``length`` is ``incomplete``), opens none; then
+    ``responses_full_generator`` builds the final response from the items streamed, ``status``
+    ``completed`` (its catch-all: a simple context maps only ``length`` to ``incomplete``;
+    ``cancelled`` is the harmony context's), usage of the tokens streamed, and the terminal
+    event is ``response.completed`` (``response.incomplete`` only for ``incomplete``).  So: the
+    reasoning item closes (no answer item opens if no answer token went out), or the function
+    call closes with the arguments streamed, or the message closes with the text streamed."""
+    ev = ctx.event
+    span = seq.reasoning_span
+    final = base_response(ctx, "completed")
+    output = []
+    closed = reasoning_done(answer=False)
+    if closed:                  # cut in its reasoning (or at its end marker): that item alone, closed
+        out = closed
+        output.append(_reasoning_item(ctx, reasoning_text(seq)))      # (as render_response's)
+    else:
+        out = b""
+        if span is not None:
+            output.append(_reasoning_item(ctx, reasoning_text(seq)))
+        oi = 0 if span is None else 1
+        if calls:
+            tc = calls[0]
+            made = seq.completion_tokens
+            args = "".join(seq.pieces[max(tc["start"], span[2] if span else 0):min(tc["end"], made)])
+            item = _call_item(ctx, tc, "completed", args)
+            out += (ev("response.function_call_arguments.done",
+                       {"item_id": item["id"], "output_index": oi, "name": item["name"], "arguments": args}) +
+                    ev("response.output_item.done", {"output_index": oi, "item": item}))
+        else:
+            ids = {"item_id": f"msg_{ctx.req.request_id}", "output_index": oi, "content_index": 0}
+            text = content_text(seq)
+            done_part = _text_part(text, None) if ctx.want_logprobs else _text_part(text)
+            item = _message_item(ctx, "completed", [done_part])
+            out += (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
+                    ev("response.content_part.done", {**ids, "part": done_part}) +
+                    ev("response.output_item.done", {"output_index": oi, "item": item}))
+            if ctx.want_logprobs:
+                item = _message_item(ctx, "completed", [_text_part(text, _logprobs(ctx, seq))])
+        output.append(item)
+    final["output"] = output
+    final["usage"] = _usage(seq, ctx.block)
+    if ctx.store:
+        sim.response_store.put_final(final)
+    return out + ev("response.completed", {"response": final})
+
+
 def _token_events(ctx: RenderCtx, seq):
-    """``(events, answer_head, reasoning_done)``.  ``events(k)``: token ``k``'s events (``k`` an
+    """``(events, answer_head, reasoning_done, rewind)``.  ``events(k)``: token ``k``'s events (``k`` an
     index, or a stream interval's ``slice``), called once per token in order by
     :func:`rendered_tokens` or by the server's hub as a schedule's renderer, so the phase (reasoning
     or answer) is its own state: the answer's first token closes the reasoning item and opens the
@@ -246,7 +309,9 @@ def _token_events(ctx: RenderCtx, seq):
               b'"sequence_number":')
     r_mid = b',"item_id":' + dumps(rid) + b',"output_index":0,"content_index":0,"delta":'
 
-    def reasoning_done() -> bytes:
+    def reasoning_done(answer: bool = True) -> bytes:
+        """The reasoning item's end, then the answer's item opening (not for ``answer=False``:
+        a stream the server aborted in its reasoning); ``b""`` once the reasoning has ended."""
         nonlocal reasoning_open
         if not reasoning_open:
             return b""
@@ -256,9 +321,14 @@ def _token_events(ctx: RenderCtx, seq):
         return (ev("response.reasoning_text.done", {**ids, "text": text}) +
                 ev("response.reasoning_part.done", {**ids, "part": {"type": "reasoning_text", "text": text}}) +
                 ev("response.output_item.done", {"output_index": 0, "item": _reasoning_item(ctx, text, "completed")}) +
-                answer_head())
+                (answer_head() if answer else b""))
+
+    last = [-1, 0, False]       # the last render: its first token, ctx.n and the reasoning state before it
 
     def events(k) -> bytes:
+        last[0] = k.start if k.__class__ is slice else k
+        last[1] = ctx.n
+        last[2] = reasoning_open
         out = b""
         if reasoning_open:
             a, b = within(k, r0, r1)
@@ -278,4 +348,13 @@ def _token_events(ctx: RenderCtx, seq):
         lps = dumps([lp.responses_entry(pieces[j], j - c0, top) for j in range(a, b)])
         return out + head + n + mid + dumps("".join(pieces[a:b])) + b',"logprobs":' + lps + b"}\n\n"
 
-    return events, answer_head, reasoning_done
+    def rewind(sent: int) -> None:
+        """A stream the server aborted after ``sent`` tokens went out: undo the last render if it
+        was of the first token not sent (the hub renders a token's events ahead of its send:
+        step mode's next token, the last token in an idle turn), its sequence numbers and its
+        closing of the reasoning, so that the ending follows what the client got."""
+        nonlocal reasoning_open
+        if last[0] == sent:
+            ctx.n, reasoning_open = last[1], last[2]
+
+    return events, answer_head, reasoning_done, rewind
