@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-import time
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
 
-from support import sse_events
+from support import posted_then_aborted, sse_events
 
 STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 
@@ -45,23 +43,12 @@ def _events(text: str) -> list:
 def test_aborted_responses_and_transcription_streams_end_as_vllm_ends_them(server_mode):
     base = server_mode
     body = {"model": "test-model", "input": "hi", "max_output_tokens": 2000, "ignore_eos": True, "stream": True}
-    out = {}
-
-    def post(rid, **kw):
-        out[rid] = httpx.post(base + kw.pop("path", "/v1/responses"), headers={"X-Request-Id": rid}, timeout=30, **kw)
-
-    jobs = {"resp-s": {"json": body}, "resp-b": {"json": {**body, "background": True}},
+    jobs = {"resp-s": {"path": "/v1/responses", "json": body},
+            "resp-b": {"path": "/v1/responses", "json": {**body, "background": True}},
             "audio-s": {"path": "/v1/audio/transcriptions", "files": {"file": ("a.wav", _wav(35.0), "audio/wav")},
                         "data": {"model": "test-model", "language": "en", "stream": "true",
                                  "stream_include_usage": "true"}}}
-    threads = [threading.Thread(target=post, args=(rid,), kwargs=kw) for rid, kw in jobs.items()]
-    for t in threads:
-        t.start()
-    time.sleep(0.5)
-    r = httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": list(jobs)}, timeout=10)
-    assert (r.status_code, r.content) == (200, b"")
-    for t in threads:
-        t.join(15)
+    out = posted_then_aborted(base, jobs, 0.5)
     for rid in ("resp-s", "resp-b"):
         r = out[rid]
         assert r.status_code == 200, rid

@@ -6,13 +6,10 @@ a non-streamed request gets a 200 with what it made.  Clock and step mode."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 
-import httpx
 import pytest
 
-from support import metric, scrape, sse_events
+from support import metric, posted_then_aborted, scrape, sse_events
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -24,28 +21,16 @@ def server_mode(request, sim_server):
     return sim_server("--latency-calculator", "step", "--force-dummy-tokenizer")
 
 
-def _post(base, path, body, rid, out):
-    out[rid] = httpx.post(base + path, json=body, headers={"X-Request-Id": rid}, timeout=30)
-
-
 def test_aborted_requests_end_as_vllm_ends_them(server_mode):
     base = server_mode
     before = metric(scrape(base), "vllm:request_success_total", finished_reason="abort")
     common = {"model": "test-model", "max_tokens": 2000, "ignore_eos": True}
     usage = {"stream": True, "stream_options": {"include_usage": True}}
-    jobs = {"chat-s": ("/v1/chat/completions", {**common, "messages": MSG, **usage}),
-            "cmpl-s": ("/v1/completions", {**common, "prompt": "hi", **usage}),
-            "chat-n": ("/v1/chat/completions", {**common, "messages": MSG}),
-            "msg-s": ("/v1/messages", {**common, "messages": MSG, "stream": True})}
-    out = {}
-    threads = [threading.Thread(target=_post, args=(base, path, body, rid, out)) for rid, (path, body) in jobs.items()]
-    for t in threads:
-        t.start()
-    time.sleep(0.6)
-    r = httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": list(jobs)}, timeout=10)
-    assert (r.status_code, r.content) == (200, b"")
-    for t in threads:
-        t.join(15)
+    jobs = {"chat-s": {"path": "/v1/chat/completions", "json": {**common, "messages": MSG, **usage}},
+            "cmpl-s": {"path": "/v1/completions", "json": {**common, "prompt": "hi", **usage}},
+            "chat-n": {"path": "/v1/chat/completions", "json": {**common, "messages": MSG}},
+            "msg-s": {"path": "/v1/messages", "json": {**common, "messages": MSG, "stream": True}}}
+    out = posted_then_aborted(base, jobs, 0.6)
     for rid in ("chat-s", "cmpl-s"):
         r = out[rid]
         assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n"), rid

@@ -387,3 +387,26 @@ ROUTE_BODIES = {
     "/score": {"model": "test-model", "text_1": "a", "text_2": "b"},
     "/tokenize": {"model": "test-model", "prompt": "hi"},
 }
+
+
+def posted_then_aborted(base: str, jobs: dict, after: float) -> dict:
+    """Send each of ``jobs`` (``{request id: httpx.post keywords, "path" among them}``) with its
+    id as ``X-Request-Id``, each in a thread of its own; ``after`` seconds later abort them all
+    with ``/inference/v1/abort_requests`` (asserting its empty 200); returns ``{request id:
+    response}`` once they have ended (15 s at most each)."""
+    import threading
+    out = {}
+
+    def post(rid, kw):
+        kw = dict(kw)
+        out[rid] = httpx.post(base + kw.pop("path"), headers={"X-Request-Id": rid}, timeout=30, **kw)
+
+    threads = [threading.Thread(target=post, args=(rid, kw)) for rid, kw in jobs.items()]
+    for t in threads:
+        t.start()
+    time.sleep(after)
+    r = httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": list(jobs)}, timeout=10)
+    assert (r.status_code, r.content) == (200, b"")
+    for t in threads:
+        t.join(15)
+    return out
