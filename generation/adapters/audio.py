@@ -302,10 +302,10 @@ class SpeechToTextAdapter(Adapter):
         text = seq.output_text()
         raw = text.encode()
         n = len(seq.pieces)
-        start = self.offsets[k]
+        start = float(self.offsets[k])          # vLLM's float fields: 0.0, not 0
         chunks = self.clip.chunks()
         return {"id": k, "avg_logprob": sum(lp.logprob(i) for i in range(n)) / n if n else 0.0,
-                "compression_ratio": len(raw) / len(zlib.compress(raw)), "end": start + chunks[k][1],
+                "compression_ratio": len(raw) / len(zlib.compress(raw)), "end": float(start + chunks[k][1]),
                 "no_speech_prob": None, "seek": int(start), "start": start,
                 "temperature": self.body.temperature, "text": text, "tokens": list(seq.ids)}
 

@@ -159,6 +159,13 @@ def test_uploads_that_are_not_audio(c, sdk):
     assert r.status_code == 404
 
 
+def test_verbose_json_times_are_floats_as_vllms(c):
+    """vLLM's TranscriptionSegment declares start and end as floats: 0.0 on the wire, not 0."""
+    r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(31.0, rate=8000))},
+               data={"model": MODEL, "response_format": "verbose_json"})
+    assert b'"start":0.0,' in r.content and b'"end":30.0,' in r.content and b'"start":30.0,' in r.content
+
+
 def test_translation_verbose_json_has_a_segment_per_30s_chunk(sdk):
     out = sdk.audio.translations.create(model=MODEL, file=upload(wav(65.0, rate=8000)),
                                         response_format="verbose_json")
