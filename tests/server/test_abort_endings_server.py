@@ -54,3 +54,23 @@ def test_aborted_requests_end_as_vllm_ends_them(server_mode):
     m = scrape(base)
     assert metric(m, "vllm:request_success_total", finished_reason="abort") == before + 4
     assert metric(m, "vllm:num_requests_running") == 0
+
+
+def test_aborted_running_usage_counts_the_tokens_sent(server_mode):
+    """``continuous_usage_stats``: the abort chunk's running usage is the last token chunk's (vLLM's
+    abort output adds no token) and the final usage's.  In step mode the hub renders a stream's
+    next chunk while the engine steps (sse_emitter._render_ahead), which counted that unsent
+    token in the running usage: the abort chunk said one token more than was streamed."""
+    base = server_mode
+    body = {"model": "test-model", "max_tokens": 2000, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    jobs = {f"cus-{k}": {"path": "/v1/chat/completions", "json": {**body, "messages": MSG}} for k in range(3)}
+    jobs |= {f"cus-c{k}": {"path": "/v1/completions", "json": {**body, "prompt": "hi"}} for k in range(3)}
+    out = posted_then_aborted(base, jobs, 0.4)
+    for rid, r in out.items():
+        *chunks, fin, use, done = sse_events(r.text)
+        assert done == "[DONE]" and fin["choices"][0]["finish_reason"] == "abort", rid
+        streamed = [c for c in chunks if (c["choices"][0].get("delta") or {}).get("content") or c["choices"][0].get("text")]
+        n = use["usage"]["completion_tokens"]
+        assert n == len(streamed) == chunks[-1]["usage"]["completion_tokens"], rid
+        assert fin["usage"]["completion_tokens"] == n, rid
