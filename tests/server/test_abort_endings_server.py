@@ -74,3 +74,56 @@ def test_aborted_running_usage_counts_the_tokens_sent(server_mode):
         n = use["usage"]["completion_tokens"]
         assert n == len(streamed) == chunks[-1]["usage"]["completion_tokens"], rid
         assert fin["usage"]["completion_tokens"] == n, rid
+
+
+def _blocks_well_formed(text: str) -> list:
+    """The problems of an Anthropic stream's block events: a delta or stop of a block not open,
+    a block left open, an end other than message_delta, message_stop."""
+    problems, open_, names = [], set(), []
+    for block in filter(None, text.split("\n\n")):
+        name = block.split("\n", 1)[0][len("event: "):]
+        data = json.loads(block.split("\n", 1)[1][len("data: "):])
+        names.append(name)
+        if name == "content_block_start":
+            open_.add(data["index"])
+        elif name in ("content_block_delta", "content_block_stop") and data["index"] not in open_:
+            problems.append(f"{name} of block {data['index']}, not open")
+        if name == "content_block_stop":
+            open_.discard(data["index"])
+    if open_:
+        problems.append(f"left open: {sorted(open_)}")
+    if names[-2:] != ["message_delta", "message_stop"]:
+        problems.append(f"ends with {names[-2:]}")
+    return problems
+
+
+def test_aborted_messages_streams_close_the_blocks_the_client_saw(sim_server):
+    """Step mode renders a stream's next token while the engine steps (sse_emitter._render_ahead);
+    the messages renderer's block state (thinking closed, text or tool_use opened) followed that
+    render, so a stream aborted just before its first answer token was sent ended with a
+    content_block_stop of a block never started and its thinking block left open.  Streams
+    started a step or so apart and aborted together: one of them is cut at that token."""
+    import threading
+    import time
+
+    import httpx
+
+    base = sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--reasoning-parser", "qwen3")
+    body = {"model": "test-model", "max_tokens": 40, "ignore_eos": True, "stream": True, "messages": MSG}
+    out = {}
+
+    def post(rid):
+        out[rid] = httpx.post(base + "/v1/messages", json=body, headers={"X-Request-Id": rid}, timeout=30)
+
+    for round_ in range(3):         # each round cuts one stream at that token about a third of the time
+        ids, threads = [f"blocks-{round_}-{k}" for k in range(40)], []
+        for rid in ids:             # 40 tokens take about 0.3 s: at the abort, the streams are spread over them
+            threads.append(threading.Thread(target=post, args=(rid,)))
+            threads[-1].start()
+            time.sleep(0.005)
+        time.sleep(0.08)
+        assert httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": ids}).status_code == 200
+        for t in threads:
+            t.join(15)
+    bad = {rid: _blocks_well_formed(r.text) for rid, r in out.items() if _blocks_well_formed(r.text)}
+    assert len(out) == 120 and not bad
