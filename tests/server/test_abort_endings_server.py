@@ -127,3 +127,63 @@ def test_aborted_messages_streams_close_the_blocks_the_client_saw(sim_server):
             t.join(15)
     bad = {rid: _blocks_well_formed(r.text) for rid, r in out.items() if _blocks_well_formed(r.text)}
     assert len(out) == 120 and not bad
+
+
+def _cohere_well_formed(text: str) -> list:
+    """The problems of a Cohere v2 stream's events: a delta or end of a block or tool call not
+    open, one left open, an end other than message-end."""
+    problems, blocks, calls, types = [], set(), set(), []
+    for d in (e for e in sse_events(text) if e != "[DONE]"):
+        t = d["type"]
+        types.append(t)
+        opened = blocks if t.startswith("content-") else calls if t.startswith("tool-call-") else None
+        if opened is None:
+            continue
+        if t.endswith("-start"):
+            opened.add(d["index"])
+        elif d["index"] not in opened:
+            problems.append(f"{t} of {d['index']}, not open")
+        if t.endswith("-end"):
+            opened.discard(d["index"])
+    if blocks or calls:
+        problems.append(f"left open: {sorted(blocks)} {sorted(calls)}")
+    if types[:1] != ["message-start"] or types[-1:] != ["message-end"]:
+        problems.append(f"begins with {types[:1]}, ends with {types[-1:]}")
+    return problems
+
+
+@pytest.mark.parametrize("tools", [False, True])
+def test_aborted_cohere_streams_close_the_blocks_the_client_saw(sim_server, tools):
+    """As the messages stream above, Cohere v2 chat's: its block state (message-start sent, the
+    open block, the tool calls started) followed the hub's render ahead, so a stream cut at its
+    first answer token ended with a content-end (or tool-call-end) of a block never started and
+    its thinking block left open."""
+    import threading
+    import time
+
+    import httpx
+
+    base = sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--reasoning-parser", "qwen3",
+                      env={"VLLM_ENABLE_COHERE_API": "1"})
+    body = {"model": "test-model", "max_tokens": 40, "stream": True, "messages": MSG}
+    if tools:
+        body |= {"max_tokens": 200, "tool_choice": "REQUIRED", "tools": [{"type": "function", "function": {
+            "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                  "required": ["city"]}}}]}
+    out = {}
+
+    def post(rid):
+        out[rid] = httpx.post(base + "/cohere/v2/chat", json=body, headers={"X-Request-Id": rid}, timeout=30)
+
+    for round_ in range(3):
+        ids, threads = [f"co-{tools}-{round_}-{k}" for k in range(40)], []
+        for rid in ids:
+            threads.append(threading.Thread(target=post, args=(rid,)))
+            threads[-1].start()
+            time.sleep(0.005)
+        time.sleep(0.08)
+        assert httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": ids}).status_code == 200
+        for t in threads:
+            t.join(15)
+    bad = {rid: _cohere_well_formed(r.text) for rid, r in out.items() if _cohere_well_formed(r.text)}
+    assert len(out) == 120 and not bad
