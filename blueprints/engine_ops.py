@@ -64,10 +64,12 @@ still ends as if its client had gone.
 from __future__ import annotations
 
 import logging
+from time import monotonic
 
 import orjson
 from flask import Blueprint, Response, current_app, request
 
+from generation.engine.request import SeqState
 from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 
 from .common import json_response, loads_body, simulator
@@ -92,7 +94,16 @@ def _in_flight(sim) -> list:
 def _abort(sim, seqs) -> int:
     """Abort ``seqs`` now, as vLLM's engine aborts requests: each one's request is marked
     ``aborted_by_server``, so that its answer still finishes (``finish_reason`` ``abort``, see the
-    module docstring) where a client that left gets nothing more; returns how many."""
+    module docstring) where a client that left gets nothing more; returns how many.
+
+    A sequence that has made its last token is left to finish as it is: vLLM's engine finished
+    that request in the step that made the token (its final output, ``length`` or ``stop``, is
+    what the client reads), so an abort finds nothing.  In clock mode the hub sends a stream's
+    last chunk, then ends the stream up to ``FINISH_WITHIN`` later (server/sse_emitter.py): an
+    abort in between counted the request ``abort`` in the metrics while its client had read
+    ``finish_reason: "length"``."""
+    now, itl = monotonic(), sim.config.inter_token_latency
+    seqs = [s for s in seqs if not (s.state == SeqState.RUNNING and s.ids and s.made_tokens(itl, now) >= len(s.ids))]
     for s in seqs:
         s.request.aborted_by_server = True
     sim.cancel(seqs)

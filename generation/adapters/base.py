@@ -487,6 +487,13 @@ class ChunkFrame:
         reasoning) in its running usage."""
         self.completion_tokens[i] += generated
 
+    def rewind(self, i: int, generated: int) -> None:
+        """Choice ``i`` ends having sent ``generated`` tokens (a request the server aborted,
+        :func:`~generation.adapters.token_stream.end_aborted`): its running usage counts those,
+        not a token whose chunk the hub rendered ahead of its send and never sent (step mode's
+        next token, :mod:`server.sse_emitter`), as vLLM's abort output adds no token."""
+        self.completion_tokens[i] = generated
+
     def tail(self, generated: int = 0, i: int = 0) -> bytes:
         if not self.continuous:
             return CHUNK_END

@@ -555,6 +555,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if i in cut:                         # vLLM's abort output: no new tokens, finish_reason "abort"
             if not started[i]:               # (the request's first output: the role chunks first)
                 start_all()
+            frame.rewind(i, seq.completion_tokens)      # a chunk rendered ahead and not sent: uncounted
             put(heads[i] + b',"delta":{},"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
                 finish_fields(req, seq) + (b',"token_ids":[]' if token_ids else b"") +
                 (b'}]' + tail(0, i) if continuous else last_close))

@@ -281,7 +281,7 @@ def stream_v2(adapter: CohereChatAdapter, seq):
     before the next opens; ``adapter.open_end`` holds the event that closes the open block."""
     sim, req = adapter.sim, adapter.req
     cid = f"chatcmpl-{req.request_id}"
-    start = _event({"id": cid, "delta": {"message": {"role": "assistant"}}, "type": "message-start"})
+    start = first_event = _event({"id": cid, "delta": {"message": {"role": "assistant"}}, "type": "message-start"})
     span = seq.reasoning_span
     c0 = span[2] if span is not None else 0
     calls = seq.tool_calls
@@ -386,6 +386,13 @@ def stream_v2(adapter: CohereChatAdapter, seq):
         if not req.aborted_by_server:
             raise
     if end_aborted(req, [seq], streamed):
+        # The blocks as the client saw them: in step mode the hub renders a stream's next token
+        # while the engine steps (server/sse_emitter.py _render_ahead), and that render changed
+        # this state (message-start consumed, the thinking block closed, a text block or a tool
+        # call opened) though its events were never sent.  Replayed from the tokens sent.
+        start, blocks, opened, kind, pending, adapter.open_end = first_event, 0, 0, None, None, b""
+        for k in range(seq.completion_tokens):
+            events(k)
         calls = calls and calls[:opened]          # the calls it started: none more
     out = b"".join(ready) + start
     while calls and opened < len(calls):          # calls without argument tokens

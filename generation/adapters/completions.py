@@ -343,6 +343,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         text, d = echoes.pop(seq.index, ("", None))
         if d is None and top is not None and seq.index in cut:  # vLLM's logprobs of no new tokens
             d = lp.completion_logprobs([], top)
+        if seq.index in cut:                 # a chunk rendered ahead and not sent: uncounted
+            frame.rewind(seq.index, seq.completion_tokens)
         put(heads[seq.index] + b',"text":' + dumps(text) + b',"logprobs":' + (b"null" if d is None else dumps(d)) +
             b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason) + extra +
             (b'}]' + tail(0, seq.index) if continuous else last_close))

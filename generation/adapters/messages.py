@@ -408,6 +408,14 @@ def stream_message(sim, req, seq, stop_sequence):
         if not req.aborted_by_server:
             raise
     if end_aborted(req, [seq], streamed):
+        # The blocks as the client saw them, from the tokens sent: in step mode the hub renders
+        # a stream's next token while the engine steps (server/sse_emitter.py _render_ahead), and
+        # that render opened the next block (closed the thinking one, started a tool_use) in
+        # this state though its events were never sent.
+        n = seq.completion_tokens
+        thinking_open = span is not None and n <= c0
+        if calls:
+            opened = call_of[n - 1] + 1 if n > c0 else 0
         if thinking_open:           # cut in its reasoning: no text block follows
             text_block = False
         if calls:

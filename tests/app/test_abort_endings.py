@@ -295,3 +295,28 @@ def test_a_stream_interval_counts_the_tokens_its_groups_sent(app_client):
     assert fin["choices"][0]["finish_reason"] == "abort" and fin["choices"][0]["token_ids"] == []
     sent = sum(len(g["choices"][0]["token_ids"]) for g in groups)
     assert len(groups) < sent == use["usage"]["completion_tokens"]
+
+
+def test_an_abort_after_the_last_token_was_made_finds_nothing(app_client, monkeypatch):
+    """A sequence that made its last token is finished in vLLM's engine (that step's output is
+    the final one, ``length`` here): abort_requests then finds nothing.  A real server's hub
+    sends a stream's last chunk and ends the stream up to FINISH_WITHIN later; an abort in
+    between counted the request ``abort`` in the metrics though its client read ``length``.
+    Here the abort's clock is moved past the last token of a request still running."""
+    import blueprints.engine_ops as engine_ops
+    c = app_client(*CLOCK)
+    before = {r: metric(scrape(c), "vllm:request_success_total", finished_reason=r) for r in ("abort", "length")}
+    job = _start(c, "chat", "made-all", max_tokens=40)
+    seq = next(iter(c.sim.running_seqs))
+    from time import monotonic
+    assert len(seq.ids) == 40 and seq.made_tokens(0.02, monotonic()) < 40
+    late = monotonic() + 10
+    monkeypatch.setattr(engine_ops, "monotonic", lambda: late, raising=False)
+    _abort_by_id(c, "made-all")
+    job.join(5)
+    r = job.value
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+    assert r.json()["usage"]["completion_tokens"] == 40 and not seq.request.aborted_by_server
+    m = scrape(c)
+    assert metric(m, "vllm:request_success_total", finished_reason="abort") == before["abort"]
+    assert metric(m, "vllm:request_success_total", finished_reason="length") == before["length"] + 1
