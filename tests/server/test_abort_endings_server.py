@@ -6,7 +6,10 @@ a non-streamed request gets a 200 with what it made.  Clock and step mode."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
+import httpx
 import pytest
 
 from support import metric, posted_then_aborted, scrape, sse_events
@@ -103,29 +106,10 @@ def test_aborted_messages_streams_close_the_blocks_the_client_saw(sim_server):
     render, so a stream aborted just before its first answer token was sent ended with a
     content_block_stop of a block never started and its thinking block left open.  Streams
     started a step or so apart and aborted together: one of them is cut at that token."""
-    import threading
-    import time
-
-    import httpx
-
     base = sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--reasoning-parser", "qwen3")
     body = {"model": "test-model", "max_tokens": 40, "ignore_eos": True, "stream": True, "messages": MSG}
-    out = {}
-
-    def post(rid):
-        out[rid] = httpx.post(base + "/v1/messages", json=body, headers={"X-Request-Id": rid}, timeout=30)
-
-    for round_ in range(3):         # each round cuts one stream at that token about a third of the time
-        ids, threads = [f"blocks-{round_}-{k}" for k in range(40)], []
-        for rid in ids:             # 40 tokens take about 0.3 s: at the abort, the streams are spread over them
-            threads.append(threading.Thread(target=post, args=(rid,)))
-            threads[-1].start()
-            time.sleep(0.005)
-        time.sleep(0.08)
-        assert httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": ids}).status_code == 200
-        for t in threads:
-            t.join(15)
-    bad = {rid: _blocks_well_formed(r.text) for rid, r in out.items() if _blocks_well_formed(r.text)}
+    out = _staggered_then_aborted(base, "/v1/messages", body, "blocks")
+    bad = {rid: p for rid, p in ((rid, _blocks_well_formed(r.text)) for rid, r in out.items()) if p}
     assert len(out) == 120 and not bad
 
 
@@ -158,11 +142,6 @@ def test_aborted_cohere_streams_close_the_blocks_the_client_saw(sim_server, tool
     open block, the tool calls started) followed the hub's render ahead, so a stream cut at its
     first answer token ended with a content-end (or tool-call-end) of a block never started and
     its thinking block left open."""
-    import threading
-    import time
-
-    import httpx
-
     base = sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--reasoning-parser", "qwen3",
                       env={"VLLM_ENABLE_COHERE_API": "1"})
     body = {"model": "test-model", "max_tokens": 40, "stream": True, "messages": MSG}
@@ -170,13 +149,23 @@ def test_aborted_cohere_streams_close_the_blocks_the_client_saw(sim_server, tool
         body |= {"max_tokens": 200, "tool_choice": "REQUIRED", "tools": [{"type": "function", "function": {
             "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                   "required": ["city"]}}}]}
+    out = _staggered_then_aborted(base, "/cohere/v2/chat", body, f"co-{tools}")
+    bad = {rid: p for rid, p in ((rid, _cohere_well_formed(r.text)) for rid, r in out.items()) if p}
+    assert len(out) == 120 and not bad
+
+
+def _staggered_then_aborted(base: str, path: str, body: dict, prefix: str, rounds: int = 3, n: int = 40) -> dict:
+    """``rounds`` times: ``n`` streams of ``body`` started 5 ms apart (40 tokens take about 0.3 s
+    in step mode, so at the abort the streams are spread over their tokens and each round cuts a
+    stream at any given token about a third of the time), then all aborted together; returns
+    ``{request id: response}``."""
     out = {}
 
     def post(rid):
-        out[rid] = httpx.post(base + "/cohere/v2/chat", json=body, headers={"X-Request-Id": rid}, timeout=30)
+        out[rid] = httpx.post(base + path, json=body, headers={"X-Request-Id": rid}, timeout=30)
 
-    for round_ in range(3):
-        ids, threads = [f"co-{tools}-{round_}-{k}" for k in range(40)], []
+    for round_ in range(rounds):
+        ids, threads = [f"{prefix}-{round_}-{k}" for k in range(n)], []
         for rid in ids:
             threads.append(threading.Thread(target=post, args=(rid,)))
             threads[-1].start()
@@ -185,5 +174,4 @@ def test_aborted_cohere_streams_close_the_blocks_the_client_saw(sim_server, tool
         assert httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": ids}).status_code == 200
         for t in threads:
             t.join(15)
-    bad = {rid: _cohere_well_formed(r.text) for rid, r in out.items() if _cohere_well_formed(r.text)}
-    assert len(out) == 120 and not bad
+    return out
