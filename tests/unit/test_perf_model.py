@@ -233,6 +233,21 @@ def test_profiles_load_and_validate(tmp_path):
     assert not isinstance(build_step_model(H100, LLAMA8, profile_path=str(legacy)), StepModel)
 
 
+def test_a_yaml_profile_gives_its_times_as_durations(tmp_path):
+    """A time constant may be a duration string, as in the roofline's profiles; a bad one is a
+    ConfigError naming the key, an efficiency stays a number."""
+    p = tmp_path / "slow.yaml"
+    p.write_text("t0: 40ms\nfe_request: 1.5ms\nt_seq: 2us\neta_w: 0.9\n")
+    c = build_step_model(H100, LLAMA8, profile_path=str(p)).constants
+    assert (c.t0, c.fe_request, c.t_seq, c.eta_w) == (0.04, 0.0015, 2e-06, 0.9)
+    p.write_text("t0: 40xs\n")
+    with pytest.raises(ConfigError, match="t0: .*40xs"):
+        build_step_model(H100, LLAMA8, profile_path=str(p))
+    p.write_text("eta_w: 90%\n")
+    with pytest.raises(ConfigError, match="eta_w must be a number"):
+        build_step_model(H100, LLAMA8, profile_path=str(p))
+
+
 def test_fp8_halves_the_bytes_and_on_an_a100_is_weight_only():
     h100, a100 = gpu_by_name("H100"), gpu_by_name("A100-80GB")
     for gpu in (h100, a100):

@@ -59,7 +59,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, fields, replace
 
-from generation.config.values import ConfigError
+from generation.config.values import ConfigError, parse_duration
 
 PROFILE_DIR = os.path.join(os.path.dirname(__file__), "profiles")
 PCIE_BANDWIDTH = 25e9           # B/s: a CPU KV tier's reload (PCIe 4.0/5.0 x16, achieved)
@@ -545,6 +545,22 @@ class Frontend:
         return self.free + c.fe_out
 
 
+# PerfConstants fields in seconds (the others are efficiencies, ratios, a count or a rate)
+TIME_CONSTANTS = frozenset(n for n in CONSTANT_NAMES if n.startswith(("t_", "fe_")) or n == "t0")
+
+
+def _profile_seconds(name: str, value, path) -> object:
+    """A profile's value of constant ``name``: a time may be a duration string (``"40ms"``,
+    ``"1.5us"``), as in the roofline's profiles; other values pass unchanged, for
+    :meth:`PerfConstants.validate`.  Raises ConfigError naming the key for a bad duration."""
+    if name in TIME_CONSTANTS and isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ConfigError as e:
+            raise ConfigError(f"step-time profile {path}: {name}: {e}", param="step-time-profile") from None
+    return value
+
+
 def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                      profile_path: str = "", enforce_eager: bool = False,
                      cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
@@ -583,6 +599,7 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
             raise ConfigError(f"step-time profile {profile_path}: cannot parse ({e})", param="step-time-profile")
     values = data.get("constants", data) if isinstance(data, dict) else data
     if isinstance(values, dict) and values and set(values) <= set(CONSTANT_NAMES) and "step_table" not in data:
+        values = {k: _profile_seconds(k, v, profile_path) for k, v in values.items()}
         c = replace(load_constants(gpu.name)[0], **values).validate(f"step-time profile {profile_path}")
         model = StepModel(gpu, arch, constants=c, **kw)
         model.profile_source = os.fspath(profile_path)
