@@ -19,10 +19,17 @@ STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 
 
 @pytest.fixture(scope="module", params=["clock", "step"])
-def server_mode(request, sim_server):
+def server_mode(request, sim_server, tmp_path_factory):
+    # 40 ms a token (clock) or a step (step mode, the profile's fixed step cost): the audio's two
+    # chunks' requests (50 and 88 tokens) generate for 2 s or more, so the abort at 0.5 s finds
+    # them running even when a loaded machine delays it (at the default step time of ~8 ms they
+    # ended by 0.45 and 0.7 s, and the test failed under load)
     if request.param == "clock":
-        return sim_server("--time-to-first-token", "50ms", "--inter-token-latency", "10ms", env=STORE)
-    return sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", env=STORE)
+        return sim_server("--time-to-first-token", "50ms", "--inter-token-latency", "40ms", env=STORE)
+    slow = tmp_path_factory.mktemp("profile") / "slow_steps.yaml"
+    slow.write_text("t0: 40ms\n")
+    return sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--step-time-profile", str(slow),
+                      env=STORE)
 
 
 def _wav(seconds: float, rate: int = 16000) -> bytes:
@@ -68,6 +75,6 @@ def test_aborted_responses_and_transcription_streams_end_as_vllm_ends_them(serve
     *chunks, use, done = sse_events(r.text)
     ends = [ch["choices"][0] for ch in chunks if ch["choices"][0].get("finish_reason")]
     abort = {"delta": {"content": ""}, "finish_reason": "abort", "stop_reason": None}
-    assert len(ends) == 2 and ends[-1] == abort          # (the first 30 s chunk may have finished first)
+    assert len(ends) == 2 and ends[-1] == abort, ends    # (the first 30 s chunk may have finished first)
     assert ends[0] == abort or ends[0]["finish_reason"] == "stop"
     assert use["usage"]["completion_tokens"] == len(chunks) - ends.count(abort)
