@@ -47,7 +47,7 @@ from types import SimpleNamespace
 
 from generation.content import audio as au
 from generation.content import logprobs as lp
-from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
+from generation.engine.request import GenerationRequest, Prompt
 from generation.engine.stream_interval import token_span
 from ..errors import APIError, InvalidParam, Rejected, RequestInvalid
 from .base import Adapter, check_limits, dumps, tokenize_texts
@@ -378,11 +378,7 @@ class SpeechToTextAdapter(Adapter):
 
         finished = {s.index: not s.pieces for s in seqs}
         streamed = Streamed(len(seqs))      # tokens each chunk's request made, for an abort (end_aborted)
-        try:
-            yield from rendered_choices(sim, seqs, token, out, streamed)
-        except ClientDisconnected:      # the server aborted it: each cut chunk ends with "abort"
-            if not self.req.aborted_by_server:
-                raise
+        yield from rendered_choices(sim, seqs, token, out, streamed)
         cut = end_aborted(self.req, seqs, streamed)
         for i in finished:
             finished[i] = True

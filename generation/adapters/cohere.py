@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 
-from generation.engine.request import ClientDisconnected
 from ..errors import Rejected
 from .base import dumps, request_usage, usage_details
 from .chat import ChatAdapter, finish_reason as chat_finish_reason
@@ -380,11 +379,7 @@ def stream_v2(adapter: CohereChatAdapter, seq):
 
     ready = []
     streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
-    try:
-        yield from rendered_tokens(sim, seq, events, ready, streamed)
-    except ClientDisconnected:      # the server aborted it: chat's abort chunk, message-end (COMPLETE)
-        if not req.aborted_by_server:
-            raise
+    yield from rendered_tokens(sim, seq, events, ready, streamed)
     if end_aborted(req, [seq], streamed):
         # The blocks as the client saw them: in step mode the hub renders a stream's next token
         # while the engine steps (server/sse_emitter.py _render_ahead), and that render changed

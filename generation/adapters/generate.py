@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from generation.content import logprobs as lp
 from ..errors import InvalidParam
-from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
+from generation.engine.request import GenerationRequest, Prompt
 from generation.engine.stream_interval import token_span
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
@@ -261,20 +261,6 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     return out
 
 
-def _outputs(sim, req: GenerationRequest, seqs, render, out: list, streamed: Streamed):
-    """:func:`~.token_stream.rendered_choices` (a schedule's tokens rendered by the hub), which
-    ends early, without raising, when the server aborted the request (abort_requests,
-    checkpoint prepare mode=abort: its choices then finish with ``abort``, as vLLM 0.34's
-    stream, whose terminal output has no new tokens but still carries the finish reason,
-    :func:`~.token_stream.end_aborted`); a client that went away still raises
-    ClientDisconnected."""
-    try:
-        yield from rendered_choices(sim, seqs, render, out, streamed)
-    except ClientDisconnected:
-        if not req.aborted_by_server:
-            raise
-
-
 def _stream_usage(sim, seqs) -> dict:
     """A stream's usage chunk (a choice cut by an abort counts the tokens it streamed, as vLLM's
     stream sums its outputs' token ids, ``num_generated_tokens``)."""
@@ -303,7 +289,7 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
 
     out = []
     streamed = Streamed(len(seqs))
-    yield from _outputs(sim, req, seqs, token, out, streamed)
+    yield from rendered_choices(sim, seqs, token, out, streamed)
     cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
         if seq.index in cut or not sent[seq.index]:
@@ -401,7 +387,7 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
 
     out = []
     streamed = Streamed(len(seqs))
-    yield from _outputs(sim, req, seqs, token, out, streamed)
+    yield from rendered_choices(sim, seqs, token, out, streamed)
     cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
         if seq.index in cut or not sent[seq.index]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from generation.engine.request import ClientDisconnected, GenerationRequest
+from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from ..errors import FieldNames
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
@@ -402,11 +402,7 @@ def stream_message(sim, req, seq, stop_sequence):
 
     pending = []
     streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
-    try:
-        yield from rendered_tokens(sim, seq, events, pending, streamed)
-    except ClientDisconnected:      # the server aborted it: the open block closes, stop_reason null
-        if not req.aborted_by_server:
-            raise
+    yield from rendered_tokens(sim, seq, events, pending, streamed)
     if end_aborted(req, [seq], streamed):
         # The blocks as the client saw them, from the tokens sent: in step mode the hub renders
         # a stream's next token while the engine steps (server/sse_emitter.py _render_ahead), and

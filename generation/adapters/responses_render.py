@@ -9,7 +9,6 @@ from dataclasses import asdict
 from generation.content import logprobs as lp
 from generation.content.reasoning import content_text, reasoning_text
 from generation.engine.stream_interval import token_span, within
-from generation.engine.request import ClientDisconnected
 from .base import created_cache_tokens, dumps
 from .protocol import ResponsesRequest
 from .token_stream import Streamed, end_aborted, rendered_tokens
@@ -176,11 +175,7 @@ def stream_response(sim, ctx: RenderCtx, seq):
     pending = []
     streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
     calls = seq.tool_calls
-    try:
-        yield from rendered_tokens(sim, seq, events, pending, streamed)
-    except ClientDisconnected:      # the server aborted it: the open item closes, response.completed
-        if not ctx.req.aborted_by_server:
-            raise
+    yield from rendered_tokens(sim, seq, events, pending, streamed)
     if end_aborted(ctx.req, [seq], streamed):
         rewind(seq.completion_tokens)       # (a token the hub rendered ahead of its send: unsent)
         yield b"".join(pending) + _aborted_end(sim, ctx, seq, calls, reasoning_done)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from generation.engine.request import SeqState
+from generation.engine.request import ClientDisconnected, SeqState
 from generation.engine.token_schedule import TokenSchedule
 
 
@@ -48,24 +48,32 @@ def rendered_tokens(sim, seq, render, pending: list, streamed: Streamed | None =
     yields :func:`due_items`, its deadlines and token schedules for the server to drive (the hub
     emits a schedule's tokens calling ``render``, without resuming this generator: about half
     the CPU of a token, issue 32).  The last tokens' bytes are left in ``pending``; ``streamed``
-    counts the tokens sent (:class:`Streamed`)."""
+    counts the tokens sent (:class:`Streamed`).
+
+    A request the server aborted (``aborted_by_server``) ends here without raising, for the
+    renderer to finish it (:func:`end_aborted`); a client that went away raises
+    ClientDisconnected."""
     if streamed is None:
         streamed = Streamed(seq.index + 1)
     counts, i = streamed.counts, seq.index
-    for _, k in sim.stream([seq], flush=True, deadlines=True, first_in_schedule=True):
-        cls = k.__class__
-        if cls is slice or (cls is int and k >= 0):
-            data = render(k)
-            if data:
-                pending.append(data)
-            counts[i] = k.stop if cls is slice else k + 1
-            continue
-        if cls is TokenSchedule:
-            k.set_render(render, lambda: render(0))
-            if k.interval > 1:
-                k.render_span = lambda a, b: render(slice(a, b))
-            streamed.schedules.append(k)
-        yield from due_items(pending, k)
+    try:
+        for _, k in sim.stream([seq], flush=True, deadlines=True, first_in_schedule=True):
+            cls = k.__class__
+            if cls is slice or (cls is int and k >= 0):
+                data = render(k)
+                if data:
+                    pending.append(data)
+                counts[i] = k.stop if cls is slice else k + 1
+                continue
+            if cls is TokenSchedule:
+                k.set_render(render, lambda: render(0))
+                if k.interval > 1:
+                    k.render_span = lambda a, b: render(slice(a, b))
+                streamed.schedules.append(k)
+            yield from due_items(pending, k)
+    except ClientDisconnected:
+        if not seq.request.aborted_by_server:
+            raise
 
 
 def rendered_choices(sim, seqs, render, out: list, streamed: Streamed | None = None):
@@ -73,21 +81,25 @@ def rendered_choices(sim, seqs, render, out: list, streamed: Streamed | None = N
     deadlines and token schedules go to the server; several sequences' tokens interleave as they
     come, per token (``Simulator.stream`` runs them in greenlets of their own), their chunks
     written at each flush.  The last tokens' bytes are left in ``out``; ``streamed`` counts the
-    tokens sent (:class:`Streamed`)."""
+    tokens sent (:class:`Streamed`).  A server abort ends it without raising, as there."""
     if len(seqs) == 1:
         yield from rendered_tokens(sim, seqs[0], partial(render, seqs[0]), out, streamed)
         return
     counts = streamed.counts if streamed is not None else None
-    for seq, k in sim.stream(seqs, flush=True):
-        cls = k.__class__
-        if cls is int and k < 0:
-            yield from due_items(out, k)
-            continue
-        data = render(seq, k)
-        if data:
-            out.append(data)
-        if counts is not None:
-            counts[seq.index] = k.stop if cls is slice else k + 1
+    try:
+        for seq, k in sim.stream(seqs, flush=True):
+            cls = k.__class__
+            if cls is int and k < 0:
+                yield from due_items(out, k)
+                continue
+            data = render(seq, k)
+            if data:
+                out.append(data)
+            if counts is not None:
+                counts[seq.index] = k.stop if cls is slice else k + 1
+    except ClientDisconnected:
+        if not seqs[0].request.aborted_by_server:
+            raise
 
 
 def end_aborted(req, seqs, streamed: Streamed) -> frozenset:
