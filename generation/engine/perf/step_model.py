@@ -545,20 +545,7 @@ class Frontend:
         return self.free + c.fe_out
 
 
-# PerfConstants fields in seconds (the others are efficiencies, ratios, a count or a rate)
-TIME_CONSTANTS = frozenset(n for n in CONSTANT_NAMES if n.startswith(("t_", "fe_")) or n == "t0")
-
-
-def _profile_seconds(name: str, value, path) -> object:
-    """A profile's value of constant ``name``: a time may be a duration string (``"40ms"``,
-    ``"1.5us"``), as in the roofline's profiles; other values pass unchanged, for
-    :meth:`PerfConstants.validate`.  Raises ConfigError naming the key for a bad duration."""
-    if name in TIME_CONSTANTS and isinstance(value, str):
-        try:
-            return parse_duration(value)
-        except ConfigError as e:
-            raise ConfigError(f"step-time profile {path}: {name}: {e}", param="step-time-profile") from None
-    return value
+TIME_CONSTANTS = frozenset(n for n in CONSTANT_NAMES if n.startswith(("t_", "fe_")) or n == "t0")  # seconds, or "40ms"
 
 
 def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
@@ -599,7 +586,11 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
             raise ConfigError(f"step-time profile {profile_path}: cannot parse ({e})", param="step-time-profile")
     values = data.get("constants", data) if isinstance(data, dict) else data
     if isinstance(values, dict) and values and set(values) <= set(CONSTANT_NAMES) and "step_table" not in data:
-        values = {k: _profile_seconds(k, v, profile_path) for k, v in values.items()}
+        for k in TIME_CONSTANTS.intersection(values):
+            try:                            # (other bad values: validate)
+                values[k] = parse_duration(values[k]) if isinstance(values[k], str) else values[k]
+            except ConfigError as e:
+                raise ConfigError(f"step-time profile {profile_path}: {k}: {e}", param="step-time-profile") from None
         c = replace(load_constants(gpu.name)[0], **values).validate(f"step-time profile {profile_path}")
         model = StepModel(gpu, arch, constants=c, **kw)
         model.profile_source = os.fspath(profile_path)
