@@ -17,7 +17,7 @@ from .values import BOOL_LITERALS, ConfigError, format_duration
 from .options import (GROUPS, IGNORED_FLAGS, OPTIONS, VLLM_FLAGS, VLLM_FLAGS_RELEASE, Option,
                       _OLDER_ALIASES, _OPTION_ALIASES, coerce, human_readable_int)
 from .kv_events import apply_kv_events_config
-from .sim_config import SimConfig
+from .sim_config import LATENCY_ONLY, SimConfig
 from .vllm_versions import apply_version_defaults, newer_flags
 
 
@@ -57,6 +57,8 @@ def _default_text(o: Option) -> str:
     """The default as the help text and the README show it."""
     if o.name == "seed":
         return "current time"
+    if o.default == "" and o.choices and "" in o.choices:
+        return "empty"                      # an allowed value of its own (--latency-calculator: the legacy rule)
     if o.secret or o.default in ("", [], None):
         return "none"
     if o.type == "duration":
@@ -460,12 +462,14 @@ def options_table() -> str:
             flag = f"`--{o.name}`" if o.cli else f"env `{o.env}`"
             if o.aliases:
                 flag += " (" + ", ".join(f"`{a}`" for a in o.aliases) + ")"
-            kind = o.type + (f" ({o.unit})" if o.unit else "")
+            kind = o.type + (f" ({o.unit})" if o.unit and o.type != "duration" else "")   # (a duration: 150ms, 2s)
             text = o.help.replace("|", "\\|")
             if o.choices:
                 text += ": " + ", ".join(f"`{c}`" if c != "" else "empty" for c in o.choices)
             if o.maximum is not None:
                 text += f"; at most {format_duration(o.maximum) if o.type == 'duration' else f'{o.maximum:g}'}"
+            if o.name in LATENCY_ONLY:
+                text += "; no effect in step mode (`--latency-calculator step`: the engine steps time every token)" if o.name == LATENCY_ONLY[0] else "; no effect in step mode"
             notes = [f"env `{o.env}`" for _ in [0] if o.env and o.cli] + (["admin"] if o.admin else [])
             if notes:
                 text += " (" + ", ".join(notes) + ")"

@@ -285,8 +285,8 @@ _declare("latency",
          Option("time-to-generate-image-std-dev", help="Standard deviation of the image time", **_lat),
          Option("time-factor-under-load", "float", 1.0, "Latency multiplier when all sequences run (>= 1)",
                 admin=True, maximum=MAX_TIME_FACTOR),
-         Option("latency-calculator", "str", "", "`constant`, `per-token`, `step` (engine steps: continuous "
-                "batching on a GPU model), or empty for the legacy rule", admin=True,
+         Option("latency-calculator", "str", "", "Latency model: `step` times every request by engine steps "
+                "(continuous batching on a GPU model); empty, the reference's legacy rule", admin=True,
                 choices=("", "constant", "per-token", "step")),
          Option("gpu", "str", "H100", "GPU of the step-time model (step mode): H100, H200, A100-80GB, A100-40GB, "
                 "L40S, ..."),

@@ -161,7 +161,8 @@ class SimConfig:
         if not 0.0 <= self.reasoning_fraction <= 1.0:
             raise ConfigError("reasoning fraction must be between 0 and 1", "reasoning-fraction")
         if self.mode not in ("random", "echo"):
-            raise ConfigError(f"invalid mode '{self.mode}', valid values are 'random' and 'echo'", "mode")
+            hint = " (the step engine is --latency-calculator step)" if self.mode == "step" else ""
+            raise ConfigError(f"invalid mode '{self.mode}', valid values are 'random' and 'echo'{hint}", "mode")
         self.validate_latencies()
         self._validate_tools()
         if self.kv_cache_size < 0:
