@@ -534,7 +534,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     streamed = Streamed(len(seqs))           # tokens each choice sent, for an abort (end_aborted)
     sent = streamed.counts
     try:
-        for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=not token_ids):
+        for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=True):
             cls = k.__class__
             if cls is int and k >= 0:
                 if not started[seq.index]:

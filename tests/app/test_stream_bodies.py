@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from support import named_events, sse_events
+from support import TIMING_PATHS, named_events, sse_events
 
 CHAT, COMPL, MSGS, GEN = "/v1/chat/completions", "/v1/completions", "/v1/messages", "/inference/v1/generate"
 MSG = [{"role": "user", "content": "Hello there"}]
@@ -88,6 +88,22 @@ def test_chat_continuous_usage_token_ids_and_n(app_client):
         assert keys(choice) == (CHAT_FINISH_CHOICE if choice["finish_reason"] else CHAT_TOKEN_CHOICE)
     assert keys(usage) == [*HEAD, "usage", "system_fingerprint"] and usage["choices"] == []
     assert keys(usage["usage"]) == [*RUNNING, "prompt_tokens_details"]
+
+
+@pytest.mark.parametrize("timing", list(TIMING_PATHS))
+def test_chat_stream_bytes_do_not_depend_on_the_timing_path(app_client, timing):
+    """The role chunk's prompt ids and each chunk's fields, whether the stream waits for nothing,
+    runs a token schedule from its first token (the hub renders token 0 with the role chunk) or
+    waits per token."""
+    c = app_client("--seed", "3", *TIMING_PATHS[timing])
+    body = {"messages": MSG, "max_tokens": 4, "ignore_eos": True, "return_token_ids": True, "seed": 5}
+    evs = chunks(c, CHAT, **body)
+    assert keys(evs[0]) == CHAT_ROLE and evs[0]["prompt_token_ids"]
+    assert [keys(ch["choices"][0]) for ch in evs[1:]] == [CHAT_TOKEN_CHOICE] * 3 + [CHAT_FINISH_CHOICE]
+    assert all(len(ch["choices"][0]["token_ids"]) == 1 for ch in evs[1:])
+    plain = chunks(app_client("--seed", "3"), CHAT, **body)
+    assert [{k: v for k, v in ch.items() if k not in ("id", "created")} for ch in evs] == [
+        {k: v for k, v in ch.items() if k not in ("id", "created")} for ch in plain]
 
 
 def test_chat_reasoning_parser_counts_reasoning_tokens_as_it_runs(app_client):
