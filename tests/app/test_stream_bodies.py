@@ -258,3 +258,33 @@ def test_generate_ignores_force_include_usage(app_client):
     evs = chunks(c, GEN, token_ids=[1, 2, 3], sampling_params={"max_tokens": 2, "ignore_eos": True})
     assert all(ch["choices"] for ch in evs)
     assert chunks(c, CHAT, messages=MSG, max_tokens=2)[-1]["choices"] == []      # chat: forced
+
+
+# ---- Responses API ---------------------------------------------------------------------------------
+
+def test_responses_events_in_the_sdk_models_field_order(api):
+    """vLLM dumps the openai SDK's event models (responses/api_router.py l. 34-44), whose fields are
+    alphabetical; the text part is ResponseOutputText (annotations, text, type, logprobs), opened
+    with logprobs [] and closed with null without include (streaming_events.py l. 839-960)."""
+    r = api.post("/v1/responses", json={"model": "test-model", "input": "hi", "max_output_tokens": 3,
+                                        "stream": True})
+    events = named_events(r.text)
+    for name, d in events:
+        assert keys(d) == sorted(d) and d["type"] == name
+    by = {n: d for n, d in events}
+    assert keys(by["response.output_text.delta"]) == ["content_index", "delta", "item_id", "logprobs", "output_index",
+                                                      "sequence_number", "type"]
+    assert by["response.content_part.added"]["part"] == {"annotations": [], "text": "", "type": "output_text",
+                                                         "logprobs": []}
+    assert keys(by["response.content_part.done"]["part"]) == ["annotations", "text", "type", "logprobs"]
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+
+
+def test_responses_function_call_argument_deltas_in_order(api):
+    tool = {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}
+    r = api.post("/v1/responses", json={"model": "test-model", "input": "hi", "tools": [tool], "stream": True})
+    events = named_events(r.text)
+    deltas = [d for n, d in events if n == "response.function_call_arguments.delta"]
+    assert deltas and all(keys(d) == ["delta", "item_id", "output_index", "sequence_number", "type"] for d in deltas)
+    (done,) = [d for n, d in events if n == "response.function_call_arguments.done"]
+    assert keys(done) == sorted(done)
