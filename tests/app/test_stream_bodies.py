@@ -13,7 +13,11 @@ chunks l. 800-860, the usage chunk l. 914), ``chat_completion/protocol.py`` l. 1
 """
 from __future__ import annotations
 
+import io
+
+import numpy as np
 import pytest
+import soundfile as sf
 
 from support import TIMING_PATHS, named_events, sse_events
 
@@ -288,3 +292,23 @@ def test_responses_function_call_argument_deltas_in_order(api):
     assert deltas and all(keys(d) == ["delta", "item_id", "output_index", "sequence_number", "type"] for d in deltas)
     (done,) = [d for n, d in events if n == "response.function_call_arguments.done"]
     assert keys(done) == sorted(done)
+
+
+# ---- speech to text --------------------------------------------------------------------------------
+
+def test_transcription_chunks_set_delta_then_the_finish(app_client):
+    """speech_to_text/base/serving.py l. 720-860 (dumped exclude_unset): a choice is its delta,
+    the last one's adds finish_reason and stop_reason; the usage chunk drops nulls."""
+    buf = io.BytesIO()
+    t = np.arange(8000) / 16000
+    sf.write(buf, (0.2 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000, format="WAV", subtype="PCM_16")
+    r = app_client("--seed", "7").post("/v1/audio/transcriptions", files={"file": ("a.wav", buf.getvalue(), "audio/wav")},
+                                       data={"model": "test-model", "stream": "true", "language": "en",
+                                             "stream_include_usage": "true", "stream_continuous_usage_stats": "true"})
+    *tokens, usage, done = sse_events(r.text)
+    assert done == "[DONE]" and tokens
+    for ch in tokens:
+        assert keys(ch) == [*HEAD, "usage"] and ch["object"] == "transcription.chunk" and keys(ch["usage"]) == RUNNING
+    assert [keys(ch["choices"][0]) for ch in tokens] == [["delta"]] * (len(tokens) - 1) + [
+        ["delta", "finish_reason", "stop_reason"]]
+    assert keys(usage) == [*HEAD, "usage"] and usage["choices"] == []
