@@ -474,14 +474,11 @@ class ChunkFrame:
     """Pre-rendered pieces of an OpenAI chunk stream (chat and completions), so that per token
     only the piece is serialised: ``heads[i]`` opens a chunk for choice ``i`` up to its index,
     ``tail(n, i)`` closes a chunk of choice ``i`` after ``n`` more of its generated tokens: the
-    running usage when ``stream_options.continuous_usage_stats`` is on, then :data:`KV_END`
-    (vLLM 0.34 sets the chunk's ``kv_transfer_params`` on every token chunk, null until a
-    finish carries the output's, ``chat_completion/serving.py`` and ``completion/serving.py``,
-    dumped ``exclude_unset``).  The running usage is the choice's own, as vLLM reports it per
-    choice: its prompt's tokens and the tokens that choice generated so far; ``chat``: vLLM's
-    chat stream also sets ``completion_tokens_details``, null, or with a reasoning parser
-    (``spans``: each choice's ``reasoning_span``) ``{"reasoning_tokens": N}``, the choice's
-    reasoning tokens so far (``count_reasoning_tokens``)."""
+    running usage when ``stream_options.continuous_usage_stats`` is on, then :data:`KV_END`.
+    The running usage is the choice's own, as vLLM reports it per choice: its prompt's tokens
+    and the tokens that choice generated so far; ``chat``: vLLM's chat stream also sets
+    ``completion_tokens_details``, null, or with a reasoning parser (``spans``: each choice's
+    ``reasoning_span``) the choice's reasoning tokens so far (``count_reasoning_tokens``)."""
 
     def __init__(self, chunk_id: str, obj: str, model: str, seqs, continuous: bool, chat: bool = False,
                  spans: list | None = None):

@@ -25,7 +25,7 @@ from generation.tokenization.multimodal import media_items, mm_features, mm_toke
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
 from .fields import (check_beam_logprob_ids, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
-                     prompt_vocab_size, scheduling_priority, tokens_as_ids)
+                     forwarded_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs, tool_parser_type
 
@@ -368,7 +368,6 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + KV_END
                   if fingerprint is not None and not include_usage else CLOSE_KV)
     weights = b',"weight_versions":null'        # a finishing choice's, after its token_ids
-
     def role_chunk(i: int) -> bytes:
         usage = frame.usage(i, 0, prompt_tokens_details(pd, [by_index[i]], mm=mm) if first_details else None)
         out = heads[i] + role_delta + usage + role_end
@@ -599,23 +598,3 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     put(b"data: [DONE]\n\n")
     yield b"".join(out)
 
-
-def forwarded_prompt_ids(kv: dict | None, messages) -> list | None:
-    """vLLM 0.34's ``kv_transfer_params.prompt_token_ids``: a P/D proxy forwards the prefill's
-    prompt ids, and the decode leg uses them verbatim instead of rendering ``messages`` (whose
-    text then does not matter); ignored, as vLLM's ``drop_prompt_token_ids_with_media``, when a
-    message has non-text content.  Returns the ids, or None.  Raises InvalidParam naming the
-    field for anything but a list of non-negative integers."""
-    ids = (kv or {}).get("prompt_token_ids")
-    if ids is None:
-        return None
-    field = "kv_transfer_params.prompt_token_ids"
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-        raise InvalidParam(f"{field}: must be a list of non-negative token ids", field)
-    for m in messages or ():
-        content = m.get("content") if isinstance(m, dict) else getattr(m, "content", None)
-        if isinstance(content, list) and any(
-                (part.get("type") if isinstance(part, dict) else getattr(part, "type", "text")) not in ("text", None)
-                for part in content):
-            return None
-    return list(ids)
