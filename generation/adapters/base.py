@@ -405,6 +405,10 @@ def request_usage(seqs, prompt_details: PromptDetails | None = None, details=_NO
 
 CHUNK_END = b"}\n\n"
 CLOSE = b"}]" + CHUNK_END       # closes a chunk's last choice, its choices array and the chunk
+# vLLM 0.34's chat and completions token chunks end with the chunk's kv_transfer_params, set (null
+# until a finish) on each and dumped exclude_unset (chat_completion/serving.py, completion/serving.py)
+KV_END = b',"kv_transfer_params":null' + CHUNK_END
+CLOSE_KV = b"}]" + KV_END       # closes a token chunk's choice, its choices and the chunk
 
 
 class PieceChunks(dict):
@@ -469,16 +473,21 @@ class PieceChunks(dict):
 class ChunkFrame:
     """Pre-rendered pieces of an OpenAI chunk stream (chat and completions), so that per token
     only the piece is serialised: ``heads[i]`` opens a chunk for choice ``i`` up to its index,
-    ``tail(n, i)`` closes a chunk of choice ``i`` after ``n`` more of its generated tokens (with
-    the running usage when ``stream_options.continuous_usage_stats`` is on, else the constant
-    :data:`CHUNK_END`).  The running usage is the choice's own, as vLLM reports it per choice:
-    its prompt's tokens and the tokens that choice generated so far."""
+    ``tail(n, i)`` closes a chunk of choice ``i`` after ``n`` more of its generated tokens: the
+    running usage when ``stream_options.continuous_usage_stats`` is on, then :data:`KV_END`.
+    The running usage is the choice's own, as vLLM reports it per choice: its prompt's tokens
+    and the tokens that choice generated so far; ``chat``: vLLM's chat stream also sets
+    ``completion_tokens_details``, null, or with a reasoning parser (``spans``: each choice's
+    ``reasoning_span``) the choice's reasoning tokens so far (``count_reasoning_tokens``)."""
 
-    def __init__(self, chunk_id: str, obj: str, model: str, seqs, continuous: bool):
+    def __init__(self, chunk_id: str, obj: str, model: str, seqs, continuous: bool, chat: bool = False,
+                 spans: list | None = None):
         self.envelope = (b'data: {"id":' + dumps(chunk_id) + b',"object":"' + obj.encode() + b'","created":' +
                          str(int(time.time())).encode() + b',"model":' + dumps(model) + b',"choices":[')
         self.heads = [self.envelope + b'{"index":' + str(s.index).encode() for s in seqs]
         self.continuous = continuous
+        self.chat = chat
+        self.spans = spans
         self.prompt_tokens = [s.prompt_len for s in seqs]
         self.completion_tokens = [0] * len(seqs)
 
@@ -494,22 +503,31 @@ class ChunkFrame:
         next token, :mod:`server.sse_emitter`), as vLLM's abort output adds no token."""
         self.completion_tokens[i] = generated
 
-    def tail(self, generated: int = 0, i: int = 0) -> bytes:
+    def usage(self, i: int, generated: int = 0, prompt_details: dict | None = None) -> bytes:
+        """``,"usage":{...}``: choice ``i``'s running usage after ``generated`` more tokens
+        (``prompt_details``: the chat role chunk's ``prompt_tokens_details``, vLLM 0.34 sets
+        them there alone), or ``b""`` without continuous usage."""
         if not self.continuous:
-            return CHUNK_END
+            return b""
         self.completion_tokens[i] += generated
         p, c = self.prompt_tokens[i], self.completion_tokens[i]
-        return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}) + CHUNK_END
+        u = {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c}
+        if prompt_details is not None:
+            u["prompt_tokens_details"] = prompt_details
+        if self.chat:
+            details = None
+            if self.spans is not None:
+                span = self.spans[i]
+                details = {"reasoning_tokens": max(0, min(c, span[1]) - span[0]) if span is not None else 0}
+            u["completion_tokens_details"] = details
+        return b',"usage":' + dumps(u)
 
-    def first_tail(self, i: int, prompt_details: dict) -> bytes:
-        """:meth:`tail` of choice ``i``'s first chunk (no token yet) whose running usage already
-        carries ``prompt_details`` (:func:`prompt_tokens_details`), as vLLM 0.34's chat stream
-        sends it when the details are on, so the first chunk's split matches the last."""
+    def tail(self, generated: int = 0, i: int = 0) -> bytes:
+        """What closes a token chunk of choice ``i`` after its choices: :meth:`usage`, then
+        :data:`KV_END`."""
         if not self.continuous:
-            return CHUNK_END
-        p, c = self.prompt_tokens[i], self.completion_tokens[i]
-        return b',"usage":' + dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
-                                     "prompt_tokens_details": prompt_details}) + CHUNK_END
+            return KV_END
+        return self.usage(i, generated) + KV_END
 
     def usage_chunk(self, usage_obj: dict, metrics: dict | None = None, fingerprint: str | None = None) -> bytes:
         """The trailing ``include_usage`` chunk: empty ``choices``, the request's usage, the
@@ -550,20 +568,6 @@ def check_prompt_logprobs(value, stream: bool) -> None:
     if stream and (value > 0 or value == -1):
         raise Rejected("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
     check_logprobs_sign(value, "prompt_logprobs")
-
-
-def with_prompt_token_ids(chunks, ids):
-    """``chunks`` (an OpenAI SSE body) with top-level ``prompt_token_ids`` in its first chunk
-    (vLLM's ``return_token_ids`` on chat streams); later chunks pass through untouched."""
-    try:
-        for c in chunks:
-            if c.__class__ is bytes and c.startswith(b"data: {"):
-                yield b'data: {"prompt_token_ids":' + dumps(ids) + b"," + c[7:]
-                break
-            yield c
-        yield from chunks
-    finally:
-        chunks.close()
 
 
 def per_request_metrics(sim, seqs, stream: bool = False) -> dict | None:

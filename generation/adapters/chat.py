@@ -14,10 +14,10 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import ClientDisconnected, GenerationRequest
-from .base import (per_request_metrics, CHUNK_END, CLOSE, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
-                   with_prompt_token_ids, PromptDetails, prompt_tokens_details)
+                   PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
@@ -25,7 +25,7 @@ from generation.tokenization.multimodal import media_items, mm_features, mm_toke
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
 from .fields import (check_beam_logprob_ids, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
-                     prompt_vocab_size, scheduling_priority, tokens_as_ids)
+                     forwarded_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs, tool_parser_type
 
@@ -162,12 +162,10 @@ class ChatAdapter(Adapter):
     def stream(self, seqs):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
-        body = stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
+        return stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
                            b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None,
-                           echo_text(b), self.mm_tokens(seqs), response_role(b))
-        if b.return_token_ids:
-            return with_prompt_token_ids(body, seqs[0].prompt.ids)
-        return body
+                           echo_text(b), self.mm_tokens(seqs), response_role(b),
+                           list(seqs[0].prompt.ids) if b.return_token_ids else None)
 
 
 RESPONSE_ROLE = "assistant"      # vLLM's --response-role default
@@ -302,8 +300,14 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
 
 _IMAGE_PART = dumps(IMAGE_PART)
 
-# a plain content chunk after its head: ``,"delta":{"content":<piece>},...}]}\n\n``
-_PLAIN_REST = PieceChunks(b',"delta":{"content":', b'},"logprobs":null,"finish_reason":null' + CLOSE)
+# vLLM 0.34's chat chunks are dumped exclude_unset (chat_completion/serving.py
+# chat_completion_stream_generator): a token chunk's choice sets ``token_ids`` (null unless
+# return_token_ids), a finishing one ``stop_reason``, ``token_ids`` and ``weight_versions``
+# too, and every token chunk the chunk's ``kv_transfer_params`` (null: a prefill cannot stream)
+NOT_FINISHED = b',"finish_reason":null,"token_ids":null'
+
+# a plain content chunk after its head: ``,"delta":{"content":<piece>},...}],"kv_transfer_params":null}\n\n``
+_PLAIN_REST = PieceChunks(b',"delta":{"content":', b'},"logprobs":null' + NOT_FINISHED + CLOSE_KV)
 
 
 def finish_fields(req: GenerationRequest, seq) -> bytes:
@@ -311,9 +315,15 @@ def finish_fields(req: GenerationRequest, seq) -> bytes:
     return b',"finish_reason":' + dumps(finish_reason(req, seq)) + b',"stop_reason":' + dumps(seq.stop_reason)
 
 
+def token_ids_field(ids) -> bytes:
+    """``,"token_ids":[...]`` of a chunk's tokens, or null (``ids`` None)."""
+    return b',"token_ids":null' if ids is None else b',"token_ids":' + dumps(ids)
+
+
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
-                parser: bool = False, echoed: str = "", mm: dict | None = None, role: str = RESPONSE_ROLE):
+                parser: bool = False, echoed: str = "", mm: dict | None = None, role: str = RESPONSE_ROLE,
+                prompt_ids: list | None = None):
     """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
     carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
     chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
@@ -324,11 +334,21 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage.
     With continuous usage and prompt details on, the role chunk's usage carries
     ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not.  ``echoed``
-    (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it."""
-    frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous)
+    (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it.
+    ``prompt_ids``: with ``return_token_ids`` the prompt's ids, which every role chunk carries.
+
+    Fields as vLLM 0.34 sets them (``model_dump_json(exclude_unset=True)``): a role chunk ends
+    with ``prompt_token_ids`` (null without ``return_token_ids``) and ``prompt_text`` (null); a
+    token chunk's choice with ``token_ids`` (null without ``return_token_ids``), a finishing
+    one's with ``stop_reason``, ``token_ids`` and ``weight_versions`` (null); every token chunk
+    with ``kv_transfer_params`` (null), after its running usage and the fingerprint."""
+    frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous, chat=True,
+                       spans=[s.reasoning_span for s in seqs] if parser else None)
     heads, tail = frame.heads, frame.tail
     listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     include_reasoning = req.reasoning is None or req.reasoning.include
+    if not include_reasoning:    # vLLM drops every chunk's logprobs and token ids (ChatStreamProcessor.hide_metadata)
+        want_logprobs = token_ids = False
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     started = [False] * len(seqs)
@@ -341,18 +361,19 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     first_details = continuous and pd is not None
     by_index = {s.index: s for s in seqs}
     role_delta = (b',"delta":{"role":' + dumps(role) + b',"content":""},"logprobs":null,"finish_reason":null}]')
+    role_end = b',"prompt_token_ids":' + dumps(prompt_ids) + b',"prompt_text":null' + CHUNK_END
     # vLLM 0.21+: the system_fingerprint on a choice's finishing chunk, or with include_usage on
     # the usage chunk alone (the true last message)
     fingerprint = system_fingerprint(sim.config)
-    last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + CHUNK_END
-                  if fingerprint is not None and not include_usage else CLOSE)
-
+    last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + KV_END
+                  if fingerprint is not None and not include_usage else CLOSE_KV)
+    weights = b',"weight_versions":null'        # a finishing choice's, after its token_ids
     def role_chunk(i: int) -> bytes:
-        end = frame.first_tail(i, prompt_tokens_details(pd, [by_index[i]], mm=mm)) if first_details else tail(0, i)
-        out = heads[i] + role_delta + end
-        if echoed:
+        usage = frame.usage(i, 0, prompt_tokens_details(pd, [by_index[i]], mm=mm) if first_details else None)
+        out = heads[i] + role_delta + usage + role_end
+        if echoed:               # vLLM's echo chunk sets neither token_ids nor kv_transfer_params
             out += (heads[i] + b',"delta":{"content":' + dumps(echoed) + b'},"logprobs":null,"finish_reason":null}]' +
-                    tail(0, i))
+                    frame.usage(i) + CHUNK_END)
         return out
 
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
@@ -366,30 +387,30 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
         piece = seq.pieces[k]
-        if k != lasts[i]:
+        last = k == lasts[i]
+        if not last:
             if plain and not seq.tool_calls:     # the common chunk: head + cached per-piece bytes
                 return heads[i] + (get_rest(piece) or render_rest(piece))
             fin = b',"finish_reason":null'
-            close = CLOSE
+            close = CLOSE_KV
         else:
             fin = finish_fields(req, seq)
             close = last_close
+        tid = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" if token_ids else b',"token_ids":null'
+        if last:
+            tid += weights
         span = seq.reasoning_span
         if span is not None and k < span[2]:
             if not (include_reasoning and span[0] <= k < span[1]):
                 if continuous:
                     frame.count(i)
-                if k == lasts[i]:             # the answer ends here: its finish still goes out
-                    return heads[i] + b',"delta":{},"logprobs":null' + fin + (b"}]" + tail(0, i) if continuous
-                                                                           else last_close)
+                if last:             # the answer ends here: its finish still goes out
+                    return heads[i] + b',"delta":{},"logprobs":null' + fin + tid + (b"}]" + tail(0, i) if continuous
+                                                                                 else last_close)
                 return b""                    # a marker, or reasoning not returned: no delta
             end = b"}]" + tail(1, i) if continuous else close
-            if token_ids:
-                end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
-            return heads[i] + b',"delta":{"reasoning":' + dumps(piece) + b'},"logprobs":null' + fin + end
-        end = b"}]" + tail(1, i) if continuous else close     # "}]" closes the choices
-        if token_ids:
-            end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + end
+            return heads[i] + b',"delta":{"reasoning":' + dumps(piece) + b'},"logprobs":null' + fin + tid + end
+        end = tid + (b"}]" + tail(1, i) if continuous else close)     # "}]" closes the choices
         if seq.tool_calls:
             cmap = call_maps.get(i)
             if cmap is None:
@@ -397,7 +418,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             c = cmap[k]
             tc = seq.tool_calls[c]
             if k == tc["start"]:
-                delta = {"tool_calls": [{"index": c, "id": tc["id"], "type": "function",
+                # DeltaToolCall's field order (generate/base/protocol.py): id, type, index, function
+                delta = {"tool_calls": [{"id": tc["id"], "type": "function", "index": c,
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
@@ -448,7 +470,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 frame.count(i, n)
             if last:                  # the answer ends here: its finish still goes out
                 return heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) + (
-                    b"}]" + tail(0, i) if continuous else last_close)
+                    token_ids_field(seq.ids[ra:rb] + seq.ids[ca:b] if token_ids else None) +
+                    weights + (b"}]" + tail(0, i) if continuous else last_close))
             return b""                # a marker, or reasoning not returned: no delta
         logprobs = b"null"
         if want_logprobs and ca < b and not calls:
@@ -460,9 +483,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 entries = [lp.with_listed(e, k, listed) for k, e in zip(range(ca, b), entries)]
             logprobs = dumps({"content": entries})
         fin = finish_fields(req, seq) if last else b',"finish_reason":null'
-        end = b"}]" + tail(n, i) if continuous else (last_close if last else CLOSE)     # "}]" closes the choices
-        if token_ids:
-            end = b',"token_ids":' + dumps(seq.ids[ra:rb] + seq.ids[ca:b]) + end
+        end = b"}]" + tail(n, i) if continuous else (last_close if last else CLOSE_KV)     # "}]" closes the choices
+        end = token_ids_field(seq.ids[ra:rb] + seq.ids[ca:b] if token_ids else None) + (weights if last else b"") + end
         return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":' + logprobs + fin + end
 
     def call_deltas(seq, a: int, b: int) -> list:
@@ -483,7 +505,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 args = []
                 fn = {"arguments": args}
                 if k == tc["start"]:
-                    out.append({"index": c, "id": tc["id"], "type": "function", "function": {"name": tc["name"], **fn}})
+                    out.append({"id": tc["id"], "type": "function", "index": c, "function": {"name": tc["name"], **fn}})
                 else:
                     out.append({"index": c, "function": fn})
             args.append(seq.pieces[k])
@@ -510,9 +532,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
 
     streamed = Streamed(len(seqs))           # tokens each choice sent, for an abort (end_aborted)
     sent = streamed.counts
-    # (token ids: the adapter adds the prompt's ids to the first chunk as it passes, with_prompt_token_ids)
     try:
-        for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=not token_ids):
+        for seq, k in sim.stream(seqs, flush=True, blocks=blocks, deadlines=True, first_in_schedule=True):
             cls = k.__class__
             if cls is int and k >= 0:
                 if not started[seq.index]:
@@ -556,8 +577,11 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             if not started[i]:               # (the request's first output: the role chunks first)
                 start_all()
             frame.rewind(i, seq.completion_tokens)      # a chunk rendered ahead and not sent: uncounted
-            put(heads[i] + b',"delta":{},"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
-                finish_fields(req, seq) + (b',"token_ids":[]' if token_ids else b"") +
+            # its delta: ChatStreamProcessor.step of no text after tokens, without a parser
+            # DeltaMessage(content=""); after none (or a parser's None) DeltaMessage()
+            delta = b'{"content":""}' if seq.completion_tokens and not parser and not seq.tool_calls else b"{}"
+            put(heads[i] + b',"delta":' + delta + b',"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
+                finish_fields(req, seq) + (b',"token_ids":[]' if token_ids else b',"token_ids":null') + weights +
                 (b'}]' + tail(0, i) if continuous else last_close))
             continue
         if lasts[i] >= 0:                    # its last token's chunk closed it
@@ -565,6 +589,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if not started[i] and seq.finish_reason != "cache_threshold":
             put(role_chunk(i))
         put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) +
+            (b',"token_ids":[]' if token_ids else b',"token_ids":null') + weights +
             (b'}]' + tail(0, i) if continuous else last_close))
     if include_usage:
         details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
@@ -573,23 +598,3 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     put(b"data: [DONE]\n\n")
     yield b"".join(out)
 
-
-def forwarded_prompt_ids(kv: dict | None, messages) -> list | None:
-    """vLLM 0.34's ``kv_transfer_params.prompt_token_ids``: a P/D proxy forwards the prefill's
-    prompt ids, and the decode leg uses them verbatim instead of rendering ``messages`` (whose
-    text then does not matter); ignored, as vLLM's ``drop_prompt_token_ids_with_media``, when a
-    message has non-text content.  Returns the ids, or None.  Raises InvalidParam naming the
-    field for anything but a list of non-negative integers."""
-    ids = (kv or {}).get("prompt_token_ids")
-    if ids is None:
-        return None
-    field = "kv_transfer_params.prompt_token_ids"
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
-        raise InvalidParam(f"{field}: must be a list of non-negative token ids", field)
-    for m in messages or ():
-        content = m.get("content") if isinstance(m, dict) else getattr(m, "content", None)
-        if isinstance(content, list) and any(
-                (part.get("type") if isinstance(part, dict) else getattr(part, "type", "text")) not in ("text", None)
-                for part in content):
-            return None
-    return list(ids)

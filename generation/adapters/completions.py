@@ -15,7 +15,7 @@ from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text
-from .base import (per_request_metrics, CHUNK_END, CLOSE, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
+from .base import (per_request_metrics, CLOSE_KV, KV_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, system_fingerprint, usage_details)
@@ -115,7 +115,7 @@ class CompletionsAdapter(Adapter):
         b = self.body
         echo = bool(b.echo)
         out = render_completion(self.sim.tokenizer, self.req, seqs, b.logprobs, echo, usage_details(self.sim),
-                                tokens_as_ids(self.sim, b))
+                                tokens_as_ids(self.sim, b), not b.return_token_ids)
         out["system_fingerprint"] = system_fingerprint(self.sim.config)
         # vLLM: with echo, prompt_logprobs defaults to logprobs (CompletionRequest.to_sampling_params)
         plp = b.prompt_logprobs if b.prompt_logprobs is not None or not echo else b.logprobs
@@ -189,8 +189,11 @@ def prompt_echo_ids(tokenizer, seq) -> list:
 
 
 def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt: bool,
-                      details: str | None = None, as_ids: bool = False) -> dict:
-    """The ``text_completion`` body; ``as_ids``: logprob tokens named ``token_id:N``."""
+                      details: str | None = None, as_ids: bool = False, echo_text: bool = True) -> dict:
+    """The ``text_completion`` body; ``as_ids``: logprob tokens named ``token_id:N``;
+    ``echo_text`` false: ``echo`` with ``return_token_ids`` echoes the prompt's tokens (their
+    logprobs) but not its text, as vLLM 0.34 sets ``prompt_text = ""`` then
+    (completion/serving.py ``request_output_to_completion_response``)."""
     choices = []
     listed = lp.listed_names(tokenizer, req.logprob_token_ids, as_ids)
     for s in seqs:
@@ -200,7 +203,8 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
         if echo_prompt:
             head = prompt_pieces(tokenizer, s)
             pieces = head + list(pieces)
-            text = "".join(head) + text
+            if echo_text:
+                text = "".join(head) + text
             if as_ids:
                 ids = prompt_echo_ids(tokenizer, s) + ids
         logprobs = lp.completion_logprobs(pieces, top, ids=ids, listed=listed) if top is not None else None
@@ -217,8 +221,16 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
                                kv_transfer_params=dict(REMOTE_DECODE_PARAMS) if req.remote_decode else None)
 
 
-# a plain token chunk after its head: ``,"text":<piece>,...}]}\n\n``
-_PLAIN_REST = PieceChunks(b',"text":', b',"logprobs":null,"finish_reason":null,"stop_reason":null' + CLOSE)
+# vLLM 0.34's completion chunks are dumped exclude_unset with every field of the choice set
+# (completion/serving.py completion_stream_generator, and its plain-delta template
+# _delta_frame_template): ``stop_reason``, ``prompt_token_ids``, ``token_ids`` and
+# ``weight_versions`` (null unless asked), and the chunk's ``kv_transfer_params`` (null: a
+# prefill cannot stream)
+_NOT_FINISHED = b',"finish_reason":null,"stop_reason":null'
+_NO_IDS = b',"prompt_token_ids":null,"token_ids":null,"weight_versions":null'
+
+# a plain token chunk after its head: ``,"text":<piece>,...}],"kv_transfer_params":null}\n\n``
+_PLAIN_REST = PieceChunks(b',"text":', b',"logprobs":null' + _NOT_FINISHED + _NO_IDS + CLOSE_KV)
 
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
@@ -227,36 +239,48 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     its ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing chunk
     with empty ``text``); with ``echo`` the prompt (and its logprobs) is prepended to the first
     token's chunk.  ``token_ids`` (vLLM's ``return_token_ids``): a choice's first chunk
-    carries its ``prompt_token_ids``, each token chunk its ``token_ids`` delta."""
+    carries its ``prompt_token_ids``, each token chunk its ``token_ids`` delta.  Every choice
+    carries ``stop_reason``, ``prompt_token_ids``, ``token_ids`` and ``weight_versions``, null
+    where there is nothing to say, and every token chunk ``kv_transfer_params`` (null) after
+    its running usage and the fingerprint, as vLLM 0.34 sets them."""
     frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     offsets = [0] * len(seqs)
     lasts = [len(s.pieces) - 1 for s in seqs]
-    pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else None
+    pids = {s.index: b',"prompt_token_ids":' + dumps(s.prompt.ids) for s in seqs} if token_ids else {}
     echoes = {}           # choice -> (prompt text, its logprobs or None): vLLM prepends them to token 0
     if echo_prompt:
         for s in seqs:
             head = prompt_pieces(sim.tokenizer, s)
-            text = "".join(head)
+            # vLLM 0.34 echoes no prompt text with return_token_ids (prompt_text = "")
+            text = "" if token_ids else "".join(head)
             d = None
             if top is not None and head:     # the prompt's logprobs, null for its first token (vLLM)
                 d = lp.completion_logprobs(head, top, ids=prompt_echo_ids(sim.tokenizer, s) if as_ids else None)
                 d["token_logprobs"][0] = d["top_logprobs"][0] = None
-                offsets[s.index] = len(text)
+                offsets[s.index] = sum(map(len, head))      # vLLM: the offsets follow the tokens
             echoes[s.index] = (text, d)
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
     plain = top is None and not token_ids and not continuous
     listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
-    not_finished = b',"finish_reason":null,"stop_reason":null'
+    not_finished = _NOT_FINISHED
+
+    def ids_fields(i: int, ids: list) -> bytes:
+        """``prompt_token_ids`` (choice ``i``'s first chunk with ``return_token_ids``), ``token_ids``
+        (``ids``; null without ``return_token_ids``), ``weight_versions``."""
+        if not token_ids:
+            return _NO_IDS
+        return (pids.pop(i, b',"prompt_token_ids":null') + b',"token_ids":' + dumps(ids) +
+                b',"weight_versions":null')
     # vLLM 0.21+: the system_fingerprint on a choice's finishing chunk, or with include_usage on
     # the usage chunk alone (the true last message)
     fingerprint = system_fingerprint(sim.config)
-    last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + CHUNK_END
-                  if fingerprint is not None and not include_usage else CLOSE)
+    last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + KV_END
+                  if fingerprint is not None and not include_usage else CLOSE_KV)
 
     def token_chunk(seq, k: int) -> bytes:
         i = seq.index
@@ -266,7 +290,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             if plain and echo is None:     # the common chunk: its bytes after the head are cached per piece
                 return heads[i] + (get_rest(piece) or render_rest(piece))
             fin = not_finished
-            close = CLOSE
+            close = CLOSE_KV
         else:
             fin = b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
             close = last_close
@@ -281,8 +305,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         else:
             logprobs = b"null"
         end = b"}]" + tail(1, i) if continuous else close     # "}]" closes the choices
-        if token_ids:
-            end = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" + pids.pop(i, b"") + end
+        end = ids_fields(i, seq.ids[k:k + 1]) + end
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
     def span_chunk(seq, a: int, b: int) -> bytes:
@@ -301,9 +324,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             logprobs = dumps(lp.completion_logprobs(pieces, top, start=a, offset=offsets[i],
                                                     ids=seq.ids[a:b] if as_ids else None, listed=listed))
             offsets[i] += len(text)
-        end = b"}]" + tail(b - a, i) if continuous else (last_close if last else CLOSE)   # "}]" closes the choices
-        if token_ids:
-            end = b',"token_ids":' + dumps(seq.ids[a:b]) + end
+        end = b"}]" + tail(b - a, i) if continuous else (last_close if last else CLOSE_KV)   # "}]" closes the choices
+        end = ids_fields(i, seq.ids[a:b]) + end
         fin = (b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
                if last else not_finished)
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
@@ -339,7 +361,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     for seq in seqs:
         if lasts[seq.index] >= 0 and seq.index not in cut:      # its last token's chunk closed it
             continue
-        extra = b',"token_ids":[]' + pids.pop(seq.index, b"") if token_ids else b""
+        extra = ids_fields(seq.index, [])
         text, d = echoes.pop(seq.index, ("", None))
         if d is None and top is not None and seq.index in cut:  # vLLM's logprobs of no new tokens
             d = lp.completion_logprobs([], top)

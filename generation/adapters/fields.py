@@ -471,3 +471,24 @@ def truncate_prompts(tokenizer, prompts, k: int | None, side: str | None, max_mo
             p.text = None
             if p.echo_ids is not None:
                 p.echo_ids, p.echo_pieces = list(p.ids), tokenizer.id_pieces(p.ids)
+
+
+def forwarded_prompt_ids(kv: dict | None, messages) -> list | None:
+    """vLLM 0.34's ``kv_transfer_params.prompt_token_ids``: a P/D proxy forwards the prefill's
+    prompt ids, and the decode leg uses them verbatim instead of rendering ``messages`` (whose
+    text then does not matter); ignored, as vLLM's ``drop_prompt_token_ids_with_media``, when a
+    message has non-text content.  Returns the ids, or None.  Raises InvalidParam naming the
+    field for anything but a list of non-negative integers."""
+    ids = (kv or {}).get("prompt_token_ids")
+    if ids is None:
+        return None
+    field = "kv_transfer_params.prompt_token_ids"
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        raise InvalidParam(f"{field}: must be a list of non-negative token ids", field)
+    for m in messages or ():
+        content = m.get("content") if isinstance(m, dict) else getattr(m, "content", None)
+        if isinstance(content, list) and any(
+                (part.get("type") if isinstance(part, dict) else getattr(part, "type", "text")) not in ("text", None)
+                for part in content):
+            return None
+    return list(ids)

@@ -149,12 +149,14 @@ class GenerateAdapter(Adapter):
         return out
 
     def stream(self, seqs):
-        force = self.sim.config.enable_force_include_usage
-        include_usage = stream_flags(self.body.stream_options, force)[0]
+        # vLLM 0.34's generate stream reads stream_options alone: should_include_usage(
+        # request.stream_options, False) (token_in_token_out/serving.py), whatever
+        # --enable-force-include-usage says
+        include_usage, continuous = stream_flags(self.body.stream_options)
         mode = self.body.output_mode or "tokens"
         if mode != "tokens":
             return stream_text(self.sim, self.req, seqs, include_usage, mode, self.body.sampling_params.logprobs,
-                               self._as_ids())
+                               self._as_ids(), continuous)
         return stream_generate(self.sim, self.req, seqs, include_usage, self.body.sampling_params.logprobs)
 
 
@@ -355,26 +357,45 @@ def text_choice(seq, mode: str, top: int | None, as_ids: bool) -> dict:
 
 
 def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: str, top: int | None,
-                as_ids: bool):
+                as_ids: bool, continuous: bool = False):
     """SSE body of the ``text`` and ``derender`` levels: per token a chunk whose choice has its
     ``token_ids`` delta and the ``text`` delta (``text``) or a chat ``delta`` (``derender``:
     ``role`` in a choice's first chunk, then ``content``), the last one of a choice with its
-    ``finish_reason`` and ``stop_reason``; each chunk says its ``output_mode``.  A choice with
-    no tokens gets one finishing chunk; then the optional usage chunk and ``data: [DONE]``."""
-    head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
-    tail = b'],"output_mode":"' + mode.encode() + b'"}\n\n'
+    ``finish_reason`` and ``stop_reason``.  A choice with no tokens gets one finishing chunk;
+    then the optional usage chunk and ``data: [DONE]``.
+
+    Laid out as vLLM 0.34 dumps its GenerateText/DerenderStreamResponse (every field but null
+    ``prompt_token_ids``, ``mm_placeholders`` and ``metrics``: ``model_dump_json(exclude=...)``,
+    token_in_token_out/serving.py ``serve_tokens_stream_generator``; protocol.py's field order):
+    ``request_id``, ``usage`` (null, or the choice's running usage with
+    ``continuous_usage_stats``, ``completion_tokens_details`` null), ``output_mode``, then
+    ``choices``, each with ``index``, ``finish_reason``, ``stop_reason``, ``token_ids``,
+    ``routed_experts``, ``sampling_mask``, ``weight_versions``, ``text`` or ``delta``,
+    ``logprobs``.  The usage chunk is dumped ``exclude_none``."""
+    head = b'data: {"request_id":' + dumps(req.request_id)
+    mid = b',"output_mode":"' + mode.encode() + b'","choices":['
+    tail = b']}\n\n'
     sent = [0] * len(seqs)          # tokens each choice has streamed (all of them: finished)
+    made = [0] * len(seqs)          # the running usage's completion tokens, by choice
 
     def chunk(seq, piece: str, ids: list, finish, stop_reason, logprobs) -> bytes:
         i = seq.index
-        choice = {"index": i, "finish_reason": finish, "stop_reason": stop_reason, "token_ids": ids}
+        choice = {"index": i, "finish_reason": finish, "stop_reason": stop_reason, "token_ids": ids,
+                  "routed_experts": None, "sampling_mask": None, "weight_versions": None}
         if mode == "text":
             choice["text"] = piece
         else:
-            choice["delta"] = {"content": piece} if sent[i] else {"role": "assistant", "content": piece}
-        if logprobs is not None:
-            choice["logprobs"] = logprobs
-        return head + dumps(choice) + tail
+            # ChatStreamProcessor.step: a finish without any output is DeltaMessage() (role alone)
+            choice["delta"] = ({"content": piece} if sent[i] else {"role": "assistant", "content": piece} if ids
+                               else {"role": "assistant"})
+        choice["logprobs"] = logprobs
+        usage = b"null"
+        if continuous:
+            made[i] += len(ids or ())
+            p = seq.prompt_len
+            usage = dumps({"prompt_tokens": p, "total_tokens": p + made[i], "completion_tokens": made[i],
+                           "completion_tokens_details": None})
+        return head + b',"usage":' + usage + mid + dumps(choice) + tail
 
     def token(seq, k) -> bytes:
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
@@ -391,10 +412,12 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
     cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
         if seq.index in cut or not sent[seq.index]:
+            if seq.index in cut:          # a chunk rendered ahead and not sent: uncounted
+                made[seq.index] = seq.completion_tokens
             out.append(chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                              seq.stop_reason, None))
     if include_usage:
         u = _stream_usage(sim, seqs)
-        out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"' + mode.encode() + b'"}\n\n')
+        out.append(head + b',"usage":' + dumps(u) + mid + tail)
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)

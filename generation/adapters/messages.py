@@ -8,9 +8,12 @@ image blocks -> ``image_url`` parts; ``tool_use`` blocks -> assistant ``tool_cal
 auto/required/named/none; ``stop_sequences`` -> the engine's stop strings (the matched one is
 the sequence's ``stop_reason``).  Tokenization, queueing, timing, metrics and P/D are the
 engine's, as for chat.  The answer is rendered in Anthropic's shapes: a ``message`` object, or
-the named SSE events ``message_start``, ``content_block_start``, ``ping``,
-``content_block_delta`` (``text_delta`` / ``input_json_delta``), ``content_block_stop``,
-``message_delta``, ``message_stop`` (no ``[DONE]``).  Errors use Anthropic's envelope.
+the named SSE events ``message_start``, ``content_block_start``, ``content_block_delta``
+(``text_delta`` / ``input_json_delta``), ``content_block_stop``, ``message_delta``,
+``message_stop`` (no ``[DONE]``, and no ``ping``: vLLM 0.34's converter sends none), each laid
+out as vLLM dumps its ``AnthropicStreamEvent`` (``exclude_unset``, the model's field order:
+``type``, ``message``, ``delta``, ``content_block``, ``index``, ``usage``;
+``anthropic/protocol.py``).  Errors use Anthropic's envelope.
 """
 from __future__ import annotations
 
@@ -263,8 +266,9 @@ def _usage(seq, output_tokens: int, block: int | None) -> dict:
         return {"input_tokens": seq.prompt_len, "output_tokens": output_tokens}
     cached = seq.cached_tokens
     created = created_cache_tokens(seq, block)
-    return {"input_tokens": max(0, seq.prompt_len - cached - created), "cache_creation_input_tokens": created,
-            "cache_read_input_tokens": cached, "output_tokens": output_tokens}
+    # AnthropicUsage's field order (anthropic/protocol.py): input, output, then the cache counters
+    return {"input_tokens": max(0, seq.prompt_len - cached - created), "output_tokens": output_tokens,
+            "cache_creation_input_tokens": created, "cache_read_input_tokens": cached}
 
 
 def _stop_reason(seq, stop_sequence) -> str | None:
@@ -309,11 +313,12 @@ def _frame(name: str, obj) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + dumps(obj) + b"\n\n"
 
 
-_PING = _frame("ping", {"type": "ping"})
-
-
 def _delta(index: int, delta: dict) -> bytes:
-    return _frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+    return _frame("content_block_delta", {"type": "content_block_delta", "delta": delta, "index": index})
+
+
+def _block_start(index: int, block: dict) -> bytes:
+    return _frame("content_block_start", {"type": "content_block_start", "content_block": block, "index": index})
 
 
 def stream_message(sim, req, seq, stop_sequence):
@@ -325,34 +330,33 @@ def stream_message(sim, req, seq, stop_sequence):
     usage, input tokens included (as vLLM and Anthropic send it; LangChain's ChatAnthropic reads
     usage only there; the cache counters as :func:`_usage`)."""
     cache_info = cache_block(sim)
-    start = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
-             "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0, cache_info)}
+    # AnthropicMessagesResponse's field order (anthropic/protocol.py): content before model
+    start = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "content": [],
+             "model": req.model, "stop_reason": None, "stop_sequence": None, "usage": _usage(seq, 0, cache_info)}
     yield _frame("message_start", {"type": "message_start", "message": start})
     calls = seq.tool_calls
     span = seq.reasoning_span
     base = 1 if span is not None else 0          # index of the first text / tool_use block
     c0 = span[2] if span is not None else 0
     text_block = not calls and len(seq.pieces) > c0
-    first = b""
     if span is not None:
-        first = _frame("content_block_start", {"type": "content_block_start", "index": 0,
-                                                "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+        # vLLM 0.34 sets the thinking block's type and (empty) thinking alone; the anthropic SDK's
+        # ThinkingBlock requires a signature (strict clients validate each event), so it stays
+        yield _block_start(0, {"type": "thinking", "thinking": "", "signature": ""})
     elif text_block:
-        first = _frame("content_block_start", {"type": "content_block_start", "index": 0,
-                                                "content_block": {"type": "text", "text": ""}})
-    yield first + _PING
+        yield _block_start(0, {"type": "text", "text": ""})
     opened = 0          # number of tool_use blocks started so far
     thinking_open = span is not None
-    text_head = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":' +
-                 str(base).encode() + b',"delta":{"type":"text_delta","text":')
+    text_head = b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"type":"text_delta","text":'
+    text_end = b'},"index":' + str(base).encode() + b'}\n\n'
+
 
     def close_thinking() -> bytes:
         text = reasoning_text(seq)
         out = (_delta(0, {"type": "signature_delta", "signature": signature(req.request_id, text)}) +
                _frame("content_block_stop", {"type": "content_block_stop", "index": 0}))
         if text_block:
-            out += _frame("content_block_start", {"type": "content_block_start", "index": base,
-                                                   "content_block": {"type": "text", "text": ""}})
+            out += _block_start(base, {"type": "text", "text": ""})
         return out
 
     def open_call(c: int):
@@ -360,9 +364,8 @@ def stream_message(sim, req, seq, stop_sequence):
         if c > 0:
             out += _frame("content_block_stop", {"type": "content_block_stop", "index": base + c - 1})
         tc = calls[c]
-        return out + _frame("content_block_start", {
-            "type": "content_block_start", "index": base + c,
-            "content_block": {"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"], "input": {}}})
+        return out + _block_start(base + c, {"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"],
+                                             "input": {}})
 
     call_of = seq.tool_call_of_piece() if calls else None
     pieces = seq.pieces
@@ -398,7 +401,7 @@ def stream_message(sim, req, seq, stop_sequence):
                 out += _delta(base + c, {"type": "input_json_delta", "partial_json": "".join(pieces[a:run])})
                 a = run
             return out
-        return out + text_head + dumps("".join(pieces[a:b])) + b"}}\n\n"
+        return out + text_head + dumps("".join(pieces[a:b])) + text_end
 
     pending = []
     streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)

@@ -38,9 +38,12 @@ class RenderCtx:
         self.response_id = f"resp_{req.request_id}"
 
     def event(self, type_: str, payload: dict) -> bytes:
-        """One named SSE event with the next ``sequence_number``."""
-        frame = (b"event: " + type_.encode() + b"\ndata: " +
-                 dumps({"type": type_, "sequence_number": self.n, **payload}) + b"\n\n")
+        """One named SSE event with the next ``sequence_number``, its fields in the order of the
+        openai SDK's event model that vLLM 0.34 dumps (``model_dump_json``, responses/
+        api_router.py l. 34-44): alphabetical (the SDK's models list their required fields so,
+        and an event's are all required)."""
+        fields = {"type": type_, "sequence_number": self.n, **payload}
+        frame = b"event: " + type_.encode() + b"\ndata: " + dumps(dict(sorted(fields.items()))) + b"\n\n"
         self.n += 1
         return frame
 
@@ -112,10 +115,22 @@ def _call_item(ctx: RenderCtx, tc: dict, status: str, arguments: str) -> dict:
 
 
 def _text_part(text: str, logprobs=...) -> dict:
-    part = {"type": "output_text", "text": text, "annotations": []}
+    """An ``output_text`` part in ResponseOutputText's field order (annotations, text, type,
+    logprobs); ``logprobs`` left out when not given (the specification's body without
+    ``include``)."""
+    part = {"annotations": [], "text": text, "type": "output_text"}
     if logprobs is not ...:
         part["logprobs"] = logprobs
     return part
+
+
+def _delta_logprobs(entries: list) -> list:
+    """A delta event's logprobs: vLLM 0.34's ``_to_stream_logprobs`` (streaming_events.py l. 876):
+    the openai SDK's ``response_text_delta_event.Logprob``, ``token``, ``logprob`` and
+    ``top_logprobs`` of ``token`` and ``logprob``, no ``bytes``."""
+    return [{"token": e["token"], "logprob": e["logprob"],
+             "top_logprobs": [{"token": t["token"], "logprob": t["logprob"]} for t in e["top_logprobs"]]}
+            for e in entries]
 
 
 def _reasoning_item(ctx: RenderCtx, text: str | None, status: str | None = None) -> dict:
@@ -168,9 +183,11 @@ def stream_response(sim, ctx: RenderCtx, seq):
         head += answer_head()
     else:
         ids = {"item_id": f"rs_{ctx.req.request_id}", "output_index": 0, "content_index": 0}
+        # vLLM 0.34 opens the reasoning's part with response.content_part.added (streaming_events.py
+        # emit_simple_reasoning_open l. 961-988)
         head += (ev("response.output_item.added", {"output_index": 0,
                                                    "item": _reasoning_item(ctx, None, "in_progress")}) +
-                 ev("response.reasoning_part.added", {**ids, "part": {"type": "reasoning_text", "text": ""}}))
+                 ev("response.content_part.added", {**ids, "part": {"text": "", "type": "reasoning_text"}}))
     yield head
     pending = []
     streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)
@@ -193,8 +210,9 @@ def stream_response(sim, ctx: RenderCtx, seq):
         ids = {"item_id": f"msg_{ctx.req.request_id}", "output_index": oi, "content_index": 0}
         text = content_text(seq)
         status = "incomplete" if _incomplete_reason(seq) else "completed"
-        # Placement of logprobs after the deltas follows the reference (api.md 7.4).
-        done_part = _text_part(text, None) if ctx.want_logprobs else _text_part(text)
+        # vLLM 0.34's done part carries the logprobs streamed, or null (emit_simple_content_done
+        # l. 915-923); the response object keeps the specification's part (no logprobs unless asked)
+        done_part = _text_part(text, _logprobs(ctx, seq) if ctx.want_logprobs else None)
         out += (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
                 ev("response.content_part.done", {**ids, "part": done_part}) +
                 ev("response.output_item.done", {"output_index": oi,
@@ -244,13 +262,13 @@ def _aborted_end(sim, ctx: RenderCtx, seq, calls, reasoning_done) -> bytes:
         else:
             ids = {"item_id": f"msg_{ctx.req.request_id}", "output_index": oi, "content_index": 0}
             text = content_text(seq)
-            done_part = _text_part(text, None) if ctx.want_logprobs else _text_part(text)
+            done_part = _text_part(text, _logprobs(ctx, seq) if ctx.want_logprobs else None)
             item = _message_item(ctx, "completed", [done_part])
             out += (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +
                     ev("response.content_part.done", {**ids, "part": done_part}) +
                     ev("response.output_item.done", {"output_index": oi, "item": item}))
-            if ctx.want_logprobs:
-                item = _message_item(ctx, "completed", [_text_part(text, _logprobs(ctx, seq))])
+            item = _message_item(ctx, "completed", [_text_part(text, _logprobs(ctx, seq)) if ctx.want_logprobs
+                                                    else _text_part(text)])
         output.append(item)
     final["output"] = output
     final["usage"] = _usage(seq, ctx.block)
@@ -278,31 +296,35 @@ def _token_events(ctx: RenderCtx, seq):
         tc = calls[0]
         lo, hi = max(tc["start"], c0), tc["end"]
         item_id = call_ids(tc["id"])[0]
-        head = (b'event: response.function_call_arguments.delta\ndata: {"type":'
-                b'"response.function_call_arguments.delta","sequence_number":')
-        mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"delta":'
-        tail = b"}\n\n"
+        # ResponseFunctionCallArgumentsDeltaEvent: delta, item_id, output_index, sequence_number, type
+        head = b'event: response.function_call_arguments.delta\ndata: {"delta":'
+        mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"sequence_number":'
+        tail = b',"type":"response.function_call_arguments.delta"}\n\n'
 
         def answer_head() -> bytes:
             return ev("response.output_item.added", {"output_index": oi, "item": _call_item(ctx, tc, "in_progress", "")})
     else:
         lo, hi = c0, len(pieces)
         msg_id = f"msg_{ctx.req.request_id}"
-        head = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-                b'"sequence_number":')
-        mid = b',"item_id":' + dumps(msg_id) + b',"output_index":' + str(oi).encode() + b',"content_index":0,"delta":'
-        tail = b',"logprobs":[]}\n\n'
+        # ResponseTextDeltaEvent: content_index, delta, item_id, logprobs, output_index,
+        # sequence_number, type
+        head = b'event: response.output_text.delta\ndata: {"content_index":0,"delta":'
+        mid = b',"item_id":' + dumps(msg_id) + b',"logprobs":'
+        seq_at = b',"output_index":' + str(oi).encode() + b',"sequence_number":'
+        tail = b',"type":"response.output_text.delta"}\n\n'
 
         def answer_head() -> bytes:
             ids = {"item_id": msg_id, "output_index": oi, "content_index": 0}
+            # vLLM's part opens with logprobs [] (emit_simple_content_open l. 866-871)
             return (ev("response.output_item.added", {"output_index": oi,
                                                        "item": _message_item(ctx, "in_progress", [])}) +
-                    ev("response.content_part.added", {**ids, "part": _text_part("", []) if want else _text_part("")}))
+                    ev("response.content_part.added", {**ids, "part": _text_part("", [])}))
     reasoning_open = span is not None
     rid = f"rs_{ctx.req.request_id}"
-    r_head = (b'event: response.reasoning_text.delta\ndata: {"type":"response.reasoning_text.delta",'
-              b'"sequence_number":')
-    r_mid = b',"item_id":' + dumps(rid) + b',"output_index":0,"content_index":0,"delta":'
+    # ResponseReasoningTextDeltaEvent: content_index, delta, item_id, output_index, sequence_number, type
+    r_head = b'event: response.reasoning_text.delta\ndata: {"content_index":0,"delta":'
+    r_mid = b',"item_id":' + dumps(rid) + b',"output_index":0,"sequence_number":'
+    r_tail = b',"type":"response.reasoning_text.delta"}\n\n'
 
     def reasoning_done(answer: bool = True) -> bytes:
         """The reasoning item's end, then the answer's item opening (not for ``answer=False``:
@@ -314,7 +336,7 @@ def _token_events(ctx: RenderCtx, seq):
         text = reasoning_text(seq)
         ids = {"item_id": rid, "output_index": 0, "content_index": 0}
         return (ev("response.reasoning_text.done", {**ids, "text": text}) +
-                ev("response.reasoning_part.done", {**ids, "part": {"type": "reasoning_text", "text": text}}) +
+                ev("response.content_part.done", {**ids, "part": {"text": text, "type": "reasoning_text"}}) +
                 ev("response.output_item.done", {"output_index": 0, "item": _reasoning_item(ctx, text, "completed")}) +
                 (answer_head() if answer else b""))
 
@@ -328,7 +350,7 @@ def _token_events(ctx: RenderCtx, seq):
         if reasoning_open:
             a, b = within(k, r0, r1)
             if a < b:
-                out = r_head + str(ctx.n).encode() + r_mid + dumps("".join(pieces[a:b])) + b"}\n\n"
+                out = r_head + dumps("".join(pieces[a:b])) + r_mid + str(ctx.n).encode() + r_tail
                 ctx.n += 1
             if token_span(k)[1] <= c0:
                 return out              # reasoning, or a marker: nothing more
@@ -338,10 +360,11 @@ def _token_events(ctx: RenderCtx, seq):
             return out
         n = str(ctx.n).encode()
         ctx.n += 1
-        if not want:
-            return out + head + n + mid + dumps("".join(pieces[a:b])) + tail
-        lps = dumps([lp.responses_entry(pieces[j], j - c0, top) for j in range(a, b)])
-        return out + head + n + mid + dumps("".join(pieces[a:b])) + b',"logprobs":' + lps + b"}\n\n"
+        if calls:
+            return out + head + dumps("".join(pieces[a:b])) + mid + n + tail
+        lps = (dumps(_delta_logprobs([lp.responses_entry(pieces[j], j - c0, top) for j in range(a, b)])) if want
+               else b"[]")
+        return out + head + dumps("".join(pieces[a:b])) + mid + lps + seq_at + n + tail
 
     def rewind(sent: int) -> None:
         """A stream the server aborted after ``sent`` tokens went out: undo the last render if it

@@ -64,14 +64,21 @@ def _check_stream(api: str, r, rid: str, n: int = 1):
         tokens = chunks[n:-n]
         assert all(ch["choices"][0]["finish_reason"] is None and "content" in ch["choices"][0]["delta"]
                    for ch in tokens)
+        # vLLM 0.34's abort output after tokens: ChatStreamProcessor.step("") without a parser is
+        # DeltaMessage(content="") (chat_completion/stream_processor.py); a finishing choice sets
+        # stop_reason, token_ids and weight_versions (chat_completion/serving.py)
+        # (DeltaMessage() for a choice cut before its first token)
+        made = {ch["choices"][0]["index"] for ch in tokens}
         assert sorted((ch["choices"] for ch in aborts), key=lambda cs: cs[0]["index"]) == [
-            [{"index": i, "delta": {}, "logprobs": None, "finish_reason": "abort", "stop_reason": None}]
+            [{"index": i, "delta": {"content": ""} if i in made else {}, "logprobs": None, "finish_reason": "abort",
+              "stop_reason": None, "token_ids": None, "weight_versions": None}]
             for i in range(n)]
     else:
         tokens = chunks[:-n]
         assert all(ch["choices"][0]["finish_reason"] is None for ch in tokens)
         assert sorted((ch["choices"] for ch in aborts), key=lambda cs: cs[0]["index"]) == [
-            [{"index": i, "text": "", "logprobs": None, "finish_reason": "abort", "stop_reason": None}]
+            [{"index": i, "text": "", "logprobs": None, "finish_reason": "abort", "stop_reason": None,
+              "prompt_token_ids": None, "token_ids": None, "weight_versions": None}]
             for i in range(n)]
     assert n <= len(tokens) < 900 * n
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == len(tokens)
@@ -169,8 +176,9 @@ def test_an_abort_before_the_first_token(app_client):
     events = sse_events(job.value.text)
     role, fin, usage, done = events
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    # no output before the abort: DeltaMessage() (stream_processor.py)
     assert fin["choices"] == [{"index": 0, "delta": {}, "logprobs": {"content": []}, "finish_reason": "abort",
-                               "stop_reason": None}]
+                               "stop_reason": None, "token_ids": None, "weight_versions": None}]
     assert usage["usage"]["completion_tokens"] == 0 and done == "[DONE]"
     job = gevent.spawn(c.post, "/v1/completions", json=_body("completions"), headers={"X-Request-Id": "early-c"})
     gevent.sleep(0.2)
@@ -216,10 +224,10 @@ def test_abort_requests_ends_a_messages_stream_with_a_null_stop_reason(app_clien
     assert r.status_code == 200
     events = _events(r.text)
     names = [n for n, _ in events]
-    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert names[:2] == ["message_start", "content_block_start"]       # no ping: vLLM 0.34 sends none
     deltas = [d for n, d in events if n == "content_block_delta"]
-    assert 1 <= len(deltas) < 900 and names[3:3 + len(deltas)] == ["content_block_delta"] * len(deltas)
-    assert names[3 + len(deltas):] == ["content_block_stop", "message_delta", "message_stop"]
+    assert 1 <= len(deltas) < 900 and names[2:2 + len(deltas)] == ["content_block_delta"] * len(deltas)
+    assert names[2 + len(deltas):] == ["content_block_stop", "message_delta", "message_stop"]
     md = events[-2][1]
     assert md["delta"] == {"stop_reason": None, "stop_sequence": None}
     assert md["usage"]["output_tokens"] == len(deltas)
@@ -272,8 +280,8 @@ def test_the_abort_chunk_carries_what_the_request_asked_for(app_client):
     job.join(5)
     *chunks, fin, use, done = sse_events(job.value.text)
     tokens = chunks[1:]
-    assert fin["choices"] == [{"index": 0, "delta": {}, "logprobs": {"content": []}, "finish_reason": "abort",
-                               "stop_reason": None, "token_ids": []}]
+    assert fin["choices"] == [{"index": 0, "delta": {"content": ""}, "logprobs": {"content": []},
+                               "finish_reason": "abort", "stop_reason": None, "token_ids": [], "weight_versions": None}]
     assert fin["usage"]["completion_tokens"] == len(tokens) == use["usage"]["completion_tokens"]
     assert all(len(ch["choices"][0]["token_ids"]) == 1 for ch in tokens)
     job = _start(c, "completions", "f-cmpl", logprobs=2, return_token_ids=True, **opts)

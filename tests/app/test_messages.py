@@ -241,7 +241,7 @@ def test_c30_stream_text_raw(api):
     md = evs[-2][1]
     assert md["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
     assert md["usage"]["output_tokens"] == 4
-    assert "ping" in [n for n, _ in events(r)]
+    assert "ping" not in [n for n, _ in events(r)]       # vLLM 0.34's converter sends none
 
 
 def test_stream_text_with_sdk(echo_api):

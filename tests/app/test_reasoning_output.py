@@ -310,8 +310,9 @@ def test_responses_input_items_normalised(qwen):
 def test_responses_stream_reasoning_events(qwen):
     events = named_events(respond(qwen, stream=True).text)
     names = [n for n, _ in events]
+    # vLLM 0.34 opens the reasoning's part with content_part.added (emit_simple_reasoning_open)
     assert names[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.reasoning_part.added"]
+                         "response.content_part.added"]
     assert names.count("response.reasoning_text.delta") == 8
     done = next(d for n, d in events if n == "response.reasoning_text.done")
     assert tokens(qwen, done["text"]) == 8

@@ -87,7 +87,9 @@ def test_responses_effort_streamed(qwen, effort, reasoning):
     events = response_stream(qwen, **({"reasoning": {"effort": effort}} if effort else {}))
     names = [n for n, _ in events]
     assert names.count("response.reasoning_text.delta") == reasoning
-    assert ("response.reasoning_part.added" in names) == bool(reasoning)
+    assert ("response.reasoning_text.delta" in names) == bool(reasoning)
+    parts = [d["part"]["type"] for n, d in events if n == "response.content_part.added"]
+    assert parts == ["reasoning_text", "output_text"] if reasoning else ["output_text"]
     assert names.count("response.output_text.delta") == 20 - reasoning - (2 if reasoning else 0)
     final = events[-1][1]["response"]
     assert names[-1] == "response.incomplete"                       # cut by max_output_tokens

@@ -194,16 +194,26 @@ def test_logprobs_stream_placement(echo_api):
         assert len(d["logprobs"]) == 1 and d["logprobs"][0]["token"] == d["delta"]
         streamed += d["logprobs"]
     assert by["response.output_text.done"][0]["logprobs"] == []
-    assert by["response.content_part.done"][0]["part"]["logprobs"] is None
-    assert by["response.output_item.done"][0]["item"]["content"][0]["logprobs"] is None
-    assert evs[-1][1]["response"]["output"][0]["content"][0]["logprobs"] == streamed
-    # without include: deltas carry the SDK-required empty list, parts carry none
+    # vLLM 0.34 (responses/streaming_events.py emit_simple_content_done l. 915-923): the done part
+    # carries the logprobs streamed; a delta's entries are response_text_delta_event.Logprob
+    # (token, logprob, top_logprobs of token and logprob: no bytes, _to_stream_logprobs l. 876)
+    whole = evs[-1][1]["response"]["output"][0]["content"][0]["logprobs"]
+    assert by["response.content_part.done"][0]["part"]["logprobs"] == whole
+    assert by["response.output_item.done"][0]["item"]["content"][0]["logprobs"] == whole
+    assert streamed == [{"token": e["token"], "logprob": e["logprob"],
+                         "top_logprobs": [{"token": t["token"], "logprob": t["logprob"]} for t in e["top_logprobs"]]}
+                        for e in whole]
+    assert all(list(e) == ["token", "logprob", "top_logprobs"] for e in streamed)
+    # without include: deltas carry the SDK-required empty list; vLLM's parts open with [] and
+    # close with null; the response object's part (the specification's) carries none
     evs = named_events(post(echo_api, {"model": "test-model", "input": U, "stream": True}).text)
     for n, d in evs:
         if n == "response.output_text.delta":
             assert d["logprobs"] == []
-        if n in ("response.content_part.added", "response.content_part.done"):
-            assert "logprobs" not in d["part"]
+        if n == "response.content_part.added":
+            assert d["part"] == {"annotations": [], "text": "", "type": "output_text", "logprobs": []}
+        if n == "response.content_part.done":
+            assert list(d["part"]) == ["annotations", "text", "type", "logprobs"] and d["part"]["logprobs"] is None
     assert "logprobs" not in evs[-1][1]["response"]["output"][0]["content"][0]
 
 

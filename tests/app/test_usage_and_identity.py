@@ -98,19 +98,23 @@ def test_step_mode_prefix_cache_gives_no_details_without_the_flag(app_client):
 
 def test_continuous_usage_first_chunk_carries_prompt_details(app_client):
     """vLLM 0.34: with continuous usage, the chat role chunk's usage already has
-    ``prompt_tokens_details`` (when the details are on); token chunks' running usage has none."""
+    ``prompt_tokens_details`` (when the details are on); token chunks' running usage has none.
+    Every chat running usage sets ``completion_tokens_details`` (null without a reasoning
+    parser; chat_completion/serving.py chat_completion_stream_generator_raw)."""
     body = {"model": "test-model", "messages": MSG, "max_tokens": 3, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     events = sse_events(app_client("--enable-prompt-tokens-details").post(CHAT, json=body).text)
     p = events[0]["usage"]["prompt_tokens"]
     assert events[0]["usage"] == {"prompt_tokens": p, "total_tokens": p, "completion_tokens": 0,
                                   "prompt_tokens_details": {"cached_tokens": 0, "created_cache_tokens": 0,
-                                                            "multimodal_tokens": None}}
-    assert [e["usage"] for e in events[1:4]] == [{"prompt_tokens": p, "total_tokens": p + k, "completion_tokens": k}
-                                                 for k in (1, 2, 3)]
+                                                            "multimodal_tokens": None},
+                                  "completion_tokens_details": None}
+    assert [e["usage"] for e in events[1:4]] == [{"prompt_tokens": p, "total_tokens": p + k, "completion_tokens": k,
+                                                  "completion_tokens_details": None} for k in (1, 2, 3)]
     assert events[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0, "created_cache_tokens": 0}
     events = sse_events(app_client().post(CHAT, json=body).text)
-    assert events[0]["usage"] == {"prompt_tokens": p, "total_tokens": p, "completion_tokens": 0}
+    assert events[0]["usage"] == {"prompt_tokens": p, "total_tokens": p, "completion_tokens": 0,
+                                  "completion_tokens_details": None}
 
 
 @pytest.mark.parametrize("path,body", [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})])

@@ -40,9 +40,13 @@ def test_aborted_requests_end_as_vllm_ends_them(server_mode):
         *chunks, fin, use, done = sse_events(r.text)
         tokens = chunks[1:] if rid == "chat-s" else chunks              # chat: the role chunk first
         assert 1 <= len(tokens) < 2000 and all(ch["choices"][0]["finish_reason"] is None for ch in tokens)
-        want = ({"index": 0, "delta": {}, "logprobs": None, "finish_reason": "abort", "stop_reason": None}
+        # vLLM 0.34: after tokens the chat abort delta is {"content": ""} (stream_processor.py l. 92);
+        # a finishing choice sets token_ids and weight_versions too (completions: and prompt_token_ids)
+        want = ({"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": "abort", "stop_reason": None,
+                 "token_ids": None, "weight_versions": None}
                 if rid == "chat-s" else
-                {"index": 0, "text": "", "logprobs": None, "finish_reason": "abort", "stop_reason": None})
+                {"index": 0, "text": "", "logprobs": None, "finish_reason": "abort", "stop_reason": None,
+                 "prompt_token_ids": None, "token_ids": None, "weight_versions": None})
         assert fin["choices"] == [want]
         assert use["choices"] == [] and use["usage"]["completion_tokens"] == len(tokens)
     d = out["chat-n"].json()

@@ -3,6 +3,8 @@ table, stop cuts and sequence states, limit checks, the Anthropic and Responses 
 to chat, usage sums and chunk frames."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from blueprints.errors import STATUS, status_of
@@ -155,5 +157,16 @@ def test_chunk_frame_continuous_usage():
     seqs = [Sequence(req, 0, 0, Prompt([1, 2, 3]))]
     frame = base.ChunkFrame("cmpl-r", "text_completion", "m", seqs, continuous=True)
     assert frame.heads[0].endswith(b'"model":"m","choices":[{"index":0')
-    assert frame.tail(1) == b',"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}}\n\n'
-    assert base.ChunkFrame("c", "o", "m", seqs, continuous=False).tail(1) == base.CHUNK_END
+    # vLLM 0.34 sets every token chunk's kv_transfer_params (null): completion/serving.py
+    assert frame.tail(1) == (b',"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1},'
+                             b'"kv_transfer_params":null}\n\n')
+    assert base.ChunkFrame("c", "o", "m", seqs, continuous=False).tail(1) == base.KV_END
+    # chat's running usage sets completion_tokens_details: null, or the reasoning tokens so far
+    chat = base.ChunkFrame("chatcmpl-r", "chat.completion.chunk", "m", seqs, continuous=True, chat=True)
+    assert chat.usage(0, 2) == (b',"usage":{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2,'
+                                b'"completion_tokens_details":null}')
+    seqs[0].reasoning_span = (1, 4, 5)
+    chat = base.ChunkFrame("chatcmpl-r", "chat.completion.chunk", "m", seqs, continuous=True, chat=True,
+                           spans=[seqs[0].reasoning_span])
+    running = [json.loads(chat.usage(0, 1)[len(b',"usage":'):])["completion_tokens_details"] for _ in range(6)]
+    assert running == [{"reasoning_tokens": n} for n in (0, 1, 2, 3, 3, 3)]     # tokens 1..3 between the markers
