@@ -243,7 +243,11 @@ class HubEmitter:
     def _render_due(self):
         """The schedule's due bytes, or the ``_ERROR`` marker once a renderer bug is handed back."""
         try:
-            return self.schedule.due(monotonic())
+            schedule, ahead = self.schedule, self.last
+            data = schedule.due(monotonic(), ahead)
+            if ahead is not None and schedule.next > ahead[0]:     # (a late tick caught up to the last token)
+                self.last = None
+            return data
         except BaseException as e:     # noqa: BLE001 - a renderer bug: handed to the greenlet
             self._hand_back(("error", e))
             return _ERROR

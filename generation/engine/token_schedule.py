@@ -66,11 +66,13 @@ class TokenSchedule:
     def deadline(self, k: int) -> float:
         return self.first + (k - self.start) * self.itl
 
-    def due(self, now: float):
+    def due(self, now: float, ahead: tuple | None = None):
         """The chunks of every token due at ``now`` (monotonic seconds) as one ``bytes``, with
         their emission lag and inter-token latency observed as the engine does per token; None
         when none is due yet, or when the schedule was cut short (``next == stop``).  In step
-        mode, the tokens the engine has emitted (their inter-token latencies are the engine's)."""
+        mode, the tokens the engine has emitted (their inter-token latencies are the engine's).
+        ``ahead``: ``(k, chunk)``, the last token's chunk already rendered (the hub renders it in
+        an idle turn), used instead of rendering it again when ``k`` is this schedule's last."""
         if self.engine is not None:
             return self._emitted(now)
         if self.latency.config.__dict__ is not self.config_values and self._latencies_changed():
@@ -83,7 +85,7 @@ class TokenSchedule:
         render = self.render
         out = []
         while k < stop and first + (k - start) * itl <= now:
-            out.append(render(k))
+            out.append(ahead[1] if ahead is not None and k == ahead[0] == stop - 1 else render(k))
             k += 1
         self.next = k
         for j in range(k0, k):        # recorded once every chunk rendered: none for a failed render
