@@ -72,13 +72,10 @@ def json_body_bytes(environ: dict | None = None, limit: int | None = None) -> by
 
 
 def unparsable(raw: bytes, e: orjson.JSONDecodeError) -> RequestInvalid:
-    """The 400 for a body orjson refused (:func:`loads_body`).  vLLM's FastAPI reads the bytes
-    with ``json.loads``: where that refuses them too (``JSONDecodeError``), FastAPI's
-    ``json_invalid`` error with Python's words and position (``Expecting value``, 0), as a client
-    of vLLM sees them; they are worked out here, on the error path only.  What ``json.loads``
-    reads and orjson does not (``NaN``, ``1e400``, a lone surrogate, more than 1024 levels), or
-    refuses otherwise (bytes that are not UTF-8, a 5,000-digit integer, a ``RecursionError``),
-    keeps the simulator's own message with orjson's reason."""
+    """The 400 for a body orjson refused (:func:`loads_body`): where vLLM's ``json.loads`` refuses
+    it too, FastAPI's ``json_invalid`` with Python's words and position (worked out on this error
+    path only); what only orjson refuses (``NaN``, ``1e400``, a lone surrogate, 1024 levels), or
+    ``json.loads`` otherwise (not UTF-8, a 5,000-digit integer), the simulator's own message."""
     try:
         json.loads(raw)
     except json.JSONDecodeError as d:
