@@ -17,6 +17,7 @@ from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
+from generation.adapters.validation import body_json_invalid, body_missing, body_not_an_object
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
@@ -29,13 +30,17 @@ def simulator() -> Simulator:
     return current_app.extensions["simulator"]
 
 
-def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: bytes | None = None) -> dict:
+def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: bytes | None = None,
+                    members: int = 1) -> dict:
     """The request body as a JSON object.
 
     The Content-Type must be ``application/json`` (parameters such as ``charset`` allowed), as
     vLLM's ``validate_json_request`` requires on its JSON routes: a JSON API must not act on a
     ``text/plain`` form post that a browser sends without a CORS preflight.  Raises
-    UnsupportedMediaType, or InvalidParam naming the problem with the body.
+    UnsupportedMediaType, or RequestInvalid with vLLM 0.34's answer for a route whose body is a
+    request model: an empty body, a body that is not JSON, or a JSON value other than an object
+    (:func:`generation.adapters.validation.body_missing`, ``body_json_invalid``,
+    ``body_not_an_object``; ``members``: how many models the route's body type is a union of).
 
     ``environ`` and ``limit`` (the app's ``MAX_CONTENT_LENGTH``) given, a body with a
     Content-Length within the limit is read from the WSGI input directly (werkzeug's
@@ -43,21 +48,41 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
     ``raw``: the body, already read by the caller that checked its Content-Type
     (:class:`server.wsgi_layers.FrontDoor`)."""
     if raw is None:
-        if environ is None:
-            environ = request.environ
-        ctype = environ.get("CONTENT_TYPE", "")
-        if ctype.split(";", 1)[0].lower() != JSON_MIME:       # as vLLM's check: nothing stripped
-            raise UnsupportedMediaType()
-        raw = _read_body(environ, limit)
+        raw = json_body_bytes(environ, limit)
     if not raw:
-        raise RequestInvalid("Request body is empty; expected a JSON object.")
+        raise body_missing()
     try:
         body = loads_body(raw)
     except orjson.JSONDecodeError as e:
-        raise RequestInvalid(f"Failed to parse the request body as JSON: {e}") from None
+        raise unparsable(raw, e) from None
     if not isinstance(body, dict):
-        raise RequestInvalid("Request body must be a JSON object.")
+        raise body_not_an_object(body, members)
     return body
+
+
+def json_body_bytes(environ: dict | None = None, limit: int | None = None) -> bytes:
+    """The body of a request whose Content-Type vLLM's ``validate_json_request`` accepts (else
+    UnsupportedMediaType), for a route that reads it itself (:func:`parse_json_body`)."""
+    if environ is None:
+        environ = request.environ
+    ctype = environ.get("CONTENT_TYPE", "")
+    if ctype.split(";", 1)[0].lower() != JSON_MIME:       # as vLLM's check: nothing stripped
+        raise UnsupportedMediaType()
+    return _read_body(environ, limit)
+
+
+def unparsable(raw: bytes, e: orjson.JSONDecodeError) -> RequestInvalid:
+    """The 400 for a body orjson refused (:func:`loads_body`): where vLLM's ``json.loads`` refuses
+    it too, FastAPI's ``json_invalid`` with Python's words and position (worked out on this error
+    path only); what only orjson refuses (``NaN``, ``1e400``, a lone surrogate, 1024 levels), or
+    ``json.loads`` otherwise (not UTF-8, a 5,000-digit integer), the simulator's own message."""
+    try:
+        json.loads(raw)
+    except json.JSONDecodeError as d:
+        return body_json_invalid(d.msg, d.pos)
+    except (ValueError, RecursionError):
+        pass
+    return RequestInvalid(f"Failed to parse the request body as JSON: {e}")
 
 
 def loads_body(raw: bytes):

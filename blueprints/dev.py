@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import orjson
@@ -31,7 +32,7 @@ from schemas.completions import completion_request_schema
 
 from generation import SIMULATOR_VERSION, vllm_version
 
-from .common import json_response, parse_json_body, simulator
+from .common import json_body_bytes, json_response, loads_body, simulator, unparsable
 from .errors import error_response
 from .health import query_bool
 from .serving import generation_view
@@ -93,7 +94,22 @@ def kv_event_sources():
 @bp.post("/invocations")
 def invocations():
     environ = request.environ
-    body = parse_json_body(environ, request.max_content_length)
+    raw = json_body_bytes(environ, request.max_content_length)
+    try:
+        body = loads_body(raw)
+    except orjson.JSONDecodeError as e:
+        # vLLM's route reads the body itself (sagemaker/api_router.py ``invocations``): a body
+        # json.loads refuses is its HTTPException(400, f"JSON decode error: {e}"), an empty one
+        # included; what only orjson refuses keeps the simulator's message (blueprints.common)
+        try:
+            json.loads(raw)
+        except json.JSONDecodeError as d:
+            raise APIError(f"JSON decode error: {d}", 400, None, "Bad Request") from None
+        except (ValueError, RecursionError):
+            pass
+        raise unparsable(raw, e) from None
+    if not isinstance(body, dict):           # no request model validates it: the no-handler 400
+        return error_response(NO_HANDLER)
     raw = orjson.dumps(body)
     environ["wsgi.input"] = io.BytesIO(raw)                  # the handler reads the body again
     environ["CONTENT_LENGTH"] = str(len(raw))
@@ -104,5 +120,8 @@ def invocations():
     if "input" in body:
         from .embeddings import create_embeddings
         return create_embeddings()
-    return error_response(APIError("Cannot find suitable handler for request. Expected one of: chat completions "
-                                   "(messages), completions (prompt), embeddings (input).", 400))
+    return error_response(NO_HANDLER)
+
+
+NO_HANDLER = APIError("Cannot find suitable handler for request. Expected one of: chat completions (messages), "
+                      "completions (prompt), embeddings (input).", 400)

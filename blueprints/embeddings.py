@@ -110,7 +110,7 @@ def create_embeddings():
     cfg = sim.config
     if cfg.mm_encoder_only:   # the reference does not register the route in this mode
         raise NotFound()
-    raw = parse_json_body()
+    raw = parse_json_body(members=5)     # EmbeddingRequest: a union of 5 models (pooling/embed/protocol.py:190)
     data = load(embedding_request_schema, raw)
     from generation.adapters.pooling import check_request
     check_request(sim, data)

@@ -95,7 +95,7 @@ def create_pooling():
     sim = simulator()
     cfg = sim.config
     kind = cfg.pooling_kind
-    data = load(pooling_request_schema, parse_json_body())
+    data = load(pooling_request_schema, parse_json_body(members=3))    # PoolingRequest (pooling/protocol.py:96)
     pa.check_request(sim, data)
     tasks = pa.supported_tasks(kind)
     task = data.get("task") or tasks[0]
@@ -128,7 +128,7 @@ def create_classify():
     """vLLM's ``/classify``: per input ``{"index", "label", "probs", "num_classes"}``."""
     sim = simulator()
     cfg = sim.config
-    data = load(classify_request_schema, parse_json_body())
+    data = load(classify_request_schema, parse_json_body(members=2))  # ClassificationRequest (classify/protocol.py:52)
     pa.check_request(sim, data)
     display, lora = sim.resolve_model(data.get("model"))
     pa.check_priority(sim, data)
@@ -175,7 +175,8 @@ def _scored(data: dict, rerank: bool):
 @score_bp.post("/v1/score")
 def create_score():
     """vLLM's ``/score``: one ``{"index", "object": "score", "score"}`` per pair (1:1, 1:N, N:N)."""
-    rid, display, _, scores, tokens = _scored(load(score_request_schema, parse_json_body()), False)
+    body = parse_json_body(members=4)       # ScoreRequest: a union of 4 (scoring/protocol.py:130)
+    rid, display, _, scores, tokens = _scored(load(score_request_schema, body), False)
     out = [{"index": k, "object": "score", "score": s} for k, s in enumerate(scores)]
     return _reply(pa.listing("score", rid, display, out, tokens), rid)
 

@@ -500,7 +500,7 @@ def tokenizer_info():
 @bp.post("/tokenize")
 def tokenize():
     sim = simulator()
-    raw = parse_json_body()
+    raw = parse_json_body(members=2)        # TokenizeRequest: a union of 2 (serve/tokenize/protocol.py:183)
     body = load(tokenize_schema, raw)
     prompt = body.prompt
     messages = body.messages

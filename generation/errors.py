@@ -123,11 +123,21 @@ class QueueFullError(SimulatorError):
         super().__init__("Failed to enqueue request, waiting requests queue is full")
 
 
+# vLLM 0.34's ``validate_json_request`` (``serve/utils/api_utils.py:310``) raises
+# ``RequestValidationError(errors=[UNSUPPORTED_MEDIA])``; its validation handler
+# (``serve/exception_handling/handlers/validation.py`` ``validation_exception_handler``) counts and
+# indents the errors, and a str error has no ``loc``: ``param`` null, ``type`` "Bad Request".
+UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
+UNSUPPORTED_MEDIA_MESSAGE = f"1 validation error:\n  {UNSUPPORTED_MEDIA}"
+
+
 class UnsupportedMediaType(SimulatorError):
-    """A JSON route was sent a body whose Content-Type is not ``application/json``."""
+    """A JSON route was sent a body whose Content-Type is not ``application/json``: vLLM's
+    validation handler's 400 (:data:`UNSUPPORTED_MEDIA_MESSAGE`)."""
+    type = "Bad Request"
 
     def __init__(self):
-        super().__init__("Unsupported Media Type: Only 'application/json' is allowed")
+        super().__init__(UNSUPPORTED_MEDIA_MESSAGE)
 
 
 class InjectedError(SimulatorError):

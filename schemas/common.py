@@ -15,9 +15,9 @@ from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_
 
 from generation.adapters import protocol as p
 from generation.adapters.fields import check_cache_salt, check_logprob_number
-from generation.adapters.validation import (Errors, Mismatch, literal_mismatch, read_bool, read_dict, read_float, read_int, read_list,
-                                            read_str)
-from generation.errors import Rejected, RequestInvalid
+from generation.adapters.validation import (Errors, Mismatch, body_not_an_object, literal_mismatch, read_bool, read_dict,
+                                            read_float, read_int, read_list, read_str)
+from generation.errors import Rejected
 
 from . import field_order as order
 from .refusal import Refused, _refusal, mm_payload_alias, refuse, required_refusal
@@ -486,7 +486,7 @@ def load(schema: Schema, body):
     ``param`` is that path (the simulator's words: type "BadRequestError"), or RequestInvalid
     for a body that is not an object (vLLM's validation handler: "Bad Request")."""
     if not isinstance(body, dict):
-        raise RequestInvalid("Request body must be a JSON object.")
+        raise body_not_an_object(body)
     out = _fast_load(schema, body)
     if out is not None:
         return out
@@ -511,6 +511,6 @@ def salted_body(body) -> Errors:
     ``validate_cache_salt``, whose own 400 names it.  Returns the :class:`Errors` to collect the
     fields' errors in (pydantic's, raised by the caller with ``validation_errors``)."""
     if not isinstance(body, dict):
-        raise RequestInvalid("Request body must be a JSON object.")
+        raise body_not_an_object(body)
     check_cache_salt(body.get("cache_salt"))
     return Errors()

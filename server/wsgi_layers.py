@@ -13,6 +13,7 @@ import time
 from time import monotonic, perf_counter
 
 from blueprints.streaming import KERNEL_ARRIVAL_KEY
+from generation.errors import UNSUPPORTED_MEDIA_MESSAGE
 
 from .http_metrics import GONE, ObservedStream, content_length
 
@@ -299,7 +300,6 @@ class _Counted:
 
 
 CORS_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"     # Starlette's ALL_METHODS
-UNSUPPORTED_MEDIA = "Unsupported Media Type: Only 'application/json' is allowed"
 # probes: change nothing, take anything (vLLM's is_scaling_elastic_ep reads no body: no JSON check)
 NO_BODY_POSTS = frozenset({"/ping", "/is_scaling_elastic_ep"})
 # vLLM's upload routes (FastAPI ``Form``): multipart bodies, from a command line or a same-origin page
@@ -381,7 +381,7 @@ class RequestGuard:
             if not ok and environ.get("PATH_INFO") in ANY_TYPE_POSTS and not _cross_origin(environ):
                 ok = True
             if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS and self._routed(environ):
-                return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA)
+                return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA_MESSAGE, "Bad Request")
             if (not ctype and environ.get("PATH_INFO") not in NO_BODY_POSTS and _cross_origin(environ)
                     and self._routed(environ)):
                 return self._error(environ, start_response, 400, CROSS_SITE)

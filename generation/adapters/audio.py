@@ -49,11 +49,11 @@ from generation.content import audio as au
 from generation.content import logprobs as lp
 from generation.engine.request import GenerationRequest, Prompt
 from generation.engine.stream_interval import token_span
-from ..errors import APIError, InvalidParam, Rejected, RequestInvalid
+from ..errors import APIError, InvalidParam, Rejected
 from .base import Adapter, check_limits, dumps, tokenize_texts
 from .token_stream import Streamed, end_aborted, rendered_choices
 from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
-from .validation import Mismatch, literal_error, pydantic_error, read_bool, read_int
+from .validation import Mismatch, body_not_an_object, literal_error, pydantic_error, read_bool, read_int
 
 # Whisper's languages (vLLM's ISO639_1_SUPPORTED_LANGS, whisper_utils.py) and the other codes
 # of the Whisper language map (transformers' LANGUAGES): accepted with a warning in vLLM
@@ -427,7 +427,7 @@ class SpeechRequest:
         format other than ``pcm`` / ``wav`` or with a speed other than 1 (the reference's
         messages)."""
         if not isinstance(body, dict):
-            raise RequestInvalid("Request body must be a JSON object.")
+            raise body_not_an_object(body)
         for name, kind in SPEECH_FIELDS.items():
             v = body.get(name)
             if v is not None and (not isinstance(v, kind) or (kind is not bool and isinstance(v, bool))):

@@ -62,14 +62,56 @@ def validation_errors(errors: list, where: str = "body", total: int | None = Non
     label = "error" if count == 1 else "errors"
     lines = []
     for loc, value, kind, msg, *ctx in errors[:MAX_REPORTED_ERRORS]:
-        error = {"type": kind, "loc": clean_loc(f"{where}.{loc}"), "msg": msg, "input": error_input(value)}
+        error = {"type": kind, "loc": clean_loc(_below(where, loc)), "msg": msg, "input": error_input(value)}
         if ctx:
             error["ctx"] = ctx[0]
         text = str(error)
         lines.append(f"  {text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + '...[truncated]'}")
     if count > MAX_REPORTED_ERRORS:
         lines.append(f"  ...and {count - MAX_REPORTED_ERRORS} more {label}")
-    return RequestInvalid(f"{count} validation {label}:\n" + "\n".join(lines), clean_loc(f"{where}.{errors[0][0]}"))
+    return RequestInvalid(f"{count} validation {label}:\n" + "\n".join(lines), clean_loc(_below(where, errors[0][0])))
+
+
+def _below(where: str, loc: str) -> str:
+    """``loc`` below ``where``; an empty ``loc`` is ``where`` itself (FastAPI's ``("body",)``: the
+    body as a whole)."""
+    return f"{where}.{loc}" if loc != "" else where
+
+
+# ---- the body as a whole -----------------------------------------------------------------------
+# What vLLM 0.34 answers on a route whose body is a request model (``request: ChatCompletionRequest``)
+# when the body itself is wrong; FastAPI (with the strict Content-Type check vLLM 0.34 runs on:
+# ``scale_out/token_in_token_out/api_router.py:94``) raises each as a RequestValidationError, which
+# the validation handler formats as for a field.
+
+NOT_AN_OBJECT = ("model_attributes_type", "Input should be a valid dictionary or object to extract fields from")
+
+
+def body_missing() -> RequestInvalid:
+    """An empty body: FastAPI leaves it ``Undefined`` (``fastapi/routing.py``
+    ``get_request_handler``: ``if body_bytes:``), and the required body field is
+    ``get_missing_field_error(("body",))`` (``dependencies/utils.py``
+    ``_validate_value_with_model_field``), its ``input`` set to None."""
+    return validation_errors([("", None, "missing", "Field required")])
+
+
+def body_json_invalid(msg: str, pos: int) -> RequestInvalid:
+    """A body ``json.loads`` refuses (FastAPI reads a JSON body with ``request.json()``):
+    ``fastapi/routing.py`` ``get_request_handler``'s ``except json.JSONDecodeError``, the error
+    ``{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error", "input": {},
+    "ctx": {"error": e.msg}}``; ``param`` ``body.<pos>``."""
+    return validation_errors([(str(pos), {}, "json_invalid", "JSON decode error", {"error": msg})])
+
+
+def body_not_an_object(value, members: int = 1) -> RequestInvalid:
+    """A JSON body that is not an object (``[1]``, ``"x"``, ``3``, ``null``): pydantic validates
+    it against the route's model (``TypeAdapter.validate_python(value, from_attributes=True)``,
+    FastAPI's ``ModelField.validate``), after the model's before-validators, which vLLM's request
+    models all guard with ``if not isinstance(data, dict): return data``: ``model_attributes_type``
+    at ``body``.  ``members``: the models of a union body (``EmbeddingRequest``'s 5), one error
+    each, their union tags (``function-wrap[__log_extra_fields__()]``, OpenAIBaseModel's wrap
+    validator) dropped from the loc by the handler."""
+    return validation_errors([("", value, *NOT_AN_OBJECT)] * members)
 
 
 class Errors:

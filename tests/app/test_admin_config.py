@@ -56,7 +56,8 @@ def test_admin_needs_a_json_content_type(admin_client):
     r = admin_client.post("/admin/config", content=b'{"failure-injection-rate": 100}',
                           headers={"Content-Type": "text/plain"})
     assert r.status_code == 400            # vLLM's validate_json_request answers 400 (blueprints/errors.py)
-    assert "Unsupported Media Type" in r.json()["error"]["message"]
+    assert r.json()["error"] == {"message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' "
+                                            "is allowed", "type": "Bad Request", "param": None, "code": 400}
     assert admin_client.sim.config.failure_injection_rate == 0
 
 

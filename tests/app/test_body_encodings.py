@@ -40,20 +40,32 @@ def test_abort_requests_reads_the_same_encodings(api):
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("raw", [
-    '{"prompt": "\\ud800", "model": "test-model"}'.encode("utf-16"),          # a lone surrogate, escaped
-    "{\"prompt\": \"a\"}".encode("utf-16")[:-1],                                # truncated UTF-16
-    b"\xff\xfe\x00\xd8x\x00",                                                    # a lone surrogate, raw
-    '{"model": "test-model", "prompt": "a", "temperature": NaN}'.encode("utf-16"),
-    b"\xef\xbb\xbf",                                                             # a BOM and nothing else
-    b"\xef\xbb\xbf{\"model\": ",
+@pytest.mark.parametrize("raw,json_error", [
+    # what json.loads reads (or refuses other than with a JSONDecodeError) and orjson refuses:
+    # the simulator's own message
+    ('{"prompt": "\\ud800", "model": "test-model"}'.encode("utf-16"), None),    # a lone surrogate, escaped
+    ("{\"prompt\": \"a\"}".encode("utf-16")[:-1], None),                          # truncated UTF-16
+    ('{"model": "test-model", "prompt": "a", "temperature": NaN}'.encode("utf-16"), None),
+    # what json.loads refuses too: FastAPI's json_invalid with its message and position (in the
+    # decoded text: json.loads decodes UTF-16 with "surrogatepass" and drops a UTF-8 BOM)
+    (b"\xff\xfe\x00\xd8x\x00", ("Expecting value", 0)),                          # a lone surrogate, raw
+    (b"\xef\xbb\xbf", ("Expecting value", 0)),                                     # a BOM and nothing else
+    (b"\xef\xbb\xbf{\"model\": ", ("Expecting value", 10)),
 ])
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/messages"])
-def test_a_bad_body_in_another_encoding_is_a_400_json(api, raw, path):
+def test_a_bad_body_in_another_encoding_is_a_400_json(api, raw, json_error, path):
     r = api.post(path, content=raw, headers=JSON)
     assert r.status_code == 400, r.text
+    if json_error is None:
+        message = r.json()["error"]["message"]
+        assert message.startswith("Failed to parse the request body as JSON: "), message
+    else:
+        msg, pos = json_error
+        message = (f"1 validation error:\n  {{'type': 'json_invalid', 'loc': 'body.{pos}', 'msg': 'JSON decode error', "
+                   f"'input': '<dict of 0 items>', 'ctx': {{'error': '{msg}'}}}}")
+        assert r.json()["error"]["message"] == message
     if path == "/v1/messages":
         assert r.json()["error"]["type"] == "invalid_request_error"
     else:
         assert r.json()["error"]["type"] == "Bad Request"          # vLLM's validation handler
-    assert "Failed to parse the request body as JSON" in r.text
+        assert r.json()["error"]["param"] == (None if json_error is None else f"body.{json_error[1]}")

@@ -117,7 +117,11 @@ def test_bad_conversations_name_the_field(api, messages, message, param):
     e = err(api.post(BATCH, json={}), 400)
     assert (e["message"], e["param"]) == ("1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', 'msg': "
                                           "'Field required', 'input': '<dict of 0 items>'}", "body.messages")
-    assert err(api.post(BATCH, json=[A]), 400)["message"] == "Request body must be a JSON object."
+    # a body that is not an object: pydantic's model_attributes_type at body
+    e = err(api.post(BATCH, json=[A]), 400)
+    assert (e["message"], e["param"]) == ("1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body', "
+                                          "'msg': 'Input should be a valid dictionary or object to extract fields "
+                                          "from', 'input': '<list of 1 items>'}", "body")
 
 
 def test_model_and_context_errors_are_chats(app_client):

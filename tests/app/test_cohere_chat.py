@@ -255,8 +255,8 @@ def test_error_id_is_the_request_id_header_when_there_is_one(echo):
         "1 validation error:\n  {'type': 'missing', 'loc': 'body.messages', 'msg': 'Field required', "
         "'input': '<dict of 1 items>'}")}
     r = echo.post("/cohere/v2/chat", content=b"hi", headers={"Content-Type": "text/plain", **RID})
-    assert (r.status_code, r.json()) == (400, {"message": "Unsupported Media Type: Only 'application/json' is "
-                                                          "allowed", "id": "r1"})
+    assert (r.status_code, r.json()) == (400, {"message": "1 validation error:\n  Unsupported Media Type: Only "
+                                                          "'application/json' is allowed", "id": "r1"})
     r = echo.post("/cohere/v2/chat", content=b"{", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and list(r.json()) == ["message"]
 

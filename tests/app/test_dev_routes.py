@@ -110,6 +110,25 @@ def test_sagemaker_invocations_dispatch_by_body(api):
     assert r.status_code == 400 and r.json()["error"]["param"] == "body.messages"
 
 
+@pytest.mark.parametrize("raw,message", [
+    (b"", "JSON decode error: Expecting value: line 1 column 1 (char 0)"),
+    (b"{", "JSON decode error: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    (b"nope", "JSON decode error: Expecting value: line 1 column 1 (char 0)"),
+])
+def test_sagemaker_invocations_reads_its_body_itself(api, raw, message):
+    """vLLM 0.34's ``invocations`` (``serve/sagemaker/api_router.py``) takes no body model: it
+    reads ``raw_request.json()`` and answers a JSONDecodeError with ``HTTPException(400,
+    f"JSON decode error: {e}")``, which its http_exception_handler sends with the status phrase;
+    a JSON value no request model takes is its no-handler 400."""
+    r = api.post("/invocations", content=raw, headers={"Content-Type": "application/json"})
+    assert (r.status_code, r.json()) == (400, {"error": {"message": message, "type": "Bad Request", "param": None,
+                                                         "code": 400}})
+    for value in (b"[1]", b'"messages"', b"null"):
+        r = api.post("/invocations", content=value, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400
+        assert r.json()["error"]["message"].startswith("Cannot find suitable handler for request.")
+
+
 def test_stored_responses(app_client):
     api = app_client(env={"VLLM_ENABLE_RESPONSES_API_STORE": "1"})
     out = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5}).json()

@@ -64,7 +64,9 @@ def test_unreadable_bodies(api):
     for headers in ({"Content-Type": "text/plain"}, {}):
         r = api.post(SCALE, content=b"", headers=headers)
         assert r.status_code == 400
-        assert r.json()["error"]["message"] == "Unsupported Media Type: Only 'application/json' is allowed"
+        assert r.json()["error"] == {"message": "1 validation error:\n  Unsupported Media Type: Only "
+                                                "'application/json' is allowed", "type": "Bad Request",
+                                     "param": None, "code": 400}
 
 
 def test_status_is_idle_and_reads_no_body(api):

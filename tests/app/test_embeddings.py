@@ -134,9 +134,14 @@ def test_client_errors(api, body, param, fragment):
 
 
 def test_invalid_json(api):
+    # no Content-Type: vLLM's validate_json_request refuses it before the body is read
     r = api.post("/v1/embeddings", content=b"{not json", timeout=10)
-    assert r.status_code == 400
-    assert r.json()["error"]["type"] == "BadRequestError"
+    assert (r.status_code, r.json()["error"]) == (400, {
+        "message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+        "type": "Bad Request", "param": None, "code": 400})
+    # JSON: FastAPI's json_invalid at json.loads' position (tests/app/test_body_400.py)
+    r = api.post("/v1/embeddings", content=b"{not json", headers={"Content-Type": "application/json"}, timeout=10)
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "body.1")
 
 
 def test_context_length_and_truncation(api):

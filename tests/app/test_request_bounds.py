@@ -81,8 +81,8 @@ def test_json_routes_require_json_content_type(client, path, ctype):
     headers = {"content-type": ctype} if ctype else {}
     r = client.post(path, content=b'{"failure-injection-rate": 100}', headers=headers)
     assert r.status_code == 400
-    assert r.json()["error"] == {"message": "Unsupported Media Type: Only 'application/json' is allowed",
-                                 "type": "BadRequestError", "param": None, "code": 400}
+    assert r.json()["error"] == {"message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' "
+                                            "is allowed", "type": "Bad Request", "param": None, "code": 400}
 
 
 def test_text_plain_cannot_change_config(client):
@@ -95,7 +95,8 @@ def test_messages_content_type_error_in_anthropic_envelope(client):
     r = client.post("/v1/messages", content=b"{}", headers={"content-type": "text/plain"})
     assert r.status_code == 400
     assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
-                                                   "message": "Unsupported Media Type: Only 'application/json' is allowed"}}
+                                                   "message": "1 validation error:\n  Unsupported Media Type: "
+                                                              "Only 'application/json' is allowed"}}
 
 
 @pytest.mark.parametrize("ctype", ["application/json", "application/json; charset=utf-8", "Application/JSON"])

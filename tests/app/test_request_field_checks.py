@@ -323,19 +323,23 @@ def test_token_id_bounds_follow_the_models_vocab_size(hf_api):
 
 
 # ---- a body that is JSON but not an object (vLLM's test_non_object_body_validation) ------------
-@pytest.mark.parametrize("raw", [b"[]", b'["not", "an", "object"]', b"42", b"null", b'"hello"', b"true"])
-@pytest.mark.parametrize("path", [CHAT, COMPLETIONS, GENERATE, "/v1/responses", "/v1/embeddings", "/tokenize",
-                                  "/v1/messages"])
-def test_a_non_object_body_is_a_400_not_a_500(api, path, raw):
+@pytest.mark.parametrize("raw,shown", [(b"[]", "<list of 0 items>"), (b'["not", "an", "object"]', "<list of 3 items>"),
+                                       (b"42", "42"), (b"null", "None"), (b'"hello"', "hello"), (b"true", "True")])
+@pytest.mark.parametrize("path,members", [(CHAT, 1), (COMPLETIONS, 1), (GENERATE, 1), ("/v1/responses", 1),
+                                          ("/v1/embeddings", 5), ("/tokenize", 2), ("/v1/messages", 1)])
+def test_a_non_object_body_is_a_400_not_a_500(api, path, members, raw, shown):
     """vLLM 0.34 (``chat_completion/protocol.py``: every ``mode="before"`` validator returns a
-    non-dict body unchanged, so pydantic refuses it) answers a list, scalar or null body with a
-    400, not an AttributeError's 500; here one message on every JSON route, in each API's
-    envelope."""
+    non-dict body unchanged) answers a list, scalar or null body with pydantic's
+    ``model_attributes_type`` at ``body``, not an AttributeError's 500: one error per model of a
+    union body (EmbeddingRequest's 5, TokenizeRequest's 2), in each API's envelope.  ``null`` too:
+    FastAPI validates a JSON null (only an empty body is ``missing``)."""
     r = api.post(path, content=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
+    line = ("  {'type': 'model_attributes_type', 'loc': 'body', 'msg': 'Input should be a valid dictionary or object "
+            f"to extract fields from', 'input': '{shown}'}}")
+    label = "error" if members == 1 else "errors"
+    message = f"{members} validation {label}:\n" + "\n".join([line] * members)
     if path == "/v1/messages":
-        assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
-                                                       "message": "Request body must be a JSON object."}}
+        assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
     else:
-        assert r.json() == {"error": {"message": "Request body must be a JSON object.", "type": "Bad Request",
-                                      "param": None, "code": 400}}
+        assert r.json() == {"error": {"message": message, "type": "Bad Request", "param": "body", "code": 400}}

@@ -530,7 +530,9 @@ def test_a_non_json_post_to_no_post_route_is_the_routers_404_or_405(client):
     r = client.post("/health", content=b"{}", headers=form)
     assert (r.status_code, r.json(), r.headers["allow"]) == (405, {"detail": "Method Not Allowed"}, "GET")
     r = client.post("/v1/chat/completions", content=b"{}", headers=form)
-    assert r.status_code == 400 and "Unsupported Media Type" in r.json()["error"]["message"]
+    assert (r.status_code, r.json()) == (400, {"error": {
+        "message": "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+        "type": "Bad Request", "param": None, "code": 400}})
 
 
 def test_model_cards_carry_vllms_permission_list(client):

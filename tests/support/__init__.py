@@ -272,8 +272,7 @@ def error_type_400(message: str) -> str:
     "BadRequestError" (raised while serving: ``create_error_response``)."""
     import re
     if re.match(r"\d+ validation errors?:", message) or message.startswith((
-            "Failed to parse the request body as JSON", "Request body must be a JSON object.",
-            "Request body is empty")):
+            "Failed to parse the request body as JSON", "Request body must be a JSON object.")):
         return "Bad Request"
     return "BadRequestError"
 
