@@ -37,16 +37,12 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
     The Content-Type must be ``application/json`` (parameters such as ``charset`` allowed), as
     vLLM's ``validate_json_request`` requires on its JSON routes: a JSON API must not act on a
     ``text/plain`` form post that a browser sends without a CORS preflight.  Raises
-    UnsupportedMediaType, or RequestInvalid with vLLM 0.34's answer for a route whose body is a
-    request model: an empty body, a body that is not JSON, or a JSON value other than an object
-    (:func:`generation.adapters.validation.body_missing`, ``body_json_invalid``,
-    ``body_not_an_object``; ``members``: how many models the route's body type is a union of).
-
-    ``environ`` and ``limit`` (the app's ``MAX_CONTENT_LENGTH``) given, a body with a
-    Content-Length within the limit is read from the WSGI input directly (werkzeug's
-    ``get_data`` costs about 50 us more); anything else goes through ``get_data`` and its 413.
-    ``raw``: the body, already read by the caller that checked its Content-Type
-    (:class:`server.wsgi_layers.FrontDoor`)."""
+    UnsupportedMediaType, or RequestInvalid with vLLM 0.34's answer to an empty body, a body that
+    is not JSON or a JSON value other than an object (``generation.adapters.validation``;
+    ``members``: how many request models the route's body type is a union of).  ``environ`` and
+    ``limit`` (``MAX_CONTENT_LENGTH``) given, a body within the limit is read from the WSGI input
+    directly (werkzeug's ``get_data``, ~50 us more, for the rest, and its 413).  ``raw``: the
+    body, already read by the caller that checked its Content-Type (``FrontDoor``)."""
     if raw is None:
         raw = json_body_bytes(environ, limit)
     if not raw:
@@ -71,17 +67,21 @@ def json_body_bytes(environ: dict | None = None, limit: int | None = None) -> by
     return _read_body(environ, limit)
 
 
+JSON_WORDS_MAX = 256 << 10   # json.loads on the hub: ~6 ms at most (a 4 MiB body took ~90 ms)
+
+
 def unparsable(raw: bytes, e: orjson.JSONDecodeError) -> RequestInvalid:
-    """The 400 for a body orjson refused (:func:`loads_body`): where vLLM's ``json.loads`` refuses
-    it too, FastAPI's ``json_invalid`` with Python's words and position (worked out on this error
-    path only); what only orjson refuses (``NaN``, ``1e400``, a lone surrogate, 1024 levels), or
-    ``json.loads`` otherwise (not UTF-8, a 5,000-digit integer), the simulator's own message."""
-    try:
-        json.loads(raw)
-    except json.JSONDecodeError as d:
-        return body_json_invalid(d.msg, d.pos)
-    except (ValueError, RecursionError):
-        pass
+    """The 400 for a body orjson refused (:func:`loads_body`): FastAPI's ``json_invalid`` with
+    Python's ``json`` words and position where ``json.loads`` refuses it too (worked out on this
+    path only, for a body up to :data:`JSON_WORDS_MAX`); else (``NaN``, ``1e400``, a lone
+    surrogate, 1024 levels, not UTF-8, a larger body) the simulator's own message."""
+    if len(raw) <= JSON_WORDS_MAX:
+        try:
+            json.loads(raw)
+        except json.JSONDecodeError as d:
+            return body_json_invalid(d.msg, d.pos)
+        except (ValueError, RecursionError):
+            pass
     return RequestInvalid(f"Failed to parse the request body as JSON: {e}")
 
 
