@@ -387,6 +387,7 @@ class ResponsesRequestSchema(BaseSchema):
     enable_response_messages = lax_bool(nullable=False)
     watermarking = lax_bool()
     session_id = lax_str()
+    safety_identifier = lax_str()           # echoed in the response object
     mm_payload = lax_literal(*MM_PAYLOADS)
     return_mm_kwargs = lax_bool()
     ec_transfer_params = lax_dict()

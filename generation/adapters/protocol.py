@@ -291,6 +291,10 @@ class ResponsesRequest:
     repetition_penalty: float | None = None
     mm_processor_kwargs: dict | None = None
     media_io_kwargs: dict | None = None
+    # echoed in the response object (vLLM's ResponsesResponse.from_request)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    safety_identifier: str | None = None
 
 
 @dataclass

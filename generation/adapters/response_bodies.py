@@ -156,3 +156,138 @@ def generate_derender_choice(**fields) -> dict:
     """``GenerateDerenderChoice``: the shared choice fields, ``message`` (:func:`chat_message`),
     ``logprobs``."""
     return _model(_GENERATE_DERENDER_CHOICE, fields)
+
+
+# ---- the Responses API (vllm/entrypoints/openai/responses/protocol.py; the openai SDK's types) --------
+
+# ResponsesResponse (protocol.py l. 905-986), dumped whole (api_router.py l. 75, 101:
+# ``model_dump(mode="json", by_alias=True)``); ``metrics`` is left out while null (its exclude_if)
+_RESPONSES_RESPONSE = dict.fromkeys((
+    "id", "created_at", "incomplete_details", "instructions", "metadata", "model", "object", "output",
+    "parallel_tool_calls", "temperature", "tool_choice", "tools", "top_p", "background", "max_output_tokens",
+    "max_tool_calls", "previous_response_id", "prompt", "prompt_cache_options", "prompt_cache_key",
+    "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "status", "text", "top_logprobs",
+    "truncation", "usage", "user", "metrics", "presence_penalty", "frequency_penalty", "kv_transfer_params",
+    "ec_transfer_params", "input_messages", "output_messages"))
+# the openai SDK's output items (openai/types/responses/*.py), pydantic dumping every field in order
+_OUTPUT_MESSAGE = dict.fromkeys(("id", "content", "role", "status", "type", "phase"))
+_REASONING_ITEM = dict.fromkeys(("id", "summary", "type", "content", "encrypted_content", "status"))
+_FUNCTION_CALL = dict.fromkeys(("arguments", "call_id", "name", "type", "id", "async", "caller", "namespace",
+                                "status"))
+# FunctionTool (function_tool.py), NamespaceTool's ToolFunction (namespace_tool.py), Reasoning
+# (shared/reasoning.py), ResponseTextConfig and its json_schema format
+_FUNCTION_TOOL = dict.fromkeys(("name", "parameters", "strict", "type", "allowed_callers", "async",
+                                "defer_loading", "description", "output_schema"))
+_NAMESPACED_FUNCTION = dict.fromkeys(("name", "type", "allowed_callers", "async", "defer_loading", "description",
+                                      "output_schema", "parameters", "strict"))
+_CUSTOM_TOOL = dict.fromkeys(("name", "type", "allowed_callers", "async", "defer_loading", "description", "format"))
+_WEB_SEARCH = dict.fromkeys(("type", "external_web_access", "filters", "search_context_size", "user_location"))
+_WEB_SEARCH_PREVIEW = dict.fromkeys(("type", "search_content_types", "search_context_size", "user_location"))
+_NAMESPACE = dict.fromkeys(("description", "name", "tools", "type"))
+_TOOLS = {"function": _FUNCTION_TOOL, "custom": _CUSTOM_TOOL, "web_search": _WEB_SEARCH,
+          "web_search_2025_08_26": _WEB_SEARCH, "web_search_preview": _WEB_SEARCH_PREVIEW,
+          "web_search_preview_2025_03_11": _WEB_SEARCH_PREVIEW}
+_NAMESPACE_TOOLS = {"function": _NAMESPACED_FUNCTION, "custom": _CUSTOM_TOOL}
+_REASONING = dict.fromkeys(("context", "effort", "generate_summary", "mode", "summary"))
+_JSON_SCHEMA_FORMAT = dict.fromkeys(("name", "schema", "type", "description", "strict"))
+
+
+def responses_response(**fields) -> dict:
+    """vLLM's ``ResponsesResponse`` (``from_request``, protocol.py l. 1001-1066): ``object``
+    ``response``; ``metrics`` left out when null."""
+    out = _model(_RESPONSES_RESPONSE, {"object": "response", **fields})
+    if out["metrics"] is None:
+        del out["metrics"]
+    return out
+
+
+def output_message(**fields) -> dict:
+    """The SDK's ``ResponseOutputMessage``: ``id``, ``content``, ``role``, ``status``,
+    ``type`` (``message``), ``phase`` (null)."""
+    return _model(_OUTPUT_MESSAGE, {"role": "assistant", "type": "message", **fields})
+
+
+def output_text(text: str, logprobs=...) -> dict:
+    """The SDK's ``ResponseOutputText``: ``annotations``, ``text``, ``type``, ``logprobs``;
+    ``logprobs`` left out when not given (the project's specification: only with ``include``
+    ``message.output_text.logprobs``; vLLM dumps null)."""
+    part = {"annotations": [], "text": text, "type": "output_text"}
+    if logprobs is not ...:
+        part["logprobs"] = logprobs
+    return part
+
+
+def output_text_logprob(entry: dict) -> dict:
+    """A chat logprob entry (token, logprob, bytes, top_logprobs) as the SDK's
+    ``response_output_text.Logprob`` orders it: ``token``, ``bytes``, ``logprob``,
+    ``top_logprobs`` (each ``token``, ``bytes``, ``logprob``)."""
+    return {"token": entry["token"], "bytes": entry["bytes"], "logprob": entry["logprob"],
+            "top_logprobs": [{"token": t["token"], "bytes": t["bytes"], "logprob": t["logprob"]}
+                             for t in entry["top_logprobs"]]}
+
+
+def reasoning_item(**fields) -> dict:
+    """The SDK's ``ResponseReasoningItem``: ``id``, ``summary`` ([]), ``type`` (``reasoning``),
+    ``content``, ``encrypted_content``, ``status``."""
+    return _model(_REASONING_ITEM, {"summary": [], "type": "reasoning", **fields})
+
+
+def function_call_item(**fields) -> dict:
+    """The SDK's ``ResponseFunctionToolCall`` dumped by alias: ``arguments``, ``call_id``,
+    ``name``, ``type`` (``function_call``), ``id``, ``async``, ``caller``, ``namespace``,
+    ``status``."""
+    return _model(_FUNCTION_CALL, {"type": "function_call", **fields})
+
+
+def responses_usage(input_tokens: int, output_tokens: int, cached: int, cache_write: int, reasoning: int) -> dict:
+    """vLLM's own ``ResponseUsage`` (protocol.py l. 99-118) as ``responses_full_generator``
+    fills it (serving.py l. 896-919): a simple context keeps no per-turn metrics, so the
+    ``*_per_turn`` lists are empty, and ``tool_output_tokens`` is 0."""
+    return {"input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": cache_write,
+                                     "input_tokens_per_turn": [], "cached_tokens_per_turn": []},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning, "tool_output_tokens": 0,
+                                      "output_tokens_per_turn": [], "tool_output_tokens_per_turn": []},
+            "total_tokens": input_tokens + output_tokens}
+
+
+def _sdk_fields(layout: dict, given: dict) -> dict:
+    """``given`` (a request's object) laid out as the SDK model ``layout``: its fields in order,
+    null where not given, then keys the model does not have (its ``extra="allow"``)."""
+    out = {k: given.get(k) for k in layout}
+    out.update((k, v) for k, v in given.items() if k not in layout)
+    return out
+
+
+def responses_tool(tool: dict) -> dict:
+    """A request's tool as the response echoes it (``tools=request.tools``, the SDK's ``Tool``
+    union dumped): ``function`` as ``FunctionTool`` (a chat-style nested one flattened), ``custom``
+    as ``CustomTool``, the web search tools as theirs (their nested objects as sent), a
+    ``namespace`` as ``NamespaceTool`` (``description``, ``name``, ``tools``, ``type``) with its
+    tools as ``ToolFunction`` / ``CustomTool``; other types as sent."""
+    t = tool.get("type")
+    if t == "function" and isinstance(tool.get("function"), dict):
+        tool = {**tool["function"], "type": "function"}
+    layout = _TOOLS.get(t)
+    if layout is not None:
+        return _sdk_fields(layout, tool)
+    if t == "namespace":
+        subs = [_sdk_fields(_NAMESPACE_TOOLS[s.get("type")], s) if s.get("type") in _NAMESPACE_TOOLS else s
+                for s in tool.get("tools") or ()]
+        return _sdk_fields(_NAMESPACE, {**tool, "tools": subs})
+    return tool
+
+
+def responses_reasoning(reasoning) -> dict | None:
+    """``request.reasoning`` as the SDK's ``Reasoning`` dumps it (null when not given)."""
+    return _sdk_fields(_REASONING, reasoning) if isinstance(reasoning, dict) else None
+
+
+def responses_text_format(fmt: dict) -> dict:
+    """A ``text.format`` as the SDK's format models dump it: ``{"type"}`` for ``text`` and
+    ``json_object``; ``name``, ``schema``, ``type``, ``description``, ``strict`` for
+    ``json_schema``."""
+    if fmt.get("type") == "json_schema":
+        return {k: fmt.get(k) for k in _JSON_SCHEMA_FORMAT}
+    return {"type": fmt.get("type")}

@@ -46,6 +46,8 @@ from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
 from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
                      check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
+from .chat import chat_ec_transfer_params
+from .response_bodies import responses_tool
 from .responses_render import RenderCtx, base_response, render_response, stream_response
 from .sampling import responses_reasoning, template_kwargs, tool_parser_type
 
@@ -110,8 +112,13 @@ class ResponsesAdapter(Adapter):
             tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream))    # vLLM's default: auto
         self.ctx = RenderCtx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0,
                              prefix_block(self.sim))
-        self.ctx.tools = [_flat_tool(t) if t.get("type") == "function" else t for t in b.tools or ()]
+        self.ctx.tools = [responses_tool(t) for t in b.tools or ()]
+        self.ctx.tool_choice = echoed_tool_choice(b.tools, b.tool_choice)
         self.ctx.names = call_names(b.tools)
+        room = sim.config.max_model_len - prompt.length      # vLLM's get_max_tokens, to_sampling_params
+        self.ctx.max_tokens = room if mot is None else min(mot, room)
+        if sim.config.mm_encoder_only:          # the encoder-cache transfer entries, as chat's
+            self.ctx.ec_transfer_params = chat_ec_transfer_params(messages, prompt.length)
         self.ctx.store = store is not None and b.store is not False
         self.ctx.background = bool(b.background)
         # vLLM's ResponsesRequest.request_id is the response's id as given (default resp_<uuid>)
@@ -144,7 +151,7 @@ class ResponsesAdapter(Adapter):
         return queued
 
     def render(self, seqs) -> dict:
-        out = render_response(self.ctx, seqs[0])
+        out = render_response(self.ctx, seqs[0], self.sim)
         self._store(out)
         return out
 
@@ -326,6 +333,29 @@ def _named(choice) -> str | None:
         fn = choice.get("function")
         return fn.get("name") if isinstance(fn, dict) else choice.get("name")
     return None
+
+
+def echoed_tool_choice(tools, choice):
+    """``tool_choice`` as the response echoes it: as vLLM's ``check_tool_usage`` leaves it
+    (responses/protocol.py l. 865-902: ``none`` without tools for an absent, ``auto`` or ``none``
+    choice; a named function's name resolved to its flat ``<namespace>__<name>``), dumped as the
+    SDK's ToolChoice models (``ToolChoiceFunction``/``ToolChoiceCustom``: ``name``, ``type``;
+    ``ToolChoiceAllowed``: ``mode``, ``tools``, ``type``)."""
+    if not tools and choice in (None, "auto", "none"):
+        return "none"
+    if not isinstance(choice, dict):
+        return "auto" if choice is None else choice
+    t = choice.get("type")
+    if t in ("function", "custom"):
+        name = _named(choice) if t == "function" else choice.get("name")
+        spaced = call_names(tools)
+        if name not in spaced and all(t.get("name") != name for t in tools or ()):
+            local = [flat for flat, (own, _) in spaced.items() if own == name]
+            name = local[0] if len(local) == 1 else name
+        return {"name": name, "type": t}
+    if t == "allowed_tools":
+        return {"mode": choice.get("mode"), "tools": choice.get("tools"), "type": t}
+    return choice
 
 
 def chat_tool_choice(tools, choice, has_output: bool):

@@ -9,15 +9,17 @@ from dataclasses import asdict
 from generation.content import logprobs as lp
 from generation.content.reasoning import content_text, reasoning_text
 from generation.engine.stream_interval import token_span, within
-from .base import created_cache_tokens, dumps
+from .base import REMOTE_DECODE_PARAMS, created_cache_tokens, dumps, per_request_metrics
+from .response_bodies import (function_call_item, output_message, output_text, output_text_logprob, reasoning_item,
+                             responses_reasoning, responses_response, responses_text_format, responses_usage)
 from .protocol import ResponsesRequest
 from .token_stream import Streamed, end_aborted, rendered_tokens
 
 
 class RenderCtx:
     """What rendering needs besides the engine request; ``n`` numbers the stream's events."""
-    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text_format", "n", "store",
-                 "block", "background", "response_id")
+    __slots__ = ("body", "req", "created", "want_logprobs", "top", "tools", "names", "text", "n", "store",
+                 "block", "background", "response_id", "max_tokens", "tool_choice", "ec_transfer_params")
 
     def __init__(self, body: ResponsesRequest, req, want_logprobs, top, block: int = 0):
         self.body = body
@@ -26,16 +28,21 @@ class RenderCtx:
         self.created = int(time.time())
         self.want_logprobs = want_logprobs
         self.top = top
-        self.tools = []             # echoed as sent, function tools flat; namespaced calls' names (build)
+        self.tools = []             # echoed as the SDK's Tool models dump them; namespaced calls' names (build)
         self.names = {}
-        fmt = body.text.format if body.text is not None else None
-        self.text_format = {k: v for k, v in asdict(fmt).items() if v is not None} if fmt is not None else None
-        if not self.text_format:
-            self.text_format = {"type": "text"}
+        self.tool_choice = "auto"   # as vLLM's check_tool_usage leaves it (build)
+        cfg = body.text
+        fmt = asdict(cfg.format) if cfg is not None and cfg.format is not None else None
+        # the specification's text.format.type: {"type": "text"} where the request sent no format
+        # (vLLM echoes request.text, null then: protocol.py l. 1058)
+        self.text = {"format": responses_text_format(fmt) if fmt and fmt.get("type") else {"type": "text"},
+                     "verbosity": cfg.verbosity if cfg is not None else None}
         self.n = 0
         self.store = False
         self.background = False
         self.response_id = f"resp_{req.request_id}"
+        self.max_tokens = req.max_tokens        # SamplingParams.max_tokens: min(max_output_tokens, room) (build)
+        self.ec_transfer_params = None
 
     def event(self, type_: str, payload: dict) -> bytes:
         """One named SSE event with the next ``sequence_number``, its fields in the order of the
@@ -50,40 +57,42 @@ class RenderCtx:
 
 # ---- rendering ------------------------------------------------------------------------------------
 
-def _or(value, default):
-    return default if value is None else value
+def _float(value, default: float) -> float:
+    return default if value is None else float(value)
 
 
-def base_response(ctx: RenderCtx, status: str) -> dict:
-    """The response object without output/usage, with the fields the openai SDK's ``Response``
-    model reads (request settings echoed, defaults as OpenAI reports them)."""
+def base_response(ctx: RenderCtx, status: str, output: list | None = None, usage: dict | None = None,
+                  metrics: dict | None = None, kv_transfer_params: dict | None = None) -> dict:
+    """vLLM's ``ResponsesResponse.from_request`` (responses/protocol.py l. 1001-1066): the
+    request's settings echoed, the sampling parameters as ``to_sampling_params`` resolved them
+    (``temperature``/``top_p`` 1.0, penalties 0.0 when not given; ``max_output_tokens`` the
+    tokens allowed; ``top_logprobs`` only with the logprobs ``include``), ``incomplete_details``
+    for ``incomplete`` (always ``max_output_tokens``)."""
     d = ctx.body
-    return {"id": ctx.response_id, "object": "response", "created_at": ctx.created,
-            "status": status, "background": ctx.background, "error": None, "incomplete_details": None,
-            "instructions": d.instructions, "max_output_tokens": d.max_output_tokens,
-            "max_tool_calls": d.max_tool_calls, "model": ctx.req.model, "output": [],
-            "parallel_tool_calls": _or(d.parallel_tool_calls, True),
-            "previous_response_id": d.previous_response_id,
-            "reasoning": {"effort": d.reasoning.get("effort"), "summary": d.reasoning.get("summary")}
-            if isinstance(d.reasoning, dict) else None,
-            "service_tier": "default", "store": ctx.store, "temperature": _or(d.temperature, 1.0),
-            "text": {"format": ctx.text_format}, "tool_choice": _or(d.tool_choice, "auto"),
-            "tools": ctx.tools, "top_logprobs": _or(d.top_logprobs, 0), "top_p": _or(d.top_p, 1.0),
-            "truncation": _or(d.truncation, "disabled"), "usage": None, "user": d.user,
-            "metadata": _or(d.metadata, {})}
+    return responses_response(
+        id=ctx.response_id, created_at=ctx.created,
+        incomplete_details={"reason": "max_output_tokens"} if status == "incomplete" else None,
+        instructions=d.instructions, metadata=d.metadata, model=ctx.req.model, output=output or [],
+        parallel_tool_calls=True if d.parallel_tool_calls is None else d.parallel_tool_calls,
+        temperature=_float(d.temperature, 1.0), tool_choice=ctx.tool_choice, tools=ctx.tools,
+        top_p=_float(d.top_p, 1.0), background=ctx.background, max_output_tokens=ctx.max_tokens,
+        max_tool_calls=d.max_tool_calls, previous_response_id=d.previous_response_id,
+        prompt_cache_key=d.prompt_cache_key, reasoning=responses_reasoning(d.reasoning),
+        safety_identifier=d.safety_identifier, service_tier=d.service_tier or "auto", status=status,
+        text=ctx.text, top_logprobs=(d.top_logprobs or 0) if ctx.want_logprobs else None,
+        truncation=d.truncation or "disabled", usage=usage, user=d.user, metrics=metrics,
+        presence_penalty=_float(d.presence_penalty, 0.0), frequency_penalty=_float(d.frequency_penalty, 0.0),
+        kv_transfer_params=kv_transfer_params,
+        ec_transfer_params=ctx.ec_transfer_params if usage is not None else None)
 
 
 def _usage(seq, block: int) -> dict:
-    """Every field the openai SDK's ResponseUsage requires; ``cache_write_tokens`` is what the
-    request wrote to the prefix cache (:func:`created_cache_tokens`, blocks of ``block``
-    tokens), as vLLM 0.34's ``responses/serving.py`` reports ``num_cache_creation_tokens``."""
-    p, c = seq.prompt_len, seq.completion_tokens
+    """``cache_write_tokens`` is what the request wrote to the prefix cache
+    (:func:`created_cache_tokens`, blocks of ``block`` tokens), as vLLM 0.34's
+    ``responses/serving.py`` reports ``num_cache_creation_tokens``."""
     span = seq.reasoning_span
-    r = span[1] - span[0] if span is not None else 0
-    return {"input_tokens": p, "input_tokens_details": {"cache_write_tokens": created_cache_tokens(seq, block),
-                                                        "cached_tokens": seq.cached_tokens},
-            "output_tokens": c,
-            "output_tokens_details": {"reasoning_tokens": r}, "total_tokens": p + c}
+    return responses_usage(seq.prompt_len, seq.completion_tokens, seq.cached_tokens,
+                           created_cache_tokens(seq, block), span[1] - span[0] if span is not None else 0)
 
 
 def _incomplete_reason(seq) -> str | None:
@@ -106,22 +115,12 @@ def _call_item(ctx: RenderCtx, tc: dict, status: str, arguments: str) -> dict:
     """A ``function_call`` output item; a namespaced tool's call carries its own ``name`` and
     its ``namespace`` (vLLM's ``resolve_responses_tool_call_name``)."""
     fc, call = call_ids(tc["id"])
-    item = {"id": fc, "type": "function_call", "status": status, "arguments": arguments, "call_id": call,
-            "name": tc["name"]}
-    ns = ctx.names.get(tc["name"])
-    if ns is not None:
-        item["name"], item["namespace"] = ns
-    return item
+    name, ns = ctx.names.get(tc["name"], (tc["name"], None))
+    return function_call_item(arguments=arguments, call_id=call, name=name, id=fc, namespace=ns, status=status)
 
 
 def _text_part(text: str, logprobs=...) -> dict:
-    """An ``output_text`` part in ResponseOutputText's field order (annotations, text, type,
-    logprobs); ``logprobs`` left out when not given (the specification's body without
-    ``include``)."""
-    part = {"annotations": [], "text": text, "type": "output_text"}
-    if logprobs is not ...:
-        part["logprobs"] = logprobs
-    return part
+    return output_text(text, logprobs)
 
 
 def _delta_logprobs(entries: list) -> list:
@@ -134,41 +133,54 @@ def _delta_logprobs(entries: list) -> list:
 
 
 def _reasoning_item(ctx: RenderCtx, text: str | None, status: str | None = None) -> dict:
-    """vLLM's reasoning output item: the reasoning as one ``reasoning_text`` part (no summary;
-    ``content`` empty while it streams)."""
-    return {"id": f"rs_{ctx.req.request_id}", "type": "reasoning", "summary": [],
-            "content": [] if text is None else [{"type": "reasoning_text", "text": text}],
-            "encrypted_content": None, "status": status}
+    """vLLM's reasoning output item: the reasoning as one ``reasoning_text`` part, no summary;
+    ``content`` null and status ``in_progress`` as its stream opens it (streaming_events.py
+    l. 973-978), status null in a body built whole (responses/utils.py l. 175-183)."""
+    return reasoning_item(id=f"rs_{ctx.req.request_id}",
+                          content=None if text is None else [{"text": text, "type": "reasoning_text"}],
+                          status=status)
 
 
 def _message_item(ctx: RenderCtx, status: str, content: list) -> dict:
-    return {"id": f"msg_{ctx.req.request_id}", "type": "message", "role": "assistant", "status": status,
-            "content": content}
+    return output_message(id=f"msg_{ctx.req.request_id}", content=content, status=status)
 
 
 def _logprobs(ctx: RenderCtx, seq) -> list:
+    """The answer's logprobs as an ``output_text`` part holds them (the SDK's
+    ``response_output_text.Logprob``: ``token``, ``bytes``, ``logprob``, ``top_logprobs``)."""
     top = ctx.top
     span = seq.reasoning_span
     pieces = seq.pieces if span is None else seq.pieces[span[2]:]
-    return [lp.responses_entry(p, i, top) for i, p in enumerate(pieces)]
+    return [output_text_logprob(lp.responses_entry(p, i, top)) for i, p in enumerate(pieces)]
 
 
-def render_response(ctx: RenderCtx, seq) -> dict:
-    """The final ``response`` object (non-streaming body, and ``response.completed``)."""
-    reason = _incomplete_reason(seq)
-    out = base_response(ctx, "incomplete" if reason else "completed")
+def final_response(ctx: RenderCtx, sim, seq, output: list, status: str | None = None) -> dict:
+    """The finished response (``responses_full_generator``, responses/serving.py l. 896-941): its
+    usage, ``--enable-per-request-metrics``' ``metrics`` and the output's ``kv_transfer_params``
+    (a remote decode's, as chat's)."""
+    reason = _incomplete_reason(seq) if status is None else None
+    out = base_response(ctx, status or ("incomplete" if reason else "completed"), output, _usage(seq, ctx.block),
+                        per_request_metrics(sim, [seq]) if sim is not None else None,
+                        dict(REMOTE_DECODE_PARAMS) if ctx.req.remote_decode else None)
     if reason:
-        out["incomplete_details"] = {"reason": reason}
+        out["incomplete_details"] = {"reason": reason}     # (the simulator's cache_threshold too)
+    return out
+
+
+def render_response(ctx: RenderCtx, seq, sim=None, streamed: bool = False) -> dict:
+    """The final ``response`` object: the non-streaming body (items as ``build_response_output_items``
+    makes them), or a stream's last event (``streamed``: the items its ``output_item.done``
+    events carried, serving.py l. 861-864, the reasoning item ``completed``)."""
+    reason = _incomplete_reason(seq)
     if seq.tool_calls:
-        out["output"] = [_call_item(ctx, tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
+        output = [_call_item(ctx, tc, "completed", tc["arguments"]) for tc in seq.tool_calls]
     else:
         text = content_text(seq)
         part = (_text_part(text, _logprobs(ctx, seq)) if ctx.want_logprobs else _text_part(text))
-        out["output"] = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
+        output = [_message_item(ctx, "incomplete" if reason else "completed", [part])]
     if seq.reasoning_span is not None:
-        out["output"].insert(0, _reasoning_item(ctx, reasoning_text(seq)))
-    out["usage"] = _usage(seq, ctx.block)
-    return out
+        output.insert(0, _reasoning_item(ctx, reasoning_text(seq), "completed" if streamed else None))
+    return final_response(ctx, sim, seq, output)
 
 
 def stream_response(sim, ctx: RenderCtx, seq):
@@ -217,7 +229,7 @@ def stream_response(sim, ctx: RenderCtx, seq):
                 ev("response.content_part.done", {**ids, "part": done_part}) +
                 ev("response.output_item.done", {"output_index": oi,
                                                   "item": _message_item(ctx, status, [done_part])}))
-    final = render_response(ctx, seq)
+    final = render_response(ctx, seq, sim, streamed=True)
     if ctx.store:
         sim.response_store.put_final(final)
     # OpenAI's contract: an answer cut short ends with response.incomplete, a full one with response.completed
@@ -240,16 +252,15 @@ def _aborted_end(sim, ctx: RenderCtx, seq, calls, reasoning_done) -> bytes:
     call closes with the arguments streamed, or the message closes with the text streamed."""
     ev = ctx.event
     span = seq.reasoning_span
-    final = base_response(ctx, "completed")
     output = []
     closed = reasoning_done(answer=False)
     if closed:                  # cut in its reasoning (or at its end marker): that item alone, closed
         out = closed
-        output.append(_reasoning_item(ctx, reasoning_text(seq)))      # (as render_response's)
+        output.append(_reasoning_item(ctx, reasoning_text(seq), "completed"))     # (as streamed)
     else:
         out = b""
         if span is not None:
-            output.append(_reasoning_item(ctx, reasoning_text(seq)))
+            output.append(_reasoning_item(ctx, reasoning_text(seq), "completed"))
         oi = 0 if span is None else 1
         if calls:
             tc = calls[0]
@@ -270,8 +281,7 @@ def _aborted_end(sim, ctx: RenderCtx, seq, calls, reasoning_done) -> bytes:
             item = _message_item(ctx, "completed", [_text_part(text, _logprobs(ctx, seq)) if ctx.want_logprobs
                                                     else _text_part(text)])
         output.append(item)
-    final["output"] = output
-    final["usage"] = _usage(seq, ctx.block)
+    final = final_response(ctx, sim, seq, output, "completed")
     if ctx.store:
         sim.response_store.put_final(final)
     return out + ev("response.completed", {"response": final})

@@ -16,7 +16,8 @@ import jsonschema
 import pytest
 
 from support import named_events
-from support.agentic import (LONG, CLAUDE_HEADERS, RESPONSES_EVENT, claude_first, codex_first, codex_tool_turn, function_schemas)
+from support.agentic import (LONG, CLAUDE_HEADERS, RESPONSES_EVENT, claude_first, codex_first, codex_tool_turn, echoed_tool,
+                             function_schemas)
 
 # Claude Code's headers (the key is a placeholder; the simulator has no --api-key here).
 
@@ -257,9 +258,10 @@ def test_tool_types_accepted_not_called(api, tool):
     r = resp(api, {"input": "hi", "tools": [tool]})
     assert r.status_code == 200, r.text
     out = r.json()
-    # nothing the simulator can describe: a text answer, and the tool echoed as sent
+    # nothing the simulator can describe: a text answer, and the tool echoed (as the SDK's model
+    # dumps it where the simulator lays the type out, else as sent)
     assert [i["type"] for i in out["output"]] == ["message"]
-    assert out["tools"] == [tool]
+    assert out["tools"] == [echoed_tool(tool)] and list(out["tools"][0]) == list(echoed_tool(tool))
 
 
 def test_namespaced_function_called_with_its_namespace(api):
@@ -269,7 +271,9 @@ def test_namespaced_function_called_with_its_namespace(api):
     (call,) = out["output"]
     assert call["type"] == "function_call" and call["name"] == "close_agent" and call["namespace"] == "multi_agent_v1"
     jsonschema.validate(json.loads(call["arguments"]), NAMESPACE["tools"][0]["parameters"])
-    assert out["tools"] == [{"type": "web_search"}, NAMESPACE]
+    expected = [echoed_tool({"type": "web_search"}), echoed_tool(NAMESPACE)]
+    assert out["tools"] == expected and [list(t) for t in out["tools"]] == [list(t) for t in expected]
+    assert [list(t) for t in out["tools"][1]["tools"]] == [list(t) for t in expected[1]["tools"]]
 
 
 def test_namespaced_call_streamed(api):

@@ -127,7 +127,7 @@ def test_messages_follow_the_effective_kwargs(qwen, templated, lengths, kw, thin
 ])
 def test_responses_follow_the_effective_kwargs(qwen, templated, lengths, kw, reasoning, prompt):
     out = post(qwen, "/v1/responses", input=QUESTION, max_output_tokens=20, ignore_eos=True, **kw)
-    assert out["usage"]["output_tokens_details"] == {"reasoning_tokens": reasoning}
+    assert out["usage"]["output_tokens_details"]["reasoning_tokens"] == reasoning
     out = post(templated, "/v1/responses", input=QUESTION, max_output_tokens=20, ignore_eos=True, **kw)
     assert out["usage"]["input_tokens"] == lengths[prompt]
     assert len(post(templated, "/v1/responses/render", input=QUESTION, **kw)["token_ids"]) == lengths[prompt]

@@ -132,7 +132,7 @@ def test_sagemaker_invocations_reads_its_body_itself(api, raw, message):
 def test_stored_responses(app_client):
     api = app_client(env={"VLLM_ENABLE_RESPONSES_API_STORE": "1"})
     out = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5}).json()
-    assert out["store"] is True
+    assert "store" not in out           # vLLM's ResponsesResponse has no store field (responses/protocol.py l. 905-986)
     assert api.get(f"/v1/responses/{out['id']}").json() == out
     r = api.post(f"/v1/responses/{out['id']}/cancel")
     assert r.status_code == 400 and r.json()["error"]["message"] == "Cannot cancel a synchronous response."
@@ -144,7 +144,7 @@ def test_stored_responses(app_client):
     assert api.get(f"/v1/responses/{final['id']}").json() == final
     not_kept = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,
                                                "store": False}).json()
-    assert not_kept["store"] is False and api.get(f"/v1/responses/{not_kept['id']}").status_code == 404
+    assert api.get(f"/v1/responses/{not_kept['id']}").status_code == 404
 
 
 STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
@@ -169,8 +169,7 @@ def test_background_response_is_queued_then_completed(app_client):
     t0 = time.monotonic()
     out = api.post("/v1/responses", json={**ASK, "background": True}).json()
     assert time.monotonic() - t0 < 0.2
-    assert (out["status"], out["background"], out["output"], out["usage"], out["store"]) == \
-        ("queued", True, [], None, True)
+    assert (out["status"], out["background"], out["output"], out["usage"]) == ("queued", True, [], None)
     done = _settled(api, out["id"])
     assert done["status"] in ("completed", "incomplete") and done["background"] is True
     assert done["output"][0]["content"][0]["text"] and done["usage"]["output_tokens"] >= 1
@@ -300,7 +299,6 @@ def test_background_errors(app_client, env, body, param, text):
 
 def test_responses_are_not_stored_by_default(api):
     out = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5}).json()
-    assert out["store"] is False
     r = api.get(f"/v1/responses/{out['id']}")
     assert r.status_code == 404 and r.json()["error"]["message"] == f"Response with id '{out['id']}' not found."
     assert api.post(f"/v1/responses/{out['id']}/cancel").status_code == 404

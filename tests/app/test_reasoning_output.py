@@ -260,6 +260,12 @@ def test_anthropic_unknown_thinking_type_is_vllms_400_and_effort_scales(qwen):
 
 
 # ---- Responses --------------------------------------------------------------------------------------
+def output_details(reasoning: int) -> dict:
+    """vLLM's own OutputTokensDetails (responses/protocol.py l. 106-110; no turns kept by a simple context)."""
+    return {"reasoning_tokens": reasoning, "tool_output_tokens": 0, "output_tokens_per_turn": [],
+            "tool_output_tokens_per_turn": []}
+
+
 def respond(api, **kw):
     body = {"model": "test-model", "input": "Why is the sky blue?", "max_output_tokens": 20, "ignore_eos": True, **kw}
     r = api.post("/v1/responses", json=body)
@@ -274,11 +280,11 @@ def test_responses_reasoning_item_and_usage(qwen):
     assert [c["type"] for c in item["content"]] == ["reasoning_text"]
     assert tokens(qwen, item["content"][0]["text"]) == 8
     assert tokens(qwen, msg["content"][0]["text"]) == 10
-    assert out["usage"]["output_tokens"] == 20 and out["usage"]["output_tokens_details"] == {"reasoning_tokens": 8}
+    assert out["usage"]["output_tokens"] == 20 and out["usage"]["output_tokens_details"] == output_details(8)
 
 
 def test_responses_effort(qwen):
-    assert respond(qwen, reasoning={"effort": "high"}).json()["usage"]["output_tokens_details"] == {"reasoning_tokens": 13}
+    assert respond(qwen, reasoning={"effort": "high"}).json()["usage"]["output_tokens_details"] == output_details(13)
     out = respond(qwen, reasoning={"effort": "none"}).json()
     assert [o["type"] for o in out["output"]] == ["message"]
 
@@ -286,7 +292,7 @@ def test_responses_effort(qwen):
 def test_responses_thinking_token_budget(qwen):
     """vLLM 0.34's Responses ``thinking_token_budget`` caps the reasoning as on chat."""
     out = respond(qwen, thinking_token_budget=3).json()
-    assert out["usage"]["output_tokens"] == 20 and out["usage"]["output_tokens_details"] == {"reasoning_tokens": 3}
+    assert out["usage"]["output_tokens"] == 20 and out["usage"]["output_tokens_details"] == output_details(3)
     assert tokens(qwen, out["output"][1]["content"][0]["text"]) == 15
     r = qwen.post("/v1/responses", json={"model": "test-model", "input": "hi", "thinking_token_budget": -5})
     assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_token_budget"

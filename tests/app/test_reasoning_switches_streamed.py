@@ -94,7 +94,7 @@ def test_responses_effort_streamed(qwen, effort, reasoning):
     final = events[-1][1]["response"]
     assert names[-1] == "response.incomplete"                       # cut by max_output_tokens
     assert final["usage"]["output_tokens"] == 20
-    assert final["usage"]["output_tokens_details"] == {"reasoning_tokens": reasoning}
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == reasoning
     assert [o["type"] for o in final["output"]] == (["reasoning", "message"] if reasoning else ["message"])
 
 

@@ -61,7 +61,8 @@ def test_basic_echo(echo_api, inp):
     u = r.usage
     assert (u.input_tokens, u.output_tokens, u.total_tokens) == (10, 5, 15)
     assert u.input_tokens_details.cached_tokens == 0 and u.output_tokens_details.reasoning_tokens == 0
-    assert r.tools == [] and r.tool_choice == "auto" and r.parallel_tool_calls is True
+    # vLLM's check_tool_usage: no tools, tool_choice absent -> "none" (responses/protocol.py l. 882-884)
+    assert r.tools == [] and r.tool_choice == "none" and r.parallel_tool_calls is True
     assert r.text.format.type == "text"
 
 

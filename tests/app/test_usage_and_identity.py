@@ -249,7 +249,9 @@ def test_responses_report_the_tokens_written_to_the_cache(app_client):
             "max_output_tokens": 2}
     details = [usage_of(c, "/v1/responses", body)["input_tokens_details"] for _ in range(2)]
     p = usage_of(c, "/v1/responses", body)["input_tokens"]
-    assert (p, details) == (17, [{"cache_write_tokens": 16, "cached_tokens": 0},
-                                 {"cache_write_tokens": 0, "cached_tokens": 16}])
+    # vLLM's own InputTokensDetails (responses/protocol.py l. 99-103); a simple context keeps no turns
+    per_turn = {"input_tokens_per_turn": [], "cached_tokens_per_turn": []}
+    assert (p, details) == (17, [{"cached_tokens": 0, "cache_write_tokens": 16, **per_turn},
+                                 {"cached_tokens": 16, "cache_write_tokens": 0, **per_turn}])
     assert usage_of(app_client(), "/v1/responses", body)["input_tokens_details"] == \
-        {"cache_write_tokens": 0, "cached_tokens": 0}          # no prefix cache: nothing written
+        {"cached_tokens": 0, "cache_write_tokens": 0, **per_turn}          # no prefix cache: nothing written

@@ -6,6 +6,7 @@ import jsonschema
 import pydantic
 from anthropic.types import RawMessageStreamEvent
 from openai.types.responses import ResponseStreamEvent
+from openai.types.responses.tool import Tool
 from support import named_events
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -26,6 +27,19 @@ ANTHROPIC_EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 
 
 RESPONSES_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
+SDK_TOOL = pydantic.TypeAdapter(Tool)
+# the tool types the simulator echoes as the SDK's models dump them (vLLM's tools=request.tools,
+# responses/protocol.py l. 1038); the others it echoes as sent
+LAID_OUT_TOOLS = ("function", "custom", "namespace", "web_search", "web_search_2025_08_26", "web_search_preview",
+                  "web_search_preview_2025_03_11")
+
+
+def echoed_tool(tool: dict) -> dict:
+    """A request's tool as a Responses answer echoes it: the SDK's ``Tool`` model dumped (by alias)
+    for the types laid out, else as sent."""
+    if tool["type"] not in LAID_OUT_TOOLS:
+        return tool
+    return SDK_TOOL.validate_python(tool).model_dump(mode="json", by_alias=True)
 
 
 def fixture(name: str) -> dict:
@@ -120,9 +134,7 @@ def check_responses_stream(text: str, body: dict) -> dict:
         assert name == data["type"]
         RESPONSES_EVENT.validate_python(data)
     final = events[-1][1]["response"]
-    assert final["status"] == "completed" and final["tools"] == [
-        {k: t.get(k) for k in ("type", "name", "description", "parameters", "strict")}
-        if t["type"] == "function" else t for t in body["tools"]]
+    assert final["status"] == "completed" and final["tools"] == [echoed_tool(t) for t in body["tools"]]
     schemas = function_schemas(body["tools"])
     for item in final["output"]:
         if item["type"] == "function_call":
