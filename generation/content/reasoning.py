@@ -22,7 +22,6 @@ every token of the answer (markers included) in ``completion_tokens`` and in the
 from __future__ import annotations
 
 import hashlib
-import base64
 from dataclasses import dataclass
 
 from .sources import SentenceSource
@@ -85,10 +84,10 @@ def settings(enabled: bool | None = None, effort: str | None = None, budget: int
 
 
 def signature(request_id: str, text: str) -> str:
-    """An opaque Anthropic thinking-block ``signature``: base64 of a digest of the request id and
-    the thinking text (clients only store and send it back)."""
-    digest = hashlib.sha256(f"{request_id}\0{text}".encode()).digest()
-    return base64.b64encode(digest + digest[:16]).decode()
+    """An opaque Anthropic thinking-block ``signature`` (clients only store and send it back): 32
+    hex digits, the shape of vLLM 0.34's ``uuid.uuid4().hex`` (``anthropic/serving.py``), here a
+    digest of the request id and the thinking text, so that a replay gives the same bytes."""
+    return hashlib.sha256(f"{request_id}\0{text}".encode()).hexdigest()[:32]
 
 
 class ReasoningSpans:
