@@ -277,6 +277,10 @@ def test_cohere_embed_types(embed):
     ubyte = [int("".join(map(str, bits[k:k + 8])), 2) for k in (0, 8)]
     assert e["ubinary"][0] == ubyte and e["binary"][0] == [u - 128 for u in ubyte]
     assert list(struct.unpack("<16f", base64.b64decode(e["base64"][0]))) == pytest.approx(f, abs=1e-6)
+    # float32 values written as the doubles they widen to (vLLM's tensor.tolist()), not float32's
+    # shortest digits: each parses back to exactly a float32 value
+    assert all(struct.unpack("<f", struct.pack("<f", x))[0] == x for x in f)
+    assert list(struct.unpack("<16f", base64.b64decode(e["base64"][0]))) == f
     same = embed.post("/pooling", json={"input": "hi there", "dimensions": 16}).json()["data"][0]["data"]
     assert f == pytest.approx(same, abs=1e-6)
 
