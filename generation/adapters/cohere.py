@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import json
 
+from generation.content.logprobs import logprob
+
 from ..errors import Rejected
 from .base import dumps, request_usage, usage_details
 from .chat import ChatAdapter, finish_reason as chat_finish_reason
+from .fields import tokens_as_ids
 from .token_stream import Streamed, end_aborted, rendered_tokens
 from .protocol import ChatCompletionRequest, StreamOptions
 
@@ -242,12 +245,14 @@ class CohereChatAdapter(ChatAdapter):
                "message": message,
                "usage": cohere_usage(usage["prompt_tokens"], usage["completion_tokens"],
                                      usage.get("prompt_tokens_details"))}
-        entries = (choice["logprobs"] or {}).get("content")
-        if entries and self.body.return_token_ids:
-            seq = seqs[0]
-            ids = seq.ids[seq.reasoning_span[2] if seq.reasoning_span else 0:]
-            out["logprobs"] = [{"text": e["token"], "token_ids": [t], "logprobs": [e["logprob"]]}
-                               for e, t in zip(entries, ids)]
+        seq = seqs[0]
+        if self.body.logprobs and seq.ids:
+            # ``_build_logprobs``: chat's logprobs zipped with its token_ids, both over every output
+            # token (chat_completion/serving.py l. 1009-1021, 1078-1081): the reasoning, its
+            # markers and a tool call's tokens too, where the simulator's chat keeps the content's
+            as_ids = tokens_as_ids(self.sim, self.body)
+            out["logprobs"] = [{"text": f"token_id:{t}" if as_ids else p, "token_ids": [t], "logprobs": [logprob(k)]}
+                               for k, (p, t) in enumerate(zip(seq.pieces, seq.ids))]
         if chat.get("kv_transfer_params"):
             out["kv_transfer_params"] = chat["kv_transfer_params"]
         return out

@@ -118,6 +118,20 @@ def test_logprobs_carry_token_ids(echo):
     assert "logprobs" not in chat(echo, {}).json()
 
 
+def test_logprobs_cover_every_output_token(app_client):
+    """vLLM's ``_build_logprobs`` zips chat's logprobs with its token_ids, both over every output
+    token: the reasoning and its markers, and a tool call's tokens, not the content's alone."""
+    c = app_client("--reasoning-parser", "qwen3", "--seed", "5", env=ON)
+    for body in ({"max_tokens": 30}, {"max_tokens": 60, "tools": [WEATHER], "tool_choice": "REQUIRED"}):
+        r = chat(c, {**body, "logprobs": True}).json()
+        items = r["logprobs"]
+        assert len(items) == r["usage"]["tokens"]["output_tokens"] and items[0]["text"] == "<think>"
+        assert all(list(i) == ["text", "token_ids", "logprobs"] and len(i["token_ids"]) == len(i["logprobs"]) == 1
+                   for i in items)
+        thinking = r["message"]["content"][0]["thinking"]
+        assert "".join(i["text"] for i in items).startswith("<think>" + thinking)
+
+
 def test_reasoning_is_a_thinking_block_or_the_tool_plan(app_client):
     c = app_client("--reasoning-parser", "qwen3", env=ON)
     content = chat(c, {"max_tokens": 40}).json()["message"]["content"]
