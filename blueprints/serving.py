@@ -44,7 +44,8 @@ from schemas.common import load
 
 from .common import (dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
                      request_id, response_headers, run_to_completion, send_image, sse_body)
-from .errors import anthropic_body, internal_error, log_error_stack, openai_body, status_of
+from .errors import (REQUEST_METADATA_ID_KEY, anthropic_body, internal_error, log_error_stack, openai_body,
+                     status_of)
 from .sse_keep_alive import with_sse_keep_alive
 from .streaming import WRITE_KEY
 
@@ -210,6 +211,9 @@ def reply_to_error(err: BaseException, envelope: str, environ: dict, config=None
         hang_up(environ)
     elif config is not None and isinstance(err, SimulatorError):
         log_error_stack(config, err, environ)
+    named = getattr(err, "vllm_request_id", None)
+    if named is not None:           # vLLM had named the request (its request_metadata): Cohere's error id
+        environ[REQUEST_METADATA_ID_KEY] = named
     return error_reply(err, envelope)
 
 
