@@ -97,10 +97,13 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     def error_frame(err) -> bytes:
         return adapter.stream_error(error_body(err, envelope))
 
+    named = getattr(adapter, "named_error", None)    # vLLM has named the request by now (Cohere's id)
     try:
         sim.admit(seqs, arrived)
     except EnginePaused as err:
         if not req.stream:
+            if named is not None:
+                named(err)
             raise
         # vLLM: the engine refuses it at its first output, after the stream answered 200
         err.type = adapter.generation_error_stream_type
@@ -130,6 +133,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
             body = render_large(adapter, seqs)
     except BaseException as e:      # the client left (an abort), or the server failed it (an error)
         sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")
+        if named is not None:
+            named(e)
         raise
     size = sum(len(p) for p in body)
     return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(size))], body

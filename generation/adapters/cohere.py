@@ -239,6 +239,12 @@ class CohereChatAdapter(ChatAdapter):
         self.rid = rid
         return super().build(rid, force_cache_threshold)
 
+    def named_error(self, err: BaseException) -> None:
+        """An error after the request was admitted (the engine paused, a failed generation) came
+        after vLLM named it: the Cohere envelope's ``id`` is ``chatcmpl-<id>``."""
+        if isinstance(err, SimulatorError):
+            err.vllm_request_id = f"chatcmpl-{self.rid}"
+
     def check(self, force_cache_threshold: bool, prompts: int = 1) -> None:
         """Chat's checks, with its sampling ones as vLLM meets them on this route: the
         ``SamplingParams`` of ``to_sampling_params`` (sampling_params.py l. 642-700: the ranges,
@@ -251,7 +257,7 @@ class CohereChatAdapter(ChatAdapter):
         except SimulatorError as err:
             if late is None or not (err.message == late.message or err.param in ("max_tokens", "max_completion_tokens")):
                 raise
-            late.vllm_request_id = f"chatcmpl-{self.rid}"
+            self.named_error(late)
             raise late from None
 
     def render(self, seqs) -> dict:

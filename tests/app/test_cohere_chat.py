@@ -299,6 +299,23 @@ def test_sampling_errors_name_the_request(echo, body, message):
     assert (r.status_code, r.json()) == (404, {"message": "The model `nope` does not exist.", "id": "r1"})
 
 
+def test_an_error_after_admission_names_the_request(app_client):
+    """The engine paused (a checkpoint prepared): vLLM's full generator fails after the request
+    was named, so the 503's id is ``chatcmpl-<id>``; a stream ends with its in-band error."""
+    c = app_client("--enable-sleep-mode", env={**ON, "VLLM_SERVER_DEV_MODE": "1"})
+    assert c.post("/checkpoint/prepare", params={"mode": "wait"}).json() == {"state": "prepared"}
+    try:
+        r = chat(c, {})
+        assert (r.status_code, r.json()) == (503, {"message": "Generation is paused. Please retry after it resumes.",
+                                                   "id": "chatcmpl-r1"})
+        r = chat(c, {"stream": True})
+        assert (r.status_code, r.text) == (200, 'data: {"type": "message-end", "delta": {"error": "Generation is '
+                                                'paused. Please retry after it resumes.", "finish_reason": "ERROR"}}'
+                                                '\n\ndata: [DONE]\n\n')
+    finally:
+        c.post("/checkpoint/restore")
+
+
 def test_a_hostile_body_costs_a_bounded_validation(echo):
     t = time.monotonic()
     r = chat(echo, {"messages": [5] * 500_000})
