@@ -11,7 +11,8 @@ a vLLM without the SDK got a warning and no route.
 
 Errors: vLLM's ``CohereErrorEnvelopeMiddleware`` rewrites every JSON error body in vLLM's
 envelope (``{"error": {"message", "type", "param", "code"}}``) on a ``/cohere/`` path into
-Cohere's ``{"message", "id"}``, ``id`` the ``X-Request-Id`` header when there is one, the
+Cohere's ``{"message", "id"}``, ``id`` the request's (``chatcmpl-<id>``) when vLLM had named it
+before the error (its sampling checks), else the ``X-Request-Id`` header when there is one, the
 status the envelope's ``code``.  :class:`CohereErrors` does the same around the whole app (the
 API-key check's ``{"error": "Unauthorized"}`` and the router's ``{"detail": ...}`` pass unchanged,
 as they do there).
@@ -26,6 +27,7 @@ from schemas.common import load
 from schemas.cohere import cohere_chat_request_schema
 
 from .common import json_response, parse_json_body, response_headers, simulator
+from .errors import REQUEST_METADATA_ID_KEY
 from .render import chat_render
 from .serving import _status_line, generation_view
 
@@ -56,7 +58,9 @@ def cohere_error(body: bytes, environ: dict) -> tuple[int, bytes] | None:
             and isinstance(err.get("code"), int)):
         return None
     out = {"message": err["message"]}
-    rid = environ.get("HTTP_X_REQUEST_ID")
+    rid = environ.get(REQUEST_METADATA_ID_KEY)        # named: the request's id (``_request_id``)
+    if rid is None:
+        rid = environ.get("HTTP_X_REQUEST_ID")
     if rid is not None:
         out["id"] = rid
     return err["code"] or 400, orjson.dumps(out)

@@ -85,6 +85,11 @@ def anthropic_body(message: str, status: int) -> dict:
     return {"type": "error", "error": {"type": anthropic_error_type(status), "message": message}}
 
 
+# environ key: the id vLLM had named the request with (``raw_request.state.request_metadata``,
+# set once its chat handler rendered the prompt) when the error came; Cohere's envelope reports it
+REQUEST_METADATA_ID_KEY = "vllm_sim.request_metadata_id"
+
+
 def internal_error(err: Exception) -> APIError:
     """An unexpected exception as a 500 the client can read."""
     return APIError(f"Internal server error: {type(err).__name__}: {err}", 500)

@@ -18,6 +18,7 @@ from flask import Blueprint, Response, request
 
 from generation.adapters import pooling as pa
 from generation.adapters.response_bodies import cohere_embed_response
+from generation.adapters.validation import validation_errors
 from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
 from generation.tokenization.tokenizer import each_text
@@ -191,16 +192,44 @@ def create_rerank():
     return _reply(pa.rerank_response(rid, display, docs, scores, data.get("top_n"), tokens), rid)
 
 
+def _value_error(loc: str, value, msg: str) -> tuple:
+    return loc, value, "value_error", f"Value error, {msg}", {"error": ValueError(msg)}
+
+
+def _check_cohere_embed(raw: dict, texts, images, inputs) -> None:
+    """The model validators of vLLM's ``CohereEmbedRequest`` (pooling/embed/protocol.py l. 240-283),
+    as its validation handler words them: each ``inputs`` content part with its payload
+    (``CohereEmbedContent``, all such errors), then exactly one of ``texts``, ``images`` and
+    ``inputs``, non-empty (the body's own error, ``loc`` ``body``).  Raises RequestInvalid."""
+    rows = []
+    for i, item in enumerate(inputs or ()):
+        for j, part in enumerate(item["content"]):
+            url = part.get("image_url")
+            if part["type"] == "text" and part.get("text") is None:
+                msg = "CohereEmbedContent with type='text' requires text"
+            elif part["type"] == "image_url" and not (url and url.get("url")):
+                msg = "CohereEmbedContent with type='image_url' requires image_url.url"
+            else:
+                continue
+            rows.append(_value_error(f"inputs.{i}.content.{j}", raw["inputs"][i]["content"][j], msg))
+    if rows:
+        raise validation_errors(rows)
+    given = [f for f in (texts, images, inputs) if f is not None]
+    if len(given) != 1 or not given[0]:
+        raise validation_errors([_value_error("", raw, "Exactly one of texts, images, or inputs must be provided, "
+                                                       "and it must be non-empty")])
+
+
 @cohere_bp.post("/v2/embed")
 def create_cohere_embed():
     """Cohere's ``/v2/embed`` as vLLM serves it: ``texts``, ``images`` (data or http URLs) or
     mixed ``inputs``; ``embeddings`` by ``embedding_types`` (default ``float``)."""
     sim = simulator()
     cfg = sim.config
-    data = load(cohere_embed_request_schema, parse_json_body())
+    raw = parse_json_body()
+    data = load(cohere_embed_request_schema, raw)
     texts, images, inputs = data.get("texts"), data.get("images"), data.get("inputs")
-    if texts is None and images is None and inputs is None:
-        raise APIError("One of texts, images, or inputs must be provided", 400, "texts")
+    _check_cohere_embed(raw, texts, images, inputs)
     if data.get("input_type") is not None:
         raise APIError(f"Unsupported input_type {data['input_type']!r}. This model does not define any input_type "
                        f"prompt prefixes.", 400, "input_type")

@@ -44,7 +44,8 @@ from schemas.common import load
 
 from .common import (dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
                      request_id, response_headers, run_to_completion, send_image, sse_body)
-from .errors import anthropic_body, internal_error, log_error_stack, openai_body, status_of
+from .errors import (REQUEST_METADATA_ID_KEY, anthropic_body, internal_error, log_error_stack, openai_body,
+                     status_of)
 from .sse_keep_alive import with_sse_keep_alive
 from .streaming import WRITE_KEY
 
@@ -96,10 +97,13 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     def error_frame(err) -> bytes:
         return adapter.stream_error(error_body(err, envelope))
 
+    named = getattr(adapter, "named_error", None)    # vLLM has named the request by now (Cohere's id)
     try:
         sim.admit(seqs, arrived)
     except EnginePaused as err:
         if not req.stream:
+            if named is not None:
+                named(err)
             raise
         # vLLM: the engine refuses it at its first output, after the stream answered 200
         err.type = adapter.generation_error_stream_type
@@ -129,6 +133,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
             body = render_large(adapter, seqs)
     except BaseException as e:      # the client left (an abort), or the server failed it (an error)
         sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")
+        if named is not None:
+            named(e)
         raise
     size = sum(len(p) for p in body)
     return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(size))], body
@@ -210,6 +216,9 @@ def reply_to_error(err: BaseException, envelope: str, environ: dict, config=None
         hang_up(environ)
     elif config is not None and isinstance(err, SimulatorError):
         log_error_stack(config, err, environ)
+    named = getattr(err, "vllm_request_id", None)
+    if named is not None:           # vLLM had named the request (its request_metadata): Cohere's error id
+        environ[REQUEST_METADATA_ID_KEY] = named
     return error_reply(err, envelope)
 
 

@@ -106,8 +106,8 @@ class RerankRequestSchema(_PoolingBase):
 
 class CohereContentSchema(BaseSchema):
     type = fields.String(required=True, validate=validate.OneOf(("text", "image_url")))
-    text = fields.String()
-    image_url = fields.Dict(keys=fields.String(), values=fields.String())
+    text = fields.String(allow_none=True)         # a part without its payload: the request's check
+    image_url = fields.Dict(keys=fields.String(), values=fields.String(), allow_none=True)
 
 
 class CohereInputSchema(BaseSchema):
@@ -117,10 +117,10 @@ class CohereInputSchema(BaseSchema):
 class CohereEmbedRequestSchema(BaseSchema):
     model = Str()                   # vLLM's CohereEmbedRequest: str | None = None (pooling/embed/protocol.py:262)
     input_type = fields.String()
-    texts = fields.List(fields.String(), validate=validate.Length(min=1, error="texts must not be empty"))
-    images = fields.List(fields.String(), validate=validate.Length(min=1, error="images must not be empty"))
-    inputs = fields.List(fields.Nested(CohereInputSchema),
-                         validate=validate.Length(min=1, error="inputs must not be empty"))
+    # exactly one of these, non-empty: vLLM's model validator, after the fields (blueprints.pooling)
+    texts = fields.List(fields.String())
+    images = fields.List(fields.String())
+    inputs = fields.List(fields.Nested(CohereInputSchema))
     output_dimension = StrictInt(validate=[
         validate.Range(min=1, error="output_dimension must be at least 1"),
         validate.Range(max=MAX_DIMENSIONS, error=f"output_dimension must be at most {MAX_DIMENSIONS}")])

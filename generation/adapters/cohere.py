@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import json
 
-from ..errors import Rejected
+from generation.content.logprobs import logprob
+
+from ..errors import Rejected, SimulatorError
 from .base import dumps, request_usage, usage_details
 from .chat import ChatAdapter, finish_reason as chat_finish_reason
+from .fields import check_sampling_ranges, tokens_as_ids
 from .token_stream import Streamed, end_aborted, rendered_tokens
 from .protocol import ChatCompletionRequest, StreamOptions
 
@@ -195,6 +198,19 @@ def chat_request(body: dict) -> ChatCompletionRequest:
     return ChatCompletionRequest(**{**body, "stream_options": StreamOptions(**opts, given=True) if opts else None})
 
 
+def _sampling_error(b):
+    """The error of vLLM's ``SamplingParams._verify_args`` on the chat request ``b``, or None:
+    its ranges (:func:`check_sampling_ranges`, its order), then ``max_tokens`` at least 1 (the
+    limit it gets, ``max_tokens`` and ``max_completion_tokens`` both the Cohere field)."""
+    try:
+        check_sampling_ranges(b)
+    except SimulatorError as err:
+        return err
+    if b.max_tokens is not None and b.max_tokens < 1:
+        return Rejected(f"max_tokens must be at least 1, got {b.max_tokens}.", "max_tokens", b.max_tokens)
+    return None
+
+
 # ---- the answer --------------------------------------------------------------------------------
 
 def cohere_usage(prompt: int, completion: int, details: dict | None) -> dict:
@@ -217,6 +233,32 @@ class CohereChatAdapter(ChatAdapter):
         self.cohere = body
         self.reasoning_model = sim.config.cohere_is_reasoning_model
         self.open_end = b""        # the event closing the stream's open block (an error closes it)
+        self.rid = None
+
+    def build(self, rid: str, force_cache_threshold: bool):
+        self.rid = rid
+        return super().build(rid, force_cache_threshold)
+
+    def named_error(self, err: BaseException) -> None:
+        """An error after the request was admitted (the engine paused, a failed generation) came
+        after vLLM named it: the Cohere envelope's ``id`` is ``chatcmpl-<id>``."""
+        if isinstance(err, SimulatorError):
+            err.vllm_request_id = f"chatcmpl-{self.rid}"
+
+    def check(self, force_cache_threshold: bool, prompts: int = 1) -> None:
+        """Chat's checks, with its sampling ones as vLLM meets them on this route: the
+        ``SamplingParams`` of ``to_sampling_params`` (sampling_params.py l. 642-700: the ranges,
+        then ``max_tokens`` at least 1, in its words) come after the request is named
+        (chat_completion/serving.py l. 321-327, 365), so the Cohere envelope's ``id`` is
+        ``chatcmpl-<id>`` (api_router.py l. 86-100, 146): the error carries it (``vllm_request_id``)."""
+        late = _sampling_error(self.body)
+        try:
+            super().check(force_cache_threshold, prompts)
+        except SimulatorError as err:
+            if late is None or not (err.message == late.message or err.param in ("max_tokens", "max_completion_tokens")):
+                raise
+            self.named_error(late)
+            raise late from None
 
     def render(self, seqs) -> dict:
         """``_chat_completion_to_v2`` of the chat completion."""
@@ -242,12 +284,14 @@ class CohereChatAdapter(ChatAdapter):
                "message": message,
                "usage": cohere_usage(usage["prompt_tokens"], usage["completion_tokens"],
                                      usage.get("prompt_tokens_details"))}
-        entries = (choice["logprobs"] or {}).get("content")
-        if entries and self.body.return_token_ids:
-            seq = seqs[0]
-            ids = seq.ids[seq.reasoning_span[2] if seq.reasoning_span else 0:]
-            out["logprobs"] = [{"text": e["token"], "token_ids": [t], "logprobs": [e["logprob"]]}
-                               for e, t in zip(entries, ids)]
+        seq = seqs[0]
+        if self.body.logprobs and seq.ids:
+            # ``_build_logprobs``: chat's logprobs zipped with its token_ids, both over every output
+            # token (chat_completion/serving.py l. 1009-1021, 1078-1081): the reasoning, its
+            # markers and a tool call's tokens too, where the simulator's chat keeps the content's
+            as_ids = tokens_as_ids(self.sim, self.body)
+            out["logprobs"] = [{"text": f"token_id:{t}" if as_ids else p, "token_ids": [t], "logprobs": [logprob(k)]}
+                               for k, (p, t) in enumerate(zip(seq.pieces, seq.ids))]
         if chat.get("kv_transfer_params"):
             out["kv_transfer_params"] = chat["kv_transfer_params"]
         return out

@@ -293,12 +293,17 @@ def cohere_embeddings(vectors: list, types: list[str]) -> dict:
     """Cohere's ``embeddings`` by type: ``float`` lists, ``binary`` / ``ubinary`` bit-packed
     (8 signs per byte, most significant first; binary is signed: byte - 128), ``base64`` of the
     little-endian float32 bytes.  Raises InvalidParam for a binary type when the size is not a
-    multiple of 8."""
+    multiple of 8.
+
+    ``float`` holds Python floats, not the float32 arrays: vLLM 0.34 builds it with
+    ``encode_pooling_output_float`` (``tensor.tolist()``, pooling/utils.py l. 69-72; embed/serving.py
+    l. 182-185), so each float32 value is written as the double it widens to
+    (``0.12345679104328156``), where ``/v1/embeddings`` hands orjson the ndarray (``0.12345679``)."""
     import numpy as np
     out = {}
     for t in types:
         if t == "float":
-            out["float"] = vectors
+            out["float"] = [v.tolist() for v in vectors]
         elif t in ("binary", "ubinary"):
             if vectors and len(vectors[0]) % 8:
                 raise InvalidParam(f"Embedding dimension must be a multiple of 8 for binary embedding types, but got "

@@ -4,6 +4,7 @@ routes exist, the exact bodies and event streams, the translation into a chat co
 errors in Cohere's ``{message, id}`` envelope, the engine's queue and metrics, step mode."""
 from __future__ import annotations
 
+import re
 import time
 
 import gevent
@@ -118,6 +119,20 @@ def test_logprobs_carry_token_ids(echo):
     assert "logprobs" not in chat(echo, {}).json()
 
 
+def test_logprobs_cover_every_output_token(app_client):
+    """vLLM's ``_build_logprobs`` zips chat's logprobs with its token_ids, both over every output
+    token: the reasoning and its markers, and a tool call's tokens, not the content's alone."""
+    c = app_client("--reasoning-parser", "qwen3", "--seed", "5", env=ON)
+    for body in ({"max_tokens": 30}, {"max_tokens": 60, "tools": [WEATHER], "tool_choice": "REQUIRED"}):
+        r = chat(c, {**body, "logprobs": True}).json()
+        items = r["logprobs"]
+        assert len(items) == r["usage"]["tokens"]["output_tokens"] and items[0]["text"] == "<think>"
+        assert all(list(i) == ["text", "token_ids", "logprobs"] and len(i["token_ids"]) == len(i["logprobs"]) == 1
+                   for i in items)
+        thinking = r["message"]["content"][0]["thinking"]
+        assert "".join(i["text"] for i in items).startswith("<think>" + thinking)
+
+
 def test_reasoning_is_a_thinking_block_or_the_tool_plan(app_client):
     c = app_client("--reasoning-parser", "qwen3", env=ON)
     content = chat(c, {"max_tokens": 40}).json()["message"]["content"]
@@ -219,7 +234,6 @@ def test_render_maps_the_sampling_fields(echo):
     # a validator's VLLMValidationError escapes pydantic at once: the earlier type error is not reported
     ({"messages": 5, "max_tokens": -1}, 400, "max_tokens must be non-negative (parameter=max_tokens, value=-1)"),
     ({"model": "nope"}, 404, "The model `nope` does not exist."),
-    ({"p": 1.5}, 400, "top_p must be in (0, 1], got 1.5. (parameter=top_p, value=1.5)"),
     ({"stream": "maybe", "tool_choice": "auto"}, 400,
      "2 validation errors:\n"
      "  {'type': 'bool_parsing', 'loc': 'body.stream', 'msg': 'Input should be a valid boolean, unable to "
@@ -259,6 +273,47 @@ def test_error_id_is_the_request_id_header_when_there_is_one(echo):
                                                           "'application/json' is allowed", "id": "r1"})
     r = echo.post("/cohere/v2/chat", content=b"{", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and list(r.json()) == ["message"]
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"p": 1.5}, "top_p must be in (0, 1], got 1.5. (parameter=top_p, value=1.5)"),
+    ({"temperature": 3}, "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)"),
+    ({"k": -5}, "top_k must be 0 (disable), or at least 1, got -5."),
+    ({"frequency_penalty": 3}, "frequency_penalty must be in [-2, 2], got 3.0."),
+    # SamplingParams' words for the limit it gets (max_tokens and max_completion_tokens both 0)
+    ({"max_tokens": 0}, "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"),
+    # its order: the ranges before max_tokens
+    ({"max_tokens": 0, "p": 1.5}, "top_p must be in (0, 1], got 1.5. (parameter=top_p, value=1.5)"),
+])
+def test_sampling_errors_name_the_request(echo, body, message):
+    """vLLM checks the sampling parameters (``to_sampling_params``) after its chat handler named
+    the request (``raw_request.state.request_metadata``), so the envelope's id is the request's
+    ``chatcmpl-`` id, from the header or made up, not the header itself."""
+    for stream in (False, True):
+        r = chat(echo, {**body, "stream": stream})
+        assert (r.status_code, r.json()) == (400, {"message": message, "id": "chatcmpl-r1"})
+    r = echo.post("/cohere/v2/chat", json={"model": "test-model", "messages": HI, **body})
+    assert r.json()["message"] == message and re.fullmatch(r"chatcmpl-[0-9a-f]{32}", r.json()["id"])
+    # an earlier error (the model's, in vLLM's render) keeps the header's id
+    r = chat(echo, {**body, "model": "nope"})
+    assert (r.status_code, r.json()) == (404, {"message": "The model `nope` does not exist.", "id": "r1"})
+
+
+def test_an_error_after_admission_names_the_request(app_client):
+    """The engine paused (a checkpoint prepared): vLLM's full generator fails after the request
+    was named, so the 503's id is ``chatcmpl-<id>``; a stream ends with its in-band error."""
+    c = app_client("--enable-sleep-mode", env={**ON, "VLLM_SERVER_DEV_MODE": "1"})
+    assert c.post("/checkpoint/prepare", params={"mode": "wait"}).json() == {"state": "prepared"}
+    try:
+        r = chat(c, {})
+        assert (r.status_code, r.json()) == (503, {"message": "Generation is paused. Please retry after it resumes.",
+                                                   "id": "chatcmpl-r1"})
+        r = chat(c, {"stream": True})
+        assert (r.status_code, r.text) == (200, 'data: {"type": "message-end", "delta": {"error": "Generation is '
+                                                'paused. Please retry after it resumes.", "finish_reason": "ERROR"}}'
+                                                '\n\ndata: [DONE]\n\n')
+    finally:
+        c.post("/checkpoint/restore")
 
 
 def test_a_hostile_body_costs_a_bounded_validation(echo):

@@ -277,6 +277,10 @@ def test_cohere_embed_types(embed):
     ubyte = [int("".join(map(str, bits[k:k + 8])), 2) for k in (0, 8)]
     assert e["ubinary"][0] == ubyte and e["binary"][0] == [u - 128 for u in ubyte]
     assert list(struct.unpack("<16f", base64.b64decode(e["base64"][0]))) == pytest.approx(f, abs=1e-6)
+    # float32 values written as the doubles they widen to (vLLM's tensor.tolist()), not float32's
+    # shortest digits: each parses back to exactly a float32 value
+    assert all(struct.unpack("<f", struct.pack("<f", x))[0] == x for x in f)
+    assert list(struct.unpack("<16f", base64.b64decode(e["base64"][0]))) == f
     same = embed.post("/pooling", json={"input": "hi there", "dimensions": 16}).json()["data"][0]["data"]
     assert f == pytest.approx(same, abs=1e-6)
 
@@ -290,19 +294,46 @@ def test_cohere_embed_default_and_images(embed):
 
 
 @pytest.mark.parametrize("body, param, text", [
-    ({"model": "test-model"}, "texts", "One of texts, images, or inputs"),
     ({"texts": ["a"], "input_type": "search_query"}, "input_type", "Unsupported input_type"),
     ({"texts": ["a"], "embedding_types": ["int8"]}, "embedding_types[0]", "embedding_types"),
     ({"texts": ["a"], "output_dimension": 385}, "output_dimension", "at most 384"),
     ({"texts": ["a"], "output_dimension": 12, "embedding_types": ["binary"]}, "embedding_types", "multiple of 8"),
     ({"texts": ["a b c"], "truncate": "NONE", "max_tokens": 2}, "max_tokens", "exceeds max_tokens=2"),
     ({"texts": ["a"], "truncate": "MIDDLE"}, "truncate", "truncate"),
-    ({"texts": []}, "texts", "texts must not be empty"),
-    ({"images": []}, "images", "images must not be empty"),
-    ({"inputs": []}, "inputs", "inputs must not be empty"),
 ])
 def test_cohere_embed_errors(embed, body, param, text):
     assert text in err(embed.post("/v2/embed", json=body), 400, param)
+
+
+EXACTLY_ONE = "Exactly one of texts, images, or inputs must be provided, and it must be non-empty"
+
+
+@pytest.mark.parametrize("body", [{"model": "test-model"}, {"texts": []}, {"images": []}, {"inputs": []},
+                                  {"texts": ["a"], "images": ["data:image/png;base64,AAAA"]},
+                                  {"texts": ["a"], "inputs": []}])
+def test_cohere_embed_takes_exactly_one_input_field(embed, body):
+    """``CohereEmbedRequest``'s model validator (pooling/embed/protocol.py l. 272-281) through
+    vLLM's validation handler: the body's own error."""
+    r = embed.post("/v2/embed", json=body)
+    assert (r.status_code, r.json()) == (400, {"error": {"message": (
+        "1 validation error:\n  {'type': 'value_error', 'loc': 'body', 'msg': 'Value error, " + EXACTLY_ONE
+        + f"', 'input': '<dict of {len(body)} items>', 'ctx': {{'error': ValueError('" + EXACTLY_ONE + "')}}"),
+        "type": "Bad Request", "param": "body", "code": 400}})
+
+
+def test_cohere_embed_content_parts_need_their_payload(embed):
+    """``CohereEmbedContent``'s validator, every part's error (protocol.py l. 240-254)."""
+    r = embed.post("/v2/embed", json={"inputs": [{"content": [
+        {"type": "text", "text": "a"}, {"type": "text", "text": None}, {"type": "image_url", "image_url": {}}]}]})
+    text, image = ("CohereEmbedContent with type='text' requires text",
+                   "CohereEmbedContent with type='image_url' requires image_url.url")
+    assert (r.status_code, r.json()) == (400, {"error": {"message": (
+        "2 validation errors:\n"
+        f"  {{'type': 'value_error', 'loc': 'body.inputs.0.content.1', 'msg': \"Value error, {text}\", "
+        f"'input': '<dict of 2 items>', 'ctx': {{'error': ValueError(\"{text}\")}}}}\n"
+        f"  {{'type': 'value_error', 'loc': 'body.inputs.0.content.2', 'msg': \"Value error, {image}\", "
+        f"'input': '<dict of 2 items>', 'ctx': {{'error': ValueError(\"{image}\")}}}}"),
+        "type": "Bad Request", "param": "body.inputs.0.content.1", "code": 400}})
 
 
 def test_cohere_embed_truncation(embed):
