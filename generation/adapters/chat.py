@@ -19,6 +19,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
+from .chat_logprobs import choice_logprobs, chunk_logprobs
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
@@ -122,7 +123,10 @@ class ChatAdapter(Adapter):
 
     def render(self, seqs) -> dict:
         b = self.body
-        out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim),
+        # include_reasoning: false under a parser hides logprobs and token ids (suppress_metadata,
+        # chat_completion/serving.py l. 1032-1035, 1078-1081); the batch route's keep them
+        shown = self.req.reasoning is None or self.req.reasoning.include
+        out = render_chat(self.req, seqs, bool(b.logprobs) and shown, b.top_logprobs or 0, usage_details(self.sim),
                           tokens_as_ids(self.sim, b), self.sim.reasoning is not None, self.mm_tokens(seqs),
                           response_role(b))
         out["system_fingerprint"] = system_fingerprint(self.sim.config)
@@ -144,8 +148,9 @@ class ChatAdapter(Adapter):
                 c["message"]["content"] = echoed + (c["message"]["content"] or "")
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
             out["prompt_token_ids"] = list(seqs[0].prompt.ids)
-            for c, s in zip(out["choices"], seqs):
-                c["token_ids"] = list(s.ids)
+            if shown:
+                for c, s in zip(out["choices"], seqs):
+                    c["token_ids"] = list(s.ids)
         metrics = per_request_metrics(self.sim, seqs)
         if metrics is not None:
             out["metrics"] = metrics
@@ -274,20 +279,15 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
             else:
                 content = "" if named_choice(req) else None    # vLLM: "" for a named call
             calls = tool_calls_json(s)
-            logprobs = None
         else:
             text = content_text(s)
             content = text if text or span is None else None
             if req.send_image:             # --omni: structured content, text then the image
                 content = [{"type": "text", "text": content or ""}, IMAGE_PART]
             calls = None
-            first = 0 if span is None else span[2]
-            if not want_logprobs:
-                logprobs = None
-            elif as_ids:
-                logprobs = {"content": [lp.token_id_entry(t, j, top) for j, t in enumerate(s.ids[first:])]}
-            else:
-                logprobs = lp.chat_logprobs(s.pieces[first:], top)
+        # every output token's, reasoning, markers and tool call included (chat_completion/serving.py
+        # l. 1009-1021; batch_serving.py l. 282-291)
+        logprobs = choice_logprobs(s, top, as_ids) if want_logprobs else None
         message = chat_message(role, content, reasoning_text(s) if include else None, calls)  # reasoning: always there
         choices.append(chat_choice(index=s.index, message=message, logprobs=logprobs,
                                    finish_reason=finish_reason(req, s), stop_reason=s.stop_reason))
