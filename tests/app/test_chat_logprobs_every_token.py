@@ -11,8 +11,11 @@ of content.
 """
 from __future__ import annotations
 
+import json
 
 import pytest
+
+from support import sse_events
 
 CHAT = "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "Why is the sky blue?"}]
@@ -31,6 +34,13 @@ def chat(api, **kw):
     r = api.post(CHAT, json=body)
     assert r.status_code == 200, r.text
     return r
+
+
+def token_chunks(api, **kw) -> list:
+    """The choice of each chunk after the role chunk (the usage chunk left out)."""
+    events = sse_events(chat(api, stream=True, **kw).text)
+    assert events[-1] == "[DONE]"
+    return [e["choices"][0] for e in events[1:-1] if e["choices"]]
 
 
 def tokens_of(entries) -> list:
@@ -70,6 +80,68 @@ def test_non_streamed_include_reasoning_false_hides_logprobs_and_token_ids(qwen)
 def test_non_streamed_without_parser_unchanged(api):
     c = chat(api, logprobs=True).json()["choices"][0]
     assert "".join(tokens_of(c["logprobs"]["content"])) == c["message"]["content"]
+
+
+def test_streamed_every_token_has_a_chunk_with_its_logprobs(qwen):
+    got = token_chunks(qwen, logprobs=True, stream_options={"include_usage": True})
+    assert len(got) == 20
+    assert [c["delta"] for c in (got[0], got[9])] == [{}, {}]        # the markers: DeltaMessage()
+    assert [tokens_of(c["logprobs"]["content"]) for c in (got[0], got[9])] == [["<think>"], ["</think>"]]
+    assert all(len(c["logprobs"]["content"]) == 1 for c in got)
+    assert all("reasoning" in c["delta"] for c in got[1:9]) and all("content" in c["delta"] for c in got[10:])
+    assert [c["logprobs"]["content"][0]["token"] for c in got[1:9]] == [c["delta"]["reasoning"] for c in got[1:9]]
+    # the same entries as the non-streamed answer's
+    whole = chat(qwen, logprobs=True).json()["choices"][0]["logprobs"]["content"]
+    assert [c["logprobs"]["content"][0] for c in got] == whole
+
+
+def test_streamed_token_ids_alone_send_the_markers_chunks(qwen):
+    got = token_chunks(qwen, return_token_ids=True)
+    ids = chat(qwen, return_token_ids=True).json()["choices"][0]["token_ids"]
+    assert [t for c in got for t in c["token_ids"]] == ids and len(got) == 20
+    assert got[0]["delta"] == {} and got[0]["logprobs"] is None
+
+
+def test_streamed_without_logprobs_or_token_ids_markers_send_nothing(qwen):
+    got = token_chunks(qwen, stream_options={"include_usage": True, "continuous_usage_stats": True})
+    assert len(got) == 18 and all(c["delta"] for c in got)
+    events = sse_events(chat(qwen, stream=True, logprobs=True,
+                             stream_options={"include_usage": True, "continuous_usage_stats": True}).text)
+    running = [e["usage"]["completion_tokens"] for e in events[1:-1] if e["choices"]]
+    assert running == list(range(1, 21))                  # an empty-delta chunk counts its token
+
+
+def test_streamed_include_reasoning_false_hides_them(qwen):
+    got = token_chunks(qwen, logprobs=True, return_token_ids=True, include_reasoning=False)
+    assert len(got) == 10 and all(c["logprobs"] is None and c["token_ids"] is None for c in got)
+    assert all("content" in c["delta"] for c in got)
+
+
+def test_streamed_tool_call_chunks_carry_their_logprobs(qwen):
+    body = {"logprobs": True, "return_token_ids": True, "max_tokens": 60, "ignore_eos": False, **TOOLS}
+    got = token_chunks(qwen, **body)
+    whole = chat(qwen, **body).json()["choices"][0]
+    assert [c["logprobs"]["content"][0] for c in got] == whole["logprobs"]["content"]
+    assert [t for c in got for t in c["token_ids"]] == whole["token_ids"]
+    calls = [c for c in got if "tool_calls" in c["delta"]]
+    assert calls and all(tokens_of(c["logprobs"]["content"]) == [c["delta"]["tool_calls"][0]["function"]["arguments"]]
+                         for c in calls)
+    args = "".join(c["delta"]["tool_calls"][0]["function"]["arguments"] for c in calls)
+    assert json.loads(args) == json.loads(whole["message"]["tool_calls"][0]["function"]["arguments"])
+
+
+def test_stream_interval_groups_cover_every_token(app_client):
+    c = app_client("--reasoning-parser", "qwen3", "--seed", "3", "--stream-interval", "4")
+    got = token_chunks(c, logprobs=True, return_token_ids=True)
+    whole = chat(c, logprobs=True, return_token_ids=True).json()["choices"][0]
+    assert [e for g in got for e in g["logprobs"]["content"]] == whole["logprobs"]["content"]
+    assert [t for g in got for t in g["token_ids"]] == whole["token_ids"]
+    assert got[0]["delta"] == {} and len(got[0]["token_ids"]) == 1       # <think> alone: the first output
+    body = {"logprobs": True, "return_token_ids": True, "max_tokens": 60, "ignore_eos": False, **TOOLS}
+    got = token_chunks(c, **body)
+    whole = chat(c, **body).json()["choices"][0]
+    assert [e for g in got for e in g["logprobs"]["content"]] == whole["logprobs"]["content"]
+    assert [t for g in got for t in g["token_ids"]] == whole["token_ids"]
 
 
 def test_batch_lists_every_token_even_with_reasoning_hidden(qwen):
