@@ -19,6 +19,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
+from .chat_logprobs import choice_logprobs, chunk_logprobs, token_logprobs
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
@@ -122,7 +123,10 @@ class ChatAdapter(Adapter):
 
     def render(self, seqs) -> dict:
         b = self.body
-        out = render_chat(self.req, seqs, bool(b.logprobs), b.top_logprobs or 0, usage_details(self.sim),
+        # include_reasoning: false under a parser hides logprobs and token ids (suppress_metadata,
+        # chat_completion/serving.py l. 1032-1035, 1078-1081); the batch route's keep them
+        shown = self.req.reasoning is None or self.req.reasoning.include
+        out = render_chat(self.req, seqs, bool(b.logprobs) and shown, b.top_logprobs or 0, usage_details(self.sim),
                           tokens_as_ids(self.sim, b), self.sim.reasoning is not None, self.mm_tokens(seqs),
                           response_role(b))
         out["system_fingerprint"] = system_fingerprint(self.sim.config)
@@ -144,8 +148,9 @@ class ChatAdapter(Adapter):
                 c["message"]["content"] = echoed + (c["message"]["content"] or "")
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
             out["prompt_token_ids"] = list(seqs[0].prompt.ids)
-            for c, s in zip(out["choices"], seqs):
-                c["token_ids"] = list(s.ids)
+            if shown:
+                for c, s in zip(out["choices"], seqs):
+                    c["token_ids"] = list(s.ids)
         metrics = per_request_metrics(self.sim, seqs)
         if metrics is not None:
             out["metrics"] = metrics
@@ -274,20 +279,15 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
             else:
                 content = "" if named_choice(req) else None    # vLLM: "" for a named call
             calls = tool_calls_json(s)
-            logprobs = None
         else:
             text = content_text(s)
             content = text if text or span is None else None
             if req.send_image:             # --omni: structured content, text then the image
                 content = [{"type": "text", "text": content or ""}, IMAGE_PART]
             calls = None
-            first = 0 if span is None else span[2]
-            if not want_logprobs:
-                logprobs = None
-            elif as_ids:
-                logprobs = {"content": [lp.token_id_entry(t, j, top) for j, t in enumerate(s.ids[first:])]}
-            else:
-                logprobs = lp.chat_logprobs(s.pieces[first:], top)
+        # every output token's, reasoning, markers and tool call included (chat_completion/serving.py
+        # l. 1009-1021; batch_serving.py l. 282-291)
+        logprobs = choice_logprobs(s, top, as_ids) if want_logprobs else None
         message = chat_message(role, content, reasoning_text(s) if include else None, calls)  # reasoning: always there
         choices.append(chat_choice(index=s.index, message=message, logprobs=logprobs,
                                    finish_reason=finish_reason(req, s), stop_reason=s.stop_reason))
@@ -331,7 +331,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     ``token_ids`` delta (vLLM's ``return_token_ids``); ``as_ids``: logprob tokens named
     ``token_id:N`` (``return_tokens_as_token_ids``).  Reasoning tokens stream as
     ``delta.reasoning``; the parser's markers (and reasoning hidden by ``include_reasoning:
-    false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage.
+    false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage;
+    with logprobs or token ids a marker sends ``delta: {}`` carrying them (not when hidden), so
+    that they cover every output token, as vLLM's chat stream does.
     With continuous usage and prompt details on, the role chunk's usage carries
     ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not.  ``echoed``
     (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it.
@@ -396,21 +398,24 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         else:
             fin = finish_fields(req, seq)
             close = last_close
+        span = seq.reasoning_span
+        shown = span is None or k >= span[2] or (include_reasoning and span[0] <= k < span[1])
+        # a marker, or reasoning not returned: the parser's delta is None, so no chunk, unless it
+        # finishes or carries logprobs or token ids: DeltaMessage() (chat_completion/serving.py l. 749-758)
+        if not (shown or last or want_logprobs or token_ids):
+            if continuous:
+                frame.count(i)
+            return b""
         tid = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" if token_ids else b',"token_ids":null'
         if last:
             tid += weights
-        span = seq.reasoning_span
-        if span is not None and k < span[2]:
-            if not (include_reasoning and span[0] <= k < span[1]):
-                if continuous:
-                    frame.count(i)
-                if last:             # the answer ends here: its finish still goes out
-                    return heads[i] + b',"delta":{},"logprobs":null' + fin + tid + (b"}]" + tail(0, i) if continuous
-                                                                                 else last_close)
-                return b""                    # a marker, or reasoning not returned: no delta
-            end = b"}]" + tail(1, i) if continuous else close
-            return heads[i] + b',"delta":{"reasoning":' + dumps(piece) + b'},"logprobs":null' + fin + tid + end
+        # vLLM: the output's logprobs, made before its parser runs, ride on whatever chunk it sends
+        # (l. 697-707, 788-813): the reasoning's, its markers', a tool call's too
+        logprobs = token_logprobs(seq, k, top, as_ids, listed) if want_logprobs else b"null"
         end = tid + (b"}]" + tail(1, i) if continuous else close)     # "}]" closes the choices
+        if span is not None and k < span[2]:
+            delta = b'{"reasoning":' + dumps(piece) + b'}' if shown else b"{}"
+            return heads[i] + b',"delta":' + delta + b',"logprobs":' + logprobs + fin + end
         if seq.tool_calls:
             cmap = call_maps.get(i)
             if cmap is None:
@@ -423,14 +428,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                                          "function": {"name": tc["name"], "arguments": piece}}]}
             else:
                 delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":null' + fin + end
-        if want_logprobs:
-            entry = lp.token_id_entry(seq.ids[k], k, top) if as_ids else lp.chat_entry(piece, k, top)
-            if listed:
-                entry = lp.with_listed(entry, k, listed)
-            logprobs = b'{"content":[' + dumps(entry) + b']}'
-        else:
-            logprobs = b"null"
+            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":' + logprobs + fin + end
         content = b'[{"type":"text","text":' + dumps(piece) + b'}]' if image else dumps(piece)
         return heads[i] + b',"delta":{"content":' + content + b'},"logprobs":' + logprobs + fin + end
 
@@ -440,10 +438,10 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         ``ChatStreamProcessor`` fed one multi-token delta): one delta with their ``content``, their
         ``reasoning`` and their tool calls' argument fragments (one entry per call, the call's
         first fragment with its ``id``, ``type`` and ``name``; DeltaMessage's key order), a
-        logprobs entry per content token, the ``token_ids`` of the tokens shown, the running
-        usage counting them all, the finish when ``b - 1`` is the choice's last token.  The
-        parser's markers (and hidden reasoning) show nothing: a group of nothing else sends no
-        chunk (its finish a ``delta: {}``), as vLLM's parser returns no delta for them."""
+        logprobs entry and ``token_ids`` for each of its tokens, the running usage counting them
+        all, the finish when ``b - 1`` is the choice's last token.  The parser's markers (and
+        hidden reasoning) show nothing: a group of nothing else sends ``delta: {}`` when it
+        finishes or carries logprobs or token ids, else no chunk, as vLLM's chat stream."""
         i = seq.index
         pieces = seq.pieces
         if plain and b - 1 != lasts[i] and not seq.tool_calls:     # text alone: the plain chunk's frame
@@ -465,26 +463,16 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             delta["reasoning"] = "".join(pieces[ra:rb])
         if ca < b and calls:
             delta["tool_calls"] = call_deltas(seq, ca, b)
-        if not delta:
+        # no delta (markers, hidden reasoning): no chunk unless it finishes or carries logprobs or
+        # token ids, then DeltaMessage() (l. 749-758); those cover all its tokens (l. 697-707, 788-813)
+        if not (delta or last or want_logprobs or token_ids):
             if continuous:
                 frame.count(i, n)
-            if last:                  # the answer ends here: its finish still goes out
-                return heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) + (
-                    token_ids_field(seq.ids[ra:rb] + seq.ids[ca:b] if token_ids else None) +
-                    weights + (b"}]" + tail(0, i) if continuous else last_close))
-            return b""                # a marker, or reasoning not returned: no delta
-        logprobs = b"null"
-        if want_logprobs and ca < b and not calls:
-            if as_ids:
-                entries = [lp.token_id_entry(seq.ids[k], k, top) for k in range(ca, b)]
-            else:
-                entries = [lp.chat_entry(pieces[k], k, top) for k in range(ca, b)]
-            if listed:
-                entries = [lp.with_listed(e, k, listed) for k, e in zip(range(ca, b), entries)]
-            logprobs = dumps({"content": entries})
+            return b""
+        logprobs = chunk_logprobs(seq, a, b, top, as_ids, listed) if want_logprobs else b"null"
         fin = finish_fields(req, seq) if last else b',"finish_reason":null'
         end = b"}]" + tail(n, i) if continuous else (last_close if last else CLOSE_KV)     # "}]" closes the choices
-        end = token_ids_field(seq.ids[ra:rb] + seq.ids[ca:b] if token_ids else None) + (weights if last else b"") + end
+        end = token_ids_field(seq.ids[a:b] if token_ids else None) + (weights if last else b"") + end
         return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":' + logprobs + fin + end
 
     def call_deltas(seq, a: int, b: int) -> list:

@@ -148,26 +148,28 @@ def test_completions_chunks_join_text_logprobs_and_token_ids():
 def test_reasoning_and_answer_in_one_chunk_as_the_parser_splits_them():
     """qwen3's layout: ``<think>``, the reasoning, ``</think>``, the answer.  A chunk across the
     end holds both (``content`` then ``reasoning``, DeltaMessage's order); the markers show
-    nothing, so the lone first token (``<think>``) sends no chunk."""
+    nothing, but with ``return_token_ids`` vLLM still sends their chunk, ``delta: {}`` with their
+    ids (chat_completion/serving.py l. 749-758), so the lone first token (``<think>``) sends one."""
     flags = ("--reasoning-parser", "qwen3")
     body = chat_body(max_tokens=40, stream_options={"include_usage": True})
     one_events = stream(client(*flags), CHAT, body)
     r = one_events[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"]
-    one = choices(one_events)[0]                     # per token, the markers left out
-    layout = [None] + one[:r] + [None] + one[r:]     # token -> its own chunk (None: a marker)
-    assert len(layout) == 40
+    layout = choices(one_events)[0]                  # token -> its own chunk, the markers' empty
+    assert len(layout) == 40 and layout[0]["delta"] == layout[r + 1]["delta"] == {}
     want = []
     for start, stop in [(0, 1)] + [(k, k + 4) for k in range(1, 40, 4)]:
-        group = [e for e in layout[start:stop] if e is not None]
+        group = layout[start:stop]
         delta = {key: "".join(e["delta"][key] for e in group if key in e["delta"])
                  for key in ("content", "reasoning") if any(key in e["delta"] for e in group)}
-        if delta:
-            want.append((delta, [e["token_ids"][0] for e in group]))
+        want.append((delta, [e["token_ids"][0] for e in group]))
     got = [(e["delta"], e["token_ids"]) for e in choices(stream(client(*flags, "--stream-interval", "4"), CHAT, body))[0]]
     assert got == want
     assert r == 18                                   # tokens 17-20: two of reasoning, </think>, the answer's first
     assert [list(d) for d, _ in got].count(["content", "reasoning"]) == 1
-    assert len(got[0][1]) == 4                       # tokens 1-4 (token 0, <think>, sent nothing)
+    assert got[0] == ({}, layout[0]["token_ids"]) and len(got[1][1]) == 4     # <think> alone, then tokens 1-4
+    # without logprobs or token ids a marker's chunk is not sent: token 0's group sends nothing
+    plain = choices(stream(client(*flags, "--stream-interval", "4"), CHAT, {**body, "return_token_ids": False}))[0]
+    assert [e["delta"] for e in plain] == [d for d, _ in got[1:]]
 
 
 def test_tool_call_fragments_join_per_call():
