@@ -157,7 +157,8 @@ class GenerateAdapter(Adapter):
         if mode != "tokens":
             return stream_text(self.sim, self.req, seqs, include_usage, mode, self.body.sampling_params.logprobs,
                                self._as_ids(), continuous)
-        return stream_generate(self.sim, self.req, seqs, include_usage, self.body.sampling_params.logprobs)
+        return stream_generate(self.sim, self.req, seqs, include_usage, self.body.sampling_params.logprobs,
+                               continuous)
 
 
 def has_parser(sim) -> bool:
@@ -269,25 +270,49 @@ def _stream_usage(sim, seqs) -> dict:
     return request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
 
 
-def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None):
-    """SSE body (api.md 5.5.3, case C32; each chunk says ``"output_mode":"tokens"``, as vLLM
-    0.34's GenerateTokensStreamResponse).  A choice's last token chunk carries its finish
-    reason; a choice with no tokens (cache_threshold, empty echo) gets one finishing chunk
-    with ``token_ids`` null (cache_threshold) or ``[]``; a choice cut by abort_requests gets a
-    finishing chunk with ``finish_reason: "abort"`` and ``token_ids: []``."""
-    head = b'data: {"request_id":' + dumps(req.request_id) + b',"choices":['
-    open_ = head + b'{"index":'
-    tail = b'}],"output_mode":"tokens"}\n\n'
+def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None,
+                    continuous: bool = False):
+    """SSE body of the default ``tokens`` level (api.md 5.5.3, case C32): per token a chunk with
+    the choice's ``token_ids`` delta, a choice's last one with its ``finish_reason`` and
+    ``stop_reason``; a choice with no tokens (cache_threshold, empty echo) gets one finishing
+    chunk with ``token_ids`` null (cache_threshold) or ``[]``, as does a choice cut by
+    abort_requests (``finish_reason: "abort"``); then the optional usage chunk and ``[DONE]``.
+
+    Laid out as vLLM 0.34 dumps its GenerateTokensStreamResponse, as :func:`stream_text` does
+    the text levels: ``request_id``, ``usage`` (null, or the choice's running usage with
+    ``continuous_usage_stats``), ``output_mode``, ``choices``, each with ``index``,
+    ``finish_reason``, ``stop_reason``, ``token_ids``, ``routed_experts``, ``sampling_mask``,
+    ``weight_versions`` and ``logprobs`` (vLLM's ``GenerateLogProbs`` with ``logprobs``)."""
+    head = b'data: {"request_id":' + dumps(req.request_id) + b',"usage":'
+    mid = b',"output_mode":"tokens","choices":['
+    nulls = b',"routed_experts":null,"sampling_mask":null,"weight_versions":null,"logprobs":'
+    tail = b'}]}\n\n'
+    # a choice's chunk up to its token ids, for the usual token (no running usage, not the last)
+    plain = [head + b'null' + mid + b'{"index":' + str(s.index).encode() +
+             b',"finish_reason":null,"stop_reason":null,"token_ids":' for s in seqs]
     sent = [0] * len(seqs)          # tokens each choice has streamed (all of them: finished)
+    made = [0] * len(seqs)          # the running usage's completion tokens, by choice
+
+    def chunk(seq, ids, finish, stop_reason, logprobs) -> bytes:
+        i = seq.index
+        if continuous:
+            made[i] += len(ids or ())
+            p = seq.prompt_len
+            usage = dumps({"prompt_tokens": p, "total_tokens": p + made[i], "completion_tokens": made[i],
+                           "completion_tokens_details": None})
+        elif finish is None:
+            return plain[i] + dumps(ids) + nulls + logprobs + tail
+        else:
+            usage = b"null"
+        return (head + usage + mid + b'{"index":' + str(i).encode() + b',"finish_reason":' + dumps(finish) +
+                b',"stop_reason":' + dumps(stop_reason) + b',"token_ids":' + dumps(ids) + nulls + logprobs + tail)
 
     def token(seq, k) -> bytes:
-        i = seq.index
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
-        sent[i] = b
-        fr = dumps(seq.finish_reason) if b == len(seq.ids) else b"null"
-        lps = b"" if top is None else b',"logprobs":' + dumps(token_logprobs(seq, top, a, b))
-        return (open_ + str(i).encode() + b',"finish_reason":' + fr + b',"token_ids":' +
-                dumps(seq.ids[a:b]) + lps + tail)
+        sent[seq.index] = b
+        done = b == len(seq.ids)
+        return chunk(seq, seq.ids[a:b], seq.finish_reason if done else None, seq.stop_reason if done else None,
+                     b"null" if top is None else dumps(token_logprobs(seq, top, a, b)))
 
     out = []
     streamed = Streamed(len(seqs))
@@ -295,12 +320,12 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     cut = end_aborted(req, seqs, streamed)
     for seq in seqs:
         if seq.index in cut or not sent[seq.index]:
-            tids = b"null" if seq.finish_reason == "cache_threshold" else b"[]"
-            out.append(open_ + str(seq.index).encode() + b',"finish_reason":' + dumps(seq.finish_reason) +
-                       b',"token_ids":' + tids + tail)
+            if seq.index in cut:          # a chunk rendered ahead and not sent: uncounted
+                made[seq.index] = seq.completion_tokens
+            out.append(chunk(seq, None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
+                             seq.stop_reason, b"null"))
     if include_usage:
-        u = _stream_usage(sim, seqs)
-        out.append(head + b'],"usage":' + dumps(u) + b',"output_mode":"tokens"}\n\n')
+        out.append(head + dumps(_stream_usage(sim, seqs)) + mid + b']}\n\n')
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)
 

@@ -82,8 +82,11 @@ def test_stream_c32_1(api):
     assert len(finals) == 1 and finals[0] is chunks[-1]
     total = 0
     for c in chunks:
-        # no usage anywhere; vLLM 0.34's stream chunks say their output_mode
-        assert set(c) == {"request_id", "choices", "output_mode"} and c["output_mode"] == "tokens"
+        # vLLM 0.34's GenerateTokensStreamResponse, in its order: usage null without stream_options
+        assert list(c) == ["request_id", "usage", "output_mode", "choices"] and c["output_mode"] == "tokens"
+        assert c["usage"] is None
+        assert list(c["choices"][0]) == ["index", "finish_reason", "stop_reason", "token_ids", "routed_experts",
+                                         "sampling_mask", "weight_versions", "logprobs"]
         assert c["request_id"] == rid
         (ch,) = c["choices"]
         assert ch["index"] == 0
@@ -103,7 +106,18 @@ def test_stream_usage_c32_2(api):
     n = sum(len(c["choices"][0]["token_ids"]) for c in token_chunks)
     assert usage_chunk["request_id"] == token_chunks[0]["request_id"]
     assert usage_chunk["usage"] == {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}
-    assert all("usage" not in c for c in token_chunks)
+    assert all(c["usage"] is None for c in token_chunks)      # (running usage: continuous_usage_stats)
+    assert list(usage_chunk) == ["request_id", "usage", "output_mode", "choices"]      # dumped exclude_none
+
+
+def test_stream_continuous_usage(api):
+    """``continuous_usage_stats`` gives each token chunk its choice's running usage, as vLLM 0.34's
+    generate stream (it was ignored on the tokens level)."""
+    events = stream(api, dict(BASIC, stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    token_chunks = events[:-2]
+    assert [c["usage"]["completion_tokens"] for c in token_chunks] == list(range(1, len(token_chunks) + 1))
+    assert all(c["usage"]["prompt_tokens"] == 4 and c["usage"]["completion_tokens_details"] is None
+               for c in token_chunks)
 
 
 def test_stream_max_tokens_1_case_82(api):
@@ -215,7 +229,9 @@ def test_echo_empty_prompt_stream(echo_api):
     events = stream(echo_api, {"model": "test-model", "token_ids": [], "sampling_params": {}})
     assert events[-1] == "[DONE]"
     (chunk,) = events[:-1]
-    assert chunk["choices"] == [{"index": 0, "finish_reason": "stop", "token_ids": []}]
+    assert chunk["choices"] == [{"index": 0, "finish_reason": "stop", "stop_reason": None, "token_ids": [],
+                                 "routed_experts": None, "sampling_mask": None, "weight_versions": None,
+                                 "logprobs": None}]
 
 
 def test_mm_encoder_only_features_case_83(app_client):
