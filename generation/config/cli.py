@@ -91,6 +91,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                 text += " (choices: " + ", ".join(repr(c) if c == "" else str(c) for c in o.choices) + ")"
             if o.env:
                 text += f" [env {o.env}]"
+            if o.name in LATENCY_ONLY:
+                text += " [no effect in step mode]"
             if o.admin:
                 text += " [admin]"
             unit = f" {o.unit}" if o.unit and o.type != "duration" else ""
