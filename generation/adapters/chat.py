@@ -19,7 +19,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
-from .chat_logprobs import choice_logprobs, chunk_logprobs, token_logprobs
+from .chat_logprobs import choice_logprobs, chunk_logprobs, hides_metadata, token_logprobs
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
@@ -125,7 +125,7 @@ class ChatAdapter(Adapter):
         b = self.body
         # include_reasoning: false under a parser hides logprobs and token ids (suppress_metadata,
         # chat_completion/serving.py l. 1032-1035, 1078-1081); the batch route's keep them
-        shown = self.req.reasoning is None or self.req.reasoning.include
+        shown = not hides_metadata(self.sim, b)
         out = render_chat(self.req, seqs, bool(b.logprobs) and shown, b.top_logprobs or 0, usage_details(self.sim),
                           tokens_as_ids(self.sim, b), self.sim.reasoning is not None, self.mm_tokens(seqs),
                           response_role(b))
@@ -167,9 +167,10 @@ class ChatAdapter(Adapter):
     def stream(self, seqs):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
-        return stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs),
-                           b.top_logprobs or 0, bool(b.return_token_ids), tokens_as_ids(self.sim, b), self.sim.reasoning is not None,
-                           echo_text(b), self.mm_tokens(seqs), response_role(b),
+        hide = hides_metadata(self.sim, b)
+        return stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs) and not hide,
+                           b.top_logprobs or 0, bool(b.return_token_ids) and not hide, tokens_as_ids(self.sim, b),
+                           self.sim.reasoning is not None, echo_text(b), self.mm_tokens(seqs), response_role(b),
                            list(seqs[0].prompt.ids) if b.return_token_ids else None)
 
 

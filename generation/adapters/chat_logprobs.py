@@ -13,6 +13,18 @@ from generation.content import logprobs as lp
 from .base import dumps
 
 
+def hides_metadata(sim, body) -> bool:
+    """Whether vLLM 0.34 drops this chat answer's logprobs and token ids: ``include_reasoning:
+    false`` on a server with a parser (``suppress_metadata`` / ``ChatStreamProcessor.hide_metadata``:
+    ``parser is not None and not request.include_reasoning``), that is a reasoning parser, or a
+    tool parser with ``--enable-auto-tool-choice`` (``ParserManager.get_tool_parser``), whether
+    or not this answer reasons."""
+    if body.include_reasoning is not False:
+        return False
+    m = sim.metrics         # (the flags as the metrics read them: generation.metrics.frontend)
+    return sim.reasoning is not None or (getattr(m, "tool_parser", False) and m.auto_tool_choice)
+
+
 def token_entries(seq, a: int, b: int, top: int, as_ids: bool, listed: list | None = None) -> list:
     """The ``logprobs.content`` entries of ``seq``'s tokens ``a..b-1`` (``as_ids``: named
     ``token_id:N``; ``listed``: the alternatives are exactly those names, :func:`lp.with_listed`)."""

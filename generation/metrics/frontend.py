@@ -42,8 +42,10 @@ class FrontendMetrics:
         # /release_kv_cache_memory): registered at the first operation (sleep_operation)
         self.sleep_ops = None
         self.shown_sleep_ops = exposes(config, "vllm:sleep_mode_operation_duration_seconds")
-        # what tool_parser_type asks: non-streaming answers reach the parser with auto tools
+        # what tool_parser_type asks: non-streaming answers reach the parser with auto tools; and
+        # chat's hides_metadata: vLLM has a tool parser with both flags
         self.auto_tool_choice = flag_given(config, "enable-auto-tool-choice")
+        self.tool_parser = flag_given(config, "tool-call-parser")
 
     def refused(self, error, reason: str = "max_num_queued_reqs"):
         """Count a request refused by a queue limit (vLLM 0.34's

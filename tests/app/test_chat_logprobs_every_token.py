@@ -156,3 +156,31 @@ def test_batch_lists_every_token_even_with_reasoning_hidden(qwen):
             toks = tokens_of(c["logprobs"]["content"])
             assert len(toks) == len(c["token_ids"]) == 20 and toks[0] == "<think>"
             assert (c["message"]["reasoning"] is None) == hide
+
+
+@pytest.fixture(scope="module")
+def hermes(app_client):
+    return app_client("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--seed", "3")
+
+
+@pytest.mark.parametrize("server,kw", [
+    ("hermes", {}),                                                            # a tool parser alone
+    ("qwen", {"chat_template_kwargs": {"enable_thinking": False}}),           # thinking off
+])
+def test_include_reasoning_false_hides_the_metadata_wherever_vllm_has_a_parser(request, server, kw):
+    """vLLM hides logprobs and token ids for ``include_reasoning: false`` whenever its chat has a
+    parser (``parser is not None and not request.include_reasoning``), a tool parser with
+    ``--enable-auto-tool-choice`` included, whether or not the answer reasons; without the field
+    they are there."""
+    api = request.getfixturevalue(server)
+    out = chat(api, logprobs=True, return_token_ids=True, include_reasoning=False, **kw).json()["choices"][0]
+    assert out["logprobs"] is None and out["token_ids"] is None and out["message"].get("reasoning") is None
+    for c in token_chunks(api, logprobs=True, return_token_ids=True, include_reasoning=False, **kw):
+        assert c["logprobs"] is None and c["token_ids"] is None
+    shown = chat(api, logprobs=True, return_token_ids=True, **kw).json()["choices"][0]
+    assert len(shown["logprobs"]["content"]) == len(shown["token_ids"]) == 20
+
+
+def test_include_reasoning_false_without_a_parser_changes_nothing(api):
+    out = chat(api, logprobs=True, return_token_ids=True, include_reasoning=False).json()["choices"][0]
+    assert len(out["logprobs"]["content"]) == len(out["token_ids"]) == 20
