@@ -304,8 +304,9 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
         content = [{"type": "text", "text": text}] if text else []
     if thinking is not None:
         content.insert(0, thinking)
-    return {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "model": req.model,
-            "content": content, "stop_reason": _stop_reason(seq, stop_sequence), "stop_sequence": stop_sequence,
+    # AnthropicMessagesResponse's field order (anthropic/protocol.py l. 441-453): content before model
+    return {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "content": content,
+            "model": req.model, "stop_reason": _stop_reason(seq, stop_sequence), "stop_sequence": stop_sequence,
             "usage": _usage(seq, seq.completion_tokens, cache_info)}
 
 

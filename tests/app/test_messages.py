@@ -54,6 +54,16 @@ def test_basic_random(api):
     assert msg.usage.model_dump(exclude_unset=True) == {"input_tokens": 10, "output_tokens": msg.usage.output_tokens}
 
 
+def test_the_body_is_laid_out_as_vllms_model(api):
+    """vLLM 0.34's AnthropicMessagesResponse order (anthropic/protocol.py l. 441-453): ``content``
+    before ``model``; AnthropicUsage's: input, output, then the cache counters (l. 56-62)."""
+    r = api.post("/v1/messages", json={"model": "test-model", "max_tokens": 3,
+                                       "messages": [{"role": "user", "content": U}]})
+    body = r.json()
+    assert list(body) == ["id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"]
+    assert list(body["usage"]) == ["input_tokens", "output_tokens"]
+
+
 def test_echo_exact_text_and_usage(echo_api):
     msg = client(echo_api).messages.create(model="test-model", max_tokens=100,
                                               messages=[{"role": "user", "content": U}])
