@@ -57,7 +57,6 @@ class CompletionRequestSchema(SamplingSchema):
     logprobs = LogprobCount()
     echo = StrictBool()
     suffix = Str()
-    best_of = StrictInt()
     add_special_tokens = StrictBool()
     response_format = ResponseFormatField()     # vLLM 0.34: structured outputs, as on chat
 
