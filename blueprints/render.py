@@ -23,7 +23,7 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import EMPTY_PROMPT, check_mm_kwargs, check_prompt_count
+from generation.adapters.fields import EMPTY_PROMPT, check_mm_kwargs, check_prompt_count, check_prompts_given
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
@@ -147,6 +147,7 @@ def render_completion():
     kind, items = prompt
     check_prompt_count(len(items))        # vLLM's CompletionRequest validator (a flat id list is one)
     model = _render_model(sim, body.model)
+    check_prompts_given(len(items))         # vLLM's renderer, after the model check
     started = perf_counter()
     _check_mm_kwargs(sim, body)
     body_rid = getattr(body, "request_id", None) or raw.get("request_id")

@@ -18,6 +18,7 @@ from generation.adapters.validation import read_list
 from . import field_order as order
 from .common import (Dict, IntList, List, Literal, Refused, Str, mm_payload_alias, read_as_pydantic, refuse, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
+from .response_format import ResponseFormatField
 from .lax import (MM_PAYLOADS, DictOfDicts, ListOfStrDicts, RepetitionDetection, lax_bool, lax_dict, lax_float,
                   lax_literal, lax_str)
 
@@ -146,7 +147,7 @@ class ChatCompletionRequestSchema(SamplingSchema):
     tools = List(fields.Dict())
     tool_choice = fields.Raw()
     parallel_tool_calls = StrictBool()
-    response_format = fields.Dict()
+    response_format = ResponseFormatField()        # pydantic's AnyResponseFormat | None
     # vLLM chat-template options (generation.tokenization.tokenizer.tokenize_chat)
     chat_template = Str(allow_none=True)
     chat_template_kwargs = Dict(allow_none=True)

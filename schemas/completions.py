@@ -14,6 +14,7 @@ from generation.adapters.request_validators import completion_request_validators
 
 from . import field_order as order
 from .chat import SamplingSchema
+from .response_format import ResponseFormatField
 from .common import LogprobCount, Str, StrictBool, StrictInt, are_token_lists, are_tokens
 
 PROMPT_FORMS = ("prompt must be a string, an array of strings, an array of token ids, "
@@ -31,7 +32,9 @@ class PromptField(fields.Field):
         if not isinstance(value, list):
             raise ValidationError(PROMPT_FORMS)
         if not value:
-            raise ValidationError("prompt array must contain at least one prompt")
+            # pydantic takes [] (list[int]); vLLM 0.34's renderer refuses it later, after the
+            # model check: NO_PROMPTS (renderers/base.py:580-583), raised by the adapter
+            return ("text", [])
         if all(isinstance(v, str) for v in value):
             if any(v == "" for v in value):
                 raise ValidationError("prompt must not contain an empty string")
@@ -54,9 +57,8 @@ class CompletionRequestSchema(SamplingSchema):
     logprobs = LogprobCount()
     echo = StrictBool()
     suffix = Str()
-    best_of = StrictInt()
     add_special_tokens = StrictBool()
-    response_format = fields.Dict()     # vLLM 0.34: structured outputs, as on chat
+    response_format = ResponseFormatField()     # vLLM 0.34: structured outputs, as on chat
 
     def request_validators(self, body: dict) -> None:
         completion_request_validators(body)

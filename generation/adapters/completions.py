@@ -19,7 +19,8 @@ from .base import (per_request_metrics, CLOSE_KV, KV_END, REMOTE_DECODE_PARAMS, 
                    check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, system_fingerprint, usage_details)
-from .fields import (EMPTY_PROMPT, check_beam_logprob_ids, check_openai_fields, check_prompt_count, check_response_format_schema,
+from .fields import (EMPTY_PROMPT, check_beam_logprob_ids, check_openai_fields, check_prompt_count, check_prompts_given,
+                     check_response_format_schema,
                      check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
 from .protocol import CompletionRequest
@@ -63,6 +64,7 @@ class CompletionsAdapter(Adapter):
             raise InvalidParam("suffix is not currently supported")
         if b.prompt is None:
             raise Rejected(EMPTY_PROMPT, "prompt")
+        check_prompts_given(len(b.prompt[1]))
         check_logprobs_cap(sim, b.logprobs, "logprobs")
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)

@@ -20,6 +20,7 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 # --stream-interval is older (every sdist read, 0.17.0 on).
 STREAM_INTERVAL_FIELD_FROM = (0, 27, 0)
 EMPTY_PROMPT = "Either prompt or prompt_embeds must be provided and non-empty."
+NO_PROMPTS = "You must pass at least one prompt"     # vLLM 0.34 renderers/base.py:558, 581 (parameter="prompt")
 
 
 def vocab_size(sim) -> int:
@@ -171,6 +172,14 @@ def check_beam_logprob_ids(ids, beam) -> None:
     search (both judged by truthiness)."""
     if ids and beam:
         raise Rejected("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+
+
+def check_prompts_given(n: int) -> None:
+    """vLLM 0.34's ``BaseRenderer.render_prompts_async`` (``renderers/base.py:580-583``): a
+    ``prompt: []`` passes pydantic and the request validators and is refused when rendered,
+    after the model check and before any ``SamplingParams`` check."""
+    if n == 0:
+        raise Rejected(NO_PROMPTS, "prompt")
 
 
 def check_prompt_count(n: int) -> None:

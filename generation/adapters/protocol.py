@@ -111,7 +111,6 @@ class CompletionRequest(OpenAISampling):
     logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
-    best_of: int | None = None
     add_special_tokens: bool | None = None      # vLLM: default True (BOS etc. of a text prompt)
     response_format: dict | None = None         # vLLM 0.34: structured outputs (json_object, json_schema, ...)
 

@@ -89,15 +89,13 @@ def _stream_options(data: dict) -> None:
 
 def check_prompt_given(data: dict) -> None:
     """``validate_prompt_and_prompt_embeds`` (completion/protocol.py:612): a ``prompt`` or
-    ``prompt_embeds``, neither absent, null nor empty.  An empty ``prompt`` string keeps the
-    simulator's words for it (the prompt field's)."""
+    ``prompt_embeds``, neither absent, null nor empty (``""`` is empty there too: line 620,
+    one VLLMValidationError with ``parameter="prompt"`` for all)."""
     prompt = data.get("prompt")
     if prompt is None or prompt == "":
         embeds = data.get("prompt_embeds")
         if embeds is None or embeds == []:
-            if prompt is None:
-                raise Rejected(EMPTY_PROMPT, "prompt")
-            raise InvalidParam(f"prompt: {EMPTY_PROMPT}", "prompt")
+            raise Rejected(EMPTY_PROMPT, "prompt")
 
 
 def completion_request_validators(data: dict) -> None:
@@ -105,8 +103,7 @@ def completion_request_validators(data: dict) -> None:
     ``validate_prompt_list_length`` (line 633), ``validate_prompt_and_prompt_embeds`` (612),
     ``validate_stream_options`` (599), ``check_logprobs`` (522),
     ``check_structured_outputs_count`` (492), ``validate_response_format`` (459),
-    ``check_cache_salt_support`` (443).  An empty ``prompt`` string keeps the simulator's words
-    for it (the prompt field's)."""
+    ``check_cache_salt_support`` (443)."""
     prompt = data.get("prompt")
     if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
         check_prompt_count(len(prompt))          # vLLM's is_list_of(prompt, int) looks at the first

@@ -268,7 +268,7 @@ def test_completion_prompt_forms_echo(echo_api):
 
 
 @pytest.mark.parametrize("prompt,msg", [
-    ([], "prompt array must contain at least one prompt"),
+    ([], "You must pass at least one prompt (parameter=prompt)"),      # vLLM 0.34 renderers/base.py:581
     (None, "Either prompt or prompt_embeds must be provided and non-empty."),
     (["", "x", ""], "prompt must not contain an empty string"),
     ("", "Either prompt or prompt_embeds must be provided and non-empty."),

@@ -198,7 +198,7 @@ def test_completions_response_format_constrains_the_text_as_on_chat(app_client):
     r = c.post("/v1/completions", json={**body, "response_format": {"type": "json_schema"}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
     r = c.post("/v1/completions", json={**body, "response_format": {"type": "bogus"}})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format.type"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.response_format.type"
 
 
 def test_pooling_truncate_prompt_tokens_past_the_context_is_refused(app_client):

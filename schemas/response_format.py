@@ -1,0 +1,124 @@
+"""Chat's and completions' ``response_format`` as pydantic reads vLLM 0.34's
+``AnyResponseFormat | None`` (``generate/base/protocol.py:137-178``): the union ``ResponseFormat
+| StructuralTagResponseFormat | LegacyStructuralTagResponseFormat``, each an ``OpenAIBaseModel``
+(extra keys allowed, a wrap validator whose union tag the validation handler drops from the
+``loc``).  A value none of them takes is every member's errors, in the union's order, in vLLM's
+validation handler's words (``N validation errors:``, ``type`` "Bad Request", ``param``
+``body.response_format...``): a non-object is three ``model_type`` errors, an unknown ``type``
+(``"xml"``) six, a ``json_schema`` without its ``name`` six too.  A value a member takes passes
+here; the simulator's own checks (the schema's validity, a non-empty ``name``) run after, as
+before."""
+from __future__ import annotations
+
+from marshmallow import fields
+
+from generation.adapters.validation import Mismatch, literal_mismatch, read_bool, read_dict, read_str
+
+from .refusal import refuse
+
+MEMBERS = ("ResponseFormat", "StructuralTagResponseFormat", "LegacyStructuralTagResponseFormat")
+FORMAT_TYPES = ("text", "json_object", "json_schema")          # ResponseFormat.type
+TAG_TYPES = ("structural_tag",)                                 # both structural-tag members' type
+MISSING = ("missing", "Field required")
+
+
+def _model_type(path: str, value, cls: str) -> tuple:
+    return (path, value, "model_type", f"Input should be a valid dictionary or instance of {cls}", {"class_name": cls})
+
+
+def _read(errors: list, obj: dict, key, reader, required: bool = False, path: str = "") -> None:
+    """pydantic's error for ``obj[key]`` (``str``, ``dict``, ``bool``...; ``None`` allowed unless
+    ``required``), appended to ``errors`` at ``path + key``."""
+    if key not in obj:
+        if required:
+            errors.append((f"{path}{key}", obj, *MISSING))
+        return
+    value = obj[key]
+    if value is None and not required:
+        return
+    try:
+        reader(value)
+    except Mismatch as e:
+        errors.append((f"{path}{key}", value, *e.error))
+
+
+def _type(errors: list, value: dict, choices) -> None:
+    if "type" not in value:
+        errors.append(("type", value, *MISSING))
+    elif not (isinstance(value["type"], str) and value["type"] in choices):
+        errors.append(("type", value["type"], *literal_mismatch(choices).error))
+
+
+def _json_schema(errors: list, value: dict) -> None:
+    """``ResponseFormat.json_schema: JsonSchemaResponseFormat | None`` (``name: str``,
+    ``description: str | None``, ``schema`` (alias): ``dict | None``, ``strict: bool | None``)."""
+    js = value.get("json_schema")
+    if js is None:
+        return
+    if not isinstance(js, dict):
+        errors.append(_model_type("json_schema", js, "JsonSchemaResponseFormat"))
+        return
+    _read(errors, js, "name", read_str, True, "json_schema.")
+    _read(errors, js, "description", read_str, path="json_schema.")
+    _read(errors, js, "schema", read_dict, path="json_schema.")
+    _read(errors, js, "strict", read_bool, path="json_schema.")
+
+
+def _legacy_tag(errors: list, value: dict) -> None:
+    """``structures: list[LegacyStructuralTag]`` (``begin: str``, ``schema`` (alias): ``dict |
+    None``, ``end: str``) and ``triggers: list[str]``."""
+    for key in ("structures", "triggers"):
+        if key not in value:
+            errors.append((key, value, *MISSING))
+            continue
+        items = value[key]
+        if not isinstance(items, list):
+            errors.append((key, items, "list_type", "Input should be a valid list"))
+            continue
+        for i, item in enumerate(items):
+            if key == "triggers":
+                _read(errors, {i: item}, i, read_str, True, "triggers.")
+            elif not isinstance(item, dict):
+                errors.append(_model_type(f"structures.{i}", item, "LegacyStructuralTag"))
+            else:
+                _read(errors, item, "begin", read_str, True, f"structures.{i}.")
+                _read(errors, item, "schema", read_dict, path=f"structures.{i}.")
+                _read(errors, item, "end", read_str, True, f"structures.{i}.")
+
+
+def response_format_errors(value) -> list:
+    """pydantic's errors for ``value`` as ``AnyResponseFormat`` (``(subpath, input, type, msg[,
+    ctx])``): ``[]`` when a member takes it, else every member's errors in the union's order
+    (pydantic's smart-mode union reports them all)."""
+    if not isinstance(value, dict):
+        return [_model_type("", value, cls) for cls in MEMBERS]
+    plain: list = []
+    _type(plain, value, FORMAT_TYPES)                  # ResponseFormat
+    _json_schema(plain, value)
+    if not plain:
+        return []
+    tag: list = []
+    _type(tag, value, TAG_TYPES)                       # StructuralTagResponseFormat
+    if "format" not in value:
+        tag.append(("format", value, *MISSING))
+    if not tag:
+        return []
+    legacy: list = []
+    _type(legacy, value, TAG_TYPES)                    # LegacyStructuralTagResponseFormat
+    _legacy_tag(legacy, value)
+    if not legacy:
+        return []
+    return plain + tag + legacy
+
+
+class ResponseFormatField(fields.Field):
+    """``response_format: AnyResponseFormat | None`` (``null``: not given)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        errors = response_format_errors(value)
+        if errors:
+            raise refuse(*errors)
+        return value
+
+
+__all__ = ["ResponseFormatField", "response_format_errors"]
