@@ -37,7 +37,8 @@ jobs = [gevent.spawn(render, runaway), gevent.spawn(render, runaway),
         gevent.spawn(off_hub, render, runaway)]            # in the tokenizer's worker thread
 gevent.joinall(jobs, timeout=10)
 slow = [j.value for j in jobs]
-took = time.monotonic() - t0 < 5             # interrupted at 2 s, not held to the 10 s join (margin: a loaded machine)
+took = time.monotonic() - t0 < 9             # interrupted at 2 s, not held to the 10 s join (margin: a machine
+                                             # loaded by other test workers slows the interrupting threads)
 sys.setswitchinterval(1e-5)                                # threads switch inside jinja2's cache lock
 jobs = [gevent.spawn(render, "{{ messages[0]['content'] }}{# %d #}" % i) for i in range(150)]
 jobs += [gevent.spawn(off_hub, render, "{{ messages[0]['content'] }}{# w%d #}" % i) for i in range(50)]
