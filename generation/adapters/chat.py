@@ -333,8 +333,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     ``token_id:N`` (``return_tokens_as_token_ids``).  Reasoning tokens stream as
     ``delta.reasoning``; the parser's markers (and reasoning hidden by ``include_reasoning:
     false``) send no chunk, as vLLM's parser returns no delta for them, but count in the usage;
-    with logprobs or token ids a marker sends ``delta: {}`` carrying them (not when hidden), so
-    that they cover every output token, as vLLM's chat stream does.
+    with logprobs or token ids a marker sends ``delta: {}`` carrying them, so that they cover
+    every output token, as vLLM's chat stream does (``want_logprobs`` and ``token_ids`` come
+    false where vLLM hides them: :func:`~.chat_logprobs.hides_metadata`).
     With continuous usage and prompt details on, the role chunk's usage carries
     ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not.  ``echoed``
     (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it.
@@ -350,8 +351,6 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     heads, tail = frame.heads, frame.tail
     listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     include_reasoning = req.reasoning is None or req.reasoning.include
-    if not include_reasoning:    # vLLM drops every chunk's logprobs and token ids (ChatStreamProcessor.hide_metadata)
-        want_logprobs = token_ids = False
     out = []              # chunks due now: one write when the stream is about to wait
     put = out.append
     started = [False] * len(seqs)
@@ -542,11 +541,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 sent[seq.index] = k.stop
                 continue
             if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
-                k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
-                             if plain and not seq.tool_calls else partial(token_chunk, seq), partial(first_chunk, seq))
-                if k.interval > 1:
-                    k.render_span = partial(span_chunk, seq)
-                streamed.schedules.append(k)
+                streamed.hand(k, _PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
+                              if plain and not seq.tool_calls else partial(token_chunk, seq), partial(first_chunk, seq),
+                              partial(span_chunk, seq))
             yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     except ClientDisconnected:               # the server aborted it: its choices still finish (end_aborted)
         if not req.aborted_by_server:
@@ -570,7 +567,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             # DeltaMessage(content=""); after none (or a parser's None) DeltaMessage()
             delta = b'{"content":""}' if seq.completion_tokens and not parser and not seq.tool_calls else b"{}"
             put(heads[i] + b',"delta":' + delta + b',"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
-                finish_fields(req, seq) + (b',"token_ids":[]' if token_ids else b',"token_ids":null') + weights +
+                finish_fields(req, seq) + token_ids_field([] if token_ids else None) + weights +
                 (b'}]' + tail(0, i) if continuous else last_close))
             continue
         if lasts[i] >= 0:                    # its last token's chunk closed it
@@ -578,7 +575,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if not started[i] and seq.finish_reason != "cache_threshold":
             put(role_chunk(i))
         put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) +
-            (b',"token_ids":[]' if token_ids else b',"token_ids":null') + weights +
+            token_ids_field([] if token_ids else None) + weights +
             (b'}]' + tail(0, i) if continuous else last_close))
     if include_usage:
         details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None

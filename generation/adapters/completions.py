@@ -350,11 +350,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                 sent[seq.index] = k.stop
                 continue
             if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
-                k.set_render(_PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
-                             else partial(token_chunk, seq), partial(token_chunk, seq, 0))
-                if k.interval > 1:
-                    k.render_span = partial(span_chunk, seq)
-                streamed.schedules.append(k)
+                streamed.hand(k, _PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
+                              else partial(token_chunk, seq), partial(token_chunk, seq, 0), partial(span_chunk, seq))
             yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     except ClientDisconnected:               # the server aborted it: its choices still finish (end_aborted)
         if not req.aborted_by_server:

@@ -270,6 +270,14 @@ def _stream_usage(sim, seqs) -> dict:
     return request_usage(seqs, usage_details(sim), api="completion", final_chunk=True)
 
 
+def running_usage(made: list, seq, ids) -> bytes:
+    """A generate stream chunk's ``usage`` with ``continuous_usage_stats``: the choice's prompt
+    and the tokens it has streamed so far, ``ids`` (None: none) now added to ``made``."""
+    made[seq.index] += len(ids or ())
+    p, c = seq.prompt_len, made[seq.index]
+    return dumps({"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c, "completion_tokens_details": None})
+
+
 def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top: int | None = None,
                     continuous: bool = False):
     """SSE body of the default ``tokens`` level (api.md 5.5.3, case C32): per token a chunk with
@@ -296,10 +304,7 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     def chunk(seq, ids, finish, stop_reason, logprobs) -> bytes:
         i = seq.index
         if continuous:
-            made[i] += len(ids or ())
-            p = seq.prompt_len
-            usage = dumps({"prompt_tokens": p, "total_tokens": p + made[i], "completion_tokens": made[i],
-                           "completion_tokens_details": None})
+            usage = running_usage(made, seq, ids)
         elif finish is None:
             return plain[i] + dumps(ids) + nulls + logprobs + tail
         else:
@@ -414,12 +419,7 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
             choice["delta"] = ({"content": piece} if sent[i] else {"role": "assistant", "content": piece} if ids
                                else {"role": "assistant"})
         choice["logprobs"] = logprobs
-        usage = b"null"
-        if continuous:
-            made[i] += len(ids or ())
-            p = seq.prompt_len
-            usage = dumps({"prompt_tokens": p, "total_tokens": p + made[i], "completion_tokens": made[i],
-                           "completion_tokens_details": None})
+        usage = running_usage(made, seq, ids) if continuous else b"null"
         return head + b',"usage":' + usage + mid + dumps(choice) + tail
 
     def token(seq, k) -> bytes:

@@ -34,6 +34,15 @@ class Streamed:
         self.counts = [0] * n
         self.schedules = []
 
+    def hand(self, schedule: TokenSchedule, render, first, span=None) -> None:
+        """Hand ``schedule`` to the server's hub, which emits its tokens with ``render(k)`` (token
+        0's chunk ``first()``: :meth:`TokenSchedule.set_render`) and a stream interval's group
+        with ``span(a, b)``; its sends count here (:meth:`sent`)."""
+        schedule.set_render(render, first)
+        if schedule.interval > 1:
+            schedule.render_span = span
+        self.schedules.append(schedule)
+
     def sent(self, index: int) -> int:
         n = self.counts[index]
         for sc in self.schedules:
@@ -66,10 +75,7 @@ def rendered_tokens(sim, seq, render, pending: list, streamed: Streamed | None =
                 counts[i] = k.stop if cls is slice else k + 1
                 continue
             if cls is TokenSchedule:
-                k.set_render(render, lambda: render(0))
-                if k.interval > 1:
-                    k.render_span = lambda a, b: render(slice(a, b))
-                streamed.schedules.append(k)
+                streamed.hand(k, render, lambda: render(0), lambda a, b: render(slice(a, b)))
             yield from due_items(pending, k)
     except ClientDisconnected:
         if not seq.request.aborted_by_server:
@@ -119,3 +125,13 @@ def end_aborted(req, seqs, streamed: Streamed) -> frozenset:
             s.end_with_abort(n)
             cut.append(i)
     return frozenset(cut)
+
+
+def answer_aborted(seqs) -> None:
+    """A non-streamed request the server aborted (``aborted_by_server``): each sequence it cut
+    ends with the tokens it had made (``aborted_tokens``, what the metrics counted) and
+    ``finish_reason`` ``abort``, vLLM's final output of an aborted request, for its route to
+    render as any answer."""
+    for s in seqs:
+        if s.state == SeqState.ABORTED:
+            s.end_with_abort(s.aborted_tokens or 0)
