@@ -26,7 +26,7 @@ from generation.errors import InvalidParam
 
 from .common import (header_checks, parse_json_body, received_at, request_id, response_headers,
                      run_to_completion, sse_body)
-from .serving import SSE_BASE_HEADERS, end_with_abort, error_body, reply_to_error
+from .serving import SSE_BASE_HEADERS, error_body, reply_to_error
 
 bp = Blueprint("audio", __name__)
 
@@ -132,15 +132,9 @@ def _run(sim, adapter, req, environ, entry: float, finished, stream_headers):
 
             stream = sse_body(adapter.stream(seqs), sim, seqs, error_frame=error_frame, environ=environ)
             return Response(stream, status=200, headers=[*extra.items(), *stream_headers], direct_passthrough=True)
-        try:
-            run_to_completion(sim, seqs, environ)
-        except ClientDisconnected:
-            # aborted by the server (abort_requests, checkpoint prepare mode=abort): vLLM's
-            # speech-to-text (base/serving.py, non-streaming) joins the text of every chunk's
-            # outputs, the abort output's empty text last, and answers 200
-            if not (req.aborted_by_server and isinstance(adapter, SpeechToTextAdapter)):
-                raise
-            end_with_abort(seqs)
+        # aborted by the server: vLLM's speech-to-text (base/serving.py, non-streaming) joins the
+        # text of every chunk's outputs, the abort output's empty text last, and answers 200
+        run_to_completion(sim, seqs, environ, aborted_answers=isinstance(adapter, SpeechToTextAdapter))
         body, headers = finished(seqs)
     except BaseException as e:    # the client left (an abort), or the server failed it (an error)
         sim.cancel(seqs, "abort" if isinstance(e, (ClientDisconnected, GeneratorExit)) else "error")

@@ -17,7 +17,8 @@ from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
-from generation.adapters.validation import body_json_invalid, body_missing, body_not_an_object
+from generation.adapters.token_stream import answer_aborted
+from generation.adapters.validation import JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
@@ -50,7 +51,7 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
     try:
         body = loads_body(raw)
     except orjson.JSONDecodeError as e:
-        raise unparsable(raw, e) from None
+        raise body_unparsable(raw, e) from None
     if not isinstance(body, dict):
         raise body_not_an_object(body, members)
     return body
@@ -65,24 +66,6 @@ def json_body_bytes(environ: dict | None = None, limit: int | None = None) -> by
     if ctype.split(";", 1)[0].lower() != JSON_MIME:       # as vLLM's check: nothing stripped
         raise UnsupportedMediaType()
     return _read_body(environ, limit)
-
-
-JSON_WORDS_MAX = 256 << 10   # json.loads on the hub: ~6 ms at most (a 4 MiB body took ~90 ms)
-
-
-def unparsable(raw: bytes, e: orjson.JSONDecodeError) -> RequestInvalid:
-    """The 400 for a body orjson refused (:func:`loads_body`): FastAPI's ``json_invalid`` with
-    Python's ``json`` words and position where ``json.loads`` refuses it too (worked out on this
-    path only, for a body up to :data:`JSON_WORDS_MAX`); else (``NaN``, ``1e400``, a lone
-    surrogate, 1024 levels, not UTF-8, a larger body) the simulator's own message."""
-    if len(raw) <= JSON_WORDS_MAX:
-        try:
-            json.loads(raw)
-        except json.JSONDecodeError as d:
-            return body_json_invalid(d.msg, d.pos)
-        except (ValueError, RecursionError):
-            pass
-    return RequestInvalid(f"Failed to parse the request body as JSON: {e}")
 
 
 def loads_body(raw: bytes):
@@ -286,13 +269,19 @@ def hang_up(environ: dict) -> None:
             pass
 
 
-def run_to_completion(sim, seqs, environ: dict) -> None:
-    """Non-streaming: wait for every sequence; raises ClientDisconnected if the client left."""
-    if not sim.expects_delay(seqs):
-        sim.complete(seqs)
-        return
-    with DisconnectWatcher(sim, seqs, environ):
-        sim.complete(seqs)
+def run_to_completion(sim, seqs, environ: dict, aborted_answers: bool = False) -> None:
+    """Non-streaming: wait for every sequence; raises ClientDisconnected if the client left, or if
+    the server aborted it without ``aborted_answers`` (with it: ``token_stream.answer_aborted``)."""
+    try:
+        if not sim.expects_delay(seqs):
+            sim.complete(seqs)
+            return
+        with DisconnectWatcher(sim, seqs, environ):
+            sim.complete(seqs)
+    except ClientDisconnected:
+        if not (aborted_answers and seqs and seqs[0].request.aborted_by_server):
+            raise
+        answer_aborted(seqs)
 
 
 def admit_and_complete(sim, seqs, environ: dict, entry: float, limits: bool = True) -> None:

@@ -25,14 +25,14 @@ from flask import Blueprint, abort, request
 
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
-from generation.adapters.validation import literal_error
+from generation.adapters.validation import body_unparsable, literal_error
 from generation.errors import APIError
 from schemas.chat import chat_request_schema
 from schemas.completions import completion_request_schema
 
 from generation import SIMULATOR_VERSION, vllm_version
 
-from .common import json_body_bytes, json_response, loads_body, simulator, unparsable
+from .common import json_body_bytes, json_response, loads_body, simulator
 from .errors import error_response
 from .health import query_bool
 from .serving import generation_view
@@ -107,7 +107,7 @@ def invocations():
             raise APIError(f"JSON decode error: {d}", 400, None, "Bad Request") from None
         except (ValueError, RecursionError):
             pass
-        raise unparsable(raw, e) from None
+        raise body_unparsable(raw, e) from None
     if not isinstance(body, dict):           # no request model validates it: the no-handler 400
         return error_response(NO_HANDLER)
     raw = orjson.dumps(body)

@@ -36,7 +36,6 @@ from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
 from generation.adapters.base import check_work
-from generation.engine.request import SeqState
 from generation.engine.simulator import ClientDisconnected
 from generation.errors import EnginePaused, SimulatorError
 from generation.structured.tool_validation import CLIENT as SCHEMA_CLIENT
@@ -121,12 +120,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         if adapter.background:          # answered now, run on (Responses API, "background": true)
             body = [dumps_json(adapter.start_background(seqs))]
             return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(len(body[0])))], body
-        try:
-            run_to_completion(sim, seqs, environ)
-        except ClientDisconnected:
-            if not req.aborted_by_server:
-                raise
-            end_with_abort(seqs)        # vLLM's answer to an aborted request: what it made, "abort"
+        run_to_completion(sim, seqs, environ, aborted_answers=True)    # an aborted one: what it made, "abort"
         if work[0] <= PACED_WORK:
             body = [dumps_json(adapter.render(seqs))]
         else:
@@ -138,16 +132,6 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         raise
     size = sum(len(p) for p in body)
     return 200, [*extra.items(), JSON_CONTENT_TYPE, ("Content-Length", str(size))], body
-
-
-def end_with_abort(seqs) -> None:
-    """A non-streamed request the server aborted (abort_requests, checkpoint prepare mode=abort):
-    each sequence it cut ends with the tokens it had made (:attr:`Sequence.aborted_tokens`,
-    what the metrics counted) and ``finish_reason`` ``abort``, as vLLM's final output of an
-    aborted request; the answer is rendered from them as any other."""
-    for s in seqs:
-        if s.state == SeqState.ABORTED:
-            s.end_with_abort(s.aborted_tokens or 0)
 
 
 def observe_render(sim, render_type: str, req, measured: float) -> None:

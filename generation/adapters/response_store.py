@@ -29,9 +29,10 @@ import gevent
 import gevent.event
 import orjson
 
-from generation.engine.request import ClientDisconnected, SeqState
+from generation.engine.request import ClientDisconnected
 from generation.engine.token_schedule import waited
 from generation.errors import APIError
+from .token_stream import answer_aborted
 
 # vLLM's answer to "background": true when responses are not stored (its _validate_create_responses_input)
 NO_STORE_FOR_BACKGROUND = ("This vLLM engine does not support `store=True` and therefore does not support the "
@@ -135,9 +136,7 @@ class ResponseStore:
                 except ClientDisconnected:
                     if not seqs[0].request.aborted_by_server:
                         raise
-                    for s in seqs:      # vLLM's abort output: what it made, finish_reason "abort"
-                        if s.state == SeqState.ABORTED:
-                            s.end_with_abort(s.aborted_tokens or 0)
+                    answer_aborted(seqs)    # vLLM's abort output: what it made, finish_reason "abort"
                 finish(seqs)
             except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
                 self._failed(rid, e)
