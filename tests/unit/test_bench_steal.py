@@ -45,18 +45,16 @@ def test_steal_ticks_reads_proc_stat_and_the_sampler_stops():
 
 def test_run_delay_ns_reads_the_second_field_and_zero_when_unreadable(tmp_path):
     f = tmp_path / "schedstat"
-    f.write_text("123456 7890 42\n")
-    fd = os.open(f, os.O_RDONLY)
-    try:
-        assert steal.run_delay_ns(fd) == 7890
-    finally:
-        os.close(fd)
-    f.write_text("")
-    fd = os.open(f, os.O_RDONLY)
-    try:
-        assert steal.run_delay_ns(fd) == 0
-    finally:
-        os.close(fd)
+
+    def run_delay(text: str) -> int:
+        f.write_text(text)
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            return steal.run_delay_ns(fd)
+        finally:
+            os.close(fd)
+    assert run_delay("123456 7890 42\n") == 7890
+    assert run_delay("") == 0
 
 
 @pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/schedstat"), reason="schedstat")
