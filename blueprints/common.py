@@ -18,7 +18,7 @@ from flask import Response, current_app, request
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
 from generation.adapters.token_stream import answer_aborted
-from generation.adapters.validation import JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
+from generation.adapters.validation import BODY_BYTES, JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
@@ -48,6 +48,7 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
         raw = json_body_bytes(environ, limit)
     if not raw:
         raise body_missing()
+    BODY_BYTES.set(len(raw))          # a large body is validated off the hub (schemas.common.load)
     try:
         body = loads_body(raw)
     except orjson.JSONDecodeError as e:

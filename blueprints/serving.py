@@ -38,7 +38,7 @@ from werkzeug.exceptions import HTTPException
 from generation.adapters.base import check_work
 from generation.engine.simulator import ClientDisconnected
 from generation.errors import EnginePaused, SimulatorError
-from generation.structured.tool_validation import CLIENT as SCHEMA_CLIENT
+from generation.lanes import CLIENT as SCHEMA_CLIENT
 from schemas.common import load
 
 from .common import (dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,

@@ -10,17 +10,18 @@ from __future__ import annotations
 import math
 import numbers
 
-import gevent
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, missing, post_load, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, post_load, validates_schema
 
 from generation.adapters import protocol as p
 from generation.adapters.fields import check_cache_salt, check_logprob_number
 from generation.adapters.validation import (Errors, Mismatch, body_not_an_object, literal_mismatch, read_bool, read_dict,
                                             read_float, read_int, read_list, read_str)
 from generation.errors import Rejected
+from generation.lanes import TURN, hub_turn  # noqa: F401  (TURN: the schemas' hub turn)
 
 from . import field_order as order
-from .refusal import Refused, _refusal, mm_payload_alias, refuse, required_refusal
+from .refusal import Refused, _refusal, mm_payload_alias, refuse, required_refusal  # noqa: F401  (_refusal: tests)
+from .loading import FieldFailed, _fast_load, _fast_plan, _subset, load  # noqa: F401  (load: the schemas' entry point)
 
 
 def read_as_pydantic(reader, value):
@@ -94,8 +95,6 @@ def is_token(v) -> bool:
 
 
 TOKEN_SLICE = 65536            # ids checked per C-loop call before the hub gets a turn (~3 ms)
-TURN = 1e-4                    # s: a hub turn that also runs due timers (``sleep(0)`` runs only
-                               # ready callbacks: a 5 ms ticker saw no turn in 31 of them)
 
 
 def are_tokens(value: list) -> bool:
@@ -109,7 +108,7 @@ def are_tokens(value: list) -> bool:
     n = len(value)
     for lo in range(0, n, TOKEN_SLICE):
         if lo:
-            gevent.sleep(TURN)
+            hub_turn()
         part = value[lo:lo + TOKEN_SLICE] if n > TOKEN_SLICE else value
         if set(map(type, part)) != {int} or min(part) < 0 or max(part) > TOKEN_ID_MAX:
             return False
@@ -126,7 +125,7 @@ def are_token_lists(lists: list) -> bool:
             return False
         done += len(v)
         if done >= TOKEN_SLICE:
-            gevent.sleep(TURN)
+            hub_turn()
             done = 0
     return True
 
@@ -148,7 +147,7 @@ class IntList(fields.Field):
         read_as_pydantic(read_list, value)
         for lo in range(0, len(value), TOKEN_SLICE):
             if lo:
-                gevent.sleep(TURN)
+                hub_turn()
             if set(map(type, value[lo:lo + TOKEN_SLICE])) != {int}:
                 break
         else:
@@ -196,9 +195,50 @@ class Dict(fields.Dict):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
-class List(fields.List):
+ITEM_SLICE = 256               # items a BoundedList loads at a time
+
+
+class BoundedList(fields.List):
+    """marshmallow's ``List``, its items loaded :data:`ITEM_SLICE` at a time (a list of nested
+    schemas still ``many=True`` per slice), and no further once the erroneous item with the
+    lowest index has no pydantic error (:class:`Refused`) under it: that item's first error is
+    then the answer (:func:`~schemas.refusal._refusal` words the simulator's own errors alone),
+    so the items after it cannot change it.  A body of a million bad items held the hub 6-22 s
+    building a million errors of which one was sent (``"tools": [1, 1, ...]``).  Pydantic's
+    errors go on being collected, as vLLM's answer counts them all."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if type(value) is not list or len(value) <= ITEM_SLICE:
+            return super()._deserialize(value, attr, data, **kwargs)
+        out, errors, first = [], {}, None
+        for lo in range(0, len(value), ITEM_SLICE):
+            try:
+                out.extend(super()._deserialize(value[lo:lo + ITEM_SLICE], attr, data, **kwargs))
+            except ValidationError as e:
+                if not isinstance(e.messages, dict):
+                    raise
+                errors.update((lo + k if isinstance(k, int) else k, v) for k, v in e.messages.items())
+                if first is None:
+                    first = min((k for k in errors if isinstance(k, int)), default=None)
+                    if first is not None and not _has_refused(errors[first]):
+                        break
+        if errors:
+            raise ValidationError(errors)
+        return out
+
+
+def _has_refused(messages) -> bool:
+    """Whether a marshmallow error tree holds a :class:`Refused` leaf."""
+    if isinstance(messages, dict):
+        return any(_has_refused(m) for m in messages.values())
+    if isinstance(messages, list):
+        return any(_has_refused(m) for m in messages)
+    return isinstance(messages, Refused)
+
+
+class List(BoundedList):
     """``list[...]`` (pydantic's ``list_type`` for anything but an array); its items as the
-    inner field reads them."""
+    inner field reads them (:class:`BoundedList`)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if type(value) is not list:
@@ -323,6 +363,17 @@ class BaseSchema(Schema):
         if model is not None and field_name not in model.__dataclass_fields__:
             self._check_only = self._check_only | {field_name}
 
+    def _do_load(self, *args, **kwargs):
+        try:
+            return super()._do_load(*args, **kwargs)
+        except ValidationError as e:
+            # marshmallow's _do_load raises the error from a local of its frame, which the
+            # traceback holds: a reference cycle per refused load (per refused item of a list
+            # of nested schemas) that only a full collection frees, a pause the hub feels
+            # (0.7 s after a million refused items).  Raised again from here, without that frame.
+            e.__traceback__ = None
+            raise
+
     @post_load
     def _typed(self, data, **kwargs):
         cls = self.__model__
@@ -394,114 +445,9 @@ def validate_content_blocks(content):
                 raise ValidationError({i: {"input_audio": {"data": ["Field required (a string)."]}}})
 
 
-_SUBSETS: dict = {}
-
-
-def _subset(schema: Schema, body: dict) -> Schema:
-    """The schema restricted to the fields the body carries (plus required ones).
-
-    marshmallow visits every declared field on each load; request schemas declare dozens of
-    optional fields and a body uses a handful, so this halves validation time.  Cached per
-    key set (bounded)."""
-    key = (id(schema), frozenset(body))
-    sub = _SUBSETS.get(key)
-    if sub is None:
-        fields_ = schema.fields
-        only = tuple(k for k, f in fields_.items() if k in body or f.required)
-        sub = type(schema)(only=only) if len(only) < len(fields_) else schema
-        if len(_SUBSETS) < 4096:
-            _SUBSETS[key] = sub
-    return sub
-
-
-_FAST: dict = {}
-HOOKED, CHECK_ONLY = True, False        # _fast_plan's marks
-
-
-def _fast_plan(schema: Schema):
-    """``(fields, required names, marked fields, model, direct)`` when ``schema`` can be loaded
-    field by field (:func:`_fast_load`), else None: no data_key/attribute renames, no
-    load_default, and no hooks besides ``@validates`` on single fields and :class:`BaseSchema`'s
-    ``_typed``.  ``marked``: name -> :data:`HOOKED` for a field with a ``@validates`` hook,
-    :data:`CHECK_ONLY` for one the model leaves out (:class:`BaseSchema`)."""
-    marked = dict.fromkeys(getattr(schema, "_check_only", ()), CHECK_ONLY)
-    for kind, hooks in schema._hooks.items():
-        for name, _, opts in hooks:
-            if kind == "validates":
-                marked.update(dict.fromkeys(opts.get("field_names", ()), HOOKED))
-            elif not (kind == "post_load" and name == "_typed"):
-                return None
-    fields_ = schema.load_fields
-    for name, f in fields_.items():
-        if f.data_key not in (None, name) or f.attribute not in (None, name) or f.load_default is not missing:
-            return None
-    required = tuple(n for n, f in fields_.items() if f.required)
-    # Field.deserialize of a value that is neither missing nor None, for a field without
-    # validators or pre/post-load functions, is its _deserialize: called directly, without the
-    # checks that cannot apply and the ``And`` of no validators marshmallow builds per call
-    # (a third of a small body's validation, issue 32)
-    direct = {n: f._deserialize for n, f in fields_.items()
-              if not f.validators and not getattr(f, "pre_load", None) and not getattr(f, "post_load", None)}
-    return fields_, required, marked, getattr(schema, "__model__", None), direct
-
-
-def _fast_load(schema: Schema, body: dict):
-    """The typed request of a body every field of which passes its own field's
-    ``deserialize``, without the schema's machinery (error store, unknown-key pass, hooks:
-    most of a load's time).  Returns None whenever anything is unusual (a field with a
-    ``@validates`` hook, a missing required field, a field error), so that :func:`load` runs
-    marshmallow and its error messages stay marshmallow's."""
-    plan = _FAST.get(id(schema))
-    if plan is None:
-        plan = _FAST[id(schema)] = _fast_plan(schema) or False
-    if not plan:
-        return None
-    fields_, required, marked, model, direct = plan
-    for name in required:
-        if name not in body:
-            return None
-    data = {}
-    try:
-        for k, v in body.items():
-            f = fields_.get(k)
-            if f is None:
-                continue                   # unknown keys are ignored (EXCLUDE)
-            mark = marked.get(k)
-            if mark is not None:
-                if mark is HOOKED:
-                    return None
-                f.deserialize(v, k, body)  # CHECK_ONLY: read (or refused), not kept
-                continue
-            fast = direct.get(k) if v is not None else None
-            data[k] = fast(v, k, body) if fast is not None else f.deserialize(v, k, body)
-    except ValidationError:
-        return None
-    return data if model is None else model(**data)
-
-
-def load(schema: Schema, body):
-    """Validate a decoded JSON body with ``schema``; returns the schema's typed request.
-
-    Raises InvalidParam whose message starts with the failing field's path and whose
-    ``param`` is that path (the simulator's words: type "BadRequestError"), or RequestInvalid
-    for a body that is not an object (vLLM's validation handler: "Bad Request")."""
-    if not isinstance(body, dict):
-        raise body_not_an_object(body)
-    out = _fast_load(schema, body)
-    if out is not None:
-        return out
-    try:
-        return _subset(schema, body).load(body)
-    except ValidationError as e:
-        request_validators = getattr(schema, "request_validators", None)
-        if request_validators is not None:
-            request_validators(body)
-        raise _refusal(schema, e.messages, body) from None
-
-
 __all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "required_refusal", "mm_payload_alias", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList", "Literal",
-           "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "fields", "validates_schema",
+           "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "hub_turn", "TURN", "BoundedList", "fields", "validates_schema",
            "ValidationError"]
 
 

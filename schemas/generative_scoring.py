@@ -29,13 +29,12 @@ not held).
 """
 from __future__ import annotations
 
-import gevent
 
 from generation.adapters.fields import INT64_MAX, INT64_MIN
 from generation.adapters.generative_scoring import GenerativeScoringRequest
 from generation.adapters.validation import Errors, Mismatch, read_bool, read_int, read_str, validation_errors
 
-from .common import TOKEN_SLICE, TURN, salted_body
+from .common import TOKEN_SLICE, hub_turn, salted_body
 
 _STRING = ("string_type", "Input should be a valid string")
 _LIST = ("list_type", "Input should be a valid list")
@@ -46,7 +45,7 @@ def _all_ints(values: list) -> bool:
     """Whether every element is an ``int`` (no ``bool``): ``set(map(type, ...))`` over slices."""
     for lo in range(0, len(values), TOKEN_SLICE):
         if lo:
-            gevent.sleep(TURN)
+            hub_turn()
         if not set(map(type, values[lo:lo + TOKEN_SLICE])) <= {int}:
             return False
     return True
@@ -63,7 +62,7 @@ def _int_list(loc: tuple, value, errors: Errors):
     out, failed = [], False
     for k, v in enumerate(value):
         if k and k % TOKEN_SLICE == 0:
-            gevent.sleep(TURN)
+            hub_turn()
         try:
             out.append(read_int(v))
         except Mismatch as e:
@@ -104,7 +103,7 @@ def _items(value, errors: Errors):
         lists.append(_int_list(("items", k), v, branch))
         done += len(v) if isinstance(v, list) else 1
         if done >= TOKEN_SLICE:            # many short lists: a hub turn per slice's worth of ids
-            gevent.sleep(TURN)
+            hub_turn()
             done = 0
     if not branch.count:
         return "ids", lists

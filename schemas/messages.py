@@ -31,7 +31,7 @@ from generation.adapters import protocol as p
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from . import field_order as order
-from .common import BaseSchema, Dict, List, Str, StrictBool, StrictFloat, StrictInt, mm_payload_alias, refuse
+from .common import BaseSchema, BoundedList, Dict, List, Str, StrictBool, StrictFloat, StrictInt, mm_payload_alias, refuse
 from .lax import MM_PAYLOADS, lax_bool, lax_literal, lax_str
 
 # Block types that carry meaning for the simulator, and history blocks accepted but skipped.
@@ -253,7 +253,7 @@ class AnthropicToolSchema(BaseSchema):
             raise ValidationError({"input_schema": ["Field required (a JSON schema object)."]})
 
 
-class AnthropicToolsField(fields.List):
+class AnthropicToolsField(BoundedList):
     """``fields.List(fields.Nested(AnthropicToolSchema))`` with a fast path: a list whose tools
     all have the plain valid shape (``type`` absent or ``custom``, a non-empty ``name``, an
     ``input_schema`` object, the optional fields of their types) becomes its

@@ -13,7 +13,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
-from .common import BaseSchema, Literal, Str, StrictBool, StrictInt
+from .common import BaseSchema, BoundedList, Literal, Str, StrictBool, StrictInt
 from .embeddings import (EMBED_DTYPES, ENCODING_FORMATS, ENDIANNESS, MAX_DIMENSIONS, TRUNCATION_SIDES, EmbeddingInputField,
                          PoolingChecks)
 
@@ -111,20 +111,20 @@ class CohereContentSchema(BaseSchema):
 
 
 class CohereInputSchema(BaseSchema):
-    content = fields.List(fields.Nested(CohereContentSchema), required=True)
+    content = BoundedList(fields.Nested(CohereContentSchema), required=True)
 
 
 class CohereEmbedRequestSchema(BaseSchema):
     model = Str()                   # vLLM's CohereEmbedRequest: str | None = None (pooling/embed/protocol.py:262)
     input_type = fields.String()
     # exactly one of these, non-empty: vLLM's model validator, after the fields (blueprints.pooling)
-    texts = fields.List(fields.String())
-    images = fields.List(fields.String())
-    inputs = fields.List(fields.Nested(CohereInputSchema))
+    texts = BoundedList(fields.String())
+    images = BoundedList(fields.String())
+    inputs = BoundedList(fields.Nested(CohereInputSchema))
     output_dimension = StrictInt(validate=[
         validate.Range(min=1, error="output_dimension must be at least 1"),
         validate.Range(max=MAX_DIMENSIONS, error=f"output_dimension must be at most {MAX_DIMENSIONS}")])
-    embedding_types = fields.List(fields.String(validate=validate.OneOf(
+    embedding_types = BoundedList(fields.String(validate=validate.OneOf(
         ("float", "binary", "ubinary", "base64"),
         error="embedding_types must be among 'float', 'binary', 'ubinary', 'base64'")))
     truncate = fields.String(validate=validate.OneOf(("NONE", "START", "END"),

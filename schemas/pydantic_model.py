@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import gevent
 
 from generation.adapters.validation import Mismatch, MAX_REPORTED_ERRORS, literal_mismatch, validation_errors
 
-from .common import TURN
+from .common import hub_turn
 
 SLICE = 4096          # list items validated between hub turns
 BUDGET = 1000         # errors counted before the traversal stops
@@ -163,7 +162,7 @@ class ListOf(Type):
         out, failed, read = [], False, self.item.read
         for i, v in enumerate(value):
             if i and not i % SLICE:
-                gevent.sleep(TURN)
+                hub_turn()
             r = read(v, (*loc, i), errs)
             if r is FAIL:
                 failed = True

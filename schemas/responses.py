@@ -37,7 +37,7 @@ from marshmallow import ValidationError, fields, validate, validates
 from generation.adapters import protocol as p
 
 from . import field_order as order
-from .common import BaseSchema, Dict, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
+from .common import BaseSchema, BoundedList, Dict, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
 TEXT_PARTS = p.TEXT_PARTS
@@ -345,7 +345,7 @@ class ResponsesRequestSchema(BaseSchema):
     tool_choice = ToolChoiceField()
     parallel_tool_calls = StrictBool()
     text = fields.Nested(TextConfigSchema)
-    include = fields.List(fields.String(validate=validate.OneOf(INCLUDABLE)))
+    include = BoundedList(fields.String(validate=validate.OneOf(INCLUDABLE)))
     top_logprobs = StrictInt(int64=True)
     stream = StrictBool()
     ignore_eos = StrictBool()

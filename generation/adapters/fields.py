@@ -11,7 +11,8 @@ import os
 from generation.tokenization.tokenizer import each_text
 
 from ..errors import InvalidParam, Rejected
-from .validation import Mismatch, pydantic_error, read_float, read_int, validation_errors
+from ..lanes import hub_turn
+from .validation import MAX_REPORTED_ERRORS, Errors, Mismatch, pydantic_error, read_float, read_int, validation_errors
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 # The request field ``stream_interval`` (chat, completions; generate's SamplingParams) came with
@@ -86,6 +87,10 @@ def check_seed(seed) -> None:
     check_bounds("seed", seed, INT64_MIN, INT64_MAX)
 
 
+_NUMBERS = frozenset((int, float))
+LOOP_SLICE = 4096              # items a per-item Python loop checks between hub turns
+
+
 def check_logit_bias(bias, vocab: int) -> None:
     """vLLM 0.34's ``logit_bias`` checks, in its order: the values are numbers as pydantic reads
     ``dict[str, float]`` (every value that is not one is an error at ``logit_bias.<key>``), the
@@ -95,14 +100,17 @@ def check_logit_bias(bias, vocab: int) -> None:
     token ids. Vocabulary size: N``)."""
     if not bias:
         return
-    not_num = []
-    for k, v in bias.items():
-        try:
-            read_float(v)
-        except Mismatch as e:
-            not_num.append((f"logit_bias.{k}", v, *e.error))
-    if not_num:
-        raise validation_errors(not_num)
+    if not set(map(type, bias.values())) <= _NUMBERS:       # a C loop: 250,000 floats in ~5 ms
+        not_num = Errors()
+        for n, (k, v) in enumerate(bias.items()):
+            if n and not n % LOOP_SLICE:
+                hub_turn()               # pure Python, ~2 us a value: 4 MiB held the hub 0.6 s
+            try:
+                read_float(v)
+            except Mismatch as e:
+                not_num.add(f"logit_bias.{k}", v, *e.error)
+        if not_num.count:
+            raise validation_errors(not_num.kept, total=not_num.count)
     ids, not_int = [], []
     for k in bias:
         try:
@@ -311,10 +319,10 @@ def check_bad_words(words, field: str = "bad_words") -> None:
         return
     if not isinstance(words, list):
         raise pydantic_error(field, words, ("list_type", "Input should be a valid list"))
-    wrong = [(f"{field}.{i}", w, "string_type", "Input should be a valid string")
-             for i, w in enumerate(words) if not isinstance(w, str)]
-    if wrong:
-        raise validation_errors(wrong)
+    wrong = [i for i, w in enumerate(words) if not isinstance(w, str)]
+    if wrong:                        # every bad item counted, the shown ones built
+        raise validation_errors([(f"{field}.{i}", words[i], "string_type", "Input should be a valid string")
+                                 for i in wrong[:MAX_REPORTED_ERRORS]], total=len(wrong))
     if not all(words):
         raise Rejected(f"bad_words cannot contain an empty string. Got bad_words={list(dict.fromkeys(words))!r}")
 

@@ -15,7 +15,11 @@ import json
 import math
 import re
 
+import contextvars
+
 from ..errors import InvalidParam, RequestInvalid
+
+BODY_BYTES = contextvars.ContextVar("body_bytes", default=0)   # the JSON body being read: its size in bytes
 
 MAX_INPUT_CHARS = 200         # the handler's _MAX_ERROR_INPUT_CHARS: an echoed ``input`` is cut here
 MAX_REPORTED_ERRORS = 10      # _MAX_REPORTED_ERRORS

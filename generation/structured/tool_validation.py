@@ -14,14 +14,14 @@ Every check raises :class:`generation.errors.InvalidParam` whose ``param`` names
 """
 from __future__ import annotations
 
-import contextvars
 import random
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
 
 import orjson
 
 from generation.errors import InvalidParam, Rejected
+from generation.lanes import FairLane
 from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, pattern_refusal,
                              resolve_pointer)
 
@@ -280,65 +280,6 @@ def patterns_problem(schema: dict) -> str | None:
 
 
 _POOLS: dict = {}           # lane -> FairLane of metaschema checks (made on first use)
-CLIENT = contextvars.ContextVar("schema_client", default=None)     # who sent the request being served
-
-
-class FairLane:
-    """One worker thread whose waiting jobs take turns by client (:data:`CLIENT`, the peer
-    address the serving layer sets; None for callers that set none): each client's jobs run in
-    their order, and clients alternate, so one client's queue of 1 MB schemas (~10 s each) does
-    not make another's wait for all of them (four from one client made another client's wait
-    53 s).  Behind a proxy every request has the proxy's address: first come, first served, as
-    with one queue."""
-
-    def __init__(self):
-        from gevent.threadpool import ThreadPool
-        self.pool = ThreadPool(1)
-        self.busy = False
-        self.waiting: OrderedDict = OrderedDict()      # client -> deque of Events, in turn order
-
-    def apply(self, fn, args: tuple):
-        """``fn(*args)`` in the lane's thread once it is this call's turn (the hub is free
-        meanwhile)."""
-        if self.busy:
-            from gevent.event import Event
-            turn = Event()
-            self.waiting.setdefault(CLIENT.get(), deque()).append(turn)
-            try:
-                turn.wait()
-            except BaseException:
-                if turn.is_set():
-                    self._hand_on()           # given the turn as it left: the next one's
-                else:
-                    self._forget(turn)
-                raise
-        self.busy = True
-        try:
-            return self.pool.apply(fn, args)
-        finally:
-            self._hand_on()
-
-    def _hand_on(self) -> None:
-        """The lane to the first waiting client's first job (that client then goes to the back
-        of the turn order), or idle."""
-        if not self.waiting:
-            self.busy = False
-            return
-        client, jobs = next(iter(self.waiting.items()))
-        turn = jobs.popleft()
-        if jobs:
-            self.waiting.move_to_end(client)
-        else:
-            del self.waiting[client]
-        turn.set()                            # busy stays True: the lane is that job's now
-
-    def _forget(self, turn) -> None:
-        for client, jobs in list(self.waiting.items()):
-            if turn in jobs:
-                jobs.remove(turn)
-                if not jobs:
-                    del self.waiting[client]
-                return
 
 
 def schema_problem(schema: dict, cfg, size: int = 0) -> str | None:

@@ -50,6 +50,8 @@ def _fast(schema, body):
         out = common._fast_load(schema, body)
     except InvalidParam as e:
         return ("invalid", e.args[0], e.param)
+    if isinstance(out, common.FieldFailed):     # the refused field's errors, the rest marshmallow's
+        return ("error", str(common._refusal(schema, out.all_errors(schema, body), body)))
     return None if out is None else ("ok", out)
 
 
@@ -105,7 +107,9 @@ def test_a_field_with_a_validator_still_runs_it():
     s = S()
     plan = common._fast_plan(s)
     assert plan and "a" not in plan[4] and "b" in plan[4]
-    assert common._fast_load(s, {"a": -1, "b": 1}) is None          # the validator refused it
+    failed = common._fast_load(s, {"a": -1, "b": 1})                # the validator refused it
+    assert isinstance(failed, common.FieldFailed) and failed.name == "a"
+    assert failed.all_errors(s, {"a": -1, "b": 1}) == {"a": ["Must be greater than or equal to 0."]}
     assert common._fast_load(s, {"a": 1, "b": 1}) == {"a": 1, "b": 1}
 
 
