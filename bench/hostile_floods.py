@@ -1,6 +1,6 @@
 """Re-run issue 23's floods against a simulator on loopback and print the longest /health wait.
 
-    python bench/hostile_floods.py [--app DIR] [--floods slow-body,burst,replay,tls]
+    python bench/hostile_floods.py [--app DIR] [--floods slow-body,burst,replay,tls,refused-items]
                                    [--connections N] [--seconds S]
 
 Each flood starts its own simulator (``python DIR/app.py`` on a free loopback port; DIR
@@ -15,7 +15,11 @@ received, and the server's RSS before and after (``/proc/PID/statm``).
 * ``burst``: N connections opened at once, each sending ``GET /health`` (the accept backlog);
 * ``replay``: 8 DEALER clients send 300 KV-event replay requests each at once (needs pyzmq);
 * ``tls``: with ``--self-signed-certs``, 4 rounds of N connections that open TCP and send half
-  a TLS ClientHello, then wait for the server to close them (RSS after each round).
+  a TLS ClientHello, then wait for the server to close them (RSS after each round);
+* ``refused-items``: one client sends, one at a time, 2-4 MB bodies of a million refused list
+  items (or large valid lists) to the chat, Messages, Responses, completions, embeddings and
+  tokenize routes, and prints each one's status, time and the longest ``/health`` wait beside
+  it (a probe every 10 ms for this flood).
 
 Loopback only; every loop is bounded by N and S.
 """
@@ -78,10 +82,10 @@ class Server:
 
 
 class Probe:
-    """GET /health every 0.1 s on a fresh connection; records each wait."""
+    """GET /health every ``every`` seconds (0.1) on a fresh connection; records each wait."""
 
-    def __init__(self, base: str):
-        self.base = base
+    def __init__(self, base: str, every: float = 0.1):
+        self.base, self.every = base, every
         self.waits: list[float] = []
         self.starts: list[float] = []
         self.failed = 0
@@ -98,7 +102,7 @@ class Probe:
                 self.failed += 1
             self.waits.append(time.monotonic() - t0)
             self.starts.append(t0)
-            time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
+            time.sleep(max(0.0, self.every - (time.monotonic() - t0)))
 
     def stop(self) -> dict:
         self.stop_flag = True
@@ -248,6 +252,58 @@ def tls_rounds(server: Server, n: int, rounds: int = 4) -> dict:
     return {"connections_per_round": n, "rss_peak_then_after_mb": out}
 
 
+def _refused_bodies() -> list:
+    """``(name, route, body)`` of the ``refused-items`` flood: a million bad items where a list
+    holds them, a quarter million for ``logit_bias``'s keys."""
+    m, n = "test-model", 1_000_000
+    chat = {"model": m, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    tool = {"type": "function", "function": {"name": "f"}}
+    return [
+        ("chat allowed_token_ids strings", "/v1/chat/completions", {**chat, "allowed_token_ids": ["a"] * n}),
+        ("chat stop ints", "/v1/chat/completions", {**chat, "stop": [1] * n}),
+        ("chat stop_token_ids strings", "/v1/chat/completions", {**chat, "stop_token_ids": ["a"] * n}),
+        ("chat logit_bias strings", "/v1/chat/completions", {**chat, "logit_bias": {str(i): "x" for i in range(n // 4)}}),
+        ("chat response_format triggers", "/v1/chat/completions",
+         {**chat, "response_format": {"type": "structural_tag", "structures": [], "triggers": [1] * n}}),
+        ("chat messages ints", "/v1/chat/completions", {**chat, "messages": [1] * n}),
+        ("chat tools ints", "/v1/chat/completions", {**chat, "tools": [1] * n}),
+        ("chat bad_words ints", "/v1/chat/completions", {**chat, "bad_words": [1] * n}),
+        ("chat 90k valid tools", "/v1/chat/completions", {**chat, "tools": [tool] * 90_000}),
+        ("chat 100k messages", "/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": "h"}] * 100_000}),
+        ("messages 60k valid tools", "/v1/messages",
+         {**chat, "tools": [{"name": "f", "input_schema": {"type": "object"}}] * 60_000}),
+        ("messages 100k messages", "/v1/messages", {**chat, "messages": [{"role": "user", "content": "h"},
+                                                                          {"role": "assistant", "content": "h"}] * 50_000}),
+        ("messages tools ints", "/v1/messages", {**chat, "tools": [1] * n}),
+        ("messages stop_sequences ints", "/v1/messages", {**chat, "stop_sequences": [1] * n}),
+        ("responses input ints", "/v1/responses", {"model": m, "input": [1] * n}),
+        ("responses tools ints", "/v1/responses", {"model": m, "input": "hi", "tools": [1] * n}),
+        ("completions prompt strings", "/v1/completions", {"model": m, "prompt": ["a"] * n}),
+        ("embeddings mixed input", "/v1/embeddings", {"model": m, "input": [[1, "a"]] * 300_000}),
+        ("tokenize messages ints", "/tokenize", {"model": m, "messages": [1] * n}),
+    ]
+
+
+def refused_items(server: Server) -> dict:
+    """The ``refused-items`` flood (module docstring); prints a line per body, returns the
+    longest wait over all of them."""
+    import orjson
+    worst = 0.0
+    with httpx.Client(timeout=300) as client:
+        for name, route, body in _refused_bodies():
+            raw = orjson.dumps(body)
+            probe = Probe(server.base, every=0.01)
+            time.sleep(0.05)
+            t0 = time.monotonic()
+            r = client.post(server.base + route, content=raw, headers={"Content-Type": "application/json"})
+            took = time.monotonic() - t0
+            health = probe.stop()
+            worst = max(worst, health["longest_s"])
+            print(f"  {name:32s} {len(raw) / 1e6:4.1f} MB  {r.status_code}  {took:6.2f} s  "
+                  f"/health longest {health['longest_s']:.3f} s  RSS {rss_mb(server.proc.pid):.0f} MB", flush=True)
+    return {"longest_s": worst}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--app", type=Path, default=ROOT, help="checkout whose app.py to run")
@@ -282,6 +338,8 @@ def main() -> None:
                 result = replay(server, f"tcp://127.0.0.1:{rport}")
             elif flood == "tls":
                 result = tls_rounds(server, a.connections)
+            elif flood == "refused-items":
+                result = refused_items(server)
             else:
                 raise SystemExit(f"unknown flood {flood!r}")
             time.sleep(0.5)
