@@ -417,11 +417,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         # vLLM: the output's logprobs, made before its parser runs, ride on whatever chunk it sends
         # (l. 697-707, 788-813): the reasoning's, its markers', a tool call's too
         logprobs = token_logprobs(seq, k, top, as_ids, listed) if want_logprobs else b"null"
-        end = tid + (b"}]" + tail(1, i) if continuous else close)     # "}]" closes the choices
-        if span is not None and k < span[2]:
-            delta = b'{"reasoning":' + dumps(piece) + b'}' if shown else b"{}"
-            return heads[i] + b',"delta":' + delta + b',"logprobs":' + logprobs + fin + end
-        if seq.tool_calls:
+        if seq.tool_calls and (span is None or k >= span[2]):
             cmap = call_maps.get(i)
             if cmap is None:
                 cmap = call_maps[i] = seq.tool_call_of_piece()
@@ -429,8 +425,14 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             tc = seq.tool_calls[c]
             first = k == tc["start"]
             entries = call_entries(style, tc, c, piece, first and style != "auto")
+            # before this token's running usage counts it: the name chunk carries no token
             name = name_chunk(i, tc, c) if first and style == "auto" else b""
+            end = tid + (b"}]" + tail(1, i) if continuous else close)
             return name + heads[i] + b',"delta":' + dumps(tool_delta(style, entries)) + b',"logprobs":' + logprobs + fin + end
+        end = tid + (b"}]" + tail(1, i) if continuous else close)     # "}]" closes the choices
+        if span is not None and k < span[2]:
+            delta = b'{"reasoning":' + dumps(piece) + b'}' if shown else b"{}"
+            return heads[i] + b',"delta":' + delta + b',"logprobs":' + logprobs + fin + end
         content = b'[{"type":"text","text":' + dumps(piece) + b'}]' if image else dumps(piece)
         return heads[i] + b',"delta":{"content":' + content + b'},"logprobs":' + logprobs + fin + end
 
