@@ -19,6 +19,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
+from .chat_tool_deltas import call_entries, call_style, name_entry, tool_delta
 from .chat_logprobs import choice_logprobs, chunk_logprobs, hides_metadata, token_logprobs
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
@@ -340,6 +341,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not.  ``echoed``
     (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it.
     ``prompt_ids``: with ``return_token_ids`` the prompt's ids, which every role chunk carries.
+    Tool calls stream as vLLM's ``tool_choice`` path streams them (:mod:`.chat_tool_deltas`):
+    named and required name a call with its first argument piece, auto (hermes) in a
+    token-less chunk of its own just before it.
 
     Fields as vLLM 0.34 sets them (``model_dump_json(exclude_unset=True)``): a role chunk ends
     with ``prompt_token_ids`` (null without ``return_token_ids``) and ``prompt_text`` (null); a
@@ -358,6 +362,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     # a choice's tokens and its finish (the reference's order), so the finish is a chunk of its own
     lasts = [-1 if req.send_image else len(s.pieces) - 1 for s in seqs]
     call_maps = {}
+    style = call_style(req)             # which of vLLM's tool-call streaming paths (chat_tool_deltas)
 
     pd = usage_details(sim)
     first_details = continuous and pd is not None
@@ -412,23 +417,22 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         # vLLM: the output's logprobs, made before its parser runs, ride on whatever chunk it sends
         # (l. 697-707, 788-813): the reasoning's, its markers', a tool call's too
         logprobs = token_logprobs(seq, k, top, as_ids, listed) if want_logprobs else b"null"
-        end = tid + (b"}]" + tail(1, i) if continuous else close)     # "}]" closes the choices
-        if span is not None and k < span[2]:
-            delta = b'{"reasoning":' + dumps(piece) + b'}' if shown else b"{}"
-            return heads[i] + b',"delta":' + delta + b',"logprobs":' + logprobs + fin + end
-        if seq.tool_calls:
+        if seq.tool_calls and (span is None or k >= span[2]):
             cmap = call_maps.get(i)
             if cmap is None:
                 cmap = call_maps[i] = seq.tool_call_of_piece()
             c = cmap[k]
             tc = seq.tool_calls[c]
-            if k == tc["start"]:
-                # DeltaToolCall's field order (generate/base/protocol.py): id, type, index, function
-                delta = {"tool_calls": [{"id": tc["id"], "type": "function", "index": c,
-                                         "function": {"name": tc["name"], "arguments": piece}}]}
-            else:
-                delta = {"tool_calls": [{"index": c, "function": {"arguments": piece}}]}
-            return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":' + logprobs + fin + end
+            first = k == tc["start"]
+            entries = call_entries(style, tc, c, piece, first and style != "auto")
+            # before this token's running usage counts it: the name chunk carries no token
+            name = name_chunk(i, tc, c) if first and style == "auto" else b""
+            end = tid + (b"}]" + tail(1, i) if continuous else close)
+            return name + heads[i] + b',"delta":' + dumps(tool_delta(style, entries)) + b',"logprobs":' + logprobs + fin + end
+        end = tid + (b"}]" + tail(1, i) if continuous else close)     # "}]" closes the choices
+        if span is not None and k < span[2]:
+            delta = b'{"reasoning":' + dumps(piece) + b'}' if shown else b"{}"
+            return heads[i] + b',"delta":' + delta + b',"logprobs":' + logprobs + fin + end
         content = b'[{"type":"text","text":' + dumps(piece) + b'}]' if image else dumps(piece)
         return heads[i] + b',"delta":{"content":' + content + b'},"logprobs":' + logprobs + fin + end
 
@@ -436,8 +440,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         """Tokens ``a..b-1`` (``a`` > 0: the first token goes alone) as one output, a stream
         interval's group, as vLLM's chat stream renders an output of several tokens (its
         ``ChatStreamProcessor`` fed one multi-token delta): one delta with their ``content``, their
-        ``reasoning`` and their tool calls' argument fragments (one entry per call, the call's
-        first fragment with its ``id``, ``type`` and ``name``; DeltaMessage's key order), a
+        ``reasoning`` and their tool calls' argument fragments (per call its path's entries,
+        :mod:`.chat_tool_deltas`: the auto path's name entry and arguments entry in one
+        delta, as hermes sends an output that reveals both; DeltaMessage's key order), a
         logprobs entry and ``token_ids`` for each of its tokens, the running usage counting them
         all, the finish when ``b - 1`` is the choice's last token.  The parser's markers (and
         hidden reasoning) show nothing: a group of nothing else sends ``delta: {}`` when it
@@ -462,7 +467,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if ra < rb:
             delta["reasoning"] = "".join(pieces[ra:rb])
         if ca < b and calls:
-            delta["tool_calls"] = call_deltas(seq, ca, b)
+            delta = tool_delta(style, call_deltas(seq, ca, b), delta.get("reasoning"))
         # no delta (markers, hidden reasoning): no chunk unless it finishes or carries logprobs or
         # token ids, then DeltaMessage() (l. 749-758); those cover all its tokens (l. 697-707, 788-813)
         if not (delta or last or want_logprobs or token_ids):
@@ -476,30 +481,29 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":' + logprobs + fin + end
 
     def call_deltas(seq, a: int, b: int) -> list:
-        """The tool-call entries of pieces ``a..b-1``: one per run of one call's pieces, its
-        argument fragments joined; a run that starts at its call's first piece names the call."""
+        """The tool-call entries of pieces ``a..b-1``: per run of one call's pieces, its argument
+        fragments joined, as :func:`~.chat_tool_deltas.call_entries` gives them (a run that
+        starts its call names it)."""
         i = seq.index
         cmap = call_maps.get(i)
         if cmap is None:
             cmap = call_maps[i] = seq.tool_call_of_piece()
         out = []
-        args = None
-        prev = None
-        for k in range(a, b):
+        k = a
+        while k < b:
             c = cmap[k]
             tc = seq.tool_calls[c]
-            if c != prev or k == tc["start"]:
-                prev = c
-                args = []
-                fn = {"arguments": args}
-                if k == tc["start"]:
-                    out.append({"id": tc["id"], "type": "function", "index": c, "function": {"name": tc["name"], **fn}})
-                else:
-                    out.append({"index": c, "function": fn})
-            args.append(seq.pieces[k])
-        for entry in out:
-            entry["function"]["arguments"] = "".join(entry["function"]["arguments"])
+            end = min(b, tc["end"])
+            out += call_entries(style, tc, c, "".join(seq.pieces[k:end]), k == tc["start"])
+            k = end
         return out
+
+    def name_chunk(i: int, tc: dict, c: int) -> bytes:
+        """The auto path's name-alone chunk of call ``c`` (:mod:`.chat_tool_deltas`): no token,
+        so empty logprobs and token ids, the running usage unchanged."""
+        return (heads[i] + b',"delta":' + dumps(tool_delta(style, [name_entry(tc, c)])) +
+                b',"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") + b',"finish_reason":null' +
+                token_ids_field([] if token_ids else None) + (b"}]" + tail(0, i) if continuous else CLOSE_KV))
 
     def start_all() -> None:
         # vLLM sends every choice's role chunk, in index order, at the request's first output

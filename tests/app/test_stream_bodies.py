@@ -140,11 +140,15 @@ def test_chat_echo_chunk_sets_no_token_fields(api):
 
 
 def test_chat_tool_call_deltas_in_delta_tool_call_order(api):
+    """``"required"``: vLLM's ``extract_required_tool_call_streaming`` (tool_parsers/streaming.py
+    l. 281-290) builds later entries with ``DeltaFunctionCall(name=None, arguments=...)``, so the
+    ``exclude_unset`` dump keeps ``"name": null``; per-path shapes: test_stream_tool_call_paths."""
     evs = chunks(api, CHAT, messages=MSG, tools=[WEATHER], tool_choice="required", max_tokens=50)
     calls = [tc for ch in evs[1:] for tc in ch["choices"][0]["delta"].get("tool_calls", [])]
     assert keys(calls[0]) == ["id", "type", "index", "function"]
     assert keys(calls[0]["function"]) == ["name", "arguments"] and calls[0]["function"]["name"] == "get_weather"
-    assert all(keys(tc) == ["index", "function"] and keys(tc["function"]) == ["arguments"] for tc in calls[1:])
+    assert all(keys(tc) == ["index", "function"] and tc["function"]["name"] is None and
+               keys(tc["function"]) == ["name", "arguments"] for tc in calls[1:])
     assert keys(evs[-1]["choices"][0]) == CHAT_FINISH_CHOICE
 
 
