@@ -31,7 +31,7 @@ from generation.adapters import protocol as p
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from . import field_order as order
-from .common import BaseSchema, BoundedList, Dict, List, Str, StrictBool, StrictFloat, StrictInt, mm_payload_alias, refuse
+from .common import BaseSchema, BoundedList, Dict, List, Str, StrList, StrictBool, StrictFloat, StrictInt, mm_payload_alias, refuse
 from .lax import MM_PAYLOADS, lax_bool, lax_literal, lax_str
 
 # Block types that carry meaning for the simulator, and history blocks accepted but skipped.
@@ -365,7 +365,7 @@ class MessagesRequestSchema(CountTokensRequestSchema):
         """After ``apply_return_mm_kwargs_alias`` (anthropic/protocol.py:382)."""
         return mm_payload_alias(body)
 
-    stop_sequences = List(Str())
+    stop_sequences = StrList()
     stream = StrictBool()
     metadata = fields.Dict()
     temperature = StrictFloat()

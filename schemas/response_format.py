@@ -14,7 +14,7 @@ from marshmallow import fields
 
 from generation.adapters.validation import Mismatch, literal_mismatch, read_bool, read_dict, read_str
 
-from .refusal import refuse
+from .refusal import Capped, refuse
 
 MEMBERS = ("ResponseFormat", "StructuralTagResponseFormat", "LegacyStructuralTagResponseFormat")
 FORMAT_TYPES = ("text", "json_object", "json_schema")          # ResponseFormat.type
@@ -89,26 +89,27 @@ def _legacy_tag(errors: list, value: dict) -> None:
 def response_format_errors(value) -> list:
     """pydantic's errors for ``value`` as ``AnyResponseFormat`` (``(subpath, input, type, msg[,
     ctx])``): ``[]`` when a member takes it, else every member's errors in the union's order
-    (pydantic's smart-mode union reports them all)."""
+    (pydantic's smart-mode union reports them all; a :class:`~.refusal.Capped` list past a
+    non-object: the first ten, the rest in its ``more``)."""
     if not isinstance(value, dict):
         return [_model_type("", value, cls) for cls in MEMBERS]
-    plain: list = []
+    plain = Capped()
     _type(plain, value, FORMAT_TYPES)                  # ResponseFormat
     _json_schema(plain, value)
     if not plain:
         return []
-    tag: list = []
+    tag = Capped()
     _type(tag, value, TAG_TYPES)                       # StructuralTagResponseFormat
     if "format" not in value:
         tag.append(("format", value, *MISSING))
     if not tag:
         return []
-    legacy: list = []
+    legacy = Capped()
     _type(legacy, value, TAG_TYPES)                    # LegacyStructuralTagResponseFormat
     _legacy_tag(legacy, value)
     if not legacy:
         return []
-    return plain + tag + legacy
+    return plain.then(tag, legacy)
 
 
 class ResponseFormatField(fields.Field):
@@ -117,7 +118,7 @@ class ResponseFormatField(fields.Field):
     def _deserialize(self, value, attr, data, **kwargs):
         errors = response_format_errors(value)
         if errors:
-            raise refuse(*errors)
+            raise refuse(*errors, more=getattr(errors, "more", 0))
         return value
 
 

@@ -103,8 +103,13 @@ def test_a_bounded_list_counts_every_pydantic_error():
     body = {"items": ["a"] * 300 + [1] * 700}
     with pytest.raises(ValidationError) as e:
         S().load(body)
-    assert sorted(e.value.messages["items"]) == list(range(300, 1000))
-    assert str(_refusal(S(), e.value.messages, body)).startswith("700 validation errors:")
+    # the slice of items 256-511 is kept (212 errors: ten are shown), the later ones counted under
+    # a key past the last item
+    assert sorted(e.value.messages["items"]) == [*range(300, 512), 1000]
+    assert e.value.messages["items"][1000][0].more == 488
+    message = str(_refusal(S(), e.value.messages, body))
+    assert message.startswith("700 validation errors:\n  {'type': 'string_type', 'loc': 'body.items.300',")
+    assert message.endswith("...and 690 more errors")
 
 
 def test_a_refusal_from_the_lane_prints_no_traceback(capfd):

@@ -271,8 +271,8 @@ def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
     sched, it = schedule_body(s, 3, 0.01, time.monotonic() + 0.01, metrics)
     stop = []
 
-    def busy():                          # keeps a timer due on every loop turn for 0.2 s
-        end = time.monotonic() + 0.2
+    def busy():                          # keeps a timer due on every loop turn for 0.5 s
+        end = time.monotonic() + 0.5
         while time.monotonic() < end and not stop:
             gevent.sleep(0)
     hog = gevent.spawn(busy)
@@ -282,7 +282,9 @@ def test_the_end_of_a_stream_waits_for_an_idle_loop_but_not_long():
     stop.append(1)
     hog.join()
     assert reader.get(timeout=5).endswith(b"data: end\n\n\r\n0\r\n\r\n")
-    assert t_done - sched.deadline(2) < 0.01 + 0.05      # not held until the hog ended (0.2 s)
+    # not held until the hog ended (0.5 s); the margin holds on a loaded 2-core machine (0.05
+    # did not: a clean run with three workers and a helper's tests beside it)
+    assert t_done - sched.deadline(2) < 0.01 + 0.2
 
 
 def test_stream_ends_run_in_idle_turns_within_a_budget_each_once():
