@@ -7,6 +7,8 @@ server, ``/health`` waiting as long); the loops now give the hub a turn every 2 
 pair count is checked before its pairs are built.  Each is answered as before."""
 from __future__ import annotations
 
+import gc
+
 import orjson
 
 from support.hub_probe import HealthProbe, health_bound
@@ -21,11 +23,19 @@ BOUND = 0.25       # s (times the machine's load): these held the hub 0.25-0.7 s
 def _attack(client, requests: list) -> tuple:
     """``requests`` (``(route, body)``) one after another beside a :class:`HealthProbe`:
     ``(responses, longest /health wait in seconds)``.  Bodies are serialised before the probe
-    starts (the in-process client would encode them on the hub it measures)."""
+    starts (the in-process client would encode them on the hub it measures).  The test process's
+    own objects are frozen meanwhile (``gc.freeze``): in a suite worker that has run hundreds of
+    tests, each full collection the attack's allocations set off walked their millions of
+    objects for 0.4-0.7 s, a heap the server does not have (2.5 s of /health in one run)."""
     raws = [(route, orjson.dumps(body)) for route, body in requests]
-    probe = HealthProbe(client)
-    out = [client.post(route, content=raw, headers=JSON) for route, raw in raws]
-    return out, probe.stop()
+    gc.collect()
+    gc.freeze()
+    try:
+        probe = HealthProbe(client)
+        out = [client.post(route, content=raw, headers=JSON) for route, raw in raws]
+        return out, probe.stop()
+    finally:
+        gc.unfreeze()
 
 
 def test_many_tools_are_checked_and_converted_with_hub_turns(app_client):
