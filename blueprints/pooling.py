@@ -21,6 +21,7 @@ from generation.adapters.response_bodies import cohere_embed_response
 from generation.adapters.validation import validation_errors
 from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
+from generation.lanes import paced
 from generation.tokenization.tokenizer import each_text
 from schemas.common import load
 from schemas.pooling import (classify_request_schema, cohere_embed_request_schema, pooling_request_schema,
@@ -120,7 +121,7 @@ def create_pooling():
     run_pooled(sim, seqs)
     size = cfg.default_embedding_dimensions
     out = [{"index": i, "object": "pooling", "data": pa.pooling_data(kind, task, ids, size, dims, data)}
-           for i, ids in enumerate(token_lists)]
+           for i, ids in enumerate(paced(token_lists))]
     return _reply(pa.listing("pool", rid, display, out, sum(map(len, token_lists))), rid)
 
 
@@ -139,7 +140,7 @@ def create_classify():
     run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, token_lists))
     size = cfg.default_embedding_dimensions
     out = [{"index": i, **pa.classification(cfg.pooling_kind, ids, size, data.get("use_activation"))}
-           for i, ids in enumerate(token_lists)]
+           for i, ids in enumerate(paced(token_lists))]
     return _reply(pa.listing("classify", rid, display, out, sum(map(len, token_lists))), rid)
 
 
@@ -168,7 +169,7 @@ def _scored(data: dict, rerank: bool):
     run_pooled(sim, pa.pooling_sequences(sim, rid, display, lora, prompts))
     size = cfg.default_embedding_dimensions
     act = data.get("use_activation")
-    scores = [pa.pair_score(kind, q_ids[i], d_ids[j], size, act) for i, j in pairs]
+    scores = [pa.pair_score(kind, q_ids[i], d_ids[j], size, act) for i, j in paced(pairs)]
     return rid, display, docs, scores, sum(map(len, prompts))
 
 

@@ -76,15 +76,31 @@ def _scalar(v) -> bool:
     return isinstance(v, (str, float, bool))
 
 
+_SCALARS = frozenset((str, float, bool, int))
+
+
+def _all_scalar(values) -> bool:
+    """Every one of ``values`` a :func:`_scalar`, read in C loops (the types, then the ints'
+    range): a per-item call took ~0.4 us, and a 750,000-string ``stop`` was read twice per
+    completions render, holding the hub 0.3 s."""
+    types = set(map(type, values))
+    if not types <= _SCALARS:
+        return False
+    if int not in types:
+        return True
+    ints = values if len(types) == 1 else [x for x in values if type(x) is int]
+    return -(2 ** 63) <= min(ints) and max(ints) < 2 ** 64
+
+
 def _plain(v) -> bool:
     """A scalar, a flat list of scalars or a flat object of scalars (the shapes sampling fields
     have); anything else a render copies nowhere (it checks nothing, and must not fail to write)."""
     if _scalar(v):
         return True
     if isinstance(v, list):
-        return all(_scalar(x) for x in v)
+        return _all_scalar(v)
     if isinstance(v, dict):
-        return all(_scalar(x) for x in v.values())
+        return _all_scalar(list(v.values()))
     return False
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 
 from generation.content.logprobs import logprob
+from generation.lanes import paced
 
 from ..errors import Rejected, SimulatorError
 from .base import dumps, request_usage, usage_details
@@ -70,7 +71,7 @@ def _user(m) -> dict:
     if isinstance(m.content, str):
         return {"role": "user", "content": m.content}
     parts = []
-    for b in m.content:
+    for b in paced(m.content):
         if b.type == "text":
             parts.append({"type": "text", "text": b.text})
         elif b.type == "image_url":
@@ -125,7 +126,7 @@ def _documents(docs) -> list:
     """The ``documents`` template kwarg: ``{"id", "data"}`` per document (``doc_<i>`` when it
     has no id; a string is ``{"text": ...}``)."""
     out = []
-    for i, d in enumerate(docs):
+    for i, d in enumerate(paced(docs)):      # ~0.7 us a document: 750,000 held the hub 0.55 s
         if isinstance(d, str):
             out.append({"id": f"doc_{i}", "data": {"text": d}})
         else:
@@ -135,7 +136,7 @@ def _documents(docs) -> list:
 
 def _tools(tools, strict: bool) -> list:
     out = []
-    for i, t in enumerate(tools):
+    for i, t in enumerate(paced(tools)):
         fn = t.function
         if fn is None:      # vLLM: an AttributeError, its 500; a client's mistake here
             raise Rejected("tools[].function is required: a tool needs a function with a name and parameters.",
@@ -180,7 +181,7 @@ def to_chat_body(b) -> dict:
     its function."""
     stream = bool(b.stream)
     tools = _tools(b.tools, bool(b.strict_tools)) if b.tools else None
-    body = {"model": b.model, "messages": [_MESSAGES[m.role](m) for m in b.messages],
+    body = {"model": b.model, "messages": [_MESSAGES[m.role](m) for m in paced(b.messages)],
             "max_tokens": b.max_tokens, "max_completion_tokens": b.max_tokens, "stop": b.stop_sequences,
             "temperature": b.temperature, "top_p": b.p, "top_k": b.k, "seed": b.seed,
             "frequency_penalty": b.frequency_penalty, "presence_penalty": b.presence_penalty,

@@ -75,11 +75,12 @@ from generation.engine.admission import check_admission
 from generation.engine.outputs import prompt_too_long
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.chat_template import merge_kwargs
+from generation.lanes import paced
 from generation.tokenization.tokenizer import each_text
 
 from ..errors import APIError, InvalidParam
 from .base import check_size, check_work, created_cache_tokens, prefix_block
-from .generative_scoring import label_probabilities, label_read_sequences, paced
+from .generative_scoring import label_probabilities, label_read_sequences
 
 ID_PREFIX = "decision-"            # vLLM: request_id = f"decision-{base_id}"
 LABELS = tuple(string.ascii_uppercase)     # question_types.LABELS

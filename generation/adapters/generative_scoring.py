@@ -32,13 +32,10 @@ import math
 import time
 from dataclasses import dataclass
 from itertools import repeat
-from time import monotonic
-
-import gevent
 
 from generation.content.label_logprobs import label_logprobs
 from generation.engine.request import GenerationRequest, Prompt, Sequence
-from generation.engine.simulator import HUB_SLICE
+from generation.lanes import paced
 from generation.tokenization.tokenizer import each_text
 
 from ..errors import InvalidParam
@@ -47,18 +44,6 @@ from .fields import check_logprob_token_ids, prompt_vocab_size, scheduling_prior
 
 ID_PREFIX = "generative-scoring-"      # vLLM: request_id = f"generative-scoring-{base_id}"
 ID_SLICE = 65536                       # ids per C-loop call when a list is searched for a bad id
-HUB_TURN = 1e-4                        # s: a turn that runs due timers too (``sleep(0)`` runs ready callbacks only)
-
-
-def paced(items):
-    """``items``, the hub given a turn every ``HUB_SLICE`` (2 ms) between them: a request's
-    items (up to ~1,000 prompts of ~1,000 tokens) are built, checked and hashed one by one."""
-    turn_by = monotonic() + HUB_SLICE
-    for item in items:
-        yield item
-        if monotonic() >= turn_by:
-            gevent.sleep(HUB_TURN)
-            turn_by = monotonic() + HUB_SLICE
 
 
 @dataclass

@@ -21,6 +21,7 @@ import json
 
 from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
+from generation.lanes import paced
 from ..errors import FieldNames
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
@@ -193,7 +194,7 @@ def to_chat_tools(tools) -> list | None:
     if not tools:
         return None
     out = []
-    for t in tools:
+    for t in paced(tools):
         fn = {"name": t.name, "parameters": t.input_schema}
         if t.description is not None:
             fn["description"] = t.description

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from ..errors import FieldNames, InvalidParam, Rejected
 from generation.engine.request import GenerationRequest
+from generation.lanes import paced
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
                    prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
@@ -112,7 +113,7 @@ class ResponsesAdapter(Adapter):
             tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream))    # vLLM's default: auto
         self.ctx = RenderCtx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0,
                              prefix_block(self.sim))
-        self.ctx.tools = [responses_tool(t) for t in b.tools or ()]
+        self.ctx.tools = [responses_tool(t) for t in paced(b.tools or ())]
         self.ctx.tool_choice = echoed_tool_choice(b.tools, b.tool_choice)
         self.ctx.names = call_names(b.tools)
         room = sim.config.max_model_len - prompt.length      # vLLM's get_max_tokens, to_sampling_params
@@ -298,7 +299,7 @@ def function_tools(tools) -> list:
     ``function`` tools, and each function tool of a ``namespace`` tool named
     ``<namespace>__<name>``; other types are not given to the model."""
     out = []
-    for t in tools or ():
+    for t in paced(tools or ()):
         if t.get("type") == "function":
             out.append(_flat_tool(t))
         elif t.get("type") == "namespace":
@@ -318,7 +319,7 @@ def call_names(tools) -> dict:
 def to_chat_tools(tools) -> list | None:
     """The function tools (:func:`function_tools`) -> chat tools; None when there are none."""
     out = []
-    for flat in function_tools(tools):
+    for flat in paced(function_tools(tools)):
         fn = {"name": flat["name"]}
         if flat["description"] is not None:
             fn["description"] = flat["description"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 from collections import OrderedDict, deque
+from time import monotonic
 
 import gevent
 from gevent.monkey import get_original
@@ -26,6 +27,26 @@ def hub_turn() -> None:
     second hub."""
     if _thread_ident() == _HUB_THREAD:
         gevent.sleep(TURN)
+
+
+SLICE = 0.002                  # s: the longest a paced loop holds the hub between turns
+
+
+def paced(items):
+    """``items``, the hub given a turn (:func:`hub_turn`) every :data:`SLICE` of the caller's
+    work between them: for per-item Python over a request's lists (tools, documents, inputs,
+    pairs), which a 4 MiB body makes hundreds of thousands long (750,000 Cohere documents held
+    the hub 0.55 s, 30,000 Responses tools 0.4 s).  In a worker thread, the items as they are
+    (the switch interval gives the hub its turns)."""
+    if _thread_ident() != _HUB_THREAD:
+        yield from items
+        return
+    turn_by = monotonic() + SLICE
+    for item in items:
+        yield item
+        if monotonic() >= turn_by:
+            gevent.idle()           # the hub's events and due timers, then back at once (a
+            turn_by = monotonic() + SLICE       # sleep(TURN) waits the loop's 1 ms: +50% time)
 
 
 CLIENT = contextvars.ContextVar("schema_client", default=None)     # who sent the request being served

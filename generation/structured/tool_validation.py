@@ -21,7 +21,7 @@ from collections import OrderedDict
 import orjson
 
 from generation.errors import InvalidParam, Rejected
-from generation.lanes import FairLane
+from generation.lanes import FairLane, paced
 from .schema_sampler import (MAX_ITEMS, SchemaSampler, SchemaUnsatisfiable, is_num, pattern_refusal,
                              resolve_pointer)
 
@@ -163,7 +163,7 @@ class ToolValidator:
             raise InvalidParam("tools: Input should be a valid list.", "tools")
         skip = self._holder.config.skip_tool_validation
         names = set()
-        for i, tool in enumerate(tools):
+        for i, tool in enumerate(paced(tools)):      # ~5 us a tool: 60,000 held the hub 0.3 s
             p = f"tools[{i}]"
             if not isinstance(tool, dict):
                 raise InvalidParam(f"{p}: Input should be an object.", p)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 
+from generation.lanes import paced
+
 from .tokenizer import fnv1a_32
 
 # block type -> (modality, hash prefix, where the identifier lives)
@@ -21,7 +23,7 @@ def media_items(messages) -> list[tuple[str, str, str]]:
         content = m.get("content")
         if not isinstance(content, list):
             continue
-        for block in content:
+        for block in paced(content):
             if not isinstance(block, dict):
                 continue
             spec = _MEDIA.get(block.get("type"))
@@ -49,7 +51,7 @@ def mm_features(items, n_tokens: int) -> dict | None:
     hashes: dict[str, list] = {}
     places: dict[str, list] = {}
     kwargs: dict[str, list] = {}
-    for j, (modality, prefix, ident) in enumerate(items):
+    for j, (modality, prefix, ident) in enumerate(paced(items)):      # ~3 us an item (FNV-1a in Python)
         h = f"sim_{prefix}_{len(hashes.get(modality, ()))}_{fnv1a_32(ident.encode('utf-8')):x}"
         hashes.setdefault(modality, []).append(h)
         kwargs.setdefault(modality, []).append(base64.b64encode(h.encode("ascii")).decode("ascii"))

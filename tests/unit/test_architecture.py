@@ -37,8 +37,8 @@ GENERATION_ALLOWED = {
     "kvcache": set(),
     "metrics": {"config"},
     "structured": {"errors", "lanes"},
-    "content": set(),
-    "tokenization": {"errors"},
+    "content": {"lanes"},            # paced: loops over a request's items give the hub turns
+    "tokenization": {"errors", "lanes"},
     "config": {"metrics"},
     "errors": set(),
     "lanes": set(),                 # a worker thread off the hub, clients taking turns
