@@ -28,6 +28,7 @@ import orjson
 from flask import Blueprint, Response
 from werkzeug.exceptions import NotFound
 
+from generation.adapters.fields import check_chat_part_types
 from generation.adapters.response_bodies import embedding_data, pooling_usage
 from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
@@ -90,6 +91,7 @@ def _token_lists(sim, data: dict) -> list[list[int]]:
             raise APIError("input is required and must be a non-empty string or array", 400, "input")
         # vLLM's EmbeddingChatRequest: both options default to False
         opts = {k: bool(data.get(k)) for k in ("add_generation_prompt", "continue_final_message")}
+        check_chat_part_types(messages)
         return [sim.tokenize_messages(messages, **opts)[0]]
     if messages is not None:
         raise APIError("Only one of input and messages may be given", 400, "messages")

@@ -23,7 +23,7 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import EMPTY_PROMPT, check_mm_kwargs, check_prompt_count, check_prompts_given
+from generation.adapters.fields import EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
@@ -210,6 +210,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
     _check_mm_kwargs(sim, body)
     rid = request_id()
     opts = chat_options(body, sim.config.default_chat_template_kwargs)
+    check_chat_part_types(messages)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
     if render is not None:
         sim.check_request_chat_template(opts)
@@ -531,6 +532,7 @@ def tokenize():
     if prompt is not None and (prompt or messages is None):
         ids, pieces = sim.tokenize_text(prompt, body.add_special_tokens is not False)
     else:
+        check_chat_part_types(messages)
         ids, pieces = sim.tokenize_messages(messages, **chat_options(body, sim.config.default_chat_template_kwargs))
     strs = None
     if body.return_token_strs:       # vLLM: the vocabulary strings (convert_ids_to_tokens)

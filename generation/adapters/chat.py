@@ -26,7 +26,7 @@ from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
-from .fields import (check_beam_logprob_ids, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
+from .fields import (check_beam_logprob_ids, check_chat_part_types, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
                      forwarded_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs, tool_parser_type
@@ -44,6 +44,7 @@ class ChatAdapter(Adapter):
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         self.check(force_cache_threshold)
         sim, b = self.sim, self.body
+        check_chat_part_types(b.messages)
         prompt = chat_prompt(sim, b.messages or [], **chat_options(b, sim.config.default_chat_template_kwargs))
         forwarded = forwarded_prompt_ids(b.kv_transfer_params, b.messages)
         if forwarded is not None:            # vLLM 0.34: a decode leg reuses the prefill's ids verbatim

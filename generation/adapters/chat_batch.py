@@ -40,7 +40,7 @@ from generation.tokenization.multimodal import mm_token_counts
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, content_text, off_hub
 from .base import chat_prompt, system_fingerprint, usage_details
 from .chat import ChatAdapter, echo_content, render_chat, response_role
-from .fields import tokens_as_ids
+from .fields import check_chat_part_types, tokens_as_ids
 from .validation import error_input
 
 
@@ -105,6 +105,7 @@ class BatchChatAdapter(ChatAdapter):
         max_len = sim.config.max_model_len
 
         def render(conv):
+            check_chat_part_types(conv)
             prompt = chat_prompt(sim, conv, **opts)
             if not echo:        # the first too long refuses the batch now, with prepare's error,
                 check_prompt_fits(max_len, prompt.length)    # not after every conversation is rendered

@@ -11,7 +11,7 @@ import os
 from generation.tokenization.tokenizer import each_text
 
 from ..errors import InvalidParam, Rejected
-from ..lanes import hub_turn
+from ..lanes import hub_turn, paced
 from .validation import MAX_REPORTED_ERRORS, Errors, Mismatch, pydantic_error, read_float, read_int, validation_errors
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -509,3 +509,33 @@ def forwarded_prompt_ids(kv: dict | None, messages) -> list | None:
                 for part in content):
             return None
     return list(ids)
+
+
+# vLLM 0.34's chat content part types (renderers/chat_utils/chat_message.py: MM_PARSER_MAP's keys and
+# PART_TYPES_TO_SKIP_NONE_CONTENT), sorted as its error lists them
+CHAT_PART_TYPES = ("audio_embeds", "audio_url", "image_embeds", "image_pil", "image_url", "input_audio",
+                   "input_image", "input_text", "output_text", "prompt_embeds", "refusal", "text", "thinking",
+                   "tool_reference", "video_embeds", "video_url")
+_CHAT_PART_TYPES = frozenset(CHAT_PART_TYPES)
+
+
+def check_chat_part_types(messages) -> None:
+    """vLLM 0.34's render of an OpenAI chat conversation (``parse_chat_message_content_part``,
+    ``renderers/chat_utils/chat_message.py`` l. 443-556): a content part whose ``type`` is a
+    string it does not know is refused, ``Unsupported chat content part type: 'file'. Supported
+    types: ...`` (``parameter=type``, ``value`` the type), after the request's fields were
+    validated (its pydantic models take any object as a part: ``CustomChatCompletionContent
+    PILImageParam`` has no required key).  A part with a ``uuid`` takes vLLM's other branch
+    (its type read from its keys) and passes here.  Raises Rejected."""
+    if not isinstance(messages, list):
+        return
+    for m in paced(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if isinstance(part, dict):
+                t = part.get("type")
+                if isinstance(t, str) and t not in _CHAT_PART_TYPES and part.get("uuid") is None:
+                    raise Rejected(f"Unsupported chat content part type: {t!r}. Supported types: "
+                                   f"{', '.join(CHAT_PART_TYPES)}.", "type", t)

@@ -33,7 +33,7 @@ from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
 from ..errors import InvalidParam
-from .fields import INT64_MAX, INT64_MIN, check_bounds, check_cache_salt, check_mm_kwargs, scheduling_priority
+from .fields import INT64_MAX, INT64_MIN, check_bounds, check_chat_part_types, check_cache_salt, check_mm_kwargs, scheduling_priority
 from .response_bodies import pooling_usage
 
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
@@ -80,6 +80,7 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
     if inp is None:
         if messages is None:
             raise InvalidParam("input is required and must be a non-empty string or array", "input")
+        check_chat_part_types(messages)
         return [sim.tokenize_messages(messages)[0]]
     if messages is not None:
         raise InvalidParam("Only one of input and messages may be given", "messages")
