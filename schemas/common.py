@@ -459,7 +459,9 @@ def validate_content_blocks(content):
 
     Text blocks need a string ``text``; ``image_url``/``audio_url``/``video_url`` blocks need
     ``{"url": str}`` (or a bare URL string); ``input_audio`` needs ``{"data": str}``.  Other
-    block types are accepted (vLLM accepts many) and contribute no tokens.
+    block types pass here (vLLM's models take any object as a part): the render refuses those
+    vLLM does not know (:func:`generation.adapters.fields.check_chat_part_types`), the others
+    contribute no tokens.
     Raises ValidationError naming the block."""
     if content is None or isinstance(content, str):
         return
