@@ -74,9 +74,12 @@ def test_ttft_then_itl_chunks_arrive_spread_out(timed):
     base = timed(time_to_first_token="400ms", inter_token_latency="100ms")
     t_headers, chunks = timed_stream(base, {"model": "test-model", "messages": MSG, "max_tokens": 6,
                                             "ignore_eos": True, "stream": True})
-    assert t_headers < 0.3                              # headers are not held back until TTFT
     content = [t for t, c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert len(content) == 6
+    # headers are not held back until TTFT (400 ms): they lead the first token by most of it,
+    # however late a loaded machine starts the request (absolute 0.3 s: 0.74 s with two suites
+    # running beside it)
+    assert t_headers < content[0] - 0.2, (t_headers, content[0])
     assert 0.35 <= content[0] <= 0.8
     gaps = [b - a for a, b in zip(content, content[1:])]
     assert all(0.06 <= g <= 0.3 for g in gaps), gaps
