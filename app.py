@@ -135,6 +135,9 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
             from server.http_metrics import UNROUTED_KEY
             request.environ[UNROUTED_KEY] = True
         message = err.name if stock or not err.description else err.description
+        if status == 413:         # the limit and its flag (vLLM has none)
+            from generation.errors import body_too_large_message
+            message = body_too_large_message(app.config["MAX_CONTENT_LENGTH"])
         if not stock:             # a routing error is Starlette's: vLLM's handlers, which log, never see it
             log_error_stack(config, err, request.environ)
         if request.path.startswith("/v1/messages"):

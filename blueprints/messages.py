@@ -36,6 +36,10 @@ def _simulator_error(err: SimulatorError):
 
 @bp.errorhandler(HTTPException)
 def _http_error(err: HTTPException):
+    if err.code == 413:              # the limit and its flag, as on every route
+        from flask import current_app
+        from generation.errors import body_too_large_message
+        return anthropic_error_response(body_too_large_message(current_app.config["MAX_CONTENT_LENGTH"]), 413)
     return anthropic_error_response(err.description or err.name, err.code or 500)
 
 

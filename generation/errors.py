@@ -7,6 +7,7 @@ verbatim) and an optional ``param`` (the request field it names, e.g. ``messages
 """
 from __future__ import annotations
 
+
 _TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
           404: "NotFoundError", 413: "RequestEntityTooLarge", 422: "UnprocessableEntityError", 429: "RateLimitError"}
 
@@ -17,6 +18,14 @@ def error_type(status: int) -> str:
     if status >= 500:
         return "InternalServerError"
     return _TYPES.get(status, "APIConnectionError")
+
+
+def body_too_large_message(limit: int) -> str:
+    """The 413's message for a body over ``limit`` bytes: werkzeug's words, then the limit and
+    the flag that sets it (the limit is the simulator's own: vLLM has none, so a client that
+    worked against vLLM needs to know what to raise)."""
+    return (f"The data value transmitted exceeds the capacity limit. The request body limit is {limit} bytes "
+            f"(--max-request-body-size-mb {limit / 2 ** 20:g}).")
 
 
 UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template is not set. "

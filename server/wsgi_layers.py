@@ -217,11 +217,11 @@ class ChunkedBodyLimit:
     body at the limit, and the truncated JSON became a 400 or was accepted).  The body is read
     here, at most ``limit + 1`` bytes, and handed on with its length (memory stays bounded;
     after a 413 the server discards the rest of the body)."""
-    MESSAGE = "The data value transmitted exceeds the capacity limit."
-
     def __init__(self, wsgi_app, limit: int):
+        from generation.errors import body_too_large_message
         self.wsgi_app = wsgi_app
         self.limit = limit
+        self.message = body_too_large_message(limit)
 
     def __call__(self, environ, start_response):
         te = environ.get("HTTP_TRANSFER_ENCODING")
@@ -239,9 +239,9 @@ class ChunkedBodyLimit:
             import orjson
             path = environ.get("PATH_INFO", "")
             if path == "/v1/messages" or path.startswith("/v1/messages/"):
-                body = orjson.dumps({"type": "error", "error": {"type": "request_too_large", "message": self.MESSAGE}})
+                body = orjson.dumps({"type": "error", "error": {"type": "request_too_large", "message": self.message}})
             else:
-                body = orjson.dumps({"error": {"message": self.MESSAGE, "type": "RequestEntityTooLarge",
+                body = orjson.dumps({"error": {"message": self.message, "type": "RequestEntityTooLarge",
                                                "param": None, "code": 413}})
             start_response("413 Request Entity Too Large", [("Content-Type", "application/json"),
                                                             ("Content-Length", str(len(body)))])

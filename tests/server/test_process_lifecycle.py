@@ -412,7 +412,8 @@ def test_chunked_body_over_the_limit_is_413_like_content_length(shared):
     def chunks(data):
         for i in range(0, len(data), 65536):
             yield data[i:i + 65536]
-    expected = {"error": {"message": "The data value transmitted exceeds the capacity limit.",
+    expected = {"error": {"message": "The data value transmitted exceeds the capacity limit. The request body "
+                                     "limit is 1048576 bytes (--max-request-body-size-mb 1).",
                           "type": "RequestEntityTooLarge", "param": None, "code": 413}}
     with httpx.Client(base_url=p.base, timeout=30, headers={"Content-Type": "application/json"}) as c:
         for content in (big, chunks(big)):
