@@ -18,6 +18,7 @@ from generation.adapters.validation import read_list
 from . import field_order as order
 from .common import (Dict, IntList, List, Literal, Refused, Str, mm_payload_alias, read_as_pydantic, refuse, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
+from .chat_tools import ChatToolsField
 from .response_format import ResponseFormatField
 from .lax import (MM_PAYLOADS, DictOfDicts, ListOfStrDicts, RepetitionDetection, lax_bool, lax_dict, lax_float,
                   lax_literal, lax_str)
@@ -144,7 +145,7 @@ class ChatCompletionRequestSchema(SamplingSchema):
     max_completion_tokens = StrictInt()
     logprobs = LaxBool()
     top_logprobs = LogprobCount()
-    tools = List(fields.Dict())
+    tools = ChatToolsField()                       # pydantic's list[ChatCompletionToolsParam] | None
     tool_choice = fields.Raw()
     parallel_tool_calls = StrictBool()
     response_format = ResponseFormatField()        # pydantic's AnyResponseFormat | None

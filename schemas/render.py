@@ -15,6 +15,7 @@ from generation.adapters.request_validators import check_prompt_given
 
 from . import field_order as order
 from .chat import MessagesField, chat_validated_body
+from .chat_tools import ChatToolsField
 from .common import BaseSchema, Dict, List, Str, StrictBool, are_tokens, first_non_token
 from .completions import PromptField
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_literal
@@ -60,7 +61,7 @@ class ChatRenderSchema(RenderOptionsSchema):
     __order__ = order.ChatCompletionRequest
     model = Str()                          # vLLM's ChatCompletionRequest: str | None = None
     messages = MessagesField(required=True)
-    tools = List(fields.Dict(), allow_none=True)
+    tools = ChatToolsField()       # ChatCompletionRequest's list[ChatCompletionToolsParam] | None
     chat_template = Str(allow_none=True)
     chat_template_kwargs = Dict(allow_none=True)
     add_generation_prompt = StrictBool()
