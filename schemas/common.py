@@ -152,12 +152,29 @@ class IntList(fields.Field):
                 break
         else:
             return value
-        out, bad = [], Capped()
+        out, bad, memo = [], Capped(), {}
         for k, v in enumerate(value):
-            try:
-                out.append(read_int(v))
-            except Mismatch as e:
-                bad.append((str(k), v, *e.error))
+            t = type(v)
+            if t is int:
+                out.append(v)
+                continue
+            # read_int's answer depends on the value of a str / float / bool and on the type of
+            # anything else: remembered, a million "a"s cost one parse, not a million exceptions
+            key = (t, v) if t is str or t is float or t is bool else t
+            r = memo.get(key)
+            if r is None:
+                try:
+                    r = (True, read_int(v))
+                except Mismatch as e:
+                    r = (False, e.error)
+                if len(memo) < MEMO_SIZE:
+                    memo[key] = r
+            if r[0]:
+                out.append(r[1])
+            elif len(bad) < MAX_REPORTED_ERRORS:
+                bad.append((str(k), v, *r[1]))
+            else:
+                bad.more += 1
         if bad:
             raise refuse(*bad, more=bad.more)
         return out
@@ -196,6 +213,7 @@ class Dict(fields.Dict):
 
 
 ITEM_SLICE = 256               # items a BoundedList loads at a time
+MEMO_SIZE = 4096               # distinct values an IntList remembers read_int's answer for
 
 
 class BoundedList(fields.List):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from marshmallow import fields
 
-from generation.adapters.validation import Mismatch, literal_mismatch, read_bool, read_dict, read_str
+from generation.adapters.validation import MAX_REPORTED_ERRORS, Mismatch, literal_mismatch, read_bool, read_dict, read_str
 
 from .refusal import Capped, refuse
 
@@ -75,10 +75,16 @@ def _legacy_tag(errors: list, value: dict) -> None:
         if not isinstance(items, list):
             errors.append((key, items, "list_type", "Input should be a valid list"))
             continue
+        if key == "triggers":             # list[str]: read_str refuses whatever is not a str
+            for i, item in enumerate(items):
+                if not isinstance(item, str):
+                    if len(errors) < MAX_REPORTED_ERRORS:
+                        errors.append((f"triggers.{i}", item, "string_type", "Input should be a valid string"))
+                    else:
+                        errors.more += 1        # counted, not built (Capped)
+            continue
         for i, item in enumerate(items):
-            if key == "triggers":
-                _read(errors, {i: item}, i, read_str, True, "triggers.")
-            elif not isinstance(item, dict):
+            if not isinstance(item, dict):
                 errors.append(_model_type(f"structures.{i}", item, "LegacyStructuralTag"))
             else:
                 _read(errors, item, "begin", read_str, True, f"structures.{i}.")
