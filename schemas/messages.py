@@ -184,6 +184,42 @@ class ThinkingField(fields.Field):
         return value
 
 
+class AnthropicMessagesField(List):
+    """``messages``: ``List(Nested(AnthropicMessageSchema))`` with a fast path: a list whose
+    messages all have the plain shape (an object, a ``role`` of :data:`ROLES` or an alias, a
+    string ``content`` or a list of blocks :func:`check_blocks` takes) becomes its
+    :class:`~generation.adapters.protocol.AnthropicMessage` objects in one loop, as the nested
+    schema would load them; anything else goes through the schema, which words the error.  The
+    nested schema took ~14 us a message: 100,000 messages cost 1.4 s of the validation lane."""
+
+    def __init__(self, **kwargs):
+        super().__init__(fields.Nested(AnthropicMessageSchema), **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if value.__class__ is list:
+            out, message = [], p.AnthropicMessage
+            try:
+                for m in value:
+                    if m.__class__ is not dict:
+                        break
+                    role, content = m.get("role"), m.get("content")
+                    if role.__class__ is not str:
+                        break
+                    role = ROLE_ALIASES.get(role, role)
+                    if role not in ROLES:
+                        break
+                    if content.__class__ is list:
+                        check_blocks(content, _KNOWN)
+                    elif content.__class__ is not str:
+                        break
+                    out.append(message(role=role, content=content))
+                else:
+                    return out
+            except ValidationError:
+                pass                        # the schema words it, at its index
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class OutputFormatSchema(BaseSchema):
     """``output_config.format``: vLLM's ``AnthropicJsonOutputFormat`` (``type`` ``json_schema``,
     the JSON schema under ``schema``)."""
@@ -336,7 +372,7 @@ class CountTokensRequestSchema(BaseSchema):
     __model__ = p.CountTokensRequest
     __order__ = order.AnthropicCountTokensRequest
     model = ModelField(required=True)
-    messages = List(fields.Nested(AnthropicMessageSchema), required=True)
+    messages = AnthropicMessagesField(required=True)
     system = SystemField()
     tools = AnthropicToolsField()
     tool_choice = fields.Nested(AnthropicToolChoiceSchema)
