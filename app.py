@@ -127,17 +127,14 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         # Other HTTP errors (a 413) take vLLM's envelope with the status phrase as type;
         # on /v1/messages Anthropic's envelope.
         from flask import request
-        from blueprints.errors import anthropic_error_response, http_error_type, routing_error
+        from blueprints.errors import anthropic_error_response, http_error_message, http_error_type, routing_error
         status = err.code or 500
         # Werkzeug's stock text ("The requested URL was not found...") marks a routing error
         stock = status in (404, 405) and err.description == type(err).description
         if stock:                 # the router's answer: the http_* metrics' handler is "none"
             from server.http_metrics import UNROUTED_KEY
             request.environ[UNROUTED_KEY] = True
-        message = err.name if stock or not err.description else err.description
-        if status == 413:         # the limit and its flag (vLLM has none)
-            from generation.errors import body_too_large_message
-            message = body_too_large_message(app.config["MAX_CONTENT_LENGTH"])
+        message = err.name if stock else http_error_message(err, app.config["MAX_CONTENT_LENGTH"])
         if not stock:             # a routing error is Starlette's: vLLM's handlers, which log, never see it
             log_error_stack(config, err, request.environ)
         if request.path.startswith("/v1/messages"):

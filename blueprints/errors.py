@@ -71,6 +71,16 @@ def http_error_type(status: int) -> str:
         return error_type(status)
 
 
+def http_error_message(err, limit: int) -> str:
+    """The message of an HTTP error other than routing's: its description (werkzeug's words),
+    except a 413's, which names the body limit ``limit`` (bytes) and its flag
+    (:func:`generation.errors.body_too_large_message`: vLLM has no limit to name)."""
+    if err.code == 413:
+        from generation.errors import body_too_large_message
+        return body_too_large_message(limit)
+    return err.description or err.name
+
+
 def anthropic_error_type(status: int) -> str:
     """Anthropic error ``type`` for an HTTP status (unknown 4xx -> invalid_request_error,
     unknown 5xx -> api_error)."""

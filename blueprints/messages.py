@@ -20,7 +20,7 @@ from schemas.common import load
 from schemas.messages import count_tokens_request_schema, messages_request_schema
 
 from .common import json_response, parse_json_body, simulator
-from .errors import anthropic_error_response, internal_error, status_of
+from .errors import anthropic_error_response, http_error_message, internal_error, status_of
 from .render import generate_fields
 from .serving import generation_view
 
@@ -36,11 +36,8 @@ def _simulator_error(err: SimulatorError):
 
 @bp.errorhandler(HTTPException)
 def _http_error(err: HTTPException):
-    if err.code == 413:              # the limit and its flag, as on every route
-        from flask import current_app
-        from generation.errors import body_too_large_message
-        return anthropic_error_response(body_too_large_message(current_app.config["MAX_CONTENT_LENGTH"]), 413)
-    return anthropic_error_response(err.description or err.name, err.code or 500)
+    from flask import current_app
+    return anthropic_error_response(http_error_message(err, current_app.config["MAX_CONTENT_LENGTH"]), err.code or 500)
 
 
 @bp.errorhandler(Exception)

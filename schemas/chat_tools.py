@@ -15,25 +15,10 @@ from marshmallow import fields
 from generation.adapters.validation import Mismatch, literal_mismatch, read_bool, read_dict, read_list, read_str
 from generation.lanes import paced
 
-from .refusal import Capped, refuse
+from .refusal import Capped, model_type_error, read_key, refuse
 
 TOOL, FUNCTION = "ChatCompletionToolsParam", "FunctionDefinition"
 _FUNCTION_TYPE = literal_mismatch(("function",)).error
-
-
-def _model_type(errors: Capped, path: str, value, cls: str) -> None:
-    errors.append((path, value, "model_type", f"Input should be a valid dictionary or instance of {cls}",
-                   {"class_name": cls}))
-
-
-def _optional(errors: Capped, obj: dict, key: str, reader, path: str) -> None:
-    value = obj.get(key)
-    if value is None:
-        return
-    try:
-        reader(value)
-    except Mismatch as e:
-        errors.append((f"{path}{key}", value, *e.error))
 
 
 def tool_errors(tools) -> Capped:
@@ -47,28 +32,23 @@ def tool_errors(tools) -> Capped:
         return errors
     for i, tool in enumerate(paced(tools)):
         if not isinstance(tool, dict):
-            _model_type(errors, str(i), tool, TOOL)
+            errors.append(model_type_error(str(i), tool, TOOL))
             continue
-        if "type" in tool and tool["type"] != "function" or type(tool.get("type", "function")) is not str:
+        if tool.get("type", "function") != "function":
             errors.append((f"{i}.type", tool["type"], *_FUNCTION_TYPE))
+        fn = tool.get("function")
         if "function" not in tool:
-            errors.append((f"{i}.function", tool, "missing", "Field required"))
-        elif not isinstance(tool["function"], dict):
-            _model_type(errors, f"{i}.function", tool["function"], FUNCTION)
+            read_key(errors, tool, "function", read_dict, True, f"{i}.")       # missing
+        elif not isinstance(fn, dict):
+            errors.append(model_type_error(f"{i}.function", fn, FUNCTION))
         else:
-            fn, at = tool["function"], f"{i}.function."
-            if "name" not in fn:
-                errors.append((f"{at}name", fn, "missing", "Field required"))
-            else:
-                try:
-                    read_str(fn["name"])
-                except Mismatch as e:
-                    errors.append((f"{at}name", fn["name"], *e.error))
-            _optional(errors, fn, "description", read_str, at)
-            _optional(errors, fn, "parameters", read_dict, at)
-            _optional(errors, fn, "strict", read_bool, at)
-            _optional(errors, fn, "defer_loading", read_bool, at)
-        _optional(errors, tool, "defer_loading", read_bool, f"{i}.")
+            at = f"{i}.function."
+            read_key(errors, fn, "name", read_str, True, at)
+            read_key(errors, fn, "description", read_str, path=at)
+            read_key(errors, fn, "parameters", read_dict, path=at)
+            read_key(errors, fn, "strict", read_bool, path=at)
+            read_key(errors, fn, "defer_loading", read_bool, path=at)
+        read_key(errors, tool, "defer_loading", read_bool, path=f"{i}.")
     return errors
 
 

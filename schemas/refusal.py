@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields
 
-from generation.adapters.validation import MAX_REPORTED_ERRORS, Errors, validation_errors
+from generation.adapters.validation import MAX_REPORTED_ERRORS, Errors, Mismatch, validation_errors
 from generation.errors import InvalidParam, SimulatorError
 
 
@@ -59,6 +59,31 @@ class Capped(list):
         return out
 
 
+MISSING = ("missing", "Field required")
+
+
+def model_type_error(path: str, value, cls: str) -> tuple:
+    """pydantic's ``model_type`` error of a value that is no object where model ``cls`` is read."""
+    return (path, value, "model_type", f"Input should be a valid dictionary or instance of {cls}", {"class_name": cls})
+
+
+def read_key(errors: list, obj: dict, key, reader, required: bool = False, path: str = "") -> None:
+    """pydantic's error for ``obj[key]`` read with ``reader`` (:mod:`generation.adapters.validation`:
+    ``str``, ``dict``, ``bool``...; ``None`` allowed unless ``required``), appended to ``errors``
+    at ``path + key``; an absent required key is ``missing``, its input ``obj``."""
+    if key not in obj:
+        if required:
+            errors.append((f"{path}{key}", obj, *MISSING))
+        return
+    value = obj[key]
+    if value is None and not required:
+        return
+    try:
+        reader(value)
+    except Mismatch as e:
+        errors.append((f"{path}{key}", value, *e.error))
+
+
 def _nested(schema, key):
     """The schema that words the errors under ``key`` of ``schema``'s error dict (a
     ``Nested`` field's, or a list of them), or None."""
@@ -91,9 +116,6 @@ def _leaves(messages, schema, body, parts=()):
             yield from _leaves(m, schema, body, parts)
     else:
         yield parts, messages
-
-
-MISSING = ("missing", "Field required")
 
 
 def mm_payload_alias(body: dict) -> dict:

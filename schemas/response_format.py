@@ -12,34 +12,13 @@ from __future__ import annotations
 
 from marshmallow import fields
 
-from generation.adapters.validation import MAX_REPORTED_ERRORS, Mismatch, literal_mismatch, read_bool, read_dict, read_str
+from generation.adapters.validation import MAX_REPORTED_ERRORS, literal_mismatch, read_bool, read_dict, read_str
 
-from .refusal import Capped, refuse
+from .refusal import MISSING, Capped, model_type_error, read_key, refuse
 
 MEMBERS = ("ResponseFormat", "StructuralTagResponseFormat", "LegacyStructuralTagResponseFormat")
 FORMAT_TYPES = ("text", "json_object", "json_schema")          # ResponseFormat.type
 TAG_TYPES = ("structural_tag",)                                 # both structural-tag members' type
-MISSING = ("missing", "Field required")
-
-
-def _model_type(path: str, value, cls: str) -> tuple:
-    return (path, value, "model_type", f"Input should be a valid dictionary or instance of {cls}", {"class_name": cls})
-
-
-def _read(errors: list, obj: dict, key, reader, required: bool = False, path: str = "") -> None:
-    """pydantic's error for ``obj[key]`` (``str``, ``dict``, ``bool``...; ``None`` allowed unless
-    ``required``), appended to ``errors`` at ``path + key``."""
-    if key not in obj:
-        if required:
-            errors.append((f"{path}{key}", obj, *MISSING))
-        return
-    value = obj[key]
-    if value is None and not required:
-        return
-    try:
-        reader(value)
-    except Mismatch as e:
-        errors.append((f"{path}{key}", value, *e.error))
 
 
 def _type(errors: list, value: dict, choices) -> None:
@@ -56,12 +35,12 @@ def _json_schema(errors: list, value: dict) -> None:
     if js is None:
         return
     if not isinstance(js, dict):
-        errors.append(_model_type("json_schema", js, "JsonSchemaResponseFormat"))
+        errors.append(model_type_error("json_schema", js, "JsonSchemaResponseFormat"))
         return
-    _read(errors, js, "name", read_str, True, "json_schema.")
-    _read(errors, js, "description", read_str, path="json_schema.")
-    _read(errors, js, "schema", read_dict, path="json_schema.")
-    _read(errors, js, "strict", read_bool, path="json_schema.")
+    read_key(errors, js, "name", read_str, True, "json_schema.")
+    read_key(errors, js, "description", read_str, path="json_schema.")
+    read_key(errors, js, "schema", read_dict, path="json_schema.")
+    read_key(errors, js, "strict", read_bool, path="json_schema.")
 
 
 def _legacy_tag(errors: list, value: dict) -> None:
@@ -85,11 +64,11 @@ def _legacy_tag(errors: list, value: dict) -> None:
             continue
         for i, item in enumerate(items):
             if not isinstance(item, dict):
-                errors.append(_model_type(f"structures.{i}", item, "LegacyStructuralTag"))
+                errors.append(model_type_error(f"structures.{i}", item, "LegacyStructuralTag"))
             else:
-                _read(errors, item, "begin", read_str, True, f"structures.{i}.")
-                _read(errors, item, "schema", read_dict, path=f"structures.{i}.")
-                _read(errors, item, "end", read_str, True, f"structures.{i}.")
+                read_key(errors, item, "begin", read_str, True, f"structures.{i}.")
+                read_key(errors, item, "schema", read_dict, path=f"structures.{i}.")
+                read_key(errors, item, "end", read_str, True, f"structures.{i}.")
 
 
 def response_format_errors(value) -> list:
@@ -98,7 +77,7 @@ def response_format_errors(value) -> list:
     (pydantic's smart-mode union reports them all; a :class:`~.refusal.Capped` list past a
     non-object: the first ten, the rest in its ``more``)."""
     if not isinstance(value, dict):
-        return [_model_type("", value, cls) for cls in MEMBERS]
+        return [model_type_error("", value, cls) for cls in MEMBERS]
     plain = Capped()
     _type(plain, value, FORMAT_TYPES)                  # ResponseFormat
     _json_schema(plain, value)

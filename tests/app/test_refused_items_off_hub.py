@@ -59,7 +59,21 @@ def test_a_quarter_million_refused_items_leave_the_hub_free(app_client):
     assert gc.collect() < 5_000
 
 
-def test_a_large_body_is_refused_as_a_small_one_is():
+@pytest.fixture
+def where_loaded(monkeypatch):
+    """The threads ``schemas.loading._load`` ran in: True for the hub's, False for another."""
+    from generation.lanes import on_hub_thread
+    import schemas.loading as loading
+    seen, real = [], loading._load
+
+    def spy(schema, body):
+        seen.append(on_hub_thread())
+        return real(schema, body)
+    monkeypatch.setattr(loading, "_load", spy)
+    return seen
+
+
+def test_a_large_body_is_refused_as_a_small_one_is(where_loaded):
     """The lane answers what the hub would: the same error for the same body."""
     body = {"messages": USER, "max_tokens": 1, "stop": [1] * 5000, "n": "x"}
     assert len(orjson.dumps(body)) > OFF_HUB_BYTES
@@ -71,11 +85,12 @@ def test_a_large_body_is_refused_as_a_small_one_is():
             load(chat_request_schema, body)
     finally:
         BODY_BYTES.reset(token)
+    assert where_loaded == [False]                  # checked in the lane's thread
     assert str(laned.value) == str(direct.value)
     assert str(direct.value).startswith("5002 validation errors:")     # stop's 5001 and n's one
 
 
-def test_a_large_valid_body_loads_in_the_lane():
+def test_a_large_valid_body_loads_in_the_lane_and_a_small_one_on_the_hub(where_loaded):
     body = {"messages": USER * 2000, "max_tokens": 1}
     token = BODY_BYTES.set(len(orjson.dumps(body)))
     try:
@@ -83,6 +98,12 @@ def test_a_large_valid_body_loads_in_the_lane():
     finally:
         BODY_BYTES.reset(token)
     assert len(req.messages) == 2000
+    token = BODY_BYTES.set(OFF_HUB_BYTES)
+    try:
+        load(chat_request_schema, {"messages": USER, "max_tokens": 1})
+    finally:
+        BODY_BYTES.reset(token)
+    assert where_loaded == [False, True]
 
 
 def test_a_bounded_list_stops_at_the_first_error_of_its_own_words():
