@@ -327,6 +327,16 @@ def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, list
     return run_server(config, lambda: create_app(config, tokenizer), argv, __file__, listener)
 
 
+def _config_error(e: ConfigError) -> int:
+    """Print a start-up ConfigError as vLLM's CLI would, naming the flag at fault
+    ("--mode: invalid mode 'bogus'"); the exit status 2."""
+    msg = str(e)
+    if e.param and f"--{e.param}" not in msg:
+        msg = f"--{e.param}: {msg}"
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["export-tokenizer"]:        # the simulated tokenizer as a Hugging Face folder
@@ -336,11 +346,7 @@ def main(argv=None) -> int:
         config = load_config(argv)
         resolve_engine(config)
     except ConfigError as e:
-        msg = str(e)
-        if e.param and f"--{e.param}" not in msg:      # name the flag ("--mode: invalid mode 'bogus'")
-            msg = f"--{e.param}: {msg}"
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+        return _config_error(e)
     from server.logs import configure_logging
     configure_logging(config)
     if config.deprecations:
@@ -369,10 +375,16 @@ def main(argv=None) -> int:
         tokenizer = load_tokenizer(config)
         install_template_bounds(config)         # before gevent's patching
         from generation.tokenization.model_config import apply_model_defaults
+        max_model_len = config.max_model_len
         apply_model_defaults(config)            # vLLM: --max-model-len defaults to the model's own
+        if config.step is not None and config.max_model_len != max_model_len:
+            config.step = None                  # the KV cache's check and size at the model's length
+            resolve_engine(config)
     except (TokenizerLoadError, DownloadError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ConfigError as e:
+        return _config_error(e)
     if config.fleet_size:                       # --fleet-size N: N pods in this process
         from server.fleet_worker import serve_fleet
         return serve_fleet(config, lambda pod_config: create_app(pod_config, tokenizer))
