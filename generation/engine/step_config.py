@@ -134,7 +134,8 @@ def resolve_step_settings(cfg) -> StepSettings:
     else:
         blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
-                                 max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs)
+                                 max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
+                                 max_model_len=cfg.max_model_len)
     check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp))
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:

@@ -45,6 +45,20 @@ _MIXTRAL_8X22B = _cfg(56, 6144, 48, 8, 16384, 32768, 65536, num_local_experts=8,
 _LLAMA2_7B = _cfg(32, 4096, 32, 32, 11008, 32000, 4096, torch_dtype="float16")
 _LLAMA2_70B = _cfg(80, 8192, 64, 8, 28672, 32000, 4096, torch_dtype="float16")
 
+_DEEPSEEK_V3 = _cfg(61, 7168, 128, 128, 18432, 129280, 163840, model_type="deepseek_v3", n_routed_experts=256,
+                    num_experts_per_tok=8, moe_intermediate_size=2048, n_shared_experts=1, first_k_dense_replace=3,
+                    kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                    quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                         "weight_block_size": [128, 128]})
+
+
+def _gpt_oss(layers: int, experts: int) -> dict:
+    return _cfg(layers, 2880, 64, 8, 2880, 201088, 131072, head_dim=64, model_type="gpt_oss",
+                num_local_experts=experts, num_experts_per_tok=4, sliding_window=128,
+                layer_types=["sliding_attention", "full_attention"] * (layers // 2),
+                quantization_config={"quant_method": "mxfp4"})
+
+
 PRESETS: dict[str, dict] = {
     "meta-llama/Llama-3.1-8B-Instruct": _LLAMA31_8B,
     "meta-llama/Llama-3.1-8B": _LLAMA31_8B,
@@ -88,12 +102,21 @@ PRESETS: dict[str, dict] = {
     "meta-llama/Llama-2-70b-hf": _LLAMA2_70B,
     "meta-llama/Llama-2-70b-chat-hf": _LLAMA2_70B,
     "codellama/CodeLlama-34b-Instruct-hf": _cfg(48, 8192, 64, 8, 22016, 32000, 16384),
+    # MLA and 256 routed experts, FP8 (128 x 128 blocks)
+    "deepseek-ai/DeepSeek-V3": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-V3-0324": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-R1-0528": _DEEPSEEK_V3,
+    # MXFP4 experts, every other layer a 128-token sliding window
+    "openai/gpt-oss-120b": _gpt_oss(36, 128),
+    "openai/gpt-oss-20b": _gpt_oss(24, 32),
 }
 # their config.json's ``architectures`` (the model class vLLM loads), by the first matching prefix
 _PRESET_CLASSES = (("meta-llama/", "LlamaForCausalLM"), ("codellama/", "LlamaForCausalLM"),
                    ("Qwen/Qwen2.5-", "Qwen2ForCausalLM"), ("Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM"),
                    ("Qwen/Qwen3-", "Qwen3ForCausalLM"), ("mistralai/Mistral-", "MistralForCausalLM"),
-                   ("mistralai/Mixtral-", "MixtralForCausalLM"))
+                   ("mistralai/Mixtral-", "MixtralForCausalLM"), ("deepseek-ai/", "DeepseekV3ForCausalLM"),
+                   ("openai/gpt-oss-", "GptOssForCausalLM"))
 PRESETS = {name: {**fields, "architectures": [next(c for p, c in _PRESET_CLASSES if name.startswith(p))]}
            for name, fields in PRESETS.items()}
 _PRESETS_LOWER = {k.lower(): k for k in PRESETS}

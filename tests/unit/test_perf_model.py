@@ -417,7 +417,7 @@ def test_a_replay_pays_the_moe_compile_stall_on_its_first_eager_prefill():
 
 
 def test_an_unreadable_moe_tile_table_is_a_config_error(monkeypatch, tmp_path):
-    import generation.engine.perf.step_model as sm
+    import generation.engine.perf.stalls as sm
     from generation.config.values import ConfigError
     bad = tmp_path / "tiles.json"
     bad.write_text("{not json")

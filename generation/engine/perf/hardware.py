@@ -18,7 +18,8 @@ from generation.config.values import ConfigError
 from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
-           "resolve_arch", "weight_bytes", "linear_weight_bytes", "kv_bytes_per_token",
+           "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
+           "routed_expert_params", "weight_bytes_per_gpu", "kv_bytes_per_token",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
            "QUANTIZATIONS", "GiB"]
 
@@ -104,9 +105,15 @@ def batch_defaults(gpu: GPU) -> tuple[int, int]:
 
 # ---------------------------------------------------------------------------------------------
 # Bytes per linear weight for --quantization ("" = the checkpoint's own, else the model dtype).
-# 4-bit: 0.5 byte plus one FP16 scale per group of 128.
+# 4-bit: 0.5 byte plus one FP16 scale per group of 128; MXFP4: 4 bits plus one 8-bit shared
+# exponent per block of 32 (OCP microscaling), on the MoE experts only.
 QUANTIZATIONS = {"fp8": 1.0, "fbgemm_fp8": 1.0, "awq": 0.5 + 2 / 128, "gptq": 0.5 + 2 / 128,
-                 "awq_marlin": 0.5 + 2 / 128, "gptq_marlin": 0.5 + 2 / 128, "int4": 0.5 + 2 / 128}
+                 "awq_marlin": 0.5 + 2 / 128, "gptq_marlin": 0.5 + 2 / 128, "int4": 0.5 + 2 / 128,
+                 "mxfp4": 0.5 + 1 / 32}
+# methods that quantize the routed experts alone: gpt-oss's checkpoints keep attention, the
+# router, the embedding and the lm_head in BF16 (their ``modules_to_not_convert``), and vLLM's
+# Mxfp4MoEMethod runs the experts weight-only (dequantized to BF16 in the GEMM) on Hopper
+EXPERTS_ONLY = frozenset({"mxfp4"})
 KV_CACHE_DTYPES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1,
                    "fp8_e5m2": 1, "fp8_inc": 1}
 
@@ -122,20 +129,51 @@ def _quantization(arch: ModelArch, quantization: str) -> str:
 
 
 def linear_weight_bytes(arch: ModelArch, quantization: str = "") -> float:
-    """Bytes per non-embedding linear weight: the model dtype's, 1 for FP8, ~0.52 for 4-bit.
-    ``quantization`` "" uses the checkpoint's own (``arch.quantization``).  Raises ConfigError
-    for a method not modelled."""
+    """Bytes per non-embedding linear weight outside the routed experts: the model dtype's, 1
+    for FP8, ~0.52 for 4-bit; the dtype's for a method that quantizes the experts alone
+    (:data:`EXPERTS_ONLY`).  ``quantization`` "" uses the checkpoint's own
+    (``arch.quantization``).  Raises ConfigError for a method not modelled."""
     q = _quantization(arch, quantization)
+    return QUANTIZATIONS[q] if q and q not in EXPERTS_ONLY else float(arch.dtype_bytes)
+
+
+def expert_weight_bytes(arch: ModelArch, quantization: str = "") -> float:
+    """Bytes per routed-expert weight: :func:`linear_weight_bytes`, or the method's own for one
+    of :data:`EXPERTS_ONLY`: MXFP4's 0.53125, times the padding of vLLM's Hopper MXFP4 MoE
+    kernels, which round the experts' hidden dimension up to a multiple of 256 (gpt-oss:
+    2,880 -> 3,072; with it gpt-oss-120b's weights come to 64.47 GiB, where vLLM 0.14 logged
+    "Model loading took 64.38 GiB", without it 60.69).  Raises ConfigError as it does."""
+    q = _quantization(arch, quantization)
+    if q == "mxfp4":
+        return QUANTIZATIONS[q] * (-(-arch.hidden_size // 256) * 256) / arch.hidden_size
     return QUANTIZATIONS[q] if q else float(arch.dtype_bytes)
+
+
+def routed_expert_params(arch: ModelArch) -> int:
+    """Parameters of all the routed experts (every MoE layer's; 0 for a dense model)."""
+    if not arch.is_moe:
+        return 0
+    return (arch.num_layers - arch.dense_layers) * arch.num_experts * arch.expert_params
 
 
 def weight_bytes(arch: ModelArch, quantization: str = "") -> int:
     """All the model's weight bytes in memory (every expert; embedding and an untied lm_head
     stay in the model dtype, as vLLM's quantized linear methods leave them).  Llama-3.1-8B in
-    BF16: 16,059,990,016 B = 14.96 GiB, vLLM's "model weights take 14.96GiB"."""
-    lin = arch.n_lin_total * linear_weight_bytes(arch, quantization)
+    BF16: 16,059,990,016 B = 14.96 GiB, vLLM's "model weights take 14.96GiB"; gpt-oss-120b
+    (MXFP4 experts, :func:`expert_weight_bytes`): 64.47 GiB against the 64.38 vLLM 0.14 logs."""
+    experts = routed_expert_params(arch)
+    lin = ((arch.n_lin_total - experts) * linear_weight_bytes(arch, quantization)
+           + experts * expert_weight_bytes(arch, quantization))
     embed = (arch.n_embed + (0 if arch.tie_word_embeddings else arch.n_head)) * arch.dtype_bytes
     return int(lin + embed)
+
+
+def weight_bytes_per_gpu(arch: ModelArch, quantization: str = "", tp: int = 1) -> float:
+    """One tensor-parallel rank's weight bytes: :func:`weight_bytes` / ``tp``, plus the rest of
+    the parameters every rank holds whole (:attr:`ModelArch.replicated_params`: DeepSeek-V3 at
+    TP 8, 0.75 GiB more than an eighth)."""
+    return (weight_bytes(arch, quantization)
+            + arch.replicated_params * linear_weight_bytes(arch, quantization) * (tp - 1)) / tp
 
 
 def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
@@ -143,12 +181,15 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tp: int = 
     ``2 x layers x kv_heads/tp x head_dim x bytes``, bytes 1 for an fp8 ``--kv-cache-dtype``,
     the model dtype's for ``auto``.  With fewer KV heads than ``tp`` each GPU holds one
     (vLLM replicates them).  Llama-3.1-8B BF16, tp 1: 131,072 (128 KiB).  Raises ConfigError for
-    an unknown dtype."""
+    an unknown dtype.  MLA (DeepSeek-V3): ``layers x (kv_lora_rank + qk_rope_head_dim) x bytes``,
+    the compressed KV, which every tensor-parallel rank holds whole: 70,272 in BF16."""
     key = (kv_cache_dtype or "auto").strip().lower()
     if key not in KV_CACHE_DTYPES:
         raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; choose one of "
                           f"{', '.join(KV_CACHE_DTYPES)}", param="kv-cache-dtype")
     nbytes = KV_CACHE_DTYPES[key] or arch.dtype_bytes
+    if arch.is_mla:         # one latent per token and layer, on every rank (MLAAttentionSpec)
+        return arch.num_layers * (arch.kv_lora_rank + arch.qk_rope_head_dim) * nbytes
     kv_heads = max(1, arch.num_kv_heads // max(1, tp))
     return 2 * arch.num_layers * kv_heads * arch.head_dim * nbytes
 
@@ -220,7 +261,7 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
         raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got "
                           f"{gpu_memory_utilization}", param="gpu-memory-utilization")
     budget = gpu.memory * gpu_memory_utilization
-    weights = weight_bytes(arch, quantization) / tp
+    weights = weight_bytes_per_gpu(arch, quantization, tp)
     if weights >= budget:
         raise ConfigError(
             f"{arch.name or 'the model'} ({weights / GiB:.2f} GiB of weights per GPU) does not fit "
@@ -232,14 +273,16 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
 
 def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
                     kv_cache_dtype: str = "auto", quantization: str = "", block_size: int = 16,
-                    max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> int:
+                    max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
+                    max_model_len: int = 0) -> int:
     """KV-cache blocks per GPU (all ranks of a tensor-parallel group hold the same number):
     ``floor(available / (block_size x kv_bytes_per_token))`` (docs/engine-model.md §2).
 
     Llama-3.1-8B BF16 on an H100: 25,953 blocks = 415,248 tokens; on an A100-40GB 7,600 blocks
-    = 121,600 tokens.  Raises ConfigError when the weights do not fit ("... does not fit on
-    ..., try --tensor-parallel-size") or nothing is left for the cache (as vLLM's "No available
-    memory for the cache blocks")."""
+    = 121,600 tokens.  A model with sliding-window layers, given ``max_model_len``, gets the
+    blocks of :func:`hybrid_kv_tokens` instead.  Raises ConfigError when the weights do not fit
+    ("... does not fit on ..., try --tensor-parallel-size") or nothing is left for the cache (as
+    vLLM's "No available memory for the cache blocks")."""
     if block_size < 1:
         raise ConfigError(f"--block-size must be >= 1, got {block_size}", param="block-size")
     avail = available_kv_memory(gpu, arch, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
@@ -247,12 +290,39 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
                                 max_num_seqs=max_num_seqs)
     per_block = block_size * kv_bytes_per_token(arch, kv_cache_dtype, tp)
     blocks = int(avail // per_block) if avail > 0 else 0
+    if blocks > 0 and arch.sliding_layers and max_model_len > 0:
+        blocks = hybrid_kv_tokens(arch, avail, per_block // arch.num_layers, block_size, max_model_len,
+                                  max_num_batched_tokens) // block_size
     if blocks <= 0:
         raise ConfigError(
             f"No available memory for the cache blocks: {arch.name or 'the model'} on {gpu.name} "
             f"leaves {avail / GiB:.2f} GiB after weights and activations; raise "
             f"--gpu-memory-utilization or --tensor-parallel-size", param="gpu-memory-utilization")
     return blocks
+
+
+def hybrid_kv_tokens(arch: ModelArch, available: float, page_bytes: int, block_size: int,
+                     max_model_len: int, max_num_batched_tokens: int) -> int:
+    """The KV capacity in tokens of a model with sliding-window layers under vLLM's hybrid KV
+    cache manager: what vLLM logs as ``GPU KV cache size`` (``get_kv_cache_capacity``), which
+    the simulator's single pool of full-attention blocks takes as its size.
+
+    vLLM groups the layers by attention type into groups of the smallest type's layer count;
+    one pool of ``available / (page_bytes x group size)`` blocks (``page_bytes``: one layer's
+    block) serves every group; a request takes ``cdiv(len, block_size)`` blocks in each full
+    group and at most ``cdiv(window - 1 + max_num_batched_tokens, block_size) + 1`` in each
+    sliding group (``SlidingWindowSpec.max_memory_usage_bytes``: the blocks that leave the
+    window are freed).  The capacity is the pool over one ``max_model_len`` request's blocks,
+    times ``max_model_len``.  gpt-oss-120b (18 full + 18 window layers of 128 tokens, 131,072
+    tokens, 8,192 batched): 1.88x the count that takes every layer as full attention."""
+    full, sliding = arch.full_attention_layers, arch.sliding_layers
+    group = min(full, sliding) if full else sliding
+    pool = int(available // (page_bytes * group))
+    per_len = -(-max_model_len // block_size)
+    window = min(arch.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+    per_request = (-(-full // group) * per_len
+                   + -(-sliding // group) * (-(-window // block_size) + 1))
+    return int(pool / per_request * max_model_len)
 
 
 def kv_cache_report(blocks: int, block_size: int, max_model_len: int) -> tuple[str, str]:

@@ -46,7 +46,7 @@ _QUANT_TABLES = (((0, 34, 0), _Q_034), ((0, 24, 0), _Q_027), ((0, 23, 0), _Q_023
 MLA_FROM = (0, 24, 0)
 SLIDING_WINDOW_FROM = (0, 34, 0)
 # model types vLLM 0.34 treats as DeepSeek MLA (ModelArchConfigConvertor.is_deepseek_mla), given kv_lora_rank
-_MLA_TYPES = frozenset((
+MLA_MODEL_TYPES = frozenset((
     "axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note",
     "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa", "glm4_moe_lite",
     "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash", "mistral_large_4", "pangu_ultra_moe",
@@ -118,7 +118,7 @@ class StepPerf:
         self.routed = None               # (E top-k, ep, local experts, f/act, r/act, r/expert, w/act)
         self.window = 0                  # sliding window (tokens) of the window layers; 0: none
         if L > 0 and D > 0 and H > 0 and W is not None:
-            mla = version >= MLA_FROM and t.get("model_type") in _MLA_TYPES and t.get("kv_lora_rank") is not None
+            mla = version >= MLA_FROM and t.get("model_type") in MLA_MODEL_TYPES and t.get("kv_lora_rank") is not None
             if mla:
                 self._mla(t, L, D, H, tp, A, K, W)
             else:
@@ -138,7 +138,7 @@ class StepPerf:
         the KV written to the cache; decode reads the cached KV (``K`` bytes), prefill its
         activations."""
         kv = _first(t, _KV_HEADS, H)
-        if t.get("model_type") in _MLA_TYPES and t.get("kv_lora_rank") is not None:
+        if t.get("model_type") in MLA_MODEL_TYPES and t.get("kv_lora_rank") is not None:
             d = t["kv_lora_rank"] + (t.get("qk_rope_head_dim") or 0)    # vLLM's get_head_size for MLA
         else:
             d = t.get("head_dim") or t.get("hidden_size_per_head") or D // H

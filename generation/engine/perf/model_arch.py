@@ -16,6 +16,10 @@ Parameter counting (what vLLM's layers hold):
 * a dense MLP per layer: gated (SwiGLU: gate, up, down), ``3 x hidden x intermediate``;
 * a MoE layer: a router (hidden x experts), ``experts`` gated experts of
   ``moe_intermediate_size``, and a shared expert when the config has one;
+* MLA attention (DeepSeek-V2/V3, Kimi-K2: ``kv_lora_rank``): ``q_a`` (hidden x q_lora_rank)
+  and ``q_b`` (q_lora_rank x heads*(nope+rope)), or one ``q`` without ``q_lora_rank``;
+  ``kv_a`` (hidden x (kv_lora_rank+rope)), ``kv_b`` (kv_lora_rank x heads*(nope+v)), ``o``
+  (heads*v x hidden);
 * norms and biases are left out (under 0.01% of the weights);
 * ``n_head`` = vocab x hidden (the lm_head GEMM runs even when tied to the embedding).
 """
@@ -28,6 +32,9 @@ from typing import Any
 
 from generation.config.values import ConfigError
 from generation.tokenization.model_config import PRESETS, preset_config
+
+# model types vLLM treats as DeepSeek MLA (its ``is_deepseek_mla``), the MFU counters' list
+from .mfu import MLA_MODEL_TYPES
 
 # dtype names a config.json or --dtype may carry -> bytes per weight as served.  vLLM's
 # ``--dtype auto`` serves an FP32 checkpoint in 16 bits, hence 2 for float32 too.
@@ -62,6 +69,15 @@ class ModelArch:
     shared_expert_intermediate_size: int = 0
     dense_layers: int = 0
     quantization: str = ""
+    # MLA (vLLM's ``is_deepseek_mla``): the compressed KV's rank and the heads' parts; 0 without
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # sliding-window attention: the window (tokens) and how many layers have it; 0 without
+    sliding_window: int = 0
+    sliding_layers: int = 0
 
     # -- derived counts -----------------------------------------------------------------------
     @property
@@ -70,16 +86,54 @@ class ModelArch:
         return self.num_experts > 0 and self.experts_per_token > 0
 
     @property
+    def is_mla(self) -> bool:
+        """Whether attention is DeepSeek's multi-head latent attention (one compressed KV of
+        ``kv_lora_rank + qk_rope_head_dim`` per token and layer, not split by TP)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers whose attention reads the whole context (all but the sliding-window ones)."""
+        return self.num_layers - self.sliding_layers
+
+    def attn_flops_per_pair(self, decode: bool) -> int:
+        """FLOPs of one (query, key) pair of one head in one layer: ``4 head_dim`` (QK^T and
+        AV); for MLA, vLLM's decode runs on the compressed KV with the up-projections absorbed
+        (FlashMLA: QK^T over ``kv_lora_rank + rope``, AV over ``kv_lora_rank``) and its prefill
+        on the decompressed heads (``nope + rope`` and ``v``)."""
+        if self.is_mla:
+            if decode:
+                return 2 * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+            return 2 * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4 * self.head_dim
+
+    @property
     def dtype_bytes(self) -> int:
         """Bytes per unquantized weight (and per KV element with ``--kv-cache-dtype auto``)."""
         return _DTYPE_BYTES.get(self.dtype.lower(), 2)
 
     @property
     def attn_params_per_layer(self) -> int:
-        """q, k, v and o projection parameters of one layer."""
+        """q, k, v and o projection parameters of one layer (MLA's five projections: module
+        docstring)."""
+        if self.is_mla:
+            h, qk = self.num_heads, self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (self.hidden_size * self.q_lora_rank + self.q_lora_rank * h * qk if self.q_lora_rank
+                 else self.hidden_size * h * qk)
+            kv = (self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim)
+                  + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim))
+            return q + kv + h * self.v_head_dim * self.hidden_size
         q = self.num_heads * self.head_dim
         kv = self.num_kv_heads * self.head_dim
         return self.hidden_size * (2 * q + 2 * kv)
+
+    @property
+    def replicated_params(self) -> int:
+        """Linear parameters every tensor-parallel rank holds whole: MLA's down-projections
+        ``q_a`` and ``kv_a`` (vLLM's ReplicatedLinear), all layers; 0 otherwise."""
+        if not self.is_mla:
+            return 0
+        return self.num_layers * self.hidden_size * (self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim)
 
     @property
     def expert_params(self) -> int:
@@ -139,7 +193,11 @@ class ModelArch:
         ``num_local_experts`` (its ``intermediate_size`` is the expert's), Qwen-MoE's
         ``num_experts`` with ``moe_intermediate_size`` and ``shared_expert_intermediate_size``,
         DeepSeek's ``n_routed_experts`` / ``n_shared_experts`` / ``first_k_dense_replace``;
-        ``num_experts_per_tok``.
+        ``num_experts_per_tok``.  MLA (a ``model_type`` vLLM treats as DeepSeek MLA, with
+        ``kv_lora_rank``): ``q_lora_rank`` (absent or null: one q projection),
+        ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.  Sliding windows as vLLM 0.34
+        reads them: ``sliding_window`` on the layers ``layer_types`` marks sliding, Gemma 2's
+        even ones, else every layer (Mistral); none with ``use_sliding_window`` false.
 
         Raises ConfigError naming ``source`` and the field when a required field is missing or
         not a positive integer."""
@@ -200,6 +258,16 @@ class ModelArch:
                               f"{', '.join(sorted(_DTYPE_BYTES))}, got {dtype!r}",
                               param="hf-config-path")
         tie = d.get("tie_word_embeddings", top.get("tie_word_embeddings", False))
+        mla = {}
+        if d.get("model_type", top.get("model_type")) in MLA_MODEL_TYPES and d.get("kv_lora_rank"):
+            mla = {"kv_lora_rank": num("kv_lora_rank"), "q_lora_rank": num("q_lora_rank", 0) or 0,
+                   "qk_nope_head_dim": num("qk_nope_head_dim"), "qk_rope_head_dim": num("qk_rope_head_dim"),
+                   "v_head_dim": num("v_head_dim")}
+            for field in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if mla[field] <= 0:
+                    raise ConfigError(f"{source}: field {field!r} must be positive for MLA, got "
+                                      f"{mla[field]}", param="hf-config-path")
+        window, sliding = _sliding_window(d, layers)
         return cls(name=name or str(top.get("_name_or_path") or ""), num_layers=layers,
                    hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
                    intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=bool(tie),
@@ -207,7 +275,24 @@ class ModelArch:
                                                                     "n_positions", "max_seq_len"),
                    num_experts=experts, experts_per_token=per_tok, moe_intermediate_size=moe_inter,
                    shared_expert_intermediate_size=shared, dense_layers=dense_layers,
-                   quantization=_checkpoint_quantization(d.get("quantization_config")))
+                   quantization=_checkpoint_quantization(d.get("quantization_config")),
+                   sliding_window=window, sliding_layers=sliding, **mla)
+
+
+def _sliding_window(d: dict, layers: int) -> tuple[int, int]:
+    """``(window, sliding layers)`` of a config (vLLM 0.34's ``SlidingWindowAttentionParser``,
+    as :mod:`.mfu` reads it); ``(0, 0)`` without a window."""
+    w = d.get("sliding_window")
+    if d.get("use_sliding_window") is False or isinstance(w, bool) or not isinstance(w, int) or w <= 0:
+        return 0, 0
+    types = d.get("layer_types")
+    if isinstance(types, list):
+        n = sum(1 for kind in types[:layers] if "sliding" in str(kind).lower())
+    elif d.get("model_type") == "gemma2":
+        n = (layers + 1) // 2
+    else:
+        n = layers
+    return (w, n) if n else (0, 0)
 
 
 def _checkpoint_quantization(qc: Any) -> str:
@@ -219,6 +304,8 @@ def _checkpoint_quantization(qc: Any) -> str:
     method = str(qc.get("quant_method") or "").lower()
     if method in ("fp8", "fbgemm_fp8", "modelopt", "ptpc_fp8"):
         return "fp8"
+    if method == "mxfp4":               # gpt-oss: the experts only (modules_to_not_convert)
+        return "mxfp4"
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin"):
         return "int4" if int(qc.get("bits", qc.get("w_bit", 4)) or 4) == 4 else ""
     if method == "compressed-tensors":

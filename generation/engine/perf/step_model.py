@@ -61,6 +61,9 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from generation.config.values import ConfigError, parse_duration
 
+# the engine's stalls, built here from the constants (tests and callers import them from here too)
+from .stalls import MOE_CONFIG_KEYS, EnginePauses, MoeJit, moe_kernel_variant, moe_tile_table  # noqa: F401
+
 PROFILE_DIR = os.path.join(os.path.dirname(__file__), "profiles")
 PCIE_BANDWIDTH = 25e9           # B/s: a CPU KV tier's reload (PCIe 4.0/5.0 x16, achieved)
 # Share of BF16 GEMM throughput that weight-only FP8 (Marlin, dequantizing in the kernel) keeps
@@ -190,129 +193,6 @@ def load_constants(gpu_name: str, path: str | None = None) -> tuple[PerfConstant
     return replace(PerfConstants(), **values).validate(f"performance profile {file}"), file
 
 
-# The token counts M that vLLM's tuned fused-MoE configs are keyed by (the JSON files of
-# vllm/model_executor/layers/fused_moe/configs/); a step takes the config of the nearest key.
-MOE_CONFIG_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
-
-
-MOE_TILE_FILE = os.path.join(os.path.dirname(__file__), "moe_tile_configs.json")
-_moe_tiles_cache: dict | None = None
-
-
-def moe_tile_table(gpu_name: str, num_experts: int, n: int) -> dict[int, tuple] | None:
-    """vLLM's tuned fused-MoE tile configs for ``num_experts`` experts of ``n`` intermediate
-    columns per GPU (``moe_intermediate_size / tp``) on ``gpu_name``: ``{M key: (BLOCK_SIZE_M,
-    BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages)}``, from the compact copy
-    in ``moe_tile_configs.json`` (its ``_sources`` name the vLLM files); None where it has none.
-    Raises ConfigError when the file cannot be read (a broken install)."""
-    global _moe_tiles_cache
-    if _moe_tiles_cache is None:
-        try:
-            with open(MOE_TILE_FILE, encoding="utf-8") as fh:
-                _moe_tiles_cache = json.load(fh)
-        except (OSError, ValueError) as e:      # a broken install: say which file, not a traceback
-            raise ConfigError(f"fused-MoE tile table {MOE_TILE_FILE}: cannot read ({e})", param="gpu")
-    table = _moe_tiles_cache.get(gpu_name, {}).get(f"E={num_experts},N={n}")
-    return {int(k): tuple(v) for k, v in table.items()} if table else None
-
-
-def moe_kernel_variant(tokens: int, experts_per_token: int, num_experts: int,
-                       tiles: dict[int, tuple] | None = None) -> tuple:
-    """The Triton fused-MoE kernel variant a step of ``tokens`` rows runs: the tile config of
-    the nearest M key (vLLM's ``try_get_optimal_moe_config``; a tie takes the smaller), and
-    whether ``num_valid_tokens`` (``tokens x top_k``) and ``EM`` (the sorted ids' length,
-    ``tokens x top_k + experts x (BLOCK_SIZE_M - 1)``) are multiples of 16: Triton specializes
-    integer arguments on it and compiles each specialization apart (vllm#55268).
-
-    ``tiles`` (:func:`moe_tile_table`): the tuned configs, so that keys with the same tile share
-    one compiled kernel (GROUP_SIZE_M, the warps and the stages are compile-time constants too);
-    without it each key of :data:`MOE_CONFIG_KEYS` is a kernel of its own, BLOCK_SIZE_M 64."""
-    valid = tokens * experts_per_token
-    if tiles:
-        key = min(tiles, key=lambda k: (abs(k - tokens), k))
-        tile = tiles[key]
-        return tile, valid % 16 == 0, (valid + num_experts * (tile[0] - 1)) % 16 == 0
-    key = min(MOE_CONFIG_KEYS, key=lambda k: abs(k - tokens))
-    return key, valid % 16 == 0, (valid + num_experts * 63) % 16 == 0
-
-
-class MoeJit:
-    """One engine's compiled fused-MoE kernel variants, and the stall of compiling a new one.
-
-    vLLM compiles the variants its start-up runs reach: the profile run (``max_num_batched_
-    tokens`` rows) and the CUDA-graph captures (every capture size).  A step that runs eagerly
-    (more tokens than the largest capture size, or ``--enforce-eager``) with a variant not yet
-    compiled JIT-compiles it first: ``t_jit`` seconds of stall, once per variant per engine.
-    That is the ~1 s stalls the Mixtral runs of the ground truth show in their first seconds
-    (cold prompts of 550-1,100 tokens run eagerly, past the largest graph of 256 that 128
-    sequences give; a stall queues arrivals into a larger step, which selects another config:
-    the traces show 6-7 stalls of 0.9-1.25 s back to back); vLLM's jit_monitor warns of the same
-    ("Triton kernel JIT compilation during inference"; vllm#55268 adds a warm-up of these
-    variants).  ``tiles`` (:func:`moe_tile_table`, None: one kernel per key) tells which token
-    counts share a compiled kernel.
-
-    ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step).  One object
-    per engine: each pod of a fleet compiles its own."""
-
-    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled", "tiles")
-
-    def __init__(self, t_jit: float, experts_per_token: int, num_experts: int, graph_sizes: list[int],
-                 max_num_batched_tokens: int, tiles: dict[int, tuple] | None = None):
-        self.t_jit, self.top_k, self.experts, self.tiles = t_jit, experts_per_token, num_experts, tiles
-        self.max_graph = graph_sizes[-1] if graph_sizes else 0
-        self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts, tiles)
-                         for n in (*graph_sizes, max_num_batched_tokens) if n > 0}
-
-    def stall(self, tokens: int) -> float:
-        if tokens <= self.max_graph:
-            return 0.0
-        v = moe_kernel_variant(tokens, self.top_k, self.experts, self.tiles)
-        if v in self.compiled:
-            return 0.0
-        self.compiled.add(v)
-        return self.t_jit
-
-
-class EnginePauses:
-    """The real servers' pauses: in the traced runs about 1-4% of requests, isolated ones at light
-    load included, take 15-40 ms longer to their first token than the same request in a replay
-    with the same arrivals, which puts the measured TTFT p99 at 1.33x its p90 where a replay
-    without pauses gives 1.09x (bench/sim_to_real, README: Fidelity).  They read as host-side
-    hiccups of the engine or the API server (a garbage collection, a descheduled thread), not as
-    load: they hit light and heavy stages alike.
-
-    Modelled as a Poisson process of ``rate`` pauses per second, each holding the engine for
-    ``length`` seconds: a step running when one begins ends ``length`` later, and a step planned
-    during one lasts the rest of it longer.  ``rng`` (a seeded ``random.Random``) draws the
-    gaps, so a replay is repeatable; the first pause is drawn from the first step's start (the
-    server's clock is ``time.monotonic``, a replay's starts at 0).  Both constants are fitted
-    on the traced runs' TTFT p99 (``python -m generation.engine.perf.fit --pauses``)."""
-    __slots__ = ("rate", "length", "rng", "next")
-
-    def __init__(self, rate: float, length: float, rng):
-        self.rate, self.length, self.rng = rate, length, rng
-        self.next = None            # when the next pause begins (seconds on the engine's clock)
-
-    def stall(self, start: float, dt: float) -> float:
-        """Seconds a step of ``dt`` seconds planned at ``start`` lasts longer for the pauses."""
-        nxt = self.next
-        if nxt is None:
-            nxt = start + self.rng.expovariate(self.rate)
-        extra = 0.0
-        if nxt < start + dt:
-            draw, rate, length = self.rng.expovariate, self.rate, self.length
-            if nxt + length <= start:               # over while the engine was idle: the process
-                nxt = start - length + draw(rate)   # is memoryless, so draw afresh (O(1) after any idle)
-            if nxt < start:                         # the step was planned during one
-                extra = nxt + length - start
-                nxt += draw(rate)
-            while nxt < start + dt:                 # one begins while the step runs
-                extra += length
-                nxt += draw(rate)
-        self.next = nxt
-        return extra
-
-
 def default_max_cudagraph_capture_size(max_num_seqs: int, max_num_batched_tokens: int) -> int:
     """vLLM's ``max_cudagraph_capture_size`` when the flag is not given (``VllmConfig.
     _set_cudagraph_sizes``): ``min(2 x max_num_seqs, 512)``, and no more than
@@ -347,7 +227,8 @@ class StepModel:
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
                  async_scheduling: bool = True) -> None:
-        from .hardware import _quantization, check_tensor_parallel, kv_bytes_per_token, linear_weight_bytes
+        from .hardware import (_quantization, check_tensor_parallel, expert_weight_bytes, kv_bytes_per_token,
+                               linear_weight_bytes)
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
@@ -368,14 +249,15 @@ class StepModel:
             f_lin = gpu.flops * (2.0 if gpu.fp8 else FP8_WEIGHT_ONLY_FLOPS)
         else:
             f_lin = gpu.flops
-        n_lin, n_head = arch.n_lin / tp, arch.n_head / tp
+        rep = arch.replicated_params * (tp - 1) / tp        # held and run whole on every rank
+        n_lin, n_head = arch.n_lin / tp + rep, arch.n_head / tp
         head_bytes = n_head * arch.dtype_bytes
         if arch.is_moe:
             moe_layers = arch.num_layers - arch.dense_layers
             experts = moe_layers * arch.num_experts * arch.expert_params / tp
-            dense = arch.n_lin_total / tp - experts
+            dense = arch.n_lin_total / tp + rep - experts
             self.bytes_fixed = dense * lin_bytes + head_bytes
-            self.bytes_experts = experts * lin_bytes
+            self.bytes_experts = experts * expert_weight_bytes(arch, quantization)
             self._untouched = 1.0 - arch.experts_per_token / arch.num_experts
         else:
             moe_layers = 0
@@ -387,6 +269,15 @@ class StepModel:
         self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
         self.flops_per_row = 2.0 * n_head / gpu.flops       # the lm_head, per sampled row
         self.attn_per_pair = 4.0 * arch.num_layers * (arch.num_heads / tp) * arch.head_dim / gpu.flops
+        # MLA: decode and prefill pairs cost differently (ModelArch.attn_flops_per_pair)
+        self.attn_per_pair_decode = self.attn_per_pair_prefill = self.attn_per_pair
+        if arch.is_mla:
+            per_head = arch.num_layers * (arch.num_heads / tp) / gpu.flops
+            self.attn_per_pair_decode = per_head * arch.attn_flops_per_pair(decode=True)
+            self.attn_per_pair_prefill = per_head * arch.attn_flops_per_pair(decode=False)
+        # sliding-window layers read at most ``window`` tokens of a sequence's context
+        self.window = arch.sliding_window if arch.sliding_layers else 0
+        self.window_share = arch.sliding_layers / arch.num_layers if self.window else 0.0
         self.kv_per_token = self.kv_bytes_per_token / gpu.bandwidth
         self.all_reduces = 2 * arch.num_layers if tp > 1 else 0
         self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.nvlink_bandwidth) if tp > 1 else 0.0
@@ -402,6 +293,10 @@ class StepModel:
         self._c_head = self.flops_per_row / c.eta_f
         self._c_attn = self.attn_per_pair / c.eta_a
         self._c_kv = self.kv_per_token / (c.eta_kv * (c.eta_kv_fa2 if self.gpu.flash_attn == 2 else 1.0))
+        self._c_attn_dec = self.attn_per_pair_decode / c.eta_a
+        self._c_attn_pre = self.attn_per_pair_prefill / c.eta_a
+        # the attention terms need their own arithmetic (_attention) for MLA or sliding windows
+        self._split_attn = self.arch.is_mla or bool(self.window)
         self._comm0 = self.all_reduces * c.t_ar
         self._c_comm = self.all_reduces * self.ar_per_token / c.eta_ar
         layers = self.arch.num_layers
@@ -448,8 +343,12 @@ class StepModel:
             g = w * (1.0 + (f / w) ** p) ** q if w > f else f * (1.0 + (w / f) ** p) ** q
             if len(self._g_memo) < 100_000:
                 self._g_memo[key] = g
-        a = self._c_attn * (decode_context + prefill_pairs)
-        kv = self._c_kv * (decode_context + prefill_context + tokens)
+        if self._split_attn:
+            a, kv = self._attention(num_decode, decode_context, num_chunks, prefill_tokens, prefill_pairs,
+                                    prefill_context)
+        else:
+            a = self._c_attn * (decode_context + prefill_pairs)
+            kv = self._c_kv * (decode_context + prefill_context + tokens)
         if a > kv:
             att = a * (1.0 + (kv / a) ** p) ** q
         else:
@@ -468,6 +367,26 @@ class StepModel:
             t += kv_reload_tokens * self.reload_per_token
         return t
 
+    def _attention(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
+                   prefill_pairs: float, prefill_context: int) -> tuple[float, float]:
+        """The attention's FLOP and KV-read times (seconds) of a step of an MLA or sliding-window
+        model.  MLA: decode pairs at the absorbed kernel's cost, prefill pairs at the
+        decompressed heads'.  Sliding windows: the window layers' share reads at most
+        ``window`` tokens of each sequence's context and attends at most ``window`` keys per
+        query; from the step's sums that is ``min(sum, count x window)``, exact when every
+        sequence's context is on the same side of the window, else an upper bound."""
+        tokens = num_decode + prefill_tokens
+        a = self._c_attn_dec * decode_context + self._c_attn_pre * prefill_pairs
+        kv = self._c_kv * (decode_context + prefill_context + tokens)
+        w = self.window
+        if w:
+            s = self.window_share
+            dc = min(decode_context, num_decode * w)
+            pairs = min(prefill_pairs, prefill_tokens * w)
+            a = (1.0 - s) * a + s * (self._c_attn_dec * dc + self._c_attn_pre * pairs)
+            kv = (1.0 - s) * kv + s * self._c_kv * (dc + min(prefill_context, num_chunks * w) + tokens)
+        return a, kv
+
     def terms(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
               prefill_pairs: float, prefill_context: int) -> dict[str, float]:
         """The step's terms in seconds and which bound is active, for logs and docs."""
@@ -475,11 +394,16 @@ class StepModel:
         padded = self.padded(tokens) if tokens else 0
         rows = num_decode + num_chunks
         w = self._w_fixed + self._w_experts * (1.0 - self._untouched ** padded)
+        if self._split_attn:
+            attn, kv = self._attention(num_decode, decode_context, num_chunks, prefill_tokens, prefill_pairs,
+                                       prefill_context)
+        else:
+            attn = self._c_attn * (decode_context + prefill_pairs)
+            kv = self._c_kv * (decode_context + prefill_context + tokens)
         return {"fixed": self._fixed + self._t_vocab * rows, "cpu": self._t0 + self._t_seq * rows,
                 "cpu_hidden": self._hidden, "cpu_overlap": self._pc, "weights": w, "overlap": self._p,
                 "gemm_flops": self._c_lin * (padded + self._m_half) + self._c_head * rows,
-                "attn_flops": self._c_attn * (decode_context + prefill_pairs),
-                "kv_read": self._c_kv * (decode_context + prefill_context + tokens),
+                "attn_flops": attn, "kv_read": kv,
                 "tp_comm": (self._comm0 + self._c_comm * padded) if tokens else 0.0,
                 "total": self.step_time(num_decode, decode_context, num_chunks, prefill_tokens,
                                         prefill_pairs, prefill_context)}

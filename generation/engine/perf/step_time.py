@@ -45,7 +45,8 @@ from typing import Callable, NamedTuple
 
 from generation.config.values import ConfigError, parse_duration
 
-from .hardware import GPU, ModelArch, check_tensor_parallel, kv_bytes_per_token, linear_weight_bytes
+from .hardware import (GPU, ModelArch, check_tensor_parallel, expert_weight_bytes, kv_bytes_per_token,
+                       linear_weight_bytes)
 from .step_table import StepTable
 
 __all__ = ["StepConstants", "Profile", "load_profile", "RooflineStepTime", "TableStepTime",
@@ -193,7 +194,7 @@ class RooflineStepTime:
                              * arch.expert_params / tp)
             dense = arch.n_lin_total / tp - experts_total
             self._w_fixed = (dense * lin_bytes + head_bytes) / bw
-            self._w_experts = experts_total * lin_bytes / bw
+            self._w_experts = experts_total * expert_weight_bytes(arch, quantization) / bw
             self._untouched = 1.0 - arch.experts_per_token / arch.num_experts
         else:
             self._w_fixed = (n_lin * lin_bytes + head_bytes) / bw
@@ -203,6 +204,8 @@ class RooflineStepTime:
         self._c_head = 2.0 * n_head / (c.eta_f * gpu.flops)
         heads = arch.num_heads / tp
         self._c_attn = 4.0 * arch.num_layers * heads * arch.head_dim / (c.eta_a * gpu.flops)
+        if arch.is_mla:     # the absorbed decode kernel's cost per pair (ModelArch.attn_flops_per_pair)
+            self._c_attn = arch.num_layers * heads * arch.attn_flops_per_pair(decode=True) / (c.eta_a * gpu.flops)
         self._c_kv = self.kv_bytes_per_token / (c.eta_kv * gpu.bandwidth)
         if tp > 1:
             self._c_comm = (2.0 * arch.num_layers * arch.hidden_size * 2 * 2 * (tp - 1) / tp

@@ -1,0 +1,133 @@
+"""The engine's stalls beyond its steps: a MoE engine's fused-kernel compiles mid-serving
+(:class:`MoeJit`, with vLLM's tuned tile tables that decide which token counts share a kernel)
+and the real servers' short pauses (:class:`EnginePauses`).  Both are drawn into a step's time by
+the live engine and the replay alike; :class:`~.step_model.StepModel` builds them from its
+constants (README: Fidelity).  Times in seconds."""
+from __future__ import annotations
+
+import json
+import os
+
+from generation.config.values import ConfigError
+
+# The token counts M that vLLM's tuned fused-MoE configs are keyed by (the JSON files of
+# vllm/model_executor/layers/fused_moe/configs/); a step takes the config of the nearest key.
+MOE_CONFIG_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
+
+
+MOE_TILE_FILE = os.path.join(os.path.dirname(__file__), "moe_tile_configs.json")
+_moe_tiles_cache: dict | None = None
+
+
+def moe_tile_table(gpu_name: str, num_experts: int, n: int) -> dict[int, tuple] | None:
+    """vLLM's tuned fused-MoE tile configs for ``num_experts`` experts of ``n`` intermediate
+    columns per GPU (``moe_intermediate_size / tp``) on ``gpu_name``: ``{M key: (BLOCK_SIZE_M,
+    BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages)}``, from the compact copy
+    in ``moe_tile_configs.json`` (its ``_sources`` name the vLLM files); None where it has none.
+    Raises ConfigError when the file cannot be read (a broken install)."""
+    global _moe_tiles_cache
+    if _moe_tiles_cache is None:
+        try:
+            with open(MOE_TILE_FILE, encoding="utf-8") as fh:
+                _moe_tiles_cache = json.load(fh)
+        except (OSError, ValueError) as e:      # a broken install: say which file, not a traceback
+            raise ConfigError(f"fused-MoE tile table {MOE_TILE_FILE}: cannot read ({e})", param="gpu")
+    table = _moe_tiles_cache.get(gpu_name, {}).get(f"E={num_experts},N={n}")
+    return {int(k): tuple(v) for k, v in table.items()} if table else None
+
+
+def moe_kernel_variant(tokens: int, experts_per_token: int, num_experts: int,
+                       tiles: dict[int, tuple] | None = None) -> tuple:
+    """The Triton fused-MoE kernel variant a step of ``tokens`` rows runs: the tile config of
+    the nearest M key (vLLM's ``try_get_optimal_moe_config``; a tie takes the smaller), and
+    whether ``num_valid_tokens`` (``tokens x top_k``) and ``EM`` (the sorted ids' length,
+    ``tokens x top_k + experts x (BLOCK_SIZE_M - 1)``) are multiples of 16: Triton specializes
+    integer arguments on it and compiles each specialization apart (vllm#55268).
+
+    ``tiles`` (:func:`moe_tile_table`): the tuned configs, so that keys with the same tile share
+    one compiled kernel (GROUP_SIZE_M, the warps and the stages are compile-time constants too);
+    without it each key of :data:`MOE_CONFIG_KEYS` is a kernel of its own, BLOCK_SIZE_M 64."""
+    valid = tokens * experts_per_token
+    if tiles:
+        key = min(tiles, key=lambda k: (abs(k - tokens), k))
+        tile = tiles[key]
+        return tile, valid % 16 == 0, (valid + num_experts * (tile[0] - 1)) % 16 == 0
+    key = min(MOE_CONFIG_KEYS, key=lambda k: abs(k - tokens))
+    return key, valid % 16 == 0, (valid + num_experts * 63) % 16 == 0
+
+
+class MoeJit:
+    """One engine's compiled fused-MoE kernel variants, and the stall of compiling a new one.
+
+    vLLM compiles the variants its start-up runs reach: the profile run (``max_num_batched_
+    tokens`` rows) and the CUDA-graph captures (every capture size).  A step that runs eagerly
+    (more tokens than the largest capture size, or ``--enforce-eager``) with a variant not yet
+    compiled JIT-compiles it first: ``t_jit`` seconds of stall, once per variant per engine.
+    That is the ~1 s stalls the Mixtral runs of the ground truth show in their first seconds
+    (cold prompts of 550-1,100 tokens run eagerly, past the largest graph of 256 that 128
+    sequences give; a stall queues arrivals into a larger step, which selects another config:
+    the traces show 6-7 stalls of 0.9-1.25 s back to back); vLLM's jit_monitor warns of the same
+    ("Triton kernel JIT compilation during inference"; vllm#55268 adds a warm-up of these
+    variants).  ``tiles`` (:func:`moe_tile_table`, None: one kernel per key) tells which token
+    counts share a compiled kernel.
+
+    ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step).  One object
+    per engine: each pod of a fleet compiles its own."""
+
+    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled", "tiles")
+
+    def __init__(self, t_jit: float, experts_per_token: int, num_experts: int, graph_sizes: list[int],
+                 max_num_batched_tokens: int, tiles: dict[int, tuple] | None = None):
+        self.t_jit, self.top_k, self.experts, self.tiles = t_jit, experts_per_token, num_experts, tiles
+        self.max_graph = graph_sizes[-1] if graph_sizes else 0
+        self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts, tiles)
+                         for n in (*graph_sizes, max_num_batched_tokens) if n > 0}
+
+    def stall(self, tokens: int) -> float:
+        if tokens <= self.max_graph:
+            return 0.0
+        v = moe_kernel_variant(tokens, self.top_k, self.experts, self.tiles)
+        if v in self.compiled:
+            return 0.0
+        self.compiled.add(v)
+        return self.t_jit
+
+
+class EnginePauses:
+    """The real servers' pauses: in the traced runs about 1-4% of requests, isolated ones at light
+    load included, take 15-40 ms longer to their first token than the same request in a replay
+    with the same arrivals, which puts the measured TTFT p99 at 1.33x its p90 where a replay
+    without pauses gives 1.09x (bench/sim_to_real, README: Fidelity).  They read as host-side
+    hiccups of the engine or the API server (a garbage collection, a descheduled thread), not as
+    load: they hit light and heavy stages alike.
+
+    Modelled as a Poisson process of ``rate`` pauses per second, each holding the engine for
+    ``length`` seconds: a step running when one begins ends ``length`` later, and a step planned
+    during one lasts the rest of it longer.  ``rng`` (a seeded ``random.Random``) draws the
+    gaps, so a replay is repeatable; the first pause is drawn from the first step's start (the
+    server's clock is ``time.monotonic``, a replay's starts at 0).  Both constants are fitted
+    on the traced runs' TTFT p99 (``python -m generation.engine.perf.fit --pauses``)."""
+    __slots__ = ("rate", "length", "rng", "next")
+
+    def __init__(self, rate: float, length: float, rng):
+        self.rate, self.length, self.rng = rate, length, rng
+        self.next = None            # when the next pause begins (seconds on the engine's clock)
+
+    def stall(self, start: float, dt: float) -> float:
+        """Seconds a step of ``dt`` seconds planned at ``start`` lasts longer for the pauses."""
+        nxt = self.next
+        if nxt is None:
+            nxt = start + self.rng.expovariate(self.rate)
+        extra = 0.0
+        if nxt < start + dt:
+            draw, rate, length = self.rng.expovariate, self.rate, self.length
+            if nxt + length <= start:               # over while the engine was idle: the process
+                nxt = start - length + draw(rate)   # is memoryless, so draw afresh (O(1) after any idle)
+            if nxt < start:                         # the step was planned during one
+                extra = nxt + length - start
+                nxt += draw(rate)
+            while nxt < start + dt:                 # one begins while the step runs
+                extra += length
+                nxt += draw(rate)
+        self.next = nxt
+        return extra

@@ -1,0 +1,156 @@
+"""The step model on the architectures of DeepSeek-V3 / R1 and gpt-oss: multi-head latent
+attention (MLA), MXFP4 experts and sliding-window layers (issue 28: the physics the dense and
+Mixtral runs never exercised).
+
+Unit tier, exact values from the shipped presets (the models' real config.json fields):
+KV bytes per token, parameter and weight counts, vLLM's hybrid KV capacity, and the step
+model's attention terms.
+"""
+from __future__ import annotations
+
+import pytest
+
+from generation.config.cli import load_config
+from generation.config.values import ConfigError
+from generation.engine.perf.hardware import (GiB, expert_weight_bytes, gpu_by_name, hybrid_kv_tokens,
+                                             kv_bytes_per_token, kv_cache_blocks, linear_weight_bytes,
+                                             weight_bytes, weight_bytes_per_gpu)
+from generation.engine.perf.model_arch import ModelArch, preset
+from generation.engine.perf.step_model import StepModel
+from generation.engine.step_config import resolve_step_settings
+
+R1 = "deepseek-ai/DeepSeek-R1"
+OSS120 = "openai/gpt-oss-120b"
+LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+# ---- MLA ----------------------------------------------------------------------------------------
+def test_deepseek_v3_counts_as_mla_with_its_parameter_count():
+    a = preset("deepseek-ai/DeepSeek-V3")
+    assert a.is_mla and a.is_moe
+    assert (a.kv_lora_rank, a.q_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim) == (512, 1536, 128, 64, 128)
+    assert a.quantization == "fp8" and a.num_experts == 256 and a.dense_layers == 3
+    # q_a + q_b + kv_a + kv_b + o
+    assert a.attn_params_per_layer == (7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256
+                                       + 128 * 128 * 7168) == 187_105_280
+    assert a.n_params == 671_025_813_504          # DeepSeek's 671B (the MTP layer not loaded)
+    assert a.replicated_params == 61 * 7168 * (1536 + 576)
+
+
+def test_mla_kv_is_one_latent_per_token_and_layer_on_every_rank():
+    a = preset(R1)
+    assert kv_bytes_per_token(a) == 61 * 576 * 2 == 70_272
+    assert kv_bytes_per_token(a, "auto", 8) == 70_272          # not split by tensor parallelism
+    assert kv_bytes_per_token(a, "fp8", 8) == 35_136
+
+
+def test_mla_attention_costs_per_pair_differ_for_decode_and_prefill():
+    a = preset(R1)
+    assert a.attn_flops_per_pair(decode=True) == 2 * (2 * 512 + 64)       # absorbed, on the latent
+    assert a.attn_flops_per_pair(decode=False) == 2 * (128 + 64 + 128)    # decompressed heads
+    dense = preset(LLAMA8)
+    assert dense.attn_flops_per_pair(True) == dense.attn_flops_per_pair(False) == 4 * 128
+
+
+def test_replicated_down_projections_add_to_each_ranks_weights():
+    a = preset(R1)
+    extra = a.replicated_params * linear_weight_bytes(a) * 7 / 8
+    assert weight_bytes_per_gpu(a, "", 8) == pytest.approx(weight_bytes(a) / 8 + extra)
+    assert round(extra / GiB, 2) == 0.75
+    dense = preset(LLAMA8)
+    assert weight_bytes_per_gpu(dense, "", 4) == weight_bytes(dense) / 4
+
+
+def test_an_mla_config_without_q_lora_rank_and_a_missing_field():
+    cfg = {"model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16,
+           "num_key_value_heads": 16, "intermediate_size": 10944, "vocab_size": 102400, "kv_lora_rank": 512,
+           "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+    a = ModelArch.from_hf_config(cfg)
+    assert a.is_mla and a.q_lora_rank == 0
+    assert a.attn_params_per_layer == 2048 * 16 * 192 + 2048 * 576 + 512 * 16 * 256 + 16 * 128 * 2048
+    del cfg["v_head_dim"]
+    with pytest.raises(ConfigError) as e:
+        ModelArch.from_hf_config(cfg, source="cfg.json")
+    assert str(e.value) == "cfg.json: missing field 'v_head_dim'"
+    # a kv_lora_rank on a model type vLLM does not treat as MLA is not MLA
+    cfg.update(model_type="llama", v_head_dim=128)
+    assert not ModelArch.from_hf_config(cfg).is_mla
+
+
+def test_mla_step_model_prices_decode_and_prefill_pairs_apart():
+    gpu = gpu_by_name("H200")
+    m = StepModel(gpu, preset(R1), tp=8)
+    assert m._c_attn_dec / m._c_attn_pre == pytest.approx(2176 / 640)
+    t = m.terms(num_decode=4, decode_context=40_000, num_chunks=0, prefill_tokens=0, prefill_pairs=0,
+                prefill_context=0)
+    assert t["attn_flops"] == pytest.approx(m._c_attn_dec * 40_000)
+    assert t["kv_read"] == pytest.approx(m._c_kv * 40_004)
+    t = m.terms(num_decode=0, decode_context=0, num_chunks=1, prefill_tokens=1000, prefill_pairs=500_500,
+                prefill_context=0)
+    assert t["attn_flops"] == pytest.approx(m._c_attn_pre * 500_500)
+    assert t["total"] == m.step_time(0, 0, 1, 1000, 500_500, 0)
+
+
+# ---- MXFP4 and sliding windows (gpt-oss) -----------------------------------------------------
+def test_gpt_oss_reads_mxfp4_experts_and_its_sliding_layers():
+    a = preset(OSS120)
+    assert a.quantization == "mxfp4" and a.num_experts == 128 and a.experts_per_token == 4
+    assert (a.sliding_window, a.sliding_layers, a.full_attention_layers) == (128, 18, 18)
+    assert a.n_params == 116_788_838_400                          # "117B"
+    assert linear_weight_bytes(a) == 2.0                          # attention, router in BF16
+    assert expert_weight_bytes(a) == (0.5 + 1 / 32) * 3072 / 2880  # hidden padded to 256
+    assert round(weight_bytes(a) / GiB, 2) == 64.47               # vLLM 0.14 logged 64.38 GiB
+    assert kv_bytes_per_token(a) == 2 * 36 * 8 * 64 * 2
+
+
+def test_mxfp4_step_model_reads_the_experts_at_their_own_bytes_and_bf16_flops():
+    a = preset(OSS120)
+    m = StepModel(gpu_by_name("H100"), a)
+    experts = 36 * 128 * a.expert_params
+    assert m.bytes_experts == pytest.approx(experts * expert_weight_bytes(a))
+    assert m.bytes_fixed == pytest.approx((a.n_lin_total - experts) * 2 + a.n_head * 2)
+    assert m.fp8_layers == 0                                      # weight-only: no FP8 tensor cores
+
+
+def test_sliding_layers_read_at_most_the_window():
+    m = StepModel(gpu_by_name("H100"), preset(OSS120))
+    s = m.window_share
+    assert (m.window, s) == (128, 0.5)
+
+    def kv(context):
+        return m.terms(1, context, 0, 0, 0, 0)["kv_read"]
+    assert kv(100) == pytest.approx(m._c_kv * 101)                     # inside the window: every layer
+    # past it only the full layers' reads grow: half the slope of a model without windows
+    assert kv(20_000) - kv(10_000) == pytest.approx((1 - s) * m._c_kv * 10_000)
+    assert kv(10_000) == pytest.approx(m._c_kv * ((1 - s) * 10_001 + s * (128 + 1)))
+    pairs = m.terms(0, 0, 1, 1000, 500_500, 0)["attn_flops"]
+    assert pairs == pytest.approx(m._c_attn * ((1 - s) * 500_500 + s * 128_000))
+
+
+def test_hybrid_kv_capacity_is_vllms_reported_size():
+    a, gpu = preset(OSS120), gpu_by_name("H100")
+    flat = kv_cache_blocks(gpu, a, max_num_batched_tokens=8192, max_num_seqs=256)
+    hybrid = kv_cache_blocks(gpu, a, max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=131_072)
+    # one pool over 18-layer groups; a 131,072-token request takes 8,192 full blocks and
+    # cdiv(127 + 8192, 16) + 1 = 521 sliding ones
+    page = 16 * kv_bytes_per_token(a) // 36
+    avail = flat * 16 * kv_bytes_per_token(a)        # within a block of the memory model's figure
+    assert hybrid_kv_tokens(a, avail, page, 16, 131_072, 8192) == int(avail // (page * 18) / 8713 * 131_072)
+    assert 1.87 < hybrid / flat < 1.89
+    # no sliding layers: the flat count whatever the length
+    llama = preset(LLAMA8)
+    assert kv_cache_blocks(gpu, llama, max_model_len=8192) == kv_cache_blocks(gpu, llama)
+
+
+def test_step_mode_serves_the_new_presets():
+    cfg = load_config(["--latency-calculator", "step", OSS120, "--gpu", "H100", "--max-model-len", "32768"], env={})
+    s = resolve_step_settings(cfg)
+    assert s.arch.sliding_layers == 18 and s.step_time.window == 128
+    cfg = load_config(["--latency-calculator", "step", R1, "--gpu", "H200", "-tp", "8", "--max-model-len", "32768",
+                       "--quantization", "fp8"], env={})
+    s = resolve_step_settings(cfg)
+    assert s.arch.is_mla and s.step_time.kv_bytes_per_token == 70_272
+    cfg = load_config(["--latency-calculator", "step", OSS120, "--gpu", "H100", "--quantization", "mxfp4",
+                       "--max-model-len", "32768"], env={})
+    assert resolve_step_settings(cfg).step_time.quantized
+
