@@ -154,3 +154,50 @@ def test_step_mode_serves_the_new_presets():
                        "--max-model-len", "32768"], env={})
     assert resolve_step_settings(cfg).step_time.quantized
 
+
+
+# ---- the collection's configs no experiment runs: DeepSeek-V2-Lite, GLM-5.2, Qwen3-30B-A3B -------
+def _shipped(name: str) -> ModelArch:
+    import json
+    import os
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "sim_to_real", "model_configs")
+    with open(os.path.join(root, name, "config.json")) as fh:
+        return ModelArch.from_hf_config(json.load(fh), name=name)
+
+
+def test_the_collections_other_configs_read_as_their_architectures():
+    lite = _shipped("deepseek-v2-lite")
+    assert lite.is_mla and not lite.is_sparse_mla and lite.q_lora_rank == 0 and lite.dense_layers == 1
+    assert round(lite.n_params / 1e9, 2) == 15.71                 # DeepSeek's "15.7B"
+    assert kv_bytes_per_token(lite) == 27 * 576 * 2
+    glm = _shipped("glm-5.2-fp8")
+    assert glm.is_sparse_mla and (glm.index_topk, glm.index_n_heads, glm.index_head_dim) == (2048, 32, 128)
+    assert glm.quantization == "fp8" and round(glm.n_params / 1e9) == 743
+    # the latent in BF16 and the indexer's FP8 keys with their scales; fp8: vLLM's fp8_ds_mla (656)
+    assert kv_bytes_per_token(glm) == 78 * (576 * 2 + 132)
+    assert kv_bytes_per_token(glm, "fp8", 8) == 78 * (656 + 132)
+    moe = _shipped("qwen3-30b-a3b")
+    assert moe.is_moe and not moe.is_mla and (moe.num_experts, moe.experts_per_token) == (128, 8)
+    assert moe.sliding_layers == 0                                # use_sliding_window false
+
+
+def test_sparse_mla_attends_topk_tokens_after_an_indexer_over_all():
+    m = StepModel(gpu_by_name("H200"), _shipped("glm-5.2-fp8"), tp=8)
+    assert m.topk == 2048
+
+    def attn(context):
+        return m.terms(1, context, 0, 0, 0, 0)["attn_flops"]
+    # past the top-k only the indexer's scoring grows with the context
+    assert attn(20_000) - attn(10_000) == pytest.approx(m._c_idx * 10_000)
+    assert attn(1_000) == pytest.approx(m._c_attn_dec * 1_000 + m._c_idx * 1_000)
+    assert m._c_attn_pre == m._c_attn_dec                         # the sparse kernels run absorbed
+    kv = m.terms(1, 100_000, 0, 0, 0, 0)["kv_read"]
+    assert kv == pytest.approx(m._c_kv * (2048 + 1) + m._c_idx_kv * 100_001)
+
+
+def test_dense_mla_prefill_decompresses_its_cached_context():
+    m = StepModel(gpu_by_name("H100"), _shipped("deepseek-v2-lite"))
+    cold = m.terms(0, 0, 1, 1000, 500_500, 0)["attn_flops"]
+    warm = m.terms(0, 0, 1, 1000, 500_500, 4000)["attn_flops"]
+    assert warm - cold == pytest.approx(m._c_up * 4000) and m._c_up > 0
+    assert StepModel(gpu_by_name("H100"), preset(LLAMA8))._split_attn is False

@@ -182,16 +182,34 @@ def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tp: int = 
     the model dtype's for ``auto``.  With fewer KV heads than ``tp`` each GPU holds one
     (vLLM replicates them).  Llama-3.1-8B BF16, tp 1: 131,072 (128 KiB).  Raises ConfigError for
     an unknown dtype.  MLA (DeepSeek-V3): ``layers x (kv_lora_rank + qk_rope_head_dim) x bytes``,
-    the compressed KV, which every tensor-parallel rank holds whole: 70,272 in BF16."""
+    the compressed KV, which every tensor-parallel rank holds whole: 70,272 in BF16; a sparse-MLA
+    model's indexer keys besides (:func:`indexer_key_bytes`)."""
     key = (kv_cache_dtype or "auto").strip().lower()
     if key not in KV_CACHE_DTYPES:
         raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; choose one of "
                           f"{', '.join(KV_CACHE_DTYPES)}", param="kv-cache-dtype")
     nbytes = KV_CACHE_DTYPES[key] or arch.dtype_bytes
     if arch.is_mla:         # one latent per token and layer, on every rank (MLAAttentionSpec)
-        return arch.num_layers * (arch.kv_lora_rank + arch.qk_rope_head_dim) * nbytes
+        return arch.num_layers * (mla_latent_bytes(arch, nbytes) + indexer_key_bytes(arch))
     kv_heads = max(1, arch.num_kv_heads // max(1, tp))
     return 2 * arch.num_layers * kv_heads * arch.head_dim * nbytes
+
+
+def mla_latent_bytes(arch: ModelArch, nbytes: int) -> int:
+    """Bytes of one token's compressed KV in one MLA layer at ``nbytes`` per element: ``(kv_lora_rank
+    + rope) x nbytes``; for sparse MLA in FP8, vLLM's ``fp8_ds_mla`` layout (the latent in FP8
+    with four FP32 scales, the rope part in BF16: 656 for DeepSeek-V3.2)."""
+    if arch.is_sparse_mla and nbytes == 1:
+        return arch.kv_lora_rank + arch.kv_lora_rank // 128 * 4 + arch.qk_rope_head_dim * 2
+    return (arch.kv_lora_rank + arch.qk_rope_head_dim) * nbytes
+
+
+def indexer_key_bytes(arch: ModelArch) -> int:
+    """Bytes of one token's indexer key in one sparse-MLA layer (vLLM's DeepseekV32IndexerCache:
+    FP8 values and an FP32 scale per 128, 132 for a 128-wide key; 0 without DSA)."""
+    if not arch.is_sparse_mla:
+        return 0
+    return arch.index_head_dim + arch.index_head_dim // 128 * 4
 
 
 def check_tensor_parallel(arch: ModelArch, tp: int) -> None:

@@ -75,6 +75,11 @@ class ModelArch:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek sparse attention (V3.2, GLM-5: ``index_topk``): the lightning indexer's heads and
+    # head size, and how many tokens each query attends to; 0 without
+    index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
     # sliding-window attention: the window (tokens) and how many layers have it; 0 without
     sliding_window: int = 0
     sliding_layers: int = 0
@@ -96,13 +101,20 @@ class ModelArch:
         """Layers whose attention reads the whole context (all but the sliding-window ones)."""
         return self.num_layers - self.sliding_layers
 
+    @property
+    def is_sparse_mla(self) -> bool:
+        """Whether attention is DeepSeek's sparse MLA (DSA): a lightning indexer scores every
+        cached token per query and the attention reads the ``index_topk`` best."""
+        return self.is_mla and self.index_topk > 0
+
     def attn_flops_per_pair(self, decode: bool) -> int:
         """FLOPs of one (query, key) pair of one head in one layer: ``4 head_dim`` (QK^T and
         AV); for MLA, vLLM's decode runs on the compressed KV with the up-projections absorbed
         (FlashMLA: QK^T over ``kv_lora_rank + rope``, AV over ``kv_lora_rank``) and its prefill
-        on the decompressed heads (``nope + rope`` and ``v``)."""
+        on the decompressed heads (``nope + rope`` and ``v``); sparse MLA runs both absorbed
+        (FlashMLA's sparse kernels)."""
         if self.is_mla:
-            if decode:
+            if decode or self.is_sparse_mla:
                 return 2 * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
             return 2 * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
         return 4 * self.head_dim
@@ -195,7 +207,8 @@ class ModelArch:
         DeepSeek's ``n_routed_experts`` / ``n_shared_experts`` / ``first_k_dense_replace``;
         ``num_experts_per_tok``.  MLA (a ``model_type`` vLLM treats as DeepSeek MLA, with
         ``kv_lora_rank``): ``q_lora_rank`` (absent or null: one q projection),
-        ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.  Sliding windows as vLLM 0.34
+        ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; DeepSeek sparse attention
+        (V3.2, GLM-5): ``index_topk``, ``index_n_heads``, ``index_head_dim``.  Sliding windows as vLLM 0.34
         reads them: ``sliding_window`` on the layers ``layer_types`` marks sliding, Gemma 2's
         even ones, else every layer (Mistral); none with ``use_sliding_window`` false.
 
@@ -267,6 +280,9 @@ class ModelArch:
                 if mla[field] <= 0:
                     raise ConfigError(f"{source}: field {field!r} must be positive for MLA, got "
                                       f"{mla[field]}", param="hf-config-path")
+            if d.get("index_topk"):             # vLLM's is_v32: DeepSeek sparse attention
+                mla.update(index_topk=num("index_topk"), index_n_heads=num("index_n_heads"),
+                           index_head_dim=num("index_head_dim"))
         window, sliding = _sliding_window(d, layers)
         return cls(name=name or str(top.get("_name_or_path") or ""), num_layers=layers,
                    hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,

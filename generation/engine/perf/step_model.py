@@ -227,8 +227,8 @@ class StepModel:
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
                  async_scheduling: bool = True) -> None:
-        from .hardware import (_quantization, check_tensor_parallel, expert_weight_bytes, kv_bytes_per_token,
-                               linear_weight_bytes)
+        from .hardware import (_quantization, check_tensor_parallel, expert_weight_bytes, indexer_key_bytes,
+                               kv_bytes_per_token, linear_weight_bytes)
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
@@ -278,7 +278,18 @@ class StepModel:
         # sliding-window layers read at most ``window`` tokens of a sequence's context
         self.window = arch.sliding_window if arch.sliding_layers else 0
         self.window_share = arch.sliding_layers / arch.num_layers if self.window else 0.0
-        self.kv_per_token = self.kv_bytes_per_token / gpu.bandwidth
+        # sparse MLA: each query attends ``index_topk`` tokens, chosen by an FP8 indexer that
+        # scores every cached one (its heads on every rank); dense MLA: a prefill decompresses
+        # its cached context's latents (kv_b_proj) before attending to them
+        self.topk = arch.index_topk if arch.is_sparse_mla else 0
+        index_bytes = arch.num_layers * indexer_key_bytes(arch)
+        self.indexer_per_pair = (arch.num_layers * arch.index_n_heads * arch.index_head_dim * 2
+                                 / (gpu.flops * (2.0 if gpu.fp8 else 1.0))) if self.topk else 0.0
+        self.indexer_kv_per_token = index_bytes / gpu.bandwidth
+        self.upproj_per_token = (arch.num_layers * 2 * arch.kv_lora_rank * (arch.num_heads / tp)
+                                 * (arch.qk_nope_head_dim + arch.v_head_dim) / f_lin
+                                 if arch.is_mla and not self.topk else 0.0)
+        self.kv_per_token = (self.kv_bytes_per_token - index_bytes) / gpu.bandwidth
         self.all_reduces = 2 * arch.num_layers if tp > 1 else 0
         self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.nvlink_bandwidth) if tp > 1 else 0.0
         self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
@@ -295,6 +306,9 @@ class StepModel:
         self._c_kv = self.kv_per_token / (c.eta_kv * (c.eta_kv_fa2 if self.gpu.flash_attn == 2 else 1.0))
         self._c_attn_dec = self.attn_per_pair_decode / c.eta_a
         self._c_attn_pre = self.attn_per_pair_prefill / c.eta_a
+        self._c_idx = self.indexer_per_pair / c.eta_a
+        self._c_idx_kv = self._c_kv * self.indexer_kv_per_token / self.kv_per_token if self.topk else 0.0
+        self._c_up = self.upproj_per_token / c.eta_f
         # the attention terms need their own arithmetic (_attention) for MLA or sliding windows
         self._split_attn = self.arch.is_mla or bool(self.window)
         self._comm0 = self.all_reduces * c.t_ar
@@ -371,11 +385,22 @@ class StepModel:
                    prefill_pairs: float, prefill_context: int) -> tuple[float, float]:
         """The attention's FLOP and KV-read times (seconds) of a step of an MLA or sliding-window
         model.  MLA: decode pairs at the absorbed kernel's cost, prefill pairs at the
-        decompressed heads'.  Sliding windows: the window layers' share reads at most
-        ``window`` tokens of each sequence's context and attends at most ``window`` keys per
-        query; from the step's sums that is ``min(sum, count x window)``, exact when every
-        sequence's context is on the same side of the window, else an upper bound."""
+        decompressed heads', plus the decompression of a prefill's cached context; sparse MLA:
+        the indexer over every cached token, the attention over at most ``index_topk`` of them
+        per query.  Sliding windows: the window layers' share reads at most ``window`` tokens of
+        each sequence's context and attends at most ``window`` keys per query.  From the step's
+        sums a cap is ``min(sum, count x cap)``: exact when every sequence's context is on the
+        same side of it, else an upper bound."""
         tokens = num_decode + prefill_tokens
+        extra = extra_kv = 0.0
+        k = self.topk
+        if k:
+            extra = self._c_idx * (decode_context + prefill_pairs)
+            extra_kv = self._c_idx_kv * (decode_context + prefill_context + tokens)
+            decode_context = min(decode_context, num_decode * k)
+            prefill_pairs = min(prefill_pairs, prefill_tokens * k)
+        else:
+            extra = self._c_up * prefill_context
         a = self._c_attn_dec * decode_context + self._c_attn_pre * prefill_pairs
         kv = self._c_kv * (decode_context + prefill_context + tokens)
         w = self.window
@@ -385,7 +410,7 @@ class StepModel:
             pairs = min(prefill_pairs, prefill_tokens * w)
             a = (1.0 - s) * a + s * (self._c_attn_dec * dc + self._c_attn_pre * pairs)
             kv = (1.0 - s) * kv + s * self._c_kv * (dc + min(prefill_context, num_chunks * w) + tokens)
-        return a, kv
+        return a + extra, kv + extra_kv
 
     def terms(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
               prefill_pairs: float, prefill_context: int) -> dict[str, float]:
