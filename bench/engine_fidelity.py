@@ -97,9 +97,13 @@ def select(exps: list[dict], which: str) -> list[dict]:
 
 
 def peer_records(which_set: str) -> dict:
-    """{(simulator, experiment, stage, metric): predicted} from bench/sim_to_real/peer.csv."""
+    """{(simulator, experiment, stage, metric): predicted} from bench/sim_to_real/peer.csv; empty
+    for a data folder without one (a user's own runs: README, "Fit a profile")."""
     out = {}
-    with open(os.path.join(gt.data_dir(), "peer.csv"), encoding="utf-8") as fh:
+    path = os.path.join(gt.data_dir(), "peer.csv")
+    if not os.path.exists(path):
+        return out
+    with open(path, encoding="utf-8") as fh:
         for r in csv.DictReader(fh):
             if which_set in ("any", r["set"]):
                 out[(r["simulator"], r["experiment"], r["stage"], r["metric"])] = float(r["predicted"])
