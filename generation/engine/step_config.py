@@ -85,7 +85,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     them.  Raises ConfigError naming the flag at fault."""
     from generation.config.vllm_versions import apply_version_defaults, reserve_full_isl
     from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
-    from .perf.hardware import check_max_model_len
+    from .perf.hardware import check_max_model_len, mla_block_size
     from .perf.step_model import build_step_model, default_max_cudagraph_capture_size
 
     apply_version_defaults(cfg, step=True)
@@ -105,7 +105,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     if not 0 < cfg.gpu_memory_utilization <= 1:
         raise ConfigError("gpu memory utilization must be in (0, 1]", "gpu-memory-utilization")
     quant = (cfg.quantization or "").lower()
-    bs = cfg.block_size
+    bs = cfg.block_size = mla_block_size(gpu, arch, cfg.block_size)
     default_tokens, default_seqs = batch_defaults(gpu)
     if "max-num-seqs" not in cfg.explicit:
         cfg.max_num_seqs = default_seqs

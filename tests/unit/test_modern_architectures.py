@@ -201,3 +201,20 @@ def test_dense_mla_prefill_decompresses_its_cached_context():
     warm = m.terms(0, 0, 1, 1000, 500_500, 4000)["attn_flops"]
     assert warm - cold == pytest.approx(m._c_up * 4000) and m._c_up > 0
     assert StepModel(gpu_by_name("H100"), preset(LLAMA8))._split_attn is False
+
+
+@pytest.mark.parametrize("gpu,version,block_size", [
+    ("H200", "0.15.1", 64),        # FlashMLA (SM 9.0) forces multiples of 64 over 0.15's 16
+    ("B200", "0.15.1", 128),       # CUTLASS MLA: 128
+    ("A100-80GB", "0.15.1", 16),   # Triton MLA keeps the configured size
+    ("H200", "0.34.0", 64),        # 0.34's default 64 already is one
+])
+def test_mla_backends_force_their_block_size(gpu, version, block_size):
+    tp = "16" if gpu.startswith("A100") else "8"       # DeepSeek-R1's 671 GB of FP8 weights
+    cfg = load_config(["--latency-calculator", "step", R1, "--gpu", gpu, "-tp", tp, "--vllm-version", version,
+                       "--max-model-len", "8192"], env={})
+    resolve_step_settings(cfg)
+    assert cfg.block_size == block_size
+    cfg = load_config(["--latency-calculator", "step", LLAMA8, "--gpu", gpu, "--vllm-version", version], env={})
+    resolve_step_settings(cfg)
+    assert cfg.block_size == (64 if version == "0.34.0" else 16)

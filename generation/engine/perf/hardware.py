@@ -19,7 +19,7 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
-           "routed_expert_params", "weight_bytes_per_gpu", "kv_bytes_per_token",
+           "routed_expert_params", "weight_bytes_per_gpu", "kv_bytes_per_token", "mla_block_size",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
            "QUANTIZATIONS", "GiB"]
 
@@ -210,6 +210,17 @@ def indexer_key_bytes(arch: ModelArch) -> int:
     if not arch.is_sparse_mla:
         return 0
     return arch.index_head_dim + arch.index_head_dim // 128 * 4
+
+
+def mla_block_size(gpu: GPU, arch: ModelArch, block_size: int) -> int:
+    """The KV block size vLLM runs an MLA model with (``CudaPlatform.check_and_update_config``):
+    its MLA backends force theirs, FlashMLA (SM 9.0: H100, H200) and sparse MLA a multiple of 64,
+    CUTLASS MLA (B200) of 128 ("Forcing kv cache block size to 64 for FlashMLA backend");
+    ``block_size`` unchanged for other models and GPUs (Triton MLA on the A100)."""
+    if not arch.is_mla:
+        return block_size
+    need = 64 if (gpu.flash_attn == 3 or arch.is_sparse_mla) else 128 if gpu.name == "B200" else 0
+    return need if need and block_size % need else block_size
 
 
 def check_tensor_parallel(arch: ModelArch, tp: int) -> None:
