@@ -69,7 +69,8 @@ _USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function
 def tool_choice_name(tool_choice: dict) -> str:
     """The function a ``{"type": "function", ...}`` tool_choice names, checked with vLLM 0.34's
     messages (``entrypoints/openai/chat_completion/protocol.py`` ``check_tool_usage``):
-    ``function`` not an object, no ``name`` in it, a ``name`` that is not a non-empty string.
+    ``function`` not an object, no ``name`` in it, a ``name`` that is not a non-empty string
+    (a tool's own ``function.name`` may be empty: vLLM's FunctionDefinition takes any str).
     The flat ``{"type": "function", "name"}`` of the Responses and Anthropic APIs is read too."""
     fn = tool_choice.get("function")
     if fn is None and "name" in tool_choice:
@@ -175,8 +176,8 @@ class ToolValidator:
                 raise InvalidParam(f"{p}.function: Field required (an object with name, description, "
                                f"parameters).", f"{p}.function")
             name = fn.get("name")
-            if not isinstance(name, str) or not name:
-                raise InvalidParam(f"{p}.function.name: Field required (a non-empty string).", f"{p}.function.name")
+            if not isinstance(name, str):       # vLLM's FunctionDefinition: any str, "" included
+                raise InvalidParam(f"{p}.function.name: Field required (a string).", f"{p}.function.name")
             desc = fn.get("description")
             if desc is not None and not isinstance(desc, str):
                 raise InvalidParam(f"{p}.function.description: Input should be a valid string.", f"{p}.function.description")
@@ -209,8 +210,8 @@ class ToolValidator:
         js, prefix = json_schema_part(response_format)
         if not isinstance(js, dict):
             raise InvalidParam("response_format.json_schema: Field required for type 'json_schema'.", "response_format.json_schema")
-        if not isinstance(js.get("name"), str) or not js["name"]:
-            raise InvalidParam(f"{prefix}.name: Field required (a non-empty string).", f"{prefix}.name")
+        if not isinstance(js.get("name"), str):     # vLLM's JsonSchemaResponseFormat: any str
+            raise InvalidParam(f"{prefix}.name: Field required (a string).", f"{prefix}.name")
         schema = js.get("schema")
         if schema is not None:
             self.check_schema(schema, f"{prefix}.schema", OUTPUT_SCHEMA_FAILURE)

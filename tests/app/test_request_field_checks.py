@@ -179,6 +179,22 @@ def test_bad_tool_choice_has_vllms_messages(api, tools, choice, message, param):
     assert (e["message"], e["param"]) == (message, param)
 
 
+def test_an_empty_tool_or_schema_name_is_a_string_like_any(api):
+    """vLLM 0.34's ``FunctionDefinition.name`` and ``JsonSchemaResponseFormat.name`` are plain
+    ``str`` fields: "" passes (only a forcing ``tool_choice`` checks its name is non-empty), and
+    a name that is not a string is still a 400 naming it."""
+    body = {"messages": MSG, "max_tokens": 3}
+    assert ok(api, CHAT, {**body, "tools": [{"type": "function", "function": {"name": ""}}]})
+    assert ok(api, CHAT, {**body, "response_format": {"type": "json_schema", "json_schema": {"name": "", "schema": {}}}})
+    # a required tool call to a tool named "" is one like any other
+    r = ok(api, CHAT, {**body, "tools": [{"type": "function", "function": {"name": ""}}], "tool_choice": "required"})
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == ""
+    e = err(api, CHAT, {**body, "tools": [{"type": "function", "function": {"name": 5}}]})
+    assert e["param"] == "body.tools.0.function.name" and "Input should be a valid string" in e["message"]
+    e = err(api, CHAT, {**body, "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})
+    assert e["param"] == "body.response_format.json_schema.name" and "Field required" in e["message"]
+
+
 @pytest.mark.parametrize("prompt", ["", None])
 def test_empty_prompt_has_vllms_message(api, prompt):
     e = err(api, COMPLETIONS, {"prompt": prompt})
