@@ -360,7 +360,7 @@ class StepModel:
         if self._split_attn:
             a, kv = self._attention(num_decode, decode_context, num_chunks, prefill_tokens, prefill_pairs,
                                     prefill_context)
-        else:
+        else:                                # _attention's plain case, inline on the hot path
             a = self._c_attn * (decode_context + prefill_pairs)
             kv = self._c_kv * (decode_context + prefill_context + tokens)
         if a > kv:
@@ -383,15 +383,18 @@ class StepModel:
 
     def _attention(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
                    prefill_pairs: float, prefill_context: int) -> tuple[float, float]:
-        """The attention's FLOP and KV-read times (seconds) of a step of an MLA or sliding-window
-        model.  MLA: decode pairs at the absorbed kernel's cost, prefill pairs at the
+        """The attention's FLOP and KV-read times (seconds) of a step.  MLA: decode pairs at the absorbed kernel's cost, prefill pairs at the
         decompressed heads', plus the decompression of a prefill's cached context; sparse MLA:
         the indexer over every cached token, the attention over at most ``index_topk`` of them
         per query.  Sliding windows: the window layers' share reads at most ``window`` tokens of
         each sequence's context and attends at most ``window`` keys per query.  From the step's
         sums a cap is ``min(sum, count x cap)``: exact when every sequence's context is on the
-        same side of it, else an upper bound."""
+        same side of it, else an upper bound.  Other models: one FLOP and one read term over
+        every pair and every context token (step_time inlines this case)."""
         tokens = num_decode + prefill_tokens
+        if not self._split_attn:
+            return (self._c_attn * (decode_context + prefill_pairs),
+                    self._c_kv * (decode_context + prefill_context + tokens))
         extra = extra_kv = 0.0
         k = self.topk
         if k:
@@ -419,12 +422,8 @@ class StepModel:
         padded = self.padded(tokens) if tokens else 0
         rows = num_decode + num_chunks
         w = self._w_fixed + self._w_experts * (1.0 - self._untouched ** padded)
-        if self._split_attn:
-            attn, kv = self._attention(num_decode, decode_context, num_chunks, prefill_tokens, prefill_pairs,
-                                       prefill_context)
-        else:
-            attn = self._c_attn * (decode_context + prefill_pairs)
-            kv = self._c_kv * (decode_context + prefill_context + tokens)
+        attn, kv = self._attention(num_decode, decode_context, num_chunks, prefill_tokens, prefill_pairs,
+                                   prefill_context)
         return {"fixed": self._fixed + self._t_vocab * rows, "cpu": self._t0 + self._t_seq * rows,
                 "cpu_hidden": self._hidden, "cpu_overlap": self._pc, "weights": w, "overlap": self._p,
                 "gemm_flops": self._c_lin * (padded + self._m_half) + self._c_head * rows,
