@@ -39,6 +39,7 @@ class ReplayResult:
     rejected: list = field(default_factory=list)      # TraceRequests past the context, refused
     done: Finished | None = None                      # compact: the finished requests as columns
     unfinished: list = field(default_factory=list)    # EngineRequests never finished (queued, running)
+    jit_stalls: int = 0                               # MoE kernel compiles (MoeJit), t_jit seconds each
 
     def times(self, req) -> tuple[float, float]:
         """``(first token, last token)`` of a finished request as its client saw them."""
@@ -55,7 +56,8 @@ class ReplayResult:
 
     def summary(self) -> dict:
         """TTFT, ITL, TPOT and e2e percentiles (seconds, as the clients saw them), throughput
-        (output tokens / s), preemptions, timed-out requests and the mean and peak KV usage."""
+        (output tokens / s), preemptions, timed-out requests, the mean and peak KV usage and a
+        MoE engine's kernel compiles."""
         d = self.done
         if d is not None:               # compact: the same values from the columns
             n = len(d)
@@ -86,7 +88,7 @@ class ReplayResult:
                 "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
                 "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
                 "rejected": len(self.rejected), "unfinished": len(self.unfinished),
-                "kv_usage_mean": mean, "kv_usage_peak": peak}
+                "kv_usage_mean": mean, "kv_usage_peak": peak, "moe_kernel_compiles": self.jit_stalls}
 
 
 def trace_block_hashes(tr, block_size: int) -> list | None:
@@ -468,4 +470,6 @@ class PodReplay:
         result.duration = self.now
         if self.fe is not None:
             result.frontend_busy = self.fe.busy
+        if self.jit is not None:
+            result.jit_stalls = self.jit.stalls
         return result

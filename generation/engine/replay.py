@@ -314,6 +314,11 @@ def main(argv=None) -> int:
         for k in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):
             print(f"  {k[:-2].upper():5s} {ms(s[k])}")
         print(f"  KV usage mean {100 * s['kv_usage_mean']:.1f} %, peak {100 * s['kv_usage_peak']:.1f} %")
+        if result.jit_stalls:      # a MoE engine's warm-up: they own a short replay's TTFT tail
+            t_jit = settings.step_time.constants.t_jit
+            print(f"  MoE kernel compiles: {result.jit_stalls} of {1000 * t_jit:.0f} ms, at the first eager step of "
+                  f"each fused-MoE kernel variant start-up did not compile (vLLM's Triton JIT; README: Fidelity); "
+                  f"they hold every request in flight then")
     try:
         if args.per_request:
             records = per_request_records(result)

@@ -49,11 +49,15 @@ class StepSettings:
         return self.kv_tokens / per if per else 0.0
 
     def _pauses(self) -> str:
-        """``, engine pauses 0.2/s x 25 ms`` when the profile has them (EnginePauses), else ""."""
+        """``, engine pauses 0.2/s x 25 ms`` when the profile has them (EnginePauses), and for a
+        MoE model its kernel compiles' stall (MoeJit), else ""."""
         c = getattr(self.step_time, "constants", None)       # None: a legacy step-time model
         if c is None or not (c.pause_rate > 0 and c.t_pause > 0):
             return ""
-        return f", engine pauses {c.pause_rate:g}/s x {1000 * c.t_pause:g} ms"
+        note = f", engine pauses {c.pause_rate:g}/s x {1000 * c.t_pause:g} ms"
+        if self.arch.is_moe and c.t_jit > 0:         # a MoE engine's warm-up owns its first TTFTs
+            note += f", MoE kernel compiles {1000 * c.t_jit:g} ms at each new eager variant"
+        return note
 
     def summary(self, max_model_len: int) -> list[str]:
         return [f"step engine: gpu={self.gpu.name} model={self.arch.name} ({self.arch_source}) "

@@ -364,6 +364,10 @@ def test_the_banner_names_the_profile_the_step_time_uses():
                                          "engine pauses 0.2/s x 25 ms")
     golden = os.path.join(os.path.dirname(__file__), "..", "fixtures", "perf", "h100-golden.json")
     assert last_line("--gpu", "H100", "--step-time-profile", golden) == f"step time: profile {golden}"
+    # a MoE engine's warm-up stalls are named with the model (they own its first requests' TTFT)
+    assert last_line("mistralai/Mixtral-8x7B-v0.1", "-tp", "2") == (
+        "step time: profile h100.json, engine pauses 0.2/s x 25 ms, MoE kernel compiles 750 ms at each new "
+        "eager variant")
 
 
 def test_moe_kernel_variants_follow_the_tuned_config_keys_and_triton_divisibility():

@@ -71,10 +71,10 @@ class MoeJit:
     variants).  ``tiles`` (:func:`moe_tile_table`, None: one kernel per key) tells which token
     counts share a compiled kernel.
 
-    ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step).  One object
-    per engine: each pod of a fleet compiles its own."""
+    ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step); ``stalls``
+    counts the compiles so far.  One object per engine: each pod of a fleet compiles its own."""
 
-    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled", "tiles")
+    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled", "tiles", "stalls")
 
     def __init__(self, t_jit: float, experts_per_token: int, num_experts: int, graph_sizes: list[int],
                  max_num_batched_tokens: int, tiles: dict[int, tuple] | None = None):
@@ -82,6 +82,7 @@ class MoeJit:
         self.max_graph = graph_sizes[-1] if graph_sizes else 0
         self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts, tiles)
                          for n in (*graph_sizes, max_num_batched_tokens) if n > 0}
+        self.stalls = 0             # compiles so far (each t_jit seconds)
 
     def stall(self, tokens: int) -> float:
         if tokens <= self.max_graph:
@@ -90,6 +91,7 @@ class MoeJit:
         if v in self.compiled:
             return 0.0
         self.compiled.add(v)
+        self.stalls += 1
         return self.t_jit
 
 
