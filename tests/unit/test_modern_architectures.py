@@ -229,3 +229,13 @@ def test_qwen3_moe_compiles_by_vllms_tuned_tiles_on_the_h100():
     assert moe_kernel_variant(2048, 8, 128, tiles) == moe_kernel_variant(4000, 8, 128, tiles)
     m = StepModel(gpu_by_name("H100"), _shipped("qwen3-30b-a3b"))
     assert m.moe_jit(8192).tiles == tiles
+
+
+def test_kv_cache_memory_bytes_sizes_a_hybrid_pool_alike():
+    cfg = load_config(["--latency-calculator", "step", OSS120, "--gpu", "H100", "--max-model-len", "32768",
+                       "--kv-cache-memory-bytes", "8G"], env={})
+    s = resolve_step_settings(cfg)
+    a = preset(OSS120)
+    page = 64 * kv_bytes_per_token(a) // 36
+    assert s.num_gpu_blocks == hybrid_kv_tokens(a, 8 * GiB, page, 64, 32768, 8192) // 64 == 2898
+    assert s.num_gpu_blocks * 64 > 8 * GiB // kv_bytes_per_token(a)     # more than every layer as full
