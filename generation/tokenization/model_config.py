@@ -51,6 +51,11 @@ _DEEPSEEK_V3 = _cfg(61, 7168, 128, 128, 18432, 129280, 163840, model_type="deeps
                     quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]})
 
+# DeepSeek sparse attention: V3's weights and a lightning indexer (64 heads of 128) that picks
+# 2,048 cached tokens per query
+_DEEPSEEK_V32 = {**_DEEPSEEK_V3, "model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64,
+                 "index_head_dim": 128}
+
 
 def _gpt_oss(layers: int, experts: int) -> dict:
     return _cfg(layers, 2880, 64, 8, 2880, 201088, 131072, head_dim=64, model_type="gpt_oss",
@@ -107,6 +112,8 @@ PRESETS: dict[str, dict] = {
     "deepseek-ai/DeepSeek-V3-0324": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1-0528": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-V3.2-Exp": _DEEPSEEK_V32,
+    "deepseek-ai/DeepSeek-V3.2": _DEEPSEEK_V32,
     # MXFP4 experts, every other layer a 128-token sliding window
     "openai/gpt-oss-120b": _gpt_oss(36, 128),
     "openai/gpt-oss-20b": _gpt_oss(24, 32),
@@ -115,7 +122,8 @@ PRESETS: dict[str, dict] = {
 _PRESET_CLASSES = (("meta-llama/", "LlamaForCausalLM"), ("codellama/", "LlamaForCausalLM"),
                    ("Qwen/Qwen2.5-", "Qwen2ForCausalLM"), ("Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM"),
                    ("Qwen/Qwen3-", "Qwen3ForCausalLM"), ("mistralai/Mistral-", "MistralForCausalLM"),
-                   ("mistralai/Mixtral-", "MixtralForCausalLM"), ("deepseek-ai/", "DeepseekV3ForCausalLM"),
+                   ("mistralai/Mixtral-", "MixtralForCausalLM"), ("deepseek-ai/DeepSeek-V3.2", "DeepseekV32ForCausalLM"),
+                   ("deepseek-ai/", "DeepseekV3ForCausalLM"),
                    ("openai/gpt-oss-", "GptOssForCausalLM"))
 PRESETS = {name: {**fields, "architectures": [next(c for p, c in _PRESET_CLASSES if name.startswith(p))]}
            for name, fields in PRESETS.items()}

@@ -42,6 +42,10 @@ def test_mla_kv_is_one_latent_per_token_and_layer_on_every_rank():
     assert kv_bytes_per_token(a) == 61 * 576 * 2 == 70_272
     assert kv_bytes_per_token(a, "auto", 8) == 70_272          # not split by tensor parallelism
     assert kv_bytes_per_token(a, "fp8", 8) == 35_136
+    # V3.2: the same latent and an indexer key beside it; fp8 as vLLM's fp8_ds_mla
+    v32 = preset("deepseek-ai/DeepSeek-V3.2-Exp")
+    assert v32.is_sparse_mla and (v32.index_topk, v32.index_n_heads, v32.index_head_dim) == (2048, 64, 128)
+    assert kv_bytes_per_token(v32) == 61 * (1152 + 132) and kv_bytes_per_token(v32, "fp8", 8) == 61 * (656 + 132)
 
 
 def test_mla_attention_costs_per_pair_differ_for_decode_and_prefill():
