@@ -243,3 +243,23 @@ def test_kv_cache_memory_bytes_sizes_a_hybrid_pool_alike():
     page = 64 * kv_bytes_per_token(a) // 36
     assert s.num_gpu_blocks == hybrid_kv_tokens(a, 8 * GiB, page, 64, 32768, 8192) // 64 == 2898
     assert s.num_gpu_blocks * 64 > 8 * GiB // kv_bytes_per_token(a)     # more than every layer as full
+
+
+# ---- NVFP4 (ModelOpt / compressed-tensors) --------------------------------------------------------
+def test_nvfp4_checkpoints_read_as_such_and_run_w4a4_on_the_b200_only():
+    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 128256}
+    modelopt = ModelArch.from_hf_config({**cfg, "quantization_config": {"quant_method": "modelopt",
+                                                                         "quant_algo": "NVFP4"}})
+    ct = ModelArch.from_hf_config({**cfg, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+        "group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}}}})
+    fp8 = ModelArch.from_hf_config({**cfg, "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}})
+    assert (modelopt.quantization, ct.quantization, fp8.quantization) == ("nvfp4", "nvfp4", "fp8")
+    assert linear_weight_bytes(modelopt) == 0.5 + 1 / 16
+    b200 = StepModel(gpu_by_name("B200"), modelopt)
+    h100 = StepModel(gpu_by_name("H100"), modelopt)
+    bf16 = StepModel(gpu_by_name("B200"), preset(LLAMA8))
+    assert b200.flops_per_token == pytest.approx(bf16.flops_per_token / 4)      # FP4 tensor cores
+    assert h100.flops_per_token == pytest.approx(2.0 * modelopt.n_lin / gpu_by_name("H100").flops)  # Marlin
+    assert (b200.fp8_layers, h100.fp8_layers) == (32, 0)          # activations quantized each step on the B200
+    assert b200.bytes_fixed == pytest.approx(modelopt.n_lin * 0.5625 + modelopt.n_head * 2)

@@ -21,7 +21,7 @@ __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
            "routed_expert_params", "weight_bytes_per_gpu", "kv_bytes_per_token", "mla_block_size",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
-           "QUANTIZATIONS", "GiB"]
+           "QUANTIZATIONS", "FP4_METHODS", "GiB"]
 
 GiB = 1 << 30
 
@@ -38,7 +38,9 @@ class GPU:
     vLLM runs FP8 weight-only and only the bytes halve); ``flash_attn``: the FlashAttention
     version vLLM's default attention backend runs there (``fa_utils.get_flash_attn_version``,
     0.15.1 and 0.34 alike: 3 on SM 9.0, 2 on SM 8.x; 0: another backend, FlashInfer on SM 10.0,
-    ROCm's on the MI300X), whose decode kernel reads the KV cache at an efficiency of its own."""
+    ROCm's on the MI300X), whose decode kernel reads the KV cache at an efficiency of its own;
+    ``fp4``: native FP4 tensor cores (NVFP4 weights and activations at 4x ``flops``; without
+    them vLLM runs NVFP4 weight-only)."""
 
     name: str
     flops: float
@@ -47,6 +49,7 @@ class GPU:
     nvlink_bandwidth: float
     fp8: bool = True
     flash_attn: int = 3
+    fp4: bool = False
 
     @property
     def memory_gib(self) -> float:
@@ -71,7 +74,7 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("A100-40GB", 312e12, 1.555e12, _gib(39.39), 300e9, fp8=False, flash_attn=2),
     GPU("L40S", 362e12, 0.864e12, _gib(44.4), 32e9, flash_attn=2),
     GPU("MI300X", 1307.4e12, 5.3e12, _gib(191.5), 448e9, flash_attn=0),
-    GPU("B200", 2250e12, 8.0e12, _gib(178.4), 900e9, flash_attn=0),
+    GPU("B200", 2250e12, 8.0e12, _gib(178.4), 900e9, flash_attn=0, fp4=True),
 )}
 _ALIASES = {"h100-sxm": "H100", "h100-80gb": "H100", "h100-sxm5": "H100", "h100-sxm-80gb": "H100",
             "h200-sxm": "H200", "h200-141gb": "H200", "a100": "A100-80GB",
@@ -106,10 +109,14 @@ def batch_defaults(gpu: GPU) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------
 # Bytes per linear weight for --quantization ("" = the checkpoint's own, else the model dtype).
 # 4-bit: 0.5 byte plus one FP16 scale per group of 128; MXFP4: 4 bits plus one 8-bit shared
-# exponent per block of 32 (OCP microscaling), on the MoE experts only.
+# exponent per block of 32 (OCP microscaling), on the MoE experts only; NVFP4: 4 bits plus an
+# FP8 scale per 16.
 QUANTIZATIONS = {"fp8": 1.0, "fbgemm_fp8": 1.0, "awq": 0.5 + 2 / 128, "gptq": 0.5 + 2 / 128,
                  "awq_marlin": 0.5 + 2 / 128, "gptq_marlin": 0.5 + 2 / 128, "int4": 0.5 + 2 / 128,
-                 "mxfp4": 0.5 + 1 / 32}
+                 "mxfp4": 0.5 + 1 / 32, "nvfp4": 0.5 + 1 / 16, "modelopt_fp4": 0.5 + 1 / 16}
+# 4-bit floats with an FP8 scale per 16 (NVFP4): W4A4 on FP4 tensor cores (4x BF16's FLOP/s on
+# the B200), weight-only elsewhere (Marlin, at BF16's)
+FP4_METHODS = frozenset({"nvfp4", "modelopt_fp4"})
 # methods that quantize the routed experts alone: gpt-oss's checkpoints keep attention, the
 # router, the embedding and the lm_head in BF16 (their ``modules_to_not_convert``), and vLLM's
 # Mxfp4MoEMethod runs the experts weight-only (dequantized to BF16 in the GEMM) on Hopper

@@ -312,12 +312,15 @@ def _sliding_window(d: dict, layers: int) -> tuple[int, int]:
 
 
 def _checkpoint_quantization(qc: Any) -> str:
-    """``"fp8"`` / ``"int4"`` / ``""`` from a config's ``quantization_config`` (as vLLM detects a
-    pre-quantized checkpoint): fp8 / fbgemm_fp8 / modelopt FP8, AWQ / GPTQ 4-bit, and
-    compressed-tensors by its weights' ``num_bits`` and ``type``."""
+    """``"fp8"`` / ``"int4"`` / ``"nvfp4"`` / ``"mxfp4"`` / ``""`` from a config's
+    ``quantization_config`` (as vLLM detects a pre-quantized checkpoint): fp8 / fbgemm_fp8 /
+    modelopt FP8, ModelOpt NVFP4, AWQ / GPTQ 4-bit, gpt-oss's MXFP4, and compressed-tensors by
+    its weights' ``num_bits`` and ``type``."""
     if not isinstance(qc, dict):
         return ""
     method = str(qc.get("quant_method") or "").lower()
+    if method in ("modelopt", "modelopt_fp4") and "FP4" in str(qc.get("quant_algo") or "").upper():
+        return "nvfp4"                  # ModelOpt's NVFP4 (vLLM's modelopt_fp4)
     if method in ("fp8", "fbgemm_fp8", "modelopt", "ptpc_fp8"):
         return "fp8"
     if method == "mxfp4":               # gpt-oss: the experts only (modules_to_not_convert)
@@ -331,6 +334,8 @@ def _checkpoint_quantization(qc: Any) -> str:
                 return "fp8"
             if w.get("num_bits") == 4 and w.get("type") == "int":
                 return "int4"
+            if w.get("num_bits") == 4 and w.get("type") == "float":
+                return "nvfp4"
     return ""
 
 

@@ -227,8 +227,8 @@ class StepModel:
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
                  async_scheduling: bool = True) -> None:
-        from .hardware import (_quantization, check_tensor_parallel, expert_weight_bytes, indexer_key_bytes,
-                               kv_bytes_per_token, linear_weight_bytes)
+        from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, expert_weight_bytes,
+                               indexer_key_bytes, kv_bytes_per_token, linear_weight_bytes)
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
@@ -242,13 +242,16 @@ class StepModel:
         # padded(n) for n <= max_graph, looked up (a replay's every step asks)
         self._pad = [0] + [self.padded(n) for n in range(1, self.max_graph + 1)]
         lin_bytes = linear_weight_bytes(arch, quantization)
-        self.quantized = bool(_quantization(arch, quantization))
+        method = _quantization(arch, quantization)
+        self.quantized = bool(method)
+        # NVFP4 on FP4 tensor cores: W4A4 at 4x; elsewhere weight-only (Marlin) at BF16's rate
+        fp4 = method in FP4_METHODS and gpu.fp4
         if lin_bytes == 1.0:        # FP8 tensor cores double the FLOP/s; without them (A100)
             # vLLM runs FP8 weight-only (Marlin), dequantizing in the GEMM: slower than BF16 once
             # compute-bound
             f_lin = gpu.flops * (2.0 if gpu.fp8 else FP8_WEIGHT_ONLY_FLOPS)
         else:
-            f_lin = gpu.flops
+            f_lin = gpu.flops * (4.0 if fp4 else 1.0)
         rep = arch.replicated_params * (tp - 1) / tp        # held and run whole on every rank
         n_lin, n_head = arch.n_lin / tp + rep, arch.n_head / tp
         head_bytes = n_head * arch.dtype_bytes
@@ -265,7 +268,8 @@ class StepModel:
             self.bytes_experts = 0.0
             self._untouched = 1.0
         self.moe_layers = moe_layers
-        self.fp8_layers = arch.num_layers if (lin_bytes == 1.0 and gpu.fp8) else 0
+        # layers that quantize their activations each step (W8A8, W4A4)
+        self.fp8_layers = arch.num_layers if ((lin_bytes == 1.0 and gpu.fp8) or fp4) else 0
         self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
         self.flops_per_row = 2.0 * n_head / gpu.flops       # the lm_head, per sampled row
         self.attn_per_pair = 4.0 * arch.num_layers * (arch.num_heads / tp) * arch.head_dim / gpu.flops
