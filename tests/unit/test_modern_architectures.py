@@ -224,17 +224,6 @@ def test_mla_backends_force_their_block_size(gpu, version, block_size):
     assert cfg.block_size == (64 if version == "0.34.0" else 16)
 
 
-def test_qwen3_moe_compiles_by_vllms_tuned_tiles_on_the_h100():
-    """vLLM's tuned table for 128 experts of 768 columns (Qwen3-30B-A3B at TP 1) tells which
-    eager steps share a compiled fused-MoE kernel: 1,536-4,096 rows one tile."""
-    from generation.engine.perf.step_model import moe_kernel_variant, moe_tile_table
-    tiles = moe_tile_table("H100", 128, 768)
-    assert tiles[4096] == (128, 256, 64, 1, 8, 4) and tiles[1] == (16, 32, 64, 1, 4, 4)
-    assert moe_kernel_variant(2048, 8, 128, tiles) == moe_kernel_variant(4000, 8, 128, tiles)
-    m = StepModel(gpu_by_name("H100"), _shipped("qwen3-30b-a3b"))
-    assert m.moe_jit(8192).tiles == tiles
-
-
 def test_kv_cache_memory_bytes_sizes_a_hybrid_pool_alike():
     cfg = load_config(["--latency-calculator", "step", OSS120, "--gpu", "H100", "--max-model-len", "32768",
                        "--kv-cache-memory-bytes", "8G"], env={})
