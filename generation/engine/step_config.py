@@ -87,7 +87,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     ``cfg`` (``block_size``, ``gpu_memory_utilization``, ``max_num_seqs``,
     ``max_num_batched_tokens``, ``kv_cache_size``) so that metrics and the start-up summary show
     them.  Raises ConfigError naming the flag at fault."""
-    from generation.config.vllm_versions import apply_version_defaults, reserve_full_isl
+    from generation.config.vllm_versions import apply_version_defaults, parse_version, reserve_full_isl
     from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
     from .perf.hardware import check_max_model_len, hybrid_kv_tokens, mla_block_size
     from .perf.step_model import build_step_model, default_max_cudagraph_capture_size
@@ -165,6 +165,7 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None)
                                  or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False)
+    step_time.vllm_version = parse_version(cfg.vllm_version) if cfg.vllm_version else step_time.vllm_version
     cfg.kv_cache_size = blocks
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
                         step_time, enable_prefix_caching=cfg.enable_prefix_caching, enable_chunked_prefill=chunked,

@@ -252,3 +252,18 @@ def test_nvfp4_checkpoints_read_as_such_and_run_w4a4_on_the_b200_only():
     assert h100.flops_per_token == pytest.approx(2.0 * modelopt.n_lin / gpu_by_name("H100").flops)  # Marlin
     assert (b200.fp8_layers, h100.fp8_layers) == (32, 0)          # activations quantized each step on the B200
     assert b200.bytes_fixed == pytest.approx(modelopt.n_lin * 0.5625 + modelopt.n_head * 2)
+
+
+def test_moe_models_without_a_tuned_table_compile_vllms_default_tiles():
+    """No tuned fused-MoE table ships for these (vLLM has none for Qwen3-30B-A3B on an H100, and
+    the FP8 ones carry a dtype suffix): an eager step compiles only where vLLM's default tile or
+    Triton's divisibility specialization differs from what start-up compiled."""
+    m = StepModel(gpu_by_name("H100"), _shipped("qwen3-30b-a3b"))      # CUDA graphs up to 512 rows
+    for version in ((0, 15, 1), (0, 34, 0)):
+        m.vllm_version = version
+        jit = m.moe_jit(8192)
+        assert jit.tiles is None and jit.stall(600) == 0.0      # the profile run's tile and specialization
+        assert jit.stall(601) == m.constants.t_jit                # 4,808 valid rows: not a multiple of 16
+        assert jit.stall(603) == 0.0                              # that variant, compiled once
+    glm = StepModel(gpu_by_name("H200"), _shipped("glm-5.2-fp8"), tp=8)
+    assert glm.arch.weight_block == 128 and glm.moe_jit(8192).stall(1000) == 0.0   # one block-FP8 tile

@@ -406,8 +406,29 @@ def test_moe_keys_with_the_same_tuned_tile_share_one_compiled_kernel():
     # the profile run (2,048 rows) compiled the tile that 1,281-3,583 rows share at TP4, not at TP2
     assert model(MIXTRAL, tp=4, constants=c).moe_jit(2048).stall(1296) == 0.0
     assert model(MIXTRAL, tp=2, constants=c).moe_jit(2048).stall(1296) == 0.9
-    # quantized weights have other tuned files (a dtype suffix): each key stays a kernel of its own
-    assert model(MIXTRAL, tp=4, constants=c, quantization="fp8").moe_jit(2048).stall(1296) == 0.9
+    # quantized weights have other tuned files (a dtype suffix), not shipped here: vLLM's default
+    # tiles, which at 0.34 give 1,296 and 2,048 rows one tile (BLOCK_SIZE_M 128); at 0.15.1 too
+    fp8 = model(MIXTRAL, tp=4, constants=c, quantization="fp8")
+    assert fp8.moe_jit(2048).stall(1296) == 0.0 and fp8.moe_jit(2048).stall(1000) == 0.9
+    fp8.vllm_version = (0, 15, 1)
+    assert fp8.moe_jit(2048).stall(1296) == 0.0 and fp8.moe_jit(2048).stall(1000) == 0.0
+
+
+def test_vllms_default_moe_tiles_by_release():
+    """vLLM's get_default_config, read from its wheels: before 0.17 two tiles (rows <= experts or
+    not) and one for block-quantized FP8; from 0.17 tiles that grow with the batch."""
+    from generation.engine.perf.stalls import default_moe_tile
+    old = (0, 15, 1)
+    assert default_moe_tile(8, 64, old) == (16, 32, 64, 1, None, None)
+    assert default_moe_tile(300, 64, old) == default_moe_tile(4000, 64, old) == (64, 64, 32, 8, None, None)
+    assert default_moe_tile(300, 256, old, True, True) == default_moe_tile(4000, 256, old, True, True)
+    assert default_moe_tile(300, 64) == (64, 128, 64, 1, 8, 3)
+    assert default_moe_tile(600, 64) == (128, 128, 64, 1, 8, 3)
+    assert default_moe_tile(600, 64, fp8=True) == (128, 128, 128, 1, 8, 3)
+    assert default_moe_tile(2048, 8) == (128, 128, 64, 16, 8, 3)       # over 128 rows an expert
+    assert default_moe_tile(32, 64) == (16, 64, 128, 1, 4, 4)
+    assert default_moe_tile(300, 256, fp8=True, block_quant=True) == (64, 128, 128, 32, 4, 3)
+    assert default_moe_tile(16, 256, fp8=True, block_quant=True) == (16, 128, 128, 1, 4, 3)
 
 
 def test_a_replay_pays_the_moe_compile_stall_on_its_first_eager_prefill():

@@ -342,6 +342,7 @@ def build(exp: dict, constants=None, path: str | None = None):
     # the server's CUDA graphs (vLLM's default: twice max_num_seqs), with these constants
     model = StepModel(settings.gpu, settings.arch, tp=exp["tp"], quantization=quant, constants=constants,
                       max_cudagraph_capture_size=settings.step_time.max_graph)
+    model.vllm_version = settings.step_time.vllm_version        # its kernels' defaults (MoE tiles)
     return cfg, settings, model
 
 

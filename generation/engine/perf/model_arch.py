@@ -69,6 +69,7 @@ class ModelArch:
     shared_expert_intermediate_size: int = 0
     dense_layers: int = 0
     quantization: str = ""
+    weight_block: int = 0               # the checkpoint's FP8 weight_block_size (128: DeepSeek-V3); 0: none
     # MLA (vLLM's ``is_deepseek_mla``): the compressed KV's rank and the heads' parts; 0 without
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
@@ -292,6 +293,7 @@ class ModelArch:
                    num_experts=experts, experts_per_token=per_tok, moe_intermediate_size=moe_inter,
                    shared_expert_intermediate_size=shared, dense_layers=dense_layers,
                    quantization=_checkpoint_quantization(d.get("quantization_config")),
+                   weight_block=_weight_block(d.get("quantization_config")),
                    sliding_window=window, sliding_layers=sliding, **mla)
 
 
@@ -309,6 +311,12 @@ def _sliding_window(d: dict, layers: int) -> tuple[int, int]:
     else:
         n = layers
     return (w, n) if n else (0, 0)
+
+
+def _weight_block(qc: Any) -> int:
+    """The first side of a checkpoint's ``weight_block_size`` (block-wise FP8: 128), 0 without."""
+    b = qc.get("weight_block_size") if isinstance(qc, dict) else None
+    return b[0] if isinstance(b, list) and b and isinstance(b[0], int) and not isinstance(b[0], bool) and b[0] > 0 else 0
 
 
 def _checkpoint_quantization(qc: Any) -> str:

@@ -36,8 +36,35 @@ def moe_tile_table(gpu_name: str, num_experts: int, n: int) -> dict[int, tuple] 
     return {int(k): tuple(v) for k, v in table.items()} if table else None
 
 
+# vLLM 0.17 replaced get_default_config's two tiles (M <= E or not) with batch-scaled ones
+MOE_BUCKETED_DEFAULTS_FROM = (0, 17, 0)
+
+
+def default_moe_tile(tokens: int, num_experts: int, version: tuple = (0, 34, 0), fp8: bool = False,
+                     block_quant: bool = False) -> tuple:
+    """The tile vLLM's ``get_default_config`` (``fused_moe.py``) gives a step of ``tokens`` rows
+    where no tuned table exists: ``(BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M,
+    num_warps, num_stages)`` (None: the kernel's default), read from the 0.15.1, 0.16, 0.17, 0.19,
+    0.25 and 0.34 wheels.  Before 0.17: a small tile for ``tokens <= num_experts``, one large
+    tile above; ``block_quant`` (FP8 weights in 128 x 128 blocks): one tile.  From 0.17: tiles
+    that grow with the batch (BLOCK_SIZE_M 16 / 32 / 64 / 128 at 32 / 96 / 512 rows, ...);
+    ``fp8``: per-tensor FP8, its wider K tile.  (0.34's block-quant N tile of 64 below 9 rows,
+    whose release was not pinned, is left out: such steps run in CUDA graphs and never compile
+    at run time.)"""
+    m, e = tokens, num_experts
+    if version < MOE_BUCKETED_DEFAULTS_FROM:
+        if block_quant:
+            return (64, 128, 128, 32, 4, 3)
+        return (16, 32, 64, 1, None, None) if m <= e else (64, 64, 32, 8, None, None)
+    if block_quant:
+        return (16 if m <= 64 else 64, 128, 128, 1 if m <= 16 else 32, 4, 3)
+    bm = 16 if m <= 32 else 32 if m <= 96 else 64 if m <= 512 else 128
+    return (bm, 64 if m <= 64 else 128, 128 if fp8 or m <= 64 else 64, 16 if m // max(e, 1) > 128 else 1,
+            4 if m <= 128 else 8, 4 if m <= 32 else 3)
+
+
 def moe_kernel_variant(tokens: int, experts_per_token: int, num_experts: int,
-                       tiles: dict[int, tuple] | None = None) -> tuple:
+                       tiles: dict[int, tuple] | None = None, default=None) -> tuple:
     """The Triton fused-MoE kernel variant a step of ``tokens`` rows runs: the tile config of
     the nearest M key (vLLM's ``try_get_optimal_moe_config``; a tie takes the smaller), and
     whether ``num_valid_tokens`` (``tokens x top_k``) and ``EM`` (the sorted ids' length,
@@ -46,14 +73,19 @@ def moe_kernel_variant(tokens: int, experts_per_token: int, num_experts: int,
 
     ``tiles`` (:func:`moe_tile_table`): the tuned configs, so that keys with the same tile share
     one compiled kernel (GROUP_SIZE_M, the warps and the stages are compile-time constants too);
-    without it each key of :data:`MOE_CONFIG_KEYS` is a kernel of its own, BLOCK_SIZE_M 64."""
+    without them ``default`` (``tokens -> tile``: :func:`default_moe_tile` for the engine's release
+    and weights) gives vLLM's default tile; without either each key of :data:`MOE_CONFIG_KEYS` is
+    a kernel of its own, BLOCK_SIZE_M 64."""
     valid = tokens * experts_per_token
     if tiles:
         key = min(tiles, key=lambda k: (abs(k - tokens), k))
         tile = tiles[key]
-        return tile, valid % 16 == 0, (valid + num_experts * (tile[0] - 1)) % 16 == 0
-    key = min(MOE_CONFIG_KEYS, key=lambda k: abs(k - tokens))
-    return key, valid % 16 == 0, (valid + num_experts * 63) % 16 == 0
+    elif default is not None:
+        tile = default(tokens)
+    else:
+        key = min(MOE_CONFIG_KEYS, key=lambda k: abs(k - tokens))
+        return key, valid % 16 == 0, (valid + num_experts * 63) % 16 == 0
+    return tile, valid % 16 == 0, (valid + num_experts * (tile[0] - 1)) % 16 == 0
 
 
 class MoeJit:
@@ -74,20 +106,21 @@ class MoeJit:
     ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step); ``stalls``
     counts the compiles so far.  One object per engine: each pod of a fleet compiles its own."""
 
-    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled", "tiles", "stalls")
+    __slots__ = ("t_jit", "top_k", "experts", "max_graph", "compiled", "tiles", "stalls", "default")
 
     def __init__(self, t_jit: float, experts_per_token: int, num_experts: int, graph_sizes: list[int],
-                 max_num_batched_tokens: int, tiles: dict[int, tuple] | None = None):
+                 max_num_batched_tokens: int, tiles: dict[int, tuple] | None = None, default=None):
         self.t_jit, self.top_k, self.experts, self.tiles = t_jit, experts_per_token, num_experts, tiles
+        self.default = default
         self.max_graph = graph_sizes[-1] if graph_sizes else 0
-        self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts, tiles)
+        self.compiled = {moe_kernel_variant(n, experts_per_token, num_experts, tiles, default)
                          for n in (*graph_sizes, max_num_batched_tokens) if n > 0}
         self.stalls = 0             # compiles so far (each t_jit seconds)
 
     def stall(self, tokens: int) -> float:
         if tokens <= self.max_graph:
             return 0.0
-        v = moe_kernel_variant(tokens, self.top_k, self.experts, self.tiles)
+        v = moe_kernel_variant(tokens, self.top_k, self.experts, self.tiles, self.default)
         if v in self.compiled:
             return 0.0
         self.compiled.add(v)

@@ -54,6 +54,7 @@ The constants (:class:`PerfConstants`) come from a profile per GPU in ``profiles
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import os
@@ -62,7 +63,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from generation.config.values import ConfigError, parse_duration
 
 # the engine's stalls, built here from the constants (tests and callers import them from here too)
-from .stalls import MOE_CONFIG_KEYS, EnginePauses, MoeJit, moe_kernel_variant, moe_tile_table  # noqa: F401
+from .stalls import (MOE_CONFIG_KEYS, EnginePauses, MoeJit, default_moe_tile, moe_kernel_variant,  # noqa: F401
+                     moe_tile_table)
 
 PROFILE_DIR = os.path.join(os.path.dirname(__file__), "profiles")
 PCIE_BANDWIDTH = 25e9           # B/s: a CPU KV tier's reload (PCIe 4.0/5.0 x16, achieved)
@@ -222,6 +224,7 @@ class StepModel:
     ConfigError for an invalid tp or dtype.  ``step_time`` is plain float arithmetic (~2 us)."""
 
     profile_source = ""     # the profile's file, as the start-up banner names it (build_step_model)
+    vllm_version = (0, 34, 0)   # the release whose kernels' defaults apply (resolve_step_settings sets it)
 
     def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
@@ -244,6 +247,7 @@ class StepModel:
         lin_bytes = linear_weight_bytes(arch, quantization)
         method = _quantization(arch, quantization)
         self.quantized = bool(method)
+        self.fp8_weights = lin_bytes == 1.0
         # NVFP4 on FP4 tensor cores: W4A4 at 4x; elsewhere weight-only (Marlin) at BF16's rate
         fp4 = method in FP4_METHODS and gpu.fp4
         if lin_bytes == 1.0:        # FP8 tensor cores double the FLOP/s; without them (A100)
@@ -450,11 +454,15 @@ class StepModel:
         if not (self.moe_layers and c.t_jit > 0):
             return None
         arch = self.arch
-        # vLLM's tuned tiles exist for unquantized weights (no dtype suffix in the file name)
+        # vLLM's tuned tiles exist for unquantized weights (no dtype suffix in the file name);
+        # elsewhere its default tiles, which changed with the release
         tiles = (moe_tile_table(self.gpu.name, arch.num_experts, arch.moe_intermediate_size // self.tp)
                  if not self.quantized else None)
+        fp8 = self.fp8_weights
+        default = functools.partial(default_moe_tile, num_experts=arch.num_experts, version=self.vllm_version,
+                                    fp8=fp8, block_quant=fp8 and arch.weight_block > 0)
         return MoeJit(c.t_jit, arch.experts_per_token, arch.num_experts, self.graph_sizes,
-                      max_num_batched_tokens, tiles)
+                      max_num_batched_tokens, tiles, default)
 
     def frontend_time(self) -> float:
         """The fixed frontend latency a request's first token carries (in + out), seconds."""
