@@ -51,6 +51,11 @@ _DEEPSEEK_V3 = _cfg(61, 7168, 128, 128, 18432, 129280, 163840, model_type="deeps
                     quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]})
 
+# MLA without q_lora_rank, 64 routed experts and 2 shared (bench/sim_to_real/model_configs)
+_DEEPSEEK_V2_LITE = _cfg(27, 2048, 16, 16, 10944, 102400, 163840, model_type="deepseek_v2", n_routed_experts=64,
+                         num_experts_per_tok=6, moe_intermediate_size=1408, n_shared_experts=2,
+                         first_k_dense_replace=1, kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=128,
+                         qk_rope_head_dim=64, v_head_dim=128)
 # DeepSeek sparse attention: V3's weights and a lightning indexer (64 heads of 128) that picks
 # 2,048 cached tokens per query
 _DEEPSEEK_V32 = {**_DEEPSEEK_V3, "model_type": "deepseek_v32", "index_topk": 2048, "index_n_heads": 64,
@@ -112,6 +117,8 @@ PRESETS: dict[str, dict] = {
     "deepseek-ai/DeepSeek-V3-0324": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1-0528": _DEEPSEEK_V3,
+    "deepseek-ai/DeepSeek-V2-Lite": _DEEPSEEK_V2_LITE,
+    "deepseek-ai/DeepSeek-V2-Lite-Chat": _DEEPSEEK_V2_LITE,
     "deepseek-ai/DeepSeek-V3.2-Exp": _DEEPSEEK_V32,
     "deepseek-ai/DeepSeek-V3.2": _DEEPSEEK_V32,
     # MXFP4 experts, every other layer a 128-token sliding window
@@ -123,6 +130,7 @@ _PRESET_CLASSES = (("meta-llama/", "LlamaForCausalLM"), ("codellama/", "LlamaFor
                    ("Qwen/Qwen2.5-", "Qwen2ForCausalLM"), ("Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM"),
                    ("Qwen/Qwen3-", "Qwen3ForCausalLM"), ("mistralai/Mistral-", "MistralForCausalLM"),
                    ("mistralai/Mixtral-", "MixtralForCausalLM"), ("deepseek-ai/DeepSeek-V3.2", "DeepseekV32ForCausalLM"),
+                   ("deepseek-ai/DeepSeek-V2", "DeepseekV2ForCausalLM"),
                    ("deepseek-ai/", "DeepseekV3ForCausalLM"),
                    ("openai/gpt-oss-", "GptOssForCausalLM"))
 PRESETS = {name: {**fields, "architectures": [next(c for p, c in _PRESET_CLASSES if name.startswith(p))]}

@@ -8,6 +8,9 @@ model's attention terms.
 """
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from generation.config.cli import load_config
@@ -161,16 +164,20 @@ def test_step_mode_serves_the_new_presets():
 
 
 # ---- the collection's configs no experiment runs: DeepSeek-V2-Lite, GLM-5.2, Qwen3-30B-A3B -------
+def _config_path(name: str) -> str:
+    return os.path.join(os.path.dirname(__file__), "..", "..", "bench", "sim_to_real", "model_configs", name,
+                        "config.json")
+
+
 def _shipped(name: str) -> ModelArch:
-    import json
-    import os
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "sim_to_real", "model_configs")
-    with open(os.path.join(root, name, "config.json")) as fh:
+    with open(_config_path(name)) as fh:
         return ModelArch.from_hf_config(json.load(fh), name=name)
 
 
 def test_the_collections_other_configs_read_as_their_architectures():
     lite = _shipped("deepseek-v2-lite")
+    assert preset("deepseek-ai/DeepSeek-V2-Lite") == ModelArch.from_hf_config(
+        json.load(open(_config_path("deepseek-v2-lite"))), name="deepseek-ai/DeepSeek-V2-Lite")
     assert lite.is_mla and not lite.is_sparse_mla and lite.q_lora_rank == 0 and lite.dense_layers == 1
     assert round(lite.n_params / 1e9, 2) == 15.71                 # DeepSeek's "15.7B"
     assert kv_bytes_per_token(lite) == 27 * 576 * 2
