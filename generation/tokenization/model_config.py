@@ -51,6 +51,10 @@ _DEEPSEEK_V3 = _cfg(61, 7168, 128, 128, 18432, 129280, 163840, model_type="deeps
                     quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                          "weight_block_size": [128, 128]})
 
+# DeepSeek-V3's architecture with 384 routed experts, 64 heads and one dense layer, FP8 blocks
+_KIMI_K2 = {**_DEEPSEEK_V3, "model_type": "kimi_k2", "num_attention_heads": 64, "num_key_value_heads": 64,
+            "n_routed_experts": 384, "first_k_dense_replace": 1, "vocab_size": 163840,
+            "max_position_embeddings": 131072}
 # MLA without q_lora_rank, 64 routed experts and 2 shared (bench/sim_to_real/model_configs)
 _DEEPSEEK_V2_LITE = _cfg(27, 2048, 16, 16, 10944, 102400, 163840, model_type="deepseek_v2", n_routed_experts=64,
                          num_experts_per_tok=6, moe_intermediate_size=1408, n_shared_experts=2,
@@ -117,6 +121,8 @@ PRESETS: dict[str, dict] = {
     "deepseek-ai/DeepSeek-V3-0324": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1": _DEEPSEEK_V3,
     "deepseek-ai/DeepSeek-R1-0528": _DEEPSEEK_V3,
+    "moonshotai/Kimi-K2-Instruct": _KIMI_K2,
+    "moonshotai/Kimi-K2-Instruct-0905": {**_KIMI_K2, "max_position_embeddings": 262144},
     "deepseek-ai/DeepSeek-V2-Lite": _DEEPSEEK_V2_LITE,
     "deepseek-ai/DeepSeek-V2-Lite-Chat": _DEEPSEEK_V2_LITE,
     "deepseek-ai/DeepSeek-V3.2-Exp": _DEEPSEEK_V32,
@@ -131,7 +137,7 @@ _PRESET_CLASSES = (("meta-llama/", "LlamaForCausalLM"), ("codellama/", "LlamaFor
                    ("Qwen/Qwen3-", "Qwen3ForCausalLM"), ("mistralai/Mistral-", "MistralForCausalLM"),
                    ("mistralai/Mixtral-", "MixtralForCausalLM"), ("deepseek-ai/DeepSeek-V3.2", "DeepseekV32ForCausalLM"),
                    ("deepseek-ai/DeepSeek-V2", "DeepseekV2ForCausalLM"),
-                   ("deepseek-ai/", "DeepseekV3ForCausalLM"),
+                   ("deepseek-ai/", "DeepseekV3ForCausalLM"), ("moonshotai/Kimi-K2", "DeepseekV3ForCausalLM"),
                    ("openai/gpt-oss-", "GptOssForCausalLM"))
 PRESETS = {name: {**fields, "architectures": [next(c for p, c in _PRESET_CLASSES if name.startswith(p))]}
            for name, fields in PRESETS.items()}

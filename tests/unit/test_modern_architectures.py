@@ -38,6 +38,9 @@ def test_deepseek_v3_counts_as_mla_with_its_parameter_count():
                                        + 128 * 128 * 7168) == 187_105_280
     assert a.n_params == 671_025_813_504          # DeepSeek's 671B (the MTP layer not loaded)
     assert a.replicated_params == 61 * 7168 * (1536 + 576)
+    k2 = preset("moonshotai/Kimi-K2-Instruct")          # the same architecture, 384 experts, 64 heads
+    assert k2.is_mla and (k2.num_experts, k2.num_heads, k2.dense_layers) == (384, 64, 1)
+    assert round(k2.n_params / 1e12, 2) == 1.03 and kv_bytes_per_token(k2) == 70_272
 
 
 def test_mla_kv_is_one_latent_per_token_and_layer_on_every_rank():
