@@ -131,7 +131,8 @@ _declare("model",
                 "--max-model-len in every mode, and in step mode the architecture (else the Hugging Face cache, "
                 "then the shipped presets)"),
          Option("quantization", "str", "", "Weight quantization (step mode: `fp8` halves the weights' bytes and "
-                "doubles the FLOP/s)"),
+                "doubles the FLOP/s; `awq`/`gptq`/`int4` 4-bit weights; `mxfp4` 4.25-bit MoE experts; `nvfp4`/"
+                "`modelopt_fp4` 4.5-bit weights, W4A4 on the B200; empty: the checkpoint's own)"),
          Option("vllm-version", "str", NEWEST_VLLM, "vLLM release whose defaults apply where the flag is not "
                 "given: --block-size (16 before 0.34, 64 from 0.34) and --gpu-memory-utilization (0.9 before 0.21, "
                 "0.92 from 0.21, 1.0 from 0.34); in step mode always, in the default mode only when --vllm-version "
