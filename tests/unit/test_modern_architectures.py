@@ -137,16 +137,18 @@ def test_sliding_layers_read_at_most_the_window():
     assert pairs == pytest.approx(m._c_attn * ((1 - s) * 500_500 + s * 128_000))
 
 
-def test_hybrid_kv_capacity_is_vllms_reported_size():
+def test_hybrid_kv_capacity_holds_as_many_requests_as_vllms_pool():
     a, gpu = preset(OSS120), gpu_by_name("H100")
     flat = kv_cache_blocks(gpu, a, max_num_batched_tokens=8192, max_num_seqs=256)
-    hybrid = kv_cache_blocks(gpu, a, max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=131_072)
-    # one pool over 18-layer groups; a 131,072-token request takes 8,192 full blocks and
-    # cdiv(127 + 8192, 16) + 1 = 521 sliding ones
     page = 16 * kv_bytes_per_token(a) // 36
     avail = flat * 16 * kv_bytes_per_token(a)        # within a block of the memory model's figure
-    assert hybrid_kv_tokens(a, avail, page, 16, 131_072, 8192) == int(avail // (page * 18) / 8713 * 131_072)
-    assert 1.87 < hybrid / flat < 1.89
+    for mml, ratio in ((131_072, 1.998), (32_768, 1.991), (8_192, 1.965)):
+        hybrid = kv_cache_blocks(gpu, a, max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=mml)
+        # one pool over 18-layer groups; a running request of mml tokens holds cdiv(mml, 16) full
+        # blocks and the cdiv(127, 16) + 1 = 9 its 128-token window covers
+        per_len = mml // 16
+        assert hybrid_kv_tokens(a, avail, page, 16, mml, 8192) == int(avail // (page * 18) / (per_len + 9) * mml)
+        assert round(hybrid / flat, 3) == ratio
     # no sliding layers: the flat count whatever the length
     llama = preset(LLAMA8)
     assert kv_cache_blocks(gpu, llama, max_model_len=8192) == kv_cache_blocks(gpu, llama)
@@ -240,7 +242,7 @@ def test_kv_cache_memory_bytes_sizes_a_hybrid_pool_alike():
     s = resolve_step_settings(cfg)
     a = preset(OSS120)
     page = 64 * kv_bytes_per_token(a) // 36
-    assert s.num_gpu_blocks == hybrid_kv_tokens(a, 8 * GiB, page, 64, 32768, 8192) // 64 == 2898
+    assert s.num_gpu_blocks == hybrid_kv_tokens(a, 8 * GiB, page, 64, 32768, 8192) // 64 == 3618
     assert s.num_gpu_blocks * 64 > 8 * GiB // kv_bytes_per_token(a)     # more than every layer as full
 
 

@@ -340,24 +340,27 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
 def hybrid_kv_tokens(arch: ModelArch, available: float, page_bytes: int, block_size: int,
                      max_model_len: int, max_num_batched_tokens: int) -> int:
     """The KV capacity in tokens of a model with sliding-window layers under vLLM's hybrid KV
-    cache manager: what vLLM logs as ``GPU KV cache size`` (``get_kv_cache_capacity``), which
-    the simulator's single pool of full-attention blocks takes as its size.
+    cache manager, as the simulator's single pool of full-attention blocks takes it.
 
     vLLM groups the layers by attention type into groups of the smallest type's layer count;
     one pool of ``available / (page_bytes x group size)`` blocks (``page_bytes``: one layer's
-    block) serves every group; a request takes ``cdiv(len, block_size)`` blocks in each full
-    group and at most ``cdiv(window - 1 + max_num_batched_tokens, block_size) + 1`` in each
-    sliding group (``SlidingWindowSpec.max_memory_usage_bytes``: the blocks that leave the
-    window are freed).  The capacity is the pool over one ``max_model_len`` request's blocks,
-    times ``max_model_len``.  gpt-oss-120b (18 full + 18 window layers of 128 tokens, 131,072
-    tokens, 8,192 batched): 1.88x the count that takes every layer as full attention."""
+    block) serves every group; a running request holds ``cdiv(len, block_size)`` blocks in each
+    full group and, in each sliding group, only those its window covers, ``cdiv(window - 1,
+    block_size) + 1`` (``SlidingWindowManager`` frees the blocks that leave the window).  The
+    simulator's pool charges a request its full-attention blocks alone, so it is sized to hold
+    as many ``max_model_len`` requests as vLLM's pool does: the pool over one such request's
+    blocks in all groups, times ``max_model_len``.  gpt-oss-120b (18 full + 18 window layers of
+    128 tokens, 16-token blocks): 1.97x the count that takes every layer as full attention at
+    8,192 tokens, 2.00x at 131,072.  vLLM's own ``GPU KV cache size`` line counts a prefill
+    chunk's ``max_num_batched_tokens`` in the window too (its worst case, 1.88x at 131,072 with
+    8,192 batched), a peak a running request holds only for that step."""
     full, sliding = arch.full_attention_layers, arch.sliding_layers
     group = min(full, sliding) if full else sliding
     pool = int(available // (page_bytes * group))
     per_len = -(-max_model_len // block_size)
-    window = min(arch.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+    window = min(arch.sliding_window - 1, max_model_len)
     per_request = (-(-full // group) * per_len
-                   + -(-sliding // group) * (-(-window // block_size) + 1))
+                   + -(-sliding // group) * min(per_len, -(-window // block_size) + 1))
     return int(pool / per_request * max_model_len)
 
 
