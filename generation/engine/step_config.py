@@ -65,7 +65,8 @@ class StepSettings:
                 + (f" long-prefill-token-threshold={self.long_prefill_token_threshold}"
                    if self.long_prefill_token_threshold else ""),
                 f"GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_gpu_blocks} blocks of {self.block_size})",
-                f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x"] \
+                f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x",
+                f"architecture: {self.arch.describe(getattr(self.step_time, 'quantization', ''))}"] \
             + ([f"CPU KV cache (offloading): {self.num_cpu_blocks * self.block_size:,} tokens "
                 f"({self.num_cpu_blocks} blocks)"] if self.num_cpu_blocks else []) \
             + ([f"step time: profile {src}" + self._pauses()]

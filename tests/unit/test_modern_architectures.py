@@ -279,3 +279,22 @@ def test_moe_models_without_a_tuned_table_compile_vllms_default_tiles():
         assert jit.stall(603) == 0.0                              # that variant, compiled once
     glm = StepModel(gpu_by_name("H200"), _shipped("glm-5.2-fp8"), tp=8)
     assert glm.arch.weight_block == 128 and glm.moe_jit(8192).stall(1000) == 0.0   # one block-FP8 tile
+
+
+def test_the_start_up_lines_say_what_architecture_is_modelled(caplog):
+    """A config read as something else shows at start-up: the banner names the attention, the
+    MLP and the weights, and a kv_lora_rank on a model type vLLM does not treat as MLA is logged."""
+    def line(*flags):
+        cfg = load_config(["--latency-calculator", "step", *flags], env={})
+        return next(x for x in resolve_step_settings(cfg).summary(cfg.max_model_len) if x.startswith("architecture"))
+    assert line(OSS120, "--gpu", "H100") == ("architecture: 36 layers, 64 heads, 8 KV heads of 64, 18 of 36 layers "
+                                             "in a 128-token window; MoE 128 experts, top 4; weights mxfp4")
+    assert line("moonshotai/Kimi-K2-Instruct", "--gpu", "H200", "-tp", "8", "--max-model-len", "8192") == (
+        "architecture: 61 layers, MLA (latent 512 + rope 64, whole on every rank); MoE 384 experts, top 8 + shared, "
+        "1 dense layer; weights fp8")
+    assert line(LLAMA8, "--quantization", "fp8") == "architecture: 32 layers, 32 heads, 8 KV heads of 128; dense; weights fp8"
+    cfg = json.load(open(_config_path("deepseek-v2-lite")))
+    with caplog.at_level("WARNING", logger="vllm_sim"):
+        a = ModelArch.from_hf_config({**cfg, "model_type": "deepsek_v2"}, source="cfg.json")
+    assert not a.is_mla and "cfg.json: kv_lora_rank is given but model_type 'deepsek_v2' is not one vLLM treats " \
+                           "as MLA: modelled as ordinary attention" in caplog.text

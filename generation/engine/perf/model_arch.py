@@ -26,12 +26,15 @@ Parameter counting (what vLLM's layers hold):
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 from generation.config.values import ConfigError
 from generation.tokenization.model_config import PRESETS, preset_config
+
+log = logging.getLogger("vllm_sim")
 
 # model types vLLM treats as DeepSeek MLA (its ``is_deepseek_mla``), the MFU counters' list
 from .mfu import MLA_MODEL_TYPES
@@ -119,6 +122,25 @@ class ModelArch:
                 return 2 * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
             return 2 * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
         return 4 * self.head_dim
+
+    def describe(self, quantization: str = "") -> str:
+        """One line of what the step model models of this architecture, for the start-up log
+        (so that a config read as something else shows): attention, MLP and weights."""
+        if self.is_sparse_mla:
+            attn = (f"sparse MLA (latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim}, top {self.index_topk} "
+                    f"of an indexer's {self.index_n_heads} heads)")
+        elif self.is_mla:
+            attn = f"MLA (latent {self.kv_lora_rank} + rope {self.qk_rope_head_dim}, whole on every rank)"
+        else:
+            attn = f"{self.num_heads} heads, {self.num_kv_heads} KV heads of {self.head_dim}"
+        if self.sliding_layers:
+            attn += f", {self.sliding_layers} of {self.num_layers} layers in a {self.sliding_window}-token window"
+        mlp = (f"MoE {self.num_experts} experts, top {self.experts_per_token}"
+               + (" + shared" if self.shared_expert_intermediate_size else "")
+               + (f", {self.dense_layers} dense layer{'s' if self.dense_layers > 1 else ''}" if self.dense_layers
+                  else "") if self.is_moe else "dense")
+        weights = quantization or self.quantization or self.dtype
+        return f"{self.num_layers} layers, {attn}; {mlp}; weights {weights}"
 
     @property
     def dtype_bytes(self) -> int:
@@ -273,7 +295,11 @@ class ModelArch:
                               param="hf-config-path")
         tie = d.get("tie_word_embeddings", top.get("tie_word_embeddings", False))
         mla = {}
-        if d.get("model_type", top.get("model_type")) in MLA_MODEL_TYPES and d.get("kv_lora_rank"):
+        model_type = d.get("model_type", top.get("model_type"))
+        if d.get("kv_lora_rank") and model_type not in MLA_MODEL_TYPES:
+            log.warning("%s: kv_lora_rank is given but model_type %r is not one vLLM treats as MLA: "
+                        "modelled as ordinary attention", source, model_type)
+        if model_type in MLA_MODEL_TYPES and d.get("kv_lora_rank"):
             mla = {"kv_lora_rank": num("kv_lora_rank"), "q_lora_rank": num("q_lora_rank", 0) or 0,
                    "qk_nope_head_dim": num("qk_nope_head_dim"), "qk_rope_head_dim": num("qk_rope_head_dim"),
                    "v_head_dim": num("v_head_dim")}

@@ -245,7 +245,7 @@ class StepModel:
         # padded(n) for n <= max_graph, looked up (a replay's every step asks)
         self._pad = [0] + [self.padded(n) for n in range(1, self.max_graph + 1)]
         lin_bytes = linear_weight_bytes(arch, quantization)
-        method = _quantization(arch, quantization)
+        method = self.quantization = _quantization(arch, quantization)
         self.quantized = bool(method)
         self.fp8_weights = lin_bytes == 1.0
         # NVFP4 on FP4 tensor cores: W4A4 at 4x; elsewhere weight-only (Marlin) at BF16's rate
