@@ -259,11 +259,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     args, rest = p.parse_known_args(argv)
-    from generation.config.cli import load_config
     from generation.config.values import ConfigError
-    from .step_config import resolve_step_settings
+    from .step_config import load_step_config, resolve_step_settings
     try:
-        cfg = load_config(["--latency-calculator", "step", *rest])
+        cfg = load_step_config(rest)        # --max-model-len defaults to the model's own, as the server's
         if "seed" not in cfg.explicit:      # the server's default is the clock; a replay repeats itself
             cfg.seed = REPLAY_SEED
         settings = resolve_step_settings(cfg)

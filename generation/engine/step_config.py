@@ -83,6 +83,17 @@ class StepSettings:
         return ", admission reserves whole prompts" if self.reserve_full_isl else ", admission by first chunk"
 
 
+def load_step_config(argv):
+    """The configuration of a step-mode command line (a replay's or a fleet's server flags), with
+    the server's model defaults: ``--max-model-len`` the model's own context length unless given
+    (:func:`generation.tokenization.model_config.apply_model_defaults`).  Raises ConfigError."""
+    from generation.config.cli import load_config
+    from generation.tokenization.model_config import apply_model_defaults
+    cfg = load_config(["--latency-calculator", "step", *argv])
+    apply_model_defaults(cfg)
+    return cfg
+
+
 def resolve_step_settings(cfg) -> StepSettings:
     """Resolve step mode for ``cfg`` (a SimConfig); also writes the defaults it decides back into
     ``cfg`` (``block_size``, ``gpu_memory_utilization``, ``max_num_seqs``,

@@ -558,10 +558,9 @@ def pod_factory(server_args=()):
     ``(scheduler, step_time)``: the server's own (:func:`~generation.engine.replay.scheduler_for`,
     :func:`~generation.engine.step_config.resolve_step_settings`), one scheduler and block pool
     per pod, the stateless step model shared.  Raises ConfigError naming the flag."""
-    from generation.config.cli import load_config
     from generation.engine.replay import scheduler_for
-    from generation.engine.step_config import resolve_step_settings
-    cfg = load_config(["--latency-calculator", "step", *server_args])
+    from generation.engine.step_config import load_step_config, resolve_step_settings
+    cfg = load_step_config(server_args)     # --max-model-len defaults to the model's own, as the server's
     settings = resolve_step_settings(cfg)
 
     def new_pod(index: int, role: str):

@@ -166,3 +166,14 @@ def test_a_moe_replay_says_how_many_kernel_compiles_it_paid(capsys):
     assert f"  MoE kernel compiles: {n} of 750 ms, at the first eager step" in out
     rc, out, _ = run(capsys, *SMALL)
     assert rc == 0 and "MoE kernel compiles" not in out
+
+
+def test_the_replay_takes_the_models_context_length_as_the_server_does(capsys, monkeypatch):
+    """Without --max-model-len a known model's own context length applies (the server's and vLLM's
+    default), so a 2,000-token prompt is served; a name without a config keeps 1,024."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc, out, _ = run(capsys, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--num-requests", "2",
+                     "--prompt-tokens", "2000", "--output-tokens", "4", "--no-progress", "--json")
+    assert rc == 0 and json.loads(out)["requests"] == 2
+    rc, _, err = run(capsys, "--num-requests", "2", "--prompt-tokens", "2000", "--output-tokens", "4", "--no-progress")
+    assert rc == 2 and "is longer than --max-model-len 1024" in err
