@@ -330,10 +330,8 @@ def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, list
 def _config_error(e: ConfigError) -> int:
     """Print a start-up ConfigError as vLLM's CLI would, naming the flag at fault
     ("--mode: invalid mode 'bogus'"); the exit status 2."""
-    msg = str(e)
-    if e.param and f"--{e.param}" not in msg:
-        msg = f"--{e.param}: {msg}"
-    print(f"error: {msg}", file=sys.stderr)
+    from generation.config.values import error_line
+    print(error_line(e), file=sys.stderr)
     return 2
 
 

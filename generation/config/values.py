@@ -21,6 +21,14 @@ class ConfigError(ValueError):
         self.param = param
 
 
+def error_line(e: BaseException) -> str:
+    """The one ``error:`` line a command line prints for ``e``, naming the flag at fault first
+    when the message does not (``error: --mode: invalid mode 'bogus'``): ``python app.py``, the
+    replay's and the fleet's."""
+    msg, param = str(e), getattr(e, "param", None)
+    return f"error: --{param}: {msg}" if param and f"--{param}" not in msg else f"error: {msg}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Go duration strings
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,

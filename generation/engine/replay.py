@@ -246,20 +246,21 @@ def main(argv=None) -> int:
     one ``error:`` line on stderr for a bad flag, configuration or trace."""
     p = argparse.ArgumentParser(prog="python -m generation.engine.replay", description=__doc__.split("\n\n")[0],
                                 epilog="Other flags are the server's (--gpu, --model, -tp, --vllm-version, "
-                                       "--max-num-seqs, ...).", allow_abbrev=False)
+                                       "--max-num-seqs, ...), with its defaults: --max-model-len the model's own "
+                                       "context length (1024 for a name without a config).", allow_abbrev=False)
     p.add_argument("--trace", help="JSON Lines trace (arrival, prompt_tokens, output_tokens)")
     p.add_argument("--rate", type=float, default=0.0, help="synthetic load: Poisson arrivals per second")
     p.add_argument("--concurrency", type=int, default=0, help="closed loop: requests in flight")
-    p.add_argument("--num-requests", type=int, default=200)
-    p.add_argument("--prompt-tokens", type=int, default=1024)
-    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--num-requests", type=int, default=200, help="synthetic load: requests (default 200)")
+    p.add_argument("--prompt-tokens", type=int, default=1024, help="synthetic load: each prompt (default 1024)")
+    p.add_argument("--output-tokens", type=int, default=128, help="synthetic load: each output (default 128)")
     p.add_argument("--plot", help="write a PNG plot here")
     p.add_argument("--per-request", metavar="FILE", help="write one JSON line per finished request here: arrival, "
                    "prompt_tokens, output_tokens, ttft, e2e, itl (mean; seconds), cached_tokens, preemptions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     args, rest = p.parse_known_args(argv)
-    from generation.config.values import ConfigError
+    from generation.config.values import ConfigError, error_line
     from .step_config import load_step_config, resolve_step_settings
     try:
         cfg = load_step_config(rest)        # --max-model-len defaults to the model's own, as the server's
@@ -270,7 +271,7 @@ def main(argv=None) -> int:
         trace = read_trace(args.trace, cfg.max_model_len) if args.trace else synthetic_trace(
             args.num_requests, args.prompt_tokens, args.output_tokens, args.rate, cfg.seed or 0)
     except (ConfigError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)   # the flag at fault named first, as the server's
         return 2
     past = sum(1 for t in trace if t.prompt_tokens + t.output_tokens > cfg.max_model_len)
     if past:        # vLLM refuses their max_tokens (400); so does the replay (counted as rejected)

@@ -291,10 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from generation.config.values import ConfigError
+    from generation.config.values import ConfigError, error_line
     args, rest = build_parser().parse_known_args(argv)
     try:
         return args.func(args, rest)
     except (ConfigError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)     # the flag at fault named first, as the server's
         return 2

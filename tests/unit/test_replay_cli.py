@@ -76,7 +76,8 @@ def test_engine_flags_the_fidelity_data_needs_are_accepted(capsys):
 
 def test_errors_are_one_line_and_exit_2(capsys):
     rc, _, err = run(capsys, *SMALL, "--vllm-version", "9.0")
-    assert rc == 2 and err.startswith("error: vllm-version 9.0 is newer than") and err.count("\n") == 1
+    # the flag named first, as the server names it (``python app.py`` prints the same line)
+    assert rc == 2 and err.startswith("error: --vllm-version: vllm-version 9.0 is newer than") and err.count("\n") == 1
     rc, _, err = run(capsys, *SMALL, "--per-request", "/nonexistent-dir/x.jsonl")
     assert rc == 2 and err.startswith("error: ")
 
