@@ -321,8 +321,10 @@ _declare("cache",
                 "request finishes)", nullable=True, unit="GiB"),
          Option("cpu-offload-gb", "float", 0.0, "CPU space per GPU; step mode uses it as the CPU KV tier when "
                 "--kv-offloading-size is not given (vLLM offloads weights there)", unit="GiB"),
-         Option("kv-cache-dtype", "str", "auto", "KV cache data type (step mode: fp8 halves its bytes)",
-                choices=("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")),
+         Option("kv-cache-dtype", "str", "auto", "KV cache data type (step mode: the fp8 and int8 kinds halve "
+                "its bytes; fp8_ds_mla is sparse MLA's FP8 layout)",
+                choices=("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                         "fp8_per_token_head", "int8_per_token_head")),
          Option("hash-seed", "str", "", "Seed of the KV block hashes", env="PYTHONHASHSEED"),
          Option("prefix-caching-hash-algo", "str", HASH_ALGOS[0], "KV block hash: the reference's FNV-1a 64 "
                 "over CBOR, or vLLM's sha256_cbor or sha256 (pickle; vLLM's default)", choices=HASH_ALGOS),

@@ -52,6 +52,9 @@ def test_mla_kv_is_one_latent_per_token_and_layer_on_every_rank():
     v32 = preset("deepseek-ai/DeepSeek-V3.2-Exp")
     assert v32.is_sparse_mla and (v32.index_topk, v32.index_n_heads, v32.index_head_dim) == (2048, 64, 128)
     assert kv_bytes_per_token(v32) == 61 * (1152 + 132) and kv_bytes_per_token(v32, "fp8", 8) == 61 * (656 + 132)
+    cfg = load_config(["--latency-calculator", "step", "deepseek-ai/DeepSeek-V3.2", "--gpu", "H200", "-tp", "8",
+                       "--max-model-len", "8192", "--kv-cache-dtype", "fp8_ds_mla"], env={})   # vLLM's own name
+    assert resolve_step_settings(cfg).step_time.kv_bytes_per_token == 61 * (656 + 132)
 
 
 def test_mla_attention_costs_per_pair_differ_for_decode_and_prefill():

@@ -122,7 +122,8 @@ FP4_METHODS = frozenset({"nvfp4", "modelopt_fp4"})
 # Mxfp4MoEMethod runs the experts weight-only (dequantized to BF16 in the GEMM) on Hopper
 EXPERTS_ONLY = frozenset({"mxfp4"})
 KV_CACHE_DTYPES = {"auto": 0, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1,
-                   "fp8_e5m2": 1, "fp8_inc": 1}
+                   "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "fp8_per_token_head": 1,
+                   "int8_per_token_head": 1}
 
 
 def _quantization(arch: ModelArch, quantization: str) -> str:
