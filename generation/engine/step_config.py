@@ -101,7 +101,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     them.  Raises ConfigError naming the flag at fault."""
     from generation.config.vllm_versions import apply_version_defaults, parse_version, reserve_full_isl
     from .hardware import batch_defaults, gpu_by_name, kv_bytes_per_token, kv_cache_blocks, resolve_arch
-    from .perf.hardware import check_max_model_len, hybrid_kv_tokens, mla_block_size
+    from .perf.hardware import check_max_model_len, mla_block_size, pool_blocks
     from .perf.step_model import build_step_model, default_max_cudagraph_capture_size
 
     apply_version_defaults(cfg, step=True)
@@ -142,11 +142,8 @@ def resolve_step_settings(cfg) -> StepSettings:
             raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")
         blocks = cfg.num_gpu_blocks_override
     elif cfg.kv_cache_memory_bytes is not None:      # vLLM: ignores --gpu-memory-utilization
-        per_token = kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp)
-        blocks = cfg.kv_cache_memory_bytes // (bs * per_token)
-        if blocks >= 1 and arch.sliding_layers:      # vLLM's hybrid manager: its reported capacity
-            blocks = hybrid_kv_tokens(arch, cfg.kv_cache_memory_bytes, bs * per_token // arch.num_layers, bs,
-                                      cfg.max_model_len, cfg.max_num_batched_tokens) // bs
+        blocks = pool_blocks(arch, cfg.kv_cache_memory_bytes, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp),
+                             cfg.max_model_len)
         if blocks < 1:
             raise ConfigError(f"No available memory for the cache blocks: --kv-cache-memory-bytes "
                               f"{cfg.kv_cache_memory_bytes} holds less than one block of {bs} tokens "

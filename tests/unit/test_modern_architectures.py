@@ -150,7 +150,7 @@ def test_hybrid_kv_capacity_holds_as_many_requests_as_vllms_pool():
         # one pool over 18-layer groups; a running request of mml tokens holds cdiv(mml, 16) full
         # blocks and the cdiv(127, 16) + 1 = 9 its 128-token window covers
         per_len = mml // 16
-        assert hybrid_kv_tokens(a, avail, page, 16, mml, 8192) == int(avail // (page * 18) / (per_len + 9) * mml)
+        assert hybrid_kv_tokens(a, avail, page, 16, mml) == int(avail // (page * 18) / (per_len + 9) * mml)
         assert round(hybrid / flat, 3) == ratio
     # no sliding layers: the flat count whatever the length
     llama = preset(LLAMA8)
@@ -245,7 +245,7 @@ def test_kv_cache_memory_bytes_sizes_a_hybrid_pool_alike():
     s = resolve_step_settings(cfg)
     a = preset(OSS120)
     page = 64 * kv_bytes_per_token(a) // 36
-    assert s.num_gpu_blocks == hybrid_kv_tokens(a, 8 * GiB, page, 64, 32768, 8192) // 64 == 3618
+    assert s.num_gpu_blocks == hybrid_kv_tokens(a, 8 * GiB, page, 64, 32768) // 64 == 3618
     assert s.num_gpu_blocks * 64 > 8 * GiB // kv_bytes_per_token(a)     # more than every layer as full
 
 

@@ -20,6 +20,7 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
            "routed_expert_params", "weight_bytes_per_gpu", "kv_bytes_per_token", "mla_block_size",
+           "pool_blocks", "hybrid_kv_tokens",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
            "QUANTIZATIONS", "FP4_METHODS", "GiB"]
 
@@ -325,11 +326,7 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
     avail = available_kv_memory(gpu, arch, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
                                 quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
                                 max_num_seqs=max_num_seqs)
-    per_block = block_size * kv_bytes_per_token(arch, kv_cache_dtype, tp)
-    blocks = int(avail // per_block) if avail > 0 else 0
-    if blocks > 0 and arch.sliding_layers and max_model_len > 0:
-        blocks = hybrid_kv_tokens(arch, avail, per_block // arch.num_layers, block_size, max_model_len,
-                                  max_num_batched_tokens) // block_size
+    blocks = pool_blocks(arch, avail, block_size, kv_bytes_per_token(arch, kv_cache_dtype, tp), max_model_len)
     if blocks <= 0:
         raise ConfigError(
             f"No available memory for the cache blocks: {arch.name or 'the model'} on {gpu.name} "
@@ -338,8 +335,24 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
     return blocks
 
 
+def pool_blocks(arch: ModelArch, available: float, block_size: int, kv_bytes_per_token: int,
+                max_model_len: int = 0) -> int:
+    """KV blocks of ``block_size`` tokens that ``available`` bytes (per GPU) hold: ``available //
+    (block_size x kv_bytes_per_token)``, or, for a model with sliding-window layers given
+    ``max_model_len``, :func:`hybrid_kv_tokens`' blocks; 0 when nothing is available.  The
+    memory model's and ``--kv-cache-memory-bytes``' count alike."""
+    if available <= 0:
+        return 0
+    per_block = block_size * kv_bytes_per_token
+    blocks = int(available // per_block)
+    if blocks > 0 and arch.sliding_layers and max_model_len > 0:
+        blocks = hybrid_kv_tokens(arch, available, per_block // arch.num_layers, block_size,
+                                  max_model_len) // block_size
+    return blocks
+
+
 def hybrid_kv_tokens(arch: ModelArch, available: float, page_bytes: int, block_size: int,
-                     max_model_len: int, max_num_batched_tokens: int) -> int:
+                     max_model_len: int) -> int:
     """The KV capacity in tokens of a model with sliding-window layers under vLLM's hybrid KV
     cache manager, as the simulator's single pool of full-attention blocks takes it.
 

@@ -100,8 +100,9 @@ class MoeJit:
     sequences give; a stall queues arrivals into a larger step, which selects another config:
     the traces show 6-7 stalls of 0.9-1.25 s back to back); vLLM's jit_monitor warns of the same
     ("Triton kernel JIT compilation during inference"; vllm#55268 adds a warm-up of these
-    variants).  ``tiles`` (:func:`moe_tile_table`, None: one kernel per key) tells which token
-    counts share a compiled kernel.
+    variants).  ``tiles`` (:func:`moe_tile_table`) or, without them, ``default`` (``tokens ->
+    tile``: :func:`default_moe_tile`) tells which token counts share a compiled kernel (neither:
+    one kernel per key, :func:`moe_kernel_variant`).
 
     ``stall(tokens)`` -> seconds (0.0 for a compiled variant or a CUDA-graph step); ``stalls``
     counts the compiles so far.  One object per engine: each pod of a fleet compiles its own."""

@@ -250,7 +250,7 @@ class StepModel:
         self.fp8_weights = lin_bytes == 1.0
         # NVFP4 on FP4 tensor cores: W4A4 at 4x; elsewhere weight-only (Marlin) at BF16's rate
         fp4 = method in FP4_METHODS and gpu.fp4
-        if lin_bytes == 1.0:        # FP8 tensor cores double the FLOP/s; without them (A100)
+        if self.fp8_weights:        # FP8 tensor cores double the FLOP/s; without them (A100)
             # vLLM runs FP8 weight-only (Marlin), dequantizing in the GEMM: slower than BF16 once
             # compute-bound
             f_lin = gpu.flops * (2.0 if gpu.fp8 else FP8_WEIGHT_ONLY_FLOPS)
@@ -273,7 +273,7 @@ class StepModel:
             self._untouched = 1.0
         self.moe_layers = moe_layers
         # layers that quantize their activations each step (W8A8, W4A4)
-        self.fp8_layers = arch.num_layers if ((lin_bytes == 1.0 and gpu.fp8) or fp4) else 0
+        self.fp8_layers = arch.num_layers if ((self.fp8_weights and gpu.fp8) or fp4) else 0
         self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
         self.flops_per_row = 2.0 * n_head / gpu.flops       # the lm_head, per sampled row
         self.attn_per_pair = 4.0 * arch.num_layers * (arch.num_heads / tp) * arch.head_dim / gpu.flops
@@ -311,11 +311,12 @@ class StepModel:
         self._m_half = c.m_half
         self._c_head = self.flops_per_row / c.eta_f
         self._c_attn = self.attn_per_pair / c.eta_a
-        self._c_kv = self.kv_per_token / (c.eta_kv * (c.eta_kv_fa2 if self.gpu.flash_attn == 2 else 1.0))
+        eta_kv = c.eta_kv * (c.eta_kv_fa2 if self.gpu.flash_attn == 2 else 1.0)
+        self._c_kv = self.kv_per_token / eta_kv
         self._c_attn_dec = self.attn_per_pair_decode / c.eta_a
         self._c_attn_pre = self.attn_per_pair_prefill / c.eta_a
         self._c_idx = self.indexer_per_pair / c.eta_a
-        self._c_idx_kv = self._c_kv * self.indexer_kv_per_token / self.kv_per_token if self.topk else 0.0
+        self._c_idx_kv = self.indexer_kv_per_token / eta_kv
         self._c_up = self.upproj_per_token / c.eta_f
         # the attention terms need their own arithmetic (_attention) for MLA or sliding windows
         self._split_attn = self.arch.is_mla or bool(self.window)
