@@ -29,6 +29,7 @@ from .token_stream import Streamed, end_aborted, rendered_tokens
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
+from generation.structured.tool_calls import chat_history_tool_calls, numbered_ids
 from generation.content.reasoning import content_text, reasoning_text, signature
 
 # finish_reason -> stop_reason (api.md 5.4.2; cache_threshold reads as a cut-short answer).
@@ -65,7 +66,8 @@ class MessagesAdapter(Adapter):
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         tc = b.tool_choice
-        prompt = chat_prompt(sim, to_chat_messages(b), tools=tools, chat_template_kwargs=kwargs)
+        messages = to_chat_messages(b)
+        prompt = chat_prompt(sim, messages, tools=tools, chat_template_kwargs=kwargs)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
@@ -74,7 +76,9 @@ class MessagesAdapter(Adapter):
             force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None,
             response_format=constraint, temperature=b.temperature, reasoning=reasoning,
-            tool_parser=tool_parser_type(sim, "chat_completions", tools, tool_choice, stream))
+            tool_parser=tool_parser_type(sim, "chat_completions", tools, tool_choice, stream),
+            # vLLM converts the request to chat and counts the history there
+            tool_call_index=numbered_ids(sim.config, chat_history_tool_calls(messages)) if tools else None)
         return self.req
 
     def render(self, seqs) -> dict:
@@ -242,9 +246,11 @@ def to_chat_tool_choice(choice: AnthropicToolChoice | None):
 
 # ---- rendering ------------------------------------------------------------------------------------
 
-def tool_use_id(chat_id: str) -> str:
-    """``chatcmpl-tool-<hex>`` -> ``toolu_<hex>`` (Anthropic's id style)."""
-    return "toolu_" + chat_id.rsplit("-", 1)[-1]
+def tool_use_id(tc: dict) -> str:
+    """A call's ``tool_use`` id: ``toolu_<uid>`` (Anthropic's id style) for a
+    ``chatcmpl-tool-<uid>`` call; a Kimi model's ``functions.<name>:<i>`` as it is (vLLM 0.34
+    passes the chat call's id through)."""
+    return "toolu_" + tc["uid"] if tc["id"].startswith("chatcmpl-tool-") else tc["id"]
 
 
 def cache_block(sim) -> int | None:
@@ -298,7 +304,7 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
     ``cache_info``: :func:`cache_block`, for the usage's cache counters (:func:`_usage`)."""
     thinking = _thinking_block(req, seq)
     if seq.tool_calls:
-        content = [{"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"],
+        content = [{"type": "tool_use", "id": tool_use_id(tc), "name": tc["name"],
                     "input": json.loads(tc["arguments"] or "{}")} for tc in seq.tool_calls]
     else:
         text = content_text(seq)
@@ -366,7 +372,7 @@ def stream_message(sim, req, seq, stop_sequence):
         if c > 0:
             out += _frame("content_block_stop", {"type": "content_block_stop", "index": base + c - 1})
         tc = calls[c]
-        return out + _block_start(base + c, {"type": "tool_use", "id": tool_use_id(tc["id"]), "name": tc["name"],
+        return out + _block_start(base + c, {"type": "tool_use", "id": tool_use_id(tc), "name": tc["name"],
                                              "input": {}})
 
     call_of = seq.tool_call_of_piece() if calls else None

@@ -105,16 +105,18 @@ def _incomplete_reason(seq) -> str | None:
     return None
 
 
-def call_ids(chat_id: str) -> tuple[str, str]:
-    """``chatcmpl-tool-<hex>`` -> (``fc_<hex>``, ``call_<hex>``)."""
-    suffix = chat_id.rsplit("-", 1)[-1]
-    return f"fc_{suffix}", f"call_{suffix}"
+def call_ids(tc: dict) -> tuple[str, str]:
+    """A call's (item ``id``, ``call_id``): (``fc_<uid>``, ``call_<uid>``) for a
+    ``chatcmpl-tool-<uid>`` call; a Kimi model's ``call_id`` is its chat id,
+    ``functions.<name>:<i>``, as vLLM 0.34 passes it through."""
+    uid = tc["uid"]
+    return f"fc_{uid}", (f"call_{uid}" if tc["id"].startswith("chatcmpl-tool-") else tc["id"])
 
 
 def _call_item(ctx: RenderCtx, tc: dict, status: str, arguments: str) -> dict:
     """A ``function_call`` output item; a namespaced tool's call carries its own ``name`` and
     its ``namespace`` (vLLM's ``resolve_responses_tool_call_name``)."""
-    fc, call = call_ids(tc["id"])
+    fc, call = call_ids(tc)
     name, ns = ctx.names.get(tc["name"], (tc["name"], None))
     return function_call_item(arguments=arguments, call_id=call, name=name, id=fc, namespace=ns, status=status)
 
@@ -213,7 +215,7 @@ def stream_response(sim, ctx: RenderCtx, seq):
     oi = 0 if span is None else 1
     if seq.tool_calls:
         tc = seq.tool_calls[0]
-        item_id = call_ids(tc["id"])[0]
+        item_id = call_ids(tc)[0]
         done = _call_item(ctx, tc, "completed", tc["arguments"])
         out += (ev("response.function_call_arguments.done",
                    {"item_id": item_id, "output_index": oi, "name": done["name"], "arguments": tc["arguments"]}) +
@@ -305,7 +307,7 @@ def _token_events(ctx: RenderCtx, seq):
     if calls:
         tc = calls[0]
         lo, hi = max(tc["start"], c0), tc["end"]
-        item_id = call_ids(tc["id"])[0]
+        item_id = call_ids(tc)[0]
         # ResponseFunctionCallArgumentsDeltaEvent: delta, item_id, output_index, sequence_number, type
         head = b'event: response.function_call_arguments.delta\ndata: {"delta":'
         mid = b',"item_id":' + dumps(item_id) + b',"output_index":' + str(oi).encode() + b',"sequence_number":'

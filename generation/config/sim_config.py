@@ -46,6 +46,7 @@ class SimConfig:
         self.kv_events_topic: str | None = None    # --kv-events-config's topic (None: the reference's)
         self.model_vocab_size: int | None = None   # the model's config.json vocab_size (model_config.py)
         self.model_architecture: str | None = None  # its architectures[0]: None when no config.json is read
+        self.model_types: tuple = ()               # its model_type and its text_config's (model_config.py)
         for k, v in values.items():
             if k not in _ATTRS:
                 raise TypeError(f"unknown option {k!r}")

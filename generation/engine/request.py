@@ -85,6 +85,8 @@ class GenerationRequest:
     stream_interval: int | None = None     # the request's own (SamplingParams.stream_interval): Simulator.stream_interval
     tool_parser: str | None = None         # the request type vLLM's tool parser counts this one under, when it
                                            # parses its output (generation.adapters.base.tool_parser_type)
+    tool_call_index: int | None = None     # a Kimi model's first tool-call number, "functions.<name>:<i>" ids
+                                           # (generation.structured.tool_calls.numbered_ids); None: random ids
 
     @property
     def remote_prefill(self) -> bool:

@@ -28,8 +28,58 @@ from .structured_outputs import constrained_text
 from .tool_validation import ToolValidator, json_schema_part, parse_tool_choice
 
 
+# vLLM 0.34's _KIMI_MODEL_TYPES (renderers/chat_utils/tool_call.py): a model of these types
+# numbers its tool calls "functions.<name>:<i>" (make_tool_call_id's kimi_k2 ids), as its chat
+# template renders them, where every other model's are "chatcmpl-tool-<random hex>"
+KIMI_MODEL_TYPES = ("kimi_k2", "kimi_k25", "kimi_k3", "kimi_k31")
+
 PREFIX_CHARS = 65536     # texts longer than this are tokenized by prefixes when only a few tokens are wanted
 PREFIX_MARGIN = 64       # tokens past the wanted ones that a prefix must give (those near its cut may differ)
+
+
+def count_tool_calls(calls) -> int:
+    """How many calls an assistant message's ``tool_calls`` (or a Responses item's) holds, as
+    vLLM's ``parser/utils.py`` ``count_tool_calls`` counts them: none for None, one for a string
+    or an object, else the length of the list."""
+    if calls is None:
+        return 0
+    if isinstance(calls, (str, bytes, dict)):
+        return 1
+    return len(calls) if isinstance(calls, (list, tuple)) else 1
+
+
+def numbered_ids(config, history: int) -> int | None:
+    """The first number of this request's tool-call ids when the served model numbers them
+    (``config.model_types``, its ``config.json``'s, in :data:`KIMI_MODEL_TYPES`), else None (random
+    ids).  ``history``: the tool calls the request's history already holds (vLLM's
+    ``history_tool_call_cnt``: every ``tool_calls`` entry of its assistant messages; a Responses
+    input's ``function_call`` items too), so a conversation's calls are numbered on from there."""
+    types = getattr(config, "model_types", ()) or ()
+    return history if any(t in KIMI_MODEL_TYPES for t in types) else None
+
+
+def chat_history_tool_calls(messages) -> int:
+    """The tool calls a chat request's assistant messages hold (vLLM's
+    ``count_chat_history_tool_calls``)."""
+    return sum(count_tool_calls(m.get("tool_calls")) for m in messages or ()
+               if isinstance(m, dict) and m.get("role") == "assistant")
+
+
+def responses_history_tool_calls(items) -> int:
+    """The tool calls a Responses request's ``input`` holds (vLLM's
+    ``count_response_history_tool_calls``: each ``function_call`` item, and the ``tool_calls`` of
+    an item with role ``assistant``; none for a string input; not the previous response's)."""
+    if isinstance(items, str):
+        return 0
+    n = 0
+    for item in items or ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            n += 1
+        elif item.get("role") == "assistant":
+            n += count_tool_calls(item.get("tool_calls"))
+    return n
 
 
 def _dumps(obj) -> str:
@@ -66,8 +116,10 @@ class ToolSynthesizer:
     def synthesize(self, req, seq, rng=None, limit: int | None = None) -> bool:
         """Decide ``seq``'s tool calls (api.md 8.1) and fill its output.
 
-        On success sets ``seq.tool_calls`` (``[{"id": "chatcmpl-tool-<32 hex>", "name",
-        "arguments": JSON string, "start", "end"}]``, start/end indexing ``seq.pieces``),
+        On success sets ``seq.tool_calls`` (``[{"id": "chatcmpl-tool-<uid>", "uid": 32 random hex,
+        "name", "arguments": JSON string, "start", "end"}]``, start/end indexing ``seq.pieces``; a
+        Kimi model's ids are ``functions.<name>:<i>`` from ``req.tool_call_index`` on, vLLM's
+        ``make_tool_call_id`` for them: :func:`numbered_ids`),
         ``seq.pieces``/``seq.ids`` (the argument strings' tokens, call after call),
         ``finish_reason = "tool_calls"`` and ``completion_tokens`` (number of pieces); returns
         True.  Returns False when the draw gave zero calls (``auto``): the engine then answers
@@ -111,7 +163,10 @@ class ToolSynthesizer:
             args = self.arguments(fn.get("parameters"), fn.get("name"), rng)
             left = None if limit is None else max(limit - len(pieces), 0)
             tids, tpieces = self._tokens(args, left)
-            calls.append({"id": f"chatcmpl-tool-{self.rng.getrandbits(128):032x}", "name": fn.get("name"),
+            uid = f"{self.rng.getrandbits(128):032x}"       # drawn either way: the engine's draws stay the same
+            cid = (f"chatcmpl-tool-{uid}" if req.tool_call_index is None
+                   else f"functions.{fn.get('name')}:{req.tool_call_index + len(calls)}")
+            calls.append({"id": cid, "uid": uid, "name": fn.get("name"),
                           "arguments": args, "start": len(pieces), "end": len(pieces) + len(tpieces)})
             pieces.extend(tpieces)
             ids.extend(tids)

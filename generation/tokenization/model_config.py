@@ -228,6 +228,14 @@ def architecture(config: dict) -> str | None:
     return None
 
 
+def model_types(config: dict) -> tuple:
+    """The ``model_type`` of a ``config.json`` and of its ``text_config``, those present, in that
+    order: what vLLM's ``get_tool_call_id_type`` (``renderers/chat_utils/tool_call.py``) reads
+    as ``hf_config.model_type`` and ``hf_text_config.model_type``."""
+    return tuple(part["model_type"] for part in (config, config.get("text_config"))
+                 if isinstance(part, dict) and isinstance(part.get("model_type"), str))
+
+
 def served_model_config(config) -> tuple[dict | None, str]:
     """``(config.json object or None, where it was read)`` for the served model:
     ``--hf-config-path`` (a directory holding ``config.json``, or the file) first and in every
@@ -259,13 +267,14 @@ def served_model_config(config) -> tuple[dict | None, str]:
 def apply_model_defaults(config) -> None:
     """What vLLM derives from the served model's ``config.json`` (:func:`served_model_config`):
     ``config.model_vocab_size`` (:func:`vocab_size`), ``config.model_architecture``
-    (:func:`architecture`), and ``config.max_model_len`` (the context length) when neither the
+    (:func:`architecture`), ``config.model_types`` (:func:`model_types`), and ``config.max_model_len`` (the context length) when neither the
     command line, the YAML file nor the environment gave one (``config.explicit``: the options
     they set)."""
     obj, where = served_model_config(config)
     if obj is None:
         return
     config.model_architecture = architecture(obj)
+    config.model_types = model_types(obj)
     v = vocab_size(obj)
     if v is not None:
         config.model_vocab_size = v
