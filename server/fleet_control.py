@@ -93,6 +93,9 @@ def control_app(fleet):
             raise FleetError("body: not valid JSON", 400, "body") from None
         if not isinstance(body, dict):
             raise FleetError("body: must be a JSON object", 400, "body")
+        unknown = sorted(set(body) - {"count", "startup_delay"})
+        if unknown:                     # a misspelt count would start one pod
+            raise FleetError(f"{unknown[0]}: unknown field (the fields are count and startup_delay)", 400, unknown[0])
         count = body.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
             raise FleetError(f"count: must be an integer from 1 to 256, got {count!r}", 400, "count")

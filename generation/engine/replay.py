@@ -38,7 +38,8 @@ import time
 from .cpu_tier_v015 import cpu_tier_pool
 from .pod_replay import PodReplay, ReplayResult, trace_block_hashes  # noqa: F401  (the replay's API)
 from .replay_trace import (MAX_TRACE_REQUESTS, TraceRequest, _count, _trace_request,  # noqa: F401 (the
-                           check_plot_path, check_synthetic, read_trace, synthetic_trace)  # replay's names)
+                           check_output_path, check_plot_path, check_synthetic, read_trace,
+                           synthetic_trace)  # replay's names)
 from .scheduler import EngineRequest, Scheduler
 
 
@@ -125,13 +126,18 @@ def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str 
                      reserve_full_isl=getattr(settings, "reserve_full_isl", False))
 
 
+DEFAULT_PROMPT_TOKENS = 1024     # --prompt-tokens when --max-model-len leaves room for it
+
+
 def check_arguments(args, max_model_len: int) -> None:
     """The command line's own flags before anything runs: the synthetic load's
     (:func:`check_synthetic`; ``--concurrency`` with a trace too) and ``--plot``
-    (:func:`check_plot_path`).  Raises ValueError naming the flag."""
+    (:func:`check_plot_path`) and ``--per-request`` (:func:`check_output_path`).  Raises
+    ValueError naming the flag."""
     check_synthetic(args.num_requests if not args.trace else 1, args.prompt_tokens, args.output_tokens,
                     args.rate, args.concurrency, None if args.trace else max_model_len)
     check_plot_path(args.plot)
+    check_output_path(args.per_request, "--per-request")
 
 
 def plot(result: ReplayResult, path: str, title: str = "") -> None:
@@ -252,7 +258,8 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=0.0, help="synthetic load: Poisson arrivals per second")
     p.add_argument("--concurrency", type=int, default=0, help="closed loop: requests in flight")
     p.add_argument("--num-requests", type=int, default=200, help="synthetic load: requests (default 200)")
-    p.add_argument("--prompt-tokens", type=int, default=1024, help="synthetic load: each prompt (default 1024)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="synthetic load: each prompt (default 1024, or what --max-model-len leaves beside the output)")
     p.add_argument("--output-tokens", type=int, default=128, help="synthetic load: each output (default 128)")
     p.add_argument("--plot", help="write a PNG plot here")
     p.add_argument("--per-request", metavar="FILE", help="write one JSON line per finished request here: arrival, "
@@ -267,6 +274,8 @@ def main(argv=None) -> int:
         if "seed" not in cfg.explicit:      # the server's default is the clock; a replay repeats itself
             cfg.seed = REPLAY_SEED
         settings = resolve_step_settings(cfg)
+        if args.prompt_tokens is None:      # a default that the default context (1024) holds
+            args.prompt_tokens = max(1, min(DEFAULT_PROMPT_TOKENS, cfg.max_model_len - args.output_tokens))
         check_arguments(args, cfg.max_model_len)
         trace = read_trace(args.trace, cfg.max_model_len) if args.trace else synthetic_trace(
             args.num_requests, args.prompt_tokens, args.output_tokens, args.rate, cfg.seed or 0)

@@ -82,13 +82,23 @@ def check_plot_path(path: str | None) -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
+    check_output_path(path, "--plot")
+
+
+def check_output_path(path: str | None, flag: str) -> None:
+    """An output file's flag (``--plot``, ``--per-request``, ``--output``): ``path`` can be
+    written, checked before the run (a missing folder was an ``[Errno 2]`` after the whole
+    replay, naming no flag); a file that was not there is not left behind.  Raises ValueError
+    naming ``flag``."""
+    if not path:
+        return
     import os
     existed = os.path.exists(path)
     try:
         with open(path, "ab"):
             pass
     except OSError as e:
-        raise ValueError(f"--plot {path}: cannot be written ({e.strerror or e})") from None
+        raise ValueError(f"{flag} {path}: cannot be written ({e.strerror or e})") from None
     if not existed:
         os.remove(path)
 

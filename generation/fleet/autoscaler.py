@@ -43,22 +43,23 @@ class ScalingPolicy:
     scale_down_stabilization: float = 300.0
 
     def validate(self) -> "ScalingPolicy":
-        """Raises ValueError naming the field for a value no autoscaler can have."""
+        """Raises ValueError naming the field (as :func:`setting_name` gives it: its flag and its
+        WVA key) for a value no autoscaler can have."""
         for name in ("scrape_interval",):
             if not getattr(self, name) > 0:
-                raise ValueError(f"autoscaler: {name} must be > 0 seconds, got {getattr(self, name)}")
+                raise ValueError(f"autoscaler: {setting_name(name)} must be > 0 seconds, got {getattr(self, name)}")
         for name in ("startup_delay", "scale_down_stabilization", "kv_spare_trigger", "queue_spare_trigger"):
             if not getattr(self, name) >= 0:
-                raise ValueError(f"autoscaler: {name} must be >= 0, got {getattr(self, name)}")
+                raise ValueError(f"autoscaler: {setting_name(name)} must be >= 0, got {getattr(self, name)}")
         if not 0 < self.kv_cache_threshold <= 1:
-            raise ValueError(f"autoscaler: kv_cache_threshold must be in (0, 1], got {self.kv_cache_threshold}")
+            raise ValueError(f"autoscaler: {setting_name('kv_cache_threshold')} must be in (0, 1], got {self.kv_cache_threshold}")
         if not self.queue_length_threshold > 0:
-            raise ValueError(f"autoscaler: queue_length_threshold must be > 0, got {self.queue_length_threshold}")
+            raise ValueError(f"autoscaler: {setting_name('queue_length_threshold')} must be > 0, got {self.queue_length_threshold}")
         if not 1 <= self.min_replicas <= self.max_replicas:
-            raise ValueError(f"autoscaler: need 1 <= min_replicas ({self.min_replicas}) <= max_replicas "
-                             f"({self.max_replicas})")
+            raise ValueError(f"autoscaler: need 1 <= {setting_name('min_replicas')} ({self.min_replicas}) <= "
+                             f"{setting_name('max_replicas')} ({self.max_replicas})")
         if self.scale_up_step < 1:
-            raise ValueError(f"autoscaler: scale_up_step must be >= 1, got {self.scale_up_step}")
+            raise ValueError(f"autoscaler: {setting_name('scale_up_step')} must be >= 1, got {self.scale_up_step}")
         return self
 
 
@@ -69,6 +70,18 @@ ALIASES = {"kvCacheThreshold": "kv_cache_threshold", "queueLengthThreshold": "qu
            "startupDelay": "startup_delay", "scaleUpStep": "scale_up_step",
            "stabilizationWindowSeconds": "scale_down_stabilization",
            "scaleDownStabilization": "scale_down_stabilization"}
+
+
+# the settings the fleet's command line sets too
+FLAGS = {"scrape_interval": "--scrape-interval", "startup_delay": "--startup-delay", "min_replicas": "--min-pods",
+         "max_replicas": "--max-pods"}
+
+
+def setting_name(field: str) -> str:
+    """How an error names a :class:`ScalingPolicy` field: its flag where the command line has
+    one, and its WVA key (``--startup-delay / startupDelay``)."""
+    key = next(k for k, v in ALIASES.items() if v == field)
+    return f"{FLAGS[field]} / {key}" if field in FLAGS else key
 
 
 def load_policy(path: str | None = None, **overrides) -> ScalingPolicy:
@@ -93,7 +106,9 @@ def load_policy(path: str | None = None, **overrides) -> ScalingPolicy:
         for k, v in data.items():
             key = ALIASES.get(k, k)
             if key not in names:
-                raise ValueError(f"--autoscaler-config {path}: unknown key {k!r} (known: {', '.join(sorted(names))})")
+                raise ValueError(f"--autoscaler-config {path}: unknown key {k!r} (WVA's keys: "
+                                 f"{', '.join(k for k in ALIASES if k != 'scaleDownStabilization')}; or "
+                                 f"{', '.join(sorted(names))})")
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ValueError(f"--autoscaler-config {path}: {k} must be a number, got {v!r}")
             values[key] = int(v) if key in ("min_replicas", "max_replicas", "scale_up_step") else float(v)

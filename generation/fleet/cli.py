@@ -47,9 +47,12 @@ def _synthetic_args(p) -> None:
 
 
 def _load_trace(args, max_model_len: int | None):
-    """The requests to replay; a trace's prompts longer than ``--max-model-len`` are refused as
-    vLLM refuses them, said on stderr (or in the error when none is left)."""
-    from .traces import prefix_workload, read_fleet_trace
+    """The requests to replay; a trace's or the synthetic load's prompts that fill
+    ``--max-model-len`` are refused as vLLM refuses them, said on stderr (or in the error when
+    none is left).  The synthetic load is at most ``MAX_TRACE_REQUESTS`` requests."""
+    from .traces import fit_context, prefix_workload, read_fleet_trace
+    if getattr(args, "trace", None) and getattr(args, "prefix_heavy", False):
+        raise ValueError("give --trace FILE or --prefix-heavy, not both")
     if getattr(args, "trace", None):
         counts: dict = {}
         trace = read_fleet_trace(args.trace, args.trace_format, start=args.start, duration=args.duration,
@@ -70,9 +73,22 @@ def _load_trace(args, max_model_len: int | None):
                         ("--turns", args.turns)):
             if v < 1:
                 raise ValueError(f"{flag} must be at least 1, got {v}")
-        return prefix_workload(args.rate, args.seconds, groups=args.groups, system_tokens=args.system_tokens,
-                               question_tokens=args.question_tokens, output_tokens=args.output_tokens,
-                               turns=args.turns, seed=args.seed)
+        from generation.engine.replay_trace import MAX_TRACE_REQUESTS
+        expected = args.rate * args.seconds * args.turns
+        if expected > MAX_TRACE_REQUESTS:     # the load is built in memory before anything runs
+            raise ValueError(f"--rate x --seconds x --turns must come to at most {MAX_TRACE_REQUESTS:,} requests (a "
+                             f"replay holds every request in memory), got {expected:,.0f}")
+        trace, refused = fit_context(prefix_workload(
+            args.rate, args.seconds, groups=args.groups, system_tokens=args.system_tokens,
+            question_tokens=args.question_tokens, output_tokens=args.output_tokens, turns=args.turns,
+            seed=args.seed), max_model_len)
+        if refused:
+            said = (f"{refused} request(s) refused: prompt (--system-tokens + --question-tokens, and the turns before "
+                    f"it) past --max-model-len {max_model_len}")
+            if not trace:
+                raise ValueError(f"the synthetic load has no request to replay ({said}; raise --max-model-len)")
+            print(said, file=sys.stderr)
+        return trace
     raise ValueError("give --trace FILE or --prefix-heavy")
 
 
@@ -84,13 +100,19 @@ def cmd_replay(args, rest) -> int:
     from .autoscaler import Autoscaler, load_policy
     from .replay import FleetReplay, pod_factory
     from .routing import make_router, parse_weights
+    from generation.engine.replay_trace import check_plot_path
+    check_plot_path(args.plot)          # before the run, not a traceback after it
     new_pod, cfg, settings = pod_factory(rest)
     trace = _load_trace(args, cfg.max_model_len)
     if not trace:
         raise ValueError("the trace has no request in that window")
     weights = parse_weights(args.router_weights) if args.router_weights else None
     router = make_router(args.router, seed=args.seed, weights=weights, precise=not args.approx)
-    prefill_router = make_router(args.prefill_router, seed=args.seed + 1, weights=weights, precise=not args.approx)
+    prefill_router = make_router(args.prefill_router, seed=args.seed + 1, weights=weights, precise=not args.approx,
+                                 flag="--prefill-router")
+    if args.approx and "weighted" not in (args.router, args.prefill_router if args.prefill_pods else None):
+        print("warning: --approx applies to the weighted router only (prefix-approx is the approximate "
+              "prefix router)", file=sys.stderr)
     scaler = pre_scaler = None
     if args.autoscale or args.autoscaler_config:
         policy = load_policy(args.autoscaler_config, scrape_interval=args.scrape_interval,
@@ -176,12 +198,28 @@ def cmd_plan(args, rest) -> int:
         tps = [int(x) for x in split(args.tp)]
     except ValueError:
         raise ValueError(f"--tp must be integers separated by commas, got {args.tp!r}") from None
+    from generation.config.values import ConfigError
+    from generation.engine.perf.hardware import gpu_by_name
+    for flag, v in (("--gpus", split(args.gpus)), ("--tp", tps), ("--routers", split(args.routers))):
+        if not v:
+            raise ValueError(f"{flag} names no configuration, got {getattr(args, flag[2:])!r}")
+    for g in split(args.gpus):          # a name no pod can have is the command line's error, not a row's
+        try:
+            gpu_by_name(g)
+        except ConfigError as e:
+            raise ValueError(str(e).replace("--gpu:", "--gpus:", 1)) from None
+    if any(t < 1 for t in tps):
+        raise ValueError(f"--tp sizes must be at least 1, got {args.tp!r}")
+    if args.workers < 0:
+        raise ValueError(f"--workers must be at least 0 (0: every core), got {args.workers}")
     configs = configurations(split(args.gpus), tps, split(args.routers))
     from .routing import ROUTERS
     for c in configs:
         if c["router"] not in ROUTERS:
             raise ValueError(f"--routers: {c['router']!r} is not one of {', '.join(ROUTERS)}")
     share = _share(args)
+    from generation.engine.replay_trace import check_output_path
+    check_output_path(args.output, "--output")
     t0 = time.perf_counter()
     rows = sort_rows(plan(trace, configs, args.slo_ttft, args.slo_itl, server_args=rest, min_pods=args.min_pods,
                           max_pods=args.max_pods, workers=args.workers, share=share, seed=args.seed))
@@ -201,6 +239,9 @@ def cmd_plan(args, rest) -> int:
               + f", {sum(r.get('replays', 0) for r in rows)} replays in {wall:.1f} s on "
                 f"{args.workers or os.cpu_count()} processes")
         print(table(rows))
+    if rows and all(r.get("error") for r in rows):     # nothing planned: a configuration the model cannot have
+        print(f"error: no configuration could be planned ({rows[0]['error']})", file=sys.stderr)
+        return 2
     return 0
 
 

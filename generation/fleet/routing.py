@@ -199,11 +199,11 @@ def parse_weights(text: str) -> dict:
 
 
 def make_router(name: str, *, seed: int = 0, weights: dict | None = None, precise: bool = True,
-                lru_blocks: int = 31250) -> Router:
+                lru_blocks: int = 31250, flag: str = "--router") -> Router:
     """The router called ``name`` (one of :data:`ROUTERS`).  The prefix scorers alone still
     break ties by load (a small queue weight), as a deployed profile pairs them with a load
     scorer; ``weighted`` takes ``weights`` (default :data:`DEFAULT_WEIGHTS`) and ``precise``.
-    Raises ValueError naming ``--router``."""
+    Raises ValueError naming ``flag``."""
     if name == "round-robin":
         return RoundRobin(seed)
     if name == "least-queue":
@@ -218,4 +218,4 @@ def make_router(name: str, *, seed: int = 0, weights: dict | None = None, precis
         return Weighted({"prefix": 1.0, "queue": 0.01}, precise=False, lru_blocks=lru_blocks, seed=seed, name=name)
     if name == "weighted":
         return Weighted(weights, precise=precise, lru_blocks=lru_blocks, seed=seed, name=name)
-    raise ValueError(f"--router must be one of {', '.join(ROUTERS)}; got {name!r}")
+    raise ValueError(f"{flag} must be one of {', '.join(ROUTERS)}; got {name!r}")

@@ -94,7 +94,7 @@ def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, durati
     fit and a prompt longer than it is dropped (vLLM refuses it; ``counts["refused"]`` gets how
     many were).  Raises ValueError naming the file and line, or the argument."""
     if not os.path.isfile(path):
-        raise ValueError(f"--trace {path}: no such file")
+        raise ValueError(f"--trace {path}: " + ("a directory, not a file" if os.path.isdir(path) else "no such file"))
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt not in FORMATS:
@@ -110,21 +110,32 @@ def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, durati
     t0 = reqs[0].arrival + start
     end = t0 + duration if duration > 0 else math.inf
     out = []
-    refused = 0
     for r in reqs:
         if r.arrival < t0 or r.arrival >= end:
             continue
-        if max_model_len is not None:
-            if r.prompt_tokens >= max_model_len:
-                refused += 1
-                continue
-            if r.prompt_tokens + r.output_tokens > max_model_len:
-                r.output_tokens = max_model_len - r.prompt_tokens
         r.arrival = (r.arrival - t0) / speedup
         out.append(r)
+    out, refused = fit_context(out, max_model_len)
     if counts is not None:
         counts["refused"] = refused
     return out
+
+
+def fit_context(reqs: list, max_model_len: int | None) -> tuple[list, int]:
+    """``(kept, refused)``: ``reqs`` without those whose prompt fills ``max_model_len`` or more
+    (vLLM refuses them), the others' outputs cut to what the context leaves (a client's
+    ``max_tokens`` past it is vLLM's 400 too; a trace records what the server produced).  None:
+    all kept."""
+    if max_model_len is None:
+        return reqs, 0
+    kept = []
+    for r in reqs:
+        if r.prompt_tokens >= max_model_len:
+            continue
+        if r.prompt_tokens + r.output_tokens > max_model_len:
+            r.output_tokens = max_model_len - r.prompt_tokens
+        kept.append(r)
+    return kept, len(reqs) - len(kept)
 
 
 def prefix_workload(rate: float, duration: float, *, groups: int = 64, system_tokens: int = 2048,

@@ -113,7 +113,7 @@ def test_control_api_adds_a_pod_that_starts_then_removes_it():
     ctl = f"http://127.0.0.1:{CONTROL}"
     assert [p["name"] for p in client.get(ctl + "/fleet/pods").json()["pods"]] == ["sim-0", "sim-1"]
     for body, param in (({"count": 0}, "count"), ({"count": "2"}, "count"), ({"startup_delay": "x"}, "startup_delay"),
-                        ({"startup_delay": -1}, "startup_delay"), ([1], "body")):
+                        ({"startup_delay": -1}, "startup_delay"), ([1], "body"), ({"cnt": 1}, "cnt")):
         r = client.post(ctl + "/fleet/pods", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     r = client.post(ctl + "/fleet/pods", content=b"{", headers={"content-type": "application/json"})

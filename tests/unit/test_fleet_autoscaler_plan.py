@@ -50,13 +50,16 @@ def test_a_users_yaml_with_wva_keys(tmp_path):
     assert (pol.kv_cache_threshold, pol.queue_length_threshold, pol.max_replicas, pol.startup_delay,
             pol.scrape_interval, pol.min_replicas) == (0.8, 5.0, 9, 30.0, 5, 1)
     p.write_text("kvCacheTreshold: 0.8\n")
-    with pytest.raises(ValueError, match="unknown key 'kvCacheTreshold'"):
+    with pytest.raises(ValueError, match="unknown key 'kvCacheTreshold' \\(WVA's keys: kvCacheThreshold, "):
         load_policy(str(p))
     p.write_text("kvCacheThreshold: high\n")
     with pytest.raises(ValueError, match="kvCacheThreshold must be a number"):
         load_policy(str(p))
-    with pytest.raises(ValueError, match="min_replicas"):
+    with pytest.raises(ValueError, match=r"need 1 <= --min-pods / minReplicas \(5\) <= --max-pods / maxReplicas \(2\)"):
         load_policy(None, min_replicas=5, max_replicas=2)
+    p.write_text("kvCacheThreshold: 2\n")           # a YAML-only setting: its WVA key
+    with pytest.raises(ValueError, match=r"kvCacheThreshold must be in \(0, 1\], got 2"):
+        load_policy(str(p))
 
 
 def test_azure_and_burstgpt_traces():
@@ -198,6 +201,42 @@ def test_cli_errors_are_one_line(capsys):
     assert main(["replay", "--trace", os.path.join(FIX, "azure_code_sample.csv"), "--pods", "1", *SERVER,
                  "--max-model-len", "16"]) == 2
     assert "6 request(s) refused: prompt past --max-model-len 16; raise --max-model-len" in capsys.readouterr().err
+
+
+def test_cli_checks_before_running(tmp_path, capsys):
+    """A fresh user's findings: each of these ran (a synthetic load of 10^13 requests grew
+    without bound; a default --prefix-heavy run replayed nothing and said nothing; plan printed
+    an unknown GPU as a row and exited 0; --plot failed after the run) or named the wrong flag."""
+    from generation.fleet.cli import main
+    trace = os.path.join(FIX, "sessions.jsonl")
+    cases = [
+        (["replay", "--prefix-heavy", "--rate", "1e12", "--seconds", "10", *SERVER],
+         "--rate x --seconds x --turns must come to at most 1,000,000 requests"),
+        (["replay", "--prefix-heavy", "--rate", "2", "--seconds", "2", *SERVER, "--max-model-len", "1024"],
+         "the synthetic load has no request to replay (1 request(s) refused: prompt (--system-tokens + "
+         "--question-tokens, and the turns before it) past --max-model-len 1024; raise --max-model-len)"),
+        (["replay", "--trace", trace, "--prefix-heavy", *SERVER], "give --trace FILE or --prefix-heavy, not both"),
+        (["replay", "--trace", str(tmp_path), *SERVER], f"--trace {tmp_path}: a directory, not a file"),
+        (["replay", "--trace", trace, "--pods", "100000", *SERVER], "--pods must be from 1 to 10,000, got 100000"),
+        (["replay", "--trace", trace, "--plot", str(tmp_path / "no" / "x.png"), *SERVER], "--plot "),
+        (["replay", "--trace", trace, "--prefill-pods", "1", "--prefill-router", "nope", *SERVER],
+         "--prefill-router must be one of"),
+        (["replay", "--trace", trace, "--autoscale", "--startup-delay", "-1", *SERVER],
+         "autoscaler: --startup-delay / startupDelay must be >= 0, got -1"),
+    ]
+    for gpus, tp, workers, said in (("H999", "1", "1", "--gpus: unknown GPU 'H999'"),
+                                    (",", "1", "1", "--gpus names no configuration"),
+                                    ("H100", "0", "1", "--tp sizes must be at least 1"),
+                                    ("H100", "1", "-1", "--workers must be at least 0"),
+                                    ("H100", "3", "1", "error: no configuration could be planned (ConfigError: "
+                                                       "Total number of attention heads (32) must be divisible")):
+        cases.append((["plan", "--trace", trace, "--slo-ttft", "1", "--slo-itl", "0.1", "--gpus", gpus, "--tp", tp,
+                       "--workers", workers, "--max-pods", "2", *SERVER], said))
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, (argv, err)
+    assert not (tmp_path / "no").exists()
 
 
 def test_cli_replay_prints_fleet_and_pods(tmp_path, capsys):

@@ -79,7 +79,21 @@ def test_errors_are_one_line_and_exit_2(capsys):
     # the flag named first, as the server names it (``python app.py`` prints the same line)
     assert rc == 2 and err.startswith("error: --vllm-version: vllm-version 9.0 is newer than") and err.count("\n") == 1
     rc, _, err = run(capsys, *SMALL, "--per-request", "/nonexistent-dir/x.jsonl")
-    assert rc == 2 and err.startswith("error: ")
+    # checked before the run, the flag named (it was an [Errno 2] after the whole replay)
+    assert rc == 2 and err == ("error: --per-request /nonexistent-dir/x.jsonl: cannot be written (No such file or "
+                               "directory)\n")
+
+
+def test_the_default_prompt_fits_the_default_context(tmp_path, capsys):
+    """Without --prompt-tokens the prompt is 1024 tokens or what --max-model-len leaves beside the
+    output: a bare ``python -m generation.engine.replay`` (the simulator's 1024-token context for
+    a name without a config) refused all 200 of its requests."""
+    for extra, prompt in (((), 1000), (("--max-model-len", "4096"), 1024)):
+        path = tmp_path / "r.jsonl"
+        rc, out, err = run(capsys, "--num-requests", "2", "--output-tokens", "24", "--no-progress", "--json",
+                           "--per-request", str(path), *extra)
+        assert rc == 0 and json.loads(out)["requests"] == 2 and "refused" not in err
+        assert [json.loads(x)["prompt_tokens"] for x in path.read_text().splitlines()] == [prompt, prompt]
 
 
 def test_the_plot_has_ttft_and_tpot_on_their_own_axes_and_its_path_is_said(tmp_path, capsys):
