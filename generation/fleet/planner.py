@@ -282,8 +282,12 @@ def sort_rows(rows) -> list[dict]:
                                        r["gpu"], r["tp"], r["router"]))
 
 
+THIN_MARGIN = 0.05       # table(): a margin below this gets a note
+
+
 def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> str:
-    """The rows as a text table: configuration, pods, GPUs, GPU-hours, p99s, margin."""
+    """The rows as a text table: configuration, pods, GPUs, GPU-hours, p99s, margin; a note
+    under it when a configuration's margin is below :data:`THIN_MARGIN`."""
     head = f"{'GPU':10s} {'TP':>2s} {'router':15s} {'pods':>5s} {'GPUs':>5s} {'GPU-h':>8s} " \
            f"{'TTFT p99':>9s} {'ITL p99':>8s} {'margin':>7s}"
     lines = [head, "-" * len(head)]
@@ -299,4 +303,9 @@ def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> 
         margin = f"{100 * r['margin']:.0f} %" if met else "-"
         lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} "
                      f"{ms(r.get('ttft_p99')):>9s} {ms(r.get('itl_p99')):>8s} {margin:>7s}")
+    thin = [r for r in rows if r.get("pods") is not None and r.get("margin") is not None and r["margin"] < THIN_MARGIN]
+    if thin:        # a p99 near the SLO is not monotone in the pods (one replay's draw of which requests wait)
+        lines.append(f"note: {len(thin)} configuration(s) with a margin under {100 * THIN_MARGIN:.0f} %: near the SLO a "
+                     f"replay's p99 goes up and down with the pod count, so a pod or two fewer may pass too (try "
+                     f"`python -m generation.fleet replay --pods N` with the trace)")
     return "\n".join(lines)

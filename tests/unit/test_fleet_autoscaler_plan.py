@@ -277,3 +277,11 @@ def test_a_round_of_the_search_spreads_pod_counts_over_the_processes():
     assert s.done and s.hi == 11 and s.candidates(3) == []
     s.update(0, {"error": "ValueError: no"})
     assert s.row([], 1.0, 1.0)["error"] == "ValueError: no"
+
+
+def test_a_thin_margin_gets_a_note():
+    from generation.fleet.planner import table
+    row = {"gpu": "H100", "tp": 1, "router": "round-robin", "pods": 11, "gpus": 11, "gpu_hours": 1.0,
+           "ttft_p99": 0.493, "itl_p99": 0.02, "margin": 0.014}
+    assert table([row]).splitlines()[-1].startswith("note: 1 configuration(s) with a margin under 5 %: ")
+    assert "note" not in table([dict(row, margin=0.2)])
