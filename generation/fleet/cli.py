@@ -274,7 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog="Other flags are the server's (--gpu, --model, -tp, --max-model-len, ...).",
                                 allow_abbrev=False)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("replay", help="replay a trace on a fleet", allow_abbrev=False)
+    r = sub.add_parser("replay", help="replay a trace on a fleet", allow_abbrev=False,
+                       epilog="Other flags are the server's, given to every pod: --gpu, --model, -tp, --max-model-len, "
+                              "--max-num-seqs, --kv-transfer-bandwidth (P/D, GB/s), ...")
     _trace_args(r)
     _synthetic_args(r)
     r.add_argument("--pods", type=int, default=4, help="pods at the start (decode pods with --prefill-pods)")

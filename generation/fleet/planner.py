@@ -261,7 +261,8 @@ def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min
 
 def merge(paths) -> list[dict]:
     """The rows of several shares' JSON files (each a list of rows, as ``plan --output``
-    writes), in the configurations' order.  Raises ValueError naming a file that is not one."""
+    writes), cheapest first (:func:`sort_rows`).  Raises ValueError naming a file that is not one,
+    or a configuration that two files hold (a share given twice duplicated its rows)."""
     rows = []
     for path in paths:
         try:
@@ -273,6 +274,12 @@ def merge(paths) -> list[dict]:
         if not isinstance(data, list) or not all(isinstance(r, dict) and "gpu" in r for r in data):
             raise ValueError(f"{path}: not a plan result (a list of rows with gpu, tp, router)")
         rows.extend(data)
+    seen = set()
+    for r in rows:              # the same share given twice (or two plans of one configuration)
+        key = (r["gpu"], r.get("tp"), r.get("router"))
+        if key in seen:
+            raise ValueError(f"configuration {key[0]} TP {key[1]} {key[2]} comes twice: give each share's result once")
+        seen.add(key)
     return sort_rows(rows)
 
 

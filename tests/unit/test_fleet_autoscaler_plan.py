@@ -186,6 +186,8 @@ def test_plan_shares_and_merge_on_the_command_line(tmp_path, capsys):
     assert "round-robin" in text and "least-queue" in text and "margin" in text
     rows = json.loads(open(outs[0]).read())["rows"]
     assert rows[0]["pods"] == 1 and rows[0]["gpu"] == "H100"
+    assert main(["merge", outs[0], outs[0]]) == 2          # a share given twice: its rows were doubled
+    assert "comes twice: give each share's result once" in capsys.readouterr().err
 
 
 def test_cli_errors_are_one_line(capsys):
