@@ -31,14 +31,16 @@ def urls(config, tls: bool) -> list[str]:
 
 def _kv_line(c) -> str:
     """The KV-cache line: the simulated cache and where its events go (``--enable-kvcache``),
-    step mode's own prefix cache (on, as vLLM's prefix caching, publishing nothing), or off."""
+    step mode's own prefix cache (on, as vLLM's prefix caching, unless
+    ``--no-enable-prefix-caching``; publishing nothing), or off."""
     if c.enable_kvcache:
         events = f"events to {c.zmq_endpoint}" if c.zmq_endpoint else "events not published"
         if getattr(c, "pod_ip_guessed", False):
             events += f" (topic {c.kv_topic()}: POD_IP is not set, this host's address stands in)"
         return f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on, {events}"
     if getattr(c, "latency_calculator", "") == "step":
-        return (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on (step engine), "
+        caching = "on" if getattr(c, "enable_prefix_caching", True) else "off (--no-enable-prefix-caching)"
+        return (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching {caching} (step engine), "
                 f"no KV events (--enable-kvcache or --kv-events-config publishes them)")
     return "kv cache: off (no prefix caching; --enable-kvcache turns it on)"
 

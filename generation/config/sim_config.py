@@ -29,6 +29,13 @@ def host_address() -> str:
 MAX_FLEET_PODS = 1024     # pods one process holds, at start-up and after scaling (~0.4 MiB and an fd each)
 
 
+# Floats whose rule has a lower bound ``(bound, inclusive)`` beside the generic ones (a negative
+# relative deviation, utilization or bandwidth was accepted; vLLM's CacheConfig has
+# gpu_memory_utilization gt=0)
+FLOAT_MINIMUM = {"step-time-jitter": (0.0, True), "gpu-memory-utilization": (0.0, False),
+                 "kv-transfer-bandwidth": (0.0, False)}
+
+
 class SimConfig:
     """All simulator options as attributes named like the flags with ``-`` -> ``_``.
 
@@ -284,7 +291,7 @@ class SimConfig:
 
     def _validate_generic(self) -> None:
         """Rules every option of a type follows: choices, finite and non-negative durations and
-        floats within their declared maximum."""
+        floats within their declared maximum (and :data:`FLOAT_MINIMUM`'s lower bounds)."""
         for o in OPTIONS.values():
             v = getattr(self, o.attr)
             if o.choices and o.type in ("str", "int") and v not in o.choices:
@@ -298,6 +305,10 @@ class SimConfig:
                 if o.maximum is not None and v > o.maximum:
                     shown = format_duration(o.maximum) if o.type == "duration" else f"{o.maximum:g}"
                     raise ConfigError(f"{o.name} cannot be more than {shown}", o.name)
+                low = FLOAT_MINIMUM.get(o.name)
+                if low is not None and (v < low[0] or (v == low[0] and not low[1])):
+                    raise ConfigError(f"{o.name} must be {'at least' if low[1] else 'more than'} {low[0]:g}, got {v:g}",
+                                      o.name)
 
     def _validate_tools(self) -> None:
         if self.max_tool_call_integer_param < self.min_tool_call_integer_param:

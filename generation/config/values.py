@@ -135,6 +135,8 @@ def human_readable_int(value: Any) -> int:
         number, suffix = text[:-1], text[-1]
         if suffix in _DECIMAL:
             return int(float(number) * _DECIMAL[suffix])
+        if number.startswith("-"):      # vLLM's pattern takes no sign: not a size
+            raise ValueError(f"{text!r} is negative")
         if not number.isdigit():
             raise ValueError(f"decimals are not allowed with binary suffixes like {suffix}; did you mean "
                              f"{number}{suffix.lower()}?")

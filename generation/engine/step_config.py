@@ -113,6 +113,12 @@ def resolve_step_settings(cfg) -> StepSettings:
     if found is None:
         arch, source = resolve_arch(FALLBACK_ARCH)
         source = f"{FALLBACK_ARCH} preset: {cfg.model!r} has no config.json (--hf-config-path)"
+        if "/" in (cfg.model or ""):        # a real model's name (not test-model): its figures are not these
+            import logging
+            logging.getLogger("vllm_sim").warning(
+                "step engine: no config.json for %s here and no preset of it: its KV cache, context and step "
+                "times are %s's; give --hf-config-path (the model's config.json) for its own", cfg.model,
+                FALLBACK_ARCH)
     else:
         arch, source = found
     tp = cfg.tensor_parallel_size

@@ -66,6 +66,15 @@ _DEEPSEEK_V32 = {**_DEEPSEEK_V3, "model_type": "deepseek_v32", "index_topk": 204
                  "index_head_dim": 128}
 
 
+_QWEN3_30B_A3B = _cfg(48, 2048, 32, 4, 6144, 151936, 40960, False, 128, num_experts=128, num_experts_per_tok=8,
+                      moe_intermediate_size=768)
+_QWEN3_235B_A22B = _cfg(94, 4096, 64, 4, 12288, 151936, 40960, False, 128, num_experts=128, num_experts_per_tok=8,
+                        moe_intermediate_size=1536)
+# Qwen's FP8 releases: the same config with 128 x 128 block-quantized FP8 weights
+_QWEN_FP8 = {"quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                     "weight_block_size": [128, 128]}}
+
+
 def _gpt_oss(layers: int, experts: int) -> dict:
     return _cfg(layers, 2880, 64, 8, 2880, 201088, 131072, head_dim=64, model_type="gpt_oss",
                 num_local_experts=experts, num_experts_per_tok=4, sliding_window=128,
@@ -102,8 +111,13 @@ PRESETS: dict[str, dict] = {
     "Qwen/Qwen3-8B": _cfg(36, 4096, 32, 8, 12288, 151936, 40960, False, 128),
     "Qwen/Qwen3-14B": _cfg(40, 5120, 40, 8, 17408, 151936, 40960, False, 128),
     "Qwen/Qwen3-32B": _cfg(64, 5120, 64, 8, 25600, 151936, 40960, False, 128),
-    "Qwen/Qwen3-30B-A3B": _cfg(48, 2048, 32, 4, 6144, 151936, 40960, False, 128, num_experts=128,
-                               num_experts_per_tok=8, moe_intermediate_size=768),
+    "Qwen/Qwen3-30B-A3B": _QWEN3_30B_A3B,
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": {**_QWEN3_30B_A3B, "max_position_embeddings": 262144},
+    "Qwen/Qwen3-30B-A3B-Thinking-2507": {**_QWEN3_30B_A3B, "max_position_embeddings": 262144},
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": {**_QWEN3_30B_A3B, "max_position_embeddings": 262144},
+    "Qwen/Qwen3-235B-A22B": _QWEN3_235B_A22B,
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": {**_QWEN3_235B_A22B, "max_position_embeddings": 262144},
+    "Qwen/Qwen3-235B-A22B-Thinking-2507": {**_QWEN3_235B_A22B, "max_position_embeddings": 262144},
     "mistralai/Mistral-7B-Instruct-v0.3": _MISTRAL_7B,
     "mistralai/Mistral-7B-v0.3": _MISTRAL_7B,
     "mistralai/Mixtral-8x7B-Instruct-v0.1": _MIXTRAL_8X7B,
@@ -131,9 +145,14 @@ PRESETS: dict[str, dict] = {
     "openai/gpt-oss-120b": _gpt_oss(36, 128),
     "openai/gpt-oss-20b": _gpt_oss(24, 32),
 }
+PRESETS.update({f"{name}-FP8": {**PRESETS[name], **_QWEN_FP8} for name in (
+    "Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B",
+    "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-30B-A3B-Instruct-2507",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-Coder-30B-A3B-Instruct")})
 # their config.json's ``architectures`` (the model class vLLM loads), by the first matching prefix
 _PRESET_CLASSES = (("meta-llama/", "LlamaForCausalLM"), ("codellama/", "LlamaForCausalLM"),
                    ("Qwen/Qwen2.5-", "Qwen2ForCausalLM"), ("Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM"),
+                   ("Qwen/Qwen3-235B-A22B", "Qwen3MoeForCausalLM"), ("Qwen/Qwen3-Coder-30B-A3B", "Qwen3MoeForCausalLM"),
                    ("Qwen/Qwen3-", "Qwen3ForCausalLM"), ("mistralai/Mistral-", "MistralForCausalLM"),
                    ("mistralai/Mixtral-", "MixtralForCausalLM"), ("deepseek-ai/DeepSeek-V3.2", "DeepseekV32ForCausalLM"),
                    ("deepseek-ai/DeepSeek-V2", "DeepseekV2ForCausalLM"),

@@ -291,6 +291,12 @@ def test_kv_capacity_errors():
     assert kv_cache_blocks(gpu_by_name("L40S"), seventy, tp=4) > 0
     with pytest.raises(ConfigError, match="No available memory for the cache blocks"):
         kv_cache_blocks(gpu_by_name("A100-40GB"), preset(LLAMA8), gpu_memory_utilization=0.42)
+    # absurd batch limits: the flag to lower is named, not the memory to raise (a fresh user's)
+    for kw, flag in ((dict(max_num_seqs=100_000_000), "max-num-seqs"),
+                     (dict(max_num_batched_tokens=10**12), "max-num-batched-tokens")):
+        with pytest.raises(ConfigError, match=f"lower --{flag}$") as e:
+            kv_cache_blocks(gpu_by_name("H100"), preset(LLAMA8), **kw)
+        assert e.value.param == flag
     with pytest.raises(ConfigError, match=r"heads \(32\) must be divisible by tensor parallel size \(3\)"):
         kv_cache_blocks(gpu_by_name("H100"), preset(LLAMA8), tp=3)
     with pytest.raises(ConfigError, match="--gpu-memory-utilization"):

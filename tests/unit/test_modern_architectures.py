@@ -301,3 +301,26 @@ def test_the_start_up_lines_say_what_architecture_is_modelled(caplog):
         a = ModelArch.from_hf_config({**cfg, "model_type": "deepsek_v2"}, source="cfg.json")
     assert not a.is_mla and "cfg.json: kv_lora_rank is given but model_type 'deepsek_v2' is not one vLLM treats " \
                            "as MLA: modelled as ordinary attention" in caplog.text
+
+
+# ---- Qwen3 MoE and FP8 presets (a fresh user's Qwen/Qwen3-235B-A22B was read as Llama-3.1-8B) -----
+def test_qwen3_moe_and_fp8_presets():
+    a = preset("Qwen/Qwen3-235B-A22B")
+    assert a.is_moe and (a.num_experts, a.num_layers) == (128, 94)
+    assert a.n_params == 235_092_836_352            # Qwen's "235B total"
+    assert preset("Qwen/Qwen3-235B-A22B-Instruct-2507").max_position_embeddings == 262144
+    fp8 = preset("Qwen/Qwen3-8B-FP8")
+    assert fp8.quantization == "fp8" and fp8.n_params == preset("Qwen/Qwen3-8B").n_params
+    assert preset("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8").is_moe
+
+
+def test_a_real_model_without_a_config_says_whose_figures_it_gets(caplog):
+    import logging
+    with caplog.at_level(logging.WARNING, logger="vllm_sim"):
+        resolve_step_settings(load_config(["--latency-calculator", "step", "--model", "acme/Unknown-70B"], env={}))
+    assert "no config.json for acme/Unknown-70B here and no preset of it: its KV cache, context and step times are " \
+           "meta-llama/Llama-3.1-8B-Instruct's; give --hf-config-path" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="vllm_sim"):
+        resolve_step_settings(load_config(["--latency-calculator", "step"], env={}))     # test-model: no warning
+    assert "no config.json" not in caplog.text

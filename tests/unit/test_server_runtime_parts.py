@@ -26,6 +26,9 @@ def test_startup_summary_names_model_mode_tokenizer_latency_capacity_kv_and_url(
     (["--latency-calculator", "step", "--kv-cache-size", "500"],
      "kv cache: 500 blocks x 64 tokens, prefix caching on (step engine), no KV events (--enable-kvcache or "
      "--kv-events-config publishes them)", "generate"),
+    (["--latency-calculator", "step", "--kv-cache-size", "500", "--no-enable-prefix-caching"],
+     "kv cache: 500 blocks x 64 tokens, prefix caching off (--no-enable-prefix-caching) (step engine), no KV events "
+     "(--enable-kvcache or --kv-events-config publishes them)", "generate"),
     (["--runner", "pooling"], "kv cache: off (no prefix caching; --enable-kvcache turns it on)", "pooling convert=embed"),
     (["--runner", "pooling", "--convert", "classify"], None, "pooling convert=classify"),
 ])

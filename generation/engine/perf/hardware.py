@@ -328,6 +328,17 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
                                 max_num_seqs=max_num_seqs)
     blocks = pool_blocks(arch, avail, block_size, kv_bytes_per_token(arch, kv_cache_dtype, tp), max_model_len)
     if blocks <= 0:
+        # the batch limits' share of the start-up profile: a huge --max-num-seqs or
+        # --max-num-batched-tokens is what to lower, not the memory to raise
+        activation = ACTIVATION_BYTES * max_num_batched_tokens * arch.hidden_size
+        logits = LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp
+        if activation + logits > -avail and max(activation, logits) > 4 * GiB:
+            flag = "max-num-batched-tokens" if activation >= logits else "max-num-seqs"
+            raise ConfigError(
+                f"No available memory for the cache blocks: the start-up profile's activations for "
+                f"--max-num-batched-tokens {max_num_batched_tokens} and --max-num-seqs {max_num_seqs} "
+                f"({(activation + logits) / GiB:.2f} GiB) leave {avail / GiB:.2f} GiB for the cache of "
+                f"{arch.name or 'the model'} on {gpu.name}; lower --{flag}", param=flag)
         raise ConfigError(
             f"No available memory for the cache blocks: {arch.name or 'the model'} on {gpu.name} "
             f"leaves {avail / GiB:.2f} GiB after weights and activations; raise "
