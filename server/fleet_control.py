@@ -17,8 +17,9 @@ JSON in and out.
 
 With ``--api-key`` every route but ``/health`` and ``/metrics`` needs the key, as the pods'
 (:class:`server.auth.APIKeyMiddleware`).  Errors use vLLM's envelope: 400 naming the field (``count``, ``startup_delay``, ``timeout``,
-``body``), 404 for an unknown pod or path, 405 for a wrong method, 409 for a pod already
-draining or a port in use.
+``wait``, ``body``), 404 for an unknown pod or path, 405 for a wrong method, 409 for a pod already
+draining, a port in use or a count past the bound (adds in progress counted), 413 for a body past
+:data:`CONTROL_BODY_LIMIT`, 408 for one that does not arrive in time.
 """
 from __future__ import annotations
 
@@ -35,9 +36,15 @@ from .fleet import FleetError
 log = logging.getLogger("vllm_sim")
 
 MAX_SECONDS = 3600.0
-_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 409: "ConflictError"}
+# A control body is a small JSON object: past this, a 413 before it is read (a 600 MB body was read
+# whole, 1.2 GB and 21 s during which the pods' /health answered 31 times)
+CONTROL_BODY_LIMIT = 64 * 1024
+_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed", 409: "ConflictError",
+          413: "RequestEntityTooLarge"}
 _STATUS = {200: "200 OK", 201: "201 Created", 202: "202 Accepted", 400: "400 Bad Request", 404: "404 Not Found",
-           405: "405 Method Not Allowed", 409: "409 Conflict"}
+           405: "405 Method Not Allowed", 409: "409 Conflict", 413: "413 Request Entity Too Large"}
+_WAIT = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
+         "": False}
 
 
 def _seconds(raw, name: str, default: float) -> float:
@@ -78,12 +85,19 @@ def _metrics_registry(fleet):
 
 
 def control_app(fleet):
-    """The control API's WSGI callable over ``fleet`` (:class:`server.fleet.Fleet`)."""
+    """The control API's WSGI callable over ``fleet`` (:class:`server.fleet.Fleet`), behind the
+    pods' body layers: a body past :data:`CONTROL_BODY_LIMIT` is a 413 (chunked too), one that
+    does not arrive in time a 408 (:class:`server.wsgi_layers.BodyDeadline`: slow bodies held
+    the control port, its ``/health`` probe included)."""
     import gevent
     from prometheus_client import generate_latest
     from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+    from .listening import KEEPALIVE_SECONDS
+    from .wsgi_layers import BodyDeadline, ChunkedBodyLimit
+
     registry = _metrics_registry(fleet)
+    adding = [0]            # pods that requests in progress are adding (their loops yield between pods)
 
     def add(environ, query):
         raw = _body(environ)
@@ -100,21 +114,30 @@ def control_app(fleet):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
             raise FleetError(f"count: must be an integer from 1 to 256, got {count!r}", 400, "count")
         delay = _seconds(body.get("startup_delay"), "startup_delay", fleet.config.fleet_startup_delay)
-        if len(fleet.pods) + count > MAX_FLEET_PODS:     # all or none (Fleet.add checks each too)
-            raise FleetError(f"count: {len(fleet.pods)} pods and {count} more would pass the fleet's bound of "
-                             f"{MAX_FLEET_PODS} pods; remove some first", 409, "count")
+        held = len(fleet.pods) + adding[0]
+        if held + count > MAX_FLEET_PODS:     # all or none, counting the adds in progress (checked and reserved
+            raise FleetError(                 # without a yield: concurrent adds were all let through, then refused)
+                f"count: {held} pods and {count} more would pass the fleet's bound of {MAX_FLEET_PODS} pods; remove "
+                f"some first", 409, "count")
+        adding[0] += count
         pods = []
-        for _ in range(count):          # ~25 ms each in step mode: other pods' streams go between
-            pods.append(fleet.add(delay))
-            gevent.sleep(0)
+        try:
+            for _ in range(count):          # ~25 ms each in step mode: other pods' streams go between
+                pods.append(fleet.add(delay))
+                gevent.sleep(0)
+        finally:
+            adding[0] -= count
         log.info("added %s (start-up delay %gs)", ", ".join(p.name for p in pods), delay)
         return 201, {"pods": [p.describe() for p in pods]}
 
     def remove(name, query):
         timeout = _seconds(query.get("timeout", [None])[-1], "timeout", fleet.grace())
+        wait = _WAIT.get(query.get("wait", [""])[-1].lower())
+        if wait is None:
+            raise FleetError(f"wait: must be true or false, got {query['wait'][-1]!r}", 400, "wait")
         pod = fleet.begin_remove(name)
         job = gevent.spawn(fleet.finish_remove, pod, timeout)
-        if query.get("wait", [""])[-1].lower() in ("1", "true", "yes", "on"):
+        if wait:
             return 200, job.get()
         return 202, {"name": pod.name, "state": "draining"}
 
@@ -162,7 +185,8 @@ def control_app(fleet):
             headers.append(("Allow", allowed))
         start_response(_STATUS[status], headers)
         return [data]
-    return app
+    grace = getattr(fleet.config, "timeout_keep_alive", 0) or KEEPALIVE_SECONDS
+    return BodyDeadline(ChunkedBodyLimit(app, CONTROL_BODY_LIMIT), CONTROL_BODY_LIMIT, grace)
 
 
 def _body(environ) -> bytes:
@@ -172,7 +196,10 @@ def _body(environ) -> bytes:
     length = environ.get("CONTENT_LENGTH")
     if length:
         try:
-            return stream.read(int(length))
+            n = int(length)
         except ValueError:
             raise FleetError("body: bad Content-Length", 400, "body") from None
+        if n > CONTROL_BODY_LIMIT:
+            raise FleetError(f"body: {n} bytes, more than the control API's {CONTROL_BODY_LIMIT}", 413, "body")
+        return stream.read(n)
     return stream.read() if environ.get("HTTP_TRANSFER_ENCODING", "").lower() == "chunked" else b""

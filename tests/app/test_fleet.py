@@ -171,6 +171,28 @@ def test_the_fleet_is_bounded_at_run_time_too(monkeypatch):
     assert e.value.status == 409 and "no such port" in e.value.message
 
 
+def test_concurrent_adds_are_all_or_none_and_bodies_are_bounded(monkeypatch):
+    """A hostile client's findings: three concurrent POSTs that together pass the bound were all
+    answered 409 while their pods were added (the check ran before loops that yield between
+    pods); a 600 MB body was read whole; ``wait=maybe`` was taken as false."""
+    import server.fleet
+    import server.fleet_control
+    monkeypatch.setattr(server.fleet_control, "MAX_FLEET_PODS", 6)
+    monkeypatch.setattr(server.fleet, "MAX_FLEET_PODS", 6)
+    fleet, client = build(size=1)
+    ctl = f"http://127.0.0.1:{CONTROL}"
+    jobs = [gevent.spawn(client.post, ctl + "/fleet/pods", json={"count": 3}) for _ in range(3)]
+    gevent.joinall(jobs, raise_error=True)
+    codes = sorted(j.value.status_code for j in jobs)
+    assert codes == [201, 409, 409] and len(fleet.pods) == 4          # one request's 3 pods, no stray ones
+    r = client.post(ctl + "/fleet/pods", content=b"{" + b" " * 70_000 + b"}",
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["param"] == "body" and len(fleet.pods) == 4
+    r = client.delete(ctl + "/fleet/pods/sim-0", params={"wait": "maybe"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "wait"
+    assert fleet.pods["sim-0"].state == "ready"
+
+
 def test_a_pod_whose_event_sockets_collide_does_not_start():
     """The fleet offsets the KV-event endpoints by the pod's index, as vLLM offsets them by
     data-parallel rank, so a publisher at P and a replay socket at P + 1 collide from pod 1 on:
