@@ -40,6 +40,9 @@ SKIPPED_BLOCKS = ("thinking", "redacted_thinking", "document", "search_result", 
                   "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
                   "container_upload", "tool_reference")
 _KNOWN = USED_BLOCKS + SKIPPED_BLOCKS
+# a block's fields that vLLM 0.34's AnthropicContentBlock types ``str | None`` (a ``thinking: 5``
+# was accepted here and is vLLM's 400)
+STRING_FIELDS = ("text", "id", "tool_use_id", "name", "tool_name", "thinking", "signature", "data")
 # tool_reference: Claude Code's tool search answers with references to deferred tools.
 _TOOL_RESULT_BLOCKS = ("text", "image", "document", "search_result", "tool_reference")
 
@@ -92,6 +95,9 @@ def check_blocks(value, allowed: tuple) -> None:
         if t not in allowed:
             raise _err(i, {"type": f"Unsupported content block type {t!r}; expected one of: "
                                    f"{', '.join(allowed)}."})
+        for key in STRING_FIELDS:           # vLLM's AnthropicContentBlock: str | None
+            if block.get(key) is not None and not isinstance(block[key], str):
+                raise _err(i, {key: "Must be a string."})
         if t == "text":
             if not isinstance(block.get("text"), str):
                 raise _err(i, {"text": "Field required (a string)."})

@@ -98,6 +98,8 @@ SKIPPED_ITEMS = ("web_search_call", "file_search_call", "computer_call", "comput
                  "mcp_approval_response", "mcp_call", "tool_search_call", "tool_search_output",
                  "item_reference", "compaction", "compaction_trigger", "additional_tools",
                  "configuration_update", "program", "program_output")
+# a function_call's ``status`` (the SDK's ResponseFunctionToolCall)
+CALL_STATUSES = ("in_progress", "completed", "incomplete")
 # ``include`` values (the SDK's ``ResponseIncludable``, a Literal in vLLM's request).
 INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
               "message.input_image.image_url", "computer_call_output.output.image_url",
@@ -152,6 +154,11 @@ def _check_item(i, item) -> None:
                 raise ValidationError({i: {key: ["Field required (a string)."]}})
         if item.get("namespace") is not None and not isinstance(item["namespace"], str):
             raise ValidationError({i: {"namespace": ["Must be a string."]}})
+        if item.get("status") is not None and item["status"] not in CALL_STATUSES:
+            raise ValidationError({i: {"status": ["Must be one of: " + ", ".join(CALL_STATUSES) + "."]}})
+    elif t == "item_reference":             # the SDK's ItemReference: id required
+        if not isinstance(item.get("id"), str):
+            raise ValidationError({i: {"id": ["Field required (a string)."]}})
     elif t == "reasoning":
         _check_reasoning(i, item)
     elif t in SKIPPED_ITEMS:
@@ -302,6 +309,12 @@ class ToolChoiceField(fields.Field):
                 name = value["function"].get("name")
             if not isinstance(name, str) or not name:
                 raise ValidationError({"name": ["tool_choice function requires a name"]})
+        elif t == "allowed_tools":          # the SDK's ToolChoiceAllowed: mode and tools required
+            if value.get("mode") not in ("auto", "required"):
+                raise ValidationError({"mode": ["Field required: 'auto' or 'required'."]})
+            tools = value.get("tools")
+            if not isinstance(tools, list) or not all(isinstance(x, dict) for x in tools):
+                raise ValidationError({"tools": ["Field required: a list of tool objects."]})
         elif t not in HOSTED_CHOICES:
             raise ValidationError({"type": [f"unknown ToolChoice type: {t if t is not None else ''}"]})
         return value
