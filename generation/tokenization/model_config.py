@@ -7,8 +7,8 @@ simulator reads the same file where it is at hand without a download: a local mo
 or the Hugging Face cache (a hub model whose tokenizer was fetched usually has it; with
 ``HF_HUB_OFFLINE`` unset the file is fetched once, bounded by the hub timeouts of
 :mod:`generation.tokenization.tokenizer_loading`); failing those, for a hub id the step engine
-knows, the copy of its fields it ships (the step engine's presets, :data:`PRESETS`).  Rope
-scaling and sliding windows are not applied.  ``test-model`` and other names without a config keep the simulator's 1024.
+knows, the copy of its fields it ships (the step engine's presets, :data:`PRESETS`).  A RoPE
+scaling factor applies as vLLM applies it (:func:`derived_context`); sliding windows do not.  ``test-model`` and other names without a config keep the simulator's 1024.
 """
 from __future__ import annotations
 
@@ -170,15 +170,82 @@ def preset_config(name: str) -> tuple[str, dict] | None:
     return None if key is None else (key, dict(PRESETS[key]))
 
 
-def context_length(config: dict) -> int | None:
-    """The context length a ``config.json`` object declares (the smallest length field, as
-    vLLM), or None when it declares none."""
-    values = []
+# RoPE types whose max_position_embeddings is the scaled length already (vLLM 0.34's
+# _get_and_verify_max_len); another type's ``factor`` multiplies it
+ROPE_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def _rope_parameters(config: dict) -> list[dict]:
+    """The RoPE parameter dicts of a config and its ``text_config`` (``rope_scaling``, or
+    Transformers 5's ``rope_parameters``, possibly one per layer type)."""
+    found = []
+    for part in (config, config.get("text_config")):
+        if not isinstance(part, dict):
+            continue
+        for key in ("rope_scaling", "rope_parameters"):
+            v = part.get(key)
+            if isinstance(v, dict):
+                nested = [x for x in v.values() if isinstance(x, dict)]
+                found += nested if nested and all(isinstance(x, dict) for x in v.values()) else [v]
+    return found
+
+
+def derived_context(config: dict) -> tuple[int, str] | None:
+    """``(length, key)``: the context length a ``config.json`` object gives as vLLM 0.34 derives
+    it (``_get_and_verify_max_len``): the smallest of its length fields (and its
+    ``text_config``'s), times the RoPE ``factor`` of a scaling type that does not already scale
+    ``max_position_embeddings`` (``linear``, ``dynamic``; not for Gemma 3); None when it declares
+    no length."""
+    best = None
     for part in (config, config.get("text_config")):
         if isinstance(part, dict):
-            values += [v for k in CONTEXT_KEYS if isinstance(v := part.get(k), int) and not isinstance(v, bool)
-                       and v > 0]
-    return min(values) if values else None
+            for k in CONTEXT_KEYS:
+                v = part.get(k)
+                if isinstance(v, int) and not isinstance(v, bool) and v > 0 and (best is None or v < best[0]):
+                    best = (v, k)
+    if best is None:
+        return None
+    factor = 1.0
+    if "gemma3" not in str(config.get("model_type", "")):
+        for rp in _rope_parameters(config):
+            kind = rp.get("rope_type", rp.get("type"))
+            if kind not in ROPE_PRESCALED and isinstance(rp.get("factor"), (int, float)) \
+                    and not isinstance(rp.get("factor"), bool) and rp["factor"] > 0:
+                factor = float(rp["factor"])
+    return int(best[0] * factor), best[1]
+
+
+def context_length(config: dict) -> int | None:
+    """The context length a ``config.json`` object declares, as vLLM derives it
+    (:func:`derived_context`), or None when it declares none."""
+    found = derived_context(config)
+    return found[0] if found else None
+
+
+def check_max_model_len(config: dict, max_model_len: int, env=None) -> None:
+    """vLLM's refusal of a ``--max-model-len`` past the model's derived length, unless the
+    config's own ``model_max_length`` allows it or ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is 1 /
+    true (then vLLM logs a warning; so does this).  Raises ConfigError in vLLM 0.34's words."""
+    from generation.config.values import ConfigError
+    found = derived_context(config)
+    if found is None or max_model_len <= found[0]:
+        return
+    mml = config.get("model_max_length")
+    if isinstance(mml, int) and not isinstance(mml, bool) and max_model_len <= mml:
+        return
+    msg = (f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
+           f"({found[1]}={found[0]} or model_max_length={mml if isinstance(mml, int) else None} in model's "
+           f"config.json).")
+    warning = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
+               "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model "
+               "uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA "
+               "array out-of-bounds error.")
+    env = os.environ if env is None else env
+    if str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true"):
+        log.warning("%s %s", msg, warning)
+        return
+    raise ConfigError(f"{msg} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+                      f"{warning}", "max-model-len")
 
 
 def _config_path(name: str, cache_dir: str | None) -> str | None:
@@ -288,7 +355,8 @@ def apply_model_defaults(config) -> None:
     ``config.model_vocab_size`` (:func:`vocab_size`), ``config.model_architecture``
     (:func:`architecture`), ``config.model_types`` (:func:`model_types`), and ``config.max_model_len`` (the context length) when neither the
     command line, the YAML file nor the environment gave one (``config.explicit``: the options
-    they set)."""
+    they set); one they gave past the model's length is vLLM's error (:func:`check_max_model_len`).
+    Raises ConfigError naming ``max-model-len``."""
     obj, where = served_model_config(config)
     if obj is None:
         return
@@ -298,6 +366,7 @@ def apply_model_defaults(config) -> None:
     if v is not None:
         config.model_vocab_size = v
     if "max-model-len" in getattr(config, "explicit", ()):
+        check_max_model_len(obj, config.max_model_len)
         return
     n = context_length(obj)
     if n is not None:

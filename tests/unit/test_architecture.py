@@ -38,7 +38,7 @@ GENERATION_ALLOWED = {
     "metrics": {"config"},
     "structured": {"errors", "lanes"},
     "content": {"lanes"},            # paced: loops over a request's items give the hub turns
-    "tokenization": {"errors", "lanes"},
+    "tokenization": {"errors", "lanes", "config"},   # config at the bottom: ConfigError for a model's limits
     "config": {"metrics"},
     "errors": set(),
     "lanes": set(),                 # a worker thread off the hub, clients taking turns

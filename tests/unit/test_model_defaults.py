@@ -19,6 +19,13 @@ from generation.tokenization.model_config import apply_model_defaults, context_l
     ({"seq_length": 8192}, 8192),
     ({"model_type": "gpt2"}, None),
     ({"max_position_embeddings": True}, None),
+    # a RoPE factor scales the length unless the type's length is scaled already (vLLM 0.34)
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4.0}}, 16384),
+    ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 2}}, 8192),
+    ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, 131072),
+    ({"max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0}}, 32768),
+    ({"max_position_embeddings": 8192, "model_type": "gemma3_text",
+      "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, 8192),
 ])
 def test_context_length_fields(config, expected):
     assert context_length(config) == expected
@@ -135,3 +142,24 @@ def test_the_models_architecture_is_read(tmp_path):
         cfg = load_config(["--model", path], env={})
         apply_model_defaults(cfg)
         assert cfg.model_architecture is None
+
+
+def test_a_max_model_len_past_the_models_is_vllms_error(tmp_path, monkeypatch, caplog):
+    """vLLM 0.34's ``_get_and_verify_max_len``: a --max-model-len past the derived length is refused
+    (a fresh user's Llama-3.1-8B at 200,000 started), unless the config's model_max_length
+    allows it or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (a warning then)."""
+    from generation.config.values import ConfigError
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    path = _model_dir(tmp_path, {"max_position_embeddings": 32768})
+    cfg = load_config(["--model", path, "--max-model-len", "40000"], env={})
+    with pytest.raises(ConfigError) as e:
+        apply_model_defaults(cfg)
+    assert e.value.param == "max-model-len" and str(e.value).startswith(
+        "User-specified max_model_len (40000) is greater than the derived max_model_len "
+        "(max_position_embeddings=32768 or model_max_length=None in model's config.json). To allow overriding "
+        "this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+    apply_model_defaults(load_config(["--model", path, "--max-model-len", "32768"], env={}))    # at it: fine
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    cfg = load_config(["--model", path, "--max-model-len", "40000"], env={})
+    apply_model_defaults(cfg)
+    assert cfg.max_model_len == 40000 and "must be used with extreme caution" in caplog.text
