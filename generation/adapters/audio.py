@@ -422,7 +422,7 @@ class SpeechRequest:
     @classmethod
     def from_json(cls, body) -> "SpeechRequest":
         """Raises InvalidParam (400) naming the field: not an object, a field of the wrong JSON
-        type, ``input`` missing (the reference's ``input is required``), an unknown
+        type, ``input`` missing or empty (the reference's ``input is required``), an unknown
         ``response_format`` or ``stream_format``, ``speed`` outside 0.25 .. 4.0, a stream in a
         format other than ``pcm`` / ``wav`` or with a speed other than 1 (the reference's
         messages)."""
@@ -433,7 +433,7 @@ class SpeechRequest:
             if v is not None and (not isinstance(v, kind) or (kind is not bool and isinstance(v, bool))):
                 want = {str: "a string", bool: "a boolean"}.get(kind, "a number")
                 raise InvalidParam(f"{name}: must be {want}", name)
-        if body.get("input") is None:
+        if not body.get("input"):          # missing, null or "": no speech to make (OpenAI's 400 too)
             raise InvalidParam("input is required", "input")
         r = cls(input=body["input"], model=body.get("model") or None, voice=body.get("voice"),
                 instructions=body.get("instructions") or "", stream=bool(body.get("stream")),

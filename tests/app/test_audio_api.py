@@ -210,6 +210,7 @@ def test_speech_pcm_stream_sse_and_errors(c, sdk):
         "input_token_details": {"text_tokens": int(pcm.headers["x-vllm-omni-input-tokens"]), "audio_tokens": 0}}}
     for extra, message, param in [
         ({"input": None}, "input is required", "input"),
+        ({"input": ""}, "input is required", "input"),
         ({"response_format": "aac"}, 'unsupported response_format "aac"', "response_format"),
         ({"stream_format": "sse", "response_format": "mp3"},
          'streaming speech requires response_format "pcm" or "wav", got "mp3"', "response_format"),
