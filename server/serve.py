@@ -57,6 +57,8 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
         tok = f"render service {c.render_url}"
     elif c.tokenizer:
         tok = c.tokenizer
+    elif getattr(c, "tokenizer_loaded", ""):
+        tok = c.tokenizer_loaded
     rank = getattr(c, "data_parallel_rank", -1)
     kind = getattr(c, "pooling_kind", None)
     runner = f"pooling convert={kind}" if kind else "generate"

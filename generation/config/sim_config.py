@@ -54,6 +54,7 @@ class SimConfig:
         self.model_vocab_size: int | None = None   # the model's config.json vocab_size (model_config.py)
         self.model_architecture: str | None = None  # its architectures[0]: None when no config.json is read
         self.model_types: tuple = ()               # its model_type and its text_config's (model_config.py)
+        self.tokenizer_loaded: str = ""            # the model's own tokenizer, when load_tokenizer found it
         for k, v in values.items():
             if k not in _ATTRS:
                 raise TypeError(f"unknown option {k!r}")

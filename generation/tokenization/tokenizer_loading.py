@@ -110,7 +110,9 @@ def load_tokenizer(config):
     if not (_is_hub_name(name) or (_is_local(name) and os.path.exists(os.path.expanduser(name)))):
         return SimulatedTokenizer()
     try:
-        return _load(name, cache_dir, template)
+        tok = _load(name, cache_dir, template)
+        config.tokenizer_loaded = name          # the start-up line names it (it said "simulated")
+        return tok
     except TokenizerLoadError:
         raise
     except _HubUnavailable as e:

@@ -167,3 +167,20 @@ def test_while_requests_wait_their_turn_a_burst_is_accepted_faster(monkeypatch):
     per_turn = Counter(turns)
     assert max(per_turn.values()) == ACCEPT_BURST
     assert len(per_turn) == 3
+
+
+def test_startup_line_names_the_models_own_tokenizer(hub):
+    """A model whose tokenizer loads from the cache is named on the start-up line (it said
+    ``tokenizer=simulated`` while the real one tokenized; a fresh user's finding)."""
+    import os
+
+    from generation.config.cli import load_config
+    from generation.tokenization.tokenizer_loading import load_tokenizer
+    from server.serve import startup_summary
+    from support.tokenizer_hub import MODEL
+    cfg = load_config(["--model", MODEL, "--tokenizers-cache-dir", os.path.join(hub, "hub")], env={})
+    load_tokenizer(cfg)
+    assert f" tokenizer={MODEL}" in startup_summary(cfg, tls=False, api_key=False)[0]
+    plain = load_config(["--model", "test-model"], env={})
+    load_tokenizer(plain)
+    assert " tokenizer=simulated" in startup_summary(plain, tls=False, api_key=False)[0]
