@@ -378,7 +378,10 @@ def main(argv=None) -> int:
         if config.step is not None and config.max_model_len != max_model_len:
             config.step = None                  # the KV cache's check and size at the model's length
             resolve_engine(config)
-    except (TokenizerLoadError, DownloadError, DatasetError) as e:
+    except DatasetError as e:                   # the reference's words, the flag at fault first
+        print(f"error: --dataset-path: {e}", file=sys.stderr)
+        return 2
+    except (TokenizerLoadError, DownloadError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ConfigError as e:

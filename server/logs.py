@@ -17,14 +17,24 @@ ACCESS_LINE = '%s "%s %s %s" %s %s %dms'      # ACCESS_FORMAT's line, built by S
 
 # ---------------------------------------------------------------------------------------------
 # logs
+TRACE = 5           # uvicorn's TRACE_LOG_LEVEL: below DEBUG (logging has no such name: it fell back to INFO)
+logging.addLevelName(TRACE, "TRACE")
+
+
 def log_level_name(config) -> str:
     return str(getattr(config, "log_level", "info") or "info").lower()
+
+
+def log_level(config) -> int:
+    """``--log-level`` as a logging level: uvicorn's names, ``trace`` the most verbose."""
+    name = log_level_name(config)
+    return TRACE if name == "trace" else getattr(logging, name.upper(), logging.INFO)
 
 
 def configure_logging(config) -> None:
     """One format for the simulator's lines and gunicorn's (``LOG_FORMAT``), on stderr, at
     ``--log-level``."""
-    level = getattr(logging, log_level_name(config).upper(), logging.INFO)
+    level = log_level(config)
     root = logging.getLogger()
     if not any(getattr(h, "_vllm_sim", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
@@ -44,7 +54,7 @@ def _restyle_gunicorn_logger(glog, config) -> None:
             h.setFormatter(fmt)
             if isinstance(h, logging.StreamHandler) and h.stream is sys.stdout:
                 h.setStream(sys.stderr)
-    level = getattr(logging, log_level_name(config).upper(), logging.INFO)
+    level = log_level(config)
     glog.error_log.setLevel(level)
     glog.access_log.setLevel(max(logging.INFO, level))     # access lines are INFO, as uvicorn's
     glog.access_log.disabled = bool(getattr(config, "disable_log_requests", False))

@@ -96,11 +96,11 @@ def apply_server_settings(s, config, tls) -> None:
     s("graceful_timeout", int(shutdown_grace(config)) + 1)     # unused in-process; an int
     s("control_socket_disable", True)
     s("forwarder_headers", "")       # no SCRIPT_NAME / PATH_INFO from request headers
-    s("loglevel", log_level_name(config))
+    s("loglevel", "debug" if log_level_name(config) == "trace" else log_level_name(config))   # gunicorn has no trace
     s("logger_class", _gunicorn_logger_class(config))
     s("accesslog", None if getattr(config, "disable_log_requests", False) else "-")
     s("access_log_format", ACCESS_FORMAT)
-    if log_level_name(config) != "debug":
+    if log_level_name(config) not in ("debug", "trace"):
         from .gunicorn_tuning import no_pre_request
         s("pre_request", no_pre_request)          # the default logs "METHOD path" at debug level
     if tls:

@@ -417,8 +417,11 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
         cfg.seed = time.time_ns()
     newer = newer_flags(cfg)
     if newer:       # absent from --vllm-version's parser: refused as its argparse refuses them, before any check
+        from .vllm_versions import FLAGS_FROM
+        since = "; ".join(f"--{n} is new in vLLM {'.'.join(map(str, FLAGS_FROM[n]))}" for n in newer)
         raise ConfigError("unrecognized arguments: " + " ".join(_as_given(argv, n, getattr(cfg, OPTIONS[n].attr))
-                                                                 for n in newer), newer[0])
+                                                                 for n in newer)
+                          + f" (--vllm-version {cfg.vllm_version}'s parser: {since})", newer[0])
     cfg.validate()
     apply_version_defaults(cfg, step=cfg.latency_calculator == "step")
     return cfg

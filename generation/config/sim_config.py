@@ -103,11 +103,13 @@ class SimConfig:
         return new
 
     def updated(self, changes: dict) -> "SimConfig":
-        """A validated copy with ``changes`` (flag name -> JSON value) applied; only admin keys
-        (``Option.admin``).  Durations: a Go string or a JSON number of nanoseconds.  Raises
+        """A validated copy with ``changes`` (flag name -> JSON value; ``_`` for ``-`` too, as on
+        the command line) applied; only admin keys (``Option.admin``).  Durations: a Go string or a JSON number of nanoseconds.  Raises
         ConfigError (``param`` = the flag at fault) and leaves this object unchanged."""
         trial = self.copy()
         for key, value in changes.items():
+            if isinstance(key, str) and key not in OPTIONS and key.replace("_", "-") in OPTIONS:
+                key = key.replace("_", "-")     # the flag's other spelling, as the command line and YAML take it
             opt = OPTIONS.get(key)
             if opt is None or not opt.admin:
                 raise ConfigError(f"field '{key}' is not admin-configurable", key)
@@ -206,6 +208,8 @@ class SimConfig:
         self.validate_failures()
         if not 1 <= self.data_parallel_size <= 8:
             raise ConfigError("data parallel size must be between 1 and 8", "data-parallel-size")
+        if self.tensor_parallel_size < 1:     # vLLM refuses it in every mode (the step engine's words)
+            raise ConfigError("tensor parallel size cannot be less than 1", "tensor-parallel-size")
         if self.data_parallel_rank > 7:
             raise ConfigError("data parallel rank must be between 0 and 7", "data-parallel-rank")
         if self.ssl_cert_reqs not in (0, 1, 2):

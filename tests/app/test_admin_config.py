@@ -67,3 +67,13 @@ def test_deprecated_fake_metrics_route_answers_400_for_client_errors(admin_clien
     assert r.json()["error"]["message"].startswith("Failed to update fake metrics: ")
     r = admin_client.post("/fake_metrics", content=b"not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 400
+
+
+def test_underscore_keys_are_the_flags_too(app_client):
+    """``time_to_first_token`` is the flag's other spelling, as on the command line and in YAML (it
+    was "not admin-configurable"); an unknown key is still refused under its own name."""
+    c = app_client("--seed", "3")
+    r = c.post("/admin/config", json={"time_to_first_token": "100ms"})
+    assert r.status_code == 200 and r.json()["time-to-first-token"] == "100ms"
+    r = c.post("/admin/config", json={"port_x": 1})
+    assert r.status_code == 400 and r.json()["error"]["message"] == "field 'port_x' is not admin-configurable"

@@ -78,7 +78,8 @@ def test_a_bad_value_is_one_error_line_and_exit_2():
 def test_releases_before_0_34_do_not_know_the_flag(version):
     with pytest.raises(ConfigError) as e:
         load_config(["--vllm-version", version, FLAG, '{"request_latency": [1]}'])
-    assert str(e.value) == "unrecognized arguments: --custom-histogram-buckets {\"request_latency\": [1]}"
+    assert str(e.value) == ("unrecognized arguments: --custom-histogram-buckets {\"request_latency\": [1]} "
+                            f"(--vllm-version {version}'s parser: --custom-histogram-buckets is new in vLLM 0.34.0)")
     assert load_config(["--vllm-version", "0.34.0", FLAG, '{"request_latency": [1]}']).custom_histogram_buckets
 
 

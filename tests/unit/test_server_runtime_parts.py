@@ -184,3 +184,15 @@ def test_startup_line_names_the_models_own_tokenizer(hub):
     plain = load_config(["--model", "test-model"], env={})
     load_tokenizer(plain)
     assert " tokenizer=simulated" in startup_summary(plain, tls=False, api_key=False)[0]
+
+
+def test_log_level_trace_is_below_debug():
+    """uvicorn's ``trace`` is its most verbose level; logging has no such name, and it fell back
+    to INFO (fewer lines than ``debug``; a fresh user's finding)."""
+    import logging
+
+    from generation.config.cli import load_config
+    from server.logs import TRACE, log_level
+    assert log_level(load_config(["--log-level", "trace"], env={})) == TRACE < logging.DEBUG
+    assert log_level(load_config(["--log-level", "debug"], env={})) == logging.DEBUG
+    assert logging.getLevelName(TRACE) == "TRACE"

@@ -58,7 +58,9 @@ def test_from_vllm_0_29_the_flag_is_taken():
 def test_an_older_release_refuses_it_at_start_up_as_an_unknown_flag():
     p = subprocess.run([sys.executable, "app.py", "--vllm-version", "0.27.0", "--sse-keep-alive-interval", "3"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and p.stderr.strip() == "error: unrecognized arguments: --sse-keep-alive-interval 3"
+    assert p.returncode == 2 and p.stderr.strip() == ("error: unrecognized arguments: --sse-keep-alive-interval 3 "
+                                                      "(--vllm-version 0.27.0's parser: --sse-keep-alive-interval "
+                                                      "is new in vLLM 0.29.0)")
 
 
 # ---- the greenlet relay ---------------------------------------------------------------------
