@@ -83,9 +83,11 @@ def median_prediction(preds: list[dict], estimate=statistics.median) -> dict:
 
 def select(exps: list[dict], which: str) -> list[dict]:
     """``main38``, ``trainval``, ``default16``, ``train`` (default16 + trainval), ``test``
-    (main38 minus train), ``all``, or a comma-separated list of names."""
-    if which == "all":
-        return exps
+    (main38 minus train), ``all``, or a comma-separated list of names.  Data whose experiments
+    carry no ``groups`` (a user's own runs) is all of it under any set's name."""
+    if which == "all" or (which in ("main38", "trainval", "default16", "train", "test")
+                          and not any(e.get("groups") for e in exps)):
+        return exps                     # a user's own runs, untagged: all of them
     if which == "train":
         return [e for e in exps if {"default16", "trainval"} & set(e["groups"])]
     if which == "test":
@@ -299,7 +301,27 @@ def main(argv=None) -> int:
     p.add_argument("--profile", default="", help="a performance profile JSON for every experiment "
                                                  "(default: each GPU's shipped profile)")
     p.add_argument("--json", help="write the per-experiment predictions and records here")
+    p.add_argument("--data", help="a data folder of your own runs (experiments.json, model_configs/, traces; "
+                                  "default: SIM_TO_REAL_DATA, else bench/sim_to_real)")
     args = p.parse_args(argv)
+    from generation.config.values import error_line
+    try:
+        return _bench_main(args)
+    except (OSError, ValueError, KeyError) as e:         # a user's data folder or profile: one line
+        print(error_line(e) if not isinstance(e, KeyError) else f"error: missing field {e}", file=sys.stderr)
+        return 2
+
+
+def _bench_main(args) -> int:
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+    if not 0 < args.scale <= 1:
+        raise ValueError(f"--scale must be in (0, 1] (a fraction of each stage), got {args.scale}")
+    if args.data:                       # the worker processes read it too
+        os.environ["SIM_TO_REAL_DATA"] = os.path.abspath(args.data)
+    if args.profile:                    # before the replays: a typo is one line, not a worker's traceback
+        from generation.engine.perf.step_model import load_constants
+        load_constants("H100", args.profile)
     exps = select(gt.load_experiments(), args.set)
     if not exps:
         print(f"error: no experiment matches --set {args.set}", file=sys.stderr)

@@ -245,3 +245,64 @@ def test_a_stage_starts_once_the_one_before_it_has_finished():
     assert done > 4.0                                          # 300 tokens each: past the nominal start
     start = math.ceil(done) + 1.0
     assert [r.arrival for r in by_arrival[3:]] == pytest.approx([start + 0.3, start + 1.0])
+
+
+def _own_runs(tmp_path, names=(REBUILT,), drop=()):
+    """A user's data folder: ``names`` copied from the shipped data, without ``groups`` (and
+    without the fields in ``drop``)."""
+    import json
+    import shutil
+    folder = tmp_path / "my-runs"
+    (folder / "model_configs").mkdir(parents=True)
+    runs = []
+    for n in names:
+        e = {k: v for k, v in EXPS[n].items() if k not in ("groups", *drop)}
+        shutil.copytree(os.path.join(gt.data_dir(), "model_configs", e["model_config"]),
+                        folder / "model_configs" / e["model_config"], dirs_exist_ok=True)
+        runs.append(e)
+    (folder / "experiments.json").write_text(json.dumps(runs))
+    return str(folder)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("engine_fidelity", os.path.join(ROOT, "bench", "engine_fidelity.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_your_own_runs_without_groups_are_all_of_every_set(tmp_path, capsys, monkeypatch):
+    """A fresh user's own runs: without ``groups`` the fit and the bench took none of them (or
+    stopped on a KeyError); now they are the training data and every set."""
+    from generation.engine.perf.fit import training_runs
+    monkeypatch.setenv("SIM_TO_REAL_DATA", gt.data_dir())   # restored afterwards: --data sets it in-process
+    data = _own_runs(tmp_path)
+    exps = gt.load_experiments(data)
+    assert [e["name"] for e in training_runs(exps, "H100")] == [REBUILT] and exps[0]["groups"] == []
+    assert _bench().main(["--data", data, "--scale", "0.03", "--jobs", "1", "--seeds", "1"]) == 0
+    assert f"1 experiments replayed" in capsys.readouterr().out
+
+
+def test_a_users_data_folder_fails_in_one_line(tmp_path, capsys, monkeypatch):
+    from generation.engine.perf.fit import main as fit
+    monkeypatch.setenv("SIM_TO_REAL_DATA", gt.data_dir())   # restored afterwards: --data sets it in-process
+    bad = _own_runs(tmp_path, drop=("shared_prefix",))
+    cases = [
+        (["--data", str(tmp_path / "nope")], "experiments.json: no such file"),
+        (["--data", bad], f"experiment 0 ({REBUILT}): missing shared_prefix (README: Fidelity"),
+        (["--seeds", "0"], "--seeds must be at least 1, got 0"),
+        (["--scale", "-1"], "--scale must be in (0, 1]"),
+        (["--profile", str(tmp_path / "none.json")], "none.json: no such file"),
+    ]
+    for argv, said in cases:
+        assert _bench().main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and said in err and err.count("\n") == 1, (argv, err)
+    (tmp_path / "list.json").write_text("{}")
+    os.makedirs(tmp_path / "obj")
+    (tmp_path / "obj" / "experiments.json").write_text('{"name": "x"}')
+    assert fit(["--data", str(tmp_path / "obj")]) == 2
+    assert "experiments.json: a list of experiment objects, got dict" in capsys.readouterr().err
+    assert fit(["--data", _own_runs(tmp_path / "a"), "--gpu", "L40S"]) == 2
+    assert "--gpu L40S: no run of it in" in capsys.readouterr().err
+    assert fit(["--scale", "0"]) == 2 and "--scale must be in (0, 1]" in capsys.readouterr().err

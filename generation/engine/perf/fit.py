@@ -48,7 +48,10 @@ OVERLOADED = "reasoning"        # default16's 4 rps reasoning runs: queues grew 
 
 def training_runs(exps: list[dict], gpu: str, which: str = "train") -> list[dict]:
     """The runs of ``gpu`` in the training set: ``default16`` and ``trainval`` less the
-    overloaded default16 reasoning runs (``train``), or every run of the GPU (``all``)."""
+    overloaded default16 reasoning runs (``train``), or every run of the GPU (``all``; a
+    user's data whose experiments carry no ``groups`` is all training)."""
+    if not any(e.get("groups") for e in exps):
+        which = "all"
     out = []
     for e in exps:
         if gt.GPU_NAMES.get(e["hardware"], e["hardware"]).lower() != gpu.lower():
@@ -379,6 +382,17 @@ def fit_pauses(gpu: str, base: PerfConstants, path: str | None = None, rates=PAU
 
 
 def main(argv=None) -> int:
+    """The command line (module docstring).  Exit status 0, or 2 with one ``error:`` line for a
+    bad flag, data folder or profile."""
+    from generation.config.values import error_line
+    try:
+        return _main(argv)
+    except (OSError, ValueError, KeyError) as e:         # ConfigError is a ValueError
+        print(error_line(e) if not isinstance(e, KeyError) else f"error: missing field {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     global FREE
     p = argparse.ArgumentParser(prog="python -m generation.engine.perf.fit", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", default="H100")
@@ -396,7 +410,8 @@ def main(argv=None) -> int:
     p.add_argument("--start", default=None, help="profile to start from (default: the GPU's current one)")
     p.add_argument("--window", action="store_true",
                    help="score a traced run's partial replay against the same requests' measurements (not the "
-                        "whole stage's); the shipped profiles were fitted without it (README: Fidelity)")
+                        "whole stage's); the shipped H100 profile's last fits used it (its method list; README: "
+                        "Fidelity)")
     p.add_argument("--memory", action="store_true", help="fit the memory profile's constants instead")
     p.add_argument("--jit", action="store_true",
                    help="fit t_jit alone (MoE kernels' compile stalls) on the GPU's traced MoE runs, keep the rest")
@@ -409,6 +424,8 @@ def main(argv=None) -> int:
     p.add_argument("--generic", action="store_true",
                    help="write the profile of GPUs without one of their own (profiles/generic.json)")
     args = p.parse_args(argv)
+    if not 0 < args.scale <= 1:
+        raise ValueError(f"--scale must be in (0, 1] (a fraction of each stage), got {args.scale}")
     if args.memory:
         fit_memory(args.data)
         return 0
@@ -438,14 +455,27 @@ def main(argv=None) -> int:
                       basis=f"{BASIS_GPU} profile; eta_w the median of the fitted GPUs'")
         return 0
     from . import fit_kernels
-    if os.path.isfile(fit_kernels.table_path(args.gpu, "compiled")):
+    runs_of_gpu = args.data is not None and training_runs(gt.load_experiments(args.data), args.gpu, "all")
+    if args.data is not None and not runs_of_gpu and not (os.path.isfile(fit_kernels.table_path(args.gpu, "compiled"))
+                                                           or any(r[0].lower() == args.gpu.lower()
+                                                                  for r in PUBLISHED_STEPS)):
+        raise ValueError(f"--gpu {args.gpu}: no run of it in {gt.data_dir(args.data)} (its experiments' hardware)")
+    if runs_of_gpu:
+        pass                    # the user's own runs of this GPU: the least-squares fit below
+    elif os.path.isfile(fit_kernels.table_path(args.gpu, "compiled")):
+        if args.data is not None:
+            print(f"note: --data has no run of {args.gpu}: its efficiencies come from its kernel table", file=sys.stderr)
         # a GPU whose kernels were timed: its efficiencies from that table (fit_kernels)
         return fit_kernels.main(["--gpu", args.gpu] + (["--out", args.out] if args.out else []))
-    if any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
+    elif any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
+        if args.data is not None:
+            print(f"note: --data has no run of {args.gpu}: its profile comes from its published point",
+                  file=sys.stderr)
         base = load_constants("H100")[0]
         c = fit_published(args.gpu, base)
         method = "python -m generation.engine.perf.fit --gpu " + args.gpu
-        for name in (args.gpu,) + SAME_CHIP.get(args.gpu, ()):
+        # the shipped profiles of the same chip too, unless --out names the one file to write
+        for name in (args.gpu,) + (() if args.out else SAME_CHIP.get(args.gpu, ())):
             out = args.out if (args.out and name == args.gpu) else os.path.join(PROFILE_DIR, f"{name.lower()}.json")
             write_profile(out, name, c, method=method, basis="H100 profile; eta_w from docs/engine-model.md §4")
         return 0

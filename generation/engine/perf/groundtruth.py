@@ -59,11 +59,63 @@ def data_dir(path: str | None = None) -> str:
     return os.path.abspath(path or os.environ.get("SIM_TO_REAL_DATA") or DATA_DIR)
 
 
+# an experiment's fields the harness and the fit read (README: Fidelity, "your own runs")
+REQUIRED_FIELDS = ("name", "hardware", "tp", "model_config", "max_num_seqs", "max_num_batched_tokens",
+                   "max_model_len", "stages", "shared_prefix", "actual")
+SHARED_PREFIX_FIELDS = ("system_prompt_len", "question_len", "output_len")
+TRACE_COLUMNS = ("arrival_us", "input_tokens", "has_error", "ttft_s", "e2e_s")
+
+
 def load_experiments(path: str | None = None) -> list[dict]:
     """The experiments (``experiments.json``), each with ``groups`` (``default16``, ``main38``,
-    ``trainval``) and ``actual`` metrics per stage ("0", "1", ... and "-1" overall, ms)."""
-    with open(os.path.join(data_dir(path), "experiments.json"), encoding="utf-8") as fh:
-        return json.load(fh)
+    ``trainval``; optional, ``[]``) and ``actual`` metrics per stage ("0", "1", ... and "-1"
+    overall, ms), checked (:func:`check_experiments`).  Raises ValueError naming the file, the
+    experiment and what is wrong (a missing folder or file too)."""
+    folder = data_dir(path)
+    file = os.path.join(folder, "experiments.json")
+    if not os.path.isfile(file):
+        raise ValueError(f"{file}: no such file (the data folder holds experiments.json, model_configs/ and "
+                         f"the traces it names)")
+    try:
+        with open(file, encoding="utf-8") as fh:
+            exps = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{file}: not JSON ({e})") from None
+    check_experiments(exps, file)
+    return exps
+
+
+def check_experiments(exps, file: str = "experiments.json") -> None:
+    """A user's own runs fail here in one line, not as a KeyError deep in a replay: ``exps`` is a
+    list of objects with :data:`REQUIRED_FIELDS` (``shared_prefix`` with
+    :data:`SHARED_PREFIX_FIELDS`: the workload is inference-perf's shared-prefix one, a trace's
+    output lengths included), ``stages`` a non-empty list of ``{rate, duration}``, the model's
+    ``model_configs/<model_config>/config.json`` and a ``trace`` file present.  ``groups`` and
+    ``workload`` default to ``[]`` and ``""``.  Raises ValueError."""
+    if not isinstance(exps, list) or not all(isinstance(e, dict) for e in exps):
+        raise ValueError(f"{file}: a list of experiment objects, got {type(exps).__name__}")
+    folder = os.path.dirname(file)
+    for i, e in enumerate(exps):
+        who = f"{file}: experiment {i}" + (f" ({e['name']})" if isinstance(e.get("name"), str) else "")
+        missing = [k for k in REQUIRED_FIELDS if k not in e]
+        if missing:
+            raise ValueError(f"{who}: missing {', '.join(missing)} (README: Fidelity, fitting your own runs)")
+        sp = e["shared_prefix"]
+        if not isinstance(sp, dict) or any(not isinstance(sp.get(k), int) for k in SHARED_PREFIX_FIELDS):
+            raise ValueError(f"{who}: shared_prefix needs integer {', '.join(SHARED_PREFIX_FIELDS)}")
+        if not isinstance(e["stages"], list) or not e["stages"] or not all(
+                isinstance(st, dict) and isinstance(st.get("rate"), (int, float))
+                and isinstance(st.get("duration"), (int, float)) for st in e["stages"]):
+            raise ValueError(f"{who}: stages must be a non-empty list of {{rate, duration}}")
+        if not isinstance(e["actual"], dict):
+            raise ValueError(f"{who}: actual must map stages (\"0\", ..., \"-1\") to metrics")
+        config = os.path.join(folder, "model_configs", str(e["model_config"]), "config.json")
+        if not os.path.isfile(config):
+            raise ValueError(f"{who}: no {config}")
+        if e.get("trace") and not os.path.isfile(os.path.join(folder, e["trace"])):
+            raise ValueError(f"{who}: no trace file {os.path.join(folder, e['trace'])}")
+        e.setdefault("groups", [])
+        e.setdefault("workload", "")
 
 
 def model_config_path(exp: dict, path: str | None = None) -> str:

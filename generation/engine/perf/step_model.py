@@ -546,6 +546,11 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
         except yaml.YAMLError as e:
             raise ConfigError(f"step-time profile {profile_path}: cannot parse ({e})", param="step-time-profile")
     values = data.get("constants", data) if isinstance(data, dict) else data
+    if isinstance(data, dict) and isinstance(data.get("constants"), dict):    # a fitted profile (fit --out)
+        unknown = sorted(set(map(str, values)) - set(CONSTANT_NAMES))
+        if unknown:         # named here: the earlier format's "unknown keys constants, gpu, ..." named the wrong ones
+            raise ConfigError(f"step-time profile {profile_path}: unknown constants {', '.join(unknown)}; known: "
+                              f"{', '.join(CONSTANT_NAMES)}", param="step-time-profile")
     if isinstance(values, dict) and values and set(values) <= set(CONSTANT_NAMES) and "step_table" not in data:
         for k in TIME_CONSTANTS.intersection(values):
             try:                            # (other bad values: validate)
