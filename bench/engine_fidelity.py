@@ -249,10 +249,12 @@ def report(exps: list[dict], results: dict, which: str, estimator: str = "median
             print(f"{str(g)[:48]:48s}" + "".join(f"{mean(d[m]):11.1f}" for m in SHOWN)
                   + f"{mean(d['e2e_p90']):11.1f}{mean(d['ttft_p99']):11.1f}")
 
-    table(lambda e: e["name"] + ("*" if {"default16", "trainval"} & set(e["groups"]) else ""), "experiment")
+    untagged = not any(e.get("groups") for e in exps)       # a user's own runs: all training data
+    table(lambda e: e["name"] + ("*" if untagged or {"default16", "trainval"} & set(e["groups"]) else ""),
+          "experiment")
     table(lambda e: e["model"].split("/")[-1], "model")
     table(lambda e: e["hardware"], "GPU")
-    table(lambda e: e["workload"], "workload")
+    table(lambda e: e["workload"] or "(not named)", "workload")
     for metric in ("ttft_p99", "e2e_p99"):
         shares = tail_shares(exps, results, metric)
         print(f"\n{metric}: its mean's points by GPU and model, first stages (of runs with more than one) "
@@ -320,8 +322,12 @@ def _bench_main(args) -> int:
     if args.data:                       # the worker processes read it too
         os.environ["SIM_TO_REAL_DATA"] = os.path.abspath(args.data)
     if args.profile:                    # before the replays: a typo is one line, not a worker's traceback
+        from generation.config.values import ConfigError
         from generation.engine.perf.step_model import load_constants
-        load_constants("H100", args.profile)
+        try:
+            load_constants("H100", args.profile)
+        except ConfigError as e:
+            raise ValueError(f"--profile: {e}") from None
     exps = select(gt.load_experiments(), args.set)
     if not exps:
         print(f"error: no experiment matches --set {args.set}", file=sys.stderr)

@@ -292,12 +292,27 @@ def test_a_users_data_folder_fails_in_one_line(tmp_path, capsys, monkeypatch):
         (["--data", bad], f"experiment 0 ({REBUILT}): missing shared_prefix (README: Fidelity"),
         (["--seeds", "0"], "--seeds must be at least 1, got 0"),
         (["--scale", "-1"], "--scale must be in (0, 1]"),
-        (["--profile", str(tmp_path / "none.json")], "none.json: no such file"),
+        (["--profile", str(tmp_path / "none.json")], "--profile: performance profile "),
     ]
     for argv, said in cases:
         assert _bench().main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and said in err and err.count("\n") == 1, (argv, err)
+    import json
+    for name, change, said in (("m", lambda e: e.pop("model"), "missing model"),
+                               ("t", lambda e: e.update(tp="one"), "tp must be a positive integer, got 'one'"),
+                               ("a", lambda e: e["actual"]["-1"].update(e2e_mean="3284"),
+                                "actual['-1'] needs numbers (ms) for e2e_mean"),
+                               ("s", lambda e: e["actual"].update({"7": e["actual"]["-1"]}),
+                                "actual has stage '7', not one of its 2 stages'")):
+        folder = _own_runs(tmp_path / f"bad-{name}")
+        exps = json.loads(open(os.path.join(folder, "experiments.json")).read())
+        change(exps[0])
+        with open(os.path.join(folder, "experiments.json"), "w") as fh:
+            json.dump(exps, fh)
+        assert fit(["--data", folder]) == 2
+        err = capsys.readouterr().err
+        assert f"experiment 0 ({REBUILT}): {said}" in err and err.count("\n") == 1, err
     (tmp_path / "list.json").write_text("{}")
     os.makedirs(tmp_path / "obj")
     (tmp_path / "obj" / "experiments.json").write_text('{"name": "x"}')

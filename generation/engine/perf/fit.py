@@ -492,6 +492,12 @@ def _main(argv=None) -> int:
     if not runs:
         print(f"error: no training runs for --gpu {args.gpu} in {gt.data_dir(args.data)}", file=sys.stderr)
         return 2
+    if args.start:                      # its flag named, not the server's --step-time-profile
+        from generation.config.values import ConfigError
+        try:
+            load_constants(args.gpu, args.start)
+        except ConfigError as e:
+            raise ValueError(f"--start: {e}") from None
     base = load_constants(args.gpu, args.start)[0] if args.start or os.path.isfile(
         os.path.join(PROFILE_DIR, f"{args.gpu.lower()}.json")) else PerfConstants()
     obj = Objective(runs, base, args.scale, args.data, args.jobs, args.window)

@@ -60,10 +60,11 @@ def data_dir(path: str | None = None) -> str:
 
 
 # an experiment's fields the harness and the fit read (README: Fidelity, "your own runs")
-REQUIRED_FIELDS = ("name", "hardware", "tp", "model_config", "max_num_seqs", "max_num_batched_tokens",
+REQUIRED_FIELDS = ("name", "model", "hardware", "tp", "model_config", "max_num_seqs", "max_num_batched_tokens",
                    "max_model_len", "stages", "shared_prefix", "actual")
+COUNT_FIELDS = ("tp", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
 SHARED_PREFIX_FIELDS = ("system_prompt_len", "question_len", "output_len")
-TRACE_COLUMNS = ("arrival_us", "input_tokens", "has_error", "ttft_s", "e2e_s")
+TRACE_COLUMNS = ("arrival_us", "input_tokens", "output_tokens", "has_error", "ttft_s", "e2e_s")
 
 
 def load_experiments(path: str | None = None) -> list[dict]:
@@ -91,7 +92,9 @@ def check_experiments(exps, file: str = "experiments.json") -> None:
     :data:`SHARED_PREFIX_FIELDS`: the workload is inference-perf's shared-prefix one, a trace's
     output lengths included), ``stages`` a non-empty list of ``{rate, duration}``, the model's
     ``model_configs/<model_config>/config.json`` and a ``trace`` file present.  ``groups`` and
-    ``workload`` default to ``[]`` and ``""``.  Raises ValueError."""
+    ``workload`` default to ``[]`` and ``""``; the counts positive integers, ``actual``'s stages
+    the run's own with every metric of :data:`METRICS` a number, a trace a gzipped CSV with
+    :data:`TRACE_COLUMNS`.  Raises ValueError."""
     if not isinstance(exps, list) or not all(isinstance(e, dict) for e in exps):
         raise ValueError(f"{file}: a list of experiment objects, got {type(exps).__name__}")
     folder = os.path.dirname(file)
@@ -107,13 +110,35 @@ def check_experiments(exps, file: str = "experiments.json") -> None:
                 isinstance(st, dict) and isinstance(st.get("rate"), (int, float))
                 and isinstance(st.get("duration"), (int, float)) for st in e["stages"]):
             raise ValueError(f"{who}: stages must be a non-empty list of {{rate, duration}}")
-        if not isinstance(e["actual"], dict):
+        for k in COUNT_FIELDS:
+            if isinstance(e[k], bool) or not isinstance(e[k], int) or e[k] < 1:
+                raise ValueError(f"{who}: {k} must be a positive integer, got {e[k]!r}")
+        stages = {"-1", *map(str, range(len(e["stages"])))}
+        if not isinstance(e["actual"], dict) or not e["actual"]:
             raise ValueError(f"{who}: actual must map stages (\"0\", ..., \"-1\") to metrics")
+        for st, metrics in e["actual"].items():
+            if st not in stages:
+                raise ValueError(f"{who}: actual has stage {st!r}, not one of its {len(e['stages'])} stages' "
+                                 f"(\"0\", ..., \"-1\" for the whole run)")
+            bad = [m for m in METRICS if not isinstance(metrics, dict) or isinstance(metrics.get(m), bool)
+                   or not isinstance(metrics.get(m), (int, float))]
+            if bad:
+                raise ValueError(f"{who}: actual[{st!r}] needs numbers (ms) for {', '.join(bad)}")
         config = os.path.join(folder, "model_configs", str(e["model_config"]), "config.json")
         if not os.path.isfile(config):
             raise ValueError(f"{who}: no {config}")
-        if e.get("trace") and not os.path.isfile(os.path.join(folder, e["trace"])):
-            raise ValueError(f"{who}: no trace file {os.path.join(folder, e['trace'])}")
+        if e.get("trace"):
+            trace = os.path.join(folder, e["trace"])
+            if not os.path.isfile(trace):
+                raise ValueError(f"{who}: no trace file {trace}")
+            try:
+                with gzip.open(trace, "rt") as fh:
+                    head = next(csv.reader(fh), [])
+            except (OSError, EOFError, UnicodeDecodeError) as err:
+                raise ValueError(f"{who}: trace {trace}: not a gzipped CSV ({err})") from None
+            missing = [c for c in TRACE_COLUMNS if c not in head]
+            if missing:
+                raise ValueError(f"{who}: trace {trace}: no column {', '.join(missing)}")
         e.setdefault("groups", [])
         e.setdefault("workload", "")
 
