@@ -304,7 +304,12 @@ def test_a_users_data_folder_fails_in_one_line(tmp_path, capsys, monkeypatch):
                                ("a", lambda e: e["actual"]["-1"].update(e2e_mean="3284"),
                                 "actual['-1'] needs numbers (ms) for e2e_mean"),
                                ("s", lambda e: e["actual"].update({"7": e["actual"]["-1"]}),
-                                "actual has stage '7', not one of its 2 stages'")):
+                                "actual has stage '7', not one of its 2 stages'"),
+                               ("h", lambda e: e.update(hardware=100), "hardware must be a non-empty string, got 100"),
+                               ("r", lambda e: e["stages"][0].update(rate=-8),
+                                "stages must be a non-empty list of {rate, duration}, both positive"),
+                               ("o", lambda e: e["shared_prefix"].update(output_len=-1), "shared_prefix needs integer"),
+                               ("c", lambda e: e.update(cpu_offload="yes"), "cpu_offload must be true or false")):
         folder = _own_runs(tmp_path / f"bad-{name}")
         exps = json.loads(open(os.path.join(folder, "experiments.json")).read())
         change(exps[0])
@@ -321,3 +326,16 @@ def test_a_users_data_folder_fails_in_one_line(tmp_path, capsys, monkeypatch):
     assert fit(["--data", _own_runs(tmp_path / "a"), "--gpu", "L40S"]) == 2
     assert "--gpu L40S: no run of it in" in capsys.readouterr().err
     assert fit(["--scale", "0"]) == 2 and "--scale must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_a_users_trace_is_checked_as_read(tmp_path):
+    import gzip
+    path = tmp_path / "t.csv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n1,10,5,0,0.1,0.5\n2,abc,5,0,0.1,0.5\n")
+    with pytest.raises(ValueError, match=rf"trace {path}:3: invalid literal for int"):
+        gt._read_trace(str(path))
+    with gzip.open(path, "wt") as fh:
+        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n1,10,5,1,,300\n")
+    with pytest.raises(ValueError, match="no successful request"):
+        gt._read_trace(str(path) + "")

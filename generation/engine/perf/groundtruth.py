@@ -98,18 +98,35 @@ def check_experiments(exps, file: str = "experiments.json") -> None:
     if not isinstance(exps, list) or not all(isinstance(e, dict) for e in exps):
         raise ValueError(f"{file}: a list of experiment objects, got {type(exps).__name__}")
     folder = os.path.dirname(file)
+    names: set = set()
     for i, e in enumerate(exps):
         who = f"{file}: experiment {i}" + (f" ({e['name']})" if isinstance(e.get("name"), str) else "")
         missing = [k for k in REQUIRED_FIELDS if k not in e]
         if missing:
             raise ValueError(f"{who}: missing {', '.join(missing)} (README: Fidelity, fitting your own runs)")
+        for k in ("name", "model", "hardware", "model_config") + (("trace",) if e.get("trace") is not None else ()):
+            if not isinstance(e[k], str) or not e[k]:
+                raise ValueError(f"{who}: {k} must be a non-empty string, got {e[k]!r}")
+        if e["name"] in names:
+            raise ValueError(f"{who}: a second run named {e['name']!r}")
+        names.add(e["name"])
+        for k, ok, want in (("cpu_offload", lambda v: isinstance(v, bool), "true or false"),
+                            ("gpu_mem_util", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                             and 0 < v <= 1, "a number in (0, 1]"),
+                            ("kv_blocks", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                             "a positive integer"),
+                            ("precision", lambda v: isinstance(v, str), "a string such as FP16 or FP8")):
+            if e.get(k) is not None and not ok(e[k]):
+                raise ValueError(f"{who}: {k} must be {want}, got {e[k]!r}")
         sp = e["shared_prefix"]
-        if not isinstance(sp, dict) or any(not isinstance(sp.get(k), int) for k in SHARED_PREFIX_FIELDS):
-            raise ValueError(f"{who}: shared_prefix needs integer {', '.join(SHARED_PREFIX_FIELDS)}")
+        if not isinstance(sp, dict) or any(isinstance(sp.get(k), bool) or not isinstance(sp.get(k), int)
+                                           or sp[k] < (1 if k == "output_len" else 0) for k in SHARED_PREFIX_FIELDS):
+            raise ValueError(f"{who}: shared_prefix needs integer {', '.join(SHARED_PREFIX_FIELDS)} (output_len at "
+                             f"least 1, the others at least 0)")
         if not isinstance(e["stages"], list) or not e["stages"] or not all(
-                isinstance(st, dict) and isinstance(st.get("rate"), (int, float))
-                and isinstance(st.get("duration"), (int, float)) for st in e["stages"]):
-            raise ValueError(f"{who}: stages must be a non-empty list of {{rate, duration}}")
+                isinstance(st, dict) and all(isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
+                                             and st[k] > 0 for k in ("rate", "duration")) for st in e["stages"]):
+            raise ValueError(f"{who}: stages must be a non-empty list of {{rate, duration}}, both positive")
         for k in COUNT_FIELDS:
             if isinstance(e[k], bool) or not isinstance(e[k], int) or e[k] < 1:
                 raise ValueError(f"{who}: {k} must be a positive integer, got {e[k]!r}")
@@ -175,10 +192,27 @@ def trace_rows(exp: dict, path: str | None = None, limit: int | None = None) -> 
 
 @functools.lru_cache(maxsize=4)
 def _read_trace(file: str) -> tuple:
+    """The rows of a trace, checked once as read (a user's trace failed deep in a replay): at
+    least one successful request; integers ``arrival_us``, ``input_tokens``, ``output_tokens``,
+    ``has_error`` 0 or 1, numbers ``ttft_s`` and ``e2e_s`` (a failed request's may be empty).  Raises ValueError naming the file and
+    line."""
     # a grid search replays each run several times (fit --jit: 30 replays of 3 traces); parsing
     # a trace's CSV again each time took a fifth of it.  4 traces of up to 17,000 rows: ~40 MB
     with gzip.open(file, "rt") as fh:
-        return tuple(csv.DictReader(fh))
+        rows = tuple(csv.DictReader(fh))
+    for line, r in enumerate(rows, 2):
+        try:
+            for k in ("arrival_us", "input_tokens", "output_tokens"):
+                int(r[k])
+            if r["has_error"] not in ("0", "1"):
+                raise ValueError(f"has_error must be 0 or 1, got {r['has_error']!r}")
+            for k in ("ttft_s", "e2e_s") if r["has_error"] == "0" else ():    # a failed one may have none
+                float(r[k])
+        except (TypeError, ValueError, KeyError) as err:
+            raise ValueError(f"trace {file}:{line}: {err}") from None
+    if not any(r["has_error"] == "0" for r in rows):
+        raise ValueError(f"trace {file}: no successful request (has_error 0)")
+    return rows
 
 
 def trace_times(exp: dict, path: str | None = None) -> list[tuple]:
