@@ -339,3 +339,21 @@ def test_a_users_trace_is_checked_as_read(tmp_path):
         fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n1,10,5,1,,300\n")
     with pytest.raises(ValueError, match="no successful request"):
         gt._read_trace(str(path) + "")
+
+
+def test_a_profile_for_another_gpu_is_said_and_a_bad_json_one_is_one_line(tmp_path, caplog):
+    import logging
+
+    from generation.config.values import ConfigError
+    from generation.engine.perf.hardware import gpu_by_name
+    from generation.engine.perf.model_arch import preset
+    from generation.engine.perf.step_model import build_step_model
+    good = tmp_path / "a100.json"
+    good.write_text('{"gpu": "A100-80GB", "constants": {"t0": 1e-5}}')
+    with caplog.at_level(logging.WARNING, logger="vllm_sim"):
+        build_step_model(gpu_by_name("H100"), preset("meta-llama/Llama-3.1-8B-Instruct"), profile_path=str(good))
+    assert f"step-time profile {good} was fitted for A100-80GB, used here on H100" in caplog.text
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"gpu": ')
+    with pytest.raises(ConfigError, match=r"not JSON \(Expecting value: line 1"):
+        build_step_model(gpu_by_name("H100"), preset("meta-llama/Llama-3.1-8B-Instruct"), profile_path=str(bad))

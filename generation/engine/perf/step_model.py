@@ -540,11 +540,19 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
         raise ConfigError(f"step-time profile {profile_path}: cannot read ({e})", param="step-time-profile")
     try:                    # JSON first: YAML 1.1 reads 6e-05 (no decimal point) as a string
         data = json.loads(text)
-    except ValueError:
+    except ValueError as json_error:
+        if os.fspath(profile_path).endswith(".json"):    # JSON's one-line message, not YAML's five
+            raise ConfigError(f"step-time profile {profile_path}: not JSON ({json_error})",
+                              param="step-time-profile") from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"step-time profile {profile_path}: cannot parse ({e})", param="step-time-profile")
+    fitted_for = data.get("gpu") if isinstance(data, dict) and isinstance(data.get("constants"), dict) else None
+    if isinstance(fitted_for, str) and fitted_for.lower() not in (gpu.name.lower(), "generic"):
+        import logging              # a profile is one GPU's efficiencies: another GPU's peaks under them
+        logging.getLogger("vllm_sim").warning("step-time profile %s was fitted for %s, used here on %s",
+                                              profile_path, fitted_for, gpu.name)
     values = data.get("constants", data) if isinstance(data, dict) else data
     if isinstance(data, dict) and isinstance(data.get("constants"), dict):    # a fitted profile (fit --out)
         unknown = sorted(set(map(str, values)) - set(CONSTANT_NAMES))
