@@ -302,14 +302,20 @@ def test_a_users_data_folder_fails_in_one_line(tmp_path, capsys, monkeypatch):
     for name, change, said in (("m", lambda e: e.pop("model"), "missing model"),
                                ("t", lambda e: e.update(tp="one"), "tp must be a positive integer, got 'one'"),
                                ("a", lambda e: e["actual"]["-1"].update(e2e_mean="3284"),
-                                "actual['-1'] needs numbers (ms) for e2e_mean"),
+                                "actual['-1'] needs positive numbers (ms) for e2e_mean"),
                                ("s", lambda e: e["actual"].update({"7": e["actual"]["-1"]}),
                                 "actual has stage '7', not one of its 2 stages'"),
                                ("h", lambda e: e.update(hardware=100), "hardware must be a non-empty string, got 100"),
                                ("r", lambda e: e["stages"][0].update(rate=-8),
                                 "stages must be a non-empty list of {rate, duration}, both positive"),
                                ("o", lambda e: e["shared_prefix"].update(output_len=-1), "shared_prefix needs integer"),
-                               ("c", lambda e: e.update(cpu_offload="yes"), "cpu_offload must be true or false")):
+                               ("c", lambda e: e.update(cpu_offload="yes"), "cpu_offload must be true or false"),
+                               ("z", lambda e: e["actual"]["0"].update(ttft_mean=0),
+                                "actual['0'] needs positive numbers (ms) for ttft_mean"),
+                               ("g", lambda e: e.update(hardware="H1000"), "hardware: unknown GPU 'H1000'"),
+                               ("q", lambda e: e["stages"][0].update(rate=1e7),
+                                "stages come to more than 1,000,000 requests"),
+                               ("l", lambda e: e.update(max_model_len=10), "shared_prefix's prompt (100 + 447 tokens) does not fit max_model_len 10")):
         folder = _own_runs(tmp_path / f"bad-{name}")
         exps = json.loads(open(os.path.join(folder, "experiments.json")).read())
         change(exps[0])
@@ -339,6 +345,17 @@ def test_a_users_trace_is_checked_as_read(tmp_path):
         fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n1,10,5,1,,300\n")
     with pytest.raises(ValueError, match="no successful request"):
         gt._read_trace(str(path) + "")
+    with gzip.open(path, "wt") as fh:
+        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n5,10,5,0,0.1,0.5\n4,10,5,0,0.1,0.5\n")
+    with pytest.raises(ValueError, match=rf"trace {path}:3: arrivals go back in time"):
+        gt._read_trace(str(path))
+    with gzip.open(path, "wt") as fh:
+        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n5,10,5,0,0.9,0.5\n")
+    with pytest.raises(ValueError, match=r"need 0 <= ttft_s <= e2e_s"):
+        gt._read_trace(str(path))
+    path.write_bytes(gzip.compress(b"arrival_us,input_tokens\n" * 200)[:40])
+    with pytest.raises(ValueError, match="not a whole gzipped CSV"):
+        gt._read_trace(str(path))
 
 
 def test_a_profile_for_another_gpu_is_said_and_a_bad_json_one_is_one_line(tmp_path, caplog):

@@ -426,6 +426,8 @@ def _main(argv=None) -> int:
     args = p.parse_args(argv)
     if not 0 < args.scale <= 1:
         raise ValueError(f"--scale must be in (0, 1] (a fraction of each stage), got {args.scale}")
+    if args.iterations < 1:
+        raise ValueError(f"--iterations must be at least 1, got {args.iterations}")
     if args.memory:
         fit_memory(args.data)
         return 0
@@ -459,7 +461,9 @@ def _main(argv=None) -> int:
     if args.data is not None and not runs_of_gpu and not (os.path.isfile(fit_kernels.table_path(args.gpu, "compiled"))
                                                            or any(r[0].lower() == args.gpu.lower()
                                                                   for r in PUBLISHED_STEPS)):
-        raise ValueError(f"--gpu {args.gpu}: no run of it in {gt.data_dir(args.data)} (its experiments' hardware)")
+        same = next((k for k, sibs in SAME_CHIP.items() if args.gpu.lower() in (x.lower() for x in sibs)), None)
+        raise ValueError(f"--gpu {args.gpu}: no run of it in {gt.data_dir(args.data)} (its experiments' hardware)"
+                         + (f"; its profile is the {same}'s: --gpu {same}" if same else ""))
     if runs_of_gpu:
         pass                    # the user's own runs of this GPU: the least-squares fit below
     elif os.path.isfile(fit_kernels.table_path(args.gpu, "compiled")):
@@ -485,6 +489,11 @@ def _main(argv=None) -> int:
     skip = set(filter(None, args.exclude.split(",")))
     runs = [e for e in training_runs(exps, args.gpu, args.set) if e["name"] not in skip and args.only in e["name"]]
     FREE = tuple(k for k in args.free.split(",") if k)
+    if not FREE:
+        raise ValueError("--free names no constant to move")
+    absent = skip - {e["name"] for e in exps}
+    if absent:                          # a typo left nothing out, silently
+        raise ValueError(f"--exclude: no run named {', '.join(sorted(absent))}")
     unknown = set(FREE) - set(PerfConstants.__dataclass_fields__)
     if unknown:
         print(f"error: --free: unknown constants {', '.join(sorted(unknown))}", file=sys.stderr)

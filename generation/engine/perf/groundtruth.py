@@ -63,6 +63,7 @@ def data_dir(path: str | None = None) -> str:
 REQUIRED_FIELDS = ("name", "model", "hardware", "tp", "model_config", "max_num_seqs", "max_num_batched_tokens",
                    "max_model_len", "stages", "shared_prefix", "actual")
 COUNT_FIELDS = ("tp", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
+MAX_REQUESTS = 1_000_000            # a run's requests, as the replay's own bound (held in memory)
 SHARED_PREFIX_FIELDS = ("system_prompt_len", "question_len", "output_len")
 TRACE_COLUMNS = ("arrival_us", "input_tokens", "output_tokens", "has_error", "ttft_s", "e2e_s")
 
@@ -123,10 +124,21 @@ def check_experiments(exps, file: str = "experiments.json") -> None:
                                            or sp[k] < (1 if k == "output_len" else 0) for k in SHARED_PREFIX_FIELDS):
             raise ValueError(f"{who}: shared_prefix needs integer {', '.join(SHARED_PREFIX_FIELDS)} (output_len at "
                              f"least 1, the others at least 0)")
+        from generation.config.values import ConfigError
+        from .hardware import gpu_by_name
+        try:
+            gpu_by_name(GPU_NAMES.get(e["hardware"], e["hardware"]))
+        except ConfigError as err:
+            raise ValueError(f"{who}: hardware: {str(err).removeprefix('--gpu: ')}") from None
+        if sp["system_prompt_len"] + sp["question_len"] >= e["max_model_len"]:
+            raise ValueError(f"{who}: shared_prefix's prompt ({sp['system_prompt_len']} + {sp['question_len']} "
+                             f"tokens) does not fit max_model_len {e['max_model_len']}")
         if not isinstance(e["stages"], list) or not e["stages"] or not all(
                 isinstance(st, dict) and all(isinstance(st.get(k), (int, float)) and not isinstance(st.get(k), bool)
                                              and st[k] > 0 for k in ("rate", "duration")) for st in e["stages"]):
             raise ValueError(f"{who}: stages must be a non-empty list of {{rate, duration}}, both positive")
+        if sum(st["rate"] * st["duration"] for st in e["stages"]) > MAX_REQUESTS:
+            raise ValueError(f"{who}: stages come to more than {MAX_REQUESTS:,} requests (rate x duration)")
         for k in COUNT_FIELDS:
             if isinstance(e[k], bool) or not isinstance(e[k], int) or e[k] < 1:
                 raise ValueError(f"{who}: {k} must be a positive integer, got {e[k]!r}")
@@ -138,9 +150,9 @@ def check_experiments(exps, file: str = "experiments.json") -> None:
                 raise ValueError(f"{who}: actual has stage {st!r}, not one of its {len(e['stages'])} stages' "
                                  f"(\"0\", ..., \"-1\" for the whole run)")
             bad = [m for m in METRICS if not isinstance(metrics, dict) or isinstance(metrics.get(m), bool)
-                   or not isinstance(metrics.get(m), (int, float))]
+                   or not isinstance(metrics.get(m), (int, float)) or not 0 < metrics[m] < math.inf]
             if bad:
-                raise ValueError(f"{who}: actual[{st!r}] needs numbers (ms) for {', '.join(bad)}")
+                raise ValueError(f"{who}: actual[{st!r}] needs positive numbers (ms) for {', '.join(bad)}")
         config = os.path.join(folder, "model_configs", str(e["model_config"]), "config.json")
         if not os.path.isfile(config):
             raise ValueError(f"{who}: no {config}")
@@ -198,16 +210,26 @@ def _read_trace(file: str) -> tuple:
     line."""
     # a grid search replays each run several times (fit --jit: 30 replays of 3 traces); parsing
     # a trace's CSV again each time took a fifth of it.  4 traces of up to 17,000 rows: ~40 MB
-    with gzip.open(file, "rt") as fh:
-        rows = tuple(csv.DictReader(fh))
+    try:
+        with gzip.open(file, "rt") as fh:
+            rows = tuple(csv.DictReader(fh))
+    except (OSError, EOFError, UnicodeDecodeError) as err:      # a truncated or foreign file
+        raise ValueError(f"trace {file}: not a whole gzipped CSV ({err})") from None
+    last = -1
     for line, r in enumerate(rows, 2):
         try:
             for k in ("arrival_us", "input_tokens", "output_tokens"):
-                int(r[k])
+                if int(r[k]) < 0:
+                    raise ValueError(f"{k} is negative")
+            if int(r["arrival_us"]) < last:
+                raise ValueError("arrivals go back in time (the rows are in arrival order)")
+            last = int(r["arrival_us"])
             if r["has_error"] not in ("0", "1"):
                 raise ValueError(f"has_error must be 0 or 1, got {r['has_error']!r}")
-            for k in ("ttft_s", "e2e_s") if r["has_error"] == "0" else ():    # a failed one may have none
-                float(r[k])
+            if r["has_error"] == "0":          # a failed one may have no times
+                ttft, e2e = float(r["ttft_s"]), float(r["e2e_s"])
+                if not 0 <= ttft <= e2e < math.inf:
+                    raise ValueError(f"need 0 <= ttft_s <= e2e_s, got {ttft} and {e2e}")
         except (TypeError, ValueError, KeyError) as err:
             raise ValueError(f"trace {file}:{line}: {err}") from None
     if not any(r["has_error"] == "0" for r in rows):
