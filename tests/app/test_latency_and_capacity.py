@@ -249,7 +249,7 @@ def test_disconnect_aborts_and_frees_the_slot(app_client):
     queued.leave()
     wait_until(lambda: gauges(api) == (1, 0), 0.5, "queued request left the queue")
     stream.leave()
-    wait_until(lambda: gauges(api) == (0, 0), 0.5, "stream aborted")
+    wait_until(lambda: gauges(api) == (0, 0), 5.0, "stream aborted")
     assert time.monotonic() - t_start < ttft          # before either could finish on its own
     assert b"content" not in b"".join(reader.get(timeout=5))
     waiter.get(timeout=5)
@@ -290,7 +290,7 @@ def test_disconnect_mid_stream(app_client):
             call.leave()            # the client's socket closes; the body is left suspended
         else:
             call.body.close()       # the server stops the body; the client's socket stays open
-        wait_until(lambda: gauges(api)[0] == 0, 0.3, f"slot freed ({how})")
+        wait_until(lambda: gauges(api)[0] == 0, 5.0, f"slot freed ({how})")
         assert time.monotonic() - t0 < 0.6
         call.close()
 
@@ -317,7 +317,7 @@ def test_aborted_streams_are_counted_as_vllm_counts_them(app_client, mode):
     done = chat(api, max_tokens=3, ignore_eos=True).json()["usage"]
     for call in calls:
         call.leave()
-    wait_until(lambda: gauges(api) == (0, 0), 0.5, "streams aborted")
+    wait_until(lambda: gauges(api) == (0, 0), 5.0, "streams aborted")   # 0.5 s failed once on a loaded CI run
     # tokens the five could have made before they were aborted: at the ITL, or (step mode) at
     # the engine's steps' pace
     due = 5 * (1 + (time.monotonic() - t0) / 0.020) if not mode else 5 * 100
