@@ -30,7 +30,7 @@ from .fields import (check_beam_logprob_ids, check_chat_part_types, check_openai
                      forwarded_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs, tool_parser_type
-from generation.structured.tool_calls import chat_history_tool_calls, numbered_ids
+from generation.structured.tool_calls import chat_history_tool_calls, numbers_tool_calls
 
 
 class ChatAdapter(Adapter):
@@ -108,7 +108,7 @@ class ChatAdapter(Adapter):
             stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)),
             tool_parser=self.parser_request_type and tool_parser_type(self.sim, self.parser_request_type, tools,
                                                                         tool_choice, stream),
-            tool_call_index=numbered_ids(self.sim.config, chat_history_tool_calls(b.messages)) if tools else None)
+            tool_call_index=chat_history_tool_calls(b.messages) if tools and numbers_tool_calls(self.sim.config) else None)
         return self.req
 
     def _work(self, tokens: int, prompt_len: int = 0) -> tuple[int, str, str]:

@@ -29,7 +29,7 @@ from .token_stream import Streamed, end_aborted, rendered_tokens
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
-from generation.structured.tool_calls import chat_history_tool_calls, numbered_ids
+from generation.structured.tool_calls import chat_history_tool_calls, numbers_tool_calls
 from generation.content.reasoning import content_text, reasoning_text, signature
 
 # finish_reason -> stop_reason (api.md 5.4.2; cache_threshold reads as a cut-short answer).
@@ -78,7 +78,7 @@ class MessagesAdapter(Adapter):
             response_format=constraint, temperature=b.temperature, reasoning=reasoning,
             tool_parser=tool_parser_type(sim, "chat_completions", tools, tool_choice, stream),
             # vLLM converts the request to chat and counts the history there
-            tool_call_index=numbered_ids(sim.config, chat_history_tool_calls(messages)) if tools else None)
+            tool_call_index=chat_history_tool_calls(messages) if tools and numbers_tool_calls(sim.config) else None)
         return self.req
 
     def render(self, seqs) -> dict:

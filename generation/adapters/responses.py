@@ -51,7 +51,7 @@ from .chat import chat_ec_transfer_params
 from .response_bodies import responses_tool
 from .responses_render import RenderCtx, base_response, render_response, stream_response
 from .sampling import responses_reasoning, template_kwargs, tool_parser_type
-from generation.structured.tool_calls import numbered_ids, responses_history_tool_calls
+from generation.structured.tool_calls import numbers_tool_calls, responses_history_tool_calls
 
 
 # the checkers' chat-completions field names, as a Responses request spells them
@@ -112,7 +112,7 @@ class ResponsesAdapter(Adapter):
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature, priority=scheduling_priority(sim, b.priority),
             reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget, b.chat_template_kwargs, kwargs),
             tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream),    # vLLM's default: auto
-            tool_call_index=numbered_ids(sim.config, responses_history_tool_calls(inp)) if tools else None)
+            tool_call_index=responses_history_tool_calls(inp) if tools and numbers_tool_calls(sim.config) else None)
         self.ctx = RenderCtx(b, self.req, LOGPROBS_INCLUDE in (b.include or ()), b.top_logprobs or 0,
                              prefix_block(self.sim))
         self.ctx.tools = [responses_tool(t) for t in paced(b.tools or ())]

@@ -86,7 +86,7 @@ class GenerationRequest:
     tool_parser: str | None = None         # the request type vLLM's tool parser counts this one under, when it
                                            # parses its output (generation.adapters.base.tool_parser_type)
     tool_call_index: int | None = None     # a Kimi model's first tool-call number, "functions.<name>:<i>" ids
-                                           # (generation.structured.tool_calls.numbered_ids); None: random ids
+                                           # (generation.structured.tool_calls.numbers_tool_calls); None: random ids
 
     @property
     def remote_prefill(self) -> bool:

@@ -121,11 +121,7 @@ def resolve_step_settings(cfg) -> StepSettings:
                 FALLBACK_ARCH)
     else:
         arch, source = found
-    tp = cfg.tensor_parallel_size
-    if tp < 1:
-        raise ConfigError("tensor parallel size cannot be less than 1", "tensor-parallel-size")
-    if not 0 < cfg.gpu_memory_utilization <= 1:
-        raise ConfigError("gpu memory utilization must be in (0, 1]", "gpu-memory-utilization")
+    tp = cfg.tensor_parallel_size       # >= 1, and the memory share in (0, 1]: SimConfig.validate
     quant = (cfg.quantization or "").lower()
     bs = cfg.block_size = mla_block_size(gpu, arch, cfg.block_size)
     default_tokens, default_seqs = batch_defaults(gpu)

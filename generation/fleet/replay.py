@@ -143,9 +143,9 @@ class FleetReplay:
             raise ValueError(f"--pods must be from 1 to {MAX_PODS:,}, got {pods}")
         if not 0 <= prefill_pods <= MAX_PODS:
             raise ValueError(f"--prefill-pods must be from 0 to {MAX_PODS:,}, got {prefill_pods}")
-        for a, flag in ((autoscaler, "--max-pods"), (prefill_autoscaler, "--max-pods")):
+        for a in (autoscaler, prefill_autoscaler):
             if a is not None and a.policy.max_replicas > MAX_PODS:
-                raise ValueError(f"{flag} / maxReplicas must be at most {MAX_PODS:,}, got {a.policy.max_replicas}")
+                raise ValueError(f"--max-pods / maxReplicas must be at most {MAX_PODS:,}, got {a.policy.max_replicas}")
         if prefill_autoscaler is not None and not prefill_pods:
             raise ValueError("a prefill autoscaler needs --prefill-pods")
         for a, n, flag in ((autoscaler, pods, "--pods"), (prefill_autoscaler, prefill_pods, "--prefill-pods")):

@@ -48,14 +48,13 @@ def count_tool_calls(calls) -> int:
     return len(calls) if isinstance(calls, (list, tuple)) else 1
 
 
-def numbered_ids(config, history: int) -> int | None:
-    """The first number of this request's tool-call ids when the served model numbers them
-    (``config.model_types``, its ``config.json``'s, in :data:`KIMI_MODEL_TYPES`), else None (random
-    ids).  ``history``: the tool calls the request's history already holds (vLLM's
-    ``history_tool_call_cnt``: every ``tool_calls`` entry of its assistant messages; a Responses
-    input's ``function_call`` items too), so a conversation's calls are numbered on from there."""
-    types = getattr(config, "model_types", ()) or ()
-    return history if any(t in KIMI_MODEL_TYPES for t in types) else None
+def numbers_tool_calls(config) -> bool:
+    """Whether the served model numbers its tool calls (``config.model_types``, its
+    ``config.json``'s, in :data:`KIMI_MODEL_TYPES`): then a request's ``tool_call_index`` is the
+    calls its history already holds (vLLM's ``history_tool_call_cnt``: :func:`chat_history_tool_calls`,
+    :func:`responses_history_tool_calls`), counted only then, and its calls are numbered on from
+    there; else the ids are random."""
+    return any(t in KIMI_MODEL_TYPES for t in getattr(config, "model_types", ()) or ())
 
 
 def chat_history_tool_calls(messages) -> int:
@@ -119,7 +118,7 @@ class ToolSynthesizer:
         On success sets ``seq.tool_calls`` (``[{"id": "chatcmpl-tool-<uid>", "uid": 32 random hex,
         "name", "arguments": JSON string, "start", "end"}]``, start/end indexing ``seq.pieces``; a
         Kimi model's ids are ``functions.<name>:<i>`` from ``req.tool_call_index`` on, vLLM's
-        ``make_tool_call_id`` for them: :func:`numbered_ids`),
+        ``make_tool_call_id`` for them: :func:`numbers_tool_calls`),
         ``seq.pieces``/``seq.ids`` (the argument strings' tokens, call after call),
         ``finish_reason = "tool_calls"`` and ``completion_tokens`` (number of pieces); returns
         True.  Returns False when the draw gave zero calls (``auto``): the engine then answers

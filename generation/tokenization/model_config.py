@@ -222,7 +222,7 @@ def context_length(config: dict) -> int | None:
     return found[0] if found else None
 
 
-def check_max_model_len(config: dict, max_model_len: int, env=None) -> None:
+def check_user_max_model_len(config: dict, max_model_len: int) -> None:
     """vLLM's refusal of a ``--max-model-len`` past the model's derived length, unless the
     config's own ``model_max_length`` allows it or ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is 1 /
     true (then vLLM logs a warning; so does this).  Raises ConfigError in vLLM 0.34's words."""
@@ -240,8 +240,7 @@ def check_max_model_len(config: dict, max_model_len: int, env=None) -> None:
                "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model "
                "uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA "
                "array out-of-bounds error.")
-    env = os.environ if env is None else env
-    if str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true"):
+    if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true"):
         log.warning("%s %s", msg, warning)
         return
     raise ConfigError(f"{msg} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
@@ -355,7 +354,7 @@ def apply_model_defaults(config) -> None:
     ``config.model_vocab_size`` (:func:`vocab_size`), ``config.model_architecture``
     (:func:`architecture`), ``config.model_types`` (:func:`model_types`), and ``config.max_model_len`` (the context length) when neither the
     command line, the YAML file nor the environment gave one (``config.explicit``: the options
-    they set); one they gave past the model's length is vLLM's error (:func:`check_max_model_len`).
+    they set); one they gave past the model's length is vLLM's error (:func:`check_user_max_model_len`).
     Raises ConfigError naming ``max-model-len``."""
     obj, where = served_model_config(config)
     if obj is None:
@@ -366,7 +365,7 @@ def apply_model_defaults(config) -> None:
     if v is not None:
         config.model_vocab_size = v
     if "max-model-len" in getattr(config, "explicit", ()):
-        check_max_model_len(obj, config.max_model_len)
+        check_user_max_model_len(obj, config.max_model_len)
         return
     n = context_length(obj)
     if n is not None:

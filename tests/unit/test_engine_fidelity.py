@@ -334,26 +334,28 @@ def test_a_users_data_folder_fails_in_one_line(tmp_path, capsys, monkeypatch):
     assert fit(["--scale", "0"]) == 2 and "--scale must be in (0, 1]" in capsys.readouterr().err
 
 
-def test_a_users_trace_is_checked_as_read(tmp_path):
+TRACE_HEAD = "arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n"
+
+
+@pytest.mark.parametrize("rows,said", [
+    ("1,10,5,0,0.1,0.5\n2,abc,5,0,0.1,0.5\n", ":3: invalid literal for int"),
+    ("1,10,5,1,,300\n", ": no successful request"),
+    ("5,10,5,0,0.1,0.5\n4,10,5,0,0.1,0.5\n", ":3: arrivals go back in time"),
+    ("5,10,5,0,0.9,0.5\n", ":2: need 0 <= ttft_s <= e2e_s"),
+])
+def test_a_users_trace_is_checked_as_read(tmp_path, rows, said):
     import gzip
     path = tmp_path / "t.csv.gz"
     with gzip.open(path, "wt") as fh:
-        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n1,10,5,0,0.1,0.5\n2,abc,5,0,0.1,0.5\n")
-    with pytest.raises(ValueError, match=rf"trace {path}:3: invalid literal for int"):
+        fh.write(TRACE_HEAD + rows)
+    with pytest.raises(ValueError, match=f"trace {path}{said}"):
         gt._read_trace(str(path))
-    with gzip.open(path, "wt") as fh:
-        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n1,10,5,1,,300\n")
-    with pytest.raises(ValueError, match="no successful request"):
-        gt._read_trace(str(path) + "")
-    with gzip.open(path, "wt") as fh:
-        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n5,10,5,0,0.1,0.5\n4,10,5,0,0.1,0.5\n")
-    with pytest.raises(ValueError, match=rf"trace {path}:3: arrivals go back in time"):
-        gt._read_trace(str(path))
-    with gzip.open(path, "wt") as fh:
-        fh.write("arrival_us,input_tokens,output_tokens,has_error,ttft_s,e2e_s\n5,10,5,0,0.9,0.5\n")
-    with pytest.raises(ValueError, match=r"need 0 <= ttft_s <= e2e_s"):
-        gt._read_trace(str(path))
-    path.write_bytes(gzip.compress(b"arrival_us,input_tokens\n" * 200)[:40])
+
+
+def test_a_truncated_trace_is_one_error(tmp_path):
+    import gzip
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(gzip.compress(TRACE_HEAD.encode() * 200)[:40])
     with pytest.raises(ValueError, match="not a whole gzipped CSV"):
         gt._read_trace(str(path))
 

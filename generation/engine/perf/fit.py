@@ -457,21 +457,20 @@ def _main(argv=None) -> int:
                       basis=f"{BASIS_GPU} profile; eta_w the median of the fitted GPUs'")
         return 0
     from . import fit_kernels
-    runs_of_gpu = args.data is not None and training_runs(gt.load_experiments(args.data), args.gpu, "all")
-    if args.data is not None and not runs_of_gpu and not (os.path.isfile(fit_kernels.table_path(args.gpu, "compiled"))
-                                                           or any(r[0].lower() == args.gpu.lower()
-                                                                  for r in PUBLISHED_STEPS)):
+    own = args.data is not None and training_runs(gt.load_experiments(args.data), args.gpu, "all")
+    kernel_table = os.path.isfile(fit_kernels.table_path(args.gpu, "compiled"))
+    published = any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS)
+    if args.data is not None and not (own or kernel_table or published):
         same = next((k for k, sibs in SAME_CHIP.items() if args.gpu.lower() in (x.lower() for x in sibs)), None)
         raise ValueError(f"--gpu {args.gpu}: no run of it in {gt.data_dir(args.data)} (its experiments' hardware)"
                          + (f"; its profile is the {same}'s: --gpu {same}" if same else ""))
-    if runs_of_gpu:
-        pass                    # the user's own runs of this GPU: the least-squares fit below
-    elif os.path.isfile(fit_kernels.table_path(args.gpu, "compiled")):
+    # the user's own runs of the GPU go to the least-squares fit below; else its kernel table or
+    # its published point
+    if not own and kernel_table:
         if args.data is not None:
             print(f"note: --data has no run of {args.gpu}: its efficiencies come from its kernel table", file=sys.stderr)
-        # a GPU whose kernels were timed: its efficiencies from that table (fit_kernels)
         return fit_kernels.main(["--gpu", args.gpu] + (["--out", args.out] if args.out else []))
-    elif any(r[0].lower() == args.gpu.lower() for r in PUBLISHED_STEPS):
+    if not own and published:
         if args.data is not None:
             print(f"note: --data has no run of {args.gpu}: its profile comes from its published point",
                   file=sys.stderr)

@@ -98,6 +98,8 @@ def check_experiments(exps, file: str = "experiments.json") -> None:
     :data:`TRACE_COLUMNS`.  Raises ValueError."""
     if not isinstance(exps, list) or not all(isinstance(e, dict) for e in exps):
         raise ValueError(f"{file}: a list of experiment objects, got {type(exps).__name__}")
+    from generation.config.values import ConfigError
+    from .hardware import gpu_by_name
     folder = os.path.dirname(file)
     names: set = set()
     for i, e in enumerate(exps):
@@ -124,8 +126,6 @@ def check_experiments(exps, file: str = "experiments.json") -> None:
                                            or sp[k] < (1 if k == "output_len" else 0) for k in SHARED_PREFIX_FIELDS):
             raise ValueError(f"{who}: shared_prefix needs integer {', '.join(SHARED_PREFIX_FIELDS)} (output_len at "
                              f"least 1, the others at least 0)")
-        from generation.config.values import ConfigError
-        from .hardware import gpu_by_name
         try:
             gpu_by_name(GPU_NAMES.get(e["hardware"], e["hardware"]))
         except ConfigError as err:

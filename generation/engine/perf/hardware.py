@@ -265,9 +265,16 @@ def profile_overhead(arch: ModelArch, *, tp: int = 1, max_num_batched_tokens: in
     """Bytes per GPU that vLLM's start-up memory profile finds in use besides the weights:
     non-torch memory, the dummy run's activation peak and the sampler's logits (fitted constants
     above)."""
-    return (NON_TORCH_TP1 + (NON_TORCH_TP_EXTRA if tp > 1 else 0.0)
-            + ACTIVATION_BYTES * max_num_batched_tokens * arch.hidden_size
-            + LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp)
+    return NON_TORCH_TP1 + (NON_TORCH_TP_EXTRA if tp > 1 else 0.0) + sum(
+        batch_profile_bytes(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs))
+
+
+def batch_profile_bytes(arch: ModelArch, *, tp: int, max_num_batched_tokens: int,
+                        max_num_seqs: int) -> tuple[float, float]:
+    """The batch limits' share of :func:`profile_overhead`, bytes per GPU: ``(the dummy run's
+    activation peak, the sampler's logits)``."""
+    return (ACTIVATION_BYTES * max_num_batched_tokens * arch.hidden_size,
+            LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp)
 
 
 def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
@@ -330,8 +337,8 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
     if blocks <= 0:
         # the batch limits' share of the start-up profile: a huge --max-num-seqs or
         # --max-num-batched-tokens is what to lower, not the memory to raise
-        activation = ACTIVATION_BYTES * max_num_batched_tokens * arch.hidden_size
-        logits = LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp
+        activation, logits = batch_profile_bytes(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
+                                                 max_num_seqs=max_num_seqs)
         if activation + logits > -avail and max(activation, logits) > 4 * GiB:
             flag = "max-num-batched-tokens" if activation >= logits else "max-num-seqs"
             raise ConfigError(
