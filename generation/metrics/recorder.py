@@ -417,24 +417,42 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         h.counts[i if computed == p else bl(h.bounds, computed)] += 1
         h.sum += computed
         if not getattr(req, "pooling", False):      # vLLM: no sampling params, no generation histograms
+            # vLLM's SamplingParams.max_tokens: get_max_tokens caps the request's value to the room
+            # the context leaves (entrypoints/serve/utils/api_utils.py), the room when it gives none
+            room = max(self.config.max_model_len - p, 0)
             max_tokens = req.max_tokens
-            if max_tokens is None:
-                max_tokens = max(self.config.max_model_len - p, 0)
+            if max_tokens is None or max_tokens > room:
+                max_tokens = room
             h = self.gen_hist
             i = bl(h.bounds, n)
-            h.counts[i] += 1
-            h.sum += n
-            h = self.max_gen_hist                   # the same bounds and value
             h.counts[i] += 1
             h.sum += n
             h = self.params_max_tokens
             h.counts[i if max_tokens == n else bl(h.bounds, max_tokens)] += 1
             h.sum += max_tokens
             rn = req.n
-            if seq.index % max(rn, 1) == 0:         # one observation per prompt, as vLLM's parent request
+            if rn <= 1:
+                h = self.max_gen_hist               # the same bounds and value
+                h.counts[i] += 1
+                h.sum += n
                 h = self.params_n
                 h.counts[bl(h.bounds, rn)] += 1
                 h.sum += rn
+            else:
+                # vLLM's ParentRequest.observe_finished_request: one observation per prompt, when
+                # its last choice finishes, of n and of the most tokens a choice generated
+                left = req.__dict__.setdefault("_choices_left", {})
+                k = seq.prompt_index
+                todo, most = left.get(k, (rn, 0))
+                todo, most = todo - 1, max(most, n)
+                left[k] = (todo, most)
+                if todo == 0:
+                    h = self.max_gen_hist
+                    h.counts[bl(h.bounds, most)] += 1
+                    h.sum += most
+                    h = self.params_n
+                    h.counts[bl(h.bounds, rn)] += 1
+                    h.sum += rn
         preemptions = engine_req.preemptions if engine_req is not None else 0
         h = self.request_preemptions
         h.counts[bl(h.bounds, preemptions)] += 1

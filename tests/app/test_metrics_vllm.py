@@ -217,6 +217,34 @@ def test_request_values(app_client):
     assert d("vllm:generation_tokens_total") == 10 + g2
 
 
+def test_params_max_tokens_and_max_generation_tokens_are_vllms(app_client):
+    """``request_params_max_tokens`` observes SamplingParams.max_tokens, which vLLM's
+    get_max_tokens (entrypoints/serve/utils/api_utils.py) caps to the room the context leaves;
+    ``request_max_num_generation_tokens`` and ``request_params_n`` are observed once per prompt
+    when its last choice finishes, the former with the most tokens a choice generated
+    (ParentRequest.observe_finished_request, vllm/v1/engine/parallel_sampling.py)."""
+    c = app_client("--max-model-len", "1024", "--seed", "7")
+    before = families(c)
+    r = c.post("/v1/completions", json={"model": "test-model", "prompt": list(range(100, 110)), "max_tokens": 5000,
+                                        "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1014
+    r = c.post("/v1/completions", json={"model": "test-model", "prompt": list(range(100, 110)), "max_tokens": 6,
+                                        "n": 3, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 18
+    after = families(c)
+
+    def d(name, **labels):
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert d("vllm:request_params_max_tokens_count") == 4
+    assert d("vllm:request_params_max_tokens_sum") == (1024 - 10) + 3 * 6
+    assert d("vllm:request_params_n_count") == 2 and d("vllm:request_params_n_sum") == 4
+    assert d("vllm:request_max_num_generation_tokens_count") == 2
+    assert d("vllm:request_max_num_generation_tokens_sum") == 1014 + 6
+    assert d("vllm:request_generation_tokens_count") == 4
+    assert d("vllm:request_generation_tokens_sum") == 1014 + 18
+
+
 def test_remote_prefill_tokens_are_not_computed_locally(app_client):
     """A P/D decode leg (``do_remote_prefill``): the prompt's KV came over the network, so
     neither ``iteration_tokens_total`` nor the computed prompt tokens count it (vllm #43346);
