@@ -524,13 +524,27 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         timings exist)."""
         self.success[reason].value += 1
         engine_req = getattr(seq, "engine_req", None)
+        # vLLM observes the time to first token in the step that makes it (IterationStats
+        # .update_from_output), whether or not the request is aborted later
+        if engine_req is not None and self.steps:
+            first = engine_req.first_token
+        else:
+            first = seq.first_token_at if produced > 0 else None
+        if first:
+            v = first - seq.arrival
+            self.ttft.observe(0.0 if 0.0 > v else v)
         if self.steps and engine_req is not None:
             return                                  # the steps counted its tokens (engine_tokens)
         prefilled = produced > 0 or (engine_req is not None and engine_req.num_computed >= seq.prompt_len)
         self.generation_tokens.value += produced
         if not prefilled:
             return
-        self._count_prompt(seq)
+        computed = self._count_prompt(seq)
+        if produced > 0:                            # its steps, as finished() counts them without the step engine
+            it = self.iteration_tokens
+            if produced > 1:
+                it.observe_n(1, produced - 1)
+            it.observe(computed + 1)
 
     def engine_tokens(self, emitted) -> None:
         """Step mode, once per engine step (:meth:`StepEngine._record

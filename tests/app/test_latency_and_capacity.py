@@ -325,8 +325,8 @@ def test_aborted_streams_are_counted_as_vllm_counts_them(app_client, mode):
         call.close()
     after = scrape(api)
 
-    def delta(name):
-        return value(after, name) - value(before, name)
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
     assert by_reason(after, "abort") - by_reason(before, "abort") == 5
     assert by_reason(after, "stop") - by_reason(before, "stop") + by_reason(after, "length") - \
         by_reason(before, "length") == 1
@@ -336,3 +336,13 @@ def test_aborted_streams_are_counted_as_vllm_counts_them(app_client, mode):
     # at least what the clients received, at most what the engine could make before the abort
     # (tokens are made whether or not a client reads them, as vLLM's steps make them)
     assert received <= made <= due, (received, made, due)
+    # vLLM observes a request's time to first token in the step that makes it
+    # (IterationStats.update_from_output), aborted later or not: the five aborted streams too
+    assert delta("vllm:time_to_first_token_seconds_count") == 6
+    if not mode:
+        # without the step engine, their prefill step and 1-token steps are counted as a finished
+        # request's are: every computed prompt token and generated token is in some step
+        assert delta("vllm:iteration_tokens_total_sum") == \
+            delta("vllm:prompt_tokens_by_source_total", source="local_compute") + \
+            delta("vllm:generation_tokens_total")
+        assert delta("vllm:iteration_tokens_total_count") == delta("vllm:generation_tokens_total")
