@@ -206,9 +206,17 @@ class KVCache:
             self.lora_slot(lora) if lora else None, lora, self.map_format, extra))
 
     def announce_removed(self, hashes) -> None:
-        """Publish ``BlockRemoved`` for evicted blocks."""
-        if self.publisher is not None:
-            self.publisher.publish(block_removed(list(hashes), self.map_format))
+        """Publish ``BlockRemoved`` for evicted blocks: vLLM 0.34's map format one event per
+        block (``BlockPool._emit_block_removed_events``: ``block_hashes`` of one hash each), the
+        reference's array format one event of them all."""
+        publisher = self.publisher
+        if publisher is None:
+            return
+        if self.map_format:
+            for h in hashes:
+                publisher.publish(block_removed([h], True))
+        else:
+            publisher.publish(block_removed(list(hashes), False))
 
     def announce_offloaded(self, events) -> None:
         """Publish the CPU tier's events (step mode's :class:`~generation.engine.block_pool.

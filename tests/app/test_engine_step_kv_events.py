@@ -73,6 +73,20 @@ def test_a_cached_free_block_handed_out_again_is_announced_removed(app_client):
     assert c.sim.engine.scheduler.free_blocks == 12
 
 
+def test_map_format_announces_each_evicted_block_in_a_blockremoved_of_its_own(app_client):
+    """vLLM 0.34's ``BlockPool._emit_block_removed_events`` appends one ``BlockRemoved`` per
+    evicted hash (``block_hashes`` of one), never one of several."""
+    c, rec = recorded(app_client, "--num-gpu-blocks-override", "13", "--max-model-len", "192",
+                      "--use-vllm-map-event-format")
+    complete(c, list(range(2000, 2064)))
+    (first,) = [e for e in rec.events if e["type"] == "BlockStored"]
+    complete(c, list(range(5000, 5160)))
+    removed = [e for e in rec.events if e["type"] == "BlockRemoved"]
+    hashes = first["block_hashes"]
+    assert removed == [{"type": "BlockRemoved", "block_hashes": [h], "medium": "GPU", "group_idx": 0}
+                       for h in (hashes[3], hashes[2], hashes[1])]
+
+
 def test_reset_prefix_cache_clears_the_pool(app_client):
     c, rec = recorded(app_client, "--max-model-len", "512")
     complete(c, list(range(3000, 3040)))
