@@ -122,11 +122,19 @@ class LoraRegistry:
         self.resident = max(max_cpu_loras or 0, max_loras, 1)       # vLLM's cap on adapters in memory
         self.cap = max(self.resident, self.REGISTERED_FLOOR)
         self.loaded: dict[str, int] = {}      # name -> running sequence count
-        self.slots: dict[str, int] = {}       # name -> 1-based slot id (KV events lora_id)
+        self.slots: dict[str, int] = {}       # name -> 1-based slot id
+        # name -> vLLM's lora_int_id (the KV events' lora_id): OpenAIServingModels numbers each
+        # adapter it registers from a counter (--lora-modules in order from 1, then each load of a
+        # new name), kept while the name stays registered, whether or not it runs
+        self.ids: dict[str, int] = {m.name: i for i, m in enumerate(modules, 1)}
+        self._last_id = len(self.ids)
 
     def load(self, name: str, path: str) -> list:
         """Register ``name``; returns the runtime adapters evicted to stay within the cap."""
         self.paths[name] = path
+        if name not in self.ids:
+            self._last_id += 1
+            self.ids[name] = self._last_id
         if name in self.static:
             return []
         self.runtime.pop(name, None)
@@ -146,6 +154,7 @@ class LoraRegistry:
         another adapter needs it, as :meth:`acquire` evicts idle slots)."""
         self.paths.pop(name, None)
         self.runtime.pop(name, None)
+        self.ids.pop(name, None)
         if self.loaded.get(name) == 0:
             del self.loaded[name]
             self.slots.pop(name, None)

@@ -109,7 +109,7 @@ def build_kv_cache(cfg, metrics, loras, publish: bool = True) -> "KVCache":
                                    cfg.event_batch_size, rank, 10 * max(settings.capacity, 1), on_sent,
                                    first_seq=first_seq)
     return KVCache(settings, publisher=publisher, count_prefix=count,
-                   lora_slot=loras.slots.get, loaded_models=loaded_models, lora_path=loras.paths.get)
+                   lora_slot=loras.ids.get, loaded_models=loaded_models, lora_path=loras.paths.get)
 
 
 def event_socket_problem(kv) -> str | None:

@@ -87,6 +87,18 @@ def test_map_format_announces_each_evicted_block_in_a_blockremoved_of_its_own(ap
                        for h in (hashes[3], hashes[2], hashes[1])]
 
 
+def test_a_lora_requests_blocks_carry_vllms_lora_int_id(app_client):
+    """``lora_id`` is the adapter's ``lora_int_id`` (vLLM's ``request.lora_request.adapter_id``):
+    OpenAIServingModels numbers the ``--lora-modules`` from 1 in order, then each new adapter
+    loaded; the step engine's events had none (``lora_id`` nil beside ``lora_name``)."""
+    c, rec = recorded(app_client, "--max-model-len", "256", "--enable-lora", "--max-loras", "1",
+                      "--lora-modules", "first=/tmp/first", "second=/tmp/second", "--use-vllm-map-event-format")
+    r = c.post("/v1/completions", json={"model": "second", "prompt": list(range(700, 716)), "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    (stored,) = [e for e in rec.events if e["type"] == "BlockStored"]
+    assert (stored["lora_id"], stored["lora_name"]) == (2, "second")
+
+
 def test_reset_prefix_cache_clears_the_pool(app_client):
     c, rec = recorded(app_client, "--max-model-len", "512")
     complete(c, list(range(3000, 3040)))

@@ -25,14 +25,14 @@ class Count:
 
 def make_cache(size=4, bs=16, served=("m1",)):
     metrics = SimpleNamespace(prefix_queries=Count(), prefix_hits=Count())
-    loras = SimpleNamespace(loaded={}, slots={})
+    loras = SimpleNamespace(loaded={}, slots={}, ids={})
 
     def count(queried, hit):
         metrics.prefix_queries.inc(queried)
         metrics.prefix_hits.inc(hit)
 
     kv = KVCache(KVCacheSettings(block_size=bs, capacity=size), publisher=Recorder(), count_prefix=count,
-                 lora_slot=loras.slots.get, loaded_models=lambda: [*served, *loras.loaded])
+                 lora_slot=loras.ids.get, loaded_models=lambda: [*served, *loras.loaded])
     return kv, SimpleNamespace(metrics=metrics, loras=loras)
 
 
@@ -97,7 +97,7 @@ def test_unit_gap_in_cached_blocks_is_announced_as_runs():
 def test_unit_unloaded_lora_blocks_are_evicted_first():
     kv, sim = make_cache(size=2)
     sim.loras.loaded["l1"] = 0
-    sim.loras.slots["l1"] = 1
+    sim.loras.ids["l1"] = 1
     base = run_once(kv, range(16))                # oldest idle block: base model
     lora = run_once(kv, range(100, 116), model="l1", lora="l1")
     assert kv.publisher.events[-1][5:8] == [1, "GPU", "l1"]
