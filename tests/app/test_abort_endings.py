@@ -104,6 +104,7 @@ def _check_answer(api: str, r, rid: str):
 def test_abort_requests_ends_a_stream_with_abort_chunks(app_client, api, mode):
     c = app_client(*(CLOCK if mode == "clock" else STEP))
     before = metric(scrape(c), "vllm:request_success_total", finished_reason="abort")
+    ttft = metric(scrape(c), "vllm:time_to_first_token_seconds_count")
     rid = f"{api}-{mode}-s"
     job = _start(c, api, rid, stream=True, stream_options={"include_usage": True})
     _abort_by_id(c, rid)
@@ -115,7 +116,15 @@ def test_abort_requests_ends_a_stream_with_abort_chunks(app_client, api, mode):
         text = "".join(ch["choices"][0]["text"] for ch in tokens)
     assert text
     assert c.sim.running == 0
-    assert metric(scrape(c), "vllm:request_success_total", finished_reason="abort") == before + 1
+    m = scrape(c)
+    assert metric(m, "vllm:request_success_total", finished_reason="abort") == before + 1
+    # vLLM's abort (AsyncLLM.abort -> OutputProcessor.abort_requests) records no per-request
+    # stats: no e2e, token or phase histogram; its first token's TTFT was observed in its step
+    for name in ("vllm:e2e_request_latency_seconds_count", "vllm:request_generation_tokens_count",
+                 "vllm:request_prompt_tokens_count", "vllm:request_decode_time_seconds_count",
+                 "vllm:request_params_max_tokens_count", "vllm:request_params_n_count"):
+        assert metric(m, name) == 0, name
+    assert metric(m, "vllm:time_to_first_token_seconds_count") == ttft + 1
 
 
 @pytest.mark.parametrize("mode", ["clock", "step"])
