@@ -34,7 +34,10 @@ def _kv_line(c) -> str:
     step mode's own prefix cache (on, as vLLM's prefix caching, unless
     ``--no-enable-prefix-caching``; publishing nothing), or off."""
     if c.enable_kvcache:
-        events = f"events to {c.zmq_endpoint}" if c.zmq_endpoint else "events not published"
+        from generation.kvcache.events import rank_endpoint
+        # the rank's own endpoint, as its publisher uses it (vLLM's offset_endpoint_port)
+        events = (f"events to {rank_endpoint(c.zmq_endpoint, max(c.data_parallel_rank, 0))}" if c.zmq_endpoint
+                  else "events not published")
         if getattr(c, "pod_ip_guessed", False):
             events += f" (topic {c.kv_topic()}: POD_IP is not set, this host's address stands in)"
         return f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on, {events}"

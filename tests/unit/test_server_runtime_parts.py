@@ -21,6 +21,15 @@ def test_startup_summary_names_model_mode_tokenizer_latency_capacity_kv_and_url(
     assert " runner=generate mode=echo " in lines[0]
 
 
+def test_startup_summary_names_the_data_parallel_ranks_own_event_endpoint():
+    """Rank 1 publishes to port 5558 (vLLM's offset_endpoint_port); its start-up line said 5557."""
+    from server.serve import startup_summary
+    from generation.config.cli import load_config
+    cfg = load_config(["--enable-kvcache", "--data-parallel-rank", "1"], env={"POD_IP": "10.0.0.5"})
+    assert "kv cache: 1024 blocks x 16 tokens, prefix caching on, events to tcp://127.0.0.1:5558" in \
+        startup_summary(cfg, tls=False, api_key=False)
+
+
 @pytest.mark.parametrize("argv,kv,runner", [
     ([], "kv cache: off (no prefix caching; --enable-kvcache turns it on)", "generate"),
     (["--latency-calculator", "step", "--kv-cache-size", "500"],
