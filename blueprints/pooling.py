@@ -99,30 +99,34 @@ def create_pooling():
     kind = cfg.pooling_kind
     data = load(pooling_request_schema, parse_json_body(members=3))    # PoolingRequest (pooling/protocol.py:96)
     pa.check_request(sim, data)
+    # ServingPooling._verify_pooling_task (pooling/pooling/serving.py l. 60-99): no `dimensions`
+    # on /pooling at all, and only the model's one pooling task (get_pooling_task: embed or
+    # classify here); another task it supports needs --pooler-config.task, which the simulator
+    # does not model
+    if data.get("dimensions") is not None:
+        raise APIError("dimensions is currently not supported", 400, "dimensions")
     tasks = pa.supported_tasks(kind)
     task = data.get("task") or tasks[0]
     if task not in tasks:
         raise APIError(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}",
                        400, "task")
+    if task != tasks[0]:
+        raise APIError(f"Try switching the model's pooling_task via --pooler-config.task {task}.", 400, "task")
     display, lora = sim.resolve_model(data.get("model"))
     pa.check_priority(sim, data)
-    if data.get("dimensions") is not None and task not in ("embed", "token_embed"):
-        raise APIError(f"dimensions is not supported by the {task} task.", 400, "dimensions")
-    dims = _dimensions(cfg, data.get("dimensions"))
+    size = cfg.default_embedding_dimensions
     inp = data.get("input")
     if task == "embed":
-        _check_values(len(inp[1]) if inp is not None else 1, dims)
+        _check_values(len(inp[1]) if inp is not None else 1, size)
     token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"), "pooling",
                                  side=data.get("truncation_side"))
-    if task == "token_embed":
-        _check_values(sum(len(t) for t in token_lists), dims)
     rid = request_id(sim, data.get("request_id"))
     seqs = pa.pooling_sequences(sim, rid, display, lora, token_lists)
     run_pooled(sim, seqs)
-    size = cfg.default_embedding_dimensions
-    out = [{"index": i, "object": "pooling", "data": pa.pooling_data(kind, task, ids, size, dims, data)}
+    out = [{"index": i, "object": "pooling", "data": pa.pooling_data(kind, task, ids, size, size, data)}
            for i, ids in enumerate(paced(token_lists))]
-    return _reply(pa.listing("pool", rid, display, out, sum(map(len, token_lists))), rid)
+    # ServingPooling.request_id_prefix "pooling" (pooling/pooling/serving.py l. 36; base/serving.py l. 115)
+    return _reply(pa.listing("pooling", rid, display, out, sum(map(len, token_lists))), rid)
 
 
 @classify_bp.post("/classify")

@@ -101,7 +101,7 @@ def test_pooling_embed_shape_and_usage(embed):
     assert r.status_code == 200
     b = r.json()
     assert set(b) == {"id", "object", "created", "model", "data", "usage"}
-    assert b["id"].startswith("pool-") and b["object"] == "list" and b["model"] == "test-model"
+    assert b["id"].startswith("pooling-") and b["object"] == "list" and b["model"] == "test-model"
     assert [(d["index"], d["object"]) for d in b["data"]] == [(0, "pooling"), (1, "pooling")]
     assert len(b["data"][0]["data"]) == 384 and abs(norm(b["data"][0]["data"]) - 1) < 1e-5
     assert b["usage"] == {"prompt_tokens": 4, "total_tokens": 4, "completion_tokens": 0,
@@ -109,26 +109,42 @@ def test_pooling_embed_shape_and_usage(embed):
     assert embed.post("/pooling", json={"input": ["hello world"]}).json()["data"][0]["data"] == b["data"][0]["data"]
 
 
-def test_pooling_token_embed_and_base64(embed):
-    b = embed.post("/pooling", json={"input": "hello big world", "task": "token_embed", "dimensions": 8}).json()
-    rows = b["data"][0]["data"]
-    assert len(rows) == 3 and all(len(r) == 8 for r in rows)
-    full = embed.post("/pooling", json={"input": "hello big world", "dimensions": 8}).json()["data"][0]["data"]
-    assert rows[-1] == full            # the last token has seen the whole input
-    raw = embed.post("/pooling", json={"input": "hello big world", "dimensions": 8,
+def test_pooling_base64(embed):
+    full = embed.post("/pooling", json={"input": "hello big world"}).json()["data"][0]["data"]
+    raw = embed.post("/pooling", json={"input": "hello big world",
                                        "encoding_format": "base64"}).json()["data"][0]["data"]
-    assert list(struct.unpack("<8f", base64.b64decode(raw))) == pytest.approx(full, abs=1e-6)
-    half = embed.post("/pooling", json={"input": "hello big world", "dimensions": 8, "encoding_format": "base64",
+    assert list(struct.unpack("<384f", base64.b64decode(raw))) == pytest.approx(full, abs=1e-6)
+    half = embed.post("/pooling", json={"input": "hello big world", "encoding_format": "base64",
                                         "embed_dtype": "float16", "endianness": "big"}).json()["data"][0]["data"]
-    assert list(struct.unpack(">8e", base64.b64decode(half))) == pytest.approx(full, abs=1e-3)
+    assert list(struct.unpack(">384e", base64.b64decode(half))) == pytest.approx(full, abs=1e-3)
+
+
+def test_pooling_id_is_vllms_pooling_prefix(embed):
+    """ServingPooling.request_id_prefix = "pooling" (vLLM 0.34 pooling/pooling/serving.py:36),
+    the body's request_id or the X-Request-Id header after it (base/serving.py:112-115)."""
+    assert embed.post("/pooling", json={"input": "hi", "request_id": "abc"}).json()["id"] == "pooling-abc"
+    r = embed.post("/pooling", json={"input": "hi"}, headers={"X-Request-Id": "hdr"})
+    assert r.json()["id"] == "pooling-hdr"
+
+
+@pytest.mark.parametrize("fixture, body, param, text", [
+    # ServingPooling._verify_pooling_task (vLLM 0.34 pooling/pooling/serving.py:60-88)
+    ("embed", {"input": "hi", "dimensions": 8}, "dimensions", "dimensions is currently not supported"),
+    ("classify", {"input": "hi", "dimensions": 8}, "dimensions", "dimensions is currently not supported"),
+    ("embed", {"input": "hi", "task": "token_embed"}, "task",
+     "Try switching the model's pooling_task via --pooler-config.task token_embed."),
+    ("classify", {"input": "hi", "task": "token_classify"}, "task",
+     "Try switching the model's pooling_task via --pooler-config.task token_classify."),
+])
+def test_pooling_serves_only_the_models_task(request, fixture, body, param, text):
+    assert err(request.getfixturevalue(fixture).post("/pooling", json=body), 400, param) == text
 
 
 def test_pooling_classify_tasks(classify):
     b = classify.post("/pooling", json={"input": "hello big world"}).json()
     probs = b["data"][0]["data"]
     assert len(probs) == 2 and sum(probs) == pytest.approx(1)
-    tok = classify.post("/pooling", json={"input": "hello big world", "task": "token_classify"}).json()
-    assert len(tok["data"][0]["data"]) == 3 and tok["data"][0]["data"][-1] == pytest.approx(probs)
+    assert classify.post("/pooling", json={"input": "hello big world", "task": "classify"}).json()["data"] == b["data"]
     raw = classify.post("/pooling", json={"input": "hello big world", "use_activation": False}).json()
     assert sum(raw["data"][0]["data"]) != pytest.approx(1)
 
@@ -136,7 +152,6 @@ def test_pooling_classify_tasks(classify):
 @pytest.mark.parametrize("body, param, text", [
     ({"input": "hi", "task": "classify"}, "task", "Unsupported task: 'classify' Supported tasks: ['embed', 'token_embed']"),
     ({"input": "hi", "task": "encode"}, "task", "`encode` task was removed; use `token_embed` or `token_classify` instead."),
-    ({"input": "hi", "dimensions": 385}, "dimensions", "at most 384"),
     ({"input": ""}, "input", "empty"),
     ({}, "input", "input is required"),
     ({"input": "hi", "encoding_format": "hex"}, "body.encoding_format", "literal_error"),
@@ -158,10 +173,6 @@ def test_pooling_context_limit_and_truncation(app_client):
     assert "maximum context length is 4 tokens" in err(c.post("/pooling", json={"input": "a b c d e"}), 400, "input")
     b = c.post("/pooling", json={"input": "a b c d e", "truncate_prompt_tokens": 3}).json()
     assert b["usage"]["prompt_tokens"] == 3
-
-
-def test_pooling_dimensions_with_classify_task(classify):
-    assert "dimensions" in err(classify.post("/pooling", json={"input": "hi", "dimensions": 8}), 400, "dimensions")
 
 
 def test_pooling_chat_messages(embed):
@@ -281,7 +292,7 @@ def test_cohere_embed_types(embed):
     # shortest digits: each parses back to exactly a float32 value
     assert all(struct.unpack("<f", struct.pack("<f", x))[0] == x for x in f)
     assert list(struct.unpack("<16f", base64.b64decode(e["base64"][0]))) == f
-    same = embed.post("/pooling", json={"input": "hi there", "dimensions": 16}).json()["data"][0]["data"]
+    same = embed.post("/v1/embeddings", json={"input": "hi there", "dimensions": 16}).json()["data"][0]["embedding"]
     assert f == pytest.approx(same, abs=1e-6)
 
 
