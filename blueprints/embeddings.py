@@ -142,7 +142,7 @@ def create_embeddings():
     fmt = data.get("encoding_format") or "float"
     dtype = data.get("embed_dtype") or "float32"
     endian = data.get("endianness") or "native"
-    rid = request_id()
+    rid = request_id(sim, data.get("request_id"))     # header, else the body's (PoolingBasicRequestMixin)
     if cfg.pooling_kind:      # the pooling runner: the inputs run on the engine (slot, prefill, metrics)
         from generation.adapters.pooling import pooling_sequences
         from .pooling import run_pooled

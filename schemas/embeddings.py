@@ -88,6 +88,7 @@ class EmbeddingRequestSchema(PoolingChecks):
     user = Str()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
     priority = StrictInt()          # vLLM's PoolingBasicRequestMixin (generation.adapters.pooling.check_priority)
+    request_id = fields.String()    # PoolingBasicRequestMixin: the response id's suffix (embd-<id>)
 
 
     def field_order(self, body: dict) -> tuple:

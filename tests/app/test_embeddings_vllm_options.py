@@ -107,3 +107,14 @@ def test_truncation_side(api):
     assert right["data"][0]["embedding"] == embed(api, input=ids[:3]).json()["data"][0]["embedding"]
     r = api.post(EMB, json={"model": "test-model", "input": "hi", "truncation_side": "up"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "body.truncation_side"
+
+
+@pytest.mark.parametrize("flags", [(), ("--runner", "pooling", "--convert", "embed")])
+def test_body_request_id_names_the_response(app_client, flags):
+    """PoolingBasicRequestMixin.request_id (vLLM 0.34 pooling/base/protocol.py:62): the id is
+    ``embd-<request_id>`` (embed/serving.py:45, base/serving.py:112-115), the X-Request-Id
+    header before it."""
+    c = app_client(*flags)
+    assert embed(c, request_id="abc").json()["id"] == "embd-abc"
+    r = c.post(EMB, json={"input": "hi", "request_id": "abc"}, headers={"X-Request-Id": "hdr"})
+    assert r.json()["id"] == "embd-hdr"
