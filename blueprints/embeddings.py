@@ -34,7 +34,7 @@ from generation.content.pooling import embedding_vectors
 from generation.errors import APIError
 from generation.tokenization.tokenizer import each_text
 from schemas.common import load, required_refusal
-from schemas.embeddings import embedding_request_schema
+from schemas.embeddings import embedding_request_schema, is_batched_chat_messages, is_chat_messages
 
 from .common import JSON_MIME, parse_json_body, request_id, response_headers, simulator
 
@@ -91,8 +91,14 @@ def _token_lists(sim, data: dict) -> list[list[int]]:
             raise APIError("input is required and must be a non-empty string or array", 400, "input")
         # vLLM's EmbeddingChatRequest: both options default to False
         opts = {k: bool(data.get(k)) for k in ("add_generation_prompt", "continue_final_message")}
-        check_chat_part_types(messages)
-        return [sim.tokenize_messages(messages, **opts)[0]]
+        form, convs = messages
+        convs = convs if form == "batch" else [convs]
+        if len(convs) > MAX_INPUTS:
+            raise APIError(f"messages must have at most {MAX_INPUTS} conversations, got {len(convs)}.", 400,
+                           "messages")
+        for conv in convs:
+            check_chat_part_types(conv)
+        return [sim.tokenize_messages(conv, **opts)[0] for conv in convs]
     if messages is not None:
         raise APIError("Only one of input and messages may be given", 400, "messages")
     kind, items = inp
@@ -113,6 +119,11 @@ def create_embeddings():
     if cfg.mm_encoder_only:   # the reference does not register the route in this mode
         raise NotFound()
     raw = parse_json_body(members=5)     # EmbeddingRequest: a union of 5 models (pooling/embed/protocol.py:190)
+    if isinstance(raw, dict) and "messages" not in raw and "input" in raw and (
+            is_chat_messages(raw["input"]) or is_batched_chat_messages(raw["input"])):
+        # EmbeddingChatInputRequest / EmbeddingBatchChatInputRequest (l. 113-160): chat messages,
+        # or a list of conversations, in `input` are read as `messages`
+        raw = {**{k: v for k, v in raw.items() if k != "input"}, "messages": raw["input"]}
     data = load(embedding_request_schema, raw)
     from generation.adapters.pooling import check_request
     check_request(sim, data)
@@ -130,8 +141,8 @@ def create_embeddings():
     if dims > size:
         raise APIError(f"dimensions must be at most {size}, the model's embedding size "
                        f"(--default-embedding-dimensions).", 400, "dimensions")
-    inp = data.get("input")
-    count = len(inp[1]) if inp is not None else 1
+    inp, messages = data.get("input"), data.get("messages")
+    count = len(inp[1]) if inp is not None else len(messages[1]) if messages and messages[0] == "batch" else 1
     if count * dims > MAX_VALUES:
         raise APIError(f"{count} inputs x {dims} dimensions exceed the {MAX_VALUES} values one response may "
                        f"carry; send fewer inputs per request.", 400, "input")

@@ -70,12 +70,42 @@ def _bad_truncate():
     raise ValidationError("truncate_prompt_tokens must be -1 (the model's maximum) or a positive integer")
 
 
+def is_chat_messages(value) -> bool:
+    """vLLM 0.34's ``_is_chat_messages`` (pooling/embed/protocol.py l. 61-67): a non-empty list
+    of objects each with a string ``role``."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+
+
+def is_batched_chat_messages(value) -> bool:
+    """``_is_batched_chat_messages`` (l. 70-75): a non-empty list of such conversations."""
+    return isinstance(value, list) and bool(value) and all(is_chat_messages(c) for c in value)
+
+
+class EmbeddingMessagesField(MessagesField):
+    """``messages`` of vLLM 0.34's embedding requests: one conversation (EmbeddingChatRequest)
+    or a non-empty list of non-empty conversations (EmbeddingBatchChatRequest, l. 93-110), one
+    embedding each.  Loads to ``("one", messages)`` or ``("batch", [messages, ...])``."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, list) and value and all(isinstance(c, list) for c in value):
+            for i, conv in enumerate(value):
+                if not conv:
+                    raise ValidationError({i: ["List should have at least 1 item after validation, not 0"]})
+                try:
+                    super()._deserialize(conv, attr, data, **kwargs)
+                except ValidationError as e:
+                    raise ValidationError({i: e.messages}) from None
+            return ("batch", value)
+        return ("one", super()._deserialize(value, attr, data, **kwargs))
+
+
 class EmbeddingRequestSchema(PoolingChecks):
     """vLLM 0.34's ``EmbeddingCompletionRequest`` (``input``) or ``EmbeddingChatRequest``
     (``messages``)."""
     model = Str()                   # vLLM's PoolingBasicRequestMixin: str | None = None
     input = EmbeddingInputField()
-    messages = MessagesField()
+    messages = EmbeddingMessagesField()
     encoding_format = Literal(*ENCODING_FORMATS, nullable=False)      # vLLM's EncodingRequestMixin: no None
     embed_dtype = Literal(*EMBED_DTYPES, nullable=False)
     endianness = Literal(*ENDIANNESS, nullable=False)

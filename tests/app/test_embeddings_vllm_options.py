@@ -118,3 +118,20 @@ def test_body_request_id_names_the_response(app_client, flags):
     assert embed(c, request_id="abc").json()["id"] == "embd-abc"
     r = c.post(EMB, json={"input": "hi", "request_id": "abc"}, headers={"X-Request-Id": "hdr"})
     assert r.json()["id"] == "embd-hdr"
+
+
+def test_chat_conversations_in_input_and_batched_messages(api):
+    """vLLM 0.34's EmbeddingChatInputRequest, EmbeddingBatchChatRequest and
+    EmbeddingBatchChatInputRequest (pooling/embed/protocol.py:113-160, embed/io_processor.py:
+    336-341): chat messages in ``input`` are one conversation, a list of conversations in
+    ``input`` or ``messages`` is one embedding per conversation, in order."""
+    hi, yo = [{"role": "user", "content": "hi"}], [{"role": "user", "content": "yo"}]
+    one = embed(api, input=None, messages=hi).json()
+    two = [embed(api, input=None, messages=m).json()["data"][0]["embedding"] for m in (hi, yo)]
+    assert embed(api, input=hi).json()["data"] == one["data"]
+    for body in ({"input": [hi, yo]}, {"input": None, "messages": [hi, yo]}):
+        b = embed(api, **body).json()
+        assert [(d["index"], d["embedding"]) for d in b["data"]] == [(0, two[0]), (1, two[1])]
+        assert b["usage"]["prompt_tokens"] == 2 * one["usage"]["prompt_tokens"]
+    r = api.post(EMB, json={"messages": [hi, []]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[1]"
