@@ -20,7 +20,7 @@ from generation.adapters import pooling as pa
 from generation.adapters.response_bodies import cohere_embed_response
 from generation.adapters.validation import validation_errors
 from generation.content.pooling import embedding_vectors
-from generation.errors import APIError
+from generation.errors import APIError, Rejected
 from generation.lanes import paced
 from generation.tokenization.tokenizer import each_text
 from schemas.common import load
@@ -104,14 +104,13 @@ def create_pooling():
     # classify here); another task it supports needs --pooler-config.task, which the simulator
     # does not model
     if data.get("dimensions") is not None:
-        raise APIError("dimensions is currently not supported", 400, "dimensions")
+        raise Rejected("dimensions is currently not supported", "dimensions")
     tasks = pa.supported_tasks(kind)
     task = data.get("task") or tasks[0]
     if task not in tasks:
-        raise APIError(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}",
-                       400, "task")
+        raise Rejected(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}", "task")
     if task != tasks[0]:
-        raise APIError(f"Try switching the model's pooling_task via --pooler-config.task {task}.", 400, "task")
+        raise Rejected(f"Try switching the model's pooling_task via --pooler-config.task {task}.", "task")
     display, lora = sim.resolve_model(data.get("model"))
     pa.check_priority(sim, data)
     size = cfg.default_embedding_dimensions

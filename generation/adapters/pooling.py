@@ -32,7 +32,7 @@ from generation.lanes import paced
 from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
-from ..errors import InvalidParam
+from ..errors import InvalidParam, Rejected
 from .fields import INT64_MAX, INT64_MIN, check_bounds, check_chat_part_types, check_cache_salt, check_mm_kwargs, scheduling_priority
 from .response_bodies import pooling_usage
 
@@ -103,11 +103,13 @@ def check_request(sim, data: dict, removed_params: bool = True) -> None:
     Field(ge=0)``, then ``PoolingBaseServing._init_ctx``'s ``validate_request_mm_kwargs``.
     Raises InvalidParam."""
     if removed_params:
+        # VLLMValidationError(..., parameter=) from a before-validator: no ValueError, so pydantic
+        # lets it through and the client reads str(exc), " (parameter=...)" included
         if "normalize" in data:
-            raise InvalidParam("Parameter `normalize` was removed; use `use_activation` instead.", "normalize")
+            raise Rejected("Parameter `normalize` was removed; use `use_activation` instead.", "normalize")
         task = data.get("task")
         if isinstance(task, str) and task in REMOVED_TASKS:
-            raise InvalidParam(REMOVED_TASKS[task], "task")
+            raise Rejected(REMOVED_TASKS[task], "task")
     check_cache_salt(data.get("cache_salt"))
     check_bounds("top_n", data.get("top_n"), 0)
     if data.get("mm_processor_kwargs") or data.get("media_io_kwargs"):

@@ -129,12 +129,12 @@ def test_pooling_id_is_vllms_pooling_prefix(embed):
 
 @pytest.mark.parametrize("fixture, body, param, text", [
     # ServingPooling._verify_pooling_task (vLLM 0.34 pooling/pooling/serving.py:60-88)
-    ("embed", {"input": "hi", "dimensions": 8}, "dimensions", "dimensions is currently not supported"),
-    ("classify", {"input": "hi", "dimensions": 8}, "dimensions", "dimensions is currently not supported"),
+    ("embed", {"input": "hi", "dimensions": 8}, "dimensions", "dimensions is currently not supported (parameter=dimensions)"),
+    ("classify", {"input": "hi", "dimensions": 8}, "dimensions", "dimensions is currently not supported (parameter=dimensions)"),
     ("embed", {"input": "hi", "task": "token_embed"}, "task",
-     "Try switching the model's pooling_task via --pooler-config.task token_embed."),
+     "Try switching the model's pooling_task via --pooler-config.task token_embed. (parameter=task)"),
     ("classify", {"input": "hi", "task": "token_classify"}, "task",
-     "Try switching the model's pooling_task via --pooler-config.task token_classify."),
+     "Try switching the model's pooling_task via --pooler-config.task token_classify. (parameter=task)"),
 ])
 def test_pooling_serves_only_the_models_task(request, fixture, body, param, text):
     assert err(request.getfixturevalue(fixture).post("/pooling", json=body), 400, param) == text

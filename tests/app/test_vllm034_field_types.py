@@ -290,15 +290,17 @@ def test_pooling_routes_check_cache_salt_as_chat(app_client, path, body):
 @pytest.mark.parametrize("path", ["/v1/embeddings", "/pooling", "/classify"])
 def test_removed_pooling_parameters(app_client, path):
     """vLLM 0.34's ``reject_removed_pooling_parameters`` (embedding, pooling and classification
-    requests, not score / rerank): ``normalize`` (any value, null too) and the removed tasks."""
+    requests, not score / rerank): ``normalize`` (any value, null too) and the removed tasks.  Its
+    VLLMValidationError is no ValueError, so it leaves pydantic as it is and the client reads its
+    str() (vllm/exceptions.py:49-56), `` (parameter=...)`` included, as for ``cache_salt``."""
     c = app_client(*(CROSS_ENCODER if path == "/classify" else BI_ENCODER))
     body = {"input": "a cat"}
     for value in (True, None):
         assert pool_err(c, path, {**body, "normalize": value}) == (
-            "Parameter `normalize` was removed; use `use_activation` instead.", "normalize")
-    assert pool_err(c, path, {**body, "task": "score"}) == ("`score` task was removed; use `classify` instead.", "task")
+            "Parameter `normalize` was removed; use `use_activation` instead. (parameter=normalize)", "normalize")
+    assert pool_err(c, path, {**body, "task": "score"}) == ("`score` task was removed; use `classify` instead. (parameter=task)", "task")
     assert pool_err(c, path, {**body, "task": "encode"}) == (
-        "`encode` task was removed; use `token_embed` or `token_classify` instead.", "task")
+        "`encode` task was removed; use `token_embed` or `token_classify` instead. (parameter=task)", "task")
     assert app_client(*BI_ENCODER).post("/score", json={"model": "test-model", "text_1": "a", "text_2": "b",
                                            "normalize": True}).status_code == 200
 
