@@ -157,10 +157,11 @@ def _scored(data: dict, rerank: bool):
     queries, docs, pairs = pa.score_pairs(data, rerank)
     display, lora = sim.resolve_model(data.get("model"))
     pa.check_priority(sim, data)
+    max_q, max_d = pa.token_limits(cfg, data)
     # the texts together: off the hub past 8 KiB in all (2,048 short documents add up)
     encoded = each_text(sim.tokenizer.encode, [pa.item_text(x) for x in queries + docs])
-    q_ids = [ids for ids, _ in encoded[:len(queries)]]
-    d_ids = [ids for ids, _ in encoded[len(queries):]]
+    q_ids = pa.truncate_items(queries, [ids for ids, _ in encoded[:len(queries)]], max_q)
+    d_ids = pa.truncate_items(docs, [ids for ids, _ in encoded[len(queries):]], max_d)
     trunc = data.get("truncate_prompt_tokens")
     if kind == "embed":          # a bi-encoder embeds each text on its own
         q_ids = pa.fit_context(cfg, q_ids, trunc, "scoring", "query" if rerank else "queries")

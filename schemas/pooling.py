@@ -14,6 +14,7 @@ from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
 from .common import BaseSchema, BoundedList, Literal, Str, StrictBool, StrictInt
+from .lax import lax_dict
 from .embeddings import (EMBED_DTYPES, ENCODING_FORMATS, ENDIANNESS, MAX_DIMENSIONS, TRUNCATION_SIDES, EmbeddingInputField,
                          PoolingChecks)
 
@@ -71,12 +72,11 @@ def _score_item(v):
 
 
 class ScoreInputsField(fields.Field):
-    """A string, ``{"content": [...]}``, or a non-empty list of them -> a list of items."""
+    """A string, ``{"content": [...]}``, or a list of them -> a list of items (an empty list is
+    the request's 400, ``generation.adapters.pooling.score_pairs``)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, list):
-            if not value:
-                raise ValidationError("must not be empty")
             return [_score_item(v) for v in value]
         return [_score_item(value)]
 
@@ -88,7 +88,15 @@ class ScoreInputField(fields.Field):
         return _score_item(value)
 
 
-class ScoreRequestSchema(_PoolingBase):
+class _ScoringBase(_PoolingBase):
+    """vLLM 0.34's ScoringRequestMixin (scoring/protocol.py l. 19-53)."""
+    max_tokens_per_query = StrictInt()
+    max_tokens_per_doc = StrictInt()
+    instruction = Str()
+    chat_template_kwargs = lax_dict()
+
+
+class ScoreRequestSchema(_ScoringBase):
     queries = ScoreInputsField()
     documents = ScoreInputsField()
     items = ScoreInputsField()
@@ -98,7 +106,7 @@ class ScoreRequestSchema(_PoolingBase):
     text_2 = ScoreInputsField()
 
 
-class RerankRequestSchema(_PoolingBase):
+class RerankRequestSchema(_ScoringBase):
     query = ScoreInputField(required=True, error_messages={"required": "query is required"})
     documents = ScoreInputsField(required=True, error_messages={"required": "documents is required"})
     top_n = StrictInt()

@@ -193,13 +193,41 @@ def score_pairs(data: dict, rerank: bool) -> tuple[list, list, list]:
             raise InvalidParam("queries and documents are required (or data_1 and data_2, text_1 and text_2, "
                                "queries and items)", "queries")
         queries, docs = data[given[0][0]], data[given[0][1]]
-    if len(queries) != 1 and len(queries) != len(docs):
-        raise InvalidParam("Input lengths must be either 1:1, 1:N or N:N", "queries")
+    # _validate_score_input_lens (scoring/utils.py l. 123-137): VLLMValidationErrors without a parameter
+    if len(queries) > 1 and len(queries) != len(docs):
+        raise Rejected("Input lengths must be either 1:1, 1:N or N:N")
+    if not queries:
+        raise Rejected("At least one text element must be given")
+    if not docs:
+        raise Rejected("At least one text_pair element must be given")
     if len(docs) > MAX_INPUTS:       # counted before the pairs are built (750,000 held the hub 0.1 s)
         raise InvalidParam(f"at most {MAX_INPUTS} pairs may be scored per request, got {len(docs)}.",
                            "documents")
     pairs = [(0, j) for j in range(len(docs))] if len(queries) == 1 else [(i, i) for i in range(len(docs))]
     return queries, docs, pairs
+
+
+def token_limits(cfg, data: dict) -> tuple[int, int]:
+    """``max_tokens_per_query`` and ``max_tokens_per_doc`` (0: no limit) as vLLM 0.34's
+    ``ScoringIOProcessor._get_token_limits`` checks them (scoring/io_processor.py l. 115-146):
+    not negative, below ``--max-model-len``; its ValueErrors are 400s without a ``param``."""
+    out = []
+    for name in ("max_tokens_per_query", "max_tokens_per_doc"):
+        value = data.get(name) or 0
+        if value < 0:
+            raise Rejected(f"{name} must be a non-negative integer")
+        if value >= cfg.max_model_len:
+            raise Rejected(f"{name} ({value}) must be less than max_model_len ({cfg.max_model_len}).")
+        out.append(value)
+    return out[0], out[1]
+
+
+def truncate_items(items: list, token_lists: list, limit: int) -> list:
+    """A text item's first ``limit`` tokens (``_truncate_scoring_data``: only strings, through
+    ``truncate_text_to_tokens``); content-part items and ``limit`` 0 as they are."""
+    if limit <= 0:
+        return token_lists
+    return [t[:limit] if isinstance(x, str) else t for x, t in zip(items, token_lists)]
 
 
 # ---- the engine ----------------------------------------------------------------------------------

@@ -233,15 +233,40 @@ def test_score_use_activation_false_gives_logits(cross):
 
 
 @pytest.mark.parametrize("body, param, text", [
-    ({"queries": ["a", "b"], "documents": ["a", "b", "c"]}, "queries", "1:1, 1:N or N:N"),
+    # _validate_score_input_lens (vLLM 0.34 scoring/utils.py:123-137): no parameter
+    ({"queries": ["a", "b"], "documents": ["a", "b", "c"]}, None, "Input lengths must be either 1:1, 1:N or N:N"),
     ({"queries": "a"}, "documents", "must be given together"),
     ({}, "queries", "required"),
-    ({"queries": [], "documents": "a"}, "queries", "empty"),
+    ({"queries": [], "documents": "a"}, None, "At least one text element must be given"),
+    ({"queries": "a", "documents": []}, None, "At least one text_pair element must be given"),
+    # ScoringIOProcessor._get_token_limits (scoring/io_processor.py:115-146): ValueErrors, no param
+    ({"queries": "a", "documents": "b", "max_tokens_per_doc": -1}, None, "max_tokens_per_doc must be a non-negative integer"),
+    ({"queries": "a", "documents": "b", "max_tokens_per_query": 1024}, None,
+     "max_tokens_per_query (1024) must be less than max_model_len (1024)."),
+    ({"queries": "a", "documents": "b", "max_tokens_per_query": "x"}, "body.max_tokens_per_query", "int_parsing"),
     ({"queries": 5, "documents": "a"}, "queries", "string"),
     ({"queries": "a", "documents": ["d"] * 2049}, "documents", "at most 2048"),
 ])
 def test_score_errors(cross, body, param, text):
     assert text in err(cross.post("/score", json=body), 400, param)
+
+
+@pytest.mark.parametrize("fixture", ["cross", "embed"])
+def test_score_max_tokens_per_query_and_doc_truncate(request, fixture):
+    """ScoringRequestMixin's max_tokens_per_query / max_tokens_per_doc (vLLM 0.34 scoring/
+    protocol.py:21-37): each text query / document cut to its first N tokens before pairing
+    (_truncate_scoring_data, scoring/io_processor.py:148-170); 0 leaves it whole."""
+    c = request.getfixturevalue(fixture)
+    docs = ["a b c", "x y z w"]
+    cut = c.post("/rerank", json={"query": "a b c d", "documents": docs, "max_tokens_per_query": 2,
+                                  "max_tokens_per_doc": 1}).json()
+    same = c.post("/rerank", json={"query": "a b ", "documents": ["a ", "x "]}).json()      # the same tokens
+    assert cut["usage"] == same["usage"] == {"prompt_tokens": 6, "total_tokens": 6}
+    assert [(r["index"], r["relevance_score"], r["document"]["text"]) for r in cut["results"]] == \
+        [(r["index"], r["relevance_score"], t) for r, t in zip(same["results"], [docs[r["index"]] for r in same["results"]])]
+    whole = c.post("/rerank", json={"query": "a b c d", "documents": docs, "max_tokens_per_query": 0,
+                                    "max_tokens_per_doc": 0}).json()
+    assert whole["usage"]["prompt_tokens"] == 15
 
 
 # ---- /rerank ----------------------------------------------------------------------------------------
