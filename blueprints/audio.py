@@ -22,7 +22,7 @@ from generation.adapters.audio import SpeechAdapter, SpeechRequest, SpeechToText
 from generation.adapters.base import check_work
 from generation.content import audio as au
 from generation.engine.simulator import ClientDisconnected
-from generation.errors import InvalidParam
+from generation.errors import InvalidParam, Rejected
 
 from .common import (header_checks, parse_json_body, received_at, request_id, response_headers,
                      run_to_completion, sse_body)
@@ -93,15 +93,16 @@ def _speech_to_text(task: str):
         fields, audio, file_is_text = _read_form()
         body = SpeechToTextRequest.from_form(task, fields, audio, file_is_text)
         if len(body.audio) > au.MAX_CLIP_FILESIZE_MB * au.MIB:       # vLLM reads the upload with this limit first
-            raise InvalidParam("Maximum file size exceeded", "audio_filesize_mb")
+            # read_upload_with_limit's VLLMValidationError (speech_to_text/base/utils.py l. 43-48)
+            raise Rejected("Maximum file size exceeded", "audio_filesize_mb", len(body.audio) / au.MIB)
         adapter = SpeechToTextAdapter(sim, body)
         rid = request_id(sim, None, environ)
         header_checks(sim, environ)
         adapter.check()
         try:
             clip = au.off_hub(au.decode_upload, body.audio)
-        except au.AudioError as e:
-            raise InvalidParam(str(e), "file") from None
+        except au.AudioError as e:      # vLLM's load_audio ValueErrors: 400s without a param
+            raise InvalidParam(str(e), None) from None
         req = adapter.build_from_clip(rid, clip)
 
         def finished(seqs):

@@ -198,13 +198,13 @@ class SpeechToTextRequest:
         return r
 
 
-def validate_language(language: str | None, param: str = "language") -> str | None:
+def validate_language(language: str | None) -> str | None:
     """Whisper's check (vLLM ``SupportsTranscription.validate_language``): a supported ISO 639-1
     code, or another code of Whisper's map (vLLM logs a warning); anything else is the 400
-    ``Unsupported language: 'xx'.  Must be one of [...]``."""
+    ``Unsupported language: 'xx'.  Must be one of [...]`` (a ValueError: no ``param``)."""
     if language is None or language in SUPPORTED_LANGUAGES or language in OTHER_LANGUAGES:
         return language
-    raise InvalidParam(f"Unsupported language: {language!r}.  Must be one of {SUPPORTED_LANGUAGES!r}.", param)
+    raise InvalidParam(f"Unsupported language: {language!r}.  Must be one of {SUPPORTED_LANGUAGES!r}.", None)
 
 
 def _language_id(language: str) -> int:
@@ -222,22 +222,25 @@ class SpeechToTextAdapter(Adapter):
     def check(self) -> None:
         """vLLM's checks in its order, before the upload is decoded: beam search with a stream,
         the model, the response format (``srt``/``vtt``: not served; ``diarized_json``: not by
-        Whisper), ``verbose_json`` with a stream, ``max_completion_tokens``, the language."""
+        Whisper), ``verbose_json`` with a stream, ``max_completion_tokens``, the language.  All
+        but the model's are ``create_error_response(message)`` or a ValueError in vLLM 0.34
+        (speech_to_text/base/serving.py l. 437-485, 275; interfaces.py ``validate_language``):
+        400s whose ``param`` is null."""
         sim, b = self.sim, self.body
         if b.stream and b.use_beam_search:
-            raise InvalidParam("Streaming is not currently supported with beam search", "stream")
+            raise InvalidParam("Streaming is not currently supported with beam search", None)
         self.model, self.lora = sim.resolve_model(b.model)
         if b.response_format not in SERVED_FORMATS:
             raise InvalidParam("Currently only support response_format: `text`, `json`, `verbose_json` or "
-                               "`diarized_json`", "response_format")
+                               "`diarized_json`", None)
         if b.response_format == "diarized_json":
-            raise InvalidParam(f"Currently do not support diarized_json for {self.model}", "response_format")
+            raise InvalidParam(f"Currently do not support diarized_json for {self.model}", None)
         if b.response_format == "verbose_json" and b.stream:
-            raise InvalidParam("verbose_json format doesn't support streaming case", "response_format")
+            raise InvalidParam("verbose_json format doesn't support streaming case", None)
         check_limits(b.max_completion_tokens, False, None, "max_completion_tokens")
         b.language = validate_language(b.language)
         if b.to_language:
-            b.to_language = validate_language(b.to_language, "to_language")
+            b.to_language = validate_language(b.to_language)
 
     def build_from_clip(self, rid: str, clip: au.Clip) -> GenerationRequest:
         """The engine request of a decoded upload: one prompt per 30 s chunk (see the module)."""
