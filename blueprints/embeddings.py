@@ -133,7 +133,8 @@ def create_embeddings():
         if refusal is not None:
             raise refusal
     model = data.get("model")
-    display, lora = sim.resolve_model(cfg.served_names[0] if model in (None, "") else model)
+    from generation.adapters.pooling import resolve_model
+    display, lora = resolve_model(sim, cfg.served_names[0] if model in (None, "") else model)
     from generation.adapters.pooling import check_priority
     check_priority(sim, data)
     size = cfg.default_embedding_dimensions

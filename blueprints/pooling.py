@@ -111,7 +111,7 @@ def create_pooling():
         raise Rejected(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}", "task")
     if task != tasks[0]:
         raise Rejected(f"Try switching the model's pooling_task via --pooler-config.task {task}.", "task")
-    display, lora = sim.resolve_model(data.get("model"))
+    display, lora = pa.resolve_model(sim, data.get("model"))
     pa.check_priority(sim, data)
     size = cfg.default_embedding_dimensions
     inp = data.get("input")
@@ -135,7 +135,7 @@ def create_classify():
     cfg = sim.config
     data = load(classify_request_schema, parse_json_body(members=2))  # ClassificationRequest (classify/protocol.py:52)
     pa.check_request(sim, data)
-    display, lora = sim.resolve_model(data.get("model"))
+    display, lora = pa.resolve_model(sim, data.get("model"))
     pa.check_priority(sim, data)
     token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"),
                                  "classification", side=data.get("truncation_side"))
@@ -155,7 +155,7 @@ def _scored(data: dict, rerank: bool):
     kind = cfg.pooling_kind
     pa.check_request(sim, data, removed_params=False)     # ScoringRequestMixin: no removed-parameter check
     queries, docs, pairs = pa.score_pairs(data, rerank)
-    display, lora = sim.resolve_model(data.get("model"))
+    display, lora = pa.resolve_model(sim, data.get("model"))
     pa.check_priority(sim, data)
     max_q, max_d = pa.token_limits(cfg, data)
     # the texts together: off the hub past 8 KiB in all (2,048 short documents add up)
@@ -238,7 +238,7 @@ def create_cohere_embed():
     if data.get("input_type") is not None:
         raise APIError(f"Unsupported input_type {data['input_type']!r}. This model does not define any input_type "
                        f"prompt prefixes.", 400, "input_type")
-    display, lora = sim.resolve_model(data.get("model"))
+    display, lora = pa.resolve_model(sim, data.get("model"))
     pa.check_priority(sim, data)
     dims = _dimensions(cfg, data.get("output_dimension"), "output_dimension")
     if images is not None:

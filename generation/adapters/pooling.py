@@ -32,7 +32,7 @@ from generation.lanes import paced
 from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
-from ..errors import InvalidParam, Rejected
+from ..errors import InvalidParam, ModelNotFound, Rejected
 from .fields import INT64_MAX, INT64_MIN, check_bounds, check_chat_part_types, check_cache_salt, check_mm_kwargs, scheduling_priority
 from .response_bodies import pooling_usage
 
@@ -114,6 +114,18 @@ def check_request(sim, data: dict, removed_params: bool = True) -> None:
     check_bounds("top_n", data.get("top_n"), 0)
     if data.get("mm_processor_kwargs") or data.get("media_io_kwargs"):
         check_mm_kwargs(sim, data.get("mm_processor_kwargs"), data.get("media_io_kwargs"))
+
+
+def resolve_model(sim, model) -> tuple[str, str | None]:
+    """``sim.resolve_model`` as vLLM 0.34's pooling routes meet an unknown model: its
+    ``PoolingBaseServing._check_model`` never answers, ``_maybe_get_adapters`` raises
+    ``VLLMNotFoundError`` (serve/engine/serving.py l. 213-217), whose 404 has a null ``param``
+    (error_response.py l. 52-55), where the generation routes' ``_check_model`` names ``model``."""
+    try:
+        return sim.resolve_model(model)
+    except ModelNotFound as e:
+        e.param = None
+        raise
 
 
 def check_priority(sim, data: dict) -> None:

@@ -430,3 +430,18 @@ def test_pooling_takes_the_prefill_time(app_client):
     t = time.monotonic()
     assert c.post("/score", json={"queries": "a", "documents": ["b", "c"]}).status_code == 200
     assert 0.15 <= time.monotonic() - t < 1.0
+
+
+@pytest.mark.parametrize("fixture, path, body", [
+    ("embed", "/pooling", {"input": "hi"}), ("embed", "/v1/embeddings", {"input": "hi"}),
+    ("embed", "/score", {"queries": "a", "documents": "b"}), ("cross", "/rerank", {"query": "a", "documents": ["b"]}),
+    ("classify", "/classify", {"input": "hi"}),
+])
+def test_unknown_model_404_has_no_param(request, fixture, path, body):
+    """vLLM 0.34's pooling serving never answers from _check_model; _maybe_get_adapters raises
+    VLLMNotFoundError (serve/engine/serving.py:213-217), whose 404 has a null param
+    (serve/exception_handling/error_response.py:52-55)."""
+    r = request.getfixturevalue(fixture).post(path, json={**body, "model": "nope"})
+    assert r.status_code == 404
+    assert r.json()["error"] == {"message": "The model `nope` does not exist.", "type": "NotFoundError",
+                                 "param": None, "code": 404}
