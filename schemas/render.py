@@ -16,7 +16,10 @@ from generation.adapters.request_validators import check_prompt_given
 from . import field_order as order
 from .chat import MessagesField, chat_validated_body
 from .chat_tools import ChatToolsField
-from .common import BaseSchema, Dict, List, Str, StrictBool, are_tokens, first_non_token
+from generation.adapters.fields import INT64_MAX
+from generation.adapters.validation import MAX_REPORTED_ERRORS
+
+from .common import BaseSchema, Capped, Dict, IntList, List, Str, StrictBool, are_tokens, first_non_token, refuse
 from .completions import PromptField
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_literal
 
@@ -31,6 +34,32 @@ class TokenIdList(fields.Field):
         if not are_tokens(value):
             raise ValidationError({first_non_token(value): ["Must be a token id (an integer from 0 to 4294967295)."]})
         return value
+
+
+class DetokenizeTokens(IntList):
+    """``DetokenizeRequest.tokens``: ``list[Annotated[int, Field(ge=0, le=2**63 - 1)]]`` (vLLM 0.34
+    serve/tokenize/protocol.py:198), every bad item in pydantic's words (``list_type``,
+    ``int_parsing``, ``greater_than_equal``, ...); an id past the simulated vocabulary (2**32 - 1)
+    is the simulator's 400 after that, as a real tokenizer fails to decode one past its own."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        ids = super()._deserialize(value, attr, data, **kwargs)
+        bad = Capped()
+        for k, v in enumerate(ids):
+            if 0 <= v <= INT64_MAX:
+                continue
+            if len(bad) >= MAX_REPORTED_ERRORS:
+                bad.more += 1
+            elif v < 0:
+                bad.append((str(k), value[k], "greater_than_equal", "Input should be greater than or equal to 0", {"ge": 0}))
+            else:
+                bad.append((str(k), value[k], "less_than_equal", f"Input should be less than or equal to {INT64_MAX}",
+                            {"le": INT64_MAX}))
+        if bad:
+            raise refuse(*bad, more=bad.more)
+        if not are_tokens(ids):
+            raise ValidationError({first_non_token(ids): ["Must be a token id (an integer from 0 to 4294967295)."]})
+        return ids
 
 
 class RenderOptionsSchema(BaseSchema):
@@ -100,7 +129,7 @@ class DetokenizeSchema(BaseSchema):
     __model__ = p.DetokenizeRequest
     __order__ = order.DetokenizeRequest
     model = Str()                          # serve/tokenize/protocol.py:194: str | None = None
-    tokens = TokenIdList(required=True)
+    tokens = DetokenizeTokens(required=True, allow_none=True)
 
 
 completion_render_schema = CompletionRenderSchema()

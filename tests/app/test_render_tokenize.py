@@ -245,11 +245,27 @@ def test_detokenize_generated_tokens(api):
 
 @pytest.mark.parametrize("body,status,param", [
     ({}, 400, "body.tokens"),                  # serve/tokenize/protocol.py:198: no default (missing)
-    ({"tokens": None}, 400, "tokens"),
-    ({"tokens": "1 2"}, 400, "tokens"),
-    ({"tokens": [1, -1]}, 400, "tokens[1]"),
-    ({"tokens": [1, 2.5]}, 400, "tokens[1]"),
+    # list[Annotated[int, Field(ge=0, le=2**63 - 1)]]: pydantic's errors, at their locations
+    ({"tokens": None}, 400, "body.tokens"),
+    ({"tokens": "1 2"}, 400, "body.tokens"),
+    ({"tokens": [1, -1]}, 400, "body.tokens.1"),
+    ({"tokens": [1, 2.5]}, 400, "body.tokens.1"),
+    ({"tokens": [2 ** 63]}, 400, "body.tokens.0"),
+    ({"tokens": [2 ** 32]}, 400, "tokens[0]"),       # valid for vLLM, past the simulated vocabulary
     ({"model": "nope", "tokens": [1]}, 404, "model"),
 ])
 def test_detokenize_errors(api, body, status, param):
     assert err(post(api, "/detokenize", body), status)["param"] == param
+
+
+def test_detokenize_bounds_in_pydantics_words(api):
+    """vLLM 0.34's DetokenizeRequest.tokens (serve/tokenize/protocol.py:198) through its
+    validation handler: every failing id, ``type`` "Bad Request"."""
+    e = err(post(api, "/detokenize", {"tokens": [-1, 5, -2]}), 400)
+    assert e["type"] == "Bad Request" and e["message"] == (
+        "2 validation errors:\n"
+        "  {'type': 'greater_than_equal', 'loc': 'body.tokens.0', 'msg': 'Input should be greater than or equal to 0', "
+        "'input': '-1', 'ctx': {'ge': 0}}\n"
+        "  {'type': 'greater_than_equal', 'loc': 'body.tokens.2', 'msg': 'Input should be greater than or equal to 0', "
+        "'input': '-2', 'ctx': {'ge': 0}}")
+    assert post(api, "/detokenize", {"tokens": ["5"]}).status_code == 200        # lax mode: "5" is 5
