@@ -262,7 +262,11 @@ class ServerLoad:
     takes the request off the count once."""
     PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages",
                        "/v1/responses", "/inference/v1/generate", "/generative_scoring", "/v1/decisions",
-                       "/v1/systemone", "/cohere/v2/chat"})
+                       "/v1/systemone", "/cohere/v2/chat",
+                       # vLLM 0.34's pooling and speech-to-text routers are load_aware_call too
+                       # (/v1/score, /v1/rerank, /v2/rerank through /score's and /rerank's handlers)
+                       "/pooling", "/classify", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank",
+                       "/v2/embed", "/v1/audio/transcriptions", "/v1/audio/translations"})
 
     def __init__(self, wsgi_app, sim):
         self.wsgi_app = wsgi_app

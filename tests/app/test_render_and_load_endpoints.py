@@ -102,6 +102,40 @@ def test_load_counts_requests_in_flight(app_client):
     assert api.get("/load").json() == {"server_load": 0}          # errors leave the count too
 
 
+def test_load_counts_pooling_and_audio_requests(app_client):
+    """vLLM 0.34's pooling routers (/pooling, /classify, /score, /v1/score, /rerank, /v1/rerank,
+    /v2/rerank, /v2/embed) and its transcription / translation routers are load_aware_call."""
+    import io
+
+    import numpy as np
+    import soundfile as sf
+    flags = ("--enable-server-load-tracking", "--time-to-first-token", "200ms", "--max-num-seqs", "20")
+    pool = app_client("--runner", "pooling", "--convert", "embed", *flags)
+    calls = [gevent.spawn(pool.post, path, json=body) for path, body in (
+        ("/pooling", {"input": "hi"}), ("/score", {"queries": "a", "documents": "b"}),
+        ("/v1/score", {"queries": "a", "documents": "b"}), ("/rerank", {"query": "a", "documents": ["b"]}),
+        ("/v1/rerank", {"query": "a", "documents": ["b"]}), ("/v2/rerank", {"query": "a", "documents": ["b"]}),
+        ("/v2/embed", {"texts": ["hi"]}), ("/v1/embeddings", {"input": "hi"}))]
+    gevent.sleep(0.08)
+    assert pool.get("/load").json() == {"server_load": 8}
+    gevent.joinall(calls, timeout=5)
+    assert all(c.value.status_code == 200 for c in calls) and pool.get("/load").json() == {"server_load": 0}
+    cls = app_client("--runner", "pooling", "--convert", "classify", *flags)
+    call = gevent.spawn(cls.post, "/classify", json={"input": "hi"})
+    gevent.sleep(0.08)
+    assert cls.get("/load").json() == {"server_load": 1}
+    call.join(timeout=5)
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(8000, dtype="float32"), 16000, format="WAV")
+    gen = app_client(*flags)
+    calls = [gevent.spawn(gen.post, path, files={"file": ("a.wav", buf.getvalue(), "audio/wav")})
+             for path in ("/v1/audio/transcriptions", "/v1/audio/translations")]
+    gevent.sleep(0.08)
+    assert gen.get("/load").json() == {"server_load": 2}
+    gevent.joinall(calls, timeout=5)
+    assert all(c.value.status_code == 200 for c in calls) and gen.get("/load").json() == {"server_load": 0}
+
+
 def test_load_without_tracking_is_zero(app_client):
     api = app_client("--time-to-first-token", "200ms")
     call = gevent.spawn(api.post, "/v1/chat/completions", json={"model": "test-model", "messages": MSG,
