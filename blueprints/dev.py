@@ -12,7 +12,8 @@
   ``replay_endpoint``, ``topic``); ``[]`` without ``--enable-kvcache`` / ``--zmq-endpoint``.
 * ``POST /invocations`` (SageMaker): dispatched by the body's shape as vLLM's
   ``INVOCATION_TYPES``: ``messages`` -> chat completions, ``prompt`` -> completions, ``input``
-  -> embeddings; anything else a 400.
+  -> embeddings; on a pooling model its pooling types (embeddings or classification, rerank,
+  score); anything else a 400.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import json
 import logging
 
 import orjson
-from flask import Blueprint, abort, request
+from flask import Blueprint, abort, current_app, request
 
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
@@ -113,6 +114,9 @@ def invocations():
     raw = orjson.dumps(body)
     environ["wsgi.input"] = io.BytesIO(raw)                  # the handler reads the body again
     environ["CONTENT_LENGTH"] = str(len(raw))
+    kind = current_app.extensions["simulator"].config.pooling_kind
+    if kind:
+        return _pooling_invocation(kind, body)
     if "messages" in body:
         return _chat_view()
     if "prompt" in body:
@@ -121,6 +125,34 @@ def invocations():
         from .embeddings import create_embeddings
         return create_embeddings()
     return error_response(NO_HANDLER)
+
+
+def _pooling_invocation(kind: str, body: dict):
+    """A pooling model's ``INVOCATION_TYPES`` (vLLM 0.34 pooling/factories.py l. 236-287, in
+    their order): an embedding (``embed``) or classification (``classify`` / ``score``) request
+    (``input`` or ``messages``), then, where the model scores (``pooling.serves_scores``), a
+    rerank (``query`` and ``documents``) and a score request (``queries`` / ``documents`` or
+    ``items``, ``data_1`` / ``data_2``, ``text_1`` / ``text_2``); a chat or completions body is
+    none of them."""
+    from generation.adapters.pooling import serves_scores
+
+    from . import pooling as routes
+    if "input" in body or "messages" in body:
+        if kind == "embed":
+            from .embeddings import create_embeddings
+            return create_embeddings()
+        return routes.create_classify()
+    if serves_scores(kind):
+        if "query" in body and "documents" in body:
+            return routes.create_rerank()
+        if any(a in body and b in body for a, b in (("queries", "documents"), ("queries", "items"),
+                                                   ("data_1", "data_2"), ("text_1", "text_2"))):
+            return routes.create_score()
+    kinds = ["embeddings (input)" if kind == "embed" else "classification (input)"]
+    if serves_scores(kind):
+        kinds += ["rerank (query)", "score (queries)"]
+    return error_response(APIError(f"Cannot find suitable handler for request. Expected one of: {', '.join(kinds)}.",
+                                   400))
 
 
 NO_HANDLER = APIError("Cannot find suitable handler for request. Expected one of: chat completions (messages), "

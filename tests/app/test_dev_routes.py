@@ -110,6 +110,32 @@ def test_sagemaker_invocations_dispatch_by_body(api):
     assert r.status_code == 400 and r.json()["error"]["param"] == "body.messages"
 
 
+@pytest.mark.parametrize("convert, body, shape", [
+    ("embed", {"input": "Hi"}, ("object", "list", "embd-")),
+    ("embed", {"messages": [{"role": "user", "content": "Hi"}]}, ("object", "list", "embd-")),
+    ("embed", {"query": "a", "documents": ["b"]}, ("results", None, "score-")),
+    ("embed", {"text_1": "a", "text_2": ["b"]}, ("object", "list", "score-")),
+    ("classify", {"input": "Hi"}, ("object", "list", "classify-")),
+    ("score", {"input": "Hi"}, ("object", "list", "classify-")),
+    ("score", {"queries": "a", "items": ["b"]}, ("object", "list", "score-")),
+])
+def test_sagemaker_invocations_on_a_pooling_model(app_client, convert, body, shape):
+    """vLLM 0.34's pooling INVOCATION_TYPES (pooling/factories.py:236-287): an embedding or
+    classification request, then rerank and score where the model scores."""
+    r = app_client("--runner", "pooling", "--convert", convert).post("/invocations", json=body)
+    assert r.status_code == 200, r.text
+    key, value, prefix = shape
+    assert key in r.json() and (value is None or r.json()[key] == value) and r.json()["id"].startswith(prefix)
+
+
+def test_sagemaker_invocations_no_handler_on_a_pooling_model(app_client):
+    c = app_client("--runner", "pooling", "--convert", "classify")
+    for body in ({"query": "a", "documents": ["b"]}, {"prompt": "a"}):
+        r = c.post("/invocations", json=body)
+        assert r.status_code == 400 and r.json()["error"]["message"] == \
+            "Cannot find suitable handler for request. Expected one of: classification (input)."
+
+
 @pytest.mark.parametrize("raw,message", [
     (b"", "JSON decode error: Expecting value: line 1 column 1 (char 0)"),
     (b"{", "JSON decode error: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
