@@ -138,10 +138,8 @@ def create_embeddings():
     from generation.adapters.pooling import check_priority
     check_priority(sim, data)
     size = cfg.default_embedding_dimensions
-    dims = data.get("dimensions") or size
-    if dims > size:
-        raise APIError(f"dimensions must be at most {size}, the model's embedding size "
-                       f"(--default-embedding-dimensions).", 400, "dimensions")
+    from generation.adapters.pooling import check_dimensions
+    dims = check_dimensions(cfg, data.get("dimensions"))
     inp, messages = data.get("input"), data.get("messages")
     count = len(inp[1]) if inp is not None else len(messages[1]) if messages and messages[0] == "batch" else 1
     if count * dims > MAX_VALUES:

@@ -80,16 +80,6 @@ def _check_values(count: int, dims: int) -> None:
                        f"carry; send fewer inputs per request.", 400, "input")
 
 
-def _dimensions(cfg, dims, param: str = "dimensions") -> int:
-    size = cfg.default_embedding_dimensions
-    if dims is None:
-        return size
-    if dims > size:
-        raise APIError(f"{param} must be at most {size}, the model's embedding size "
-                       f"(--default-embedding-dimensions).", 400, param)
-    return dims
-
-
 @pooling_bp.post("/pooling")
 def create_pooling():
     """vLLM's ``/pooling``: ``task`` (default: the model's own, ``embed`` or ``classify``) picks
@@ -236,11 +226,12 @@ def create_cohere_embed():
     texts, images, inputs = data.get("texts"), data.get("images"), data.get("inputs")
     _check_cohere_embed(raw, texts, images, inputs)
     if data.get("input_type") is not None:
-        raise APIError(f"Unsupported input_type {data['input_type']!r}. This model does not define any input_type "
-                       f"prompt prefixes.", 400, "input_type")
+        # EmbedIOProcessor._validate_input_type (pooling/embed/io_processor.py l. 633-646): a ValueError
+        raise Rejected(f"Unsupported input_type {data['input_type']!r}. This model does not define any input_type "
+                       f"task instructions.")
     display, lora = pa.resolve_model(sim, data.get("model"))
     pa.check_priority(sim, data)
-    dims = _dimensions(cfg, data.get("output_dimension"), "output_dimension")
+    dims = pa.check_dimensions(cfg, data.get("output_dimension"))
     if images is not None:
         items = [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}}]}] for u in images]
         param = "images"
@@ -262,8 +253,8 @@ def create_cohere_embed():
         if max_tokens is not None:
             for t in token_lists:
                 if len(t) > max_tokens:
-                    raise APIError(f"Input of {len(t)} tokens exceeds max_tokens={max_tokens} with truncate=NONE. "
-                                   f"Set truncate to END or START to allow truncation.", 400, "max_tokens")
+                    raise Rejected(f"Input of {len(t)} tokens exceeds max_tokens={max_tokens} with truncate=NONE. "
+                                   f"Set truncate to END or START to allow truncation.")      # a ValueError (l. 455-473)
     else:
         keep = min(max_tokens or cfg.max_model_len, cfg.max_model_len)
         token_lists = [t[-keep:] if truncate == "START" else t[:keep] for t in token_lists]

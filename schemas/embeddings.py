@@ -4,12 +4,12 @@
 ids, or a list of token-id lists - and is normalised to ``("text", [str, ...])`` or
 ``("ids", [[int, ...], ...])``.  vLLM's chat-style embedding request (``messages`` instead of
 ``input``) is accepted too.  ``encoding_format`` is ``float`` (default), ``base64``, ``bytes``
-or ``bytes_only``; ``embed_dtype`` and ``endianness`` are vLLM's; ``dimensions`` must be at
-least 1.
+or ``bytes_only``; ``embed_dtype`` and ``endianness`` are vLLM's; ``dimensions`` is an int
+whose range the route checks (vLLM's ``PoolingParams``).
 """
 from __future__ import annotations
 
-from marshmallow import ValidationError, fields, validate
+from marshmallow import ValidationError, fields
 
 from . import field_order as order
 from .chat import MessagesField
@@ -25,7 +25,6 @@ INPUT_REQUIRED = "input is required and must be a non-empty string or array"
 INPUT_FORMS = ("input must be a string, an array of strings, an array of token ids, "
                "or an array of arrays of token ids")
 PADDINGS = ("max_length", "do_not_pad")        # vLLM 0.34's PoolingBasicRequestMixin.padding
-MAX_DIMENSIONS = 65536        # a bound on the vector size a request may ask for (memory)
 
 
 class EmbeddingInputField(fields.Field):
@@ -112,9 +111,7 @@ class EmbeddingRequestSchema(PoolingChecks):
     truncation_side = Literal(*TRUNCATION_SIDES)
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
-    dimensions = StrictInt(validate=[
-        validate.Range(min=1, error="dimensions must be at least 1"),
-        validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])
+    dimensions = StrictInt()          # int | None: the range is PoolingParams' check (adapters.pooling)
     user = Str()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())
     priority = StrictInt()          # vLLM's PoolingBasicRequestMixin (generation.adapters.pooling.check_priority)

@@ -15,7 +15,7 @@ from marshmallow import ValidationError, fields, validate
 from .chat import MessagesField
 from .common import BaseSchema, BoundedList, Literal, Str, StrictBool, StrictInt
 from .lax import lax_dict
-from .embeddings import (EMBED_DTYPES, ENCODING_FORMATS, ENDIANNESS, MAX_DIMENSIONS, TRUNCATION_SIDES, EmbeddingInputField,
+from .embeddings import (EMBED_DTYPES, ENCODING_FORMATS, ENDIANNESS, TRUNCATION_SIDES, EmbeddingInputField,
                          PoolingChecks)
 
 POOLING_TASKS = ("embed", "token_embed", "classify", "token_classify")
@@ -51,9 +51,7 @@ class PoolingRequestSchema(_InputMixin):
     embed_dtype = Literal(*EMBED_DTYPES, nullable=False, validate=validate.OneOf(
         ("float32", "float16"), error="embed_dtype must be 'float32' or 'float16' (the simulator has no bfloat16)"))
     endianness = Literal(*ENDIANNESS, nullable=False)
-    dimensions = StrictInt(validate=[
-        validate.Range(min=1, error="dimensions must be at least 1"),
-        validate.Range(max=MAX_DIMENSIONS, error=f"dimensions must be at most {MAX_DIMENSIONS}")])
+    dimensions = StrictInt()          # int | None: the range is PoolingParams' check (adapters.pooling)
 
 
 class ClassifyRequestSchema(_InputMixin):
@@ -129,9 +127,7 @@ class CohereEmbedRequestSchema(BaseSchema):
     texts = BoundedList(fields.String())
     images = BoundedList(fields.String())
     inputs = BoundedList(fields.Nested(CohereInputSchema))
-    output_dimension = StrictInt(validate=[
-        validate.Range(min=1, error="output_dimension must be at least 1"),
-        validate.Range(max=MAX_DIMENSIONS, error=f"output_dimension must be at most {MAX_DIMENSIONS}")])
+    output_dimension = StrictInt()          # int | None: the range is PoolingParams' check (adapters.pooling)
     embedding_types = BoundedList(fields.String(validate=validate.OneOf(
         ("float", "binary", "ubinary", "base64"),
         error="embedding_types must be among 'float', 'binary', 'ubinary', 'base64'")))

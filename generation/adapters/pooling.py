@@ -128,6 +128,19 @@ def resolve_model(sim, model) -> tuple[str, str | None]:
         raise
 
 
+def check_dimensions(cfg, dims) -> int:
+    """The vector size of ``dimensions`` (``/v1/embeddings``; ``output_dimension`` on
+    ``/v2/embed``): the model's (``--default-embedding-dimensions``) when None, else vLLM 0.34's
+    ``PoolingParams._set_default_parameters`` check for a Matryoshka model (pooling_params.py
+    l. 240-257), a VLLMValidationError without a parameter.  Raises Rejected."""
+    size = cfg.default_embedding_dimensions
+    if dims is None:
+        return size
+    if not 1 <= dims <= size:
+        raise Rejected(f"Model {cfg.served_names[0]!r} only supports dimensions in range [1, {size}], got {dims}.")
+    return dims
+
+
 def check_priority(sim, data: dict) -> None:
     """A pooling request's ``priority`` as vLLM 0.34 checks it (``PoolingBasicRequestMixin``:
     within int64; the engine client refuses a non-zero one without ``--scheduling-policy
@@ -347,8 +360,8 @@ def cohere_embeddings(vectors: list, types: list[str]) -> dict:
             out["float"] = [v.tolist() for v in vectors]
         elif t in ("binary", "ubinary"):
             if vectors and len(vectors[0]) % 8:
-                raise InvalidParam(f"Embedding dimension must be a multiple of 8 for binary embedding types, but got "
-                                   f"{len(vectors[0])}.", "embedding_types")
+                raise Rejected(f"Embedding dimension must be a multiple of 8 for binary embedding types, but got "
+                               f"{len(vectors[0])}.")          # _pack_binary_embeddings' ValueError
             packed = [np.packbits(v >= 0).astype(np.int64) for v in vectors]
             out[t] = [(p - 128 if t == "binary" else p).tolist() for p in packed]
         elif t == "base64":

@@ -111,8 +111,10 @@ def test_model_defaults_and_404(api):
 @pytest.mark.parametrize("body,param,fragment", [
     ({"input": "x", "encoding_format": "hex"}, "body.encoding_format", "literal_error"),
     ({"input": "x", "encoding_format": 1}, "body.encoding_format", "literal_error"),
-    ({"input": "x", "dimensions": 0}, "dimensions", "dimensions must be at least 1"),
-    ({"input": "x", "dimensions": -3}, "dimensions", "dimensions must be at least 1"),
+    # PoolingParams._set_default_parameters (vLLM 0.34 pooling_params.py:240-257), no parameter
+    ({"input": "x", "dimensions": 0}, None, "Model 'test-model' only supports dimensions in range [1, 384], got 0."),
+    ({"input": "x", "dimensions": -3}, None, "Model 'test-model' only supports dimensions in range [1, 384], got -3."),
+    ({"input": "x", "dimensions": 385}, None, "Model 'test-model' only supports dimensions in range [1, 384], got 385."),
     ({"input": "x", "dimensions": 1.5}, "body.dimensions", "int_from_float"),
     ({"input": ""}, "input", "input cannot be an empty string"),
     ({"input": ["a", ""]}, "input", "input cannot be an empty string"),

@@ -330,11 +330,16 @@ def test_cohere_embed_default_and_images(embed):
 
 
 @pytest.mark.parametrize("body, param, text", [
-    ({"texts": ["a"], "input_type": "search_query"}, "input_type", "Unsupported input_type"),
+    # vLLM 0.34's EmbedIOProcessor / PoolingParams checks: ValueErrors and parameterless VLLMValidationErrors
+    ({"texts": ["a"], "input_type": "search_query"}, None,
+     "Unsupported input_type 'search_query'. This model does not define any input_type task instructions."),
     ({"texts": ["a"], "embedding_types": ["int8"]}, "embedding_types[0]", "embedding_types"),
-    ({"texts": ["a"], "output_dimension": 385}, "output_dimension", "at most 384"),
-    ({"texts": ["a"], "output_dimension": 12, "embedding_types": ["binary"]}, "embedding_types", "multiple of 8"),
-    ({"texts": ["a b c"], "truncate": "NONE", "max_tokens": 2}, "max_tokens", "exceeds max_tokens=2"),
+    ({"texts": ["a"], "output_dimension": 385}, None, "Model 'test-model' only supports dimensions in range [1, 384], got 385."),
+    ({"texts": ["a"], "output_dimension": 0}, None, "Model 'test-model' only supports dimensions in range [1, 384], got 0."),
+    ({"texts": ["a"], "output_dimension": 12, "embedding_types": ["binary"]}, None,
+     "Embedding dimension must be a multiple of 8 for binary embedding types, but got 12."),
+    ({"texts": ["a b c"], "truncate": "NONE", "max_tokens": 2}, None,
+     "Input of 3 tokens exceeds max_tokens=2 with truncate=NONE. Set truncate to END or START to allow truncation."),
     ({"texts": ["a"], "truncate": "MIDDLE"}, "truncate", "truncate"),
 ])
 def test_cohere_embed_errors(embed, body, param, text):
