@@ -31,7 +31,7 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.fields import check_chat_part_types
 from generation.adapters.response_bodies import embedding_data, pooling_usage
 from generation.content.pooling import embedding_vectors
-from generation.errors import APIError
+from generation.errors import APIError, Rejected
 from generation.tokenization.tokenizer import each_text
 from schemas.common import load, required_refusal
 from schemas.embeddings import embedding_request_schema, is_batched_chat_messages, is_chat_messages
@@ -102,6 +102,8 @@ def _token_lists(sim, data: dict) -> list[list[int]]:
     if messages is not None:
         raise APIError("Only one of input and messages may be given", 400, "messages")
     kind, items = inp
+    if not items:       # PoolingBaseServing._preprocessing (pooling/base/serving.py l. 85-88): a ValueError
+        raise Rejected("You must pass at least one prompt")
     if len(items) > MAX_INPUTS:
         raise APIError(f"input must have at most {MAX_INPUTS} items, got {len(items)}.", 400, "input")
     if kind == "ids":

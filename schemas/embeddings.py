@@ -21,7 +21,6 @@ EMBED_DTYPES = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")      #
 ENDIANNESS = ("native", "big", "little")
 TRUNCATION_SIDES = ("left", "right")
 
-INPUT_REQUIRED = "input is required and must be a non-empty string or array"
 INPUT_FORMS = ("input must be a string, an array of strings, an array of token ids, "
                "or an array of arrays of token ids")
 PADDINGS = ("max_length", "do_not_pad")        # vLLM 0.34's PoolingBasicRequestMixin.padding
@@ -37,8 +36,8 @@ class EmbeddingInputField(fields.Field):
             return ("text", [value])
         if not isinstance(value, list):
             raise ValidationError(INPUT_FORMS)
-        if not value:
-            raise ValidationError(INPUT_REQUIRED)
+        if not value:       # no prompt: the route's 400 (vLLM's "You must pass at least one prompt")
+            return ("text", [])
         if all(isinstance(v, str) for v in value):
             if any(v == "" for v in value):
                 raise ValidationError("input cannot be an empty string")

@@ -85,6 +85,8 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
     if messages is not None:
         raise InvalidParam("Only one of input and messages may be given", "messages")
     kind, items = inp
+    if not items:       # PoolingBaseServing._preprocessing (pooling/base/serving.py l. 85-88): a ValueError
+        raise Rejected("You must pass at least one prompt")
     if len(items) > MAX_INPUTS:
         raise InvalidParam(f"input must have at most {MAX_INPUTS} items, got {len(items)}.", "input")
     if kind == "ids":

@@ -118,7 +118,7 @@ def test_model_defaults_and_404(api):
     ({"input": "x", "dimensions": 1.5}, "body.dimensions", "int_from_float"),
     ({"input": ""}, "input", "input cannot be an empty string"),
     ({"input": ["a", ""]}, "input", "input cannot be an empty string"),
-    ({"input": []}, "input", "non-empty"),
+    ({"input": []}, None, "You must pass at least one prompt"),       # pooling/base/serving.py:85-88
     ({}, "body.input", "'type': 'missing'"),      # pooling/base/protocol.py:214: no default
     ({"input": None}, "input", "non-empty"),
     ({"input": [[1, 2], []]}, "input", "empty token-id array"),

@@ -450,3 +450,13 @@ def test_unknown_model_404_has_no_param(request, fixture, path, body):
     assert r.status_code == 404
     assert r.json()["error"] == {"message": "The model `nope` does not exist.", "type": "NotFoundError",
                                  "param": None, "code": 404}
+
+
+@pytest.mark.parametrize("fixture, path", [("embed", "/pooling"), ("embed", "/v1/embeddings"),
+                                           ("classify", "/classify"), ("classify", "/pooling")])
+def test_no_prompt_is_vllms_400(request, fixture, path):
+    """An empty ``input`` list: PoolingBaseServing._preprocessing's ValueError (vLLM 0.34
+    pooling/base/serving.py:85-88), no param."""
+    r = request.getfixturevalue(fixture).post(path, json={"input": []})
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "You must pass at least one prompt", "type": "BadRequestError", "param": None, "code": 400}
