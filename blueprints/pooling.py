@@ -153,10 +153,12 @@ def _scored(data: dict, rerank: bool):
     q_ids = pa.truncate_items(queries, [ids for ids, _ in encoded[:len(queries)]], max_q)
     d_ids = pa.truncate_items(docs, [ids for ids, _ in encoded[len(queries):]], max_d)
     trunc = data.get("truncate_prompt_tokens")
-    if kind == "embed":          # a bi-encoder embeds each text on its own
+    if kind == "embed":          # a bi-encoder embeds each text on its own, once (vLLM 0.34's
+        # BiEncoderIOProcessor: one engine input per query and per document; the usage is theirs,
+        # scoring/serving.py l. 83-86)
         q_ids = pa.fit_context(cfg, q_ids, trunc, "scoring", "query" if rerank else "queries")
         d_ids = pa.fit_context(cfg, d_ids, trunc, "scoring", "documents")
-        prompts = [q_ids[i] + d_ids[j] for i, j in pairs]
+        prompts = q_ids + d_ids
     else:                        # a cross-encoder reads the pair as one prompt
         prompts = pa.pair_prompts(cfg, q_ids, d_ids, pairs, trunc, "scoring", "documents")
     rid = request_id(sim, data.get("request_id"))

@@ -251,8 +251,8 @@ def test_score_errors(cross, body, param, text):
     assert text in err(cross.post("/score", json=body), 400, param)
 
 
-@pytest.mark.parametrize("fixture", ["cross", "embed"])
-def test_score_max_tokens_per_query_and_doc_truncate(request, fixture):
+@pytest.mark.parametrize("fixture, cut_tokens, whole_tokens", [("cross", 6, 15), ("embed", 4, 11)])
+def test_score_max_tokens_per_query_and_doc_truncate(request, fixture, cut_tokens, whole_tokens):
     """ScoringRequestMixin's max_tokens_per_query / max_tokens_per_doc (vLLM 0.34 scoring/
     protocol.py:21-37): each text query / document cut to its first N tokens before pairing
     (_truncate_scoring_data, scoring/io_processor.py:148-170); 0 leaves it whole."""
@@ -261,12 +261,26 @@ def test_score_max_tokens_per_query_and_doc_truncate(request, fixture):
     cut = c.post("/rerank", json={"query": "a b c d", "documents": docs, "max_tokens_per_query": 2,
                                   "max_tokens_per_doc": 1}).json()
     same = c.post("/rerank", json={"query": "a b ", "documents": ["a ", "x "]}).json()      # the same tokens
-    assert cut["usage"] == same["usage"] == {"prompt_tokens": 6, "total_tokens": 6}
+    assert cut["usage"] == same["usage"] == {"prompt_tokens": cut_tokens, "total_tokens": cut_tokens}
     assert [(r["index"], r["relevance_score"], r["document"]["text"]) for r in cut["results"]] == \
         [(r["index"], r["relevance_score"], t) for r, t in zip(same["results"], [docs[r["index"]] for r in same["results"]])]
     whole = c.post("/rerank", json={"query": "a b c d", "documents": docs, "max_tokens_per_query": 0,
                                     "max_tokens_per_doc": 0}).json()
-    assert whole["usage"]["prompt_tokens"] == 15
+    assert whole["usage"]["prompt_tokens"] == whole_tokens
+
+
+def test_bi_encoder_counts_each_text_once(app_client):
+    """vLLM 0.34's BiEncoderIOProcessor embeds each query and each document once, and the
+    usage sums those engine inputs (scoring/serving.py:83-86): 1:N is the query once, not per
+    document; the engine (and /metrics) runs one sequence per text."""
+    c = app_client(*EMBED, "--time-to-first-token", "0")
+    one_n = c.post("/rerank", json={"query": "a b c d", "documents": ["a b c", "x y z w"]}).json()
+    assert one_n["usage"] == {"prompt_tokens": 4 + 3 + 4, "total_tokens": 4 + 3 + 4}
+    n_n = c.post("/score", json={"queries": ["a b", "c"], "documents": ["d e f", "g"]}).json()
+    assert n_n["usage"]["prompt_tokens"] == 2 + 1 + 3 + 1
+    m = scrape(c)
+    assert metric(m, "vllm:prompt_tokens_total") == 11 + 7
+    assert metric(m, "vllm:request_success_total", finished_reason="stop") == 3 + 4
 
 
 # ---- /rerank ----------------------------------------------------------------------------------------
