@@ -98,7 +98,8 @@ def create_pooling():
     tasks = pa.supported_tasks(kind)
     task = data.get("task") or tasks[0]
     if task not in tasks:
-        raise Rejected(f"Unsupported task: {task!r} Supported tasks: {list(tasks)}", "task")
+        # the engine's supported tasks: a sorted tuple (v1/worker/gpu/model_runner.py l. 387-396)
+        raise Rejected(f"Unsupported task: {task!r} Supported tasks: {tuple(tasks)}", "task")
     if task != tasks[0]:
         raise Rejected(f"Try switching the model's pooling_task via --pooler-config.task {task}.", "task")
     display, lora = pa.resolve_model(sim, data.get("model"))

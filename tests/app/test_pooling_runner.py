@@ -150,7 +150,8 @@ def test_pooling_classify_tasks(classify):
 
 
 @pytest.mark.parametrize("body, param, text", [
-    ({"input": "hi", "task": "classify"}, "task", "Unsupported task: 'classify' Supported tasks: ['embed', 'token_embed']"),
+    ({"input": "hi", "task": "classify"}, "task",
+     "Unsupported task: 'classify' Supported tasks: ('embed', 'token_embed') (parameter=task)"),
     ({"input": "hi", "task": "encode"}, "task", "`encode` task was removed; use `token_embed` or `token_classify` instead."),
     ({"input": ""}, "input", "empty"),
     ({}, "input", "input is required"),
