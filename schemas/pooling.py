@@ -40,6 +40,8 @@ class _InputMixin(_PoolingBase):
     input = EmbeddingInputField()
     messages = MessagesField()
     add_special_tokens = StrictBool()
+    add_generation_prompt = StrictBool()       # ChatRequestOptionsMixin (pooling/base/protocol.py l. 228-293)
+    continue_final_message = StrictBool()
 
 
 class PoolingRequestSchema(_InputMixin):

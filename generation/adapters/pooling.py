@@ -81,7 +81,10 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
         if messages is None:
             raise InvalidParam("input is required and must be a non-empty string or array", "input")
         check_chat_part_types(messages)
-        return [sim.tokenize_messages(messages)[0]]
+        # PoolingChatRequest / ClassificationChatRequest: both options default to False, and
+        # check_generation_prompt refuses the two together
+        opts = {k: bool(data.get(k)) for k in ("add_generation_prompt", "continue_final_message")}
+        return [sim.tokenize_messages(messages, **opts)[0]]
     if messages is not None:
         raise InvalidParam("Only one of input and messages may be given", "messages")
     kind, items = inp

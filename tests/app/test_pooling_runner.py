@@ -475,3 +475,18 @@ def test_no_prompt_is_vllms_400(request, fixture, path):
     r = request.getfixturevalue(fixture).post(path, json={"input": []})
     assert r.status_code == 400 and r.json()["error"] == {
         "message": "You must pass at least one prompt", "type": "BadRequestError", "param": None, "code": 400}
+
+
+@pytest.mark.parametrize("fixture, path", [("embed", "/pooling"), ("classify", "/classify"), ("classify", "/pooling")])
+def test_chat_form_refuses_both_generation_options(request, fixture, path):
+    """PoolingChatRequest / ClassificationChatRequest take ChatRequestOptionsMixin's options
+    and its check_generation_prompt (vLLM 0.34 pooling/base/protocol.py:283-293), as
+    /v1/embeddings' chat form does; they were ignored."""
+    c = request.getfixturevalue(fixture)
+    msgs = [{"role": "user", "content": "hello"}]
+    r = c.post(path, json={"messages": msgs, "add_generation_prompt": True, "continue_final_message": True})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+    assert c.post(path, json={"messages": msgs, "continue_final_message": True}).status_code == 200
+    r = c.post(path, json={"messages": msgs, "add_generation_prompt": "maybe"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.add_generation_prompt"
