@@ -21,6 +21,7 @@ more); and inputs x dimensions at most :data:`MAX_VALUES` floats per response.
 from __future__ import annotations
 
 import base64
+import json
 import sys
 import time
 
@@ -77,8 +78,9 @@ def _bytes_response(vectors, dtype: str, endian: str, bytes_only: bool, body_id:
         start += len(raw)
     headers = dict(headers)
     if not bytes_only:
-        headers["metadata"] = orjson.dumps({"id": body_id, "created": created, "model": model, "data": items,
-                                            "usage": {"prompt_tokens": total, "total_tokens": total}}).decode()
+        # json.dumps, as vLLM 0.34's build_pooling_bytes_streaming_response writes it (pooling/utils.py)
+        headers["metadata"] = json.dumps({"id": body_id, "created": created, "model": model, "data": items,
+                                          "usage": {"prompt_tokens": total, "total_tokens": total}})
     return Response(b"".join(parts), status=200, mimetype="application/octet-stream", headers=headers)
 
 

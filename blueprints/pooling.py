@@ -13,6 +13,9 @@ pairs, each within ``--max-model-len`` tokens, at most 2**22 floats per response
 """
 from __future__ import annotations
 
+import base64
+import time
+
 import orjson
 from flask import Blueprint, Response, request
 
@@ -28,6 +31,7 @@ from schemas.pooling import (classify_request_schema, cohere_embed_request_schem
                              rerank_request_schema, score_request_schema)
 
 from .common import JSON_MIME, parse_json_body, received_at, request_id, response_headers, run_to_completion, simulator
+from .embeddings import _bytes_response, encode_vector
 
 pooling_bp = Blueprint("pooling", __name__)
 classify_bp = Blueprint("classify", __name__)
@@ -113,10 +117,20 @@ def create_pooling():
     rid = request_id(sim, data.get("request_id"))
     seqs = pa.pooling_sequences(sim, rid, display, lora, token_lists)
     run_pooled(sim, seqs)
-    out = [{"index": i, "object": "pooling", "data": pa.pooling_data(kind, task, ids, size, size, data)}
-           for i, ids in enumerate(paced(token_lists))]
+    arrays = [pa.pooled_output(kind, task, ids, size, data.get("use_activation")) for ids in paced(token_lists)]
+    fmt = data.get("encoding_format") or "float"
+    dtype, endian = data.get("embed_dtype") or "float32", data.get("endianness") or "native"
+    total = sum(map(len, token_lists))
     # ServingPooling.request_id_prefix "pooling" (pooling/pooling/serving.py l. 36; base/serving.py l. 115)
-    return _reply(pa.listing("pooling", rid, display, out, sum(map(len, token_lists))), rid)
+    if fmt in ("bytes", "bytes_only"):      # build_pooling_bytes_streaming_response (pooling/utils.py)
+        return _bytes_response(arrays, dtype, endian, fmt == "bytes_only", f"pooling-{rid}", int(time.time()),
+                               display, total, response_headers(rid))
+    # float: encode_pooling_output_float, the tensor's tolist() (float32 values as doubles);
+    # base64: its bytes in embed_dtype / endianness, whatever the task (pooling/utils.py l. 62-140)
+    out = [{"index": i, "object": "pooling",
+            "data": base64.b64encode(encode_vector(a, dtype, endian)).decode("ascii") if fmt == "base64" else a.tolist()}
+           for i, a in enumerate(arrays)]
+    return _reply(pa.listing("pooling", rid, display, out, total), rid)
 
 
 @classify_bp.post("/classify")

@@ -46,12 +46,9 @@ class _InputMixin(_PoolingBase):
 
 class PoolingRequestSchema(_InputMixin):
     task = fields.String()
-    # vLLM's EncodingRequestMixin types (pydantic's literal_error, null included); of what they
-    # take, the simulator's /pooling encodes fewer (its own 400 for the rest)
-    encoding_format = Literal(*ENCODING_FORMATS, nullable=False, validate=validate.OneOf(
-        ("float", "base64"), error="encoding_format must be 'float' or 'base64'"))
-    embed_dtype = Literal(*EMBED_DTYPES, nullable=False, validate=validate.OneOf(
-        ("float32", "float16"), error="embed_dtype must be 'float32' or 'float16' (the simulator has no bfloat16)"))
+    # vLLM's EncodingRequestMixin (pydantic's literal_error, null included)
+    encoding_format = Literal(*ENCODING_FORMATS, nullable=False)
+    embed_dtype = Literal(*EMBED_DTYPES, nullable=False)
     endianness = Literal(*ENDIANNESS, nullable=False)
     dimensions = StrictInt()          # int | None: the range is PoolingParams' check (adapters.pooling)
 

@@ -280,33 +280,15 @@ def pooling_sequences(sim, rid: str, model: str, lora: str | None, token_lists: 
 
 # ---- outputs --------------------------------------------------------------------------------------
 
-def encode_vector(vec, encoding_format: str | None, embed_dtype: str | None = None, endianness: str | None = None):
-    """A float vector as the response carries it: the numpy array (orjson writes it), or with
-    ``base64`` the standard base64 of its bytes (``embed_dtype`` float32 or float16,
-    ``endianness`` native = little here)."""
-    if encoding_format != "base64":
-        return vec
-    dtype = ("<" if endianness != "big" else ">") + ("f2" if embed_dtype == "float16" else "f4")
-    return base64.b64encode(vec.astype(dtype).tobytes()).decode("ascii")
-
-
-def pooling_data(kind: str, task: str, ids, size: int, dims: int, data: dict):
-    """The ``data`` of one ``/pooling`` result for ``task``."""
-    activation = data.get("use_activation") is not False
+def pooled_output(kind: str, task: str, ids, size: int, use_activation):
+    """What ``/pooling`` pools for ``task`` (the model's own: ``embed`` or ``classify``), as the
+    float32 array vLLM's ``outputs.data`` is: the embedding, or the class probabilities (logits
+    with ``use_activation: false``)."""
+    import numpy as np
     if task == "embed":
-        return encode_vector(pool.embedding_vector(ids, dims, size), data.get("encoding_format"),
-                             data.get("embed_dtype"), data.get("endianness"))
-    if task == "token_embed":
-        vecs = pool.token_embeddings(ids, dims, size)
-        if data.get("encoding_format") == "base64":
-            return encode_vector(vecs.ravel(), "base64", data.get("embed_dtype"), data.get("endianness"))
-        return vecs
-    n = num_labels(kind)
-    if task == "classify":
-        logits = pool.classify_logits(ids, size, n)
-        return pool.activate(logits) if activation else logits
-    rows = [pool.classify_logits(ids[:i + 1], size, n) for i in paced(range(len(ids)))]      # token_classify
-    return [pool.activate(r) for r in rows] if activation else rows
+        return np.asarray(pool.embedding_vector(ids, size, size), dtype=np.float32)
+    logits = pool.classify_logits(ids, size, num_labels(kind))
+    return np.asarray(pool.activate(logits) if use_activation is not False else logits, dtype=np.float32)
 
 
 def classification(kind: str, ids, size: int, use_activation) -> dict:

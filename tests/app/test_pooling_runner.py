@@ -4,6 +4,7 @@ outputs, the limits, usage, metrics, and which routes a pooling model serves."""
 from __future__ import annotations
 
 import base64
+import json
 import math
 import struct
 
@@ -109,6 +110,30 @@ def test_pooling_embed_shape_and_usage(embed):
     assert embed.post("/pooling", json={"input": ["hello world"]}).json()["data"][0]["data"] == b["data"][0]["data"]
 
 
+@pytest.mark.parametrize("fixture, n", [("embed", 384), ("classify", 2)])
+def test_pooling_encodings_every_task(request, fixture, n):
+    """vLLM 0.34's /pooling encodes any task's output (pooling/pooling/serving.py:101-135):
+    base64 in every EmbedDType, bytes / bytes_only as /v1/embeddings' (a json.dumps metadata
+    header, pooling/utils.py:170-205)."""
+    import ml_dtypes
+    import numpy as np
+    c = request.getfixturevalue(fixture)
+    full = c.post("/pooling", json={"input": ["hi", "yo"]}).json()
+    want = np.asarray([d["data"] for d in full["data"]], dtype=np.float32)
+    b = c.post("/pooling", json={"input": ["hi", "yo"], "encoding_format": "base64", "embed_dtype": "bfloat16"}).json()
+    got = [np.frombuffer(base64.b64decode(d["data"]), dtype=ml_dtypes.bfloat16).astype(np.float32) for d in b["data"]]
+    assert np.allclose(got, want, atol=1e-2) and b["id"].startswith("pooling-")
+    r = c.post("/pooling", json={"input": ["hi", "yo"], "encoding_format": "bytes", "request_id": "x"})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/octet-stream"
+    assert np.array_equal(np.frombuffer(r.content, dtype="<f4").reshape(2, n), want)
+    meta = r.headers["metadata"]
+    assert meta.startswith('{"id": "pooling-x", "created": ')
+    assert json.loads(meta)["data"][1] == {"index": 1, "embed_dtype": "float32", "endianness": "native",
+                                           "start": 4 * n, "end": 8 * n, "shape": [n]}
+    r = c.post("/pooling", json={"input": "hi", "encoding_format": "bytes_only"})
+    assert "metadata" not in r.headers and len(r.content) == 4 * n
+
+
 def test_pooling_base64(embed):
     full = embed.post("/pooling", json={"input": "hello big world"}).json()["data"][0]["data"]
     raw = embed.post("/pooling", json={"input": "hello big world",
@@ -156,7 +181,6 @@ def test_pooling_classify_tasks(classify):
     ({"input": ""}, "input", "empty"),
     ({}, "input", "input is required"),
     ({"input": "hi", "encoding_format": "hex"}, "body.encoding_format", "literal_error"),
-    ({"input": "hi", "embed_dtype": "bfloat16"}, "embed_dtype", "bfloat16"),
     ({"input": "hi", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens", "-1"),
     ({"input": ["x"] * 2049}, "input", "at most 2048"),
     ({"input": "hi", "model": "nope"}, None, "does not exist"),
@@ -401,9 +425,12 @@ def test_cohere_embed_truncation(embed):
 # ---- embeddings, engine, metrics -----------------------------------------------------------------------
 
 def test_embeddings_on_a_pooling_model(embed):
+    """The same float32 vector; /v1/embeddings writes it as float32's shortest digits (the
+    ndarray), /pooling as the doubles tolist() widens it to (encode_pooling_output_float,
+    vLLM 0.34 pooling/utils.py:62-64), as the two routes of vLLM do."""
     v = embed.post("/v1/embeddings", json={"input": "hello world"}).json()["data"][0]["embedding"]
     p = embed.post("/pooling", json={"input": "hello world"}).json()["data"][0]["data"]
-    assert v == p
+    assert [struct.unpack("<f", struct.pack("<f", x))[0] for x in v] == p
 
 
 def test_related_texts_are_closer():
