@@ -93,6 +93,8 @@ def _token_lists(sim, data: dict) -> list[list[int]]:
             raise APIError("input is required and must be a non-empty string or array", 400, "input")
         # vLLM's EmbeddingChatRequest: both options default to False
         opts = {k: bool(data.get(k)) for k in ("add_generation_prompt", "continue_final_message")}
+        from generation.adapters.pooling import chat_options
+        opts.update(chat_options(data))
         form, convs = messages
         convs = convs if form == "batch" else [convs]
         if len(convs) > MAX_INPUTS:

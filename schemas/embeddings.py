@@ -110,6 +110,8 @@ class EmbeddingRequestSchema(PoolingChecks):
     truncation_side = Literal(*TRUNCATION_SIDES)
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
+    chat_template = Str()               # ChatRequestOptionsMixin: refused without --trust-request-chat-template
+    chat_template_kwargs = lax_dict()
     dimensions = StrictInt()          # int | None: the range is PoolingParams' check (adapters.pooling)
     user = Str()
     truncate_prompt_tokens = StrictInt(validate=lambda v: v == -1 or v >= 1 or _bad_truncate())

@@ -42,6 +42,8 @@ class _InputMixin(_PoolingBase):
     add_special_tokens = StrictBool()
     add_generation_prompt = StrictBool()       # ChatRequestOptionsMixin (pooling/base/protocol.py l. 228-293)
     continue_final_message = StrictBool()
+    chat_template = Str()
+    chat_template_kwargs = lax_dict()
 
 
 class PoolingRequestSchema(_InputMixin):

@@ -84,6 +84,7 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
         # PoolingChatRequest / ClassificationChatRequest: both options default to False, and
         # check_generation_prompt refuses the two together
         opts = {k: bool(data.get(k)) for k in ("add_generation_prompt", "continue_final_message")}
+        opts.update(chat_options(data))
         return [sim.tokenize_messages(messages, **opts)[0]]
     if messages is not None:
         raise InvalidParam("Only one of input and messages may be given", "messages")
@@ -96,6 +97,15 @@ def input_token_lists(sim, data: dict) -> list[list[int]]:
         return items
     add_special = data.get("add_special_tokens")
     return [ids for ids, _ in tokenize_texts(sim, items, True if add_special is None else add_special)]
+
+
+def chat_options(data: dict) -> dict:
+    """A pooling chat request's ``chat_template`` / ``chat_template_kwargs`` (vLLM 0.34's
+    ChatRequestOptionsMixin) for ``tokenize_messages``, which refuses a request template
+    without ``--trust-request-chat-template`` (the pooling io_processor's
+    ``_validate_chat_template``, pooling/base/io_processor.py l. 287-305) and renders it when
+    trusted."""
+    return {k: data[k] for k in ("chat_template", "chat_template_kwargs") if data.get(k) is not None}
 
 
 def check_request(sim, data: dict, removed_params: bool = True) -> None:

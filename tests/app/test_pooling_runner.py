@@ -517,3 +517,18 @@ def test_chat_form_refuses_both_generation_options(request, fixture, path):
     assert c.post(path, json={"messages": msgs, "continue_final_message": True}).status_code == 200
     r = c.post(path, json={"messages": msgs, "add_generation_prompt": "maybe"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "body.add_generation_prompt"
+
+
+@pytest.mark.parametrize("convert, path", [("embed", "/v1/embeddings"), ("embed", "/pooling"), ("classify", "/classify")])
+def test_chat_form_request_template_needs_trust(app_client, convert, path):
+    """The pooling chat forms' chat_template / chat_template_kwargs.chat_template: refused
+    without --trust-request-chat-template (vLLM 0.34 pooling/base/io_processor.py:287-305),
+    rendered with it; they were ignored."""
+    msgs = [{"role": "user", "content": "hello there"}]
+    for extra in ({"chat_template": "{{ 'x' }}"}, {"chat_template_kwargs": {"chat_template": "{{ 'x' }}"}}):
+        r = app_client("--runner", "pooling", "--convert", convert).post(path, json={"messages": msgs, **extra})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(
+            "Chat template is passed with request, but --trust-request-chat-template is not set.")
+    trusted = app_client("--runner", "pooling", "--convert", convert, "--trust-request-chat-template")
+    r = trusted.post(path, json={"messages": msgs, "chat_template": "{{ 'x' }}"})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 1
