@@ -28,7 +28,6 @@ import time
 
 from generation.content import pooling as pool
 from generation.engine.request import GenerationRequest, Prompt, Sequence
-from generation.lanes import paced
 from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
