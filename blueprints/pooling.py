@@ -101,6 +101,9 @@ def create_pooling():
         raise Rejected("dimensions is currently not supported", "dimensions")
     tasks = pa.supported_tasks(kind)
     task = data.get("task") or tasks[0]
+    if task == "plugin":        # skips the task checks; no IOProcessor plugin is simulated
+        raise Rejected("No IOProcessor plugin installed. Please refer to the documentation and to the "
+                       "'prithvi_geospatial_mae_io_processor' offline inference example for more details.", "task")
     if task not in tasks:
         # the engine's supported tasks: a sorted tuple (v1/worker/gpu/model_runner.py l. 387-396)
         raise Rejected(f"Unsupported task: {task!r} Supported tasks: {tuple(tasks)}", "task")

@@ -158,6 +158,9 @@ def test_pooling_id_is_vllms_pooling_prefix(embed):
     ("classify", {"input": "hi", "dimensions": 8}, "dimensions", "dimensions is currently not supported (parameter=dimensions)"),
     ("embed", {"input": "hi", "task": "token_embed"}, "task",
      "Try switching the model's pooling_task via --pooler-config.task token_embed. (parameter=task)"),
+    ("embed", {"input": "hi", "task": "plugin"}, "task",
+     "No IOProcessor plugin installed. Please refer to the documentation and to the "
+     "'prithvi_geospatial_mae_io_processor' offline inference example for more details. (parameter=task)"),
     ("classify", {"input": "hi", "task": "token_classify"}, "task",
      "Try switching the model's pooling_task via --pooler-config.task token_classify. (parameter=task)"),
 ])
