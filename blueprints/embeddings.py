@@ -37,6 +37,7 @@ from generation.tokenization.tokenizer import each_text
 from schemas.common import load, required_refusal
 from schemas.embeddings import embedding_request_schema, is_batched_chat_messages, is_chat_messages
 
+from .pooling_run import run_pooled
 from .common import JSON_MIME, parse_json_body, request_id, response_headers, simulator
 
 bp = Blueprint("embeddings", __name__)
@@ -161,7 +162,6 @@ def create_embeddings():
     rid = request_id(sim, data.get("request_id"))     # header, else the body's (PoolingBasicRequestMixin)
     if cfg.pooling_kind:      # the pooling runner: the inputs run on the engine (slot, prefill, metrics)
         from generation.adapters.pooling import pooling_sequences
-        from .pooling import run_pooled
         run_pooled(sim, pooling_sequences(sim, rid, display, lora, token_lists))
     vectors = embedding_vectors(token_lists, dims, size)
     total = sum(len(ids) for ids in token_lists)

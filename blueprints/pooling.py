@@ -17,7 +17,7 @@ import base64
 import time
 
 import orjson
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response
 
 from generation.adapters import pooling as pa
 from generation.adapters.response_bodies import cohere_embed_response
@@ -30,7 +30,8 @@ from schemas.common import load
 from schemas.pooling import (classify_request_schema, cohere_embed_request_schema, pooling_request_schema,
                              rerank_request_schema, score_request_schema)
 
-from .common import JSON_MIME, parse_json_body, received_at, request_id, response_headers, run_to_completion, simulator
+from .pooling_run import run_pooled
+from .common import JSON_MIME, parse_json_body, request_id, response_headers, simulator
 from .embeddings import _bytes_response, encode_vector
 
 pooling_bp = Blueprint("pooling", __name__)
@@ -50,29 +51,6 @@ def register(app, kind: str) -> None:
         app.register_blueprint(score_bp)
 
 
-def run_pooled(sim, seqs) -> None:
-    """Admit ``seqs`` and wait until they finish (slot, queue, prefill time, metrics), in waves
-    of at most ``--max-num-seqs`` when there are more than the seats and the waiting queue hold
-    together (vLLM's engine takes a 2,048-document rerank whole and runs it ``max_num_seqs`` at
-    a time; here the default 1,024 seats and 1,000 queue places made every 2,048-document rerank
-    a 429, against the documented 2,048 limit).  Raises QueueFullError (429) when a wave finds
-    the queue full, or ClientDisconnected; anything admitted is released on failure."""
-    if not seqs:
-        return
-    environ = request.environ
-    cfg = sim.config
-    wave = len(seqs) if len(seqs) <= cfg.max_num_seqs + cfg.max_waiting_queue_length else max(cfg.max_num_seqs, 1)
-    arrived = received_at(environ)
-    for lo in range(0, len(seqs), wave):
-        part = seqs[lo:lo + wave]
-        sim.admit(part, arrived, limits=False)     # vLLM's pooling serving skips check_admission
-        try:
-            run_to_completion(sim, part, environ)
-        except BaseException:
-            sim.cancel(part)
-            raise
-
-
 def _reply(body: dict, rid: str) -> Response:
     return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status=200, mimetype=JSON_MIME,
                     headers=response_headers(rid))
@@ -86,28 +64,29 @@ def _check_values(count: int, dims: int) -> None:
 
 @pooling_bp.post("/pooling")
 def create_pooling():
-    """vLLM's ``/pooling``: ``task`` (default: the model's own, ``embed`` or ``classify``) picks
-    what ``data`` holds: a vector, per-token vectors, class probabilities or per-token ones."""
+    """vLLM's ``/pooling``: the model's pooling task (its own, ``embed`` or ``classify``, or
+    ``--pooler-config``'s ``token_embed`` / ``token_classify``) decides what ``data`` holds: a
+    vector, per-token vectors, class probabilities or per-token ones; ``task`` may only name it."""
     sim = simulator()
     cfg = sim.config
     kind = cfg.pooling_kind
     data = load(pooling_request_schema, parse_json_body(members=3))    # PoolingRequest (pooling/protocol.py:96)
     pa.check_request(sim, data)
     # ServingPooling._verify_pooling_task (pooling/pooling/serving.py l. 60-99): no `dimensions`
-    # on /pooling at all, and only the model's one pooling task (get_pooling_task: embed or
-    # classify here); another task it supports needs --pooler-config.task, which the simulator
-    # does not model
+    # on /pooling at all, and only the model's one pooling task (get_pooling_task: its own, embed
+    # or classify, or --pooler-config's task); another task it supports needs --pooler-config.task
     if data.get("dimensions") is not None:
         raise Rejected("dimensions is currently not supported", "dimensions")
     tasks = pa.supported_tasks(kind)
-    task = data.get("task") or tasks[0]
+    own = cfg.pooling_task
+    task = data.get("task") or own
     if task == "plugin":        # skips the task checks; no IOProcessor plugin is simulated
         raise Rejected("No IOProcessor plugin installed. Please refer to the documentation and to the "
                        "'prithvi_geospatial_mae_io_processor' offline inference example for more details.", "task")
     if task not in tasks:
         # the engine's supported tasks: a sorted tuple (v1/worker/gpu/model_runner.py l. 387-396)
         raise Rejected(f"Unsupported task: {task!r} Supported tasks: {tuple(tasks)}", "task")
-    if task != tasks[0]:
+    if task != own:
         raise Rejected(f"Try switching the model's pooling_task via --pooler-config.task {task}.", "task")
     display, lora = pa.resolve_model(sim, data.get("model"))
     pa.check_priority(sim, data)
@@ -117,6 +96,8 @@ def create_pooling():
         _check_values(len(inp[1]) if inp is not None else 1, size)
     token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"), "pooling",
                                  side=data.get("truncation_side"))
+    if task.startswith("token_"):       # one row per token: bound the response before pooling it
+        _check_values(sum(map(len, token_lists)), size if task == "token_embed" else pa.num_labels(kind))
     rid = request_id(sim, data.get("request_id"))
     seqs = pa.pooling_sequences(sim, rid, display, lora, token_lists)
     run_pooled(sim, seqs)

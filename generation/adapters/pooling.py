@@ -28,6 +28,7 @@ import time
 
 from generation.content import pooling as pool
 from generation.engine.request import GenerationRequest, Prompt, Sequence
+from generation.lanes import paced
 from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
@@ -38,11 +39,8 @@ from .response_bodies import pooling_usage
 MAX_INPUTS = 2048             # OpenAI's limit per embeddings request; also pairs per score request
 MAX_VALUES = 1 << 22          # floats per response (~45 MB of JSON): bounds memory per request
 
-TASKS = {"embed": ("embed", "token_embed"), "classify": ("classify", "token_classify"),
-         "score": ("classify", "token_classify")}
-# vLLM 0.34's tasks.py _REMOVED_POOLING_TASK_MESSAGES
-REMOVED_TASKS = {"score": "`score` task was removed; use `classify` instead.",
-                 "encode": "`encode` task was removed; use `token_embed` or `token_classify` instead."}
+# the tasks each kind supports and vLLM 0.34's removed tasks' messages (vllm/tasks.py)
+from generation.config.sim_config import POOLING_TASKS as TASKS, REMOVED_POOLING_TASKS as REMOVED_TASKS   # noqa: E402
 
 
 def supported_tasks(kind: str) -> tuple:
@@ -290,14 +288,24 @@ def pooling_sequences(sim, rid: str, model: str, lora: str | None, token_lists: 
 # ---- outputs --------------------------------------------------------------------------------------
 
 def pooled_output(kind: str, task: str, ids, size: int, use_activation):
-    """What ``/pooling`` pools for ``task`` (the model's own: ``embed`` or ``classify``), as the
-    float32 array vLLM's ``outputs.data`` is: the embedding, or the class probabilities (logits
-    with ``use_activation: false``)."""
+    """What ``/pooling`` pools for ``task`` (the model's pooling task, ``--pooler-config``'s), as
+    the float32 array vLLM's ``outputs.data`` is: the embedding (``embed``), one per token
+    (``token_embed``: ``len(ids) x size``), the class probabilities (``classify``; logits with
+    ``use_activation: false``) or one row of them per token (``token_classify``, token ``i``'s
+    from the prefix ``ids[:i+1]``)."""
     import numpy as np
     if task == "embed":
         return np.asarray(pool.embedding_vector(ids, size, size), dtype=np.float32)
-    logits = pool.classify_logits(ids, size, num_labels(kind))
-    return np.asarray(pool.activate(logits) if use_activation is not False else logits, dtype=np.float32)
+    if task == "token_embed":
+        return np.asarray(pool.token_embeddings(ids, size, size), dtype=np.float32)
+    n = num_labels(kind)
+
+    def probs(prefix):
+        logits = pool.classify_logits(prefix, size, n)
+        return pool.activate(logits) if use_activation is not False else logits
+    if task == "classify":
+        return np.asarray(probs(ids), dtype=np.float32)
+    return np.asarray([probs(ids[:i + 1]) for i in paced(range(len(ids)))], dtype=np.float32).reshape(len(ids), n)
 
 
 def classification(kind: str, ids, size: int, use_activation) -> dict:

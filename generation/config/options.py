@@ -154,7 +154,10 @@ _declare("model",
          Option("task", "str", "", "Deprecated vLLM spelling: `embed`/`embedding`, `classify`, `score`, `reward` set "
                 "`--runner pooling` and its `--convert`; `generate`, `transcription`, `draft` the generation runner",
                 choices=("", "auto", "generate", "transcription", "draft", "embed", "embedding", "classify", "score",
-                         "reward")))
+                         "reward")),
+         Option("pooler-config", "json", None, "vLLM's PoolerConfig JSON (or `--pooler-config.task X`): `task` is "
+                "the pooling model's `/pooling` task, its own (`embed`, `classify`) or its per-token one "
+                "(`token_embed`, `token_classify`); its other fields are accepted and not modelled"))
 _declare("server",
          Option("port", "int", 8000, "Port the server listens on"),
          Option("host", "str", "0.0.0.0", "Address the server binds to"),

@@ -26,6 +26,45 @@ def host_address() -> str:
         return "127.0.0.1"
 
 
+# the pooling tasks each pooling model kind supports, its own first (vLLM's supported tasks of an
+# embedding model, a sequence classifier and a cross-encoder)
+POOLING_TASKS = {"embed": ("embed", "token_embed"), "classify": ("classify", "token_classify"),
+                 "score": ("classify", "token_classify")}
+# vLLM 0.34's PoolingTask literal, and its removed tasks' messages (vllm/tasks.py)
+POOLING_TASK_NAMES = ("embed", "classify", "token_embed", "token_classify", "plugin", "embed&token_classify")
+REMOVED_POOLING_TASKS = {"score": "`score` task was removed; use `classify` instead.",
+                         "encode": "`encode` task was removed; use `token_embed` or `token_classify` instead."}
+# PoolerConfig's fields (vllm/config/pooler.py): accepted; only `task` is modelled
+POOLER_CONFIG_KEYS = ("task", "pooling_type", "seq_pooling_type", "tok_pooling_type", "use_activation",
+                      "enable_flash_late_interaction", "dimensions", "enable_chunked_processing", "max_embed_len",
+                      "logit_mean", "logit_sigma", "step_tag_id", "returned_token_ids")
+
+
+def check_pooler_config(obj, kind: str | None) -> None:
+    """``--pooler-config`` as vLLM 0.34 reads it: an object of PoolerConfig's fields, ``task`` one
+    of its pooling tasks and not a removed one, and (for a pooling model) one the model supports:
+    ``Unsupported task: 'classify' Supported tasks: ('embed', 'token_embed')``, the RuntimeError
+    vLLM's ``get_pooling_task`` raises at start-up.  Raises ConfigError naming ``pooler-config``."""
+    if not obj:                         # None, or {} (the flag's JSON type takes objects only)
+        return
+    task = obj.get("task")
+    if "normalize" in obj:              # PoolerConfig's before-validator, ahead of the fields' checks
+        raise ConfigError("Parameter `normalize` was removed; use `use_activation` instead.", "pooler-config")
+    if isinstance(task, str) and task in REMOVED_POOLING_TASKS:
+        raise ConfigError(REMOVED_POOLING_TASKS[task], "pooler-config")
+    for key in obj:
+        if key not in POOLER_CONFIG_KEYS:
+            raise ConfigError(f"invalid value for --pooler-config: unknown field {key!r} (known: "
+                              f"{', '.join(POOLER_CONFIG_KEYS)})", "pooler-config")
+    if task is None:
+        return
+    if task not in POOLING_TASK_NAMES:
+        raise ConfigError(f"invalid value for --pooler-config: task must be one of "
+                          f"{', '.join(POOLING_TASK_NAMES)}, got {task!r}", "pooler-config")
+    if kind is not None and task not in POOLING_TASKS[kind]:
+        raise ConfigError(f"Unsupported task: {task!r} Supported tasks: {POOLING_TASKS[kind]}", "pooler-config")
+
+
 MAX_FLEET_PODS = 1024     # pods one process holds, at start-up and after scaling (~0.4 MiB and an fd each)
 
 
@@ -71,6 +110,17 @@ class SimConfig:
     @property
     def display_model_name(self) -> str:
         return self.served_names[0]
+
+    @property
+    def pooling_task(self) -> str | None:
+        """``/pooling``'s task: ``--pooler-config``'s ``task`` when it gives one, else the pooling
+        model's own (``embed``, or ``classify`` for a classifier or cross-encoder), as vLLM's
+        ``ModelConfig.get_pooling_task``; None for the generation runner."""
+        kind = self.pooling_kind
+        if kind is None:
+            return None
+        task = (self.pooler_config or {}).get("task")
+        return task or POOLING_TASKS[kind][0]
 
     @property
     def pooling_kind(self) -> str | None:
@@ -151,6 +201,7 @@ class SimConfig:
             if lm.base_model_name and lm.base_model_name != self.model:
                 raise ConfigError(f"unknown base model '{lm.base_model_name}' for LoRA '{lm.name}'",
                                   "lora-modules")
+        check_pooler_config(self.pooler_config, self.pooling_kind)
         if self.max_loras < 1:
             raise ConfigError("max LoRAs cannot be less than 1", "max-loras")
         if self.max_cpu_loras and self.max_cpu_loras < self.max_loras:

@@ -168,6 +168,63 @@ def test_pooling_serves_only_the_models_task(request, fixture, body, param, text
     assert err(request.getfixturevalue(fixture).post("/pooling", json=body), 400, param) == text
 
 
+TOKEN_EMBED = (*EMBED, "--pooler-config", '{"task": "token_embed"}')
+TOKEN_CLASSIFY = (*CLASSIFY, "--pooler-config.task", "token_classify")     # vLLM's dotted form
+
+
+def test_pooler_config_task_token_embed(app_client, embed):
+    """``--pooler-config '{"task": "token_embed"}'`` makes /pooling's task the per-token one (vLLM
+    0.34's get_pooling_task): one vector per input token, token i's from the prefix up to it, so
+    the last is the whole input's embedding; the model's own task is then the 'Try switching' 400."""
+    tok = app_client(*TOKEN_EMBED)
+    rows = tok.post("/pooling", json={"input": "hello big world"}).json()["data"][0]["data"]
+    assert len(rows) == 3 and all(len(r) == 384 for r in rows)
+    full = embed.post("/pooling", json={"input": "hello big world"}).json()["data"][0]["data"]
+    assert rows[-1] == full
+    assert tok.post("/pooling", json={"input": "hello big world", "task": "token_embed"}).json()["data"][0]["data"] == rows
+    raw = tok.post("/pooling", json={"input": "hello big world", "encoding_format": "base64"}).json()["data"][0]["data"]
+    assert list(struct.unpack("<1152f", base64.b64decode(raw))) == pytest.approx([x for r in rows for x in r], abs=1e-6)
+    assert err(tok.post("/pooling", json={"input": "hi", "task": "embed"}), 400, "task") == \
+        "Try switching the model's pooling_task via --pooler-config.task embed. (parameter=task)"
+    # the other routes keep the model's embeddings
+    assert tok.post("/v1/embeddings", json={"input": "hello big world"}).json()["data"][0]["embedding"] == \
+        pytest.approx(full, abs=1e-6)
+
+
+def test_pooler_config_task_token_classify(app_client, classify):
+    tok = app_client(*TOKEN_CLASSIFY)
+    rows = tok.post("/pooling", json={"input": "hello big world"}).json()["data"][0]["data"]
+    probs = classify.post("/pooling", json={"input": "hello big world"}).json()["data"][0]["data"]
+    assert len(rows) == 3 and all(len(r) == 2 and sum(r) == pytest.approx(1) for r in rows)
+    assert rows[-1] == pytest.approx(probs)
+    raw = tok.post("/pooling", json={"input": "hello big world", "use_activation": False}).json()["data"][0]["data"]
+    assert sum(raw[-1]) != pytest.approx(1)
+
+
+def test_pooler_config_token_rows_are_bounded(app_client):
+    """A per-token task's response is bounded before it is pooled: tokens x 384 values <= 2**22."""
+    tok = app_client(*TOKEN_EMBED, "--max-model-len", "16384")
+    r = tok.post("/pooling", json={"input": [[5] * 11000]})
+    assert "11000 inputs x 384 dimensions exceed the 4194304 values" in err(r, 400, "input")
+
+
+@pytest.mark.parametrize("flags, text", [
+    (("--pooler-config", '{"task": "classify"}'), "Unsupported task: 'classify' Supported tasks: ('embed', 'token_embed')"),
+    (("--pooler-config", '{"task": "encode"}'), "`encode` task was removed; use `token_embed` or `token_classify` instead."),
+    (("--pooler-config", '{"normalize": true}'), "Parameter `normalize` was removed; use `use_activation` instead."),
+    (("--pooler-config", '{"task": "nope"}'), "invalid value for --pooler-config: task must be one of embed, classify, "
+     "token_embed, token_classify, plugin, embed&token_classify, got 'nope'"),
+    (("--pooler-config", '{"taks": "embed"}'), "invalid value for --pooler-config: unknown field 'taks'"),
+    (("--pooler-config", '[1]'), "invalid value for --pooler-config: '[1]' (must be a JSON object)"),
+])
+def test_pooler_config_errors(flags, text):
+    from generation.config.cli import load_config
+    from generation.config.values import ConfigError
+    with pytest.raises(ConfigError) as e:
+        load_config([*EMBED, *flags], env={})
+    assert str(e.value).startswith(text) and e.value.param == "pooler-config"
+
+
 def test_pooling_classify_tasks(classify):
     b = classify.post("/pooling", json={"input": "hello big world"}).json()
     probs = b["data"][0]["data"]
