@@ -45,7 +45,7 @@ from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_
                    prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
-from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
+from .fields import (check_cache_salt, check_tokenize_params, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
                      check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
 from .chat import chat_ec_transfer_params
 from .response_bodies import responses_tool
@@ -67,6 +67,8 @@ class ResponsesAdapter(Adapter):
         if b.background and b.store is False:       # vLLM's ResponsesRequest.validate_background
             raise Rejected("background can only be used when `store` is true", "background")
         mot = b.max_output_tokens
+        # vLLM 0.34: TokenizeParams bounds max_output_tokens by the context
+        check_tokenize_params(sim, mot, "max_output_tokens")
         if mot is not None and mot <= 0:
             raise InvalidParam("max_output_tokens: must be a positive integer", "max_output_tokens")
         inp = b.input

@@ -278,11 +278,26 @@ def test_truncate_prompt_tokens_keeps_the_last_or_first_tokens(echo_api):
         "prompt_tokens"] == 10
 
 
-def test_truncate_prompt_tokens_bounds(api):
-    e = err(api, COMPLETIONS, {"prompt": "hi", "truncate_prompt_tokens": 2000})
-    assert e["message"] == ("truncate_prompt_tokens value (2000) is greater than max_model_len (1024). "
-                            "Please, select a smaller truncation size.")
-    assert err(api, COMPLETIONS, {"prompt": "hi", "truncate_prompt_tokens": -2})["param"] == "truncate_prompt_tokens"
+@pytest.mark.parametrize("path,body", [(CHAT, {"messages": MSG}), (COMPLETIONS, {"prompt": "hi"})])
+def test_truncate_prompt_tokens_bounds(api, path, body):
+    """vLLM 0.34: past the context, ``TokenizeParams.__post_init__``'s words (renderers/params.py;
+    the older "truncate_prompt_tokens value (N) is greater than max_model_len (M). Please, select
+    ..." is gone); outside ``Field(ge=-1, le=_INT64_MAX)``, pydantic's error at the body."""
+    e = err(api, path, {**body, "truncate_prompt_tokens": 1025})
+    assert (e["message"], e["param"]) == (
+        "truncate_prompt_tokens=1025 cannot be greater than max_model_len = 1024. Please request a smaller "
+        "truncation size. (parameter=truncate_prompt_tokens, value=1025)", "truncate_prompt_tokens")
+    assert ok(api, path, {**body, "truncate_prompt_tokens": 1024, "max_tokens": 2})
+    e = err(api, path, {**body, "truncate_prompt_tokens": -2})
+    assert (e["message"], e["param"], e["type"]) == (
+        "1 validation error:\n  {'type': 'greater_than_equal', 'loc': 'body.truncate_prompt_tokens', 'msg': 'Input "
+        "should be greater than or equal to -1', 'input': '-2', 'ctx': {'ge': -1}}", "body.truncate_prompt_tokens",
+        "Bad Request")
+    e = err(api, path, {**body, "truncate_prompt_tokens": 2 ** 63})
+    assert (e["message"], e["param"]) == (
+        "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.truncate_prompt_tokens', 'msg': 'Input "
+        "should be less than or equal to 9223372036854775807', 'input': '9223372036854775808', 'ctx': "
+        "{'le': 9223372036854775807}}", "body.truncate_prompt_tokens")
     assert err(api, COMPLETIONS, {"prompt": "hi", "truncation_side": "middle"})["param"] == "body.truncation_side"
 
 

@@ -282,3 +282,22 @@ def test_generate_sampling_params_bad_words_and_repetition_detection(api):
     r = gen(repetition_detection={"max_pattern_size": 3, "min_count": 1})
     assert (r.status_code, r.json()["error"]["param"]) == (400, "sampling_params.repetition_detection")
     assert r.json()["error"]["message"].startswith("min_count must be >= 2")
+
+
+@pytest.mark.parametrize("path,body,field", [(CHAT, {"messages": MSG}, "max_tokens"),
+                                             (CHAT, {"messages": MSG, "max_tokens": 5}, "max_completion_tokens"),
+                                             (COMPLETIONS, {"prompt": "hi"}, "max_tokens"),
+                                             ("/v1/responses", {"input": "hi"}, "max_output_tokens"),
+                                             ("/v1/responses/render", {"input": "hi"}, "max_output_tokens")])
+def test_output_limit_past_the_context(api, path, body, field):
+    """vLLM 0.34's ``TokenizeParams.__post_init__`` (renderers/params.py), built by each request's
+    ``build_tok_params`` when its prompt is rendered: an output limit over ``max_model_len`` is a
+    400 naming the field as the client spelled it (chat: ``max_completion_tokens`` when given);
+    the simulator cut it to the room left and answered 200.  At ``max_model_len`` it is served."""
+    r = api.post(path, json={"model": "test-model", **body, field: 1025})
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert (e["message"], e["param"], e["type"]) == (
+        f"{field}=1025 cannot be greater than max_model_len=1024. Please request fewer output tokens. "
+        f"(parameter={field}, value=1025)", field, "BadRequestError")
+    assert api.post(path, json={"model": "test-model", **body, field: 1024}).status_code == 200
