@@ -406,6 +406,8 @@ class ResponsesRequestSchema(BaseSchema):
     ec_transfer_params = lax_dict()
     mm_processor_kwargs = lax_dict()
     media_io_kwargs = DictOfDicts()
+    prompt = fields.Raw(allow_none=True)              # vLLM's validate_prompt refuses any
+    structured_outputs = fields.Raw(allow_none=True)  # refused beside text.format (extract_structured_outputs)
 
     def validated_body(self, body: dict) -> dict:
         """After ``apply_return_mm_kwargs_alias`` and ``check_tool_usage``
@@ -425,11 +427,6 @@ class ResponsesRequestSchema(BaseSchema):
     def _input(self, value, **kwargs):
         if value is None:
             raise ValidationError("input is required")
-
-    @validates("top_logprobs")
-    def _top(self, value, **kwargs):
-        if value is not None and not 0 <= value <= 20:
-            raise ValidationError("Must be between 0 and 20.")
 
 
 responses_request_schema = ResponsesRequestSchema()

@@ -294,6 +294,9 @@ class ResponsesRequest:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     safety_identifier: str | None = None
+    # vLLM 0.34: refused (``validate_prompt``; ``structured_outputs`` only beside ``text.format``)
+    prompt: Any = None
+    structured_outputs: Any = None
 
 
 @dataclass

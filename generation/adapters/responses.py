@@ -66,11 +66,14 @@ class ResponsesAdapter(Adapter):
         sim, b = self.sim, self.body
         if b.background and b.store is False:       # vLLM's ResponsesRequest.validate_background
             raise Rejected("background can only be used when `store` is true", "background")
+        if b.prompt is not None:                    # ResponsesRequest.validate_prompt
+            raise Rejected("prompt template is not supported", "prompt")
         mot = b.max_output_tokens
-        # vLLM 0.34: TokenizeParams bounds max_output_tokens by the context
+        # vLLM 0.34: TokenizeParams bounds max_output_tokens by the context; to_sampling_params
+        # then makes it SamplingParams' max_tokens (min(max_output_tokens, room)), which must be >= 1
         check_tokenize_params(sim, mot, "max_output_tokens")
         if mot is not None and mot <= 0:
-            raise InvalidParam("max_output_tokens: must be a positive integer", "max_output_tokens")
+            raise Rejected(f"max_tokens must be at least 1, got {mot}.", "max_tokens", mot)
         inp = b.input
         tools = to_chat_tools(b.tools)
         has_output = not isinstance(inp, str) and any(i.get("type") in OUTPUT_ITEMS for i in inp)
@@ -81,7 +84,14 @@ class ResponsesAdapter(Adapter):
         model, lora = sim.resolve_model(b.model)
         if b.background and getattr(sim, "response_store", None) is None:
             raise InvalidParam(NO_STORE_FOR_BACKGROUND)
-        check_logprobs_cap(sim, b.top_logprobs, "top_logprobs")
+        if LOGPROBS_INCLUDE in (b.include or ()):
+            # vLLM 0.34 has no range of its own for top_logprobs: it is SamplingParams' logprobs
+            # only with this include (to_sampling_params), checked there (_verify_args, then
+            # _validate_logprobs against --max-logprobs); otherwise it is not used
+            top = b.top_logprobs
+            if top is not None and top < 0 and top != -1:
+                raise Rejected(f"logprobs must be non-negative or -1, got {top}.", "logprobs", top)
+            check_logprobs_cap(sim, top, "top_logprobs")
         check_sampling_ranges(b)
         check_cache_salt(b.cache_salt)          # vLLM 0.34's ResponsesRequest checks these as chat's
         check_seed(b.seed)
@@ -95,6 +105,9 @@ class ResponsesAdapter(Adapter):
             check_tools(sim, tools, choice, None)
         ignore_eos = bool(b.ignore_eos)
         check_limits(mot, ignore_eos)
+        if b.structured_outputs is not None and b.text is not None and b.text.format is not None:
+            # ResponsesRequest.extract_structured_outputs
+            raise Rejected("Cannot specify both structured_outputs and text.format", "structured_outputs")
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
         store = getattr(sim, "response_store", None)

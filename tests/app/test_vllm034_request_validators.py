@@ -301,3 +301,54 @@ def test_output_limit_past_the_context(api, path, body, field):
         f"{field}=1025 cannot be greater than max_model_len=1024. Please request fewer output tokens. "
         f"(parameter={field}, value=1025)", field, "BadRequestError")
     assert api.post(path, json={"model": "test-model", **body, field: 1024}).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/render"])
+def test_responses_max_output_tokens_below_one(api, path):
+    """vLLM 0.34's Responses API makes ``max_output_tokens`` SamplingParams' ``max_tokens``
+    (``to_sampling_params``), whose ``_verify_args`` refuses it below 1, as the render already
+    said (``/v1/responses`` said "max_output_tokens: must be a positive integer")."""
+    for v in (0, -3):
+        r = api.post(path, json={"model": "test-model", "input": "hi", "max_output_tokens": v})
+        assert r.status_code == 400, r.text
+        assert (r.json()["error"]["message"], r.json()["error"]["param"]) == (
+            f"max_tokens must be at least 1, got {v}. (parameter=max_tokens, value={v})", "max_tokens")
+
+
+def test_responses_prompt_and_structured_outputs_beside_text_format(api):
+    """vLLM 0.34's ResponsesRequest: any ``prompt`` is refused (``validate_prompt``), and
+    ``structured_outputs`` together with ``text.format`` (``extract_structured_outputs``); the
+    simulator ignored both fields and answered 200."""
+    base = {"model": "test-model", "input": "hi", "max_output_tokens": 3}
+    for prompt in ({"id": "pmpt_1"}, "x"):
+        r = api.post("/v1/responses", json={**base, "prompt": prompt})
+        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+            400, "prompt template is not supported (parameter=prompt)", "prompt")
+    assert api.post("/v1/responses", json={**base, "prompt": None}).status_code == 200
+    r = api.post("/v1/responses", json={**base, "structured_outputs": {"regex": "a"},
+                                        "text": {"format": {"type": "json_object"}}})
+    assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+        400, "Cannot specify both structured_outputs and text.format (parameter=structured_outputs)",
+        "structured_outputs")
+    assert api.post("/v1/responses", json={**base, "text": {"format": {"type": "json_object"}}}).status_code == 200
+
+
+def test_responses_top_logprobs_is_checked_only_as_sampling_logprobs(api):
+    """vLLM 0.34's ResponsesRequest gives ``top_logprobs`` no range (``TopLogprobsParam``): it is
+    SamplingParams' ``logprobs`` only with the ``message.output_text.logprobs`` include, refused
+    there by ``_verify_args`` (below -1) and ``_validate_logprobs`` (past --max-logprobs), and
+    not used otherwise; the simulator refused anything outside 0..20 ("top_logprobs: Must be
+    between 0 and 20.") with or without the include."""
+    base = {"model": "test-model", "input": "hi", "max_output_tokens": 3}
+    inc = {"include": ["message.output_text.logprobs"]}
+    for top in (-2, 21):
+        r = api.post("/v1/responses", json={**base, "top_logprobs": top})
+        assert r.status_code == 200 and r.json()["top_logprobs"] is None, r.text
+    r = api.post("/v1/responses", json={**base, **inc, "top_logprobs": -2})
+    assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+        400, "logprobs must be non-negative or -1, got -2. (parameter=logprobs, value=-2)", "logprobs")
+    r = api.post("/v1/responses", json={**base, **inc, "top_logprobs": 21})
+    assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+        400, "Requested sample logprobs of 21, which is greater than max allowed: 20 (parameter=logprobs, value=21)",
+        "logprobs")
+    assert api.post("/v1/responses", json={**base, **inc, "top_logprobs": 20}).status_code == 200
