@@ -167,8 +167,9 @@ def check_logprob_number(value, field: str) -> None:
     """vLLM 0.34's ``check_logprobs`` (a request validator, on the raw body, before pydantic
     reads the field): a logprobs count (``logprobs``, ``top_logprobs``, ``prompt_logprobs``)
     given and not a JSON number is refused in its own words, with the value
-    (``"`top_logprobs` must be an integer."``)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Number)):
+    (``"`top_logprobs` must be an integer."``).  A boolean passes (vLLM's ``isinstance(value,
+    (int, float))``: a bool is an int), and pydantic's lax ``int`` reads it as 0 or 1."""
+    if value is not None and not isinstance(value, numbers.Number):
         raise Rejected(f"`{field}` must be an integer.", field, value)
 
 

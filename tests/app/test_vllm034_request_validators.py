@@ -106,6 +106,27 @@ def test_logprobs_counts_that_are_not_numbers(api, path, body, field):
                                                           f"value={value})", field)
 
 
+@pytest.mark.parametrize("path,body,field", [(CHAT, {"messages": MSG, "logprobs": True}, "top_logprobs"),
+                                             (CHAT, {"messages": MSG}, "prompt_logprobs"),
+                                             (COMPLETIONS, {"prompt": "hi"}, "logprobs"),
+                                             (COMPLETIONS, {"prompt": "hi"}, "prompt_logprobs")])
+def test_logprobs_counts_that_are_booleans(api, path, body, field):
+    """``check_logprobs``' ``isinstance(value, (int, float))`` lets a boolean through (a bool is
+    an int) and pydantic's lax ``int`` reads it as 1 or 0: ``"logprobs": true`` on completions
+    (chat's spelling) is one logprob per token, served as ``1``; the simulator refused it."""
+    for value, count in ((True, 1), (False, 0)):
+        got, want = (post(api, path, {**body, field: v}) for v in (value, count))
+        assert (got.status_code, want.status_code) == (200, 200), got.text
+        g, w = got.json(), want.json()
+        if field == "prompt_logprobs":
+            g, w = (x.get("prompt_logprobs") or x["choices"][0]["prompt_logprobs"] for x in (g, w))
+            assert g is not None and [p and len(p) for p in g] == [p and len(p) for p in w]
+        elif path == CHAT:          # top_logprobs entries per token
+            assert {len(e["top_logprobs"]) for e in g["choices"][0]["logprobs"]["content"]} == {count}
+        else:                       # the sampled token's own entry, the only one here
+            assert {len(e) for e in g["choices"][0]["logprobs"]["top_logprobs"]} == {1}
+
+
 @pytest.mark.parametrize("path,body", BODIES)
 def test_structured_outputs_kinds(api, path, body):
     """The request validator counts json / regex / choice (its own words); the
