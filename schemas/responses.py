@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import uuid
 
-from marshmallow import ValidationError, fields, validate, validates
+from marshmallow import ValidationError, fields, validates
 
 from generation.adapters import protocol as p
 
 from . import field_order as order
-from .common import BaseSchema, BoundedList, Dict, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
+from .common import BaseSchema, Dict, List, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
 TEXT_PARTS = p.TEXT_PARTS
@@ -101,9 +101,9 @@ SKIPPED_ITEMS = ("web_search_call", "file_search_call", "computer_call", "comput
 # a function_call's ``status`` (the SDK's ResponseFunctionToolCall)
 CALL_STATUSES = ("in_progress", "completed", "incomplete")
 # ``include`` values (the SDK's ``ResponseIncludable``, a Literal in vLLM's request).
-INCLUDABLE = ("file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
-              "message.input_image.image_url", "computer_call_output.output.image_url",
-              "code_interpreter_call.outputs", "reasoning.encrypted_content", p.LOGPROBS_INCLUDE)
+# vLLM 0.34's ResponsesRequest.include: list[Literal[...]] | None (responses/protocol.py), in its order
+INCLUDABLE = ("code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+              "message.input_image.image_url", p.LOGPROBS_INCLUDE, "reasoning.encrypted_content")
 
 
 def _check_text_list(i, item, key: str, part_type: str, required: bool) -> None:
@@ -358,7 +358,7 @@ class ResponsesRequestSchema(BaseSchema):
     tool_choice = ToolChoiceField()
     parallel_tool_calls = StrictBool()
     text = fields.Nested(TextConfigSchema)
-    include = BoundedList(fields.String(validate=validate.OneOf(INCLUDABLE)))
+    include = List(lax_literal(*INCLUDABLE), allow_none=True)   # list[Literal[...]] | None
     top_logprobs = StrictInt(int64=True)
     stream = StrictBool()
     ignore_eos = StrictBool()

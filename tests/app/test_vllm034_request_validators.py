@@ -373,3 +373,27 @@ def test_responses_top_logprobs_is_checked_only_as_sampling_logprobs(api):
         400, "Requested sample logprobs of 21, which is greater than max allowed: 20 (parameter=logprobs, value=21)",
         "logprobs")
     assert api.post("/v1/responses", json={**base, **inc, "top_logprobs": 20}).status_code == 200
+
+
+def test_responses_include_is_vllm_034s_literal(api):
+    """vLLM 0.34's ResponsesRequest.include is ``list[Literal[...]] | None`` of six values
+    (responses/protocol.py): another value, ``web_search_call.results`` and
+    ``web_search_call.action.sources`` included (the openai SDK has them, vLLM does not), is
+    pydantic's ``literal_error`` at ``body.include.<i>``, and a non-list its ``list_type``; the
+    simulator accepted the two web-search values and worded the others itself ("include[0]:
+    Must be one of: ...", param ``include[0]``)."""
+    base = {"model": "test-model", "input": "hi", "max_output_tokens": 3}
+    expected = ("'code_interpreter_call.outputs', 'computer_call_output.output.image_url', 'file_search_call.results', "
+                "'message.input_image.image_url', 'message.output_text.logprobs' or 'reasoning.encrypted_content'")
+    for bad in ("web_search_call.results", "web_search_call.action.sources", "bogus"):
+        r = api.post("/v1/responses", json={**base, "include": ["reasoning.encrypted_content", bad]})
+        assert r.status_code == 400, r.text
+        assert (r.json()["error"]["message"], r.json()["error"]["param"], r.json()["error"]["type"]) == (
+            f"1 validation error:\n  {{'type': 'literal_error', 'loc': 'body.include.1', 'msg': \"Input should be "
+            f"{expected}\", 'input': '{bad}', 'ctx': {{'expected': \"{expected}\"}}}}", "body.include.1", "Bad Request")
+    r = api.post("/v1/responses", json={**base, "include": "message.output_text.logprobs"})
+    assert (r.json()["error"]["message"], r.json()["error"]["param"]) == (
+        "1 validation error:\n  {'type': 'list_type', 'loc': 'body.include', 'msg': 'Input should be a valid list', "
+        "'input': 'message.output_text.logprobs'}", "body.include")
+    for ok in (None, [], ["file_search_call.results", "message.output_text.logprobs"]):
+        assert api.post("/v1/responses", json={**base, "include": ok}).status_code == 200
