@@ -109,6 +109,17 @@ class DictOfDicts(fields.Field):
         return value
 
 
+class StrDict(fields.Field):
+    """``dict[str, str]`` (the openai SDK's ``Metadata``, the Responses API's ``metadata``)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        read_as_pydantic(read_dict, value)
+        errors = _collect(value.items(), read_str)
+        if errors:
+            raise refuse(*errors)
+        return value
+
+
 class ListOfStrDicts(fields.Field):
     """``list[dict[str, str]]`` (chat's ``documents``, the RAG documents a template may read)."""
 

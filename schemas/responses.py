@@ -12,8 +12,8 @@ types which are accepted but not enforced), text.format (``text``, ``json_object
 kv_transfer_params; store and background (with ``VLLM_ENABLE_RESPONSES_API_STORE=1``: a
 background request is answered ``queued`` and runs on, ``GET /v1/responses/{id}`` finds it, and a
 cancel stops it), previous_response_id (the stored conversation, continued; vLLM's 404 for an id
-it has not stored).  Accepted and ignored: reasoning,
-temperature, top_p, metadata, parallel_tool_calls, truncation, user, service_tier,
+it has not stored).  Accepted and ignored: reasoning, metadata (a ``dict[str, str]``, echoed),
+temperature, top_p, parallel_tool_calls, truncation, user, service_tier,
 prompt_cache_key.
 
 Tools are the openai SDK's ``Tool`` union, as vLLM validates them: ``function`` (flat
@@ -38,7 +38,7 @@ from generation.adapters import protocol as p
 
 from . import field_order as order
 from .common import BaseSchema, Dict, List, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
-from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
+from .lax import MM_PAYLOADS, DictOfDicts, StrDict, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
 TEXT_PARTS = p.TEXT_PARTS
 
@@ -368,7 +368,7 @@ class ResponsesRequestSchema(BaseSchema):
     store = StrictBool()
     background = StrictBool()
     request_id = Str()
-    metadata = fields.Dict()
+    metadata = StrDict(allow_none=True)           # the SDK's Metadata: dict[str, str]
     previous_response_id = Str()
     user = Str()
     reasoning = fields.Dict()

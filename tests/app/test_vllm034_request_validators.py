@@ -397,3 +397,18 @@ def test_responses_include_is_vllm_034s_literal(api):
         "'input': 'message.output_text.logprobs'}", "body.include")
     for ok in (None, [], ["file_search_call.results", "message.output_text.logprobs"]):
         assert api.post("/v1/responses", json={**base, "include": ok}).status_code == 200
+
+
+def test_responses_metadata_is_a_dict_of_strings(api):
+    """vLLM 0.34's ResponsesRequest.metadata is the openai SDK's ``Metadata``
+    (``Dict[str, str]``): a value that is not a string is pydantic's ``string_type`` at
+    ``body.metadata.<key>``; the simulator took any object (and echoed it)."""
+    base = {"model": "test-model", "input": "hi", "max_output_tokens": 3}
+    r = api.post("/v1/responses", json={**base, "metadata": {"a": "x", "n": 1}})
+    assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+        400, "1 validation error:\n  {'type': 'string_type', 'loc': 'body.metadata.n', 'msg': 'Input should be a "
+             "valid string', 'input': '1'}", "body.metadata.n")
+    r = api.post("/v1/responses", json={**base, "metadata": ["a"]})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "body.metadata")
+    r = api.post("/v1/responses", json={**base, "metadata": {"a": "x"}})
+    assert r.status_code == 200 and r.json()["metadata"] == {"a": "x"}
