@@ -64,10 +64,13 @@ class ResponsesAdapter(Adapter):
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
-        if b.background and b.store is False:       # vLLM's ResponsesRequest.validate_background
-            raise Rejected("background can only be used when `store` is true", "background")
-        if b.prompt is not None:                    # ResponsesRequest.validate_prompt
+        # vLLM 0.34 ResponsesRequest's request validators, in pydantic's order
+        check_tool_usage(b.tools, b.tool_choice)    # check_tool_usage
+        check_custom_tool_format(b.tools)           # check_custom_tool_format
+        if b.prompt is not None:                    # validate_prompt
             raise Rejected("prompt template is not supported", "prompt")
+        if b.background and b.store is False:       # validate_background
+            raise Rejected("background can only be used when `store` is true", "background")
         mot = b.max_output_tokens
         # vLLM 0.34: TokenizeParams bounds max_output_tokens by the context; to_sampling_params
         # then makes it SamplingParams' max_tokens (min(max_output_tokens, room)), which must be >= 1
@@ -351,6 +354,64 @@ def _named(choice) -> str | None:
         fn = choice.get("function")
         return fn.get("name") if isinstance(fn, dict) else choice.get("name")
     return None
+
+
+TOOL_NOT_FOUND = "Tool choice 'function' not found in 'tools' parameter."
+
+
+def check_tool_usage(tools, choice) -> None:
+    """vLLM 0.34's ``ResponsesRequest.check_tool_usage`` (responses/protocol.py l. 865): without
+    tools, ``required`` and a named ``function`` / ``custom`` choice are refused; with tools, a
+    named choice must name one of them, exactly or (``_resolve_named_tool_choice``) as the local
+    name of exactly one namespaced tool.  Raises Rejected naming ``tool_choice``."""
+    named = isinstance(choice, dict) and choice.get("type") in ("function", "custom")
+    if not tools:
+        if choice == "required":
+            raise Rejected("Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice")
+        if named:
+            raise Rejected(TOOL_NOT_FOUND, "tool_choice")
+        return
+    if not named:
+        return
+    name = _named(choice) if choice.get("type") == "function" else choice.get("name")
+    if not name:
+        raise Rejected(TOOL_NOT_FOUND, "tool_choice")
+    exact, local = set(), {}
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            space, inner = tool.get("name"), tool.get("tools")
+            if not isinstance(inner, list) or not isinstance(space, str):
+                return                      # vLLM gives up resolving: the name stands
+            for t in inner:
+                own = t.get("name") if isinstance(t, dict) else None
+                if isinstance(own, str):
+                    flat = f"{space}{NAMESPACE_SEP}{own}"
+                    exact.add(flat)
+                    local.setdefault(own, []).append(flat)
+        else:
+            fn = tool.get("function")       # the nested chat shape, accepted here too
+            own = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+            if isinstance(own, str):
+                exact.add(own)
+    if name in exact or len(local.get(name, ())) == 1:
+        return
+    if local.get(name):
+        raise Rejected(f"Tool choice '{name}' is ambiguous: it is defined in more than one namespace "
+                       f"({', '.join(local[name])}). Select it by its full '<namespace>__<name>' name.",
+                       "tool_choice")
+    raise Rejected(TOOL_NOT_FOUND, "tool_choice")
+
+
+def check_custom_tool_format(tools) -> None:
+    """vLLM 0.34's ``ResponsesRequest.check_custom_tool_format``: a ``custom`` tool with a
+    ``grammar`` format is refused (only free-form text custom tools)."""
+    for tool in tools or ():
+        fmt = tool.get("format") if isinstance(tool, dict) else None
+        if fmt is not None and tool.get("type") == "custom" and isinstance(fmt, dict) and fmt.get("type") == "grammar":
+            raise Rejected("Custom tools with a grammar format are not supported; only free-form text custom "
+                           "tools are accepted.", "tools")
 
 
 def echoed_tool_choice(tools, choice):

@@ -286,8 +286,9 @@ def test_one_call_with_default_choice_and_two_tools(api):
         assert len(r.output) == 1 and r.output[0].type == "function_call"
         assert r.output[0].name in ("get_weather", "get_temperature")
     for choice in ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_weather"}]},
-                   {"type": "custom", "name": "x"}):
-        r = post(api, {"model": "test-model", "input": "hi", "tools": [GET_WEATHER], "tool_choice": choice})
+                   {"type": "custom", "name": "x"}):        # a named choice names a tool (vLLM's check_tool_usage)
+        r = post(api, {"model": "test-model", "input": "hi", "tools": [GET_WEATHER, {"type": "custom", "name": "x"}],
+                       "tool_choice": choice})
         assert r.status_code == 200, r.text
         assert [o["type"] for o in r.json()["output"]] == ["function_call"]
 
@@ -306,7 +307,8 @@ def test_named_tool_choice(api):
     assert added[0]["item"]["name"] == "get_temperature"
     r = post(api, {"model": "test-model", "input": "hi", "tools": [GET_WEATHER],
                       "tool_choice": {"type": "function", "name": "get_temperature"}})
-    assert r.status_code == 400 and "get_temperature" in r.json()["error"]["message"]
+    assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (   # vLLM 0.34's words
+        400, "Tool choice 'function' not found in 'tools' parameter. (parameter=tool_choice)", "tool_choice")
 
 
 def test_stream_function_call_raw(api):

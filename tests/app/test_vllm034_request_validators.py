@@ -412,3 +412,49 @@ def test_responses_metadata_is_a_dict_of_strings(api):
     assert (r.status_code, r.json()["error"]["param"]) == (400, "body.metadata")
     r = api.post("/v1/responses", json={**base, "metadata": {"a": "x"}})
     assert r.status_code == 200 and r.json()["metadata"] == {"a": "x"}
+
+
+NAMESPACE = {"type": "namespace", "name": "ns", "description": "d", "tools": [
+    {"type": "function", "name": "f", "parameters": {"type": "object"}}]}
+
+
+@pytest.mark.parametrize("tools,choice,message,param", [
+    (None, "required", "Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice"),
+    ([], "required", "Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice"),
+    (None, {"type": "function", "name": "f"}, "Tool choice 'function' not found in 'tools' parameter.", "tool_choice"),
+    ([{"type": "function", "name": "f"}], {"type": "function", "name": "g"},
+     "Tool choice 'function' not found in 'tools' parameter.", "tool_choice"),
+    ([{"type": "function", "name": "f"}], {"type": "custom", "name": "g"},
+     "Tool choice 'function' not found in 'tools' parameter.", "tool_choice"),
+    ([NAMESPACE, {**NAMESPACE, "name": "ns2"}], {"type": "function", "name": "f"},
+     "Tool choice 'f' is ambiguous: it is defined in more than one namespace (ns__f, ns2__f). Select it by its "
+     "full '<namespace>__<name>' name.", "tool_choice"),
+    ([{"type": "custom", "name": "p", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}],
+     None, "Custom tools with a grammar format are not supported; only free-form text custom tools are accepted.",
+     "tools"),
+])
+def test_responses_tool_usage(api, tools, choice, message, param):
+    """vLLM 0.34's ResponsesRequest validators ``check_tool_usage`` and
+    ``check_custom_tool_format`` (responses/protocol.py l. 837-902), in their words: the
+    simulator answered chat's "When using `tool_choice`, `tools` must be set." / "The tool `g`
+    specified in `tool_choice` does not match any of the specified `tools`", or 200 (a named
+    ``custom`` choice naming no tool, an ambiguous namespaced name, a grammar custom tool)."""
+    body = {"model": "test-model", "input": "hi", "max_output_tokens": 3}
+    if tools is not None:
+        body["tools"] = tools
+    if choice is not None:
+        body["tool_choice"] = choice
+    r = api.post("/v1/responses", json=body)
+    assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+        400, f"{message} (parameter={param})", param)
+
+
+def test_responses_named_choices_vllm_resolves(api):
+    """A namespaced tool's local name, when one namespace has it, and the flat name are served."""
+    body = {"model": "test-model", "input": "hi", "max_output_tokens": 30, "tools": [NAMESPACE]}
+    for name in ("f", "ns__f"):
+        r = api.post("/v1/responses", json={**body, "tool_choice": {"type": "function", "name": name}})
+        assert r.status_code == 200, r.text
+    r = api.post("/v1/responses", json={**body, "tools": [{"type": "custom", "name": "p", "format": {"type": "text"}}],
+                                        "tool_choice": {"type": "custom", "name": "p"}})
+    assert r.status_code == 200, r.text
