@@ -27,7 +27,7 @@ from generation.adapters.fields import EMPTY_PROMPT, check_chat_part_types, chec
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
-from generation.adapters.responses import to_chat_messages, to_chat_tools
+from generation.adapters.responses import check_custom_tool_format, check_tool_usage, to_chat_messages, to_chat_tools
 from generation.adapters.sampling import template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
@@ -450,6 +450,11 @@ def render_responses():
     sim = simulator()
     raw = parse_json_body()
     body = load(responses_request_schema, raw)
+    # ResponsesRequest's request validators, as on /v1/responses
+    check_tool_usage(body.tools, body.tool_choice)
+    check_custom_tool_format(body.tools)
+    if body.prompt is not None:                             # validate_prompt
+        raise Rejected("prompt template is not supported", "prompt")
     if body.background and body.store is False:            # ResponsesRequest.validate_background
         raise Rejected("background can only be used when `store` is true", "background")
     model = _render_model(sim, body.model)

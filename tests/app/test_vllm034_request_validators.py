@@ -341,10 +341,11 @@ def test_responses_prompt_and_structured_outputs_beside_text_format(api):
     ``structured_outputs`` together with ``text.format`` (``extract_structured_outputs``); the
     simulator ignored both fields and answered 200."""
     base = {"model": "test-model", "input": "hi", "max_output_tokens": 3}
-    for prompt in ({"id": "pmpt_1"}, "x"):
-        r = api.post("/v1/responses", json={**base, "prompt": prompt})
-        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
-            400, "prompt template is not supported (parameter=prompt)", "prompt")
+    for path in ("/v1/responses", "/v1/responses/render"):
+        for prompt in ({"id": "pmpt_1"}, "x"):
+            r = api.post(path, json={**base, "prompt": prompt})
+            assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+                400, "prompt template is not supported (parameter=prompt)", "prompt")
     assert api.post("/v1/responses", json={**base, "prompt": None}).status_code == 200
     r = api.post("/v1/responses", json={**base, "structured_outputs": {"regex": "a"},
                                         "text": {"format": {"type": "json_object"}}})
@@ -418,6 +419,7 @@ NAMESPACE = {"type": "namespace", "name": "ns", "description": "d", "tools": [
     {"type": "function", "name": "f", "parameters": {"type": "object"}}]}
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/render"])
 @pytest.mark.parametrize("tools,choice,message,param", [
     (None, "required", "Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice"),
     ([], "required", "Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice"),
@@ -433,7 +435,7 @@ NAMESPACE = {"type": "namespace", "name": "ns", "description": "d", "tools": [
      None, "Custom tools with a grammar format are not supported; only free-form text custom tools are accepted.",
      "tools"),
 ])
-def test_responses_tool_usage(api, tools, choice, message, param):
+def test_responses_tool_usage(api, path, tools, choice, message, param):
     """vLLM 0.34's ResponsesRequest validators ``check_tool_usage`` and
     ``check_custom_tool_format`` (responses/protocol.py l. 837-902), in their words: the
     simulator answered chat's "When using `tool_choice`, `tools` must be set." / "The tool `g`
@@ -444,7 +446,7 @@ def test_responses_tool_usage(api, tools, choice, message, param):
         body["tools"] = tools
     if choice is not None:
         body["tool_choice"] = choice
-    r = api.post("/v1/responses", json=body)
+    r = api.post(path, json=body)
     assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
         400, f"{message} (parameter={param})", param)
 
