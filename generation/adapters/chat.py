@@ -83,7 +83,7 @@ class ChatAdapter(Adapter):
         max_tokens = mct if mct is not None else b.max_tokens
         ignore_eos = bool(b.ignore_eos)
         field = "max_completion_tokens" if mct is not None else "max_tokens"
-        check_limits(max_tokens, ignore_eos, b.n, field)
+        check_limits(max_tokens, ignore_eos, b.n)     # SamplingParams' max_tokens, whichever field gave it
         check_tokenize_params(sim, max_tokens, field, b.truncate_prompt_tokens)
         check_openai_fields(sim, b, bool(b.logprobs), max_tokens)
         check_kv_transfer(b.kv_transfer_params, stream)

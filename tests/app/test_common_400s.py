@@ -217,6 +217,10 @@ def test_max_tokens_not_positive_keeps_the_reference_words(api, path):
         assert error(api, path, {"max_tokens": v}) == (
             f"max_tokens must be at least 1, got {v}. (Max completion tokens and max tokens should be positive)",
             SERVING, "max_tokens")
+    if path == CHAT:        # chat's max_completion_tokens becomes the same SamplingParams max_tokens
+        assert error(api, path, {"max_completion_tokens": 0}) == (
+            "max_tokens must be at least 1, got 0. (Max completion tokens and max tokens should be positive)",
+            SERVING, "max_tokens")
 
 
 @pytest.mark.parametrize("path", BOTH)
