@@ -13,6 +13,7 @@ from marshmallow import ValidationError, fields, pre_load, validates
 from generation.adapters import protocol as p
 from generation.adapters.chat_batch import check_batch_mode
 from generation.adapters.request_validators import chat_request_validators
+from generation.adapters.sampling import EFFORTS
 from generation.adapters.validation import read_list
 
 from . import field_order as order
@@ -156,7 +157,7 @@ class ChatCompletionRequestSchema(SamplingSchema):
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()
     include_reasoning = StrictBool()
-    reasoning_effort = fields.String()
+    reasoning_effort = Literal(*EFFORTS, nullable=True)     # vLLM 0.34: ReasoningEffort | None (renderers/params.py)
     echo = StrictBool()
     return_prompt_text = lax_bool()
     documents = ListOfStrDicts()

@@ -123,7 +123,7 @@ def test_thinking_token_budget_caps_it(qwen):
     assert tokens(qwen, out["choices"][0]["message"]["content"]) == 15
 
 
-@pytest.mark.parametrize("body,param", [({"reasoning_effort": "huge"}, "reasoning_effort"),
+@pytest.mark.parametrize("body,param", [({"reasoning_effort": "huge"}, "body.reasoning_effort"),   # pydantic's Literal
                                         ({"thinking_token_budget": -5}, "thinking_token_budget"),
                                         ({"include_reasoning": "maybe"}, "body.include_reasoning")])
 def test_bad_switches_are_400_naming_the_field(qwen, body, param):

@@ -460,3 +460,22 @@ def test_responses_named_choices_vllm_resolves(api):
     r = api.post("/v1/responses", json={**body, "tools": [{"type": "custom", "name": "p", "format": {"type": "text"}}],
                                         "tool_choice": {"type": "custom", "name": "p"}})
     assert r.status_code == 200, r.text
+
+
+def test_chat_reasoning_effort_is_a_literal(api):
+    """vLLM 0.34's ChatCompletionRequest.reasoning_effort is ``ReasoningEffort | None``
+    (renderers/params.py: a Literal of seven values): another value is pydantic's
+    ``literal_error`` at ``body.reasoning_effort`` (type "Bad Request"); the simulator worded it
+    itself ("reasoning_effort: Input should be one of ..., got 'bogus'.", param
+    ``reasoning_effort``, type BadRequestError)."""
+    expected = "'none', 'minimal', 'low', 'medium', 'high', 'xhigh' or 'max'"
+    for bad, shown in (("bogus", "bogus"), (5, "5")):
+        r = post(api, CHAT, {"messages": MSG, "reasoning_effort": bad})
+        assert r.status_code == 400, r.text
+        e = r.json()["error"]
+        assert (e["message"], e["param"], e["type"]) == (
+            f"1 validation error:\n  {{'type': 'literal_error', 'loc': 'body.reasoning_effort', 'msg': \"Input should "
+            f"be {expected}\", 'input': '{shown}', 'ctx': {{'expected': \"{expected}\"}}}}", "body.reasoning_effort",
+            "Bad Request")
+    for ok in (None, "none", "high", "max"):
+        assert post(api, CHAT, {"messages": MSG, "reasoning_effort": ok}).status_code == 200
