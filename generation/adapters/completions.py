@@ -41,6 +41,20 @@ def check_logprobs_order(b) -> None:
                        "output tokens are generated.", "logprob_token_ids")
 
 
+def check_suffix(b) -> None:
+    """vLLM 0.34's ``OnlineRenderer.render_completion`` (renderers/online_renderer.py) on a
+    ``suffix``, even an empty one: only a fill-in-the-middle renderer (DeepSeek V4's) renders
+    one, so each branch is a 400 naming ``suffix``, in its order (echo, truncation, then the
+    prompt's form).  FIM clients read that 400 as "no FIM here" and continue plainly."""
+    if b.echo:
+        raise InvalidParam("Echo is unsupported with suffix.", "suffix")
+    if b.truncate_prompt_tokens is not None:
+        raise InvalidParam("suffix is not supported with truncate_prompt_tokens", "suffix")
+    if b.prompt[0] == "text":
+        raise InvalidParam("suffix is only supported for models with FIM completion rendering", "suffix")
+    raise InvalidParam("suffix requires text prompt input for FIM completion rendering", "suffix")
+
+
 class CompletionsAdapter(Adapter):
     body: CompletionRequest
     sse_keep_alive = True
@@ -60,10 +74,10 @@ class CompletionsAdapter(Adapter):
         check_structured_count(b.structured_outputs, api="completion")
         check_response_format_schema(b.response_format)
         model, lora = sim.resolve_model(b.model)
-        if b.suffix is not None:              # vLLM's renderer: "Return error for unsupported features"
-            raise InvalidParam("suffix is not currently supported")
         if b.prompt is None:
             raise Rejected(EMPTY_PROMPT, "prompt")
+        if b.suffix is not None:
+            check_suffix(b)
         check_prompts_given(len(b.prompt[1]))
         check_logprobs_cap(sim, b.logprobs, "logprobs")
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")

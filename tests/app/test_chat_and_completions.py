@@ -421,11 +421,20 @@ def test_completion_echo_param_with_token_ids(api):
 
 
 @pytest.mark.parametrize("suffix", ["END", ""])
-def test_completion_suffix_is_refused_as_vllm_refuses_it(api, suffix):
-    """vLLM answers any ``suffix`` (even empty) with a 400: its models do not fill in the middle,
-    and FIM clients detect vLLM by that 400 to fall back to plain continuation."""
-    r = post(api, COMPL, {"model": "test-model", "prompt": "def f(", "suffix": suffix, "max_tokens": 4})
+@pytest.mark.parametrize("extra,message", [
+    ({}, "suffix is only supported for models with FIM completion rendering"),
+    ({"prompt": ["def f(", "def g("]}, "suffix is only supported for models with FIM completion rendering"),
+    ({"prompt": [1, 2, 3]}, "suffix requires text prompt input for FIM completion rendering"),
+    ({"echo": True}, "Echo is unsupported with suffix."),
+    ({"truncate_prompt_tokens": 3}, "suffix is not supported with truncate_prompt_tokens"),
+])
+def test_completion_suffix_is_refused_as_vllm_refuses_it(api, suffix, extra, message):
+    """vLLM 0.34 answers any ``suffix`` (even empty) with a 400 naming it: only a
+    fill-in-the-middle renderer (DeepSeek V4's) renders one (renderers/online_renderer.py,
+    ``render_completion``), and FIM clients detect vLLM by that 400 to fall back to plain
+    continuation.  The simulator had an older release's "suffix is not currently supported"."""
+    r = post(api, COMPL, {"model": "test-model", "prompt": "def f(", "suffix": suffix, "max_tokens": 4, **extra})
     assert r.status_code == 400
     err = r.json()["error"]
-    assert (err["message"], err["type"], err["param"]) == ("suffix is not currently supported", "BadRequestError", None)
+    assert (err["message"], err["type"], err["param"]) == (message, "BadRequestError", "suffix")
     assert post(api, COMPL, {"model": "test-model", "prompt": "def f(", "suffix": None, "max_tokens": 4}).status_code == 200
