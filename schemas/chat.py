@@ -17,7 +17,7 @@ from generation.adapters.sampling import EFFORTS
 from generation.adapters.validation import read_list
 
 from . import field_order as order
-from .common import (Dict, IntList, List, Literal, Refused, Str, mm_payload_alias, read_as_pydantic, refuse, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, StrictBool, StrictFloat, StrictInt, StringOrList,
+from .common import (Dict, IntList, List, Literal, Refused, Str, mm_payload_alias, read_as_pydantic, refuse, LaxBool, LogprobCount, SamplingKnobsSchema, StreamOptionsSchema, ModelNested, StrictBool, StrictFloat, StrictInt, StringOrList,
                      validate_content_blocks)
 from .chat_tools import ChatToolsField
 from .response_format import ResponseFormatField
@@ -97,7 +97,7 @@ class SamplingSchema(SamplingKnobsSchema):
     model = Str()                            # vLLM: str | None = None (null: the first served model)
     n = StrictInt()
     stream = StrictBool()
-    stream_options = fields.Nested(StreamOptionsSchema)
+    stream_options = ModelNested(StreamOptionsSchema, model_name="StreamOptions", allow_none=True)
     ignore_eos = StrictBool()
     stop = StringOrList()
     user = Str()

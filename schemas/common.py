@@ -457,6 +457,22 @@ class SamplingKnobsSchema(BaseSchema):
     use_beam_search = StrictBool()
 
 
+class ModelNested(fields.Nested):
+    """A field whose type is a pydantic model (``StreamOptions | None``, ...): a value that is no
+    object is pydantic's ``model_type`` (``Input should be a valid dictionary or instance of
+    StreamOptions``), where marshmallow said "Invalid input type."."""
+
+    def __init__(self, nested, *, model_name: str, **kwargs):
+        super().__init__(nested, **kwargs)
+        self.model_name = model_name
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise refuse(("", value, "model_type", f"Input should be a valid dictionary or instance of "
+                          f"{self.model_name}", {"class_name": self.model_name}))
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class StreamOptionsSchema(BaseSchema):
     __model__ = p.StreamOptions
     __order__ = order.StreamOptions
@@ -507,7 +523,7 @@ def validate_content_blocks(content):
 
 __all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "required_refusal", "mm_payload_alias", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList", "Literal",
-           "StreamOptionsSchema", "LaxBool", "validate_content_blocks", "load", "hub_turn", "TURN", "BoundedList", "StrList", "fields", "validates_schema",
+           "StreamOptionsSchema", "ModelNested", "LaxBool", "validate_content_blocks", "load", "hub_turn", "TURN", "BoundedList", "StrList", "fields", "validates_schema",
            "ValidationError"]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from marshmallow import ValidationError, fields, validate
 
-from .common import (BaseSchema, IntList, SamplingKnobsSchema, Str, StreamOptionsSchema, StrictBool, StrictInt,
+from .common import (BaseSchema, IntList, SamplingKnobsSchema, Str, StreamOptionsSchema, ModelNested, StrictBool, StrictInt,
                      StringOrList)
 from .lax import RepetitionDetection
 from .render import TokenIdList
@@ -72,7 +72,7 @@ class GenerateRequestSchema(BaseSchema):
     token_ids = TokenIdList()
     sampling_params = fields.Nested(SamplingParamsSchema)
     stream = StrictBool()
-    stream_options = fields.Nested(StreamOptionsSchema)
+    stream_options = ModelNested(StreamOptionsSchema, model_name="StreamOptions", allow_none=True)
     ignore_eos = StrictBool()
     kv_transfer_params = fields.Dict()
     features = fields.Nested(FeaturesSchema)

@@ -479,3 +479,18 @@ def test_chat_reasoning_effort_is_a_literal(api):
             "Bad Request")
     for ok in (None, "none", "high", "max"):
         assert post(api, CHAT, {"messages": MSG, "reasoning_effort": ok}).status_code == 200
+
+
+@pytest.mark.parametrize("path,body", BODIES + [("/inference/v1/generate", {"token_ids": [1, 2]})])
+def test_stream_options_that_is_no_object(api, path, body):
+    """``stream_options: StreamOptions | None``: with ``stream`` (the request validator passes),
+    a value that is no object is pydantic's ``model_type`` at ``body.stream_options``; the
+    simulator said marshmallow's "stream_options: Invalid input type." (param stream_options)."""
+    for bad, shown in (("x", "'x'"), ([], "'<list of 0 items>'")):
+        r = post(api, path, {**body, "stream": True, "stream_options": bad})
+        assert r.status_code == 400, r.text
+        e = r.json()["error"]
+        assert (e["message"], e["param"], e["type"]) == (
+            f"1 validation error:\n  {{'type': 'model_type', 'loc': 'body.stream_options', 'msg': 'Input should be "
+            f"a valid dictionary or instance of StreamOptions', 'input': {shown}, 'ctx': {{'class_name': "
+            f"'StreamOptions'}}}}", "body.stream_options", "Bad Request")
