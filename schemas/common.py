@@ -473,6 +473,21 @@ class ModelNested(fields.Nested):
         return super()._deserialize(value, attr, data, **kwargs)
 
 
+class ModelDict(fields.Field):
+    """A pydantic model field kept as the object sent (the openai SDK's ``Reasoning``, ...): a
+    value that is no object is pydantic's ``model_type``."""
+
+    def __init__(self, *, model_name: str, **kwargs):
+        super().__init__(**kwargs)
+        self.model_name = model_name
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, dict):
+            raise refuse(("", value, "model_type", f"Input should be a valid dictionary or instance of "
+                          f"{self.model_name}", {"class_name": self.model_name}))
+        return value
+
+
 class StreamOptionsSchema(BaseSchema):
     __model__ = p.StreamOptions
     __order__ = order.StreamOptions
@@ -523,7 +538,7 @@ def validate_content_blocks(content):
 
 __all__ = ["BaseSchema", "SamplingKnobsSchema", "Refused", "refuse", "read_as_pydantic", "required_refusal", "mm_payload_alias", "Str", "Dict", "List", "StrictInt", "LogprobCount", "IntList", "is_token", "are_tokens",
            "are_token_lists", "first_non_token", "TOKEN_ID_MAX", "StrictFloat", "StrictBool", "StringOrList", "Literal",
-           "StreamOptionsSchema", "ModelNested", "LaxBool", "validate_content_blocks", "load", "hub_turn", "TURN", "BoundedList", "StrList", "fields", "validates_schema",
+           "StreamOptionsSchema", "ModelNested", "ModelDict", "LaxBool", "validate_content_blocks", "load", "hub_turn", "TURN", "BoundedList", "StrList", "fields", "validates_schema",
            "ValidationError"]
 
 

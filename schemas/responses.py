@@ -37,7 +37,7 @@ from marshmallow import ValidationError, fields, validates
 from generation.adapters import protocol as p
 
 from . import field_order as order
-from .common import BaseSchema, Dict, List, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
+from .common import BaseSchema, Dict, List, ModelDict, ModelNested, Str, IntList, StrictBool, StrictFloat, StrictInt, StringOrList, mm_payload_alias
 from .lax import MM_PAYLOADS, DictOfDicts, StrDict, lax_bool, lax_dict, lax_float, lax_int, lax_literal, lax_str
 
 TEXT_PARTS = p.TEXT_PARTS
@@ -357,7 +357,7 @@ class ResponsesRequestSchema(BaseSchema):
     tools = ToolsField()
     tool_choice = ToolChoiceField()
     parallel_tool_calls = StrictBool()
-    text = fields.Nested(TextConfigSchema)
+    text = ModelNested(TextConfigSchema, model_name="ResponseTextConfig", allow_none=True)     # the SDK's model
     include = List(lax_literal(*INCLUDABLE), allow_none=True)   # list[Literal[...]] | None
     top_logprobs = StrictInt(int64=True)
     stream = StrictBool()
@@ -371,7 +371,7 @@ class ResponsesRequestSchema(BaseSchema):
     metadata = StrDict(allow_none=True)           # the SDK's Metadata: dict[str, str]
     previous_response_id = Str()
     user = Str()
-    reasoning = fields.Dict()
+    reasoning = ModelDict(model_name="Reasoning", allow_none=True)       # the SDK's Reasoning
     chat_template_kwargs = Dict(allow_none=True)   # vLLM's; over --default-chat-template-kwargs
     thinking_token_budget = fields.Raw()          # vLLM 0.34: caps the reasoning tokens (-1: no cap; sampling._budget)
     prompt_cache_key = Str()

@@ -494,3 +494,18 @@ def test_stream_options_that_is_no_object(api, path, body):
             f"1 validation error:\n  {{'type': 'model_type', 'loc': 'body.stream_options', 'msg': 'Input should be "
             f"a valid dictionary or instance of StreamOptions', 'input': {shown}, 'ctx': {{'class_name': "
             f"'StreamOptions'}}}}", "body.stream_options", "Bad Request")
+
+
+@pytest.mark.parametrize("field,model", [("text", "ResponseTextConfig"), ("reasoning", "Reasoning")])
+def test_responses_model_fields_that_are_no_object(api, field, model):
+    """vLLM 0.34's ResponsesRequest types ``text`` and ``reasoning`` as the openai SDK's
+    ``ResponseTextConfig`` / ``Reasoning``: a value that is no object is pydantic's
+    ``model_type``; the simulator said marshmallow's "text: Invalid input type." /
+    "reasoning: Not a valid mapping type."."""
+    r = api.post("/v1/responses", json={"model": "test-model", "input": "hi", field: "x"})
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert (e["message"], e["param"], e["type"]) == (
+        f"1 validation error:\n  {{'type': 'model_type', 'loc': 'body.{field}', 'msg': 'Input should be a valid "
+        f"dictionary or instance of {model}', 'input': 'x', 'ctx': {{'class_name': '{model}'}}}}", f"body.{field}",
+        "Bad Request")
