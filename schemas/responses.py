@@ -353,13 +353,13 @@ class ResponsesRequestSchema(BaseSchema):
     model = Str()                               # vLLM: str | None = None
     input = InputField(required=True, error_messages={"required": "input is required"})
     instructions = Str()
-    max_output_tokens = StrictInt(int64=True)         # echoed in the response object
+    max_output_tokens = StrictInt()                   # any int, as pydantic: past the context TokenizeParams refuses it
     tools = ToolsField()
     tool_choice = ToolChoiceField()
     parallel_tool_calls = StrictBool()
     text = ModelNested(TextConfigSchema, model_name="ResponseTextConfig", allow_none=True)     # the SDK's model
     include = List(lax_literal(*INCLUDABLE), allow_none=True)   # list[Literal[...]] | None
-    top_logprobs = StrictInt(int64=True)
+    top_logprobs = StrictInt()      # any int: checked (and echoed) only with the logprobs include
     stream = StrictBool()
     ignore_eos = StrictBool()
     kv_transfer_params = Dict()

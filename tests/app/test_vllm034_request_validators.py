@@ -509,3 +509,20 @@ def test_responses_model_fields_that_are_no_object(api, field, model):
         f"1 validation error:\n  {{'type': 'model_type', 'loc': 'body.{field}', 'msg': 'Input should be a valid "
         f"dictionary or instance of {model}', 'input': 'x', 'ctx': {{'class_name': '{model}'}}}}", f"body.{field}",
         "Bad Request")
+
+
+def test_responses_integers_past_int64(api):
+    """pydantic's ``int`` takes any integer: ``max_output_tokens`` past 64 bits is
+    TokenizeParams' 400 (past the context) and ``top_logprobs`` SamplingParams' (with the
+    logprobs include) or unused (without); the simulator said "max_output_tokens: Not a valid
+    integer." / "top_logprobs: Not a valid integer."."""
+    base = {"model": "test-model", "input": "hi"}
+    big = 2 ** 70
+    r = api.post("/v1/responses", json={**base, "max_output_tokens": big})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "max_output_tokens"), r.text
+    assert r.json()["error"]["message"].startswith(f"max_output_tokens={big} cannot be greater than max_model_len=1024.")
+    r = api.post("/v1/responses", json={**base, "top_logprobs": big, "include": ["message.output_text.logprobs"]})
+    assert (r.status_code, r.json()["error"]["message"]) == (
+        400, f"Requested sample logprobs of {big}, which is greater than max allowed: 20 (parameter=logprobs, "
+             f"value={big})")
+    assert api.post("/v1/responses", json={**base, "max_output_tokens": 3, "top_logprobs": big}).status_code == 200
