@@ -231,12 +231,11 @@ def check_vocab_ids(b, vocab: int) -> None:
 
 
 def scheduling_priority(sim, priority) -> int:
-    """The request's ``priority`` (0 when absent); vLLM refuses a non-zero one unless the server
-    runs ``--scheduling-policy priority`` (its engine client's check)."""
-    if not priority:
+    """The request's ``priority`` under ``--scheduling-policy priority``, else 0: vLLM 0.34 takes
+    any (int64) priority and its FCFS queue ignores it (v1/core/sched/request_queue.py); the
+    older engine's "Got priority N but Priority scheduling is not enabled." is gone from it."""
+    if not priority or sim.config.scheduling_policy != "priority":
         return 0
-    if sim.config.scheduling_policy != "priority":
-        raise InvalidParam(f"Got priority {priority} but Priority scheduling is not enabled.", "priority")
     return priority
 
 
