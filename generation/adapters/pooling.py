@@ -135,9 +135,10 @@ def resolve_model(sim, model) -> tuple[str, str | None]:
     (error_response.py l. 52-55), where the generation routes' ``_check_model`` names ``model``."""
     try:
         return sim.resolve_model(model)
-    except ModelNotFound as e:
+    except ModelNotFound:
+        e = ModelNotFound(model)        # VLLMNotFoundError's message: no list of aliases
         e.param = None
-        raise
+        raise e from None
 
 
 def check_dimensions(cfg, dims) -> int:
