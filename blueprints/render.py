@@ -23,7 +23,7 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given, check_tokenize_params
+from generation.adapters.fields import EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
@@ -462,7 +462,6 @@ def render_responses():
         raise APIError("previous_response_id is not supported by the stateless render endpoint.", 400,
                        "previous_response_id", "invalid_request_error")
     _check_mm_kwargs(sim, body)
-    check_tokenize_params(sim, body.max_output_tokens, "max_output_tokens")    # preprocess_chat's build_tok_params
     messages = [{"role": "system", "content": body.instructions}] if body.instructions else []
     messages += to_chat_messages(body.input)
     tools = to_chat_tools(body.tools)

@@ -26,7 +26,7 @@ from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
 from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
-from .fields import (check_beam_logprob_ids, check_tokenize_params, check_chat_part_types, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
+from .fields import (check_beam_logprob_ids, check_truncate_in_context, check_chat_part_types, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
                      forwarded_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids)
 from .protocol import ChatCompletionRequest
 from .sampling import chat_reasoning, sampling_semantics, structured_constraint, template_kwargs, tool_parser_type
@@ -82,9 +82,8 @@ class ChatAdapter(Adapter):
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
         ignore_eos = bool(b.ignore_eos)
-        field = "max_completion_tokens" if mct is not None else "max_tokens"
         check_limits(max_tokens, ignore_eos, b.n)     # SamplingParams' max_tokens, whichever field gave it
-        check_tokenize_params(sim, max_tokens, field, b.truncate_prompt_tokens)
+        check_truncate_in_context(sim, b.truncate_prompt_tokens)
         check_openai_fields(sim, b, bool(b.logprobs), max_tokens)
         check_kv_transfer(b.kv_transfer_params, stream)
         n = b.n or 1

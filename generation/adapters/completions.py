@@ -19,7 +19,7 @@ from .base import (per_request_metrics, CLOSE_KV, KV_END, REMOTE_DECODE_PARAMS, 
                    check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, system_fingerprint, usage_details)
-from .fields import (EMPTY_PROMPT, check_tokenize_params, check_beam_logprob_ids, check_openai_fields, check_prompt_count, check_prompts_given,
+from .fields import (EMPTY_PROMPT, check_truncate_in_context, check_beam_logprob_ids, check_openai_fields, check_prompt_count, check_prompts_given,
                      check_response_format_schema,
                      check_structured_count, check_prompt_ids, scheduling_priority, tokens_as_ids,
                      truncate_prompts, prompt_vocab_size)
@@ -83,7 +83,7 @@ class CompletionsAdapter(Adapter):
         check_logprobs_cap(sim, b.prompt_logprobs, "prompt_logprobs", "prompt")
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos, b.n)
-        check_tokenize_params(sim, b.max_tokens, "max_tokens", b.truncate_prompt_tokens)
+        check_truncate_in_context(sim, b.truncate_prompt_tokens)
         check_openai_fields(sim, b, b.logprobs is not None, b.max_tokens, "completion")
         check_kv_transfer(b.kv_transfer_params, stream)
         check_tools(sim, None, None, b.response_format)

@@ -437,16 +437,13 @@ def check_response_format_schema(rf) -> None:
                        "response_format")
 
 
-def check_tokenize_params(sim, max_tokens, field: str = "max_tokens", truncate=None) -> None:
-    """vLLM 0.34's ``TokenizeParams.__post_init__`` (``renderers/params.py``), built by the
-    request's ``build_tok_params`` when the prompt is rendered: the output limit (``field`` as
-    the client named it: ``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``) and
-    ``truncate_prompt_tokens`` (one within pydantic's bounds) at most ``max_model_len``; each
-    refusal a ``VLLMValidationError`` naming the field."""
+def check_truncate_in_context(sim, truncate) -> None:
+    """``truncate_prompt_tokens`` (one within pydantic's bounds) at most ``max_model_len``, in the
+    words of vLLM 0.34's ``TokenizeParams.__post_init__`` (``renderers/params.py``), a
+    ``VLLMValidationError`` naming the field.  Its other check there, an output limit past
+    ``max_model_len``, is not made: the seeds cap ``max_tokens`` to the room the context leaves
+    and never refuse it."""
     limit = sim.config.max_model_len
-    if max_tokens is not None and max_tokens > limit:
-        raise Rejected(f"{field}={max_tokens} cannot be greater than max_model_len={limit}. "
-                       f"Please request fewer output tokens.", field, max_tokens)
     if truncate is not None and limit < truncate <= INT64_MAX:
         raise Rejected(f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len = {limit}. "
                        f"Please request a smaller truncation size.", "truncate_prompt_tokens", truncate)
@@ -457,7 +454,7 @@ def check_openai_fields(sim, b, logprobs_on: bool, max_tokens, api: str = "chat"
     check_sampling_ranges(b)
     check_seed(b.seed)
     # pydantic's bounds (``Annotated[int, Field(ge=-1, le=_INT64_MAX)]``); the context's are
-    # check_tokenize_params'
+    # check_truncate_in_context's
     check_bounds("truncate_prompt_tokens", b.truncate_prompt_tokens, -1, INT64_MAX)
     check_bounds("priority", b.priority, INT64_MIN, INT64_MAX)
     check_bounds("routed_experts_prompt_start", b.routed_experts_prompt_start, 0)

@@ -45,7 +45,7 @@ from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_
                    prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
-from .fields import (check_cache_salt, check_tokenize_params, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
+from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
                      check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
 from .chat import chat_ec_transfer_params
 from .response_bodies import responses_tool
@@ -72,9 +72,8 @@ class ResponsesAdapter(Adapter):
         if b.background and b.store is False:       # validate_background
             raise Rejected("background can only be used when `store` is true", "background")
         mot = b.max_output_tokens
-        # vLLM 0.34: TokenizeParams bounds max_output_tokens by the context; to_sampling_params
-        # then makes it SamplingParams' max_tokens (min(max_output_tokens, room)), which must be >= 1
-        check_tokenize_params(sim, mot, "max_output_tokens")
+        # to_sampling_params makes it SamplingParams' max_tokens (min(max_output_tokens, room)),
+        # which must be >= 1
         if mot is not None and mot <= 0:
             raise Rejected(f"max_tokens must be at least 1, got {mot}.", "max_tokens", mot)
         inp = b.input

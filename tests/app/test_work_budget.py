@@ -92,13 +92,11 @@ def test_budget_of_zero_means_no_cap_and_negative_is_refused(app_client):
 
 def test_max_tokens_beyond_the_context_counts_as_the_context(api):
     """The simulator caps max_tokens at the room left, so the pre-check counts at most the
-    context; past ``--max-model-len`` it is vLLM 0.34's 400 (``TokenizeParams``) before that."""
-    r = api.post("/v1/chat/completions", json={"model": "test-model", "messages": USER, "n": 16,
-                                               "max_tokens": 1024})
-    assert r.status_code == 200, r.text[:300]
-    r = api.post("/v1/chat/completions", json={"model": "test-model", "messages": USER, "n": 16,
-                                               "max_tokens": 10 ** 9})
-    assert (r.status_code, r.json()["error"]["param"]) == (400, "max_tokens"), r.text[:300]
+    context."""
+    for max_tokens in (1024, 10 ** 9):
+        r = api.post("/v1/chat/completions", json={"model": "test-model", "messages": USER, "n": 16,
+                                                   "max_tokens": max_tokens})
+        assert r.status_code == 200, r.text[:300]
 
 
 def test_the_largest_allowed_response_holds_the_hub_a_few_ms(app_client):
