@@ -119,15 +119,10 @@ class ContextLengthError(InvalidParam):
 
 
 class ModelNotFound(SimulatorError):
-    """The request names a model that is neither served nor a loaded LoRA adapter.  ``aliases``:
-    the served names, which vLLM 0.34's ``_check_model`` lists after the message (``Valid
-    aliases: a, b.``, serve/engine/serving.py l. 75-84); None where vLLM leaves them out."""
+    """The request names a model that is neither served nor a loaded LoRA adapter."""
 
-    def __init__(self, model, aliases=None):
-        text = f"The model `{'' if model is None else model}` does not exist."
-        if aliases:
-            text += f" Valid aliases: {', '.join(aliases)}."
-        super().__init__(text, "model")
+    def __init__(self, model):
+        super().__init__(f"The model `{'' if model is None else model}` does not exist.", "model")
 
 
 class QueueFullError(SimulatorError):

@@ -135,10 +135,9 @@ def resolve_model(sim, model) -> tuple[str, str | None]:
     (error_response.py l. 52-55), where the generation routes' ``_check_model`` names ``model``."""
     try:
         return sim.resolve_model(model)
-    except ModelNotFound:
-        e = ModelNotFound(model)        # VLLMNotFoundError's message: no list of aliases
+    except ModelNotFound as e:
         e.param = None
-        raise e from None
+        raise
 
 
 def check_dimensions(cfg, dims) -> int:

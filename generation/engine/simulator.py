@@ -101,15 +101,13 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
 
         ``model`` omitted, ``null`` or ``""`` is the first served model, as vLLM's
         ``_check_model`` / ``_get_model_name`` treat it.  Raises ModelNotFound (``The model `X`
-        does not exist. Valid aliases: <served names>.``, the list from vLLM 0.34 on) for
-        anything not served."""
-        cfg = self.config
-        names = cfg.served_names
+        does not exist.``) for anything not served."""
+        names = self.config.served_names
         if model in names or model is None or model == "":
             return names[0], None
         if isinstance(model, str) and model in self.loras.paths:
             return model, model
-        raise ModelNotFound(model, names if cfg.vllm_release >= (0, 34, 0) else None)
+        raise ModelNotFound(model)
 
     # ---- scheduling -----------------------------------------------------------------------
     def admit(self, seqs: list[Sequence], received_at: float | None = None, limits: bool = True) -> None:

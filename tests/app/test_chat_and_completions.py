@@ -192,7 +192,7 @@ def test_c08_unknown_model(api, path, body):
     assert r.status_code == 404 and r.headers["content-type"].startswith("application/json")
     err = r.json()["error"]
     assert err["type"] == "NotFoundError" and err["code"] == 404
-    assert err["message"] == "The model `no-such-model` does not exist. Valid aliases: test-model."
+    assert err["message"] == "The model `no-such-model` does not exist."
 
 
 def test_c08_sdk_raises_not_found(api):

@@ -74,7 +74,7 @@ def test_errors_are_the_sdks_exceptions(co):
     assert e.value.body == {"message": "max_tokens must be non-negative (parameter=max_tokens, value=-1)"}
     with pytest.raises(cohere.NotFoundError) as e:
         co.chat(model="nope", messages=HI)
-    assert e.value.body == {"message": "The model `nope` does not exist. Valid aliases: test-model."}
+    assert e.value.body == {"message": "The model `nope` does not exist."}
     with pytest.raises(cohere.BadRequestError):
         list(co.chat_stream(model="test-model", messages=[]))
 

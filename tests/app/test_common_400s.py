@@ -229,4 +229,4 @@ def test_unknown_model_is_case_c08(api, path):
     asks for the message without it."""
     r = call(api, path, {"model": "nope"})
     assert r.status_code == 404 and r.json() == {"error": {
-        "message": "The model `nope` does not exist. Valid aliases: test-model.", "type": "NotFoundError", "param": "model", "code": 404}}
+        "message": "The model `nope` does not exist.", "type": "NotFoundError", "param": "model", "code": 404}}
