@@ -225,7 +225,7 @@ def test_params_max_tokens_and_max_generation_tokens_are_vllms(app_client):
     (ParentRequest.observe_finished_request, vllm/v1/engine/parallel_sampling.py)."""
     c = app_client("--max-model-len", "1024", "--seed", "7")
     before = families(c)
-    r = c.post("/v1/completions", json={"model": "test-model", "prompt": list(range(100, 110)), "max_tokens": 5000,
+    r = c.post("/v1/completions", json={"model": "test-model", "prompt": list(range(100, 110)), "max_tokens": 1020,
                                         "ignore_eos": True})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1014
     r = c.post("/v1/completions", json={"model": "test-model", "prompt": list(range(100, 110)), "max_tokens": 6,
