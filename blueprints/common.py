@@ -22,7 +22,7 @@ from generation.adapters.validation import BODY_BYTES, JSON_WORDS_MAX, body_miss
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
-from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, KERNEL_ARRIVAL_KEY
+from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, KERNEL_ARRIVAL_KEY, send_all_or_stall
 
 JSON_MIME = "application/json"
 
@@ -349,7 +349,7 @@ def sse_body(body_iter, sim: Simulator, seqs, error_frame, environ: dict):
                             raise value
                         unsent, then = value        # a slow reader: this greenlet drives the rest
                         try:
-                            environ["gunicorn.socket"].sendall(unsent)
+                            send_all_or_stall(environ["gunicorn.socket"], unsent)
                         except OSError:
                             return
                         if then is None:

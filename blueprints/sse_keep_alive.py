@@ -27,7 +27,7 @@ from gevent import GreenletExit
 from gevent.hub import get_hub
 from gevent.queue import Channel, Empty
 
-from .streaming import HUB_EMITTER_KEY, SSE_KEEP_ALIVE_COMMENT, KeepAlive
+from .streaming import HUB_EMITTER_KEY, SSE_KEEP_ALIVE_COMMENT, KeepAlive, send_all_or_stall
 
 _END = object()         # the SSE body is over
 _HUB = object()         # the hub emitter writes from here until the next message
@@ -111,7 +111,7 @@ class _HubTurn:
             return outcome
         unsent, then = outcome[1]
         try:
-            self.environ["gunicorn.socket"].sendall(unsent)
+            send_all_or_stall(self.environ["gunicorn.socket"], unsent)
         except OSError:
             return outcome          # the SSE body's own send fails the same way, and it ends
         self.ka.last = monotonic()

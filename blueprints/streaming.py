@@ -29,7 +29,22 @@ the route's SSE body runs behind :func:`blueprints.sse_keep_alive.with_sse_keep_
 calls the factory with a fourth argument, a :class:`KeepAlive`: the emitter then sends
 :data:`SSE_KEEP_ALIVE_COMMENT` whenever ``keep_alive.due()`` passes with nothing written, and sets
 ``keep_alive.last`` at each write.  Without it the factory is called with three.  Flask-free.
+
+A client that stops reading (its socket buffer full, no byte taken for :data:`WRITE_STALL_S`,
+the runtime's ``--timeout-keep-alive``) is gone: :func:`send_all_or_stall` raises
+:class:`StalledReader` (an ``EPIPE``), the stream ends as if the client had left and its slot is
+freed.  Before, a stream's writes waited for good: five clients that never read held every seat
+of ``--max-num-seqs 5`` for as long as they kept their sockets open, and every other request
+waited behind them.
 """
+import errno
+import struct
+
+try:
+    import fcntl
+    import termios
+except ImportError:         # not POSIX: no send-queue reading, a timed-out wait is a stall
+    fcntl = termios = None
 WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start_response returned
 HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
 HEADERS_LATER_KEY = "vllm_sim.headers_later"  # environ: () -> bool, the runtime's "in a burst", if any
@@ -52,3 +67,53 @@ class KeepAlive:
     def due(self) -> float:
         """When a keep-alive comment is due if nothing is written before."""
         return self.last + self.interval
+
+WRITE_STALL_S = 5.0     # s a write may wait without the client taking a byte (the runtime's keep-alive)
+
+
+class StalledReader(BrokenPipeError):
+    """The client took no byte of its answer for :data:`WRITE_STALL_S`: treated as gone (an
+    ``EPIPE``, which gunicorn closes quietly)."""
+
+
+def send_all_or_stall(sock, data, stall_s: float | None = None) -> None:
+    """``sock.sendall(data)``, but raise :class:`StalledReader` when the client takes no byte
+    for ``stall_s`` (default :data:`WRITE_STALL_S`; 0 or None waits for good).  gevent's own
+    ``sendall`` under a timeout bounds the whole call, which would cut a slow reader that keeps
+    reading; and the socket turns writable only once a third of its send buffer is free (up to
+    4 MiB on Linux: 1.3 MiB, 47 s for a client reading 28 KB/s), so a wait for writability that
+    times out is not a stall either when the kernel's send queue (``SIOCOUTQ``) shrank meanwhile:
+    the client is reading, the wait goes on.  The socket's timeout is restored after."""
+    stall_s = WRITE_STALL_S if stall_s is None else stall_s
+    if not stall_s:
+        sock.sendall(data)
+        return
+    view = memoryview(data)
+    before = sock.gettimeout()
+    sock.settimeout(stall_s)
+    queued = _send_queue(sock)
+    try:
+        while view:
+            try:
+                sent = sock.send(view)
+            except TimeoutError:
+                now = _send_queue(sock)
+                if now is not None and queued is not None and now < queued:
+                    queued = now            # the client took bytes: still reading
+                    continue
+                raise StalledReader(errno.EPIPE, f"the client took no bytes for {stall_s:g} s") from None
+            view = view[sent:]
+            queued = _send_queue(sock)
+    finally:
+        try:
+            sock.settimeout(before)
+        except OSError:
+            pass
+
+
+def _send_queue(sock) -> int | None:
+    """Bytes the kernel still holds for the peer (Linux ``SIOCOUTQ``), or None where unknown."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, ValueError, AttributeError, NameError):
+        return None

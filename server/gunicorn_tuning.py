@@ -34,17 +34,20 @@ from __future__ import annotations
 import time
 from http import HTTPStatus
 
+from blueprints.streaming import send_all_or_stall
+
 ALLOW_LIST_MEMO = 4096        # peer addresses remembered (one entry each; cleared when full)
 
 
 def send_all(sock, data) -> None:
     """``sock.sendall(data)`` in one ``send`` when the kernel takes every byte (the usual case
-    for a response that fits the socket buffer)."""
+    for a response that fits the socket buffer); the rest fails with a ``StalledReader`` when the
+    client takes no byte of it for ``--timeout-keep-alive`` (:mod:`blueprints.streaming`)."""
     if not data:
         return
     sent = sock.send(data)
     if sent < len(data):
-        sock.sendall(memoryview(data)[sent:])
+        send_all_or_stall(sock, memoryview(data)[sent:])
 
 
 def end_with_next_write(resp) -> bool:

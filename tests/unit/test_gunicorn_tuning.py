@@ -2,6 +2,7 @@
 order (unit tests on gunicorn's Response with a recording socket)."""
 from __future__ import annotations
 
+import errno
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +22,15 @@ class Sock:
     def send(self, data):
         self.sends.append(bytes(data))
         return len(data)
+
+    def gettimeout(self):
+        return None
+
+    def settimeout(self, value):
+        pass
+
+    def fileno(self):
+        return -1
 
 
 def response(status="200 OK", headers=(("Content-Type", "application/json"),), method="POST"):
@@ -101,8 +111,37 @@ def test_a_partial_send_is_completed_in_order():
     sock = ShortSock()
     gunicorn_tuning.send_all(sock, b"0123456789")
     assert b"".join(sock.sends) == b"0123456789" and sock.sends[0] == b"012"
+    n = len(sock.sends)
     gunicorn_tuning.send_all(sock, b"")
-    assert len(sock.sends) == 2
+    assert len(sock.sends) == n
+
+
+class FullSock(Sock):
+    """A socket whose buffer stays full: ``send`` times out as gevent's does under a timeout."""
+
+    def __init__(self):
+        super().__init__()
+        self.timeout = None
+
+    def send(self, data):
+        if self.timeout is None:
+            raise AssertionError("waited for good")
+        raise TimeoutError("timed out")
+
+    def gettimeout(self):
+        return self.timeout
+
+    def settimeout(self, value):
+        self.timeout = value
+
+
+def test_a_client_that_takes_nothing_is_a_stalled_reader(monkeypatch):
+    from blueprints import streaming
+    monkeypatch.setattr(streaming, "WRITE_STALL_S", 0.5)
+    sock = FullSock()
+    with pytest.raises(streaming.StalledReader) as err:
+        streaming.send_all_or_stall(sock, b"0123456789")
+    assert err.value.errno == errno.EPIPE and sock.timeout is None      # quiet in gunicorn; restored
 
 
 def test_date_header_is_gunicorns_to_the_second(monkeypatch):
