@@ -82,8 +82,11 @@ def send_all_or_stall(sock, data, stall_s: float | None = None) -> None:
     ``sendall`` under a timeout bounds the whole call, which would cut a slow reader that keeps
     reading; and the socket turns writable only once a third of its send buffer is free (up to
     4 MiB on Linux: 1.3 MiB, 47 s for a client reading 28 KB/s), so a wait for writability that
-    times out is not a stall either when the kernel's send queue (``SIOCOUTQ``) shrank meanwhile:
-    the client is reading, the wait goes on.  The socket's timeout is restored after."""
+    times out is not a stall when the kernel's send queue (``SIOCOUTQ``) shrank since the
+    previous timeout: the client is reading, the wait goes on.  A stall is therefore one whole
+    ``stall_s`` without the queue shrinking, found ``stall_s`` to ``2 * stall_s`` after the
+    client stopped.  A TLS socket's ``send`` blocks too (gevent raises the same timeout), so
+    every send, the first included, waits under the limit.  The socket's timeout is restored."""
     stall_s = WRITE_STALL_S if stall_s is None else stall_s
     if not stall_s:
         sock.sendall(data)
@@ -91,19 +94,19 @@ def send_all_or_stall(sock, data, stall_s: float | None = None) -> None:
     view = memoryview(data)
     before = sock.gettimeout()
     sock.settimeout(stall_s)
-    queued = _send_queue(sock)
+    queued = None
     try:
         while view:
             try:
                 sent = sock.send(view)
             except TimeoutError:
                 now = _send_queue(sock)
-                if now is not None and queued is not None and now < queued:
-                    queued = now            # the client took bytes: still reading
+                if now is not None and (queued is None or now < queued):
+                    queued = now            # the first timeout, or the client took bytes since
                     continue
                 raise StalledReader(errno.EPIPE, f"the client took no bytes for {stall_s:g} s") from None
             view = view[sent:]
-            queued = _send_queue(sock)
+            queued = None
     finally:
         try:
             sock.settimeout(before)

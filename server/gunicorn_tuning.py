@@ -40,14 +40,11 @@ ALLOW_LIST_MEMO = 4096        # peer addresses remembered (one entry each; clear
 
 
 def send_all(sock, data) -> None:
-    """``sock.sendall(data)`` in one ``send`` when the kernel takes every byte (the usual case
-    for a response that fits the socket buffer); the rest fails with a ``StalledReader`` when the
-    client takes no byte of it for ``--timeout-keep-alive`` (:mod:`blueprints.streaming`)."""
-    if not data:
-        return
-    sent = sock.send(data)
-    if sent < len(data):
-        send_all_or_stall(sock, memoryview(data)[sent:])
+    """``sock.sendall(data)``: one ``send`` when the kernel takes every byte (the usual case for
+    a response that fits the socket buffer); a client that takes no byte of it for
+    ``--timeout-keep-alive`` fails it with a ``StalledReader`` (:mod:`blueprints.streaming`)."""
+    if data:
+        send_all_or_stall(sock, data)
 
 
 def end_with_next_write(resp) -> bool:

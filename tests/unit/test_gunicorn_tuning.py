@@ -142,6 +142,8 @@ def test_a_client_that_takes_nothing_is_a_stalled_reader(monkeypatch):
     with pytest.raises(streaming.StalledReader) as err:
         streaming.send_all_or_stall(sock, b"0123456789")
     assert err.value.errno == errno.EPIPE and sock.timeout is None      # quiet in gunicorn; restored
+    with pytest.raises(streaming.StalledReader):      # a response's first send too (a TLS send blocks)
+        gunicorn_tuning.send_all(FullSock(), b"0123456789")
 
 
 def test_date_header_is_gunicorns_to_the_second(monkeypatch):
