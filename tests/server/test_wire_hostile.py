@@ -133,3 +133,26 @@ def test_runaway_request_templates_free_their_render_threads_in_the_patched_serv
     assert status == 200, out
     status, out = post("/v1/chat/completions/batch", {**batch, "chat_template": plain})
     assert status == 200 and len(out["choices"]) == 2, out
+
+
+def test_a_body_of_many_tiny_chunks_leaves_other_clients_served(server):
+    """500,000 one-byte chunks (3 MB on the wire, all in the socket at once): no read blocks, so
+    parsing them held the hub, and every other client, 3-4 s; the hub now gets a turn every 2 ms
+    of parsing (``server.request_head.StrictChunkedReader``)."""
+    import threading
+    body = b'{"model": "test-model", "prompt": "' + b"a" * 500_000 + b'", "max_tokens": 1}'
+    data = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(b"1\r\n%c\r\n" % c for c in body) + b"0\r\n\r\n")
+    got = {}
+    flood = threading.Thread(target=lambda: got.update(out=exchange(server, data, limit_s=30)))
+    flood.start()
+    worst = 0.0
+    time.sleep(0.3)                            # the chunks are being parsed
+    while flood.is_alive():
+        out, took = exchange(server, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10)
+        assert out.startswith(b"HTTP/1.1 200"), out[:100]
+        worst = max(worst, took)
+        time.sleep(0.05)
+    flood.join()
+    assert got["out"][0].startswith(b"HTTP/1.1 "), got["out"][0][:100]     # answered (400: too long a prompt)
+    assert worst < 1.0, worst
