@@ -20,9 +20,13 @@ from __future__ import annotations
 import struct
 from collections import deque
 from socket import SOL_SOCKET
+from time import monotonic
 
-from gevent import Timeout
+from gevent import Timeout, sleep
 from gevent.hub import Waiter, get_hub
+
+
+READ_SLICE = 0.002      # s: the longest one request's reads run before the hub gets a turn
 
 
 class ArrivalTurns:
@@ -213,14 +217,27 @@ def install(per_turn: int) -> None:
     _Body, _LengthReader = Body, LengthReader
     from .request_head import LeanRequest
 
-    class StampedUnreader(SocketUnreader):
+    class SlicedUnreader(SocketUnreader):
+        """A socket's unreader that gives the hub a turn every :data:`READ_SLICE` of one
+        request's reads: reads that find bytes waiting never block, and a TLS client sending
+        its body as one-byte records (one ``recv`` each) held every other client ~10 s with a
+        2 MB body.  ``turn_by`` is set as each request's turn is taken (:class:`TurnTakingParser`)."""
+        turn_by = float("inf")
+
+        def chunk(self, size_hint=None):
+            if monotonic() >= self.turn_by:
+                sleep(0)
+                self.turn_by = monotonic() + READ_SLICE
+            return SocketUnreader.chunk(self, size_hint)
+
+    class StampedUnreader(SlicedUnreader):
         """A plain socket's unreader: its :func:`first_read` notes the kernel's receive time
         in ``stamp``, which any other read clears."""
         stamp = None
 
         def chunk(self, size_hint=None):
             self.stamp = None
-            return SocketUnreader.chunk(self, size_hint)
+            return SlicedUnreader.chunk(self, size_hint)
     _StampedUnreader = StampedUnreader
 
     class TurnTakingParser(RequestParser):
@@ -233,7 +250,10 @@ def install(per_turn: int) -> None:
             mesg = self.mesg
             if mesg is not None and mesg.should_close():
                 raise StopIteration()
-            wait_for_request(self.unreader, turns)
+            unreader = self.unreader
+            unreader.turn_by = float("inf")         # (a SlicedUnreader) the wait is not reading
+            wait_for_request(unreader, turns)
+            unreader.turn_by = monotonic() + READ_SLICE
             if mesg is not None and not (read_to_end(mesg.body) or self.finish_body()):
                 raise StopIteration()
             self.req_count += 1
@@ -247,7 +267,8 @@ def install(per_turn: int) -> None:
         parser = original(cfg, source, source_addr, http2_connection=http2_connection)
         if type(parser) is RequestParser:
             parser.__class__ = TurnTakingParser
-            if type(source) is plain_socket and type(parser.unreader) is SocketUnreader:
-                parser.unreader.__class__ = StampedUnreader      # not TLS: recvmsg
+            if type(parser.unreader) is SocketUnreader:
+                # not TLS: recvmsg; TLS: only the turns within a request's reads
+                parser.unreader.__class__ = StampedUnreader if type(source) is plain_socket else SlicedUnreader
         return parser
     http.get_parser = get_parser

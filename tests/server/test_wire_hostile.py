@@ -156,3 +156,58 @@ def test_a_body_of_many_tiny_chunks_leaves_other_clients_served(server):
     flood.join()
     assert got["out"][0].startswith(b"HTTP/1.1 "), got["out"][0][:100]     # answered (400: too long a prompt)
     assert worst < 1.0, worst
+
+
+def test_a_tls_body_of_one_byte_records_leaves_other_clients_served():
+    """A TLS client sending its body as one-byte records (600,000 of them, 14 MB on the wire, all
+    in the socket at once): each ``recv`` returns one byte without blocking, so reading them
+    held the hub, and every other client, 2-3 s (2 MB of body: 10 s); the hub now gets a turn
+    every 2 ms of a request's reads (``server.arrivals``' ``SlicedUnreader``)."""
+    import ssl
+    import threading
+
+    import httpx
+
+    from support.sockets import self_signed_server
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    with self_signed_server() as (_, base):
+        host, port = base.rsplit("//", 1)[1].split(":")
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        while True:                                  # the handshake, through memory
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                incoming.write(sock.recv(65536))
+        sock.sendall(outgoing.read())
+        body = b'{"model": "test-model", "prompt": "' + b"a" * 600_000 + b'", "max_tokens": 1}'
+        tls.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        for i in range(len(body)):
+            tls.write(body[i:i + 1])                 # one record a byte
+        wire = outgoing.read()
+
+        def flood():
+            try:
+                sock.sendall(wire)
+                while sock.recv(65536):
+                    pass
+            except OSError:
+                pass                                 # the body's deadline (408) may close it first
+        thread = threading.Thread(target=flood)
+        worst = 0.0
+        with httpx.Client(verify=False, timeout=10) as probe:
+            thread.start()
+            time.sleep(0.2)
+            while thread.is_alive():
+                t0 = time.monotonic()
+                assert probe.get(base + "/health", headers={"Connection": "close"}).status_code == 200
+                worst = max(worst, time.monotonic() - t0)
+                time.sleep(0.05)
+        thread.join()
+        sock.close()
+    assert worst < 1.0, worst
