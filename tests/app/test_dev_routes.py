@@ -136,6 +136,18 @@ def test_sagemaker_invocations_no_handler_on_a_pooling_model(app_client):
             "Cannot find suitable handler for request. Expected one of: classification (input)."
 
 
+@pytest.mark.parametrize("depth", [300, 1000])
+@pytest.mark.parametrize("key", ["messages", "prompt", "input", "extra"])
+def test_sagemaker_invocations_take_a_deeply_nested_body_as_any_route(api, key, depth):
+    """A body nested deeper than orjson serialises (255 levels; it parses 1,024) was re-encoded
+    for the handler and answered 500 ``TypeError: Recursion limit reached``: a client's input is
+    never a 5xx."""
+    body = b'{"model": "test-model", "%s": ' % key.encode() + b"[" * depth + b"]" * depth + b"}"
+    r = api.post("/invocations", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == 400
+
+
 @pytest.mark.parametrize("raw,message", [
     (b"", "JSON decode error: Expecting value: line 1 column 1 (char 0)"),
     (b"{", "JSON decode error: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
