@@ -17,6 +17,7 @@ from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
+from generation.adapters.base import dumps_any as dumps_json
 from generation.adapters.token_stream import answer_aborted
 from generation.adapters.validation import BODY_BYTES, JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
@@ -148,17 +149,6 @@ def dumps_paced(obj, pace: Pacer) -> list:
     if group:
         out.append(b"".join(group))
     return out
-
-
-def dumps_json(obj) -> bytes:
-    """``orjson.dumps(obj)``, or the standard library's compact JSON when ``obj`` holds an
-    integer past 64 bits, which orjson refuses (a tool argument a schema's ``minimum`` put
-    there: Python's ints, and vLLM's pydantic, have no such bound)."""
-    try:
-        return orjson.dumps(obj)
-    except TypeError:
-        import json
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _dump_into(parts: list, obj, pace: Pacer, depth: int) -> None:

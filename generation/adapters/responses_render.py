@@ -9,7 +9,7 @@ from dataclasses import asdict
 from generation.content import logprobs as lp
 from generation.content.reasoning import content_text, reasoning_text
 from generation.engine.stream_interval import token_span, within
-from .base import REMOTE_DECODE_PARAMS, created_cache_tokens, dumps, per_request_metrics
+from .base import REMOTE_DECODE_PARAMS, created_cache_tokens, dumps, dumps_any, per_request_metrics
 from .response_bodies import (function_call_item, output_message, output_text, output_text_logprob, reasoning_item,
                              responses_reasoning, responses_response, responses_text_format, responses_usage)
 from .protocol import ResponsesRequest
@@ -50,7 +50,7 @@ class RenderCtx:
         api_router.py l. 34-44): alphabetical (the SDK's models list their required fields so,
         and an event's are all required)."""
         fields = {"type": type_, "sequence_number": self.n, **payload}
-        frame = b"event: " + type_.encode() + b"\ndata: " + dumps(dict(sorted(fields.items()))) + b"\n\n"
+        frame = b"event: " + type_.encode() + b"\ndata: " + dumps_any(dict(sorted(fields.items()))) + b"\n\n"
         self.n += 1
         return frame
 

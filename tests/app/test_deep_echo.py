@@ -1,0 +1,27 @@
+"""Client values nested deeper than orjson writes (255 levels; it parses 1,024) that an answer
+echoes back: the stream's events and the render routes' answers were a 500 (``TypeError:
+Recursion limit reached``, then the standard library's ``RecursionError``); they are written by
+the standard library's encoder under a raised recursion limit (``dumps_any``)."""
+from __future__ import annotations
+
+import pytest
+
+USER = '"messages":[{"role":"user","content":"hi"}]'
+
+
+def nest(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/responses", '{"model":"test-model","input":"hi","stream":true,"reasoning":{"effort":"low","x":%s}}' % nest(300)),
+    ("/v1/responses", '{"model":"test-model","input":"hi","reasoning":{"effort":"low","x":%s}}' % nest(1000)),
+    ("/v1/chat/completions/render", '{"model":"test-model",%s,"tools":[{"type":"function","function":{"name":"f",'
+     '"parameters":{"type":"object","x":%s}}}]}' % (USER, nest(1000))),
+    ("/v1/chat/completions/render", '{"model":"test-model",%s,"kv_transfer_params":{"x":%s}}' % (USER, nest(1000))),
+    ("/v1/chat/completions/render", '{"model":"test-model",%s,"chat_template_kwargs":{"x":%s}}' % (USER, nest(1000))),
+], ids=["responses-stream-reasoning", "responses-reasoning", "render-tools", "render-kv-transfer", "render-template-kwargs"])
+def test_deeply_nested_values_echoed_back_are_written(api, path, body):
+    r = api.post(path, content=body.encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+    assert '"code":"500"' not in r.text and "Recursion" not in r.text
