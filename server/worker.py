@@ -173,7 +173,7 @@ class SimWorker(GeventWorker):
     def load_wsgi(self):
         from . import arrivals, gunicorn_tuning
         gunicorn_tuning.install()       # headers leave with the first body bytes (issue 13)
-        from blueprints import streaming
+        import blueprints.streaming as streaming
         streaming.WRITE_STALL_S = float(self.cfg.keepalive or KEEPALIVE_SECONDS)   # a reader that stops is gone
         arrivals.install(ACCEPT_BATCH)  # keep-alive requests take turns with due tokens
         super().load_wsgi()

@@ -18,39 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
 from typing import NamedTuple
 
-import orjson
 
 from generation import vllm_version
 from ..errors import InvalidParam, Rejected, QueueFullError
 from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text, plain_message
 
-dumps = orjson.dumps
-DUMPS_RECURSION_LIMIT = 20_000  # frames for the standard library's encoder: 1,024 parsed levels and the answer around them
-
-
-def dumps_any(obj) -> bytes:
-    """``orjson.dumps(obj)``, or the standard library's compact JSON when ``obj`` holds an
-    integer past 64 bits or is nested past 255 levels, which orjson refuses (a tool argument a
-    schema's ``minimum`` put there: Python's ints, and vLLM's pydantic, have no such bound; a
-    client's value echoed back, which orjson parsed to 1,024 levels).  The fallback runs under a
-    raised recursion limit, so a body orjson parsed is always written: no switch to another
-    greenlet happens meanwhile.  For objects that hold client values; ``dumps`` for the rest."""
-    try:
-        return orjson.dumps(obj)
-    except TypeError:
-        import json
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, DUMPS_RECURSION_LIMIT))
-        try:
-            return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-        finally:
-            sys.setrecursionlimit(limit)
-
+from .json_dumps import dumps
 # vLLM's VLLM_MAX_N_SEQUENCES: the largest ``n`` SamplingParams accepts (vLLM default 16384).
 MAX_N = int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
 

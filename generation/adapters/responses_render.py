@@ -9,7 +9,8 @@ from dataclasses import asdict
 from generation.content import logprobs as lp
 from generation.content.reasoning import content_text, reasoning_text
 from generation.engine.stream_interval import token_span, within
-from .base import REMOTE_DECODE_PARAMS, created_cache_tokens, dumps, dumps_any, per_request_metrics
+from .base import REMOTE_DECODE_PARAMS, created_cache_tokens, dumps, per_request_metrics
+from .json_dumps import dumps_any
 from .response_bodies import (function_call_item, output_message, output_text, output_text_logprob, reasoning_item,
                              responses_reasoning, responses_response, responses_text_format, responses_usage)
 from .protocol import ResponsesRequest

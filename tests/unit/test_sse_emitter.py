@@ -336,6 +336,16 @@ def test_a_hand_back_goes_on_with_what_came_after_the_unsent_bytes():
         def sendall(self, data):
             sent.append(bytes(data))
 
+        def send(self, data):
+            sent.append(bytes(data))
+            return len(data)
+
+        def gettimeout(self):
+            return None
+
+        def settimeout(self, t):
+            pass
+
     for then, tail in ((2.0, [b"after"]), (InvalidParam("boom"), [b"error frame"])):
         sent, slept = [], []
         sim = SimpleNamespace(expects_delay=lambda seqs: True, cancel=lambda seqs: None,
