@@ -311,10 +311,21 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
         content = [{"type": "text", "text": text}] if text else []
     if thinking is not None:
         content.insert(0, thinking)
+    if not content:
+        # vLLM 0.34's messages_full_converter: an empty answer is one empty text block, not []
+        # (anthropic/serving.py l. 1027-1031: strict clients read content[0])
+        content = [{"type": "text", "text": ""}]
     # AnthropicMessagesResponse's field order (anthropic/protocol.py l. 441-453): content before model
-    return {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "content": content,
+    body = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "content": content,
             "model": req.model, "stop_reason": _stop_reason(seq, stop_sequence), "stop_sequence": stop_sequence,
             "usage": _usage(seq, seq.completion_tokens, cache_info)}
+    # vLLM 0.34 answers model_dump(exclude_none=True) (anthropic/api_router.py l. 83): a null
+    # stop_sequence (no stop string matched) or stop_reason (an aborted answer) is left out
+    if stop_sequence is None:
+        del body["stop_sequence"]
+    if body["stop_reason"] is None:
+        del body["stop_reason"]
+    return body
 
 
 def _frame(name: str, obj) -> bytes:

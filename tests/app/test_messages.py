@@ -60,8 +60,30 @@ def test_the_body_is_laid_out_as_vllms_model(api):
     r = api.post("/v1/messages", json={"model": "test-model", "max_tokens": 3,
                                        "messages": [{"role": "user", "content": U}]})
     body = r.json()
-    assert list(body) == ["id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"]
+    # model_dump(exclude_none=True) (anthropic/api_router.py l. 83): no stop string matched, no
+    # stop_sequence key
+    assert list(body) == ["id", "type", "role", "content", "model", "stop_reason", "usage"]
     assert list(body["usage"]) == ["input_tokens", "output_tokens"]
+
+
+def test_body_leaves_out_its_null_fields_as_vllm(echo_api):
+    """vLLM 0.34 answers ``model_dump(exclude_none=True)`` (anthropic/api_router.py l. 83): a
+    matched stop string is ``stop_sequence``, none is no key (the SDK reads None either way); an
+    answer that stops before its first character is one empty text block, not ``[]``
+    (messages_full_converter, anthropic/serving.py l. 1027-1031)."""
+    base = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": U}]}
+    body = post(echo_api, {**base, "stop_sequences": ["test"]}).json()
+    assert (body["stop_reason"], body["stop_sequence"]) == ("stop_sequence", "test")
+    body = post(echo_api, base).json()
+    assert body["stop_reason"] == "end_turn" and "stop_sequence" not in body
+    body = post(echo_api, {**base, "stop_sequences": ["This"]}).json()
+    assert body["content"] == [{"type": "text", "text": ""}]
+    assert (body["stop_reason"], body["stop_sequence"]) == ("stop_sequence", "This")
+    msg = client(echo_api).messages.create(**{**base, "stop_sequences": ["This"]})
+    assert msg.content[0].type == "text" and msg.content[0].text == ""
+    # a stream of that answer opens no block at all, as vLLM's converter skips empty deltas
+    names = [name for name, _ in events(post(echo_api, {**base, "stop_sequences": ["This"], "stream": True}))]
+    assert names == ["message_start", "message_delta", "message_stop"]
 
 
 def test_echo_exact_text_and_usage(echo_api):
@@ -445,7 +467,8 @@ def test_cache_threshold_header(api):
     assert r.status_code == 200
     msg = r.json()
     assert msg["stop_reason"] == "max_tokens" and msg["usage"]["output_tokens"] == 0
-    assert msg["usage"]["input_tokens"] == 10 and msg["content"] == []
+    # no token: one empty text block, as vLLM's messages_full_converter answers an empty completion
+    assert msg["usage"]["input_tokens"] == 10 and msg["content"] == [{"type": "text", "text": ""}]
     evs = events(post(api, {**body, "stream": True}, h))
     names = [n for n, _ in evs]
     assert names[0] == "message_start" and names[-1] == "message_stop"
