@@ -154,7 +154,7 @@ def to_chat_messages(body: CountTokensRequest) -> list:
     as one system message, as vLLM renders it.  ``tool_result`` blocks become ``tool`` messages
     (``tool_call_id`` = ``tool_use_id``) placed before the remaining content of their message,
     as chat expects results right after the assistant's calls.  ``tool_use`` input is serialised
-    as compact JSON with sorted keys.  A message left with no content and no tool calls is
+    as vLLM 0.34 does (``json.dumps``: the client's key order, default separators).  A message left with no content and no tool calls is
     dropped (reference api.md 5.4.1)."""
     out = []
     system = system_prompt(body)
@@ -176,10 +176,10 @@ def to_chat_messages(body: CountTokensRequest) -> list:
                 out.append({"role": "tool", "tool_call_id": b["tool_use_id"],
                             "content": rc if isinstance(rc, str) or rc is None else _chat_parts(rc)})
             elif t == "tool_use":
+                # vLLM 0.34's _convert_tool_use_block: json.dumps(block.input or {}), keys in the
+                # client's order with json's default separators (a chat template reads them back)
                 calls.append({"id": b["id"], "type": "function",
-                              "function": {"name": b["name"],
-                                           "arguments": json.dumps(b.get("input") or {}, sort_keys=True,
-                                                                   separators=(",", ":"))}})
+                              "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
             elif t in ("text", "image"):
                 parts.extend(_chat_parts([b]))
         if not parts and not calls:

@@ -93,7 +93,8 @@ def test_anthropic_translation():
         {"role": "system", "content": "be brief"},         # text blocks joined, as vLLM does
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "calling",
-         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":2,"b":1}'}}]},
+         # vLLM 0.34's _convert_tool_use_block: json.dumps(input), the client's key order and spacing
+         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'}}]},
         {"role": "tool", "tool_call_id": "t1", "content": "42"},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/i.png"}}]},
     ]
