@@ -428,6 +428,10 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     def _max_tokens(self, value, **kwargs):
         if value is None:
             raise ValidationError("Field required.")
+        if value <= 0:
+            # vLLM 0.34's validate_max_tokens (anthropic/protocol.py:369-374), a pydantic value_error
+            raise refuse(("", value, "value_error", "Value error, max_tokens must be positive",
+                          {"error": ValueError("max_tokens must be positive")}))
 
 
 messages_request_schema = MessagesRequestSchema()

@@ -416,6 +416,18 @@ def test_malformed_bodies(api, body, field):
     _assert_anthropic_error(post(api, full), 400, "invalid_request_error", field)
 
 
+@pytest.mark.parametrize("value", [0, -3])
+def test_max_tokens_not_positive_is_vllms_value_error(api, value):
+    """vLLM 0.34's ``validate_max_tokens`` (anthropic/protocol.py:369-374) raises a ValueError
+    inside pydantic: its validation handler's words, not SamplingParams' (the request never gets
+    that far)."""
+    r = post(api, {"model": "test-model", "max_tokens": value, "messages": [{"role": "user", "content": U}]})
+    _assert_anthropic_error(r, 400, "invalid_request_error")
+    assert r.json()["error"]["message"] == (
+        "1 validation error:\n  {'type': 'value_error', 'loc': 'body.max_tokens', 'msg': 'Value error, max_tokens "
+        f"must be positive', 'input': '{value}', 'ctx': {{'error': ValueError('max_tokens must be positive')}}}}")
+
+
 def test_not_json(api):
     r = api.post("/v1/messages", content=b"{nope", headers={"content-type": "application/json"})
     _assert_anthropic_error(r, 400, "invalid_request_error")
