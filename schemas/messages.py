@@ -28,6 +28,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, pre_load, validate, validates, validates_schema
 
 from generation.adapters import protocol as p
+from generation.adapters.fields import MAX_STOP_STRINGS
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from . import field_order as order
@@ -423,6 +424,15 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     mm_payload = lax_literal(*MM_PAYLOADS)
     return_mm_kwargs = lax_bool()
     cache_salt = lax_str(min_length=1, max_length=1024)
+
+    @validates("stop_sequences")
+    def _stop_sequences(self, value, **kwargs):
+        # vLLM 0.34: Annotated[list[str], Field(max_length=envs.VLLM_MAX_STOP_STRINGS)] | None
+        # (anthropic/protocol.py:278-280), pydantic's too_long
+        if value is not None and len(value) > MAX_STOP_STRINGS:
+            raise refuse(("", value, "too_long", f"List should have at most {MAX_STOP_STRINGS} items after "
+                          f"validation, not {len(value)}",
+                          {"field_type": "List", "max_length": MAX_STOP_STRINGS, "actual_length": len(value)}))
 
     @validates("max_tokens")
     def _max_tokens(self, value, **kwargs):

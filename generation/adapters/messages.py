@@ -22,7 +22,7 @@ import json
 from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from generation.lanes import paced
-from ..errors import FieldNames
+from ..errors import FieldNames, Rejected
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
 from .token_stream import Streamed, end_aborted, rendered_tokens
@@ -65,6 +65,9 @@ class MessagesAdapter(Adapter):
         check_sampling_ranges(b)
         stream = bool(b.stream)
         check_kv_transfer(b.kv_transfer_params, stream)
+        if b.stop_sequences and not all(b.stop_sequences):
+            # vLLM passes stop_sequences to chat's stop as they are: SamplingParams refuses "" there
+            raise Rejected("stop cannot contain an empty string.")
         tc = b.tool_choice
         messages = to_chat_messages(b)
         prompt = chat_prompt(sim, messages, tools=tools, chat_template_kwargs=kwargs)
@@ -72,7 +75,7 @@ class MessagesAdapter(Adapter):
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
             tools=callable_tools(b, tools), tool_choice=tool_choice,
-            stop=[s for s in b.stop_sequences or () if s] or None, kv_transfer_params=b.kv_transfer_params,
+            stop=list(b.stop_sequences) if b.stop_sequences else None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None,
             response_format=constraint, temperature=b.temperature, reasoning=reasoning,

@@ -171,6 +171,24 @@ def test_stop_sequences(echo_api):
     assert md["usage"]["output_tokens"] == 6
 
 
+def test_stop_sequences_bounds_as_vllm(api):
+    """vLLM 0.34: ``stop_sequences`` holds at most ``VLLM_MAX_STOP_STRINGS`` (4) strings, pydantic's
+    ``too_long`` (anthropic/protocol.py:278-280), and becomes chat's ``stop`` as sent, where
+    SamplingParams refuses an empty string (sampling_params.py:739-740)."""
+    base = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": U}]}
+    assert post(api, {**base, "stop_sequences": ["a", "b", "c", "d"]}).status_code == 200
+    r = post(api, {**base, "stop_sequences": ["a", "b", "c", "d", "e"]})
+    _assert_anthropic_error(r, 400, "invalid_request_error")
+    assert r.json()["error"]["message"] == (
+        "1 validation error:\n  {'type': 'too_long', 'loc': 'body.stop_sequences', 'msg': 'List should have at most 4 "
+        "items after validation, not 5', 'input': '<list of 5 items>', 'ctx': {'field_type': 'List', 'max_length': 4, "
+        "'actual_length': 5}}")
+    for stops in (["a", ""], [""]):
+        r = post(api, {**base, "stop_sequences": stops})
+        _assert_anthropic_error(r, 400, "invalid_request_error")
+        assert r.json()["error"]["message"] == "stop cannot contain an empty string."
+
+
 # ---- tools -----------------------------------------------------------------------------------------
 
 def test_tool_choice_any(api):
