@@ -64,7 +64,7 @@ def render_message():
                            "model")
     started = perf_counter()
     ids, _ = sim.tokenize_messages(anthropic.to_chat_messages(body),
-                                   tools=anthropic.to_chat_tools(getattr(body, "tools", None)),
+                                   tools=anthropic.to_chat_tools(anthropic.resolved_tools(body)),
                                    chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
     sim.metrics.rendered("chat", perf_counter() - started)      # vLLM renders its chat completion request
     sampling = {k: raw[k] for k in ("max_tokens", "temperature", "top_p", "top_k") if k in raw}

@@ -40,7 +40,10 @@ USED_BLOCKS = ("text", "image", "tool_use", "tool_result")
 SKIPPED_BLOCKS = ("thinking", "redacted_thinking", "document", "search_result", "server_tool_use",
                   "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
                   "container_upload", "tool_reference")
-_KNOWN = USED_BLOCKS + SKIPPED_BLOCKS
+# vLLM 0.34's tool changes: in a ``system`` message of ``messages`` only, they add (by reference
+# to a declared tool, or by definition) or remove tools (its _resolve_tools)
+TOOL_CHANGES = ("tool_addition", "tool_removal")
+_KNOWN = USED_BLOCKS + SKIPPED_BLOCKS + TOOL_CHANGES
 # a block's fields that vLLM 0.34's AnthropicContentBlock types ``str | None`` (a ``thinking: 5``
 # was accepted here and is vLLM's 400)
 STRING_FIELDS = ("text", "id", "tool_use_id", "name", "tool_name", "thinking", "signature", "data")
@@ -114,6 +117,8 @@ def check_blocks(value, allowed: tuple) -> None:
             # The translation re-serialises ``input`` (recursively): bound its depth as tool schemas are.
             if block.get("input") and json_depth_exceeds(block["input"], MAX_SCHEMA_DEPTH):
                 raise _err(i, {"input": f"Nested deeper than {MAX_SCHEMA_DEPTH} levels."})
+        elif t in TOOL_CHANGES:
+            _check_tool_change(i, t, block.get("tool"))
         elif t == "tool_reference":
             if not isinstance(block.get("tool_name", block.get("name")), str):
                 raise _err(i, {"tool_name": "Field required (a string)."})
@@ -128,6 +133,55 @@ def check_blocks(value, allowed: tuple) -> None:
                     raise ValidationError({i: {"content": e.messages}}) from None
             if block.get("is_error") is not None and not isinstance(block.get("is_error"), bool):
                 raise _err(i, {"is_error": "Must be a boolean."})
+
+
+def _check_tool_change(i, kind: str, tool) -> None:
+    """A ``tool_addition`` / ``tool_removal`` block's ``tool`` (vLLM 0.34's
+    ``AnthropicContentBlock.validate_tool_change`` and its ``AnthropicToolChange`` union): a
+    ``tool_reference`` (``name``) or, for an addition, a ``tool_definition`` (``definition``, a
+    tool as ``tools`` holds them)."""
+    if tool is None:
+        raise _err(i, f"tool is required for {kind} blocks")
+    if not isinstance(tool, dict):
+        raise _err(i, {"tool": "Must be an object."})
+    t = tool.get("type")
+    if t == "tool_reference":
+        if not isinstance(tool.get("name"), str):
+            raise _err(i, {"tool": {"name": "Field required (a string)."}})
+    elif t == "tool_definition":
+        if kind == "tool_removal":
+            raise _err(i, "tool_removal only accepts a tool_reference")
+        definition = tool.get("definition")
+        errors = _tool_schema().validate(definition) if isinstance(definition, dict) else {"_schema": [
+            "Field required (an object with name and input_schema)."]}
+        if errors:
+            raise ValidationError({i: {"tool": {"definition": errors}}})
+    else:
+        raise _err(i, {"tool": {"type": "Must be one of: tool_reference, tool_definition."}})
+
+
+def _tool_schema():
+    schema = _TOOL_SCHEMA.get("schema")
+    if schema is None:
+        schema = _TOOL_SCHEMA["schema"] = AnthropicToolSchema()
+    return schema
+
+
+_TOOL_SCHEMA: dict = {}
+
+
+def tool_changes_outside_system(content) -> str | None:
+    """vLLM 0.34's ``AnthropicMessage.validate_tool_change_role``: the first tool-change block
+    type of a non-system message's ``content`` (refused there), else None."""
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") in TOOL_CHANGES:
+                return block["type"]
+    return None
+
+
+def _role_error(kind: str) -> str:
+    return f'{kind} blocks are only allowed in messages with role "system"'
 
 
 class AnthropicContentField(fields.Field):
@@ -146,6 +200,9 @@ class SystemField(fields.Field):
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, str):
             return value
+        kind = tool_changes_outside_system(value)
+        if kind is not None:            # vLLM 0.34's validate_system
+            raise ValidationError(_role_error(kind))
         check_blocks(value, ("text",))
         return value
 
@@ -170,6 +227,9 @@ class AnthropicMessageSchema(BaseSchema):
         for k in ("role", "content"):
             if data.get(k) is None:
                 raise ValidationError({k: ["Field required."]})
+        kind = tool_changes_outside_system(data["content"]) if data["role"] != "system" else None
+        if kind is not None:
+            raise ValidationError({"content": [_role_error(kind)]})
 
 
 class ThinkingField(fields.Field):
@@ -217,6 +277,8 @@ class AnthropicMessagesField(List):
                         break
                     if content.__class__ is list:
                         check_blocks(content, _KNOWN)
+                        if role != "system" and tool_changes_outside_system(content):
+                            break           # the schema words it
                     elif content.__class__ is not str:
                         break
                     out.append(message(role=role, content=content))

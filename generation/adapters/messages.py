@@ -17,17 +17,18 @@ out as vLLM dumps its ``AnthropicStreamEvent`` (``exclude_unset``, the model's f
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from generation.lanes import paced
-from ..errors import FieldNames, Rejected
+from ..errors import FieldNames, InvalidParam, Rejected
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
 from .token_stream import Streamed, end_aborted, rendered_tokens
 from .fields import check_min_tokens, check_sampling_ranges
-from .protocol import AnthropicToolChoice, CountTokensRequest, MessagesRequest
+from .protocol import AnthropicTool, AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
 from generation.structured.tool_calls import chat_history_tool_calls, numbers_tool_calls
 from generation.content.reasoning import content_text, reasoning_text, signature
@@ -52,7 +53,8 @@ class MessagesAdapter(Adapter):
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
         model, lora = sim.resolve_model(b.model)
-        tools = to_chat_tools(b.tools)
+        declared = resolved_tools(b)
+        tools = to_chat_tools(declared)
         tool_choice = to_chat_tool_choice(b.tool_choice)
         with MESSAGES_FIELDS:
             check_tools(sim, tools, tool_choice, None)
@@ -74,7 +76,7 @@ class MessagesAdapter(Adapter):
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
             max_tokens=b.max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
-            tools=callable_tools(b, tools), tool_choice=tool_choice,
+            tools=callable_tools(b, tools, declared), tool_choice=tool_choice,
             stop=list(b.stop_sequences) if b.stop_sequences else None, kv_transfer_params=b.kv_transfer_params,
             force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tc is not None and tc.disable_parallel_tool_use else None,
@@ -100,7 +102,7 @@ def count_tokens(sim, body: CountTokensRequest) -> int:
     """The prompt tokens /v1/messages would report for ``body`` (tools count only through a
     real chat template; the simulated flattening ignores them).  Raises ModelNotFound."""
     sim.resolve_model(body.model)
-    ids, _ = sim.tokenize_messages(to_chat_messages(body), tools=to_chat_tools(getattr(body, "tools", None)),
+    ids, _ = sim.tokenize_messages(to_chat_messages(body), tools=to_chat_tools(resolved_tools(body)),
                                    chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
     return len(ids)
 
@@ -196,6 +198,40 @@ def to_chat_messages(body: CountTokensRequest) -> list:
     return out
 
 
+def resolved_tools(body) -> list | None:
+    """vLLM 0.34's ``_resolve_tools``: ``tools`` as the ``tool_addition`` / ``tool_removal``
+    blocks of the conversation's system messages leave them at its end, in order: an addition by
+    reference un-defers a declared tool (``defer_loading`` None), one by definition declares (or
+    replaces) it, a removal drops it, and a later addition brings it back.  A reference to a
+    tool ``tools`` does not declare is vLLM's 400 (a ValueError there).  ``body.tools`` itself
+    when the conversation changes nothing."""
+    changes = [block for m in body.messages if not isinstance(m.content, str) for block in m.content
+               if block.get("type") in ("tool_addition", "tool_removal")]
+    if not changes:
+        return getattr(body, "tools", None)
+    tools = {t.name: t for t in body.tools or ()}
+    removed = set()
+    for block in changes:
+        kind, change = block["type"], block["tool"]
+        if change["type"] == "tool_definition":
+            d = change["definition"]
+            name = d["name"]
+            tools[name] = AnthropicTool(type=d.get("type"), name=name, description=d.get("description"),
+                                        input_schema=d["input_schema"], cache_control=d.get("cache_control"),
+                                        strict=d.get("strict"), defer_loading=d.get("defer_loading"))
+        else:
+            name = change["name"]
+            if name not in tools:
+                raise InvalidParam(f"{kind} references tool {name!r}, which is not declared in tools")
+            if kind == "tool_addition":
+                tools[name] = dataclasses.replace(tools[name], defer_loading=None)
+        if kind == "tool_removal":
+            removed.add(name)
+        else:
+            removed.discard(name)
+    return [t for name, t in tools.items() if name not in removed]
+
+
 def to_chat_tools(tools) -> list | None:
     """Anthropic ``{name, description, input_schema}`` -> chat function tools (None if empty)."""
     if not tools:
@@ -209,7 +245,7 @@ def to_chat_tools(tools) -> list | None:
     return out
 
 
-def callable_tools(body, tools: list | None) -> list | None:
+def callable_tools(body, tools: list | None, declared: list | None = None) -> list | None:
     """The chat tools the simulated model may call: all of ``tools`` but those sent with
     ``defer_loading: true`` that no ``tool_reference`` block of the conversation (a tool
     search's answer) and no named ``tool_choice`` has loaded, as Anthropic's tool search
@@ -218,7 +254,7 @@ def callable_tools(body, tools: list | None) -> list | None:
     every tool, as vLLM's chat template gets them all.  None when none is callable."""
     if not tools:
         return tools
-    deferred = {t.name for t in body.tools if t.defer_loading}
+    deferred = {t.name for t in (body.tools if declared is None else declared) if t.defer_loading}
     if not deferred:
         return tools
     loaded = set()

@@ -54,3 +54,50 @@ def test_deferred_tools_still_count_in_the_prompt(api):
                                                                     "tools": tools})
         return r.json()["input_tokens"]
     assert tokens([READ, FETCH]) == tokens([READ, {k: v for k, v in FETCH.items() if k != "defer_loading"}])
+
+
+# ---- vLLM 0.34's tool_addition / tool_removal blocks (anthropic/serving.py _resolve_tools) -------
+
+def _system(*blocks):
+    return {"role": "system", "content": list(blocks)}
+
+
+def _add(name=None, definition=None, kind="tool_addition"):
+    tool = {"type": "tool_reference", "name": name} if definition is None else \
+        {"type": "tool_definition", "definition": definition}
+    return {"type": kind, "tool": tool}
+
+
+def test_tool_changes_resolve_the_tools(api):
+    """The tools in effect at the end of the conversation: an addition by reference un-defers a
+    declared tool, one by definition declares it, a removal drops it (a later addition wins)."""
+    assert called(api, [READ, FETCH], [_system(_add("WebFetch")), *U]) == {"Read", "WebFetch"}
+    assert called(api, [READ], [_system(_add(definition={**FETCH, "defer_loading": None})), *U]) == {"Read", "WebFetch"}
+    assert called(api, [READ, FETCH], [_system(_add("WebFetch"), _add("Read", kind="tool_removal")), *U]) == \
+        {"WebFetch"}
+    assert called(api, [READ], [_system(_add("Read", kind="tool_removal")), _system(_add("Read")), *U]) == {"Read"}
+
+
+def test_tool_change_refusals(api):
+    def refused(body, message):
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            b = {"model": "test-model", **body}
+            if path == "/v1/messages":
+                b["max_tokens"] = 5
+            r = api.post(path, json=b, headers=H)
+            assert r.status_code == 400, r.text
+            assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    # _resolve_tools' ValueError, answered 400 by the route (anthropic/api_router.py l. 73-75)
+    refused({"tools": [READ], "messages": [_system(_add("WebFetch")), *U]},
+            "tool_addition references tool 'WebFetch', which is not declared in tools")
+    refused({"messages": [_system(_add("Read", kind="tool_removal")), *U]},
+            "tool_removal references tool 'Read', which is not declared in tools")
+    # only in a system message of messages (AnthropicMessage / validate_system, anthropic/protocol.py)
+    refused({"tools": [READ], "messages": [{"role": "user", "content": [_add("Read")]}]},
+            'messages[0].content: tool_addition blocks are only allowed in messages with role "system"')
+    refused({"tools": [READ], "system": [_add("Read")], "messages": U},
+            'system: tool_addition blocks are only allowed in messages with role "system"')
+    refused({"tools": [READ], "messages": [_system({"type": "tool_addition"}), *U]},
+            "messages[0].content[0]: tool is required for tool_addition blocks")
+    refused({"tools": [READ], "messages": [_system(_add(definition=READ, kind="tool_removal")), *U]},
+            "messages[0].content[0]: tool_removal only accepts a tool_reference")
