@@ -233,12 +233,16 @@ def resolved_tools(body) -> list | None:
 
 
 def to_chat_tools(tools) -> list | None:
-    """Anthropic ``{name, description, input_schema}`` -> chat function tools (None if empty)."""
+    """Anthropic ``{name, description, input_schema}`` -> chat function tools (None if empty); an
+    ``input_schema`` without ``type`` gets ``"type": "object"`` (last), as vLLM 0.34 reads it."""
     if not tools:
         return None
     out = []
     for t in paced(tools):
-        fn = {"name": t.name, "parameters": t.input_schema}
+        schema = t.input_schema
+        if "type" not in schema:        # vLLM 0.34's AnthropicTool.validate_input_schema adds it
+            schema = {**schema, "type": "object"}
+        fn = {"name": t.name, "parameters": schema}
         if t.description is not None:
             fn["description"] = t.description
         out.append({"type": "function", "function": fn})

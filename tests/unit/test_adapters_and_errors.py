@@ -101,6 +101,9 @@ def test_anthropic_translation():
     assert am.to_chat_tools([AnthropicTool(name="f", input_schema={"type": "object"}, description="d")]) == [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "description": "d"}}]
     assert am.to_chat_tools([]) is None
+    # vLLM 0.34's validate_input_schema (anthropic/protocol.py): a schema without type is an object's
+    assert am.to_chat_tools([AnthropicTool(name="g", input_schema={"properties": {}})]) == [
+        {"type": "function", "function": {"name": "g", "parameters": {"properties": {}, "type": "object"}}}]
     assert am.to_chat_tool_choice(AnthropicToolChoice("any")) == "required"
     assert am.to_chat_tool_choice(AnthropicToolChoice("tool", "f")) == {"type": "function", "function": {"name": "f"}}
     assert am.to_chat_tool_choice(None) is None
