@@ -118,18 +118,6 @@ def _image_block(block: dict) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _chat_parts(blocks) -> list:
-    """Anthropic text/image blocks -> chat content parts (other blocks add no tokens)."""
-    out = []
-    for b in blocks:
-        t = b.get("type")
-        if t == "text":
-            out.append({"type": "text", "text": b["text"]})
-        elif t == "image":
-            out.append(_image_block(b))
-    return out
-
-
 # Claude Code's per-request attribution block: vLLM drops it (its hash would defeat prefix caching).
 BILLING_HEADER = "x-anthropic-billing-header"
 
@@ -153,14 +141,19 @@ def system_prompt(body: CountTokensRequest) -> str:
 
 
 def to_chat_messages(body: CountTokensRequest) -> list:
-    """Validated Anthropic ``system`` + ``messages`` -> chat messages.
+    """Validated Anthropic ``system`` + ``messages`` -> chat messages, as vLLM 0.34's
+    ``_convert_messages`` builds them (anthropic/serving.py).
 
     The system text (top-level and inline ``system`` messages, see :func:`system_prompt`) leads
-    as one system message, as vLLM renders it.  ``tool_result`` blocks become ``tool`` messages
-    (``tool_call_id`` = ``tool_use_id``) placed before the remaining content of their message,
-    as chat expects results right after the assistant's calls.  ``tool_use`` input is serialised
-    as vLLM 0.34 does (``json.dumps``: the client's key order, default separators).  A message left with no content and no tool calls is
-    dropped (reference api.md 5.4.1)."""
+    as one system message, as vLLM renders it.  A string content is kept as it is (``""``
+    too).  In blocks: non-empty ``text`` and ``image`` become content parts (one text part is
+    the content string); ``tool_use`` becomes a call (``json.dumps`` of its input: the client's
+    key order, default separators); a user's ``tool_result`` becomes a ``tool`` message
+    (``tool_call_id`` = ``tool_use_id``) placed before the rest of its message, its content the
+    text items joined by newlines (``""`` if none), and its images a user message of
+    ``image_url`` parts right after it; an assistant's ``tool_result`` is the text part ``Tool
+    result: <content>``.  A user message left with no content is dropped (its tool messages
+    stay); an assistant one is kept (vLLM appends it, ``content`` None here)."""
     out = []
     system = system_prompt(body)
     if system:
@@ -170,24 +163,26 @@ def to_chat_messages(body: CountTokensRequest) -> list:
         if role == "system":
             continue
         if isinstance(content, str):
-            if content:
-                out.append({"role": role, "content": content})
+            out.append({"role": role, "content": content})
             continue
         parts, calls = [], []
         for b in content:
             t = b["type"]
             if t == "tool_result":
-                rc = b.get("content")
-                out.append({"role": "tool", "tool_call_id": b["tool_use_id"],
-                            "content": rc if isinstance(rc, str) or rc is None else _chat_parts(rc)})
+                if role == "user":
+                    out.extend(_tool_result_messages(b))
+                else:
+                    rc = b.get("content")
+                    parts.append({"type": "text", "text": f"Tool result: {str(rc) if rc else ''}"})
             elif t == "tool_use":
-                # vLLM 0.34's _convert_tool_use_block: json.dumps(block.input or {}), keys in the
-                # client's order with json's default separators (a chat template reads them back)
                 calls.append({"id": b["id"], "type": "function",
                               "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})}})
-            elif t in ("text", "image"):
-                parts.extend(_chat_parts([b]))
-        if not parts and not calls:
+            elif t == "text":
+                if b["text"]:
+                    parts.append({"type": "text", "text": b["text"]})
+            elif t == "image":
+                parts.append(_image_block(b))
+        if not parts and not calls and role == "user":
             continue
         msg = {"role": role, "content": parts or None}
         if len(parts) == 1 and parts[0]["type"] == "text":
@@ -195,6 +190,27 @@ def to_chat_messages(body: CountTokensRequest) -> list:
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)
+    return out
+
+
+def _tool_result_messages(block: dict) -> list:
+    """A user's ``tool_result`` block as vLLM 0.34's ``_convert_user_tool_result``: the ``tool``
+    message (its text items joined by newlines), then a user message with its images, if any."""
+    rc = block.get("content")
+    images = []
+    if isinstance(rc, list):
+        texts = []
+        for item in rc:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "text":
+                texts.append(item.get("text", ""))
+            elif item.get("type") == "image":
+                images.append(_image_block(item))
+        rc = "\n".join(texts)
+    out = [{"role": "tool", "tool_call_id": block["tool_use_id"], "content": rc or ""}]
+    if images:
+        out.append({"role": "user", "content": images})
     return out
 
 

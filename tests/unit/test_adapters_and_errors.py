@@ -109,6 +109,31 @@ def test_anthropic_translation():
     assert am.to_chat_tool_choice(None) is None
 
 
+def test_anthropic_translation_of_tool_results_and_empty_blocks():
+    """vLLM 0.34's _convert_messages / _convert_user_tool_result (anthropic/serving.py): a user's
+    tool_result is a tool message (text items joined by newlines, "" without content) and its
+    images a user message after it; an assistant's is a "Tool result: ..." text part; empty text
+    blocks are dropped, an empty string content is kept, an assistant message without content too."""
+    img = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    body = MessagesRequest(messages=[
+        AnthropicMessage("user", ""),
+        AnthropicMessage("assistant", [{"type": "thinking", "thinking": "..."}]),
+        AnthropicMessage("user", [{"type": "tool_result", "tool_use_id": "t1",
+                                   "content": [{"type": "text", "text": "a"}, img, {"type": "text", "text": "b"}]},
+                                  {"type": "tool_result", "tool_use_id": "t2"},
+                                  {"type": "text", "text": ""}]),
+        AnthropicMessage("assistant", [{"type": "tool_result", "tool_use_id": "t3", "content": "42"},
+                                       {"type": "text", "text": "ok"}])])
+    assert am.to_chat_messages(body) == [
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": None},
+        {"role": "tool", "tool_call_id": "t1", "content": "a\nb"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+        {"role": "tool", "tool_call_id": "t2", "content": ""},
+        {"role": "assistant", "content": [{"type": "text", "text": "Tool result: 42"}, {"type": "text", "text": "ok"}]},
+    ]
+
+
 def test_responses_translation():
     inp = [{"role": "user", "content": [{"type": "input_text", "text": "a"},
                                         {"type": "input_image", "image_url": "http://i"}]},
