@@ -152,8 +152,9 @@ def to_chat_messages(body: CountTokensRequest) -> list:
     (``tool_call_id`` = ``tool_use_id``) placed before the rest of its message, its content the
     text items joined by newlines (``""`` if none), and its images a user message of
     ``image_url`` parts right after it; an assistant's ``tool_result`` is the text part ``Tool
-    result: <content>``.  A user message left with no content is dropped (its tool messages
-    stay); an assistant one is kept (vLLM appends it, ``content`` None here)."""
+    result: <content>``; ``thinking`` blocks are the message's ``reasoning``, joined (chat
+    templates read it as ``reasoning_content``).  A user message left with no content is dropped
+    (its tool messages stay); an assistant one is kept (vLLM appends it, ``content`` None here)."""
     out = []
     system = system_prompt(body)
     if system:
@@ -165,10 +166,13 @@ def to_chat_messages(body: CountTokensRequest) -> list:
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue
-        parts, calls = [], []
+        parts, calls, reasoning = [], [], []
         for b in content:
             t = b["type"]
-            if t == "tool_result":
+            if t == "thinking":
+                if b.get("thinking") is not None:
+                    reasoning.append(b["thinking"])
+            elif t == "tool_result":
                 if role == "user":
                     out.extend(_tool_result_messages(b))
                 else:
@@ -182,11 +186,13 @@ def to_chat_messages(body: CountTokensRequest) -> list:
                     parts.append({"type": "text", "text": b["text"]})
             elif t == "image":
                 parts.append(_image_block(b))
-        if not parts and not calls and role == "user":
-            continue
+        if not parts and role == "user":
+            continue                    # no content: vLLM drops a user message (its tool messages stay)
         msg = {"role": role, "content": parts or None}
         if len(parts) == 1 and parts[0]["type"] == "text":
             msg["content"] = parts[0]["text"]
+        if reasoning:
+            msg["reasoning"] = "".join(reasoning)
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)

@@ -488,6 +488,10 @@ def template_messages(messages) -> list[dict]:
                     tc = {**tc, "function": fn}
                 fixed.append(tc)
             msg["tool_calls"] = fixed
+        if msg.get("role") == "assistant" and msg.get("reasoning") is not None:
+            # vLLM 0.34's chat_message.py (l. 655-660): an assistant's reasoning reaches the
+            # template as reasoning_content too ("keep compatibility": Qwen3's, DeepSeek's read it)
+            msg["reasoning_content"] = msg["reasoning"]
         out.append(msg)
     return out
 

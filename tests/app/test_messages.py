@@ -618,3 +618,33 @@ def test_message_stream_events_do_not_depend_on_the_timing_path(app_client, name
     assert runs["deadline per token"] == runs["all at once"]
     assert [e for e, _ in runs["all at once"]][-2:] == ["message_delta", "message_stop"]
     assert sum(e == "content_block_delta" for e, _ in runs["all at once"]) >= (4 if "ignore_eos" in extra else 2)
+
+
+# ---- the prompt a chat template sees (vLLM 0.34's _convert_messages and chat_message.py) -----------
+
+_SHOW = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}"
+         "{% if m['reasoning_content'] is defined %}[r:{{ m['reasoning_content'] }}]{% endif %}"
+         "{% for c in m['tool_calls'] or [] %}[c:{{ c['function']['arguments'] | tojson }}]{% endfor %}{% endfor %}"
+         "{% for t in tools or [] %}[t:{{ t['function']['parameters'] | tojson }}]{% endfor %}")
+
+
+def test_template_sees_vllms_conversation(app_client, hub):
+    """An assistant's thinking blocks are its ``reasoning`` (``reasoning_content`` in the
+    template), a tool_use input keeps the client's key order, a tool_result's text items are
+    joined by newlines, and a tool schema without ``type`` gets ``"type": "object"``: the token
+    ids of /v1/messages/render are those of the text vLLM's template renders."""
+    import os
+
+    from support.tokenizer_hub import MODEL
+    c = app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--chat-template", _SHOW, model=MODEL)
+    body = {"model": MODEL, "tools": [{"name": "f", "input_schema": {"properties": {}}}], "messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                                          {"type": "tool_use", "id": "t1", "name": "f", "input": {"b": 1, "a": 2}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]}]}
+    r = c.post("/v1/messages/render", json=body)
+    assert r.status_code == 200, r.text
+    text = '<user>q<assistant>[r:hm][c:{"b": 1, "a": 2}]<tool>x\ny[t:{"properties": {}, "type": "object"}]'
+    want = c.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False}).json()["tokens"]
+    assert r.json()["token_ids"] == want

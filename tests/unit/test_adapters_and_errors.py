@@ -113,7 +113,8 @@ def test_anthropic_translation_of_tool_results_and_empty_blocks():
     """vLLM 0.34's _convert_messages / _convert_user_tool_result (anthropic/serving.py): a user's
     tool_result is a tool message (text items joined by newlines, "" without content) and its
     images a user message after it; an assistant's is a "Tool result: ..." text part; empty text
-    blocks are dropped, an empty string content is kept, an assistant message without content too."""
+    blocks are dropped, an empty string content is kept, an assistant message without content too
+    (with its thinking as reasoning)."""
     img = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
     body = MessagesRequest(messages=[
         AnthropicMessage("user", ""),
@@ -126,7 +127,7 @@ def test_anthropic_translation_of_tool_results_and_empty_blocks():
                                        {"type": "text", "text": "ok"}])])
     assert am.to_chat_messages(body) == [
         {"role": "user", "content": ""},
-        {"role": "assistant", "content": None},
+        {"role": "assistant", "content": None, "reasoning": "..."},      # thinking: its reasoning
         {"role": "tool", "tool_call_id": "t1", "content": "a\nb"},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
         {"role": "tool", "tool_call_id": "t2", "content": ""},
