@@ -63,7 +63,7 @@ def render_message():
         raise InvalidParam(f"The model `{model}` is a LoRA adapter and is not supported by the render endpoints.",
                            "model")
     started = perf_counter()
-    ids, _ = sim.tokenize_messages(anthropic.to_chat_messages(body),
+    ids, _ = sim.tokenize_messages(anthropic.to_chat_messages(body, anthropic.merge_inline_system(sim)),
                                    tools=anthropic.to_chat_tools(anthropic.resolved_tools(body)),
                                    chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
     sim.metrics.rendered("chat", perf_counter() - started)      # vLLM renders its chat completion request

@@ -71,7 +71,7 @@ class MessagesAdapter(Adapter):
             # vLLM passes stop_sequences to chat's stop as they are: SamplingParams refuses "" there
             raise Rejected("stop cannot contain an empty string.")
         tc = b.tool_choice
-        messages = to_chat_messages(b)
+        messages = to_chat_messages(b, merge_inline_system(sim))
         prompt = chat_prompt(sim, messages, tools=tools, chat_template_kwargs=kwargs)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1,
@@ -102,7 +102,8 @@ def count_tokens(sim, body: CountTokensRequest) -> int:
     """The prompt tokens /v1/messages would report for ``body`` (tools count only through a
     real chat template; the simulated flattening ignores them).  Raises ModelNotFound."""
     sim.resolve_model(body.model)
-    ids, _ = sim.tokenize_messages(to_chat_messages(body), tools=to_chat_tools(resolved_tools(body)),
+    ids, _ = sim.tokenize_messages(to_chat_messages(body, merge_inline_system(sim)),
+                                   tools=to_chat_tools(resolved_tools(body)),
                                    chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
     return len(ids)
 
@@ -130,22 +131,69 @@ def _system_texts(content) -> list:
             and not b["text"].startswith(BILLING_HEADER)]
 
 
-def system_prompt(body: CountTokensRequest) -> str:
-    """vLLM's ``_convert_system_message``: the top-level ``system`` text, then the text of every
-    ``role: "system"`` message inside ``messages``, joined with nothing in between ("" if none)."""
+def system_prompt(body: CountTokensRequest, merge: bool = True) -> str:
+    """vLLM's ``_convert_system_message``: the top-level ``system`` text, then (``merge``: the
+    chat template wants one leading system message, :func:`merge_inline_system`) the text of
+    every ``role: "system"`` message inside ``messages``, joined with nothing in between ("" if
+    none)."""
     parts = _system_texts(body.system)
-    for m in body.messages:
-        if m.role == "system":
-            parts.extend(_system_texts(m.content))
+    if merge:
+        for m in body.messages:
+            if m.role == "system":
+                parts.extend(_system_texts(m.content))
     return "".join(parts)
 
 
-def to_chat_messages(body: CountTokensRequest) -> list:
+_PROBE = [{"role": "system", "content": "t"}, {"role": "user", "content": "t"},
+          {"role": "system", "content": "t"}, {"role": "user", "content": "t"}]
+
+
+def merge_inline_system(sim) -> bool:
+    """vLLM 0.34's ``_should_merge_inline_system`` (anthropic/serving.py): inline system messages
+    are merged into the leading system prompt when the chat template cannot render a system
+    message after a user one (``_detect_merge_inline_system``: the template rendered, in a bare
+    sandbox, on system, user, system, user raises - Qwen's ``loop.first`` guard), or when there
+    is no template to ask (the simulated tokenizer).  Otherwise they stay in place.  Decided
+    once per simulator."""
+    cached = getattr(sim, "_merge_inline_system", None)
+    if cached is not None:
+        return cached
+    tok = sim.tokenizer
+    template = getattr(tok, "chat_template", None) or getattr(getattr(tok, "_tok", None), "chat_template", None) \
+        if getattr(tok, "name", None) == "hf" else None
+    if isinstance(template, dict):          # named templates: the default one and the tool one
+        variants = [template.get("default"), template.get("tool_use") or template.get("default")]
+    else:
+        variants = [template]
+    merge = any(_template_needs_merge(t) for t in variants)
+    try:
+        sim._merge_inline_system = merge
+    except AttributeError:
+        pass
+    return merge
+
+
+def _template_needs_merge(template) -> bool:
+    if not template or not isinstance(template, str):
+        return True
+    import jinja2.ext
+    import jinja2.sandbox
+    try:
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                           extensions=[jinja2.ext.loopcontrols])
+        env.from_string(template).render(messages=_PROBE, add_generation_prompt=False)
+        return False
+    except Exception:       # noqa: BLE001 - vLLM: any failure means system-first ordering
+        return True
+
+
+def to_chat_messages(body: CountTokensRequest, merge: bool = True) -> list:
     """Validated Anthropic ``system`` + ``messages`` -> chat messages, as vLLM 0.34's
     ``_convert_messages`` builds them (anthropic/serving.py).
 
-    The system text (top-level and inline ``system`` messages, see :func:`system_prompt`) leads
-    as one system message, as vLLM renders it.  A string content is kept as it is (``""``
+    The system text (top-level, and with ``merge`` (:func:`merge_inline_system`) the inline
+    ``system`` messages, see :func:`system_prompt`) leads as one system message; without
+    ``merge`` each inline one is a system message in its place.  A string content is kept as it is (``""``
     too).  In blocks: non-empty ``text`` and ``image`` become content parts (one text part is
     the content string); ``tool_use`` becomes a call (``json.dumps`` of its input: the client's
     key order, default separators); a user's ``tool_result`` becomes a ``tool`` message
@@ -156,12 +204,16 @@ def to_chat_messages(body: CountTokensRequest) -> list:
     templates read it as ``reasoning_content``).  A user message left with no content is dropped
     (its tool messages stay); an assistant one is kept (vLLM appends it, ``content`` None here)."""
     out = []
-    system = system_prompt(body)
+    system = system_prompt(body, merge)
     if system:
         out.append({"role": "system", "content": system})
     for m in body.messages:
         role, content = m.role, m.content
         if role == "system":
+            if not merge:               # in place, as vLLM keeps it for a template that takes it
+                text = "".join(_system_texts(content))
+                if text:
+                    out.append({"role": "system", "content": text})
             continue
         if isinstance(content, str):
             out.append({"role": role, "content": content})

@@ -648,3 +648,31 @@ def test_template_sees_vllms_conversation(app_client, hub):
     text = '<user>q<assistant>[r:hm][c:{"b": 1, "a": 2}]<tool>x\ny[t:{"properties": {}, "type": "object"}]'
     want = c.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False}).json()["tokens"]
     assert r.json()["token_ids"] == want
+
+
+_GUARDED = ("{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
+            "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+            "<{{ m['role'] }}>{{ m['content'] }}{% endfor %}")
+
+
+@pytest.mark.parametrize("template, text", [
+    # a template that renders a system message after a user one: each stays in its place
+    (_SHOW, "<system>S<user>a<system>I<user>b"),
+    # Qwen's loop.first guard: merged into the leading system prompt (vLLM's probe raises)
+    (_GUARDED, "<system>SI<user>a<user>b"),
+])
+def test_inline_system_messages_as_the_template_takes_them(app_client, hub, template, text):
+    """vLLM 0.34's _should_merge_inline_system (anthropic/serving.py): inline system messages are
+    merged into the leading system prompt only when the chat template cannot render a system
+    message after a user one."""
+    import os
+
+    from support.tokenizer_hub import MODEL
+    c = app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--chat-template", template, model=MODEL)
+    body = {"model": MODEL, "system": "S", "messages": [
+        {"role": "user", "content": "a"}, {"role": "system", "content": "I"}, {"role": "user", "content": "b"}]}
+    r = c.post("/v1/messages/render", json=body)
+    assert r.status_code == 200, r.text
+    want = c.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False}).json()["tokens"]
+    assert r.json()["token_ids"] == want
+    assert c.post("/v1/messages/count_tokens", json=body).json()["input_tokens"] == len(want)
