@@ -488,6 +488,21 @@ def test_other_endpoints_keep_openai_envelope(api):
     assert r.status_code == 404 and "error" in r.json() and "type" not in r.json()
 
 
+def test_prefill_answer_carries_its_kv_transfer_params(api):
+    """vLLM 0.34's messages_full_converter copies the chat answer's kv_transfer_params into the
+    message (anthropic/serving.py l. 975-985), so a P/D proxy reads the prefill's transfer
+    parameters from /v1/messages as from chat; an ordinary answer has no such key (exclude_none)."""
+    body = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": U}]}
+    prefill = post(api, {**body, "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}}).json()
+    chat = api.post("/v1/chat/completions", json={
+        "model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": U}],
+        "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}}).json()
+    assert prefill["kv_transfer_params"] == chat["kv_transfer_params"]
+    assert prefill["kv_transfer_params"]["do_remote_prefill"] is True
+    assert list(prefill)[-1] == "kv_transfer_params"
+    assert "kv_transfer_params" not in post(api, body).json()
+
+
 # ---- cache_threshold (C19 item 5) ------------------------------------------------------------------
 
 def test_cache_threshold_header(api):
