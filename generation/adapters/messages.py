@@ -430,7 +430,7 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
         content.insert(0, thinking)
     if not content:
         # vLLM 0.34's messages_full_converter: an empty answer is one empty text block, not []
-        # (anthropic/serving.py l. 1027-1031: strict clients read content[0])
+        # (anthropic/serving.py l. 986-990: strict clients read content[0])
         content = [{"type": "text", "text": ""}]
     # AnthropicMessagesResponse's field order (anthropic/protocol.py l. 441-453): content before model
     body = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "content": content,
@@ -444,7 +444,7 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
         del body["stop_reason"]
     if req.remote_decode:
         # a P/D prefill's transfer parameters, as messages_full_converter copies the chat answer's
-        # (anthropic/serving.py l. 975-985; kept by exclude_none where set)
+        # (anthropic/serving.py l. 941-950; kept by exclude_none where set)
         body["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     return body
 

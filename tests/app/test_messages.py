@@ -70,7 +70,7 @@ def test_body_leaves_out_its_null_fields_as_vllm(echo_api):
     """vLLM 0.34 answers ``model_dump(exclude_none=True)`` (anthropic/api_router.py l. 83): a
     matched stop string is ``stop_sequence``, none is no key (the SDK reads None either way); an
     answer that stops before its first character is one empty text block, not ``[]``
-    (messages_full_converter, anthropic/serving.py l. 1027-1031)."""
+    (messages_full_converter, anthropic/serving.py l. 986-990)."""
     base = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": U}]}
     body = post(echo_api, {**base, "stop_sequences": ["test"]}).json()
     assert (body["stop_reason"], body["stop_sequence"]) == ("stop_sequence", "test")
@@ -490,7 +490,7 @@ def test_other_endpoints_keep_openai_envelope(api):
 
 def test_prefill_answer_carries_its_kv_transfer_params(api):
     """vLLM 0.34's messages_full_converter copies the chat answer's kv_transfer_params into the
-    message (anthropic/serving.py l. 975-985), so a P/D proxy reads the prefill's transfer
+    message (anthropic/serving.py l. 941-950), so a P/D proxy reads the prefill's transfer
     parameters from /v1/messages as from chat; an ordinary answer has no such key (exclude_none)."""
     body = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": U}]}
     prefill = post(api, {**body, "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}}).json()
