@@ -44,5 +44,6 @@ def cancel_response(response_id: str):
         return _not_found(response_id)
     cancelled = store.cancel(sim, response_id)
     if cancelled is None:
-        return error_response(APIError("Cannot cancel a synchronous response.", 400, None, "invalid_request_error"))
+        return error_response(APIError("Cannot cancel a synchronous response.", 400, "response_id",
+                                       "invalid_request_error"))
     return json_response(cancelled)

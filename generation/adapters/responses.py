@@ -38,7 +38,7 @@ stops it.
 """
 from __future__ import annotations
 
-from ..errors import FieldNames, InvalidParam, Rejected
+from ..errors import APIError, FieldNames, InvalidParam, Rejected
 from generation.engine.request import GenerationRequest
 from generation.lanes import paced
 from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_logprobs_cap, check_tools,
@@ -85,7 +85,8 @@ class ResponsesAdapter(Adapter):
             check_tools(sim, None, None, rf)
         model, lora = sim.resolve_model(b.model)
         if b.background and getattr(sim, "response_store", None) is None:
-            raise InvalidParam(NO_STORE_FOR_BACKGROUND)
+            # _validate_create_responses_input (responses/serving.py:264-276)
+            raise APIError(NO_STORE_FOR_BACKGROUND, 400, "background", "invalid_request_error")
         if LOGPROBS_INCLUDE in (b.include or ()):
             # vLLM 0.34 has no range of its own for top_logprobs: it is SamplingParams' logprobs
             # only with this include (to_sampling_params), checked there (_verify_args, then

@@ -175,6 +175,7 @@ def test_stored_responses(app_client):
     r = api.post(f"/v1/responses/{out['id']}/cancel")
     assert r.status_code == 400 and r.json()["error"]["message"] == "Cannot cancel a synchronous response."
     assert r.json()["error"]["type"] == "invalid_request_error"           # vLLM's err_type there
+    assert r.json()["error"]["param"] == "response_id"     # cancel_responses (responses/serving.py:1188-1192)
     streamed = api.post("/v1/responses", json={"model": "test-model", "input": "Hi", "max_output_tokens": 5,
                                                "stream": True})
     from support import named_events
@@ -326,7 +327,8 @@ def test_stored_conversations_are_bounded():
 @pytest.mark.parametrize("env, body, param, text", [
     (STORE, {**ASK, "background": True, "store": False}, "background",
      "background can only be used when `store` is true"),
-    ({}, {**ASK, "background": True}, None, "VLLM_ENABLE_RESPONSES_API_STORE=1"),
+    # _validate_create_responses_input names it (responses/serving.py:264-276)
+    ({}, {**ASK, "background": True}, "background", "VLLM_ENABLE_RESPONSES_API_STORE=1"),
     (STORE, {**ASK, "background": "maybe"}, "body.background", "bool_parsing"),
 ])
 def test_background_errors(app_client, env, body, param, text):

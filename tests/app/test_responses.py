@@ -403,6 +403,18 @@ def test_malformed_bodies(api, body, contains):
     assert contains in err["message"] and err["type"] == error_type_400(err["message"]) and err["code"] == 400
 
 
+def test_background_without_the_store_is_vllms_invalid_request_error(api):
+    """_validate_create_responses_input (responses/serving.py:264-276): err_type
+    ``invalid_request_error``, param ``background``."""
+    r = post(api, {"model": "test-model", "input": U, "background": True})
+    assert r.status_code == 400
+    assert r.json()["error"] == {
+        "message": "This vLLM engine does not support `store=True` and therefore does not support the background "
+                   "mode. To enable these features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` "
+                   "when launching the vLLM server.",
+        "type": "invalid_request_error", "param": "background", "code": 400}
+
+
 def test_sdk_bad_request(api):
     with pytest.raises(openai.BadRequestError):
         client(api).responses.create(model="test-model", input=[{"type": "telepathy", "summary": []}])
