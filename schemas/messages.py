@@ -232,6 +232,9 @@ class AnthropicMessageSchema(BaseSchema):
             raise ValidationError({"content": [_role_error(kind)]})
 
 
+MIN_THINKING_BUDGET = 1024     # tokens: the least thinking budget vLLM 0.34 and Anthropic's API take
+
+
 class ThinkingField(fields.Field):
     """``thinking``: ``{"type": "enabled", "budget_tokens": N}``, ``{"type": "adaptive"}`` (Claude
     Code's default), ``{"type": "disabled"}`` or ``{"type": "between_tools"}`` (vLLM 0.34: off up
@@ -246,6 +249,14 @@ class ThinkingField(fields.Field):
         budget = value.get("budget_tokens")
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise ValidationError({"budget_tokens": ["Must be a positive integer."]})
+        if value["type"] == "enabled":
+            # vLLM 0.34's AnthropicThinkingConfigEnabled: budget_tokens: int = Field(ge=1024), as
+            # Anthropic's API requires (anthropic/protocol.py l. 224-232)
+            if budget is None:
+                raise ValidationError({"budget_tokens": ["Field required."]})
+            if budget < MIN_THINKING_BUDGET:
+                raise ValidationError({"budget_tokens": [f"Input should be greater than or equal to "
+                                                         f"{MIN_THINKING_BUDGET}."]})
         if value.get("display") is not None and not isinstance(value["display"], str):
             raise ValidationError({"display": ["Must be a string."]})
         return value
@@ -495,6 +506,19 @@ class MessagesRequestSchema(CountTokensRequestSchema):
             raise refuse(("", value, "too_long", f"List should have at most {MAX_STOP_STRINGS} items after "
                           f"validation, not {len(value)}",
                           {"field_type": "List", "max_length": MAX_STOP_STRINGS, "actual_length": len(value)}))
+
+    @validates_schema
+    def _thinking_budget(self, data, **kwargs):
+        """vLLM 0.34's validate_thinking_budget (anthropic/protocol.py l. 387-398): an enabled
+        thinking budget below max_tokens, except on a P/D prefill leg (``do_remote_decode``)."""
+        thinking, max_tokens = data.get("thinking"), data.get("max_tokens")
+        if not isinstance(thinking, dict) or thinking.get("type") != "enabled" or not isinstance(max_tokens, int):
+            return
+        kv = data.get("kv_transfer_params")
+        if isinstance(kv, dict) and kv.get("do_remote_decode"):
+            return
+        if thinking.get("budget_tokens", 0) >= max_tokens:
+            raise ValidationError({"thinking": {"budget_tokens": ["thinking.budget_tokens must be less than max_tokens"]}})
 
     @validates("max_tokens")
     def _max_tokens(self, value, **kwargs):

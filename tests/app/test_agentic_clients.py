@@ -111,7 +111,7 @@ def test_claude_code_roles_read_as_user(api, role):
 @pytest.mark.parametrize("thinking", [{"type": "adaptive"}, {"type": "enabled", "budget_tokens": 1024},
                                       {"type": "disabled"}])
 def test_thinking_accepted(api, thinking):
-    r = msgs(api, {"messages": U, "thinking": thinking})
+    r = msgs(api, {"messages": U, "thinking": thinking, "max_tokens": 1100})
     assert r.status_code == 200, r.text
     assert r.json()["type"] == "message"
 
@@ -120,9 +120,23 @@ def test_thinking_accepted(api, thinking):
     ({"type": "sometimes"}, "thinking.type"), ({}, "thinking.type"),
     ({"type": "enabled", "budget_tokens": "1024"}, "thinking.budget_tokens"),
     ({"type": "enabled", "budget_tokens": 0}, "thinking.budget_tokens"), ("on", "thinking"),
+    # vLLM 0.34 and Anthropic: an enabled budget of at least 1,024 tokens, given
+    ({"type": "enabled", "budget_tokens": 1023}, "thinking.budget_tokens"),
+    ({"type": "enabled"}, "thinking.budget_tokens"),
 ])
 def test_thinking_validated(api, thinking, field):
     anthropic_error(msgs(api, {"messages": U, "thinking": thinking}), field)
+
+
+def test_thinking_budget_below_max_tokens(api):
+    """vLLM 0.34's validate_thinking_budget (anthropic/protocol.py l. 387-398): an enabled budget
+    at or past max_tokens is refused, except on a P/D prefill leg (do_remote_decode)."""
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    r = msgs(api, {"messages": U, "thinking": thinking, "max_tokens": 1024})
+    anthropic_error(r, "thinking.budget_tokens must be less than max_tokens")
+    assert msgs(api, {"messages": U, "thinking": thinking, "max_tokens": 1025}).status_code == 200
+    r = msgs(api, {"messages": U, "thinking": thinking, "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": True}})
+    assert r.status_code == 200, r.text
 
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}

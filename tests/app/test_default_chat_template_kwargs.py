@@ -105,18 +105,19 @@ def test_chat_render_reports_the_effective_kwargs(templated, lengths):
 
 @pytest.mark.parametrize("kw,thinking,prompt", [
     ({}, 0, "off"),
-    ({"thinking": {"type": "enabled"}}, 0, "off"),     # vLLM pins no enable_thinking for it: the default holds
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 1100}, 0, "off"),  # vLLM pins no enable_thinking for it: the default holds
     ({"output_config": {"effort": "high"}}, 13, "off"),
     ({"chat_template_kwargs": {"enable_thinking": True}}, 8, "on"),
 ])
 def test_messages_follow_the_effective_kwargs(qwen, templated, lengths, kw, thinking, prompt):
-    out = post(qwen, "/v1/messages", max_tokens=20, ignore_eos=True, messages=MSGS, **kw)
+    kw = {"max_tokens": 20, **kw}
+    out = post(qwen, "/v1/messages", ignore_eos=True, messages=MSGS, **kw)
     assert [b["type"] for b in out["content"]] == (["thinking", "text"] if thinking else ["text"])
-    out = post(templated, "/v1/messages", max_tokens=20, ignore_eos=True, messages=MSGS, **kw)
+    out = post(templated, "/v1/messages", ignore_eos=True, messages=MSGS, **kw)
     assert out["usage"]["input_tokens"] == lengths[prompt]
-    kw = {k: v for k, v in kw.items() if k != "output_config"}
+    kw = {k: v for k, v in kw.items() if k not in ("output_config", "max_tokens")}
     assert post(templated, "/v1/messages/count_tokens", messages=MSGS, **kw)["input_tokens"] == lengths[prompt]
-    assert len(post(templated, "/v1/messages/render", max_tokens=5, messages=MSGS, **kw)["token_ids"]) \
+    assert len(post(templated, "/v1/messages/render", max_tokens=1100, messages=MSGS, **kw)["token_ids"]) \
         == lengths[prompt]
 
 

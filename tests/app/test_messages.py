@@ -150,7 +150,7 @@ def test_ignored_fields_accepted(api):
         model="test-model", max_tokens=5, messages=[{"role": "user", "content": U}],
         metadata={"user_id": "u1"},
         extra_body={"ignore_eos": True, "temperature": 0.2, "top_k": 5, "top_p": 0.9,
-                    "thinking": {"type": "enabled", "budget_tokens": 1024}})
+                    "thinking": {"type": "adaptive"}})
     assert msg.usage.output_tokens == 5 and msg.stop_reason == "max_tokens"
 
 
@@ -602,7 +602,7 @@ def test_a_tool_argument_past_64_bits_is_served(api):
 
 MESSAGE_BODIES = {
     "text": ({"max_tokens": 12, "ignore_eos": True}, ()),
-    "thinking": ({"max_tokens": 40, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+    "thinking": ({"max_tokens": 40, "thinking": {"type": "adaptive"}},
                  ("--reasoning-parser", "qwen3")),
     "tool use": ({"max_tokens": 60, "tools": [WEATHER], "tool_choice": {"type": "any"}}, ()),
     "stream interval": ({"max_tokens": 12, "ignore_eos": True}, ("--stream-interval", "3")),

@@ -57,21 +57,23 @@ def message_stream(api, **kw):
 
 @pytest.mark.parametrize("kw,thinking", [
     ({"thinking": {"type": "disabled"}}, 0),
-    ({"thinking": {"type": "enabled", "budget_tokens": 2}}, 2),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 3000}, 1024),   # 40% would be 1,200 (context 8,192)
     ({"thinking": {"type": "adaptive"}}, 8),
     ({"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}, 13),
     ({"output_config": {"effort": "low"}}, 3),
 ])
-def test_anthropic_switches_streamed(qwen, kw, thinking):
-    events = message_stream(qwen, **kw)
+def test_anthropic_switches_streamed(qwen, app_client, kw, thinking):
+    api = app_client(*QWEN, "--max-model-len", "8192") if kw.get("max_tokens", 20) > 1000 else qwen
+    events = message_stream(api, **kw)
     starts = [d["content_block"]["type"] for n, d in events if n == "content_block_start"]
     assert starts == (["thinking", "text"] if thinking else ["text"])
     deltas = [d["delta"]["type"] for n, d in events if n == "content_block_delta"]
     markers = 2 if thinking else 0
+    total = kw.get("max_tokens", 20)
     assert deltas == (["thinking_delta"] * thinking + ["signature_delta"] if thinking else []) \
-        + ["text_delta"] * (20 - thinking - markers)
+        + ["text_delta"] * (total - thinking - markers)
     usage = next(d["usage"] for n, d in events if n == "message_delta")
-    assert usage["output_tokens"] == 20
+    assert usage["output_tokens"] == total
 
 
 def response_stream(api, **kw):
