@@ -164,9 +164,12 @@ def check_priority(sim, data: dict) -> None:
 
 def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input", side: str | None = None) -> list:
     """Apply ``truncate_prompt_tokens`` (-1 = the model's maximum; more than it is vLLM 0.34's
-    400; ``side`` ``right`` keeps the first tokens, else the end of the prompt, as vLLM's
-    ``truncation_side``) and check every input against ``--max-model-len``.  Raises
-    InvalidParam."""
+    400; ``side`` ``right`` keeps the first tokens, ``left`` the end of the prompt, as vLLM's
+    ``truncation_side``; unset, the tokenizer's: ``right`` for the pooling runner, ``left`` for
+    the generation runner, as vLLM 0.34's ``get_tokenizer`` sets it, tokenizers/registry.py
+    l. 139-144) and check every input against ``--max-model-len``.  Raises InvalidParam."""
+    if side is None:
+        side = "right" if cfg.pooling_kind else "left"
     max_len = cfg.max_model_len
     if truncate is not None and truncate > max_len:     # vLLM 0.34's PoolingBaseServing._validate_request
         raise InvalidParam("truncate_prompt_tokens value is greater than max_model_len. Please request a smaller "

@@ -592,3 +592,17 @@ def test_chat_form_request_template_needs_trust(app_client, convert, path):
     trusted = app_client("--runner", "pooling", "--convert", convert, "--trust-request-chat-template")
     r = trusted.post(path, json={"messages": msgs, "chat_template": "{{ 'x' }}"})
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 1
+
+
+def test_pooling_truncation_keeps_the_first_tokens_by_default(embed):
+    """vLLM 0.34's get_tokenizer gives the pooling runner's tokenizer truncation_side "right"
+    (tokenizers/registry.py l. 139-144): ``truncate_prompt_tokens`` keeps the first tokens unless
+    the request's ``truncation_side`` says ``left``; usage counts what is kept."""
+    def vec(body):
+        r = embed.post("/v1/embeddings", json={"model": "test-model", **body})
+        assert r.status_code == 200, r.text
+        return r.json()["data"][0]["embedding"], r.json()["usage"]["prompt_tokens"]
+    first, n = vec({"input": [[5, 6, 7, 8]], "truncate_prompt_tokens": 2})
+    assert (first, n) == vec({"input": [[5, 6]]}) and n == 2
+    assert vec({"input": [[5, 6, 7, 8]], "truncate_prompt_tokens": 2, "truncation_side": "left"}) == vec({"input": [[7, 8]]})
+    assert vec({"input": [[5, 6, 7, 8]], "truncate_prompt_tokens": 2, "truncation_side": "right"})[0] == first
