@@ -73,6 +73,12 @@ class OutputDecisions:
                         f"echo mode cannot truncate its response. Please increase max_tokens.", "max_tokens")
             else:
                 check_prompt_fits(max_len, p)
+                room = max_len - p
+                if req.min_tokens and req.min_tokens > room and (req.max_tokens is None or req.max_tokens > room):
+                    # vLLM: max_tokens becomes the room left (get_max_tokens), and SamplingParams
+                    # then refuses a min_tokens past it
+                    raise InvalidParam(f"min_tokens must be less than or equal to max_tokens={room}, got "
+                                       f"{req.min_tokens}.")
             for c in range(req.n):
                 seqs.append(Sequence(req, len(seqs), pi, prompt))
         cap = cfg.max_request_work or None

@@ -374,3 +374,13 @@ def test_a_non_object_body_is_a_400_not_a_500(api, path, members, raw, shown):
         assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
     else:
         assert r.json() == {"error": {"message": message, "type": "Bad Request", "param": "body", "code": 400}}
+
+
+@pytest.mark.parametrize("extra, limit", [({}, 1017), ({"max_tokens": 5000}, 1017), ({"max_tokens": 500}, 500)])
+def test_min_tokens_past_the_room_left(api, extra, limit):
+    """vLLM: a missing (or too large) max_tokens becomes the room the context leaves
+    (get_max_tokens), and SamplingParams refuses a min_tokens past it; the simulator capped
+    min_tokens silently."""
+    e = err(api, CHAT, {"messages": MSG, "min_tokens": 1020, **extra})
+    assert (e["message"], e["param"]) == (f"min_tokens must be less than or equal to max_tokens={limit}, got 1020.", None)
+    assert ok(api, CHAT, {"messages": MSG, "min_tokens": 1000, "max_tokens": 1000})
