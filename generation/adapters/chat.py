@@ -147,8 +147,8 @@ class ChatAdapter(Adapter):
                                                  for k, e in enumerate(c["logprobs"]["content"])]}
         if self.prompt_lp is not None:
             out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, self.prompt_lp)
-        echoed = echo_text(b)
-        if echoed:                      # vLLM: the last message (the answer's role), then the answer
+        if b.echo:      # vLLM: the last message (the answer's role) or "", then the answer: never null
+            echoed = echo_text(b)      # (chat_completion/serving.py l. 1096-1108)
             for c in out["choices"]:
                 c["message"]["content"] = echoed + (c["message"]["content"] or "")
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
@@ -283,7 +283,9 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
             if req.send_image:
                 content = [IMAGE_PART]                   # the reference: the image only
             else:
-                content = "" if named_choice(req) else None    # vLLM: "" for a named call
+                # vLLM 0.34 (chat_completion/message_assembly.py l. 60-61): a forced call (a named
+                # function or "required") has content "", an auto one null
+                content = "" if named_choice(req) or req.tool_choice == "required" else None
             calls = tool_calls_json(s)
         else:
             text = content_text(s)

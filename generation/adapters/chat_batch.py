@@ -160,9 +160,8 @@ class BatchChatAdapter(ChatAdapter):
             role = self.role(s.prompt_index)
             c["message"]["role"] = role
             if b.echo:
-                echoed = echo_content(self.conversations[s.prompt_index], role)
-                if echoed:
-                    c["message"]["content"] = echoed + (c["message"]["content"] or "")
+                echoed = echo_content(self.conversations[s.prompt_index], role)    # "" or the text:
+                c["message"]["content"] = echoed + (c["message"]["content"] or "")  # never null (l. 329-342)
             if b.return_token_ids:
                 c["token_ids"] = list(s.ids)
         return out

@@ -128,7 +128,23 @@ def test_named_tool_choice_finishes_with_stop_and_empty_content(api):
     assert finishes == ["stop"]
     required = chat(api, tools=[WEATHER], tool_choice="required")
     assert required["choices"][0]["finish_reason"] == "tool_calls"
-    assert required["choices"][0]["message"]["content"] is None
+    # vLLM 0.34's assemble_chat_message_fields: a forced call (named or "required") has content "",
+    # an auto one null
+    assert required["choices"][0]["message"]["content"] == ""
+    auto = chat(api, tools=[WEATHER], tool_choice="auto", seed=2)
+    assert auto["choices"][0]["message"]["tool_calls"] and auto["choices"][0]["message"]["content"] is None
+
+
+def test_chat_echo_content_is_never_null(api):
+    """vLLM 0.34's chat ``echo`` sets every choice's content to the echoed last message ("" when
+    its role is not the answer's) plus the answer's content or "": a tool-call answer gets ""."""
+    out = chat(api, tools=[WEATHER], tool_choice="required", seed=2, echo=True)
+    message = out["choices"][0]["message"]
+    assert message["tool_calls"] and message["content"] == ""
+    out = chat(api, tools=[WEATHER], tool_choice="required", seed=2, echo=True,
+               messages=MSGS + [{"role": "assistant", "content": "Sure: "}], add_generation_prompt=False)
+    message = out["choices"][0]["message"]
+    assert message["tool_calls"] and message["content"] == "Sure: "
 
 
 @pytest.mark.parametrize("path,key", [(CHAT, "messages"), ("/v1/completions", "prompt")])
