@@ -78,7 +78,7 @@ class ChatAdapter(Adapter):
         check_logprobs_cap(sim, self.prompt_lp, "prompt_logprobs", "prompt")
         tools, tool_choice = chat_tools(b.tools, b.tool_choice)
         check_tools(sim, tools, tool_choice, b.response_format)
-        constraint = structured_constraint(sim, b.structured_outputs)
+        constraint = structured_constraint(sim, b.structured_outputs, b.response_format)
         mct = b.max_completion_tokens
         max_tokens = mct if mct is not None else b.max_tokens
         ignore_eos = bool(b.ignore_eos)

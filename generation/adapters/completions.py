@@ -87,7 +87,7 @@ class CompletionsAdapter(Adapter):
         check_openai_fields(sim, b, b.logprobs is not None, b.max_tokens, "completion")
         check_kv_transfer(b.kv_transfer_params, stream)
         check_tools(sim, None, None, b.response_format)
-        constraint = structured_constraint(sim, b.structured_outputs)
+        constraint = structured_constraint(sim, b.structured_outputs, b.response_format)
         kind, items = b.prompt
         n = b.n or 1
         check_size(sim, len(items) * n, force_cache_threshold, b.cache_hit_threshold)

@@ -20,6 +20,8 @@ own ``chat_template_kwargs`` (:func:`template_kwargs`): its ``enable_thinking`` 
 """
 from __future__ import annotations
 
+import json
+
 from generation.content import reasoning as rz
 from generation.errors import InvalidParam
 from generation.structured.structured_outputs import anthropic_format, constraint
@@ -42,10 +44,38 @@ def sampling_semantics(b) -> dict:
             "include_stop_str_in_output": bool(getattr(b, "include_stop_str_in_output", False))}
 
 
-def structured_constraint(sim, so) -> dict | None:
+def response_format_overrides(rf) -> dict | None:
+    """The ``structured_outputs`` fields a ``response_format`` sets, as vLLM 0.34's
+    ``structured_outputs_from_response_format`` (``entrypoints/generate/base/protocol.py``
+    l. 181-211) sets them: ``json_object`` -> ``json_object: true``, ``json_schema`` -> ``json``
+    (its ``schema``, None when it has none), ``structural_tag`` -> ``structural_tag``; None for
+    ``text``, no ``response_format`` or one of another shape."""
+    if not isinstance(rf, dict):
+        return None
+    kind = rf.get("type")
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        js = rf.get("json_schema")
+        return {"json": js.get("schema") if isinstance(js, dict) else None}
+    if kind == "structural_tag":
+        return {"structural_tag": json.dumps(rf)}
+    return None
+
+
+def structured_constraint(sim, so, rf=None) -> dict | None:
     """``structured_outputs`` as the engine's constraint (see
-    :mod:`generation.structured.structured_outputs`); raises its InvalidParams."""
-    if so is None or sim.tool_synthesizer is None:
+    :mod:`generation.structured.structured_outputs`); raises its InvalidParams.  ``rf``: the
+    request's ``response_format``, which vLLM 0.34 lays over ``structured_outputs`` with
+    ``dataclasses.replace`` (:func:`response_format_overrides`), so that its kind beside another
+    of ``structured_outputs`` is ``StructuredOutputsParams``' "multiple are specified" 400, and a
+    ``json_schema`` without a ``schema`` its "none are specified" 400."""
+    if sim.tool_synthesizer is None:
+        return None
+    overrides = response_format_overrides(rf)
+    if overrides is not None and (isinstance(so, dict) or (so is None and overrides.get("json", 0) is None)):
+        so = {**(so or {}), **overrides}
+    if so is None:
         return None
     return constraint(sim.tool_synthesizer.validator, so)
 

@@ -176,9 +176,37 @@ def test_a_refused_schema_is_worded_as_vllms_grammar_backend(api):
     assert r.json()["error"]["message"].startswith("Tool validation failed: tools[0].function.parameters")
 
 
-def test_json_schema_without_schema_gives_object(api):
-    r = post(api, {"response_format": {"type": "json_schema", "json_schema": {"name": "anything"}}})
-    assert isinstance(json.loads(r.json()["choices"][0]["message"]["content"]), dict)
+NO_KIND = ("{'json': None, 'regex': None, 'choice': None, 'grammar': None, 'json_object': None, "
+           "'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, "
+           "'structural_tag': None, '_backend': None, '_backend_was_auto': False}")
+
+
+@pytest.mark.parametrize("path,key,value", [("/v1/chat/completions", "messages", USER),
+                                            ("/v1/completions", "prompt", "Describe a city as JSON.")])
+def test_response_format_lies_over_structured_outputs(api, path, key, value):
+    """vLLM 0.34's ``structured_outputs_from_response_format`` lays ``response_format`` over
+    ``structured_outputs`` (``dataclasses.replace``), whose ``__post_init__`` then counts the kinds:
+    a ``json_schema`` without ``schema`` sets none (400), a kind beside another of
+    ``structured_outputs`` two (400), the same kind is the ``response_format``'s."""
+    def send(body):
+        return api.post(path, json={"model": "test-model", key: value, "seed": 3, **body})
+    r = send({"response_format": {"type": "json_schema", "json_schema": {"name": "anything"}}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {"message": "You must use one kind of structured outputs constraint but none are "
+                                            "specified: " + NO_KIND, "type": "BadRequestError", "param": None,
+                                 "code": 400}
+    r = send({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "ab+"}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == (
+        "You can only use one kind of structured outputs constraint but multiple are specified: "
+        + NO_KIND.replace("'regex': None", "'regex': 'ab+'").replace("'json_object': None", "'json_object': True"))
+    r = send({"response_format": SCHEMA_FORMAT, "structured_outputs": {"json": {"type": "string", "enum": ["q"]}}})
+    assert r.status_code == 200, r.text
+    out = r.json()["choices"][0]
+    jsonschema.validate(json.loads(out["message"]["content"] if "message" in out else out["text"]), CITY)
+    r = send({"response_format": {"type": "text"}, "structured_outputs": {"choice": ["a", "b"]}})
+    out = r.json()["choices"][0]
+    assert (out["message"]["content"] if "message" in out else out["text"]) in ("a", "b")
 
 
 def test_same_seed_same_json(app_client):
