@@ -478,7 +478,9 @@ def stream_message(sim, req, seq, stop_sequence):
     span = seq.reasoning_span
     base = 1 if span is not None else 0          # index of the first text / tool_use block
     c0 = span[2] if span is not None else 0
-    text_block = not calls and len(seq.pieces) > c0
+    # vLLM's converter skips an empty text delta (anthropic/serving.py l. 1196-1199): the tokens a
+    # stop string or stop token leaves without text open no block and send nothing
+    text_block = not calls and any(seq.pieces[c0:])
     if span is not None:
         # vLLM 0.34 sets the thinking block's type and (empty) thinking alone; the anthropic SDK's
         # ThinkingBlock requires a signature (strict clients validate each event), so it stays
@@ -541,7 +543,8 @@ def stream_message(sim, req, seq, stop_sequence):
                 out += _delta(base + c, {"type": "input_json_delta", "partial_json": "".join(pieces[a:run])})
                 a = run
             return out
-        return out + text_head + dumps("".join(pieces[a:b])) + text_end
+        text = "".join(pieces[a:b])
+        return out + text_head + dumps(text) + text_end if text else out
 
     pending = []
     streamed = Streamed(seq.index + 1)      # tokens sent, for an abort (end_aborted)

@@ -166,7 +166,7 @@ class OutputDecisions:
         if reasoning is not None:
             reasoning.apply(seq, rng, req.reasoning, cap, seq.finish_reason == "stop", keep_all=structured)
         if req.stop_token_ids:
-            seq.cut_at_token(req.stop_token_ids)
+            seq.cut_at_token(req.stop_token_ids, req.include_stop_str_in_output)
         if req.stop:
             seq.cut_at_stop(req.stop, req.include_stop_str_in_output)
         if seq.reasoning_span is not None:

@@ -180,10 +180,13 @@ class Sequence:
         return out
 
     def cut_at_stop(self, stops, include: bool = False) -> str | None:
-        """Cut the output before the earliest of ``stops`` (vLLM: the stop string is not
-        returned, unless ``include`` - ``include_stop_str_in_output`` - keeps it; on a tie the
-        string listed first wins) and return the matched string, also kept in ``stop_reason``;
-        ``finish_reason`` becomes ``stop``.  No match: None, nothing changes.
+        """End the output at the earliest of ``stops`` (on a tie the string listed first wins)
+        and return the matched string, also kept in ``stop_reason``; ``finish_reason`` becomes
+        ``stop``.  As vLLM 0.34's detokenizer (``v1/engine/detokenizer.py`` l. 133-157): the
+        tokens through the one that completes the string stay in the output (and its
+        ``completion_tokens``), those after it are dropped, and the text is cut before the string
+        (after it with ``include`` - ``include_stop_str_in_output``): the last kept tokens'
+        pieces lose what lies past the cut.  No match: None, nothing changes.
         ``completion_tokens`` is left to the caller."""
         text = "".join(self.pieces)
         best, cut = None, -1
@@ -194,15 +197,14 @@ class Sequence:
                     best, cut = s, i
         if best is None:
             return None
+        end = cut + len(best)
         if include:
-            cut += len(best)
+            cut = end
         pieces, ids, pos = [], [], 0
         for piece, tid in zip(self.pieces, self.ids):
-            if pos >= cut:
+            if pos >= end:
                 break
-            if pos + len(piece) > cut:
-                piece = piece[:cut - pos]
-            pieces.append(piece)
+            pieces.append(piece[:max(0, cut - pos)] if pos + len(piece) > cut else piece)
             ids.append(tid)
             pos += len(piece)
         self.pieces, self.ids = pieces, ids
@@ -211,14 +213,19 @@ class Sequence:
         self.stop_reason = best
         return best
 
-    def cut_at_token(self, stop_ids) -> int | None:
+    def cut_at_token(self, stop_ids, include: bool = False) -> int | None:
         """End the output with the first generated id in ``stop_ids`` (vLLM's
         ``stop_token_ids``: the stop token is part of the output, ``stop_reason`` is its id,
-        ``finish_reason`` ``stop``).  Returns the id, or None (nothing changes)."""
+        ``finish_reason`` ``stop``; its text is not, unless ``include`` -
+        ``include_stop_str_in_output``: vLLM 0.34's detokenizer skips a stop-terminated
+        sequence's last token, ``v1/engine/detokenizer.py`` l. 108-113).  Returns the id, or
+        None (nothing changes)."""
         wanted = set(stop_ids or ())
         for k, tid in enumerate(self.ids):
             if tid in wanted:
                 self.pieces, self.ids = self.pieces[:k + 1], self.ids[:k + 1]
+                if not include:
+                    self.pieces[k] = ""
                 self.text = None
                 self.finish_reason = "stop"
                 self.stop_reason = tid

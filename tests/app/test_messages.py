@@ -160,7 +160,9 @@ def test_stop_sequences(echo_api):
                                               messages=[{"role": "user", "content": text}])
     assert msg.content[0].text == "This is a test. Stop "
     assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == "here"
-    assert msg.usage.output_tokens == 6          # This , is , a , test, . , Stop
+    # This , is , a , test, . , Stop , here: vLLM 0.34's detokenizer keeps the token that
+    # completes the stop string (v1/engine/detokenizer.py l. 133-157), its text cut
+    assert msg.usage.output_tokens == 7
     body = {"model": "test-model", "max_tokens": 50, "stream": True, "stop_sequences": ["here"],
             "messages": [{"role": "user", "content": text}]}
     evs = events(post(echo_api, body))
@@ -168,7 +170,7 @@ def test_stop_sequences(echo_api):
     assert deltas == "This is a test. Stop "
     md = [d for n, d in evs if n == "message_delta"][0]
     assert md["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "here"}
-    assert md["usage"]["output_tokens"] == 6
+    assert md["usage"]["output_tokens"] == 7
 
 
 def test_stop_sequences_bounds_as_vllm(api):

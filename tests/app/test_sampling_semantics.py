@@ -85,6 +85,24 @@ def test_include_stop_str_in_output(api):
     assert kept["choices"][0]["finish_reason"] == "stop"
 
 
+def test_a_stop_string_keeps_its_token_in_usage_and_token_ids(api):
+    """vLLM 0.34's detokenizer (v1/engine/detokenizer.py l. 133-157) keeps the tokens through the
+    one that completes a stop string and cuts only the text: completion_tokens and token_ids
+    count that token whether or not include_stop_str_in_output keeps its text."""
+    base = {"max_tokens": 60, "ignore_eos": True, "seed": 1, "return_token_ids": True, "logprobs": True}
+    full = chat(api, **base)["choices"][0]
+    pieces = [e["token"] for e in full["logprobs"]["content"]]
+    k = 3                                        # the stop string: the 4th token's text
+    stop = pieces[k]
+    assert "".join(pieces[:k]).find(stop) < 0
+    for include in (False, True):
+        out = chat(api, stop=[stop], include_stop_str_in_output=include, **base)
+        choice = out["choices"][0]
+        assert choice["message"]["content"] == "".join(pieces[:k + include])
+        assert choice["token_ids"] == full["token_ids"][:k + 1]
+        assert out["usage"]["completion_tokens"] == k + 1 and len(choice["logprobs"]["content"]) == k + 1
+
+
 def test_stop_token_ids(api):
     base = {"max_tokens": 40, "ignore_eos": True, "seed": 2, "return_token_ids": True}
     full = chat(api, **base)
@@ -96,6 +114,12 @@ def test_stop_token_ids(api):
     assert choice["token_ids"] == ids[:first + 1]              # the stop token is part of the output
     assert choice["finish_reason"] == "stop" and choice["stop_reason"] == target
     assert out["usage"]["completion_tokens"] == first + 1
+    # vLLM 0.34 does not detokenize a stop-terminated sequence's last token (detokenizer.py
+    # l. 108-113) unless include_stop_str_in_output
+    pieces = [e["token"] for e in chat(api, logprobs=True, **base)["choices"][0]["logprobs"]["content"]]
+    assert out["choices"][0]["message"]["content"] == "".join(pieces[:first])
+    kept = chat(api, stop_token_ids=[target], include_stop_str_in_output=True, **base)
+    assert kept["choices"][0]["message"]["content"] == "".join(pieces[:first + 1])
 
 
 def test_bad_stop_token_ids_are_400(api):

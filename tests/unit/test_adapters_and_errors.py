@@ -56,12 +56,25 @@ def _seq(pieces, ids=None):
 def test_cut_at_stop_earliest_then_first_listed():
     seq = _seq(["Hello", " wor", "ld", "!"])
     assert seq.cut_at_stop(["ld", "o w"]) == "o w"
-    assert seq.pieces == ["Hell"] and seq.ids == [0] and seq.stop_reason == "o w" and seq.finish_reason == "stop"
+    # vLLM 0.34's detokenizer: the tokens through the one completing the string stay (" wor"),
+    # the text is cut before the string
+    assert seq.pieces == ["Hell", ""] and seq.ids == [0, 1] and seq.stop_reason == "o w" and seq.finish_reason == "stop"
+    seq = _seq(["Hello", " wor", "ld", "!"])
+    assert seq.cut_at_stop(["o w"], include=True) == "o w" and seq.pieces == ["Hello", " w"] and seq.ids == [0, 1]
     seq = _seq(["abc"])
     assert seq.cut_at_stop(["bc", "b"]) == "bc" and seq.pieces == ["a"]
     seq = _seq(["abc"])
     seq.finish_reason = "length"
     assert seq.cut_at_stop(["zz", ""]) is None and seq.pieces == ["abc"] and seq.finish_reason == "length"
+
+
+def test_cut_at_token_keeps_the_token_not_its_text():
+    """vLLM 0.34 skips a stop-terminated sequence's last token when detokenizing, unless
+    include_stop_str_in_output: the token counts, its text is not returned."""
+    seq = _seq(["I ", "am ", "fine", "!"], [5, 6, 7, 8])
+    assert seq.cut_at_token([7]) == 7 and seq.pieces == ["I ", "am ", ""] and seq.ids == [5, 6, 7]
+    seq = _seq(["I ", "am ", "fine", "!"], [5, 6, 7, 8])
+    assert seq.cut_at_token([7], include=True) == 7 and seq.pieces == ["I ", "am ", "fine"]
 
 
 def test_seq_state_is_a_str_enum():
