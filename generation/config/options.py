@@ -37,7 +37,8 @@ HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor", "sha256")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
 # vLLM's --reasoning-parser names the simulator lays out (generation.content.reasoning.PARSERS)
-REASONING_PARSERS = ("qwen3", "deepseek_r1", "deepseek_v3", "glm45", "minimax_m2", "mistral", "granite", "openai_gptoss")
+REASONING_PARSERS = ("qwen3", "deepseek_r1", "deepseek_v3", "glm45", "glm47", "minimax_m2", "mistral", "granite",
+                     "openai_gptoss", "step5")
 
 
 # ---------------------------------------------------------------------------------------------

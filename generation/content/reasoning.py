@@ -33,6 +33,10 @@ PARSERS = {
     "deepseek_r1": ((), ("</think>",)),
     "deepseek_v3": ((), ("</think>",)),
     "glm45": (("<think>",), ("</think>",)),
+    # vLLM 0.34 registers these names on the same classes as glm45 and deepseek_r1
+    # (reasoning/__init__.py: Glm47MoeParserReasoningAdapter, DeepSeekR1ReasoningParser)
+    "glm47": (("<think>",), ("</think>",)),
+    "step5": ((), ("</think>",)),
     "minimax_m2": ((), ("</think>",)),
     "mistral": (("[THINK]",), ("[/THINK]",)),
     "granite": (("Here is my thought process:",), ("Here is my response:",)),

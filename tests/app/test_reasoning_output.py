@@ -183,6 +183,17 @@ def test_parsers_markers(app_client, parser, starts, reasoning):
         assert "<|end|><|start|>assistant<|channel|>final<|message|>" in text
 
 
+@pytest.mark.parametrize("alias,same", [("glm47", "glm45"), ("step5", "deepseek_r1")])
+def test_vllm_aliases_lay_out_as_their_class(app_client, alias, same):
+    """vLLM 0.34 registers ``glm47`` on glm45's class and ``step5`` on deepseek_r1's
+    (reasoning/__init__.py): a server started with either answers as with the other."""
+    outs = [chat(app_client("--reasoning-parser", name, "--seed", "3"), max_tokens=40, seed=5).json()
+            for name in (alias, same)]
+    assert outs[0]["choices"][0]["message"] == outs[1]["choices"][0]["message"]
+    assert outs[0]["choices"][0]["message"]["reasoning"]
+    assert outs[0]["usage"] == outs[1]["usage"]
+
+
 def test_unknown_parser_is_a_start_up_error():
     from generation.config.cli import load_config
     from generation.config.values import ConfigError
