@@ -4,6 +4,7 @@ before anything is admitted.  Also the fields that change the output (``min_toke
 ``truncate_prompt_tokens``, ``return_tokens_as_token_ids``)."""
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import os
@@ -428,6 +429,23 @@ def check_structured_count(so, tool_choice=None, api: str = "chat") -> None:
                        "('json', 'regex' or 'choice').", None if api == "chat" else "structured_outputs")
     if api == "chat" and count and tool_choice is not None and tool_choice not in ("none", "auto", "required"):
         raise Rejected("You can only either use constraints for structured outputs or tools, not both.")
+    check_structural_tag_text(so.get("structural_tag"))
+
+
+def check_structural_tag_text(tag) -> None:
+    """vLLM 0.34's ``validate_structured_outputs_structural_tag`` (generate/base/protocol.py
+    l. 245-290, the same request validator): a ``structural_tag`` string that is empty, not JSON
+    or not a JSON object is no tag xgrammar compiles (``json.loads`` then
+    ``Grammar.from_structural_tag``), its 400 naming ``structured_outputs``.  A JSON object is
+    not checked further here (xgrammar's own checks are not made)."""
+    if not isinstance(tag, str):
+        return
+    try:
+        ok = bool(tag) and isinstance(json.loads(tag), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise Rejected("Invalid structured_outputs structural_tag specification.", "structured_outputs")
 
 
 def check_response_format_schema(rf) -> None:

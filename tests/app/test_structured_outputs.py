@@ -84,6 +84,24 @@ def test_bad_structured_outputs_are_400_naming_the_field(api, so, param):
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("tag", ["", "not json", "[1]"])
+def test_a_structural_tag_that_is_no_json_object_is_400(api, path, tag):
+    """vLLM 0.34's ``validate_structured_outputs_structural_tag`` (a request validator of chat and
+    completions): the string is ``json.loads``-ed and compiled by xgrammar, else its 400."""
+    key, value = ("messages", MSGS) if "chat" in path else ("prompt", "Answer:")
+    r = api.post(path, json={"model": "test-model", key: value, "max_tokens": 5,
+                             "structured_outputs": {"structural_tag": tag}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {"message": "Invalid structured_outputs structural_tag specification. "
+                                            "(parameter=structured_outputs)",
+                                 "type": "BadRequestError", "param": "structured_outputs", "code": 400}
+    tag = json.dumps({"type": "structural_tag", "format": {"type": "const_string", "value": "hi"}})
+    r = api.post(path, json={"model": "test-model", key: value, "max_tokens": 5,
+                             "structured_outputs": {"structural_tag": tag}})
+    assert r.status_code == 200, r.text
+
+
 def test_bounded_by_max_tokens(api):
     r = chat(api, {"json": SCHEMA}, max_tokens=3)
     assert r.status_code == 200
