@@ -148,7 +148,7 @@ class ChatAdapter(Adapter):
         if self.prompt_lp is not None:
             out["prompt_logprobs"] = lp.prompt_logprobs(self.sim.tokenizer, seqs[0].prompt.ids, self.prompt_lp)
         if b.echo:      # vLLM: the last message (the answer's role) or "", then the answer: never null
-            echoed = echo_text(b)      # (chat_completion/serving.py l. 1096-1108)
+            echoed = echo_text(b)      # (chat_completion/serving.py l. 1091-1104)
             for c in out["choices"]:
                 c["message"]["content"] = echoed + (c["message"]["content"] or "")
         if b.return_token_ids:     # vLLM: top-level prompt_token_ids, per choice token_ids
