@@ -164,7 +164,10 @@ class OutputDecisions:
         if req.response_format and cfg.mode != "echo" and self.tool_synthesizer is not None:
             structured = self.tool_synthesizer.apply_response_format(req, seq, rng)
         if reasoning is not None:
-            reasoning.apply(seq, rng, req.reasoning, cap, seq.finish_reason == "stop", keep_all=structured)
+            # within max_tokens and the context's room (no max_tokens: the room alone; a None cap
+            # failed the request with a 500 on a structured answer)
+            limit = room if cap is None else min(cap, room)
+            reasoning.apply(seq, rng, req.reasoning, limit, seq.finish_reason == "stop", keep_all=structured)
         if req.stop_token_ids:
             seq.cut_at_token(req.stop_token_ids, req.include_stop_str_in_output)
         if req.stop:

@@ -194,6 +194,27 @@ def test_vllm_aliases_lay_out_as_their_class(app_client, alias, same):
     assert outs[0]["usage"] == outs[1]["usage"]
 
 
+@pytest.mark.parametrize("constraint", [
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": True, "schema": {
+        "type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}}}},
+    {"response_format": {"type": "json_object"}},
+    {"structured_outputs": {"choice": ["yes", "no"]}},
+])
+def test_structured_answer_without_max_tokens_reasons_first(app_client, constraint):
+    """A structured answer on a reasoning server with no max_tokens (the context's room is the
+    limit): reasoning, then the constrained content (it was a 500, the span's cap being None)."""
+    api = app_client("--reasoning-parser", "qwen3")
+    r = api.post("/v1/chat/completions", json={"model": "test-model", "seed": 1, **constraint,
+                                               "messages": [{"role": "user", "content": "Why?"}]})
+    assert r.status_code == 200, r.text
+    message = r.json()["choices"][0]["message"]
+    assert message["reasoning"] and r.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
+    if "structured_outputs" in constraint:
+        assert message["content"] in ("yes", "no")
+    else:
+        assert isinstance(json.loads(message["content"]), dict)
+
+
 def test_unknown_parser_is_a_start_up_error():
     from generation.config.cli import load_config
     from generation.config.values import ConfigError
