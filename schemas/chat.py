@@ -170,6 +170,15 @@ class ChatCompletionRequestSchema(SamplingSchema):
     def validated_body(self, body: dict) -> dict:
         return chat_validated_body(body)
 
+    def filled_body(self, body: dict) -> dict:
+        """The body loaded: with vLLM 0.34's ``check_tool_usage`` default (``tool_choice: "auto"``
+        beside tools without one), so that a loaded ``tool_choice`` of None beside tools is an
+        explicit ``null``, which vLLM parses as auto but returns no calls for
+        (:meth:`generation.adapters.chat.ChatAdapter.request`)."""
+        if "tool_choice" not in body and body.get("tools"):
+            return {**body, "tool_choice": "auto"}
+        return body
+
     @validates("tool_choice")
     def _tool_choice(self, value, **kwargs):
         if value is None or isinstance(value, str):
@@ -236,6 +245,10 @@ class BatchChatCompletionRequestSchema(ChatCompletionRequestSchema):
 
     def validated_body(self, body: dict) -> dict:
         """As sent (``check_batch_mode`` adds no key)."""
+        return body
+
+    def filled_body(self, body: dict) -> dict:
+        """As sent: vLLM's batch model has no ``check_tool_usage``."""
         return body
 
     @pre_load

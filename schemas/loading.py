@@ -138,6 +138,9 @@ def load(schema: Schema, body):
     for a body that is not an object (vLLM's validation handler: "Bad Request")."""
     if not isinstance(body, dict):
         raise body_not_an_object(body)
+    filled_body = getattr(schema, "filled_body", None)
+    if filled_body is not None:
+        body = filled_body(body)
     if BODY_BYTES.get() > OFF_HUB_BYTES and on_hub_thread():
         if not _LANE:
             _LANE.append(FairLane())

@@ -101,7 +101,10 @@ class ChatAdapter(Adapter):
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=prompts, n=n,
             max_tokens=max_tokens, min_tokens=b.min_tokens or 0, ignore_eos=ignore_eos, stream=stream,
-            tools=tools, tool_choice=tool_choice,
+            # vLLM 0.34's keeps_tool_calls (chat_completion/message_assembly.py l. 65-100): an
+            # explicit ``tool_choice: null`` beside tools (the schema fills in an absent one as
+            # "auto") is parsed as auto, but its calls are dropped, streamed or not: a text answer
+            tools=tools, tool_choice="none" if tools and tool_choice is None else tool_choice,
             response_format=response_format, stop=b.stop, kv_transfer_params=b.kv_transfer_params,
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),

@@ -232,6 +232,33 @@ def test_tool_choice_none_gives_text(api):
     assert c.message.content and not c.message.tool_calls
 
 
+@pytest.mark.parametrize("flags", [(), ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")])
+def test_tool_choice_null_returns_no_tool_calls(app_client, flags):
+    """vLLM 0.34: an explicit ``tool_choice: null`` beside tools passes check_tool_usage (which
+    fills in "auto" only for an absent one) and is parsed as auto, but ``keeps_tool_calls``
+    (chat_completion/message_assembly.py l. 65-100) keeps calls only for "auto", "required" or a
+    named tool: the answer is text, streamed or not.  Absent, it is "auto": the same seeds call."""
+    base = app_client(*flags)
+    called = 0
+    for seed in range(6):
+        body = {"messages": PARIS, "tools": [WEATHER, TEMPERATURE], "seed": seed, "max_tokens": 8}
+        def shape(choice):        # the call ids are drawn afresh
+            return ([tc["function"] for tc in choice["message"].get("tool_calls", [])],
+                    choice["message"]["content"], choice["finish_reason"])
+        absent = post(base, body).json()["choices"][0]
+        assert shape(absent) == shape(post(base, {**body, "tool_choice": "auto"}).json()["choices"][0])
+        called += "tool_calls" in absent["message"]
+        r = post(base, {**body, "tool_choice": None})
+        assert r.status_code == 200, r.text
+        c = r.json()["choices"][0]
+        assert "tool_calls" not in c["message"] and c["message"]["content"] and c["finish_reason"] in ("stop", "length")
+    assert called
+    r = post(base, {"messages": PARIS, "tools": [WEATHER], "tool_choice": None, "seed": 1, "max_tokens": 8,
+                    "stream": True})
+    deltas = [e["choices"][0]["delta"] for e in sse_events(r.text)[:-1]]
+    assert deltas and all("tool_calls" not in d for d in deltas)
+
+
 def test_empty_tools_falls_back_to_none(api):
     """vLLM 0.34 (and OpenAI): ``tools: []`` is no tools; "required" falls back to "none"."""
     r = post(api, {"messages": USER, "tools": [], "tool_choice": "required", "max_tokens": 4, "ignore_eos": True})
