@@ -55,7 +55,7 @@ def test_aborted_responses_and_transcription_streams_end_as_vllm_ends_them(serve
             "audio-s": {"path": "/v1/audio/transcriptions", "files": {"file": ("a.wav", _wav(35.0), "audio/wav")},
                         "data": {"model": "test-model", "language": "en", "stream": "true",
                                  "stream_include_usage": "true"}}}
-    out = posted_then_aborted(base, jobs, 0.5)
+    out = posted_then_aborted(base, jobs, 0.5, sequences=4)     # two responses, the audio's two chunks
     for rid in ("resp-s", "resp-b"):
         r = out[rid]
         assert r.status_code == 200, rid

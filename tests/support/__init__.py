@@ -388,13 +388,20 @@ ROUTE_BODIES = {
 }
 
 
-def posted_then_aborted(base: str, jobs: dict, after: float) -> dict:
+def posted_then_aborted(base: str, jobs: dict, after: float, sequences: int = 0) -> dict:
     """Send each of ``jobs`` (``{request id: httpx.post keywords, "path" among them}``) with its
     id as ``X-Request-Id``, each in a thread of its own; ``after`` seconds later abort them all
     with ``/inference/v1/abort_requests`` (asserting its empty 200); returns ``{request id:
-    response}`` once they have ended (15 s at most each)."""
+    response}`` once they have ended (15 s at most each).  ``sequences``: first wait (10 s at
+    most) until the server holds that many running or waiting sequences, so that on a loaded
+    machine the abort does not come before a slow upload has arrived."""
     import threading
     out = {}
+
+    def held() -> int:
+        text = httpx.get(base + "/metrics", timeout=10).text
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{"))))
 
     def post(rid, kw):
         kw = dict(kw)
@@ -403,6 +410,9 @@ def posted_then_aborted(base: str, jobs: dict, after: float) -> dict:
     threads = [threading.Thread(target=post, args=(rid, kw)) for rid, kw in jobs.items()]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 10
+    while sequences and held() < sequences and time.monotonic() < deadline:
+        time.sleep(0.02)
     time.sleep(after)
     r = httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": list(jobs)}, timeout=10)
     assert (r.status_code, r.content) == (200, b"")
