@@ -169,7 +169,7 @@ def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input
     the generation runner, as vLLM 0.34's ``get_tokenizer`` sets it, tokenizers/registry.py
     l. 139-144) and check every input against ``--max-model-len``.  Raises InvalidParam."""
     if side is None:
-        side = "right" if cfg.pooling_kind else "left"
+        side = "right" if getattr(cfg, "pooling_kind", None) else "left"
     max_len = cfg.max_model_len
     if truncate is not None and truncate > max_len:     # vLLM 0.34's PoolingBaseServing._validate_request
         raise InvalidParam("truncate_prompt_tokens value is greater than max_model_len. Please request a smaller "

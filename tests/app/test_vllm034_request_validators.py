@@ -269,15 +269,19 @@ def test_pooling_priority_is_checked_as_on_generation(app_client):
 
 def test_pooling_truncation_side_keeps_the_start_on_the_right(app_client):
     """``truncation_side: right`` keeps a prompt's first tokens on /pooling and /classify as on
-    /v1/embeddings (vLLM's PoolingBasicRequestMixin); it was dropped there and the end kept."""
+    /v1/embeddings (vLLM's PoolingBasicRequestMixin), ``left`` the end; unset, the pooling
+    runner's tokenizer truncates on the right."""
     c = app_client("--runner", "pooling", "--convert", "classify")
     ids = list(range(100, 130))
     for path in ("/pooling", "/classify"):
-        left = c.post(path, json={"model": "test-model", "input": ids, "truncate_prompt_tokens": 5})
+        unset = c.post(path, json={"model": "test-model", "input": ids, "truncate_prompt_tokens": 5})
+        left = c.post(path, json={"model": "test-model", "input": ids, "truncate_prompt_tokens": 5,
+                                  "truncation_side": "left"})
         right = c.post(path, json={"model": "test-model", "input": ids, "truncate_prompt_tokens": 5,
                                    "truncation_side": "right"})
         assert left.status_code == 200 and right.status_code == 200, (path, left.text, right.text)
         assert left.json()["data"] != right.json()["data"], path          # different tokens kept
+        assert unset.json()["data"] == right.json()["data"], path
         assert c.post(path, json={"model": "test-model", "input": ids, "truncation_side": "middle"}).status_code == 400
 
 
