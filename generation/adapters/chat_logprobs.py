@@ -32,7 +32,7 @@ def token_entries(seq, a: int, b: int, top: int, as_ids: bool, listed: list | No
         ids = seq.ids
         out = [lp.token_id_entry(ids[k], k, top) for k in range(a, b)]
     else:
-        pieces = seq.pieces
+        pieces = seq.logprob_pieces()
         out = [lp.chat_entry(pieces[k], k, top) for k in range(a, b)]
     if listed:
         out = [lp.with_listed(e, k, listed) for k, e in zip(range(a, b), out)]
@@ -46,7 +46,7 @@ def choice_logprobs(seq, top: int, as_ids: bool) -> dict:
 
 def token_logprobs(seq, k: int, top: int, as_ids: bool, listed: list | None) -> bytes:
     """A one-token chunk's ``logprobs``, serialised: :func:`chunk_logprobs` of ``k..k``, faster."""
-    e = lp.token_id_entry(seq.ids[k], k, top) if as_ids else lp.chat_entry(seq.pieces[k], k, top)
+    e = lp.token_id_entry(seq.ids[k], k, top) if as_ids else lp.chat_entry(seq.logprob_pieces()[k], k, top)
     if listed:
         e = lp.with_listed(e, k, listed)
     return b'{"content":[' + dumps(e) + b"]}"

@@ -215,7 +215,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
     listed = lp.listed_names(tokenizer, req.logprob_token_ids, as_ids)
     for s in seqs:
         text = s.output_text()
-        pieces = s.pieces
+        pieces = s.logprob_pieces()         # each token's own text (a stop cuts only the text)
         ids = list(s.ids) if as_ids else None
         if echo_prompt:
             head = prompt_pieces(tokenizer, s)
@@ -313,7 +313,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             close = last_close
         text = piece if echo is None else echo[0] + piece
         if top is not None:
-            d = lp.completion_logprobs([piece], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None,
+            d = lp.completion_logprobs([seq.logprob_pieces()[k]], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None,
                                        listed=listed)
             offsets[i] += len(piece)
             if echo is not None and echo[1] is not None:
@@ -338,7 +338,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             return heads[i] + _PLAIN_REST.prefix + dumps(text) + _PLAIN_REST.suffix
         logprobs = b"null"
         if top is not None:
-            logprobs = dumps(lp.completion_logprobs(pieces, top, start=a, offset=offsets[i],
+            logprobs = dumps(lp.completion_logprobs(seq.logprob_pieces()[a:b], top, start=a, offset=offsets[i],
                                                     ids=seq.ids[a:b] if as_ids else None, listed=listed))
             offsets[i] += len(text)
         end = b"}]" + tail(b - a, i) if continuous else (last_close if last else CLOSE_KV)   # "}]" closes the choices

@@ -342,7 +342,7 @@ def _text_logprobs(seq, top: int, as_ids: bool, start: int = 0, stop: int | None
     stop = len(seq.ids) if stop is None else stop
     if as_ids:
         return {"content": [placeholder_entry(seq.ids[k], k, top) for k in range(start, stop)]}
-    return lp.chat_logprobs(seq.pieces[start:stop], top, start)
+    return lp.chat_logprobs(seq.logprob_pieces()[start:stop], top, start)
 
 
 def placeholder_entry(tid: int, pos: int, top: int) -> dict:

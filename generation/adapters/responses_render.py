@@ -153,7 +153,8 @@ def _logprobs(ctx: RenderCtx, seq) -> list:
     ``response_output_text.Logprob``: ``token``, ``bytes``, ``logprob``, ``top_logprobs``)."""
     top = ctx.top
     span = seq.reasoning_span
-    pieces = seq.pieces if span is None else seq.pieces[span[2]:]
+    texts = seq.logprob_pieces()       # each token's own text (a stop cuts only the answer's)
+    pieces = texts if span is None else texts[span[2]:]
     return [output_text_logprob(lp.responses_entry(p, i, top)) for i, p in enumerate(pieces)]
 
 
@@ -299,6 +300,7 @@ def _token_events(ctx: RenderCtx, seq):
     nothing); then a delta per token of the first call's arguments or of the text."""
     ev = ctx.event
     pieces = seq.pieces
+    lp_pieces = seq.logprob_pieces()            # each token's own text, for its logprobs entry
     span = seq.reasoning_span
     r0, r1, c0 = span if span is not None else (0, 0, 0)
     oi = 0 if span is None else 1               # output_index of the answer's item
@@ -375,7 +377,7 @@ def _token_events(ctx: RenderCtx, seq):
         ctx.n += 1
         if calls:
             return out + head + dumps("".join(pieces[a:b])) + mid + n + tail
-        lps = (dumps(_delta_logprobs([lp.responses_entry(pieces[j], j - c0, top) for j in range(a, b)])) if want
+        lps = (dumps(_delta_logprobs([lp.responses_entry(lp_pieces[j], j - c0, top) for j in range(a, b)])) if want
                else b"[]")
         return out + head + dumps("".join(pieces[a:b])) + mid + lps + seq_at + n + tail
 

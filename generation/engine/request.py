@@ -109,7 +109,7 @@ class Sequence:
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
                  "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span",
-                 "aborted_tokens")
+                 "aborted_tokens", "token_texts")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -138,6 +138,13 @@ class Sequence:
         self.engine_req = None           # its EngineRequest in step mode (generation.engine.scheduler)
         self.reasoning_span = None       # (r0, r1, c0) into pieces (generation.content.reasoning), or None
         self.aborted_tokens = None       # output tokens made when it was aborted (what the metrics counted)
+        self.token_texts = None          # each token's own text where a stop cut its piece (logprob_pieces)
+
+    def logprob_pieces(self) -> list:
+        """Each output token's own text, as its logprobs entry names it: ``pieces``, except that
+        a stop string or stop token cuts only the text (vLLM 0.34's LogprobsProcessor decodes
+        each sampled id by itself, apart from the detokenizer that cuts the output text)."""
+        return self.pieces if self.token_texts is None else self.token_texts
 
     def made_tokens(self, itl: float, now: float) -> int:
         """Output tokens made by ``now`` (monotonic seconds; the output is drawn up front): the
@@ -162,6 +169,8 @@ class Sequence:
         only the tool calls and reasoning those tokens hold whole are kept."""
         made = max(0, min(made, len(self.ids)))
         self.pieces, self.ids = self.pieces[:made], self.ids[:made]
+        if self.token_texts is not None:
+            self.token_texts = self.token_texts[:made]
         self.completion_tokens = made
         self.text = None
         self.finish_reason = "abort"
@@ -207,6 +216,7 @@ class Sequence:
             pieces.append(piece[:max(0, cut - pos)] if pos + len(piece) > cut else piece)
             ids.append(tid)
             pos += len(piece)
+        self.token_texts = self.logprob_pieces()[:len(ids)]
         self.pieces, self.ids = pieces, ids
         self.text = None
         self.finish_reason = "stop"
@@ -224,6 +234,7 @@ class Sequence:
         for k, tid in enumerate(self.ids):
             if tid in wanted:
                 self.pieces, self.ids = self.pieces[:k + 1], self.ids[:k + 1]
+                self.token_texts = list(self.pieces)
                 if not include:
                     self.pieces[k] = ""
                 self.text = None

@@ -103,6 +103,48 @@ def test_a_stop_string_keeps_its_token_in_usage_and_token_ids(api):
         assert out["usage"]["completion_tokens"] == k + 1 and len(choice["logprobs"]["content"]) == k + 1
 
 
+def test_a_stop_keeps_each_logprobs_entry_the_whole_token(api):
+    """A stop string or stop token cuts the output text only: vLLM 0.34's LogprobsProcessor
+    decodes each sampled id by itself, so the logprobs entry of a token the stop cut still names
+    the whole token (it named the cut text: "T" for "Testing", "" for a stop token), streamed or
+    not, on chat, completions and responses."""
+    base = {"max_tokens": 30, "ignore_eos": True, "seed": 1, "return_token_ids": True, "logprobs": True}
+    full = chat(api, **base)["choices"][0]
+    pieces = [e["token"] for e in full["logprobs"]["content"]]
+    k = next(i for i in range(2, len(pieces)) if len(pieces[i]) > 1 and pieces[i][1:] not in "".join(pieces[:i + 1])[:-len(pieces[i])])
+    cases = [{"stop": [pieces[k][1:]]}, {"stop": [pieces[k][1:]], "include_stop_str_in_output": True},
+             {"stop_token_ids": [full["token_ids"][k]]}]
+    for case in cases:
+        out = chat(api, **base, **case)["choices"][0]
+        assert [e["token"] for e in out["logprobs"]["content"]] == pieces[:k + 1], case
+        cut = not case.get("include_stop_str_in_output")
+        assert out["message"]["content"] == "".join(pieces[:k]) + (pieces[k][:1] if cut and "stop" in case else
+                                                                   "" if cut else pieces[k])
+        r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "stream": True, **base, **case})
+        streamed = [e["token"] for ev in sse_events(r.text) if isinstance(ev, dict) and ev.get("choices")
+                    for e in ((ev["choices"][0].get("logprobs") or {}).get("content") or ())]
+        assert streamed == pieces[:k + 1], case
+    prompt = {"model": "test-model", "prompt": "hello there", "max_tokens": 30, "ignore_eos": True, "seed": 1,
+              "logprobs": 0}
+    r = api.post("/v1/completions", json=prompt)
+    tokens = r.json()["choices"][0]["logprobs"]["tokens"]
+    k = next(i for i in range(2, len(tokens)) if len(tokens[i]) > 1 and tokens[i][1:] not in "".join(tokens[:i + 1])[:-len(tokens[i])])
+    for stream in (False, True):
+        r = api.post("/v1/completions", json={**prompt, "stop": [tokens[k][1:]], "stream": stream})
+        if stream:
+            got = [t for ev in sse_events(r.text) if isinstance(ev, dict) and ev.get("choices")
+                   for t in ((ev["choices"][0].get("logprobs") or {}).get("tokens") or ())]
+        else:
+            got = r.json()["choices"][0]["logprobs"]["tokens"]
+        assert got == tokens[:k + 1], stream
+    body = {"model": "test-model", "input": "hello", "max_output_tokens": 30, "top_logprobs": 0,
+            "include": ["message.output_text.logprobs"]}
+    resp = api.post("/v1/responses", json=body).json()
+    part = resp["output"][-1]["content"][0]
+    tokens = [e["token"] for e in part["logprobs"]]
+    assert part["text"] == "".join(tokens)
+
+
 def test_stop_token_ids(api):
     base = {"max_tokens": 40, "ignore_eos": True, "seed": 2, "return_token_ids": True}
     full = chat(api, **base)
