@@ -169,9 +169,9 @@ class OutputDecisions:
             limit = room if cap is None else min(cap, room)
             reasoning.apply(seq, rng, req.reasoning, limit, seq.finish_reason == "stop", keep_all=structured)
         if req.stop_token_ids:
-            seq.cut_at_token(req.stop_token_ids, req.include_stop_str_in_output)
+            seq.cut_at_token(req.stop_token_ids, req.include_stop_str_in_output, req.min_tokens or 0)
         if req.stop:
-            seq.cut_at_stop(req.stop, req.include_stop_str_in_output)
+            seq.cut_at_stop(req.stop, req.include_stop_str_in_output, req.min_tokens or 0)
         if seq.reasoning_span is not None:
             reasoning.clamp(seq)
         seq.completion_tokens = len(seq.pieces)

@@ -188,7 +188,7 @@ class Sequence:
                 out[k] = c
         return out
 
-    def cut_at_stop(self, stops, include: bool = False) -> str | None:
+    def cut_at_stop(self, stops, include: bool = False, min_tokens: int = 0) -> str | None:
         """End the output at the earliest of ``stops`` (on a tie the string listed first wins)
         and return the matched string, also kept in ``stop_reason``; ``finish_reason`` becomes
         ``stop``.  As vLLM 0.34's detokenizer (``v1/engine/detokenizer.py`` l. 133-157): the
@@ -196,12 +196,16 @@ class Sequence:
         ``completion_tokens``), those after it are dropped, and the text is cut before the string
         (after it with ``include`` - ``include_stop_str_in_output``): the last kept tokens'
         pieces lose what lies past the cut.  No match: None, nothing changes.
-        ``completion_tokens`` is left to the caller."""
+        ``completion_tokens`` is left to the caller.  A string must end in the text of the
+        tokens after the first ``min_tokens`` (it may begin before): vLLM's detokenizer checks
+        stop strings once the output holds more than ``min_tokens`` tokens, in the text added
+        since (``check_stop_strings``' ``new_char_count``)."""
         text = "".join(self.pieces)
+        start = sum(map(len, self.pieces[:min_tokens])) if min_tokens else 0
         best, cut = None, -1
         for s in stops or ():
             if s:
-                i = text.find(s)
+                i = text.find(s, max(0, start - len(s) + 1))
                 if i >= 0 and (cut < 0 or i < cut):
                     best, cut = s, i
         if best is None:
@@ -223,16 +227,18 @@ class Sequence:
         self.stop_reason = best
         return best
 
-    def cut_at_token(self, stop_ids, include: bool = False) -> int | None:
+    def cut_at_token(self, stop_ids, include: bool = False, min_tokens: int = 0) -> int | None:
         """End the output with the first generated id in ``stop_ids`` (vLLM's
         ``stop_token_ids``: the stop token is part of the output, ``stop_reason`` is its id,
         ``finish_reason`` ``stop``; its text is not, unless ``include`` -
         ``include_stop_str_in_output``: vLLM 0.34's detokenizer skips a stop-terminated
         sequence's last token, ``v1/engine/detokenizer.py`` l. 108-113).  Returns the id, or
-        None (nothing changes)."""
+        None (nothing changes).  Not one of the first ``min_tokens`` - 1 tokens: vLLM's
+        ``check_stop`` ignores stop tokens until the output holds ``min_tokens`` (its logits
+        processor masks them meanwhile)."""
         wanted = set(stop_ids or ())
         for k, tid in enumerate(self.ids):
-            if tid in wanted:
+            if tid in wanted and k + 1 >= min_tokens:
                 self.pieces, self.ids = self.pieces[:k + 1], self.ids[:k + 1]
                 self.token_texts = list(self.pieces)
                 if not include:

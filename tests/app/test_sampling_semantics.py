@@ -164,6 +164,19 @@ def test_stop_token_ids(api):
     assert kept["choices"][0]["message"]["content"] == "".join(pieces[:first + 1])
 
 
+def test_min_tokens_holds_off_stop_tokens_and_strings(api):
+    """vLLM 0.34 stops on a stop token or string only once min_tokens are out (check_stop, the
+    detokenizer's min_tokens offset): a stop in the first tokens was the end of the output."""
+    base = {"max_tokens": 40, "ignore_eos": True, "seed": 2, "return_token_ids": True, "logprobs": True}
+    full = chat(api, **base)["choices"][0]
+    ids, pieces = full["token_ids"], [e["token"] for e in full["logprobs"]["content"]]
+    out = chat(api, stop_token_ids=[ids[1]], min_tokens=len(ids), **base)
+    assert out["usage"]["completion_tokens"] == len(ids)
+    assert out["choices"][0]["token_ids"][:len(ids) - 1] == ids[:len(ids) - 1]
+    out = chat(api, stop=[pieces[1]], min_tokens=len(ids), **base)
+    assert out["usage"]["completion_tokens"] == len(ids) and out["choices"][0]["stop_reason"] is None
+
+
 def test_bad_stop_token_ids_are_400(api):
     r = api.post(CHAT, json={"model": "test-model", "messages": MSGS, "stop_token_ids": [-1]})
     assert r.status_code == 400 and r.json()["error"]["param"].startswith("stop_token_ids")

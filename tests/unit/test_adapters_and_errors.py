@@ -77,6 +77,24 @@ def test_cut_at_token_keeps_the_token_not_its_text():
     assert seq.cut_at_token([7], include=True) == 7 and seq.pieces == ["I ", "am ", "fine"]
 
 
+def test_stops_wait_for_min_tokens():
+    """vLLM 0.34 looks for stop strings once the output holds more than min_tokens tokens, in
+    the text since (a string may begin earlier), and its check_stop ignores stop tokens until
+    min_tokens: a stop among the first tokens no longer ends the output."""
+    seq = _seq(["a ", "b ", "a ", "b ", "c"])
+    assert seq.cut_at_stop(["a b"], min_tokens=2) == "a b" and seq.pieces == ["a ", "b ", "", ""]
+    seq = _seq(["a ", "b ", "a ", "b ", "c"])
+    assert seq.cut_at_stop(["b a"], min_tokens=2) == "b a" and seq.ids == [0, 1, 2]     # ends in token 2
+    seq = _seq(["a ", "b ", "c"])
+    assert seq.cut_at_stop(["a"], min_tokens=1) is None and seq.pieces == ["a ", "b ", "c"]
+    seq = _seq(["I ", "am ", "fine", "!"], [5, 7, 7, 8])
+    assert seq.cut_at_token([7], min_tokens=3) == 7 and seq.ids == [5, 7, 7]
+    seq = _seq(["I ", "am ", "fine", "!"], [5, 7, 7, 8])
+    assert seq.cut_at_token([7], min_tokens=2) == 7 and seq.ids == [5, 7]
+    seq = _seq(["I ", "am "], [5, 7])
+    assert seq.cut_at_token([5], min_tokens=2) is None and seq.ids == [5, 7]
+
+
 def test_seq_state_is_a_str_enum():
     seq = _seq([])
     assert seq.state is SeqState.NEW and seq.state == "new"
