@@ -69,13 +69,14 @@ def _bytes_response(vectors, dtype: str, endian: str, bytes_only: bool, body_id:
     """``encoding_format`` ``bytes`` / ``bytes_only`` as vLLM answers it: the embeddings' raw
     bytes back to back (``application/octet-stream``) and, for ``bytes``, a ``metadata`` header
     (JSON: ``id``, ``created``, ``model``, ``data`` items with ``index``, ``embed_dtype``,
-    ``endianness``, ``start``, ``end``, ``shape``, and ``usage``)."""
+    ``endianness``, ``start``, ``end``, ``shape`` - the tensor's whole shape, ``[tokens, size]``
+    for a per-token task, as vLLM 0.34's encode_pooling_bytes - and ``usage``)."""
     parts, items, start = [], [], 0
     for i, vec in enumerate(vectors):
         raw = encode_vector(vec, dtype, endian)
         parts.append(raw)
         items.append({"index": i, "embed_dtype": dtype, "endianness": endian, "start": start,
-                      "end": start + len(raw), "shape": [len(vec)]})
+                      "end": start + len(raw), "shape": list(vec.shape)})   # output.outputs.data.shape
         start += len(raw)
     headers = dict(headers)
     if not bytes_only:

@@ -201,6 +201,18 @@ def test_pooler_config_task_token_classify(app_client, classify):
     assert sum(raw[-1]) != pytest.approx(1)
 
 
+def test_pooler_config_token_task_bytes_carry_the_whole_shape(app_client):
+    """encoding_format bytes of a per-token task: the metadata's shape is the tensor's
+    (``[tokens, size]``, vLLM 0.34's encode_pooling_bytes ``output.outputs.data.shape``), as
+    its decode_pooling_output reshapes by; it was ``[tokens]`` beside tokens x size values."""
+    for flags, size in ((TOKEN_EMBED, 384), (TOKEN_CLASSIFY, 2)):
+        r = app_client(*flags).post("/pooling", json={"input": ["hello big world", "hi there"],
+                                                      "encoding_format": "bytes"})
+        items = json.loads(r.headers["metadata"])["data"]
+        assert [d["shape"] for d in items] == [[3, size], [2, size]]
+        assert [d["end"] - d["start"] for d in items] == [3 * size * 4, 2 * size * 4]
+
+
 def test_pooler_config_token_rows_are_bounded(app_client):
     """A per-token task's response is bounded before it is pooled: tokens x 384 values <= 2**22."""
     tok = app_client(*TOKEN_EMBED, "--max-model-len", "16384")
