@@ -411,7 +411,7 @@ def _thinking_block(req, seq) -> dict | None:
     """The ``thinking`` block of an answer with a reasoning span (vLLM with
     ``--reasoning-parser``): its text and an opaque ``signature``."""
     text = reasoning_text(seq)
-    if text is None:
+    if not text:        # vLLM 0.34's messages_full_converter: ``if choice.message.reasoning:``
         return None
     return {"type": "thinking", "thinking": text, "signature": signature(req.request_id, text)}
 
@@ -476,19 +476,22 @@ def stream_message(sim, req, seq, stop_sequence):
     yield _frame("message_start", {"type": "message_start", "message": start})
     calls = seq.tool_calls
     span = seq.reasoning_span
-    base = 1 if span is not None else 0          # index of the first text / tool_use block
     c0 = span[2] if span is not None else 0
+    # vLLM's converter opens a thinking block on the first non-empty reasoning delta: an answer
+    # whose reasoning is empty (its first token ends it) has none, as the body has none
+    thinking = span is not None and any(seq.pieces[span[0]:span[1]])
+    base = 1 if thinking else 0                  # index of the first text / tool_use block
     # vLLM's converter skips an empty text delta (anthropic/serving.py l. 1196-1199): the tokens a
     # stop string or stop token leaves without text open no block and send nothing
     text_block = not calls and any(seq.pieces[c0:])
-    if span is not None:
+    if thinking:
         # vLLM 0.34 sets the thinking block's type and (empty) thinking alone; the anthropic SDK's
         # ThinkingBlock requires a signature (strict clients validate each event), so it stays
         yield _block_start(0, {"type": "thinking", "thinking": "", "signature": ""})
     elif text_block:
         yield _block_start(0, {"type": "text", "text": ""})
     opened = 0          # number of tool_use blocks started so far
-    thinking_open = span is not None
+    thinking_open = thinking
     text_head = b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"type":"text_delta","text":'
     text_end = b'},"index":' + str(base).encode() + b'}\n\n'
 
@@ -523,8 +526,9 @@ def stream_message(sim, req, seq, stop_sequence):
         out = b""
         if a < c0:
             ra, rb = within(k, span[0], span[1])
-            if ra < rb:
-                out = _delta(0, {"type": "thinking_delta", "thinking": "".join(pieces[ra:rb])})
+            text = "".join(pieces[ra:rb]) if ra < rb else ""
+            if text:                            # vLLM's converter skips an empty reasoning delta
+                out = _delta(0, {"type": "thinking_delta", "thinking": text})
             if b <= c0:
                 return out                      # a marker: no event
             a = c0
@@ -555,7 +559,7 @@ def stream_message(sim, req, seq, stop_sequence):
         # that render opened the next block (closed the thinking one, started a tool_use) in
         # this state though its events were never sent.
         n = seq.completion_tokens
-        thinking_open = span is not None and n <= c0
+        thinking_open = thinking and n <= c0
         if calls:
             opened = call_of[n - 1] + 1 if n > c0 else 0
         if thinking_open:           # cut in its reasoning: no text block follows

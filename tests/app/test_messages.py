@@ -356,6 +356,31 @@ def test_min_tokens_between_tools_and_custom_tools(app_client):
                             400, "invalid_request_error", "min_tokens must be less than or equal to max_tokens=3, got 4.")
 
 
+def test_an_empty_reasoning_has_no_thinking_block(app_client):
+    """vLLM 0.34's converters add a thinking block only for a non-empty reasoning
+    (``if choice.message.reasoning``; the stream skips empty reasoning deltas): an answer whose
+    first token ends its reasoning (max_tokens 1, a P/D prefill leg's) had an empty thinking
+    block, so an empty answer was not the one empty text block either."""
+    base = app_client("--reasoning-parser", "deepseek_r1")
+    body = {"model": "test-model", "max_tokens": 1, "messages": [{"role": "user", "content": U}]}
+    chat = base.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert chat["reasoning"] == "" and chat["content"] is None
+    assert post(base, body).json()["content"] == [{"type": "text", "text": ""}]
+    evs = events(post(base, {**body, "stream": True}))
+    assert not [d for n, d in evs if n.startswith("content_block")]
+    body["max_tokens"] = 2          # a reasoning token and its end, or the end and a text token
+    seen = set()
+    for _ in range(12):
+        evs = events(post(base, {**body, "stream": True}))
+        starts = tuple((d["index"], d["content_block"]["type"]) for n, d in evs if n == "content_block_start")
+        thoughts = [d["delta"]["thinking"] for n, d in evs if n == "content_block_delta"
+                    and d["delta"]["type"] == "thinking_delta"]
+        assert starts in (((0, "thinking"),), ((0, "text"),)) and all(thoughts)
+        assert bool(thoughts) == (starts == ((0, "thinking"),))
+        seen.add(starts)
+    assert ((0, "text"),) in seen
+
+
 @pytest.mark.parametrize("tool", [{"type": "web_search_20250305", "name": "web_search"},
                                   {"type": "bash_20250124", "name": "bash", "input_schema": {"type": "object"}}])
 def test_built_in_tools_are_refused_by_type(api, tool):
