@@ -28,7 +28,6 @@ import time
 
 from generation.content import pooling as pool
 from generation.engine.request import GenerationRequest, Prompt, Sequence
-from generation.lanes import paced
 from generation.tokenization.tokenizer import plain_message
 
 from .base import tokenize_texts
@@ -303,12 +302,12 @@ def pooled_output(kind: str, task: str, ids, size: int, use_activation):
         return np.asarray(pool.token_embeddings(ids, size, size), dtype=np.float32)
     n = num_labels(kind)
 
-    def probs(prefix):
-        logits = pool.classify_logits(prefix, size, n)
+    def probs(logits):
         return pool.activate(logits) if use_activation is not False else logits
     if task == "classify":
-        return np.asarray(probs(ids), dtype=np.float32)
-    return np.asarray([probs(ids[:i + 1]) for i in paced(range(len(ids)))], dtype=np.float32).reshape(len(ids), n)
+        return np.asarray(probs(pool.classify_logits(ids, size, n)), dtype=np.float32)
+    rows = pool.token_classify_logits(ids, size, n)
+    return np.asarray([probs(r) for r in rows], dtype=np.float32).reshape(len(ids), n)
 
 
 def classification(kind: str, ids, size: int, use_activation) -> dict:
