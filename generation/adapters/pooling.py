@@ -186,18 +186,23 @@ def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input
 
 def pair_prompts(cfg, q_ids: list, d_ids: list, pairs: list, truncate, what: str, param: str) -> list:
     """A cross-encoder's prompts, query then document per ``(i, j)`` of ``pairs``, as
-    :func:`fit_context` leaves ``[q_ids[i] + d_ids[j] ...]`` (the same truncation from the
-    left, the same 400 on the first pair past ``--max-model-len``), without building a pair
-    before its length is known: one long query against 2,048 documents made 2,048 copies of it
-    first (3 GB and 6 s for a 1 MB body, only to be refused)."""
+    :func:`fit_context` leaves ``[q_ids[i] + d_ids[j] ...]`` (the same truncation, from the side
+    it takes by default - the pooling runner's right, keeping the first tokens - and the same 400
+    on the first pair past ``--max-model-len``), without building a pair before its length is
+    known: one long query against 2,048 documents made 2,048 copies of it first (3 GB and 6 s
+    for a 1 MB body, only to be refused)."""
     max_len = cfg.max_model_len
     if truncate is not None and truncate > max_len:
         return fit_context(cfg, [], truncate, what, param)      # its 400
     keep = None if truncate is None else (max_len if truncate == -1 else truncate)
+    first = bool(cfg.pooling_kind)              # fit_context's default side: right (the first tokens)
     out = []
     for i, j in pairs:
         q, d = q_ids[i], d_ids[j]
         n = len(q) + len(d)
+        if keep is not None and n > keep and first:     # the first `keep` tokens of q + d
+            out.append(q[:keep] if len(q) >= keep else q + d[:keep - len(q)])
+            continue
         if keep is not None and n > keep:       # the last `keep` tokens of q + d
             out.append(d[len(d) - keep:] if len(d) >= keep else q[n - keep:] + d)
             continue

@@ -22,7 +22,7 @@ def outcome(f):
 def test_pair_prompts_equal_fit_context_of_the_concatenated_pairs():
     rng = random.Random(7)
     for _ in range(2000):
-        cfg = SimpleNamespace(max_model_len=rng.choice([8, 16, 32]))
+        cfg = SimpleNamespace(max_model_len=rng.choice([8, 16, 32]), pooling_kind="score")     # a cross-encoder
         q = [[rng.randrange(100) for _ in range(rng.randrange(30))] for _ in range(rng.choice([1, 3]))]
         d = [[rng.randrange(100) for _ in range(rng.randrange(30))] for _ in range(3)]
         pairs = [(0, j) for j in range(3)] if len(q) == 1 else [(i, i) for i in range(3)]
@@ -32,7 +32,7 @@ def test_pair_prompts_equal_fit_context_of_the_concatenated_pairs():
 
 
 def test_a_long_query_is_refused_before_it_is_copied_into_every_pair():
-    cfg = SimpleNamespace(max_model_len=1024)
+    cfg = SimpleNamespace(max_model_len=1024, pooling_kind="score")
     query, docs = [list(range(200_000))], [[1]] * 2048
     tracemalloc.start()
     try:
