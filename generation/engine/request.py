@@ -6,8 +6,10 @@ prompt-major), as vLLM does.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import accumulate
 from typing import Any
 
 
@@ -189,9 +191,12 @@ class Sequence:
         return out
 
     def cut_at_stop(self, stops, include: bool = False, min_tokens: int = 0) -> str | None:
-        """End the output at the earliest of ``stops`` (on a tie the string listed first wins)
-        and return the matched string, also kept in ``stop_reason``; ``finish_reason`` becomes
-        ``stop``.  As vLLM 0.34's detokenizer (``v1/engine/detokenizer.py`` l. 133-157): the
+        """End the output at the first of ``stops`` a token completes and return the matched
+        string, also kept in ``stop_reason``; ``finish_reason`` becomes ``stop``.  As vLLM 0.34's
+        detokenizer (``v1/engine/detokenizer.py`` l. 133-157, ``check_stop_strings``): after each
+        token it looks for each stop string, in the order listed, ending in the text that token
+        added, so the string completed first wins (a longer one that begins earlier but ends in
+        a later token does not), and of those one token completes, the one listed first.  The
         tokens through the one that completes the string stay in the output (and its
         ``completion_tokens``), those after it are dropped, and the text is cut before the string
         (after it with ``include`` - ``include_stop_str_in_output``): the last kept tokens'
@@ -201,13 +206,17 @@ class Sequence:
         stop strings once the output holds more than ``min_tokens`` tokens, in the text added
         since (``check_stop_strings``' ``new_char_count``)."""
         text = "".join(self.pieces)
-        start = sum(map(len, self.pieces[:min_tokens])) if min_tokens else 0
-        best, cut = None, -1
+        ends = list(accumulate(map(len, self.pieces)))
+        start = ends[min_tokens - 1] if 0 < min_tokens <= len(ends) else (0 if not min_tokens else len(text))
+        best, cut, when = None, -1, len(ends)
         for s in stops or ():
-            if s:
+            if s and len(s) <= len(text):
+                # the earliest occurrence ending past `start` is also the one ending first
                 i = text.find(s, max(0, start - len(s) + 1))
-                if i >= 0 and (cut < 0 or i < cut):
-                    best, cut = s, i
+                if i >= 0:
+                    t = bisect_left(ends, i + len(s))       # the token that completes it
+                    if t < when:
+                        best, cut, when = s, i, t
         if best is None:
             return None
         end = cut + len(best)

@@ -77,6 +77,21 @@ def test_cut_at_token_keeps_the_token_not_its_text():
     assert seq.cut_at_token([7], include=True) == 7 and seq.pieces == ["I ", "am ", "fine"]
 
 
+def test_the_stop_string_completed_first_wins():
+    """vLLM 0.34's detokenizer looks for the stop strings after each token, in the text it
+    added: the first string a token completes ends the output, even where a longer one began
+    earlier (it was the earliest-starting match: "abcdef" over "cd" below, the whole output cut);
+    of strings one token completes, the one listed first."""
+    seq = _seq(["ab", "cd", "ef", "gh"])
+    assert seq.cut_at_stop(["abcdef", "cd"]) == "cd" and seq.pieces == ["ab", ""] and seq.ids == [0, 1]
+    seq = _seq(["x", "abc"])
+    assert seq.cut_at_stop(["bc", "ab"]) == "bc" and seq.pieces == ["x", "a"]
+    seq = _seq(["x", "abc"])
+    assert seq.cut_at_stop(["ab", "bc"]) == "ab" and seq.pieces == ["x", ""]
+    seq = _seq(["ab", "cd", "ef"])
+    assert seq.cut_at_stop(["x" * 10, "abcdef"]) == "abcdef" and seq.ids == [0, 1, 2]
+
+
 def test_stops_wait_for_min_tokens():
     """vLLM 0.34 looks for stop strings once the output holds more than min_tokens tokens, in
     the text since (a string may begin earlier), and its check_stop ignores stop tokens until
