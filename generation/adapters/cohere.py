@@ -292,7 +292,7 @@ class CohereChatAdapter(ChatAdapter):
             # markers and a tool call's tokens too, where the simulator's chat keeps the content's
             as_ids = tokens_as_ids(self.sim, self.body)
             out["logprobs"] = [{"text": f"token_id:{t}" if as_ids else p, "token_ids": [t], "logprobs": [logprob(k)]}
-                               for k, (p, t) in enumerate(zip(seq.pieces, seq.ids))]
+                               for k, (p, t) in enumerate(zip(seq.logprob_pieces(), seq.ids))]
         if chat.get("kv_transfer_params"):
             out["kv_transfer_params"] = chat["kv_transfer_params"]
         return out

@@ -34,9 +34,9 @@ def test_chat(co):
     assert (r.usage.billed_units.input_tokens, r.usage.billed_units.output_tokens) == (8, 3)
     r = co.chat(model="test-model", messages=HI, stop_sequences=["there"], logprobs=True)
     assert (r.finish_reason, r.message.content[0].text) == ("STOP_SEQUENCE", "Hello ")
-    # the token that completes the stop string is generated and counted (vLLM's detokenizer);
-    # its text is cut, where vLLM's logprob entry keeps the whole token's text
-    assert [(lp.text, len(lp.token_ids)) for lp in r.logprobs] == [("Hello ", 1), ("", 1)]
+    # the token that completes the stop string is generated and counted (vLLM's detokenizer),
+    # its logprob entry with the whole token's text
+    assert [(lp.text, len(lp.token_ids)) for lp in r.logprobs] == [("Hello ", 1), ("there ", 1)]
 
 
 def test_chat_stream(co):
