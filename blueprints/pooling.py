@@ -56,10 +56,12 @@ def _reply(body: dict, rid: str) -> Response:
                     headers=response_headers(rid))
 
 
-def _check_values(count: int, dims: int) -> None:
+def _check_values(count: int, dims: int, what: str = "inputs") -> None:
+    """At most :data:`MAX_VALUES` floats in one response: ``count`` ``what`` (inputs, or tokens
+    for a per-token task) x ``dims`` values each."""
     if count * dims > pa.MAX_VALUES:
-        raise APIError(f"{count} inputs x {dims} dimensions exceed the {pa.MAX_VALUES} values one response may "
-                       f"carry; send fewer inputs per request.", 400, "input")
+        raise APIError(f"{count} {what} x {dims} dimensions exceed the {pa.MAX_VALUES} values one response may "
+                       f"carry; send fewer {what} per request.", 400, "input")
 
 
 @pooling_bp.post("/pooling")
@@ -97,7 +99,7 @@ def create_pooling():
     token_lists = pa.fit_context(cfg, pa.input_token_lists(sim, data), data.get("truncate_prompt_tokens"), "pooling",
                                  side=data.get("truncation_side"))
     if task.startswith("token_"):       # one row per token: bound the response before pooling it
-        _check_values(sum(map(len, token_lists)), size if task == "token_embed" else pa.num_labels(kind))
+        _check_values(sum(map(len, token_lists)), size if task == "token_embed" else pa.num_labels(kind), "tokens")
     rid = request_id(sim, data.get("request_id"))
     seqs = pa.pooling_sequences(sim, rid, display, lora, token_lists)
     run_pooled(sim, seqs)

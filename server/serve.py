@@ -65,6 +65,9 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
     rank = getattr(c, "data_parallel_rank", -1)
     kind = getattr(c, "pooling_kind", None)
     runner = f"pooling convert={kind}" if kind else "generate"
+    task = getattr(c, "pooling_task", None)
+    if kind and task and task != kind and not (kind == "score" and task == "classify"):
+        runner += f" task={task}"          # --pooler-config's per-token task
     lines = [
         f"vLLM simulator: model={c.model} served={','.join(c.served_names)} runner={runner} mode={c.mode} "
         f"tokenizer={tok}"

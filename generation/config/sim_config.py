@@ -34,10 +34,31 @@ POOLING_TASKS = {"embed": ("embed", "token_embed"), "classify": ("classify", "to
 POOLING_TASK_NAMES = ("embed", "classify", "token_embed", "token_classify", "plugin", "embed&token_classify")
 REMOVED_POOLING_TASKS = {"score": "`score` task was removed; use `classify` instead.",
                          "encode": "`encode` task was removed; use `token_embed` or `token_classify` instead."}
-# PoolerConfig's fields (vllm/config/pooler.py): accepted; only `task` is modelled
-POOLER_CONFIG_KEYS = ("task", "pooling_type", "seq_pooling_type", "tok_pooling_type", "use_activation",
-                      "enable_flash_late_interaction", "dimensions", "enable_chunked_processing", "max_embed_len",
-                      "logit_mean", "logit_sigma", "step_tag_id", "returned_token_ids")
+# PoolerConfig's fields and their types (vllm/config/pooler.py; None allowed for each but the
+# two booleans with defaults): accepted and type-checked; only `task` is modelled
+_POOLING_TYPES = ("CLS", "LAST", "MEAN", "ALL", "STEP")
+POOLER_CONFIG_FIELDS = {
+    "task": str, "pooling_type": _POOLING_TYPES, "seq_pooling_type": _POOLING_TYPES[:3],
+    "tok_pooling_type": _POOLING_TYPES[3:], "use_activation": bool, "enable_flash_late_interaction": bool,
+    "dimensions": int, "enable_chunked_processing": bool, "max_embed_len": int, "logit_mean": float,
+    "logit_sigma": float, "step_tag_id": int, "returned_token_ids": list}
+POOLER_CONFIG_KEYS = tuple(POOLER_CONFIG_FIELDS)
+
+
+def _pooler_field_problem(key: str, value) -> str | None:
+    """Why ``value`` is not a valid PoolerConfig ``key`` (None: it is)."""
+    kind = POOLER_CONFIG_FIELDS[key]
+    if value is None:
+        return "must not be null" if key in ("enable_flash_late_interaction", "enable_chunked_processing") else None
+    if isinstance(kind, tuple):
+        return None if value in kind else f"must be one of {', '.join(kind)}"
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is list:
+        ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    else:
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    return None if ok else f"must be {'a list of integers' if kind is list else kind.__name__}"
 
 
 def check_pooler_config(obj, kind: str | None) -> None:
@@ -52,10 +73,15 @@ def check_pooler_config(obj, kind: str | None) -> None:
         raise ConfigError("Parameter `normalize` was removed; use `use_activation` instead.", "pooler-config")
     if isinstance(task, str) and task in REMOVED_POOLING_TASKS:
         raise ConfigError(REMOVED_POOLING_TASKS[task], "pooler-config")
-    for key in obj:
-        if key not in POOLER_CONFIG_KEYS:
+    for key, value in obj.items():
+        if key not in POOLER_CONFIG_FIELDS:
             raise ConfigError(f"invalid value for --pooler-config: unknown field {key!r} (known: "
                               f"{', '.join(POOLER_CONFIG_KEYS)})", "pooler-config")
+        problem = None if key == "task" else _pooler_field_problem(key, value)
+        if problem:
+            raise ConfigError(f"invalid value for --pooler-config: {key} {problem}, got {value!r}", "pooler-config")
+    if obj.get("logit_sigma") == 0:         # PoolerConfig.__post_init__
+        raise ConfigError("logit_sigma cannot be 0 (division by zero)", "pooler-config")
     if task is None:
         return
     if task not in POOLING_TASK_NAMES:

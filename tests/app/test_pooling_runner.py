@@ -217,7 +217,7 @@ def test_pooler_config_token_rows_are_bounded(app_client):
     """A per-token task's response is bounded before it is pooled: tokens x 384 values <= 2**22."""
     tok = app_client(*TOKEN_EMBED, "--max-model-len", "16384")
     r = tok.post("/pooling", json={"input": [[5] * 11000]})
-    assert "11000 inputs x 384 dimensions exceed the 4194304 values" in err(r, 400, "input")
+    assert "11000 tokens x 384 dimensions exceed the 4194304 values" in err(r, 400, "input")
 
 
 @pytest.mark.parametrize("flags, text", [
@@ -227,6 +227,11 @@ def test_pooler_config_token_rows_are_bounded(app_client):
     (("--pooler-config", '{"task": "nope"}'), "invalid value for --pooler-config: task must be one of embed, classify, "
      "token_embed, token_classify, plugin, embed&token_classify, got 'nope'"),
     (("--pooler-config", '{"taks": "embed"}'), "invalid value for --pooler-config: unknown field 'taks'"),
+    (("--pooler-config", '{"dimensions": "x"}'), "invalid value for --pooler-config: dimensions must be int, got 'x'"),
+    (("--pooler-config", '{"pooling_type": "SUM"}'), "invalid value for --pooler-config: pooling_type must be one of "
+     "CLS, LAST, MEAN, ALL, STEP, got 'SUM'"),
+    (("--pooler-config", '{"use_activation": 1}'), "invalid value for --pooler-config: use_activation must be bool"),
+    (("--pooler-config", '{"logit_sigma": 0}'), "logit_sigma cannot be 0 (division by zero)"),
     (("--pooler-config", '[1]'), "invalid value for --pooler-config: '[1]' (must be a JSON object)"),
 ])
 def test_pooler_config_errors(flags, text):

@@ -40,6 +40,8 @@ def test_startup_summary_names_the_data_parallel_ranks_own_event_endpoint():
      "(--enable-kvcache or --kv-events-config publishes them)", "generate"),
     (["--runner", "pooling"], "kv cache: off (no prefix caching; --enable-kvcache turns it on)", "pooling convert=embed"),
     (["--runner", "pooling", "--convert", "classify"], None, "pooling convert=classify"),
+    (["--runner", "pooling", "--pooler-config.task", "token_embed"], None, "pooling convert=embed task=token_embed"),
+    (["--runner", "pooling", "--convert", "score"], None, "pooling convert=score"),
 ])
 def test_startup_summary_kv_cache_and_runner(argv, kv, runner):
     """Step mode's banner no longer says ``kv cache: off`` while its prefix cache is on, and a
