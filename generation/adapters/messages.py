@@ -151,40 +151,24 @@ _PROBE = [{"role": "system", "content": "t"}, {"role": "user", "content": "t"},
 def merge_inline_system(sim) -> bool:
     """vLLM 0.34's ``_should_merge_inline_system`` (anthropic/serving.py): inline system messages
     are merged into the leading system prompt when the chat template cannot render a system
-    message after a user one (``_detect_merge_inline_system``: the template rendered, in a bare
-    sandbox, on system, user, system, user raises - Qwen's ``loop.first`` guard), or when there
-    is no template to ask (the simulated tokenizer).  Otherwise they stay in place.  Decided
-    once per simulator."""
+    message after a user one (``_detect_merge_inline_system``: the template rendered on system,
+    user, system, user raises - Qwen's ``loop.first`` guard), or when there is no template to
+    ask (the simulated tokenizer without ``--chat-template``).  Otherwise they stay in place.
+    The probe renders through the tokenizer's own bounded path (``chat_text``); decided once per
+    simulator."""
     cached = getattr(sim, "_merge_inline_system", None)
     if cached is not None:
         return cached
     tok = sim.tokenizer
-    template = getattr(tok, "chat_template", None) or getattr(getattr(tok, "_tok", None), "chat_template", None) \
-        if getattr(tok, "name", None) == "hf" else None
-    if isinstance(template, dict):          # named templates: the default one and the tool one
-        variants = [template.get("default"), template.get("tool_use") or template.get("default")]
-    else:
-        variants = [template]
-    merge = any(_template_needs_merge(t) for t in variants)
-    try:
-        sim._merge_inline_system = merge
-    except AttributeError:
-        pass
+    merge = True
+    if getattr(tok, "chat_template", None) or getattr(getattr(tok, "_tok", None), "chat_template", None):
+        try:
+            tok.chat_text(_PROBE, add_generation_prompt=False)
+            merge = False
+        except Exception:       # noqa: BLE001 - vLLM: any failure means system-first ordering
+            pass
+    sim._merge_inline_system = merge
     return merge
-
-
-def _template_needs_merge(template) -> bool:
-    if not template or not isinstance(template, str):
-        return True
-    import jinja2.ext
-    import jinja2.sandbox
-    try:
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                           extensions=[jinja2.ext.loopcontrols])
-        env.from_string(template).render(messages=_PROBE, add_generation_prompt=False)
-        return False
-    except Exception:       # noqa: BLE001 - vLLM: any failure means system-first ordering
-        return True
 
 
 def to_chat_messages(body: CountTokensRequest, merge: bool = True) -> list:
