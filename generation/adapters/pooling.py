@@ -161,14 +161,20 @@ def check_priority(sim, data: dict) -> None:
     scheduling_priority(sim, priority)
 
 
+def default_truncation_side(cfg) -> str:
+    """The tokenizer's ``truncation_side`` a request without one gets: ``right`` (the first
+    tokens kept) for the pooling runner, ``left`` for the generation runner (vLLM 0.34's
+    ``get_tokenizer``, tokenizers/registry.py l. 139-144)."""
+    return "right" if getattr(cfg, "pooling_kind", None) else "left"
+
+
 def fit_context(cfg, token_lists: list, truncate, what: str, param: str = "input", side: str | None = None) -> list:
     """Apply ``truncate_prompt_tokens`` (-1 = the model's maximum; more than it is vLLM 0.34's
     400; ``side`` ``right`` keeps the first tokens, ``left`` the end of the prompt, as vLLM's
     ``truncation_side``; unset, the tokenizer's: ``right`` for the pooling runner, ``left`` for
     the generation runner, as vLLM 0.34's ``get_tokenizer`` sets it, tokenizers/registry.py
     l. 139-144) and check every input against ``--max-model-len``.  Raises InvalidParam."""
-    if side is None:
-        side = "right" if getattr(cfg, "pooling_kind", None) else "left"
+    side = side or default_truncation_side(cfg)
     max_len = cfg.max_model_len
     if truncate is not None and truncate > max_len:     # vLLM 0.34's PoolingBaseServing._validate_request
         raise InvalidParam("truncate_prompt_tokens value is greater than max_model_len. Please request a smaller "
@@ -195,7 +201,7 @@ def pair_prompts(cfg, q_ids: list, d_ids: list, pairs: list, truncate, what: str
     if truncate is not None and truncate > max_len:
         return fit_context(cfg, [], truncate, what, param)      # its 400
     keep = None if truncate is None else (max_len if truncate == -1 else truncate)
-    first = bool(cfg.pooling_kind)              # fit_context's default side: right (the first tokens)
+    first = default_truncation_side(cfg) == "right"     # fit_context's default side
     out = []
     for i, j in pairs:
         q, d = q_ids[i], d_ids[j]
