@@ -24,7 +24,7 @@ from .chat_logprobs import choice_logprobs, chunk_logprobs, hides_metadata, toke
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
 from generation.tokenization.multimodal import media_items, mm_features, mm_token_counts
-from generation.content.reasoning import content_text, reasoning_text, reasoning_tokens
+from generation.content.reasoning import content_text, counted_span, reasoning_text, reasoning_tokens
 from generation.tokenization.tokenizer import chat_options
 from .fields import (check_beam_logprob_ids, check_truncate_in_context, check_chat_part_types, check_openai_fields, check_prompt_ids, check_response_format_schema, check_structured_count,
                      forwarded_prompt_ids, prompt_vocab_size, scheduling_priority, tokens_as_ids)
@@ -360,7 +360,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     one's with ``stop_reason``, ``token_ids`` and ``weight_versions`` (null); every token chunk
     with ``kv_transfer_params`` (null), after its running usage and the fingerprint."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous, chat=True,
-                       spans=[s.reasoning_span for s in seqs] if parser else None)
+                       spans=[counted_span(s) for s in seqs] if parser else None)
     heads, tail = frame.heads, frame.tail
     listed = lp.listed_names(sim.tokenizer, req.logprob_token_ids, as_ids)
     include_reasoning = req.reasoning is None or req.reasoning.include

@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict
 
 from generation.content import logprobs as lp
-from generation.content.reasoning import content_text, reasoning_text
+from generation.content.reasoning import content_text, counted_span, reasoning_text
 from generation.engine.stream_interval import token_span, within
 from .base import REMOTE_DECODE_PARAMS, created_cache_tokens, dumps, per_request_metrics
 from .json_dumps import dumps_any
@@ -91,7 +91,7 @@ def _usage(seq, block: int) -> dict:
     """``cache_write_tokens`` is what the request wrote to the prefix cache
     (:func:`created_cache_tokens`, blocks of ``block`` tokens), as vLLM 0.34's
     ``responses/serving.py`` reports ``num_cache_creation_tokens``."""
-    span = seq.reasoning_span
+    span = counted_span(seq)
     return responses_usage(seq.prompt_len, seq.completion_tokens, seq.cached_tokens,
                            created_cache_tokens(seq, block), span[1] - span[0] if span is not None else 0)
 

@@ -152,7 +152,8 @@ def chat_reasoning(sim, b, kwargs: dict | None = None) -> rz.ReasoningSettings |
         return None
     own = getattr(b, "chat_template_kwargs", None)
     enabled = _thinking(own, effort, own if kwargs is None else kwargs)
-    return rz.settings(enabled, effort, budget, getattr(b, "include_reasoning", None) is not False)
+    return rz.settings(enabled, effort, budget, getattr(b, "include_reasoning", None) is not False,
+                       sim.reasoning.row)
 
 
 def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> rz.ReasoningSettings | None:
@@ -180,9 +181,12 @@ def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> 
         bt = thinking.get("budget_tokens")
         if t == "enabled" and isinstance(bt, int) and not isinstance(bt, bool) and bt >= 0:
             budget = bt
-    if enabled is not False and _thinking(own, effort, kwargs) is False:
+    switch = _thinking(own, effort, kwargs)
+    if enabled is not False and switch is False:
         enabled = False
-    return rz.settings(enabled, effort, budget)
+    if enabled and not sim.reasoning.row.thinks:
+        enabled = switch        # the template of a model that thinks only when told sees no Anthropic type
+    return rz.settings(enabled, effort, budget, parser=sim.reasoning.row)
 
 
 def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kwargs=None) -> rz.ReasoningSettings | None:
@@ -198,7 +202,7 @@ def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kw
         return None
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     effort = effort if effort in EFFORTS else None
-    return rz.settings(_thinking(own, effort, kwargs), effort, budget)
+    return rz.settings(_thinking(own, effort, kwargs), effort, budget, parser=sim.reasoning.row)
 
 
 def tool_parser_type(sim, request_type: str, tools, tool_choice, stream: bool) -> str | None:

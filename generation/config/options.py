@@ -27,6 +27,7 @@ from typing import Any
 
 from .values import ConfigError, human_readable_int, parse_bool, parse_duration  # noqa: F401 - imported from here too
 from .vllm_versions import NEWEST as NEWEST_VLLM
+from generation.content.reasoning import PARSERS
 
 
 DEFAULT_MODEL = "test-model"
@@ -36,9 +37,8 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor", "sha256")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
-# vLLM's --reasoning-parser names the simulator lays out (generation.content.reasoning.PARSERS)
-REASONING_PARSERS = ("qwen3", "deepseek_r1", "deepseek_v3", "glm45", "glm47", "minimax_m2", "mistral", "granite",
-                     "openai_gptoss", "step5")
+# vLLM 0.34's --reasoning-parser names, one row each in generation.content.reasoning.PARSERS
+REASONING_PARSERS = tuple(PARSERS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,6 +526,8 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
             if key == "log-level" and isinstance(value, str):
                 # vLLM 0.34's --log-level (LoggingConfig) takes CRITICAL ... DEBUG, NOTSET; uvicorn's lower case
                 return "debug" if value.upper() == "NOTSET" else value.lower()
+            if key == "reasoning-parser" and isinstance(value, str) and value.lower() == "none":
+                return ""           # vLLM 0.34's parse_reasoning_parser: `none` (any case) is unset
             return "" if value is None else str(value)
         if kind == "bool":
             return parse_bool(value)

@@ -10,6 +10,7 @@ from typing import Any
 
 from generation.metrics.fake_metrics_spec import parse_fake_metrics
 from generation.metrics.buckets import check_custom_buckets
+from generation.content.reasoning import PARSERS
 from .values import ConfigError, format_duration
 from .options import FAILURE_TYPES, OPTIONS, Option, coerce
 from .vllm_versions import parse_version
@@ -248,6 +249,9 @@ class SimConfig:
                 raise ConfigError(f"--{name} must be at least 0", name)
         if not 0.0 <= self.reasoning_fraction <= 1.0:
             raise ConfigError("reasoning fraction must be between 0 and 1", "reasoning-fraction")
+        refused = PARSERS[self.reasoning_parser].refused if self.reasoning_parser in PARSERS else ""
+        if refused:         # vLLM's own start-up check of the response-template parsers
+            raise ConfigError(f"--reasoning-parser {self.reasoning_parser} {refused}", "reasoning-parser")
         if self.mode not in ("random", "echo"):
             hint = " (the step engine is --latency-calculator step)" if self.mode == "step" else ""
             raise ConfigError(f"invalid mode '{self.mode}', valid values are 'random' and 'echo'{hint}", "mode")
