@@ -306,8 +306,10 @@ def build_simulator(config: SimConfig, tokenizer=None):
         engine = build_step_engine(config, metrics, kv_cache, random.Random(f"{config.seed}-steps"))
     reasoning = None
     if config.reasoning_parser:
+        from generation.config.reasoning_parsers import PARSERS
         from generation.content.reasoning import ReasoningSpans
-        reasoning = ReasoningSpans(config, tokenizer, config.reasoning_parser, sentences)
+        reasoning = ReasoningSpans(config, tokenizer, config.reasoning_parser, sentences,
+                                   row=PARSERS[config.reasoning_parser])
     sim = Simulator(config, rng=rng, tokenizer=tokenizer, sentences=sentences, responses=responses,
                     latency=LatencyModel(config, rng), metrics=metrics, loras=loras,
                     tool_synthesizer=ToolSynthesizer(config, rng, tokenizer),

@@ -253,7 +253,8 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
         ended = True
     elif sim.config.reasoning_parser:
         thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
-        ended = thinking is False
+        # a parser whose model thinks only when told (deepseek_v3's identity parser) ends at once
+        ended = thinking is False or (thinking is None and not sim.reasoning.row.thinks)
     else:
         ended = None
     tools = raw.get("tools") if isinstance(raw.get("tools"), list) else None

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .values import ConfigError, human_readable_int, parse_bool, parse_duration  # noqa: F401 - imported from here too
+from .reasoning_parsers import PARSERS
 from .vllm_versions import NEWEST as NEWEST_VLLM
-from generation.content.reasoning import PARSERS
 
 
 DEFAULT_MODEL = "test-model"
@@ -37,7 +37,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor", "sha256")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
-# vLLM 0.34's --reasoning-parser names, one row each in generation.content.reasoning.PARSERS
+# vLLM 0.34's --reasoning-parser names, one row each in .reasoning_parsers.PARSERS
 REASONING_PARSERS = tuple(PARSERS)
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from generation.metrics.fake_metrics_spec import parse_fake_metrics
 from generation.metrics.buckets import check_custom_buckets
-from generation.content.reasoning import PARSERS
 from .values import ConfigError, format_duration
 from .options import FAILURE_TYPES, OPTIONS, Option, coerce
+from .reasoning_parsers import PARSERS
 from .vllm_versions import parse_version
 
 

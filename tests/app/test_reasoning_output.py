@@ -387,10 +387,12 @@ def test_openai_sdk_parses_the_reasoning_item(qwen):
 def _layout(n, cap, stopped, fraction=0.5, budget=None):
     import random
     from types import SimpleNamespace
+    from generation.config.reasoning_parsers import PARSERS
     from generation.content.reasoning import ReasoningSettings, ReasoningSpans
     from generation.engine.request import GenerationRequest, Prompt, Sequence
     from generation.tokenization.tokenizer import SimulatedTokenizer
-    spans = ReasoningSpans(SimpleNamespace(reasoning_fraction=fraction), SimulatedTokenizer(), "qwen3")
+    spans = ReasoningSpans(SimpleNamespace(reasoning_fraction=fraction), SimulatedTokenizer(), "qwen3",
+                           row=PARSERS["qwen3"])
     seq = Sequence(GenerationRequest(request_id="r", model="m"), 0, 0, Prompt([1]))
     seq.pieces, seq.ids = [f"w{i} " for i in range(n)], list(range(n))
     seq.finish_reason = "stop" if stopped else "length"
