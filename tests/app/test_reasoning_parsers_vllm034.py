@@ -1,0 +1,159 @@
+"""vLLM 0.34's other reasoning parsers through the app (in process, Flask's test client): each
+lays its span out with its class's markers, splits it into ``reasoning`` / content on chat,
+Messages and Responses, and reports ``reasoning_tokens`` as its ``count_reasoning_tokens`` does.
+
+Lengths are exact: 40 tokens with ``ignore_eos`` at ``--reasoning-fraction`` 0.5 give the span 20
+(markers included), the content 20; with the simulated tokenizer each marker string is a token.
+"""
+from __future__ import annotations
+
+import pytest
+
+from support import named_events, sse_events
+
+CHAT = "/v1/chat/completions"
+MSGS = [{"role": "user", "content": "Why is the sky blue?"}]
+
+
+def server(app_client, name):
+    return app_client("--reasoning-parser", name, "--seed", "3")
+
+
+def chat(api, **kw):
+    body = {"model": "test-model", "messages": MSGS, "max_tokens": 40, "ignore_eos": True, **kw}
+    r = api.post(CHAT, json=body)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def completion_text(api) -> str:
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": "Why?", "max_tokens": 40, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["text"]
+
+
+def tokens(api, text: str) -> int:
+    return len(api.sim.tokenizer.encode(text)[0])
+
+
+# name, start text, end text, reasoning tokens in the span, reasoning_tokens reported
+CASES = [
+    ("kimi_k3", "<|open|>think<|sep|>", "<|close|>think<|sep|><|open|>response<|sep|>", 11, 11),
+    ("seed_oss", "<seed:think>", "</seed:think>", 18, 18),
+    ("muse", " to=self<|message|>", "<|eom|><|start|>assistant to=user<|message|>", 13, 13),
+    ("muse_glimmer", " to=self<|message|>", "<|eom|><|start|>assistant to=user<|message|>", 13, 0),
+    ("hunyuan_a13b", "<think>\n", "\n</think>\n<answer>\n", 13, 0),
+    ("inkling", "<|content_thinking|>", "<|end_message|><|message_model|><|content_text|>", 16, 16),
+    ("step3p5", "", "</think>", 19, 19),
+    ("olmo3", "<think>", "</think>", 18, 0),
+]
+
+
+@pytest.mark.parametrize("name,start,end,shown,counted", CASES)
+def test_chat_split_and_reasoning_tokens(app_client, name, start, end, shown, counted):
+    api = server(app_client, name)
+    out = chat(api).json()
+    msg = out["choices"][0]["message"]
+    assert tokens(api, msg["reasoning"]) == shown and tokens(api, msg["content"]) == 20
+    assert all(m not in msg["content"] + msg["reasoning"] for m in (start, end) if m)
+    assert out["usage"]["completion_tokens"] == 40
+    assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": counted}
+    text = completion_text(api)              # completions: the raw output, markers in place
+    assert text.startswith(start) and text.count(end) == 1
+
+
+def test_kimi_k3_exact_message(app_client):
+    """The output's tokens, as the token ids name them: XTML's think channel (3 tokens), 11
+    reasoning tokens, the close and response open (6), then the 20 content tokens."""
+    api = server(app_client, "kimi_k3")
+    choice = chat(api, seed=7, return_token_ids=True).json()["choices"][0]
+    pieces = [api.sim.tokenizer.decode_ids([i]) for i in choice["token_ids"]]
+    msg = choice["message"]
+    assert "".join(pieces[:3]) == "<|open|>think<|sep|>"
+    assert "".join(pieces[3:14]) == msg["reasoning"]
+    assert "".join(pieces[14:20]) == "<|close|>think<|sep|><|open|>response<|sep|>"
+    assert "".join(pieces[20:]) == msg["content"] and len(pieces) == 40
+
+
+def test_chat_stream_of_a_new_parser(app_client):
+    api = server(app_client, "seed_oss")
+    whole = chat(api, seed=5).json()["choices"][0]["message"]
+    events = sse_events(chat(api, seed=5, stream=True, stream_options={"include_usage": True}).text)
+    deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
+    kinds = [next(iter(d)) for d in deltas if d and "role" not in d]
+    assert kinds == ["reasoning"] * 18 + ["content"] * 20            # the markers send no chunk
+    assert "".join(d.get("reasoning", "") for d in deltas) == whole["reasoning"]
+    assert "".join(d.get("content") or "" for d in deltas) == whole["content"]
+    assert events[-2]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 18}
+
+
+def test_append_think_returns_everything_as_content(app_client):
+    """minimax_m2_append_think: the model reasons (the template opens <think>) and closes with
+    </think>; the parser returns no reasoning and counts none."""
+    api = server(app_client, "minimax_m2_append_think")
+    out = chat(api).json()
+    msg = out["choices"][0]["message"]
+    assert msg["reasoning"] is None and msg["content"].count("</think>") == 1
+    assert not msg["content"].startswith("</think>") and not msg["content"].endswith("</think>")
+    assert out["usage"]["completion_tokens"] == 40
+    assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
+    events = sse_events(chat(api, stream=True).text)
+    assert not any("reasoning" in e["choices"][0]["delta"] for e in events[:-1] if e["choices"])
+
+
+@pytest.mark.parametrize("name,on,shown,counted", [
+    ("deepseek_v3", {"thinking": True}, 19, 0),            # R1's parser once thinking: its count is 0
+    ("gemma4", {"enable_thinking": True}, 16, 16),
+    ("poolside_v1", {"enable_thinking": True}, 19, 0),
+])
+def test_parsers_that_think_only_when_told(app_client, name, on, shown, counted):
+    """DeepSeekV3ReasoningParser (and Laguna's) is the identity parser unless
+    chat_template_kwargs turn thinking on; Gemma 4's enable_thinking defaults to False."""
+    api = server(app_client, name)
+    off = chat(api).json()
+    assert off["choices"][0]["message"]["reasoning"] is None and tokens(api, off["choices"][0]["message"]["content"]) == 40
+    assert off["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
+    out = chat(api, chat_template_kwargs=on).json()
+    assert tokens(api, out["choices"][0]["message"]["reasoning"]) == shown
+    assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": counted}
+    effort = chat(api, reasoning_effort="high").json()         # vLLM sets enable_thinking from the effort
+    assert effort["choices"][0]["message"]["reasoning"]
+
+
+def test_holo2_thinks_by_default(app_client):
+    out = chat(server(app_client, "holo2")).json()
+    assert out["choices"][0]["message"]["reasoning"] and out["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
+
+
+def test_anthropic_thinking_type_does_not_turn_on_a_parser_that_thinks_only_when_told(app_client):
+    """vLLM 0.34's Messages conversion pins nothing for ``thinking: adaptive`` (only a budget for
+    ``enabled``): the template of deepseek_v3 sees no switch, so the answer has no thinking block
+    unless its kwargs say so."""
+    api = server(app_client, "deepseek_v3")
+    body = {"model": "test-model", "max_tokens": 40, "ignore_eos": True, "messages": MSGS,
+            "thinking": {"type": "adaptive"}}
+    out = api.post("/v1/messages", json=body).json()
+    assert [b["type"] for b in out["content"]] == ["text"]
+    out = api.post("/v1/messages", json={**body, "chat_template_kwargs": {"thinking": True}}).json()
+    assert [b["type"] for b in out["content"]] == ["thinking", "text"]
+    out = server(app_client, "kimi_k3").post("/v1/messages", json=body).json()
+    assert [b["type"] for b in out["content"]] == ["thinking", "text"]
+    assert tokens(api, out["content"][0]["thinking"]) == 11 and tokens(api, out["content"][1]["text"]) == 20
+
+
+@pytest.mark.parametrize("name,shown,counted", [("kimi_k3", 11, 11), ("olmo3", 18, 0)])
+def test_responses_reasoning_item_and_usage(app_client, name, shown, counted):
+    api = server(app_client, name)
+    r = api.post("/v1/responses", json={"model": "test-model", "input": "Why is the sky blue?",
+                                        "max_output_tokens": 40, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    item, msg = out["output"]
+    assert item["type"] == "reasoning" and tokens(api, item["content"][0]["text"]) == shown
+    assert tokens(api, msg["content"][0]["text"]) == 20
+    assert out["usage"]["output_tokens"] == 40
+    assert out["usage"]["output_tokens_details"]["reasoning_tokens"] == counted
+    events = named_events(api.post("/v1/responses", json={"model": "test-model", "input": "Why?", "stream": True,
+                                                          "max_output_tokens": 40, "ignore_eos": True}).text)
+    assert events[-1][0] == "response.incomplete"             # cut at max_output_tokens
+    assert events[-1][1]["response"]["usage"]["output_tokens_details"]["reasoning_tokens"] == counted
