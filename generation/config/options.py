@@ -385,7 +385,8 @@ _declare("tools",
          Option("skip-tool-validation", "bool", False, "Do not validate tool schemas"))
 _declare("reasoning",
          Option("reasoning-parser", "str", "", "Simulate a reasoning model: answers start with a reasoning span "
-                "in the parser's markers, returned as each API's reasoning field (empty: no reasoning)",
+                "in the parser's markers, returned as each API's reasoning field (empty or `none`: no reasoning; `hf` "
+                "and `beam` stop the start: their markers come from response_template metadata)",
                 choices=("",) + REASONING_PARSERS),
          Option("reasoning-fraction", "float", 0.5, "Share of an answer's tokens spent reasoning (scaled by "
                 "the request's effort; with --reasoning-parser)", maximum=1.0))
