@@ -125,7 +125,13 @@ class ReasoningSpans:
         answer token is kept and the span comes before them as ``share`` of the whole,
         shortened to fit ``cap`` (left out when the markers do not fit).  When not even the
         markers fit a text answer, it is cut inside the reasoning (finish ``length``), as a
-        model stopped at max_tokens while thinking."""
+        model stopped at max_tokens while thinking.
+
+        An identity-like parser (``Parser.content``: the whole output is content) keeps the
+        layout of a text or structured answer, unsplit, but lays out no reasoning before tool
+        calls: the tool-call renderers read every token before a call as a reasoning span's."""
+        if self.row.content and seq.tool_calls:
+            return
         share = min(1.0, max(0.0, self.config.reasoning_fraction * opts.scale))
         s_ids, s_pcs = self.start
         e_ids, e_pcs = self.end

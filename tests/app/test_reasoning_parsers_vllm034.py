@@ -101,6 +101,26 @@ def test_append_think_returns_everything_as_content(app_client):
     assert not any("reasoning" in e["choices"][0]["delta"] for e in events[:-1] if e["choices"])
 
 
+def test_append_think_tool_calls_stream_only_the_call(app_client):
+    """A tool-call answer under minimax_m2_append_think: nothing precedes the call (the
+    simulator's tool-call renderers read tokens before a call as a reasoning span's), so the
+    stream's first tool delta is the call's header, not stray argument text."""
+    api = app_client("--reasoning-parser", "minimax_m2_append_think", "--seed", "3", "--tool-call-parser", "hermes",
+                     "--enable-auto-tool-choice")
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    body = {"model": "test-model", "messages": MSGS, "tools": [tool], "tool_choice": "required", "max_tokens": 200,
+            "seed": 4}
+    whole = api.post(CHAT, json=body).json()
+    call = whole["choices"][0]["message"]["tool_calls"][0]["function"]
+    events = sse_events(api.post(CHAT, json={**body, "stream": True}).text)
+    calls = [d["tool_calls"][0] for d in (e["choices"][0]["delta"] for e in events[:-1] if e["choices"])
+             if "tool_calls" in d]
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert "".join(c["function"]["arguments"] for c in calls) == call["arguments"]
+    assert whole["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
+
+
 @pytest.mark.parametrize("name,on,shown,counted", [
     ("deepseek_v3", {"thinking": True}, 19, 0),            # R1's parser once thinking: its count is 0
     ("gemma4", {"enable_thinking": True}, 16, 16),
