@@ -20,11 +20,14 @@ class Parser(NamedTuple):
     identity-like parser; vLLM's minimax_m2_append_think also prepends ``<think>`` to the content,
     which the simulator does not).  ``thinks``: the model reasons when the request names no
     thinking switch or effort (False: the parser's and the template's default is off, e.g.
-    ``thinking`` for DeepSeek-V3).  ``refused``: why the simulator does not start with this name
-    (the start-up error)."""
+    ``thinking`` for DeepSeek-V3).  ``counted_head``: how many of the last ``start`` strings the
+    parser strips from the reasoning text but counts as reasoning tokens (Gemma 4's
+    ``thought\\n``: its engine counts the channel's every token).  ``refused``: why the simulator
+    does not start with this name (the start-up error)."""
     start: tuple = ()
     end: tuple = ("</think>",)
     counted: bool = True
+    counted_head: int = 0
     content: bool = False
     thinks: bool = True
     refused: str = ""
@@ -56,8 +59,8 @@ PARSERS = {
     # Ernie45ReasoningParser (BaseThinking): "abc\n</think>\ndef", the template opens the span
     "ernie45": Parser((), counted=False),
     # Gemma4ParserReasoningAdapter (parser/gemma4.py): "<|channel>thought\n...<channel|>" (the
-    # "thought\n" prefix is stripped); enable_thinking defaults to False
-    "gemma4": Parser(("<|channel>", "thought", "\n"), ("<channel|>",), thinks=False),
+    # "thought\n" prefix is stripped from the text, not from the count); enable_thinking defaults to False
+    "gemma4": Parser(("<|channel>", "thought", "\n"), ("<channel|>",), counted_head=2, thinks=False),
     # Glm47MoeParserReasoningAdapter (parser/glm47_moe.py): the model opens <think>
     "glm45": Parser(THINK),
     "glm47": Parser(THINK),

@@ -55,6 +55,7 @@ class ReasoningSettings:
     budget: int | None = None
     include: bool = True
     counted: bool = True
+    head: int = 0
 
 
 def settings(enabled: bool | None = None, effort: str | None = None, budget: int | None = None,
@@ -73,8 +74,10 @@ def settings(enabled: bool | None = None, effort: str | None = None, budget: int
     if enabled is None and (effort == "none" or (parser is not None and not parser.thinks)):
         return None
     scale = EFFORT_SCALE.get(effort, 1.0) if effort else 1.0
-    return ReasoningSettings(scale=scale, budget=budget, include=include,
-                             counted=parser.counted if parser is not None else True)
+    if parser is None:
+        return ReasoningSettings(scale=scale, budget=budget, include=include)
+    return ReasoningSettings(scale=scale, budget=budget, include=include, counted=parser.counted,
+                             head=parser.counted_head)
 
 
 def signature(request_id: str, text: str) -> str:
@@ -210,12 +213,17 @@ def content_text(seq) -> str:
 
 def counted_span(seq):
     """``seq``'s reasoning span where its parser counts it (``Parser.counted``), else None:
-    what vLLM's ``count_reasoning_tokens`` sees."""
+    what vLLM's ``count_reasoning_tokens`` sees (from ``Parser.counted_head`` start tokens
+    earlier where the parser counts them too)."""
     span = seq.reasoning_span
     if span is None:
         return None
     opts = getattr(seq.request, "reasoning", None)
-    return span if opts is None or opts.counted else None
+    if opts is None:
+        return span
+    if not opts.counted:
+        return None
+    return (max(0, span[0] - opts.head),) + tuple(span[1:]) if opts.head else span
 
 
 def reasoning_tokens(seqs) -> int:

@@ -86,7 +86,7 @@ def test_each_row_lays_out_its_markers(name):
     r0, r1, c0 = seq.reasoning_span
     assert seq.pieces[:r0] == list(row.start) and seq.pieces[r1:c0] == list(row.end)
     assert c0 == 20 and len(seq.pieces) == 40 and r1 - r0 == 20 - len(row.start) - len(row.end)
-    assert reasoning_tokens([seq]) == (r1 - r0 if row.counted else 0)
+    assert reasoning_tokens([seq]) == (r1 - r0 + row.counted_head if row.counted else 0)
 
 
 def test_exact_layouts_of_new_parsers():
@@ -97,6 +97,8 @@ def test_exact_layouts_of_new_parsers():
     seq = _laid_out("hunyuan_a13b")
     assert seq.reasoning_span == (2, 15, 20) and reasoning_tokens([seq]) == 0      # no count_reasoning_tokens
     assert "".join(seq.pieces[:2]) == "<think>\n" and "".join(seq.pieces[15:20]) == "\n</think>\n<answer>\n"
+    seq = _laid_out("gemma4")                     # the engine counts "thought\n", the text drops it
+    assert seq.reasoning_span == (3, 19, 20) and reasoning_tokens([seq]) == 18
     seq = _laid_out("seed_oss")
     assert seq.pieces[0] == "<seed:think>" and seq.pieces[19] == "</seed:think>" and reasoning_tokens([seq]) == 18
 
