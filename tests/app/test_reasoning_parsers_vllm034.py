@@ -177,3 +177,14 @@ def test_responses_reasoning_item_and_usage(app_client, name, shown, counted):
                                                           "max_output_tokens": 40, "ignore_eos": True}).text)
     assert events[-1][0] == "response.incomplete"             # cut at max_output_tokens
     assert events[-1][1]["response"]["usage"]["output_tokens_details"]["reasoning_tokens"] == counted
+
+
+def test_render_says_reasoning_ended_for_a_parser_that_thinks_only_when_told(app_client):
+    """deepseek_v3 without a thinking switch is vLLM's identity parser (is_reasoning_end: True),
+    so a chat render hands generate reasoning_ended true; with the switch, false."""
+    api = server(app_client, "deepseek_v3")
+    body = {"model": "test-model", "messages": MSGS, "max_tokens": 40}
+    assert api.post("/v1/chat/completions/render", json=body).json()["reasoning_ended"] is True
+    on = {**body, "chat_template_kwargs": {"thinking": True}}
+    assert api.post("/v1/chat/completions/render", json=on).json()["reasoning_ended"] is False
+    assert server(app_client, "qwen3").post("/v1/chat/completions/render", json=body).json()["reasoning_ended"] is False
