@@ -188,3 +188,26 @@ def test_render_says_reasoning_ended_for_a_parser_that_thinks_only_when_told(app
     on = {**body, "chat_template_kwargs": {"thinking": True}}
     assert api.post("/v1/chat/completions/render", json=on).json()["reasoning_ended"] is False
     assert server(app_client, "qwen3").post("/v1/chat/completions/render", json=body).json()["reasoning_ended"] is False
+
+
+def test_real_tokenizer_encodes_a_multi_token_marker(app_client, tmp_path):
+    """Kimi K3's XTML markers are 3-token sequences of special tokens (``<|open|>think<|sep|>``):
+    with a real tokenizer the marker strings are encoded with its own ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<|open|>", "<|close|>", "<|sep|>"])
+    tok.train_from_iterator(["Okay, let me think about this. The user is asking a simple question. "
+                             "Today is a nice sunny day. I am fine, how are you today? think response"] * 20, trainer)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    api = app_client("--reasoning-parser", "kimi_k3", "--tokenizer", str(path), "--seed", "3")
+    out = chat(api, return_token_ids=True).json()
+    choice = out["choices"][0]
+    ids = choice["token_ids"]
+    opened, sep, closed = (tok.token_to_id(t) for t in ("<|open|>", "<|sep|>", "<|close|>"))
+    assert ids[0] == opened and ids[2] == sep and ids.count(closed) == 1
+    k = ids.index(closed)
+    assert ids[k:k + 6] == [closed, tok.token_to_id("think"), sep, opened, tok.token_to_id("response"), sep]
+    assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": k - 3}
+    assert "<|" not in choice["message"]["reasoning"] + choice["message"]["content"]
