@@ -9,9 +9,9 @@ marker, then the answer proper::
 The markers are the tokens of the parser's own strings (its row of
 :data:`generation.config.reasoning_parsers.PARSERS`, one per name vLLM 0.34 registers): with a
 real tokenizer its ids for ``<think>`` / ``</think>`` (or gpt-oss's harmony channel tokens, Kimi
-K3's XTML ones...), with the simulated tokenizer one token per marker string.  The span's share of the answer's tokens is
-``--reasoning-fraction`` (scaled by the request's effort); the draws use the request's rng, so
-``--seed`` and a request ``seed`` fix them.  A request turns reasoning off, caps it or scales
+K3's XTML ones...), with the simulated tokenizer one token per marker string.  The span's share
+of the answer's tokens is ``--reasoning-fraction`` (scaled by the request's effort); the draws
+use the request's rng, so ``--seed`` and a request ``seed`` fix them.  A request turns reasoning off, caps it or scales
 it (:class:`ReasoningSettings`, built by each API adapter from its own switches).
 
 :meth:`ReasoningSpans.apply` records the layout on the sequence as ``reasoning_span = (r0, r1,
