@@ -6,7 +6,6 @@ prompt-major), as vLLM does.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import accumulate
@@ -194,9 +193,10 @@ class Sequence:
         """End the output at the first of ``stops`` a token completes and return the matched
         string, also kept in ``stop_reason``; ``finish_reason`` becomes ``stop``.  As vLLM 0.34's
         detokenizer (``v1/engine/detokenizer.py`` l. 133-157, ``check_stop_strings``): after each
-        token it looks for each stop string, in the order listed, ending in the text that token
-        added, so the string completed first wins (a longer one that begins earlier but ends in
-        a later token does not), and of those one token completes, the one listed first.  The
+        token it looks for each stop string ending in the text that token added, so the string
+        completed first wins (a longer one that begins earlier but ends in a later token does
+        not), and of those one token completes, the one that ends first in the text ("Prefer the
+        stop string that completes earliest in the text"), then the one listed first.  The
         tokens through the one that completes the string stay in the output (and its
         ``completion_tokens``), those after it are dropped, and the text is cut before the string
         (after it with ``include`` - ``include_stop_str_in_output``): the last kept tokens'
@@ -208,18 +208,15 @@ class Sequence:
         text = "".join(self.pieces)
         ends = list(accumulate(map(len, self.pieces)))
         start = ends[min_tokens - 1] if 0 < min_tokens <= len(ends) else (0 if not min_tokens else len(text))
-        best, cut, when = None, -1, len(ends)
+        best, cut, end = None, -1, len(text) + 1
         for s in stops or ():
             if s and len(s) <= len(text):
                 # the earliest occurrence ending past `start` is also the one ending first
                 i = text.find(s, max(0, start - len(s) + 1))
-                if i >= 0:
-                    t = bisect_left(ends, i + len(s))       # the token that completes it
-                    if t < when:
-                        best, cut, when = s, i, t
+                if 0 <= i and i + len(s) < end:
+                    best, cut, end = s, i, i + len(s)
         if best is None:
             return None
-        end = cut + len(best)
         if include:
             cut = end
         pieces, ids, pos = [], [], 0

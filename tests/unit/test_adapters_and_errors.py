@@ -61,8 +61,10 @@ def test_cut_at_stop_earliest_then_first_listed():
     assert seq.pieces == ["Hell", ""] and seq.ids == [0, 1] and seq.stop_reason == "o w" and seq.finish_reason == "stop"
     seq = _seq(["Hello", " wor", "ld", "!"])
     assert seq.cut_at_stop(["o w"], include=True) == "o w" and seq.pieces == ["Hello", " w"] and seq.ids == [0, 1]
-    seq = _seq(["abc"])
-    assert seq.cut_at_stop(["bc", "b"]) == "bc" and seq.pieces == ["a"]
+    seq = _seq(["abc"])       # one token completes both: the one ending first in the text
+    assert seq.cut_at_stop(["bc", "b"]) == "b" and seq.pieces == ["a"]
+    seq = _seq(["abc"])       # both end at once: the one listed first
+    assert seq.cut_at_stop(["bc", "c"]) == "bc" and seq.pieces == ["a"]
     seq = _seq(["abc"])
     seq.finish_reason = "length"
     assert seq.cut_at_stop(["zz", ""]) is None and seq.pieces == ["abc"] and seq.finish_reason == "length"
@@ -81,11 +83,13 @@ def test_the_stop_string_completed_first_wins():
     """vLLM 0.34's detokenizer looks for the stop strings after each token, in the text it
     added: the first string a token completes ends the output, even where a longer one began
     earlier (it was the earliest-starting match: "abcdef" over "cd" below, the whole output cut);
-    of strings one token completes, the one listed first."""
+    of strings one token completes, the one that ends first in the text, then the one listed
+    first (check_stop_strings: "Prefer the stop string that completes earliest in the text";
+    the simulator took the one listed first)."""
     seq = _seq(["ab", "cd", "ef", "gh"])
     assert seq.cut_at_stop(["abcdef", "cd"]) == "cd" and seq.pieces == ["ab", ""] and seq.ids == [0, 1]
     seq = _seq(["x", "abc"])
-    assert seq.cut_at_stop(["bc", "ab"]) == "bc" and seq.pieces == ["x", "a"]
+    assert seq.cut_at_stop(["bc", "ab"]) == "ab" and seq.pieces == ["x", ""]
     seq = _seq(["x", "abc"])
     assert seq.cut_at_stop(["ab", "bc"]) == "ab" and seq.pieces == ["x", ""]
     seq = _seq(["ab", "cd", "ef"])
