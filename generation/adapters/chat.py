@@ -578,7 +578,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             frame.rewind(i, seq.completion_tokens)      # a chunk rendered ahead and not sent: uncounted
             # its delta: ChatStreamProcessor.step of no text after tokens, without a parser
             # DeltaMessage(content=""); after none (or a parser's None) DeltaMessage()
-            delta = b'{"content":""}' if seq.completion_tokens and not parser and not seq.tool_calls else b"{}"
+            # (its text: what a stop string's holdback kept, flushed by the final output)
+            delta = (b'{"content":' + dumps(seq.flushed) + b'}' if seq.completion_tokens and not parser
+                     and not seq.tool_calls else b"{}")
             put(heads[i] + b',"delta":' + delta + b',"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
                 finish_fields(req, seq) + token_ids_field([] if token_ids else None) + weights +
                 (b'}]' + tail(0, i) if continuous else last_close))

@@ -313,9 +313,12 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             close = last_close
         text = piece if echo is None else echo[0] + piece
         if top is not None:
-            d = lp.completion_logprobs([seq.logprob_pieces()[k]], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None,
+            own = seq.logprob_pieces()[k]
+            d = lp.completion_logprobs([own], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None,
                                        listed=listed)
-            offsets[i] += len(piece)
+            # vLLM: the offsets follow the tokens reported, not the text (a stop string's
+            # held-back text lags them: Sequence.hold_back)
+            offsets[i] += len(own)
             if echo is not None and echo[1] is not None:
                 d = {key: echo[1][key] + d[key] for key in d}
             logprobs = dumps(d)
@@ -338,9 +341,10 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             return heads[i] + _PLAIN_REST.prefix + dumps(text) + _PLAIN_REST.suffix
         logprobs = b"null"
         if top is not None:
-            logprobs = dumps(lp.completion_logprobs(seq.logprob_pieces()[a:b], top, start=a, offset=offsets[i],
+            own = seq.logprob_pieces()[a:b]
+            logprobs = dumps(lp.completion_logprobs(own, top, start=a, offset=offsets[i],
                                                     ids=seq.ids[a:b] if as_ids else None, listed=listed))
-            offsets[i] += len(text)
+            offsets[i] += sum(map(len, own))        # the tokens', as token_chunk's
         end = b"}]" + tail(b - a, i) if continuous else (last_close if last else CLOSE_KV)   # "}]" closes the choices
         end = ids_fields(i, seq.ids[a:b]) + end
         fin = (b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
@@ -377,6 +381,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             continue
         extra = ids_fields(seq.index, [])
         text, d = echoes.pop(seq.index, ("", None))
+        text += seq.flushed                  # an abort's: the text a stop string's holdback kept
         if d is None and top is not None and seq.index in cut:  # vLLM's logprobs of no new tokens
             d = lp.completion_logprobs([], top)
         if seq.index in cut:                 # a chunk rendered ahead and not sent: uncounted

@@ -44,6 +44,13 @@ def check_prompt_fits(max_len: int, prompt: int) -> None:
         raise context_error(max_len, prompt, 1)
 
 
+def stop_buffer_length(stops) -> int:
+    """The characters vLLM 0.34 holds back from a streamed delta for a request with stop
+    strings ``stops`` and no ``include_stop_str_in_output``: the longest one's length - 1
+    (``BaseIncrementalDetokenizer.__init__``, ``v1/engine/detokenizer.py``)."""
+    return max(map(len, stops)) - 1
+
+
 class OutputDecisions:
     """The output-decision half of the engine (see the module docstring)."""
 
@@ -174,6 +181,8 @@ class OutputDecisions:
             seq.cut_at_stop(req.stop, req.include_stop_str_in_output, req.min_tokens or 0)
         if seq.reasoning_span is not None:
             reasoning.clamp(seq)
+        elif req.stream and req.stop and not req.include_stop_str_in_output:
+            seq.hold_back(stop_buffer_length(req.stop))
         seq.completion_tokens = len(seq.pieces)
         if req.remote_decode:
             seq.finish_reason = "remote_decode"

@@ -110,7 +110,7 @@ class Sequence:
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
                  "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span",
-                 "aborted_tokens", "token_texts")
+                 "aborted_tokens", "token_texts", "flushed")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -140,6 +140,7 @@ class Sequence:
         self.reasoning_span = None       # (r0, r1, c0) into pieces (generation.content.reasoning), or None
         self.aborted_tokens = None       # output tokens made when it was aborted (what the metrics counted)
         self.token_texts = None          # each token's own text where a stop cut its piece (logprob_pieces)
+        self.flushed = ""                # an abort's final delta: the text hold_back had kept (end_with_abort)
 
     def logprob_pieces(self) -> list:
         """Each output token's own text, as its logprobs entry names it: ``pieces``, except that
@@ -167,9 +168,16 @@ class Sequence:
         ``finish_reason`` ``abort``, ``stop_reason`` null) for a request the server aborted
         (:attr:`GenerationRequest.aborted_by_server`): the answer is its first ``made`` tokens
         (those streamed, or made by the abort for a non-streamed one), which its usage counts;
-        only the tool calls and reasoning those tokens hold whole are kept."""
+        only the tool calls and reasoning those tokens hold whole are kept.  The text those tokens
+        held back from a streamed answer (:meth:`hold_back`) joins the last one's piece and is
+        kept in :attr:`flushed` for the stream's final delta."""
         made = max(0, min(made, len(self.ids)))
+        # ended before its last token: no stop string was completed, the text is the tokens'
+        # own, and vLLM's final output flushes what the stream held back (hold_back)
+        self.flushed = held = self.held_back(made) if made < len(self.ids) else ""
         self.pieces, self.ids = self.pieces[:made], self.ids[:made]
+        if held:
+            self.pieces[-1] += held
         if self.token_texts is not None:
             self.token_texts = self.token_texts[:made]
         self.completion_tokens = made
@@ -232,6 +240,45 @@ class Sequence:
         self.finish_reason = "stop"
         self.stop_reason = best
         return best
+
+    def hold_back(self, n: int) -> None:
+        """Lay ``pieces`` out as vLLM 0.34 streams a request with stop strings and no
+        ``include_stop_str_in_output``: each token's delta leaves the last ``n`` characters of the
+        text (its ``stop_buffer_length``, the longest stop string's length - 1) for later, and the
+        last token's delta (the output is finished) carries all that is left of the cut text
+        (``BaseIncrementalDetokenizer.get_next_output_text``, ``v1/engine/detokenizer.py``): a
+        partial stop string is never streamed and then taken back.  The text joined is the same,
+        so a non-streamed answer reads the same; the ids and each token's logprobs entry
+        (:meth:`logprob_pieces`) stay with their token, as vLLM's deltas carry every new token's
+        id and logprobs whatever text they hold back.  Done once, when the output is decided:
+        streaming then costs nothing more per token."""
+        pieces = self.pieces
+        if n <= 0 or not pieces:
+            return
+        whole = self.logprob_pieces()        # the tokens' own text: before the cut, the detokenizer's
+        if self.token_texts is None:
+            self.token_texts = list(pieces)
+        text = "".join(pieces)
+        full = "".join(whole[:-1])           # the text before the last token, not yet cut
+        out, sent, end = [], 0, 0
+        for piece in whole[:-1]:
+            end += len(piece)
+            upto = end - n
+            if upto > sent:
+                out.append(full[sent:upto])
+                sent = upto
+            else:
+                out.append("")
+        out.append(text[sent:])              # finished: the rest
+        self.pieces = out
+
+    def held_back(self, made: int) -> str:
+        """The text :meth:`hold_back` kept from the first ``made`` tokens' deltas: what vLLM's
+        final output flushes when the request ends after them (an abort)."""
+        if self.token_texts is None or made <= 0:
+            return ""
+        shown = sum(map(len, self.pieces[:made]))
+        return "".join(self.token_texts[:made])[shown:]
 
     def cut_at_token(self, stop_ids, include: bool = False, min_tokens: int = 0) -> int | None:
         """End the output with the first generated id in ``stop_ids`` (vLLM's

@@ -85,8 +85,10 @@ def test_a_stop_string_finishes_on_the_last_kept_token(path):
         tokens = entries[1:] if path == CHAT else entries
         texts = [e["delta"]["content"] if path == CHAT else e["text"] for e in tokens]
         # vLLM 0.34's detokenizer keeps the token that completes the stop string (its text cut):
-        # it is the last kept token, whose chunk carries the finish with no text
-        assert texts == ["one ", "two", ""]
+        # it is the last kept token, whose chunk carries the finish.  Its deltas hold back the
+        # last len(" three") - 1 = 5 characters until the output finishes (stop_buffer_length):
+        # "one " -> "", "one two " -> "one", then the rest of the cut text "one two"
+        assert texts == ["", "one", " two"]
         assert [e["finish_reason"] for e in tokens] == [None, None, "stop"]
         assert tokens[-1]["stop_reason"] == " three"
 

@@ -1,0 +1,121 @@
+"""A streamed answer with stop strings (and no ``include_stop_str_in_output``) holds back the
+last (longest stop string's length - 1) characters of its text until it finishes, as vLLM 0.34's
+``BaseIncrementalDetokenizer.get_next_output_text`` (``v1/engine/detokenizer.py``, its
+``stop_buffer_length``): a partial stop string is never streamed, the final delta carries the
+rest of the cut text.  Each delta still carries its tokens' ids and logprobs (the output
+processor's ``_new_completion_output``), and completions' ``text_offset`` follows the tokens
+(``completion_stream_generator``: "text held back for stop strings lags the tokens").  In echo
+mode the answer to "one two three four five" is the tokens "one ", "two ", "three ", "four ",
+"five"."""
+from __future__ import annotations
+
+import gevent
+import pytest
+
+from support import sse_events
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+PROMPT = "one two three four five"
+MSGS = [{"role": "user", "content": PROMPT}]
+CLOCK = ("--mode", "echo", "--time-to-first-token", "100ms", "--inter-token-latency", "20ms")
+
+
+def events(api, path, body) -> list:
+    r = api.post(path, json={"model": "test-model", "stream": True, **body})
+    assert r.status_code == 200, r.text
+    return [e for e in sse_events(r.text) if isinstance(e, dict)]
+
+
+def by_choice(evs) -> dict:
+    out: dict = {}
+    for e in evs:
+        for c in e.get("choices") or ():
+            out.setdefault(c["index"], []).append(c)
+    return out
+
+
+def test_completions_deltas_hold_back_and_logprobs_follow_the_tokens(echo_api):
+    evs = events(echo_api, COMPLETIONS, {"prompt": PROMPT, "stop": ["xx four"], "logprobs": 0,
+                                         "return_token_ids": True})
+    chunks = by_choice(evs)[0]
+    # 6 characters held back ("xx four": 7): "one " -> "", "one two " -> "on", "one two three "
+    # -> "e two ", ... and the last (finished) delta the rest; no stop string matched
+    assert [c["text"] for c in chunks] == ["", "on", "e two ", "three", " four five"]
+    assert [c["logprobs"]["tokens"] for c in chunks] == [["one "], ["two "], ["three "], ["four "], ["five"]]
+    assert [c["logprobs"]["text_offset"] for c in chunks] == [[0], [4], [8], [14], [19]]
+    assert [len(c["token_ids"]) for c in chunks] == [1] * 5
+    assert [c["finish_reason"] for c in chunks] == [None] * 4 + ["stop"]
+    assert chunks[-1]["stop_reason"] is None
+
+
+def test_the_cut_text_is_flushed_with_the_stop(echo_api):
+    evs = events(echo_api, COMPLETIONS, {"prompt": PROMPT, "stop": [" four", "zzzzzzz"]})
+    chunks = by_choice(evs)[0]
+    # the longest stop string sets the holdback (6): "one two three " -> "one two ", then the
+    # token completing " four" finishes it with the rest of "one two three"
+    assert [c["text"] for c in chunks] == ["", "on", "e two ", "three"]
+    assert chunks[-1]["finish_reason"] == "stop" and chunks[-1]["stop_reason"] == " four"
+    plain = echo_api.post(COMPLETIONS, json={"model": "test-model", "prompt": PROMPT,
+                                             "stop": [" four", "zzzzzzz"]}).json()["choices"][0]
+    assert plain["text"] == "one two three" and plain["stop_reason"] == " four"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_chat_deltas_hold_back_for_each_choice(echo_api, n):
+    evs = events(echo_api, CHAT, {"messages": MSGS, "stop": [" three", "fi"], "n": n})
+    choices = by_choice(evs)
+    assert sorted(choices) == list(range(n))
+    for entries in choices.values():
+        assert entries[0]["delta"] == {"role": "assistant", "content": ""}
+        # 5 held back: "one " -> "", "one two " -> "one", then the rest of "one two"
+        assert [e["delta"] for e in entries[1:]] == [{"content": ""}, {"content": "one"}, {"content": " two"}]
+        assert entries[-1]["finish_reason"] == "stop" and entries[-1]["stop_reason"] == " three"
+
+
+def test_include_stop_str_in_output_holds_nothing_back(echo_api):
+    evs = events(echo_api, CHAT, {"messages": MSGS, "stop": [" three"], "include_stop_str_in_output": True})
+    assert [e["delta"].get("content") for e in by_choice(evs)[0][1:]] == ["one ", "two ", "three"]
+    evs = events(echo_api, COMPLETIONS, {"prompt": PROMPT, "stop": ["two"], "include_stop_str_in_output": True})
+    assert [c["text"] for c in by_choice(evs)[0]] == ["one ", "two"]
+
+
+def test_a_one_character_stop_holds_nothing_back(echo_api):
+    evs = events(echo_api, COMPLETIONS, {"prompt": PROMPT, "stop": ["h"]})
+    assert [c["text"] for c in by_choice(evs)[0]] == ["one ", "two ", "t"]
+
+
+def test_messages_stop_sequences_hold_back(echo_api):
+    """/v1/messages streams vLLM's chat deltas as text_delta events; an empty one sends none."""
+    r = echo_api.post("/v1/messages", json={"model": "test-model", "max_tokens": 50, "messages": MSGS,
+                                            "stop_sequences": [" three"], "stream": True})
+    evs = [e for e in sse_events(r.text) if isinstance(e, dict)]
+    deltas = [e["delta"]["text"] for e in evs if e.get("type") == "content_block_delta"]
+    assert deltas == ["one", " two"]
+    end = next(e for e in evs if e.get("type") == "message_delta")
+    assert end["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": " three"}
+
+
+def test_a_stream_interval_group_holds_back_the_same(app_client):
+    api = app_client("--mode", "echo", "--stream-interval", "2")
+    evs = events(api, COMPLETIONS, {"prompt": PROMPT, "stop": ["xx four"]})
+    # the first token alone, then two a chunk: the group's delta is the text its tokens released
+    assert [c["text"] for c in by_choice(evs)[0]] == ["", "one two ", "three four five"]
+
+
+def test_an_aborted_stream_flushes_the_held_back_text(app_client):
+    """The server's abort (abort_requests) is a final output: get_next_output_text(finished=True)
+    sends the text held back, on the abort chunk."""
+    c = app_client(*CLOCK, env={"VLLM_SERVER_DEV_MODE": "1"})
+    prompt = " ".join(["alpha"] * 200)
+    body = {"model": "test-model", "prompt": prompt, "stop": ["zzzzz"], "stream": True, "max_tokens": 300}
+    job = gevent.spawn(c.post, COMPLETIONS, json=body, headers={"X-Request-Id": "held-1"})
+    gevent.sleep(0.4)
+    r = c.post("/inference/v1/abort_requests", json={"request_ids": ["held-1"]})
+    assert r.status_code == 200
+    chunks = by_choice([e for e in sse_events(job.get(timeout=10).text) if isinstance(e, dict)])[0]
+    assert chunks[-1]["finish_reason"] == "abort"
+    texts = [ch["text"] for ch in chunks]
+    made = len(chunks) - 1
+    assert 1 < made < 200
+    assert texts[-1] == "pha "                 # 4 held back ("zzzzz": 5), of the last "alpha "
+    assert "".join(texts) == "alpha " * made
