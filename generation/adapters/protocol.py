@@ -282,6 +282,7 @@ class ResponsesRequest:
     stop: list | None = None
     logit_bias: dict | None = None
     stop_token_ids: list | None = None
+    include_stop_str_in_output: bool | None = None   # with stop and stop_token_ids: the engine's (to_sampling_params)
     vllm_xargs: Any = None
     # vLLM 0.34: range-checked as SamplingParams checks them (fields.check_sampling_ranges), and
     # the multimodal kwargs as chat's; the schema's other vLLM fields are checked only (schemas.lax)

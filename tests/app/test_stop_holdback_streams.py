@@ -119,3 +119,26 @@ def test_an_aborted_stream_flushes_the_held_back_text(app_client):
     assert 1 < made < 200
     assert texts[-1] == "pha "                 # 4 held back ("zzzzz": 5), of the last "alpha "
     assert "".join(texts) == "alpha " * made
+
+
+def test_responses_honours_stop_and_holds_back(echo_api):
+    """vLLM's ResponsesRequest.to_sampling_params passes stop, stop_token_ids and
+    include_stop_str_in_output on (the simulator checked them and then ignored them).  Its stream
+    sends no output_text.delta for an output without text (resolve_target_state: empty content
+    is NONE), so the held-back first token sends none."""
+    body = {"model": "test-model", "input": PROMPT, "stop": [" three"]}
+    r = echo_api.post("/v1/responses", json=body).json()
+    assert r["status"] == "completed" and r["output"][0]["content"][0]["text"] == "one two"
+    kept = echo_api.post("/v1/responses", json={**body, "include_stop_str_in_output": True}).json()
+    assert kept["output"][0]["content"][0]["text"] == "one two three"
+    evs = events(echo_api, "/v1/responses", {"input": PROMPT, "stop": [" three"]})
+    assert [e["delta"] for e in evs if e["type"] == "response.output_text.delta"] == ["one", " two"]
+    done = next(e for e in evs if e["type"] == "response.output_text.done")
+    assert done["text"] == "one two"
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    ids = echo_api.post("/v1/completions", json={"model": "test-model", "prompt": PROMPT, "max_tokens": 5,
+                                                 "return_token_ids": True}).json()["choices"][0]["token_ids"]
+    r = echo_api.post("/v1/responses", json={"model": "test-model", "input": PROMPT,
+                                             "stop_token_ids": [ids[2]]}).json()
+    assert r["output"][0]["content"][0]["text"] == "one two "
+    assert r["usage"]["output_tokens"] == 3
