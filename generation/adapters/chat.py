@@ -436,8 +436,13 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             entries = call_entries(style, tc, c, piece, first and style != "auto")
             # before this token's running usage counts it: the name chunk carries no token
             name = name_chunk(i, tc, c) if first and style == "auto" else b""
+            if not entries and not (last or want_logprobs or token_ids):
+                if continuous:               # no text, no entry: the parser's delta is None
+                    frame.count(i)
+                return name
             end = tid + (b"}]" + tail(1, i) if continuous else close)
-            return name + heads[i] + b',"delta":' + dumps(tool_delta(style, entries)) + b',"logprobs":' + logprobs + fin + end
+            delta = dumps(tool_delta(style, entries)) if entries else b"{}"
+            return name + heads[i] + b',"delta":' + delta + b',"logprobs":' + logprobs + fin + end
         end = tid + (b"}]" + tail(1, i) if continuous else close)     # "}]" closes the choices
         if span is not None and k < span[2]:
             delta = b'{"reasoning":' + dumps(piece) + b'}' if shown else b"{}"
@@ -476,7 +481,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if ra < rb:
             delta["reasoning"] = "".join(pieces[ra:rb])
         if ca < b and calls:
-            delta = tool_delta(style, call_deltas(seq, ca, b), delta.get("reasoning"))
+            entries = call_deltas(seq, ca, b)
+            if entries:
+                delta = tool_delta(style, entries, delta.get("reasoning"))
         # no delta (markers, hidden reasoning): no chunk unless it finishes or carries logprobs or
         # token ids, then DeltaMessage() (l. 749-758); those cover all its tokens (l. 697-707, 788-813)
         if not (delta or last or want_logprobs or token_ids):

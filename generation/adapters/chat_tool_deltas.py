@@ -50,8 +50,15 @@ def name_entry(tc: dict, c: int) -> dict:
 
 def call_entries(style: str, tc: dict, c: int, text: str, first: bool) -> list:
     """Call ``c``'s entries for an output with argument text ``text``; ``first``: the output
-    starts the call."""
+    starts the call.  No text (a stop cut it, or a stop string's holdback kept it) gives no
+    entry but a call's first on the required and auto paths (their parsers send only new
+    argument text: ``extract_required_tool_call_streaming``' ``if new_arguments``); the named
+    path sends every output's text, empty too."""
+    if not text and not first and style != "named":
+        return []
     if style == "auto":
+        if not text:
+            return [name_entry(tc, c)]
         args = {"index": c, "function": {"arguments": text}}
         return [name_entry(tc, c), args] if first else [args]
     if first:

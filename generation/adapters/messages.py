@@ -405,8 +405,13 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
     ``cache_info``: :func:`cache_block`, for the usage's cache counters (:func:`_usage`)."""
     thinking = _thinking_block(req, seq)
     if seq.tool_calls:
-        content = [{"type": "tool_use", "id": tool_use_id(tc), "name": tc["name"],
-                    "input": json.loads(tc["arguments"] or "{}")} for tc in seq.tool_calls]
+        try:
+            content = [{"type": "tool_use", "id": tool_use_id(tc), "name": tc["name"],
+                        "input": json.loads(tc["arguments"] or "{}")} for tc in seq.tool_calls]
+        except json.JSONDecodeError as e:
+            # a named call's arguments cut by a stop string: vLLM's messages_full_converter
+            # json.loads them, and create_messages answers its ValueError as a 400 (its words)
+            raise InvalidParam(str(e)) from None
     else:
         text = content_text(seq)
         content = [{"type": "text", "text": text}] if text else []
@@ -528,7 +533,9 @@ def stream_message(sim, req, seq, stop_sequence):
                 while opened <= c:
                     out += open_call(opened)
                     opened += 1
-                out += _delta(base + c, {"type": "input_json_delta", "partial_json": "".join(pieces[a:run])})
+                part = "".join(pieces[a:run])
+                if part:        # vLLM sends arguments only when there are some (a stop cut them)
+                    out += _delta(base + c, {"type": "input_json_delta", "partial_json": part})
                 a = run
             return out
         text = "".join(pieces[a:b])

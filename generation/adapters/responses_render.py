@@ -373,18 +373,16 @@ def _token_events(ctx: RenderCtx, seq):
         a, b = within(k, lo, hi)
         if a >= b:
             return out
-        if calls:
-            n = str(ctx.n).encode()
-            ctx.n += 1
-            return out + head + dumps("".join(pieces[a:b])) + mid + n + tail
         text = "".join(pieces[a:b])
         if not text:
             # vLLM sends no event for an output without text (resolve_target_state: empty
-            # content is NONE), its logprobs with it: a stop token's, or the text a stop
-            # string's holdback kept (Sequence.hold_back)
+            # content is NONE; emit_delta: no arguments, no event), its logprobs with it: a stop
+            # token's, or the text a stop string's holdback kept (Sequence.hold_back)
             return out
         n = str(ctx.n).encode()
         ctx.n += 1
+        if calls:
+            return out + head + dumps(text) + mid + n + tail
         lps = (dumps(_delta_logprobs([lp.responses_entry(lp_pieces[j], j - c0, top) for j in range(a, b)])) if want
                else b"[]")
         return out + head + dumps(text) + mid + lps + seq_at + n + tail

@@ -51,6 +51,81 @@ def stop_buffer_length(stops) -> int:
     return max(map(len, stops)) - 1
 
 
+def stop_in_tool_calls(req: GenerationRequest, seq: Sequence, reasoning) -> None:
+    """Stop strings and stop tokens in a tool-call answer, as in any other text: vLLM 0.34's
+    detokenizer checks them on all the text the model generates, tool-call markup and arguments
+    included, and its tool parser reads the output only after (``v1/engine/detokenizer.py``
+    ``check_stop_strings``; ``parser/abstract_parser.py`` ``_extract_tool_calls``).  The
+    simulator's tool-call text is the calls' arguments (:meth:`ToolSynthesizer.synthesize`), so a
+    stop there cuts the answer as :meth:`Sequence.cut_at_stop` / ``cut_at_token`` cut a text one
+    (``finish_reason`` ``stop``, ``stop_reason`` the string or id); what the parser then makes of
+    the cut text:
+
+    * a named ``tool_choice``: the output is the call's arguments, so the call keeps the cut
+      text as its ``arguments`` (``_extract_tool_calls``' named branch; streamed,
+      ``extract_named_tool_call_streaming`` sends each delta's text as arguments); none when the
+      cut text is blank;
+    * not streamed, ``required``: the output is a JSON array of the calls, which no longer parses
+      (``TypeAdapter(list[FunctionDefinition]).validate_json`` fails, suppressed): no calls,
+      content ``""`` (``message_assembly``: a forced choice's content is never null);
+    * not streamed, ``auto``: the parser finds no whole call and returns the raw text as content
+      (hermes: ``extract_tool_calls``' except branch): no calls, the cut text as content;
+    * streamed, ``required`` / ``auto``: the streaming parsers send each call as its text comes,
+      so the calls the cut text begins stay, the last with its arguments so far.
+
+    A call kept makes ``finish_reason`` ``tool_calls`` (chat shows ``stop`` for a named one,
+    ``resolve_finish_reason``); the stop's ``stop_reason`` stays."""
+    if req.stop_token_ids:
+        seq.cut_at_token(req.stop_token_ids, req.include_stop_str_in_output, req.min_tokens or 0)
+    if req.stop:
+        seq.cut_at_stop(req.stop, req.include_stop_str_in_output, req.min_tokens or 0)
+    style = tool_choice_style(req.tool_choice)
+    if seq.stop_reason is not None:
+        cut_tool_calls(req, seq, reasoning, style)
+    if (style == "named" and seq.tool_calls and seq.reasoning_span is None and req.stream and req.stop
+            and not req.include_stop_str_in_output):
+        # the call's arguments are the streamed text: held back as any text (hold_back).  Not
+        # for required / auto: their streamed text is the calls' markup, parsed into one
+        # entry per call, whose held-back text the simulator does not split
+        seq.hold_back(stop_buffer_length(req.stop))
+
+
+def cut_tool_calls(req: GenerationRequest, seq: Sequence, reasoning, style: str) -> None:
+    """The calls of a tool-call answer a stop cut (:func:`stop_in_tool_calls`)."""
+    if seq.reasoning_span is not None:
+        reasoning.clamp(seq)
+    pieces = seq.pieces
+    n = len(pieces)
+    calls = []
+    for tc in seq.tool_calls or ():          # the calls the kept tokens begin, with their text now
+        if tc["start"] >= n:
+            break
+        end = min(tc["end"], n)
+        args = "".join(pieces[tc["start"]:end])
+        calls.append(tc if end == tc["end"] and args == tc["arguments"] else {**tc, "end": end, "arguments": args})
+    c0 = seq.reasoning_span[2] if seq.reasoning_span is not None else 0
+    if style == "named":
+        calls = [tc for tc in calls if tc["arguments"].strip()]
+    elif not req.stream:
+        if calls and style == "required":       # content "": the text is the unparsed array's
+            seq.token_texts = seq.logprob_pieces()
+            seq.pieces = pieces[:c0] + [""] * (n - c0)
+        calls = []
+    seq.tool_calls = calls or None
+    if calls:
+        seq.finish_reason = "tool_calls"
+    seq.text = None
+
+
+def tool_choice_style(choice) -> str:
+    """``named``, ``required`` or ``auto``: the path vLLM's parser takes for ``tool_choice`` (the
+    engine's copy of :func:`generation.adapters.chat_tool_deltas.call_style`: the engine does not
+    import the adapters)."""
+    if isinstance(choice, dict) and choice.get("type", "function") == "function":
+        return "named"
+    return "required" if choice == "required" else "auto"
+
+
 class OutputDecisions:
     """The output-decision half of the engine (see the module docstring)."""
 
@@ -141,6 +216,8 @@ class OutputDecisions:
             if self.tool_synthesizer.synthesize(req, seq, rng, work_left):
                 if reasoning is not None:
                     reasoning.apply(seq, rng, req.reasoning, cap, True, keep_all=True)
+                if req.stop or req.stop_token_ids:
+                    stop_in_tool_calls(req, seq, reasoning)
                 if req.remote_decode:
                     seq.finish_reason = "remote_decode"
                 return
