@@ -418,7 +418,7 @@ def stream_v2(adapter: CohereChatAdapter, seq):
                     opened += 1
                 elif piece:
                     out += add(("args", c), piece, bytes)
-            else:
+            elif piece:                       # vLLM: ``if delta.content:``, no event for no text
                 out += add(("text", 0), piece, text)
         return out + flush()
 

@@ -142,3 +142,16 @@ def test_responses_honours_stop_and_holds_back(echo_api):
                                              "stop_token_ids": [ids[2]]}).json()
     assert r["output"][0]["content"][0]["text"] == "one two "
     assert r["usage"]["output_tokens"] == 3
+
+
+def test_cohere_sends_no_empty_content_delta(app_client):
+    """vLLM's Cohere v2 stream turns chat deltas into content-delta events ``if delta.content``:
+    the held-back first token sends none, and the block opens with the first text."""
+    c = app_client("--mode", "echo", env={"VLLM_ENABLE_COHERE_API": "1"})
+    r = c.post("/cohere/v2/chat", json={"model": "test-model", "messages": MSGS, "stop_sequences": [" three"],
+                                        "stream": True})
+    evs = [e for e in sse_events(r.text) if isinstance(e, dict)]
+    assert [e["type"] for e in evs] == ["message-start", "content-start", "content-delta", "content-delta",
+                                        "content-end", "message-end"]
+    assert [e["delta"]["message"]["content"]["text"] for e in evs if e["type"] == "content-delta"] == ["one", " two"]
+    assert evs[-1]["delta"]["finish_reason"] == "STOP_SEQUENCE"
