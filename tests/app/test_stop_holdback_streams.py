@@ -155,3 +155,12 @@ def test_cohere_sends_no_empty_content_delta(app_client):
                                         "content-end", "message-end"]
     assert [e["delta"]["message"]["content"]["text"] for e in evs if e["type"] == "content-delta"] == ["one", " two"]
     assert evs[-1]["delta"]["finish_reason"] == "STOP_SEQUENCE"
+
+
+def test_chat_logprobs_and_token_ids_stay_with_their_tokens(echo_api):
+    evs = events(echo_api, CHAT, {"messages": MSGS, "stop": ["xx four"], "logprobs": True, "return_token_ids": True})
+    chunks = by_choice(evs)[0][1:]
+    assert [c["delta"]["content"] for c in chunks] == ["", "on", "e two ", "three", " four five"]
+    assert [[e["token"] for e in c["logprobs"]["content"]] for c in chunks] == [
+        ["one "], ["two "], ["three "], ["four "], ["five"]]
+    assert [len(c["token_ids"]) for c in chunks] == [1] * 5
