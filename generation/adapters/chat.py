@@ -588,6 +588,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             # (its text: what a stop string's holdback kept, flushed by the final output)
             delta = (b'{"content":' + dumps(seq.flushed) + b'}' if seq.completion_tokens and not parser
                      and not seq.tool_calls else b"{}")
+            if seq.tool_calls and seq.flushed:      # a named call's arguments held back
+                c = len(seq.tool_calls) - 1
+                delta = dumps(tool_delta(style, call_entries(style, seq.tool_calls[c], c, seq.flushed, False)))
             put(heads[i] + b',"delta":' + delta + b',"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
                 finish_fields(req, seq) + token_ids_field([] if token_ids else None) + weights +
                 (b'}]' + tail(0, i) if continuous else last_close))

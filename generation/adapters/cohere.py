@@ -431,10 +431,17 @@ def stream_v2(adapter: CohereChatAdapter, seq):
         # this state (message-start consumed, the thinking block closed, a text block or a tool
         # call opened) though its events were never sent.  Replayed from the tokens sent.
         start, blocks, opened, kind, pending, adapter.open_end = first_event, 0, 0, None, None, b""
+        held = seq.flushed                        # not sent: the abort's final output sends it
+        if held:
+            seq.pieces[-1] = seq.pieces[-1][:-len(held)]
         for k in range(seq.completion_tokens):
             events(k)
+        if held:
+            seq.pieces[-1] += held
         calls = calls and calls[:opened]          # the calls it started: none more
     out = b"".join(ready) + start
+    if seq.flushed and not calls:                 # the text a stop string's holdback kept
+        out += add(("text", 0), seq.flushed, text) + flush()
     while calls and opened < len(calls):          # calls without argument tokens
         out += start_call(opened, "")
         opened += 1

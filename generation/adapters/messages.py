@@ -558,6 +558,8 @@ def stream_message(sim, req, seq, stop_sequence):
         if calls:
             calls = calls[:opened]  # the blocks it opened: the last one is closed below
     out = b"".join(pending) + (close_thinking() if thinking_open else b"")
+    if text_block and seq.flushed:              # an abort's final output: the text held back
+        out += text_head + dumps(seq.flushed) + text_end
     if calls:
         while opened < len(calls):          # calls without argument tokens
             out += open_call(opened)

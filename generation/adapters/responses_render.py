@@ -271,12 +271,17 @@ def _aborted_end(sim, ctx: RenderCtx, seq, calls, reasoning_done) -> bytes:
             made = seq.completion_tokens
             args = "".join(seq.pieces[max(tc["start"], span[2] if span else 0):min(tc["end"], made)])
             item = _call_item(ctx, tc, "completed", args)
+            if seq.flushed:         # the abort's final output: the arguments held back
+                out += ev("response.function_call_arguments.delta",
+                          {"delta": seq.flushed, "item_id": item["id"], "output_index": oi})
             out += (ev("response.function_call_arguments.done",
                        {"item_id": item["id"], "output_index": oi, "name": item["name"], "arguments": args}) +
                     ev("response.output_item.done", {"output_index": oi, "item": item}))
         else:
             ids = {"item_id": f"msg_{ctx.req.request_id}", "output_index": oi, "content_index": 0}
             text = content_text(seq)
+            if seq.flushed:         # the abort's final output: the text held back (no new tokens)
+                out += ev("response.output_text.delta", {**ids, "delta": seq.flushed, "logprobs": []})
             done_part = _text_part(text, _logprobs(ctx, seq) if ctx.want_logprobs else None)
             item = _message_item(ctx, "completed", [done_part])
             out += (ev("response.output_text.done", {**ids, "text": text, "logprobs": []}) +

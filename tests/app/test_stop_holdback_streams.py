@@ -102,23 +102,51 @@ def test_a_stream_interval_group_holds_back_the_same(app_client):
     assert [c["text"] for c in by_choice(evs)[0]] == ["", "one two ", "three four five"]
 
 
-def test_an_aborted_stream_flushes_the_held_back_text(app_client):
+ALPHAS = " ".join(["alpha"] * 200)
+
+
+def _sent_text(api: str, text: str) -> tuple[str, str]:
+    """(the text the stream's deltas carried, its last delta) of an aborted stream."""
+    evs = [e for e in sse_events(text) if isinstance(e, dict)]
+    if api == "completions":
+        deltas = [c["text"] for e in evs for c in e.get("choices") or ()]
+    elif api == "chat":
+        deltas = [c["delta"].get("content") or "" for e in evs for c in e.get("choices") or ()]
+    elif api == "messages":
+        deltas = [e["delta"]["text"] for e in evs if e.get("type") == "content_block_delta"]
+    elif api == "responses":
+        deltas = [e["delta"] for e in evs if e.get("type") == "response.output_text.delta"]
+        done = next(e for e in evs if e.get("type") == "response.output_text.done")
+        assert done["text"] == "".join(deltas)
+    else:
+        deltas = [e["delta"]["message"]["content"]["text"] for e in evs if e.get("type") == "content-delta"]
+    deltas = [d for d in deltas if d]
+    return "".join(deltas), deltas[-1]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat", "messages", "responses", "cohere"])
+def test_an_aborted_stream_flushes_the_held_back_text(app_client, api):
     """The server's abort (abort_requests) is a final output: get_next_output_text(finished=True)
-    sends the text held back, on the abort chunk."""
-    c = app_client(*CLOCK, env={"VLLM_SERVER_DEV_MODE": "1"})
-    prompt = " ".join(["alpha"] * 200)
-    body = {"model": "test-model", "prompt": prompt, "stop": ["zzzzz"], "stream": True, "max_tokens": 300}
-    job = gevent.spawn(c.post, COMPLETIONS, json=body, headers={"X-Request-Id": "held-1"})
+    sends the text held back, on the abort's own chunk (event)."""
+    c = app_client(*CLOCK, env={"VLLM_SERVER_DEV_MODE": "1", "VLLM_ENABLE_COHERE_API": "1"})
+    msgs = [{"role": "user", "content": ALPHAS}]
+    path, body = {
+        "completions": (COMPLETIONS, {"prompt": ALPHAS, "stop": ["zzzzz"], "max_tokens": 300}),
+        "chat": (CHAT, {"messages": msgs, "stop": ["zzzzz"], "max_tokens": 300}),
+        "messages": ("/v1/messages", {"messages": msgs, "stop_sequences": ["zzzzz"], "max_tokens": 300}),
+        "responses": ("/v1/responses", {"input": ALPHAS, "stop": ["zzzzz"], "max_output_tokens": 300}),
+        "cohere": ("/cohere/v2/chat", {"messages": msgs, "stop_sequences": ["zzzzz"], "max_tokens": 300}),
+    }[api]
+    rid = f"held-{api}"
+    job = gevent.spawn(c.post, path, json={"model": "test-model", "stream": True, **body}, headers={"X-Request-Id": rid})
     gevent.sleep(0.4)
-    r = c.post("/inference/v1/abort_requests", json={"request_ids": ["held-1"]})
+    r = c.post("/inference/v1/abort_requests", json={"request_ids": [rid]})
     assert r.status_code == 200
-    chunks = by_choice([e for e in sse_events(job.get(timeout=10).text) if isinstance(e, dict)])[0]
-    assert chunks[-1]["finish_reason"] == "abort"
-    texts = [ch["text"] for ch in chunks]
-    made = len(chunks) - 1
+    text, last = _sent_text(api, job.get(timeout=10).text)
+    made = text.count("alpha")
     assert 1 < made < 200
-    assert texts[-1] == "pha "                 # 4 held back ("zzzzz": 5), of the last "alpha "
-    assert "".join(texts) == "alpha " * made
+    assert text == "alpha " * made
+    assert last.endswith("pha ")              # 4 held back ("zzzzz": 5), of the last "alpha "
 
 
 def test_responses_honours_stop_and_holds_back(echo_api):
