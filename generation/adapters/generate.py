@@ -439,8 +439,9 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
         if seq.index in cut or not sent[seq.index]:
             if seq.index in cut:          # a chunk rendered ahead and not sent: uncounted
                 made[seq.index] = seq.completion_tokens
-            out.append(chunk(seq, "", None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
-                             seq.stop_reason, None))
+            # (an abort's text: what a stop string's holdback kept, Sequence.flushed)
+            out.append(chunk(seq, seq.flushed, None if seq.finish_reason == "cache_threshold" else [],
+                             seq.finish_reason, seq.stop_reason, None))
     if include_usage:
         u = _stream_usage(sim, seqs)
         out.append(head + b',"usage":' + dumps(u) + mid + tail)

@@ -192,3 +192,28 @@ def test_chat_logprobs_and_token_ids_stay_with_their_tokens(echo_api):
     assert [[e["token"] for e in c["logprobs"]["content"]] for c in chunks] == [
         ["one "], ["two "], ["three "], ["four "], ["five"]]
     assert [len(c["token_ids"]) for c in chunks] == [1] * 5
+
+
+def test_generate_text_mode_holds_back(api):
+    """/inference/v1/generate's text mode streams each output's text (vLLM's token-in/token-out
+    serving: "text mode also emits text held back for stop string matching")."""
+    body = {"model": "test-model", "token_ids": [1, 2, 3], "output_mode": "text",
+            "sampling_params": {"max_tokens": 8, "ignore_eos": True, "seed": 1, "logprobs": 0}}
+    full = api.post("/inference/v1/generate", json=body).json()["choices"][0]
+    tokens = [e["token"] for e in full["logprobs"]["content"]]
+    text = "".join(tokens)
+    stop = text[len(tokens[0]) + 2:len(tokens[0]) + 6]      # inside the second token or after
+    assert text.find(stop) == len(tokens[0]) + 2
+    body["sampling_params"]["stop"] = [stop]
+    r = api.post("/inference/v1/generate", json={**body, "stream": True})
+    chunks = [c for e in sse_events(r.text) if isinstance(e, dict) for c in e["choices"]]
+    cut = text[:text.find(stop)]
+    sent, want, so_far = 0, [], ""
+    for t in tokens[:len(chunks) - 1]:
+        so_far += t
+        upto = len(so_far) - 3                                   # "xxxx": 3 held back
+        want.append(so_far[sent:upto] if upto > sent else "")
+        sent = max(sent, upto)
+    want.append(cut[sent:])
+    assert [c["text"] for c in chunks] == want
+    assert (chunks[-1]["finish_reason"], chunks[-1]["stop_reason"]) == ("stop", stop)
