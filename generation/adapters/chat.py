@@ -19,7 +19,7 @@ from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
                    PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
-from .chat_tool_deltas import call_entries, call_style, name_entry, tool_delta
+from .chat_tool_deltas import call_entries, call_style, finish_reason, name_entry, named_choice, tool_delta
 from .chat_logprobs import choice_logprobs, chunk_logprobs, hides_metadata, token_logprobs
 from .response_bodies import chat_choice, chat_message, chat_response
 from generation.content.image import IMAGE_PART
@@ -255,21 +255,6 @@ def tool_calls_json(seq) -> list:
     a stream's ``DeltaToolCall`` has an ``index`` (the reference puts one here too)."""
     return [{"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
             for tc in seq.tool_calls]
-
-
-def named_choice(req: GenerationRequest) -> bool:
-    """Whether ``tool_choice`` names one function (``{"type": "function", ...}``)."""
-    tc = req.tool_choice
-    return isinstance(tc, dict) and tc.get("type", "function") == "function"
-
-
-def finish_reason(req: GenerationRequest, seq) -> str:
-    """A choice's chat ``finish_reason``: ``"tool_calls"`` for a tool call, except under a
-    named ``tool_choice`` (one forced function), which finishes with ``"stop"`` as OpenAI and
-    vLLM's ``resolve_finish_reason`` report it (case C11); anything else is the engine's."""
-    if seq.finish_reason == "tool_calls" and named_choice(req):
-        return "stop"
-    return seq.finish_reason
 
 
 def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, details: PromptDetails | None = None,

@@ -76,3 +76,18 @@ def tool_delta(style: str, entries: list, reasoning: str | None = None) -> dict:
         delta["reasoning"] = reasoning
     delta["tool_calls"] = entries
     return delta
+
+
+def named_choice(req) -> bool:
+    """Whether ``tool_choice`` names one function (``{"type": "function", ...}``)."""
+    tc = req.tool_choice
+    return isinstance(tc, dict) and tc.get("type", "function") == "function"
+
+
+def finish_reason(req, seq) -> str:
+    """A choice's chat ``finish_reason``: ``"tool_calls"`` for a tool call, except under a
+    named ``tool_choice`` (one forced function), which finishes with ``"stop"`` as OpenAI and
+    vLLM's ``resolve_finish_reason`` report it (case C11); anything else is the engine's."""
+    if seq.finish_reason == "tool_calls" and named_choice(req):
+        return "stop"
+    return seq.finish_reason
