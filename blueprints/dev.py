@@ -1,13 +1,30 @@
-"""vLLM 0.33's operations routes that tools call besides the inference APIs.
+"""vLLM 0.34's operations routes that tools call besides the inference APIs.
 
-* ``POST /reset_prefix_cache`` (dev mode: ``VLLM_SERVER_DEV_MODE=1``, else 404 as vLLM does
-  not register it): forgets every cached KV block and publishes ``AllBlocksCleared``; refused
-  while requests hold blocks unless ``?reset_running_requests=true``.  Answers 200 with
-  ``{"success": bool}`` as current vLLM (``false``: refused, the caller may retry; an empty
-  200 before, which a caller could not tell from a reset).
-* ``GET /server_info`` (dev mode): ``{"vllm_config": <text>}``, or the configuration as an
-  object with ``?config_format=json``.
-* ``GET /kv_event_sources`` (always registered, as vLLM's router): a bare JSON array with one
+Dev mode (``VLLM_SERVER_DEV_MODE=1``; registered by :func:`register` only then, as vLLM's
+``register_vllm_dev_api_routers``: without it every method of these paths is a 404):
+
+* ``POST /reset_prefix_cache``: forgets every cached KV block and publishes
+  ``AllBlocksCleared``; refused while requests hold blocks unless
+  ``?reset_running_requests=true``.  Answers 200 with ``{"success": bool}`` as current vLLM
+  (``false``: refused, the caller may retry; an empty 200 before, which a caller could not tell
+  from a reset).
+* ``POST /reset_mm_cache``, ``POST /reset_encoder_cache``: 200 with no body, as vLLM's
+  (``serve/dev/cache/api_router.py``): the simulator keeps no multi-modal or encoder cache, so
+  there is nothing to clear.
+* ``POST /collective_rpc`` (``serve/dev/rpc/api_router.py``): the body read as vLLM reads it
+  (any Content-Type; ``JSON decode error: ...``, ``Request body must be a JSON object``,
+  ``Missing 'method' in request body``: 400s with the status phrase as ``type``), then the call
+  answered as by workers whose method returns nothing: ``{"results": [null, ...]}``, one per
+  worker of this rank (tensor-parallel size).  The simulator has no worker to run ``method``
+  on, so any name is taken, where vLLM's workers fail (500) on one they lack.
+* ``GET /server_info``: ``{"vllm_config": <text>}``, or the configuration as an object with
+  ``?config_format=json``.
+* the RL routes (:mod:`blueprints.rl`: ``/pause``, ``/resume``, ``/is_paused``,
+  ``/abort_requests``, ``/get_world_size``).
+
+Always:
+
+* ``GET /kv_event_sources`` (as vLLM's router): a bare JSON array with one
   entry per data-parallel rank publishing KV events (``data_parallel_rank``, ``endpoint``,
   ``replay_endpoint``, ``topic``); ``[]`` without ``--enable-kvcache`` / ``--zmq-endpoint``.
 * ``POST /invocations`` (SageMaker): dispatched by the body's shape as vLLM's
@@ -18,22 +35,21 @@
 from __future__ import annotations
 
 import io
-import json
 import logging
 
 import orjson
-from flask import Blueprint, abort, current_app, request
+from flask import Blueprint, Response, current_app, request
 
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
-from generation.adapters.validation import body_unparsable, literal_error
+from generation.adapters.validation import literal_error
 from generation.errors import APIError
 from schemas.chat import chat_request_schema
 from schemas.completions import completion_request_schema
 
 from generation import SIMULATOR_VERSION, vllm_version
 
-from .common import json_body_bytes, json_response, loads_body, simulator
+from .common import json_body_bytes, json_response, simulator, starlette_json
 from .errors import error_response
 from .health import query_bool
 from .serving import generation_view
@@ -45,14 +61,7 @@ _chat_view = generation_view(chat_request_schema, ChatAdapter)
 _completion_view = generation_view(completion_request_schema, CompletionsAdapter)
 
 
-def _dev_mode() -> None:
-    if not simulator().config.vllm_dev_mode:
-        abort(404)
-
-
-@bp.post("/reset_prefix_cache")
 def reset_prefix_cache():
-    _dev_mode()
     sim = simulator()
     log.info("Resetting prefix cache...")
     running = query_bool("reset_running_requests", False)
@@ -63,9 +72,31 @@ def reset_prefix_cache():
     return json_response({"success": bool(success)})
 
 
-@bp.get("/server_info")
+def reset_mm_cache():
+    """vLLM's ``reset_mm_cache``: ``Response(status_code=200)``, no body."""
+    log.info("Resetting multi-modal cache...")
+    return Response(b"", 200)
+
+
+def reset_encoder_cache():
+    """vLLM's ``reset_encoder_cache``: ``Response(status_code=200)``, no body."""
+    log.info("Resetting encoder cache...")
+    return Response(b"", 200)
+
+
+def collective_rpc():
+    """vLLM's ``collective_rpc`` (see the module docstring)."""
+    body = starlette_json(request.get_data(cache=False))
+    if not isinstance(body, dict):
+        raise APIError("Request body must be a JSON object", 400, None, "Bad Request")
+    method = body.get("method")
+    if method is None:
+        raise APIError("Missing 'method' in request body", 400, None, "Bad Request")
+    workers = max(simulator().config.tensor_parallel_size, 1)
+    return json_response({"results": [None] * workers})
+
+
 def server_info():
-    _dev_mode()
     config = simulator().config
     cfg = config.to_public_dict()
     me = {"name": "vllm-sim", "version": SIMULATOR_VERSION, "vllm_version": vllm_version(config)}
@@ -96,19 +127,9 @@ def kv_event_sources():
 def invocations():
     environ = request.environ
     raw = json_body_bytes(environ, request.max_content_length)
-    try:
-        body = loads_body(raw)
-    except orjson.JSONDecodeError as e:
-        # vLLM's route reads the body itself (sagemaker/api_router.py ``invocations``): a body
-        # json.loads refuses is its HTTPException(400, f"JSON decode error: {e}"), an empty one
-        # included; what only orjson refuses keeps the simulator's message (blueprints.common)
-        try:
-            json.loads(raw)
-        except json.JSONDecodeError as d:
-            raise APIError(f"JSON decode error: {d}", 400, None, "Bad Request") from None
-        except (ValueError, RecursionError):
-            pass
-        raise body_unparsable(raw, e) from None
+    # vLLM's route reads the body itself (sagemaker/api_router.py ``invocations``): a body
+    # json.loads refuses is its HTTPException(400, f"JSON decode error: {e}"), an empty one included
+    body = starlette_json(raw)
     if not isinstance(body, dict):           # no request model validates it: the no-handler 400
         return error_response(NO_HANDLER)
     try:
@@ -160,3 +181,20 @@ def _pooling_invocation(kind: str, body: dict):
 
 NO_HANDLER = APIError("Cannot find suitable handler for request. Expected one of: chat completions (messages), "
                       "completions (prompt), embeddings (input).", 400)
+
+
+def register(app, config) -> None:
+    """``VLLM_SERVER_DEV_MODE=1``: the dev routes (vLLM's ``register_vllm_dev_api_routers``:
+    serve/dev/cache, rpc, server_info; the sleep routes are :mod:`blueprints.health`'s), then
+    the RL router (``register_rl_api_routers``), in vLLM's order; nothing without it."""
+    if not config.vllm_dev_mode:
+        return
+    dev = Blueprint("dev_mode", __name__)          # one per app: registered in dev mode only
+    dev.add_url_rule("/reset_prefix_cache", view_func=reset_prefix_cache, methods=["POST"])
+    dev.add_url_rule("/reset_mm_cache", view_func=reset_mm_cache, methods=["POST"])
+    dev.add_url_rule("/reset_encoder_cache", view_func=reset_encoder_cache, methods=["POST"])
+    dev.add_url_rule("/collective_rpc", view_func=collective_rpc, methods=["POST"])
+    dev.add_url_rule("/server_info", view_func=server_info, methods=["GET"])
+    app.register_blueprint(dev)
+    from . import rl
+    rl.register(app)

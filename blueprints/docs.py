@@ -52,7 +52,7 @@ _OPENAPI_KEY = "openapi_json"     # app.extensions: the document's bytes, once b
 # vLLM 0.34's routes in the order its build_app registers them (launchers/api_server/routers.py
 # register_api_routers), as (path, method, endpoint function, docstring or None, condition).
 # An operation is listed when the app has a rule for the path and method and the condition (a
-# config attribute) holds: some simulator routes are always there but are vLLM's only under a
+# config attribute; "!attr": its negation) holds: some simulator routes are always there but are vLLM's only under a
 # flag (dev mode's answer 404 or a no-op without VLLM_SERVER_DEV_MODE=1).  Routes vLLM has and
 # the simulator does not (/start_profile, ...) never are; nor are
 # the simulator's own (/health/, /health/ready, /v1/models/{model}, /v1/audio/speech, /admin/*,
@@ -90,11 +90,37 @@ VLLM_OPERATIONS = (
      "the external (connector-managed) prefix cache.\n\nReturns `{\"success\": bool}`. The reset fails "
      "(`success=false`) while\nblocks are still held, e.g. by running requests or in-flight async KV\n"
      "offload transfers; callers may retry.\n\nExample:\n   POST /reset_prefix_cache?reset_external=true", _DEV),
+    ("/reset_mm_cache", "post", "reset_mm_cache",
+     "Reset the multi-modal cache. Note that we currently do not check if the\nmulti-modal cache is "
+     "successfully reset in the API server.", _DEV),
+    ("/reset_encoder_cache", "post", "reset_encoder_cache",
+     "Reset the encoder cache. Note that we currently do not check if the\nencoder cache is successfully "
+     "reset in the API server.", _DEV),
+    ("/collective_rpc", "post", "collective_rpc", None, _DEV),
     ("/server_info", "get", "show_server_info", None, _DEV),
     ("/sleep", "post", "sleep", None, _DEV),
     ("/release_kv_cache_memory", "post", "release_kv_cache_memory", None, _DEV),
     ("/wake_up", "post", "wake_up", None, _DEV),
     ("/is_sleeping", "get", "is_sleeping", None, _DEV),
+    # rl/factories.py (VLLM_SERVER_DEV_MODE, after the dev routers): the routes served (blueprints.rl)
+    ("/pause", "post", "pause_generation",
+     "Pause generation requests to allow weight updates.\n\nIn ``abort`` and ``wait`` modes new requests are "
+     "rejected with HTTP 503\nuntil /resume; ``keep`` continues to accept and queue them.\n\nArgs:\n    "
+     "raw_request: The incoming FastAPI request, used to reach the engine\n        client on the app state.\n"
+     "    mode: How to handle in-flight requests:\n        - ``\"abort\"``: Abort all in-flight requests "
+     "immediately (default).\n        - ``\"wait\"``: Wait for in-flight requests to complete.\n        - "
+     "``\"keep\"``: Freeze requests in queue; they resume on /resume.\n    clear_cache: DEPRECATED. Whether to "
+     "clear KV/prefix caches after\n        draining. Ignored when mode=\"keep\".", _DEV),
+    ("/resume", "post", "resume_generation", "Resume generation after a pause.", _DEV),
+    ("/abort_requests", "post", "abort_requests",
+     "Abort in-flight requests without pausing the scheduler.\n\nEmpty/missing ``request_ids`` aborts all "
+     "in-flight requests.", _DEV),
+    ("/is_paused", "get", "is_paused", "Return the current pause status.", _DEV),
+    ("/get_world_size", "get", "get_world_size",
+     "Get the world size from the parallel config.\n\nArgs:\n    raw_request: The incoming FastAPI request, "
+     "used to reach the engine\n        client on the app state.\n    include_dp: If True (default), returns "
+     "the world size including\n        data parallelism (TP * PP * DP). If False, returns the world\n        "
+     "size without data parallelism (TP * PP).", _DEV),
     # generate/api_router.py: chat, responses, completion, anthropic
     ("/v1/chat/completions", "post", "create_chat_completion", None, None),
     ("/v1/chat/completions/batch", "post", "create_batch_chat_completion", None, None),
@@ -147,8 +173,8 @@ VLLM_OPERATIONS = (
     ("/inference/v1/generate", "post", "generate", None, None),
     ("/inference/v1/abort_requests", "post", "abort_requests",
      "Abort one or more requests. To be used in a\nDisaggregated Everything setup.", None),
-    ("/abort_requests", "post", "abort_requests",
-     "Abort one or more requests. To be used in a\nDisaggregated Everything setup.", None),
+    ("/abort_requests", "post", "abort_requests",      # --tokens-only, unless the RL one took the path
+     "Abort one or more requests. To be used in a\nDisaggregated Everything setup.", "!" + _DEV),
     # speech_to_text/factories.py
     ("/v1/audio/transcriptions", "post", "create_transcriptions", None, None),
     ("/v1/audio/translations", "post", "create_translations", None, None),
@@ -200,7 +226,8 @@ def openapi_schema(url_map, config) -> dict:
     served = {(openapi_path(r.rule), m.lower()) for r in url_map.iter_rules() for m in r.methods}
     paths: dict = {}
     for path, method, name, description, condition in VLLM_OPERATIONS:
-        if (path, method) in served and (condition is None or getattr(config, condition)):
+        if (path, method) in served and (condition is None or (not getattr(config, condition[1:])
+                                                                if condition[0] == "!" else getattr(config, condition))):
             if path == "/v1/embeddings" and config.mm_encoder_only:
                 continue                     # the route answers 404 there (blueprints/embeddings.py)
             paths.setdefault(path, {})[method] = operation(path, method, name, description)

@@ -314,7 +314,9 @@ def register(app, config) -> None:
     bp.add_url_rule("/inference/v1/abort_requests", view_func=abort_requests, methods=["POST"])
     bp.add_url_rule("/scale_elastic_ep", view_func=scale_elastic_ep, methods=["POST"])
     bp.add_url_rule("/is_scaling_elastic_ep", view_func=is_scaling_elastic_ep, methods=["POST"])
-    if config.tokens_only:      # vLLM 0.34 token_in_token_out/api_router.py: the legacy path too
+    # vLLM 0.34 token_in_token_out/api_router.py: the legacy path too, unless dev mode's RL
+    # router registered its own /abort_requests first (blueprints.rl)
+    if config.tokens_only and not config.vllm_dev_mode:
         bp.add_url_rule("/abort_requests", "abort_requests_legacy", view_func=abort_requests, methods=["POST"])
     if config.enable_sleep_mode:
         bp.add_url_rule("/checkpoint/prepare", view_func=checkpoint_prepare, methods=["POST"])

@@ -140,7 +140,8 @@ def anthropic_error_response(message: str, status: int) -> Response:
 # method), nor are the simulator's own routes (``/health/ready``, ``/admin/*``, ``/query``).
 VLLM_GET_ROUTES = frozenset({
     "health.health", "health.ping", "health.version", "health.load", "health.is_sleeping",
-    "models.list_models", "models.retrieve_model", "dev.server_info", "dev.kv_event_sources",
+    "models.list_models", "models.retrieve_model", "dev_mode.server_info", "dev.kv_event_sources",
+    "rl.is_paused", "rl.get_world_size",
     "render.tokenizer_info", "responses.retrieve_response", "engine_ops.checkpoint_status",
     "engine_ops.fault_tolerance_status"})
 

@@ -183,9 +183,15 @@ def wake_up():
             sim.kv_cache.wake()
     if not _effective(sim):
         return Response(b"", 200)
+    if not sim.sleeping:             # vLLM's EngineCore.wake_up: fully awake resumes scheduling
+        from .rl import resume
+        resume(sim)
     return json_response({"status": "sleeping" if sim.sleeping else "awake", "tags": tags or None})
 
 
 @bp.get("/is_sleeping")
 def is_sleeping():
-    return json_response({"is_sleeping": simulator().sleeping})
+    """vLLM 0.34's ``EngineCore.is_sleeping``: asleep at any level, or the scheduler paused
+    (dev mode's ``/pause``, :mod:`blueprints.rl`)."""
+    sim = simulator()
+    return json_response({"is_sleeping": sim.sleeping or sim.scheduler_paused})

@@ -332,7 +332,7 @@ def make_servicer(sim, lifecycle=None):
         def GetServerInfo(self, request, context):
             running, waiting, _, _ = scheduler_state(sim)
             return pb.GetServerInfoResponse(
-                active_requests=running + waiting, is_paused=bool(sim.sleeping),
+                active_requests=running + waiting, is_paused=bool(sim.sleeping or sim.scheduler_paused),
                 last_receive_timestamp=self.last_receive, uptime_seconds=time.time() - started,
                 server_type="vllm-grpc", data_parallel_size=cfg.data_parallel_size, kv_cache_dtype="auto",
                 block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs)

@@ -311,7 +311,8 @@ MULTIPART_POSTS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations
 # vLLM 0.34's abort route reads its body itself (``scale_out/token_in_token_out/api_router.py``
 # ``abort_requests``: "FastAPI's strict content-type check would then reject clients that send no
 # `Content-Type`"): any Content-Type, or none, from a command line or a same-origin page
-ANY_TYPE_POSTS = frozenset({"/inference/v1/abort_requests", "/abort_requests"})
+# (dev mode's /abort_requests and /collective_rpc too: blueprints.rl, blueprints.dev)
+ANY_TYPE_POSTS = frozenset({"/inference/v1/abort_requests", "/abort_requests", "/collective_rpc"})
 CROSS_SITE_FORM = ("An upload from another site's page is refused: a browser sends a form cross-site without a "
                    "CORS preflight")
 CROSS_SITE = ("A POST without a body from another site's page is refused: send it with "

@@ -11,6 +11,7 @@ class EngineState:
     ``abort``, cleared by the restore; ``Simulator.admit`` then raises EnginePaused)."""
     sleep_level = 1
     reject_new_requests = False
+    scheduler_paused = False        # dev mode's POST /pause until /resume (blueprints.rl)
 
     SLEEP_TAGS = ("weights", "kv_cache")
 

@@ -141,17 +141,25 @@ def test_openapi_follows_the_flags(app_client):
     assert paths[:13] == ["/load", "/version", "/kv_event_sources", "/health", "/v1/load_lora_adapter",
                           "/v1/unload_lora_adapter", "/tokenize", "/detokenize", "/tokenizer_info", "/v1/models",
                           "/v1/systemone", "/v1/decisions", "/ping"]
-    assert paths[14:20] == ["/reset_prefix_cache", "/server_info", "/sleep", "/release_kv_cache_memory",
-                            "/wake_up", "/is_sleeping"]
+    # vLLM's register_vllm_dev_api_routers (cache, rpc, server_info, sleep), then the RL router
+    assert paths[14:28] == ["/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache", "/collective_rpc",
+                            "/server_info", "/sleep", "/release_kv_cache_memory", "/wake_up", "/is_sleeping",
+                            "/pause", "/resume", "/abort_requests", "/is_paused", "/get_world_size"]
     i = paths.index("/checkpoint/prepare")
     assert paths[i - 4:i + 3] == ["/v1/messages/count_tokens", "/generative_scoring", "/scale_elastic_ep",
                                   "/is_scaling_elastic_ep", "/checkpoint/prepare", "/checkpoint/restore",
                                   "/checkpoint/status"]
+    # --tokens-only's legacy /abort_requests is not registered: the RL router's took the path
     i = paths.index("/inference/v1/abort_requests")
-    assert paths[i:i + 2] == ["/inference/v1/abort_requests", "/abort_requests"]
+    assert paths[i + 1] == "/v1/audio/transcriptions" and paths.count("/abort_requests") == 1
     assert paths[-2:] == ["/v1/fault_tolerance/apply", "/v1/fault_tolerance/status"]
     doc = c.get("/openapi.json").json()["paths"]
     assert doc["/abort_requests"]["post"]["operationId"] == "abort_requests_abort_requests_post"
+    assert doc["/abort_requests"]["post"]["description"].startswith("Abort in-flight requests without pausing")
+    paths = [p for p, _ in _paths(app_client("--tokens-only"))]
+    i = paths.index("/inference/v1/abort_requests")
+    assert paths[i:i + 2] == ["/inference/v1/abort_requests", "/abort_requests"]
+    assert "/pause" not in paths and "/reset_mm_cache" not in paths
     assert doc["/v1/fault_tolerance/apply"]["post"]["summary"] == "Process Fault Tolerance Instruction"
     assert doc["/server_info"]["get"]["operationId"] == "show_server_info_server_info_get"
 

@@ -1,0 +1,141 @@
+"""vLLM 0.34's RL routes (``entrypoints/rl/online/api_router.py``), registered with
+``VLLM_SERVER_DEV_MODE=1`` only (``register_rl_api_routers``, after the dev routes), as online
+RL trainers drive a rollout server between weight updates:
+
+* ``POST /pause?mode=abort|wait|keep&clear_cache=true``: pauses the scheduler.  ``abort``
+  (default) aborts the requests in flight (their answers finish with ``finish_reason``
+  ``abort``, as :mod:`blueprints.engine_ops` aborts them), ``wait`` answers once they have
+  finished, ``keep`` leaves them (vLLM freezes them until ``/resume``; the simulator serves
+  them on).  From ``abort`` or ``wait`` until ``/resume`` a new generation request is refused
+  as vLLM's paused engine refuses it (503 ``ServiceUnavailableError``, ``Generation is paused.
+  Please retry after it resumes.``); ``keep`` accepts them.  ``clear_cache`` (not with
+  ``keep``) empties the prefix cache once drained.  Answers ``{"status": "paused"}``; a
+  ``mode`` other than the three is FastAPI's 400 on ``query.mode``.
+* ``POST /resume``: ``{"status": "resumed"}``; while a process checkpoint is prepared (or
+  preparing) vLLM's engine refuses (``resume_scheduler``), the route's 500 ``{"error":
+  "Failed to resume generation: ..."}``.
+* ``GET /is_paused``: ``{"is_paused": bool}``: paused by ``/pause``, by ``/sleep`` (vLLM's
+  sleep pauses the scheduler first) or by a checkpoint prepare, until ``/resume``, a full
+  ``/wake_up`` or the restore.
+* ``POST /abort_requests``: the body read as vLLM's route reads it (any Content-Type; a body
+  ``json.loads`` refuses, an empty one included, is the 400 ``Invalid JSON format``; one that
+  is not an object ``Request body must be a JSON object``); ``request_ids`` (a list, or one
+  id) aborts those requests, none or an empty list every request in flight.  Answers
+  ``{"status": "aborted", "aborted": N}``: N is how many ids were given, or how many requests
+  were in flight, as vLLM counts.  It takes the path from the ``--tokens-only`` one, as in
+  vLLM, whose RL router is registered first.
+* ``GET /get_world_size?include_dp=true``: ``{"world_size": N}``, the tensor-parallel size
+  times the data-parallel size (without: the tensor-parallel size; no pipeline parallelism is
+  modelled).
+
+Not served (404): the weight-transfer and weight-version routes (``/init_weight_transfer_engine``,
+``/update_weights``, ``/weight_info``, ``/weight_checker``, ...): the simulator has no weights.
+"""
+from __future__ import annotations
+
+import logging
+
+import gevent
+from flask import Blueprint, current_app
+
+from generation.errors import APIError
+
+from .common import json_response, simulator, starlette_json
+from .health import query_bool, query_mode
+
+log = logging.getLogger("vllm_sim")
+WAIT_POLL = 0.005              # seconds between looks at the requests in flight (``mode=wait``)
+
+
+def _checkpoint_state() -> str:
+    cp = current_app.extensions.get("checkpoint")
+    return "running" if cp is None else cp.state
+
+
+def paused(sim) -> bool:
+    """vLLM's ``is_scheduler_paused``: by ``/pause``, ``/sleep`` (any level) or a checkpoint
+    prepare."""
+    return sim.scheduler_paused or sim.sleeping or _checkpoint_state() in ("preparing", "prepared")
+
+
+def resume(sim) -> None:
+    """vLLM's ``resume_scheduler`` (``/resume``, a ``/wake_up`` that woke everything): new
+    requests are served again, unless a checkpoint still holds them off."""
+    sim.scheduler_paused = False
+    if _checkpoint_state() == "running":
+        sim.reject_new_requests = False
+
+
+def pause():
+    from .engine_ops import _abort, _in_flight
+    mode = query_mode("abort")
+    clear_cache = query_bool("clear_cache", True)
+    sim = simulator()
+    sim.scheduler_paused = True
+    if mode != "keep":
+        sim.reject_new_requests = True              # vLLM's PAUSED_NEW: adds are refused (503)
+        if mode == "abort":
+            _abort(sim, _in_flight(sim))
+        else:
+            while _in_flight(sim):                  # wait: answered once they have finished
+                gevent.sleep(WAIT_POLL)
+        if clear_cache and sim.kv_cache is not None:
+            sim.kv_cache.reset_prefix_cache(False)
+    return json_response({"status": "paused"})
+
+
+def resume_route():
+    sim = simulator()
+    state = _checkpoint_state()
+    if state not in ("running", "restoring"):        # vLLM's CheckpointState.is_restored
+        log.error("Failed to resume generation")
+        return json_response({"error": "Failed to resume generation: Call to resume_scheduler method failed: "
+                                       f"Cannot resume scheduling while the checkpoint state is {state}"}, 500)
+    resume(sim)
+    return json_response({"status": "resumed"})
+
+
+def is_paused():
+    return json_response({"is_paused": paused(simulator())})
+
+
+def abort_requests():
+    from .engine_ops import _abort, _in_flight
+    from flask import request
+    body = starlette_json(request.get_data(cache=False), "Invalid JSON format")
+    if not isinstance(body, dict):
+        raise APIError("Request body must be a JSON object", 400, None, "Bad Request")
+    ids = body.get("request_ids")
+    sim = simulator()
+    in_flight = _in_flight(sim)
+    if ids:
+        if not isinstance(ids, (str, list, dict)):   # vLLM's engine.abort iterates them: its except's 500
+            log.error("Failed to abort requests")
+            return json_response({"error": f"Failed to abort requests: '{type(ids).__name__}' object is not "
+                                           "iterable"}, 500)
+        wanted = {ids} if isinstance(ids, str) else {i for i in ids if isinstance(i, str)}
+        _abort(sim, [s for s in in_flight if s.request.request_id in wanted])
+        count = len(ids)                             # vLLM: len(request_ids), as given
+    else:
+        count = len(in_flight)
+        _abort(sim, in_flight)
+    return json_response({"status": "aborted", "aborted": count})
+
+
+def get_world_size():
+    cfg = simulator().config
+    size = max(cfg.tensor_parallel_size, 1)
+    if query_bool("include_dp", True):
+        size *= max(cfg.data_parallel_size, 1)
+    return json_response({"world_size": size})
+
+
+def register(app) -> None:
+    """The RL router, in vLLM's order (dev mode only: :func:`blueprints.dev.register`)."""
+    bp = Blueprint("rl", __name__)
+    bp.add_url_rule("/pause", view_func=pause, methods=["POST"])
+    bp.add_url_rule("/resume", "resume", view_func=resume_route, methods=["POST"])
+    bp.add_url_rule("/abort_requests", view_func=abort_requests, methods=["POST"])
+    bp.add_url_rule("/is_paused", view_func=is_paused, methods=["GET"])
+    bp.add_url_rule("/get_world_size", view_func=get_world_size, methods=["GET"])
+    app.register_blueprint(bp)
