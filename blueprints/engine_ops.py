@@ -72,7 +72,7 @@ from flask import Blueprint, Response, current_app, request
 from generation.engine.request import SeqState
 from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 
-from .common import json_response, loads_body, simulator
+from .common import json_response, loads_body, simulator, starlette_json
 from .health import query_mode
 
 log = logging.getLogger("vllm_sim")
@@ -210,10 +210,8 @@ def _bad_request(message: str) -> APIError:
 
 
 def fault_tolerance_apply():
-    try:
-        body = loads_body(request.get_data(cache=False) or b"null")
-    except orjson.JSONDecodeError:
-        raise _bad_request("Invalid JSON format") from None
+    # vLLM's json.loads of the body: an empty one is "Invalid JSON format" too (it was read as null)
+    body = starlette_json(request.get_data(cache=False), "Invalid JSON format")
     if not isinstance(body, dict):
         raise _bad_request("Request body must be a JSON object.")
     instruction = body.get("instruction")
@@ -284,11 +282,10 @@ def is_scaling_elastic_ep():
 
 def abort_requests():
     """vLLM's ``AbortRequestsRequest``: ``request_ids`` a string or a list of strings.  Any
-    Content-Type is accepted, as vLLM's route reads the body itself."""
-    try:
-        body = loads_body(request.get_data(cache=False) or b"null")
-    except orjson.JSONDecodeError as e:
-        raise _bad_request(f"JSON decode error: {e}") from None
+    Content-Type is accepted, as vLLM's route reads the body itself (``await
+    raw_request.json()``: an empty body, or one ``json.loads`` refuses, is its 400 ``JSON decode
+    error: ...`` in ``json``'s words; orjson's and a "valid dictionary" 400 before)."""
+    body = starlette_json(request.get_data(cache=False))
     if not isinstance(body, dict):
         raise InvalidParam("Input should be a valid dictionary or instance of AbortRequestsRequest.", "body")
     ids = body.get("request_ids")

@@ -198,6 +198,16 @@ def test_fault_tolerance_moved_under_v1_and_needs_a_request_id(app_client, api):
         assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["type"]) == (400, message, "Bad Request")
 
 
+def test_fault_tolerance_apply_reads_an_empty_or_broken_body_as_vllm(app_client):
+    """vLLM's route: ``json.loads`` of the body, any JSONDecodeError (an empty body's too, which
+    was read as null: "Request body must be a JSON object.") is ``Invalid JSON format``."""
+    c = app_client("--enable-fault-tolerance")
+    for raw in (b"", b"{bad"):
+        r = c.post("/v1/fault_tolerance/apply", content=raw, headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()["error"]) == (400, {"message": "Invalid JSON format", "type": "Bad Request",
+                                                            "param": None, "code": 400})
+
+
 # ---- abort_requests ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body,ok", [({"request_ids": "a"}, True), ({"request_ids": ["a", "b"]}, True),
@@ -223,12 +233,25 @@ def test_abort_requests_takes_any_content_type_but_not_from_another_site(app_cli
     for headers in ({}, {"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"}):
         r = c.post(path, content=raw, headers=headers)
         assert (r.status_code, r.content) == (200, b""), headers
+    # an empty body: Starlette's request.json() is json.loads(b""), the route's JSONDecodeError 400
     r = c.post(path, content=b"", headers={})
-    assert (r.status_code, r.json()["error"]["param"]) == (400, "body")
+    assert (r.status_code, r.json()["error"]) == (400, {"message": "JSON decode error: Expecting value: line 1 "
+                                                                   "column 1 (char 0)", "type": "Bad Request",
+                                                        "param": None, "code": 400})
     r = c.post(path, content=raw, headers={"Content-Type": "text/plain", "Origin": "http://evil.example"})
     assert (r.status_code, r.json()["error"]) == (400, {"message": "1 validation error:\n  Unsupported Media Type: "
                                                                    "Only 'application/json' is allowed",
                                                         "type": "Bad Request", "param": None, "code": 400})
+
+
+def test_abort_requests_words_a_broken_body_as_json_loads(api):
+    """vLLM's ``HTTPException(400, f"JSON decode error: {e}")`` names ``json``'s error (orjson's
+    words before)."""
+    r = api.post("/inference/v1/abort_requests", content=b"{bad", headers={"Content-Type": "application/json"})
+    assert (r.status_code, r.json()["error"]) == (400, {"message": "JSON decode error: Expecting property name "
+                                                                   "enclosed in double quotes: line 1 column 2 "
+                                                                   "(char 1)", "type": "Bad Request", "param": None,
+                                                        "code": 400})
 
 
 def test_abort_requests_ends_the_request_in_flight(app_client):
