@@ -39,7 +39,8 @@ def check_local_adapter(name: str, path: str, max_lora_rank: int) -> None:
         raise APIError(f"Loading lora {name} failed: {path} is not a directory", 400, "lora_path")
     config_path = os.path.join(path, "adapter_config.json")
     if not os.path.isfile(config_path):
-        raise APIError(f"Loading lora {name} failed: No adapter found for {path}", 404, "lora_path")
+        # vLLM's LoRAAdapterNotFoundError, a VLLMNotFoundError: create_error_response gives no param
+        raise APIError(f"Loading lora {name} failed: No adapter found for {path}", 404, None)
     try:
         with open(config_path, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)

@@ -53,8 +53,44 @@ def test_load_inplace_reloads_a_loaded_adapter(api_lora):
     assert (r.status_code, r.text) == (200, "Success: LoRA adapter 'inpl' added successfully.")
     card = api_lora.get("/v1/models/inpl").json()
     assert card["root"] == "/adapters/v2"
-    r = api_lora.post("/v1/load_lora_adapter", json={**load, "load_inplace": "yes"})
-    assert (r.status_code, r.json()["error"]["param"]) == (400, "load_inplace")
+    r = api_lora.post("/v1/load_lora_adapter", json={**load, "load_inplace": "maybe"})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "body.load_inplace")
     r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": "test-model", "lora_path": "/x", "load_inplace": True})
     assert r.json()["error"]["message"] == "The lora adapter 'test-model' conflicts with a served base model."
     assert api_lora.post("/v1/unload_lora_adapter", json={"lora_name": "inpl"}).status_code == 200
+
+
+def test_load_and_unload_read_the_body_as_vllms_request_models(api_lora):
+    """vLLM 0.34's ``LoadLoRAAdapterRequest`` / ``UnloadLoRAAdapterRequest`` (pydantic, through
+    its validation handler), then ``OpenAIServingModels``' own checks: ``InvalidUserInput`` with
+    no ``param`` (the simulator named the field and answered ``BadRequestError``)."""
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_path": "/x", "load_inplace": "maybe"})
+    assert r.status_code == 400 and r.json()["error"]["message"] == (
+        "2 validation errors:\n  {'type': 'missing', 'loc': 'body.lora_name', 'msg': 'Field required', "
+        "'input': '<dict of 2 items>'}\n  {'type': 'bool_parsing', 'loc': 'body.load_inplace', 'msg': 'Input should "
+        "be a valid boolean, unable to interpret input', 'input': 'maybe'}")
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": 5, "lora_path": "/x"})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "body.lora_name")
+    for body in ({"lora_name": "", "lora_path": "/x"}, {"lora_name": "n", "lora_path": ""}):
+        r = api_lora.post("/v1/load_lora_adapter", json=body)
+        assert (r.status_code, r.json()["error"]) == (400, {"message": "Both 'lora_name' and 'lora_path' must be "
+                                                                       "provided.", "type": "InvalidUserInput",
+                                                            "param": None, "code": 400})
+    # pydantic's lax booleans: "yes" loads in place, as vLLM reads it
+    assert api_lora.post("/v1/load_lora_adapter", json={"lora_name": "lax", "lora_path": "/x"}).status_code == 200
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": "lax", "lora_path": "/y", "load_inplace": "yes"})
+    assert r.status_code == 200
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": "lax", "lora_path": "/y"})
+    assert (r.status_code, r.json()["error"]["type"], r.json()["error"]["param"]) == (400, "InvalidUserInput", None)
+    r = api_lora.post("/v1/load_lora_adapter", json={"lora_name": "test-model", "lora_path": "/y"})
+    assert (r.status_code, r.json()["error"]["type"], r.json()["error"]["param"]) == (400, "InvalidUserInput", None)
+    r = api_lora.post("/v1/unload_lora_adapter", json={"lora_name": ""})
+    assert (r.status_code, r.json()["error"]) == (400, {"message": "'lora_name' needs to be provided to unload a "
+                                                                   "LoRA adapter.", "type": "InvalidUserInput",
+                                                        "param": None, "code": 400})
+    r = api_lora.post("/v1/unload_lora_adapter", json={"lora_name": "lax", "lora_int_id": "x"})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "body.lora_int_id")
+    r = api_lora.post("/v1/unload_lora_adapter", json={"lora_name": "never"})
+    assert (r.status_code, r.json()["error"]) == (404, {"message": "The lora adapter 'never' cannot be found.",
+                                                        "type": "NotFoundError", "param": None, "code": 404})
+    assert api_lora.post("/v1/unload_lora_adapter", json={"lora_name": "lax", "lora_int_id": None}).status_code == 200

@@ -41,7 +41,7 @@ def test_a_directory_without_a_config_is_vllms_404(lora_api, tmp_path):
     r = load(lora_api, "none", str(tmp_path))
     assert r.status_code == 404
     assert r.json()["error"] == {"message": f"Loading lora none failed: No adapter found for {tmp_path}",
-                                 "type": "NotFoundError", "param": "lora_path", "code": 404}
+                                 "type": "NotFoundError", "param": None, "code": 404}
 
 
 def test_a_rank_over_max_lora_rank_is_vllms_400(lora_api, tmp_path):
