@@ -115,3 +115,10 @@ AnthropicCountTokensRequest = (
 StreamOptions = (
     "include_usage", "continuous_usage_stats"
 )
+
+# pooling/scoring/protocol.py (ScoringRequestMixin's bases: ClassifyRequestMixin's field first)
+RerankRequest = (
+    "use_activation", "model", "user", "truncate_prompt_tokens", "padding", "truncation_side", "request_id",
+    "priority", "mm_processor_kwargs", "cache_salt", "max_tokens_per_query", "max_tokens_per_doc", "instruction",
+    "chat_template_kwargs", "query", "documents", "top_n"
+)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from marshmallow import ValidationError, fields, validate
 
 from .chat import MessagesField
+from . import field_order as order
 from .common import BaseSchema, BoundedList, Literal, Str, StrictBool, StrictInt
 from .lax import lax_dict
 from .embeddings import (EMBED_DTYPES, ENCODING_FORMATS, ENDIANNESS, TRUNCATION_SIDES, EmbeddingInputField,
@@ -106,8 +107,10 @@ class ScoreRequestSchema(_ScoringBase):
 
 
 class RerankRequestSchema(_ScoringBase):
-    query = ScoreInputField(required=True, error_messages={"required": "query is required"})
-    documents = ScoreInputsField(required=True, error_messages={"required": "documents is required"})
+    # vLLM's RerankRequest, a pydantic model: a missing query or documents is its ``missing`` error
+    __order__ = order.RerankRequest
+    query = ScoreInputField(required=True)
+    documents = ScoreInputsField(required=True)
     top_n = StrictInt()
 
 

@@ -406,12 +406,22 @@ def test_rerank_multimodal_document(cross):
     assert r["document"] == {"text": None, "multi_modal": doc["content"]}
 
 
-@pytest.mark.parametrize("body, param", [({"documents": ["a"]}, "query"), ({"query": "a"}, "documents"),
+# a missing field: pydantic's ``missing`` of vLLM's RerankRequest (the simulator's "query is required" before)
+@pytest.mark.parametrize("body, param", [({"documents": ["a"]}, "body.query"), ({"query": "a"}, "body.documents"),
                                          ({"query": None, "documents": ["b"]}, "query"),
                                          ({"query": "a", "documents": None}, "documents"),
                                          ({"query": "a", "documents": ["b"], "top_n": "one"}, "body.top_n")])
 def test_rerank_errors(cross, body, param):
     err(cross.post("/rerank", json=body), 400, param)
+
+
+def test_rerank_missing_fields_are_pydantics(cross):
+    r = cross.post("/v1/rerank", json={})
+    assert (r.status_code, r.json()["error"]) == (400, {
+        "message": "2 validation errors:\n  {'type': 'missing', 'loc': 'body.query', 'msg': 'Field required', "
+                   "'input': '<dict of 0 items>'}\n  {'type': 'missing', 'loc': 'body.documents', 'msg': 'Field "
+                   "required', 'input': '<dict of 0 items>'}", "type": "Bad Request", "param": "body.query",
+        "code": 400})
 
 
 # ---- /v2/embed (Cohere) -----------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ MODELS = {
     "AnthropicMessagesRequest": "anthropic/protocol.py",
     "AnthropicCountTokensRequest": "anthropic/protocol.py",
     "StreamOptions": "generate/base/protocol.py",
+    "RerankRequest": "pooling/scoring/protocol.py",
 }
 BASE_MODULES = ("pooling/base/protocol.py", "generate/base/protocol.py", "serve/engine/protocol.py")
 

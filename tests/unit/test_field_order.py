@@ -12,6 +12,7 @@ from schemas.common import StreamOptionsSchema
 from schemas.completions import completion_request_schema
 from schemas.embeddings import embedding_request_schema
 from schemas.messages import count_tokens_request_schema, messages_request_schema
+from schemas.pooling import rerank_request_schema
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 from schemas.responses import responses_request_schema
 from support import vllm_source
@@ -30,7 +31,7 @@ SCHEMAS = [(chat_request_schema, {}, "ChatCompletionRequest"), (chat_render_sche
            (tokenize_schema, {"messages": MSG}, "TokenizeChatRequest"), (detokenize_schema, {}, "DetokenizeRequest"),
            (messages_request_schema, {}, "AnthropicMessagesRequest"),
            (count_tokens_request_schema, {}, "AnthropicCountTokensRequest"),
-           (StreamOptionsSchema(), {}, "StreamOptions")]
+           (StreamOptionsSchema(), {}, "StreamOptions"), (rerank_request_schema, {}, "RerankRequest")]
 
 
 @pytest.mark.skipif(not vllm_source.VLLM_SRC.is_dir(), reason="vLLM 0.34's source is not unpacked (VLLM_SRC)")
