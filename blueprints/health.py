@@ -79,6 +79,11 @@ def _query(name: str, read, default):
         raise pydantic_error(name, raw, e.error, where="query") from None
 
 
+def query_int(name: str, default: int | None = None) -> int | None:
+    """A query integer as FastAPI's pydantic reads one (``int | None``)."""
+    return _query(name, read_int, default)
+
+
 def query_bool(name: str, default: bool) -> bool:
     """A query boolean as FastAPI reads one (``true``/``false``, ``1``/``0``, ``yes``/``no``,
     ``on``/``off``, ``t``/``f``, ``y``/``n``, any case)."""

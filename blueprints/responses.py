@@ -13,6 +13,7 @@ from generation.errors import APIError
 
 from .common import json_response, simulator
 from .errors import error_response
+from .health import query_int, query_bool
 from .serving import generation_view
 
 bp = Blueprint("responses", __name__)
@@ -26,7 +27,13 @@ def _not_found(response_id: str):
 
 @bp.get("/v1/responses/<response_id>")
 def retrieve_response(response_id: str):
-    """A stored response (``VLLM_ENABLE_RESPONSES_API_STORE=1``), else 404 as vLLM answers."""
+    """A stored response (``VLLM_ENABLE_RESPONSES_API_STORE=1``), else 404 as vLLM answers.
+    vLLM's query parameters (``starting_after: int | None``, ``stream: bool | None``) are checked
+    first, as FastAPI checks them before the route runs (a 400 at ``query.<name>``; a 404 before);
+    ``stream=true`` is read, not served: the stored object is answered (vLLM replays a background
+    response's events as SSE)."""
+    query_int("starting_after")
+    query_bool("stream", False)
     store = simulator().response_store
     found = store.get(response_id) if store is not None else None
     if found is None:

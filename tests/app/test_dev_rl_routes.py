@@ -162,3 +162,4 @@ def test_get_world_size(app_client, query, size):
 def test_get_world_size_checks_include_dp(app_client):
     r = app_client(env=DEV).get("/get_world_size", params={"include_dp": "maybe"})
     assert (r.status_code, r.json()["error"]["param"]) == (400, "query.include_dp")
+

@@ -359,3 +359,15 @@ def test_help_shows_boolean_switches_without_a_value():
 def test_bad_values_name_their_flag(argv, line):
     r = subprocess.run([sys.executable, str(ROOT / "app.py"), *argv], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == line
+
+
+@pytest.mark.parametrize("query,param,kind", [({"starting_after": "x"}, "query.starting_after", "int_parsing"),
+                                              ({"stream": "maybe"}, "query.stream", "bool_parsing")])
+def test_retrieving_a_response_checks_the_query_first(api, query, param, kind):
+    """vLLM's ``retrieve_responses(response_id, starting_after: int | None, stream: bool | None)``:
+    FastAPI checks the query before the route looks the id up (the simulator's 404 before)."""
+    r = api.get("/v1/responses/resp_nope", params=query)
+    assert (r.status_code, r.json()["error"]["param"], r.json()["error"]["type"]) == (400, param, "Bad Request")
+    assert f"'type': '{kind}'" in r.json()["error"]["message"]
+    r = api.get("/v1/responses/resp_nope", params={"starting_after": "3", "stream": "false"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "response_id"
