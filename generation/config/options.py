@@ -445,7 +445,8 @@ _declare("environment",
          Option("pod-namespace", "str", "", "Adds the `x-inference-namespace` response header",
                 env="POD_NAMESPACE", cli=False, shown_as="PodNameSpace"),
          Option("vllm-dev-mode", "bool", False, "`1` enables development routes (/sleep, /reset_prefix_cache, "
-                "/server_info)", env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"),
+                "/reset_mm_cache, /reset_encoder_cache, /collective_rpc, /server_info) and the RL routes (/pause, "
+                "/resume, /is_paused, /abort_requests, /get_world_size)", env="VLLM_SERVER_DEV_MODE", cli=False, shown_as="VllmDevMode"),
          Option("enable-responses-api-store", "bool", False, "`1` keeps Responses-API answers for "
                 "GET /v1/responses/{id}, and allows `\"background\": true`", env="VLLM_ENABLE_RESPONSES_API_STORE", cli=False,
                 shown_as="EnableResponsesApiStore"),
