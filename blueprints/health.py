@@ -115,6 +115,16 @@ def _sleep_args() -> tuple[int, bool]:
     return level, query_bool("reset_connector", True)
 
 
+def resume_scheduler(sim) -> None:
+    """vLLM's ``resume_scheduler`` (``/resume``, a ``/wake_up`` that woke everything): the
+    scheduler is no longer paused (:mod:`blueprints.rl`'s ``/pause``) and new requests are served
+    again, unless a process checkpoint still holds them off."""
+    sim.scheduler_paused = False
+    cp = current_app.extensions.get("checkpoint")
+    if cp is None or cp.state == "running":
+        sim.reject_new_requests = False
+
+
 def _effective(sim) -> bool:
     return sim.config.enable_sleep_mode and sim.config.vllm_dev_mode
 
@@ -189,8 +199,7 @@ def wake_up():
     if not _effective(sim):
         return Response(b"", 200)
     if not sim.sleeping:             # vLLM's EngineCore.wake_up: fully awake resumes scheduling
-        from .rl import resume
-        resume(sim)
+        resume_scheduler(sim)
     return json_response({"status": "sleeping" if sim.sleeping else "awake", "tags": tags or None})
 
 

@@ -36,12 +36,13 @@ from __future__ import annotations
 import logging
 
 import gevent
-from flask import Blueprint, current_app
+from flask import Blueprint, current_app, request
 
 from generation.errors import APIError
 
 from .common import json_response, simulator, starlette_json
-from .health import query_bool, query_mode
+from .engine_ops import _abort, _in_flight
+from .health import query_bool, query_mode, resume_scheduler
 
 log = logging.getLogger("vllm_sim")
 WAIT_POLL = 0.005              # seconds between looks at the requests in flight (``mode=wait``)
@@ -58,16 +59,7 @@ def paused(sim) -> bool:
     return sim.scheduler_paused or sim.sleeping or _checkpoint_state() in ("preparing", "prepared")
 
 
-def resume(sim) -> None:
-    """vLLM's ``resume_scheduler`` (``/resume``, a ``/wake_up`` that woke everything): new
-    requests are served again, unless a checkpoint still holds them off."""
-    sim.scheduler_paused = False
-    if _checkpoint_state() == "running":
-        sim.reject_new_requests = False
-
-
 def pause():
-    from .engine_ops import _abort, _in_flight
     mode = query_mode("abort")
     clear_cache = query_bool("clear_cache", True)
     sim = simulator()
@@ -91,7 +83,7 @@ def resume_route():
         log.error("Failed to resume generation")
         return json_response({"error": "Failed to resume generation: Call to resume_scheduler method failed: "
                                        f"Cannot resume scheduling while the checkpoint state is {state}"}, 500)
-    resume(sim)
+    resume_scheduler(sim)
     return json_response({"status": "resumed"})
 
 
@@ -100,8 +92,6 @@ def is_paused():
 
 
 def abort_requests():
-    from .engine_ops import _abort, _in_flight
-    from flask import request
     body = starlette_json(request.get_data(cache=False), "Invalid JSON format")
     if not isinstance(body, dict):
         raise APIError("Request body must be a JSON object", 400, None, "Bad Request")
