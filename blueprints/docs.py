@@ -54,7 +54,7 @@ _OPENAPI_KEY = "openapi_json"     # app.extensions: the document's bytes, once b
 # An operation is listed when the app has a rule for the path and method and the condition (a
 # config attribute; "!attr": its negation) holds: some simulator routes are always there but are vLLM's only under a
 # flag (dev mode's answer 404 or a no-op without VLLM_SERVER_DEV_MODE=1).  Routes vLLM has and
-# the simulator does not (/start_profile, ...) never are; nor are
+# the simulator does not (/v1/realtime, the RL weight routes) never are; nor are
 # the simulator's own (/health/, /health/ready, /v1/models/{model}, /v1/audio/speech, /admin/*,
 # /query, /fake_metrics) or /metrics (a mount in vLLM, outside the schema).
 _DEV = "vllm_dev_mode"
@@ -70,6 +70,9 @@ VLLM_OPERATIONS = (
      "Handle POST /v1/load_lora_adapter: load a LoRA adapter into the\nserving engine.", None),
     ("/v1/unload_lora_adapter", "post", "unload_lora_adapter",
      "Handle POST /v1/unload_lora_adapter: unload a LoRA adapter from\nthe serving engine.", None),
+    # serve/profile/api_router.py (--profiler-config with a profiler)
+    ("/start_profile", "post", "start_profile", None, "profiler"),
+    ("/stop_profile", "post", "stop_profile", None, "profiler"),
     # serve/tokenize/api_router.py
     ("/tokenize", "post", "tokenize", None, None),
     ("/detokenize", "post", "detokenize", None, None),

@@ -193,6 +193,10 @@ _declare("server",
          Option("checkpoint-prepare-on-startup", "bool", False, "Start with the process checkpoint prepared "
                 "(GET /checkpoint/status 200 at once; needs --enable-sleep-mode)"),
          Option("enable-fault-tolerance", "bool", False, "Serve vLLM's /v1/fault_tolerance/apply and /status"),
+         Option("profiler-config", "json", None, "vLLM's ProfilerConfig JSON (or `--profiler-config.profiler "
+                "torch`): with a `profiler` (`torch`, `cuda`, `proton`), `POST /start_profile` and `POST "
+                "/stop_profile` are served as vLLM serves them (nothing is profiled); its other fields are "
+                "accepted and not modelled"),
          Option("enable-request-id-headers", "bool", False, "Use and return the X-Request-Id header"),
          Option("disable-fastapi-docs", "bool", False, "No FastAPI documentation routes: `/openapi.json`, "
                 "`/docs`, `/docs/oauth2-redirect` and `/redoc` answer 404"),

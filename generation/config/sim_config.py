@@ -62,6 +62,9 @@ def _pooler_field_problem(key: str, value) -> str | None:
     return None if ok else f"must be {'a list of integers' if kind is list else kind.__name__}"
 
 
+PROFILER_KINDS = (None, "torch", "cuda", "proton")      # vLLM 0.34's ProfilerKind (config/profiler.py)
+
+
 def check_pooler_config(obj, kind: str | None) -> None:
     """``--pooler-config`` as vLLM 0.34 reads it: an object of PoolerConfig's fields, ``task`` one
     of its pooling tasks and not a removed one, and (for a pooling model) one the model supports:
@@ -150,6 +153,12 @@ class SimConfig:
         return task or POOLING_TASKS[kind][0]
 
     @property
+    def profiler(self) -> str | None:
+        """``--profiler-config``'s ``profiler`` (``torch``, ``cuda``, ``proton``) or None: with one,
+        vLLM registers ``/start_profile`` and ``/stop_profile`` (``serve/profile/api_router.py``)."""
+        return (self.profiler_config or {}).get("profiler")
+
+    @property
     def pooling_kind(self) -> str | None:
         """The pooling model served (vLLM's ``--runner pooling`` with its ``--convert``): ``embed``
         (a bi-encoder), ``classify`` (a 2-label classifier), ``score`` (a cross-encoder: one label),
@@ -229,6 +238,10 @@ class SimConfig:
                 raise ConfigError(f"unknown base model '{lm.base_model_name}' for LoRA '{lm.name}'",
                                   "lora-modules")
         check_pooler_config(self.pooler_config, self.pooling_kind)
+        if self.profiler not in PROFILER_KINDS:      # vLLM's ProfilerConfig.profiler: ProfilerKind | None
+            raise ConfigError(f"invalid value for --profiler-config: profiler must be one of "
+                              f"{', '.join(map(repr, PROFILER_KINDS[1:]))} or null, got {self.profiler!r}",
+                              "profiler-config")
         if self.max_loras < 1:
             raise ConfigError("max LoRAs cannot be less than 1", "max-loras")
         if self.max_cpu_loras and self.max_cpu_loras < self.max_loras:
