@@ -61,6 +61,8 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     generation_apis = () if kind else (chat, completions, generate, messages, responses, audio)
     for mod in (models, health, lora, metrics, admin, render, dev, *generation_apis):
         app.register_blueprint(mod.bp)
+    if not kind:                                          # vLLM's scale-out render / derender routes
+        app.register_blueprint(render.scale_out)
     from blueprints import profile
     profile.register(app, config)                         # --profiler-config with a profiler
     dev.register(app, config)                             # VLLM_SERVER_DEV_MODE=1: dev and RL routes

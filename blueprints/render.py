@@ -43,6 +43,10 @@ from schemas.responses import responses_request_schema
 from .common import json_response, parse_json_body, request_id, response_headers, simulator
 
 bp = Blueprint("render", __name__)
+# vLLM 0.34's scale-out render / derender routes (scale_out/factories.py): registered for a
+# generation model only ("generate" in its tasks), so a pooling model answers them 404, where
+# /tokenize, /detokenize and /tokenizer_info (serve/tokenize) are every model's
+scale_out = Blueprint("render_scale_out", __name__)
 
 def _check_mm_kwargs(sim, body) -> None:
     """vLLM 0.34's renderer refuses per-request multimodal kwargs without
@@ -152,7 +156,7 @@ def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool
     return out
 
 
-@bp.post("/v1/completions/render")
+@scale_out.post("/v1/completions/render")
 def render_completion():
     sim = simulator()
     raw = parse_json_body()
@@ -192,7 +196,7 @@ def _check_render_work(sim, raw: dict, model: str, lists: list) -> None:
                f"token ids + prompts x {entries} (the sampling fields each repeats, in 64-byte entries)", "prompt")
 
 
-@bp.post("/v1/chat/completions/render")
+@scale_out.post("/v1/chat/completions/render")
 def render_chat():
     out, rid = chat_render(simulator(), parse_json_body())
     return json_response(out, headers=response_headers(rid))
@@ -278,7 +282,7 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
     return out
 
 
-@bp.post("/v1/chat/completions/derender")
+@scale_out.post("/v1/chat/completions/derender")
 def derender_chat_completion():
     """vLLM 0.34's ``POST /v1/chat/completions/derender`` (``scale_out/derender/serving.py``
     ``derender_chat_response``, non-streaming): a tokens-level ``/inference/v1/generate`` answer
@@ -333,7 +337,7 @@ STREAM_DERENDER = ("Streaming derender (stream=true: one generate_chunk and its 
                    "simulated; send the complete generate_responses with stream false.")
 
 
-@bp.post("/v1/completions/derender")
+@scale_out.post("/v1/completions/derender")
 def derender_completion_route():
     """vLLM 0.34's ``POST /v1/completions/derender`` (``scale_out/derender/serving.py``
     ``derender_completion_response``, non-streaming; :mod:`generation.adapters.derender`): the
@@ -435,7 +439,7 @@ def responses_sampling_params(raw: dict, max_tokens: int) -> dict:
     return sp
 
 
-@bp.post("/v1/responses/render")
+@scale_out.post("/v1/responses/render")
 def render_responses():
     """vLLM 0.34's ``POST /v1/responses/render`` (``scale_out/render/serving.py``
     ``render_responses_request``): a Responses request's prompt as vLLM's ``GenerateRequest``,

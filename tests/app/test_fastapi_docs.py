@@ -121,12 +121,9 @@ def test_openapi_leaves_out_the_simulators_own_routes_and_the_docs(api):
 
 
 def test_openapi_of_a_pooling_model(app_client):
-    # no generation routes; the render routes stay, as the simulator serves them (vLLM registers
-    # them for generate and render servers only)
+    # no generation routes, no render routes (vLLM registers them for generate and render servers only)
     assert _paths(app_client(*EMBED)) == [
-        *GENERATION_PATHS[:13], ("/v1/chat/completions/render", ["post"]), ("/v1/completions/render", ["post"]),
-        ("/v1/responses/render", ["post"]), ("/v1/chat/completions/derender", ["post"]),
-        ("/v1/completions/derender", ["post"]),
+        *GENERATION_PATHS[:13],
         ("/pooling", ["post"]), ("/v1/embeddings", ["post"]), ("/v2/embed", ["post"]), ("/score", ["post"]),
         ("/v1/score", ["post"]), ("/rerank", ["post"]), ("/v1/rerank", ["post"]), ("/v2/rerank", ["post"])]
     ops = app_client(*EMBED).get("/openapi.json").json()["paths"]

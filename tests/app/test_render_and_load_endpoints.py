@@ -167,3 +167,17 @@ def test_tokenizer_info_of_a_hugging_face_tokenizer(app_client, hub_dir):
     assert info["tokenizer_class"] == type(api.sim.tokenizer._tok).__name__      # transformers' class
     assert "<|im_start|>" in info["chat_template"]
     assert info["vocab_size"] == api.sim.tokenizer.vocab_size
+
+
+def test_a_pooling_model_has_no_render_routes(app_client):
+    """vLLM 0.34 registers the scale-out render / derender routes for a generation model only
+    (``register_scale_out_api_routers`` when "generate" or "render" is a supported task): a
+    pooling model's server answers them 404 whatever the method; ``/tokenize`` stays."""
+    pool = app_client("--runner", "pooling", "--convert", "embed")
+    for path in ("/v1/completions/render", "/v1/chat/completions/render", "/v1/responses/render",
+                 "/v1/chat/completions/derender", "/v1/completions/derender"):
+        for method in ("POST", "GET"):
+            r = pool.request(method, path, json={"model": "test-model", "prompt": "hi"})
+            assert (r.status_code, r.json()) == (404, {"detail": "Not Found"}), (method, path)
+    assert pool.post("/tokenize", json={"model": "test-model", "prompt": "hi"}).status_code == 200
+    assert "/v1/completions/render" not in pool.get("/openapi.json").json()["paths"]
