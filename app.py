@@ -142,6 +142,10 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         message = err.name if stock else http_error_message(err, app.config["MAX_CONTENT_LENGTH"])
         if not stock:             # a routing error is Starlette's: vLLM's handlers, which log, never see it
             log_error_stack(config, err, request.environ)
+        if stock and status == 404:
+            moved = _slash_redirect(app, request)
+            if moved is not None:
+                return moved
         if request.path.startswith("/v1/messages"):
             resp = anthropic_error_response(message, status)
         elif stock:
@@ -171,6 +175,33 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         return error_response(internal_error(err))
 
     return app
+
+
+# Starlette's RedirectResponse quotes its location with these characters kept
+_LOCATION_SAFE = ":/%#?=@[]!$&'()*+,;"
+
+
+def _slash_redirect(app, request):
+    """Starlette's ``redirect_slashes`` (vLLM's FastAPI router keeps the default): a path no
+    route has, whose form without its trailing slashes (or, without one, with one) a route has
+    for some method, is a ``307 Temporary Redirect`` there, ``location`` the absolute URL with
+    the query kept and no body, so ``POST /v1/chat/completions/`` is re-sent to
+    ``/v1/chat/completions`` by a client that follows redirects (a 404 here before).  None
+    where there is no such route."""
+    from urllib.parse import quote
+    from flask import Response
+    path = request.path
+    if path == "/":
+        return None
+    other = path.rstrip("/") if path.endswith("/") else path + "/"
+    if not other or not _a_route_has(app, {**request.environ, "PATH_INFO": other}):
+        return None
+    query = request.query_string.decode("latin-1")
+    url = f"{request.scheme}://{request.host}{request.root_path}{other}" + (f"?{query}" if query else "")
+    resp = Response(b"", status=307)
+    resp.headers["location"] = quote(url, safe=_LOCATION_SAFE)
+    del resp.headers["Content-Type"]             # Starlette sends none with an empty body
+    return resp
 
 
 def _posts_to_a_route(app, environ) -> bool:
