@@ -90,6 +90,15 @@ def loads_body(raw: bytes):
     return orjson.loads(text)
 
 
+def bare_response(body: bytes | str = b"", status: int = 200) -> Response:
+    """Starlette's ``Response(status_code=..., content=...)`` without a ``media_type``, as vLLM's
+    routes answer an empty 200 (``/inference/v1/abort_requests``, the cache resets, the profiler)
+    or LoRA's text: no ``Content-Type`` header (Werkzeug would add ``text/html``)."""
+    resp = Response(body, status=status)
+    del resp.headers["Content-Type"]
+    return resp
+
+
 def starlette_json(raw: bytes, decode_error=None):
     """The JSON value of a body that a vLLM route reads itself with Starlette's
     ``await request.json()`` (``json.loads`` of the bytes; any Content-Type): what ``json.loads``

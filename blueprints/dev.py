@@ -38,7 +38,7 @@ import io
 import logging
 
 import orjson
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, current_app, request
 
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
@@ -49,7 +49,7 @@ from schemas.completions import completion_request_schema
 
 from generation import SIMULATOR_VERSION, vllm_version
 
-from .common import json_body_bytes, json_response, simulator, starlette_json
+from .common import bare_response, json_body_bytes, json_response, simulator, starlette_json
 from .errors import error_response
 from .health import query_bool
 from .serving import generation_view
@@ -75,13 +75,13 @@ def reset_prefix_cache():
 def reset_mm_cache():
     """vLLM's ``reset_mm_cache``: ``Response(status_code=200)``, no body."""
     log.info("Resetting multi-modal cache...")
-    return Response(b"", 200)
+    return bare_response()
 
 
 def reset_encoder_cache():
     """vLLM's ``reset_encoder_cache``: ``Response(status_code=200)``, no body."""
     log.info("Resetting encoder cache...")
-    return Response(b"", 200)
+    return bare_response()
 
 
 def collective_rpc():

@@ -72,7 +72,7 @@ from flask import Blueprint, Response, current_app, request
 from generation.engine.request import SeqState
 from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 
-from .common import json_response, loads_body, simulator, starlette_json
+from .common import bare_response, json_response, loads_body, simulator, starlette_json
 from .health import query_mode
 
 log = logging.getLogger("vllm_sim")
@@ -299,7 +299,7 @@ def abort_requests():
     hit = [s for s in _in_flight(sim) if s.request.request_id in wanted]
     if hit:
         _abort(sim, hit)
-    return Response(b"", 200)
+    return bare_response()
 
 
 def register(app, config) -> None:

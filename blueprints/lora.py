@@ -20,13 +20,13 @@ reported back as the adapter's ``root`` in ``/v1/models``.  Names and paths are 
 """
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Blueprint
 
 from generation.adapters.validation import Errors, Mismatch, read_bool, read_int, read_str, validation_errors
 from generation.engine.lora import check_local_adapter
 from generation.errors import APIError
 
-from .common import parse_json_body, simulator
+from .common import bare_response, parse_json_body, simulator
 
 bp = Blueprint("lora", __name__)
 
@@ -87,7 +87,7 @@ def load_lora_adapter():
                        f"in place, set 'load_inplace' to True.", 400, None, INVALID_INPUT)
     check_local_adapter(name, path, sim.config.max_lora_rank)
     sim.loras.load(name, path)
-    return Response(f"Success: LoRA adapter '{name}' added successfully.", 200, mimetype="text/plain")
+    return bare_response(f"Success: LoRA adapter '{name}' added successfully.")    # vLLM: no media type
 
 
 @bp.post("/v1/unload_lora_adapter")
@@ -100,4 +100,4 @@ def unload_lora_adapter():
     if name not in sim.loras.paths:
         raise APIError(f"The lora adapter '{name}' cannot be found.", 404, None, "NotFoundError")
     sim.loras.unload(name)
-    return Response(f"Success: LoRA adapter '{name}' removed successfully.", 200, mimetype="text/plain")
+    return bare_response(f"Success: LoRA adapter '{name}' removed successfully.")

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, current_app, request
 
 from generation.adapters.validation import Errors, validation_errors
 from generation.errors import APIError
 
-from .common import parse_json_body
+from .common import bare_response, parse_json_body
 
 log = logging.getLogger("vllm_sim")
 _ACTIVE = "profile_session_active"           # app.extensions: whether /start_profile began a session
@@ -76,14 +76,14 @@ def start_profile():
             raise APIError(f"{name} must be greater than or equal to 0", 400)
     current_app.extensions[_ACTIVE] = True
     log.info("Profiler started.")
-    return Response(b"", 200)
+    return bare_response()
 
 
 def stop_profile():
     log.info("Stopping profiler...")
     current_app.extensions[_ACTIVE] = False
     log.info("Profiler stopped.")
-    return Response(b"", 200)
+    return bare_response()
 
 
 def register(app, config) -> None:

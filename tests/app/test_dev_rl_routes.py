@@ -38,6 +38,7 @@ def test_reset_mm_and_encoder_cache_answer_an_empty_200(app_client):
     for path in ("/reset_mm_cache", "/reset_encoder_cache"):
         r = c.post(path)
         assert (r.status_code, r.content) == (200, b"")
+        assert "content-type" not in r.headers            # Starlette's Response(status_code=200)
         r = c.get(path)
         assert (r.status_code, r.json()) == (405, {"detail": "Method Not Allowed"})
 
