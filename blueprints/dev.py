@@ -103,10 +103,41 @@ def server_info():
     fmt = request.args.get("config_format", "text")
     if fmt not in ("text", "json"):       # vLLM: Annotated[Literal["text", "json"], Query()]
         raise literal_error("config_format", fmt, ("text", "json"), where="query")
-    if fmt == "json":
-        return json_response({"vllm_config": cfg, "simulator": me})
-    text = ", ".join(f"{k}={v}" for k, v in cfg.items())
-    return json_response({"vllm_config": text, "simulator": me})
+    vllm_config = cfg if fmt == "json" else ", ".join(f"{k}={v}" for k, v in cfg.items())
+    return json_response({"vllm_config": vllm_config, "vllm_env": _vllm_env(config), "system_env": _system_env(config),
+                          "simulator": me})
+
+
+# vLLM 0.34's collect_env.SystemEnv fields (its /server_info "system_env"), in order
+SYSTEM_ENV_FIELDS = (
+    "torch_version", "is_debug_build", "cuda_compiled_version", "gcc_version", "clang_version", "cmake_version", "os",
+    "libc_version", "python_version", "python_platform", "is_cuda_available", "cuda_runtime_version",
+    "cuda_module_loading", "nvidia_driver_version", "nvidia_gpu_models", "cudnn_version", "xpu_available",
+    "xpu_runtime_version", "intel_graphics_compiler_version", "intel_gpu_models", "oneapi_compiler_version",
+    "level_zero_loader_version", "level_zero_driver_version", "oneccl_version", "libigdgmm_version",
+    "vllm_xpu_kernels_version", "sycl_version", "pip_version", "pip_packages", "conda_packages",
+    "hip_compiled_version", "hip_runtime_version", "miopen_runtime_version", "caching_allocator_config",
+    "is_xnnpack_available", "cpu_info", "rocm_version", "vllm_version", "vllm_build_flags", "gpu_topo", "env_vars")
+
+
+def _vllm_env(config) -> dict:
+    """vLLM's ``vllm_env``: the ``VLLM_*`` variables, those whose name holds ``KEY`` left out
+    (``VLLM_API_KEY``).  vLLM lists every variable it knows with its parsed value or default;
+    the simulator those set in its environment, as text (``SimConfig.vllm_env``)."""
+    return dict(getattr(config, "vllm_env", None) or {})
+
+
+def _system_env(config) -> dict:
+    """vLLM's ``system_env`` (``collect_env.get_env_info()._asdict()``): its fields, this
+    process's where the simulator has them (OS, Python, the vLLM version it imitates), no GPU
+    (``is_cuda_available`` false), the rest null."""
+    import platform
+    out = dict.fromkeys(SYSTEM_ENV_FIELDS)
+    out.update(os=platform.platform(), python_version=f"{platform.python_version()} ({platform.architecture()[0]} "
+                                                      "runtime)",
+               python_platform=platform.platform(), is_cuda_available=False, xpu_available=False,
+               cpu_info=platform.processor() or platform.machine(), vllm_version=vllm_version(config))
+    return out
 
 
 @bp.get("/kv_event_sources")

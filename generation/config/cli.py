@@ -412,6 +412,8 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     cfg.ignored_flags = list(dict.fromkeys(ignored))
     cfg.deprecations = deprecations                  # old dialects read (one start-up log line)
     cfg.explicit = frozenset(values)                 # options given (CLI, YAML, env), not defaulted
+    # the VLLM_* variables set, those whose name holds KEY left out (dev mode's /server_info "vllm_env")
+    cfg.vllm_env = {k: v for k, v in sorted(env.items()) if k.startswith("VLLM_") and "KEY" not in k}
     apply_kv_events_config(cfg, cfg.explicit)
     if cfg.seed is None:
         cfg.seed = time.time_ns()

@@ -116,6 +116,7 @@ class SimConfig:
         for o in OPTIONS.values():
             setattr(self, o.attr, copy.deepcopy(o.default))
         self.ignored_flags: list[str] = []         # vLLM flags given and ignored (start-up log)
+        self.vllm_env: dict[str, str] = {}         # VLLM_* variables set, no *KEY* (load_config)
         self.deprecations: list[str] = []          # old flag dialects read (start-up log)
         self.explicit: frozenset = frozenset(values)    # options given, not defaulted (load_config sets it)
         self.step = None                           # step mode's resolved settings (generation.engine.step_config)

@@ -87,6 +87,20 @@ def test_server_info(app_client):
     assert cfg["max-model-len"] == 1024 and cfg["model"] == "test-model"
 
 
+def test_server_info_has_vllms_env_sections(app_client):
+    """vLLM 0.34's ``show_server_info`` answers ``vllm_config``, ``vllm_env`` (the VLLM_*
+    variables, none whose name holds KEY) and ``system_env`` (collect_env's fields)."""
+    from blueprints.dev import SYSTEM_ENV_FIELDS
+    api = app_client(env={**DEV, "VLLM_API_KEY": "secret"})
+    auth = {"Authorization": "Bearer secret"}
+    info = api.get("/server_info", headers=auth).json()
+    assert list(info)[:3] == ["vllm_config", "vllm_env", "system_env"]
+    assert info["vllm_env"]["VLLM_SERVER_DEV_MODE"] == "1" and "VLLM_API_KEY" not in info["vllm_env"]
+    assert "secret" not in api.get("/server_info", headers=auth).text
+    assert tuple(info["system_env"]) == SYSTEM_ENV_FIELDS and len(SYSTEM_ENV_FIELDS) == 41
+    assert info["system_env"]["is_cuda_available"] is False and info["system_env"]["vllm_version"] == "0.34.0"
+
+
 def test_kv_event_sources(api, app_client):
     assert api.get("/kv_event_sources").json() == []
     kv = app_client(*KV, "--kv-events-replay-endpoint", "tcp://*:5601", env=KV_ENV)
