@@ -151,6 +151,7 @@ def sleep():
         _checkpoint_running()
         sim.sleep_level = level
         sim.sleeping = True
+        sim.scheduler_paused = True        # vLLM's EngineCore.sleep pauses the scheduler first
         if level >= 1 and sim.kv_cache is not None:
             sim.kv_cache.sleep()
     return json_response({"status": "sleeping", "level": level})

@@ -15,8 +15,9 @@ RL trainers drive a rollout server between weight updates:
   preparing) vLLM's engine refuses (``resume_scheduler``), the route's 500 ``{"error":
   "Failed to resume generation: ..."}``.
 * ``GET /is_paused``: ``{"is_paused": bool}``: paused by ``/pause``, by ``/sleep`` (vLLM's
-  sleep pauses the scheduler first) or by a checkpoint prepare, until ``/resume``, a full
-  ``/wake_up`` or the restore.
+  sleep pauses the scheduler first; a level-0 sleep is that pause only, so ``/resume`` ends
+  it) or by a checkpoint prepare, until ``/resume``, a full ``/wake_up`` or the restore.
+  ``/is_sleeping`` is true while paused too (vLLM 0.34's ``EngineCore.is_sleeping``).
 * ``POST /abort_requests``: the body read as vLLM's route reads it (any Content-Type; a body
   ``json.loads`` refuses, an empty one included, is the 400 ``Invalid JSON format``; one that
   is not an object ``Request body must be a JSON object``); ``request_ids`` (a list, or one
@@ -55,8 +56,8 @@ def _checkpoint_state() -> str:
 
 def paused(sim) -> bool:
     """vLLM's ``is_scheduler_paused``: by ``/pause``, ``/sleep`` (any level) or a checkpoint
-    prepare."""
-    return sim.scheduler_paused or sim.sleeping or _checkpoint_state() in ("preparing", "prepared")
+    prepare, until ``/resume``, a full ``/wake_up`` or the restore."""
+    return sim.scheduler_paused or _checkpoint_state() in ("preparing", "prepared")
 
 
 def pause():
@@ -84,6 +85,8 @@ def resume_route():
         return json_response({"error": "Failed to resume generation: Call to resume_scheduler method failed: "
                                        f"Cannot resume scheduling while the checkpoint state is {state}"}, 500)
     resume_scheduler(sim)
+    if sim.sleep_level == 0 and sim.sleeping_tags == set(sim.SLEEP_TAGS):
+        sim.sleeping = False               # a level-0 sleep is a scheduler pause only: resumed, awake
     return json_response({"status": "resumed"})
 
 

@@ -164,3 +164,20 @@ def test_get_world_size_checks_include_dp(app_client):
     r = app_client(env=DEV).get("/get_world_size", params={"include_dp": "maybe"})
     assert (r.status_code, r.json()["error"]["param"]) == (400, "query.include_dp")
 
+
+
+def test_resume_after_a_sleep_unpauses_but_leaves_the_weights_asleep(app_client):
+    """vLLM 0.34: ``is_paused`` is the scheduler's state, ``is_sleeping`` the scheduler's or
+    the executor's; a level-0 sleep is a scheduler pause only."""
+    c = app_client("--enable-sleep-mode", env=DEV)
+    c.post("/sleep", params={"level": "1"})
+    assert (c.get("/is_paused").json(), c.get("/is_sleeping").json()) == ({"is_paused": True}, {"is_sleeping": True})
+    assert c.post("/resume").json() == {"status": "resumed"}
+    assert (c.get("/is_paused").json(), c.get("/is_sleeping").json()) == ({"is_paused": False},
+                                                                        {"is_sleeping": True})
+    c.post("/wake_up")
+    c.post("/sleep", params={"level": "0"})
+    assert c.get("/is_sleeping").json() == {"is_sleeping": True}
+    c.post("/resume")
+    assert (c.get("/is_paused").json(), c.get("/is_sleeping").json()) == ({"is_paused": False},
+                                                                        {"is_sleeping": False})
