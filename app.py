@@ -69,9 +69,10 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     if not kind and config.enable_cohere_api:            # VLLM_ENABLE_COHERE_API=1
         from blueprints import cohere
         app.register_blueprint(cohere.bp)
+    from blueprints import engine_ops
     if not kind:
-        from blueprints import engine_ops
         engine_ops.register(app, config)
+    engine_ops.register_fault_tolerance(app, config)      # every model, as vLLM's
     if not kind:                                          # vLLM: with the generate task only
         from blueprints import generative_scoring
         app.register_blueprint(generative_scoring.bp)

@@ -302,10 +302,21 @@ def abort_requests():
     return bare_response()
 
 
+def register_fault_tolerance(app, config) -> None:
+    """``--enable-fault-tolerance``: the two routes, for every model (vLLM 0.34's
+    ``register_api_routers`` adds them outside its task checks: a pooling model's too)."""
+    if not config.enable_fault_tolerance:
+        return
+    bp = Blueprint("fault_tolerance", __name__)
+    bp.add_url_rule("/v1/fault_tolerance/apply", view_func=fault_tolerance_apply, methods=["POST"])
+    bp.add_url_rule("/v1/fault_tolerance/status", view_func=fault_tolerance_status, methods=["GET"])
+    app.register_blueprint(bp)
+
+
 def register(app, config) -> None:
     """Register the routes vLLM registers for this configuration: abort_requests and the
     elastic-EP pair always (a generation model's), the checkpoint routes with
-    ``--enable-sleep-mode``, fault tolerance with ``--enable-fault-tolerance``;
+    ``--enable-sleep-mode`` (fault tolerance: :func:`register_fault_tolerance`, every model's);
     ``--checkpoint-prepare-on-startup`` prepares at once."""
     bp = Blueprint("engine_ops", __name__)          # one per app: the routes depend on its flags
     bp.add_url_rule("/inference/v1/abort_requests", view_func=abort_requests, methods=["POST"])
@@ -319,9 +330,6 @@ def register(app, config) -> None:
         bp.add_url_rule("/checkpoint/prepare", view_func=checkpoint_prepare, methods=["POST"])
         bp.add_url_rule("/checkpoint/restore", view_func=checkpoint_restore, methods=["POST"])
         bp.add_url_rule("/checkpoint/status", view_func=checkpoint_status, methods=["GET"])
-    if config.enable_fault_tolerance:
-        bp.add_url_rule("/v1/fault_tolerance/apply", view_func=fault_tolerance_apply, methods=["POST"])
-        bp.add_url_rule("/v1/fault_tolerance/status", view_func=fault_tolerance_status, methods=["GET"])
     app.register_blueprint(bp)
     if config.checkpoint_prepare_on_startup:
         checkpoint_of(app).prepare(app.extensions["simulator"], "wait")

@@ -143,7 +143,7 @@ VLLM_GET_ROUTES = frozenset({
     "models.list_models", "models.retrieve_model", "dev_mode.server_info", "dev.kv_event_sources",
     "rl.is_paused", "rl.get_world_size",
     "render.tokenizer_info", "responses.retrieve_response", "engine_ops.checkpoint_status",
-    "engine_ops.fault_tolerance_status"})
+    "fault_tolerance.fault_tolerance_status"})
 
 
 def refuse_head(app) -> None:

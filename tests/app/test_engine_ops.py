@@ -309,3 +309,13 @@ def test_abort_requests_and_checkpoint_in_step_mode(app_client):
     assert c.post("/checkpoint/restore").json() == {"state": "running"}
     sched = c.sim.engine.scheduler
     assert not sched.running and not sched.waiting and sched.free_blocks == sched.num_gpu_blocks
+
+
+def test_fault_tolerance_is_every_models(app_client):
+    """vLLM 0.34 registers the fault-tolerance router outside its task checks: a pooling model
+    with ``--enable-fault-tolerance`` serves it too (a 404 here before); GET only, no HEAD."""
+    c = app_client("--runner", "pooling", "--enable-fault-tolerance")
+    assert c.get("/v1/fault_tolerance/status").json()["engines"] == [{"id": 0, "status": "healthy"}]
+    assert c.head("/v1/fault_tolerance/status").status_code == 405
+    r = c.post("/v1/fault_tolerance/apply", json={"instruction": "retry", "request_id": "r1"})
+    assert r.status_code == 202
