@@ -20,7 +20,7 @@ from generation.engine.token_schedule import waited
 from generation.adapters.json_dumps import dumps_any as dumps_json
 from generation.adapters.token_stream import answer_aborted
 from generation.adapters.validation import BODY_BYTES, JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
-from generation.errors import APIError, InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
+from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
 from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, KERNEL_ARRIVAL_KEY, send_all_or_stall
@@ -88,35 +88,6 @@ def loads_body(raw: bytes):
     except UnicodeError as e:
         raise orjson.JSONDecodeError(f"the body is not valid {encoding.upper()}: {e.reason}", "", 0) from None
     return orjson.loads(text)
-
-
-def bare_response(body: bytes | str = b"", status: int = 200) -> Response:
-    """Starlette's ``Response(status_code=..., content=...)`` without a ``media_type``, as vLLM's
-    routes answer an empty 200 (``/inference/v1/abort_requests``, the cache resets, the profiler)
-    or LoRA's text: no ``Content-Type`` header (Werkzeug would add ``text/html``)."""
-    resp = Response(body, status=status)
-    del resp.headers["Content-Type"]
-    return resp
-
-
-def starlette_json(raw: bytes, decode_error=None):
-    """The JSON value of a body that a vLLM route reads itself with Starlette's
-    ``await request.json()`` (``json.loads`` of the bytes; any Content-Type): what ``json.loads``
-    refuses with a ``JSONDecodeError`` (an empty body included) is that route's
-    ``HTTPException(400)``, whose message is ``decode_error`` (a string), or by default
-    ``"JSON decode error: {e}"``, answered as vLLM's ``http_exception_handler`` does (``type``
-    the status phrase, ``param`` null); what only orjson refuses keeps the simulator's
-    message (:func:`body_unparsable`).  Parsed as every body is (:func:`loads_body`)."""
-    try:
-        return loads_body(raw)
-    except orjson.JSONDecodeError as e:
-        try:
-            json.loads(raw)
-        except json.JSONDecodeError as d:
-            raise APIError(decode_error or f"JSON decode error: {d}", 400, None, "Bad Request") from None
-        except (ValueError, RecursionError):
-            pass
-        raise body_unparsable(raw, e) from None
 
 
 def _read_body(environ: dict, limit: int | None) -> bytes:

@@ -49,7 +49,8 @@ from schemas.completions import completion_request_schema
 
 from generation import SIMULATOR_VERSION, vllm_version
 
-from .common import bare_response, json_body_bytes, json_response, simulator, starlette_json
+from .common import json_body_bytes, json_response, simulator
+from .vllm_bodies import bare_response, starlette_json
 from .errors import error_response
 from .health import query_bool
 from .serving import generation_view

@@ -72,7 +72,8 @@ from flask import Blueprint, Response, current_app, request
 from generation.engine.request import SeqState
 from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 
-from .common import bare_response, json_response, loads_body, simulator, starlette_json
+from .common import json_response, loads_body, simulator
+from .vllm_bodies import bare_response, starlette_json
 from .health import query_mode
 
 log = logging.getLogger("vllm_sim")

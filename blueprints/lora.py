@@ -26,7 +26,8 @@ from generation.adapters.validation import Errors, Mismatch, read_bool, read_int
 from generation.engine.lora import check_local_adapter
 from generation.errors import APIError
 
-from .common import bare_response, parse_json_body, simulator
+from .common import parse_json_body, simulator
+from .vllm_bodies import bare_response
 
 bp = Blueprint("lora", __name__)
 

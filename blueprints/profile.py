@@ -22,7 +22,8 @@ from flask import Blueprint, current_app, request
 from generation.adapters.validation import Errors, validation_errors
 from generation.errors import APIError
 
-from .common import bare_response, parse_json_body
+from .common import parse_json_body
+from .vllm_bodies import bare_response
 
 log = logging.getLogger("vllm_sim")
 _ACTIVE = "profile_session_active"           # app.extensions: whether /start_profile began a session

@@ -41,7 +41,8 @@ from flask import Blueprint, current_app, request
 
 from generation.errors import APIError
 
-from .common import json_response, simulator, starlette_json
+from .common import json_response, simulator
+from .vllm_bodies import starlette_json
 from .engine_ops import _abort, _in_flight
 from .health import query_bool, query_mode, resume_scheduler
 
