@@ -129,7 +129,7 @@ class ResponsesAdapter(Adapter):
             kv_transfer_params=b.kv_transfer_params, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if tool_turn else None, temperature=b.temperature, priority=scheduling_priority(sim, b.priority),
             # vLLM's ResponsesRequest.to_sampling_params passes these on as chat's do
-            stop=b.stop or None, stop_token_ids=b.stop_token_ids or None,
+            seed=b.seed, stop=b.stop or None, stop_token_ids=b.stop_token_ids or None,
             include_stop_str_in_output=bool(b.include_stop_str_in_output),
             reasoning=responses_reasoning(sim, b.reasoning, b.thinking_token_budget, b.chat_template_kwargs, kwargs),
             tool_parser=tool_parser_type(sim, "responses", tools, b.tool_choice, stream),    # vLLM's default: auto

@@ -44,6 +44,23 @@ def test_seed_reproduces_streams_and_completions(api):
     assert c[0] == c[1]
 
 
+def test_responses_seed_reproduces_the_output(api):
+    """vLLM 0.34's ResponsesRequest.to_sampling_params passes ``seed`` on to SamplingParams as
+    chat's does: the same seeded request gives the same answer, streamed or not, and its prompt
+    is chat's (the input as one user message), so the answer is chat's with that seed."""
+    body = {"model": "test-model", "input": "Tell me something.", "max_output_tokens": 30, "seed": 42}
+    outs = [api.post("/v1/responses", json=body).json() for _ in range(2)]
+    assert [o["output"][0]["content"][0]["text"] for o in outs] == ["Give a man a fish and you feed him for a "] * 2
+    assert [o["usage"]["output_tokens"] for o in outs] == [11, 11]
+    assert texts(chat(api, seed=42)) == ["Give a man a fish and you feed him for a "]
+    streamed = sse_events(api.post("/v1/responses", json={**body, "stream": True}).text)
+    deltas = [e["delta"] for e in streamed if isinstance(e, dict) and e.get("type") == "response.output_text.delta"]
+    assert "".join(deltas) == "Give a man a fish and you feed him for a "
+    other = api.post("/v1/responses", json={**body, "seed": 43}).json()["output"][0]["content"][0]["text"]
+    assert other == ("The temperature here is twenty-five degrees centigrade. Testing, testing 1,2,3. "
+                     "The temperature here is twenty-five ")
+
+
 def test_seed_does_not_disturb_the_server_seed(app_client):
     api = app_client("--seed", "11")
     first = texts(chat(api))
