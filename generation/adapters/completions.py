@@ -277,7 +277,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             if top is not None and head:     # the prompt's logprobs, null for its first token (vLLM)
                 d = lp.completion_logprobs(head, top, ids=prompt_echo_ids(sim.tokenizer, s) if as_ids else None)
                 d["token_logprobs"][0] = d["top_logprobs"][0] = None
-                offsets[s.index] = sum(map(len, head))      # vLLM: the offsets follow the tokens
+                offsets[s.index] = sum(map(len, d["tokens"]))   # vLLM: the offsets follow the tokens reported
             echoes[s.index] = (text, d)
     # No logprobs, token ids nor running usage: a token chunk is its head plus a suffix that
     # depends only on the piece (cached in _PLAIN_REST).
@@ -316,9 +316,9 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             own = seq.logprob_pieces()[k]
             d = lp.completion_logprobs([own], top, start=k, offset=offsets[i], ids=[seq.ids[k]] if as_ids else None,
                                        listed=listed)
-            # vLLM: the offsets follow the tokens reported, not the text (a stop string's
-            # held-back text lags them: Sequence.hold_back)
-            offsets[i] += len(own)
+            # vLLM: the offsets follow the tokens reported (``token_id:N`` with as_ids), not the
+            # text (a stop string's held-back text lags them: Sequence.hold_back)
+            offsets[i] += len(d["tokens"][0])
             if echo is not None and echo[1] is not None:
                 d = {key: echo[1][key] + d[key] for key in d}
             logprobs = dumps(d)
@@ -342,9 +342,10 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         logprobs = b"null"
         if top is not None:
             own = seq.logprob_pieces()[a:b]
-            logprobs = dumps(lp.completion_logprobs(own, top, start=a, offset=offsets[i],
-                                                    ids=seq.ids[a:b] if as_ids else None, listed=listed))
-            offsets[i] += sum(map(len, own))        # the tokens', as token_chunk's
+            d = lp.completion_logprobs(own, top, start=a, offset=offsets[i], ids=seq.ids[a:b] if as_ids else None,
+                                       listed=listed)
+            logprobs = dumps(d)
+            offsets[i] += sum(map(len, d["tokens"]))        # the tokens reported, as token_chunk's
         end = b"}]" + tail(b - a, i) if continuous else (last_close if last else CLOSE_KV)   # "}]" closes the choices
         end = ids_fields(i, seq.ids[a:b]) + end
         fin = (b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)

@@ -61,9 +61,11 @@ def chat_logprobs(pieces, top: int, start: int = 0) -> dict:
 
 def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=None, listed=None) -> dict:
     """OpenAI completions logprobs: tokens, token_logprobs, top_logprobs (dicts with
-    ``max(top, 1)`` entries), text_offset (UTF-8 character offsets from ``offset``).  With
-    ``ids`` (one per piece; vLLM's ``return_tokens_as_token_ids``) tokens are named
-    ``token_id:N`` and the alternatives are the following ids.  ``listed`` (the names of a
+    ``max(top, 1)`` entries), text_offset (character offsets from ``offset``, each advancing by
+    the length of the token reported).  With ``ids`` (one per piece; vLLM's
+    ``return_tokens_as_token_ids``) tokens are named ``token_id:N`` and the alternatives are the
+    following ids; the offsets then advance by the ``token_id:N`` names, as vLLM 0.34's
+    ``_create_completion_logprobs`` (``last_token_len = len(token)``) does.  ``listed`` (the names of a
     request's ``logprob_token_ids``): the alternatives are exactly those, after the sampled
     token (vLLM 0.34's ``completion_top_logprobs_limit`` returns them all)."""
     n = max(top, 1)
@@ -85,7 +87,7 @@ def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=N
                 d.setdefault(other, logprob(pos, j))
             tops.append(d)
             offsets.append(off)
-            off += len(p)
+            off += len(name)
             continue
         key = (name, pos % 3, n)
         d = memo.get(key)
@@ -97,7 +99,7 @@ def completion_logprobs(pieces, top: int, start: int = 0, offset: int = 0, ids=N
                 memo.keep(key, d, n)
         tops.append(d)
         offsets.append(off)
-        off += len(p)
+        off += len(name)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 

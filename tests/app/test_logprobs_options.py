@@ -76,3 +76,27 @@ def test_continuous_usage_stats(api):
     assert all(c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"]
                for c in chunks)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+def test_token_id_names_set_the_text_offsets(echo_api):
+    """With ``return_tokens_as_token_ids`` a completions token is reported as ``token_id:N`` and
+    vLLM 0.34's ``_create_completion_logprobs`` advances ``text_offset`` by that string's length
+    (``last_token_len = len(token)``), not the token's text; a stream's next chunk starts where
+    the last reported token ended (``next_text_offsets``), the echoed prompt's tokens included."""
+    body = {"model": "test-model", "prompt": "one two three", "max_tokens": 3, "logprobs": 0,
+            "return_tokens_as_token_ids": True}
+    names = ["token_id:3666714845", "token_id:1552033323", "token_id:2290484163"]     # 19 characters each
+    lps = echo_api.post("/v1/completions", json=body).json()["choices"][0]["logprobs"]
+    assert lps["tokens"] == names and lps["text_offset"] == [0, 19, 38]
+    lps = echo_api.post("/v1/completions", json={**body, "echo": True}).json()["choices"][0]["logprobs"]
+    assert lps["tokens"] == names * 2 and lps["text_offset"] == [0, 19, 38, 57, 76, 95]
+
+    def streamed(**extra):
+        r = echo_api.post("/v1/completions", json={**body, "stream": True, **extra})
+        return [e["choices"][0]["logprobs"]["text_offset"] for e in sse_events(r.text) if isinstance(e, dict)]
+    assert streamed() == [[0], [19], [38]]
+    assert streamed(echo=True) == [[0, 19, 38, 57], [76], [95]]
+    assert streamed(stream_interval=2) == [[0], [19, 38]]
+    # the token's own text without the option: "one ", "two ", "three"
+    assert echo_api.post("/v1/completions", json={**body, "return_tokens_as_token_ids": False}).json()[
+        "choices"][0]["logprobs"]["text_offset"] == [0, 4, 8]
