@@ -141,6 +141,38 @@ def _thinking(own, effort, kwargs) -> bool | None:
     return _switch(kwargs) if on is None else on
 
 
+def parser_effort(effort, kwargs) -> object:
+    """The ``reasoning_effort`` the server's reasoning parser is built with: the request's own
+    effort, which vLLM 0.34's ``build_chat_params`` lays over the chat template kwargs (chat,
+    Responses, the Messages conversion), else the effective kwargs' ``reasoning_effort``
+    (``chat_template_kwargs`` over ``--default-chat-template-kwargs``); None when neither has one.
+    The parser reads ``chat_template_kwargs.get("reasoning_effort")``."""
+    if effort is not None:
+        return effort
+    return kwargs.get("reasoning_effort") if isinstance(kwargs, dict) else None
+
+
+def effort_markers(row, effort) -> tuple | None:
+    """The ``(start, end)`` marker strings of a parser that picks them by effort
+    (``Parser.efforts``: K2 Horizon's ``_EFFORT_TOKENS``, ``high`` when none is given), None
+    for the others.  Any other effort is the parser's ``ValueError`` from its ``__init__``,
+    which vLLM 0.34's ``create_error_response`` answers 400 (``BadRequestError``, no param)."""
+    if not row.efforts:
+        return None
+    effort = row.efforts[0][0] if effort is None else effort
+    for name, start, end in row.efforts:
+        if effort == name:
+            return start, end
+    raise InvalidParam(f"Unsupported reasoning_effort {effort!r}. "
+                       f"Supported values: {', '.join(e[0] for e in row.efforts)}.")
+
+
+def _with_markers(opts, markers):
+    if opts is not None and markers is not None:
+        opts.markers = markers
+    return opts
+
+
 def chat_reasoning(sim, b, kwargs: dict | None = None) -> rz.ReasoningSettings | None:
     """The reasoning settings of a chat (or completions) request; None without a parser or
     when the request turns it off.  ``kwargs``: the effective chat template kwargs
@@ -151,9 +183,11 @@ def chat_reasoning(sim, b, kwargs: dict | None = None) -> rz.ReasoningSettings |
     if sim.reasoning is None:
         return None
     own = getattr(b, "chat_template_kwargs", None)
-    enabled = _thinking(own, effort, own if kwargs is None else kwargs)
-    return rz.settings(enabled, effort, budget, getattr(b, "include_reasoning", None) is not False,
-                       sim.reasoning.row)
+    kwargs = own if kwargs is None else kwargs
+    markers = effort_markers(sim.reasoning.row, parser_effort(effort, kwargs))
+    enabled = _thinking(own, effort, kwargs)
+    return _with_markers(rz.settings(enabled, effort, budget, getattr(b, "include_reasoning", None) is not False,
+                                     sim.reasoning.row), markers)
 
 
 def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> rz.ReasoningSettings | None:
@@ -181,12 +215,15 @@ def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> 
         bt = thinking.get("budget_tokens")
         if t == "enabled" and isinstance(bt, int) and not isinstance(bt, bool) and bt >= 0:
             budget = bt
+    # vLLM 0.34's conversion: thinking disabled sets the effort its probe picks (the simulator:
+    # no reasoning, whatever the parser); else output_config.effort is the request's effort
+    markers = None if enabled is False else effort_markers(sim.reasoning.row, parser_effort(effort, kwargs))
     switch = _thinking(own, effort, kwargs)
     if enabled is not False and switch is False:
         enabled = False
     if enabled and not sim.reasoning.row.thinks:
         enabled = switch        # the template of a model that thinks only when told sees no Anthropic type
-    return rz.settings(enabled, effort, budget, parser=sim.reasoning.row)
+    return _with_markers(rz.settings(enabled, effort, budget, parser=sim.reasoning.row), markers)
 
 
 def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kwargs=None) -> rz.ReasoningSettings | None:
@@ -202,7 +239,9 @@ def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kw
         return None
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     effort = effort if effort in EFFORTS else None
-    return rz.settings(_thinking(own, effort, kwargs), effort, budget, parser=sim.reasoning.row)
+    markers = effort_markers(sim.reasoning.row, parser_effort(effort, kwargs))
+    return _with_markers(rz.settings(_thinking(own, effort, kwargs), effort, budget, parser=sim.reasoning.row),
+                         markers)
 
 
 def tool_parser_type(sim, request_type: str, tools, tool_choice, stream: bool) -> str | None:

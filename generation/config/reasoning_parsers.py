@@ -23,7 +23,10 @@ class Parser(NamedTuple):
     ``thinking`` for DeepSeek-V3).  ``counted_head``: how many of the last ``start`` strings the
     parser strips from the reasoning text but counts as reasoning tokens (Gemma 4's
     ``thought\\n``: its engine counts the channel's every token).  ``refused``: why the simulator
-    does not start with this name (the start-up error)."""
+    does not start with this name (the start-up error).  ``efforts``: the markers by the
+    ``reasoning_effort`` the parser is built with (the effective chat template kwargs'), as
+    ``(effort, start, end)`` rows, the first the default when none is given; an effort not
+    listed is the parser's error (K2 Horizon's)."""
     start: tuple = ()
     end: tuple = ("</think>",)
     counted: bool = True
@@ -31,6 +34,7 @@ class Parser(NamedTuple):
     content: bool = False
     thinks: bool = True
     refused: str = ""
+    efforts: tuple = ()
 
 
 THINK = ("<think>",)
@@ -90,8 +94,12 @@ PARSERS = {
     # KimiK3ReasoningParser: XTML think channel, the answer in the response channel
     "kimi_k3": Parser(("<|open|>", "think", "<|sep|>"),
                       ("<|close|>", "think", "<|sep|>", "<|open|>", "response", "<|sep|>")),
-    # K2HorizonReasoningParser (DeepSeekR1's): reasoning_effort high's tokens (the default)
-    "k2_horizon": Parser(("<ifm|think>",), ("</ifm|think>",)),
+    # K2HorizonReasoningParser (DeepSeekR1's): its _EFFORT_TOKENS by reasoning_effort (default
+    # high); another effort is its ValueError
+    "k2_horizon": Parser(("<ifm|think>",), ("</ifm|think>",), efforts=(
+        ("high", ("<ifm|think>",), ("</ifm|think>",)),
+        ("medium", ("<ifm|think_fast>",), ("</ifm|think_fast>",)),
+        ("low", ("<ifm|think_faster>",), ("</ifm|think_faster>",)))),
     # MiMoParserReasoningAdapter (parser/mimo.py): Qwen3's format
     "mimo": Parser(THINK),
     # MiniCPMVParserReasoningAdapter (parser/minicpmv.py): "the chat template emits <think>"

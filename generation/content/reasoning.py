@@ -50,12 +50,14 @@ class ReasoningSettings:
     ``--reasoning-fraction`` (effort); ``budget``: most reasoning tokens (vLLM's
     ``thinking_token_budget``, Anthropic's ``budget_tokens``), None = no cap; ``include``:
     whether the reasoning text is returned (chat ``include_reasoning``: the tokens are generated
-    and counted either way)."""
+    and counted either way); ``markers``: ``(start strings, end strings)`` in place of the
+    parser's own (K2 Horizon's by effort, ``Parser.efforts``), None: the parser's."""
     scale: float = 1.0
     budget: int | None = None
     include: bool = True
     counted: bool = True
     head: int = 0
+    markers: tuple | None = None
 
 
 def settings(enabled: bool | None = None, effort: str | None = None, budget: int | None = None,
@@ -101,6 +103,8 @@ class ReasoningSpans:
             raise ValueError(f"--reasoning-parser {parser} {row.refused}")
         self.start = self._marker(tokenizer, row.start)
         self.end = self._marker(tokenizer, row.end)
+        self._by_effort = {(start, end): (self._marker(tokenizer, start), self._marker(tokenizer, end))
+                           for _, start, end in row.efforts}
         self.text = SentenceSource(tokenizer, REASONING_SENTENCES)
         self.content = sentences or SentenceSource(tokenizer)
 
@@ -136,8 +140,8 @@ class ReasoningSpans:
         if self.row.content and seq.tool_calls:
             return
         share = min(1.0, max(0.0, self.config.reasoning_fraction * opts.scale))
-        s_ids, s_pcs = self.start
-        e_ids, e_pcs = self.end
+        (s_ids, s_pcs), (e_ids, e_pcs) = (self.start, self.end) if opts.markers is None else \
+            self._by_effort[opts.markers]
         marks = len(s_pcs) + len(e_pcs)
         n = len(seq.pieces)
         budget = None if opts.budget is None else max(opts.budget, 0)

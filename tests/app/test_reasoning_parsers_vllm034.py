@@ -211,3 +211,62 @@ def test_real_tokenizer_encodes_a_multi_token_marker(app_client, tmp_path):
     assert ids[k:k + 6] == [closed, tok.token_to_id("think"), sep, opened, tok.token_to_id("response"), sep]
     assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": k - 3}
     assert "<|" not in choice["message"]["reasoning"] + choice["message"]["content"]
+
+
+@pytest.mark.parametrize("kw,start,end", [
+    ({}, "<ifm|think>", "</ifm|think>"),                                   # the parser's default: high
+    ({"reasoning_effort": "high"}, "<ifm|think>", "</ifm|think>"),
+    ({"reasoning_effort": "medium"}, "<ifm|think_fast>", "</ifm|think_fast>"),
+    ({"reasoning_effort": "low"}, "<ifm|think_faster>", "</ifm|think_faster>"),
+    ({"chat_template_kwargs": {"reasoning_effort": "medium"}}, "<ifm|think_fast>", "</ifm|think_fast>"),
+    # the request's effort lies over its chat_template_kwargs' (build_chat_params)
+    ({"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}},
+     "<ifm|think_faster>", "</ifm|think_faster>"),
+])
+def test_k2_horizon_markers_follow_the_effort(app_client, kw, start, end):
+    """K2HorizonReasoningParser picks its think tokens by the chat template kwargs'
+    reasoning_effort (_EFFORT_TOKENS: high <ifm|think>, medium <ifm|think_fast>, low
+    <ifm|think_faster>; high when none is given): the answer opens and closes its span with them."""
+    api = server(app_client, "k2_horizon")
+    out = chat(api, seed=5, return_token_ids=True, **kw).json()
+    choice = out["choices"][0]
+    pieces = [api.sim.tokenizer.decode_ids([i]) for i in choice["token_ids"]]
+    k = pieces.index(end)
+    assert pieces[0] == start and [p for p in pieces if p.startswith(("<ifm", "</ifm"))] == [start, end]
+    assert "".join(pieces[1:k]) == choice["message"]["reasoning"]
+    assert "".join(pieces[k + 1:]) == choice["message"]["content"] and len(pieces) == 40
+    assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": k - 1}
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": "Why?", "max_tokens": 40, "ignore_eos": True})
+    assert r.json()["choices"][0]["text"].startswith("<ifm|think>")        # no parser built: the default
+
+
+def test_k2_horizon_effort_on_responses_and_messages(app_client):
+    api = server(app_client, "k2_horizon")
+    body = {"model": "test-model", "input": "Why is the sky blue?", "max_output_tokens": 40, "ignore_eos": True,
+            "reasoning": {"effort": "medium"}, "seed": 5}
+    r = api.post("/v1/responses", json=body)
+    item, msg = r.json()["output"]
+    # the same prompt and seed as chat's: the same span, laid out with think_fast's markers
+    same = chat(api, seed=5, reasoning_effort="medium").json()["choices"][0]["message"]
+    assert item["content"][0]["text"] == same["reasoning"] and msg["content"][0]["text"] == same["content"]
+    assert r.json()["usage"]["output_tokens_details"]["reasoning_tokens"] == 18
+    out = api.post("/v1/messages", json={"model": "test-model", "max_tokens": 40, "ignore_eos": True, "messages": MSGS,
+                                         "output_config": {"effort": "low"}}).json()
+    assert [b["type"] for b in out["content"]] == ["thinking", "text"]
+
+
+@pytest.mark.parametrize("path,body,effort", [
+    (CHAT, {"messages": MSGS, "reasoning_effort": "max"}, "max"),
+    (CHAT, {"messages": MSGS, "reasoning_effort": "none"}, "none"),
+    (CHAT, {"messages": MSGS, "chat_template_kwargs": {"reasoning_effort": "turbo", "enable_thinking": False}},
+     "turbo"),
+    ("/v1/responses", {"input": "Why?", "reasoning": {"effort": "xhigh"}}, "xhigh"),
+])
+def test_k2_horizon_refuses_another_effort(app_client, path, body, effort):
+    """The parser's __init__ raises ValueError for an effort outside high / medium / low (built for
+    every chat and Responses request, whatever the thinking switch): vLLM 0.34's
+    create_error_response answers it 400 BadRequestError with no param."""
+    r = server(app_client, "k2_horizon").post(path, json={"model": "test-model", **body})
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": f"Unsupported reasoning_effort '{effort}'. Supported values: high, "
+                                             f"medium, low.", "type": "BadRequestError", "param": None, "code": 400}}
