@@ -28,7 +28,7 @@ from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
 from generation.adapters.responses import check_custom_tool_format, check_tool_usage, to_chat_messages, to_chat_tools
-from generation.adapters.sampling import template_kwargs
+from generation.adapters.sampling import effort_thinks, parser_effort, template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
 from generation.structured.numeric import is_int
@@ -257,8 +257,11 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
         ended = True
     elif sim.config.reasoning_parser:
         thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
-        # a parser whose model thinks only when told (deepseek_v3's identity parser) ends at once
-        ended = thinking is False or (thinking is None and not sim.reasoning.row.thinks)
+        row = sim.reasoning.row
+        if row.effort_gated:      # hy_v3: the identity parser (ended) unless an effort other than no_think
+            ended = not effort_thinks(row, parser_effort(raw.get("reasoning_effort"), kwargs), None)
+        else:                     # a parser whose model thinks only when told (deepseek_v3's identity parser) ends at once
+            ended = thinking is False or (thinking is None and not row.thinks)
     else:
         ended = None
     tools = raw.get("tools") if isinstance(raw.get("tools"), list) else None

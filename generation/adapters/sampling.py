@@ -167,6 +167,16 @@ def effort_markers(row, effort) -> tuple | None:
                        f"Supported values: {', '.join(e[0] for e in row.efforts)}.")
 
 
+def effort_thinks(row, effort, enabled: bool | None) -> bool | None:
+    """``enabled`` (the request's thinking switch, :func:`_thinking`), or for a parser that
+    decides by effort alone (``Parser.effort_gated``: vLLM 0.34's ``HYV3ReasoningParser``, the
+    identity parser when ``chat_template_kwargs.get("reasoning_effort") or "no_think"`` is
+    ``no_think``) whether ``effort`` (:func:`parser_effort`) is given and not ``no_think``."""
+    if not row.effort_gated:
+        return enabled
+    return bool(effort) and effort != "no_think"
+
+
 def _with_markers(opts, markers):
     if opts is not None and markers is not None:
         opts.markers = markers
@@ -184,8 +194,9 @@ def chat_reasoning(sim, b, kwargs: dict | None = None) -> rz.ReasoningSettings |
         return None
     own = getattr(b, "chat_template_kwargs", None)
     kwargs = own if kwargs is None else kwargs
-    markers = effort_markers(sim.reasoning.row, parser_effort(effort, kwargs))
-    enabled = _thinking(own, effort, kwargs)
+    seen = parser_effort(effort, kwargs)
+    markers = effort_markers(sim.reasoning.row, seen)
+    enabled = effort_thinks(sim.reasoning.row, seen, _thinking(own, effort, kwargs))
     return _with_markers(rz.settings(enabled, effort, budget, getattr(b, "include_reasoning", None) is not False,
                                      sim.reasoning.row), markers)
 
@@ -217,11 +228,15 @@ def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> 
             budget = bt
     # vLLM 0.34's conversion: thinking disabled sets the effort its probe picks (the simulator:
     # no reasoning, whatever the parser); else output_config.effort is the request's effort
-    markers = None if enabled is False else effort_markers(sim.reasoning.row, parser_effort(effort, kwargs))
+    row = sim.reasoning.row
+    seen = parser_effort(effort, kwargs)
+    markers = None if enabled is False else effort_markers(row, seen)
     switch = _thinking(own, effort, kwargs)
-    if enabled is not False and switch is False:
+    if enabled is not False and switch is False and not row.effort_gated:
         enabled = False
-    if enabled and not sim.reasoning.row.thinks:
+    if enabled is not False and row.effort_gated:
+        enabled = effort_thinks(row, seen, enabled)
+    elif enabled and not row.thinks:
         enabled = switch        # the template of a model that thinks only when told sees no Anthropic type
     return _with_markers(rz.settings(enabled, effort, budget, parser=sim.reasoning.row), markers)
 
@@ -239,9 +254,11 @@ def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kw
         return None
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     effort = effort if effort in EFFORTS else None
-    markers = effort_markers(sim.reasoning.row, parser_effort(effort, kwargs))
-    return _with_markers(rz.settings(_thinking(own, effort, kwargs), effort, budget, parser=sim.reasoning.row),
-                         markers)
+    row = sim.reasoning.row
+    seen = parser_effort(effort, kwargs)
+    markers = effort_markers(row, seen)
+    return _with_markers(rz.settings(effort_thinks(row, seen, _thinking(own, effort, kwargs)), effort, budget,
+                                     parser=row), markers)
 
 
 def tool_parser_type(sim, request_type: str, tools, tool_choice, stream: bool) -> str | None:

@@ -26,7 +26,9 @@ class Parser(NamedTuple):
     does not start with this name (the start-up error).  ``efforts``: the markers by the
     ``reasoning_effort`` the parser is built with (the effective chat template kwargs'), as
     ``(effort, start, end)`` rows, the first the default when none is given; an effort not
-    listed is the parser's error (K2 Horizon's)."""
+    listed is the parser's error (K2 Horizon's).  ``effort_gated``: the model reasons exactly
+    when that effort is given and is not ``no_think``, whatever a thinking switch says (HY V3's
+    parser: the identity parser otherwise)."""
     start: tuple = ()
     end: tuple = ("</think>",)
     counted: bool = True
@@ -35,6 +37,7 @@ class Parser(NamedTuple):
     thinks: bool = True
     refused: str = ""
     efforts: tuple = ()
+    effort_gated: bool = False
 
 
 THINK = ("<think>",)
@@ -85,8 +88,9 @@ PARSERS = {
     "holo2": Parser((), counted=False),
     # HunyuanA13BReasoningParser: "<think>\n...\n</think>\n<answer>\n..."; no count (0)
     "hunyuan_a13b": Parser(("<think>", "\n"), ("\n", "</think>", "\n", "<answer>", "\n"), counted=False),
-    # HYV3ReasoningParser (BaseThinking): identity unless a reasoning_effort other than no_think
-    "hy_v3": Parser(THINK, thinks=False),
+    # HYV3ReasoningParser (BaseThinking): identity unless the chat template kwargs' reasoning_effort
+    # is given and not no_think (chat_kwargs.get("reasoning_effort") or "no_think"); no switch counts
+    "hy_v3": Parser(THINK, thinks=False, effort_gated=True),
     # HYV4ReasoningParser: the template injects <think> at the end of the prompt; counts up to </think>
     "hy_v4": Parser(()),
     # KimiK2ParserReasoningAdapter (parser/kimi_k2.py): the model opens <think>

@@ -270,3 +270,44 @@ def test_k2_horizon_refuses_another_effort(app_client, path, body, effort):
     assert r.status_code == 400
     assert r.json() == {"error": {"message": f"Unsupported reasoning_effort '{effort}'. Supported values: high, "
                                              f"medium, low.", "type": "BadRequestError", "param": None, "code": 400}}
+
+
+@pytest.mark.parametrize("kw,counted", [
+    ({}, 0),
+    ({"chat_template_kwargs": {"enable_thinking": True}}, 0),              # no switch counts: still no_think
+    ({"chat_template_kwargs": {"thinking": True}}, 0),
+    ({"chat_template_kwargs": {"reasoning_effort": "no_think"}}, 0),
+    ({"reasoning_effort": "high"}, 28),                                     # 1.5 x the 0.5 share
+    ({"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": False}}, 28),
+    ({"reasoning_effort": "none"}, 18),            # "none" is an effort: not no_think, the thinking parser
+    ({"chat_template_kwargs": {"reasoning_effort": "deep"}}, 18),
+])
+def test_hy_v3_thinks_by_its_effort_alone(app_client, kw, counted):
+    """HYV3ReasoningParser (reasoning/hy_v3_reasoning_parser.py) is the identity parser when
+    ``chat_kwargs.get("reasoning_effort") or "no_think"`` is ``no_think`` (the request's effort
+    lies over chat_template_kwargs', build_chat_params), else BaseThinking's <think> parser:
+    ``enable_thinking`` decides nothing; a chat render says reasoning_ended accordingly."""
+    api = server(app_client, "hy_v3")
+    out = chat(api, seed=5, **kw).json()
+    msg = out["choices"][0]["message"]
+    assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": counted}
+    assert (msg["reasoning"] is None) == (counted == 0) and out["usage"]["completion_tokens"] == 40
+    if not counted:
+        assert tokens(api, msg["content"]) == 40
+    render = api.post("/v1/chat/completions/render", json={"model": "test-model", "messages": MSGS, **kw}).json()
+    assert render["reasoning_ended"] is (counted == 0)
+
+
+def test_hy_v3_on_responses_and_messages(app_client):
+    api = server(app_client, "hy_v3")
+    body = {"model": "test-model", "input": "Why?", "max_output_tokens": 40, "ignore_eos": True}
+    kinds = [[o["type"] for o in api.post("/v1/responses", json={**body, **extra}).json()["output"]]
+             for extra in ({}, {"chat_template_kwargs": {"enable_thinking": True}}, {"reasoning": {"effort": "low"}})]
+    assert kinds == [["message"], ["message"], ["reasoning", "message"]]
+    body = {"model": "test-model", "max_tokens": 4000, "messages": MSGS}
+    kinds = [[b["type"] for b in api.post("/v1/messages", json={**body, **extra}).json()["content"]]
+             for extra in ({"thinking": {"type": "enabled", "budget_tokens": 2000}},
+                           {"chat_template_kwargs": {"enable_thinking": True}},
+                           {"output_config": {"effort": "high"}},
+                           {"thinking": {"type": "adaptive"}, "chat_template_kwargs": {"reasoning_effort": "high"}})]
+    assert kinds == [["text"], ["text"], ["thinking", "text"], ["thinking", "text"]]
