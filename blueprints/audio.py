@@ -6,7 +6,8 @@ They run the serving pipeline's steps (:func:`blueprints.serving.handle`) on the
 request id, header checks (``X-Return-Error``, failure injection), the request's own checks,
 ``Simulator.prepare``, admission, then a stream or the finished answer, so the engine's
 scheduling, latency and metrics are the same as for chat and completions.  An upload is
-bounded by ``--max-request-body-size-mb`` (werkzeug's 413, default 4 MiB) and by vLLM's
+bounded by ``--max-request-body-size-mb`` (werkzeug's 413, default 4 MiB), by Starlette's form
+limits (:class:`FormLimit`: 1,000 fields, 1,000 files, 1 MiB a field) and by vLLM's
 ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`` (25) and decode limits (400s); it is decoded in the hub's
 thread pool.
 """
@@ -16,7 +17,8 @@ from time import monotonic
 
 import orjson
 from flask import Blueprint, Response, current_app, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.formparser import FormDataParser, MultiPartParser
 
 from generation.adapters.audio import SpeechAdapter, SpeechRequest, SpeechToTextAdapter, SpeechToTextRequest
 from generation.adapters.base import check_work
@@ -73,9 +75,68 @@ def create_speech():
         return _error(err, environ)
 
 
+# Starlette's form limits, which FastAPI's ``request.form()`` applies to vLLM's ``Form()`` routes
+# (``starlette/formparsers.py``: 1,000 files, 1,000 fields, 1 MiB a field), where werkzeug's own
+# (Flask's ``MAX_FORM_PARTS`` 1,000 parts of either kind, ``MAX_FORM_MEMORY_SIZE`` 500 kB) answer
+# a 413 that named the request body limit for a body of a few kilobytes
+MAX_FORM_FILES = 1000
+MAX_FORM_FIELDS = 1000
+MAX_FORM_PART_SIZE = 1024 * 1024
+
+
+class FormLimit(Exception):
+    """A form past Starlette's limits: its ``MultiPartException`` message, which Starlette raises
+    as its ``HTTPException(400)`` and FastAPI's default handler answers ``{"detail": message}``
+    (vLLM's own handler is registered for FastAPI's subclass only)."""
+
+
+class _StarletteMultiPart(MultiPartParser):
+    """werkzeug's multipart parser with Starlette's limits: files counted as they start, a text
+    field's size by werkzeug's memory check (set to 1 MiB), the fields once parsed (the body
+    limit bounds the parse)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.update(max_form_memory_size=MAX_FORM_PART_SIZE, max_form_parts=None)
+        super().__init__(*args, **kwargs)
+        self._files_started = 0
+
+    def start_file_streaming(self, event, total_content_length):
+        self._files_started += 1
+        if self._files_started > MAX_FORM_FILES:
+            raise FormLimit(f"Too many files. Maximum number of files is {MAX_FORM_FILES}.")
+        return super().start_file_streaming(event, total_content_length)
+
+    def parse(self, stream, boundary, content_length):
+        try:
+            fields, files = super().parse(stream, boundary, content_length)
+        except RequestEntityTooLarge:
+            raise FormLimit(f"Part exceeded maximum size of {MAX_FORM_PART_SIZE // 1024}KB.") from None
+        if len(fields) > MAX_FORM_FIELDS:
+            raise FormLimit(f"Too many fields. Maximum number of fields is {MAX_FORM_FIELDS}.")
+        return fields, files
+
+
+class _StarletteForm(FormDataParser):
+    """Form parsing with Starlette's multipart limits (a URL-encoded form never comes here:
+    :class:`server.wsgi_layers.RequestGuard` lets only multipart through to the upload routes)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.update(max_form_memory_size=None, max_form_parts=None)
+        super().__init__(*args, **kwargs)
+
+    def _parse_multipart(self, stream, mimetype, content_length, options):
+        boundary = options.get("boundary", "").encode("ascii")
+        if not boundary:
+            raise ValueError("Missing boundary")
+        parser = _StarletteMultiPart(stream_factory=self.stream_factory, cls=self.cls)
+        form, files = parser.parse(stream, boundary, content_length)
+        return stream, form, files
+
+
 def _read_form():
     """``(fields, audio bytes or None, file sent as text)`` of the multipart body: each text
     field's last value (``timestamp_granularities[]`` as the list of its values)."""
+    request.form_data_parser_class = _StarletteForm
     form = request.form
     fields = {k: form.getlist(k)[-1] for k in form.keys() if k != "timestamp_granularities[]"}
     if "timestamp_granularities[]" in form:
@@ -90,7 +151,10 @@ def _speech_to_text(task: str):
     entry = monotonic()
     try:
         sim = current_app.extensions["simulator"]
-        fields, audio, file_is_text = _read_form()
+        try:
+            fields, audio, file_is_text = _read_form()
+        except FormLimit as e:
+            return Response(orjson.dumps({"detail": str(e)}), status=400, mimetype="application/json")
         body = SpeechToTextRequest.from_form(task, fields, audio, file_is_text)
         if len(body.audio) > au.MAX_CLIP_FILESIZE_MB * au.MIB:       # vLLM reads the upload with this limit first
             # read_upload_with_limit's VLLMValidationError (speech_to_text/base/utils.py l. 43-48)

@@ -234,3 +234,33 @@ def test_upload_over_the_clip_size_is_vllms_validation_error(c, monkeypatch):
     assert r.json()["error"] == {"message": f"Maximum file size exceeded (parameter=audio_filesize_mb, "
                                             f"value={len(data) / 2 ** 20})", "type": "BadRequestError",
                                  "param": "audio_filesize_mb", "code": 400}
+
+
+def _multipart(fields, files) -> tuple[bytes, dict]:
+    """A multipart body with repeated names kept (httpx's ``data`` takes no list of pairs)."""
+    b = "simboundary1234"
+    out = [f'--{b}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields]
+    out += [f'--{b}\r\nContent-Disposition: form-data; name="{k}"; filename="{fn}"\r\n'
+            f'Content-Type: {ct}\r\n\r\n'.encode() + data + b"\r\n" for k, (fn, data, ct) in files]
+    out.append(f"--{b}--\r\n".encode())
+    return b"".join(out), {"content-type": f"multipart/form-data; boundary={b}"}
+
+
+@pytest.mark.parametrize("fields, files, status, detail", [
+    ([(f"f{i}", "x") for i in range(1001)], [], 400, "Too many fields. Maximum number of fields is 1000."),
+    ([(f"f{i}", "x") for i in range(999)], [], 200, None),
+    ([], [(f"g{i}", ("g", b"x", "text/plain")) for i in range(1000)], 400,
+     "Too many files. Maximum number of files is 1000."),
+    ([], [(f"g{i}", ("g", b"x", "text/plain")) for i in range(999)], 200, None),
+    ([("prompt", "x" * (1024 * 1024 + 1))], [], 400, "Part exceeded maximum size of 1024KB."),
+])
+def test_form_limits_are_starlettes_400(c, fields, files, status, detail):
+    """Starlette's form limits (1,000 fields, 1,000 files, 1 MiB a field), raised as its
+    HTTPException(400) that FastAPI's default handler answers ``{"detail": ...}``; werkzeug's
+    were a 413 naming the request body limit for a body of a few kilobytes."""
+    body, headers = _multipart(fields, [("file", upload(wav(0.2))), *files])
+    r = c.post("/v1/audio/transcriptions", content=body, headers=headers)
+    assert r.status_code == status, r.text
+    if detail is not None:
+        assert r.json() == {"detail": detail}
+
