@@ -52,7 +52,7 @@ from generation.engine.stream_interval import token_span
 from ..errors import APIError, InvalidParam, Rejected
 from .base import Adapter, check_limits, dumps, tokenize_texts
 from .token_stream import Streamed, end_aborted, rendered_choices
-from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
+from .fields import INT64_MAX, INT64_MIN, check_extra_args, check_sampling_ranges
 from .validation import Mismatch, body_not_an_object, literal_error, pydantic_error, read_bool, read_int
 
 # Whisper's languages (vLLM's ISO639_1_SUPPORTED_LANGS, whisper_utils.py) and the other codes
@@ -189,12 +189,15 @@ class SpeechToTextRequest:
         xargs = form.get("vllm_xargs")
         if xargs is not None:
             try:
-                json.loads(xargs)
+                parsed = json.loads(xargs)
             except json.JSONDecodeError as e:
                 raise InvalidParam(f"Failed to parse vllm_xargs. Must be valid JSON: {e}", "vllm_xargs") from None
             except RecursionError:      # vLLM's json.loads fails so too, unhandled (a 500 there)
                 raise InvalidParam("Failed to parse vllm_xargs. Must be valid JSON: nested too deeply",
                                    "vllm_xargs") from None
+            # then pydantic's type (dict[str, str | int | float | list[...]]) and, as the
+            # SamplingParams' extra_args, vLLM's _verify_extra_args (integers within 64 bits)
+            check_extra_args(parsed)
         return r
 
 

@@ -69,6 +69,7 @@ class OpenAISampling(SamplingKnobs):
     # vLLM 0.34 fields checked as vLLM checks them and otherwise ignored (generation.adapters.fields)
     bad_words: Any = None
     vllm_xargs: Any = None
+    ec_transfer_params: dict | None = None     # vLLM: into SamplingParams.extra_args beside vllm_xargs
     stream_interval: Any = None                  # an int once read (fields.request_stream_interval)
     routed_experts_prompt_start: int | None = None
     # vLLM 0.34: refused without --trust-request-mm-kwargs (fields.check_mm_kwargs); the schema's
@@ -284,6 +285,7 @@ class ResponsesRequest:
     stop_token_ids: list | None = None
     include_stop_str_in_output: bool | None = None   # with stop and stop_token_ids: the engine's (to_sampling_params)
     vllm_xargs: Any = None
+    ec_transfer_params: dict | None = None     # vLLM: into SamplingParams.extra_args beside vllm_xargs
     # vLLM 0.34: range-checked as SamplingParams checks them (fields.check_sampling_ranges), and
     # the multimodal kwargs as chat's; the schema's other vLLM fields are checked only (schemas.lax)
     top_k: int | None = None

@@ -99,7 +99,7 @@ class ResponsesAdapter(Adapter):
         check_cache_salt(b.cache_salt)          # vLLM 0.34's ResponsesRequest checks these as chat's
         check_seed(b.seed)
         check_stop(b.stop)
-        check_extra_args(b.vllm_xargs, b.kv_transfer_params)
+        check_extra_args(b.vllm_xargs, b.kv_transfer_params, b.ec_transfer_params)
         if b.logit_bias or b.stop_token_ids:
             vocab = vocab_size(sim)
             check_logit_bias(b.logit_bias, vocab)
