@@ -16,7 +16,10 @@ JSON in and out.
 * ``GET /health``: 200.
 
 With ``--api-key`` every route but ``/health`` and ``/metrics`` needs the key, as the pods'
-(:class:`server.auth.APIKeyMiddleware`).  Errors use vLLM's envelope: 400 naming the field (``count``, ``startup_delay``, ``timeout``,
+(:class:`server.auth.APIKeyMiddleware`).  A ``POST`` or ``DELETE`` that a browser marks as
+coming from another origin's page (``Sec-Fetch-Site`` ``cross-site`` / ``same-site``, or an
+``Origin`` other than the ``Host``) is a 400: a page can POST ``text/plain`` cross-site without a
+CORS preflight, and the body is read whatever its type (``curl -d`` sends a form type).  Errors use vLLM's envelope: 400 naming the field (``count``, ``startup_delay``, ``timeout``,
 ``wait``, ``body``), 404 for an unknown pod or path, 405 for a wrong method, 409 for a pod already
 draining, a port in use or a count past the bound (adds in progress counted), 413 for a body past
 :data:`CONTROL_BODY_LIMIT`, 408 for one that does not arrive in time.
@@ -43,6 +46,8 @@ _TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowed",
           413: "RequestEntityTooLarge"}
 _STATUS = {200: "200 OK", 201: "201 Created", 202: "202 Accepted", 400: "400 Bad Request", 404: "404 Not Found",
            405: "405 Method Not Allowed", 409: "409 Conflict", 413: "413 Request Entity Too Large"}
+CROSS_SITE_COMMAND = ("A command from another site's page is refused: the control API takes commands from "
+                      "clients that send no Origin, or one matching the Host (curl, an SDK, a script)")
 _WAIT = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
          "": False}
 
@@ -94,7 +99,7 @@ def control_app(fleet):
     from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
     from .listening import KEEPALIVE_SECONDS
-    from .wsgi_layers import BodyDeadline, ChunkedBodyLimit
+    from .wsgi_layers import BodyDeadline, ChunkedBodyLimit, _cross_origin
 
     registry = _metrics_registry(fleet)
     adding = [0]            # pods that requests in progress are adding (their loops yield between pods)
@@ -147,6 +152,10 @@ def control_app(fleet):
         query = parse_qs(environ.get("QUERY_STRING", ""))
         allowed = None
         try:
+            if method not in ("GET", "HEAD", "OPTIONS") and _cross_origin(environ):
+                # a page a browser shows POSTs text/plain cross-site without a CORS preflight:
+                # any site the operator visits could have added 256 pods a request, 1,024 in all
+                raise FleetError(CROSS_SITE_COMMAND, 400)
             if path == "/fleet/pods":
                 allowed = "GET, POST"
                 if method == "GET":

@@ -253,3 +253,26 @@ def test_api_key_guards_the_control_api_and_the_pods():
     assert client.get(ctl + "/health").status_code == 200
     assert client.get(ctl + "/fleet/pods", headers={"Authorization": "Bearer k1"}).status_code == 200
     assert client.get(pod_url(0) + "/v1/models").status_code == 401
+
+
+@pytest.mark.parametrize("headers", [
+    {"content-type": "text/plain", "origin": "http://evil.example", "sec-fetch-site": "cross-site"},
+    {"content-type": "text/plain", "origin": "null"},
+    {"content-type": "text/plain", "sec-fetch-site": "same-site"},
+])
+def test_control_api_refuses_commands_from_another_sites_page(headers):
+    """A hostile tester's finding: a page the operator visits could ``fetch(control + "/fleet/pods",
+    {method: "POST", mode: "no-cors", body: '{"count": 256}'})`` (``text/plain``, no preflight) and
+    the control API added the pods; a command line (no Origin) or a same-origin page still can."""
+    fleet, client = build(size=1)
+    ctl = f"http://127.0.0.1:{CONTROL}"
+    r = client.post(ctl + "/fleet/pods", content=b'{"count": 2}', headers=headers)
+    assert r.status_code == 400 and "another site's page" in r.json()["error"]["message"], r.text
+    r = client.delete(ctl + "/fleet/pods/sim-0", headers=headers)
+    assert r.status_code == 400 and len(fleet.pods) == 1 and fleet.pods["sim-0"].state == "ready"
+    assert client.get(ctl + "/fleet/pods", headers=headers).status_code == 200
+    r = client.post(ctl + "/fleet/pods", content=b'{"count": 1}',
+                    headers={"content-type": "application/x-www-form-urlencoded"})       # curl -d
+    assert r.status_code == 201 and len(fleet.pods) == 2
+    r = client.post(ctl + "/fleet/pods", json={"count": 1}, headers={"origin": f"http://127.0.0.1:{CONTROL}"})
+    assert r.status_code == 201 and len(fleet.pods) == 3
