@@ -63,6 +63,7 @@ def make_servicer(sim, lifecycle=None):
     ``lifecycle``: an object whose ``draining`` turns ``HealthCheck`` unhealthy."""
     import grpc
     import gevent
+    import gevent.event
     import gevent.queue
 
     from types import SimpleNamespace
@@ -229,30 +230,60 @@ def make_servicer(sim, lifecycle=None):
                     return
                 last = {}                   # choice -> (first, last index) of its last chunk
                 pending: dict = {}          # choice -> (sequence, first index, last index) not yet sent
+                ready = gevent.event.Event()    # tokens to send, or the generation is over
+                over: list = []             # the generation's end: [None], or [its exception]
 
-                def flush():
-                    for i, (seq, k0, k1) in pending.items():
-                        last[i] = (k0, k1)
-                        yield self._chunk(seq, top, k0, k1)
-                    pending.clear()
-
-                try:
+                def produce():
                     # tokens due together (a late wake-up, zero ITL) go in one chunk, as vLLM's
                     # output processor batches what one engine step produced
-                    for seq, k in sim.stream(seqs, flush=True):
-                        if k.__class__ is slice:    # a stream interval's group
-                            k0, k = k.start, k.stop - 1
-                        elif k < 0:
-                            yield from flush()
-                            continue
-                        else:
-                            k0 = k
-                        i = seq.index
-                        p = pending.get(i)
-                        pending[i] = (seq, k0, k) if p is None else (seq, p[1], k)
-                    yield from flush()
-                except ClientDisconnected:
-                    yield from flush()
+                    try:
+                        for seq, k in sim.stream(seqs, flush=True):
+                            if k.__class__ is slice:    # a stream interval's group
+                                k0, k = k.start, k.stop - 1
+                            elif k < 0:
+                                ready.set()
+                                continue
+                            else:
+                                k0 = k
+                            i = seq.index
+                            p = pending.get(i)
+                            pending[i] = (seq, k0, k) if p is None else (seq, p[1], k)
+                        over.append(None)
+                    except ClientDisconnected:
+                        over.append(None)
+                    except Exception as e:      # noqa: BLE001 - raised again by the stream
+                        over.append(e)
+                    finally:
+                        ready.set()
+
+                def flush():
+                    taken = list(pending.items())     # the producer goes on while these are sent
+                    pending.clear()
+                    for i, (seq, k0, k1) in taken:
+                        last[i] = (k0, k1)
+                        yield self._chunk(seq, top, k0, k1)
+
+                # The generation runs in a greenlet of its own, not driven by the sends: grpcio asks
+                # for the next message only once the previous one is sent, so a client that stopped
+                # reading (its HTTP/2 window shut) held its sequences running for good, and
+                # --max-num-seqs such clients every seat: every other request, HTTP too, waited
+                # behind them.  As vLLM, the seat is freed when the generation ends and the output
+                # waits for the client; what a slow client has not taken yet is merged into one
+                # chunk per choice (vLLM's RequestOutputCollector merges deltas so), a range of
+                # token indices: nothing grows while it does not read.
+                producer = gevent.spawn(produce)
+                try:
+                    while True:
+                        ready.wait()
+                        ready.clear()
+                        ended = bool(over)
+                        yield from flush()
+                        if ended:
+                            break
+                finally:
+                    producer.kill(block=False)
+                if over and over[0] is not None:
+                    raise over[0]
                 for s in seqs:
                     if s.state == "aborted":        # vLLM's abort output: no new tokens
                         yield self._chunk(s, top, 0, -1)

@@ -374,6 +374,30 @@ def test_a_deadline_aborts_too(slow):
     _assert_idle(slow)
 
 
+
+def test_a_client_that_stops_reading_holds_no_seat(grpc_server, mode):
+    """A hostile tester's finding: grpcio asks for the next message only once the previous one
+    is sent, and the generation was driven by the sends, so a client that stopped reading (its
+    HTTP/2 window shut) held its sequence running for good: ``--max-num-seqs`` such clients held
+    every seat and every other request waited forever.  As vLLM, the generation now runs to its
+    end and frees the seat; the output waits for the client, merged, and reads whole later."""
+    target = grpc_server(mode, "--inter-token-latency", "1ms", "--max-num-seqs", "1")
+    channel = grpc.insecure_channel(f"127.0.0.1:{target.port}", options=[("grpc.http2.bdp_probe", 0)])
+    try:
+        idle = pbg.VllmEngineStub(channel).Generate(gen(rid="nr", max_tokens=600, ignore_eos=True, logprobs=20),
+                                                    timeout=60)      # ~150 KB of chunks: past the 64 KB window
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        out = list(target.stub.Generate(gen(rid="other", max_tokens=2, stream=False), timeout=20))
+        assert out[0].complete.completion_tokens == 2 and time.monotonic() - t0 < 10
+        _assert_idle(target)                                   # the reader's generation is over
+        got = list(idle)
+        assert kinds(got)[-1] == "complete" and got[-1].complete.finish_reason == "length"
+        assert sum(len(r.chunk.token_ids) for r in got if r.WhichOneof("response") == "chunk") == 600
+    finally:
+        channel.close()
+
+
 # ---- information -----------------------------------------------------------------------------------
 
 def test_model_server_info_loads_and_health(slow):
