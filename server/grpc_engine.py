@@ -68,7 +68,8 @@ def make_servicer(sim, lifecycle=None):
 
     from types import SimpleNamespace
 
-    from generation.adapters.base import REMOTE_DECODE_PARAMS, check_kv_transfer, check_limits, check_size
+    from generation.adapters.base import (REMOTE_DECODE_PARAMS, check_kv_transfer, check_limits, check_size,
+                                          check_work)
     from generation.adapters.fields import check_logit_bias, check_min_tokens, check_sampling_ranges, vocab_size
     from generation.adapters.pooling import pooling_sequences
     from generation.content import logprobs as lp
@@ -125,6 +126,15 @@ def make_servicer(sim, lifecycle=None):
                                                        token_ids=[(tid + j) & 0xFFFFFFFF for j in range(top)]))
         return out
 
+    def work(tokens: int, top, n: int) -> tuple[int, str, str]:
+        """:func:`generation.adapters.base.check_work`'s arguments for ``tokens`` output tokens
+        with ``top`` logprob alternatives each (``sampling_params.logprobs``; None: none): the
+        cap bounds what one request makes the server build and send (500 choices of 1,000
+        tokens with 20 logprobs were 99 MB of messages and 8 s of CPU; HTTP refused them)."""
+        top = top or 0
+        formula = "n x max_tokens" + (" x (1 + logprobs)" if top else "")
+        return tokens * (1 + top), formula, "n" if n > 1 else "max_tokens"
+
     def produced(seq) -> int:
         """Tokens an aborted non-streamed sequence had made (its output is computed up front):
         :meth:`generation.engine.request.Sequence.made_tokens`, what the metrics count too."""
@@ -174,11 +184,15 @@ def make_servicer(sim, lifecycle=None):
                 check_limits(max_tokens, sp.ignore_eos, sp.n or 1)
                 check_kv_transfer(kv_params, request.stream, "kv_transfer_params_json")
                 check_size(sim, sp.n or 1, False)         # more choices than could ever be admitted: 429
+                n = sp.n or 1
+                if max_tokens is not None:                # --max-request-work, as on HTTP: first the ask,
+                    check_work(sim, *work(n * min(max_tokens, cfg.max_model_len), top, n))
                 req = GenerationRequest(request_id=rid, model=cfg.served_names[0], prompts=[Prompt(ids)],
-                                        n=sp.n or 1, max_tokens=max_tokens, ignore_eos=sp.ignore_eos,
+                                        n=n, max_tokens=max_tokens, ignore_eos=sp.ignore_eos,
                                         stream=request.stream, stop=list(sp.stop) or None,
                                         kv_transfer_params=kv_params)
                 seqs = sim.prepare(req)
+                check_work(sim, *work(sum(s.completion_tokens for s in seqs), top, n))   # then the outputs decided
                 sim.admit(seqs)
             except SimulatorError as e:
                 fail(context, e)

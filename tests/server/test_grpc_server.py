@@ -255,6 +255,9 @@ def test_token_ids_input_and_remote_decode_params(engine):
     (gen(max_tokens=2, min_tokens=10), "min_tokens must be less than or equal to max_tokens=2"),
     (gen(max_tokens=2, logit_bias={-5: 1e9}), "out-of-vocab token ids"),
     (gen(max_tokens=2, truncate_prompt_tokens=-5), "truncate_prompt_tokens must be an integer >= 1 or -1"),
+    # --max-request-work, as on HTTP (500 x 1,000 tokens x 21 were 99 MB of messages and 8 s of CPU)
+    (gen(stream=False, max_tokens=1000, n=500, logprobs=20),
+     "(n x max_tokens x (1 + logprobs)), more than the 1048576 one request may ask (--max-request-work)"),
 ])
 def test_malformed_requests_are_invalid_argument(engine, req, text):
     with pytest.raises(grpc.RpcError) as e:
@@ -388,7 +391,7 @@ def test_a_client_that_stops_reading_holds_no_seat(grpc_server, mode):
                                                     timeout=60)      # ~150 KB of chunks: past the 64 KB window
         time.sleep(0.3)
         t0 = time.monotonic()
-        out = list(target.stub.Generate(gen(rid="other", max_tokens=2, stream=False), timeout=20))
+        out = list(target.stub.Generate(gen(rid="other", max_tokens=2, stream=False, ignore_eos=True), timeout=20))
         assert out[0].complete.completion_tokens == 2 and time.monotonic() - t0 < 10
         _assert_idle(target)                                   # the reader's generation is over
         got = list(idle)
