@@ -18,7 +18,7 @@ from flask import Response, current_app, request
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
 from generation.adapters.json_dumps import dumps_any as dumps_json
-from generation.adapters.fields import exact_extra_args
+from generation.adapters.extra_args import exact_extra_args
 from generation.adapters.token_stream import answer_aborted
 from generation.adapters.validation import BODY_BYTES, JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType

@@ -52,7 +52,8 @@ from generation.engine.stream_interval import token_span
 from ..errors import APIError, InvalidParam, Rejected
 from .base import Adapter, check_limits, dumps, tokenize_texts
 from .token_stream import Streamed, end_aborted, rendered_choices
-from .fields import INT64_MAX, INT64_MIN, check_extra_args, check_sampling_ranges
+from .extra_args import check_extra_args
+from .fields import INT64_MAX, INT64_MIN, check_sampling_ranges
 from .validation import Mismatch, body_not_an_object, literal_error, pydantic_error, read_bool, read_int
 
 # Whisper's languages (vLLM's ISO639_1_SUPPORTED_LANGS, whisper_utils.py) and the other codes

@@ -13,6 +13,7 @@ from generation.tokenization.tokenizer import each_text
 
 from ..errors import InvalidParam, Rejected
 from ..lanes import paced
+from .extra_args import check_extra_args
 from .validation import MAX_REPORTED_ERRORS, Errors, Mismatch, pydantic_error, read_float, read_int, validation_errors
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -371,81 +372,6 @@ def check_mm_kwargs(sim, mm_processor_kwargs, media_io_kwargs) -> None:
                                f"{'preprocessing' if name == 'mm_processor_kwargs' else 'media loading'} resource "
                                f"usage. Start the server with --trust-request-mm-kwargs only when clients are "
                                f"trusted.", name)
-
-
-_XARG_TYPES = (("string_type", "str", "Input should be a valid string"),
-               ("int_type", "int", "Input should be a valid integer"),
-               ("float_type", "float", "Input should be a valid number"))
-
-
-# the body fields vLLM puts in ``SamplingParams.extra_args`` (chat, completions, Responses)
-EXTRA_ARGS_FIELDS = ("vllm_xargs", "kv_transfer_params", "ec_transfer_params")
-
-
-def exact_extra_args(body: dict, raw: bytes) -> None:
-    """Give ``body``'s :data:`EXTRA_ARGS_FIELDS` the integers ``json.loads`` reads from ``raw``
-    where orjson read a float: orjson parses an integer literal past 64 bits (up to a double's
-    range) as a float, so ``{"vllm_xargs": {"a": 123456789012345678901234567890}}``, which vLLM's
-    ``_verify_extra_args`` refuses (an int it cannot send over MessagePack), was served.  Only a
-    body whose fields hold an integral float of magnitude 2**63 or more is parsed again (a literal
-    such as ``1e30`` stays a float there, as in vLLM)."""
-    fields = [k for k in EXTRA_ARGS_FIELDS if isinstance(body.get(k), (dict, list))]
-    if not fields or not any(_wide_float_in(body[k]) for k in fields):
-        return
-    try:
-        exact = json.loads(raw)
-    except (ValueError, RecursionError):
-        return
-    if isinstance(exact, dict):
-        for k in fields:
-            if k in exact:
-                body[k] = exact[k]
-
-
-def _wide_float_in(value) -> bool:
-    pending = [value]
-    while pending:
-        v = pending.pop()
-        if isinstance(v, float):
-            if v.is_integer() and abs(v) >= 2 ** 63:
-                return True
-        elif isinstance(v, dict):
-            pending.extend(v.keys())
-            pending.extend(v.values())
-        elif isinstance(v, list):
-            pending.extend(v)
-    return False
-
-
-def check_extra_args(xargs, kv_transfer_params=None, ec_transfer_params=None) -> None:
-    """``vllm_xargs`` (vLLM 0.34: ``dict[str, str | int | float | list[str | int | float]]``) and
-    what vLLM puts beside it in ``SamplingParams.extra_args`` (``kv_transfer_params``,
-    ``ec_transfer_params``): every integer within -2**63 .. 2**64-1, the engine's MessagePack
-    range (``_verify_extra_args``: ``extra_args integers must be between -2**63 and 2**64 - 1.``;
-    a JSON body's wider integers are ints here by :func:`exact_extra_args`)."""
-    if xargs is not None:
-        if not isinstance(xargs, dict):
-            raise pydantic_error("vllm_xargs", xargs, ("dict_type", "Input should be a valid dictionary"))
-        for k, v in xargs.items():
-            items = v if isinstance(v, list) else [v]
-            for j, item in enumerate(items):
-                if isinstance(item, (str, int, float)) and not isinstance(item, bool):
-                    continue
-                loc = f"vllm_xargs.{k}.{j}" if isinstance(v, list) else f"vllm_xargs.{k}"
-                errors = [(kind, msg) for kind, _, msg in _XARG_TYPES]
-                if not isinstance(v, list):
-                    errors.append(("list_type", "Input should be a valid list"))
-                raise pydantic_error(loc, item, *errors)
-    pending = [xargs, kv_transfer_params, ec_transfer_params]
-    while pending:
-        v = pending.pop()
-        if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v < 2 ** 64:
-            raise Rejected("extra_args integers must be between -2**63 and 2**64 - 1.", "extra_args")
-        if isinstance(v, dict):
-            pending.extend(v.keys())
-            pending.extend(v.values())
-        elif isinstance(v, list):
-            pending.extend(v)
 
 
 def check_greedy(b, n: int) -> None:

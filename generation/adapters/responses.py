@@ -45,8 +45,9 @@ from .base import (Adapter, chat_prompt, check_kv_transfer, check_limits, check_
                    prefix_block)
 from .protocol import LOGPROBS_INCLUDE, TEXT_PARTS, ResponsesRequest
 from .response_store import NO_STORE_FOR_BACKGROUND, previous_messages
-from .fields import (check_cache_salt, check_extra_args, check_logit_bias, check_mm_kwargs, check_sampling_ranges,
-                     check_seed, check_stop, check_stop_token_ids, scheduling_priority, vocab_size)
+from .extra_args import check_extra_args
+from .fields import (check_cache_salt, check_logit_bias, check_mm_kwargs, check_sampling_ranges, check_seed, check_stop,
+                     check_stop_token_ids, scheduling_priority, vocab_size)
 from .chat import chat_ec_transfer_params
 from .response_bodies import responses_tool
 from .responses_render import RenderCtx, base_response, render_response, stream_response
