@@ -349,8 +349,9 @@ class RequestGuard:
       ``same-site``, or an ``Origin`` other than the ``Host``) is a 400; with
       ``Content-Type: application/json`` the browser asks first (a preflight), as CORS wants.
       ``/ping`` and ``/is_scaling_elastic_ep`` (probes; vLLM checks no body there) are exempt.
-      The upload routes (:data:`MULTIPART_POSTS`) also take ``multipart/form-data``, as vLLM's
-      ``Form`` routes, except from another origin's page (a browser posts a form cross-site
+      The upload routes (:data:`MULTIPART_POSTS`) take ``multipart/form-data`` and any other
+      type, as vLLM's ``Form`` routes (which check none: a body that is no multipart form lacks
+      its ``file``), except from another origin's page (a browser posts a form cross-site
       without asking first); the abort routes
       (:data:`ANY_TYPE_POSTS`) take any ``Content-Type`` or none, as vLLM's, with the same
       exception;
@@ -384,6 +385,11 @@ class RequestGuard:
                 length = environ.get("CONTENT_LENGTH")
                 ok = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
             if not ok and environ.get("PATH_INFO") in ANY_TYPE_POSTS and not _cross_origin(environ):
+                ok = True
+            if not ok and environ.get("PATH_INFO") in MULTIPART_POSTS and not _cross_origin(environ):
+                # vLLM's Form() routes check no type: any other body reads as a form without a
+                # file (URL-encoded fields, or none), pydantic's 400 naming body.file, not a
+                # message that only JSON is allowed on an upload route
                 ok = True
             if not ok and environ.get("PATH_INFO") not in NO_BODY_POSTS and self._routed(environ):
                 return self._error(environ, start_response, 400, UNSUPPORTED_MEDIA_MESSAGE, "Bad Request")

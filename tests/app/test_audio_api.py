@@ -264,3 +264,17 @@ def test_form_limits_are_starlettes_400(c, fields, files, status, detail):
     if detail is not None:
         assert r.json() == {"detail": detail}
 
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_an_upload_route_reads_any_type_as_a_form_without_its_file(c, ctype):
+    """vLLM's Form() routes check no Content-Type: a body that is no multipart form lacks its
+    ``file`` (pydantic's 400 at body.file), where the simulator answered that only
+    application/json is allowed, on a route that takes multipart uploads; from another
+    origin's page such a body is still refused."""
+    headers = {"content-type": ctype} if ctype else {}
+    r = c.post("/v1/audio/transcriptions", content=b"model=test-model&language=en", headers=headers)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.file", r.text
+    r = c.post("/v1/audio/transcriptions", content=b"model=test-model",
+               headers={**headers, "origin": "http://evil.example", "sec-fetch-site": "cross-site"})
+    assert r.status_code == 400 and r.json()["error"]["param"] != "body.file", r.text
