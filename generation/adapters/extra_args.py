@@ -19,18 +19,19 @@ _XARG_TYPES = (("string_type", "str", "Input should be a valid string"),
 EXTRA_ARGS_FIELDS = ("vllm_xargs", "kv_transfer_params", "ec_transfer_params")
 
 
-def exact_extra_args(body: dict, raw: bytes) -> None:
+def exact_extra_args(body: dict, raw: bytes, loads=json.loads) -> None:
     """Give ``body``'s :data:`EXTRA_ARGS_FIELDS` the integers ``json.loads`` reads from ``raw``
     where orjson read a float: orjson parses an integer literal past 64 bits (up to a double's
     range) as a float, so ``{"vllm_xargs": {"a": 123456789012345678901234567890}}``, which vLLM's
     ``_verify_extra_args`` refuses (an int it cannot send over MessagePack), was served.  Only a
     body whose fields hold an integral float of magnitude 2**63 or more is parsed again (a literal
-    such as ``1e30`` stays a float there, as in vLLM)."""
+    such as ``1e30`` stays a float there, as in vLLM).  ``loads``: ``json.loads``, or a caller's
+    way of running it off the hub."""
     fields = [k for k in EXTRA_ARGS_FIELDS if isinstance(body.get(k), (dict, list))]
     if not fields or not any(_wide_float_in(body[k]) for k in fields):
         return
     try:
-        exact = json.loads(raw)
+        exact = loads(raw)
     except (ValueError, RecursionError):
         return
     if isinstance(exact, dict):
