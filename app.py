@@ -21,7 +21,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from generation.config.values import ConfigError
-from generation.config.sim_config import SimConfig, ignored_flags, latency_only_flags, step_only_flags
+from generation.config.sim_config import (METRICS_ONLY_FLAGS, SimConfig, ignored_flags, latency_only_flags,
+                                         step_only_flags)
 from generation.config.cli import load_config
 from generation.errors import APIError, SimulatorError, error_type
 
@@ -247,6 +248,23 @@ def _yield_after_each_response(wsgi_app):
     return app
 
 
+def log_flag_notes(config: SimConfig) -> None:
+    """The start-up lines about the flags given that do less here than in vLLM: those with no
+    meaning, those taken for their metrics (:data:`METRICS_ONLY_FLAGS`), and each latency
+    model's flags under the other."""
+    ignored = ignored_flags(config)
+    if meaningless := [f for f in ignored if f[2:] not in METRICS_ONLY_FLAGS]:
+        log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(meaningless))
+    if metrics_only := [f"{f} ({METRICS_ONLY_FLAGS[f[2:]]})" for f in ignored if f[2:] in METRICS_ONLY_FLAGS]:
+        log.info("vLLM flags taken for their metrics (tool calls and LoRA adapters are served with or "
+                 "without them): %s", " ".join(metrics_only))
+    if step_only_flags(config):
+        log.info("vLLM flags without effect unless --latency-calculator step: %s", " ".join(step_only_flags(config)))
+    if latency_only_flags(config):
+        log.info("flags without effect with --latency-calculator step (its step model times every request): %s",
+                 " ".join(latency_only_flags(config)))
+
+
 def resolve_engine(config: SimConfig) -> None:
     """``--latency-calculator step``: resolve the GPU, the model's architecture and the KV cache
     once (:func:`generation.engine.step_config.resolve_step_settings`) into ``config.step``.
@@ -388,13 +406,7 @@ def main(argv=None) -> int:
     configure_logging(config)
     if config.deprecations:
         log.warning("deprecated flags: %s", "; ".join(config.deprecations))
-    if ignored_flags(config):
-        log.info("ignored vLLM flags (no meaning in the simulator): %s", " ".join(ignored_flags(config)))
-    if step_only_flags(config):
-        log.info("vLLM flags without effect unless --latency-calculator step: %s", " ".join(step_only_flags(config)))
-    if latency_only_flags(config):
-        log.info("flags without effect with --latency-calculator step (its step model times every request): %s",
-                 " ".join(latency_only_flags(config)))
+    log_flag_notes(config)
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
         config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
     class NoDataset(Exception):

@@ -482,7 +482,9 @@ def options_table() -> str:
                 text += " (" + ", ".join(notes) + ")"
             out.append(f"| {flag} | {kind} | `{_default_text(o)}` | {text} |")
         out.append("")
-    out.append(f"**Accepted and ignored** (one start-up log line lists those given): every other flag of "
+    out.append(f"**Accepted and ignored** (one start-up log line lists those given; another those whose note "
+               f"names a metric they add, `--enable-auto-tool-choice`, `--tool-call-parser` and `--enable-lora`): "
+               f"every other flag of "
                f"`vllm serve` {VLLM_FLAGS_RELEASE}, with vLLM's arity (a switch's `--no-` form and, for "
                f"`--enable-x` / `--disable-x`, its opposite; several values where vLLM takes a list; `choices` "
                f"checked as vLLM checks them), then flags of older releases that {VLLM_FLAGS_RELEASE} removed. "

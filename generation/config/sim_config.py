@@ -549,8 +549,15 @@ def _endpoint_port(endpoint: str) -> int | None:
 
 def ignored_flags(config: SimConfig) -> list[str]:
     """The vLLM flags given on the command line or in YAML that this simulator ignores, in the
-    order given (``--dtype``, ``-tp`` ...), for the one start-up log line."""
+    order given (``--dtype``, ``-tp`` ...), for the start-up log (:data:`METRICS_ONLY_FLAGS` apart)."""
     return [f"--{n}" for n in getattr(config, "ignored_flags", [])]
+
+
+# Accepted vLLM flags that add a /metrics family (the flags table notes each; --tool-call-parser
+# also makes a derender ask for its parse_context): logged apart from the ignored ones, whose
+# line said "no meaning", so a pasted `--tool-call-parser hermes` read as a parser turned off
+METRICS_ONLY_FLAGS = {"enable-auto-tool-choice": "vllm:tool_call_parser_invocations",
+                      "tool-call-parser": "vllm:tool_call_parser_invocations", "enable-lora": "vllm:lora_requests_info"}
 
 
 # vLLM's flags that take effect only with --latency-calculator step (the engine model)

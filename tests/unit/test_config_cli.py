@@ -4,6 +4,7 @@ through the app: tests/app/test_admin_config.py.
 """
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -106,6 +107,30 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
         "--time-to-first-token", "--inter-token-latency"]
     assert "pipeline-parallel-size" in IGNORED_FLAGS and "tensor-parallel-size" not in IGNORED_FLAGS
 
+
+
+def test_start_up_log_does_not_call_flags_with_metrics_meaningless(caplog):
+    # `vllm serve Qwen/Qwen3-8B --reasoning-parser qwen3 --enable-auto-tool-choice --tool-call-parser
+    # hermes` pasted: the log said the two parser flags had "no meaning in the simulator", yet they add
+    # vllm:tool_call_parser_invocations (and --enable-lora vllm:lora_requests_info), as the flags table says
+    c = cfg("Qwen/Qwen3-8B", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser",
+            "hermes", "--dtype", "auto", "--enable-lora", "--gpu-memory-utilization", "0.9")
+    from app import log_flag_notes
+    with caplog.at_level(logging.INFO, logger="vllm_sim"):
+        log_flag_notes(c)
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignored vLLM flags (no meaning in the simulator): --dtype",
+        "vLLM flags taken for their metrics (tool calls and LoRA adapters are served with or without them): "
+        "--enable-auto-tool-choice (vllm:tool_call_parser_invocations) "
+        "--tool-call-parser (vllm:tool_call_parser_invocations) --enable-lora (vllm:lora_requests_info)",
+        "vLLM flags without effect unless --latency-calculator step: --gpu-memory-utilization"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="vllm_sim"):      # only those: no "ignored" line
+        log_flag_notes(cfg("m", "--tool-call-parser", "hermes"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "vLLM flags taken for their metrics (tool calls and LoRA adapters are served with or without them): "
+        "--tool-call-parser (vllm:tool_call_parser_invocations)"]
+    assert ignored_flags(c) == ["--enable-auto-tool-choice", "--tool-call-parser", "--dtype", "--enable-lora"]
 
 def test_lora_modules_name_equals_path_and_json_forms():
     c = cfg("--lora-modules", "sql=/adapters/sql", '{"name": "chat", "path": "/a/chat", "base_model_name": "m"}',
