@@ -29,7 +29,11 @@ NO_PROMPTS = "You must pass at least one prompt"     # vLLM 0.34 renderers/base.
 def vocab_size(sim) -> int:
     """The bound of ``stop_token_ids`` and ``logit_bias`` ids: the model's vocabulary size from
     its ``config.json`` when it was read (vLLM's ``model_config.get_vocab_size()``), else the
-    tokenizer's (the simulated tokenizer's ids are 32-bit)."""
+    tokenizer's.  The simulated tokenizer's ids are 32-bit hashes, past any model's vocabulary:
+    with it the bound stays its own, else ``HF_HUB_OFFLINE=1 python app.py Qwen/Qwen3-8B`` (the
+    shipped config's 151,936) refused as out-of-vocab the ids its answers carry (``token_ids``)."""
+    if getattr(sim.tokenizer, "name", None) == "simulated":
+        return sim.tokenizer.vocab_size
     return getattr(sim.config, "model_vocab_size", None) or sim.tokenizer.vocab_size
 
 

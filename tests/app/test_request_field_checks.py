@@ -353,6 +353,26 @@ def test_token_id_bounds_follow_the_models_vocab_size(hf_api):
         hf_api.sim.config.model_vocab_size = None
 
 
+
+def test_the_simulated_tokenizers_own_ids_are_in_vocabulary_with_a_models_config(api):
+    """``HF_HUB_OFFLINE=1 python app.py Qwen/Qwen3-8B`` reads the shipped config (vocab_size
+    151,936) but tokenizes with the simulated tokenizer, whose ids are 32-bit hashes: an id from an
+    answer's ``token_ids`` sent back as ``stop_token_ids`` or a ``logit_bias`` key was a 400
+    ``out-of-vocab token ids. Vocabulary size: 151936``; the bound is the tokenizer's own."""
+    api.sim.config.model_vocab_size = 151936
+    try:
+        body = {"messages": MSG, "max_tokens": 12, "ignore_eos": True, "seed": 3, "return_token_ids": True}
+        ids = ok(api, CHAT, body)["choices"][0]["token_ids"]
+        stop = next(i for i in ids[4:] if i >= 151936)
+        choice = ok(api, CHAT, {**body, "stop_token_ids": [stop]})["choices"][0]
+        assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", stop)
+        assert choice["token_ids"] == ids[:ids.index(stop) + 1]
+        assert ok(api, CHAT, {**body, "logit_bias": {str(stop): 5}})["choices"]
+        e = err(api, CHAT, {**body, "stop_token_ids": [VOCAB]})
+        assert e["message"].endswith(f"Vocabulary size: {VOCAB} (parameter=stop_token_ids, value=[{VOCAB}])")
+    finally:
+        api.sim.config.model_vocab_size = None
+
 # ---- a body that is JSON but not an object (vLLM's test_non_object_body_validation) ------------
 @pytest.mark.parametrize("raw,shown", [(b"[]", "<list of 0 items>"), (b'["not", "an", "object"]', "<list of 3 items>"),
                                        (b"42", "42"), (b"null", "None"), (b'"hello"', "hello"), (b"true", "True")])
