@@ -66,6 +66,7 @@ from __future__ import annotations
 import logging
 from time import monotonic
 
+import gevent
 import orjson
 from flask import Blueprint, Response, current_app, request
 
@@ -79,6 +80,7 @@ from .health import query_mode
 log = logging.getLogger("vllm_sim")
 
 FT_INSTRUCTIONS = ("retry", "scale_down")
+WAIT_POLL = 0.005              # seconds between looks at the requests running (a ``wait`` pause)
 
 
 # ---- requests in flight ----------------------------------------------------------------------------
@@ -90,6 +92,33 @@ def _in_flight(sim) -> list:
     if engine is not None:
         return [r.seq for r in engine.in_flight() if r.seq is not None]
     return [*sim.running_seqs, *sim.waiting]
+
+
+def _running(sim) -> bool:
+    """Whether a request is scheduled (running): what a ``wait`` pause drains.  vLLM's PAUSED_NEW
+    counts the running requests only (``Scheduler.get_num_unfinished_requests``): the ones still
+    queued stay queued, for after the resume."""
+    engine = sim.engine
+    if engine is not None:
+        return bool(engine.scheduler.running)
+    return bool(sim.running_seqs)
+
+
+def pause_scheduler(sim, mode: str, reject_new: bool) -> None:
+    """vLLM 0.34's ``EngineCoreProc.pause_scheduler`` as ``/pause`` (``pause_generation``:
+    ``reject_new``) and ``/sleep`` (not: new requests are queued) use it: the scheduler's pause
+    state is set (:meth:`~generation.engine.engine_state.EngineState.pause_scheduler`), then
+    ``abort`` aborts every request in flight (their answers end as :func:`_abort`'s), ``wait``
+    returns once the running ones have finished, ``keep`` at once.  Clearing caches is the
+    caller's, after this returns (vLLM's ``_finish_pause``)."""
+    sim.pause_scheduler(mode)
+    if reject_new and mode != "keep":
+        sim.reject_new_requests = True               # PAUSED_NEW plus refusal: a 503 per new request
+    if mode == "abort":
+        _abort(sim, _in_flight(sim))
+    elif mode == "wait":
+        while _running(sim):
+            gevent.sleep(WAIT_POLL)
 
 
 def _abort(sim, seqs) -> int:

@@ -99,10 +99,10 @@ def query_mode(default: str) -> str:
     return mode
 
 
-def _sleep_args() -> tuple[int, bool]:
+def _sleep_args() -> tuple[int, str, bool]:
     """``level`` (0-2), ``mode`` (abort / wait / keep) and ``reset_connector`` of ``/sleep``, checked
     as vLLM's query parameters (``serve/dev/sleep/api_router.py``: ``level: Annotated[int,
-    Query(ge=0, le=2)]``); returns ``(level, reset_connector)``."""
+    Query(ge=0, le=2)]``); returns ``(level, mode, reset_connector)``."""
     raw = request.args.get("level", "1")
     level = _query("level", read_int, 1)
     if level < 0:
@@ -111,15 +111,16 @@ def _sleep_args() -> tuple[int, bool]:
     if level > 2:
         raise pydantic_error("level", raw, ("less_than_equal", "Input should be less than or equal to 2", {"le": 2}),
                              where="query")
-    query_mode("abort")
-    return level, query_bool("reset_connector", True)
+    mode = query_mode("abort")
+    return level, mode, query_bool("reset_connector", True)
 
 
 def resume_scheduler(sim) -> None:
     """vLLM's ``resume_scheduler`` (``/resume``, a ``/wake_up`` that woke everything): the
-    scheduler is no longer paused (:mod:`blueprints.rl`'s ``/pause``) and new requests are served
-    again, unless a process checkpoint still holds them off."""
-    sim.scheduler_paused = False
+    scheduler is no longer paused (:mod:`blueprints.rl`'s ``/pause``, ``/sleep``), the requests
+    queued meanwhile are scheduled, and new requests are served again, unless a process
+    checkpoint still holds them off."""
+    sim.unpause_scheduler()
     cp = current_app.extensions.get("checkpoint")
     if cp is None or cp.state == "running":
         sim.reject_new_requests = False
@@ -139,21 +140,31 @@ def _checkpoint_running() -> None:
 @bp.post("/sleep")
 def sleep():
     """vLLM's ``/sleep?level=0|1|2&mode=abort|wait|keep&reset_connector=true`` (with
-    ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``): level 0 pauses scheduling only
-    (the KV cache is kept), 1 and 2 put weights and KV cache to sleep (the simulated KV cache is
-    emptied; ``reset_connector`` has no connector to reset).  Answers ``{"status": "sleeping",
-    "level": L}``; without the flags a no-op 200 with no body."""
+    ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``), as vLLM 0.34's ``EngineCore.sleep``:
+    the scheduler is paused first (``pause_scheduler(mode)``: ``abort``, the default, aborts the
+    requests in flight, their answers ending as ``/abort_requests``' do; ``wait`` answers once
+    the running ones have finished; ``keep`` leaves them, frozen in step mode).  New requests
+    are not refused (a sleep leaves ``reject_new_requests`` as it was): they wait in the queue
+    until a ``/wake_up`` that wakes everything (or ``/resume``).  Level 0 is that pause only;
+    1 and 2 also empty the prefix cache (``AllBlocksCleared``) and put the weights and KV cache
+    to sleep (``reset_connector`` has no connector to reset).  ``vllm:engine_sleep_state``
+    records ``(1, level)``.  Answers ``{"status": "sleeping", "level": L}``; without the flags a
+    no-op 200 with no body."""
     sim = simulator()
     if not _effective(sim):
         return Response(b"", 200)
-    level, _reset_connector = _sleep_args()
+    level, mode, _reset_connector = _sleep_args()
+    from .engine_ops import pause_scheduler          # (engine_ops imports this module)
     with _operation(sim, "sleep"):
         _checkpoint_running()
-        sim.sleep_level = level
-        sim.sleeping = True
-        sim.scheduler_paused = True        # vLLM's EngineCore.sleep pauses the scheduler first
-        if level >= 1 and sim.kv_cache is not None:
-            sim.kv_cache.sleep()
+        pause_scheduler(sim, mode, reject_new=False)
+        if level >= 1:
+            if "weights" not in sim.sleeping_tags:  # Executor.sleep: "already sleeping" does nothing
+                sim.sleeping_tags = set(sim.sleeping_tags) | set(sim.SLEEP_TAGS)
+                sim.sleep_level = level
+            if sim.kv_cache is not None:
+                sim.kv_cache.sleep()
+        sim.recorded_sleep = (1, level)             # AsyncLLM.sleep: record_sleep_state(1, level)
     return json_response({"status": "sleeping", "level": level})
 
 
@@ -179,19 +190,22 @@ def release_kv_cache_memory():
         return Response(b"", 200)
     query_bool("reset_connector", True)
     with _operation(sim, "release_kv_cache_memory"):
-        sim.sleep_level = 0
         sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
         if sim.kv_cache is not None:
             sim.kv_cache.sleep()
+        sim.recorded_sleep = (1, 0)
     return json_response({"status": "kv_cache_released"})
 
 
 @bp.post("/wake_up")
 def wake_up():
-    """vLLM's ``/wake_up[?tags=weights&tags=kv_cache]``: wakes the tags given (all without
-    any); ``is_sleeping`` stays true until both are awake (RL frameworks wake the weights
-    first, then the KV cache).  A tag that is not asleep wakes nothing, as vLLM's executor.
-    Answers ``{"status": "awake" | "sleeping", "tags": [...] | null}``."""
+    """vLLM's ``/wake_up[?tags=weights&tags=kv_cache&tags=scheduling]``: wakes the tags given
+    (all without any; ``scheduling`` is no executor tag: vLLM's ``EngineCore.wake_up`` drops it);
+    a tag that is not asleep wakes nothing, as vLLM's executor.  Once nothing sleeps (after a
+    level-0 sleep at once) the scheduler resumes: the requests queued while asleep run, and
+    ``vllm:engine_sleep_state`` records awake; until then ``is_sleeping`` stays true (RL
+    frameworks wake the weights first, then the KV cache).  Answers ``{"status": "awake" |
+    "sleeping", "tags": [...] | null}``."""
     sim = simulator()
     tags = request.args.getlist("tags")
     with _operation(sim, "wake") if _effective(sim) else nullcontext():
@@ -199,14 +213,19 @@ def wake_up():
             sim.kv_cache.wake()
     if not _effective(sim):
         return Response(b"", 200)
-    if not sim.sleeping:             # vLLM's EngineCore.wake_up: fully awake resumes scheduling
+    fully_awake = not sim.sleeping
+    if fully_awake:                  # vLLM's EngineCore.wake_up: fully awake resumes scheduling
         resume_scheduler(sim)
-    return json_response({"status": "sleeping" if sim.sleeping else "awake", "tags": tags or None})
+        sim.recorded_sleep = (0, 0)  # AsyncLLM.wake_up: record_sleep_state(0, 0)
+    return json_response({"status": "awake" if fully_awake else "sleeping", "tags": tags or None})
 
 
 @bp.get("/is_sleeping")
 def is_sleeping():
-    """vLLM 0.34's ``EngineCore.is_sleeping``: asleep at any level, or the scheduler paused
-    (dev mode's ``/pause``, :mod:`blueprints.rl`)."""
+    """vLLM 0.34's ``EngineCore.is_sleeping``: the scheduler paused (``/pause``, ``/sleep`` at
+    any level, a checkpoint prepare) or the executor asleep (``/sleep`` level 1-2,
+    ``/release_kv_cache_memory``, until woken)."""
     sim = simulator()
-    return json_response({"is_sleeping": sim.sleeping or sim.scheduler_paused})
+    cp = current_app.extensions.get("checkpoint")
+    checkpoint_paused = cp is not None and cp.state in ("preparing", "prepared")
+    return json_response({"is_sleeping": sim.sleeping or sim.scheduler_paused or checkpoint_paused})

@@ -36,18 +36,16 @@ from __future__ import annotations
 
 import logging
 
-import gevent
 from flask import Blueprint, current_app, request
 
 from generation.errors import APIError
 
 from .common import json_response, simulator
 from .vllm_bodies import starlette_json
-from .engine_ops import _abort, _in_flight
+from .engine_ops import _abort, _in_flight, pause_scheduler
 from .health import query_bool, query_mode, resume_scheduler
 
 log = logging.getLogger("vllm_sim")
-WAIT_POLL = 0.005              # seconds between looks at the requests in flight (``mode=wait``)
 
 
 def _checkpoint_state() -> str:
@@ -65,16 +63,9 @@ def pause():
     mode = query_mode("abort")
     clear_cache = query_bool("clear_cache", True)
     sim = simulator()
-    sim.scheduler_paused = True
-    if mode != "keep":
-        sim.reject_new_requests = True              # vLLM's PAUSED_NEW: adds are refused (503)
-        if mode == "abort":
-            _abort(sim, _in_flight(sim))
-        else:
-            while _in_flight(sim):                  # wait: answered once they have finished
-                gevent.sleep(WAIT_POLL)
-        if clear_cache and sim.kv_cache is not None:
-            sim.kv_cache.reset_prefix_cache(False)
+    pause_scheduler(sim, mode, reject_new=True)      # vLLM's pause_generation
+    if mode != "keep" and clear_cache and sim.kv_cache is not None:
+        sim.kv_cache.reset_prefix_cache(False)
     return json_response({"status": "paused"})
 
 
@@ -86,8 +77,6 @@ def resume_route():
         return json_response({"error": "Failed to resume generation: Call to resume_scheduler method failed: "
                                        f"Cannot resume scheduling while the checkpoint state is {state}"}, 500)
     resume_scheduler(sim)
-    if sim.sleep_level == 0 and sim.sleeping_tags == set(sim.SLEEP_TAGS):
-        sim.sleeping = False               # a level-0 sleep is a scheduler pause only: resumed, awake
     return json_response({"status": "resumed"})
 
 

@@ -3,6 +3,8 @@
 ``/wake_up``) and whether it refuses new requests (``/checkpoint/prepare``)."""
 from __future__ import annotations
 
+UNPAUSED, PAUSED_NEW, PAUSED_ALL = "unpaused", "paused_new", "paused_all"
+
 
 class EngineState:
     """``sleeping_tags`` (a set, set per instance by the Simulator: asleep while not empty),
@@ -11,9 +13,42 @@ class EngineState:
     ``abort``, cleared by the restore; ``Simulator.admit`` then raises EnginePaused)."""
     sleep_level = 1
     reject_new_requests = False
-    scheduler_paused = False        # dev mode's POST /pause until /resume (blueprints.rl)
+    # vLLM 0.34's scheduler PauseState (``v1/core/sched/interface.py``), set by ``/pause`` and
+    # ``/sleep`` (``EngineCore.pause_scheduler``) until ``/resume`` or a full ``/wake_up``:
+    # ``paused_new`` (modes abort / wait) queues new requests while those in flight run on,
+    # ``paused_all`` (keep) also freezes those in flight (step mode: no step is planned).
+    pause_state = UNPAUSED
+    # the last ``record_sleep_state(sleep, level)`` (vLLM's AsyncLLM.sleep / wake_up /
+    # release_kv_cache_memory), read by the ``vllm:engine_sleep_state`` gauge
+    recorded_sleep = (0, 0)
 
     SLEEP_TAGS = ("weights", "kv_cache")
+
+    @property
+    def scheduler_paused(self) -> bool:
+        """vLLM's ``is_scheduler_paused`` (the checkpoint's pause aside: blueprints.rl.paused)."""
+        return self.pause_state != UNPAUSED
+
+    def pause_scheduler(self, mode: str) -> None:
+        """vLLM's ``EngineCore.pause_scheduler`` state change: ``keep`` is PAUSED_ALL, ``abort``
+        and ``wait`` PAUSED_NEW.  New requests then wait in the queue (the step engine's, or the
+        simulator's) until :meth:`unpause_scheduler`; aborting or draining those in flight is
+        the caller's (blueprints.rl.pause_scheduler)."""
+        self.pause_state = PAUSED_ALL if mode == "keep" else PAUSED_NEW
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.set_pause_state(self.pause_state)
+
+    def unpause_scheduler(self) -> None:
+        """vLLM's ``set_pause_state(UNPAUSED)``: the requests queued while paused are scheduled."""
+        if self.pause_state == UNPAUSED:
+            return
+        self.pause_state = UNPAUSED
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.set_pause_state(UNPAUSED)
+        else:
+            self._schedule()
 
     @property
     def sleeping(self) -> bool:
@@ -26,7 +61,13 @@ class EngineState:
 
     def wake_up(self, tags) -> bool:
         """vLLM's ``Executor.wake_up``: wake ``tags`` (all when empty); a tag that is not asleep
-        wakes nothing (vLLM logs a warning).  Returns whether the KV cache was woken."""
+        wakes nothing (vLLM logs a warning).  Returns whether the KV cache was woken.  The tag
+        ``scheduling`` is no executor tag: ``EngineCore.wake_up`` drops it, and wakes nothing
+        when it was the only one (the scheduler alone resumes, if nothing else sleeps)."""
+        if tags:
+            tags = [t for t in tags if t != "scheduling"]
+            if not tags:
+                return False
         asleep = self.sleeping_tags
         if not asleep:
             return False

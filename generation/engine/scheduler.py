@@ -249,6 +249,10 @@ class Scheduler:
         """``vllm:kv_cache_usage_perc``: blocks held by requests over the cache (0..1)."""
         return self.pool.usage()
 
+    # vLLM's PauseState (EngineState.pause_scheduler): "paused_new" admits no waiting request
+    # (preempted ones included: they hold no blocks here), "paused_all" is the engine's (no step)
+    pause_state = "unpaused"
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
@@ -451,6 +455,8 @@ class Scheduler:
         return tokens, decodes, context
 
     def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
+        if self.pause_state != "unpaused":
+            return
         waiting = self.waiting
         running = self.running
         bs = self.block_size

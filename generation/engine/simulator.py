@@ -145,7 +145,8 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                     self.kv_cache.start(seq)
                     self.kv_cache.finish(seq)
                 continue
-            if self.running < cfg.max_num_seqs and not self.waiting and self.loras.can_run(seq.lora):
+            if (self.running < cfg.max_num_seqs and not self.waiting and not self.scheduler_paused
+                    and self.loras.can_run(seq.lora)):
                 self._start(seq, now)
             elif len(self.waiting) < cfg.max_waiting_queue_length:
                 seq.state = SeqState.WAITING
@@ -192,6 +193,8 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
     def _schedule(self) -> None:
         cfg = self.config
         waiting = self.waiting
+        if self.scheduler_paused:                # /pause, /sleep: queued until resumed (vLLM's PauseState)
+            return
         while waiting and self.running < cfg.max_num_seqs:
             pick = None
             for s in waiting:                        # pass 1: base model or loaded LoRA

@@ -127,6 +127,15 @@ class StepEngine:
         self._hub = None
 
     # ---- requests ----------------------------------------------------------------------
+    def set_pause_state(self, state: str) -> None:
+        """vLLM's ``Scheduler.set_pause_state`` (``/pause``, ``/sleep``; see
+        :class:`~generation.engine.engine_state.EngineState`): ``paused_new`` admits no waiting
+        request, ``paused_all`` plans no step (the running requests are frozen after the step in
+        progress); ``unpaused`` steps again, the requests queued meanwhile included."""
+        self.scheduler.pause_state = state
+        if state == "unpaused":
+            self.kick()
+
     def waiting_count(self) -> int:
         """Requests waiting: in the queue, or still in their frontend delay."""
         return len(self.scheduler.waiting) + self.pending
@@ -261,7 +270,7 @@ class StepEngine:
         sched = self.scheduler
         if self.staged and not sched.has_work():     # an idle engine plans for them at once
             self._unstage()
-        if not sched.has_work():
+        if not sched.has_work() or sched.pause_state == "paused_all":   # keep: frozen until resumed
             self._idle()
             return
         plan = sched.schedule(start)
@@ -271,6 +280,9 @@ class StepEngine:
                 plan = sched.schedule(start)
         if not plan.scheduled:
             self.plan = None
+            if sched.pause_state != "unpaused":      # only queued requests: they wait for the resume
+                self._idle()
+                return
             wake = min((r.kv_ready_at for r in sched.waiting if r.kv_ready_at > start), default=0.0)
             if wake:                     # only KV transfers in flight: wait for the first
                 self._arm(wake, self._transfer_done)

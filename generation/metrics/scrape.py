@@ -103,8 +103,10 @@ class ScrapeCollectors:
         yield from self._collect_sleep_and_lora(self.sim, lbl)
 
     def _collect_sleep_and_lora(self, sim, lbl):
-        sleeping = bool(sim and sim.sleeping)
-        level = getattr(sim, "sleep_level", 1) if sleeping else 0
+        # vLLM 0.34 sets this gauge only in record_sleep_state (AsyncLLM.sleep, wake_up when fully
+        # awake, release_kv_cache_memory): a /resume or a checkpoint leaves it as it was
+        sleep, level = getattr(sim, "recorded_sleep", (0, 0)) if sim is not None else (0, 0)
+        sleeping = sleep == 1
         fam = GaugeMetricFamily(
             "vllm:engine_sleep_state",
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "

@@ -70,11 +70,16 @@ def test_pause_refuses_new_requests_until_resume(app_client):
     assert (r.status_code, r.json()) == (200, {"status": "resumed"})
     assert c.get("/is_paused").json() == {"is_paused": False}
     assert complete(c).status_code == 200
-    # keep: paused, new requests accepted
+    # keep: paused, new requests accepted and queued (vLLM's PAUSED_ALL) until /resume; the
+    # simulator had served them while paused
     assert c.post("/pause", params={"mode": "keep"}).json() == {"status": "paused"}
     assert c.get("/is_paused").json() == {"is_paused": True}
-    assert complete(c).status_code == 200
+    job = gevent.spawn(complete, c, ignore_eos=True)
+    gevent.sleep(0.2)
+    assert not job.ready() and c.sim.waiting and c.sim.running == 0
     c.post("/resume")
+    job.join(5)
+    assert job.value.status_code == 200 and job.value.json()["usage"]["completion_tokens"] == 2
     # wait with nothing in flight answers at once
     assert c.post("/pause", params={"mode": "wait", "clear_cache": "false"}).json() == {"status": "paused"}
     c.post("/resume")

@@ -297,7 +297,7 @@ def test_state_is_read_at_scrape_time(app_client):
     sim.running = 3
     sim.loras.acquire("a")
     sim.waiting.extend([SimpleNamespace(lora="b"), SimpleNamespace(lora=None)])
-    sim.sleeping = True
+    sim.recorded_sleep = (1, 1)        # what /sleep?level=1 records (vLLM's record_sleep_state)
     try:
         fams = families(c)
         assert sample(fams, "vllm:num_requests_running") == 3
@@ -315,7 +315,7 @@ def test_state_is_read_at_scrape_time(app_client):
         sim.running = 0
         sim.loras.release("a")
         sim.waiting.clear()
-        sim.sleeping = False
+        sim.recorded_sleep = (0, 0)
 
 
 def test_lora_info_keeps_few_series_whatever_the_history(app_client):
