@@ -4,11 +4,13 @@ RL trainers drive a rollout server between weight updates:
 
 * ``POST /pause?mode=abort|wait|keep&clear_cache=true``: pauses the scheduler.  ``abort``
   (default) aborts the requests in flight (their answers finish with ``finish_reason``
-  ``abort``, as :mod:`blueprints.engine_ops` aborts them), ``wait`` answers once they have
-  finished, ``keep`` leaves them (vLLM freezes them until ``/resume``; the simulator serves
-  them on).  From ``abort`` or ``wait`` until ``/resume`` a new generation request is refused
-  as vLLM's paused engine refuses it (503 ``ServiceUnavailableError``, ``Generation is paused.
-  Please retry after it resumes.``); ``keep`` accepts them.  ``clear_cache`` (not with
+  ``abort``, as :mod:`blueprints.engine_ops` aborts them), ``wait`` answers once the running ones
+  have finished, ``keep`` leaves them (vLLM freezes them until ``/resume``: so does step mode;
+  the default latency model serves them on).  From ``abort`` or ``wait`` until ``/resume`` a
+  new generation request is refused as vLLM's paused engine refuses it (503
+  ``ServiceUnavailableError``, ``Generation is paused. Please retry after it resumes.``);
+  ``keep`` accepts them and queues them until ``/resume`` (PAUSED_ALL).  ``/sleep`` pauses
+  through the same :func:`blueprints.engine_ops.pause_scheduler`, without the refusal.  ``clear_cache`` (not with
   ``keep``) empties the prefix cache once drained.  Answers ``{"status": "paused"}``; a
   ``mode`` other than the three is FastAPI's 400 on ``query.mode``.
 * ``POST /resume``: ``{"status": "resumed"}``; while a process checkpoint is prepared (or
