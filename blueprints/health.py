@@ -130,11 +130,18 @@ def _effective(sim) -> bool:
     return sim.config.enable_sleep_mode and sim.config.vllm_dev_mode
 
 
+def _engine_refuses(method: str, why: str) -> APIError:
+    """A RuntimeError of vLLM's engine core in a utility call (``sleep``, ``wake_up``,
+    ``release_kv_cache_memory``): the client raises ``Exception("Call to <method> method failed:
+    <error>")``, which vLLM's catch-all handler answers as a 500."""
+    return APIError(f"Call to {method} method failed: {why}", 500)
+
+
 def _checkpoint_running() -> None:
-    """vLLM refuses to sleep while a process checkpoint is prepared (a 500, RuntimeError)."""
+    """vLLM refuses to sleep while a process checkpoint is prepared (``EngineCore.sleep``)."""
     cp = current_app.extensions.get("checkpoint")
     if cp is not None and cp.state != "running":
-        raise APIError(f"Cannot sleep while the checkpoint state is {cp.state}", 500)
+        raise _engine_refuses("sleep", f"Cannot sleep while the checkpoint state is {cp.state}")
 
 
 @bp.post("/sleep")
@@ -184,12 +191,22 @@ def release_kv_cache_memory():
     """vLLM's ``/release_kv_cache_memory?reset_connector=true`` (same conditions as ``/sleep``):
     the KV cache alone is discarded (emptied; tag ``kv_cache`` asleep, so ``is_sleeping`` is
     true until ``/wake_up``); the weights stay.  Answers ``{"status": "kv_cache_released"}``.
-    vLLM first needs a completed pause; the simulator has nothing to drain."""
+    As vLLM 0.34's ``EngineCore.release_kv_cache_memory``, it needs a completed pause (``/pause``
+    or ``/sleep?level=0``, nothing running or queued) and nothing asleep, else a 500."""
     sim = simulator()
     if not _effective(sim):
         return Response(b"", 200)
     query_bool("reset_connector", True)
     with _operation(sim, "release_kv_cache_memory"):
+        from .engine_ops import _running                 # (engine_ops imports this module)
+        engine = sim.engine
+        queued = engine.scheduler.waiting if engine is not None else sim.waiting
+        if not sim.scheduler_paused or _running(sim) or queued:
+            raise _engine_refuses("release_kv_cache_memory",
+                                  "release_kv_cache_memory() requires a completed pause first")
+        if sim.sleeping:
+            raise _engine_refuses("release_kv_cache_memory",
+                                  "release_kv_cache_memory() requires all executor memory to be resident")
         sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
         if sim.kv_cache is not None:
             sim.kv_cache.sleep()
@@ -209,6 +226,9 @@ def wake_up():
     sim = simulator()
     tags = request.args.getlist("tags")
     with _operation(sim, "wake") if _effective(sim) else nullcontext():
+        cp = current_app.extensions.get("checkpoint")
+        if _effective(sim) and cp is not None and cp.state not in ("running", "restoring"):
+            raise _engine_refuses("wake_up", f"Cannot wake up while the checkpoint state is {cp.state}")
         if sim.wake_up(tags) and sim.kv_cache is not None:
             sim.kv_cache.wake()
     if not _effective(sim):

@@ -59,10 +59,25 @@ def test_release_kv_cache_memory_empties_the_cache_until_woken(app_client):
     c = app_client(*KV, "--enable-sleep-mode", env=KV_ENV)
     complete(c)
     assert complete(c).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}
+    # vLLM 0.34's EngineCore.release_kv_cache_memory needs a completed pause (this test had
+    # released without one): a RuntimeError in the utility call, vLLM's catch-all 500
+    r = c.post("/release_kv_cache_memory")
+    assert (r.status_code, r.json()) == (500, {"error": {
+        "message": "Call to release_kv_cache_memory method failed: release_kv_cache_memory() requires a completed "
+                   "pause first", "type": "InternalServerError", "param": None, "code": 500}})
+    assert c.post("/pause", params={"mode": "wait", "clear_cache": "false"}).json() == {"status": "paused"}
     r = c.post("/release_kv_cache_memory", params={"reset_connector": "true"})
     assert (r.status_code, r.json()) == (200, {"status": "kv_cache_released"})
     assert c.get("/is_sleeping").json() == {"is_sleeping": True}
+    m = scrape(c)
+    assert [metric(m, "vllm:engine_sleep_state", sleep_state=s) for s in ("awake", "weights_offloaded",
+                                                                           "discard_all")] == [0, 0, 0]
+    r = c.post("/release_kv_cache_memory")               # the KV cache already released
+    assert (r.status_code, r.json()["error"]["message"]) == (500, (
+        "Call to release_kv_cache_memory method failed: release_kv_cache_memory() requires all executor memory to "
+        "be resident"))
     assert c.post("/wake_up", params={"tags": "kv_cache"}).json() == {"status": "awake", "tags": ["kv_cache"]}
+    assert c.get("/is_paused").json() == {"is_paused": False}           # fully awake: resumed
     assert complete(c).json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}     # emptied
 
 
@@ -92,7 +107,12 @@ def test_checkpoint_cycle(app_client):
     assert c.post("/checkpoint/prepare").json() == {"state": "prepared"}  # repeating is a no-op
     assert (c.get("/checkpoint/status").status_code, c.get("/is_sleeping").json()) == (200, {"is_sleeping": True})
     r = c.post("/sleep")
-    assert (r.status_code, r.json()["error"]["message"]) == (500, "Cannot sleep while the checkpoint state is prepared")
+    assert (r.status_code, r.json()["error"]["message"]) == (500, "Call to sleep method failed: Cannot sleep while the checkpoint state is prepared")
+    r = c.post("/wake_up")                                  # EngineCore.wake_up: not before the restore
+    assert (r.status_code, r.json()) == (500, {"error": {
+        "message": "Call to wake_up method failed: Cannot wake up while the checkpoint state is prepared",
+        "type": "InternalServerError", "param": None, "code": 500}})
+    assert c.get("/is_sleeping").json() == {"is_sleeping": True}
     r = c.post("/checkpoint/restore")
     assert (r.status_code, r.json()) == (200, {"state": "running"})
     assert c.get("/is_sleeping").json() == {"is_sleeping": False}

@@ -320,13 +320,14 @@ def test_sleep_mode_operations_are_timed(app_client):
     assert not any(n.startswith("vllm:sleep_mode") for n in families(c))
     assert c.post("/sleep", params={"level": "1"}).status_code == 200
     assert c.post("/wake_up").status_code == 200
+    assert c.post("/sleep", params={"level": "0"}).status_code == 200      # a release needs a completed pause
     assert c.post("/release_kv_cache_memory").status_code == 200
     assert c.post("/wake_up").status_code == 200
     fams = families(c)
     name = "vllm:sleep_mode_operation_duration_seconds"
     assert (fams[name].type, fams[name].documentation) == ("histogram", "Duration of one sleep-mode operation.")
     assert values(fams, name, name + "_count", "operation") == {
-        ("sleep",): 1, ("wake",): 2, ("release_kv_cache_memory",): 1}
+        ("sleep",): 2, ("wake",): 2, ("release_kv_cache_memory",): 1}
     assert [float(s.labels["le"]) for s in fams[name].samples
             if s.name == name + "_bucket" and s.labels["operation"] == "sleep"] == \
         [0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, float("inf")]
