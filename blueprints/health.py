@@ -16,6 +16,7 @@ from generation.adapters.validation import Mismatch, literal_error, pydantic_err
 from generation.errors import APIError
 
 from .common import json_response, simulator
+from .in_flight import _running, pause_scheduler
 
 bp = Blueprint("health", __name__)
 PAUSE_MODES = ("abort", "wait", "keep")        # vLLM's PauseMode (v1/engine/__init__.py)
@@ -161,14 +162,12 @@ def sleep():
     if not _effective(sim):
         return Response(b"", 200)
     level, mode, _reset_connector = _sleep_args()
-    from .engine_ops import pause_scheduler          # (engine_ops imports this module)
     with _operation(sim, "sleep"):
         _checkpoint_running()
         pause_scheduler(sim, mode, reject_new=False)
         if level >= 1:
             if "weights" not in sim.sleeping_tags:  # Executor.sleep: "already sleeping" does nothing
                 sim.sleeping_tags = set(sim.sleeping_tags) | set(sim.SLEEP_TAGS)
-                sim.sleep_level = level
             if sim.kv_cache is not None:
                 sim.kv_cache.sleep()
         sim.recorded_sleep = (1, level)             # AsyncLLM.sleep: record_sleep_state(1, level)
@@ -198,7 +197,6 @@ def release_kv_cache_memory():
         return Response(b"", 200)
     query_bool("reset_connector", True)
     with _operation(sim, "release_kv_cache_memory"):
-        from .engine_ops import _running                 # (engine_ops imports this module)
         engine = sim.engine
         queued = engine.scheduler.waiting if engine is not None else sim.waiting
         if not sim.scheduler_paused or _running(sim) or queued:

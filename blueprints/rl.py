@@ -44,7 +44,7 @@ from generation.errors import APIError
 
 from .common import json_response, simulator
 from .vllm_bodies import starlette_json
-from .engine_ops import _abort, _in_flight, pause_scheduler
+from .in_flight import _abort, _in_flight, pause_scheduler
 from .health import query_bool, query_mode, resume_scheduler
 
 log = logging.getLogger("vllm_sim")

@@ -1,17 +1,18 @@
 """What vLLM's engine-operation routes change on the engine (:class:`EngineState`, a base of
-:class:`generation.engine.simulator.Simulator`): its sleep tags and level (``/sleep``,
-``/wake_up``) and whether it refuses new requests (``/checkpoint/prepare``)."""
+:class:`generation.engine.simulator.Simulator`): its sleep tags (``/sleep``, ``/wake_up``), its
+scheduler's pause state (``/pause``, ``/sleep``) and whether it refuses new requests
+(``/pause``, ``/checkpoint/prepare``)."""
 from __future__ import annotations
 
 UNPAUSED, PAUSED_NEW, PAUSED_ALL = "unpaused", "paused_new", "paused_all"
 
 
 class EngineState:
-    """``sleeping_tags`` (a set, set per instance by the Simulator: asleep while not empty),
-    ``sleep_level`` (the last ``/sleep`` level) and ``reject_new_requests`` (vLLM's
-    ``EngineCore.reject_new_requests``: set by a checkpoint prepare with mode ``wait`` or
-    ``abort``, cleared by the restore; ``Simulator.admit`` then raises EnginePaused)."""
-    sleep_level = 1
+    """``sleeping_tags`` (a set, set per instance by the Simulator: asleep while not empty; vLLM's
+    executor tags, which a level-0 sleep leaves empty) and ``reject_new_requests`` (vLLM's
+    ``EngineCore.reject_new_requests``: set by ``/pause`` or a checkpoint prepare with mode
+    ``wait`` or ``abort`` until the resume or restore, never by ``/sleep``; ``Simulator.admit``
+    then raises EnginePaused)."""
     reject_new_requests = False
     # vLLM 0.34's scheduler PauseState (``v1/core/sched/interface.py``), set by ``/pause`` and
     # ``/sleep`` (``EngineCore.pause_scheduler``) until ``/resume`` or a full ``/wake_up``:

@@ -250,7 +250,6 @@ class Scheduler:
         return self.pool.usage()
 
     # vLLM's PauseState (EngineState.pause_scheduler): "paused_new" admits no waiting request
-    # (preempted ones included: they hold no blocks here), "paused_all" is the engine's (no step)
     pause_state = "unpaused"
 
     def has_work(self) -> bool:

@@ -322,7 +322,7 @@ def test_an_abort_after_the_last_token_was_made_finds_nothing(app_client, monkey
     sends a stream's last chunk and ends the stream up to FINISH_WITHIN later; an abort in
     between counted the request ``abort`` in the metrics though its client read ``length``.
     Here the abort's clock is moved past the last token of a request still running."""
-    import blueprints.engine_ops as engine_ops
+    import blueprints.in_flight as in_flight          # _abort's module (moved from engine_ops)
     c = app_client(*CLOCK)
     before = {r: metric(scrape(c), "vllm:request_success_total", finished_reason=r) for r in ("abort", "length")}
     job = _start(c, "chat", "made-all", max_tokens=40)
@@ -330,7 +330,7 @@ def test_an_abort_after_the_last_token_was_made_finds_nothing(app_client, monkey
     from time import monotonic
     assert len(seq.ids) == 40 and seq.made_tokens(0.02, monotonic()) < 40
     late = monotonic() + 10
-    monkeypatch.setattr(engine_ops, "monotonic", lambda: late, raising=False)
+    monkeypatch.setattr(in_flight, "monotonic", lambda: late, raising=False)
     _abort_by_id(c, "made-all")
     job.join(5)
     r = job.value
