@@ -68,12 +68,13 @@ import logging
 import orjson
 from flask import Blueprint, Response, current_app, request
 
+from generation.engine.engine_state import PAUSED_ALL
 from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 
 from .common import json_response, loads_body, simulator
 from .vllm_bodies import bare_response, starlette_json
 from .health import query_mode
-from .in_flight import _abort, _in_flight
+from .in_flight import _abort, _in_flight, _running
 
 log = logging.getLogger("vllm_sim")
 
@@ -92,9 +93,10 @@ class Checkpoint:
         self.error: str | None = None
 
     def refresh(self, sim) -> None:
-        """``preparing`` becomes ``prepared`` once nothing is in flight: the KV cache is then
-        released (emptied, tag ``kv_cache`` asleep)."""
-        if self.state == "preparing" and not _in_flight(sim):
+        """``preparing`` becomes ``prepared`` once the pause is complete (vLLM's ``_pause_complete``:
+        nothing running; with ``keep`` at once, the requests frozen): the KV cache is then
+        released (emptied, tag ``kv_cache`` asleep).  Queued requests stay queued."""
+        if self.state == "preparing" and (sim.pause_state == PAUSED_ALL or not _running(sim)):
             sim.sleeping_tags = set(sim.sleeping_tags) | {"kv_cache"}
             if sim.kv_cache is not None:
                 sim.kv_cache.sleep()
@@ -110,7 +112,8 @@ class Checkpoint:
         if sim.sleeping:
             return "Preparing for a checkpoint requires an awake engine"
         self.state = "preparing"
-        sim.reject_new_requests = mode != "keep"     # vLLM's pause_generation: keep queues them
+        sim.pause_scheduler(mode)                    # vLLM's pause_generation: the scheduler pauses,
+        sim.reject_new_requests = mode != "keep"     # and refuses new requests (keep queues them)
         if mode == "abort":
             _abort(sim, _in_flight(sim))
         self.refresh(sim)
@@ -124,7 +127,8 @@ class Checkpoint:
         self.state = "restoring"
         if sim.wake_up(["kv_cache"]) and sim.kv_cache is not None:
             sim.kv_cache.wake()
-        sim.reject_new_requests = False              # vLLM's resume_scheduler
+        sim.unpause_scheduler()                      # vLLM's wake_up, fully awake: resume_scheduler
+        sim.reject_new_requests = False
         self.state = "running"
 
 

@@ -178,12 +178,17 @@ def test_new_requests_are_refused_while_a_checkpoint_prepares_and_until_the_rest
 
 
 def test_keep_mode_accepts_new_requests(app_client):
-    """``mode=keep`` does not set vLLM's ``reject_new_requests``: new requests are accepted
-    (vLLM queues them until the restore; the simulator serves them)."""
+    """``mode=keep`` does not set vLLM's ``reject_new_requests``: new requests are accepted and
+    queued (the paused scheduler, PAUSED_ALL) until the restore resumes it (the simulator had
+    served them while prepared)."""
     c = app_client("--enable-sleep-mode", "--max-num-seqs", "7", env=DEV)       # an app of its own
     assert c.post("/checkpoint/prepare", params={"mode": "keep"}).json() == {"state": "prepared"}
-    assert complete(c).status_code == 200
-    c.post("/checkpoint/restore")
+    job = gevent.spawn(complete, c, ignore_eos=True)
+    gevent.sleep(0.2)
+    assert not job.ready() and len(c.sim.waiting) == 1
+    assert c.post("/checkpoint/restore").json() == {"state": "running"}
+    job.join(5)
+    assert job.value.status_code == 200 and job.value.json()["usage"]["completion_tokens"] == 2
 
 
 def test_checkpoint_prepare_on_startup_refuses_requests_until_the_restore(app_client):
@@ -313,7 +318,9 @@ def test_abort_requests_finds_a_step_request_in_its_frontend_delay(app_client):
 
 
 def test_abort_requests_and_checkpoint_in_step_mode(app_client):
-    """The step engine's requests are found and aborted too, and a prepare waits for them."""
+    """The step engine's requests are found and aborted too.  A ``keep`` prepare freezes them
+    (PAUSED_ALL): vLLM's ``_pause_complete`` then finds no work, so it is prepared at once (the
+    simulator had waited for them, ``preparing``)."""
     c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer", "--enable-sleep-mode", env=DEV)
     job = gevent.spawn(c.post, "/v1/completions", json={"model": "test-model", "prompt": "a b c", "max_tokens": 900,
                                                         "ignore_eos": True},
@@ -321,7 +328,11 @@ def test_abort_requests_and_checkpoint_in_step_mode(app_client):
     deadline = gevent.get_hub().loop.now() + 5
     while not c.sim.engine.scheduler.running and gevent.get_hub().loop.now() < deadline:
         gevent.sleep(0.01)
-    assert c.post("/checkpoint/prepare", params={"mode": "keep"}).json() == {"state": "preparing"}
+    assert c.post("/checkpoint/prepare", params={"mode": "keep"}).json() == {"state": "prepared"}
+    gevent.sleep(0.05)                                          # the step in progress ends
+    made = c.sim.engine.scheduler.running[0].num_output
+    gevent.sleep(0.2)
+    assert c.sim.engine.scheduler.running[0].num_output == made and not job.ready()     # frozen
     assert c.post("/inference/v1/abort_requests", json={"request_ids": "step-1"}).status_code == 200
     job.join(5)
     assert job.value.status_code == 200 and job.value.json()["choices"][0]["finish_reason"] == "abort"
