@@ -1,0 +1,73 @@
+"""A real server's streams across a dev-mode ``/sleep`` (vLLM 0.34's ``EngineCore.sleep`` pauses
+the scheduler first): the hub emits them (server/sse_emitter.py), so what reaches the socket is
+checked here.  ``mode=keep`` freezes a step-mode stream until ``/wake_up``, ``abort`` (default)
+ends it with vLLM's abort chunk, and a request sent while asleep is answered after the wake-up."""
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from support import sse_events
+
+DEV = {"VLLM_SERVER_DEV_MODE": "1"}
+BODY = {"model": "test-model", "prompt": "hi", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+
+
+class Reader(threading.Thread):
+    """A stream read as it comes: ``lines`` grows with every ``data:`` line."""
+
+    def __init__(self, base: str, body: dict):
+        super().__init__(daemon=True)
+        self.base, self.body, self.lines = base, body, []
+
+    def run(self):
+        with httpx.stream("POST", self.base + "/v1/completions", json=self.body, timeout=30) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    self.lines.append(line)
+
+
+def wait_for(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def step_server(sim_server):
+    return sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--max-model-len", "8192",
+                      "--enable-sleep-mode", env=DEV)
+
+
+def test_keep_freezes_a_stream_and_abort_ends_it(step_server):
+    base = step_server
+    reader = Reader(base, BODY)
+    reader.start()
+    wait_for(lambda: len(reader.lines) >= 20)
+    r = httpx.post(base + "/sleep", params={"mode": "keep", "level": "0"})
+    assert r.json() == {"status": "sleeping", "level": 0}
+    time.sleep(0.3)                                     # what the step in progress made is sent
+    frozen = len(reader.lines)
+    time.sleep(0.5)
+    assert len(reader.lines) == frozen and reader.is_alive()
+    assert httpx.post(base + "/wake_up").json() == {"status": "awake", "tags": None}
+    wait_for(lambda: len(reader.lines) > frozen + 10)
+    assert httpx.post(base + "/sleep").json() == {"status": "sleeping", "level": 1}     # abort
+    reader.join(10)
+    events = sse_events("\n\n".join(reader.lines) + "\n\n")
+    assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "abort"
+    assert frozen + 10 < len(events) - 1 < 4000
+    # asleep: a new request is queued, answered after the wake-up
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=httpx.post(base + "/v1/completions", timeout=30, json={
+        **BODY, "max_tokens": 3, "stream": False})))
+    t.start()
+    time.sleep(0.5)
+    assert "r" not in out
+    httpx.post(base + "/wake_up")
+    t.join(10)
+    assert out["r"].status_code == 200 and out["r"].json()["usage"]["completion_tokens"] == 3
