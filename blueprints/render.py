@@ -28,10 +28,11 @@ from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
 from generation.adapters.responses import check_custom_tool_format, check_tool_usage, to_chat_messages, to_chat_tools
-from generation.adapters.sampling import effort_thinks, parser_effort, template_kwargs
+from generation.adapters.sampling import effort_thinks, parser_effort, responses_effort, template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
 from generation.structured.numeric import is_int
+from generation.tokenization.chat_template import effort_kwargs
 from generation.tokenization.multimodal import media_items, mm_features
 from generation.tokenization.tokenizer import OFFLOAD_CHARS, chat_options, off_hub
 from schemas.common import load, required_refusal
@@ -213,7 +214,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
     started = perf_counter()
     _check_mm_kwargs(sim, body)
     rid = request_id()
-    opts = chat_options(body, sim.config.default_chat_template_kwargs)
+    opts = chat_options(body, sim.config.default_chat_template_kwargs, effort=True)
     check_chat_part_types(messages)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
     if render is not None:
@@ -251,7 +252,9 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
     ``return_tokens_as_token_ids``, ``chat_template_kwargs``, ``history_tool_call_cnt``).  The
     kwargs are the effective ones (:func:`~generation.adapters.sampling.template_kwargs`), as
     vLLM's ``effective_chat_template_kwargs``."""
-    kwargs = template_kwargs(sim, raw.get("chat_template_kwargs"))
+    # vLLM's effective_chat_template_kwargs: build_chat_params lays the effort (and the switch it
+    # implies) over the request's kwargs, so a render -> generate round trip keeps the effort
+    kwargs = template_kwargs(sim, effort_kwargs(raw.get("chat_template_kwargs"), raw.get("reasoning_effort")))
     include = raw.get("include_reasoning") is not False
     if not include:
         ended = True
@@ -475,7 +478,8 @@ def render_responses():
     tools = to_chat_tools(body.tools)
     render = getattr(sim.tokenizer, "render_chat", None)      # --render-url: upstream features
     features = None
-    kwargs = template_kwargs(sim, raw.get("chat_template_kwargs"))    # vLLM's render_responses
+    # vLLM's render_responses: ResponsesRequest.build_chat_params lays reasoning.effort over them
+    kwargs = template_kwargs(sim, effort_kwargs(raw.get("chat_template_kwargs"), responses_effort(raw.get("reasoning"))))
     if render is not None:
         ids, _, features = render(messages, tools=tools, chat_template_kwargs=kwargs)
     else:

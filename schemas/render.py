@@ -12,6 +12,7 @@ from marshmallow import ValidationError, fields
 
 from generation.adapters import protocol as p
 from generation.adapters.request_validators import check_prompt_given
+from generation.adapters.sampling import EFFORTS
 
 from . import field_order as order
 from .chat import MessagesField, chat_validated_body
@@ -19,7 +20,7 @@ from .chat_tools import ChatToolsField
 from generation.adapters.fields import INT64_MAX
 from generation.adapters.validation import MAX_REPORTED_ERRORS
 
-from .common import BaseSchema, Capped, Dict, IntList, List, Str, StrictBool, are_tokens, first_non_token, refuse
+from .common import BaseSchema, Capped, Dict, IntList, List, Literal, Str, StrictBool, are_tokens, first_non_token, refuse
 from .completions import PromptField
 from .lax import MM_PAYLOADS, DictOfDicts, lax_bool, lax_dict, lax_literal
 
@@ -96,6 +97,7 @@ class ChatRenderSchema(RenderOptionsSchema):
     add_generation_prompt = StrictBool()
     continue_final_message = StrictBool()
     add_special_tokens = StrictBool()
+    reasoning_effort = Literal(*EFFORTS, nullable=True)     # ChatCompletionRequest's ReasoningEffort | None
 
     def validated_body(self, body: dict) -> dict:
         return chat_validated_body(body)

@@ -46,7 +46,7 @@ class ChatAdapter(Adapter):
         self.check(force_cache_threshold)
         sim, b = self.sim, self.body
         check_chat_part_types(b.messages)
-        prompt = chat_prompt(sim, b.messages or [], **chat_options(b, sim.config.default_chat_template_kwargs))
+        prompt = chat_prompt(sim, b.messages or [], **chat_options(b, sim.config.default_chat_template_kwargs, effort=True))
         forwarded = forwarded_prompt_ids(b.kv_transfer_params, b.messages)
         if forwarded is not None:            # vLLM 0.34: a decode leg reuses the prefill's ids verbatim
             prompt.ids = forwarded

@@ -33,7 +33,7 @@ from .token_stream import Streamed, end_aborted, rendered_choices
 from .protocol import GenerateRequest, SamplingParams
 from .response_bodies import (chat_choice, chat_message, generate_derender_choice, generate_response,
                              generate_text_choice)
-from .sampling import chat_reasoning, sampling_semantics, structured_constraint
+from .sampling import EFFORTS, chat_reasoning, sampling_semantics, structured_constraint
 
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
 
@@ -195,7 +195,10 @@ def render_reasoning(sim, b):
         return None
     from types import SimpleNamespace
     ctk = kw.get("chat_template_kwargs") if isinstance(kw.get("chat_template_kwargs"), dict) else {}
-    return chat_reasoning(sim, SimpleNamespace(chat_template_kwargs=ctk))
+    # a chat render's kwargs carry the request's reasoning_effort (build_chat_params): the
+    # parser is built with it, and chat scales its reasoning by it
+    effort = ctk.get("reasoning_effort") if ctk.get("reasoning_effort") in EFFORTS else None
+    return chat_reasoning(sim, SimpleNamespace(chat_template_kwargs=ctk, reasoning_effort=effort))
 
 
 def ec_transfer_params(cfg, features) -> dict | None:

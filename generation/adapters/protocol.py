@@ -321,6 +321,7 @@ class ChatRenderRequest(ChatTemplateOptions, RenderOptions):
     model: Any = None
     messages: list | None = None
     tools: list | None = None
+    reasoning_effort: str | None = None
 
 
 @dataclass

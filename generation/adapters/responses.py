@@ -51,7 +51,8 @@ from .fields import (check_cache_salt, check_logit_bias, check_mm_kwargs, check_
 from .chat import chat_ec_transfer_params
 from .response_bodies import responses_tool
 from .responses_render import RenderCtx, base_response, render_response, stream_response
-from .sampling import responses_reasoning, template_kwargs, tool_parser_type
+from .sampling import responses_effort, responses_reasoning, template_kwargs, tool_parser_type
+from generation.tokenization.chat_template import effort_kwargs
 from generation.structured.tool_calls import numbers_tool_calls, responses_history_tool_calls
 
 
@@ -122,7 +123,7 @@ class ResponsesAdapter(Adapter):
         messages += to_chat_messages(inp)
         if b.mm_processor_kwargs or b.media_io_kwargs:     # vLLM's renderer, before the prompt is built
             check_mm_kwargs(sim, b.mm_processor_kwargs, b.media_io_kwargs)
-        kwargs = template_kwargs(sim, b.chat_template_kwargs)
+        kwargs = template_kwargs(sim, effort_kwargs(b.chat_template_kwargs, responses_effort(b.reasoning)))
         prompt = chat_prompt(sim, messages, echo_text(inp), "input", tools=tools, chat_template_kwargs=kwargs)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,

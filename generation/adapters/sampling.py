@@ -141,6 +141,12 @@ def _thinking(own, effort, kwargs) -> bool | None:
     return _switch(kwargs) if on is None else on
 
 
+def responses_effort(reasoning) -> str | None:
+    """A Responses request's ``reasoning.effort`` when it is one of vLLM's efforts, else None."""
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    return effort if effort in EFFORTS else None
+
+
 def parser_effort(effort, kwargs) -> object:
     """The ``reasoning_effort`` the server's reasoning parser is built with: the request's own
     effort, which vLLM 0.34's ``build_chat_params`` lays over the chat template kwargs (chat,

@@ -513,6 +513,22 @@ def merge_kwargs(defaults: dict | None, overrides: dict | None) -> dict:
     return {**(defaults or {}), **{k: v for k, v in overrides.items() if v is not None and v != "auto"}}
 
 
+def effort_kwargs(requested, effort) -> dict | None:
+    """A request's ``chat_template_kwargs`` with what vLLM 0.34's ``build_chat_params`` (chat
+    and Responses, ``ChatCompletionRequest`` / ``ResponsesRequest``) lays over them from its
+    ``reasoning_effort``: the effort itself and, unless the request's kwargs hold an
+    ``enable_thinking`` key, ``enable_thinking = effort != "none"``.  ``requested`` unchanged
+    when there is no effort; the result still goes under :func:`merge_kwargs` with the server's
+    defaults (``with_defaults``), so a derived switch beats --default-chat-template-kwargs'."""
+    if effort is None or effort == "auto":
+        return requested
+    own = requested if isinstance(requested, dict) else {}
+    extra = {"reasoning_effort": effort}
+    if "enable_thinking" not in own:
+        extra["enable_thinking"] = effort != "none"
+    return {**own, **extra}
+
+
 def render_chat(hf_tokenizer, messages, tools=None, chat_template: str | None = None,
                 chat_template_kwargs: dict | None = None, add_generation_prompt: bool = True,
                 continue_final_message: bool = False, from_request: bool = False,

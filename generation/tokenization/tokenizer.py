@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 from generation.lanes import paced
 
-from .chat_template import merge_kwargs
+from .chat_template import effort_kwargs, merge_kwargs
 from .worker_thread import WORKER, in_worker
 
 MAX_RUN = 64                 # characters of a word run, and of the whitespace after it, in one piece
@@ -534,11 +534,13 @@ CONTINUE_WITH_GENERATION_PROMPT = (
     "will prompt it to start a new assistant message instead.")
 
 
-def chat_options(body, default_kwargs: dict | None = None) -> dict:
+def chat_options(body, default_kwargs: dict | None = None, effort: bool = False) -> dict:
     """The :func:`tokenize_chat` keyword arguments carried by a request object (chat, chat
     render, ``/tokenize``): ``tools``, ``chat_template``, ``chat_template_kwargs`` (the
     request's over ``default_kwargs``, --default-chat-template-kwargs where vLLM applies it, as
-    :func:`~generation.tokenization.chat_template.merge_kwargs`),
+    :func:`~generation.tokenization.chat_template.merge_kwargs`; with ``effort``, the body's
+    ``reasoning_effort`` laid over them first, :func:`~generation.tokenization.chat_template.
+    effort_kwargs`, as vLLM's chat ``build_chat_params``; ``/tokenize``'s has none),
     ``add_generation_prompt`` (default True), ``continue_final_message`` and
     ``add_special_tokens`` (default False), as vLLM's ChatCompletionRequest.  Absent
     attributes take the defaults.  ``continue_final_message`` with the default
@@ -553,7 +555,9 @@ def chat_options(body, default_kwargs: dict | None = None) -> dict:
         from generation.errors import InvalidParam
         raise InvalidParam(CONTINUE_WITH_GENERATION_PROMPT, "continue_final_message")
     return {"tools": get("tools"), "chat_template": get("chat_template"),
-            "chat_template_kwargs": merge_kwargs(default_kwargs, get("chat_template_kwargs")),
+            "chat_template_kwargs": merge_kwargs(default_kwargs, effort_kwargs(get("chat_template_kwargs"),
+                                                                            get("reasoning_effort"))
+                                                 if effort else get("chat_template_kwargs")),
             "add_generation_prompt": get("add_generation_prompt", True),
             "continue_final_message": get("continue_final_message", False),
             "add_special_tokens": get("add_special_tokens", False)}

@@ -66,9 +66,9 @@ def chat(api, **kw):
     ({"chat_template_kwargs": {"enable_thinking": True}}, 8, "on"),        # the request's wins
     ({"chat_template_kwargs": {"enable_thinking": None}}, 0, "off"),       # null does not override
     ({"chat_template_kwargs": {"enable_thinking": "auto"}}, 0, "off"),     # nor "auto"
-    # the effort's switch beats the defaults' (vLLM passes it as enable_thinking: this template
-    # would read it, but the simulator renders no effort)
-    ({"reasoning_effort": "high"}, 13, "off"),
+    # the effort's switch beats the defaults' (vLLM's build_chat_params passes it as
+    # enable_thinking, which this template reads)
+    ({"reasoning_effort": "high"}, 13, "on"),
     ({"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": False}}, 0, "off"),
 ])
 def test_chat_reasoning_and_prompt_follow_the_effective_kwargs(qwen, templated, lengths, kw, reasoning, prompt):
@@ -123,7 +123,7 @@ def test_messages_follow_the_effective_kwargs(qwen, templated, lengths, kw, thin
 
 @pytest.mark.parametrize("kw,reasoning,prompt", [
     ({}, 0, "off"),
-    ({"reasoning": {"effort": "high"}}, 13, "off"),
+    ({"reasoning": {"effort": "high"}}, 13, "on"),          # ResponsesRequest.build_chat_params' switch
     ({"chat_template_kwargs": {"enable_thinking": True}}, 8, "on"),
 ])
 def test_responses_follow_the_effective_kwargs(qwen, templated, lengths, kw, reasoning, prompt):
@@ -170,3 +170,30 @@ def test_a_chat_template_among_the_server_defaults_is_not_a_request_template(app
     assert c.post("/v1/chat/completions", json=body).status_code == 200
     r = c.post("/v1/chat/completions", json={**body, "chat_template_kwargs": {"chat_template": "x"}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template"
+
+
+@pytest.mark.parametrize("effort,own,switch", [("high", None, True), ("none", None, False),
+                                               ("low", {"enable_thinking": False}, False)])
+def test_chat_render_carries_the_effort(qwen, templated, lengths, effort, own, switch):
+    """vLLM 0.34's render reports ``effective_chat_template_kwargs``: ``build_chat_params`` lays
+    ``reasoning_effort`` and, unless the request's kwargs name ``enable_thinking``, the switch it
+    implies (``effort != "none"``) over the request's kwargs, above the server's defaults; the
+    prompt is rendered with them, and a render -> generate round trip keeps the effort (the
+    render had dropped it: generate then reasoned at the default length)."""
+    extra = {"chat_template_kwargs": own} if own else {}
+    r = post(templated, "/v1/chat/completions/render", messages=MSGS, reasoning_effort=effort, **extra)
+    assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": switch,
+                                                                     "reasoning_effort": effort}}
+    assert r["parse_context"]["chat_template_kwargs"] == r["reasoning_parser_kwargs"]["chat_template_kwargs"]
+    assert len(r["token_ids"]) == lengths["on" if switch else "off"] and r["reasoning_ended"] is (not switch)
+    body = {"messages": MSGS, "reasoning_effort": effort, "max_tokens": 20, "ignore_eos": True, "seed": 5, **extra}
+    chat_ids = post(qwen, CHAT, return_token_ids=True, **body)["choices"][0]["token_ids"]
+    req = post(qwen, "/v1/chat/completions/render", **body)
+    assert post(qwen, "/inference/v1/generate", **req)["choices"][0]["token_ids"] == chat_ids
+
+
+def test_chat_render_checks_the_effort(qwen):
+    """The render reads a ChatCompletionRequest: an effort outside ReasoningEffort is its 400."""
+    r = qwen.post("/v1/chat/completions/render", json={"model": "test-model", "messages": MSGS,
+                                                        "reasoning_effort": ["high"]})
+    assert r.status_code == 400 and "reasoning_effort" in r.text, r.text
