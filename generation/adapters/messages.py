@@ -379,16 +379,34 @@ def _usage(seq, output_tokens: int, block: int | None) -> dict:
             "cache_creation_input_tokens": created, "cache_read_input_tokens": cached}
 
 
-def _stop_reason(seq, stop_sequence) -> str | None:
-    """vLLM 0.34's ``_to_anthropic_stop_reason``: an aborted answer (``finish_reason``
-    ``abort``: abort_requests, checkpoint prepare mode=abort) has none (null)."""
-    if seq.finish_reason == "abort":
-        return None
-    if seq.tool_calls:
-        return "tool_use"
+def _stop_reason(seq, stop_sequence, tool_used: bool, tool_complete: bool) -> tuple[str | None, str | None]:
+    """``(stop_reason, stop_sequence)`` as vLLM 0.34's ``_to_anthropic_stop_reason``: an aborted
+    answer (``finish_reason`` ``abort``: abort_requests, checkpoint prepare mode=abort) has
+    neither; ``max_tokens`` always wins; then ``tool_use`` (no stop sequence) when the calls are
+    complete; a matched stop string (``stop_sequence``) wins over calls it cut short, as such a
+    call must not run; then ``tool_use`` for any call, else the finish reason's.  Not streamed,
+    the calls are complete when there are any (their arguments were json-decoded); streamed,
+    when the last call's arguments as sent are JSON (``tool_complete``)."""
+    reason = seq.finish_reason
+    if reason == "abort":
+        return None, None
+    if reason in ("length", "cache_threshold"):
+        return "max_tokens", None
+    if tool_complete:
+        return "tool_use", None
     if stop_sequence is not None:
-        return "stop_sequence"
-    return _STOP_REASONS.get(seq.finish_reason, "end_turn")
+        return "stop_sequence", stop_sequence
+    if reason == "tool_calls" or tool_used:
+        return "tool_use", None
+    return _STOP_REASONS.get(reason, "end_turn"), None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _thinking_block(req, seq) -> dict | None:
@@ -422,8 +440,10 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
         # (anthropic/serving.py l. 986-990: strict clients read content[0])
         content = [{"type": "text", "text": ""}]
     # AnthropicMessagesResponse's field order (anthropic/protocol.py l. 441-453): content before model
+    used = bool(seq.tool_calls)
+    reason, stop_sequence = _stop_reason(seq, stop_sequence, used, used)
     body = {"id": f"msg_{req.request_id}", "type": "message", "role": "assistant", "content": content,
-            "model": req.model, "stop_reason": _stop_reason(seq, stop_sequence), "stop_sequence": stop_sequence,
+            "model": req.model, "stop_reason": reason, "stop_sequence": stop_sequence,
             "usage": _usage(seq, seq.completion_tokens, cache_info)}
     # vLLM 0.34 answers model_dump(exclude_none=True) (anthropic/api_router.py l. 83): a null
     # stop_sequence (no stop string matched) or stop_reason (an aborted answer) is left out
@@ -567,8 +587,12 @@ def stream_message(sim, req, seq, stop_sequence):
         out += _frame("content_block_stop", {"type": "content_block_stop", "index": base + len(calls) - 1})
     elif text_block:
         out += _frame("content_block_stop", {"type": "content_block_stop", "index": base})
+    # vLLM's stream converter: a call is complete when the arguments it sent for the last one
+    # are JSON (a stop string may have cut them: then the stop sequence is the reason)
+    sent = "".join(pieces[k] for k in range(c0, min(seq.completion_tokens, len(pieces)))
+                   if call_of[k] == len(calls) - 1) if calls else ""
+    reason, stop_sequence = _stop_reason(seq, stop_sequence, bool(calls), bool(calls) and _is_json(sent))
     out += _frame("message_delta", {"type": "message_delta",
-                                    "delta": {"stop_reason": _stop_reason(seq, stop_sequence),
-                                              "stop_sequence": stop_sequence},
+                                    "delta": {"stop_reason": reason, "stop_sequence": stop_sequence},
                                     "usage": _usage(seq, seq.completion_tokens, cache_info)})
     yield out + _frame("message_stop", {"type": "message_stop"})

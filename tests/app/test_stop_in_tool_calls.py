@@ -160,7 +160,10 @@ def test_messages_and_responses_read_the_cut_call_as_vllm(api):
     evs = [e for e in sse_events(r.text) if isinstance(e, dict)]
     parts = [e["delta"]["partial_json"] for e in evs if e.get("type") == "content_block_delta"]
     assert all(parts) and "".join(parts) == args[:i]
-    assert next(e for e in evs if e.get("type") == "message_delta")["delta"]["stop_sequence"] == stop
+    # _to_anthropic_stop_reason: the call it cut (its arguments are not JSON) must not run, so
+    # the stop sequence is the reason, not tool_use
+    assert next(e for e in evs if e.get("type") == "message_delta")["delta"] == {"stop_reason": "stop_sequence",
+                                                                                 "stop_sequence": stop}
 
     body = {"model": "test-model", "input": "Weather in Paris?", "tools": [RESPONSES_TOOL],
             "tool_choice": {"type": "function", "name": "get_weather"}, "temperature": 0}
@@ -172,3 +175,19 @@ def test_messages_and_responses_read_the_cut_call_as_vllm(api):
     evs = [e for e in sse_events(api.post("/v1/responses", json={**body, "stream": True}).text) if isinstance(e, dict)]
     deltas = [e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta"]
     assert all(deltas) and "".join(deltas) == args[:i]
+
+
+def test_messages_stop_reason_of_calls_as_vllm():
+    """vLLM 0.34's ``_to_anthropic_stop_reason``: ``max_tokens`` wins, complete calls are
+    ``tool_use`` with no stop sequence (a stop string matched after them included), a stop
+    string wins over a call it cut, an abort has neither (the simulator had said ``tool_use``
+    with the matched stop sequence for a cut streamed call)."""
+    from types import SimpleNamespace as NS
+    from generation.adapters.messages import _stop_reason
+    assert _stop_reason(NS(finish_reason="length"), "x", True, True) == ("max_tokens", None)
+    assert _stop_reason(NS(finish_reason="stop"), "x", True, True) == ("tool_use", None)
+    assert _stop_reason(NS(finish_reason="stop"), "x", True, False) == ("stop_sequence", "x")
+    assert _stop_reason(NS(finish_reason="stop"), None, True, False) == ("tool_use", None)
+    assert _stop_reason(NS(finish_reason="tool_calls"), None, False, False) == ("tool_use", None)
+    assert _stop_reason(NS(finish_reason="stop"), None, False, False) == ("end_turn", None)
+    assert _stop_reason(NS(finish_reason="abort"), "x", True, True) == (None, None)
