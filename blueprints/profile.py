@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+import orjson
 from flask import Blueprint, current_app, request
 
 from generation.adapters.validation import Errors, validation_errors
@@ -40,9 +41,15 @@ ALREADY_ACTIVE = "A profiling session is already active. Call /stop_profile befo
 
 def _overrides() -> dict:
     """The request's ``StartProfileRequest`` fields that are set (vLLM's ``model_dump(exclude_none=True)``)."""
-    if not request.get_data(cache=True):           # no body: FastAPI's None for the optional model
+    raw = request.get_data(cache=True)
+    if not raw:                                      # no body: FastAPI's None for the optional model
         return {}
-    body = parse_json_body(raw=request.get_data(cache=True))
+    try:
+        if orjson.loads(raw) is None:                # a JSON null too: FastAPI validates the optional
+            return {}                                # body's None as its default (no error)
+    except orjson.JSONDecodeError:
+        pass                                         # parse_json_body's 400
+    body = parse_json_body(raw=raw)
     errors, out = Errors(), {}
     for name, kind, error, message in _FIELDS:
         value = body.get(name)

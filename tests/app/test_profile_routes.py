@@ -59,6 +59,10 @@ def test_start_profile_checks_its_body_as_vllm(app_client):
     assert r.status_code == 400 and "json_invalid" in r.json()["error"]["message"]
     assert c.post("/start_profile", json={"profile_prefix": None}).status_code == 200      # nullable
     c.post("/stop_profile")
+    # StartProfileRequest | None = None: FastAPI reads a JSON null body as None, the default (a 400 before)
+    assert c.post("/start_profile", content=b"null", headers=JSON).status_code == 200
+    assert c.post("/start_profile", content=b"[]", headers=JSON).status_code == 400
+    c.post("/stop_profile")
 
 
 def test_an_unknown_profiler_is_a_start_up_error():
