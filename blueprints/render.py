@@ -28,7 +28,7 @@ from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
 from generation.adapters.responses import check_custom_tool_format, check_tool_usage, to_chat_messages, to_chat_tools
-from generation.adapters.sampling import effort_thinks, parser_effort, responses_effort, template_kwargs
+from generation.adapters.sampling import effort_markers, effort_thinks, parser_effort, responses_effort, template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
 from generation.structured.numeric import is_int
@@ -255,6 +255,10 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
     # vLLM's effective_chat_template_kwargs: build_chat_params lays the effort (and the switch it
     # implies) over the request's kwargs, so a render -> generate round trip keeps the effort
     kwargs = template_kwargs(sim, effort_kwargs(raw.get("chat_template_kwargs"), raw.get("reasoning_effort")))
+    if sim.reasoning is not None:
+        # the render builds the reasoning parser with these kwargs: K2 Horizon's __init__ refuses
+        # an effort it has no markers for (its ValueError, vLLM's 400), as chat does
+        effort_markers(sim.reasoning.row, parser_effort(raw.get("reasoning_effort"), kwargs))
     include = raw.get("include_reasoning") is not False
     if not include:
         ended = True

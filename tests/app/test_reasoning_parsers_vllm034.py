@@ -261,6 +261,10 @@ def test_k2_horizon_effort_on_responses_and_messages(app_client):
     (CHAT, {"messages": MSGS, "chat_template_kwargs": {"reasoning_effort": "turbo", "enable_thinking": False}},
      "turbo"),
     ("/v1/responses", {"input": "Why?", "reasoning": {"effort": "xhigh"}}, "xhigh"),
+    # the chat render builds the parser with its kwargs too (render_chat_request): 200 before
+    ("/v1/chat/completions/render", {"messages": MSGS, "reasoning_effort": "none"}, "none"),
+    ("/v1/chat/completions/render", {"messages": MSGS, "chat_template_kwargs": {"reasoning_effort": "turbo"}},
+     "turbo"),
 ])
 def test_k2_horizon_refuses_another_effort(app_client, path, body, effort):
     """The parser's __init__ raises ValueError for an effort outside high / medium / low (built for
