@@ -82,6 +82,9 @@ def stop_in_tool_calls(req: GenerationRequest, seq: Sequence, reasoning) -> None
     style = tool_choice_style(req.tool_choice)
     if seq.stop_reason is not None:
         cut_tool_calls(req, seq, reasoning, style)
+        # the tokens the cut kept (cut_at_stop leaves the count to its caller): usage, the
+        # stream's length and its timing count them, as the text path does
+        seq.completion_tokens = len(seq.pieces)
     if (style == "named" and seq.tool_calls and seq.reasoning_span is None and req.stream and req.stop
             and not req.include_stop_str_in_output):
         # the call's arguments are the streamed text: held back as any text (hold_back).  Not

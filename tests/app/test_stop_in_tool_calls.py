@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from support import sse_events
 
 CHAT = "/v1/chat/completions"
@@ -191,3 +193,26 @@ def test_messages_stop_reason_of_calls_as_vllm():
     assert _stop_reason(NS(finish_reason="tool_calls"), None, False, False) == ("tool_use", None)
     assert _stop_reason(NS(finish_reason="stop"), None, False, False) == ("end_turn", None)
     assert _stop_reason(NS(finish_reason="abort"), "x", True, True) == (None, None)
+
+
+@pytest.mark.parametrize("choice", [NAMED, "required", "auto"])
+def test_usage_counts_the_tokens_a_stop_kept(api, choice):
+    """A stop in a tool-call answer drops the tokens after it: usage counts what is left, as the
+    token ids and logprobs (streamed too) do; it had kept the uncut answer's count (30 tokens
+    reported for 17 sent)."""
+    seed, args, tokens = a_call(api, choice)
+    stop, _ = a_stop(args)
+    for extra in ({"stop": [stop]}, {"stop": [stop], "n": 2}):
+        r = api.post(CHAT, json={**BASE, "tool_choice": choice, "seed": seed, "logprobs": True,
+                                 "return_token_ids": True, **extra})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        kept = [len(c["token_ids"]) for c in out["choices"]]
+        assert all(len(c["logprobs"]["content"]) == k for c, k in zip(out["choices"], kept))
+        assert out["usage"]["completion_tokens"] == sum(kept)
+        assert kept[0] < len(tokens)                    # the seed's answer, cut
+        r = api.post(CHAT, json={**BASE, "tool_choice": choice, "seed": seed, "return_token_ids": True, "stream": True,
+                                 "stream_options": {"include_usage": True}, **extra})
+        evs = [e for e in sse_events(r.text) if isinstance(e, dict)]
+        sent = sum(len(c.get("token_ids") or []) for e in evs for c in e.get("choices", []))
+        assert sent == evs[-1]["usage"]["completion_tokens"] == sum(kept)
