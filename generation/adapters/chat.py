@@ -278,6 +278,8 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
         else:
             text = content_text(s)
             content = text if text or span is None else None
+            if content is None and (named_choice(req) or req.tool_choice == "required"):
+                content = ""               # message_assembly: a forced choice's content is never null
             if req.send_image:             # --omni: structured content, text then the image
                 content = [{"type": "text", "text": content or ""}, IMAGE_PART]
             calls = None

@@ -216,3 +216,15 @@ def test_usage_counts_the_tokens_a_stop_kept(api, choice):
         evs = [e for e in sse_events(r.text) if isinstance(e, dict)]
         sent = sum(len(c.get("token_ids") or []) for e in evs for c in e.get("choices", []))
         assert sent == evs[-1]["usage"]["completion_tokens"] == sum(kept)
+
+
+@pytest.mark.parametrize("choice", [NAMED, "required"])
+def test_a_forced_choice_cut_after_its_reasoning_has_content_empty(app_client, choice):
+    """vLLM 0.34's message_assembly: a forced choice's content is ``content or ""`` whatever came
+    before; with a reasoning span and the call cut away (a stop at the arguments' start) the
+    simulator answered null."""
+    api = app_client("--reasoning-parser", "qwen3")
+    for seed in range(5):
+        out = answer(api, tool_choice=choice, seed=seed, stop=["{"])
+        assert out["message"]["reasoning"] and not out["message"].get("tool_calls")
+        assert out["message"]["content"] == ""
