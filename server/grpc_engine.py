@@ -187,9 +187,16 @@ def make_servicer(sim, lifecycle=None):
                 n = sp.n or 1
                 if max_tokens is not None:                # --max-request-work, as on HTTP: first the ask,
                     check_work(sim, *work(n * min(max_tokens, cfg.max_model_len), top, n))
+                # vLLM's _sampling_params_from_proto passes these on: a seeded request answers the
+                # same whether streamed or not, temperature 0 is greedy, stop ids end it
                 req = GenerationRequest(request_id=rid, model=cfg.served_names[0], prompts=[Prompt(ids)],
                                         n=n, max_tokens=max_tokens, ignore_eos=sp.ignore_eos,
                                         stream=request.stream, stop=list(sp.stop) or None,
+                                        stop_token_ids=list(sp.stop_token_ids) or None,
+                                        include_stop_str_in_output=sp.include_stop_str_in_output,
+                                        min_tokens=sp.min_tokens,
+                                        seed=sp.seed if sp.HasField("seed") else None,
+                                        temperature=sp.temperature if sp.HasField("temperature") else None,
                                         kv_transfer_params=kv_params)
                 seqs = sim.prepare(req)
                 check_work(sim, *work(sum(s.completion_tokens for s in seqs), top, n))   # then the outputs decided
@@ -207,7 +214,9 @@ def make_servicer(sim, lifecycle=None):
                                     index=seq.index, output_ids=seq.ids[k0:k1 + 1])
             if top is not None and k1 >= k0:
                 c.output_logprobs.CopyFrom(output_logprobs(seq, top, k0, k1 + 1))
-            if seq.stop_reason:
+            if isinstance(seq.stop_reason, int):         # a stop token id (the matched_stop oneof)
+                c.matched_token_id = seq.stop_reason
+            elif seq.stop_reason:
                 c.matched_stop_str = seq.stop_reason
             if req.remote_decode and reason is None:
                 c.kv_transfer_params_json = json.dumps(REMOTE_DECODE_PARAMS)

@@ -221,6 +221,28 @@ def test_stop_string_is_matched_stop_str(engine):
     assert c.finish_reason in ("stop", "length")
 
 
+def test_seed_temperature_and_stop_ids_reach_the_engine(engine):
+    """vLLM's gRPC server builds its SamplingParams from every proto field: a seeded request
+    answers the same streamed or not, temperature 0 is greedy, and a stop token id ends the
+    answer with the matched_token_id (the simulator ignored seed, temperature, stop_token_ids,
+    min_tokens and include_stop_str_in_output)."""
+    def ids(stream, rid, **sp):
+        toks = []
+        for r in engine.Generate(gen(stream=stream, rid=rid, **sp), timeout=10):
+            m = getattr(r, r.WhichOneof("response"))
+            if r.WhichOneof("response") == "chunk" or not stream:
+                toks += list(m.output_ids if not stream else m.token_ids)
+        return toks, m
+    a, _ = ids(True, "sd1", max_tokens=30, seed=11, ignore_eos=True)
+    b, _ = ids(False, "sd2", max_tokens=30, seed=11, ignore_eos=True)
+    assert a == b and len(a) == 30
+    assert ids(False, "t01", max_tokens=20, temperature=0.0)[0] == ids(False, "t02", max_tokens=20, temperature=0.0)[0]
+    k = next(k for k in range(5, 30) if a[k] not in a[3:k])     # its first time past min_tokens
+    toks, c = ids(False, "sid", max_tokens=30, seed=11, ignore_eos=True, stop_token_ids=[a[k]], min_tokens=3)
+    assert toks == a[:k + 1] and c.finish_reason == "stop"
+    assert c.WhichOneof("matched_stop") == "matched_token_id" and c.matched_token_id == a[k]
+
+
 def test_token_ids_input_and_remote_decode_params(engine):
     req = pb.GenerateRequest(request_id="kv1", tokenized=pb.TokenizedInput(input_ids=[5, 6, 7, 8]), stream=False,
                              sampling_params=pb.SamplingParams(max_tokens=2),
