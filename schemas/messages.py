@@ -490,6 +490,10 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     service_tier = fields.String()
     ignore_eos = StrictBool()
     kv_transfer_params = Dict()
+    # dict[str, Any] | None / vllm_xargs' value types: checked with the engine's integer range
+    # by check_extra_args (to_sampling_params of the chat request vLLM converts to)
+    ec_transfer_params = Dict()
+    vllm_xargs = fields.Raw()
     output_config = fields.Nested(OutputConfigSchema)
     min_tokens = StrictInt()
     # vLLM 0.34's AnthropicMessagesRequest extensions (anthropic/protocol.py), checked only:

@@ -27,6 +27,7 @@ from ..errors import FieldNames, InvalidParam, Rejected
 from .base import (REMOTE_DECODE_PARAMS, Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
                    usage_details)
 from .token_stream import Streamed, end_aborted, rendered_tokens
+from .extra_args import check_extra_args
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicTool, AnthropicToolChoice, CountTokensRequest, MessagesRequest
 from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
@@ -61,6 +62,8 @@ class MessagesAdapter(Adapter):
             kwargs = template_kwargs(sim, b.chat_template_kwargs)
             reasoning = anthropic_reasoning(sim, b.thinking, b.output_config, b.chat_template_kwargs, kwargs)
             constraint = anthropic_constraint(sim, b.output_config)
+        # vLLM's chat request (to_sampling_params) checks these for SamplingParams.extra_args
+        check_extra_args(b.vllm_xargs, b.kv_transfer_params, b.ec_transfer_params)
         ignore_eos = bool(b.ignore_eos)
         check_limits(b.max_tokens, ignore_eos)
         check_min_tokens(b.min_tokens, b.max_tokens)
@@ -587,8 +590,7 @@ def stream_message(sim, req, seq, stop_sequence):
         out += _frame("content_block_stop", {"type": "content_block_stop", "index": base + len(calls) - 1})
     elif text_block:
         out += _frame("content_block_stop", {"type": "content_block_stop", "index": base})
-    # vLLM's stream converter: a call is complete when the arguments it sent for the last one
-    # are JSON (a stop string may have cut them: then the stop sequence is the reason)
+    # vLLM's stream converter: a call is complete when the last one's arguments sent are JSON
     sent = "".join(pieces[k] for k in range(c0, min(seq.completion_tokens, len(pieces)))
                    if call_of[k] == len(calls) - 1) if calls else ""
     reason, stop_sequence = _stop_reason(seq, stop_sequence, bool(calls), bool(calls) and _is_json(sent))

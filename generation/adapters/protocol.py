@@ -218,6 +218,8 @@ class CountTokensRequest:
 
 @dataclass
 class MessagesRequest(CountTokensRequest):
+    vllm_xargs: Any = None                    # vLLM 0.34: into the chat request's SamplingParams.extra_args
+    ec_transfer_params: dict | None = None
     max_tokens: int | None = None
     stop_sequences: list | None = None
     stream: bool | None = None

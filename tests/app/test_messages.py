@@ -718,3 +718,23 @@ def test_inline_system_messages_as_the_template_takes_them(app_client, hub, temp
     want = c.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False}).json()["tokens"]
     assert r.json()["token_ids"] == want
     assert c.post("/v1/messages/count_tokens", json=body).json()["input_tokens"] == len(want)
+
+
+@pytest.mark.parametrize("extra,message", [
+    ('"vllm_xargs": {"a": 18446744073709551616}', "extra_args integers must be between -2**63 and 2**64 - 1."),
+    ('"kv_transfer_params": {"a": [-9223372036854775809]}', "extra_args integers must be between"),
+    ('"ec_transfer_params": {"a": 18446744073709551616}', "extra_args integers must be between"),
+    ('"vllm_xargs": {"a": {"b": 1}}', "'loc': 'body.vllm_xargs.a'"),
+])
+def test_extra_args_are_checked_as_chat_checks_them(api, extra, message):
+    """vLLM 0.34's AnthropicMessagesRequest carries vllm_xargs (typed as chat's),
+    kv_transfer_params and ec_transfer_params into the chat request it converts to, whose
+    to_sampling_params refuses an integer MessagePack cannot carry: a 400 in Anthropic's envelope
+    (the simulator did not read vllm_xargs nor ec_transfer_params and served them)."""
+    body = '{"model": "test-model", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}], %s}' % extra
+    r = api.post("/v1/messages", content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["type"] == "error", r.text
+    assert message in r.json()["error"]["message"]
+    ok = '{"model": "test-model", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}], ' \
+         '"vllm_xargs": {"a": 18446744073709551615, "b": [1, "x", 2.5]}, "ec_transfer_params": {"c": 1}}'
+    assert api.post("/v1/messages", content=ok.encode(), headers={"content-type": "application/json"}).status_code == 200
