@@ -94,10 +94,11 @@ def abort_requests():
     sim = simulator()
     in_flight = _in_flight(sim)
     if ids:
-        if not isinstance(ids, (str, list, dict)):   # vLLM's engine.abort iterates them: its except's 500
-            log.error("Failed to abort requests")
-            return json_response({"error": f"Failed to abort requests: '{type(ids).__name__}' object is not "
-                                           "iterable"}, 500)
+        if not isinstance(ids, (str, list, dict)):
+            # vLLM's engine.abort iterates them and its except answers a 500; a client's mistake
+            # is a 400 here (the project's rule), in the same envelope and words
+            raise APIError(f"Failed to abort requests: request_ids: '{type(ids).__name__}' object is not iterable",
+                           400, "request_ids", "Bad Request")
         wanted = {ids} if isinstance(ids, str) else {i for i in ids if isinstance(i, str)}
         _abort(sim, [s for s in in_flight if s.request.request_id in wanted])
         count = len(ids)                             # vLLM: len(request_ids), as given
