@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from generation.adapters import messages as anthropic
 from generation.adapters.response_bodies import generate_request
-from generation.adapters.sampling import template_kwargs
+from generation.adapters.sampling import anthropic_kwargs
 from generation.errors import InvalidParam, SimulatorError
 from schemas.common import load
 from schemas.messages import count_tokens_request_schema, messages_request_schema
@@ -65,7 +65,7 @@ def render_message():
     started = perf_counter()
     ids, _ = sim.tokenize_messages(anthropic.to_chat_messages(body, anthropic.merge_inline_system(sim)),
                                    tools=anthropic.to_chat_tools(anthropic.resolved_tools(body)),
-                                   chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
+                                   chat_template_kwargs=anthropic_kwargs(sim, body))
     sim.metrics.rendered("chat", perf_counter() - started)      # vLLM renders its chat completion request
     sampling = {k: raw[k] for k in ("max_tokens", "temperature", "top_p", "top_k") if k in raw}
     if isinstance(raw.get("stop_sequences"), list):

@@ -459,6 +459,7 @@ class CountTokensRequestSchema(BaseSchema):
     thinking = ThinkingField()
     context_management = ContextManagementField()
     chat_template_kwargs = Dict()
+    output_config = fields.Nested(OutputConfigSchema)       # AnthropicCountTokensRequest's too (its effort)
 
     @validates("messages")
     def _messages(self, value, **kwargs):
@@ -494,7 +495,6 @@ class MessagesRequestSchema(CountTokensRequestSchema):
     # by check_extra_args (to_sampling_params of the chat request vLLM converts to)
     ec_transfer_params = Dict()
     vllm_xargs = fields.Raw()
-    output_config = fields.Nested(OutputConfigSchema)
     min_tokens = StrictInt()
     # vLLM 0.34's AnthropicMessagesRequest extensions (anthropic/protocol.py), checked only:
     # cache_salt has pydantic's length bounds there, not chat's validate_cache_salt

@@ -30,7 +30,7 @@ from .token_stream import Streamed, end_aborted, rendered_tokens
 from .extra_args import check_extra_args
 from .fields import check_min_tokens, check_sampling_ranges
 from .protocol import AnthropicTool, AnthropicToolChoice, CountTokensRequest, MessagesRequest
-from .sampling import anthropic_constraint, anthropic_reasoning, template_kwargs, tool_parser_type
+from .sampling import anthropic_constraint, anthropic_kwargs, anthropic_reasoning, tool_parser_type
 from generation.structured.tool_calls import chat_history_tool_calls, numbers_tool_calls
 from generation.content.reasoning import content_text, reasoning_text, signature
 
@@ -59,7 +59,7 @@ class MessagesAdapter(Adapter):
         tool_choice = to_chat_tool_choice(b.tool_choice)
         with MESSAGES_FIELDS:
             check_tools(sim, tools, tool_choice, None)
-            kwargs = template_kwargs(sim, b.chat_template_kwargs)
+            kwargs = anthropic_kwargs(sim, b)
             reasoning = anthropic_reasoning(sim, b.thinking, b.output_config, b.chat_template_kwargs, kwargs)
             constraint = anthropic_constraint(sim, b.output_config)
         # vLLM's chat request (to_sampling_params) checks these for SamplingParams.extra_args
@@ -107,7 +107,7 @@ def count_tokens(sim, body: CountTokensRequest) -> int:
     sim.resolve_model(body.model)
     ids, _ = sim.tokenize_messages(to_chat_messages(body, merge_inline_system(sim)),
                                    tools=to_chat_tools(resolved_tools(body)),
-                                   chat_template_kwargs=template_kwargs(sim, body.chat_template_kwargs))
+                                   chat_template_kwargs=anthropic_kwargs(sim, body))
     return len(ids)
 
 

@@ -214,6 +214,7 @@ class CountTokensRequest:
     thinking: dict | None = None          # {"type": enabled/disabled/adaptive/between_tools, "budget_tokens"?}
     context_management: dict | None = None
     chat_template_kwargs: dict | None = None
+    output_config: AnthropicOutputConfig | None = None     # vLLM 0.34's AnthropicCountTokensRequest has it too
 
 
 @dataclass
@@ -230,7 +231,6 @@ class MessagesRequest(CountTokensRequest):
     service_tier: str | None = None
     ignore_eos: bool | None = None
     kv_transfer_params: dict | None = None
-    output_config: AnthropicOutputConfig | None = None
     min_tokens: int | None = None         # vLLM's extension (0.34)
 
 

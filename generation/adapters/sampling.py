@@ -25,7 +25,7 @@ import json
 from generation.content import reasoning as rz
 from generation.errors import InvalidParam
 from generation.structured.structured_outputs import anthropic_format, constraint
-from generation.tokenization.chat_template import merge_kwargs
+from generation.tokenization.chat_template import effort_kwargs, merge_kwargs
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
@@ -207,6 +207,59 @@ def chat_reasoning(sim, b, kwargs: dict | None = None) -> rz.ReasoningSettings |
                                      sim.reasoning.row), markers)
 
 
+ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")     # vLLM 0.34's AnthropicEffort
+
+
+def disabled_thinking_effort(sim) -> str:
+    """The ``reasoning_effort`` vLLM 0.34 sends the chat template for Anthropic ``thinking``
+    ``disabled`` / ``between_tools`` (``DisabledThinkingEffortResolver``, anthropic/serving.py,
+    ``--anthropic-disabled-thinking-effort auto``): ``"none"``, unless rendering a one-message
+    conversation ("Hi") with effort ``"none"`` fails or gives the prompt of one of
+    :data:`ANTHROPIC_EFFORTS` (a template that ignores the effort and the switch it implies):
+    then ``"low"``.  Probed once per server.  The simulated tokenizer's flattening (no template)
+    stands for a template that honours the switch: ``"none"``."""
+    cached = getattr(sim, "_disabled_thinking_effort", None)
+    if cached is not None:
+        return cached
+    effort = "none"
+    if sim.tokenizer.name != "simulated":
+        def prompt(e):
+            try:
+                return sim.tokenize_messages([{"role": "user", "content": "Hi"}],
+                                             chat_template_kwargs=template_kwargs(sim, effort_kwargs(None, e)))[0]
+            except Exception:       # vLLM: the render failed (logged at debug)
+                return None
+        none = prompt("none")
+        if none is None or any(prompt(e) == none for e in ANTHROPIC_EFFORTS):
+            effort = "low"
+    sim._disabled_thinking_effort = effort
+    return effort
+
+
+def anthropic_effort(sim, thinking, output_config) -> str | None:
+    """The ``reasoning_effort`` of the chat request vLLM 0.34 converts a Messages request to
+    (``AnthropicServingMessages.to_chat_completion_request``): ``_handle_output_config`` sets
+    ``output_config.effort``, then ``_handle_thinking`` replaces it with
+    :func:`disabled_thinking_effort` for ``thinking`` ``disabled`` / ``between_tools``; None when
+    neither applies (an effort vLLM's Literal does not know is left out, as the simulator reads
+    Anthropic's shapes leniently)."""
+    if isinstance(thinking, dict) and thinking.get("type") in ("disabled", "between_tools"):
+        return disabled_thinking_effort(sim)
+    output_config = _as_dict(output_config)
+    effort = output_config.get("effort") if isinstance(output_config, dict) else None
+    return effort if effort in EFFORTS else None
+
+
+def anthropic_kwargs(sim, body) -> dict:
+    """The effective chat template kwargs of a Messages request (``/v1/messages``, its
+    count_tokens and render): :func:`anthropic_effort` laid over its ``chat_template_kwargs`` as
+    vLLM 0.34's ``ChatCompletionRequest.build_chat_params`` does (``reasoning_effort`` and, unless
+    the request's kwargs name ``enable_thinking``, ``enable_thinking = effort != "none"``), over
+    --default-chat-template-kwargs (``effective_chat_template_kwargs``)."""
+    effort = anthropic_effort(sim, getattr(body, "thinking", None), getattr(body, "output_config", None))
+    return template_kwargs(sim, effort_kwargs(getattr(body, "chat_template_kwargs", None), effort))
+
+
 def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> rz.ReasoningSettings | None:
     """Anthropic ``thinking`` (``{"type": "enabled", "budget_tokens": n}``, ``{"type":
     "adaptive"}``, ``{"type": "disabled"}``, ``{"type": "between_tools"}`` read as disabled, as
@@ -214,30 +267,28 @@ def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> 
     request shapes Claude Code sends keep changing: an unknown ``thinking`` type or effort, or a
     ``budget_tokens`` that is not a count, leaves the default (reasoning on, unscaled).
     ``own`` / ``kwargs``: the request's ``chat_template_kwargs`` and the effective ones
-    (:func:`template_kwargs`): a switch they turn off wins over ``enabled`` / ``adaptive``, as
-    vLLM 0.34's chat conversion pins no ``enable_thinking`` for those (only a budget)."""
+    (:func:`anthropic_kwargs`): a switch they turn off wins over ``enabled`` / ``adaptive``, as
+    vLLM 0.34's chat conversion pins no ``enable_thinking`` for those (only a budget).
+    ``disabled`` / ``between_tools`` pin only the effort (:func:`anthropic_effort`), whose
+    switch decides unless the request's kwargs name ``enable_thinking``: ``"none"`` turns
+    thinking off, ``"low"`` (a template that ignores ``"none"``) leaves it on, as in vLLM."""
     if sim.reasoning is None:
         return None
-    output_config = _as_dict(output_config)
-    effort = output_config.get("effort") if isinstance(output_config, dict) else None
-    if effort not in EFFORTS:
-        effort = None
+    effort = anthropic_effort(sim, thinking, output_config)
     enabled, budget = None, None
-    if isinstance(thinking, dict):
-        t = thinking.get("type")
-        if t in ("disabled", "between_tools"):       # vLLM 0.34: between_tools is off up front
-            enabled = False
-        elif t in ("enabled", "adaptive"):
-            enabled = True
-        bt = thinking.get("budget_tokens")
-        if t == "enabled" and isinstance(bt, int) and not isinstance(bt, bool) and bt >= 0:
-            budget = bt
-    # vLLM 0.34's conversion: thinking disabled sets the effort its probe picks (the simulator:
-    # no reasoning, whatever the parser); else output_config.effort is the request's effort
+    t = thinking.get("type") if isinstance(thinking, dict) else None
+    if t in ("enabled", "adaptive"):
+        enabled = True
+    bt = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    if t == "enabled" and isinstance(bt, int) and not isinstance(bt, bool) and bt >= 0:
+        budget = bt
     row = sim.reasoning.row
+    # the parser is built with the effective kwargs, whose effort vLLM's conversion set
     seen = parser_effort(effort, kwargs)
-    markers = None if enabled is False else effort_markers(row, seen)
+    markers = effort_markers(row, seen)
     switch = _thinking(own, effort, kwargs)
+    if t in ("disabled", "between_tools"):
+        enabled = switch
     if enabled is not False and switch is False and not row.effort_gated:
         enabled = False
     if enabled is not False and row.effort_gated:

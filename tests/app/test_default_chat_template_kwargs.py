@@ -106,8 +106,14 @@ def test_chat_render_reports_the_effective_kwargs(templated, lengths):
 @pytest.mark.parametrize("kw,thinking,prompt", [
     ({}, 0, "off"),
     ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 1100}, 0, "off"),  # vLLM pins no enable_thinking for it: the default holds
-    ({"output_config": {"effort": "high"}}, 13, "off"),
+    # vLLM 0.34's conversion passes output_config.effort as the chat request's reasoning_effort,
+    # whose switch (build_chat_params' enable_thinking) the template reads: "on" (was "off")
+    ({"output_config": {"effort": "high"}}, 13, "on"),
     ({"chat_template_kwargs": {"enable_thinking": True}}, 8, "on"),
+    # thinking disabled: reasoning_effort "none" (the probe's pick for a template that reads the
+    # switch), so enable_thinking false; the request's own switch still wins
+    ({"thinking": {"type": "disabled"}, "output_config": {"effort": "high"}}, 0, "off"),
+    ({"thinking": {"type": "between_tools"}, "chat_template_kwargs": {"enable_thinking": True}}, 8, "on"),
 ])
 def test_messages_follow_the_effective_kwargs(qwen, templated, lengths, kw, thinking, prompt):
     kw = {"max_tokens": 20, **kw}
@@ -115,7 +121,8 @@ def test_messages_follow_the_effective_kwargs(qwen, templated, lengths, kw, thin
     assert [b["type"] for b in out["content"]] == (["thinking", "text"] if thinking else ["text"])
     out = post(templated, "/v1/messages", ignore_eos=True, messages=MSGS, **kw)
     assert out["usage"]["input_tokens"] == lengths[prompt]
-    kw = {k: v for k, v in kw.items() if k not in ("output_config", "max_tokens")}
+    # count_tokens converts the same way (AnthropicCountTokensRequest has output_config and thinking)
+    kw = {k: v for k, v in kw.items() if k != "max_tokens"}
     assert post(templated, "/v1/messages/count_tokens", messages=MSGS, **kw)["input_tokens"] == lengths[prompt]
     assert len(post(templated, "/v1/messages/render", max_tokens=1100, messages=MSGS, **kw)["token_ids"]) \
         == lengths[prompt]

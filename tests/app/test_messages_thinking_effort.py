@@ -1,0 +1,72 @@
+"""Anthropic ``output_config.effort`` and ``thinking`` ``disabled`` / ``between_tools`` as vLLM
+0.34 converts them (``AnthropicServingMessages.to_chat_completion_request``,
+entrypoints/anthropic/serving.py: ``_handle_output_config`` sets the chat request's
+``reasoning_effort``, ``_handle_thinking`` replaces it for a disabled thinking with the effort
+``DisabledThinkingEffortResolver`` probes once: ``"none"``, or ``"low"`` when the template renders
+``"none"`` like one of the Anthropic efforts), then ``build_chat_params`` lays the effort and
+``enable_thinking = effort != "none"`` (unless the request's kwargs name it) over the request's
+``chat_template_kwargs``.  Real tokenizer (``hub``) servers with ``--reasoning-parser qwen3``:
+``switch`` whose template writes ``/no_think`` when ``enable_thinking`` is false, ``deaf`` whose
+template ignores both."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from support.tokenizer_hub import MODEL
+
+SWITCH = ("{% if enable_thinking is defined and enable_thinking is false %}/no_think {% endif %}"
+          "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+DEAF = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+MSGS = [{"role": "user", "content": "Why is the sky blue?"}]
+
+
+def server(app_client, hub, template):
+    return app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--reasoning-parser", "qwen3",
+                      "--chat-template", template, model=MODEL)
+
+
+def post(api, path, **body):
+    r = api.post(path, json={"model": MODEL, "messages": MSGS, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def count(api, **kw):
+    return post(api, "/v1/messages/count_tokens", **kw)["input_tokens"]
+
+
+def test_disabled_thinking_is_effort_none_where_the_template_reads_the_switch(app_client, hub):
+    api = server(app_client, hub, SWITCH)
+    plain = count(api)
+    off = count(api, thinking={"type": "disabled"})
+    assert off == count(api, chat_template_kwargs={"enable_thinking": False}) > plain
+    # output_config.effort's switch is on: the template renders as without kwargs
+    assert count(api, output_config={"effort": "low"}) == plain
+    # disabled wins over output_config.effort (_handle_thinking runs after _handle_output_config)
+    assert count(api, thinking={"type": "between_tools"}, output_config={"effort": "max"}) == off
+    out = post(api, "/v1/messages", max_tokens=20, thinking={"type": "disabled"})
+    assert out["usage"]["input_tokens"] == off and [b["type"] for b in out["content"]] == ["text"]
+
+
+def test_disabled_thinking_is_effort_low_where_the_template_ignores_none(app_client, hub):
+    """The probe renders "none" as it renders "low" (and every effort): vLLM picks "low", whose
+    switch is on, so a disabled thinking still reasons."""
+    api = server(app_client, hub, DEAF)
+    out = post(api, "/v1/messages", max_tokens=20, ignore_eos=True, thinking={"type": "disabled"})
+    assert [b["type"] for b in out["content"]] == ["thinking", "text"]
+    assert api.sim._disabled_thinking_effort == "low"
+
+
+def test_k2_horizon_parser_refuses_the_disabled_effort(app_client):
+    """The parser is built with the effective kwargs, whose reasoning_effort the conversion set to
+    "none": K2HorizonReasoningParser.__init__'s ValueError, answered 400 in Anthropic's envelope
+    (the simulator had dropped the effort and answered without reasoning)."""
+    api = app_client("--reasoning-parser", "k2_horizon", "--seed", "3")
+    r = api.post("/v1/messages", json={"model": "test-model", "max_tokens": 20, "messages": MSGS,
+                                       "thinking": {"type": "disabled"}})
+    assert r.status_code == 400
+    assert r.json() == {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "Unsupported reasoning_effort 'none'. Supported values: high, medium, low."}}
