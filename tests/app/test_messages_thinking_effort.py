@@ -70,3 +70,58 @@ def test_k2_horizon_parser_refuses_the_disabled_effort(app_client):
     assert r.json() == {"type": "error", "error": {
         "type": "invalid_request_error",
         "message": "Unsupported reasoning_effort 'none'. Supported values: high, medium, low."}}
+
+
+# ---- /v1/messages/render: render_chat_request's fields for the converted chat request ---------------
+
+TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+def test_messages_render_reports_the_converted_requests_parse_fields(app_client, hub):
+    """vLLM 0.34's ServingRender.render_messages_request renders to_chat_completion_request's chat
+    request through render_chat_request: reasoning_ended, reasoning_parser_kwargs (the effective
+    kwargs, with the converted effort) and parse_context; the simulator left them null."""
+    api = server(app_client, hub, SWITCH)
+    out = post(api, "/v1/messages/render", max_tokens=20, thinking={"type": "disabled"})
+    kwargs = {"reasoning_effort": "none", "enable_thinking": False}
+    assert out["reasoning_ended"] is True
+    assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": kwargs}
+    assert out["parse_context"] == {"tools": None, "tool_choice": None, "parallel_tool_calls": True,
+                                    "include_reasoning": True, "return_tokens_as_token_ids": None,
+                                    "chat_template_kwargs": kwargs, "history_tool_call_cnt": 0}
+    assert out["request_id"].startswith("chatcmpl-") and "structured_outputs" not in out["sampling_params"]
+    out = post(api, "/v1/messages/render", max_tokens=20, output_config={"effort": "high"})
+    assert out["reasoning_ended"] is False
+    assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"reasoning_effort": "high",
+                                                                       "enable_thinking": True}}
+
+
+def test_messages_render_converts_tools_choice_and_format(app_client):
+    api = app_client("--reasoning-parser", "qwen3")
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather",
+                                                   "input": {"city": "Paris"}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "sunny"}]}]
+    r = api.post("/v1/messages/render", json={
+        "model": "test-model", "max_tokens": 20, "messages": history,
+        "tools": [TOOL, {"name": "noop", "description": "does nothing", "input_schema": {}, "strict": True}],
+        "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        "output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["parse_context"] == {
+        "tools": [{"type": "function", "function": {"name": "get_weather", "description": None,
+                                                    "parameters": TOOL["input_schema"]}},
+                  {"type": "function", "function": {"name": "noop", "description": "does nothing",
+                                                    "parameters": {"type": "object"}, "strict": True}}],
+        "tool_choice": {"function": {"name": "get_weather"}, "type": "function"},
+        "parallel_tool_calls": False, "include_reasoning": True, "return_tokens_as_token_ids": None,
+        "chat_template_kwargs": {}, "history_tool_call_cnt": 1}
+    assert out["reasoning_ended"] is False
+    assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": {}}
+    assert out["sampling_params"]["structured_outputs"] == {"json": schema}
+    # tools without a tool_choice: "auto" (_convert_tools)
+    out = api.post("/v1/messages/render", json={"model": "test-model", "max_tokens": 20, "messages": MSGS,
+                                                 "tools": [TOOL]}).json()
+    assert (out["parse_context"]["tool_choice"], out["parse_context"]["parallel_tool_calls"]) == ("auto", True)

@@ -79,7 +79,10 @@ def test_messages_render(api):
     out = api.post("/v1/messages/render", json=body).json()
     count = api.post("/v1/messages/count_tokens", json=body).json()["input_tokens"]
     assert len(out["token_ids"]) == count
-    assert out["model"] == "test-model" and out["request_id"].startswith("msg_") and out["stream"] is True
+    # vLLM 0.34 renders the converted chat request: render_chat_request's "chatcmpl-" id (was msg_)
+    # and _handle_streaming_options' stream options
+    assert out["model"] == "test-model" and out["request_id"].startswith("chatcmpl-") and out["stream"] is True
+    assert out["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     sp = out["sampling_params"]
     assert (sp["max_tokens"], sp["stop"], sp["temperature"]) == (20, ["END"], 0.2)
     r = api.post("/v1/messages/render", json={**body, "model": "nope"})
