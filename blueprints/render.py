@@ -254,7 +254,17 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
     vLLM's ``effective_chat_template_kwargs``."""
     # vLLM's effective_chat_template_kwargs: build_chat_params lays the effort (and the switch it
     # implies) over the request's kwargs, so a render -> generate round trip keeps the effort
-    kwargs = template_kwargs(sim, effort_kwargs(raw.get("chat_template_kwargs"), raw.get("reasoning_effort")))
+    # build_chat_params also lays the request's add_generation_prompt and continue_final_message
+    # (ChatCompletionRequest's defaults True / False: the Messages conversion's too) and its
+    # documents (when given) over its kwargs
+    own = raw.get("chat_template_kwargs")
+    agp, cfm = raw.get("add_generation_prompt"), raw.get("continue_final_message")
+    extra = {"add_generation_prompt": agp if isinstance(agp, bool) else True,
+             "continue_final_message": cfm if isinstance(cfm, bool) else False}
+    if isinstance(raw.get("documents"), list):
+        extra["documents"] = raw["documents"]
+    kwargs = template_kwargs(sim, effort_kwargs({**(own if isinstance(own, dict) else {}), **extra},
+                                                raw.get("reasoning_effort")))
     if sim.reasoning is not None:
         # the render builds the reasoning parser with these kwargs: K2 Horizon's __init__ refuses
         # an effort it has no markers for (its ValueError, vLLM's 400), as chat does

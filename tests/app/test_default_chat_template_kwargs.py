@@ -91,16 +91,20 @@ def test_tokenize_messages_counts_with_the_effective_kwargs(templated, lengths, 
     assert templated.post("/tokenize", json=body).json()["count"] == lengths[prompt]
 
 
+# build_chat_params lays the request's add_generation_prompt / continue_final_message over its kwargs
+GEN = {"add_generation_prompt": True, "continue_final_message": False}
+
+
 def test_chat_render_reports_the_effective_kwargs(templated, lengths):
     r = post(templated, "/v1/chat/completions/render", messages=MSGS)
     assert len(r["token_ids"]) == lengths["off"]
     assert r["reasoning_ended"] is True
-    assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": False}}
-    assert r["parse_context"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": False, **GEN}}
+    assert r["parse_context"]["chat_template_kwargs"] == {"enable_thinking": False, **GEN}
     r = post(templated, "/v1/chat/completions/render", messages=MSGS,
              chat_template_kwargs={"enable_thinking": True, "x": "auto"})
     assert len(r["token_ids"]) == lengths["on"] and r["reasoning_ended"] is False
-    assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": True}}
+    assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": True, **GEN}}
 
 
 @pytest.mark.parametrize("kw,thinking,prompt", [
@@ -190,7 +194,7 @@ def test_chat_render_carries_the_effort(qwen, templated, lengths, effort, own, s
     extra = {"chat_template_kwargs": own} if own else {}
     r = post(templated, "/v1/chat/completions/render", messages=MSGS, reasoning_effort=effort, **extra)
     assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": switch,
-                                                                     "reasoning_effort": effort}}
+                                                                     "reasoning_effort": effort, **GEN}}
     assert r["parse_context"]["chat_template_kwargs"] == r["reasoning_parser_kwargs"]["chat_template_kwargs"]
     assert len(r["token_ids"]) == lengths["on" if switch else "off"] and r["reasoning_ended"] is (not switch)
     body = {"messages": MSGS, "reasoning_effort": effort, "max_tokens": 20, "ignore_eos": True, "seed": 5, **extra}
@@ -204,3 +208,17 @@ def test_chat_render_checks_the_effort(qwen):
     r = qwen.post("/v1/chat/completions/render", json={"model": "test-model", "messages": MSGS,
                                                         "reasoning_effort": ["high"]})
     assert r.status_code == 400 and "reasoning_effort" in r.text, r.text
+
+
+def test_chat_render_kwargs_carry_the_generation_prompt_switches(qwen):
+    """vLLM 0.34's ChatCompletionRequest.build_chat_params puts add_generation_prompt,
+    continue_final_message and documents (when given) into the chat template kwargs, over the
+    request's own (merge_kwargs: the request fields win), so the render reports them."""
+    msgs = MSGS + [{"role": "assistant", "content": "Because"}]
+    r = post(qwen, "/v1/chat/completions/render", messages=msgs, add_generation_prompt=False,
+             continue_final_message=True, documents=[{"title": "t", "text": "x"}],
+             chat_template_kwargs={"add_generation_prompt": True, "k": 1})
+    assert r["reasoning_parser_kwargs"]["chat_template_kwargs"] == {
+        "enable_thinking": False, "add_generation_prompt": False, "k": 1, "continue_final_message": True,
+        "documents": [{"title": "t", "text": "x"}]}
+    assert r["parse_context"]["chat_template_kwargs"] == r["reasoning_parser_kwargs"]["chat_template_kwargs"]

@@ -20,6 +20,8 @@ SWITCH = ("{% if enable_thinking is defined and enable_thinking is false %}/no_t
           "{% for m in messages %}{{ m['content'] }}{% endfor %}")
 DEAF = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 MSGS = [{"role": "user", "content": "Why is the sky blue?"}]
+# the converted ChatCompletionRequest's defaults, which build_chat_params lays over the kwargs
+GEN = {"add_generation_prompt": True, "continue_final_message": False}
 
 
 def server(app_client, hub, template):
@@ -83,7 +85,7 @@ def test_messages_render_reports_the_converted_requests_parse_fields(app_client,
     kwargs, with the converted effort) and parse_context; the simulator left them null."""
     api = server(app_client, hub, SWITCH)
     out = post(api, "/v1/messages/render", max_tokens=20, thinking={"type": "disabled"})
-    kwargs = {"reasoning_effort": "none", "enable_thinking": False}
+    kwargs = {"reasoning_effort": "none", "enable_thinking": False, **GEN}
     assert out["reasoning_ended"] is True
     assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": kwargs}
     assert out["parse_context"] == {"tools": None, "tool_choice": None, "parallel_tool_calls": True,
@@ -93,7 +95,7 @@ def test_messages_render_reports_the_converted_requests_parse_fields(app_client,
     out = post(api, "/v1/messages/render", max_tokens=20, output_config={"effort": "high"})
     assert out["reasoning_ended"] is False
     assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"reasoning_effort": "high",
-                                                                       "enable_thinking": True}}
+                                                                       "enable_thinking": True, **GEN}}
 
 
 def test_messages_render_converts_tools_choice_and_format(app_client):
@@ -117,9 +119,9 @@ def test_messages_render_converts_tools_choice_and_format(app_client):
                                                     "parameters": {"type": "object"}, "strict": True}}],
         "tool_choice": {"function": {"name": "get_weather"}, "type": "function"},
         "parallel_tool_calls": False, "include_reasoning": True, "return_tokens_as_token_ids": None,
-        "chat_template_kwargs": {}, "history_tool_call_cnt": 1}
+        "chat_template_kwargs": GEN, "history_tool_call_cnt": 1}
     assert out["reasoning_ended"] is False
-    assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": {}}
+    assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": GEN}
     assert out["sampling_params"]["structured_outputs"] == {"json": schema}
     # tools without a tool_choice: "auto" (_convert_tools)
     out = api.post("/v1/messages/render", json={"model": "test-model", "max_tokens": 20, "messages": MSGS,

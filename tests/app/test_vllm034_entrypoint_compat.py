@@ -222,11 +222,13 @@ def test_render_forwards_reasoning_and_structured_output_to_generate(app_client)
     chat = c.post(CHAT, json={**body, "return_token_ids": True}).json()["choices"][0]
     req = c.post("/v1/chat/completions/render", json={**body, "return_token_ids": True}).json()
     assert req["reasoning_ended"] is False
-    assert req["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": True}}
+    # build_chat_params lays add_generation_prompt / continue_final_message over the request's kwargs
+    kwargs = {"enable_thinking": True, "add_generation_prompt": True, "continue_final_message": False}
+    assert req["reasoning_parser_kwargs"] == {"chat_template_kwargs": kwargs}
     assert req["sampling_params"]["structured_outputs"] == {"json": STRUCTURED["json_schema"]["schema"]}
     assert req["parse_context"] == {"tools": None, "tool_choice": "none", "parallel_tool_calls": True,
                                     "include_reasoning": True, "return_tokens_as_token_ids": None,
-                                    "chat_template_kwargs": {"enable_thinking": True}, "history_tool_call_cnt": 0}
+                                    "chat_template_kwargs": kwargs, "history_tool_call_cnt": 0}
     gen = c.post(GEN, json=req).json()["choices"][0]
     assert gen["token_ids"] == chat["token_ids"]
     # include_reasoning false: the answer is constrained from its first token (no reasoning)
