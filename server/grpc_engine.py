@@ -21,7 +21,8 @@ runs) answers them:
   last chunk again (finish reason, ``output_ids`` and counts of that last delta,
   ``kv_transfer_params_json`` for a remote-decode request); without ``stream`` one ``complete``
   per choice with all ``output_ids``.  Bad input is ``INVALID_ARGUMENT``, a full queue
-  ``RESOURCE_EXHAUSTED``, an unknown LoRA ``NOT_FOUND``; a client that cancels aborts the
+  ``RESOURCE_EXHAUSTED``, an unknown LoRA ``NOT_FOUND``, a paused engine's refusal and the
+  admission limits' ``INTERNAL`` (the servicer's answer to any exception but a ValueError); a client that cancels aborts the
   request (its slot is freed), as does ``Abort``, after which the stream ends with an empty
   chunk and a ``complete`` whose finish reason is ``abort``.
 * ``Embed`` (pooling ``embed`` models, on the engine), ``HealthCheck``, ``Abort``,
@@ -75,7 +76,8 @@ def make_servicer(sim, lifecycle=None):
     from generation.content import logprobs as lp
     from generation.engine.request import GenerationRequest, Prompt
     from generation.engine.simulator import ClientDisconnected
-    from generation.errors import InvalidParam, ModelNotFound, QueueFullError, SimulatorError
+    from generation.errors import (EnginePaused, InvalidParam, MaxQueuedTokens, ModelNotFound, QueueFullError,
+                                   QueueOverflow, SimulatorError)
 
     common_pb2, pb, pb_grpc = _pb()
     cfg = sim.config
@@ -94,7 +96,13 @@ def make_servicer(sim, lifecycle=None):
 
     def fail(context, err: SimulatorError):
         code = grpc.StatusCode.INVALID_ARGUMENT
-        if isinstance(err, QueueFullError):
+        if isinstance(err, (EnginePaused, QueueOverflow, MaxQueuedTokens)):
+            # AsyncLLM.generate / encode re-raise RetryableRequestError (a paused engine's
+            # engine_paused RequestError) and the admission's QueueOverflowError /
+            # MaxQueuedTokensError, none a ValueError: the servicer's `except Exception` answers
+            # INTERNAL with the message (smg_grpc_servicer/vllm/servicer.py, Generate and Embed)
+            code = grpc.StatusCode.INTERNAL
+        elif isinstance(err, QueueFullError):
             code = grpc.StatusCode.RESOURCE_EXHAUSTED
         elif isinstance(err, ModelNotFound):
             code = grpc.StatusCode.NOT_FOUND
