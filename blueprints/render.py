@@ -292,6 +292,9 @@ def chat_parse_fields(sim, raw: dict, messages) -> dict:
                              "return_tokens_as_token_ids": raw.get("return_tokens_as_token_ids")
                              if isinstance(raw.get("return_tokens_as_token_ids"), bool) else None,
                              "chat_template_kwargs": kwargs, "history_tool_call_cnt": history}}
+    if out["parse_context"]["return_tokens_as_token_ids"] is None:
+        # ParseContext's Field(exclude_if=lambda value: value is None): vLLM's dump leaves it out
+        del out["parse_context"]["return_tokens_as_token_ids"]
     rf = raw.get("response_format")
     if isinstance(raw.get("structured_outputs"), dict) and _plain(raw["structured_outputs"]):
         out["structured_outputs"] = raw["structured_outputs"]

@@ -89,7 +89,7 @@ def test_messages_render_reports_the_converted_requests_parse_fields(app_client,
     assert out["reasoning_ended"] is True
     assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": kwargs}
     assert out["parse_context"] == {"tools": None, "tool_choice": None, "parallel_tool_calls": True,
-                                    "include_reasoning": True, "return_tokens_as_token_ids": None,
+                                    "include_reasoning": True,
                                     "chat_template_kwargs": kwargs, "history_tool_call_cnt": 0}
     assert out["request_id"].startswith("chatcmpl-") and "structured_outputs" not in out["sampling_params"]
     out = post(api, "/v1/messages/render", max_tokens=20, output_config={"effort": "high"})
@@ -118,7 +118,7 @@ def test_messages_render_converts_tools_choice_and_format(app_client):
                   {"type": "function", "function": {"name": "noop", "description": "does nothing",
                                                     "parameters": {"type": "object"}, "strict": True}}],
         "tool_choice": {"function": {"name": "get_weather"}, "type": "function"},
-        "parallel_tool_calls": False, "include_reasoning": True, "return_tokens_as_token_ids": None,
+        "parallel_tool_calls": False, "include_reasoning": True,
         "chat_template_kwargs": GEN, "history_tool_call_cnt": 1}
     assert out["reasoning_ended"] is False
     assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": GEN}
