@@ -54,7 +54,8 @@ def render_message():
     """vLLM's ``POST /v1/messages/render``: the Anthropic request's prompt as token ids, with
     the ``GenerateRequest`` fields a vLLM render client reads (``request_id``, ``model``,
     ``sampling_params`` from ``max_tokens``, ``stop_sequences``, ``temperature``, ``top_p``,
-    ``top_k``; ``stream``).  Nothing is generated; only the model and messages are checked.
+    ``top_k``; ``stream``).  Nothing is generated; the body is read as a Messages request (vLLM's
+    route takes an ``AnthropicMessagesRequest``: ``max_tokens`` required, its validators run).
     vLLM 0.34's ``ServingRender.render_messages_request`` converts the request to chat
     (``to_chat_completion_request``: the effort of ``output_config`` / ``thinking``, the
     converted tools and tool choice) and answers ``render_chat_request``'s fields for it:
@@ -62,7 +63,7 @@ def render_message():
     chat_parse_fields`) and ``structured_outputs`` from ``output_config.format``."""
     sim = simulator()
     raw = parse_json_body()
-    body = load(count_tokens_request_schema, raw)
+    body = load(messages_request_schema, raw)
     model, lora = sim.resolve_model(body.model)
     if lora is not None:
         raise InvalidParam(f"The model `{model}` is a LoRA adapter and is not supported by the render endpoints.",

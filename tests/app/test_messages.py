@@ -685,7 +685,8 @@ def test_template_sees_vllms_conversation(app_client, hub):
                                           {"type": "tool_use", "id": "t1", "name": "f", "input": {"b": 1, "a": 2}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
                                       "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]}]}
-    r = c.post("/v1/messages/render", json=body)
+    # the render reads an AnthropicMessagesRequest (scale_out/render/api_router.py): max_tokens is required
+    r = c.post("/v1/messages/render", json={**body, "max_tokens": 4})
     assert r.status_code == 200, r.text
     text = '<user>q<assistant>[r:hm][c:{"b": 1, "a": 2}]<tool>x\ny[t:{"properties": {}, "type": "object"}]'
     want = c.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False}).json()["tokens"]
@@ -713,7 +714,8 @@ def test_inline_system_messages_as_the_template_takes_them(app_client, hub, temp
     c = app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--chat-template", template, model=MODEL)
     body = {"model": MODEL, "system": "S", "messages": [
         {"role": "user", "content": "a"}, {"role": "system", "content": "I"}, {"role": "user", "content": "b"}]}
-    r = c.post("/v1/messages/render", json=body)
+    # the render reads an AnthropicMessagesRequest (scale_out/render/api_router.py): max_tokens is required
+    r = c.post("/v1/messages/render", json={**body, "max_tokens": 4})
     assert r.status_code == 200, r.text
     want = c.post("/tokenize", json={"model": MODEL, "prompt": text, "add_special_tokens": False}).json()["tokens"]
     assert r.json()["token_ids"] == want

@@ -127,3 +127,18 @@ def test_messages_render_converts_tools_choice_and_format(app_client):
     out = api.post("/v1/messages/render", json={"model": "test-model", "max_tokens": 20, "messages": MSGS,
                                                  "tools": [TOOL]}).json()
     assert (out["parse_context"]["tool_choice"], out["parse_context"]["parallel_tool_calls"]) == ("auto", True)
+
+
+def test_messages_render_reads_a_messages_request(api):
+    """vLLM 0.34's ``/v1/messages/render`` takes an ``AnthropicMessagesRequest``
+    (scale_out/render/api_router.py ``render_messages``): ``max_tokens`` is required and its
+    validators run (``validate_thinking_budget``); the simulator read a count_tokens request."""
+    body = {"model": "test-model", "messages": MSGS}
+    r = api.post("/v1/messages/render", json=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == ("1 validation error:\n  {'type': 'missing', 'loc': 'body.max_tokens', "
+                                            "'msg': 'Field required', 'input': '<dict of 2 items>'}")
+    r = api.post("/v1/messages/render", json={**body, "max_tokens": 1100,
+                                               "thinking": {"type": "enabled", "budget_tokens": 2000}})
+    assert r.status_code == 400 and "thinking.budget_tokens must be less than max_tokens" in r.text
+    assert api.post("/v1/messages/render", json={**body, "max_tokens": 4}).json()["sampling_params"]["max_tokens"] == 4
