@@ -27,7 +27,8 @@ from generation.adapters.fields import EMPTY_PROMPT, check_chat_part_types, chec
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
-from generation.adapters.responses import check_custom_tool_format, check_tool_usage, to_chat_messages, to_chat_tools
+from generation.adapters.responses import (check_custom_tool_format, check_tool_usage, continued,
+                                          generation_prompt_kwargs, to_chat_messages, to_chat_tools)
 from generation.adapters.sampling import effort_markers, effort_thinks, parser_effort, responses_effort, template_kwargs
 from generation.engine.outputs import prompt_too_long
 from generation.errors import APIError, InvalidParam, Rejected
@@ -497,10 +498,15 @@ def render_responses():
     features = None
     # vLLM's render_responses: ResponsesRequest.build_chat_params lays reasoning.effort over them
     kwargs = template_kwargs(sim, effort_kwargs(raw.get("chat_template_kwargs"), responses_effort(raw.get("reasoning"))))
+    gen = generation_prompt_kwargs(body.input)       # and the generation prompt's switches
+    messages = continued(messages, gen)
     if render is not None:
-        ids, _, features = render(messages, tools=tools, chat_template_kwargs=kwargs)
+        ids, _, features = render(messages, tools=tools, chat_template_kwargs=kwargs, **gen)
     else:
-        ids, _ = sim.tokenize_messages(messages, bounded="input", tools=tools, chat_template_kwargs=kwargs)
+        ids, _ = sim.tokenize_messages(messages, bounded="input", tools=tools, chat_template_kwargs=kwargs, **gen)
+    own = raw.get("chat_template_kwargs")
+    reported = template_kwargs(sim, effort_kwargs({**(own if isinstance(own, dict) else {}), **gen},
+                                                  responses_effort(raw.get("reasoning"))))
     max_len = sim.config.max_model_len
     if body.truncation == "auto" and len(ids) > max_len - 1:
         ids = ids[len(ids) - max(max_len - 1, 0):]             # left truncation, a token kept for output
@@ -524,7 +530,7 @@ def render_responses():
     ec = raw.get("ec_transfer_params") if isinstance(raw.get("ec_transfer_params"), dict) else None
     out.update({"request_id": rid, "model": model, "sampling_params": responses_sampling_params(raw, max_tokens),
                 "stream": raw.get("stream") is True,
-                "reasoning_parser_kwargs": {"chat_template_kwargs": kwargs} if sim.config.reasoning_parser else None,
+                "reasoning_parser_kwargs": {"chat_template_kwargs": reported} if sim.config.reasoning_parser else None,
                 "cache_salt": raw.get("cache_salt") if isinstance(raw.get("cache_salt"), str) else None,
                 "priority": body.priority or 0,
                 "kv_transfer_params": body.kv_transfer_params or None,      # hoisted from extra_args: {} is none

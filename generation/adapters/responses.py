@@ -124,7 +124,9 @@ class ResponsesAdapter(Adapter):
         if b.mm_processor_kwargs or b.media_io_kwargs:     # vLLM's renderer, before the prompt is built
             check_mm_kwargs(sim, b.mm_processor_kwargs, b.media_io_kwargs)
         kwargs = template_kwargs(sim, effort_kwargs(b.chat_template_kwargs, responses_effort(b.reasoning)))
-        prompt = chat_prompt(sim, messages, echo_text(inp), "input", tools=tools, chat_template_kwargs=kwargs)
+        gen = generation_prompt_kwargs(inp)
+        prompt = chat_prompt(sim, continued(messages, gen), echo_text(inp), "input", tools=tools,
+                             chat_template_kwargs=kwargs, **gen)
         self.req = GenerationRequest(
             request_id=rid, model=model, lora=lora, prompts=[prompt], n=1, max_tokens=mot, ignore_eos=ignore_eos,
             stream=stream, tools=tools, tool_choice=choice, response_format=rf,
@@ -251,6 +253,39 @@ def _tool_call(item: dict) -> dict:
         name = item["namespace"] + NAMESPACE_SEP + name
     args = item["arguments"] if item.get("type") == "function_call" else item["input"]
     return {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def continue_final(inp) -> bool:
+    """Whether the prompt continues the input's last item: vLLM 0.34's
+    ``should_continue_final_message`` (responses/utils.py), which ``ResponsesRequest.
+    build_chat_params`` turns into ``add_generation_prompt = not it`` and
+    ``continue_final_message = it``: a last ``message`` (an assistant output) or ``reasoning``
+    item whose ``status`` is ``in_progress`` or ``incomplete`` (Anthropic-style partial
+    completion); never for a string input."""
+    if isinstance(inp, str) or not inp or not isinstance(inp[-1], dict):
+        return False
+    last = inp[-1]
+    if last.get("type", "message") not in ("message", "reasoning"):
+        return False
+    return last.get("status") in ("in_progress", "incomplete")
+
+
+def continued(messages: list, gen: dict) -> list:
+    """``messages`` to render with ``gen`` (:func:`generation_prompt_kwargs`): a continued last
+    assistant message without content (a partial reasoning item) has ``""``, as vLLM's chat
+    message parsing gives it, so the template continues it instead of refusing a message with
+    no content."""
+    if gen["continue_final_message"] and messages and messages[-1].get("content") is None:
+        return messages[:-1] + [{**messages[-1], "content": ""}]
+    return messages
+
+
+def generation_prompt_kwargs(inp) -> dict:
+    """``add_generation_prompt`` / ``continue_final_message`` of a Responses prompt
+    (:func:`continue_final`), as ``ResponsesRequest.build_chat_params`` lays them over the chat
+    template kwargs and renders the conversation with them."""
+    cont = continue_final(inp)
+    return {"add_generation_prompt": not cont, "continue_final_message": cont}
 
 
 def to_chat_messages(inp) -> list:

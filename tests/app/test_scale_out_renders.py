@@ -63,7 +63,9 @@ def test_responses_render_fields(app_client, api):
     # a reasoning parser: its kwargs go to the engine
     r = app_client("--reasoning-parser", "qwen3").post(RESP_RENDER, json={
         "input": "Hi", "chat_template_kwargs": {"enable_thinking": False}}).json()
-    assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    # ResponsesRequest.build_chat_params lays the generation-prompt switches over the request's kwargs
+    assert r["reasoning_parser_kwargs"] == {"chat_template_kwargs": {
+        "enable_thinking": False, "add_generation_prompt": True, "continue_final_message": False}}
 
 
 def test_responses_render_context_and_truncation(app_client):
