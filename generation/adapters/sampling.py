@@ -227,8 +227,8 @@ def disabled_thinking_effort(sim) -> str:
             try:
                 return sim.tokenize_messages([{"role": "user", "content": "Hi"}],
                                              chat_template_kwargs=template_kwargs(sim, effort_kwargs(None, e)))[0]
-            except Exception:       # vLLM: the render failed (logged at debug)
-                return None
+            except InvalidParam:    # vLLM: the template failed to render (logged at debug); a
+                return None         # --render-url outage propagates, so nothing is cached then
         none = prompt("none")
         if none is None or any(prompt(e) == none for e in ANTHROPIC_EFFORTS):
             effort = "low"

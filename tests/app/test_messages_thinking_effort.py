@@ -142,3 +142,11 @@ def test_messages_render_reads_a_messages_request(api):
                                                "thinking": {"type": "enabled", "budget_tokens": 2000}})
     assert r.status_code == 400 and "thinking.budget_tokens must be less than max_tokens" in r.text
     assert api.post("/v1/messages/render", json={**body, "max_tokens": 4}).json()["sampling_params"]["max_tokens"] == 4
+
+
+def test_disabled_thinking_is_effort_low_where_none_fails_to_render(app_client, hub):
+    """The probe's render of "none" fails (the template refuses it): vLLM picks "low"."""
+    template = "{% if reasoning_effort == 'none' %}{{ raise_exception('no none') }}{% endif %}" + DEAF
+    api = server(app_client, hub, template)
+    assert count(api, thinking={"type": "disabled"}) == count(api)
+    assert api.sim._disabled_thinking_effort == "low"
