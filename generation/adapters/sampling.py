@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 from generation.content import reasoning as rz
-from generation.errors import InvalidParam
+from generation.errors import APIError, InvalidParam
 from generation.structured.structured_outputs import anthropic_format, constraint
 from generation.tokenization.chat_template import effort_kwargs, merge_kwargs
 
@@ -229,6 +229,10 @@ def disabled_thinking_effort(sim) -> str:
                                              chat_template_kwargs=template_kwargs(sim, effort_kwargs(None, e)))[0]
             except InvalidParam:    # vLLM: the template failed to render (logged at debug); a
                 return None         # --render-url outage propagates, so nothing is cached then
+            except APIError as e:   # --render-url: the service refused to render it (its 400 /
+                if e.status in (400, 422):      # 422) is the failed render; 5xx, 429 propagate
+                    return None
+                raise
         none = prompt("none")
         if none is None or any(prompt(e) == none for e in ANTHROPIC_EFFORTS):
             effort = "low"

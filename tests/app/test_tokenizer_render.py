@@ -20,6 +20,7 @@ class FakeRender:
         self.calls = []
         self.delay = 0.0
         self.status = 200
+        self.refuse = None          # a predicate on the body: answer it 400 (a template that fails)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -30,8 +31,8 @@ class FakeRender:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.calls.append((self.path, body))
                 time.sleep(fake.delay)
-                if fake.status != 200:
-                    out, status = {"error": {"message": "template exploded"}}, fake.status
+                if fake.status != 200 or (fake.refuse is not None and fake.refuse(body)):
+                    out, status = {"error": {"message": "template exploded"}}, fake.status if fake.status != 200 else 400
                 elif self.path == "/v1/completions/render":
                     out, status = [{"token_ids": [7] * len(body["prompt"].split())}], 200
                 elif self.path == "/v1/chat/completions/render":
@@ -69,7 +70,7 @@ def fake():
 @pytest.fixture()
 def client(app_client, fake):
     fake.calls.clear()
-    fake.delay, fake.status = 0.0, 200
+    fake.delay, fake.status, fake.refuse = 0.0, 200, None
     return app_client("--render-url", fake.url, "--render-timeout", "1s", model="org/real-model")
 
 
@@ -122,3 +123,26 @@ def test_upstream_client_error_keeps_its_status(client, fake):
     fake.status = 400
     r = client.post("/v1/chat/completions", json={"model": "org/real-model", "messages": MESSAGES, "max_tokens": 2})
     assert r.status_code == 400 and r.json()["error"]["message"] == "template exploded"
+
+
+def test_disabled_thinking_probe_reads_a_refused_render_as_a_failed_one(app_client, fake):
+    """Anthropic thinking disabled: vLLM 0.34's DisabledThinkingEffortResolver picks "low" when
+    rendering reasoning_effort "none" fails.  With --render-url that failure is the service's 400:
+    the simulator passed it on to every disabled-thinking request (a valid request refused, the
+    effort never cached); an outage (5xx) still propagates and caches nothing."""
+    c = app_client("--render-url", fake.url, "--render-timeout", "1s", "--max-model-len", "2048",
+                   model="org/real-model")
+    body = {"model": "org/real-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}],
+            "thinking": {"type": "disabled"}}
+    fake.status = 502
+    r = c.post("/v1/messages/count_tokens", json=body)
+    assert r.status_code == 502 and getattr(c.sim, "_disabled_thinking_effort", None) is None
+    fake.status = 200
+    fake.refuse = lambda b: (b.get("chat_template_kwargs") or {}).get("reasoning_effort") == "none"
+    r = c.post("/v1/messages/count_tokens", json=body)
+    assert r.status_code == 200, r.text
+    assert c.sim._disabled_thinking_effort == "low"
+    assert fake.calls[-1][1]["chat_template_kwargs"]["reasoning_effort"] == "low"
+    r = c.post("/v1/messages", json=body)
+    assert r.status_code == 200, r.text
+    fake.refuse = None
