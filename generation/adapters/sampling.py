@@ -216,11 +216,15 @@ def disabled_thinking_effort(sim) -> str:
     ``--anthropic-disabled-thinking-effort auto``): ``"none"``, unless rendering a one-message
     conversation ("Hi") with effort ``"none"`` fails or gives the prompt of one of
     :data:`ANTHROPIC_EFFORTS` (a template that ignores the effort and the switch it implies):
-    then ``"low"``.  Probed once per server.  The simulated tokenizer's flattening (no template)
-    stands for a template that honours the switch: ``"none"``."""
+    then ``"low"``.  Probed once per server; a --anthropic-disabled-thinking-effort other than
+    ``auto`` is the effort itself, as vLLM's resolver takes it.  The simulated tokenizer's
+    flattening (no template) stands for a template that honours the switch: ``"none"``."""
     cached = getattr(sim, "_disabled_thinking_effort", None)
     if cached is not None:
         return cached
+    fixed = getattr(getattr(sim, "config", None), "anthropic_disabled_thinking_effort", "auto")
+    if fixed and fixed != "auto":       # vLLM: the flag's effort, no probe
+        return fixed
     effort = "none"
     if sim.tokenizer.name != "simulated":
         def prompt(e):

@@ -393,7 +393,11 @@ _declare("reasoning",
                 "and `beam` stop the start: their markers come from response_template metadata)",
                 choices=("",) + REASONING_PARSERS),
          Option("reasoning-fraction", "float", 0.5, "Share of an answer's tokens spent reasoning (scaled by "
-                "the request's effort; with --reasoning-parser)", maximum=1.0))
+                "the request's effort; with --reasoning-parser)", maximum=1.0),
+         Option("anthropic-disabled-thinking-effort", "str", "auto", "The `reasoning_effort` an Anthropic "
+                "`thinking` `disabled` / `between_tools` sends the chat template (`auto`: `none`, or `low` where "
+                "the template renders `none` like an effort, probed once)",
+                choices=("auto", "none", "low", "medium", "high", "xhigh", "max")))
 _declare("faults",
          Option("failure-injection-rate", "int", 0, "Requests that fail with an injected error", unit="%",
                 admin=True),

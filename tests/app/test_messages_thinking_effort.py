@@ -150,3 +150,26 @@ def test_disabled_thinking_is_effort_low_where_none_fails_to_render(app_client, 
     api = server(app_client, hub, template)
     assert count(api, thinking={"type": "disabled"}) == count(api)
     assert api.sim._disabled_thinking_effort == "low"
+
+
+def test_anthropic_disabled_thinking_effort_flag_fixes_the_effort(app_client, hub):
+    """vLLM 0.34's --anthropic-disabled-thinking-effort: a value other than ``auto`` is the effort
+    a disabled thinking sends, no probe (DisabledThinkingEffortResolver.__init__); the simulator
+    accepted the flag and ignored it, probing as for ``auto``."""
+    api = app_client("--reasoning-parser", "qwen3", "--anthropic-disabled-thinking-effort", "low")
+    body = {"model": "test-model", "messages": MSGS, "max_tokens": 20, "thinking": {"type": "disabled"}}
+    out = api.post("/v1/messages/render", json=body).json()
+    assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"reasoning_effort": "low",
+                                                                       "enable_thinking": True, **GEN}}
+    assert out["reasoning_ended"] is False
+    out = api.post("/v1/messages", json={**body, "ignore_eos": True}).json()
+    assert [b["type"] for b in out["content"]] == ["thinking", "text"]
+    # a template that ignores "none" (auto would probe "low"): the flag's "none" is sent as it is
+    deaf = app_client("--tokenizers-cache-dir", os.path.join(hub, "hub"), "--reasoning-parser", "qwen3",
+                      "--chat-template", DEAF, "--anthropic-disabled-thinking-effort", "none", model=MODEL)
+    out = post(deaf, "/v1/messages/render", max_tokens=20, thinking={"type": "between_tools"})
+    assert out["reasoning_parser_kwargs"]["chat_template_kwargs"]["reasoning_effort"] == "none"
+    assert getattr(deaf.sim, "_disabled_thinking_effort", None) is None
+    from generation.config.values import ConfigError
+    with pytest.raises(ConfigError, match="valid values are: auto, none, low"):      # vLLM's choices
+        app_client("--anthropic-disabled-thinking-effort", "minimal")
