@@ -37,8 +37,7 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor", "sha256")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
-# vLLM 0.34's --reasoning-parser names, one row each in .reasoning_parsers.PARSERS
-REASONING_PARSERS = tuple(PARSERS)
+REASONING_PARSERS = tuple(PARSERS)      # vLLM 0.34's --reasoning-parser names (.reasoning_parsers)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,9 +42,12 @@ took = time.monotonic() - t0 < 14            # interrupted at 2 s, not held to t
 sys.setswitchinterval(1e-5)                                # threads switch inside jinja2's cache lock
 ct.RENDER_SECONDS = 30.0     # a deadlock is what fails here, not a loaded machine's queue (199 of 200 once,
                              # and once more at 10 s under a full suite on 2 cores)
+import generation.tokenization.tokenizer as tk
+tk.TOKENIZE_SECONDS = 30.0   # the 50 worker renders take turns in one thread, each waited for from its spawn:
+                             # under a full suite all 50 once missed its 10 s (150 of 200)
 jobs = [gevent.spawn(render, "{{ messages[0]['content'] }}{# %d #}" % i) for i in range(150)]
 jobs += [gevent.spawn(off_hub, render, "{{ messages[0]['content'] }}{# w%d #}" % i) for i in range(50)]
-gevent.joinall(jobs, timeout=40)
+gevent.joinall(jobs, timeout=60)
 print(sorted(locks), slow, took, sum(j.value == "hi" for j in jobs), sep="|")
 """
 
