@@ -21,7 +21,7 @@ from schemas.messages import count_tokens_request_schema, messages_request_schem
 
 from .common import json_response, parse_json_body, request_id, response_headers, simulator
 from .errors import anthropic_error_response, http_error_message, internal_error, status_of
-from .render import chat_parse_fields, generate_fields
+from .render import chat_parse_fields, check_render_sampling, generate_fields
 from .serving import generation_view
 
 log = logging.getLogger("vllm_sim")
@@ -84,6 +84,10 @@ def render_message():
     # render_chat_request's request id: "chatcmpl-" and the X-Request-Id header or a new id
     rid = request_id()
     fields = generate_fields(sim, {**sampling, "stream": stream}, f"chatcmpl-{rid}", model, len(ids), False)
+    # render_chat_request's SamplingParams of the converted request: top_k, min_tokens, ... as
+    # /v1/messages refuses them (a named tool_choice missing from tools is not refused here: vLLM's
+    # converter sets tool_choice after building the chat request, past its validators)
+    check_render_sampling(sampling, fields["sampling_params"]["max_tokens"])
     # the chat request vLLM's converter builds (_convert_tool_choice, _convert_tools,
     # _handle_output_config / _handle_thinking): no tool_choice is null, "auto" with tools
     choice = body.tool_choice

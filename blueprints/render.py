@@ -1,14 +1,12 @@
-"""Tokenization-only endpoints: ``POST /v1/completions/render``,
-``POST /v1/chat/completions/render`` (api.md 5.8), and vLLM's ``POST /tokenize`` /
-``POST /detokenize``.
+"""Tokenization-only endpoints: ``POST /v1/completions/render``, ``POST /v1/chat/completions/render``
+(api.md 5.8), and vLLM's ``POST /tokenize`` / ``POST /detokenize``.
 
-Render: no queue, no latency, no failure injection, request headers ignored; only ``model``,
-the prompt / messages and vLLM 0.34's multimodal options (``mm_payload``, the per-request
-multimodal kwargs) are inspected.  Completions render always answers a JSON array (one
+Render: no queue, no latency, no failure injection, request headers ignored; ``model``, the
+prompt / messages, vLLM 0.34's multimodal options and (chat) the ChatCompletionRequest validators
+and SamplingParams ranges are checked.  Completions render always answers a JSON array (one
 ``{"token_ids"}`` per prompt; token-id prompts copied verbatim); chat render answers one
 ``{"token_ids", "features"?}`` object whose ``features`` (synthetic multimodal hashes,
 placeholders and kwargs) appear only when a message has media blocks.  A LoRA model is a 400.
-
 Tokenize answers vLLM's ``{"count", "max_model_len", "tokens", "token_strs"}``; detokenize
 ``{"prompt"}`` (simulated ids are hashes: unknown ids come back as decimals).
 """
@@ -23,9 +21,11 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given
+from generation.adapters.fields import (EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given,
+                                        check_render_sampling)
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
+from generation.adapters.request_validators import chat_request_validators
 from generation.adapters.response_bodies import chat_response, completion_response, generate_request
 from generation.adapters.responses import (check_custom_tool_format, check_tool_usage, continued,
                                           generation_prompt_kwargs, to_chat_messages, to_chat_tools)
@@ -112,7 +112,7 @@ def _plain(v) -> bool:
 
 def body_sampling(raw: dict, keys) -> dict:
     """vLLM's sampling defaults (:data:`SAMPLING_DEFAULTS`) with the body's plain values of
-    ``keys`` over them, unchecked as the render endpoints check nothing else; ``stop`` a list."""
+    ``keys`` over them (a chat render's ranges: :func:`check_render_sampling`); ``stop`` a list."""
     sp = dict(SAMPLING_DEFAULTS)
     for k in keys:
         if raw.get(k) is not None and _plain(raw[k]):
@@ -125,8 +125,8 @@ def body_sampling(raw: dict, keys) -> dict:
 def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool) -> dict:
     """vLLM's ``GenerateRequest`` fields of a render answer besides ``token_ids`` / ``features``:
     ``request_id``, ``model``, ``sampling_params`` (the body's sampling fields over vLLM's
-    defaults, unchecked as the render endpoints check nothing else; ``max_tokens`` defaults to
-    the room left in the context window), ``stream`` / ``stream_options`` (the options only with
+    defaults, checked by :func:`check_render_sampling` on chat; ``max_tokens`` defaults to the room
+    left in the context window), ``stream`` / ``stream_options`` (the options only with
     ``stream``), and the request's ``return_token_ids``, ``cache_salt``, ``priority`` and
     ``kv_transfer_params`` / ``ec_transfer_params`` (hoisted out of the sampling params' extra
     args: an empty one is null), as ``scale_out/render/serving.py`` builds them; lay them out with
@@ -200,7 +200,9 @@ def _check_render_work(sim, raw: dict, model: str, lists: list) -> None:
 
 @scale_out.post("/v1/chat/completions/render")
 def render_chat():
-    out, rid = chat_render(simulator(), parse_json_body())
+    raw = parse_json_body()
+    chat_request_validators(raw)    # vLLM reads a ChatCompletionRequest: its validators first, as /v1/chat/completions
+    out, rid = chat_render(simulator(), raw)
     return json_response(out, headers=response_headers(rid))
 
 
@@ -233,6 +235,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
             features = {**features, "kwargs_data": None}
         out["features"] = features
     out.update(generate_fields(sim, raw, f"chatcmpl-{rid}", model, len(ids), True))
+    check_render_sampling(raw, out["sampling_params"]["max_tokens"])
     fields = chat_parse_fields(sim, raw, messages)
     so = fields.pop("structured_outputs", None)
     if so is not None:

@@ -1,9 +1,9 @@
 """Request schemas of the tokenization-only endpoints: ``/v1/completions/render``,
 ``/v1/chat/completions/render`` (api.md 5.8), vLLM's ``/tokenize`` and ``/detokenize``.
 
-The render endpoints inspect only ``model``, the prompt or messages and vLLM 0.34's multimodal
+The render endpoints type only ``model``, the prompt or messages and vLLM 0.34's multimodal
 options (:class:`RenderOptionsSchema`); every other field of a completions / chat body is
-accepted unchecked.  ``/tokenize`` takes vLLM's two request
+read laxly (a chat render checks ChatCompletionRequest's validators and SamplingParams' ranges).  ``/tokenize`` takes vLLM's two request
 shapes (``prompt`` or ``messages``), ``/detokenize`` takes ``tokens``.
 """
 from __future__ import annotations

@@ -8,11 +8,13 @@ import json
 import math
 import numbers
 import os
+from types import SimpleNamespace
 
 from generation.tokenization.tokenizer import each_text
 
 from ..errors import InvalidParam, Rejected
 from ..lanes import paced
+from ..structured.numeric import is_int, is_num
 from .extra_args import check_extra_args
 from .validation import MAX_REPORTED_ERRORS, Errors, Mismatch, pydantic_error, read_float, read_int, validation_errors
 
@@ -291,6 +293,26 @@ def check_sampling_ranges(b) -> None:
     v = get("min_p")
     if v is not None and not 0.0 <= v <= 1.0:
         raise Rejected(f"min_p must be in [0, 1], got {v}.")
+
+
+# SamplingParams fields checked by _verify_args that a chat render's sampling params take from the body
+_RANGED = ("presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "top_k", "min_p")
+
+
+def check_render_sampling(raw: dict, max_tokens) -> None:
+    """vLLM 0.34's ``render_chat_request`` (``scale_out/render/serving.py``) builds the
+    ``SamplingParams`` it answers (``request.to_sampling_params``), whose ``_verify_args`` raises
+    the ``VLLMValidationError`` the generating routes answer (a 400): the body's ranges
+    (:func:`~generation.adapters.fields.check_sampling_ranges`), then ``min_tokens`` at least 0
+    and at most the render's ``max_tokens`` (:func:`~generation.adapters.fields.check_min_tokens`),
+    after the model check, the render and the context check, as there.  Only numeric values are
+    judged (a chat render's body is read laxly: another type is copied nowhere)."""
+    # the float fields as pydantic reads them (``temperature: 3`` is 3.0 in the message)
+    check_sampling_ranges(SimpleNamespace(**{k: (raw[k] if is_int(raw.get(k)) else None) if k == "top_k"
+                                             else (float(raw[k]) if is_num(raw.get(k)) else None) for k in _RANGED}))
+    min_tokens = raw.get("min_tokens")
+    if is_int(min_tokens):
+        check_min_tokens(min_tokens, max_tokens if is_int(max_tokens) else None)
 
 
 MAX_STOP_STRINGS = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))        # vLLM 0.34 envs.py

@@ -1,0 +1,103 @@
+"""The render routes refuse what vLLM 0.34's render refuses: ``/v1/chat/completions/render``
+reads a ``ChatCompletionRequest`` (its request validators, e.g. ``check_tool_usage``) and
+``render_chat_request`` builds its ``SamplingParams`` (``_verify_args``: ``top_k``,
+``min_tokens``, ...); ``/v1/messages/render`` converts to that chat request and goes through
+the same ``render_chat_request``.  Each refusal is the generating route's own 400, body for body
+(OpenAI envelope on chat render, the Messages blueprint's Anthropic envelope on messages
+render)."""
+from __future__ import annotations
+
+import pytest
+
+CHAT = {"model": "test-model", "messages": [{"role": "user", "content": "Hi"}]}
+MSGS = {"model": "test-model", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+
+
+def _openai(message, param=None):
+    return {"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}
+
+
+def _anthropic(message):
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+
+
+CHAT_CASES = [
+    ({"min_tokens": -1}, _openai("min_tokens must be greater than or equal to 0, got -1.")),
+    ({"max_tokens": 8, "min_tokens": 9}, _openai("min_tokens must be less than or equal to max_tokens=8, got 9.")),
+    ({"max_completion_tokens": 8, "min_tokens": 9},
+     _openai("min_tokens must be less than or equal to max_tokens=8, got 9.")),
+    ({"top_k": -5}, _openai("top_k must be 0 (disable), or at least 1, got -5.")),
+    ({"top_p": 1.5}, _openai("top_p must be in (0, 1], got 1.5. (parameter=top_p, value=1.5)", "top_p")),
+    ({"temperature": 3}, _openai("temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)", "temperature")),
+    ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "missing"}}},
+     _openai("The tool `missing` specified in `tool_choice` does not match any of the specified `tools` "
+             "(parameter=tool_choice)", "tool_choice")),
+]
+
+
+@pytest.mark.parametrize("extra, want", CHAT_CASES)
+def test_chat_render_refuses_what_chat_completions_refuses(api, extra, want):
+    body = {**CHAT, **extra}
+    r = api.post("/v1/chat/completions/render", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json() == want
+    g = api.post("/v1/chat/completions", json=body)
+    assert (g.status_code, g.json()) == (400, want)          # the generating route's own answer
+
+
+def test_chat_render_checks_in_vllms_order(api):
+    # the request validators (parsing) before the model check; SamplingParams after it
+    r = api.post("/v1/chat/completions/render", json={**CHAT, "model": "nope", "tools": [TOOL],
+                                                      "tool_choice": {"type": "function", "function": {"name": "x"}}})
+    assert r.status_code == 400 and "`x` specified in `tool_choice`" in r.json()["error"]["message"]
+    r = api.post("/v1/chat/completions/render", json={**CHAT, "model": "nope", "top_k": -5})
+    assert r.status_code == 404
+    # ranges before min_tokens, as _verify_args
+    r = api.post("/v1/chat/completions/render", json={**CHAT, "top_k": -5, "min_tokens": -1})
+    assert r.json() == _openai("top_k must be 0 (disable), or at least 1, got -5.")
+
+
+def test_chat_render_min_tokens_against_the_room_left(api):
+    """No max_tokens: the render's max_tokens is the room the context leaves, as vLLM's get_max_tokens."""
+    d = api.post("/v1/chat/completions/render", json={**CHAT, "min_tokens": 3}).json()
+    room = d["sampling_params"]["max_tokens"]
+    assert d["sampling_params"]["min_tokens"] == 3 and room == 1024 - len(d["token_ids"])
+    r = api.post("/v1/chat/completions/render", json={**CHAT, "min_tokens": room + 1})
+    assert r.json() == _openai(f"min_tokens must be less than or equal to max_tokens={room}, got {room + 1}.")
+
+
+@pytest.mark.parametrize("extra", [{"min_tokens": 0}, {"max_tokens": 8, "min_tokens": 8}, {"top_k": -1},
+                                   {"top_k": 0}, {"top_k": 5}, {"tools": [TOOL], "tool_choice": {
+                                       "type": "function", "function": {"name": "get_weather"}}}])
+def test_chat_render_still_answers_valid_bodies(api, extra):
+    r = api.post("/v1/chat/completions/render", json={**CHAT, **extra})
+    assert r.status_code == 200, r.text
+
+
+MSG_CASES = [
+    ({"min_tokens": -1}, _anthropic("min_tokens must be greater than or equal to 0, got -1.")),
+    ({"max_tokens": 8, "min_tokens": 9}, _anthropic("min_tokens must be less than or equal to max_tokens=8, got 9.")),
+    ({"top_k": -5}, _anthropic("top_k must be 0 (disable), or at least 1, got -5.")),
+    ({"top_p": 0}, _anthropic("top_p must be in (0, 1], got 0.0. (parameter=top_p, value=0.0)")),
+]
+
+
+@pytest.mark.parametrize("extra, want", MSG_CASES)
+def test_messages_render_refuses_what_messages_refuses(api, extra, want):
+    body = {**MSGS, **extra}
+    r = api.post("/v1/messages/render", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json() == want
+    g = api.post("/v1/messages", json=body)
+    assert (g.status_code, g.json()) == (400, want)
+
+
+def test_messages_render_leaves_a_named_tool_choice_to_the_generate_step(api):
+    """vLLM's converter sets the chat request's tool_choice after building it, past
+    check_tool_usage: the render answers, and the named choice rides in parse_context."""
+    body = {**MSGS, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "tool", "name": "missing"}}
+    r = api.post("/v1/messages/render", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["parse_context"]["tool_choice"] == {"function": {"name": "missing"}, "type": "function"}
