@@ -61,18 +61,15 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
     return body
 
 
-_EXACT_LANE: list = []
-
-
 def _exact_loads(raw: bytes):
-    """``json.loads(raw)`` for :func:`exact_extra_args`: a body over 8 KiB in a lane's thread
-    (about twice orjson's time: 70 ms for 4 MiB of token ids, which the hub would have held)."""
-    from generation.lanes import FairLane, on_hub_thread
-    if len(raw) <= 8 << 10 or not on_hub_thread():
+    """``json.loads(raw)`` for :func:`exact_extra_args`: a body over ``OFF_HUB_BYTES`` in the
+    validation lane, as its schema load (about twice orjson's time: 70 ms for 4 MiB of token ids,
+    which the hub would have held)."""
+    from generation.lanes import on_hub_thread
+    from schemas.loading import OFF_HUB_BYTES, validation_lane
+    if len(raw) <= OFF_HUB_BYTES or not on_hub_thread():
         return json.loads(raw)
-    if not _EXACT_LANE:
-        _EXACT_LANE.append(FairLane())
-    return _EXACT_LANE[0].apply(json.loads, (raw,))
+    return validation_lane().apply(json.loads, (raw,))
 
 
 def json_body_bytes(environ: dict | None = None, limit: int | None = None) -> bytes:

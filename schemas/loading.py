@@ -142,9 +142,7 @@ def load(schema: Schema, body):
     if filled_body is not None:
         body = filled_body(body)
     if BODY_BYTES.get() > OFF_HUB_BYTES and on_hub_thread():
-        if not _LANE:
-            _LANE.append(FairLane())
-        failed, out = _LANE[0].apply(contextvars.copy_context().run, (_load_in_lane, schema, body))
+        failed, out = validation_lane().apply(contextvars.copy_context().run, (_load_in_lane, schema, body))
         if failed:
             try:
                 raise out
@@ -152,6 +150,15 @@ def load(schema: Schema, body):
                 out = None              # else this frame, in the error's traceback, keeps it: a cycle
         return out
     return _load(schema, body)
+
+
+def validation_lane() -> FairLane:
+    """The lane (one thread, clients taking turns) where large bodies are checked off the hub,
+    made at first use: the schema load here, and the body's exact re-read for wide integers
+    (``blueprints.common.parse_json_body``)."""
+    if not _LANE:
+        _LANE.append(FairLane())
+    return _LANE[0]
 
 
 def _load_in_lane(schema: Schema, body: dict):

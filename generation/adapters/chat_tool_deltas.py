@@ -32,14 +32,14 @@ order is the models' (``vllm/entrypoints/generate/base/protocol.py`` l. 331-367)
 """
 from __future__ import annotations
 
+from generation.engine.outputs import tool_choice_style
+
 
 def call_style(req) -> str:
     """``"named"``, ``"required"`` or ``"auto"``: which of vLLM's streaming paths (module
-    docstring) a request's tool calls take."""
-    tc = req.tool_choice
-    if isinstance(tc, dict) and tc.get("type", "function") == "function":
-        return "named"
-    return "required" if tc == "required" else "auto"
+    docstring) a request's tool calls take (the engine's :func:`~generation.engine.outputs.
+    tool_choice_style`, which a stop in a call's text reads too)."""
+    return tool_choice_style(req.tool_choice)
 
 
 def name_entry(tc: dict, c: int) -> dict:
@@ -80,8 +80,7 @@ def tool_delta(style: str, entries: list, reasoning: str | None = None) -> dict:
 
 def named_choice(req) -> bool:
     """Whether ``tool_choice`` names one function (``{"type": "function", ...}``)."""
-    tc = req.tool_choice
-    return isinstance(tc, dict) and tc.get("type", "function") == "function"
+    return tool_choice_style(req.tool_choice) == "named"
 
 
 def finish_reason(req, seq) -> str:

@@ -121,9 +121,8 @@ def cut_tool_calls(req: GenerationRequest, seq: Sequence, reasoning, style: str)
 
 
 def tool_choice_style(choice) -> str:
-    """``named``, ``required`` or ``auto``: the path vLLM's parser takes for ``tool_choice`` (the
-    engine's copy of :func:`generation.adapters.chat_tool_deltas.call_style`: the engine does not
-    import the adapters)."""
+    """``named``, ``required`` or ``auto``: the path vLLM's parser takes for ``tool_choice`` (a
+    forced function, ``"required"``, anything else; the adapters' ``call_style`` reads it too)."""
     if isinstance(choice, dict) and choice.get("type", "function") == "function":
         return "named"
     return "required" if choice == "required" else "auto"
