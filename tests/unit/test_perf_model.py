@@ -468,14 +468,15 @@ def test_stall_gaps_are_the_long_pauses_between_token_events():
 
 def test_stall_total_grids_the_time_lost_to_compiles(capsys):
     """``fit --jit --jit-objective stall-total``: the sum of those pauses in the traced MoE runs'
-    first 20 s (6.1, 5.6 and 6.1 s measured); on the shipped H100 profile 0.6 s of stall per
-    variant matches it a little better than the shipped 0.75 (the loss is flat from 0.6 to 0.9)."""
+    first 20 s (6.1, 5.6 and 6.1 s measured), here over one seeded replay per run and candidate
+    (the fit's five took 7-23 s of the suite; the loss is flat from 0.6 to 0.9 s, so which of
+    the two wins is the seeds' draw: 0.6 with one seed and with five, 0.75 with two)."""
     from generation.engine.perf.fit import fit_jit
     from generation.engine.perf.step_model import load_constants
     base = load_constants("H100")[0]
-    assert fit_jit("H100", base, grid=(0.6, 0.75), objective="stall-total").t_jit == 0.6
+    assert fit_jit("H100", base, grid=(0.6, 0.75), objective="stall-total", seeds=1).t_jit == 0.6
     out = capsys.readouterr().out
-    assert "total stall in the first 20 s" in out and "5577/6094" in out and "6214/6094" in out
+    assert "total stall in the first 20 s" in out and "5665/6094" in out and "6687/6094" in out
 
 
 def test_the_shipped_a100_profile_replays_its_published_point_with_the_fa2_share():

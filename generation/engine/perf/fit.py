@@ -248,7 +248,7 @@ def stall_gaps(rows) -> list[float]:
 
 
 def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRID, exclude=(),
-            objective: str = "first-ttft") -> PerfConstants:
+            objective: str = "first-ttft", seeds: int = JIT_SEEDS) -> PerfConstants:
     """``t_jit``, the stall of compiling a fused-MoE kernel variant at first use
     (:class:`~.step_model.MoeJit`), by a grid search on the GPU's traced MoE training runs, whose
     first seconds (the first cycle of prompts: cold, their prefills run eagerly) is where the
@@ -262,10 +262,10 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
       count and length that make it up: it sets how many arrivals the stalls hold, and so
       whether a first stage's p99 lands among them.
 
-    The grid value with the least sum of squared log ratios (the mean over :data:`JIT_SEEDS`
-    seeded replays / the measured value) wins: a stall queues arrivals into larger steps that
-    may select yet another variant, so the response to ``t_jit`` is not smooth enough for a
-    gradient.  Raises ValueError for another objective.  Prints the table."""
+    The grid value with the least sum of squared log ratios (the mean over ``seeds``, default
+    :data:`JIT_SEEDS`, seeded replays / the measured value) wins: a stall queues arrivals into
+    larger steps that may select yet another variant, so the response to ``t_jit`` is not smooth
+    enough for a gradient.  Raises ValueError for another objective.  Prints the table."""
     if objective not in JIT_OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(JIT_OBJECTIVES)}, not {objective!r}")
     exps = gt.load_experiments(path)
@@ -302,7 +302,7 @@ def fit_jit(gpu: str, base: PerfConstants, path: str | None = None, grid=JIT_GRI
             else:
                 scale = min(1.0, 1.5 * STALL_WINDOW_S / e["stages"][0]["duration"])
             values = []
-            for seed in range(JIT_SEEDS):
+            for seed in range(seeds):
                 sim = gt.simulate(e, c, seed=seed, duration_scale=scale, path=path)
                 o = sorted(sim.outcomes, key=lambda x: x.arrival)
                 if objective == "first-ttft":
