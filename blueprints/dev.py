@@ -13,10 +13,12 @@ Dev mode (``VLLM_SERVER_DEV_MODE=1``; registered by :func:`register` only then, 
   there is nothing to clear.
 * ``POST /collective_rpc`` (``serve/dev/rpc/api_router.py``): the body read as vLLM reads it
   (any Content-Type; ``JSON decode error: ...``, ``Request body must be a JSON object``,
-  ``Missing 'method' in request body``: 400s with the status phrase as ``type``), then the call
-  answered as by workers whose method returns nothing: ``{"results": [null, ...]}``, one per
-  worker of this rank (tensor-parallel size).  The simulator has no worker to run ``method``
-  on, so any name is taken, where vLLM's workers fail (500) on one they lack.
+  ``Missing 'method' in request body``: 400s with the status phrase as ``type``), then the call:
+  a method of vLLM 0.34's GPU worker (:data:`WORKER_METHODS`) is answered as by workers whose
+  method returns nothing, ``{"results": [null, ...]}``, one per worker of this rank
+  (tensor-parallel size); any other name is the worker's ``run_method`` ``NotImplementedError``
+  (``v1/serial_utils.py``), which the engine core's utility call reports as failed and the
+  route's ``Exception`` answers 500 ``InternalServerError`` (:func:`rpc_failure`).
 * ``GET /server_info``: ``{"vllm_config": <text>}``, or the configuration as an object with
   ``?config_format=json``.
 * the RL routes (:mod:`blueprints.rl`: ``/pause``, ``/resume``, ``/is_paused``,
@@ -93,8 +95,47 @@ def collective_rpc():
     method = body.get("method")
     if method is None:
         raise APIError("Missing 'method' in request body", 400, None, "Bad Request")
-    workers = max(simulator().config.tensor_parallel_size, 1)
+    config = simulator().config
+    if not isinstance(method, str):     # run_method: partial(method, worker)
+        raise rpc_failure(config, "the first argument must be callable")
+    if method not in WORKER_METHODS:
+        raise rpc_failure(config, f"Method {method!r} is not implemented.")
+    workers = max(config.tensor_parallel_size, 1)
     return json_response({"results": [None] * workers})
+
+
+# The public methods of vLLM 0.34's GPU worker, which its WorkerWrapperBase resolves a method
+# name on (getattr, then __getattr__ to the worker): v1/worker/gpu_worker.py Worker,
+# v1/worker/worker_base.py WorkerBase and WorkerWrapperBase
+WORKER_METHODS = frozenset((
+    "sleep", "wake_up", "discard", "checkpoint_prepare", "checkpoint_restore", "compute_weight_checksums",
+    "reset_weights", "init_device", "handle_ft_command", "load_model", "update_config", "reload_weights",
+    "set_kv_cache_reclaimable", "determine_available_memory", "get_kv_connector_handshake_metadata",
+    "get_kv_cache_spec", "update_max_model_len", "initialize_from_config", "get_simple_cpu_offload_num_cpu_blocks",
+    "extensible_kv_cache_unsupported_reason", "disable_extensible_kv_cache", "extend_kv_cache",
+    "compile_or_warm_up_model", "reset_mm_cache", "reset_encoder_cache", "get_model", "get_draft_model",
+    "supports_draft_weight_updates", "get_supported_tasks", "get_compilation_match_table",
+    "get_encoder_timing_stats", "annotate_profile", "sample_tokens", "execute_model", "take_draft_token_ids",
+    "profile", "execute_dummy_batch", "add_lora", "remove_lora", "list_loras", "pin_lora", "check_health",
+    "save_sharded_state", "save_tensorized_model", "init_weight_transfer_engine", "shutdown_weight_transfer_engine",
+    "has_incomplete_weight_update", "start_weight_update", "start_draft_weight_update", "update_weights",
+    "finish_weight_update", "shutdown", "elastic_ep_execute", "get_supported_kv_cache_layouts",
+    "set_kv_cache_layout", "synchronize_device", "release_late_interaction_query_cache", "apply_model",
+    "get_model_inspection", "update_environment_variables", "init_worker"))
+
+
+def rpc_failure(config, error: str) -> APIError:
+    """A worker's failure to run a ``collective_rpc`` method as vLLM 0.34 answers it: the engine
+    core's ``_handle_utility`` reports ``Call to collective_rpc method failed: <error>``, the
+    client raises it as a plain ``Exception`` (``_process_utility_output``), and the route lets
+    it reach the app's ``exception_handler``: ``create_error_response``'s 500
+    ``InternalServerError``.  With more than one worker (tensor or data parallel: the ``mp``
+    executor, ``ParallelConfig.__post_init__``) the executor wraps the worker's error
+    (``MultiprocExecutor.collective_rpc``: ``Worker failed with error '...', please check the
+    stack trace above for the root cause``); one worker runs it in process (``uni``)."""
+    if config.tensor_parallel_size * config.data_parallel_size > 1:
+        error = f"Worker failed with error '{error}', please check the stack trace above for the root cause"
+    return APIError(f"Call to collective_rpc method failed: {error}", 500, None, "InternalServerError")
 
 
 def server_info():

@@ -53,8 +53,34 @@ def test_collective_rpc_checks_its_body_as_vllm(app_client):
         r = c.post("/collective_rpc", content=raw, headers={"Content-Type": "application/json"})
         assert (r.status_code, r.json()) == (400, bad_request(message)), raw
     # the route reads the body itself: no Content-Type check; one result per worker (tensor parallel)
-    r = c.post("/collective_rpc", content=b'{"method": "echo", "args": ["x"]}')
+    r = c.post("/collective_rpc", content=b'{"method": "check_health", "args": ["x"]}')
     assert (r.status_code, r.json()) == (200, {"results": [None, None]})
+
+
+def _rpc_failed(error: str) -> dict:
+    return {"error": {"message": f"Call to collective_rpc method failed: {error}", "type": "InternalServerError",
+                      "param": None, "code": 500}}
+
+
+def test_collective_rpc_runs_only_the_workers_methods(app_client):
+    """vLLM 0.34's workers resolve ``method`` with ``run_method`` (v1/serial_utils.py): a name the
+    GPU worker lacks is its NotImplementedError, which the engine core's utility call reports
+    failed (``Call to collective_rpc method failed: ...``) and the route answers as a plain
+    Exception: 500 InternalServerError.  The simulator answered 200 for any name."""
+    c = app_client(env=DEV)
+    for method in ("reload_weights", "sleep", "update_environment_variables"):
+        r = c.post("/collective_rpc", json={"method": method})
+        assert (r.status_code, r.json()) == (200, {"results": [None]}), method
+    r = c.post("/collective_rpc", json={"method": "echo", "args": ["x"]})
+    assert (r.status_code, r.json()) == (500, _rpc_failed("Method 'echo' is not implemented."))
+    r = c.post("/collective_rpc", json={"method": 5})         # partial(5, worker)
+    assert (r.status_code, r.json()) == (500, _rpc_failed("the first argument must be callable"))
+    # several workers: the mp executor wraps the worker's error (MultiprocExecutor.collective_rpc)
+    tp = app_client("--tensor-parallel-size", "2", env=DEV)
+    r = tp.post("/collective_rpc", json={"method": "echo"})
+    assert (r.status_code, r.json()) == (500, _rpc_failed(
+        "Worker failed with error 'Method 'echo' is not implemented.', please check the stack trace above "
+        "for the root cause"))
 
 
 def test_pause_refuses_new_requests_until_resume(app_client):
