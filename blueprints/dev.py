@@ -18,7 +18,7 @@ Dev mode (``VLLM_SERVER_DEV_MODE=1``; registered by :func:`register` only then, 
   method returns nothing, ``{"results": [null, ...]}``, one per worker of this rank
   (tensor-parallel size); any other name is the worker's ``run_method`` ``NotImplementedError``
   (``v1/serial_utils.py``), which the engine core's utility call reports as failed and the
-  route's ``Exception`` answers 500 ``InternalServerError`` (:func:`rpc_failure`).
+  route's ``Exception`` answers 500 ``InternalServerError`` (:func:`generation.errors.rpc_failure`).
 * ``GET /server_info``: ``{"vllm_config": <text>}``, or the configuration as an object with
   ``?config_format=json``.
 * the RL routes (:mod:`blueprints.rl`: ``/pause``, ``/resume``, ``/is_paused``,
@@ -45,7 +45,7 @@ from flask import Blueprint, current_app, request
 from generation.adapters.chat import ChatAdapter
 from generation.adapters.completions import CompletionsAdapter
 from generation.adapters.validation import literal_error
-from generation.errors import APIError
+from generation.errors import APIError, rpc_failure
 from schemas.chat import chat_request_schema
 from schemas.completions import completion_request_schema
 
@@ -122,20 +122,6 @@ WORKER_METHODS = frozenset((
     "finish_weight_update", "shutdown", "elastic_ep_execute", "get_supported_kv_cache_layouts",
     "set_kv_cache_layout", "synchronize_device", "release_late_interaction_query_cache", "apply_model",
     "get_model_inspection", "update_environment_variables", "init_worker"))
-
-
-def rpc_failure(config, error: str) -> APIError:
-    """A worker's failure to run a ``collective_rpc`` method as vLLM 0.34 answers it: the engine
-    core's ``_handle_utility`` reports ``Call to collective_rpc method failed: <error>``, the
-    client raises it as a plain ``Exception`` (``_process_utility_output``), and the route lets
-    it reach the app's ``exception_handler``: ``create_error_response``'s 500
-    ``InternalServerError``.  With more than one worker (tensor or data parallel: the ``mp``
-    executor, ``ParallelConfig.__post_init__``) the executor wraps the worker's error
-    (``MultiprocExecutor.collective_rpc``: ``Worker failed with error '...', please check the
-    stack trace above for the root cause``); one worker runs it in process (``uni``)."""
-    if config.tensor_parallel_size * config.data_parallel_size > 1:
-        error = f"Worker failed with error '{error}', please check the stack trace above for the root cause"
-    return APIError(f"Call to collective_rpc method failed: {error}", 500, None, "InternalServerError")
 
 
 def server_info():

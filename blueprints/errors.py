@@ -141,7 +141,7 @@ def anthropic_error_response(message: str, status: int) -> Response:
 VLLM_GET_ROUTES = frozenset({
     "health.health", "health.ping", "health.version", "health.load", "health.is_sleeping",
     "models.list_models", "models.retrieve_model", "dev_mode.server_info", "dev.kv_event_sources",
-    "rl.is_paused", "rl.get_world_size",
+    "rl.is_paused", "rl.get_world_size", "rl.weight_info",
     "render.tokenizer_info", "responses.retrieve_response", "engine_ops.checkpoint_status",
     "fault_tolerance.fault_tolerance_status"})
 

@@ -31,8 +31,9 @@ RL trainers drive a rollout server between weight updates:
   times the data-parallel size (without: the tensor-parallel size; no pipeline parallelism is
   modelled).
 
-Not served (404): the weight-transfer and weight-version routes (``/init_weight_transfer_engine``,
-``/update_weights``, ``/weight_info``, ``/weight_checker``, ...): the simulator has no weights.
+The weight-transfer and weight-version routes (``/init_weight_transfer_engine``,
+``/update_weights``, ``/update_weight_version``, ``/weight_info``, ...) are
+:mod:`blueprints.rl_weights`'s; ``/weight_checker`` is not served (no weights to checksum).
 """
 from __future__ import annotations
 
@@ -124,4 +125,6 @@ def register(app) -> None:
     bp.add_url_rule("/abort_requests", view_func=abort_requests, methods=["POST"])
     bp.add_url_rule("/is_paused", view_func=is_paused, methods=["GET"])
     bp.add_url_rule("/get_world_size", view_func=get_world_size, methods=["GET"])
+    from . import rl_weights
+    rl_weights.register(bp)
     app.register_blueprint(bp)

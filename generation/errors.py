@@ -206,3 +206,17 @@ class EnginePaused(APIError):
 
     def __init__(self):
         super().__init__(self.MESSAGE, 503, None, "ServiceUnavailableError")
+
+
+def rpc_failure(config, error: str) -> APIError:
+    """A worker's failure to run a ``collective_rpc`` method as vLLM 0.34 answers it: the engine
+    core's ``_handle_utility`` reports ``Call to collective_rpc method failed: <error>``, the
+    client raises it as a plain ``Exception`` (``_process_utility_output``), and the route lets
+    it reach the app's ``exception_handler``: ``create_error_response``'s 500
+    ``InternalServerError``.  With more than one worker (tensor or data parallel: the ``mp``
+    executor, ``ParallelConfig.__post_init__``) the executor wraps the worker's error
+    (``MultiprocExecutor.collective_rpc``: ``Worker failed with error '...', please check the
+    stack trace above for the root cause``); one worker runs it in process (``uni``)."""
+    if config.tensor_parallel_size * config.data_parallel_size > 1:
+        error = f"Worker failed with error '{error}', please check the stack trace above for the root cause"
+    return APIError(f"Call to collective_rpc method failed: {error}", 500, None, "InternalServerError")

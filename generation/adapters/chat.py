@@ -14,6 +14,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import ClientDisconnected, GenerationRequest
+from generation.engine.weight_versions import spans as weight_spans
 from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
@@ -37,8 +38,7 @@ class ChatAdapter(Adapter):
     body: ChatCompletionRequest
     image_output = True
     sse_keep_alive = True
-    # vLLM's chat_completion_stream_generator: ``except GenerationError`` -> InternalServerError
-    generation_error_stream_type = "InternalServerError"
+    generation_error_stream_type = "InternalServerError"  # chat_completion_stream_generator's except GenerationError
     render_type = "chat"                            # vllm:request_render_duration_seconds{request_type}
     parser_request_type = "chat_completions"        # vllm:tool_call_parser_invocations{request_type}
 
@@ -159,6 +159,8 @@ class ChatAdapter(Adapter):
             if shown:
                 for c, s in zip(out["choices"], seqs):
                     c["token_ids"] = list(s.ids)
+        for c, s in zip(out["choices"], seqs) if b.return_weight_versions else ():
+            c["weight_versions"] = weight_spans(s, self.sim.weight_version)
         metrics = per_request_metrics(self.sim, seqs)
         if metrics is not None:
             out["metrics"] = metrics
@@ -179,7 +181,7 @@ class ChatAdapter(Adapter):
         return stream_chat(self.sim, self.req, seqs, include_usage, continuous, bool(b.logprobs) and not hide,
                            b.top_logprobs or 0, bool(b.return_token_ids) and not hide, tokens_as_ids(self.sim, b),
                            self.sim.reasoning is not None, echo_text(b), self.mm_tokens(seqs), response_role(b),
-                           list(seqs[0].prompt.ids) if b.return_token_ids else None)
+                           list(seqs[0].prompt.ids) if b.return_token_ids else None, bool(b.return_weight_versions))
 
 
 RESPONSE_ROLE = "assistant"      # vLLM's --response-role default
@@ -321,7 +323,7 @@ def token_ids_field(ids) -> bytes:
 def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool,
                 want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
                 parser: bool = False, echoed: str = "", mm: dict | None = None, role: str = RESPONSE_ROLE,
-                prompt_ids: list | None = None):
+                prompt_ids: list | None = None, weights: bool = False):
     """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
     carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
     chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
@@ -340,12 +342,11 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     Tool calls stream as vLLM's ``tool_choice`` path streams them (:mod:`.chat_tool_deltas`):
     named and required name a call with its first argument piece, auto (hermes) in a
     token-less chunk of its own just before it.
-
     Fields as vLLM 0.34 sets them (``model_dump_json(exclude_unset=True)``): a role chunk ends
     with ``prompt_token_ids`` (null without ``return_token_ids``) and ``prompt_text`` (null); a
     token chunk's choice with ``token_ids`` (null without ``return_token_ids``), a finishing
-    one's with ``stop_reason``, ``token_ids`` and ``weight_versions`` (null); every token chunk
-    with ``kv_transfer_params`` (null), after its running usage and the fingerprint."""
+    one's with ``stop_reason``, ``token_ids`` and ``weight_versions`` (null; with ``weights``, its
+    spans); every token chunk with ``kv_transfer_params`` (null), after its usage and fingerprint."""
     frame = ChunkFrame(f"chatcmpl-{req.request_id}", "chat.completion.chunk", req.model, seqs, continuous, chat=True,
                        spans=[counted_span(s) for s in seqs] if parser else None)
     heads, tail = frame.heads, frame.tail
@@ -370,7 +371,8 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     fingerprint = system_fingerprint(sim.config)
     last_close = (b'}],"system_fingerprint":' + dumps(fingerprint) + KV_END
                   if fingerprint is not None and not include_usage else CLOSE_KV)
-    weights = b',"weight_versions":null'        # a finishing choice's, after its token_ids
+    def fin_weights(seq) -> bytes:     # a finishing choice's, after its token_ids (spans with ``weights``)
+        return b',"weight_versions":' + (dumps(weight_spans(seq, sim.weight_version)) if weights else b"null")
     def role_chunk(i: int) -> bytes:
         usage = frame.usage(i, 0, prompt_tokens_details(pd, [by_index[i]], mm=mm) if first_details else None)
         out = heads[i] + role_delta + usage + role_end
@@ -409,7 +411,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
             return b""
         tid = b',"token_ids":[' + str(seq.ids[k]).encode() + b"]" if token_ids else b',"token_ids":null'
         if last:
-            tid += weights
+            tid += fin_weights(seq)
         # vLLM: the output's logprobs, made before its parser runs, ride on whatever chunk it sends
         # (l. 697-707, 788-813): the reasoning's, its markers', a tool call's too
         logprobs = token_logprobs(seq, k, top, as_ids, listed) if want_logprobs else b"null"
@@ -480,7 +482,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         logprobs = chunk_logprobs(seq, a, b, top, as_ids, listed) if want_logprobs else b"null"
         fin = finish_fields(req, seq) if last else b',"finish_reason":null'
         end = b"}]" + tail(n, i) if continuous else (last_close if last else CLOSE_KV)     # "}]" closes the choices
-        end = token_ids_field(seq.ids[a:b] if token_ids else None) + (weights if last else b"") + end
+        end = token_ids_field(seq.ids[a:b] if token_ids else None) + (fin_weights(seq) if last else b"") + end
         return heads[i] + b',"delta":' + dumps(delta) + b',"logprobs":' + logprobs + fin + end
 
     def call_deltas(seq, a: int, b: int) -> list:
@@ -579,7 +581,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 c = len(seq.tool_calls) - 1
                 delta = dumps(tool_delta(style, call_entries(style, seq.tool_calls[c], c, seq.flushed, False)))
             put(heads[i] + b',"delta":' + delta + b',"logprobs":' + (b'{"content":[]}' if want_logprobs else b"null") +
-                finish_fields(req, seq) + token_ids_field([] if token_ids else None) + weights +
+                finish_fields(req, seq) + token_ids_field([] if token_ids else None) + fin_weights(seq) +
                 (b'}]' + tail(0, i) if continuous else last_close))
             continue
         if lasts[i] >= 0:                    # its last token's chunk closed it
@@ -587,7 +589,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
         if not started[i] and seq.finish_reason != "cache_threshold":
             put(role_chunk(i))
         put(heads[i] + b',"delta":{},"logprobs":null' + finish_fields(req, seq) +
-            token_ids_field([] if token_ids else None) + weights +
+            token_ids_field([] if token_ids else None) + fin_weights(seq) +
             (b'}]' + tail(0, i) if continuous else last_close))
     if include_usage:
         details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None

@@ -14,6 +14,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
+from generation.engine.weight_versions import spans as weight_spans
 from generation.tokenization.tokenizer import each_text
 from .base import (per_request_metrics, CLOSE_KV, KV_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_tools,
@@ -147,6 +148,9 @@ class CompletionsAdapter(Adapter):
                 if b.return_token_ids:
                     c["prompt_token_ids"] = list(s.prompt.ids)
                     c["token_ids"] = list(s.ids)
+        if b.return_weight_versions:
+            for c, s in zip(out["choices"], seqs):
+                c["weight_versions"] = weight_spans(s, self.sim.weight_version)
         metrics = per_request_metrics(self.sim, seqs)
         if metrics is not None:
             out["metrics"] = metrics
@@ -156,7 +160,7 @@ class CompletionsAdapter(Adapter):
         b = self.body
         include_usage, continuous = stream_flags(b.stream_options, self.sim.config.enable_force_include_usage)
         return stream_completion(self.sim, self.req, seqs, include_usage, continuous, b.logprobs, bool(b.echo),
-                                 bool(b.return_token_ids), tokens_as_ids(self.sim, b))
+                                 bool(b.return_token_ids), tokens_as_ids(self.sim, b), bool(b.return_weight_versions))
 
 
 def build_prompts(sim, kind: str, items: list, add_special_tokens: bool = True) -> list[Prompt]:
@@ -244,14 +248,16 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
 # ``weight_versions`` (null unless asked), and the chunk's ``kv_transfer_params`` (null: a
 # prefill cannot stream)
 _NOT_FINISHED = b',"finish_reason":null,"stop_reason":null'
-_NO_IDS = b',"prompt_token_ids":null,"token_ids":null,"weight_versions":null'
+_NULL_IDS = b',"prompt_token_ids":null,"token_ids":null'
+_NULL_WEIGHTS = b',"weight_versions":null'
+_NO_IDS = _NULL_IDS + _NULL_WEIGHTS
 
 # a plain token chunk after its head: ``,"text":<piece>,...}],"kv_transfer_params":null}\n\n``
 _PLAIN_REST = PieceChunks(b',"text":', b',"logprobs":null' + _NOT_FINISHED + _NO_IDS + CLOSE_KV)
 
 
 def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, continuous: bool, top,
-                      echo_prompt: bool, token_ids: bool = False, as_ids: bool = False):
+                      echo_prompt: bool, token_ids: bool = False, as_ids: bool = False, weights: bool = False):
     """SSE body, as vLLM's: no role chunk; one chunk per token, a choice's last one carrying
     its ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing chunk
     with empty ``text``); with ``echo`` the prompt (and its logprobs) is prepended to the first
@@ -259,7 +265,9 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     carries its ``prompt_token_ids``, each token chunk its ``token_ids`` delta.  Every choice
     carries ``stop_reason``, ``prompt_token_ids``, ``token_ids`` and ``weight_versions``, null
     where there is nothing to say, and every token chunk ``kv_transfer_params`` (null) after
-    its running usage and the fingerprint, as vLLM 0.34 sets them."""
+    its running usage and the fingerprint, as vLLM 0.34 sets them; ``weights`` (vLLM's
+    ``return_weight_versions``): a finishing chunk's ``weight_versions`` are the choice's spans
+    (:func:`~generation.engine.weight_versions.spans`)."""
     frame = ChunkFrame(f"cmpl-{req.request_id}", "text_completion", req.model, seqs, continuous)
     heads, tail = frame.heads, frame.tail
     out = []              # chunks due now: one write when the stream is about to wait
@@ -286,13 +294,16 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     get_rest, render_rest = _PLAIN_REST.get, _PLAIN_REST.render
     not_finished = _NOT_FINISHED
 
-    def ids_fields(i: int, ids: list) -> bytes:
+    def ids_fields(i: int, ids: list, last: bool = False) -> bytes:
         """``prompt_token_ids`` (choice ``i``'s first chunk with ``return_token_ids``), ``token_ids``
-        (``ids``; null without ``return_token_ids``), ``weight_versions``."""
+        (``ids``; null without ``return_token_ids``), ``weight_versions`` (its spans on the
+        ``last`` chunk with ``weights``)."""
+        spans = (b',"weight_versions":' + dumps(weight_spans(by_index[i], sim.weight_version)) if weights and last
+                 else _NULL_WEIGHTS)
         if not token_ids:
-            return _NO_IDS
-        return (pids.pop(i, b',"prompt_token_ids":null') + b',"token_ids":' + dumps(ids) +
-                b',"weight_versions":null')
+            return _NULL_IDS + spans
+        return pids.pop(i, b',"prompt_token_ids":null') + b',"token_ids":' + dumps(ids) + spans
+    by_index = {s.index: s for s in seqs}
     # vLLM 0.21+: the system_fingerprint on a choice's finishing chunk, or with include_usage on
     # the usage chunk alone (the true last message)
     fingerprint = system_fingerprint(sim.config)
@@ -325,7 +336,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         else:
             logprobs = b"null"
         end = b"}]" + tail(1, i) if continuous else close     # "}]" closes the choices
-        end = ids_fields(i, seq.ids[k:k + 1]) + end
+        end = ids_fields(i, seq.ids[k:k + 1], k == lasts[i]) + end
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
 
     def span_chunk(seq, a: int, b: int) -> bytes:
@@ -347,7 +358,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             logprobs = dumps(d)
             offsets[i] += sum(map(len, d["tokens"]))        # the tokens reported, as token_chunk's
         end = b"}]" + tail(b - a, i) if continuous else (last_close if last else CLOSE_KV)   # "}]" closes the choices
-        end = ids_fields(i, seq.ids[a:b]) + end
+        end = ids_fields(i, seq.ids[a:b], last) + end
         fin = (b',"finish_reason":' + dumps(seq.finish_reason) + b',"stop_reason":' + dumps(seq.stop_reason)
                if last else not_finished)
         return heads[i] + b',"text":' + dumps(text) + b',"logprobs":' + logprobs + fin + end
@@ -380,7 +391,7 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
     for seq in seqs:
         if lasts[seq.index] >= 0 and seq.index not in cut:      # its last token's chunk closed it
             continue
-        extra = ids_fields(seq.index, [])
+        extra = ids_fields(seq.index, [], True)
         text, d = echoes.pop(seq.index, ("", None))
         text += seq.flushed                  # an abort's: the text a stop string's holdback kept
         if d is None and top is not None and seq.index in cut:  # vLLM's logprobs of no new tokens

@@ -23,6 +23,7 @@ from generation.content import logprobs as lp
 from ..errors import InvalidParam
 from generation.engine.request import GenerationRequest, Prompt
 from generation.engine.stream_interval import token_span
+from generation.engine.weight_versions import spans as weight_spans
 from .base import (EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, check_kv_transfer, check_limits, check_logprobs_cap,
                    check_logprobs_sign, check_size, check_work, dumps, request_usage, stream_flags, usage_details)
 from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, check_min_tokens,
@@ -137,7 +138,8 @@ class GenerateAdapter(Adapter):
             # keeps the project's compact shape: id, object; see the README)
             del out["id"], out["object"]
             out["usage"].setdefault("completion_tokens_details", None)
-            out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids()) for s in seqs]
+            out["choices"] = [text_choice(s, mode, self.body.sampling_params.logprobs, self._as_ids(),
+                                          self.sim.weight_version) for s in seqs]
             out = generate_response(output_mode=mode, **out)
         elif self.sim.config.return_sampling_mask:
             size, vocab = support_size(sp), vocab_size(self.sim)
@@ -297,6 +299,7 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     head = b'data: {"request_id":' + dumps(req.request_id) + b',"usage":'
     mid = b',"output_mode":"tokens","choices":['
     nulls = b',"routed_experts":null,"sampling_mask":null,"weight_versions":null,"logprobs":'
+    open_weights = b',"routed_experts":null,"sampling_mask":null,"weight_versions":'
     tail = b'}]}\n\n'
     # a choice's chunk up to its token ids, for the usual token (no running usage, not the last)
     plain = [head + b'null' + mid + b'{"index":' + str(s.index).encode() +
@@ -312,8 +315,11 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
             return plain[i] + dumps(ids) + nulls + logprobs + tail
         else:
             usage = b"null"
+        # a finished output carries its weight-version spans (vLLM: weight_versions if finished)
+        rest = (nulls if finish is None else
+                open_weights + dumps(weight_spans(seq, sim.weight_version)) + b',"logprobs":')
         return (head + usage + mid + b'{"index":' + str(i).encode() + b',"finish_reason":' + dumps(finish) +
-                b',"stop_reason":' + dumps(stop_reason) + b',"token_ids":' + dumps(ids) + nulls + logprobs + tail)
+                b',"stop_reason":' + dumps(stop_reason) + b',"token_ids":' + dumps(ids) + rest + logprobs + tail)
 
     def token(seq, k) -> bytes:
         a, b = token_span(k)            # one token, or a stream interval's group: one chunk
@@ -377,13 +383,15 @@ def derender_chat(tokenizer, gen: dict, chat: dict, as_ids: bool) -> list:
     return out
 
 
-def text_choice(seq, mode: str, top: int | None, as_ids: bool) -> dict:
+def text_choice(seq, mode: str, top: int | None, as_ids: bool, version: str = "default") -> dict:
     """A non-streaming choice of the ``text`` level (``text``) or the ``derender`` level
     (``message``: the assistant message, ``tool_calls`` left out when empty, as vLLM 0.34's
-    ChatMessage); ``logprobs`` only when asked, as in the tokens level."""
+    ChatMessage); ``logprobs`` only when asked, as in the tokens level; ``weight_versions`` its
+    spans (``version``: the engine's label now)."""
     text = seq.output_text()
     common = {"index": seq.index, "finish_reason": seq.finish_reason, "stop_reason": seq.stop_reason,
-              "token_ids": list(seq.ids), "logprobs": _text_logprobs(seq, top, as_ids) if top is not None else None}
+              "token_ids": list(seq.ids), "weight_versions": weight_spans(seq, version),
+              "logprobs": _text_logprobs(seq, top, as_ids) if top is not None else None}
     if mode == "text":
         return generate_text_choice(text=text, **common)
     return generate_derender_choice(message=chat_message("assistant", text), **common)
@@ -414,7 +422,8 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
     def chunk(seq, piece: str, ids: list, finish, stop_reason, logprobs) -> bytes:
         i = seq.index
         choice = {"index": i, "finish_reason": finish, "stop_reason": stop_reason, "token_ids": ids,
-                  "routed_experts": None, "sampling_mask": None, "weight_versions": None}
+                  "routed_experts": None, "sampling_mask": None,
+                  "weight_versions": None if finish is None else weight_spans(seq, sim.weight_version)}
         if mode == "text":
             choice["text"] = piece
         else:

@@ -51,6 +51,7 @@ class OpenAISampling(SamplingKnobs):
     cache_hit_threshold: float | None = None
     kv_transfer_params: dict | None = None
     return_token_ids: bool | None = None
+    return_weight_versions: bool | None = None   # each choice's weight_versions (generation.engine.weight_versions)
     prompt_logprobs: int | None = None
     request_id: str | None = None        # vLLM: names the body id (chatcmpl-<id>, cmpl-<id>)
     # vLLM fields checked as vLLM checks them (generation.adapters.fields)

@@ -452,6 +452,7 @@ IGNORED_NOTES: dict[str, str] = {
     "tool-call-parser": "adds `vllm:tool_call_parser_invocations`",
     "enable-auto-tool-choice": "non-streaming answers count in `vllm:tool_call_parser_invocations`",
     "enable-lora": "adds `vllm:lora_requests_info`",
+    "weight-transfer-config": "dev mode's RL weight routes take weight transfer as configured (no weights move)",
     "show-hidden-metrics-for-version": "with `--vllm-version` 0.12 to 0.14, shows `vllm:time_per_output_token_seconds`",
 }
 

@@ -22,6 +22,8 @@ class EngineState:
     # the last ``record_sleep_state(sleep, level)`` (vLLM's AsyncLLM.sleep / wake_up /
     # release_kv_cache_memory), read by the ``vllm:engine_sleep_state`` gauge
     recorded_sleep = (0, 0)
+    # the label of the weights (vLLM's EngineCore._weight_version; generation.engine.weight_versions)
+    weight_version = "default"
 
     SLEEP_TAGS = ("weights", "kv_cache")
 

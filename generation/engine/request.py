@@ -110,7 +110,7 @@ class Sequence:
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
                  "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span",
-                 "aborted_tokens", "token_texts", "flushed")
+                 "aborted_tokens", "token_texts", "flushed", "weight_starts")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -141,6 +141,7 @@ class Sequence:
         self.aborted_tokens = None       # output tokens made when it was aborted (what the metrics counted)
         self.token_texts = None          # each token's own text where a stop cut its piece (logprob_pieces)
         self.flushed = ""                # an abort's final delta: the text hold_back had kept (end_with_abort)
+        self.weight_starts = None        # [(weight version, first output token)] once the label changed (weight_versions)
 
     def logprob_pieces(self) -> list:
         """Each output token's own text, as its logprobs entry names it: ``pieces``, except that

@@ -2,7 +2,8 @@
 :class:`~generation.metrics.recorder.MetricsRecorder` mixes them in): the frontend's admission
 rejections (``vllm:admission_rejections``), vLLM 0.34's render duration
 (``vllm/renderers/metrics.py``), tool-parser invocations (``vllm/parser/metrics.py``) and
-sleep-mode operations (``vllm/entrypoints/serve/dev/sleep/metrics.py``)."""
+sleep-mode operations (``vllm/entrypoints/serve/dev/sleep/metrics.py``) and RL weight-transfer
+operations (``vllm/entrypoints/rl/online/metrics.py``)."""
 from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,6 +43,7 @@ class FrontendMetrics:
         # /release_kv_cache_memory): registered at the first operation (sleep_operation)
         self.sleep_ops = None
         self.shown_sleep_ops = exposes(config, "vllm:sleep_mode_operation_duration_seconds")
+        self.weight_ops = None      # the RL weight routes' (weight_operation), made at the first too
         # what tool_parser_type asks: non-streaming answers reach the parser with auto tools; and
         # chat's hides_metadata: vLLM has a tool parser with both flags
         self.auto_tool_choice = flag_given(config, "enable-auto-tool-choice")
@@ -111,17 +113,33 @@ class FrontendMetrics:
                 SLEEP_OP_BUCKETS, {}, "operation")
         ops.child(operation).observe(seconds)
 
-    def _collect_sleep_ops(self):
-        ops = self.sleep_ops
+    def weight_operation(self, operation: str, seconds: float) -> None:
+        """An RL weight-transfer operation (``init``, ``shutdown``, ``start``, ``start_draft``,
+        ``update``, ``finish``: blueprints.rl_weights) took ``seconds``: vLLM 0.34's
+        ``vllm:rl_weight_update_operation_duration_seconds`` and
+        ``vllm:rl_weight_update_operations_in_flight`` (``WeightOperationMetrics``), made at the
+        first operation, a series per operation at its first."""
+        ops = self.weight_ops
         if ops is None:
-            return
-        yield from ops.collect()
-        # the operations are instant here: none is ever in flight at a scrape
-        fam = GaugeMetricFamily("vllm:sleep_mode_operations_in_flight", "Sleep-mode operations currently awaited.",
-                                labels=["operation"])
-        for operation in ops.children:
-            fam.add_metric([operation], 0)
-        yield fam
+            ops = self.weight_ops = LabelledHistogram(
+                "vllm:rl_weight_update_operation_duration_seconds", "Duration of one weight-transfer operation.",
+                SLEEP_OP_BUCKETS, {}, "operation")
+        ops.child(operation).observe(seconds)
+
+    def _collect_sleep_ops(self):
+        """The sleep-mode and weight-transfer operations' families, once made."""
+        for ops, gauge, doc in ((self.sleep_ops, "vllm:sleep_mode_operations_in_flight",
+                                 "Sleep-mode operations currently awaited."),
+                                (self.weight_ops, "vllm:rl_weight_update_operations_in_flight",
+                                 "Weight-transfer operations currently awaited.")):
+            if ops is None:
+                continue
+            yield from ops.collect()
+            # the operations are instant here: none is ever in flight at a scrape
+            fam = GaugeMetricFamily(gauge, doc, labels=["operation"])
+            for operation in ops.children:
+                fam.add_metric([operation], 0)
+            yield fam
 
     def _parser_family(self, created: float):
         """``vllm:tool_call_parser_invocations`` (nothing without ``--tool-call-parser``)."""

@@ -303,7 +303,7 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
             h.render_into(out)
         if self.render_duration is not None:
             self.render_duration.render_into(out)
-        if self.sleep_ops is not None:
+        if self.sleep_ops is not None or self.weight_ops is not None:
             out.append(generate_latest(_Collector(self._collect_sleep_ops)).decode())
         self.lag.render_into(out)
         self.http.render_into(out)

@@ -88,9 +88,11 @@ def test_abort_requests_ends_a_generate_stream_with_an_abort_chunk(app_client, m
     # the tokens streamed, as vLLM's num_generated_tokens (not the 100 the answer would have had)
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == len(tokens)
     assert usage["usage"]["total_tokens"] == usage["usage"]["prompt_tokens"] + len(tokens)
-    # vLLM's whole GenerateTokens/TextStreamChoice (token_in_token_out/protocol.py l. 547-570)
+    # vLLM's whole GenerateTokens/TextStreamChoice (token_in_token_out/protocol.py l. 547-570); the
+    # abort's output is a finished one, with the spans of the tokens made (output_processor.py)
     want = {"index": 0, "finish_reason": "abort", "stop_reason": None, "token_ids": [], "routed_experts": None,
-            "sampling_mask": None, "weight_versions": None, "logprobs": None}
+            "sampling_mask": None, "weight_versions": [{"version": "default", "start": 0, "end": len(tokens)}],
+            "logprobs": None}
     if mode == "text":
         want = {**{k: v for k, v in want.items() if k != "logprobs"}, "text": "", "logprobs": None}
     assert last["choices"] == [want] and last["request_id"] == f"ab-{mode}"
