@@ -119,6 +119,10 @@ VLLM_OPERATIONS = (
      "Abort in-flight requests without pausing the scheduler.\n\nEmpty/missing ``request_ids`` aborts all "
      "in-flight requests.", _DEV),
     ("/is_paused", "get", "is_paused", "Return the current pause status.", _DEV),
+    *((f"/{name}", "post", name, None, _DEV) for name in (
+        "init_weight_transfer_engine", "shutdown_weight_transfer_engine", "start_weight_update",
+        "start_draft_weight_update", "update_weights", "finish_weight_update", "update_weight_version")),
+    ("/weight_info", "get", "weight_info", None, _DEV),
     ("/get_world_size", "get", "get_world_size",
      "Get the world size from the parallel config.\n\nArgs:\n    raw_request: The incoming FastAPI request, "
      "used to reach the engine\n        client on the app state.\n    include_dp: If True (default), returns "

@@ -139,9 +139,12 @@ def test_openapi_follows_the_flags(app_client):
                           "/v1/unload_lora_adapter", "/tokenize", "/detokenize", "/tokenizer_info", "/v1/models",
                           "/v1/systemone", "/v1/decisions", "/ping"]
     # vLLM's register_vllm_dev_api_routers (cache, rpc, server_info, sleep), then the RL router
-    assert paths[14:28] == ["/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache", "/collective_rpc",
+    assert paths[14:36] == ["/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache", "/collective_rpc",
                             "/server_info", "/sleep", "/release_kv_cache_memory", "/wake_up", "/is_sleeping",
-                            "/pause", "/resume", "/abort_requests", "/is_paused", "/get_world_size"]
+                            "/pause", "/resume", "/abort_requests", "/is_paused", "/init_weight_transfer_engine",
+                            "/shutdown_weight_transfer_engine", "/start_weight_update", "/start_draft_weight_update",
+                            "/update_weights", "/finish_weight_update", "/update_weight_version", "/weight_info",
+                            "/get_world_size"]
     i = paths.index("/checkpoint/prepare")
     assert paths[i - 4:i + 3] == ["/v1/messages/count_tokens", "/generative_scoring", "/scale_elastic_ep",
                                   "/is_scaling_elastic_ep", "/checkpoint/prepare", "/checkpoint/restore",
