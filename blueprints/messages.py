@@ -21,7 +21,8 @@ from schemas.messages import count_tokens_request_schema, messages_request_schem
 
 from .common import json_response, parse_json_body, request_id, response_headers, simulator
 from .errors import anthropic_error_response, http_error_message, internal_error, status_of
-from .render import chat_parse_fields, check_render_sampling, generate_fields
+from .render import check_render_sampling
+from .render_fields import chat_parse_fields, generate_fields
 from .serving import generation_view
 
 log = logging.getLogger("vllm_sim")

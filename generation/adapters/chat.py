@@ -46,7 +46,8 @@ class ChatAdapter(Adapter):
         self.check(force_cache_threshold)
         sim, b = self.sim, self.body
         check_chat_part_types(b.messages)
-        prompt = chat_prompt(sim, b.messages or [], **chat_options(b, sim.config.default_chat_template_kwargs, effort=True))
+        prompt = chat_prompt(sim, b.messages or [], **chat_options(b, sim.config.default_chat_template_kwargs, effort=True,
+                                                                 effort_map=sim.config.reasoning_effort_map))
         forwarded = forwarded_prompt_ids(b.kv_transfer_params, b.messages)
         if forwarded is not None:            # vLLM 0.34: a decode leg reuses the prefill's ids verbatim
             prompt.ids = forwarded
@@ -109,7 +110,8 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
             priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
-            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs)),
+            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs),
+                                                                          self.sim.config.reasoning_effort_map),
             tool_parser=self.parser_request_type and tool_parser_type(self.sim, self.parser_request_type, tools,
                                                                         tool_choice, stream),
             tool_call_index=chat_history_tool_calls(b.messages) if tools and numbers_tool_calls(self.sim.config) else None)

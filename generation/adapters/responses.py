@@ -123,7 +123,7 @@ class ResponsesAdapter(Adapter):
         messages += to_chat_messages(inp)
         if b.mm_processor_kwargs or b.media_io_kwargs:     # vLLM's renderer, before the prompt is built
             check_mm_kwargs(sim, b.mm_processor_kwargs, b.media_io_kwargs)
-        kwargs = template_kwargs(sim, effort_kwargs(b.chat_template_kwargs, responses_effort(b.reasoning)))
+        kwargs = template_kwargs(sim, effort_kwargs(b.chat_template_kwargs, responses_effort(b.reasoning, sim.config.reasoning_effort_map)))
         gen = generation_prompt_kwargs(inp)
         prompt = chat_prompt(sim, continued(messages, gen), echo_text(inp), "input", tools=tools,
                              chat_template_kwargs=kwargs, **gen)

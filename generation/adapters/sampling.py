@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import json
 
+from generation.config.reasoning_effort import EFFORTS, map_effort
 from generation.content import reasoning as rz
 from generation.errors import APIError, InvalidParam
 from generation.structured.structured_outputs import anthropic_format, constraint
 from generation.tokenization.chat_template import effort_kwargs, merge_kwargs
-
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-
 
 def sampling_semantics(b) -> dict:
     """The GenerationRequest fields of vLLM's sampling semantics, from a chat / completions
@@ -94,6 +92,13 @@ def anthropic_constraint(sim, output_config) -> dict | None:
     return anthropic_format(sim.tool_synthesizer.validator, output_config.get("format"))
 
 
+def mapped_effort(sim, effort):
+    """``effort`` as ``--reasoning-effort-map`` rewrites it (:func:`~generation.config.
+    reasoning_effort.map_effort`): what vLLM 0.34's ``build_chat_params`` gives the chat template
+    and the reasoning parser, and derives ``enable_thinking`` from."""
+    return map_effort(effort, getattr(getattr(sim, "config", None), "reasoning_effort_map", None))
+
+
 def _effort(value, param: str) -> str | None:
     if value is None:
         return None
@@ -141,10 +146,11 @@ def _thinking(own, effort, kwargs) -> bool | None:
     return _switch(kwargs) if on is None else on
 
 
-def responses_effort(reasoning) -> str | None:
-    """A Responses request's ``reasoning.effort`` when it is one of vLLM's efforts, else None."""
+def responses_effort(reasoning, effort_map=None) -> str | None:
+    """A Responses request's ``reasoning.effort`` when it is one of vLLM's efforts, else None;
+    rewritten by ``effort_map`` (``--reasoning-effort-map``), as ``ResponsesRequest.build_chat_params``."""
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
-    return effort if effort in EFFORTS else None
+    return map_effort(effort if effort in EFFORTS else None, effort_map)
 
 
 def parser_effort(effort, kwargs) -> object:
@@ -189,12 +195,13 @@ def _with_markers(opts, markers):
     return opts
 
 
-def chat_reasoning(sim, b, kwargs: dict | None = None) -> rz.ReasoningSettings | None:
+def chat_reasoning(sim, b, kwargs: dict | None = None, effort_map=None) -> rz.ReasoningSettings | None:
     """The reasoning settings of a chat (or completions) request; None without a parser or
     when the request turns it off.  ``kwargs``: the effective chat template kwargs
-    (:func:`template_kwargs`; None: the request's own, where vLLM applies no defaults).
+    (:func:`template_kwargs`; None: the request's own, where vLLM applies no defaults);
+    ``effort_map``: ``--reasoning-effort-map``, which rewrites the request's (valid) effort.
     Raises InvalidParam naming ``reasoning_effort`` / ``thinking_token_budget``."""
-    effort = _effort(getattr(b, "reasoning_effort", None), "reasoning_effort")
+    effort = map_effort(_effort(getattr(b, "reasoning_effort", None), "reasoning_effort"), effort_map)
     budget = _budget(getattr(b, "thinking_token_budget", None), "thinking_token_budget")
     if sim.reasoning is None:
         return None
@@ -229,8 +236,8 @@ def disabled_thinking_effort(sim) -> str:
     if sim.tokenizer.name != "simulated":
         def prompt(e):
             try:
-                return sim.tokenize_messages([{"role": "user", "content": "Hi"}],
-                                             chat_template_kwargs=template_kwargs(sim, effort_kwargs(None, e)))[0]
+                kwargs = template_kwargs(sim, effort_kwargs(None, mapped_effort(sim, e)))   # render_chat's map
+                return sim.tokenize_messages([{"role": "user", "content": "Hi"}], chat_template_kwargs=kwargs)[0]
             except InvalidParam:    # vLLM: the template failed to render (logged at debug); a
                 return None         # --render-url outage propagates, so nothing is cached then
             except APIError as e:   # --render-url: the service refused to render it (its 400 /
@@ -265,7 +272,7 @@ def anthropic_kwargs(sim, body) -> dict:
     the request's kwargs name ``enable_thinking``, ``enable_thinking = effort != "none"``), over
     --default-chat-template-kwargs (``effective_chat_template_kwargs``)."""
     effort = anthropic_effort(sim, getattr(body, "thinking", None), getattr(body, "output_config", None))
-    return template_kwargs(sim, effort_kwargs(getattr(body, "chat_template_kwargs", None), effort))
+    return template_kwargs(sim, effort_kwargs(getattr(body, "chat_template_kwargs", None), mapped_effort(sim, effort)))
 
 
 def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> rz.ReasoningSettings | None:
@@ -282,7 +289,7 @@ def anthropic_reasoning(sim, thinking, output_config, own=None, kwargs=None) -> 
     thinking off, ``"low"`` (a template that ignores ``"none"``) leaves it on, as in vLLM."""
     if sim.reasoning is None:
         return None
-    effort = anthropic_effort(sim, thinking, output_config)
+    effort = mapped_effort(sim, anthropic_effort(sim, thinking, output_config))   # build_chat_params' map
     enabled, budget = None, None
     t = thinking.get("type") if isinstance(thinking, dict) else None
     if t in ("enabled", "adaptive"):
@@ -318,7 +325,7 @@ def responses_reasoning(sim, reasoning, thinking_token_budget=None, own=None, kw
     if sim.reasoning is None:
         return None
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
-    effort = effort if effort in EFFORTS else None
+    effort = mapped_effort(sim, effort if effort in EFFORTS else None)
     row = sim.reasoning.row
     seen = parser_effort(effort, kwargs)
     markers = effort_markers(row, seen)

@@ -186,8 +186,7 @@ _declare("server",
                 "uvicorn default; 0: close after each response)", unit="s"),
          Option("shutdown-timeout", "float", 30.0, "Grace period for in-flight streams on SIGTERM",
                 unit="s", maximum=MAX_LATENCY),
-         Option("startup-duration", _D, 0.0, "/health/ready answers 503 for this long after start",
-                unit="s"),
+         Option("startup-duration", _D, 0.0, "/health/ready answers 503 for this long after start", unit="s"),
          Option("enable-sleep-mode", "bool", False, "Allow /sleep (with VLLM_SERVER_DEV_MODE=1)"),
          Option("checkpoint-prepare-on-startup", "bool", False, "Start with the process checkpoint prepared "
                 "(GET /checkpoint/status 200 at once; needs --enable-sleep-mode)"),
@@ -210,8 +209,7 @@ _declare("server",
 _declare("frontend",
          Option("max-logprobs", "int", 20, "Largest `logprobs` / `top_logprobs` a request may ask (-1: no cap)"),
          Option("max-request-work", "int", 1048576, "Largest response one request may ask: choices x output "
-                "tokens x (1 + top logprobs), plus echoed prompts and `prompt_logprobs` (0: no cap)",
-                unit="tokens"),
+                "tokens x (1 + top logprobs), plus echoed prompts and `prompt_logprobs` (0: no cap)", unit="tokens"),
          Option("enable-force-include-usage", "bool", False, "Every stream reports usage, as if "
                 "`stream_options.include_usage` were set"),
          Option("sse-keep-alive-interval", "int", 0, "Chat completions and completions streams send the SSE "
@@ -396,10 +394,12 @@ _declare("reasoning",
          Option("anthropic-disabled-thinking-effort", "str", "auto", "The `reasoning_effort` an Anthropic "
                 "`thinking` `disabled` / `between_tools` sends the chat template (`auto`: `none`, or `low` where "
                 "the template renders `none` like an effort, probed once)",
-                choices=("auto", "none", "low", "medium", "high", "xhigh", "max")))
+                choices=("auto", "none", "low", "medium", "high", "xhigh", "max")),
+         Option("reasoning-effort-map", "json", None, "Rewrite a request's reasoning effort before the chat template "
+                "and the reasoning parser see it (JSON object, e.g. `{\"medium\": \"low\"}`; chat, Messages and "
+                "Responses); efforts it does not list pass through", nullable=True))
 _declare("faults",
-         Option("failure-injection-rate", "int", 0, "Requests that fail with an injected error", unit="%",
-                admin=True),
+         Option("failure-injection-rate", "int", 0, "Requests that fail with an injected error", unit="%", admin=True),
          Option("failure-types", "list", [], "Injected failure types (default: all)", admin=True,
                 choices=FAILURE_TYPES))
 _declare("metrics",

@@ -12,6 +12,7 @@ from generation.metrics.fake_metrics_spec import parse_fake_metrics
 from generation.metrics.buckets import check_custom_buckets
 from .values import ConfigError, format_duration
 from .options import FAILURE_TYPES, OPTIONS, Option, coerce
+from .reasoning_effort import check_effort_map
 from .reasoning_parsers import PARSERS
 from .vllm_versions import parse_version
 
@@ -261,6 +262,7 @@ class SimConfig:
             v = getattr(self, name.replace("-", "_"))
             if v is not None and v < 0:
                 raise ConfigError(f"--{name} must be at least 0", name)
+        check_effort_map(self.reasoning_effort_map)     # vLLM 0.34's validate_reasoning_effort_map
         if not 0.0 <= self.reasoning_fraction <= 1.0:
             raise ConfigError("reasoning fraction must be between 0 and 1", "reasoning-fraction")
         refused = PARSERS[self.reasoning_parser].refused if self.reasoning_parser in PARSERS else ""

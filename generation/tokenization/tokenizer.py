@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+from generation.config.reasoning_effort import map_effort
 from generation.lanes import paced
 
 from .chat_template import effort_kwargs, merge_kwargs
@@ -534,13 +535,14 @@ CONTINUE_WITH_GENERATION_PROMPT = (
     "will prompt it to start a new assistant message instead.")
 
 
-def chat_options(body, default_kwargs: dict | None = None, effort: bool = False) -> dict:
+def chat_options(body, default_kwargs: dict | None = None, effort: bool = False, effort_map=None) -> dict:
     """The :func:`tokenize_chat` keyword arguments carried by a request object (chat, chat
     render, ``/tokenize``): ``tools``, ``chat_template``, ``chat_template_kwargs`` (the
     request's over ``default_kwargs``, --default-chat-template-kwargs where vLLM applies it, as
     :func:`~generation.tokenization.chat_template.merge_kwargs`; with ``effort``, the body's
     ``reasoning_effort`` laid over them first, :func:`~generation.tokenization.chat_template.
-    effort_kwargs`, as vLLM's chat ``build_chat_params``; ``/tokenize``'s has none),
+    effort_kwargs`, as vLLM's chat ``build_chat_params``, rewritten by ``effort_map``
+    (``--reasoning-effort-map``, its ``map_reasoning_effort``); ``/tokenize``'s has none),
     ``add_generation_prompt`` (default True), ``continue_final_message`` and
     ``add_special_tokens`` (default False), as vLLM's ChatCompletionRequest.  Absent
     attributes take the defaults.  ``continue_final_message`` with the default
@@ -556,7 +558,7 @@ def chat_options(body, default_kwargs: dict | None = None, effort: bool = False)
         raise InvalidParam(CONTINUE_WITH_GENERATION_PROMPT, "continue_final_message")
     return {"tools": get("tools"), "chat_template": get("chat_template"),
             "chat_template_kwargs": merge_kwargs(default_kwargs, effort_kwargs(get("chat_template_kwargs"),
-                                                                            get("reasoning_effort"))
+                                                                            map_effort(get("reasoning_effort"), effort_map))
                                                  if effort else get("chat_template_kwargs")),
             "add_generation_prompt": get("add_generation_prompt", True),
             "continue_final_message": get("continue_final_message", False),

@@ -96,8 +96,9 @@ def test_every_vllm_serve_flag_is_accepted_with_its_arity():
 
 def test_ignored_flags_start_and_are_listed_in_the_order_given():
     names = [n for n in IGNORED_FLAGS if n in VLLM_FLAGS]
-    assert len(names) == 237 and "enable-scale-out" in names and "max-num-seqs" not in names
+    assert len(names) == 236 and "enable-scale-out" in names and "max-num-seqs" not in names
     assert "anthropic-disabled-thinking-effort" not in names   # an option: the Anthropic disabled effort
+    assert "reasoning-effort-map" not in names             # an option: rewrites the requests' efforts
     assert "profiler-config" not in names                  # an option: it serves /start_profile
     assert "custom-histogram-buckets" not in names and "enable-mfu-metrics" not in names   # options
     assert "kv-cache-metrics" not in names and "kv-cache-metrics-sample" not in names
