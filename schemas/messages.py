@@ -32,7 +32,8 @@ from generation.adapters.fields import MAX_STOP_STRINGS
 from generation.structured.tool_validation import MAX_SCHEMA_DEPTH, json_depth_exceeds
 
 from . import field_order as order
-from .common import BaseSchema, BoundedList, Dict, List, Str, StrList, StrictBool, StrictFloat, StrictInt, mm_payload_alias, refuse
+from .common import (BaseSchema, BoundedList, Dict, List, Literal, Str, StrList, StrictBool, StrictFloat, StrictInt,
+                     mm_payload_alias, refuse)
 from .lax import MM_PAYLOADS, lax_bool, lax_literal, lax_str
 
 # Block types that carry meaning for the simulator, and history blocks accepted but skipped.
@@ -314,9 +315,13 @@ class OutputFormatSchema(BaseSchema):
 
 
 class OutputConfigSchema(BaseSchema):
-    """``output_config``: ``effort`` (vLLM passes it on as ``reasoning_effort``) and ``format``."""
+    """``output_config``: ``effort`` (vLLM passes it on as ``reasoning_effort``) and ``format``.
+    vLLM 0.34's ``AnthropicOutputConfig.effort`` is ``AnthropicEffort | None``
+    (``entrypoints/anthropic/protocol.py``: ``low`` to ``max``, not chat's ``none`` / ``minimal``):
+    any other value, a non-string too, is pydantic's ``literal_error`` naming
+    ``body.output_config.effort``."""
     __model__ = p.AnthropicOutputConfig
-    effort = fields.String(validate=validate.OneOf(EFFORTS))
+    effort = Literal(*EFFORTS)
     format = fields.Nested(OutputFormatSchema)
 
 

@@ -173,3 +173,34 @@ def test_anthropic_disabled_thinking_effort_flag_fixes_the_effort(app_client, hu
     from generation.config.values import ConfigError
     with pytest.raises(ConfigError, match="valid values are: auto, none, low"):      # vLLM's choices
         app_client("--anthropic-disabled-thinking-effort", "minimal")
+
+
+# ---- output_config.effort: vLLM 0.34's AnthropicEffort literal --------------------------------------
+
+def _effort_error(value) -> str:
+    expected = "'low', 'medium', 'high', 'xhigh' or 'max'"
+    return ("1 validation error:\n  {'type': 'literal_error', 'loc': 'body.output_config.effort', "
+            f"'msg': \"Input should be {expected}\", 'input': '{value}', 'ctx': {{'expected': \"{expected}\"}}}}")
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize("effort", ["none", "minimal", "Low", 5])
+def test_output_config_effort_takes_only_anthropics_efforts(api, path, effort):
+    """vLLM 0.34's AnthropicOutputConfig.effort is AnthropicEffort | None (low, medium, high, xhigh,
+    max; entrypoints/anthropic/protocol.py): chat's "none" / "minimal" are pydantic's literal_error
+    (the simulator answered its own "Must be one of" words)."""
+    r = api.post(path, json={"model": "test-model", "max_tokens": 8, "messages": MSGS,
+                             "output_config": {"effort": effort}})
+    assert r.status_code == 400
+    assert r.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": _effort_error(effort)}}
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high", "xhigh", "max"])
+def test_each_anthropic_effort_is_the_chat_requests_effort(app_client, effort):
+    """_handle_output_config sets the converted chat request's reasoning_effort; build_chat_params
+    lays it and enable_thinking (on: no Anthropic effort is "none") over the template kwargs."""
+    api = app_client("--reasoning-parser", "qwen3")
+    out = api.post("/v1/messages/render", json={"model": "test-model", "max_tokens": 8, "messages": MSGS,
+                                                "output_config": {"effort": effort}}).json()
+    assert out["reasoning_parser_kwargs"] == {"chat_template_kwargs": {"reasoning_effort": effort,
+                                                                       "enable_thinking": True, **GEN}}
