@@ -42,7 +42,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     from werkzeug.exceptions import HTTPException  # Flask is imported (main())
     from generation.engine.simulator import ClientDisconnected
     from blueprints import (admin, audio, chat, completions, dev, embeddings, generate, health, lora, messages,
-                            metrics, models, render, responses)
+                            messages_render, metrics, models, render, responses)
     from blueprints.errors import error_response, internal_error, log_error_stack
 
     config = config or load_config([])
@@ -59,7 +59,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     kind = config.pooling_kind
     # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
     # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
-    generation_apis = () if kind else (chat, completions, generate, messages, responses, audio)
+    generation_apis = () if kind else (chat, completions, generate, messages, messages_render, responses, audio)
     for mod in (models, health, lora, metrics, admin, render, dev, *generation_apis):
         app.register_blueprint(mod.bp)
     if not kind:                                          # vLLM's scale-out render / derender routes
@@ -135,6 +135,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         # on /v1/messages Anthropic's envelope.
         from flask import request
         from blueprints.errors import anthropic_error_response, http_error_message, http_error_type, routing_error
+        from generation.errors import anthropic_envelope
         status = err.code or 500
         # Werkzeug's stock text ("The requested URL was not found...") marks a routing error
         stock = status in (404, 405) and err.description == type(err).description
@@ -148,7 +149,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
             moved = _slash_redirect(app, request)
             if moved is not None:
                 return moved
-        if request.path.startswith("/v1/messages"):
+        if anthropic_envelope(request.path):      # not vLLM's /v1/messages/render
             resp = anthropic_error_response(message, status)
         elif stock:
             return routing_error(status, getattr(err, "valid_methods", None))

@@ -20,6 +20,17 @@ def error_type(status: int) -> str:
     return _TYPES.get(status, "APIConnectionError")
 
 
+# vLLM 0.34's Messages render route (scale_out/render/api_router.py): under /v1/messages, but
+# vLLM's render router, whose errors are vLLM's ErrorResponse, never the Anthropic envelope
+MESSAGES_RENDER_PATH = "/v1/messages/render"
+
+
+def anthropic_envelope(path: str) -> bool:
+    """Whether an error on ``path`` takes Anthropic's envelope: ``/v1/messages`` and the paths
+    under it (its SDKs read ``error.message``), except :data:`MESSAGES_RENDER_PATH`."""
+    return path == "/v1/messages" or (path.startswith("/v1/messages/") and path != MESSAGES_RENDER_PATH)
+
+
 def body_too_large_message(limit: int) -> str:
     """The 413's message for a body over ``limit`` bytes: werkzeug's words, then the limit and
     the flag that sets it (the limit is the simulator's own: vLLM has none, so a client that

@@ -25,6 +25,8 @@ import hmac
 
 import orjson
 
+from generation.errors import anthropic_envelope
+
 GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")     # vLLM 0.34's (serve/middleware/authenticate.py)
 # the probes, and FastAPI's documentation routes (blueprints/docs.py): outside /v1, open in vLLM too
 OPEN_PATHS = frozenset({"/health", "/health/", "/health/ready", "/metrics", "/ping", "/version",
@@ -41,9 +43,10 @@ VLLM_UNAUTHORIZED = b'{"error":"Unauthorized"}'
 
 def unauthorized_body(path: str) -> bytes:
     """The 401 body: Anthropic's envelope under ``/v1/messages`` (its SDKs read
-    ``error.message``), else vLLM's: ``JSONResponse(content={"error": "Unauthorized"})``
+    ``error.message``; not on vLLM's ``/v1/messages/render``, :func:`generation.errors.
+    anthropic_envelope`), else vLLM's: ``JSONResponse(content={"error": "Unauthorized"})``
     (``vllm/entrypoints/serve/middleware/authenticate.py``), not its error envelope."""
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+    if anthropic_envelope(path):
         return orjson.dumps({"type": "error", "error": {"type": "authentication_error", "message": MESSAGE}})
     return VLLM_UNAUTHORIZED
 

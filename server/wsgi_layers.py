@@ -13,7 +13,7 @@ import time
 from time import monotonic, perf_counter
 
 from blueprints.streaming import KERNEL_ARRIVAL_KEY
-from generation.errors import UNSUPPORTED_MEDIA_MESSAGE
+from generation.errors import UNSUPPORTED_MEDIA_MESSAGE, anthropic_envelope
 
 from .http_metrics import GONE, ObservedStream, content_length
 
@@ -150,7 +150,7 @@ class BodyDeadline:
         close_after(environ)
         import orjson
         message = "Request body timed out: it did not arrive in time."
-        if environ.get("PATH_INFO", "").startswith("/v1/messages"):
+        if anthropic_envelope(environ.get("PATH_INFO", "")):
             out = orjson.dumps({"type": "error", "error": {"type": "timeout_error", "message": message}})
         else:
             out = orjson.dumps({"error": {"message": message, "type": "RequestTimeout", "param": None, "code": 408}})
@@ -238,7 +238,7 @@ class ChunkedBodyLimit:
         if size > self.limit:
             import orjson
             path = environ.get("PATH_INFO", "")
-            if path == "/v1/messages" or path.startswith("/v1/messages/"):
+            if anthropic_envelope(path):
                 body = orjson.dumps({"type": "error", "error": {"type": "request_too_large", "message": self.message}})
             else:
                 body = orjson.dumps({"error": {"message": self.message, "type": "RequestEntityTooLarge",
@@ -418,7 +418,7 @@ class RequestGuard:
     def _error(environ, start_response, status: int, message: str, kind: str = "BadRequestError"):
         import orjson
         path = environ.get("PATH_INFO", "")
-        if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        if anthropic_envelope(path):
             out = orjson.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
         elif status == 404:           # Starlette's router: FastAPI's default handler (blueprints.errors.routing_error)
             out = orjson.dumps({"detail": message})

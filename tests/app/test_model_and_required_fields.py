@@ -222,7 +222,8 @@ def test_messages_model_is_required_and_not_empty(api):
     """No default model on /v1/messages (the simulator answered 200 without one): ``model: str``
     (anthropic/protocol.py:272), ``null`` a wrong type, ``""`` refused by ``validate_model``
     (:362, pydantic's ``value_error``, its ``ValueError`` in ``ctx``); on count_tokens
-    (:477, :494) and the messages render (scale_out/render/api_router.py:64) too."""
+    (:477, :494) and the messages render (scale_out/render/api_router.py:64) too, which answers
+    in vLLM's envelope (its router's validation_exception_handler)."""
     body = {"messages": MSG, "max_tokens": 3}
     assert anthropic_400(api, "/v1/messages", body) == errors(line("model", MISSING, items(2)))
     assert anthropic_400(api, "/v1/messages", {**body, "model": None}) == errors(line("model", STR, "None"))
@@ -230,5 +231,5 @@ def test_messages_model_is_required_and_not_empty(api):
             "'ctx': {'error': ValueError('Model is required')}}"
     assert anthropic_400(api, "/v1/messages", {**body, "model": ""}) == errors(empty)
     assert anthropic_400(api, "/v1/messages/count_tokens", {"messages": MSG, "model": ""}) == errors(empty)
-    assert anthropic_400(api, "/v1/messages/render", body) == errors(line("model", MISSING, items(2)))
+    assert_400(api, "/v1/messages/render", body, errors(line("model", MISSING, items(2))), "body.model")
     assert api.post("/v1/messages", json={**body, "model": "test-model"}).status_code == 200

@@ -86,7 +86,9 @@ def test_messages_render(api):
     sp = out["sampling_params"]
     assert (sp["max_tokens"], sp["stop"], sp["temperature"]) == (20, ["END"], 0.2)
     r = api.post("/v1/messages/render", json={**body, "model": "nope"})
-    assert r.status_code == 404 and r.json()["type"] == "error"
+    # ServingRender._check_model's ErrorResponse, in vLLM's envelope (not the Anthropic one)
+    assert (r.status_code, r.json()) == (404, {"error": {"message": "The model `nope` does not exist.",
+                                                         "type": "NotFoundError", "param": "model", "code": 404}})
 
 
 # ---- GET /load --------------------------------------------------------------------------------------
