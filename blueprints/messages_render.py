@@ -67,7 +67,7 @@ def render_message():
     # render_chat_request's SamplingParams of the converted request: top_k, min_tokens, ... as
     # /v1/messages refuses them (a named tool_choice missing from tools is not refused here: vLLM's
     # converter sets tool_choice after building the chat request, past its validators)
-    check_render_sampling(sampling, fields["sampling_params"]["max_tokens"])
+    check_render_sampling(sampling, fields["sampling_params"]["max_tokens"], sampling.get("stop"))
     # the chat request vLLM's converter builds (_convert_tool_choice, _convert_tools,
     # _handle_output_config / _handle_thinking): no tool_choice is null, "auto" with tools
     choice = body.tool_choice

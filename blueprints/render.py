@@ -2,8 +2,8 @@
 (api.md 5.8), and vLLM's ``POST /tokenize`` / ``POST /detokenize``.
 
 Render: no queue, no latency, no failure injection, request headers ignored; ``model``, the
-prompt / messages, vLLM 0.34's multimodal options and (chat) the ChatCompletionRequest validators
-and SamplingParams ranges are checked.  Completions render always answers a JSON array (one
+prompt / messages, vLLM 0.34's multimodal options, (chat) the ChatCompletionRequest validators
+and (every render) what its SamplingParams refuses are checked.  Completions render always answers a JSON array (one
 ``{"token_ids"}`` per prompt; token-id prompts copied verbatim); chat render answers one
 ``{"token_ids", "features"?}`` object whose ``features`` (synthetic multimodal hashes,
 placeholders and kwargs) appear only when a message has media blocks.  A LoRA model is a 400.
@@ -21,8 +21,8 @@ from werkzeug.exceptions import NotFound
 from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
-from generation.adapters.fields import (EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given,
-                                        check_render_sampling)
+from generation.adapters.fields import (_RANGED, EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given,
+                                        check_render_sampling, render_stop)
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.request_validators import chat_request_validators
@@ -88,9 +88,14 @@ def render_completion():
     _check_render_work(sim, raw, model, lists)
     sim.metrics.rendered("completion", perf_counter() - started)     # vLLM's OnlineRenderer.render_completion
     # vLLM's render_completion_request: cmpl-<id>, and -<i> only when there are several prompts
-    out = [generate_request(token_ids=ids, **generate_fields(sim, raw, f"cmpl-{rid}" if len(lists) == 1
-                                                             else f"cmpl-{rid}-{i}", model, len(ids), False))
-           for i, ids in enumerate(lists)]
+    fields = [generate_fields(sim, raw, f"cmpl-{rid}" if len(lists) == 1 else f"cmpl-{rid}-{i}", model, len(ids), False)
+              for i, ids in enumerate(lists)]
+    # then each prompt's SamplingParams (to_sampling_params with its max_tokens), in prompt order:
+    # the first judges everything, the others only what their max_tokens changes (once per value)
+    check_render_sampling(raw, fields[0]["sampling_params"]["max_tokens"], render_stop(raw.get("stop")), raw.get("n"))
+    for mt in dict.fromkeys(f["sampling_params"]["max_tokens"] for f in fields[1:]):
+        check_render_sampling(raw, mt)
+    out = [generate_request(token_ids=ids, **f) for ids, f in zip(lists, fields)]
     return json_response(out, headers=response_headers(rid))
 
 
@@ -146,7 +151,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
             features = {**features, "kwargs_data": None}
         out["features"] = features
     out.update(generate_fields(sim, raw, f"chatcmpl-{rid}", model, len(ids), True))
-    check_render_sampling(raw, out["sampling_params"]["max_tokens"])
+    check_render_sampling(raw, out["sampling_params"]["max_tokens"], render_stop(raw.get("stop")), raw.get("n"))
     fields = chat_parse_fields(sim, raw, messages)
     so = fields.pop("structured_outputs", None)
     if so is not None:
@@ -295,6 +300,8 @@ def responses_sampling_params(raw: dict, max_tokens: int) -> dict:
     body's own.  Raises Rejected for both at once (vLLM's ``extract_structured_outputs``)."""
     sp = body_sampling(raw, _RESPONSES_SAMPLING)
     sp["max_tokens"] = max_tokens
+    if raw.get("stop") == "":           # ``self.stop if self.stop else []``
+        sp["stop"] = []
     include = raw.get("include")
     top = raw.get("top_logprobs")
     if isinstance(include, list) and LOGPROBS_INCLUDE in include:
@@ -368,8 +375,8 @@ def render_responses():
     max_tokens = max_len - len(ids)
     if body.max_output_tokens is not None:
         max_tokens = min(body.max_output_tokens, max_tokens)
-    if max_tokens < 1:                                      # SamplingParams._verify_args
-        raise Rejected(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
+    # to_sampling_params' SamplingParams (no n, no min_tokens there; stop "" is none)
+    check_render_sampling({k: raw.get(k) for k in _RANGED}, max_tokens, body.stop)
     rid = body.request_id if body.request_id else f"resp_{request_id()}"
     out = {"token_ids": ids}
     if features is not None:

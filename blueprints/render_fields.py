@@ -7,6 +7,7 @@ from __future__ import annotations
 from generation.adapters.sampling import (effort_markers, effort_thinks, mapped_effort, parser_effort,
                                           template_kwargs)
 from generation.engine.outputs import prompt_too_long
+from generation.structured.numeric import is_int
 from generation.tokenization.chat_template import effort_kwargs
 
 # vLLM's SamplingParams defaults, as a render's ``sampling_params`` reports them
@@ -54,7 +55,7 @@ def _plain(v) -> bool:
 
 def body_sampling(raw: dict, keys) -> dict:
     """vLLM's sampling defaults (:data:`SAMPLING_DEFAULTS`) with the body's plain values of
-    ``keys`` over them (a chat render's ranges: :func:`check_render_sampling`); ``stop`` a list."""
+    ``keys`` over them (judged by :func:`~generation.adapters.fields.check_render_sampling`); ``stop`` a list."""
     sp = dict(SAMPLING_DEFAULTS)
     for k in keys:
         if raw.get(k) is not None and _plain(raw[k]):
@@ -67,8 +68,10 @@ def body_sampling(raw: dict, keys) -> dict:
 def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool) -> dict:
     """vLLM's ``GenerateRequest`` fields of a render answer besides ``token_ids`` / ``features``:
     ``request_id``, ``model``, ``sampling_params`` (the body's sampling fields over vLLM's
-    defaults, checked by :func:`check_render_sampling` on chat; ``max_tokens`` defaults to the room
-    left in the context window), ``stream`` / ``stream_options`` (the options only with
+    defaults, checked by :func:`~generation.adapters.fields.check_render_sampling`; ``max_tokens``
+    the request's capped to the room left in the context window, or that room when it gives none:
+    ``get_max_tokens``, ``entrypoints/serve/utils/api_utils.py``, which counts the prompt at most
+    ``truncate_prompt_tokens`` long), ``stream`` / ``stream_options`` (the options only with
     ``stream``), and the request's ``return_token_ids``, ``cache_salt``, ``priority`` and
     ``kv_transfer_params`` / ``ec_transfer_params`` (hoisted out of the sampling params' extra
     args: an empty one is null), as ``scale_out/render/serving.py`` builds them; lay them out with
@@ -82,7 +85,9 @@ def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool
         limit = raw.get("max_tokens")
     if limit is not None and not _scalar(limit):
         limit = None
-    sp["max_tokens"] = limit if limit is not None else max(sim.config.max_model_len - n_ids, 0)
+    max_len, cut = sim.config.max_model_len, raw.get("truncate_prompt_tokens")
+    room = max(max_len - (min(n_ids, max_len if cut == -1 else cut) if is_int(cut) else n_ids), 0)
+    sp["max_tokens"] = room if limit is None else min(limit, room) if is_int(limit) else limit
     if chat:
         top = raw.get("top_logprobs")
         sp["logprobs"] = (top if _scalar(top) else 0) if raw.get("logprobs") is True else None

@@ -210,6 +210,15 @@ def normalize_item(item):
     return out
 
 
+class ResponsesStop(StringOrList):
+    """``stop``: ``str | list[str]`` as on chat, but vLLM 0.34's ``ResponsesRequest.to_sampling_params``
+    passes ``self.stop if self.stop else []`` on: an empty string is no stop (not chat's
+    ``[""]``, which ``SamplingParams`` refuses)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        return [] if value == "" else super()._deserialize(value, attr, data, **kwargs)
+
+
 class InputField(fields.Field):
     """``input``: a string (one user message) or a list of input items, normalised as the
     OpenResponses spec says (:func:`normalize_item`) before they are checked."""
@@ -380,7 +389,7 @@ class ResponsesRequestSchema(BaseSchema):
     # vLLM 0.34 ResponsesRequest fields checked as on chat (generation.adapters.fields)
     cache_salt = fields.Raw()
     seed = StrictInt()
-    stop = StringOrList()
+    stop = ResponsesStop()
     logit_bias = Dict()
     stop_token_ids = IntList()
     vllm_xargs = fields.Raw()

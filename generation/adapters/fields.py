@@ -15,6 +15,7 @@ from generation.tokenization.tokenizer import each_text
 from ..errors import InvalidParam, Rejected
 from ..lanes import paced
 from ..structured.numeric import is_int, is_num
+from .base import MAX_N, check_limits
 from .extra_args import check_extra_args
 from .validation import MAX_REPORTED_ERRORS, Errors, Mismatch, pydantic_error, read_float, read_int, validation_errors
 
@@ -299,20 +300,42 @@ def check_sampling_ranges(b) -> None:
 _RANGED = ("presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "top_k", "min_p")
 
 
-def check_render_sampling(raw: dict, max_tokens) -> None:
-    """vLLM 0.34's ``render_chat_request`` (``scale_out/render/serving.py``) builds the
-    ``SamplingParams`` it answers (``request.to_sampling_params``), whose ``_verify_args`` raises
-    the ``VLLMValidationError`` the generating routes answer (a 400): the body's ranges
-    (:func:`~generation.adapters.fields.check_sampling_ranges`), then ``min_tokens`` at least 0
-    and at most the render's ``max_tokens`` (:func:`~generation.adapters.fields.check_min_tokens`),
-    after the model check, the render and the context check, as there.  Only numeric values are
-    judged (a chat render's body is read laxly: another type is copied nowhere)."""
+def check_render_sampling(raw: dict, max_tokens, stop=None, n=1) -> None:
+    """vLLM 0.34's renders (``scale_out/render/serving.py``: ``render_chat_request``, behind it
+    ``render_messages_request``, ``render_completion_request``, ``render_responses_request``)
+    build the ``SamplingParams`` they answer (``request.to_sampling_params``), whose
+    ``__post_init__`` raises the ``VLLMValidationError`` the generating routes answer (a 400), in
+    ``_verify_args``' order: ``n`` from 1 to ``VLLM_MAX_N_SEQUENCES`` (``_verify_num_sequences``;
+    None is 1), the body's ranges (:func:`check_sampling_ranges`), ``max_tokens`` (the
+    render's: ``get_max_tokens`` caps the request's to the room the context leaves) at least 1,
+    ``min_tokens`` at least 0 and at most that ``max_tokens`` (:func:`check_min_tokens`), no empty
+    ``stop`` string (the request's ``stop`` as the render reads it: a list, or None), then
+    ``_verify_greedy_sampling`` (``n`` over 1 at a temperature below 1e-5).  After the model
+    check, the render and the context check, as there.  Only values of the right type are
+    judged (a render's body is read laxly: another type is copied nowhere)."""
+    if is_int(n) and not 1 <= n <= MAX_N:
+        check_limits(None, False, n)
     # the float fields as pydantic reads them (``temperature: 3`` is 3.0 in the message)
     check_sampling_ranges(SimpleNamespace(**{k: (raw[k] if is_int(raw.get(k)) else None) if k == "top_k"
                                              else (float(raw[k]) if is_num(raw.get(k)) else None) for k in _RANGED}))
+    if is_int(max_tokens) and max_tokens < 1:
+        raise Rejected(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
     min_tokens = raw.get("min_tokens")
     if is_int(min_tokens):
         check_min_tokens(min_tokens, max_tokens if is_int(max_tokens) else None)
+    if isinstance(stop, list) and "" in stop:
+        raise Rejected("stop cannot contain an empty string.")
+    t = raw.get("temperature")
+    if is_int(n) and n > 1 and is_num(t) and t < SAMPLING_EPS:
+        raise Rejected(f"n must be 1 when using greedy sampling, got {n}.")
+
+
+def render_stop(value) -> list | None:
+    """A render body's ``stop`` as ``SamplingParams`` gets it: a string is a one-string list
+    (``"stop": ""`` is ``[""]``, refused), a list as it is, anything else none (read laxly)."""
+    if isinstance(value, str):
+        return [value]
+    return value if isinstance(value, list) else None
 
 
 MAX_STOP_STRINGS = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))        # vLLM 0.34 envs.py

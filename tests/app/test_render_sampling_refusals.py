@@ -101,3 +101,100 @@ def test_messages_render_leaves_a_named_tool_choice_to_the_generate_step(api):
     r = api.post("/v1/messages/render", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["parse_context"]["tool_choice"] == {"function": {"name": "missing"}, "type": "function"}
+
+
+# ---- the other SamplingParams checks, on every render ----------------------------------------------
+# vLLM 0.34's renders (scale_out/render/serving.py) build each answer's SamplingParams with
+# to_sampling_params after get_max_tokens (the request's max_tokens capped to the room the context
+# leaves): SamplingParams.__post_init__ then refuses as on the generating routes (_verify_args: n, the
+# ranges, max_tokens >= 1, min_tokens, an empty stop string; _verify_greedy_sampling)
+
+CMPL = {"model": "test-model", "prompt": "Hi"}
+RESP = {"model": "test-model", "input": "Hi"}
+EMPTY_STOP = _openai("stop cannot contain an empty string.")
+GREEDY = _openai("n must be 1 when using greedy sampling, got 2.")
+
+SAME_AS_GENERATING = [
+    ("/v1/chat/completions", CHAT, {"stop": [""]}, EMPTY_STOP),
+    ("/v1/chat/completions", CHAT, {"stop": ""}, EMPTY_STOP),            # a string is [""] there
+    ("/v1/chat/completions", CHAT, {"temperature": 0, "n": 2}, GREEDY),
+    ("/v1/chat/completions", CHAT, {"n": 0}, _openai("n must be at least 1, got 0.")),
+    ("/v1/completions", CMPL, {"stop": [""]}, EMPTY_STOP),
+    ("/v1/completions", CMPL, {"stop": ""}, EMPTY_STOP),
+    ("/v1/completions", CMPL, {"temperature": 0.0, "n": 2}, GREEDY),
+    ("/v1/completions", CMPL, {"top_k": -5}, _openai("top_k must be 0 (disable), or at least 1, got -5.")),
+    ("/v1/completions", CMPL, {"temperature": 3},
+     _openai("temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)", "temperature")),
+    ("/v1/completions", CMPL, {"presence_penalty": 5}, _openai("presence_penalty must be in [-2, 2], got 5.0.")),
+    ("/v1/completions", CMPL, {"min_tokens": -1}, _openai("min_tokens must be greater than or equal to 0, got -1.")),
+    ("/v1/completions", CMPL, {"max_tokens": 8, "min_tokens": 9},
+     _openai("min_tokens must be less than or equal to max_tokens=8, got 9.")),
+    ("/v1/responses", RESP, {"stop": [""]}, EMPTY_STOP),
+    ("/v1/responses", RESP, {"top_k": -5}, _openai("top_k must be 0 (disable), or at least 1, got -5.")),
+    ("/v1/responses", RESP, {"min_p": 2}, _openai("min_p must be in [0, 1], got 2.0.")),
+    ("/v1/responses", RESP, {"temperature": 3},
+     _openai("temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)", "temperature")),
+]
+
+
+@pytest.mark.parametrize("path, base, extra, want", SAME_AS_GENERATING)
+def test_each_render_refuses_what_its_route_refuses(api, path, base, extra, want):
+    body = {**base, **extra}
+    r = api.post(path + "/render", json=body)
+    assert (r.status_code, r.json()) == (400, want)
+    g = api.post(path, json=body)
+    assert (g.status_code, g.json()) == (400, want)
+
+
+def test_messages_render_refuses_an_empty_stop_sequence(api):
+    body = {**MSGS, "stop_sequences": ["END", ""]}
+    r = api.post("/v1/messages/render", json=body)
+    assert (r.status_code, r.json()) == (400, EMPTY_STOP)
+    g = api.post("/v1/messages", json=body)
+    assert (g.status_code, g.json()) == (400, _anthropic("stop cannot contain an empty string."))
+
+
+def test_responses_empty_stop_string_is_no_stop(api):
+    """ResponsesRequest.to_sampling_params passes ``self.stop if self.stop else []``: "" is no
+    stop on /v1/responses and its render (both had refused it as chat's [""])."""
+    r = api.post("/v1/responses/render", json={**RESP, "stop": ""})
+    assert r.status_code == 200, r.text
+    assert r.json()["sampling_params"]["stop"] == []
+    assert api.post("/v1/responses", json={**RESP, "stop": "", "max_output_tokens": 4}).status_code == 200
+
+
+@pytest.mark.parametrize("path, base", [("/v1/chat/completions", CHAT), ("/v1/completions", CMPL),
+                                        ("/v1/messages", MSGS)])
+def test_render_caps_max_tokens_to_the_room_left(api, path, base):
+    """get_max_tokens: min(max_tokens, max_model_len - prompt); the renders reported the request's
+    value as it came (5000 past a 1024-token context)."""
+    out = api.post(path + "/render", json={**base, "max_tokens": 5000}).json()
+    out = out[0] if isinstance(out, list) else out
+    room = 1024 - len(out["token_ids"])
+    assert out["sampling_params"]["max_tokens"] == room
+    out = api.post(path + "/render", json={**base, "max_tokens": 7}).json()
+    assert (out[0] if isinstance(out, list) else out)["sampling_params"]["max_tokens"] == 7
+    # min_tokens is judged against the capped value, as on the generating route
+    body = {**base, "max_tokens": room + 2, "min_tokens": room + 1}
+    want = f"min_tokens must be less than or equal to max_tokens={room}, got {room + 1}."
+    r = api.post(path + "/render", json=body)
+    assert (r.status_code, r.json()) == (400, _openai(want))
+    assert api.post(path, json=body).status_code == 400 and want in api.post(path, json=body).text
+
+
+def test_completions_render_judges_each_prompts_max_tokens(api):
+    """One SamplingParams per prompt, each with its own room: the second prompt's is the refusal."""
+    body = {"model": "test-model", "prompt": [[7] * 10, [7] * 1000], "min_tokens": 100}
+    r = api.post("/v1/completions/render", json=body)
+    assert (r.status_code, r.json()) == (400, _openai("min_tokens must be less than or equal to max_tokens=24, got 100."))
+    r = api.post("/v1/completions/render", json={**body, "min_tokens": 24})
+    assert [g["sampling_params"]["max_tokens"] for g in r.json()] == [1014, 24]
+
+
+def test_a_prompt_filling_the_context_leaves_max_tokens_zero(api):
+    """A prompt of exactly max_model_len tokens passes the renderer's length check;
+    get_max_tokens then gives 0, which SamplingParams refuses."""
+    r = api.post("/v1/completions/render", json={"model": "test-model", "prompt": [7] * 1024})
+    assert (r.status_code, r.json()) == (400, _openai("max_tokens must be at least 1, got 0. "
+                                                      "(parameter=max_tokens, value=0)", "max_tokens"))
+    assert api.post("/v1/completions/render", json={"model": "test-model", "prompt": [7] * 1023}).status_code == 200

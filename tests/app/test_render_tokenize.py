@@ -79,10 +79,14 @@ def test_completions_render_without_model_uses_the_first_model(api):
 
 
 def test_render_ignores_other_fields_and_headers(api):
-    r = post(api, "/v1/completions/render",
-             {"model": "test-model", "prompt": "hi", "max_tokens": -5, "n": 0, "stream": "yes"},
+    r = post(api, "/v1/completions/render", {"model": "test-model", "prompt": "hi", "stream": "yes"},
              headers={"X-Return-Error": "500"})
     assert r.status_code == 200 and len(r.json()) == 1
+    # but its SamplingParams are vLLM's render's (render_completion_request's to_sampling_params):
+    # n 0 is _verify_num_sequences' 400, before max_tokens -5 (both were answered 200)
+    r = post(api, "/v1/completions/render", {"model": "test-model", "prompt": "hi", "max_tokens": -5, "n": 0})
+    assert r.json() == {"error": {"message": "n must be at least 1, got 0.", "type": "BadRequestError",
+                                  "param": None, "code": 400}}
 
 
 # ---- /v1/chat/completions/render ---------------------------------------------------------
