@@ -22,7 +22,7 @@ from generation.adapters.base import check_work, tokenize_texts
 from generation.adapters.derender import (check_chat_derender_work, check_derender_bounds, check_prompt_token_ids,
                                           derender_completion)
 from generation.adapters.fields import (_RANGED, EMPTY_PROMPT, check_chat_part_types, check_mm_kwargs, check_prompt_count, check_prompts_given,
-                                        check_render_sampling, render_stop)
+                                        check_render_beam_search, check_render_sampling, render_stop)
 from generation.adapters.generate import derender_chat, has_parser
 from generation.adapters.protocol import LOGPROBS_INCLUDE
 from generation.adapters.request_validators import chat_request_validators
@@ -79,6 +79,7 @@ def render_completion():
     kind, items = prompt
     check_prompt_count(len(items))        # vLLM's CompletionRequest validator (a flat id list is one)
     model = _render_model(sim, body.model)
+    check_render_beam_search(raw)           # render_completion_request, before rendering
     check_prompts_given(len(items))         # vLLM's renderer, after the model check
     started = perf_counter()
     _check_mm_kwargs(sim, body)
@@ -129,6 +130,7 @@ def chat_render(sim, raw: dict) -> tuple[dict, str]:
     if not messages:
         raise InvalidParam("messages must not be empty", "messages")
     model = _render_model(sim, body.model)
+    check_render_beam_search(raw)           # render_chat_request, before rendering
     started = perf_counter()
     _check_mm_kwargs(sim, body)
     rid = request_id()

@@ -17,7 +17,8 @@ from ..lanes import paced
 from ..structured.numeric import is_int, is_num
 from .base import MAX_N, check_limits
 from .extra_args import check_extra_args
-from .validation import MAX_REPORTED_ERRORS, Errors, Mismatch, pydantic_error, read_float, read_int, validation_errors
+from .validation import (MAX_REPORTED_ERRORS, Errors, Mismatch, pydantic_error, read_bool, read_float, read_int,
+                         validation_errors)
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 # The request field ``stream_interval`` (chat, completions; generate's SamplingParams) came with
@@ -328,6 +329,19 @@ def check_render_sampling(raw: dict, max_tokens, stop=None, n=1) -> None:
     t = raw.get("temperature")
     if is_int(n) and n > 1 and is_num(t) and t < SAMPLING_EPS:
         raise Rejected(f"n must be 1 when using greedy sampling, got {n}.")
+
+
+def check_render_beam_search(raw: dict) -> None:
+    """vLLM 0.34's ``render_chat_request`` / ``render_completion_request`` refuse
+    ``use_beam_search`` after the model check, before rendering: ``create_error_response("Beam
+    search is not supported by the render endpoint")``, a 400 ``BadRequestError`` without
+    ``param`` (the value read as pydantic reads a ``bool``; another is no beam search here)."""
+    try:
+        on = raw.get("use_beam_search") is not None and read_bool(raw["use_beam_search"])
+    except Mismatch:
+        on = False
+    if on:
+        raise Rejected("Beam search is not supported by the render endpoint")
 
 
 def render_stop(value) -> list | None:

@@ -198,3 +198,17 @@ def test_a_prompt_filling_the_context_leaves_max_tokens_zero(api):
     assert (r.status_code, r.json()) == (400, _openai("max_tokens must be at least 1, got 0. "
                                                       "(parameter=max_tokens, value=0)", "max_tokens"))
     assert api.post("/v1/completions/render", json={"model": "test-model", "prompt": [7] * 1023}).status_code == 200
+
+
+@pytest.mark.parametrize("path, base", [("/v1/chat/completions/render", CHAT), ("/v1/completions/render", CMPL)])
+def test_renders_refuse_beam_search(api, path, base):
+    """render_chat_request / render_completion_request: ``Beam search is not supported by the render
+    endpoint`` after the model check and before rendering (so before the greedy-n check); the
+    simulator rendered it."""
+    want = _openai("Beam search is not supported by the render endpoint")
+    for flag in (True, "yes", 1):
+        r = api.post(path, json={**base, "use_beam_search": flag, "n": 2, "temperature": 0})
+        assert (r.status_code, r.json()) == (400, want), flag
+    r = api.post(path, json={**base, "use_beam_search": True, "model": "nope"})
+    assert r.status_code == 404
+    assert api.post(path, json={**base, "use_beam_search": False}).status_code == 200
