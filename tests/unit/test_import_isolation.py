@@ -14,7 +14,8 @@ def test_config_imports_no_metrics_fake_metrics_or_data():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('generation', 'data', 'blueprints')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert eval(out) == ["generation", "generation.config", "generation.config.cli", "generation.config.kv_events",
-                         "generation.config.options", "generation.config.reasoning_parsers",
+                         "generation.config.options", "generation.config.reasoning_effort",
+                         "generation.config.reasoning_parsers",
                          "generation.config.sim_config", "generation.config.values", "generation.config.vllm_versions",
                          "generation.metrics",
                          "generation.metrics.buckets", "generation.metrics.fake_metrics_spec"]
