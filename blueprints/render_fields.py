@@ -105,7 +105,6 @@ def generate_fields(sim, raw: dict, rid: str, model: str, n_ids: int, chat: bool
     return out
 
 
-
 def chat_parse_fields(sim, raw: dict, messages) -> dict:
     """What vLLM 0.34's chat render (``scale_out/render/serving.py``) adds for the generate
     call that follows: ``sampling_params.structured_outputs`` from ``response_format`` (a JSON
