@@ -39,7 +39,7 @@ def render_message():
     vLLM 0.34's ``ServingRender.render_messages_request`` converts the request to chat
     (``to_chat_completion_request``: the effort of ``output_config`` / ``thinking``, the
     converted tools and tool choice) and answers ``render_chat_request``'s fields for it:
-    ``reasoning_ended``, ``reasoning_parser_kwargs``, ``parse_context`` (:func:`.render.
+    ``reasoning_ended``, ``reasoning_parser_kwargs``, ``parse_context`` (:func:`.render_fields.
     chat_parse_fields`) and ``structured_outputs`` from ``output_config.format``."""
     sim = simulator()
     raw = parse_json_body()
