@@ -110,8 +110,8 @@ class ChatAdapter(Adapter):
             cache_hit_threshold=b.cache_hit_threshold, force_cache_threshold=force_cache_threshold,
             max_tool_calls=1 if b.parallel_tool_calls is False else None, **sampling_semantics(b),
             priority=scheduling_priority(self.sim, b.priority), cache_salt=b.cache_salt,
-            stream_interval=b.stream_interval, reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs),
-                                                                          self.sim.config.reasoning_effort_map),
+            stream_interval=b.stream_interval,
+            reasoning=chat_reasoning(self.sim, b, template_kwargs(self.sim, b.chat_template_kwargs), self.sim.config.reasoning_effort_map),
             tool_parser=self.parser_request_type and tool_parser_type(self.sim, self.parser_request_type, tools,
                                                                         tool_choice, stream),
             tool_call_index=chat_history_tool_calls(b.messages) if tools and numbers_tool_calls(self.sim.config) else None)
@@ -326,10 +326,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 want_logprobs: bool, top: int, token_ids: bool = False, as_ids: bool = False,
                 parser: bool = False, echoed: str = "", mm: dict | None = None, role: str = RESPONSE_ROLE,
                 prompt_ids: list | None = None, weights: bool = False):
-    """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one
-    carrying ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing
-    chunk with ``delta: {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per
-    token only the piece is serialised.  ``token_ids``: each token chunk's choice carries its
+    """SSE body, as vLLM's: per choice a role chunk, then one chunk per token, the last one carrying
+    ``finish_reason`` and ``stop_reason`` (a choice without tokens gets one closing chunk with ``delta:
+    {}``).  Chunk prefixes are rendered once (:class:`ChunkFrame`); per token only the piece is serialised.  ``token_ids``: each token chunk's choice carries its
     ``token_ids`` delta (vLLM's ``return_token_ids``); ``as_ids``: logprob tokens named
     ``token_id:N`` (``return_tokens_as_token_ids``).  Reasoning tokens stream as
     ``delta.reasoning``; the parser's markers (and reasoning hidden by ``include_reasoning:
@@ -340,10 +339,9 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     With continuous usage and prompt details on, the role chunk's usage carries
     ``prompt_tokens_details`` (vLLM 0.34); later chunks' running usage does not.  ``echoed``
     (chat ``echo``): a chunk with that content follows each role chunk, as vLLM sends it.
-    ``prompt_ids``: with ``return_token_ids`` the prompt's ids, which every role chunk carries.
-    Tool calls stream as vLLM's ``tool_choice`` path streams them (:mod:`.chat_tool_deltas`):
-    named and required name a call with its first argument piece, auto (hermes) in a
-    token-less chunk of its own just before it.
+    ``prompt_ids``: with ``return_token_ids`` the prompt's ids, which every role chunk carries. Tool calls
+    stream as vLLM's ``tool_choice`` path streams them (:mod:`.chat_tool_deltas`): named and required
+    name a call with its first argument piece, auto (hermes) in a token-less chunk of its own before it.
     Fields as vLLM 0.34 sets them (``model_dump_json(exclude_unset=True)``): a role chunk ends
     with ``prompt_token_ids`` (null without ``return_token_ids``) and ``prompt_text`` (null); a
     token chunk's choice with ``token_ids`` (null without ``return_token_ids``), a finishing
