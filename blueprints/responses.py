@@ -3,7 +3,7 @@
 /v1/responses/{id}/cancel`` for stored responses.  Errors use the OpenAI envelope."""
 from __future__ import annotations
 
-from flask import Blueprint
+from flask import Blueprint, Response
 
 from generation.adapters.response_store import not_found
 from generation.adapters.responses import ResponsesAdapter
@@ -29,15 +29,21 @@ def _not_found(response_id: str):
 def retrieve_response(response_id: str):
     """A stored response (``VLLM_ENABLE_RESPONSES_API_STORE=1``), else 404 as vLLM answers.
     vLLM's query parameters (``starting_after: int | None``, ``stream: bool | None``) are checked
-    first, as FastAPI checks them before the route runs (a 400 at ``query.<name>``; a 404 before);
-    ``stream=true`` is read, not served: the stored object is answered (vLLM replays a background
-    response's events as SSE)."""
-    query_int("starting_after")
-    query_bool("stream", False)
+    first, as FastAPI checks them before the route runs (a 400 at ``query.<name>``; a 404 before).
+    ``stream=true`` replays a background stream's events after ``starting_after`` as SSE and
+    follows it to its end (:meth:`~generation.adapters.response_store.ResponseStore.replay`)."""
+    starting_after = query_int("starting_after")
+    stream = query_bool("stream", False)
     store = simulator().response_store
     found = store.get(response_id) if store is not None else None
     if found is None:
         return _not_found(response_id)
+    if stream:
+        try:
+            events = store.replay(response_id, starting_after)
+        except APIError as e:
+            return error_response(e)
+        return Response(events, 200, [("Content-Type", "text/event-stream; charset=utf-8")])
     return json_response(found)
 
 

@@ -60,6 +60,10 @@ class ResponseStore:
         self.sizes: dict[str, int] = {}                 # response id -> its JSON's bytes
         self.total_bytes = 0
         self.tasks: dict[str, tuple] = {}
+        # response id -> EventLog of a background stream, for GET ?stream=true (vLLM's event_store),
+        # oldest finished ones dropped first past ``limit_bytes`` of their events in all
+        self.streams: OrderedDict[str, EventLog] = OrderedDict()
+        self.stream_bytes = 0
         # response id -> (the chat messages its prompt was made of or None when too long, their
         # prompt tokens, their JSON's bytes): vLLM's msg_store, oldest dropped first past ``limit``
         # entries, ``history_tokens`` or ``limit_bytes`` in all
@@ -111,6 +115,7 @@ class ResponseStore:
         while len(self.items) > 1 and (len(self.items) > self.limit or self.total_bytes > self.limit_bytes):
             old, _ = self.items.popitem(last=False)
             self.total_bytes -= self.sizes.pop(old)
+            self._drop_stream(old)
 
     def put_final(self, response: dict) -> None:
         """Store a finished response, unless its background run was cancelled meanwhile (vLLM
@@ -158,16 +163,21 @@ class ResponseStore:
 
     def stream_in_background(self, sim, seqs, queued: dict, body_iter, error_frame):
         """A streaming background request: store ``queued``, let a greenlet of its own drain
-        ``body_iter`` (the SSE body, which stores the final object at its end) into a buffer,
-        and return the client's body, which follows that buffer.  The client leaving does not
-        stop the response (vLLM runs it as a task apart from the connection); a cancel
-        (:meth:`cancel`) does, and ends the client's stream.  ``error_frame(exc) -> bytes``
-        renders a failure in-band."""
+        ``body_iter`` (the SSE body, which stores the final object at its end) into an
+        :class:`EventLog`, and return the client's body, which follows it (:meth:`replay`).  The
+        client leaving does not stop the response (vLLM runs it as a task apart from the
+        connection); a cancel (:meth:`cancel`) does, and ends the client's stream.  The log is
+        kept for ``GET /v1/responses/{id}?stream=true`` (vLLM's ``event_store``).
+        ``error_frame(exc) -> bytes`` renders a failure in-band."""
         rid = queued["id"]
         self.put(queued)
-        chunks: list = []
-        state = {"done": False}
-        more = gevent.event.Event()
+        log_ = EventLog()
+        self._drop_stream(rid)
+        self.streams[rid] = log_
+
+        def add(data: bytes) -> None:
+            self.stream_bytes += log_.add(data)
+            self._bound_streams()
 
         def produce():
             # no hub drives this body: its deadlines and token schedules are waited for here
@@ -175,42 +185,54 @@ class ResponseStore:
                 for item in body_iter:
                     if item.__class__ is bytes:
                         if item:
-                            chunks.append(item)
-                            more.set()
+                            add(item)
                         continue
                     try:
                         for data in waited(sim, seqs[0], item):
                             if data:
-                                chunks.append(data)
-                                more.set()
+                                add(data)
                     except ClientDisconnected:  # the server aborted it: the body writes its end
                         if not seqs[0].request.aborted_by_server:
                             raise
             except Exception as e:          # noqa: BLE001 - a cancel ends here too (ClientDisconnected)
                 if self._failed(rid, e):
-                    chunks.append(error_frame(e))
+                    add(error_frame(e))
                 sim.cancel(seqs, "error")
             finally:
                 body_iter.close()       # (a wait here that raised left it suspended)
-                state["done"] = True
-                more.set()
+                log_.finish()
                 self.tasks.pop(rid, None)
 
         self.tasks[rid] = (gevent.spawn(produce), seqs)
+        return log_.follow(0)
 
-        def follow():
-            i = 0
-            while True:
-                while i < len(chunks):
-                    yield chunks[i]
-                    i += 1
-                if state["done"]:
-                    return
-                more.clear()
-                if i == len(chunks) and not state["done"]:
-                    more.wait()
+    def replay(self, response_id: str, starting_after: int | None):
+        """``GET /v1/responses/{id}?stream=true`` (vLLM's ``responses_background_stream_generator``):
+        the background stream's events after the ``starting_after``-th (its ``sequence_number``;
+        None: from the first), then the new ones as they come, until it ends.  vLLM waits on
+        after a stream that ended without ``response.completed`` / ``response.incomplete`` (a
+        cancel, a failure): here it ends.  Raises APIError (400, ``response_id``) for a response
+        that was not a background stream, as vLLM's generator raises ``Unknown response_id``
+        (there once its 200 has gone out)."""
+        log_ = self.streams.get(response_id)
+        if log_ is None:
+            raise APIError(f"Unknown response_id: {response_id}", 400, "response_id", "BadRequestError")
+        return log_.follow(0 if starting_after is None else max(starting_after + 1, 0))
 
-        return follow()
+    def _drop_stream(self, response_id: str) -> None:
+        gone = self.streams.pop(response_id, None)
+        if gone is not None:
+            self.stream_bytes -= gone.size
+
+    def _bound_streams(self) -> None:
+        """The oldest finished logs go first past :attr:`limit_bytes` in all (a running one stays:
+        its client reads it, and admission bounds the running ones)."""
+        if self.stream_bytes <= self.limit_bytes:
+            return
+        for rid in [r for r, lg in self.streams.items() if lg.done]:
+            self._drop_stream(rid)
+            if self.stream_bytes <= self.limit_bytes:
+                return
 
     def cancel(self, sim, response_id: str) -> dict | None:
         """Cancel a running background response: its stored object reads ``cancelled`` (the
@@ -255,3 +277,53 @@ def previous_messages(store, response_id: str) -> list:
 def not_found(response_id: str) -> APIError:
     """vLLM's ``_make_not_found_error``."""
     return APIError(f"Response with id '{response_id}' not found.", 404, "response_id", "invalid_request_error")
+
+
+class EventLog:
+    """A background stream's SSE events in order (``events[k]``: the one with ``sequence_number``
+    k), for its client and its replays: :meth:`add` splits the body's bytes into whole events,
+    :meth:`follow` yields from an index on, waiting for more until :meth:`finish`.  Each change
+    sets the current ``changed`` event and replaces it, so that no follower misses one."""
+
+    __slots__ = ("events", "partial", "size", "done", "changed")
+
+    def __init__(self):
+        self.events: list = []
+        self.partial = b""          # an event's start whose end has not come yet
+        self.size = 0
+        self.done = False
+        self.changed = gevent.event.Event()
+
+    def add(self, data: bytes) -> int:
+        """Append ``data``'s whole events; returns the bytes added."""
+        parts = (self.partial + data).split(b"\n\n")
+        self.partial = parts.pop()
+        self.events.extend(p + b"\n\n" for p in parts)
+        self.size += len(data)
+        self._changed()
+        return len(data)
+
+    def finish(self) -> None:
+        if self.partial:
+            self.events.append(self.partial)
+            self.partial = b""
+        self.done = True
+        self._changed()
+
+    def _changed(self) -> None:
+        old, self.changed = self.changed, gevent.event.Event()
+        old.set()
+
+    def follow(self, start: int):
+        """The events from ``start`` on: those there now in one piece, then each batch as it comes."""
+        i = start
+        while True:
+            changed = self.changed
+            if i < len(self.events):
+                out = b"".join(self.events[i:])
+                i = len(self.events)
+                yield out
+                continue
+            if self.done:
+                return
+            changed.wait()
