@@ -229,8 +229,9 @@ def test_echo_empty_prompt_stream(echo_api):
     events = stream(echo_api, {"model": "test-model", "token_ids": [], "sampling_params": {}})
     assert events[-1] == "[DONE]"
     (chunk,) = events[:-1]
+    # a finished output of no tokens: no span (vLLM's _weight_version_spans of no starts and 0 tokens: [])
     assert chunk["choices"] == [{"index": 0, "finish_reason": "stop", "stop_reason": None, "token_ids": [],
-                                 "routed_experts": None, "sampling_mask": None, "weight_versions": None,
+                                 "routed_experts": None, "sampling_mask": None, "weight_versions": [],
                                  "logprobs": None}]
 
 
