@@ -44,7 +44,7 @@ import orjson
 
 from generation import vllm_version
 
-from .grpc_support import KvEventRelay, build_tokenizer_zip, scheduler_state, tokenizer_chunks, tokenizer_dir
+from .grpc_support import KvEventRelay, RunningIds, build_tokenizer_zip, scheduler_state, tokenizer_chunks, tokenizer_dir
 
 log = logging.getLogger("vllm_sim")
 
@@ -150,7 +150,8 @@ def make_servicer(sim, lifecycle=None):
 
     class Servicer(pb_grpc.VllmEngineServicer):
         def __init__(self):
-            self.active: dict[str, list] = {}
+            self.active = RunningIds()    # each id's generations still running
+            self.streams = 0              # Generate calls not yet over (their client still reading)
             self.last_receive = 0.0
 
         # ---- generation ---------------------------------------------------------------
@@ -183,10 +184,11 @@ def make_servicer(sim, lifecycle=None):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"Requested sample logprobs of {top}, which is greater than max allowed: "
                               f"{cfg.max_logprobs}" if top >= 0 else "logprobs must be a positive value")
+            # An id already in use is not refused: vLLM 0.34's InputProcessor.assign_request_id
+            # gives every request an internal id (the client's plus 8 random characters), so two
+            # requests with one id both run, and Abort of that id reaches both
+            # (OutputProcessor.abort_requests: an external id maps to all its internal ids)
             rid = request.request_id or sim.new_request_id()
-            if rid in self.active:
-                # vLLM's output processor: ValueError, which the servicer maps to INVALID_ARGUMENT
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Request id {rid} already running.")
             try:
                 check_sampling(sp, max_tokens)
                 check_limits(max_tokens, sp.ignore_eos, sp.n or 1)
@@ -245,7 +247,8 @@ def make_servicer(sim, lifecycle=None):
         def Generate(self, request, context):
             req, seqs, top = self._build(request, context)
             rid = req.request_id
-            self.active[rid] = seqs
+            self.active.add(rid, seqs)
+            self.streams += 1
             context.add_callback(lambda: sim.cancel(seqs))       # the client went away: abort
             try:
                 if not request.stream:
@@ -253,6 +256,7 @@ def make_servicer(sim, lifecycle=None):
                         sim.complete(seqs)
                     except ClientDisconnected:
                         pass
+                    self.active.discard(rid, seqs)          # the generation is over, whatever the client does
                     for s in seqs:
                         if s.state == "aborted":      # vLLM's final output: the tokens made so far
                             yield self._complete(req, s, top, 0, produced(s) - 1, "abort")
@@ -285,6 +289,7 @@ def make_servicer(sim, lifecycle=None):
                     except Exception as e:      # noqa: BLE001 - raised again by the stream
                         over.append(e)
                     finally:
+                        self.active.discard(rid, seqs)    # over: its id is free while the client reads
                         ready.set()
 
                 def flush():
@@ -324,21 +329,21 @@ def make_servicer(sim, lifecycle=None):
                         yield self._complete(req, s, top, k0, k1)
             finally:
                 sim.cancel(seqs)
-                self.active.pop(rid, None)
+                self.active.discard(rid, seqs)
+                self.streams -= 1
 
         def in_flight(self) -> int:
-            """``Generate`` calls running now."""
-            return len(self.active)
+            """``Generate`` calls not over yet (generating, or their client still reading)."""
+            return self.streams
 
         def abort_all(self) -> None:
-            """Abort every ``Generate`` call in flight (shutdown past its grace)."""
-            for seqs in list(self.active.values()):
+            """Abort every generation still running (shutdown past its grace)."""
+            for seqs in self.active.all():
                 sim.cancel(seqs)
 
         def Abort(self, request, context):
             for rid in request.request_ids:
-                seqs = self.active.get(rid)
-                if seqs is not None:
+                for seqs in self.active.get(rid):
                     sim.cancel(seqs)
             return pb.AbortResponse()
 

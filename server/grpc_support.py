@@ -1,5 +1,5 @@
 """Parts of the gRPC ``VllmEngine`` servicer (:mod:`server.grpc_engine`) that are not RPC
-handlers: the scheduler state ``GetLoads`` reports, the KV-event relay behind
+handlers: the running generations by request id, the scheduler state ``GetLoads`` reports, the KV-event relay behind
 ``SubscribeKvEvents`` and the tokenizer bundle behind ``GetTokenizer``."""
 from __future__ import annotations
 
@@ -21,6 +21,42 @@ TOKENIZER_SUFFIXES = (".tiktoken", ".jinja", ".model")
 def _pb():
     from smg_grpc_proto.generated import common_pb2
     return common_pb2
+
+
+class RunningIds:
+    """Request id -> the sequences of each of its generations still running.  An id in use is
+    no refusal (vLLM 0.34's InputProcessor.assign_request_id suffixes every request's id with 8
+    random characters, so two requests with one id both run, and OutputProcessor.abort_requests
+    aborts every request under an external id); a generation leaves when it ends, not when its
+    client has read it (OutputProcessor.process_outputs -> _finish_request frees a request as it
+    finishes), so a client that stops reading holds nothing here."""
+
+    def __init__(self):
+        self._ids: dict[str, list] = {}
+
+    def add(self, rid: str, seqs) -> None:
+        self._ids.setdefault(rid, []).append(seqs)
+
+    def discard(self, rid: str, seqs) -> None:
+        """``seqs``' generation is over (idempotent)."""
+        gens = self._ids.get(rid)
+        if gens is None:
+            return
+        for i, g in enumerate(gens):
+            if g is seqs:
+                del gens[i]
+                break
+        if not gens:
+            del self._ids[rid]
+
+    def get(self, rid: str) -> list:
+        return list(self._ids.get(rid, ()))
+
+    def all(self) -> list:
+        return [seqs for gens in self._ids.values() for seqs in gens]
+
+    def __contains__(self, rid: str) -> bool:
+        return rid in self._ids
 
 
 def signed64(h: int) -> int:
