@@ -25,6 +25,20 @@ def _in_flight(sim) -> list:
     return [*sim.running_seqs, *sim.waiting]
 
 
+def _at_engine(sim) -> list:
+    """:func:`_in_flight` less the step engine's requests still in the modelled API server's
+    delay: what a sleep's abort reaches.  vLLM 0.34's ``EngineCore.sleep`` aborts what its
+    scheduler holds (``pause_scheduler``: ``scheduler.finish_requests(None, FINISHED_ABORTED)``);
+    a request the API server has not handed over yet reaches the engine core after the sleep
+    (its input queue is in order) and is queued like any request sent while asleep (a sleep
+    leaves ``reject_new_requests`` alone), to run after the wake-up."""
+    engine = sim.engine
+    if engine is None:
+        return _in_flight(sim)
+    delayed = engine.delayed
+    return [r.seq for r in engine.in_flight() if r.seq is not None and r not in delayed]
+
+
 def _running(sim) -> bool:
     """Whether a request is scheduled (running): what a ``wait`` pause drains.  vLLM's PAUSED_NEW
     counts the running requests only (``Scheduler.get_num_unfinished_requests``): the ones still
@@ -39,14 +53,15 @@ def pause_scheduler(sim, mode: str, reject_new: bool) -> None:
     """vLLM 0.34's ``EngineCoreProc.pause_scheduler`` as ``/pause`` (``pause_generation``:
     ``reject_new``) and ``/sleep`` (not: new requests are queued) use it: the scheduler's pause
     state is set (:meth:`~generation.engine.engine_state.EngineState.pause_scheduler`), then
-    ``abort`` aborts every request in flight (their answers end as :func:`_abort`'s), ``wait``
+    ``abort`` aborts every request in flight (their answers end as :func:`_abort`'s; a sleep's,
+    only those the engine holds, :func:`_at_engine`), ``wait``
     returns once the running ones have finished, ``keep`` at once.  Clearing caches is the
     caller's, after this returns (vLLM's ``_finish_pause``)."""
     sim.pause_scheduler(mode)
     if reject_new and mode != "keep":
         sim.reject_new_requests = True               # PAUSED_NEW plus refusal: a 503 per new request
     if mode == "abort":
-        _abort(sim, _in_flight(sim))
+        _abort(sim, _in_flight(sim) if reject_new else _at_engine(sim))
     elif mode == "wait":
         while _running(sim):
             gevent.sleep(WAIT_POLL)

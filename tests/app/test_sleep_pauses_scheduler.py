@@ -189,3 +189,29 @@ def test_a_sleep_keeps_a_pause_refusing_new_requests(app_client):
     assert (r.status_code, r.json()["error"]["code"]) == (503, 503)
     c.post("/wake_up")
     assert chat(c, max_tokens=2).status_code == 200
+
+
+def test_a_sleeps_abort_leaves_a_request_still_in_the_api_servers_delay_queued(app_client):
+    """vLLM 0.34's ``EngineCore.sleep`` aborts what its scheduler holds (``pause_scheduler``:
+    ``scheduler.finish_requests(None, FINISHED_ABORTED)``); a request the API server has not yet
+    handed to the engine core reaches it after the sleep and is queued like any request sent
+    while asleep, to run after the wake-up.  The step engine's modelled frontend delay held
+    such a request, and the sleep aborted it."""
+    c = app_client(*STEP, "--enable-sleep-mode", env=DEV)
+    engine = c.sim.engine
+    job = gevent.spawn(c.post, "/inference/v1/generate",
+                       json={"model": "test-model", "token_ids": [1, 2, 3], "request_id": "late-1",
+                             "sampling_params": {"max_tokens": 5, "ignore_eos": True}})
+    deadline = gevent.get_hub().loop.now() + 5
+    while not engine.delayed and gevent.get_hub().loop.now() < deadline:
+        gevent.sleep(0)
+    assert engine.delayed and not engine.scheduler.waiting and not engine.scheduler.running
+    assert c.post("/sleep").json() == {"status": "sleeping", "level": 1}          # mode abort
+    until(lambda: waiting(c) == 1)                         # through its delay: queued while asleep
+    gevent.sleep(0.2)
+    assert not job.ready() and running(c) == 0
+    assert c.post("/wake_up").json() == {"status": "awake", "tags": None}
+    job.join(5)
+    assert job.value.status_code == 200
+    assert job.value.json()["choices"][0]["finish_reason"] == "length"
+    assert len(job.value.json()["choices"][0]["token_ids"]) == 5
