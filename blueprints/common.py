@@ -19,6 +19,7 @@ from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
 from generation.adapters.json_dumps import dumps_any as dumps_json
 from generation.adapters.extra_args import exact_extra_args
+from generation.adapters.wide_ints import hold
 from generation.adapters.token_stream import answer_aborted
 from generation.adapters.validation import BODY_BYTES, JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
 from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
@@ -57,6 +58,7 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
         raise body_unparsable(raw, e) from None
     if not isinstance(body, dict):
         raise body_not_an_object(body, members)
+    hold((body, raw))                             # its integers past 64 bits, should a field meet one
     exact_extra_args(body, raw, _exact_loads)     # integers past 64 bits there as vLLM reads them
     return body
 

@@ -14,6 +14,7 @@ from marshmallow import EXCLUDE, Schema, ValidationError, fields, post_load, val
 
 from generation.adapters import protocol as p
 from generation.adapters.fields import check_cache_salt, check_logprob_number
+from generation.adapters.wide_ints import exact_integer
 from generation.adapters.validation import (MAX_REPORTED_ERRORS, Errors, Mismatch, body_not_an_object, literal_mismatch, read_bool, read_dict,
                                             read_float, read_int, read_list, read_str)
 from generation.errors import Rejected
@@ -36,8 +37,9 @@ def read_as_pydantic(reader, value):
 class StrictInt(fields.Integer):
     """``int`` as pydantic's lax mode reads it (:func:`read_int`: ``5``, ``5.0``, ``"5"``,
     ``true``; ``int_from_float`` / ``int_parsing`` / ``int_type`` in pydantic's words otherwise).
-    An integral float past int64 is the integer orjson read it from (a JSON literal past 64 bits,
-    which vLLM's parser keeps exact).  With ``int64``, also integers past 64 bits are refused, for
+    An integral float past int64 is the integer literal orjson read it from, digit for digit
+    (:func:`~generation.adapters.wide_ints.exact_integer`: vLLM's parser keeps it exact), or
+    pydantic's ``int_parsing_size`` where it was a float literal (``1e30``).  With ``int64``, also integers past 64 bits are refused, for
     fields an answer echoes (``1e30`` became a 101-bit int that orjson could not serialise: a
     500 in the middle of a Responses stream).  Other fields keep big values for their own range
     checks, which name vLLM's bounds (``seed``)."""
@@ -49,9 +51,16 @@ class StrictInt(fields.Integer):
     def _deserialize(self, value, attr, data, **kwargs):
         if type(value) is not int:
             if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) >= INT64:
-                # orjson reads an integer past int64 as a float (-2**63 once rounded below:
-                # that literal was below vLLM's bound; test_long_seed sends INT64_MIN - 1)
-                value = min(int(value), -INT64 - 1) if value < 0 else int(value)
+                # orjson reads an integer past int64 as a float: the literal's own digits
+                # (exact_integer), else (no body held) the float's integer, -2**63 once rounded
+                # below (that literal was below vLLM's bound; test_long_seed sends INT64_MIN - 1)
+                exact = exact_integer(value, data, attr)
+                if exact is value:              # a float literal (1e30): pydantic's int_parsing_size
+                    value = read_as_pydantic(read_int, value)
+                elif exact is not None:
+                    value = exact
+                else:
+                    value = min(int(value), -INT64 - 1) if value < 0 else int(value)
             else:
                 value = read_as_pydantic(read_int, value)
         if self.int64 and not -INT64 <= value < INT64:

@@ -9,6 +9,8 @@ import gc
 from marshmallow import Schema, ValidationError, missing
 
 from generation.adapters.validation import BODY_BYTES, body_not_an_object
+from generation.adapters import wide_ints
+from generation.adapters.wide_ints import release
 from generation.lanes import FairLane, on_hub_thread
 
 from .refusal import _refusal
@@ -141,15 +143,18 @@ def load(schema: Schema, body):
     filled_body = getattr(schema, "filled_body", None)
     if filled_body is not None:
         body = filled_body(body)
-    if BODY_BYTES.get() > OFF_HUB_BYTES and on_hub_thread():
-        failed, out = validation_lane().apply(contextvars.copy_context().run, (_load_in_lane, schema, body))
-        if failed:
-            try:
-                raise out
-            finally:
-                out = None              # else this frame, in the error's traceback, keeps it: a cycle
-        return out
-    return _load(schema, body)
+    try:
+        if BODY_BYTES.get() > OFF_HUB_BYTES and on_hub_thread():
+            failed, out = validation_lane().apply(contextvars.copy_context().run, (_load_in_lane, schema, body))
+            if failed:
+                try:
+                    raise out
+                finally:
+                    out = None          # else this frame, in the error's traceback, keeps it: a cycle
+            return out
+        return _load(schema, body)
+    finally:
+        release(None)                   # the body parse_json_body held for its wide integers
 
 
 def validation_lane() -> FairLane:
@@ -159,6 +164,9 @@ def validation_lane() -> FairLane:
     if not _LANE:
         _LANE.append(FairLane())
     return _LANE[0]
+
+
+wide_ints.OFF_HUB[:] = [OFF_HUB_BYTES, validation_lane]     # a large body's exact re-read, there too
 
 
 def _load_in_lane(schema: Schema, body: dict):

@@ -18,6 +18,7 @@ import re
 import contextvars
 
 from ..errors import InvalidParam, RequestInvalid
+from .wide_ints import exact_integer
 
 BODY_BYTES = contextvars.ContextVar("body_bytes", default=0)   # the JSON body being read: its size in bytes
 
@@ -34,6 +35,8 @@ def error_input(value):
         return value if len(value) <= MAX_INPUT_CHARS else value[:MAX_INPUT_CHARS] + "...[truncated]"
     if isinstance(value, (list, tuple, dict)):
         return f"<{type(value).__name__} of {len(value)} items>"
+    if value.__class__ is float and value.is_integer() and abs(value) >= _I64:
+        value = exact_integer(value) or value       # orjson's float of a wider integer literal: its digits
     text = str(value)
     return text if len(text) <= MAX_INPUT_CHARS else text[:MAX_INPUT_CHARS] + "...[truncated]"
 
@@ -250,6 +253,9 @@ def read_int(v) -> int:
         if not v.is_integer():
             raise Mismatch("int_from_float", "Input should be a valid integer, got a number with a fractional part")
         if not -_I64 < v < _I64:          # pydantic-core takes a float as an i64 only
+            exact = exact_integer(v)      # unless orjson made it of a wider integer literal
+            if exact is not None and exact is not v:
+                return exact
             raise Mismatch("int_parsing_size", "Unable to parse input string as an integer, exceeded maximum size")
         return int(v)
     if isinstance(v, str):

@@ -166,8 +166,15 @@ def test_found_by_the_fuzz_are_400s(api, path, edit):
 
 def test_a_huge_output_limit_is_cut_not_a_500(api):
     """``max_output_tokens`` 1e30 was echoed as a 101-bit int, a stream's 500 (found by the
-    fuzz); it is cut to the room the context leaves, as every API's output limit is (seeds)."""
+    fuzz).  As vLLM reads them: the float literal is pydantic's ``int_parsing_size`` 400 (a float
+    past int64 is no int), the integer literal ``10**30`` an int, cut to the room the context
+    leaves, as every API's output limit is (seeds); neither a 500."""
     body = copy.deepcopy(VALID["/v1/responses"])
     body["max_output_tokens"] = 1e30
+    r = api.post("/v1/responses", content=json.dumps(body), headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["message"] == (
+        "1 validation error:\n  {'type': 'int_parsing_size', 'loc': 'body.max_output_tokens', 'msg': 'Unable to "
+        "parse input string as an integer, exceeded maximum size', 'input': '1e+30'}"), r.text[:300]
+    body["max_output_tokens"] = 10 ** 30
     r = api.post("/v1/responses", content=json.dumps(body), headers={"content-type": "application/json"})
     assert r.status_code == 200 and '"code":"500"' not in r.text and "Internal server error" not in r.text, r.text[:300]
