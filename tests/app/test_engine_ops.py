@@ -301,19 +301,26 @@ def test_abort_requests_finds_a_step_request_in_its_frontend_delay(app_client):
     ~10 ms of its request)."""
     c = app_client("--latency-calculator", "step", "--force-dummy-tokenizer")
     engine = c.sim.engine
-    job = gevent.spawn(c.post, "/inference/v1/generate",
-                       json={"model": "test-model", "token_ids": [1, 2, 3], "request_id": "fresh-1",
-                             "sampling_params": {"max_tokens": 900, "ignore_eos": True}})
-    deadline = gevent.get_hub().loop.now() + 5
-    while not engine.delayed and gevent.get_hub().loop.now() < deadline:
-        gevent.sleep(0)
+    saved = engine.fe, engine.frontend
+    engine.fe, engine.frontend = None, 0.3       # a 7 ms delay is missed by a loaded machine's spin
+    try:
+        job = gevent.spawn(c.post, "/inference/v1/generate",
+                           json={"model": "test-model", "token_ids": [1, 2, 3], "request_id": "fresh-1",
+                                 "sampling_params": {"max_tokens": 900, "ignore_eos": True}})
+        deadline = gevent.get_hub().loop.now() + 5
+        while not engine.delayed and gevent.get_hub().loop.now() < deadline:
+            gevent.sleep(0.001)
+    finally:
+        engine.fe, engine.frontend = saved
     assert engine.delayed and not engine.scheduler.waiting and not engine.scheduler.running
     assert c.post("/inference/v1/abort_requests", json={"request_ids": "fresh-1"}).status_code == 200
     job.join(5)
     assert job.value.status_code == 200
     assert job.value.json()["choices"] == [{"index": 0, "finish_reason": "abort", "token_ids": []}]
     assert not engine.in_flight()
-    gevent.sleep(0.1)               # its delay's timer still counts it waiting until it fires
+    deadline = gevent.get_hub().loop.now() + 2      # its delay's timer still counts it waiting until it fires
+    while engine.pending and gevent.get_hub().loop.now() < deadline:
+        gevent.sleep(0.01)
     assert engine.pending == 0 and not engine.scheduler.waiting
 
 
