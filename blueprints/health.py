@@ -151,7 +151,7 @@ def sleep():
     ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``), as vLLM 0.34's ``EngineCore.sleep``:
     the scheduler is paused first (``pause_scheduler(mode)``: ``abort``, the default, aborts the
     requests in flight, their answers ending as ``/abort_requests``' do; ``wait`` answers once
-    the running ones have finished; ``keep`` leaves them, frozen in step mode).  New requests
+    the running ones have finished; ``keep`` leaves them, frozen until the wake-up).  New requests
     are not refused (a sleep leaves ``reject_new_requests`` as it was): they wait in the queue
     until a ``/wake_up`` that wakes everything (or ``/resume``).  Level 0 is that pause only;
     1 and 2 also empty the prefix cache (``AllBlocksCleared``) and put the weights and KV cache

@@ -5,8 +5,8 @@ RL trainers drive a rollout server between weight updates:
 * ``POST /pause?mode=abort|wait|keep&clear_cache=true``: pauses the scheduler.  ``abort``
   (default) aborts the requests in flight (their answers finish with ``finish_reason``
   ``abort``, as :mod:`blueprints.engine_ops` aborts them), ``wait`` answers once the running ones
-  have finished, ``keep`` leaves them (vLLM freezes them until ``/resume``: so does step mode;
-  the default latency model serves them on).  From ``abort`` or ``wait`` until ``/resume`` a
+  have finished, ``keep`` leaves them (vLLM freezes them until ``/resume``: so do step mode and,
+  by generation.engine.freeze, the default latency model).  From ``abort`` or ``wait`` until ``/resume`` a
   new generation request is refused as vLLM's paused engine refuses it (503
   ``ServiceUnavailableError``, ``Generation is paused. Please retry after it resumes.``);
   ``keep`` accepts them and queues them until ``/resume`` (PAUSED_ALL).  ``/sleep`` pauses

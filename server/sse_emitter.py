@@ -202,6 +202,18 @@ class HubEmitter:
         self._unhook()
         self._emit()
 
+    def retime(self, delta) -> None:
+        """A keep pause of the default model (generation.engine.freeze): stop (``delta`` None), or
+        go on ``delta`` seconds later than planned (a schedule's ``first`` has already moved)."""
+        if not self.active or self.finishing:
+            return
+        self._stop_timer()
+        if delta is not None:
+            if self.schedule is not None:
+                self._start_schedule(self.schedule)
+            else:
+                self._arm(self.deadline + delta)
+
     def _start_schedule(self, schedule: TokenSchedule) -> None:
         self.schedule = schedule
         if schedule.engine is not None:          # step mode: the engine's step end calls us

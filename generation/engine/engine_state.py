@@ -4,6 +4,8 @@ scheduler's pause state (``/pause``, ``/sleep``) and whether it refuses new requ
 (``/pause``, ``/checkpoint/prepare``)."""
 from __future__ import annotations
 
+from .freeze import freeze, thaw
+
 UNPAUSED, PAUSED_NEW, PAUSED_ALL = "unpaused", "paused_new", "paused_all"
 
 
@@ -17,8 +19,10 @@ class EngineState:
     # vLLM 0.34's scheduler PauseState (``v1/core/sched/interface.py``), set by ``/pause`` and
     # ``/sleep`` (``EngineCore.pause_scheduler``) until ``/resume`` or a full ``/wake_up``:
     # ``paused_new`` (modes abort / wait) queues new requests while those in flight run on,
-    # ``paused_all`` (keep) also freezes those in flight (step mode: no step is planned).
+    # ``paused_all`` (keep) also freezes those in flight (step mode: no step is planned; the
+    # default model: generation.engine.freeze).
     pause_state = UNPAUSED
+    frozen_at = None          # the default model in PAUSED_ALL: since when (generation.engine.freeze)
     # the last ``record_sleep_state(sleep, level)`` (vLLM's AsyncLLM.sleep / wake_up /
     # release_kv_cache_memory), read by the ``vllm:engine_sleep_state`` gauge
     recorded_sleep = (0, 0)
@@ -41,6 +45,10 @@ class EngineState:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.set_pause_state(self.pause_state)
+        elif self.pause_state == PAUSED_ALL:        # the default model: the running ones stop too
+            freeze(self)
+        else:                                       # (PAUSED_NEW steps on: after a keep, they go on)
+            thaw(self)
 
     def unpause_scheduler(self) -> None:
         """vLLM's ``set_pause_state(UNPAUSED)``: the requests queued while paused are scheduled."""
@@ -51,6 +59,7 @@ class EngineState:
         if engine is not None:
             engine.set_pause_state(UNPAUSED)
         else:
+            thaw(self)
             self._schedule()
 
     @property

@@ -110,7 +110,7 @@ class Sequence:
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
                  "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span",
-                 "aborted_tokens", "token_texts", "flushed", "weight_starts")
+                 "aborted_tokens", "token_texts", "flushed", "weight_starts", "schedule", "frozen", "shift", "lost")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
         self.request = request
@@ -142,6 +142,11 @@ class Sequence:
         self.token_texts = None          # each token's own text where a stop cut its piece (logprob_pieces)
         self.flushed = ""                # an abort's final delta: the text hold_back had kept (end_with_abort)
         self.weight_starts = None        # [(weight version, first output token)] once the label changed (weight_versions)
+        # a keep pause of the default model (generation.engine.freeze): the TokenSchedule being
+        # emitted, when it froze (0.0: not frozen), the pause its next deadline has yet to add,
+        # and the seconds paused since its first token
+        self.schedule = None
+        self.frozen = self.shift = self.lost = 0.0
 
     def logprob_pieces(self) -> list:
         """Each output token's own text, as its logprobs entry names it: ``pieces``, except that
@@ -152,7 +157,7 @@ class Sequence:
     def made_tokens(self, itl: float, now: float) -> int:
         """Output tokens made by ``now`` (monotonic seconds; the output is drawn up front): the
         step engine's count, else those due from the first token at ``itl`` seconds apart (all
-        of them at 0); once aborted, what it had made then (:attr:`aborted_tokens`, what the
+        of them at 0), the time a keep pause froze it left out; once aborted, what it had made then (:attr:`aborted_tokens`, what the
         metrics counted)."""
         if self.aborted_tokens is not None:
             return self.aborted_tokens
@@ -162,7 +167,9 @@ class Sequence:
         first = self.first_token_at
         if not first or first > now:
             return 0
-        return min(n, 1 + int((now - first) / itl)) if itl > 0 else n
+        if self.frozen and self.frozen < now:       # a keep pause: nothing made since it froze
+            now = self.frozen
+        return min(n, 1 + int((now - first - self.lost) / itl)) if itl > 0 else n
 
     def end_with_abort(self, made: int) -> None:
         """vLLM 0.34's abort output (``OutputProcessor.abort_requests``: no new tokens,

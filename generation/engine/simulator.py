@@ -22,13 +22,14 @@ from collections import deque
 import gevent
 import gevent.queue
 from gevent.event import Event
-from gevent.hub import Waiter, get_hub
+from gevent.hub import get_hub
 
 from generation.errors import EnginePaused, InvalidParam, ModelNotFound, QueueFullError
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
 from .admission import check_admission
 from .engine_state import EngineState
+from .freeze import sleep as timed_sleep
 from .prompt_checks import PromptChecks
 from .stream_interval import effective, grouped
 from .token_schedule import TokenSchedule
@@ -258,32 +259,9 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         :meth:`run` yielded); raises ClientDisconnected if ``seq`` is aborted meanwhile."""
         self._sleep(seq, until)
 
-    @staticmethod
-    def _sleep(seq: Sequence, until: float) -> None:
-        """Sleep until ``monotonic() >= until`` (never earlier); :meth:`cancel` can cut it short
-        (the request is then aborted and ClientDisconnected raised).
-
-        libev starts a timer from the loop's cached time, which lags the real clock after CPU
-        work: a plain ``gevent.sleep(d)`` can wake several ms early under load (issue 8).  So the
-        loop's clock is refreshed first, and the deadline re-checked on waking."""
-        hub = get_hub()
-        loop = hub.loop
-        while True:
-            if seq.state == SeqState.ABORTED:     # also when the deadline has already passed
-                raise ClientDisconnected()
-            loop.update_now()
-            delay = until - monotonic()
-            if delay <= 0:
-                return
-            timer = loop.timer(delay)
-            waiter = Waiter(hub)
-            seq.event = waiter
-            timer.start(waiter.switch, None)
-            try:
-                waiter.get()
-            finally:
-                timer.close()
-                seq.event = None
+    # Sleep until ``monotonic() >= until`` (never earlier, nor while a keep pause freezes the
+    # sequence); :meth:`cancel` can cut it short (ClientDisconnected): generation.engine.freeze
+    _sleep = staticmethod(timed_sleep)
 
     def cancel(self, seqs, reason: str = "abort") -> None:
         """The client went away (``reason`` "error": the server failed it): abort every unfinished
@@ -373,7 +351,9 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                         first = TokenSchedule(seq, 0, n, target, itl, target, metrics, lat)
                         first.on_first = self.first_token
                 if first is not None:
+                    seq.schedule = first        # a keep pause moves it (generation.engine.freeze)
                     yield first
+                    seq.schedule = None
                     if seq.state == SeqState.ABORTED:
                         raise ClientDisconnected()
                     if first.next == 0:         # cut short before its first token: per token on
@@ -381,7 +361,7 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                 else:
                     if deadlines or per_token:
                         yield target if deadlines else -1
-                    wait(seq, target, deadlines)
+                    target = wait(seq, target, deadlines)
                 now = monotonic()
             if first is None:
                 self.first_token(seq, now)
@@ -419,8 +399,9 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                 drawn = False       # whether token k0's deadline is already in target
                 schedule = first
                 if schedule is None and n > 1 and constant_itl and deadlines:   # the driver emits tokens 1..n-1
-                    schedule = TokenSchedule(seq, 1, n, target + itl, itl, now, metrics, lat)
+                    schedule = seq.schedule = TokenSchedule(seq, 1, n, target + itl, itl, now, metrics, lat)
                     yield schedule
+                    seq.schedule = None
                     if seq.state == SeqState.ABORTED:
                         raise ClientDisconnected()
                 if schedule is not None:
@@ -442,7 +423,7 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                     if target > now:
                         if deadlines or per_token:
                             yield target if deadlines else -1
-                        wait(seq, target, deadlines)
+                        target = wait(seq, target, deadlines)
                         now = monotonic()
                     lag(now - target)
                     itl_obs(now - prev)
@@ -455,7 +436,7 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                     target = monotonic() + delay
                     if deadlines or per_token:
                         yield target if deadlines else -1
-                    wait(seq, target, deadlines)
+                    target = wait(seq, target, deadlines)
                     seq.finished_at = monotonic()
             if not seq.finished_at:
                 seq.finished_at = monotonic()
@@ -486,14 +467,21 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         :meth:`generation.engine.step_engine.StepEngine.emit_in_greenlet`)."""
         return self.engine.emit_in_greenlet(schedule)
 
-    def _wait_until(self, seq: Sequence, target: float, deadlines: bool) -> None:
+    def _wait_until(self, seq: Sequence, target: float, deadlines: bool) -> float:
         """Inside :meth:`run`, after it yielded ``target`` (``deadlines``: its driver has waited
         for it) or FLUSH: sleep until ``target`` in this greenlet unless the driver did; raises
-        ClientDisconnected if the sequence was aborted meanwhile."""
+        ClientDisconnected if the sequence was aborted meanwhile.  Returns ``target`` moved by a
+        keep pause meanwhile (``seq.shift``, generation.engine.freeze), what the next deadlines
+        follow from."""
         if not deadlines:
             self._sleep(seq, target)
         elif seq.state == SeqState.ABORTED:
             raise ClientDisconnected()
+        shift = seq.shift
+        if shift:
+            seq.shift = 0.0
+            return target + shift
+        return target
 
     def run_to_end(self, seq: Sequence) -> None:
         """Non-streaming: the same timing as :meth:`run`, without waking per token when the

@@ -83,7 +83,7 @@ def grouped(sim, seq, n: int, interval: int, target: float, prev: float, deadlin
         now = monotonic()
         if target > now:
             yield target if deadlines else FLUSH
-            wait(seq, target, deadlines)
+            target = wait(seq, target, deadlines)       # (moved by a keep pause meanwhile)
             now = monotonic()
         if made is None:            # a constant latency, on time: the inner gaps observed together
             if inner:

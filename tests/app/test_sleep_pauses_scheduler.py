@@ -2,10 +2,12 @@
 ``EngineCore.sleep`` calls ``pause_scheduler(mode, clear_cache=level >= 1)`` first;
 ``EngineCore.wake_up`` resumes once the executor has nothing asleep): ``mode=abort`` (default)
 aborts the requests in flight, ``wait`` answers once the running ones have finished, ``keep``
-freezes them (step mode); a request sent while asleep is queued, not refused (a sleep leaves
+freezes them (both latency models); a request sent while asleep is queued, not refused (a sleep leaves
 ``reject_new_requests`` alone, unlike ``/pause``), and runs after the full ``/wake_up``.  Both
 the default latency model and ``--latency-calculator step``."""
 from __future__ import annotations
+
+import time
 
 import gevent
 import pytest
@@ -115,21 +117,42 @@ def test_sleep_keep_freezes_the_running_requests_in_step_mode(app_client):
     assert (d["choices"][0]["finish_reason"], d["usage"]["completion_tokens"]) == ("length", 300)
 
 
-def test_sleep_keep_in_the_default_model_queues_new_requests(app_client):
-    """The default latency model cannot freeze a request it has timed: the one in flight runs
-    on (a difference from vLLM), the new one waits for the wake-up as in vLLM."""
+def e2e_sum(c) -> float:
+    return metric(scrape(c), "vllm:e2e_request_latency_seconds_sum")
+
+
+@pytest.mark.parametrize("route", ["sleep", "pause"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_keep_freezes_the_running_requests_in_the_default_model(app_client, route, stream):
+    """vLLM 0.34's PAUSED_ALL plans no step (``EngineCore.pause_scheduler`` mode ``keep``), so a
+    running request emits nothing until the resume (``/wake_up``, ``/resume``), then goes on: the
+    default latency model used to let it run to its end, its token times fixed when it started
+    (generation.engine.freeze now moves what is left of them by the pause).  A new request waits
+    for the resume, as in vLLM."""
     c = app_client(*CLOCK, "--enable-sleep-mode", env=DEV)
-    job = gevent.spawn(chat, c, max_tokens=10)
+    before = e2e_sum(c)
+    extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    job = gevent.spawn(chat, c, max_tokens=30, **extra)          # 50 ms + 29 x 20 ms alone
     until(lambda: running(c) == 1)
-    assert c.post("/sleep", params={"mode": "keep"}).json() == {"status": "sleeping", "level": 1}
-    queued = gevent.spawn(chat, c, max_tokens=2)
-    job.join(5)
-    assert job.value.json()["usage"]["completion_tokens"] == 10
     gevent.sleep(0.1)
-    assert not queued.ready() and waiting(c) == 1
-    c.post("/wake_up")
-    queued.join(5)
+    if route == "sleep":
+        assert c.post("/sleep", params={"mode": "keep", "level": "0"}).json() == {"status": "sleeping", "level": 0}
+    else:
+        assert c.post("/pause", params={"mode": "keep"}).json() == {"status": "paused"}
+    (seq,) = c.sim.running_seqs
+    made = seq.made_tokens(0.02, time.monotonic())
+    queued = gevent.spawn(chat, c, max_tokens=2)
+    gevent.sleep(0.8)
+    assert not job.ready() and not queued.ready() and waiting(c) == 1 and running(c) == 1
+    assert seq.made_tokens(0.02, time.monotonic()) == made < 30        # nothing made while frozen
+    c.post("/wake_up" if route == "sleep" else "/resume")
+    job.join(10)
+    queued.join(10)
+    r = job.value
+    usage = sse_events(r.text)[-2]["usage"] if stream else r.json()["usage"]
+    assert (r.status_code, usage["completion_tokens"]) == (200, 30)
     assert queued.value.json()["usage"]["completion_tokens"] == 2
+    assert e2e_sum(c) - before >= 0.8 + 0.6          # the pause and its 30 tokens' own time, at least
 
 
 def test_a_level_0_sleep_is_woken_by_any_wake_up(app_client):

@@ -71,3 +71,26 @@ def test_keep_freezes_a_stream_and_abort_ends_it(step_server):
     httpx.post(base + "/wake_up")
     t.join(10)
     assert out["r"].status_code == 200 and out["r"].json()["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize("itl_flags", [(), ("--inter-token-latency-std-dev", "2ms")],
+                         ids=["token-schedule", "per-token-deadlines"])
+def test_keep_freezes_a_default_model_stream_until_resume(sim_server, itl_flags):
+    """The default latency model too (generation.engine.freeze): vLLM's PAUSED_ALL plans no step,
+    so a keep pause stops the hub's stream (its TokenSchedule, or its per-token deadlines when
+    the latency varies) until ``/resume``, then it goes on to its end, later by the pause."""
+    base = sim_server("--time-to-first-token", "50ms", "--inter-token-latency", "20ms", *itl_flags,
+                      "--max-model-len", "8192", "--enable-sleep-mode", env=DEV)
+    reader = Reader(base, {**BODY, "max_tokens": 150})             # 3 s alone
+    reader.start()
+    wait_for(lambda: len(reader.lines) >= 20)
+    assert httpx.post(base + "/pause", params={"mode": "keep"}).json() == {"status": "paused"}
+    time.sleep(0.3)                                     # what was on its way is read
+    frozen = len(reader.lines)
+    time.sleep(0.5)
+    assert len(reader.lines) == frozen < 150 and reader.is_alive()
+    assert httpx.post(base + "/resume").json() == {"status": "resumed"}
+    reader.join(15)
+    events = sse_events("\n\n".join(reader.lines) + "\n\n")
+    assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
+    assert len(events) - 1 == 150
