@@ -62,3 +62,29 @@ def test_generate_over_the_queue_limit_is_internal(app_client):
     assert code == grpc.StatusCode.INTERNAL
     assert details == ("The engine is currently busy and cannot accept new requests. Please try again later or on "
                        "a different instance.")
+
+
+def test_a_keep_pause_freezes_a_grpc_stream_of_the_default_model(app_client):
+    """``/pause?mode=keep`` (vLLM's PAUSED_ALL: no step) stops a streamed ``Generate`` where it
+    is until ``/resume``, then it goes on to its end (generation.engine.freeze)."""
+    import gevent
+    api = app_client("--time-to-first-token", "20ms", "--inter-token-latency", "20ms", env=DEV)
+    _, pb, _ = grpc_engine._pb()
+    req = pb.GenerateRequest(request_id="k1", tokenized=pb.TokenizedInput(input_ids=[1, 2, 3]),
+                             sampling_params=pb.SamplingParams(max_tokens=40, ignore_eos=True), stream=True)
+    out: list = []
+    job = gevent.spawn(lambda: out.extend(grpc_engine.make_servicer(api.sim).Generate(req, Context())))
+    deadline = gevent.get_hub().loop.now() + 5
+    while len(out) < 5 and gevent.get_hub().loop.now() < deadline:
+        gevent.sleep(0.01)
+    assert api.post("/pause?mode=keep").status_code == 200
+    try:
+        gevent.sleep(0.1)                   # what was on its way
+        frozen = len(out)
+        gevent.sleep(0.5)
+        assert len(out) == frozen and not job.ready()
+    finally:
+        assert api.post("/resume").status_code == 200
+    job.join(10)
+    tokens = sum(len(r.chunk.token_ids) for r in out if r.WhichOneof("response") == "chunk")
+    assert tokens == 40 and out[-1].complete.finish_reason == "length"
