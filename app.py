@@ -235,14 +235,21 @@ def _yield_after_each_response(wsgi_app):
     A gevent socket only yields when a read would block; a keep-alive client that sends its
     next request at once (load generators do) would otherwise be served again and again while
     other connections starve (seen with wrk: p50 0.4 ms, p90 200 ms).  ``gevent.sleep(0)`` when
-    the server closes the response puts the greenlet at the back of the run queue."""
+    the server closes the response puts the greenlet at the back of the run queue.  The JSON body
+    a route held for its wide integers (:mod:`generation.adapters.wide_ints`; a schema load lets
+    it go itself) is let go here, not kept by a keep-alive connection's greenlet."""
     import types
 
     import gevent
     from werkzeug.wsgi import ClosingIterator
 
+    from generation.adapters.wide_ints import release
+
     def app(environ, start_response):
-        body = wsgi_app(environ, start_response)
+        try:
+            body = wsgi_app(environ, start_response)
+        finally:
+            release(None)
         if isinstance(body, types.GeneratorType):
             return body           # SSE bodies yield in their own ``finally`` (no layer per token)
         return ClosingIterator(body, gevent.sleep)
