@@ -94,3 +94,22 @@ def test_keep_freezes_a_default_model_stream_until_resume(sim_server, itl_flags)
     events = sse_events("\n\n".join(reader.lines) + "\n\n")
     assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] == "length"
     assert len(events) - 1 == 150
+
+
+def test_keep_holds_a_default_model_first_token_by_the_pause(sim_server):
+    """A keep pause during the first token's wait (the hub's schedule from token 0) moves the
+    first token by the pause: the server's own TTFT sum says so (vLLM's prefill step waits too)."""
+    from support import metric, scrape
+    base = sim_server("--time-to-first-token", "1s", "--inter-token-latency", "20ms", "--enable-sleep-mode",
+                      env=DEV)
+    before = metric(scrape(base), "vllm:time_to_first_token_seconds_sum")
+    reader = Reader(base, {**BODY, "max_tokens": 5})
+    reader.start()
+    time.sleep(0.3)
+    assert httpx.post(base + "/pause", params={"mode": "keep"}).json() == {"status": "paused"}
+    time.sleep(1.0)
+    assert not reader.lines and reader.is_alive()
+    httpx.post(base + "/resume")
+    reader.join(15)
+    assert len(reader.lines) == 6                      # 5 tokens and [DONE]
+    assert metric(scrape(base), "vllm:time_to_first_token_seconds_sum") - before >= 1.0 + 0.9
