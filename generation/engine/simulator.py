@@ -334,7 +334,6 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
             metrics = self.metrics
             target = seq.started_at + lat.ttft(seq.prompt_len, seq.cached_tokens, self.running,
                                                seq.request.remote_prefill)
-            sleep = self._sleep
             wait = self._wait_until
             lag = metrics.token_lag
             n = len(seq.pieces)
@@ -381,7 +380,7 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
                     target += itl * (n - 1)
                     now = monotonic()
                     if target > now:
-                        sleep(seq, target)
+                        target = wait(seq, target, False)     # (moved by a keep pause meanwhile)
                         now = monotonic()
                     lag(now - target)
                     metrics.lag.observe_n(0.0, n - 2)

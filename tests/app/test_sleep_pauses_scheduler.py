@@ -153,6 +153,7 @@ def test_keep_freezes_the_running_requests_in_the_default_model(app_client, rout
     assert (r.status_code, usage["completion_tokens"]) == (200, 30)
     assert queued.value.json()["usage"]["completion_tokens"] == 2
     assert e2e_sum(c) - before >= 0.8 + 0.6          # the pause and its 30 tokens' own time, at least
+    assert seq.shift == 0.0 and seq.lost >= 0.8      # the pause went into its deadlines, once
 
 
 def test_a_level_0_sleep_is_woken_by_any_wake_up(app_client):
