@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from generation.adapters.validation import Errors, Mismatch, read_bool, read_int, read_str, validation_errors
+from generation.adapters.validation import read_bool, read_fields, read_int, read_str
 from generation.engine.lora import check_local_adapter
 from generation.errors import APIError
 
@@ -40,25 +40,7 @@ def _fields(body: dict, fields) -> dict:
     """The body as vLLM's request model reads it (``serve/lora/protocol.py``): ``fields`` are
     ``(name, reader, default)`` (no default: required), pydantic's errors in field order as
     vLLM's validation handler answers them (``body.<field>``)."""
-    errors, out = Errors(), {}
-    for name, read, *default in fields:
-        if name not in body:
-            if not default:
-                errors.add(name, body, "missing", "Field required")
-            else:
-                out[name] = default[0]
-            continue
-        value = body[name]
-        if value is None and default and default[0] is None:
-            out[name] = None
-            continue
-        try:
-            out[name] = read(value)
-        except Mismatch as m:
-            errors.add(name, value, *m.error)
-    if errors.count:
-        raise validation_errors(errors.kept, total=errors.count)
-    return out
+    return read_fields(body, fields)
 
 
 def _bounded(value: str, key: str) -> str:

@@ -36,7 +36,7 @@ from time import perf_counter
 import orjson
 from flask import Blueprint, current_app, request
 
-from generation.adapters.validation import Errors, Mismatch, body_unparsable, read_dict, read_str, validation_errors
+from generation.adapters.validation import Mismatch, body_unparsable, read_dict, read_fields, read_str
 from generation.engine.weight_versions import set_weight_version
 from generation.errors import rpc_failure
 
@@ -91,22 +91,7 @@ def _body(fields) -> dict:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise body_unparsable(raw, e) from None
-    body = body if isinstance(body, dict) else {}
-    errors, out = Errors(), {}
-    for name, read, *default in fields:
-        value = body.get(name)
-        if name not in body or (value is None and default):
-            if not default:
-                errors.add(name, None, "missing", "Field required")
-            out[name] = default[0] if default else None
-            continue
-        try:
-            out[name] = read(value)
-        except Mismatch as m:
-            errors.add(name, value, *m.error)
-    if errors.count:
-        raise validation_errors(errors.kept, total=errors.count)
-    return out
+    return read_fields(body if isinstance(body, dict) else {}, fields, missing_input=None)
 
 
 def _update_info(v):

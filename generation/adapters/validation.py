@@ -174,6 +174,34 @@ def literal_error(param: str, value, choices, where: str = "body") -> InvalidPar
     return pydantic_error(param, value, literal_mismatch(choices).error, where=where)
 
 
+def read_fields(body: dict, fields, missing_input="body") -> dict:
+    """``body``'s ``fields`` (``(name, reader, default)``; no default: required) as pydantic reads
+    a request model's: each value through its reader (a :class:`Mismatch` is that field's error),
+    a null taking a default of None; all the errors in field order as vLLM's validation handler
+    answers them (``body.<field>``: raises the 400).  A missing field's error quotes
+    ``missing_input``: the body itself (``"body"``, a model body: FastAPI's input is the object)
+    or None (FastAPI's ``Body(embed=True)`` fields)."""
+    errors, out = Errors(), {}
+    for name, read, *default in fields:
+        if name not in body:
+            if not default:
+                errors.add(name, body if missing_input == "body" else missing_input, "missing", "Field required")
+            else:
+                out[name] = default[0]
+            continue
+        value = body[name]
+        if value is None and default and default[0] is None:
+            out[name] = None
+            continue
+        try:
+            out[name] = read(value)
+        except Mismatch as m:
+            errors.add(name, value, *m.error)
+    if errors.count:
+        raise validation_errors(errors.kept, total=errors.count)
+    return out
+
+
 class Mismatch(Exception):
     """A value pydantic refuses for a type: ``error`` is its ``(type, msg[, ctx])``."""
 
