@@ -118,6 +118,11 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
         app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS, observed)
     if not kind and config.enable_cohere_api:            # vLLM's error envelope middleware of /cohere/
         app.wsgi_app = cohere.CohereErrors(app.wsgi_app)
+    if not kind:                                          # vLLM's realtime WebSocket, inside the API key
+        from blueprints import realtime
+        from server.websocket import WebSocketRoutes
+        app.wsgi_app = WebSocketRoutes(app.wsgi_app, {"/v1/realtime": partial(realtime.serve, sim)},
+                                       sim.metrics.websocket)
     from server import auth
     auth.install(app, config, partial(_a_route_has, app))  # --api-key: outermost, before routing
 

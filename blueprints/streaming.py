@@ -71,6 +71,16 @@ class KeepAlive:
 WRITE_STALL_S = 5.0     # s a write may wait without the client taking a byte (the runtime's keep-alive)
 
 
+class WebSocketClosed(Exception):
+    """A WebSocket connection ended (``code``: its close code, 1006 without a close frame):
+    raised by the runtime's :class:`server.websocket.WebSocket` to a WebSocket route's session."""
+
+    def __init__(self, code: int = 1006, reason: str = ""):
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
+
+
 class StalledReader(BrokenPipeError):
     """The client took no byte of its answer for :data:`WRITE_STALL_S`: treated as gone (an
     ``EPIPE``, which gunicorn closes quietly)."""

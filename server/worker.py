@@ -270,6 +270,8 @@ class SimWorker(GeventWorker):
         log.info("shutting down (%s): %d request(s) in flight%s, grace %gs", name, len(self._busy),
                  f" and {grpc_flight} gRPC stream(s)" if grpc_flight else "", grace)
         arrived = self._close_idle(servers)
+        from .websocket import close_all
+        close_all()                     # WebSocket sessions: closed now with 1012, as uvicorn's shutdown
         deadline = time.monotonic() + grace
         from .arrivals import drop_waiting, waiting_greenlets
         while (self._busy or waiting_greenlets() or any(not g.dead for g in arrived)) and not self._fast:

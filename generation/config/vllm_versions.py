@@ -160,6 +160,9 @@ METRICS_SINCE = {
     "vllm:kv_offload_load_bytes": ((0, 24, 0), None),
     "vllm:kv_offload_allocation_failure": ((0, 26, 0), None),
     "vllm:kv_offload_config_info": ((0, 34, 0), None),
+    # the realtime route's WebSocketMetricsMiddleware (its three families; the gauge gates them):
+    # read in 0.34.0, the only sdist at hand that has the realtime route's metrics
+    "vllm:websocket_connections_active": ((0, 34, 0), None),
 }
 # vllm:time_per_output_token_seconds (the inter-token latency's old name): deprecated from 0.10.2
 # (vllm#24110, its help text then ends "DEPRECATED: Use vllm:inter_token_latency_seconds

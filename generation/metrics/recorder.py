@@ -75,6 +75,7 @@ from .buckets import (ITERATION_TOKEN_BUCKETS, PARAMS_N_BUCKETS, PREEMPTION_BUCK
                       REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5, histogram_buckets)
 from .frontend import FrontendMetrics
 from .http import HTTPMetrics
+from .websocket import websocket_metrics
 from .kv_offload import GATED as KV_OFFLOAD_FAMILIES, KVOffloadMetrics, configured as kv_offload_configured
 from .kv_residency import FAMILIES as KV_RESIDENCY_FAMILIES, KVResidency
 from .scrape import LABELS, ScrapeCollectors, _Collector
@@ -267,6 +268,7 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         r.register(self.lag)
         # prometheus-fastapi-instrumentator's http_* families (vLLM registers them last, when its
         # middleware stack is built at start-up), observed by the server's WSGI layers
+        self.websocket = websocket_metrics(config, self.started, r, small)     # vLLM's realtime route's
         self.http = HTTPMetrics()
         r.register(self.http)
 
@@ -290,6 +292,7 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         self.registry.register(_Collector(self._collect_config_info))
         self.registry.register(collector)
         self.registry.register(self.lag)
+        self.registry.register(self.websocket)
         self.registry.register(self.http)
 
     def render(self) -> bytes:

@@ -103,7 +103,13 @@ EXPECTED = {
     "vllm:estimated_write_bytes_per_gpu": (
         "counter", "Estimated number of bytes written to memory per GPU (for Model Flops Utilization "
         "calculations)."),
+    # vLLM 0.34's WebSocketMetricsMiddleware (the realtime route's): no labels at all
+    "vllm:websocket_connections_active": ("gauge", "Number of currently active WebSocket connections."),
+    "vllm:websocket_connections": ("counter", "Total number of WebSocket connections."),
+    "vllm:websocket_connection_duration_seconds": ("histogram", "Duration of WebSocket connections in seconds."),
 }
+WEBSOCKET = {"vllm:websocket_connections_active", "vllm:websocket_connections",
+             "vllm:websocket_connection_duration_seconds"}
 DEFAULT_REGISTRY = {"python_gc_objects_collected", "python_gc_objects_uncollectable", "python_gc_collections",
                     "python_info", "process_virtual_memory_bytes", "process_resident_memory_bytes",
                     "process_start_time_seconds", "process_cpu_seconds", "process_open_fds", "process_max_fds"}
@@ -137,6 +143,9 @@ def test_names_types_labels_and_buckets_at_start(app_client):
     for fam in fams.values():
         if own(fam.name) in FRONTEND:                 # vLLM's frontend counts: no engine label
             assert {s.labels["reason"] for s in fam.samples} == {"max_num_queued_reqs", "max_num_queued_tokens"}
+            continue
+        if own(fam.name) in WEBSOCKET:                # the WebSocket middleware's: no label but le
+            assert all(set(s.labels) <= {"le"} for s in fam.samples), fam.name
             continue
         if fam.name.endswith("_created"):
             assert {s.name for s in fam.samples} == {fam.name} and all(s.value > 1.7e9 for s in fam.samples)
@@ -286,7 +295,7 @@ def test_engine_label_is_the_data_parallel_rank(app_client):
     fams = families(app_client("--data-parallel-size", "2", "--data-parallel-rank", "1"))
     assert {"vllm:num_requests_running", "vllm:time_to_first_token_seconds", "vllm:request_success"} <= set(fams)
     for fam in fams.values():
-        if fam.name.startswith("vllm:") and own(fam.name) not in FRONTEND:
+        if fam.name.startswith("vllm:") and own(fam.name) not in FRONTEND | WEBSOCKET:
             assert {s.labels["engine"] for s in fam.samples} == {"1"}, fam.name
 
 

@@ -347,7 +347,9 @@ def test_disable_log_stats_leaves_only_the_api_servers_families(app_client):
     assert r.status_code == 200, r.text
     fams = families(client)
     vllm = {n for n in fams if n.startswith("vllm") and not n.endswith("_created")}
-    assert vllm == {RENDER, PARSER, "vllm_sim:token_emission_lag_seconds"}
+    # (and the realtime route's WebSocket middleware's, an API server family)
+    assert vllm == {RENDER, PARSER, "vllm_sim:token_emission_lag_seconds", "vllm:websocket_connections_active",
+                    "vllm:websocket_connections", "vllm:websocket_connection_duration_seconds"}
     assert "http_requests" in fams and any(n.startswith("process_") for n in fams)
     posted = {f.name for f in text_string_to_metric_families(client.post("/metrics").text)}
     assert posted == set(fams)

@@ -1,0 +1,312 @@
+"""vLLM 0.34's realtime transcription session, ``ws://host/v1/realtime``
+(``vllm/entrypoints/speech_to_text/realtime/``: ``connection.py`` ``RealtimeConnection``, its
+events in ``protocol.py``), on a :class:`server.websocket.WebSocket`.
+
+The server sends ``session.created`` ``{"id": "sess-...", "created"}``; then, per client event
+(JSON text messages, ``type`` naming the event):
+
+* ``session.update`` ``{"model"}``: a served (base) model name, or an empty / false one, makes the
+  session's model valid; another is ``model_not_found`` (``The model `X` does not exist.``),
+  none ``invalid_event`` (``Missing required field: model``);
+* ``input_audio_buffer.append`` ``{"audio"}``: base64 PCM16 mono 16 kHz; audio that does not
+  decode (bad base64, an odd byte count), is empty, or is over ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB``
+  mebi-samples is ``invalid_audio`` (``Invalid audio data``); so is a chunk that would take the
+  utterance past :data:`MAX_UTTERANCE_S` (the simulator's bound, see below);
+* ``input_audio_buffer.commit`` ``{"final": false}``: before a valid ``session.update``,
+  ``model_not_validated``; ``final`` false starts a transcription (ignored while one runs),
+  ``final`` true ends its audio;
+* the transcription streams ``transcription.delta`` ``{"delta"}`` events as the engine makes
+  tokens, then ``transcription.done`` ``{"text", "usage": {"prompt_tokens", "completion_tokens",
+  "total_tokens"}}``; audio appended after the final commit and before the done is dropped
+  (vLLM clears its queue after the done), and the next commit starts the next utterance;
+* anything else: ``invalid_json`` (``Invalid JSON``), ``unknown_event`` (``Unknown event type:
+  X``), or ``processing_error`` with the exception's text, which vLLM sanitizes (a message that
+  is not an object, a field pydantic refuses: its ValidationError text, an engine error such as a
+  full queue).
+
+Each ``error`` event is ``{"type": "error", "error", "code"}``.  A binary message ends the
+session (vLLM's ``receive_text`` fails on it and its handler returns).
+
+The transcription is one engine request over the utterance's audio, made when the final commit
+arrives (vLLM's realtime models feed the audio to one streaming request as it arrives and emit
+text before the final commit: a difference).  It is the transcription route's request
+(:mod:`generation.adapters.audio`): Whisper's decoder prompt for English transcription, greedy
+and keyed on the audio's samples (the same audio, the same text), admitted, timed and counted by
+the engine as every request; ``usage.prompt_tokens`` adds the audio's encoder tokens (100 a
+second) to the decoder prompt's, as the route's stream usage does.  The audio is never kept:
+an utterance is its sample count and a hash of its samples, so :data:`MAX_UTTERANCE_S` bounds
+the request's size, not memory.  A client that leaves aborts the request and frees its slot.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import time
+from time import monotonic
+from uuid import uuid4
+
+import gevent
+import orjson
+import regex
+from gevent.event import Event
+
+from generation.adapters.base import usage
+from generation.adapters.audio import NO_TIMESTAMPS, SOT, TRANSCRIBE, _language_id
+from generation.adapters.validation import Mismatch, read_bool
+from generation.content import audio as au
+from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
+from .streaming import WebSocketClosed as Disconnected
+
+log = logging.getLogger("vllm_sim")
+
+SAMPLE_RATE = 16000                    # Hz: the protocol's PCM16 mono
+MAX_CHUNK_SAMPLES = au.MAX_CLIP_FILESIZE_MB * au.MIB     # vLLM compares samples / MiB to the MB limit
+MAX_UTTERANCE_S = au.MAX_DECODE_DURATION_S               # the simulator's bound on one utterance (600 s)
+OFF_HUB_CHARS = 64 * 1024              # messages / audio this long are parsed / decoded in the thread pool
+PYDANTIC_DOCS = "https://errors.pydantic.dev/2.13/v/"    # the URL pydantic's ValidationError text ends with
+
+
+def serve(sim, ws, environ) -> None:
+    """The WebSocket route's handler (:class:`server.websocket.WebSocketRoutes`)."""
+    RealtimeSession(sim, ws).run()
+
+
+# ---- vLLM's error texts ----------------------------------------------------------------------
+
+def sanitize(message: str) -> str:
+    """vLLM's ``sanitize_message`` (``serve/exception_handling/utils.py``): memory addresses,
+    traceback lines and file paths out of an error's text."""
+    message = regex.sub(r" at 0x[0-9a-fA-F]+>", ">", message)
+    message = regex.sub(r'\n?\s*File "[^"]+", line \d+, in \S+(\n\s+.*)?', "", message)
+    message = regex.sub(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+", "<path>", message)
+    if "." in message:
+        message = regex.sub(r"(?>/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message)
+    return message.strip()
+
+
+def _short_repr(value) -> str:
+    """pydantic's ``input_value``: Python's repr, over 50 characters cut to its first 25 and
+    last 24 around ``...``."""
+    text = repr(value)
+    return text if len(text) <= 50 else text[:25] + "..." + text[-24:]
+
+
+def validation_text(model: str, field: str, value, kind: str, message: str) -> str:
+    """The text of pydantic's ValidationError for one field of ``model`` (what vLLM's handler
+    sends as a ``processing_error``)."""
+    return (f"1 validation error for {model}\n{field}\n  {message} [type={kind}, input_value={_short_repr(value)}, "
+            f"input_type={type(value).__name__}]\n    For further information visit {PYDANTIC_DOCS}{kind}")
+
+
+class EventError(Exception):
+    """An event refused with a ``processing_error`` whose text vLLM's exception would carry."""
+
+
+def _decode_pcm(audio: str) -> tuple[int, bytes]:
+    """``audio`` (base64 PCM16) -> its sample count and its samples' hash; ValueError as vLLM's
+    decoding fails (``pybase64.b64decode`` without validation: characters outside the alphabet
+    are dropped, the padding must fit)."""
+    data = base64.b64decode(audio)
+    if len(data) % 2:
+        raise ValueError("buffer size must be a multiple of element size")
+    n = len(data) // 2
+    if n / au.MIB > au.MAX_CLIP_FILESIZE_MB:
+        raise ValueError("Maximum file size exceeded")
+    if n == 0:
+        raise ValueError("Can't process empty audio.")
+    return n, hashlib.blake2b(data, digest_size=16).digest()
+
+
+class Utterance:
+    """The audio queued for the next transcription: its sample count, the hash of its samples,
+    and whether the final commit has ended it."""
+    __slots__ = ("samples", "hasher", "ended", "ready")
+
+    def __init__(self):
+        self.samples = 0
+        self.hasher = hashlib.blake2b(digest_size=16)
+        self.ended = False
+        self.ready = Event()       # set by the final commit
+
+
+class RealtimeSession:
+    """One connection's session (see the module)."""
+
+    def __init__(self, sim, ws):
+        self.sim = sim
+        self.ws = ws
+        self.connection_id = f"ws-{uuid4()}"
+        self.validated = False
+        self.audio = Utterance()
+        self.generation = None        # the greenlet of the running transcription
+        self.seqs = None              # its engine sequences, while admitted
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(self, event: dict) -> None:
+        self.ws.send_text(orjson.dumps(event).decode())
+
+    def error(self, message: str, code: str | None) -> None:
+        self.send({"type": "error", "error": message, "code": code})
+
+    # -- the connection --------------------------------------------------------------------
+    def run(self) -> None:
+        self.send({"type": "session.created", "id": f"sess-{uuid4().hex}", "created": int(time.time())})
+        try:
+            while True:
+                message = self.ws.receive()
+                if not isinstance(message, str):
+                    log.warning("realtime %s: a binary message ends the session", self.connection_id)
+                    return
+                try:
+                    event = au.off_hub(json.loads, message) if len(message) > OFF_HUB_CHARS else json.loads(message)
+                    self.handle(event)
+                except json.JSONDecodeError:
+                    self.error("Invalid JSON", "invalid_json")
+                except Disconnected:
+                    raise
+                except Exception as e:          # noqa: BLE001 - vLLM's handler sends every other one
+                    self.error(sanitize(str(e)), "processing_error")
+        finally:
+            self.cleanup()
+
+    def cleanup(self) -> None:
+        """The connection ended: abort the engine request (its slot is freed) and end the
+        transcription's greenlet, as vLLM's ``cleanup``."""
+        seqs, self.seqs = self.seqs, None
+        if seqs is not None:
+            self.sim.cancel(seqs, "abort")
+        g, self.generation = self.generation, None
+        if g is not None and not g.dead:
+            g.kill(block=True, timeout=5.0)
+
+    # -- events ----------------------------------------------------------------------------
+    def handle(self, event) -> None:
+        kind = event.get("type")             # not an object: its AttributeError, a processing_error
+        if kind == "session.update":
+            model = event.get("model")
+            if model is None:
+                self.error("Missing required field: model", "invalid_event")
+            elif model and model not in self.sim.config.served_names:    # base models only
+                self.error(f"The model `{model}` does not exist.", "model_not_found")
+            else:
+                self.validated = True
+        elif kind == "input_audio_buffer.append":
+            self.append(event)
+        elif kind == "input_audio_buffer.commit":
+            if not self.validated:
+                self.error("Model not validated. Make sure to validate the model by sending a session.update "
+                           "event.", "model_not_validated")
+                return
+            final = event.get("final", False)
+            try:
+                final = read_bool(final)
+            except Mismatch as m:
+                raise EventError(validation_text("InputAudioBufferCommit", "final", final, m.error[0],
+                                                 m.error[1])) from None
+            if final:
+                self.audio.ended = True
+                self.audio.ready.set()
+            elif self.generation is None or self.generation.dead:
+                self.generation = gevent.spawn(self.transcribe)
+            else:
+                log.warning("realtime %s: a transcription is running, commit ignored", self.connection_id)
+        else:
+            self.error(f"Unknown event type: {kind}", "unknown_event")
+
+    def append(self, event: dict) -> None:
+        if "audio" not in event:
+            raise EventError(validation_text("InputAudioBufferAppend", "audio", event, "missing", "Field required"))
+        audio = event["audio"]
+        if not isinstance(audio, str):
+            raise EventError(validation_text("InputAudioBufferAppend", "audio", audio, "string_type",
+                                             "Input should be a valid string"))
+        try:
+            n, digest = au.off_hub(_decode_pcm, audio) if len(audio) > OFF_HUB_CHARS else _decode_pcm(audio)
+            pending = self.audio        # (the thread pool's wait may have seen an utterance end)
+            if (pending.samples + n) / SAMPLE_RATE > MAX_UTTERANCE_S:
+                raise ValueError(f"the utterance would be over {MAX_UTTERANCE_S:g} s, the simulator's bound")
+        except (ValueError, TypeError, binascii.Error) as e:
+            log.info("realtime %s: invalid audio: %s", self.connection_id, e)
+            self.error("Invalid audio data", "invalid_audio")
+            return
+        if pending.ended:
+            return                  # after the final commit: vLLM's queue drops it after the done
+        pending.samples += n
+        pending.hasher.update(digest)
+
+    # -- the transcription -----------------------------------------------------------------
+    def transcribe(self) -> None:
+        """One utterance: wait for its final commit, run its engine request, stream its tokens as
+        deltas, then the done; a new utterance after it."""
+        utterance = self.audio
+        utterance.ready.wait()
+        try:
+            self._run(utterance)
+        except Disconnected:
+            pass
+        except ClientDisconnected:
+            pass
+        except Exception as e:          # noqa: BLE001 - vLLM sends the engine's error
+            log.info("realtime %s: transcription failed: %s", self.connection_id, e)
+            try:
+                self.error(sanitize(getattr(e, "message", None) or str(e)), "processing_error")
+            except Disconnected:
+                pass
+        finally:
+            if self.audio is utterance:
+                self.audio = Utterance()        # vLLM clears its audio queue after the done
+
+    def _run(self, utterance: Utterance) -> None:
+        sim = self.sim
+        if not utterance.samples:       # the final commit came with no audio: nothing to transcribe
+            self.send({"type": "transcription.done", "text": "", "usage": usage(0, 0, details=None)})
+            return
+        key = utterance.hasher.digest()
+        duration = utterance.samples / SAMPLE_RATE
+        model = sim.config.served_names[0]
+        prompt = Prompt([SOT, _language_id("en"), TRANSCRIBE, NO_TIMESTAMPS], salt=int.from_bytes(key, "little"))
+        req = GenerationRequest(request_id=f"rt-{self.connection_id}-{sim.new_request_id()}", model=model,
+                                prompts=[prompt], n=1, stream=True, temperature=0.0)
+        seqs = sim.prepare(req)
+        sim.admit(seqs, monotonic())
+        self.seqs = seqs
+        text, made = [], 0
+        pending = []
+        try:
+            for s, k in sim.stream(seqs, flush=True):
+                if k.__class__ is int and k >= 0:
+                    pending.append(s.pieces[k])
+                    made += 1
+                    continue
+                if k.__class__ is slice:           # a stream interval's group: one output
+                    group = s.pieces[k]
+                    pending.extend(group)
+                    made += len(group)
+                    continue
+                if pending:                        # the next token is not due yet: what is made goes out
+                    self._delta(pending, text)
+            if pending:
+                self._delta(pending, text)
+        except ClientDisconnected:
+            if not req.aborted_by_server:
+                raise                              # the client left (cleanup aborted it)
+            if pending:                            # aborted by the server: vLLM's abort output ends it
+                self._delta(pending, text)
+        except BaseException as e:
+            sim.cancel(seqs, "abort" if isinstance(e, (Disconnected, GeneratorExit, gevent.GreenletExit)) else "error")
+            raise
+        finally:
+            self.seqs = None
+        prompt_tokens = seqs[0].prompt_len + au.audio_tokens(duration)
+        # vLLM's UsageInfo: completion_tokens_details null, prompt_tokens_details left out
+        self.send({"type": "transcription.done", "text": "".join(text),
+                   "usage": usage(prompt_tokens, made, details=None)})
+
+    def _delta(self, pending: list, text: list) -> None:
+        delta = "".join(pending)
+        pending.clear()
+        text.append(delta)
+        self.send({"type": "transcription.delta", "delta": delta})
