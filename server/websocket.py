@@ -44,6 +44,7 @@ from gevent.lock import Semaphore
 
 import blueprints.streaming as streaming
 from blueprints.streaming import WebSocketClosed as Disconnected
+from generation.lanes import hub_turn
 
 log = logging.getLogger("vllm_sim")
 
@@ -51,6 +52,7 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024     # uvicorn's --ws-max-size default (vLLM
 PING_INTERVAL = 20.0                     # uvicorn's --ws-ping-interval default
 PING_TIMEOUT = 20.0                      # uvicorn's --ws-ping-timeout default
 RECV_BYTES = 65536
+TURN_BYTES = 1 << 20                     # bytes read between two turns of the hub
 LINGER_S = 1.0                           # after our close frame: reading what the client still sends
 
 OPEN: set = set()          # the greenlets of the sessions open in this worker (close_all)
@@ -99,6 +101,7 @@ class WebSocket:
         self.lock = Semaphore()
         self.broken = False         # a write was cut off, or the socket failed: no more frames
         self.pinged_at = None
+        self.unturned = 0           # bytes read since the hub last had a turn
         target = environ.get("RAW_URI") or environ.get("PATH_INFO") or "/"
         # raises wsproto's RemoteProtocolError (its event_hint the rejection) for a bad handshake
         self.conn.initiate_upgrade_connection(_headers(environ), target)
@@ -239,6 +242,10 @@ class WebSocket:
             finally:
                 timer.close()
             self.pinged_at = None          # the client is there
+            self.unturned += len(data)
+            if self.unturned >= TURN_BYTES:  # a fast sender is always readable: the hub's turn
+                self.unturned = 0
+                hub_turn()
             return data
 
 
