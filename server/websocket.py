@@ -52,7 +52,7 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024     # uvicorn's --ws-max-size default (vLLM
 PING_INTERVAL = 20.0                     # uvicorn's --ws-ping-interval default
 PING_TIMEOUT = 20.0                      # uvicorn's --ws-ping-timeout default
 RECV_BYTES = 65536
-TURN_BYTES = 1 << 20                     # bytes read between two turns of the hub
+TURN_SLICE = 0.002                       # s a session may hold the hub between two of its turns
 LINGER_S = 1.0                           # after our close frame: reading what the client still sends
 
 OPEN: set = set()          # the greenlets of the sessions open in this worker (close_all)
@@ -101,7 +101,7 @@ class WebSocket:
         self.lock = Semaphore()
         self.broken = False         # a write was cut off, or the socket failed: no more frames
         self.pinged_at = None
-        self.unturned = 0           # bytes read since the hub last had a turn
+        self.turned_at = time.monotonic()   # when the hub last had a turn (pace)
         target = environ.get("RAW_URI") or environ.get("PATH_INFO") or "/"
         # raises wsproto's RemoteProtocolError (its event_hint the rejection) for a bad handshake
         self.conn.initiate_upgrade_connection(_headers(environ), target)
@@ -193,6 +193,7 @@ class WebSocket:
         parts: list = []
         size = 0
         while True:
+            self.pace()
             for event in self.conn.events():
                 cls = event.__class__
                 if cls is TextMessage or cls is BytesMessage:
@@ -215,6 +216,15 @@ class WebSocket:
                         self.close(event.code)
                     raise Disconnected(event.code, event.reason or "")
             self.conn.receive_data(self._recv() or None)
+
+    def pace(self) -> None:
+        """A turn for the hub when this connection has held it :data:`TURN_SLICE`: a client
+        that sends fast is always readable (a read never waits), and 64 KiB of small messages
+        are thousands of events handled back to back."""
+        now = time.monotonic()
+        if now - self.turned_at >= TURN_SLICE:
+            hub_turn()
+            self.turned_at = time.monotonic()
 
     def _recv(self) -> bytes:
         """The next bytes from the socket (b"" at its end), pinging a silent client."""
@@ -242,10 +252,6 @@ class WebSocket:
             finally:
                 timer.close()
             self.pinged_at = None          # the client is there
-            self.unturned += len(data)
-            if self.unturned >= TURN_BYTES:  # a fast sender is always readable: the hub's turn
-                self.unturned = 0
-                hub_turn()
             return data
 
 
