@@ -10,8 +10,8 @@ The server sends ``session.created`` ``{"id": "sess-...", "created"}``; then, pe
   none ``invalid_event`` (``Missing required field: model``);
 * ``input_audio_buffer.append`` ``{"audio"}``: base64 PCM16 mono 16 kHz; audio that does not
   decode (bad base64, an odd byte count), is empty, or is over ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB``
-  mebi-samples is ``invalid_audio`` (``Invalid audio data``); so is a chunk that would take the
-  utterance past :data:`MAX_UTTERANCE_S` (the simulator's bound, see below);
+  mebi-samples is ``invalid_audio`` (``Invalid audio data``); so is a chunk that would leave more
+  than :data:`MAX_BUFFERED_S` of audio waiting to be transcribed (the simulator's bound);
 * ``input_audio_buffer.commit`` ``{"final": false}``: before a valid ``session.update``,
   ``model_not_validated``; ``final`` false starts a transcription (ignored while one runs),
   ``final`` true ends its audio;
@@ -27,15 +27,20 @@ The server sends ``session.created`` ``{"id": "sess-...", "created"}``; then, pe
 Each ``error`` event is ``{"type": "error", "error", "code"}``.  A binary message ends the
 session (vLLM's ``receive_text`` fails on it and its handler returns).
 
-The transcription is one engine request over the utterance's audio, made when the final commit
-arrives (vLLM's realtime models feed the audio to one streaming request as it arrives and emit
-text before the final commit: a difference).  It is the transcription route's request
-(:mod:`generation.adapters.audio`): Whisper's decoder prompt for English transcription, greedy
-and keyed on the audio's samples (the same audio, the same text), admitted, timed and counted by
-the engine as every request; ``usage.prompt_tokens`` adds the audio's encoder tokens (100 a
-second) to the decoder prompt's, as the route's stream usage does.  The audio is never kept:
-an utterance is its sample count and a hash of its samples, so :data:`MAX_UTTERANCE_S` bounds
-the request's size, not memory.  A client that leaves aborts the request and frees its slot.
+The transcription streams as a realtime model's does (Qwen3-ASR realtime's segments, vLLM 0.34
+``qwen3_asr_realtime.py``): once a non-final commit has started it, each :data:`SEGMENT_S` of audio
+is transcribed as soon as it has arrived, and what is left at the final commit last, so deltas
+come while the client still sends audio.  Each segment is one engine request (vLLM feeds them to
+one streaming request: here each is admitted, timed and counted as a request of its own, and no
+slot is held between them), at most :data:`SEGMENT_MAX_TOKENS` tokens (the model's
+``realtime_max_tokens``): the transcription route's request (:mod:`generation.adapters.audio`),
+Whisper's decoder prompt for English, greedy and keyed on the audio as sent (the same chunks,
+the same text).  A later segment's text starts with a space.  ``usage`` is vLLM's:
+``prompt_tokens`` the first output's prompt (the decoder prompt plus the first segment's encoder
+tokens, 100 a second, as the route's stream usage counts them), ``completion_tokens`` every
+token sent.  The audio is never kept: an utterance is its sample count and a hash of its chunks,
+so :data:`MAX_BUFFERED_S` bounds the work waiting, not memory.  A client that leaves aborts the
+request running and frees its slot.
 """
 from __future__ import annotations
 
@@ -66,7 +71,12 @@ log = logging.getLogger("vllm_sim")
 
 SAMPLE_RATE = 16000                    # Hz: the protocol's PCM16 mono
 MAX_CHUNK_SAMPLES = au.MAX_CLIP_FILESIZE_MB * au.MIB     # vLLM compares samples / MiB to the MB limit
-MAX_UTTERANCE_S = au.MAX_DECODE_DURATION_S               # the simulator's bound on one utterance (600 s)
+MAX_BUFFERED_S = au.MAX_DECODE_DURATION_S                # the simulator's bound on audio not yet transcribed (600 s)
+# Qwen3-ASR realtime's (vLLM 0.34 qwen3_asr_realtime.py): an engine input per 5 s of audio, at most
+# realtime_max_tokens (64) tokens made of each
+SEGMENT_S = 5.0
+SEGMENT_SAMPLES = int(SEGMENT_S * SAMPLE_RATE)
+SEGMENT_MAX_TOKENS = 64
 PYDANTIC_DOCS = "https://errors.pydantic.dev/2.13/v/"    # the URL pydantic's ValidationError text ends with
 
 
@@ -155,15 +165,17 @@ def _decode_pcm(audio: str) -> tuple[int, bytes]:
 
 
 class Utterance:
-    """The audio queued for the next transcription: its sample count, the hash of its samples,
-    and whether the final commit has ended it."""
-    __slots__ = ("samples", "hasher", "ended", "ready")
+    """The audio queued for the next transcription: its sample count, the hash of its chunks,
+    how many samples its segments have taken, and whether the final commit has ended it."""
+    __slots__ = ("samples", "hasher", "ended", "more", "taken", "segments")
 
     def __init__(self):
         self.samples = 0
         self.hasher = hashlib.blake2b(digest_size=16)
         self.ended = False
-        self.ready = Event()       # set by the final commit
+        self.more = Event()        # set by each append and by the final commit
+        self.taken = 0
+        self.segments = 0
 
 
 class RealtimeSession:
@@ -242,7 +254,7 @@ class RealtimeSession:
                                                  m.error[1])) from None
             if final:
                 self.audio.ended = True
-                self.audio.ready.set()
+                self.audio.more.set()
             elif self.generation is None or self.generation.dead:
                 self.generation = gevent.spawn(self.transcribe)
             else:
@@ -260,8 +272,8 @@ class RealtimeSession:
         try:
             n, digest = _decode_pcm(audio)
             pending = self.audio        # (the thread pool's wait may have seen an utterance end)
-            if (pending.samples + n) / SAMPLE_RATE > MAX_UTTERANCE_S:
-                raise ValueError(f"the utterance would be over {MAX_UTTERANCE_S:g} s, the simulator's bound")
+            if (pending.samples - pending.taken + n) / SAMPLE_RATE > MAX_BUFFERED_S:
+                raise ValueError(f"over {MAX_BUFFERED_S:g} s of audio waiting, the simulator's bound")
         except (ValueError, TypeError, binascii.Error) as e:
             log.info("realtime %s: invalid audio: %s", self.connection_id, e)
             self.error("Invalid audio data", "invalid_audio")
@@ -270,77 +282,100 @@ class RealtimeSession:
             return                  # after the final commit: vLLM's queue drops it after the done
         pending.samples += n
         pending.hasher.update(digest)
+        pending.more.set()
 
     # -- the transcription -----------------------------------------------------------------
     def transcribe(self) -> None:
-        """One utterance: wait for its final commit, run its engine request, stream its tokens as
-        deltas, then the done; a new utterance after it."""
+        """One utterance, as a realtime model streams it: an engine request per
+        :data:`SEGMENT_S` of audio as soon as that much has arrived (the rest at the final
+        commit), its tokens streamed as deltas, then the done; a new utterance after it."""
         utterance = self.audio
-        utterance.ready.wait()
+        out = Transcript()
         try:
-            self._run(utterance)
-        except Disconnected:
-            pass
-        except ClientDisconnected:
-            pass
-        except Exception as e:          # noqa: BLE001 - vLLM sends the engine's error
+            while True:
+                while utterance.samples - utterance.taken < SEGMENT_SAMPLES and not utterance.ended:
+                    utterance.more.clear()
+                    utterance.more.wait()
+                n = min(SEGMENT_SAMPLES, utterance.samples - utterance.taken)
+                if n == 0 or not self._segment(utterance, n, out):
+                    break                        # all of it transcribed, or the server aborted it
+            self.send({"type": "transcription.done", "text": "".join(out.text),
+                       "usage": usage(out.prompt_tokens or 0, out.made, details=None)})
+        except (Disconnected, ClientDisconnected):
+            return                              # the client left: cleanup aborted the request
+        except Exception as e:                  # noqa: BLE001 - vLLM sends the engine's error
             log.info("realtime %s: transcription failed: %s", self.connection_id, e)
             try:
                 self.error(sanitize(getattr(e, "message", None) or str(e)), "processing_error")
             except Disconnected:
                 pass
-        finally:
-            if self.audio is utterance:
-                self.audio = Utterance()        # vLLM clears its audio queue after the done
+            return                              # (vLLM keeps its queue: a next commit goes on with it)
+        if self.audio is utterance:
+            self.audio = Utterance()            # vLLM clears its audio queue after the done
 
-    def _run(self, utterance: Utterance) -> None:
+    def _segment(self, utterance: Utterance, n: int, out: "Transcript") -> bool:
+        """The engine request of the utterance's next ``n`` samples, streamed into ``out``;
+        False when the server aborted it (vLLM's abort output ends the stream)."""
         sim = self.sim
-        if not utterance.samples:       # the final commit came with no audio: nothing to transcribe
-            self.send({"type": "transcription.done", "text": "", "usage": usage(0, 0, details=None)})
-            return
-        key = utterance.hasher.digest()
-        duration = utterance.samples / SAMPLE_RATE
-        model = sim.config.served_names[0]
-        prompt = Prompt([SOT, _language_id("en"), TRANSCRIBE, NO_TIMESTAMPS], salt=int.from_bytes(key, "little"))
-        req = GenerationRequest(request_id=f"rt-{self.connection_id}-{sim.new_request_id()}", model=model,
-                                prompts=[prompt], n=1, stream=True, temperature=0.0)
+        k = utterance.segments
+        utterance.taken += n
+        utterance.segments += 1
+        key = int.from_bytes(utterance.hasher.digest(), "little") + k       # the audio as sent so far
+        prompt = Prompt([SOT, _language_id("en"), TRANSCRIBE, NO_TIMESTAMPS], salt=key)
+        req = GenerationRequest(request_id=f"rt-{self.connection_id}-{sim.new_request_id()}",
+                                model=sim.config.served_names[0], prompts=[prompt], n=1, stream=True,
+                                temperature=0.0, max_tokens=min(SEGMENT_MAX_TOKENS, sim.config.max_model_len))
         seqs = sim.prepare(req)
         sim.admit(seqs, monotonic())
         self.seqs = seqs
-        text, made = [], 0
+        if out.prompt_tokens is None:            # vLLM's usage: the first output's prompt
+            out.prompt_tokens = seqs[0].prompt_len + au.audio_tokens(n / SAMPLE_RATE)
         pending = []
+        out.first = True                        # the segment's first delta: a space before it, after text
         try:
-            for s, k in sim.stream(seqs, flush=True):
-                if k.__class__ is int and k >= 0:
-                    pending.append(s.pieces[k])
-                    made += 1
+            for s, i in sim.stream(seqs, flush=True):
+                if i.__class__ is int and i >= 0:
+                    pending.append(s.pieces[i])
+                    out.made += 1
                     continue
-                if k.__class__ is slice:           # a stream interval's group: one output
-                    group = s.pieces[k]
+                if i.__class__ is slice:         # a stream interval's group: one output
+                    group = s.pieces[i]
                     pending.extend(group)
-                    made += len(group)
+                    out.made += len(group)
                     continue
-                if pending:                        # the next token is not due yet: what is made goes out
-                    self._delta(pending, text)
+                if pending:                      # the next token is not due yet: what is made goes out
+                    self._delta(pending, out)
             if pending:
-                self._delta(pending, text)
+                self._delta(pending, out)
         except ClientDisconnected:
             if not req.aborted_by_server:
-                raise                              # the client left (cleanup aborted it)
-            if pending:                            # aborted by the server: vLLM's abort output ends it
-                self._delta(pending, text)
+                raise                            # the client left (cleanup aborted it)
+            if pending:                          # aborted by the server: what was made, then the done
+                self._delta(pending, out)
+            return False
         except BaseException as e:
             sim.cancel(seqs, "abort" if isinstance(e, (Disconnected, GeneratorExit, gevent.GreenletExit)) else "error")
             raise
         finally:
             self.seqs = None
-        prompt_tokens = seqs[0].prompt_len + au.audio_tokens(duration)
-        # vLLM's UsageInfo: completion_tokens_details null, prompt_tokens_details left out
-        self.send({"type": "transcription.done", "text": "".join(text),
-                   "usage": usage(prompt_tokens, made, details=None)})
+        return True
 
-    def _delta(self, pending: list, text: list) -> None:
+    def _delta(self, pending: list, out: "Transcript") -> None:
         delta = "".join(pending)
         pending.clear()
-        text.append(delta)
+        if out.first and out.text and delta and not delta[0].isspace():
+            delta = " " + delta                  # segments' texts joined by a space, as the upload route's chunks
+        out.first = False
+        out.text.append(delta)
         self.send({"type": "transcription.delta", "delta": delta})
+
+
+class Transcript:
+    """What an utterance's transcription has sent: its deltas, tokens, prompt tokens (usage)."""
+    __slots__ = ("text", "made", "prompt_tokens", "first")
+
+    def __init__(self):
+        self.text: list = []
+        self.made = 0
+        self.prompt_tokens = None
+        self.first = True

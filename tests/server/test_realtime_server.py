@@ -138,6 +138,31 @@ def test_a_transcription_streams_deltas_then_done_with_usage(base):
     assert wait_until(lambda: running(base) == 0)
 
 
+def successes(base) -> float:
+    return sum(v for (n, _), v in _scrape(base).items() if n == "vllm:request_success_total")
+
+
+def test_text_streams_while_audio_arrives_one_request_per_5_s_segment(base):
+    before = successes(base)
+    c = session(base)
+    c.send({"type": "input_audio_buffer.commit"})
+    for _ in range(12):                         # 12 s: two 5 s segments transcribed before the final commit
+        c.send({"type": "input_audio_buffer.append", "audio": SECOND})
+    early = [c.recv()]                          # the first segment's text, the final commit not sent
+    assert early[0]["type"] == "transcription.delta"
+    c.send({"type": "input_audio_buffer.commit", "final": True})
+    while (ev := c.recv())["type"] == "transcription.delta":
+        early.append(ev)
+    deltas = [e["delta"] for e in early]
+    assert ev["type"] == "transcription.done" and "".join(deltas) == ev["text"]
+    # vLLM's usage: the first output's prompt (4 decoder tokens + 5 s of audio), every token sent
+    assert ev["usage"]["prompt_tokens"] == 504 and ev["usage"]["completion_tokens"] == len(deltas)
+    assert sum(1 for d in deltas if d.startswith(" ")) >= 2          # the later segments' texts
+    assert successes(base) - before == 3         # 5 s, 5 s and the 2 s left at the final commit
+    assert running(base) == 0
+    c.close()
+
+
 def test_a_final_commit_without_audio_is_an_empty_done(base):
     c = session(base)
     c.send({"type": "input_audio_buffer.commit", "final": True})
