@@ -51,6 +51,7 @@ import json
 import logging
 import re
 import time
+from collections import deque
 from time import monotonic
 from uuid import uuid4
 
@@ -165,17 +166,37 @@ def _decode_pcm(audio: str) -> tuple[int, bytes]:
 
 
 class Utterance:
-    """The audio queued for the next transcription: its sample count, the hash of its chunks,
-    how many samples its segments have taken, and whether the final commit has ended it."""
-    __slots__ = ("samples", "hasher", "ended", "more", "taken", "segments")
+    """The audio queued for the next transcription: its sample count, the keys of its segments
+    (a hash of its place and of the chunks it overlaps: its boundaries fall every
+    :data:`SEGMENT_SAMPLES` from the start, so a key does not depend on when it was cut), how many samples its
+    segments have taken, and whether the final commit has ended it."""
+    __slots__ = ("samples", "keys", "open", "ended", "more", "taken")
 
     def __init__(self):
         self.samples = 0
-        self.hasher = hashlib.blake2b(digest_size=16)
+        self.keys = deque()        # the complete segments' keys, not yet taken (600 s: 120 at most)
+        self.open = hashlib.blake2b(digest_size=16)      # the segment being filled
         self.ended = False
         self.more = Event()        # set by each append and by the final commit
         self.taken = 0
-        self.segments = 0
+
+    def add(self, n: int, digest: bytes) -> None:
+        """A chunk of ``n`` samples (``digest``: their hash)."""
+        start, self.samples = self.samples, self.samples + n
+        self.open.update(digest)
+        boundary = (start // SEGMENT_SAMPLES + 1) * SEGMENT_SAMPLES
+        while boundary <= self.samples:          # each segment the chunk completes
+            self.keys.append(self.open.digest())
+            self.open = hashlib.blake2b(boundary.to_bytes(8, "little"), digest_size=16)   # (its place too)
+            if boundary < self.samples:          # the chunk goes on into the next one
+                self.open.update(digest)
+            boundary += SEGMENT_SAMPLES
+        self.more.set()
+
+    def take(self, n: int) -> bytes:
+        """The key of the next segment, ``n`` samples (a whole segment, or what is left)."""
+        self.taken += n
+        return self.keys.popleft() if self.keys else self.open.digest()
 
 
 class RealtimeSession:
@@ -280,9 +301,7 @@ class RealtimeSession:
             return
         if pending.ended:
             return                  # after the final commit: vLLM's queue drops it after the done
-        pending.samples += n
-        pending.hasher.update(digest)
-        pending.more.set()
+        pending.add(n, digest)
 
     # -- the transcription -----------------------------------------------------------------
     def transcribe(self) -> None:
@@ -317,10 +336,7 @@ class RealtimeSession:
         """The engine request of the utterance's next ``n`` samples, streamed into ``out``;
         False when the server aborted it (vLLM's abort output ends the stream)."""
         sim = self.sim
-        k = utterance.segments
-        utterance.taken += n
-        utterance.segments += 1
-        key = int.from_bytes(utterance.hasher.digest(), "little") + k       # the audio as sent so far
+        key = int.from_bytes(utterance.take(n), "little")         # the segment's audio as sent
         prompt = Prompt([SOT, _language_id("en"), TRANSCRIBE, NO_TIMESTAMPS], salt=key)
         req = GenerationRequest(request_id=f"rt-{self.connection_id}-{sim.new_request_id()}",
                                 model=sim.config.served_names[0], prompts=[prompt], n=1, stream=True,

@@ -27,12 +27,25 @@ SECOND = base64.b64encode(bytes(range(256)) * 125).decode()      # 16,000 sample
 MiB = 1 << 20
 
 
+OPENED: list = []
+
+
+@pytest.fixture(autouse=True)
+def _closed_after():
+    """Every client's socket closed when its test ends, passed or failed (an open one is a
+    session still active for the next test)."""
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 class Client:
     """A WebSocket client: wsproto over a blocking socket."""
 
     def __init__(self, base: str, path: str = "/v1/realtime", headers=AUTH):
         host, port = base.rsplit("/", 1)[-1].split(":")
         self.sock = socket.create_connection((host, int(port)), timeout=10)
+        OPENED.append(self.sock)
         self.ws = WSConnection(ConnectionType.CLIENT)
         self.sock.sendall(self.ws.send(Request(host=f"{host}:{port}", target=path, extra_headers=list(headers))))
         self.answer = self._event()
@@ -126,12 +139,15 @@ def test_a_transcription_streams_deltas_then_done_with_usage(base):
     assert done["type"] == "transcription.done" and list(done) == ["type", "text", "usage"]
     assert deltas and "".join(deltas) == done["text"]
     usage = done["usage"]
-    # Whisper's decoder prompt (4 tokens) + 2 s of audio (100 encoder tokens a second); a token a delta
-    assert usage == {"prompt_tokens": 204, "total_tokens": 204 + len(deltas), "completion_tokens": len(deltas),
+    # Whisper's decoder prompt (4 tokens) + 2 s of audio (100 encoder tokens a second); a delta has
+    # the tokens due at once (one, unless the machine is slow), at most the segment's 64
+    made = usage["completion_tokens"]
+    assert usage == {"prompt_tokens": 204, "total_tokens": 204 + made, "completion_tokens": made,
                      "completion_tokens_details": None}
-    # the next utterance on the same session: the same audio, the same (greedy) text
+    assert len(deltas) <= made <= 64
+    # the next utterance on the same session: the same audio, the same (greedy) text and usage
     again, done2 = c.transcribe(seconds=2)
-    assert done2["text"] == done["text"] and again == deltas
+    assert done2 == done and "".join(again) == done["text"]
     other, done3 = c.transcribe(audio=base64.b64encode(b"\x07\x00" * 16000).decode(), seconds=1)
     assert done3["usage"]["prompt_tokens"] == 104
     c.close()
@@ -156,7 +172,7 @@ def test_text_streams_while_audio_arrives_one_request_per_5_s_segment(base):
     deltas = [e["delta"] for e in early]
     assert ev["type"] == "transcription.done" and "".join(deltas) == ev["text"]
     # vLLM's usage: the first output's prompt (4 decoder tokens + 5 s of audio), every token sent
-    assert ev["usage"]["prompt_tokens"] == 504 and ev["usage"]["completion_tokens"] == len(deltas)
+    assert ev["usage"]["prompt_tokens"] == 504 and len(deltas) <= ev["usage"]["completion_tokens"] <= 3 * 64
     assert sum(1 for d in deltas if d.startswith(" ")) >= 2          # the later segments' texts
     assert successes(base) - before == 3         # 5 s, 5 s and the 2 s left at the final commit
     assert running(base) == 0
@@ -231,15 +247,19 @@ def test_a_message_over_16_mib_is_closed_with_1009_and_one_at_the_limit_is_read(
     c.close()
 
 
-def test_a_client_that_leaves_mid_generation_aborts_its_request(base):
-    c = session(base)
-    deltas, done = c.transcribe(seconds=3)
-    assert len(deltas) >= 10                  # ~10 ms a token: long enough to leave in the middle
-    c.close()
+SLOW = ("--time-to-first-token", "20ms", "--inter-token-latency", "100ms", "--api-key", KEY)
+
+
+def aborts(base) -> float:
+    return metric(_scrape(base), "vllm:request_success_total", finished_reason="abort")
+
+
+def test_a_client_that_leaves_mid_generation_aborts_its_request(sim_server):
+    base = sim_server(*SLOW)                    # 100 ms a token: a client leaves well inside a segment
     for leave in ("reset", "close frame"):
+        before = aborts(base)
         c = session(base)
-        for _ in range(3):
-            c.send({"type": "input_audio_buffer.append", "audio": SECOND})
+        c.send({"type": "input_audio_buffer.append", "audio": SECOND})
         c.send({"type": "input_audio_buffer.commit"})
         c.send({"type": "input_audio_buffer.commit", "final": True})
         assert c.recv()["type"] == "transcription.delta"
@@ -253,10 +273,8 @@ def test_a_client_that_leaves_mid_generation_aborts_its_request(base):
             assert c.close_code == 1000
         c.close()
         assert wait_until(lambda: running(base) == 0, 1.0), leave
-    samples = _scrape(base)
-    assert metric(samples, "vllm:request_success_total", finished_reason="abort") >= 0   # (the family is there)
-    assert metric(samples, "vllm:websocket_connections_active") == 0 or wait_until(
-        lambda: metric(_scrape(base), "vllm:websocket_connections_active") == 0)
+        assert aborts(base) == before + 1, leave          # aborted, not finished
+        assert wait_until(lambda: metric(_scrape(base), "vllm:websocket_connections_active") == 0, 1.0)
 
 
 def test_the_websocket_metrics(base):
@@ -308,8 +326,7 @@ def test_http_get_handshake_errors_api_key_and_ping(base):
 
 
 def test_shutdown_closes_sessions_with_1012(sim_server, _pool):
-    flags = (*FLAGS, "--max-num-seqs", "7")          # a server of its own
-    base = sim_server(*flags)
+    base = sim_server(*SLOW)                          # the last test of the slow server
     c = session(base)
     c.send({"type": "input_audio_buffer.append", "audio": SECOND})
     c.send({"type": "input_audio_buffer.commit"})

@@ -55,3 +55,31 @@ def test_vllm_error_texts():
     assert text == ("1 validation error for InputAudioBufferAppend\naudio\n  Input should be a valid string "
                     "[type=string_type, input_value='xxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxx', "
                     "input_type=str]\n    For further information visit https://errors.pydantic.dev/2.13/v/string_type")
+
+
+def _keys(chunks, cuts=()):
+    """The keys of an utterance's segments, its chunks added in order, whole segments taken after
+    the chunks at the indexes ``cuts`` (when the session's transcription woke), the rest at the end."""
+    u, out, seg = rt.Utterance(), [], rt.SEGMENT_SAMPLES
+    for i, (n, digest) in enumerate(chunks):
+        u.add(n, digest)
+        if i in cuts:
+            while u.samples - u.taken >= seg:
+                out.append(u.take(seg))
+    while u.samples - u.taken >= seg:
+        out.append(u.take(seg))
+    if u.samples > u.taken:
+        out.append(u.take(u.samples - u.taken))
+    return out
+
+
+def test_segment_keys_do_not_depend_on_when_a_segment_is_cut():
+    seg = rt.SEGMENT_SAMPLES
+    chunks = [(16000, bytes([i]) * 16) for i in range(12)]          # 12 s: 5 + 5 + 2
+    keys = _keys(chunks)
+    assert len(keys) == 3 and len(set(keys)) == 3
+    assert _keys(chunks, cuts={4, 9}) == _keys(chunks, cuts={6, 11}) == keys
+    assert len(_keys([(seg, b"a" * 16)])) == 1                       # a chunk ending on a boundary
+    assert len(_keys([(seg, b"a" * 16), (100, b"b" * 16)])) == 2
+    one = _keys([(3 * seg + 5, b"z" * 16)])                         # one chunk, four segments, four texts
+    assert len(one) == 4 and len(set(one)) == 4
