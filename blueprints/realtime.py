@@ -292,7 +292,7 @@ class RealtimeSession:
                                              "Input should be a valid string"))
         try:
             n, digest = _decode_pcm(audio)
-            pending = self.audio        # (the thread pool's wait may have seen an utterance end)
+            pending = self.audio        # (a hub turn while it was decoded may have ended an utterance)
             if (pending.samples - pending.taken + n) / SAMPLE_RATE > MAX_BUFFERED_S:
                 raise ValueError(f"over {MAX_BUFFERED_S:g} s of audio waiting, the simulator's bound")
         except (ValueError, TypeError, binascii.Error) as e:

@@ -268,7 +268,7 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         r.register(self.lag)
         # prometheus-fastapi-instrumentator's http_* families (vLLM registers them last, when its
         # middleware stack is built at start-up), observed by the server's WSGI layers
-        self.websocket = websocket_metrics(config, self.started, r, small)     # vLLM's realtime route's
+        self.websocket = websocket_metrics(config, self.started, r)     # vLLM's realtime route's
         self.http = HTTPMetrics()
         r.register(self.http)
 
@@ -308,8 +308,8 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
             self.render_duration.render_into(out)
         if self.sleep_ops is not None or self.weight_ops is not None:
             out.append(generate_latest(_Collector(self._collect_sleep_ops)).decode())
-        self.lag.render_into(out)
-        self.http.render_into(out)
+        for part in (self.lag, self.websocket, self.http):     # as registered
+            part.render_into(out)
         return "".join(out).encode()
 
     def _collect_counters(self):

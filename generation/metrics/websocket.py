@@ -44,6 +44,12 @@ class WebSocketMetrics:
         self.counts[bisect_left(self._bounds, seconds)] += 1     # le: the first bound >= seconds
         self.sum += seconds
 
+    def render_into(self, out: list) -> None:
+        """The families' exposition text appended to ``out`` (``MetricsRecorder.render``)."""
+        if self.shown:
+            from prometheus_client import generate_latest
+            out.append(generate_latest(self).decode())
+
     def collect(self):
         if not self.shown:
             return
