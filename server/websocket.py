@@ -268,10 +268,13 @@ class WebSocketRoutes:
     def __call__(self, environ, start_response):
         handler = self.routes.get(environ.get("PATH_INFO"))
         sock = environ.get("gunicorn.socket")
-        if handler is None or sock is None or not is_upgrade(environ):
+        if handler is None or sock is None or environ.get("REQUEST_METHOD") != "GET" or not is_upgrade(environ):
             return self.wsgi_app(environ, start_response)      # HTTP: the router's 404 for such a path
         from wsproto.utilities import RemoteProtocolError
         try:
+            if environ.get("CONTENT_LENGTH") not in (None, "", "0") or "HTTP_TRANSFER_ENCODING" in environ:
+                # its bytes would be read as the connection's first frames
+                raise RemoteProtocolError("A handshake request has no body")
             ws = WebSocket(sock, environ)
         except RemoteProtocolError as e:       # not a handshake wsproto accepts (a key, the version)
             return self._refuse(e, start_response)

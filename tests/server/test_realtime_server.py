@@ -315,6 +315,10 @@ def test_http_get_handshake_errors_api_key_and_ping(base):
     r = httpx.get(base + "/v1/realtime", headers={**up, "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
                                                    "Sec-WebSocket-Version": "8"})
     assert r.status_code == 426 and r.headers["sec-websocket-version"] == "13"
+    key = {**up, "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    r = httpx.request("GET", base + "/v1/realtime", headers=key, content=b"x" * 10)
+    assert r.status_code == 400 and "no body" in r.text                    # its bytes are no frames
+    assert httpx.post(base + "/v1/realtime", headers=key).status_code == 404  # not a GET: HTTP's router
     # no permessage-deflate, even when offered
     c = Client(base, headers=[*AUTH, (b"sec-websocket-extensions", b"permessage-deflate; client_max_window_bits")])
     assert isinstance(c.answer, AcceptConnection) and not c.answer.extensions
