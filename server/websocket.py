@@ -46,6 +46,8 @@ import blueprints.streaming as streaming
 from blueprints.streaming import WebSocketClosed as Disconnected
 from generation.lanes import hub_turn
 
+from .lifecycle import ServerShuttingDown
+
 log = logging.getLogger("vllm_sim")
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024     # uvicorn's --ws-max-size default (vLLM sets none)
@@ -56,6 +58,7 @@ TURN_SLICE = 0.002                       # s a session may hold the hub between 
 LINGER_S = 1.0                           # after our close frame: reading what the client still sends
 
 OPEN: set = set()          # the greenlets of the sessions open in this worker (close_all)
+CLOSING = [False]          # the worker is shutting down: a new session is closed at once
 
 
 class ServerClosing(GreenletExit):
@@ -64,7 +67,8 @@ class ServerClosing(GreenletExit):
 
 def close_all() -> int:
     """End every open session now (the server is shutting down): each is closed with 1012
-    (Service Restart) by its own greenlet; returns how many."""
+    (Service Restart) by its own greenlet, as is any opened after; returns how many."""
+    CLOSING[0] = True
     sessions = [g for g in OPEN if not g.dead]
     for g in sessions:
         g.kill(ServerClosing, block=False)
@@ -293,8 +297,10 @@ class WebSocketRoutes:
         OPEN.add(g)
         code = 1000
         try:
+            if CLOSING[0]:                     # an upgrade on a kept-alive connection while draining
+                raise ServerClosing()
             handler(ws, environ)
-        except ServerClosing:
+        except (ServerClosing, ServerShuttingDown):
             code = 1012                        # uvicorn's close at shutdown (Service Restart)
         except Disconnected:
             pass
