@@ -18,7 +18,9 @@ upgraded socket (flask-sock does the same under gunicorn).
 
 * no extension is accepted (no permessage-deflate: nothing is decompressed);
 * a message is at most :data:`MAX_MESSAGE_BYTES` (uvicorn's ``ws_max_size``, 16 MiB): a longer
-  one is closed with 1009 while it arrives, never buffered whole;
+  one is closed with 1009 while it arrives, never buffered whole; and at most
+  :data:`MAX_FRAGMENTS` frames (the simulator's bound: 16 MiB of one-byte frames were 16 M events
+  to handle; closed with 1008);
 * the socket is read only when the handler asks for the next message
   (:meth:`WebSocket.receive`), 64 KiB at a time: a client that sends faster than the handler
   works waits in TCP's flow control, not in this process's memory;
@@ -34,6 +36,7 @@ upgraded socket (flask-sock does the same under gunicorn).
 """
 from __future__ import annotations
 
+import io
 import logging
 import socket
 import time
@@ -51,6 +54,7 @@ from .lifecycle import ServerShuttingDown
 log = logging.getLogger("vllm_sim")
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024     # uvicorn's --ws-max-size default (vLLM sets none)
+MAX_FRAGMENTS = 65536                    # frames a message may be split into (the simulator's: 1008 past it)
 PING_INTERVAL = 20.0                     # uvicorn's --ws-ping-interval default
 PING_TIMEOUT = 20.0                      # uvicorn's --ws-ping-timeout default
 RECV_BYTES = 65536
@@ -180,6 +184,7 @@ class WebSocket:
                         break
                 except OSError:
                     break
+                self.pace()                     # a client still sending is always readable
 
     def _shut(self) -> None:
         try:
@@ -194,11 +199,12 @@ class WebSocket:
         closing it with 1009 for a message over :data:`MAX_MESSAGE_BYTES`, with wsproto's code
         for a frame it cannot parse)."""
         from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
-        parts: list = []
-        size = 0
+        parts = None                # io.StringIO or bytearray: a message of tiny fragments is no list of them
+        size = frames = 0
         while True:
             self.pace()
             for event in self.conn.events():
+                self.pace()                     # (64 KiB of one-byte frames: 9,000 events)
                 cls = event.__class__
                 if cls is TextMessage or cls is BytesMessage:
                     data = event.data
@@ -206,9 +212,20 @@ class WebSocket:
                     if size > MAX_MESSAGE_BYTES:
                         self.close(1009, "Message too big")
                         raise Disconnected(1009, "Message too big")
-                    parts.append(data)
+                    if event.message_finished and parts is None:
+                        return data if cls is TextMessage else bytes(data)   # the common case: one piece
+                    if parts is None:
+                        parts = io.StringIO() if cls is TextMessage else bytearray()
+                    frames += event.frame_finished
+                    if frames > MAX_FRAGMENTS:
+                        self.close(1008, "Too many fragments")
+                        raise Disconnected(1008, "Too many fragments")
+                    if cls is TextMessage:
+                        parts.write(data)
+                    else:
+                        parts += data
                     if event.message_finished:
-                        return "".join(parts) if cls is TextMessage else b"".join(parts)
+                        return parts.getvalue() if cls is TextMessage else bytes(parts)
                 elif cls is Ping:
                     self._send(event.response())
                 elif cls is Pong:

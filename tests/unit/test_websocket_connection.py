@@ -126,3 +126,17 @@ def test_a_client_that_stops_reading_ends_the_connection(monkeypatch):
     with pytest.raises(streaming.WebSocketClosed):
         g.get(timeout=5)
     assert ws.broken
+
+
+def test_a_message_of_many_small_frames_is_read_and_too_many_are_closed_with_1008(monkeypatch):
+    monkeypatch.setattr(wsm, "MAX_FRAGMENTS", 100)
+    ws, sock, cl = pair()
+    g = gevent.spawn(ws.receive)
+    sock.sendall(b"".join(cl.send(Message(data="ab", message_finished=k == 99)) for k in range(100)))
+    assert g.get(timeout=2) == "ab" * 100
+    g = gevent.spawn(ws.receive)
+    sock.sendall(b"".join(cl.send(Message(data=b"\x00", message_finished=False)) for k in range(101)))
+    assert client_events(sock, cl)[-1].code == 1008
+    with pytest.raises(streaming.WebSocketClosed) as e:
+        g.get(timeout=2)
+    assert e.value.code == 1008
