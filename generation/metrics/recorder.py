@@ -266,9 +266,9 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
             r.register(self.render_duration)
         r.register(_Collector(self._collect_sleep_ops))
         r.register(self.lag)
+        self.websocket = websocket_metrics(config, self.started, r)     # vLLM's realtime route's
         # prometheus-fastapi-instrumentator's http_* families (vLLM registers them last, when its
         # middleware stack is built at start-up), observed by the server's WSGI layers
-        self.websocket = websocket_metrics(config, self.started, r)     # vLLM's realtime route's
         self.http = HTTPMetrics()
         r.register(self.http)
 
