@@ -256,8 +256,9 @@ def aborts(base) -> float:
 
 @pytest.fixture(scope="module")
 def slow(sim_server):
-    """A server at 100 ms a token: a client leaves well inside a segment (stopped by the last test)."""
-    return sim_server(*SLOW)
+    """A server at 100 ms a token (a client leaves well inside a segment), in dev mode (its
+    /abort_requests); stopped by the last test."""
+    return sim_server(*SLOW, env={"VLLM_SERVER_DEV_MODE": "1"})
 
 
 def test_a_client_that_leaves_mid_generation_aborts_its_request(slow):
@@ -281,6 +282,28 @@ def test_a_client_that_leaves_mid_generation_aborts_its_request(slow):
         assert wait_until(lambda: running(base) == 0, 1.0), leave
         assert aborts(base) == before + 1, leave          # aborted, not finished
         assert wait_until(lambda: metric(_scrape(base), "vllm:websocket_connections_active") == 0, 1.0)
+
+
+def test_a_request_the_server_aborts_ends_with_the_done_of_what_was_made(slow):
+    c = session(slow)
+    c.send({"type": "input_audio_buffer.append", "audio": SECOND})
+    c.send({"type": "input_audio_buffer.commit"})
+    c.send({"type": "input_audio_buffer.commit", "final": True})
+    first = c.recv()
+    assert first["type"] == "transcription.delta"
+    r = httpx.post(slow + "/abort_requests", json={}, headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 200 and r.json()["aborted"] == 1
+    deltas = [first["delta"]]
+    while (ev := c.recv())["type"] == "transcription.delta":
+        deltas.append(ev["delta"])
+    # vLLM: the abort output ends the stream, then the done with what was made
+    assert ev["type"] == "transcription.done" and ev["text"] == "".join(deltas)
+    assert ev["usage"]["prompt_tokens"] == 104 and ev["usage"]["completion_tokens"] >= len(deltas)
+    assert running(slow) == 0
+    c.send({"type": "input_audio_buffer.commit"})       # the session goes on: the next utterance
+    c.send({"type": "input_audio_buffer.append", "audio": SECOND})
+    c.send({"type": "input_audio_buffer.commit", "final": True})
+    assert c.recv()["type"] == "transcription.delta"
 
 
 def test_the_websocket_metrics(base):
