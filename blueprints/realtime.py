@@ -71,7 +71,6 @@ from .streaming import WebSocketClosed as Disconnected
 log = logging.getLogger("vllm_sim")
 
 SAMPLE_RATE = 16000                    # Hz: the protocol's PCM16 mono
-MAX_CHUNK_SAMPLES = au.MAX_CLIP_FILESIZE_MB * au.MIB     # vLLM compares samples / MiB to the MB limit
 MAX_BUFFERED_S = au.MAX_DECODE_DURATION_S                # the simulator's bound on audio not yet transcribed (600 s)
 # Qwen3-ASR realtime's (vLLM 0.34 qwen3_asr_realtime.py): an engine input per 5 s of audio, at most
 # realtime_max_tokens (64) tokens made of each
@@ -125,9 +124,10 @@ def _decode_pcm(audio: str) -> tuple[int, bytes]:
     """``audio`` (base64 PCM16) -> its sample count and its samples' hash; ValueError as vLLM's
     decoding fails (``pybase64.b64decode`` without validation: characters outside the alphabet
     are dropped, the padding must fit; an odd byte count, no sample, more than
-    ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`` mebi-samples).  Decoded :data:`SLICE_CHARS` at a time,
-    the hub given a turn between slices (a 16 MiB message decoded in one call held it 86 ms, 0.7 s stripped by the regex module);
-    the same bytes as one call, which decodes only audio with something after its padding."""
+    ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`` mebi-samples: vLLM compares samples / MiB to the MB
+    limit).  Decoded :data:`SLICE_CHARS` at a time, the hub given a turn between slices (a 16
+    MiB message decoded in one call held it 86 ms; stripped by the regex module, 0.7 s): the
+    same bytes as one call, which decodes only audio with something after its padding."""
     if not audio.isascii():
         raise ValueError("string argument should contain only ASCII characters")
     hasher = hashlib.blake2b(digest_size=16)

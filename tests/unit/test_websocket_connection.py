@@ -8,7 +8,7 @@ import gevent
 import pytest
 from gevent import socket as gsocket
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, CloseConnection, Message, Ping, Request, TextMessage
+from wsproto.events import AcceptConnection, CloseConnection, Message, Ping, Request
 
 import blueprints.streaming as streaming
 import server.websocket as wsm
