@@ -205,11 +205,35 @@ def _slash_redirect(app, request):
     if not other or not _a_route_has(app, {**request.environ, "PATH_INFO": other}):
         return None
     query = request.query_string.decode("latin-1")
-    url = f"{request.scheme}://{request.host}{request.root_path}{other}" + (f"?{query}" if query else "")
-    resp = Response(b"", status=307)
+    # Starlette's URL(scope=...) takes the Host header as it came (the WSGI environ holds it
+    # latin-1 decoded, as Starlette decodes it), not Werkzeug's request.host, which is "" for a
+    # host its character check refuses; only without the header the server's address
+    host = request.environ.get("HTTP_HOST")
+    url = f"{request.scheme}://{request.host if host is None else host}{request.root_path}{other}" \
+        + (f"?{query}" if query else "")
+    resp = _verbatim_location(Response)(b"", status=307)
     resp.headers["location"] = quote(url, safe=_LOCATION_SAFE)
     del resp.headers["Content-Type"]             # Starlette sends none with an empty body
     return resp
+
+
+def _verbatim_location(response_class):
+    """A response class whose ``Location`` goes out as set (already quoted ASCII): Werkzeug
+    re-parses it with ``iri_to_uri``, which raises on what a client's Host header may hold (a
+    port past 65535: "Port out of range", a 500 with a traceback), where Starlette sends it as
+    it is."""
+
+    class VerbatimLocation(response_class):
+        def get_wsgi_headers(self, environ):
+            location = self.headers.get("location")
+            del self.headers["location"]
+            try:
+                headers = super().get_wsgi_headers(environ)
+            finally:
+                self.headers["location"] = location
+            headers["Location"] = location
+            return headers
+    return VerbatimLocation
 
 
 def _posts_to_a_route(app, environ) -> bool:

@@ -27,3 +27,26 @@ def test_a_client_that_follows_it_is_served(api):
 def test_no_route_without_the_slash_stays_a_404(api, path):
     r = api.get(path, follow_redirects=False)
     assert (r.status_code, r.json()) == (404, {"detail": "Not Found"})
+
+
+
+@pytest.mark.parametrize("host,location", [
+    ("x:99999999999", "http://x:99999999999/v1/chat/completions"),     # a port past 65535
+    ("x:abc", "http://x:abc/v1/chat/completions"),                     # a port that is no number
+    ("[::1", "http://[::1/v1/chat/completions"),                       # an unclosed IPv6 bracket
+    ("a b", "http://a%20b/v1/chat/completions"),                       # what Werkzeug's host check drops
+    ("\xe9", "http://%C3%A9/v1/chat/completions")])                   # obs-text, read as latin-1
+def test_the_location_is_built_from_the_host_header_as_starlette_does(api, host, location):
+    """Starlette's ``URL(scope=...)`` takes the ``Host`` header as it came (latin-1) and
+    ``RedirectResponse`` quotes it; the simulator built it from Werkzeug's ``request.host`` and
+    let Werkzeug's response re-parse it: a port past 65535 was a 500 with a traceback
+    (``iri_to_uri``: "Port out of range"), a host Werkzeug's check refuses became
+    ``http:///v1/...``.  (The WSGI app called as is: httpx and Werkzeug's test client parse the
+    URL themselves, and refuse these hosts before the app answers.)"""
+    from werkzeug.test import EnvironBuilder
+    environ = EnvironBuilder("/v1/chat/completions/", method="POST", json=CHAT).get_environ()
+    environ["HTTP_HOST"] = host
+    got = []
+    body = b"".join(api.app(environ, lambda status, headers, exc_info=None: got.append((status, dict(headers)))))
+    status, headers = got[0]
+    assert (status, headers.get("Location"), body) == ("307 TEMPORARY REDIRECT", location, b"")
