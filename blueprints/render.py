@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from time import perf_counter
 
-import orjson
 from flask import Blueprint
 from werkzeug.exceptions import NotFound
 
@@ -42,7 +41,7 @@ from schemas.lax import mm_payload
 from schemas.render import chat_render_schema, completion_render_schema, detokenize_schema, tokenize_schema
 from schemas.responses import responses_request_schema
 
-from .common import json_response, parse_json_body, request_id, response_headers, simulator
+from .common import dumps_json, json_response, parse_json_body, request_id, response_headers, simulator
 from .render_fields import _plain, _scalar, body_sampling, chat_parse_fields, generate_fields
 
 bp = Blueprint("render", __name__)
@@ -108,7 +107,7 @@ def _check_render_work(sim, raw: dict, model: str, lists: list) -> None:
     prompts (4 MB) answered 473 MB after 6.7 s on the hub and 1.4 GB, which vLLM's 1,024-prompt
     limit now refuses first; 1,024 prompts still repeat a 3 MB ``stop`` list into a 3 GB answer
     without this.  Raises InvalidParam naming ``prompt``."""
-    one = len(orjson.dumps(generate_fields(sim, raw, "cmpl-" + "0" * 34, model, 0, False)))
+    one = len(dumps_json(generate_fields(sim, raw, "cmpl-" + "0" * 34, model, 0, False)))   # client values: past 255 levels too
     entries = -(-one // 64)
     check_work(sim, sum(map(len, lists)) + len(lists) * entries,
                f"token ids + prompts x {entries} (the sampling fields each repeats, in 64-byte entries)", "prompt")

@@ -20,7 +20,11 @@ def nest(depth: int) -> str:
      '"parameters":{"type":"object","x":%s}}}]}' % (USER, nest(1000))),
     ("/v1/chat/completions/render", '{"model":"test-model",%s,"kv_transfer_params":{"x":%s}}' % (USER, nest(1000))),
     ("/v1/chat/completions/render", '{"model":"test-model",%s,"chat_template_kwargs":{"x":%s}}' % (USER, nest(1000))),
-], ids=["responses-stream-reasoning", "responses-reasoning", "render-tools", "render-kv-transfer", "render-template-kwargs"])
+    # the completions render sized one prompt's answer with orjson before writing it (--max-request-work)
+    ("/v1/completions/render", '{"model":"test-model","prompt":"hi","kv_transfer_params":{"x":%s}}' % nest(1000)),
+    ("/v1/completions/render", '{"model":"test-model","prompt":["a","b"],"ec_transfer_params":{"x":%s}}' % nest(300)),
+], ids=["responses-stream-reasoning", "responses-reasoning", "render-tools", "render-kv-transfer", "render-template-kwargs",
+        "completions-render-kv-transfer", "completions-render-ec-transfer"])
 def test_deeply_nested_values_echoed_back_are_written(api, path, body):
     r = api.post(path, content=body.encode(), headers={"Content-Type": "application/json"})
     assert r.status_code == 200, r.text[:300]
