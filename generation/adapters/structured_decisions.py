@@ -39,14 +39,13 @@ probability is above what the non-label token has.
 """
 from __future__ import annotations
 
-import json
 import string
 from dataclasses import dataclass
-
 
 from ..errors import UNTRUSTED_TEMPLATE, APIError, InvalidParam
 from .decisions import (ID_PREFIX, LABELS, MAX_QUESTIONS, admit_reads, read_prompts, run_reads)
 from .fields import scheduling_priority
+from .json_dumps import dumps_deep
 
 LABEL_SETS = {"choice": LABELS, "noul": ("yes", "no"), "score": tuple(string.digits)}    # QuestionType.label_set
 REPLIES = {"choice": "Answer with the letter of one option only.", "noul": "Answer with yes or no only.",
@@ -164,7 +163,7 @@ def answer(q: Question, probs: list[float], mass: float) -> dict:
 
 def state_text(state) -> str:
     """``state_text``: a text as it is, any other JSON value as ``json.dumps`` writes it."""
-    return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
+    return state if isinstance(state, str) else dumps_deep(state, ensure_ascii=False)
 
 
 def prepare(sim, b: StructuredDecisionRequest, base: str):

@@ -232,3 +232,18 @@ def test_each_question_is_a_read_on_the_engine(app_client):
 
 def test_the_route_is_an_inference_route(app_client):
     check_inference_route(app_client, PATH, BODY, "create_structured_decision")
+
+
+def test_a_state_nested_past_pythons_recursion_limit_is_read(app_client):
+    """``state`` is written into the prompt with ``json.dumps`` (vLLM's ``state_text``); orjson
+    parses a body 1,024 levels deep, and at Python's 1,000-frame limit a state 990 levels deep
+    raised RecursionError: a 500 with a traceback.  It is now written (under a raised limit) and
+    read as any state: served where it fits the context, vLLM's context 400 where it does not."""
+    depth = 990
+    raw = '{"model": "test-model", "questions": {"bug": {"type": "noul", "instructions": "Is this a bug?"}}, ' \
+          '"state": ' + '{"a": ' * depth + '1' + '}' * depth + '}'
+    headers = {"content-type": "application/json"}
+    r = app_client("--max-model-len", "32000").post(PATH, content=raw, headers=headers)
+    assert r.status_code == 200 and r.json()["object"] == "structured_decision", r.text[:300]
+    r = app_client().post(PATH, content=raw, headers=headers)
+    assert r.status_code == 400 and "maximum context length is 1024 tokens" in r.json()["error"]["message"], r.text[:300]
