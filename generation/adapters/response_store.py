@@ -27,11 +27,11 @@ from collections import OrderedDict
 
 import gevent
 import gevent.event
-import orjson
 
 from generation.engine.request import ClientDisconnected
 from generation.engine.token_schedule import waited
 from generation.errors import APIError
+from .json_dumps import dumps_any
 from .token_stream import answer_aborted
 
 # vLLM's answer to "background": true when responses are not stored (its _validate_create_responses_input)
@@ -250,11 +250,10 @@ class ResponseStore:
 
 
 def _json_size(value) -> int:
-    """Bytes of ``value``'s JSON (an estimate for an integer past 64 bits, which orjson refuses)."""
-    try:
-        return len(orjson.dumps(value))
-    except TypeError:
-        return len(repr(value))
+    """Bytes of ``value``'s JSON as the answer writes it (:func:`dumps_any`: an integer past 64
+    bits or a client's value nested past 255 levels, which orjson refuses, included; its
+    ``repr`` here raised RecursionError on a value some 990 levels deep, a 500)."""
+    return len(dumps_any(value))
 
 
 def previous_messages(store, response_id: str) -> list:

@@ -4,6 +4,7 @@ Recursion limit reached``, then the standard library's ``RecursionError``); they
 the standard library's encoder under a raised recursion limit (``dumps_any``)."""
 from __future__ import annotations
 
+import orjson
 import pytest
 
 USER = '"messages":[{"role":"user","content":"hi"}]'
@@ -29,3 +30,20 @@ def test_deeply_nested_values_echoed_back_are_written(api, path, body):
     r = api.post(path, content=body.encode(), headers={"Content-Type": "application/json"})
     assert r.status_code == 200, r.text[:300]
     assert '"code":"500"' not in r.text and "Recursion" not in r.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stored_response_holding_a_deep_value_is_stored(app_client, stream):
+    """With ``VLLM_ENABLE_RESPONSES_API_STORE=1`` the store sizes each response it keeps: orjson
+    refused the echoed ``reasoning`` 990 levels deep and the fallback, its ``repr``, raised
+    RecursionError: a 500 with a traceback (a stream: an error event after its last delta).
+    It is sized as it is written (``dumps_any``), stored and read back."""
+    api = app_client(env={"VLLM_ENABLE_RESPONSES_API_STORE": "1"})
+    body = ('{"model":"test-model","input":"hi","max_output_tokens":3,"stream":%s,'
+            '"reasoning":{"effort":"low","x":%s}}' % ("true" if stream else "false", nest(990)))
+    r = api.post("/v1/responses", content=body.encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+    assert "event: error" not in r.text and "Recursion" not in r.text, r.text[-500:]
+    rid = "resp_" + r.text.split('"id":"resp_', 1)[1].split('"', 1)[0]      # (json.loads: too deep for the test's stack)
+    got = api.get(f"/v1/responses/{rid}")
+    assert got.status_code == 200 and orjson.loads(got.content)["status"] in ("completed", "incomplete"), got.text[:300]
