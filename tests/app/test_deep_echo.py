@@ -47,3 +47,20 @@ def test_a_stored_response_holding_a_deep_value_is_stored(app_client, stream):
     rid = "resp_" + r.text.split('"id":"resp_', 1)[1].split('"', 1)[0]      # (json.loads: too deep for the test's stack)
     got = api.get(f"/v1/responses/{rid}")
     assert got.status_code == 200 and orjson.loads(got.content)["status"] in ("completed", "incomplete"), got.text[:300]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", '{"model":"test-model",%s,"structured_outputs":{"json_object":%s,"regex":"a"}}'),
+    ("/v1/chat/completions", '{"model":"test-model",%s,"structured_outputs":{"x":1,"whitespace_pattern":%s}}'),
+    ("/inference/v1/generate", '{"model":"test-model","token_ids":[1],%s"sampling_params":{"structured_outputs":'
+                               '{"json":%s,"choice":["a"]}}}'),
+], ids=["chat-json-object", "chat-none-given", "generate-json"])
+def test_a_deep_value_quoted_in_an_error_is_quoted(api, path, body):
+    """vLLM's structured-outputs refusal quotes the params' ``__dict__`` (``params_repr``): its
+    ``repr`` of a value 990 levels deep raised RecursionError, a 500 with a traceback; it is the
+    400 naming what was given, the value quoted whole."""
+    user = USER if path != "/inference/v1/generate" else ""
+    r = api.post(path, content=(body % (user, "[" * 990 + "]" * 990)).encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    message = orjson.loads(r.content)["error"]["message"]
+    assert message.startswith("You ") and "[" * 990 + "]" * 990 in message, message[:300]
