@@ -56,6 +56,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     sim = build_simulator(config, tokenizer)
     app.extensions["simulator"] = sim
     install_template_bounds(config)      # gunicorn wsgi:app: after gevent's patching (python app.py: done)
+    allow_deep_client_values()
     kind = config.pooling_kind
     # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
     # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
@@ -309,6 +310,23 @@ def resolve_engine(config: SimConfig) -> None:
     if config.latency_calculator == "step" and config.step is None:
         from generation.engine.step_config import resolve_step_settings
         config.step = resolve_step_settings(config)
+
+
+# Python's recursion limit while serving: a body orjson parses nests up to 1,024 levels, and the
+# code that walks a client's value recursively (str / repr in an error message, json.dumps, a
+# schema check) needs one to a few frames a level on top of the ~100-250 of the server's stack
+DEEP_VALUES_RECURSION_LIMIT = 5_000
+
+
+def allow_deep_client_values() -> None:
+    """Raise Python's recursion limit (1,000 by default) to :data:`DEEP_VALUES_RECURSION_LIMIT`:
+    at 1,000 any value some 900 levels deep that a handler formats or walks recursively raised
+    RecursionError, a 500 with a traceback (``top_logprobs``, ``tool_choice``, a tool's or a
+    content part's ``type``, a ``kv_transfer_params`` key quoted in their 400s, ...), where a
+    shallower value of the same kind is the 400.  1,024 levels of C-level recursion (repr, the
+    json encoder) take well under 1 MB of the 8 MB stacks of the hub and the native threads."""
+    if sys.getrecursionlimit() < DEEP_VALUES_RECURSION_LIMIT:
+        sys.setrecursionlimit(DEEP_VALUES_RECURSION_LIMIT)
 
 
 def install_template_bounds(config: SimConfig) -> None:

@@ -21,7 +21,6 @@ as ``response_format`` is (the answer is cut at max_tokens with finish ``length`
 from __future__ import annotations
 
 import json
-import sys
 
 from generation.errors import InvalidParam, Rejected
 from . import regex_sampler
@@ -38,19 +37,11 @@ PARAMS_FIELDS = (("json", None), ("regex", None), ("choice", None), ("grammar", 
                  ("_backend_was_auto", False))
 
 
-REPR_RECURSION_LIMIT = 20_000  # frames for repr: a value orjson parsed (1,024 levels) and the stack around it
-
-
 def params_repr(so: dict) -> str:
     """``StructuredOutputsParams.__dict__`` of ``so`` as vLLM's errors print it: every field,
-    the request's value or the default.  Under a raised recursion limit: a client's value some
-    990 levels deep (orjson parses 1,024) raised RecursionError at Python's 1,000, a 500."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, REPR_RECURSION_LIMIT))
-    try:
-        return repr({k: so.get(k, default) if not k.startswith("_") else default for k, default in PARAMS_FIELDS})
-    finally:
-        sys.setrecursionlimit(limit)
+    the request's value or the default (a value ~1,000 levels deep too: the server runs under
+    app.DEEP_VALUES_RECURSION_LIMIT)."""
+    return repr({k: so.get(k, default) if not k.startswith("_") else default for k, default in PARAMS_FIELDS})
 
 
 def constraint(validator, so: dict | None, param: str = "structured_outputs") -> dict | None:

@@ -64,3 +64,31 @@ def test_a_deep_value_quoted_in_an_error_is_quoted(api, path, body):
     assert r.status_code == 400, r.text[:300]
     message = orjson.loads(r.content)["error"]["message"]
     assert message.startswith("You ") and "[" * 990 + "]" * 990 in message, message[:300]
+
+
+DEEP = nest(990)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", '{"model":"test-model",%s,"logprobs":true,"top_logprobs":%s}' % (USER, DEEP)),
+    ("/v1/chat/completions", '{"model":"test-model",%s,"prompt_logprobs":%s}' % (USER, DEEP)),
+    ("/v1/completions", '{"model":"test-model","prompt":"hi","logprobs":%s}' % DEEP),
+    ("/v1/chat/completions", '{"model":"test-model",%s,"tools":[{"type":"function","function":{"name":"f"}}],'
+                             '"tool_choice":%s}' % (USER, DEEP)),
+    ("/v1/messages", '{"model":"test-model","max_tokens":3,%s,"tools":[{"type":%s,"name":"f",'
+                     '"input_schema":{"type":"object"}}]}' % (USER, DEEP)),
+    ("/v1/responses", '{"model":"test-model","input":[{"role":"user","content":[{"type":%s,"text":"hi"}]}]}' % DEEP),
+    ("/v1/completions", '{"model":"test-model","prompt":"hi","kv_transfer_params":{"remote_port":%s}}' % DEEP),
+    ("/inference/v1/generate", '{"model":"test-model","token_ids":[1],"sampling_params":{"extra_args":'
+                               '{"kv_transfer_params":{"do_remote_prefill":%s}}}}' % DEEP),
+], ids=["top-logprobs", "prompt-logprobs", "completions-logprobs", "tool-choice", "messages-tool-type",
+        "responses-part-type", "kv-transfer-key", "generate-kv-transfer-key"])
+def test_a_deep_value_a_400_quotes_is_that_400(api, path, body):
+    """A field's 400 that quotes the value (``value=...``, ``got ...``, ``tool type ...``) formats
+    it recursively: at Python's default limit of 1,000 frames a value 990 levels deep (orjson
+    parses 1,024) raised RecursionError there, a 500 with a traceback, where a shallow value of
+    the same kind is the 400.  The server runs under a raised limit (app.allow_deep_client_values)."""
+    headers = {"Content-Type": "application/json", "anthropic-version": "2023-06-01"}
+    r = api.post(path, content=body.encode(), headers=headers)
+    assert r.status_code == 400, r.text[:300]
+    assert "Recursion" not in r.text and "Internal server error" not in r.text, r.text[:300]
