@@ -22,6 +22,7 @@ from . import regex_sampler
 MAX_DEPTH = 8           # nesting of rule expansions before only the shortest alternatives are taken
 MAX_REPEAT_EXTRA = 4    # copies an unbounded repeat may add to its minimum
 MAX_CHARS = 4096        # a drawn string longer than this is refused (GrammarError)
+MAX_WORK = 100_000      # expression nodes evaluated to analyse a grammar, or visited to draw one string
 INF = float("inf")
 
 _TOKEN = re.compile(r'''
@@ -82,18 +83,34 @@ class Grammar:
 
     # ---- shortest derivations (a fixpoint over the rules) ----------------------------------------
     def _min_lengths(self) -> dict:
+        """Each rule's shortest derivation: a worklist, a rule evaluated again only when a rule
+        it names got shorter.  (Passes over every rule until none changed took one pass per link
+        of a chain ``b1 ::= b2``, ``b2 ::= b3``, ...: 6,000 such rules, 80 KB, held the hub 23 s.)
+        At most :data:`MAX_WORK` expression nodes are evaluated in all, else GrammarError."""
         best = {name: INF for name in self.rules}
-        changed = True
-        while changed:
-            changed = False
-            for name, node in self.rules.items():
-                v = self._node_min(node, best)
-                if v < best[name]:
-                    best[name] = v
-                    changed = True
+        users: dict = {name: set() for name in self.rules}      # rule -> the rules that name it
+        for name, node in self.rules.items():
+            for ref in _refs(node):
+                users[ref].add(name)
+        todo, queued = list(self.rules), set(self.rules)
+        work = [0]
+        while todo:
+            name = todo.pop()
+            queued.discard(name)
+            v = self._node_min(self.rules[name], best, work)
+            if v < best[name]:
+                best[name] = v
+                for user in users[name]:
+                    if user not in queued:
+                        queued.add(user)
+                        todo.append(user)
         return best
 
-    def _node_min(self, node, best) -> float:
+    def _node_min(self, node, best, work: list | None = None) -> float:
+        if work is not None:
+            work[0] += 1
+            if work[0] > MAX_WORK:
+                raise GrammarError(f"the grammar takes more than {MAX_WORK} steps to analyse")
         kind = node[0]
         if kind == "lit":
             return len(node[1])
@@ -102,43 +119,56 @@ class Grammar:
         if kind == "ref":
             return best.get(node[1], INF)
         if kind == "seq":
-            return sum(self._node_min(n, best) for n in node[1])
+            return sum(self._node_min(n, best, work) for n in node[1])
         if kind == "alt":
-            return min((self._node_min(n, best) for n in node[1]), default=INF)
-        return node[2] * self._node_min(node[1], best) if node[2] else 0      # rep
+            return min((self._node_min(n, best, work) for n in node[1]), default=INF)
+        return node[2] * self._node_min(node[1], best, work) if node[2] else 0      # rep
 
     # ---- drawing ---------------------------------------------------------------------------------
     def generate(self, rng) -> str:
-        """One string the grammar derives from its root, drawn with ``rng``."""
+        """One string the grammar derives from its root, drawn with ``rng``.  A root whose
+        shortest derivation is already past :data:`MAX_CHARS` is refused before drawing."""
+        if self.min_len[self.root] > MAX_CHARS:
+            raise GrammarError(f"the derivation grew past {MAX_CHARS} characters")
         out: list = []
-        self._gen(("ref", self.root), rng, 0, out)
+        self._gen(("ref", self.root), rng, 0, out, [0, 0])
         return "".join(out)
 
-    def _gen(self, node, rng, depth: int, out: list) -> None:
+    def _gen(self, node, rng, depth: int, out: list, size: list) -> None:
+        # size: [the characters in ``out``, kept as they are added (summing ``out`` at every node
+        # made a derivation quadratic: ``"a"{1000000}`` held the hub 0.4 s before its 400), the
+        # nodes visited (``(""){99999999}`` adds nothing per copy: 27 s of the hub, a larger
+        # count for ever)]
         kind = node[0]
-        if sum(map(len, out)) > MAX_CHARS:
+        if size[0] > MAX_CHARS:
             raise GrammarError(f"the derivation grew past {MAX_CHARS} characters")
+        size[1] += 1
+        if size[1] > MAX_WORK:
+            raise GrammarError(f"the derivation takes more than {MAX_WORK} steps")
         if kind == "lit":
             out.append(node[1])
+            size[0] += len(node[1])
         elif kind == "re":
             try:
-                out.append(regex_sampler.generate(node[1], rng, 256, 2))
+                piece = regex_sampler.generate(node[1], rng, 256, 2)
             except (regex_sampler.TooLong, regex_sampler.Unsupported) as e:
                 raise GrammarError(f"a regular-expression terminal cannot be drawn: {e}") from None
+            out.append(piece)
+            size[0] += len(piece)
         elif kind == "ref":
             if depth > 200:
                 raise GrammarError("the grammar recurses too deeply")
-            self._gen(self.rules[node[1]], rng, depth + 1, out)
+            self._gen(self.rules[node[1]], rng, depth + 1, out, size)
         elif kind == "seq":
             for n in node[1]:
-                self._gen(n, rng, depth, out)
+                self._gen(n, rng, depth, out, size)
         elif kind == "alt":
             options = node[1]
             if depth > MAX_DEPTH:
                 lows = [self._node_min(n, self.min_len) for n in options]
                 low = min(lows)
                 options = [n for n, v in zip(options, lows) if v == low]
-            self._gen(options[int(rng.random() * len(options))], rng, depth, out)
+            self._gen(options[int(rng.random() * len(options))], rng, depth, out, size)
         else:                                        # rep
             _, sub, lo, hi = node
             if depth > MAX_DEPTH:
@@ -147,7 +177,7 @@ class Grammar:
                 top = lo + MAX_REPEAT_EXTRA if hi is None else hi
                 count = rng.randint(lo, max(lo, min(top, lo + MAX_REPEAT_EXTRA)))
             for _ in range(count):
-                self._gen(sub, rng, depth + 1, out)
+                self._gen(sub, rng, depth + 1, out, size)
 
 
 class _Parser:
@@ -261,6 +291,20 @@ def compile_grammar(text: str) -> Grammar:
         _check_refs(node, rules)
     root = "root" if "root" in rules else "start" if "start" in rules else next(iter(rules))
     return Grammar(rules, root)
+
+
+def _refs(node):
+    """The rule names ``node`` refers to."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        kind = n[0]
+        if kind == "ref":
+            yield n[1]
+        elif kind in ("seq", "alt"):
+            stack.extend(n[1])
+        elif kind == "rep":
+            stack.append(n[1])
 
 
 def _check_refs(node, rules) -> None:

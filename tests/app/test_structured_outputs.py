@@ -65,6 +65,17 @@ def test_grammar_lark_recursive_is_bounded():
         assert re.fullmatch(r"[0-9+()]+", s) and s.count("(") == s.count(")") and len(s) < 4096
 
 
+@pytest.mark.parametrize("grammar", ['root ::= (""){99999999}', 'root ::= "a"{1000000}',
+                                     "root ::= b1\n" + "".join(f"b{i} ::= b{i + 1}\n" for i in range(1, 6000)) + 'b6000 ::= "x"'])
+def test_a_grammar_that_takes_unbounded_work_is_a_400(api, grammar):
+    """A repeat of nothing, a repeat past the 4,096-character bound and a 6,000-rule chain held
+    the hub for ever, 0.4 s and 23 s (every stream stalled meanwhile): each is refused within
+    ``grammar.MAX_WORK`` steps (tests/unit/test_grammar_work.py)."""
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                                          "structured_outputs": {"grammar": grammar}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "structured_outputs.grammar", r.text[:300]
+
+
 @pytest.mark.parametrize("text", ["", "root ::= missing", "root ::= (", "root ::= root"])
 def test_bad_grammar_is_rejected(text):
     with pytest.raises(GrammarError):
