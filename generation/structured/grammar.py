@@ -43,9 +43,18 @@ class GrammarError(ValueError):
 
 def _unescape(body: str) -> str:
     try:
-        return body.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        text = body.encode("latin-1", "backslashreplace").decode("unicode_escape")
     except (UnicodeDecodeError, UnicodeEncodeError):
         return body
+    if any("\ud800" <= c <= "\udfff" for c in text):
+        # "\ud83d\ude00" is one character written as its UTF-16 pair; a surrogate alone is no
+        # text (the answer's UTF-8 encoding failed on it: a 500)
+        try:
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+        except UnicodeDecodeError:
+            raise GrammarError("a literal holds a UTF-16 surrogate (U+D800 to U+DFFF) without its pair, "
+                               "which no text holds") from None
+    return text
 
 
 def _tokens(text: str) -> list:

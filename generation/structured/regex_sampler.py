@@ -170,7 +170,7 @@ class _Gen:
     def one(self, op, av) -> None:
         rng = self.rng
         if op is _c.LITERAL:
-            self.emit(chr(av))
+            self.emit(_char(av))
         elif op is _c.NOT_LITERAL:
             self.emit(rng.choice([c for c in _PRINTABLE if ord(c) != av]))
         elif op is _c.ANY:
@@ -211,14 +211,47 @@ class _Gen:
             if not pool:
                 raise Unsupported("empty character class")
             return rng.choice(pool)
+        items = [(op, av) for op, av in items if not _only_surrogates(op, av)]
+        if not items:
+            raise Unsupported(SURROGATES)
         op, av = rng.choice(items)
         if op is _c.LITERAL:
             return chr(av)
         if op is _c.RANGE:
-            return chr(rng.randint(av[0], av[1]))
+            return _draw_range(rng, av[0], av[1])
         if op is _c.CATEGORY:
             return rng.choice(_CATEGORIES.get(av, string.ascii_letters))
         raise Unsupported(f"character class item {op} is not supported")
+
+
+# UTF-16 surrogates (U+D800-U+DFFF): no text holds one alone (a JSON string, the tokenizer's
+# UTF-8, the answer's bytes), so none is drawn: ``[\u0000-\U0010ffff]`` drew them and the answer's
+# encoding failed, a 500; a pattern that can only give one is refused
+_SURROGATE_LO, _SURROGATE_HI = 0xD800, 0xDFFF
+SURROGATES = "it can only give a UTF-16 surrogate (U+D800 to U+DFFF), which no text holds"
+
+
+def _char(code: int) -> str:
+    if _SURROGATE_LO <= code <= _SURROGATE_HI:
+        raise Unsupported(SURROGATES)
+    return chr(code)
+
+
+def _only_surrogates(op, av) -> bool:
+    """Whether the class item ``(op, av)`` holds surrogates only."""
+    if op is _c.LITERAL:
+        return _SURROGATE_LO <= av <= _SURROGATE_HI
+    return op is _c.RANGE and _SURROGATE_LO <= av[0] and av[1] <= _SURROGATE_HI
+
+
+def _draw_range(rng, lo: int, hi: int) -> str:
+    """A character of ``lo..hi`` that is no surrogate (the range holds one: see
+    :func:`_only_surrogates`)."""
+    gap_lo, gap_hi = max(lo, _SURROGATE_LO), min(hi, _SURROGATE_HI)
+    if gap_lo > gap_hi:
+        return chr(rng.randint(lo, hi))
+    k = lo + rng.randrange((hi - lo + 1) - (gap_hi - gap_lo + 1))
+    return chr(k + (gap_hi - gap_lo + 1) if k >= gap_lo else k)
 
 
 def _in_class(ch: str, items) -> bool:

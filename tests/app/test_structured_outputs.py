@@ -76,6 +76,22 @@ def test_a_grammar_that_takes_unbounded_work_is_a_400(api, grammar):
     assert r.status_code == 400 and r.json()["error"]["param"] == "structured_outputs.grammar", r.text[:300]
 
 
+@pytest.mark.parametrize("so", [{"regex": "[\\u0000-\\U0010ffff]{3000}"}, {"grammar": "root ::= [\\u0000-\\U0010ffff]{3000}"},
+                                {"grammar": 'root ::= "\\ud800"'}])
+def test_an_answer_holds_no_surrogate(api, so):
+    """A class over every code point drew UTF-16 surrogates, and a grammar literal could hold
+    one: the answer's encoding failed, a 500 (tests/unit/test_no_surrogates_drawn.py); drawn
+    without them, or vLLM's 400 naming the field for what can only give one."""
+    r = api.post("/v1/completions", json={"model": "test-model", "prompt": "hi", "max_tokens": 500,
+                                          "structured_outputs": so})
+    if "ud800" in json.dumps(so):
+        assert r.status_code == 400 and r.json()["error"]["param"] == "structured_outputs.grammar", r.text[:300]
+    else:
+        assert r.status_code == 200, r.text[:300]
+        text = r.json()["choices"][0]["text"]
+        assert text and not any("\ud800" <= c <= "\udfff" for c in text)
+
+
 @pytest.mark.parametrize("text", ["", "root ::= missing", "root ::= (", "root ::= root"])
 def test_bad_grammar_is_rejected(text):
     with pytest.raises(GrammarError):
