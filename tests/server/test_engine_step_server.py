@@ -14,15 +14,21 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 FLAGS = ("--latency-calculator", "step", "--force-dummy-tokenizer", "--max-model-len", "4096")
 
 
-def stream_times(base: str, prompt_tokens: int, max_tokens: int, out: list) -> None:
+def stream_times(base: str, prompt_tokens: int, max_tokens: int, out: list, start=None) -> None:
+    """One stream's token arrival times; ``start`` (a Barrier): its connection is made first, so
+    that the streams of a loaded machine's threads begin together (their steps are shared)."""
     body = {"prompt": list(range(500, 500 + prompt_tokens)), "max_tokens": max_tokens, "ignore_eos": True,
             "stream": True}
-    t0 = time.monotonic()
-    times = []
-    with httpx.stream("POST", base + "/v1/completions", json=body, timeout=30) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {") and '"text":""' not in line:
-                times.append(time.monotonic())
+    with httpx.Client(base_url=base, timeout=30) as client:
+        client.get("/health")
+        if start is not None:
+            start.wait()
+        t0 = time.monotonic()
+        times = []
+        with client.stream("POST", "/v1/completions", json=body) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {") and '"text":""' not in line:
+                    times.append(time.monotonic())
     out.append((t0, times))
 
 
@@ -32,7 +38,8 @@ def test_streams_follow_the_steps_and_are_never_early(sim_server):
     from generation.engine.step_config import resolve_step_settings
     st = resolve_step_settings(load_config([LLAMA, *FLAGS])).step_time
     results: list = []
-    threads = [threading.Thread(target=stream_times, args=(base, 64, 40, results)) for _ in range(2)]
+    start = threading.Barrier(2)
+    threads = [threading.Thread(target=stream_times, args=(base, 64, 40, results, start)) for _ in range(2)]
     before = scrape(base)
     for t in threads:
         t.start()
