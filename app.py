@@ -57,6 +57,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     app.extensions["simulator"] = sim
     install_template_bounds(config)      # gunicorn wsgi:app: after gevent's patching (python app.py: done)
     allow_deep_client_values()
+    quiet_client_regex_warnings()
     kind = config.pooling_kind
     # vLLM registers routers by the model's supported tasks: a pooling model (--runner pooling)
     # has no generation routes (404), a generation model no pooling ones (/v1/embeddings aside)
@@ -327,6 +328,19 @@ def allow_deep_client_values() -> None:
     json encoder) take well under 1 MB of the 8 MB stacks of the hub and the native threads."""
     if sys.getrecursionlimit() < DEEP_VALUES_RECURSION_LIMIT:
         sys.setrecursionlimit(DEEP_VALUES_RECURSION_LIMIT)
+
+
+# Python's regex parser's hints on a pattern (``re._parser``: ``Possible nested set at position 1``
+# for ``[[:alpha:]]``, set difference / intersection / symmetric difference): a FutureWarning each,
+# printed to the log once per distinct text, so a client's patterns (structured outputs, a JSON
+# schema's ``pattern``) chose what the log said
+CLIENT_REGEX_HINTS = r"Possible (nested set|set \w+( \w+)?) at position \d+"
+
+
+def quiet_client_regex_warnings() -> None:
+    """Ignore :data:`CLIENT_REGEX_HINTS` (a filter set once at start-up, for every thread)."""
+    import warnings
+    warnings.filterwarnings("ignore", message=CLIENT_REGEX_HINTS, category=FutureWarning)
 
 
 def install_template_bounds(config: SimConfig) -> None:

@@ -207,3 +207,21 @@ def test_log_level_trace_is_below_debug():
     assert log_level(load_config(["--log-level", "trace"], env={})) == TRACE < logging.DEBUG
     assert log_level(load_config(["--log-level", "debug"], env={})) == logging.DEBUG
     assert logging.getLevelName(TRACE) == "TRACE"
+
+
+def test_a_clients_regex_hints_do_not_reach_the_log():
+    """re's FutureWarnings on a pattern (``[[:alpha:]]``: Possible nested set, a set difference)
+    were printed once per distinct text: a client chose what the log said (app.py)."""
+    import re
+    import warnings
+    from app import quiet_client_regex_warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        quiet_client_regex_warnings()
+        for pattern in ("x[[:alpha:]]", "y[a&&b]", "z[a~~b]", "[a||b]"):
+            re.compile(pattern)
+    assert [str(w.message) for w in caught] == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        re.compile("w[[:digit:]]")
+    assert [str(w.message) for w in caught] == ["Possible nested set at position 2"]
