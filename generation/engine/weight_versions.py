@@ -23,7 +23,9 @@ DEFAULT_VERSION = "default"      # EngineCore.__init__: self._weight_version
 def set_weight_version(sim, version: str, in_flight) -> None:
     """vLLM's ``EngineCore.set_weight_version``: ``sim.weight_version`` becomes ``version``;
     each of ``in_flight`` (Sequences) that made some of its tokens under the old label and has
-    more to make starts a span of the new one there."""
+    more to make starts a span of the new one there.  As ``track_weight_version`` sees only
+    the label of the step that makes the next token, a span no token was made under is
+    replaced, and one of the label running (a label set back) is none."""
     old = sim.weight_version
     if version != old:
         now, itl = monotonic(), sim.config.inter_token_latency
@@ -31,10 +33,15 @@ def set_weight_version(sim, version: str, in_flight) -> None:
             made = s.made_tokens(itl, now)
             if made <= 0:
                 continue
-            if s.weight_starts is None:
-                s.weight_starts = [(old, 0)]
-            if made < len(s.ids):
-                s.weight_starts.append((version, made))
+            starts = s.weight_starts
+            if starts is None:
+                starts = s.weight_starts = [(old, 0)]
+            if made >= len(s.ids):
+                continue
+            if len(starts) > 1 and starts[-1][1] >= made:
+                starts.pop()             # a label no token was made under: the next token's counts
+            if starts[-1][0] != version:
+                starts.append((version, made))
     sim.weight_version = version
 
 

@@ -123,3 +123,24 @@ def test_a_version_set_while_a_request_runs_starts_a_span(app_client):
     spans = job.get(timeout=10).json()["choices"][0]["weight_versions"]
     assert [s["version"] for s in spans] == ["a", "b"] and spans[0]["start"] == 0 and spans[-1]["end"] == 6
     assert spans[0]["end"] == spans[1]["start"] and 2 <= spans[1]["start"] <= 4
+
+
+def test_labels_set_between_two_tokens_leave_no_empty_span(app_client):
+    """vLLM's track_weight_version starts a span only when a step that made tokens carries a
+    label other than the last span's: labels set one after another between two tokens are
+    one change (the last), and a label set back to the running one is none."""
+    c = app_client("--inter-token-latency", "300ms", env=DEV)
+    body = {"model": "test-model", "messages": MSG, "max_tokens": 4, "ignore_eos": True,
+            "return_weight_versions": True}
+    job = gevent.spawn(lambda: c.post(CHAT, json=body))
+    gevent.sleep(0.45)                                          # tokens 1-2 made (0, 300 ms)
+    for v in ("x", "y", "default"):
+        c.post("/update_weight_version", json={"new_version": v})
+    assert job.get(timeout=10).json()["choices"][0]["weight_versions"] == [
+        {"version": "default", "start": 0, "end": 4}]
+    job = gevent.spawn(lambda: c.post(CHAT, json=body))
+    gevent.sleep(0.45)
+    for v in ("x", "y"):
+        c.post("/update_weight_version", json={"new_version": v})
+    spans = job.get(timeout=10).json()["choices"][0]["weight_versions"]
+    assert [s["version"] for s in spans] == ["default", "y"] and spans[0]["end"] == spans[1]["start"]
