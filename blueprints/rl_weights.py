@@ -37,6 +37,7 @@ import orjson
 from flask import Blueprint, current_app, request
 
 from generation.adapters.validation import Mismatch, body_unparsable, read_dict, read_fields, read_str
+from generation.adapters.wide_ints import hold
 from generation.engine.weight_versions import set_weight_version
 from generation.errors import rpc_failure
 
@@ -91,6 +92,8 @@ def _body(fields) -> dict:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise body_unparsable(raw, e) from None
+        if isinstance(body, dict):
+            hold((body, raw))            # an integer past 64 bits echoed digit for digit, as json.loads reads it
     return read_fields(body if isinstance(body, dict) else {}, fields, missing_input=None)
 
 

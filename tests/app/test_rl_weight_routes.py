@@ -144,3 +144,13 @@ def test_labels_set_between_two_tokens_leave_no_empty_span(app_client):
         c.post("/update_weight_version", json={"new_version": v})
     spans = job.get(timeout=10).json()["choices"][0]["weight_versions"]
     assert [s["version"] for s in spans] == ["default", "y"] and spans[0]["end"] == spans[1]["start"]
+
+
+def test_an_integer_past_64_bits_is_echoed_digit_for_digit(app_client):
+    """FastAPI reads the embedded fields with json.loads: a wide integer is that integer in the
+    400's input, as on every other route (generation.adapters.wide_ints)."""
+    c = app_client(env=DEV)
+    wide = "123456789012345678901234567890"
+    for route, field in (("/update_weight_version", "new_version"), ("/finish_weight_update", "weight_version")):
+        r = c.post(route, content=f'{{"{field}": {wide}}}'.encode(), headers=JSON)
+        assert r.status_code == 400 and f"'input': '{wide}'" in r.json()["error"]["message"], r.text
