@@ -278,6 +278,9 @@ def not_found(response_id: str) -> APIError:
     return APIError(f"Response with id '{response_id}' not found.", 404, "response_id", "invalid_request_error")
 
 
+FOLLOW_BYTES = 1 << 16        # a follower's piece: the events joined at most this much past one
+
+
 class EventLog:
     """A background stream's SSE events in order (``events[k]``: the one with ``sequence_number``
     k), for its client and its replays: :meth:`add` splits the body's bytes into whole events,
@@ -314,13 +317,21 @@ class EventLog:
         old.set()
 
     def follow(self, start: int):
-        """The events from ``start`` on: those there now in one piece, then each batch as it comes."""
+        """The events from ``start`` on, as they come, joined up to :data:`FOLLOW_BYTES` a piece:
+        a follower holds no copy of the whole log (a replay of a long stream that its client does
+        not read held one, a few MB per connection, and a hundred of them took the hub seconds)."""
         i = start
+        events = self.events
         while True:
             changed = self.changed
-            if i < len(self.events):
-                out = b"".join(self.events[i:])
-                i = len(self.events)
+            n = len(events)
+            if i < n:
+                j, size = i, 0
+                while j < n and size < FOLLOW_BYTES:
+                    size += len(events[j])
+                    j += 1
+                out = events[i] if j == i + 1 else b"".join(events[i:j])
+                i = j
                 yield out
                 continue
             if self.done:
