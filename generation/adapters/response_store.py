@@ -176,8 +176,10 @@ class ResponseStore:
         self.streams[rid] = log_
 
         def add(data: bytes) -> None:
-            self.stream_bytes += log_.add(data)
-            self._bound_streams()
+            added = log_.add(data)
+            if self.streams.get(rid) is log_:     # not once dropped (its object evicted): no more counted
+                self.stream_bytes += added
+                self._bound_streams()
 
         def produce():
             # no hub drives this body: its deadlines and token schedules are waited for here

@@ -12,3 +12,30 @@ def test_a_follower_takes_the_log_in_bounded_pieces():
     assert b"".join(pieces) == event * 5000
     assert len(pieces) > 1 and max(map(len, pieces)) <= FOLLOW_BYTES + len(event)
     assert b"".join(log.follow(4998)) == event * 2 and list(log.follow(10 ** 9)) == []
+
+
+def test_a_running_stream_dropped_with_its_object_is_no_longer_counted():
+    """A running background stream's log dropped with its evicted object (the store's count
+    bound) was still counted as its producer went on: stream_bytes only grew, and every later
+    finished log was dropped at once."""
+    import gevent
+    import gevent.event
+
+    from generation.adapters.response_store import ResponseStore
+
+    store = ResponseStore(limit=1)
+    go = gevent.event.Event()
+
+    def body():
+        yield b"data: 1\n\n"
+        go.wait()
+        yield b"data: 2\n\n"
+
+    follower = store.stream_in_background(None, [None], {"id": "a", "status": "queued"}, body(), None)
+    gevent.sleep(0.01)
+    assert store.stream_bytes == 9
+    store.put({"id": "b", "status": "completed"})         # evicts a, its log with it
+    assert store.stream_bytes == 0 and "a" not in store.streams
+    go.set()
+    assert b"".join(follower) == b"data: 1\n\ndata: 2\n\n"   # its own client still reads it to its end
+    assert store.stream_bytes == 0
