@@ -427,9 +427,11 @@ class PieceChunks(dict):
             self[piece] = rest
         return rest
 
-    def renderer(self, head: bytes, pieces, last_chunk):
+    def renderer(self, head: bytes, pieces, last_chunk, pure: bool = True):
         """``k -> head + rest of pieces[k]``: one plain token's chunk (a schedule's ``render``);
-        the last token's is ``last_chunk(k)`` (it carries the finish reason, as vLLM's)."""
+        the last token's is ``last_chunk(k)`` (it carries the finish reason, as vLLM's).
+        ``pure``: whether ``last_chunk``'s bytes depend on ``k`` alone (False: they may change
+        while the stream runs, as its weight-version spans do, and are rendered when due)."""
         get, render = self.get, self.render
         last = len(pieces) - 1
 
@@ -440,7 +442,7 @@ class PieceChunks(dict):
             return head + (get(p) or render(p))
         # its bytes depend on k alone, whenever asked: the hub emitter may render the last one
         # ahead, in an idle turn (server.sse_emitter.HubEmitter._render_last)
-        chunk.pure = True
+        chunk.pure = pure
         return chunk
 
     def block(self, head: bytes, pieces, due: range, last_chunk) -> bytes:

@@ -550,7 +550,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
                 sent[seq.index] = k.stop
                 continue
             if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
-                streamed.hand(k, _PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq))
+                streamed.hand(k, _PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq), not weights)
                               if plain and not seq.tool_calls else partial(token_chunk, seq), partial(first_chunk, seq),
                               partial(span_chunk, seq))
             yield from due_items(out, k)         # the stream waits here: what is due, then the deadline

@@ -381,7 +381,8 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
                 sent[seq.index] = k.stop
                 continue
             if cls is TokenSchedule:             # the server emits tokens 1.. itself (or 0.., first_in_schedule)
-                streamed.hand(k, _PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq)) if plain
+                streamed.hand(k, _PLAIN_REST.renderer(heads[seq.index], seq.pieces, partial(token_chunk, seq),
+                                                     not weights) if plain
                               else partial(token_chunk, seq), partial(token_chunk, seq, 0), partial(span_chunk, seq))
             yield from due_items(out, k)         # the stream waits here: what is due, then the deadline
     except ClientDisconnected:               # the server aborted it: its choices still finish (end_aborted)
