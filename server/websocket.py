@@ -299,6 +299,8 @@ class WebSocketRoutes:
             ws = WebSocket(sock, environ)
         except RemoteProtocolError as e:       # not a handshake wsproto accepts (a key, the version)
             return self._refuse(e, start_response)
+        except UnicodeError:                   # wsproto reads the extension / subprotocol offers as ASCII
+            return self._refuse(RemoteProtocolError("A handshake header is not ASCII"), start_response)
         from .unfinished import done
         done()                                 # the request is in: in flight, never evicted
         try:

@@ -358,6 +358,19 @@ def test_http_get_handshake_errors_api_key_and_ping(base):
     c.close()
 
 
+def test_a_handshake_header_not_ascii_is_a_400(base):
+    """wsproto decodes the extension and subprotocol offers as ASCII: a byte past 0x7f there was
+    its UnicodeDecodeError, gunicorn's 500 and a traceback in the log."""
+    for name in (b"Sec-WebSocket-Extensions", b"Sec-WebSocket-Protocol"):
+        host, port = base.rsplit("/", 1)[-1].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"GET /v1/realtime HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                      b"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" + name + b": a\xff\r\n\r\n")
+            head = s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 400 ") and b"WebSocket" in head, head
+
+
 def test_shutdown_closes_sessions_with_1012(slow, _pool):
     base = slow                                       # its last test
     c = session(base)
