@@ -22,7 +22,8 @@ The server sends ``session.created`` ``{"id": "sess-...", "created"}``; then, pe
 * anything else: ``invalid_json`` (``Invalid JSON``), ``unknown_event`` (``Unknown event type:
   X``), or ``processing_error`` with the exception's text, which vLLM sanitizes (a message that
   is not an object, a field pydantic refuses: its ValidationError text, an engine error such as a
-  full queue).
+  full queue; the simulator's: an event of over :data:`MAX_EVENT_VALUES` JSON values, refused
+  unparsed).
 
 Each ``error`` event is ``{"type": "error", "error", "code"}``.  A binary message ends the
 session (vLLM's ``receive_text`` fails on it and its handler returns).
@@ -76,6 +77,10 @@ MAX_BUFFERED_S = au.MAX_DECODE_DURATION_S                # the simulator's bound
 SEGMENT_S = 5.0
 SEGMENT_SAMPLES = int(SEGMENT_S * SAMPLE_RATE)
 SEGMENT_MAX_TOKENS = 64
+# the simulator's bound on one event's JSON values (commas counted, before it is parsed): a 16 MiB
+# message of 8 M list items held the hub ~1-2 s in json.loads and its error's repr (one C call
+# each); an event of vLLM's protocol has a handful (its audio is one string, no comma in base64)
+MAX_EVENT_VALUES = 65536
 PYDANTIC_DOCS = "https://errors.pydantic.dev/2.13/v/"    # the URL pydantic's ValidationError text ends with
 
 
@@ -228,7 +233,9 @@ class RealtimeSession:
                     log.warning("realtime %s: a binary message ends the session", self.connection_id)
                     return
                 try:
-                    event = json.loads(message)      # (16 MiB at most: ~16 ms of the hub, one C call)
+                    if len(message) > MAX_EVENT_VALUES and message.count(",") >= MAX_EVENT_VALUES:
+                        raise EventError(f"An event of over {MAX_EVENT_VALUES} JSON values: the simulator's bound")
+                    event = json.loads(message)      # (16 MiB of one string: ~16 ms of the hub, one C call)
                     self.handle(event)
                 except json.JSONDecodeError:
                     self.error("Invalid JSON", "invalid_json")

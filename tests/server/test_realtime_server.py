@@ -358,6 +358,39 @@ def test_http_get_handshake_errors_api_key_and_ping(base):
     c.close()
 
 
+def test_an_event_of_millions_of_json_values_does_not_hold_the_hub(base):
+    """A 16 MiB message of 8 M list items: its json.loads and the error's repr held the hub
+    ~1-2 s (one C call each); past 65,536 values an event is refused before it is parsed, and a
+    concurrent /health answers meanwhile."""
+    c = session(base)
+    many = '{"type": "input_audio_buffer.append", "audio": [' + ",".join(["1"] * 8_000_000) + "]}"
+    slowest = []
+
+    def probe():
+        while not slowest or slowest[0] is not None:
+            t = time.monotonic()
+            httpx.get(base + "/health", timeout=10)
+            slowest.append(time.monotonic() - t)
+            time.sleep(0.01)
+    import threading
+    slowest.append(0.0)
+    th = threading.Thread(target=probe)
+    th.start()
+    try:
+        for _ in range(2):
+            c.send(many)
+        for _ in range(2):
+            ev = c.recv()
+            assert ev["type"] == "error" and ev["code"] == "processing_error" and "65536" in ev["error"], ev
+    finally:
+        slowest[0] = None
+        th.join()
+    assert max(slowest[1:]) < 0.25, max(slowest[1:])
+    deltas, done = c.transcribe()                       # the session goes on
+    assert done["type"] == "transcription.done"
+    c.close()
+
+
 def test_a_handshake_header_not_ascii_is_a_400(base):
     """wsproto decodes the extension and subprotocol offers as ASCII: a byte past 0x7f there was
     its UnicodeDecodeError, gunicorn's 500 and a traceback in the log."""
