@@ -206,7 +206,7 @@ class ResponseStore:
                 self.tasks.pop(rid, None)
 
         self.tasks[rid] = (gevent.spawn(produce), seqs)
-        return log_.follow(0)
+        return log_.follow(0, error_frame)
 
     def replay(self, response_id: str, starting_after: int | None):
         """``GET /v1/responses/{id}?stream=true`` (vLLM's ``responses_background_stream_generator``):
@@ -318,10 +318,13 @@ class EventLog:
         old, self.changed = self.changed, gevent.event.Event()
         old.set()
 
-    def follow(self, start: int):
+    def follow(self, start: int, error_frame=None):
         """The events from ``start`` on, as they come, joined up to :data:`FOLLOW_BYTES` a piece:
         a follower holds no copy of the whole log (a replay of a long stream that its client does
-        not read held one, a few MB per connection, and a hundred of them took the hub seconds)."""
+        not read held one, a few MB per connection, and a hundred of them took the hub seconds).
+        An APIError thrown into its wait (the shutdown grace over: server.lifecycle's
+        ServerShuttingDown) ends it, with ``error_frame(err)`` when given, as other streams end
+        then (it escaped to gunicorn: a traceback, and a body cut mid-chunk)."""
         i = start
         events = self.events
         while True:
@@ -338,4 +341,9 @@ class EventLog:
                 continue
             if self.done:
                 return
-            changed.wait()
+            try:
+                changed.wait()
+            except APIError as e:
+                if error_frame is not None:
+                    yield error_frame(e)
+                return

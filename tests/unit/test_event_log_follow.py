@@ -39,3 +39,22 @@ def test_a_running_stream_dropped_with_its_object_is_no_longer_counted():
     go.set()
     assert b"".join(follower) == b"data: 1\n\ndata: 2\n\n"   # its own client still reads it to its end
     assert store.stream_bytes == 0
+
+
+def test_a_follower_ends_when_the_shutdown_grace_is_over():
+    """The worker throws ServerShuttingDown into the requests still running when the grace is
+    over: a follower waiting for the next event ended with it raised (gunicorn's 'Error handling
+    request' traceback, a body cut mid-chunk); it ends cleanly, with the error frame if given."""
+    import gevent
+
+    from server.lifecycle import ServerShuttingDown
+
+    log = EventLog()
+    log.add(b"data: 1\n\n")
+    for frame, tail in ((None, []), (lambda e: b"error: " + e.message.encode(), [b"error: The server"])):
+        got = []
+        g = gevent.spawn(lambda: got.extend(log.follow(0, frame)))
+        gevent.sleep(0.01)
+        g.kill(ServerShuttingDown)
+        assert g.successful(), g.exception
+        assert got[0] == b"data: 1\n\n" and [x[:17] for x in got[1:]] == tail
