@@ -59,19 +59,8 @@ def parse_json_body(environ: dict | None = None, limit: int | None = None, raw: 
     if not isinstance(body, dict):
         raise body_not_an_object(body, members)
     hold((body, raw))                             # its integers past 64 bits, should a field meet one
-    exact_extra_args(body, raw, _exact_loads)     # integers past 64 bits there as vLLM reads them
+    exact_extra_args(body)                        # integers past 64 bits there as vLLM reads them
     return body
-
-
-def _exact_loads(raw: bytes):
-    """``json.loads(raw)`` for :func:`exact_extra_args`: a body over ``OFF_HUB_BYTES`` in the
-    validation lane, as its schema load (about twice orjson's time: 70 ms for 4 MiB of token ids,
-    which the hub would have held)."""
-    from generation.lanes import on_hub_thread
-    from schemas.loading import OFF_HUB_BYTES, validation_lane
-    if len(raw) <= OFF_HUB_BYTES or not on_hub_thread():
-        return json.loads(raw)
-    return validation_lane().apply(json.loads, (raw,))
 
 
 def json_body_bytes(environ: dict | None = None, limit: int | None = None) -> bytes:

@@ -3,10 +3,9 @@
 MessagePack range for their integers (``_verify_extra_args``)."""
 from __future__ import annotations
 
-import json
-
 from ..errors import Rejected
 from .validation import pydantic_error
+from .wide_ints import make_exact
 
 INT64_MIN = -(2 ** 63)
 
@@ -19,25 +18,17 @@ _XARG_TYPES = (("string_type", "str", "Input should be a valid string"),
 EXTRA_ARGS_FIELDS = ("vllm_xargs", "kv_transfer_params", "ec_transfer_params")
 
 
-def exact_extra_args(body: dict, raw: bytes, loads=json.loads) -> None:
-    """Give ``body``'s :data:`EXTRA_ARGS_FIELDS` the integers ``json.loads`` reads from ``raw``
-    where orjson read a float: orjson parses an integer literal past 64 bits (up to a double's
-    range) as a float, so ``{"vllm_xargs": {"a": 123456789012345678901234567890}}``, which vLLM's
-    ``_verify_extra_args`` refuses (an int it cannot send over MessagePack), was served.  Only a
-    body whose fields hold an integral float of magnitude 2**63 or more is parsed again (a literal
-    such as ``1e30`` stays a float there, as in vLLM).  ``loads``: ``json.loads``, or a caller's
-    way of running it off the hub."""
+def exact_extra_args(body: dict) -> None:
+    """Give ``body``'s :data:`EXTRA_ARGS_FIELDS` the integers ``json.loads`` reads where orjson read
+    a float: orjson parses an integer literal past 64 bits (up to a double's range) as a float, so
+    ``{"vllm_xargs": {"a": 123456789012345678901234567890}}``, which vLLM's ``_verify_extra_args``
+    refuses (an int it cannot send over MessagePack), was served.  Only a body whose fields hold an
+    integral float of magnitude 2**63 or more is parsed again, once, by the body's exact re-read
+    (:func:`~.wide_ints.make_exact`, off the hub when large; a literal such as ``1e30`` stays a
+    float there, as in vLLM)."""
     fields = [k for k in EXTRA_ARGS_FIELDS if isinstance(body.get(k), (dict, list))]
-    if not fields or not any(_wide_float_in(body[k]) for k in fields):
-        return
-    try:
-        exact = loads(raw)
-    except (ValueError, RecursionError):
-        return
-    if isinstance(exact, dict):
-        for k in fields:
-            if k in exact:
-                body[k] = exact[k]
+    if fields and any(_wide_float_in(body[k]) for k in fields):
+        make_exact()
 
 
 def _wide_float_in(value) -> bool:

@@ -53,6 +53,16 @@ def exact_integer(value: float, parent=None, key=None):
     return None if got is AMBIGUOUS else got
 
 
+def make_exact() -> None:
+    """Re-read the held body exactly now (every integral float of magnitude 2**63 or more that a
+    literal past 64 bits gave replaced in place by that integer), as :func:`exact_integer` does at
+    its first call: for fields read as values, not through an int check (``vllm_xargs``, whose
+    engine refuses integers past MessagePack's range: :func:`~.extra_args.exact_extra_args`)."""
+    state = _HELD.get()
+    if state.__class__ is tuple:
+        _HELD.set(_exact(*state))
+
+
 # (bytes, lane): a body larger than that is re-read in the lane (``lane() -> FairLane``), set by
 # schemas.loading, whose validation lane it is (a layer above this one)
 OFF_HUB: list = [1 << 62, None]

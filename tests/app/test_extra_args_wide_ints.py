@@ -70,3 +70,19 @@ def test_transcription_vllm_xargs_is_typed_as_vllms(c, xargs, status, needle):
     assert r.status_code == status, r.text
     if needle:
         assert needle in r.json()["error"]["message"]
+
+
+def test_a_body_is_read_exactly_once_for_its_extra_args_and_its_fields(c, monkeypatch):
+    """The extra args' wide integers and a field's (``seed``) come from one exact re-read of the
+    body (generation.adapters.wide_ints.make_exact): each had parsed it again."""
+    import json
+    loads, calls = json.loads, []
+
+    def counted(raw, *a, **kw):
+        calls.append(raw)
+        return loads(raw, *a, **kw)
+    monkeypatch.setattr(json, "loads", counted)
+    body = ROUTES["/v1/chat/completions"] % f',"vllm_xargs":{{"a":{WIDE}}},"seed":-{WIDE}'
+    r = c.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and WIDE in r.json()["error"]["message"]       # the seed's, digit for digit
+    assert calls.count(body.encode()) == 1
