@@ -32,28 +32,25 @@ class RunningIds:
     finishes), so a client that stops reading holds nothing here."""
 
     def __init__(self):
-        self._ids: dict[str, list] = {}
+        self._ids: dict[str, dict] = {}       # id -> {id(seqs): seqs}: O(1) each way, many under one id too
 
     def add(self, rid: str, seqs) -> None:
-        self._ids.setdefault(rid, []).append(seqs)
+        self._ids.setdefault(rid, {})[id(seqs)] = seqs
 
     def discard(self, rid: str, seqs) -> None:
         """``seqs``' generation is over (idempotent)."""
         gens = self._ids.get(rid)
         if gens is None:
             return
-        for i, g in enumerate(gens):
-            if g is seqs:
-                del gens[i]
-                break
+        gens.pop(id(seqs), None)
         if not gens:
             del self._ids[rid]
 
     def get(self, rid: str) -> list:
-        return list(self._ids.get(rid, ()))
+        return list(self._ids.get(rid, {}).values())
 
     def all(self) -> list:
-        return [seqs for gens in self._ids.values() for seqs in gens]
+        return [seqs for gens in self._ids.values() for seqs in gens.values()]
 
     def __contains__(self, rid: str) -> bool:
         return rid in self._ids

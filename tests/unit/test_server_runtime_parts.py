@@ -225,3 +225,21 @@ def test_a_clients_regex_hints_do_not_reach_the_log():
         warnings.simplefilter("default")
         re.compile("w[[:digit:]]")
     assert [str(w.message) for w in caught] == ["Possible nested set at position 2"]
+
+
+def test_running_grpc_ids_take_constant_time_per_generation():
+    """server.grpc_support.RunningIds: thousands of generations under one request id (vLLM 0.34
+    refuses none) are added and discarded in any order, each in constant time."""
+    from server.grpc_support import RunningIds
+    ids = RunningIds()
+    gens = [[object()] for _ in range(5000)]
+    for g in gens:
+        ids.add("same", g)
+    assert len(ids.get("same")) == 5000 and "same" in ids
+    for g in reversed(gens[::2]):
+        ids.discard("same", g)
+    ids.discard("same", gens[0])            # idempotent
+    assert ids.get("same") == gens[1::2] and len(ids.all()) == 2500
+    for g in gens[1::2]:
+        ids.discard("same", g)
+    assert "same" not in ids and ids.all() == []
