@@ -83,6 +83,16 @@ def _tokens(value: str) -> list:
     return [t.strip().lower() for t in value.split(",")]
 
 
+def valid_key(key: str) -> bool:
+    """RFC 6455 4.2.1: ``Sec-WebSocket-Key`` is 16 bytes in base64 (websockets' ``check_request``)."""
+    import base64
+    import binascii
+    try:
+        return len(base64.b64decode(key.encode("ascii"), validate=True)) == 16
+    except (binascii.Error, UnicodeError):
+        return False
+
+
 def is_upgrade(environ: dict) -> bool:
     """Whether the request asks for a WebSocket (``Connection: upgrade`` and ``Upgrade:
     websocket``, as uvicorn decides to hand it to its WebSocket protocol)."""
@@ -296,6 +306,11 @@ class WebSocketRoutes:
             if environ.get("CONTENT_LENGTH") not in (None, "", "0") or "HTTP_TRANSFER_ENCODING" in environ:
                 # its bytes would be read as the connection's first frames
                 raise RemoteProtocolError("A handshake request has no body")
+            key = environ.get("HTTP_SEC_WEBSOCKET_KEY")
+            if key is not None and not valid_key(key):
+                # wsproto takes any key; uvicorn's websockets refuses one that is not 16 bytes of
+                # base64 (two headers arrive here joined by a comma, which fails the same way)
+                raise RemoteProtocolError(f"invalid Sec-WebSocket-Key header: {key}")
             ws = WebSocket(sock, environ)
         except RemoteProtocolError as e:       # not a handshake wsproto accepts (a key, the version)
             return self._refuse(e, start_response)

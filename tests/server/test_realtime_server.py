@@ -344,6 +344,9 @@ def test_http_get_handshake_errors_api_key_and_ping(base):
     r = httpx.get(base + "/v1/realtime", headers={**up, "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
                                                    "Sec-WebSocket-Version": "8"})
     assert r.status_code == 426 and r.headers["sec-websocket-version"] == "13"
+    for bad in ("not base64!", "c2hvcnQ=", "dGhlIHNhbXBsZSBub25jZQ==,dGhlIHNhbXBsZSBub25jZQ=="):   # 16 bytes of base64 only
+        r = httpx.get(base + "/v1/realtime", headers={**up, "Sec-WebSocket-Key": bad})
+        assert r.status_code == 400 and f"invalid Sec-WebSocket-Key header: {bad}" in r.text, (bad, r.text)
     key = {**up, "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
     r = httpx.request("GET", base + "/v1/realtime", headers=key, content=b"x" * 10)
     assert r.status_code == 400 and "no body" in r.text                    # its bytes are no frames
