@@ -99,12 +99,7 @@ def _body(fields) -> dict:
 
 def _update_info(v):
     """``dict[str, Any] | list[dict[str, Any]]``: pydantic tries both members."""
-    if isinstance(v, dict):
-        return v
-    if isinstance(v, list):
-        for i, item in enumerate(v):
-            if not isinstance(item, dict):
-                raise Mismatch("dict_type", "Input should be a valid dictionary")
+    if isinstance(v, dict) or (isinstance(v, list) and all(isinstance(item, dict) for item in v)):
         return v
     raise Mismatch("dict_type", "Input should be a valid dictionary")
 

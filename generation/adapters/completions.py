@@ -298,8 +298,12 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
         """``prompt_token_ids`` (choice ``i``'s first chunk with ``return_token_ids``), ``token_ids``
         (``ids``; null without ``return_token_ids``), ``weight_versions`` (its spans on the
         ``last`` chunk with ``weights``)."""
-        spans = (b',"weight_versions":' + dumps(weight_spans(by_index[i], sim.weight_version)) if weights and last
-                 else _NULL_WEIGHTS)
+        if not (weights and last):
+            if not token_ids:
+                return _NO_IDS                  # a token's chunk: one constant, nothing joined
+            spans = _NULL_WEIGHTS
+        else:
+            spans = b',"weight_versions":' + dumps(weight_spans(by_index[i], sim.weight_version))
         if not token_ids:
             return _NULL_IDS + spans
         return pids.pop(i, b',"prompt_token_ids":null') + b',"token_ids":' + dumps(ids) + spans

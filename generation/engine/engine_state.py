@@ -5,6 +5,7 @@ scheduler's pause state (``/pause``, ``/sleep``) and whether it refuses new requ
 from __future__ import annotations
 
 from .freeze import freeze, thaw
+from .weight_versions import DEFAULT_VERSION
 
 UNPAUSED, PAUSED_NEW, PAUSED_ALL = "unpaused", "paused_new", "paused_all"
 
@@ -27,7 +28,7 @@ class EngineState:
     # release_kv_cache_memory), read by the ``vllm:engine_sleep_state`` gauge
     recorded_sleep = (0, 0)
     # the label of the weights (vLLM's EngineCore._weight_version; generation.engine.weight_versions)
-    weight_version = "default"
+    weight_version = DEFAULT_VERSION
 
     SLEEP_TAGS = ("weights", "kv_cache")
 
