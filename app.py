@@ -311,6 +311,12 @@ def resolve_engine(config: SimConfig) -> None:
     if config.latency_calculator == "step" and config.step is None:
         from generation.engine.step_config import resolve_step_settings
         config.step = resolve_step_settings(config)
+    if config.step is not None:
+        config.spec_decode = config.step.spec_decode
+    elif (config.speculative_config is not None or config.spec_method or config.spec_model
+          or config.spec_tokens is not None):    # checked as vLLM checks it; only its metrics without steps
+        from generation.engine.step_config import spec_decode_of
+        config.spec_decode = spec_decode_of(config)
 
 
 # Python's recursion limit while serving: a body orjson parses nests up to 1,024 levels, and the
@@ -360,7 +366,8 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
     from generation.engine.replay import scheduler_for
     from generation.engine.step_engine import StepEngine
     st = config.step
-    scheduler = scheduler_for(st, config.max_model_len, config.max_loras, config.scheduling_policy)
+    scheduler = scheduler_for(st, config.max_model_len, config.max_loras, config.scheduling_policy,
+                              seed=config.seed or 0)
     from generation.engine.perf.mfu import build_perf_counters
     metrics.steps = True
     if metrics.kv_residency is not None and scheduler.enable_prefix_caching:
@@ -371,6 +378,8 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
                         jitter=config.step_time_jitter, kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9,
                         pause_seed=config.seed or 0)
     engine.perf = build_perf_counters(config, metrics)      # --enable-mfu-metrics, else None
+    if metrics.spec_decode is not None:          # vllm:spec_decode_*: the scheduler's draft counts
+        metrics.spec_decode.source = scheduler
     if metrics.kv_offload is not None and scheduler.pool.num_cpu_blocks:
         # vllm:kv_offload_*: the CPU tier's jobs, one worker's block bytes moved at the reload's PCIe speed
         from generation.engine.perf.hardware import kv_bytes_per_token
@@ -416,11 +425,11 @@ def build_simulator(config: SimConfig, tokenizer=None):
             from data.dataset import SQLiteDataset     # recorded answers, below the engine
             responses = RecordedResponses(SQLiteDataset(config.dataset_path, config.dataset_table_name,
                                                         config.dataset_in_memory, sentences), responses)
+    resolve_engine(config)                        # (the metrics read its speculative decoding)
     metrics = MetricsRecorder(config)             # reads running/waiting/LoRA state at scrape time
     if config.fake_metrics is not None:
         metrics.use_fake(FakeMetricsCollector(config, metrics.docs()))
     loras = LoraRegistry(config.lora_modules, config.max_loras, config.max_cpu_loras)
-    resolve_engine(config)
     kv_cache = engine = None
     if (config.enable_kvcache or config.step is not None) and not config.mm_encoder_only:
         # step mode: prefix caching, vLLM's default; the reference turns the cache off in encoder-only

@@ -373,7 +373,8 @@ class HubEmitter:
         elif schedule.next >= schedule.stop:
             self._unhook()
             self._finish_later(FINISH_WITHIN)
-        elif self.chunked and schedule.interval == 1:   # (a stream interval's groups are not foreseen)
+        elif self.chunked and schedule.interval == 1 and not schedule.group:   # (groups are not foreseen:
+            # a stream interval's, a step's accepted drafts)
             self._render_ahead(schedule, req)
 
     def _emitted(self, schedule: TokenSchedule, req):

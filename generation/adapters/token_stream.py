@@ -39,7 +39,7 @@ class Streamed:
         0's chunk ``first()``: :meth:`TokenSchedule.set_render`) and a stream interval's group
         with ``span(a, b)``; its sends count here (:meth:`sent`)."""
         schedule.set_render(render, first)
-        if schedule.interval > 1:
+        if schedule.interval > 1 or schedule.group:     # (group: a step's accepted drafts)
             schedule.render_span = span
         self.schedules.append(schedule)
 

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from .values import BOOL_LITERALS, ConfigError, format_duration
-from .options import (GROUPS, IGNORED_FLAGS, OPTIONS, VLLM_FLAGS, VLLM_FLAGS_RELEASE, Option,
-                      _OLDER_ALIASES, _OPTION_ALIASES, coerce, human_readable_int)
+from .options import GROUPS, IGNORED_FLAGS, OPTIONS, Option, coerce, human_readable_int
+from .vllm_flags import VLLM_FLAGS, VLLM_FLAGS_RELEASE, _OLDER_ALIASES, _OPTION_ALIASES
 from .kv_events import apply_kv_events_config
 from .sim_config import LATENCY_ONLY, SimConfig
 from .vllm_versions import apply_version_defaults, newer_flags

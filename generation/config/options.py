@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,6 +259,13 @@ _declare("scheduler",
                 "--vllm-version 0.19, as vLLM's default)", nullable=True),
          Option("async-scheduling", "bool", None, "Schedule the next step while the current one runs (stored for "
                 "step mode's timing; not given: the version's default)", nullable=True),
+         Option("speculative-config", "json", None, "vLLM's SpeculativeConfig JSON (`method`, `model`, "
+                "`num_speculative_tokens`, `rejection_sample_method: synthetic` with `synthetic_acceptance_rates` or "
+                "`_length`): step mode verifies the drafts and emits the accepted ones (README: Speculative decoding)",
+                nullable=True, aliases=("-sc",)),
+         Option("spec-method", "str", "", "`--speculative-config`'s `method`"),
+         Option("spec-model", "str", "", "`--speculative-config`'s `model`"),
+         Option("spec-tokens", "int", None, "`--speculative-config`'s `num_speculative_tokens`", nullable=True),
          Option("max-num-queued-reqs", "int", None, "Most requests in flight (waiting or running; a request "
                 "of `n` choices counts `n`): one more is refused with 503, vLLM 0.34's admission limit (empty: none)",
                 nullable=True),
@@ -463,50 +469,9 @@ _declare("environment",
 
 ADMIN_KEYS = tuple(k for k, o in OPTIONS.items() if o.admin)
 
-def _vllm_serve_flags() -> tuple[str, dict[str, dict]]:
-    """vLLM's ``vllm serve`` flags (``generation/config/vllm_serve_flags.json``, written from
-    vLLM's source by ``bench/vllm_cli_flags.py``): ``(release, {name: entry})``, the name
-    without its dashes; an entry's ``arity`` is ``bool`` (``--x`` / ``--no-x``), ``flag`` (no
-    value), ``value``, ``optional`` (zero or one), ``list`` (one or more), ``append`` (one,
-    repeatable) or a count; with its ``choices``, ``aliases`` and ``negatives`` where vLLM has
-    them."""
-    with open(os.path.join(os.path.dirname(__file__), "vllm_serve_flags.json"), encoding="utf-8") as fh:
-        doc = json.load(fh)
-    return doc["vllm"], {f["flag"][2:]: f for f in doc["flags"]}
+from .vllm_flags import ignored_flags  # noqa: E402 - the flags no option above declares
 
-
-VLLM_FLAGS_RELEASE, VLLM_FLAGS = _vllm_serve_flags()
-
-# Flags of older vLLM releases (and the reference's) that vLLM 0.34 removed, accepted and
-# ignored: name -> arity, as in VLLM_FLAGS
-_OLDER_IGNORED: dict[str, str] = {
-    "max-seq-len-to-capture": "value", "swap-space": "value", "num-scheduler-steps": "value",
-    "calculate-kv-scales": "bool", "enable-lora-bias": "bool", "long-lora-scaling-factors": "value",
-    "guided-decoding-backend": "value", "disable-frontend-multiprocessing": "bool",
-    "logits-processor-pattern": "value", "quantization-param-path": "value", "num-lookahead-slots": "value",
-    "preemption-mode": "value", "scheduler-delay-factor": "value", "max-long-partial-prefills": "value",
-    "tokenizer-pool-size": "value", "max-context-len-to-capture": "value", "use-v2-block-manager": "bool",
-    "worker-use-ray": "bool", "lora-extra-vocab-size": "value", "speculative-model": "value",
-    "num-speculative-tokens": "value", "disable-mm-preprocessor-cache": "bool", "override-pooler-config": "value",
-    # in 0.17 to 0.27 (bench/vllm_cli_flags.py on their sources), gone from 0.34
-    "override-attention-dtype": "value", "use-gpu-for-pooling-score": "bool", "enable-bf16x3-router-gemm": "bool",
-}
-# vLLM's short forms of the simulator's options, beyond VLLM_FLAGS' aliases (the `-O` of releases
-# before 0.34 is --compilation-config's: see cli._dialects)
-_OPTION_ALIASES = {"-dp": "data-parallel-size", "-tp": "tensor-parallel-size", "-q": "quantization"}
-_OLDER_ALIASES = {"-O": "compilation-config"}
-
-
-def _ignored_flags() -> dict[str, str]:
-    """The vLLM flags accepted and ignored: name -> arity.  Every ``vllm serve`` flag of
-    VLLM_FLAGS that no option declares (by its name or an alias), then the older releases'."""
-    taken = set(OPTIONS) | {a[2:] for o in OPTIONS.values() for a in o.aliases if a.startswith("--")} | {"config"}
-    out = {name: f["arity"] for name, f in VLLM_FLAGS.items() if name not in taken}
-    out.update((name, arity) for name, arity in _OLDER_IGNORED.items() if name not in out)
-    return out
-
-
-IGNORED_FLAGS: dict[str, str] = _ignored_flags()
+IGNORED_FLAGS: dict[str, str] = ignored_flags(OPTIONS)
 
 
 # ---------------------------------------------------------------------------------------------

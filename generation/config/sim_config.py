@@ -121,6 +121,7 @@ class SimConfig:
         self.deprecations: list[str] = []          # old flag dialects read (start-up log)
         self.explicit: frozenset = frozenset(values)    # options given, not defaulted (load_config sets it)
         self.step = None                           # step mode's resolved settings (generation.engine.step_config)
+        self.spec_decode = None                    # --speculative-config resolved (generation.engine.spec_decode)
         self.kv_events_topic: str | None = None    # --kv-events-config's topic (None: the reference's)
         self.model_vocab_size: int | None = None   # the model's config.json vocab_size (model_config.py)
         self.model_architecture: str | None = None  # its architectures[0]: None when no config.json is read
@@ -568,7 +569,8 @@ STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization",
              "max-num-partial-prefills", "gpu", "step-time-profile", "step-time-jitter", "kv-transfer-bandwidth",
              "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
              "enable-chunked-prefill", "async-scheduling", "kv-cache-memory-bytes", "enable-prefix-caching",
-             "kv-offloading-size", "cpu-offload-gb", "kv-cache-metrics")    # (its families stay empty)
+             "kv-offloading-size", "cpu-offload-gb", "kv-cache-metrics",    # (its families stay empty)
+             "speculative-config", "spec-method", "spec-model", "spec-tokens")
 
 
 # the default latency model's flags: with --latency-calculator step the step model times every

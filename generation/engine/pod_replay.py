@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .block_pool import CountingPool
 from .replay_log import Finished, Latencies, StepLog, StepStats
 from .scheduler import EngineRequest, Scheduler
+from .spec_decode import spec_step_time
 from .step_pacing import STEP_LEAD
 
 
@@ -296,12 +297,15 @@ class PodReplay:
                     return
                 self.idle = True
                 continue
-            dt = step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
-                           plan.prefill_pairs, plan.prefill_context)
+            if plan.spec_tokens:            # speculative decoding: the drafts' tokens and the drafter
+                dt = spec_step_time(self.step_time, plan, scheduler.spec_draft)
+            else:
+                dt = step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                               plan.prefill_pairs, plan.prefill_context)
             if plan.kv_reload_tokens and reload_cost:
                 dt += plan.kv_reload_tokens * reload_cost
             if jit is not None:
-                dt += jit.stall(plan.num_decode + plan.prefill_tokens)
+                dt += jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
             if pauses is not None:
                 dt += pauses.stall(now, dt)
             if jitter > 0:

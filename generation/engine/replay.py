@@ -103,7 +103,8 @@ REPLAY_SEED = 0                    # --seed's default in a replay: two runs give
 NULL_BLOCKS = 1     # vLLM's BlockPool keeps block 0 as its null block: never handed to a request
 
 
-def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs") -> Scheduler:
+def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str = "fcfs",
+                  seed: int | str = 0) -> Scheduler:
     """A :class:`Scheduler` for resolved step settings (:mod:`generation.engine.step_config`),
     the same for the server and the replay: the KV blocks, the limits, prefix caching and
     chunked prefill on or off, the full-sequence admission gate and the CPU KV tier.
@@ -112,11 +113,13 @@ def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str 
     keeps one as the null block (``vllm/v1/core/block_pool.py``: popped from the free queue at
     start-up; ``get_usage`` divides by ``num_gpu_blocks - 1``): requests get the others, and
     ``kv_cache_usage_perc`` is over them (:data:`NULL_BLOCKS`).  The CPU tier keeps the semantics
-    of ``--vllm-version`` (:func:`~generation.engine.cpu_tier_v015.cpu_tier_pool`)."""
+    of ``--vllm-version`` (:func:`~generation.engine.cpu_tier_v015.cpu_tier_pool`).  With
+    speculative decoding (``settings.spec_decode``) its drafts' acceptance is drawn from
+    ``seed``."""
     num_gpu_blocks = max(settings.num_gpu_blocks - NULL_BLOCKS, 0)
     pool = cpu_tier_pool(num_gpu_blocks, getattr(settings, "num_cpu_blocks", 0), settings.block_size,
                          getattr(settings, "vllm_version", ""))
-    return Scheduler(num_gpu_blocks=num_gpu_blocks, block_size=settings.block_size, pool=pool,
+    sched = Scheduler(num_gpu_blocks=num_gpu_blocks, block_size=settings.block_size, pool=pool,
                      max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
                      max_loras=max_loras, policy=policy,
@@ -124,6 +127,12 @@ def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str 
                      enable_chunked_prefill=getattr(settings, "enable_chunked_prefill", True),
                      num_cpu_blocks=getattr(settings, "num_cpu_blocks", 0),
                      reserve_full_isl=getattr(settings, "reserve_full_isl", False))
+    spec = getattr(settings, "spec_decode", None)
+    if spec is not None:
+        sched.spec, sched.spec_draft = spec, getattr(settings, "draft_cost", None)
+        sched.spec_rng = random.Random(f"{seed}-spec-decode")
+        sched.spec_per_pos = [0] * spec.num_speculative_tokens
+    return sched
 
 
 DEFAULT_PROMPT_TOKENS = 1024     # --prompt-tokens when --max-model-len leaves room for it
@@ -286,7 +295,7 @@ def main(argv=None) -> int:
     if past:        # vLLM refuses their max_tokens (400); so does the replay (counted as rejected)
         print(f"warning: {past} of {len(trace)} requests need more than --max-model-len {cfg.max_model_len} "
               f"tokens (prompt + output): refused, as vLLM refuses them (counted as rejected)", file=sys.stderr)
-    sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy)
+    sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy, seed=cfg.seed or 0)
     # the server's --max-waiting-queue-length is the simulator's own (vLLM has no such limit): a
     # replay applies it only when given
     limit = cfg.max_waiting_queue_length if "max-waiting-queue-length" in cfg.explicit else None

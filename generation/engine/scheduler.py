@@ -26,6 +26,13 @@ One step:
    of generated tokens are cached when the request releases its blocks (finished, preempted,
    aborted).
 
+With speculative decoding (``spec``, :mod:`generation.engine.spec_decode`) a decoding request
+also verifies its drafts: it is scheduled ``1 + k`` tokens (as the budget and ``max_model_len``
+allow; its blocks cover the drafts and the drafter's lookahead slots), and at the step's end it
+emits the accepted drafts and the bonus token at once, its computed tokens rolled back past the
+rejected ones (``_verified``).  Decodes then take the general path, and the replay's group
+decoding stays off.
+
 With ``policy="priority"`` (``--scheduling-policy priority``) the waiting queue is ordered by
 (priority, arrival), lower first, and the request preempted is the running one with the largest
 (priority, arrival), even if it was scheduled earlier in this step (its tokens go back to the
@@ -58,112 +65,8 @@ from __future__ import annotations
 from collections import deque
 
 from .block_pool import BlockPool
+from .engine_request import EngineRequest, StepPlan  # noqa: F401 - imported from here too
 from .waiting_queue import PriorityQueue, priority_key
-
-
-class EngineRequest:
-    """One sequence in the scheduler (vLLM's ``Request``): ``prompt_len`` and ``output_len`` in
-    tokens; ``num_computed`` tokens have KV, ``num_output`` tokens were emitted; ``blocks`` held.
-    Times are the caller's clock (seconds).  ``seq`` is the caller's object (a
-    :class:`~generation.engine.request.Sequence` on the server, None in a replay)."""
-    __slots__ = ("seq", "prompt_len", "output_len", "num_computed", "num_output", "blocks", "lora", "arrival",
-                 "queued_at", "first_scheduled", "first_token", "last_token", "finished_at", "preemptions", "state",
-                 "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "reloaded_tokens", "group", "prefix_len",
-                 "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority", "cpu_stored",
-                 "offload")
-
-    WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
-
-    def __init__(self, prompt_len: int, output_len: int, *, seq=None, lora=None, arrival: float = 0.0,
-                 kv_ready_at: float = 0.0, group=None, prefix_len: int = 0, priority: int = 0):
-        self.seq = seq
-        self.prompt_len = max(int(prompt_len), 1)
-        self.output_len = max(int(output_len), 1)      # vLLM samples at least one token
-        self.num_computed = 0
-        self.num_output = 0
-        self.blocks = 0
-        self.lora = lora
-        self.arrival = arrival
-        self.queued_at = arrival
-        self.first_scheduled = None
-        self.first_token = None
-        self.last_token = None
-        self.finished_at = None
-        self.preemptions = 0
-        self.state = self.WAITING
-        self.kv_ready_at = kv_ready_at       # remote prefill: not schedulable before (KV transfer)
-        self.prefix_hit = None               # callable(req) -> tokens whose KV comes from another pod (P/D), or None
-        self.notify = None                   # set by the caller: called when tokens were emitted
-        self.cached_tokens = 0               # prefix-cache hit of the first scheduling
-        self.reloaded_tokens = 0             # of those, found in the CPU tier (vLLM: the connector's)
-        self.group = group                   # replay: shared-prefix group
-        self.prefix_len = prefix_len         # replay: tokens of the group's shared prefix
-        self.stored = False                  # its prompt blocks were offered to the prefix cache
-        self.prev_token = None               # when the token before the last one was emitted
-        self.block_ids: list = []            # the blocks held, in token order (len == blocks)
-        self.block_hashes = None             # hashes of the prompt's full blocks (None: not cached)
-        self.num_cached_blocks = 0           # leading blocks that are named by their hashes
-        self.cpu_stored = 0                  # leading prompt blocks offered to the CPU tier
-        self.offload = None                  # vLLM 0.15.1's CPU tier: its stores there (cpu_tier_v015)
-        self.priority = priority             # lower runs first (the priority policy)
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens known so far: the prompt and the tokens generated (what a recompute prefills)."""
-        return self.prompt_len + self.num_output
-
-    @property
-    def finished(self) -> bool:
-        return self.state == self.DONE
-
-
-class StepPlan:
-    """What one engine step runs: ``scheduled`` ``[(request, new tokens)]`` in batch order, the
-    requests ``preempted`` while planning it, and the step-time aggregates (docs/engine-model.md
-    section 3): ``num_decode`` (D), ``decode_context`` (C_dec, tokens), ``num_chunks``,
-    ``prefill_tokens`` (sum n_i), ``prefill_pairs`` (sum n_i (p_i + n_i / 2)), ``prefill_context``
-    (sum p_i), ``prefill_sq`` (sum n_i^2: with ``prefill_pairs``, vLLM's sum of tokens x context
-    for ``--enable-mfu-metrics``), and ``kv_reload_tokens``: tokens whose KV the step reloads from the CPU tier (prefix
-    hits there of the requests it admits; 0 without a CPU tier), already counted in their
-    requests' computed tokens (so in ``prefill_context``)."""
-    __slots__ = ("scheduled", "preempted", "num_decode", "decode_context", "num_chunks", "prefill_tokens",
-                 "prefill_pairs", "prefill_context", "prefill_sq", "start", "end", "chunks", "kv_reload_tokens",
-                 "group")
-
-    def __init__(self):
-        self.scheduled: list = []
-        self.chunks: list = []              # requests computing prompt tokens (blocks to cache)
-        self.preempted: list = []
-        self.num_decode = 0
-        self.decode_context = 0
-        self.num_chunks = 0
-        self.prefill_tokens = 0
-        self.prefill_pairs = 0.0
-        self.prefill_context = 0
-        self.prefill_sq = 0
-        self.kv_reload_tokens = 0
-        self.group = None                   # a group step's count of decoding requests (fast_decode), not in scheduled
-        self.start = 0.0
-        self.end = 0.0
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens through the network in this step (T = D + sum n_i)."""
-        return self.num_decode + self.prefill_tokens
-
-    def add(self, req: EngineRequest, n: int) -> None:
-        self.scheduled.append((req, n))
-        c = req.num_computed
-        if n == 1 and req.num_output and c == req.num_tokens - 1:
-            self.num_decode += 1
-            self.decode_context += c + 1
-        else:
-            self.num_chunks += 1
-            self.chunks.append(req)
-            self.prefill_tokens += n
-            self.prefill_pairs += n * (c + n / 2)
-            self.prefill_context += c
-            self.prefill_sq += n * n
 
 
 class Scheduler:
@@ -218,6 +121,12 @@ class Scheduler:
         # async scheduling (hold_finished_slots): a request that finished in step k still counts
         # against max_num_seqs when step k + 1 is planned (vLLM processes k's output only then)
         self.hold_finished_slots, self.held_slots, self.held_until = False, 0, -1.0
+        # speculative decoding (generation.engine.spec_decode): the config, the acceptance draws'
+        # seeded rng, the drafter's cost, and vLLM's spec-decode counters (cumulative: drafts,
+        # draft tokens, accepted tokens, accepted per position)
+        self.spec = self.spec_rng = self.spec_draft = None
+        self.spec_counts = [0, 0, 0]
+        self.spec_per_pos: list = []
 
     def decode_in_groups(self, on: bool = True, on_late=None) -> None:
         """Advance decoding requests as a group between events (the replay's fast path,
@@ -231,7 +140,7 @@ class Scheduler:
         if self.lazy is not None:
             self.lazy.settle()
             self.lazy = None
-        if on:
+        if on and self.spec is None:        # drafts are accepted per request and step: token by token
             from .fast_decode import LazyDecode
             self.lazy = LazyDecode(self, StepPlan, EngineRequest, on_late)
 
@@ -345,7 +254,8 @@ class Scheduler:
         pool = self.pool
         at_finish = pool.stores_at_finish        # vLLM 0.15.1's CPU tier: offer each full generated block
         i = 0
-        for req in running:                  # decodes that need no new block: the common case
+        spec = self.spec
+        for req in (running if spec is None else ()):   # decodes that need no new block: the common case
             c = req.num_computed
             if budget <= 0 or req.prompt_len + req.num_output - c != 1 or not req.num_output or c >= last_room:
                 break
@@ -365,7 +275,12 @@ class Scheduler:
             req = running[i]
             c = req.num_computed
             if req.prompt_len + req.num_output - c == 1 and req.num_output and c < last_room:
-                need = (c + bs) // bs - req.blocks          # a decode: one token, maybe one block
+                n = 1
+                if spec is not None:                        # its drafts too, as the budget and length allow
+                    n = min(1 + spec.num_speculative_tokens, budget, last_room - c)
+                    need = (c + n + spec.lookahead + bs - 1) // bs - req.blocks
+                else:
+                    need = (c + bs) // bs - req.blocks      # a decode: one token, maybe one block
                 if need > 0 and need > pool.num_free:
                     ok, i, back = self._make_room(req, need, plan, i)
                     if back:                                # scheduled victims (priority policy)
@@ -379,10 +294,14 @@ class Scheduler:
                         pool.store_blocks(req, req.blocks)
                     req.block_ids += pool.allocate(need)
                     req.blocks += need
-                append((req, 1))
+                append((req, n))
                 decode += 1
                 decode_context += c + 1
-                budget -= 1
+                budget -= n
+                if n > 1:
+                    d = n - 1
+                    plan.spec_tokens += d
+                    plan.spec_pairs += d * (c + 1) + d * (d + 1) / 2
                 i += 1
                 continue
             n = self._chunk(req, budget)
@@ -449,7 +368,12 @@ class Scheduler:
                     plan.prefill_sq -= n * n
                 else:
                     decodes += 1
-                    context += victim.num_computed + 1
+                    c = victim.num_computed
+                    context += c + 1
+                    if n > 1:                     # its drafts (speculative decoding)
+                        d = n - 1
+                        plan.spec_tokens -= d
+                        plan.spec_pairs -= d * (c + 1) + d * (d + 1) / 2
                 break
         return tokens, decodes, context
 
@@ -559,12 +483,23 @@ class Scheduler:
             if req.state != running_state:
                 continue                                 # aborted during the step
             c = req.num_computed = req.num_computed + n
-            if c < req.prompt_len + req.num_output:
+            known = req.prompt_len + req.num_output
+            if c < known:
                 continue                                 # a chunk of a longer prefill
             if not req.stored and on_prefilled is not None:
                 req.stored = True
                 on_prefilled(req)
-            out = req.num_output = req.num_output + 1
+            if c > known:                                # drafts verified: the accepted ones and the bonus
+                new = self._verified(req, c - known)
+                out = req.num_output + new
+                if out > req.output_len:
+                    out = req.output_len
+                req.new_tokens = out - req.num_output
+                plan.accepted += req.new_tokens - 1
+                req.num_output = out
+            else:
+                out = req.num_output = req.num_output + 1
+                req.new_tokens = 1
             if req.first_token is None:
                 req.first_token = end
                 self.prefill_tokens -= req.prompt_len
@@ -592,6 +527,21 @@ class Scheduler:
         if self.pool.cpu_inflight:
             self.pool.end_cpu_step(not self.running)
         return emitted
+
+    def _verified(self, req: EngineRequest, drafts: int) -> int:
+        """``req``'s ``drafts`` draft tokens were verified: draw how many are accepted, roll its
+        computed tokens back past the rejected ones, count them (vLLM's SpecDecodingStats);
+        returns the tokens it emits (the accepted drafts and the bonus token)."""
+        accepted = self.spec.accepted(self.spec_rng.random(), drafts)
+        req.num_computed -= drafts - accepted
+        counts = self.spec_counts
+        counts[0] += 1
+        counts[1] += drafts
+        counts[2] += accepted
+        per_pos = self.spec_per_pos
+        for i in range(accepted):
+            per_pos[i] += 1
+        return 1 + accepted
 
     def _cache_blocks(self, reqs) -> None:
         """Name the full blocks the step's prefill chunks computed by their hashes (vLLM's

@@ -37,6 +37,8 @@ class StepSettings:
     num_cpu_blocks: int = 0             # the CPU KV tier, in blocks of block_size (0: none)
     vllm_version: str = ""              # --vllm-version (cfg.vllm_version)
     reserve_full_isl: bool = False      # --scheduler-reserve-full-isl (else the version's default)
+    spec_decode: object = None          # --speculative-config (generation.engine.spec_decode.SpecDecode)
+    draft_cost: object = None           # its drafter's step time (spec_decode.DraftCost)
 
     @property
     def kv_tokens(self) -> int:
@@ -73,7 +75,8 @@ class StepSettings:
                if (src := getattr(self.step_time, "profile_source", "")) else []) \
             + [f"vLLM {self.vllm_version} defaults" + ("" if self.enable_prefix_caching else ", prefix caching off")
                + ("" if self.enable_chunked_prefill else ", chunked prefill off")
-               + self._gate_note()]
+               + self._gate_note()] \
+            + ([self.spec_decode.summary()] if self.spec_decode is not None else [])
 
     def _gate_note(self) -> str:
         """The full-sequence admission gate when it is not the release's default, else ""."""
@@ -155,6 +158,11 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
                                  max_model_len=cfg.max_model_len)
+    spec = spec_decode_of(cfg)
+    if spec is not None and cfg.num_gpu_blocks_override is None:     # the drafter's weights and KV
+        from .spec_decode import blocks_with_drafter, draft_arch_of, drafter_memory
+        blocks = blocks_with_drafter(blocks, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp), drafter_memory(
+            spec, arch, draft_arch_of(spec), tp, cfg.kv_cache_dtype, quant))
     check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp))
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
@@ -178,10 +186,23 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False)
     step_time.vllm_version = parse_version(cfg.vllm_version) if cfg.vllm_version else step_time.vllm_version
     cfg.kv_cache_size = blocks
+    draft = None
+    if spec is not None and hasattr(step_time, "arch"):         # (a legacy step-time model: no drafter cost)
+        from .spec_decode import DraftCost, draft_arch_of
+        draft = DraftCost(spec, step_time, draft_arch_of(spec))
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
                         step_time, enable_prefix_caching=cfg.enable_prefix_caching, enable_chunked_prefill=chunked,
                         num_cpu_blocks=cpu_blocks(cfg, arch, bs, tp, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp)),
-                        vllm_version=cfg.vllm_version, reserve_full_isl=reserve_full_isl(cfg))
+                        vllm_version=cfg.vllm_version, reserve_full_isl=reserve_full_isl(cfg),
+                        spec_decode=spec, draft_cost=draft)
+
+
+def spec_decode_of(cfg):
+    """``cfg``'s speculative decoding (:func:`generation.engine.spec_decode.resolve_spec_decode`
+    of ``--speculative-config`` and the ``--spec-*`` flags), or None.  Raises ConfigError."""
+    from .spec_decode import resolve_spec_decode
+    return resolve_spec_decode(getattr(cfg, "speculative_config", None), getattr(cfg, "spec_method", "") or None,
+                               getattr(cfg, "spec_model", "") or None, getattr(cfg, "spec_tokens", None))
 
 
 def cpu_blocks(cfg, arch, block_size: int, tp: int, kv_bytes_per_token: int) -> int:

@@ -41,6 +41,7 @@ from gevent.hub import Waiter, get_hub
 
 from .request import ClientDisconnected, SeqState
 from .scheduler import EngineRequest, Scheduler
+from .spec_decode import spec_step_time
 from .step_pacing import STALL_LEAD, step_end
 from .stream_interval import ready
 
@@ -72,6 +73,7 @@ class StepEngine:
     def __init__(self, scheduler: Scheduler, step_time, metrics, *, kv_cache=None, rng=None, jitter: float = 0.0,
                  kv_transfer_bandwidth: float = 25e9, description: str = "", pause_seed: int | str = 0):
         self.scheduler = scheduler
+        self.spec = scheduler.spec          # speculative decoding (its SpecDecode), or None
         self.step_time = step_time
         self.metrics = metrics
         self.kv_cache = kv_cache
@@ -291,13 +293,16 @@ class StepEngine:
                 self._warn_stuck()
             return
         st = self.step_time
-        dt = st.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
-                          plan.prefill_pairs, plan.prefill_context)
+        if plan.spec_tokens:             # speculative decoding: the drafts' tokens and the drafter
+            dt = spec_step_time(st, plan, sched.spec_draft)
+        else:
+            dt = st.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
+                              plan.prefill_pairs, plan.prefill_context)
         reload = plan.kv_reload_tokens
         if reload and hasattr(st, "reload_per_token"):   # a CPU KV tier's blocks come back over PCIe
             dt += reload * st.reload_per_token
         if self.jit is not None:     # a fused-MoE kernel variant's first eager step: its compile
-            dt += self.jit.stall(plan.num_decode + plan.prefill_tokens)
+            dt += self.jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
         if self.pauses is not None:
             dt += self.pauses.stall(start, dt)
         if self.jitter > 0 and self.rng is not None:
@@ -412,7 +417,7 @@ class StepEngine:
         engine_tokens``); one inter-token latency per token after a request's first (this step's
         end minus its previous token), observed once per distinct gap."""
         m = self.metrics
-        m.iteration_tokens.observe(plan.prefill_tokens + len(emitted))
+        m.iteration_tokens.observe(plan.prefill_tokens + len(emitted) + plan.accepted)
         m.engine_tokens(emitted)
         end = plan.end
         gaps: dict = {}
@@ -442,6 +447,7 @@ class StepEngine:
         req = seq.engine_req
         n = len(seq.pieces)
         lag = self.metrics.token_lag
+        spec = self.spec is not None
         if req.num_output == 0 and req.state != req.DONE:
             if deadlines:
                 yield schedule_for(seq, 0, 0)
@@ -460,7 +466,7 @@ class StepEngine:
                     now = monotonic()
                     for _ in range(upto - k):
                         lag(now - req.last_token)
-                    if interval > 1 and upto - k > 1:
+                    if (interval > 1 or spec) and upto - k > 1:     # a step's drafts: one output
                         yield slice(k, upto)
                     elif blocks and upto - k > 1:
                         yield range(k, upto)

@@ -32,7 +32,7 @@ class TokenSchedule:
     ``stop = next`` and returns None, and the generator goes on per token.
     """
     __slots__ = ("seq", "start", "next", "stop", "first", "itl", "render", "prev", "lag", "itl_obs",
-                 "latency", "config_values", "engine", "lag_n", "interval", "render_span", "on_first")
+                 "latency", "config_values", "engine", "lag_n", "interval", "render_span", "on_first", "group")
 
     def __init__(self, seq: Sequence, start: int, stop: int, first: float, itl: float, prev: float,
                  metrics, latency):
@@ -51,6 +51,7 @@ class TokenSchedule:
         self.config_values = latency.config.__dict__    # replaced as a whole by SimConfig.swap
         self.engine = None
         self.on_first = None          # (seq, now): a schedule from token 0 (Simulator.first_token)
+        self.group = False            # step mode with speculative decoding: a step's tokens are one chunk
 
     @classmethod
     def of_engine(cls, seq: Sequence, start: int, stop: int, engine, metrics, latency) -> "TokenSchedule":
@@ -61,6 +62,7 @@ class TokenSchedule:
         self = cls(seq, start, stop, 0.0, 0.0, 0.0, metrics, latency)
         self.engine = engine
         self.lag_n = metrics.lag.observe_n       # (lag, tokens): the driver observes after its send
+        self.group = getattr(engine, "spec", None) is not None
         return self
 
     def deadline(self, k: int) -> float:
@@ -139,7 +141,8 @@ class TokenSchedule:
         renderer's.  With :attr:`interval` > 1 (vLLM's stream interval, ``RequestState.
         make_request_output``): None until ``interval`` tokens are unsent or the request ended,
         then all of them as one chunk (:attr:`render_span`); the first token, which vLLM sends
-        alone, never comes through a schedule (``StepEngine.stream`` sends it)."""
+        alone, never comes through a schedule (``StepEngine.stream`` sends it).  With
+        :attr:`group` (speculative decoding) the tokens a step emitted go as one chunk too."""
         seq = self.seq
         req = seq.engine_req
         k0 = self.next
@@ -153,9 +156,13 @@ class TokenSchedule:
             if avail == k0:
                 return None
             data = self.render(k0) if avail == k0 + 1 else self.render_span(k0, avail)
+        elif avail == k0 + 1:
+            data = self.render(k0)
+        elif self.group and self.render_span is not None:   # accepted drafts: one output, as vLLM's
+            data = self.render_span(k0, avail)
         else:
             render = self.render
-            data = render(k0) if avail == k0 + 1 else b"".join([render(k) for k in range(k0, avail)])
+            data = b"".join([render(k) for k in range(k0, avail)])
         self.next = avail
         return data
 

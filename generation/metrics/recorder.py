@@ -56,6 +56,7 @@ Simulator choices (README, "Metrics"):
   (``--kv-offloading-size``, or ``--cpu-offload-gb`` in step mode), first, as vLLM builds them
   before the scheduler's families, observed from the step engine's CPU tier
   (:mod:`generation.metrics.kv_offload`; empty without step mode);
+* ``vllm:spec_decode_*`` only with a speculative config (:mod:`generation.metrics.spec_decode`);
 * ``vllm:lora_requests_info`` only with LoRA (``--enable-lora``, ``--lora-modules``, or an
   adapter loaded at run time), as vLLM registers it only with a LoRA config.
 """
@@ -78,6 +79,8 @@ from .http import HTTPMetrics
 from .websocket import websocket_metrics
 from .kv_offload import GATED as KV_OFFLOAD_FAMILIES, KVOffloadMetrics, configured as kv_offload_configured
 from .kv_residency import FAMILIES as KV_RESIDENCY_FAMILIES, KVResidency
+from .spec_decode import SpecDecodeMetrics
+from .token_counts import TokenCounting
 from .scrape import LABELS, ScrapeCollectors, _Collector
 from .series import FastCounter, FastHistogram, SampledHistogram  # noqa: F401 - imported from here too
 
@@ -101,7 +104,7 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 
 
-class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
+class MetricsRecorder(ScrapeCollectors, FrontendMetrics, TokenCounting):
     """Owns the Prometheus registry of one simulator: the hooks the engine calls when a
     sequence finishes, and the collectors that read the engine's state at scrape time
     (:meth:`bind` gives them the simulator)."""
@@ -225,6 +228,8 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         # observed by step mode's block pool (generation.metrics.kv_offload; None without a tier)
         self.kv_offload = KVOffloadMetrics(lv, {name: exposes(config, name) for name in KV_OFFLOAD_FAMILIES}) \
             if kv_offload_configured(config) else None
+        spec = getattr(config, "spec_decode", None)        # vllm:spec_decode_*, with a speculative config
+        self.spec_decode = SpecDecodeMetrics(lv, spec.num_speculative_tokens) if spec is not None else None
         # VLLM_SIM_LAG_SAMPLES=FILE (benches): every emission lag also kept, and written to FILE at exit
         lag_cls = partial(SampledHistogram, os.environ["VLLM_SIM_LAG_SAMPLES"]) \
             if os.environ.get("VLLM_SIM_LAG_SAMPLES") else FastHistogram
@@ -254,9 +259,10 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
         if not self.log_stats:
             self.histograms = []
             engine_fns = (lambda: self._parser_family(self.started),)
-        elif self.kv_offload is not None:     # vLLM builds its KV connector's families before the scheduler's
-            r.register(self.kv_offload)
-            small.register(self.kv_offload)
+        else:       # vLLM builds its spec-decode and KV connector families before the scheduler's
+            for c in (c for c in (self.spec_decode, self.kv_offload) if c is not None):
+                r.register(c)
+                small.register(c)
         for fn in engine_fns:
             r.register(_Collector(fn))
             small.register(_Collector(fn))
@@ -548,52 +554,6 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics):
             if produced > 1:
                 it.observe_n(1, produced - 1)
             it.observe(computed + 1)
-
-    def engine_tokens(self, emitted) -> None:
-        """Step mode, once per engine step (:meth:`StepEngine._record
-        <generation.engine.step_engine.StepEngine._record>`), as vLLM's ``IterationStats``: each
-        token the step emitted counts in ``vllm:generation_tokens``, and a request's prompt in
-        ``vllm:prompt_tokens`` (and by source) when its first token comes out; :meth:`finished`
-        and :meth:`aborted` then count neither again.  ``emitted``: the step's EngineRequests
-        (their ``seq``: the Sequence; a token past the answer's own, the one an empty answer's
-        step still makes, is not counted, so the counters equal the usage the clients got)."""
-        made = 0
-        for req in emitted:
-            seq = req.seq
-            if seq is None:
-                made += 1
-                continue
-            if req.num_output <= seq.completion_tokens:
-                made += 1
-            if req.num_output == 1:
-                self._count_prompt(seq)
-        self.generation_tokens.value += made
-
-    @staticmethod
-    def _prompt_split(seq) -> tuple[int, int, int]:
-        """``(computed here, prefix-cache hit, KV transfer)`` tokens of ``seq``'s prompt: a remote
-        prefill's KV, or (step mode) the blocks its engine request reloaded from the CPU tier,
-        which vLLM's offloading connector counts as ``external_kv_transfer``."""
-        p = seq.prompt_len
-        cached = min(seq.cached_tokens, p)
-        if getattr(seq.request, "remote_prefill", False):
-            return 0, cached, p - cached
-        engine_req = getattr(seq, "engine_req", None)
-        external = min(engine_req.reloaded_tokens, cached) if engine_req is not None else 0
-        return p - cached, cached - external, external
-
-    def _count_prompt(self, seq) -> int:
-        """Count the prompt's tokens, by source (computed here, a prefix-cache hit, or a remote
-        prefill's KV transfer), as vLLM's ``prompt_tokens`` and ``prompt_tokens_by_source``;
-        returns the tokens computed here."""
-        computed, cached, external = self._prompt_split(seq)
-        self.prompt_tokens.value += seq.prompt_len
-        src = self.by_source
-        src["local_compute"].value += computed
-        src["local_cache_hit"].value += cached
-        src["external_kv_transfer"].value += external
-        self.prompt_cached.value += cached + external
-        return computed
 
     def observe_itl_n(self, seconds: float, n: int) -> None:
         """``n`` inter-token gaps of the same length (constant ITL, non-streaming)."""

@@ -67,3 +67,19 @@ def test_step_mode_groups_from_the_hub(sim_server):
     assert [n for _, n in chunks] == [1, 4, 4, 4, 1]
     n = metric(after, "vllm:inter_token_latency_seconds_count") - metric(before, "vllm:inter_token_latency_seconds_count")
     assert n == 13
+
+
+def test_step_mode_sends_a_steps_accepted_drafts_as_one_chunk_from_the_hub(sim_server):
+    """Speculative decoding: every draft accepted, each decode step emits 4 tokens, one output
+    each (the hub renders no chunk ahead for them); one inter-token latency per step, as vLLM's
+    IterationStats observes one per request output."""
+    spec = ('{"method": "eagle3", "model": "x/eagle3", "num_speculative_tokens": 3, '
+            '"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [1, 1, 1]}')
+    base = sim_server("--latency-calculator", "step", "--speculative-config", spec)
+    before = scrape(base)
+    chunks = chunk_times(base, {**BODY, "max_tokens": 14})
+    after = scrape(base)
+    assert [n for _, n in chunks] == [1, 4, 4, 4, 1]
+    n = metric(after, "vllm:inter_token_latency_seconds_count") - metric(before, "vllm:inter_token_latency_seconds_count")
+    assert n == 4
+    assert metric(after, "vllm:spec_decode_num_accepted_tokens_total") == 12

@@ -16,7 +16,8 @@ def test_config_imports_no_metrics_fake_metrics_or_data():
     assert eval(out) == ["generation", "generation.config", "generation.config.cli", "generation.config.kv_events",
                          "generation.config.options", "generation.config.reasoning_effort",
                          "generation.config.reasoning_parsers",
-                         "generation.config.sim_config", "generation.config.values", "generation.config.vllm_versions",
+                         "generation.config.sim_config", "generation.config.values", "generation.config.vllm_flags",
+                         "generation.config.vllm_versions",
                          "generation.metrics",
                          "generation.metrics.buckets", "generation.metrics.fake_metrics_spec"]
 

@@ -11,7 +11,8 @@ import json
 import pytest
 
 from generation.config.cli import _dialects, _normalise, _parser, build_parser, load_config
-from generation.config.options import IGNORED_FLAGS, OPTIONS, VLLM_FLAGS, VLLM_FLAGS_RELEASE
+from generation.config.options import IGNORED_FLAGS, OPTIONS
+from generation.config.vllm_flags import VLLM_FLAGS, VLLM_FLAGS_RELEASE
 from generation.config.sim_config import ignored_flags
 from generation.config.values import ConfigError
 from support import ROOT
@@ -96,7 +97,7 @@ def test_every_vllm_serve_flag_is_accepted_with_its_arity():
 
 def test_ignored_flags_start_and_are_listed_in_the_order_given():
     names = [n for n in IGNORED_FLAGS if n in VLLM_FLAGS]
-    assert len(names) == 236 and "enable-scale-out" in names and "max-num-seqs" not in names
+    assert len(names) == 232 and "enable-scale-out" in names and "max-num-seqs" not in names
     assert "anthropic-disabled-thinking-effort" not in names   # an option: the Anthropic disabled effort
     assert "reasoning-effort-map" not in names             # an option: rewrites the requests' efforts
     assert "profiler-config" not in names                  # an option: it serves /start_profile
@@ -190,7 +191,7 @@ def test_pasted_vllm_034_command_line_starts():
             "--log-error-stack", "--ssl-ciphers", "ECDHE-RSA-AES256-GCM-SHA384",
             "--disable-access-log-for-endpoints", "/health,/metrics", "--enable-log-deltas",
             "--sse-keep-alive-interval", "15", "--default-chat-template-kwargs", '{"enable_thinking": false}',
-            "--tool-strict-level", "function", "--reasoning-config", "{}", "--spec-method", "ngram",
+            "--tool-strict-level", "function", "--reasoning-config", "{}", "--spec-method", "ngram", "--spec-tokens", "3",
             "--master-addr", "10.0.0.1", "--nnodes", "1", "--numa-bind", "--no-enable-log-deltas",
             "-tp", "2", "--gpu-memory-utilization", "0.9", "--max-num-seqs", "128", "--api-key", "k1", "k2",
             "--enable-prefix-caching", "--reasoning-parser", "qwen3", "--max-model-len", "32k")
@@ -202,7 +203,8 @@ def test_pasted_vllm_034_command_line_starts():
     assert c.stream_interval == 4 and c.kv_cache_metrics is True
     assert ignored_flags(c) == [
         "--enable-scale-out", "--performance-mode", "--optimization-level", "--enable-log-deltas",
-        "--tool-strict-level", "--reasoning-config", "--spec-method", "--master-addr", "--nnodes", "--numa-bind"]
+        "--tool-strict-level", "--reasoning-config", "--master-addr", "--nnodes", "--numa-bind"]
+    assert (c.spec_method, c.spec_tokens) == ("ngram", 3)       # speculative decoding: options of their own
 
 
 def test_flags_of_older_releases_still_start():

@@ -347,37 +347,46 @@ class StepModel:
         return sizes[bisect.bisect_left(sizes, tokens)]
 
     def step_time(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
-                  prefill_pairs: float, prefill_context: int, kv_reload_tokens: int = 0) -> float:
+                  prefill_pairs: float, prefill_context: int, kv_reload_tokens: int = 0, spec_tokens: int = 0,
+                  spec_pairs: float = 0.0) -> float:
         """Seconds for one engine step (the aggregates of
-        :class:`~generation.engine.scheduler.StepPlan`); 0.0 for an empty step."""
-        tokens = num_decode + prefill_tokens
+        :class:`~generation.engine.scheduler.StepPlan`); 0.0 for an empty step.  ``spec_tokens``:
+        the draft tokens its decodes verify (speculative decoding), each a GEMM row, a row of
+        logits and a query whose attention pairs sum to ``spec_pairs``."""
+        tokens = num_decode + prefill_tokens + spec_tokens
         if tokens <= 0:
             return 0.0
         rows = num_decode + num_chunks
+        heads = rows + spec_tokens           # rows of logits: every draft position's too
         padded = tokens if tokens > self.max_graph else self._pad[tokens]
         p, q = self._p, self._inv_p          # smax(x, y) = max * (1 + (min / max)^p)^(1/p): no underflow
-        key = padded * 1_000_003 + rows
-        g = self._g_memo.get(key)            # the GEMM term depends on (padded, rows) alone
+        key = padded * 1_000_003 + heads
+        g = self._g_memo.get(key)            # the GEMM term depends on (padded, heads) alone
         if g is None:
             w = self._w_fixed
             if self._w_experts:
                 w += self._w_experts * (1.0 - self._untouched ** padded)
-            f = self._c_lin * (padded + self._m_half) + self._c_head * rows
+            f = self._c_lin * (padded + self._m_half) + self._c_head * heads
             g = w * (1.0 + (f / w) ** p) ** q if w > f else f * (1.0 + (w / f) ** p) ** q
             if len(self._g_memo) < 100_000:
                 self._g_memo[key] = g
         if self._split_attn:
             a, kv = self._attention(num_decode, decode_context, num_chunks, prefill_tokens, prefill_pairs,
                                     prefill_context)
+            if spec_tokens:                  # the drafts' queries: decode-kernel pairs, their KV written
+                a += self._c_attn_dec * spec_pairs
+                kv += self._c_kv * spec_tokens
         else:                                # _attention's plain case, inline on the hot path
             a = self._c_attn * (decode_context + prefill_pairs)
             kv = self._c_kv * (decode_context + prefill_context + tokens)
+            if spec_tokens:
+                a += self._c_attn * spec_pairs
         if a > kv:
             att = a * (1.0 + (kv / a) ** p) ** q
         else:
             att = kv * (1.0 + (a / kv) ** p) ** q if kv else 0.0
         if self._hidden or self._pc:
-            gpu = self._fixed + self._t_vocab * rows + g + att + self._comm0 + self._c_comm * padded
+            gpu = self._fixed + self._t_vocab * heads + g + att + self._comm0 + self._c_comm * padded
             cpu = self._t0 + self._t_seq * rows
             if self._pc:                     # smax(gpu, cpu) at exponent cpu_overlap
                 hi, lo = (gpu, cpu) if gpu > cpu else (cpu, gpu)
@@ -386,6 +395,8 @@ class StepModel:
                 t = gpu + cpu - self._hidden * (cpu if cpu < gpu else gpu)
         else:
             t = self._fixed_all + self._t_row * rows + g + att + self._comm0 + self._c_comm * padded
+            if spec_tokens:
+                t += self._t_vocab * spec_tokens
         if kv_reload_tokens:
             t += kv_reload_tokens * self.reload_per_token
         return t
