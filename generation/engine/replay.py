@@ -317,6 +317,11 @@ def main(argv=None) -> int:
               f"vLLM's null block); vLLM never schedules such a request, and first come first served holds every "
               f"request behind it (vllm-project/vllm#39734)" if need > sched.pool.num_blocks else
               f"warning: {len(result.unfinished)} requests never finished", file=sys.stderr)
+    if sched.spec is not None:          # vLLM's SpecDecoding log line's figures
+        drafts, drafted, accepted = sched.spec_counts
+        s["spec_decode"] = {"drafts": drafts, "draft_tokens": drafted, "accepted_tokens": accepted,
+                            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+                            "per_position_acceptance": [n / drafts for n in sched.spec_per_pos] if drafts else None}
     if args.json:
         print(json.dumps(s, indent=2))
     else:
@@ -332,6 +337,10 @@ def main(argv=None) -> int:
         for k in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):
             print(f"  {k[:-2].upper():5s} {ms(s[k])}")
         print(f"  KV usage mean {100 * s['kv_usage_mean']:.1f} %, peak {100 * s['kv_usage_peak']:.1f} %")
+        if s.get("spec_decode", {}).get("drafts"):
+            sd = s["spec_decode"]
+            print(f"  speculative decoding: {sd['drafts']} drafts, {sd['accepted_tokens']} of {sd['draft_tokens']} "
+                  f"draft tokens accepted, mean acceptance length {sd['mean_acceptance_length']:.2f}")
         if result.jit_stalls:      # a MoE engine's warm-up: they own a short replay's TTFT tail
             t_jit = settings.step_time.constants.t_jit
             print(f"  MoE kernel compiles: {result.jit_stalls} of {1000 * t_jit:.0f} ms, at the first eager step of "

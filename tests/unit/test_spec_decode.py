@@ -276,3 +276,14 @@ def test_a_replay_repeats_itself_for_a_seed():
     (a, ra), (b, rb), (c, _) = replay_with(*prior), replay_with(*prior), replay_with(*prior, seed=7)
     assert a.spec_counts == b.spec_counts != c.spec_counts
     assert ra.summary() == rb.summary()
+
+
+def test_the_replay_command_line_reports_the_acceptance(capsys):
+    from generation.engine.replay import main
+    assert main(["--rate", "2", "--num-requests", "5", "--output-tokens", "9", "--model",
+                 "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "4096", "--no-progress", "--json",
+                 *sc(method="ngram", rejection_sample_method="synthetic", synthetic_acceptance_rates=[1, 1, 0])]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 8 tokens after the first: 3 per step (2 drafts accepted), 3 steps a request
+    assert out["spec_decode"] == {"drafts": 15, "draft_tokens": 45, "accepted_tokens": 30,
+                                  "mean_acceptance_length": 3.0, "per_position_acceptance": [1.0, 1.0, 0.0]}
