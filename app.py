@@ -317,6 +317,9 @@ def resolve_engine(config: SimConfig) -> None:
           or config.spec_tokens is not None):    # checked as vLLM checks it; only its metrics without steps
         from generation.engine.step_config import spec_decode_of
         config.spec_decode = spec_decode_of(config)
+    if config.per_request_spec_decode_metrics != "none" and config.spec_decode is None:   # vLLM's VllmConfig check
+        raise ConfigError("--per-request-spec-decode-metrics requires speculative decoding to be enabled (via "
+                          "--speculative-config).", "per-request-spec-decode-metrics")
 
 
 # Python's recursion limit while serving: a body orjson parses nests up to 1,024 levels, and the
@@ -380,6 +383,8 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
     engine.perf = build_perf_counters(config, metrics)      # --enable-mfu-metrics, else None
     if metrics.spec_decode is not None:          # vllm:spec_decode_*: the scheduler's draft counts
         metrics.spec_decode.source = scheduler
+    if scheduler.spec is not None and config.per_request_spec_decode_metrics != "none":
+        scheduler.spec_request_metrics = config.per_request_spec_decode_metrics     # each request's own record
     if metrics.kv_offload is not None and scheduler.pool.num_cpu_blocks:
         # vllm:kv_offload_*: the CPU tier's jobs, one worker's block bytes moved at the reload's PCIe speed
         from generation.engine.perf.hardware import kv_bytes_per_token

@@ -266,6 +266,10 @@ _declare("scheduler",
          Option("spec-method", "str", "", "`--speculative-config`'s `method`"),
          Option("spec-model", "str", "", "`--speculative-config`'s `model`"),
          Option("spec-tokens", "int", None, "`--speculative-config`'s `num_speculative_tokens`", nullable=True),
+         Option("per-request-spec-decode-metrics", "str", "none", "Chat and completion answers of one choice (a "
+                "stream's usage chunk) carry `metrics.speculative_decoding`: the request's acceptance histogram and "
+                "draft counts (step mode; `detailed`: its per-step arrays too); needs --speculative-config",
+                choices=("none", "summary", "detailed")),
          Option("max-num-queued-reqs", "int", None, "Most requests in flight (waiting or running; a request "
                 "of `n` choices counts `n`): one more is refused with 503, vLLM 0.34's admission limit (empty: none)",
                 nullable=True),

@@ -570,7 +570,7 @@ STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization",
              "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
              "enable-chunked-prefill", "async-scheduling", "kv-cache-memory-bytes", "enable-prefix-caching",
              "kv-offloading-size", "cpu-offload-gb", "kv-cache-metrics",    # (its families stay empty)
-             "speculative-config", "spec-method", "spec-model", "spec-tokens")
+             "speculative-config", "spec-method", "spec-model", "spec-tokens", "per-request-spec-decode-metrics")
 
 
 # the default latency model's flags: with --latency-calculator step the step model times every
