@@ -14,7 +14,7 @@ class EngineRequest:
                  "queued_at", "first_scheduled", "first_token", "last_token", "finished_at", "preemptions", "state",
                  "kv_ready_at", "prefix_hit", "notify", "cached_tokens", "reloaded_tokens", "group", "prefix_len",
                  "stored", "prev_token", "block_ids", "block_hashes", "num_cached_blocks", "priority", "cpu_stored",
-                 "offload", "new_tokens")
+                 "offload", "new_tokens", "spec_metrics")
 
     WAITING, RUNNING, DONE, ABORTED = "waiting", "running", "done", "aborted"
 
@@ -51,6 +51,7 @@ class EngineRequest:
         self.offload = None                  # vLLM 0.15.1's CPU tier: its stores there (cpu_tier_v015)
         self.priority = priority             # lower runs first (the priority policy)
         self.new_tokens = 1                  # tokens its last step emitted (1 + accepted drafts)
+        self.spec_metrics = None             # its RequestSpecMetrics (--per-request-spec-decode-metrics), else None
 
     @property
     def num_tokens(self) -> int:

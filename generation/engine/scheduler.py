@@ -66,6 +66,7 @@ from collections import deque
 
 from .block_pool import BlockPool
 from .engine_request import EngineRequest, StepPlan  # noqa: F401 - imported from here too
+from .spec_decode import RequestSpecMetrics
 from .waiting_queue import PriorityQueue, priority_key
 
 
@@ -127,6 +128,9 @@ class Scheduler:
         self.spec = self.spec_rng = self.spec_draft = None
         self.spec_counts = [0, 0, 0]
         self.spec_per_pos: list = []
+        # --per-request-spec-decode-metrics: None ("none": no record at all), "summary" or "detailed";
+        # each request then carries a RequestSpecMetrics from add() on, observed by _verified
+        self.spec_request_metrics = None
 
     def decode_in_groups(self, on: bool = True, on_late=None) -> None:
         """Advance decoding requests as a group between events (the replay's fast path,
@@ -174,6 +178,9 @@ class Scheduler:
             req.block_hashes = None
         req.state = EngineRequest.WAITING
         req.queued_at = now
+        if self.spec_request_metrics is not None and req.spec_metrics is None:      # vLLM's add_request
+            req.spec_metrics = RequestSpecMetrics(self.spec.num_speculative_tokens,
+                                                  self.spec_request_metrics == "detailed")
         self.waiting.append(req)
         self.prefill_tokens += req.prompt_len
 
@@ -530,8 +537,8 @@ class Scheduler:
 
     def _verified(self, req: EngineRequest, drafts: int) -> int:
         """``req``'s ``drafts`` draft tokens were verified: draw how many are accepted, roll its
-        computed tokens back past the rejected ones, count them (vLLM's SpecDecodingStats);
-        returns the tokens it emits (the accepted drafts and the bonus token)."""
+        computed tokens back past the rejected ones, count them (vLLM's SpecDecodingStats, and the
+        request's own RequestSpecMetrics when it has one); returns the tokens it emits (the accepted drafts and the bonus token)."""
         accepted = self.spec.accepted(self.spec_rng.random(), drafts)
         req.num_computed -= drafts - accepted
         counts = self.spec_counts
@@ -541,6 +548,8 @@ class Scheduler:
         per_pos = self.spec_per_pos
         for i in range(accepted):
             per_pos[i] += 1
+        if req.spec_metrics is not None:            # --per-request-spec-decode-metrics
+            req.spec_metrics.observe(drafts, accepted)
         return 1 + accepted
 
     def _cache_blocks(self, reqs) -> None:

@@ -83,6 +83,45 @@ class SpecDecode:
                 f"{self.mean_acceptance_length:.2f})")
 
 
+class RequestSpecMetrics:
+    """One request's speculative-decoding record, vLLM 0.34's ``RequestSpecDecodeMetrics``
+    (``vllm/v1/metrics/stats.py``) under ``--per-request-spec-decode-metrics`` ``summary`` or
+    ``detailed``: ``histogram[j]`` counts its verify steps that accepted ``j`` drafts (length
+    ``k + 1``), ``num_draft_tokens`` the drafts proposed, and with ``detailed`` the ordered
+    per-step accepted and drafted counts.  Made for a request only when the level is not
+    ``none`` (the scheduler's ``_verified`` then observes each of its steps)."""
+    __slots__ = ("num_spec_tokens", "histogram", "num_draft_tokens", "per_step_accepted", "per_step_drafted")
+
+    def __init__(self, num_spec_tokens: int, detailed: bool = False):
+        self.num_spec_tokens = num_spec_tokens
+        self.histogram = [0] * (num_spec_tokens + 1)
+        self.num_draft_tokens = 0
+        self.per_step_accepted = [] if detailed else None
+        self.per_step_drafted = [] if detailed else None
+
+    def observe(self, drafts: int, accepted: int) -> None:
+        self.histogram[accepted] += 1
+        self.num_draft_tokens += drafts
+        if self.per_step_accepted is not None:
+            self.per_step_accepted.append(accepted)
+            self.per_step_drafted.append(drafts)
+
+    def to_dict(self) -> dict:
+        """vLLM's ``to_dict``: the answer's ``metrics.speculative_decoding`` (the mean acceptance
+        length counts the bonus token; the per-step arrays only when there are any)."""
+        steps = sum(self.histogram)
+        accepted = sum(j * c for j, c in enumerate(self.histogram))
+        out = {"mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+               "draft_acceptance_rate": accepted / self.num_draft_tokens if self.num_draft_tokens else 0.0,
+               "acceptance_histogram": list(self.histogram), "num_spec_steps": steps,
+               "num_accepted_draft_tokens": accepted, "num_draft_tokens": self.num_draft_tokens,
+               "num_spec_tokens": self.num_spec_tokens}
+        if self.per_step_accepted:
+            out["per_step_accepted"] = list(self.per_step_accepted)
+            out["per_step_drafted"] = list(self.per_step_drafted)
+        return out
+
+
 def _length_to_rates(length: float, n: int) -> list[float]:
     """vLLM's ``SpeculativeConfig._acceptance_length_to_rates``: a mean acceptance length as
     the minimum-variance per-position rates."""
