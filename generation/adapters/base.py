@@ -28,6 +28,7 @@ from generation.engine.request import GenerationRequest, Prompt
 from generation.tokenization.tokenizer import each_text, plain_message
 
 from .json_dumps import dumps
+from .request_metrics import per_request_metrics  # noqa: F401 - the adapters import it from here
 # vLLM's VLLM_MAX_N_SEQUENCES: the largest ``n`` SamplingParams accepts (vLLM default 16384).
 MAX_N = int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
 
@@ -568,31 +569,3 @@ def check_prompt_logprobs(value, stream: bool) -> None:
     if stream and (value > 0 or value == -1):
         raise Rejected("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
     check_logprobs_sign(value, "prompt_logprobs")
-
-
-def per_request_metrics(sim, seqs, stream: bool = False) -> dict | None:
-    """vLLM 0.34's ``--enable-per-request-metrics`` (``build_per_request_timing_metrics``): the
-    request's ``time_to_first_token_ms`` (scheduled to first token), ``generation_time_ms``
-    (first to last token), ``queue_time_ms`` (queued to scheduled), ``mean_itl_ms`` (with more
-    than one token) and ``tokens_per_second`` (tokens over scheduled to last token), from the
-    sequence's own times; None without the flag or with ``n > 1`` (vLLM cannot attribute
-    them).  ``stream``: a stream's usage chunk leaves out what is null (vLLM's
-    ``exclude_none``); a body carries ``mean_itl_ms: null`` and ``speculative_decoding: null``."""
-    if not sim.config.enable_per_request_metrics or len(seqs) != 1:
-        return None
-    s = seqs[0]
-    now = time.monotonic()
-    queued = s.arrival or s.enqueued_at or s.started_at
-    scheduled = s.started_at or queued
-    first = s.first_token_at or scheduled
-    last = s.finished_at or now
-    n = s.completion_tokens
-    out = {"time_to_first_token_ms": max(0.0, (first - scheduled) * 1000),
-           "generation_time_ms": max(0.0, (last - first) * 1000),
-           "queue_time_ms": max(0.0, (scheduled - queued) * 1000),
-           "mean_itl_ms": max(0.0, (last - first) / (n - 1) * 1000) if n > 1 else None,
-           "tokens_per_second": n / (last - scheduled) if last > scheduled else None,
-           "speculative_decoding": None}
-    if stream:
-        out = {k: v for k, v in out.items() if v is not None}
-    return out

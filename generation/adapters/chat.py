@@ -163,7 +163,7 @@ class ChatAdapter(Adapter):
                     c["token_ids"] = list(s.ids)
         for c, s in zip(out["choices"], seqs) if b.return_weight_versions else ():
             c["weight_versions"] = weight_spans(s, self.sim.weight_version)
-        metrics = per_request_metrics(self.sim, seqs)
+        metrics = per_request_metrics(self.sim, seqs, spec=True)
         if metrics is not None:
             out["metrics"] = metrics
         return out
@@ -594,7 +594,7 @@ def stream_chat(sim, req: GenerationRequest, seqs, include_usage: bool, continuo
     if include_usage:
         details = {"reasoning_tokens": reasoning_tokens(seqs)} if parser else None
         put(frame.usage_chunk(request_usage(seqs, pd, details, final_chunk=True, mm=mm),
-                              per_request_metrics(sim, seqs, True), fingerprint))
+                              per_request_metrics(sim, seqs, True, spec=True), fingerprint))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)
 

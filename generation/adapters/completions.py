@@ -151,7 +151,7 @@ class CompletionsAdapter(Adapter):
         if b.return_weight_versions:
             for c, s in zip(out["choices"], seqs):
                 c["weight_versions"] = weight_spans(s, self.sim.weight_version)
-        metrics = per_request_metrics(self.sim, seqs)
+        metrics = per_request_metrics(self.sim, seqs, spec=True)
         if metrics is not None:
             out["metrics"] = metrics
         return out
@@ -408,6 +408,6 @@ def stream_completion(sim, req: GenerationRequest, seqs, include_usage: bool, co
             (b'}]' + tail(0, seq.index) if continuous else last_close))
     if include_usage:
         put(frame.usage_chunk(request_usage(seqs, usage_details(sim), None, api="completion", final_chunk=True),
-                              per_request_metrics(sim, seqs, True), fingerprint))
+                              per_request_metrics(sim, seqs, True, spec=True), fingerprint))
     put(b"data: [DONE]\n\n")
     yield b"".join(out)
