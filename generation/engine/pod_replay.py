@@ -297,8 +297,8 @@ class PodReplay:
                     return
                 self.idle = True
                 continue
-            if plan.spec_tokens:            # speculative decoding: the drafts' tokens and the drafter
-                dt = spec_step_time(self.step_time, plan, scheduler.spec_draft)
+            if scheduler.spec is not None:  # speculative decoding: the drafts' tokens and the drafter
+                dt = spec_step_time(self.step_time, plan, scheduler.spec_draft, scheduler.spec_k)
             else:
                 dt = step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
                                plan.prefill_pairs, plan.prefill_context)

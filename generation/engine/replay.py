@@ -129,9 +129,7 @@ def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str 
                      reserve_full_isl=getattr(settings, "reserve_full_isl", False))
     spec = getattr(settings, "spec_decode", None)
     if spec is not None:
-        sched.spec, sched.spec_draft = spec, getattr(settings, "draft_cost", None)
-        sched.spec_rng = random.Random(f"{seed}-spec-decode")
-        sched.spec_per_pos = [0] * spec.num_speculative_tokens
+        sched.speculate(spec, random.Random(f"{seed}-spec-decode"), getattr(settings, "draft_cost", None))
     return sched
 
 

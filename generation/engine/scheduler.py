@@ -126,11 +126,23 @@ class Scheduler:
         # seeded rng, the drafter's cost, and vLLM's spec-decode counters (cumulative: drafts,
         # draft tokens, accepted tokens, accepted per position)
         self.spec = self.spec_rng = self.spec_draft = None
+        self.spec_k = 0                     # drafts each decode carries into the next step
+        self.spec_lookup = None             # num_speculative_tokens_per_batch_size: batch size -> drafts
         self.spec_counts = [0, 0, 0]
         self.spec_per_pos: list = []
         # --per-request-spec-decode-metrics: None ("none": no record at all), "summary" or "detailed";
         # each request then carries a RequestSpecMetrics from add() on, observed by _verified
         self.spec_request_metrics = None
+
+    def speculate(self, spec, rng, draft=None) -> None:
+        """Decode with ``spec``'s drafts (a :class:`~generation.engine.spec_decode.SpecDecode`):
+        their acceptance drawn from ``rng`` (``random()``), ``draft`` the drafter's cost
+        (:class:`~generation.engine.spec_decode.DraftCost`, or None), the drafts per batch size
+        from its dynamic schedule, if any, up to ``max_num_seqs``."""
+        self.spec, self.spec_rng, self.spec_draft = spec, rng, draft
+        self.spec_per_pos = [0] * spec.num_speculative_tokens
+        self.spec_k = spec.num_speculative_tokens
+        self.spec_lookup = spec.drafts_by_batch(self.max_num_seqs)
 
     def decode_in_groups(self, on: bool = True, on_late=None) -> None:
         """Advance decoding requests as a group between events (the replay's fast path,
@@ -284,7 +296,7 @@ class Scheduler:
             if req.prompt_len + req.num_output - c == 1 and req.num_output and c < last_room:
                 n = 1
                 if spec is not None:                        # its drafts too, as the budget and length allow
-                    n = min(1 + spec.num_speculative_tokens, budget, last_room - c)
+                    n = min(1 + self.spec_k, budget, last_room - c)
                     need = (c + n + spec.lookahead + bs - 1) // bs - req.blocks
                 else:
                     need = (c + bs) // bs - req.blocks      # a decode: one token, maybe one block
@@ -334,6 +346,9 @@ class Scheduler:
         plan.decode_context += decode_context
         if not plan.preempted and self.waiting:
             self._admit(plan, budget, now)
+        if self.spec_lookup is not None and plan.scheduled:    # dynamic: the drafts this batch size proposes
+            lookup = self.spec_lookup
+            self.spec_k = lookup[min(len(plan.scheduled), len(lookup) - 1)]
         return plan
 
     def _make_room(self, req: EngineRequest, need: int, plan: StepPlan, i: int):

@@ -60,6 +60,23 @@ class SpecDecode:
     rates_source: str
     model: str | None = None
     lookahead: int = 0
+    per_batch_size: tuple = ()      # num_speculative_tokens_per_batch_size: ((start, end, k), ...), sorted
+
+    def drafts_by_batch(self, max_batch: int) -> list[int] | None:
+        """vLLM's ``build_dynamic_sd_schedule_lookup``: index ``b`` (1 .. ``max_batch``) the drafts
+        a step of ``b`` requests proposes for the next, at most ``k``; a gap or the tail carries
+        the previous range's forward.  None without a schedule."""
+        if not self.per_batch_size:
+            return None
+        k, ranges = self.num_speculative_tokens, self.per_batch_size
+        dense = [0] * (max_batch + 1)
+        fill, j = 0, 0
+        for b in range(1, max_batch + 1):
+            while j < len(ranges) and ranges[j][1] < b:       # past this range: its k fills a gap
+                fill = min(k, ranges[j][2])
+                j += 1
+            dense[b] = min(k, ranges[j][2]) if j < len(ranges) and ranges[j][0] <= b else fill
+        return dense
 
     def accepted(self, u: float, drafts: int) -> int:
         """Draft tokens accepted of ``drafts`` (<= k) for the uniform draw ``u`` in [0, 1):
@@ -224,7 +241,44 @@ def resolve_spec_decode(config, method: str | None = None, model: str | None = N
         raise ConfigError("speculative_config: method draft_model needs the draft model (`model`)",
                           "speculative-config")
     lookahead = k if name in HEAD_METHODS else 0
-    return SpecDecode(name, k, tuple(rates), source, draft if name not in HOST_METHODS else None, lookahead)
+    per_batch = spec.get("num_speculative_tokens_per_batch_size")
+    return SpecDecode(name, k, tuple(rates), source, draft if name not in HOST_METHODS else None, lookahead,
+                      _batch_schedule(per_batch) if per_batch is not None else ())
+
+
+def _batch_schedule(value) -> tuple:
+    """``num_speculative_tokens_per_batch_size`` checked and sorted as vLLM's
+    ``validate_and_normalize_dynamic_sd_schedule`` does, with its messages: ``(start, end, k)``
+    entries, inclusive, positive, non-overlapping, the first from batch size 1."""
+    def bad(message):
+        return ConfigError(f"speculative_config: {message}", "speculative-config")
+    if not isinstance(value, list):
+        raise bad("num_speculative_tokens_per_batch_size must be a non-empty list of (range_start, range_end, "
+                  "num_speculative_tokens) entries.")
+    if not value:
+        raise bad("num_speculative_tokens_per_batch_size must not be empty.")
+    out = []
+    for entry in value:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise bad("Each num_speculative_tokens_per_batch_size entry must be a 3-item sequence: (range_start, "
+                      "range_end, num_speculative_tokens).")
+        start, end, n = (_number(x, "num_speculative_tokens_per_batch_size", integer=True) for x in entry)
+        if start <= 0 or end <= 0:
+            raise bad(f"Batch-size range ({start}, {end}) must be positive.")
+        if start > end:
+            raise bad(f"Batch-size range start must be <= end for ({start}, {end}, {n}).")
+        if n < 0:
+            raise bad("num_speculative_tokens_per_batch_size values must be >= 0.")
+        out.append((start, end, n))
+    out.sort()
+    previous = 0
+    for start, end, _ in out:
+        if start <= previous:
+            raise bad("Batch-size ranges must be non-overlapping and sorted.")
+        previous = end
+    if out[0][0] != 1:
+        raise bad("The first batch-size range must start at 1 so every runtime batch size has a defined schedule.")
+    return tuple(out)
 
 
 class DraftCost:
@@ -255,31 +309,34 @@ class DraftCost:
                                cudagraph_capture_sizes=step_model.graph_sizes or None,
                                async_scheduling=step_model.async_scheduling)
 
-    def time(self, plan) -> float:
-        """Seconds the drafter adds to a step of ``plan`` (a StepPlan): one pass over its tokens,
-        then ``k - 1`` passes of one token for each request that drafts (its decodes and the
-        prefills it completes)."""
+    def time(self, plan, drafts: int | None = None) -> float:
+        """Seconds the drafter adds to a step of ``plan`` (a StepPlan) that proposes ``drafts``
+        tokens a request (default ``k``; 0: the drafter does not run): one pass over its tokens,
+        then ``drafts - 1`` passes of one token for each request that drafts (its decodes and
+        the prefills it completes)."""
         m = self.model
-        if m is None:
+        if drafts is None:
+            drafts = self.spec.num_speculative_tokens
+        if m is None or not drafts:
             return 0.0
         t = m.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
                         plan.prefill_pairs, plan.prefill_context, spec_tokens=plan.spec_tokens,
                         spec_pairs=plan.spec_pairs)
         rows = plan.num_decode + plan.num_chunks
-        if rows and self.spec.num_speculative_tokens > 1:
+        if rows and drafts > 1:
             context = plan.decode_context + plan.spec_tokens + plan.prefill_context + plan.prefill_tokens
-            t += (self.spec.num_speculative_tokens - 1) * m.step_time(rows, context, 0, 0, 0.0, 0)
+            t += (drafts - 1) * m.step_time(rows, context, 0, 0, 0.0, 0)
         return t
 
 
-def spec_step_time(step_time, plan, draft: DraftCost | None) -> float:
+def spec_step_time(step_time, plan, draft: DraftCost | None, drafts: int | None = None) -> float:
     """Seconds of a step of ``plan`` with speculative decoding: the target's (its drafts'
     tokens included, :meth:`~generation.engine.perf.step_model.StepModel.step_time`) plus the
-    drafter's (``draft``)."""
+    drafter's (``draft``, proposing ``drafts`` tokens a request for the next step)."""
     t = step_time.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
                             plan.prefill_pairs, plan.prefill_context, spec_tokens=plan.spec_tokens,
                             spec_pairs=plan.spec_pairs)
-    return t + draft.time(plan) if draft is not None else t
+    return t + draft.time(plan, drafts) if draft is not None else t
 
 
 def draft_arch_of(spec: SpecDecode | None):

@@ -293,8 +293,8 @@ class StepEngine:
                 self._warn_stuck()
             return
         st = self.step_time
-        if plan.spec_tokens:             # speculative decoding: the drafts' tokens and the drafter
-            dt = spec_step_time(st, plan, sched.spec_draft)
+        if self.spec is not None:        # speculative decoding: the drafts' tokens and the drafter
+            dt = spec_step_time(st, plan, sched.spec_draft, sched.spec_k)
         else:
             dt = st.step_time(plan.num_decode, plan.decode_context, plan.num_chunks, plan.prefill_tokens,
                               plan.prefill_pairs, plan.prefill_context)

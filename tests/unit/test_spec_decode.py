@@ -66,6 +66,17 @@ def test_the_shorthand_flags_merge_as_vllms_create_speculative_config():
     ({"method": "extract_hidden_states", "num_speculative_tokens": 2}, "is not modelled here"),
     ({"method": "draft_model", "num_speculative_tokens": 2}, "needs the draft model"),
     ('{"method": ', "not a JSON object"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[2, 8, 1]]},
+     "The first batch-size range must start at 1"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 8, 1], [8, 9, 0]]},
+     "Batch-size ranges must be non-overlapping and sorted"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 8]]},
+     "must be a 3-item sequence"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 8, -1]]},
+     "values must be >= 0"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[4, 2, 1]]},
+     r"start must be <= end for \(4, 2, 1\)"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": []}, "must not be empty"),
     ([1, 2], "must be a JSON object"),
 ])
 def test_what_vllm_refuses_is_refused_with_its_words(config, message):
@@ -103,13 +114,12 @@ class Draws:
         return self.u.pop(0)
 
 
-def spec_sched(rates=(1.0, 1.0, 1.0), draws=(), lookahead=0, **kw) -> Scheduler:
+def spec_sched(rates=(1.0, 1.0, 1.0), draws=(), lookahead=0, per_batch_size=(), **kw) -> Scheduler:
     args = dict(num_gpu_blocks=1000, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, max_model_len=4096)
     args.update(kw)
     s = Scheduler(**args)
-    s.spec = SpecDecode("ngram" if not lookahead else "eagle", len(rates), tuple(rates), "test", lookahead=lookahead)
-    s.spec_rng = Draws(*draws)
-    s.spec_per_pos = [0] * len(rates)
+    s.speculate(SpecDecode("ngram" if not lookahead else "eagle", len(rates), tuple(rates), "test",
+                           lookahead=lookahead, per_batch_size=per_batch_size), Draws(*draws))
     return s
 
 
@@ -287,3 +297,41 @@ def test_the_replay_command_line_reports_the_acceptance(capsys):
     # 8 tokens after the first: 3 per step (2 drafts accepted), 3 steps a request
     assert out["spec_decode"] == {"drafts": 15, "draft_tokens": 45, "accepted_tokens": 30,
                                   "mean_acceptance_length": 3.0, "per_position_acceptance": [1.0, 1.0, 0.0]}
+
+
+# ---- dynamic speculation (num_speculative_tokens_per_batch_size) ------------------------------------
+def test_the_batch_size_schedule_is_vllms_dense_lookup():
+    s = spec(method="ngram", num_speculative_tokens_per_batch_size=[[8, 16, 2], [1, 4, 5], [32, 64, 0]])
+    assert s.per_batch_size == ((1, 4, 5), (8, 16, 2), (32, 64, 0))
+    # capped at k (3); a gap carries the range before it, the tail the last one
+    assert s.drafts_by_batch(70) == [0] + [3] * 7 + [2] * 24 + [0] * 39
+    assert spec(method="ngram").drafts_by_batch(8) is None
+
+
+def test_a_step_proposes_the_drafts_its_batch_size_gets():
+    s = spec_sched(draws=(0.0,) * 8, per_batch_size=((1, 1, 3), (2, 8, 0)))
+    a = EngineRequest(4, 30)
+    s.add(a, 0.0)
+    step(s, 0)
+    plan, _ = step(s, 1)                    # alone: 3 drafts
+    assert [n for _, n in plan.scheduled] == [4] and s.spec_k == 3
+    b = EngineRequest(4, 30)
+    s.add(b, 1.5)
+    plan, _ = step(s, 2)                    # a with its 3 drafts, b's prefill: 2 requests propose none
+    assert [n for _, n in plan.scheduled] == [4, 4] and s.spec_k == 0
+    plan, _ = step(s, 3)
+    assert [n for _, n in plan.scheduled] == [1, 1] and plan.spec_tokens == 0
+    eagle = settings(*sc(method="eagle3", model="x"))
+    assert eagle.draft_cost.time(plan, 0) == 0.0 < eagle.draft_cost.time(plan, 1) < eagle.draft_cost.time(plan, 3)
+
+
+def test_drafting_only_at_small_batches_keeps_the_saturated_throughput():
+    def out_rate(*extra):
+        st = settings(*extra)
+        res = replay(scheduler_for(st, 8192), st.step_time, [TraceRequest(i / 40, 512, 128) for i in range(300)])
+        return res.summary()
+    plain = out_rate()
+    always = out_rate(*sc(method="eagle3", model="x"))
+    dynamic = out_rate(*sc(method="eagle3", model="x", num_speculative_tokens_per_batch_size=[[1, 8, 3], [9, 1024, 0]]))
+    assert always["output_tokens_per_s"] < 0.95 * plain["output_tokens_per_s"]
+    assert dynamic["output_tokens_per_s"] > 0.97 * plain["output_tokens_per_s"]

@@ -48,8 +48,8 @@ class Draws:
 def sched(level, rates=(0.9, 0.5, 0.2), draws=(0.3, 0.95, 0.0), **kw) -> Scheduler:
     args = dict(num_gpu_blocks=1000, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, max_model_len=4096)
     s = Scheduler(**(args | kw))
-    s.spec = SpecDecode("ngram", len(rates), tuple(rates), "test")
-    s.spec_rng, s.spec_per_pos, s.spec_request_metrics = Draws(*draws), [0] * len(rates), level
+    s.speculate(SpecDecode("ngram", len(rates), tuple(rates), "test"), Draws(*draws))
+    s.spec_request_metrics = level
     return s
 
 
