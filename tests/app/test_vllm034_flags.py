@@ -44,8 +44,9 @@ def chat(c, **kw):
 
 # ---- admission limits -----------------------------------------------------------------------------
 def test_max_num_queued_reqs_refuses_with_503_what_would_exceed_it(app_client):
-    # 0.5 s first tokens: the checks while the first runs take 10-40 ms in-process at load 3
-    c = app_client("--max-num-seqs", "1", "--max-num-queued-reqs", "2", "--time-to-first-token", "500ms")
+    # 0.8 s first tokens: seeing the first run and the checks made while it runs took up to
+    # 0.36 s in-process beside two CPU-bound test processes (load 3)
+    c = app_client("--max-num-seqs", "1", "--max-num-queued-reqs", "2", "--time-to-first-token", "800ms")
     first = gevent.spawn(chat, c)
     wait_until(lambda: gauges(c) == (1, 0), 3, "first running")
     r = chat(c, n=2)                           # 1 in flight + 2 choices > 2
@@ -60,8 +61,8 @@ def test_max_num_queued_reqs_refuses_with_503_what_would_exceed_it(app_client):
 
 
 def test_max_num_queued_tokens_refuses_while_prefill_backlog_reaches_it(app_client):
-    c = app_client("--max-num-seqs", "1", "--max-num-queued-tokens", "1", "--time-to-first-token", "500ms",
-                   "--inter-token-latency", "500ms", "--response-length", "max")   # 2 tokens: 0.5 s of decode
+    c = app_client("--max-num-seqs", "1", "--max-num-queued-tokens", "1", "--time-to-first-token", "800ms",
+                   "--inter-token-latency", "800ms", "--response-length", "max")   # 2 tokens: 0.8 s of decode
     first = gevent.spawn(chat, c)
     wait_until(lambda: gauges(c) == (1, 0), 3, "first running")
     r = chat(c)                                # the first is still before its first token
@@ -91,7 +92,7 @@ def test_admission_limits_in_step_mode(app_client):
     for flags, refusal, reason in ((("--max-num-queued-reqs", "2"), BUSY, "max_num_queued_reqs"),
                                    (("--max-num-queued-tokens", "100"), BACKLOG, "max_num_queued_tokens")):
         c = client(*flags)
-        first = gevent.spawn(completion, c, 100, 150)         # ~1 s of decode steps
+        first = gevent.spawn(completion, c, 100, 200)         # ~1.4 s of decode steps
         wait_until(lambda: decoding(c), 10, "first decoding")
         second = gevent.spawn(completion, c, 100, 1)          # admitted (a decode holds no prefill), waits
         wait_until(lambda: gauges(c) == (1, 1), 10, "second waiting")
