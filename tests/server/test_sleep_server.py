@@ -79,9 +79,9 @@ def test_keep_freezes_a_default_model_stream_until_resume(sim_server, itl_flags)
     """The default latency model too (generation.engine.freeze): vLLM's PAUSED_ALL plans no step,
     so a keep pause stops the hub's stream (its TokenSchedule, or its per-token deadlines when
     the latency varies) until ``/resume``, then it goes on to its end, later by the pause."""
-    base = sim_server("--time-to-first-token", "50ms", "--inter-token-latency", "20ms", *itl_flags,
+    base = sim_server("--time-to-first-token", "50ms", "--inter-token-latency", "10ms", *itl_flags,
                       "--max-model-len", "8192", "--enable-sleep-mode", env=DEV)
-    reader = Reader(base, {**BODY, "max_tokens": 150})             # 3 s alone
+    reader = Reader(base, {**BODY, "max_tokens": 150})             # 1.5 s alone: 1.25 s left at the pause
     reader.start()
     wait_for(lambda: len(reader.lines) >= 20)
     assert httpx.post(base + "/pause", params={"mode": "keep"}).json() == {"status": "paused"}
