@@ -201,6 +201,34 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_schedule_key)        # stable: each module's tests stay together, in order
 
 
+# Every ``httpx.Client`` (each top-level ``httpx.get``/``post``, SDK client, ``SimClient``) built
+# an SSL context and parsed a CA bundle into it (SSL_CERT_FILE's or certifi's): 25-40 ms of CPU
+# each, on plain-http loopback requests that never use it (a loopback ``httpx.get``: 25 ms of
+# CPU, 1 ms with the context shared).  Server tests make thousands: a ``/health`` probe every
+# 0.1 s, hundreds of threaded ``httpx.post``s, ``ServerPool``'s start-up polls beside the
+# starting server.  The default context (``verify=True``, no client certificate) is built once
+# per process for each (trust_env, SSL_CERT_FILE, SSL_CERT_DIR) and shared; httpcore sets its
+# ALPN per connection (the same HTTP/1.1 list: no test client uses http2).  ``verify=False`` and
+# explicit contexts are built as before.
+import httpx._transports.default as _httpx_default  # noqa: E402
+
+_httpx_create_ssl_context = _httpx_default.create_ssl_context
+_shared_ssl_contexts: dict = {}
+
+
+def _create_ssl_context(verify=True, cert=None, trust_env=True):
+    if verify is not True or cert is not None:
+        return _httpx_create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+    key = (bool(trust_env), os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    ctx = _shared_ssl_contexts.get(key)
+    if ctx is None:
+        ctx = _shared_ssl_contexts[key] = _httpx_create_ssl_context(verify=True, cert=None, trust_env=trust_env)
+    return ctx
+
+
+_httpx_default.create_ssl_context = _create_ssl_context
+
+
 # PYTHONDONTWRITEBYTECODE=1 (this machine's environment, the Dockerfile's) made every server a
 # test starts compile the ~70 project modules it imports from source (~0.3 s of CPU each start)
 # and every xdist worker assertion-rewrite and compile every test module again (~6 s of CPU): the
