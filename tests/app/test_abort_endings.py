@@ -12,7 +12,7 @@ import json
 import gevent
 import pytest
 
-from support import metric, scrape, sse_events
+from support import metric, scrape, sse_events, until_streaming
 
 DEV = {"VLLM_SERVER_DEV_MODE": "1"}
 MSG = [{"role": "user", "content": "Hello there"}]
@@ -36,7 +36,7 @@ def _start(c, api: str, rid: str, **extra):
     """The request in a greenlet, once it has streamed (or made) a few tokens."""
     job = gevent.spawn(c.post, PATH[api], json=_body(api, **extra), headers={"X-Request-Id": rid})
     deadline = gevent.get_hub().loop.now() + 5
-    gevent.sleep(0.3)
+    until_streaming(c, rid, 0.3, then=0)       # its first token (0.3 s at most, as a fixed wait was)
     while c.sim.running == 0 and not (c.sim.engine and c.sim.engine.scheduler.running) \
             and gevent.get_hub().loop.now() < deadline:
         gevent.sleep(0.01)
@@ -152,7 +152,7 @@ def test_the_response_id_is_not_the_request_id(app_client):
 def test_a_body_request_id_is_matched_too(app_client):
     c = app_client(*CLOCK)
     job = gevent.spawn(c.post, "/v1/chat/completions", json=_body("chat", request_id="body-1", stream=True))
-    gevent.sleep(0.4)
+    until_streaming(c, "body-1", 0.3)
     _abort_by_id(c, "body-1")
     job.join(5)
     events = sse_events(job.value.text)
@@ -226,7 +226,7 @@ def test_abort_requests_ends_a_messages_stream_with_a_null_stop_reason(app_clien
     c = app_client(*(CLOCK if mode == "clock" else STEP))
     body = {"model": "test-model", "max_tokens": 900, "ignore_eos": True, "messages": MSG, "stream": True}
     job = gevent.spawn(c.post, "/v1/messages", json=body, headers={"X-Request-Id": f"m-{mode}"})
-    gevent.sleep(0.5)
+    until_streaming(c, f"m-{mode}", 0.4)
     _abort_by_id(c, f"m-{mode}")
     job.join(5)
     r = job.value
@@ -247,7 +247,7 @@ def test_abort_requests_answers_a_messages_request_with_what_it_made(app_client)
     c = app_client(*CLOCK)
     body = {"model": "test-model", "max_tokens": 900, "ignore_eos": True, "messages": MSG}
     job = gevent.spawn(c.post, "/v1/messages", json=body, headers={"X-Request-Id": "m-n"})
-    gevent.sleep(0.5)
+    until_streaming(c, "m-n", 0.4)
     _abort_by_id(c, "m-n")
     job.join(5)
     d = job.value.json()
@@ -265,7 +265,7 @@ def test_abort_requests_ends_a_cohere_stream_with_its_message_end(app_client):
     c = app_client(*CLOCK, env={"VLLM_ENABLE_COHERE_API": "1"})
     body = {"model": "test-model", "max_tokens": 900, "ignore_eos": True, "messages": MSG, "stream": True}
     job = gevent.spawn(c.post, "/cohere/v2/chat", json=body, headers={"X-Request-Id": "co-s"})
-    gevent.sleep(0.4)
+    until_streaming(c, "co-s", 0.3)
     _abort_by_id(c, "co-s")
     job.join(5)
     events = sse_events(job.value.text)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from support import sse_events
+from support import sse_events, until_streaming
 
 DEV = {"VLLM_SERVER_DEV_MODE": "1"}
 STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
@@ -90,7 +90,7 @@ def test_abort_requests_ends_a_responses_stream_with_response_completed(app_clie
     c = app_client(*_flags(mode))
     rid = f"rs-{mode}"
     job = _responses(c, rid)
-    gevent.sleep(0.5)
+    until_streaming(c, rid, 0.4)
     _abort_by_id(c, rid)
     job.join(5)
     _check_response_stream(job.value, rid)
@@ -102,7 +102,7 @@ def test_abort_requests_ends_a_background_responses_stream_and_stores_it_complet
     c = app_client(*_flags(mode), env=STORE)
     rid = f"rsb-{mode}"
     job = _responses(c, rid, background=True)
-    gevent.sleep(0.5)
+    until_streaming(c, rid, 0.4)
     _abort_by_id(c, rid)
     job.join(5)
     events = _check_response_stream(job.value, rid)
@@ -120,7 +120,7 @@ def test_abort_requests_stores_a_background_response_completed_not_failed(app_cl
             "background": True}
     r = c.post("/v1/responses", json=body, headers={"X-Request-Id": rid})
     assert r.status_code == 200 and r.json()["status"] == "queued"
-    gevent.sleep(0.5)
+    until_streaming(c, rid, 0.4)
     _abort_by_id(c, rid)
     gevent.sleep(0.2)
     d = c.get(f"/v1/responses/resp_{rid}").json()
@@ -136,7 +136,7 @@ def test_abort_requests_answers_a_non_streamed_response_completed(app_client, mo
     c = app_client(*_flags(mode))
     body = {"model": "test-model", "input": "Hello there", "max_output_tokens": 900, "ignore_eos": True}
     job = gevent.spawn(c.post, "/v1/responses", json=body, headers={"X-Request-Id": f"rn-{mode}"})
-    gevent.sleep(0.5)
+    until_streaming(c, f"rn-{mode}", 0.4)
     _abort_by_id(c, f"rn-{mode}")
     job.join(5)
     d = job.value.json()
@@ -198,7 +198,7 @@ def test_a_responses_stream_aborted_in_a_function_call_closes_it_with_the_argume
 def test_checkpoint_prepare_abort_ends_a_responses_stream_the_same_way(app_client, mode):
     c = app_client(*_flags(mode), "--enable-sleep-mode", env=DEV)
     job = _responses(c, f"cp-{mode}")
-    gevent.sleep(0.5)
+    until_streaming(c, f"cp-{mode}", 0.4)
     assert c.post("/checkpoint/prepare", params={"mode": "abort"}).json() == {"state": "prepared"}
     job.join(5)
     _check_response_stream(job.value, f"cp-{mode}")

@@ -419,3 +419,26 @@ def posted_then_aborted(base: str, jobs: dict, after: float, sequences: int = 0)
     for t in threads:
         t.join(15)
     return out
+
+
+def until_streaming(client, rid: str, at_most: float, then: float = 0.1) -> None:
+    """In-process (a greenlet beside the request's): wait until the request whose id contains
+    ``rid`` has made its first token (its sequence's ``first_token_at``; in step mode its engine
+    request's output), or ``at_most`` seconds; then ``then`` seconds more (a few tokens).  Never
+    longer than the fixed ``at_most`` + ``then`` it replaces, and sooner where the token is seen:
+    a request's first token can come 0.1 s or 0.3 s after its spawn, and an abort test needs a
+    few."""
+    import gevent
+    end = time.monotonic() + at_most
+    sim = client.sim
+
+    def made() -> bool:
+        engine = sim.engine
+        if engine is not None:
+            return any(r.num_output > 0 and r.seq is not None and rid in r.seq.request.request_id
+                       for r in engine.scheduler.running)
+        return any(s.first_token_at and rid in s.request.request_id for s in list(sim.running_seqs))
+    gevent.sleep(0.01)
+    while not made() and time.monotonic() < end:
+        gevent.sleep(0.01)
+    gevent.sleep(then)
