@@ -54,8 +54,32 @@ CHUNK_SLICE = 0.002                # s: the longest a chunked body is parsed bef
 CHUNK_SIZE_MAX = (1 << 64) - 1     # llhttp keeps a chunk's size in 64 bits: past it, "Chunk size overflow"
 
 
+DRAIN_MAX = 64 << 10        # bytes of an unread body gunicorn may read on to keep the connection
+
+
+def body_left_to_drain(req) -> bool:
+    """Whether ``req``'s body was left unread past :data:`DRAIN_MAX` bytes (a Content-Length body
+    answered early: a 413, a 401, a refused media type) or mid-way through its chunks: then the
+    connection is closed, not kept alive.  gunicorn reads an unread body to its end before the
+    next request, in Python on the hub: a 9 MB body answered 413 held every other client ~190 ms
+    (nginx closes such a connection too).  The answer says so: its
+    ``Connection: close`` (:meth:`LeanRequest.should_close`), else a client reuses the connection
+    and meets the reset."""
+    reader = getattr(getattr(req, "body", None), "reader", None)
+    length = getattr(reader, "length", None)              # LengthReader: the bytes still to come
+    if length is not None:
+        return length > DRAIN_MAX
+    return getattr(reader, "parser", None) is not None     # ChunkedReader: its chunks not all read
+
+
 class LeanRequest(Request):
     """gunicorn's ``Request`` with a one-pass reading of a plain head (see the module)."""
+
+    def should_close(self):
+        # a body answered early and left unread past DRAIN_MAX: the connection closes after the
+        # answer (server.worker), so the answer's headers say ``Connection: close`` (gunicorn's
+        # Response asks this when it writes them), not keep-alive
+        return super().should_close() or body_left_to_drain(self)
 
     def _apply_header_policy(self, name, value, scheme_state, seen, *args, **kwargs):
         # uvicorn (vLLM's server) acts on ``Expect: 100-continue`` alone and serves a request

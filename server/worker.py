@@ -15,6 +15,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from .lifecycle import ServerShuttingDown, connection_socket, has_bytes, shutdown_grace
 from .listening import ACCEPT_BATCH, KEEPALIVE_SECONDS, accept_server, sock_name
+from .request_head import DRAIN_MAX, body_left_to_drain  # noqa: F401 - imported from here too
 
 log = logging.getLogger("vllm_sim")
 
@@ -351,22 +352,6 @@ class SimWorker(GeventWorker):
                 pass
             return
         super().handle_error(req, client, addr, exc)
-
-
-DRAIN_MAX = 64 << 10        # bytes of an unread body gunicorn may read on to keep the connection
-
-
-def body_left_to_drain(req) -> bool:
-    """Whether ``req``'s body was left unread past :data:`DRAIN_MAX` bytes (a Content-Length body
-    answered early: a 413, a 401, a refused media type) or mid-way through its chunks: then the
-    connection is closed, not kept alive.  gunicorn reads an unread body to its end before the
-    next request, in Python on the hub: a 9 MB body answered 413 held every other client ~190 ms
-    (nginx closes such a connection too)."""
-    reader = getattr(getattr(req, "body", None), "reader", None)
-    length = getattr(reader, "length", None)              # LengthReader: the bytes still to come
-    if length is not None:
-        return length > DRAIN_MAX
-    return getattr(reader, "parser", None) is not None     # ChunkedReader: its chunks not all read
 
 
 @lru_cache(maxsize=None)

@@ -19,7 +19,8 @@ def _connect(base: str) -> socket.socket:
     return s
 
 
-def _response(s: socket.socket) -> bytes:
+def _response(s: socket.socket, headers: list | None = None) -> bytes:
+    """The status line of the next response on ``s`` (its header lines into ``headers``)."""
     data = b""
     while b"\r\n\r\n" not in data:
         part = s.recv(65536)
@@ -30,6 +31,8 @@ def _response(s: socket.socket) -> bytes:
     length = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")), 0))
     while len(rest) < length:
         rest += s.recv(65536)
+    if headers is not None:
+        headers += [ln.lower() for ln in head.split(b"\r\n")[1:]]
     return head.split(b"\r\n")[0]
 
 
@@ -54,7 +57,9 @@ def test_a_large_body_answered_early_closes_the_connection(sim_server):
         s.sendall(body)
     except OSError:
         pass                                   # the server may close before it has all of it
-    assert _response(s) == b"HTTP/1.1 413 Request Entity Too Large"
+    headers: list = []
+    assert _response(s, headers) == b"HTTP/1.1 413 Request Entity Too Large"
+    assert b"connection: close" in headers        # it says so: a client does not reuse it and meet the reset
     assert _closed(s)
     s.close()
 
@@ -65,7 +70,9 @@ def test_a_small_body_answered_early_keeps_the_connection(sim_server):
     body = BODY % b"hi"
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    assert _response(s).startswith(b"HTTP/1.1 4")           # the media type's refusal, body unread
+    headers: list = []
+    assert _response(s, headers).startswith(b"HTTP/1.1 4")  # the media type's refusal, body unread
+    assert b"connection: keep-alive" in headers
     s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")     # the same connection serves on
     assert _response(s) == b"HTTP/1.1 200 OK"
     s.close()
