@@ -68,3 +68,17 @@ def test_releases_before_0_17_have_no_such_families(app_client):
     assert c.sim.engine.perf is None
     m = scrape(c)
     assert not [k for k in m if k[0].startswith("vllm:estimated_")]
+
+
+def test_a_decode_with_drafts_counts_as_a_prefill_of_its_tokens(app_client):
+    """Speculative decoding, every draft accepted (k 3): 100 prompt tokens, 8 output tokens are
+    the prefill step and two steps of 1 + 3 tokens, which vLLM's get_step_perf_stats_per_gpu
+    counts as prefills of 4 tokens at context 104 and 108 (computed tokens plus scheduled)."""
+    spec = ('{"method": "ngram", "num_speculative_tokens": 3, "rejection_sample_method": "synthetic", '
+            '"synthetic_acceptance_rates": [1, 1, 1]}')
+    c = app_client(*STEP, "--enable-mfu-metrics", "--speculative-config", spec, model=LLAMA)
+    completion(c, 100, 8)
+    perf = StepPerf(raw_config(LLAMA, c.sim.config.step.arch_source), tp=1)
+    steps = [perf.figures(1, 100, 100, 100 * 100, 0, 0), perf.figures(1, 4, 104, 4 * 104, 0, 0),
+             perf.figures(1, 4, 108, 4 * 108, 0, 0)]
+    assert counters(c) == [sum(s[i] for s in steps) for i in range(3)]

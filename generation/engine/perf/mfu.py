@@ -282,6 +282,8 @@ class StepPerf:
         ``n`` tokens after ``c`` computed has context ``c + n`` (vLLM's ``num_computed_tokens +
         num_scheduled_tokens``), a decode ``c + 1``.  The plan's sums: ``prefill_pairs`` = sum
         n (c + n/2) and ``prefill_sq`` = sum n^2 give sum n (c + n) without a walk."""
+        if plan.spec_tokens:
+            return self._spec_figures(plan)
         pt = plan.prefill_tokens
         tc = (int(2 * plan.prefill_pairs) + plan.prefill_sq) // 2
         windowed = (0, 0, 0)
@@ -289,6 +291,24 @@ class StepPerf:
             windowed = self._windowed(plan)
         return self.figures(plan.num_chunks, pt, plan.prefill_context + pt, tc, plan.num_decode,
                             plan.decode_context, windowed)
+
+    def _spec_figures(self, plan) -> tuple[int, int, int]:
+        """:meth:`plan_figures` of a step with speculative decoding, by a walk over its requests:
+        vLLM's ``get_step_perf_stats_per_gpu`` counts a running request scheduled more than one
+        token, a decode with its drafts too, as a prefill of those tokens (its context the computed
+        tokens plus them), a new request always as one."""
+        chunks = set(map(id, plan.chunks))
+        w = self.window if self.fTCs else 0
+        n_pre = pt = pctx = tc = n_dec = dctx = tcs = cps = cds = 0
+        for req, n in plan.scheduled:
+            ctx = req.num_computed + n
+            clamped = ctx if not w or ctx < w else w
+            tcs += n * clamped
+            if n > 1 or id(req) in chunks:
+                n_pre, pt, pctx, tc, cps = n_pre + 1, pt + n, pctx + ctx, tc + n * ctx, cps + clamped
+            else:
+                n_dec, dctx, cds = n_dec + 1, dctx + ctx, cds + clamped
+        return self.figures(n_pre, pt, pctx, tc, n_dec, dctx, (tcs, cps, cds) if w else (0, 0, 0))
 
     def _windowed(self, plan) -> tuple[int, int, int]:
         """The window-clamped sums of a sliding-window model's step: one pass over its requests."""
