@@ -61,6 +61,7 @@ class SpecDecode:
     model: str | None = None
     lookahead: int = 0
     per_batch_size: tuple = ()      # num_speculative_tokens_per_batch_size: ((start, end, k), ...), sorted
+    draft_tp: int | None = None     # draft_tensor_parallel_size (None: the target's)
 
     def drafts_by_batch(self, max_batch: int) -> list[int] | None:
         """vLLM's ``build_dynamic_sd_schedule_lookup``: index ``b`` (1 .. ``max_batch``) the drafts
@@ -155,12 +156,14 @@ def _number(value, name: str, integer: bool = False):
 
 
 def resolve_spec_decode(config, method: str | None = None, model: str | None = None,
-                        tokens: int | None = None) -> SpecDecode | None:
+                        tokens: int | None = None, tp: int = 1) -> SpecDecode | None:
     """The :class:`SpecDecode` of ``--speculative-config`` (``config``: a dict, a JSON string or
     None) with ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` merged in, as vLLM's
     ``EngineArgs.create_speculative_config`` merges them; None without any.  Raises ConfigError
-    (param ``speculative-config``) with vLLM's messages for what vLLM refuses, and for methods
-    the simulator does not model (``extract_hidden_states`` drafts nothing; a custom class)."""
+    (param ``speculative-config``) with vLLM's messages for what vLLM refuses (``tp``: the
+    target's tensor-parallel size, which ``draft_tensor_parallel_size`` must be or 1), and for
+    methods the simulator does not model (``extract_hidden_states`` drafts nothing; a custom
+    class)."""
     if isinstance(config, str):
         try:
             config = json.loads(config)
@@ -242,8 +245,14 @@ def resolve_spec_decode(config, method: str | None = None, model: str | None = N
                           "speculative-config")
     lookahead = k if name in HEAD_METHODS else 0
     per_batch = spec.get("num_speculative_tokens_per_batch_size")
+    draft_tp = spec.get("draft_tensor_parallel_size")
+    if draft_tp is not None:
+        draft_tp = _number(draft_tp, "draft_tensor_parallel_size", integer=True)
+        if draft_tp not in (1, tp):
+            raise ConfigError(f"speculative_draft_tensor_parallel_size={draft_tp} cannot be other value than 1 or "
+                              "target model tensor_parallel_size", "speculative-config")
     return SpecDecode(name, k, tuple(rates), source, draft if name not in HOST_METHODS else None, lookahead,
-                      _batch_schedule(per_batch) if per_batch is not None else ())
+                      _batch_schedule(per_batch) if per_batch is not None else (), draft_tp)
 
 
 def _batch_schedule(value) -> tuple:
@@ -304,7 +313,7 @@ class DraftCost:
             head = replace(arch, num_layers=1, dense_layers=min(arch.dense_layers, 1))
         # the drafter runs inside the step: no per-step host work, no pauses of its own
         quiet = replace(c, t0=0.0, t_seq=0.0, pause_rate=0.0, t_jit=0.0)
-        self.model = StepModel(step_model.gpu, head, tp=step_model.tp, constants=quiet,
+        self.model = StepModel(step_model.gpu, head, tp=spec.draft_tp or step_model.tp, constants=quiet,
                                enforce_eager=step_model.enforce_eager,
                                cudagraph_capture_sizes=step_model.graph_sizes or None,
                                async_scheduling=step_model.async_scheduling)
@@ -359,6 +368,7 @@ def drafter_memory(spec: SpecDecode, arch, draft_arch, tp: int, kv_cache_dtype: 
     from .perf.hardware import kv_bytes_per_token, linear_weight_bytes, weight_bytes_per_gpu
     if spec.method in HOST_METHODS:
         return 0.0, 0
+    tp = spec.draft_tp or tp                    # draft_tensor_parallel_size 1: the drafter whole on a GPU
     if spec.method in MODEL_METHODS:
         if draft_arch is None:
             raise ConfigError(f"speculative_config: no config.json for the draft model {spec.model!r} here "

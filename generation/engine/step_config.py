@@ -202,7 +202,8 @@ def spec_decode_of(cfg):
     of ``--speculative-config`` and the ``--spec-*`` flags), or None.  Raises ConfigError."""
     from .spec_decode import resolve_spec_decode
     return resolve_spec_decode(getattr(cfg, "speculative_config", None), getattr(cfg, "spec_method", "") or None,
-                               getattr(cfg, "spec_model", "") or None, getattr(cfg, "spec_tokens", None))
+                               getattr(cfg, "spec_model", "") or None, getattr(cfg, "spec_tokens", None),
+                               getattr(cfg, "tensor_parallel_size", 1) or 1)
 
 
 def cpu_blocks(cfg, arch, block_size: int, tp: int, kv_bytes_per_token: int) -> int:

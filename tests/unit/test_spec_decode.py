@@ -335,3 +335,18 @@ def test_drafting_only_at_small_batches_keeps_the_saturated_throughput():
     dynamic = out_rate(*sc(method="eagle3", model="x", num_speculative_tokens_per_batch_size=[[1, 8, 3], [9, 1024, 0]]))
     assert always["output_tokens_per_s"] < 0.95 * plain["output_tokens_per_s"]
     assert dynamic["output_tokens_per_s"] > 0.97 * plain["output_tokens_per_s"]
+
+
+def test_the_drafts_own_tensor_parallel_size():
+    assert resolve_spec_decode({"method": "ngram", "num_speculative_tokens": 2}).draft_tp is None
+    assert resolve_spec_decode({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 4},
+                               tp=4).draft_tp == 4
+    with pytest.raises(ConfigError, match="speculative_draft_tensor_parallel_size=2 cannot be other value than 1 "
+                                          "or target model tensor_parallel_size"):
+        resolve_spec_decode({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}, tp=4)
+    # a draft model whole on each of 2 GPUs takes more of each one's cache, and its passes are not split
+    split = settings("-tp", "2", *sc(method="draft_model", model="meta-llama/Llama-3.2-1B-Instruct"))
+    whole = settings("-tp", "2", *sc(method="draft_model", model="meta-llama/Llama-3.2-1B-Instruct",
+                                     draft_tensor_parallel_size=1))
+    assert whole.num_gpu_blocks < split.num_gpu_blocks
+    assert (split.draft_cost.model.tp, whole.draft_cost.model.tp) == (2, 1)
