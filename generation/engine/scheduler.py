@@ -127,6 +127,7 @@ class Scheduler:
         # draft tokens, accepted tokens, accepted per position)
         self.spec = self.spec_rng = self.spec_draft = None
         self.spec_k = 0                     # drafts each decode carries into the next step
+        self.spec_multi: list = []          # requests whose last step emitted more than one token
         self.spec_lookup = None             # num_speculative_tokens_per_batch_size: batch size -> drafts
         self.spec_counts = [0, 0, 0]
         self.spec_per_pos: list = []
@@ -496,6 +497,10 @@ class Scheduler:
                 self.pool.end_cpu_step(not self.running)
             return emitted
         plan.end = end
+        if self.spec_multi:                 # last step's tokens beyond one a request: counted, over
+            for req in self.spec_multi:
+                req.new_tokens = 1
+            self.spec_multi.clear()
         emitted = []
         append = emitted.append
         finished = False
@@ -506,22 +511,15 @@ class Scheduler:
                 continue                                 # aborted during the step
             c = req.num_computed = req.num_computed + n
             known = req.prompt_len + req.num_output
-            if c < known:
-                continue                                 # a chunk of a longer prefill
-            if not req.stored and on_prefilled is not None:
-                req.stored = True
-                on_prefilled(req)
-            if c > known:                                # drafts verified: the accepted ones and the bonus
-                new = self._verified(req, c - known)
-                out = req.num_output + new
-                if out > req.output_len:
-                    out = req.output_len
-                req.new_tokens = out - req.num_output
-                plan.accepted += req.new_tokens - 1
-                req.num_output = out
+            if c != known:
+                if c < known:
+                    continue                             # a chunk of a longer prefill
+                out = self._verified(req, c - known, plan)   # drafts: the accepted ones and the bonus
             else:
+                if not req.stored and on_prefilled is not None:
+                    req.stored = True
+                    on_prefilled(req)
                 out = req.num_output = req.num_output + 1
-                req.new_tokens = 1
             if req.first_token is None:
                 req.first_token = end
                 self.prefill_tokens -= req.prompt_len
@@ -550,10 +548,12 @@ class Scheduler:
             self.pool.end_cpu_step(not self.running)
         return emitted
 
-    def _verified(self, req: EngineRequest, drafts: int) -> int:
-        """``req``'s ``drafts`` draft tokens were verified: draw how many are accepted, roll its
-        computed tokens back past the rejected ones, count them (vLLM's SpecDecodingStats, and the
-        request's own RequestSpecMetrics when it has one); returns the tokens it emits (the accepted drafts and the bonus token)."""
+    def _verified(self, req: EngineRequest, drafts: int, plan: StepPlan) -> int:
+        """``req``'s ``drafts`` draft tokens were verified in ``plan``'s step: draw how many are
+        accepted, roll its computed tokens back past the rejected ones, count them (vLLM's
+        SpecDecodingStats, and the request's own RequestSpecMetrics when it has one), and emit the
+        accepted drafts and the bonus token, none past its length (``new_tokens``, until the next
+        step's completion; ``plan.accepted``); returns its tokens emitted now."""
         accepted = self.spec.accepted(self.spec_rng.random(), drafts)
         req.num_computed -= drafts - accepted
         counts = self.spec_counts
@@ -565,7 +565,16 @@ class Scheduler:
             per_pos[i] += 1
         if req.spec_metrics is not None:            # --per-request-spec-decode-metrics
             req.spec_metrics.observe(drafts, accepted)
-        return 1 + accepted
+        before = req.num_output
+        out = before + 1 + accepted
+        if out > req.output_len:
+            out = req.output_len
+        req.num_output = out
+        if out - before > 1:
+            req.new_tokens = out - before
+            plan.accepted += out - before - 1
+            self.spec_multi.append(req)
+        return out
 
     def _cache_blocks(self, reqs) -> None:
         """Name the full blocks the step's prefill chunks computed by their hashes (vLLM's
