@@ -28,7 +28,10 @@ def per_request_metrics(sim, seqs, stream: bool = False, spec: bool = False) -> 
         return {"speculative_decoding": sd} if stream else dict.fromkeys(TIMING) | {"speculative_decoding": sd}
     s = seqs[0]
     now = time.monotonic()
-    queued = s.arrival or s.enqueued_at or s.started_at
+    # vLLM's queued_ts is the engine core's QUEUED event: in step mode the engine's queueing, after
+    # the modelled frontend, as vllm:request_queue_time_seconds counts it (MetricsRecorder.finished)
+    engine_req = getattr(s, "engine_req", None)
+    queued = engine_req.queued_at if engine_req is not None else (s.arrival or s.enqueued_at or s.started_at)
     scheduled = s.started_at or queued
     first = s.first_token_at or scheduled
     last = s.finished_at or now

@@ -98,3 +98,18 @@ def test_non_stream_answers_carry_every_field_of_vllms_models_in_their_order(api
     assert [done[k] for k in ("service_tier", "kv_transfer_params", "ec_transfer_params", "metrics")] == [None] * 4
     batch = api.post("/v1/chat/completions/batch", json={"messages": [MSG, MSG], "max_tokens": 2}).json()
     assert list(batch) == CHAT_KEYS and all(list(c) == CHAT_CHOICE_KEYS for c in batch["choices"])
+
+
+def test_per_request_times_agree_with_the_metrics_in_step_mode(app_client):
+    """vLLM's queued_ts is the engine core's QUEUED event: in step mode after the modelled
+    frontend, as vllm:request_queue_time_seconds counts it, not at the request's arrival (a
+    lone request on an idle engine queues 0 ms, while its TTFT carries the frontend's latency)."""
+    c = app_client("--enable-per-request-metrics", "--latency-calculator", "step",
+                   model="meta-llama/Llama-3.1-8B-Instruct")
+    body = c.post(CHAT, json={"messages": MSG, "max_tokens": 30, "ignore_eos": True}).json()["metrics"]
+    text = c.get("/metrics").text
+
+    def total(name):
+        return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(name + "{"))
+    assert body["queue_time_ms"] == total("vllm:request_queue_time_seconds_sum") * 1000
+    assert body["time_to_first_token_ms"] < total("vllm:time_to_first_token_seconds_sum") * 1000
