@@ -45,6 +45,20 @@ HOST_METHODS = ("ngram", "ngram_gpu", "suffix")
 HEAD_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark", "medusa", "mlp_speculator")
 MODEL_METHODS = ("draft_model",)
 METHODS = HOST_METHODS + HEAD_METHODS + MODEL_METHODS
+# SpeculativeConfig's fields (vLLM 0.34): a pydantic config that forbids any other key
+FIELDS = frozenset((
+    "enforce_eager", "num_speculative_tokens", "model", "method", "custom_method", "draft_tensor_parallel_size",
+    "draft_decode_context_parallel_size", "tensor_parallel_size", "quantization", "moe_backend", "attention_backend",
+    "kv_cache_dtype", "max_model_len", "revision", "code_revision", "index_share_for_mtp_iteration",
+    "disable_eagle_block_drop", "disable_lookahead_block_hashes", "draft_lm_head_quantization",
+    "use_local_argmax_reduction", "prompt_lookup_max", "prompt_lookup_min", "parallel_drafting",
+    "target_model_config", "target_parallel_config", "num_speculative_tokens_per_batch_size", "draft_model_config",
+    "draft_parallel_config", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_corpus_tokens", "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob",
+    "draft_load_config", "rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length",
+    "enable_adaptive_verification", "draft_sample_method", "dspark_draft_topk", "xpress_topc", "speculator_options",
+    "fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k"))
+REJECTION_METHODS = ("standard", "synthetic", "block", "fly")
 
 
 @dataclass(frozen=True)
@@ -182,6 +196,12 @@ def resolve_spec_decode(config, method: str | None = None, model: str | None = N
     if config is None and not spec:
         return None
     spec = {str(k).replace("-", "_"): v for k, v in spec.items()}
+    extra = sorted(k for k in spec if k not in FIELDS)
+    if extra:                               # pydantic's extra_forbidden, as vLLM's start-up shows it
+        raise ConfigError(f"speculative_config: {extra[0]}: Extra inputs are not permitted", "speculative-config")
+    if spec.get("rejection_sample_method", "standard") not in REJECTION_METHODS:
+        raise ConfigError("speculative_config: rejection_sample_method: Input should be 'standard', 'synthetic', "
+                          "'block' or 'fly'", "speculative-config")
     if "tensor_parallel_size" in spec:
         raise ConfigError("'tensor_parallel_size' is not a valid argument in the speculative_config. Please pass "
                           "'draft_tensor_parallel_size' instead.", "speculative-config")
