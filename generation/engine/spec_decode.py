@@ -110,8 +110,10 @@ class SpecDecode:
     def summary(self) -> str:
         """The start-up line's part: method, k, where the acceptance comes from."""
         rates = ", ".join(f"{r:.3g}" for r in self.rates)
-        return (f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens, acceptance "
-                f"per position [{rates}] ({self.rates_source}; mean acceptance length "
+        ranges = ", ".join(f"{a}-{b}: {n}" for a, b, n in self.per_batch_size)
+        return (f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens"
+                + (f" (by batch size {ranges})" if ranges else "")
+                + f", acceptance per position [{rates}] ({self.rates_source}; mean acceptance length "
                 f"{self.mean_acceptance_length:.2f})")
 
 

@@ -309,6 +309,8 @@ def test_the_batch_size_schedule_is_vllms_dense_lookup():
     # capped at k (3); a gap carries the range before it, the tail the last one
     assert s.drafts_by_batch(70) == [0] + [3] * 7 + [2] * 24 + [0] * 39
     assert spec(method="ngram").drafts_by_batch(8) is None
+    assert s.summary().startswith("speculative decoding: ngram, 3 draft tokens (by batch size 1-4: 5, 8-16: 2, "
+                                  "32-64: 0), acceptance per position")
 
 
 def test_a_step_proposes_the_drafts_its_batch_size_gets():
