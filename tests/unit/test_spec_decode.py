@@ -355,3 +355,29 @@ def test_the_drafts_own_tensor_parallel_size():
                                      draft_tensor_parallel_size=1))
     assert whole.num_gpu_blocks < split.num_gpu_blocks
     assert (split.draft_cost.model.tp, whole.draft_cost.model.tp) == (2, 1)
+
+
+def test_drafts_under_preemption_prefix_caching_and_a_tight_cache_lose_no_token():
+    """A small cache (preemptions), shared prefixes (the prefix cache) and drafts cut by the budget:
+    every request ends with exactly its tokens, every block comes back, and the counts add up."""
+    import random
+    for policy in ("fcfs", "priority"):
+        s = spec_sched(rates=(0.9, 0.6, 0.3), draws=(), lookahead=3, num_gpu_blocks=40, block_size=8,
+                       max_num_batched_tokens=64, max_num_seqs=6, policy=policy)
+        s.spec_rng = random.Random(3)
+        rng = random.Random(7)
+        reqs = [EngineRequest(rng.randint(5, 60), rng.randint(1, 40), priority=rng.randint(0, 2)) for _ in range(60)]
+        for i, r in enumerate(reqs):
+            r.block_hashes = [hash((i % 4, b)) for b in range(r.prompt_len // 8)]     # 4 shared prefixes
+        t = 0.0
+        pending = list(reqs)
+        while pending or s.has_work():
+            while pending and len(s.waiting) < 8:
+                s.add(pending.pop(0), t)
+            step(s, t)
+            t += 1
+            assert t < 20_000
+        assert all(r.state == r.DONE and r.num_output == r.output_len for r in reqs)
+        assert s.pool.num_held == 0 and s.num_preemptions > 0 and any(r.cached_tokens for r in reqs)
+        drafts, drafted, accepted = s.spec_counts
+        assert sum(s.spec_per_pos) == accepted <= drafted and drafts > 0
