@@ -30,6 +30,7 @@ from .fields import (check_bad_words, check_bad_words_tokens, check_cache_salt, 
                      check_sampling_ranges, check_prompt_ids, check_seed, check_stop_token_ids, prompt_vocab_size, request_stream_interval,
                      scheduling_priority, vocab_size)
 from .prompt_scores import check_prompt_scores, prompt_fields
+from .request_metrics import TIMING, spec_decoding
 from .token_stream import Streamed, end_aborted, rendered_choices
 from .protocol import GenerateRequest, SamplingParams
 from .response_bodies import (chat_choice, chat_message, generate_derender_choice, generate_response,
@@ -134,6 +135,9 @@ class GenerateAdapter(Adapter):
         if sp.prompt_logprobs is not None or sp.prompt_logprob_token_ids is not None:
             out.update(prompt_fields(self.sim.tokenizer, sp, self.body.token_ids))
         mode = self.body.output_mode or "tokens"
+        metrics = _spec_metrics(seqs)
+        if metrics is not None:                 # --per-request-spec-decode-metrics
+            out["metrics"] = metrics
         if mode != "tokens":        # vLLM 0.34's GenerateText/DerenderResponse, dumped whole (the tokens level
             # keeps the project's compact shape: id, object; see the README)
             del out["id"], out["object"]
@@ -269,6 +273,17 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     return out
 
 
+def _spec_metrics(seqs, stream: bool = False):
+    """vLLM's generate ``metrics`` of one choice: ``PerRequestMetrics(speculative_decoding=...)``
+    when the sequence has a record (``--per-request-spec-decode-metrics``), its timing fields null
+    (the generate route takes no timing flag); a stream's usage chunk as the bytes
+    ``,"metrics":{...}`` (``exclude_none``), ``b""`` without; a body as the dict, or None."""
+    sd = spec_decoding(seqs[0], stream) if len(seqs) == 1 else None
+    if stream:
+        return b',"metrics":' + dumps({"speculative_decoding": sd}) if sd is not None else b""
+    return dict.fromkeys(TIMING) | {"speculative_decoding": sd} if sd is not None else None
+
+
 def _stream_usage(sim, seqs) -> dict:
     """A stream's usage chunk (a choice cut by an abort counts the tokens it streamed, as vLLM's
     stream sums its outputs' token ids, ``num_generated_tokens``)."""
@@ -339,7 +354,7 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
             out.append(chunk(seq, None if seq.finish_reason == "cache_threshold" else [], seq.finish_reason,
                              seq.stop_reason, b"null"))
     if include_usage:
-        out.append(head + dumps(_stream_usage(sim, seqs)) + mid + b']}\n\n')
+        out.append(head + dumps(_stream_usage(sim, seqs)) + _spec_metrics(seqs, True) + mid + b']}\n\n')
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)
 
@@ -456,6 +471,6 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
                              seq.finish_reason, seq.stop_reason, None))
     if include_usage:
         u = _stream_usage(sim, seqs)
-        out.append(head + b',"usage":' + dumps(u) + mid + tail)
+        out.append(head + b',"usage":' + dumps(u) + _spec_metrics(seqs, True) + mid + tail)
     out.append(b"data: [DONE]\n\n")
     yield b"".join(out)

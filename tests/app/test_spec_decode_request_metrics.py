@@ -146,3 +146,22 @@ def test_a_level_without_a_speculative_config_stops_the_start_up(mode, level):
         make_app(*mode, "--per-request-spec-decode-metrics", level)
     make_app(*mode, "--per-request-spec-decode-metrics", "none")
     make_app(*mode, "--spec-method", "ngram", "--spec-tokens", "2", "--per-request-spec-decode-metrics", level)
+
+
+def test_the_generate_route_carries_the_record_too():
+    """/inference/v1/generate (vLLM 0.34's token_in_token_out serving): ``metrics`` is
+    ``PerRequestMetrics(speculative_decoding=...)`` for one choice, whatever the timing flag: its
+    times null in a body, left out of the stream's usage chunk; none with ``n`` 2."""
+    c = client(*STEP, "--speculative-config", ALL, "--per-request-spec-decode-metrics", "summary")
+    base = {"model": "test-model", "token_ids": [1, 2, 3, 4],
+            "sampling_params": {"max_tokens": 10, "ignore_eos": True}}
+    body = c.post("/inference/v1/generate", json=base).json()
+    assert body["metrics"] == {**TIMES, "speculative_decoding": {**ALL_10, "per_step_accepted": None,
+                                                                  "per_step_drafted": None}}
+    text = c.post("/inference/v1/generate", json={**base, "output_mode": "text"}).json()
+    assert text["metrics"]["speculative_decoding"]["acceptance_histogram"] == [0, 0, 0, 3]
+    r = c.post("/inference/v1/generate", json={**base, "stream": True, **USAGE})
+    last = [json.loads(e[6:]) for e in r.text.split("\n\n") if e.startswith("data: {")][-1]
+    assert last["metrics"] == {"speculative_decoding": ALL_10} and last["choices"] == []
+    two = c.post("/inference/v1/generate", json={**base, "sampling_params": {**base["sampling_params"], "n": 2}})
+    assert "metrics" not in two.json() or two.json()["metrics"] is None
