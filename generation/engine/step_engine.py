@@ -412,10 +412,11 @@ class StepEngine:
 
     def _record(self, plan, emitted) -> None:
         """Per step, as vLLM's IterationStats: ``iteration_tokens_total`` gets the step's prompt
-        tokens plus its generated tokens; the token counters their tokens (the prompts of the
-        requests whose first token this is, and every token made: ``MetricsRecorder.
-        engine_tokens``); one inter-token latency per token after a request's first (this step's
-        end minus its previous token), observed once per distinct gap."""
+        tokens plus its generated tokens (a request's accepted drafts too); the token counters
+        their tokens (the prompts of the requests whose first token this is, and every token
+        made: ``MetricsRecorder.engine_tokens``); one inter-token latency per request output after
+        its first (this step's end minus its previous output: one for a step's accepted drafts,
+        as vLLM observes one per output), observed once per distinct gap."""
         m = self.metrics
         m.iteration_tokens.observe(plan.prefill_tokens + len(emitted) + plan.accepted)
         m.engine_tokens(emitted)
