@@ -11,6 +11,9 @@ What the engine does with it, as vLLM V1's scheduler does (vLLM 0.34:
 - the step verifies the drafts: ``A`` of them are accepted, the request emits ``1 + A`` tokens
   (the accepted drafts and the bonus token) in one output, and its computed tokens roll back
   by the ``d - A`` rejected ones;
+- with ``num_speculative_tokens_per_batch_size`` (dynamic speculation) a step of ``B``
+  requests proposes the drafts its batch-size range gives for the next step (at most ``k``;
+  none: no drafter runs);
 - ``vllm:spec_decode_*`` count the drafts, draft tokens and accepted tokens (per position too).
 
 **Acceptance.**  The simulator has no draft model and its text is random, so every method
@@ -27,8 +30,9 @@ GEMMs, the logits of every position, the drafts' attention); the drafter's work 
 :class:`DraftCost`: for a model-based drafter one pass over the step's tokens and ``k - 1``
 decode passes of the drafting requests, each timed by the same step model on the drafter's
 architecture (EAGLE / MTP: one decoder layer of the target's shape with its LM head;
-``draft_model``: the draft model's own, found as the target's is).  N-gram and suffix
-drafters run on the host and are not timed.
+``draft_model``: the draft model's own, found as the target's is), split over
+``draft_tensor_parallel_size`` GPUs.  N-gram and suffix drafters run on the host and are not
+timed.  The drafter's weights and KV come out of the KV cache (:func:`drafter_memory`).
 """
 from __future__ import annotations
 
