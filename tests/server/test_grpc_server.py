@@ -41,8 +41,15 @@ class Target:
         return int(metric(m, "vllm:num_requests_running")), int(metric(m, "vllm:num_requests_waiting"))
 
 
+# gRPC's reconnect backoff starts at 1 s (then 1.6 s, 2.56 s, ...): a channel that first tries a
+# server still importing waited that long after the port opened (a ``--grpc`` start: ~1 s to
+# ready instead of ~0.5 s; an HF tokenizer's, seconds more).  The probe retries every 50-100 ms.
+READY_PROBE = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
+               ("grpc.max_reconnect_backoff_ms", 100)]
+
+
 def _ready(port: int, proc=None) -> None:
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=READY_PROBE)
     ready = grpc.channel_ready_future(channel)
     try:
         deadline = time.monotonic() + 90           # an HF tokenizer under load: slow
