@@ -177,12 +177,16 @@ def any_api(request) -> SimClient:
     return request.getfixturevalue("live_client")()
 
 
-# The longest modules first (12-35 s each, `--durations=0` summed by module, most of it waiting
+# The longest modules first (9-30 s each, `--durations=0` summed by module, most of it waiting
 # on servers and time limits), then the rest of the server tier, then the app and unit tiers:
-# pytest-xdist's loadscope hands out whole modules in collection order, so a long module picked
-# up last would leave the other workers idle at the end.
-LONGEST_FIRST = ("test_grpc_server", "test_attacks_round3", "test_connection_floods", "test_slow_bodies",
-                 "test_vllm034_flags", "test_process_lifecycle", "test_attacks_bounded")
+# pytest-xdist's loadscope hands out whole modules in collection order (pytest.ini turns off
+# xdist 3.8's default reorder, by test count, which ignored this order and handed out last the
+# modules of one to three long tests: test_stalled_readers' 2 took 12.7 s, test_adapter_items_
+# off_hub's 3 10.3 s), so a long module picked up last would leave the other workers idle.
+LONGEST_FIRST = ("test_grpc_server", "test_attacks_round3", "test_connection_floods", "test_stalled_readers",
+                 "test_process_lifecycle", "test_attacks_bounded", "test_sleep_server",
+                 "test_sleep_pauses_scheduler", "test_adapter_items_off_hub", "test_latency_and_capacity",
+                 "test_vllm034_flags", "test_wire_hostile")
 TIER_ORDER = {"server": 0, "app": 1, "unit": 2}
 
 
