@@ -104,13 +104,21 @@ def _blocks_well_formed(text: str) -> list:
     return problems
 
 
+def _reasoning_server(sim_server) -> str:
+    """Step mode with qwen3's reasoning parser, the Cohere routes on: one server for the messages
+    and Cohere cases (the variable adds routes and changes nothing of /v1/messages; a second
+    server without it cost a start)."""
+    return sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--reasoning-parser", "qwen3",
+                      env={"VLLM_ENABLE_COHERE_API": "1"})
+
+
 def test_aborted_messages_streams_close_the_blocks_the_client_saw(sim_server):
     """Step mode renders a stream's next token while the engine steps (sse_emitter._render_ahead);
     the messages renderer's block state (thinking closed, text or tool_use opened) followed that
     render, so a stream aborted just before its first answer token was sent ended with a
     content_block_stop of a block never started and its thinking block left open.  Streams
     started a step or so apart and aborted together: one of them is cut at that token."""
-    base = sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--reasoning-parser", "qwen3")
+    base = _reasoning_server(sim_server)
     body = {"model": "test-model", "max_tokens": 40, "ignore_eos": True, "stream": True, "messages": MSG}
     out = _staggered_then_aborted(base, "/v1/messages", body, "blocks")
     bad = {rid: p for rid, p in ((rid, _blocks_well_formed(r.text)) for rid, r in out.items()) if p}
@@ -146,8 +154,7 @@ def test_aborted_cohere_streams_close_the_blocks_the_client_saw(sim_server, tool
     open block, the tool calls started) followed the hub's render ahead, so a stream cut at its
     first answer token ended with a content-end (or tool-call-end) of a block never started and
     its thinking block left open."""
-    base = sim_server("--latency-calculator", "step", "--force-dummy-tokenizer", "--reasoning-parser", "qwen3",
-                      env={"VLLM_ENABLE_COHERE_API": "1"})
+    base = _reasoning_server(sim_server)
     body = {"model": "test-model", "max_tokens": 40, "stream": True, "messages": MSG}
     if tools:
         body |= {"max_tokens": 200, "tool_choice": "REQUIRED", "tools": [{"type": "function", "function": {
