@@ -264,8 +264,9 @@ _declare("scheduler",
                 "`_length`): step mode verifies the drafts and emits the accepted ones (README: Speculative decoding)",
                 nullable=True, aliases=("-sc",)),
          Option("spec-method", "str", "", "`--speculative-config`'s `method`"),
-         Option("spec-model", "str", "", "`--speculative-config`'s `model`"),
-         Option("spec-tokens", "int", None, "`--speculative-config`'s `num_speculative_tokens`", nullable=True),
+         Option("spec-model", "str", "", "`--speculative-config`'s `model`", aliases=("--speculative-model",)),
+         Option("spec-tokens", "int", None, "`--speculative-config`'s `num_speculative_tokens`", nullable=True,
+                aliases=("--num-speculative-tokens",)),
          Option("per-request-spec-decode-metrics", "str", "none", "Chat and completion answers of one choice (a "
                 "stream's usage chunk) carry `metrics.speculative_decoding`: the request's acceptance histogram and "
                 "draft counts (step mode; `detailed`: its per-step arrays too); needs --speculative-config",

@@ -381,3 +381,9 @@ def test_drafts_under_preemption_prefix_caching_and_a_tight_cache_lose_no_token(
         assert s.pool.num_held == 0 and s.num_preemptions > 0 and any(r.cached_tokens for r in reqs)
         drafts, drafted, accepted = s.spec_counts
         assert sum(s.spec_per_pos) == accepted <= drafted and drafts > 0
+
+
+def test_older_releases_speculative_flags_take_effect():
+    # vLLM before 0.10's --speculative-model / --num-speculative-tokens: the shorthands' meaning
+    st = settings("--speculative-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--num-speculative-tokens", "2")
+    assert (st.spec_decode.method, st.spec_decode.num_speculative_tokens) == ("eagle3", 2)
