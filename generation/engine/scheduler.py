@@ -26,12 +26,9 @@ One step:
    of generated tokens are cached when the request releases its blocks (finished, preempted,
    aborted).
 
-With speculative decoding (``spec``, :mod:`generation.engine.spec_decode`) a decoding request
-also verifies its drafts: it is scheduled ``1 + k`` tokens (as the budget and ``max_model_len``
-allow; its blocks cover the drafts and the drafter's lookahead slots), and at the step's end it
-emits the accepted drafts and the bonus token at once, its computed tokens rolled back past the
-rejected ones (``_verified``).  Decodes then take the general path, and the replay's group
-decoding stays off.
+With speculative decoding (``spec``, :mod:`generation.engine.spec_decode`) a decode is scheduled
+with its drafts and lookahead blocks, and emits the accepted ones and the bonus token at once
+(``_verified``); decodes then take the general path, and the replay's group decoding stays off.
 
 With ``policy="priority"`` (``--scheduling-policy priority``) the waiting queue is ordered by
 (priority, arrival), lower first, and the request preempted is the running one with the largest
@@ -128,6 +125,8 @@ class Scheduler:
         self.spec = self.spec_rng = self.spec_draft = None
         self.spec_k = 0                     # drafts each decode carries into the next step
         self.spec_multi: list = []          # requests whose last step emitted more than one token
+        self.spec_hist: list = []
+        self.spec_drafted = 0               # draft tokens verified in the step being completed
         self.spec_lookup = None             # num_speculative_tokens_per_batch_size: batch size -> drafts
         self.spec_counts = [0, 0, 0]
         self.spec_per_pos: list = []
@@ -142,6 +141,7 @@ class Scheduler:
         from its dynamic schedule, if any, up to ``max_num_seqs``."""
         self.spec, self.spec_rng, self.spec_draft = spec, rng, draft
         self.spec_per_pos = [0] * spec.num_speculative_tokens
+        self.spec_hist = [0] * (spec.num_speculative_tokens + 1)   # this step's drafts by accepted count
         self.spec_k = spec.num_speculative_tokens
         self.spec_lookup = spec.drafts_by_batch(self.max_num_seqs)
 
@@ -291,14 +291,18 @@ class Scheduler:
             budget -= 1
             i += 1
         decode = i
+        if spec is not None:                     # a decode's tokens with its drafts, its KV lookahead
+            k1, ahead = 1 + self.spec_k, spec.lookahead + bs - 1
         while i < len(running) and budget > 0:   # the rest, with chunks and preemption
             req = running[i]
             c = req.num_computed
             if req.prompt_len + req.num_output - c == 1 and req.num_output and c < last_room:
                 n = 1
                 if spec is not None:                        # its drafts too, as the budget and length allow
-                    n = min(1 + self.spec_k, budget, last_room - c)
-                    need = (c + n + spec.lookahead + bs - 1) // bs - req.blocks
+                    n = k1 if k1 < budget else budget
+                    if n > last_room - c:
+                        n = last_room - c
+                    need = (c + n + ahead) // bs - req.blocks
                 else:
                     need = (c + bs) // bs - req.blocks      # a decode: one token, maybe one block
                 if need > 0 and need > pool.num_free:
@@ -530,6 +534,8 @@ class Scheduler:
                 req.state = EngineRequest.DONE
                 req.finished_at = end
                 finished = True
+        if self.spec_drafted:
+            self._count_drafts()
         if plan.chunks:
             self._cache_blocks(plan.chunks)
         if finished:
@@ -554,15 +560,12 @@ class Scheduler:
         SpecDecodingStats, and the request's own RequestSpecMetrics when it has one), and emit the
         accepted drafts and the bonus token, none past its length (``new_tokens``, until the next
         step's completion; ``plan.accepted``); returns its tokens emitted now."""
-        accepted = self.spec.accepted(self.spec_rng.random(), drafts)
+        u, rates, accepted = self.spec_rng.random(), self.spec.rates, 0
+        while accepted < drafts and u < rates[accepted]:     # SpecDecode.accepted, inline (per request)
+            accepted += 1
         req.num_computed -= drafts - accepted
-        counts = self.spec_counts
-        counts[0] += 1
-        counts[1] += drafts
-        counts[2] += accepted
-        per_pos = self.spec_per_pos
-        for i in range(accepted):
-            per_pos[i] += 1
+        self.spec_hist[accepted] += 1               # counted once per step (_count_drafts)
+        self.spec_drafted += drafts
         if req.spec_metrics is not None:            # --per-request-spec-decode-metrics
             req.spec_metrics.observe(drafts, accepted)
         before = req.num_output
@@ -575,6 +578,20 @@ class Scheduler:
             plan.accepted += out - before - 1
             self.spec_multi.append(req)
         return out
+
+    def _count_drafts(self) -> None:
+        """Fold the step's verified drafts (``spec_hist``: requests by drafts accepted) into
+        vLLM's counts: drafts, draft tokens, accepted tokens, accepted per position."""
+        hist, counts, per_pos = self.spec_hist, self.spec_counts, self.spec_per_pos
+        counts[0] += sum(hist)
+        counts[1] += self.spec_drafted
+        counts[2] += sum(j * n for j, n in enumerate(hist))
+        above = 0
+        for j in range(len(hist) - 1, 0, -1):     # position j - 1 accepted by every draft of j or more
+            above += hist[j]
+            per_pos[j - 1] += above
+        hist[:] = [0] * len(hist)
+        self.spec_drafted = 0
 
     def _cache_blocks(self, reqs) -> None:
         """Name the full blocks the step's prefill chunks computed by their hashes (vLLM's
