@@ -120,16 +120,14 @@ class Scheduler:
         # against max_num_seqs when step k + 1 is planned (vLLM processes k's output only then)
         self.hold_finished_slots, self.held_slots, self.held_until = False, 0, -1.0
         # speculative decoding (generation.engine.spec_decode): the config, the acceptance draws'
-        # seeded rng, the drafter's cost, and vLLM's spec-decode counters (cumulative: drafts,
-        # draft tokens, accepted tokens, accepted per position)
+        # seeded rng, the drafter's cost, and the drafts verified so far: drafts by how many of their
+        # tokens were accepted, and draft tokens (vLLM's counters derive from them: spec_counts)
         self.spec = self.spec_rng = self.spec_draft = None
         self.spec_k = 0                     # drafts each decode carries into the next step
         self.spec_multi: list = []          # requests whose last step emitted more than one token
         self.spec_hist: list = []
-        self.spec_drafted = 0               # draft tokens verified in the step being completed
+        self.spec_drafted = 0
         self.spec_lookup = None             # num_speculative_tokens_per_batch_size: batch size -> drafts
-        self.spec_counts = [0, 0, 0]
-        self.spec_per_pos: list = []
         # --per-request-spec-decode-metrics: None ("none": no record at all), "summary" or "detailed";
         # each request then carries a RequestSpecMetrics from add() on, observed by _verified
         self.spec_request_metrics = None
@@ -140,8 +138,7 @@ class Scheduler:
         (:class:`~generation.engine.spec_decode.DraftCost`, or None), the drafts per batch size
         from its dynamic schedule, if any, up to ``max_num_seqs``."""
         self.spec, self.spec_rng, self.spec_draft = spec, rng, draft
-        self.spec_per_pos = [0] * spec.num_speculative_tokens
-        self.spec_hist = [0] * (spec.num_speculative_tokens + 1)   # this step's drafts by accepted count
+        self.spec_hist = [0] * (spec.num_speculative_tokens + 1)
         self.spec_k = spec.num_speculative_tokens
         self.spec_lookup = spec.drafts_by_batch(self.max_num_seqs)
 
@@ -534,8 +531,6 @@ class Scheduler:
                 req.state = EngineRequest.DONE
                 req.finished_at = end
                 finished = True
-        if self.spec_drafted:
-            self._count_drafts()
         if plan.chunks:
             self._cache_blocks(plan.chunks)
         if finished:
@@ -564,7 +559,7 @@ class Scheduler:
         while accepted < drafts and u < rates[accepted]:     # SpecDecode.accepted, inline (per request)
             accepted += 1
         req.num_computed -= drafts - accepted
-        self.spec_hist[accepted] += 1               # counted once per step (_count_drafts)
+        self.spec_hist[accepted] += 1
         self.spec_drafted += drafts
         if req.spec_metrics is not None:            # --per-request-spec-decode-metrics
             req.spec_metrics.observe(drafts, accepted)
@@ -579,19 +574,21 @@ class Scheduler:
             self.spec_multi.append(req)
         return out
 
-    def _count_drafts(self) -> None:
-        """Fold the step's verified drafts (``spec_hist``: requests by drafts accepted) into
-        vLLM's counts: drafts, draft tokens, accepted tokens, accepted per position."""
-        hist, counts, per_pos = self.spec_hist, self.spec_counts, self.spec_per_pos
-        counts[0] += sum(hist)
-        counts[1] += self.spec_drafted
-        counts[2] += sum(j * n for j, n in enumerate(hist))
-        above = 0
-        for j in range(len(hist) - 1, 0, -1):     # position j - 1 accepted by every draft of j or more
-            above += hist[j]
-            per_pos[j - 1] += above
-        hist[:] = [0] * len(hist)
-        self.spec_drafted = 0
+    @property
+    def spec_counts(self) -> list:
+        """vLLM's ``SpecDecodingStats`` so far: ``[drafts, draft tokens, accepted tokens]``."""
+        hist = self.spec_hist
+        return [sum(hist), self.spec_drafted, sum(j * n for j, n in enumerate(hist))]
+
+    @property
+    def spec_per_pos(self) -> list:
+        """Accepted tokens at each draft position so far: position ``i`` by every draft that
+        had more than ``i`` accepted."""
+        out, above = [], 0
+        for n in reversed(self.spec_hist[1:]):
+            above += n
+            out.append(above)
+        return out[::-1]
 
     def _cache_blocks(self, reqs) -> None:
         """Name the full blocks the step's prefill chunks computed by their hashes (vLLM's
