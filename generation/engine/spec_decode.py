@@ -316,6 +316,12 @@ def _batch_schedule(value) -> tuple:
     return tuple(out)
 
 
+def head_arch(arch):
+    """A draft head's architecture (EAGLE, EAGLE-3, MTP, Medusa): one decoder layer of the
+    target's ``arch`` and its LM head."""
+    return replace(arch, num_layers=1, dense_layers=min(arch.dense_layers, 1))
+
+
 class DraftCost:
     """The drafter's GPU time per engine step (module docstring), from ``step_model`` (the
     target's :class:`~generation.engine.perf.step_model.StepModel`) and ``spec``; ``draft_arch``:
@@ -336,7 +342,7 @@ class DraftCost:
                                   "and no preset of it", "speculative-config")
             head = draft_arch
         else:                               # one decoder layer of the target's shape and its LM head
-            head = replace(arch, num_layers=1, dense_layers=min(arch.dense_layers, 1))
+            head = head_arch(arch)
         # the drafter runs inside the step: no per-step host work, no pauses of its own
         quiet = replace(c, t0=0.0, t_seq=0.0, pause_rate=0.0, t_jit=0.0)
         self.model = StepModel(step_model.gpu, head, tp=spec.draft_tp or step_model.tp, constants=quiet,
@@ -400,7 +406,7 @@ def drafter_memory(spec: SpecDecode, arch, draft_arch, tp: int, kv_cache_dtype: 
             raise ConfigError(f"speculative_config: no config.json for the draft model {spec.model!r} here "
                               "and no preset of it", "speculative-config")
         return weight_bytes_per_gpu(draft_arch, "", tp), kv_bytes_per_token(draft_arch, kv_cache_dtype, tp)
-    head = replace(arch, num_layers=1, dense_layers=min(arch.dense_layers, 1))
+    head = head_arch(arch)
     weights = head.n_lin_total / tp * linear_weight_bytes(arch, quantization)
     if spec.method == "eagle3":
         weights += arch.n_head / tp * arch.dtype_bytes
