@@ -8,6 +8,7 @@ pair count is checked before its pairs are built.  Each is answered as before.""
 from __future__ import annotations
 
 import gc
+import re
 
 import orjson
 
@@ -79,4 +80,29 @@ def test_pooling_inputs_and_pairs_are_scored_with_hub_turns(app_client):
     assert len(out[0].json()["data"]) == 2048
     assert len(out[1].json()["results"]) == 5
     assert out[2].json()["error"]["message"] == "at most 2048 pairs may be scored per request, got 500000."
+    assert health < health_bound(BOUND), (health, health_bound(BOUND))
+
+
+def test_a_long_grammar_compiles_off_the_hub(app_client, monkeypatch):
+    """A ``structured_outputs.grammar`` over ``GRAMMAR_LANE_CHARS`` compiles in a worker thread
+    (pure Python, ~1 ms per 1,000 characters: 100,000 of character classes held the hub 0.1 s);
+    a short one on the hub, as before.  Both are answered from the grammar."""
+    from generation.lanes import on_hub_thread
+    from generation.structured import structured_outputs as so
+    on_hub, real = [], so.compile_grammar
+    monkeypatch.setattr(so, "compile_grammar", lambda text: (on_hub.append(on_hub_thread()), real(text))[1])
+    long_grammar = "root ::= " + " | ".join("[a-z]{1,2}" for _ in range(7_500))
+    assert 90_000 < len(long_grammar) < 100_000
+    body = {"model": "test-model", "messages": USER, "max_tokens": 4}
+    out, health = _attack(app_client(), [
+        ("/v1/chat/completions", {**body, "structured_outputs": {"grammar": long_grammar}}),
+        ("/v1/chat/completions", {**body, "structured_outputs": {"grammar": 'root ::= "yes" | "no"'}}),
+        ("/v1/chat/completions", {**body, "structured_outputs": {"grammar": long_grammar + " | undefined"}}),
+    ])
+    assert [r.status_code for r in out] == [200, 200, 400], [r.text[:200] for r in out]
+    assert re.fullmatch("[a-z]{1,2}", out[0].json()["choices"][0]["message"]["content"])
+    assert out[1].json()["choices"][0]["message"]["content"] in ("yes", "no")
+    assert out[2].json()["error"] == {"message": "structured_outputs.grammar: rule 'undefined' is not defined",
+                                      "type": "BadRequestError", "param": "structured_outputs.grammar", "code": 400}
+    assert on_hub == [False, True, False]
     assert health < health_bound(BOUND), (health, health_bound(BOUND))
