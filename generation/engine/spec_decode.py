@@ -316,10 +316,30 @@ def _batch_schedule(value) -> tuple:
     return tuple(out)
 
 
-def head_arch(arch):
+def head_arch(arch, spec: SpecDecode | None = None):
     """A draft head's architecture (EAGLE, EAGLE-3, MTP, Medusa): one decoder layer of the
-    target's ``arch`` and its LM head."""
-    return replace(arch, num_layers=1, dense_layers=min(arch.dense_layers, 1))
+    target's ``arch`` and its LM head, over EAGLE-3's draft vocabulary where its config gives
+    one (:func:`draft_vocab_of`)."""
+    vocab = draft_vocab_of(spec) or arch.vocab_size
+    return replace(arch, num_layers=1, dense_layers=min(arch.dense_layers, 1), vocab_size=vocab)
+
+
+def draft_vocab_of(spec: SpecDecode | None) -> int | None:
+    """An EAGLE-3 head's ``draft_vocab_size`` (its LM head's rows: 32,000 in the usual Llama-3
+    heads against the target's 128,256), read from the head's config.json where one is found as
+    the target's is (a local directory, the Hugging Face cache); else None, and the head takes
+    the target's vocabulary, as vLLM's ``llama_eagle3.py`` does for a config without one."""
+    if spec is None or spec.method != "eagle3" or not spec.model:
+        return None
+    from .perf.model_arch import resolve_arch
+    try:
+        found = resolve_arch(spec.model)
+        with open(found[1], encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except (TypeError, OSError, ValueError):       # none found, a preset, an unreadable file
+        return None
+    vocab = raw.get("draft_vocab_size") if isinstance(raw, dict) else None
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
 
 
 class DraftCost:
@@ -342,7 +362,7 @@ class DraftCost:
                                   "and no preset of it", "speculative-config")
             head = draft_arch
         else:                               # one decoder layer of the target's shape and its LM head
-            head = head_arch(arch)
+            head = head_arch(arch, spec)
         # the drafter runs inside the step: no per-step host work, no pauses of its own
         quiet = replace(c, t0=0.0, t_seq=0.0, pause_rate=0.0, t_jit=0.0)
         self.model = StepModel(step_model.gpu, head, tp=spec.draft_tp or step_model.tp, constants=quiet,
@@ -394,7 +414,7 @@ def drafter_memory(spec: SpecDecode, arch, draft_arch, tp: int, kv_cache_dtype: 
                    quantization: str) -> tuple[float, int]:
     """``(weight bytes, KV bytes per token)`` one GPU gives the drafter, which vLLM's start-up
     profile takes from the KV cache: a head's one decoder layer (its own KV layer; EAGLE-3's own
-    LM head at the target's vocabulary, which over-counts its usual 32k draft vocabulary), or
+    LM head at its draft vocabulary, :func:`draft_vocab_of`), or
     the draft model's weights and KV; ``(0, 0)`` for host drafters.  Raises ConfigError for a
     ``draft_model`` whose architecture is unknown."""
     from .perf.hardware import kv_bytes_per_token, linear_weight_bytes, weight_bytes_per_gpu
@@ -406,10 +426,10 @@ def drafter_memory(spec: SpecDecode, arch, draft_arch, tp: int, kv_cache_dtype: 
             raise ConfigError(f"speculative_config: no config.json for the draft model {spec.model!r} here "
                               "and no preset of it", "speculative-config")
         return weight_bytes_per_gpu(draft_arch, "", tp), kv_bytes_per_token(draft_arch, kv_cache_dtype, tp)
-    head = head_arch(arch)
+    head = head_arch(arch, spec)
     weights = head.n_lin_total / tp * linear_weight_bytes(arch, quantization)
     if spec.method == "eagle3":
-        weights += arch.n_head / tp * arch.dtype_bytes
+        weights += head.n_head / tp * arch.dtype_bytes
     return weights, kv_bytes_per_token(head, kv_cache_dtype, tp)
 
 

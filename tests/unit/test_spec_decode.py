@@ -12,7 +12,7 @@ import pytest
 from generation.config.values import ConfigError
 from generation.engine.replay import TraceRequest, replay, scheduler_for
 from generation.engine.scheduler import EngineRequest, Scheduler
-from generation.engine.spec_decode import (DEFAULT_ACCEPTANCE, DraftCost, SpecDecode, blocks_with_drafter,
+from generation.engine.spec_decode import (DEFAULT_ACCEPTANCE, DraftCost, SpecDecode, blocks_with_drafter, draft_vocab_of,
                                            resolve_spec_decode)
 from generation.engine.step_config import load_step_config, resolve_step_settings
 
@@ -387,3 +387,30 @@ def test_older_releases_speculative_flags_take_effect():
     # vLLM before 0.10's --speculative-model / --num-speculative-tokens: the shorthands' meaning
     st = settings("--speculative-model", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--num-speculative-tokens", "2")
     assert (st.spec_decode.method, st.spec_decode.num_speculative_tokens) == ("eagle3", 2)
+
+
+def test_an_eagle3_head_with_its_own_draft_vocabulary_costs_less(tmp_path):
+    """EAGLE-3 heads usually carry ``draft_vocab_size`` 32,000 (Llama-3's is 128,256): read
+    from the head's config.json, it sizes the head's LM head, in memory and in time; without a
+    config the head keeps the target's vocabulary, as vLLM gives it."""
+    head_dir = tmp_path / "eagle3-head"
+    head_dir.mkdir()
+    (head_dir / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "num_hidden_layers": 1,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+        "vocab_size": 128256, "draft_vocab_size": 32000}))
+    full = settings(*sc(method="eagle3", model="x/eagle3"))
+    small = settings(*sc(method="eagle3", model=str(head_dir)))
+    eagle = settings(*sc(method="eagle", model="x/eagle"))
+    assert draft_vocab_of(small.spec_decode) == 32000
+    assert draft_vocab_of(full.spec_decode) is None and draft_vocab_of(eagle.spec_decode) is None
+    assert small.draft_cost.model.arch.vocab_size == 32000
+    assert full.draft_cost.model.arch.vocab_size == 128256
+    # its LM head: 32,000 x 4,096 x 2 bytes = 0.26 GB against 1.05 GB: 91 blocks of 64 tokens (33 KV layers) more
+    assert full.num_gpu_blocks < small.num_gpu_blocks < eagle.num_gpu_blocks
+    assert (full.num_gpu_blocks, small.num_gpu_blocks) == (7276, 7367)
+    s = scheduler_for(full, 8192)
+    for _ in range(4):
+        s.add(EngineRequest(100, 50), 0.0)
+    plan = s.schedule(0.0)
+    assert 0 < small.draft_cost.time(plan) < full.draft_cost.time(plan)
