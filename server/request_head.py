@@ -72,14 +72,35 @@ def body_left_to_drain(req) -> bool:
     return getattr(reader, "parser", None) is not None     # ChunkedReader: its chunks not all read
 
 
+class ContinueBody(Body):
+    """gunicorn's request ``Body`` that sends ``HTTP/1.1 100 Continue`` on ``continue_to`` (the
+    connection's socket) before its first read from the socket, as uvicorn answers ``Expect:
+    100-continue`` on the application's first ``receive()``."""
+
+    continue_to = None          # the socket, until the interim answer is sent
+
+    def _read_reader(self, size):
+        sock = self.continue_to
+        if sock is not None:
+            self.continue_to = None
+            sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return super()._read_reader(size)
+
+
+def body_not_invited(req) -> bool:
+    """Whether ``req`` expected ``100 Continue`` and was answered without it while its body
+    has bytes still to come (a Content-Length body not read to its end, a chunked one not
+    ended)."""
+    body = getattr(req, "body", None)
+    if body is None or getattr(body, "continue_to", None) is None:
+        return False
+    reader = body.reader
+    length = getattr(reader, "length", None)
+    return length > 0 if length is not None else getattr(reader, "parser", None) is not None
+
+
 class LeanRequest(Request):
     """gunicorn's ``Request`` with a one-pass reading of a plain head (see the module)."""
-
-    def should_close(self):
-        # a body answered early and left unread past DRAIN_MAX: the connection closes after the
-        # answer (server.worker), so the answer's headers say ``Connection: close`` (gunicorn's
-        # Response asks this when it writes them), not keep-alive
-        return super().should_close() or body_left_to_drain(self)
 
     def _apply_header_policy(self, name, value, scheme_state, seen, *args, **kwargs):
         # uvicorn (vLLM's server) acts on ``Expect: 100-continue`` alone and serves a request
@@ -106,6 +127,22 @@ class LeanRequest(Request):
         super().set_body_reader()
         if self.body.reader.__class__ is ChunkedReader:
             self.body = Body(StrictChunkedReader(self, self.unreader))
+        sock = getattr(self.unreader, "sock", None)
+        if self._expected_100_continue and sock is not None:
+            # gunicorn sends ``100 Continue`` as it builds the environ; uvicorn (vLLM's server)
+            # when the application first reads the body, so an answer from the head alone (a
+            # 413 by Content-Length, a 401, a 404) goes out without inviting the body
+            self._expected_100_continue = False
+            self.body.__class__ = ContinueBody
+            self.body.continue_to = sock
+
+    def should_close(self):
+        # a body answered early and left unread past DRAIN_MAX, or never invited (its
+        # ``Expect: 100-continue`` unanswered: the client may never send it, so reading on to
+        # the next request could wait for ever): the connection closes after the answer
+        # (server.worker), and the answer's headers say ``Connection: close`` (gunicorn's
+        # Response asks this when it writes them), not keep-alive
+        return super().should_close() or body_left_to_drain(self) or body_not_invited(self)
 
     def parse(self, unreader):
         if self._use_fast or (self.req_number == 1 and self.cfg.proxy_protocol != "off"):

@@ -15,7 +15,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from .lifecycle import ServerShuttingDown, connection_socket, has_bytes, shutdown_grace
 from .listening import ACCEPT_BATCH, KEEPALIVE_SECONDS, accept_server, sock_name
-from .request_head import DRAIN_MAX, body_left_to_drain  # noqa: F401 - imported from here too
+from .request_head import DRAIN_MAX, body_left_to_drain, body_not_invited  # noqa: F401 - imported from here too
 
 log = logging.getLogger("vllm_sim")
 
@@ -335,8 +335,8 @@ class SimWorker(GeventWorker):
                 self.unfinished.begin(g)      # waits for its next request (or drains this body)
             if not self.alive and not self._busy:
                 self._idle_event.set()        # draining: the last request is done
-        if not self.alive or body_left_to_drain(req):
-            raise StopIteration()             # draining, or a large body left unread: close the connection
+        if not self.alive or body_left_to_drain(req) or body_not_invited(req):
+            raise StopIteration()             # draining, or a body left unread: close the connection
         return keep
 
     def handle_error(self, req, client, addr, exc):

@@ -87,3 +87,54 @@ def test_what_is_left_to_drain():
     assert body_left_to_drain(req(SimpleNamespace(parser=iter(()))))       # chunks not all read
     assert not body_left_to_drain(req(SimpleNamespace(parser=None)))        # read to the end
     assert not body_left_to_drain(SimpleNamespace())                        # (no body at all)
+
+
+def _interim_or_final(s: socket.socket) -> bytes:
+    """The next status line on ``s``: an interim ``100 Continue`` (its empty head consumed) or
+    the final answer's."""
+    s.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = s.recv(1)
+        if not part:
+            break
+        data += part
+    return data.split(b"\r\n")[0]
+
+
+def test_100_continue_is_sent_when_the_body_is_read_as_uvicorn_sends_it(sim_server):
+    """``Expect: 100-continue``: the interim answer goes out when the application first reads
+    the body (uvicorn's ``receive()``), so a body refused from the head alone (413 by its
+    Content-Length) is never invited: a client that waits (curl past 1 MB) does not send it, and
+    the connection closes after the answer since the body may never come.  A body that is read
+    gets its ``100 Continue`` first, then its answer, and the connection serves on."""
+    base = sim_server("--max-request-body-size-mb", "1")
+    s = _connect(base)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (3 << 20))
+    headers: list = []
+    assert _response(s, headers) == b"HTTP/1.1 413 Request Entity Too Large"   # no 100 before it
+    assert b"connection: close" in headers
+    assert _closed(s)
+    s.close()
+
+    s = _connect(base)
+    body = BODY % b"hi"
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    assert _interim_or_final(s) == b"HTTP/1.1 100 Continue"     # invited: then it is sent
+    s.sendall(body)
+    headers = []
+    assert _response(s, headers) == b"HTTP/1.1 200 OK"
+    assert b"connection: keep-alive" in headers
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _response(s) == b"HTTP/1.1 200 OK"
+
+    # refused from its head (a media type vLLM does not take), its small body never invited
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    headers = []
+    assert _response(s, headers).startswith(b"HTTP/1.1 4")
+    assert b"connection: close" in headers
+    assert _closed(s)
+    s.close()
