@@ -443,7 +443,10 @@ _declare("parallel",
          Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8)"),
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
-         Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"))
+         Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
+         Option("enable-expert-parallel", "bool", False, "A MoE model's experts dealt out whole over the "
+                "TP x DP ranks instead of split by TP (step mode: each GPU's weights, KV cache, expert reads and "
+                "all-to-alls)"))
 _declare("fleet",
          Option("fleet-size", "int", 0, "Serve this many independent simulated vLLM pods from one process, each "
                 "with its own port, engine, KV cache, /metrics, KV-event topic and pod headers (0: one ordinary "

@@ -68,7 +68,8 @@ class StepSettings:
                    if self.long_prefill_token_threshold else ""),
                 f"GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_gpu_blocks} blocks of {self.block_size})",
                 f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x",
-                f"architecture: {self.arch.describe(getattr(self.step_time, 'quantization', ''))}"] \
+                f"architecture: {self.arch.describe(getattr(self.step_time, 'quantization', ''))}"
+                + self._expert_parallel()] \
             + ([f"CPU KV cache (offloading): {self.num_cpu_blocks * self.block_size:,} tokens "
                 f"({self.num_cpu_blocks} blocks)"] if self.num_cpu_blocks else []) \
             + ([f"step time: profile {src}" + self._pauses()]
@@ -77,6 +78,11 @@ class StepSettings:
                + ("" if self.enable_chunked_prefill else ", chunked prefill off")
                + self._gate_note()] \
             + ([self.spec_decode.summary()] if self.spec_decode is not None else [])
+
+    def _expert_parallel(self) -> str:
+        """``; expert parallel over E GPUs, N experts each`` with ``--enable-expert-parallel``."""
+        ep = getattr(self.step_time, "ep", 1)
+        return f"; expert parallel over {ep} GPUs, {-(-self.arch.num_experts // ep)} experts each" if ep > 1 else ""
 
     def _gate_note(self) -> str:
         """The full-sequence admission gate when it is not the release's default, else ""."""
@@ -125,6 +131,8 @@ def resolve_step_settings(cfg) -> StepSettings:
     else:
         arch, source = found
     tp = cfg.tensor_parallel_size       # >= 1, and the memory share in (0, 1]: SimConfig.validate
+    dp = max(getattr(cfg, "data_parallel_size", 1) or 1, 1)
+    ep = tp * dp if getattr(cfg, "enable_expert_parallel", False) and arch.is_moe else 1     # vLLM: EP = TP x DP
     quant = (cfg.quantization or "").lower()
     bs = cfg.block_size = mla_block_size(gpu, arch, cfg.block_size)
     default_tokens, default_seqs = batch_defaults(gpu)
@@ -157,7 +165,7 @@ def resolve_step_settings(cfg) -> StepSettings:
         blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
-                                 max_model_len=cfg.max_model_len)
+                                 max_model_len=cfg.max_model_len, ep=ep)
     spec = spec_decode_of(cfg)
     if spec is not None and cfg.num_gpu_blocks_override is None:     # the drafter's weights and KV
         from .spec_decode import blocks_with_drafter, draft_arch_of, drafter_memory
@@ -183,7 +191,7 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  cudagraph_capture_sizes=sorted(sizes) if sizes else None,
                                  max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None)
                                  or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
-                                 async_scheduling=getattr(cfg, "async_scheduling", None) is not False)
+                                 async_scheduling=getattr(cfg, "async_scheduling", None) is not False, ep=ep, dp=dp)
     step_time.vllm_version = parse_version(cfg.vllm_version) if cfg.vllm_version else step_time.vllm_version
     cfg.kv_cache_size = blocks
     draft = None

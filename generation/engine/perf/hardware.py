@@ -19,7 +19,7 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
-           "routed_expert_params", "weight_bytes_per_gpu", "kv_bytes_per_token", "mla_block_size",
+           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "expert_parallel_terms", "kv_bytes_per_token", "mla_block_size",
            "pool_blocks", "hybrid_kv_tokens",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
            "QUANTIZATIONS", "FP4_METHODS", "GiB"]
@@ -177,12 +177,50 @@ def weight_bytes(arch: ModelArch, quantization: str = "") -> int:
     return int(lin + embed)
 
 
-def weight_bytes_per_gpu(arch: ModelArch, quantization: str = "", tp: int = 1) -> float:
+def weight_bytes_per_gpu(arch: ModelArch, quantization: str = "", tp: int = 1, ep: int = 1) -> float:
     """One tensor-parallel rank's weight bytes: :func:`weight_bytes` / ``tp``, plus the rest of
     the parameters every rank holds whole (:attr:`ModelArch.replicated_params`: DeepSeek-V3 at
-    TP 8, 0.75 GiB more than an eighth)."""
-    return (weight_bytes(arch, quantization)
-            + arch.replicated_params * linear_weight_bytes(arch, quantization) * (tp - 1)) / tp
+    TP 8, 0.75 GiB more than an eighth).  ``ep`` > 1 (``--enable-expert-parallel``: the
+    expert-parallel group, TP x DP ranks): a MoE model's routed experts are not split by TP but
+    dealt out whole, :func:`local_experts` to a rank."""
+    per = (weight_bytes(arch, quantization)
+           + arch.replicated_params * linear_weight_bytes(arch, quantization) * (tp - 1)) / tp
+    if ep > 1 and arch.is_moe:
+        experts = routed_expert_params(arch) * expert_weight_bytes(arch, quantization)
+        per += experts * local_experts(arch, ep) / arch.num_experts - experts / tp
+    return per
+
+
+def expert_parallel_terms(arch: ModelArch, quantization: str, tp: int, ep: int, dp: int,
+                          link_bandwidth: float) -> tuple[float, float, int, float]:
+    """A MoE model's step terms on one GPU of an expert-parallel group of ``ep`` = TP x DP GPUs
+    (``--enable-expert-parallel``), each of the ``dp`` data-parallel replicas taken to carry
+    this one's load (vLLM's DP ranks step together, each with its own batch; a planning model):
+
+    - ``bytes_experts``: the GPU's :func:`local_experts`' weights, whole (not split by TP);
+    - ``untouched``: the chance that one of this replica's tokens, with its ``dp - 1`` twins in
+      the other replicas, routes to none of a given expert: ``(1 - k / E) ^ dp``;
+    - ``ops``, ``per_token``: the step's collectives and their mean link time per token (s at
+      the full ``link_bandwidth``): TP's all-reduce after attention and dense MLPs (``tp`` > 1),
+      and per MoE layer, with ``dp`` > 1, a dispatch and a combine all-to-all, each of this
+      GPU's ``1 / tp`` share of the tokens sent to and back from its ``k`` experts, ``(ep - 1) /
+      ep`` of them remote; with ``dp`` 1 every rank has the whole batch, and the MoE output is
+      all-reduced as TP's is (vLLM's TP + EP without DP)."""
+    moe_layers = arch.num_layers - arch.dense_layers
+    bytes_experts = moe_layers * local_experts(arch, ep) * arch.expert_params * expert_weight_bytes(arch, quantization)
+    untouched = (1.0 - arch.experts_per_token / arch.num_experts) ** dp
+    ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / link_bandwidth if tp > 1 else 0.0
+    ar_ops = (arch.num_layers + (arch.dense_layers if dp > 1 else arch.num_layers)) if tp > 1 else 0
+    a2a_ops = 2 * moe_layers if dp > 1 else 0
+    a2a_tok = arch.experts_per_token * arch.hidden_size * arch.dtype_bytes * (ep - 1) / ep / tp / link_bandwidth
+    ops = ar_ops + a2a_ops
+    return bytes_experts, untouched, ops, (ar_ops * ar_tok + a2a_ops * a2a_tok) / ops if ops else 0.0
+
+
+def local_experts(arch: ModelArch, ep: int) -> int:
+    """Routed experts one rank of an expert-parallel group of ``ep`` holds: the most any rank
+    does (vLLM's ``determine_expert_map`` gives the first ``E mod ep`` ranks one more)."""
+    return -(-arch.num_experts // ep)
 
 
 def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
@@ -297,21 +335,22 @@ def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
 
 def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
                         gpu_memory_utilization: float = 0.9, quantization: str = "",
-                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> float:
+                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024, ep: int = 1) -> float:
     """Bytes left for the KV cache on one GPU (docs/engine-model.md §2): ``memory x
-    utilization - weights / tp - profile overhead`` (:func:`profile_overhead`).  May be <= 0;
-    raises ConfigError only when the weights alone do not fit."""
+    utilization - weights / tp - profile overhead`` (:func:`profile_overhead`); ``ep``: the
+    expert-parallel group (:func:`weight_bytes_per_gpu`).  May be <= 0; raises ConfigError only
+    when the weights alone do not fit."""
     check_tensor_parallel(arch, tp)
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got "
                           f"{gpu_memory_utilization}", param="gpu-memory-utilization")
     budget = gpu.memory * gpu_memory_utilization
-    weights = weight_bytes_per_gpu(arch, quantization, tp)
+    weights = weight_bytes_per_gpu(arch, quantization, tp, ep)
     if weights >= budget:
         raise ConfigError(
             f"{arch.name or 'the model'} ({weights / GiB:.2f} GiB of weights per GPU) does not fit "
             f"on {gpu.name} ({gpu.memory_gib:.2f} GiB x {gpu_memory_utilization} = "
-            f"{budget / GiB:.2f} GiB), {_tp_hint(arch, tp, budget, weights * tp)}", param="gpu")
+            f"{budget / GiB:.2f} GiB), {_tp_hint(arch, tp, budget, weights * tp if ep == 1 else weight_bytes(arch, quantization))}", param="gpu")
     return budget - weights - profile_overhead(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                                                max_num_seqs=max_num_seqs)
 
@@ -319,7 +358,7 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
 def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
                     kv_cache_dtype: str = "auto", quantization: str = "", block_size: int = 16,
                     max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
-                    max_model_len: int = 0) -> int:
+                    max_model_len: int = 0, ep: int = 1) -> int:
     """KV-cache blocks per GPU (all ranks of a tensor-parallel group hold the same number):
     ``floor(available / (block_size x kv_bytes_per_token))`` (docs/engine-model.md §2).
 
@@ -332,7 +371,7 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
         raise ConfigError(f"--block-size must be >= 1, got {block_size}", param="block-size")
     avail = available_kv_memory(gpu, arch, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
                                 quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
-                                max_num_seqs=max_num_seqs)
+                                max_num_seqs=max_num_seqs, ep=ep)
     blocks = pool_blocks(arch, avail, block_size, kv_bytes_per_token(arch, kv_cache_dtype, tp), max_model_len)
     if blocks <= 0:
         # the batch limits' share of the start-up profile: a huge --max-num-seqs or

@@ -370,7 +370,8 @@ def build_perf_counters(config, metrics):
         return None
     st = config.step
     perf = StepPerf(raw_config(config.model, st.arch_source), tp=config.tensor_parallel_size,
-                    dp=config.data_parallel_size, quantization=config.quantization or "",
+                    dp=config.data_parallel_size, enable_ep=bool(getattr(config, "enable_expert_parallel", False)),
+                    quantization=config.quantization or "",
                     kv_cache_dtype=config.kv_cache_dtype, dtype_bytes=st.arch.dtype_bytes,
                     version=parse_version(config.vllm_version))
     return PerfCounters(perf, metrics)

@@ -229,9 +229,9 @@ class StepModel:
     def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                 async_scheduling: bool = True) -> None:
-        from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, expert_weight_bytes,
-                               indexer_key_bytes, kv_bytes_per_token, linear_weight_bytes)
+                 async_scheduling: bool = True, ep: int = 1, dp: int = 1) -> None:
+        from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, expert_parallel_terms,
+                               expert_weight_bytes, indexer_key_bytes, kv_bytes_per_token, linear_weight_bytes)
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
@@ -272,6 +272,7 @@ class StepModel:
             self.bytes_experts = 0.0
             self._untouched = 1.0
         self.moe_layers = moe_layers
+        self.ep, self.dp = (ep, dp) if moe_layers and ep > 1 else (1, 1)      # expert parallel (hardware.py)
         # layers that quantize their activations each step (W8A8, W4A4)
         self.fp8_layers = arch.num_layers if ((self.fp8_weights and gpu.fp8) or fp4) else 0
         self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
@@ -300,6 +301,9 @@ class StepModel:
         self.kv_per_token = (self.kv_bytes_per_token - index_bytes) / gpu.bandwidth
         self.all_reduces = 2 * arch.num_layers if tp > 1 else 0
         self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.nvlink_bandwidth) if tp > 1 else 0.0
+        if self.ep > 1:
+            self.bytes_experts, self._untouched, self.all_reduces, self.ar_per_token = expert_parallel_terms(
+                arch, quantization, tp, ep, dp, gpu.nvlink_bandwidth)
         self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
         self._set_constants(c)
 
@@ -468,13 +472,13 @@ class StepModel:
         arch = self.arch
         # vLLM's tuned tiles exist for unquantized weights (no dtype suffix in the file name);
         # elsewhere its default tiles, which changed with the release
-        tiles = (moe_tile_table(self.gpu.name, arch.num_experts, arch.moe_intermediate_size // self.tp)
-                 if not self.quantized else None)
+        # (with expert parallelism a rank's kernel runs its own experts, whole)
+        experts, n = -(-arch.num_experts // self.ep), arch.moe_intermediate_size // (self.tp if self.ep == 1 else 1)
+        tiles = moe_tile_table(self.gpu.name, experts, n) if not self.quantized else None
         fp8 = self.fp8_weights
-        default = functools.partial(default_moe_tile, num_experts=arch.num_experts, version=self.vllm_version,
+        default = functools.partial(default_moe_tile, num_experts=experts, version=self.vllm_version,
                                     fp8=fp8, block_quant=fp8 and arch.weight_block > 0)
-        return MoeJit(c.t_jit, arch.experts_per_token, arch.num_experts, self.graph_sizes,
-                      max_num_batched_tokens, tiles, default)
+        return MoeJit(c.t_jit, arch.experts_per_token, experts, self.graph_sizes, max_num_batched_tokens, tiles, default)
 
     def frontend_time(self) -> float:
         """The fixed frontend latency a request's first token carries (in + out), seconds."""
@@ -523,7 +527,7 @@ TIME_CONSTANTS = frozenset(n for n in CONSTANT_NAMES if n.startswith(("t_", "fe_
 def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                      profile_path: str = "", enforce_eager: bool = False,
                      cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                     async_scheduling: bool = True):
+                     async_scheduling: bool = True, ep: int = 1, dp: int = 1):
     """The step-time model a configuration asks for (``--step-time-profile``, ``--gpu``, ...).
 
     Without a profile: :class:`StepModel` with the GPU's fitted profile.  A profile of
@@ -534,7 +538,7 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
     ConfigError for an unreadable profile or invalid values."""
     kw = dict(tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
               cudagraph_capture_sizes=cudagraph_capture_sizes,
-              max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling)
+              max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling, ep=ep, dp=dp)
     if not profile_path:
         constants, source = load_constants(gpu.name)
         model = StepModel(gpu, arch, constants=constants, **kw)
