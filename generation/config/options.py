@@ -446,7 +446,10 @@ _declare("parallel",
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
          Option("enable-expert-parallel", "bool", False, "A MoE model's experts dealt out whole over the "
                 "TP x DP ranks instead of split by TP (step mode: each GPU's weights, KV cache, expert reads and "
-                "all-to-alls)"))
+                "all-to-alls)"),
+         Option("decode-context-parallel-size", "int", 1, "Of the TP ranks, how many split each sequence's KV "
+                "cache token by token (vLLM's DCP; step mode: the KV cache holds that many times the tokens, a "
+                "block spans --block-size x DCP, attention reads a share and gathers its heads)"))
 _declare("fleet",
          Option("fleet-size", "int", 0, "Serve this many independent simulated vLLM pods from one process, each "
                 "with its own port, engine, KV cache, /metrics, KV-event topic and pod headers (0: one ordinary "

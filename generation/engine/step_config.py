@@ -133,8 +133,10 @@ def resolve_step_settings(cfg) -> StepSettings:
     tp = cfg.tensor_parallel_size       # >= 1, and the memory share in (0, 1]: SimConfig.validate
     dp = max(getattr(cfg, "data_parallel_size", 1) or 1, 1)
     ep = tp * dp if getattr(cfg, "enable_expert_parallel", False) and arch.is_moe else 1     # vLLM: EP = TP x DP
+    dcp = decode_context_parallel(cfg, tp)
     quant = (cfg.quantization or "").lower()
-    bs = cfg.block_size = mla_block_size(gpu, arch, cfg.block_size)
+    cfg.block_size = mla_block_size(gpu, arch, cfg.block_size)
+    bs = cfg.block_size * dcp           # DCP: a block's tokens dealt out over the DCP ranks, block size each
     default_tokens, default_seqs = batch_defaults(gpu)
     if "max-num-seqs" not in cfg.explicit:
         cfg.max_num_seqs = default_seqs
@@ -155,23 +157,23 @@ def resolve_step_settings(cfg) -> StepSettings:
             raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")
         blocks = cfg.num_gpu_blocks_override
     elif cfg.kv_cache_memory_bytes is not None:      # vLLM: ignores --gpu-memory-utilization
-        blocks = pool_blocks(arch, cfg.kv_cache_memory_bytes, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp),
+        blocks = pool_blocks(arch, cfg.kv_cache_memory_bytes, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp),
                              cfg.max_model_len)
         if blocks < 1:
             raise ConfigError(f"No available memory for the cache blocks: --kv-cache-memory-bytes "
                               f"{cfg.kv_cache_memory_bytes} holds less than one block of {bs} tokens "
-                              f"({bs * kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp)} bytes)", "kv-cache-memory-bytes")
+                              f"({bs * kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp)} bytes)", "kv-cache-memory-bytes")
     else:
         blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
-                                 max_model_len=cfg.max_model_len, ep=ep)
+                                 max_model_len=cfg.max_model_len, ep=ep, dcp=dcp)
     spec = spec_decode_of(cfg)
     if spec is not None and cfg.num_gpu_blocks_override is None:     # the drafter's weights and KV
         from .spec_decode import blocks_with_drafter, draft_arch_of, drafter_memory
-        blocks = blocks_with_drafter(blocks, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp), drafter_memory(
+        blocks = blocks_with_drafter(blocks, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp), drafter_memory(
             spec, arch, draft_arch_of(spec), tp, cfg.kv_cache_dtype, quant))
-    check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp))
+    check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp))
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
         raise ConfigError("long prefill token threshold cannot be negative", "long-prefill-token-threshold")
@@ -191,7 +193,8 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  cudagraph_capture_sizes=sorted(sizes) if sizes else None,
                                  max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None)
                                  or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
-                                 async_scheduling=getattr(cfg, "async_scheduling", None) is not False, ep=ep, dp=dp)
+                                 async_scheduling=getattr(cfg, "async_scheduling", None) is not False, ep=ep, dp=dp,
+                                 dcp=dcp)
     step_time.vllm_version = parse_version(cfg.vllm_version) if cfg.vllm_version else step_time.vllm_version
     cfg.kv_cache_size = blocks
     draft = None
@@ -200,9 +203,20 @@ def resolve_step_settings(cfg) -> StepSettings:
         draft = DraftCost(spec, step_time, draft_arch_of(spec))
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
                         step_time, enable_prefix_caching=cfg.enable_prefix_caching, enable_chunked_prefill=chunked,
-                        num_cpu_blocks=cpu_blocks(cfg, arch, bs, tp, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp)),
+                        num_cpu_blocks=cpu_blocks(cfg, arch, bs, tp, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp)),
                         vllm_version=cfg.vllm_version, reserve_full_isl=reserve_full_isl(cfg),
                         spec_decode=spec, draft_cost=draft)
+
+
+def decode_context_parallel(cfg, tp: int) -> int:
+    """``--decode-context-parallel-size``, checked as vLLM's ParallelConfig checks it (it must
+    divide the tensor-parallel size).  Raises ConfigError."""
+    dcp = getattr(cfg, "decode_context_parallel_size", 1)
+    if dcp < 1:
+        raise ConfigError("decode context parallel size cannot be less than 1", "decode-context-parallel-size")
+    if tp % dcp:
+        raise ConfigError(f"tp_size={tp} must be divisible by dcp_size={dcp}.", "decode-context-parallel-size")
+    return dcp
 
 
 def spec_decode_of(cfg):

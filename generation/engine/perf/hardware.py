@@ -19,7 +19,8 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
-           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "expert_parallel_terms", "kv_bytes_per_token", "mla_block_size",
+           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "expert_parallel_terms", "collective_terms",
+           "dcp_gather_per_token", "kv_bytes_per_token", "mla_block_size",
            "pool_blocks", "hybrid_kv_tokens",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
            "QUANTIZATIONS", "FP4_METHODS", "GiB"]
@@ -209,12 +210,40 @@ def expert_parallel_terms(arch: ModelArch, quantization: str, tp: int, ep: int, 
     moe_layers = arch.num_layers - arch.dense_layers
     bytes_experts = moe_layers * local_experts(arch, ep) * arch.expert_params * expert_weight_bytes(arch, quantization)
     untouched = (1.0 - arch.experts_per_token / arch.num_experts) ** dp
-    ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / link_bandwidth if tp > 1 else 0.0
-    ar_ops = (arch.num_layers + (arch.dense_layers if dp > 1 else arch.num_layers)) if tp > 1 else 0
-    a2a_ops = 2 * moe_layers if dp > 1 else 0
-    a2a_tok = arch.experts_per_token * arch.hidden_size * arch.dtype_bytes * (ep - 1) / ep / tp / link_bandwidth
-    ops = ar_ops + a2a_ops
-    return bytes_experts, untouched, ops, (ar_ops * ar_tok + a2a_ops * a2a_tok) / ops if ops else 0.0
+    return (bytes_experts, untouched) + collective_terms(arch, tp, link_bandwidth, ep=ep, dp=dp)
+
+
+def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, ep: int = 1,
+                     dp: int = 1) -> tuple[int, float]:
+    """``(ops, per_token)``: a step's collectives on one GPU and their mean link time per token
+    (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1), a MoE
+    layer's second of them, with expert parallelism and DP, the dispatch and combine
+    all-to-alls of :func:`expert_parallel_terms`.  TP alone: ``(2 x layers, 4 x hidden x (tp -
+    1) / tp / link)``, as it always was."""
+    kinds = []                                  # (ops, link time per token of one op)
+    if tp > 1:
+        ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / link_bandwidth
+        kinds.append(((arch.num_layers + arch.dense_layers) if ep > 1 and dp > 1 else 2 * arch.num_layers, ar_tok))
+    if ep > 1 and dp > 1:
+        kinds.append((2 * (arch.num_layers - arch.dense_layers),
+                      arch.experts_per_token * arch.hidden_size * arch.dtype_bytes * (ep - 1) / ep / tp / link_bandwidth))
+    if len(kinds) == 1:
+        return kinds[0]
+    ops = sum(n for n, _ in kinds)
+    return ops, (sum(n * t for n, t in kinds) / ops if ops else 0.0)
+
+
+def dcp_gather_per_token(arch: ModelArch, tp: int, dcp: int, link_bandwidth: float) -> tuple[int, float]:
+    """``(ops, per_token)`` of DCP's decode attention (``dcp`` > 1, vLLM's decode context
+    parallelism): each rank attends every head of its group over its share of the context, so
+    per layer a decode token's query heads are gathered from the ``dcp - 1`` other ranks and its
+    partial outputs sent back to be combined (two collectives a layer; s per decode token of
+    one, at the full ``link_bandwidth``).  ``(0, 0.0)`` without DCP."""
+    if dcp <= 1:
+        return 0, 0.0
+    qk, v = ((arch.kv_lora_rank + arch.qk_rope_head_dim, arch.kv_lora_rank) if arch.is_mla
+             else (arch.head_dim, arch.head_dim))
+    return 2 * arch.num_layers, arch.num_heads / tp * (qk + v) / 2 * arch.dtype_bytes * (dcp - 1) / link_bandwidth
 
 
 def local_experts(arch: ModelArch, ep: int) -> int:
@@ -223,23 +252,29 @@ def local_experts(arch: ModelArch, ep: int) -> int:
     return -(-arch.num_experts // ep)
 
 
-def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
+def kv_bytes_per_token(arch: ModelArch, kv_cache_dtype: str = "auto", tp: int = 1, dcp: int = 1) -> int:
     """KV-cache bytes per token on one GPU (docs/engine-model.md §2):
     ``2 x layers x kv_heads/tp x head_dim x bytes``, bytes 1 for an fp8 ``--kv-cache-dtype``,
     the model dtype's for ``auto``.  With fewer KV heads than ``tp`` each GPU holds one
     (vLLM replicates them).  Llama-3.1-8B BF16, tp 1: 131,072 (128 KiB).  Raises ConfigError for
     an unknown dtype.  MLA (DeepSeek-V3): ``layers x (kv_lora_rank + qk_rope_head_dim) x bytes``,
     the compressed KV, which every tensor-parallel rank holds whole: 70,272 in BF16; a sparse-MLA
-    model's indexer keys besides (:func:`indexer_key_bytes`)."""
+    model's indexer keys besides (:func:`indexer_key_bytes`).
+
+    ``dcp`` > 1 (``--decode-context-parallel-size``, vLLM 0.34's DCP: ``dcp`` of the TP ranks
+    each keep every ``dcp``-th token of a sequence): a GPU holds ``1 / dcp`` of each token's
+    KV, of the heads its ``tp / dcp`` head group owns (an MLA latent, whole on every rank
+    without DCP, is split ``dcp`` ways): the bytes per token, rounded up.  A KV block then
+    spans ``block_size x dcp`` tokens (vLLM's ``resolve_dcp_kv_block_size``)."""
     key = (kv_cache_dtype or "auto").strip().lower()
     if key not in KV_CACHE_DTYPES:
         raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; choose one of "
                           f"{', '.join(KV_CACHE_DTYPES)}", param="kv-cache-dtype")
     nbytes = KV_CACHE_DTYPES[key] or arch.dtype_bytes
     if arch.is_mla:         # one latent per token and layer, on every rank (MLAAttentionSpec)
-        return arch.num_layers * (mla_latent_bytes(arch, nbytes) + indexer_key_bytes(arch))
-    kv_heads = max(1, arch.num_kv_heads // max(1, tp))
-    return 2 * arch.num_layers * kv_heads * arch.head_dim * nbytes
+        return -(-arch.num_layers * (mla_latent_bytes(arch, nbytes) + indexer_key_bytes(arch)) // dcp)
+    kv_heads = max(1, arch.num_kv_heads // max(1, tp // dcp))
+    return -(-2 * arch.num_layers * kv_heads * arch.head_dim * nbytes // dcp)
 
 
 def mla_latent_bytes(arch: ModelArch, nbytes: int) -> int:
@@ -358,7 +393,7 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
 def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
                     kv_cache_dtype: str = "auto", quantization: str = "", block_size: int = 16,
                     max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
-                    max_model_len: int = 0, ep: int = 1) -> int:
+                    max_model_len: int = 0, ep: int = 1, dcp: int = 1) -> int:
     """KV-cache blocks per GPU (all ranks of a tensor-parallel group hold the same number):
     ``floor(available / (block_size x kv_bytes_per_token))`` (docs/engine-model.md §2).
 
@@ -372,7 +407,7 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
     avail = available_kv_memory(gpu, arch, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
                                 quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
                                 max_num_seqs=max_num_seqs, ep=ep)
-    blocks = pool_blocks(arch, avail, block_size, kv_bytes_per_token(arch, kv_cache_dtype, tp), max_model_len)
+    blocks = pool_blocks(arch, avail, block_size, kv_bytes_per_token(arch, kv_cache_dtype, tp, dcp), max_model_len)
     if blocks <= 0:
         # the batch limits' share of the start-up profile: a huge --max-num-seqs or
         # --max-num-batched-tokens is what to lower, not the memory to raise

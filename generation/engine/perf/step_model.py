@@ -229,16 +229,17 @@ class StepModel:
     def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                 async_scheduling: bool = True, ep: int = 1, dp: int = 1) -> None:
-        from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, expert_parallel_terms,
-                               expert_weight_bytes, indexer_key_bytes, kv_bytes_per_token, linear_weight_bytes)
+                 async_scheduling: bool = True, ep: int = 1, dp: int = 1, dcp: int = 1) -> None:
+        from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, dcp_gather_per_token,
+                               expert_parallel_terms, expert_weight_bytes, indexer_key_bytes, kv_bytes_per_token,
+                               linear_weight_bytes)
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
         self.gpu, self.arch, self.tp, self.constants = gpu, arch, tp, c
         self.async_scheduling = async_scheduling
         self.enforce_eager = enforce_eager
-        self.kv_bytes_per_token = kv_bytes_per_token(arch, kv_cache_dtype, tp)
+        self.kv_bytes_per_token = kv_bytes_per_token(arch, kv_cache_dtype, tp, dcp)     # dcp: a 1/dcp share
         self.graph_sizes = ([] if enforce_eager else sorted(cudagraph_capture_sizes)
                             if cudagraph_capture_sizes else cudagraph_sizes(max_cudagraph_capture_size))
         self.max_graph = self.graph_sizes[-1] if self.graph_sizes else 0
@@ -291,7 +292,7 @@ class StepModel:
         # scores every cached one (its heads on every rank); dense MLA: a prefill decompresses
         # its cached context's latents (kv_b_proj) before attending to them
         self.topk = arch.index_topk if arch.is_sparse_mla else 0
-        index_bytes = arch.num_layers * indexer_key_bytes(arch)
+        index_bytes = arch.num_layers * indexer_key_bytes(arch) / dcp
         self.indexer_per_pair = (arch.num_layers * arch.index_n_heads * arch.index_head_dim * 2
                                  / (gpu.flops * (2.0 if gpu.fp8 else 1.0))) if self.topk else 0.0
         self.indexer_kv_per_token = index_bytes / gpu.bandwidth
@@ -304,6 +305,7 @@ class StepModel:
         if self.ep > 1:
             self.bytes_experts, self._untouched, self.all_reduces, self.ar_per_token = expert_parallel_terms(
                 arch, quantization, tp, ep, dp, gpu.nvlink_bandwidth)
+        self.dcp_ops, self.dcp_per_token = dcp_gather_per_token(arch, tp, dcp, gpu.nvlink_bandwidth)
         self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
         self._set_constants(c)
 
@@ -326,6 +328,7 @@ class StepModel:
         self._split_attn = self.arch.is_mla or bool(self.window)
         self._comm0 = self.all_reduces * c.t_ar
         self._c_comm = self.all_reduces * self.ar_per_token / c.eta_ar
+        self._dcp0, self._c_dcp = self.dcp_ops * c.t_ar, self.dcp_ops * self.dcp_per_token / c.eta_ar
         layers = self.arch.num_layers
         self._fixed = (c.t_layer * layers + c.t_moe * self.moe_layers + c.t_fp8 * self.fp8_layers
                        + (c.t_eager * layers if self.enforce_eager else 0.0))
@@ -403,6 +406,8 @@ class StepModel:
                 t += self._t_vocab * spec_tokens
         if kv_reload_tokens:
             t += kv_reload_tokens * self.reload_per_token
+        if self._c_dcp and num_decode:       # DCP's query gathers and output combines (decode attention)
+            t += self._dcp0 + self._c_dcp * (num_decode + spec_tokens)
         return t
 
     def _attention(self, num_decode: int, decode_context: int, num_chunks: int, prefill_tokens: int,
@@ -527,7 +532,7 @@ TIME_CONSTANTS = frozenset(n for n in CONSTANT_NAMES if n.startswith(("t_", "fe_
 def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                      profile_path: str = "", enforce_eager: bool = False,
                      cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                     async_scheduling: bool = True, ep: int = 1, dp: int = 1):
+                     async_scheduling: bool = True, ep: int = 1, dp: int = 1, dcp: int = 1):
     """The step-time model a configuration asks for (``--step-time-profile``, ``--gpu``, ...).
 
     Without a profile: :class:`StepModel` with the GPU's fitted profile.  A profile of
@@ -538,7 +543,8 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
     ConfigError for an unreadable profile or invalid values."""
     kw = dict(tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
               cudagraph_capture_sizes=cudagraph_capture_sizes,
-              max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling, ep=ep, dp=dp)
+              max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling, ep=ep, dp=dp,
+              dcp=dcp)
     if not profile_path:
         constants, source = load_constants(gpu.name)
         model = StepModel(gpu, arch, constants=constants, **kw)
