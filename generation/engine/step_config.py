@@ -135,8 +135,9 @@ def resolve_step_settings(cfg) -> StepSettings:
     ep = tp * dp if getattr(cfg, "enable_expert_parallel", False) and arch.is_moe else 1     # vLLM: EP = TP x DP
     dcp = decode_context_parallel(cfg, tp)
     quant = (cfg.quantization or "").lower()
-    cfg.block_size = mla_block_size(gpu, arch, cfg.block_size)
-    bs = cfg.block_size * dcp           # DCP: a block's tokens dealt out over the DCP ranks, block size each
+    # DCP: a block's tokens dealt out over the DCP ranks, --block-size each: the scheduler's, the
+    # prefix cache's and the KV events' block spans them all (vLLM's hash block size)
+    bs = cfg.block_size = mla_block_size(gpu, arch, cfg.block_size) * dcp
     default_tokens, default_seqs = batch_defaults(gpu)
     if "max-num-seqs" not in cfg.explicit:
         cfg.max_num_seqs = default_seqs
