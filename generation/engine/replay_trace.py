@@ -151,11 +151,16 @@ def read_trace(path: str, max_model_len: int | None = None, extra: dict | None =
     non-finite arrival, token counts below 1, a prefix longer than the prompt, or (with
     ``max_model_len``) a prompt longer than the context (1e12 prompt tokens were dropped after
     36 s of CPU; an output past the context is cut by the scheduler).  A UTF-8 byte-order mark is
-    skipped.  At most :data:`MAX_TRACE_REQUESTS` requests (every one is held in memory: 10 M
+    skipped.  A file that cannot be opened: ValueError ``--trace FILE: cannot read (...)``.  At
+    most :data:`MAX_TRACE_REQUESTS` requests (every one is held in memory: 10 M
     lines died at 6 GB)."""
     import orjson
     out = []
-    with open(path, encoding="utf-8-sig") as f:
+    try:
+        f = open(path, encoding="utf-8-sig")
+    except OSError as e:                # the flag's value named, not Python's errno line
+        raise ValueError(f"--trace {path}: cannot read ({e.strerror or e})") from None
+    with f:
         for i, line in enumerate(f, 1):
             line = line.strip()
             if not line:

@@ -59,6 +59,13 @@ def test_an_impossible_line_is_named_with_its_file_and_line(tmp_path, capsys, li
     assert time.monotonic() - t0 < 5
 
 
+def test_a_trace_that_cannot_be_read_names_the_flag(tmp_path, capsys):
+    for path, why in ((tmp_path / "missing.jsonl", "No such file or directory"), (tmp_path, "Is a directory")):
+        code, out, err = run(capsys, "--trace", str(path), "--max-model-len", "2048")
+        assert (code, out) == (2, "")
+        assert err == f"error: --trace {path}: cannot read ({why})\n"
+
+
 def test_a_byte_order_mark_is_skipped(tmp_path, capsys):
     path = trace(tmp_path, raw=b"\xef\xbb\xbf" + GOOD.encode() + b"\n" + GOOD.encode() + b"\n")
     code, out, err = run(capsys, "--trace", path, "--json", "--max-model-len", "2048")
