@@ -165,11 +165,11 @@ def read_to_end(body) -> bool:
     no byte left in the socket or in its buffer, reading it did not fail.  What
     ``Parser.finish_body`` would find (nothing to drain), without its work."""
     reader = body.reader
-    return (body.__class__ is _Body and reader.__class__ is _LengthReader and not reader.length
+    return (body.__class__ in _Body and reader.__class__ is _LengthReader and not reader.length
             and not body.failed and not body.buf.tell())
 
 
-_Body = _LengthReader = None        # gunicorn's, set by install()
+_Body = _LengthReader = None        # gunicorn's (the body classes, the reader), set by install()
 _StampedUnreader = None             # set by install()
 
 
@@ -214,8 +214,8 @@ def install(per_turn: int) -> None:
         _turns.per_turn = per_turn
         return
     _turns = turns = ArrivalTurns(per_turn)
-    _Body, _LengthReader = Body, LengthReader
-    from .request_head import LeanRequest
+    from .request_head import ContinueBody, LeanRequest
+    _Body, _LengthReader = (Body, ContinueBody), LengthReader       # (an Expect: 100-continue request's)
 
     class SlicedUnreader(SocketUnreader):
         """A socket's unreader that gives the hub a turn every :data:`READ_SLICE` of one

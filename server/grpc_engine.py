@@ -91,7 +91,8 @@ def make_servicer(sim, lifecycle=None):
             kv.publisher = EventPublisher("", "", cfg.event_batch_size, rank, 10 * max(kv.capacity, 1))
         relay = getattr(kv.publisher, "grpc_relay", None)
         if relay is None:
-            relay = kv.publisher.grpc_relay = KvEventRelay(kv.publisher, cfg.block_size, rank)
+            relay = kv.publisher.grpc_relay = KvEventRelay(kv.publisher, getattr(cfg, "kv_block_span", cfg.block_size),
+                                                           rank)
     tokenizer_zip: list = []               # (bytes, sha256) once built
 
     def fail(context, err: SimulatorError):
@@ -408,7 +409,7 @@ def make_servicer(sim, lifecycle=None):
             """One ``SchedulerLoad`` (this rank), as vLLM's servicer fills it: ``dp_rank`` and
             ``include`` are accepted and not applied."""
             running, waiting, usage, uncached = scheduler_state(sim)
-            capacity = cfg.kv_cache_size * cfg.block_size
+            capacity = cfg.kv_cache_size * getattr(cfg, "kv_block_span", cfg.block_size)     # DCP: the spanned blocks
             load = pb.SchedulerLoad(dp_rank=rank, num_running_reqs=running, num_waiting_reqs=waiting,
                                     num_total_reqs=running + waiting, max_running_requests=cfg.max_num_seqs,
                                     token_usage=usage, utilization=usage, max_total_num_tokens=capacity,

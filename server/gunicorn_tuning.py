@@ -260,8 +260,9 @@ def _install_lean_create(wsgi) -> None:
     listener, the ``HTTP_*`` key of each header name (a bounded memo), and ``PATH_INFO``
     unquoted only when it has a ``%`` or a non-ASCII character (otherwise unquoting returns it
     unchanged).  The same keys, values and order as gunicorn's (``tests/unit/test_gunicorn_tuning.py``
-    compares them); a request that ``create`` treats specially (``Expect: 100-continue``, the
-    PROXY protocol, HTTP/2, ``SCRIPT_NAME``, a unix socket listener, a custom response class)
+    compares them); a request that ``create`` treats specially (``Expect: 100-continue`` left to
+    gunicorn, which LeanRequest's sockets never do: it answers it when the body is first read;
+    the PROXY protocol, HTTP/2, ``SCRIPT_NAME``, a unix socket listener, a custom response class)
     goes through gunicorn's own."""
     original = wsgi.create
     if getattr(original, "_lean", False):

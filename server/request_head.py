@@ -83,7 +83,11 @@ class ContinueBody(Body):
         sock = self.continue_to
         if sock is not None:
             self.continue_to = None
-            sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            try:
+                sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            except Exception:
+                self.failed = True          # the connection cannot be reused (Body's own rule)
+                raise
         return super()._read_reader(size)
 
 

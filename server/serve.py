@@ -40,10 +40,11 @@ def _kv_line(c) -> str:
                   else "events not published")
         if getattr(c, "pod_ip_guessed", False):
             events += f" (topic {c.kv_topic()}: POD_IP is not set, this host's address stands in)"
-        return f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching on, {events}"
+        return f"kv cache: {c.kv_cache_size} blocks x {getattr(c, 'kv_block_span', c.block_size)} tokens, prefix caching on, {events}"
     if getattr(c, "latency_calculator", "") == "step":
         caching = "on" if getattr(c, "enable_prefix_caching", True) else "off (--no-enable-prefix-caching)"
-        return (f"kv cache: {c.kv_cache_size} blocks x {c.block_size} tokens, prefix caching {caching} (step engine), "
+        return (f"kv cache: {c.kv_cache_size} blocks x {getattr(c, 'kv_block_span', c.block_size)} tokens, prefix caching "
+                f"{caching} (step engine), "
                 f"no KV events (--enable-kvcache or --kv-events-config publishes them)")
     return "kv cache: off (no prefix caching; --enable-kvcache turns it on)"
 

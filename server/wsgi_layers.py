@@ -483,6 +483,8 @@ class FrontDoor:
                 self.series[path] = None if handler is EXCLUDED else self.http.route("POST", handler)
         try:
             from gunicorn.http.body import Body, LengthReader
+            from .request_head import ContinueBody
+            Body = (Body, ContinueBody)         # an Expect: 100-continue body already here needs no invitation
         except ImportError:          # not served by gunicorn: every input goes through read()
             Body = LengthReader = None
         self._body_cls, self._length_cls = Body, LengthReader
@@ -542,7 +544,7 @@ class FrontDoor:
         """The body from gunicorn's read-ahead buffer when every byte of it is there (what
         ``Body.read(n)`` returns, without its copies), else None.  gunicorn 27.0.1 (pinned):
         ``Body(LengthReader(SocketUnreader))``; the reader is left at the body's end."""
-        if inp.__class__ is not self._body_cls or inp.buf.tell():
+        if self._body_cls is None or inp.__class__ not in self._body_cls or inp.buf.tell():
             return None
         reader = inp.reader
         if reader.__class__ is not self._length_cls or reader.length != n:

@@ -339,7 +339,7 @@ def prefix_block(sim) -> int:
     mode's with prefix caching on), 0 when there is none (nothing is written to a cache)."""
     if sim.kv_cache is None or (sim.engine is not None and not sim.config.enable_prefix_caching):
         return 0
-    return sim.config.block_size
+    return getattr(sim.config, "kv_block_span", sim.config.block_size)      # step mode's DCP: the spanned block
 
 
 def created_cache_tokens(seq, block: int) -> int:

@@ -440,13 +440,13 @@ _declare("multimodal",
          Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode: `!` tokens, chat "
                 "`ec_transfer_params` per image, no /v1/embeddings, KV cache off"))
 _declare("parallel",
-         Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8)"),
+         Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8; step mode: a MoE model's "
+                "experts shared out over TP x DP GPUs)"),
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
          Option("enable-expert-parallel", "bool", False, "A MoE model's experts dealt out whole over the "
-                "TP x DP ranks instead of split by TP (step mode: each GPU's weights, KV cache, expert reads and "
-                "all-to-alls)"),
+                "TP x DP GPUs instead of sliced over them (step mode: its fused-MoE kernels; vLLM's MFU estimate)"),
          Option("decode-context-parallel-size", "int", 1, "Of the TP ranks, how many split each sequence's KV "
                 "cache token by token (vLLM's DCP; step mode: the KV cache holds that many times the tokens, a "
                 "block spans --block-size x DCP, attention reads a share and gathers its heads)"))

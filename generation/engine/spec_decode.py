@@ -365,10 +365,11 @@ class DraftCost:
             head = head_arch(arch, spec)
         # the drafter runs inside the step: no per-step host work, no pauses of its own
         quiet = replace(c, t0=0.0, t_seq=0.0, pause_rate=0.0, t_jit=0.0)
-        self.model = StepModel(step_model.gpu, head, tp=spec.draft_tp or step_model.tp, constants=quiet,
-                               enforce_eager=step_model.enforce_eager,
+        tp = spec.draft_tp or step_model.tp
+        self.model = StepModel(step_model.gpu, head, tp=tp, constants=quiet, enforce_eager=step_model.enforce_eager,
                                cudagraph_capture_sizes=step_model.graph_sizes or None,
-                               async_scheduling=step_model.async_scheduling)
+                               async_scheduling=step_model.async_scheduling, dp=step_model.dp,
+                               ep=step_model.ep > 1, dcp=draft_dcp(getattr(step_model, "dcp", 1), tp))
 
     def time(self, plan, drafts: int | None = None) -> float:
         """Seconds the drafter adds to a step of ``plan`` (a StepPlan) that proposes ``drafts``
@@ -411,26 +412,34 @@ def draft_arch_of(spec: SpecDecode | None):
 
 
 def drafter_memory(spec: SpecDecode, arch, draft_arch, tp: int, kv_cache_dtype: str,
-                   quantization: str) -> tuple[float, int]:
+                   quantization: str, dcp: int = 1) -> tuple[float, int]:
     """``(weight bytes, KV bytes per token)`` one GPU gives the drafter, which vLLM's start-up
     profile takes from the KV cache: a head's one decoder layer (its own KV layer; EAGLE-3's own
     LM head at its draft vocabulary, :func:`draft_vocab_of`), or
     the draft model's weights and KV; ``(0, 0)`` for host drafters.  Raises ConfigError for a
-    ``draft_model`` whose architecture is unknown."""
+    ``draft_model`` whose architecture is unknown.  ``dcp``: the target's decode context
+    parallelism, which the drafter's KV takes too (:func:`draft_dcp`)."""
     from .perf.hardware import kv_bytes_per_token, linear_weight_bytes, weight_bytes_per_gpu
     if spec.method in HOST_METHODS:
         return 0.0, 0
     tp = spec.draft_tp or tp                    # draft_tensor_parallel_size 1: the drafter whole on a GPU
+    dcp = draft_dcp(dcp, tp)
     if spec.method in MODEL_METHODS:
         if draft_arch is None:
             raise ConfigError(f"speculative_config: no config.json for the draft model {spec.model!r} here "
                               "and no preset of it", "speculative-config")
-        return weight_bytes_per_gpu(draft_arch, "", tp), kv_bytes_per_token(draft_arch, kv_cache_dtype, tp)
+        return weight_bytes_per_gpu(draft_arch, "", tp), kv_bytes_per_token(draft_arch, kv_cache_dtype, tp, dcp)
     head = head_arch(arch, spec)
     weights = head.n_lin_total / tp * linear_weight_bytes(arch, quantization)
     if spec.method == "eagle3":
         weights += head.n_head / tp * arch.dtype_bytes
-    return weights, kv_bytes_per_token(head, kv_cache_dtype, tp)
+    return weights, kv_bytes_per_token(head, kv_cache_dtype, tp, dcp)
+
+
+def draft_dcp(dcp: int, draft_tp: int) -> int:
+    """The drafter's decode context parallelism: the target's, as vLLM's draft config takes it by
+    default, where it divides the drafter's tensor-parallel size (else 1: a replicated cache)."""
+    return dcp if dcp > 1 and draft_tp % dcp == 0 else 1
 
 
 def blocks_with_drafter(blocks: int, block_size: int, kv_per_token: int, drafter: tuple[float, int]) -> int:

@@ -80,9 +80,13 @@ class StepSettings:
             + ([self.spec_decode.summary()] if self.spec_decode is not None else [])
 
     def _expert_parallel(self) -> str:
-        """``; expert parallel over E GPUs, N experts each`` with ``--enable-expert-parallel``."""
-        ep = getattr(self.step_time, "ep", 1)
-        return f"; expert parallel over {ep} GPUs, {-(-self.arch.num_experts // ep)} experts each" if ep > 1 else ""
+        """``; experts over N GPUs`` for a MoE model under data or expert parallelism, with
+        ``, M each`` for the latter (``--enable-expert-parallel``)."""
+        m = self.step_time
+        ep, dp, tp = getattr(m, "ep", 1), getattr(m, "dp", 1), getattr(m, "tp", 1)
+        if ep > 1:
+            return f"; expert parallel over {ep} GPUs, {-(-self.arch.num_experts // ep)} experts each"
+        return f"; experts sliced over {tp * dp} GPUs (TP x DP)" if dp > 1 else ""
 
     def _gate_note(self) -> str:
         """The full-sequence admission gate when it is not the release's default, else ""."""
@@ -132,12 +136,14 @@ def resolve_step_settings(cfg) -> StepSettings:
         arch, source = found
     tp = cfg.tensor_parallel_size       # >= 1, and the memory share in (0, 1]: SimConfig.validate
     dp = max(getattr(cfg, "data_parallel_size", 1) or 1, 1)
-    ep = tp * dp if getattr(cfg, "enable_expert_parallel", False) and arch.is_moe else 1     # vLLM: EP = TP x DP
-    dcp = decode_context_parallel(cfg, tp)
+    ep = bool(getattr(cfg, "enable_expert_parallel", False)) and arch.is_moe     # vLLM: a MoE group of TP x DP
+    dcp = decode_context_parallel(cfg, tp, arch)
     quant = (cfg.quantization or "").lower()
-    # DCP: a block's tokens dealt out over the DCP ranks, --block-size each: the scheduler's, the
-    # prefix cache's and the KV events' block spans them all (vLLM's hash block size)
-    bs = cfg.block_size = mla_block_size(gpu, arch, cfg.block_size) * dcp
+    # DCP: a block's tokens dealt out over the DCP ranks, --block-size each (cfg.block_size, the
+    # rank's page, as vLLM's cache_config keeps it): the scheduler's, the prefix cache's and the KV
+    # events' block spans them all (vLLM's hash block size), cfg.kv_block_span
+    cfg.block_size = mla_block_size(gpu, arch, cfg.block_size)
+    bs = cfg.kv_block_span = cfg.block_size * dcp
     default_tokens, default_seqs = batch_defaults(gpu)
     if "max-num-seqs" not in cfg.explicit:
         cfg.max_num_seqs = default_seqs
@@ -168,12 +174,12 @@ def resolve_step_settings(cfg) -> StepSettings:
         blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
-                                 max_model_len=cfg.max_model_len, ep=ep, dcp=dcp)
+                                 max_model_len=cfg.max_model_len, dp=dp, ep=ep, dcp=dcp)
     spec = spec_decode_of(cfg)
     if spec is not None and cfg.num_gpu_blocks_override is None:     # the drafter's weights and KV
         from .spec_decode import blocks_with_drafter, draft_arch_of, drafter_memory
         blocks = blocks_with_drafter(blocks, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp), drafter_memory(
-            spec, arch, draft_arch_of(spec), tp, cfg.kv_cache_dtype, quant))
+            spec, arch, draft_arch_of(spec), tp, cfg.kv_cache_dtype, quant, dcp))
     check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp))
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
@@ -209,14 +215,29 @@ def resolve_step_settings(cfg) -> StepSettings:
                         spec_decode=spec, draft_cost=draft)
 
 
-def decode_context_parallel(cfg, tp: int) -> int:
-    """``--decode-context-parallel-size``, checked as vLLM's ParallelConfig checks it (it must
-    divide the tensor-parallel size).  Raises ConfigError."""
+def decode_context_parallel(cfg, tp: int, arch) -> int:
+    """``--decode-context-parallel-size``, checked as vLLM 0.34 checks it: it must divide the
+    tensor-parallel size (ParallelConfig), and for a GQA / MQA model (ModelConfig) split only
+    KV heads that TP replicates, in a number the query heads of a KV head divide.  Raises
+    ConfigError with vLLM's messages."""
     dcp = getattr(cfg, "decode_context_parallel_size", 1)
+    p = "decode-context-parallel-size"
     if dcp < 1:
-        raise ConfigError("decode context parallel size cannot be less than 1", "decode-context-parallel-size")
+        raise ConfigError("decode context parallel size cannot be less than 1", p)
     if tp % dcp:
-        raise ConfigError(f"tp_size={tp} must be divisible by dcp_size={dcp}.", "decode-context-parallel-size")
+        raise ConfigError(f"tp_size={tp} must be divisible by dcp_size={dcp}.", p)
+    if dcp > 1 and not arch.is_mla:
+        kv = arch.num_kv_heads
+        if tp <= kv:
+            raise ConfigError(f"Decode context parallelism for GQA/MQA requires `--tensor-parallel-size` ({tp}) to be "
+                              f"greater than the model's total number of KV heads ({kv}). Increase "
+                              "`--tensor-parallel-size` or set `--decode-context-parallel-size 1`.", p)
+        if dcp > tp // kv:
+            raise ConfigError(f"`--decode-context-parallel-size` ({dcp}) exceeds the maximum supported value "
+                              f"({tp // kv}) for `--tensor-parallel-size` ({tp}) and {kv} model KV heads.", p)
+        if (arch.num_heads // kv) % dcp:
+            raise ConfigError(f"The model's number of query heads per KV head ({arch.num_heads // kv}) must be "
+                              f"divisible by `--decode-context-parallel-size` ({dcp}) for GQA/MQA.", p)
     return dcp
 
 

@@ -63,7 +63,8 @@ class KVCacheSettings:
     @classmethod
     def from_config(cls, cfg) -> "KVCacheSettings":
         algo = getattr(cfg, "prefix_caching_hash_algo", "") or "fnv64a_cbor"
-        return cls(cfg.block_size, cfg.kv_cache_size, cfg.hash_seed or "",
+        # step mode with DCP: a block spans --block-size x DCP tokens (step_config's kv_block_span)
+        return cls(getattr(cfg, "kv_block_span", cfg.block_size), cfg.kv_cache_size, cfg.hash_seed or "",
                    bool(cfg.use_vllm_map_event_format), algo)
 
 

@@ -138,3 +138,23 @@ def test_100_continue_is_sent_when_the_body_is_read_as_uvicorn_sends_it(sim_serv
     assert b"connection: close" in headers
     assert _closed(s)
     s.close()
+
+
+def test_100_continue_for_a_chunked_body_and_none_for_a_body_sent_at_once(sim_server):
+    base = sim_server()
+    s = _connect(base)
+    body = BODY % b"hi"
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert _interim_or_final(s) == b"HTTP/1.1 100 Continue"
+    s.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    assert _response(s) == b"HTTP/1.1 200 OK"
+    # a client that sends its body without waiting: it is read from the buffer, nothing invited
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    headers: list = []
+    assert _response(s, headers) == b"HTTP/1.1 200 OK"
+    assert b"connection: keep-alive" in headers
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _response(s) == b"HTTP/1.1 200 OK"
+    s.close()

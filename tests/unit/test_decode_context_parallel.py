@@ -24,7 +24,7 @@ def test_kv_bytes_a_gpu_holds_per_token():
     r1, llama, qwen = preset(R1), preset(LLAMA_70B), preset("Qwen/Qwen3-235B-A22B")
     assert kv_bytes_per_token(r1, "auto", 8) == 61 * 576 * 2 == 70_272        # the latent, whole on each rank
     assert kv_bytes_per_token(r1, "auto", 8, 8) == 70_272 // 8
-    assert kv_bytes_per_token(llama, "auto", 8, 8) == kv_bytes_per_token(llama, "auto", 8)    # 8 KV heads: none replicated
+    assert kv_bytes_per_token(llama, "auto", 8) == 80 * 2 * 1 * 128 * 2                     # 8 KV heads: one a GPU
     # Qwen3-235B's 4 KV heads at TP 8 are each held twice; DCP 2 splits the tokens instead
     assert kv_bytes_per_token(qwen, "auto", 8, 2) == kv_bytes_per_token(qwen, "auto", 8) // 2
 
@@ -41,21 +41,59 @@ def test_deepseek_at_tp8_dcp8_holds_eight_times_the_tokens_in_blocks_of_512():
     assert dcp8.step_time.step_time(*prefill) == pytest.approx(tp8.step_time.step_time(*prefill), rel=1e-6)
 
 
-def test_gqa_without_replicated_heads_gains_no_capacity_and_pays_the_gathers():
-    tp8, dcp8 = (settings(LLAMA_70B, "--gpu", "H100", "-tp", "8", *f) for f in ((), ("-dcp", "8")))
-    assert tp8.kv_tokens == pytest.approx(dcp8.kv_tokens, rel=1e-3)
+def test_gqa_heads_that_tp_replicates_are_split_instead_and_decodes_pay_the_gathers():
+    """Qwen3-235B-A22B's 4 KV heads at TP 8 are each held by two GPUs; DCP 2 splits their
+    tokens instead: twice the tokens, and per layer two collectives of a decode token's heads."""
+    qwen = "Qwen/Qwen3-235B-A22B"
+    tp8, dcp2 = (settings(qwen, "--gpu", "H200", "-tp", "8", *f) for f in ((), ("-dcp", "2")))
+    assert (dcp2.kv_tokens, dcp2.block_size) == (2 * tp8.kv_tokens, 128)
     decode = (64, 64 * 8000, 0, 0, 0.0, 0)
-    ops, per_token = dcp_gather_per_token(preset(LLAMA_70B), 8, 8, tp8.gpu.nvlink_bandwidth)
-    assert (ops, per_token) == (160, pytest.approx(64 / 8 * 128 * 2 * 7 / tp8.gpu.nvlink_bandwidth))
+    arch = preset(qwen)
+    ops, per_token = dcp_gather_per_token(arch, 8, 2, tp8.gpu.nvlink_bandwidth)
+    assert (ops, per_token) == (2 * 94, pytest.approx(94 * 64 / 8 * (128 + 128) * 2 / tp8.gpu.nvlink_bandwidth / 188))
+    # its decode reads half the KV, and adds the collectives' latency and bytes
     c = tp8.step_time.constants
-    assert dcp8.step_time.step_time(*decode) == pytest.approx(
-        tp8.step_time.step_time(*decode) + ops * c.t_ar + ops * per_token / c.eta_ar * 64)
+    gathers = ops * c.t_ar + ops * per_token / c.eta_ar * 64
+    assert dcp2.step_time.step_time(*decode) < tp8.step_time.step_time(*decode) + gathers
 
 
 def test_dcp_must_divide_tp_as_vllm_checks_it():
     with pytest.raises(ConfigError, match=r"^tp_size=8 must be divisible by dcp_size=3\.$") as e:
         settings(LLAMA_70B, "--gpu", "H100", "-tp", "8", "-dcp", "3")
     assert e.value.param == "decode-context-parallel-size"
+    # GQA (vLLM's ModelConfig): only KV heads that TP replicates may be split
+    with pytest.raises(ConfigError, match=r"^Decode context parallelism for GQA/MQA requires `--tensor-parallel-size` "
+                                          r"\(8\) to be greater than the model's total number of KV heads \(8\)\."):
+        settings(LLAMA_70B, "--gpu", "H100", "-tp", "8", "-dcp", "8")
+    with pytest.raises(ConfigError, match=r"^`--decode-context-parallel-size` \(4\) exceeds the maximum supported "
+                                          r"value \(2\) for `--tensor-parallel-size` \(8\) and 4 model KV heads\.$"):
+        settings("Qwen/Qwen3-235B-A22B", "--gpu", "H200", "-tp", "8", "-dcp", "4")
     with pytest.raises(ConfigError, match="cannot be less than 1"):
         settings(LLAMA_70B, "--gpu", "H100", "-tp", "8", "--decode-context-parallel-size", "0")
     assert settings("meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100").block_size == 64
+
+
+def test_the_rank_keeps_its_block_size_and_a_second_resolution_changes_nothing():
+    """The flag's ``--block-size`` stays the rank's page (vLLM's ``cache_config.block_size``,
+    what ``/admin/config`` validates); the spanned block is the scheduler's and the caches'
+    (``kv_block_span``).  The server resolves the settings again once a config.json sets
+    ``max_model_len``: the span must not grow twice."""
+    cfg = load_step_config(["--model", "Qwen/Qwen3-235B-A22B", "--gpu", "H200", "-tp", "8", "-dcp", "2",
+                            "--block-size", "16", "--max-model-len", "8192"])
+    first = resolve_step_settings(cfg)
+    again = resolve_step_settings(cfg)
+    assert (first.block_size, again.block_size, cfg.block_size, cfg.kv_block_span) == (32, 32, 16, 32)
+    assert first.num_gpu_blocks == again.num_gpu_blocks
+    assert cfg.updated({"time-to-first-token": "5ms"}).time_to_first_token == 0.005    # still a valid block size
+
+
+def test_a_drafter_splits_its_kv_as_the_target_does():
+    """vLLM's drafter takes the target's DCP: an MTP head's latent is split 8 ways too, so it
+    costs the same share of the cache with DCP as without."""
+    mtp = ("--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')
+    share = []
+    for dcp in ((), ("-dcp", "8")):
+        plain, drafted = (settings(R1, "--gpu", "H200", "-tp", "8", *dcp, *m) for m in ((), mtp))
+        share.append(1 - drafted.num_gpu_blocks / plain.num_gpu_blocks)
+        assert drafted.draft_cost.model.dcp == (8 if dcp else 1)
+    assert share[0] == pytest.approx(share[1], abs=0.002) and 0.01 < share[0] < 0.03

@@ -1,7 +1,9 @@
-"""``--enable-expert-parallel`` (``-ep``) in step mode: a MoE model's routed experts dealt out
-whole over the TP x DP ranks (vLLM: the expert-parallel group is TP x DP), in each GPU's
-weights and so its KV cache, in the experts a step reads (those of the whole group's tokens)
-and in the collectives (a dispatch and a combine all-to-all per MoE layer with DP)."""
+"""A MoE model under data parallelism, and ``--enable-expert-parallel`` (``-ep``), in step mode.
+vLLM 0.34 (``FusedMoEParallelConfig.make``) shares a MoE model's routed experts out over all TP x
+DP GPUs: a slice of every expert on each, or with expert parallelism whole experts, ``E / (TP x
+DP)`` a GPU.  Either way a GPU holds ``1 / (TP x DP)`` of the experts (so its KV cache grows with
+DP), a step reads the experts that the group's tokens route to, and each MoE layer gathers the
+other replicas' tokens and reduce-scatters the outputs (the default ``allgather_reducescatter``)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -10,7 +12,7 @@ import pytest
 
 from generation.config.values import ConfigError
 from generation.engine.hardware import weight_bytes, weight_bytes_per_gpu
-from generation.engine.perf.hardware import expert_parallel_terms, local_experts, routed_expert_params
+from generation.engine.perf.hardware import collective_terms, local_experts, moe_group_terms, routed_expert_params
 from generation.engine.perf.model_arch import preset
 from generation.engine.step_config import load_step_config, resolve_step_settings
 
@@ -21,40 +23,45 @@ def settings(model, *extra):
     return resolve_step_settings(load_step_config(["--model", model, "--max-model-len", "8192", *extra]))
 
 
-def test_experts_are_dealt_out_whole_over_the_group():
+def test_experts_are_shared_out_over_tp_times_dp():
     arch = preset(QWEN_MOE)
-    assert [local_experts(arch, ep) for ep in (1, 2, 3, 4, 8)] == [128, 64, 43, 32, 16]
+    assert [local_experts(arch, n) for n in (1, 2, 3, 4, 8)] == [128, 64, 43, 32, 16]
     experts = routed_expert_params(arch) * 2                  # bfloat16
     whole = weight_bytes(arch)
     assert weight_bytes_per_gpu(arch, "", 1, 4) == pytest.approx(whole - experts + experts / 4)
-    # TP x EP at DP 1: the same bytes as TP alone (whole experts on half the ranks each)
-    assert weight_bytes_per_gpu(arch, "", 2, 2) == pytest.approx(weight_bytes_per_gpu(arch, "", 2))
+    assert weight_bytes_per_gpu(arch, "", 1, 4, ep=True) == pytest.approx(weight_bytes_per_gpu(arch, "", 1, 4))
+    # 128 experts over 3 GPUs: 43 whole on the fullest, a third of each without EP
+    assert weight_bytes_per_gpu(arch, "", 1, 3, ep=True) == pytest.approx(whole - experts + experts * 43 / 128)
+    # TP x EP at DP 1: the same bytes as TP alone
+    assert weight_bytes_per_gpu(arch, "", 2, 1, ep=True) == pytest.approx(weight_bytes_per_gpu(arch, "", 2))
     dense = preset("meta-llama/Llama-3.1-8B-Instruct")
-    assert weight_bytes_per_gpu(dense, "", 1, 4) == weight_bytes_per_gpu(dense, "", 1)
+    assert weight_bytes_per_gpu(dense, "", 1, 4, ep=True) == weight_bytes_per_gpu(dense, "", 1)
 
 
-def test_the_kv_cache_grows_by_the_experts_a_gpu_no_longer_holds():
-    dp2, dp2_ep, dp4_ep = (settings(QWEN_MOE, "--gpu", "H100", "-dp", "2"),
-                           settings(QWEN_MOE, "--gpu", "H100", "-dp", "2", "--enable-expert-parallel"),
-                           settings(QWEN_MOE, "--gpu", "H100", "-dp", "4", "-ep"))
-    assert (dp2.num_gpu_blocks, dp2_ep.num_gpu_blocks, dp4_ep.num_gpu_blocks) == (3002, 7610, 9914)
+def test_the_kv_cache_grows_with_dp_whether_or_not_experts_are_whole():
+    dp1, dp2, dp2_ep, dp4_ep = (settings(QWEN_MOE, "--gpu", "H100", *flags) for flags in (
+        (), ("-dp", "2"), ("-dp", "2", "--enable-expert-parallel"), ("-dp", "4", "-ep")))
+    assert (dp1.num_gpu_blocks, dp2.num_gpu_blocks, dp2_ep.num_gpu_blocks, dp4_ep.num_gpu_blocks) == \
+        (3002, 7610, 7610, 9914)
     assert (dp2.step_time.ep, dp2_ep.step_time.ep, dp4_ep.step_time.ep) == (1, 2, 4)
     assert dp4_ep.summary(8192)[3].endswith("; expert parallel over 4 GPUs, 32 experts each")
-    assert "expert parallel" not in dp2.summary(8192)[3]
-    # a dense model has no experts to deal out: the flag changes nothing, as in vLLM
+    assert dp2.summary(8192)[3].endswith("; experts sliced over 2 GPUs (TP x DP)")
+    assert dp1.summary(8192)[3].endswith("; weights bfloat16")
+    # a rank's fused-MoE kernels: a slice of all 128 experts, or its own 32 whole
+    assert (dp2.step_time.moe_jit(8192).experts, dp4_ep.step_time.moe_jit(8192).experts) == (128, 32)
+    # a dense model has no experts to share out: DP and the flag change nothing
     plain, ep = (settings("meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "-dp", "2", *flag)
                  for flag in ((), ("-ep",)))
-    assert (plain.num_gpu_blocks, ep.step_time.ep) == (ep.num_gpu_blocks, 1)
+    assert (plain.num_gpu_blocks, ep.step_time.ep, ep.step_time.dp) == (ep.num_gpu_blocks, 1, 1)
 
 
-def test_deepseek_r1_wide_ep_fits_where_one_gpu_per_replica_does_not():
-    """llm-d's wide-EP set-up (DP 8 with expert parallelism) on H200s: 1/8 of the 654 B routed
-    parameters a GPU; without it every DP rank would hold the whole model."""
+def test_deepseek_r1_at_dp8_fits_on_h200s():
+    """llm-d's wide-EP set-up (DP 8, expert parallelism) on one node of H200s: an eighth of the
+    654 B routed parameters a GPU (with or without -ep), where one whole copy does not fit."""
     with pytest.raises(ConfigError, match="does not fit on H200"):
-        settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8")
-    wide = settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8", "-ep")
-    assert wide.num_gpu_blocks == 9921
-    assert wide.step_time.moe_jit(8192).experts == 32          # a rank's kernels run its 32 experts
+        settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200")
+    dp8, wide = (settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8", *f) for f in ((), ("-ep",)))
+    assert dp8.num_gpu_blocks == wide.num_gpu_blocks == 9921
 
 
 def test_tp_with_ep_and_no_dp_times_as_tp():
@@ -64,26 +71,28 @@ def test_tp_with_ep_and_no_dp_times_as_tp():
         assert tp_ep.step_time(*args) == pytest.approx(tp.step_time(*args), rel=1e-9)
 
 
-def test_with_dp_a_step_reads_the_experts_of_the_groups_tokens_and_pays_all_to_alls():
-    dp2, dp2_ep = (settings(QWEN_MOE, "--gpu", "H100", "-dp", "2", *flag).step_time for flag in ((), ("-ep",)))
+def test_under_dp_a_step_reads_the_groups_experts_and_gathers_its_tokens():
+    dp1, dp2, dp2_ep = (settings(QWEN_MOE, "--gpu", "H100", *f).step_time for f in ((), ("-dp", "2"),
+                                                                                      ("-dp", "2", "-ep")))
     decode = (8, 8 * 2000, 0, 0, 0.0, 0)
-    prefill = (0, 0, 1, 4096, 4096 * 2048.0, 0)
-    # a small decode: half the experts' bytes at most, though its twin's tokens touch more of them
-    assert dp2_ep.step_time(*decode) < dp2.step_time(*decode)
-    # a long prefill reads every expert either way, and adds 96 all-to-alls of 4,096 tokens' states
-    assert dp2_ep.step_time(*prefill) > dp2.step_time(*prefill)
+    # half the experts' bytes, though the twin replica's tokens touch more of them
+    assert dp2.step_time(*decode) < dp1.step_time(*decode)
+    # whole experts or slices: the same bytes, the same step
+    assert dp2_ep.step_time(*decode) == pytest.approx(dp2.step_time(*decode), rel=1e-12)
     arch = preset(QWEN_MOE)
-    _, untouched, ops, per_token = expert_parallel_terms(arch, "", 1, 2, 2, 450e9)
+    bytes_experts, untouched, ops, per_token = moe_group_terms(arch, "", 1, 2, False, 450e9)
+    assert bytes_experts == pytest.approx(48 * 128 * arch.expert_params * 2 / 2)
     assert untouched == pytest.approx((1 - 8 / 128) ** 2)
-    assert ops == 2 * 48
-    assert per_token == pytest.approx(8 * 2048 * 2 * 0.5 / 450e9)
+    assert (ops, per_token) == collective_terms(arch, 1, 450e9, dp=2) == (2 * 48, pytest.approx(2048 * 2 / 450e9))
+    # at TP 2 a MoE layer's reduce-scatter replaces its TP all-reduce: attention's remains
+    ops, _ = collective_terms(arch, 2, 450e9, dp=2)
+    assert ops == 48 + 2 * 48
 
 
-def test_the_mfu_estimate_deals_the_experts_out_too():
-    """``--enable-mfu-metrics``: vLLM's ``perf.py`` splits the experts by EP with the flag
-    (``StepPerf(enable_ep=...)``, checked against vLLM's own in test_mfu)."""
+def test_the_mfu_estimate_shares_the_experts_out_too():
+    """``--enable-mfu-metrics``: vLLM's ``perf.py`` splits the experts by EP with the flag, by
+    TP x DP without (``StepPerf(enable_ep=...)``, checked against vLLM's own in test_mfu)."""
     from generation.engine.perf.mfu import build_perf_counters
-    from generation.engine.step_config import load_step_config
     routed = []
     for flag in ((), ("-ep",)):
         cfg = load_step_config(["--model", QWEN_MOE, "--max-model-len", "8192", "-dp", "2",

@@ -229,7 +229,7 @@ def test_front_door_takes_a_buffered_body_as_gunicorn_reads_it(pipelined):
     from server.wsgi_layers import FrontDoor
     body = b'{"prompt": "hi"}'
     door = FrontDoor.__new__(FrontDoor)
-    door._body_cls, door._length_cls = Body, LengthReader
+    door._body_cls, door._length_cls = (Body,), LengthReader
 
     def body_reader(sock_data: bytes, buffered: bytes):
         un = SocketUnreader(RecvSock(sock_data))

@@ -19,7 +19,7 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
-           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "expert_parallel_terms", "collective_terms",
+           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "moe_shards", "moe_group_terms", "collective_terms",
            "dcp_gather_per_token", "kv_bytes_per_token", "mla_block_size",
            "pool_blocks", "hybrid_kv_tokens",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
@@ -178,55 +178,70 @@ def weight_bytes(arch: ModelArch, quantization: str = "") -> int:
     return int(lin + embed)
 
 
-def weight_bytes_per_gpu(arch: ModelArch, quantization: str = "", tp: int = 1, ep: int = 1) -> float:
+def weight_bytes_per_gpu(arch: ModelArch, quantization: str = "", tp: int = 1, dp: int = 1,
+                         ep: bool = False) -> float:
     """One tensor-parallel rank's weight bytes: :func:`weight_bytes` / ``tp``, plus the rest of
     the parameters every rank holds whole (:attr:`ModelArch.replicated_params`: DeepSeek-V3 at
-    TP 8, 0.75 GiB more than an eighth).  ``ep`` > 1 (``--enable-expert-parallel``: the
-    expert-parallel group, TP x DP ranks): a MoE model's routed experts are not split by TP but
-    dealt out whole, :func:`local_experts` to a rank."""
+    TP 8, 0.75 GiB more than an eighth).  A MoE model's routed experts are shared out over the
+    MoE group of :func:`moe_shards` GPUs (all TP x DP ranks under data parallelism: vLLM's
+    ``FusedMoEParallelConfig``), a slice of each, or with ``ep`` (``--enable-expert-parallel``)
+    :func:`local_experts` whole."""
     per = (weight_bytes(arch, quantization)
            + arch.replicated_params * linear_weight_bytes(arch, quantization) * (tp - 1)) / tp
-    if ep > 1 and arch.is_moe:
+    shards = moe_shards(arch, tp, dp)
+    if arch.is_moe and (shards != tp or ep):
         experts = routed_expert_params(arch) * expert_weight_bytes(arch, quantization)
-        per += experts * local_experts(arch, ep) / arch.num_experts - experts / tp
+        share = local_experts(arch, shards) / arch.num_experts if ep else 1 / shards
+        per += experts * share - experts / tp
     return per
 
 
-def expert_parallel_terms(arch: ModelArch, quantization: str, tp: int, ep: int, dp: int,
-                          link_bandwidth: float) -> tuple[float, float, int, float]:
-    """A MoE model's step terms on one GPU of an expert-parallel group of ``ep`` = TP x DP GPUs
-    (``--enable-expert-parallel``), each of the ``dp`` data-parallel replicas taken to carry
-    this one's load (vLLM's DP ranks step together, each with its own batch; a planning model):
+def moe_shards(arch: ModelArch, tp: int, dp: int) -> int:
+    """GPUs a MoE model's routed experts are shared out over: TP x DP with data parallelism
+    (vLLM 0.34's ``FusedMoEParallelConfig.make`` flattens TP across DP, with or without expert
+    parallelism), else TP; ``tp`` for a dense model."""
+    return tp * dp if arch.is_moe and dp > 1 else tp
 
-    - ``bytes_experts``: the GPU's :func:`local_experts`' weights, whole (not split by TP);
+
+def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bool,
+                    link_bandwidth: float) -> tuple[float, float, int, float]:
+    """A MoE model's step terms on one GPU of its MoE group (:func:`moe_shards`: TP x DP GPUs
+    under data parallelism), each of the ``dp`` replicas taken to carry this one's load (vLLM's
+    DP ranks step together, each with its own batch; a planning model):
+
+    - ``bytes_experts``: the GPU's share of the routed experts (a slice of each, or with ``ep``
+      its :func:`local_experts` whole);
     - ``untouched``: the chance that one of this replica's tokens, with its ``dp - 1`` twins in
-      the other replicas, routes to none of a given expert: ``(1 - k / E) ^ dp``;
-    - ``ops``, ``per_token``: the step's collectives and their mean link time per token (s at
-      the full ``link_bandwidth``): TP's all-reduce after attention and dense MLPs (``tp`` > 1),
-      and per MoE layer, with ``dp`` > 1, a dispatch and a combine all-to-all, each of this
-      GPU's ``1 / tp`` share of the tokens sent to and back from its ``k`` experts, ``(ep - 1) /
-      ep`` of them remote; with ``dp`` 1 every rank has the whole batch, and the MoE output is
-      all-reduced as TP's is (vLLM's TP + EP without DP)."""
+      the other replicas, routes to none of a given expert, ``(1 - k / E) ^ dp``: every token of
+      the group reaches the GPU holding its experts;
+    - ``ops``, ``per_token``: :func:`collective_terms`."""
     moe_layers = arch.num_layers - arch.dense_layers
-    bytes_experts = moe_layers * local_experts(arch, ep) * arch.expert_params * expert_weight_bytes(arch, quantization)
+    shards = moe_shards(arch, tp, dp)
+    if ep:
+        bytes_experts = moe_layers * local_experts(arch, shards) * arch.expert_params
+    else:
+        bytes_experts = moe_layers * arch.num_experts * arch.expert_params / shards
     untouched = (1.0 - arch.experts_per_token / arch.num_experts) ** dp
-    return (bytes_experts, untouched) + collective_terms(arch, tp, link_bandwidth, ep=ep, dp=dp)
+    return ((bytes_experts * expert_weight_bytes(arch, quantization), untouched)
+            + collective_terms(arch, tp, link_bandwidth, dp=dp))
 
 
-def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, ep: int = 1,
-                     dp: int = 1) -> tuple[int, float]:
+def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int = 1) -> tuple[int, float]:
     """``(ops, per_token)``: a step's collectives on one GPU and their mean link time per token
-    (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1), a MoE
-    layer's second of them, with expert parallelism and DP, the dispatch and combine
-    all-to-alls of :func:`expert_parallel_terms`.  TP alone: ``(2 x layers, 4 x hidden x (tp -
-    1) / tp / link)``, as it always was."""
+    (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1); a MoE model
+    under data parallelism: its MoE layers' tokens gathered from the other ``dp - 1`` replicas
+    and their outputs reduce-scattered back (vLLM 0.34's default ``--all2all-backend
+    allgather_reducescatter``, with or without expert parallelism: two collectives a MoE layer
+    of ``(dp - 1) x hidden`` values a token, which also take the place of its TP all-reduce).
+    TP alone: ``(2 x layers, 4 x hidden x (tp - 1) / tp / link)``, as it always was."""
     kinds = []                                  # (ops, link time per token of one op)
+    group = arch.is_moe and dp > 1
     if tp > 1:
         ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / link_bandwidth
-        kinds.append(((arch.num_layers + arch.dense_layers) if ep > 1 and dp > 1 else 2 * arch.num_layers, ar_tok))
-    if ep > 1 and dp > 1:
+        kinds.append(((arch.num_layers + arch.dense_layers) if group else 2 * arch.num_layers, ar_tok))
+    if group:
         kinds.append((2 * (arch.num_layers - arch.dense_layers),
-                      arch.experts_per_token * arch.hidden_size * arch.dtype_bytes * (ep - 1) / ep / tp / link_bandwidth))
+                      (dp - 1) * arch.hidden_size * arch.dtype_bytes / link_bandwidth))
     if len(kinds) == 1:
         return kinds[0]
     ops = sum(n for n, _ in kinds)
@@ -237,13 +252,15 @@ def dcp_gather_per_token(arch: ModelArch, tp: int, dcp: int, link_bandwidth: flo
     """``(ops, per_token)`` of DCP's decode attention (``dcp`` > 1, vLLM's decode context
     parallelism): each rank attends every head of its group over its share of the context, so
     per layer a decode token's query heads are gathered from the ``dcp - 1`` other ranks and its
-    partial outputs sent back to be combined (two collectives a layer; s per decode token of
-    one, at the full ``link_bandwidth``).  ``(0, 0.0)`` without DCP."""
+    partial outputs (with their log-sum-exps) reduce-scattered back: vLLM 0.34's default
+    ``ag_rs``, three collectives a layer for MLA, two for GQA (s per decode token of one, their
+    mean, at the full ``link_bandwidth``).  ``(0, 0.0)`` without DCP."""
     if dcp <= 1:
         return 0, 0.0
     qk, v = ((arch.kv_lora_rank + arch.qk_rope_head_dim, arch.kv_lora_rank) if arch.is_mla
              else (arch.head_dim, arch.head_dim))
-    return 2 * arch.num_layers, arch.num_heads / tp * (qk + v) / 2 * arch.dtype_bytes * (dcp - 1) / link_bandwidth
+    ops = (3 if arch.is_mla else 2) * arch.num_layers
+    return ops, arch.num_layers * arch.num_heads / tp * (qk + v) * arch.dtype_bytes * (dcp - 1) / link_bandwidth / ops
 
 
 def local_experts(arch: ModelArch, ep: int) -> int:
@@ -370,22 +387,24 @@ def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
 
 def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
                         gpu_memory_utilization: float = 0.9, quantization: str = "",
-                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024, ep: int = 1) -> float:
+                        max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024, dp: int = 1,
+                        ep: bool = False) -> float:
     """Bytes left for the KV cache on one GPU (docs/engine-model.md §2): ``memory x
-    utilization - weights / tp - profile overhead`` (:func:`profile_overhead`); ``ep``: the
-    expert-parallel group (:func:`weight_bytes_per_gpu`).  May be <= 0; raises ConfigError only
-    when the weights alone do not fit."""
+    utilization - weights / tp - profile overhead`` (:func:`profile_overhead`); ``dp``, ``ep``:
+    a MoE model's experts shared out (:func:`weight_bytes_per_gpu`).  May be <= 0; raises
+    ConfigError only when the weights alone do not fit."""
     check_tensor_parallel(arch, tp)
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got "
                           f"{gpu_memory_utilization}", param="gpu-memory-utilization")
     budget = gpu.memory * gpu_memory_utilization
-    weights = weight_bytes_per_gpu(arch, quantization, tp, ep)
+    weights = weight_bytes_per_gpu(arch, quantization, tp, dp, ep)
     if weights >= budget:
+        total = weights * tp if moe_shards(arch, tp, dp) == tp and not ep else weight_bytes(arch, quantization)
         raise ConfigError(
             f"{arch.name or 'the model'} ({weights / GiB:.2f} GiB of weights per GPU) does not fit "
             f"on {gpu.name} ({gpu.memory_gib:.2f} GiB x {gpu_memory_utilization} = "
-            f"{budget / GiB:.2f} GiB), {_tp_hint(arch, tp, budget, weights * tp if ep == 1 else weight_bytes(arch, quantization))}", param="gpu")
+            f"{budget / GiB:.2f} GiB), {_tp_hint(arch, tp, budget, total)}", param="gpu")
     return budget - weights - profile_overhead(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                                                max_num_seqs=max_num_seqs)
 
@@ -393,7 +412,7 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
 def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
                     kv_cache_dtype: str = "auto", quantization: str = "", block_size: int = 16,
                     max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
-                    max_model_len: int = 0, ep: int = 1, dcp: int = 1) -> int:
+                    max_model_len: int = 0, dp: int = 1, ep: bool = False, dcp: int = 1) -> int:
     """KV-cache blocks per GPU (all ranks of a tensor-parallel group hold the same number):
     ``floor(available / (block_size x kv_bytes_per_token))`` (docs/engine-model.md §2).
 
@@ -406,7 +425,7 @@ def kv_cache_blocks(gpu: GPU, arch: ModelArch, *, tp: int = 1, gpu_memory_utiliz
         raise ConfigError(f"--block-size must be >= 1, got {block_size}", param="block-size")
     avail = available_kv_memory(gpu, arch, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
                                 quantization=quantization, max_num_batched_tokens=max_num_batched_tokens,
-                                max_num_seqs=max_num_seqs, ep=ep)
+                                max_num_seqs=max_num_seqs, dp=dp, ep=ep)
     blocks = pool_blocks(arch, avail, block_size, kv_bytes_per_token(arch, kv_cache_dtype, tp, dcp), max_model_len)
     if blocks <= 0:
         # the batch limits' share of the start-up profile: a huge --max-num-seqs or

@@ -229,10 +229,10 @@ class StepModel:
     def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                 async_scheduling: bool = True, ep: int = 1, dp: int = 1, dcp: int = 1) -> None:
+                 async_scheduling: bool = True, ep: bool = False, dp: int = 1, dcp: int = 1) -> None:
         from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, dcp_gather_per_token,
-                               expert_parallel_terms, expert_weight_bytes, indexer_key_bytes, kv_bytes_per_token,
-                               linear_weight_bytes)
+                               expert_weight_bytes, indexer_key_bytes, kv_bytes_per_token, linear_weight_bytes,
+                               moe_group_terms, moe_shards)
         c = constants if constants is not None else load_constants(gpu.name)[0]
         c.validate()
         check_tensor_parallel(arch, tp)
@@ -273,7 +273,8 @@ class StepModel:
             self.bytes_experts = 0.0
             self._untouched = 1.0
         self.moe_layers = moe_layers
-        self.ep, self.dp = (ep, dp) if moe_layers and ep > 1 else (1, 1)      # expert parallel (hardware.py)
+        # a MoE model under DP or EP: its experts shared out over TP x DP GPUs (hardware.moe_group_terms)
+        self.dp, self.ep = (dp, moe_shards(arch, tp, dp) if ep else 1) if moe_layers else (1, 1)
         # layers that quantize their activations each step (W8A8, W4A4)
         self.fp8_layers = arch.num_layers if ((self.fp8_weights and gpu.fp8) or fp4) else 0
         self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
@@ -302,10 +303,10 @@ class StepModel:
         self.kv_per_token = (self.kv_bytes_per_token - index_bytes) / gpu.bandwidth
         self.all_reduces = 2 * arch.num_layers if tp > 1 else 0
         self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.nvlink_bandwidth) if tp > 1 else 0.0
-        if self.ep > 1:
-            self.bytes_experts, self._untouched, self.all_reduces, self.ar_per_token = expert_parallel_terms(
-                arch, quantization, tp, ep, dp, gpu.nvlink_bandwidth)
-        self.dcp_ops, self.dcp_per_token = dcp_gather_per_token(arch, tp, dcp, gpu.nvlink_bandwidth)
+        if self.dp > 1 or self.ep > 1:
+            self.bytes_experts, self._untouched, self.all_reduces, self.ar_per_token = moe_group_terms(
+                arch, quantization, tp, self.dp, self.ep > 1, gpu.nvlink_bandwidth)
+        self.dcp, (self.dcp_ops, self.dcp_per_token) = dcp, dcp_gather_per_token(arch, tp, dcp, gpu.nvlink_bandwidth)
         self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
         self._set_constants(c)
 
@@ -477,8 +478,9 @@ class StepModel:
         arch = self.arch
         # vLLM's tuned tiles exist for unquantized weights (no dtype suffix in the file name);
         # elsewhere its default tiles, which changed with the release
-        # (with expert parallelism a rank's kernel runs its own experts, whole)
-        experts, n = -(-arch.num_experts // self.ep), arch.moe_intermediate_size // (self.tp if self.ep == 1 else 1)
+        # a rank's kernel runs a slice of every expert (TP x DP of them), or with EP its own experts whole
+        experts, n = ((-(-arch.num_experts // self.ep), arch.moe_intermediate_size) if self.ep > 1
+                      else (arch.num_experts, arch.moe_intermediate_size // (self.tp * self.dp)))
         tiles = moe_tile_table(self.gpu.name, experts, n) if not self.quantized else None
         fp8 = self.fp8_weights
         default = functools.partial(default_moe_tile, num_experts=experts, version=self.vllm_version,
@@ -532,7 +534,7 @@ TIME_CONSTANTS = frozenset(n for n in CONSTANT_NAMES if n.startswith(("t_", "fe_
 def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                      profile_path: str = "", enforce_eager: bool = False,
                      cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                     async_scheduling: bool = True, ep: int = 1, dp: int = 1, dcp: int = 1):
+                     async_scheduling: bool = True, ep: bool = False, dp: int = 1, dcp: int = 1):
     """The step-time model a configuration asks for (``--step-time-profile``, ``--gpu``, ...).
 
     Without a profile: :class:`StepModel` with the GPU's fitted profile.  A profile of
