@@ -113,7 +113,7 @@ def get_world_size():
     cfg = simulator().config
     size = max(cfg.tensor_parallel_size, 1)
     if query_bool("include_dp", True):
-        size *= max(cfg.data_parallel_size, 1)
+        size *= max(getattr(cfg, "data_parallel_size_total", None) or cfg.data_parallel_size, 1)   # every node's
     return json_response({"world_size": size})
 
 

@@ -424,9 +424,26 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
         raise ConfigError("unrecognized arguments: " + " ".join(_as_given(argv, n, getattr(cfg, OPTIONS[n].attr))
                                                                  for n in newer)
                           + f" (--vllm-version {cfg.vllm_version}'s parser: {since})", newer[0])
+    _local_ranks(cfg)
     cfg.validate()
     apply_version_defaults(cfg, step=cfg.latency_calculator == "step")
     return cfg
+
+
+def _local_ranks(cfg) -> None:
+    """``--data-parallel-size-local L`` (vLLM's, a multi-node data-parallel deployment: this
+    node runs L of the ``--data-parallel-size N`` ranks): this process serves L ranks
+    (``data_parallel_size`` becomes L) and ``data_parallel_size_total`` keeps N, the data-parallel
+    size a MoE model's experts are shared over.  Raises ConfigError (vLLM's message for L > N)."""
+    local = cfg.data_parallel_size_local
+    if local is None:
+        return
+    if not 1 <= local <= 8:
+        raise ConfigError("data parallel size local must be between 1 and 8", "data-parallel-size-local")
+    if local > cfg.data_parallel_size:
+        raise ConfigError(f"data_parallel_size_local ({local}) must be <= data_parallel_size "
+                          f"({cfg.data_parallel_size})", "data-parallel-size-local")
+    cfg.data_parallel_size_total, cfg.data_parallel_size = cfg.data_parallel_size, local
 
 
 def _as_given(argv: list[str], name: str, value) -> str:

@@ -445,6 +445,9 @@ _declare("parallel",
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
+         Option("data-parallel-size-local", "int", None, "Data-parallel ranks this node runs, of "
+                "--data-parallel-size (vLLM's; the others run elsewhere): this process serves these (1..8); step "
+                "mode shares a MoE model's experts over TP x the whole --data-parallel-size", nullable=True),
          Option("enable-expert-parallel", "bool", False, "A MoE model's experts dealt out whole over the "
                 "TP x DP GPUs instead of sliced over them (step mode: its fused-MoE kernels; vLLM's MFU estimate)"),
          Option("decode-context-parallel-size", "int", 1, "Of the TP ranks, how many split each sequence's KV "

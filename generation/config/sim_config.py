@@ -305,7 +305,7 @@ class SimConfig:
                 raise ConfigError("fake metrics refresh interval must be positive", "fake-metrics-refresh-interval")
         self.validate_failures()
         if not 1 <= self.data_parallel_size <= 8:
-            raise ConfigError("data parallel size must be between 1 and 8", "data-parallel-size")
+            raise ConfigError("data parallel size must be between 1 and 8 (more: --data-parallel-size-local)", "data-parallel-size")
         if self.tensor_parallel_size < 1:     # vLLM refuses it in every mode (the step engine's words)
             raise ConfigError("tensor parallel size cannot be less than 1", "tensor-parallel-size")
         if self.data_parallel_rank > 7:

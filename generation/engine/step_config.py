@@ -135,7 +135,8 @@ def resolve_step_settings(cfg) -> StepSettings:
     else:
         arch, source = found
     tp = cfg.tensor_parallel_size       # >= 1, and the memory share in (0, 1]: SimConfig.validate
-    dp = max(getattr(cfg, "data_parallel_size", 1) or 1, 1)
+    # the whole deployment's DP (--data-parallel-size-local: this node runs a share of it)
+    dp = max(getattr(cfg, "data_parallel_size_total", None) or getattr(cfg, "data_parallel_size", 1) or 1, 1)
     ep = bool(getattr(cfg, "enable_expert_parallel", False)) and arch.is_moe     # vLLM: a MoE group of TP x DP
     dcp = decode_context_parallel(cfg, tp, arch)
     quant = (cfg.quantization or "").lower()

@@ -101,3 +101,18 @@ def test_the_mfu_estimate_shares_the_experts_out_too():
         metrics = SimpleNamespace(perf_flops=None, perf_read=None, perf_write=None)
         routed.append(build_perf_counters(cfg, metrics).perf.routed[1:3])
     assert routed == [(1, 128), (2, 64)]          # (EP size, experts a GPU holds)
+
+
+def test_a_multi_node_deployment_runs_its_local_ranks_and_shares_experts_over_all():
+    """vLLM's ``--data-parallel-size 16 --data-parallel-size-local 8`` (llm-d's wide EP over two
+    nodes): this process serves its 8 ranks; a MoE model's experts are shared over all 16."""
+    cfg = load_step_config(["--model", "deepseek-ai/DeepSeek-R1", "--gpu", "H200", "--max-model-len", "8192",
+                            "-dp", "16", "--data-parallel-size-local", "8", "-ep"])
+    st = resolve_step_settings(cfg)
+    assert (cfg.data_parallel_size, cfg.data_parallel_size_total, st.step_time.ep, st.num_gpu_blocks) == (8, 16, 16, 19009)
+    with pytest.raises(ConfigError, match=r"^data_parallel_size_local \(8\) must be <= data_parallel_size \(4\)$"):
+        load_step_config(["-dp", "4", "-dpl", "8"])
+    with pytest.raises(ConfigError, match=r"^data parallel size must be between 1 and 8 \(more: --data-parallel-size-local\)"):
+        load_step_config(["-dp", "16"])
+    with pytest.raises(ConfigError, match="data parallel size local must be between 1 and 8"):
+        load_step_config(["-dp", "32", "-dpl", "16"])
