@@ -28,8 +28,7 @@ RL trainers drive a rollout server between weight updates:
   were in flight, as vLLM counts.  It takes the path from the ``--tokens-only`` one, as in
   vLLM, whose RL router is registered first.
 * ``GET /get_world_size?include_dp=true``: ``{"world_size": N}``, the tensor-parallel size
-  times the data-parallel size (without: the tensor-parallel size; no pipeline parallelism is
-  modelled).
+  times the pipeline-parallel size times the data-parallel size (every node's; without: TP x PP).
 
 The weight-transfer and weight-version routes (``/init_weight_transfer_engine``,
 ``/update_weights``, ``/update_weight_version``, ``/weight_info``, ...) are
@@ -111,7 +110,7 @@ def abort_requests():
 
 def get_world_size():
     cfg = simulator().config
-    size = max(cfg.tensor_parallel_size, 1)
+    size = max(cfg.tensor_parallel_size, 1) * max(getattr(cfg, "pipeline_parallel_size", 1), 1)     # vLLM: TP x PP
     if query_bool("include_dp", True):
         size *= max(getattr(cfg, "data_parallel_size_total", None) or cfg.data_parallel_size, 1)   # every node's
     return json_response({"world_size": size})

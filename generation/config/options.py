@@ -445,6 +445,8 @@ _declare("parallel",
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
+         Option("pipeline-parallel-size", "int", 1, "Pipeline stages, each of --tensor-parallel-size GPUs (step "
+                "mode: a GPU holds a stage's layers and KV cache; a step is a rotation of pipelined micro-batches)"),
          Option("data-parallel-size-local", "int", None, "Data-parallel ranks this node runs, of "
                 "--data-parallel-size (vLLM's; the others run elsewhere): this process serves these (1..8); step "
                 "mode shares a MoE model's experts over TP x the whole --data-parallel-size", nullable=True),

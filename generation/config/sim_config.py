@@ -557,8 +557,7 @@ def ignored_flags(config: SimConfig) -> list[str]:
 
 
 # Accepted vLLM flags that add a /metrics family (the flags table notes each; --tool-call-parser
-# also makes a derender ask for its parse_context): logged apart from the ignored ones, whose
-# line said "no meaning", so a pasted `--tool-call-parser hermes` read as a parser turned off
+# also makes a derender ask for its parse_context): logged apart from the ignored ones ("no meaning": a pasted `--tool-call-parser hermes` read as off)
 METRICS_ONLY_FLAGS = {"enable-auto-tool-choice": "vllm:tool_call_parser_invocations",
                       "tool-call-parser": "vllm:tool_call_parser_invocations", "enable-lora": "vllm:lora_requests_info"}
 
@@ -570,7 +569,8 @@ STEP_ONLY = ("gpu-memory-utilization", "max-num-batched-tokens", "quantization",
              "enforce-eager", "cuda-graph-sizes", "max-cudagraph-capture-size",
              "enable-chunked-prefill", "async-scheduling", "kv-cache-memory-bytes", "enable-prefix-caching",
              "kv-offloading-size", "cpu-offload-gb", "kv-cache-metrics",    # (its families stay empty)
-             "speculative-config", "spec-method", "spec-model", "spec-tokens", "per-request-spec-decode-metrics")
+             "speculative-config", "spec-method", "spec-model", "spec-tokens", "per-request-spec-decode-metrics",
+             "pipeline-parallel-size", "enable-expert-parallel", "decode-context-parallel-size")
 
 
 # the default latency model's flags: with --latency-calculator step the step model times every

@@ -83,10 +83,11 @@ class StepSettings:
         """``; experts over N GPUs`` for a MoE model under data or expert parallelism, with
         ``, M each`` for the latter (``--enable-expert-parallel``)."""
         m = self.step_time
-        ep, dp, tp = getattr(m, "ep", 1), getattr(m, "dp", 1), getattr(m, "tp", 1)
+        ep, dp, tp, pp = getattr(m, "ep", 1), getattr(m, "dp", 1), getattr(m, "tp", 1), getattr(m, "pp", 1)
+        note = f"; {pp} pipeline stages of {-(-self.arch.num_layers // pp)} layers" if pp > 1 else ""
         if ep > 1:
-            return f"; expert parallel over {ep} GPUs, {-(-self.arch.num_experts // ep)} experts each"
-        return f"; experts sliced over {tp * dp} GPUs (TP x DP)" if dp > 1 else ""
+            return note + f"; expert parallel over {ep} GPUs, {-(-self.arch.num_experts // ep)} experts each"
+        return note + (f"; experts sliced over {tp * dp} GPUs (TP x DP)" if dp > 1 else "")
 
     def _gate_note(self) -> str:
         """The full-sequence admission gate when it is not the release's default, else ""."""
@@ -139,6 +140,10 @@ def resolve_step_settings(cfg) -> StepSettings:
     dp = max(getattr(cfg, "data_parallel_size_total", None) or getattr(cfg, "data_parallel_size", 1) or 1, 1)
     ep = bool(getattr(cfg, "enable_expert_parallel", False)) and arch.is_moe     # vLLM: a MoE group of TP x DP
     dcp = decode_context_parallel(cfg, tp, arch)
+    pp = max(getattr(cfg, "pipeline_parallel_size", 1) or 1, 1)
+    if pp > 1:                          # a GPU holds one stage's layers and KV (perf/pipeline.py)
+        from .perf.pipeline import stage_arch
+    mem = stage_arch(arch, pp) if pp > 1 else arch
     quant = (cfg.quantization or "").lower()
     # DCP: a block's tokens dealt out over the DCP ranks, --block-size each (cfg.block_size, the
     # rank's page, as vLLM's cache_config keeps it): the scheduler's, the prefix cache's and the KV
@@ -165,23 +170,23 @@ def resolve_step_settings(cfg) -> StepSettings:
             raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")
         blocks = cfg.num_gpu_blocks_override
     elif cfg.kv_cache_memory_bytes is not None:      # vLLM: ignores --gpu-memory-utilization
-        blocks = pool_blocks(arch, cfg.kv_cache_memory_bytes, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp),
+        blocks = pool_blocks(mem, cfg.kv_cache_memory_bytes, bs, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp),
                              cfg.max_model_len)
         if blocks < 1:
             raise ConfigError(f"No available memory for the cache blocks: --kv-cache-memory-bytes "
                               f"{cfg.kv_cache_memory_bytes} holds less than one block of {bs} tokens "
-                              f"({bs * kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp)} bytes)", "kv-cache-memory-bytes")
+                              f"({bs * kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp)} bytes)", "kv-cache-memory-bytes")
     else:
-        blocks = kv_cache_blocks(gpu, arch, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
+        blocks = kv_cache_blocks(gpu, mem, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
                                  max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
                                  max_model_len=cfg.max_model_len, dp=dp, ep=ep, dcp=dcp)
     spec = spec_decode_of(cfg)
     if spec is not None and cfg.num_gpu_blocks_override is None:     # the drafter's weights and KV
         from .spec_decode import blocks_with_drafter, draft_arch_of, drafter_memory
-        blocks = blocks_with_drafter(blocks, bs, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp), drafter_memory(
+        blocks = blocks_with_drafter(blocks, bs, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp), drafter_memory(
             spec, arch, draft_arch_of(spec), tp, cfg.kv_cache_dtype, quant, dcp))
-    check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp))
+    check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp))
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
         raise ConfigError("long prefill token threshold cannot be negative", "long-prefill-token-threshold")
@@ -202,7 +207,7 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None)
                                  or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False, ep=ep, dp=dp,
-                                 dcp=dcp)
+                                 dcp=dcp, pp=pp)
     step_time.vllm_version = parse_version(cfg.vllm_version) if cfg.vllm_version else step_time.vllm_version
     cfg.kv_cache_size = blocks
     draft = None
@@ -211,7 +216,7 @@ def resolve_step_settings(cfg) -> StepSettings:
         draft = DraftCost(spec, step_time, draft_arch_of(spec))
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
                         step_time, enable_prefix_caching=cfg.enable_prefix_caching, enable_chunked_prefill=chunked,
-                        num_cpu_blocks=cpu_blocks(cfg, arch, bs, tp, kv_bytes_per_token(arch, cfg.kv_cache_dtype, tp, dcp)),
+                        num_cpu_blocks=cpu_blocks(cfg, mem, bs, tp, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp)),
                         vllm_version=cfg.vllm_version, reserve_full_isl=reserve_full_isl(cfg),
                         spec_decode=spec, draft_cost=draft)
 

@@ -193,6 +193,14 @@ def test_get_world_size(app_client, query, size):
     assert (r.status_code, r.json()) == (200, {"world_size": size})
 
 
+def test_get_world_size_counts_pipeline_stages_and_every_nodes_ranks(app_client):
+    """vLLM's ``world_size_across_dp``: TP x PP x DP, the whole --data-parallel-size where this
+    node runs a share of it (--data-parallel-size-local)."""
+    c = app_client("-tp", "2", "-pp", "2", "-dp", "4", "-dpl", "1", env=DEV)
+    assert c.get("/get_world_size").json() == {"world_size": 16}
+    assert c.get("/get_world_size", params={"include_dp": "false"}).json() == {"world_size": 4}
+
+
 def test_get_world_size_checks_include_dp(app_client):
     r = app_client(env=DEV).get("/get_world_size", params={"include_dp": "maybe"})
     assert (r.status_code, r.json()["error"]["param"]) == (400, "query.include_dp")

@@ -90,13 +90,12 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
     assert (c.enable_force_include_usage, c.chat_template) == (True, "/t.jinja")
     assert ignored_flags(c) == [
         "--dtype", "--trust-remote-code",
-        "--enable-auto-tool-choice", "--tool-call-parser", "--enable-lora",
-        "--pipeline-parallel-size", "--swap-space",
+        "--enable-auto-tool-choice", "--tool-call-parser", "--enable-lora", "--swap-space",
         "--download-dir", "--revision", "--load-format", "--generation-config"]
     # the engine model's flags take effect with --latency-calculator step, and are listed otherwise
     assert step_only_flags(c) == ["--gpu-memory-utilization", "--max-num-batched-tokens", "--quantization",
                                   "--tensor-parallel-size", "--kv-cache-dtype", "--enforce-eager",
-                                  "--enable-chunked-prefill", "--enable-prefix-caching"]
+                                  "--enable-chunked-prefill", "--enable-prefix-caching", "--pipeline-parallel-size"]
     assert (c.enforce_eager, c.enable_prefix_caching, c.enable_chunked_prefill) == (True, True, False)
     assert (c.tensor_parallel_size, c.quantization, c.max_num_batched_tokens) == (2, "fp8", 8192)
     assert ignored_flags(cfg("m")) == [] and step_only_flags(cfg("m")) == []
@@ -105,7 +104,7 @@ def test_pasted_vllm_command_line_is_accepted_and_ignored_flags_are_listed():
     assert latency_only_flags(cfg("m", "--latency-calculator", "step", "--time-to-first-token", "2000",
                                   "--inter-token-latency", "20ms", "--max-num-seqs", "4")) == [
         "--time-to-first-token", "--inter-token-latency"]
-    assert "pipeline-parallel-size" in IGNORED_FLAGS and "tensor-parallel-size" not in IGNORED_FLAGS
+    assert "swap-space" in IGNORED_FLAGS and "tensor-parallel-size" not in IGNORED_FLAGS
 
 
 
