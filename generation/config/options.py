@@ -37,6 +37,9 @@ HASH_ALGOS = ("fnv64a_cbor", "sha256_cbor", "sha256")
 MAX_LATENCY = 3600.0            # seconds: upper bound of every latency option (CLI, YAML, admin)
 MAX_TIME_FACTOR = 1000.0
 REASONING_PARSERS = tuple(PARSERS)      # vLLM 0.34's --reasoning-parser names (.reasoning_parsers)
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency", "deepep_v2",     # vLLM 0.34's
+                    "flashinfer_all2allv", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "moonep", "mori",
+                    "mori_high_throughput", "mori_low_latency", "naive", "nixl_ep", "pplx", "passthrough")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +448,9 @@ _declare("parallel",
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
+         Option("all2all-backend", "str", "allgather_reducescatter", "A MoE model's expert-parallel exchange under "
+                "DP (step mode: gathering every replica's tokens, or DeepEP-style kernels sending each token to its "
+                "top-k experts)", choices=ALL2ALL_BACKENDS),
          Option("pipeline-parallel-size", "int", 1, "Pipeline stages, each of --tensor-parallel-size GPUs (step "
                 "mode: a GPU holds a stage's layers and KV cache; a step is a rotation of pipelined micro-batches)"),
          Option("data-parallel-size-local", "int", None, "Data-parallel ranks this node runs, of "

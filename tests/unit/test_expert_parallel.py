@@ -116,3 +116,17 @@ def test_a_multi_node_deployment_runs_its_local_ranks_and_shares_experts_over_al
         load_step_config(["-dp", "16"])
     with pytest.raises(ConfigError, match="data parallel size local must be between 1 and 8"):
         load_step_config(["-dp", "32", "-dpl", "16"])
+
+
+def test_a_dispatch_backend_sends_each_token_to_its_experts():
+    """``--all2all-backend deepep_low_latency`` (llm-d's wide-EP decode pods) with ``-ep``: a
+    token goes to its top_k experts' GPUs and back (DeepSeek-R1's FP8 weights: dispatched in
+    FP8), instead of every replica's tokens gathered; without ``-ep`` the backend is unused."""
+    arch = preset("deepseek-ai/DeepSeek-R1")
+    ops, per_token = collective_terms(arch, 1, 450e9, dp=8, ep=True, backend="deepep_low_latency", dispatch_bytes=1.0)
+    assert (ops, per_token) == (2 * 58, pytest.approx(8 * 7168 * (1 + 2) / 2 * 7 / 8 / 450e9))
+    assert collective_terms(arch, 1, 450e9, dp=8, ep=False, backend="deepep_low_latency") == \
+        collective_terms(arch, 1, 450e9, dp=8) == (2 * 58, pytest.approx(7 * 7168 * 2 / 450e9))
+    gather, deepep = (settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8", "-ep", *b).step_time
+                      for b in ((), ("--all2all-backend", "deepep_low_latency")))
+    assert deepep.ar_per_token == pytest.approx(per_token) and gather.ar_per_token > deepep.ar_per_token

@@ -203,8 +203,8 @@ def moe_shards(arch: ModelArch, tp: int, dp: int) -> int:
     return tp * dp if arch.is_moe and dp > 1 else tp
 
 
-def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bool,
-                    link_bandwidth: float) -> tuple[float, float, int, float]:
+def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bool, link_bandwidth: float,
+                    backend: str = "allgather_reducescatter") -> tuple[float, float, int, float]:
     """A MoE model's step terms on one GPU of its MoE group (:func:`moe_shards`: TP x DP GPUs
     under data parallelism), each of the ``dp`` replicas taken to carry this one's load (vLLM's
     DP ranks step together, each with its own batch; a planning model):
@@ -214,7 +214,7 @@ def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bo
     - ``untouched``: the chance that one of this replica's tokens, with its ``dp - 1`` twins in
       the other replicas, routes to none of a given expert, ``(1 - k / E) ^ dp``: every token of
       the group reaches the GPU holding its experts;
-    - ``ops``, ``per_token``: :func:`collective_terms`."""
+    - ``ops``, ``per_token``: :func:`collective_terms` (``backend``: ``--all2all-backend``)."""
     moe_layers = arch.num_layers - arch.dense_layers
     shards = moe_shards(arch, tp, dp)
     if ep:
@@ -223,25 +223,45 @@ def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bo
         bytes_experts = moe_layers * arch.num_experts * arch.expert_params / shards
     untouched = (1.0 - arch.experts_per_token / arch.num_experts) ** dp
     return ((bytes_experts * expert_weight_bytes(arch, quantization), untouched)
-            + collective_terms(arch, tp, link_bandwidth, dp=dp))
+            + collective_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend,
+                               dispatch_bytes=1.0 if linear_weight_bytes(arch, quantization) == 1.0 else 0.0))
 
 
-def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int = 1) -> tuple[int, float]:
+# vLLM 0.34's --all2all-backend values whose expert-parallel kernels send each token to its
+# top_k experts' GPUs and back (DeepEP, MORI, Moon EP, NIXL EP, FlashInfer's); the others
+# (allgather_reducescatter, the default, and naive / pplx, which fall back to it) gather
+DISPATCH_BACKENDS = ("deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori", "mori_high_throughput",
+                     "mori_low_latency", "moonep", "nixl_ep", "flashinfer_all2allv", "flashinfer_nvlink_one_sided",
+                     "flashinfer_nvlink_two_sided")
+
+
+def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int = 1, ep: bool = False,
+                     backend: str = "allgather_reducescatter", dispatch_bytes: float = 0.0) -> tuple[int, float]:
     """``(ops, per_token)``: a step's collectives on one GPU and their mean link time per token
     (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1); a MoE model
-    under data parallelism: its MoE layers' tokens gathered from the other ``dp - 1`` replicas
-    and their outputs reduce-scattered back (vLLM 0.34's default ``--all2all-backend
-    allgather_reducescatter``, with or without expert parallelism: two collectives a MoE layer
-    of ``(dp - 1) x hidden`` values a token, which also take the place of its TP all-reduce).
-    TP alone: ``(2 x layers, 4 x hidden x (tp - 1) / tp / link)``, as it always was."""
+    under data parallelism: per MoE layer two collectives, which also take the place of its TP
+    all-reduce: its tokens gathered from the other ``dp - 1`` replicas and the outputs
+    reduce-scattered back, ``(dp - 1) x hidden`` values a token each (vLLM 0.34's default
+    ``--all2all-backend allgather_reducescatter``, with or without expert parallelism), or with
+    expert parallelism and one of :data:`DISPATCH_BACKENDS` a dispatch of each of this GPU's
+    ``1 / tp`` of the tokens to its ``top_k`` experts' GPUs (``dispatch_bytes`` a value: 1 for
+    FP8 weights, whose kernels dispatch FP8; 0: the model dtype) and a combine back, ``(ep - 1) /
+    ep`` of them remote.  TP alone: ``(2 x layers, 4 x hidden x (tp - 1) / tp / link)``, as it
+    always was."""
     kinds = []                                  # (ops, link time per token of one op)
     group = arch.is_moe and dp > 1
     if tp > 1:
         ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / link_bandwidth
         kinds.append(((arch.num_layers + arch.dense_layers) if group else 2 * arch.num_layers, ar_tok))
     if group:
-        kinds.append((2 * (arch.num_layers - arch.dense_layers),
-                      (dp - 1) * arch.hidden_size * arch.dtype_bytes / link_bandwidth))
+        moe_layers = arch.num_layers - arch.dense_layers
+        if ep and backend in DISPATCH_BACKENDS:
+            size = tp * dp
+            value = (dispatch_bytes or arch.dtype_bytes) + arch.dtype_bytes      # dispatch and combine, a value each
+            kinds.append((2 * moe_layers, arch.experts_per_token * arch.hidden_size * value / 2 * (size - 1) / size
+                          / tp / link_bandwidth))
+        else:
+            kinds.append((2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link_bandwidth))
     if len(kinds) == 1:
         return kinds[0]
     ops = sum(n for n, _ in kinds)

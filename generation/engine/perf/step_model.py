@@ -229,7 +229,8 @@ class StepModel:
     def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                 async_scheduling: bool = True, ep: bool = False, dp: int = 1, dcp: int = 1, pp: int = 1) -> None:
+                 async_scheduling: bool = True, ep: bool = False, dp: int = 1, dcp: int = 1, pp: int = 1,
+                 all2all_backend: str = "allgather_reducescatter") -> None:
         from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, dcp_gather_per_token,
                                expert_weight_bytes, indexer_key_bytes, kv_bytes_per_token, linear_weight_bytes,
                                moe_group_terms, moe_shards)
@@ -273,8 +274,7 @@ class StepModel:
             self.bytes_experts = 0.0
             self._untouched = 1.0
         self.moe_layers = moe_layers
-        # a MoE model under DP or EP: its experts shared out over TP x DP GPUs (hardware.moe_group_terms)
-        self.dp, self.ep = (dp, moe_shards(arch, tp, dp) if ep else 1) if moe_layers else (1, 1)
+        self.dp, self.ep = (dp, moe_shards(arch, tp, dp) if ep else 1) if moe_layers else (1, 1)    # moe_group_terms
         # layers that quantize their activations each step (W8A8, W4A4)
         self.fp8_layers = arch.num_layers if ((self.fp8_weights and gpu.fp8) or fp4) else 0
         self.flops_per_token = 2.0 * n_lin / f_lin          # s per token at 100% of the peak
@@ -305,7 +305,7 @@ class StepModel:
         self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.nvlink_bandwidth) if tp > 1 else 0.0
         if self.dp > 1 or self.ep > 1:
             self.bytes_experts, self._untouched, self.all_reduces, self.ar_per_token = moe_group_terms(
-                arch, quantization, tp, self.dp, self.ep > 1, gpu.nvlink_bandwidth)
+                arch, quantization, tp, self.dp, self.ep > 1, gpu.nvlink_bandwidth, all2all_backend)
         self.dcp, (self.dcp_ops, self.dcp_per_token) = dcp, dcp_gather_per_token(arch, tp, dcp, gpu.nvlink_bandwidth)
         self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
         self._set_constants(c)
@@ -537,8 +537,9 @@ TIME_CONSTANTS = frozenset(n for n in CONSTANT_NAMES if n.startswith(("t_", "fe_
 def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                      profile_path: str = "", enforce_eager: bool = False,
                      cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                     async_scheduling: bool = True, ep: bool = False, dp: int = 1, dcp: int = 1, pp: int = 1):
-    """The step-time model a configuration asks for (``--step-time-profile``, ``--gpu``, ...).
+                     async_scheduling: bool = True, **parallel):
+    """The step-time model a configuration asks for (``--step-time-profile``, ``--gpu``, ...);
+    ``parallel``: StepModel's ``ep``, ``dp``, ``dcp``, ``pp`` and ``all2all_backend``.
 
     Without a profile: :class:`StepModel` with the GPU's fitted profile.  A profile of
     :class:`PerfConstants` (JSON or YAML, flat or under ``constants``, as :mod:`.fit` writes)
@@ -548,8 +549,7 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
     ConfigError for an unreadable profile or invalid values."""
     kw = dict(tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype, enforce_eager=enforce_eager,
               cudagraph_capture_sizes=cudagraph_capture_sizes,
-              max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling, ep=ep, dp=dp,
-              dcp=dcp, pp=pp)
+              max_cudagraph_capture_size=max_cudagraph_capture_size, async_scheduling=async_scheduling, **parallel)
     if not profile_path:
         constants, source = load_constants(gpu.name)
         model = StepModel(gpu, arch, constants=constants, **kw)
