@@ -391,8 +391,11 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
         from generation.engine.perf.step_model import PCIE_BANDWIDTH
         tp = config.tensor_parallel_size or 1
         dcp = getattr(config, "decode_context_parallel_size", 1) or 1        # a block spans DCP ranks' pages
+        pp = getattr(config, "pipeline_parallel_size", 1) or 1                # a GPU holds its stage's layers
+        from generation.engine.perf.pipeline import stage_arch
+        arch = stage_arch(st.arch, pp) if pp > 1 else st.arch
         metrics.kv_offload.attach(scheduler.pool, engine, st.block_size,
-                                  st.block_size * kv_bytes_per_token(st.arch, config.kv_cache_dtype, tp, dcp), tp,
+                                  st.block_size * kv_bytes_per_token(arch, config.kv_cache_dtype, tp, dcp), tp,
                                   config.max_model_len, PCIE_BANDWIDTH)
     return engine
 

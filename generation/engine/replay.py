@@ -120,7 +120,9 @@ def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str 
     pool = cpu_tier_pool(num_gpu_blocks, getattr(settings, "num_cpu_blocks", 0), settings.block_size,
                          getattr(settings, "vllm_version", ""))
     sched = Scheduler(num_gpu_blocks=num_gpu_blocks, block_size=settings.block_size, pool=pool,
-                     max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
+                     max_num_seqs=settings.max_num_seqs,
+                     # -pp: a step is a rotation of P micro-batches, each with the budget (perf/pipeline.py)
+                     max_num_batched_tokens=settings.max_num_batched_tokens * getattr(settings.step_time, "pp", 1),
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
                      max_loras=max_loras, policy=policy,
                      enable_prefix_caching=getattr(settings, "enable_prefix_caching", True),

@@ -207,7 +207,10 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None)
                                  or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False, ep=ep, dp=dp,
-                                 dcp=dcp, pp=pp, all2all_backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"))
+                                 dcp=dcp, all2all_backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"))
+    if pp > 1 and hasattr(step_time, "arch"):      # a step is a rotation of P micro-batches (perf/pipeline.py)
+        from .perf.pipeline import install
+        install(step_time, pp, cfg.max_num_batched_tokens, step_time.gpu.nvlink_bandwidth)
     step_time.vllm_version = parse_version(cfg.vllm_version) if cfg.vllm_version else step_time.vllm_version
     cfg.kv_cache_size = blocks
     draft = None

@@ -84,9 +84,11 @@ def test_under_dp_a_step_reads_the_groups_experts_and_gathers_its_tokens():
     assert bytes_experts == pytest.approx(48 * 128 * arch.expert_params * 2 / 2)
     assert untouched == pytest.approx((1 - 8 / 128) ** 2)
     assert (ops, per_token) == collective_terms(arch, 1, 450e9, dp=2) == (2 * 48, pytest.approx(2048 * 2 / 450e9))
-    # at TP 2 a MoE layer's reduce-scatter replaces its TP all-reduce: attention's remains
-    ops, _ = collective_terms(arch, 2, 450e9, dp=2)
-    assert ops == 48 + 2 * 48
+    # at TP 2 the TP all-reduces remain beside the DP exchange; with EP (vLLM's sequence-parallel
+    # MoE) a MoE layer's is an all-gather, half an all-reduce's bytes
+    ar = 2048 * 2 * 2 / 2 / 450e9
+    assert collective_terms(arch, 2, 450e9, dp=2) == (2 * 48 + 2 * 48, pytest.approx((96 * ar + 96 * 2048 * 2 / 450e9) / 192))
+    assert collective_terms(arch, 2, 450e9, dp=2, ep=True)[0] == 48 + 48 + 2 * 48
 
 
 def test_the_mfu_estimate_shares_the_experts_out_too():

@@ -227,6 +227,9 @@ def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bo
                                dispatch_bytes=1.0 if linear_weight_bytes(arch, quantization) == 1.0 else 0.0))
 
 
+GPUS_PER_NODE = 8              # a collective over more GPUs crosses nodes
+NETWORK_BANDWIDTH = 50e9       # B/s a GPU between nodes: one 400 Gb/s InfiniBand / RoCE NIC per GPU
+
 # vLLM 0.34's --all2all-backend values whose expert-parallel kernels send each token to its
 # top_k experts' GPUs and back (DeepEP, MORI, Moon EP, NIXL EP, FlashInfer's); the others
 # (allgather_reducescatter, the default, and naive / pplx, which fall back to it) gather
@@ -238,30 +241,35 @@ DISPATCH_BACKENDS = ("deepep_high_throughput", "deepep_low_latency", "deepep_v2"
 def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int = 1, ep: bool = False,
                      backend: str = "allgather_reducescatter", dispatch_bytes: float = 0.0) -> tuple[int, float]:
     """``(ops, per_token)``: a step's collectives on one GPU and their mean link time per token
-    (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1); a MoE model
-    under data parallelism: per MoE layer two collectives, which also take the place of its TP
-    all-reduce: its tokens gathered from the other ``dp - 1`` replicas and the outputs
-    reduce-scattered back, ``(dp - 1) x hidden`` values a token each (vLLM 0.34's default
-    ``--all2all-backend allgather_reducescatter``, with or without expert parallelism), or with
-    expert parallelism and one of :data:`DISPATCH_BACKENDS` a dispatch of each of this GPU's
-    ``1 / tp`` of the tokens to its ``top_k`` experts' GPUs (``dispatch_bytes`` a value: 1 for
-    FP8 weights, whose kernels dispatch FP8; 0: the model dtype) and a combine back, ``(ep - 1) /
-    ep`` of them remote.  TP alone: ``(2 x layers, 4 x hidden x (tp - 1) / tp / link)``, as it
-    always was."""
+    (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1; with expert
+    parallelism under DP, vLLM's sequence-parallel MoE, a MoE layer's is an all-gather); a MoE
+    model under data parallelism: per MoE layer two collectives more, its tokens gathered from
+    the other ``dp - 1`` replicas and the outputs reduce-scattered back, ``(dp - 1) x hidden``
+    values a token each (vLLM 0.34's default ``--all2all-backend allgather_reducescatter``, with
+    or without expert parallelism), or with expert parallelism and one of
+    :data:`DISPATCH_BACKENDS` a dispatch of each of this GPU's ``1 / tp`` of the tokens to its
+    ``top_k`` experts' GPUs (``dispatch_bytes`` a value: 1 for FP8 weights, whose kernels
+    dispatch FP8; 0: the model dtype) and a combine back, ``(ep - 1) / ep`` of them remote; over
+    :data:`NETWORK_BANDWIDTH` when the TP x DP group spans nodes.  TP alone: ``(2 x layers, 4 x
+    hidden x (tp - 1) / tp / link)``, as it always was."""
     kinds = []                                  # (ops, link time per token of one op)
     group = arch.is_moe and dp > 1
+    moe_layers = arch.num_layers - arch.dense_layers
     if tp > 1:
         ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / link_bandwidth
-        kinds.append(((arch.num_layers + arch.dense_layers) if group else 2 * arch.num_layers, ar_tok))
+        if group and ep:            # sequence-parallel MoE: its layers' TP all-reduce is an all-gather
+            kinds += [(arch.num_layers + arch.dense_layers, ar_tok), (moe_layers, ar_tok / 2)]
+        else:
+            kinds.append((2 * arch.num_layers, ar_tok))
     if group:
-        moe_layers = arch.num_layers - arch.dense_layers
+        link = NETWORK_BANDWIDTH if tp * dp > GPUS_PER_NODE else link_bandwidth     # the group spans nodes
         if ep and backend in DISPATCH_BACKENDS:
             size = tp * dp
             value = (dispatch_bytes or arch.dtype_bytes) + arch.dtype_bytes      # dispatch and combine, a value each
             kinds.append((2 * moe_layers, arch.experts_per_token * arch.hidden_size * value / 2 * (size - 1) / size
-                          / tp / link_bandwidth))
+                          / tp / link))
         else:
-            kinds.append((2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link_bandwidth))
+            kinds.append((2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link))
     if len(kinds) == 1:
         return kinds[0]
     ops = sum(n for n, _ in kinds)

@@ -229,7 +229,7 @@ class StepModel:
     def __init__(self, gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache_dtype: str = "auto",
                  constants: PerfConstants | None = None, enforce_eager: bool = False,
                  cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
-                 async_scheduling: bool = True, ep: bool = False, dp: int = 1, dcp: int = 1, pp: int = 1,
+                 async_scheduling: bool = True, ep: bool = False, dp: int = 1, dcp: int = 1,
                  all2all_backend: str = "allgather_reducescatter") -> None:
         from .hardware import (FP4_METHODS, _quantization, check_tensor_parallel, dcp_gather_per_token,
                                expert_weight_bytes, indexer_key_bytes, kv_bytes_per_token, linear_weight_bytes,
@@ -309,9 +309,6 @@ class StepModel:
         self.dcp, (self.dcp_ops, self.dcp_per_token) = dcp, dcp_gather_per_token(arch, tp, dcp, gpu.nvlink_bandwidth)
         self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
         self._set_constants(c)
-        if pp > 1:                          # a step is a rotation of pipelined micro-batches (pipeline.py)
-            from .pipeline import install
-            install(self, pp, gpu.nvlink_bandwidth)
 
     def _set_constants(self, c: PerfConstants) -> None:
         bw = self.gpu.bandwidth
@@ -539,7 +536,7 @@ def build_step_model(gpu, arch, *, tp: int = 1, quantization: str = "", kv_cache
                      cudagraph_capture_sizes: list[int] | None = None, max_cudagraph_capture_size: int = 512,
                      async_scheduling: bool = True, **parallel):
     """The step-time model a configuration asks for (``--step-time-profile``, ``--gpu``, ...);
-    ``parallel``: StepModel's ``ep``, ``dp``, ``dcp``, ``pp`` and ``all2all_backend``.
+    ``parallel``: StepModel's ``ep``, ``dp``, ``dcp`` and ``all2all_backend``.
 
     Without a profile: :class:`StepModel` with the GPU's fitted profile.  A profile of
     :class:`PerfConstants` (JSON or YAML, flat or under ``constants``, as :mod:`.fit` writes)
