@@ -86,3 +86,11 @@ def test_a_replay_with_stages_runs():
     from generation.engine.replay import main
     assert main(["--model", L70, "--gpu", "H100", "-tp", "2", "-pp", "2", "--max-model-len", "8192",
                  "--num-requests", "20", "--rate", "4", "--no-progress", "--json"]) == 0
+
+
+def test_a_moe_rotation_compiles_the_micro_batches_kernels():
+    """vLLM profiles and steps micro-batches of --max-num-batched-tokens: a rotation's larger
+    total selects no larger fused-MoE kernel variant."""
+    m = settings("Qwen/Qwen3-30B-A3B", "--gpu", "H100", "-pp", "2").step_time
+    jit = m.moe_jit(2 * 8192)
+    assert (jit.micro, jit.stall(16384), jit.stalls) == (8192, 0.0, 0)     # the profile run's variant: compiled

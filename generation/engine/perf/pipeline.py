@@ -65,6 +65,33 @@ def install(model, pp: int, micro_tokens: int, link_bandwidth: float) -> None:
                              prefill_tokens, prefill_pairs, prefill_context, kv_reload_tokens, spec_tokens, spec_pairs)
     model.step_time = step_time
     model.pp = pp
+    jit = model.moe_jit
+    model.moe_jit = lambda _budget: MicroBatchJit.of(jit(micro_tokens), micro_tokens)
+
+
+class MicroBatchJit:
+    """A MoE engine's kernel compiles (:class:`~.stalls.MoeJit`) under PP: vLLM's profile run
+    and its steps are micro-batches of at most ``--max-num-batched-tokens``, so a rotation's
+    tokens past that select no larger kernel variant."""
+    __slots__ = ("jit", "micro")
+
+    def __init__(self, jit, micro: int):
+        self.jit, self.micro = jit, micro
+
+    @classmethod
+    def of(cls, jit, micro: int):
+        return None if jit is None else cls(jit, micro)
+
+    @property
+    def max_graph(self) -> int:
+        return self.jit.max_graph
+
+    @property
+    def stalls(self) -> int:
+        return self.jit.stalls
+
+    def stall(self, tokens: int) -> float:
+        return self.jit.stall(min(tokens, self.micro))
 
 
 def rotation_time(whole, pp: int, micro_tokens: int, hop0: float, hop: float, num_decode: int,
