@@ -122,7 +122,8 @@ def scheduler_for(settings, max_model_len: int, max_loras: int = 0, policy: str 
     sched = Scheduler(num_gpu_blocks=num_gpu_blocks, block_size=settings.block_size, pool=pool,
                      max_num_seqs=settings.max_num_seqs,
                      # -pp: a step is a rotation of P micro-batches, each with the budget (perf/pipeline.py)
-                     max_num_batched_tokens=settings.max_num_batched_tokens * getattr(settings.step_time, "pp", 1),
+                     max_num_batched_tokens=settings.max_num_batched_tokens
+                     * getattr(getattr(settings, "step_time", None), "pp", 1),
                      max_model_len=max_model_len, long_prefill_token_threshold=settings.long_prefill_token_threshold,
                      max_loras=max_loras, policy=policy,
                      enable_prefix_caching=getattr(settings, "enable_prefix_caching", True),
