@@ -19,15 +19,20 @@ def _connect(base: str) -> socket.socket:
     return s
 
 
-def _response(s: socket.socket, headers: list | None = None) -> bytes:
-    """The status line of the next response on ``s`` (its header lines into ``headers``)."""
+def _head(s: socket.socket, step: int) -> bytes:
+    """Bytes from ``s`` up to a blank line, read ``step`` at a time (1: nothing past the head)."""
     data = b""
     while b"\r\n\r\n" not in data:
-        part = s.recv(65536)
+        part = s.recv(step)
         if not part:
             break
         data += part
-    head, _, rest = data.partition(b"\r\n\r\n")
+    return data
+
+
+def _response(s: socket.socket, headers: list | None = None) -> bytes:
+    """The status line of the next response on ``s`` (its header lines into ``headers``)."""
+    head, _, rest = _head(s, 65536).partition(b"\r\n\r\n")
     length = int(next((ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")), 0))
     while len(rest) < length:
         rest += s.recv(65536)
@@ -93,13 +98,7 @@ def _interim_or_final(s: socket.socket) -> bytes:
     """The next status line on ``s``: an interim ``100 Continue`` (its empty head consumed) or
     the final answer's."""
     s.settimeout(10)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        part = s.recv(1)
-        if not part:
-            break
-        data += part
-    return data.split(b"\r\n")[0]
+    return _head(s, 1).split(b"\r\n")[0]
 
 
 def test_100_continue_is_sent_when_the_body_is_read_as_uvicorn_sends_it(sim_server):
