@@ -443,8 +443,8 @@ _declare("multimodal",
          Option("mm-encoder-only", "bool", False, "Encoder-only multimodal mode: `!` tokens, chat "
                 "`ec_transfer_params` per image, no /v1/embeddings, KV cache off"))
 _declare("parallel",
-         Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8; step mode: a MoE model's "
-                "experts shared out over TP x DP GPUs)"),
+         Option("data-parallel-size", "int", 1, "Number of data-parallel ranks (1..8 in one process; more with "
+                "--data-parallel-size-local; step mode: a MoE model's experts shared out over TP x DP GPUs)"),
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),

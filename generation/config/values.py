@@ -26,7 +26,8 @@ def error_line(e: BaseException) -> str:
     when the message does not (``error: --mode: invalid mode 'bogus'``): ``python app.py``, the
     replay's and the fleet's."""
     msg, param = str(e), getattr(e, "param", None)
-    return f"error: --{param}: {msg}" if param and f"--{param}" not in msg else f"error: {msg}"
+    named = param and re.search(rf"--{re.escape(param)}(?![\w-])", msg)     # not --x-local for --x
+    return f"error: --{param}: {msg}" if param and not named else f"error: {msg}"
 
 
 # ---------------------------------------------------------------------------------------------

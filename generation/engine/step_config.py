@@ -68,8 +68,7 @@ class StepSettings:
                    if self.long_prefill_token_threshold else ""),
                 f"GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_gpu_blocks} blocks of {self.block_size})",
                 f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x",
-                f"architecture: {self.arch.describe(getattr(self.step_time, 'quantization', ''))}"
-                + self._expert_parallel()] \
+                f"architecture: {self._arch_line()}" + self._expert_parallel()] \
             + ([f"CPU KV cache (offloading): {self.num_cpu_blocks * self.block_size:,} tokens "
                 f"({self.num_cpu_blocks} blocks)"] if self.num_cpu_blocks else []) \
             + ([f"step time: profile {src}" + self._pauses()]
@@ -78,6 +77,15 @@ class StepSettings:
                + ("" if self.enable_chunked_prefill else ", chunked prefill off")
                + self._gate_note()] \
             + ([self.spec_decode.summary()] if self.spec_decode is not None else [])
+
+    def _arch_line(self) -> str:
+        """The architecture, its MLA latent or KV heads split over the DCP ranks when there are any."""
+        line = self.arch.describe(getattr(self.step_time, "quantization", ""))
+        dcp = getattr(self.step_time, "dcp", 1)
+        if dcp > 1:
+            line = line.replace("whole on every rank", f"split over {dcp} DCP ranks") + (
+                "" if self.arch.is_mla else f"; KV split over {dcp} DCP ranks")
+        return line
 
     def _expert_parallel(self) -> str:
         """``; experts over N GPUs`` for a MoE model under data or expert parallelism, with
@@ -140,7 +148,9 @@ def resolve_step_settings(cfg) -> StepSettings:
     dp = max(getattr(cfg, "data_parallel_size_total", None) or getattr(cfg, "data_parallel_size", 1) or 1, 1)
     ep = bool(getattr(cfg, "enable_expert_parallel", False)) and arch.is_moe     # vLLM: a MoE group of TP x DP
     dcp = decode_context_parallel(cfg, tp, arch)
-    pp = max(getattr(cfg, "pipeline_parallel_size", 1) or 1, 1)
+    pp = getattr(cfg, "pipeline_parallel_size", 1)
+    if pp < 1:
+        raise ConfigError("pipeline parallel size cannot be less than 1", "pipeline-parallel-size")
     if pp > 1:                          # a GPU holds one stage's layers and KV (perf/pipeline.py)
         from .perf.pipeline import stage_arch
     mem = stage_arch(arch, pp) if pp > 1 else arch

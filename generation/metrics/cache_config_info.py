@@ -23,7 +23,7 @@ def cache_config_metrics_info(cfg) -> dict:
     None ``None`` (Python's ``str``)."""
     from generation.config.vllm_versions import given, parse_version
     bs = cfg.block_size
-    tokens = cfg.kv_cache_size * bs
+    tokens = cfg.kv_cache_size * getattr(cfg, "kv_block_span", bs)     # DCP: a block spans the DCP ranks' pages
     new = parse_version(cfg.vllm_version) >= (0, 34, 0)
     gmu = cfg.gpu_memory_utilization if given(cfg, "gpu-memory-utilization") or not new else None
     sized = cfg.kv_cache_memory_bytes is not None or cfg.num_gpu_blocks_override is not None

@@ -97,3 +97,16 @@ def test_a_drafter_splits_its_kv_as_the_target_does():
         share.append(1 - drafted.num_gpu_blocks / plain.num_gpu_blocks)
         assert drafted.draft_cost.model.dcp == (8 if dcp else 1)
     assert share[0] == pytest.approx(share[1], abs=0.002) and 0.01 < share[0] < 0.03
+
+
+def test_cache_config_info_counts_every_dcp_ranks_tokens():
+    """``vllm:cache_config_info``: ``block_size`` the rank's page, ``kv_cache_size_tokens`` and
+    ``kv_cache_max_concurrency`` the spanned blocks', as the start-up line counts them; the
+    architecture line says the latent is split."""
+    from generation.metrics.cache_config_info import cache_config_metrics_info
+    cfg = load_step_config(["--model", R1, "--gpu", "H200", "-tp", "8", "-dcp", "8", "--max-model-len", "32768"])
+    st = resolve_step_settings(cfg)
+    info = cache_config_metrics_info(cfg)
+    assert (info["block_size"], info["num_gpu_blocks"], info["kv_cache_size_tokens"]) == ("64", "14080", "7208960")
+    assert info["kv_cache_max_concurrency"] == "220.0" and st.kv_tokens == 7_208_960
+    assert "MLA (latent 512 + rope 64, split over 8 DCP ranks)" in st.summary(32768)[3]

@@ -132,3 +132,19 @@ def test_a_dispatch_backend_sends_each_token_to_its_experts():
     gather, deepep = (settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8", "-ep", *b).step_time
                       for b in ((), ("--all2all-backend", "deepep_low_latency")))
     assert deepep.ar_per_token == pytest.approx(per_token) and gather.ar_per_token > deepep.ar_per_token
+
+
+def test_a_high_throughput_dispatch_sends_a_token_once_to_each_gpu_it_needs():
+    """DeepEP's normal (high-throughput) kernels send a token to each GPU holding one of its
+    experts once; at DP 2 a token of Qwen3-30B-A3B's 8 experts reaches 2 x (1 - 0.5^8) of them."""
+    arch = preset(QWEN_MOE)
+    ops, per_token = collective_terms(arch, 1, 450e9, dp=2, ep=True, backend="deepep_high_throughput")
+    assert (ops, per_token) == (96, pytest.approx(2 * (1 - 0.5 ** 8) * 2048 * 2 * 0.5 / 450e9))
+    assert per_token < collective_terms(arch, 1, 450e9, dp=2, ep=True, backend="deepep_low_latency")[1]
+    # and the error names the flag, not the -local one in its message
+    from generation.config.values import error_line
+    with pytest.raises(ConfigError) as e:
+        load_step_config(["-dp", "16"])
+    assert error_line(e.value).startswith("error: --data-parallel-size: data parallel size must be")
+    with pytest.raises(ConfigError, match="pipeline parallel size cannot be less than 1"):
+        settings(QWEN_MOE, "--gpu", "H100", "-pp", "0")

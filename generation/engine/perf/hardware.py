@@ -248,8 +248,9 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
     values a token each (vLLM 0.34's default ``--all2all-backend allgather_reducescatter``, with
     or without expert parallelism), or with expert parallelism and one of
     :data:`DISPATCH_BACKENDS` a dispatch of each of this GPU's ``1 / tp`` of the tokens to its
-    ``top_k`` experts' GPUs (``dispatch_bytes`` a value: 1 for FP8 weights, whose kernels
-    dispatch FP8; 0: the model dtype) and a combine back, ``(ep - 1) / ep`` of them remote; over
+    ``top_k`` experts (the low-latency kernels: a copy an expert) or to the GPUs holding them
+    (the others: a copy a GPU), ``dispatch_bytes`` a value (1 for FP8 weights, whose kernels
+    dispatch FP8; 0: the model dtype), and a combine back, ``(ep - 1) / ep`` of them remote; over
     :data:`NETWORK_BANDWIDTH` when the TP x DP group spans nodes.  TP alone: ``(2 x layers, 4 x
     hidden x (tp - 1) / tp / link)``, as it always was."""
     kinds = []                                  # (ops, link time per token of one op)
@@ -264,10 +265,12 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
     if group:
         link = NETWORK_BANDWIDTH if tp * dp > GPUS_PER_NODE else link_bandwidth     # the group spans nodes
         if ep and backend in DISPATCH_BACKENDS:
-            size = tp * dp
+            size, k = tp * dp, arch.experts_per_token
+            # low-latency kernels send a token to each of its experts; the others to each GPU
+            # holding one of them, once (the expected distinct GPUs of k experts over the group)
+            copies = k if "low_latency" in backend else min(k, size * (1 - (1 - 1 / size) ** k))
             value = (dispatch_bytes or arch.dtype_bytes) + arch.dtype_bytes      # dispatch and combine, a value each
-            kinds.append((2 * moe_layers, arch.experts_per_token * arch.hidden_size * value / 2 * (size - 1) / size
-                          / tp / link))
+            kinds.append((2 * moe_layers, copies * arch.hidden_size * value / 2 * (size - 1) / size / tp / link))
         else:
             kinds.append((2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link))
     if len(kinds) == 1:
@@ -399,7 +402,11 @@ def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
     """What to try when ``weights`` (bytes, all ranks') do not fit ``budget`` (bytes per GPU) at
     ``tp``: the smallest larger tensor-parallel size, up to 64, that vLLM accepts for the model
     (:func:`check_tensor_parallel`) and that leaves room for the weights and the start-up
-    profile's overhead at the default batch."""
+    profile's overhead at the default batch; past a node's 8 GPUs, or where none fits, the
+    pipeline-parallel size that fits at ``tp`` too (a stage's share of the weights)."""
+    stages = next((p for p in range(2, min(arch.num_layers, 64) + 1)
+                   if weights / (tp * p) + profile_overhead(arch, tp=tp) < budget), None)
+    pipeline = f"--pipeline-parallel-size {stages} at --tensor-parallel-size {tp}" if stages else ""
     t = tp + 1
     while t <= 64:
         try:
@@ -408,9 +415,9 @@ def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
             t += 1
             continue
         if weights / t + profile_overhead(arch, tp=t) < budget:
-            return f"try --tensor-parallel-size {t}"
+            return f"try --tensor-parallel-size {t}" + (f", or {pipeline}" if pipeline and t > GPUS_PER_NODE else "")
         t += 1
-    return "no tensor-parallel size up to 64 fits it"
+    return f"try {pipeline}" if pipeline else "no tensor-parallel size up to 64 fits it"
 
 
 def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
