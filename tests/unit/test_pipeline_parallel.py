@@ -94,3 +94,20 @@ def test_a_moe_rotation_compiles_the_micro_batches_kernels():
     m = settings("Qwen/Qwen3-30B-A3B", "--gpu", "H100", "-pp", "2").step_time
     jit = m.moe_jit(2 * 8192)
     assert (jit.micro, jit.stall(16384), jit.stalls) == (8192, 0.0, 0)     # the profile run's variant: compiled
+
+
+def test_the_capacity_bench_prints_each_deployment(capsys):
+    """``python bench/parallel_capacity.py --quick`` (the README's capacity figures): a line per
+    deployment, the refused one with the fix its error suggests."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "parallel_capacity.py"
+    spec = importlib.util.spec_from_file_location("parallel_capacity", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(bench.ROWS) + 1
+    assert lines[1].endswith("7,208,960 tokens (14,080 x 512)")
+    assert lines[6].endswith("refused: try --tensor-parallel-size 16, or --pipeline-parallel-size 2 at "
+                             "--tensor-parallel-size 8")
