@@ -69,6 +69,7 @@ import orjson
 from flask import Blueprint, Response, current_app, request
 
 from generation.engine.engine_state import PAUSED_ALL
+from generation.config.values import global_dp_rank
 from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 
 from .common import json_response, loads_body, simulator
@@ -204,7 +205,7 @@ def fault_tolerance_apply():
 
 
 def fault_tolerance_status():
-    rank = max(simulator().config.data_parallel_rank, 0)
+    rank = global_dp_rank(simulator().config)
     return json_response({"schema_version": 1, "total_engines": 1, "engines": [{"id": rank, "status": "healthy"}]})
 
 

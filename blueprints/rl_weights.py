@@ -39,6 +39,7 @@ from flask import Blueprint, current_app, request
 from generation.adapters.validation import Mismatch, body_unparsable, read_dict, read_fields, read_str
 from generation.adapters.wide_ints import hold
 from generation.engine.weight_versions import set_weight_version
+from generation.config.values import global_dp_rank
 from generation.errors import rpc_failure
 
 from .common import json_response, simulator
@@ -152,7 +153,7 @@ def update_weights():
             raise RuntimeError("start_weight_update must be called before update_weights.")
         cfg = simulator().config
         tp = max(cfg.tensor_parallel_size, 1)
-        if isinstance(info, list) and len(info) < (max(cfg.data_parallel_rank, 0) + 1) * tp:
+        if isinstance(info, list) and len(info) < (global_dp_rank(cfg) + 1) * tp:
             # each worker takes update_info[data_parallel_index * world_size + rank]: a list too
             # short is an IndexError in the last ones, which end the update (_end_weight_update)
             state.active = False

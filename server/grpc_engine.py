@@ -43,6 +43,7 @@ from datetime import datetime, timezone
 import orjson
 
 from generation import vllm_version
+from generation.config.values import global_dp_rank
 
 from .grpc_support import KvEventRelay, RunningIds, build_tokenizer_zip, scheduler_state, tokenizer_chunks, tokenizer_dir
 
@@ -410,7 +411,7 @@ def make_servicer(sim, lifecycle=None):
             ``include`` are accepted and not applied."""
             running, waiting, usage, uncached = scheduler_state(sim)
             capacity = cfg.kv_cache_size * getattr(cfg, "kv_block_span", cfg.block_size)     # DCP: the spanned blocks
-            load = pb.SchedulerLoad(dp_rank=rank, num_running_reqs=running, num_waiting_reqs=waiting,
+            load = pb.SchedulerLoad(dp_rank=global_dp_rank(cfg), num_running_reqs=running, num_waiting_reqs=waiting,
                                     num_total_reqs=running + waiting, max_running_requests=cfg.max_num_seqs,
                                     token_usage=usage, utilization=usage, max_total_num_tokens=capacity,
                                     num_used_tokens=round(usage * capacity), num_waiting_uncached_tokens=uncached)

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 
+from generation.config.values import global_dp_rank
 
 from .listening import KEEPALIVE_SECONDS, _gunicorn_listener, listen, raise_open_files_limit
 from .logs import ACCESS_FORMAT, _gunicorn_logger_class, _restyle_gunicorn_logger, configure_logging, log_level_name
@@ -72,7 +73,8 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
     lines = [
         f"vLLM simulator: model={c.model} served={','.join(c.served_names)} runner={runner} mode={c.mode} "
         f"tokenizer={tok}"
-        + (f" data-parallel rank {rank}/{c.data_parallel_size}" if c.data_parallel_size > 1 else ""),
+        + (f" data-parallel rank {global_dp_rank(c)}/{getattr(c, 'data_parallel_size_total', None) or c.data_parallel_size}"
+           if c.data_parallel_size > 1 or getattr(c, "data_parallel_size_total", None) else ""),
         ("latency: calculator=step (the engine's steps decide TTFT and ITL; step engine line below)"
          if c.latency_calculator == "step" else
          f"latency: ttft={d(c.time_to_first_token)}±{d(c.time_to_first_token_std_dev)} "

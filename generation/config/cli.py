@@ -443,6 +443,10 @@ def _local_ranks(cfg) -> None:
     if local > cfg.data_parallel_size:
         raise ConfigError(f"data_parallel_size_local ({local}) must be <= data_parallel_size "
                           f"({cfg.data_parallel_size})", "data-parallel-size-local")
+    start = cfg.data_parallel_start_rank
+    if start is not None and not 0 <= start <= cfg.data_parallel_size - local:
+        raise ConfigError(f"data parallel start rank {start} leaves no room for {local} local ranks of "
+                          f"{cfg.data_parallel_size}", "data-parallel-start-rank")
     cfg.data_parallel_size_total, cfg.data_parallel_size = cfg.data_parallel_size, local
 
 

@@ -451,6 +451,8 @@ _declare("parallel",
          Option("all2all-backend", "str", "allgather_reducescatter", "A MoE model's expert-parallel exchange under "
                 "DP (step mode: gathering every replica's tokens, or DeepEP-style kernels sending each token to its "
                 "top-k experts)", choices=ALL2ALL_BACKENDS),
+         Option("data-parallel-start-rank", "int", None, "This node's first data-parallel rank (vLLM's; with "
+                "--data-parallel-size-local: its ranks' engine labels and KV-event ranks count from it)", nullable=True),
          Option("pipeline-parallel-size", "int", 1, "Pipeline stages, each of --tensor-parallel-size GPUs (step "
                 "mode: a GPU holds a stage's layers and KV cache; a step is a rotation of pipelined micro-batches)"),
          Option("data-parallel-size-local", "int", None, "Data-parallel ranks this node runs, of "

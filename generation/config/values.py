@@ -21,6 +21,14 @@ class ConfigError(ValueError):
         self.param = param
 
 
+def global_dp_rank(cfg) -> int:
+    """This process's data-parallel rank over the whole deployment: its own (0 unset) plus
+    ``--data-parallel-start-rank``, the first rank of its node (vLLM's engine index: the
+    ``engine`` label, the KV events' ``data_parallel_rank``).  Ports stay offset by the rank of
+    the node's own ranks."""
+    return max(getattr(cfg, "data_parallel_rank", 0) or 0, 0) + (getattr(cfg, "data_parallel_start_rank", None) or 0)
+
+
 def error_line(e: BaseException) -> str:
     """The one ``error:`` line a command line prints for ``e``, naming the flag at fault first
     when the message does not (``error: --mode: invalid mode 'bogus'``): ``python app.py``, the

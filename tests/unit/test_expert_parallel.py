@@ -148,3 +148,15 @@ def test_a_high_throughput_dispatch_sends_a_token_once_to_each_gpu_it_needs():
     assert error_line(e.value).startswith("error: --data-parallel-size: data parallel size must be")
     with pytest.raises(ConfigError, match="pipeline parallel size cannot be less than 1"):
         settings(QWEN_MOE, "--gpu", "H100", "-pp", "0")
+
+
+def test_a_second_node_counts_its_ranks_from_its_start_rank(app_client):
+    """``--data-parallel-start-rank 8`` on the second of two nodes (``-dp 16 -dpl 8``): its
+    first rank is engine 8 on /metrics (vLLM's engine index), as the rank 0 of the node."""
+    from generation.config.values import global_dp_rank
+    cfg = load_step_config(["-dp", "16", "-dpl", "8", "--data-parallel-start-rank", "8"])
+    assert (global_dp_rank(cfg), cfg.data_parallel_size) == (8, 8)
+    with pytest.raises(ConfigError, match="leaves no room for 8 local ranks of 16"):
+        load_step_config(["-dp", "16", "-dpl", "8", "--data-parallel-start-rank", "9"])
+    c = app_client("-dp", "16", "-dpl", "8", "--data-parallel-start-rank", "8", "--data-parallel-rank", "0")
+    assert 'engine="8"' in c.get("/metrics").text
