@@ -44,7 +44,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from generation.config.values import global_dp_rank
 from .block_hash import BlockHasher, VllmBlockHasher
 from .events import (MEDIUM_CPU, EventPublisher, all_blocks_cleared, block_removed, block_stored, cpu_block_stored,
                      cpu_blocks_stored, rank_endpoint)
@@ -108,7 +107,8 @@ def build_kv_cache(cfg, metrics, loras, publish: bool = True) -> "KVCache":
         # vLLM's own --kv-events-config: its publisher's numbering (from 0); else the reference's
         first_seq = 0 if getattr(cfg, "kv_events_topic", None) is not None else 1
         publisher = EventPublisher(rank_endpoint(cfg.zmq_endpoint, rank), topic,
-                                   cfg.event_batch_size, global_dp_rank(cfg), 10 * max(settings.capacity, 1), on_sent,
+                                   cfg.event_batch_size, rank + (getattr(cfg, "data_parallel_start_rank", None) or 0),
+                                   10 * max(settings.capacity, 1), on_sent,
                                    first_seq=first_seq)
     return KVCache(settings, publisher=publisher, count_prefix=count,
                    lora_slot=loras.ids.get, loaded_models=loaded_models, lora_path=loras.paths.get)

@@ -38,8 +38,6 @@ from typing import Callable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from generation.config.values import global_dp_rank
-
 # Parsing and validation live in fake_metrics_spec (the configuration imports it, not this module);
 # the names are re-exported here for existing callers.
 from .fake_metrics_spec import GAUGES, HISTOGRAMS, TOKEN_TOTALS, _PREFIX_COUNTERS, Generator, histogram_bounds, merge_fake_metrics, parse_fake_metrics, parse_generator
@@ -78,7 +76,8 @@ class FakeMetricsCollector:
     def __init__(self, config, docs: dict, clock: Callable[[], int] = time.monotonic_ns):
         self.config = config
         self.model = config.display_model_name
-        self.engine = str(global_dp_rank(config))
+        self.engine = str(max(getattr(config, "data_parallel_rank", 0) or 0, 0)      # config.values.global_dp_rank
+                          + (getattr(config, "data_parallel_start_rank", None) or 0))
         self.docs = docs
         self.clock = clock
         self.gauges: dict[str, tuple[float | Generator, int]] = {k: (0.0, clock()) for k in GAUGES}

@@ -72,7 +72,6 @@ from prometheus_client import CollectorRegistry, disable_created_metrics, genera
 from prometheus_client import gc_collector, platform_collector, process_collector
 from prometheus_client.core import CounterMetricFamily
 
-from generation.config.values import global_dp_rank
 from .buckets import (ITERATION_TOKEN_BUCKETS, PARAMS_N_BUCKETS, PREEMPTION_BUCKETS,  # noqa: F401
                       REQUEST_LATENCY_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, buckets_1_2_5, histogram_buckets)
 from .frontend import FrontendMetrics
@@ -123,7 +122,9 @@ class MetricsRecorder(ScrapeCollectors, FrontendMetrics, TokenCounting):
         # refuses --lora-modules without it); here also once an adapter is registered at run time
         self.lora_enabled = flag_given(config, "enable-lora") or bool(getattr(config, "lora_modules", None))
         self.model_name = config.display_model_name
-        self.engine = str(global_dp_rank(config))          # vLLM's engine index, every node's ranks counted
+        # vLLM's engine index, every node's ranks counted (config.values.global_dp_rank: not imported here)
+        self.engine = str(max(getattr(config, "data_parallel_rank", 0) or 0, 0)
+                          + (getattr(config, "data_parallel_start_rank", None) or 0))
         self.sim = None
         self.fake = None
         self.started = time.time()      # the counters' _created (vLLM makes its series at start-up)
