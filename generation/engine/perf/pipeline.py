@@ -22,8 +22,9 @@ another): each stage serves every micro-batch once a rotation.  With fewer micro
 stages the pipeline is not full, and a rotation is at least the slowest micro-batch's crossing
 of every stage (a lone request gains nothing from the stages).  A full pipeline's heavier
 micro-batch (a prompt chunk beside decodes) holds its own decodes longer than the rotation
-says: the synchronous engine advances every request at the same pace.  The hops send a micro-batch's hidden state and residual ``P - 1`` times, over
-NVLink within a node and the network between nodes (TP x PP past 8 GPUs).  Times in seconds."""
+says: the synchronous engine advances every request at the same pace.  The hops send a
+micro-batch's hidden state and residual ``P - 1`` times, over NVLink within a node and the
+network between nodes (TP x PP past 8 GPUs).  Times in seconds."""
 from __future__ import annotations
 
 import math
@@ -32,7 +33,6 @@ from dataclasses import replace
 from generation.config.values import ConfigError
 
 from .hardware import GPUS_PER_NODE, NETWORK_BANDWIDTH
-
 
 
 def stage_arch(arch, pp: int):
