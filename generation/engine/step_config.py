@@ -68,7 +68,7 @@ class StepSettings:
                    if self.long_prefill_token_threshold else ""),
                 f"GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_gpu_blocks} blocks of {self.block_size})",
                 f"Maximum concurrency for {max_model_len:,} tokens per request: {self.max_concurrency(max_model_len):.2f}x",
-                f"architecture: {self._arch_line()}" + self._expert_parallel()] \
+                f"architecture: {self._arch_line()}" + self._parallel_note()] \
             + ([f"CPU KV cache (offloading): {self.num_cpu_blocks * self.block_size:,} tokens "
                 f"({self.num_cpu_blocks} blocks)"] if self.num_cpu_blocks else []) \
             + ([f"step time: profile {src}" + self._pauses()]
@@ -87,9 +87,10 @@ class StepSettings:
                 "" if self.arch.is_mla else f"; KV split over {dcp} DCP ranks")
         return line
 
-    def _expert_parallel(self) -> str:
-        """``; experts over N GPUs`` for a MoE model under data or expert parallelism, with
-        ``, M each`` for the latter (``--enable-expert-parallel``)."""
+    def _parallel_note(self) -> str:
+        """``; P pipeline stages of L layers`` under PP, and for a MoE model under data or expert
+        parallelism ``; experts sliced over N GPUs (TP x DP)`` or ``; expert parallel over N
+        GPUs, M experts each`` (``--enable-expert-parallel``)."""
         m = self.step_time
         ep, dp, tp, pp = getattr(m, "ep", 1), getattr(m, "dp", 1), getattr(m, "tp", 1), getattr(m, "pp", 1)
         note = f"; {pp} pipeline stages of {-(-self.arch.num_layers // pp)} layers" if pp > 1 else ""
@@ -151,9 +152,10 @@ def resolve_step_settings(cfg) -> StepSettings:
     pp = getattr(cfg, "pipeline_parallel_size", 1)
     if pp < 1:
         raise ConfigError("pipeline parallel size cannot be less than 1", "pipeline-parallel-size")
-    if pp > 1:                          # a GPU holds one stage's layers and KV (perf/pipeline.py)
+    mem = arch                          # the shape one GPU holds: with PP, one stage's (perf/pipeline.py)
+    if pp > 1:
         from .perf.pipeline import stage_arch
-    mem = stage_arch(arch, pp) if pp > 1 else arch
+        mem = stage_arch(arch, pp)
     quant = (cfg.quantization or "").lower()
     # DCP: a block's tokens dealt out over the DCP ranks, --block-size each (cfg.block_size, the
     # rank's page, as vLLM's cache_config keeps it): the scheduler's, the prefix cache's and the KV
