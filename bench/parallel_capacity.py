@@ -30,6 +30,7 @@ ROWS = [   # (model, GPU, flags, light rate, heavy rate): rates per DP rank
     (R1, "H200", "-dp 8 -ep", 0.25, 1),
     (R1, "H200", "-dp 8 -ep --all2all-backend deepep_low_latency", 0.25, 1),
     (R1, "H200", "-dp 16 --data-parallel-size-local 8 -ep --all2all-backend deepep_low_latency", 0.25, 1),
+    (R1, "H200", "-dp 16 --data-parallel-size-local 8 -ep --all2all-backend deepep_low_latency --enable-dbo", 0.25, 1),
     (L405, "H100", "-tp 8", 0.5, 4),
     (L405, "H100", "-tp 8 -pp 2", 0.5, 4),
     (L70, "H100", "-tp 4", 1, 8),
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     t0 = time.time()
     for model, gpu, flags, light, heavy in ROWS:
-        print(f"{model.split('/')[1]:<24} {gpu:<5} {flags or '(TP 1)':<82} "
+        print(f"{model.split('/')[1]:<24} {gpu:<5} {flags or '(TP 1)':<95} "
               + row(model, gpu, flags, (light, heavy), args.quick), flush=True)
     print(f"{time.time() - t0:.0f} s, load average {os.getloadavg()[0]:.2f}")
     return 0

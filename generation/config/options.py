@@ -453,6 +453,12 @@ _declare("parallel",
                 "top-k experts)", choices=ALL2ALL_BACKENDS),
          Option("data-parallel-start-rank", "int", None, "This node's first data-parallel rank (vLLM's; with "
                 "--data-parallel-size-local: its ranks' engine labels and KV-event ranks count from it)", nullable=True),
+         Option("enable-dbo", "bool", False, "Dual-batch overlap (step mode: a MoE model's exchange under DP and "
+                "-ep hidden behind the rest of a step large enough to split)"),
+         Option("dbo-decode-token-threshold", "int", 32, "Tokens a decode-only step needs to be split (--enable-dbo)",
+                unit="tokens"),
+         Option("dbo-prefill-token-threshold", "int", 512, "Tokens a step with a prompt needs to be split "
+                "(--enable-dbo)", unit="tokens"),
          Option("pipeline-parallel-size", "int", 1, "Pipeline stages, each of --tensor-parallel-size GPUs (step "
                 "mode: a GPU holds a stage's layers and KV cache; a step is a rotation of pipelined micro-batches)"),
          Option("data-parallel-size-local", "int", None, "Data-parallel ranks this node runs, of "

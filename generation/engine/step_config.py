@@ -220,6 +220,16 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False, ep=ep, dp=dp,
                                  dcp=dcp, all2all_backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"))
+    if getattr(cfg, "enable_dbo", False):
+        from .perf.overlap import check_thresholds
+        check_thresholds(cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
+        if ep and dp > 1 and hasattr(step_time, "arch"):     # the exchange hides behind the step (perf/overlap.py)
+            from .perf.hardware import exchange_terms
+            from .perf.overlap import install as overlap
+            overlap(step_time, exchange_terms(arch, tp, step_time.gpu.nvlink_bandwidth, dp=dp, ep=True,
+                                              backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"),
+                                              dispatch_bytes=1.0 if step_time.fp8_weights else 0.0),
+                    cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
     if pp > 1 and hasattr(step_time, "arch"):      # a step is a rotation of P micro-batches (perf/pipeline.py)
         from .perf.pipeline import install
         install(step_time, pp, cfg.max_num_batched_tokens, step_time.gpu.nvlink_bandwidth)

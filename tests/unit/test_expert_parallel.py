@@ -160,3 +160,27 @@ def test_a_second_node_counts_its_ranks_from_its_start_rank(app_client):
         load_step_config(["-dp", "16", "-dpl", "8", "--data-parallel-start-rank", "9"])
     c = app_client("-dp", "16", "-dpl", "8", "--data-parallel-start-rank", "8", "--data-parallel-rank", "0")
     assert 'engine="8"' in c.get("/metrics").text
+
+
+def test_dual_batch_overlap_hides_the_exchange_of_a_step_large_enough_to_split():
+    """``--enable-dbo`` (vLLM's DBO) with DP and ``-ep``: a step of at least
+    ``--dbo-decode-token-threshold`` decode tokens (or ``--dbo-prefill-token-threshold`` with a
+    prompt) takes ``max(rest, exchange)``; a smaller one runs whole."""
+    from generation.engine.perf.hardware import exchange_terms
+    flags = ("-dp", "16", "-dpl", "8", "-ep", "--all2all-backend", "deepep_low_latency")
+    plain, dbo = (settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", *flags, *f).step_time
+                  for f in ((), ("--enable-dbo",)))
+    small, large, prompt = (16, 16 * 2000, 0, 0, 0.0, 0), (64, 64 * 2000, 0, 0, 0.0, 0), (0, 0, 1, 2048, 2048 * 1024.0, 0)
+    assert dbo.step_time(*small) == plain.step_time(*small)                  # 16 < 32: not split
+    ops, per_token = exchange_terms(preset("deepseek-ai/DeepSeek-R1"), 1, plain.gpu.nvlink_bandwidth, dp=16, ep=True,
+                                    backend="deepep_low_latency", dispatch_bytes=1.0)
+    c = plain.constants
+    for step, tokens in ((large, 64), (prompt, 2048)):
+        t, x = plain.step_time(*step), ops * c.t_ar + ops * per_token / c.eta_ar * tokens
+        assert dbo.step_time(*step) == pytest.approx(max(t - x, x))
+        assert dbo.step_time(*step) < t
+    # without DP and EP there is no exchange to hide; thresholds below two micro-batches' are vLLM's error
+    tp8 = settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-tp", "8", "--enable-dbo").step_time
+    assert not getattr(tp8, "dbo", False)
+    with pytest.raises(ConfigError, match=r"must be at least the number of microbatches \(2\)"):
+        settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8", "--enable-dbo", "--dbo-decode-token-threshold", "1")

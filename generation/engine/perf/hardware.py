@@ -19,7 +19,7 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
-           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "moe_shards", "moe_group_terms", "collective_terms",
+           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "moe_shards", "moe_group_terms", "collective_terms", "exchange_terms",
            "dcp_gather_per_token", "kv_bytes_per_token", "mla_block_size",
            "pool_blocks", "hybrid_kv_tokens",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
@@ -263,20 +263,28 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
         else:
             kinds.append((2 * arch.num_layers, ar_tok))
     if group:
-        link = NETWORK_BANDWIDTH if tp * dp > GPUS_PER_NODE else link_bandwidth     # the group spans nodes
-        if ep and backend in DISPATCH_BACKENDS:
-            size, k = tp * dp, arch.experts_per_token
-            # low-latency kernels send a token to each of its experts; the others to each GPU
-            # holding one of them, once (the expected distinct GPUs of k experts over the group)
-            copies = k if "low_latency" in backend else min(k, size * (1 - (1 - 1 / size) ** k))
-            value = (dispatch_bytes or arch.dtype_bytes) + arch.dtype_bytes      # dispatch and combine, a value each
-            kinds.append((2 * moe_layers, copies * arch.hidden_size * value / 2 * (size - 1) / size / tp / link))
-        else:
-            kinds.append((2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link))
+        kinds.append(exchange_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend,
+                                    dispatch_bytes=dispatch_bytes))
     if len(kinds) == 1:
         return kinds[0]
     ops = sum(n for n, _ in kinds)
     return ops, (sum(n * t for n, t in kinds) / ops if ops else 0.0)
+
+
+def exchange_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int, ep: bool = False,
+                   backend: str = "allgather_reducescatter", dispatch_bytes: float = 0.0) -> tuple[int, float]:
+    """``(ops, per_token)`` of a MoE model's exchange under data parallelism, the part of
+    :func:`collective_terms` beyond TP's all-reduces: two collectives a MoE layer (see there)."""
+    moe_layers = arch.num_layers - arch.dense_layers
+    link = NETWORK_BANDWIDTH if tp * dp > GPUS_PER_NODE else link_bandwidth     # the group spans nodes
+    if ep and backend in DISPATCH_BACKENDS:
+        size, k = tp * dp, arch.experts_per_token
+        # low-latency kernels send a token to each of its experts; the others to each GPU
+        # holding one of them, once (the expected distinct GPUs of k experts over the group)
+        copies = k if "low_latency" in backend else min(k, size * (1 - (1 - 1 / size) ** k))
+        value = (dispatch_bytes or arch.dtype_bytes) + arch.dtype_bytes      # dispatch and combine, a value each
+        return 2 * moe_layers, copies * arch.hidden_size * value / 2 * (size - 1) / size / tp / link
+    return 2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link
 
 
 def dcp_gather_per_token(arch: ModelArch, tp: int, dcp: int, link_bandwidth: float) -> tuple[int, float]:
