@@ -387,15 +387,9 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
         scheduler.spec_request_metrics = config.per_request_spec_decode_metrics     # each request's own record
     if metrics.kv_offload is not None and scheduler.pool.num_cpu_blocks:
         # vllm:kv_offload_*: the CPU tier's jobs, one worker's block bytes moved at the reload's PCIe speed
-        from generation.engine.perf.hardware import kv_bytes_per_token
         from generation.engine.perf.step_model import PCIE_BANDWIDTH
         tp = config.tensor_parallel_size or 1
-        dcp = getattr(config, "decode_context_parallel_size", 1) or 1        # a block spans DCP ranks' pages
-        pp = getattr(config, "pipeline_parallel_size", 1) or 1                # a GPU holds its stage's layers
-        from generation.engine.perf.pipeline import stage_arch
-        arch = stage_arch(st.arch, pp) if pp > 1 else st.arch
-        metrics.kv_offload.attach(scheduler.pool, engine, st.block_size,
-                                  st.block_size * kv_bytes_per_token(arch, config.kv_cache_dtype, tp, dcp), tp,
+        metrics.kv_offload.attach(scheduler.pool, engine, st.block_size, st.block_size * st.kv_bytes_per_token, tp,
                                   config.max_model_len, PCIE_BANDWIDTH)
     return engine
 

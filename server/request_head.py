@@ -65,10 +65,16 @@ def body_left_to_drain(req) -> bool:
     (nginx closes such a connection too).  The answer says so: its
     ``Connection: close`` (:meth:`LeanRequest.should_close`), else a client reuses the connection
     and meets the reset."""
-    reader = getattr(getattr(req, "body", None), "reader", None)
+    return _unread(getattr(req, "body", None), DRAIN_MAX)
+
+
+def _unread(body, beyond: int) -> bool:
+    """Whether ``body`` (gunicorn's) has more than ``beyond`` bytes of a Content-Length body
+    still to come, or chunks not all read."""
+    reader = getattr(body, "reader", None)
     length = getattr(reader, "length", None)              # LengthReader: the bytes still to come
     if length is not None:
-        return length > DRAIN_MAX
+        return length > beyond
     return getattr(reader, "parser", None) is not None     # ChunkedReader: its chunks not all read
 
 
@@ -96,11 +102,7 @@ def body_not_invited(req) -> bool:
     has bytes still to come (a Content-Length body not read to its end, a chunked one not
     ended)."""
     body = getattr(req, "body", None)
-    if body is None or getattr(body, "continue_to", None) is None:
-        return False
-    reader = body.reader
-    length = getattr(reader, "length", None)
-    return length > 0 if length is not None else getattr(reader, "parser", None) is not None
+    return getattr(body, "continue_to", None) is not None and _unread(body, 0)
 
 
 class LeanRequest(Request):

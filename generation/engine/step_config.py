@@ -39,6 +39,7 @@ class StepSettings:
     reserve_full_isl: bool = False      # --scheduler-reserve-full-isl (else the version's default)
     spec_decode: object = None          # --speculative-config (generation.engine.spec_decode.SpecDecode)
     draft_cost: object = None           # its drafter's step time (spec_decode.DraftCost)
+    kv_bytes_per_token: int = 0         # a GPU's KV bytes a token: its stage's layers, its DCP share
 
     @property
     def kv_tokens(self) -> int:
@@ -95,7 +96,8 @@ class StepSettings:
         ep, dp, tp, pp = getattr(m, "ep", 1), getattr(m, "dp", 1), getattr(m, "tp", 1), getattr(m, "pp", 1)
         note = f"; {pp} pipeline stages of {-(-self.arch.num_layers // pp)} layers" if pp > 1 else ""
         if ep > 1:
-            return note + f"; expert parallel over {ep} GPUs, {-(-self.arch.num_experts // ep)} experts each"
+            from .perf.hardware import local_experts
+            return note + f"; expert parallel over {ep} GPUs, {local_experts(self.arch, ep)} experts each"
         return note + (f"; experts sliced over {tp * dp} GPUs (TP x DP)" if dp > 1 else "")
 
     def _gate_note(self) -> str:
@@ -157,6 +159,7 @@ def resolve_step_settings(cfg) -> StepSettings:
         from .perf.pipeline import stage_arch
         mem = stage_arch(arch, pp)
     quant = (cfg.quantization or "").lower()
+    kv_tok = kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp)
     # DCP: a block's tokens dealt out over the DCP ranks, --block-size each (cfg.block_size, the
     # rank's page, as vLLM's cache_config keeps it): the scheduler's, the prefix cache's and the KV
     # events' block spans them all (vLLM's hash block size), cfg.kv_block_span
@@ -182,12 +185,12 @@ def resolve_step_settings(cfg) -> StepSettings:
             raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")
         blocks = cfg.num_gpu_blocks_override
     elif cfg.kv_cache_memory_bytes is not None:      # vLLM: ignores --gpu-memory-utilization
-        blocks = pool_blocks(mem, cfg.kv_cache_memory_bytes, bs, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp),
+        blocks = pool_blocks(mem, cfg.kv_cache_memory_bytes, bs, kv_tok,
                              cfg.max_model_len)
         if blocks < 1:
             raise ConfigError(f"No available memory for the cache blocks: --kv-cache-memory-bytes "
                               f"{cfg.kv_cache_memory_bytes} holds less than one block of {bs} tokens "
-                              f"({bs * kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp)} bytes)", "kv-cache-memory-bytes")
+                              f"({bs * kv_tok} bytes)", "kv-cache-memory-bytes")
     else:
         blocks = kv_cache_blocks(gpu, mem, tp=tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
                                  kv_cache_dtype=cfg.kv_cache_dtype, quantization=quant, block_size=bs,
@@ -196,9 +199,9 @@ def resolve_step_settings(cfg) -> StepSettings:
     spec = spec_decode_of(cfg)
     if spec is not None and cfg.num_gpu_blocks_override is None:     # the drafter's weights and KV
         from .spec_decode import blocks_with_drafter, draft_arch_of, drafter_memory
-        blocks = blocks_with_drafter(blocks, bs, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp), drafter_memory(
+        blocks = blocks_with_drafter(blocks, bs, kv_tok, drafter_memory(
             spec, arch, draft_arch_of(spec), tp, cfg.kv_cache_dtype, quant, dcp))
-    check_max_model_len(blocks, bs, cfg.max_model_len, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp))
+    check_max_model_len(blocks, bs, cfg.max_model_len, kv_tok)
     threshold = cfg.long_prefill_token_threshold
     if threshold < 0:
         raise ConfigError("long prefill token threshold cannot be negative", "long-prefill-token-threshold")
@@ -228,7 +231,7 @@ def resolve_step_settings(cfg) -> StepSettings:
             from .perf.overlap import install as overlap
             overlap(step_time, exchange_terms(arch, tp, step_time.gpu.nvlink_bandwidth, dp=dp, ep=True,
                                               backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"),
-                                              dispatch_bytes=1.0 if step_time.fp8_weights else 0.0),
+                                              quantization=quant),
                     cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
     if pp > 1 and hasattr(step_time, "arch"):      # a step is a rotation of P micro-batches (perf/pipeline.py)
         from .perf.pipeline import install
@@ -241,9 +244,9 @@ def resolve_step_settings(cfg) -> StepSettings:
         draft = DraftCost(spec, step_time, draft_arch_of(spec))
     return StepSettings(gpu, arch, source, blocks, bs, cfg.max_num_seqs, cfg.max_num_batched_tokens, threshold,
                         step_time, enable_prefix_caching=cfg.enable_prefix_caching, enable_chunked_prefill=chunked,
-                        num_cpu_blocks=cpu_blocks(cfg, mem, bs, tp, kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp)),
+                        num_cpu_blocks=cpu_blocks(cfg, mem, bs, tp, kv_tok),
                         vllm_version=cfg.vllm_version, reserve_full_isl=reserve_full_isl(cfg),
-                        spec_decode=spec, draft_cost=draft)
+                        spec_decode=spec, draft_cost=draft, kv_bytes_per_token=kv_tok)
 
 
 def decode_context_parallel(cfg, tp: int, arch) -> int:

@@ -125,7 +125,7 @@ def test_a_dispatch_backend_sends_each_token_to_its_experts():
     token goes to its top_k experts' GPUs and back (DeepSeek-R1's FP8 weights: dispatched in
     FP8), instead of every replica's tokens gathered; without ``-ep`` the backend is unused."""
     arch = preset("deepseek-ai/DeepSeek-R1")
-    ops, per_token = collective_terms(arch, 1, 450e9, dp=8, ep=True, backend="deepep_low_latency", dispatch_bytes=1.0)
+    ops, per_token = collective_terms(arch, 1, 450e9, dp=8, ep=True, backend="deepep_low_latency")
     assert (ops, per_token) == (2 * 58, pytest.approx(8 * 7168 * (1 + 2) / 2 * 7 / 8 / 450e9))
     assert collective_terms(arch, 1, 450e9, dp=8, ep=False, backend="deepep_low_latency") == \
         collective_terms(arch, 1, 450e9, dp=8) == (2 * 58, pytest.approx(7 * 7168 * 2 / 450e9))
@@ -173,7 +173,7 @@ def test_dual_batch_overlap_hides_the_exchange_of_a_step_large_enough_to_split()
     small, large, prompt = (16, 16 * 2000, 0, 0, 0.0, 0), (64, 64 * 2000, 0, 0, 0.0, 0), (0, 0, 1, 2048, 2048 * 1024.0, 0)
     assert dbo.step_time(*small) == plain.step_time(*small)                  # 16 < 32: not split
     ops, per_token = exchange_terms(preset("deepseek-ai/DeepSeek-R1"), 1, plain.gpu.nvlink_bandwidth, dp=16, ep=True,
-                                    backend="deepep_low_latency", dispatch_bytes=1.0)
+                                    backend="deepep_low_latency")
     c = plain.constants
     for step, tokens in ((large, 64), (prompt, 2048)):
         t, x = plain.step_time(*step), ops * c.t_ar + ops * per_token / c.eta_ar * tokens

@@ -19,7 +19,7 @@ from .model_arch import PRESETS, ModelArch, preset, resolve_arch
 
 __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS", "preset",
            "resolve_arch", "weight_bytes", "linear_weight_bytes", "expert_weight_bytes",
-           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "moe_shards", "moe_group_terms", "collective_terms", "exchange_terms",
+           "routed_expert_params", "weight_bytes_per_gpu", "local_experts", "expert_share", "moe_shards", "moe_group_terms", "collective_terms", "exchange_terms",
            "dcp_gather_per_token", "kv_bytes_per_token", "mla_block_size",
            "pool_blocks", "hybrid_kv_tokens",
            "kv_cache_blocks", "kv_cache_report", "check_max_model_len", "KV_CACHE_DTYPES",
@@ -188,12 +188,17 @@ def weight_bytes_per_gpu(arch: ModelArch, quantization: str = "", tp: int = 1, d
     :func:`local_experts` whole."""
     per = (weight_bytes(arch, quantization)
            + arch.replicated_params * linear_weight_bytes(arch, quantization) * (tp - 1)) / tp
-    shards = moe_shards(arch, tp, dp)
-    if arch.is_moe and (shards != tp or ep):
+    if arch.is_moe and (dp > 1 or ep):
         experts = routed_expert_params(arch) * expert_weight_bytes(arch, quantization)
-        share = local_experts(arch, shards) / arch.num_experts if ep else 1 / shards
-        per += experts * share - experts / tp
+        per += experts * expert_share(arch, tp, dp, ep) - experts / tp
     return per
+
+
+def expert_share(arch: ModelArch, tp: int, dp: int, ep: bool) -> float:
+    """The share of a MoE model's routed experts one GPU holds: ``1 / (TP x DP)`` of each
+    (:func:`moe_shards`), or with ``ep`` its :func:`local_experts` whole (the fullest GPU's)."""
+    shards = moe_shards(arch, tp, dp)
+    return local_experts(arch, shards) / arch.num_experts if ep else 1 / shards
 
 
 def moe_shards(arch: ModelArch, tp: int, dp: int) -> int:
@@ -215,16 +220,10 @@ def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bo
       the other replicas, routes to none of a given expert, ``(1 - k / E) ^ dp``: every token of
       the group reaches the GPU holding its experts;
     - ``ops``, ``per_token``: :func:`collective_terms` (``backend``: ``--all2all-backend``)."""
-    moe_layers = arch.num_layers - arch.dense_layers
-    shards = moe_shards(arch, tp, dp)
-    if ep:
-        bytes_experts = moe_layers * local_experts(arch, shards) * arch.expert_params
-    else:
-        bytes_experts = moe_layers * arch.num_experts * arch.expert_params / shards
+    bytes_experts = routed_expert_params(arch) * expert_share(arch, tp, dp, ep) * expert_weight_bytes(arch, quantization)
     untouched = (1.0 - arch.experts_per_token / arch.num_experts) ** dp
-    return ((bytes_experts * expert_weight_bytes(arch, quantization), untouched)
-            + collective_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend,
-                               dispatch_bytes=1.0 if linear_weight_bytes(arch, quantization) == 1.0 else 0.0))
+    return (bytes_experts, untouched) + collective_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend,
+                                                         quantization=quantization)
 
 
 GPUS_PER_NODE = 8              # a collective over more GPUs crosses nodes
@@ -239,7 +238,7 @@ DISPATCH_BACKENDS = ("deepep_high_throughput", "deepep_low_latency", "deepep_v2"
 
 
 def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int = 1, ep: bool = False,
-                     backend: str = "allgather_reducescatter", dispatch_bytes: float = 0.0) -> tuple[int, float]:
+                     backend: str = "allgather_reducescatter", quantization: str = "") -> tuple[int, float]:
     """``(ops, per_token)``: a step's collectives on one GPU and their mean link time per token
     (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1; with expert
     parallelism under DP, vLLM's sequence-parallel MoE, a MoE layer's is an all-gather); a MoE
@@ -249,8 +248,8 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
     or without expert parallelism), or with expert parallelism and one of
     :data:`DISPATCH_BACKENDS` a dispatch of each of this GPU's ``1 / tp`` of the tokens to its
     ``top_k`` experts (the low-latency kernels: a copy an expert) or to the GPUs holding them
-    (the others: a copy a GPU), ``dispatch_bytes`` a value (1 for FP8 weights, whose kernels
-    dispatch FP8; 0: the model dtype), and a combine back, ``(ep - 1) / ep`` of them remote; over
+    (the others: a copy a GPU), a byte a value for FP8 weights (``quantization``, the checkpoint's
+    own for ""), whose kernels dispatch FP8, else the model dtype's, and a combine back, ``(ep - 1) / ep`` of them remote; over
     :data:`NETWORK_BANDWIDTH` when the TP x DP group spans nodes.  TP alone: ``(2 x layers, 4 x
     hidden x (tp - 1) / tp / link)``, as it always was."""
     kinds = []                                  # (ops, link time per token of one op)
@@ -264,7 +263,7 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
             kinds.append((2 * arch.num_layers, ar_tok))
     if group:
         kinds.append(exchange_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend,
-                                    dispatch_bytes=dispatch_bytes))
+                                    quantization=quantization))
     if len(kinds) == 1:
         return kinds[0]
     ops = sum(n for n, _ in kinds)
@@ -272,7 +271,7 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
 
 
 def exchange_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int, ep: bool = False,
-                   backend: str = "allgather_reducescatter", dispatch_bytes: float = 0.0) -> tuple[int, float]:
+                   backend: str = "allgather_reducescatter", quantization: str = "") -> tuple[int, float]:
     """``(ops, per_token)`` of a MoE model's exchange under data parallelism, the part of
     :func:`collective_terms` beyond TP's all-reduces: two collectives a MoE layer (see there)."""
     moe_layers = arch.num_layers - arch.dense_layers
@@ -282,7 +281,8 @@ def exchange_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int, 
         # low-latency kernels send a token to each of its experts; the others to each GPU
         # holding one of them, once (the expected distinct GPUs of k experts over the group)
         copies = k if "low_latency" in backend else min(k, size * (1 - (1 - 1 / size) ** k))
-        value = (dispatch_bytes or arch.dtype_bytes) + arch.dtype_bytes      # dispatch and combine, a value each
+        dispatch = 1.0 if linear_weight_bytes(arch, quantization) == 1.0 else arch.dtype_bytes   # FP8 kernels: FP8
+        value = dispatch + arch.dtype_bytes      # dispatch and combine, a value each
         return 2 * moe_layers, copies * arch.hidden_size * value / 2 * (size - 1) / size / tp / link
     return 2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link
 

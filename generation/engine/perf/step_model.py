@@ -479,7 +479,8 @@ class StepModel:
         # vLLM's tuned tiles exist for unquantized weights (no dtype suffix in the file name);
         # elsewhere its default tiles, which changed with the release
         # a rank's kernel runs a slice of every expert (TP x DP of them), or with EP its own experts whole
-        experts, n = ((-(-arch.num_experts // self.ep), arch.moe_intermediate_size) if self.ep > 1
+        from .hardware import local_experts
+        experts, n = ((local_experts(arch, self.ep), arch.moe_intermediate_size) if self.ep > 1
                       else (arch.num_experts, arch.moe_intermediate_size // (self.tp * self.dp)))
         tiles = moe_tile_table(self.gpu.name, experts, n) if not self.quantized else None
         fp8 = self.fp8_weights
