@@ -102,7 +102,7 @@ def body_not_invited(req) -> bool:
     has bytes still to come (a Content-Length body not read to its end, a chunked one not
     ended)."""
     body = getattr(req, "body", None)
-    return getattr(body, "continue_to", None) is not None and _unread(body, 0)
+    return body.__class__ is ContinueBody and body.continue_to is not None and _unread(body, 0)
 
 
 class LeanRequest(Request):
