@@ -309,7 +309,8 @@ _declare("latency",
                 "(continuous batching on a GPU model); empty, the reference's legacy rule", admin=True,
                 choices=("", "constant", "per-token", "step")),
          Option("gpu", "str", "H100", "GPU of the step-time model (step mode): H100, H200, A100-80GB, A100-40GB, "
-                "L40S, ..."),
+                "L40S, ..., or a JSON description (`{\"name\": ..., \"flops\": ..., \"bandwidth\": ..., "
+                "\"memory_gib\": ...}`, or a `.json` file)"),
          Option("step-time-profile", "str", "", "YAML/JSON file overriding the step-time constants, or a measured "
                 "step-time table (step mode)"),
          Option("step-time-jitter", "float", 0.0, "Relative standard deviation of each step's time (step mode; "

@@ -230,12 +230,13 @@ def resolve_step_settings(cfg) -> StepSettings:
             from .perf.hardware import exchange_terms
             from .perf.overlap import install as overlap
             overlap(step_time, exchange_terms(arch, tp, step_time.gpu.nvlink_bandwidth, dp=dp, ep=True,
+                                              domain=step_time.gpu.nvlink_domain,
                                               backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"),
                                               quantization=quant),
                     cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
     if pp > 1 and hasattr(step_time, "arch"):      # a step is a rotation of P micro-batches (perf/pipeline.py)
         from .perf.pipeline import install
-        install(step_time, pp, cfg.max_num_batched_tokens, step_time.gpu.nvlink_bandwidth)
+        install(step_time, pp, cfg.max_num_batched_tokens, step_time.gpu)
     step_time.vllm_version = parse_version(cfg.vllm_version) if cfg.vllm_version else step_time.vllm_version
     cfg.kv_cache_size = blocks
     draft = None

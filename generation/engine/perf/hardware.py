@@ -28,6 +28,16 @@ __all__ = ["GPU", "GPUS", "gpu_by_name", "batch_defaults", "ModelArch", "PRESETS
 GiB = 1 << 30
 
 
+GPUS_PER_NODE = 8              # a collective over more GPUs crosses nodes (GPU.nvlink_domain's default)
+NETWORK_BANDWIDTH = 50e9       # B/s a GPU between nodes: one 400 Gb/s InfiniBand / RoCE NIC per GPU
+
+
+def group_link(link_bandwidth: float, group: int, domain: int = GPUS_PER_NODE) -> float:
+    """Bytes/s one way in a collective over ``group`` GPUs: ``link_bandwidth`` within a domain
+    of ``domain`` GPUs, else :data:`NETWORK_BANDWIDTH`."""
+    return link_bandwidth if group <= domain else NETWORK_BANDWIDTH
+
+
 @dataclass(frozen=True)
 class GPU:
     """One accelerator's peaks.
@@ -42,7 +52,10 @@ class GPU:
     0.15.1 and 0.34 alike: 3 on SM 9.0, 2 on SM 8.x; 0: another backend, FlashInfer on SM 10.0,
     ROCm's on the MI300X), whose decode kernel reads the KV cache at an efficiency of its own;
     ``fp4``: native FP4 tensor cores (NVFP4 weights and activations at 4x ``flops``; without
-    them vLLM runs NVFP4 weight-only)."""
+    them vLLM runs NVFP4 weight-only); ``nvlink_domain``: how many GPUs ``nvlink_bandwidth``
+    joins (an HGX node's 8; a GB200 NVL72 rack's 72; an H100 NVL bridge's pair): a collective
+    over more crosses :data:`NETWORK_BANDWIDTH` (:meth:`link_for`); ``sm``: the compute
+    capability x 10 (90 Hopper, 100 Blackwell; 0 for AMD), which picks vLLM's MLA kernels."""
 
     name: str
     flops: float
@@ -52,6 +65,12 @@ class GPU:
     fp8: bool = True
     flash_attn: int = 3
     fp4: bool = False
+    nvlink_domain: int = GPUS_PER_NODE
+    sm: int = 90
+
+    def link_for(self, group: int) -> float:
+        """Bytes/s one way in a collective over ``group`` GPUs (:func:`group_link`)."""
+        return group_link(self.nvlink_bandwidth, group, self.nvlink_domain)
 
     @property
     def memory_gib(self) -> float:
@@ -63,36 +82,52 @@ def _gib(x: float) -> int:
     return int(x * GiB)
 
 
-# Peaks: docs/engine-model.md §3 table for H100 SXM, H200, A100 SXM 80/40 GB and L40S;
-# MI300X and B200 from the vendors' datasheets (this module's author, not the doc).
+# Peaks: docs/engine-model.md §3 for H100 SXM, H200, A100 SXM 80/40 GB and L40S; the others the
+# vendors' datasheets (dense BF16 tensor FLOP/s, half the "with sparsity" figure).
 # memory: torch-reported totals (vLLM's "total_gpu_memory"); H100 79.22 GiB from vLLM's log,
 # the others the nvidia-smi size minus the same ~0.4-0.6 GiB the driver keeps.
-# nvlink_bandwidth one way: NVLink 4 450 GB/s, NVLink 3 300 GB/s, NVLink 5 900 GB/s, MI300X
-# Infinity Fabric 7 x 64 GB/s, L40S PCIe 4.0 x16 32 GB/s.
+# nvlink_bandwidth one way: NVLink 4 450 GB/s, NVLink 3 300 GB/s, NVLink 5 900 GB/s, MI300X /
+# MI325X Infinity Fabric 7 x 64 GB/s, MI355X 7 x 76.8 GB/s, H100 NVL's bridge 300 GB/s (a pair),
+# PCIe cards (L4, A10, L40, L40S) PCIe 4.0 x16 32 GB/s, H100 PCIe PCIe 5.0 x16 64 GB/s.
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("H100", 989.4e12, 3.35e12, _gib(79.22), 450e9),
     GPU("H200", 989.4e12, 4.8e12, _gib(139.8), 450e9),
-    GPU("A100-80GB", 312e12, 2.039e12, _gib(79.15), 300e9, fp8=False, flash_attn=2),
-    GPU("A100-40GB", 312e12, 1.555e12, _gib(39.39), 300e9, fp8=False, flash_attn=2),
-    GPU("L40S", 362e12, 0.864e12, _gib(44.4), 32e9, flash_attn=2),
-    GPU("MI300X", 1307.4e12, 5.3e12, _gib(191.5), 448e9, flash_attn=0),
-    GPU("B200", 2250e12, 8.0e12, _gib(178.4), 900e9, flash_attn=0, fp4=True),
+    GPU("A100-80GB", 312e12, 2.039e12, _gib(79.15), 300e9, fp8=False, flash_attn=2, sm=80),
+    GPU("A100-40GB", 312e12, 1.555e12, _gib(39.39), 300e9, fp8=False, flash_attn=2, sm=80),
+    GPU("L40S", 362e12, 0.864e12, _gib(44.4), 32e9, flash_attn=2, sm=89),
+    GPU("MI300X", 1307.4e12, 5.3e12, _gib(191.5), 448e9, flash_attn=0, sm=0),
+    GPU("B200", 2250e12, 8.0e12, _gib(178.4), 900e9, flash_attn=0, fp4=True, sm=100),
+    # datasheet-only cards: no measurement of their own (the generic profile times them)
+    GPU("H100-PCIe", 756e12, 2.0e12, _gib(79.22), 64e9),
+    GPU("H100-NVL", 835.5e12, 3.9e12, _gib(93.15), 300e9, nvlink_domain=2),
+    GPU("H20", 148e12, 4.0e12, _gib(95.15), 450e9),
+    GPU("GB200", 2500e12, 8.0e12, _gib(184.6), 900e9, flash_attn=0, fp4=True, nvlink_domain=72, sm=100),
+    GPU("L4", 121e12, 0.3e12, _gib(22.05), 32e9, flash_attn=2, sm=89),
+    GPU("L40", 181e12, 0.864e12, _gib(44.4), 32e9, flash_attn=2, sm=89),
+    GPU("A10", 125e12, 0.6e12, _gib(22.05), 32e9, fp8=False, flash_attn=2, sm=86),
+    GPU("MI325X", 1307.4e12, 6.0e12, _gib(255.5), 448e9, flash_attn=0, sm=0),
+    GPU("MI355X", 2516.6e12, 8.0e12, _gib(287.5), 537.6e9, flash_attn=0, sm=0),
 )}
-_ALIASES = {"h100-sxm": "H100", "h100-80gb": "H100", "h100-sxm5": "H100", "h100-sxm-80gb": "H100",
-            "h200-sxm": "H200", "h200-141gb": "H200", "a100": "A100-80GB",
-            "a100-sxm": "A100-80GB", "a100-sxm-80gb": "A100-80GB", "a100-80g": "A100-80GB",
-            "a100-40g": "A100-40GB", "a100-sxm-40gb": "A100-40GB", "l40s-48gb": "L40S",
-            "mi300x-192gb": "MI300X", "b200-180gb": "B200"}
+_ALIASES = {"h100-sxm": "H100", "h100-80gb": "H100", "h100-sxm5": "H100", "h100-sxm-80gb": "H100", "h200-sxm": "H200",
+            "h200-141gb": "H200", "a100": "A100-80GB", "a100-sxm": "A100-80GB", "a100-sxm-80gb": "A100-80GB",
+            "a100-80g": "A100-80GB", "a100-40g": "A100-40GB", "a100-sxm-40gb": "A100-40GB", "l40s-48gb": "L40S",
+            "mi300x-192gb": "MI300X", "b200-180gb": "B200", "h100-pcie-80gb": "H100-PCIe", "h100-nvl-94gb": "H100-NVL",
+            "h20-96gb": "H20", "gb200-nvl72": "GB200", "l4-24gb": "L4", "l40-48gb": "L40", "a10-24gb": "A10",
+            "mi325x-256gb": "MI325X", "mi355x-288gb": "MI355X"}
 _BY_LOWER = {**{k.lower(): k for k in GPUS}, **_ALIASES}
 
 
 def gpu_by_name(name: str) -> GPU:
-    """The GPU named ``name`` (``--gpu``), case-insensitive, ``_`` and spaces read as ``-``.
-    Raises ConfigError listing the choices."""
+    """The GPU named ``name`` (``--gpu``; case-insensitive, ``_`` and spaces read as ``-``) or described in
+    JSON (:mod:`.custom_gpu`).  Raises ConfigError listing the choices."""
+    from .custom_gpu import DESCRIBE, gpu_fields, is_gpu_description
+    if is_gpu_description(name):
+        f = gpu_fields(name)
+        return GPU(memory=int(f.pop("memory_gib") * GiB), **f)
     key = _BY_LOWER.get(str(name).strip().lower().replace("_", "-").replace(" ", "-"))
     if key is None:
-        raise ConfigError(f"--gpu: unknown GPU {name!r}; choose one of {', '.join(GPUS)} "
-                          f"(aliases: {', '.join(sorted(_ALIASES))})", param="gpu")
+        raise ConfigError(f"--gpu: unknown GPU {name!r}; choose one of {', '.join(GPUS)} (aliases: "
+                          f"{', '.join(sorted(_ALIASES))}), or describe it in JSON: {DESCRIBE}", param="gpu")
     return GPUS[key]
 
 
@@ -209,7 +244,7 @@ def moe_shards(arch: ModelArch, tp: int, dp: int) -> int:
 
 
 def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bool, link_bandwidth: float,
-                    backend: str = "allgather_reducescatter") -> tuple[float, float, int, float]:
+                    backend: str = "allgather_reducescatter", domain: int = GPUS_PER_NODE) -> tuple[float, float, int, float]:
     """A MoE model's step terms on one GPU of its MoE group (:func:`moe_shards`: TP x DP GPUs
     under data parallelism), each of the ``dp`` replicas taken to carry this one's load (vLLM's
     DP ranks step together, each with its own batch; a planning model):
@@ -222,12 +257,9 @@ def moe_group_terms(arch: ModelArch, quantization: str, tp: int, dp: int, ep: bo
     - ``ops``, ``per_token``: :func:`collective_terms` (``backend``: ``--all2all-backend``)."""
     bytes_experts = routed_expert_params(arch) * expert_share(arch, tp, dp, ep) * expert_weight_bytes(arch, quantization)
     untouched = (1.0 - arch.experts_per_token / arch.num_experts) ** dp
-    return (bytes_experts, untouched) + collective_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend,
+    return (bytes_experts, untouched) + collective_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend, domain=domain,
                                                          quantization=quantization)
 
-
-GPUS_PER_NODE = 8              # a collective over more GPUs crosses nodes
-NETWORK_BANDWIDTH = 50e9       # B/s a GPU between nodes: one 400 Gb/s InfiniBand / RoCE NIC per GPU
 
 # vLLM 0.34's --all2all-backend values whose expert-parallel kernels send each token to its
 # top_k experts' GPUs and back (DeepEP, MORI, Moon EP, NIXL EP, FlashInfer's); the others
@@ -238,7 +270,8 @@ DISPATCH_BACKENDS = ("deepep_high_throughput", "deepep_low_latency", "deepep_v2"
 
 
 def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int = 1, ep: bool = False,
-                     backend: str = "allgather_reducescatter", quantization: str = "") -> tuple[int, float]:
+                     backend: str = "allgather_reducescatter", quantization: str = "",
+                     domain: int = GPUS_PER_NODE) -> tuple[int, float]:
     """``(ops, per_token)``: a step's collectives on one GPU and their mean link time per token
     (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1; with expert
     parallelism under DP, vLLM's sequence-parallel MoE, a MoE layer's is an all-gather); a MoE
@@ -250,19 +283,20 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
     ``top_k`` experts (the low-latency kernels: a copy an expert) or to the GPUs holding them
     (the others: a copy a GPU), a byte a value for FP8 weights (``quantization``, the checkpoint's
     own for ""), whose kernels dispatch FP8, else the model dtype's, and a combine back, ``(ep - 1) / ep`` of them remote; over
-    :data:`NETWORK_BANDWIDTH` when the TP x DP group spans nodes.  TP alone: ``(2 x layers, 4 x
-    hidden x (tp - 1) / tp / link)``, as it always was."""
+    :data:`NETWORK_BANDWIDTH` when the TP x DP group spans more than ``domain`` GPUs (``GPU.
+    nvlink_domain``: a node's 8, an NVL72 rack's 72).  TP alone: ``(2 x layers, 4 x hidden x
+    (tp - 1) / tp / link)``, over the network past ``domain`` too."""
     kinds = []                                  # (ops, link time per token of one op)
     group = arch.is_moe and dp > 1
     moe_layers = arch.num_layers - arch.dense_layers
     if tp > 1:
-        ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / link_bandwidth
+        ar_tok = arch.hidden_size * 2 * 2 * (tp - 1) / tp / group_link(link_bandwidth, tp, domain)
         if group and ep:            # sequence-parallel MoE: its layers' TP all-reduce is an all-gather
             kinds += [(arch.num_layers + arch.dense_layers, ar_tok), (moe_layers, ar_tok / 2)]
         else:
             kinds.append((2 * arch.num_layers, ar_tok))
     if group:
-        kinds.append(exchange_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend,
+        kinds.append(exchange_terms(arch, tp, link_bandwidth, dp=dp, ep=ep, backend=backend, domain=domain,
                                     quantization=quantization))
     if len(kinds) == 1:
         return kinds[0]
@@ -271,11 +305,12 @@ def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int
 
 
 def exchange_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int, ep: bool = False,
-                   backend: str = "allgather_reducescatter", quantization: str = "") -> tuple[int, float]:
+                   backend: str = "allgather_reducescatter", quantization: str = "",
+                   domain: int = GPUS_PER_NODE) -> tuple[int, float]:
     """``(ops, per_token)`` of a MoE model's exchange under data parallelism, the part of
     :func:`collective_terms` beyond TP's all-reduces: two collectives a MoE layer (see there)."""
     moe_layers = arch.num_layers - arch.dense_layers
-    link = NETWORK_BANDWIDTH if tp * dp > GPUS_PER_NODE else link_bandwidth     # the group spans nodes
+    link = group_link(link_bandwidth, tp * dp, domain)
     if ep and backend in DISPATCH_BACKENDS:
         size, k = tp * dp, arch.experts_per_token
         # low-latency kernels send a token to each of its experts; the others to each GPU
@@ -287,7 +322,8 @@ def exchange_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int, 
     return 2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link
 
 
-def dcp_gather_per_token(arch: ModelArch, tp: int, dcp: int, link_bandwidth: float) -> tuple[int, float]:
+def dcp_gather_per_token(arch: ModelArch, tp: int, dcp: int, link_bandwidth: float,
+                         domain: int = GPUS_PER_NODE) -> tuple[int, float]:
     """``(ops, per_token)`` of DCP's decode attention (``dcp`` > 1, vLLM's decode context
     parallelism): each rank attends every head of its group over its share of the context, so
     per layer a decode token's query heads are gathered from the ``dcp - 1`` other ranks and its
@@ -299,7 +335,8 @@ def dcp_gather_per_token(arch: ModelArch, tp: int, dcp: int, link_bandwidth: flo
     qk, v = ((arch.kv_lora_rank + arch.qk_rope_head_dim, arch.kv_lora_rank) if arch.is_mla
              else (arch.head_dim, arch.head_dim))
     ops = (3 if arch.is_mla else 2) * arch.num_layers
-    return ops, arch.num_layers * arch.num_heads / tp * (qk + v) * arch.dtype_bytes * (dcp - 1) / link_bandwidth / ops
+    link = group_link(link_bandwidth, tp, domain)
+    return ops, arch.num_layers * arch.num_heads / tp * (qk + v) * arch.dtype_bytes * (dcp - 1) / link / ops
 
 
 def local_experts(arch: ModelArch, ep: int) -> int:
@@ -353,11 +390,11 @@ def indexer_key_bytes(arch: ModelArch) -> int:
 def mla_block_size(gpu: GPU, arch: ModelArch, block_size: int) -> int:
     """The KV block size vLLM runs an MLA model with (``CudaPlatform.check_and_update_config``):
     its MLA backends force theirs, FlashMLA (SM 9.0: H100, H200) and sparse MLA a multiple of 64,
-    CUTLASS MLA (B200) of 128 ("Forcing kv cache block size to 64 for FlashMLA backend");
+    CUTLASS MLA (SM 10.0: B200, GB200) of 128 ("Forcing kv cache block size to 64 for FlashMLA backend");
     ``block_size`` unchanged for other models and GPUs (Triton MLA on the A100)."""
     if not arch.is_mla:
         return block_size
-    need = 64 if (gpu.flash_attn == 3 or arch.is_sparse_mla) else 128 if gpu.name == "B200" else 0
+    need = 64 if (gpu.flash_attn == 3 or arch.is_sparse_mla) else 128 if gpu.sm == 100 else 0
     return need if need and block_size % need else block_size
 
 

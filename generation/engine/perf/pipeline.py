@@ -24,7 +24,7 @@ of every stage (a lone request gains nothing from the stages).  A full pipeline'
 micro-batch (a prompt chunk beside decodes) holds its own decodes longer than the rotation
 says: the synchronous engine advances every request at the same pace.  The hops send a
 micro-batch's hidden state and residual ``P - 1`` times, over NVLink within a node and the
-network between nodes (TP x PP past 8 GPUs).  Times in seconds."""
+network between nodes (TP x PP past the GPU's NVLink domain: 8 in a node, 72 in a GB200 NVL72).  Times in seconds."""
 from __future__ import annotations
 
 import math
@@ -32,7 +32,6 @@ from dataclasses import replace
 
 from generation.config.values import ConfigError
 
-from .hardware import GPUS_PER_NODE, NETWORK_BANDWIDTH
 
 
 def stage_arch(arch, pp: int):
@@ -49,13 +48,15 @@ def stage_arch(arch, pp: int):
                    tie_word_embeddings=True, sliding_layers=-(-arch.sliding_layers * layers // arch.num_layers))
 
 
-def install(model, pp: int, micro_tokens: int, link_bandwidth: float) -> None:
+def install(model, pp: int, micro_tokens: int, gpu) -> None:
     """Make ``model`` (a StepModel of the whole model) price rotations: its ``step_time``
     becomes :func:`rotation_time` over the original (an instance attribute: a model without
-    ``-pp`` keeps the class's, untouched).  ``micro_tokens``: ``--max-num-batched-tokens``."""
+    ``-pp`` keeps the class's, untouched).  ``micro_tokens``: ``--max-num-batched-tokens``;
+    ``gpu`` (:class:`~.hardware.GPU`): the hops' link, NVLink within its domain, else the
+    network."""
     whole = model.step_time
     c = model.constants
-    link = NETWORK_BANDWIDTH if model.tp * pp > GPUS_PER_NODE else link_bandwidth
+    link = gpu.link_for(model.tp * pp)
     hop0 = (pp - 1) * c.t_ar
     hop = (pp - 1) * 2 * model.arch.hidden_size * model.arch.dtype_bytes / model.tp / link / c.eta_ar
 

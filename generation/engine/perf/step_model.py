@@ -302,11 +302,12 @@ class StepModel:
                                  if arch.is_mla and not self.topk else 0.0)
         self.kv_per_token = (self.kv_bytes_per_token - index_bytes) / gpu.bandwidth
         self.all_reduces = 2 * arch.num_layers if tp > 1 else 0
-        self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.nvlink_bandwidth) if tp > 1 else 0.0
+        self.ar_per_token = (arch.hidden_size * 2 * 2 * (tp - 1) / tp / gpu.link_for(tp)) if tp > 1 else 0.0
         if self.dp > 1 or self.ep > 1:
             self.bytes_experts, self._untouched, self.all_reduces, self.ar_per_token = moe_group_terms(
-                arch, quantization, tp, self.dp, self.ep > 1, gpu.nvlink_bandwidth, all2all_backend)
-        self.dcp, (self.dcp_ops, self.dcp_per_token) = dcp, dcp_gather_per_token(arch, tp, dcp, gpu.nvlink_bandwidth)
+                arch, quantization, tp, self.dp, self.ep > 1, gpu.nvlink_bandwidth, all2all_backend, gpu.nvlink_domain)
+        self.dcp, (self.dcp_ops, self.dcp_per_token) = dcp, dcp_gather_per_token(arch, tp, dcp, gpu.nvlink_bandwidth,
+                                                                                  gpu.nvlink_domain)
         self.reload_per_token = self.kv_bytes_per_token / PCIE_BANDWIDTH
         self._set_constants(c)
 

@@ -209,7 +209,7 @@ class RooflineStepTime:
         self._c_kv = self.kv_bytes_per_token / (c.eta_kv * gpu.bandwidth)
         if tp > 1:
             self._c_comm = (2.0 * arch.num_layers * arch.hidden_size * 2 * 2 * (tp - 1) / tp
-                            / gpu.nvlink_bandwidth)
+                            / gpu.link_for(tp))
             self._comm0 = 2.0 * arch.num_layers * c.tp_sync
         else:
             self._c_comm = self._comm0 = 0.0

@@ -1,0 +1,80 @@
+"""A GPU the simulator does not ship, described by its datasheet: ``--gpu`` given a JSON object
+(or the path of a ``.json`` file holding one) instead of a name, for step mode, replays, fleets
+and ``fit_kernels``::
+
+    --gpu '{"name": "RTX-5090", "flops": 209.5e12, "bandwidth": 1.792e12, "memory_gib": 31.4}'
+
+Fields (:class:`~.hardware.GPU`'s):
+
+* ``name``: letters, digits, ``.``, ``_``, ``-``; a profile ``profiles/<name>.json`` is used when
+  there is one, else the generic profile (the H100's constants with the median weight-read
+  efficiency of the measured GPUs), as for the shipped datasheet-only cards;
+* ``flops``: dense BF16 tensor FLOP/s (half a datasheet's "with sparsity" figure);
+* ``bandwidth``: memory bytes/s;
+* ``memory_gib``: the memory torch reports (GiB; about 0.4-0.6 GiB under nvidia-smi's size);
+* optional: ``nvlink_bandwidth`` (bytes/s one way between two GPUs; default PCIe 4.0 x16's
+  32e9), ``nvlink_domain`` (GPUs that link joins; default 8), ``fp8`` and ``fp4`` (native tensor
+  cores; default false: FP8 / NVFP4 weights run weight-only), ``flash_attn`` (the FlashAttention
+  version vLLM's default backend runs there, 3, 2 or 0 for another backend; default 2),
+  ``sm`` (compute capability x 10; default 80).
+
+Checked with ``jsonschema``; a bad description is a ConfigError naming ``--gpu`` and the field.
+(:func:`generation.engine.perf.hardware.gpu_by_name` builds the GPU from :func:`gpu_fields`.)
+"""
+from __future__ import annotations
+
+import json
+
+from generation.config.values import ConfigError
+
+DESCRIBE = '{"name": ..., "flops": ..., "bandwidth": ..., "memory_gib": ...}'
+GPU_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "flops", "bandwidth", "memory_gib"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+        "flops": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e18},
+        "bandwidth": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15},
+        "memory_gib": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e5},
+        "nvlink_bandwidth": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15},
+        "nvlink_domain": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+        "fp8": {"type": "boolean"},
+        "fp4": {"type": "boolean"},
+        "flash_attn": {"enum": [0, 2, 3]},
+        "sm": {"type": "integer", "minimum": 0, "maximum": 1000},
+    },
+}
+
+
+def is_gpu_description(value: str) -> bool:
+    """Whether ``--gpu``'s value describes a GPU (a JSON object or a ``.json`` file) rather than
+    naming one."""
+    text = str(value).strip()
+    return text.startswith("{") or text.lower().endswith(".json")
+
+
+def gpu_fields(value: str) -> dict:
+    """The :class:`~.hardware.GPU` fields a JSON description (module docstring) gives, its
+    defaults filled in, ``memory_gib`` as given.  Raises ConfigError (param ``gpu``) for an
+    unreadable file, invalid JSON or a field the schema refuses, naming the field."""
+    from jsonschema import Draft202012Validator
+    text = str(value).strip()
+    if not text.startswith("{"):
+        try:
+            with open(text, encoding="utf-8") as fh:
+                text = fh.read(1 << 16)
+        except OSError as e:
+            raise ConfigError(f"--gpu {value}: cannot read ({e.strerror or e})", param="gpu") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"--gpu: not a JSON object ({e})", param="gpu") from None
+    error = next(iter(sorted(Draft202012Validator(GPU_SCHEMA).iter_errors(doc), key=lambda e: list(e.path))), None)
+    if error is not None:
+        where = ".".join(str(p) for p in error.path)
+        raise ConfigError(f"--gpu{'.' + where if where else ''}: {error.message}", param="gpu")
+    return {**DEFAULTS, **doc}
+
+
+DEFAULTS = {"nvlink_bandwidth": 32e9, "fp8": False, "fp4": False, "flash_attn": 2, "nvlink_domain": 8, "sm": 80}
