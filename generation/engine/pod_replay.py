@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .block_pool import CountingPool
 from .replay_log import Finished, Latencies, StepLog, StepStats
 from .scheduler import EngineRequest, Scheduler
+from .perf.stalls import dp_lockstep
 from .spec_decode import spec_step_time
 from .step_pacing import STEP_LEAD
 
@@ -152,6 +153,8 @@ class PodReplay:
         self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
         # the engine's pauses (EnginePauses), drawn from their own seed: the same for any jitter
         self.pauses = step_time.pauses(random.Random(f"{pause_seed}-pauses")) if hasattr(step_time, "pauses") else None
+        # a DP MoE rank waits for its peers' steps (DpLockstep), drawn from its own seed
+        self.lockstep = dp_lockstep(step_time, random.Random(f"{pause_seed}-dp-lockstep"))
         self.result = ReplayResult()
         if compact:                         # no row per step, no EngineRequest kept once finished
             self.result.steps = StepStats()
@@ -254,6 +257,7 @@ class PodReplay:
         jitter = self.jitter if self.rng is not None else 0.0
         jit = self.jit
         pauses = self.pauses
+        lockstep = self.lockstep
         while True:
             if self.plan is not None:                       # the step in flight ends
                 if self.end >= t:
@@ -306,6 +310,8 @@ class PodReplay:
                 dt += plan.kv_reload_tokens * reload_cost
             if jit is not None:
                 dt += jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
+            if lockstep is not None:
+                dt = lockstep.step(dt)
             if pauses is not None:
                 dt += pauses.stall(now, dt)
             if jitter > 0:
@@ -399,6 +405,8 @@ class PodReplay:
                            plan.prefill_context)
             if self.jit is not None and n > self.jit.max_graph:     # (a graph-sized step: no call)
                 dt += self.jit.stall(n)
+            if self.lockstep is not None:
+                dt = self.lockstep.step(dt)
             if pauses is not None and (pauses.next is None or pauses.next < now + dt):     # (none due: no call)
                 dt += pauses.stall(now, dt)
             if jitter > 0:

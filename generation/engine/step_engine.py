@@ -41,6 +41,7 @@ from gevent.hub import Waiter, get_hub
 
 from .request import ClientDisconnected, SeqState
 from .scheduler import EngineRequest, Scheduler
+from .perf.stalls import dp_lockstep
 from .spec_decode import spec_step_time
 from .step_pacing import STALL_LEAD, step_end
 from .stream_interval import ready
@@ -114,6 +115,8 @@ class StepEngine:
         self.jit = step_time.moe_jit(scheduler.max_num_batched_tokens) if hasattr(step_time, "moe_jit") else None
         # the engine's pauses (EnginePauses: host-side hiccups), seeded as the replay's
         self.pauses = step_time.pauses(random.Random(f"{pause_seed}-pauses")) if hasattr(step_time, "pauses") else None
+        # a DP MoE rank waits for its peers' steps (DpLockstep), drawn from its own seed
+        self.lockstep = dp_lockstep(step_time, random.Random(f"{pause_seed}-dp-lockstep"))
         self.staged: list = []      # (request, queued at) that arrived during the running step
         self.stuck_head = None      # the last request warned of as larger than the pool (_warn_stuck)
         # the server's sends of pre-rendered chunks (server.sse_emitter.StepSends.presend):
@@ -303,6 +306,8 @@ class StepEngine:
             dt += reload * st.reload_per_token
         if self.jit is not None:     # a fused-MoE kernel variant's first eager step: its compile
             dt += self.jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
+        if self.lockstep is not None:
+            dt = self.lockstep.step(dt)
         if self.pauses is not None:
             dt += self.pauses.stall(start, dt)
         if self.jitter > 0 and self.rng is not None:

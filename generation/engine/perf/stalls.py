@@ -1,12 +1,15 @@
 """The engine's stalls beyond its steps: a MoE engine's fused-kernel compiles mid-serving
-(:class:`MoeJit`, with vLLM's tuned tile tables that decide which token counts share a kernel)
-and the real servers' short pauses (:class:`EnginePauses`).  Both are drawn into a step's time by
-the live engine and the replay alike; :class:`~.step_model.StepModel` builds them from its
-constants (README: Fidelity).  Times in seconds."""
+(:class:`MoeJit`, with vLLM's tuned tile tables that decide which token counts share a kernel),
+the real servers' short pauses (:class:`EnginePauses`) and a data-parallel MoE engine's wait for
+its peers (:class:`DpLockstep`).  All are drawn into a step's time by the live engine and the
+replay alike; :class:`~.step_model.StepModel` builds the first two from its constants (README:
+Fidelity).  Times in seconds."""
 from __future__ import annotations
 
+import bisect
 import json
 import os
+from collections import deque
 
 from generation.config.values import ConfigError
 
@@ -167,3 +170,56 @@ class EnginePauses:
                 nxt += draw(rate)
         self.next = nxt
         return extra
+
+
+class DpLockstep:
+    """A data-parallel MoE engine's steps in lockstep with its ``ranks - 1`` peers: vLLM 0.34 runs
+    a MoE model's DP ranks as ``DPEngineCoreProc`` (``v1/engine/core.py``: for MoE models only),
+    whose forward passes meet in every MoE layer's exchange and run with the token count padded
+    to the largest rank's (``coordinate_batch_across_dp``); an idle rank runs dummy batches while
+    any peer has work.  So a step lasts as long as the busiest rank's: each rank's decodes wait
+    out every peer's prompt chunks, and a large group stalls on some rank's prefill most steps.
+
+    The peers are not simulated; under the load model the MoE terms already take (every replica
+    carries this one's load, :func:`~.hardware.moe_group_terms`), each peer's step is a draw from
+    this rank's own recent steps (the last :data:`WINDOW`): a step takes the larger of its own
+    time and the maximum of ``ranks - 1`` draws, which is drawn at once as an order statistic of
+    the sorted window (one uniform a step, from the seeded ``rng``).  Left out: a peer's load
+    that differs from this rank's (a router's imbalance), and the wait of a request that reaches
+    an idle rank while its peers' step runs."""
+    __slots__ = ("exponent", "rng", "recent", "ordered")
+    WINDOW = 256        # steps: about the last second or two of a busy engine
+
+    def __init__(self, ranks: int, rng):
+        self.exponent = 1.0 / (ranks - 1)
+        self.rng = rng
+        self.recent: deque = deque()
+        self.ordered: list = []
+
+    def step(self, dt: float) -> float:
+        """The lockstep length of a step this rank alone would take ``dt`` seconds for (and
+        ``dt`` joins the window)."""
+        ordered = self.ordered
+        out = dt
+        n = len(ordered)
+        if n:           # the max of k draws from n values: index floor(n u^(1/k)), P(<= i) = ((i+1)/n)^k
+            peer = ordered[int(n * self.rng.random() ** self.exponent)]
+            if peer > dt:
+                out = peer
+        recent = self.recent
+        if n == self.WINDOW:
+            del ordered[bisect.bisect_left(ordered, recent.popleft())]
+        recent.append(dt)
+        bisect.insort(ordered, dt)
+        return out
+
+
+def dp_lockstep(step_time, rng) -> DpLockstep | None:
+    """A new engine's :class:`DpLockstep` for ``step_time`` (a StepModel of a MoE model under
+    data parallelism, ``dp``: the whole deployment's ranks), else None (a dense model's DP ranks
+    are independent engines in vLLM)."""
+    ranks = getattr(step_time, "dp", 1)
+    arch = getattr(step_time, "arch", None)
+    if ranks > 1 and arch is not None and arch.is_moe:
+        return DpLockstep(ranks, rng)
+    return None

@@ -1,0 +1,122 @@
+"""A data-parallel MoE engine's steps in lockstep with its peers (vLLM's ``DPEngineCoreProc``):
+the step lasts the busiest rank's time, each peer drawn from the rank's own recent steps
+(:class:`generation.engine.perf.stalls.DpLockstep`), in the replay and the live engine alike.
+Unit tier, virtual time, fixed seeds."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from generation.engine.perf.stalls import DpLockstep, dp_lockstep
+from generation.engine.pod_replay import PodReplay
+from generation.engine.replay import TraceRequest, replay, scheduler_for
+from generation.engine.step_config import load_step_config, resolve_step_settings
+
+R1 = "deepseek-ai/DeepSeek-R1"
+
+
+def settings(model, *extra):
+    cfg = load_step_config(["--model", model, "--max-model-len", "8192", *extra])
+    return cfg, resolve_step_settings(cfg)
+
+
+class Fixed:
+    """A ``random.Random`` stand-in whose ``random()`` is ``u``."""
+
+    def __init__(self, u):
+        self.u = u
+
+    def random(self):
+        return self.u
+
+
+def test_a_step_takes_the_maximum_of_its_peers_drawn_as_one_order_statistic():
+    lock = DpLockstep(3, Fixed(0.5))                   # two peers: index floor(n * 0.5 ** (1/2))
+    assert lock.step(0.02) == 0.02                     # no history yet: its own time
+    assert lock.step(0.01) == 0.02                     # n 1: index 0, the 20 ms step
+    assert lock.step(0.03) == 0.03                     # n 2, sorted [10, 20]: index 1 (20 ms) < its own 30
+    assert lock.step(0.005) == 0.03                    # n 3, [10, 20, 30]: index 2
+    assert list(lock.recent) == [0.02, 0.01, 0.03, 0.005] and lock.ordered == [0.005, 0.01, 0.02, 0.03]
+
+
+def test_the_window_keeps_the_last_steps_only():
+    lock = DpLockstep(2, Fixed(0.0))
+    for k in range(DpLockstep.WINDOW + 10):
+        lock.step(float(k))
+    assert len(lock.recent) == len(lock.ordered) == DpLockstep.WINDOW
+    assert lock.ordered[0] == 10.0 and lock.ordered == sorted(lock.recent)
+
+
+def test_a_group_stalls_on_some_peers_prefill_as_often_as_independent_ranks_would():
+    """Ranks whose steps carry a prompt chunk one time in ten: in a group of 16, a step waits
+    for one 1 - 0.9^16 of the time."""
+    lock, draw = DpLockstep(16, random.Random(0)), random.Random(1)
+    out = [lock.step(0.12 if draw.random() < 0.1 else 0.02) for _ in range(20000)][DpLockstep.WINDOW:]
+    assert sum(x > 0.1 for x in out) / len(out) == pytest.approx(1 - 0.9 ** 16, abs=0.01)
+
+
+def test_only_moe_models_under_data_parallelism_step_in_lockstep():
+    assert dp_lockstep(settings(R1, "--gpu", "H200", "-dp", "8")[1].step_time, random.Random(0)).exponent == 1 / 7
+    # the whole deployment's ranks: -dp 16 over two nodes of 8
+    st = settings(R1, "--gpu", "H200", "-dp", "16", "-dpl", "8", "-ep")[1].step_time
+    assert dp_lockstep(st, random.Random(0)).exponent == 1 / 15
+    assert dp_lockstep(settings(R1, "--gpu", "H200", "-tp", "8")[1].step_time, random.Random(0)) is None
+    # a dense model's DP ranks are independent engines in vLLM
+    dense = settings("meta-llama/Llama-3.1-8B-Instruct", "-dp", "4")[1].step_time
+    assert dp_lockstep(dense, random.Random(0)) is None
+
+
+def r1_replay(flags, lockstep=True, rate=1.0, n=150):
+    cfg, st = settings(R1, "--gpu", "H200", *flags)
+    rng, t, trace = random.Random(3), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        trace.append(TraceRequest(t, 1024, 128))
+    if lockstep:
+        return replay(scheduler_for(st, cfg.max_model_len), st.step_time, trace)
+    original = PodReplay.__init__
+
+    def without(self, *a, **kw):
+        original(self, *a, **kw)
+        self.lockstep = None
+    PodReplay.__init__ = without
+    try:
+        return replay(scheduler_for(st, cfg.max_model_len), st.step_time, trace)
+    finally:
+        PodReplay.__init__ = original
+
+
+def tpot(res):
+    vals = sorted((r.finished_at - r.first_token) / (r.num_output - 1) for r in res.requests)
+    return vals[len(vals) // 2]
+
+
+def test_peers_prompts_slow_a_ranks_decodes_in_the_replay():
+    """DeepSeek-R1 at DP 8 on H200s, 1 request/s a rank: a rank's decodes wait out its seven
+    peers' prompt chunks (each a draw from its own steps), so its TPOT is well above what the
+    rank alone would take; the replay's pure decode groups (PodReplay._run_group) and the
+    step-by-step loop draw the same peers."""
+    alone, group = r1_replay(("-dp", "8"), lockstep=False), r1_replay(("-dp", "8"))
+    assert tpot(group) > 1.3 * tpot(alone)
+    original = PodReplay._run_group
+    PodReplay._run_group = lambda self, t: False
+    try:
+        step_by_step = r1_replay(("-dp", "8"))
+    finally:
+        PodReplay._run_group = original
+    assert [r.finished_at for r in step_by_step.requests] == [r.finished_at for r in group.requests]
+
+
+def test_the_live_engine_of_a_dp_moe_rank_waits_for_its_peers(app_client):
+    """The server's step engine (one process per rank) draws its peers as the replay does, and a
+    request through it is served; a dense model's rank has no peers to wait for."""
+    c = app_client("--model", R1, "--latency-calculator", "step", "--gpu", "H200", "-dp", "8",
+                   "--data-parallel-rank", "0", "--max-model-len", "8192", model=None)
+    engine = c.sim.engine
+    assert isinstance(engine.lockstep, DpLockstep) and engine.lockstep.exponent == 1 / 7
+    r = c.post("/v1/completions", json={"model": R1, "prompt": "hi", "max_tokens": 4, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+    assert len(engine.lockstep.recent) == engine.steps >= 4
+    dense = app_client("--latency-calculator", "step", "-dp", "2", "--data-parallel-rank", "0")
+    assert dense.sim.engine.lockstep is None
