@@ -31,6 +31,8 @@ ROWS = [   # (model, GPU, flags, light rate, heavy rate): rates per DP rank
     (R1, "H200", "-dp 8 -ep --all2all-backend deepep_low_latency", 0.25, 1),
     (R1, "H200", "-dp 16 --data-parallel-size-local 8 -ep --all2all-backend deepep_low_latency", 0.25, 1),
     (R1, "H200", "-dp 16 --data-parallel-size-local 8 -ep --all2all-backend deepep_low_latency --enable-dbo", 0.25, 1),
+    (R1, "H200", "-dp 16 --data-parallel-size-local 8 -ep --all2all-backend deepep_high_throughput", 0.25, 1),
+    (R1, "GB200", "-dp 16 --data-parallel-size-local 8 -ep --all2all-backend deepep_low_latency", 0.25, 1),
     (L405, "H100", "-tp 8", 0.5, 4),
     (L405, "H100", "-tp 8 -pp 2", 0.5, 4),
     (L70, "H100", "-tp 4", 1, 8),

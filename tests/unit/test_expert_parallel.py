@@ -141,6 +141,14 @@ def test_a_high_throughput_dispatch_sends_a_token_once_to_each_gpu_it_needs():
     ops, per_token = collective_terms(arch, 1, 450e9, dp=2, ep=True, backend="deepep_high_throughput")
     assert (ops, per_token) == (96, pytest.approx(2 * (1 - 0.5 ** 8) * 2048 * 2 * 0.5 / 450e9))
     assert per_token < collective_terms(arch, 1, 450e9, dp=2, ep=True, backend="deepep_low_latency")[1]
+    # past a node, a token crosses the network once to each other node holding one of its experts
+    # (DeepSeek-R1 over 2 nodes of 8: 1 - 0.5^8 of the other), then NVLink to its GPUs there
+    from generation.engine.perf.hardware import NETWORK_BANDWIDTH
+    r1 = preset("deepseek-ai/DeepSeek-R1")
+    ops, per_token = collective_terms(r1, 1, 450e9, dp=16, ep=True, backend="deepep_high_throughput")
+    gpus = 16 * (1 - (15 / 16) ** 8)
+    assert (ops, per_token) == (2 * 58, pytest.approx(7168 * 3 / 2 * ((1 - 0.5 ** 8) / NETWORK_BANDWIDTH + gpus / 450e9)))
+    assert per_token < collective_terms(r1, 1, 450e9, dp=16, ep=True, backend="deepep_low_latency")[1] / 4
     # and the error names the flag, not the -local one in its message
     from generation.config.values import error_line
     with pytest.raises(ConfigError) as e:

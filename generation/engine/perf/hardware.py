@@ -272,20 +272,15 @@ DISPATCH_BACKENDS = ("deepep_high_throughput", "deepep_low_latency", "deepep_v2"
 def collective_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int = 1, ep: bool = False,
                      backend: str = "allgather_reducescatter", quantization: str = "",
                      domain: int = GPUS_PER_NODE) -> tuple[int, float]:
-    """``(ops, per_token)``: a step's collectives on one GPU and their mean link time per token
-    (s, at the full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1; with expert
-    parallelism under DP, vLLM's sequence-parallel MoE, a MoE layer's is an all-gather); a MoE
-    model under data parallelism: per MoE layer two collectives more, its tokens gathered from
-    the other ``dp - 1`` replicas and the outputs reduce-scattered back, ``(dp - 1) x hidden``
-    values a token each (vLLM 0.34's default ``--all2all-backend allgather_reducescatter``, with
-    or without expert parallelism), or with expert parallelism and one of
-    :data:`DISPATCH_BACKENDS` a dispatch of each of this GPU's ``1 / tp`` of the tokens to its
-    ``top_k`` experts (the low-latency kernels: a copy an expert) or to the GPUs holding them
-    (the others: a copy a GPU), a byte a value for FP8 weights (``quantization``, the checkpoint's
-    own for ""), whose kernels dispatch FP8, else the model dtype's, and a combine back, ``(ep - 1) / ep`` of them remote; over
-    :data:`NETWORK_BANDWIDTH` when the TP x DP group spans more than ``domain`` GPUs (``GPU.
-    nvlink_domain``: a node's 8, an NVL72 rack's 72).  TP alone: ``(2 x layers, 4 x hidden x
-    (tp - 1) / tp / link)``, over the network past ``domain`` too."""
+    """``(ops, per_token)``: a step's collectives on one GPU, mean link time a token (s, at the
+    full ``link_bandwidth``): TP's two all-reduces a layer (``tp`` > 1; a MoE layer's an all-gather
+    with EP under DP, vLLM's sequence-parallel MoE); a MoE model under DP: two more a MoE layer,
+    its tokens gathered from the ``dp - 1`` other replicas and reduce-scattered back (vLLM 0.34's
+    default ``allgather_reducescatter``, EP or not), or with EP and one of :data:`DISPATCH_BACKENDS`
+    this GPU's ``1 / tp`` of the tokens dispatched to their ``top_k`` experts (low-latency kernels:
+    a copy an expert; others a copy a GPU; DeepEP's high-throughput ones past a node a copy a node
+    over the network, then NVLink), FP8 for FP8 weights (``quantization``), and combined back;
+    over :data:`NETWORK_BANDWIDTH` past ``domain`` GPUs (``GPU.nvlink_domain``)."""
     kinds = []                                  # (ops, link time per token of one op)
     group = arch.is_moe and dp > 1
     moe_layers = arch.num_layers - arch.dense_layers
@@ -317,8 +312,13 @@ def exchange_terms(arch: ModelArch, tp: int, link_bandwidth: float, *, dp: int, 
         # holding one of them, once (the expected distinct GPUs of k experts over the group)
         copies = k if "low_latency" in backend else min(k, size * (1 - (1 - 1 / size) ** k))
         dispatch = 1.0 if linear_weight_bytes(arch, quantization) == 1.0 else arch.dtype_bytes   # FP8 kernels: FP8
-        value = dispatch + arch.dtype_bytes      # dispatch and combine, a value each
-        return 2 * moe_layers, copies * arch.hidden_size * value / 2 * (size - 1) / size / tp / link
+        copy = arch.hidden_size * (dispatch + arch.dtype_bytes) / 2 / tp    # a copy's bytes an op, a value each way
+        if backend == "deepep_high_throughput" and size > domain:
+            # DeepEP's normal kernels: over the network once to each other node holding an expert, then NVLink
+            nodes = -(-size // domain)
+            remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** k)
+            return 2 * moe_layers, copy * (remote / NETWORK_BANDWIDTH + copies / link_bandwidth)
+        return 2 * moe_layers, copies * copy * (size - 1) / size / link
     return 2 * moe_layers, (dp - 1) * arch.hidden_size * arch.dtype_bytes / link
 
 
