@@ -208,6 +208,12 @@ def cmd_plan(args, rest) -> int:
             gpu_by_name(g)
         except ConfigError as e:
             raise ValueError(str(e).replace("--gpu:", "--gpus:", 1)) from None
+    prices = None
+    if args.gpu_prices:             # every GPU priced before the replays run
+        from .planner import parse_gpu_prices, price_for
+        prices = parse_gpu_prices(args.gpu_prices)
+        for g in split(args.gpus):
+            price_for(prices, g)
     if any(t < 1 for t in tps):
         raise ValueError(f"--tp sizes must be at least 1, got {args.tp!r}")
     if args.workers < 0:
@@ -221,8 +227,12 @@ def cmd_plan(args, rest) -> int:
     from generation.engine.replay_trace import check_output_path
     check_output_path(args.output, "--output")
     t0 = time.perf_counter()
-    rows = sort_rows(plan(trace, configs, args.slo_ttft, args.slo_itl, server_args=rest, min_pods=args.min_pods,
-                          max_pods=args.max_pods, workers=args.workers, share=share, seed=args.seed))
+    rows = plan(trace, configs, args.slo_ttft, args.slo_itl, server_args=rest, min_pods=args.min_pods,
+                max_pods=args.max_pods, workers=args.workers, share=share, seed=args.seed)
+    if prices is not None:
+        from .planner import price_rows
+        price_rows(rows, prices)
+    rows = sort_rows(rows)
     wall = time.perf_counter() - t0
     span = trace[-1].arrival - trace[0].arrival
     if args.output:
@@ -311,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--gpus", default="H100", help="GPU types, comma-separated")
     pl.add_argument("--tp", default="1", help="tensor-parallel sizes, comma-separated")
     pl.add_argument("--routers", default="round-robin", help="routers, comma-separated")
+    pl.add_argument("--gpu-prices", default="", help="price of a GPU-hour by GPU (H100=2.99,A100-80GB=1.79): "
+                                                    "a cost column, cheapest first")
     pl.add_argument("--min-pods", type=int, default=1)
     pl.add_argument("--max-pods", type=int, default=256)
     pl.add_argument("--workers", type=int, default=0, help="processes (0: every core)")

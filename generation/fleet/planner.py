@@ -284,19 +284,60 @@ def merge(paths) -> list[dict]:
 
 
 def sort_rows(rows) -> list[dict]:
-    """Cheapest first: GPU-hours (configurations that met no count last), then pods."""
-    return sorted(rows, key=lambda r: (r.get("gpu_hours") is None, r.get("gpu_hours") or 0, r.get("pods") or 0,
-                                       r["gpu"], r["tp"], r["router"]))
+    """Cheapest first: the cost where the rows are priced (:func:`price_rows`), else GPU-hours
+    (configurations that met no count last), then pods."""
+    return sorted(rows, key=lambda r: (r.get("gpu_hours") is None, r.get("cost", r.get("gpu_hours")) or 0,
+                                       r.get("gpu_hours") or 0, r.get("pods") or 0, r["gpu"], r["tp"], r["router"]))
+
+
+def parse_gpu_prices(text: str) -> dict[str, float]:
+    """``--gpu-prices``: ``NAME=PRICE,...`` (a price an hour of one GPU, in any currency) keyed by
+    the GPU's own name (``a100`` and ``A100-80GB`` are one GPU).  Raises ValueError naming the
+    flag and the entry."""
+    from generation.config.values import ConfigError
+    from generation.engine.perf.hardware import gpu_by_name
+    prices = {}
+    for entry in (x.strip() for x in text.split(",") if x.strip()):
+        name, eq, value = entry.rpartition("=")
+        try:
+            price = float(value) if eq and name else math.nan
+        except ValueError:
+            price = math.nan
+        if not (math.isfinite(price) and price >= 0):
+            raise ValueError(f"--gpu-prices: {entry!r} is not GPU=PRICE with a price of at least 0")
+        try:
+            prices[gpu_by_name(name.strip()).name] = price
+        except ConfigError as e:
+            raise ValueError(str(e).replace("--gpu:", "--gpu-prices:", 1)) from None
+    return prices
+
+
+def price_for(prices: dict[str, float], gpu: str) -> float:
+    """The price of ``gpu`` (a ``--gpus`` entry) in ``prices`` (:func:`parse_gpu_prices`).
+    Raises ValueError when it has none."""
+    from generation.engine.perf.hardware import gpu_by_name
+    name = gpu_by_name(gpu).name
+    if name not in prices:
+        raise ValueError(f"--gpu-prices: no price for {gpu} (give {name}=PRICE)")
+    return prices[name]
+
+
+def price_rows(rows, prices: dict[str, float]) -> None:
+    """Each planned row's ``cost``: its GPU-hours at its GPU's price an hour."""
+    for r in rows:
+        if r.get("gpu_hours") is not None and not r.get("error"):
+            r["cost"] = r["gpu_hours"] * price_for(prices, r["gpu"])
 
 
 THIN_MARGIN = 0.05       # table(): a margin below this gets a note
 
 
 def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> str:
-    """The rows as a text table: configuration, pods, GPUs, GPU-hours, p99s, margin; a note
+    """The rows as a text table: configuration, pods, GPUs, GPU-hours, cost (priced rows), p99s, margin; a note
     under it when a configuration's margin is below :data:`THIN_MARGIN`."""
+    priced = any("cost" in r for r in rows)
     head = f"{'GPU':10s} {'TP':>2s} {'router':15s} {'pods':>5s} {'GPUs':>5s} {'GPU-h':>8s} " \
-           f"{'TTFT p99':>9s} {'ITL p99':>8s} {'margin':>7s}"
+           + (f"{'cost':>9s} " if priced else "") + f"{'TTFT p99':>9s} {'ITL p99':>8s} {'margin':>7s}"
     lines = [head, "-" * len(head)]
     ms = lambda v: "-" if v is None else ("inf" if v == math.inf else f"{1000 * v:.0f} ms")
     for r in rows:
@@ -308,7 +349,8 @@ def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> 
         gpus = str(r["gpus"]) if met else "-"
         hours = f"{r['gpu_hours']:.2f}" if met else "-"
         margin = f"{100 * r['margin']:.0f} %" if met else "-"
-        lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} "
+        cost = (f"{r['cost']:9.2f} " if "cost" in r else f"{'-':>9s} ") if priced else ""
+        lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} {cost}"
                      f"{ms(r.get('ttft_p99')):>9s} {ms(r.get('itl_p99')):>8s} {margin:>7s}")
     thin = [r for r in rows if r.get("pods") is not None and r.get("margin") is not None and r["margin"] < THIN_MARGIN]
     if thin:        # a p99 near the SLO is not monotone in the pods (one replay's draw of which requests wait)

@@ -287,3 +287,34 @@ def test_a_thin_margin_gets_a_note():
            "ttft_p99": 0.493, "itl_p99": 0.02, "margin": 0.014}
     assert table([row]).splitlines()[-1].startswith("note: 1 configuration(s) with a margin under 5 %: ")
     assert "note" not in table([dict(row, margin=0.2)])
+
+
+def test_gpu_prices_give_a_cost_column_and_the_cheapest_first(tmp_path, capsys):
+    """``--gpu-prices``: each planned row's GPU-hours at its GPU's price, the table sorted by it
+    (two H100s at 1.0 an hour beat one H200 at 3.0), carried through ``merge``; every GPU in
+    ``--gpus`` must be priced before anything runs."""
+    from generation.fleet.planner import parse_gpu_prices, price_rows, sort_rows, table
+    assert parse_gpu_prices("h100=2.5, a100=1.25,L4=0") == {"H100": 2.5, "A100-80GB": 1.25, "L4": 0.0}
+    rows = [{"gpu": "H200", "tp": 1, "router": "rr", "pods": 1, "gpus": 1, "gpu_hours": 1.0, "margin": 0.5},
+            {"gpu": "h100", "tp": 1, "router": "rr", "pods": 2, "gpus": 2, "gpu_hours": 2.0, "margin": 0.5},
+            {"gpu": "L4", "tp": 1, "router": "rr", "pods": None}]
+    price_rows(rows, parse_gpu_prices("H200=3,H100=1,L4=0.5"))
+    assert [(r["gpu"], r.get("cost")) for r in sort_rows(rows)] == [("h100", 2.0), ("H200", 3.0), ("L4", None)]
+    lines = table(sort_rows(rows)).splitlines()
+    assert lines[0].split()[6] == "cost" and lines[2].split()[6] == "2.00" and lines[4].split()[6] == "-"
+    from generation.fleet.cli import main
+    trace = os.path.join(FIX, "azure_code_sample.csv")
+    base = ["plan", "--trace", trace, "--slo-ttft", "2", "--slo-itl", "0.1", "--workers", "1", *SERVER]
+    out = tmp_path / "plan.json"
+    assert main([*base, "--gpus", "H100", "--gpu-prices", "H100=2", "--output", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["cost"] == pytest.approx(2 * row["gpu_hours"])
+    capsys.readouterr()
+    assert main(["merge", str(out)]) == 0 and " cost " in capsys.readouterr().out
+    for prices, said in (("H100=2", "--gpu-prices: no price for L4 (give L4=PRICE)"),
+                         ("H100=-1,L4=1", "--gpu-prices: 'H100=-1' is not GPU=PRICE with a price of at least 0"),
+                         ("H100", "--gpu-prices: 'H100' is not GPU=PRICE"),
+                         ("X100=1", "--gpu-prices: unknown GPU 'X100'")):
+        assert main([*base, "--gpus", "H100,L4", "--gpu-prices", prices]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
