@@ -311,7 +311,7 @@ class PodReplay:
             if jit is not None:
                 dt += jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
             if lockstep is not None:
-                dt = lockstep.step(dt)
+                dt = lockstep.step(dt, now)
             if pauses is not None:
                 dt += pauses.stall(now, dt)
             if jitter > 0:
@@ -406,7 +406,7 @@ class PodReplay:
             if self.jit is not None and n > self.jit.max_graph:     # (a graph-sized step: no call)
                 dt += self.jit.stall(n)
             if self.lockstep is not None:
-                dt = self.lockstep.step(dt)
+                dt = self.lockstep.step(dt, now)
             if pauses is not None and (pauses.next is None or pauses.next < now + dt):     # (none due: no call)
                 dt += pauses.stall(now, dt)
             if jitter > 0:

@@ -307,7 +307,7 @@ class StepEngine:
         if self.jit is not None:     # a fused-MoE kernel variant's first eager step: its compile
             dt += self.jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
         if self.lockstep is not None:
-            dt = self.lockstep.step(dt)
+            dt = self.lockstep.step(dt, start)
         if self.pauses is not None:
             dt += self.pauses.stall(start, dt)
         if self.jitter > 0 and self.rng is not None:

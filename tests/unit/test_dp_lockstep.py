@@ -32,28 +32,47 @@ class Fixed:
 
 
 def test_a_step_takes_the_maximum_of_its_peers_drawn_as_one_order_statistic():
-    lock = DpLockstep(3, Fixed(0.5))                   # two peers: index floor(n * 0.5 ** (1/2))
-    assert lock.step(0.02) == 0.02                     # no history yet: its own time
-    assert lock.step(0.01) == 0.02                     # n 1: index 0, the 20 ms step
-    assert lock.step(0.03) == 0.03                     # n 2, sorted [10, 20]: index 1 (20 ms) < its own 30
-    assert lock.step(0.005) == 0.03                    # n 3, [10, 20, 30]: index 2
-    assert list(lock.recent) == [0.02, 0.01, 0.03, 0.005] and lock.ordered == [0.005, 0.01, 0.02, 0.03]
+    lock, t = DpLockstep(3, Fixed(0.5)), 0.0          # two peers, busy all along: index floor(n * 0.5 ** (1/2))
+    for dt, expected in ((0.02, 0.02),                # no history yet: its own time
+                         (0.01, 0.02),                # n 1: index 0, the 20 ms step
+                         (0.03, 0.03),                # n 2, sorted [10, 20]: index 1 (20 ms) < its own 30
+                         (0.005, 0.03)):              # n 3, [10, 20, 30]: index 2
+        assert lock.step(dt, t) == expected
+        t += expected
+    assert [r[0] for r in lock.recent] == [0.02, 0.01, 0.03, 0.005] and lock.ordered == [0.005, 0.01, 0.02, 0.03]
+
+
+def test_idle_peers_add_nothing():
+    """Each peer has work with the share of the time this rank had (the window's lockstep time
+    over the time since its first step); the peers' maximum is a dummy batch, adding nothing,
+    when the uniform's k-th root falls below the chance that a peer is idle."""
+    lock = DpLockstep(3, Fixed(0.25))                 # two peers: 0.25 ** (1/2) = 0.5
+    assert lock.step(0.1, 0.0) == 0.1
+    assert lock.step(0.01, 0.1) == 0.1                # busy 0.1 s of 0.1: 0.5 - 0 > 0, the 100 ms step
+    assert lock.step(0.01, 0.6) == 0.01               # busy 0.2 s of 0.6: 0.5 - (1 - 1/3) < 0, a dummy
+    assert lock.busy_time == pytest.approx(0.21)
 
 
 def test_the_window_keeps_the_last_steps_only():
     lock = DpLockstep(2, Fixed(0.0))
     for k in range(DpLockstep.WINDOW + 10):
-        lock.step(float(k))
+        lock.step(float(k), float(k * k))
     assert len(lock.recent) == len(lock.ordered) == DpLockstep.WINDOW
-    assert lock.ordered[0] == 10.0 and lock.ordered == sorted(lock.recent)
+    assert lock.ordered[0] == 10.0 and lock.ordered == sorted(r[0] for r in lock.recent)
+    assert lock.busy_time == pytest.approx(sum(range(10, DpLockstep.WINDOW + 10)))
 
 
-def test_a_group_stalls_on_some_peers_prefill_as_often_as_independent_ranks_would():
-    """Ranks whose steps carry a prompt chunk one time in ten: in a group of 16, a step waits
-    for one 1 - 0.9^16 of the time."""
-    lock, draw = DpLockstep(16, random.Random(0)), random.Random(1)
-    out = [lock.step(0.12 if draw.random() < 0.1 else 0.02) for _ in range(20000)][DpLockstep.WINDOW:]
-    assert sum(x > 0.1 for x in out) / len(out) == pytest.approx(1 - 0.9 ** 16, abs=0.01)
+@pytest.mark.parametrize("busy", [1.0, 0.3])
+def test_a_group_stalls_on_some_peers_prefill_as_often_as_independent_ranks_would(busy):
+    """Ranks whose steps carry a prompt chunk one time in ten, busy ``busy`` of the time: in a
+    group of 16, a step waits for one with the chance that any of the 15 peers is busy in a
+    prompt chunk, or the rank itself is."""
+    lock, draw, t, out = DpLockstep(16, random.Random(0)), random.Random(1), 0.0, []
+    for _ in range(20000):
+        out.append(lock.step(0.12 if draw.random() < 0.1 else 0.02, t))
+        t += out[-1] / busy
+    out = out[DpLockstep.WINDOW:]
+    assert sum(x > 0.1 for x in out) / len(out) == pytest.approx(1 - 0.9 * (1 - 0.1 * busy) ** 15, abs=0.015)
 
 
 def test_only_moe_models_under_data_parallelism_step_in_lockstep():
@@ -117,6 +136,6 @@ def test_the_live_engine_of_a_dp_moe_rank_waits_for_its_peers(app_client):
     assert isinstance(engine.lockstep, DpLockstep) and engine.lockstep.exponent == 1 / 7
     r = c.post("/v1/completions", json={"model": R1, "prompt": "hi", "max_tokens": 4, "ignore_eos": True})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
-    assert len(engine.lockstep.recent) == engine.steps >= 4
+    assert len(engine.lockstep.recent) == engine.steps >= 4 and engine.lockstep.busy_time > 0
     dense = app_client("--latency-calculator", "step", "-dp", "2", "--data-parallel-rank", "0")
     assert dense.sim.engine.lockstep is None

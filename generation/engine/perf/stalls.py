@@ -181,36 +181,45 @@ class DpLockstep:
     out every peer's prompt chunks, and a large group stalls on some rank's prefill most steps.
 
     The peers are not simulated; under the load model the MoE terms already take (every replica
-    carries this one's load, :func:`~.hardware.moe_group_terms`), each peer's step is a draw from
-    this rank's own recent steps (the last :data:`WINDOW`): a step takes the larger of its own
-    time and the maximum of ``ranks - 1`` draws, which is drawn at once as an order statistic of
-    the sorted window (one uniform a step, from the seeded ``rng``).  Left out: a peer's load
-    that differs from this rank's (a router's imbalance), and the wait of a request that reaches
-    an idle rank while its peers' step runs."""
-    __slots__ = ("exponent", "rng", "recent", "ordered")
+    carries this one's load, :func:`~.hardware.moe_group_terms`), each peer has work with the
+    share of the time this rank had work over its last :data:`WINDOW` steps (``busy``; an idle
+    peer's dummy batch waits for the others and adds nothing), and its step is then a draw from
+    this rank's own steps in the window.  A step takes the larger of its own time and the peers'
+    maximum, whose distribution ``(1 - busy + busy F(x))^(ranks - 1)`` is drawn at once as an
+    order statistic of the sorted window (one uniform a step, from the seeded ``rng``).  Left out:
+    a peer's load that differs from this rank's (a router's imbalance), and the wait of a request
+    that reaches an idle rank while its peers' step runs."""
+    __slots__ = ("exponent", "rng", "recent", "ordered", "busy_time")
     WINDOW = 256        # steps: about the last second or two of a busy engine
 
     def __init__(self, ranks: int, rng):
         self.exponent = 1.0 / (ranks - 1)
         self.rng = rng
-        self.recent: deque = deque()
-        self.ordered: list = []
+        self.recent: deque = deque()        # (own time, start, lockstep time) of the window's steps
+        self.ordered: list = []             # their own times, sorted
+        self.busy_time = 0.0                # the window's lockstep times, summed
 
-    def step(self, dt: float) -> float:
-        """The lockstep length of a step this rank alone would take ``dt`` seconds for (and
-        ``dt`` joins the window)."""
-        ordered = self.ordered
+    def step(self, dt: float, start: float) -> float:
+        """The lockstep length of a step this rank alone would take ``dt`` seconds for, planned at
+        ``start`` (s, the engine's clock); ``dt`` joins the window."""
+        ordered, recent = self.ordered, self.recent
         out = dt
         n = len(ordered)
-        if n:           # the max of k draws from n values: index floor(n u^(1/k)), P(<= i) = ((i+1)/n)^k
-            peer = ordered[int(n * self.rng.random() ** self.exponent)]
-            if peer > dt:
-                out = peer
-        recent = self.recent
+        if n:
+            span = start - recent[0][1]             # from the window's first step to this one
+            busy = min(1.0, self.busy_time / span) if span > 0 else 1.0
+            top = self.rng.random() ** self.exponent - (1.0 - busy)     # the peers' max: a dummy below 0
+            if top > 0:
+                peer = ordered[min(n - 1, int(n * top / busy))]
+                if peer > dt:
+                    out = peer
         if n == self.WINDOW:
-            del ordered[bisect.bisect_left(ordered, recent.popleft())]
-        recent.append(dt)
+            old, _, held = recent.popleft()
+            del ordered[bisect.bisect_left(ordered, old)]
+            self.busy_time -= held
+        recent.append((dt, start, out))
         bisect.insort(ordered, dt)
+        self.busy_time += out
         return out
 
 
