@@ -533,6 +533,8 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
                 return "debug" if value.upper() == "NOTSET" else value.lower()
             if key == "reasoning-parser" and isinstance(value, str) and value.lower() == "none":
                 return ""           # vLLM 0.34's parse_reasoning_parser: `none` (any case) is unset
+            if key == "gpu" and isinstance(value, dict):
+                return json.dumps(value)        # a YAML mapping describing a GPU (custom_gpu)
             return "" if value is None else str(value)
         if kind == "bool":
             return parse_bool(value)

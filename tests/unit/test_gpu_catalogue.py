@@ -99,3 +99,11 @@ def test_a_bad_gpu_description_names_the_field(value, words):
     with pytest.raises(ConfigError) as e:
         gpu_by_name(value)
     assert words in str(e.value) and e.value.param == "gpu"
+
+
+def test_a_yaml_config_describes_a_gpu_as_a_mapping(tmp_path):
+    from generation.config.cli import load_config
+    path = tmp_path / "sim.yaml"
+    path.write_text("gpu:\n  name: RTX-5090\n  flops: 209.5e12\n  bandwidth: 1.792e12\n  memory_gib: 31.5\n")
+    cfg = load_config(["--config", str(path)], env={})
+    assert gpu_by_name(cfg.gpu) == gpu_by_name(json.dumps(RTX))

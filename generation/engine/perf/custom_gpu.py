@@ -24,6 +24,7 @@ Checked with ``jsonschema``; a bad description is a ConfigError naming ``--gpu``
 from __future__ import annotations
 
 import json
+import math
 
 from generation.config.values import ConfigError
 
@@ -70,11 +71,24 @@ def gpu_fields(value: str) -> dict:
         doc = json.loads(text)
     except ValueError as e:
         raise ConfigError(f"--gpu: not a JSON object ({e})", param="gpu") from None
+    if isinstance(doc, dict):       # YAML 1.1 reads 209.5e12 (no exponent sign) as a string
+        for key in ("flops", "bandwidth", "memory_gib", "nvlink_bandwidth"):
+            if isinstance(doc.get(key), str):
+                doc[key] = _number(doc[key])
     error = next(iter(sorted(Draft202012Validator(GPU_SCHEMA).iter_errors(doc), key=lambda e: list(e.path))), None)
     if error is not None:
         where = ".".join(str(p) for p in error.path)
         raise ConfigError(f"--gpu{'.' + where if where else ''}: {error.message}", param="gpu")
     return {**DEFAULTS, **doc}
+
+
+def _number(text: str):
+    """``text`` as a finite float, or unchanged (the schema then names the field)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
 
 
 DEFAULTS = {"nvlink_bandwidth": 32e9, "fp8": False, "fp4": False, "flash_attn": 2, "nvlink_domain": 8, "sm": 80}
