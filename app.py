@@ -363,6 +363,14 @@ def install_template_bounds(config: SimConfig) -> None:
         install_bounded_environment()
 
 
+def engine_seed(config):
+    """The step engine's seed for its pauses and DP peers: ``--seed``, and for DP rank r > 0
+    (over the whole deployment) ``<seed>-rank<r>``, so that ranks draw apart."""
+    from generation.config.values import global_dp_rank
+    rank = global_dp_rank(config)
+    return f"{config.seed or 0}-rank{rank}" if rank else (config.seed or 0)
+
+
 def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
     """The step engine of ``--latency-calculator step`` (:mod:`generation.engine.step_engine`):
     vLLM V1's scheduler on ``config.step``'s KV cache, timed by its step-time model."""
@@ -379,7 +387,7 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
         scheduler.pool.kv_metrics = metrics.kv_residency
     engine = StepEngine(scheduler, st.step_time, metrics, kv_cache=kv_cache, rng=rng,
                         jitter=config.step_time_jitter, kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9,
-                        pause_seed=config.seed or 0)
+                        pause_seed=engine_seed(config))
     engine.perf = build_perf_counters(config, metrics)      # --enable-mfu-metrics, else None
     if metrics.spec_decode is not None:          # vllm:spec_decode_*: the scheduler's draft counts
         metrics.spec_decode.source = scheduler

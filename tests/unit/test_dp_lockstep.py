@@ -139,3 +139,12 @@ def test_the_live_engine_of_a_dp_moe_rank_waits_for_its_peers(app_client):
     assert len(engine.lockstep.recent) == engine.steps >= 4 and engine.lockstep.busy_time > 0
     dense = app_client("--latency-calculator", "step", "-dp", "2", "--data-parallel-rank", "0")
     assert dense.sim.engine.lockstep is None
+
+
+def test_each_dp_rank_draws_its_own_peers_and_pauses():
+    from app import engine_seed
+    from generation.config.cli import load_config
+    seeds = [engine_seed(load_config(["-dp", "16", "-dpl", "8", "--data-parallel-start-rank", str(s),
+                                      "--data-parallel-rank", str(r), "--seed", "5"], env={}))
+             for s, r in ((0, 0), (0, 3), (8, 0))]
+    assert seeds == [5, "5-rank3", "5-rank8"]
