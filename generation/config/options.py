@@ -248,8 +248,8 @@ _declare("scheduler",
          Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
          Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
                 "get 429"),
-         Option("max-num-batched-tokens", "int", None, "Tokens per engine step (step mode; default by GPU: "
-                "8192 on H100/H200, 2048 otherwise)", nullable=True, unit="tokens"),
+         Option("max-num-batched-tokens", "int", None, "Tokens per engine step (step mode; vLLM's default by "
+                "GPU: 16384 from 160 GiB, 8192 from 70 GiB but A100s, else 2048)", nullable=True, unit="tokens"),
          Option("long-prefill-token-threshold", "int", 0, "Largest prefill chunk per step (step mode; 0: none, "
                 "or 4% of --max-model-len with --max-num-partial-prefills > 1)", unit="tokens"),
          Option("max-num-partial-prefills", "int", 1, "Concurrent partial prefills (step mode; > 1 sets the "

@@ -308,10 +308,10 @@ class PodReplay:
                                plan.prefill_pairs, plan.prefill_context)
             if plan.kv_reload_tokens and reload_cost:
                 dt += plan.kv_reload_tokens * reload_cost
+            if lockstep is not None:        # (before the compiles: the peers compile theirs as it does, once)
+                dt = lockstep.step(dt, now)
             if jit is not None:
                 dt += jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
-            if lockstep is not None:
-                dt = lockstep.step(dt, now)
             if pauses is not None:
                 dt += pauses.stall(now, dt)
             if jitter > 0:
@@ -403,10 +403,10 @@ class PodReplay:
             lz.group_steps += 1
             dt = step_time(n, plan.decode_context, plan.num_chunks, plan.prefill_tokens, plan.prefill_pairs,
                            plan.prefill_context)
-            if self.jit is not None and n > self.jit.max_graph:     # (a graph-sized step: no call)
-                dt += self.jit.stall(n)
             if self.lockstep is not None:
                 dt = self.lockstep.step(dt, now)
+            if self.jit is not None and n > self.jit.max_graph:     # (a graph-sized step: no call)
+                dt += self.jit.stall(n)
             if pauses is not None and (pauses.next is None or pauses.next < now + dt):     # (none due: no call)
                 dt += pauses.stall(now, dt)
             if jitter > 0:

@@ -304,10 +304,10 @@ class StepEngine:
         reload = plan.kv_reload_tokens
         if reload and hasattr(st, "reload_per_token"):   # a CPU KV tier's blocks come back over PCIe
             dt += reload * st.reload_per_token
+        if self.lockstep is not None:    # (before the compiles: its peers compile theirs as it does, once)
+            dt = self.lockstep.step(dt, start)
         if self.jit is not None:     # a fused-MoE kernel variant's first eager step: its compile
             dt += self.jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
-        if self.lockstep is not None:
-            dt = self.lockstep.step(dt, start)
         if self.pauses is not None:
             dt += self.pauses.stall(start, dt)
         if self.jitter > 0 and self.rng is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -190,6 +191,10 @@ def cmd_plan(args, rest) -> int:
     # the server flags, parsed once before forking; each configuration's GPU and TP are resolved
     # in its own replays (one that cannot run, a model too big for the GPU, is a row's error)
     cfg = load_config(["--latency-calculator", "step", *rest])
+    for key, flag in (("gpu", "--gpus"), ("tensor-parallel-size", "--tp")):
+        if key in cfg.explicit:         # each configuration sets it: a server flag would override every row's
+            raise ValueError(f"plan takes its GPUs from --gpus and its TP sizes from --tp, not --{key}; "
+                             f"give {flag}")
     trace = _load_trace(args, cfg.max_model_len)
     if not trace:
         raise ValueError("the trace has no request in that window")
@@ -207,7 +212,8 @@ def cmd_plan(args, rest) -> int:
         try:
             gpu_by_name(g)
         except ConfigError as e:
-            raise ValueError(str(e).replace("--gpu:", "--gpus:", 1)) from None
+            hint = " (--gpus is split at commas: give a GPU's description in a .json file)" if "{" in args.gpus else ""
+            raise ValueError(re.sub(r"^--gpu\b", "--gpus", str(e)) + hint) from None
     prices = None
     if args.gpu_prices:             # every GPU priced before the replays run
         from .planner import parse_gpu_prices, price_for

@@ -31,6 +31,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import time
 
 from .replay import FleetReplay, pod_factory
@@ -308,7 +309,7 @@ def parse_gpu_prices(text: str) -> dict[str, float]:
         try:
             prices[gpu_by_name(name.strip()).name] = price
         except ConfigError as e:
-            raise ValueError(str(e).replace("--gpu:", "--gpu-prices:", 1)) from None
+            raise ValueError(re.sub(r"^--gpu\b", "--gpu-prices", str(e))) from None
     return prices
 
 
@@ -336,13 +337,14 @@ def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> 
     """The rows as a text table: configuration, pods, GPUs, GPU-hours, cost (priced rows), p99s, margin; a note
     under it when a configuration's margin is below :data:`THIN_MARGIN`."""
     priced = any("cost" in r for r in rows)
-    head = f"{'GPU':10s} {'TP':>2s} {'router':15s} {'pods':>5s} {'GPUs':>5s} {'GPU-h':>8s} " \
+    w = max([10] + [len(str(r["gpu"])) for r in rows])         # a long alias or a description's file
+    head = f"{'GPU':{w}s} {'TP':>2s} {'router':15s} {'pods':>5s} {'GPUs':>5s} {'GPU-h':>8s} " \
            + (f"{'cost':>9s} " if priced else "") + f"{'TTFT p99':>9s} {'ITL p99':>8s} {'margin':>7s}"
     lines = [head, "-" * len(head)]
     ms = lambda v: "-" if v is None else ("inf" if v == math.inf else f"{1000 * v:.0f} ms")
     for r in rows:
         if r.get("error"):
-            lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} error: {r['error']}")
+            lines.append(f"{r['gpu']:{w}s} {r['tp']:>2d} {r['router']:15s} error: {r['error']}")
             continue
         met = r.get("pods") is not None
         pods = str(r["pods"]) if met else ">max"
@@ -350,7 +352,7 @@ def table(rows, slo_ttft: float | None = None, slo_itl: float | None = None) -> 
         hours = f"{r['gpu_hours']:.2f}" if met else "-"
         margin = f"{100 * r['margin']:.0f} %" if met else "-"
         cost = (f"{r['cost']:9.2f} " if "cost" in r else f"{'-':>9s} ") if priced else ""
-        lines.append(f"{r['gpu']:10s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} {cost}"
+        lines.append(f"{r['gpu']:{w}s} {r['tp']:>2d} {r['router']:15s} {pods:>5s} {gpus:>5s} {hours:>8s} {cost}"
                      f"{ms(r.get('ttft_p99')):>9s} {ms(r.get('itl_p99')):>8s} {margin:>7s}")
     thin = [r for r in rows if r.get("pods") is not None and r.get("margin") is not None and r["margin"] < THIN_MARGIN]
     if thin:        # a p99 near the SLO is not monotone in the pods (one replay's draw of which requests wait)

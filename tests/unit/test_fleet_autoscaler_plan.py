@@ -311,6 +311,13 @@ def test_gpu_prices_give_a_cost_column_and_the_cheapest_first(tmp_path, capsys):
     assert row["cost"] == pytest.approx(2 * row["gpu_hours"])
     capsys.readouterr()
     assert main(["merge", str(out)]) == 0 and " cost " in capsys.readouterr().out
+    for flags, said in ((["--gpu", "L4"], "plan takes its GPUs from --gpus and its TP sizes from --tp, not --gpu"),
+                        (["-tp", "2"], "not --tensor-parallel-size; give --tp"),
+                        (["--gpus", 'H100,{"name": "x"}'], "--gpus: 'flops' is a required property (--gpus is split at "
+                                                           "commas: give a GPU's description in a .json file)")):
+        assert main([*base, *flags]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, err
     for prices, said in (("H100=2", "--gpu-prices: no price for L4 (give L4=PRICE)"),
                          ("H100=-1,L4=1", "--gpu-prices: 'H100=-1' is not GPU=PRICE with a price of at least 0"),
                          ("H100", "--gpu-prices: 'H100' is not GPU=PRICE"),

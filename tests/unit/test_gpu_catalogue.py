@@ -92,6 +92,8 @@ def test_gpu_described_in_json_or_a_file(tmp_path):
     ('{"name": "x", "flops": 1, "bandwidth": 1, "memory_gib": 8, "hbm": 3}', "('hbm' was unexpected)"),
     ('{"name": "x", "flops": 1, "bandwidth": 1, "memory_gib": 8, "flash_attn": 1}', "--gpu.flash_attn: 1 is not one of"),
     ("{name: x}", "--gpu: not a JSON object"),
+    ('{"name": "x", "flops": NaN, "bandwidth": 1e12, "memory_gib": 8}', "NaN is not a number a GPU can have"),
+    ('{"name": "x", "flops": 1e12, "bandwidth": -Infinity, "memory_gib": 8}', "-Infinity is not a number"),
     ("/no/such/gpu.json", "--gpu /no/such/gpu.json: cannot read"),
     ("RTX-9090", "or describe it in JSON"),
 ])
@@ -107,3 +109,12 @@ def test_a_yaml_config_describes_a_gpu_as_a_mapping(tmp_path):
     path.write_text("gpu:\n  name: RTX-5090\n  flops: 209.5e12\n  bandwidth: 1.792e12\n  memory_gib: 31.5\n")
     cfg = load_config(["--config", str(path)], env={})
     assert gpu_by_name(cfg.gpu) == gpu_by_name(json.dumps(RTX))
+
+
+def test_the_tp_hint_counts_the_experts_dp_shares_out():
+    """Qwen3-30B-A3B at DP 2 on L4s: the experts are shared over TP x DP, so TP 2 fits (the hint
+    said TP 4, from the whole model over TP alone)."""
+    with pytest.raises(ConfigError) as e:
+        settings("Qwen/Qwen3-30B-A3B", "--gpu", "L4", "-dp", "2")
+    assert str(e.value).endswith("try --tensor-parallel-size 2")
+    assert settings("Qwen/Qwen3-30B-A3B", "--gpu", "L4", "-dp", "2", "-tp", "2").num_gpu_blocks > 0

@@ -68,7 +68,7 @@ def gpu_fields(value: str) -> dict:
         except OSError as e:
             raise ConfigError(f"--gpu {value}: cannot read ({e.strerror or e})", param="gpu") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
     except ValueError as e:
         raise ConfigError(f"--gpu: not a JSON object ({e})", param="gpu") from None
     if isinstance(doc, dict):       # YAML 1.1 reads 209.5e12 (no exponent sign) as a string
@@ -80,6 +80,11 @@ def gpu_fields(value: str) -> dict:
         where = ".".join(str(p) for p in error.path)
         raise ConfigError(f"--gpu{'.' + where if where else ''}: {error.message}", param="gpu")
     return {**DEFAULTS, **doc}
+
+
+def _no_constant(name: str):
+    """``json.loads``' hook for NaN and the infinities, which JSON does not have: refused."""
+    raise ValueError(f"{name} is not a number a GPU can have")
 
 
 def _number(text: str):

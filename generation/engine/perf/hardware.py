@@ -443,12 +443,11 @@ def batch_profile_bytes(arch: ModelArch, *, tp: int, max_num_batched_tokens: int
             LOGITS_BYTES * max_num_seqs * arch.vocab_size / tp)
 
 
-def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
-    """What to try when ``weights`` (bytes, all ranks') do not fit ``budget`` (bytes per GPU) at
-    ``tp``: the smallest larger tensor-parallel size, up to 64, that vLLM accepts for the model
-    (:func:`check_tensor_parallel`) and that leaves room for the weights and the start-up
-    profile's overhead at the default batch; past a node's 8 GPUs, or where none fits, the
-    pipeline-parallel size that fits at ``tp`` too (a stage's share of the weights)."""
+def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float, quantization: str = "", dp: int = 1,
+             ep: bool = False) -> str:
+    """What to try when ``weights`` (bytes, all ranks') do not fit ``budget`` (bytes per GPU) at ``tp``: the
+    smallest larger TP size, up to 64, that vLLM accepts (:func:`check_tensor_parallel`) whose :func:`weight_bytes_per_gpu`
+    and start-up overhead fit; past a node's 8 GPUs, or where none fits, the PP size that fits at ``tp``."""
     stages = next((p for p in range(2, min(arch.num_layers, 64) + 1)
                    if weights / (tp * p) + profile_overhead(arch, tp=tp) < budget), None)
     pipeline = f"--pipeline-parallel-size {stages} at --tensor-parallel-size {tp}" if stages else ""
@@ -459,7 +458,7 @@ def _tp_hint(arch: ModelArch, tp: int, budget: float, weights: float) -> str:
         except ConfigError:
             t += 1
             continue
-        if weights / t + profile_overhead(arch, tp=t) < budget:
+        if weight_bytes_per_gpu(arch, quantization, t, dp, ep) + profile_overhead(arch, tp=t) < budget:
             return f"try --tensor-parallel-size {t}" + (f", or {pipeline}" if pipeline and t > GPUS_PER_NODE else "")
         t += 1
     return f"try {pipeline}" if pipeline else "no tensor-parallel size up to 64 fits it"
@@ -484,7 +483,7 @@ def available_kv_memory(gpu: GPU, arch: ModelArch, *, tp: int = 1,
         raise ConfigError(
             f"{arch.name or 'the model'} ({weights / GiB:.2f} GiB of weights per GPU) does not fit "
             f"on {gpu.name} ({gpu.memory_gib:.2f} GiB x {gpu_memory_utilization} = "
-            f"{budget / GiB:.2f} GiB), {_tp_hint(arch, tp, budget, total)}", param="gpu")
+            f"{budget / GiB:.2f} GiB), {_tp_hint(arch, tp, budget, total, quantization, dp, ep)}", param="gpu")
     return budget - weights - profile_overhead(arch, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                                                max_num_seqs=max_num_seqs)
 

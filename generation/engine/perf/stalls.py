@@ -186,7 +186,9 @@ class DpLockstep:
     peer's dummy batch waits for the others and adds nothing), and its step is then a draw from
     this rank's own steps in the window.  A step takes the larger of its own time and the peers'
     maximum, whose distribution ``(1 - busy + busy F(x))^(ranks - 1)`` is drawn at once as an
-    order statistic of the sorted window (one uniform a step, from the seeded ``rng``).  Left out:
+    order statistic of the sorted window (one uniform a step, from the seeded ``rng``).  A MoE
+    kernel's compile (:class:`MoeJit`) is added after: each peer compiles the same variants about
+    when this rank does, once, so the window holding the stall would draw it again and again.  Left out:
     a peer's load that differs from this rank's (a router's imbalance), and the wait of a request
     that reaches an idle rank while its peers' step runs."""
     __slots__ = ("exponent", "rng", "recent", "ordered", "busy_time")
