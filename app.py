@@ -389,6 +389,11 @@ def build_step_engine(config: SimConfig, metrics, kv_cache, rng):
                         jitter=config.step_time_jitter, kv_transfer_bandwidth=config.kv_transfer_bandwidth * 1e9,
                         pause_seed=engine_seed(config))
     engine.perf = build_perf_counters(config, metrics)      # --enable-mfu-metrics, else None
+    if engine.lockstep is not None and config.data_parallel_size > 1:    # this node's ranks see each other
+        from generation.engine.dp_board import attach_board
+        board = attach_board(config.data_parallel_size)
+        if board is not None:
+            engine.lockstep.attach(board, max(config.data_parallel_rank, 0))
     if metrics.spec_decode is not None:          # vllm:spec_decode_*: the scheduler's draft counts
         metrics.spec_decode.source = scheduler
     if scheduler.spec is not None and config.per_request_spec_decode_metrics != "none":

@@ -25,6 +25,8 @@ def start_data_parallel_ranks(config, argv: list[str], script: str) -> list:
         except OSError:
             pass
 
+    from generation.engine.dp_board import create_board
+    create_board(config.data_parallel_size)     # the ranks' steps, for a MoE model's lockstep (inherited)
     procs = []
     for rank in range(1, config.data_parallel_size):
         args = [sys.executable, script, *argv, "--port", str(config.port + rank),

@@ -46,3 +46,36 @@ def test_data_parallel_ranks_each_run_their_own_step_engine(live_client):
     # one prefill step (3 prompt tokens + the first token), then 4 decode steps, on rank 1 only
     assert metric_values(m1, "vllm:iteration_tokens_total_sum", model_name="test-model") == [8.0]
     assert metric_values(m0, "vllm:iteration_tokens_total_sum", model_name="test-model") in ([], [0.0])
+
+
+def test_a_moe_models_ranks_step_together(live_client):
+    """A MoE model's DP ranks step in lockstep (vLLM's DPEngineCoreProc): while rank 1 runs
+    7,000-token prompts, rank 0's decode steps wait for its prompt chunks (the node's board,
+    generation/engine/dp_board.py), so the inter-token latency rank 0 records for a request is
+    several times what the same request had alone."""
+    import threading
+    model = "Qwen/Qwen3-30B-A3B"
+    base = live_client("--data-parallel-size", "2", "--latency-calculator", "step", "--max-model-len", "8192",
+                       model=model)
+    other = second_rank(base)
+
+    def itl(c):
+        m = scrape(c)
+        return (metric_values(m, "vllm:inter_token_latency_seconds_sum", model_name=model)[0],
+                metric_values(m, "vllm:inter_token_latency_seconds_count", model_name=model)[0])
+
+    one = {"model": model, "prompt": "hi", "max_tokens": 16, "ignore_eos": True}
+    assert post(base, COMPL, one).status_code == 200
+    s0, n0 = itl(base)
+    prompts = [threading.Thread(target=post, args=(other, COMPL, {"model": model, "prompt": [100 + i] * 7000,
+                                                                   "max_tokens": 2, "ignore_eos": True}))
+               for i in range(8)]
+    for t in prompts:
+        t.start()
+    time.sleep(0.05)
+    assert post(base, COMPL, one).status_code == 200
+    for t in prompts:
+        t.join()
+    s1, n1 = itl(base)
+    assert n0 == n1 - n0 == 15
+    assert (s1 - s0) > 3 * s0, (s0, s1 - s0)

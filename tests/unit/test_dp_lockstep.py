@@ -148,3 +148,28 @@ def test_each_dp_rank_draws_its_own_peers_and_pauses():
                                       "--data-parallel-rank", str(r), "--seed", "5"], env={}))
              for s, r in ((0, 0), (0, 3), (8, 0))]
     assert seeds == [5, "5-rank3", "5-rank8"]
+
+
+def test_a_nodes_ranks_wait_for_the_longest_step_a_peer_runs(tmp_path, monkeypatch):
+    """The server's ranks of one node share a board (dp_board): a step waits for the longest
+    step a local peer is running (its own time), a finished or idle peer adds nothing, and only
+    the other nodes' ranks are drawn (none at -dp 2 on one node)."""
+    from generation.engine import dp_board
+    monkeypatch.setenv(dp_board.BOARD_ENV, "")
+    monkeypatch.setattr(dp_board.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(dp_board.os.path, "isdir", lambda p: False)     # not /dev/shm: the test's folder
+    path = dp_board.create_board(2)
+    assert path.startswith(str(tmp_path)) and dp_board.os.environ[dp_board.BOARD_ENV] == path
+    a, b = DpLockstep(2, Fixed(0.99)), DpLockstep(2, Fixed(0.99))
+    a.attach(dp_board.attach_board(2), 0)
+    b.attach(dp_board.attach_board(2), 1)
+    assert a.exponent == b.exponent == 0.0                 # both ranks on the board: none drawn
+    assert a.step(0.2, 10.0) == 0.2                        # a prompt chunk on rank 0, 10.0 .. 10.2
+    assert b.step(0.01, 10.05) == 0.2                      # rank 1's decode waits for it
+    assert b.step(0.01, 10.25) == 0.01                     # rank 0's step is over
+    assert list(a.board[1]) == [10.25, 10.26, 0.01]
+    assert dp_board.attach_board(3) is None                # a board of another size: drawn as before
+    # four local ranks of 16: the other 12 are drawn
+    c = DpLockstep(16, Fixed(0.5))
+    c.attach(dp_board.np.zeros((4, 3)), 2)
+    assert c.exponent == 1 / 12

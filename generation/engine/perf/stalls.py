@@ -188,26 +188,47 @@ class DpLockstep:
     maximum, whose distribution ``(1 - busy + busy F(x))^(ranks - 1)`` is drawn at once as an
     order statistic of the sorted window (one uniform a step, from the seeded ``rng``).  A MoE
     kernel's compile (:class:`MoeJit`) is added after: each peer compiles the same variants about
-    when this rank does, once, so the window holding the stall would draw it again and again.  Left out:
-    a peer's load that differs from this rank's (a router's imbalance), and the wait of a request
-    that reaches an idle rank while its peers' step runs."""
-    __slots__ = ("exponent", "rng", "recent", "ordered", "busy_time")
+    when this rank does, once, so the window holding the stall would draw it again and again.
+
+    The server's ranks of one node see each other (:meth:`attach`, a board of
+    :mod:`generation.engine.dp_board`): a step waits for the longest step a local peer is running
+    (its own time, as the peer planned it), so a router's imbalance between them shows; only the
+    ranks of other nodes are drawn.  Left out: the wait of a request that reaches an idle rank
+    while its peers' step runs."""
+    __slots__ = ("ranks", "exponent", "rng", "recent", "ordered", "busy_time", "board", "index")
     WINDOW = 256        # steps: about the last second or two of a busy engine
 
     def __init__(self, ranks: int, rng):
-        self.exponent = 1.0 / (ranks - 1)
+        self.ranks = ranks
+        self.exponent = 1.0 / (ranks - 1)   # 0: no peer drawn
         self.rng = rng
         self.recent: deque = deque()        # (own time, start, lockstep time) of the window's steps
         self.ordered: list = []             # their own times, sorted
         self.busy_time = 0.0                # the window's lockstep times, summed
+        self.board = None                   # the local ranks' steps (dp_board), this rank's row index
+        self.index = 0
+
+    def attach(self, board, index: int) -> None:
+        """Read the local peers' steps from ``board`` (a ``(local ranks, 3)`` array: start, end,
+        own time) and write this rank's to its row ``index``; only the other nodes' ranks are
+        drawn from here on."""
+        remote = self.ranks - len(board)
+        self.board, self.index = board, index
+        self.exponent = 1.0 / remote if remote > 0 else 0.0
 
     def step(self, dt: float, start: float) -> float:
         """The lockstep length of a step this rank alone would take ``dt`` seconds for, planned at
         ``start`` (s, the engine's clock); ``dt`` joins the window."""
         ordered, recent = self.ordered, self.recent
         out = dt
+        board = self.board
+        if board is not None:               # the local peers' steps running now
+            running = (board[:, 0] <= start) & (start < board[:, 1])
+            running[self.index] = False
+            if running.any():
+                out = max(out, float(board[running, 2].max()))
         n = len(ordered)
-        if n:
+        if n and self.exponent:
             span = start - recent[0][1]             # from the window's first step to this one
             busy = min(1.0, self.busy_time / span) if span > 0 else 1.0
             top = self.rng.random() ** self.exponent - (1.0 - busy)     # the peers' max: a dummy below 0
@@ -222,6 +243,8 @@ class DpLockstep:
         recent.append((dt, start, out))
         bisect.insort(ordered, dt)
         self.busy_time += out
+        if board is not None:
+            board[self.index] = (start, start + out, dt)
         return out
 
 
