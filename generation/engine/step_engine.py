@@ -269,9 +269,9 @@ class StepEngine:
             self.timer = None
         now = monotonic()
         at, self.kicked_at = self.kicked_at, None
-        self._plan_step(now if at is None else max(min(at, now), now - BACKDATE, self.last_end))
+        self._plan_step(now if at is None else max(min(at, now), now - BACKDATE, self.last_end), True)
 
-    def _plan_step(self, start: float) -> None:
+    def _plan_step(self, start: float, joining: bool = False) -> None:
         sched = self.scheduler
         if self.staged and not sched.has_work():     # an idle engine plans for them at once
             self._unstage()
@@ -305,7 +305,7 @@ class StepEngine:
         if reload and hasattr(st, "reload_per_token"):   # a CPU KV tier's blocks come back over PCIe
             dt += reload * st.reload_per_token
         if self.lockstep is not None:    # (before the compiles: its peers compile theirs as it does, once)
-            dt = self.lockstep.step(dt, start)
+            dt = self.lockstep.step(dt, start, joining)
         if self.jit is not None:     # a fused-MoE kernel variant's first eager step: its compile
             dt += self.jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
         if self.pauses is not None:

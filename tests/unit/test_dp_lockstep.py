@@ -167,7 +167,9 @@ def test_a_nodes_ranks_wait_for_the_longest_step_a_peer_runs(tmp_path, monkeypat
     assert a.step(0.2, 10.0) == 0.2                        # a prompt chunk on rank 0, 10.0 .. 10.2
     assert b.step(0.01, 10.05) == 0.2                      # rank 1's decode waits for it
     assert b.step(0.01, 10.25) == 0.01                     # rank 0's step is over
-    assert list(a.board[1]) == [10.25, 10.26, 0.01]
+    assert a.step(0.3, 10.3) == 0.3                        # rank 0 again, 10.3 .. 10.6
+    assert b.step(0.01, 10.4, joining=True) == pytest.approx(0.21)     # idle rank 1 joins at 10.6
+    assert list(a.board[1]) == [10.4, pytest.approx(10.61), 0.01]
     assert dp_board.attach_board(3) is None                # a board of another size: drawn as before
     # four local ranks of 16: the other 12 are drawn
     c = DpLockstep(16, Fixed(0.5))

@@ -192,9 +192,9 @@ class DpLockstep:
 
     The server's ranks of one node see each other (:meth:`attach`, a board of
     :mod:`generation.engine.dp_board`): a step waits for the longest step a local peer is running
-    (its own time, as the peer planned it), so a router's imbalance between them shows; only the
-    ranks of other nodes are drawn.  Left out: the wait of a request that reaches an idle rank
-    while its peers' step runs."""
+    (its own time, as the peer planned it), so a router's imbalance between them shows, and a rank
+    that was idle joins when their running step ends (its dummy batches ran in step with it);
+    only the ranks of other nodes are drawn (and a drawn peer's idle rank joins at once)."""
     __slots__ = ("ranks", "exponent", "rng", "recent", "ordered", "busy_time", "board", "index")
     WINDOW = 256        # steps: about the last second or two of a busy engine
 
@@ -216,9 +216,11 @@ class DpLockstep:
         self.board, self.index = board, index
         self.exponent = 1.0 / remote if remote > 0 else 0.0
 
-    def step(self, dt: float, start: float) -> float:
+    def step(self, dt: float, start: float, joining: bool = False) -> float:
         """The lockstep length of a step this rank alone would take ``dt`` seconds for, planned at
-        ``start`` (s, the engine's clock); ``dt`` joins the window."""
+        ``start`` (s, the engine's clock); ``dt`` joins the window.  ``joining``: the rank was idle
+        (its requests arrived while it ran dummy batches): it starts when the local peers' running
+        step ends."""
         ordered, recent = self.ordered, self.recent
         out = dt
         board = self.board
@@ -226,7 +228,8 @@ class DpLockstep:
             running = (board[:, 0] <= start) & (start < board[:, 1])
             running[self.index] = False
             if running.any():
-                out = max(out, float(board[running, 2].max()))
+                out = (float(board[running, 1].max()) - start + dt if joining
+                       else max(out, float(board[running, 2].max())))
         n = len(ordered)
         if n and self.exponent:
             span = start - recent[0][1]             # from the window's first step to this one
