@@ -87,6 +87,10 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
         f"access log {'off' if getattr(c, 'disable_log_requests', False) else 'on'}, "
         f"shutdown grace {shutdown_grace(c):g}s)",
     ]
+    if c.data_parallel_size > 1 and rank <= 0:
+        lines.append(f"data parallel: ranks on ports {c.port}..{c.port + c.data_parallel_size - 1}, each its own "
+                     f"endpoint (vLLM's --data-parallel-external-lb layout; vLLM without it balances the ranks behind "
+                     f"--port)")
     step = getattr(c, "step", None)
     if step is not None:                  # step mode: what vLLM logs about its KV cache
         lines[2:2] = step.summary(c.max_model_len)

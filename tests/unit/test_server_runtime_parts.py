@@ -30,6 +30,17 @@ def test_startup_summary_names_the_data_parallel_ranks_own_event_endpoint():
         startup_summary(cfg, tls=False, api_key=False)
 
 
+def test_startup_summary_says_the_data_parallel_ranks_are_endpoints_of_their_own():
+    from server.serve import startup_summary
+    from generation.config.cli import load_config
+    lines = startup_summary(load_config(["--data-parallel-size", "2", "--port", "9000"], env={}), tls=False,
+                            api_key=False)
+    assert lines[-1] == ("data parallel: ranks on ports 9000..9001, each its own endpoint (vLLM's "
+                         "--data-parallel-external-lb layout; vLLM without it balances the ranks behind --port)")
+    rank1 = load_config(["--data-parallel-size", "2", "--data-parallel-rank", "1"], env={})
+    assert not any(line.startswith("data parallel:") for line in startup_summary(rank1, tls=False, api_key=False))
+
+
 @pytest.mark.parametrize("argv,kv,runner", [
     ([], "kv cache: off (no prefix caching; --enable-kvcache turns it on)", "generate"),
     (["--latency-calculator", "step", "--kv-cache-size", "500"],
