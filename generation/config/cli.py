@@ -354,6 +354,10 @@ def _read_yaml(path: str) -> dict:
             doc = yaml.safe_load(fh) or {}
     except OSError as e:
         raise ConfigError(f"failed to read configuration file: {e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"failed to read configuration file: {path} is not UTF-8 text") from None
+    except RecursionError:
+        raise ConfigError("failed to unmarshal configuration: nested too deeply") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"failed to unmarshal configuration: {e}".replace("\n", " ")) from None
     if not isinstance(doc, dict):

@@ -6,12 +6,14 @@ running (:class:`generation.engine.perf.stalls.DpLockstep`), as vLLM's DP ranks 
 step together.
 
 Rank 0 creates the file before it starts the other ranks (:func:`create_board`, from
-``server.ranks``) and names it in the environment (:data:`BOARD_ENV`); each rank maps it when its
-engine starts (:func:`attach_board`).  Rows are written without a lock: a reader that meets a row
+``server.ranks``; the name carries its process id, and a later server removes the boards of
+servers killed before they could) and names it in the environment (:data:`BOARD_ENV`); each rank
+maps it when its engine starts (:func:`attach_board`).  Rows are written without a lock: a reader that meets a row
 half written sees a step that is not running, or the one before, for one plan."""
 from __future__ import annotations
 
 import atexit
+import glob
 import mmap
 import os
 import tempfile
@@ -26,7 +28,8 @@ def create_board(ranks: int) -> str:
     """A zeroed board for ``ranks`` local ranks, in ``/dev/shm`` where there is one; its path is
     set in :data:`BOARD_ENV` (the ranks started after inherit it) and removed at exit."""
     folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    fd, path = tempfile.mkstemp(prefix="vllm-sim-dp-", dir=folder)
+    _remove_orphans(folder or tempfile.gettempdir())
+    fd, path = tempfile.mkstemp(prefix=f"vllm-sim-dp-{os.getpid()}-", dir=folder)
     with os.fdopen(fd, "wb") as fh:
         fh.write(bytes(8 * ROW * ranks))
     os.environ[BOARD_ENV] = path
@@ -38,6 +41,24 @@ def create_board(ranks: int) -> str:
             pass
     atexit.register(remove)
     return path
+
+
+def _remove_orphans(folder: str) -> None:
+    """Remove the boards of servers that were killed before they could (SIGKILL): a board's name
+    carries its rank 0's process id."""
+    for path in glob.glob(os.path.join(folder, "vllm-sim-dp-*-*")):
+        pid = os.path.basename(path).split("-")[3]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        except OSError:             # another user's live process
+            pass
 
 
 def attach_board(ranks: int) -> np.ndarray | None:

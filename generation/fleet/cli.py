@@ -204,7 +204,7 @@ def cmd_plan(args, rest) -> int:
     except ValueError:
         raise ValueError(f"--tp must be integers separated by commas, got {args.tp!r}") from None
     from generation.config.values import ConfigError
-    from generation.engine.perf.hardware import gpu_by_name
+    from generation.engine.perf.hardware import GPUS, gpu_by_name
     for flag, v in (("--gpus", split(args.gpus)), ("--tp", tps), ("--routers", split(args.routers))):
         if not v:
             raise ValueError(f"{flag} names no configuration, got {getattr(args, flag[2:])!r}")
@@ -220,6 +220,10 @@ def cmd_plan(args, rest) -> int:
         prices = parse_gpu_prices(args.gpu_prices)
         for g in split(args.gpus):
             price_for(prices, g)
+        planned = {gpu_by_name(g).name for g in split(args.gpus)}
+        for name in prices:             # a name neither a GPU here nor one a description of --gpus gives: a slip
+            if name not in planned and name.lower() not in {k.lower() for k in GPUS}:
+                raise ValueError(f"--gpu-prices: {name} is not a GPU of --gpus ({', '.join(sorted(planned))})")
     if any(t < 1 for t in tps):
         raise ValueError(f"--tp sizes must be at least 1, got {args.tp!r}")
     if args.workers < 0:

@@ -293,13 +293,15 @@ def sort_rows(rows) -> list[dict]:
 
 def parse_gpu_prices(text: str) -> dict[str, float]:
     """``--gpu-prices``: ``NAME=PRICE,...`` (a price an hour of one GPU, in any currency) keyed by
-    the GPU's own name (``a100`` and ``A100-80GB`` are one GPU).  Raises ValueError naming the
-    flag and the entry."""
+    the GPU's own name (``a100`` and ``A100-80GB`` are one GPU; a name the simulator does not
+    know is kept as given, for a GPU a ``.json`` description names).  Raises ValueError naming
+    the flag and the entry (a GPU priced twice included)."""
     from generation.config.values import ConfigError
     from generation.engine.perf.hardware import gpu_by_name
     prices = {}
     for entry in (x.strip() for x in text.split(",") if x.strip()):
         name, eq, value = entry.rpartition("=")
+        name = name.strip()
         try:
             price = float(value) if eq and name else math.nan
         except ValueError:
@@ -307,9 +309,13 @@ def parse_gpu_prices(text: str) -> dict[str, float]:
         if not (math.isfinite(price) and price >= 0):
             raise ValueError(f"--gpu-prices: {entry!r} is not GPU=PRICE with a price of at least 0")
         try:
-            prices[gpu_by_name(name.strip()).name] = price
+            name = gpu_by_name(name).name
         except ConfigError as e:
-            raise ValueError(re.sub(r"^--gpu\b", "--gpu-prices", str(e))) from None
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name):
+                raise ValueError(re.sub(r"^--gpu\b", "--gpu-prices", str(e))) from None
+        if name in prices:
+            raise ValueError(f"--gpu-prices: {name} is priced twice")
+        prices[name] = price
     return prices
 
 

@@ -252,6 +252,11 @@ def test_underscores_in_flags_and_yaml_keys_as_vllm(tmp_path):
     assert (c.max_num_seqs, c.time_to_first_token, c.ignored_flags) == (7, 0.02, ["trust-remote-code"])
     y.write_text("max_num_seqz: 7\n")
     assert str(error_of("--config", str(y))) == 'failed to unmarshal configuration: unknown field "max_num_seqz"'
+    # a binary file or one nested past the interpreter's stack: one line, not a traceback
+    y.write_bytes(b"\xff\xfe")
+    assert str(error_of("--config", str(y))) == f"failed to read configuration file: {y} is not UTF-8 text"
+    y.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert str(error_of("--config", str(y))) == "failed to unmarshal configuration: nested too deeply"
 
 
 def test_reference_dialects_are_read_with_one_deprecation_line():

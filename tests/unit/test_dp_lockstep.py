@@ -158,8 +158,12 @@ def test_a_nodes_ranks_wait_for_the_longest_step_a_peer_runs(tmp_path, monkeypat
     monkeypatch.setenv(dp_board.BOARD_ENV, "")
     monkeypatch.setattr(dp_board.tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(dp_board.os.path, "isdir", lambda p: False)     # not /dev/shm: the test's folder
+    orphan, live = tmp_path / "vllm-sim-dp-999999999-x", tmp_path / f"vllm-sim-dp-{dp_board.os.getpid()}-y"
+    orphan.write_bytes(b"")
+    live.write_bytes(b"")
     path = dp_board.create_board(2)
     assert path.startswith(str(tmp_path)) and dp_board.os.environ[dp_board.BOARD_ENV] == path
+    assert not orphan.exists() and live.exists()          # a killed server's board goes, a live one's stays
     a, b = DpLockstep(2, Fixed(0.99)), DpLockstep(2, Fixed(0.99))
     a.attach(dp_board.attach_board(2), 0)
     b.attach(dp_board.attach_board(2), 1)

@@ -83,3 +83,15 @@ def test_pauses_lengthen_the_tail_and_group_decoding_still_matches_token_by_toke
     ttft = lambda res: sorted(res.times(r)[0] - r.arrival for r in res.requests)    # noqa: E731
     assert sum(ttft(paused)) > sum(ttft(plain))
     assert ttft(paused)[-4] > ttft(plain)[-4]        # the p99
+
+
+def test_a_step_of_years_draws_its_pauses_at_once():
+    """A GPU described a million times too slow made steps of years, and the pauses were drawn
+    one by one through them (the server's hub froze): past MAX_PAUSE_DRAWS, their expected number."""
+    import random as _random
+    import time as _time
+    from generation.engine.perf.stalls import EnginePauses
+    p = EnginePauses(0.2, 0.025, _random.Random(0))
+    t0 = _time.perf_counter()
+    extra = p.stall(0.0, 1e9)
+    assert _time.perf_counter() - t0 < 0.5 and extra == pytest.approx(0.2 * 0.025 * 1e9, rel=1e-3)

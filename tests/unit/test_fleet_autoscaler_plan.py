@@ -311,6 +311,12 @@ def test_gpu_prices_give_a_cost_column_and_the_cheapest_first(tmp_path, capsys):
     assert row["cost"] == pytest.approx(2 * row["gpu_hours"])
     capsys.readouterr()
     assert main(["merge", str(out)]) == 0 and " cost " in capsys.readouterr().out
+    # a GPU a description names is priced by that name
+    desc = tmp_path / "rtx.json"
+    desc.write_text(json.dumps({"name": "RTX-5090", "flops": 209.5e12, "bandwidth": 1.792e12, "memory_gib": 31.5}))
+    assert main([*base, "--gpus", f"H100,{desc}", "--gpu-prices", "H100=2,RTX-5090=0.5", "--output", str(out)]) == 0
+    assert {r["gpu"]: r["cost"] / r["gpu_hours"] for r in json.loads(out.read_text())["rows"]} == \
+        {"H100": 2.0, str(desc): 0.5}
     for flags, said in ((["--gpu", "L4"], "plan takes its GPUs from --gpus and its TP sizes from --tp, not --gpu"),
                         (["-tp", "2"], "not --tensor-parallel-size; give --tp"),
                         (["--gpus", 'H100,{"name": "x"}'], "--gpus: 'flops' is a required property (--gpus is split at "
@@ -321,7 +327,9 @@ def test_gpu_prices_give_a_cost_column_and_the_cheapest_first(tmp_path, capsys):
     for prices, said in (("H100=2", "--gpu-prices: no price for L4 (give L4=PRICE)"),
                          ("H100=-1,L4=1", "--gpu-prices: 'H100=-1' is not GPU=PRICE with a price of at least 0"),
                          ("H100", "--gpu-prices: 'H100' is not GPU=PRICE"),
-                         ("X100=1", "--gpu-prices: unknown GPU 'X100'")):
+                         ("H100=1,L4=1,X100=1", "--gpu-prices: X100 is not a GPU of --gpus (H100, L4)"),
+                         ("H100=1,h100=2", "--gpu-prices: H100 is priced twice"),
+                         ("H100=1,L4=1,a/b=1", "--gpu-prices: unknown GPU 'a/b'")):
         assert main([*base, "--gpus", "H100,L4", "--gpu-prices", prices]) == 2
         err = capsys.readouterr().err
         assert said in err and "Traceback" not in err, err

@@ -87,12 +87,15 @@ def test_gpu_described_in_json_or_a_file(tmp_path):
 
 @pytest.mark.parametrize("value,words", [
     ('{"name": "x", "flops": 1e12, "bandwidth": 1e12}', "--gpu: 'memory_gib' is a required property"),
-    ('{"name": "x", "flops": 0, "bandwidth": 1e12, "memory_gib": 8}', "--gpu.flops: 0 is less than or equal to"),
-    ('{"name": "../x", "flops": 1, "bandwidth": 1, "memory_gib": 8}', "--gpu.name: '../x' does not match"),
+    ('{"name": "x", "flops": 209.5, "bandwidth": 1e12, "memory_gib": 8}',
+     "--gpu.flops: 209.5 is less than the minimum of 1000000000000.0 (FLOP/s: 209.5 TFLOP/s is 209.5e12)"),
+    ('{"name": "x", "flops": 1e14, "bandwidth": 1e-300, "memory_gib": 8}', "(bytes/s: 1.8 TB/s is 1.8e12)"),
+    ('{"name": "../x", "flops": 1e14, "bandwidth": 1e12, "memory_gib": 8}', "--gpu.name: '../x' does not match"),
     ('{"name": "x", "flops": 1, "bandwidth": 1, "memory_gib": 8, "hbm": 3}', "('hbm' was unexpected)"),
-    ('{"name": "x", "flops": 1, "bandwidth": 1, "memory_gib": 8, "flash_attn": 1}', "--gpu.flash_attn: 1 is not one of"),
+    ('{"name": "x", "flops": 1e14, "bandwidth": 1e12, "memory_gib": 8, "flash_attn": 1}', "--gpu.flash_attn: 1 is not one of"),
+    ('{"name": ' + "[" * 5000 + "]" * 5000 + "}", "--gpu: not a GPU's description (nested too deeply)"),
     ("{name: x}", "--gpu: not a JSON object"),
-    ('{"name": "x", "flops": NaN, "bandwidth": 1e12, "memory_gib": 8}', "NaN is not a number a GPU can have"),
+    ('{"name": "x", "flops": NaN, "bandwidth": 1e12, "memory_gib": 8}', "--gpu: NaN is not a number a GPU can have"),
     ('{"name": "x", "flops": 1e12, "bandwidth": -Infinity, "memory_gib": 8}', "-Infinity is not a number"),
     ("/no/such/gpu.json", "--gpu /no/such/gpu.json: cannot read"),
     ("RTX-9090", "or describe it in JSON"),
@@ -118,3 +121,17 @@ def test_the_tp_hint_counts_the_experts_dp_shares_out():
         settings("Qwen/Qwen3-30B-A3B", "--gpu", "L4", "-dp", "2")
     assert str(e.value).endswith("try --tensor-parallel-size 2")
     assert settings("Qwen/Qwen3-30B-A3B", "--gpu", "L4", "-dp", "2", "-tp", "2").num_gpu_blocks > 0
+
+
+def test_a_description_file_must_be_a_small_regular_utf8_file(tmp_path):
+    """A FIFO named x.json blocked the start-up; a 10 MB file was cut at 64 KiB and misread; a
+    binary one raised UnicodeDecodeError."""
+    import os
+    fifo, big, binary = tmp_path / "fifo.json", tmp_path / "big.json", tmp_path / "bin.json"
+    os.mkfifo(fifo)
+    big.write_text(json.dumps({**RTX, "pad": " " * 100000}))
+    binary.write_bytes(b"\xff\xfe{")
+    for path, words in ((fifo, "not a regular file"), (big, "more than 65536 characters"), (binary, "not UTF-8 text")):
+        with pytest.raises(ConfigError) as e:
+            gpu_by_name(str(path))
+        assert str(e.value) == f"--gpu {path}: {words}" + (", not a GPU's description" if path == big else "")

@@ -9,8 +9,8 @@ Fields (:class:`~.hardware.GPU`'s):
 * ``name``: letters, digits, ``.``, ``_``, ``-``; a profile ``profiles/<name>.json`` is used when
   there is one, else the generic profile (the H100's constants with the median weight-read
   efficiency of the measured GPUs), as for the shipped datasheet-only cards;
-* ``flops``: dense BF16 tensor FLOP/s (half a datasheet's "with sparsity" figure);
-* ``bandwidth``: memory bytes/s;
+* ``flops``: dense BF16 tensor FLOP/s (half a datasheet's "with sparsity" figure), at least 1e12;
+* ``bandwidth``: memory bytes/s, at least 1e9;
 * ``memory_gib``: the memory torch reports (GiB; about 0.4-0.6 GiB under nvidia-smi's size);
 * optional: ``nvlink_bandwidth`` (bytes/s one way between two GPUs; default PCIe 4.0 x16's
   32e9), ``nvlink_domain`` (GPUs that link joins; default 8), ``fp8`` and ``fp4`` (native tensor
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 
 from generation.config.values import ConfigError
 
@@ -35,10 +37,12 @@ GPU_SCHEMA = {
     "required": ["name", "flops", "bandwidth", "memory_gib"],
     "properties": {
         "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
-        "flops": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e18},
-        "bandwidth": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15},
-        "memory_gib": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e5},
-        "nvlink_bandwidth": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15},
+        # in FLOP/s and bytes/s, not TFLOP/s or GB/s: below a tera / giga they are a unit slip,
+        # whose steps of years froze the engine
+        "flops": {"type": "number", "minimum": 1e12, "maximum": 1e18},
+        "bandwidth": {"type": "number", "minimum": 1e9, "maximum": 1e15},
+        "memory_gib": {"type": "number", "minimum": 1, "maximum": 1e5},
+        "nvlink_bandwidth": {"type": "number", "minimum": 1e8, "maximum": 1e15},
         "nvlink_domain": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
         "fp8": {"type": "boolean"},
         "fp4": {"type": "boolean"},
@@ -62,15 +66,15 @@ def gpu_fields(value: str) -> dict:
     from jsonschema import Draft202012Validator
     text = str(value).strip()
     if not text.startswith("{"):
-        try:
-            with open(text, encoding="utf-8") as fh:
-                text = fh.read(1 << 16)
-        except OSError as e:
-            raise ConfigError(f"--gpu {value}: cannot read ({e.strerror or e})", param="gpu") from None
+        text = _read_file(text)
     try:
         doc = json.loads(text, parse_constant=_no_constant)
+    except ConfigError:
+        raise
     except ValueError as e:
         raise ConfigError(f"--gpu: not a JSON object ({e})", param="gpu") from None
+    except RecursionError:
+        raise ConfigError("--gpu: not a GPU's description (nested too deeply)", param="gpu") from None
     if isinstance(doc, dict):       # YAML 1.1 reads 209.5e12 (no exponent sign) as a string
         for key in ("flops", "bandwidth", "memory_gib", "nvlink_bandwidth"):
             if isinstance(doc.get(key), str):
@@ -78,13 +82,34 @@ def gpu_fields(value: str) -> dict:
     error = next(iter(sorted(Draft202012Validator(GPU_SCHEMA).iter_errors(doc), key=lambda e: list(e.path))), None)
     if error is not None:
         where = ".".join(str(p) for p in error.path)
-        raise ConfigError(f"--gpu{'.' + where if where else ''}: {error.message}", param="gpu")
+        raise ConfigError(f"--gpu{'.' + where if where else ''}: {error.message}"
+                          + (UNITS.get(where, "") if error.validator == "minimum" else ""), param="gpu")
     return {**DEFAULTS, **doc}
+
+
+MAX_FILE = 1 << 16          # bytes: a description is a few hundred
+
+
+def _read_file(path: str) -> str:
+    """The text of a description's file: a regular file (a FIFO would block the start-up) of at
+    most :data:`MAX_FILE` bytes of UTF-8.  Raises ConfigError naming ``--gpu``."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError(f"--gpu {path}: not a regular file", param="gpu")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(MAX_FILE + 1)
+    except OSError as e:
+        raise ConfigError(f"--gpu {path}: cannot read ({e.strerror or e})", param="gpu") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--gpu {path}: not UTF-8 text", param="gpu") from None
+    if len(text) > MAX_FILE:
+        raise ConfigError(f"--gpu {path}: more than {MAX_FILE} characters, not a GPU's description", param="gpu")
+    return text
 
 
 def _no_constant(name: str):
     """``json.loads``' hook for NaN and the infinities, which JSON does not have: refused."""
-    raise ValueError(f"{name} is not a number a GPU can have")
+    raise ConfigError(f"--gpu: {name} is not a number a GPU can have (JSON has no NaN or Infinity)", param="gpu")
 
 
 def _number(text: str):
@@ -96,4 +121,6 @@ def _number(text: str):
     return value if math.isfinite(value) else text
 
 
+UNITS = {"flops": " (FLOP/s: 209.5 TFLOP/s is 209.5e12)", "bandwidth": " (bytes/s: 1.8 TB/s is 1.8e12)",
+         "nvlink_bandwidth": " (bytes/s: 900 GB/s is 9e11)"}
 DEFAULTS = {"nvlink_bandwidth": 32e9, "fp8": False, "fp4": False, "flash_attn": 2, "nvlink_domain": 8, "sm": 80}

@@ -132,6 +132,9 @@ class MoeJit:
         return self.t_jit
 
 
+MAX_PAUSE_DRAWS = 1000          # EnginePauses.stall: pauses drawn one by one in a step, at most
+
+
 class EnginePauses:
     """The real servers' pauses: in the traced runs about 1-4% of requests, isolated ones at light
     load included, take 15-40 ms longer to their first token than the same request in a replay
@@ -165,7 +168,11 @@ class EnginePauses:
             if nxt < start:                         # the step was planned during one
                 extra = nxt + length - start
                 nxt += draw(rate)
-            while nxt < start + dt:                 # one begins while the step runs
+            end = start + dt
+            if (end - nxt) * rate > MAX_PAUSE_DRAWS:  # a step of hours (a GPU described a million
+                extra += length * (end - nxt) * rate  # times too slow): the expected pauses, not each
+                nxt = end + draw(rate)
+            while nxt < end:                        # one begins while the step runs
                 extra += length
                 nxt += draw(rate)
         self.next = nxt
