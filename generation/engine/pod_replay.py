@@ -42,6 +42,7 @@ class ReplayResult:
     done: Finished | None = None                      # compact: the finished requests as columns
     unfinished: list = field(default_factory=list)    # EngineRequests never finished (queued, running)
     jit_stalls: int = 0                               # MoE kernel compiles (MoeJit), t_jit seconds each
+    dp_wait: tuple | None = None                      # DP lockstep: (steps that waited for a peer, seconds added)
 
     def times(self, req) -> tuple[float, float]:
         """``(first token, last token)`` of a finished request as its client saw them."""
@@ -90,7 +91,9 @@ class ReplayResult:
                 "tpot_s": self.percentiles(tpot), "e2e_s": self.percentiles(e2e),
                 "preemptions": self.preemptions, "steps": len(self.steps), "timed_out": len(self.timed_out),
                 "rejected": len(self.rejected), "unfinished": len(self.unfinished),
-                "kv_usage_mean": mean, "kv_usage_peak": peak, "moe_kernel_compiles": self.jit_stalls}
+                "kv_usage_mean": mean, "kv_usage_peak": peak, "moe_kernel_compiles": self.jit_stalls,
+                **({"dp_lockstep": {"steps_waited": self.dp_wait[0], "seconds_waited": self.dp_wait[1]}}
+                   if self.dp_wait is not None else {})}
 
 
 def trace_block_hashes(tr, block_size: int) -> list | None:
@@ -484,4 +487,6 @@ class PodReplay:
             result.frontend_busy = self.fe.busy
         if self.jit is not None:
             result.jit_stalls = self.jit.stalls
+        if self.lockstep is not None:
+            result.dp_wait = (self.lockstep.waits, self.lockstep.waited)
         return result

@@ -347,6 +347,10 @@ def main(argv=None) -> int:
             print(f"  MoE kernel compiles: {result.jit_stalls} of {1000 * t_jit:.0f} ms, at the first eager step of "
                   f"each fused-MoE kernel variant start-up did not compile (vLLM's Triton JIT; README: Fidelity); "
                   f"they hold every request in flight then")
+        if result.dp_wait is not None:      # a MoE model's DP ranks step together (README: lockstep)
+            waits, waited = result.dp_wait
+            print(f"  DP lockstep: {waits:,} of {s['steps']:,} steps waited for a peer's longer step, {waited:.1f} s "
+                  f"in all (the peers drawn from this rank's own steps)")
     try:
         if args.per_request:
             records = per_request_records(result)

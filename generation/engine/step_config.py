@@ -108,6 +108,18 @@ class StepSettings:
         return ", admission reserves whole prompts" if self.reserve_full_isl else ", admission by first chunk"
 
 
+_WARNED: set = set()
+
+
+def warn_once(message: str) -> None:
+    """Log ``message`` once a process (the server resolves its settings twice, a planner once a
+    configuration)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        import logging
+        logging.getLogger("vllm_sim").warning("%s", message)
+
+
 def load_step_config(argv):
     """The configuration of a step-mode command line (a replay's or a fleet's server flags), with
     the server's model defaults: ``--max-model-len`` the model's own context length unless given
@@ -234,6 +246,12 @@ def resolve_step_settings(cfg) -> StepSettings:
                                               backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"),
                                               quantization=quant),
                     cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
+    backend = getattr(cfg, "all2all_backend", "allgather_reducescatter")
+    for unused, why in ((getattr(cfg, "enable_dbo", False) and not (ep and dp > 1), "--enable-dbo"),
+                        (backend != "allgather_reducescatter" and not (ep and dp > 1), f"--all2all-backend {backend}")):
+        if unused:          # accepted as vLLM accepts it; said once, so a user does not read figures into it
+            warn_once(f"step engine: {why} changes nothing here without a MoE model under data parallelism with "
+                      f"--enable-expert-parallel (it hides or carries the expert exchange)")
     if pp > 1 and hasattr(step_time, "arch"):      # a step is a rotation of P micro-batches (perf/pipeline.py)
         from .perf.pipeline import install
         install(step_time, pp, cfg.max_num_batched_tokens, step_time.gpu)

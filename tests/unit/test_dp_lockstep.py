@@ -118,6 +118,9 @@ def test_peers_prompts_slow_a_ranks_decodes_in_the_replay():
     step-by-step loop draw the same peers."""
     alone, group = r1_replay(("-dp", "8"), lockstep=False), r1_replay(("-dp", "8"))
     assert tpot(group) > 1.3 * tpot(alone)
+    waited = group.summary()["dp_lockstep"]
+    assert 0 < waited["steps_waited"] <= len(group.steps) and waited["seconds_waited"] > 0
+    assert "dp_lockstep" not in alone.summary()
     original = PodReplay._run_group
     PodReplay._run_group = lambda self, t: False
     try:

@@ -192,3 +192,20 @@ def test_dual_batch_overlap_hides_the_exchange_of_a_step_large_enough_to_split()
     assert not getattr(tp8, "dbo", False)
     with pytest.raises(ConfigError, match=r"must be at least the number of microbatches \(2\)"):
         settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8", "--enable-dbo", "--dbo-decode-token-threshold", "1")
+
+
+def test_flags_with_nothing_to_carry_are_said_once(caplog):
+    """--all2all-backend and --enable-dbo without a MoE model under DP with -ep change nothing:
+    accepted as vLLM accepts them, and said once (a fresh user read figures into them)."""
+    import logging
+    from generation.engine import step_config
+    step_config._WARNED.clear()
+    with caplog.at_level(logging.WARNING, logger="vllm_sim"):
+        for _ in range(2):
+            settings(QWEN_MOE, "--gpu", "H100", "--all2all-backend", "deepep_low_latency", "--enable-dbo")
+        settings(QWEN_MOE, "--gpu", "H100", "-dp", "2", "-ep", "--all2all-backend", "deepep_low_latency")
+    said = [r.getMessage() for r in caplog.records if "changes nothing" in r.getMessage()]
+    assert said == ["step engine: --enable-dbo changes nothing here without a MoE model under data parallelism "
+                    "with --enable-expert-parallel (it hides or carries the expert exchange)",
+                    "step engine: --all2all-backend deepep_low_latency changes nothing here without a MoE model "
+                    "under data parallelism with --enable-expert-parallel (it hides or carries the expert exchange)"]

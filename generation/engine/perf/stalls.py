@@ -202,7 +202,7 @@ class DpLockstep:
     (its own time, as the peer planned it), so a router's imbalance between them shows, and a rank
     that was idle joins when their running step ends (its dummy batches ran in step with it);
     only the ranks of other nodes are drawn (and a drawn peer's idle rank joins at once)."""
-    __slots__ = ("ranks", "exponent", "rng", "recent", "ordered", "busy_time", "board", "index")
+    __slots__ = ("ranks", "exponent", "rng", "recent", "ordered", "busy_time", "board", "index", "waits", "waited")
     WINDOW = 256        # steps: about the last second or two of a busy engine
 
     def __init__(self, ranks: int, rng):
@@ -214,6 +214,7 @@ class DpLockstep:
         self.busy_time = 0.0                # the window's lockstep times, summed
         self.board = None                   # the local ranks' steps (dp_board), this rank's row index
         self.index = 0
+        self.waits, self.waited = 0, 0.0    # steps that waited for a peer, and the seconds they added
 
     def attach(self, board, index: int) -> None:
         """Read the local peers' steps from ``board`` (a ``(local ranks, 3)`` array: start, end,
@@ -255,6 +256,9 @@ class DpLockstep:
         self.busy_time += out
         if board is not None:
             board[self.index] = (start, start + out, dt)
+        if out > dt:
+            self.waits += 1
+            self.waited += out - dt
         return out
 
 
