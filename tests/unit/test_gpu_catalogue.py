@@ -25,7 +25,9 @@ def settings(model, *extra):
     ("L40", 181e12, 0.864e12, True, 2, (2048, 256)), ("H100-PCIe", 756e12, 2.0e12, True, 3, (8192, 1024)),
     ("H100-NVL", 835.5e12, 3.9e12, True, 3, (8192, 1024)), ("H20", 148e12, 4.0e12, True, 3, (8192, 1024)),
     ("GB200", 2500e12, 8.0e12, True, 0, (16384, 1024)), ("MI325X", 1307.4e12, 6.0e12, True, 0, (16384, 1024)),
-    ("MI355X", 2516.6e12, 8.0e12, True, 0, (16384, 1024))])
+    ("MI355X", 2516.6e12, 8.0e12, True, 0, (16384, 1024)), ("H800", 989.4e12, 3.35e12, True, 3, (8192, 1024)),
+    # vLLM's rule excludes A100s by name ("a100" in the device name): an A800 gets the 8,192 tokens
+    ("A800-80GB", 312e12, 2.039e12, False, 2, (8192, 1024))])
 def test_datasheet_gpus_have_their_peaks_kernels_and_vllms_batch_defaults(name, flops, bw, fp8, fa, batch):
     g = gpu_by_name(name.lower())
     assert (g.name, g.flops, g.bandwidth, g.fp8, g.flash_attn) == (name, flops, bw, fp8, fa)
@@ -51,6 +53,7 @@ def test_a_collective_crosses_the_network_past_the_gpus_nvlink_domain():
     assert GPUS["H100"].link_for(8) == 450e9 and GPUS["H100"].link_for(16) == NETWORK_BANDWIDTH
     assert GPUS["GB200"].link_for(72) == 900e9 and GPUS["GB200"].link_for(144) == NETWORK_BANDWIDTH
     assert GPUS["H100-NVL"].link_for(2) == 300e9 and GPUS["H100-NVL"].link_for(4) == NETWORK_BANDWIDTH
+    assert GPUS["H800"].link_for(8) == GPUS["A800-80GB"].link_for(8) == 200e9        # their NVLink, cut
     arch = preset(R1)
     over_nvlink = exchange_terms(arch, 1, 900e9, dp=16, ep=True, backend="deepep_low_latency", domain=72)
     over_network = exchange_terms(arch, 1, 900e9, dp=16, ep=True, backend="deepep_low_latency")

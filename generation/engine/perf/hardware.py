@@ -84,11 +84,10 @@ def _gib(x: float) -> int:
 
 # Peaks: docs/engine-model.md §3 for H100 SXM, H200, A100 SXM 80/40 GB and L40S; the others the
 # vendors' datasheets (dense BF16 tensor FLOP/s, half the "with sparsity" figure).
-# memory: torch-reported totals (vLLM's "total_gpu_memory"); H100 79.22 GiB from vLLM's log,
-# the others the nvidia-smi size minus the same ~0.4-0.6 GiB the driver keeps.
-# nvlink_bandwidth one way: NVLink 4 450 GB/s, NVLink 3 300 GB/s, NVLink 5 900 GB/s, MI300X /
-# MI325X Infinity Fabric 7 x 64 GB/s, MI355X 7 x 76.8 GB/s, H100 NVL's bridge 300 GB/s (a pair),
-# PCIe cards (L4, A10, L40, L40S) PCIe 4.0 x16 32 GB/s, H100 PCIe PCIe 5.0 x16 64 GB/s.
+# memory: torch's totals (vLLM's "total_gpu_memory"; H100 79.22 GiB from vLLM's log, others nvidia-smi's less ~0.5 GiB).
+# nvlink_bandwidth one way: NVLink 4 450 GB/s (H800's cut to 200), NVLink 3 300 GB/s (A800's 200), NVLink 5
+# 900 GB/s, MI300X / MI325X Infinity Fabric 7 x 64 GB/s, MI355X 7 x 76.8 GB/s, H100 NVL's bridge 300 GB/s (a
+# pair), PCIe cards (L4, A10, L40, L40S) PCIe 4.0 x16 32 GB/s, H100 PCIe PCIe 5.0 x16 64 GB/s.
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("H100", 989.4e12, 3.35e12, _gib(79.22), 450e9),
     GPU("H200", 989.4e12, 4.8e12, _gib(139.8), 450e9),
@@ -101,6 +100,8 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("H100-PCIe", 756e12, 2.0e12, _gib(79.22), 64e9),
     GPU("H100-NVL", 835.5e12, 3.9e12, _gib(93.15), 300e9, nvlink_domain=2),
     GPU("H20", 148e12, 4.0e12, _gib(95.15), 450e9),
+    GPU("H800", 989.4e12, 3.35e12, _gib(79.22), 200e9),
+    GPU("A800-80GB", 312e12, 2.039e12, _gib(79.15), 200e9, fp8=False, flash_attn=2, sm=80),
     GPU("GB200", 2500e12, 8.0e12, _gib(184.6), 900e9, flash_attn=0, fp4=True, nvlink_domain=72, sm=100),
     GPU("L4", 121e12, 0.3e12, _gib(22.05), 32e9, flash_attn=2, sm=89),
     GPU("L40", 181e12, 0.864e12, _gib(44.4), 32e9, flash_attn=2, sm=89),
@@ -113,7 +114,7 @@ _ALIASES = {"h100-sxm": "H100", "h100-80gb": "H100", "h100-sxm5": "H100", "h100-
             "a100-80g": "A100-80GB", "a100-40g": "A100-40GB", "a100-sxm-40gb": "A100-40GB", "l40s-48gb": "L40S",
             "mi300x-192gb": "MI300X", "b200-180gb": "B200", "h100-pcie-80gb": "H100-PCIe", "h100-nvl-94gb": "H100-NVL",
             "h20-96gb": "H20", "gb200-nvl72": "GB200", "l4-24gb": "L4", "l40-48gb": "L40", "a10-24gb": "A10",
-            "mi325x-256gb": "MI325X", "mi355x-288gb": "MI355X"}
+            "mi325x-256gb": "MI325X", "mi355x-288gb": "MI355X", "h800-sxm": "H800", "a800": "A800-80GB"}
 _BY_LOWER = {**{k.lower(): k for k in GPUS}, **_ALIASES}
 
 
