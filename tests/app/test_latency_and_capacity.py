@@ -190,7 +190,9 @@ def test_c23_running_and_waiting_gauges(app_client):
         return value(after, name, **labels) - value(before, name, **labels)
 
     # queued requests show their queue time, and TTFT includes it
-    assert 2.3 <= delta("vllm:request_queue_time_seconds_sum") <= 2.8     # two waited T, one 2T
+    # two waited T, one 2T: 2.4 s, less what the later arrivals' lag took off their waits (at most
+    # the 150 ms each the buckets below allow: 2.26 under a full suite once)
+    assert 1.95 <= delta("vllm:request_queue_time_seconds_sum") <= 2.8
     assert delta("vllm:time_to_first_token_seconds_bucket", le="2.5") == 5
     assert delta("vllm:time_to_first_token_seconds_bucket", le="1.0") == 2
     assert delta("vllm:time_to_first_token_seconds_bucket", le="0.75") == 2
