@@ -50,10 +50,12 @@ jobs = [gevent.spawn(render, "{{ messages[0]['content'] }}{# %d #}" % i) for i i
 jobs += [gevent.spawn(off_hub, render, "{{ messages[0]['content'] }}{# w%d #}" % i) for i in range(20)]
 gevent.joinall(jobs, timeout=60)
 print(sorted(locks), slow, took, sum(j.value == "hi" for j in jobs), sep="|")
+print("odd:", [(j.value, j.exception) for j in jobs if j.value != "hi"][:3])    # what a rare miss was
 """
 
 
 def test_request_templates_render_in_native_threads_after_the_patching():
     out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().split("|") == ["['_thread']", "['timeout', 'timeout', 'timeout']", "True", "100"], out
+    assert out.stdout.strip().splitlines()[0].split("|") == \
+        ["['_thread']", "['timeout', 'timeout', 'timeout']", "True", "100"], out.stdout
