@@ -312,7 +312,7 @@ class PodReplay:
             if plan.kv_reload_tokens and reload_cost:
                 dt += plan.kv_reload_tokens * reload_cost
             if lockstep is not None:        # (before the compiles: the peers compile theirs as it does, once)
-                dt = lockstep.step(dt, now)
+                dt = lockstep.step(dt, now, self.prev_start is None)    # after idle: it joins the peers
             if jit is not None:
                 dt += jit.stall(plan.num_decode + plan.prefill_tokens + plan.spec_tokens)
             if pauses is not None:

@@ -53,6 +53,16 @@ def test_idle_peers_add_nothing():
     assert lock.busy_time == pytest.approx(0.21)
 
 
+def test_an_idle_rank_joins_its_drawn_peers_at_a_point_of_their_step():
+    """After idle (its dummy batches ran in step with its peers), a step starts when the peers'
+    running step ends: a drawn peer is busy with the rank's own share, and met at a uniform
+    point of a step drawn from the window."""
+    lock = DpLockstep(3, Fixed(0.25))                 # busy all along: some peer is busy
+    lock.step(0.1, 0.0)
+    # wait 0.25 x the 100 ms step, then the larger of its 10 ms and the peers' max (100 ms)
+    assert lock.step(0.01, 0.1, joining=True) == pytest.approx(0.025 + 0.1)
+
+
 def test_the_window_keeps_the_last_steps_only():
     lock = DpLockstep(2, Fixed(0.0))
     for k in range(DpLockstep.WINDOW + 10):

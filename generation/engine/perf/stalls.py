@@ -201,7 +201,7 @@ class DpLockstep:
     :mod:`generation.engine.dp_board`): a step waits for the longest step a local peer is running
     (its own time, as the peer planned it), so a router's imbalance between them shows, and a rank
     that was idle joins when their running step ends (its dummy batches ran in step with it);
-    only the ranks of other nodes are drawn (and a drawn peer's idle rank joins at once)."""
+    only the ranks of other nodes are drawn."""
     __slots__ = ("ranks", "exponent", "rng", "recent", "ordered", "busy_time", "board", "index", "waits", "waited")
     WINDOW = 256        # steps: about the last second or two of a busy engine
 
@@ -227,26 +227,31 @@ class DpLockstep:
     def step(self, dt: float, start: float, joining: bool = False) -> float:
         """The lockstep length of a step this rank alone would take ``dt`` seconds for, planned at
         ``start`` (s, the engine's clock); ``dt`` joins the window.  ``joining``: the rank was idle
-        (its requests arrived while it ran dummy batches): it starts when the local peers' running
-        step ends."""
+        (its requests arrived while it ran dummy batches): it starts when the peers' running step
+        ends (a local peer's end from the board; a drawn peer, busy with the share above, is met
+        at a uniform point of a step drawn from the window)."""
         ordered, recent = self.ordered, self.recent
-        out = dt
+        wait = peer = 0.0
         board = self.board
         if board is not None:               # the local peers' steps running now
             running = (board[:, 0] <= start) & (start < board[:, 1])
             running[self.index] = False
             if running.any():
-                out = (float(board[running, 1].max()) - start + dt if joining
-                       else max(out, float(board[running, 2].max())))
+                if joining:
+                    wait = float(board[running, 1].max()) - start
+                else:
+                    peer = float(board[running, 2].max())
         n = len(ordered)
         if n and self.exponent:
             span = start - recent[0][1]             # from the window's first step to this one
             busy = min(1.0, self.busy_time / span) if span > 0 else 1.0
-            top = self.rng.random() ** self.exponent - (1.0 - busy)     # the peers' max: a dummy below 0
+            rand = self.rng.random
+            if joining and rand() < 1.0 - (1.0 - busy) ** (1.0 / self.exponent):
+                wait = max(wait, rand() * ordered[int(n * rand())])
+            top = rand() ** self.exponent - (1.0 - busy)     # the peers' max: a dummy below 0
             if top > 0:
-                peer = ordered[min(n - 1, int(n * top / busy))]
-                if peer > dt:
-                    out = peer
+                peer = max(peer, ordered[min(n - 1, int(n * top / busy))])
+        out = wait + (peer if peer > dt else dt)
         if n == self.WINDOW:
             old, _, held = recent.popleft()
             del ordered[bisect.bisect_left(ordered, old)]
