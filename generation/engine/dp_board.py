@@ -24,14 +24,22 @@ BOARD_ENV = "VLLM_SIM_DP_BOARD"
 ROW = 3                     # float64 values a rank: start, end, own time
 
 
-def create_board(ranks: int) -> str:
+def create_board(ranks: int) -> str | None:
     """A zeroed board for ``ranks`` local ranks, in ``/dev/shm`` where there is one; its path is
-    set in :data:`BOARD_ENV` (the ranks started after inherit it) and removed at exit."""
+    set in :data:`BOARD_ENV` (the ranks started after inherit it) and removed at exit.  None,
+    with a warning, where no folder can be written (a read-only file system): the ranks then
+    draw their local peers as they draw the other nodes'."""
     folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     _remove_orphans(folder or tempfile.gettempdir())
-    fd, path = tempfile.mkstemp(prefix=f"vllm-sim-dp-{os.getpid()}-", dir=folder)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(bytes(8 * ROW * ranks))
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"vllm-sim-dp-{os.getpid()}-", dir=folder)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(bytes(8 * ROW * ranks))
+    except OSError as e:
+        import logging
+        logging.getLogger("vllm_sim").warning("data parallel: no board for the ranks' lockstep (%s); each rank draws "
+                                              "its peers' steps from its own", e)
+        return None
     os.environ[BOARD_ENV] = path
 
     def remove():

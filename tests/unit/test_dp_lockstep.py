@@ -192,3 +192,19 @@ def test_a_nodes_ranks_wait_for_the_longest_step_a_peer_runs(tmp_path, monkeypat
     c = DpLockstep(16, Fixed(0.5))
     c.attach(dp_board.np.zeros((4, 3)), 2)
     assert c.exponent == 1 / 12
+
+
+def test_no_board_on_a_read_only_file_system(monkeypatch, caplog):
+    """A pod with a read-only root file system and no /dev/shm: the ranks start, without a board,
+    and draw their local peers as the other nodes' (a warning says so)."""
+    import logging
+    from generation.engine import dp_board
+
+    def refuse(*a, **kw):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setenv(dp_board.BOARD_ENV, "")
+    monkeypatch.setattr(dp_board.tempfile, "mkstemp", refuse)
+    with caplog.at_level(logging.WARNING, logger="vllm_sim"):
+        assert dp_board.create_board(2) is None
+    assert dp_board.attach_board(2) is None
+    assert "no board for the ranks' lockstep ([Errno 30] Read-only file system)" in caplog.text
