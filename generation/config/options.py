@@ -246,8 +246,7 @@ _declare("frontend",
                 "reasoning as a `thinking` block (`--no-...`: as `tool_plan` and `tool-plan-delta` events, as older Command models)"))
 _declare("scheduler",
          Option("max-num-seqs", "int", 5, "Maximum number of sequences running at once"),
-         Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests "
-                "get 429"),
+         Option("max-waiting-queue-length", "int", 1000, "Capacity of the waiting queue; beyond it requests get 429"),
          Option("max-num-batched-tokens", "int", None, "Tokens per engine step (step mode; vLLM's default by "
                 "GPU: 16384 from 160 GiB, 8192 from 70 GiB but A100s, else 2048)", nullable=True, unit="tokens"),
          Option("long-prefill-token-threshold", "int", 0, "Largest prefill chunk per step (step mode; 0: none, "
@@ -277,15 +276,14 @@ _declare("scheduler",
          Option("max-num-queued-reqs", "int", None, "Most requests in flight (waiting or running; a request "
                 "of `n` choices counts `n`): one more is refused with 503, vLLM 0.34's admission limit (empty: none)",
                 nullable=True),
-         Option("max-num-queued-tokens", "size", None, "Most prompt tokens of requests still in prefill (waiting, "
-                "or running before their first token): while reached, a new request is refused with 503, vLLM "
-                "0.34's admission limit (empty: none; `8k` = 8,000 as vLLM reads it)", nullable=True, unit="tokens"),
-         Option("stream-interval", "int", 1, "Tokens per streamed output, as vLLM's SchedulerConfig.stream_interval: "
-                "a stream sends a request's first token at once, then its tokens in groups of this many, each "
-                "group one chunk (its tokens' text, logprobs and token ids together) sent when its last token is "
-                "made, and the rest with the finish; a request's `stream_interval` (chat, completions, generate's "
-                "`sampling_params`; from --vllm-version 0.27) raises it for that request. The engine's metrics "
-                "stay per token", unit="tokens"),
+         Option("max-num-queued-tokens", "size", None, "Most prompt tokens of requests still in prefill (waiting, or "
+                "running before their first token): while reached, a new request is refused with 503, vLLM 0.34's "
+                "admission limit (empty: none; `8k` = 8,000 as vLLM reads it)", nullable=True, unit="tokens"),
+         Option("stream-interval", "int", 1, "Tokens per streamed output, as vLLM's SchedulerConfig.stream_interval: a "
+                "stream sends a request's first token at once, then its tokens in groups of this many, each group one "
+                "chunk (its tokens' text, logprobs and token ids together) sent when its last token is made, and the "
+                "rest with the finish; a request's `stream_interval` (chat, completions, generate's `sampling_params`; "
+                "from --vllm-version 0.27) raises it for that request. The engine's metrics stay per token", unit="tokens"),
          Option("scheduling-policy", "str", "fcfs", "Order of the waiting queue: `fcfs`, or `priority` (the "
                 "request field `priority`, lower first, then arrival; in step mode the lowest-priority running "
                 "request is the one preempted)", choices=("fcfs", "priority")))
@@ -467,6 +465,10 @@ _declare("parallel",
                 "mode shares a MoE model's experts over TP x the whole --data-parallel-size", nullable=True),
          Option("enable-expert-parallel", "bool", False, "A MoE model's experts dealt out whole over the "
                 "TP x DP GPUs instead of sliced over them (step mode: its fused-MoE kernels; vLLM's MFU estimate)"),
+         Option("enable-eplb", "bool", False, "Expert-parallel load balancing (vLLM's checks; step mode: its "
+                "redundant experts' weights on every GPU, a smaller KV cache)"),
+         Option("eplb-config", "json", None, "vLLM's EPLBConfig JSON: `num_redundant_experts` (default the fewest "
+                "that divide over TP x DP); its other keys are accepted", nullable=True),
          Option("decode-context-parallel-size", "int", 1, "Of the TP ranks, how many split each sequence's KV "
                 "cache token by token (vLLM's DCP; step mode: the KV cache holds that many times the tokens, a "
                 "block spans --block-size x DCP, attention reads a share and gathers its heads)"))

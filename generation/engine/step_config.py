@@ -97,7 +97,9 @@ class StepSettings:
         note = f"; {pp} pipeline stages of {-(-self.arch.num_layers // pp)} layers" if pp > 1 else ""
         if ep > 1:
             from .perf.hardware import local_experts
-            return note + f"; expert parallel over {ep} GPUs, {local_experts(self.arch, ep)} experts each"
+            extra = m.arch.num_experts - self.arch.num_experts        # --enable-eplb's redundant experts
+            return note + (f"; expert parallel over {ep} GPUs, {local_experts(m.arch, ep)} experts each"
+                           + (f" (EPLB: {extra} redundant)" if extra else ""))
         return note + (f"; experts sliced over {tp * dp} GPUs (TP x DP)" if dp > 1 else "")
 
     def _gate_note(self) -> str:
@@ -166,10 +168,12 @@ def resolve_step_settings(cfg) -> StepSettings:
     pp = getattr(cfg, "pipeline_parallel_size", 1)
     if pp < 1:
         raise ConfigError("pipeline parallel size cannot be less than 1", "pipeline-parallel-size")
-    mem = arch                          # the shape one GPU holds: with PP, one stage's (perf/pipeline.py)
+    from .perf.eplb import redundant_experts, with_redundant_experts
+    phys = with_redundant_experts(arch, redundant_experts(cfg, arch, tp, dp, ep))    # --enable-eplb's copies
+    mem = phys                          # the shape one GPU holds: with PP, one stage's (perf/pipeline.py)
     if pp > 1:
         from .perf.pipeline import stage_arch
-        mem = stage_arch(arch, pp)
+        mem = stage_arch(phys, pp)
     quant = (cfg.quantization or "").lower()
     kv_tok = kv_bytes_per_token(mem, cfg.kv_cache_dtype, tp, dcp)
     # DCP: a block's tokens dealt out over the DCP ranks, --block-size each (cfg.block_size, the
@@ -227,7 +231,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     if cfg.kv_transfer_bandwidth <= 0:
         raise ConfigError("kv transfer bandwidth must be positive", "kv-transfer-bandwidth")
     sizes = getattr(cfg, "cuda_graph_sizes", None)
-    step_time = build_step_model(gpu, arch, tp=tp, quantization=quant, kv_cache_dtype=cfg.kv_cache_dtype,
+    step_time = build_step_model(gpu, phys, tp=tp, quantization=quant, kv_cache_dtype=cfg.kv_cache_dtype,
                                  profile_path=cfg.step_time_profile,
                                  enforce_eager=bool(getattr(cfg, "enforce_eager", False)),
                                  cudagraph_capture_sizes=sorted(sizes) if sizes else None,

@@ -209,3 +209,27 @@ def test_flags_with_nothing_to_carry_are_said_once(caplog):
                     "with --enable-expert-parallel (it hides or carries the expert exchange)",
                     "step engine: --all2all-backend deepep_low_latency changes nothing here without a MoE model "
                     "under data parallelism with --enable-expert-parallel (it hides or carries the expert exchange)"]
+
+
+def test_eplb_places_its_redundant_experts_on_every_gpu():
+    """--enable-eplb with --eplb-config num_redundant_experts: each GPU holds (E + R) / (TP x DP)
+    experts, so the copies cost KV cache; vLLM 0.34's checks and messages."""
+    flags = ("--gpu", "H200", "-dp", "16", "-dpl", "8", "-ep")
+    plain = settings("deepseek-ai/DeepSeek-R1", *flags)
+    eplb = settings("deepseek-ai/DeepSeek-R1", *flags, "--enable-eplb")      # 256 % 16 == 0: no copies
+    copies = settings("deepseek-ai/DeepSeek-R1", *flags, "--enable-eplb", "--eplb-config",
+                      '{"num_redundant_experts": 32, "window_size": 500}')
+    assert plain.num_gpu_blocks == eplb.num_gpu_blocks == 19009 and copies.num_gpu_blocks == 17870
+    assert "expert parallel over 16 GPUs, 18 experts each (EPLB: 32 redundant)" in copies.summary(8192)[3]
+    assert copies.arch.num_experts == 256 and copies.step_time.arch.num_experts == 288
+    for extra, words, flag in (
+            (("--enable-eplb",), "enable_expert_parallel must be True to use EPLB.", "enable-eplb"),
+            (("-ep", "--enable-eplb"), "EPLB requires tensor, prefill-context, or data parallelism, but got TP=1, "
+                                       "PCP=1, DP=1.", "enable-eplb"),
+            (("--eplb-config", '{"num_redundant_experts": 4}'), "num_redundant_experts is set to 4 but EPLB is not "
+             "enabled. Either enable EPLB or unset num_redundant_experts.", "eplb-config"),
+            (("-dp", "2", "-ep", "--enable-eplb", "--eplb-config", '{"num_redundant_experts": 1.5}'),
+             "eplb_config.num_redundant_experts must be an integer >= 0, got 1.5", "eplb-config")):
+        with pytest.raises(ConfigError) as e:
+            settings(QWEN_MOE, "--gpu", "H100", *extra)
+        assert str(e.value) == words and e.value.param == flag
