@@ -242,6 +242,9 @@ def resolve_step_settings(cfg) -> StepSettings:
     if getattr(cfg, "enable_dbo", False):
         from .perf.overlap import check_thresholds
         check_thresholds(cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
+        if pp > 1:                      # vLLM 0.34's VllmConfig._validate_model_runner
+            raise ConfigError("The GPU model runner does not support: dual batch overlap with pipeline parallelism",
+                              "enable-dbo")
         if ep and dp > 1 and hasattr(step_time, "arch"):     # the exchange hides behind the step (perf/overlap.py)
             from .perf.hardware import exchange_terms
             from .perf.overlap import install as overlap

@@ -190,6 +190,8 @@ def test_dual_batch_overlap_hides_the_exchange_of_a_step_large_enough_to_split()
     # without DP and EP there is no exchange to hide; thresholds below two micro-batches' are vLLM's error
     tp8 = settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-tp", "8", "--enable-dbo").step_time
     assert not getattr(tp8, "dbo", False)
+    with pytest.raises(ConfigError, match="does not support: dual batch overlap with pipeline parallelism"):
+        settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", *flags, "-pp", "2", "--enable-dbo")
     with pytest.raises(ConfigError, match=r"must be at least the number of microbatches \(2\)"):
         settings("deepseek-ai/DeepSeek-R1", "--gpu", "H200", "-dp", "8", "--enable-dbo", "--dbo-decode-token-threshold", "1")
 
