@@ -6,13 +6,14 @@ running (:class:`generation.engine.perf.stalls.DpLockstep`), as vLLM's DP ranks 
 step together.
 
 Rank 0 creates the file before it starts the other ranks (:func:`create_board`, from
-``server.ranks``; the name carries its process id, and a later server removes the boards of
-servers killed before they could) and names it in the environment (:data:`BOARD_ENV`); each rank
+``server.ranks``; it holds a shared lock on it for its life, and a later server removes the
+boards no process holds, those of servers killed before they could) and names it in the environment (:data:`BOARD_ENV`); each rank
 maps it when its engine starts (:func:`attach_board`).  Rows are written without a lock: a reader that meets a row
 half written sees a step that is not running, or the one before, for one plan."""
 from __future__ import annotations
 
 import atexit
+import fcntl
 import glob
 import mmap
 import os
@@ -33,8 +34,9 @@ def create_board(ranks: int) -> str | None:
     _remove_orphans(folder or tempfile.gettempdir())
     try:
         fd, path = tempfile.mkstemp(prefix=f"vllm-sim-dp-{os.getpid()}-", dir=folder)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(bytes(8 * ROW * ranks))
+        os.write(fd, bytes(8 * ROW * ranks))
+        fcntl.flock(fd, fcntl.LOCK_SH)      # held for the process's life: the board is in use
+        _HELD.append(fd)
     except OSError as e:
         import logging
         logging.getLogger("vllm_sim").warning("data parallel: no board for the ranks' lockstep (%s); each rank draws "
@@ -51,22 +53,29 @@ def create_board(ranks: int) -> str | None:
     return path
 
 
+_HELD: list = []     # the descriptors whose shared locks mark this process's board in use
+
+
 def _remove_orphans(folder: str) -> None:
-    """Remove the boards of servers that were killed before they could (SIGKILL): a board's name
-    carries its rank 0's process id."""
-    for path in glob.glob(os.path.join(folder, "vllm-sim-dp-*-*")):
-        pid = os.path.basename(path).split("-")[3]
-        if not pid.isdigit():
+    """Remove the boards of servers that were killed before they could (SIGKILL): no process
+    holds a lock on them (a lock, not a process id, so that a server in another PID namespace
+    sharing the folder keeps its board)."""
+    for path in glob.glob(os.path.join(folder, "vllm-sim-dp-*")):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
             continue
         try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:             # held: a live server's
+            continue
+        else:
             try:
                 os.unlink(path)
             except OSError:
                 pass
-        except OSError:             # another user's live process
-            pass
+        finally:
+            os.close(fd)
 
 
 def attach_board(ranks: int) -> np.ndarray | None:

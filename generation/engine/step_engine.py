@@ -363,7 +363,7 @@ class StepEngine:
 
     def _transfer_done(self, deadline: float) -> None:
         self.timer.close()
-        self._plan_step(max(deadline, monotonic()))
+        self._plan_step(max(deadline, monotonic()), True)       # idle until now: it joins its DP peers
 
     def _end_step(self, deadline: float) -> None:
         self.timer.close()

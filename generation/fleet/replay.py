@@ -214,6 +214,8 @@ class FleetReplay:
         rng = random.Random(f"{self.seed}-pod{i}-steps") if self.jitter > 0 else None
         pr = PodReplay(sched, step_time, rng=rng, jitter=self.jitter, timeout=self.timeout, on_finished=on_finished,
                        compact=self.compact)
+        if pr.lockstep is not None:     # a DP MoE pod draws its peers from a stream of its own
+            pr.lockstep.rng = random.Random(f"{self.seed}-pod{i}-dp-lockstep")
         pod = Pod(f"{role}-{i}" if role != "serve" else f"pod-{i}", i, role, pr, created, ready_at)
         if role == "decode" and self.compact:   # the client's arrival and the prefill's hits, by finished row
             pod.client_arrival, pod.client_cached = array("d"), array("q")

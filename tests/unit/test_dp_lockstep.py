@@ -54,13 +54,15 @@ def test_idle_peers_add_nothing():
 
 
 def test_an_idle_rank_joins_its_drawn_peers_at_a_point_of_their_step():
-    """After idle (its dummy batches ran in step with its peers), a step starts when the peers'
-    running step ends: a drawn peer is busy with the rank's own share, and met at a uniform
-    point of a step drawn from the window."""
-    lock = DpLockstep(3, Fixed(0.25))                 # busy all along: some peer is busy
+    """After idle (its dummy batches ran in step with its peers), a step starts when the group's
+    running step ends: the drawn peers' maximum (as for any step), met at a uniform point of
+    it; the step itself then runs from the group's next boundary."""
+    lock = DpLockstep(3, Fixed(0.25))                 # busy all along: 0.25 ** (1/2) = 0.5, the 100 ms step
     lock.step(0.1, 0.0)
-    # wait 0.25 x the 100 ms step, then the larger of its 10 ms and the peers' max (100 ms)
-    assert lock.step(0.01, 0.1, joining=True) == pytest.approx(0.025 + 0.1)
+    assert lock.step(0.01, 0.1, joining=True) == pytest.approx(0.25 * 0.1 + 0.01)
+    idle = DpLockstep(3, Fixed(0.25))
+    idle.step(0.1, 0.0)
+    assert idle.step(0.01, 10.0, joining=True) == 0.01   # busy 1% of the time: the peers are idle too
 
 
 def test_the_window_keeps_the_last_steps_only():
@@ -171,12 +173,17 @@ def test_a_nodes_ranks_wait_for_the_longest_step_a_peer_runs(tmp_path, monkeypat
     monkeypatch.setenv(dp_board.BOARD_ENV, "")
     monkeypatch.setattr(dp_board.tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(dp_board.os.path, "isdir", lambda p: False)     # not /dev/shm: the test's folder
-    orphan, live = tmp_path / "vllm-sim-dp-999999999-x", tmp_path / f"vllm-sim-dp-{dp_board.os.getpid()}-y"
+    orphan, live = tmp_path / "vllm-sim-dp-999-x", tmp_path / "vllm-sim-dp-1-y"
     orphan.write_bytes(b"")
     live.write_bytes(b"")
+    held = open(live, "rb")                               # a live server (any PID namespace) holds its lock
+    dp_board.fcntl.flock(held, dp_board.fcntl.LOCK_SH)
     path = dp_board.create_board(2)
+    held.close()
     assert path.startswith(str(tmp_path)) and dp_board.os.environ[dp_board.BOARD_ENV] == path
     assert not orphan.exists() and live.exists()          # a killed server's board goes, a live one's stays
+    dp_board._remove_orphans(str(tmp_path))
+    assert dp_board.os.path.exists(path)                  # this process holds its own
     a, b = DpLockstep(2, Fixed(0.99)), DpLockstep(2, Fixed(0.99))
     a.attach(dp_board.attach_board(2), 0)
     b.attach(dp_board.attach_board(2), 1)
@@ -208,3 +215,15 @@ def test_no_board_on_a_read_only_file_system(monkeypatch, caplog):
         assert dp_board.create_board(2) is None
     assert dp_board.attach_board(2) is None
     assert "no board for the ranks' lockstep ([Errno 30] Read-only file system)" in caplog.text
+
+
+def test_a_fleets_dp_moe_pods_draw_their_peers_apart():
+    """Each pod of a fleet replay is a DP rank of its own: its peers come from a stream of its own
+    (every pod had drawn the same uniforms), seeded by the fleet's seed."""
+    from generation.fleet.replay import FleetReplay, pod_factory
+    new_pod = pod_factory(["--model", "Qwen/Qwen3-30B-A3B", "--gpu", "H100", "-dp", "4", "--max-model-len", "8192"])[0]
+    trace = [TraceRequest(0.1 * i, 256, 8) for i in range(8)]
+    fleet = FleetReplay(new_pod, trace, pods=2, seed=3)
+    a, b = (p.replay.lockstep.rng for p in fleet.pods)
+    assert a.random() != b.random()
+    assert fleet.run().summary()["requests"] == 8

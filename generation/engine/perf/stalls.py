@@ -227,9 +227,10 @@ class DpLockstep:
     def step(self, dt: float, start: float, joining: bool = False) -> float:
         """The lockstep length of a step this rank alone would take ``dt`` seconds for, planned at
         ``start`` (s, the engine's clock); ``dt`` joins the window.  ``joining``: the rank was idle
-        (its requests arrived while it ran dummy batches): it starts when the peers' running step
-        ends (a local peer's end from the board; a drawn peer, busy with the share above, is met
-        at a uniform point of a step drawn from the window)."""
+        (its requests arrived while it ran dummy batches): it starts when the group's running step
+        ends (a local peer's end from the board; the drawn peers' step, their maximum as above, is
+        met at a uniform point of it: a longer step is no likelier to be met, which makes the
+        wait a little short)."""
         ordered, recent = self.ordered, self.recent
         wait = peer = 0.0
         board = self.board
@@ -246,11 +247,13 @@ class DpLockstep:
             span = start - recent[0][1]             # from the window's first step to this one
             busy = min(1.0, self.busy_time / span) if span > 0 else 1.0
             rand = self.rng.random
-            if joining and rand() < 1.0 - (1.0 - busy) ** (1.0 / self.exponent):
-                wait = max(wait, rand() * ordered[int(n * rand())])
             top = rand() ** self.exponent - (1.0 - busy)     # the peers' max: a dummy below 0
             if top > 0:
-                peer = max(peer, ordered[min(n - 1, int(n * top / busy))])
+                drawn = ordered[min(n - 1, int(n * top / busy))]
+                if joining:                 # met at a uniform point of the group's running step
+                    wait = max(wait, rand() * drawn)
+                else:
+                    peer = max(peer, drawn)
         out = wait + (peer if peer > dt else dt)
         if n == self.WINDOW:
             old, _, held = recent.popleft()
