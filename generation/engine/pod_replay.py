@@ -354,6 +354,7 @@ class PodReplay:
         async_sched = self.async_sched
         budget = s.max_num_batched_tokens
         pauses = self.pauses
+        lockstep = self.lockstep
         while True:
             # ---- complete `plan` (LazyDecode.complete, then _complete, for a pure group step)
             end = self.end
@@ -406,8 +407,8 @@ class PodReplay:
             lz.group_steps += 1
             dt = step_time(n, plan.decode_context, plan.num_chunks, plan.prefill_tokens, plan.prefill_pairs,
                            plan.prefill_context)
-            if self.lockstep is not None:
-                dt = self.lockstep.step(dt, now)
+            if lockstep is not None:
+                dt = lockstep.step(dt, now)
             if self.jit is not None and n > self.jit.max_graph:     # (a graph-sized step: no call)
                 dt += self.jit.stall(n)
             if pauses is not None and (pauses.next is None or pauses.next < now + dt):     # (none due: no call)

@@ -231,6 +231,7 @@ def resolve_step_settings(cfg) -> StepSettings:
     if cfg.kv_transfer_bandwidth <= 0:
         raise ConfigError("kv transfer bandwidth must be positive", "kv-transfer-bandwidth")
     sizes = getattr(cfg, "cuda_graph_sizes", None)
+    backend = getattr(cfg, "all2all_backend", "allgather_reducescatter")
     step_time = build_step_model(gpu, phys, tp=tp, quantization=quant, kv_cache_dtype=cfg.kv_cache_dtype,
                                  profile_path=cfg.step_time_profile,
                                  enforce_eager=bool(getattr(cfg, "enforce_eager", False)),
@@ -238,7 +239,7 @@ def resolve_step_settings(cfg) -> StepSettings:
                                  max_cudagraph_capture_size=getattr(cfg, "max_cudagraph_capture_size", None)
                                  or default_max_cudagraph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens),
                                  async_scheduling=getattr(cfg, "async_scheduling", None) is not False, ep=ep, dp=dp,
-                                 dcp=dcp, all2all_backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"))
+                                 dcp=dcp, all2all_backend=backend)
     if getattr(cfg, "enable_dbo", False):
         from .perf.overlap import check_thresholds
         check_thresholds(cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
@@ -250,10 +251,9 @@ def resolve_step_settings(cfg) -> StepSettings:
             from .perf.overlap import install as overlap
             overlap(step_time, exchange_terms(arch, tp, step_time.gpu.nvlink_bandwidth, dp=dp, ep=True,
                                               domain=step_time.gpu.nvlink_domain,
-                                              backend=getattr(cfg, "all2all_backend", "allgather_reducescatter"),
+                                              backend=backend,
                                               quantization=quant),
                     cfg.dbo_decode_token_threshold, cfg.dbo_prefill_token_threshold)
-    backend = getattr(cfg, "all2all_backend", "allgather_reducescatter")
     for unused, why in ((getattr(cfg, "enable_dbo", False) and not (ep and dp > 1), "--enable-dbo"),
                         (backend != "allgather_reducescatter" and not (ep and dp > 1), f"--all2all-backend {backend}")):
         if unused:          # accepted as vLLM accepts it; said once, so a user does not read figures into it

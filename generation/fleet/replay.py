@@ -212,10 +212,9 @@ class FleetReplay:
         self.bs = sched.block_size
         on_finished = self._handoff if role == "prefill" else None
         rng = random.Random(f"{self.seed}-pod{i}-steps") if self.jitter > 0 else None
+        # each pod its own pauses and DP peers (pod 0 as a replay of its requests alone, as the server's rank 0)
         pr = PodReplay(sched, step_time, rng=rng, jitter=self.jitter, timeout=self.timeout, on_finished=on_finished,
-                       compact=self.compact)
-        if pr.lockstep is not None:     # a DP MoE pod draws its peers from a stream of its own
-            pr.lockstep.rng = random.Random(f"{self.seed}-pod{i}-dp-lockstep")
+                       compact=self.compact, pause_seed=f"{self.seed}-pod{i}" if i else self.seed)
         pod = Pod(f"{role}-{i}" if role != "serve" else f"pod-{i}", i, role, pr, created, ready_at)
         if role == "decode" and self.compact:   # the client's arrival and the prefill's hits, by finished row
             pod.client_arrival, pod.client_cached = array("d"), array("q")
