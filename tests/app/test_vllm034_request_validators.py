@@ -215,7 +215,11 @@ def test_completions_response_format_constrains_the_text_as_on_chat(app_client):
     out = json.loads(r.json()["choices"][0]["text"])
     assert set(out) == {"city", "n"} and isinstance(out["city"], str) and isinstance(out["n"], int)
     r = c.post("/v1/completions", json={**body, "response_format": {"type": "json_object"}})
-    assert r.status_code == 200 and isinstance(json.loads(r.json()["choices"][0]["text"]), dict)
+    choice = r.json()["choices"][0]
+    if choice["finish_reason"] == "length":     # cut at max_tokens, as vLLM cuts it (1 answer in 200 here)
+        assert r.status_code == 200 and choice["text"].startswith("{")
+    else:
+        assert r.status_code == 200 and isinstance(json.loads(choice["text"]), dict)
     r = c.post("/v1/completions", json={**body, "response_format": {"type": "json_schema"}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
     r = c.post("/v1/completions", json={**body, "response_format": {"type": "bogus"}})
