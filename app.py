@@ -115,6 +115,7 @@ def create_app(config: SimConfig | None = None, tokenizer=None) -> Flask:
     # the http_* metrics, where vLLM's instrumentator middleware sits: inside the API key and CORS
     app.wsgi_app = observed = ObservedHTTP(app.wsgi_app, sim.metrics.http,
                                            HandlerTable(handler_templates(app, excluded), partial(rule_of, app)))
+    app.extensions["engine_wsgi"] = observed.wsgi_app      # a DP rank's share of an operation on all ranks
     if not config.enable_server_load_tracking and not getattr(config, "log_http", False):
         # a JSON POST on a generation route skips the layers above, whose checks it passes
         app.wsgi_app = FrontDoor(app.wsgi_app, fast, config.timeout_keep_alive or KEEPALIVE_SECONDS, observed)
@@ -470,12 +471,12 @@ def build_simulator(config: SimConfig, tokenizer=None):
     return sim
 
 
-def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None) -> int:
-    """Serve the app with gunicorn's gevent worker in this process until SIGTERM / Ctrl-C
-    (:func:`server.serve.serve`: TLS, logs, lifecycle, data-parallel ranks from ``argv``).
-    Returns the exit code."""
+def serve(config: SimConfig, tokenizer=None, argv: list[str] | None = None, listener=None, factory=None) -> int:
+    """Serve the app (``factory()``, default the one engine's) with gunicorn's gevent worker in
+    this process until SIGTERM / Ctrl-C (:func:`server.serve.serve`: TLS, logs, lifecycle,
+    data-parallel ranks from ``argv``).  Returns the exit code."""
     from server.serve import serve as run_server
-    return run_server(config, lambda: create_app(config, tokenizer), argv, __file__, listener)
+    return run_server(config, factory or (lambda: create_app(config, tokenizer)), argv, __file__, listener)
 
 
 def _config_error(e: ConfigError) -> int:
@@ -501,8 +502,10 @@ def main(argv=None) -> int:
     if config.deprecations:
         log.warning("deprecated flags: %s", "; ".join(config.deprecations))
     log_flag_notes(config)
+    if config.data_parallel_rank >= 0:          # vLLM: an explicit rank implies external load balancing
+        config.data_parallel_external_lb = True
     if config.data_parallel_size > 1 and config.data_parallel_rank < 0:
-        config.data_parallel_rank = 0          # serve() starts ranks 1..N-1 once its port is bound
+        config.data_parallel_rank = 0          # rank 0: serve() starts ranks 1..N-1 (-dpe), or in this process
     class NoDataset(Exception):
         pass
     # data.* import urllib and numpy: only when a dataset is configured (start-up time)
@@ -534,6 +537,10 @@ def main(argv=None) -> int:
     if config.fleet_size:                       # --fleet-size N: N pods in this process
         from server.fleet_worker import serve_fleet
         return serve_fleet(config, lambda pod_config: create_app(pod_config, tokenizer))
+    if config.data_parallel_size > 1 and not config.data_parallel_external_lb:
+        from server.dp_api import build_data_parallel_api   # vLLM's one endpoint over the ranks
+        return serve(config, tokenizer, None, factory=lambda: build_data_parallel_api(
+            config, lambda rank_config: create_app(rank_config, tokenizer)))
     return serve(config, tokenizer, argv)
 
 

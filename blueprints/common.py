@@ -22,7 +22,7 @@ from generation.adapters.extra_args import exact_extra_args
 from generation.adapters.wide_ints import hold
 from generation.adapters.token_stream import answer_aborted
 from generation.adapters.validation import BODY_BYTES, JSON_WORDS_MAX, body_missing, body_not_an_object, body_unparsable  # noqa: F401
-from generation.errors import InjectedError, InvalidParam, RequestInvalid, SimulatorError, UnsupportedMediaType
+from generation.errors import InjectedError, InvalidParam, Rejected, RequestInvalid, SimulatorError, UnsupportedMediaType
 
 from .errors import internal_error
 from .streaming import END_WITH_KEY, HEADERS_LATER_KEY, HUB_EMITTER_KEY, KERNEL_ARRIVAL_KEY, send_all_or_stall
@@ -571,6 +571,20 @@ def header_checks(sim: Simulator | None = None, environ: dict | None = None) -> 
 
 
 GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")      # Go strconv.ParseBool's true spellings
+
+
+def check_data_parallel_rank(cfg, header: str) -> None:
+    """vLLM's ``X-data-parallel-rank`` check (``InputProcessor.process_inputs``): a header that
+    Python's ``int`` reads, outside the engines this API server fronts (``--data-parallel-size``,
+    or 1 with ``--data-parallel-external-lb``, its ``local_engines_only``), raises Rejected (400);
+    one that is not an integer is ignored, as vLLM's ``_get_data_parallel_rank`` ignores it."""
+    try:
+        rank = int(header)
+    except ValueError:
+        return
+    ranks = 1 if getattr(cfg, "data_parallel_external_lb", False) else cfg.data_parallel_size
+    if not 0 <= rank < ranks:
+        raise Rejected(f"data_parallel_rank {rank} is out of range [0, {ranks}).")
 
 
 def send_image(sim: Simulator, environ: dict) -> bool:

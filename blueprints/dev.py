@@ -170,16 +170,19 @@ def _system_env(config) -> dict:
 
 @bp.get("/kv_event_sources")
 def kv_event_sources():
-    sim = simulator()
-    cfg = sim.config
-    if sim.kv_cache is None or not cfg.zmq_endpoint:
-        return json_response([])
-    from generation.kvcache.events import rank_endpoint     # msgpack: only with --enable-kvcache
-    rank = max(cfg.data_parallel_rank, 0)
-    replay = cfg.kv_events_replay_endpoint
-    return json_response([{"data_parallel_rank": rank, "endpoint": rank_endpoint(cfg.zmq_endpoint, rank),
-                           "replay_endpoint": rank_endpoint(replay, rank) if replay else None,
-                           "topic": cfg.kv_topic()}])
+    dp = current_app.extensions.get("data_parallel")     # one API server over DP engines: every rank's
+    sims = dp.sims if dp is not None else [simulator()]
+    out = []
+    for sim in sims:
+        cfg = sim.config
+        if sim.kv_cache is None or not cfg.zmq_endpoint:
+            continue
+        from generation.kvcache.events import rank_endpoint     # msgpack: only with --enable-kvcache
+        rank = max(cfg.data_parallel_rank, 0)
+        replay = cfg.kv_events_replay_endpoint
+        out.append({"data_parallel_rank": rank, "endpoint": rank_endpoint(cfg.zmq_endpoint, rank),
+                    "replay_endpoint": rank_endpoint(replay, rank) if replay else None, "topic": cfg.kv_topic()})
+    return json_response(out)
 
 
 @bp.post("/invocations")

@@ -64,7 +64,8 @@ def version():
 def load():
     """vLLM's ``GET /load``: ``{"server_load": N}``, the inference requests in flight (counted
     with ``--enable-server-load-tracking``; 0 without, as vLLM)."""
-    return json_response({"server_load": simulator().server_load})
+    dp = current_app.extensions.get("data_parallel")      # one API server over DP engines: all of them
+    return json_response({"server_load": dp.server_load() if dp is not None else simulator().server_load})
 
 
 def _query(name: str, read, default):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import re
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, current_app, request
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import Metric
 from werkzeug.routing import BaseConverter
@@ -38,8 +38,9 @@ bp.record_once(lambda state: state.app.url_map.converters.setdefault("tail", Any
 
 @bp.get("/metrics")
 def metrics():
-    sim = simulator()      # collectors read running / waiting / KV usage / LoRA state now
-    return Response(sim.metrics.render(), 200, content_type=CONTENT_TYPE_PLAIN_0_0_4)
+    dp = current_app.extensions.get("data_parallel")      # one API server over DP engines: every rank's
+    body = dp.render_metrics() if dp is not None else simulator().metrics.render()   # state read now
+    return Response(body, 200, content_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
 class OnlyNamed:
@@ -67,7 +68,8 @@ class OnlyNamed:
 def metrics_app(rest: str = ""):
     """prometheus_client's ``make_asgi_app`` (``exposition._bake_output``): ``Accept`` picks the
     encoder, ``name[]`` restricts the samples, ``Accept-Encoding: gzip`` compresses; 200 always."""
-    registry = simulator().metrics.registry
+    dp = current_app.extensions.get("data_parallel")
+    registry = dp.registry() if dp is not None else simulator().metrics.registry
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     names = request.args.getlist("name[]")
     body = encoder(OnlyNamed(registry, names) if names else registry)

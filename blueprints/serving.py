@@ -41,8 +41,8 @@ from generation.errors import EnginePaused, SimulatorError
 from generation.lanes import CLIENT as SCHEMA_CLIENT
 from schemas.common import load
 
-from .common import (dumps_json, dumps_paced, hang_up, header_checks, parse_json_body, received_at,
-                     request_id, response_headers, run_to_completion, send_image, sse_body)
+from .common import (check_data_parallel_rank, dumps_json, dumps_paced, hang_up, header_checks, parse_json_body,
+                     received_at, request_id, response_headers, run_to_completion, send_image, sse_body)
 from .errors import (REQUEST_METADATA_ID_KEY, anthropic_body, internal_error, log_error_stack, openai_body,
                      status_of)
 from .sse_keep_alive import with_sse_keep_alive
@@ -81,6 +81,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     if adapter.image_output and sim.config.omni:
         req.send_image = send_image(sim, environ)
     seqs = sim.prepare(req)         # vLLM's render ends with the context-length check: prepare's
+    if "HTTP_X_DATA_PARALLEL_RANK" in environ:
+        check_data_parallel_rank(sim.config, environ["HTTP_X_DATA_PARALLEL_RANK"])
     if adapter.render_type is not None:
         observe_render(sim, adapter.render_type, req, rendering)
     work = adapter.work(seqs)

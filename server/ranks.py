@@ -1,5 +1,6 @@
-"""Data-parallel ranks: ``--data-parallel-size N`` runs N engines, one process each, on
-consecutive ports (vLLM's data-parallel engines behind one API).
+"""Data-parallel ranks with ``--data-parallel-external-lb``: ``--data-parallel-size N`` runs N
+engines, one process each, on consecutive ports (vLLM's external load balancing: each rank its
+own endpoint).  Without the flag they share one endpoint in one process (:mod:`server.dp_api`).
 """
 from __future__ import annotations
 

@@ -74,7 +74,8 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
         f"vLLM simulator: model={c.model} served={','.join(c.served_names)} runner={runner} mode={c.mode} "
         f"tokenizer={tok}"
         + (f" data-parallel rank {global_dp_rank(c)}/{getattr(c, 'data_parallel_size_total', None) or c.data_parallel_size}"
-           if c.data_parallel_size > 1 or getattr(c, "data_parallel_size_total", None) else ""),
+           if getattr(c, "data_parallel_external_lb", False) or getattr(c, "data_parallel_size_total", None)
+           else f" data-parallel-size {c.data_parallel_size}" if c.data_parallel_size > 1 else ""),
         ("latency: calculator=step (the engine's steps decide TTFT and ITL; step engine line below)"
          if c.latency_calculator == "step" else
          f"latency: ttft={d(c.time_to_first_token)}±{d(c.time_to_first_token_std_dev)} "
@@ -87,10 +88,13 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
         f"access log {'off' if getattr(c, 'disable_log_requests', False) else 'on'}, "
         f"shutdown grace {shutdown_grace(c):g}s)",
     ]
-    if c.data_parallel_size > 1 and rank <= 0:
+    if c.data_parallel_size > 1 and rank <= 0 and getattr(c, "data_parallel_external_lb", False):
         lines.append(f"data parallel: ranks on ports {c.port}..{c.port + c.data_parallel_size - 1}, each its own "
-                     f"endpoint (vLLM's --data-parallel-external-lb layout; vLLM without it balances the ranks behind "
-                     f"--port)")
+                     f"endpoint (--data-parallel-external-lb)")
+    elif c.data_parallel_size > 1 and rank <= 0:
+        lines.append(f"data parallel: {c.data_parallel_size} engines in this process behind --port, each request "
+                     f"to the least loaded (vLLM's API server; X-data-parallel-rank picks one; one port per rank: "
+                     f"--data-parallel-external-lb)")
     step = getattr(c, "step", None)
     if step is not None:                  # step mode: what vLLM logs about its KV cache
         lines[2:2] = step.summary(c.max_model_len)
@@ -160,10 +164,11 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
         def load(self):
             app = app_factory()
             from generation.kvcache.cache import event_socket_problem
-            problem = event_socket_problem(getattr(app.extensions.get("simulator"), "kv_cache", None))
-            if problem:                 # vLLM's engine does not start without its event sockets
-                log.error("%s", problem)
-                raise SystemExit(1)
+            for sim in getattr(app, "sims", None) or [app.extensions.get("simulator")]:    # a DP API: each rank's
+                problem = event_socket_problem(getattr(sim, "kv_cache", None))
+                if problem:                 # vLLM's engine does not start without its event sockets
+                    log.error("%s", problem)
+                    raise SystemExit(1)
             return app
 
     application = SimulatorApplication()
@@ -247,7 +252,7 @@ def attach_to_gunicorn(app, config) -> None:
     configure_logging(config)
     if worker.cfg.workers > 1:
         log.error("gunicorn -w %d: the simulator is one vLLM engine per process; run one worker "
-                  "(-w 1) and use --data-parallel-size N for N engines (ports --port .. --port+N-1)",
+                  "(-w 1) and use --data-parallel-size N for N engines",
                   worker.cfg.workers)
         sys.exit(3)
     # The access log is on unless --disable-log-requests (gunicorn's own default is off).

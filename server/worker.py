@@ -182,6 +182,7 @@ class SimWorker(GeventWorker):
         from .emitter_factory import with_hub_emitter
         self.wsgi = with_hub_emitter(flask_app)      # streams may be driven from the event loop
         ext = getattr(flask_app, "extensions", {})
+        self._data_parallel = ext.get("data_parallel")
         sim = self._simulator = ext.get("simulator")
         self.lifecycle = ext.get("lifecycle")
         self.grace = shutdown_grace(sim.config) if sim is not None else 30.0
@@ -224,7 +225,8 @@ class SimWorker(GeventWorker):
         return server
 
     def run(self):
-        self.pause_collector_in_bursts(idle_of(getattr(self, "_simulator", None)))
+        dp = getattr(self, "_data_parallel", None)          # several engines: idle when all are
+        self.pause_collector_in_bursts(dp.idle if dp is not None else idle_of(getattr(self, "_simulator", None)))
         servers = [self.accept_on(s) for s in self.sockets]
         from .unfinished import current
         self.unfinished = current()

@@ -447,6 +447,8 @@ _declare("parallel",
          Option("tensor-parallel-size", "int", 1, "GPUs per rank (step mode: splits the weights, heads and KV "
                 "cache, adds all-reduces)"),
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
+         Option("data-parallel-external-lb", "bool", False, "Each rank its own endpoint, --port + rank (vLLM's "
+                "external load balancing; without it one endpoint, --port, balances the ranks as vLLM's API server)"),
          Option("all2all-backend", "str", "allgather_reducescatter", "A MoE model's expert-parallel exchange under "
                 "DP (step mode: gathering every replica's tokens, or DeepEP-style kernels sending each token to its "
                 "top-k experts)", choices=ALL2ALL_BACKENDS),
@@ -454,10 +456,8 @@ _declare("parallel",
                 "--data-parallel-size-local: its ranks' engine labels and KV-event ranks count from it)", nullable=True),
          Option("enable-dbo", "bool", False, "Dual-batch overlap (step mode: a MoE model's exchange under DP and "
                 "-ep hidden behind the rest of a step large enough to split)"),
-         Option("dbo-decode-token-threshold", "int", 32, "Tokens a decode-only step needs to be split (--enable-dbo)",
-                unit="tokens"),
-         Option("dbo-prefill-token-threshold", "int", 512, "Tokens a step with a prompt needs to be split "
-                "(--enable-dbo)", unit="tokens"),
+         Option("dbo-decode-token-threshold", "int", 32, "Tokens a decode-only step needs to be split", unit="tokens"),
+         Option("dbo-prefill-token-threshold", "int", 512, "Tokens a step with a prompt needs to be split", unit="tokens"),
          Option("pipeline-parallel-size", "int", 1, "Pipeline stages, each of --tensor-parallel-size GPUs (step "
                 "mode: a GPU holds a stage's layers and KV cache; a step is a rotation of pipelined micro-batches)"),
          Option("data-parallel-size-local", "int", None, "Data-parallel ranks this node runs, of "

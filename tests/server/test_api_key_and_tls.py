@@ -137,7 +137,7 @@ def test_data_parallel_ranks_serve_https(tmp_path):
     for _attempt in range(3):      # another test may take a port between free_port and the bind
         port = free_port(2)
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1",
-                                 "--self-signed-certs", "--data-parallel-size", "2"], cwd=ROOT,
+                                 "--self-signed-certs", "--data-parallel-size", "2", "-dpe"], cwd=ROOT,
                                 stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         try:
             for p in (port, port + 1):

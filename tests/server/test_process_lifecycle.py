@@ -291,7 +291,7 @@ def test_data_parallel_rank_that_cannot_start_stops_the_group(tmp_path, procs):
     with socket.socket() as holder:         # rank 1's port is taken
         holder.bind(("127.0.0.1", port + 1))
         holder.listen(1)
-        p = Proc(tmp_path, "--data-parallel-size", "2", port=port, wait=False)
+        p = Proc(tmp_path, "--data-parallel-size", "2", "-dpe", port=port, wait=False)
         procs.append(p)
         code = p.proc.wait(timeout=30)
     assert code == 1
@@ -303,7 +303,7 @@ def test_data_parallel_rank_that_cannot_start_stops_the_group(tmp_path, procs):
 
 def test_data_parallel_group_stops_together_on_sigterm(tmp_path, procs):
     port = free_port(2)
-    p = Proc(tmp_path, "--data-parallel-size", "2", port=port)
+    p = Proc(tmp_path, "--data-parallel-size", "2", "-dpe", port=port)
     procs.append(p)
     rank1 = f"http://127.0.0.1:{port + 1}"
     deadline = time.monotonic() + 30

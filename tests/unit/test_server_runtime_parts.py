@@ -30,13 +30,18 @@ def test_startup_summary_names_the_data_parallel_ranks_own_event_endpoint():
         startup_summary(cfg, tls=False, api_key=False)
 
 
-def test_startup_summary_says_the_data_parallel_ranks_are_endpoints_of_their_own():
+def test_startup_summary_says_where_the_data_parallel_ranks_are_served():
     from server.serve import startup_summary
     from generation.config.cli import load_config
     lines = startup_summary(load_config(["--data-parallel-size", "2", "--port", "9000"], env={}), tls=False,
                             api_key=False)
-    assert lines[-1] == ("data parallel: ranks on ports 9000..9001, each its own endpoint (vLLM's "
-                         "--data-parallel-external-lb layout; vLLM without it balances the ranks behind --port)")
+    assert lines[-1] == ("data parallel: 2 engines in this process behind --port, each request to the least loaded "
+                         "(vLLM's API server; X-data-parallel-rank picks one; one port per rank: "
+                         "--data-parallel-external-lb)")
+    assert " data-parallel-size 2" in lines[0]
+    lines = startup_summary(load_config(["--data-parallel-size", "2", "--port", "9000", "-dpe"], env={}), tls=False,
+                            api_key=False)
+    assert lines[-1] == "data parallel: ranks on ports 9000..9001, each its own endpoint (--data-parallel-external-lb)"
     rank1 = load_config(["--data-parallel-size", "2", "--data-parallel-rank", "1"], env={})
     assert not any(line.startswith("data parallel:") for line in startup_summary(rank1, tls=False, api_key=False))
 

@@ -1,0 +1,104 @@
+"""One ``/metrics`` over several engines' registries: what vLLM's API server exposes when it
+fronts ``--data-parallel-size N`` engines (its ``PrometheusStatLogger`` keeps one series per
+engine, told apart by the ``engine`` label, under one HELP / TYPE header per family).
+
+The rule for a sample, the same in both forms below:
+
+* it carries an ``engine`` label: each engine's own series, kept side by side;
+* ``process_*`` / ``python_*`` families and ``*_created`` samples: the process's, or a start
+  time, the same for every engine of this process: the first engine's;
+* anything else without an ``engine`` label (the API server's ``http_*`` families, render
+  duration, WebSocket connections, admission rejections) was counted by whichever engine's
+  routes served the request: summed, so the totals are the API server's.
+"""
+from __future__ import annotations
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+
+_ENGINE = 'engine="'
+
+
+def _first_only(family: str, sample: str) -> bool:
+    return family.startswith(("process_", "python_")) or sample.endswith("_created")
+
+
+def merge_exposition(texts: list[str]) -> str:
+    """The Prometheus text (format 0.0.4) of ``texts``, each one engine's whole exposition:
+    each family once, in the order first seen, with every engine's samples (rule above).
+    Samples must have no timestamps (the simulator writes none).  A family whose samples carry
+    the ``engine`` label is joined block by block; only the others are read line by line."""
+    order: list[str] = []
+    heads: dict[str, str] = {}               # family -> its HELP / TYPE lines
+    blocks: dict[str, list[str]] = {}        # family -> engines' sample lines (engine-labelled)
+    summed: dict[str, dict] = {}             # family -> {series: value} (the others)
+    for text in texts:
+        for block in _blocks(text):
+            head, _, body = block.partition("\n# TYPE ")
+            family = head.split(" ", 1)[0]
+            type_line, _, samples = body.partition("\n")
+            if family not in heads:
+                order.append(family)
+                heads[family] = f"# HELP {head}\n# TYPE {type_line}\n"
+                if _ENGINE in samples.split("\n", 1)[0] or not samples:
+                    blocks[family] = [samples]
+                    continue
+                summed[family] = {}
+            elif family in blocks:
+                blocks[family].append(samples)
+                continue
+            into = summed.setdefault(family, {})
+            for line in samples.split("\n"):
+                if not line:
+                    continue
+                key, _, value = line.rpartition(" ")
+                old = into.get(key)
+                if old is None:
+                    into[key] = value
+                elif _ENGINE not in key and not _first_only(family, key.split("{", 1)[0]):
+                    into[key] = float(old) + float(value)
+    out = []
+    for family in order:
+        out.append(heads[family])
+        if family in blocks:
+            out.extend(b if b.endswith("\n") or not b else b + "\n" for b in blocks[family])
+        else:
+            out.extend(f"{k} {v if v.__class__ is str else floatToGoString(v)}\n" for k, v in summed[family].items())
+    return "".join(out)
+
+
+def _blocks(text: str) -> list[str]:
+    """``text``'s families, each from its HELP line's name to its last sample (no ``# HELP ``)."""
+    if not text.startswith("# HELP "):      # nothing registered (prometheus_client writes HELP first)
+        return []
+    return text[7:].split("\n# HELP ")
+
+
+class MergedRegistry:
+    """A collector over ``registries`` (one per engine) for prometheus_client's encoders
+    (``generate_latest``, OpenMetrics, ``restricted_registry``-like filters): each family once,
+    its samples merged by the rule above."""
+
+    def __init__(self, registries):
+        self.registries = list(registries)
+
+    def collect(self):
+        merged: dict[str, Metric] = {}
+        keyed: dict[str, dict] = {}
+        for registry in self.registries:
+            for family in registry.collect():
+                into = merged.get(family.name)
+                if into is None:
+                    into = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                    keyed[family.name] = {}
+                seen = keyed[family.name]
+                for s in family.samples:
+                    key = (s.name, tuple(sorted(s.labels.items())))
+                    i = seen.get(key)
+                    if i is None:
+                        seen[key] = len(into.samples)
+                        into.samples.append(s)
+                    elif "engine" not in s.labels and not _first_only(family.name, s.name):
+                        old = into.samples[i]
+                        into.samples[i] = old._replace(value=old.value + s.value)
+        yield from merged.values()

@@ -1,0 +1,282 @@
+"""vLLM's API server over a node's data-parallel engines: ``--data-parallel-size N`` without
+``--data-parallel-external-lb`` serves one endpoint, ``--port``, in front of N engines, as
+``vllm serve -dp N`` does (its ``DPLBAsyncMPClient``, ``vllm/v1/engine/core_client.py``).
+
+The N engines live in this process, each built by :func:`app.create_app` from its own copy of
+the configuration (``--data-parallel-rank`` r: its ``engine`` label, KV-event endpoint and rank,
+seed); the tokenizer, step mode's resolved settings, the readiness state and the Responses
+store are shared, as the one API server holds them.  :class:`DataParallelAPI` hands each
+request to an engine's app:
+
+* an inference request (a ``POST`` that runs on an engine, and the realtime WebSocket) to the
+  rank named by the ``X-data-parallel-rank`` header, else to the least loaded: vLLM 0.34's score
+  (:meth:`DataParallelBalancer.choose`);
+* an operation on the engines (sleep, wake-up, pause, LoRA adapters, cache resets, checkpoint,
+  weight updates, aborts, the simulator's ``/admin/config``) to rank 0 and, when it succeeds,
+  to every other rank with the same body, as vLLM's ``call_utility_all``; rank 0's answer is
+  the reply;
+* everything else (``/health``, ``/v1/models``, tokenizing and rendering, ``/metrics``) to rank
+  0, whose ``/metrics``, ``/load`` and ``/kv_event_sources`` cover every rank (through
+  ``app.extensions["data_parallel"]``).
+"""
+from __future__ import annotations
+
+import io
+import logging
+import time
+
+log = logging.getLogger("vllm_sim")
+
+LB_REFRESH_S = 0.1        # vLLM's DPCoordinator publishes the engines' counts every 100 ms
+RANK_HEADER = "HTTP_X_DATA_PARALLEL_RANK"
+
+# Operations vLLM's API server sends to every engine (``call_utility_all_async`` / ``collective_rpc``).
+BROADCAST = frozenset((
+    "/sleep", "/wake_up", "/pause", "/resume", "/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache",
+    "/release_kv_cache_memory", "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/collective_rpc",
+    "/start_profile", "/stop_profile", "/checkpoint/prepare", "/checkpoint/restore", "/scale_elastic_ep",
+    "/abort_requests", "/inference/v1/abort_requests", "/update_weights", "/init_weight_transfer_engine",
+    "/start_weight_update", "/start_draft_weight_update", "/finish_weight_update", "/update_weight_version",
+    "/shutdown_weight_transfer_engine", "/admin/config", "/fake_metrics"))
+# POST routes the API server answers itself (no engine): rank 0.
+API_ONLY = frozenset(("/tokenize", "/detokenize", "/v1/messages/count_tokens", "/is_scaling_elastic_ep", "/ping"))
+
+
+class DataParallelBalancer:
+    """vLLM 0.34's choice of an engine for a request (``DPLBAsyncMPClient.get_core_engine_for_request``):
+    the coordinator's ``[waiting, running, kv_cache_usage]`` per engine, refreshed every
+    :data:`LB_REFRESH_S`, and this server's own requests in flight per engine.  An engine's score is
+    ``max(in_flight, waiting + running)`` plus ``waiting x 6 x max(0, kv_usage - 0.5)``; the
+    lowest wins, scanning from a start index that turns by one each request (ties spread
+    round-robin); the winner's waiting count goes up by one until the next refresh.
+
+    ``counts()``: the engines' ``[waiting, running, kv_usage]`` now; ``clock``: seconds."""
+
+    def __init__(self, size: int, counts, clock=time.monotonic):
+        self.size = size
+        self.counts = counts
+        self.clock = clock
+        self.in_flight = [0] * size
+        self.snapshot = [[0, 0, 0.0] for _ in range(size)]
+        self.taken_at = float("-inf")
+        self.start = 0
+
+    def choose(self) -> int:
+        """The engine for the next request; counts it in flight (:meth:`done` ends it)."""
+        now = self.clock()
+        if now - self.taken_at >= LB_REFRESH_S:
+            self.snapshot = [list(c) for c in self.counts()]
+            self.taken_at = now
+        best, best_score = 0, float("inf")
+        for i in range(self.size):
+            idx = (self.start + i) % self.size
+            waiting, running, usage = self.snapshot[idx]
+            score = max(self.in_flight[idx], waiting + running)
+            if waiting:
+                score += waiting * 6.0 * max(0.0, usage - 0.5)
+            if score < best_score:
+                best, best_score = idx, score
+        self.snapshot[best][0] += 1
+        self.start = (self.start + 1) % self.size
+        self.in_flight[best] += 1
+        return best
+
+    def take(self, rank: int) -> int:
+        """A request sent to ``rank`` by its header: counted in flight."""
+        self.in_flight[rank] += 1
+        return rank
+
+    def done(self, rank: int) -> None:
+        self.in_flight[rank] -= 1
+
+
+def engine_counts(sim) -> list:
+    """``[waiting, running, kv_cache_usage]`` of one simulator's engine now (what vLLM's engine
+    reports to its coordinator)."""
+    engine = getattr(sim, "engine", None)
+    if engine is not None:
+        sched = engine.scheduler
+        return [len(sched.waiting) + engine.pending, len(sched.running), sched.usage()]
+    kv = sim.kv_cache
+    return [len(sim.waiting), sim.running, kv.usage() if kv is not None else 0.0]
+
+
+class _InFlight:
+    """A streamed response body that ends its request's count in flight when closed."""
+    __slots__ = ("body", "balancer", "rank")
+
+    def __init__(self, body, balancer, rank):
+        self.body, self.balancer, self.rank = body, balancer, rank
+
+    def __iter__(self):
+        return iter(self.body)
+
+    def close(self):
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if self.balancer is not None:
+                self.balancer.done(self.rank)
+                self.balancer = None
+
+
+class _Recorded:
+    """``wsgi.input`` as rank 0 reads it, keeping the bytes for the other ranks."""
+    __slots__ = ("raw", "parts")
+
+    def __init__(self, raw):
+        self.raw, self.parts = raw, []
+
+    def read(self, *args):
+        data = self.raw.read(*args)
+        self.parts.append(data)
+        return data
+
+    def readline(self, *args):
+        data = self.raw.readline(*args)
+        self.parts.append(data)
+        return data
+
+    def __iter__(self):
+        for line in self.raw:
+            self.parts.append(line)
+            yield line
+
+
+class DataParallelAPI:
+    """The WSGI app of one endpoint over ``apps`` (rank r's app at index r; see the module
+    docstring).  ``extensions``: rank 0's simulator and the shared lifecycle, for the worker."""
+
+    def __init__(self, apps: list):
+        self.apps = apps
+        self.sims = [a.extensions["simulator"] for a in apps]
+        self.balancer = DataParallelBalancer(len(apps), lambda: [engine_counts(s) for s in self.sims])
+        lifecycle = apps[0].extensions.get("lifecycle")
+        store = getattr(self.sims[0], "response_store", None)
+        for app, sim in zip(apps, self.sims):
+            app.extensions["lifecycle"] = lifecycle    # one API server: one readiness
+            if store is not None:
+                sim.response_store = store             # a response made on any rank is found on any
+        apps[0].extensions["data_parallel"] = self
+        self.extensions = {"simulator": self.sims[0], "lifecycle": lifecycle, "data_parallel": self}
+
+    # ---- what rank 0 reports for all ----------------------------------------------------------
+    def render_metrics(self) -> bytes:
+        from generation.metrics.merge import merge_exposition
+        return merge_exposition([s.metrics.render().decode() for s in self.sims]).encode()
+
+    def registry(self):
+        from generation.metrics.merge import MergedRegistry
+        return MergedRegistry(s.metrics.registry for s in self.sims)
+
+    def server_load(self) -> int:
+        return sum(s.server_load for s in self.sims)
+
+    def idle(self) -> bool:
+        from .worker import idle_of
+        return all(idle_of(s)() for s in self.sims)
+
+    # ---- WSGI ---------------------------------------------------------------------------------
+    def __call__(self, environ, start_response):
+        method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO", "")
+        if method == "POST":
+            if path in BROADCAST:
+                return self._broadcast(environ, start_response)
+            if path in API_ONLY or path.startswith("/metrics") or path.endswith(("/render", "/derender")) \
+                    or (path.startswith("/v1/responses/") and path.endswith("/cancel")):
+                return self.apps[0](environ, start_response)
+            return self._balanced(environ, start_response)
+        if path == "/v1/realtime" and method == "GET":
+            return self._balanced(environ, start_response)
+        return self.apps[0](environ, start_response)
+
+    def _balanced(self, environ, start_response):
+        balancer = self.balancer
+        wanted = environ.get(RANK_HEADER)
+        rank = None
+        if wanted is not None:
+            try:
+                rank = int(wanted)
+            except ValueError:
+                rank = None           # vLLM ignores a header that is not an integer
+        if rank is None or not 0 <= rank < balancer.size:
+            # vLLM's engine client refuses a rank out of range deep in the engine; here the
+            # balancer places it (a rank beyond this node's is another node's business)
+            rank = balancer.choose()
+        else:
+            balancer.take(rank)
+        try:
+            body = self.apps[rank](environ, start_response)
+        except BaseException:
+            balancer.done(rank)
+            raise
+        if body.__class__ in (list, tuple):     # answered whole: the request is over
+            balancer.done(rank)
+            return body
+        return _InFlight(body, balancer, rank)
+
+    def _broadcast(self, environ, start_response):
+        recorded = environ["wsgi.input"] = _Recorded(environ["wsgi.input"])
+        reply: list = []
+
+        def keep(status, headers, exc_info=None):
+            reply[:] = [status, headers]
+            return lambda data: chunks.append(data)
+
+        chunks: list = []
+        body = self.apps[0](environ, keep)
+        try:
+            chunks.extend(body)
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+        if reply and reply[0][:1] == "2" and len(self.apps) > 1:
+            data = b"".join(recorded.parts)
+            import gevent
+            jobs = [gevent.spawn(self._replay, app, environ, data) for app in self.apps[1:]]
+            gevent.joinall(jobs)
+        start_response(*reply)
+        return chunks
+
+    @staticmethod
+    def _replay(app, environ, data: bytes) -> None:
+        """Run rank 0's request on another rank's app, below its API-key and ``http_*`` layers
+        (the request was checked and counted once), discarding the answer."""
+        env = {k: v for k, v in environ.items() if not k.startswith(("gunicorn.", "vllm_sim."))}
+        env["wsgi.input"] = io.BytesIO(data)
+        env["CONTENT_LENGTH"] = str(len(data))
+        env.pop("HTTP_TRANSFER_ENCODING", None)
+        inner = app.extensions.get("engine_wsgi", app.wsgi_app)
+        try:
+            body = inner(env, lambda status, headers, exc_info=None: (lambda _data: None))
+            try:
+                for _ in body:
+                    pass
+            finally:
+                if hasattr(body, "close"):
+                    body.close()
+        except Exception:          # one rank's failure must not take the others' answer with it
+            log.exception("data-parallel rank %s: %s %s failed", app.extensions["simulator"].config.data_parallel_rank,
+                          environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"))
+
+
+def build_data_parallel_api(config, app_factory) -> DataParallelAPI:
+    """The endpoint over ``config.data_parallel_size`` engines: rank r's app is
+    ``app_factory(rank r's config)`` (``--data-parallel-rank r``, the rest shared; step
+    mode's settings not copied).  A MoE model's ranks share a lockstep board first."""
+    from generation.engine.dp_board import create_board
+    if config.step is not None:
+        create_board(config.data_parallel_size)
+    apps = []
+    for rank in range(config.data_parallel_size):
+        step, config.step = config.step, None           # read-only: not deep-copied per rank
+        try:
+            c = config.copy()
+        finally:
+            config.step = step
+        c.step = step
+        c.data_parallel_rank = rank
+        apps.append(app_factory(c))
+    return DataParallelAPI(apps)

@@ -1,0 +1,168 @@
+"""``--data-parallel-size N`` behind one endpoint (:mod:`server.dp_api`), as vLLM's API server
+fronts its DP engines: the balancer's choice (vLLM 0.34's score), the ``X-data-parallel-rank``
+header, one ``/metrics`` with every engine's series, operations sent to every rank once, and
+what the one API server holds for all (Responses store, request ids, readiness)."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from support import _clean_env, metric, metric_values, scrape
+
+COMPL = "/v1/completions"
+
+
+def build(*flags, env=None):
+    from app import create_app
+    from generation.config.cli import load_config
+    from server.dp_api import build_data_parallel_api
+    config = load_config(["--model", "test-model", "--seed", "7", *flags], env=_clean_env(env or {}))
+    config.data_parallel_rank = 0
+    api = build_data_parallel_api(config, create_app)
+    return api, httpx.Client(base_url="http://127.0.0.1:8000", transport=httpx.WSGITransport(app=api), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def dp():
+    api, client = build("-dp", "2", "--mode", "echo", env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
+                                                           "VLLM_ENABLE_RESPONSES_API_STORE": "1"})
+    yield api, client
+    client.close()
+
+
+def completion(client, prompt="x y z", **headers):
+    r = client.post(COMPL, json={"prompt": prompt, "max_tokens": 8}, headers=headers)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def served(client) -> list:
+    m = scrape(client)
+    return [metric(m, "vllm:request_success_total", engine=str(e), finished_reason="length") +
+            metric(m, "vllm:request_success_total", engine=str(e), finished_reason="stop") for e in (0, 1)]
+
+
+def test_idle_engines_take_requests_in_turn_and_the_header_picks_one(dp):
+    api, client = dp
+    before = served(client)
+    for _ in range(4):
+        completion(client)
+    completion(client, **{"X-data-parallel-rank": "1"})
+    completion(client, **{"X-data-parallel-rank": "1"})
+    completion(client, **{"X-data-parallel-rank": "one"})       # not an integer: vLLM ignores it
+    after = served(client)
+    assert sum(after) - sum(before) == 7
+    assert after[1] - before[1] >= 4 and after[0] - before[0] >= 2
+    assert api.balancer.in_flight == [0, 0]
+
+
+def test_one_metrics_page_carries_every_engines_series_once_per_family(dp):
+    api, client = dp
+    text = client.get("/metrics").text
+    for family in ("vllm:num_requests_running", "vllm:prompt_tokens_total", "http_requests_total", "process_cpu_seconds_total"):
+        assert text.count(f"# HELP {family} ") == 1, family
+    m = scrape(client)
+    assert len(metric_values(m, "vllm:num_requests_running")) == 2
+    assert {dict(k[1]).get("engine") for k in m if k[0] == "vllm:cache_config_info"} == {"0", "1"}
+    assert len(metric_values(m, "process_cpu_seconds_total")) == 1
+    # the API server's http_* count each request once, whichever engine served it
+    n = metric(m, "http_requests_total", handler=COMPL, method="POST", status="2xx")
+    completion(client)
+    completion(client)
+    assert metric(scrape(client), "http_requests_total", handler=COMPL, method="POST", status="2xx") == n + 2
+    # prometheus_client's own exposition (OpenMetrics, name[] filter) merges the same way
+    om = client.get("/metrics/", headers={"Accept": "application/openmetrics-text"},
+                    params={"name[]": "vllm:num_requests_running"}).text
+    assert om.count('num_requests_running{engine="') == 2 and om.rstrip().endswith("# EOF")
+
+
+def test_an_operation_on_the_engines_reaches_every_rank_once(dp):
+    api, client = dp
+    r = client.post("/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": "org/sql-lora"})
+    assert r.status_code == 200, r.text
+    assert all("sql" in sim.loras.paths for sim in api.sims)
+    for rank in ("0", "1"):
+        r = client.post(COMPL, json={"model": "sql", "prompt": "a b", "max_tokens": 4},
+                        headers={"X-data-parallel-rank": rank})
+        assert r.status_code == 200, r.text
+    # a refused operation goes no further than rank 0
+    assert client.post("/v1/unload_lora_adapter", json={"lora_name": "nope"}).status_code == 404
+    assert all("sql" in sim.loras.paths for sim in api.sims)
+    before = scrape(client)
+    assert client.post("/v1/unload_lora_adapter", json={"lora_name": "sql"}).status_code == 200
+    assert not any("sql" in sim.loras.paths for sim in api.sims)
+    # the API server counts the operation once (the instrumentator skips /v1/load_lora_adapter:
+    # its pattern "/load" is found in it)
+    key = dict(handler="/v1/unload_lora_adapter", method="POST", status="2xx")
+    assert metric(scrape(client), "http_requests_total", **key) == (metric_values(before, "http_requests_total", **key)
+                                                                    or [0.0])[0] + 1
+
+
+def test_a_response_stored_by_one_engine_is_found_through_any(dp):
+    api, client = dp
+    r = client.post("/v1/responses", json={"input": "hello there", "max_output_tokens": 8, "store": True},
+                    headers={"X-data-parallel-rank": "1"})
+    assert r.status_code == 200, r.text
+    rid = r.json()["id"]
+    got = client.get(f"/v1/responses/{rid}")
+    assert got.status_code == 200 and got.json()["id"] == rid
+
+
+def test_request_ids_differ_between_engines(dp):
+    api, client = dp
+    ids = {completion(client).json()["id"] for _ in range(8)}
+    assert len(ids) == 8
+    assert len({sim.new_request_id() for sim in api.sims}) == 2
+
+
+def test_the_balancer_scores_as_vllm_0_34():
+    from server.dp_api import DataParallelBalancer
+    now = [0.0]
+    counts = [[0, 4, 0.2], [0, 1, 0.2], [3, 1, 0.9]]
+    b = DataParallelBalancer(3, lambda: counts, clock=lambda: now[0])
+    assert b.choose() == 1                   # fewest waiting + running
+    assert b.choose() == 1                   # its waiting count went up by one (2), still the lowest
+    # engine 2: 3 + 1 = 4 plus 3 waiting x 6 x (0.9 - 0.5) = 11.2; engine 1 now 3
+    assert b.choose() == 1
+    assert b.choose() == 0                   # 4 against 4: the scan starts at a turning index
+    counts[:] = [[0, 9, 0.2], [0, 9, 0.2], [0, 0, 0.0]]
+    assert b.choose() == 1                   # the snapshot holds for 100 ms
+    now[0] = 0.1
+    assert b.choose() == 2                   # refreshed
+    assert b.in_flight == [1, 4, 1]
+    for rank in (1, 1, 1, 1, 0, 2):
+        b.done(rank)
+    assert b.in_flight == [0, 0, 0]
+    # in flight here floors a snapshot that has not seen the requests yet: a burst spreads
+    idle = DataParallelBalancer(2, lambda: [[0, 0, 0.0], [0, 0, 0.0]], clock=lambda: 0.0)
+    assert [idle.choose() for _ in range(4)] == [0, 1, 0, 1]
+
+
+def test_merged_exposition_sums_the_api_servers_series_and_keeps_the_process_once():
+    from generation.metrics.merge import merge_exposition
+    a = ("# HELP process_cpu_seconds_total CPU.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 2.5\n"
+         "# HELP vllm:x X.\n# TYPE vllm:x gauge\nvllm:x{engine=\"0\",model_name=\"m\"} 1.0\n"
+         "# HELP http_requests_total R.\n# TYPE http_requests_total counter\nhttp_requests_total{handler=\"/a\"} 2.0\n"
+         "# HELP http_requests_created R.\n# TYPE http_requests_created gauge\nhttp_requests_created{handler=\"/a\"} 100.0\n")
+    b = a.replace('engine="0"', 'engine="1"').replace("} 1.0", "} 5.0").replace("2.5", "2.5").replace(
+        "} 2.0", "} 3.0").replace("100.0", "200.0")
+    out = merge_exposition([a, b])
+    assert out.count("# HELP") == 4
+    assert "process_cpu_seconds_total 2.5\n" in out
+    assert 'vllm:x{engine="0",model_name="m"} 1.0\nvllm:x{engine="1",model_name="m"} 5.0\n' in out
+    assert 'http_requests_total{handler="/a"} 5.0\n' in out
+    assert 'http_requests_created{handler="/a"} 100.0\n' in out
+
+
+def test_a_rank_outside_the_engines_is_vllms_400(dp, app_client):
+    api, client = dp
+    r = client.post(COMPL, json={"prompt": "x", "max_tokens": 4}, headers={"X-data-parallel-rank": "2"})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"message": "data_parallel_rank 2 is out of range [0, 2).", "type": "BadRequestError",
+                                 "param": None, "code": 400}
+    assert api.balancer.in_flight == [0, 0]
+    one = app_client("--mode", "echo")        # one engine: only rank 0 exists
+    r = one.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True},
+                 headers={"X-data-parallel-rank": "1"})
+    assert (r.status_code, r.json()["error"]["message"]) == (400, "data_parallel_rank 1 is out of range [0, 1).")
+    assert one.post(COMPL, json={"prompt": "x", "max_tokens": 4}, headers={"X-data-parallel-rank": " 0 "}).status_code == 200
