@@ -98,6 +98,7 @@ def anthropic_body(message: str, status: int) -> dict:
 # environ key: the id vLLM had named the request with (``raw_request.state.request_metadata``,
 # set once its chat handler rendered the prompt) when the error came; Cohere's envelope reports it
 REQUEST_METADATA_ID_KEY = "vllm_sim.request_metadata_id"
+REPLICA_KEY = "vllm_sim.replica"    # environ: another DP rank's run of an operation (server.dp_api)
 
 
 def internal_error(err: Exception) -> APIError:
@@ -113,7 +114,7 @@ def log_error_stack(config, err: BaseException, environ: dict | None = None) -> 
     on = getattr(config, "log_error_stack", None)
     if on is None:
         on = getattr(config, "vllm_dev_mode", False)
-    if on:
+    if on and not (environ or {}).get(REPLICA_KEY):         # logged once, by rank 0
         rid = (environ or {}).get("HTTP_X_REQUEST_ID")
         log.error("%s caught. Request id: %s", type(err).__name__, rid, exc_info=err)
 

@@ -202,9 +202,7 @@ class DataParallelAPI:
             except ValueError:
                 rank = None           # vLLM ignores a header that is not an integer
         if rank is None or not 0 <= rank < balancer.size:
-            # vLLM's engine client refuses a rank out of range deep in the engine; here the
-            # balancer places it (a rank beyond this node's is another node's business)
-            rank = balancer.choose()
+            rank = balancer.choose()  # out of range: the engine's app answers vLLM's 400
         else:
             balancer.take(rank)
         try:
@@ -218,36 +216,44 @@ class DataParallelAPI:
         return _InFlight(body, balancer, rank)
 
     def _broadcast(self, environ, start_response):
+        """Rank 0's answer, once every rank has run the operation.  Without a body (sleep,
+        wake-up, pause, resume, cache resets, checkpoint: query parameters) the ranks run it
+        together, as vLLM's ``call_utility_all`` (a ``/pause?mode=wait`` drains them all at
+        once); with one, the others run it with rank 0's body once rank 0 has accepted it."""
+        import gevent
+        length = environ.get("CONTENT_LENGTH")
+        bodiless = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
+        jobs = []
+        if bodiless and len(self.apps) > 1:
+            replica = _replica_environ(environ, b"")
+            jobs = [gevent.spawn(self._replay, app, dict(replica)) for app in self.apps[1:]]
         recorded = environ["wsgi.input"] = _Recorded(environ["wsgi.input"])
         reply: list = []
+        chunks: list = []
 
         def keep(status, headers, exc_info=None):
             reply[:] = [status, headers]
-            return lambda data: chunks.append(data)
+            return chunks.append
 
-        chunks: list = []
-        body = self.apps[0](environ, keep)
         try:
-            chunks.extend(body)
+            body = self.apps[0](environ, keep)
+            try:
+                chunks.extend(body)
+            finally:
+                if hasattr(body, "close"):
+                    body.close()
         finally:
-            if hasattr(body, "close"):
-                body.close()
-        if reply and reply[0][:1] == "2" and len(self.apps) > 1:
-            data = b"".join(recorded.parts)
-            import gevent
-            jobs = [gevent.spawn(self._replay, app, environ, data) for app in self.apps[1:]]
             gevent.joinall(jobs)
+        if not bodiless and reply and reply[0][:1] == "2" and len(self.apps) > 1:
+            replica = _replica_environ(environ, b"".join(recorded.parts))
+            gevent.joinall([gevent.spawn(self._replay, app, dict(replica)) for app in self.apps[1:]])
         start_response(*reply)
         return chunks
 
     @staticmethod
-    def _replay(app, environ, data: bytes) -> None:
-        """Run rank 0's request on another rank's app, below its API-key and ``http_*`` layers
-        (the request was checked and counted once), discarding the answer."""
-        env = {k: v for k, v in environ.items() if not k.startswith(("gunicorn.", "vllm_sim."))}
-        env["wsgi.input"] = io.BytesIO(data)
-        env["CONTENT_LENGTH"] = str(len(data))
-        env.pop("HTTP_TRANSFER_ENCODING", None)
+    def _replay(app, env: dict) -> None:
+        """Run an operation on another rank's app, below its API-key and ``http_*`` layers (the
+        request was checked and counted once, on rank 0), discarding the answer."""
         inner = app.extensions.get("engine_wsgi", app.wsgi_app)
         try:
             body = inner(env, lambda status, headers, exc_info=None: (lambda _data: None))
@@ -259,7 +265,19 @@ class DataParallelAPI:
                     body.close()
         except Exception:          # one rank's failure must not take the others' answer with it
             log.exception("data-parallel rank %s: %s %s failed", app.extensions["simulator"].config.data_parallel_rank,
-                          environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"))
+                          env.get("REQUEST_METHOD"), env.get("PATH_INFO"))
+
+
+def _replica_environ(environ: dict, data: bytes) -> dict:
+    """A copy of ``environ`` for another rank, its body ``data``, without the connection's
+    server keys (the replica writes to no socket)."""
+    from blueprints.errors import REPLICA_KEY
+    env = {k: v for k, v in environ.items() if not k.startswith(("gunicorn.", "vllm_sim."))}
+    env[REPLICA_KEY] = True
+    env["wsgi.input"] = io.BytesIO(data)
+    env["CONTENT_LENGTH"] = str(len(data))
+    env.pop("HTTP_TRANSFER_ENCODING", None)
+    return env
 
 
 def build_data_parallel_api(config, app_factory) -> DataParallelAPI:

@@ -6,7 +6,9 @@ The rule for a sample, the same in both forms below:
 
 * it carries an ``engine`` label: each engine's own series, kept side by side;
 * ``process_*`` / ``python_*`` families and ``*_created`` samples: the process's, or a start
-  time, the same for every engine of this process: the first engine's;
+  time, the same for every engine of this process: the first engine's; so are the API
+  server's sleep-mode and weight-update operations, which every engine ran once for the one
+  call;
 * anything else without an ``engine`` label (the API server's ``http_*`` families, render
   duration, WebSocket connections, admission rejections) was counted by whichever engine's
   routes served the request: summed, so the totals are the API server's.
@@ -19,8 +21,12 @@ from prometheus_client.utils import floatToGoString
 _ENGINE = 'engine="'
 
 
+# The process's families, and the API server's operations, which every rank also ran (:mod:`server.dp_api`).
+_ONCE = ("process_", "python_", "vllm:sleep_mode_", "vllm:rl_weight_update_")
+
+
 def _first_only(family: str, sample: str) -> bool:
-    return family.startswith(("process_", "python_")) or sample.endswith("_created")
+    return family.startswith(_ONCE) or sample.endswith("_created")
 
 
 def merge_exposition(texts: list[str]) -> str:

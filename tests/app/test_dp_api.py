@@ -166,3 +166,20 @@ def test_a_rank_outside_the_engines_is_vllms_400(dp, app_client):
                  headers={"X-data-parallel-rank": "1"})
     assert (r.status_code, r.json()["error"]["message"]) == (400, "data_parallel_rank 1 is out of range [0, 1).")
     assert one.post(COMPL, json={"prompt": "x", "max_tokens": 4}, headers={"X-data-parallel-rank": " 0 "}).status_code == 200
+
+
+def test_sleep_and_wake_up_reach_every_engine_together():
+    api, client = build("-dp", "2", "--mode", "echo", "--enable-sleep-mode", env={"VLLM_SERVER_DEV_MODE": "1"})
+    assert client.post("/sleep", params={"level": "1"}).status_code == 200
+    assert all(sim.sleeping_tags for sim in api.sims)
+    assert client.get("/is_sleeping").json() == {"is_sleeping": True}
+    m = scrape(client)
+    for engine in ("0", "1"):
+        assert metric(m, "vllm:engine_sleep_state", engine=engine, sleep_state="weights_offloaded") == 1.0
+    assert client.post("/wake_up").status_code == 200
+    assert not any(sim.sleeping_tags for sim in api.sims)
+    assert client.post("/sleep", params={"level": "7"}).status_code == 400      # refused on every rank
+    assert not any(sim.sleeping_tags for sim in api.sims)
+    # the API server's operation histogram counts the one call, not one per engine
+    m = scrape(client)
+    assert metric(m, "vllm:sleep_mode_operation_duration_seconds_count", operation="sleep") == 1.0
