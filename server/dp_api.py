@@ -25,6 +25,8 @@ import io
 import logging
 import time
 
+from generation.fleet.routing import vllm_dp_score
+
 log = logging.getLogger("vllm_sim")
 
 LB_REFRESH_S = 0.1        # vLLM's DPCoordinator publishes the engines' counts every 100 ms
@@ -46,8 +48,7 @@ class DataParallelBalancer:
     """vLLM 0.34's choice of an engine for a request (``DPLBAsyncMPClient.get_core_engine_for_request``):
     the coordinator's ``[waiting, running, kv_cache_usage]`` per engine, refreshed every
     :data:`LB_REFRESH_S`, and this server's own requests in flight per engine.  An engine's score is
-    ``max(in_flight, waiting + running)`` plus ``waiting x 6 x max(0, kv_usage - 0.5)``; the
-    lowest wins, scanning from a start index that turns by one each request (ties spread
+    :func:`~generation.fleet.routing.vllm_dp_score`; the lowest wins, scanning from a start index that turns by one each request (ties spread
     round-robin); the winner's waiting count goes up by one until the next refresh.
 
     ``counts()``: the engines' ``[waiting, running, kv_usage]`` now; ``clock``: seconds."""
@@ -71,9 +72,7 @@ class DataParallelBalancer:
         for i in range(self.size):
             idx = (self.start + i) % self.size
             waiting, running, usage = self.snapshot[idx]
-            score = max(self.in_flight[idx], waiting + running)
-            if waiting:
-                score += waiting * 6.0 * max(0.0, usage - 0.5)
+            score = vllm_dp_score(waiting, running, usage, self.in_flight[idx])
             if score < best_score:
                 best, best_score = idx, score
         self.snapshot[best][0] += 1

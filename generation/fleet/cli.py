@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     _synthetic_args(r)
     r.add_argument("--pods", type=int, default=4, help="pods at the start (decode pods with --prefill-pods)")
     r.add_argument("--router", default="round-robin", help="round-robin, least-queue, least-running, lowest-kv, "
-                   "prefix-precise, prefix-approx, weighted")
+                   "prefix-precise, prefix-approx, weighted, vllm-dp (vllm serve -dp N's own balancer)")
     r.add_argument("--router-weights", help="weighted: scorer=weight,... (prefix, queue, kv, running); "
                    "default prefix=3,queue=2,kv=2")
     r.add_argument("--router-refresh", type=float, default=0.0, help="seconds between the router's reads of the "

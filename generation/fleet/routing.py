@@ -16,7 +16,9 @@ pods are advanced to that instant first: :class:`~generation.fleet.replay.FleetR
   what the pod evicted);
 - ``weighted`` (the scheduling profile's weighted sum): ``sum w_i score_i`` over ``prefix``
   (precise or approximate), ``queue``, ``kv`` and ``running`` scorers, each in [0, 1]
-  (llm-d's default profile weighs prefix 3, queue 2, kv 2).
+  (llm-d's default profile weighs prefix 3, queue 2, kv 2);
+- ``vllm-dp``: vLLM's own balancer over its data-parallel engines (``vllm serve -dp N`` behind
+  one endpoint, :func:`vllm_dp_score`), the pods as its ranks.
 
 Scores follow GIE: the queue and running scorers are ``(max - q) / (max - min)`` over the
 candidates (1 when all are equal), the KV scorer ``1 - usage``, the prefix scorer the share of
@@ -30,7 +32,7 @@ import random
 from collections import OrderedDict
 
 ROUTERS = ("round-robin", "least-queue", "least-running", "lowest-kv", "prefix-precise", "prefix-approx",
-           "weighted")
+           "weighted", "vllm-dp")
 DEFAULT_WEIGHTS = {"prefix": 3.0, "queue": 2.0, "kv": 2.0}
 
 
@@ -76,6 +78,41 @@ class RoundRobin(Router):
         pod = pods[self.turn % len(pods)]
         self.turn += 1
         return pod
+
+
+def vllm_dp_score(waiting: float, running: float, kv_usage: float, in_flight: float = 0) -> float:
+    """vLLM 0.34's load score of a data-parallel engine (``DPLBAsyncMPClient.get_core_engine_for_request``,
+    ``vllm/v1/engine/core_client.py``; the lowest wins): the larger of the API server's requests in
+    flight there and the engine's ``waiting + running``, plus ``waiting x 6 x (kv_usage - 0.5)``
+    past half a full KV cache (a queue on a KV-bound engine drains slowly)."""
+    score = max(in_flight, waiting + running)
+    if waiting and kv_usage > 0.5:
+        score += waiting * 6.0 * (kv_usage - 0.5)
+    return score
+
+
+class VllmDataParallel(Router):
+    """``vllm-dp``: the pods as the engines of ``vllm serve -dp N``, each request to the lowest
+    :func:`vllm_dp_score`, the scan starting one pod further each request (ties in turn).  vLLM
+    reads its coordinator's counts, published every 100 ms, and floors them with its own exact
+    count in flight; the fleet reads each pod's exactly at the arrival, which is that floor."""
+    name = "vllm-dp"
+
+    def __init__(self, seed: int = 0):
+        super().__init__(seed)
+        self.start = 0
+
+    def pick(self, hashes, pods):
+        n = len(pods)
+        best, best_score = pods[0], float("inf")
+        for i in range(n):
+            pod = pods[(self.start + i) % n]
+            waiting = pod.queued()
+            score = vllm_dp_score(waiting, pod.running(), pod.kv_usage() if waiting else 0.0)
+            if score < best_score:
+                best, best_score = pod, score
+        self.start = (self.start + 1) % n
+        return best
 
 
 def spread_score(values) -> list[float]:
@@ -218,4 +255,6 @@ def make_router(name: str, *, seed: int = 0, weights: dict | None = None, precis
         return Weighted({"prefix": 1.0, "queue": 0.01}, precise=False, lru_blocks=lru_blocks, seed=seed, name=name)
     if name == "weighted":
         return Weighted(weights, precise=precise, lru_blocks=lru_blocks, seed=seed, name=name)
+    if name == "vllm-dp":
+        return VllmDataParallel(seed)
     raise ValueError(f"{flag} must be one of {', '.join(ROUTERS)}; got {name!r}")

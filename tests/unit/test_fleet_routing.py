@@ -46,6 +46,19 @@ def test_load_scorers_pick_the_least_loaded():
     assert make_router("lowest-kv").pick(None, pods).name == "c"
 
 
+def test_vllm_dp_is_vllm_034s_balancer_score():
+    from generation.fleet.routing import vllm_dp_score
+    assert vllm_dp_score(3, 1, 0.9) == pytest.approx(4 + 3 * 6 * 0.4)
+    assert vllm_dp_score(3, 1, 0.5) == 4 and vllm_dp_score(0, 2, 1.0, in_flight=5) == 5
+    # a: 8 + 5 x 6 x 0.0 = 8; b: 11 + 2 x 6 x 0.4 = 15.8; c: 8 + 7 x 6 x 0 = 8 (tie with a: a first in turn)
+    pods = [FakePod("a", queued=5, running=3, kv=0.5), FakePod("b", queued=2, running=9, kv=0.9),
+            FakePod("c", queued=7, running=1, kv=0.2)]
+    r = make_router("vllm-dp")
+    assert [r.pick(None, pods).name for _ in range(3)] == ["a", "c", "c"]
+    idle = [FakePod(f"p{i}") for i in range(3)]
+    assert [r.pick(None, idle).name for _ in range(4)] == ["p0", "p1", "p2", "p0"]
+
+
 def test_ties_are_a_seeded_random_pick():
     pods = [FakePod(f"p{i}") for i in range(4)]
     picks = [make_router("least-queue", seed=3).pick(None, pods).name for _ in range(2)]
