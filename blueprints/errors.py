@@ -17,6 +17,8 @@ from flask import Response
 from generation.errors import (APIError, ContextLengthError, InjectedError, InvalidParam, ModelNotFound,
                                QueueFullError, SimulatorError, UnsupportedMediaType, error_type)
 
+from .streaming import REPLICA_KEY
+
 JSON_MIME = "application/json"
 log = logging.getLogger("vllm_sim")
 
@@ -98,7 +100,6 @@ def anthropic_body(message: str, status: int) -> dict:
 # environ key: the id vLLM had named the request with (``raw_request.state.request_metadata``,
 # set once its chat handler rendered the prompt) when the error came; Cohere's envelope reports it
 REQUEST_METADATA_ID_KEY = "vllm_sim.request_metadata_id"
-REPLICA_KEY = "vllm_sim.replica"    # environ: another DP rank's run of an operation (server.dp_api)
 
 
 def internal_error(err: Exception) -> APIError:

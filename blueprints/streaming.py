@@ -46,6 +46,7 @@ try:
 except ImportError:         # not POSIX: no send-queue reading, a timed-out wait is a stall
     fcntl = termios = None
 WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start_response returned
+REPLICA_KEY = "vllm_sim.replica"         # environ: another DP rank's run of an operation (server.dp_api)
 HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
 HEADERS_LATER_KEY = "vllm_sim.headers_later"  # environ: () -> bool, the runtime's "in a burst", if any
 END_WITH_KEY = "vllm_sim.end_with"        # environ: (environ) -> bool, the runtime's "the next write ends the body"

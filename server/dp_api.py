@@ -270,7 +270,7 @@ class DataParallelAPI:
 def _replica_environ(environ: dict, data: bytes) -> dict:
     """A copy of ``environ`` for another rank, its body ``data``, without the connection's
     server keys (the replica writes to no socket)."""
-    from blueprints.errors import REPLICA_KEY
+    from blueprints.streaming import REPLICA_KEY
     env = {k: v for k, v in environ.items() if not k.startswith(("gunicorn.", "vllm_sim."))}
     env[REPLICA_KEY] = True
     env["wsgi.input"] = io.BytesIO(data)
