@@ -284,7 +284,7 @@ def build_data_parallel_api(config, app_factory) -> DataParallelAPI:
     ``app_factory(rank r's config)`` (``--data-parallel-rank r``, the rest shared; step
     mode's settings not copied).  A MoE model's ranks share a lockstep board first."""
     from generation.engine.dp_board import create_board
-    if config.step is not None:
+    if config.latency_calculator == "step":
         create_board(config.data_parallel_size)
     apps = []
     for rank in range(config.data_parallel_size):

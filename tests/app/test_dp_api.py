@@ -183,3 +183,20 @@ def test_sleep_and_wake_up_reach_every_engine_together():
     # the API server's operation histogram counts the one call, not one per engine
     m = scrape(client)
     assert metric(m, "vllm:sleep_mode_operation_duration_seconds_count", operation="sleep") == 1.0
+
+
+def test_wsgi_py_serves_the_engines_behind_one_app(monkeypatch):
+    import importlib
+    import sys
+    monkeypatch.setenv("SIM_ARGS", "--data-parallel-size 2 --mode echo")
+    monkeypatch.delenv("SIM_CONFIG", raising=False)
+    sys.modules.pop("wsgi", None)
+    try:
+        wsgi = importlib.import_module("wsgi")
+        assert [s.config.data_parallel_rank for s in wsgi.app.sims] == [0, 1]
+        client = httpx.Client(base_url="http://sim", transport=httpx.WSGITransport(app=wsgi.app))
+        assert [completion(client).status_code for _ in range(2)] == [200, 200]
+        m = scrape(client)
+        assert [metric(m, "vllm:prompt_tokens_total", engine=e) for e in ("0", "1")] == [3.0, 3.0]
+    finally:
+        sys.modules.pop("wsgi", None)
