@@ -90,7 +90,7 @@ NOT_APPLICABLE = {
     "test_response_format_json_schema": "asserts the model's answer to 1+1 ({\"result\": 2})",
     "test_metrics_exist_run_batch": "runs vLLM's own run_batch launcher, not a server",
     # decoded with the model's own tokenizer: the offline stand-in's vocabulary (the simulator's
-    # sentences and common words) lacks the test's words, which decode as <unk>
+    # sentences and common words) lacks the test's words, which decode as "unk "
     "return_tokens_as_token_ids_completion": "decodes the prompt with the model's full vocabulary",
     "test_chat_completion_with_tool_use": "decodes with the model's full vocabulary",
     "test_comparison_with_prompt_logprobs_and_logprobs": "decodes with the model's full vocabulary",

@@ -12,11 +12,14 @@ chat template), which ``AutoTokenizer.from_pretrained(DIR)`` loads (the tools'
   joins pieces as they are;
 * the vocabulary is the pieces of the random-mode sentences and of a list of common English
   words, each word with a trailing space, and every punctuation character with and without
-  one, with dense ids ``0..N-1`` (``<unk>`` is ``N``): a sequence of random ids (``vllm bench
+  one, with dense ids ``0..N-1`` (``unk `` is ``N``): a sequence of random ids (``vllm bench
   serve --dataset-name random`` samples them) decodes to text the server splits into the same
   tokens.  The ids are not the server's (FNV-1a hashes, which no enumerable vocabulary can
-  hold): counts agree, ids do not; a piece outside the vocabulary is ``<unk>``, still one token
-  (``<unk>`` itself decodes to three pieces: leave it out of sampled ids);
+  hold): counts agree, ids do not; a piece outside the vocabulary is :data:`UNK`, ``unk `` (id
+  ``N``), a plain word and no special token: one token that decodes to one piece the server
+  counts as one, so a load generator that builds a prompt of N tokens from a corpus and
+  decodes it (guidellm's synthetic text, with ``skip_special_tokens``) sends N tokens; with
+  ``<unk>``, a special token, its prompts lost every word outside the vocabulary;
 * the chat template is the simulator's flattening (``### role: content`` lines), for string
   contents.
 """
@@ -29,7 +32,7 @@ import sys
 from generation.content.sources import SENTENCES
 from generation.tokenization.tokenizer import _PIECE
 
-UNK = "<unk>"
+UNK = "unk "          # an unknown piece: a word, one token as the server counts it, not special
 PUNCTUATION = "{}:,-.?!;@#$%^&*()+_~/\\><[]=\"'"
 COMMON_WORDS = (
     "the of and to a in is it you that he was for on are with as his they be at one have this from "
@@ -76,11 +79,12 @@ def build(max_model_len: int = 1024, bare_words: bool = False):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     vocab = vocabulary(bare_words)
-    vocab[UNK] = len(vocab)
+    vocab.setdefault(UNK, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(_PIECE.pattern), behavior="removed", invert=True)
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=UNK, model_max_length=max_model_len,
+    # no unk_token here: transformers would make it special, and decoding would drop it
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=max_model_len,
                                    clean_up_tokenization_spaces=False, chat_template=CHAT_TEMPLATE)
 
 

@@ -11,7 +11,9 @@ The rule for a sample, the same in both forms below:
   call;
 * anything else without an ``engine`` label (the API server's ``http_*`` families, render
   duration, WebSocket connections, admission rejections) was counted by whichever engine's
-  routes served the request: summed, so the totals are the API server's.
+  routes served the request: summed, so the totals are the API server's; but
+  ``vllm:lora_requests_info``, one gauge every engine sets to the time it last changed (its
+  labels name the adapters), keeps the latest time.
 """
 from __future__ import annotations
 
@@ -25,8 +27,16 @@ _ENGINE = 'engine="'
 _ONCE = ("process_", "python_", "vllm:sleep_mode_", "vllm:rl_weight_update_")
 
 
+# Gauges set to the time of their last change (``set_to_current_time``) by every engine: the latest.
+_LATEST = ("vllm:lora_requests_info",)
+
+
 def _first_only(family: str, sample: str) -> bool:
     return family.startswith(_ONCE) or sample.endswith("_created")
+
+
+def _combine(family: str, old: float, new: float) -> float:
+    return max(old, new) if family in _LATEST else old + new
 
 
 def merge_exposition(texts: list[str]) -> str:
@@ -62,7 +72,7 @@ def merge_exposition(texts: list[str]) -> str:
                 if old is None:
                     into[key] = value
                 elif _ENGINE not in key and not _first_only(family, key.split("{", 1)[0]):
-                    into[key] = float(old) + float(value)
+                    into[key] = _combine(family, float(old), float(value))
     out = []
     for family in order:
         out.append(heads[family])
@@ -106,5 +116,5 @@ class MergedRegistry:
                         into.samples.append(s)
                     elif "engine" not in s.labels and not _first_only(family.name, s.name):
                         old = into.samples[i]
-                        into.samples[i] = old._replace(value=old.value + s.value)
+                        into.samples[i] = old._replace(value=_combine(family.name, old.value, s.value))
         yield from merged.values()

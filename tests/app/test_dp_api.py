@@ -24,7 +24,7 @@ def build(*flags, env=None):
 
 @pytest.fixture(scope="module")
 def dp():
-    api, client = build("-dp", "2", "--mode", "echo", env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
+    api, client = build("-dp", "2", "--mode", "echo", "--enable-lora", env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
                                                            "VLLM_ENABLE_RESPONSES_API_STORE": "1"})
     yield api, client
     client.close()
@@ -65,6 +65,9 @@ def test_one_metrics_page_carries_every_engines_series_once_per_family(dp):
     assert len(metric_values(m, "vllm:num_requests_running")) == 2
     assert {dict(k[1]).get("engine") for k in m if k[0] == "vllm:cache_config_info"} == {"0", "1"}
     assert len(metric_values(m, "process_cpu_seconds_total")) == 1
+    import time
+    stamps = metric_values(m, "vllm:lora_requests_info")
+    assert stamps and all(time.time() - 600 < t <= time.time() for t in stamps)     # a time, not a sum of them
     # the API server's http_* count each request once, whichever engine served it
     n = metric(m, "http_requests_total", handler=COMPL, method="POST", status="2xx")
     completion(client)
@@ -152,6 +155,9 @@ def test_merged_exposition_sums_the_api_servers_series_and_keeps_the_process_onc
     assert 'vllm:x{engine="0",model_name="m"} 1.0\nvllm:x{engine="1",model_name="m"} 5.0\n' in out
     assert 'http_requests_total{handler="/a"} 5.0\n' in out
     assert 'http_requests_created{handler="/a"} 100.0\n' in out
+    lora = ('# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\n'
+            'vllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""} %s\n')
+    assert merge_exposition([lora % "1.7e+09", lora % "1.8e+09"]) == lora % "1.8e+09"
 
 
 def test_a_rank_outside_the_engines_is_vllms_400(dp, app_client):

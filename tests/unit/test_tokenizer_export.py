@@ -28,16 +28,19 @@ def test_loads_and_counts_like_the_server(exported):
         assert len(exported.encode(text, add_special_tokens=False)) == len(sim.pieces(text)), text
     ids = exported.encode("the world is good , ", add_special_tokens=False)
     assert exported.decode(ids) == "the world is good , "      # pieces of the vocabulary round-trip
-    # a piece outside it ("be" before a comma: no trailing space) is <unk>, still one token
-    assert exported.convert_ids_to_tokens(exported.encode("be, ", add_special_tokens=False)) == ["<unk>", ", "]
+    # a piece outside it ("be" before a comma: no trailing space; a name) is the word "unk ", one
+    # token, and no special token: decoding keeps it, so a corpus prompt keeps its length
+    ids = exported.encode("be, Darcy said", add_special_tokens=False)
+    assert exported.convert_ids_to_tokens(ids) == ["unk ", ", ", "unk ", "unk "]
+    text = exported.decode(ids, skip_special_tokens=True)
+    assert text == "unk , unk unk " and len(sim.pieces(text)) == len(ids) == 4
 
 
 def test_random_ids_decode_to_text_the_server_splits_the_same(exported):
     sim = SimulatedTokenizer()
     rng = random.Random(5)
-    unk = exported.unk_token_id
     for _ in range(20):
-        ids = [i for i in (rng.randrange(exported.vocab_size) for _ in range(64)) if i != unk]
+        ids = [rng.randrange(exported.vocab_size) for _ in range(64)]        # "unk " among them
         text = exported.decode(ids)
         assert sim.pieces(text) == exported.convert_ids_to_tokens(ids)
 
@@ -56,6 +59,6 @@ def test_bare_words_decode_the_servers_answers_exactly(tmp_path):
     tok = AutoTokenizer.from_pretrained(d)
     text = "I am your AI assistant, how can I help you today? The rest is silence. "
     ids = tok.encode(text, add_special_tokens=False)
-    assert tok.unk_token_id not in ids and tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.convert_tokens_to_ids("unk ") not in ids and tok.decode(ids, skip_special_tokens=True) == text
     plain, bare = vocabulary(), vocabulary(bare_words=True)
     assert {p: bare[p] for p in plain} == plain and "assistant" in bare and "assistant" not in plain
