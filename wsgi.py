@@ -29,8 +29,10 @@ _config = load_config(_argv)
 apply_model_defaults(_config)           # vLLM: --max-model-len defaults to the model's context length
 if _config.data_parallel_size > 1 and not _config.data_parallel_external_lb and _config.data_parallel_rank < 0:
     from server.dp_api import build_data_parallel_api    # vLLM's one endpoint over the ranks (not a Flask app)
+    from generation.tokenization.tokenizer_loading import load_tokenizer
     _config.data_parallel_rank = 0
-    app = build_data_parallel_api(_config, create_app)
+    _tokenizer = load_tokenizer(_config)                  # one for every rank, as the API server's
+    app = build_data_parallel_api(_config, lambda rank_config: create_app(rank_config, _tokenizer))
 else:
     app = create_app(_config)
 attach_to_gunicorn(app, _config)

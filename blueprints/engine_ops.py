@@ -269,11 +269,12 @@ def abort_requests():
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         # vLLM's RequestValidationError: param from the first error's loc, ("body", "request_ids", "str")
         raise InvalidParam("request_ids: Input should be a valid string or a list of strings.", "body.request_ids")
-    sim = simulator()
     wanted = set(ids)
-    hit = [s for s in _in_flight(sim) if s.request.request_id in wanted]
-    if hit:
-        _abort(sim, hit)
+    sim = simulator()
+    for engine in sim.dp_peers or (sim,):       # one API server over DP engines: wherever they run
+        hit = [s for s in _in_flight(engine) if s.request.request_id in wanted]
+        if hit:
+            _abort(engine, hit)
     return bare_response()
 
 

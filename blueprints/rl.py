@@ -92,7 +92,7 @@ def abort_requests():
         raise APIError("Request body must be a JSON object", 400, None, "Bad Request")
     ids = body.get("request_ids")
     sim = simulator()
-    in_flight = _in_flight(sim)
+    engines = sim.dp_peers or (sim,)                 # one API server over DP engines: all of theirs
     if ids:
         if not isinstance(ids, (str, list, dict)):
             # vLLM's engine.abort iterates them and its except answers a 500; a client's mistake
@@ -100,11 +100,15 @@ def abort_requests():
             raise APIError(f"Failed to abort requests: request_ids: '{type(ids).__name__}' object is not iterable",
                            400, "request_ids", "Bad Request")
         wanted = {ids} if isinstance(ids, str) else {i for i in ids if isinstance(i, str)}
-        _abort(sim, [s for s in in_flight if s.request.request_id in wanted])
+        for engine in engines:
+            _abort(engine, [s for s in _in_flight(engine) if s.request.request_id in wanted])
         count = len(ids)                             # vLLM: len(request_ids), as given
     else:
-        count = len(in_flight)
-        _abort(sim, in_flight)
+        count = 0
+        for engine in engines:
+            in_flight = _in_flight(engine)
+            count += len(in_flight)
+            _abort(engine, in_flight)
     return json_response({"status": "aborted", "aborted": count})
 
 

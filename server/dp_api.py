@@ -12,9 +12,9 @@ request to an engine's app:
   rank named by the ``X-data-parallel-rank`` header, else to the least loaded: vLLM 0.34's score
   (:meth:`DataParallelBalancer.choose`);
 * an operation on the engines (sleep, wake-up, pause, LoRA adapters, cache resets, checkpoint,
-  weight updates, aborts, the simulator's ``/admin/config``) to rank 0 and, when it succeeds,
-  to every other rank with the same body, as vLLM's ``call_utility_all``; rank 0's answer is
-  the reply;
+  weight updates, the simulator's ``/admin/config``) to every rank, as vLLM's
+  ``call_utility_all`` (:meth:`DataParallelAPI._broadcast`); rank 0's answer is the reply;
+  aborts to rank 0, which aborts the requests on whichever engine runs them;
 * everything else (``/health``, ``/v1/models``, tokenizing and rendering, ``/metrics``) to rank
   0, whose ``/metrics``, ``/load`` and ``/kv_event_sources`` cover every rank (through
   ``app.extensions["data_parallel"]``).
@@ -37,11 +37,16 @@ BROADCAST = frozenset((
     "/sleep", "/wake_up", "/pause", "/resume", "/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache",
     "/release_kv_cache_memory", "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/collective_rpc",
     "/start_profile", "/stop_profile", "/checkpoint/prepare", "/checkpoint/restore", "/scale_elastic_ep",
-    "/abort_requests", "/inference/v1/abort_requests", "/update_weights", "/init_weight_transfer_engine",
+    "/update_weights", "/init_weight_transfer_engine",
     "/start_weight_update", "/start_draft_weight_update", "/finish_weight_update", "/update_weight_version",
     "/shutdown_weight_transfer_engine", "/admin/config", "/fake_metrics"))
 # POST routes the API server answers itself (no engine): rank 0.
-API_ONLY = frozenset(("/tokenize", "/detokenize", "/v1/messages/count_tokens", "/is_scaling_elastic_ep", "/ping"))
+API_ONLY = frozenset(("/tokenize", "/detokenize", "/v1/messages/count_tokens", "/is_scaling_elastic_ep", "/ping",
+                      "/abort_requests", "/inference/v1/abort_requests"))     # these two abort on every engine
+# The routes whose X-data-parallel-rank header vLLM passes on (its pooling and speech-to-text
+# routes do not: the balancer places those).
+RANK_ROUTES = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/chat/completions/batch", "/v1/responses",
+                         "/v1/messages", "/inference/v1/generate"))
 
 
 class DataParallelBalancer:
@@ -156,9 +161,13 @@ class DataParallelAPI:
         store = getattr(self.sims[0], "response_store", None)
         for app, sim in zip(apps, self.sims):
             app.extensions["lifecycle"] = lifecycle    # one API server: one readiness
+            sim.dp_peers = tuple(self.sims)            # and one admission count
             if store is not None:
                 sim.response_store = store             # a response made on any rank is found on any
         apps[0].extensions["data_parallel"] = self
+        from .auth import APIKeyMiddleware
+        outer = apps[0].wsgi_app                       # --api-key's check is the outermost layer
+        self.auth = outer if isinstance(outer, APIKeyMiddleware) else None
         self.extensions = {"simulator": self.sims[0], "lifecycle": lifecycle, "data_parallel": self}
 
     # ---- what rank 0 reports for all ----------------------------------------------------------
@@ -193,7 +202,7 @@ class DataParallelAPI:
 
     def _balanced(self, environ, start_response):
         balancer = self.balancer
-        wanted = environ.get(RANK_HEADER)
+        wanted = environ.get(RANK_HEADER) if environ.get("PATH_INFO") in RANK_ROUTES else None
         rank = None
         if wanted is not None:
             try:
@@ -223,7 +232,8 @@ class DataParallelAPI:
         length = environ.get("CONTENT_LENGTH")
         bodiless = (not length or length == "0") and "HTTP_TRANSFER_ENCODING" not in environ
         jobs = []
-        if bodiless and len(self.apps) > 1:
+        # the replicas run below the API key's check: only a request that passes it starts them early
+        if bodiless and len(self.apps) > 1 and (self.auth is None or self.auth.authorized(environ)):
             replica = _replica_environ(environ, b"")
             jobs = [gevent.spawn(self._replay, app, dict(replica)) for app in self.apps[1:]]
         recorded = environ["wsgi.input"] = _Recorded(environ["wsgi.input"])
@@ -243,7 +253,7 @@ class DataParallelAPI:
                     body.close()
         finally:
             gevent.joinall(jobs)
-        if not bodiless and reply and reply[0][:1] == "2" and len(self.apps) > 1:
+        if not jobs and reply and reply[0][:1] == "2" and len(self.apps) > 1:
             replica = _replica_environ(environ, b"".join(recorded.parts))
             gevent.joinall([gevent.spawn(self._replay, app, dict(replica)) for app in self.apps[1:]])
         start_response(*reply)

@@ -149,7 +149,7 @@ class ResponseStore:
             finally:
                 self.tasks.pop(rid, None)
 
-        self.tasks[rid] = (gevent.spawn(run), seqs)
+        self.tasks[rid] = (gevent.spawn(run), seqs, sim)
 
     def _failed(self, rid: str, exc: BaseException) -> bool:
         """A background run of ``rid`` ended with ``exc``: a cancel (its object already reads
@@ -205,7 +205,7 @@ class ResponseStore:
                 log_.finish()
                 self.tasks.pop(rid, None)
 
-        self.tasks[rid] = (gevent.spawn(produce), seqs)
+        self.tasks[rid] = (gevent.spawn(produce), seqs, sim)
         return log_.follow(0, error_frame)
 
     def replay(self, response_id: str, starting_after: int | None):
@@ -247,7 +247,7 @@ class ResponseStore:
         self.put(cancelled)
         task = self.tasks.pop(response_id, None)
         if task is not None:
-            sim.cancel(task[1], "abort")
+            task[2].cancel(task[1], "abort")    # on the engine that runs it (one store over DP engines)
         return cancelled
 
 

@@ -14,18 +14,28 @@ def check_admission(sim, n: int) -> None:
     prompt tokens of the sequences still in prefill (waiting, or running before their first
     token: the whole prompt, vLLM's conservative count) reach ``--max-num-queued-tokens``.  Each
     refusal counts in ``vllm:admission_rejections{reason}``.  ``sim``: the
-    :class:`~generation.engine.simulator.Simulator` (its step engine's scheduler in step mode)."""
+    :class:`~generation.engine.simulator.Simulator` (its step engine's scheduler in step mode);
+    behind one data-parallel endpoint (``sim.dp_peers``), every engine's requests count."""
     cfg = sim.config
-    engine = sim.engine
+    sims = sim.dp_peers or (sim,)        # one API server over DP engines counts them all, as vLLM's
     if cfg.max_num_queued_reqs is not None:
-        live = (engine.waiting_count() + len(engine.scheduler.running) if engine is not None
-                else sim.running + len(sim.waiting))
+        live = sum(_requests(s) for s in sims)
         if live + n > cfg.max_num_queued_reqs:
             raise sim.metrics.refused(QueueOverflow(), "max_num_queued_reqs")
     if cfg.max_num_queued_tokens is not None:
-        # running totals, kept where requests join and leave the queue and emit their first token
-        # (Scheduler.prefill_tokens, Simulator.prefill_tokens): O(1), not O(queue), per arrival
-        tokens = (engine.pending_tokens + engine.scheduler.prefill_tokens if engine is not None
-                  else sim.prefill_tokens)
-        if tokens >= cfg.max_num_queued_tokens:
+        if sum(_prefill_tokens(s) for s in sims) >= cfg.max_num_queued_tokens:
             raise sim.metrics.refused(MaxQueuedTokens(), "max_num_queued_tokens")
+
+
+def _requests(sim) -> int:
+    """Requests waiting or running on one engine."""
+    engine = sim.engine
+    return engine.waiting_count() + len(engine.scheduler.running) if engine is not None else sim.running + len(sim.waiting)
+
+
+def _prefill_tokens(sim) -> int:
+    """Prompt tokens of one engine's requests still in prefill: running totals, kept where requests
+    join and leave the queue and emit their first token (Scheduler.prefill_tokens,
+    Simulator.prefill_tokens): O(1), not O(queue), per arrival."""
+    engine = sim.engine
+    return engine.pending_tokens + engine.scheduler.prefill_tokens if engine is not None else sim.prefill_tokens

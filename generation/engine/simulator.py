@@ -88,6 +88,7 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         self._id_bits = random.Random(f"{config.seed}-{config.port}" + (f"-{rank}" if rank > 0 else "")).getrandbits
         self.started = monotonic()
         self.server_load = 0                # requests in flight (--enable-server-load-tracking)
+        self.dp_peers: tuple = ()           # every engine behind this one's DP endpoint (server.dp_api), itself too
         self.sleeping_tags: set = set()     # vLLM's executor.sleeping_tags: asleep while not empty
 
     # ---- naming ---------------------------------------------------------------------------

@@ -17,10 +17,13 @@ The rule for a sample, the same in both forms below:
 """
 from __future__ import annotations
 
+import re
+
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 _ENGINE = 'engine="'
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"')
 
 
 # The process's families, and the API server's operations, which every rank also ran (:mod:`server.dp_api`).
@@ -39,11 +42,18 @@ def _combine(family: str, old: float, new: float) -> float:
     return max(old, new) if family in _LATEST else old + new
 
 
+def _has_engine(key: str) -> bool:
+    """Whether a sample (``name{labels}``) has an ``engine`` label, read as label names, not as
+    text a label value may hold (a LoRA adapter named ``x,engine=``)."""
+    return _ENGINE in key and any(m.group(1) == "engine" for m in _LABEL.finditer(key, key.find("{")))
+
+
 def merge_exposition(texts: list[str]) -> str:
     """The Prometheus text (format 0.0.4) of ``texts``, each one engine's whole exposition:
     each family once, in the order first seen, with every engine's samples (rule above).
     Samples must have no timestamps (the simulator writes none).  A family whose samples carry
-    the ``engine`` label is joined block by block; only the others are read line by line."""
+    the ``engine`` label is joined block by block (told by its first sample, whichever engine
+    has one first); only the others are read line by line."""
     order: list[str] = []
     heads: dict[str, str] = {}               # family -> its HELP / TYPE lines
     blocks: dict[str, list[str]] = {}        # family -> engines' sample lines (engine-labelled)
@@ -56,14 +66,17 @@ def merge_exposition(texts: list[str]) -> str:
             if family not in heads:
                 order.append(family)
                 heads[family] = f"# HELP {head}\n# TYPE {type_line}\n"
-                if _ENGINE in samples.split("\n", 1)[0] or not samples:
+            if not samples.strip():
+                continue
+            if family in blocks:
+                blocks[family].append(samples)
+                continue
+            if family not in summed:
+                if _has_engine(samples.split("\n", 1)[0].rpartition(" ")[0]):
                     blocks[family] = [samples]
                     continue
                 summed[family] = {}
-            elif family in blocks:
-                blocks[family].append(samples)
-                continue
-            into = summed.setdefault(family, {})
+            into = summed[family]
             for line in samples.split("\n"):
                 if not line:
                     continue
@@ -71,15 +84,16 @@ def merge_exposition(texts: list[str]) -> str:
                 old = into.get(key)
                 if old is None:
                     into[key] = value
-                elif _ENGINE not in key and not _first_only(family, key.split("{", 1)[0]):
+                elif not _first_only(family, key.split("{", 1)[0]) and not _has_engine(key):
                     into[key] = _combine(family, float(old), float(value))
     out = []
     for family in order:
         out.append(heads[family])
         if family in blocks:
-            out.extend(b if b.endswith("\n") or not b else b + "\n" for b in blocks[family])
+            out.extend(b if b.endswith("\n") else b + "\n" for b in blocks[family])
         else:
-            out.extend(f"{k} {v if v.__class__ is str else floatToGoString(v)}\n" for k, v in summed[family].items())
+            out.extend(f"{k} {v if v.__class__ is str else floatToGoString(v)}\n"
+                       for k, v in summed.get(family, {}).items())
     return "".join(out)
 
 

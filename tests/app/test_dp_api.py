@@ -206,3 +206,70 @@ def test_wsgi_py_serves_the_engines_behind_one_app(monkeypatch):
         assert [metric(m, "vllm:prompt_tokens_total", engine=e) for e in ("0", "1")] == [3.0, 3.0]
     finally:
         sys.modules.pop("wsgi", None)
+
+
+def test_an_operation_without_the_api_key_reaches_no_engine():
+    api, client = build("-dp", "2", "--mode", "echo", "--enable-sleep-mode", "--api-key", "k",
+                        env={"VLLM_SERVER_DEV_MODE": "1"})
+    for path in ("/sleep", "/pause"):
+        assert client.post(path, params={"level": "1"}).status_code == 401
+    assert not any(s.sleeping_tags or s.reject_new_requests for s in api.sims)
+    assert client.post("/sleep", params={"level": "1"}, headers={"Authorization": "Bearer k"}).status_code == 200
+    assert all(s.sleeping_tags for s in api.sims)
+
+
+def test_three_engines_merge_a_family_rank_0_has_no_sample_of():
+    """http_* families are empty on an engine that served nothing: the family is told by the first
+    engine with a sample, and summed there (a scrape with a series twice is refused by Prometheus)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    api, client = build("-dp", "3", "--mode", "echo")
+    for rank in ("1", "2"):
+        r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                        headers={"X-data-parallel-rank": rank})
+        assert r.status_code == 200
+    text = client.get("/metrics").text
+    seen = set()
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            assert key not in seen, key
+            seen.add(key)
+    m = scrape(client)
+    assert metric(m, "http_requests_total", handler="/v1/chat/completions", method="POST", status="2xx") == 2.0
+
+
+def test_cancelling_a_background_response_aborts_it_on_its_engine():
+    import time
+    api, client = build("-dp", "2", "--inter-token-latency", "100ms", env={"VLLM_ENABLE_RESPONSES_API_STORE": "1"})
+    r = client.post("/v1/responses", json={"input": "hi", "max_output_tokens": 50, "background": True,
+                                            "store": True}, headers={"X-data-parallel-rank": "1"})
+    assert r.status_code == 200, r.text
+    import gevent
+    gevent.sleep(0.3)
+    assert [engine_counts_running(s) for s in api.sims] == [0, 1]
+    assert client.post(f"/v1/responses/{r.json()['id']}/cancel").status_code == 200
+    deadline = time.monotonic() + 5
+    while any(engine_counts_running(s) for s in api.sims) and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    assert [engine_counts_running(s) for s in api.sims] == [0, 0]
+
+
+def engine_counts_running(sim) -> int:
+    from server.dp_api import engine_counts
+    return engine_counts(sim)[1]
+
+
+def test_admission_limits_count_every_engine_and_abort_reaches_every_engine():
+    """vLLM's check_admission counts the API server's unfinished requests over all its engines;
+    /abort_requests {} aborts (and counts) every engine's."""
+    import gevent
+    api, client = build("-dp", "2", "--inter-token-latency", "100ms", "--max-num-queued-reqs", "2",
+                        env={"VLLM_SERVER_DEV_MODE": "1"})
+    body = {"prompt": "x", "max_tokens": 30, "ignore_eos": True}
+    jobs = [gevent.spawn(client.post, COMPL, json=body, headers={"X-data-parallel-rank": rank}) for rank in ("0", "1")]
+    gevent.sleep(0.3)
+    r = client.post(COMPL, json=body)           # two in flight over the two engines: the server's limit
+    assert r.status_code == 503, r.text
+    r = client.post("/abort_requests", json={})
+    assert r.json() == {"status": "aborted", "aborted": 2}
+    assert [j.get(timeout=5).json()["choices"][0]["finish_reason"] for j in jobs] == ["abort", "abort"]
