@@ -53,8 +53,9 @@ class DataParallelBalancer:
     """vLLM 0.34's choice of an engine for a request (``DPLBAsyncMPClient.get_core_engine_for_request``):
     the coordinator's ``[waiting, running, kv_cache_usage]`` per engine, refreshed every
     :data:`LB_REFRESH_S`, and this server's own requests in flight per engine.  An engine's score is
-    :func:`~generation.fleet.routing.vllm_dp_score`; the lowest wins, scanning from a start index that turns by one each request (ties spread
-    round-robin); the winner's waiting count goes up by one until the next refresh.
+    :func:`~generation.fleet.routing.vllm_dp_score`; the lowest wins, scanning from a start
+    index that turns by one each request (ties spread round-robin); the winner's waiting count
+    goes up by one until the next refresh.
 
     ``counts()``: the engines' ``[waiting, running, kv_usage]`` now; ``clock``: seconds."""
 
@@ -218,7 +219,7 @@ class DataParallelAPI:
         except BaseException:
             balancer.done(rank)
             raise
-        if body.__class__ in (list, tuple):     # answered whole: the request is over
+        if isinstance(body, (list, tuple)):     # answered whole (the fast path's list too): the request is over
             balancer.done(rank)
             return body
         return _InFlight(body, balancer, rank)
