@@ -235,8 +235,7 @@ class DataParallelAPI:
         jobs = []
         # the replicas run below the API key's check: only a request that passes it starts them early
         if bodiless and len(self.apps) > 1 and (self.auth is None or self.auth.authorized(environ)):
-            replica = _replica_environ(environ, b"")
-            jobs = [gevent.spawn(self._replay, app, dict(replica)) for app in self.apps[1:]]
+            jobs = [gevent.spawn(self._replay, app, _replica_environ(environ, b"")) for app in self.apps[1:]]
         recorded = environ["wsgi.input"] = _Recorded(environ["wsgi.input"])
         reply: list = []
         chunks: list = []
@@ -255,8 +254,8 @@ class DataParallelAPI:
         finally:
             gevent.joinall(jobs)
         if not jobs and reply and reply[0][:1] == "2" and len(self.apps) > 1:
-            replica = _replica_environ(environ, b"".join(recorded.parts))
-            gevent.joinall([gevent.spawn(self._replay, app, dict(replica)) for app in self.apps[1:]])
+            data = b"".join(recorded.parts)      # each replica reads a stream of its own
+            gevent.joinall([gevent.spawn(self._replay, app, _replica_environ(environ, data)) for app in self.apps[1:]])
         start_response(*reply)
         return chunks
 

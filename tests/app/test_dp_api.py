@@ -273,3 +273,12 @@ def test_admission_limits_count_every_engine_and_abort_reaches_every_engine():
     r = client.post("/abort_requests", json={})
     assert r.json() == {"status": "aborted", "aborted": 2}
     assert [j.get(timeout=5).json()["choices"][0]["finish_reason"] for j in jobs] == ["abort", "abort"]
+
+
+def test_an_operation_with_a_body_reaches_every_one_of_three_engines():
+    api, client = build("-dp", "3", "--mode", "echo", "--enable-lora", "--max-loras", "4",
+                        env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"})
+    assert client.post("/admin/config", json={"time-to-first-token": "1s"}).status_code == 200
+    assert [s.config.time_to_first_token for s in api.sims] == [1.0, 1.0, 1.0]
+    assert client.post("/v1/load_lora_adapter", json={"lora_name": "lx", "lora_path": "org/lx"}).status_code == 200
+    assert all("lx" in s.loras.paths for s in api.sims)
