@@ -255,26 +255,46 @@ class DataParallelAPI:
             gevent.joinall(jobs)
         if not jobs and reply and reply[0][:1] == "2" and len(self.apps) > 1:
             data = b"".join(recorded.parts)      # each replica reads a stream of its own
-            gevent.joinall([gevent.spawn(self._replay, app, _replica_environ(environ, data)) for app in self.apps[1:]])
+            jobs = [gevent.spawn(self._replay, app, _replica_environ(environ, data)) for app in self.apps[1:]]
+            gevent.joinall(jobs)
+        if jobs and reply and reply[0][:1] == "2":
+            self._disagree(environ, jobs)
         start_response(*reply)
         return chunks
 
     @staticmethod
-    def _replay(app, env: dict) -> None:
+    def _replay(app, env: dict) -> tuple[str, bytes]:
         """Run an operation on another rank's app, below its API-key and ``http_*`` layers (the
-        request was checked and counted once, on rank 0), discarding the answer."""
+        request was checked and counted once, on rank 0): ``(status, the answer's first 200
+        bytes)``, ``("500", b"")`` when it raised (logged)."""
         inner = app.extensions.get("engine_wsgi", app.wsgi_app)
+        status, head = ["500"], []
         try:
-            body = inner(env, lambda status, headers, exc_info=None: (lambda _data: None))
+            def begin(s, headers, exc_info=None):
+                status[0] = s
+                return head.append
+            body = inner(env, begin)
             try:
-                for _ in body:
-                    pass
+                for chunk in body:
+                    if sum(map(len, head)) < 200:
+                        head.append(chunk)
             finally:
                 if hasattr(body, "close"):
                     body.close()
         except Exception:          # one rank's failure must not take the others' answer with it
             log.exception("data-parallel rank %s: %s %s failed", app.extensions["simulator"].config.data_parallel_rank,
                           env.get("REQUEST_METHOD"), env.get("PATH_INFO"))
+        return status[0], b"".join(head)[:200]
+
+    def _disagree(self, environ, jobs) -> None:
+        """Rank 0 took an operation: warn of any other rank that refused it (the engines now
+        differ)."""
+        for rank, job in enumerate(jobs, 1):
+            status, head = job.value or ("500", b"")
+            if status[:1] != "2":
+                log.warning("data-parallel rank %d refused %s %s that rank 0 took: %s %s", rank,
+                            environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), status,
+                            head.decode("utf-8", "replace"))
 
 
 def _replica_environ(environ: dict, data: bytes) -> dict:

@@ -282,3 +282,16 @@ def test_an_operation_with_a_body_reaches_every_one_of_three_engines():
     assert [s.config.time_to_first_token for s in api.sims] == [1.0, 1.0, 1.0]
     assert client.post("/v1/load_lora_adapter", json={"lora_name": "lx", "lora_path": "org/lx"}).status_code == 200
     assert all("lx" in s.loras.paths for s in api.sims)
+
+
+def test_an_engine_that_refuses_what_rank_0_took_is_logged(caplog):
+    api, client = build("-dp", "3", "--mode", "echo", "--enable-lora", "--max-loras", "4",
+                        env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"})
+    body = {"lora_name": "lx", "lora_path": "org/lx"}
+    inner = httpx.Client(base_url="http://sim", transport=httpx.WSGITransport(app=api.apps[2]))
+    assert inner.post("/v1/load_lora_adapter", json=body).status_code == 200        # rank 2 alone
+    with caplog.at_level("WARNING", logger="vllm_sim"):
+        assert client.post("/v1/load_lora_adapter", json=body).status_code == 200
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].startswith("data-parallel rank 2 refused POST /v1/load_lora_adapter "
+                                                        "that rank 0 took: 400")
