@@ -207,14 +207,15 @@ def _gunicorn_listener(sock: socket.socket, host: str, port: int):
     return cls((host, port), _Cfg(), logging.getLogger("gunicorn.error"), fd=sock.detach())
 
 
-def listen(config):
-    """Bind ``config.host:config.port``; on failure log one line (``cannot listen on HOST:PORT:
-    already in use``) and return None."""
+def listen(config, port: int | None = None):
+    """Bind ``config.host:config.port`` (or ``port``); on failure log one line (``cannot listen
+    on HOST:PORT: already in use``) and return None."""
+    port = config.port if port is None else port
     try:
-        return bind(config.host, config.port)
+        return bind(config.host, port)
     except OSError as e:
         reason = "already in use" if e.errno == errno.EADDRINUSE else e.strerror
-        log.error("cannot listen on %s:%d: %s", config.host, config.port, reason)
+        log.error("cannot listen on %s:%d: %s", config.host, port, reason)
         return None
 
 

@@ -31,7 +31,9 @@ def start_data_parallel_ranks(config, argv: list[str], script: str) -> list:
     procs = []
     for rank in range(1, config.data_parallel_size):
         args = [sys.executable, script, *argv, "--port", str(config.port + rank),
-                "--data-parallel-rank", str(rank)]
+                "--data-parallel-rank", str(rank), "--data-parallel-external-lb"]
+        if getattr(config, "data_parallel_multi_port_external_lb", False):     # a supervised rank: its own layout
+            args.append("--no-data-parallel-multi-port-external-lb")
         procs.append((rank, subprocess.Popen(args, preexec_fn=die_with_parent)))
 
     def stop():

@@ -88,7 +88,11 @@ def startup_summary(config, tls: bool, api_key: bool, listen: list[str] | None =
         f"access log {'off' if getattr(c, 'disable_log_requests', False) else 'on'}, "
         f"shutdown grace {shutdown_grace(c):g}s)",
     ]
-    if c.data_parallel_size > 1 and rank <= 0 and getattr(c, "data_parallel_external_lb", False):
+    if c.data_parallel_size > 1 and rank <= 0 and getattr(c, "data_parallel_multi_port_external_lb", False):
+        lines.append(f"data parallel: ranks on ports {c.port}..{c.port + c.data_parallel_size - 1}, each its own "
+                     f"endpoint; the supervisor's /health, /ready, /readyz on port {c.data_parallel_supervisor_port} "
+                     f"(--data-parallel-multi-port-external-lb)")
+    elif c.data_parallel_size > 1 and rank <= 0 and getattr(c, "data_parallel_external_lb", False):
         lines.append(f"data parallel: ranks on ports {c.port}..{c.port + c.data_parallel_size - 1}, each its own "
                      f"endpoint (--data-parallel-external-lb)")
     elif c.data_parallel_size > 1 and rank <= 0:
@@ -150,6 +154,15 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
         listener = listen(config)
         if listener is None:
             return 1
+    supervised = (getattr(config, "data_parallel_multi_port_external_lb", False) and argv is not None
+                  and config.data_parallel_size > 1 and config.data_parallel_rank == 0)
+    probes = None
+    if supervised:                  # vLLM's multi-port supervisor: its probes on a port of their own
+        probes = listen(config, config.data_parallel_supervisor_port)
+        if probes is None:
+            listener.close()
+            return 1
+        app_factory = _supervised(app_factory, config, lambda: children)
     from .auth import api_keys
     for line in startup_summary(config, tls is not None, bool(api_keys(config))):
         log.info("%s", line)
@@ -179,7 +192,10 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
     worker_cls = SimWorker
     glog = application.cfg.logger_class(application.cfg)
     listener = _gunicorn_listener(listener, config.host, config.port)
-    worker = worker_cls(0, os.getppid(), [listener], application, 0, application.cfg, glog)
+    sockets = [listener]
+    if probes is not None:
+        sockets.append(_gunicorn_listener(probes, config.host, config.data_parallel_supervisor_port))
+    worker = worker_cls(0, os.getppid(), sockets, application, 0, application.cfg, glog)
     worker.standalone = True
     worker.early_signals = early = []
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -189,6 +205,19 @@ def serve(config, app_factory, argv: list[str] | None = None, script: str | None
     worker.pid = os.getpid()
     worker.init_process()          # patches gevent, loads the app, serves until stopped
     return worker.exit_code
+
+
+def _supervised(app_factory, config, children):
+    """``app_factory`` whose app also answers the multi-port supervisor's probes
+    (:mod:`server.dp_supervisor`); ``children()``: the other local ranks' ``[(rank, Popen)]``."""
+    from .dp_supervisor import Supervised
+
+    def factory():
+        app = app_factory()
+        ranks = lambda: [(config.port, None)] + [(config.port + r, p) for r, p in children()]    # noqa: E731
+        return Supervised(app, config.data_parallel_supervisor_port, config.host, ranks,
+                          app.extensions.get("lifecycle"))
+    return factory
 
 
 def serve_grpc(config, app_factory) -> int:

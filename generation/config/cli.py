@@ -428,10 +428,43 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
         raise ConfigError("unrecognized arguments: " + " ".join(_as_given(argv, n, getattr(cfg, OPTIONS[n].attr))
                                                                  for n in newer)
                           + f" (--vllm-version {cfg.vllm_version}'s parser: {since})", newer[0])
+    _multi_port(cfg)
     _local_ranks(cfg)
     cfg.validate()
     apply_version_defaults(cfg, step=cfg.latency_calculator == "step")
     return cfg
+
+
+def _multi_port(cfg) -> None:
+    """``--data-parallel-multi-port-external-lb``: vLLM 0.34's checks, in its order and words
+    (``entrypoints/cli/serve.py``'s one load-balancing mode, then ``launchers/dp_supervisor.py``'s
+    ``validate_multi_port_external_lb_args``).  Raises ConfigError."""
+    if not cfg.data_parallel_multi_port_external_lb:
+        return
+    flag = "data-parallel-multi-port-external-lb"
+    if cfg.data_parallel_external_lb or cfg.data_parallel_rank >= 0 or "data-parallel-hybrid-lb" in cfg.ignored_flags:
+        raise ConfigError("Cannot use more than one data parallel load balancing mode. Choose one of: "
+                          "--data-parallel-multi-port-external-lb, --data-parallel-external-lb (or "
+                          "--data-parallel-rank), --data-parallel-hybrid-lb (or --data-parallel-start-rank).", flag)
+    if cfg.grpc:
+        raise ConfigError("--data-parallel-multi-port-external-lb does not support --grpc", flag)
+    size, local = cfg.data_parallel_size, cfg.data_parallel_size_local
+    if size < 2:
+        raise ConfigError("--data-parallel-multi-port-external-lb requires --data-parallel-size > 1", flag)
+    if local is None or local < 2:
+        raise ConfigError("--data-parallel-multi-port-external-lb requires --data-parallel-size-local >= 2", flag)
+    if local > size:
+        raise ConfigError("--data-parallel-size-local cannot exceed --data-parallel-size", "data-parallel-size-local")
+    if size % local:
+        raise ConfigError("--data-parallel-size must be divisible by --data-parallel-size-local",
+                          "data-parallel-size-local")
+    if (cfg.data_parallel_start_rank or 0) + local > size:
+        raise ConfigError("multi-port supervised ranks would exceed --data-parallel-size", "data-parallel-start-rank")
+    port = cfg.data_parallel_supervisor_port
+    if cfg.port <= port <= cfg.port + local - 1:
+        raise ConfigError(f"--data-parallel-supervisor-port {port} overlaps with child rank ports "
+                          f"{cfg.port}-{cfg.port + local - 1}", "data-parallel-supervisor-port")
+    cfg.data_parallel_external_lb = True        # the ranks' own layout: one port and process each
 
 
 def _local_ranks(cfg) -> None:

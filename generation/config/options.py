@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .values import ConfigError, human_readable_int, parse_bool, parse_duration  # noqa: F401 - imported from here too
+from .values import LoraModule, _lora_module  # noqa: F401 - imported from here too
 from .reasoning_parsers import PARSERS
 from .vllm_versions import NEWEST as NEWEST_VLLM
 
@@ -43,16 +44,6 @@ ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_high_throughput", "deepep
 
 
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class LoraModule:
-    name: str
-    path: str = ""
-    base_model_name: str = ""
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "path": self.path, "base_model_name": self.base_model_name}
-
-
 @dataclass(frozen=True)
 class Option:
     """One option.  ``type``: int | float | str | bool | duration (seconds) | list (of str) |
@@ -449,6 +440,11 @@ _declare("parallel",
          Option("data-parallel-rank", "int", -1, "Rank of this process (-1 = unset)"),
          Option("data-parallel-external-lb", "bool", False, "Each rank its own endpoint, --port + rank (vLLM's "
                 "external load balancing; without it one endpoint, --port, balances the ranks as vLLM's API server)"),
+         Option("data-parallel-multi-port-external-lb", "bool", False, "vLLM's supervised layout: this node's "
+                "--data-parallel-size-local ranks each on its own port (--port + local rank), one process each, and "
+                "a supervisor's /health, /ready and /readyz on --data-parallel-supervisor-port"),
+         Option("data-parallel-supervisor-port", "int", 9256, "Port of the supervisor's probes "
+                "(--data-parallel-multi-port-external-lb)"),
          Option("all2all-backend", "str", "allgather_reducescatter", "A MoE model's expert-parallel exchange under "
                 "DP (step mode: gathering every replica's tokens, or DeepEP-style kernels sending each token to its "
                 "top-k experts)", choices=ALL2ALL_BACKENDS),
@@ -584,17 +580,3 @@ def coerce(key: str, value: Any, kind: str | None = None) -> Any:
     except (ValueError, TypeError, OverflowError, json.JSONDecodeError) as e:
         raise ConfigError(f"invalid value for --{key}: {value!r} ({e})", key) from None
     raise ConfigError(f"unknown option kind {kind}")
-
-
-def _lora_module(item: Any) -> LoraModule:
-    """vLLM's two forms: ``name=path`` or a JSON object ``{"name","path","base_model_name"}``."""
-    if isinstance(item, str) and not item.lstrip().startswith("{"):
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise ValueError("expected name=path or a JSON object")
-        return LoraModule(name.strip(), path.strip())
-    obj = json.loads(item) if isinstance(item, str) else item
-    if not isinstance(obj, dict):
-        raise ValueError("LoRA module must be a JSON object")
-    return LoraModule(str(obj.get("name", "")), str(obj.get("path", "") or ""),
-                      str(obj.get("base_model_name", "") or ""))

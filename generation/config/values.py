@@ -6,7 +6,9 @@ specification and the admin route can all use it without import cycles.
 """
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -151,3 +153,27 @@ def human_readable_int(value: Any) -> int:
                              f"{number}{suffix.lower()}?")
         return int(number) * _BINARY[suffix]
     return int(text)
+
+
+@dataclass
+class LoraModule:
+    name: str
+    path: str = ""
+    base_model_name: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "path": self.path, "base_model_name": self.base_model_name}
+
+
+def _lora_module(item: Any) -> LoraModule:
+    """vLLM's two forms: ``name=path`` or a JSON object ``{"name","path","base_model_name"}``."""
+    if isinstance(item, str) and not item.lstrip().startswith("{"):
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise ValueError("expected name=path or a JSON object")
+        return LoraModule(name.strip(), path.strip())
+    obj = json.loads(item) if isinstance(item, str) else item
+    if not isinstance(obj, dict):
+        raise ValueError("LoRA module must be a JSON object")
+    return LoraModule(str(obj.get("name", "")), str(obj.get("path", "") or ""),
+                      str(obj.get("base_model_name", "") or ""))

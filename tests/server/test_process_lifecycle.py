@@ -320,6 +320,35 @@ def test_data_parallel_group_stops_together_on_sigterm(tmp_path, procs):
     assert p.output().count("shutdown complete") == 2
 
 
+def test_multi_port_layout_serves_each_rank_and_the_supervisors_probes(tmp_path, procs):
+    """``--data-parallel-multi-port-external-lb`` (vLLM 0.34): each local rank on its own port,
+    the supervisor's /health, /ready, /readyz on --data-parallel-supervisor-port: 200 while every
+    rank answers, 404 elsewhere, 405 for another method."""
+    port = free_port(3)
+    sup = port + 2
+    p = Proc(tmp_path, "--data-parallel-size", "4", "--data-parallel-size-local", "2", "-dpm",
+             "--data-parallel-supervisor-port", str(sup), port=port)
+    procs.append(p)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{sup}/ready", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, p.output()
+        time.sleep(0.05)
+    assert [httpx.get(f"http://127.0.0.1:{sup}{path}", timeout=5).status_code
+            for path in ("/health", "/readyz", "/v1/models")] == [200, 200, 404]
+    assert httpx.post(f"http://127.0.0.1:{sup}/health", timeout=5).status_code == 405
+    labels = [line.split("{", 1)[1].split(",", 1)[0] for rank_port in (port, port + 1)
+              for line in httpx.get(f"http://127.0.0.1:{rank_port}/metrics", timeout=5).text.splitlines()
+              if line.startswith("vllm:num_requests_running{")]
+    assert labels == ['engine="0"', 'engine="1"']
+    assert p.stop() == 0
+    assert "Traceback" not in p.output()
+
+
 @pytest.fixture(scope="module")
 def gunicorns(tmp_path_factory):
     """``{workers: Proc}``: ``gunicorn -w 2`` and ``-w 1`` on ``wsgi:app``, started at once (each

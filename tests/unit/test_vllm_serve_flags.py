@@ -97,7 +97,7 @@ def test_every_vllm_serve_flag_is_accepted_with_its_arity():
 
 def test_ignored_flags_start_and_are_listed_in_the_order_given():
     names = [n for n in IGNORED_FLAGS if n in VLLM_FLAGS]
-    assert len(names) == 219 and "enable-scale-out" in names and "max-num-seqs" not in names
+    assert len(names) == 217 and "enable-scale-out" in names and "max-num-seqs" not in names
     assert not {"enable-expert-parallel", "decode-context-parallel-size", "pipeline-parallel-size", "all2all-backend"} & set(names)
     assert "per-request-spec-decode-metrics" not in names  # an option: metrics.speculative_decoding
     assert "anthropic-disabled-thinking-effort" not in names   # an option: the Anthropic disabled effort
