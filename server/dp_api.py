@@ -86,6 +86,13 @@ class DataParallelBalancer:
         self.in_flight[best] += 1
         return best
 
+    def unpick(self, rank: int, stamp: float) -> None:
+        """A request :meth:`choose` placed on ``rank`` was refused before it reached the engine:
+        its bump of the waiting count is taken back if the snapshot it went into (``stamp``,
+        its ``taken_at``) still stands."""
+        if stamp == self.taken_at and self.snapshot[rank][0] > 0:
+            self.snapshot[rank][0] -= 1
+
     def take(self, rank: int) -> int:
         """A request sent to ``rank`` by its header: counted in flight."""
         self.in_flight[rank] += 1
@@ -210,15 +217,26 @@ class DataParallelAPI:
                 rank = int(wanted)
             except ValueError:
                 rank = None           # vLLM ignores a header that is not an integer
-        if rank is None or not 0 <= rank < balancer.size:
+        chosen = rank is None or not 0 <= rank < balancer.size
+        if chosen:
             rank = balancer.choose()  # out of range: the engine's app answers vLLM's 400
+            stamp = balancer.taken_at
+            refused = []
+
+            def begin(status, headers, exc_info=None):
+                if status[:1] == "4":
+                    refused.append(status)
+                return start_response(status, headers, exc_info)
         else:
             balancer.take(rank)
+            begin = start_response
         try:
-            body = self.apps[rank](environ, start_response)
+            body = self.apps[rank](environ, begin)
         except BaseException:
             balancer.done(rank)
             raise
+        if chosen and refused:       # vLLM refuses a request before it picks an engine: no trace
+            balancer.unpick(rank, stamp)
         if isinstance(body, (list, tuple)):     # answered whole (the fast path's list too): the request is over
             balancer.done(rank)
             return body

@@ -295,3 +295,21 @@ def test_an_engine_that_refuses_what_rank_0_took_is_logged(caplog):
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refused) == 1 and refused[0].startswith("data-parallel rank 2 refused POST /v1/load_lora_adapter "
                                                         "that rank 0 took: 400")
+
+
+def test_a_refused_request_leaves_no_trace_on_the_balancer(dp):
+    """vLLM validates a request before it picks an engine: a 400 adds nothing to the waiting
+    count its balancer keeps between the coordinator's snapshots."""
+    api, client = dp
+    b = api.balancer
+    clock, b.clock = b.clock, (lambda: 1e9)            # one snapshot for the whole test
+    try:
+        assert client.post(COMPL, json={"prompt": "x", "max_tokens": 4}).status_code == 200
+        before = [row[0] for row in b.snapshot]
+        for _ in range(5):
+            assert client.post(COMPL, json={"prompt": "x", "max_tokens": -1}).status_code == 400
+        assert [row[0] for row in b.snapshot] == before and b.in_flight == [0, 0]
+        assert client.post(COMPL, json={"prompt": "x", "max_tokens": 4}).status_code == 200
+        assert sum(row[0] for row in b.snapshot) == sum(before) + 1
+    finally:
+        b.clock, b.taken_at = clock, float("-inf")
