@@ -559,10 +559,10 @@ def stop_grpc(server, grace: float):
     return stopped
 
 
-def start_grpc_server(sim, address: str, lifecycle=None, max_workers: int = 10000):
+def start_grpc_server(sim, address: str, lifecycle=None, max_workers: int = 10000, dp=None):
     """Serve ``VllmEngine`` (with health and reflection) on ``address`` (``host:port``) from this
-    process's gevent hub.  Returns the started ``grpc.Server``; raises RuntimeError when the
-    address cannot be bound.  Call after gevent's monkey patching."""
+    process's gevent hub, over ``sim``'s engine or every engine of ``dp`` (:mod:`server.grpc_dp`).
+    Returns the started ``grpc.Server``; RuntimeError when the address cannot be bound."""
     import grpc
     from grpc.experimental import gevent as grpc_gevent
     from concurrent import futures
@@ -575,7 +575,8 @@ def start_grpc_server(sim, address: str, lifecycle=None, max_workers: int = 1000
     from .grpc_access import access_interceptors
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
                          options=[("grpc.so_reuseport", 0)], interceptors=access_interceptors(sim.config))
-    servicer = make_servicer(sim, lifecycle)
+    from .grpc_dp import make_dp_servicer
+    servicer = make_servicer(sim, lifecycle) if dp is None else make_dp_servicer(dp, lifecycle, make_servicer, pb_grpc, pb)
     pb_grpc.add_VllmEngineServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

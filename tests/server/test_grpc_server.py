@@ -822,3 +822,55 @@ def test_sigterm_ends_grpc_streams_with_an_abort_and_malformed_messages_log_one_
     line = ("shutting down (SIGTERM): 0 request(s) in flight and 5 gRPC stream(s), grace 0.5s" if beside_http
             else "shutting down: 5 gRPC stream(s) in flight, grace 0.5s")
     assert line in text, text[-2000:]
+
+
+def test_grpc_beside_a_data_parallel_endpoint_serves_every_engine(grpc_server):
+    """``--grpc-port`` with ``--data-parallel-size 2`` (server.grpc_dp): ``data_parallel_rank``
+    places a generation on its engine (out of range: vLLM's words), the others go to the HTTP
+    endpoint's balancer, ``GetLoads`` reports both engines."""
+    target = grpc_server("grpc-port", "--data-parallel-size", "2", "--inter-token-latency", "1ms")
+    stub = target.stub
+    for i in range(2):
+        req = gen(rid=f"dp{i}", stream=False, max_tokens=3, ignore_eos=True)
+        req.data_parallel_rank = 1
+        assert kinds(stub.Generate(req, timeout=10)) == ["complete"]
+    m = scrape(target.base)
+    assert metric(m, "vllm:generation_tokens_total", engine="1") >= 6
+    bad = gen(rid="dp9", stream=False, max_tokens=3)
+    bad.data_parallel_rank = 5
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.Generate(bad, timeout=10))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details() == "data_parallel_rank 5 is out of range [0, 2)."
+    before = [metric(scrape(target.base), "vllm:request_success_total", engine=r, finished_reason="length")
+              for r in ("0", "1")]
+    for i in range(4):
+        list(stub.Generate(gen(rid=f"lb{i}", stream=False, max_tokens=2, ignore_eos=True), timeout=10))
+    after = [metric(scrape(target.base), "vllm:request_success_total", engine=r, finished_reason="length")
+             for r in ("0", "1")]
+    assert [a - b for a, b in zip(after, before)] == [2, 2]
+    loads = stub.GetLoads(pb.GetLoadsRequest(), timeout=5)
+    assert loads.dp_rank_count == 2 and [load.dp_rank for load in loads.loads] == [0, 1]
+
+
+def test_subscribe_kv_events_over_a_data_parallel_endpoint_streams_every_engine(grpc_server):
+    target = grpc_server("grpc-port", "--data-parallel-size", "2", "--enable-kvcache", "--block-size", "8",
+                         "--zmq-endpoint", "")
+    stub = target.stub
+    events = stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(), timeout=15)
+    got = []
+    collect(events, got)
+    ranks = set()
+    for attempt in range(10):
+        for rank in (0, 1):
+            ids = list(range(1000 * (2 * attempt + rank + 1), 1000 * (2 * attempt + rank + 1) + 16))
+            req = pb.GenerateRequest(request_id=f"k{attempt}{rank}", tokenized=pb.TokenizedInput(input_ids=ids),
+                                     sampling_params=pb.SamplingParams(max_tokens=1))
+            req.data_parallel_rank = rank
+            list(stub.Generate(req, timeout=10))
+        time.sleep(0.1)
+        ranks = {b.dp_rank for b in got}
+        if ranks == {0, 1}:
+            break
+    events.cancel()
+    assert ranks == {0, 1}
