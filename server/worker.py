@@ -192,8 +192,12 @@ class SimWorker(GeventWorker):
             from .grpc_engine import start_grpc_server
             if sim.config.data_parallel_size > 1:         # rank r: --grpc-port + r, as HTTP's --port + r
                 port += max(sim.config.data_parallel_rank, 0)
-            self.grpc_server = start_grpc_server(sim, f"{grpc_host(sim.config.host)}:{port}", self.lifecycle,
-                                                 dp=self._data_parallel)
+            try:
+                self.grpc_server = start_grpc_server(sim, f"{grpc_host(sim.config.host)}:{port}", self.lifecycle,
+                                                     dp=self._data_parallel)
+            except RuntimeError as e:       # its port taken: one line, as HTTP's (not a traceback)
+                log.error("%s", e)
+                raise SystemExit(1) from None
 
     def pause_collector_in_bursts(self, idle) -> None:
         """No automatic collections while a burst of connections arrives (:mod:`server.gc_pause`);

@@ -263,7 +263,7 @@ SYSTEM_FINGERPRINT_FROM = (0, 21, 0)   # vLLM computes it from 0.21.0 (openai/fi
 def system_fingerprint(cfg) -> str | None:
     """vLLM's ``system_fingerprint`` (``vllm/entrypoints/serve/utils/fingerprint.py``
     ``build_system_fingerprint``) by ``--fingerprint-mode``: ``full`` (default)
-    ``vllm-<version>[-tp<N>][-dp<N>]-<hash8>``, ``hash`` without the parallelism, ``custom``
+    ``vllm-<version>[-tp<N>][-pp<N>][-dp<N>][-ep]-<hash8>`` (DP: the whole group's size), ``hash`` without the parallelism, ``custom``
     ``--fingerprint-value``, ``none`` None (JSON null), and None before vLLM 0.21.0, which
     computed none (:data:`SYSTEM_FINGERPRINT_FROM`).  The hash is over what identifies the
     served model here (model, served names, context window, response mode, ``--vllm-version``);
@@ -273,20 +273,23 @@ def system_fingerprint(cfg) -> str | None:
         return None
     if mode == "custom":
         return cfg.fingerprint_value or None
-    key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, cfg.data_parallel_size,
-           vllm_version(cfg))
-    fp = _FINGERPRINTS.get((key, mode, cfg.tensor_parallel_size), _MISSING)
+    dp = getattr(cfg, "data_parallel_size_total", None) or cfg.data_parallel_size    # the whole group's
+    pp, ep = getattr(cfg, "pipeline_parallel_size", 1) or 1, bool(getattr(cfg, "enable_expert_parallel", False))
+    key = (cfg.model, tuple(cfg.served_names), cfg.max_model_len, cfg.mode, dp, vllm_version(cfg))
+    fp = _FINGERPRINTS.get((key, mode, cfg.tensor_parallel_size, pp, ep), _MISSING)
     if fp is _MISSING:
         if cfg.vllm_release < SYSTEM_FINGERPRINT_FROM:
             fp = None                   # before 0.21.0 vLLM set none (the field's null)
         else:
             hash8 = hashlib.sha256(repr(key).encode()).hexdigest()[:8]
             parts = [f"vllm-{vllm_version(cfg)}"]
-            if mode == "full":          # vLLM's order: tp, pp, dp, ep (pp and ep are not kept here)
+            if mode == "full":          # vLLM's order: tp, pp, dp, ep
                 parts += [f"tp{cfg.tensor_parallel_size}"] if cfg.tensor_parallel_size > 1 else []
-                parts += [f"dp{cfg.data_parallel_size}"] if cfg.data_parallel_size > 1 else []
+                parts += [f"pp{pp}"] if pp > 1 else []
+                parts += [f"dp{dp}"] if dp > 1 else []
+                parts += ["ep"] if ep else []
             fp = "-".join(parts + [hash8])
-        _FINGERPRINTS[(key, mode, cfg.tensor_parallel_size)] = fp
+        _FINGERPRINTS[(key, mode, cfg.tensor_parallel_size, pp, ep)] = fp
     return fp
 
 

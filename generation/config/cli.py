@@ -464,6 +464,10 @@ def _multi_port(cfg) -> None:
     if cfg.port <= port <= cfg.port + local - 1:
         raise ConfigError(f"--data-parallel-supervisor-port {port} overlaps with child rank ports "
                           f"{cfg.port}-{cfg.port + local - 1}", "data-parallel-supervisor-port")
+    grpc = cfg.grpc_port
+    if grpc and grpc <= port <= grpc + local - 1:         # the simulator's own --grpc-port: rank r on + r
+        raise ConfigError(f"--data-parallel-supervisor-port {port} overlaps with the ranks' gRPC ports "
+                          f"{grpc}-{grpc + local - 1}", "data-parallel-supervisor-port")
     cfg.data_parallel_external_lb = True        # the ranks' own layout: one port and process each
 
 

@@ -110,6 +110,8 @@ def test_fingerprint_modes(app_client):
     assert fingerprint("--fingerprint-mode", "hash") == full                 # no parallelism to strip
     tp = fingerprint("-tp", "2", "--data-parallel-size", "2")
     assert tp.startswith("vllm-0.34.0-tp2-dp2-")                             # vLLM's order: tp, pp, dp, ep
+    every = fingerprint("-tp", "2", "-pp", "2", "-dp", "4", "--data-parallel-size-local", "2", "-ep")
+    assert every.startswith("vllm-0.34.0-tp2-pp2-dp4-ep-")                   # the whole DP group's size
     assert fingerprint("-tp", "2", "--data-parallel-size", "2", "--fingerprint-mode", "hash").count("-") == 2
     assert fingerprint("--fingerprint-mode", "custom", "--fingerprint-value", "fp-7") == "fp-7"
     assert fingerprint("--fingerprint-mode", "custom") is None

@@ -874,3 +874,17 @@ def test_subscribe_kv_events_over_a_data_parallel_endpoint_streams_every_engine(
             break
     events.cancel()
     assert ranks == {0, 1}
+
+
+def test_a_taken_grpc_port_is_one_line_and_exit_1(tmp_path):
+    import socket
+    port, gport = free_port(), free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", gport))
+        holder.listen(1)
+        done = subprocess.run([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--host", "127.0.0.1",
+                               "--grpc-port", str(gport)], cwd=ROOT, env=_clean_env(None), capture_output=True,
+                              text=True, timeout=60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert f"cannot serve gRPC on 127.0.0.1:{gport}" in out and "Traceback" not in out

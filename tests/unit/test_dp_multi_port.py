@@ -17,6 +17,8 @@ LOCAL = ["-dp", "4", "-dpm", "--data-parallel-size-local", "2"]
      "--data-parallel-size must be divisible by --data-parallel-size-local"),
     (LOCAL + ["--data-parallel-start-rank", "3"], "multi-port supervised ranks would exceed --data-parallel-size"),
     (LOCAL + ["--port", "9255"], "--data-parallel-supervisor-port 9256 overlaps with child rank ports 9255-9256"),
+    (LOCAL + ["--grpc-port", "9255"], "--data-parallel-supervisor-port 9256 overlaps with the ranks' gRPC ports "
+                                      "9255-9256"),
     (LOCAL + ["-dpe"], "Cannot use more than one data parallel load balancing mode. Choose one of: "
                        "--data-parallel-multi-port-external-lb, --data-parallel-external-lb (or --data-parallel-rank), "
                        "--data-parallel-hybrid-lb (or --data-parallel-start-rank)."),
