@@ -61,6 +61,8 @@ class Pod:
         self.index, self.name, self.host, self.port = index, name, host, port
         self.app = app
         self.sim = app.extensions["simulator"]
+        dp = app.extensions.get("data_parallel")     # a pod of --data-parallel-size N: its engines
+        self.sims = list(dp.sims) if dp is not None else [self.sim]
         self.lifecycle = app.extensions["lifecycle"]
         self.created = time.monotonic()
         self.ready_at = self.created + max(startup_delay, 0.0)
@@ -85,37 +87,42 @@ class Pod:
 
     def describe(self) -> dict:
         """The control API's view of the pod (``GET /fleet/pods``)."""
-        sim = self.sim
-        kv = sim.kv_cache
+        from .dp_api import engine_counts
+        counts = [engine_counts(s) for s in self.sims]     # [waiting, running, KV usage] of each engine
         return {"name": self.name, "index": self.index, "url": self.url(), "host": self.host, "port": self.port,
                 "state": self.state, "ready_in_s": round(max(self.ready_at - time.monotonic(), 0.0), 3),
-                "in_flight": len(self.busy), "running": sim.running, "waiting": len(sim.waiting),
-                "kv_cache_usage_perc": float(kv.usage()) if kv is not None else 0.0,
-                "kv_events_topic": sim.config.kv_topic()}
+                "in_flight": len(self.busy), "running": sum(c[1] for c in counts), "waiting": sum(c[0] for c in counts),
+                "kv_cache_usage_perc": float(sum(c[2] for c in counts) / len(counts)),
+                "kv_events_topic": self.sim.config.kv_topic()}
 
     def socket_problem(self) -> str | None:
         """Why the pod's KV-event publisher or replay socket is not bound (an endpoint in use:
         the fleet offsets both by the pod's index, as vLLM offsets them by data-parallel rank, so
         adjacent port numbers collide), else None."""
         from generation.kvcache.cache import event_socket_problem
-        return event_socket_problem(self.sim.kv_cache)
+        for sim in self.sims:
+            problem = event_socket_problem(sim.kv_cache)
+            if problem:
+                return problem
+        return None
 
     def close(self) -> None:
-        """Flush and close the pod's KV-event publisher and replay socket."""
-        kv = self.sim.kv_cache
-        publisher = getattr(kv, "publisher", None) if kv is not None else None
-        if publisher is None:
-            return
-        try:
-            if hasattr(publisher, "flush"):
-                publisher.flush()
-        except Exception:            # a broken publisher must not stop the removal
-            log.exception("pod %s: flushing its KV events failed", self.name)
-        replay = getattr(getattr(publisher, "on_sent", None), "__self__", None)
-        if hasattr(publisher, "close"):
-            publisher.close()
-        if replay is not None and hasattr(replay, "close"):
-            replay.close()
+        """Flush and close the pod's KV-event publishers (one per engine) and replay sockets."""
+        for sim in self.sims:
+            kv = sim.kv_cache
+            publisher = getattr(kv, "publisher", None) if kv is not None else None
+            if publisher is None:
+                continue
+            try:
+                if hasattr(publisher, "flush"):
+                    publisher.flush()
+            except Exception:            # a broken publisher must not stop the removal
+                log.exception("pod %s: flushing its KV events failed", self.name)
+            replay = getattr(getattr(publisher, "on_sent", None), "__self__", None)
+            if hasattr(publisher, "close"):
+                publisher.close()
+            if replay is not None and hasattr(replay, "close"):
+                replay.close()
 
 
 _STARTING = b'{"error": {"message": "pod is starting", "type": "ServiceUnavailableError", "param": null, "code": 503}}'
@@ -182,11 +189,14 @@ class Fleet:
         if c.kv_events_topic:
             c.kv_events_topic = (c.kv_events_topic.replace("{pod}", c.pod_name).replace("{ip}", c.pod_ip)
                                  .replace("{port}", str(port)))
+        span = max(base.data_parallel_size, 1)     # a DP pod's ranks offset them further: pods step over them
         if c.zmq_endpoint and is_bind_endpoint(c.zmq_endpoint):
-            c.zmq_endpoint = rank_endpoint(c.zmq_endpoint, index)
+            c.zmq_endpoint = rank_endpoint(c.zmq_endpoint, index * span)
         if c.kv_events_replay_endpoint:
-            c.kv_events_replay_endpoint = rank_endpoint(c.kv_events_replay_endpoint, index)
+            c.kv_events_replay_endpoint = rank_endpoint(c.kv_events_replay_endpoint, index * span)
         c.fleet_size = 0
+        if span > 1:
+            c.data_parallel_rank = 0                # the pod's DP endpoint makes its ranks
         return c
 
     def add(self, startup_delay: float = 0.0) -> Pod:
@@ -212,7 +222,11 @@ class Fleet:
             host, port = str(name[0]), int(name[1])
         self.next_index += 1
         config = self.pod_config(index)
-        app = self.app_factory(config)
+        if config.data_parallel_size > 1:           # the pod is vLLM's one endpoint over its DP engines
+            from .dp_api import build_data_parallel_api
+            app = build_data_parallel_api(config, self.app_factory)
+        else:
+            app = self.app_factory(config)
         pod = Pod(index, config.pod_name, host, port, app, startup_delay)
         pod.listener = listener
         problem = pod.socket_problem()

@@ -113,7 +113,7 @@ def serve_fleet(config, app_factory) -> int:
             from .worker import freeze_startup_heap, idle_of, no_thread_names_in_logs
             # the pods share this process's heap: the frozen objects' reclaim waits for every pod,
             # added ones too, to be idle
-            self.pause_collector_in_bursts(lambda: all(idle_of(p.sim)() for p in list(fleet.pods.values())))
+            self.pause_collector_in_bursts(lambda: all(idle_of(s)() for p in list(fleet.pods.values()) for s in p.sims))
             # gevent's patch() rebuilt the listeners as gevent sockets (self.sockets, in order)
             pods_now = list(fleet.pods.values())
             for pod, sock in zip(pods_now, self.sockets):

@@ -444,9 +444,9 @@ class SimConfig:
             raise ConfigError("fleet startup delay cannot be negative", "fleet-startup-delay")
         if not self.fleet_size:
             return
-        if self.data_parallel_size > 1:
-            raise ConfigError("--fleet-size serves independent pods: it cannot be combined with "
-                              "--data-parallel-size", "fleet-size")
+        if self.data_parallel_size > 1 and (self.data_parallel_external_lb or self.data_parallel_rank >= 0):
+            raise ConfigError("--fleet-size serves each pod on one port: a pod's data-parallel ranks share it "
+                              "(no --data-parallel-external-lb / --data-parallel-rank)", "fleet-size")
         if self.grpc or self.grpc_port:
             raise ConfigError("--fleet-size serves HTTP only (no --grpc / --grpc-port)", "fleet-size")
         if self.fleet_control_port and self.fleet_addresses == "ports" and \

@@ -223,7 +223,7 @@ def test_a_pod_whose_event_sockets_collide_does_not_start():
 def test_fleet_flags_are_checked():
     from generation.config.cli import load_config
     from generation.config.values import ConfigError
-    for argv, param in ((["--fleet-size", "2", "--data-parallel-size", "2"], "fleet-size"),
+    for argv, param in ((["--fleet-size", "2", "--data-parallel-size", "2", "-dpe"], "fleet-size"),
                         (["--fleet-size", "4", "--port", "8000", "--fleet-control-port", "8003"], "fleet-control-port"),
                         (["--fleet-size", "2000"], "fleet-size"), (["--fleet-size", "2", "--grpc"], "fleet-size")):
         with pytest.raises(ConfigError) as e:
@@ -276,3 +276,44 @@ def test_control_api_refuses_commands_from_another_sites_page(headers):
     assert r.status_code == 201 and len(fleet.pods) == 2
     r = client.post(ctl + "/fleet/pods", json={"count": 1}, headers={"origin": f"http://127.0.0.1:{CONTROL}"})
     assert r.status_code == 201 and len(fleet.pods) == 3
+
+
+def test_a_fleet_of_data_parallel_pods_gives_each_pod_one_endpoint_over_its_engines():
+    """``--fleet-size 2 --data-parallel-size 2``: each pod is vLLM's one endpoint over its two
+    engines (server.dp_api)."""
+    fleet, client = build("--data-parallel-size", "2", "--mode", "echo", "--enable-kvcache",
+                          "--zmq-endpoint", "tcp://127.0.0.1:0", size=2)
+    try:
+        pods = list(fleet.pods.values())
+        assert [len(p.sims) for p in pods] == [2, 2]
+        for _ in range(4):
+            r = client.post(pod_url(0) + "/v1/completions", json={"prompt": "a b c", "max_tokens": 8})
+            assert r.status_code == 200, r.text
+        m0, m1 = scrape(pod_client(fleet, 0)), scrape(pod_client(fleet, 1))
+        assert [metric(m0, "vllm:prompt_tokens_total", engine=e) for e in ("0", "1")] == [6.0, 6.0]
+        assert [metric(m1, "vllm:prompt_tokens_total", engine=e) for e in ("0", "1")] == [0.0, 0.0]
+        ranks = [[s.config.data_parallel_rank for s in p.sims] for p in pods]
+        assert ranks == [[0, 1], [0, 1]]
+        assert pods[0].describe()["running"] == 0 and pods[0].describe()["waiting"] == 0
+    finally:
+        for pod in fleet.pods.values():
+            pod.close()
+        client.close()
+
+
+def test_data_parallel_pods_kv_event_ports_step_over_their_ranks():
+    from generation.config.cli import load_config
+    from server.fleet import Fleet
+    config = load_config(["--fleet-size", "3", "--data-parallel-size", "2", "--enable-kvcache",
+                          "--zmq-endpoint", "tcp://*:5557", "--port", str(PORT)], env=_clean_env({}))
+    fleet = Fleet(config, None, bind=False)
+    assert [fleet.pod_config(i).zmq_endpoint for i in range(3)] == ["tcp://*:5557", "tcp://*:5559", "tcp://*:5561"]
+    assert fleet.pod_config(1).data_parallel_rank == 0
+
+
+def test_a_data_parallel_pod_cannot_take_the_per_port_layout():
+    from generation.config.cli import load_config
+    from generation.config.values import ConfigError
+    with pytest.raises(ConfigError) as e:
+        load_config(["--fleet-size", "2", "--data-parallel-size", "2", "-dpe"], env={})
+    assert e.value.param == "fleet-size"
