@@ -107,8 +107,7 @@ def engine_counts(sim) -> list:
     reports to its coordinator)."""
     engine = getattr(sim, "engine", None)
     if engine is not None:
-        sched = engine.scheduler
-        return [len(sched.waiting) + engine.pending, len(sched.running), sched.usage()]
+        return [engine.waiting_count(), len(engine.scheduler.running), engine.scheduler.usage()]
     kv = sim.kv_cache
     return [len(sim.waiting), sim.running, kv.usage() if kv is not None else 0.0]
 
@@ -336,12 +335,7 @@ def build_data_parallel_api(config, app_factory) -> DataParallelAPI:
         create_board(config.data_parallel_size)
     apps = []
     for rank in range(config.data_parallel_size):
-        step, config.step = config.step, None           # read-only: not deep-copied per rank
-        try:
-            c = config.copy()
-        finally:
-            config.step = step
-        c.step = step
+        c = config.copy(share_step=True)
         c.data_parallel_rank = rank
         apps.append(app_factory(c))
     return DataParallelAPI(apps)

@@ -171,12 +171,7 @@ class Fleet:
         and the replay socket), the port offset by ``index`` as data-parallel ranks do."""
         from generation.kvcache.events import is_bind_endpoint, rank_endpoint
         base = self.config
-        step, base.step = base.step, None          # shared, read-only: not deep-copied per pod
-        try:
-            c = base.copy()
-        finally:
-            base.step = step
-        c.step = step
+        c = base.copy(share_step=True)             # step settings: shared, read-only
         host, port = self.address(index)
         c.host, c.port = host, port
         c.pod_name = f"{base.pod_name or DEFAULT_POD_NAME}-{index}"

@@ -186,9 +186,9 @@ class SimConfig:
             return self.kv_events_topic
         return f"kv@{self.pod_ip}:{self.port}@{self.model}"
 
-    def copy(self) -> "SimConfig":
-        new = object.__new__(SimConfig)
-        new.__dict__ = copy.deepcopy(self.__dict__)
+    def copy(self, share_step: bool = False) -> "SimConfig":      # share_step: the resolved, read-only
+        new = object.__new__(SimConfig)                               # step settings shared, not copied
+        new.__dict__ = copy.deepcopy(self.__dict__, {id(self.step): self.step} if share_step else None)
         return new
 
     def updated(self, changes: dict) -> "SimConfig":
