@@ -37,7 +37,7 @@ from werkzeug.exceptions import HTTPException
 
 from generation.adapters.base import check_work
 from generation.engine.simulator import ClientDisconnected
-from generation.errors import EnginePaused, SimulatorError
+from generation.errors import EnginePaused, Rejected, SimulatorError
 from generation.lanes import CLIENT as SCHEMA_CLIENT
 from schemas.common import load
 
@@ -81,8 +81,14 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     if adapter.image_output and sim.config.omni:
         req.send_image = send_image(sim, environ)
     seqs = sim.prepare(req)         # vLLM's render ends with the context-length check: prepare's
+    rank_error = None
     if "HTTP_X_DATA_PARALLEL_RANK" in environ:
-        check_data_parallel_rank(sim.config, environ["HTTP_X_DATA_PARALLEL_RANK"])
+        try:
+            check_data_parallel_rank(sim.config, environ["HTTP_X_DATA_PARALLEL_RANK"])
+        except Rejected as err:
+            if not req.stream:
+                raise
+            rank_error = err      # vLLM checks it in AsyncLLM.add_request: inside the stream, after its 200
     if adapter.render_type is not None:
         observe_render(sim, adapter.render_type, req, rendering)
     work = adapter.work(seqs)
@@ -99,6 +105,8 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         return adapter.stream_error(error_body(err, envelope))
 
     named = getattr(adapter, "named_error", None)    # vLLM has named the request by now (Cohere's id)
+    if rank_error is not None:
+        return 200, [*extra.items(), *SSE_BASE_HEADERS], [error_frame(rank_error)]
     try:
         sim.admit(seqs, arrived)
     except EnginePaused as err:

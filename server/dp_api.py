@@ -13,7 +13,9 @@ request to an engine's app:
   (:meth:`DataParallelBalancer.choose`);
 * an operation on the engines (sleep, wake-up, pause, LoRA adapters, cache resets, checkpoint,
   weight updates, the simulator's ``/admin/config``) to every rank, as vLLM's
-  ``call_utility_all`` (:meth:`DataParallelAPI._broadcast`); rank 0's answer is the reply;
+  ``call_utility_all`` (:meth:`DataParallelAPI._broadcast`); rank 0's answer is the reply,
+  unless another engine failed it (its 5xx) or, for ``/reset_prefix_cache`` and ``/wake_up``,
+  answered ``false`` / ``sleeping`` (vLLM's ``all(...)``: :meth:`DataParallelAPI._combine`);
   aborts to rank 0, which aborts the requests on whichever engine runs them;
 * everything else (``/health``, ``/v1/models``, tokenizing and rendering, ``/metrics``) to rank
   0, whose ``/metrics``, ``/load`` and ``/kv_event_sources`` cover every rank (through
@@ -24,6 +26,8 @@ from __future__ import annotations
 import io
 import logging
 import time
+
+import orjson
 
 from generation.fleet.routing import vllm_dp_score
 
@@ -216,9 +220,13 @@ class DataParallelAPI:
                 rank = int(wanted)
             except ValueError:
                 rank = None           # vLLM ignores a header that is not an integer
-        chosen = rank is None or not 0 <= rank < balancer.size
+        if rank is not None and not 0 <= rank < balancer.size:
+            # vLLM refuses it in InputProcessor.process_inputs, before DPLBAsyncMPClient picks an
+            # engine: no engine's count changes; rank 0's app answers vLLM's error
+            return self.apps[0](environ, start_response)
+        chosen = rank is None
         if chosen:
-            rank = balancer.choose()  # out of range: the engine's app answers vLLM's 400
+            rank = balancer.choose()
             stamp = balancer.taken_at
             refused = []
 
@@ -276,24 +284,56 @@ class DataParallelAPI:
             gevent.joinall(jobs)
         if jobs and reply and reply[0][:1] == "2":
             self._disagree(environ, jobs)
+            reply, chunks = self._combine(environ.get("PATH_INFO"), reply, chunks, jobs)
         start_response(*reply)
         return chunks
 
     @staticmethod
-    def _replay(app, env: dict) -> tuple[str, bytes]:
+    def _combine(path, reply, chunks, jobs):
+        """The endpoint's answer from every rank's, as vLLM's DP client combines them: an
+        operation any engine failed (a 5xx) fails (``call_utility_all_async``'s ``asyncio.gather``
+        raises: the first failing rank's answer); ``/reset_prefix_cache`` succeeds only if every
+        engine reset (``all(...)``) and ``/wake_up`` is ``awake`` only if every engine is
+        (``all(...)``, ``vllm/v1/engine/core_client.py`` ``reset_prefix_cache_async`` /
+        ``wake_up_async``); otherwise rank 0's answer."""
+        results = [job.value or ("500", b"", []) for job in jobs]
+        for status, body, headers in results:
+            if status[:1] == "5":       # an engine's failure (a refusal checked in the API server is rank 0's)
+                if not headers:         # the rank raised (logged): vLLM's generic 500
+                    body = b'{"error":{"message":"Internal Server Error","type":"InternalServerError","param":null,"code":500}}'
+                    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+                    status = "500 INTERNAL SERVER ERROR"
+                return [status, headers], [body]
+        key, bad = {"/reset_prefix_cache": ("success", False), "/wake_up": ("status", "sleeping")}.get(path, (None, None))
+        if key is None:
+            return reply, chunks
+        try:
+            answers = [orjson.loads(b"".join(chunks))] + [orjson.loads(body) for _, body, _ in results]
+        except (ValueError, TypeError):
+            return reply, chunks
+        if answers[0].get(key) == bad or all(a.get(key) != bad for a in answers):
+            return reply, chunks
+        answers[0][key] = bad
+        data = orjson.dumps(answers[0])
+        headers = [(k, str(len(data)) if k.lower() == "content-length" else v) for k, v in reply[1]]
+        return [reply[0], headers], [data]
+
+    @staticmethod
+    def _replay(app, env: dict) -> tuple[str, bytes, list]:
         """Run an operation on another rank's app, below its API-key and ``http_*`` layers (the
-        request was checked and counted once, on rank 0): ``(status, the answer's first 200
-        bytes)``, ``("500", b"")`` when it raised (logged)."""
+        request was checked and counted once, on rank 0): ``(status, the answer's first 64 KiB,
+        its headers)``, ``("500", b"", [])`` when it raised (logged)."""
         inner = app.extensions.get("engine_wsgi", app.wsgi_app)
-        status, head = ["500"], []
+        status, head, kept = ["500"], [], []
         try:
             def begin(s, headers, exc_info=None):
                 status[0] = s
+                kept[:] = headers
                 return head.append
             body = inner(env, begin)
             try:
                 for chunk in body:
-                    if sum(map(len, head)) < 200:
+                    if sum(map(len, head)) < 65536:
                         head.append(chunk)
             finally:
                 if hasattr(body, "close"):
@@ -301,17 +341,17 @@ class DataParallelAPI:
         except Exception:          # one rank's failure must not take the others' answer with it
             log.exception("data-parallel rank %s: %s %s failed", app.extensions["simulator"].config.data_parallel_rank,
                           env.get("REQUEST_METHOD"), env.get("PATH_INFO"))
-        return status[0], b"".join(head)[:200]
+        return status[0], b"".join(head)[:65536], kept
 
     def _disagree(self, environ, jobs) -> None:
         """Rank 0 took an operation: warn of any other rank that refused it (the engines now
         differ)."""
         for rank, job in enumerate(jobs, 1):
-            status, head = job.value or ("500", b"")
+            status, head, _ = job.value or ("500", b"", [])
             if status[:1] != "2":
                 log.warning("data-parallel rank %d refused %s %s that rank 0 took: %s %s", rank,
                             environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), status,
-                            head.decode("utf-8", "replace"))
+                            head[:200].decode("utf-8", "replace"))
 
 
 def _replica_environ(environ: dict, data: bytes) -> dict:

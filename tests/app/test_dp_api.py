@@ -170,7 +170,13 @@ def test_a_rank_outside_the_engines_is_vllms_400(dp, app_client):
     one = app_client("--mode", "echo")        # one engine: only rank 0 exists
     r = one.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True},
                  headers={"X-data-parallel-rank": "1"})
-    assert (r.status_code, r.json()["error"]["message"]) == (400, "data_parallel_rank 1 is out of range [0, 1).")
+    # vLLM checks the rank in AsyncLLM.add_request, which a stream's generator reaches after its 200
+    assert r.status_code == 200
+    assert r.text == ('data: {"error":{"message":"data_parallel_rank 1 is out of range [0, 1).","type":"BadRequestError",'
+                      '"param":null,"code":400}}\n\ndata: [DONE]\n\n')
+    r = client.post(COMPL, json={"prompt": "x", "max_tokens": 4, "stream": True}, headers={"X-data-parallel-rank": "-1"})
+    assert r.status_code == 200 and "data_parallel_rank -1 is out of range [0, 2)." in r.text
+    assert api.balancer.in_flight == [0, 0]
     assert one.post(COMPL, json={"prompt": "x", "max_tokens": 4}, headers={"X-data-parallel-rank": " 0 "}).status_code == 200
 
 
@@ -313,3 +319,24 @@ def test_a_refused_request_leaves_no_trace_on_the_balancer(dp):
         assert sum(row[0] for row in b.snapshot) == sum(before) + 1
     finally:
         b.clock, b.taken_at = clock, float("-inf")
+
+
+def test_an_operation_answers_for_every_engine_as_vllms_dp_client():
+    """vLLM's DP client combines the engines' answers (``core_client.py``): ``reset_prefix_cache``
+    is ``all(...)``, and an engine's failure fails the call (``asyncio.gather`` raises), so a
+    refusal on rank 1 is the endpoint's answer even when rank 0 took the operation."""
+    api, client = build("-dp", "2", "--enable-kvcache", "--enable-sleep-mode",
+                        env={"VLLM_SERVER_DEV_MODE": "1"})
+    api.sims[1].kv_cache.reset_prefix_cache = lambda running: False       # rank 1 still holds blocks
+    assert client.post("/reset_prefix_cache").json() == {"success": False}
+    api.sims[1].kv_cache.reset_prefix_cache = lambda running: True
+    assert client.post("/reset_prefix_cache").json() == {"success": True}
+
+    def failing(environ, start_response):            # rank 1's engine refuses the operation
+        body = b'{"error":{"message":"Call to release_kv_cache_memory method failed: x","code":500}}'
+        start_response("500 INTERNAL SERVER ERROR", [("Content-Type", "application/json"),
+                                                     ("Content-Length", str(len(body)))])
+        return [body]
+    real, api.apps[1].extensions["engine_wsgi"] = api.apps[1].extensions["engine_wsgi"], failing
+    assert client.post("/pause").status_code == 500
+    api.apps[1].extensions["engine_wsgi"] = real
