@@ -32,9 +32,11 @@ requests by id.
   ``{"is_scaling_elastic_ep": false, "phase": "idle", "epoch": null, "error": null,
   "requested_data_parallel_size": null}``.
 * ``POST /inference/v1/abort_requests`` (vLLM's disaggregated-serving route): ``request_ids``
-  a string or a list of strings (else vLLM's 400), matched against the requests' own ids (the
-  ``X-Request-Id`` header or the body's ``request_id``, without the ``chatcmpl-``/``cmpl-``
-  prefix of the response's ``id``, as vLLM matches the external request id); answers 200 with
+  a string or a list of strings (else vLLM's 400), matched against the external ids vLLM's
+  serving layer gives its engine requests (:func:`blueprints.in_flight.external_id`:
+  ``chatcmpl-<id>`` for a chat or a Message, ``cmpl-<id>-<i>`` for a completion's prompt ``i``,
+  ``generate-tokens-<id>``, ``<response id>_0``; ``<id>`` the ``X-Request-Id`` header or the
+  body's ``request_id``); answers 200 with
   an empty body, whatever matched.  ``--tokens-only`` also serves it as ``POST
   /abort_requests``, as vLLM 0.34.
 
@@ -75,7 +77,7 @@ from generation.errors import APIError, InvalidParam, UnsupportedMediaType
 from .common import json_response, loads_body, simulator
 from .vllm_bodies import bare_response, starlette_json
 from .health import query_mode
-from .in_flight import _abort, _in_flight, _running
+from .in_flight import _abort, _in_flight, _running, external_id
 
 log = logging.getLogger("vllm_sim")
 
@@ -272,7 +274,7 @@ def abort_requests():
     wanted = set(ids)
     sim = simulator()
     for engine in sim.dp_peers or (sim,):       # one API server over DP engines: wherever they run
-        hit = [s for s in _in_flight(engine) if s.request.request_id in wanted]
+        hit = [s for s in _in_flight(engine) if external_id(s) in wanted]
         if hit:
             _abort(engine, hit)
     return bare_response()

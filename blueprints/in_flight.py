@@ -25,6 +25,25 @@ def _in_flight(sim) -> list:
     return [*sim.running_seqs, *sim.waiting]
 
 
+def external_id(seq) -> str:
+    """vLLM's external request id of ``seq``'s engine request, what ``/abort_requests`` and
+    ``/inference/v1/abort_requests`` match (``OutputProcessor.abort_requests`` with
+    ``internal=False``): ``chatcmpl-<id>`` for a chat, ``cmpl-<id>-<i>`` for a completion's
+    prompt ``i``, ... (:attr:`~generation.engine.request.GenerationRequest.external_ids`); the
+    request's own id where the API names none (gRPC's, a realtime session's).  ``n`` choices of
+    one prompt share it, as vLLM's children their parent's."""
+    req = seq.request
+    ids = req.external_ids
+    return ids[seq.prompt_index] if seq.prompt_index < len(ids) else req.request_id
+
+
+def abort_count(seqs) -> int:
+    """vLLM's count of an abort-all (the RL ``/abort_requests`` without ids): its request
+    states (one per choice) and its parallel-sampling parents (one per prompt of ``n`` > 1)."""
+    parents = {(id(s.request), s.prompt_index) for s in seqs if s.request.n > 1}
+    return len(seqs) + len(parents)
+
+
 def _at_engine(sim) -> list:
     """:func:`_in_flight` less the step engine's requests still in the modelled API server's
     delay: what a sleep's abort reaches.  vLLM 0.34's ``EngineCore.sleep`` aborts what its

@@ -44,7 +44,7 @@ from generation.errors import APIError
 
 from .common import json_response, simulator
 from .vllm_bodies import starlette_json
-from .in_flight import _abort, _in_flight, pause_scheduler
+from .in_flight import _abort, _in_flight, abort_count, external_id, pause_scheduler
 from .health import query_bool, query_mode, resume_scheduler
 
 log = logging.getLogger("vllm_sim")
@@ -101,13 +101,13 @@ def abort_requests():
                            400, "request_ids", "Bad Request")
         wanted = {ids} if isinstance(ids, str) else {i for i in ids if isinstance(i, str)}
         for engine in engines:
-            _abort(engine, [s for s in _in_flight(engine) if s.request.request_id in wanted])
+            _abort(engine, [s for s in _in_flight(engine) if external_id(s) in wanted])
         count = len(ids)                             # vLLM: len(request_ids), as given
     else:
         count = 0
         for engine in engines:
             in_flight = _in_flight(engine)
-            count += len(in_flight)
+            count += abort_count(in_flight)
             _abort(engine, in_flight)
     return json_response({"status": "aborted", "aborted": count})
 

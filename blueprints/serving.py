@@ -78,6 +78,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     rendering = perf_counter()
     req = adapter.build(rid, force_ct and adapter.cache_threshold_header)
     rendering = perf_counter() - rendering
+    req.external_ids = adapter.external_ids(req)
     if adapter.image_output and sim.config.omni:
         req.send_image = send_image(sim, environ)
     seqs = sim.prepare(req)         # vLLM's render ends with the context-length check: prepare's

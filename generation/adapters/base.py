@@ -67,6 +67,20 @@ class Adapter:
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         raise NotImplementedError
 
+    # vLLM's id for prompt ``i``'s engine request (``rid`` the request's id): the id its serving
+    # layer passes to ``generate``, which ``OutputProcessor.abort_requests`` matches as external
+    external_id_format: str | None = None
+
+    def external_ids(self, req: GenerationRequest) -> tuple:
+        """The external id of each of ``req``'s prompts' engine requests
+        (:attr:`GenerationRequest.external_ids`): ``chatcmpl-<id>`` (chat, Messages),
+        ``cmpl-<id>-<i>`` (completions), ...; empty where the API has no such id."""
+        fmt = self.external_id_format
+        if fmt is None:
+            return ()
+        rid = req.request_id
+        return tuple(fmt.format(rid=rid, i=i) for i in range(len(req.prompts)))
+
     def work(self, seqs) -> tuple[int, str, str]:
         """``(units, formula, param)``: what rendering the prepared ``seqs`` costs, in output
         entries (a token counts 1 plus 1 per logprob alternative; echoed prompts and

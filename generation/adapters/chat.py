@@ -17,8 +17,7 @@ from generation.engine.request import ClientDisconnected, GenerationRequest
 from generation.engine.weight_versions import spans as weight_spans
 from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
-                   check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details,
-                   PromptDetails, prompt_tokens_details)
+                   check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details, PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
 from .chat_tool_deltas import call_entries, call_style, finish_reason, name_entry, named_choice, tool_delta
 from .chat_logprobs import choice_logprobs, chunk_logprobs, hides_metadata, token_logprobs
@@ -41,6 +40,7 @@ class ChatAdapter(Adapter):
     generation_error_stream_type = "InternalServerError"  # chat_completion_stream_generator's except GenerationError
     render_type = "chat"                            # vllm:request_render_duration_seconds{request_type}
     parser_request_type = "chat_completions"        # vllm:tool_call_parser_invocations{request_type}
+    external_id_format = "chatcmpl-{rid}"           # chat_completion/serving.py's request_id
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         self.check(force_cache_threshold)

@@ -71,6 +71,7 @@ class BatchChatAdapter(ChatAdapter):
     ``self.body`` is the request each conversation gets (the batch's fields, ``messages`` left
     out); ``self.conversations`` the conversations."""
     image_output = False          # vLLM's batch answers text only (no --omni image)
+    external_id_format = "chatcmpl-{rid}_{i}"     # batch_serving.py: one engine request per conversation
     sse_keep_alive = False        # its route returns JSON, never wrapped in vLLM's with_sse_keep_alive
     # vLLM's batch renders each conversation with preprocess_chat, not OnlineRenderer.render_chat
     # (no vllm:request_render_duration_seconds), and parses no tool calls

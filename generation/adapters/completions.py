@@ -60,6 +60,7 @@ class CompletionsAdapter(Adapter):
     body: CompletionRequest
     sse_keep_alive = True
     render_type = "completion"      # vllm:request_render_duration_seconds{request_type}
+    external_id_format = "cmpl-{rid}-{i}"       # completion/serving.py: one engine request per prompt
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body

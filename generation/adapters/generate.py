@@ -42,6 +42,7 @@ from .sampling import EFFORTS, chat_reasoning, sampling_semantics, structured_co
 
 class GenerateAdapter(Adapter):
     cache_threshold_header = False
+    external_id_format = "generate-tokens-{rid}"     # token_in_token_out/serving.py's request_id
     body: GenerateRequest
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:

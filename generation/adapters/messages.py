@@ -24,8 +24,7 @@ from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from generation.lanes import paced
 from ..errors import FieldNames, InvalidParam, Rejected
-from .base import (REMOTE_DECODE_PARAMS, Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps,
-                   usage_details)
+from .base import (REMOTE_DECODE_PARAMS, Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps, usage_details)
 from .token_stream import Streamed, end_aborted, rendered_tokens
 from .extra_args import check_extra_args
 from .fields import check_min_tokens, check_sampling_ranges
@@ -50,6 +49,7 @@ class MessagesAdapter(Adapter):
     render_type = "chat"      # vLLM renders the request's chat completion (OnlineRenderer.render_chat)
     image_output = True       # the reference: the image latency only, no image in the output
     body: MessagesRequest
+    external_id_format = "chatcmpl-{rid}"     # vLLM serves it as a chat completion
 
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body

@@ -64,6 +64,11 @@ RESPONSES_FIELDS = FieldNames((r"response_format\.json_schema", "text.format"),
 class ResponsesAdapter(Adapter):
     body: ResponsesRequest
 
+    def external_ids(self, req) -> tuple:
+        """vLLM's first engine request of a response, ``<response id>_0``
+        (``_generate_with_builtin_tools``'s ``sub_request_id``)."""
+        return (f"{self.ctx.response_id}_0",)
+
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         sim, b = self.sim, self.body
         # vLLM 0.34 ResponsesRequest's request validators, in pydantic's order

@@ -83,6 +83,8 @@ class GenerationRequest:
     aborted_by_server: bool = False        # ended by abort_requests or checkpoint prepare mode=abort: its answer
                                            # still finishes, with finish_reason "abort" (Sequence.end_with_abort)
     cache_salt: str | None = None          # vLLM: the first KV block's extra hash key (cache isolation)
+    external_ids: tuple = ()               # vLLM's external id of each prompt's engine request, what /abort_requests
+                                           # matches (Adapter.external_ids); empty: ``request_id``
     stream_interval: int | None = None     # the request's own (SamplingParams.stream_interval): Simulator.stream_interval
     tool_parser: str | None = None         # the request type vLLM's tool parser counts this one under, when it
                                            # parses its output (generation.adapters.base.tool_parser_type)

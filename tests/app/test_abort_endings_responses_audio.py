@@ -33,8 +33,10 @@ def _flags(mode: str) -> tuple:
     return CLOCK if mode == "clock" else STEP
 
 
-def _abort_by_id(c, rid: str):
-    r = c.post("/inference/v1/abort_requests", json={"request_ids": [rid]})
+def _abort_by_id(c, *ids: str):
+    """Abort by vLLM's external ids: a response's ``<response id>_0``, a transcription's
+    ``transcribe-<id>`` (``-<k>`` per 30 s chunk when there are several)."""
+    r = c.post("/inference/v1/abort_requests", json={"request_ids": list(ids)})
     assert (r.status_code, r.content) == (200, b"")
 
 
@@ -91,7 +93,7 @@ def test_abort_requests_ends_a_responses_stream_with_response_completed(app_clie
     rid = f"rs-{mode}"
     job = _responses(c, rid)
     until_streaming(c, rid, 0.4)
-    _abort_by_id(c, rid)
+    _abort_by_id(c, f"resp_{rid}_0")
     job.join(5)
     _check_response_stream(job.value, rid)
     assert c.sim.running == 0
@@ -103,7 +105,7 @@ def test_abort_requests_ends_a_background_responses_stream_and_stores_it_complet
     rid = f"rsb-{mode}"
     job = _responses(c, rid, background=True)
     until_streaming(c, rid, 0.4)
-    _abort_by_id(c, rid)
+    _abort_by_id(c, f"resp_{rid}_0")
     job.join(5)
     events = _check_response_stream(job.value, rid)
     assert events[-1]["response"]["background"] is True
@@ -121,7 +123,7 @@ def test_abort_requests_stores_a_background_response_completed_not_failed(app_cl
     r = c.post("/v1/responses", json=body, headers={"X-Request-Id": rid})
     assert r.status_code == 200 and r.json()["status"] == "queued"
     until_streaming(c, rid, 0.4)
-    _abort_by_id(c, rid)
+    _abort_by_id(c, f"resp_{rid}_0")
     gevent.sleep(0.2)
     d = c.get(f"/v1/responses/resp_{rid}").json()
     assert d["status"] == "completed" and d["incomplete_details"] is None
@@ -137,7 +139,7 @@ def test_abort_requests_answers_a_non_streamed_response_completed(app_client, mo
     body = {"model": "test-model", "input": "Hello there", "max_output_tokens": 900, "ignore_eos": True}
     job = gevent.spawn(c.post, "/v1/responses", json=body, headers={"X-Request-Id": f"rn-{mode}"})
     until_streaming(c, f"rn-{mode}", 0.4)
-    _abort_by_id(c, f"rn-{mode}")
+    _abort_by_id(c, f"resp_rn-{mode}_0")
     job.join(5)
     d = job.value.json()
     assert job.value.status_code == 200 and d["status"] == "completed" and d["incomplete_details"] is None
@@ -150,7 +152,7 @@ def test_a_responses_stream_aborted_in_its_reasoning_closes_the_reasoning_item_o
     c = app_client(*CLOCK, "--reasoning-parser", "qwen3", "--reasoning-fraction", "0.9")
     job = _responses(c, "rr")
     gevent.sleep(0.5)
-    _abort_by_id(c, "rr")
+    _abort_by_id(c, "resp_rr_0")
     job.join(5)
     events = _events(job.value.text)
     types = [e["type"] for e in events]
@@ -178,7 +180,7 @@ def test_a_responses_stream_aborted_in_a_function_call_closes_it_with_the_argume
     c = app_client("--time-to-first-token", "100ms", "--inter-token-latency", "50ms")
     job = _responses(c, "rf", tools=[NOTES], tool_choice="required", max_output_tokens=400)
     gevent.sleep(0.6)
-    _abort_by_id(c, "rf")
+    _abort_by_id(c, "resp_rf_0")
     job.join(5)
     events = _events(job.value.text)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -248,7 +250,7 @@ def test_abort_requests_ends_a_transcription_stream_with_an_abort_chunk(app_clie
     rid = f"au-{task}-{mode}"
     job = _transcribe(c, rid, 2.0, task)
     gevent.sleep(0.3)
-    _abort_by_id(c, rid)
+    _abort_by_id(c, ("transcribe-" if task == "transcriptions" else "translate-") + rid)
     job.join(5)
     chunks = _check_audio_stream(job.value, obj=task[:-1] + ".chunk")
     assert {ch["id"] for ch in chunks} == {("transcribe-" if task == "transcriptions" else "translate-") + rid}
@@ -264,7 +266,7 @@ def test_each_cut_audio_chunk_request_ends_with_its_abort_chunk(app_client, mode
     c = app_client(*_flags(mode))
     job = _transcribe(c, f"au2-{mode}", 35.0)
     gevent.sleep(0.3)
-    _abort_by_id(c, f"au2-{mode}")
+    _abort_by_id(c, f"transcribe-au2-{mode}-0", f"transcribe-au2-{mode}-1")
     job.join(5)
     chunks = _check_audio_stream(job.value, n_requests=2)
     first = next(i for i, ch in enumerate(chunks) if ch["choices"][0].get("finish_reason"))
@@ -284,7 +286,7 @@ def test_abort_requests_answers_a_non_streamed_transcription_with_what_it_made(a
     whole = full.value.json()["text"]
     job = _transcribe(c, f"aun-{mode}", 2.0, stream=False)
     gevent.sleep(0.3)
-    _abort_by_id(c, f"aun-{mode}")
+    _abort_by_id(c, f"transcribe-aun-{mode}")
     job.join(5)
     r = job.value
     assert r.status_code == 200, r.text

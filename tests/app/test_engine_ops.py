@@ -286,7 +286,7 @@ def test_abort_requests_ends_the_request_in_flight(app_client):
                              "sampling_params": {"max_tokens": 100, "ignore_eos": True}})
     gevent.sleep(0.2)
     assert c.sim.running == 1
-    assert c.post("/inference/v1/abort_requests", json={"request_ids": ["rid-1"]}).status_code == 200
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": ["generate-tokens-rid-1"]}).status_code == 200
     job.join(2)
     # vLLM's abort output: the tokens made so far, finish_reason "abort"
     d = job.value.json()
@@ -313,7 +313,7 @@ def test_abort_requests_finds_a_step_request_in_its_frontend_delay(app_client):
     finally:
         engine.fe, engine.frontend = saved
     assert engine.delayed and not engine.scheduler.waiting and not engine.scheduler.running
-    assert c.post("/inference/v1/abort_requests", json={"request_ids": "fresh-1"}).status_code == 200
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": "generate-tokens-fresh-1"}).status_code == 200
     job.join(5)
     assert job.value.status_code == 200
     assert job.value.json()["choices"] == [{"index": 0, "finish_reason": "abort", "token_ids": []}]
@@ -340,7 +340,7 @@ def test_abort_requests_and_checkpoint_in_step_mode(app_client):
     made = c.sim.engine.scheduler.running[0].num_output
     gevent.sleep(0.2)
     assert c.sim.engine.scheduler.running[0].num_output == made and not job.ready()     # frozen
-    assert c.post("/inference/v1/abort_requests", json={"request_ids": "step-1"}).status_code == 200
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": "cmpl-step-1-0"}).status_code == 200
     job.join(5)
     assert job.value.status_code == 200 and job.value.json()["choices"][0]["finish_reason"] == "abort"
     assert c.get("/checkpoint/status").json() == {"state": "prepared"}
@@ -357,3 +357,32 @@ def test_fault_tolerance_is_every_models(app_client):
     assert c.head("/v1/fault_tolerance/status").status_code == 405
     r = c.post("/v1/fault_tolerance/apply", json={"instruction": "retry", "request_id": "r1"})
     assert r.status_code == 202
+
+
+def test_abort_requests_matches_vllms_external_ids_not_the_bare_id(app_client):
+    """vLLM aborts by the id its serving layer gave ``generate`` (``OutputProcessor.abort_requests``,
+    external): ``chatcmpl-<id>`` for a chat, ``cmpl-<id>-<i>`` per completion prompt; the bare
+    ``X-Request-Id`` matches nothing."""
+    c = app_client("--inter-token-latency", "50ms")
+    msgs = [{"role": "user", "content": "hi"}]
+    chat = gevent.spawn(c.post, "/v1/chat/completions", headers={"X-Request-Id": "A"},
+                        json={"model": "test-model", "messages": msgs, "max_tokens": 60, "ignore_eos": True})
+    cmpl = gevent.spawn(c.post, "/v1/completions", headers={"X-Request-Id": "C"},
+                        json={"model": "test-model", "prompt": ["a", "b"], "max_tokens": 60, "ignore_eos": True})
+    gevent.sleep(0.2)
+    assert c.sim.running == 3
+    for ids in (["A", "C", "cmpl-C", "chatcmpl-C"], "cmpl-C-1", ["chatcmpl-A"]):
+        assert c.post("/inference/v1/abort_requests", json={"request_ids": ids}).status_code == 200
+    gevent.joinall([chat, cmpl], timeout=5)
+    assert chat.value.json()["choices"][0]["finish_reason"] == "abort"
+    # prompt 1's engine request only: prompt 0 ran to its length
+    assert [ch["finish_reason"] for ch in cmpl.value.json()["choices"]] == ["length", "abort"]
+
+
+def test_rl_abort_all_counts_parallel_sampling_parents(app_client):
+    """vLLM's abort-all counts its request states and its parents: ``n=2`` is 3."""
+    c = app_client("--inter-token-latency", "50ms", env={"VLLM_SERVER_DEV_MODE": "1"})
+    job = gevent.spawn(complete, c, max_tokens=50, ignore_eos=True, n=2)
+    gevent.sleep(0.2)
+    assert c.post("/abort_requests", content=b"{}").json() == {"status": "aborted", "aborted": 3}
+    job.join(5)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from support import sse_events
+from support import external_ids, sse_events
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 PROMPT = "one two three four five"
@@ -140,7 +140,7 @@ def test_an_aborted_stream_flushes_the_held_back_text(app_client, api):
     rid = f"held-{api}"
     job = gevent.spawn(c.post, path, json={"model": "test-model", "stream": True, **body}, headers={"X-Request-Id": rid})
     gevent.sleep(0.4)
-    r = c.post("/inference/v1/abort_requests", json={"request_ids": [rid]})
+    r = c.post("/inference/v1/abort_requests", json={"request_ids": external_ids(path, rid)})
     assert r.status_code == 200
     text, last = _sent_text(api, job.get(timeout=10).text)
     made = text.count("alpha")

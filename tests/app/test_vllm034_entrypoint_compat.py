@@ -77,7 +77,7 @@ def test_abort_requests_ends_a_generate_stream_with_an_abort_chunk(app_client, m
                                           "stream_options": {"include_usage": True},
                                           "sampling_params": {"max_tokens": 100, "ignore_eos": True}})
     gevent.sleep(0.2)
-    assert c.post("/inference/v1/abort_requests", json={"request_ids": [f"ab-{mode}"]}).status_code == 200
+    assert c.post("/inference/v1/abort_requests", json={"request_ids": [f"generate-tokens-ab-{mode}"]}).status_code == 200
     job.join(3)
     r = job.value
     assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")

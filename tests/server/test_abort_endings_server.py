@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from support import metric, posted_then_aborted, scrape, sse_events
+from support import external_ids, metric, posted_then_aborted, scrape, sse_events
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -182,7 +182,8 @@ def _staggered_then_aborted(base: str, path: str, body: dict, prefix: str, round
             threads[-1].start()
             time.sleep(0.005)
         time.sleep(0.08)
-        assert httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": ids}).status_code == 200
+        external = [i for rid in ids for i in external_ids(path, rid)]
+        assert httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": external}).status_code == 200
         for t in threads:
             t.join(15)
     return out

@@ -388,6 +388,21 @@ ROUTE_BODIES = {
 }
 
 
+EXTERNAL_ID_FORMATS = {"/v1/chat/completions": ("chatcmpl-{}",), "/v1/messages": ("chatcmpl-{}",),
+                       "/cohere/v2/chat": ("chatcmpl-{}",), "/v1/completions": ("cmpl-{}-0", "cmpl-{}-1"),
+                       "/v1/responses": ("resp_{}_0",), "/inference/v1/generate": ("generate-tokens-{}",),
+                       "/v1/audio/transcriptions": ("transcribe-{}", "transcribe-{}-0", "transcribe-{}-1"),
+                       "/v1/audio/translations": ("translate-{}", "translate-{}-0", "translate-{}-1")}
+
+
+def external_ids(path: str, rid: str) -> list:
+    """The ids vLLM's ``abort_requests`` knows a request sent to ``path`` with ``X-Request-Id:
+    rid`` by: its engine requests' external ids (``chatcmpl-<id>``, ``cmpl-<id>-<i>``, ...;
+    the simulator's ``blueprints.in_flight.external_id``), those of a second prompt or audio
+    chunk too."""
+    return [f.format(rid) for f in EXTERNAL_ID_FORMATS.get(path, ("{}",))]
+
+
 def posted_then_aborted(base: str, jobs: dict, after: float, sequences: int = 0) -> dict:
     """Send each of ``jobs`` (``{request id: httpx.post keywords, "path" among them}``) with its
     id as ``X-Request-Id``, each in a thread of its own; ``after`` seconds later abort them all
@@ -414,7 +429,8 @@ def posted_then_aborted(base: str, jobs: dict, after: float, sequences: int = 0)
     while sequences and held() < sequences and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(after)
-    r = httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": list(jobs)}, timeout=10)
+    ids = [i for rid, kw in jobs.items() for i in external_ids(kw["path"], rid)]
+    r = httpx.post(base + "/inference/v1/abort_requests", json={"request_ids": ids}, timeout=10)
     assert (r.status_code, r.content) == (200, b"")
     for t in threads:
         t.join(15)
