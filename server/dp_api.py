@@ -50,7 +50,10 @@ API_ONLY = frozenset(("/tokenize", "/detokenize", "/v1/messages/count_tokens", "
 # The routes whose X-data-parallel-rank header vLLM passes on (its pooling and speech-to-text
 # routes do not: the balancer places those).
 RANK_ROUTES = frozenset(("/v1/chat/completions", "/v1/completions", "/v1/chat/completions/batch", "/v1/responses",
-                         "/v1/messages", "/inference/v1/generate"))
+                         "/v1/messages", "/inference/v1/generate",
+                         # SageMaker's route hands chat / completions bodies to those handlers, which read
+                         # the header (the engine's check already refuses a rank out of range here)
+                         "/invocations"))
 
 
 class DataParallelBalancer:

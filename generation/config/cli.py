@@ -431,6 +431,7 @@ def load_config(argv: list[str] | None = None, env: dict | None = None) -> SimCo
     _multi_port(cfg)
     _local_ranks(cfg)
     cfg.validate()
+    _rank_ports(cfg)
     apply_version_defaults(cfg, step=cfg.latency_calculator == "step")
     return cfg
 
@@ -461,6 +462,8 @@ def _multi_port(cfg) -> None:
     if (cfg.data_parallel_start_rank or 0) + local > size:
         raise ConfigError("multi-port supervised ranks would exceed --data-parallel-size", "data-parallel-start-rank")
     port = cfg.data_parallel_supervisor_port
+    if not 0 <= port <= 65535:          # else bind() raises OverflowError: a traceback, exit 1
+        raise ConfigError(f"invalid data parallel supervisor port '{port}'", "data-parallel-supervisor-port")
     if cfg.port <= port <= cfg.port + local - 1:
         raise ConfigError(f"--data-parallel-supervisor-port {port} overlaps with child rank ports "
                           f"{cfg.port}-{cfg.port + local - 1}", "data-parallel-supervisor-port")
@@ -469,6 +472,21 @@ def _multi_port(cfg) -> None:
         raise ConfigError(f"--data-parallel-supervisor-port {port} overlaps with the ranks' gRPC ports "
                           f"{grpc}-{grpc + local - 1}", "data-parallel-supervisor-port")
     cfg.data_parallel_external_lb = True        # the ranks' own layout: one port and process each
+
+
+def _rank_ports(cfg) -> None:
+    """One process per rank (``--data-parallel-external-lb``, the launching rank): rank ``r``
+    listens on ``--port + r`` and serves gRPC on ``--grpc-port + r``, so the last local rank's
+    ports must exist too (grpcio binds an ephemeral port for 65536 and only warns).  Raises
+    ConfigError."""
+    if cfg.data_parallel_size < 2 or not cfg.data_parallel_external_lb or cfg.data_parallel_rank > 0:
+        return
+    last = cfg.data_parallel_size - 1
+    if cfg.port + last > 65535:
+        raise ConfigError(f"invalid port '{cfg.port}': rank {last} would listen on {cfg.port + last}", "port")
+    if cfg.grpc_port and cfg.grpc_port + last > 65535:
+        raise ConfigError(f"invalid gRPC port '{cfg.grpc_port}': rank {last} would serve gRPC on "
+                          f"{cfg.grpc_port + last}", "grpc-port")
 
 
 def _local_ranks(cfg) -> None:

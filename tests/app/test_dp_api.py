@@ -56,6 +56,22 @@ def test_idle_engines_take_requests_in_turn_and_the_header_picks_one(dp):
     assert api.balancer.in_flight == [0, 0]
 
 
+def test_the_header_places_an_invocation_as_it_checks_it(dp):
+    """/invocations hands a chat or completions body to those handlers, which read the header:
+    a rank out of range is refused (400), so one in range must place the request there."""
+    api, client = dp
+    before = served(client)
+    for _ in range(4):
+        r = client.post("/invocations", json={"prompt": "x y z", "max_tokens": 8},
+                        headers={"X-data-parallel-rank": "1"})
+        assert r.status_code == 200, r.text
+    after = served(client)
+    assert after[1] - before[1] == 4 and after[0] == before[0]
+    r = client.post("/invocations", json={"prompt": "x", "max_tokens": 2}, headers={"X-data-parallel-rank": "2"})
+    assert r.status_code == 400 and "out of range" in r.json()["error"]["message"]
+    assert api.balancer.in_flight == [0, 0]
+
+
 def test_one_metrics_page_carries_every_engines_series_once_per_family(dp):
     api, client = dp
     text = client.get("/metrics").text

@@ -39,3 +39,17 @@ def test_the_layout_is_one_port_per_local_rank():
     rank = load_config(LOCAL + ["--data-parallel-rank", "1", "--data-parallel-external-lb",
                                 "--no-data-parallel-multi-port-external-lb"], env={})
     assert rank.data_parallel_rank == 1 and not rank.data_parallel_multi_port_external_lb
+
+
+@pytest.mark.parametrize("argv,message", [
+    (LOCAL + ["--data-parallel-supervisor-port", "70000"], "invalid data parallel supervisor port '70000'"),
+    (LOCAL + ["--data-parallel-supervisor-port", "-1"], "invalid data parallel supervisor port '-1'"),
+    (["-dp", "2", "-dpe", "--grpc-port", "65535"], "invalid gRPC port '65535': rank 1 would serve gRPC on 65536"),
+    (["-dp", "2", "-dpe", "--port", "65535"], "invalid port '65535': rank 1 would listen on 65536"),
+])
+def test_every_ranks_port_exists(argv, message):
+    """A port past 65535 was bind()'s OverflowError (a traceback), or grpcio's wrap to an
+    ephemeral port while the log named 65536."""
+    with pytest.raises(ConfigError) as e:
+        load_config(argv, env={})
+    assert str(e.value).startswith(message), error_line(e.value)
