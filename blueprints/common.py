@@ -17,6 +17,8 @@ from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
+from generation.config.values import rank_range
+from generation.metrics.scrape import kv_cache_usage
 from generation.adapters.json_dumps import dumps_any as dumps_json
 from generation.adapters.extra_args import exact_extra_args
 from generation.adapters.wide_ints import hold
@@ -502,9 +504,11 @@ def orca_header(sim: Simulator, fmt: str) -> str | None:
     f = fmt.lower()
     if f != "text" and f != "json":
         return None
-    kv = float(sim.kv_cache.usage()) if sim.kv_cache is not None else 0.0
-    metrics = {"kv_cache_usage_perc": kv, "num_requests_waiting": float(len(sim.waiting)),
-               "num_requests_running": float(sim.running)}
+    engine = sim.engine             # step mode: its engine's queue and batch, as /metrics reports them
+    waiting, running = ((engine.waiting_count(), len(engine.scheduler.running)) if engine is not None
+                        else (len(sim.waiting), sim.running))
+    metrics = {"kv_cache_usage_perc": kv_cache_usage(sim), "num_requests_waiting": float(waiting),
+               "num_requests_running": float(running)}
     if f == "text":
         return "TEXT " + ", ".join(f"named_metrics.{k}={v}" for k, v in metrics.items())
     return "JSON " + json.dumps({"named_metrics": metrics})
@@ -575,14 +579,13 @@ GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")      # Go strconv.ParseBool's 
 
 def check_data_parallel_rank(cfg, header: str) -> None:
     """vLLM's ``X-data-parallel-rank`` check (``InputProcessor.process_inputs``): a header that
-    Python's ``int`` reads, outside the engines this API server fronts (``--data-parallel-size``,
-    or 1 with ``--data-parallel-external-lb``, its ``local_engines_only``), raises Rejected (400);
-    one that is not an integer is ignored, as vLLM's ``_get_data_parallel_rank`` ignores it."""
+    Python's ``int`` reads outside :func:`~generation.config.values.rank_range` raises Rejected
+    (400); one that is not an integer is ignored, as vLLM's ``_get_data_parallel_rank`` ignores it."""
     try:
         rank = int(header)
     except ValueError:
         return
-    ranks = 1 if getattr(cfg, "data_parallel_external_lb", False) else cfg.data_parallel_size
+    ranks = rank_range(cfg)
     if not 0 <= rank < ranks:
         raise Rejected(f"data_parallel_rank {rank} is out of range [0, {ranks}).")
 

@@ -30,6 +30,7 @@ import time
 import orjson
 
 from generation.fleet.routing import vllm_dp_score
+from generation.metrics.scrape import kv_cache_usage
 
 log = logging.getLogger("vllm_sim")
 
@@ -115,8 +116,7 @@ def engine_counts(sim) -> list:
     engine = getattr(sim, "engine", None)
     if engine is not None:
         return [engine.waiting_count(), len(engine.scheduler.running), engine.scheduler.usage()]
-    kv = sim.kv_cache
-    return [len(sim.waiting), sim.running, kv.usage() if kv is not None else 0.0]
+    return [len(sim.waiting), sim.running, kv_cache_usage(sim)]
 
 
 class _InFlight:

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 import orjson
 
 from generation import vllm_version
-from generation.config.values import global_dp_rank
+from generation.config.values import global_dp_rank, rank_range
 
 from .grpc_support import KvEventRelay, RunningIds, build_tokenizer_zip, scheduler_state, tokenizer_chunks, tokenizer_dir
 
@@ -168,6 +168,9 @@ def make_servicer(sim, lifecycle=None):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "GenerateRequest needs `tokenized` or `text` input")
             if not ids:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the prompt is empty")
+            rank = request.data_parallel_rank if request.HasField("data_parallel_rank") else 0
+            if not 0 <= rank < rank_range(cfg) and not sim.dp_peers:    # vLLM's check (a DP endpoint's: grpc_dp)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"data_parallel_rank {rank} is out of range [0, {rank_range(cfg)}).")
             if cfg.pooling_kind is not None:     # vLLM's input processor: no `generate` task
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "This model does not support the 'generate' task "
                                                                 f"(supported: {cfg.pooling_kind})")

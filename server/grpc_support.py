@@ -8,6 +8,8 @@ import io
 import os
 import zipfile
 
+from generation.metrics.scrape import kv_cache_usage
+
 TOKENIZER_CHUNK = 64 * 1024      # bytes per GetTokenizerChunk, as smg-grpc-servicer's CHUNK_SIZE
 KV_SUBSCRIBER_QUEUE = 4096       # batches buffered per SubscribeKvEvents stream
 # the files smg-grpc-servicer's tokenizer bundle takes (tokenizer_bundle.TOKENIZER_FILES / _GLOBS)
@@ -77,9 +79,7 @@ def scheduler_state(sim) -> tuple[int, int, float, int]:
         uncached = sum(max(r.prompt_len - r.num_computed, 0) for r in sched.waiting) + engine.pending_tokens
         return len(sched.running), len(sched.waiting) + engine.pending, float(sched.usage()), uncached
     waiting = list(sim.waiting)
-    kv = sim.kv_cache
-    usage = kv.usage() if kv is not None else 0.0
-    return sim.running, len(waiting), float(usage), sum(s.prompt_len - s.cached_tokens for s in waiting)
+    return sim.running, len(waiting), kv_cache_usage(sim), sum(s.prompt_len - s.cached_tokens for s in waiting)
 
 
 # ---- KV events ---------------------------------------------------------------------------------

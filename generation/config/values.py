@@ -31,6 +31,14 @@ def global_dp_rank(cfg) -> int:
     return max(getattr(cfg, "data_parallel_rank", 0) or 0, 0) + (getattr(cfg, "data_parallel_start_rank", None) or 0)
 
 
+def rank_range(cfg) -> int:
+    """How many data-parallel ranks a request may name (``X-data-parallel-rank``, gRPC's
+    ``data_parallel_rank``): vLLM's ``InputProcessor.process_inputs`` range ``[0, N)``,
+    ``--data-parallel-size``, or 1 with ``--data-parallel-external-lb`` (its
+    ``local_engines_only``)."""
+    return 1 if getattr(cfg, "data_parallel_external_lb", False) else cfg.data_parallel_size
+
+
 def error_line(e: BaseException) -> str:
     """The one ``error:`` line a command line prints for ``e``, naming the flag at fault first
     when the message does not (``error: --mode: invalid mode 'bogus'``): ``python app.py``, the

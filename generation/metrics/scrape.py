@@ -40,38 +40,9 @@ class ScrapeCollectors:
             deferred = sum(1 for s in waiting if s.lora and s.lora not in loras.loaded and not loras.can_run(s.lora))
         if self.shown["vllm:num_requests_waiting_by_reason"]:
             yield self._waiting_family(lbl, len(waiting) - deferred, deferred)
-        if sim is None:
-            kv = 0.0
-        elif sim.kv_cache is not None:
-            kv = sim.kv_cache.usage()
-        else:
-            kv = self._running_kv_usage(sim, time.monotonic())
+        kv = 0.0 if sim is None else kv_cache_usage(sim)
         yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv)
         yield from self._collect_sleep_and_lora(sim, lbl)
-
-    @staticmethod
-    def _running_kv_usage(sim, now: float) -> float:
-        """``vllm:kv_cache_usage_perc`` without the step engine: the blocks the running
-        sequences' tokens fill (prompt plus the tokens emitted so far, estimated from the
-        inter-token latency) over the cache's ``--kv-cache-size`` blocks, as vLLM reports blocks
-        held by running requests."""
-        cfg = sim.config
-        if not sim.running_seqs or cfg.kv_cache_size <= 0:
-            return 0.0
-        bs = cfg.block_size
-        itl = cfg.inter_token_latency
-        blocks = 0
-        for seq in sim.running_seqs:
-            n = len(seq.pieces)
-            first = seq.first_token_at
-            if not first:
-                out = 0
-            elif itl > 0:
-                out = min(n, 1 + int((now - first) / itl))
-            else:
-                out = n
-            blocks += -(-(seq.prompt_len + out) // bs)
-        return min(blocks / cfg.kv_cache_size, 1.0)
 
     def _waiting_family(self, lbl, capacity: int, deferred: int):
         fam = GaugeMetricFamily(
@@ -165,3 +136,35 @@ class _Collector:
 
     def __init__(self, fn):
         self.collect = fn
+
+
+def kv_cache_usage(sim) -> float:
+    """``vllm:kv_cache_usage_perc`` of one simulator's engine now (0..1), as ``/metrics``, the ORCA
+    load header, gRPC's ``GetLoads`` and the data-parallel balancer all read it: the step
+    engine's blocks held, else the KV cache's (``--enable-kvcache``), else the blocks the
+    running sequences' tokens fill (prompt plus the tokens emitted so far, estimated from the
+    inter-token latency) over ``--kv-cache-size`` blocks, as vLLM reports blocks held by running
+    requests."""
+    engine = getattr(sim, "engine", None)
+    if engine is not None:
+        return float(engine.scheduler.usage())
+    if sim.kv_cache is not None:
+        return float(sim.kv_cache.usage())
+    cfg = sim.config
+    if not sim.running_seqs or cfg.kv_cache_size <= 0:
+        return 0.0
+    now = time.monotonic()
+    bs = cfg.block_size
+    itl = cfg.inter_token_latency
+    blocks = 0
+    for seq in sim.running_seqs:
+        n = len(seq.pieces)
+        first = seq.first_token_at
+        if not first:
+            out = 0
+        elif itl > 0:
+            out = min(n, 1 + int((now - first) / itl))
+        else:
+            out = n
+        blocks += -(-(seq.prompt_len + out) // bs)
+    return min(blocks / cfg.kv_cache_size, 1.0)

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from support import INPROC_URL, SimClient, make_app, named_events, sse_events
+from support import INPROC_URL, SimClient, make_app, metric, named_events, scrape, sse_events
 
 _apps: dict = {}
 
@@ -544,3 +544,27 @@ def test_model_cards_carry_vllms_permission_list(client):
         "object": "model_permission", "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
         "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
         "group": None, "is_blocking": False}
+
+
+def test_every_reader_of_kv_usage_agrees_with_metrics(app_client):
+    """The ORCA load header, gRPC's GetLoads and the data-parallel balancer read the KV usage
+    /metrics reports (they read 0.0 without --enable-kvcache), and in step mode the engine's own
+    queue and batch."""
+    import gevent
+    from blueprints.common import orca_header
+    from generation.metrics.scrape import kv_cache_usage
+    from server.dp_api import engine_counts
+    from server.grpc_support import scheduler_state
+    for flags in (("--inter-token-latency", "50ms"), ("--latency-calculator", "step", "--force-dummy-tokenizer")):
+        c = app_client(*flags, "--max-num-seqs", "1")
+        body = {"model": "test-model", "prompt": "a b c d e f g h", "max_tokens": 200, "ignore_eos": True}
+        jobs = [gevent.spawn(c.post, "/v1/completions", json=body) for _ in range(2)]
+        gevent.sleep(0.3)
+        usage = metric(scrape(c), "vllm:kv_cache_usage_perc")
+        assert usage > 0 and kv_cache_usage(c.sim) == usage
+        assert engine_counts(c.sim) == [1, 1, usage]
+        assert scheduler_state(c.sim)[:3] == (1, 1, usage)
+        assert json.loads(orca_header(c.sim, "json")[5:])["named_metrics"] == {
+            "kv_cache_usage_perc": usage, "num_requests_waiting": 1.0, "num_requests_running": 1.0}
+        for j in jobs:
+            j.kill()

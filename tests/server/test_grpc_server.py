@@ -284,6 +284,9 @@ def test_token_ids_input_and_remote_decode_params(engine):
     (gen(max_tokens=2, min_tokens=10), "min_tokens must be less than or equal to max_tokens=2"),
     (gen(max_tokens=2, logit_bias={-5: 1e9}), "out-of-vocab token ids"),
     (gen(max_tokens=2, truncate_prompt_tokens=-5), "truncate_prompt_tokens must be an integer >= 1 or -1"),
+    # vLLM's InputProcessor.process_inputs, one engine: [0, 1)
+    (pb.GenerateRequest(request_id="x", text="hi", data_parallel_rank=1, sampling_params=pb.SamplingParams(max_tokens=2)),
+     "data_parallel_rank 1 is out of range [0, 1)."),
     # --max-request-work, as on HTTP (500 x 1,000 tokens x 21 were 99 MB of messages and 8 s of CPU)
     (gen(stream=False, max_tokens=1000, n=500, logprobs=20),
      "(n x max_tokens x (1 + logprobs)), more than the 1048576 one request may ask (--max-request-work)"),
