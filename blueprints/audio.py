@@ -30,6 +30,7 @@ from generation.errors import InvalidParam, Rejected
 from .common import (header_checks, parse_json_body, received_at, request_id, response_headers,
                      run_to_completion, sse_body)
 from .serving import SSE_BASE_HEADERS, error_body, reply_to_error
+from .streaming import DP_SPREAD_KEY
 
 bp = Blueprint("audio", __name__)
 
@@ -224,7 +225,7 @@ def _run(sim, adapter, req, environ, entry: float, finished, stream_headers):
     arrived = received_at(environ)
     if sim.engine is not None and (arrived is None or entry < arrived):
         arrived = entry
-    sim.admit(seqs, arrived)
+    sim.admit(seqs, arrived, spread=environ.get(DP_SPREAD_KEY))     # (30 s chunks: engine requests each)
     try:
         if stream_headers is not None:
             def error_frame(err) -> bytes:

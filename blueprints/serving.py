@@ -46,7 +46,7 @@ from .common import (check_data_parallel_rank, dumps_json, dumps_paced, hang_up,
 from .errors import (REQUEST_METADATA_ID_KEY, anthropic_body, internal_error, log_error_stack, openai_body,
                      status_of)
 from .sse_keep_alive import with_sse_keep_alive
-from .streaming import WRITE_KEY
+from .streaming import DP_SPREAD_KEY, WRITE_KEY
 
 log = logging.getLogger("vllm_sim")
 
@@ -109,7 +109,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
     if rank_error is not None:
         return 200, [*extra.items(), *SSE_BASE_HEADERS], [error_frame(rank_error)]
     try:
-        sim.admit(seqs, arrived)
+        sim.admit(seqs, arrived, spread=environ.get(DP_SPREAD_KEY))
     except EnginePaused as err:
         if not req.stream:
             if named is not None:

@@ -47,6 +47,7 @@ except ImportError:         # not POSIX: no send-queue reading, a timed-out wait
     fcntl = termios = None
 WRITE_KEY = "vllm_sim.write"             # environ: the ``write`` callable start_response returned
 REPLICA_KEY = "vllm_sim.replica"         # environ: another DP rank's run of an operation (server.dp_api)
+DP_SPREAD_KEY = "vllm_sim.dp_spread"     # environ: () -> the simulator of the engine for a further engine request
 HUB_EMITTER_KEY = "vllm_sim.hub_emitter"  # environ: the runtime's hub-emitter factory, if any
 HEADERS_LATER_KEY = "vllm_sim.headers_later"  # environ: () -> bool, the runtime's "in a burst", if any
 END_WITH_KEY = "vllm_sim.end_with"        # environ: (environ) -> bool, the runtime's "the next write ends the body"

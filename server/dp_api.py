@@ -30,6 +30,7 @@ import time
 import orjson
 
 from generation.fleet.routing import vllm_dp_score
+from blueprints.streaming import DP_SPREAD_KEY
 from generation.metrics.scrape import kv_cache_usage
 
 log = logging.getLogger("vllm_sim")
@@ -120,11 +121,12 @@ def engine_counts(sim) -> list:
 
 
 class _InFlight:
-    """A streamed response body that ends its request's count in flight when closed."""
-    __slots__ = ("body", "balancer", "rank")
+    """A streamed response body that ends its request's counts in flight when closed (``ranks``:
+    the engine of each of its engine requests)."""
+    __slots__ = ("body", "balancer", "ranks")
 
-    def __init__(self, body, balancer, rank):
-        self.body, self.balancer, self.rank = body, balancer, rank
+    def __init__(self, body, balancer, ranks):
+        self.body, self.balancer, self.ranks = body, balancer, ranks
 
     def __iter__(self):
         return iter(self.body)
@@ -136,7 +138,8 @@ class _InFlight:
                 close()
         finally:
             if self.balancer is not None:
-                self.balancer.done(self.rank)
+                for rank in self.ranks:
+                    self.balancer.done(rank)
                 self.balancer = None
 
 
@@ -240,17 +243,25 @@ class DataParallelAPI:
         else:
             balancer.take(rank)
             begin = start_response
+        ranks = [rank]
+        if chosen:
+            def spread():             # a further engine request of this one: placed on its own
+                ranks.append(balancer.choose())
+                return self.sims[ranks[-1]]
+            environ[DP_SPREAD_KEY] = spread
         try:
             body = self.apps[rank](environ, begin)
         except BaseException:
-            balancer.done(rank)
+            for r in ranks:
+                balancer.done(r)
             raise
         if chosen and refused:       # vLLM refuses a request before it picks an engine: no trace
             balancer.unpick(rank, stamp)
         if isinstance(body, (list, tuple)):     # answered whole (the fast path's list too): the request is over
-            balancer.done(rank)
+            for r in ranks:
+                balancer.done(r)
             return body
-        return _InFlight(body, balancer, rank)
+        return _InFlight(body, balancer, ranks)
 
     def _broadcast(self, environ, start_response):
         """Rank 0's answer, once every rank has run the operation.  Without a body (sleep,

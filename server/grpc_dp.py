@@ -9,7 +9,8 @@ Each engine has the servicer :func:`server.grpc_engine.make_servicer` builds for
 * ``Generate`` and ``Embed`` go to the engine ``data_parallel_rank`` names (``Generate``'s
   field; out of range: ``INVALID_ARGUMENT`` with vLLM's ``data_parallel_rank N is out of range
   [0, N).``), else to the one the HTTP endpoint's balancer picks (the same balancer: the two
-  APIs share the engines' counts);
+  APIs share the engines' counts), and so does each further choice of ``n`` > 1, as vLLM's
+  children (:func:`generation.engine.admission.admit_spread`);
 * ``Abort`` and ``FlushCache`` reach every engine; ``GetLoads`` reports one ``SchedulerLoad``
   per engine, as smg-grpc-servicer reports every rank it serves; ``SubscribeKvEvents`` streams
   every engine's batches (each carries its rank);
@@ -40,10 +41,17 @@ def make_dp_servicer(api, lifecycle, make_servicer, pb_grpc, pb):
     class DataParallelServicer(pb_grpc.VllmEngineServicer):
         def Generate(self, request, context):
             rank = place(request, context)
+            ranks = [rank]
+
+            def spread():           # each further choice of n > 1 on an engine of its own (vLLM's children)
+                ranks.append(balancer.choose())
+                return api.sims[ranks[-1]]
             try:
-                yield from servicers[rank].Generate(request, context)
+                yield from servicers[rank].Generate(request, context,
+                                                    None if request.HasField("data_parallel_rank") else spread)
             finally:
-                balancer.done(rank)
+                for r in ranks:
+                    balancer.done(r)
 
         def Embed(self, request, context):
             rank = balancer.choose()

@@ -157,7 +157,7 @@ def make_servicer(sim, lifecycle=None):
             self.last_receive = 0.0
 
         # ---- generation ---------------------------------------------------------------
-        def _build(self, request, context):
+        def _build(self, request, context, spread=None):
             self.last_receive = time.time()
             which = request.WhichOneof("input")
             if which == "tokenized":
@@ -215,7 +215,7 @@ def make_servicer(sim, lifecycle=None):
                                         kv_transfer_params=kv_params)
                 seqs = sim.prepare(req)
                 check_work(sim, *work(sum(s.completion_tokens for s in seqs), top, n))   # then the outputs decided
-                sim.admit(seqs)
+                sim.admit(seqs, spread=spread)     # (behind a DP endpoint: each choice placed)
             except SimulatorError as e:
                 fail(context, e)
             return req, seqs, top
@@ -249,8 +249,8 @@ def make_servicer(sim, lifecycle=None):
                 chunk.output_logprobs.CopyFrom(output_logprobs(seq, top, k0, k1 + 1))
             return pb.GenerateResponse(chunk=chunk)
 
-        def Generate(self, request, context):
-            req, seqs, top = self._build(request, context)
+        def Generate(self, request, context, spread=None):
+            req, seqs, top = self._build(request, context, spread)
             rid = req.request_id
             self.active.add(rid, seqs)
             self.streams += 1

@@ -39,3 +39,30 @@ def _prefill_tokens(sim) -> int:
     Simulator.prefill_tokens): O(1), not O(queue), per arrival."""
     engine = sim.engine
     return engine.pending_tokens + engine.scheduler.prefill_tokens if engine is not None else sim.prefill_tokens
+
+
+def admit_spread(sim, seqs: list, now: float, spread) -> None:
+    """A request's sequences behind a data-parallel endpoint, each an engine request of its own
+    (a choice of ``n`` > 1, a prompt of a list, a conversation of a batch) placed as vLLM's DP
+    client places each (``AsyncLLM.add_request`` fans ``n`` out into child requests and the
+    serving classes call ``generate`` per prompt; ``DPLBAsyncMPClient`` picks an engine for
+    every one): the first stays on ``sim`` (the engine the endpoint picked for the request),
+    each further one goes to ``spread()``'s simulator (``Sequence.owner`` when not ``sim``:
+    its runs, aborts and metrics are that engine's).  All or nothing: a refusal
+    (QueueFullError) takes back what other engines admitted."""
+    groups = {sim: [seqs[0]]}
+    for seq in seqs[1:]:
+        groups.setdefault(spread(), []).append(seq)
+    admitted = []
+    try:
+        for engine, group in groups.items():
+            if engine is not sim:
+                for seq in group:
+                    seq.owner = engine
+            engine.admit_here(group, now)
+            admitted.append((engine, group))
+    except BaseException:
+        for engine, group in admitted:
+            for seq in group:
+                engine.abort(seq, record=False)
+        raise

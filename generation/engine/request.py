@@ -112,9 +112,11 @@ class Sequence:
                  "pieces", "ids", "finish_reason", "tool_calls", "completion_tokens", "lora",
                  "state", "arrival", "enqueued_at", "started_at", "first_token_at", "finished_at",
                  "event", "text", "kv_blocks", "kv_hashes", "stop_reason", "engine_req", "reasoning_span",
-                 "aborted_tokens", "token_texts", "flushed", "weight_starts", "schedule", "frozen", "shift", "lost")
+                 "aborted_tokens", "token_texts", "flushed", "weight_starts", "schedule", "frozen", "shift", "lost",
+                 "owner")
 
     def __init__(self, request: GenerationRequest, index: int, prompt_index: int, prompt: Prompt):
+        self.owner = None                # the engine's Simulator behind a DP endpoint, when not the request's
         self.request = request
         self.index = index
         self.prompt_index = prompt_index

@@ -27,7 +27,7 @@ from gevent.hub import get_hub
 from generation.errors import EnginePaused, InvalidParam, ModelNotFound, QueueFullError
 from .request import ClientDisconnected, GenerationRequest, SeqState, Sequence  # noqa: F401 (re-exported)
 from .outputs import OutputDecisions, context_error  # noqa: F401 (context_error re-exported)
-from .admission import check_admission
+from .admission import admit_spread, check_admission
 from .engine_state import EngineState
 from .freeze import sleep as timed_sleep
 from .prompt_checks import PromptChecks
@@ -113,7 +113,8 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         raise ModelNotFound(model)
 
     # ---- scheduling -----------------------------------------------------------------------
-    def admit(self, seqs: list[Sequence], received_at: float | None = None, limits: bool = True) -> None:
+    def admit(self, seqs: list[Sequence], received_at: float | None = None, limits: bool = True,
+              spread=None) -> None:
         """Place every sequence in a running slot or the waiting queue, all or nothing.
 
         Raises QueueOverflow / MaxQueuedTokens (503) over ``--max-num-queued-reqs`` /
@@ -127,7 +128,9 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         requests one after another, and that backlog then counts in the simulated times (queue,
         time to first token) instead of adding to them.  vLLM stamps arrival after parsing, but
         its API server's parsing is not what the simulator is asked to imitate.  ``limits=False``:
-        no admission limits (vLLM's pooling routes do not check them)."""
+        no admission limits (vLLM's pooling routes do not check them).  ``spread`` (behind a DP
+        endpoint): places each further engine request on an engine of its own choosing
+        (:func:`~generation.engine.admission.admit_spread`)."""
         cfg = self.config
         if limits and (cfg.max_num_queued_reqs is not None or cfg.max_num_queued_tokens is not None):
             check_admission(self, sum(1 for s in seqs if s.prompt_index == 0))     # the request's n
@@ -136,9 +139,17 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         now = monotonic()
         if received_at is not None and received_at < now:
             now = received_at
+        if spread is not None and len(seqs) > 1:
+            admit_spread(self, seqs, now, spread)
+        else:
+            self.admit_here(seqs, now)
+
+    def admit_here(self, seqs: list[Sequence], now: float) -> None:
+        """:meth:`admit` on this engine, the limits checked (QueueFullError)."""
         if self.engine is not None:
             self._admit_to_engine(seqs, now)
             return
+        cfg = self.config
         admitted = []
         for seq in seqs:
             seq.arrival = now
@@ -242,6 +253,8 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         """Abort a sequence (client gone, a sibling failed): leave the queue / free the slot; an
         admitted one is counted once (``MetricsRecorder.aborted``, as ``reason``: ``"error"`` for a
         500) unless ``record`` is false (taken back from a refused request, a 429)."""
+        if seq.owner is not None and seq.owner is not self:     # on another DP engine
+            return seq.owner.abort(seq, record, reason)
         if seq.state in (SeqState.RUNNING, SeqState.WAITING):
             seq.aborted_tokens = made = seq.made_tokens(self.config.inter_token_latency, monotonic())
             if record:
@@ -322,6 +335,9 @@ class Simulator(PromptChecks, OutputDecisions, EngineState):
         (issue 32: 1,000 first tokens took 28 ms, and the second tokens due 20 ms after them
         waited).  A schedule cut short before its first token (an ``/admin/config`` latency
         change) goes on per token, as below."""
+        if seq.owner is not None and seq.owner is not self:     # on another DP engine: its run
+            yield from seq.owner.run(seq, per_token, blocks, deadlines, interval, first_in_schedule)
+            return
         try:
             if seq.state == SeqState.INSTANT:
                 seq.finished_at = monotonic()

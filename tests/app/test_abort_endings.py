@@ -3,8 +3,9 @@ finishes as vLLM 0.34's: ``OutputProcessor.abort_requests`` (and ``EngineCore._s
 hands it a final output with no new tokens and ``finish_reason`` ``abort``, so a chat or
 completions stream closes each unfinished choice with an ``abort`` chunk, then the usage chunk
 (the tokens streamed) and ``[DONE]``; a non-streamed request answers 200 with what was made.
-Default (clock) mode and step mode; abort_requests names the request's own id (the header's or
-the body's ``request_id``), not the ``chatcmpl-`` / ``cmpl-`` response id."""
+Default (clock) mode and step mode; abort_requests names vLLM's external id of the engine
+request, ``chatcmpl-<id>`` or ``cmpl-<id>-<i>`` (``<id>`` the header's or the body's
+``request_id``), not the bare id."""
 from __future__ import annotations
 
 import json
@@ -44,8 +45,11 @@ def _start(c, api: str, rid: str, **extra):
     return job
 
 
-def _abort_by_id(c, rid: str):
-    r = c.post("/inference/v1/abort_requests", json={"request_ids": [rid]})
+def _abort_by_id(c, rid: str, api: str = "chat"):
+    """Abort by vLLM's external id: ``cmpl-<id>-0`` for completions' one prompt, else ``chatcmpl-<id>``
+    (chat, Messages and Cohere are served as chat completions)."""
+    external = f"cmpl-{rid}-0" if api == "completions" else f"chatcmpl-{rid}"
+    r = c.post("/inference/v1/abort_requests", json={"request_ids": [external]})
     assert (r.status_code, r.content) == (200, b"")
 
 
@@ -107,7 +111,7 @@ def test_abort_requests_ends_a_stream_with_abort_chunks(app_client, api, mode):
     ttft = metric(scrape(c), "vllm:time_to_first_token_seconds_count")
     rid = f"{api}-{mode}-s"
     job = _start(c, api, rid, stream=True, stream_options={"include_usage": True})
-    _abort_by_id(c, rid)
+    _abort_by_id(c, rid, api)
     job.join(5)
     tokens = _check_stream(api, job.value, rid)
     if api == "chat":
@@ -133,17 +137,19 @@ def test_abort_requests_answers_a_non_streamed_request_with_what_it_made(app_cli
     c = app_client(*(CLOCK if mode == "clock" else STEP))
     rid = f"{api}-{mode}-n"
     job = _start(c, api, rid)
-    _abort_by_id(c, rid)
+    _abort_by_id(c, rid, api)
     job.join(5)
     _check_answer(api, job.value, rid)
     assert c.sim.running == 0
 
 
-def test_the_response_id_is_not_the_request_id(app_client):
-    """vLLM matches the external request id: ``chatcmpl-<id>`` aborts nothing."""
+def test_the_bare_request_id_aborts_nothing(app_client):
+    """vLLM matches the external id its serving layer gave the engine request (``chatcmpl-<id>``:
+    ``OutputProcessor.external_req_ids``); the bare ``X-Request-Id`` is not one."""
     c = app_client(*CLOCK)
     job = _start(c, "chat", "x-1", max_tokens=20)
-    _abort_by_id(c, "chatcmpl-x-1")
+    r = c.post("/inference/v1/abort_requests", json={"request_ids": ["x-1"]})
+    assert r.status_code == 200
     job.join(5)
     r = job.value
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
@@ -167,7 +173,7 @@ def test_each_unfinished_choice_gets_its_abort_chunk(app_client):
     job.join(5)
     _check_stream("chat", job.value, "n2", n=2)
     job = _start(c, "completions", "n2c", n=2, stream=True, stream_options={"include_usage": True})
-    _abort_by_id(c, "n2c")
+    _abort_by_id(c, "n2c", "completions")
     job.join(5)
     _check_stream("completions", job.value, "n2c", n=2)
 
@@ -191,7 +197,7 @@ def test_an_abort_before_the_first_token(app_client):
     assert usage["usage"]["completion_tokens"] == 0 and done == "[DONE]"
     job = gevent.spawn(c.post, "/v1/completions", json=_body("completions"), headers={"X-Request-Id": "early-c"})
     gevent.sleep(0.2)
-    _abort_by_id(c, "early-c")
+    _abort_by_id(c, "early-c", "completions")
     job.join(5)
     d = job.value.json()
     assert job.value.status_code == 200 and d["choices"][0]["text"] == "" and d["choices"][0]["finish_reason"] == "abort"
@@ -296,7 +302,7 @@ def test_the_abort_chunk_carries_what_the_request_asked_for(app_client):
     assert fin["usage"]["completion_tokens"] == len(tokens) == use["usage"]["completion_tokens"]
     assert all(len(ch["choices"][0]["token_ids"]) == 1 for ch in tokens)
     job = _start(c, "completions", "f-cmpl", logprobs=2, return_token_ids=True, **opts)
-    _abort_by_id(c, "f-cmpl")
+    _abort_by_id(c, "f-cmpl", "completions")
     job.join(5)
     *tokens, fin, use, done = sse_events(job.value.text)
     (choice,) = fin["choices"]
@@ -308,7 +314,7 @@ def test_the_abort_chunk_carries_what_the_request_asked_for(app_client):
 def test_a_stream_interval_counts_the_tokens_its_groups_sent(app_client):
     c = app_client(*CLOCK, "--stream-interval", "3")
     job = _start(c, "completions", "si", stream=True, stream_options={"include_usage": True}, return_token_ids=True)
-    _abort_by_id(c, "si")
+    _abort_by_id(c, "si", "completions")
     job.join(5)
     *groups, fin, use, done = sse_events(job.value.text)
     assert fin["choices"][0]["finish_reason"] == "abort" and fin["choices"][0]["token_ids"] == []

@@ -10,6 +10,7 @@ import pytest
 from support import _clean_env, metric, metric_values, scrape
 
 COMPL = "/v1/completions"
+CHAT = "/v1/chat/completions"
 
 
 def build(*flags, env=None):
@@ -356,3 +357,43 @@ def test_an_operation_answers_for_every_engine_as_vllms_dp_client():
     real, api.apps[1].extensions["engine_wsgi"] = api.apps[1].extensions["engine_wsgi"], failing
     assert client.post("/pause").status_code == 500
     api.apps[1].extensions["engine_wsgi"] = real
+
+
+@pytest.mark.parametrize("flags", [("--inter-token-latency", "5ms"), ("--latency-calculator", "step", "--force-dummy-tokenizer")])
+def test_each_engine_request_of_a_request_is_placed_on_its_own(flags):
+    """vLLM places every engine request: each choice of ``n`` > 1 (``AsyncLLM.add_request``'s
+    children) and each prompt of a list (``generate`` per prompt), each through
+    ``DPLBAsyncMPClient``; a request whose header names a rank keeps all of them there."""
+    import gevent
+    api, client = build("-dp", "2", *flags)
+
+    def engines() -> list:
+        m = scrape(client)
+        return [sum(metric_values(m, "vllm:request_success_total", engine=str(e))) for e in (0, 1)]
+    msgs = [{"role": "user", "content": "hi"}]
+    for path, body in ((CHAT, {"messages": msgs, "n": 4}), (COMPL, {"prompt": ["a", "b", "c", "d"]}),
+                       (CHAT, {"messages": msgs, "n": 4, "stream": True}),
+                       (COMPL, {"prompt": ["a", "b"], "n": 2, "stream": True})):
+        before = engines()
+        r = client.post(path, json={**body, "max_tokens": 3})
+        assert r.status_code == 200, r.text
+        after = engines()
+        assert [a - b for a, b in zip(after, before)] == [2, 2], (path, body)
+        assert api.balancer.in_flight == [0, 0]
+    before = engines()
+    assert client.post(CHAT, json={"messages": msgs, "n": 4, "max_tokens": 3},
+                       headers={"X-data-parallel-rank": "1"}).status_code == 200
+    assert [a - b for a, b in zip(engines(), before)] == [0, 4]
+    # a client that leaves takes every engine's share with it; an abort finds each where it runs
+    job = gevent.spawn(client.post, COMPL, json={"prompt": ["a", "b"], "n": 2, "max_tokens": 2000,
+                                                 "ignore_eos": True}, headers={"X-Request-Id": "spread"})
+    gevent.sleep(0.3)
+    m = scrape(client)
+    assert [metric(m, "vllm:num_requests_running", engine=str(e)) for e in (0, 1)] == [2, 2]
+    assert client.post("/inference/v1/abort_requests", json={"request_ids": ["cmpl-spread-0", "cmpl-spread-1"]}).status_code == 200
+    job.join(5)
+    assert [c["finish_reason"] for c in job.value.json()["choices"]] == ["abort"] * 4
+    m = scrape(client)
+    assert [metric(m, "vllm:num_requests_running", engine=str(e)) for e in (0, 1)] == [0, 0]
+    assert api.balancer.in_flight == [0, 0]
+    client.close()

@@ -852,6 +852,12 @@ def test_grpc_beside_a_data_parallel_endpoint_serves_every_engine(grpc_server):
     after = [metric(scrape(target.base), "vllm:request_success_total", engine=r, finished_reason="length")
              for r in ("0", "1")]
     assert [a - b for a, b in zip(after, before)] == [2, 2]
+    # each choice of n > 1 is an engine request placed on its own (vLLM's children)
+    out = list(stub.Generate(gen(rid="n4", stream=False, max_tokens=2, ignore_eos=True, n=4), timeout=10))
+    assert len(out) == 4
+    again = [metric(scrape(target.base), "vllm:request_success_total", engine=r, finished_reason="length")
+             for r in ("0", "1")]
+    assert [a - b for a, b in zip(again, after)] == [2, 2]
     loads = stub.GetLoads(pb.GetLoadsRequest(), timeout=5)
     assert loads.dp_rank_count == 2 and [load.dp_rank for load in loads.loads] == [0, 1]
 
