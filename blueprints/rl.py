@@ -104,10 +104,11 @@ def abort_requests():
             _abort(engine, [s for s in _in_flight(engine) if external_id(s) in wanted])
         count = len(ids)                             # vLLM: len(request_ids), as given
     else:
-        count = 0
-        for engine in engines:
-            in_flight = _in_flight(engine)
-            count += abort_count(in_flight)
+        # one OutputProcessor over every engine: a parent whose children run on several
+        # engines is one parallel-sampling parent, not one per engine
+        per_engine = [(engine, _in_flight(engine)) for engine in engines]
+        count = abort_count([s for _, in_flight in per_engine for s in in_flight])
+        for engine, in_flight in per_engine:
             _abort(engine, in_flight)
     return json_response({"status": "aborted", "aborted": count})
 

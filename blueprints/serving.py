@@ -54,6 +54,7 @@ JSON_CONTENT_TYPE = ("Content-Type", "application/json")
 PACED_WORK = 16384       # output entries (Adapter.work) above which a body is serialised with pauses
 # starlette's StreamingResponse(media_type="text/event-stream"), as vLLM answers a stream: no
 # Cache-Control or X-Accel-Buffering (nor does the reference simulator send them)
+HEADERLESS: dict = {}         # an environ without X-Request-Id (an API whose id ignores the header)
 SSE_BASE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8")]
 
 
@@ -73,7 +74,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         raise ClientDisconnected() from None
     body = load(schema, parse_json_body(environ, limit, raw))
     adapter = adapter_cls(sim, body)
-    rid = request_id(sim, adapter.body_request_id(), environ)
+    rid = request_id(sim, adapter.body_request_id(), environ if adapter.request_id_header else HEADERLESS)
     force_ct = header_checks(sim, environ)
     rendering = perf_counter()
     req = adapter.build(rid, force_ct and adapter.cache_threshold_header)
@@ -94,7 +95,7 @@ def handle(sim, environ: dict, limit: int, schema, adapter_cls, read=None) -> tu
         observe_render(sim, adapter.render_type, req, rendering)
     work = adapter.work(seqs)
     check_work(sim, *work)
-    extra = response_headers(rid, sim, environ)
+    extra = response_headers(rid if adapter.request_id_header else environ.get("HTTP_X_REQUEST_ID") or rid, sim, environ)
     arrived = received_at(environ)
     if sim.engine is not None and (arrived is None or entry < arrived):
         # step mode models vLLM's frontend (its parse, tokenizing, latency) from the arrival:

@@ -67,6 +67,10 @@ class Adapter:
     def build(self, rid: str, force_cache_threshold: bool) -> GenerationRequest:
         raise NotImplementedError
 
+    # whether the request's id is the X-Request-Id header's when there is one (vLLM's
+    # ``_base_request_id``); the Responses API's is its body's ``request_id`` or a fresh one
+    request_id_header = True
+
     # vLLM's id for prompt ``i``'s engine request (``rid`` the request's id): the id its serving
     # layer passes to ``generate``, which ``OutputProcessor.abort_requests`` matches as external
     external_id_format: str | None = None

@@ -40,6 +40,12 @@ from .sampling import EFFORTS, chat_reasoning, sampling_semantics, structured_co
 # mm-encoder-only: what the encoder pod reports per multimodal hash (api.md 5.1.10).
 
 
+def engine_request_id(req) -> str:
+    """The answer's ``request_id``: vLLM's ``generate-tokens-<id>`` (``serve_tokens``), the id
+    ``abort_requests`` knows the request by (:attr:`GenerateAdapter.external_id_format`)."""
+    return req.external_ids[0] if req.external_ids else req.request_id
+
+
 class GenerateAdapter(Adapter):
     cache_threshold_header = False
     external_id_format = "generate-tokens-{rid}"     # token_in_token_out/serving.py's request_id
@@ -266,7 +272,7 @@ def render_generate(req: GenerationRequest, seqs, ec: dict | None, top: int | No
     if req.remote_decode:
         out["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
     out.update({
-        "id": req.request_id, "object": "generate", "model": req.model, "request_id": req.request_id,
+        "id": engine_request_id(req), "object": "generate", "model": req.model, "request_id": engine_request_id(req),
         "choices": [{"index": s.index, "finish_reason": s.finish_reason, "token_ids": list(s.ids)} if top is None
                     else {"index": s.index, "logprobs": token_logprobs(s, top), "finish_reason": s.finish_reason,
                           "token_ids": list(s.ids)} for s in seqs],
@@ -312,7 +318,7 @@ def stream_generate(sim, req: GenerationRequest, seqs, include_usage: bool, top:
     ``continuous_usage_stats``), ``output_mode``, ``choices``, each with ``index``,
     ``finish_reason``, ``stop_reason``, ``token_ids``, ``routed_experts``, ``sampling_mask``,
     ``weight_versions`` and ``logprobs`` (vLLM's ``GenerateLogProbs`` with ``logprobs``)."""
-    head = b'data: {"request_id":' + dumps(req.request_id) + b',"usage":'
+    head = b'data: {"request_id":' + dumps(engine_request_id(req)) + b',"usage":'
     mid = b',"output_mode":"tokens","choices":['
     nulls = b',"routed_experts":null,"sampling_mask":null,"weight_versions":null,"logprobs":'
     open_weights = b',"routed_experts":null,"sampling_mask":null,"weight_versions":'
@@ -429,7 +435,7 @@ def stream_text(sim, req: GenerationRequest, seqs, include_usage: bool, mode: st
     ``choices``, each with ``index``, ``finish_reason``, ``stop_reason``, ``token_ids``,
     ``routed_experts``, ``sampling_mask``, ``weight_versions``, ``text`` or ``delta``,
     ``logprobs``.  The usage chunk is dumped ``exclude_none``."""
-    head = b'data: {"request_id":' + dumps(req.request_id)
+    head = b'data: {"request_id":' + dumps(engine_request_id(req))
     mid = b',"output_mode":"' + mode.encode() + b'","choices":['
     tail = b']}\n\n'
     sent = [0] * len(seqs)          # tokens each choice has streamed (all of them: finished)

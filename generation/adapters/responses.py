@@ -63,6 +63,7 @@ RESPONSES_FIELDS = FieldNames((r"response_format\.json_schema", "text.format"),
 
 class ResponsesAdapter(Adapter):
     body: ResponsesRequest
+    request_id_header = False     # vLLM's ResponsesRequest.request_id: the body's, else resp_<uuid>
 
     def external_ids(self, req) -> tuple:
         """vLLM's first engine request of a response, ``<response id>_0``

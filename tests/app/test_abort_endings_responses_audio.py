@@ -53,8 +53,8 @@ def _events(text: str) -> list:
 
 def _responses(c, rid: str, **extra):
     body = {"model": "test-model", "input": "Hello there", "max_output_tokens": 900, "ignore_eos": True,
-            "stream": True, **extra}
-    return gevent.spawn(c.post, "/v1/responses", json=body, headers={"X-Request-Id": rid})
+            "stream": True, "request_id": f"resp_{rid}", **extra}     # (the API's id: the body's, not the header's)
+    return gevent.spawn(c.post, "/v1/responses", json=body)
 
 
 def _check_response_stream(r, rid: str) -> list:
@@ -120,7 +120,7 @@ def test_abort_requests_stores_a_background_response_completed_not_failed(app_cl
     rid = f"rbn-{mode}"
     body = {"model": "test-model", "input": "Hello there", "max_output_tokens": 900, "ignore_eos": True,
             "background": True}
-    r = c.post("/v1/responses", json=body, headers={"X-Request-Id": rid})
+    r = c.post("/v1/responses", json={**body, "request_id": f"resp_{rid}"})
     assert r.status_code == 200 and r.json()["status"] == "queued"
     until_streaming(c, rid, 0.4)
     _abort_by_id(c, f"resp_{rid}_0")
@@ -137,7 +137,7 @@ def test_abort_requests_answers_a_non_streamed_response_completed(app_client, mo
     """vLLM's responses_full_generator: a simple context's status is ``completed`` for ``abort``."""
     c = app_client(*_flags(mode))
     body = {"model": "test-model", "input": "Hello there", "max_output_tokens": 900, "ignore_eos": True}
-    job = gevent.spawn(c.post, "/v1/responses", json=body, headers={"X-Request-Id": f"rn-{mode}"})
+    job = gevent.spawn(c.post, "/v1/responses", json={**body, "request_id": f"resp_rn-{mode}"})
     until_streaming(c, f"rn-{mode}", 0.4)
     _abort_by_id(c, f"resp_rn-{mode}_0")
     job.join(5)

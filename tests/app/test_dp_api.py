@@ -397,3 +397,20 @@ def test_each_engine_request_of_a_request_is_placed_on_its_own(flags):
     assert [metric(m, "vllm:num_requests_running", engine=str(e)) for e in (0, 1)] == [0, 0]
     assert api.balancer.in_flight == [0, 0]
     client.close()
+
+
+def test_an_abort_all_counts_a_parent_once_whose_children_run_on_two_engines():
+    """vLLM's one OutputProcessor over the DP engines counts a parallel-sampling parent once
+    (``request_states`` + ``parent_requests``), wherever its children were placed: ``n=2`` spread
+    over two engines is 3, not 2 + a parent per engine."""
+    import gevent
+    api, client = build("-dp", "2", "--inter-token-latency", "20ms", env={"VLLM_SERVER_DEV_MODE": "1"})
+    job = gevent.spawn(client.post, CHAT, json={"messages": [{"role": "user", "content": "hi"}], "n": 2,
+                                                "max_tokens": 500, "ignore_eos": True})
+    gevent.sleep(0.2)
+    m = scrape(client)
+    assert [metric(m, "vllm:num_requests_running", engine=str(e)) for e in (0, 1)] == [1, 1]
+    assert client.post("/abort_requests", json={}).json() == {"status": "aborted", "aborted": 3}
+    job.join(5)
+    assert [c["finish_reason"] for c in job.value.json()["choices"]] == ["abort"] * 2
+    client.close()

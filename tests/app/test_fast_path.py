@@ -78,7 +78,8 @@ CASES = [
     ("/v1/completions", {"model": "test-model", "prompt": "Hi", "max_tokens": 4, "stream": True}),
     ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 5}),
     ("/v1/messages", {"model": "test-model", "messages": MSG, "max_tokens": 5, "stream": True}),
-    ("/v1/responses", {"model": "test-model", "input": "Hi", "max_output_tokens": 5}),
+    # (the Responses API's id is its body's request_id, not the X-Request-Id header: vLLM's)
+    ("/v1/responses", {"model": "test-model", "input": "Hi", "max_output_tokens": 5, "request_id": "resp_fixed"}),
     ("/inference/v1/generate", {"model": "test-model", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 3}}),
     ("/v1/chat/completions/batch", {"model": "test-model", "messages": [MSG, MSG], "max_tokens": 5}),
     # errors, in each envelope

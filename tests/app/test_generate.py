@@ -165,10 +165,11 @@ def test_empty_token_ids_allowed(api):
 
 
 def test_body_request_id(api):
+    """vLLM answers with its engine request's id, ``generate-tokens-<id>`` (``serve_tokens``)."""
     r = post(api, dict(BASIC, request_id="my-req-7"))
-    assert r.json()["request_id"] == "my-req-7"
+    assert r.json()["request_id"] == "generate-tokens-my-req-7"
     events = stream(api, dict(BASIC, request_id="my-req-8"))
-    assert {c["request_id"] for c in events[:-1]} == {"my-req-8"}
+    assert {c["request_id"] for c in events[:-1]} == {"generate-tokens-my-req-8"}
 
 
 @pytest.mark.parametrize("body,status,param", [

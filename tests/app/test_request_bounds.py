@@ -193,7 +193,7 @@ def test_header_safe_body_request_id_is_echoed(rid_client):
     r = rid_client.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2, 3],
                                                        "request_id": "req-1 (retry)",
                                                        "sampling_params": {"max_tokens": 2}})
-    assert r.status_code == 200 and r.json()["request_id"] == "req-1 (retry)"
+    assert r.status_code == 200 and r.json()["request_id"] == "generate-tokens-req-1 (retry)"
     assert r.headers["x-request-id"] == "req-1 (retry)"
 
 
@@ -201,7 +201,7 @@ def test_unsafe_body_request_id_allowed_when_not_echoed(client):
     """Without --enable-request-id-headers the id only appears in the JSON body."""
     r = client.post("/inference/v1/generate", json={"model": "test-model", "token_ids": [1, 2, 3],
                                                    "request_id": "a\nb", "sampling_params": {"max_tokens": 2}})
-    assert r.status_code == 200 and r.json()["request_id"] == "a\nb"
+    assert r.status_code == 200 and r.json()["request_id"] == "generate-tokens-a\nb"
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -138,6 +138,8 @@ def test_an_aborted_stream_flushes_the_held_back_text(app_client, api):
         "cohere": ("/cohere/v2/chat", {"messages": msgs, "stop_sequences": ["zzzzz"], "max_tokens": 300}),
     }[api]
     rid = f"held-{api}"
+    if api == "responses":          # its id is the body's request_id (vLLM's), not the header's
+        body["request_id"] = f"resp_{rid}"
     job = gevent.spawn(c.post, path, json={"model": "test-model", "stream": True, **body}, headers={"X-Request-Id": rid})
     gevent.sleep(0.4)
     r = c.post("/inference/v1/abort_requests", json={"request_ids": external_ids(path, rid)})

@@ -95,7 +95,7 @@ def test_abort_requests_ends_a_generate_stream_with_an_abort_chunk(app_client, m
             "logprobs": None}
     if mode == "text":
         want = {**{k: v for k, v in want.items() if k != "logprobs"}, "text": "", "logprobs": None}
-    assert last["choices"] == [want] and last["request_id"] == f"ab-{mode}"
+    assert last["choices"] == [want] and last["request_id"] == f"generate-tokens-ab-{mode}"
     assert c.sim.running == 0
 
 

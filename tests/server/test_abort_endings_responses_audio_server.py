@@ -50,8 +50,9 @@ def _events(text: str) -> list:
 def test_aborted_responses_and_transcription_streams_end_as_vllm_ends_them(server_mode):
     base = server_mode
     body = {"model": "test-model", "input": "hi", "max_output_tokens": 1000, "ignore_eos": True, "stream": True}
-    jobs = {"resp-s": {"path": "/v1/responses", "json": body},
-            "resp-b": {"path": "/v1/responses", "json": {**body, "background": True}},
+    # (a response's id is its body's request_id, not the X-Request-Id header: vLLM's)
+    jobs = {"resp-s": {"path": "/v1/responses", "json": {**body, "request_id": "resp_resp-s"}},
+            "resp-b": {"path": "/v1/responses", "json": {**body, "background": True, "request_id": "resp_resp-b"}},
             "audio-s": {"path": "/v1/audio/transcriptions", "files": {"file": ("a.wav", _wav(35.0), "audio/wav")},
                         "data": {"model": "test-model", "language": "en", "stream": "true",
                                  "stream_include_usage": "true"}}}
