@@ -36,6 +36,8 @@ if TYPE_CHECKING:      # numpy is imported where audio is made: it costs ~45 ms 
 WHISPER_SAMPLE_RATE = 16000         # Hz
 WHISPER_HOP_LENGTH = 160            # samples per log-mel frame: 100 audio tokens per second
 WHISPER_CHUNK_SECONDS = 30          # max_audio_clip_s: longer audio is split into 30 s requests
+SPLIT_SEARCH_S = 1.0                # overlap_chunk_second: the last second before 30 s is searched
+SPLIT_WINDOW_S = 0.1                # min_energy_split_window_size (1,600 samples at 16 kHz)
 
 # vLLM's environment limits (vllm/envs.py, 0.34 defaults)
 MAX_CLIP_FILESIZE_MB = float(os.environ.get("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "25"))
@@ -82,11 +84,15 @@ class Clip:
     frames: int
     channels: int
     key: bytes
+    cuts: tuple = ()        # the frames vLLM splits the audio at (:class:`SplitPoints`), when decoded
 
     def chunks(self, clip_s: float = WHISPER_CHUNK_SECONDS) -> list[tuple[float, float]]:
-        """``[(start_s, length_s), ...]``: the engine requests vLLM makes of this audio (one
-        per ``clip_s`` seconds; vLLM splits at the quietest point near each boundary, here at
-        the boundary itself).  At least one, also for empty audio."""
+        """``[(start_s, length_s), ...]``: the engine requests vLLM makes of this audio: split at
+        :attr:`cuts` (vLLM's ``split_audio``), else (a clip not decoded here) one per ``clip_s``
+        seconds.  At least one, also for empty audio."""
+        if self.cuts:
+            edges = [0, *self.cuts, self.frames]
+            return [(a / self.sample_rate, (b - a) / self.sample_rate) for a, b in zip(edges, edges[1:])]
         n = max(1, math.ceil(self.duration_s / clip_s)) if self.duration_s > clip_s else 1
         out = []
         for k in range(n):
@@ -165,11 +171,13 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
             digest = hashlib.blake2b(digest_size=16)
             block = max(1, DECODE_BLOCK_SAMPLES // channels)
             frames = 0              # what was decoded (a truncated stream decodes fewer)
+            splits = SplitPoints(sr, f.frames)
             while True:
                 samples = f.read(block, dtype="float32", always_2d=True)
                 if not len(samples):
                     break
                 digest.update(samples)
+                splits.feed(frames, samples)
                 frames += len(samples)
     except AudioError:
         raise
@@ -177,7 +185,56 @@ def decode_upload(data: bytes, max_size_mb: float = MAX_CLIP_FILESIZE_MB) -> Cli
         raise AudioError(CORRUPTED) from exc
     except Exception as exc:        # noqa: BLE001 - recognised but unreadable (truncated, ...)
         raise AudioError("Invalid or unsupported audio file.") from exc
-    return Clip(frames / sr, sr, frames, channels, digest.digest())
+    return Clip(frames / sr, sr, frames, channels, digest.digest(), splits.done(frames))
+
+
+class SplitPoints:
+    """vLLM's ``split_audio`` (``multimodal/audio.py``) over audio decoded a block at a time:
+    audio longer than :data:`WHISPER_CHUNK_SECONDS` is cut, chunk after chunk, at the quietest
+    window (RMS of :data:`SPLIT_WINDOW_S`) of the last :data:`SPLIT_SEARCH_S` before the chunk
+    would pass 30 s (``find_split_point``: the first of equal ones), else the chunk runs to the
+    end.  Only the search region's mono samples are kept (1 s).  vLLM searches the audio
+    resampled to 16 kHz; here it is searched at the upload's own rate (the same times)."""
+
+    def __init__(self, sr: int, frames: int):
+        self.size = int(sr * WHISPER_CHUNK_SECONDS)
+        self.overlap = int(sr * SPLIT_SEARCH_S)
+        self.window = max(1, int(round(sr * SPLIT_WINDOW_S)))
+        self.frames = frames            # the header's length (vLLM's len(audio))
+        self.cuts: list = []
+        self.start = 0                  # the current chunk's first frame
+        self.region: list = []          # mono samples of the current search region, in order
+        self.split = frames / sr > WHISPER_CHUNK_SECONDS
+
+    def feed(self, at: int, samples) -> None:
+        """``samples`` (frames x channels, float32) decoded from frame ``at`` on."""
+        while self.split and self.start + self.size < self.frames:
+            lo, hi = self.start + self.size - self.overlap, self.start + self.size
+            a, b = max(lo, at), min(hi, at + len(samples))
+            if a < b:
+                self.region.append(samples[a - at:b - at].mean(axis=1))
+            if at + len(samples) < hi:
+                return                  # the region's rest is in later blocks
+            self._cut(lo, hi)
+
+    def _cut(self, lo: int, hi: int) -> None:
+        import numpy as np
+        seg = np.concatenate(self.region) if self.region else np.zeros(0, np.float32)
+        self.region = []
+        best, quietest = math.inf, lo
+        w = self.window
+        for i in range(0, len(seg) - w, w):
+            window = seg[i:i + w]
+            energy = float((window ** 2).mean() ** 0.5)      # vLLM's expression, in float32 as its samples
+            if not math.isnan(energy) and energy < best:
+                best, quietest = energy, lo + i
+        self.start = quietest if quietest > self.start else hi
+        self.cuts.append(self.start)
+
+    def done(self, frames: int) -> tuple:
+        """The cuts, for audio that decoded ``frames`` frames (fewer than the header said: only
+        those before its end)."""
+        return tuple(c for c in self.cuts if c < frames)
 
 
 def speech_tokens(text_tokens: int, speed: float = 1.0) -> int:

@@ -11,7 +11,7 @@ import openai
 import pytest
 import soundfile as sf
 
-from support import TIMING_PATHS, metric, scrape
+from support import TIMING_PATHS, metric, scrape, vllm_chunk_lengths
 
 # the openai SDK marks audio.translations deprecated (OpenAI's own API); vLLM serves the route
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -159,19 +159,32 @@ def test_uploads_that_are_not_audio(c, sdk):
     assert r.status_code == 404
 
 
+def cuts(seconds: float) -> list:
+    """Where vLLM's split_audio cuts :func:`wav`'s 16 kHz audio (seconds): the chunks' starts, then the end."""
+    samples, _ = sf.read(io.BytesIO(wav(seconds)), dtype="float32")
+    edges = [0]
+    for n in vllm_chunk_lengths(samples, 16000):
+        edges.append(edges[-1] + n)
+    return [e / 16000 for e in edges]
+
+
 def test_verbose_json_times_are_floats_as_vllms(c):
-    """vLLM's TranscriptionSegment declares start and end as floats: 0.0 on the wire, not 0."""
-    r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(31.0, rate=8000))},
+    """vLLM's TranscriptionSegment declares start and end as floats: 0.0 on the wire, not 0; a
+    chunk ends where vLLM's split_audio cut it (its quietest 0.1 s before 30 s)."""
+    r = c.post("/v1/audio/transcriptions", files={"file": upload(wav(31.0))},
                data={"model": MODEL, "response_format": "verbose_json"})
-    assert b'"start":0.0,' in r.content and b'"end":30.0,' in r.content and b'"start":30.0,' in r.content
+    cut = cuts(31.0)[1]
+    assert 29.0 <= cut < 30.0
+    assert b'"start":0.0,' in r.content and b'"end":%r,' % cut in r.content and b'"start":%r,' % cut in r.content
 
 
 def test_translation_verbose_json_has_a_segment_per_30s_chunk(sdk):
-    out = sdk.audio.translations.create(model=MODEL, file=upload(wav(65.0, rate=8000)),
-                                        response_format="verbose_json")
+    out = sdk.audio.translations.create(model=MODEL, file=upload(wav(65.0)), response_format="verbose_json")
     d = out.model_dump()
     assert d["duration"] == 65.0 and d["language"] == "en"
-    assert [(s["start"], s["end"], s["seek"]) for s in d["segments"]] == [(0, 30, 0), (30, 60, 30), (60, 65, 60)]
+    edges = cuts(65.0)                  # vLLM's seek: int(start)
+    assert len(edges) == 4 and edges[-1] == 65.0
+    assert [(s["start"], s["end"], s["seek"]) for s in d["segments"]] == [(a, b, int(a)) for a, b in zip(edges, edges[1:])]
     assert d["text"] == " ".join(s["text"] for s in d["segments"])
     plain = sdk.audio.translations.create(model=MODEL, file=upload(wav(1.0)))
     assert plain.text and "usage" not in plain.model_dump(exclude_unset=True)     # translations carry no usage

@@ -458,3 +458,25 @@ def until_streaming(client, rid: str, at_most: float, then: float = 0.1) -> None
     while not made() and time.monotonic() < end:
         gevent.sleep(0.01)
     gevent.sleep(then)
+
+
+def vllm_chunk_lengths(a, sr: int) -> list:
+    """The samples in each chunk vLLM 0.34's ``split_audio`` cuts mono float32 audio ``a`` (16 kHz)
+    into, at its defaults (30 s, 1 s overlap, 1,600-sample windows): ``find_split_point``'s
+    quietest window, the first of equal ones."""
+    import math
+    size, overlap, w = int(sr * 30.0), int(sr * 1.0), 1600
+    out, i = [], 0
+    while i < len(a):
+        if i + size >= len(a):
+            out.append(len(a) - i)
+            break
+        seg, best, cut = a[i + size - overlap:i + size], math.inf, i + size - overlap
+        for k in range(0, len(seg) - w, w):
+            energy = (seg[k:k + w] ** 2).mean() ** 0.5
+            if not math.isnan(energy) and energy < best:
+                best, cut = energy, i + size - overlap + k
+        cut = cut if cut > i else i + size
+        out.append(cut - i)
+        i = cut
+    return out
