@@ -197,7 +197,8 @@ class Fleet:
     def add(self, startup_delay: float = 0.0) -> Pod:
         """Start the next pod (index = one more than any before, so a removed pod's port is not
         reused while its old connections may linger).  It answers 503 for ``startup_delay``
-        seconds.  Raises FleetError (409) when its address cannot be bound."""
+        seconds.  Raises FleetError (409) when its address cannot be bound; that index is then
+        passed over, so that the next pod tries the next port instead of the taken one for good."""
         if len(self.pods) >= MAX_FLEET_PODS:
             raise FleetError(f"the fleet holds at most {MAX_FLEET_PODS} pods (--fleet-size's bound); "
                              f"remove some first", 409)
@@ -209,6 +210,7 @@ class Fleet:
             try:
                 sock = bind(host, port)
             except OSError as e:
+                self.next_index += 1
                 raise FleetError(f"cannot listen on {host}:{port}: {e.strerror}", 409) from None
             except OverflowError:          # --port + index past 65535
                 raise FleetError(f"cannot listen on {host}:{port}: no such port", 409) from None

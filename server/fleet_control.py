@@ -6,7 +6,8 @@ JSON in and out.
   index order;
 * ``POST /fleet/pods`` ``{"count": 1, "startup_delay": S}``: start ``count`` (1-256; 1,024 pods in all, else 409) pods, each
   answering 503 for ``startup_delay`` seconds (default ``--fleet-startup-delay``); 201 with
-  ``{"pods": [...]}`` (a port in use is a 409; pods started before it stay);
+  ``{"pods": [...]}`` (a port in use is a 409, and the next pod takes the port after it; pods
+  started before it stay);
 * ``DELETE /fleet/pods/NAME?timeout=S&wait=true``: drain and remove the pod (``timeout``: the
   drain grace, default ``--shutdown-timeout``); 202 ``{"name", "state": "draining"}`` at once,
   or with ``wait=true`` 200 ``{"name", "state": "removed", "drained", "ended"}`` once it is gone;

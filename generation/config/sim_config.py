@@ -433,16 +433,16 @@ class SimConfig:
                 raise ConfigError(f"{label} should be between 0 and 100", attr.replace("_", "-"))
 
     def _validate_fleet(self) -> None:
-        """``--fleet-size``: bounds, and the flags that mean one engine per process (data
-        parallelism, gRPC) refused beside it."""
+        """``--fleet-size``: bounds; the flags of one engine per process (DP layouts, gRPC) refused beside it."""
         if not 0 <= self.fleet_size <= MAX_FLEET_PODS:
-            raise ConfigError(f"fleet size must be between 0 and {MAX_FLEET_PODS}, got {self.fleet_size}",
-                              "fleet-size")
+            raise ConfigError(f"fleet size must be between 0 and {MAX_FLEET_PODS}, got {self.fleet_size}", "fleet-size")
         if not 0 <= self.fleet_control_port <= 65535:
             raise ConfigError(f"invalid fleet control port '{self.fleet_control_port}'", "fleet-control-port")
         if self.fleet_startup_delay < 0:
             raise ConfigError("fleet startup delay cannot be negative", "fleet-startup-delay")
         if not self.fleet_size:
+            if self.fleet_control_port:       # a fleet's flag: without one it would be silently ignored
+                raise ConfigError("--fleet-control-port needs --fleet-size", "fleet-control-port")
             return
         if self.data_parallel_size > 1 and (self.data_parallel_external_lb or self.data_parallel_rank >= 0):
             raise ConfigError("--fleet-size serves each pod on one port: a pod's data-parallel ranks share it "

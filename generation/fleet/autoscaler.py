@@ -46,8 +46,11 @@ class ScalingPolicy:
         """Raises ValueError naming the field (as :func:`setting_name` gives it: its flag and its
         WVA key) for a value no autoscaler can have."""
         for name in ("scrape_interval",):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"autoscaler: {setting_name(name)} must be > 0 seconds, got {getattr(self, name)}")
+            # a lower bound: every scrape is an event of the replay until the trace's end, so a
+            # nanosecond interval never finishes (Prometheus scrapes every few seconds)
+            if not 0.01 <= getattr(self, name) <= 86400:
+                raise ValueError(f"autoscaler: {setting_name(name)} must be from 0.01 to 86,400 seconds, "
+                                 f"got {getattr(self, name)}")
         for name in ("startup_delay", "scale_down_stabilization", "kv_spare_trigger", "queue_spare_trigger"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"autoscaler: {setting_name(name)} must be >= 0, got {getattr(self, name)}")

@@ -104,9 +104,6 @@ def cmd_replay(args, rest) -> int:
     from generation.engine.replay_trace import check_plot_path
     check_plot_path(args.plot)          # before the run, not a traceback after it
     new_pod, cfg, settings = pod_factory(rest)
-    trace = _load_trace(args, cfg.max_model_len)
-    if not trace:
-        raise ValueError("the trace has no request in that window")
     weights = parse_weights(args.router_weights) if args.router_weights else None
     router = make_router(args.router, seed=args.seed, weights=weights, precise=not args.approx)
     prefill_router = make_router(args.prefill_router, seed=args.seed + 1, weights=weights, precise=not args.approx,
@@ -121,6 +118,11 @@ def cmd_replay(args, rest) -> int:
         scaler = Autoscaler(policy)
         if args.prefill_pods:           # P/D: the prefill pool scaled apart, on the same rules
             pre_scaler = Autoscaler(policy)
+    FleetReplay.check(args.pods, args.prefill_pods, scaler, pre_scaler, args.pd_threshold,
+                      cfg.kv_transfer_bandwidth * 1e9, args.router_refresh)     # the flags, before the trace
+    trace = _load_trace(args, cfg.max_model_len)
+    if not trace:
+        raise ValueError("the trace has no request in that window")
     tp = cfg.tensor_parallel_size
     t0 = time.perf_counter()
     fleet = FleetReplay(new_pod, trace, pods=args.pods, router=router, autoscaler=scaler,
@@ -363,3 +365,6 @@ def main(argv=None) -> int:
     except (ConfigError, ValueError, OSError) as e:
         print(error_line(e), file=sys.stderr)     # the flag at fault named first, as the server's
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -205,6 +205,14 @@ def _init(trace) -> None:
     _TRACE = trace
 
 
+def _init_worker(trace) -> None:
+    """A pool process: the parent alone handles Ctrl-C (it terminates the pool); a worker that
+    took the KeyboardInterrupt itself would die mid-task and leave ``pool.map`` waiting."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init(trace)
+
+
 def _task(args) -> dict:
     config, pods, slo_ttft, slo_itl, server_args, seed, length = args
     trace = _TRACE if length is None else _TRACE[:length]
@@ -236,7 +244,7 @@ def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min
     pool = None
     if workers > 1 and searches:
         ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-        pool = ctx.Pool(workers, initializer=_init, initargs=(trace,))
+        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(trace,))
     else:
         _init(trace)
     try:
@@ -253,6 +261,12 @@ def plan(trace, configs, slo_ttft: float, slo_itl: float, *, server_args=(), min
             results = pool.map(_task, args, chunksize=1) if pool is not None else [_task(a) for a in args]
             for (s, n), r in zip(tasks, results):
                 s.update(n, r)
+    except BaseException:           # Ctrl-C, SIGTERM's SystemExit: stop the replays in flight, not wait for them
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+            pool = None
+        raise
     finally:
         if pool is not None:
             pool.close()
@@ -272,7 +286,12 @@ def merge(paths) -> list[dict]:
         except (OSError, ValueError) as e:
             raise ValueError(f"{path}: not a plan result ({e})") from None
         data = data.get("rows", data) if isinstance(data, dict) else data
-        if not isinstance(data, list) or not all(isinstance(r, dict) and "gpu" in r for r in data):
+        if not isinstance(data, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("gpu"), str) and isinstance(r.get("tp"), int)
+                and not isinstance(r.get("tp"), bool) and isinstance(r.get("router"), str)
+                and all(r.get(k) is None or (isinstance(r[k], (int, float)) and not isinstance(r[k], bool))
+                        for k in ("pods", "gpus", "gpu_hours", "ttft_p99", "itl_p99", "margin", "cost"))
+                for r in data):
             raise ValueError(f"{path}: not a plan result (a list of rows with gpu, tp, router)")
         rows.extend(data)
     seen = set()

@@ -69,6 +69,7 @@ class Pod:
         self.drain_at = None
         self.removed_at = None
         self.routed: list = []
+        self.n_routed = 0               # requests routed to it (counted even without keep_routed)
         self.key = math.inf             # its next event (its entry in the fleet's event heap)
         self.hot = False                # in the fleet's list of pods advanced at each arrival
         self.pending = 0                # P/D decode pod: requests picked for it, their prefill not back yet
@@ -132,17 +133,18 @@ class FleetReplay:
     each arrival.
     Raises ValueError for a fleet that cannot run."""
 
-    def __init__(self, new_pod, trace, *, pods: int = 1, router=None, autoscaler=None, prefill_pods: int = 0,
-                 prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
-                 gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
-                 keep_routed: bool = True, give_up_ttft: float = 0.0, give_up_itl: float = 0.0,
-                 refresh_interval: float = 0.0,
-                 compact: bool = False, prefill_autoscaler=None):
-        from .routing import RoundRobin
+    @staticmethod
+    def check(pods: int, prefill_pods: int = 0, autoscaler=None, prefill_autoscaler=None, pd_threshold: int = 0,
+              kv_transfer_bandwidth: float = 25e9, refresh_interval: float = 0.0) -> None:
+        """The settings' bounds, checked before any trace is read (the CLI calls it first).
+        Raises ValueError naming the flag."""
         if not 1 <= pods <= MAX_PODS:
             raise ValueError(f"--pods must be from 1 to {MAX_PODS:,}, got {pods}")
-        if not 0 <= prefill_pods <= MAX_PODS:
-            raise ValueError(f"--prefill-pods must be from 0 to {MAX_PODS:,}, got {prefill_pods}")
+        if not 0 <= prefill_pods <= MAX_PODS - pods:
+            raise ValueError(f"--prefill-pods must be from 0 to {MAX_PODS - pods:,} (at most {MAX_PODS:,} pods "
+                             f"in all), got {prefill_pods}")
+        if not 0 <= refresh_interval < math.inf:      # NaN too
+            raise ValueError(f"--router-refresh must be a finite number of seconds >= 0, got {refresh_interval}")
         for a in (autoscaler, prefill_autoscaler):
             if a is not None and a.policy.max_replicas > MAX_PODS:
                 raise ValueError(f"--max-pods / maxReplicas must be at most {MAX_PODS:,}, got {a.policy.max_replicas}")
@@ -156,6 +158,16 @@ class FleetReplay:
             raise ValueError(f"--pd-threshold cannot be negative, got {pd_threshold}")
         if not kv_transfer_bandwidth > 0:
             raise ValueError("--kv-transfer-bandwidth must be positive")
+
+    def __init__(self, new_pod, trace, *, pods: int = 1, router=None, autoscaler=None, prefill_pods: int = 0,
+                 prefill_router=None, kv_transfer_bandwidth: float = 25e9, pd_threshold: int = 0,
+                 gpus_per_pod: int = 1, jitter: float = 0.0, seed: int = 0, timeout: float = 0.0,
+                 keep_routed: bool = True, give_up_ttft: float = 0.0, give_up_itl: float = 0.0,
+                 refresh_interval: float = 0.0,
+                 compact: bool = False, prefill_autoscaler=None):
+        from .routing import RoundRobin
+        self.check(pods, prefill_pods, autoscaler, prefill_autoscaler, pd_threshold, kv_transfer_bandwidth,
+                   refresh_interval)
         self.new_pod = new_pod
         self.trace = trace
         self.router = router or RoundRobin(seed)
@@ -174,8 +186,6 @@ class FleetReplay:
         self.give_up_ttft = give_up_ttft
         self.give_up_itl = give_up_itl
         self.itl_late = 0               # ITLs longer than give_up_itl so far (runs up to each pod's itl_seen)
-        if refresh_interval < 0:
-            raise ValueError(f"--router-refresh must be >= 0 seconds, got {refresh_interval}")
         self.lazy = prefill_pods == 0 and (refresh_interval > 0 or not self.router.reads_state)
         # a router that reads only the queues: a pod whose queue is empty and cannot fill is not
         # advanced at each arrival, only when it is picked or at an event (:meth:`_quiet`)
@@ -279,6 +289,7 @@ class FleetReplay:
         self.timeline.append((t, len(self.serving) + len(self.prefill), len(self.starting), len(self.draining)))
 
     def _submit(self, pod: Pod, tr: TraceRequest, at: float, **kw):
+        pod.n_routed += 1
         if self.keep_routed:
             pod.routed.append((tr, at))
         req = pod.replay.submit(tr, at, **kw)
@@ -528,8 +539,11 @@ class FleetReplay:
                     c.append(v)
             parts.append((p.index, *cols))
         records = Records(parts, [p.name for p in self.pods])
-        end = max(end, self.now)
-        gpu_s = sum(((p.removed_at if p.removed_at is not None else end) - p.created) for p in self.pods)
+        # the duration (throughput's divisor, GPU-hours' span): to the last token, not to the
+        # autoscaler's scrape after it (up to --scrape-interval later)
+        end = end or self.now
+        gpu_s = sum(max(0.0, min(p.removed_at if p.removed_at is not None else end, end) - p.created)
+                    for p in self.pods)
         self._mark(end)
         return FleetResult(self.pods, records, LatencyPool(itl), self.timeline, gpu_s * self.gpus_per_pod / 3600.0,
                            end, len(self.trace) - len(records), getattr(self.router, "name", "router"),

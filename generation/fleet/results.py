@@ -98,7 +98,7 @@ class FleetResult:
         rows = []
         for p in self.pods:
             s = p.result.summary()
-            rows.append({"pod": p.name, "role": p.role, "routed": len(p.routed), "requests": s["requests"],
+            rows.append({"pod": p.name, "role": p.role, "routed": getattr(p, "n_routed", len(p.routed)), "requests": s["requests"],
                          "ttft_p50": s["ttft_s"]["p50"], "ttft_p99": s["ttft_s"]["p99"],
                          "itl_p50": s["itl_s"]["p50"], "itl_p99": s["itl_s"]["p99"],
                          "e2e_p50": s["e2e_s"]["p50"], "e2e_p99": s["e2e_s"]["p99"],

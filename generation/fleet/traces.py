@@ -29,6 +29,7 @@ import random
 from generation.engine.replay import MAX_TRACE_REQUESTS, TraceRequest, read_trace
 
 FORMATS = ("jsonl", "azure", "burstgpt")
+MAX_TRACE_SPAN = 1e8        # seconds of arrivals (about 3 years; BurstGPT's 121 days fit)
 
 
 def detect_format(path: str) -> str:
@@ -78,6 +79,8 @@ def _read_csv(path: str, fmt: str) -> list[TraceRequest]:
                 raise ValueError(f"{path}:{i}: not a trace row ({e})") from None
             if not math.isfinite(t):
                 raise ValueError(f"{path}:{i}: the timestamp is not finite")
+            if p < 0 or o < 0:
+                raise ValueError(f"{path}:{i}: a token count is negative ({p}, {o})")
             if p < 1 or o < 1:          # a failed request (BurstGPT logs them with 0 tokens)
                 continue
             out.append(TraceRequest(t, p, o))
@@ -95,15 +98,21 @@ def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, durati
     many were).  Raises ValueError naming the file and line, or the argument."""
     if not os.path.isfile(path):
         raise ValueError(f"--trace {path}: " + ("a directory, not a file" if os.path.isdir(path) else "no such file"))
-    if fmt == "auto":
-        fmt = detect_format(path)
+    try:
+        if fmt == "auto":
+            fmt = detect_format(path)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--trace {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if fmt not in FORMATS:
         raise ValueError(f"--trace-format must be one of auto, {', '.join(FORMATS)}; got {fmt!r}")
     if not (math.isfinite(speedup) and speedup > 0):
         raise ValueError(f"--speedup must be a positive number, got {speedup}")
     if start < 0 or duration < 0:
         raise ValueError("--start and --duration must be at least 0 seconds")
-    reqs = read_trace(path) if fmt == "jsonl" else _read_csv(path, fmt)
+    try:
+        reqs = read_trace(path) if fmt == "jsonl" else _read_csv(path, fmt)
+    except UnicodeDecodeError as e:         # a byte past the first line
+        raise ValueError(f"--trace {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     reqs.sort(key=lambda r: r.arrival)
     if not reqs:
         return reqs
@@ -115,6 +124,11 @@ def read_fleet_trace(path: str, fmt: str = "auto", *, start: float = 0.0, durati
             continue
         r.arrival = (r.arrival - t0) / speedup
         out.append(r)
+    if out and out[-1].arrival > MAX_TRACE_SPAN:
+        # a span this long replays no real load: past ~1e15 s a millisecond no longer adds to the
+        # clock (TTFTs of 0), and the autoscaler's scrapes every 15 s until the last arrival never end
+        raise ValueError(f"{path}: the trace spans {out[-1].arrival:.6g} s, more than {MAX_TRACE_SPAN:,.0f} s "
+                         f"(cut a window with --start / --duration, or raise --speedup)")
     out, refused = fit_context(out, max_model_len)
     if counts is not None:
         counts["refused"] = refused

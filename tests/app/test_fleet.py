@@ -317,3 +317,32 @@ def test_a_data_parallel_pod_cannot_take_the_per_port_layout():
     with pytest.raises(ConfigError) as e:
         load_config(["--fleet-size", "2", "--data-parallel-size", "2", "-dpe"], env={})
     assert e.value.param == "fleet-size"
+
+
+def test_a_port_in_use_is_passed_over_not_refused_for_good():
+    """A 409 for the taken port; the next pod takes the port after it (the index stuck on the
+    taken port refused every later scale-up)."""
+    import socket
+    from app import create_app
+    from generation.config.cli import load_config
+    from server.fleet import Fleet, FleetError
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = load_config(["--fleet-size", "1", "--host", "127.0.0.1", "--port", str(port)], env=_clean_env({}))
+    fleet = Fleet(config, create_app)
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(FleetError) as e:
+            fleet.add()
+        assert e.value.status == 409 and f":{port}:" in str(e.value)
+        pod = fleet.add()
+        assert pod.port == port + 1 and pod.index == 1
+    finally:
+        taken.close()
+        for pod in list(fleet.pods.values()):
+            pod.close()
+            if getattr(pod, "listener", None) is not None:
+                pod.listener.close()

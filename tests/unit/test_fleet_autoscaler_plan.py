@@ -333,3 +333,44 @@ def test_gpu_prices_give_a_cost_column_and_the_cheapest_first(tmp_path, capsys):
         assert main([*base, "--gpus", "H100,L4", "--gpu-prices", prices]) == 2
         err = capsys.readouterr().err
         assert said in err and "Traceback" not in err, err
+
+
+def test_hostile_traces_and_settings_are_one_line_errors(tmp_path, capsys):
+    """A fresh user's findings: a trace spanning 1e300 s never finished with --autoscale (a scrape
+    every 15 s to its end), a nanosecond scrape interval never finished, NaN refresh and 20,000
+    pods ran, negative CSV counts and non-UTF-8 bytes said the wrong thing, a plan result without
+    ``tp`` was a traceback; the settings are checked before the trace is read."""
+    from generation.fleet.cli import main
+    far = tmp_path / "far.jsonl"
+    far.write_text('{"arrival": 0, "prompt_tokens": 8, "output_tokens": 2}\n'
+                   '{"arrival": 1e300, "prompt_tokens": 8, "output_tokens": 2}\n')
+    neg = tmp_path / "neg.csv"
+    neg.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,-5,10\n")
+    raw = tmp_path / "raw.jsonl"
+    raw.write_bytes(b'{"arrival": 0, "prompt_tokens": 8, "output_tokens": 2}\n\xff\xfe\n')
+    badrows = tmp_path / "rows.json"
+    badrows.write_text('{"rows": [{"gpu": 1}]}')
+    cases = [
+        (["replay", "--trace", str(far), "--autoscale", *SERVER], "the trace spans 1e+300 s"),
+        (["replay", "--trace", str(far), "--pods", "0", *SERVER], "--pods must be from 1 to 10,000, got 0"),
+        (["replay", "--trace", os.path.join(FIX, "azure_code_sample.csv"), "--autoscale", "--scrape-interval",
+          "1e-9", *SERVER], "from 0.01 to 86,400 seconds"),
+        (["replay", "--trace", str(far), "--router-refresh", "nan", *SERVER], "--router-refresh must be a finite"),
+        (["replay", "--trace", str(far), "--pods", "10000", "--prefill-pods", "10000", *SERVER],
+         "at most 10,000 pods in all"),
+        (["replay", "--trace", str(neg), *SERVER], "neg.csv:2: a token count is negative"),
+        (["replay", "--trace", str(raw), *SERVER], "not UTF-8 text"),
+        (["merge", str(badrows)], "not a plan result"),
+    ]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, (argv, err)
+
+
+def test_json_counts_each_pods_routed_requests(capsys):
+    from generation.fleet.cli import main
+    assert main(["replay", "--trace", os.path.join(FIX, "azure_code_sample.csv"), "--pods", "2", "--router",
+                 "round-robin", "--json", *SERVER]) == 0
+    pods = json.loads(capsys.readouterr().out)["pods"]
+    assert [p["routed"] for p in pods] == [p["requests"] for p in pods] and all(p["routed"] > 0 for p in pods)
