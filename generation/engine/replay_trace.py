@@ -28,6 +28,7 @@ class TraceRequest:
 
 
 MAX_TRACE_REQUESTS = 1_000_000     # a replay holds every request in memory (~600 bytes each)
+MAX_TRACE_SPAN = 1e8               # seconds from the first arrival to the last (BurstGPT's 121 days fit)
 
 
 def synthetic_trace(num_requests: int, prompt_tokens: int, output_tokens: int, rate: float = 0.0,
@@ -180,4 +181,9 @@ def read_trace(path: str, max_model_len: int | None = None, extra: dict | None =
             except ValueError as e:
                 raise ValueError(f"{path}:{i}: not a trace request ({e})") from None
     out.sort(key=lambda r: r.arrival)
+    if out and out[-1].arrival - out[0].arrival > MAX_TRACE_SPAN:
+        # no real load spans that: past ~1e15 s a millisecond no longer adds to the clock (TTFTs
+        # of 0), and a fleet's autoscaler scrapes every 15 s to the last arrival
+        raise ValueError(f"{path}: the trace spans {out[-1].arrival - out[0].arrival:.6g} s, more than "
+                         f"{MAX_TRACE_SPAN:,.0f} s (about 3 years)")
     return out

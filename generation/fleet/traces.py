@@ -27,9 +27,9 @@ import os
 import random
 
 from generation.engine.replay import MAX_TRACE_REQUESTS, TraceRequest, read_trace
+from generation.engine.replay_trace import MAX_TRACE_SPAN
 
 FORMATS = ("jsonl", "azure", "burstgpt")
-MAX_TRACE_SPAN = 1e8        # seconds of arrivals (about 3 years; BurstGPT's 121 days fit)
 
 
 def detect_format(path: str) -> str:
