@@ -237,9 +237,10 @@ def check_size(sim, count: int, force_cache_threshold: bool, cache_hit_threshold
     """Reject at once a request whose ``count`` sequences (prompts x n) could never be admitted,
     not even by an idle server (more than ``--max-num-seqs`` plus the waiting-queue length), with
     the 429 that admission would give after tokenizing everything.  Answers that need no slot
-    (cache-threshold finishes) are not counted, so the check is skipped when they are possible."""
+    (cache-threshold finishes) are not counted, so the check is skipped when they are possible.
+    Behind a DP endpoint every engine could take a share (the sequences are placed one by one)."""
     cfg = sim.config
-    if count <= cfg.max_num_seqs + cfg.max_waiting_queue_length or force_cache_threshold:
+    if count <= (cfg.max_num_seqs + cfg.max_waiting_queue_length) * (len(sim.dp_peers) or 1) or force_cache_threshold:
         return
     if sim.kv_cache is not None and (cache_hit_threshold is not None or cfg.global_cache_hit_threshold > 0):
         return

@@ -414,3 +414,15 @@ def test_an_abort_all_counts_a_parent_once_whose_children_run_on_two_engines():
     job.join(5)
     assert [c["finish_reason"] for c in job.value.json()["choices"]] == ["abort"] * 2
     client.close()
+
+
+def test_a_request_too_big_for_one_engine_fits_on_the_endpoint():
+    """-dp 2 --max-num-seqs 1 --max-waiting-queue-length 1: n=4 fits two idle engines (each
+    choice placed on its own), n=5 fits none (the 429 before anything is tokenized)."""
+    api, client = build("-dp", "2", "--max-num-seqs", "1", "--max-waiting-queue-length", "1")
+    msgs = [{"role": "user", "content": "hi"}]
+    r = client.post(CHAT, json={"messages": msgs, "n": 4, "max_tokens": 2})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 4
+    assert client.post(CHAT, json={"messages": msgs, "n": 5, "max_tokens": 2}).status_code == 429
+    assert api.balancer.in_flight == [0, 0]
+    client.close()
