@@ -35,6 +35,26 @@ MAX_N = int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
 REMOTE_DECODE_PARAMS = {"do_remote_decode": False, "do_remote_prefill": True, "remote_engine_id": "DUMMY_ID",
                         "remote_block_ids": ["DUMMY_ID"], "remote_host": "DUMMY", "remote_port": 1234,
                         "tp_size": 1}
+
+
+def remote_decode_params(seqs) -> dict:
+    """The prefill answer's ``kv_transfer_params``: the reference's placeholders, plus vLLM 0.34's
+    ``remote_prefill_cached_tokens`` (``Scheduler.update_from_output``: the P side's prefix hits,
+    which the decode side reports as its ``cached_tokens``)."""
+    out = dict(REMOTE_DECODE_PARAMS)
+    prompts = {}
+    for s in seqs:
+        prompts.setdefault(s.prompt_index, s)
+    out["remote_prefill_cached_tokens"] = sum(s.cached_tokens for s in prompts.values())
+    return out
+
+
+def _reported_cached(s) -> int:
+    """``cached_tokens`` of one prompt: a remote-prefill decode reports the prefill's hits
+    (``kv_transfer_params.remote_prefill_cached_tokens``, vLLM 0.34 ``OutputProcessor``), else its own."""
+    params = getattr(getattr(s, "request", None), "kv_transfer_params", None) or {}
+    cached = params.get("remote_prefill_cached_tokens") if params.get("do_remote_prefill") else None
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) else s.cached_tokens
 # --mm-encoder-only's encoder-cache transfer entry per multimodal hash (the last value: base64 of
 # "NIXL_METADATA_PLACEHOLDER"), api.md 5.1.10
 EC_TRANSFER_DUMMY = {"peer_host": "DUMMY", "peer_port": 1234, "size_bytes": 2359296,
@@ -390,7 +410,7 @@ def prompt_tokens_details(pd: PromptDetails, seqs, api: str = "chat", final_chun
     prompts = {}
     for s in seqs:
         prompts.setdefault(s.prompt_index, s)
-    cached = sum(s.cached_tokens for s in prompts.values())
+    cached = sum(_reported_cached(s) for s in prompts.values())
     if pd.shape != "vllm" or (api == "completion" and final_chunk):
         return {"cached_tokens": cached}
     if api == "completion":

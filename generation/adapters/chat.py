@@ -15,7 +15,7 @@ from ..errors import InvalidParam, Rejected
 from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import ClientDisconnected, GenerationRequest
 from generation.engine.weight_versions import spans as weight_spans
-from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
+from .base import (per_request_metrics, CHUNK_END, CLOSE_KV, KV_END, EC_TRANSFER_DUMMY, REMOTE_DECODE_PARAMS, Adapter, remote_decode_params, ChunkFrame, PieceChunks, chat_prompt, check_kv_transfer,
                    check_limits, check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size,
                    check_stream_options, check_tools, check_work, dumps, request_usage, stream_flags, system_fingerprint, usage_details, PromptDetails, prompt_tokens_details)
 from .token_stream import Streamed, due_items, end_aborted
@@ -297,7 +297,7 @@ def render_chat(req: GenerationRequest, seqs, want_logprobs: bool, top: int, det
     # every field of vLLM 0.34's response (response_bodies): the caller fills in the fingerprint
     return chat_response(id=f"chatcmpl-{req.request_id}", model=req.model, choices=choices,
                          usage=request_usage(seqs, details, completion_details, mm=mm),
-                         kv_transfer_params=dict(REMOTE_DECODE_PARAMS) if req.remote_decode else None)
+                         kv_transfer_params=remote_decode_params(seqs) if req.remote_decode else None)
 
 
 _IMAGE_PART = dumps(IMAGE_PART)

@@ -16,7 +16,7 @@ from generation.engine.token_schedule import TokenSchedule
 from generation.engine.request import ClientDisconnected, GenerationRequest, Prompt
 from generation.engine.weight_versions import spans as weight_spans
 from generation.tokenization.tokenizer import each_text
-from .base import (per_request_metrics, CLOSE_KV, KV_END, REMOTE_DECODE_PARAMS, Adapter, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
+from .base import (per_request_metrics, CLOSE_KV, KV_END, REMOTE_DECODE_PARAMS, Adapter, remote_decode_params, ChunkFrame, PieceChunks, check_kv_transfer, check_limits, tokenize_texts,
                    check_tools,
                    check_logprobs_cap, check_logprobs_sign, check_prompt_logprobs, check_size, check_stream_options, check_work,
                    dumps, request_usage, stream_flags, system_fingerprint, usage_details)
@@ -240,7 +240,7 @@ def render_completion(tokenizer, req: GenerationRequest, seqs, top, echo_prompt:
     # every field of vLLM 0.34's response (response_bodies): the caller fills in the fingerprint
     return completion_response(id=f"cmpl-{req.request_id}", model=req.model, choices=choices,
                                usage=request_usage(seqs, details, None, api="completion"),
-                               kv_transfer_params=dict(REMOTE_DECODE_PARAMS) if req.remote_decode else None)
+                               kv_transfer_params=remote_decode_params(seqs) if req.remote_decode else None)
 
 
 # vLLM 0.34's completion chunks are dumped exclude_unset with every field of the choice set

@@ -24,7 +24,7 @@ from generation.engine.request import GenerationRequest
 from generation.engine.stream_interval import token_span, within
 from generation.lanes import paced
 from ..errors import FieldNames, InvalidParam, Rejected
-from .base import (REMOTE_DECODE_PARAMS, Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps, usage_details)
+from .base import (REMOTE_DECODE_PARAMS, remote_decode_params, Adapter, chat_prompt, check_kv_transfer, check_limits, check_tools, created_cache_tokens, dumps, usage_details)
 from .token_stream import Streamed, end_aborted, rendered_tokens
 from .extra_args import check_extra_args
 from .fields import check_min_tokens, check_sampling_ranges
@@ -457,7 +457,7 @@ def render_message(req, seq, stop_sequence, cache_info: int | None) -> dict:
     if req.remote_decode:
         # a P/D prefill's transfer parameters, as messages_full_converter copies the chat answer's
         # (anthropic/serving.py l. 941-950; kept by exclude_none where set)
-        body["kv_transfer_params"] = dict(REMOTE_DECODE_PARAMS)
+        body["kv_transfer_params"] = remote_decode_params([seq])
     return body
 
 

@@ -148,15 +148,23 @@ def kv_cache_usage(sim) -> float:
     engine = getattr(sim, "engine", None)
     if engine is not None:
         return float(engine.scheduler.usage())
-    if sim.kv_cache is not None:
-        return float(sim.kv_cache.usage())
     cfg = sim.config
-    if not sim.running_seqs or cfg.kv_cache_size <= 0:
+    kv = sim.kv_cache
+    if kv is not None:
+        # the prefix cache's shared full prompt blocks (each held once), plus every running
+        # sequence's own blocks past them: its partial last prompt block and the blocks of the
+        # tokens emitted so far, as vLLM's pool holds them (kv.usage() alone left those out)
+        held_blocks = len(kv.used)
+        capacity = kv.capacity
+    else:
+        held_blocks = 0
+        capacity = cfg.kv_cache_size
+    if capacity <= 0 or (not sim.running_seqs and not held_blocks):
         return 0.0
     now = time.monotonic()
-    bs = cfg.block_size
+    bs = kv.block_size if kv is not None else cfg.block_size
     itl = cfg.inter_token_latency
-    blocks = 0
+    blocks = held_blocks
     for seq in sim.running_seqs:
         n = len(seq.pieces)
         first = seq.first_token_at
@@ -166,5 +174,9 @@ def kv_cache_usage(sim) -> float:
             out = min(n, 1 + int((now - first) / itl))
         else:
             out = n
-        blocks += -(-(seq.prompt_len + out) // bs)
-    return min(blocks / cfg.kv_cache_size, 1.0)
+        need = -(-(seq.prompt_len + out) // bs)
+        if kv is not None:
+            ref = getattr(seq, "kv_blocks", None)
+            need -= len(ref[1]) if ref and ref[0] == kv.epoch else 0
+        blocks += max(need, 0)
+    return min(blocks / capacity, 1.0)
