@@ -173,6 +173,21 @@ def test_remote_decode_finish_and_params(api):
     assert r.status_code == 400 and "Prefill does not support streaming" in r.json()["error"]["message"]
 
 
+def test_a_prefills_cache_hits_are_what_its_decode_reports(app_client):
+    """vLLM 0.34: the prefill's answer carries its prefix hits (``remote_prefill_cached_tokens``,
+    ``Scheduler.update_from_output``) and the decode reports them as its ``cached_tokens``
+    (``OutputProcessor``), not its own near-100% hit from the transfer."""
+    c = app_client("--enable-kvcache", "--block-size", "16", "--enable-prompt-tokens-details", "--zmq-endpoint", "")
+    msgs = [{"role": "user", "content": " ".join(f"w{i}" for i in range(300))}]
+    chat(c, messages=msgs, max_tokens=2)                        # warms the prefill pod's cache
+    pre = chat(c, messages=msgs, max_tokens=1, kv_transfer_params={"do_remote_decode": True}).json()
+    hits = pre["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert hits > 0 and pre["kv_transfer_params"]["remote_prefill_cached_tokens"] == hits
+    dec = chat(c, messages=msgs, max_tokens=2, kv_transfer_params={**pre["kv_transfer_params"],
+                                                                   "remote_prefill_cached_tokens": 48}).json()
+    assert dec["usage"]["prompt_tokens_details"]["cached_tokens"] == 48
+
+
 # ---- in-process: capacity, queue and disconnects ----------------------------------------------
 def test_c23_running_and_waiting_gauges(app_client):
     # T = 600 ms: TTFTs are T, T (running), 2T, 2T (waited T), 3T (waited 2T); each lands at
