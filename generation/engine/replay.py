@@ -37,7 +37,7 @@ import time
 
 from .cpu_tier_v015 import cpu_tier_pool
 from .pod_replay import PodReplay, ReplayResult, trace_block_hashes  # noqa: F401  (the replay's API)
-from .replay_trace import (MAX_TRACE_REQUESTS, TraceRequest, _count, _trace_request,  # noqa: F401 (the
+from .replay_trace import (MAX_TRACE_REQUESTS, MAX_TRACE_SPAN, TraceRequest, _count, _trace_request,  # noqa: F401 (the
                            check_output_path, check_plot_path, check_synthetic, read_trace,
                            synthetic_trace)  # replay's names)
 from .scheduler import EngineRequest, Scheduler
@@ -289,6 +289,12 @@ def main(argv=None) -> int:
         check_arguments(args, cfg.max_model_len)
         trace = read_trace(args.trace, cfg.max_model_len) if args.trace else synthetic_trace(
             args.num_requests, args.prompt_tokens, args.output_tokens, args.rate, cfg.seed or 0)
+        if trace and trace[-1].arrival > MAX_TRACE_SPAN:
+            # the clock starts at 0: an epoch timestamp (1.7e9) made a 10 s trace report 0 output
+            # tokens/s, and past ~1e15 s a millisecond no longer adds to the clock (TTFTs of 0)
+            raise ValueError(f"--trace {args.trace}: an arrival at {trace[-1].arrival:.6g} s, more than "
+                             f"{MAX_TRACE_SPAN:,.0f} s from the start: arrivals are seconds from the trace's "
+                             f"start, not timestamps (the fleet's replay takes them from the first)")
     except (ConfigError, ValueError, OSError) as e:
         print(error_line(e), file=sys.stderr)   # the flag at fault named first, as the server's
         return 2

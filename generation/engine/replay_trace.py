@@ -158,11 +158,18 @@ def read_trace(path: str, max_model_len: int | None = None, extra: dict | None =
     import orjson
     out = []
     try:
-        f = open(path, encoding="utf-8-sig")
+        f = open(path, "rb")             # decoded line by line: a bad byte is named by its line
     except OSError as e:                # the flag's value named, not Python's errno line
         raise ValueError(f"--trace {path}: cannot read ({e.strerror or e})") from None
     with f:
-        for i, line in enumerate(f, 1):
+        for i, raw in enumerate(f, 1):
+            if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]               # a UTF-8 byte-order mark
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:     # was one "error: 'utf-8' codec ..." line naming no file
+                raise ValueError(f"{path}:{i}: not a trace request (not UTF-8 text: {e.reason} at byte "
+                                 f"{e.start + 1} of the line)") from None
             line = line.strip()
             if not line:
                 continue

@@ -196,6 +196,11 @@ def resolve_step_settings(cfg) -> StepSettings:
             f"({cfg.max_model_len}). This effectively limits the maximum sequence length to max_num_batched_tokens "
             f"and makes vLLM reject longer sequences. Please increase max_num_batched_tokens or decrease "
             f"max_model_len.", "max-num-batched-tokens")
+    if "max-num-seqs" in cfg.explicit and cfg.max_num_batched_tokens < cfg.max_num_seqs:
+        # vLLM's SchedulerConfig._verify_args (was accepted: a step could not seat its sequences)
+        raise ConfigError(
+            f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) must be greater than or equal to "
+            f"max_num_seqs ({cfg.max_num_seqs}).", "max-num-batched-tokens")
     if cfg.num_gpu_blocks_override is not None:
         if cfg.num_gpu_blocks_override < 1:
             raise ConfigError("num gpu blocks override cannot be less than 1", "num-gpu-blocks-override")

@@ -155,6 +155,16 @@ def test_from_hf_config_errors_name_the_file_and_field():
         ModelArch.from_hf_config({**PRESETS[LLAMA8], "torch_dtype": "int3"})
     with pytest.raises(ConfigError, match="expected a JSON object"):
         ModelArch.from_hf_config([1, 2])
+    # read silently before: 0 KV heads as MHA, 5 of 32, a zero vocabulary, a MoE without experts
+    # as a dense model, top-16 routing over 8 experts
+    mixtral = PRESETS["mistralai/Mixtral-8x7B-Instruct-v0.1"]
+    for bad, said in (({**PRESETS[LLAMA8], "num_key_value_heads": 0}, "'num_key_value_heads' must divide"),
+                      ({**PRESETS[LLAMA8], "num_key_value_heads": 5}, "'num_key_value_heads' must divide"),
+                      ({**PRESETS[LLAMA8], "vocab_size": 0}, "'vocab_size' must be positive"),
+                      ({**mixtral, "num_local_experts": 0}, "needs at least one expert"),
+                      ({**mixtral, "num_experts_per_tok": 16}, "'num_experts_per_tok' must be from 1 to the 8")):
+        with pytest.raises(ConfigError, match=said):
+            ModelArch.from_hf_config(bad)
 
 
 # -- resolve_arch -------------------------------------------------------------------------------

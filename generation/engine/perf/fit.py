@@ -96,12 +96,17 @@ def _residuals_one(args):
     return out
 
 
+_POOLS: list = []                      # the Objective's worker pools, terminated on the way out
+
+
 class Objective:
     """Residual vector of the free constants (log space) over the training runs."""
 
     def __init__(self, runs, base: PerfConstants, scale: float, path, jobs: int, windowed: bool = False):
         self.runs, self.base, self.scale, self.path, self.windowed = runs, base, scale, path, windowed
         self.pool = Pool(jobs) if jobs > 1 else None
+        if self.pool is not None:
+            _POOLS.append(self.pool)        # closed by main(), also when a run's replay fails
         self.calls = 0
         self.last = []
         self.best = (float("inf"), None)
@@ -164,6 +169,11 @@ def fit_memory(path: str | None = None) -> dict:
     x = np.array([r[1] for r in rows], float)
     y = np.array([r[2] for r in rows], float)
     scale = x.max(axis=0)
+    if len(rows) < x.shape[1] or not scale.all():
+        # a folder of TP-1 runs left the TP column all zero: NaNs, LAPACK's "DLASCL parameter
+        # number 4 had an illegal value" lines and "SVD did not converge"
+        raise ValueError(f"--memory: {len(rows)} runs with a logged kv_blocks (BF16, the published point "
+                         f"included) cannot fit the 4 constants: it needs at least 4, some at TP > 1")
     coef = np.linalg.lstsq(x / scale, y, rcond=None)[0] / scale
     pred = x @ coef
     print(f"memory profile fit on {len(rows)} runs: RMS error {np.sqrt(np.mean((pred - y) ** 2)) / GiB:.3f} GiB")
@@ -390,6 +400,13 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as e:         # ConfigError is a ValueError
         print(error_line(e) if not isinstance(e, KeyError) else f"error: missing field {e}", file=sys.stderr)
         return 2
+    finally:
+        # a pool left to the interpreter's shutdown printed "Exception ignored in Pool.__del__ ...
+        # OSError: [Errno 9] Bad file descriptor" after the error line, now and then
+        while _POOLS:
+            pool = _POOLS.pop()
+            pool.terminate()
+            pool.join()
 
 
 def _main(argv=None) -> int:

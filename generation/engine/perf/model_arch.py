@@ -270,10 +270,26 @@ class ModelArch:
                 raise ConfigError(f"{source}: field {field!r} must be positive, got {value}",
                                   param="hf-config-path")
         kv_heads = num("num_key_value_heads", heads) or heads
+        if d.get("num_key_value_heads") == 0 or heads % kv_heads:
+            # was silently read as MHA (0) or as a grouping no attention kernel runs (5 of 32, 64 of 32)
+            raise ConfigError(f"{source}: field 'num_key_value_heads' must divide num_attention_heads "
+                              f"({heads}), got {d.get('num_key_value_heads')!r}", param="hf-config-path")
         head_dim = num("head_dim", hidden // heads) or hidden // heads
         vocab = num("vocab_size")
+        if vocab <= 0:
+            raise ConfigError(f"{source}: field 'vocab_size' must be positive, got {vocab}",
+                              param="hf-config-path")
         experts = num("num_local_experts", 0, "num_experts", "n_routed_experts")
+        routed = d.get("num_experts_per_tok", d.get("num_experts_per_token", d.get("moe_topk")))
+        if not experts and any(k in d for k in ("num_local_experts", "num_experts", "n_routed_experts")) \
+                and isinstance(routed, int) and not isinstance(routed, bool) and routed > 0:
+            # a MoE config (it routes tokens to experts) with 0 experts ran as a dense model
+            raise ConfigError(f"{source}: a MoE config (num_experts_per_tok {routed}) needs at least one "
+                              f"expert, got 0", param="hf-config-path")
         per_tok = num("num_experts_per_tok", 0, "num_experts_per_token", "moe_topk") if experts else 0
+        if experts and not 1 <= per_tok <= experts:
+            raise ConfigError(f"{source}: field 'num_experts_per_tok' must be from 1 to the {experts} experts, "
+                              f"got {per_tok}", param="hf-config-path")
         inter = num("intermediate_size", 0 if experts else None, "n_inner", "ffn_dim")
         moe_inter = num("moe_intermediate_size", 0) if experts else 0
         if experts and not moe_inter:          # Mixtral: intermediate_size is the expert's
