@@ -25,7 +25,7 @@ class ReplayResult:
     finished EngineRequests; ``client`` maps each to ``(first token, last token)`` as its client
     received them (the frontend's output latency and queueing added; the engine's times when the
     model has no frontend); ``timed_out`` the requests aborted at the client's timeout;
-    ``rejected`` the trace requests refused for a prompt plus output past ``max_model_len`` (vLLM's
+    ``rejected`` the trace requests refused for a prompt that fills ``max_model_len`` (vLLM's
     400); ``unfinished`` the EngineRequests still queued or running when the replay ended (a
     request needing more KV blocks than the pool has, and those behind it: vLLM never schedules
     them either).  ``itl`` holds every inter-token latency and ``steps`` one row per step,
@@ -195,17 +195,19 @@ class PodReplay:
 
     def submit(self, tr, at: float, *, kv_ready_at: float = 0.0, prefix_hit=None):
         """Queue ``tr`` arriving at ``at`` (not before the pod's last event); returns its
-        EngineRequest, or None when it is refused: a prompt plus output past ``max_model_len``
-        (vLLM's 400; listed in the result's ``rejected``).  ``kv_ready_at`` / ``prefix_hit``: a
+        EngineRequest, or None when it is refused: a prompt that fills ``max_model_len`` (vLLM's
+        400; listed in the result's ``rejected``); an output past what the context leaves is cut
+        to it, as vLLM 0.34's ``get_max_tokens`` cuts ``max_tokens``.  ``kv_ready_at`` / ``prefix_hit``: a
         P/D decode side's remote KV (the request is not scheduled before its transfer ends, and
         finds ``prefix_hit(req)`` tokens computed, those the pod's own prefix cache holds among
         them; its blocks are cached like a local prefill's), as the server's step engine queues
         a remote prefill."""
         scheduler = self.scheduler
-        if tr.prompt_tokens + tr.output_tokens > scheduler.max_model_len:
+        room = scheduler.max_model_len - tr.prompt_tokens
+        if room < 1:
             self.result.rejected.append(tr)
             return None
-        req = EngineRequest(tr.prompt_tokens, tr.output_tokens, arrival=at, group=tr.prefix_group,
+        req = EngineRequest(tr.prompt_tokens, min(tr.output_tokens, room), arrival=at, group=tr.prefix_group,
                             prefix_len=tr.prefix_tokens, priority=tr.priority, kv_ready_at=kv_ready_at)
         # a remote prefill's KV (P/D) is what the local prefix cache does not hold, and its blocks
         # are cached once loaded, as vLLM's connector path does (local hits first, then the

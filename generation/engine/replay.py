@@ -18,8 +18,8 @@ repeat a whole prompt of their group (every full block shared: a benchmark cycli
 fixed set of prompts).  The frontend and async scheduling of the step model apply
 (:mod:`generation.engine.perf.step_model`); the times printed are the clients'.
 
-A request whose prompt plus output pass ``--max-model-len`` is refused at its arrival, as vLLM
-answers 400 (counted as rejected).  ``--seed`` defaults to :data:`REPLAY_SEED`, so that two runs
+A request whose prompt fills ``--max-model-len`` is refused at its arrival, as vLLM answers 400
+(counted as rejected); an output past the context is cut to it, as vLLM 0.34 cuts ``max_tokens``.  ``--seed`` defaults to :data:`REPLAY_SEED`, so that two runs
 agree.  Decoding requests advance as a group between events (:mod:`generation.engine.fast_decode`)
 and the per-token and per-step records are arrays (:mod:`generation.engine.replay_log`): an hour
 at 20 requests/s replays in about 2 s and 100 MB, with the token-by-token engine's results.
@@ -68,9 +68,9 @@ def replay(scheduler: Scheduler, step_time, trace, *, concurrency: int = 0, fron
     ``timed_out``).  The same rules as the live server (:mod:`generation.engine.step_engine`),
     without sleeping.  One :class:`PodReplay` run to its end.
 
-    A trace request whose prompt and output need more than the scheduler's ``max_model_len`` is
-    refused at its arrival, as vLLM answers 400 (listed in ``rejected``; a closed loop sends the
-    next one).  ``group_decode`` (default) advances decoding requests as a group between events
+    A trace request whose prompt fills the scheduler's ``max_model_len`` is refused at its
+    arrival, as vLLM answers 400 (listed in ``rejected``; a closed loop sends the next one); one
+    whose output would pass it makes what the context leaves, as vLLM 0.34 cuts ``max_tokens``.  ``group_decode`` (default) advances decoding requests as a group between events
     (:mod:`generation.engine.fast_decode`: the same results, O(events) a step); False runs every
     request through every step, token by token.  ``pause_seed`` seeds the engine's pauses
     (:class:`~generation.engine.perf.step_model.EnginePauses`)."""
@@ -298,10 +298,15 @@ def main(argv=None) -> int:
     except (ConfigError, ValueError, OSError) as e:
         print(error_line(e), file=sys.stderr)   # the flag at fault named first, as the server's
         return 2
-    past = sum(1 for t in trace if t.prompt_tokens + t.output_tokens > cfg.max_model_len)
-    if past:        # vLLM refuses their max_tokens (400); so does the replay (counted as rejected)
-        print(f"warning: {past} of {len(trace)} requests need more than --max-model-len {cfg.max_model_len} "
-              f"tokens (prompt + output): refused, as vLLM refuses them (counted as rejected)", file=sys.stderr)
+    past = sum(1 for t in trace if t.prompt_tokens >= cfg.max_model_len)
+    cut = sum(1 for t in trace if t.prompt_tokens < cfg.max_model_len < t.prompt_tokens + t.output_tokens)
+    if past:        # vLLM refuses a prompt that fills the context (400); so does the replay
+        print(f"warning: {past} of {len(trace)} requests have prompts of --max-model-len {cfg.max_model_len} "
+              f"tokens or more: refused, as vLLM refuses them (counted as rejected)", file=sys.stderr)
+    if cut:         # vLLM 0.34's get_max_tokens: max_tokens cut to the room the prompt leaves
+        print(f"warning: {cut} of {len(trace)} requests need more than --max-model-len {cfg.max_model_len} "
+              f"tokens (prompt + output): their outputs are cut to fit, as vLLM 0.34 cuts max_tokens",
+              file=sys.stderr)
     sched = scheduler_for(settings, cfg.max_model_len, cfg.max_loras, cfg.scheduling_policy, seed=cfg.seed or 0)
     # the server's --max-waiting-queue-length is the simulator's own (vLLM has no such limit): a
     # replay applies it only when given
@@ -338,7 +343,7 @@ def main(argv=None) -> int:
         print(f"{s['requests']} requests in {s['duration_s']:.2f} s: {s['output_tokens_per_s']:.0f} output tokens/s, "
               f"{s['requests_per_s']:.2f} requests/s, {s['steps']} steps, {s['preemptions']} preemptions"
               + (f", {s['rejected']} rejected (--max-waiting-queue-length {limit})" if limit is not None else "")
-              + (f", {len(result.rejected)} refused (past --max-model-len {cfg.max_model_len})"
+              + (f", {len(result.rejected)} refused (prompt of --max-model-len {cfg.max_model_len} or more)"
                  if result.rejected and limit is None else "")
               + (f", {len(result.unfinished)} never finished" if result.unfinished else ""))
         for k in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):

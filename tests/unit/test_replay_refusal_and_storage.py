@@ -1,6 +1,6 @@
 """The replay refuses what vLLM refuses, repeats itself by default, and keeps its records compactly
-(issue 32, item 4): a prompt plus output past ``--max-model-len`` is counted as rejected (vLLM's
-400), not run; ``--seed`` defaults to a fixed value; the inter-token latencies and the step log
+(issue 32, item 4): a prompt that fills ``--max-model-len`` is counted as rejected (vLLM's 400),
+not run, and an output past the context is cut to it (vLLM 0.34's ``get_max_tokens``); ``--seed`` defaults to a fixed value; the inter-token latencies and the step log
 are arrays whose percentiles are exactly those of the lists they replace."""
 from __future__ import annotations
 
@@ -29,15 +29,18 @@ def sched(max_model_len=100):
                      max_model_len=max_model_len)
 
 
-def test_a_request_past_the_context_is_refused_and_counted():
-    trace = [TraceRequest(0.0, 32, 68), TraceRequest(0.0, 32, 69), TraceRequest(0.1, 101, 1)]
+def test_a_prompt_past_the_context_is_refused_and_an_output_cut():
+    trace = [TraceRequest(0.0, 32, 68), TraceRequest(0.0, 32, 69), TraceRequest(0.1, 100, 1),
+             TraceRequest(0.1, 99, 5)]
     res = replay(sched(), FixedStep(), trace)
-    assert [r.num_output for r in res.requests] == [68]           # 32 + 68 = 100 fits exactly
-    assert res.rejected == trace[1:] and res.summary()["rejected"] == 2
+    # 32 + 68 = 100 fits exactly; 32 + 69 makes 68, as vLLM 0.34 cuts max_tokens to the room left;
+    # a prompt of 100 leaves none (vLLM's 400); 99 leaves one token
+    assert sorted(r.num_output for r in res.requests) == [1, 68, 68]
+    assert res.rejected == [trace[2]] and res.summary()["rejected"] == 1
 
 
 def test_a_closed_loop_replaces_a_refused_request_at_once():
-    trace = [TraceRequest(0.0, 32, 8 if i % 3 else 90) for i in range(30)]
+    trace = [TraceRequest(0.0, 32 if i % 3 else 100, 8) for i in range(30)]
     res = replay(sched(), FixedStep(), trace, concurrency=4)
     assert (len(res.requests), len(res.rejected)) == (20, 10)
     assert max(step[2] for step in res.steps) == 4
@@ -52,8 +55,11 @@ def run_cli(*argv):
 
 def test_the_command_line_counts_refused_requests_and_says_why():
     rc, s, err = run_cli("--num-requests", "5", "--prompt-tokens", "1000", "--output-tokens", "100")
+    assert rc == 0 and (s["requests"], s["rejected"]) == (5, 0)
+    assert "5 of 5 requests need more than --max-model-len 1024 tokens (prompt + output): their outputs are cut" in err
+    rc, s, err = run_cli("--num-requests", "5", "--prompt-tokens", "1024", "--output-tokens", "1")
     assert rc == 0 and (s["requests"], s["rejected"]) == (0, 5)
-    assert "5 of 5 requests need more than --max-model-len 1024 tokens (prompt + output): refused" in err
+    assert "5 of 5 requests have prompts of --max-model-len 1024 tokens or more: refused" in err
 
 
 def test_two_runs_without_a_seed_agree():
