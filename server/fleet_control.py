@@ -10,7 +10,8 @@ JSON in and out.
   started before it stay);
 * ``DELETE /fleet/pods/NAME?timeout=S&wait=true``: drain and remove the pod (``timeout``: the
   drain grace, default ``--shutdown-timeout``); 202 ``{"name", "state": "draining"}`` at once,
-  or with ``wait=true`` 200 ``{"name", "state": "removed", "drained", "ended"}`` once it is gone;
+  or with ``wait=true`` 200 ``{"name", "state": "removed", "drained", "ended"}`` once it is gone
+  (also for a pod already draining: the answer of that removal);
 * ``GET /fleet/stats``: :meth:`server.fleet.Fleet.stats`;
 * ``GET /metrics``: the process's CPU and memory (``process_*``) and
   ``vllm_sim:fleet_pods{state}``;
@@ -22,7 +23,7 @@ coming from another origin's page (``Sec-Fetch-Site`` ``cross-site`` / ``same-si
 ``Origin`` other than the ``Host``) is a 400: a page can POST ``text/plain`` cross-site without a
 CORS preflight, and the body is read whatever its type (``curl -d`` sends a form type).  Errors use vLLM's envelope: 400 naming the field (``count``, ``startup_delay``, ``timeout``,
 ``wait``, ``body``), 404 for an unknown pod or path, 405 for a wrong method, 409 for a pod already
-draining, a port in use or a count past the bound (adds in progress counted), 413 for a body past
+draining (without ``wait=true``), a port in use or a count past the bound (adds in progress counted), 413 for a body past
 :data:`CONTROL_BODY_LIMIT`, 408 for one that does not arrive in time.
 """
 from __future__ import annotations
@@ -136,13 +137,19 @@ def control_app(fleet):
         log.info("added %s (start-up delay %gs)", ", ".join(p.name for p in pods), delay)
         return 201, {"pods": [p.describe() for p in pods]}
 
+    removing: dict = {}                 # pod name -> the greenlet draining it
+
     def remove(name, query):
         timeout = _seconds(query.get("timeout", [None])[-1], "timeout", fleet.grace())
         wait = _WAIT.get(query.get("wait", [""])[-1].lower())
         if wait is None:
             raise FleetError(f"wait: must be true or false, got {query['wait'][-1]!r}", 400, "wait")
+        pending = removing.get(name)
+        if wait and pending is not None:     # already draining: wait for that removal's end
+            return 200, pending.get()
         pod = fleet.begin_remove(name)
-        job = gevent.spawn(fleet.finish_remove, pod, timeout)
+        job = removing[name] = gevent.spawn(fleet.finish_remove, pod, timeout)
+        job.link(lambda _: removing.pop(name, None) if removing.get(name) is job else None)
         if wait:
             return 200, job.get()
         return 202, {"name": pod.name, "state": "draining"}

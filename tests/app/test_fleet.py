@@ -351,3 +351,19 @@ def test_a_port_in_use_is_passed_over_not_refused_for_good():
             pod.close()
             if getattr(pod, "listener", None) is not None:
                 pod.listener.close()
+
+
+def test_waiting_on_a_pod_already_draining_answers_when_it_is_gone():
+    """A second ``DELETE ?wait=true`` waits for the removal in progress (it was a 409); without
+    ``wait`` it is still the 409 of a pod already draining."""
+    fleet, client = build("--inter-token-latency", "20ms", size=2)
+    ctl = f"http://127.0.0.1:{CONTROL}"
+    job = gevent.spawn(client.post, pod_url(1) + "/v1/completions",
+                       json={"prompt": "hi", "max_tokens": 30, "ignore_eos": True})
+    gevent.sleep(0.1)                   # running: the drain lasts its 0.6 s
+    assert client.delete(ctl + "/fleet/pods/sim-1").status_code == 202
+    assert client.delete(ctl + "/fleet/pods/sim-1").status_code == 409
+    r = client.delete(ctl + "/fleet/pods/sim-1", params={"wait": "true"})
+    assert r.status_code == 200 and r.json()["name"] == "sim-1" and r.json()["state"] == "removed"
+    job.join(5)
+    assert [p["name"] for p in client.get(ctl + "/fleet/pods").json()["pods"]] == ["sim-0"]

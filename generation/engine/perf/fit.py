@@ -445,6 +445,8 @@ def _main(argv=None) -> int:
         raise ValueError(f"--scale must be in (0, 1] (a fraction of each stage), got {args.scale}")
     if args.iterations < 1:
         raise ValueError(f"--iterations must be at least 1, got {args.iterations}")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if args.memory:
         fit_memory(args.data)
         return 0
