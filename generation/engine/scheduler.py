@@ -95,13 +95,9 @@ class Scheduler:
         self.enable_prefix_caching = enable_prefix_caching
         self.enable_chunked_prefill = enable_chunked_prefill
         self.reserve_full_isl = reserve_full_isl
-        self.num_gpu_blocks = num_gpu_blocks
-        self.block_size = block_size
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.max_model_len = max_model_len
-        self.long_prefill_token_threshold = long_prefill_token_threshold
-        self.max_loras = max_loras
+        self.num_gpu_blocks, self.block_size, self.max_num_seqs = num_gpu_blocks, block_size, max_num_seqs
+        self.max_num_batched_tokens, self.max_model_len = max_num_batched_tokens, max_model_len
+        self.long_prefill_token_threshold, self.max_loras = long_prefill_token_threshold, max_loras
         self.running: list[EngineRequest] = []
         self.priority = policy == "priority"
         self.waiting = PriorityQueue() if self.priority else deque()
@@ -109,11 +105,8 @@ class Scheduler:
         # as they come, emit it and leave: --max-num-queued-tokens reads it per arrival, O(1)
         self.prefill_tokens = 0
         self.num_preemptions = 0
-        self.on_preempt = on_preempt
-        self.on_prefilled = on_prefilled
-        self.on_cached = on_cached
-        self.on_prefix = on_prefix
-        self.on_release = on_release
+        self.on_preempt, self.on_prefilled, self.on_cached = on_preempt, on_prefilled, on_cached
+        self.on_prefix, self.on_release = on_prefix, on_release
         self.on_external = None             # (req, queried, hit tokens): the CPU tier's lookup (a connector's)
         self.lazy = None                    # the replay's group decoding (decode_in_groups)
         # async scheduling (hold_finished_slots): a request that finished in step k still counts
@@ -417,9 +410,16 @@ class Scheduler:
         held = self.held_slots if now <= self.held_until and running else 0
         while waiting and budget > 0 and len(running) + held < self.max_num_seqs:
             req = waiting[0]
-            if req.kv_ready_at > now:
-                skipped.append(waiting.popleft())       # deferred: KV transfer
+            if req.kv_ready_at > now:                   # deferred: its KV transfer; vLLM holds its
+                if not req.block_ids:                   # blocks meanwhile (WAITING_FOR_REMOTE_KVS)
+                    n = -(-min(req.num_tokens, self.max_model_len) // bs)
+                    if n <= pool.num_free:
+                        req.block_ids, req.blocks = pool.allocate(n), n
+                skipped.append(waiting.popleft())
                 continue
+            if req.block_ids and not req.num_computed:  # the transfer's blocks: allocated afresh below
+                pool.free(req.block_ids)
+                req.block_ids, req.blocks = [], 0
             if max_loras and req.lora:
                 if loras is None:
                     loras = {r.lora for r in running if r.lora}

@@ -238,3 +238,25 @@ def test_async_scheduling_holds_a_finished_requests_slot_for_one_more_plan():
     s.add(b, 0.0)
     s.complete(s.schedule(0.0), 0.01)
     assert s.schedule(0.01).scheduled == [(b, 10)]
+
+
+def test_a_remote_prefill_holds_its_blocks_while_its_kv_loads():
+    """vLLM 0.34 allocates a remote prefill's blocks when it is admitted and holds them while the
+    KV arrives (WAITING_FOR_REMOTE_KVS: counted as waiting, its blocks in the KV usage); it then
+    runs on them; an abort meanwhile gives them back."""
+    s = sched(num_gpu_blocks=100)
+    r = EngineRequest(160, 4, kv_ready_at=1.0)
+    s.add(r, 0.0)
+    plan, _ = run_step(s, 0.0)
+    assert not plan.scheduled and list(s.waiting) == [r] and not s.running
+    assert s.pool.num_held == 10 and s.usage() == 0.1          # 160 tokens: 10 blocks held
+    run_step(s, 0.5)
+    assert s.pool.num_held == 10                                # held once, not again each step
+    plan, _ = run_step(s, 1.0)
+    assert [q for q, _ in plan.scheduled] == [r] and s.pool.num_held == r.blocks == 10   # its own, not twice
+    gone = EngineRequest(160, 4, kv_ready_at=5.0)
+    s.add(gone, 1.0)
+    run_step(s, 1.1)
+    held = s.pool.num_held
+    s.abort(gone)
+    assert s.pool.num_held == held - 10
