@@ -146,6 +146,9 @@ def check_arguments(args, max_model_len: int) -> None:
     ValueError naming the flag."""
     check_synthetic(args.num_requests if not args.trace else 1, args.prompt_tokens, args.output_tokens,
                     args.rate, args.concurrency, None if args.trace else max_model_len)
+    if args.rate and (args.trace or args.concurrency):      # it would be silently unused
+        raise ValueError("--rate sets the synthetic load's Poisson arrivals: a --trace has its own, and a closed "
+                         "loop (--concurrency) sends each request when the one before it ends")
     check_plot_path(args.plot)
     check_output_path(args.per_request, "--per-request")
 
@@ -289,7 +292,9 @@ def main(argv=None) -> int:
         check_arguments(args, cfg.max_model_len)
         trace = read_trace(args.trace, cfg.max_model_len) if args.trace else synthetic_trace(
             args.num_requests, args.prompt_tokens, args.output_tokens, args.rate, cfg.seed or 0)
-        if trace and trace[-1].arrival > MAX_TRACE_SPAN:
+        if not trace:
+            raise ValueError(f"--trace {args.trace}: no request in it")
+        if trace[-1].arrival > MAX_TRACE_SPAN:
             # the clock starts at 0: an epoch timestamp (1.7e9) made a 10 s trace report 0 output
             # tokens/s, and past ~1e15 s a millisecond no longer adds to the clock (TTFTs of 0)
             raise ValueError(f"--trace {args.trace}: an arrival at {trace[-1].arrival:.6g} s, more than "
