@@ -582,7 +582,7 @@ def check_data_parallel_rank(cfg, header: str) -> None:
     Python's ``int`` reads outside :func:`~generation.config.values.rank_range` raises Rejected
     (400); one that is not an integer is ignored, as vLLM's ``_get_data_parallel_rank`` ignores it."""
     try:
-        rank = int(header)
+        rank = int(header.split(",", 1)[0])      # a repeated header, joined: the first, as Starlette
     except ValueError:
         return
     ranks = rank_range(cfg)

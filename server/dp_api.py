@@ -222,8 +222,8 @@ class DataParallelAPI:
         wanted = environ.get(RANK_HEADER) if environ.get("PATH_INFO") in RANK_ROUTES else None
         rank = None
         if wanted is not None:
-            try:
-                rank = int(wanted)
+            try:            # a repeated header arrives joined ("0,5"): Starlette's get reads the first
+                rank = int(wanted.split(",", 1)[0])
             except ValueError:
                 rank = None           # vLLM ignores a header that is not an integer
         if rank is not None and not 0 <= rank < balancer.size:
@@ -235,6 +235,7 @@ class DataParallelAPI:
             rank = balancer.choose()
             stamp = balancer.taken_at
             refused = []
+            stamps = [stamp]
 
             def begin(status, headers, exc_info=None):
                 if status[:1] == "4":
@@ -247,6 +248,7 @@ class DataParallelAPI:
         if chosen:
             def spread():             # a further engine request of this one: placed on its own
                 ranks.append(balancer.choose())
+                stamps.append(balancer.taken_at)
                 return self.sims[ranks[-1]]
             environ[DP_SPREAD_KEY] = spread
         try:
@@ -256,7 +258,8 @@ class DataParallelAPI:
                 balancer.done(r)
             raise
         if chosen and refused:       # vLLM refuses a request before it picks an engine: no trace
-            balancer.unpick(rank, stamp)
+            for r, at in zip(ranks, stamps):
+                balancer.unpick(r, at)
         if isinstance(body, (list, tuple)):     # answered whole (the fast path's list too): the request is over
             for r in ranks:
                 balancer.done(r)

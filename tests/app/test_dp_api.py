@@ -5,6 +5,7 @@ what the one API server holds for all (Responses store, request ids, readiness).
 from __future__ import annotations
 
 import httpx
+import orjson
 import pytest
 
 from support import _clean_env, metric, metric_values, scrape
@@ -426,3 +427,27 @@ def test_a_request_too_big_for_one_engine_fits_on_the_endpoint():
     assert client.post(CHAT, json={"messages": msgs, "n": 5, "max_tokens": 2}).status_code == 429
     assert api.balancer.in_flight == [0, 0]
     client.close()
+
+
+def test_a_repeated_rank_header_is_read_as_starlette_reads_it(dp):
+    """Two ``X-data-parallel-rank`` headers reach WSGI joined (gunicorn: ``1,0``); vLLM's
+    Starlette ``get`` reads the first."""
+    import io
+    from wsgiref.util import setup_testing_defaults
+    api, client = dp
+
+    def post(rank_header: str, stream: bool) -> bytes:
+        body = orjson.dumps({"prompt": "x", "max_tokens": 2, "stream": stream})
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": COMPL, "CONTENT_TYPE": "application/json",
+                   "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
+                   "HTTP_X_DATA_PARALLEL_RANK": rank_header}
+        setup_testing_defaults(environ)
+        out = api(environ, lambda status, headers, exc_info=None: None)
+        try:
+            return b"".join(out)
+        finally:
+            getattr(out, "close", lambda: None)()
+    before = served(client)
+    post("1,0", False)
+    assert [a - b for a, b in zip(served(client), before)] == [0, 1]
+    assert b"data_parallel_rank 7 is out of range [0, 2)." in post("7,0", True)
