@@ -317,13 +317,15 @@ class KVCache:
 
     def finish(self, seq) -> None:
         """``seq`` ended (any way): release its references; blocks left unreferenced stay
-        cached and become evictable, most recently used last."""
+        cached and become evictable, most recently used last, its last block first (vLLM's
+        ``free_blocks(reversed(...))``: a prefix's tail goes before its root, which more
+        requests share)."""
         blocks = seq.kv_blocks
         seq.kv_blocks = None
         if not blocks or blocks[0] != self.epoch:
             return
         used, model_of, unused = self.used, self.model_of, self.unused
-        for h in blocks[1]:
+        for h in reversed(blocks[1]):
             c = used.get(h)
             if c is None:
                 continue

@@ -387,17 +387,17 @@ def test_lru_eviction_with_map_events(small_fresh):
     listener.events_until(lambda e: kind(e) == "BlockStored")   # cache now full: x, y
     # an exact repeat of a block-aligned prompt hits one block less (vLLM computes its last token)
     send(x, 16)                                                  # x becomes the most recently used
-    send(z, 0)                                                   # evicts y (least recently used)
-    ev = listener.events_until(lambda e: kind(e) == "BlockStored")
-    assert ev == [{"type": "BlockRemoved", "block_hashes": [hy[0]], "medium": "GPU", "group_idx": 0},
-                  {"type": "BlockRemoved", "block_hashes": [hy[1]], "medium": "GPU", "group_idx": 0},
+    send(z, 0)                                                   # evicts y (least recently used), its
+    ev = listener.events_until(lambda e: kind(e) == "BlockStored")     # tail first, as vLLM frees blocks
+    assert ev == [{"type": "BlockRemoved", "block_hashes": [hy[1]], "medium": "GPU", "group_idx": 0},
+                  {"type": "BlockRemoved", "block_hashes": [hy[0]], "medium": "GPU", "group_idx": 0},
                   {"type": "BlockStored", "block_hashes": hz, "parent_block_hash": None, "token_ids": z,
                    "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None,
                    "extra_keys": [None, None], "group_idx": 0, "kv_cache_spec_kind": "full_attention"}]
     send(x, 16)
     send(y, 0)                                                   # evicts z
     ev = listener.events_until(lambda e: kind(e) == "BlockStored")
-    assert [e["block_hashes"] for e in ev] == [[hz[0]], [hz[1]], hy]
+    assert [e["block_hashes"] for e in ev] == [[hz[1]], [hz[0]], hy]
 
 
 def test_prompt_larger_than_cache_is_served(small_fresh):
