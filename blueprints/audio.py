@@ -219,6 +219,7 @@ def _speech_to_text(task: str):
 def _run(sim, adapter, req, environ, entry: float, finished, stream_headers):
     """Prepare, admit, then stream (``stream_headers`` given) or wait and render
     (``finished(seqs) -> (body parts, headers)``), as :func:`blueprints.serving.handle`."""
+    req.external_ids = adapter.external_ids(req)
     seqs = sim.prepare(req)
     check_work(sim, *adapter.work(seqs))
     extra = response_headers(req.request_id, sim, environ)

@@ -17,7 +17,8 @@ from flask import Response, current_app, request
 
 from generation.engine.simulator import HUB_SLICE, ClientDisconnected, Simulator
 from generation.engine.token_schedule import waited
-from generation.config.values import rank_range
+from generation.config.values import header_rank, rank_range
+from generation.engine.admission import queue_counts
 from generation.metrics.scrape import kv_cache_usage
 from generation.adapters.json_dumps import dumps_any as dumps_json
 from generation.adapters.extra_args import exact_extra_args
@@ -504,9 +505,7 @@ def orca_header(sim: Simulator, fmt: str) -> str | None:
     f = fmt.lower()
     if f != "text" and f != "json":
         return None
-    engine = sim.engine             # step mode: its engine's queue and batch, as /metrics reports them
-    waiting, running = ((engine.waiting_count(), len(engine.scheduler.running)) if engine is not None
-                        else (len(sim.waiting), sim.running))
+    waiting, running = queue_counts(sim)        # step mode: its engine's, as /metrics reports them
     metrics = {"kv_cache_usage_perc": kv_cache_usage(sim), "num_requests_waiting": float(waiting),
                "num_requests_running": float(running)}
     if f == "text":
@@ -581,12 +580,9 @@ def check_data_parallel_rank(cfg, header: str) -> None:
     """vLLM's ``X-data-parallel-rank`` check (``InputProcessor.process_inputs``): a header that
     Python's ``int`` reads outside :func:`~generation.config.values.rank_range` raises Rejected
     (400); one that is not an integer is ignored, as vLLM's ``_get_data_parallel_rank`` ignores it."""
-    try:
-        rank = int(header.split(",", 1)[0])      # a repeated header, joined: the first, as Starlette
-    except ValueError:
-        return
+    rank = header_rank(header)
     ranks = rank_range(cfg)
-    if not 0 <= rank < ranks:
+    if rank is not None and not 0 <= rank < ranks:
         raise Rejected(f"data_parallel_rank {rank} is out of range [0, {ranks}).")
 
 

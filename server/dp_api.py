@@ -29,8 +29,10 @@ import time
 
 import orjson
 
+from generation.config.values import header_rank
 from generation.fleet.routing import vllm_dp_score
 from blueprints.streaming import DP_SPREAD_KEY
+from generation.engine.admission import queue_counts
 from generation.metrics.scrape import kv_cache_usage
 
 log = logging.getLogger("vllm_sim")
@@ -114,10 +116,7 @@ class DataParallelBalancer:
 def engine_counts(sim) -> list:
     """``[waiting, running, kv_cache_usage]`` of one simulator's engine now (what vLLM's engine
     reports to its coordinator)."""
-    engine = getattr(sim, "engine", None)
-    if engine is not None:
-        return [engine.waiting_count(), len(engine.scheduler.running), engine.scheduler.usage()]
-    return [len(sim.waiting), sim.running, kv_cache_usage(sim)]
+    return [*queue_counts(sim), kv_cache_usage(sim)]
 
 
 class _InFlight:
@@ -220,44 +219,34 @@ class DataParallelAPI:
     def _balanced(self, environ, start_response):
         balancer = self.balancer
         wanted = environ.get(RANK_HEADER) if environ.get("PATH_INFO") in RANK_ROUTES else None
-        rank = None
-        if wanted is not None:
-            try:            # a repeated header arrives joined ("0,5"): Starlette's get reads the first
-                rank = int(wanted.split(",", 1)[0])
-            except ValueError:
-                rank = None           # vLLM ignores a header that is not an integer
+        rank = header_rank(wanted) if wanted is not None else None    # not an integer: vLLM ignores it
         if rank is not None and not 0 <= rank < balancer.size:
             # vLLM refuses it in InputProcessor.process_inputs, before DPLBAsyncMPClient picks an
             # engine: no engine's count changes; rank 0's app answers vLLM's error
             return self.apps[0](environ, start_response)
-        chosen = rank is None
-        if chosen:
-            rank = balancer.choose()
-            stamp = balancer.taken_at
-            refused = []
-            stamps = [stamp]
+        refused = []
+        if rank is None:
+            ranks, stamps = [balancer.choose()], [balancer.taken_at]
 
             def begin(status, headers, exc_info=None):
                 if status[:1] == "4":
                     refused.append(status)
                 return start_response(status, headers, exc_info)
-        else:
-            balancer.take(rank)
-            begin = start_response
-        ranks = [rank]
-        if chosen:
+
             def spread():             # a further engine request of this one: placed on its own
                 ranks.append(balancer.choose())
                 stamps.append(balancer.taken_at)
                 return self.sims[ranks[-1]]
             environ[DP_SPREAD_KEY] = spread
+        else:
+            ranks, begin = [balancer.take(rank)], start_response
         try:
-            body = self.apps[rank](environ, begin)
+            body = self.apps[ranks[0]](environ, begin)
         except BaseException:
             for r in ranks:
                 balancer.done(r)
             raise
-        if chosen and refused:       # vLLM refuses a request before it picks an engine: no trace
+        if refused:                   # vLLM refuses a request before it picks an engine: no trace
             for r, at in zip(ranks, stamps):
                 balancer.unpick(r, at)
         if isinstance(body, (list, tuple)):     # answered whole (the fast path's list too): the request is over

@@ -8,6 +8,7 @@ import io
 import os
 import zipfile
 
+from generation.engine.admission import queue_counts
 from generation.metrics.scrape import kv_cache_usage
 
 TOKENIZER_CHUNK = 64 * 1024      # bytes per GetTokenizerChunk, as smg-grpc-servicer's CHUNK_SIZE
@@ -72,14 +73,15 @@ def scheduler_state(sim) -> tuple[int, int, float, int]:
     (``vllm:num_requests_running`` / ``_waiting``, ``vllm:kv_cache_usage_perc``): the step
     engine's scheduler when there is one (``--latency-calculator step``), else the simulator's
     slots and queue.  ``kv_usage`` is a fraction in [0, 1]."""
+    waiting, running = queue_counts(sim)
     engine = getattr(sim, "engine", None)
     if engine is not None:
-        sched = engine.scheduler
         # the requests in their frontend delay count as waiting, their prompts as uncached tokens
+        sched = engine.scheduler
         uncached = sum(max(r.prompt_len - r.num_computed, 0) for r in sched.waiting) + engine.pending_tokens
-        return len(sched.running), len(sched.waiting) + engine.pending, float(sched.usage()), uncached
-    waiting = list(sim.waiting)
-    return sim.running, len(waiting), kv_cache_usage(sim), sum(s.prompt_len - s.cached_tokens for s in waiting)
+    else:
+        uncached = sum(s.prompt_len - s.cached_tokens for s in list(sim.waiting))
+    return running, waiting, kv_cache_usage(sim), uncached
 
 
 # ---- KV events ---------------------------------------------------------------------------------

@@ -273,9 +273,13 @@ class SpeechToTextAdapter(Adapter):
             request_id=rid, model=self.model, lora=self.lora, prompts=prompts, n=1,
             max_tokens=None if limit is None else min(limit, sim.config.max_model_len), stream=b.stream,
             seed=b.seed, temperature=b.temperature, use_beam_search=b.use_beam_search)
-        rid = self.request_id           # vLLM's speech_to_text serving: one engine request per chunk
-        self.req.external_ids = (rid,) if len(prompts) == 1 else tuple(f"{rid}-{k}" for k in range(len(prompts)))
         return self.req
+
+    def external_ids(self, req) -> tuple:
+        """vLLM's speech-to-text serving: ``<task>-<id>``, one engine request per chunk
+        (``-<k>`` when there are several)."""
+        rid = self.request_id
+        return (rid,) if len(req.prompts) == 1 else tuple(f"{rid}-{k}" for k in range(len(req.prompts)))
 
     @property
     def separator(self) -> str:

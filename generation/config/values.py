@@ -39,6 +39,16 @@ def rank_range(cfg) -> int:
     return 1 if getattr(cfg, "data_parallel_external_lb", False) else cfg.data_parallel_size
 
 
+def header_rank(value: str) -> int | None:
+    """The rank an ``X-data-parallel-rank`` header names, as vLLM's ``_get_data_parallel_rank``
+    reads it (Python's ``int``; None for anything else, which vLLM ignores); two headers reach WSGI
+    joined (``1,0``), and Starlette's ``get`` reads the first."""
+    try:
+        return int(value.split(",", 1)[0])
+    except ValueError:
+        return None
+
+
 def error_line(e: BaseException) -> str:
     """The one ``error:`` line a command line prints for ``e``, naming the flag at fault first
     when the message does not (``error: --mode: invalid mode 'bogus'``): ``python app.py``, the

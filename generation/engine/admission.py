@@ -27,10 +27,19 @@ def check_admission(sim, n: int) -> None:
             raise sim.metrics.refused(MaxQueuedTokens(), "max_num_queued_tokens")
 
 
+def queue_counts(sim) -> tuple[int, int]:
+    """``(waiting, running)`` requests of one engine, as ``/metrics`` reports them: the step
+    engine's queue (its frontend delay included) and batch, else the simulator's queue and slots.
+    What the admission limits, the ORCA header, gRPC's ``GetLoads`` and the DP balancer read."""
+    engine = sim.engine
+    if engine is not None:
+        return engine.waiting_count(), len(engine.scheduler.running)
+    return len(sim.waiting), sim.running
+
+
 def _requests(sim) -> int:
     """Requests waiting or running on one engine."""
-    engine = sim.engine
-    return engine.waiting_count() + len(engine.scheduler.running) if engine is not None else sim.running + len(sim.waiting)
+    return sum(queue_counts(sim))
 
 
 def _prefill_tokens(sim) -> int:
